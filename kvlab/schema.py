@@ -1,0 +1,207 @@
+"""The one results schema shared by published, measured and modelled figures.
+
+Every table kvlab reads or writes is checked against a :class:`Table` defined here, so
+a figure from an article, a real engine run and a model prediction can sit in one frame
+and never be mixed silently: the ``source`` column says which is which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+SOURCES = ("published", "measured", "modelled")
+ENGINES = ("vllm", "sglang")
+STATUSES = ("ok", "failed")
+
+
+class SchemaError(ValueError):
+    """A table does not match its schema; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: pl.DataType
+    required: bool  # a value must be present in every row
+    doc: str
+    allowed: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def polars_schema(self) -> dict[str, pl.DataType]:
+        return {c.name: c.dtype for c in self.columns}
+
+    def empty(self) -> pl.DataFrame:
+        return pl.DataFrame(schema=self.polars_schema)
+
+    def conform(self, df: pl.DataFrame, origin: str | Path = "<frame>") -> pl.DataFrame:
+        """Return ``df`` with every schema column in schema order and dtype, or raise.
+
+        Missing optional columns are added as nulls; unknown columns, missing required
+        columns, values that cannot be cast, nulls in required columns and values outside
+        an allowed set raise :class:`SchemaError` naming ``origin``.
+        """
+        unknown = [c for c in df.columns if c not in self.polars_schema]
+        if unknown:
+            raise SchemaError(f"{origin}: unknown column(s) {unknown} for table '{self.name}'")
+        missing = [c.name for c in self.columns if c.required and c.name not in df.columns]
+        if missing:
+            raise SchemaError(f"{origin}: missing required column(s) {missing} for table '{self.name}'")
+        exprs: list[pl.Series] = []
+        for col in self.columns:
+            if col.name not in df.columns:
+                exprs.append(pl.Series(col.name, [None] * df.height, dtype=col.dtype))
+                continue
+            try:
+                casted = df.get_column(col.name).cast(col.dtype, strict=True)
+            except Exception as exc:  # polars raises several kinds here
+                bad = df.get_column(col.name).head(3).to_list()
+                raise SchemaError(
+                    f"{origin}: column '{col.name}' cannot be read as {col.dtype} "
+                    f"(first values {bad}): {type(exc).__name__}"
+                ) from None
+            exprs.append(casted.alias(col.name))
+        out = pl.DataFrame(exprs)
+        for col in self.columns:
+            series = out.get_column(col.name)
+            if col.required and series.null_count():
+                row = int(series.is_null().arg_true()[0])
+                raise SchemaError(f"{origin}: required column '{col.name}' is empty in row {row + 1}")
+            if col.allowed is not None:
+                bad = series.drop_nulls().filter(~series.drop_nulls().is_in(list(col.allowed)))
+                if bad.len():
+                    raise SchemaError(
+                        f"{origin}: column '{col.name}' has value {bad[0]!r}; allowed: {list(col.allowed)}"
+                    )
+        return out
+
+
+def _c(name: str, dtype: pl.DataType, doc: str, *, required: bool = False, allowed=None) -> Column:
+    return Column(name, dtype, required, doc, tuple(allowed) if allowed else None)
+
+
+Str, Int, Float = pl.String(), pl.Int64(), pl.Float64()
+
+#: One row per run: one fixed batch (or concurrency run) at one configuration, or one
+#: published / modelled figure for such a configuration. Throughputs are not stored:
+#: they are derived from these columns by :mod:`kvlab.analysis`, with their definitions.
+RUNS = Table(
+    "runs",
+    (
+        _c("source", Str, "published | measured | modelled", required=True, allowed=SOURCES),
+        _c("experiment", Str, "experiment or document this row belongs to", required=True),
+        _c("run_id", Str, "unique within (source, experiment); for measured runs a hash of the full run spec", required=True),
+        _c("hardware", Str, "accelerator or CPU the row is about, e.g. 'NVIDIA B300' or 'CPU x86_64 (2 cores)'", required=True),
+        _c("gpu_count", Int, "number of GPUs serving (null on CPU)"),
+        _c("model", Str, "served model", required=True),
+        _c("engine", Str, "inference engine", required=True, allowed=ENGINES),
+        _c("engine_version", Str, "engine version reported by the server"),
+        _c("tp", Int, "tensor-parallel size"),
+        _c("dcp", Int, "decode-context-parallel size (1 = off)"),
+        _c("mem_util", Float, "memory-utilisation setting (vLLM gpu-memory-utilization, SGLang mem-fraction-static)"),
+        _c("prefix_caching", pl.Boolean(), "prefix / radix cache enabled"),
+        _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),
+        _c("context_tokens", Int, "nominal context length in tokens (K = 1024)", required=True),
+        _c("scale_factor", Float, "full-scale context / this row's context (1 at full scale, e.g. 32 on CPU)"),
+        _c("mode", Str, "fixed_batch | concurrency", allowed=("fixed_batch", "concurrency")),
+        _c("batch_size", Int, "requests in the batch (fixed batch) or in flight (concurrency)"),
+        _c("prompt_tokens", Int, "prompt tokens per request"),
+        _c("output_tokens", Int, "requested output tokens per request"),
+        _c("repeat", Int, "repeat index, 0-based"),
+        _c("attempts", Int, "launch attempts until this outcome (1 = no retry)"),
+        _c("status", Str, "ok | failed", required=True, allowed=STATUSES),
+        _c("failure_cause", Str, "classified cause when failed (or of the last retried attempt)"),
+        _c("batch_time_s", Float, "first send to last completion of the batch"),
+        _c("prefill_time_s", Float, "modelled prefill part of batch time"),
+        _c("decode_time_s", Float, "modelled decode part of batch time"),
+        _c("ttft_mean_ms", Float, "mean time to first token"),
+        _c("ttft_p99_ms", Float, "99th percentile time to first token"),
+        _c("tpot_mean_ms", Float, "mean time per output token after the first"),
+        _c("e2e_mean_ms", Float, "mean request latency, send to last token"),
+        _c("requests_ok", Int, "requests that completed"),
+        _c("requests_failed", Int, "requests that failed (never dropped)"),
+        _c("served_prompt_tokens", Int, "sum of usage.prompt_tokens over the run"),
+        _c("served_output_tokens", Int, "sum of usage.completion_tokens over the run"),
+        _c("cached_prompt_tokens", Int, "sum of usage.prompt_tokens_details.cached_tokens, when reported"),
+        _c("server_prompt_tokens", Int, "delta of the server's prompt-token counter over the run"),
+        _c("server_generation_tokens", Int, "delta of the server's generation-token counter"),
+        _c("server_prefix_cache_queries", Int, "delta of the server's prefix-cache query counter (tokens)"),
+        _c("server_prefix_cache_hits", Int, "delta of the server's prefix-cache hit counter (tokens)"),
+        _c("server_preemptions", Int, "delta of the server's preemption counter"),
+        _c("output_tokens_per_s", Float, "output throughput, only where a source states it without a batch time"),
+        _c("kv_cache_tokens", Int, "KV-cache capacity in tokens reported or modelled for the configuration"),
+        _c("started_at", Str, "ISO-8601 UTC start time"),
+        _c("citation", Str, "where a published figure comes from"),
+        _c("notes", Str, "free text: assumptions, scaling, caveats"),
+    ),
+)
+
+#: One row per request of a measured run (client-side timestamps, seconds from batch start).
+REQUESTS = Table(
+    "requests",
+    (
+        _c("run_id", Str, "run this request belongs to", required=True),
+        _c("request_index", Int, "index within the run", required=True),
+        _c("status", Str, "ok | failed", required=True, allowed=STATUSES),
+        _c("error", Str, "HTTP status / error event / dropped connection, when failed"),
+        _c("http_status", Int, "HTTP status code"),
+        _c("prompt_tokens", Int, "usage.prompt_tokens from the server"),
+        _c("output_tokens", Int, "usage.completion_tokens from the server"),
+        _c("reasoning_tokens", Int, "output tokens inside the reasoning part, when split"),
+        _c("cached_tokens", Int, "usage.prompt_tokens_details.cached_tokens, when reported"),
+        _c("chunks", Int, "token-bearing stream chunks received"),
+        _c("t_send_s", Float, "send time, seconds from the run's first send"),
+        _c("t_first_s", Float, "first non-empty chunk"),
+        _c("t_last_s", Float, "last token-bearing chunk"),
+        _c("ttft_ms", Float, "t_first - t_send"),
+        _c("tpot_ms", Float, "(t_last - t_first) / (output_tokens - 1)"),
+        _c("e2e_ms", Float, "t_last - t_send"),
+        _c("itl_max_ms", Float, "largest gap between chunks (per chunk, not per token)"),
+    ),
+)
+
+#: One row per launch attempt of a measured run: how the 0.92-vs-0.95 study counts retries.
+ATTEMPTS = Table(
+    "attempts",
+    (
+        _c("run_id", Str, "run this attempt belongs to", required=True),
+        _c("attempt", Int, "1-based attempt number", required=True),
+        _c("status", Str, "ok | failed", required=True, allowed=STATUSES),
+        _c("failure_cause", Str, "classified failure cause"),
+        _c("detail", Str, "the log line or error that decided the cause"),
+        _c("fits_max_len", Int, "max model length the engine said would fit, when it said"),
+        _c("elapsed_s", Float, "time the attempt took"),
+        _c("backoff_s", Float, "wait before the next attempt"),
+    ),
+)
+
+#: A document's stated ratio or qualitative claim, checked against its own table.
+CLAIMS = Table(
+    "claims",
+    (
+        _c("experiment", Str, "document the claim comes from (matches runs.experiment)", required=True),
+        _c("claim_id", Str, "short unique name", required=True),
+        _c("kind", Str, "relative_speed | throughput_decay | memory", required=True,
+           allowed=("relative_speed", "throughput_decay", "memory")),
+        _c("engine", Str, "engine the claim is about (the faster one for relative_speed)", allowed=ENGINES),
+        _c("context_from", Str, "context label the ratio starts from"),
+        _c("context_to", Str, "context label the ratio ends at"),
+        _c("stated_value", Float, "the ratio as stated; empty for prose-only claims"),
+        _c("statement", Str, "the claim in words", required=True),
+        _c("citation", Str, "where it is stated", required=True),
+    ),
+)
+
+TABLES = {t.name: t for t in (RUNS, REQUESTS, ATTEMPTS, CLAIMS)}

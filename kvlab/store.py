@@ -1,0 +1,193 @@
+"""Results on disk: validated polars loaders for everything under ``data/`` and atomic writers.
+
+Layout (all paths from :mod:`kvlab.paths`):
+
+- ``data/reference/<name>.csv`` — published figures, ``runs`` schema;
+  ``data/reference/<name>_claims.csv`` — a document's stated ratios, ``claims`` schema.
+- ``data/runs/<experiment>/<run_key>/`` — one measured run: ``run.parquet`` (one ``runs``
+  row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``.
+  A run folder appears by one atomic rename, so a killed sweep leaves no partial run.
+- ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps.
+- ``data/modelled/*.parquet`` — optional model predictions (``runs`` schema).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import polars as pl
+
+from kvlab.paths import DATA_DIR
+from kvlab.schema import ATTEMPTS, CLAIMS, REQUESTS, RUNS, SchemaError, Table
+
+RUN_FILE = "run.parquet"
+REQUESTS_FILE = "requests.parquet"
+ATTEMPTS_FILE = "attempts.parquet"
+SPEC_FILE = "spec.json"
+MANIFEST_FILE = "manifest.json"
+
+
+def read_table(path: str | Path, table: Table) -> pl.DataFrame:
+    """Read one CSV or parquet file and conform it to ``table``; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (expected a '{table.name}' table)")
+    try:
+        if path.suffix == ".csv":
+            # Read every column as text first: the schema, not the CSV sniffer, decides types.
+            df = pl.read_csv(path, infer_schema=False)
+        elif path.suffix == ".parquet":
+            df = pl.read_parquet(path)
+        else:
+            raise SchemaError(f"{path}: unsupported file type '{path.suffix}' (use .csv or .parquet)")
+    except SchemaError:
+        raise
+    except Exception as exc:
+        raise SchemaError(f"{path}: cannot be parsed as {path.suffix[1:]}: {exc}") from None
+    if df.width == 0:
+        raise SchemaError(f"{path}: file is empty")
+    return table.conform(df, origin=path)
+
+
+def _concat(frames: Iterable[pl.DataFrame], table: Table) -> pl.DataFrame:
+    frames = list(frames)
+    return pl.concat(frames, how="vertical") if frames else table.empty()
+
+
+def _reference_files(data_dir: Path, claims: bool) -> list[Path]:
+    files = sorted((data_dir / "reference").glob("*.csv"))
+    return [f for f in files if f.stem.endswith("_claims") == claims]
+
+
+def run_dirs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> list[Path]:
+    """Finished measured-run folders (those holding ``run.parquet``)."""
+    root = Path(data_dir) / "runs"
+    pattern = f"{experiment or '*'}/*/{RUN_FILE}"
+    return sorted(p.parent for p in root.glob(pattern))
+
+
+def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
+    """Every run row under ``data_dir``: published, measured and modelled, validated and merged.
+
+    Rows are unique by (source, experiment, run_id); a duplicate is an error naming both files.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"{data_dir}: data folder does not exist")
+    files = _reference_files(data_dir, claims=False)
+    files += [d / RUN_FILE for d in run_dirs(data_dir)]
+    files += sorted((data_dir / "modelled").glob("*.parquet"))
+    frames, seen = [], {}
+    for f in files:
+        df = read_table(f, RUNS).with_columns(pl.lit(str(f)).alias("_file"))
+        for key in df.select("source", "experiment", "run_id").iter_rows():
+            if key in seen:
+                raise SchemaError(f"{f}: row {key} duplicates one in {seen[key]}")
+            seen[key] = f
+        frames.append(df.drop("_file"))
+    runs = _concat(frames, RUNS)
+    if experiment is not None:
+        runs = runs.filter(pl.col("experiment") == experiment)
+    return runs
+
+
+def load_claims(data_dir: str | Path = DATA_DIR) -> pl.DataFrame:
+    """Every document claim under ``data_dir/reference``."""
+    return _concat((read_table(f, CLAIMS) for f in _reference_files(Path(data_dir), claims=True)), CLAIMS)
+
+
+def _load_per_run(data_dir: str | Path, experiment: str | None, file: str, table: Table) -> pl.DataFrame:
+    return _concat(
+        (read_table(d / file, table) for d in run_dirs(data_dir, experiment) if (d / file).exists()), table
+    )
+
+
+def load_requests(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
+    """Per-request records of every measured run."""
+    return _load_per_run(data_dir, experiment, REQUESTS_FILE, REQUESTS)
+
+
+def load_attempts(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
+    """Every launch attempt of every measured run (retries and their causes)."""
+    return _load_per_run(data_dir, experiment, ATTEMPTS_FILE, ATTEMPTS)
+
+
+# --------------------------------------------------------------------------- writers
+
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    """Write JSON so that readers see the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=True, default=str)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_run(
+    exp_dir: str | Path,
+    run_key: str,
+    run: pl.DataFrame,
+    requests: pl.DataFrame | None = None,
+    attempts: pl.DataFrame | None = None,
+    spec: dict | None = None,
+    files: dict[str, Path] | None = None,
+) -> Path:
+    """Write one measured run as a folder that appears in a single atomic rename.
+
+    ``files`` maps names in the run folder to existing files to move in (e.g. server logs).
+    An existing folder for the same key is replaced.
+    """
+    exp_dir = Path(exp_dir)
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    final = exp_dir / run_key
+    tmp = Path(tempfile.mkdtemp(dir=exp_dir, prefix=f".{run_key}."))
+    try:
+        RUNS.conform(run, origin=f"run {run_key}").write_parquet(tmp / RUN_FILE)
+        if requests is not None:
+            REQUESTS.conform(requests, origin=f"requests of {run_key}").write_parquet(tmp / REQUESTS_FILE)
+        if attempts is not None:
+            ATTEMPTS.conform(attempts, origin=f"attempts of {run_key}").write_parquet(tmp / ATTEMPTS_FILE)
+        if spec is not None:
+            (tmp / SPEC_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True, default=str))
+        for name, src in (files or {}).items():
+            if Path(src).exists():
+                shutil.copy2(src, tmp / name)
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():
+            old = exp_dir / f".{run_key}.old"
+            os.replace(final, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def clean_partial(exp_dir: str | Path) -> list[Path]:
+    """Remove temporary folders a killed sweep left behind; return what was removed."""
+    exp_dir = Path(exp_dir)
+    removed = [p for p in exp_dir.glob(".*") if p.name != "." and (p.is_dir() or p.suffix == ".tmp")]
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    return removed
+
+
+def finished_run_keys(exp_dir: str | Path) -> set[str]:
+    """Keys of runs already stored under ``exp_dir`` (what a resumed sweep skips)."""
+    return {p.parent.name for p in Path(exp_dir).glob(f"*/{RUN_FILE}")}
