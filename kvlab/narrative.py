@@ -1,0 +1,91 @@
+"""Markdown sentences for the reports, written from the data so no conclusion is typed by hand."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kvlab.analysis import DECAY_DEFINITIONS, Crossover
+
+
+def _fmt_tokens(c: float) -> str:
+    return f"{c:,.0f} tokens (≈{c / 1024:.0f}K)"
+
+
+def relative_speed_sentences(rel: pl.DataFrame, label: str) -> str:
+    """'vllm is 1.50× faster at 64K (100.5 s vs 150.8 s)' for every context in ``rel``."""
+    if rel.is_empty():
+        return f"*{label}: no context holds runs of both engines.*"
+    lines = []
+    for r in rel.iter_rows(named=True):
+        engines = [c[:-2] for c in rel.columns if c.endswith("_s") and c != "batch_time_s"]
+        slower = next(e for e in engines if e != r["faster"])
+        lines.append(
+            f"- {label}: **{r['faster']} is {r['speedup']:.2f}× faster at {r['context_label']}** "
+            f"({r[r['faster'] + '_s']:.4g} s vs {r[slower + '_s']:.4g} s for {slower})."
+        )
+    winners = rel["faster"].unique().to_list()
+    if len(winners) > 1:
+        lines.append(f"- The winner changes with context: {', '.join(f'{w}' for w in rel['faster'])} "
+                     f"at {', '.join(rel['context_label'])}.")
+    else:
+        lines.append(f"- {winners[0]} wins at every context shown.")
+    return "\n".join(lines)
+
+
+def crossover_sentence(x: Crossover, label: str) -> str:
+    if x.context_tokens is None:
+        return f"- {label} ({x.method}): no crossover estimate — {x.note}."
+    return (
+        f"- {label} ({x.method}): the engines' batch times meet at about **{_fmt_tokens(x.context_tokens)}**; "
+        f"{x.faster_below} is faster below, {x.faster_above} above. Assumption: {x.assumption}."
+    )
+
+
+def decay_sentences(decay: pl.DataFrame, label: str) -> str:
+    if decay.is_empty():
+        return f"*{label}: no engine has runs at both contexts.*"
+    lines = []
+    for r in decay.iter_rows(named=True):
+        lines.append(
+            f"- {label}, {r['engine']}: from {r['context_from']} to {r['context_to']} batch time grows "
+            f"**{r['batch_time_ratio']:.2f}×** (so requests/s falls {r['batch_time_ratio']:.2f}×), while prompt "
+            f"tokens/s changes by a factor {1 / r['prompt_tokens_per_s_ratio']:.2f}."
+        )
+    return "\n".join(lines)
+
+
+def consistency_sentences(verdicts: pl.DataFrame) -> str:
+    lines = []
+    for r in verdicts.iter_rows(named=True):
+        if r["consistent_under_any"]:
+            how = ", ".join(r["consistent_definitions"])
+            lines.append(f"- ✓ “{r['statement']}” — consistent with the table ({how}).")
+        else:
+            lines.append(
+                f"- ✗ “{r['statement']}” — **not** what the table implies under any definition checked "
+                f"({'; '.join(DECAY_DEFINITIONS) if 'decay' in r['claim_id'] else 'time ratio'}): "
+                f"the table's batch times give {r['implied_by_time_ratio']:.2f}×, the text says {r['stated_value']:g}×."
+            )
+    return "\n".join(lines)
+
+
+def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
+    """One line per engine and memory setting: retries, failures, run-time spread, latency."""
+    if stats.is_empty():
+        return "*No measured runs with a memory setting.*"
+    lines = ["### In words (measured)"]
+    for r in stats.iter_rows(named=True):
+        c = causes.filter((pl.col("engine") == r["engine"]) & (pl.col("mem_util") == r["mem_util"])
+                          & (pl.col("context_label") == r["context_label"]))
+        why = ", ".join(f"{n}× {cause}" for cause, n in c.select("failure_cause", "failed_attempts").iter_rows())
+        mean, std = r["batch_time_mean_s"], r["batch_time_std_s"]
+        time_txt = "no successful run" if mean is None else (
+            f"batch time {mean:.3g} s" + (f" ± {std:.2g} s (CV {r['batch_time_cv']:.1%})" if std is not None else "")
+        )
+        ttft = "" if r["ttft_mean_ms"] is None else f", mean TTFT {r['ttft_mean_ms']:.4g} ms"
+        lines.append(
+            f"- {r['engine']} at **{r['mem_util']:g}**, {r['context_label']}: {r['runs_ok']}/{r['runs']} runs succeeded "
+            f"with **{r['retries']} retr{'y' if r['retries'] == 1 else 'ies'}**"
+            f"{' (' + why + ')' if why else ''}; {time_txt}{ttft}."
+        )
+    return "\n".join(lines)

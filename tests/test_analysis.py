@@ -1,0 +1,109 @@
+"""The studies' arithmetic on the published table: exact values the table gives."""
+
+import polars as pl
+import pytest
+
+from kvlab import analysis, store
+
+RUNS = store.load_runs()
+PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
+CLAIMS = store.load_claims()
+
+
+def test_relative_speed_matches_article():
+    rel = analysis.relative_speed(PUB).select("context_label", "faster", "speedup").rows()
+    assert [(c, f) for c, f, _ in rel] == [("64K", "vllm"), ("200K", "sglang")]
+    assert rel[0][2] == pytest.approx(150.8 / 100.5) and round(rel[0][2], 2) == 1.50
+    assert rel[1][2] == pytest.approx(295.2 / 225.3) and round(rel[1][2], 2) == 1.31
+
+
+def test_decay_batch_time_ratios():
+    dec = {r["engine"]: r for r in analysis.decay_factors(PUB).iter_rows(named=True)}
+    assert round(dec["vllm"]["batch_time_ratio"], 2) == 2.94
+    assert round(dec["sglang"]["batch_time_ratio"], 2) == 1.49
+    # prompt tokens/s per batch *rises* with context for both (ratio < 1)
+    assert dec["vllm"]["prompt_tokens_per_s_ratio"] == pytest.approx((65536 / 100.5) / (204800 / 295.2))
+    assert dec["sglang"]["prompt_tokens_per_s_ratio"] < 1
+
+
+def test_throughput_definitions():
+    tp = analysis.throughput(PUB).sort("context_tokens", "engine")
+    assert tp["batches_per_s"].to_list() == pytest.approx([1 / 150.8, 1 / 100.5, 1 / 225.3, 1 / 295.2])
+    assert tp["requests_per_s"].null_count() == 4  # the article gives no batch size
+    measured = pl.DataFrame({
+        "source": ["measured"], "experiment": ["e"], "hardware": ["CPU"], "context_label": ["2K"],
+        "context_tokens": [2048], "engine": ["vllm"], "status": ["ok"], "batch_time_s": [2.0],
+        "batch_size": [4], "output_tokens": [32], "prompt_tokens": [2000], "scale_factor": [32.0],
+    })
+    row = analysis.throughput(measured).row(0, named=True)
+    assert (row["requests_per_s"], row["output_tokens_per_s"], row["prompt_tokens_per_s"]) == (2.0, 64.0, 4000.0)
+
+
+def test_crossover_between_contexts():
+    lin = analysis.crossover(PUB)
+    assert (lin.faster_below, lin.faster_above) == ("vllm", "sglang")
+    # linear: 65536 + 139264 * 50.3 / (50.3 + 69.9)
+    assert lin.context_tokens == pytest.approx(65536 + 139264 * 50.3 / 120.2)
+    pw = analysis.crossover(PUB, method="power")
+    assert 65536 < pw.context_tokens < 204800 and pw.context_tokens != pytest.approx(lin.context_tokens)
+    assert "power law" in pw.assumption
+
+
+def test_crossover_none_outside_range():
+    only_64k = PUB.filter(pl.col("context_label") == "64K")
+    assert analysis.crossover(only_64k).context_tokens is None
+    vllm_always = PUB.with_columns(
+        pl.when(pl.col("engine") == "vllm").then(pl.col("batch_time_s") / 10).otherwise(pl.col("batch_time_s"))
+    )
+    x = analysis.crossover(vllm_always)
+    assert x.context_tokens is None and "vllm is faster at every measured context" in x.note
+
+
+def test_crossover_refuses_mixed_sources():
+    mixed = pl.concat([PUB, PUB.with_columns(pl.lit("modelled").alias("source"))])
+    with pytest.raises(ValueError, match="one source"):
+        analysis.crossover(mixed)
+
+
+def test_consistency_check_reports_each_claim():
+    check = analysis.consistency(PUB, CLAIMS)
+    verdict = {r["claim_id"]: r for r in analysis.consistency_verdicts(check).iter_rows(named=True)}
+    assert verdict["speedup_64K"]["consistent_under_any"] is True
+    assert verdict["speedup_200K"]["consistent_under_any"] is True
+    assert verdict["decay_vllm"]["consistent_under_any"] is False
+    assert verdict["decay_sglang"]["consistent_under_any"] is False
+    assert round(verdict["decay_vllm"]["implied_by_time_ratio"], 2) == 2.94
+    assert round(verdict["decay_sglang"]["implied_by_time_ratio"], 2) == 1.49
+    # every numeric claim is checked under every definition of its kind
+    assert check.height == 2 * len(analysis.SPEED_DEFINITIONS) + 2 * len(analysis.DECAY_DEFINITIONS)
+
+
+def test_consistency_flags_a_claim_naming_the_slower_engine():
+    wrong = CLAIMS.with_columns(
+        pl.when(pl.col("claim_id") == "speedup_64K").then(pl.lit("sglang")).otherwise(pl.col("engine")).alias("engine")
+    )
+    check = analysis.consistency(PUB, wrong).filter(pl.col("claim_id") == "speedup_64K")
+    assert not check["consistent"].any()
+
+
+def test_memory_study_counts_retries_and_causes():
+    runs = pl.DataFrame({
+        "source": ["measured"] * 3, "experiment": ["e"] * 3, "run_id": ["a", "b", "c"],
+        "hardware": ["CPU"] * 3, "engine": ["vllm"] * 3, "mem_util": [0.95, 0.95, 0.92],
+        "context_label": ["2K"] * 3, "status": ["ok", "failed", "ok"], "batch_time_s": [2.0, None, 3.0],
+        "attempts": [3, 3, 1], "ttft_mean_ms": [10.0, None, 12.0], "e2e_mean_ms": [100.0, None, 120.0],
+        "server_preemptions": [0, None, 0],
+    })
+    attempts = pl.DataFrame({
+        "run_id": ["a", "a", "a", "b", "b", "b", "c"], "attempt": [1, 2, 3, 1, 2, 3, 1],
+        "status": ["failed", "failed", "ok", "failed", "failed", "failed", "ok"],
+        "failure_cause": ["kv_cache_too_small"] * 2 + [None] + ["runtime_oom"] * 3 + [None],
+    })
+    stats = {r["mem_util"]: r for r in analysis.memory_study(runs, attempts).iter_rows(named=True)}
+    assert (stats[0.95]["runs"], stats[0.95]["runs_failed"], stats[0.95]["retries"]) == (2, 1, 4)
+    assert (stats[0.92]["runs_failed"], stats[0.92]["retries"]) == (0, 0)
+    assert stats[0.95]["batch_time_mean_s"] == 2.0
+    causes = analysis.failure_causes(attempts, runs).filter(pl.col("mem_util") == 0.95)
+    assert dict(causes.select("failure_cause", "failed_attempts").iter_rows()) == {
+        "kv_cache_too_small": 2, "runtime_oom": 3,
+    }

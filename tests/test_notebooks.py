@@ -1,0 +1,63 @@
+"""Every notebook runs under papermill with small parameters, and its HTML holds its figures."""
+
+import html
+import shutil
+
+import pytest
+
+from kvlab import reports
+from kvlab.paths import DATA_DIR
+
+#: Small parameters per notebook prefix (keep each notebook's test run short).
+SMALL = {
+    "04": {"max_context_tokens": 262144, "curve_points": 12},
+}
+#: Text each report must contain: conclusions computed from the data, not typed in.
+EXPECT = {
+    "01": ["vllm is 1.50× faster at 64K", "sglang is 1.31× faster at 200K", "The winner changes with context"],
+    "02": ["batch time grows <strong>2.94×</strong>", "batch time grows <strong>1.49×</strong>",
+           "not</strong> what the table implies"],
+    "03": ["0.95 caused OOM retries"],
+}
+NOTEBOOKS = reports.notebooks()
+
+
+def test_every_numbered_notebook_is_found():
+    assert [p.name[:2] for p in NOTEBOOKS][:3] == ["01", "02", "03"]
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes_and_exports(nb, tmp_path):
+    params = SMALL.get(nb.name[:2], {})
+    rep = reports.run_one(nb, tmp_path, params)
+    html = rep.html.read_text()
+    assert rep.figures >= 1, f"{nb.name}: no figure in the HTML"
+    assert "Traceback" not in html and "Error" not in rep.title
+    for text in EXPECT.get(nb.name[:2], []):
+        assert text in html, f"{nb.name}: expected {text!r} in the report"
+    # code is hidden for readers, but the template notebook stays untouched (no outputs)
+    assert "from kvlab import" not in html
+    assert '"outputs": []' in nb.read_text() or '"outputs":[]' in nb.read_text()
+
+
+def test_reports_without_measured_runs_say_so(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(DATA_DIR / "reference", data / "reference")
+    if (DATA_DIR / "catalog").exists():
+        shutil.copytree(DATA_DIR / "catalog", data / "catalog")
+    for prefix in ("01", "03"):
+        rep = reports.run_one(reports.notebooks([prefix])[0], tmp_path / "out", {"data_dir": str(data)})
+        assert "No measured runs" in rep.html.read_text()
+
+
+def test_build_writes_index_linking_every_report(tmp_path):
+    built = reports.build(tmp_path, selected=["01", "02"])
+    index = (tmp_path / "index.html").read_text()
+    for r in built:
+        assert f'href="{r.html.name}"' in index
+        assert html.escape(r.title) in index and html.escape(r.summary) in index
+
+
+def test_unknown_notebook_selector_is_named():
+    with pytest.raises(FileNotFoundError, match="99"):
+        reports.notebooks(["99"])

@@ -1,0 +1,121 @@
+"""Loading everything under data/: validation errors name the file and the problem."""
+
+import shutil
+
+import polars as pl
+import pytest
+
+from kvlab import store
+from kvlab.paths import DATA_DIR
+from kvlab.schema import RUNS, SchemaError
+
+
+@pytest.fixture
+def data(tmp_path):
+    shutil.copytree(DATA_DIR / "reference", tmp_path / "reference")
+    return tmp_path
+
+
+def test_reference_table_is_the_articles(data):
+    runs = store.load_runs(data)
+    pub = runs.filter(pl.col("source") == "published").sort("context_tokens", "engine")
+    assert pub.select("context_label", "engine", "batch_time_s").rows() == [
+        ("64K", "sglang", 150.8), ("64K", "vllm", 100.5), ("200K", "sglang", 225.3), ("200K", "vllm", 295.2),
+    ]
+    # unknowns stay empty, never guessed
+    assert pub["batch_size"].null_count() == 4 and pub["output_tokens"].null_count() == 4
+    assert pub["mem_util"].null_count() == 4 and pub["tp"].null_count() == 4
+    assert pub["citation"].null_count() == 0
+
+
+def test_missing_data_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope"):
+        store.load_runs(tmp_path / "nope")
+
+
+def test_malformed_value_names_file_and_column(data):
+    f = data / "reference" / "article_b300.csv"
+    f.write_text(f.read_text().replace(",100.5,", ",fast,"))
+    with pytest.raises(SchemaError, match=r"article_b300\.csv: column 'batch_time_s'"):
+        store.load_runs(data)
+
+
+def test_unknown_engine_names_file(data):
+    f = data / "reference" / "article_b300.csv"
+    f.write_text(f.read_text().replace(",vllm,1,", ",trtllm,1,", 1))
+    with pytest.raises(SchemaError, match=r"article_b300\.csv: column 'engine' has value 'trtllm'"):
+        store.load_runs(data)
+
+
+def test_missing_required_column(data):
+    (data / "reference" / "other.csv").write_text("source,experiment\npublished,x\n")
+    with pytest.raises(SchemaError, match=r"other\.csv: missing required column"):
+        store.load_runs(data)
+
+
+def test_unknown_column(data):
+    f = data / "reference" / "article_b300.csv"
+    lines = f.read_text().splitlines()
+    f.write_text("\n".join([lines[0] + ",speed"] + [ln + ",1" for ln in lines[1:]]))
+    with pytest.raises(SchemaError, match=r"unknown column\(s\) \['speed'\]"):
+        store.load_runs(data)
+
+
+def test_empty_required_value_names_row(data):
+    f = data / "reference" / "article_b300.csv"
+    f.write_text(f.read_text().replace("NVIDIA B300", "", 1))
+    with pytest.raises(SchemaError, match=r"required column 'hardware' is empty in row 1"):
+        store.load_runs(data)
+
+
+def test_unparseable_parquet(data):
+    d = data / "runs" / "exp" / "abc"
+    d.mkdir(parents=True)
+    (d / "run.parquet").write_bytes(b"not parquet")
+    with pytest.raises(SchemaError, match=r"run\.parquet: cannot be parsed"):
+        store.load_runs(data)
+
+
+def test_duplicate_rows_are_an_error(data):
+    shutil.copy(data / "reference" / "article_b300.csv", data / "reference" / "copy.csv")
+    with pytest.raises(SchemaError, match="duplicates one in"):
+        store.load_runs(data)
+
+
+def _row(run_id="r1"):
+    return pl.DataFrame({
+        "source": ["measured"], "experiment": ["exp"], "run_id": [run_id], "hardware": ["CPU"],
+        "model": ["tiny"], "engine": ["vllm"], "context_label": ["2K"], "context_tokens": [2048],
+        "status": ["ok"], "batch_time_s": [1.5],
+    })
+
+
+def test_write_run_is_atomic_and_loaded(data):
+    exp = data / "runs" / "exp"
+    store.write_run(exp, "k1", _row("k1"), spec={"a": 1})
+    assert store.finished_run_keys(exp) == {"k1"}
+    assert not [p for p in exp.iterdir() if p.name.startswith(".")]
+    runs = store.load_runs(data)
+    assert runs.filter(pl.col("source") == "measured")["batch_time_s"].to_list() == [1.5]
+
+
+def test_write_run_failure_leaves_nothing(data):
+    exp = data / "runs" / "exp"
+    bad = _row().with_columns(pl.lit("maybe").alias("status"))
+    with pytest.raises(SchemaError):
+        store.write_run(exp, "k2", bad)
+    assert not exp.exists() or not any(exp.iterdir())
+
+
+def test_clean_partial_removes_leftovers(data):
+    exp = data / "runs" / "exp"
+    (exp / ".k3.abcd").mkdir(parents=True)
+    (exp / ".manifest.json.x.tmp").write_text("{")
+    assert len(store.clean_partial(exp)) == 2
+    assert not any(exp.iterdir())
+
+
+def test_schema_conform_keeps_order_and_types():
+    out = RUNS.conform(_row())
+    assert out.columns == RUNS.names
+    assert out.schema["context_tokens"] == pl.Int64
