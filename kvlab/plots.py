@@ -41,8 +41,9 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
     for ax, (title, part) in zip(axes, panels):
         pdf = part.select("context_label", "engine", "batch_time_s", "context_tokens").to_pandas()
         order = list(dict.fromkeys(pdf.sort_values("context_tokens")["context_label"]))
-        sns.barplot(pdf, x="context_label", y="batch_time_s", hue="engine", order=order,
-                    palette=ENGINE_COLORS, ax=ax)
+        hue_order = [e for e in ENGINE_COLORS if e in set(pdf["engine"])]
+        sns.barplot(pdf, x="context_label", y="batch_time_s", hue="engine", order=order, hue_order=hue_order,
+                    palette=ENGINE_COLORS, saturation=1, ax=ax)
         for container in ax.containers:
             ax.bar_label(container, fmt="%.3g", padding=2, fontsize=9)
         ax.set(title=title, xlabel="context", ylabel="batch time (s)")
