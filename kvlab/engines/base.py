@@ -1,0 +1,142 @@
+"""The engine-adapter interface: argv, env, HTTP endpoints and failure classification for one engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from kvlab.paths import ROOT
+
+if TYPE_CHECKING:
+    from kvlab.spec import EngineSpec
+
+FailureCause = Literal["startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error"]
+FAILURE_CAUSES: tuple[str, ...] = ("startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error")
+
+#: Canonical counter names every adapter maps to its engine's Prometheus names.
+CANONICAL_METRICS = (
+    "prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits", "preemptions", "cached_tokens",
+)
+
+_FITS_RE = re.compile(r"estimated maximum model length is (\d+)")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a server or a run failed, decided from the exit code and the server log."""
+
+    cause: FailureCause
+    detail: str  # the log line (or message) that decided the cause
+    fits_max_len: int | None = None  # max model length the engine said would fit, when it said
+    exit_code: int | None = None
+
+
+def fits_max_len(log_text: str) -> int | None:
+    """The last 'estimated maximum model length is N' in a log, if any."""
+    found = _FITS_RE.findall(log_text)
+    return int(found[-1]) if found else None
+
+
+def _line_with(log_text: str, needle: str) -> str:
+    for line in log_text.splitlines():
+        if needle.lower() in line.lower():
+            return line.strip()[:500]
+    return needle
+
+
+def resolve_local(path_or_id: str) -> str:
+    """A relative local path resolved against the repository root; other values unchanged."""
+    if is_local_path(path_or_id) and not os.path.isabs(os.path.expanduser(path_or_id)):
+        return str(ROOT / path_or_id)
+    return os.path.expanduser(path_or_id) if path_or_id.startswith("~") else path_or_id
+
+
+def is_local_path(model: str) -> bool:
+    """Whether a model string names a local folder rather than a hub id like 'org/name'."""
+    return model.startswith((".", "/", "~")) or "data/models" in model
+
+
+def http_json(url: str, method: str = "GET", timeout: float = 5.0, headers: dict[str, str] | None = None):
+    """(status, parsed JSON or text) for one small request; (None, error text) when unreachable."""
+    req = urllib.request.Request(url, method=method, headers=headers or {}, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, body = resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as exc:
+        return None, str(exc)
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body
+
+
+class EngineAdapter(ABC):
+    """Everything kvlab knows about one engine; pure functions of an EngineSpec (no engine import)."""
+
+    name: ClassVar[str]
+    module: ClassVar[str]  # run as `python -m <module>`
+    health_path: ClassVar[str] = "/health"
+    metric_names: ClassVar[dict[str, str | None]]  # canonical -> Prometheus name (None: not exported)
+    cmdline_markers: ClassVar[tuple[str, ...]]  # substrings that identify this engine's processes
+    #: Environment variable the engine reads its API key from; keeps the key out of argv and `ps`.
+    #: None: the key goes on the command line (``--api-key``) and kvlab redacts it in what it records.
+    api_key_env_var: ClassVar[str | None] = None
+
+    # ------------------------------------------------------------------ command line
+    @abstractmethod
+    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
+        """The arguments after ``-m module``: what the engine's own parser checks."""
+
+    def launch_prefix(self, spec: EngineSpec) -> list[str]:
+        """The launch prefix with a relative interpreter path (e.g. '.engines/vllm/bin/python') made absolute."""
+        first, rest = spec.launch[0], list(spec.launch[1:])
+        if "/" in first and not os.path.isabs(first):
+            first = str(ROOT / first)
+        return [first, *rest]
+
+    def command(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
+        """Full argv: launch prefix + ``-m module`` + server args."""
+        return [*self.launch_prefix(spec), "-m", self.module, *self.server_args(spec, port, api_key)]
+
+    def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
+        """Variables kvlab sets for this engine (the spec's env wins); what server_key hashes."""
+        return dict(spec.env)
+
+    def env(self, spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The full environment for the server process: ``base`` (default os.environ) + overrides."""
+        merged = dict(os.environ if base is None else base)
+        merged.update(self.env_overrides(spec))
+        return merged
+
+    # ------------------------------------------------------------------ HTTP
+    def base_url(self, spec: EngineSpec, port: int) -> str:
+        return f"http://{spec.host}:{port}"
+
+    @abstractmethod
+    def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
+        """The engine version the running server reports, or None when it does not answer."""
+
+    @abstractmethod
+    def flush_cache(self, base_url: str, headers: dict[str, str] | None = None) -> bool | None:
+        """Empty the prefix cache: True done, False refused (busy / not enabled), None unreachable."""
+
+    # ------------------------------------------------------------------ failures
+    @abstractmethod
+    def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
+        """Failure from an exit code (None: still running) and the server log; None when nothing failed."""
+
+    @staticmethod
+    def _first_match(log_text: str, patterns: list[tuple[str, str]]) -> tuple[str, str] | None:
+        low = log_text.lower()
+        for needle, cause in patterns:
+            if needle.lower() in low:
+                return cause, _line_with(log_text, needle)
+        return None

