@@ -1,0 +1,439 @@
+"""Experiment specs: validated YAML in (errors name file, field and value), one frozen RunSpec per run out."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kvlab.engines.base import FAILURE_CAUSES, is_local_path, resolve_local
+
+ENGINE_NAMES = ("vllm", "sglang")
+#: Workload kinds known to the spec. Adding one: extend this tuple, add its checks to
+#: ``_KIND_CHECKS`` and its generator in kvlab.workloads; other kinds keep working.
+WORKLOAD_KINDS = ("fixed_batch", "concurrency")
+
+#: EngineSpec fields that change how kvlab reaches a server but not what it measures:
+#: left out of RunSpec.key so that, e.g., a longer startup timeout does not re-run a sweep.
+KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "api_key_env")
+
+
+class SpecError(ValueError):
+    """An experiment spec is invalid; the message names the file, the field path and the value."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class EngineSpec(_Strict):
+    """How to launch one engine server (what decides its argv and environment)."""
+
+    name: Literal["vllm", "sglang"] = Field(description="engine: vllm | sglang")
+    launch: list[str] = Field(
+        min_length=1,
+        description="command prefix that runs the engine's python, e.g. ['.engines/vllm/bin/python'], "
+        "['conda', 'run', '--no-capture-output', '-n', 'sglang', 'python'] or a container command; "
+        "a relative interpreter path resolves against the repository root",
+    )
+    model: str = Field(description="local model folder (relative to the repository root or absolute) or a hub id")
+    served_model_name: str | None = Field(None, description="name the server exposes (default: the model string)")
+    tp: int = Field(1, ge=1, description="tensor-parallel size")
+    dcp: int = Field(1, ge=1, description="decode-context-parallel size; must divide tp (1 = off)")
+    mem_util: float = Field(
+        0.9, gt=0, le=1,
+        description="vLLM --gpu-memory-utilization (on the CPU build: fraction of host memory reserved) / "
+        "SGLang --mem-fraction-static",
+    )
+    max_model_len: int = Field(ge=16, description="vLLM --max-model-len / SGLang --context-length")
+    prefix_caching: bool = Field(True, description="prefix cache (vLLM) / radix cache (SGLang) enabled")
+    kv_cache_bytes: int | None = Field(
+        None, gt=0, description="vLLM --kv-cache-memory-bytes: explicit KV budget (overrides mem_util for KV)"
+    )
+    enforce_eager: bool = Field(False, description="vLLM --enforce-eager (no graph compilation; faster start)")
+    trust_remote_code: bool = Field(False, description="--trust-remote-code (models with custom code, e.g. Kimi)")
+    allow_long_context: bool = Field(
+        False,
+        description="allow max_model_len above the model's native context "
+        "(VLLM_ALLOW_LONG_MAX_MODEL_LEN / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)",
+    )
+    host: str = Field("127.0.0.1", description="address the server binds and kvlab connects to")
+    port: int | None = Field(None, ge=1, le=65535, description="server port; None picks a free one")
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the API key (the key is never stored)"
+    )
+    extra_args: list[str] = Field(default_factory=list, description="more engine arguments, appended verbatim")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the server")
+    startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
+    dev_mode: bool = Field(
+        False, description="vLLM VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works between runs"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineSpec:
+        if self.tp % self.dcp:
+            raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
+        if self.kv_cache_bytes is not None and self.name != "vllm":
+            raise ValueError(f"kv_cache_bytes is a vLLM option; engine '{self.name}' has no equivalent flag here")
+        return self
+
+    @property
+    def model_arg(self) -> str:
+        """The model as passed to the engine: local paths made absolute, hub ids unchanged."""
+        return resolve_local(self.model)
+
+    def check_model_path(self) -> None:
+        """Raise when the model looks like a local folder that does not exist."""
+        if is_local_path(self.model) and not Path(self.model_arg).exists():
+            raise ValueError(f"local model folder does not exist: {self.model_arg}")
+
+    def native_context(self) -> int | None:
+        """max_position_embeddings of a local model, when its config.json says."""
+        cfg = Path(self.model_arg) / "config.json"
+        if not (is_local_path(self.model) and cfg.is_file()):
+            return None
+        value = json.loads(cfg.read_text()).get("max_position_embeddings")
+        return int(value) if value else None
+
+
+class WorkloadSpec(_Strict):
+    """What the client sends in one run."""
+
+    kind: Literal["fixed_batch", "concurrency"] = Field(
+        description="fixed_batch: batch_size requests sent at once; concurrency: batch_size requests, "
+        "at most `concurrency` in flight"
+    )
+    batch_size: int = Field(ge=1, description="requests per run")
+    concurrency: int | None = Field(None, ge=1, description="requests in flight (kind concurrency only)")
+    context_tokens: int | None = Field(
+        None, ge=2, description="prompt + output tokens per request (the context the study names); "
+        "give this or prompt_tokens"
+    )
+    prompt_tokens: int | None = Field(None, ge=1, description="prompt tokens per request (instead of context_tokens)")
+    output_tokens: int = Field(ge=1, description="output tokens per request (max_tokens)")
+    ignore_eos: bool = Field(True, description="generate exactly output_tokens")
+    temperature: float = Field(0.0, ge=0, description="sampling temperature")
+    seed: int = Field(0, description="seed for prompt generation and sampling")
+    distinct_prompts: bool = Field(True, description="every request gets different tokens (no shared prefix)")
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadSpec:
+        if (self.context_tokens is None) == (self.prompt_tokens is None):
+            raise ValueError("give exactly one of context_tokens and prompt_tokens")
+        if self.context_tokens is not None and self.context_tokens <= self.output_tokens:
+            raise ValueError(
+                f"context_tokens ({self.context_tokens}) must exceed output_tokens ({self.output_tokens})"
+            )
+        _KIND_CHECKS[self.kind](self)
+        return self
+
+    @property
+    def prompt_len(self) -> int:
+        """Prompt tokens per request."""
+        return self.prompt_tokens if self.prompt_tokens is not None else self.context_tokens - self.output_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt + output tokens per request: what must fit in max_model_len."""
+        return self.prompt_len + self.output_tokens
+
+
+def _check_fixed_batch(w: WorkloadSpec) -> None:
+    if w.concurrency is not None:
+        raise ValueError("concurrency applies to kind 'concurrency' only (a fixed batch sends all at once)")
+
+
+def _check_concurrency(w: WorkloadSpec) -> None:
+    if w.concurrency is None:
+        raise ValueError("kind 'concurrency' needs a concurrency value")
+
+
+_KIND_CHECKS = {"fixed_batch": _check_fixed_batch, "concurrency": _check_concurrency}
+
+
+class RetrySpec(_Strict):
+    """Relaunch policy for classified failures (the memory study counts these)."""
+
+    max_attempts: int = Field(3, ge=1, description="launch attempts per run, first included")
+    backoff_s: float = Field(5.0, ge=0, description="wait before the second attempt")
+    backoff_factor: float = Field(2.0, ge=1, description="each later wait is the previous one times this")
+    retry_on: list[str] = Field(
+        default_factory=lambda: ["startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout"],
+        description=f"failure causes that trigger a retry; any of {list(FAILURE_CAUSES)}",
+    )
+
+    @field_validator("retry_on")
+    @classmethod
+    def _causes(cls, v: list[str]) -> list[str]:
+        bad = [c for c in v if c not in FAILURE_CAUSES]
+        if bad:
+            raise ValueError(f"unknown failure cause(s) {bad}; known: {list(FAILURE_CAUSES)}")
+        return v
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return self.backoff_s * self.backoff_factor ** (attempt - 1)
+
+
+class ExperimentSpec(_Strict):
+    """A whole experiment: engines, a base workload, the matrix to sweep, repeats and retries."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="experiment name (folder under data/runs)")
+    description: str = Field("", description="what the experiment asks")
+    assumptions: dict[str, Any] | str = Field(
+        default_factory=dict, description="what the experiment assumes where its source is silent"
+    )
+    scale_factor: float = Field(1.0, gt=0, description="full-scale context / this experiment's context")
+    hardware: str = Field(description="hardware label recorded in every run, e.g. 'NVIDIA B300' or 'CPU x86_64'")
+    engines: dict[str, EngineSpec] = Field(
+        min_length=1, description="engine label -> engine spec (a list is keyed by engine name)"
+    )
+    workload: WorkloadSpec = Field(description="base workload; the matrix overrides its fields")
+    matrix: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="axis -> values. Axes: 'engine' (engine labels; default all), 'engine.<field>', "
+        "'engines.<label>.<field>', 'workload.<field>'; any other name is a linked axis whose values "
+        "are mappings of such paths to values (e.g. mem_util with its KV budget)",
+    )
+    repeats: int = Field(1, ge=1, description="runs per matrix point")
+    warmup: bool = Field(True, description="send one small request after each server start, not recorded")
+    retry: RetrySpec = Field(default_factory=RetrySpec, description="relaunch policy on classified failures")
+
+    @field_validator("engines", mode="before")
+    @classmethod
+    def _engines_list(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            out: dict[str, Any] = {}
+            for i, e in enumerate(v):
+                label = e.get("name") if isinstance(e, dict) else None
+                if label in out:
+                    raise ValueError(f"engine {label!r} listed twice (entry {i}); use a mapping label -> spec")
+                out[str(label)] = e
+            return out
+        return v
+
+    @field_validator("matrix")
+    @classmethod
+    def _matrix(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for axis, values in v.items():
+            if not values:
+                raise ValueError(f"axis {axis!r} has no values")
+        return v
+
+    @classmethod
+    def load(cls, path: str | Path, *, make_tiny_model: bool = True) -> ExperimentSpec:
+        """Read and validate a YAML experiment, including every expanded run, before anything launches.
+
+        ``make_tiny_model``: generate kvlab's tiny model first when a spec uses it (cheap and
+        deterministic), so a fresh clone validates without a separate step.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise SpecError(f"{path}: cannot read experiment file: {exc.strerror or exc}") from None
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise SpecError(f"{path}: top level must be a mapping of fields, got {type(raw).__name__}")
+        try:
+            spec = cls.model_validate(raw)
+        except ValidationError as exc:
+            raise SpecError(_format_errors(path, exc)) from None
+        if make_tiny_model:
+            _ensure_tiny_models(spec)
+        expand(spec, origin=path)
+        return spec
+
+
+def _ensure_tiny_models(spec: ExperimentSpec) -> None:
+    from kvlab import tinymodel
+
+    for e in spec.engines.values():
+        if Path(e.model_arg).resolve() == tinymodel.DEFAULT_PATH.resolve():
+            tinymodel.ensure_tiny_model()
+
+
+def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        where = ".".join(p for p in (prefix, loc) if p) or "<top level>"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        lines.append(f"{origin}: {where}: {msg}{shown}")
+    return "\n".join(lines)
+
+
+class RunSpec(_Strict):
+    """One run: an engine spec, a workload and a repeat index, with the keys the runner groups by."""
+
+    experiment: str = Field(description="experiment name")
+    engine_label: str = Field(description="label of the engine in the experiment")
+    engine: EngineSpec = Field(description="engine spec after matrix overrides")
+    workload: WorkloadSpec = Field(description="workload after matrix overrides")
+    repeat: int = Field(ge=0, description="repeat index, 0-based")
+    point: dict[str, Any] = Field(description="the matrix values that chose this run (axis -> value)")
+    scale_factor: float = Field(description="full-scale context / this run's context")
+    hardware: str = Field(description="hardware label")
+
+    @property
+    def key(self) -> str:
+        """Stable id: short sha256 of the canonical JSON of engine (minus connection fields), workload, repeat."""
+        engine = self.engine.model_dump(mode="json", exclude=set(KEY_EXCLUDED_ENGINE_FIELDS))
+        payload = {"engine": engine, "workload": self.workload.model_dump(mode="json"), "repeat": self.repeat}
+        return _short_hash(payload)
+
+    @property
+    def server_key(self) -> str:
+        """Hash of what decides the server (launch prefix, args, env overrides): runs sharing it share a server."""
+        from kvlab.engines import get_adapter
+
+        adapter = get_adapter(self.engine.name)
+        payload = {
+            "argv": adapter.command(self.engine, port=0),
+            "env": adapter.env_overrides(self.engine),
+            "api_key_env": self.engine.api_key_env,
+        }
+        return _short_hash(payload)
+
+    @property
+    def context_tokens(self) -> int:
+        """Prompt + output tokens per request."""
+        return self.workload.total_tokens
+
+    @property
+    def context_label(self) -> str:
+        """The full-scale context this run stands for, e.g. '64K' for 2,048 tokens at scale 32 (K = 1024)."""
+        full = self.context_tokens * self.scale_factor
+        return f"{full / 1024:g}K" if full >= 1024 else f"{full:g}"
+
+
+def _short_hash(obj: Any) -> str:
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def _set_path(target: dict[str, Any], dotted: list[str], value: Any, axis: str) -> None:
+    node = target
+    for part in dotted[:-1]:
+        if not isinstance(node.get(part), dict):
+            raise KeyError(f"matrix.{axis}: no field {'.'.join(dotted)!r}")
+        node = node[part]
+    node[dotted[-1]] = copy.deepcopy(value)
+
+
+def _apply(
+    spec: ExperimentSpec, path: str, value: Any, engines: dict[str, dict], workload: dict, axis: str
+) -> str | None:
+    """Apply one override; returns an engine label when the path selects one."""
+    parts = path.split(".")
+    if path == "engine":
+        if value not in spec.engines:
+            raise KeyError(f"matrix.{axis}: unknown engine {value!r}; experiment defines {list(spec.engines)}")
+        return value
+    if parts[0] == "engine" and len(parts) >= 2:
+        for e in engines.values():
+            _set_path(e, parts[1:], value, axis)
+    elif parts[0] == "engines" and len(parts) >= 3:
+        if parts[1] not in engines:
+            raise KeyError(f"matrix.{axis}: unknown engine {parts[1]!r}; experiment defines {list(spec.engines)}")
+        _set_path(engines[parts[1]], parts[2:], value, axis)
+    elif parts[0] == "workload" and len(parts) >= 2:
+        _set_path(workload, parts[1:], value, axis)
+    else:
+        raise KeyError(
+            f"matrix.{axis}: path {path!r} must be 'engine', 'engine.<field>', 'engines.<label>.<field>' "
+            "or 'workload.<field>'"
+        )
+    return None
+
+
+def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]:
+    """One RunSpec per (matrix point x engine x repeat), every one validated; errors name the field and value.
+
+    Checks per run: the engine spec and workload after overrides (e.g. dcp divides tp, mem_util in
+    (0, 1]), prompt + output <= max_model_len, max_model_len <= a local model's native context unless
+    allow_long_context, and that a local model folder exists.
+    """
+    axes = list(spec.matrix.items())
+    base_engines = {k: v.model_dump(mode="python") for k, v in spec.engines.items()}
+    base_workload = spec.workload.model_dump(mode="python")
+    runs: list[RunSpec] = []
+    for combo in itertools.product(*(values for _, values in axes)):
+        engines, workload = copy.deepcopy(base_engines), copy.deepcopy(base_workload)
+        chosen: list[str] = []
+        point: dict[str, Any] = {}
+        where = ", ".join(f"{a}={v!r}" for (a, _), v in zip(axes, combo)) or "base"
+        try:
+            for (axis, _), value in zip(axes, combo):
+                point[axis] = value
+                if axis == "engine" or "." in axis:
+                    label = _apply(spec, axis, value, engines, workload, axis)
+                    if label:
+                        chosen.append(label)
+                elif isinstance(value, dict):
+                    for path, v in value.items():
+                        label = _apply(spec, path, v, engines, workload, axis)
+                        if label:
+                            chosen.append(label)
+                else:
+                    raise KeyError(
+                        f"matrix.{axis}: a linked axis needs mappings of field paths to values, got {value!r}"
+                    )
+        except KeyError as exc:
+            raise SpecError(f"{origin}: {exc.args[0]}") from None
+        labels = chosen[-1:] or list(spec.engines)
+        try:
+            workload_spec = WorkloadSpec.model_validate(workload)
+        except ValidationError as exc:
+            raise SpecError(_format_errors(origin, exc, prefix=f"matrix point [{where}]: workload")) from None
+        for label in labels:
+            try:
+                engine = EngineSpec.model_validate(engines[label])
+            except ValidationError as exc:
+                raise SpecError(_format_errors(origin, exc, prefix=f"matrix point [{where}]: engines.{label}")) from None
+            _check_run(origin, where, label, engine, workload_spec)
+            for r in range(spec.repeats):
+                runs.append(
+                    RunSpec(
+                        experiment=spec.name, engine_label=label, engine=engine, workload=workload_spec,
+                        repeat=r, point=point | {"engine": label}, scale_factor=spec.scale_factor,
+                        hardware=spec.hardware,
+                    )
+                )
+    keys = [r.key for r in runs]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise SpecError(f"{origin}: matrix: {len(dupes)} run(s) are identical after overrides (key {dupes[0]})")
+    return runs
+
+
+def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: WorkloadSpec) -> None:
+    at = f"{origin}: matrix point [{where}]: engines.{label}"
+    if w.total_tokens > e.max_model_len:
+        raise SpecError(
+            f"{at}.max_model_len: prompt ({w.prompt_len}) + output ({w.output_tokens}) = {w.total_tokens} "
+            f"tokens exceeds max_model_len ({e.max_model_len})"
+        )
+    try:
+        e.check_model_path()
+    except ValueError as exc:
+        raise SpecError(f"{at}.model: {exc} (got {e.model!r})") from None
+    native = e.native_context()
+    if native is not None and e.max_model_len > native and not e.allow_long_context:
+        raise SpecError(
+            f"{at}.max_model_len: {e.max_model_len} exceeds the model's max_position_embeddings ({native}); "
+            "set allow_long_context: true to override"
+        )
