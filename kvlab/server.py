@@ -1,0 +1,377 @@
+"""A running engine server: own process group, one log file, readiness, teardown that leaves no orphans."""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from kvlab.engines import Failure, get_adapter
+from kvlab.engines.base import http_json
+from kvlab.paths import ROOT
+from kvlab.spec import EngineSpec
+
+REDACTED = "***"
+_MARKERS = ("vllm.entrypoints", "vllm serve", "VLLM::", "sglang.launch_server", "sglang::")
+
+
+class ServerError(RuntimeError):
+    """The server did not become ready (or died); ``failure`` says why, ``log_path`` where to read more."""
+
+    def __init__(self, failure: Failure, log_path: Path):
+        super().__init__(f"{failure.cause}: {failure.detail} (log: {log_path})")
+        self.failure = failure
+        self.log_path = log_path
+
+
+def state_dir() -> Path:
+    """Where live servers are registered: $KVLAB_STATE_DIR, else a per-user, per-checkout temp folder.
+
+    Outside the repository so that no pid file is ever committed; per checkout so that two
+    clones on one machine do not reap each other's servers.
+    """
+    if os.environ.get("KVLAB_STATE_DIR"):
+        return Path(os.environ["KVLAB_STATE_DIR"])
+    tag = hashlib.sha256(str(ROOT.resolve()).encode()).hexdigest()[:8]
+    return Path(tempfile.gettempdir()) / f"kvlab-{os.getuid()}-{tag}" / "servers"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def redact(argv: list[str], secret: str | None) -> list[str]:
+    """argv with the value after --api-key (and any occurrence of ``secret``) replaced by '***'."""
+    out, hide_next = [], False
+    for a in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif a == "--api-key":
+            out.append(a)
+            hide_next = True
+        elif a.startswith("--api-key="):
+            out.append("--api-key=" + REDACTED)
+        else:
+            out.append(a.replace(secret, REDACTED) if secret else a)
+    return out
+
+
+# ---------------------------------------------------------------------------- registry
+
+# Strong references: a server dropped without stop() must still be stopped at exit.
+_LIVE: set[EngineServer] = set()
+_HOOKS_LOCK = threading.Lock()
+_HOOKS_INSTALLED = False
+
+
+def stop_all() -> None:
+    """Stop every server this process started and has not stopped yet."""
+    for server in list(_LIVE):
+        try:
+            server.stop()
+        except Exception:  # best effort at exit: one failure must not leave the others running
+            pass
+
+
+def _install_hooks() -> None:
+    """atexit + SIGTERM/SIGHUP handlers, once, so a terminated harness takes its servers with it.
+
+    SIGINT needs nothing extra: KeyboardInterrupt unwinds the context managers and atexit runs.
+    """
+    global _HOOKS_INSTALLED
+    with _HOOKS_LOCK:
+        if _HOOKS_INSTALLED:
+            return
+        _HOOKS_INSTALLED = True
+        atexit.register(stop_all)
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous = signal.getsignal(sig)
+
+            def handler(signum, frame, previous=previous):
+                stop_all()
+                if callable(previous):
+                    previous(signum, frame)
+                raise SystemExit(128 + signum)
+
+            signal.signal(sig, handler)
+
+
+def _is_engine(proc: psutil.Process) -> bool:
+    try:
+        cmd = " ".join(proc.cmdline()) + " " + proc.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return any(m in cmd for m in _MARKERS)
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    members = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid:
+                members.append(p)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
+def _status(p: psutil.Process) -> str | None:
+    try:
+        return p.status()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _kill_group(pgid: int, grace_s: float) -> None:
+    """SIGTERM the group, wait up to ``grace_s`` for every member, then SIGKILL what is left."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not [p for p in _group_members(pgid) if _status(p) not in (None, psutil.STATUS_ZOMBIE)]:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    psutil.wait_procs(_group_members(pgid), timeout=5)
+
+
+def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[int]:
+    """Kill engine process groups left by a harness that died without stopping them.
+
+    A registered group is killed only when the harness that started it is gone and at least one
+    member still runs an engine command line (pids get reused). Returns the killed group ids.
+    """
+    directory = directory or state_dir()
+    killed: list[int] = []
+    for f in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):
+            f.unlink(missing_ok=True)
+            continue
+        if _alive(rec.get("owner_pid"), rec.get("owner_started")):
+            continue  # its harness is still running: not an orphan
+        pgid = int(rec["pgid"])
+        engines = [p for p in _group_members(pgid) if _is_engine(p)]
+        if engines:
+            _kill_group(pgid, grace_s)
+            killed.append(pgid)
+        f.unlink(missing_ok=True)
+    return killed
+
+
+def _alive(pid: int | None, started: float | None) -> bool:
+    if not pid:
+        return False
+    try:
+        p = psutil.Process(pid)
+        return started is None or abs(p.create_time() - started) < 1.0
+    except psutil.NoSuchProcess:
+        return False
+
+
+# ---------------------------------------------------------------------------- server
+
+
+class EngineServer:
+    """One engine server process. Use as a context manager: starts, waits until ready, always stops.
+
+    >>> with EngineServer(spec, log_path) as srv:
+    ...     srv.base_url  # 'http://127.0.0.1:PORT'
+    """
+
+    def __init__(self, spec: EngineSpec, log_path: str | Path, *, registry_dir: Path | None = None):
+        self.spec = spec
+        self.adapter = get_adapter(spec.name)
+        self.log_path = Path(log_path)
+        self.registry_dir = registry_dir or state_dir()
+        self.port = spec.port or free_port(spec.host)
+        self.base_url = self.adapter.base_url(spec, self.port)
+        self._api_key = self._read_api_key()
+        self._proc: subprocess.Popen | None = None
+        self._pid_file: Path | None = None
+        self.started_at: float | None = None
+        self.ready_after_s: float | None = None
+        self.exit_code: int | None = None
+
+    # -------------------------------------------------------------- argv / env
+    def _read_api_key(self) -> str | None:
+        var = self.spec.api_key_env
+        if var is None:
+            return None
+        key = os.environ.get(var)
+        if not key:
+            raise ValueError(f"engine.api_key_env: environment variable {var!r} is not set")
+        return key
+
+    @property
+    def argv(self) -> list[str]:
+        """The real argv (may hold the API key: never record it; use ``recorded_argv``)."""
+        on_cli = self._api_key if self.adapter.api_key_env_var is None else None
+        return self.adapter.command(self.spec, self.port, api_key=on_cli)
+
+    @property
+    def recorded_argv(self) -> list[str]:
+        """argv safe to write to logs and specs: the API key replaced by '***'."""
+        return redact(self.argv, self._api_key)
+
+    def _env(self) -> dict[str, str]:
+        env = self.adapter.env(self.spec)
+        if self._api_key and self.adapter.api_key_env_var:
+            env[self.adapter.api_key_env_var] = self._api_key
+        return env
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers a client needs (Authorization when an API key is set)."""
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    # -------------------------------------------------------------- lifecycle
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> EngineServer:
+        """Launch the server in its own process group with stdout+stderr to ``log_path``."""
+        if self._proc is not None:
+            raise RuntimeError("server already started")
+        _install_hooks()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"# kvlab: {' '.join(self.recorded_argv)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self._env(), cwd=ROOT, start_new_session=True,  # own group: one killpg stops all workers
+            )
+        self.started_at = time.monotonic()
+        _LIVE.add(self)
+        self._register()
+        return self
+
+    def _register(self) -> None:
+        self.registry_dir.mkdir(parents=True, exist_ok=True)
+        me = psutil.Process()
+        rec = {
+            "pid": self._proc.pid, "pgid": self._proc.pid, "port": self.port, "engine": self.spec.name,
+            "argv": self.recorded_argv, "log": str(self.log_path),
+            "owner_pid": me.pid, "owner_started": me.create_time(),
+        }
+        self._pid_file = self.registry_dir / f"{self._proc.pid}.json"
+        tmp = self._pid_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec, indent=2))
+        os.replace(tmp, self._pid_file)
+
+    def log_text(self) -> str:
+        """The server log so far, API key redacted."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text.replace(self._api_key, REDACTED) if self._api_key else text
+
+    def failure(self) -> Failure | None:
+        """The classified failure if the process has exited with an error (or logged a fatal one)."""
+        code = self._proc.poll() if self._proc else None
+        return self.adapter.classify_failure(code, self.log_text())
+
+    def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.5) -> float:
+        """Block until /health answers 200; returns seconds since start.
+
+        Raises ServerError (and stops the server) when the process exits first, with the cause
+        classified from its log, or with cause 'timeout'.
+        """
+        if self._proc is None:
+            raise RuntimeError("server not started")
+        timeout_s = self.spec.startup_timeout_s if timeout_s is None else timeout_s
+        deadline = self.started_at + timeout_s
+        url = self.base_url + self.adapter.health_path
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                self.stop()
+                failure = self.adapter.classify_failure(code, self.log_text()) or Failure(
+                    "crash", f"exited with code {code} before ready", None, code
+                )
+                raise ServerError(failure, self.log_path)
+            status, _ = http_json(url, timeout=2.0, headers=self.headers)
+            if status == 200:
+                self.ready_after_s = time.monotonic() - self.started_at
+                return self.ready_after_s
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(
+                    Failure("timeout", f"no 200 from {self.adapter.health_path} within {timeout_s:g} s", None, None),
+                    self.log_path,
+                )
+            time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 15.0) -> int | None:
+        """SIGTERM the whole process group, SIGKILL after ``grace_s``; returns the exit code. Idempotent."""
+        if self._proc is None:
+            return None
+        if self._proc.poll() is None or _group_members(self._proc.pid):
+            _kill_group(self._proc.pid, grace_s)
+        try:
+            self.exit_code = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.exit_code = None
+        _LIVE.discard(self)
+        if self._pid_file is not None:
+            self._pid_file.unlink(missing_ok=True)
+            self._pid_file = None
+        self._redact_log()
+        return self.exit_code
+
+    def _redact_log(self) -> None:
+        # SGLang prints its server args, key included; scrub the file once the writer is gone.
+        if self._api_key and self.log_path.exists():
+            text = self.log_path.read_text(errors="replace")
+            if self._api_key in text:
+                self.log_path.write_text(text.replace(self._api_key, REDACTED))
+
+    # -------------------------------------------------------------- HTTP helpers
+    def version(self) -> str | None:
+        return self.adapter.version(self.base_url, headers=self.headers)
+
+    def flush_cache(self) -> bool | None:
+        return self.adapter.flush_cache(self.base_url, headers=self.headers)
+
+    def __enter__(self) -> EngineServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"EngineServer({self.spec.name}, {self.base_url}, pid={self.pid})"
