@@ -1,0 +1,402 @@
+"""Async streaming OpenAI-compatible client: per-request timestamps, server usage and per-request errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import aiohttp
+
+from kvlab import metrics
+from kvlab.workloads import Prompt
+
+#: aiohttp's per-connection read buffer. Long-context streams must not go through a small
+#: line buffer (a 64 KB one collapses above ~50K context, vLLM issue 39963).
+READ_BUFSIZE = 4 * 1024 * 1024
+ERROR_TEXT_CHARS = 2000  # how much of an error body or event a record keeps
+
+_DONE = b"[DONE]"
+_TEXT_KEY = b'"text":"'  # compact JSON as vLLM (pydantic) and SGLang (orjson) write it
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request's outcome. Fields up to ``itl_max_ms`` are the REQUESTS columns (less run_id).
+
+    ``*_s`` fields are seconds from the batch's first send; the raw ``t_*`` and
+    ``chunk_times`` are absolute ``time.perf_counter()`` values.
+    """
+
+    request_index: int
+    status: str  # "ok" | "failed"
+    error: str | None
+    http_status: int | None
+    prompt_tokens: int | None
+    output_tokens: int | None
+    reasoning_tokens: int | None
+    cached_tokens: int | None
+    chunks: int
+    t_send_s: float
+    t_first_s: float | None
+    t_last_s: float | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    itl_max_ms: float | None
+    # raw, not stored in REQUESTS
+    t_send: float
+    t_first: float | None
+    t_last: float | None
+    t_end: float  # stream finished, failed or timed out
+    chunk_times: tuple[float, ...]
+    reasoning_chunks: int  # chunks carrying reasoning text (chat with a reasoning parser)
+    t_first_answer: float | None  # first chunk carrying answer (non-reasoning) text
+    #: First chunk with a choice, even with empty text. A byte-level tokenizer's partial
+    #: UTF-8 comes as empty-text chunks, so t_first - t_first_chunk shows how much later the
+    #: first visible text came than the first streamed token (diagnostic, not TTFT).
+    t_first_chunk: float | None
+    empty_chunks: int  # chunks with a choice but no text (role chunk, held-back partial characters)
+    requested_prompt_tokens: int | None  # exact length sent, for token-ID prompts
+    requested_output_tokens: int
+    text: str | None  # answer text, when kept (chat, or keep_text=True)
+    reasoning_text: str | None
+    conversation: int | None = None
+    turn: int | None = None
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """All records of one batch, in prompt order, with the batch clock."""
+
+    records: list[RequestRecord]
+    t0: float  # perf_counter of the first send
+    t_end: float  # perf_counter of the last completion (success or failure)
+    batch_time_s: float  # first send to last completion
+    started_at: str  # ISO-8601 UTC wall time of the first send
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.records)
+
+
+class _Acc:
+    """Mutable per-request state while the stream is read (kept small: touched per chunk)."""
+
+    __slots__ = (
+        "index", "t_send", "t_end", "http_status", "error", "done", "chunk_times", "usage",
+        "reasoning_chunks", "t_first_answer", "text", "reasoning", "error_event_next",
+        "t_first_chunk", "empty_chunks",
+    )
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.t_send = 0.0
+        self.t_end = 0.0
+        self.http_status: int | None = None
+        self.error: str | None = None
+        self.done = False
+        self.chunk_times: list[float] = []
+        self.usage: dict | None = None
+        self.reasoning_chunks = 0
+        self.t_first_answer: float | None = None
+        self.text: list[str] | None = None
+        self.reasoning: list[str] | None = None
+        self.error_event_next = False
+        self.t_first_chunk: float | None = None
+        self.empty_chunks = 0
+
+
+def build_body(
+    prompt: Prompt,
+    model: str,
+    *,
+    ignore_eos: bool = True,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON request for one prompt (streaming, usage requested)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": prompt.max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": ignore_eos,
+    }
+    if prompt.messages is not None:
+        body["messages"] = [dict(m) for m in prompt.messages]
+    elif prompt.token_ids is not None:
+        body["prompt"] = list(prompt.token_ids)
+    else:
+        body["prompt"] = prompt.text
+    if seed is not None:
+        body["seed"] = seed
+    body.update(extra_body or {})
+    body.update(prompt.extra_body or {})
+    return body
+
+
+def _record_error(acc: _Acc, message: str) -> None:
+    if acc.error is None:  # the first failure is the cause; later ones are consequences
+        acc.error = message[:ERROR_TEXT_CHARS]
+
+
+def _handle_obj(acc: _Acc, obj: Any, now: float, chat: bool) -> None:
+    if not isinstance(obj, dict):
+        return
+    if obj.get("error") is not None or acc.error_event_next:
+        acc.error_event_next = False
+        _record_error(acc, "error event in stream: " + json.dumps(obj.get("error", obj)))
+        return
+    usage = obj.get("usage")
+    if usage:
+        acc.usage = usage
+    choices = obj.get("choices")
+    if not choices:
+        return
+    choice = choices[0]
+    if choice.get("finish_reason") in ("abort", "error"):
+        _record_error(acc, f"stream finished with finish_reason={choice['finish_reason']!r}")
+    if chat:
+        delta = choice.get("delta") or {}
+        content = delta.get("content")
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    else:
+        content, reasoning = choice.get("text"), None
+    if acc.t_first_chunk is None:
+        acc.t_first_chunk = now
+    if content or reasoning:
+        acc.chunk_times.append(now)
+    else:
+        acc.empty_chunks += 1
+    if reasoning:
+        acc.reasoning_chunks += 1
+        if acc.reasoning is not None:
+            acc.reasoning.append(reasoning)
+    if content:
+        if acc.t_first_answer is None:
+            acc.t_first_answer = now
+        if acc.text is not None:
+            acc.text.append(content)
+
+
+def _handle_line(acc: _Acc, line: bytes, now: float, fast: bool, chat: bool) -> None:
+    if line[-1:] == b"\r":
+        line = line[:-1]
+    if not line.startswith(b"data:"):
+        # blank separators, ": keep-alive" comments, id:/retry: fields; "event: error" marks the next data
+        if line.startswith(b"event:") and b"error" in line:
+            acc.error_event_next = True
+        return
+    payload = line[6:] if line[5:6] == b" " else line[5:]
+    if payload == _DONE:
+        acc.done = True
+        return
+    if fast and not acc.error_event_next and b'"error"' not in payload and b'"abort"' not in payload:
+        # Fast path for compact completions chunks: no JSON parse unless usage is in it.
+        i = payload.find(_TEXT_KEY)
+        if i >= 0:
+            if acc.t_first_chunk is None:
+                acc.t_first_chunk = now
+            if payload[i + 8 : i + 9] != b'"':
+                acc.chunk_times.append(now)
+                if acc.t_first_answer is None:
+                    acc.t_first_answer = now
+            else:
+                acc.empty_chunks += 1
+            if b'"usage":{' in payload:
+                usage = json.loads(payload).get("usage")
+                if usage:
+                    acc.usage = usage
+            return
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        _record_error(acc, f"unparseable stream data: {payload[:200]!r}")
+        return
+    _handle_obj(acc, obj, now, chat)
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat: bool) -> None:
+    # Split SSE lines ourselves from raw reads: no line-length limit, one clock read per network read.
+    buf = bytearray()
+    scan = 0
+    perf = time.perf_counter
+    async for data in resp.content.iter_any():
+        now = perf()
+        buf += data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", scan)
+            if nl < 0:
+                break
+            if nl > start:
+                _handle_line(acc, bytes(buf[start:nl]), now, fast, chat)
+            start = scan = nl + 1
+        if start:
+            del buf[:start]
+        scan = len(buf)
+    if buf.strip():
+        _handle_line(acc, bytes(buf), perf(), fast, chat)
+
+
+async def _send_one(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    acc: _Acc,
+    chat: bool,
+    keep_text: bool,
+    timeout: aiohttp.ClientTimeout,
+) -> None:
+    if chat or keep_text:
+        acc.text = []
+        acc.reasoning = []
+    fast = not chat and not keep_text
+    acc.t_send = time.perf_counter()
+    try:
+        async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+            acc.http_status = resp.status
+            if resp.status != 200:
+                detail = await resp.text(errors="replace")
+                _record_error(acc, f"HTTP {resp.status}: {detail}")
+                return
+            await _read_stream(resp, acc, fast, chat)
+            if not acc.done:
+                _record_error(acc, "stream ended without [DONE] (incomplete)")
+    except asyncio.TimeoutError:
+        _record_error(acc, f"timeout after {timeout.total} s")
+    except aiohttp.ClientPayloadError as exc:
+        _record_error(acc, f"connection dropped mid-stream: {exc}")
+    except aiohttp.ClientError as exc:
+        _record_error(acc, f"{type(exc).__name__}: {exc}")
+    finally:
+        acc.t_end = time.perf_counter()
+
+
+def _finish(acc: _Acc, prompt: Prompt, t0: float) -> RequestRecord:
+    usage = acc.usage or {}
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    times = acc.chunk_times
+    t_first = times[0] if times else None
+    t_last = times[-1] if times else None
+    n_out = usage.get("completion_tokens")
+    return RequestRecord(
+        request_index=prompt.index,
+        status="ok" if acc.error is None else "failed",
+        error=acc.error,
+        http_status=acc.http_status,
+        prompt_tokens=usage.get("prompt_tokens"),
+        output_tokens=n_out,
+        reasoning_tokens=completion_details.get("reasoning_tokens"),
+        cached_tokens=prompt_details.get("cached_tokens"),
+        chunks=len(times),
+        t_send_s=acc.t_send - t0,
+        t_first_s=None if t_first is None else t_first - t0,
+        t_last_s=None if t_last is None else t_last - t0,
+        ttft_ms=metrics.ttft_ms(acc.t_send, t_first),
+        tpot_ms=metrics.tpot_ms(t_first, t_last, n_out),
+        e2e_ms=metrics.e2e_ms(acc.t_send, t_last),
+        itl_max_ms=metrics.itl_max_ms(times),
+        t_send=acc.t_send,
+        t_first=t_first,
+        t_last=t_last,
+        t_end=acc.t_end,
+        chunk_times=tuple(times),
+        reasoning_chunks=acc.reasoning_chunks,
+        t_first_answer=acc.t_first_answer,
+        t_first_chunk=acc.t_first_chunk,
+        empty_chunks=acc.empty_chunks,
+        requested_prompt_tokens=prompt.prompt_tokens,
+        requested_output_tokens=prompt.max_tokens,
+        text="".join(acc.text) if acc.text is not None else None,
+        reasoning_text="".join(acc.reasoning) if acc.reasoning else None,
+        conversation=prompt.conversation,
+        turn=prompt.turn,
+    )
+
+
+async def run_requests(
+    base_url: str,
+    model: str,
+    prompts: Sequence[Prompt],
+    *,
+    concurrency: int | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 3600.0,
+    ignore_eos: bool = True,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+    keep_text: bool = False,
+) -> BatchResult:
+    """Send ``prompts`` as streaming requests and record each one; never raises for a failed request.
+
+    ``concurrency=None`` sends every prompt at once (a fixed batch); an integer keeps at
+    most that many in flight. Prompts of one ``conversation`` go one after another in
+    ``turn`` order (each turn holds a slot only while in flight). ``timeout_s`` bounds
+    each request from send to end of stream. Bodies are serialised before the first send
+    so a 200K-token prompt's JSON encoding is not timed. ``keep_text`` keeps completion
+    text (chat text is always kept) at the cost of parsing every chunk.
+    """
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
+    base = base_url.rstrip("/")
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    bodies = {
+        p.index: json.dumps(
+            build_body(p, model, ignore_eos=ignore_eos, temperature=temperature, seed=seed, extra_body=extra_body),
+            separators=(",", ":"),
+        ).encode()
+        for p in prompts
+    }
+    if len(bodies) != len(prompts):
+        raise ValueError("prompt indices must be unique within a batch")
+    # Independent prompts run alone; a conversation's turns run as one chain.
+    chains: dict[Any, list[Prompt]] = {}
+    for p in prompts:
+        key = ("conversation", p.conversation) if p.conversation is not None else ("prompt", p.index)
+        chains.setdefault(key, []).append(p)
+    for chain in chains.values():
+        chain.sort(key=lambda p: (p.turn or 0, p.index))
+    accs = {p.index: _Acc(p.index) for p in prompts}
+    sem = asyncio.Semaphore(concurrency) if concurrency is not None else None
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
+    first_send_wall: list[float] = []
+
+    async def run_chain(chain: list[Prompt]) -> None:
+        for p in chain:
+            if sem is not None:
+                await sem.acquire()
+            try:
+                if not first_send_wall:
+                    first_send_wall.append(time.time())
+                await _send_one(session, base + p.endpoint, bodies[p.index], headers, accs[p.index],
+                                p.messages is not None, keep_text, timeout)
+            finally:
+                if sem is not None:
+                    sem.release()
+
+    async with aiohttp.ClientSession(
+        connector=connector, read_bufsize=READ_BUFSIZE, timeout=aiohttp.ClientTimeout(total=None)
+    ) as session:
+        await asyncio.gather(*(run_chain(c) for c in chains.values()))
+    if not prompts:
+        now = time.perf_counter()
+        return BatchResult([], now, now, 0.0, datetime.now(timezone.utc).isoformat())
+    t0 = min(a.t_send for a in accs.values())
+    t_end = max(a.t_end for a in accs.values())
+    records = [_finish(accs[p.index], p, t0) for p in sorted(prompts, key=lambda p: p.index)]
+    started = datetime.fromtimestamp(first_send_wall[0], timezone.utc).isoformat()
+    return BatchResult(records=records, t0=t0, t_end=t_end, batch_time_s=t_end - t0, started_at=started)

@@ -1,0 +1,256 @@
+"""A local OpenAI-style SSE server for tests and client benchmarks, with knobs for every failure kind.
+
+Use in-process (``with SSEServer(FixtureConfig(...)) as srv: srv.url``; it runs in a
+thread with its own event loop) or standalone: ``python tests/sse_server.py --port 8123``.
+Each request may override any :class:`FixtureConfig` field with a ``"fixture": {...}``
+object in its JSON body. Timestamps are ``time.perf_counter()``, which on Linux is
+CLOCK_MONOTONIC and so comparable across processes on one host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from aiohttp import web
+
+MAX_BODY_BYTES = 1 << 30  # accept 200K-token prompts and far beyond
+
+
+@dataclass(frozen=True)
+class FixtureConfig:
+    chunks: int | None = None  # token chunks per request; None = the request's max_tokens
+    tokens_per_chunk: int = 1  # usage.completion_tokens = chunks * tokens_per_chunk
+    first_delay_s: float = 0.0  # wait before the first chunk (a stand-in for prefill)
+    delay_s: float = 0.0  # wait between chunks
+    empty_first: int = 0  # empty-text chunks before the first token (like a role chunk)
+    error_after: int | None = None  # after this many token chunks send an error event, then [DONE]
+    http_status: int = 200  # anything else: a JSON error body with this status, no stream
+    drop_after: int | None = None  # close the connection after this many token chunks
+    no_done: bool = False  # end the stream cleanly but without [DONE]
+    usage: bool = True  # send the usage chunk when stream_options.include_usage asks for it
+    cached_tokens: int | None = None  # report usage.prompt_tokens_details.cached_tokens
+    server_timestamps: bool = False  # put "t_server" (perf_counter at write) in every chunk
+    line_bytes: int = 0  # pad the first token chunk's text to this many bytes: one huge SSE line
+    reasoning_chunks: int = 0  # chat: the first k token chunks carry reasoning_content
+    compact: bool = True  # compact JSON like vLLM; False writes ", " and ": " (client slow path)
+    tag: Any = None  # echoed into the server's log of requests
+
+
+@dataclass
+class Served:
+    """What the server saw and did for one request."""
+
+    t_recv: float
+    body_bytes: int
+    prompt_tokens: int
+    endpoint: str
+    tag: Any
+    chunk_times: list[float] = field(default_factory=list)
+
+
+def _count_prompt(body: dict) -> int:
+    if "messages" in body:
+        return sum(len(str(m.get("content", "")).split()) for m in body["messages"])
+    prompt = body.get("prompt", "")
+    return len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+
+
+class SSEServer:
+    """The fixture server; a context manager that serves from a background thread."""
+
+    def __init__(self, config: FixtureConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config or FixtureConfig()
+        self.host, self.port = host, port
+        self.served: list[Served] = []
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # ------------------------------------------------------------------ app
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post("/v1/completions", self._stream)
+        app.router.add_post("/v1/chat/completions", self._stream)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health", self._health)
+        return app
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        lines = []
+        for name, value in (("prompt_tokens", self.prompt_tokens_total), ("generation_tokens", self.generation_tokens_total)):
+            lines += [f"# HELP vllm:{name}_total fixture counter", f"# TYPE vllm:{name}_total counter",
+                      f'vllm:{name}_total{{model_name="fixture"}} {float(value)}']
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        t_recv = time.perf_counter()
+        body = json.loads(raw)
+        cfg = replace(self.config, **body.get("fixture", {}))
+        chat = request.path.endswith("/chat/completions")
+        n_prompt = _count_prompt(body)
+        served = Served(t_recv, len(raw), n_prompt, request.path, cfg.tag)
+        self.served.append(served)
+        if cfg.http_status != 200:
+            return web.json_response(
+                {"error": {"message": f"fixture error {cfg.http_status}", "type": "BadRequestError", "code": cfg.http_status}},
+                status=cfg.http_status,
+            )
+        n_chunks = cfg.chunks if cfg.chunks is not None else int(body.get("max_tokens", 16))
+        sep = (",", ":") if cfg.compact else (", ", ": ")
+        dumps = lambda obj: json.dumps(obj, separators=sep)  # noqa: E731
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        model = body.get("model", "fixture")
+        created = int(time.time())
+
+        def chunk(text: str, i: int, finish: str | None = None, reasoning: bool = False) -> bytes:
+            if chat:
+                delta = {"reasoning_content": text} if reasoning else {"content": text}
+                if i < 0:
+                    delta = {"role": "assistant", "content": ""}
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                obj = {"id": "chatcmpl-fixture", "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+                obj = {"id": "cmpl-fixture", "object": "text_completion", "created": created, "model": model, "choices": [choice]}
+            if cfg.server_timestamps:
+                obj["t_server"] = time.perf_counter()
+            return b"data: " + dumps(obj).encode() + b"\n\n"
+
+        async def send(data: bytes) -> None:
+            await resp.write(data)
+
+        if cfg.first_delay_s:
+            await asyncio.sleep(cfg.first_delay_s)
+        for k in range(cfg.empty_first):
+            await send(chunk("", -1 if chat and k == 0 else k))
+        for i in range(n_chunks):
+            if cfg.drop_after is not None and i == cfg.drop_after:
+                request.transport.close()  # flushes what was written, then the chunked body just stops
+                return resp
+            if cfg.error_after is not None and i == cfg.error_after:
+                await send(b"data: " + dumps({"error": {"object": "error", "message": "fixture mid-stream error",
+                                                         "type": "InternalServerError", "code": 500}}).encode() + b"\n\n")
+                await send(b"data: [DONE]\n\n")
+                await resp.write_eof()
+                return resp
+            if (i or cfg.empty_first) and cfg.delay_s:  # empty chunks are apart from the first token too
+                await asyncio.sleep(cfg.delay_s)
+            text = f" t{i}"
+            if i == 0 and cfg.line_bytes:
+                text = text + "x" * max(0, cfg.line_bytes - len(text))
+            served.chunk_times.append(time.perf_counter())
+            await send(chunk(text, i, "length" if i == n_chunks - 1 else None, reasoning=chat and i < cfg.reasoning_chunks))
+        n_out = n_chunks * cfg.tokens_per_chunk
+        self.prompt_tokens_total += n_prompt
+        self.generation_tokens_total += n_out
+        if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
+            usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
+            if cfg.cached_tokens is not None:
+                usage["prompt_tokens_details"] = {"cached_tokens": cfg.cached_tokens}
+            obj = {"id": "cmpl-fixture", "object": "text_completion", "created": created, "model": model, "choices": [], "usage": usage}
+            await send(b"data: " + dumps(obj).encode() + b"\n\n")
+        if not cfg.no_done:
+            await send(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start_async(self) -> None:
+        """Start serving on the running loop (port 0 picks a free port; see ``url``)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
+
+    async def stop_async(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def __enter__(self) -> SSEServer:
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self.start_async())
+            except BaseException as exc:  # surface bind errors to the caller
+                errors.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop_async())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="sse-fixture", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if errors:
+            raise errors[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(30)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8123)
+    for f in fields(FixtureConfig):
+        if f.name == "tag":
+            continue
+        default = getattr(FixtureConfig(), f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens"):
+            parser.add_argument(flag, type=int, default=default)
+        else:
+            parser.add_argument(flag, type=type(default), default=default)
+    args = vars(parser.parse_args(argv))
+    host, port = args.pop("host"), args.pop("port")
+    config = FixtureConfig(**args)
+
+    async def serve() -> None:
+        server = SSEServer(config, host, port)
+        await server.start_async()
+        print(f"serving {server.url} with {asdict(config)}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

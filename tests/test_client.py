@@ -1,0 +1,232 @@
+"""The streaming client against the local SSE fixture: timestamps, counts, every failure kind, huge bodies and lines."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+
+import pytest
+from sse_server import FixtureConfig, SSEServer
+
+from kvlab import client, metrics, workloads
+from kvlab.workloads import Prompt
+
+
+@pytest.fixture
+def server():
+    with SSEServer() as srv:
+        yield srv
+
+
+def _run(url, prompts, **kw):
+    return asyncio.run(client.run_requests(url, "fixture-model", prompts, **kw))
+
+
+def _with(prompt: Prompt, **fixture) -> Prompt:
+    return dataclasses.replace(prompt, extra_body={"fixture": fixture})
+
+
+def _check_ok_record(r: client.RequestRecord, prompt_tokens: int, n: int, chunks: int | None = None):
+    assert r.status == "ok", r.error
+    assert r.error is None and r.http_status == 200
+    assert r.prompt_tokens == prompt_tokens and r.output_tokens == n
+    assert r.chunks == (n if chunks is None else chunks) == len(r.chunk_times)
+    assert r.t_send <= r.t_first <= r.t_last <= r.t_end
+    assert list(r.chunk_times) == sorted(r.chunk_times)
+    assert r.ttft_ms == pytest.approx((r.t_first - r.t_send) * 1e3)
+    assert r.e2e_ms == pytest.approx((r.t_last - r.t_send) * 1e3)
+    if n >= 2:
+        assert r.tpot_ms == pytest.approx((r.t_last - r.t_first) * 1e3 / (n - 1))
+
+
+def test_fixed_batch_counts_and_timestamp_order(server):
+    prompts = workloads.fixed_batch(8, 300, 20, vocab_size=512, seed=1)
+    res = _run(server.url, prompts)
+    assert [r.request_index for r in res.records] == list(range(8))
+    for r in res.records:
+        _check_ok_record(r, 300, 20)
+        assert r.t_send_s >= 0.0 and r.t_first_s <= r.t_last_s
+        assert r.requested_prompt_tokens == 300 and r.requested_output_tokens == 20
+    assert min(r.t_send for r in res.records) == res.t0
+    assert res.batch_time_s == pytest.approx(max(r.t_end for r in res.records) - res.t0)
+    assert res.ok and res.started_at.endswith("+00:00")
+    # the server saw exactly the token ids sent
+    assert sorted(s.prompt_tokens for s in server.served) == [300] * 8
+    # all at once: every request was sent before the first one completed
+    assert max(r.t_send for r in res.records) < min(r.t_end for r in res.records)
+
+
+def test_timestamps_follow_server_pacing():
+    cfg = FixtureConfig(first_delay_s=0.2, delay_s=0.05)
+    with SSEServer(cfg) as srv:
+        res = _run(srv.url, workloads.fixed_batch(2, 10, 5, vocab_size=512))
+    for r in res.records:
+        _check_ok_record(r, 10, 5)
+        assert 190 <= r.ttft_ms < 400
+        assert 45 <= r.tpot_ms < 120
+        assert r.itl_max_ms >= 45
+
+
+def test_request_body_and_stream_format(server):
+    p = workloads.fixed_batch(1, 5, 3, vocab_size=512)[0]
+    body = client.build_body(p, "m", seed=4, extra_body={"top_k": 1})
+    assert body["prompt"] == list(p.token_ids) and body["max_tokens"] == 3
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["ignore_eos"] is True and body["temperature"] == 0.0 and body["seed"] == 4 and body["top_k"] == 1
+
+
+def test_every_failure_kind_recorded_per_request(server):
+    base = workloads.fixed_batch(8, 100, 10, vocab_size=512, seed=2)
+    prompts = [
+        base[0],
+        _with(base[1], http_status=500),
+        _with(base[2], http_status=400),
+        _with(base[3], error_after=4),
+        _with(base[4], drop_after=3),
+        _with(base[5], no_done=True),
+        _with(base[6], first_delay_s=5.0),  # times out
+        base[7],
+    ]
+    res = _run(server.url, prompts, timeout_s=1.5)
+    recs = res.records
+    assert len(recs) == len(prompts)
+    ok = [r for r in recs if r.status == "ok"]
+    failed = [r for r in recs if r.status == "failed"]
+    assert len(ok) + len(failed) == len(prompts)
+    assert [r.request_index for r in ok] == [0, 7]
+    assert recs[1].http_status == 500 and recs[1].error.startswith("HTTP 500") and "fixture error" in recs[1].error
+    assert recs[2].http_status == 400 and recs[2].error.startswith("HTTP 400")
+    assert recs[3].error.startswith("error event in stream") and recs[3].chunks == 4  # saw [DONE], still failed
+    assert recs[4].error.startswith("connection dropped") and recs[4].chunks == 3
+    assert recs[5].error == "stream ended without [DONE] (incomplete)" and recs[5].output_tokens == 10
+    assert recs[6].error.startswith("timeout") and recs[6].chunks == 0
+    assert recs[6].t_end - recs[6].t_send == pytest.approx(1.5, abs=0.5)
+    s = metrics.summarize(recs, res.batch_time_s)
+    assert (s["requests_ok"], s["requests_failed"]) == (2, 6)
+    rows = metrics.request_rows(recs, "r")
+    assert rows.filter(rows["status"] == "failed").height == 6
+
+
+def test_connection_refused_is_a_failed_request():
+    prompts = workloads.fixed_batch(2, 10, 2, vocab_size=512)
+    res = _run("http://127.0.0.1:9", prompts, timeout_s=5)
+    assert [r.status for r in res.records] == ["failed", "failed"]
+    assert all(r.http_status is None and "Connect" in r.error for r in res.records)
+
+
+def test_two_megabyte_request_body(server):
+    # 300K token ids of 6 digits: a bigger body than a 200K-token prompt (~1.5 MB)
+    n = 300_000
+    p = Prompt(index=0, max_tokens=4, token_ids=tuple(range(100_000, 100_000 + n)))
+    assert len(json.dumps(client.build_body(p, "m"), separators=(",", ":"))) > 2_000_000
+    res = _run(server.url, [p])
+    _check_ok_record(res.records[0], n, 4)
+    assert server.served[0].body_bytes > 2_000_000
+
+
+def test_one_megabyte_sse_line():
+    with SSEServer(FixtureConfig(line_bytes=1_000_000)) as srv:
+        res = _run(srv.url, workloads.fixed_batch(2, 10, 6, vocab_size=512), keep_text=True)
+        fast = _run(srv.url, workloads.fixed_batch(2, 10, 6, vocab_size=512))
+    for r in res.records + fast.records:
+        _check_ok_record(r, 10, 6)
+    assert len(res.records[0].text) > 1_000_000
+
+
+def test_empty_chunks_do_not_start_ttft_and_slow_path_agrees():
+    # two empty-text chunks first (like a role chunk); non-compact JSON forces the parsing path
+    for compact in (True, False):
+        with SSEServer(FixtureConfig(empty_first=2, first_delay_s=0.0, delay_s=0.02, compact=compact)) as srv:
+            res = _run(srv.url, workloads.fixed_batch(2, 10, 4, vocab_size=512))
+        for r in res.records:
+            _check_ok_record(r, 10, 4)
+            assert r.chunks == 4 and r.empty_chunks == 2
+            assert r.t_first_chunk < r.t_first  # the empty chunks came first and did not start TTFT
+
+
+def test_usage_fields_and_missing_usage():
+    with SSEServer(FixtureConfig(cached_tokens=64, tokens_per_chunk=2)) as srv:
+        res = _run(srv.url, workloads.fixed_batch(1, 100, 5, vocab_size=512))
+    r = res.records[0]
+    assert r.cached_tokens == 64 and r.output_tokens == 10 and r.chunks == 5
+    assert r.tpot_ms == pytest.approx((r.t_last - r.t_first) * 1e3 / 9)  # tokens, not chunks
+    with SSEServer(FixtureConfig(usage=False)) as srv:
+        res = _run(srv.url, workloads.fixed_batch(1, 100, 5, vocab_size=512))
+    r = res.records[0]
+    assert r.status == "ok" and r.output_tokens is None and r.prompt_tokens is None and r.tpot_ms is None
+    assert metrics.summarize(res.records, res.batch_time_s)["served_output_tokens"] is None
+
+
+def test_concurrency_limit(server):
+    cfg_delay = {"delay_s": 0.02}
+    prompts = [_with(p, **cfg_delay) for p in workloads.fixed_batch(6, 10, 3, vocab_size=512)]
+    res = _run(server.url, prompts, concurrency=2)
+    assert all(r.status == "ok" for r in res.records)
+    events = sorted([(r.t_send, 1) for r in res.records] + [(r.t_end, -1) for r in res.records])
+    in_flight, peak = 0, 0
+    for _, step in events:
+        in_flight += step
+        peak = max(peak, in_flight)
+    assert peak <= 2
+
+
+def test_multi_turn_turns_run_in_order(server):
+    prompts = [_with(p, delay_s=0.01) for p in workloads.multi_turn(3, 3, 100, 10, 5, vocab_size=512)]
+    res = _run(server.url, prompts)
+    assert all(r.status == "ok" for r in res.records)
+    for r in res.records:
+        assert r.prompt_tokens == 100 + (r.turn + 1) * 10 + r.turn * 5
+        if r.turn:
+            prev = res.records[r.request_index - 1]
+            assert prev.conversation == r.conversation and prev.t_end <= r.t_send
+
+
+def test_chat_reasoning_and_content_counted_separately():
+    cfg = FixtureConfig(reasoning_chunks=3, empty_first=1)
+    msgs = ({"role": "user", "content": "why is the sky blue"},)
+    prompts = [Prompt(index=i, max_tokens=8, messages=msgs) for i in range(2)]
+    with SSEServer(cfg) as srv:
+        res = _run(srv.url, prompts)
+        assert {s.endpoint for s in srv.served} == {"/v1/chat/completions"}
+    for r in res.records:
+        _check_ok_record(r, 5, 8)
+        assert r.reasoning_chunks == 3
+        assert r.t_first_answer == r.chunk_times[3]
+        assert r.reasoning_text == " t0 t1 t2" and r.text == " t3 t4 t5 t6 t7"
+
+
+def test_error_event_with_sse_event_field():
+    # "event: error" followed by a data line that has no "error" key is still a failure
+    from aiohttp import web
+
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n')
+        await resp.write(b': keep-alive comment\r\n\r\n')
+        await resp.write(b'event: error\ndata: {"message":"engine died"}\n\n')
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            return await client.run_requests(f"http://127.0.0.1:{port}", "m", workloads.fixed_batch(1, 4, 2, vocab_size=512))
+        finally:
+            await runner.cleanup()
+
+    r = asyncio.run(go()).records[0]
+    assert r.status == "failed" and "engine died" in r.error and r.chunks == 1
+
+
+def test_empty_batch():
+    res = _run("http://127.0.0.1:9", [])
+    assert res.records == [] and res.batch_time_s == 0.0
