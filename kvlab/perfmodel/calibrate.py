@@ -1,0 +1,229 @@
+"""Fit the model's few free parameters to published and measured batch times; residuals and leave-one-out error.
+
+Per hardware there are at most three free parameters (:class:`~kvlab.perfmodel.roofline.Params`):
+prefill efficiency, decode bandwidth efficiency and the per-layer DCP latency. Never one per row.
+The fit minimises squared log errors of batch time (a relative error, symmetric in over/under).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from scipy.optimize import least_squares
+
+from kvlab.paths import DATA_DIR
+from kvlab.perfmodel.frames import row_config, row_context, row_workload
+from kvlab.perfmodel.roofline import (
+    Assumptions,
+    Config,
+    Params,
+    Workload,
+    batch_time,
+    crossover_context,
+)
+
+PARAM_NAMES = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s")
+
+#: What counts as physically sane on a GPU host (NVLink collectives take microseconds, not milliseconds).
+SANE_RANGES: dict[str, tuple[float, float]] = {
+    "prefill_efficiency": (0.05, 1.0),
+    "bandwidth_efficiency": (0.05, 1.0),
+    "dcp_layer_latency_s": (1e-6, 100e-6),
+}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Calibration of one hardware: parameters, per-point residuals and leave-one-out errors."""
+
+    hardware: str  # catalog GPU key
+    params: Params
+    free: tuple[str, ...]  # parameters the data could identify (the rest stay at their defaults)
+    residuals: pl.DataFrame  # one row per point: observed_s, modelled_s, residual_pct
+    loo: pl.DataFrame  # one row per point: loo_modelled_s, loo_error_pct (fit without that point)
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def max_abs_residual_pct(self) -> float:
+        return float(self.residuals["residual_pct"].abs().max())
+
+    @property
+    def rms_residual_pct(self) -> float:
+        return float(np.sqrt((self.residuals["residual_pct"] ** 2).mean()))
+
+    @property
+    def loo_mean_abs_pct(self) -> float:
+        return float(self.loo["loo_error_pct"].abs().mean()) if self.loo.height else math.nan
+
+    @property
+    def loo_max_abs_pct(self) -> float:
+        return float(self.loo["loo_error_pct"].abs().max()) if self.loo.height else math.nan
+
+    def summary(self) -> str:
+        p = self.params
+        lines = [
+            f"calibration on {self.hardware}: {self.residuals.height} points, free {list(self.free)}",
+            f"  prefill_efficiency   = {p.prefill_efficiency:.3f}",
+            f"  bandwidth_efficiency = {p.bandwidth_efficiency:.3f}",
+            f"  dcp_layer_latency    = {p.dcp_layer_latency_s * 1e6:.1f} us per full-attention layer per step",
+            f"  residuals: max |{self.max_abs_residual_pct:.1f}|%, rms {self.rms_residual_pct:.1f}%",
+            f"  leave-one-out error: mean |{self.loo_mean_abs_pct:.1f}|%, max |{self.loo_max_abs_pct:.1f}|%",
+        ]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _points(runs: pl.DataFrame, sources: tuple[str, ...]) -> pl.DataFrame:
+    return runs.filter(
+        pl.col("source").is_in(list(sources)) & (pl.col("status") == "ok") & pl.col("batch_time_s").is_not_null()
+    )
+
+
+def _setup(rows: list[dict], w: Workload, a: Assumptions) -> list[tuple[Config, int, Workload, float]]:
+    return [(row_config(r, a), row_context(r), row_workload(r, w), float(r["batch_time_s"])) for r in rows]
+
+
+def _params(theta: np.ndarray, free: tuple[str, ...], base: Params) -> Params:
+    values = base.as_dict()
+    for name, t in zip(free, theta):
+        # efficiencies in log space (positive, scale-free); latency in microseconds
+        values[name] = float(np.exp(t)) if name != "dcp_layer_latency_s" else float(t) * 1e-6
+    return Params(**values)
+
+
+def _theta0(free: tuple[str, ...], base: Params) -> np.ndarray:
+    return np.array(
+        [np.log(getattr(base, n)) if n != "dcp_layer_latency_s" else getattr(base, n) * 1e6 for n in free]
+    )
+
+
+def _free(points: list[tuple[Config, int, Workload, float]]) -> tuple[str, ...]:
+    free = ["prefill_efficiency", "bandwidth_efficiency"]
+    if any(cfg.dcp > 1 for cfg, *_ in points):
+        free.append("dcp_layer_latency_s")
+    return tuple(free[: max(1, len(points))])
+
+
+def _fit(points, a: Assumptions, base: Params = Params(), free: tuple[str, ...] | None = None) -> Params:
+    free = free or _free(points)
+
+    def resid(theta):
+        p = _params(theta, free, base)
+        return np.array([math.log(batch_time(c, x, w, p, a).batch_time_s / obs) for c, x, w, obs in points])
+
+    lo = [np.log(1e-4) if n != "dcp_layer_latency_s" else 0.0 for n in free]
+    hi = [np.log(10.0) if n != "dcp_layer_latency_s" else 1e5 for n in free]
+    sol = least_squares(resid, _theta0(free, base), bounds=(lo, hi), method="trf", x_scale="jac")
+    return _params(sol.x, free, base)
+
+
+def _sanity(p: Params, hardware: str, free: tuple[str, ...]) -> tuple[str, ...]:
+    if hardware == "CPU":
+        return ("CPU figures in the catalog are nominal: efficiencies are relative to them, not to a datasheet",)
+    out = []
+    for name in free:
+        lo, hi = SANE_RANGES[name]
+        v = getattr(p, name)
+        if not lo <= v <= hi:
+            shown = f"{v * 1e6:.0f} us" if name == "dcp_layer_latency_s" else f"{v:.3f}"
+            rng = f"{lo * 1e6:g}-{hi * 1e6:g} us" if name == "dcp_layer_latency_s" else f"{lo:g}-{hi:g}"
+            out.append(f"{name} = {shown} is outside the physically sane range {rng}")
+    return tuple(out)
+
+
+def calibrate(
+    runs: pl.DataFrame,
+    workload: Workload = Workload(),
+    assumptions: Assumptions = Assumptions(),
+    sources: tuple[str, ...] = ("published", "measured"),
+) -> dict[str, Fit]:
+    """Fit :class:`Params` per catalog hardware to every ok batch time of ``sources`` in ``runs``."""
+    pts = _points(runs, sources)
+    by_hw: dict[str, list[dict]] = {}
+    for r in pts.iter_rows(named=True):
+        by_hw.setdefault(row_config(r, assumptions).gpu.gpu, []).append(r)
+    fits = {}
+    for hw, rows in by_hw.items():
+        points = _setup(rows, workload, assumptions)
+        free = _free(points)
+        p = _fit(points, assumptions, free=free)
+        res, loo = [], []
+        for i, (r, (cfg, ctx, w, obs)) in enumerate(zip(rows, points)):
+            mod = batch_time(cfg, ctx, w, p, assumptions).batch_time_s
+            key = {"source": r["source"], "run_id": r["run_id"], "engine": cfg.engine, "dcp": cfg.dcp, "context_tokens": ctx}
+            res.append(key | {"observed_s": obs, "modelled_s": mod, "residual_pct": 100 * (mod / obs - 1)})
+            if len(points) > 1:
+                rest = points[:i] + points[i + 1 :]
+                free_i = tuple(n for n in free if n in _free(rest))
+                p_i = _fit(rest, assumptions, free=free_i)
+                mod_i = batch_time(cfg, ctx, w, p_i, assumptions).batch_time_s
+                loo.append(key | {"observed_s": obs, "loo_modelled_s": mod_i, "loo_error_pct": 100 * (mod_i / obs - 1)})
+        loo_schema = {"source": pl.String, "run_id": pl.String, "engine": pl.String, "dcp": pl.Int64,
+                      "context_tokens": pl.Int64, "observed_s": pl.Float64, "loo_modelled_s": pl.Float64,
+                      "loo_error_pct": pl.Float64}  # fmt: skip
+        fits[hw] = Fit(hw, p, free, pl.DataFrame(res), pl.DataFrame(loo, schema=loo_schema), _sanity(p, hw, free))
+    return fits
+
+
+@lru_cache(maxsize=16)
+def _published_fit(data_dir: str, workload: Workload, assumptions: Assumptions, experiment: str) -> Fit:
+    from kvlab.store import load_runs
+
+    runs = load_runs(data_dir, experiment=experiment)
+    fits = calibrate(runs, workload, assumptions, sources=("published",))
+    if len(fits) != 1:
+        raise ValueError(f"{data_dir}: expected published rows of one hardware for '{experiment}', got {sorted(fits)}")
+    return next(iter(fits.values()))
+
+
+def published_fit(
+    data_dir: str | Path = DATA_DIR,
+    workload: Workload = Workload(),
+    assumptions: Assumptions = Assumptions(),
+    experiment: str = "article_b300",
+) -> Fit:
+    """The calibration on the B300 article's four published batch times (cached)."""
+    return _published_fit(str(Path(data_dir).resolve()), workload, assumptions, experiment)
+
+
+def crossover_from_fit(
+    fit: Fit,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    dcp: int = 8,
+    tp: int = 8,
+    workload: Workload = Workload(),
+    assumptions: Assumptions = Assumptions(),
+) -> float | None:
+    """Context where vLLM TP (no DCP) and SGLang TP+DCP take equal time under the fitted parameters."""
+    a = Config.of(gpu, model, "vllm", tp, 1, assumptions.default_mem_util)
+    b = Config.of(gpu, model, "sglang", tp, dcp, assumptions.default_mem_util)
+    return crossover_context(a, b, workload, fit.params, assumptions)
+
+
+def sensitivity(
+    workloads: list[Workload],
+    data_dir: str | Path = DATA_DIR,
+    assumptions: Assumptions = Assumptions(),
+    experiment: str = "article_b300",
+) -> pl.DataFrame:
+    """How the article's unknown workload moves the fit: one row per assumed (batch size, output tokens)."""
+    rows = []
+    for w in workloads:
+        f = published_fit(data_dir, w, assumptions, experiment)
+        x = crossover_from_fit(f, workload=w, assumptions=assumptions)
+        rows.append(
+            {
+                "batch_size": w.batch_size, "output_tokens": w.output_tokens,
+                "prefill_efficiency": f.params.prefill_efficiency, "bandwidth_efficiency": f.params.bandwidth_efficiency,
+                "dcp_layer_latency_us": f.params.dcp_layer_latency_s * 1e6,
+                "max_abs_residual_pct": f.max_abs_residual_pct, "loo_mean_abs_pct": f.loo_mean_abs_pct,
+                "loo_max_abs_pct": f.loo_max_abs_pct, "crossover_tokens": x, "implausible": "; ".join(f.warnings),
+            }
+        )  # fmt: skip
+    return pl.DataFrame(rows)

@@ -1,0 +1,217 @@
+"""GPU and model catalogs for the physical model, read and validated from data/catalog/*.csv."""
+
+from __future__ import annotations
+
+import csv
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvlab.paths import CATALOG_DIR
+
+GPUS_FILE = "gpus.csv"
+MODELS_FILE = "models.csv"
+
+
+class CatalogError(ValueError):
+    """A catalog file is malformed; the message names the file, the row and the field."""
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    derived_fields: tuple[str, ...] = Field(
+        default=(), description="fields whose value is derived or assumed rather than read off a datasheet/config"
+    )
+    citation: str = Field(min_length=1, description="where the figures come from")
+    notes: str = ""
+
+    def is_derived(self, field: str) -> bool:
+        return field in self.derived_fields
+
+    @model_validator(mode="after")
+    def _derived_fields_exist(self):
+        unknown = [f for f in self.derived_fields if f not in type(self).model_fields]
+        if unknown:
+            raise ValueError(f"derived_fields names unknown field(s) {unknown}")
+        return self
+
+
+class GPU(_Row):
+    """One accelerator (or the CPU host): per-device figures."""
+
+    gpu: str = Field(description="short key, e.g. 'B300'")
+    name: str = Field(description="hardware name as results write it; a run matches when its hardware starts with it")
+    memory_bytes: float = Field(gt=0)
+    mem_bandwidth_bytes_per_s: float = Field(gt=0)
+    interconnect_bytes_per_s: float = Field(ge=0, description="per-GPU NVLink bandwidth; 0 when there is none")
+    bf16_flops_per_s: float = Field(gt=0, description="dense BF16")
+    fp8_flops_per_s: float = Field(gt=0, description="dense FP8")
+
+    def flops_per_s(self, dtype: str) -> float:
+        return self.fp8_flops_per_s if dtype == "fp8" else self.bf16_flops_per_s
+
+
+class Model(_Row):
+    """One served model: the structure that decides KV bytes, weight bytes and FLOPs."""
+
+    model: str
+    aliases: tuple[str, ...] = ()
+    attention_type: Literal["mla", "gqa", "hybrid"]
+    num_layers: int = Field(gt=0)
+    mla_layers: int = Field(ge=0)
+    gqa_layers: int = Field(ge=0)
+    linear_layers: int = Field(ge=0)
+    hidden_size: int = Field(gt=0)
+    attn_heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0, description="KV heads of a GQA layer; 1 for MLA (one shared latent)")
+    head_dim: int | None = Field(default=None, gt=0, description="GQA head dimension")
+    kv_lora_rank: int | None = Field(default=None, gt=0, description="MLA latent rank")
+    qk_rope_dim: int | None = Field(default=None, gt=0)
+    qk_nope_dim: int | None = Field(default=None, gt=0)
+    v_head_dim: int | None = Field(default=None, gt=0)
+    kv_dtype_bytes: int = Field(gt=0, description="bytes per KV element (2 = BF16)")
+    kv_layers_alt: int | None = Field(
+        default=None, gt=0, description="MLA layer count of an alternative reading of the KV size (Kimi-K3: 93)"
+    )
+    linear_state_bytes_per_seq: float = Field(ge=0, description="fixed per-sequence state of linear-attention layers")
+    total_params: float = Field(gt=0)
+    active_params: float = Field(gt=0)
+    weight_bytes_per_param: float = Field(gt=0)
+    compute_dtype: Literal["bf16", "fp8"]
+    native_context: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.mla_layers + self.gqa_layers + self.linear_layers != self.num_layers:
+            raise ValueError(
+                f"mla_layers + gqa_layers + linear_layers = "
+                f"{self.mla_layers + self.gqa_layers + self.linear_layers} != num_layers {self.num_layers}"
+            )
+        if self.mla_layers and None in (self.kv_lora_rank, self.qk_rope_dim, self.qk_nope_dim, self.v_head_dim):
+            raise ValueError("MLA layers need kv_lora_rank, qk_rope_dim, qk_nope_dim and v_head_dim")
+        if self.gqa_layers and self.head_dim is None:
+            raise ValueError("GQA layers need head_dim")
+        if self.active_params > self.total_params:
+            raise ValueError("active_params exceeds total_params")
+        return self
+
+    # ------------------------------------------------------------------ structure
+
+    def kv_bytes_per_token(self, kv_layers: int | None = None) -> int:
+        """KV-cache bytes one token costs over all layers (whole model, before any split).
+
+        ``kv_layers`` replaces the number of MLA layers holding KV (Kimi-K3: 24, or 93 in
+        the reading that counts every layer); GQA layers are unaffected.
+        """
+        mla = kv_layers if kv_layers is not None else self.mla_layers
+        total = 0
+        if self.mla_layers or kv_layers:
+            total += mla * (self.kv_lora_rank + self.qk_rope_dim) * self.kv_dtype_bytes
+        if self.gqa_layers:
+            total += self.gqa_layers * self.kv_heads * self.head_dim * 2 * self.kv_dtype_bytes
+        return int(total)
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers whose KV grows with context (the ones DCP splits and syncs)."""
+        return self.mla_layers + self.gqa_layers
+
+    def attn_flops_per_pair(self) -> float:
+        """FLOPs of one (query, key) pair summed over the full-attention layers (prefill, QK^T and PV)."""
+        mla = 2 * self.attn_heads * (self.qk_nope_dim + self.qk_rope_dim + self.v_head_dim) if self.mla_layers else 0
+        gqa = 2 * self.attn_heads * 2 * self.head_dim if self.gqa_layers else 0
+        return float(self.mla_layers * mla + self.gqa_layers * gqa)
+
+    def weight_bytes(self) -> float:
+        return self.total_params * self.weight_bytes_per_param
+
+    def active_weight_bytes(self) -> float:
+        return self.active_params * self.weight_bytes_per_param
+
+    def matches(self, name: str) -> bool:
+        """True when a results row's ``model`` names this model (key, alias, or a path ending in one)."""
+        cand = {name.strip().lower(), Path(name.strip()).name.lower()}
+        return bool(cand & {self.model.lower(), *(a.lower() for a in self.aliases)})
+
+
+def _split_list(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(";") if v.strip())
+
+
+def _read(path: Path, cls: type[BaseModel], key: str) -> dict[str, BaseModel]:
+    if not path.is_file():
+        raise CatalogError(f"{path}: catalog file missing")
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = set(cls.model_fields)
+        header = set(reader.fieldnames or [])
+        if unknown := sorted(header - fields):
+            raise CatalogError(f"{path}: unknown column(s) {unknown}")
+        required = {n for n, f in cls.model_fields.items() if f.is_required()}
+        if missing := sorted(required - header):
+            raise CatalogError(f"{path}: missing column(s) {missing}")
+        out: dict[str, BaseModel] = {}
+        for i, raw in enumerate(reader, start=2):  # line 1 is the header
+            row = {k: v.strip() for k, v in raw.items() if v is not None and v.strip() != ""}
+            for list_field in ("derived_fields", "aliases"):
+                if list_field in row:
+                    row[list_field] = _split_list(row[list_field])
+            try:
+                item = cls.model_validate(row)
+            except ValidationError as exc:
+                errs = "; ".join(f"field '{'.'.join(map(str, e['loc'])) or '(row)'}': {e['msg']}" for e in exc.errors())
+                raise CatalogError(f"{path}, line {i} ({row.get(key, '?')}): {errs}") from None
+            name = getattr(item, key)
+            if name in out:
+                raise CatalogError(f"{path}, line {i}: duplicate {key} '{name}'")
+            out[name] = item
+    if not out:
+        raise CatalogError(f"{path}: no rows")
+    return out
+
+
+@lru_cache(maxsize=8)
+def _gpus(path: Path) -> dict[str, GPU]:
+    return _read(path, GPU, "gpu")  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=8)
+def _models(path: Path) -> dict[str, Model]:
+    return _read(path, Model, "model")  # type: ignore[return-value]
+
+
+def load_gpus(catalog_dir: str | Path = CATALOG_DIR) -> dict[str, GPU]:
+    """Every catalogued GPU by key, validated."""
+    return _gpus(Path(catalog_dir).resolve() / GPUS_FILE)
+
+
+def load_models(catalog_dir: str | Path = CATALOG_DIR) -> dict[str, Model]:
+    """Every catalogued model by key, validated."""
+    return _models(Path(catalog_dir).resolve() / MODELS_FILE)
+
+
+def gpu(name: str, catalog_dir: str | Path = CATALOG_DIR) -> GPU:
+    """A GPU by key ('B300') or by a hardware string that starts with its name ('NVIDIA B300', 'CPU x86_64 (2 cores)')."""
+    gpus = load_gpus(catalog_dir)
+    if name in gpus:
+        return gpus[name]
+    low = name.strip().lower()
+    for g in gpus.values():
+        if low == g.gpu.lower() or low.startswith(g.name.lower()):
+            return g
+    raise KeyError(f"hardware '{name}' is not in {Path(catalog_dir) / GPUS_FILE} (known: {sorted(gpus)})")
+
+
+def model(name: str, catalog_dir: str | Path = CATALOG_DIR) -> Model:
+    """A model by key or alias."""
+    models = load_models(catalog_dir)
+    if name in models:
+        return models[name]
+    for m in models.values():
+        if m.matches(name):
+            return m
+    raise KeyError(f"model '{name}' is not in {Path(catalog_dir) / MODELS_FILE} (known: {sorted(models)})")

@@ -1,0 +1,203 @@
+"""Text reports of the model for the CLI (`kvlab model`): predictions for a spec, the calibration, the crossover."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable
+from pathlib import Path
+
+from kvlab.paths import DATA_DIR
+from kvlab.perfmodel.calibrate import Fit, calibrate, crossover_from_fit, published_fit
+from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
+from kvlab.perfmodel.frames import context_label
+from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time
+
+DEFAULT_CONTEXTS = (65536, 204800)
+
+
+def params_for(
+    gpu_key: str, data_dir: str | Path = DATA_DIR, workload: Workload = Workload(), assumptions: Assumptions = Assumptions()
+) -> tuple[Params, str, Fit | None]:
+    """Parameters to predict with on ``gpu_key`` and where they come from.
+
+    Measured runs on that hardware, when present, are fitted (with any published rows of it); otherwise the
+    fit to the B300 article is used (efficiencies are fractions of each GPU's own peaks, so they carry over,
+    as an assumption); otherwise the defaults of :class:`Params`.
+    """
+    from kvlab.store import load_runs
+
+    try:
+        runs = load_runs(data_dir)
+    except FileNotFoundError:
+        runs = None
+    if runs is not None and runs.height:
+        measured = runs.filter(runs["source"] == "measured")
+        hw = [h for h in measured["hardware"].unique().to_list() if _gpu_key(h) == gpu_key]
+        if hw:
+            fits = calibrate(runs.filter(runs["hardware"].is_in(hw)), workload, assumptions)
+            if gpu_key in fits:
+                return fits[gpu_key].params, f"fitted to measured runs on {gpu_key}", fits[gpu_key]
+    if gpu_key == "CPU":
+        return Params(), "uncalibrated defaults: no measured CPU runs; CPU catalog figures are nominal", None
+    try:
+        # the article's own workload assumption, whatever workload is being predicted
+        fit = published_fit(data_dir, Workload(), Assumptions(kv_layers=assumptions.kv_layers))
+    except (FileNotFoundError, ValueError):
+        return Params(), "uncalibrated defaults", None
+    where = "fitted to the B300 article's published batch times"
+    return fit.params, where if gpu_key == fit.hardware else f"{where} (efficiencies carried over to {gpu_key})", fit
+
+
+def _gpu_key(hardware: str) -> str | None:
+    try:
+        return find_gpu(hardware).gpu
+    except KeyError:
+        return None
+
+
+def describe(
+    configs: Iterable[Config],
+    contexts: Iterable[int],
+    workload: Workload = Workload(),
+    params: Params = Params(),
+    assumptions: Assumptions = Assumptions(),
+) -> str:
+    """One line per configuration x context: memory, concurrency, prefill/decode/batch time, throughput."""
+    head = (
+        f"{'config':<18}{'context':>9}{'fits':>6}{'seqs':>6}{'waves':>6}{'KV tokens':>12}{'w/GPU GiB':>10}"
+        f"{'prefill s':>10}{'decode s':>10}{'batch s':>9}{'out tok/s':>10}{'step ms':>9}{'KV ms':>7}{'comm ms':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for cfg in configs:
+        for c in contexts:
+            pr = batch_time(cfg, int(c), workload, params, assumptions)
+            st = pr.step_first
+            kv_ms = 1e3 * st.kv_bytes / (cfg.gpu.mem_bandwidth_bytes_per_s * params.bandwidth_efficiency)
+            cap = pr.memory.kv_capacity_tokens
+            lines.append(
+                f"{cfg.label():<18}{context_label(int(c)):>9}{'yes' if pr.fits else 'NO':>6}{pr.concurrent_seqs:>6}"
+                f"{pr.waves:>6}{(f'{cap:,}' if cap < 2**61 else '-'):>12}{pr.memory.weights_bytes_per_gpu / GIB:>10.1f}"
+                f"{pr.prefill_s:>10.1f}{pr.decode_s:>10.1f}{pr.batch_time_s:>9.1f}{pr.output_tokens_per_s:>10.1f}"
+                f"{st.total_s * 1e3:>9.2f}{kv_ms:>7.2f}{(st.tp_comm_s + st.dcp_comm_s) * 1e3:>8.2f}"
+            )
+            if not pr.fits:
+                lines.append(f"{'':<18}  -> {pr.memory.reason}")
+    return "\n".join(lines)
+
+
+def spec_configs(target: str | Path, a: Assumptions = Assumptions()) -> tuple[list[tuple[Config, int, Workload]], str]:
+    """Every distinct (configuration, prompt length, workload) of an experiment file, via kvlab.spec."""
+    if importlib.util.find_spec("kvlab.spec") is None:
+        raise NotImplementedError(
+            f"{target}: reading experiment files needs kvlab/spec.py (ExperimentSpec.load); "
+            "pass gpu/model/engine/tp/dcp/context_tokens explicitly"
+        )
+    from kvlab.spec import ExperimentSpec, expand
+
+    spec = ExperimentSpec.load(target)
+    g = find_gpu(spec.hardware)
+    seen, out = set(), []
+    for run in expand(spec, origin=target):
+        e, w = run.engine, run.workload
+        mem_util = None if g.gpu == "CPU" else e.mem_util
+        key = (e.name, e.model, e.tp, e.dcp, mem_util, e.kv_cache_bytes, w.prompt_len, w.batch_size, w.output_tokens)
+        if key in seen:
+            continue
+        seen.add(key)
+        cfg = Config(g, find_model(e.served_model_name or e.model) if _known(e.served_model_name) else find_model(e.model),
+                     e.name, e.tp, e.dcp, mem_util, e.kv_cache_bytes)  # fmt: skip
+        out.append((cfg, w.prompt_len, Workload(w.batch_size, w.output_tokens)))
+    return out, spec.name
+
+
+def _known(name: str | None) -> bool:
+    if not name:
+        return False
+    try:
+        find_model(name)
+        return True
+    except KeyError:
+        return False
+
+
+def model_command(
+    target: str | None = None,
+    *,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    engine: str | None = None,
+    tp: int = 8,
+    dcp: int | None = None,
+    context_tokens: int | list[int] | None = None,
+    batch_size: int | None = None,
+    output_tokens: int | None = None,
+    mem_util: float = 0.92,
+    kv_layers: int | None = None,
+    data_dir: str | Path = DATA_DIR,
+) -> str:
+    """The text `kvlab model` prints.
+
+    With no engine, compares vLLM TP (no DCP) against SGLang TP+DCP (dcp defaults to tp), as the article
+    did. ``target`` may be an experiment file (needs kvlab/spec.py); explicit arguments override it.
+    """
+    if target:
+        return _model_command_spec(target, kv_layers, data_dir)
+    engines: list[tuple[str, int, int]] | None = None
+    contexts: list[int] | None = None
+    defaults = Workload()
+    w = Workload(int(batch_size or defaults.batch_size), int(output_tokens or defaults.output_tokens))
+    a = Assumptions(kv_layers=kv_layers, default_mem_util=mem_util)
+    if context_tokens is not None:
+        contexts = [context_tokens] if isinstance(context_tokens, int) else list(context_tokens)
+    contexts = contexts or list(DEFAULT_CONTEXTS)
+    if engine is not None:
+        engines = [(engine, tp, dcp or 1)]
+    engines = engines or [("vllm", tp, 1), ("sglang", tp, dcp or tp)]
+    g = find_gpu(gpu)
+    is_cpu = g.gpu == "CPU"
+    configs = [Config.of(gpu, model, e, t, d, None if is_cpu else mem_util) for e, t, d in engines]
+    params, provenance, fit = params_for(g.gpu, data_dir, w, a)
+    out = [
+        f"kvlab model: {configs[0].model.model} on {g.gpu} ({g.name}), mem_util {mem_util if not is_cpu else 'n/a'}",
+        f"workload: batch_size {w.batch_size}, output_tokens {w.output_tokens}"
+        + ("" if (batch_size and output_tokens) else " (assumed where not given: kvlab.perfmodel.Workload)"),
+        f"params ({provenance}): prefill_efficiency {params.prefill_efficiency:.3f}, "
+        f"bandwidth_efficiency {params.bandwidth_efficiency:.3f}, "
+        f"dcp_layer_latency {params.dcp_layer_latency_s * 1e6:.0f} us",
+        "",
+        describe(configs, contexts, w, params, a),
+    ]
+    if fit is not None:
+        out += ["", fit.summary()]
+        if fit.hardware == g.gpu and any(d > 1 for *_, d in engines):
+            x = crossover_from_fit(fit, gpu=g.gpu, model=configs[0].model.model, tp=tp, dcp=dcp or tp,
+                                   workload=w, assumptions=a)  # fmt: skip
+            out.append(
+                f"  crossover vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp or tp}: "
+                + (f"{x:,.0f} tokens ({x / 1024:.0f}K)" if x else "none between 1K and 1M tokens")
+            )
+    return "\n".join(out)
+
+
+def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path) -> str:
+    a = Assumptions(kv_layers=kv_layers)
+    items, name = spec_configs(target, a)
+    g = items[0][0].gpu
+    params, provenance, fit = params_for(g.gpu, data_dir, Workload(), a)
+    out = [
+        f"kvlab model: experiment '{name}' ({target}) on {g.gpu} ({g.name})",
+        f"params ({provenance}): prefill_efficiency {params.prefill_efficiency:.3f}, "
+        f"bandwidth_efficiency {params.bandwidth_efficiency:.3f}, dcp_layer_latency {params.dcp_layer_latency_s * 1e6:.0f} us",
+    ]
+    groups: dict[tuple, list] = {}
+    for cfg, prompt, w in items:
+        groups.setdefault((w, cfg.mem_util, cfg.kv_cache_bytes), []).append((cfg, prompt))
+    for (w, util, kvb), members in groups.items():
+        cfgs = list(dict.fromkeys(c for c, _ in members))
+        prompts = sorted({p for _, p in members})
+        budget = f", KV budget {kvb:,.0f} B" if kvb else ""
+        out += ["", f"batch_size {w.batch_size}, output_tokens {w.output_tokens}, mem_util {util}{budget}; prompt tokens {prompts}"]
+        out.append(describe(cfgs, prompts, w, params, a))
+    if fit is not None:
+        out += ["", fit.summary()]
+    return "\n".join(out)

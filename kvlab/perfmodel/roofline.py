@@ -1,0 +1,319 @@
+"""Roofline model of one engine configuration on one host: prefill, decode under TP/DCP, memory feasibility.
+
+Everything here is a closed-form function of catalog figures (:mod:`kvlab.perfmodel.catalog`),
+a :class:`Workload` (the article's unknowns), :class:`Assumptions` (fixed, stated) and
+:class:`Params` (the few free parameters that :mod:`kvlab.perfmodel.calibrate` fits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+from kvlab.perfmodel.catalog import GPU, Model, gpu as find_gpu, model as find_model
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A fixed batch: ``batch_size`` prompts of ``context_tokens`` each, all sent at once, each
+    generating ``output_tokens``. The B300 article states neither batch size nor output length;
+    these defaults are the model's one place for them, and they equal the shipped experiment
+    ``data/experiments/b300_long_context.yaml`` (a test keeps the two together).
+
+    - ``batch_size = 8``: the article holds one batch fixed for both engines and contexts, and both
+      ran at a 0.92 memory target. With vLLM keeping a full MLA KV copy on every GPU the model fits
+      about 10 Kimi-K3 sequences of 200K per B300 at 0.92 (:func:`memory`), so 8 is the largest round
+      batch that runs in one wave for vLLM at 200K. A batch that does not fit runs in waves here.
+    - ``output_tokens = 1024``: a common benchmark output length, short beside 64K-200K prompts, so
+      prompt length stays what "context" means. It is also the least favourable reading for the
+      physics: the fitted decode bandwidth efficiency scales with ``batch_size x output_tokens``
+      (8 x 1024 needs ~3% of peak; 8 x 4096 ~15%) and the per-layer DCP latency inversely with
+      ``output_tokens``. The fit quality and the crossover barely move: see
+      :func:`kvlab.perfmodel.calibrate.sensitivity` and the what-if notebook.
+
+    Published rows are read as prompt = the stated context (the article speaks of 64K-token prompts);
+    measured rows carry their own ``prompt_tokens``.
+    """
+
+    batch_size: int = 8
+    output_tokens: int = 1024
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Fixed figures of the model that are not fitted and not in the catalogs (each a stated guess)."""
+
+    #: TP of both engines in the B300 article (8 GPUs; DCP reuses the TP ranks). The article says only
+    #: that vLLM "kept its single-GPU decode path": read here as TP 8 without DCP.
+    published_tp: int = 8
+    #: memory target when a row does not give one: the article's runs that completed used 0.92.
+    default_mem_util: float = 0.92
+    #: latency of one small-message all-reduce over NVLink inside one host (custom/NCCL all-reduce).
+    tp_allreduce_latency_s: float = 10e-6
+    #: TP all-reduces per layer per decode step (after attention and after the MLP/MoE).
+    allreduces_per_layer: int = 2
+    #: activations, sampler and CUDA-graph buffers counted inside the memory target.
+    activation_bytes_per_gpu: float = 4 * GIB
+    #: fraction of device memory the process needs outside the target (CUDA context, NCCL buffers,
+    #: fragmentation). Not derived: 6.5% is the middle of the window the B300 article implies (0.95 leaves
+    #: 5% and failed, 0.92 leaves 8% and worked). The model restates that claim; it does not predict it.
+    outside_pool_fraction: float = 0.065
+    #: MLA layers holding KV; None = the catalog's count (Kimi-K3: 24; 93 in the other reading).
+    kv_layers: int | None = None
+
+
+@dataclass(frozen=True)
+class Params:
+    """The free parameters (fitted per hardware by :func:`kvlab.perfmodel.calibrate.calibrate`)."""
+
+    #: achieved fraction of dense peak FLOP/s during prefill.
+    prefill_efficiency: float = 0.5
+    #: achieved fraction of peak memory bandwidth while reading weights, KV and state in decode.
+    bandwidth_efficiency: float = 0.7
+    #: time DCP adds per full-attention layer per decode step (its all-gather / LSE-merge collectives).
+    dcp_layer_latency_s: float = 30e-6
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+#: The pure roofline: peak compute and bandwidth, no latency. Used for "fraction of the bound".
+BOUND = Params(prefill_efficiency=1.0, bandwidth_efficiency=1.0, dcp_layer_latency_s=0.0)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One engine configuration on one host."""
+
+    gpu: GPU
+    model: Model
+    engine: str
+    tp: int = 8
+    dcp: int = 1
+    #: None = no memory limit modelled (the CPU host, whose KV space is set in bytes, not by a fraction).
+    mem_util: float | None = 0.92
+    #: an explicit KV budget per GPU (vLLM --kv-cache-memory-bytes; the CPU experiment's budgets):
+    #: replaces the pool computed from ``mem_util``.
+    kv_cache_bytes: float | None = None
+
+    def __post_init__(self):
+        if self.tp < 1 or self.dcp < 1 or self.tp % self.dcp:
+            raise ValueError(f"tp {self.tp} and dcp {self.dcp}: both >= 1 and tp % dcp == 0 required")
+        if self.mem_util is not None and not 0 < self.mem_util <= 1:
+            raise ValueError(f"mem_util {self.mem_util} must be in (0, 1]")
+
+    @classmethod
+    def of(
+        cls, gpu: str, model: str, engine: str, tp: int = 8, dcp: int = 1, mem_util: float | None = 0.92,
+        kv_cache_bytes: float | None = None,
+    ) -> Config:  # fmt: skip
+        return cls(find_gpu(gpu), find_model(model), engine, tp, dcp, mem_util, kv_cache_bytes)
+
+    def label(self) -> str:
+        return f"{self.engine} TP{self.tp}" + (f"+DCP{self.dcp}" if self.dcp > 1 else "")
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def kv_split(cfg: Config) -> int:
+    """Over how many GPUs one token's KV is divided.
+
+    GQA shards KV heads across TP (up to the number of KV heads); DCP further interleaves tokens.
+    MLA has one shared latent (kv_heads = 1): TP alone keeps a full copy on every GPU, DCP divides it.
+    """
+    return min(cfg.tp, cfg.model.kv_heads * cfg.dcp)
+
+
+def kv_bytes_per_token_per_gpu(cfg: Config, a: Assumptions = Assumptions()) -> float:
+    return cfg.model.kv_bytes_per_token(a.kv_layers) / kv_split(cfg)
+
+
+def state_bytes_per_seq_per_gpu(cfg: Config) -> float:
+    """Linear-attention state of one sequence on one GPU (heads split over TP)."""
+    return cfg.model.linear_state_bytes_per_seq / cfg.tp
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Memory picture of one configuration at one context, per GPU."""
+
+    weights_bytes_per_gpu: float
+    kv_pool_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    kv_capacity_tokens: int  # tokens the replica's KV pool holds (the figure engines log)
+    max_concurrent_seqs: int  # sequences of this context that fit at once
+    outside_pool_bytes_per_gpu: float  # (1 - mem_util) x memory
+    fits: bool
+    reason: str
+
+
+def memory(cfg: Config, context_tokens: int, a: Assumptions = Assumptions()) -> Memory:
+    """Weights per GPU, KV pool and capacity at ``cfg.mem_util``, sequences that fit, and whether a run fits."""
+    weights = cfg.model.weight_bytes() / cfg.tp
+    per_tok = kv_bytes_per_token_per_gpu(cfg, a)
+    per_seq = context_tokens * per_tok + state_bytes_per_seq_per_gpu(cfg)
+    if cfg.kv_cache_bytes is not None:
+        pool = cfg.kv_cache_bytes
+        seqs = int(pool // per_seq)
+        reason = "fits" if seqs >= 1 else f"one {context_tokens}-token sequence needs {per_seq:,.0f} B of KV, budget {pool:,.0f} B"
+        return Memory(weights, pool, per_tok, int(pool // per_tok), seqs, math.inf, seqs >= 1, reason)
+    if cfg.mem_util is None:
+        return Memory(weights, math.inf, per_tok, 2**62, 2**62, math.inf, True, "no memory limit modelled")
+    total = cfg.gpu.memory_bytes
+    pool = cfg.mem_util * total - weights - a.activation_bytes_per_gpu
+    outside = (1 - cfg.mem_util) * total
+    cap = int(pool // per_tok) if pool > 0 else 0
+    seqs = int(pool // per_seq) if pool > 0 else 0
+    if weights > cfg.mem_util * total:
+        reason = f"weights {weights / GIB:.1f} GiB/GPU exceed the target {cfg.mem_util * total / GIB:.1f} GiB"
+    elif seqs < 1:
+        reason = f"one {context_tokens}-token sequence needs {per_seq / GIB:.2f} GiB/GPU of KV, pool holds {max(pool, 0) / GIB:.2f}"
+    elif outside < a.outside_pool_fraction * total:
+        reason = (
+            f"{outside / GIB:.1f} GiB/GPU left outside the target < assumed need "
+            f"{a.outside_pool_fraction * total / GIB:.1f} GiB ({a.outside_pool_fraction:.1%}, article-implied): OOM risk"
+        )
+    else:
+        reason = "fits"
+    return Memory(weights, pool, per_tok, cap, seqs, outside, reason == "fits", reason)
+
+
+# --------------------------------------------------------------------------- time
+
+
+def prefill_time_s(cfg: Config, context_tokens: int, n_seqs: int, p: Params) -> float:
+    """Compute-bound prefill of ``n_seqs`` prompts: dense FLOPs (2 x active params per token) plus
+    causal attention (pairs x FLOPs per pair), over all TP GPUs at ``prefill_efficiency`` of peak.
+    Linear-attention layers are counted through their weights only (their chunked scan is linear)."""
+    m = cfg.model
+    pairs = context_tokens * (context_tokens + 1) / 2
+    flops = n_seqs * (2 * m.active_params * context_tokens + pairs * m.attn_flops_per_pair())
+    return flops / (cfg.tp * cfg.gpu.flops_per_s(m.compute_dtype) * p.prefill_efficiency)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decode step of ``n_seqs`` sequences at one context: time by part and bytes read per GPU."""
+
+    weights_bytes: float
+    kv_bytes: float
+    state_bytes: float
+    read_s: float
+    tp_comm_s: float
+    dcp_comm_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.read_s + self.tp_comm_s + self.dcp_comm_s
+
+    @property
+    def read_bytes(self) -> float:
+        return self.weights_bytes + self.kv_bytes + self.state_bytes
+
+
+def decode_step(cfg: Config, n_seqs: int, context_tokens: float, p: Params, a: Assumptions = Assumptions()) -> Step:
+    """Memory-bound decode step: active weights + KV (split by :func:`kv_split`) + linear state, read at
+    ``bandwidth_efficiency`` of peak; plus TP all-reduces; plus, with DCP, a latency per full-attention layer
+    and the partial outputs it exchanges."""
+    m, g = cfg.model, cfg.gpu
+    weights = m.active_weight_bytes() / cfg.tp
+    kv = n_seqs * context_tokens * kv_bytes_per_token_per_gpu(cfg, a)
+    state = n_seqs * state_bytes_per_seq_per_gpu(cfg)
+    read_s = (weights + kv + state) / (g.mem_bandwidth_bytes_per_s * p.bandwidth_efficiency)
+    tp_comm = 0.0
+    if cfg.tp > 1:
+        msg = 2 * (cfg.tp - 1) / cfg.tp * n_seqs * m.hidden_size * 2  # ring all-reduce of BF16 activations
+        per = a.tp_allreduce_latency_s + (msg / g.interconnect_bytes_per_s if g.interconnect_bytes_per_s else 0.0)
+        tp_comm = m.num_layers * a.allreduces_per_layer * per
+    dcp_comm = 0.0
+    if cfg.dcp > 1:
+        width = (m.kv_lora_rank or m.head_dim or 0) + 1  # partial output + log-sum-exp, FP32
+        msg = (cfg.dcp - 1) / cfg.dcp * n_seqs * m.attn_heads * width * 4
+        per = p.dcp_layer_latency_s + (msg / g.interconnect_bytes_per_s if g.interconnect_bytes_per_s else 0.0)
+        dcp_comm = m.full_attention_layers * per
+    return Step(weights, kv, state, read_s, tp_comm, dcp_comm)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Modelled batch time of a fixed batch, with its parts."""
+
+    config: Config
+    context_tokens: int
+    workload: Workload
+    memory: Memory
+    concurrent_seqs: int
+    waves: int
+    prefill_s: float
+    decode_s: float
+    step_first: Step = field(repr=False)  # decode step of the first wave at its mean context
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    @property
+    def batch_time_s(self) -> float:
+        return self.prefill_s + self.decode_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.workload.batch_size * self.workload.output_tokens / self.batch_time_s
+
+
+def batch_time(
+    cfg: Config, context_tokens: int, w: Workload = Workload(), p: Params = Params(), a: Assumptions = Assumptions()
+) -> Prediction:
+    """Batch time: prefill of every prompt, then decode of ``output_tokens`` steps per wave.
+
+    Step time is linear in context, so the sum over a wave's steps equals ``output_tokens`` steps at the
+    mean context ``context + (output_tokens - 1) / 2``. When fewer sequences fit than the batch holds
+    (KV at the final context), the batch runs in waves. A run that does not fit still gets a time
+    (``fits`` says it would fail): the memory check and the speed model are kept apart.
+    """
+    mem = memory(cfg, context_tokens + w.output_tokens, a)
+    conc = max(1, min(w.batch_size, mem.max_concurrent_seqs))
+    waves = math.ceil(w.batch_size / conc)
+    mean_ctx = context_tokens + (w.output_tokens - 1) / 2
+    prefill = prefill_time_s(cfg, context_tokens, w.batch_size, p)
+    decode, left, first = 0.0, w.batch_size, None
+    while left > 0:
+        n = min(conc, left)
+        step = decode_step(cfg, n, mean_ctx, p, a)
+        first = first or step
+        decode += w.output_tokens * step.total_s
+        left -= n
+    return Prediction(cfg, context_tokens, w, mem, conc, waves, prefill, decode, first)
+
+
+def with_params(p: Params, **changes) -> Params:
+    return replace(p, **changes)
+
+
+def crossover_context(
+    cfg_a: Config,
+    cfg_b: Config,
+    w: Workload = Workload(),
+    p: Params = Params(),
+    a: Assumptions = Assumptions(),
+    lo_tokens: int = 1024,
+    hi_tokens: int = 1 << 20,
+) -> float | None:
+    """Context (tokens) where ``cfg_a`` and ``cfg_b`` take the same batch time; None when they do not cross
+    in [lo, hi]. The first crossing on a log grid is refined by bisection (scipy's brentq)."""
+    from scipy.optimize import brentq
+
+    def diff(c: float) -> float:
+        return batch_time(cfg_a, int(round(c)), w, p, a).batch_time_s - batch_time(cfg_b, int(round(c)), w, p, a).batch_time_s
+
+    grid = [lo_tokens * (hi_tokens / lo_tokens) ** (i / 64) for i in range(65)]
+    vals = [diff(c) for c in grid]
+    for (c0, v0), (c1, v1) in zip(zip(grid, vals), zip(grid[1:], vals[1:])):
+        if v0 == 0:
+            return c0
+        if v0 * v1 < 0:
+            return float(brentq(diff, c0, c1, xtol=1.0))
+    return None

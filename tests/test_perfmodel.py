@@ -1,0 +1,300 @@
+"""Tests of the physical model: catalog facts, physical properties, calibration, frames, CLI text, notebook."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+
+import polars as pl
+import pytest
+
+from kvlab.paths import CATALOG_DIR, DATA_DIR, NOTEBOOKS_DIR
+from kvlab.perfmodel import (
+    Assumptions,
+    CatalogError,
+    Config,
+    Params,
+    Workload,
+    achieved_fraction,
+    batch_time,
+    calibrate,
+    crossover_from_fit,
+    decode_step,
+    kv_split,
+    load_gpus,
+    load_models,
+    memory,
+    model,
+    predict_frame,
+    predict_like,
+    published_fit,
+)
+from kvlab.perfmodel.catalog import _read, GPU
+from kvlab.perfmodel.report import model_command
+from kvlab.schema import RUNS
+from kvlab.store import load_runs
+
+GIB = 1024**3
+
+# --------------------------------------------------------------------------- catalogs (FACTS §4)
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_bytes"),
+    [
+        ("DeepSeek-V3", 70_272),
+        ("Kimi-K2", 70_272),
+        ("Kimi-K3", 27_648),
+        ("Llama-3.1-8B", 131_072),
+        ("Llama-3.1-70B", 327_680),
+        ("kvlab-tiny", 1_024),
+    ],
+)
+def test_kv_bytes_per_token_match_facts(name, kv_bytes):
+    assert model(name).kv_bytes_per_token() == kv_bytes
+
+
+def test_kimi_k3_alternative_kv_reading_is_a_parameter():
+    k3 = model("Kimi-K3")
+    assert k3.kv_layers_alt == 93
+    assert k3.kv_bytes_per_token(k3.kv_layers_alt) == 107_136
+    cfg = Config.of("B300", "Kimi-K3", "vllm", 8, 1)
+    assert memory(cfg, 1000, Assumptions(kv_layers=93)).kv_bytes_per_token_per_gpu == 107_136
+
+
+def test_every_catalogued_model_and_gpu_is_listed_with_citation():
+    assert {"B300", "B200", "H200", "H100", "CPU"} <= set(load_gpus())
+    assert {"Kimi-K3", "Kimi-K2", "DeepSeek-V3", "Llama-3.1-8B", "Llama-3.1-70B", "kvlab-tiny"} <= set(load_models())
+    assert all(g.citation for g in load_gpus().values()) and all(m.citation for m in load_models().values())
+    assert load_gpus()["B300"].is_derived("fp8_flops_per_s") and not load_gpus()["H200"].is_derived("memory_bytes")
+    assert model("deepseek-ai/DeepSeek-R1").model == "DeepSeek-V3"
+
+
+def test_mla_kv_copy_per_gpu_matches_facts():
+    """A 200K Kimi-K2 sequence costs 13.1 GiB per GPU under TP without DCP; DCP 8 divides it by 8."""
+    tp = Config.of("H200", "Kimi-K2", "vllm", 8, 1)
+    dcp = Config.of("H200", "Kimi-K2", "vllm", 8, 8)
+    per_seq = 200_000 * memory(tp, 1).kv_bytes_per_token_per_gpu / GIB
+    assert round(per_seq, 1) == 13.1
+    assert memory(dcp, 1).kv_bytes_per_token_per_gpu * 8 == memory(tp, 1).kv_bytes_per_token_per_gpu
+
+
+def test_memory_model_against_published_kv_tokens_h200():
+    """vLLM recipe, Kimi-K2-Thinking on 8xH200 (default utilisation 0.9): 715,072 -> 5,721,088 KV tokens."""
+    for d, published in ((1, 715_072), (8, 5_721_088)):
+        cap = memory(Config.of("H200", "Kimi-K2", "vllm", 8, d, 0.9), 1000).kv_capacity_tokens
+        assert abs(cap / published - 1) < 0.10, (d, cap)
+
+
+def test_catalog_errors_name_file_line_and_field(tmp_path):
+    bad = (CATALOG_DIR / "gpus.csv").read_text().replace("8.0e12", "fast", 1)
+    path = tmp_path / "gpus.csv"
+    path.write_text(bad)
+    with pytest.raises(CatalogError, match=r"gpus\.csv, line 2 \(B300\): field 'mem_bandwidth_bytes_per_s'"):
+        _read(path, GPU, "gpu")
+    path.write_text((CATALOG_DIR / "gpus.csv").read_text().replace("derived_fields", "derived_fieldz"))
+    with pytest.raises(CatalogError, match="unknown column"):
+        _read(path, GPU, "gpu")
+
+
+# --------------------------------------------------------------------------- physical properties
+
+CONFIGS = [
+    ("B300", "Kimi-K3", 8, 1),
+    ("B300", "Kimi-K3", 8, 8),
+    ("H200", "DeepSeek-V3", 8, 4),
+    ("H100", "Llama-3.1-70B", 8, 1),
+    ("CPU", "kvlab-tiny", 1, 1),
+]
+
+
+@pytest.mark.parametrize(("g", "m", "tp", "dcp"), CONFIGS)
+def test_decode_time_grows_with_context(g, m, tp, dcp):
+    cfg = Config.of(g, m, "vllm", tp, dcp)
+    steps = [decode_step(cfg, 8, c, Params()).total_s for c in (1_000, 8_000, 64_000, 200_000, 1_000_000)]
+    assert all(b > a for a, b in zip(steps, steps[1:]))
+    times = [batch_time(cfg, c).batch_time_s for c in (4096, 65536, 204800)]
+    assert all(b > a for a, b in zip(times, times[1:]))
+
+
+@pytest.mark.parametrize("m", ["Kimi-K3", "Kimi-K2", "DeepSeek-V3"])
+def test_dcp_lowers_kv_bytes_per_gpu_and_adds_communication(m):
+    steps = {d: decode_step(Config.of("B300", m, "sglang", 8, d), 8, 100_000, Params()) for d in (1, 2, 4, 8)}
+    for a, b in ((1, 2), (2, 4), (4, 8)):
+        assert steps[b].kv_bytes < steps[a].kv_bytes
+        assert steps[b].dcp_comm_s > steps[a].dcp_comm_s
+    assert steps[1].dcp_comm_s == 0
+    assert steps[1].kv_bytes == pytest.approx(8 * steps[8].kv_bytes)
+
+
+def test_dcp_gains_nothing_for_gqa_with_tp_at_kv_heads():
+    """FACTS §3: for GQA the useful DCP is at most tp / num_kv_heads; Llama-3.1 at TP8 gains nothing."""
+    assert kv_split(Config.of("B300", "Llama-3.1-8B", "vllm", 8, 1)) == kv_split(Config.of("B300", "Llama-3.1-8B", "vllm", 8, 8)) == 8
+    assert kv_split(Config.of("B300", "Kimi-K3", "vllm", 8, 8)) == 8 and kv_split(Config.of("B300", "Kimi-K3", "vllm", 8, 1)) == 1
+
+
+@pytest.mark.parametrize(("g", "m", "dcp"), [("B300", "Kimi-K3", 1), ("B300", "Kimi-K3", 8), ("H200", "Kimi-K2", 1), ("H100", "Llama-3.1-70B", 1)])
+def test_higher_utilisation_never_lowers_kv_capacity(g, m, dcp):
+    utils = [0.80, 0.85, 0.90, 0.92, 0.95, 0.98]
+    caps = [memory(Config.of(g, m, "vllm", 8, dcp, u), 65536) for u in utils]
+    assert all(b.kv_capacity_tokens >= a.kv_capacity_tokens for a, b in zip(caps, caps[1:]))
+    assert all(b.max_concurrent_seqs >= a.max_concurrent_seqs for a, b in zip(caps, caps[1:]))
+
+
+def test_memory_study_side_092_vs_095_on_b300():
+    a = Assumptions()
+    m92 = memory(Config.of("B300", "Kimi-K3", "vllm", 8, 1, 0.92), 204800, a)
+    m95 = memory(Config.of("B300", "Kimi-K3", "vllm", 8, 1, 0.95), 204800, a)
+    assert m92.fits and not m95.fits and "outside the target" in m95.reason
+    assert m95.kv_capacity_tokens > m92.kv_capacity_tokens
+    assert m92.max_concurrent_seqs >= Workload().batch_size  # the assumed batch runs in one wave at 0.92
+    assert not memory(Config.of("H100", "Kimi-K3", "vllm", 8, 1), 1000).fits  # 2.8T weights do not fit 8xH100
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+@pytest.fixture(scope="module")
+def fit():
+    return published_fit(DATA_DIR)
+
+
+def test_calibrated_model_reproduces_published_batch_times(fit):
+    print("\n" + fit.summary())
+    print(fit.residuals)
+    assert fit.residuals.height == 4
+    assert fit.residuals["residual_pct"].abs().max() < 10.0
+    assert len(fit.free) <= 3  # never a parameter per row
+
+
+def test_crossover_between_64k_and_200k(fit):
+    x = crossover_from_fit(fit)
+    print(f"\ncrossover vLLM TP8 vs SGLang TP8+DCP8: {x:,.0f} tokens")
+    assert x is not None and 65536 < x < 204800
+
+
+def test_leave_one_out_error_is_computed_and_printed(fit, capsys):
+    with capsys.disabled():
+        print(f"\nleave-one-out error: mean |{fit.loo_mean_abs_pct:.1f}|%, max |{fit.loo_max_abs_pct:.1f}|%")
+        print(fit.loo)
+    assert fit.loo.height == 4 and fit.loo["loo_error_pct"].is_finite().all()
+    assert math.isfinite(fit.loo_mean_abs_pct)
+
+
+def test_fit_reports_implausible_parameters_honestly(fit):
+    """The article's SGLang penalty at 64K needs a DCP latency far above NVLink's: the fit must say so."""
+    lat = fit.params.dcp_layer_latency_s
+    assert (lat > 100e-6) == any("dcp_layer_latency_s" in w for w in fit.warnings)
+
+
+def test_calibration_on_measured_cpu_runs_fits_few_parameters():
+    """Measured runs (here synthetic, generated by the model with known parameters) are recovered."""
+    true = Params(prefill_efficiency=0.3, bandwidth_efficiency=0.4, dcp_layer_latency_s=0.0)
+    cfg = Config.of("CPU", "kvlab-tiny", "vllm", 1, 1, None)
+    rows = []
+    for i, (ctx, n) in enumerate([(2048, 256), (8000, 256), (4096, 64), (1024, 128)]):
+        t = batch_time(cfg, ctx, Workload(1, n), true).batch_time_s
+        rows.append({"source": "measured", "experiment": "cpu", "run_id": f"r{i}", "hardware": "CPU x86_64 (2 cores)",
+                     "model": "kvlab-tiny", "engine": "vllm", "tp": 1, "dcp": 1, "context_label": str(ctx),
+                     "context_tokens": ctx, "prompt_tokens": ctx, "batch_size": 1, "output_tokens": n,
+                     "status": "ok", "batch_time_s": t})  # fmt: skip
+    runs = RUNS.conform(pl.DataFrame(rows))
+    fits = calibrate(runs)
+    cpu = fits["CPU"]
+    assert cpu.free == ("prefill_efficiency", "bandwidth_efficiency")
+    assert cpu.params.prefill_efficiency == pytest.approx(0.3, rel=1e-3)
+    assert cpu.params.bandwidth_efficiency == pytest.approx(0.4, rel=1e-3)
+    assert cpu.max_abs_residual_pct < 0.1
+    frac = achieved_fraction(runs)
+    assert frac.height == 4 and frac["batch_fraction_of_bound"].is_between(0.29, 0.41).all()
+
+
+# --------------------------------------------------------------------------- frames and CLI text
+
+
+def test_predict_frame_is_modelled_rows_in_the_runs_schema(fit):
+    df = predict_frame(params=fit.params)
+    assert df.columns == RUNS.names and df.height == 4
+    assert set(df["source"]) == {"modelled"} and set(df["experiment"]) == {"model_b300"}
+    assert df["run_id"].n_unique() == 4
+    assert (df["prefill_time_s"] + df["decode_time_s"] - df["batch_time_s"]).abs().max() < 1e-9
+    RUNS.conform(df)  # idempotent
+
+
+def test_predict_like_mirrors_published_rows(fit):
+    pub = load_runs(DATA_DIR, experiment="article_b300").filter(pl.col("source") == "published")
+    mod = predict_like(pub, {"B300": fit.params})
+    joined = pub.select("run_id", "batch_time_s").join(mod.select("run_id", pl.col("batch_time_s").alias("m")), on="run_id")
+    assert joined.height == 4 and ((joined["m"] / joined["batch_time_s"] - 1).abs() < 0.10).all()
+
+
+def test_achieved_fraction_of_published_rows_is_below_one():
+    frac = achieved_fraction(load_runs(DATA_DIR), sources=("published",))
+    assert frac.height >= 4
+    assert (frac["batch_fraction_of_bound"] < 1).all() and (frac["bandwidth_fraction_of_peak"] < 1).all()
+
+
+def test_model_command_text():
+    out = model_command()
+    assert "vllm TP8" in out and "sglang TP8+DCP8" in out and "crossover" in out and "leave-one-out" in out
+    out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10)
+    assert "Llama-3.1-70B on H200" in out and "8K" in out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("kvlab.spec") is None, reason="kvlab/spec.py not present")
+def test_model_command_reads_experiment_files():
+    out = model_command(str(DATA_DIR / "experiments" / "b300_long_context.yaml"))
+    assert "b300_long_context" in out and "sglang TP8+DCP8" in out and "mem_util 0.95" in out
+    out = model_command(str(DATA_DIR / "experiments" / "cpu_long_context.yaml"))
+    assert "vllm TP1" in out and "KV budget" in out
+
+
+def test_explicit_kv_budget_limits_concurrency():
+    """The CPU experiment's 16 MiB budget holds 2 of 4 requests at 6,400 tokens, 40 MiB holds all 4."""
+    small = memory(Config.of("CPU", "kvlab-tiny", "vllm", 1, 1, None, 16 * 2**20), 6400)
+    large = memory(Config.of("CPU", "kvlab-tiny", "vllm", 1, 1, None, 40 * 2**20), 6400)
+    assert small.kv_capacity_tokens == 16_384 and small.max_concurrent_seqs == 2
+    assert large.max_concurrent_seqs >= 4
+
+
+def test_workload_default_matches_the_shipped_b300_experiment():
+    """One assumption, two places that must agree: the model's Workload and the shipped experiment."""
+    import yaml
+
+    spec = yaml.safe_load((DATA_DIR / "experiments" / "b300_long_context.yaml").read_text())
+    assert dataclasses.asdict(Workload()) == {
+        "batch_size": spec["workload"]["batch_size"],
+        "output_tokens": spec["workload"]["output_tokens"],
+    }
+    assert Workload.__doc__ and "batch_size" in Workload.__doc__
+    assert Assumptions().published_tp == 8
+
+
+# --------------------------------------------------------------------------- notebook
+
+
+def test_whatif_notebook_executes(tmp_path):
+    papermill = pytest.importorskip("papermill")
+    out = tmp_path / "04_whatif_model.out.ipynb"
+    papermill.execute_notebook(
+        str(NOTEBOOKS_DIR / "04_whatif_model.ipynb"),
+        str(out),
+        parameters={"grid_points": 8, "max_context": 262144, "gpus": ["B300", "H200"], "dcp_sizes": [8],
+                    "headroom_contexts": [65536, 204800]},  # fmt: skip
+        kernel_name="python3",
+        cwd=str(NOTEBOOKS_DIR),
+        progress_bar=False,
+    )
+    text = out.read_text()
+    assert "leave-one-out error" in text.lower() and '"output_type": "error"' not in text
+    assert "between the published 64K and 200K points" in text
+
+
+def test_whatif_notebook_is_committed_without_outputs():
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOKS_DIR / "04_whatif_model.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])
+    assert all(not c.outputs and c.execution_count is None for c in code)
