@@ -280,7 +280,7 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
             pl.len().alias("runs"),
             ok.sum().alias("runs_ok"),
             (~ok).sum().alias("runs_failed"),
-            (pl.col("n_attempts") - 1).sum().alias("retries"),
+            (pl.col("n_attempts") - 1).clip(lower_bound=0).sum().alias("retries"),
             pl.col("batch_time_s").filter(ok).mean().alias("batch_time_mean_s"),
             pl.col("batch_time_s").filter(ok).std().alias("batch_time_std_s"),
             (pl.col("batch_time_s").filter(ok).std() / pl.col("batch_time_s").filter(ok).mean()).alias(

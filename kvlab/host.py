@@ -1,0 +1,85 @@
+"""What machine a run happened on (GPUs via NVML where present, else the CPU) and which code ran it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from functools import lru_cache
+
+import psutil
+
+from kvlab import __version__
+from kvlab.paths import ROOT
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpus() -> list[dict]:
+    """NVIDIA GPUs seen through NVML (name, memory); [] without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return []
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            out.append({
+                "index": i,
+                "name": name.decode() if isinstance(name, bytes) else name,
+                "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                "driver": pynvml.nvmlSystemGetDriverVersion(),
+            })
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+@lru_cache(maxsize=1)
+def describe() -> dict:
+    """Host facts stored in every manifest."""
+    g = gpus()
+    return {
+        "hostname": platform.node(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "gpus": g,
+        "accelerator": f"{len(g)}× {g[0]['name']}" if g else f"CPU {platform.machine()} ({os.cpu_count()} cores)",
+    }
+
+
+def gpu_count() -> int | None:
+    n = len(describe()["gpus"])
+    return n or None
+
+
+def git_commit() -> str | None:
+    """The commit of the kvlab checkout, with '-dirty' when it has uncommitted changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        if sha.returncode:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def provenance() -> dict:
+    return {"kvlab_version": __version__, "git_commit": git_commit(), "host": describe()}

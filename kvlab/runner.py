@@ -1,0 +1,357 @@
+"""Execute an experiment: plan runs by server configuration, launch, warm up, measure, retry, resume.
+
+Each server configuration starts once per group of runs that share it. A run is retried on
+the classified failures its spec names, every attempt recorded with its cause; finished runs
+are skipped on the next sweep (keyed by the hash of the full run spec), and each run is
+written as one atomic folder, so a killed sweep loses at most the run in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from kvlab import host, metrics, store
+from kvlab.client import BatchResult, run_requests
+from kvlab.engines import get_adapter
+from kvlab.engines.base import Failure
+from kvlab.paths import DATA_DIR
+from kvlab.server import EngineServer, ServerError, reap_orphans
+from kvlab.spec import ExperimentSpec, RunSpec, expand
+from kvlab.workloads import Prompt, fixed_batch
+
+#: Failure causes that happen before a server is ready: the same argv will fail the same way.
+STARTUP_CAUSES = ("startup_oom", "kv_cache_too_small", "timeout", "crash")
+
+#: How long to wait for the server's counters to catch up with what the client saw.
+COUNTER_SETTLE_S = 5.0
+
+
+@dataclass
+class SweepResult:
+    experiment: str
+    planned: int
+    skipped: int
+    ok: int = 0
+    failed: int = 0
+    server_starts: int = 0
+    attempts: int = 0
+    run_dirs: list[Path] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def plan(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
+    """Group runs by identical server configuration, in first-seen order."""
+    groups: dict[str, list[RunSpec]] = {}
+    for r in runs:
+        groups.setdefault(r.server_key, []).append(r)
+    return list(groups.items())
+
+
+def dry_run_text(spec: ExperimentSpec) -> str:
+    """The exact commands a sweep would run, one block per server configuration."""
+    lines = [f"# experiment {spec.name}: {len(expand(spec))} run(s)"]
+    for server_key, group in plan(expand(spec)):
+        e = group[0].engine
+        adapter = get_adapter(e.name)
+        port = e.port or 0
+        env = adapter.env_overrides(e)
+        lines.append(f"\n# server {server_key} ({e.name}); port {'{free port}' if not e.port else port}; "
+                     f"{len(group)} run(s)")
+        if env:
+            lines.append("env " + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + " \\")
+        key_ref = f"${e.api_key_env}" if e.api_key_env else None
+        lines.append("  " + " ".join(_shell_quote(a) for a in adapter.command(e, port, key_ref)))
+        for r in group:
+            w = r.workload
+            lines.append(f"#   run {r.key}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
+                         f"{w.batch_size} {w.kind}, repeat {r.repeat}")
+    return "\n".join(lines)
+
+
+def _shell_quote(a: str) -> str:
+    import shlex
+
+    return a if a.startswith("$") else shlex.quote(a)
+
+
+def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
+    """The exact prompts of one run (token-ID prompts, deterministic from the workload seed)."""
+    w = run.workload
+    return fixed_batch(w.batch_size, w.prompt_len, w.output_tokens, vocab_size,
+                       seed=w.seed * 1000 + run.repeat, distinct=w.distinct_prompts)
+
+
+def _served_name(run: RunSpec) -> str:
+    """The model name the server answers to (vLLM and SGLang default to the --model value)."""
+    return run.engine.served_model_name or run.engine.model_arg
+
+
+def _vocab_size(run: RunSpec) -> int:
+    import json
+
+    cfg = Path(run.engine.model_arg) / "config.json"
+    if cfg.is_file():
+        return int(json.loads(cfg.read_text())["vocab_size"])
+    # A hub model on a GPU host: ids below 1000 exist in every tokenizer kvlab targets.
+    return 1000
+
+
+def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, version: str | None,
+             batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
+    e, w = run.engine, run.workload
+    summary = metrics.summarize(batch.records, batch.batch_time_s) if batch else {}
+    row = {
+        "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
+        "gpu_count": host.gpu_count(), "model": e.served_model_name or Path(e.model).name, "engine": e.name,
+        "engine_version": version, "tp": e.tp, "dcp": e.dcp, "mem_util": e.mem_util,
+        "prefix_caching": e.prefix_caching, "context_label": run.context_label,
+        "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
+        "batch_size": w.batch_size if w.kind == "fixed_batch" else w.concurrency,
+        "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
+        "attempts": attempts, "status": status, "failure_cause": cause,
+        "started_at": batch.started_at if batch else datetime.now(timezone.utc).isoformat(),
+        "notes": notes or None,
+        **summary,
+        **{f"server_{k}": (None if v is None else int(v)) for k, v in deltas.items()
+           if f"server_{k}" in ("server_prompt_tokens", "server_generation_tokens", "server_prefix_cache_queries",
+                                "server_prefix_cache_hits", "server_preemptions")},
+    }
+    if status != "ok":
+        row["batch_time_s"] = None
+    return pl.DataFrame([row])
+
+
+def _attempt(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:
+    return {
+        "run_id": run.key, "attempt": n, "status": "failed" if failure else "ok",
+        "failure_cause": failure.cause if failure else None, "detail": failure.detail if failure else None,
+        "fits_max_len": failure.fits_max_len if failure else None, "elapsed_s": elapsed_s, "backoff_s": backoff_s,
+    }
+
+
+class Sweep:
+    """One execution of an experiment into ``data_dir/runs/<name>/``."""
+
+    def __init__(self, spec: ExperimentSpec, data_dir: Path = DATA_DIR, fresh: bool = False,
+                 on_run: Callable[[RunSpec, str], None] | None = None, sleep=time.sleep):
+        self.spec = spec
+        self.exp_dir = Path(data_dir) / "runs" / spec.name
+        self.fresh = fresh
+        self.on_run = on_run or (lambda run, status: None)
+        self.sleep = sleep
+        self.api_keys: dict[str, str | None] = {}
+        self.servers: list[dict] = []
+
+    # ------------------------------------------------------------------ server handling
+    def _api_key(self, run: RunSpec) -> str | None:
+        name = run.engine.api_key_env
+        if not name:
+            return None
+        key = os.environ.get(name)
+        if not key:
+            raise RuntimeError(f"engine {run.engine_label}: api_key_env {name!r} is not set in the environment")
+        return key
+
+    def _start(self, run: RunSpec, log_dir: Path, attempt: int) -> EngineServer:
+        log = log_dir / f"server-{run.server_key}-attempt{attempt}.log"
+        server = EngineServer(run.engine, log)
+        t = time.perf_counter()
+        try:
+            server.start()
+            server.wait_ready()
+        finally:
+            self.servers.append({"server_key": run.server_key, "engine": run.engine.name, "argv": server.recorded_argv,
+                                 "env": get_adapter(run.engine.name).env_overrides(run.engine),
+                                 "log": log.name, "started_at": datetime.now(timezone.utc).isoformat(),
+                                 "ready_s": time.perf_counter() - t})
+        return server
+
+    def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
+        prompts = fixed_batch(1, 16, 2, vocab, seed=987_654)
+        asyncio.run(run_requests(server.base_url, _served_name(run), prompts, api_key=self._api_key(run), timeout_s=300))
+
+    # ------------------------------------------------------------------ one run
+    def _measure(self, server: EngineServer, run: RunSpec, vocab: int) -> tuple[BatchResult, dict, list[str]]:
+        adapter = get_adapter(run.engine.name)
+        notes = []
+        if run.engine.prefix_caching:
+            flushed = adapter.flush_cache(server.base_url, server.headers)
+            if not flushed:
+                notes.append("prefix cache not flushed before the run (engine refused or endpoint disabled)")
+        key = self._api_key(run)
+        before = asyncio.run(metrics.scrape(server.base_url, key))
+        w = run.workload
+        batch = asyncio.run(run_requests(
+            server.base_url, _served_name(run), prompts_for(run, vocab),
+            concurrency=w.concurrency if w.kind == "concurrency" else None, api_key=key,
+            ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed,
+        ))
+        served = sum(r.prompt_tokens or 0 for r in batch.records)
+        deadline = time.monotonic() + COUNTER_SETTLE_S
+        while True:  # the server's counters trail the last streamed chunk by a scheduler step
+            after = asyncio.run(metrics.scrape(server.base_url, key)) if server.running() else {}
+            deltas = metrics.counter_deltas(before, after, adapter.metric_names)
+            if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if before and not after:
+            notes.append("server metrics unavailable after the run")
+        return batch, deltas, notes
+
+    def _run_one(self, run: RunSpec, server: EngineServer | None, log_dir: Path, vocab: int,
+                 result: SweepResult) -> tuple[EngineServer | None, Path]:
+        retry = self.spec.retry
+        attempts: list[dict] = []
+        batch, deltas, notes, version, failure = None, {}, [], None, None
+        logs: dict[str, Path] = {}
+        for n in range(1, retry.max_attempts + 1):
+            t = time.perf_counter()
+            failure = None
+            try:
+                if server is None or not server.running():
+                    if server is not None:
+                        server.stop()
+                    result.server_starts += 1
+                    server = self._start(run, log_dir, n)
+                    if self.spec.warmup:
+                        self._warmup(server, run, vocab)
+                logs[f"server-attempt{n}.log"] = server.log_path
+                version = version or server.version()
+                batch, deltas, notes = self._measure(server, run, vocab)
+                if not batch.ok:
+                    if not server.running():
+                        failure = server.failure() or Failure("crash", "server exited during the run")
+                    else:
+                        first = next(r for r in batch.records if r.status != "ok")
+                        n_failed = sum(r.status != "ok" for r in batch.records)
+                        failure = Failure("http_error", f"{n_failed} request(s) failed; first: {first.error}")
+            except ServerError as exc:
+                failure = exc.failure
+                logs[f"server-attempt{n}.log"] = exc.log_path
+                server = None
+            elapsed = time.perf_counter() - t
+            result.attempts += 1
+            retrying = failure is not None and failure.cause in retry.retry_on and n < retry.max_attempts
+            attempts.append(_attempt(run, n, failure, elapsed, retry.backoff(n) if retrying else None))
+            if failure is None or not retrying:
+                break
+            if server is not None and failure.cause != "http_error":
+                server.stop()
+                server = None
+            self.sleep(retry.backoff(n))
+        status = "ok" if failure is None else "failed"
+        row = _run_row(run, status, len(attempts), failure.cause if failure else
+                       (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
+                       version, batch, deltas, "; ".join(notes))
+        requests = metrics.request_rows(batch.records, run.key) if batch else None
+        secrets = [k for k in [self.api_keys.get(run.engine_label)] if k]
+        files = {name: _redacted_copy(p, secrets, log_dir) for name, p in logs.items() if p and Path(p).exists()}
+        path = store.write_run(self.exp_dir, run.key, row, requests, pl.DataFrame(attempts),
+                               spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
+                                                                   "argv": self.servers[-1]["argv"] if self.servers else None},
+                               files=files)
+        if status == "ok":
+            result.ok += 1
+        else:
+            result.failed += 1
+        self.on_run(run, status)
+        return server, path
+
+    def _start_failure(self, run_dir: Path) -> dict | None:
+        """The last attempt of a run whose server never came up (all its attempts failed at start)."""
+        att = pl.read_parquet(run_dir / store.ATTEMPTS_FILE)
+        never_started = att["failure_cause"].is_in(list(STARTUP_CAUSES)).all() and (att["status"] == "failed").all()
+        return att.row(-1, named=True) | {"source_run": run_dir.name} if never_started else None
+
+    def _record_not_started(self, run: RunSpec, start: dict, result: SweepResult) -> Path:
+        note = (f"not launched: the same server configuration failed to start in every attempt of run "
+                f"{start['source_run']} ({start['failure_cause']})")
+        row = _run_row(run, "failed", 0, start["failure_cause"], None, None, {}, note)
+        path = store.write_run(self.exp_dir, run.key, row, None, None,
+                               spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
+        result.failed += 1
+        self.on_run(run, "failed")
+        return path
+
+    # ------------------------------------------------------------------ the sweep
+    def pending(self) -> tuple[list[RunSpec], int]:
+        runs = expand(self.spec)
+        done = set() if self.fresh else store.finished_run_keys(self.exp_dir)
+        todo = [r for r in runs if r.key not in done]
+        return todo, len(runs) - len(todo)
+
+    def execute(self) -> SweepResult:
+        t0 = time.perf_counter()
+        started = datetime.now(timezone.utc).isoformat()
+        self.exp_dir.mkdir(parents=True, exist_ok=True)
+        store.clean_partial(self.exp_dir)
+        reap_orphans()
+        todo, skipped = self.pending()
+        result = SweepResult(self.spec.name, planned=len(todo) + skipped, skipped=skipped)
+        for r in todo:
+            self.api_keys[r.engine_label] = self._api_key(r)
+        with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp:
+            log_dir = Path(tmp)
+            try:
+                for _, group in plan(todo):
+                    vocab = _vocab_size(group[0])
+                    server, start_failure = None, None
+                    try:
+                        for run in group:
+                            if start_failure is not None:
+                                # Same argv, same failure: record it instead of relaunching max_attempts times.
+                                path = self._record_not_started(run, start_failure, result)
+                            else:
+                                server, path = self._run_one(run, server, log_dir, vocab, result)
+                                start_failure = self._start_failure(path) if server is None else None
+                            result.run_dirs.append(path)
+                    finally:
+                        if server is not None:
+                            server.stop()
+            finally:
+                result.wall_s = time.perf_counter() - t0
+                self._write_manifest(started, result)
+        return result
+
+    def _write_manifest(self, started: str, result: SweepResult) -> None:
+        import json
+
+        path = self.exp_dir / store.MANIFEST_FILE
+        old = json.loads(path.read_text()) if path.exists() else {}
+        sweeps = old.get("sweeps", [])
+        sweeps.append({
+            **host.provenance(), "started_at": started, "ended_at": datetime.now(timezone.utc).isoformat(),
+            "planned": result.planned, "skipped": result.skipped, "ok": result.ok, "failed": result.failed,
+            "server_starts": result.server_starts, "attempts": result.attempts, "servers": self.servers,
+        })
+        store.write_json_atomic(path, {
+            "experiment": self.spec.name, "description": self.spec.description,
+            "assumptions": self.spec.assumptions, "spec": self.spec.model_dump(mode="json"), "sweeps": sweeps,
+        })
+
+
+def _redacted_copy(src: Path, secrets: list[str], tmp_dir: Path) -> Path:
+    """A copy of a log with every secret replaced, so no API key reaches data/."""
+    if not secrets:
+        return src
+    text = Path(src).read_text(errors="replace")
+    for s in secrets:
+        text = text.replace(s, "***")
+    out = tmp_dir / f"redacted-{Path(src).name}"
+    out.write_text(text)
+    return out
+
+
+def sweep(spec: ExperimentSpec, data_dir: Path = DATA_DIR, fresh: bool = False,
+          on_run: Callable[[RunSpec, str], None] | None = None) -> SweepResult:
+    """Run every unfinished run of ``spec`` (all of them with ``fresh``) and store the results."""
+    return Sweep(spec, data_dir, fresh, on_run).execute()
