@@ -1,0 +1,36 @@
+"""A stand-in engine for fast server tests: serves /health, or fails like vLLM, chosen by FAKE_MODE."""
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import time
+
+mode = os.environ.get("FAKE_MODE", "ok")
+port = int(sys.argv[sys.argv.index("--port") + 1])
+print("fake engine argv:", sys.argv[1:], flush=True)
+if mode == "kvsmall":
+    time.sleep(0.3)
+    print("ValueError: To serve at least one request with the model's max seq len (8192), (0.01 GiB KV cache is "
+          "needed ...). Based on the available memory, the estimated maximum model length is 1024.", flush=True)
+    sys.exit(1)
+if mode == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # forces stop() to escalate to SIGKILL
+# A worker child in the same process group, like vLLM's EngineCore.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "VLLM::EngineCore"])
+if mode == "hang":
+    time.sleep(600)
+
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+time.sleep(0.3)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()

@@ -1,0 +1,158 @@
+"""Engine adapters: argv that the engines' own parsers accept, env, and failure classification on real messages."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from kvlab.engines import CANONICAL_METRICS, get_adapter
+from kvlab.engines.parsecheck import check_argvs
+from kvlab.paths import EXPERIMENTS_DIR, ROOT
+from kvlab.spec import EngineSpec, ExperimentSpec, expand
+
+
+def _spec(name, **kw):
+    base = dict(name=name, launch=[".engines/vllm/bin/python"], model="org/model", max_model_len=8192)
+    return EngineSpec(**(base | kw))
+
+
+def _variants(name: str) -> list[EngineSpec]:
+    """Every flag kvlab can emit, combined: tp/dcp, memory, caching, eager, names, extra args."""
+    out = []
+    for tp, dcp, caching, eager in itertools.product((1, 8), (1, 8), (True, False), (True, False)):
+        if tp % dcp:
+            continue
+        kw = dict(tp=tp, dcp=dcp, mem_util=0.95, prefix_caching=caching, max_model_len=204800,
+                  trust_remote_code=eager, served_model_name="kimi" if eager else None)
+        if name == "vllm":
+            kw |= dict(enforce_eager=eager, kv_cache_bytes=16777216 if caching else None,
+                       extra_args=["--attention-backend", "CUTLASS_MLA"] if dcp > 1 else [])
+        out.append(_spec(name, **kw))
+    return out
+
+
+def _shipped_runs():
+    for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
+        yield from expand(ExperimentSpec.load(path))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_argv_parses_with_the_engines_own_parser(engine, engine_python):
+    adapter = get_adapter(engine)
+    specs = _variants(engine) + [r.engine for r in _shipped_runs() if r.engine.name == engine]
+    argvs = [adapter.server_args(s, 8000 + i, api_key="secret" if i % 2 else None) for i, s in enumerate(specs)]
+    errors = check_argvs(engine, engine_python, argvs)
+    bad = [(a, e) for a, e in zip(argvs, errors) if e]
+    assert not bad, bad[:3]
+
+
+def test_parser_check_rejects_bad_arguments(engine_python):
+    assert check_argvs("vllm", engine_python, [["--model", "m", "--no-such-flag"]])[0]
+
+
+def test_vllm_command():
+    a = get_adapter("vllm")
+    s = _spec("vllm", tp=8, dcp=8, mem_util=0.92, prefix_caching=False, kv_cache_bytes=1024, enforce_eager=True,
+              served_model_name="k")
+    cmd = a.command(s, 1234)
+    assert cmd[:3] == [str(ROOT / ".engines/vllm/bin/python"), "-m", "vllm.entrypoints.openai.api_server"]
+    joined = " ".join(cmd)
+    for part in ("--tensor-parallel-size 8", "--decode-context-parallel-size 8", "--gpu-memory-utilization 0.92",
+                 "--max-model-len 8192", "--no-enable-prefix-caching", "--kv-cache-memory-bytes 1024",
+                 "--enforce-eager", "--served-model-name k", "--port 1234", "--host 127.0.0.1"):
+        assert part in joined
+    assert "--decode-context-parallel-size" not in " ".join(a.command(_spec("vllm", tp=8), 1))
+
+
+def test_sglang_command_and_prefix():
+    a = get_adapter("sglang")
+    s = _spec("sglang", launch=["conda", "run", "--no-capture-output", "-n", "sglang", "python"], tp=8, dcp=8,
+              mem_util=0.95, prefix_caching=False)
+    cmd = a.command(s, 30000)
+    assert cmd[:8] == ["conda", "run", "--no-capture-output", "-n", "sglang", "python", "-m", "sglang.launch_server"]
+    joined = " ".join(cmd)
+    for part in ("--model-path org/model", "--tp-size 8", "--dcp-size 8", "--mem-fraction-static 0.95",
+                 "--context-length 8192", "--disable-radix-cache", "--enable-metrics", "--enable-cache-report"):
+        assert part in joined
+
+
+def test_local_model_resolved_against_root(tiny_model):
+    s = _spec("vllm", model="data/models/tiny-llama")
+    assert get_adapter("vllm").server_args(s, 1)[1] == str(tiny_model)
+
+
+def test_env_overrides():
+    v, g = get_adapter("vllm"), get_adapter("sglang")
+    assert v.env_overrides(_spec("vllm", dev_mode=True, allow_long_context=True, env={"X": "1"})) == {
+        "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "X": "1"}
+    assert g.env_overrides(_spec("sglang", allow_long_context=True)) == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    assert v.env(_spec("vllm", env={"A": "b"}), base={"PATH": "/bin"}) == {"PATH": "/bin", "A": "b"}
+
+
+def test_metric_names_cover_canonical():
+    for name in ("vllm", "sglang"):
+        assert set(get_adapter(name).metric_names) == set(CANONICAL_METRICS)
+    assert get_adapter("vllm").metric_names["preemptions"] == "vllm:num_preemptions_total"
+
+
+def test_unknown_adapter():
+    with pytest.raises(ValueError, match="unknown engine 'tgi'"):
+        get_adapter("tgi")
+
+
+# Messages from FACTS §1 and §3 (real vLLM CPU output and the engines' sources).
+KV_TOO_SMALL = (
+    "(EngineCore pid=1) ERROR ValueError: To serve at least one request with the model's max seq len (200000), "
+    "(0.19 GiB KV cache is needed, which is larger than the available KV cache memory (0.0 GiB). Based on the "
+    "available memory, the estimated maximum model length is 1792. Try increasing `gpu_memory_utilization` or "
+    "decreasing `max_model_len` when initializing the engine.\n"
+    "RuntimeError: Engine core initialization failed. See root cause above.\n"
+)
+CPU_RESERVE = (
+    "ValueError: Available memory on node 0 (7.74/9.09 GiB) on startup is less than desired CPU memory "
+    "utilization (0.92, 8.36 GiB). On the CPU backend, the `--gpu-memory-utilization` flag controls ...\n"
+    "RuntimeError: Engine core initialization failed.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("engine", "code", "log", "cause", "fits"),
+    [
+        ("vllm", 1, KV_TOO_SMALL, "kv_cache_too_small", 1792),
+        ("vllm", 1, "ValueError: No available memory for the cache blocks. Try increasing ...", "kv_cache_too_small", None),
+        ("vllm", 1, "ValueError: Free memory on device (70.1/79.2 GiB) on startup is less than desired GPU memory "
+                    "utilization (0.95, 75.2 GiB).", "startup_oom", None),
+        ("vllm", 1, CPU_RESERVE, "startup_oom", None),
+        ("vllm", 1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+                    "RuntimeError: Engine core initialization failed.", "startup_oom", None),
+        ("vllm", 1, "INFO: Application startup complete.\ntorch.OutOfMemoryError: CUDA out of memory.\n"
+                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.", "runtime_oom", None),
+        ("vllm", 1, "INFO: Application startup complete.\nEngineDeadError: EngineCore encountered an issue.", "crash", None),
+        ("vllm", 1, "RuntimeError: Engine core initialization failed. See root cause above.", "crash", None),
+        ("vllm", -9, "", "crash", None),
+        ("sglang", 1, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+         "kv_cache_too_small", None),
+        ("sglang", 1, "torch.OutOfMemoryError: CUDA out of memory.", "startup_oom", None),
+        ("sglang", 1, "The server is fired up and ready to roll!\nScheduler hit an exception: CUDA out of memory",
+         "runtime_oom", None),
+        ("sglang", -3, "The server is fired up and ready to roll!\nScheduler hit an exception: Traceback ...\n"
+                       "Received sigquit from a child process. It usually means the child failed.", "crash", None),
+    ],
+)
+def test_classify_failure(engine, code, log, cause, fits):
+    f = get_adapter(engine).classify_failure(code, log)
+    assert f is not None and f.cause == cause and f.fits_max_len == fits and f.exit_code == code
+    assert f.detail
+
+
+def test_no_failure_while_healthy():
+    assert get_adapter("vllm").classify_failure(None, "INFO: Application startup complete.") is None
+    assert get_adapter("vllm").classify_failure(0, "") is None
+    # KV pressure alone is not a failure.
+    assert get_adapter("sglang").classify_failure(None, "KV cache pool is full. Retract requests.") is None
+
+
+def test_last_fits_value_wins():
+    f = get_adapter("vllm").classify_failure(1, KV_TOO_SMALL.replace("1792", "512") + KV_TOO_SMALL)
+    assert f.fits_max_len == 1792

@@ -1,0 +1,231 @@
+"""EngineServer: launch, readiness, classified startup failures, teardown and orphan reaping (fake and real vLLM)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kvlab.server import EngineServer, ServerError, free_port, reap_orphans, redact
+from kvlab.spec import EngineSpec
+
+FAKE = Path(__file__).with_name("fake_engine.py")
+
+
+def _fake_spec(**kw) -> EngineSpec:
+    base = dict(name="vllm", launch=[sys.executable, str(FAKE)], model="org/fake", max_model_len=1024,
+                startup_timeout_s=20)
+    return EngineSpec(**(base | kw))
+
+
+def _group_alive(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return out
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "servers"
+    monkeypatch.setenv("KVLAB_STATE_DIR", str(d))
+    return d
+
+
+def test_redact_and_free_port():
+    assert redact(["x", "--api-key", "s3", "--api-key=s3", "a-s3-b"], "s3") == [
+        "x", "--api-key", "***", "--api-key=***", "a-***-b"]
+    assert 0 < free_port() < 65536
+
+
+def test_fake_server_lifecycle(tmp_path, registry):
+    with EngineServer(_fake_spec(env={"FAKE_MODE": "ok"}), tmp_path / "s.log") as srv:
+        assert srv.running() and srv.ready_after_s is not None
+        assert list(registry.glob("*.json"))
+        pgid = srv.pid
+        assert len(_group_alive(pgid)) == 2  # server + its worker child
+    assert not _group_alive(pgid)
+    assert not list(registry.glob("*.json"))
+    assert "fake engine argv" in (tmp_path / "s.log").read_text()
+
+
+def test_stop_escalates_to_sigkill(tmp_path, registry):
+    srv = EngineServer(_fake_spec(env={"FAKE_MODE": "stubborn"}), tmp_path / "s.log").start()
+    srv.wait_ready()
+    t = time.monotonic()
+    srv.stop(grace_s=1)
+    assert time.monotonic() - t < 10
+    assert srv.exit_code == -signal.SIGKILL
+    assert not _group_alive(srv.pid)
+
+
+def test_startup_failure_is_classified(tmp_path, registry):
+    srv = EngineServer(_fake_spec(env={"FAKE_MODE": "kvsmall"}), tmp_path / "s.log")
+    srv.start()
+    with pytest.raises(ServerError) as err:
+        srv.wait_ready()
+    assert err.value.failure.cause == "kv_cache_too_small"
+    assert err.value.failure.fits_max_len == 1024
+    assert err.value.failure.exit_code == 1
+
+
+def test_timeout_is_a_failure_and_cleans_up(tmp_path, registry):
+    srv = EngineServer(_fake_spec(env={"FAKE_MODE": "hang"}, startup_timeout_s=1.5), tmp_path / "s.log")
+    with pytest.raises(ServerError) as err:
+        with srv:
+            pass
+    assert err.value.failure.cause == "timeout"
+    assert not _group_alive(srv.pid)
+
+
+def test_api_key_never_recorded(tmp_path, registry, monkeypatch):
+    monkeypatch.setenv("KVLAB_TEST_KEY", "topsecret-123")
+    spec = _fake_spec(name="sglang", env={"FAKE_MODE": "ok"}, api_key_env="KVLAB_TEST_KEY")
+    with EngineServer(spec, tmp_path / "s.log") as srv:
+        assert "topsecret-123" in srv.argv  # SGLang takes it on the command line
+        assert "topsecret-123" not in " ".join(srv.recorded_argv)
+        assert srv.headers == {"Authorization": "Bearer topsecret-123"}
+        rec = next(registry.glob("*.json")).read_text()
+        assert "topsecret-123" not in rec
+    assert "topsecret-123" not in (tmp_path / "s.log").read_text()  # the fake prints its argv
+    vsrv = EngineServer(_fake_spec(api_key_env="KVLAB_TEST_KEY"), tmp_path / "v.log")
+    assert "topsecret-123" not in vsrv.argv  # vLLM reads VLLM_API_KEY instead
+    assert vsrv._env()["VLLM_API_KEY"] == "topsecret-123"
+    monkeypatch.delenv("KVLAB_TEST_KEY")
+    with pytest.raises(ValueError, match="KVLAB_TEST_KEY"):
+        EngineServer(spec, tmp_path / "x.log")
+
+
+def test_reap_orphans_only_kills_engines(tmp_path, registry):
+    registry.mkdir(parents=True)
+    dead_owner = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                                text=True).stdout.strip()
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "vllm.entrypoints.fake"],
+                              start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        for p in (engine, other):
+            (registry / f"{p.pid}.json").write_text(json.dumps({"pid": p.pid, "pgid": p.pid,
+                                                                "owner_pid": int(dead_owner)}))
+        # A live owner protects its servers.
+        (registry / "live.json").write_text(json.dumps({"pid": engine.pid, "pgid": engine.pid,
+                                                        "owner_pid": os.getpid()}))
+        assert reap_orphans(registry) == [engine.pid]
+        engine.wait(timeout=10)
+        assert other.poll() is None  # not an engine command line: pid may have been reused
+        assert [p.name for p in registry.glob("*.json")] == ["live.json"]
+    finally:
+        for p in (engine, other):
+            p.kill()
+            p.wait()
+
+
+# ------------------------------------------------------------------ real vLLM (CPU build)
+
+def _engine_procs(model: Path, port: int) -> list[psutil.Process]:
+    """Engine processes serving ``model`` on ``port`` (the port keeps other sessions' servers out)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "vllm.entrypoints" in " ".join(cmd) and str(model) in cmd and "--port" in cmd \
+                and cmd[cmd.index("--port") + 1] == str(port):
+            out.append(p)
+    return out
+
+
+def _tiny_spec(engine_python, tiny_model, **kw) -> EngineSpec:
+    base = dict(name="vllm", launch=[str(engine_python)], model=str(tiny_model), max_model_len=4096,
+                kv_cache_bytes=16 * 2**20, enforce_eager=True, dev_mode=True, startup_timeout_s=240)
+    return EngineSpec(**(base | kw))
+
+
+def _post(url, body, headers=None):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.mark.engine
+def test_real_vllm_serves_token_prompts(tmp_path, registry, engine_python, tiny_model, monkeypatch):
+    from kvlab.tinymodel import vocab_size
+
+    monkeypatch.setenv("KVLAB_TEST_KEY", "k-" + os.urandom(4).hex())
+    spec = _tiny_spec(engine_python, tiny_model, api_key_env="KVLAB_TEST_KEY")
+    vocab = vocab_size(tiny_model)
+    with EngineServer(spec, tmp_path / "vllm.log") as srv:
+        assert srv.version() == "0.32.0"
+        prompt = [(7 * i + 3) % vocab for i in range(1000)]
+        body = {"model": str(tiny_model), "prompt": prompt, "max_tokens": 16, "ignore_eos": True, "temperature": 0}
+        status, out = _post(srv.base_url + "/v1/completions", body, srv.headers)
+        assert status == 200, out
+        assert out["usage"] == out["usage"] | {"prompt_tokens": 1000, "completion_tokens": 16}
+        assert _post(srv.base_url + "/v1/completions", body)[0] == 401  # the key is enforced
+        assert _post(srv.base_url + "/v1/completions", body | {"prompt": [vocab]}, srv.headers)[0] == 400
+        assert srv.flush_cache() is True  # dev_mode enables /reset_prefix_cache
+        assert "vllm.entrypoints" in " ".join(srv.recorded_argv)
+    log = (tmp_path / "vllm.log").read_text()
+    assert os.environ["KVLAB_TEST_KEY"] not in log
+    assert not _engine_procs(tiny_model, srv.port)
+    assert not _group_alive(srv.pid)  # workers (VLLM::EngineCore, VLLM::Worker) included
+    assert not list(registry.glob("*.json"))
+
+
+@pytest.mark.engine
+def test_real_vllm_kv_cache_too_small(tmp_path, registry, engine_python, tiny_model):
+    # 1 MiB of KV = 1,024 tokens of the tiny model, far below max_model_len 8,192.
+    spec = _tiny_spec(engine_python, tiny_model, max_model_len=8192, kv_cache_bytes=2**20)
+    srv = EngineServer(spec, tmp_path / "small.log")
+    with pytest.raises(ServerError) as err:
+        with srv:
+            pass
+    f = err.value.failure
+    assert f.cause == "kv_cache_too_small", f
+    assert f.fits_max_len is not None and 0 < f.fits_max_len <= 1024
+    assert f.exit_code not in (None, 0)
+    assert not _engine_procs(tiny_model, srv.port)
+    assert not _group_alive(srv.pid)
+
+
+@pytest.mark.engine
+def test_killed_harness_leaves_a_server_that_reap_orphans_kills(tmp_path, registry, engine_python, tiny_model):
+    harness = textwrap.dedent(f"""
+        from kvlab.server import EngineServer
+        from kvlab.spec import EngineSpec
+        spec = EngineSpec(name="vllm", launch=[{str(engine_python)!r}], model={str(tiny_model)!r},
+                          max_model_len=1024, kv_cache_bytes=2**22, enforce_eager=True)
+        srv = EngineServer(spec, {str(tmp_path / "orphan.log")!r}).start()
+        print(srv.pid, srv.port, flush=True)
+        import time; time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", harness], stdout=subprocess.PIPE, text=True,
+                            env=os.environ | {"KVLAB_STATE_DIR": str(registry)})
+    try:
+        pid, port = map(int, proc.stdout.readline().split())
+        time.sleep(3)  # let it spawn workers
+        proc.kill()  # SIGKILL: no atexit, no signal handler: the server is orphaned
+        proc.wait()
+        assert _group_alive(pid), "the engine should have outlived its harness"
+        assert reap_orphans(registry) == [pid]
+        assert not _group_alive(pid)
+        assert not _engine_procs(tiny_model, port)
+    finally:
+        proc.kill()
+        if "pid" in locals() and _group_alive(pid):
+            os.killpg(pid, signal.SIGKILL)

@@ -1,0 +1,59 @@
+"""The tiny model is deterministic, loadable and reused when unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+from kvlab import tinymodel
+
+
+def _hashes(path):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir())}
+
+
+def test_same_bytes_every_time(tmp_path):
+    a = tinymodel.ensure_tiny_model(tmp_path / "a")
+    b = tinymodel.ensure_tiny_model(tmp_path / "b")
+    assert _hashes(a) == _hashes(b)
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"} <= set(_hashes(a))
+
+
+def test_idempotent_and_repairs(tmp_path):
+    path = tinymodel.ensure_tiny_model(tmp_path / "m")
+    mtime = (path / "model.safetensors").stat().st_mtime_ns
+    assert tinymodel.ensure_tiny_model(path) == path
+    assert (path / "model.safetensors").stat().st_mtime_ns == mtime  # reused, not rewritten
+    (path / "config.json").write_text("{}")
+    tinymodel.ensure_tiny_model(path)
+    assert json.loads((path / "config.json").read_text())["model_type"] == "llama"
+
+
+def test_config_matches_tokenizer_and_weights(tmp_path):
+    path = tinymodel.ensure_tiny_model(tmp_path / "m")
+    cfg = json.loads((path / "config.json").read_text())
+    tok = json.loads((path / "tokenizer.json").read_text())
+    vocab = tinymodel.vocab_size(path)
+    assert vocab == cfg["vocab_size"] == len(tok["model"]["vocab"]) == 512
+    assert cfg["hidden_size"] // cfg["num_attention_heads"] == cfg["head_dim"] == 64  # CPU attention needs >16
+    assert cfg["max_position_embeddings"] >= 6400 + 64
+    raw = (path / "model.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    assert header["model.embed_tokens.weight"] == {
+        "dtype": "BF16", "shape": [vocab, 256], "data_offsets": header["model.embed_tokens.weight"]["data_offsets"]
+    }
+    end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    assert len(raw) == 8 + n + end
+    tc = json.loads((path / "tokenizer_config.json").read_text())
+    assert tc["tokenizer_class"] == "PreTrainedTokenizerFast" and tc["chat_template"]
+
+
+def test_bf16_rounding():
+    import numpy as np
+
+    x = np.array([1.0, -2.5, 0.1], dtype=np.float32)
+    got = np.frombuffer(tinymodel._bf16_bytes(x), dtype="<u2").astype(np.uint32) << 16
+    back = got.view(np.float32)
+    assert back[0] == 1.0 and back[1] == -2.5 and abs(back[2] - 0.1) < 1e-3
