@@ -140,20 +140,17 @@ def _status(p: psutil.Process) -> str | None:
 
 def _kill_group(pgid: int, grace_s: float) -> None:
     """SIGTERM the group, wait up to ``grace_s`` for every member, then SIGKILL what is left."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not [p for p in _group_members(pgid) if _status(p) not in (None, psutil.STATUS_ZOMBIE)]:
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
             return
-        time.sleep(0.2)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    psutil.wait_procs(_group_members(pgid), timeout=5)
+        # Poll instead of psutil.wait_procs: waiting would reap our own child and hide its exit code.
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if not [p for p in _group_members(pgid) if _status(p) not in (None, psutil.STATUS_ZOMBIE)]:
+                return
+            time.sleep(0.2)
 
 
 def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[int]:

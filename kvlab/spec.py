@@ -80,7 +80,9 @@ class EngineSpec(_Strict):
         if self.tp % self.dcp:
             raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
         if self.kv_cache_bytes is not None and self.name != "vllm":
-            raise ValueError(f"kv_cache_bytes is a vLLM option; engine '{self.name}' has no equivalent flag here")
+            raise ValueError(
+                f"kv_cache_bytes ({self.kv_cache_bytes}) is a vLLM option; engine '{self.name}' has no such flag"
+            )
         return self
 
     @property
