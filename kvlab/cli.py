@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kvlab.paths import REPORTS_DIR
+from kvlab.paths import DATA_DIR, REPORTS_DIR
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 console = Console(stderr=True)
@@ -53,6 +53,74 @@ def report(
             console.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None
     console.print(f"[green]{len(built)} report(s)[/green] → {out / 'index.html'}")
+
+
+@app.command()
+def sweep(
+    experiment: Annotated[Path, typer.Argument(help="experiment YAML, e.g. data/experiments/cpu_long_context.yaml")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the exact commands and runs; launch nothing")] = False,
+    fresh: Annotated[bool, typer.Option(help="re-run finished runs instead of reusing them")] = False,
+    data_dir: Annotated[Path, typer.Option(help="data folder; results go to DATA_DIR/runs/<experiment>")] = DATA_DIR,
+) -> None:
+    """Run an experiment for real: every unfinished run, resumable, results under data/runs/."""
+    from kvlab import runner
+    from kvlab.spec import ExperimentSpec, SpecError
+
+    try:
+        spec = ExperimentSpec.load(experiment)
+    except SpecError as exc:
+        console.print(f"[red]invalid experiment[/red]\n{exc}")
+        raise typer.Exit(2) from None
+    if dry_run:
+        typer.echo(runner.dry_run_text(spec))
+        return
+    sw = runner.Sweep(spec, data_dir, fresh)
+    todo, skipped = sw.pending()
+    console.print(f"{spec.name}: {len(todo)} run(s) to do, {skipped} finished run(s) reused")
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task(f"sweep {spec.name}", total=len(todo))
+
+        def on_run(run, status):
+            colour = "green" if status == "ok" else "red"
+            progress.console.print(f"  [{colour}]{status}[/{colour}] {run.key} {run.engine_label} "
+                                   f"{run.context_label} " + " ".join(f"{k}={v}" for k, v in run.point.items()
+                                                                      if k != "engine"))
+            progress.advance(task)
+
+        sw.on_run = on_run
+        res = sw.execute()
+    console.print(f"{res.ok} ok, {res.failed} failed, {res.skipped} reused; {res.server_starts} server start(s), "
+                  f"{res.attempts} attempt(s), {res.wall_s:.0f} s → {data_dir / 'runs' / spec.name}")
+
+
+@app.command()
+def model(
+    target: Annotated[str | None, typer.Argument(help="experiment YAML to predict (optional)")] = None,
+    gpu: Annotated[str, typer.Option(help="GPU from data/catalog/gpus.csv")] = "B300",
+    model_name: Annotated[str, typer.Option("--model", help="model from data/catalog/models.csv")] = "Kimi-K3",
+    engine: Annotated[str | None, typer.Option(help="vllm or sglang (default: compare both)")] = None,
+    tp: Annotated[int, typer.Option(help="tensor-parallel size")] = 8,
+    dcp: Annotated[int | None, typer.Option(help="decode-context-parallel size")] = None,
+    context: Annotated[list[int], typer.Option(help="context tokens (repeatable)")] = [],  # noqa: B006
+    batch_size: Annotated[int | None, typer.Option(help="requests per batch")] = None,
+    output_tokens: Annotated[int | None, typer.Option(help="output tokens per request")] = None,
+    mem_util: Annotated[float, typer.Option(help="memory-utilisation setting")] = 0.92,
+) -> None:
+    """Print the physical model's predictions (modelled, calibrated on the published table)."""
+    from kvlab.perfmodel.report import model_command
+
+    typer.echo(model_command(target, gpu=gpu, model=model_name, engine=engine, tp=tp, dcp=dcp,
+                             context_tokens=context or None, batch_size=batch_size,
+                             output_tokens=output_tokens, mem_util=mem_util))
+
+
+@app.command("make-model")
+def make_model(out: Annotated[Path | None, typer.Option(help="folder (default data/models/tiny-llama)")] = None) -> None:
+    """Generate kvlab's tiny local model (deterministic; nothing is downloaded)."""
+    from kvlab.tinymodel import ensure_tiny_model
+
+    typer.echo(ensure_tiny_model(out))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -69,7 +69,10 @@ def dry_run_text(spec: ExperimentSpec) -> str:
         if env:
             lines.append("env " + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + " \\")
         key_ref = f"${e.api_key_env}" if e.api_key_env else None
-        lines.append("  " + " ".join(_shell_quote(a) for a in adapter.command(e, port, key_ref)))
+        argv = adapter.command(e, port, key_ref)
+        if not e.port:  # the port is chosen at launch
+            argv[argv.index("--port") + 1] = "$PORT"
+        lines.append("  " + " ".join(_shell_quote(a) for a in argv))
         for r in group:
             w = r.workload
             lines.append(f"#   run {r.key}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "

@@ -1,0 +1,212 @@
+"""The runner end to end with the real vLLM CPU build: measured rows, classified retries, engine and
+harness kills, resume, and no engine process left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import polars as pl
+import psutil
+import pytest
+import yaml
+
+from kvlab import runner, store
+from kvlab.paths import EXPERIMENTS_DIR, ROOT
+from kvlab.server import state_dir
+from kvlab.spec import ExperimentSpec, expand
+
+BASE_ENGINE = {
+    "name": "vllm", "launch": [".engines/vllm/bin/python"], "model": "data/models/tiny-llama",
+    "max_model_len": 8192, "enforce_eager": True, "kv_cache_bytes": 64 * 2**20, "dev_mode": True,
+    "startup_timeout_s": 300,
+}
+
+
+def write_spec(tmp_path: Path, name: str, *, engine: dict | None = None, workload: dict | None = None,
+               matrix: dict | None = None, repeats: int = 1, retry: dict | None = None) -> Path:
+    tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"  # a served name unique to this test, to find its processes
+    spec = {
+        "name": name, "hardware": "CPU (test)", "scale_factor": 32,
+        "engines": {"vllm": {**BASE_ENGINE, "served_model_name": tag, **(engine or {})}},
+        "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 16,
+                     **(workload or {})},
+        "matrix": matrix or {}, "repeats": repeats, "warmup": True,
+        "retry": retry or {"max_attempts": 1, "retry_on": []},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def engine_processes(tag: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if tag in " ".join(p.info["cmdline"] or []):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def tag_of(path: Path) -> str:
+    return yaml.safe_load(path.read_text())["engines"]["vllm"]["served_model_name"]
+
+
+# ----------------------------------------------------------------------------- without an engine
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml")))
+def test_plan_starts_one_server_per_configuration(name):
+    spec = ExperimentSpec.load(EXPERIMENTS_DIR / f"{name}.yaml")
+    runs = expand(spec)
+    groups = runner.plan(runs)
+    assert len(groups) == len({r.server_key for r in runs}) < len(runs)
+    assert sum(len(g) for _, g in groups) == len(runs)
+    text = runner.dry_run_text(spec)
+    assert text.count("-m vllm.entrypoints") + text.count("-m sglang.launch_server") == len(groups)
+
+
+def test_dry_run_cli_prints_commands_and_launches_nothing():
+    out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(EXPERIMENTS_DIR / "b300_long_context.yaml"),
+                          "--dry-run"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "--decode-context-parallel-size 8" in out.stdout or "--dcp-size 8" in out.stdout
+    assert "--tensor-parallel-size 8" in out.stdout
+
+
+def test_invalid_experiment_names_field(tmp_path):
+    bad = write_spec(tmp_path, "bad", engine={"mem_util": 1.5})
+    out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(bad), "--dry-run"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 2
+    assert "mem_util" in out.stderr and "1.5" in out.stderr
+
+
+# ----------------------------------------------------------------------------- real vLLM
+
+
+@pytest.mark.engine
+def test_sweep_measures_exact_tokens_and_longer_context_is_slower(tmp_path, engine_python, tiny_model):
+    path = write_spec(tmp_path, "two_contexts", matrix={"workload.context_tokens": [1024, 4096]},
+                      workload={"batch_size": 2, "output_tokens": 32})
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert (res.ok, res.failed, res.server_starts) == (2, 0, 1)
+    runs = store.load_runs(tmp_path).sort("context_tokens")
+    assert runs["status"].to_list() == ["ok", "ok"]
+    # the client's usage counts, what kvlab sent, and the server's own counters agree exactly
+    assert runs["served_prompt_tokens"].to_list() == [2 * (1024 - 32), 2 * (4096 - 32)]
+    assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list()
+    assert runs["served_output_tokens"].to_list() == [64, 64]
+    assert runs["server_generation_tokens"].to_list() == [64, 64]
+    assert runs["server_prefix_cache_hits"].to_list() == [0, 0]  # distinct prompts: no cache benchmark
+    for col in ("ttft_mean_ms", "tpot_mean_ms", "batch_time_s", "e2e_mean_ms"):
+        assert (runs[col] > 0).all(), col
+    assert runs["batch_time_s"][1] > runs["batch_time_s"][0]
+    assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
+    reqs = store.load_requests(tmp_path)
+    assert reqs.height == 4 and (reqs["status"] == "ok").all() and (reqs["output_tokens"] == 32).all()
+    manifest = json.loads((tmp_path / "runs" / "two_contexts" / "manifest.json").read_text())
+    sweep = manifest["sweeps"][-1]
+    assert sweep["kvlab_version"] and sweep["host"]["accelerator"] and sweep["servers"][0]["argv"]
+    assert {"started_at", "ended_at", "git_commit"} <= set(sweep)
+    for d in store.run_dirs(tmp_path):
+        assert (d / "server-attempt1.log").exists()
+    assert not engine_processes(tag_of(path))
+
+
+@pytest.mark.engine
+def test_kv_cache_too_small_is_classified_and_retried_as_configured(tmp_path, engine_python, tiny_model):
+    path = write_spec(tmp_path, "too_small", engine={"kv_cache_bytes": 2**20}, repeats=2,
+                      retry={"max_attempts": 2, "backoff_s": 0.5, "backoff_factor": 1,
+                             "retry_on": ["kv_cache_too_small"]})
+    slept: list[float] = []
+    sw = runner.Sweep(ExperimentSpec.load(path), tmp_path, sleep=lambda s: (slept.append(s), time.sleep(s)))
+    res = sw.execute()
+    assert (res.ok, res.failed, res.server_starts, res.attempts) == (0, 2, 2, 2)
+    assert slept == [0.5]  # one backoff between the two configured attempts
+    att = store.load_attempts(tmp_path)
+    assert att["attempt"].to_list() == [1, 2]
+    assert att["failure_cause"].to_list() == ["kv_cache_too_small"] * 2
+    assert (att["fits_max_len"] > 0).all() and (att["fits_max_len"] < 8192).all()
+    runs = store.load_runs(tmp_path).sort("repeat")
+    assert runs["attempts"].to_list() == [2, 0]  # the second repeat is not relaunched into the same failure
+    assert runs["failure_cause"].to_list() == ["kv_cache_too_small"] * 2
+    assert "not launched" in runs["notes"][1]
+    assert not engine_processes(tag_of(path))
+
+
+def _kill_engine_when_busy(tag: str, stop: threading.Event, killed: list[int]) -> None:
+    """Kill this test's engine process group once the batch is running (more than the warm-up's 1 request)."""
+    while not stop.is_set():
+        for f in state_dir().glob("*.json"):
+            try:
+                rec = json.loads(f.read_text())
+                if tag not in " ".join(rec["argv"]):
+                    continue
+                body = urllib.request.urlopen(f"http://127.0.0.1:{rec['port']}/metrics", timeout=1).read().decode()
+            except (OSError, ValueError):
+                continue
+            running = [ln for ln in body.splitlines() if ln.startswith("vllm:num_requests_running")]
+            if running and float(running[0].split()[-1]) > 1:
+                os.killpg(rec["pgid"], signal.SIGKILL)
+                killed.append(rec["pgid"])
+                return
+        time.sleep(0.05)
+
+
+@pytest.mark.engine
+def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, engine_python, tiny_model):
+    path = write_spec(tmp_path, "killed", workload={"batch_size": 4, "context_tokens": 2048, "output_tokens": 1500},
+                      matrix={"workload.output_tokens": [1500, 16]})
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_engine_when_busy, args=(tag_of(path), stop, killed), daemon=True)
+    killer.start()
+    try:
+        res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    finally:
+        stop.set()
+    assert killed, "the engine was never seen busy"
+    runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
+    assert runs[1500]["status"] == "failed" and runs[1500]["failure_cause"] == "crash"
+    assert runs[1500]["requests_failed"] >= 1
+    assert runs[1500]["requests_ok"] + runs[1500]["requests_failed"] == 4  # no request vanishes
+    assert runs[16]["status"] == "ok"  # the sweep went on with a new server
+    assert res.server_starts == 2
+    reqs = store.load_requests(tmp_path).filter(pl.col("status") == "failed")
+    assert reqs["error"].drop_nulls().len() == reqs.height
+    assert not engine_processes(tag_of(path))
+
+
+@pytest.mark.engine
+def test_killed_harness_resumes_without_redoing_runs(tmp_path, engine_python, tiny_model):
+    path = write_spec(tmp_path, "resume", repeats=3, workload={"output_tokens": 400})
+    exp_dir = tmp_path / "runs" / "resume"
+    harness = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    harness.kill()  # SIGKILL: no cleanup handler runs
+    harness.wait()
+    first = store.finished_run_keys(exp_dir)
+    assert 1 <= len(first) < 3
+    assert engine_processes(tag_of(path)), "the killed harness's engine should be orphaned until the next sweep"
+    mtimes = {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first}
+
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert res.skipped == len(first) and res.ok == 3 - len(first)
+    assert store.finished_run_keys(exp_dir) == {r.key for r in expand(ExperimentSpec.load(path))}
+    assert {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first} == mtimes  # not redone
+    assert not [p for p in exp_dir.iterdir() if p.name.startswith(".")]  # no partial folders
+    assert store.load_runs(tmp_path).height == 3 and store.load_requests(tmp_path).height == 6
+    assert not engine_processes(tag_of(path))
