@@ -316,7 +316,9 @@ class EngineServer:
                 )
                 raise ServerError(failure, self.log_path)
             status, _ = http_json(url, timeout=2.0, headers=self.headers)
-            if status == 200:
+            # A free port can be taken by another sweep's server before ours binds it: only
+            # a 200 from a socket our own process group listens on means *we* are ready.
+            if status == 200 and self._owns_port():
                 self.ready_after_s = time.monotonic() - self.started_at
                 return self.ready_after_s
             if time.monotonic() > deadline:
@@ -326,6 +328,16 @@ class EngineServer:
                     self.log_path,
                 )
             time.sleep(poll_s)
+
+    def _owns_port(self) -> bool:
+        for p in _group_members(self._proc.pid):
+            try:
+                conns = p.net_connections(kind="inet")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == self.port for c in conns):
+                return True
+        return False
 
     def stop(self, grace_s: float = 15.0) -> int | None:
         """SIGTERM the whole process group, SIGKILL after ``grace_s``; returns the exit code. Idempotent."""

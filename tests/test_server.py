@@ -91,6 +91,31 @@ def test_timeout_is_a_failure_and_cleans_up(tmp_path, registry):
     assert not _group_alive(srv.pid)
 
 
+def test_foreign_server_on_our_port_is_not_ready(tmp_path, registry):
+    import http.server
+    import threading
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    foreign = http.server.HTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    try:
+        srv = EngineServer(_fake_spec(env={"FAKE_MODE": "ok"}, port=foreign.server_port), tmp_path / "s.log")
+        with pytest.raises(ServerError) as err:
+            with srv:
+                pass
+        assert err.value.failure.cause == "crash"
+        assert "Address already in use" in err.value.failure.detail
+    finally:
+        foreign.shutdown()
+
+
 def test_api_key_never_recorded(tmp_path, registry, monkeypatch):
     monkeypatch.setenv("KVLAB_TEST_KEY", "topsecret-123")
     spec = _fake_spec(name="sglang", env={"FAKE_MODE": "ok"}, api_key_env="KVLAB_TEST_KEY")

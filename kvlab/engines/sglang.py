@@ -16,6 +16,7 @@ _STARTUP_PATTERNS = [
     ("Not enough memory", "kv_cache_too_small"),
     ("CUDA out of memory", "startup_oom"),
     ("OutOfMemoryError", "startup_oom"),
+    ("Address already in use", "crash"),  # port taken between free_port() and bind
 ]
 _RUNTIME_PATTERNS = [
     ("CUDA out of memory", "runtime_oom"),

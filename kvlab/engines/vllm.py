@@ -22,6 +22,7 @@ _STARTUP_PATTERNS = [
     ("less than requested memory for kv", "startup_oom"),  # CPU build: KV allocation check
     ("CUDA out of memory", "startup_oom"),
     ("OutOfMemoryError", "startup_oom"),
+    ("Address already in use", "crash"),  # port taken between free_port() and bind
 ]
 _RUNTIME_PATTERNS = [
     ("CUDA out of memory", "runtime_oom"),
