@@ -89,3 +89,21 @@ def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
             f"{' (' + why + ')' if why else ''}; {time_txt}{ttft}."
         )
     return "\n".join(lines)
+
+
+def model_crossover_sentence(crossover_tokens: float | None, fit) -> str:
+    """The physical model's crossover, with its fit quality so a reader can weigh it."""
+    quality = (f"fit to the 4 published points: max residual {fit.residuals['residual_pct'].abs().max():.1f}%, "
+               f"leave-one-out mean error {fit.loo_mean_abs_pct:.1f}%")
+    if crossover_tokens is None:
+        return f"- modelled: no crossover within the modelled range ({quality})."
+    return f"- modelled: the batch times meet at about **{_fmt_tokens(crossover_tokens)}** ({quality})."
+
+
+def headroom_sentences(head: pl.DataFrame) -> str:
+    """How many sequences fit at each memory setting, per DCP size and context (modelled)."""
+    lines = []
+    for (dcp, ctx), g in head.group_by(["dcp", "context_tokens"], maintain_order=True):
+        parts = ", ".join(f"{r['max_concurrent_seqs']} at {r['mem_util']:g}" for r in g.sort("mem_util").iter_rows(named=True))
+        lines.append(f"- modelled, DCP {dcp}, {ctx / 1024:.0f}K context: concurrent sequences that fit — {parts}.")
+    return "\n".join(lines)

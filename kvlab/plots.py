@@ -1,12 +1,12 @@
 """Figures for the reports: each helper takes a frame and returns a matplotlib Figure.
 
-The library never calls ``plt.show()``; notebooks display what they get. Every panel says
+Figures are plain ``matplotlib.figure.Figure`` objects, not registered with pyplot, so the
+library never leaks or shows a figure; notebooks ``display()`` what they get. Every panel says
 whether its numbers are published, measured (and on what) or modelled.
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import polars as pl
 import seaborn as sns
 from matplotlib.figure import Figure
@@ -30,7 +30,8 @@ def _panels(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
 
 
 def _subplots(n: int, width: float = 5.5, height: float = 4.0) -> tuple[Figure, list]:
-    fig, axes = plt.subplots(1, max(n, 1), figsize=(width * max(n, 1), height), squeeze=False)
+    fig = Figure(figsize=(width * max(n, 1), height))
+    axes = fig.subplots(1, max(n, 1), squeeze=False)
     return fig, list(axes[0])
 
 
@@ -75,7 +76,8 @@ def claims_vs_table(check: pl.DataFrame) -> Figure:
     """Each stated ratio beside the values the document's own table implies, per definition."""
     pdf = check.filter(pl.col("implied_value").is_not_null()).to_pandas()
     claims = list(dict.fromkeys(pdf["claim_id"]))
-    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(claims)), 4))
+    fig = Figure(figsize=(max(6, 1.8 * len(claims)), 4))
+    ax = fig.subplots()
     defs = list(dict.fromkeys(pdf["definition"]))
     width = 0.8 / (len(defs) + 1)
     for i, claim in enumerate(claims):
@@ -100,7 +102,8 @@ def claims_vs_table(check: pl.DataFrame) -> Figure:
 
 def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     """Left: retries and failed runs per memory setting; right: batch time per setting (every run)."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax1, ax2 = fig.subplots(1, 2)
     s = stats.with_columns(pl.format("{} @ {}", "engine", "mem_util").alias("setting")).to_pandas()
     long = s.melt(id_vars=["setting", "context_label"], value_vars=["retries", "runs_failed"],
                   var_name="count", value_name="n")
@@ -120,3 +123,10 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
         ax.title.set_fontsize(10)
     fig.tight_layout()
     return fig
+
+
+def setup_notebook(fig_format: str = "png", dpi: int = 110) -> None:
+    """Make ``display(fig)`` render Figures inline (and so embed them in the HTML reports)."""
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    set_matplotlib_formats(fig_format, dpi=dpi)
