@@ -83,9 +83,10 @@ def sweep(
 
         def on_run(run, status):
             colour = "green" if status == "ok" else "red"
-            progress.console.print(f"  [{colour}]{status}[/{colour}] {run.key} {run.engine_label} "
-                                   f"{run.context_label} " + " ".join(f"{k}={v}" for k, v in run.point.items()
-                                                                      if k != "engine"))
+            w = run.workload
+            progress.console.print(f"  [{colour}]{status:6}[/{colour}] {run.key} {run.engine_label} {run.context_label} "
+                                   f"({w.prompt_len}+{w.output_tokens} tok × {w.batch_size}) "
+                                   f"mem_util={run.engine.mem_util:g} repeat={run.repeat}")
             progress.advance(task)
 
         sw.on_run = on_run

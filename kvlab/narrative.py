@@ -107,3 +107,17 @@ def headroom_sentences(head: pl.DataFrame) -> str:
         parts = ", ".join(f"{r['max_concurrent_seqs']} at {r['mem_util']:g}" for r in g.sort("mem_util").iter_rows(named=True))
         lines.append(f"- modelled, DCP {dcp}, {ctx / 1024:.0f}K context: concurrent sequences that fit — {parts}.")
     return "\n".join(lines)
+
+
+def growth_comparison(measured: pl.DataFrame, published: pl.DataFrame) -> str:
+    """How much batch time grows between the two contexts, measured here against the document's table."""
+    if measured.is_empty():
+        return "*measured: no engine has runs at both contexts.*"
+    pub = {r["engine"]: r["batch_time_ratio"] for r in published.iter_rows(named=True)}
+    lines = []
+    for r in measured.iter_rows(named=True):
+        ref = pub.get(r["engine"])
+        cmp = f"; the article's {r['engine']} grew {ref:.2f}×" if ref is not None else ""
+        lines.append(f"- measured ({r['hardware']}): {r['engine']} batch time grows **{r['batch_time_ratio']:.2f}×** "
+                     f"from {r['context_from']} to {r['context_to']} (scaled contexts){cmp}.")
+    return "\n".join(lines)

@@ -110,7 +110,8 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     sns.barplot(long, x="setting", y="n", hue="count", ax=ax1, errorbar=None)
     for container in ax1.containers:
         ax1.bar_label(container, fmt="%d", padding=2)
-    ax1.set(title="measured: retries and failed runs", xlabel="engine @ memory setting", ylabel="count")
+    ax1.set(title="measured: retries and failed runs", xlabel="engine @ memory setting", ylabel="count",
+            ylim=(0, max(1, int(long["n"].max() or 0)) * 1.2))
     ok = runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok")).with_columns(
         pl.format("{} @ {}", "engine", "mem_util").alias("setting")
     )

@@ -114,9 +114,21 @@ li {{ margin: 1rem 0; }} li p {{ margin: .25rem 0; }} small {{ color: #666; }}
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
     (out_dir / "index.json").write_text(
-        json.dumps([{**r.__dict__, "html": r.html.name} for r in reports], indent=2)
+        json.dumps([{**r.__dict__, "html": r.html.name} for r in reports], indent=2, default=str)
     )
     return index
+
+
+def _with_earlier(reports: list[Report], out_dir: Path) -> list[Report]:
+    """The reports just built plus earlier ones still in ``out_dir`` (a partial rebuild keeps the index whole)."""
+    built = {r.notebook for r in reports}
+    earlier = []
+    index = out_dir / "index.json"
+    if index.exists():
+        for e in json.loads(index.read_text()):
+            if e["notebook"] not in built and (out_dir / e["html"]).exists():
+                earlier.append(Report(**{**e, "html": out_dir / e["html"]}))
+    return sorted([*reports, *earlier], key=lambda r: r.notebook)
 
 
 def build(
@@ -146,9 +158,8 @@ def build(
                     progress(r)
             except Exception as exc:  # keep building the others, then fail naming each
                 errors.append(f"{futures[fut].name}: {type(exc).__name__}: {str(exc).strip()[-2000:]}")
-    reports.sort(key=lambda r: r.notebook)
     if reports:
-        write_index(reports, out_dir)
+        write_index(_with_earlier(reports, out_dir), out_dir)
     if errors:
         raise RuntimeError("report build failed for:\n" + "\n".join(errors))
     return reports

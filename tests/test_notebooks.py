@@ -61,3 +61,10 @@ def test_build_writes_index_linking_every_report(tmp_path):
 def test_unknown_notebook_selector_is_named():
     with pytest.raises(FileNotFoundError, match="99"):
         reports.notebooks(["99"])
+
+
+def test_partial_rebuild_keeps_the_index_whole(tmp_path):
+    reports.build(tmp_path, selected=["01", "02"])
+    reports.build(tmp_path, selected=["02"])
+    index = (tmp_path / "index.html").read_text()
+    assert 'href="01_context_scaling.html"' in index and 'href="02_throughput_decay.html"' in index
