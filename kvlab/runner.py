@@ -26,7 +26,7 @@ from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR
 from kvlab.server import EngineServer, ServerError, reap_orphans
 from kvlab.spec import ExperimentSpec, RunSpec, expand
-from kvlab.workloads import Prompt, fixed_batch
+from kvlab.workloads import Prompt, classification, fixed_batch, multi_turn, shared_prefix, shared_prefix_length
 
 #: Failure causes that happen before a server is ready: the same argv will fail the same way.
 STARTUP_CAUSES = ("startup_oom", "kv_cache_too_small", "timeout", "crash")
@@ -76,7 +76,7 @@ def dry_run_text(spec: ExperimentSpec) -> str:
         for r in group:
             w = r.workload
             lines.append(f"#   run {r.key}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
-                         f"{w.batch_size} {w.kind}, repeat {r.repeat}")
+                         f"{w.batch_size} {w.kind}{_kind_detail(w)}, repeat {r.repeat}")
     return "\n".join(lines)
 
 
@@ -86,11 +86,68 @@ def _shell_quote(a: str) -> str:
     return a if a.startswith("$") else shlex.quote(a)
 
 
+def _kind_detail(w) -> str:
+    """What the dry run adds per kind: sharing, turns, requests in flight."""
+    parts = []
+    if w.kind == "shared_prefix":
+        parts.append(f"shared {w.shared_fraction:g} = {shared_prefix_length(w.prompt_len, w.shared_fraction)} tokens")
+    if w.kind == "multi_turn":
+        parts.append(f"{w.turns} turns over a {w.document_tokens}-token document, {w.n_requests} requests")
+    if w.concurrency is not None:
+        parts.append(f"≤{w.concurrency} in flight")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
-    """The exact prompts of one run (token-ID prompts, deterministic from the workload seed)."""
+    """The exact prompts of one run, by workload kind (deterministic from the workload seed and repeat).
+
+    Every kind but reasoning sends token-ID prompts of exact length; reasoning sends chat
+    questions the server tokenises (its usage gives their length).
+    """
     w = run.workload
-    return fixed_batch(w.batch_size, w.prompt_len, w.output_tokens, vocab_size,
-                       seed=w.seed * 1000 + run.repeat, distinct=w.distinct_prompts)
+    seed = w.seed * 1000 + run.repeat
+    if w.kind in ("fixed_batch", "concurrency"):
+        return fixed_batch(w.batch_size, w.prompt_len, w.output_tokens, vocab_size, seed=seed,
+                           distinct=w.distinct_prompts)
+    if w.kind == "shared_prefix":
+        return shared_prefix(w.batch_size, w.prompt_len, w.shared_fraction, w.output_tokens, vocab_size, seed=seed)
+    if w.kind == "multi_turn":
+        return multi_turn(w.batch_size, w.turns, w.document_tokens, w.question_tokens, w.output_tokens, vocab_size,
+                          seed=seed)
+    if w.kind == "classification":
+        return classification(w.batch_size, vocab_size, seed=seed, prompt_tokens=w.prompt_len,
+                              max_tokens=w.output_tokens)
+    if w.kind == "reasoning":
+        from kvlab import reasoning
+
+        return reasoning.prompts(w.batch_size, w.output_tokens, w.reasoning_questions, seed=seed)
+    raise ValueError(f"no prompt generator for workload kind {w.kind!r}")
+
+
+def shared_tokens(run: RunSpec) -> int | None:
+    """Prompt tokens every request of the run shares by construction (RUNS.shared_prefix_tokens)."""
+    w = run.workload
+    if w.kind == "shared_prefix":
+        return shared_prefix_length(w.prompt_len, w.shared_fraction)
+    if w.kind == "multi_turn":
+        return w.document_tokens
+    if w.kind in ("fixed_batch", "concurrency") and not w.distinct_prompts:
+        return w.prompt_len
+    return 0 if w.kind != "reasoning" else None
+
+
+def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str]:
+    """The batch with each record's reasoning tokens filled in, and a note saying how they were counted."""
+    from dataclasses import replace
+
+    from kvlab import reasoning
+
+    model_dir = reasoning.model_dir_of(run.engine.model_arg)
+    counter = reasoning.local_token_counter(model_dir) if model_dir else None
+    records, method = reasoning.account(batch.records, counter)
+    parser = f"server reasoning parser {run.engine.reasoning_parser!r}" if run.engine.reasoning_parser \
+        else "no server reasoning parser: split at </think> in the text"
+    return replace(batch, records=records), f"{reasoning.describe(method)} ({parser})"
 
 
 def _served_name(run: RunSpec) -> str:
@@ -118,7 +175,11 @@ def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, versio
         "engine_version": version, "tp": e.tp, "dcp": e.dcp, "mem_util": e.mem_util,
         "prefix_caching": e.prefix_caching, "context_label": run.context_label,
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
-        "batch_size": w.batch_size if w.kind == "fixed_batch" else w.concurrency,
+        "batch_size": w.batch_size if w.kind == "fixed_batch" else w.in_flight,
+        "shared_prefix_tokens": shared_tokens(run),
+        "reasoning_tokens": (sum(r.reasoning_tokens for r in batch.records if r.reasoning_tokens is not None)
+                             if batch and w.kind == "reasoning" and any(r.reasoning_tokens is not None
+                                                                         for r in batch.records) else None),
         "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
         "attempts": attempts, "status": status, "failure_cause": cause,
         "started_at": batch.started_at if batch else datetime.now(timezone.utc).isoformat(),
@@ -189,15 +250,21 @@ class Sweep:
         if run.engine.prefix_caching:
             flushed = adapter.flush_cache(server.base_url, server.headers)
             if not flushed:
-                notes.append("prefix cache not flushed before the run (engine refused or endpoint disabled)")
+                hint = (" — vLLM resets it only with dev_mode: true (VLLM_SERVER_DEV_MODE=1)"
+                        if run.engine.name == "vllm" and not run.engine.dev_mode else "")
+                notes.append(f"prefix cache not flushed before the run (engine refused or endpoint disabled){hint}; "
+                             "cache hits may include earlier runs' prompts")
         key = self._api_key(run)
         before = asyncio.run(metrics.scrape(server.base_url, key))
         w = run.workload
         batch = asyncio.run(run_requests(
             server.base_url, _served_name(run), prompts_for(run, vocab),
-            concurrency=w.concurrency if w.kind == "concurrency" else None, api_key=key,
-            ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed,
+            concurrency=w.concurrency, api_key=key,
+            ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.kind == "reasoning",
         ))
+        if w.kind == "reasoning":
+            batch, how = _split_reasoning(batch, run)
+            notes.append(how)
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step

@@ -17,11 +17,20 @@ from kvlab.engines.base import FAILURE_CAUSES, is_local_path, resolve_local
 ENGINE_NAMES = ("vllm", "sglang")
 #: Workload kinds known to the spec. Adding one: extend this tuple, add its checks to
 #: ``_KIND_CHECKS`` and its generator in kvlab.workloads; other kinds keep working.
-WORKLOAD_KINDS = ("fixed_batch", "concurrency")
+WORKLOAD_KINDS = ("fixed_batch", "concurrency", "shared_prefix", "multi_turn", "classification", "reasoning")
 
 #: EngineSpec fields that change how kvlab reaches a server but not what it measures:
 #: left out of RunSpec.key so that, e.g., a longer startup timeout does not re-run a sweep.
 KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "api_key_env")
+
+#: Fields added after runs were first stored, with the value that reproduces the earlier behaviour:
+#: at that value they are left out of RunSpec.key, so runs measured before they existed keep their
+#: keys (a sweep resumes instead of re-running them). Any other value is part of the key.
+KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
+    "engine": {"report_cached_tokens": True, "reasoning_parser": None},
+    "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
+                 "reasoning_questions": None},
+}
 
 
 class SpecError(ValueError):
@@ -74,6 +83,16 @@ class EngineSpec(_Strict):
     dev_mode: bool = Field(
         False, description="vLLM VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works between runs"
     )
+    report_cached_tokens: bool = Field(
+        True,
+        description="report usage.prompt_tokens_details.cached_tokens per request "
+        "(vLLM --enable-prompt-tokens-details / SGLang --enable-cache-report)",
+    )
+    reasoning_parser: str | None = Field(
+        None,
+        description="server-side reasoning parser, passed as --reasoning-parser (names differ: vLLM "
+        "'deepseek_r1', SGLang 'deepseek-r1'); the server then streams reasoning apart from the answer",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
@@ -107,9 +126,14 @@ class EngineSpec(_Strict):
 class WorkloadSpec(_Strict):
     """What the client sends in one run."""
 
-    kind: Literal["fixed_batch", "concurrency"] = Field(
+    kind: Literal["fixed_batch", "concurrency", "shared_prefix", "multi_turn", "classification", "reasoning"] = Field(
         description="fixed_batch: batch_size requests sent at once; concurrency: batch_size requests, "
-        "at most `concurrency` in flight"
+        "at most `concurrency` in flight; shared_prefix: batch_size prompts whose first shared_fraction is "
+        "one common prefix (system prompt + document); multi_turn: batch_size conversations of `turns` "
+        "questions about one shared document, each turn carrying the history; classification: batch_size "
+        "short distinct prompts with a label-sized answer; reasoning: chat questions whose answer the "
+        "server (reasoning parser) or kvlab (<think> tags) splits into reasoning and answer. Every kind "
+        "but fixed_batch takes an optional `concurrency` (None: all at once; concurrency requires it)"
     )
     batch_size: int = Field(ge=1, description="requests per run")
     concurrency: int | None = Field(None, ge=1, description="requests in flight (kind concurrency only)")
@@ -123,11 +147,28 @@ class WorkloadSpec(_Strict):
     temperature: float = Field(0.0, ge=0, description="sampling temperature")
     seed: int = Field(0, description="seed for prompt generation and sampling")
     distinct_prompts: bool = Field(True, description="every request gets different tokens (no shared prefix)")
+    shared_fraction: float | None = Field(
+        None, description="shared_prefix: fraction of each prompt that is the common prefix, in [0, 1)"
+    )
+    turns: int | None = Field(None, ge=1, description="multi_turn: questions per conversation")
+    document_tokens: int | None = Field(None, ge=0, description="multi_turn: tokens of the shared document")
+    question_tokens: int | None = Field(None, ge=1, description="multi_turn: tokens of each question")
+    reasoning_questions: list[str] | None = Field(
+        None, min_length=1,
+        description="reasoning: the questions asked (cycled over batch_size); None = kvlab's built-in "
+        "arithmetic questions. prompt_tokens is their budget (checked against max_model_len), the server's "
+        "usage gives the exact count",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:
-        if (self.context_tokens is None) == (self.prompt_tokens is None):
+        if self.kind == "multi_turn":
+            _check_multi_turn(self)
+        elif (self.context_tokens is None) == (self.prompt_tokens is None):
             raise ValueError("give exactly one of context_tokens and prompt_tokens")
+        for name in ("shared_fraction", "turns", "document_tokens", "question_tokens", "reasoning_questions"):
+            if getattr(self, name) is not None and name not in _KIND_FIELDS.get(self.kind, ()):
+                raise ValueError(f"{name} applies to kind(s) {_kinds_with(name)} only, not {self.kind!r}")
         if self.context_tokens is not None and self.context_tokens <= self.output_tokens:
             raise ValueError(
                 f"context_tokens ({self.context_tokens}) must exceed output_tokens ({self.output_tokens})"
@@ -137,8 +178,20 @@ class WorkloadSpec(_Strict):
 
     @property
     def prompt_len(self) -> int:
-        """Prompt tokens per request."""
+        """Prompt tokens per request (multi_turn: of the last, longest turn)."""
+        if self.kind == "multi_turn":
+            return self.document_tokens + self.turns * self.question_tokens + (self.turns - 1) * self.output_tokens
         return self.prompt_tokens if self.prompt_tokens is not None else self.context_tokens - self.output_tokens
+
+    @property
+    def n_requests(self) -> int:
+        """Requests one run sends (multi_turn: conversations x turns)."""
+        return self.batch_size * (self.turns if self.kind == "multi_turn" else 1)
+
+    @property
+    def in_flight(self) -> int:
+        """Most requests in flight at once (a conversation holds at most one)."""
+        return self.concurrency if self.concurrency is not None else self.batch_size
 
     @property
     def total_tokens(self) -> int:
@@ -156,7 +209,46 @@ def _check_concurrency(w: WorkloadSpec) -> None:
         raise ValueError("kind 'concurrency' needs a concurrency value")
 
 
-_KIND_CHECKS = {"fixed_batch": _check_fixed_batch, "concurrency": _check_concurrency}
+def _check_shared_prefix(w: WorkloadSpec) -> None:
+    if w.shared_fraction is None:
+        raise ValueError("kind 'shared_prefix' needs shared_fraction (fraction of each prompt shared, in [0, 1))")
+    if not 0.0 <= w.shared_fraction < 1.0:
+        # 1.0 would leave no suffix to tell the prompts apart: the run would be n copies of one prompt.
+        raise ValueError(f"shared_fraction must be in [0, 1), got {w.shared_fraction}")
+
+
+def _check_multi_turn(w: WorkloadSpec) -> None:
+    missing = [n for n in ("turns", "document_tokens", "question_tokens") if getattr(w, n) is None]
+    if missing:
+        raise ValueError(f"kind 'multi_turn' needs {missing} (output_tokens is each answer's length)")
+    if w.context_tokens is not None or w.prompt_tokens is not None:
+        raise ValueError("kind 'multi_turn' derives its prompt lengths from document_tokens, question_tokens, "
+                         "turns and output_tokens: leave context_tokens and prompt_tokens out")
+
+
+def _check_any(w: WorkloadSpec) -> None:
+    """Kinds that may cap requests in flight or send all at once."""
+
+
+def _check_reasoning(w: WorkloadSpec) -> None:
+    if w.prompt_tokens is None:
+        raise ValueError("kind 'reasoning' needs prompt_tokens: the budget for the server-tokenised question")
+
+
+_KIND_CHECKS = {
+    "fixed_batch": _check_fixed_batch, "concurrency": _check_concurrency, "shared_prefix": _check_shared_prefix,
+    "multi_turn": _check_any, "classification": _check_any, "reasoning": _check_reasoning,
+}
+#: Workload fields that only some kinds use (any other kind rejects them, naming the field).
+_KIND_FIELDS = {
+    "shared_prefix": ("shared_fraction",),
+    "multi_turn": ("turns", "document_tokens", "question_tokens"),
+    "reasoning": ("reasoning_questions",),
+}
+
+
+def _kinds_with(name: str) -> list[str]:
+    return [k for k, names in _KIND_FIELDS.items() if name in names]
 
 
 class RetrySpec(_Strict):
@@ -293,8 +385,9 @@ class RunSpec(_Strict):
     @property
     def key(self) -> str:
         """Stable id: short sha256 of the canonical JSON of engine (minus connection fields), workload, repeat."""
-        engine = self.engine.model_dump(mode="json", exclude=set(KEY_EXCLUDED_ENGINE_FIELDS))
-        payload = {"engine": engine, "workload": self.workload.model_dump(mode="json"), "repeat": self.repeat}
+        engine = _omit_defaults(self.engine.model_dump(mode="json", exclude=set(KEY_EXCLUDED_ENGINE_FIELDS)), "engine")
+        workload = _omit_defaults(self.workload.model_dump(mode="json"), "workload")
+        payload = {"engine": engine, "workload": workload, "repeat": self.repeat}
         return _short_hash(payload)
 
     @property
@@ -320,6 +413,11 @@ class RunSpec(_Strict):
         """The full-scale context this run stands for, e.g. '64K' for 2,048 tokens at scale 32 (K = 1024)."""
         full = self.context_tokens * self.scale_factor
         return f"{full / 1024:g}K" if full >= 1024 else f"{full:g}"
+
+
+def _omit_defaults(dump: dict[str, Any], part: str) -> dict[str, Any]:
+    omitted = KEY_OMITTED_AT_DEFAULT[part]
+    return {k: v for k, v in dump.items() if not (k in omitted and v == omitted[k])}
 
 
 def _short_hash(obj: Any) -> str:

@@ -24,7 +24,9 @@ def _variants(name: str) -> list[EngineSpec]:
         if tp % dcp:
             continue
         kw = dict(tp=tp, dcp=dcp, mem_util=0.95, prefix_caching=caching, max_model_len=204800,
-                  trust_remote_code=eager, served_model_name="kimi" if eager else None)
+                  trust_remote_code=eager, served_model_name="kimi" if eager else None,
+                  report_cached_tokens=caching != eager,
+                  reasoning_parser=({"vllm": "deepseek_r1", "sglang": "deepseek-r1"}[name] if eager else None))
         if name == "vllm":
             kw |= dict(enforce_eager=eager, kv_cache_bytes=16777216 if caching else None,
                        extra_args=["--attention-backend", "CUTLASS_MLA"] if dcp > 1 else [])

@@ -33,9 +33,12 @@ class SGLangAdapter(EngineAdapter):
     metric_names = {
         "prompt_tokens": "sglang:prompt_tokens_total",
         "generation_tokens": "sglang:generation_tokens_total",
-        # SGLang exports a hit-rate gauge, not token counters for prefix-cache queries and hits.
-        "prefix_cache_queries": None,
-        "prefix_cache_hits": None,
+        # SGLang has no prefix-cache query counter: every prompt token goes through the radix-tree
+        # lookup, so its prompt-token counter is the query count, and its cached-token counter the
+        # hits (tokens served from the radix cache) — the same two sums vLLM's counters give.
+        # (sglang:cache_hit_rate is a gauge over a recent window, not a per-run delta.)
+        "prefix_cache_queries": "sglang:prompt_tokens_total",
+        "prefix_cache_hits": "sglang:cached_tokens_total",
         "preemptions": "sglang:num_retracted_requests_total",  # SGLang "retracts" where vLLM preempts
         "cached_tokens": "sglang:cached_tokens_total",
     }
@@ -54,12 +57,15 @@ class SGLangAdapter(EngineAdapter):
             "--mem-fraction-static", f"{spec.mem_util:g}",
             "--context-length", str(spec.max_model_len),
             "--enable-metrics",  # /metrics is off by default in SGLang
-            "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens
         ]
+        if spec.report_cached_tokens:
+            args.append("--enable-cache-report")  # usage.prompt_tokens_details.cached_tokens
         if not spec.prefix_caching:
             args.append("--disable-radix-cache")
         if spec.trust_remote_code:
             args.append("--trust-remote-code")
+        if spec.reasoning_parser:
+            args += ["--reasoning-parser", spec.reasoning_parser]
         if spec.served_model_name:
             args += ["--served-model-name", spec.served_model_name]
         if api_key:

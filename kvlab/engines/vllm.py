@@ -64,6 +64,10 @@ class VLLMAdapter(EngineAdapter):
             args.append("--enforce-eager")
         if spec.trust_remote_code:
             args.append("--trust-remote-code")
+        if spec.report_cached_tokens:
+            args.append("--enable-prompt-tokens-details")  # usage.prompt_tokens_details.cached_tokens
+        if spec.reasoning_parser:
+            args += ["--reasoning-parser", spec.reasoning_parser]
         if spec.served_model_name:
             args += ["--served-model-name", spec.served_model_name]
         if api_key:

@@ -1,0 +1,134 @@
+"""Reasoning workloads: chat questions, and each answer's output tokens split into reasoning and answer.
+
+A server with a reasoning parser (``--reasoning-parser``) streams the reasoning as
+``reasoning_content`` apart from the answer; without one the model's ``<think>…</think>`` is
+part of the text and :func:`kvlab.metrics.split_think` separates it. Token counts come, in
+order of preference, from the server's ``usage.completion_tokens_details.reasoning_tokens``,
+from the model's own tokenizer applied to each part, or — when neither is at hand — from the
+share of streamed chunks (parser) or characters (tags), and each record says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from kvlab.metrics import split_think
+from kvlab.workloads import Prompt
+
+#: How a split was counted, most exact first.
+SPLIT_METHODS = ("usage", "tokenizer", "chunks", "chars", "none")
+
+_OPS = ["plus", "minus", "times"]
+
+
+def builtin_questions(n: int, seed: int = 0) -> list[str]:
+    """``n`` deterministic arithmetic word questions (a reasoning model thinks before answering each)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        a, b, c = (int(x) for x in rng.integers(12, 99, size=3))
+        n1, n2 = _OPS[int(rng.integers(0, 3))], _OPS[int(rng.integers(0, 3))]
+        out.append(f"Compute ({a} {n1} {b}) {n2} {c} and say whether the result is prime. "
+                   "Answer with the number and yes or no.")
+    return out
+
+
+def prompts(n: int, max_tokens: int, questions: Sequence[str] | None = None, seed: int = 0) -> list[Prompt]:
+    """``n`` chat prompts, one question each (``questions`` cycled; None = :func:`builtin_questions`)."""
+    qs = list(questions) if questions else builtin_questions(n, seed)
+    return [
+        Prompt(index=i, max_tokens=max_tokens, messages=({"role": "user", "content": qs[i % len(qs)]},),
+               workload="reasoning")
+        for i in range(n)
+    ]
+
+
+def local_token_counter(model_dir: str | Path) -> Callable[[str], int] | None:
+    """A text → token count function from a local model's ``tokenizer.json``; None when there is none."""
+    path = Path(model_dir) / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    return lambda text: len(tok.encode(text, add_special_tokens=False).ids) if text else 0
+
+
+@dataclass(frozen=True)
+class Split:
+    """One response's output tokens, split into reasoning and answer, and how they were counted."""
+
+    reasoning_tokens: int | None
+    answer_tokens: int | None
+    method: str  # one of SPLIT_METHODS
+
+
+def split_record(record, count_tokens: Callable[[str], int] | None = None) -> Split:
+    """Reasoning and answer tokens of one :class:`kvlab.client.RequestRecord`.
+
+    The two parts always add up to the server's ``output_tokens`` (when it reported one), so a
+    run's totals stay exact even where the split itself is an estimate.
+    """
+    n = record.output_tokens
+    if record.status != "ok" or n is None:
+        return Split(None, None, "none")
+    if record.reasoning_tokens is not None:  # the server counted it
+        return Split(record.reasoning_tokens, n - record.reasoning_tokens, "usage")
+    if record.reasoning_chunks or record.reasoning_text:  # the server's parser split the stream
+        reasoning, answer = record.reasoning_text or "", record.text or ""
+        if count_tokens is None:
+            share = record.reasoning_chunks / record.chunks if record.chunks else 0.0
+            r = round(n * share)
+            return Split(r, n - r, "chunks")
+    elif record.text is not None:  # no parser: the tags are in the text
+        reasoning, answer = split_think(record.text)
+        if count_tokens is None:
+            total = len(reasoning) + len(answer)
+            r = round(n * len(reasoning) / total) if total else 0
+            return Split(r, n - r, "chars")
+    else:
+        return Split(None, None, "none")
+    r_tok, a_tok = count_tokens(reasoning), count_tokens(answer)
+    # Tokenising the parts apart can differ from the model's own stream by a token at the seam
+    # (and the tags themselves): scale to the server's total so the parts add up.
+    total = r_tok + a_tok
+    r = round(n * r_tok / total) if total else 0
+    return Split(r, n - r, "tokenizer")
+
+
+def account(records: list, count_tokens: Callable[[str], int] | None = None) -> tuple[list, str]:
+    """Records with ``reasoning_tokens`` filled from :func:`split_record`, and the method(s) used."""
+    out, methods = [], []
+    for r in records:
+        s = split_record(r, count_tokens)
+        if s.method != "none":
+            methods.append(s.method)
+        out.append(replace(r, reasoning_tokens=s.reasoning_tokens))
+    used = sorted(set(methods), key=SPLIT_METHODS.index)
+    return out, "+".join(used) if used else "none"
+
+
+def model_dir_of(model_arg: str) -> Path | None:
+    """The local folder of a model argument, when it is one (hub ids give None)."""
+    p = Path(model_arg)
+    return p if (p / "config.json").is_file() else None
+
+
+def describe(method: str) -> str:
+    """A run note saying how reasoning tokens were counted."""
+    text = {
+        "usage": "server usage.completion_tokens_details.reasoning_tokens",
+        "tokenizer": "the model's tokenizer on each part, scaled to usage.completion_tokens",
+        "chunks": "share of streamed reasoning chunks x usage.completion_tokens (estimate)",
+        "chars": "share of characters before </think> x usage.completion_tokens (estimate)",
+        "none": "no reasoning split available",
+    }
+    return "reasoning tokens counted by " + "; ".join(text[m] for m in method.split("+"))
+
+
+__all__ = ["SPLIT_METHODS", "Split", "account", "builtin_questions", "describe", "local_token_counter",
+           "model_dir_of", "prompts", "split_record"]
