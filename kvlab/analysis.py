@@ -199,7 +199,8 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
     they agree to the precision the document wrote (half a unit of its last digit).
     """
     rows = []
-    numeric = claims.filter(pl.col("stated_value").is_not_null())
+    # Only ratios a published table can imply; other kinds (e.g. engine_choice) are checked by their own studies.
+    numeric = claims.filter(pl.col("stated_value").is_not_null() & pl.col("kind").is_in(["relative_speed", "throughput_decay"]))
     for claim in numeric.iter_rows(named=True):
         table = runs.filter((pl.col("experiment") == claim["experiment"]) & (pl.col("source") == "published"))
         implied: dict[str, float] = {}
@@ -304,3 +305,226 @@ def failure_causes(attempts: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.len().alias("failed_attempts"))
         .sort("engine", "mem_util", "context_label", "failure_cause")
     )
+
+
+# --------------------------------------------------------------------------- engine-choice studies (document 003)
+
+#: Columns that identify one engine configuration in the prefix-sharing and concurrency studies.
+STUDY_KEYS = ("experiment", "hardware", "engine", "prefix_caching")
+
+
+def _measured(runs: pl.DataFrame, mode: str) -> pl.DataFrame:
+    return runs.filter((pl.col("source") == "measured") & (pl.col("mode") == mode) & (pl.col("status") == "ok"))
+
+
+def cache_hit_rate() -> pl.Expr:
+    """Prompt tokens served from the prefix cache / prompt tokens served, per run.
+
+    The numerator is the server's prefix-cache hit counter delta (vLLM ``prefix_cache_hits``,
+    SGLang ``cached_tokens``), else the sum of ``usage.prompt_tokens_details.cached_tokens``;
+    the denominator the prompt tokens the server reported. 0 when caching is off (no hits),
+    null when neither source reported anything.
+    """
+    hits = pl.coalesce("server_prefix_cache_hits", "cached_prompt_tokens")
+    return (hits / pl.col("served_prompt_tokens")).alias("cache_hit_rate")
+
+
+def prefix_sharing(runs: pl.DataFrame) -> pl.DataFrame:
+    """Per engine configuration and shared fraction: cache-hit rate, TTFT, batch time and throughput.
+
+    ``shared_fraction`` = shared prefix tokens / prompt tokens of the run (as built, rounded to
+    0.001). ``ideal_hit_rate`` = shared_fraction x (n - 1) / n: every request but the first could
+    reuse the whole prefix (a block-granular cache gets a little less). Repeats are folded by their
+    median (one run disturbed by other load on the host does not move the point); the ``*_std_*``
+    columns keep their spread.
+    """
+    m = _measured(runs, "shared_prefix").with_columns(
+        (pl.col("shared_prefix_tokens") / pl.col("prompt_tokens")).round(3).alias("shared_fraction"),
+        cache_hit_rate(),
+        (pl.col("requests_ok") + pl.col("requests_failed")).alias("requests"),
+        (pl.col("served_prompt_tokens") / pl.col("batch_time_s")).alias("prompt_tokens_per_s"),
+        (pl.col("served_output_tokens") / pl.col("batch_time_s")).alias("output_tokens_per_s"),
+    )
+    return (
+        m.group_by([*STUDY_KEYS, "shared_fraction"])
+        .agg(
+            pl.len().alias("n_runs"),
+            pl.col("cache_hit_rate").median(),
+            pl.col("ttft_mean_ms").median(),
+            pl.col("ttft_mean_ms").std().alias("ttft_std_ms"),
+            pl.col("ttft_p99_ms").median(),
+            pl.col("batch_time_s").median(),
+            pl.col("batch_time_s").std().alias("batch_time_std_s"),
+            pl.col("prompt_tokens_per_s").median(),
+            pl.col("output_tokens_per_s").median(),
+            pl.col("requests").first(),
+            pl.col("prompt_tokens").first(),
+            pl.col("shared_prefix_tokens").first(),
+        )
+        .with_columns((pl.col("shared_fraction") * (pl.col("requests") - 1) / pl.col("requests")).alias("ideal_hit_rate"))
+        .sort([*STUDY_KEYS, "shared_fraction"], nulls_last=True)
+    )
+
+
+def caching_gain(sharing: pl.DataFrame) -> pl.DataFrame:
+    """Per engine and shared fraction: prefix cache on vs off.
+
+    ``ttft_speedup`` = TTFT(off) / TTFT(on) and ``batch_speedup`` = batch time(off) / batch time(on)
+    (> 1: caching helps); ``time_saved`` = 1 - batch time(on) / batch time(off).
+    """
+    keys = ["experiment", "hardware", "engine", "shared_fraction"]
+    cols = ["cache_hit_rate", "ttft_mean_ms", "batch_time_s", "prompt_tokens_per_s"]
+    on = sharing.filter(pl.col("prefix_caching")).select(*keys, "ideal_hit_rate", *[pl.col(c).alias(f"{c}_on") for c in cols])
+    off = sharing.filter(~pl.col("prefix_caching")).select(*keys, *[pl.col(c).alias(f"{c}_off") for c in cols])
+    return (
+        on.join(off, on=keys, how="inner")
+        .with_columns(
+            (pl.col("ttft_mean_ms_off") / pl.col("ttft_mean_ms_on")).alias("ttft_speedup"),
+            (pl.col("batch_time_s_off") / pl.col("batch_time_s_on")).alias("batch_speedup"),
+            (1 - pl.col("batch_time_s_on") / pl.col("batch_time_s_off")).alias("time_saved"),
+        )
+        .sort(keys)
+    )
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Whether a gain-vs-shared-fraction curve has a threshold at ``at`` or grows smoothly."""
+
+    at: float
+    min_gain: float  # the gain (time saved) that counts as worth having
+    first_fraction: float | None  # smallest measured fraction whose gain reaches min_gain
+    slope_below: float | None  # time saved per unit of shared fraction, fitted below ``at``
+    slope_above: float | None  # ... fitted from ``at`` up
+    step_at: float | None  # jump in gain across ``at`` beyond what the slope below predicts
+    r2_linear: float | None  # R² of one straight line through all points
+    verdict: str  # "no data" | "smooth" | "threshold"
+    #: smallest measured fraction from which every larger measured fraction saves time (> 0)
+    break_even: float | None = None
+    #: measured fractions where the cache cost time (gain < 0), with their gain
+    losses: tuple[tuple[float, float], ...] = ()
+
+
+def _fit(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
+    """Least-squares line: (slope, intercept, R²); None with fewer than two distinct x."""
+    import numpy as np
+
+    if len(set(x)) < 2:
+        return None
+    xa, ya = np.asarray(x, float), np.asarray(y, float)
+    slope, icpt = np.polyfit(xa, ya, 1)
+    ss_res = float(((ya - (slope * xa + icpt)) ** 2).sum())
+    ss_tot = float(((ya - ya.mean()) ** 2).sum())
+    return float(slope), float(icpt), (1 - ss_res / ss_tot) if ss_tot else 1.0
+
+
+def sharing_threshold(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.10,
+                      column: str = "time_saved") -> Threshold:
+    """Test the decision tree's threshold on one engine's caching gain against shared fraction.
+
+    A threshold shows as a gain that stays small below ``at`` and jumps at it: slope above much
+    steeper than below (ratio > 2) or a step across ``at`` larger than the spread of the line.
+    A straight line through every point (R² >= 0.9) with similar slopes is "smooth": the gain
+    grows with the fraction and no particular fraction is special.
+    """
+    g = gain.filter(pl.col(column).is_not_null()).sort("shared_fraction")
+    if g.height < 3:
+        return Threshold(at, min_gain, None, None, None, None, None, "no data")
+    x, y = g["shared_fraction"].to_list(), g[column].to_list()
+    reached = [f for f, v in zip(x, y) if v >= min_gain]
+    lo = [(f, v) for f, v in zip(x, y) if f < at]
+    hi = [(f, v) for f, v in zip(x, y) if f >= at]
+    fit_lo = _fit([f for f, _ in lo], [v for _, v in lo])
+    fit_hi = _fit([f for f, _ in hi], [v for _, v in hi])
+    fit_all = _fit(x, y)
+    step = None
+    if fit_lo and hi:
+        first_hi = min(hi)
+        step = first_hi[1] - (fit_lo[0] * first_hi[0] + fit_lo[1])
+    s_lo, s_hi = (fit_lo[0] if fit_lo else None), (fit_hi[0] if fit_hi else None)
+    r2 = fit_all[2] if fit_all else None
+    resid = 0.0
+    if fit_all:
+        resid = max(abs(v - (fit_all[0] * f + fit_all[1])) for f, v in zip(x, y))
+    steep = s_lo is not None and s_hi is not None and s_hi > 2 * max(s_lo, 1e-9) and s_hi > 0
+    jump = step is not None and step > max(2 * resid, min_gain)
+    verdict = "threshold" if (steep or jump) else "smooth"
+    break_even = None
+    for f, v in sorted(zip(x, y), reverse=True):
+        if v <= 0:
+            break
+        break_even = f
+    losses = tuple((f, v) for f, v in zip(x, y) if v < 0 and f > 0)  # at 0 there is nothing to reuse
+    return Threshold(at, min_gain, min(reached) if reached else None, s_lo, s_hi, step, r2, verdict,
+                     break_even, losses)
+
+
+def multi_turn_by_turn(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
+    """Per engine configuration and turn: prompt length, cached tokens and TTFT (mean over conversations).
+
+    The turn of a request is the rank of its prompt length within its run (every conversation's
+    turn k has the same length in kvlab's multi_turn workload).
+    """
+    m = _measured(runs, "multi_turn").select("run_id", *STUDY_KEYS)
+    r = requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok").with_columns(
+        (pl.col("prompt_tokens").rank("dense").over("run_id") - 1).cast(pl.Int64).alias("turn")
+    )
+    return (
+        r.group_by([*STUDY_KEYS, "turn"])
+        .agg(
+            pl.len().alias("requests"),
+            pl.col("prompt_tokens").mean(),
+            pl.col("cached_tokens").mean(),
+            (pl.col("cached_tokens").sum() / pl.col("prompt_tokens").sum()).alias("cached_share"),
+            pl.col("ttft_ms").mean().alias("ttft_mean_ms"),
+        )
+        .sort([*STUDY_KEYS, "turn"])
+    )
+
+
+def concurrency_study(runs: pl.DataFrame, mode: str = "classification") -> pl.DataFrame:
+    """Per engine configuration and requests in flight: every request accounted for, throughput, latency.
+
+    ``requests_sent`` = ok + failed (a request is never dropped from either count); throughput
+    counts successful requests only.
+    """
+    m = runs.filter((pl.col("source") == "measured") & (pl.col("mode") == mode)).with_columns(
+        (pl.col("requests_ok") + pl.col("requests_failed")).alias("requests_sent"),
+        (pl.col("requests_ok") / pl.col("batch_time_s")).alias("requests_per_s"),
+        (pl.col("served_output_tokens") / pl.col("batch_time_s")).alias("output_tokens_per_s"),
+    )
+    return (
+        m.group_by([*STUDY_KEYS, pl.col("batch_size").alias("in_flight")])
+        .agg(
+            pl.len().alias("n_runs"),
+            (pl.col("status") == "ok").sum().alias("runs_ok"),
+            pl.col("requests_sent").sum(),
+            pl.col("requests_ok").sum(),
+            pl.col("requests_failed").sum(),
+            pl.col("requests_per_s").mean(),
+            pl.col("output_tokens_per_s").mean(),
+            pl.col("ttft_mean_ms").mean(),
+            pl.col("ttft_p99_ms").mean(),
+            pl.col("e2e_mean_ms").mean(),
+            pl.col("server_preemptions").sum().alias("preemptions"),
+        )
+        .sort([*STUDY_KEYS, "in_flight"])
+    )
+
+
+def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float], block_tokens: int = 128) -> pl.DataFrame:
+    """Modelled: the share of prompt tokens a perfect prefix cache could serve, per shared fraction.
+
+    Every request after the first reuses the whole prefix (``ideal_hit_rate``) or, in a cache
+    that stores whole KV blocks of ``block_tokens``, the prefix rounded down to a block
+    (``block_hit_rate``; vLLM's CPU backend uses 128-token blocks, GPUs typically 16).
+    """
+    from kvlab.workloads import shared_prefix_length
+
+    rows = []
+    for f in fractions:
+        prefix = shared_prefix_length(prompt_tokens, f)
+        rows.append({"shared_fraction": f, "prefix_tokens": prefix,
+                     "ideal_hit_rate": prefix * (requests - 1) / (requests * prompt_tokens),
+                     "block_hit_rate": (prefix // block_tokens) * block_tokens * (requests - 1) / (requests * prompt_tokens)})
+    return pl.DataFrame(rows)

@@ -1,0 +1,216 @@
+"""Engine-choice studies: decision tree branches, reasoning split on the SSE fixture, and real vLLM prefix-cache runs."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import polars as pl
+import pytest
+import yaml
+from sse_server import FixtureConfig, SSEServer
+from test_runner import BASE_ENGINE, engine_processes
+
+from kvlab import analysis, guide, reasoning, runner, store
+from kvlab.client import run_requests
+from kvlab.spec import ExperimentSpec
+
+# ----------------------------------------------------------------------------- decision tree
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "engine", "answers"),
+    [
+        (dict(shared_prefix=True, fixed_context_fraction=0.3), "sglang", ["yes", "yes (30%)"]),
+        (dict(shared_prefix=True, fixed_context_fraction=0.9), "sglang", ["yes", "yes (90%)"]),
+        (dict(shared_prefix=True, fixed_context_fraction=0.29, deepseek_family=True), "sglang", ["yes", "no (29%)", "yes"]),
+        (dict(shared_prefix=True, fixed_context_fraction=0.1, deepseek_family=False), "vllm", ["yes", "no (10%)", "no"]),
+        (dict(shared_prefix=False, concurrency=100), "vllm", ["no", "yes (100)"]),
+        (dict(shared_prefix=False, concurrency=99, mixed_hardware_or_frequent_model_changes=True), "vllm",
+         ["no", "no (99)", "yes"]),
+        (dict(shared_prefix=False, concurrency=8, priority="throughput"), "sglang", ["no", "no (8)", "no", "throughput"]),
+        (dict(shared_prefix=False, concurrency=8, priority="stability"), "vllm", ["no", "no (8)", "no", "stability"]),
+        # questions off the path do not matter
+        (dict(shared_prefix=False, concurrency=500, deepseek_family=True, priority="throughput"), "vllm", ["no", "yes (500)"]),
+    ],
+)
+def test_decision_tree_every_branch(kwargs, engine, answers):
+    rec = guide.decision_tree(**kwargs)
+    assert rec.engine == engine
+    assert [a for _, a in rec.path] == answers
+    assert rec.strength == ("equal" if answers[-1] == "no" and kwargs.get("shared_prefix") else "clear")
+
+
+def test_decision_tree_rejects_bad_inputs():
+    with pytest.raises(ValueError, match="fixed_context_fraction"):
+        guide.decision_tree(True, 1.5)
+    with pytest.raises(ValueError, match="priority"):
+        guide.decision_tree(False, priority="speed")
+    with pytest.raises(ValueError, match="concurrency"):
+        guide.decision_tree(False, concurrency=0)
+
+
+def test_user_workload_families_and_tree():
+    assert guide.UserWorkload(model="DeepSeek-R1").deepseek_family()
+    assert not guide.UserWorkload(model="Llama-3.1-70B").deepseek_family()
+    assert guide.UserWorkload(shared_fraction=0.2, model="DeepSeek-R1").tree().engine == "sglang"
+
+
+def test_evidence_names_the_contradicted_premise():
+    w = guide.UserWorkload(shared_fraction=0.5, concurrency=16, model="Llama-3.1-8B")
+    sharing = pl.DataFrame({"experiment": ["e"] * 2, "hardware": ["CPU"] * 2, "engine": ["vllm"] * 2,
+                            "prefix_caching": [True, False], "shared_fraction": [0.5, 0.5],
+                            "cache_hit_rate": [0.45, 0.0], "ideal_hit_rate": [0.47, 0.47], "batch_time_s": [1.0, 1.5]})
+    from kvlab.perfmodel import published_fit
+
+    ev = guide.from_evidence(w, published_fit(), sharing, pl.DataFrame())
+    assert ev.engine == "vllm" and ev.factors[0].favours is None  # GQA at TP8: DCP changes nothing
+    why = guide.disagreement(w, w.tree(), ev, sharing)
+    assert "assumes vLLM shares no prefixes" in why and "45%" in why
+
+
+def test_threshold_verdicts():
+    f = [0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9]
+    smooth = pl.DataFrame({"shared_fraction": f, "time_saved": [0.6 * x for x in f]})
+    step = pl.DataFrame({"shared_fraction": f, "time_saved": [0.0, 0.0, 0.01, 0.4, 0.45, 0.5, 0.55]})
+    assert analysis.sharing_threshold(smooth).verdict == "smooth"
+    assert analysis.sharing_threshold(smooth).first_fraction == 0.2
+    assert analysis.sharing_threshold(step).verdict == "threshold"
+    assert analysis.sharing_threshold(smooth.head(2)).verdict == "no data"
+
+
+# ----------------------------------------------------------------------------- reasoning split (SSE fixture)
+
+
+def _chat_batch(cfg: FixtureConfig, n: int = 3):
+    prompts = reasoning.prompts(n, max_tokens=8)
+    with SSEServer(cfg) as srv:
+        return asyncio.run(run_requests(srv.url, "m", prompts, keep_text=True))
+
+
+def test_reasoning_parser_stream_is_split_by_chunks_and_by_tokenizer():
+    batch = _chat_batch(FixtureConfig(reasoning_chunks=5, tokens_per_chunk=1))
+    records, method = reasoning.account(batch.records)
+    assert method == "chunks"
+    assert [r.reasoning_tokens for r in records] == [5, 5, 5]
+    assert all(r.output_tokens - r.reasoning_tokens == 3 for r in records)  # answer tokens
+    words = lambda text: len(text.split())  # noqa: E731  (the fixture's tokens are ' t0', ' t1', ...)
+    records, method = reasoning.account(batch.records, words)
+    assert method == "tokenizer" and [r.reasoning_tokens for r in records] == [5, 5, 5]
+
+
+def test_usage_reasoning_count_wins():
+    batch = _chat_batch(FixtureConfig(reasoning_chunks=5))
+    rec = dataclasses.replace(batch.records[0], reasoning_tokens=6)
+    assert reasoning.split_record(rec) == reasoning.Split(6, 2, "usage")
+
+
+def test_think_tags_in_text_are_split_without_a_parser():
+    batch = _chat_batch(FixtureConfig(reasoning_chunks=0))
+    rec = dataclasses.replace(batch.records[0], text="<think> t0 t1 t2 t3 t4 t5</think> t6 t7")
+    words = lambda text: len(text.split())  # noqa: E731
+    assert reasoning.split_record(rec, words) == reasoning.Split(6, 2, "tokenizer")
+    s = reasoning.split_record(rec)  # no tokenizer: share of characters
+    assert s.method == "chars" and s.reasoning_tokens + s.answer_tokens == 8 and s.reasoning_tokens > 4
+
+
+def test_failed_request_has_no_split():
+    batch = _chat_batch(FixtureConfig(http_status=500), n=1)
+    assert reasoning.split_record(batch.records[0]) == reasoning.Split(None, None, "none")
+
+
+def test_tiny_model_tokenizer_counts(tiny_model):
+    count = reasoning.local_token_counter(tiny_model)
+    assert count("") == 0 and count("hello world") >= 1
+
+
+# ----------------------------------------------------------------------------- real vLLM
+
+
+@pytest.mark.engine
+def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(tmp_path, engine_python, tiny_model):
+    """One sweep, two servers (prefix caching on / off): shared fractions, multi-turn, 128 in flight."""
+    import uuid
+
+    tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
+    engine = {**BASE_ENGINE, "served_model_name": tag, "max_model_len": 4096}
+    study = [
+        *({"workload.kind": "shared_prefix", "workload.shared_fraction": f} for f in (0.0, 0.5, 0.9)),
+        {"workload.kind": "multi_turn", "workload.context_tokens": None, "workload.shared_fraction": None,
+         "workload.batch_size": 3,
+         "workload.turns": 3, "workload.document_tokens": 1024, "workload.question_tokens": 32,
+         "workload.output_tokens": 16},
+        {"workload.kind": "classification", "workload.context_tokens": None, "workload.shared_fraction": None,
+         "workload.prompt_tokens": 48,
+         "workload.output_tokens": 10, "workload.batch_size": 160, "workload.concurrency": 128},
+    ]
+    spec = {
+        "name": "studies", "hardware": "CPU (test)",
+        "engines": {"apc": {**engine, "prefix_caching": True}, "no_apc": {**engine, "prefix_caching": False}},
+        "workload": {"kind": "shared_prefix", "batch_size": 8, "concurrency": 4, "context_tokens": 2048,
+                     "output_tokens": 8, "shared_fraction": 0.0},
+        "matrix": {"engine": ["apc", "no_apc"], "study": study}, "warmup": True,
+        "retry": {"max_attempts": 1, "retry_on": []},
+    }
+    path = tmp_path / "studies.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert (res.ok, res.failed, res.server_starts) == (10, 0, 2)
+    runs = store.load_runs(tmp_path)
+
+    # shared prefix: hits rise with the shared fraction with caching on, and vanish with it off
+    sharing = analysis.prefix_sharing(runs)
+    on = sharing.filter(pl.col("prefix_caching")).sort("shared_fraction")
+    off = sharing.filter(~pl.col("prefix_caching")).sort("shared_fraction")
+    assert on["shared_fraction"].to_list() == [0.0, 0.5, 0.9]
+    rates = on["cache_hit_rate"].to_list()
+    assert rates[0] == 0 and 0 < rates[1] < rates[2] <= on["ideal_hit_rate"][2] + 1e-9
+    assert rates[2] > 0.6  # 7 of 8 requests reuse ~90% of their prompt, in whole blocks
+    assert off["cache_hit_rate"].to_list() == [0.0, 0.0, 0.0]
+    sp = runs.filter(pl.col("mode") == "shared_prefix")
+    # the server's hit counter and the per-request usage report agree exactly
+    assert sp["server_prefix_cache_hits"].to_list() == sp["cached_prompt_tokens"].to_list()
+    assert sp.filter(~pl.col("prefix_caching"))["server_prefix_cache_hits"].sum() == 0
+    assert sp["notes"].null_count() == sp.height  # the cache was flushed before every run (dev_mode)
+
+    # multi-turn: each turn reuses the previous turn's prompt (up to a partial block)
+    by_turn = analysis.multi_turn_by_turn(runs, store.load_requests(tmp_path))
+    mt_on = by_turn.filter(pl.col("prefix_caching")).sort("turn")
+    assert mt_on["turn"].to_list() == [0, 1, 2]
+    prompts, cached = mt_on["prompt_tokens"].to_list(), mt_on["cached_tokens"].to_list()
+    # (whole 128-token blocks: 1,056 and 1,104 prompt tokens both leave 1,024 reusable)
+    assert cached[1] >= prompts[0] - 128 and cached[2] >= prompts[1] - 128 and cached[2] >= cached[1] > 0
+    assert by_turn.filter(~pl.col("prefix_caching"))["cached_tokens"].sum() == 0
+
+    # classification at 128 in flight: every request accounted for
+    conc = analysis.concurrency_study(runs)
+    assert conc["in_flight"].to_list() == [128, 128]
+    assert conc["requests_sent"].to_list() == [160, 160]
+    assert (conc["requests_ok"] + conc["requests_failed"]).to_list() == [160, 160]
+    assert conc["requests_failed"].to_list() == [0, 0]
+    cl = runs.filter(pl.col("mode") == "classification")
+    assert cl["served_output_tokens"].to_list() == [1600, 1600]
+    assert not engine_processes(tag)
+
+
+# ----------------------------------------------------------------------------- reports without measured runs
+
+
+def test_study_reports_without_measured_runs_say_so_and_still_draw(tmp_path):
+    import shutil
+
+    from kvlab import reports
+    from kvlab.paths import DATA_DIR
+
+    data = tmp_path / "data"
+    shutil.copytree(DATA_DIR / "reference", data / "reference")
+    shutil.copytree(DATA_DIR / "catalog", data / "catalog")
+    rep = reports.run_one(reports.notebooks(["05"])[0], tmp_path / "out", {"data_dir": str(data)})
+    text = rep.html.read_text()
+    assert "No measured runs of <code>cpu_prefix_sharing</code>" in text and rep.figures >= 1
+    assert "the document's claims stay untested here" in text
+    rep = reports.run_one(reports.notebooks(["06"])[0], tmp_path / "out", {"data_dir": str(data), "curve_points": 8})
+    text = rep.html.read_text()
+    assert "No measured prefix-sharing runs" in text and "No measured classification runs" in text
+    assert rep.figures >= 2  # the decision tree and the modelled context curves
+    assert "vLLM as the tree" in text  # no factor separates the engines: the tie-break, said so
