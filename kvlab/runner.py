@@ -150,6 +150,16 @@ def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str
     return replace(batch, records=records), f"{reasoning.describe(method)} ({parser})"
 
 
+def _scrape(server: EngineServer, api_key: str | None) -> dict[str, float]:
+    """The server's counters, or {} when it cannot be reached (it may be dying: the run says so)."""
+    import aiohttp
+
+    try:
+        return asyncio.run(metrics.scrape(server.base_url, api_key))
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        return {}
+
+
 def _served_name(run: RunSpec) -> str:
     """The model name the server answers to (vLLM and SGLang default to the --model value)."""
     return run.engine.served_model_name or run.engine.model_arg
@@ -255,7 +265,7 @@ class Sweep:
                 notes.append(f"prefix cache not flushed before the run (engine refused or endpoint disabled){hint}; "
                              "cache hits may include earlier runs' prompts")
         key = self._api_key(run)
-        before = asyncio.run(metrics.scrape(server.base_url, key))
+        before = _scrape(server, key)
         w = run.workload
         batch = asyncio.run(run_requests(
             server.base_url, _served_name(run), prompts_for(run, vocab),
@@ -268,12 +278,14 @@ class Sweep:
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
-            after = asyncio.run(metrics.scrape(server.base_url, key)) if server.running() else {}
+            after = _scrape(server, key) if server.running() else {}
             deltas = metrics.counter_deltas(before, after, adapter.metric_names)
             if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        if before and not after:
+        if not before:
+            notes.append("server metrics unavailable before the run: no counter deltas")
+        elif not after:
             notes.append("server metrics unavailable after the run")
         return batch, deltas, notes
 
