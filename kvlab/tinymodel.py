@@ -74,7 +74,9 @@ def _tokenizer_json() -> str:
         vocab_size=TARGET_VOCAB,
         min_frequency=1,
         special_tokens=list(SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        # Only the bytes the (ASCII) corpus uses: every token then decodes to whole characters, so a
+        # streamed chunk is never empty for want of the rest of a multi-byte UTF-8 sequence.
+        initial_alphabet=[],
         show_progress=False,
     )
     tok.train_from_iterator(_corpus().splitlines(), trainer=trainer)
