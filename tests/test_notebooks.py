@@ -10,7 +10,7 @@ from kvlab.paths import DATA_DIR
 
 #: Small parameters per notebook prefix (keep each notebook's test run short).
 SMALL = {
-    "04": {"max_context_tokens": 262144, "curve_points": 12},
+    "04": {"max_context": 262144, "grid_points": 12},
     "06": {"curve_points": 8, "max_context": 262144},
 }
 #: Text each report must contain: conclusions computed from the data, not typed in.
@@ -25,6 +25,14 @@ EXPECT = {
            "⇒ <strong>sglang</strong>", "They disagree"],
 }
 NOTEBOOKS = reports.notebooks()
+
+
+@pytest.mark.parametrize("prefix", sorted(SMALL))
+def test_small_parameters_exist_in_their_notebook(prefix):
+    import papermill
+
+    declared = papermill.inspect_notebook(str(reports.notebooks([prefix])[0]))
+    assert set(SMALL[prefix]) <= set(declared), set(SMALL[prefix]) - set(declared)
 
 
 def test_every_numbered_notebook_is_found():
