@@ -35,6 +35,19 @@ def test_small_parameters_exist_in_their_notebook(prefix):
     assert set(SMALL[prefix]) <= set(declared), set(SMALL[prefix]) - set(declared)
 
 
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_parameter_is_typed_and_documented(nb):
+    """`papermill --help-notebook` lists every assignment of the parameters cell with its comment."""
+    import nbformat
+    import papermill
+
+    cell = next(c for c in nbformat.read(nb, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+    assigned = [ln.split(":")[0] for ln in cell.source.splitlines() if ln.strip() and not ln.startswith("#")]
+    declared = papermill.inspect_notebook(str(nb))
+    assert list(declared) == assigned
+    assert all(p["inferred_type_name"] != "None" and p["help"] for p in declared.values())
+
+
 def test_every_numbered_notebook_is_found():
     assert [p.name[:2] for p in NOTEBOOKS][:3] == ["01", "02", "03"]
 
