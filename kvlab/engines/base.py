@@ -129,9 +129,40 @@ class EngineAdapter(ABC):
         """Empty the prefix cache: True done, False refused (busy / not enabled), None unreachable."""
 
     # ------------------------------------------------------------------ failures
-    @abstractmethod
+    #: Printed once the server is up: log matches after it are runtime failures, before it start-up ones.
+    ready_marker: ClassVar[str]
+    #: (needle, cause) pairs, most specific first; wording drifts between releases, so match fragments.
+    startup_patterns: ClassVar[list[tuple[str, str]]]
+    runtime_patterns: ClassVar[list[tuple[str, str]]]
+    #: Lines that best explain an otherwise unclassified non-zero exit.
+    crash_markers: ClassVar[tuple[str, ...]] = ("Traceback",)
+
     def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
         """Failure from an exit code (None: still running) and the server log; None when nothing failed."""
+        patterns = self.runtime_patterns if self.ready_marker in log_text else self.startup_patterns
+        hit = self._first_match(log_text, patterns)
+        if hit:
+            cause, line = hit
+            fits = fits_max_len(log_text) if cause == "kv_cache_too_small" else None
+            return Failure(cause, line, fits, exit_code)  # type: ignore[arg-type]
+        if exit_code not in (None, 0):
+            line = self._first_match(log_text, [(m, "crash") for m in self.crash_markers])
+            return Failure("crash", line[1] if line else f"exited with code {exit_code}", None, exit_code)
+        return None
+
+    @staticmethod
+    def shared_args(spec: EngineSpec, api_key: str | None) -> list[str]:
+        """Flags both engines spell the same way, then the spec's extra arguments (last, so they can override)."""
+        args: list[str] = []
+        if spec.trust_remote_code:
+            args.append("--trust-remote-code")
+        if spec.reasoning_parser:
+            args += ["--reasoning-parser", spec.reasoning_parser]
+        if spec.served_model_name:
+            args += ["--served-model-name", spec.served_model_name]
+        if api_key:
+            args += ["--api-key", api_key]
+        return args + list(spec.extra_args)
 
     @staticmethod
     def _first_match(log_text: str, patterns: list[tuple[str, str]]) -> tuple[str, str] | None:

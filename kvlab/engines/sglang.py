@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvlab.engines.base import EngineAdapter, Failure, http_json
+from kvlab.engines.base import EngineAdapter, http_json
 
 if TYPE_CHECKING:
     from kvlab.spec import EngineSpec
@@ -43,6 +43,9 @@ class SGLangAdapter(EngineAdapter):
         "cached_tokens": "sglang:cached_tokens_total",
     }
     cmdline_markers = ("sglang.launch_server", "sglang::")
+    ready_marker = READY_MARKER
+    startup_patterns = _STARTUP_PATTERNS
+    runtime_patterns = _RUNTIME_PATTERNS
 
     def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
         args = [
@@ -62,15 +65,7 @@ class SGLangAdapter(EngineAdapter):
             args.append("--enable-cache-report")  # usage.prompt_tokens_details.cached_tokens
         if not spec.prefix_caching:
             args.append("--disable-radix-cache")
-        if spec.trust_remote_code:
-            args.append("--trust-remote-code")
-        if spec.reasoning_parser:
-            args += ["--reasoning-parser", spec.reasoning_parser]
-        if spec.served_model_name:
-            args += ["--served-model-name", spec.served_model_name]
-        if api_key:
-            args += ["--api-key", api_key]
-        return args + list(spec.extra_args)
+        return args + self.shared_args(spec, api_key)
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -91,13 +86,3 @@ class SGLangAdapter(EngineAdapter):
             return None
         # It answers 400 (older releases: 200 with a refusal text) while requests run: read the body.
         return status == 200 and "cache flushed" in str(body).lower() and "not flushed" not in str(body).lower()
-
-    def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
-        patterns = _RUNTIME_PATTERNS if READY_MARKER in log_text else _STARTUP_PATTERNS
-        hit = self._first_match(log_text, patterns)
-        if hit:
-            return Failure(hit[0], hit[1], None, exit_code)  # type: ignore[arg-type]
-        if exit_code not in (None, 0):
-            line = self._first_match(log_text, [("Traceback", "crash")])
-            return Failure("crash", line[1] if line else f"exited with code {exit_code}", None, exit_code)
-        return None

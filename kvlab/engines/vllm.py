@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvlab.engines.base import EngineAdapter, Failure, fits_max_len, http_json
+from kvlab.engines.base import EngineAdapter, http_json
 
 if TYPE_CHECKING:
     from kvlab.spec import EngineSpec
@@ -44,6 +44,10 @@ class VLLMAdapter(EngineAdapter):
         "cached_tokens": "vllm:prompt_tokens_cached_total",
     }
     cmdline_markers = ("vllm.entrypoints", "vllm serve", "VLLM::")
+    ready_marker = READY_MARKER
+    startup_patterns = _STARTUP_PATTERNS
+    runtime_patterns = _RUNTIME_PATTERNS
+    crash_markers = ("Engine core initialization failed", "Traceback")
     api_key_env_var = "VLLM_API_KEY"
 
     def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
@@ -62,17 +66,9 @@ class VLLMAdapter(EngineAdapter):
             args += ["--kv-cache-memory-bytes", str(spec.kv_cache_bytes)]
         if spec.enforce_eager:
             args.append("--enforce-eager")
-        if spec.trust_remote_code:
-            args.append("--trust-remote-code")
         if spec.report_cached_tokens:
             args.append("--enable-prompt-tokens-details")  # usage.prompt_tokens_details.cached_tokens
-        if spec.reasoning_parser:
-            args += ["--reasoning-parser", spec.reasoning_parser]
-        if spec.served_model_name:
-            args += ["--served-model-name", spec.served_model_name]
-        if api_key:
-            args += ["--api-key", api_key]
-        return args + list(spec.extra_args)
+        return args + self.shared_args(spec, api_key)
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -92,16 +88,3 @@ class VLLMAdapter(EngineAdapter):
             return None
         # 404 without VLLM_SERVER_DEV_MODE; other non-200s mean it refused.
         return status == 200
-
-    def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
-        after_ready = READY_MARKER in log_text
-        patterns = _RUNTIME_PATTERNS if after_ready else _STARTUP_PATTERNS
-        hit = self._first_match(log_text, patterns)
-        if hit:
-            cause, line = hit
-            fits = fits_max_len(log_text) if cause == "kv_cache_too_small" else None
-            return Failure(cause, line, fits, exit_code)  # type: ignore[arg-type]
-        if exit_code not in (None, 0):
-            line = self._first_match(log_text, [("Engine core initialization failed", "crash"), ("Traceback", "crash")])
-            return Failure("crash", line[1] if line else f"exited with code {exit_code}", None, exit_code)
-        return None
