@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
+import random
 
 import pytest
 from sse_server import FixtureConfig, SSEServer
@@ -230,3 +232,70 @@ def test_error_event_with_sse_event_field():
 def test_empty_batch():
     res = _run("http://127.0.0.1:9", [])
     assert res.records == [] and res.batch_time_s == 0.0
+
+
+def _stream_events(rng) -> list[bytes]:
+    """A completions stream as vLLM writes it: token chunks (some with empty text), a comment, usage, [DONE]."""
+    events = []
+    for i in range(rng.randint(1, 40)):
+        text = "" if rng.random() < 0.2 else rng.choice([f" t{i}", "data: quoted \\\"text\\\":\\\"", "é"])
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+        events.append(b"data: " + json.dumps({"id": "c", "choices": [choice]}, separators=(",", ":")).encode())
+        if rng.random() < 0.1:
+            events.append(b": keep-alive")
+        if rng.random() < 0.05:
+            events.append(b'data: {"id":"c","choices":[]}')  # a data line with no token in it
+    usage = {"prompt_tokens": 3, "completion_tokens": 7}
+    events.append(b"data: " + json.dumps({"id": "c", "choices": [], "usage": usage}, separators=(",", ":")).encode())
+    events.append(b"data: [DONE]")
+    return events
+
+
+class _Content:
+    def __init__(self, reads):
+        self._reads = list(reads)
+
+    async def readany(self):
+        return self._reads.pop(0) if self._reads else b""
+
+    async def iter_any(self):
+        while data := await self.readany():
+            yield data
+
+
+class _Resp:
+    def __init__(self, reads):
+        self.content = _Content(reads)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_whole_read_fast_path_matches_line_by_line_parsing(seed, monkeypatch):
+    # The fast path accounts a read's complete lines together; with any split of the byte stream
+    # into reads (mid-line included) it must give what parsing every line as JSON gives.
+    rng = random.Random(seed)
+    events = _stream_events(rng)
+    if seed % 5 == 4:  # a mid-stream error event: both paths fail the request
+        events.insert(len(events) // 2, b'data: {"error":{"message":"boom","code":500}}')
+    sep = b"\r\n\r\n" if seed % 3 == 0 else b"\n\n"
+    stream = b"".join(e + sep for e in events)
+    bounds = list(itertools.accumulate(len(e + sep) for e in events))[:-1]
+    if seed % 4 == 0:  # one read per event, as when the client keeps up with the server
+        cuts = bounds
+    elif seed % 4 == 1:  # reads of several whole events
+        cuts = sorted(rng.sample(bounds, rng.randint(0, len(bounds))))
+    else:  # anywhere, mid-line included
+        cuts = sorted(rng.sample(range(1, len(stream)), min(len(stream) - 1, rng.randint(0, 12))))
+    reads = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+
+    def run(fast: bool) -> client._Acc:
+        clock = itertools.count()
+        monkeypatch.setattr(client.time, "perf_counter", lambda: float(next(clock)))
+        acc = client._Acc(0)
+        asyncio.run(client._read_stream(_Resp(reads), acc, fast, False))
+        return acc
+
+    fast, parsed = run(True), run(False)
+    fields = ("chunk_times", "empty_chunks", "t_first_chunk", "t_first_answer", "usage", "done", "error")
+    assert {f: getattr(fast, f) for f in fields} == {f: getattr(parsed, f) for f in fields}
+    assert parsed.done and parsed.usage == {"prompt_tokens": 3, "completion_tokens": 7}
+    assert (parsed.error is not None) == (seed % 5 == 4)
