@@ -1,0 +1,384 @@
+"""Shared helpers for kvlab's benchmarks: child processes in their own group, stats, result rows and tables.
+
+Benchmarks print figures; they never assert. Each script writes ``reports/bench/<name>.json``
+(a list of rows plus its raw measurements) so ``run_all.py`` can merge them into one table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / "benchmarks"
+OUT_DIR = ROOT / "reports" / "bench"
+WORKBOOK_PYTHON = ROOT / ".venv" / "bin" / "python"
+ENGINE_PYTHON = ROOT / ".engines" / "vllm" / "bin" / "python"
+FIXTURE = ROOT / "tests" / "sse_server.py"
+
+
+# ----------------------------------------------------------------------------- stats
+
+
+def median(values: Iterable[float]) -> float | None:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolation percentile (numpy's default), without numpy so drivers in any venv can use it."""
+    vals = sorted(values)
+    if not vals:
+        return None
+    if len(vals) == 1:
+        return vals[0]
+    pos = (len(vals) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (pos - lo)
+
+
+def cpu_usage() -> tuple[float, int]:
+    """(CPU seconds, involuntary context switches) of this process so far: getrusage(RUSAGE_SELF).
+
+    CPU is user + system time of every thread of the process (what ``time.process_time`` gives);
+    involuntary switches count how often the kernel took the CPU away (contention from others).
+    """
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, ru.ru_nivcsw
+
+
+def rel_diff(a: float | None, b: float | None) -> float | None:
+    """(a - b) / b, None when undefined."""
+    if a is None or b is None or b == 0:
+        return None
+    return (a - b) / b
+
+
+# ----------------------------------------------------------------------------- rows and tables
+
+
+@dataclass
+class Row:
+    """One figure of the summary table."""
+
+    section: str  # which benchmark
+    figure: str  # what is measured, with its condition
+    value: float | str | None
+    unit: str = ""
+    target: str = ""  # the goal in words, '' when the figure is informative only
+    met: bool | None = None  # None: no target, or not decidable
+    note: str = ""
+
+    def cells(self) -> list[str]:
+        return [self.section, self.figure, fmt(self.value), self.unit, self.target, verdict(self.met), self.note]
+
+
+HEADERS = ["benchmark", "figure", "value", "unit", "target", "met", "note"]
+
+
+def fmt(value: float | str | None) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    a = abs(value)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        return f"{value:,.0f}"
+    if a >= 100:
+        return f"{value:.0f}"
+    if a >= 10:
+        return f"{value:.1f}"
+    if a >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def verdict(met: bool | None) -> str:
+    return "" if met is None else ("yes" if met else "NO")
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    """A GitHub-flavoured markdown table of the rows ('|' in cells escaped)."""
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for r in rows:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r.cells()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def print_table(rows: Sequence[Row], title: str = "") -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain text where rich is missing
+        if title:
+            print(title)
+        print(markdown_table(rows))
+        return
+    table = Table(title=title or None, show_lines=False)
+    for h in HEADERS:
+        table.add_column(h, justify="right" if h == "value" else "left", overflow="fold")
+    for r in rows:
+        table.add_row(*r.cells())
+    console = Console()
+    Console(width=max(200 if not console.is_terminal else 0, console.width)).print(table)
+
+
+def write_result(name: str, rows: Sequence[Row], raw: dict, out_dir: Path = OUT_DIR) -> Path:
+    """Write ``<out_dir>/<name>.json`` with the rows and raw measurements (atomic replace)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"name": name, "rows": [asdict(r) for r in rows], "raw": raw}, indent=2, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def read_result(path: Path) -> tuple[list[Row], dict]:
+    data = json.loads(Path(path).read_text())
+    return [Row(**r) for r in data["rows"]], data.get("raw", {})
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def _pin(cpus: set[int] | None):
+    if not cpus:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def split_cpus() -> tuple[set[int] | None, set[int] | None]:
+    """(server CPUs, client CPUs): one core for the fixture server, the rest for the client; None on 1 core."""
+    try:
+        have = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return None, None
+    if len(have) < 2:
+        return None, None
+    return {have[0]}, set(have[1:])
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return [pid]
+
+
+@contextlib.contextmanager
+def realtime(pids: Iterable[int], priority: int = 10):
+    """Run ``pids`` (every thread of each) under SCHED_FIFO for the block; yields whether that was allowed.
+
+    For short, mostly idle measurements of latency on a shared host: a real-time task is not
+    preempted by ordinary ones, so what remains is the code's own delay. Needs CAP_SYS_NICE;
+    without it nothing changes and the block runs at normal priority.
+    """
+    pids = list(pids)
+    allowed = True
+    try:
+        for pid in pids:
+            for tid in _threads(pid):
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+    except (PermissionError, OSError):
+        allowed = False
+    try:
+        yield allowed
+    finally:  # every thread now alive, including any started meanwhile (they inherit the policy)
+        for pid in pids:
+            for tid in _threads(pid):
+                try:
+                    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+                except OSError:  # the thread has ended
+                    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def http_ok(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> int | None:
+    """SIGTERM the child's whole process group, SIGKILL after ``grace_s``; returns its exit code."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(5)
+    else:  # the leader is gone; anything it left in its group goes too
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return proc.returncode
+
+
+@dataclass
+class Fixture:
+    """The SSE fixture server (tests/sse_server.py) as a separate process in its own group."""
+
+    knobs: dict = field(default_factory=dict)
+    python: Path = WORKBOOK_PYTHON
+    cpus: set[int] | None = None  # pin the server to these CPUs (None: wherever the kernel puts it)
+    proc: subprocess.Popen | None = None
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        argv = [str(self.python), str(FIXTURE), "--port", str(self.port)]
+        for k, v in self.knobs.items():
+            flag = "--" + k.replace("_", "-")
+            if isinstance(v, bool):
+                argv.append(flag if v else "--no-" + k.replace("_", "-"))
+            else:
+                argv += [flag, str(v)]
+        return argv
+
+    def __enter__(self) -> Fixture:
+        self.port = free_port()
+        self.proc = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, cwd=ROOT, start_new_session=True,
+                                     preexec_fn=_pin(self.cpus))
+        deadline = time.monotonic() + 30
+        while not http_ok(self.url + "/health"):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"fixture server exited: {self.proc.stderr.read().decode(errors='replace')[-2000:]}")
+            if time.monotonic() > deadline:
+                stop_group(self.proc)
+                raise RuntimeError("fixture server not ready within 30 s")
+            time.sleep(0.05)
+        return self
+
+    def cpu_s(self) -> float:
+        """CPU seconds the server process has used so far (user + system)."""
+        import psutil
+
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            stop_group(self.proc)
+            if self.proc.stderr:
+                self.proc.stderr.close()
+
+
+class Driver:
+    """A client driver process speaking JSON lines: one job per line in, one result per line out.
+
+    Kept alive across jobs so a peer that takes seconds to import is timed only while it works.
+    """
+
+    def __init__(self, python: Path, script: Path, name: str, cpus: set[int] | None = None,
+                 env: dict[str, str] | None = None):
+        self.name = name
+        self.proc = subprocess.Popen([str(python), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=None, cwd=ROOT, start_new_session=True, text=True, bufsize=1,
+                                     preexec_fn=_pin(cpus), env={**os.environ, **(env or {})})
+        ready = self.proc.stdout.readline()
+        if not ready.strip():
+            raise RuntimeError(f"driver {name} died at start (exit {self.proc.poll()})")
+        self.info = json.loads(ready)
+
+    def run(self, job: dict) -> dict:
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"driver {self.name} exited (code {self.proc.poll()})")
+        result = json.loads(line)
+        if "error" in result and "traceback" in result:
+            raise RuntimeError(f"driver {self.name} failed: {result['traceback']}")
+        return result
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        stop_group(self.proc)
+
+    def __enter__(self) -> Driver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def driver_main(handle) -> None:
+    """The driver side of :class:`Driver`: announce, then answer each job line with ``handle(job)``.
+
+    Whatever the code under test prints goes to stderr: stdout carries only the protocol.
+    """
+    out = sys.stdout
+    sys.stdout = sys.stderr
+    print(json.dumps({"python": sys.executable, "pid": os.getpid()}), file=out, flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        try:
+            result = handle(job)
+        except Exception as exc:  # report, keep serving: the orchestrator decides
+            import traceback
+
+            result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
+        print(json.dumps(result), file=out, flush=True)
+
+
+def quick_flag(argv: list[str] | None = None, description: str = "") -> tuple[bool, list[str]]:
+    """Parse ``--quick`` (a fast pass with fewer repeats and smaller streams); returns (quick, rest)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a fast pass: fewer repeats, smaller workloads")
+    args, rest = parser.parse_known_args(argv)
+    return args.quick, rest
+
+
+def host_note() -> str:
+    load = os.getloadavg()[0]
+    return f"{os.cpu_count()} cores, load average {load:.2f} at start"

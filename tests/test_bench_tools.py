@@ -1,0 +1,86 @@
+"""The benchmarks' helpers: statistics, the table, child processes that never outlive their use."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import textwrap
+
+import numpy as np
+import psutil
+import pytest
+
+from kvlab.paths import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_tools as bt  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 100])
+def test_percentile_and_median_match_numpy(n):
+    rng = random.Random(n)
+    xs = [rng.uniform(-5, 50) for _ in range(n)]
+    for q in (0, 50, 90, 99, 100):
+        assert bt.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+    assert bt.median(xs) == pytest.approx(float(np.median(xs)))
+    assert bt.percentile([], 50) is None and bt.median([None]) is None
+
+
+def test_markdown_table_escapes_pipes_and_marks_targets():
+    rows = [bt.Row("s", "a | b", 1234.5, "ms", "< 5", True), bt.Row("s", "c", None, met=False, note="x|y")]
+    text = bt.markdown_table(rows)
+    lines = text.strip().splitlines()
+    assert lines[0].startswith("| benchmark | figure | value |") and len(lines) == 4
+    assert "a \\| b" in lines[2] and "1,234" in lines[2] and "| yes |" in lines[2]
+    assert "| n/a |" in lines[3] and "| NO |" in lines[3] and "x\\|y" in lines[3]
+
+
+def test_result_round_trip(tmp_path):
+    rows = [bt.Row("s", "f", 0.5, "s", "< 1 s", True, "n")]
+    path = bt.write_result("x", rows, {"k": [1, 2]}, out_dir=tmp_path)
+    assert bt.read_result(path) == (rows, {"k": [1, 2]})
+
+
+def test_fixture_runs_apart_and_leaves_no_process():
+    with bt.Fixture({"server_timestamps": True}) as fx:
+        pid = fx.proc.pid
+        assert bt.http_ok(fx.url + "/health")
+        assert os.getpgid(pid) == pid != os.getpgid(0)  # its own process group
+        assert fx.cpu_s() >= 0.0
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_driver_protocol_survives_code_that_prints(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+        from bench_tools import driver_main
+
+        def handle(job):
+            print("chatter from the code under test")
+            if job.get("fail"):
+                raise ValueError("bad job")
+            return {{"double": job["x"] * 2}}
+
+        driver_main(handle)
+    """))
+    with bt.Driver(sys.executable, script, "t") as d:
+        pid = d.proc.pid
+        assert d.run({"x": 21}) == {"double": 42}
+        with pytest.raises(RuntimeError, match="bad job"):
+            d.run({"fail": True})
+        assert d.run({"x": 1}) == {"double": 2}  # still serving after a failed job
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_realtime_is_restored_after_the_block():
+    with bt.realtime([os.getpid()]) as allowed:
+        inside = os.sched_getscheduler(0)
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    if allowed:
+        assert inside == os.SCHED_FIFO
+    else:
+        assert inside == os.SCHED_OTHER
