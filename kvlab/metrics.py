@@ -89,7 +89,7 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _sum_reported(values: list[int | None]) -> int | None:
+def sum_reported(values: list[int | None]) -> int | None:
     reported = [v for v in values if v is not None]
     return int(sum(reported)) if reported else None
 
@@ -113,9 +113,9 @@ def summarize(records: Sequence[RequestRecord], batch_time_s: float | None) -> d
         "e2e_mean_ms": _mean(e2es),
         "requests_ok": len(ok),
         "requests_failed": len(records) - len(ok),
-        "served_prompt_tokens": _sum_reported([r.prompt_tokens for r in records]),
-        "served_output_tokens": _sum_reported([r.output_tokens for r in records]),
-        "cached_prompt_tokens": _sum_reported([r.cached_tokens for r in records]),
+        "served_prompt_tokens": sum_reported([r.prompt_tokens for r in records]),
+        "served_output_tokens": sum_reported([r.output_tokens for r in records]),
+        "cached_prompt_tokens": sum_reported([r.cached_tokens for r in records]),
         "batch_time_s": batch_time_s,
     }
 

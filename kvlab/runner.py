@@ -24,6 +24,7 @@ from kvlab.client import BatchResult, run_requests
 from kvlab.engines import get_adapter
 from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR
+from kvlab.schema import RUNS
 from kvlab.server import EngineServer, ServerError, reap_orphans
 from kvlab.spec import ExperimentSpec, RunSpec, expand
 from kvlab.workloads import Prompt, classification, fixed_batch, multi_turn, shared_prefix, shared_prefix_length
@@ -187,17 +188,16 @@ def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, versio
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.batch_size if w.kind == "fixed_batch" else w.in_flight,
         "shared_prefix_tokens": shared_tokens(run),
-        "reasoning_tokens": (sum(r.reasoning_tokens for r in batch.records if r.reasoning_tokens is not None)
-                             if batch and w.kind == "reasoning" and any(r.reasoning_tokens is not None
-                                                                         for r in batch.records) else None),
+        "reasoning_tokens": (metrics.sum_reported([r.reasoning_tokens for r in batch.records])
+                             if batch and w.kind == "reasoning" else None),
         "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
         "attempts": attempts, "status": status, "failure_cause": cause,
         "started_at": batch.started_at if batch else datetime.now(timezone.utc).isoformat(),
         "notes": notes or None,
         **summary,
+        # the server's counter deltas that have a RUNS column (cached_tokens duplicates prefix hits)
         **{f"server_{k}": (None if v is None else int(v)) for k, v in deltas.items()
-           if f"server_{k}" in ("server_prompt_tokens", "server_generation_tokens", "server_prefix_cache_queries",
-                                "server_prefix_cache_hits", "server_preemptions")},
+           if f"server_{k}" in RUNS.polars_schema},
     }
     if status != "ok":
         row["batch_time_s"] = None
