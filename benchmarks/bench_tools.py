@@ -64,6 +64,15 @@ def cpu_usage() -> tuple[float, int]:
     return ru.ru_utime + ru.ru_stime, ru.ru_nivcsw
 
 
+def tcp_segments() -> int | None:
+    """Host-wide TCP segments sent so far (/proc/net/snmp OutSegs; on loopback every segment is also received)."""
+    try:
+        lines = [ln.split() for ln in Path("/proc/net/snmp").read_text().splitlines() if ln.startswith("Tcp:")]
+        return int(dict(zip(lines[0][1:], lines[1][1:]))["OutSegs"])
+    except (OSError, KeyError, IndexError, ValueError):
+        return None
+
+
 def rel_diff(a: float | None, b: float | None) -> float | None:
     """(a - b) / b, None when undefined."""
     if a is None or b is None or b == 0:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tools import (  # noqa: E402
     BENCH_DIR, ENGINE_PYTHON, ROOT, WORKBOOK_PYTHON, Driver, Fixture, Row, host_note, median, percentile,
-    print_table, realtime, split_cpus, write_result,
+    print_table, realtime, split_cpus, tcp_segments, write_result,
 )
 
 NAME = "client_overhead"
@@ -35,6 +35,11 @@ SECTION = "1 client overhead"
 #: concurrency -> (requests, chunks per request); about 20K-200K chunks, 0.2-2 s per job on one core
 FULL = {1: (8, 2500), 64: (256, 500), 512: (1024, 200)}
 QUICK = {1: (4, 1250), 64: (128, 250), 512: (512, 100)}
+#: paced streams, concurrency -> (requests, chunks per request, seconds between a stream's chunks):
+#: about 1K (c=1) and 25K chunks/s in all, which both clients keep up with, so the CPU each needs
+#: for the same arrivals is its own cost (in the flood both run flat out: see summarise)
+PACED = {1: (1, 1000, 0.001), 64: (64, 400, 0.0025), 512: (512, 50, 0.02)}
+PACED_QUICK = {1: (1, 500, 0.001), 64: (64, 200, 0.0025), 512: (512, 25, 0.02)}
 
 #: TTFT-error scenarios at concurrency 64: fixture knobs and (requests, chunks per request)
 TTFT_SCENARIOS = {
@@ -64,10 +69,14 @@ def _baseline_client(rev: str) -> Path:
 
 def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
     sizes = QUICK if quick else FULL
+    paced = PACED_QUICK if quick else PACED
+    conditions = [("flood", conc, n, chunks, None) for conc, (n, chunks) in sizes.items()]
+    conditions += [("paced", conc, n, chunks, {"delay_s": delay}) for conc, (n, chunks, delay) in paced.items()]
     server_cpus, client_cpus = split_cpus() if pin else (None, None)
     drivers: dict[str, Driver] = {}
     clients = dict(CLIENTS)
-    raw: dict = {"sizes": {str(k): v for k, v in sizes.items()}, "repeats": repeats, "pinned": bool(server_cpus),
+    raw: dict = {"sizes": {str(k): v for k, v in sizes.items()}, "paced": {str(k): v for k, v in paced.items()},
+                 "repeats": repeats, "pinned": bool(server_cpus),
                  "host": host_note(), "jobs": [], "ttft": []}
     try:
         drivers["kvlab"] = Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", "kvlab", client_cpus)
@@ -83,17 +92,19 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
             for d in drivers.values():  # warm-up: imports, first-connection paths
                 d.run(_job(fx.url, 8, 16, 50))
             for rep in range(repeats):
-                for conc, (n, chunks) in sizes.items():
+                for regime, conc, n, chunks, knobs in conditions:
                     order = names if rep % 2 == 0 else names[::-1]  # alternate who goes first
                     for name in order:
                         drv, extra = clients[name]
-                        s0 = fx.cpu_s()
-                        r = drivers[drv].run(_job(fx.url, conc, n, chunks, **extra))
-                        r.update(name=name, concurrency=conc, repeat=rep, expected_chunks=n * chunks,
-                                 server_cpu_s=fx.cpu_s() - s0, load1=os.getloadavg()[0])
+                        s0, g0 = fx.cpu_s(), tcp_segments()
+                        r = drivers[drv].run(_job(fx.url, conc, n, chunks, fixture=knobs, **extra))
+                        s1, g1 = fx.cpu_s(), tcp_segments()
+                        r.update(name=name, regime=regime, concurrency=conc, repeat=rep, expected_chunks=n * chunks,
+                                 server_cpu_s=s1 - s0, load1=os.getloadavg()[0],
+                                 tcp_segments=None if g0 is None or g1 is None else g1 - g0)
                         raw["jobs"].append(r)
-                        print(f"  rep {rep} c={conc:<3} {name:<14} {r['chunks'] / r['wall_s']:>9,.0f} chunks/s "
-                              f"{r['cpu_s'] / r['chunks'] * 1e6:6.2f} CPU ms/1k chunks  failed {r['failed']}",
+                        print(f"  rep {rep} {regime} c={conc:<3} {name:<14} {r['chunks'] / r['wall_s']:>9,.0f} "
+                              f"chunks/s {r['cpu_s'] / r['chunks'] * 1e6:6.2f} CPU ms/1k chunks  failed {r['failed']}",
                               flush=True)
         for scenario, (knobs, (n, chunks)) in TTFT_SCENARIOS.items():
             with Fixture({"compact": True, "server_timestamps": True, **knobs}, cpus=server_cpus) as fx:
@@ -123,44 +134,67 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
     return raw
 
 
+def _seg(stats: dict) -> str:
+    return "n/a" if stats["segments"] is None else f"{stats['segments']:.2f}"
+
+
 def summarise(raw: dict) -> tuple[list[Row], list[Row]]:
     """(summary rows for the combined table, detail rows for this script's own printout)."""
     rows: list[Row] = []
     detail: list[Row] = []
     names = raw["clients"]
-    for conc in sorted({j["concurrency"] for j in raw["jobs"]}):
-        stats = {}
-        for name in names:
-            jobs = [j for j in raw["jobs"] if j["name"] == name and j["concurrency"] == conc]
-            bad = sum(j["failed"] for j in jobs) + sum(j["chunks"] != j["expected_chunks"] for j in jobs)
-            stats[name] = {
-                "cps": median(j["chunks"] / j["wall_s"] for j in jobs),
-                "cpu": median(j["cpu_s"] / j["chunks"] * 1e6 for j in jobs),
-                "server_busy": median(j["server_cpu_s"] / j["wall_s"] for j in jobs),
-                "client_busy": median(j["cpu_s"] / j["wall_s"] for j in jobs),
-                "nivcsw": median(j["involuntary_switches"] for j in jobs),
-                "bad": bad,
-            }
-            s = stats[name]
-            detail.append(Row(SECTION, f"c={conc} {name}", s["cpu"], "CPU ms/1k chunks",
-                              note=f"{s['cps']:,.0f} chunks/s; client busy {s['client_busy']:.0%}, server busy "
-                                   f"{s['server_busy']:.0%} of wall; {s['nivcsw']:.0f} involuntary switches; "
-                                   f"bad jobs {bad}"))
-        k, v, w = stats["kvlab"], stats["vllm"], stats["vllm-noenv"]
-        n, chunks = raw["sizes"][str(conc)]
-        cond = f"{n} req × {chunks} chunks, {raw['repeats']} repeats"
-        rows.append(Row(SECTION, f"c={conc}: chunks/s, kvlab", k["cps"], "chunks/s", "≥ vLLM client",
-                        k["cps"] >= v["cps"] and not k["bad"],
-                        f"vLLM {v['cps']:,.0f} (kvlab/vLLM {k['cps'] / v['cps']:.2f}); vLLM trust_env off "
-                        f"{w['cps']:,.0f}; {cond}"))
-        rows.append(Row(SECTION, f"c={conc}: client CPU, kvlab", k["cpu"], "CPU ms/1k chunks", "≤ vLLM client",
-                        k["cpu"] <= v["cpu"] and not k["bad"],
-                        f"vLLM {v['cpu']:.2f} (kvlab/vLLM {k['cpu'] / v['cpu']:.2f}); vLLM trust_env off "
-                        f"{w['cpu']:.2f} ({k['cpu'] / w['cpu']:.2f}); server busy {k['server_busy']:.0%} of wall"))
-        for name in names[3:]:  # an earlier kvlab revision, for before/after
-            b = stats[name]
-            rows.append(Row(SECTION, f"c={conc}: client CPU, {name} (before)", b["cpu"], "CPU ms/1k chunks",
-                            note=f"{b['cps']:,.0f} chunks/s; now/before CPU {k['cpu'] / b['cpu']:.2f}"))
+    for regime in ("flood", "paced"):
+        for conc in sorted({j["concurrency"] for j in raw["jobs"] if j["regime"] == regime}):
+            stats = {}
+            for name in names:
+                jobs = [j for j in raw["jobs"] if (j["name"], j["regime"], j["concurrency"]) == (name, regime, conc)]
+                bad = sum(j["failed"] for j in jobs) + sum(j["chunks"] != j["expected_chunks"] for j in jobs)
+                stats[name] = {
+                    "cps": median(j["chunks"] / j["wall_s"] for j in jobs),
+                    "cpu": median(j["cpu_s"] / j["chunks"] * 1e6 for j in jobs),
+                    "server_busy": median(j["server_cpu_s"] / j["wall_s"] for j in jobs),
+                    "server_cpu": median(j["server_cpu_s"] / j["chunks"] * 1e6 for j in jobs),
+                    "client_busy": median(j["cpu_s"] / j["wall_s"] for j in jobs),
+                    "nivcsw": median(j["involuntary_switches"] for j in jobs),
+                    "segments": median(j["tcp_segments"] / j["chunks"] for j in jobs if j.get("tcp_segments")),
+                    "bad": bad,
+                }
+                st = stats[name]
+                detail.append(Row(SECTION, f"{regime} c={conc} {name}", st["cpu"], "CPU ms/1k chunks",
+                                  note=f"{st['cps']:,.0f} chunks/s; client busy {st['client_busy']:.0%}, server busy "
+                                       f"{st['server_busy']:.0%} of wall ({st['server_cpu']:.2f} CPU ms/1k chunks); "
+                                       f"{st['nivcsw']:.0f} involuntary switches; bad jobs {bad}"))
+            k, v, w = stats["kvlab"], stats["vllm"], stats["vllm-noenv"]
+            peers = "vLLM {} (kvlab/vLLM {:.2f}); vLLM trust_env off {} (kvlab/that {:.2f})"
+            if regime == "flood":
+                n, chunks = raw["sizes"][str(conc)]
+                cond = (f"{n} req × {chunks} chunks, as fast as the fixture writes; client busy "
+                        f"{k['client_busy']:.0%}, fixture busy {k['server_busy']:.0%} of wall")
+                rows.append(Row(SECTION, f"flood c={conc}: chunks/s, kvlab", k["cps"], "chunks/s", "≥ vLLM client",
+                                k["cps"] >= v["cps"] and not k["bad"],
+                                peers.format(f"{v['cps']:,.0f}", k["cps"] / v["cps"], f"{w['cps']:,.0f}",
+                                             k["cps"] / w["cps"]) + f"; {cond}"))
+                rows.append(Row(SECTION, f"flood c={conc}: client CPU, kvlab", k["cpu"], "CPU ms/1k chunks",
+                                "≤ vLLM client", k["cpu"] <= v["cpu"] and not k["bad"],
+                                peers.format(f"{v['cpu']:.2f}", k["cpu"] / v["cpu"], f"{w['cpu']:.2f}",
+                                             k["cpu"] / w["cpu"])
+                                + f"; fixture CPU {k['server_cpu']:.2f} ms/1k chunks with kvlab, {v['server_cpu']:.2f} "
+                                  f"with vLLM; TCP segments per chunk (host-wide) {_seg(k)} with kvlab, {_seg(v)} "
+                                  "with vLLM"))
+            else:
+                n, chunks, delay = raw["paced"][str(conc)]
+                rows.append(Row(SECTION, f"paced c={conc}: client CPU, kvlab", k["cpu"], "CPU ms/1k chunks",
+                                "≤ vLLM client", k["cpu"] <= v["cpu"] and not k["bad"],
+                                peers.format(f"{v['cpu']:.2f}", k["cpu"] / v["cpu"], f"{w['cpu']:.2f}",
+                                             k["cpu"] / w["cpu"])
+                                + f"; {n} req × {chunks} chunks, one every {delay * 1e3:g} ms per stream "
+                                  f"({k['cps']:,.0f} chunks/s in all); client busy {k['client_busy']:.0%}"))
+            for name in names[3:]:  # an earlier kvlab revision, for before/after
+                b = stats[name]
+                rows.append(Row(SECTION, f"{regime} c={conc}: client CPU, {name} (before)", b["cpu"],
+                                "CPU ms/1k chunks",
+                                note=f"{b['cps']:,.0f} chunks/s; now/before: CPU {k['cpu'] / b['cpu']:.2f}, "
+                                     f"chunks/s {k['cps'] / b['cps']:.2f}"))
     for scenario, (knobs, _) in TTFT_SCENARIOS.items():
         desc = ("server writes as fast as it can" if not knobs else
                 f"first chunk after {knobs['first_delay_s'] * 1e3:g} ms, then every {knobs['delay_s'] * 1e3:g} ms")

@@ -6,8 +6,8 @@ ignore_eos, temperature 0, all sent at once. kvlab (workbook venv) and vLLM's ow
 plus its ``calculate_metrics`` (engine venv) take turns, each in its own process; the prefix cache is
 reset before every batch so no run is a cache hit. Medians over the repeats.
 
-Also measures vLLM's start-up time on this machine (EngineServer start -> /health 200), which the
-sweep-planning benchmark uses.
+On a host with 2+ cores the engine runs under ``taskset`` on one core and the clients on the others,
+so the CPU a client uses cannot slow the engine it is timing (``--no-pin`` to share).
 
     .venv/bin/python benchmarks/engine_agreement.py [--quick]
 """
@@ -15,6 +15,7 @@ sweep-planning benchmark uses.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 import uuid
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tools import (  # noqa: E402
     BENCH_DIR, ENGINE_PYTHON, OUT_DIR, WORKBOOK_PYTHON, Driver, Row, host_note, median, print_table, rel_diff,
-    write_result,
+    split_cpus, write_result,
 )
 
 from kvlab.server import EngineServer  # noqa: E402
@@ -41,24 +42,34 @@ TOLERANCE = 0.05
 CLIENTS = {"kvlab": ("kvlab", {}), "vllm": ("vllm", {}), "vllm-noenv": ("vllm", {"trust_env": False})}
 
 
-def engine_spec(tag: str) -> EngineSpec:
-    """Like tests/test_runner.py's BASE_ENGINE: real vLLM CPU build, tiny model, eager, small KV budget."""
+def engine_spec(tag: str, cpus: set[int] | None = None) -> EngineSpec:
+    """Like tests/test_runner.py's BASE_ENGINE: real vLLM CPU build, tiny model, eager, small KV budget.
+
+    ``cpus``: launch it under ``taskset`` on those CPUs (every engine process inherits the mask).
+    """
+    launch = [".engines/vllm/bin/python"]
+    if cpus:
+        launch = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *launch]
     return EngineSpec(
-        name="vllm", launch=[".engines/vllm/bin/python"], model="data/models/tiny-llama", served_model_name=tag,
+        name="vllm", launch=launch, model="data/models/tiny-llama", served_model_name=tag,
         max_model_len=2048, enforce_eager=True, kv_cache_bytes=64 * 2**20, dev_mode=True, startup_timeout_s=300,
     )
 
 
-def measure(repeats: int) -> dict:
+def measure(repeats: int, pin: bool = True) -> dict:
     ensure_tiny_model()
     tag = f"kvlab-bench-{uuid.uuid4().hex[:8]}"
-    raw: dict = {"host": host_note(), "repeats": repeats, "batch": [BATCH, PROMPT_TOKENS, OUTPUT_TOKENS], "runs": []}
+    # The engine on one core, the clients on the other: on a 2-core host an engine spread over both
+    # cores is slowed by whatever CPU the client under test uses, which is not what is compared here.
+    engine_cpus, client_cpus = split_cpus() if pin and shutil.which("taskset") else (None, None)
+    raw: dict = {"host": host_note(), "repeats": repeats, "batch": [BATCH, PROMPT_TOKENS, OUTPUT_TOKENS], "runs": [],
+                 "engine_cpus": sorted(engine_cpus or []), "client_cpus": sorted(client_cpus or [])}
     drivers: dict[str, Driver] = {}
-    server = EngineServer(engine_spec(tag), OUT_DIR / "engine_agreement-vllm.log")
+    server = EngineServer(engine_spec(tag, engine_cpus), OUT_DIR / "engine_agreement-vllm.log")
     try:
         # start the peer's process first: its import takes seconds, the server's start half a minute
-        drivers["vllm"] = Driver(ENGINE_PYTHON, BENCH_DIR / "drivers" / "vllm_driver.py", "vllm")
-        drivers["kvlab"] = Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", "kvlab")
+        drivers["vllm"] = Driver(ENGINE_PYTHON, BENCH_DIR / "drivers" / "vllm_driver.py", "vllm", client_cpus)
+        drivers["kvlab"] = Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", "kvlab", client_cpus)
         server.start()
         raw["startup_s"] = server.wait_ready()
         raw["engine_version"] = server.version()
@@ -150,11 +161,18 @@ def summarise(raw: dict) -> list[Row]:
                          "(chunks that reached the client in one read share its timestamp, while vLLM stamps "
                          "each message after parsing it, microseconds apart): per-chunk ITL depends on how the "
                          "server flushes and how a client stamps, so TPOT is the figure to compare"))
-    rows.append(Row(SECTION, "vLLM start-up (EngineServer start -> ready)", raw["startup_s"], "s",
-                    note=f"vllm {raw.get('engine_version')}, --enforce-eager, tiny model; {raw['host']}"))
+    spread = {name: median(r["send_spread_ms"] for r in runs)
+              for name, runs in (("kvlab", k), ("vllm", v), ("noenv", w))}
+    rows.append(Row(SECTION, "first to last send of the batch, kvlab", spread["kvlab"], "ms",
+                    note=f"vLLM client {spread['vllm']:.3g} ms, trust_env off {spread['noenv']:.3g} ms: each "
+                         "request's TTFT starts at its own send, but a batch sent over a longer span meets a "
+                         "different engine schedule"))
+    pinned = (f"engine on CPU {raw['engine_cpus']}, clients on CPU {raw['client_cpus']} (taskset)"
+              if raw.get("engine_cpus") else "not pinned: the clients share the engine's cores")
     rows.append(Row(SECTION, "conditions", f"{BATCH} × {PROMPT_TOKENS}+{OUTPUT_TOKENS} tokens",
-                    note=f"{raw['repeats']} alternating repeats, medians; failed requests {bad}; "
-                         "prefix cache reset before each batch; same token-ID prompts for both clients"))
+                    note=f"vllm {raw.get('engine_version')}, tiny model, --enforce-eager; {pinned}; "
+                         f"{raw['repeats']} alternating repeats, medians; failed requests {bad}; prefix cache reset "
+                         f"before each batch; same token-ID prompts for all clients; {raw['host']}"))
     return rows
 
 
@@ -162,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 15")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--no-pin", action="store_true", help="let the engine and the clients share every core")
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 15)
     t = time.perf_counter()
-    raw = measure(repeats)
+    raw = measure(repeats, pin=not args.no_pin)
     raw["wall_s"] = time.perf_counter() - t
     rows = summarise(raw)
     print_table(rows, title=f"Agreement with vLLM's benchmark client on real vLLM ({raw['wall_s']:.0f} s)")

@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tools import BENCH_DIR, OUT_DIR, ROOT, Row, markdown_table, print_table, read_result  # noqa: E402
 
-#: In run order: the engine benchmark measures vLLM's start-up, which sweep planning then uses.
 BENCHMARKS = ["client_overhead", "engine_agreement", "sweep_planning", "report_build", "analysis_scale"]
 
 
@@ -35,7 +34,7 @@ def run_one(name: str, quick: bool, extra: list[str]) -> tuple[int, float]:
     with open(log, "w") as err:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
         for line in proc.stdout:  # progress lines only; the per-benchmark tables go to the log
-            if line.startswith("  "):
+            if line[:2] == "  " and line[2:3].strip():
                 print(line, end="", flush=True)
         code = proc.wait()
     return code, time.perf_counter() - t
@@ -55,13 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in chosen:
         result = OUT_DIR / f"{name}.json"
         result.unlink(missing_ok=True)  # never report an earlier run's figures as this one's
-        extra: list[str] = []
-        if name == "sweep_planning":
-            agreement = OUT_DIR / "engine_agreement.json"
-            if agreement.exists():
-                _, raw = read_result(agreement)
-                extra = ["--startup-s", f"{raw['startup_s']:.2f}"]
-        code, wall = run_one(name, args.quick, extra)
+        code, wall = run_one(name, args.quick, [])
         if code != 0 or not result.exists():
             failed.append(name)
             rows.append(Row(name, "benchmark failed", f"exit {code}", note=f"see reports/bench/{name}.log"))

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         startup, source = measure_cpu_startup(), "measured now"
         print(f"  vLLM CPU start -> ready: {startup:.1f} s", flush=True)
     else:
-        startup, source = args.startup_s, "measured by the engine-agreement benchmark"
+        startup, source = args.startup_s, "given with --startup-s"
     raw = {"host": host_note(), "startup_s": startup, "startup_from": source, "plans": plan_all(startup)}
     raw["wall_s"] = time.perf_counter() - t
     rows = summarise(raw)

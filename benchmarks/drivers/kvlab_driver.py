@@ -96,8 +96,9 @@ def handle(job: dict) -> dict:
     prompts = _prompts(job)
     spy = FirstChunkSpy() if job.get("spy") else None
     conc = job.get("concurrency")
+    fixture = {"extra_body": {"fixture": job["fixture"]}} if job.get("fixture") else {}
     call = client.run_requests(job["url"], job.get("model", "fixture"), prompts, concurrency=conc,
-                               ignore_eos=True, temperature=0.0)
+                               ignore_eos=True, temperature=0.0, **fixture)
     if spy:
         spy.__enter__()
     try:
@@ -139,6 +140,7 @@ def handle(job: dict) -> dict:
         out["first_text_after_first_chunk_ms"] = _mean([(r.t_first - r.t_first_chunk) * 1e3 for r in recs
                                                          if r.t_first and r.t_first_chunk])
         out["empty_chunks"] = sum(r.empty_chunks for r in recs)
+        out["send_spread_ms"] = (max(r.t_send for r in recs) - min(r.t_send for r in recs)) * 1e3
         out["output_tokens"] = [r.output_tokens for r in recs]
         out["itl_chunk_p50_ms"] = percentile(sorted(g for r in recs for g in metrics.chunk_gaps_ms(r.chunk_times)), 50)
     return out

@@ -51,8 +51,9 @@ def _inputs(job: dict) -> list[RequestFuncInput]:
         prompts, out_len = job["prompts"], job["max_tokens"]
     else:
         prompts, out_len = [list(range(16, 16 + job.get("prompt_tokens", 16)))] * job["requests"], job["chunks"]
+    extra = {"temperature": 0.0, **({"fixture": job["fixture"]} if job.get("fixture") else {})}
     return [RequestFuncInput(prompt=list(p), api_url=url, prompt_len=len(p), output_len=out_len, model=model,
-                             ignore_eos=True, extra_body={"temperature": 0.0}) for p in prompts]
+                             ignore_eos=True, extra_body=extra) for p in prompts]
 
 
 async def _bench(inputs: list[RequestFuncInput], concurrency: int | None, spy: bool, trust_env: bool = True):
@@ -118,7 +119,8 @@ def handle(job: dict) -> dict:
                                  selected_percentiles=[50, 99], goodput_config_dict={})
         out.update({"ttft_mean_ms": m.mean_ttft_ms, "tpot_mean_ms": m.mean_tpot_ms, "itl_mean_ms": m.mean_itl_ms,
                     "itl_median_ms": m.median_itl_ms, "e2el_mean_ms": m.mean_e2el_ms, "completed": m.completed,
-                    "total_output": m.total_output, "output_tokens": [o.output_tokens for o in outs]})
+                    "total_output": m.total_output, "output_tokens": [o.output_tokens for o in outs],
+                    "send_spread_ms": (max(o.start_time for o in outs) - min(o.start_time for o in outs)) * 1e3})
     return out
 
 
