@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,7 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
     conditions += [("paced", conc, n, chunks, {"delay_s": delay}) for conc, (n, chunks, delay) in paced.items()]
     server_cpus, client_cpus = split_cpus() if pin else (None, None)
     drivers: dict[str, Driver] = {}
+    baseline_file: Path | None = None
     clients = dict(CLIENTS)
     raw: dict = {"sizes": {str(k): v for k, v in sizes.items()}, "paced": {str(k): v for k, v in paced.items()},
                  "repeats": repeats, "pinned": bool(server_cpus),
@@ -82,7 +84,7 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
         drivers["kvlab"] = Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", "kvlab", client_cpus)
         drivers["vllm"] = Driver(ENGINE_PYTHON, BENCH_DIR / "drivers" / "vllm_driver.py", "vllm", client_cpus)
         if baseline:
-            path = _baseline_client(baseline)
+            path = baseline_file = _baseline_client(baseline)
             label = f"kvlab@{baseline}"
             drivers[label] = Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", label, client_cpus,
                                     env={"KVLAB_BENCH_CLIENT": str(path)})
@@ -130,6 +132,8 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
     finally:
         for d in drivers.values():
             d.close()
+        if baseline_file is not None:
+            shutil.rmtree(baseline_file.parent, ignore_errors=True)
     raw["clients"] = names
     return raw
 
