@@ -19,7 +19,7 @@ STAMP_FILE = "kvlab_tiny_model.json"
 
 #: Everything that decides the model's bytes. Change a value (or GENERATOR_VERSION) and
 #: ensure_tiny_model() regenerates instead of reusing the folder on disk.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 SEED = 20260701
 TARGET_VOCAB = 512
 HIDDEN = 256

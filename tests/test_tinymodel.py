@@ -57,3 +57,22 @@ def test_bf16_rounding():
     got = np.frombuffer(tinymodel._bf16_bytes(x), dtype="<u2").astype(np.uint32) << 16
     back = got.view(np.float32)
     assert back[0] == 1.0 and back[1] == -2.5 and abs(back[2] - 0.1) < 1e-3
+
+
+def test_every_ordinary_token_decodes_to_whole_text():
+    """Streamed chunks are never empty for want of half a UTF-8 character (TTFT counts text-bearing chunks)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from kvlab import tinymodel
+
+    files = tinymodel.build_files()
+    raw = files["tokenizer.json"]
+    tok = Tokenizer.from_str(raw.decode() if isinstance(raw, bytes) else raw)
+    specials = set(json.loads(raw)["added_tokens"][i]["id"] for i in range(len(tinymodel.SPECIALS)))
+    for i in range(tok.get_vocab_size()):
+        if i in specials:
+            continue
+        text = tok.decode([i])
+        assert text and "\ufffd" not in text, (i, text)
