@@ -259,6 +259,13 @@ def consistency_verdicts(check: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def memory_experiments(runs: pl.DataFrame) -> list[str]:
+    """Measured experiments that compare memory settings (two or more distinct ``mem_util`` values)."""
+    m = runs.filter((pl.col("source") == "measured") & pl.col("mem_util").is_not_null())
+    return sorted(m.group_by("experiment").agg(pl.col("mem_util").n_unique().alias("n"))
+                  .filter(pl.col("n") >= 2)["experiment"].to_list())
+
+
 def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
     """Per engine and memory setting: runs, failures, retries, run-time mean and spread, latency.
 
@@ -296,14 +303,14 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
 
 
 def failure_causes(attempts: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
-    """Count of failed attempts by cause, per engine and memory setting."""
-    cols = ["run_id", "engine", "mem_util", "context_label"]
+    """Count of failed attempts by cause, per experiment, engine and memory setting."""
+    keys = ["experiment", "engine", "mem_util", "context_label"]
     return (
         attempts.filter(pl.col("status") == "failed")
-        .join(runs.select(cols), on="run_id", how="inner")
-        .group_by("engine", "mem_util", "context_label", "failure_cause")
+        .join(runs.select("run_id", *keys), on="run_id", how="inner")
+        .group_by(*keys, "failure_cause")
         .agg(pl.len().alias("failed_attempts"))
-        .sort("engine", "mem_util", "context_label", "failure_cause")
+        .sort(*keys, "failure_cause")
     )
 
 

@@ -75,8 +75,8 @@ def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
         return "*No measured runs with a memory setting.*"
     lines = ["### In words (measured)"]
     for r in stats.iter_rows(named=True):
-        c = causes.filter((pl.col("engine") == r["engine"]) & (pl.col("mem_util") == r["mem_util"])
-                          & (pl.col("context_label") == r["context_label"]))
+        c = causes.filter((pl.col("experiment") == r["experiment"]) & (pl.col("engine") == r["engine"])
+                          & (pl.col("mem_util") == r["mem_util"]) & (pl.col("context_label") == r["context_label"]))
         why = ", ".join(f"{n}× {cause}" for cause, n in c.select("failure_cause", "failed_attempts").iter_rows())
         mean, std = r["batch_time_mean_s"], r["batch_time_std_s"]
         time_txt = "no successful run" if mean is None else (
@@ -84,7 +84,8 @@ def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
         )
         ttft = "" if r["ttft_mean_ms"] is None else f", mean TTFT {r['ttft_mean_ms']:.4g} ms"
         lines.append(
-            f"- {r['engine']} at **{r['mem_util']:g}**, {r['context_label']}: {r['runs_ok']}/{r['runs']} runs succeeded "
+            f"- {r['experiment']}: {r['engine']} at **{r['mem_util']:g}**, {r['context_label']}: "
+            f"{r['runs_ok']}/{r['runs']} runs succeeded "
             f"with **{r['retries']} retr{'y' if r['retries'] == 1 else 'ies'}**"
             f"{' (' + why + ')' if why else ''}; {time_txt}{ttft}."
         )

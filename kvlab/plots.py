@@ -104,7 +104,10 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     """Left: retries and failed runs per memory setting; right: batch time per setting (every run)."""
     fig = Figure(figsize=(11, 4))
     ax1, ax2 = fig.subplots(1, 2)
-    s = stats.with_columns(pl.format("{} @ {}", "engine", "mem_util").alias("setting")).to_pandas()
+    several = stats["experiment"].n_unique() > 1
+    label = (pl.format("{}\n{} @ {}", "experiment", "engine", "mem_util") if several
+             else pl.format("{} @ {}", "engine", "mem_util"))
+    s = stats.with_columns(label.alias("setting")).to_pandas()
     long = s.melt(id_vars=["setting", "context_label"], value_vars=["retries", "runs_failed"],
                   var_name="count", value_name="n")
     sns.barplot(long, x="setting", y="n", hue="count", ax=ax1, errorbar=None)
@@ -112,9 +115,7 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
         ax1.bar_label(container, fmt="%d", padding=2)
     ax1.set(title="measured: retries and failed runs", xlabel="engine @ memory setting", ylabel="count",
             ylim=(0, max(1, int(long["n"].max() or 0)) * 1.2))
-    ok = runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok")).with_columns(
-        pl.format("{} @ {}", "engine", "mem_util").alias("setting")
-    )
+    ok = runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok")).with_columns(label.alias("setting"))
     if ok.height:
         sns.stripplot(ok.to_pandas(), x="setting", y="batch_time_s", hue="context_label", ax=ax2,
                       dodge=True, size=7, jitter=0.15)
@@ -122,6 +123,7 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
             ylabel="batch time (s)")
     for ax in (ax1, ax2):
         ax.title.set_fontsize(10)
+        ax.tick_params(axis="x", labelsize=8 if several else 10)
     fig.tight_layout()
     return fig
 
