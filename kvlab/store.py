@@ -168,15 +168,21 @@ def write_run(
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if final.exists():
-            old = exp_dir / f".{run_key}.old"
-            os.replace(final, old)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, final)
+        publish_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def publish_dir(tmp: Path, final: Path) -> None:
+    """Move a fully written folder into place by rename, replacing an older one: readers see old or new."""
+    if final.exists():
+        old = final.parent / f".{final.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.replace(tmp, final)
 
 
 def clean_partial(exp_dir: str | Path) -> list[Path]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import struct
 import tempfile
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kvlab.paths import MODELS_DIR
+from kvlab.store import publish_dir
 
 DEFAULT_PATH = MODELS_DIR / "tiny-llama"
 STAMP_FILE = "kvlab_tiny_model.json"
@@ -234,12 +234,7 @@ def ensure_tiny_model(path: str | Path | None = None) -> Path:
             (tmp / name).write_bytes(data)
         stamp = {"recipe": recipe_hash(), "files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}
         (tmp / STAMP_FILE).write_bytes(_dump(stamp))
-        if path.exists():
-            old = path.parent / f".{path.name}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            shutil.rmtree(old, ignore_errors=True)
-        os.replace(tmp, path)
+        publish_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
