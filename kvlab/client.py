@@ -231,24 +231,37 @@ def _handle_line(acc: _Acc, line: bytes, now: float, fast: bool, chat: bool) -> 
     _handle_obj(acc, obj, now, chat)
 
 
-def _handle_block_fast(acc: _Acc, block: bytes, now: float) -> bool:
-    """Account every line of ``block`` (complete lines of one read) at once; False if one needs the line path.
+#: Markers of lines the block fast path leaves to the line path (usage, end of stream, errors, SSE fields).
+_LINE_PATH_MARKERS = (b'"usage":{', b"[DONE]", b'"error"', b'"abort"', b"event:")
+
+
+def _handle_block_fast(acc: _Acc, block: bytes, now: float) -> bytes:
+    """Account the leading lines of ``block`` (complete lines of one read) at once; return what is left.
 
     For compact completions streams (vLLM, SGLang) without keep_text. Every token chunk of
     a read gets the read's timestamp in either path, so counting the ``"text":"`` keys (which
     cannot occur inside a JSON string, where quotes are escaped) is the same as handling each
-    line; anything else in the block (usage, [DONE], errors, event fields) takes the line path.
+    line. The block is counted up to the first line holding anything else (usage, [DONE],
+    errors, event fields); that line and the rest are returned for the line path, so a stream's
+    last read (tokens, then usage and [DONE]) still counts its tokens in one go.
     """
-    if (acc.error_event_next or b'"error"' in block or b'"abort"' in block or b'"usage":{' in block
-            or b"event:" in block):
-        return False
-    n_text = block.count(_TEXT_KEY)
-    if n_text != block.count(b"\ndata:") + block.startswith(b"data:"):
-        return False
+    if acc.error_event_next:
+        return block
+    cut = len(block)
+    for marker in _LINE_PATH_MARKERS:
+        i = block.find(marker, 0, cut)
+        if i != -1:
+            cut = i
+    if cut < len(block):
+        cut = block.rfind(b"\n", 0, cut) + 1  # start of the line holding the marker
+    head = block[:cut]
+    n_text = head.count(_TEXT_KEY)
+    if n_text != head.count(b"\ndata:") + head.startswith(b"data:"):
+        return block  # a data line without text (e.g. a role chunk): all of it by line
     if n_text:
         if acc.t_first_chunk is None:
             acc.t_first_chunk = now
-        n_empty = block.count(_EMPTY_TEXT)
+        n_empty = head.count(_EMPTY_TEXT)
         acc.empty_chunks += n_empty
         if n_text > n_empty:
             if acc.t_first_answer is None:
@@ -257,7 +270,7 @@ def _handle_block_fast(acc: _Acc, block: bytes, now: float) -> bool:
                 acc.chunk_times.append(now)
             else:
                 acc.chunk_times.extend([now] * (n_text - n_empty))
-    return True
+    return block[cut:]
 
 
 async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat: bool) -> None:
@@ -282,8 +295,10 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
             pending = []
         if cut < len(data):
             pending.append(data[cut:])
-        if fast and _handle_block_fast(acc, block, now):
-            continue
+        if fast:
+            block = _handle_block_fast(acc, block, now)
+            if not block:
+                continue
         for line in block.split(b"\n"):
             if line:
                 _handle_line(acc, line, now, fast, chat)
