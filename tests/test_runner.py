@@ -8,9 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import psutil
 import pytest
 import yaml
 
-from kvlab import runner, store
+from kvlab import client, runner, store
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
 from kvlab.server import state_dir
 from kvlab.spec import ExperimentSpec, expand
@@ -145,41 +143,52 @@ def test_kv_cache_too_small_is_classified_and_retried_as_configured(tmp_path, en
     assert not engine_processes(tag_of(path))
 
 
-def _kill_engine_when_busy(tag: str, stop: threading.Event, killed: list[int]) -> None:
-    """Kill this test's engine process group once the batch is running (more than the warm-up's 1 request)."""
-    while not stop.is_set():
+def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: int) -> list[int]:
+    """SIGKILL this test's engine process group from inside the client, as soon as one request has streamed
+    `after` tokens: the kill lands mid-run however slow the machine is. (Polling /metrics from a thread once
+    raced on a loaded 2-core machine: the gauge of running requests is only refreshed by engine steps, so the
+    kill could land between runs, or the long run could finish before /metrics answered.)"""
+    killed: list[int] = []
+
+    def kill_if_due(acc) -> None:
+        if killed or len(acc.chunk_times) < after:
+            return
         for f in state_dir().glob("*.json"):
             try:
                 rec = json.loads(f.read_text())
-                if tag not in " ".join(rec["argv"]):
-                    continue
-                body = urllib.request.urlopen(f"http://127.0.0.1:{rec['port']}/metrics", timeout=1).read().decode()
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # another test's server, just stopped
                 continue
-            running = [ln for ln in body.splitlines() if ln.startswith("vllm:num_requests_running")]
-            if running and float(running[0].split()[-1]) > 1:
+            if tag in " ".join(rec["argv"]):
                 os.killpg(rec["pgid"], signal.SIGKILL)
                 killed.append(rec["pgid"])
-                return
-        time.sleep(0.05)
+
+    def wrap(fn):
+        def wrapped(acc, *args, **kwargs):
+            out = fn(acc, *args, **kwargs)
+            kill_if_due(acc)
+            return out
+        return wrapped
+
+    monkeypatch.setattr(client, "_handle_block_fast", wrap(client._handle_block_fast))
+    monkeypatch.setattr(client, "_handle_line", wrap(client._handle_line))
+    return killed
+
+
+LONG = 6000  # output tokens of the run that is killed; prompt + output stay under BASE_ENGINE's max_model_len
 
 
 @pytest.mark.engine
-def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, engine_python, tiny_model):
-    path = write_spec(tmp_path, "killed", workload={"batch_size": 4, "context_tokens": 2048, "output_tokens": 1500},
-                      matrix={"workload.output_tokens": [1500, 16]})
-    stop, killed = threading.Event(), []
-    killer = threading.Thread(target=_kill_engine_when_busy, args=(tag_of(path), stop, killed), daemon=True)
-    killer.start()
-    try:
-        res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    finally:
-        stop.set()
-    assert killed, "the engine was never seen busy"
+def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, monkeypatch, engine_python, tiny_model):
+    path = write_spec(tmp_path, "killed", workload={"batch_size": 4, "context_tokens": LONG + 2000, "output_tokens": LONG},
+                      matrix={"workload.output_tokens": [LONG, 16]})
+    # Killed after 100 of 6,000 tokens: the engine cannot have streamed the rest ahead of a slow client.
+    killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=100)
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert killed, "no request of the long run streamed 100 tokens"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
-    assert runs[1500]["status"] == "failed" and runs[1500]["failure_cause"] == "crash"
-    assert runs[1500]["requests_failed"] >= 1
-    assert runs[1500]["requests_ok"] + runs[1500]["requests_failed"] == 4  # no request vanishes
+    assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "crash"
+    assert runs[LONG]["requests_failed"] >= 1
+    assert runs[LONG]["requests_ok"] + runs[LONG]["requests_failed"] == 4  # no request vanishes
     assert runs[16]["status"] == "ok"  # the sweep went on with a new server
     assert res.server_starts == 2
     reqs = store.load_requests(tmp_path).filter(pl.col("status") == "failed")
