@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -449,10 +450,19 @@ async def run_requests(
                 if sem is not None:
                     sem.release()
 
-    async with aiohttp.ClientSession(
-        connector=connector, read_bufsize=READ_BUFSIZE, timeout=aiohttp.ClientTimeout(total=None)
-    ) as session:
-        await asyncio.gather(*(run_chain(c) for c in chains.values()))
+    # No garbage-collection pass while requests are in flight, as timeit does: a pass over the
+    # process's objects (0.5-6 ms measured in benchmarks/client_overhead.py's driver) would land
+    # in whichever chunks arrive meanwhile and show up as TTFT/ITL tail. Restored afterwards.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        async with aiohttp.ClientSession(
+            connector=connector, read_bufsize=READ_BUFSIZE, timeout=aiohttp.ClientTimeout(total=None)
+        ) as session:
+            await asyncio.gather(*(run_chain(c) for c in chains.values()))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     if not prompts:
         now = time.perf_counter()
         return BatchResult([], now, now, 0.0, datetime.now(timezone.utc).isoformat())

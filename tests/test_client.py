@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import itertools
 import json
 import random
 
 import pytest
-from sse_server import FixtureConfig, SSEServer
+from sse_server import BulkSSEServer, FixtureConfig, SSEServer
 
 from kvlab import client, metrics, workloads
 from kvlab.workloads import Prompt
@@ -58,6 +59,48 @@ def test_fixed_batch_counts_and_timestamp_order(server):
     # all at once: every request was sent before the first one completed
     assert max(r.t_send for r in res.records) < min(r.t_end for r in res.records)
 
+
+
+def test_bulk_server_many_events_per_read_counted_exactly():
+    """The benchmark's bulk server writes each stream at once: reads carry hundreds of SSE events
+    (one HTTP chunk each), kept-alive connections serve several streams, and every count is exact."""
+
+    async def go():
+        srv = BulkSSEServer(FixtureConfig())
+        await srv.start_async()
+        try:
+            res = await client.run_requests(srv.url, "m", workloads.fixed_batch(6, 10, 700, vocab_size=512),
+                                            concurrency=2)
+            return res, srv.requests_served
+        finally:
+            await srv.stop_async()
+
+    res, served = asyncio.run(go())
+    assert served == 6
+    for r in res.records:
+        _check_ok_record(r, 10, 700)
+        assert len(set(r.chunk_times)) < 100  # many events per network read, each read stamped once
+
+
+def test_no_gc_pass_while_requests_are_in_flight(server, monkeypatch):
+    seen = []
+    read_stream = client._read_stream
+
+    async def spy(resp, acc, fast, chat):
+        seen.append(gc.isenabled())
+        await read_stream(resp, acc, fast, chat)
+
+    monkeypatch.setattr(client, "_read_stream", spy)
+    prompts = workloads.fixed_batch(3, 10, 5, vocab_size=512)
+    assert gc.isenabled()
+    _run(server.url, prompts)
+    assert seen == [False] * 3 and gc.isenabled()  # off during the batch, restored after
+    gc.disable()
+    try:
+        _run(server.url, prompts)
+        assert not gc.isenabled()  # a caller's own setting is left as it was
+    finally:
+        gc.enable()
 
 def test_timestamps_follow_server_pacing():
     cfg = FixtureConfig(first_delay_s=0.2, delay_s=0.05)
