@@ -302,10 +302,14 @@ class Fixture:
 
     def cpu_s(self) -> float:
         """CPU seconds the server process has used so far (user + system)."""
+        return sum(self.cpu_times())
+
+    def cpu_times(self) -> tuple[float, float]:
+        """(user, system) CPU seconds the server process has used so far."""
         import psutil
 
         t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
+        return t.user, t.system
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:

@@ -62,6 +62,51 @@ def _count_prompt(body: dict) -> int:
     return len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
 
 
+DONE = b"data: [DONE]\n\n"
+
+
+class Events:
+    """The SSE events of one response, rendered as vLLM's OpenAI server writes them."""
+
+    def __init__(self, cfg: FixtureConfig, chat: bool, model: str) -> None:
+        self.cfg, self.chat, self.model = cfg, chat, model
+        self.created = int(time.time())
+        sep = (",", ":") if cfg.compact else (", ", ": ")
+        self._encoder = json.JSONEncoder(separators=sep)
+
+    def _event(self, obj: dict) -> bytes:
+        return b"data: " + self._encoder.encode(obj).encode() + b"\n\n"
+
+    def token(self, text: str, i: int, finish: str | None = None, reasoning: bool = False) -> bytes:
+        """Token chunk ``i`` (``i < 0``: a chat stream's opening role chunk)."""
+        if self.chat:
+            delta = {"reasoning_content": text} if reasoning else {"content": text}
+            if i < 0:
+                delta = {"role": "assistant", "content": ""}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            obj = {"id": "chatcmpl-fixture", "object": "chat.completion.chunk", "created": self.created,
+                   "model": self.model, "choices": [choice]}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+            obj = {"id": "cmpl-fixture", "object": "text_completion", "created": self.created, "model": self.model,
+                   "choices": [choice]}
+        if self.cfg.server_timestamps:
+            obj["t_server"] = time.perf_counter()
+        return self._event(obj)
+
+    def usage(self, n_prompt: int, n_out: int) -> bytes:
+        usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n_out,
+                                 "total_tokens": n_prompt + n_out}
+        if self.cfg.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cfg.cached_tokens}
+        return self._event({"id": "cmpl-fixture", "object": "text_completion", "created": self.created,
+                            "model": self.model, "choices": [], "usage": usage})
+
+    def error(self) -> bytes:
+        return self._event({"error": {"object": "error", "message": "fixture mid-stream error",
+                                      "type": "InternalServerError", "code": 500}})
+
+
 class SSEServer:
     """The fixture server; a context manager that serves from a background thread."""
 
@@ -114,26 +159,10 @@ class SSEServer:
                 status=cfg.http_status,
             )
         n_chunks = cfg.chunks if cfg.chunks is not None else int(body.get("max_tokens", 16))
-        sep = (",", ":") if cfg.compact else (", ", ": ")
-        dumps = lambda obj: json.dumps(obj, separators=sep)  # noqa: E731
+        events = Events(cfg, chat, body.get("model", "fixture"))
+        chunk = events.token
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        model = body.get("model", "fixture")
-        created = int(time.time())
-
-        def chunk(text: str, i: int, finish: str | None = None, reasoning: bool = False) -> bytes:
-            if chat:
-                delta = {"reasoning_content": text} if reasoning else {"content": text}
-                if i < 0:
-                    delta = {"role": "assistant", "content": ""}
-                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-                obj = {"id": "chatcmpl-fixture", "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
-            else:
-                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-                obj = {"id": "cmpl-fixture", "object": "text_completion", "created": created, "model": model, "choices": [choice]}
-            if cfg.server_timestamps:
-                obj["t_server"] = time.perf_counter()
-            return b"data: " + dumps(obj).encode() + b"\n\n"
 
         async def send(data: bytes) -> None:
             await resp.write(data)
@@ -147,9 +176,8 @@ class SSEServer:
                 request.transport.close()  # flushes what was written, then the chunked body just stops
                 return resp
             if cfg.error_after is not None and i == cfg.error_after:
-                await send(b"data: " + dumps({"error": {"object": "error", "message": "fixture mid-stream error",
-                                                         "type": "InternalServerError", "code": 500}}).encode() + b"\n\n")
-                await send(b"data: [DONE]\n\n")
+                await send(events.error())
+                await send(DONE)
                 await resp.write_eof()
                 return resp
             if (i or cfg.empty_first) and cfg.delay_s:  # empty chunks are apart from the first token too
@@ -163,13 +191,9 @@ class SSEServer:
         self.prompt_tokens_total += n_prompt
         self.generation_tokens_total += n_out
         if cfg.usage and (body.get("stream_options") or {}).get("include_usage"):
-            usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
-            if cfg.cached_tokens is not None:
-                usage["prompt_tokens_details"] = {"cached_tokens": cfg.cached_tokens}
-            obj = {"id": "cmpl-fixture", "object": "text_completion", "created": created, "model": model, "choices": [], "usage": usage}
-            await send(b"data: " + dumps(obj).encode() + b"\n\n")
+            await send(events.usage(n_prompt, n_out))
         if not cfg.no_done:
-            await send(b"data: [DONE]\n\n")
+            await send(DONE)
         await resp.write_eof()
         return resp
 
@@ -221,10 +245,110 @@ class SSEServer:
             self._thread.join(30)
 
 
+class BulkSSEServer:
+    """The fastest SSE server this machine can run: each completion's whole stream in one socket write.
+
+    A plain asyncio protocol with keep-alive. The response is framed as a real engine frames it (chunked
+    transfer encoding, one HTTP chunk per SSE event, usage chunk and ``[DONE]`` at the end), but every
+    event is rendered up front (and reused for an identical request) and the lot goes out in one
+    ``transport.write``, so the server spends well under a microsecond per event and never waits for
+    the client. Whatever reads it is then the
+    bottleneck: the benchmark's "bulk flood" measures a client's own cost per event. Honours the
+    ``chunks``, ``compact``, ``usage``, ``cached_tokens`` and ``server_timestamps`` knobs; no delays,
+    no failures (that is :class:`SSEServer`'s job).
+    """
+
+    def __init__(self, config: FixtureConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config or FixtureConfig()
+        self.host, self.port = host, port
+        self.requests_served = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._rendered: dict[tuple, bytes] = {}  # (path, request body) -> response, without server_timestamps
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def response(self, method: bytes, path: bytes, body: bytes) -> bytes:
+        if method == b"GET":
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+        self.requests_served += 1
+        key = (path, body)
+        if key in self._rendered:
+            return self._rendered[key]
+        req = json.loads(body)
+        cfg = replace(self.config, **req.get("fixture", {}))
+        chat = path.endswith(b"/chat/completions")
+        n_chunks = cfg.chunks if cfg.chunks is not None else int(req.get("max_tokens", 16))
+        n_prompt = _count_prompt(req)
+        events = Events(cfg, chat, req.get("model", "fixture"))
+        out = [events.token(f" t{i}", i, "length" if i == n_chunks - 1 else None) for i in range(n_chunks)]
+        if cfg.usage and (req.get("stream_options") or {}).get("include_usage"):
+            out.append(events.usage(n_prompt, n_chunks * cfg.tokens_per_chunk))
+        out.append(DONE)
+        framed = b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in out)
+        response = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n")
+        if not cfg.server_timestamps:
+            if len(self._rendered) >= 64:
+                self._rendered.clear()
+            self._rendered[key] = response
+        return response
+
+    async def start_async(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _BulkProtocol(self), self.host, self.port,
+                                                reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop_async(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+
+class _BulkProtocol(asyncio.Protocol):
+    """HTTP/1.1 requests with a Content-Length body, one after another on a kept-alive connection."""
+
+    def __init__(self, server: BulkSSEServer) -> None:
+        self.server = server
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end].split(b"\r\n")
+            headers = dict(line.split(b":", 1) for line in head[1:] if b":" in line)
+            headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
+            length = int(headers.get(b"content-length", b"0"))
+            if len(self.buf) < end + 4 + length:
+                return
+            body = self.buf[end + 4:end + 4 + length]
+            self.buf = self.buf[end + 4 + length:]
+            method, path = head[0].split(b" ")[:2]
+            self.transport.write(self.server.response(method, path, body))
+            if headers.get(b"connection", b"").lower() == b"close":
+                self.transport.close()
+                return
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--bulk", action=argparse.BooleanOptionalAction, default=False,
+                        help="serve with BulkSSEServer: each stream in one write, as fast as the machine allows")
     for f in fields(FixtureConfig):
         if f.name == "tag":
             continue
@@ -237,11 +361,11 @@ def main(argv: list[str] | None = None) -> None:
         else:
             parser.add_argument(flag, type=type(default), default=default)
     args = vars(parser.parse_args(argv))
-    host, port = args.pop("host"), args.pop("port")
+    host, port, bulk = args.pop("host"), args.pop("port"), args.pop("bulk")
     config = FixtureConfig(**args)
 
     async def serve() -> None:
-        server = SSEServer(config, host, port)
+        server = (BulkSSEServer if bulk else SSEServer)(config, host, port)
         await server.start_async()
         print(f"serving {server.url} with {asdict(config)}", flush=True)
         await asyncio.Event().wait()

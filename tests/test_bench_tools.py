@@ -43,12 +43,13 @@ def test_result_round_trip(tmp_path):
     assert bt.read_result(path) == (rows, {"k": [1, 2]})
 
 
-def test_fixture_runs_apart_and_leaves_no_process():
-    with bt.Fixture({"server_timestamps": True}) as fx:
+@pytest.mark.parametrize("bulk", [False, True])
+def test_fixture_runs_apart_and_leaves_no_process(bulk):
+    with bt.Fixture({"server_timestamps": True, "bulk": bulk}) as fx:
         pid = fx.proc.pid
         assert bt.http_ok(fx.url + "/health")
         assert os.getpgid(pid) == pid != os.getpgid(0)  # its own process group
-        assert fx.cpu_s() >= 0.0
+        assert fx.cpu_s() >= 0.0 and all(t >= 0.0 for t in fx.cpu_times())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
