@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
@@ -341,6 +343,28 @@ class _BulkProtocol(asyncio.Protocol):
             if headers.get(b"connection", b"").lower() == b"close":
                 self.transport.close()
                 return
+
+
+@contextlib.asynccontextmanager
+async def serve_app(routes: dict[str, Any]) -> AsyncIterator[str]:
+    """Serve a one-off aiohttp app on the running loop at a free port; yields its base URL.
+
+    ``routes`` maps ``"POST /path"`` (or ``"GET /path"``) to a handler: for a test that needs one
+    hand-written response the fixture servers cannot give.
+    """
+    app = web.Application()
+    for route, handler in routes.items():
+        method, path = route.split(" ", 1)
+        app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ import json
 import random
 
 import pytest
-from sse_server import BulkSSEServer, FixtureConfig, SSEServer
+from sse_server import BulkSSEServer, FixtureConfig, SSEServer, serve_app
 
 from kvlab import client, metrics, workloads
 from kvlab.workloads import Prompt
@@ -256,17 +256,8 @@ def test_error_event_with_sse_event_field():
         return resp
 
     async def go():
-        app = web.Application()
-        app.router.add_post("/v1/completions", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
-            return await client.run_requests(f"http://127.0.0.1:{port}", "m", workloads.fixed_batch(1, 4, 2, vocab_size=512))
-        finally:
-            await runner.cleanup()
+        async with serve_app({"POST /v1/completions": handler}) as url:
+            return await client.run_requests(url, "m", workloads.fixed_batch(1, 4, 2, vocab_size=512))
 
     r = asyncio.run(go()).records[0]
     assert r.status == "failed" and "engine died" in r.error and r.chunks == 1

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 
 import pytest
-from sse_server import SSEServer
+from sse_server import SSEServer, serve_app
 
 from kvlab import metrics
 from kvlab.client import RequestRecord
@@ -201,17 +201,7 @@ def test_scrape_live_fixture_and_404():
     assert d["server_prefix_cache_hits"] is None
 
     async def no_metrics():
-        from aiohttp import web
-
-        app = web.Application()
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        try:
-            return await metrics.scrape(f"http://127.0.0.1:{port}")
-        finally:
-            await runner.cleanup()
+        async with serve_app({}) as url:
+            return await metrics.scrape(url)
 
     assert asyncio.run(no_metrics()) == {}
