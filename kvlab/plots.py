@@ -35,6 +35,16 @@ def _subplots(n: int, width: float = 5.5, height: float = 4.0) -> tuple[Figure, 
     return fig, list(axes[0])
 
 
+def _finish(fig: Figure, axes, legend_size: int | None = 8) -> Figure:
+    """The common ending: 10-pt titles, a legend on every axis (none when ``legend_size`` is None), tight layout."""
+    for ax in axes:
+        ax.title.set_fontsize(10)
+        if legend_size is not None:
+            ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    return fig
+
+
 def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
     """Grouped bars of batch time per context and engine, one panel per source (values printed on bars)."""
     panels = _panels(mean_times.sort("context_tokens"))
@@ -48,9 +58,7 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
         for container in ax.containers:
             ax.bar_label(container, fmt="%.3g", padding=2, fontsize=9)
         ax.set(title=title, xlabel="context", ylabel="batch time (s)")
-        ax.title.set_fontsize(10)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, axes, legend_size=None)
 
 
 def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None) -> Figure:
@@ -94,10 +102,7 @@ def claims_vs_table(check: pl.DataFrame) -> Figure:
             ax.bar_label(bar, labels=["✓" if ok else "✗"], padding=2)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(claims))], claims)
     ax.set(ylabel="ratio", title="published: stated ratios vs what the table implies (✓ consistent, ✗ not)")
-    ax.title.set_fontsize(10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, [ax])
 
 
 def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
@@ -185,10 +190,7 @@ def caching_gain_figure(gain: pl.DataFrame, threshold: float = 0.3, min_gain: fl
     ax.axvline(threshold, color="#aa3333", linewidth=1, alpha=0.6, label=f"tree threshold {threshold:.0%}")
     ax.set(xlabel="shared fraction of each prompt", ylabel="speed-up from the prefix cache (×)",
            title="measured: what the prefix cache buys, by shared fraction")
-    ax.title.set_fontsize(10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, [ax])
 
 
 def multi_turn_figure(by_turn: pl.DataFrame) -> Figure:
@@ -205,11 +207,7 @@ def multi_turn_figure(by_turn: pl.DataFrame) -> Figure:
         axes[0].plot(lengths["turn"], lengths["prompt_tokens"], color="#888888", linestyle=":", label="prompt length")
     axes[0].set(xlabel="turn", ylabel="tokens per request", title="measured: prompt tokens served from the cache")
     axes[1].set(xlabel="turn", ylabel="mean TTFT (ms)", title="measured: time to first token by turn")
-    for ax in axes:
-        ax.title.set_fontsize(10)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, axes)
 
 
 def concurrency_figure(conc: pl.DataFrame) -> Figure:
@@ -226,11 +224,7 @@ def concurrency_figure(conc: pl.DataFrame) -> Figure:
     axes[0].set(xlabel="requests in flight", ylabel="completed requests / s",
                 title="measured: throughput (labels: completed/sent)")
     axes[1].set(xlabel="requests in flight", ylabel="TTFT (ms)", title="measured: time to first token")
-    for ax in axes:
-        ax.title.set_fontsize(10)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, axes)
 
 
 def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figure:
@@ -295,7 +289,4 @@ def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = 0.3) -> Figure:
     ax.axvline(threshold, color="#aa3333", linewidth=1, alpha=0.6, label=f"tree threshold {threshold:.0%}")
     ax.set(xlabel="shared fraction of each prompt", ylabel="prompt tokens servable from cache (share)",
            title="modelled: the most a prefix cache can reuse (no engine measured)")
-    ax.title.set_fontsize(10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, [ax])

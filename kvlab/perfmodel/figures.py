@@ -9,8 +9,19 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
+from kvlab.plots import ENGINE_COLORS
 
-ENGINE_COLOURS = {"vllm": "tab:blue", "sglang": "tab:orange"}
+
+def _log2_axes(fig: Figure, ax, xlabel: str, ylabel: str, legend_size: int) -> Figure:
+    """The what-if figures' common ending: log2 x and y axes, labels, light grid, legend, tight layout."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    return fig
 
 
 def context_grid(max_tokens: int = 1 << 20, min_tokens: int = 4096, points: int = 48) -> list[int]:
@@ -55,14 +66,14 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
     for cfg in model_df["config"].unique(maintain_order=True).to_list():
         d = model_df.filter(pl.col("config") == cfg).sort("context_tokens")
         eng = d["engine"][0]
-        ax.plot(d["context_tokens"], d[y], color=ENGINE_COLOURS.get(eng), lw=2, label=f"{cfg} (modelled)")
+        ax.plot(d["context_tokens"], d[y], color=ENGINE_COLORS.get(eng), lw=2, label=f"{cfg} (modelled)")
         bad = d.filter(~pl.col("fits"))
         if bad.height:
-            ax.plot(bad["context_tokens"], bad[y], ls="none", marker="x", color=ENGINE_COLOURS.get(eng), ms=5)
+            ax.plot(bad["context_tokens"], bad[y], ls="none", marker="x", color=ENGINE_COLORS.get(eng), ms=5)
     if published is not None and published.height and y in published.columns:
         for eng in published["engine"].unique(maintain_order=True).to_list():
             d = published.filter(pl.col("engine") == eng)
-            ax.scatter(d["context_tokens"], d[y], s=70, marker="o", facecolor="white", edgecolor=ENGINE_COLOURS.get(eng),
+            ax.scatter(d["context_tokens"], d[y], s=70, marker="o", facecolor="white", edgecolor=ENGINE_COLORS.get(eng),
                        linewidths=2, zorder=5, label=f"{eng} (published)")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context (tokens, log scale)")
@@ -105,14 +116,7 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
         d = table.filter(pl.col("gpu") == g).sort("dcp")
         ls = "-" if d["weights_fit"].all() else ":"
         ax.plot(d["dcp"], d["crossover_tokens"], marker="o", ls=ls, label=f"{g} (modelled{'' if ls == '-' else ', weights do not fit'})")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("DCP size (SGLang, TP 8)")
-    ax.set_ylabel("crossover context (tokens)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return _log2_axes(fig, ax, "DCP size (SGLang, TP 8)", "crossover context (tokens)", legend_size=8)
 
 
 def headroom_table(
@@ -145,11 +149,4 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
         grp = grp.sort("context_tokens")
         ax.plot(grp["context_tokens"], grp["max_concurrent_seqs"].clip(lower_bound=0.5), marker="o",
                 ls="-" if u < 0.94 else "--", label=f"mem {u:g}, DCP {d} (modelled)")  # fmt: skip
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("context (tokens)")
-    ax.set_ylabel("concurrent sequences that fit")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _log2_axes(fig, ax, "context (tokens)", "concurrent sequences that fit", legend_size=7)
