@@ -266,7 +266,6 @@ class Fixture:
     """The SSE fixture server (tests/sse_server.py) as a separate process in its own group."""
 
     knobs: dict = field(default_factory=dict)
-    python: Path = WORKBOOK_PYTHON
     cpus: set[int] | None = None  # pin the server to these CPUs (None: wherever the kernel puts it)
     proc: subprocess.Popen | None = None
     port: int = 0
@@ -276,7 +275,7 @@ class Fixture:
         return f"http://127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
-        argv = [str(self.python), str(FIXTURE), "--port", str(self.port)]
+        argv = [str(WORKBOOK_PYTHON), str(FIXTURE), "--port", str(self.port)]
         for k, v in self.knobs.items():
             flag = "--" + k.replace("_", "-")
             if isinstance(v, bool):
@@ -299,10 +298,6 @@ class Fixture:
                 raise RuntimeError("fixture server not ready within 30 s")
             time.sleep(0.05)
         return self
-
-    def cpu_s(self) -> float:
-        """CPU seconds the server process has used so far (user + system)."""
-        return sum(self.cpu_times())
 
     def cpu_times(self) -> tuple[float, float]:
         """(user, system) CPU seconds the server process has used so far."""
@@ -361,6 +356,22 @@ class Driver:
         self.close()
 
 
+#: label -> (driver, extra job fields) of the clients compared. "vllm" is vLLM's request function with
+#: the session `vllm bench serve` builds (trust_env=True: each request first looks up ~/.netrc in a
+#: worker thread); "vllm-noenv" is the same request function with trust_env=False.
+CLIENTS = {"kvlab": ("kvlab", {}), "vllm": ("vllm", {}), "vllm-noenv": ("vllm", {"trust_env": False})}
+
+
+def kvlab_driver(cpus: set[int] | None = None, name: str = "kvlab", env: dict[str, str] | None = None) -> Driver:
+    """kvlab's client as a driver process in the workbook venv."""
+    return Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", name, cpus, env=env)
+
+
+def vllm_driver(cpus: set[int] | None = None) -> Driver:
+    """vLLM's benchmark request function as a driver process in the engine venv."""
+    return Driver(ENGINE_PYTHON, BENCH_DIR / "drivers" / "vllm_driver.py", "vllm", cpus)
+
+
 def driver_main(handle) -> None:
     """The driver side of :class:`Driver`: announce, then answer each job line with ``handle(job)``.
 
@@ -381,15 +392,6 @@ def driver_main(handle) -> None:
             result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
         print(json.dumps(result), file=out, flush=True)
 
-
-def quick_flag(argv: list[str] | None = None, description: str = "") -> tuple[bool, list[str]]:
-    """Parse ``--quick`` (a fast pass with fewer repeats and smaller streams); returns (quick, rest)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true", help="a fast pass: fewer repeats, smaller workloads")
-    args, rest = parser.parse_known_args(argv)
-    return args.quick, rest
 
 
 def host_note() -> str:

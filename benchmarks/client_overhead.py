@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tools import (  # noqa: E402
-    BENCH_DIR, ENGINE_PYTHON, ROOT, WORKBOOK_PYTHON, Driver, Fixture, Row, host_note, median, percentile,
-    print_table, realtime, split_cpus, tcp_segments, write_result,
+    CLIENTS, ROOT, Driver, Fixture, Row, host_note, kvlab_driver, median, percentile, print_table, realtime,
+    split_cpus, tcp_segments, vllm_driver, write_result,
 )
 
 NAME = "client_overhead"
@@ -58,12 +58,6 @@ TTFT_SCENARIOS = {
     "paced": ({"first_delay_s": 0.02, "delay_s": 0.01}, (128, 50)),  # 20 ms to first token, then 100 chunks/s
 }
 TTFT_TARGET_MS = 1.0
-
-#: label -> (driver, extra job fields). "vllm" is vLLM's request function with the session
-#: `vllm bench serve` builds (trust_env=True: each request first looks up ~/.netrc in a worker
-#: thread); "vllm-noenv" is the same request function with trust_env=False.
-CLIENTS = {"kvlab": ("kvlab", {}), "vllm": ("vllm", {}), "vllm-noenv": ("vllm", {"trust_env": False})}
-
 
 def _job(url: str, conc: int, requests: int, chunks: int, **extra) -> dict:
     return {"url": url, "concurrency": conc, "requests": requests, "chunks": chunks, **extra}
@@ -95,17 +89,17 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
                  "repeats": repeats, "pinned": bool(server_cpus),
                  "host": host_note(), "jobs": [], "ttft": []}
     try:
-        drivers["kvlab"] = Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", "kvlab", client_cpus)
-        drivers["vllm"] = Driver(ENGINE_PYTHON, BENCH_DIR / "drivers" / "vllm_driver.py", "vllm", client_cpus)
+        drivers["kvlab"] = kvlab_driver(client_cpus)
+        drivers["vllm"] = vllm_driver(client_cpus)
         if baseline:
             path = baseline_file = _baseline_client(baseline)
             label = f"kvlab@{baseline}"
-            drivers[label] = Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", label, client_cpus,
+            drivers[label] = kvlab_driver(client_cpus, label,
                                     env={"KVLAB_BENCH_CLIENT": str(path)})
             clients[label] = (label, {})
         names = list(clients)
         for server, conditions in servers.items():
-            with Fixture({"compact": True, "bulk": server == "bulk"}, cpus=server_cpus) as fx:
+            with Fixture({"bulk": server == "bulk"}, cpus=server_cpus) as fx:
                 for d in drivers.values():  # warm-up: imports, first-connection paths
                     d.run(_job(fx.url, 8, 16, 50))
                 for rep in range(repeats):
@@ -125,7 +119,7 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
                                   f"chunks/s {r['cpu_s'] / r['chunks'] * 1e6:6.2f} CPU ms/1k chunks  "
                                   f"failed {r['failed']}", flush=True)
         for scenario, (knobs, (n, chunks)) in TTFT_SCENARIOS.items():
-            with Fixture({"compact": True, "server_timestamps": True, **knobs}, cpus=server_cpus) as fx:
+            with Fixture({"server_timestamps": True, **knobs}, cpus=server_cpus) as fx:
                 for d in drivers.values():
                     d.run(_job(fx.url, 8, 16, 5, spy=True))
                 for rep in range(repeats):
@@ -156,10 +150,6 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
 
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
-
-
-def _seg(stats: dict) -> str:
-    return "n/a" if stats["segments"] is None else f"{stats['segments']:.2f}"
 
 
 def summarise(raw: dict) -> tuple[list[Row], list[Row]]:
@@ -216,7 +206,7 @@ def summarise(raw: dict) -> tuple[list[Row], list[Row]]:
                       f"client ({k['server_cpu']:.2f} ms/1k chunks with kvlab, {v['server_cpu']:.2f} with vLLM; "
                       f"kernel part {_ms(k['server_sys'])} vs {_ms(v['server_sys'])}: a client that waits for data "
                       "more often makes more of the writes wake it); TCP segments per chunk "
-                      f"(host-wide) {_seg(k)} with kvlab, {_seg(v)} with vLLM"))
+                      f"(host-wide) {_ms(k['segments'])} with kvlab, {_ms(v['segments'])} with vLLM"))
             else:
                 n, chunks, delay = raw["paced"][str(conc)]
                 rows.append(Row(SECTION, f"paced c={conc}: client CPU, kvlab", k["cpu"], "CPU ms/1k chunks",

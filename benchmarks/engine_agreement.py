@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tools import (  # noqa: E402
-    BENCH_DIR, ENGINE_PYTHON, OUT_DIR, WORKBOOK_PYTHON, Driver, Row, host_note, median, print_table, rel_diff,
-    split_cpus, write_result,
+    CLIENTS, OUT_DIR, Driver, Row, host_note, kvlab_driver, median, print_table, rel_diff, split_cpus, vllm_driver,
+    write_result,
 )
 
 from kvlab.server import EngineServer  # noqa: E402
@@ -37,9 +37,6 @@ NAME = "engine_agreement"
 SECTION = "2 engine agreement"
 BATCH, PROMPT_TOKENS, OUTPUT_TOKENS = 8, 1000, 64
 TOLERANCE = 0.05
-#: label -> (driver, extra job fields); "vllm" as `vllm bench serve` sets its session up (trust_env=True),
-#: "vllm-noenv" the same request function with trust_env=False (no ~/.netrc lookup in a worker thread)
-CLIENTS = {"kvlab": ("kvlab", {}), "vllm": ("vllm", {}), "vllm-noenv": ("vllm", {"trust_env": False})}
 
 
 def engine_spec(tag: str, cpus: set[int] | None = None) -> EngineSpec:
@@ -68,8 +65,8 @@ def measure(repeats: int, pin: bool = True) -> dict:
     server = EngineServer(engine_spec(tag, engine_cpus), OUT_DIR / "engine_agreement-vllm.log")
     try:
         # start the peer's process first: its import takes seconds, the server's start half a minute
-        drivers["vllm"] = Driver(ENGINE_PYTHON, BENCH_DIR / "drivers" / "vllm_driver.py", "vllm", client_cpus)
-        drivers["kvlab"] = Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", "kvlab", client_cpus)
+        drivers["vllm"] = vllm_driver(client_cpus)
+        drivers["kvlab"] = kvlab_driver(client_cpus)
         server.start()
         raw["startup_s"] = server.wait_ready()
         raw["engine_version"] = server.version()

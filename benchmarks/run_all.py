@@ -26,8 +26,8 @@ from bench_tools import BENCH_DIR, OUT_DIR, ROOT, Row, markdown_table, print_tab
 BENCHMARKS = ["client_overhead", "engine_agreement", "sweep_planning", "report_build", "analysis_scale"]
 
 
-def run_one(name: str, quick: bool, extra: list[str]) -> tuple[int, float]:
-    argv = [sys.executable, str(BENCH_DIR / f"{name}.py"), *(["--quick"] if quick else []), *extra]
+def run_one(name: str, quick: bool) -> tuple[int, float]:
+    argv = [sys.executable, str(BENCH_DIR / f"{name}.py"), *(["--quick"] if quick else [])]
     log = OUT_DIR / f"{name}.log"
     print(f"\n== {name}: {' '.join(argv[1:])}", flush=True)
     t = time.perf_counter()
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in chosen:
         result = OUT_DIR / f"{name}.json"
         result.unlink(missing_ok=True)  # never report an earlier run's figures as this one's
-        code, wall = run_one(name, args.quick, [])
+        code, wall = run_one(name, args.quick)
         if code != 0 or not result.exists():
             failed.append(name)
             rows.append(Row(name, "benchmark failed", f"exit {code}", note=f"see reports/bench/{name}.log"))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.paths import ROOT
+from kvlab.paths import ENGINES_DIR
 
-ENGINE_PYTHON = ROOT / ".engines" / "vllm" / "bin" / "python"
+ENGINE_PYTHON = ENGINES_DIR / "vllm" / "bin" / "python"
 
 
 @pytest.fixture(scope="session")

@@ -49,7 +49,7 @@ def test_fixture_runs_apart_and_leaves_no_process(bulk):
         pid = fx.proc.pid
         assert bt.http_ok(fx.url + "/health")
         assert os.getpgid(pid) == pid != os.getpgid(0)  # its own process group
-        assert fx.cpu_s() >= 0.0 and all(t >= 0.0 for t in fx.cpu_times())
+        assert all(t >= 0.0 for t in fx.cpu_times())
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 

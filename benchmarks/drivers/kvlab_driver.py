@@ -8,6 +8,7 @@ so the figures include session set-up and building the records, as a caller pays
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -88,9 +89,6 @@ class FirstChunkSpy:
         for name, orig in self._saved.items():
             setattr(client, name, orig)
 
-    def t_server(self, index: int) -> float | None:
-        return self.first.get(index)
-
 
 def handle(job: dict) -> dict:
     prompts = _prompts(job)
@@ -99,15 +97,10 @@ def handle(job: dict) -> dict:
     fixture = {"extra_body": {"fixture": job["fixture"]}} if job.get("fixture") else {}
     call = client.run_requests(job["url"], job.get("model", "fixture"), prompts, concurrency=conc,
                                ignore_eos=True, temperature=0.0, **fixture)
-    if spy:
-        spy.__enter__()
-    try:
+    with spy or contextlib.nullcontext():
         u0, w0 = _usage(), time.perf_counter()
         batch = asyncio.run(call)
         u1, w1 = _usage(), time.perf_counter()
-    finally:
-        if spy:
-            spy.__exit__()
     recs = batch.records
     out = {
         "client": "kvlab", "wall_s": w1 - w0, "cpu_s": u1[0] - u0[0], "involuntary_switches": u1[1] - u0[1],
@@ -120,7 +113,7 @@ def handle(job: dict) -> dict:
     if spy:
         errs = []
         for r in recs:
-            ts = spy.t_server(r.request_index)
+            ts = spy.first.get(r.request_index)
             if ts is not None and r.t_first_chunk is not None:
                 errs.append((r.t_first_chunk - ts) * 1e3)
         out["ttft_error_ms"] = errs
@@ -142,7 +135,7 @@ def handle(job: dict) -> dict:
         out["empty_chunks"] = sum(r.empty_chunks for r in recs)
         out["send_spread_ms"] = (max(r.t_send for r in recs) - min(r.t_send for r in recs)) * 1e3
         out["output_tokens"] = [r.output_tokens for r in recs]
-        out["itl_chunk_p50_ms"] = percentile(sorted(g for r in recs for g in metrics.chunk_gaps_ms(r.chunk_times)), 50)
+        out["itl_chunk_p50_ms"] = percentile(gaps, 50)
     return out
 
 
