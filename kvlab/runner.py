@@ -59,8 +59,9 @@ def plan(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
 
 def dry_run_text(spec: ExperimentSpec) -> str:
     """The exact commands a sweep would run, one block per server configuration."""
-    lines = [f"# experiment {spec.name}: {len(expand(spec))} run(s)"]
-    for server_key, group in plan(expand(spec)):
+    runs = expand(spec)
+    lines = [f"# experiment {spec.name}: {len(runs)} run(s)"]
+    for server_key, group in plan(runs):
         e = group[0].engine
         adapter = get_adapter(e.name)
         port = e.port or 0
@@ -186,7 +187,7 @@ def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, versio
         "engine_version": version, "tp": e.tp, "dcp": e.dcp, "mem_util": e.mem_util,
         "prefix_caching": e.prefix_caching, "context_label": run.context_label,
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
-        "batch_size": w.batch_size if w.kind == "fixed_batch" else w.in_flight,
+        "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
         "shared_prefix_tokens": shared_tokens(run),
         "reasoning_tokens": (metrics.sum_reported([r.reasoning_tokens for r in batch.records])
                              if batch and w.kind == "reasoning" else None),
@@ -244,27 +245,27 @@ class Sweep:
             server.wait_ready()
         finally:
             self.servers.append({"server_key": run.server_key, "engine": run.engine.name, "argv": server.recorded_argv,
-                                 "env": get_adapter(run.engine.name).env_overrides(run.engine),
+                                 "env": server.adapter.env_overrides(run.engine),
                                  "log": log.name, "started_at": datetime.now(timezone.utc).isoformat(),
                                  "ready_s": time.perf_counter() - t})
         return server
 
     def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
         prompts = fixed_batch(1, 16, 2, vocab, seed=987_654)
-        asyncio.run(run_requests(server.base_url, _served_name(run), prompts, api_key=self._api_key(run), timeout_s=300))
+        asyncio.run(run_requests(server.base_url, _served_name(run), prompts, api_key=self.api_keys[run.engine_label],
+                                 timeout_s=300))
 
     # ------------------------------------------------------------------ one run
     def _measure(self, server: EngineServer, run: RunSpec, vocab: int) -> tuple[BatchResult, dict, list[str]]:
-        adapter = get_adapter(run.engine.name)
         notes = []
         if run.engine.prefix_caching:
-            flushed = adapter.flush_cache(server.base_url, server.headers)
+            flushed = server.flush_cache()
             if not flushed:
                 hint = (" — vLLM resets it only with dev_mode: true (VLLM_SERVER_DEV_MODE=1)"
                         if run.engine.name == "vllm" and not run.engine.dev_mode else "")
                 notes.append(f"prefix cache not flushed before the run (engine refused or endpoint disabled){hint}; "
                              "cache hits may include earlier runs' prompts")
-        key = self._api_key(run)
+        key = self.api_keys[run.engine_label]
         before = _scrape(server, key)
         w = run.workload
         batch = asyncio.run(run_requests(
@@ -279,7 +280,7 @@ class Sweep:
         deadline = time.monotonic() + COUNTER_SETTLE_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
             after = _scrape(server, key) if server.running() else {}
-            deltas = metrics.counter_deltas(before, after, adapter.metric_names)
+            deltas = metrics.counter_deltas(before, after, server.adapter.metric_names)
             if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

@@ -126,7 +126,7 @@ class EngineSpec(_Strict):
 class WorkloadSpec(_Strict):
     """What the client sends in one run."""
 
-    kind: Literal["fixed_batch", "concurrency", "shared_prefix", "multi_turn", "classification", "reasoning"] = Field(
+    kind: Literal[WORKLOAD_KINDS] = Field(
         description="fixed_batch: batch_size requests sent at once; concurrency: batch_size requests, "
         "at most `concurrency` in flight; shared_prefix: batch_size prompts whose first shared_fraction is "
         "one common prefix (system prompt + document); multi_turn: batch_size conversations of `turns` "
@@ -166,7 +166,7 @@ class WorkloadSpec(_Strict):
             _check_multi_turn(self)
         elif (self.context_tokens is None) == (self.prompt_tokens is None):
             raise ValueError("give exactly one of context_tokens and prompt_tokens")
-        for name in ("shared_fraction", "turns", "document_tokens", "question_tokens", "reasoning_questions"):
+        for name in (n for names in _KIND_FIELDS.values() for n in names):
             if getattr(self, name) is not None and name not in _KIND_FIELDS.get(self.kind, ()):
                 raise ValueError(f"{name} applies to kind(s) {_kinds_with(name)} only, not {self.kind!r}")
         if self.context_tokens is not None and self.context_tokens <= self.output_tokens:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kvlab.paths import DATA_DIR
+from kvlab.paths import DATA_DIR, publish_dir
 from kvlab.schema import ATTEMPTS, CLAIMS, REQUESTS, RUNS, SchemaError, Table
 
 RUN_FILE = "run.parquet"
@@ -173,16 +173,6 @@ def write_run(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
-
-
-def publish_dir(tmp: Path, final: Path) -> None:
-    """Move a fully written folder into place by rename, replacing an older one: readers see old or new."""
-    if final.exists():
-        old = final.parent / f".{final.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.replace(tmp, final)
 
 
 def clean_partial(exp_dir: str | Path) -> list[Path]:

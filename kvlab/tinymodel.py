@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvlab.paths import MODELS_DIR
-from kvlab.store import publish_dir
+from kvlab.paths import MODELS_DIR, publish_dir
 
 DEFAULT_PATH = MODELS_DIR / "tiny-llama"
 STAMP_FILE = "kvlab_tiny_model.json"
