@@ -28,6 +28,9 @@ SPEED_DEFINITIONS: dict[str, str] = {
     "percent_less_time": "1 + (T(slower) - T(faster)) / T(slower): 'N× faster' read as '(N-1)·100% less time'",
 }
 
+#: Claim kinds a published table can imply, with the definitions each is checked under.
+CLAIM_DEFINITIONS: dict[str, dict[str, str]] = {"relative_speed": SPEED_DEFINITIONS, "throughput_decay": DECAY_DEFINITIONS}
+
 
 def ok_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
     """Rows that finished and carry a batch time."""
@@ -200,7 +203,7 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
     """
     rows = []
     # Only ratios a published table can imply; other kinds (e.g. engine_choice) are checked by their own studies.
-    numeric = claims.filter(pl.col("stated_value").is_not_null() & pl.col("kind").is_in(["relative_speed", "throughput_decay"]))
+    numeric = claims.filter(pl.col("stated_value").is_not_null() & pl.col("kind").is_in(list(CLAIM_DEFINITIONS)))
     for claim in numeric.iter_rows(named=True):
         table = runs.filter((pl.col("experiment") == claim["experiment"]) & (pl.col("source") == "published"))
         implied: dict[str, float] = {}
@@ -221,8 +224,7 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
             if dec.height == 1:
                 implied = {k: dec[k][0] for k in DECAY_DEFINITIONS}
         tol = _stated_tolerance(claim["stated_value"])
-        defs = SPEED_DEFINITIONS if claim["kind"] == "relative_speed" else DECAY_DEFINITIONS
-        for name, text in defs.items():
+        for name, text in CLAIM_DEFINITIONS[claim["kind"]].items():
             value = implied.get(name)
             rows.append(
                 {
@@ -425,8 +427,7 @@ def _fit(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
     return float(slope), float(icpt), (1 - ss_res / ss_tot) if ss_tot else 1.0
 
 
-def sharing_threshold(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.10,
-                      column: str = "time_saved") -> Threshold:
+def sharing_threshold(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.10) -> Threshold:
     """Test the decision tree's threshold on one engine's caching gain against shared fraction.
 
     A threshold shows as a gain that stays small below ``at`` and jumps at it: slope above much
@@ -434,10 +435,10 @@ def sharing_threshold(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.1
     A straight line through every point (R² >= 0.9) with similar slopes is "smooth": the gain
     grows with the fraction and no particular fraction is special.
     """
-    g = gain.filter(pl.col(column).is_not_null()).sort("shared_fraction")
+    g = gain.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction")
     if g.height < 3:
         return Threshold(at, min_gain, None, None, None, None, None, "no data")
-    x, y = g["shared_fraction"].to_list(), g[column].to_list()
+    x, y = g["shared_fraction"].to_list(), g["time_saved"].to_list()
     reached = [f for f, v in zip(x, y) if v >= min_gain]
     lo = [(f, v) for f, v in zip(x, y) if f < at]
     hi = [(f, v) for f, v in zip(x, y) if f >= at]

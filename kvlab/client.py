@@ -7,7 +7,7 @@ import gc
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -55,7 +55,7 @@ class RequestRecord:
     t_first: float | None
     t_last: float | None
     t_end: float  # stream finished, failed or timed out
-    chunk_times: tuple[float, ...]
+    chunk_times: tuple[float, ...] = field(repr=False)  # thousands of floats: not in reprs
     reasoning_chunks: int  # chunks carrying reasoning text (chat with a reasoning parser)
     t_first_answer: float | None  # first chunk carrying answer (non-reasoning) text
     #: First chunk with a choice, even with empty text. A byte-level tokenizer's partial
@@ -195,6 +195,20 @@ def _handle_obj(acc: _Acc, obj: Any, now: float, chat: bool) -> None:
             acc.text.append(content)
 
 
+def _count_chunks(acc: _Acc, now: float, n_text: int, n_empty: int) -> None:
+    """Account ``n_text`` completions chunks that arrived at ``now``, ``n_empty`` of them with empty text."""
+    if acc.t_first_chunk is None:
+        acc.t_first_chunk = now
+    acc.empty_chunks += n_empty
+    if n_text > n_empty:
+        if acc.t_first_answer is None:
+            acc.t_first_answer = now
+        if n_text - n_empty == 1:
+            acc.chunk_times.append(now)
+        else:
+            acc.chunk_times.extend([now] * (n_text - n_empty))
+
+
 def _handle_line(acc: _Acc, line: bytes, now: float, fast: bool, chat: bool) -> None:
     if line[-1:] == b"\r":
         line = line[:-1]
@@ -211,14 +225,7 @@ def _handle_line(acc: _Acc, line: bytes, now: float, fast: bool, chat: bool) -> 
         # Fast path for compact completions chunks: no JSON parse unless usage is in it.
         i = payload.find(_TEXT_KEY)
         if i >= 0:
-            if acc.t_first_chunk is None:
-                acc.t_first_chunk = now
-            if payload[i + 8 : i + 9] != b'"':
-                acc.chunk_times.append(now)
-                if acc.t_first_answer is None:
-                    acc.t_first_answer = now
-            else:
-                acc.empty_chunks += 1
+            _count_chunks(acc, now, 1, int(payload.startswith(_EMPTY_TEXT, i)))
             if b'"usage":{' in payload:
                 usage = json.loads(payload).get("usage")
                 if usage:
@@ -260,17 +267,7 @@ def _handle_block_fast(acc: _Acc, block: bytes, now: float) -> bytes:
     if n_text != head.count(b"\ndata:") + head.startswith(b"data:"):
         return block  # a data line without text (e.g. a role chunk): all of it by line
     if n_text:
-        if acc.t_first_chunk is None:
-            acc.t_first_chunk = now
-        n_empty = head.count(_EMPTY_TEXT)
-        acc.empty_chunks += n_empty
-        if n_text > n_empty:
-            if acc.t_first_answer is None:
-                acc.t_first_answer = now
-            if n_text - n_empty == 1:
-                acc.chunk_times.append(now)
-            else:
-                acc.chunk_times.extend([now] * (n_text - n_empty))
+        _count_chunks(acc, now, n_text, head.count(_EMPTY_TEXT))
     return block[cut:]
 
 

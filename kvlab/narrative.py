@@ -94,7 +94,7 @@ def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
 
 def model_crossover_sentence(crossover_tokens: float | None, fit) -> str:
     """The physical model's crossover, with its fit quality so a reader can weigh it."""
-    quality = (f"fit to the 4 published points: max residual {fit.residuals['residual_pct'].abs().max():.1f}%, "
+    quality = (f"fit to the {fit.residuals.height} published points: max residual {fit.max_abs_residual_pct:.1f}%, "
                f"leave-one-out mean error {fit.loo_mean_abs_pct:.1f}%")
     if crossover_tokens is None:
         return f"- modelled: no crossover within the modelled range ({quality})."

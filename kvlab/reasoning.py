@@ -112,12 +112,6 @@ def account(records: list, count_tokens: Callable[[str], int] | None = None) -> 
     return out, "+".join(used) if used else "none"
 
 
-def model_dir_of(model_arg: str) -> Path | None:
-    """The local folder of a model argument, when it is one (hub ids give None)."""
-    p = Path(model_arg)
-    return p if (p / "config.json").is_file() else None
-
-
 def describe(method: str) -> str:
     """A run note saying how reasoning tokens were counted."""
     text = {
@@ -131,4 +125,4 @@ def describe(method: str) -> str:
 
 
 __all__ = ["SPLIT_METHODS", "Split", "account", "builtin_questions", "describe", "local_token_counter",
-           "model_dir_of", "prompts", "split_record"]
+           "prompts", "split_record"]

@@ -144,8 +144,7 @@ def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str
 
     from kvlab import reasoning
 
-    model_dir = reasoning.model_dir_of(run.engine.model_arg)
-    counter = reasoning.local_token_counter(model_dir) if model_dir else None
+    counter = reasoning.local_token_counter(run.engine.model_arg)  # None for hub ids: no local tokenizer.json
     records, method = reasoning.account(batch.records, counter)
     parser = f"server reasoning parser {run.engine.reasoning_parser!r}" if run.engine.reasoning_parser \
         else "no server reasoning parser: split at </think> in the text"
