@@ -15,6 +15,12 @@ app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_loc
 console = Console(stderr=True)
 
 
+def _progress() -> Progress:
+    """The progress bar of every long command: description, bar, done/total, elapsed time."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), console=console)
+
+
 def _parse_params(values: list[str]) -> dict:
     """`-p name=value` pairs; values are read as YAML literals (numbers, lists, booleans, strings)."""
     import yaml
@@ -39,8 +45,7 @@ def report(
     from kvlab import reports
 
     paths = reports.notebooks(only or None)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console) as progress:
+    with _progress() as progress:
         task = progress.add_task("executing notebooks", total=len(paths))
 
         def done(r):
@@ -93,8 +98,7 @@ def _sweep_one(spec, data_dir: Path, fresh: bool):
     sw = runner.Sweep(spec, data_dir, fresh)
     todo, skipped = sw.pending()
     console.print(f"{spec.name}: {len(todo)} run(s) to do, {skipped} finished run(s) reused")
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console) as progress:
+    with _progress() as progress:
         task = progress.add_task(f"sweep {spec.name}", total=len(todo))
 
         def on_run(run, status):

@@ -11,6 +11,8 @@ import polars as pl
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
+
 ENGINE_COLORS = {"vllm": "#3b75af", "sglang": "#e1812c"}
 sns.set_theme(style="whitegrid", context="notebook")
 
@@ -149,7 +151,7 @@ def _config_label(engine: str, caching) -> str:
     return f"{engine}, prefix cache {'on' if caching else 'off'}"
 
 
-def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = 0.3) -> Figure:
+def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD) -> Figure:
     """Cache-hit rate, mean TTFT and prompt throughput against the shared fraction, per engine and cache setting."""
     fig = Figure(figsize=(15, 4.2))
     axes = fig.subplots(1, 3)
@@ -175,7 +177,7 @@ def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = 0.3) -> Figu
     return fig
 
 
-def caching_gain_figure(gain: pl.DataFrame, threshold: float = 0.3, min_gain: float = 0.10) -> Figure:
+def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD, min_gain: float = 0.10) -> Figure:
     """Speed-up from the prefix cache (off / on) against the shared fraction, with the tree's threshold marked."""
     fig = Figure(figsize=(7, 4.2))
     ax = fig.subplots()
@@ -232,8 +234,8 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
     # (question or leaf, x, y); edges (parent, child, answer)
     nodes = {
         "shared": ("Shared system prompt /\ndocument across requests?", 0.5, 0.9),
-        "frac": ("Fixed context\n≥ 30% of prompt?", 0.25, 0.68),
-        "conc": ("≥ 100 concurrent\nrequests?", 0.75, 0.68),
+        "frac": (f"Fixed context\n≥ {FIXED_CONTEXT_THRESHOLD:.0%} of prompt?", 0.25, 0.68),
+        "conc": (f"≥ {CONCURRENCY_THRESHOLD} concurrent\nrequests?", 0.75, 0.68),
         "ds": ("DeepSeek-family\nmodel?", 0.38, 0.46),
         "mixed": ("Mixed GPU/TPU or\nfrequent model changes?", 0.75, 0.46),
         "prio": ("Priority?", 0.75, 0.24),
@@ -279,7 +281,7 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
     return fig
 
 
-def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = 0.3) -> Figure:
+def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD) -> Figure:
     """Modelled: the share of prompt tokens a perfect prefix cache could serve, against the shared fraction."""
     fig = Figure(figsize=(6.5, 4))
     ax = fig.subplots()

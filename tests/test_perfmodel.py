@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 
 import polars as pl
@@ -242,7 +241,6 @@ def test_model_command_text():
     assert "Llama-3.1-70B on H200" in out and "8K" in out
 
 
-@pytest.mark.skipif(importlib.util.find_spec("kvlab.spec") is None, reason="kvlab/spec.py not present")
 def test_model_command_reads_experiment_files():
     out = model_command(str(DATA_DIR / "experiments" / "b300_long_context.yaml"))
     assert "b300_long_context" in out and "sglang TP8+DCP8" in out and "mem_util 0.95" in out

@@ -17,7 +17,7 @@ import polars as pl
 from scipy.optimize import least_squares
 
 from kvlab.paths import DATA_DIR
-from kvlab.perfmodel.frames import row_config, row_context, row_workload
+from kvlab.perfmodel.frames import row_config, row_context, row_workload, usable_rows
 from kvlab.perfmodel.roofline import (
     Assumptions,
     Config,
@@ -76,12 +76,6 @@ class Fit:
         ]
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
-
-
-def _points(runs: pl.DataFrame, sources: tuple[str, ...]) -> pl.DataFrame:
-    return runs.filter(
-        pl.col("source").is_in(list(sources)) & (pl.col("status") == "ok") & pl.col("batch_time_s").is_not_null()
-    )
 
 
 def _setup(rows: list[dict], w: Workload, a: Assumptions) -> list[tuple[Config, int, Workload, float]]:
@@ -143,7 +137,7 @@ def calibrate(
     sources: tuple[str, ...] = ("published", "measured"),
 ) -> dict[str, Fit]:
     """Fit :class:`Params` per catalog hardware to every ok batch time of ``sources`` in ``runs``."""
-    pts = _points(runs, sources)
+    pts = usable_rows(runs, sources)
     by_hw: dict[str, list[dict]] = {}
     for r in pts.iter_rows(named=True):
         by_hw.setdefault(row_config(r, assumptions).gpu.gpu, []).append(r)

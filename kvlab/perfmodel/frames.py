@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import polars as pl
 
+from kvlab.analysis import ok_batch_times
 from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
 from kvlab.perfmodel.roofline import (
     BOUND,
@@ -21,6 +22,11 @@ from kvlab.perfmodel.roofline import (
 from kvlab.schema import RUNS
 
 CITATION = "kvlab.perfmodel (roofline model; data/catalog)"
+
+
+def usable_rows(runs: pl.DataFrame, sources) -> pl.DataFrame:
+    """Finished rows with a batch time from the given sources: what the model is fitted to and compared with."""
+    return ok_batch_times(runs).filter(pl.col("source").is_in(list(sources)))
 
 
 def context_label(tokens: int) -> str:
@@ -164,8 +170,7 @@ def achieved_fraction(
     and ``bandwidth_fraction_of_peak``. Rows without a batch time, or failed, are skipped.
     """
     rows = []
-    keep = runs.filter(pl.col("source").is_in(list(sources)) & (pl.col("status") == "ok") & pl.col("batch_time_s").is_not_null())
-    for r in keep.iter_rows(named=True):
+    for r in usable_rows(runs, sources).iter_rows(named=True):
         cfg = row_config(r, assumptions)
         w = row_workload(r, workload)
         ctx = row_context(r)

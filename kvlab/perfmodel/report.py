@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -87,11 +86,6 @@ def describe(
 
 def spec_configs(target: str | Path, a: Assumptions = Assumptions()) -> tuple[list[tuple[Config, int, Workload]], str]:
     """Every distinct (configuration, prompt length, workload) of an experiment file, via kvlab.spec."""
-    if importlib.util.find_spec("kvlab.spec") is None:
-        raise NotImplementedError(
-            f"{target}: reading experiment files needs kvlab/spec.py (ExperimentSpec.load); "
-            "pass gpu/model/engine/tp/dcp/context_tokens explicitly"
-        )
     from kvlab.spec import ExperimentSpec, expand
 
     spec = ExperimentSpec.load(target)
@@ -104,7 +98,7 @@ def spec_configs(target: str | Path, a: Assumptions = Assumptions()) -> tuple[li
         if key in seen:
             continue
         seen.add(key)
-        cfg = Config(g, find_model(e.served_model_name or e.model) if _known(e.served_model_name) else find_model(e.model),
+        cfg = Config(g, find_model(e.served_model_name if _known(e.served_model_name) else e.model),
                      e.name, e.tp, e.dcp, mem_util, e.kv_cache_bytes)  # fmt: skip
         out.append((cfg, w.prompt_len, Workload(w.batch_size, w.output_tokens)))
     return out, spec.name
@@ -138,21 +132,15 @@ def model_command(
     """The text `kvlab model` prints.
 
     With no engine, compares vLLM TP (no DCP) against SGLang TP+DCP (dcp defaults to tp), as the article
-    did. ``target`` may be an experiment file (needs kvlab/spec.py); explicit arguments override it.
+    did. ``target`` may be an experiment file; explicit arguments override it.
     """
     if target:
         return _model_command_spec(target, kv_layers, data_dir)
-    engines: list[tuple[str, int, int]] | None = None
-    contexts: list[int] | None = None
     defaults = Workload()
     w = Workload(int(batch_size or defaults.batch_size), int(output_tokens or defaults.output_tokens))
     a = Assumptions(kv_layers=kv_layers, default_mem_util=mem_util)
-    if context_tokens is not None:
-        contexts = [context_tokens] if isinstance(context_tokens, int) else list(context_tokens)
-    contexts = contexts or list(DEFAULT_CONTEXTS)
-    if engine is not None:
-        engines = [(engine, tp, dcp or 1)]
-    engines = engines or [("vllm", tp, 1), ("sglang", tp, dcp or tp)]
+    contexts = [context_tokens] if isinstance(context_tokens, int) else list(context_tokens or DEFAULT_CONTEXTS)
+    engines = [(engine, tp, dcp or 1)] if engine else [("vllm", tp, 1), ("sglang", tp, dcp or tp)]
     g = find_gpu(gpu)
     is_cpu = g.gpu == "CPU"
     configs = [Config.of(gpu, model, e, t, d, None if is_cpu else mem_util) for e, t, d in engines]

@@ -8,7 +8,7 @@ a :class:`Workload` (the article's unknowns), :class:`Assumptions` (fixed, state
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from kvlab.perfmodel.catalog import GPU, Model, gpu as find_gpu, model as find_model
 
@@ -287,10 +287,6 @@ def batch_time(
         decode += w.output_tokens * step.total_s
         left -= n
     return Prediction(cfg, context_tokens, w, mem, conc, waves, prefill, decode, first)
-
-
-def with_params(p: Params, **changes) -> Params:
-    return replace(p, **changes)
 
 
 def crossover_context(
