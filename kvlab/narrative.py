@@ -101,6 +101,50 @@ def model_crossover_sentence(crossover_tokens: float | None, fit) -> str:
     return f"- modelled: the batch times meet at about **{_fmt_tokens(crossover_tokens)}** ({quality})."
 
 
+def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: pl.DataFrame, head: pl.DataFrame,
+                      workload, *, gpu: str, tp: int, dcp: int, published_contexts: list[int]) -> str:
+    """The what-if report's conclusions, as markdown bullets, from its fit, sensitivity, curves and headroom.
+
+    ``at_max``: the modelled curves at the largest context drawn (one row per engine); ``head``: the KV
+    headroom table; the memory bullet reads it for vLLM without DCP at the largest published context
+    (the smallest headroom context when that one is not in the table).
+    """
+    p = fit.params
+    res = fit.residuals.sort("context_tokens", "engine")
+    res_txt = ", ".join(f"{r['engine']} {r['context_tokens'] // 1024}K {r['residual_pct']:+.1f}%"
+                        for r in res.iter_rows(named=True))
+    lo, hi = min(published_contexts), max(published_contexts)
+    xo_txt = (f"{crossover:,.0f} tokens ({crossover / 1024:.0f}K), "
+              + ("between" if lo < crossover < hi else "outside")
+              + f" the published {lo // 1024}K and {hi // 1024}K points"
+              ) if crossover else "no crossover up to the largest context drawn"
+    head_contexts = head["context_tokens"].unique().to_list()
+    mem_ctx = hi if hi in head_contexts else min(head_contexts)
+    h = head.filter((pl.col("dcp") == 1) & (pl.col("context_tokens") == mem_ctx))
+    seqs = {r["mem_util"]: r["max_concurrent_seqs"] for r in h.iter_rows(named=True)}
+    reasons = {r["mem_util"]: r["reason"] for r in h.iter_rows(named=True)}
+    u_lo, u_hi = min(head["mem_util"]), max(head["mem_util"])
+    time_of = {r["engine"]: r["batch_time_s"] for r in at_max.iter_rows(named=True)}
+    max_ctx = at_max["context_tokens"].max()
+    warn = ("**Plausibility:** " + "; ".join(fit.warnings) + ". The fit reproduces the table only with such values: "
+            "under the assumed workload the published times are far slower than the B300 roofline, and the SGLang "
+            "penalty at 64K is far larger than NVLink collective latencies explain. Read the model as a consistent "
+            "description of the published figures, not as proof of their physics."
+            ) if fit.warnings else "All fitted parameters are in their physically sane ranges."
+    outs = ", ".join(str(n) for n in sens["output_tokens"])
+    return f"""
+- **Fit:** prefill at {p.prefill_efficiency:.1%} of dense peak, decode reads at {p.bandwidth_efficiency:.1%} of peak bandwidth,
+  DCP adds {p.dcp_layer_latency_s * 1e6:.0f} µs per full-attention layer per step (assumed batch {workload.batch_size} × {workload.output_tokens} output tokens).
+- **Residuals** on the {res.height} published points: {res_txt} (max |{fit.max_abs_residual_pct:.1f}|%).
+- **Leave-one-out error:** mean |{fit.loo_mean_abs_pct:.1f}|%, max |{fit.loo_max_abs_pct:.1f}|% — with 3 parameters and {res.height} points, each left-out point is predicted from an exact fit to the others, so this is the honest measure of predictive power.
+- **Sensitivity:** refitting with {outs} output tokens moves the decode bandwidth efficiency over {sens["bandwidth_efficiency"].min():.1%}–{sens["bandwidth_efficiency"].max():.1%} and the DCP latency over {sens["dcp_layer_latency_us"].min():.0f}–{sens["dcp_layer_latency_us"].max():.0f} µs, while the crossover stays within {sens["crossover_tokens"].min():,.0f}–{sens["crossover_tokens"].max():,.0f} tokens.
+- **Crossover** (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp} on {gpu}): {xo_txt}.
+- At {max_ctx:,} tokens the model gives SGLang+DCP {time_of["vllm"] / time_of["sglang"]:.2f}× the speed of vLLM without DCP.
+- **Memory** (vLLM without DCP, {mem_ctx:,} tokens): {seqs.get(u_lo)} sequences fit at {u_lo}, {seqs.get(u_hi)} at {u_hi}; at {u_hi}: {reasons.get(u_hi)}.
+- {warn}
+"""
+
+
 def headroom_sentences(head: pl.DataFrame) -> str:
     """How many sequences fit at each memory setting, per DCP size and context (modelled)."""
     lines = []
