@@ -302,6 +302,28 @@ def threshold_sentence(th, gain: pl.DataFrame) -> str:
     return f"- batch time saved by the prefix cache, by shared fraction: {pts}.\n- {first}; {slopes}.\n{even}\n- {say}"
 
 
+def prefix_conclusions(sharing: pl.DataFrame, thresholds: dict, by_turn: pl.DataFrame, threshold: float,
+                       min_gain: float) -> str:
+    """The prefix-sharing report's conclusions: the vLLM claim, each engine's threshold test, multi-turn reuse.
+
+    ``thresholds``: engine -> :class:`kvlab.analysis.Threshold` (``analysis.sharing_thresholds``).
+    """
+    lines = []
+    if sharing.is_empty():
+        lines.append("- No measured prefix-sharing runs: only the modelled ideal above is shown; the document's "
+                     "claims stay untested here.")
+    else:
+        lines.append(prefix_claim_verdict(sharing))
+        for engine, th in thresholds.items():
+            lines.append(f"- {engine}: threshold test at {threshold:.0%} → **{th.verdict}**" +
+                         (f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction "
+                          f"{th.first_fraction:g}." if th.first_fraction is not None else "."))
+    on = by_turn.filter(pl.col("prefix_caching")).sort("turn") if not by_turn.is_empty() else by_turn
+    if on.height:
+        lines.append(f"- Multi-turn: with the cache on, the last turn found {on['cached_share'][-1]:.0%} of its "
+                     "prompt cached.")
+    return "\n".join(lines)
+
 def multi_turn_sentence(by_turn: pl.DataFrame) -> str:
     lines = []
     for (engine, caching), g in by_turn.sort("turn").group_by(["engine", "prefix_caching"], maintain_order=True):
