@@ -167,13 +167,9 @@ def _served_name(run: RunSpec) -> str:
 
 
 def _vocab_size(run: RunSpec) -> int:
-    import json
-
-    cfg = Path(run.engine.model_arg) / "config.json"
-    if cfg.is_file():
-        return int(json.loads(cfg.read_text())["vocab_size"])
+    cfg = run.engine.local_config()
     # A hub model on a GPU host: ids below 1000 exist in every tokenizer kvlab targets.
-    return 1000
+    return int(cfg["vocab_size"]) if cfg else 1000
 
 
 def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, version: str | None,
@@ -290,7 +286,9 @@ class Sweep:
         return batch, deltas, notes
 
     def _run_one(self, run: RunSpec, server: EngineServer | None, log_dir: Path, vocab: int,
-                 result: SweepResult) -> tuple[EngineServer | None, Path]:
+                 result: SweepResult) -> tuple[EngineServer | None, Path, dict | None]:
+        """Measure one run with its retries; (the server, kept for the next run; the run folder; the last
+        attempt when every attempt failed to start a server, else None)."""
         retry = self.spec.retry
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
@@ -346,13 +344,9 @@ class Sweep:
         else:
             result.failed += 1
         self.on_run(run, status)
-        return server, path
-
-    def _start_failure(self, run_dir: Path) -> dict | None:
-        """The last attempt of a run whose server never came up (all its attempts failed at start)."""
-        att = pl.read_parquet(run_dir / store.ATTEMPTS_FILE)
-        never_started = att["failure_cause"].is_in(list(STARTUP_CAUSES)).all() and (att["status"] == "failed").all()
-        return att.row(-1, named=True) | {"source_run": run_dir.name} if never_started else None
+        never_started = server is None and all(a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES
+                                               for a in attempts)
+        return server, path, attempts[-1] | {"source_run": path.name} if never_started else None
 
     def _record_not_started(self, run: RunSpec, start: dict, result: SweepResult) -> Path:
         note = (f"not launched: the same server configuration failed to start in every attempt of run "
@@ -393,8 +387,7 @@ class Sweep:
                                 # Same argv, same failure: record it instead of relaunching max_attempts times.
                                 path = self._record_not_started(run, start_failure, result)
                             else:
-                                server, path = self._run_one(run, server, log_dir, vocab, result)
-                                start_failure = self._start_failure(path) if server is None else None
+                                server, path, start_failure = self._run_one(run, server, log_dir, vocab, result)
                             result.run_dirs.append(path)
                     finally:
                         if server is not None:

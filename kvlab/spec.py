@@ -114,12 +114,16 @@ class EngineSpec(_Strict):
         if is_local_path(self.model) and not Path(self.model_arg).exists():
             raise ValueError(f"local model folder does not exist: {self.model_arg}")
 
-    def native_context(self) -> int | None:
-        """max_position_embeddings of a local model, when its config.json says."""
+    def local_config(self) -> dict | None:
+        """A local model's config.json; None for hub ids and folders without one."""
         cfg = Path(self.model_arg) / "config.json"
         if not (is_local_path(self.model) and cfg.is_file()):
             return None
-        value = json.loads(cfg.read_text()).get("max_position_embeddings")
+        return json.loads(cfg.read_text())
+
+    def native_context(self) -> int | None:
+        """max_position_embeddings of a local model, when its config.json says."""
+        value = (self.local_config() or {}).get("max_position_embeddings")
         return int(value) if value else None
 
 
