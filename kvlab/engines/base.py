@@ -78,6 +78,19 @@ def http_json(url: str, method: str = "GET", timeout: float = 5.0, headers: dict
         return status, body
 
 
+#: Failure messages every engine writes (PyTorch's, the OS's), matched after an engine's own
+#: start-up patterns and before its own run-time ones: (needle, cause).
+COMMON_STARTUP_PATTERNS = [
+    ("CUDA out of memory", "startup_oom"),
+    ("OutOfMemoryError", "startup_oom"),
+    ("Address already in use", "crash"),  # port taken between free_port() and bind
+]
+COMMON_RUNTIME_PATTERNS = [
+    ("CUDA out of memory", "runtime_oom"),
+    ("OutOfMemoryError", "runtime_oom"),
+]
+
+
 class EngineAdapter(ABC):
     """Everything kvlab knows about one engine; pure functions of an EngineSpec (no engine import)."""
 
@@ -139,7 +152,8 @@ class EngineAdapter(ABC):
 
     def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
         """Failure from an exit code (None: still running) and the server log; None when nothing failed."""
-        patterns = self.runtime_patterns if self.ready_marker in log_text else self.startup_patterns
+        patterns = ([*COMMON_RUNTIME_PATTERNS, *self.runtime_patterns] if self.ready_marker in log_text
+                    else [*self.startup_patterns, *COMMON_STARTUP_PATTERNS])
         hit = self._first_match(log_text, patterns)
         if hit:
             cause, line = hit
