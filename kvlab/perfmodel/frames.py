@@ -17,6 +17,7 @@ from kvlab.perfmodel.roofline import (
     Prediction,
     Workload,
     batch_time,
+    kv_bytes_per_token_per_gpu,
     prefill_time_s,
 )
 from kvlab.schema import RUNS
@@ -41,12 +42,11 @@ def row_config(row: Mapping, a: Assumptions = Assumptions()) -> Config:
     is_cpu = g.gpu == "CPU"
     tp = row.get("tp") or (1 if is_cpu else (row.get("gpu_count") or a.published_tp))
     mem_util = None if is_cpu else (row.get("mem_util") or a.default_mem_util)
-    dcp = int(row.get("dcp") or 1)
-    kv_budget = None
+    cfg = Config(g, m, row["engine"], int(tp), int(row.get("dcp") or 1), mem_util)
     if is_cpu and row.get("kv_cache_tokens"):
         # the CPU runs set their KV budget in bytes; the server reports it back in tokens
-        kv_budget = row["kv_cache_tokens"] * m.kv_bytes_per_token(a.kv_layers) / min(int(tp), m.kv_heads * dcp)
-    return Config(g, m, row["engine"], int(tp), dcp, mem_util, kv_budget)
+        return replace(cfg, kv_cache_bytes=row["kv_cache_tokens"] * kv_bytes_per_token_per_gpu(cfg, a))
+    return cfg
 
 
 def row_workload(row: Mapping, w: Workload = Workload()) -> Workload:
