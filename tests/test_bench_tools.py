@@ -85,3 +85,18 @@ def test_realtime_is_restored_after_the_block():
         assert inside == os.SCHED_FIFO
     else:
         assert inside == os.SCHED_OTHER
+
+
+def test_affinity_pins_every_thread_and_puts_back_what_it_had():
+    have = os.sched_getaffinity(0)
+    one = {min(have)}
+    before = bt.migrations(os.getpid())
+    with bt.affinity({os.getpid(): one}):
+        assert os.sched_getaffinity(0) == one
+        sum(range(10_000))
+    assert os.sched_getaffinity(0) == have
+    after = bt.migrations(os.getpid())
+    if before is not None:  # /proc/<pid>/task/<tid>/sched is Linux with CONFIG_SCHED_DEBUG
+        assert isinstance(after, int) and after >= before
+    assert bt.migrations(2**22 + 12345) is None  # no such process
+
