@@ -100,3 +100,35 @@ def test_affinity_pins_every_thread_and_puts_back_what_it_had():
         assert isinstance(after, int) and after >= before
     assert bt.migrations(2**22 + 12345) is None  # no such process
 
+
+def test_standalone_fixture_collects_garbage_only_between_streams():
+    """The benchmarks' fixture process runs Python's collector only while no stream is open, so a
+    collection never falls between a chunk's ``t_server`` stamp and its write; it keeps no request log."""
+    import asyncio
+    import gc
+
+    from sse_server import FixtureConfig, SSEServer
+
+    from kvlab import client, workloads
+
+    open_at_collection: list[int] = []
+
+    def watch(phase, info):
+        if phase == "start":
+            open_at_collection.append(srv.open_streams)
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # as the standalone process runs: only the server's own collections
+    gc.callbacks.append(watch)
+    try:
+        with SSEServer(FixtureConfig(chunks=100), keep_log=False, collect_when_idle=True) as srv:
+            for _ in range(3):
+                prompts = workloads.fixed_batch(8, 10, 100, vocab_size=512)
+                batch = asyncio.run(client.run_requests(srv.url, "fixture", prompts, concurrency=4))
+                assert batch.ok and sum(r.chunks for r in batch.records) == 800
+    finally:
+        gc.callbacks.remove(watch)
+        if was_enabled:
+            gc.enable()
+    assert open_at_collection and set(open_at_collection) == {0}
+    assert srv.served == [] and srv.open_streams == 0
