@@ -70,6 +70,16 @@ def to_html(executed: Path, out: Path) -> int:
     return len(FIGURE_RE.findall(body))
 
 
+def _kernel_config():
+    """Kernel-manager settings for executing notebooks: CurveZMQ keys for the kernel's sockets where this
+    pyzmq supports them. Without keys ipykernel (7.4) warns on every start that its TCP traffic is
+    unencrypted; with ``auto`` the manager provisions keys only for kernelspecs that declare support."""
+    import zmq
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
+
+
 def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel_name: str = "python3") -> Report:
     """Execute one notebook into ``out_dir`` with papermill and export it to HTML."""
     import papermill as pm
@@ -79,7 +89,7 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     executed = out_dir / nb_path.name
     pm.execute_notebook(
         str(nb_path), str(executed), parameters=parameters or {}, kernel_name=kernel_name,
-        cwd=str(nb_path.parent), progress_bar=False, log_output=False,
+        cwd=str(nb_path.parent), progress_bar=False, log_output=False, config=_kernel_config(),
     )
     html_path = out_dir / f"{nb_path.stem}.html"
     figures = to_html(executed, html_path)
