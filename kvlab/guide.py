@@ -111,6 +111,52 @@ class UserWorkload:
                              self.mixed_hardware_or_frequent_model_changes, self.priority)
 
 
+#: Document 003's three worked examples and the shipped experiment that sets each up (data/experiments/).
+DOCUMENT_EXAMPLES = (
+    ("1 · multi-turn RAG, Llama-3.1-8B (SGLang in the document)", "gpu_multi_turn_rag"),
+    ("2 · batch classification, Llama-3.1-70B (vLLM in the document)", "gpu_classification_70b"),
+    ("3 · reasoning, DeepSeek-R1 (SGLang in the document)", "gpu_reasoning_r1"),
+)
+
+
+def experiment_workload(spec) -> UserWorkload:
+    """The tree's inputs for an experiment spec (:class:`kvlab.spec.ExperimentSpec`), read from its fields.
+
+    - context: prompt + output tokens per request (multi_turn: of the last, longest turn);
+    - shared fraction: multi_turn, the document's share of the longest prompt (the history a turn
+      carries is shared too, so this is the smallest share any turn has); shared_prefix, the spec's
+      fraction; otherwise 0 (distinct prompts);
+    - concurrency: the most requests in flight any run of the matrix has;
+    - model, TP: the first engine's (its model id must be a catalog name or alias); SGLang's modelled DCP = TP.
+    """
+    from kvlab.perfmodel import model as catalog_model
+
+    wl = spec.workload
+    if wl.kind == "multi_turn":
+        shared = wl.document_tokens / wl.prompt_len
+    elif wl.kind == "shared_prefix":
+        shared = wl.shared_fraction
+    else:
+        shared = 0.0
+    in_flight = [wl.in_flight] + [c for c in spec.matrix.get("workload.concurrency", []) if c is not None]
+    engine = next(iter(spec.engines.values()))
+    try:
+        catalog_model(engine.model)
+    except KeyError as exc:
+        raise KeyError(f"experiment {spec.name}: {exc.args[0]}") from None
+    return UserWorkload(wl.total_tokens, shared, max(in_flight), engine.model, tp=engine.tp, dcp=engine.tp)
+
+
+def document_examples(experiments_dir=None) -> list[tuple[str, UserWorkload]]:
+    """Document 003's examples as (label, tree inputs), each read from its shipped experiment."""
+    from kvlab.paths import EXPERIMENTS_DIR
+    from kvlab.spec import ExperimentSpec
+
+    folder = EXPERIMENTS_DIR if experiments_dir is None else experiments_dir
+    return [(label, experiment_workload(ExperimentSpec.load(folder / f"{name}.yaml")))
+            for label, name in DOCUMENT_EXAMPLES]
+
+
 @dataclass(frozen=True)
 class Factor:
     """One question answered from data: which engine it favours (None: no measured difference) and why."""

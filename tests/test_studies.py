@@ -56,6 +56,27 @@ def test_user_workload_families_and_tree():
     assert guide.UserWorkload(shared_fraction=0.2, model="DeepSeek-R1").tree().engine == "sglang"
 
 
+def test_document_examples_are_read_from_the_shipped_experiments():
+    got = {label.split(" · ")[0]: w for label, w in guide.document_examples()}
+    rag, cls, r1 = got["1"], got["2"], got["3"]
+    # last turn: document 8,192 + 3 questions × 64 + 2 answers × 256, then its own 256-token answer
+    assert (rag.context_tokens, rag.concurrency, rag.tp) == (8192 + 3 * 64 + 3 * 256, 32, 1)
+    assert rag.shared_fraction == pytest.approx(8192 / (8192 + 3 * 64 + 2 * 256))
+    assert (cls.context_tokens, cls.shared_fraction, cls.concurrency, cls.tp, cls.dcp) == (128 + 10, 0.0, 256, 4, 4)
+    assert (r1.context_tokens, r1.shared_fraction, r1.concurrency) == (256 + 4096, 0.0, 32)
+    assert r1.deepseek_family() and not rag.deepseek_family()
+    assert [w.tree().engine for w in (rag, cls, r1)] == ["sglang", "vllm", "vllm"]  # r1: the tree, as written
+
+
+def test_experiment_workload_names_the_experiment_with_an_unknown_model(tmp_path):
+    from kvlab.paths import EXPERIMENTS_DIR
+
+    spec = ExperimentSpec.load(EXPERIMENTS_DIR / "gpu_reasoning_r1.yaml")
+    engines = {k: e.model_copy(update={"model": "acme/Unknown-7B"}) for k, e in spec.engines.items()}
+    with pytest.raises(KeyError, match="gpu_reasoning_r1.*acme/Unknown-7B"):
+        guide.experiment_workload(spec.model_copy(update={"engines": engines}))
+
+
 def test_evidence_names_the_contradicted_premise():
     w = guide.UserWorkload(shared_fraction=0.5, concurrency=16, model="Llama-3.1-8B")
     sharing = pl.DataFrame({"experiment": ["e"] * 2, "hardware": ["CPU"] * 2, "engine": ["vllm"] * 2,
