@@ -226,22 +226,27 @@ def realtime(pids: Iterable[int], priority: int = 10):
 
 @contextlib.contextmanager
 def affinity(placement: dict[int, set[int]]):
-    """Run each process (every thread of it) on the given CPUs for the block, then put back what it had.
+    """Run each process (every thread it has now) on the given CPUs for the block, then put back what it had.
 
     For latency jobs: two busy processes on a 2-core host can be put on the same core by the
-    kernel; pinning each to its own core keeps one from waiting for the other.
+    kernel; pinning each to its own core keeps one from waiting for the other. A thread started
+    inside the block inherits the pinned set and keeps it after. A thread that ends meanwhile is
+    skipped; any other failure (a CPU outside the allowed set) is raised, so a job is never
+    labelled pinned while running unpinned.
     """
     before: dict[int, set[int]] = {}
     try:
         for pid, cpus in placement.items():
             for tid in _threads(pid):
-                with contextlib.suppress(OSError):  # a thread that has just ended
+                try:
                     before[tid] = os.sched_getaffinity(tid)
                     os.sched_setaffinity(tid, cpus)
+                except ProcessLookupError:  # the thread has just ended
+                    before.pop(tid, None)
         yield
     finally:
         for tid, cpus in before.items():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(ProcessLookupError):
                 os.sched_setaffinity(tid, cpus)
 
 

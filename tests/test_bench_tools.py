@@ -88,17 +88,33 @@ def test_realtime_is_restored_after_the_block():
 
 
 def test_affinity_pins_every_thread_and_puts_back_what_it_had():
+    import threading
+
     have = os.sched_getaffinity(0)
+    if len(have) < 2:
+        pytest.skip("needs 2 CPUs to see an affinity change")
     one = {min(have)}
-    before = bt.migrations(os.getpid())
-    with bt.affinity({os.getpid(): one}):
-        assert os.sched_getaffinity(0) == one
-        sum(range(10_000))
+    started, done = threading.Event(), threading.Event()
+    worker = threading.Thread(target=lambda: (started.set(), done.wait(10)))
+    worker.start()
+    started.wait(10)
+    try:
+        with bt.affinity({os.getpid(): one}):
+            assert os.sched_getaffinity(0) == one
+            assert os.sched_getaffinity(worker.native_id) == one  # not only the calling thread
+        assert os.sched_getaffinity(0) == have and os.sched_getaffinity(worker.native_id) == have
+    finally:
+        done.set()
+        worker.join()
+    with pytest.raises(OSError):  # a CPU this process may not use is an error, not a silent no-op
+        with bt.affinity({os.getpid(): {max(have) + 1024}}):
+            pass
     assert os.sched_getaffinity(0) == have
-    after = bt.migrations(os.getpid())
-    if before is not None:  # /proc/<pid>/task/<tid>/sched is Linux with CONFIG_SCHED_DEBUG
-        assert isinstance(after, int) and after >= before
-    assert bt.migrations(2**22 + 12345) is None  # no such process
+
+
+def test_migrations_reads_the_main_thread_and_none_for_a_missing_process():
+    assert isinstance(bt.migrations(os.getpid()), int)  # /proc/<pid>/sched (Linux, CONFIG_SCHED_DEBUG)
+    assert bt.migrations(2**22 + 12345) is None  # above pid_max: no such process
 
 
 def test_standalone_fixture_collects_garbage_only_between_streams():
