@@ -429,7 +429,6 @@ def driver_main(handle) -> None:
         print(json.dumps(result), file=out, flush=True)
 
 
-
 def host_note() -> str:
     load = os.getloadavg()[0]
     return f"{os.cpu_count()} cores, load average {load:.2f} at start"

@@ -85,6 +85,7 @@ NOT_JUDGED_WHY = {
                        "between its stamp and its write, or the client while a burst arrives"),
 }
 
+
 def _job(url: str, conc: int, requests: int, chunks: int, **extra) -> dict:
     return {"url": url, "concurrency": conc, "requests": requests, "chunks": chunks, **extra}
 

@@ -472,6 +472,7 @@ def sharing_thresholds(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.
     return {engine: sharing_threshold(g, at, min_gain)
             for (engine,), g in gain.group_by(["engine"], maintain_order=True)}
 
+
 def multi_turn_by_turn(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
     """Per engine configuration and turn: prompt length, cached tokens and TTFT (mean over conversations).
 

@@ -370,6 +370,7 @@ def prefix_conclusions(sharing: pl.DataFrame, thresholds: dict, by_turn: pl.Data
                      "prompt cached.")
     return "\n".join(lines)
 
+
 def multi_turn_sentence(by_turn: pl.DataFrame) -> str:
     lines = []
     for (engine, caching), g in by_turn.sort("turn").group_by(["engine", "prefix_caching"], maintain_order=True):

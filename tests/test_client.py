@@ -60,7 +60,6 @@ def test_fixed_batch_counts_and_timestamp_order(server):
     assert max(r.t_send for r in res.records) < min(r.t_end for r in res.records)
 
 
-
 def test_bulk_server_many_events_per_read_counted_exactly():
     """The benchmark's bulk server writes each stream at once: reads carry hundreds of SSE events
     (one HTTP chunk each), kept-alive connections serve several streams, and every count is exact."""
@@ -101,6 +100,7 @@ def test_no_gc_pass_while_requests_are_in_flight(server, monkeypatch):
         assert not gc.isenabled()  # a caller's own setting is left as it was
     finally:
         gc.enable()
+
 
 def test_timestamps_follow_server_pacing():
     cfg = FixtureConfig(first_delay_s=0.2, delay_s=0.05)
