@@ -18,12 +18,12 @@ STAMP_FILE = "kvlab_tiny_model.json"
 
 #: Everything that decides the model's bytes. Change a value (or GENERATOR_VERSION) and
 #: ensure_tiny_model() regenerates instead of reusing the folder on disk.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 SEED = 20260701
 TARGET_VOCAB = 512
 HIDDEN = 256
-HEADS = 4  # head_dim 64: the CPU attention kernels reject head_dim 16 (FACTS §1)
-KV_HEADS = 2
+HEADS = 2  # head_dim 128: sglang-jax pads head_dim to a multiple of 128; vLLM CPU rejects 16
+KV_HEADS = 1
 LAYERS = 2
 INTERMEDIATE = 512
 # 200K scaled by 32 is 6,400 tokens; 16K leaves room for prompt + output at any scaled context.

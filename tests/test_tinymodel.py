@@ -36,7 +36,11 @@ def test_config_matches_tokenizer_and_weights(tmp_path):
     tok = json.loads((path / "tokenizer.json").read_text())
     vocab = tinymodel.vocab_size(path)
     assert vocab == cfg["vocab_size"] == len(tok["model"]["vocab"]) == 512
-    assert cfg["hidden_size"] // cfg["num_attention_heads"] == cfg["head_dim"] == 64  # CPU attention needs >16
+    # head_dim 128: vLLM's CPU attention rejects 16, sglang-jax pads to a multiple of 128 (no padding at 128)
+    assert cfg["hidden_size"] // cfg["num_attention_heads"] == cfg["head_dim"] == 128
+    assert (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]) == (2, 1, 2)
+    # KV bytes per token: layers x (K, V) x KV heads x head_dim x bf16 = 1,024 in both engines
+    assert 2 * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 2 == 1024
     assert cfg["max_position_embeddings"] >= 6400 + 64
     raw = (path / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
