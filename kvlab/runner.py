@@ -34,6 +34,8 @@ STARTUP_CAUSES = ("startup_oom", "kv_cache_too_small", "timeout", "crash")
 
 #: How long to wait for the server's counters to catch up with what the client saw.
 COUNTER_SETTLE_S = 5.0
+#: How long to keep asking for a cache flush the engine refuses (SGLang: "pending requests" just after a batch).
+FLUSH_WAIT_S = 5.0
 
 
 @dataclass
@@ -151,6 +153,15 @@ def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str
     return replace(batch, records=records), f"{reasoning.describe(method)} ({parser})"
 
 
+def _zero_missing_cached(batch: BatchResult) -> BatchResult:
+    """Successful requests without a cached-token count had none cached (the engine omits a 0)."""
+    from dataclasses import replace
+
+    records = [replace(r, cached_tokens=0) if r.status == "ok" and r.cached_tokens is None else r
+               for r in batch.records]
+    return replace(batch, records=records)
+
+
 def _scrape(server: EngineServer, api_key: str | None) -> dict[str, float]:
     """The server's counters, or {} when it cannot be reached (it may be dying: the run says so)."""
     import aiohttp
@@ -255,13 +266,18 @@ class Sweep:
         notes = []
         if run.engine.prefix_caching:
             flushed = server.flush_cache()
+            deadline = time.monotonic() + FLUSH_WAIT_S
+            while flushed is False and server.adapter.flush_refused_while_busy and time.monotonic() < deadline:  # SGLang refuses while a request finishes
+                time.sleep(0.25)
+                flushed = server.flush_cache()
             if not flushed:
                 hint = (" — vLLM resets it only with dev_mode: true (VLLM_SERVER_DEV_MODE=1)"
                         if run.engine.name == "vllm" and not run.engine.dev_mode else "")
                 notes.append(f"prefix cache not flushed before the run (engine refused or endpoint disabled){hint}; "
                              "cache hits may include earlier runs' prompts")
         key = self.api_keys[run.engine_label]
-        before = _scrape(server, key)
+        has_metrics = server.adapter.metrics_path is not None
+        before = _scrape(server, key) if has_metrics else {}
         w = run.workload
         batch = asyncio.run(run_requests(
             server.base_url, _served_name(run), prompts_for(run, vocab),
@@ -271,6 +287,11 @@ class Sweep:
         if w.kind == "reasoning":
             batch, how = _split_reasoning(batch, run)
             notes.append(how)
+        if server.adapter.cached_tokens_omitted_when_zero and run.engine.report_cached_tokens:
+            batch = _zero_missing_cached(batch)
+        if not has_metrics:
+            return batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
+                f"{server.adapter.label} serves no /metrics: server-side counters not available"]
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import polars as pl
 
+from kvlab.engines import ENGINE_NAMES
+
 SOURCES = ("published", "measured", "modelled")
-ENGINES = ("vllm", "sglang")
+ENGINES = ENGINE_NAMES
 STATUSES = ("ok", "failed")
 
 

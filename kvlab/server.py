@@ -16,13 +16,13 @@ from pathlib import Path
 
 import psutil
 
-from kvlab.engines import Failure, get_adapter
+from kvlab.engines import ENGINE_NAMES, Failure, get_adapter
 from kvlab.engines.base import http_json
 from kvlab.paths import ROOT
 from kvlab.spec import EngineSpec
 
 REDACTED = "***"
-_MARKERS = ("vllm.entrypoints", "vllm serve", "VLLM::", "sglang.launch_server", "sglang::")
+_MARKERS = tuple(dict.fromkeys(m for name in ENGINE_NAMES for m in get_adapter(name).cmdline_markers))
 
 
 class ServerError(RuntimeError):

@@ -1,4 +1,4 @@
-"""Shared fixtures: kvlab's tiny model and the engine venv's interpreter (skip, or fail under CI, when missing)."""
+"""Shared fixtures: kvlab's tiny model and the engine venvs' interpreters (skip, or fail under CI, when missing)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,29 @@ import pytest
 from kvlab.paths import ENGINES_DIR
 
 ENGINE_PYTHON = ENGINES_DIR / "vllm" / "bin" / "python"
+SGLANG_JAX_PYTHON = ENGINES_DIR / "sglang-jax" / "bin" / "python"
+
+
+def _required(python: Path) -> Path:
+    """``python`` when it exists; otherwise fail under CI (which must have it) and skip elsewhere."""
+    if not python.exists():
+        reason = f"engine environment missing ({python}); run `make engines`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return python
 
 
 @pytest.fixture(scope="session")
 def engine_python() -> Path:
-    """The engine venv's python (vLLM CPU build + SGLang's parser); CI must have it, elsewhere it may be skipped."""
-    if not ENGINE_PYTHON.exists():
-        reason = f"engine environment missing ({ENGINE_PYTHON}); run `make engines`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return ENGINE_PYTHON
+    """The vLLM engine venv's python (vLLM CPU build + SGLang's parser)."""
+    return _required(ENGINE_PYTHON)
+
+
+@pytest.fixture(scope="session")
+def sglang_jax_python() -> Path:
+    """The sglang-jax engine venv's python (SGLang's JAX runtime, Python >= 3.12)."""
+    return _required(SGLANG_JAX_PYTHON)
 
 
 @pytest.fixture(scope="session")

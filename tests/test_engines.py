@@ -26,7 +26,7 @@ def _variants(name: str) -> list[EngineSpec]:
         kw = dict(tp=tp, dcp=dcp, mem_util=0.95, prefix_caching=caching, max_model_len=204800,
                   trust_remote_code=eager, served_model_name="kimi" if eager else None,
                   report_cached_tokens=caching != eager,
-                  reasoning_parser=({"vllm": "deepseek_r1", "sglang": "deepseek-r1"}[name] if eager else None))
+                  reasoning_parser=({"vllm": "deepseek_r1"}.get(name, "deepseek-r1") if eager else None))
         if name == "vllm":
             kw |= dict(enforce_eager=eager, kv_cache_bytes=16777216 if caching else None,
                        extra_args=["--attention-backend", "CUTLASS_MLA"] if dcp > 1 else [])
@@ -39,13 +39,16 @@ def _shipped_runs():
         yield from expand(ExperimentSpec.load(path))
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_every_argv_parses_with_the_engines_own_parser(engine, engine_python):
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
+def test_every_argv_parses_with_the_engines_own_parser(engine, request):
+    python = request.getfixturevalue("sglang_jax_python" if engine == "sglang-jax" else "engine_python")
     adapter = get_adapter(engine)
     specs = _variants(engine) + [r.engine for r in _shipped_runs() if r.engine.name == engine]
+    if engine == "sglang-jax":
+        assert len(specs) > len(_variants(engine)), "no shipped experiment runs sglang-jax"
     argvs = [adapter.server_args(s, 8000 + i, api_key="secret" if i % 2 else None) for i, s in enumerate(specs)]
     # A known-bad argv rides along (same subprocess) to prove the check can fail.
-    errors = check_argvs(engine, engine_python, argvs + [argvs[0] + ["--no-such-flag"]])
+    errors = check_argvs(engine, python, argvs + [argvs[0] + ["--no-such-flag"]])
     assert errors[-1] and "--no-such-flag" in errors[-1]
     bad = [(a, e) for a, e in zip(argvs, errors[:-1]) if e]
     assert not bad, bad[:3]
@@ -77,6 +80,38 @@ def test_sglang_command_and_prefix():
         assert part in joined
 
 
+def test_sglang_jax_command_turns_the_kv_budget_into_tokens(tiny_model):
+    a = get_adapter("sglang-jax")
+    s = _spec("sglang-jax", launch=[".engines/sglang-jax/bin/python"], model="data/models/tiny-llama",
+              mem_util=0.92, kv_cache_bytes=16777216, prefix_caching=False, extra_args=["--device", "cpu"])
+    cmd = a.command(s, 30000)
+    assert cmd[1:3] == ["-m", "sgl_jax.launch_server"]
+    joined = " ".join(cmd)
+    # 16 MiB / 1,024 B per token (2 layers x K,V x 1 KV head x 128 x 2 B) = 16,384 tokens
+    for part in ("--mem-fraction-static 0.92", "--max-total-tokens 16384", "--disable-radix-cache",
+                 "--enable-cache-report", "--context-length 8192", "--device cpu"):
+        assert part in joined
+    assert "--enable-metrics" not in joined  # it would be ignored: sglang-jax serves no /metrics
+    assert a.metrics_path is None and all(v is None for v in a.metric_names.values())
+    with pytest.raises(ValueError, match="needs a local model"):
+        a.command(_spec("sglang-jax", kv_cache_bytes=1024), 1)
+
+
+def test_sglang_jax_kv_bytes_per_token_pads_head_dim():
+    from kvlab.engines.sglang_jax import kv_bytes_per_token
+
+    assert kv_bytes_per_token({"num_attention_heads": 2, "hidden_size": 256, "num_key_value_heads": 1,
+                               "num_hidden_layers": 2}) == 1024
+    # head_dim 64 is padded to 128: twice the bytes of the unpadded cache
+    assert kv_bytes_per_token({"num_attention_heads": 4, "hidden_size": 256, "num_key_value_heads": 2,
+                               "num_hidden_layers": 2}) == 2 * 2 * 2 * 128 * 2
+
+
+def test_kv_budget_is_refused_where_the_engine_has_no_flag():
+    with pytest.raises(ValueError, match="applies to vllm and sglang-jax"):
+        _spec("sglang", kv_cache_bytes=1024)
+
+
 def test_local_model_resolved_against_root(tiny_model):
     s = _spec("vllm", model="data/models/tiny-llama")
     assert get_adapter("vllm").server_args(s, 1)[1] == str(tiny_model)
@@ -91,7 +126,7 @@ def test_env_overrides():
 
 
 def test_metric_names_cover_canonical():
-    for name in ("vllm", "sglang"):
+    for name in ("vllm", "sglang", "sglang-jax"):
         assert set(get_adapter(name).metric_names) == set(CANONICAL_METRICS)
     assert get_adapter("vllm").metric_names["preemptions"] == "vllm:num_preemptions_total"
 
@@ -138,6 +173,12 @@ CPU_RESERVE = (
          "runtime_oom", None),
         ("sglang", -3, "The server is fired up and ready to roll!\nScheduler hit an exception: Traceback ...\n"
                        "Received sigquit from a child process. It usually means the child failed.", "crash", None),
+        # sglang-jax 0.1.0rc0 without kvlab's patch: a request fails inside the scheduler (seen on CPU)
+        ("sglang-jax", None, "The server is fired up and ready to roll!\njax._src.core.ShardingTypeError: All operands "
+                             "should have the same sharding.\nReceived sigquit from a child process. It usually "
+                             "means the child failed.", "crash", None),
+        ("sglang-jax", 1, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating "
+                          "2147483648 bytes.", "startup_oom", None),
     ],
 )
 def test_classify_failure(engine, code, log, cause, fits):

@@ -71,7 +71,8 @@ def test_plan_starts_one_server_per_configuration(name):
     assert len(groups) == len({r.server_key for r in runs}) < len(runs)
     assert sum(len(g) for _, g in groups) == len(runs)
     text = runner.dry_run_text(spec)
-    assert text.count("-m vllm.entrypoints") + text.count("-m sglang.launch_server") == len(groups)
+    assert sum(text.count(f"-m {m}") for m in ("vllm.entrypoints", "sglang.launch_server", "sgl_jax.launch_server")) \
+        == len(groups)
 
 
 def test_dry_run_cli_prints_commands_and_launches_nothing():

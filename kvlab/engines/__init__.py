@@ -1,20 +1,28 @@
-"""Engine adapters (vLLM, SGLang): pure argv/env/HTTP/failure knowledge; engines themselves are never imported."""
+"""Engine adapters (vLLM, SGLang, sglang-jax): pure argv/env/HTTP/failure knowledge; engines themselves are never imported."""
 
 from __future__ import annotations
 
 from kvlab.engines.base import CANONICAL_METRICS, FAILURE_CAUSES, EngineAdapter, Failure
 from kvlab.engines.sglang import SGLangAdapter
+from kvlab.engines.sglang_jax import SGLangJaxAdapter
 from kvlab.engines.vllm import VLLMAdapter
 
-_ADAPTERS: dict[str, type[EngineAdapter]] = {"vllm": VLLMAdapter, "sglang": SGLangAdapter}
+_ADAPTERS: dict[str, type[EngineAdapter]] = {
+    "vllm": VLLMAdapter, "sglang": SGLangAdapter, "sglang-jax": SGLangJaxAdapter,
+}
+#: Every engine kvlab can launch, in the order reports list them.
+ENGINE_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
+#: How reports name each engine ("sglang-jax (CPU)" is SGLang's JAX runtime, not PyTorch SGLang).
+ENGINE_LABELS: dict[str, str] = {name: cls.label for name, cls in _ADAPTERS.items()}
 
 
 def get_adapter(name: str) -> EngineAdapter:
-    """The adapter for engine ``name`` ('vllm' or 'sglang')."""
+    """The adapter for engine ``name`` (one of ENGINE_NAMES)."""
     try:
         return _ADAPTERS[name]()
     except KeyError:
         raise ValueError(f"unknown engine {name!r}; known: {sorted(_ADAPTERS)}") from None
 
 
-__all__ = ["CANONICAL_METRICS", "FAILURE_CAUSES", "EngineAdapter", "Failure", "get_adapter"]
+__all__ = ["CANONICAL_METRICS", "ENGINE_LABELS", "ENGINE_NAMES", "FAILURE_CAUSES", "EngineAdapter", "Failure",
+           "get_adapter"]

@@ -95,9 +95,18 @@ class EngineAdapter(ABC):
     """Everything kvlab knows about one engine; pure functions of an EngineSpec (no engine import)."""
 
     name: ClassVar[str]
+    #: How figures and tables name the engine (the runtime, where it is not the engine's usual one).
+    label: ClassVar[str]
     module: ClassVar[str]  # run as `python -m <module>`
     health_path: ClassVar[str] = "/health"
     metric_names: ClassVar[dict[str, str | None]]  # canonical -> Prometheus name (None: not exported)
+    #: Where the Prometheus counters are served; None: the engine serves none (counters not available).
+    metrics_path: ClassVar[str | None] = "/metrics"
+    #: The engine leaves ``usage.prompt_tokens_details`` out when no prompt token was cached, so a
+    #: missing value on a successful request means 0 (only when cached-token reporting is on).
+    cached_tokens_omitted_when_zero: ClassVar[bool] = False
+    #: The engine refuses a cache flush while a request is still finishing (worth asking again shortly).
+    flush_refused_while_busy: ClassVar[bool] = False
     cmdline_markers: ClassVar[tuple[str, ...]]  # substrings that identify this engine's processes
     #: Environment variable the engine reads its API key from; keeps the key out of argv and `ps`.
     #: None: the key goes on the command line (``--api-key``) and kvlab redacts it in what it records.

