@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kvlab.paths import DATA_DIR, REPORTS_DIR
 
@@ -16,9 +16,9 @@ console = Console(stderr=True)
 
 
 def _progress() -> Progress:
-    """The progress bar of every long command: description, bar, done/total, elapsed time."""
+    """The progress bar of every long command: description, bar, done/total, elapsed time, time left."""
     return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeElapsedColumn(), console=console)
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console)
 
 
 def _parse_params(values: list[str]) -> dict:
@@ -65,6 +65,9 @@ def sweep(
     experiments: Annotated[list[Path], typer.Argument(help="experiment YAML file(s), e.g. data/experiments/cpu_long_context.yaml")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the exact commands and runs; launch nothing")] = False,
     fresh: Annotated[bool, typer.Option(help="re-run finished runs instead of reusing them")] = False,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="run each experiment's quick form (its `quick:` points and repeats; a subset of the full study)"
+    )] = False,
     data_dir: Annotated[Path, typer.Option(help="data folder; results go to DATA_DIR/runs/<experiment>")] = DATA_DIR,
 ) -> None:
     """Run experiments for real: every unfinished run, resumable, results under data/runs/.
@@ -77,7 +80,8 @@ def sweep(
     specs = []
     for experiment in experiments:
         try:
-            specs.append(ExperimentSpec.load(experiment))
+            spec = ExperimentSpec.load(experiment)
+            specs.append(spec.quick_form() if quick else spec)
         except SpecError as exc:
             console.print(f"[red]invalid experiment[/red]\n{exc}")
             raise typer.Exit(2) from None
@@ -104,9 +108,9 @@ def _sweep_one(spec, data_dir: Path, fresh: bool):
         def on_run(run, status):
             colour = "green" if status == "ok" else "red"
             w = run.workload
-            progress.console.print(f"  [{colour}]{status:6}[/{colour}] {run.key} {run.engine_label} {run.context_label} "
-                                   f"({w.prompt_len}+{w.output_tokens} tok × {w.batch_size}) "
-                                   f"mem_util={run.engine.mem_util:g} repeat={run.repeat}")
+            varies = " ".join(_point_text(axis, v) for axis, v in run.point.items() if axis != "engine")
+            progress.console.print(f"  [{colour}]{status:6}[/{colour}] {run.key} {run.engine_label} {varies} "
+                                   f"({w.prompt_len}+{w.output_tokens} tok × {w.n_requests}) repeat={run.repeat}")
             progress.advance(task)
 
         sw.on_run = on_run
@@ -114,6 +118,13 @@ def _sweep_one(spec, data_dir: Path, fresh: bool):
     console.print(f"{res.ok} ok, {res.failed} failed, {res.skipped} reused; {res.server_starts} server start(s), "
                   f"{res.attempts} attempt(s), {res.wall_s:.0f} s → {data_dir / 'runs' / spec.name}")
     return res
+
+
+def _point_text(axis: str, value) -> str:
+    """What a matrix axis chose for one run, as `field=value` (a linked axis: each of its fields)."""
+    pairs = value.items() if isinstance(value, dict) else [(axis, value)]
+    return " ".join(f"{path.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{path.rsplit('.', 1)[-1]}={v}"
+                    for path, v in pairs)
 
 
 @app.command()

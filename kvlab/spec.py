@@ -12,9 +12,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kvlab.engines import ENGINE_NAMES
 from kvlab.engines.base import FAILURE_CAUSES, is_local_path, resolve_local
 
-ENGINE_NAMES = ("vllm", "sglang")
+#: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; sglang-jax --max-total-tokens).
+KV_BUDGET_ENGINES = ("vllm", "sglang-jax")
 #: Workload kinds known to the spec. Adding one: extend this tuple, add its checks to
 #: ``_KIND_CHECKS`` and its generator in kvlab.workloads; other kinds keep working.
 WORKLOAD_KINDS = ("fixed_batch", "concurrency", "shared_prefix", "multi_turn", "classification", "reasoning")
@@ -44,7 +46,9 @@ class _Strict(BaseModel):
 class EngineSpec(_Strict):
     """How to launch one engine server (what decides its argv and environment)."""
 
-    name: Literal["vllm", "sglang"] = Field(description="engine: vllm | sglang")
+    name: Literal[ENGINE_NAMES] = Field(
+        description="engine: vllm | sglang | sglang-jax (SGLang's JAX runtime, the SGLang engine that serves on CPU)"
+    )
     launch: list[str] = Field(
         min_length=1,
         description="command prefix that runs the engine's python, e.g. ['.engines/vllm/bin/python'], "
@@ -63,7 +67,8 @@ class EngineSpec(_Strict):
     max_model_len: int = Field(ge=16, description="vLLM --max-model-len / SGLang --context-length")
     prefix_caching: bool = Field(True, description="prefix cache (vLLM) / radix cache (SGLang) enabled")
     kv_cache_bytes: int | None = Field(
-        None, gt=0, description="vLLM --kv-cache-memory-bytes: explicit KV budget (overrides mem_util for KV)"
+        None, gt=0, description="explicit KV budget in bytes (overrides mem_util for KV): vLLM "
+        "--kv-cache-memory-bytes; sglang-jax --max-total-tokens = bytes / the local model's KV bytes per token"
     )
     enforce_eager: bool = Field(False, description="vLLM --enforce-eager (no graph compilation; faster start)")
     trust_remote_code: bool = Field(False, description="--trust-remote-code (models with custom code, e.g. Kimi)")
@@ -98,9 +103,10 @@ class EngineSpec(_Strict):
     def _check(self) -> EngineSpec:
         if self.tp % self.dcp:
             raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
-        if self.kv_cache_bytes is not None and self.name != "vllm":
+        if self.kv_cache_bytes is not None and self.name not in KV_BUDGET_ENGINES:
             raise ValueError(
-                f"kv_cache_bytes ({self.kv_cache_bytes}) is a vLLM option; engine '{self.name}' has no such flag"
+                f"kv_cache_bytes ({self.kv_cache_bytes}) applies to {' and '.join(KV_BUDGET_ENGINES)}; "
+                f"engine '{self.name}' has no such flag"
             )
         return self
 
@@ -279,6 +285,18 @@ class RetrySpec(_Strict):
         return self.backoff_s * self.backoff_factor ** (attempt - 1)
 
 
+class QuickSpec(_Strict):
+    """The experiment's quick form (what `make report` runs by default): fewer points and repeats.
+
+    Its runs are a subset of the full study's (same keys), so a later full sweep reuses them.
+    """
+
+    matrix: dict[str, list[Any]] | None = Field(
+        None, description="the quick form's matrix, in place of the full one (same axis syntax); None keeps it"
+    )
+    repeats: int | None = Field(None, ge=1, description="runs per matrix point in the quick form")
+
+
 class ExperimentSpec(_Strict):
     """A whole experiment: engines, a base workload, the matrix to sweep, repeats and retries."""
 
@@ -302,6 +320,18 @@ class ExperimentSpec(_Strict):
     repeats: int = Field(1, ge=1, description="runs per matrix point")
     warmup: bool = Field(True, description="send one small request after each server start, not recorded")
     retry: RetrySpec = Field(default_factory=RetrySpec, description="relaunch policy on classified failures")
+    quick: QuickSpec | None = Field(
+        None, description="the quick form `kvlab sweep --quick` (and `make report` without FULL=1) runs"
+    )
+
+    def quick_form(self) -> ExperimentSpec:
+        """This experiment as its quick form runs it (itself when it declares none)."""
+        if self.quick is None:
+            return self
+        return self.model_copy(update={
+            "matrix": self.matrix if self.quick.matrix is None else self.quick.matrix,
+            "repeats": self.quick.repeats or self.repeats, "quick": None,
+        })
 
     @field_validator("engines", mode="before")
     @classmethod
@@ -349,6 +379,11 @@ class ExperimentSpec(_Strict):
         if make_tiny_model:
             _ensure_tiny_models(spec)
         expand(spec, origin=path)
+        if spec.quick is not None:
+            try:
+                expand(spec.quick_form(), origin=path)
+            except SpecError as exc:
+                raise SpecError(str(exc).replace(f"{path}: ", f"{path}: quick: ", 1)) from None
         return spec
 
 
@@ -388,10 +423,14 @@ class RunSpec(_Strict):
 
     @property
     def key(self) -> str:
-        """Stable id: short sha256 of the canonical JSON of engine (minus connection fields), workload, repeat."""
+        """Stable id: short sha256 of the canonical JSON of engine (minus connection fields), workload, repeat
+        and, for a local model, its config.json (so runs of an earlier version of a local model are not reused)."""
         engine = _omit_defaults(self.engine.model_dump(mode="json", exclude=set(KEY_EXCLUDED_ENGINE_FIELDS)), "engine")
         workload = _omit_defaults(self.workload.model_dump(mode="json"), "workload")
         payload = {"engine": engine, "workload": workload, "repeat": self.repeat}
+        config = self.engine.local_config()
+        if config is not None:  # a local model whose config changes (kvlab's tiny model did) is another model
+            payload["model_config"] = _short_hash(config)
         return _short_hash(payload)
 
     @property
@@ -524,8 +563,19 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
     return runs
 
 
+#: Engines that reject a request whose prompt + output reaches the context length (SGLang's tokenizer
+#: manager checks ``input + max_new_tokens >= context_len``); vLLM accepts up to max_model_len itself.
+STRICT_CONTEXT_ENGINES = ("sglang", "sglang-jax")
+
+
 def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: WorkloadSpec) -> None:
     at = f"{origin}: matrix point [{where}]: engines.{label}"
+    if e.name in STRICT_CONTEXT_ENGINES and w.total_tokens >= e.max_model_len:
+        raise SpecError(
+            f"{at}.max_model_len: prompt ({w.prompt_len}) + output ({w.output_tokens}) = {w.total_tokens} "
+            f"tokens must be below max_model_len ({e.max_model_len}) for {e.name}: SGLang rejects a request that "
+            "fills its --context-length"
+        )
     if w.total_tokens > e.max_model_len:
         raise SpecError(
             f"{at}.max_model_len: prompt ({w.prompt_len}) + output ({w.output_tokens}) = {w.total_tokens} "

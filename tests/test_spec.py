@@ -83,7 +83,7 @@ def test_key_ignores_connection_fields_but_not_settings(tmp_path):
         ("retry", {"retry_on": ["meteor"]}, "retry.retry_on"),
         ("repeats", 0, "repeats"),
         ("colour", "blue", "colour: unknown field"),
-        ("engines.sglang.kv_cache_bytes", 1024, "kv_cache_bytes (1024) is a vLLM option"),
+        ("engines.sglang.kv_cache_bytes", 1024, "kv_cache_bytes (1024) applies to vllm and sglang-jax"),
     ],
 )
 def test_bad_values_name_the_field(tmp_path, path, value, expected):
@@ -111,7 +111,8 @@ def test_prompt_plus_output_longer_than_max_model_len(tmp_path):
 def test_prompt_tokens_form_also_checked(tmp_path):
     data = _with("workload", {"kind": "fixed_batch", "batch_size": 1, "prompt_tokens": 8190, "output_tokens": 64})
     data["matrix"] = {}
-    assert "8254 tokens exceeds max_model_len (8192)" in _load_error(tmp_path, data)
+    err = _load_error(tmp_path, data)
+    assert "= 8254 tokens" in err and "max_model_len (8192)" in err
 
 
 def test_unknown_engine_in_matrix(tmp_path):
@@ -197,6 +198,66 @@ def test_shipped_experiments_load(path):
 def test_cpu_experiment_is_scaled_from_the_article():
     spec = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml")
     runs = expand(spec)
-    assert {r.context_label for r in runs} == {"64K", "200K"}
+    assert {r.context_label for r in runs} == {"32K", "64K", "128K", "200K", "256K"}
     assert {r.engine.mem_util for r in runs} == {0.92, 0.95}
-    assert all(r.engine.kv_cache_bytes >= 2 * r.engine.max_model_len * 1024 for r in runs)
+    assert {r.engine.name for r in runs} == {"vllm", "sglang-jax"} and len(runs) == 2 * 2 * 5 * 3
+    # each context on a server sized to it (sglang-jax's CPU attention pads to --context-length)
+    assert all(r.engine.max_model_len == r.context_tokens + 64 for r in runs)
+    quick = expand(spec.quick_form())
+    assert sorted((r.engine.name, r.engine.mem_util, r.context_label) for r in quick) == [
+        ("sglang-jax", 0.92, "200K"), ("sglang-jax", 0.92, "64K"), ("sglang-jax", 0.95, "200K"),
+        ("vllm", 0.92, "200K"), ("vllm", 0.92, "64K"), ("vllm", 0.95, "200K")]
+    # the quick form's runs are the full study's runs (same keys), so FULL=1 later reuses them
+    assert {r.key for r in quick} <= {r.key for r in runs}
+    # every budget holds at least one request of the longest length the server accepts (vLLM refuses to start otherwise)
+    assert all(r.engine.kv_cache_bytes >= r.engine.max_model_len * 1024 for r in runs)
+
+
+def test_quick_form_replaces_matrix_and_repeats_and_is_validated(tmp_path):
+    data = {"name": "q", "hardware": "CPU",
+            "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "org/m", "max_model_len": 4096}},
+            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8},
+            "matrix": {"workload.context_tokens": [1024, 2048, 4096]}, "repeats": 3,
+            "quick": {"matrix": {"workload.context_tokens": [2048]}, "repeats": 1}}
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = ExperimentSpec.load(path)
+    assert len(expand(spec)) == 9
+    quick = expand(spec.quick_form())
+    assert [(r.workload.context_tokens, r.repeat) for r in quick] == [(2048, 0)]
+    assert spec.quick_form().quick is None and spec.model_copy(update={"quick": None}).quick_form().repeats == 3
+    data["quick"]["matrix"] = {"workload.context_tokens": [8192]}  # only the quick form is invalid
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=r"q.yaml: quick: matrix point .*8192 tokens exceeds max_model_len \(4096\)"):
+        ExperimentSpec.load(path)
+
+
+def test_sglang_engines_need_room_below_their_context_length(tmp_path):
+    data = {"name": "s", "hardware": "CPU",
+            "engines": {"j": {"name": "sglang-jax", "launch": ["python"], "model": "org/m", "max_model_len": 1024}},
+            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=r"engines.j.max_model_len: .* = 1024 tokens must be below max_model_len "
+                                        r"\(1024\) for sglang-jax"):
+        ExperimentSpec.load(path)
+    data["engines"]["j"]["max_model_len"] = 1025
+    path.write_text(yaml.safe_dump(data))
+    assert len(expand(ExperimentSpec.load(path))) == 1
+
+
+def test_run_key_changes_with_a_local_models_config(tmp_path):
+    """Runs measured on an earlier version of a local model (kvlab's tiny model changed shape) are not reused."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"num_attention_heads": 4, "num_key_value_heads": 2}')
+    data = {"name": "k", "hardware": "CPU",
+            "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": str(model), "max_model_len": 4096}},
+            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
+    spec = ExperimentSpec.model_validate(data)
+    before = expand(spec)[0].key
+    assert expand(spec)[0].key == before  # stable while the model is the same
+    (model / "config.json").write_text('{"num_attention_heads": 2, "num_key_value_heads": 1}')
+    assert expand(spec)[0].key != before
+    hub = ExperimentSpec.model_validate(data | {"engines": {"vllm": data["engines"]["vllm"] | {"model": "org/m"}}})
+    assert expand(hub)[0].key == expand(hub)[0].key
