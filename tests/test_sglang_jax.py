@@ -108,7 +108,8 @@ def test_token_counts_and_radix_hits_against_vllm_blocks(tmp_path, engine_python
     reqs = store.load_requests(tmp_path).join(runs.select("run_id", "engine", "mode"), on="run_id")
     assert reqs.height == 16 and (reqs["status"] == "ok").all()
     assert reqs["prompt_tokens"].to_list() == [1000] * 16 and reqs["output_tokens"].to_list() == [12] * 16
-    assert (reqs["chunks"] == 12).all()  # one streamed chunk per token
+    # token-bearing chunks: at most one per token (an engine may put several tokens in one chunk)
+    assert reqs["chunks"].is_between(1, 12).all()
 
     sgl = runs.filter(pl.col("engine") == "sglang-jax")
     assert sgl["engine_version"].to_list() == ["0.1.0rc0"] * 2
