@@ -122,6 +122,36 @@ def decay_factors(runs: pl.DataFrame, context_from: str = "64K", context_to: str
     ).sort(["source", "experiment", "engine"])
 
 
+def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
+    """Per engine: how batch time grows from its shortest measured context to its longest.
+
+    ``growth`` = T(longest) / T(shortest); ``exponent`` = k of a power law T ∝ C^k fitted by least
+    squares in log-log through every context the engine has (exact through two points): k = 1 is
+    linear growth, k < 1 slower than linear. Null with fewer than two contexts.
+    """
+    keys = ["source", "experiment", "hardware", "engine"]
+    m = mean_batch_times(runs).filter(pl.col("batch_time_s") > 0).sort([*keys, "context_tokens"])
+    lc, lt = pl.col("context_tokens").log(), pl.col("batch_time_s").log()
+    cov = ((lc - lc.mean()) * (lt - lt.mean())).sum()
+    var = ((lc - lc.mean()) ** 2).sum()
+    return (
+        m.group_by(keys, maintain_order=True)
+        .agg(
+            pl.len().alias("n_contexts"),
+            pl.col("context_label").first().alias("context_from"),
+            pl.col("context_label").last().alias("context_to"),
+            pl.col("context_tokens").first().alias("c_from"),
+            pl.col("context_tokens").last().alias("c_to"),
+            pl.col("batch_time_s").first().alias("t_from_s"),
+            pl.col("batch_time_s").last().alias("t_to_s"),
+            pl.when(var > 0).then(cov / var).alias("exponent"),
+        )
+        .with_columns(
+            pl.when(pl.col("n_contexts") > 1).then(pl.col("t_to_s") / pl.col("t_from_s")).alias("growth")
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Crossover:
     """Where two engines' batch times meet, with the assumption that locates it."""
@@ -276,6 +306,8 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
     """
     measured = runs.filter(pl.col("source") == "measured")
     keys = ["experiment", "hardware", "engine", "mem_util", "context_label"]
+    if "context_tokens" in measured.columns:  # sorts contexts by size (labels sort "200K" before "64K")
+        keys.insert(4, "context_tokens")
     per_run_attempts = attempts.group_by("run_id").agg(
         pl.len().alias("n_attempts"),
         (pl.col("status") == "failed").sum().alias("failed_attempts"),
@@ -298,7 +330,7 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
             ),
             pl.col("ttft_mean_ms").filter(ok).mean().alias("ttft_mean_ms"),
             pl.col("e2e_mean_ms").filter(ok).mean().alias("e2e_mean_ms"),
-            pl.col("server_preemptions").sum().alias("preemptions"),
+            _sum_reported("server_preemptions").alias("preemptions"),  # null (sglang-jax: no /metrics), never 0
         )
         .sort(keys)
     )
@@ -313,6 +345,33 @@ def failure_causes(attempts: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
         .group_by(*keys, "failure_cause")
         .agg(pl.len().alias("failed_attempts"))
         .sort(*keys, "failure_cause")
+    )
+
+
+def memory_comparison(stats: pl.DataFrame, low: float | None = None, high: float | None = None) -> pl.DataFrame:
+    """Per experiment, engine and context measured at both settings: ``high`` against ``low``.
+
+    ``stats`` is :func:`memory_study`'s frame; ``low``/``high`` default to its smallest and largest
+    ``mem_util``. ``time_ratio`` = mean batch time at ``high`` / at ``low`` (< 1: the higher setting
+    finished sooner; null when either setting has no successful run). Empty with fewer than two settings.
+    """
+    keys = ["experiment", "hardware", "engine", *(["context_tokens"] if "context_tokens" in stats.columns else []),
+            "context_label"]
+    cols = ["runs", "runs_ok", "runs_failed", "retries", "batch_time_mean_s", "preemptions"]
+    low = stats["mem_util"].min() if low is None else low
+    high = stats["mem_util"].max() if high is None else high
+    if low is None or high is None or low == high:
+        return pl.DataFrame(schema={**{k: stats.schema[k] for k in keys}, "mem_low": pl.Float64, "mem_high": pl.Float64,
+                                    **{f"{c}_{s}": stats.schema[c] for s in ("low", "high") for c in cols},
+                                    "time_ratio": pl.Float64})
+    lo = stats.filter(pl.col("mem_util") == low).select(*keys, *[pl.col(c).alias(f"{c}_low") for c in cols])
+    hi = stats.filter(pl.col("mem_util") == high).select(*keys, *[pl.col(c).alias(f"{c}_high") for c in cols])
+    return (
+        lo.join(hi, on=keys, how="inner")
+        .with_columns(pl.lit(low).alias("mem_low"), pl.lit(high).alias("mem_high"),
+                      (pl.col("batch_time_mean_s_high") / pl.col("batch_time_mean_s_low")).alias("time_ratio"))
+        .select(*keys, "mem_low", "mem_high", *[f"{c}_{s}" for s in ("low", "high") for c in cols], "time_ratio")
+        .sort(keys)
     )
 
 
@@ -338,18 +397,38 @@ def cache_hit_rate() -> pl.Expr:
     return (hits / pl.col("served_prompt_tokens")).alias("cache_hit_rate")
 
 
-def prefix_sharing(runs: pl.DataFrame) -> pl.DataFrame:
+def hit_source() -> pl.Expr:
+    """Which count :func:`cache_hit_rate` read, per run: the engine's own, never a 0 for 'not reported'.
+
+    "server counter" (the /metrics prefix-cache hit delta: vLLM), "usage cached_tokens" (per-request
+    ``usage.prompt_tokens_details.cached_tokens``: sglang-jax, which serves no /metrics), or null.
+    """
+    return (pl.when(pl.col("server_prefix_cache_hits").is_not_null()).then(pl.lit("server counter"))
+            .when(pl.col("cached_prompt_tokens").is_not_null()).then(pl.lit("usage cached_tokens"))
+            .otherwise(None).alias("hit_source"))
+
+
+def _sum_reported(col: str) -> pl.Expr:
+    """Sum of a counter over a group; null (not 0) when no row of the group reported it."""
+    return pl.when(pl.col(col).is_not_null().any()).then(pl.col(col).sum()).otherwise(None)
+
+
+def prefix_sharing(runs: pl.DataFrame, block_tokens: int = 128) -> pl.DataFrame:
     """Per engine configuration and shared fraction: cache-hit rate, TTFT, batch time and throughput.
 
     ``shared_fraction`` = shared prefix tokens / prompt tokens of the run (as built, rounded to
     0.001). ``ideal_hit_rate`` = shared_fraction x (n - 1) / n: every request but the first could
-    reuse the whole prefix (a block-granular cache gets a little less). Repeats are folded by their
+    reuse the whole prefix (a token-exact cache such as SGLang's radix tree, page size 1);
+    ``block_ideal_hit_rate`` the same with the prefix rounded down to whole ``block_tokens`` blocks
+    (vLLM's paged cache: 128-token blocks on its CPU backend). ``hit_source`` names the count the
+    hit rate comes from (:func:`hit_source`). Repeats are folded by their
     median (one run disturbed by other load on the host does not move the point); the ``*_std_*``
     columns keep their spread.
     """
     m = _measured(runs, "shared_prefix").with_columns(
         (pl.col("shared_prefix_tokens") / pl.col("prompt_tokens")).round(3).alias("shared_fraction"),
         cache_hit_rate(),
+        hit_source(),
         (pl.col("requests_ok") + pl.col("requests_failed")).alias("requests"),
         (pl.col("served_prompt_tokens") / pl.col("batch_time_s")).alias("prompt_tokens_per_s"),
         (pl.col("served_output_tokens") / pl.col("batch_time_s")).alias("output_tokens_per_s"),
@@ -359,6 +438,7 @@ def prefix_sharing(runs: pl.DataFrame) -> pl.DataFrame:
         .agg(
             pl.len().alias("n_runs"),
             pl.col("cache_hit_rate").median(),
+            pl.col("hit_source").drop_nulls().first(),
             pl.col("ttft_mean_ms").median(),
             pl.col("ttft_mean_ms").std().alias("ttft_std_ms"),
             pl.col("ttft_p99_ms").median(),
@@ -370,7 +450,11 @@ def prefix_sharing(runs: pl.DataFrame) -> pl.DataFrame:
             pl.col("prompt_tokens").first(),
             pl.col("shared_prefix_tokens").first(),
         )
-        .with_columns((pl.col("shared_fraction") * (pl.col("requests") - 1) / pl.col("requests")).alias("ideal_hit_rate"))
+        .with_columns(
+            (pl.col("shared_fraction") * (pl.col("requests") - 1) / pl.col("requests")).alias("ideal_hit_rate"),
+            ((pl.col("shared_prefix_tokens") // block_tokens) * block_tokens * (pl.col("requests") - 1)
+             / (pl.col("requests") * pl.col("prompt_tokens"))).alias("block_ideal_hit_rate"),
+        )
         .sort([*STUDY_KEYS, "shared_fraction"], nulls_last=True)
     )
 
@@ -407,11 +491,14 @@ class Threshold:
     slope_above: float | None  # ... fitted from ``at`` up
     step_at: float | None  # jump in gain across ``at`` beyond what the slope below predicts
     r2_linear: float | None  # R² of one straight line through all points
-    verdict: str  # "no data" | "smooth" | "threshold"
+    verdict: str  # "no data" | "smooth" | "threshold" | "inconclusive"
     #: smallest measured fraction from which every larger measured fraction saves time (> 0)
     break_even: float | None = None
     #: measured fractions where the cache cost time (gain < 0), with their gain
     losses: tuple[tuple[float, float], ...] = ()
+    #: the gain measured at shared fraction 0, where the cache has nothing to reuse: a difference between the
+    #: cache-on and cache-off runs that reuse cannot explain (None when fraction 0 was not measured)
+    gain_at_zero: float | None = None
 
 
 def _fit(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
@@ -433,7 +520,9 @@ def sharing_threshold(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.1
     A threshold shows as a gain that stays small below ``at`` and jumps at it: slope above much
     steeper than below (ratio > 2) or a step across ``at`` larger than the spread of the line.
     A straight line through every point (R² >= 0.9) with similar slopes is "smooth": the gain
-    grows with the fraction and no particular fraction is special.
+    grows with the fraction and no particular fraction is special. "inconclusive": at shared
+    fraction 0, where nothing can be reused, the cache-on runs already differ from the cache-off
+    runs by ``min_gain`` or more, so differences that size are not the cache's doing.
     """
     g = gain.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction")
     if g.height < 3:
@@ -457,6 +546,9 @@ def sharing_threshold(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.1
     steep = s_lo is not None and s_hi is not None and s_hi > 2 * max(s_lo, 1e-9) and s_hi > 0
     jump = step is not None and step > max(2 * resid, min_gain)
     verdict = "threshold" if (steep or jump) else "smooth"
+    gain_at_zero = next((v for f, v in zip(x, y) if f == 0), None)
+    if gain_at_zero is not None and abs(gain_at_zero) >= min_gain:
+        verdict = "inconclusive"
     break_even = None
     for f, v in sorted(zip(x, y), reverse=True):
         if v <= 0:
@@ -464,7 +556,7 @@ def sharing_threshold(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.1
         break_even = f
     losses = tuple((f, v) for f, v in zip(x, y) if v < 0 and f > 0)  # at 0 there is nothing to reuse
     return Threshold(at, min_gain, min(reached) if reached else None, s_lo, s_hi, step, r2, verdict,
-                     break_even, losses)
+                     break_even, losses, gain_at_zero)
 
 
 def sharing_thresholds(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.10) -> dict[str, Threshold]:
@@ -477,7 +569,9 @@ def multi_turn_by_turn(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFra
     """Per engine configuration and turn: prompt length, cached tokens and TTFT (mean over conversations).
 
     The turn of a request is the rank of its prompt length within its run (every conversation's
-    turn k has the same length in kvlab's multi_turn workload).
+    turn k has the same length in kvlab's multi_turn workload). ``cached_share`` counts only the
+    requests that reported a cached-token count (``cached_reported`` of ``requests``); null, never 0,
+    when none did.
     """
     m = _measured(runs, "multi_turn").select("run_id", *STUDY_KEYS)
     r = requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok").with_columns(
@@ -489,7 +583,9 @@ def multi_turn_by_turn(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFra
             pl.len().alias("requests"),
             pl.col("prompt_tokens").mean(),
             pl.col("cached_tokens").mean(),
-            (pl.col("cached_tokens").sum() / pl.col("prompt_tokens").sum()).alias("cached_share"),
+            pl.col("cached_tokens").is_not_null().sum().alias("cached_reported"),
+            (_sum_reported("cached_tokens")
+             / pl.col("prompt_tokens").filter(pl.col("cached_tokens").is_not_null()).sum()).alias("cached_share"),
             pl.col("ttft_ms").mean().alias("ttft_mean_ms"),
         )
         .sort([*STUDY_KEYS, "turn"])
@@ -500,7 +596,8 @@ def concurrency_study(runs: pl.DataFrame, mode: str = "classification") -> pl.Da
     """Per engine configuration and requests in flight: every request accounted for, throughput, latency.
 
     ``requests_sent`` = ok + failed (a request is never dropped from either count); throughput
-    counts successful requests only.
+    counts successful requests only. ``preemptions`` is null where the engine serves no counter
+    (sglang-jax has no /metrics), not 0.
     """
     m = runs.filter((pl.col("source") == "measured") & (pl.col("mode") == mode)).with_columns(
         (pl.col("requests_ok") + pl.col("requests_failed")).alias("requests_sent"),
@@ -520,7 +617,7 @@ def concurrency_study(runs: pl.DataFrame, mode: str = "classification") -> pl.Da
             pl.col("ttft_mean_ms").mean(),
             pl.col("ttft_p99_ms").mean(),
             pl.col("e2e_mean_ms").mean(),
-            pl.col("server_preemptions").sum().alias("preemptions"),
+            _sum_reported("server_preemptions").alias("preemptions"),
         )
         .sort([*STUDY_KEYS, "in_flight"])
     )

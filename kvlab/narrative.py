@@ -7,6 +7,45 @@ import polars as pl
 from kvlab.analysis import DECAY_DEFINITIONS, Crossover
 
 
+#: What a reader must know about a measured engine whose name could be misread.
+ENGINE_NOTES: dict[str, str] = {
+    "sglang-jax": ("SGLang's JAX runtime (`sgl_jax`) on JAX's CPU backend, **not PyTorch SGLang** (the engine the "
+                   "article measured): its kernels and speed differ, so its results are labelled sglang-jax and "
+                   "never stand for sglang"),
+}
+
+
+def measured_engines_note(runs: pl.DataFrame) -> str:
+    """Which engines the measured rows hold, with what each one is (said once per report)."""
+    from kvlab.engines import ENGINE_LABELS, ENGINE_NAMES
+
+    m = runs.filter(pl.col("source") == "measured")
+    if m.is_empty():
+        return ""
+    engines = sorted(m["engine"].unique().to_list(),
+                     key=lambda e: (ENGINE_NAMES.index(e) if e in ENGINE_NAMES else len(ENGINE_NAMES), e))
+    hw = ", ".join(m["hardware"].unique(maintain_order=True).to_list())
+    parts = [f"{e} = {ENGINE_LABELS.get(e, e)}" + (f": {ENGINE_NOTES[e]}" if e in ENGINE_NOTES else "")
+             for e in engines]
+    return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
+
+
+def unavailable_counters(runs: pl.DataFrame) -> str:
+    """Engines whose server counters (``server_*`` columns) are null in every measured run: not available, not 0."""
+    m = runs.filter(pl.col("source") == "measured")
+    cols = [c for c in m.columns if c.startswith("server_")]
+    lines = []
+    for (engine,), g in m.group_by(["engine"], maintain_order=True):
+        missing = [c for c in cols if g[c].null_count() == g.height]
+        if len(missing) == len(cols):
+            lines.append(f"- {engine} reported no server counters (all {len(cols)} `server_*` columns null in its "
+                         f"{g.height} runs): they are shown empty (not available), never as 0.")
+        elif missing:
+            lines.append(f"- {engine} did not report {', '.join(missing)} (null in its {g.height} runs): shown empty "
+                         "(not available), never as 0.")
+    return "\n".join(lines)
+
+
 def _fmt_tokens(c: float) -> str:
     return f"{c:,.0f} tokens (≈{c / 1024:.0f}K)"
 
@@ -54,6 +93,40 @@ def decay_sentences(decay: pl.DataFrame, label: str) -> str:
     return "\n".join(lines)
 
 
+def decay_comparison(decay: pl.DataFrame, label: str) -> str:
+    """Which engine's throughput holds up best between the two contexts (two or more engines)."""
+    if decay["engine"].n_unique() < 2:
+        return ""
+    lines = []
+    for _, g in decay.group_by(["source", "experiment", "hardware"], maintain_order=True):
+        g = g.sort("batch_time_ratio")
+        best, worst = g.row(0, named=True), g.row(-1, named=True)
+        if best["batch_time_ratio"] == worst["batch_time_ratio"]:
+            lines.append(f"- {label}: every engine's batch time grows {best['batch_time_ratio']:.2f}× from "
+                         f"{best['context_from']} to {best['context_to']}.")
+            continue
+        lines.append(
+            f"- {label}: from {best['context_from']} to {best['context_to']}, {best['engine']}'s throughput holds up "
+            f"best (batch time **{best['batch_time_ratio']:.2f}×**) and {worst['engine']}'s falls most "
+            f"(**{worst['batch_time_ratio']:.2f}×**)."
+        )
+    return "\n".join(lines)
+
+
+def growth_sentences(growth: pl.DataFrame, label: str) -> str:
+    """'vllm: batch time grows 2.50× from 2,048 to 6,400 tokens, about C^0.81' per engine."""
+    lines = []
+    for r in growth.filter(pl.col("growth").is_not_null()).iter_rows(named=True):
+        k = r["exponent"]
+        shape = "faster than linear" if k > 1.05 else "slower than linear" if k < 0.95 else "about linear"
+        lines.append(
+            f"- {label}, {r['engine']}: batch time grows **{r['growth']:.2f}×** from {r['c_from']:,} to {r['c_to']:,} "
+            f"tokens ({r['context_from']} to {r['context_to']}, {r['n_contexts']} contexts), "
+            f"T ∝ C^{k:.2f} ({shape} in context)."
+        )
+    return "\n".join(lines) or f"*{label}: no engine has runs at two contexts.*"
+
+
 def consistency_sentences(verdicts: pl.DataFrame) -> str:
     lines = []
     for r in verdicts.iter_rows(named=True):
@@ -82,13 +155,56 @@ def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
         time_txt = "no successful run" if mean is None else (
             f"batch time {mean:.3g} s" + (f" ± {std:.2g} s (CV {r['batch_time_cv']:.1%})" if std is not None else "")
         )
-        ttft = "" if r["ttft_mean_ms"] is None else f", mean TTFT {r['ttft_mean_ms']:.4g} ms"
+        t_ms = r["ttft_mean_ms"]
+        ttft = "" if t_ms is None else f", mean TTFT {t_ms:,.0f} ms" if t_ms >= 1000 else f", mean TTFT {t_ms:.4g} ms"
+        pre = r.get("preemptions")
+        pre_txt = "; preemptions not available" if pre is None else f"; {pre} preemption{'' if pre == 1 else 's'}"
         lines.append(
             f"- {r['experiment']}: {r['engine']} at **{r['mem_util']:g}**, {r['context_label']}: "
             f"{r['runs_ok']}/{r['runs']} runs succeeded "
             f"with **{r['retries']} retr{'y' if r['retries'] == 1 else 'ies'}**"
-            f"{' (' + why + ')' if why else ''}; {time_txt}{ttft}."
+            f"{' (' + why + ')' if why else ''}; {time_txt}{ttft}{pre_txt}."
         )
+    return "\n".join(lines)
+
+
+def memory_conclusion(cmp: pl.DataFrame, tolerance: float = 0.05) -> str:
+    """The memory study's conclusion per engine: the higher setting against the lower, where both were measured.
+
+    ``cmp`` is :func:`kvlab.analysis.memory_comparison`'s frame. A batch-time ratio within
+    ``tolerance`` of 1 counts as unchanged.
+    """
+    if cmp.is_empty():
+        return "*No engine was measured at both memory settings at the same context.*"
+
+    def count(n: int, word: str, where: list[str]) -> str:
+        plural = {"retry": "retries", "failed run": "failed runs"}[word]
+        return f"{n} {word if n == 1 else plural}" + (f" (at {', '.join(where)})" if n else "")
+
+    lines = ["### Conclusion (measured)"]
+    for (exp, engine), g in cmp.group_by(["experiment", "engine"], maintain_order=True):
+        lo, hi = g["mem_low"][0], g["mem_high"][0]
+        times = []
+        for r in g.iter_rows(named=True):
+            ratio = r["time_ratio"]
+            if ratio is None:
+                times.append(f"{r['context_label']} not comparable (no successful run at one setting)")
+                continue
+            verb = ("about the same" if abs(ratio - 1) <= tolerance
+                    else f"{1 - ratio:.0%} less" if ratio < 1 else f"{ratio - 1:.0%} more")
+            times.append(f"{r['context_label']} {verb} ({r['batch_time_mean_s_high']:.3g} s vs "
+                         f"{r['batch_time_mean_s_low']:.3g} s, {ratio:.2f}×)")
+        where = {k: [r["context_label"] for r in g.iter_rows(named=True) if r[k]]
+                 for k in ("retries_high", "retries_low", "runs_failed_high", "runs_failed_low")}
+        retries_hi, retries_lo = g["retries_high"].sum(), g["retries_low"].sum()
+        failed_hi, failed_lo = g["runs_failed_high"].sum(), g["runs_failed_low"].sum()
+        verdict = (f"**no retries** at {hi:g} or {lo:g}" if retries_hi == retries_lo == 0
+                   else f"{hi:g} caused **{count(retries_hi, 'retry', where['retries_high'])}** against "
+                        f"{count(retries_lo, 'retry', where['retries_low'])} at {lo:g}")
+        if failed_hi or failed_lo:
+            verdict += (f"; {count(failed_hi, 'failed run', where['runs_failed_high'])} at {hi:g} against "
+                        f"{count(failed_lo, 'failed run', where['runs_failed_low'])} at {lo:g}")
+        lines.append(f"- {exp}, **{engine}**: {verdict}; batch time at {hi:g} against {lo:g}: " + ", ".join(times) + ".")
     return "\n".join(lines)
 
 
@@ -162,7 +278,8 @@ def growth_comparison(measured: pl.DataFrame, published: pl.DataFrame) -> str:
     lines = []
     for r in measured.iter_rows(named=True):
         ref = pub.get(r["engine"])
-        cmp = f"; the article's {r['engine']} grew {ref:.2f}×" if ref is not None else ""
+        cmp = (f"; the article's {r['engine']} grew {ref:.2f}×" if ref is not None
+               else f"; the article has no {r['engine']} figure" if pub else "")
         lines.append(f"- measured ({r['hardware']}): {r['engine']} batch time grows **{r['batch_time_ratio']:.2f}×** "
                      f"from {r['context_from']} to {r['context_to']} (scaled contexts){cmp}.")
     return "\n".join(lines)

@@ -10,11 +10,40 @@ from __future__ import annotations
 import polars as pl
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
-from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
+from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD, engine_label
 
-ENGINE_COLORS = {"vllm": "#3b75af", "sglang": "#e1812c"}
+#: One colour per engine in every report; sglang-jax (SGLang's JAX runtime) is SGLang's family, a darker shade.
+ENGINE_COLORS = {"vllm": "#3b75af", "sglang": "#e1812c", "sglang-jax": "#a0461a"}
 sns.set_theme(style="whitegrid", context="notebook")
+
+
+def _num(v: float) -> str:
+    """A value for a label: 3 significant digits, but whole numbers from 1,000 up (1,260 rather than 1.26e+03)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def _log_if_wide(ax, values, ylabel: str, spread: float = 20.0) -> None:
+    """Log y axis (and say so in the label) when positive ``values`` span more than ``spread``×, so a small
+    engine's bars or points stay visible beside a slow one's; linear from 0 otherwise."""
+    v = [x for x in values if x is not None and x > 0]
+    if v and max(v) / min(v) > spread:
+        ax.set_yscale("log")
+        ax.set_ylim(min(v) / 1.5, max(v) * 2)  # room for the labels above the tallest bar
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _num(y)))
+        ax.set_ylabel(f"{ylabel} (log scale)")
+    else:
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+
+
+def _relabel_engine_legend(ax) -> None:
+    """Replace engine names in a seaborn legend by :func:`engine_label`."""
+    legend = ax.get_legend()
+    if legend is not None:
+        for text in legend.get_texts():
+            text.set_text(engine_label(text.get_text()))
 
 
 def source_label(source: str, experiment: str, hardware: str, scale_factor: float | None = None) -> str:
@@ -59,7 +88,9 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
                     palette=ENGINE_COLORS, saturation=1, ax=ax)
         for container in ax.containers:
             ax.bar_label(container, fmt="%.3g", padding=2, fontsize=9)
-        ax.set(title=title, xlabel="context", ylabel="batch time (s)")
+        ax.set(title=title, xlabel="context")
+        _log_if_wide(ax, pdf["batch_time_s"].tolist(), "batch time (s)")
+        _relabel_engine_legend(ax)
     return _finish(fig, axes, legend_size=None)
 
 
@@ -68,13 +99,26 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
     panels = _panels(tp.filter(pl.col(y).is_not_null()).sort("context_tokens"))
     fig, axes = _subplots(len(panels))
     for ax, (title, part) in zip(axes, panels):
-        for engine, g in part.group_by("engine", maintain_order=True):
-            e = engine[0]
-            ax.plot(g["context_tokens"], g[y], marker="o", color=ENGINE_COLORS.get(e), label=e)
-            for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):
-                ax.annotate(f"{lab}: {v:.3g}", (c, v), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        present = part["engine"].unique(maintain_order=True).to_list()
+        ordered = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+        for i, e in enumerate(ordered):
+            g = part.filter(pl.col("engine") == e)
+            color = ENGINE_COLORS.get(e)
+            ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
+            for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
+                ax.annotate(f"{lab}: {_num(v)}", (c, v), textcoords="offset points",
+                            xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        contexts = sorted(part["context_tokens"].unique().to_list())
+        ax.set_xticks(contexts, [f"{c:,}" for c in contexts], minor=False)
+        ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
+        lo, hi = ax.get_ylim()
+        if hi / lo < 10:  # less than a decade: label the minor ticks too, else there is at most one label
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: _num(v)))
+            ax.tick_params(axis="y", which="minor", labelsize=7)
         ax.set(title=title, xlabel="context (tokens, log scale)", ylabel=ylabel or y)
         ax.title.set_fontsize(10)
         ax.legend()
@@ -108,26 +152,49 @@ def claims_vs_table(check: pl.DataFrame) -> Figure:
 
 
 def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
-    """Left: retries and failed runs per memory setting; right: batch time per setting (every run)."""
-    fig = Figure(figsize=(11, 4))
-    ax1, ax2 = fig.subplots(1, 2)
+    """Per context @ memory setting, one colour per engine: left, retries (solid) and failed runs (hatched);
+    right, the batch time of every successful run."""
+    from matplotlib.patches import Patch
+
     several = stats["experiment"].n_unique() > 1
-    label = (pl.format("{}\n{} @ {}", "experiment", "engine", "mem_util") if several
-             else pl.format("{} @ {}", "engine", "mem_util"))
-    s = stats.with_columns(label.alias("setting")).to_pandas()
-    long = s.melt(id_vars=["setting", "context_label"], value_vars=["retries", "runs_failed"],
-                  var_name="count", value_name="n")
-    sns.barplot(long, x="setting", y="n", hue="count", ax=ax1, errorbar=None)
-    for container in ax1.containers:
-        ax1.bar_label(container, fmt="%d", padding=2)
-    ax1.set(title="measured: retries and failed runs", xlabel="engine @ memory setting", ylabel="count",
-            ylim=(0, max(1, int(long["n"].max() or 0)) * 1.2))
-    ok = runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok")).with_columns(label.alias("setting"))
+    label = (pl.format("{}\n{} @ {}", "experiment", "context_label", "mem_util") if several
+             else pl.format("{}\n@ {}", "context_label", "mem_util"))
+    n_settings = stats.select("experiment", "context_label", "mem_util").n_unique()
+    fig = Figure(figsize=(max(12.0, 1.6 * n_settings), 4.6))
+    ax1, ax2 = fig.subplots(1, 2)
+    if "context_tokens" not in stats.columns:
+        tokens = runs.select("experiment", "context_label", "context_tokens").unique(["experiment", "context_label"])
+        stats = stats.join(tokens, on=["experiment", "context_label"], how="left")
+    s = stats.with_columns(label.alias("setting")).sort("experiment", "context_tokens", "mem_util", nulls_last=True)
+    order = s["setting"].unique(maintain_order=True).to_list()
+    present = s["engine"].unique(maintain_order=True).to_list()
+    engines = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+    width = 0.8 / (2 * len(engines))
+    for j, engine in enumerate(engines):
+        g = s.filter(pl.col("engine") == engine)
+        x = [order.index(v) - 0.4 + 2 * j * width for v in g["setting"]]
+        color = ENGINE_COLORS.get(engine, "#777777")
+        for k, (col, hatch) in enumerate((("retries", ""), ("runs_failed", "//"))):
+            bars = ax1.bar([v + (k + 0.5) * width for v in x], g[col].to_list(), width, color=color,
+                           hatch=hatch, edgecolor="white", alpha=1 if k == 0 else 0.6)
+            ax1.bar_label(bars, labels=[f"{int(v)}" if v else "" for v in g[col]], padding=2, fontsize=8, color=color)
+    top = max(1, int(s.select(pl.max_horizontal(pl.col("retries").max(), pl.col("runs_failed").max())).item() or 0))
+    ax1.set_xticks(range(len(order)), order)
+    ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.set(title="measured: retries (solid) and failed runs (hatched); no bar = 0", xlabel="context @ memory setting",
+            ylabel="count", ylim=(0, top * 1.25))
+    handles = [Patch(color=ENGINE_COLORS.get(e, "#777777"), label=engine_label(e)) for e in engines]
+    handles.append(Patch(facecolor="white", hatch="//", edgecolor="#555555", label="failed runs"))
+    ax1.legend(handles=handles, fontsize=8)
+    ok = (runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok"))
+          .with_columns(label.alias("setting")))
     if ok.height:
-        sns.stripplot(ok.to_pandas(), x="setting", y="batch_time_s", hue="context_label", ax=ax2,
+        sns.stripplot(ok.to_pandas(), x="setting", y="batch_time_s", hue="engine", order=order,
+                      hue_order=[e for e in engines if e in set(ok["engine"])], palette=ENGINE_COLORS, ax=ax2,
                       dodge=True, size=7, jitter=0.15)
-    ax2.set(title="measured: batch time of every successful run", xlabel="engine @ memory setting",
-            ylabel="batch time (s)")
+        _relabel_engine_legend(ax2)
+    ax2.set(title="measured: batch time of every successful run", xlabel="context @ memory setting")
+    _log_if_wide(ax2, ok["batch_time_s"].to_list(), "batch time (s)")
     for ax in (ax1, ax2):
         ax.title.set_fontsize(10)
         ax.tick_params(axis="x", labelsize=8 if several else 10)
@@ -148,32 +215,51 @@ CACHE_STYLES = {True: "-", False: "--"}  # line style by prefix caching on / off
 
 
 def _config_label(engine: str, caching) -> str:
-    return f"{engine}, prefix cache {'on' if caching else 'off'}"
+    return f"{engine_label(engine)}, prefix cache {'on' if caching else 'off'}"
 
 
-def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD) -> Figure:
-    """Cache-hit rate, mean TTFT and prompt throughput against the shared fraction, per engine and cache setting."""
-    fig = Figure(figsize=(15, 4.2))
+def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
+                          block_tokens: int = 128) -> Figure:
+    """Cache-hit rate, mean TTFT and median batch time against the shared fraction, per engine and cache setting.
+
+    Solid lines: prefix cache on; dashed: off. A configuration whose hit count is not available draws no hit-rate
+    line (never a line at 0). TTFT and batch time are on log axes when the engines differ by more than 10×.
+    """
+    fig = Figure(figsize=(16, 5.4))
     axes = fig.subplots(1, 3)
     panels = [("cache_hit_rate", "prompt tokens from the prefix cache (share)"), ("ttft_mean_ms", "mean TTFT (ms)"),
-              ("prompt_tokens_per_s", "prompt tokens / s")]
+              ("batch_time_s", "median batch time (s)")]
     hw = ", ".join(sharing["hardware"].unique().to_list())
     for ax, (col, label) in zip(axes, panels):
         for (engine, caching), g in sharing.sort("shared_fraction").group_by(["engine", "prefix_caching"], maintain_order=True):
             ax.plot(g["shared_fraction"], g[col], marker="o", linestyle=CACHE_STYLES.get(caching, "-"),
                     color=ENGINE_COLORS.get(engine), label=_config_label(engine, caching))
         if col == "cache_hit_rate":
-            ideal = sharing.select("shared_fraction", "ideal_hit_rate").unique().sort("shared_fraction")
+            ideal = sharing.group_by("shared_fraction").agg(pl.col("ideal_hit_rate", "block_ideal_hit_rate").first()
+                                                            if "block_ideal_hit_rate" in sharing.columns else
+                                                            pl.col("ideal_hit_rate").first()).sort("shared_fraction")
             ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], color="#888888", linestyle=":",
-                    label="ideal: whole prefix reused after the first request")
+                    label="ideal, token-exact: whole prefix reused after the first request")
+            if "block_ideal_hit_rate" in ideal.columns:
+                ax.plot(ideal["shared_fraction"], ideal["block_ideal_hit_rate"], color="#bbbbbb", linestyle="-.",
+                        label=f"ideal in whole {block_tokens}-token blocks (vLLM)")
+        elif sharing[col].drop_nulls().len() and sharing[col].max() > 10 * sharing[col].min():
+            ax.set_yscale("log")
         ax.axvline(threshold, color="#aa3333", linewidth=1, alpha=0.6)
         ax.annotate(f"tree threshold {threshold:.0%}", (threshold, 0.98), xycoords=("data", "axes fraction"),
                     fontsize=8, color="#aa3333", ha="left", va="top", xytext=(3, 0), textcoords="offset points")
         ax.set(xlabel="shared fraction of each prompt", ylabel=label, title=f"measured: {label}")
         ax.title.set_fontsize(10)
-    axes[0].legend(fontsize=8)
     fig.suptitle(f"measured on {hw}", fontsize=10)
-    fig.tight_layout()
+    return _legend_below(fig, axes[0], ncol=3)
+
+
+def _legend_below(fig: Figure, ax, ncol: int) -> Figure:
+    """One legend for every panel, under the panels, so no line is hidden behind it."""
+    handles, labels = ax.get_legend_handles_labels()
+    rows = -(-len(labels) // ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
     return fig
 
 
@@ -182,10 +268,10 @@ def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
     fig = Figure(figsize=(7, 4.2))
     ax = fig.subplots()
     for engine, g in gain.sort("shared_fraction").group_by("engine", maintain_order=True):
-        c = ENGINE_COLORS.get(engine[0])
-        ax.plot(g["shared_fraction"], g["batch_speedup"], marker="o", color=c, label=f"{engine[0]}: batch time off/on")
+        c, name = ENGINE_COLORS.get(engine[0]), engine_label(engine[0])
+        ax.plot(g["shared_fraction"], g["batch_speedup"], marker="o", color=c, label=f"{name}: batch time off/on")
         ax.plot(g["shared_fraction"], g["ttft_speedup"], marker="s", linestyle="--", color=c, alpha=0.7,
-                label=f"{engine[0]}: mean TTFT off/on")
+                label=f"{name}: mean TTFT off/on")
     ax.axhline(1, color="#444444", linewidth=0.8)
     ax.axhline(1 / (1 - min_gain), color="#888888", linewidth=0.8, linestyle=":",
                label=f"{min_gain:.0%} of batch time saved")
@@ -197,7 +283,7 @@ def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
 
 def multi_turn_figure(by_turn: pl.DataFrame) -> Figure:
     """Per turn: prompt tokens served from the cache, and mean TTFT, with the prefix cache on and off."""
-    fig = Figure(figsize=(11, 4))
+    fig = Figure(figsize=(11, 4.8))
     axes = fig.subplots(1, 2)
     for (engine, caching), g in by_turn.sort("turn").group_by(["engine", "prefix_caching"], maintain_order=True):
         style = dict(marker="o", linestyle=CACHE_STYLES.get(caching, "-"), color=ENGINE_COLORS.get(engine),
@@ -208,8 +294,14 @@ def multi_turn_figure(by_turn: pl.DataFrame) -> Figure:
         lengths = by_turn.group_by("turn").agg(pl.col("prompt_tokens").mean()).sort("turn")
         axes[0].plot(lengths["turn"], lengths["prompt_tokens"], color="#888888", linestyle=":", label="prompt length")
     axes[0].set(xlabel="turn", ylabel="tokens per request", title="measured: prompt tokens served from the cache")
+    ttft = by_turn["ttft_mean_ms"].drop_nulls() if by_turn.height else by_turn
+    if len(ttft) and ttft.min() > 0 and ttft.max() > 10 * ttft.min():  # engines an order of magnitude apart
+        axes[1].set_yscale("log")
     axes[1].set(xlabel="turn", ylabel="mean TTFT (ms)", title="measured: time to first token by turn")
-    return _finish(fig, axes)
+    for ax in axes:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.title.set_fontsize(10)
+    return _legend_below(fig, axes[0], ncol=3)
 
 
 def concurrency_figure(conc: pl.DataFrame) -> Figure:
@@ -217,12 +309,20 @@ def concurrency_figure(conc: pl.DataFrame) -> Figure:
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
     for engine, g in conc.sort("in_flight").group_by("engine", maintain_order=True):
-        c = ENGINE_COLORS.get(engine[0])
-        axes[0].plot(g["in_flight"], g["requests_per_s"], marker="o", color=c, label=engine[0])
+        c, name = ENGINE_COLORS.get(engine[0]), engine_label(engine[0])
+        axes[0].plot(g["in_flight"], g["requests_per_s"], marker="o", color=c, label=name)
         for x, y, ok, sent in zip(g["in_flight"], g["requests_per_s"], g["requests_ok"], g["requests_sent"]):
             axes[0].annotate(f"{ok}/{sent}", (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
-        axes[1].plot(g["in_flight"], g["ttft_mean_ms"], marker="o", color=c, label=f"{engine[0]} mean")
-        axes[1].plot(g["in_flight"], g["ttft_p99_ms"], marker="^", linestyle="--", color=c, label=f"{engine[0]} p99")
+        axes[1].plot(g["in_flight"], g["ttft_mean_ms"], marker="o", color=c, label=f"{name} mean")
+        axes[1].plot(g["in_flight"], g["ttft_p99_ms"], marker="^", linestyle="--", color=c, label=f"{name} p99")
+    for ax, cols in zip(axes, (["requests_per_s"], ["ttft_mean_ms", "ttft_p99_ms"])):
+        vals = conc.select(pl.min_horizontal(*[pl.col(c).min() for c in cols]).alias("lo"),
+                           pl.max_horizontal(*[pl.col(c).max() for c in cols]).alias("hi")).row(0) if conc.height else (None, None)
+        if vals[0] and vals[1] and vals[1] > 10 * vals[0]:  # engines an order of magnitude apart: log scale
+            ax.set_yscale("log")
+    if conc.height:
+        for ax in axes:
+            ax.set_xticks(sorted(conc["in_flight"].unique().to_list()))
     axes[0].set(xlabel="requests in flight", ylabel="completed requests / s",
                 title="measured: throughput (labels: completed/sent)")
     axes[1].set(xlabel="requests in flight", ylabel="TTFT (ms)", title="measured: time to first token")

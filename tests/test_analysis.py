@@ -107,3 +107,62 @@ def test_memory_study_counts_retries_and_causes():
     assert dict(causes.select("failure_cause", "failed_attempts").iter_rows()) == {
         "kv_cache_too_small": 2, "runtime_oom": 3,
     }
+
+
+def _two_engines(times: dict[tuple[str, int], float]) -> pl.DataFrame:
+    """Measured fixed-batch runs, one per (engine, context tokens) -> batch time."""
+    rows = [{"source": "measured", "experiment": "e", "hardware": "CPU", "engine": e, "context_tokens": c,
+             "context_label": f"{c * 32 // 1024}K", "status": "ok", "batch_time_s": t, "batch_size": 4,
+             "output_tokens": 64, "prompt_tokens": c - 64, "scale_factor": 32.0} for (e, c), t in times.items()]
+    return pl.DataFrame(rows)
+
+
+def test_relative_speed_and_crossover_between_measured_engines():
+    runs = _two_engines({("vllm", 2048): 2.0, ("vllm", 6400): 8.0,
+                         ("sglang-jax", 2048): 4.0, ("sglang-jax", 6400): 6.0})
+    rel = analysis.relative_speed(runs, "vllm", "sglang-jax")
+    assert rel.select("context_label", "vllm_s", "sglang-jax_s", "faster", "speedup").rows() == [
+        ("64K", 2.0, 4.0, "vllm", 2.0), ("200K", 8.0, 6.0, "sglang-jax", 8.0 / 6.0)]
+    x = analysis.crossover(runs, "vllm", "sglang-jax")
+    assert (x.context_tokens, x.faster_below, x.faster_above) == (2048 + 4352 / 2, "vllm", "sglang-jax")
+    # with sglang-jax slower everywhere the estimate says so instead of extrapolating
+    slow = runs.with_columns(pl.when(pl.col("engine") == "sglang-jax").then(pl.col("batch_time_s") * 3)
+                             .otherwise(pl.col("batch_time_s")).alias("batch_time_s"))
+    none = analysis.crossover(slow, "vllm", "sglang-jax")
+    assert none.context_tokens is None
+    assert none.note == "vllm is faster at every measured context (2,048–6,400 tokens): no crossover inside the range"
+
+
+def test_batch_time_growth_fits_a_power_law_per_engine():
+    runs = _two_engines({("vllm", 1024): 1.0, ("vllm", 2048): 2.0, ("vllm", 4096): 4.0,
+                         ("sglang-jax", 1024): 3.0, ("sglang-jax", 4096): 6.0, ("sglang-jax", 2048): 3.0})
+    g = {r["engine"]: r for r in analysis.batch_time_growth(runs).iter_rows(named=True)}
+    v = g["vllm"]
+    assert (v["growth"], v["n_contexts"], v["c_from"], v["c_to"]) == (4.0, 3, 1024, 4096)
+    assert g["vllm"]["exponent"] == pytest.approx(1.0)  # doubling context doubles time: linear
+    # log2 T = log2 3 + {0, 0, 1} at log2 C = {10, 11, 12}: least-squares slope 0.5
+    assert g["sglang-jax"]["growth"] == 2.0 and g["sglang-jax"]["exponent"] == pytest.approx(0.5)
+    one = analysis.batch_time_growth(runs.filter(pl.col("context_tokens") == 1024))
+    assert one["growth"].to_list() == [None, None] and one["exponent"].to_list() == [None, None]
+
+
+def test_memory_study_keeps_missing_counters_null_and_compares_settings():
+    runs = pl.DataFrame({
+        "source": ["measured"] * 4, "experiment": ["e"] * 4, "run_id": ["a", "b", "c", "d"],
+        "hardware": ["CPU"] * 4, "engine": ["vllm", "vllm", "sglang-jax", "sglang-jax"],
+        "mem_util": [0.92, 0.95, 0.92, 0.95], "context_label": ["200K"] * 4, "status": ["ok"] * 4,
+        "batch_time_s": [8.0, 6.0, 6.0, 5.0], "attempts": [1, 1, 1, 2], "ttft_mean_ms": [1.0] * 4,
+        "e2e_mean_ms": [2.0] * 4, "server_preemptions": [2, 0, None, None],
+    })
+    attempts = pl.DataFrame({"run_id": ["a", "b", "c", "d", "d"], "attempt": [1, 1, 1, 1, 2],
+                             "status": ["ok", "ok", "ok", "failed", "ok"],
+                             "failure_cause": [None, None, None, "runtime_oom", None]})
+    stats = analysis.memory_study(runs, attempts)
+    pre = {(r["engine"], r["mem_util"]): r["preemptions"] for r in stats.iter_rows(named=True)}
+    assert pre == {("vllm", 0.92): 2, ("vllm", 0.95): 0, ("sglang-jax", 0.92): None, ("sglang-jax", 0.95): None}
+    cmp = {r["engine"]: r for r in analysis.memory_comparison(stats).iter_rows(named=True)}
+    assert (cmp["vllm"]["mem_low"], cmp["vllm"]["mem_high"], cmp["vllm"]["time_ratio"]) == (0.92, 0.95, 0.75)
+    assert (cmp["sglang-jax"]["retries_low"], cmp["sglang-jax"]["retries_high"]) == (0, 1)
+    assert cmp["sglang-jax"]["time_ratio"] == pytest.approx(5 / 6) and cmp["sglang-jax"]["preemptions_high"] is None
+    assert analysis.memory_comparison(stats.filter(pl.col("mem_util") == 0.92)).height == 0  # one setting: nothing
+    assert analysis.memory_comparison(stats.clear()).height == 0

@@ -2,6 +2,7 @@
 sweeps) for real with both engines, vLLM's CPU build and sglang-jax, then the reports built from it (and a
 second sweep reuses every finished run)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -61,5 +62,12 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     assert "No measured runs" not in r1 + r2 + r3
     assert "measured (CPU" in r1 and "batch time grows" in r1
     assert "measured, vllm: from 64K to 200K batch time grows" in r2
-    assert "vllm at <strong>0.92</strong>, 200K: 3/3 runs succeeded" in r3
+    for engine in ("vllm", "sglang-jax"):
+        assert f"measured, {engine}: from 64K to 200K batch time grows" in r2
+        assert f"{engine} at <strong>0.92</strong>, 200K: 1/1 runs succeeded" in r3
+    assert "preemptions not available" in r3  # sglang-jax serves no counters: not shown as 0
+    assert "not PyTorch SGLang" in r1
+    # the measured relative speed names the faster engine and the factor at each measured context
+    for ctx in ("64K", "200K"):
+        assert re.search(rf"<strong>(vllm|sglang-jax) is \d+\.\d+× faster at {ctx}</strong>", r1), ctx
     assert (tmp_path / "index.html").exists()

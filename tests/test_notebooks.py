@@ -20,10 +20,33 @@ EXPECT = {
            "not</strong> what the table implies"],
     "03": ["0.95 caused OOM retries"],
     # measured sections depend on data/runs (git-ignored, possibly empty): expect what renders either way
-    "05": ["PagedAttention gives each request its own memory pages", "a prefix cache can reuse"],
+    "05": ["PagedAttention gives each request its own memory pages", "a prefix cache can reuse",
+           "Radix tree vs paged blocks"],
     "06": ["decision tree: Shared system prompt / document repeated across requests? <strong>yes</strong>",
-           "⇒ <strong>sglang</strong>", "They disagree"],
+           "⇒ <strong>sglang</strong>", "They disagree", "from the data: <strong>"],
 }
+#: Text a report must contain when data/runs holds sglang-jax runs of the named experiments (the CPU sweeps).
+EXPECT_WITH_SGLANG_JAX = {
+    "05": (("cpu_prefix_sharing", "cpu_multi_turn"),
+           ["<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>", "sglang-jax (CPU), prefix cache on: cache-hit rate",
+            "(counted from its usage cached_tokens)", "(counted from its server counter)", "from its radix cache",
+            "sglang-jax (CPU): threshold test at 30%", "vLLM: threshold test at 30%",
+            "Multi-turn, sglang-jax (CPU): with the cache on", "Multi-turn, vLLM: with the cache on",
+            "Radix vs paged, turn by turn"]),
+    "06": (("cpu_prefix_sharing", "cpu_classification"),
+           ["<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>", "sglang-jax (CPU) at 128 in flight",
+            "(cpu_prefix_sharing)", "(cpu_classification)"]),
+}
+
+
+def _has_sglang_jax_runs(experiments) -> bool:
+    import polars as pl
+
+    from kvlab import store
+
+    runs = store.load_runs(DATA_DIR).filter((pl.col("source") == "measured") & (pl.col("engine") == "sglang-jax")
+                                            & (pl.col("status") == "ok"))
+    return set(experiments) <= set(runs["experiment"].to_list())
 NOTEBOOKS = reports.notebooks()
 
 
@@ -63,6 +86,11 @@ def test_notebook_executes_and_exports(nb, tmp_path, capfd):
     assert "Traceback" not in html and "Error" not in rep.title
     for text in EXPECT.get(nb.name[:2], []):
         assert text in html, f"{nb.name}: expected {text!r} in the report"
+    experiments, texts = EXPECT_WITH_SGLANG_JAX.get(nb.name[:2], ((), []))
+    if experiments and _has_sglang_jax_runs(experiments):
+        for text in texts:
+            assert text in html, f"{nb.name}: expected {text!r} in the report (sglang-jax runs are present)"
+    assert "sglang-jax (CPU) is not PyTorch SGLang" not in html or html.count("is not PyTorch SGLang.") == 1
     # code is hidden for readers, but the template notebook stays untouched (no outputs)
     assert "from kvlab import" not in html
     assert '"outputs": []' in nb.read_text() or '"outputs":[]' in nb.read_text()
@@ -76,6 +104,93 @@ def test_reports_without_measured_runs_say_so(tmp_path):
     for prefix in ("01", "03"):
         rep = reports.run_one(reports.notebooks([prefix])[0], tmp_path / "out", {"data_dir": str(data)})
         assert "No measured runs" in rep.html.read_text()
+
+
+#: Fixed measured runs of both engines: (engine, mem_util, context tokens, batch time s, failed attempts before ok,
+#: vLLM preemptions). vllm wins at 32K and 64K, sglang-jax at 200K (6 s vs 8 s): a crossover between 64K and 200K.
+TWO_ENGINES = [
+    ("vllm", 0.92, 1024, 1.0, 0, 0), ("vllm", 0.92, 2048, 2.0, 0, 0), ("vllm", 0.92, 6400, 8.0, 0, 2),
+    ("vllm", 0.95, 6400, 6.0, 0, 0),
+    ("sglang-jax", 0.92, 1024, 3.0, 0, None), ("sglang-jax", 0.92, 2048, 4.0, 0, None),
+    ("sglang-jax", 0.92, 6400, 6.0, 0, None), ("sglang-jax", 0.95, 6400, 5.0, 1, None),
+]
+LABELS = {1024: "32K", 2048: "64K", 6400: "200K"}
+
+
+def write_two_engine_runs(data):
+    """A data folder with the reference tables and TWO_ENGINES as measured runs of cpu_long_context."""
+    import polars as pl
+
+    from kvlab import store
+
+    shutil.copytree(DATA_DIR / "reference", data / "reference")
+    if (DATA_DIR / "catalog").exists():
+        shutil.copytree(DATA_DIR / "catalog", data / "catalog")
+    for i, (engine, mem, ctx, t, failed, preempt) in enumerate(TWO_ENGINES):
+        run_id = f"r{i}"
+        counters = {} if engine == "sglang-jax" else {  # sglang-jax serves no /metrics: every counter null
+            "server_preemptions": [preempt], "server_prompt_tokens": [4 * (ctx - 64)],
+            "server_generation_tokens": [256], "server_prefix_cache_queries": [4 * (ctx - 64)],
+            "server_prefix_cache_hits": [0]}
+        run = pl.DataFrame({
+            "source": ["measured"], "experiment": ["cpu_long_context"], "run_id": [run_id],
+            "hardware": ["CPU x86_64 (test)"], "model": ["tiny-llama"], "engine": [engine], "mem_util": [mem],
+            "context_label": [LABELS[ctx]], "context_tokens": [ctx], "scale_factor": [32.0],
+            "mode": ["fixed_batch"], "batch_size": [4], "prompt_tokens": [ctx - 64], "output_tokens": [64],
+            "repeat": [0], "attempts": [failed + 1], "status": ["ok"], "batch_time_s": [t],
+            "ttft_mean_ms": [100.0 * t], "e2e_mean_ms": [1000.0 * t], **counters,
+        })
+        attempts = pl.DataFrame({
+            "run_id": [run_id] * (failed + 1), "attempt": list(range(1, failed + 2)),
+            "status": ["failed"] * failed + ["ok"], "failure_cause": ["runtime_oom"] * failed + [None],
+        })
+        store.write_run(data / "runs" / "cpu_long_context", run_id, run, attempts=attempts)
+    return data
+
+
+def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
+    """Measured sections of 01-03 name both engines and compute every sentence from the fixed runs."""
+    import numpy as np
+
+    data = write_two_engine_runs(tmp_path / "data")
+    out = {p: reports.run_one(reports.notebooks([p])[0], tmp_path / "out", {"data_dir": str(data)}).html.read_text()
+           for p in ("01", "02", "03")}
+    note = "sglang-jax = sglang-jax (CPU): SGLang's JAX runtime"
+    for prefix, text in out.items():
+        assert text.count(note) == 1 and "<strong>not PyTorch SGLang</strong>" in text, prefix
+    r1, r2, r3 = out["01"], out["02"], out["03"]
+    assert "sglang is" not in r1.split("Measured here")[1]  # measured rows are never called sglang
+    assert "measured: <strong>vllm is 3.00× faster at 32K</strong> (1 s vs 3 s for sglang-jax)" in r1
+    assert "measured: <strong>vllm is 2.00× faster at 64K</strong> (2 s vs 4 s for sglang-jax)" in r1
+    assert "measured: <strong>sglang-jax is 1.33× faster at 200K</strong> (6 s vs 8 s for vllm)" in r1
+    # linear: the time difference goes from -2 s to +2 s, so the curves meet half way from 2,048 to 6,400 tokens
+    assert ("measured (linear): the engines' batch times meet at about <strong>4,224 tokens (≈4K)</strong>; "
+            "vllm is faster below, sglang-jax above") in r1
+    assert "measured (CPU x86_64 (test)): vllm batch time grows <strong>4.00×</strong> from 64K to 200K" in r1
+    assert "sglang-jax batch time grows <strong>1.50×</strong> from 64K to 200K (scaled contexts); " \
+           "the article has no sglang-jax figure" in r1
+    # over all three contexts: growth last/first and the log-log least-squares slope
+    k = [np.polyfit(np.log([1024, 2048, 6400]), np.log(t), 1)[0] for t in ([1, 2, 8], [3, 4, 6])]
+    assert f"measured, vllm: batch time grows <strong>8.00×</strong> from 1,024 to 6,400 tokens " \
+           f"(32K to 200K, 3 contexts), T ∝ C^{k[0]:.2f} (faster than linear" in r1 and f"{k[0]:.2f}" == "1.14"
+    assert f"measured, sglang-jax: batch time grows <strong>2.00×</strong> from 1,024 to 6,400 tokens " \
+           f"(32K to 200K, 3 contexts), T ∝ C^{k[1]:.2f} (slower than linear" in r1 and f"{k[1]:.2f}" == "0.38"
+    assert "measured, vllm: from 64K to 200K batch time grows <strong>4.00×</strong>" in r2
+    assert "measured, sglang-jax: from 64K to 200K batch time grows <strong>1.50×</strong>" in r2
+    assert ("measured: from 64K to 200K, sglang-jax's throughput holds up best (batch time <strong>1.50×</strong>) "
+            "and vllm's falls most (<strong>4.00×</strong>)") in r2
+    assert "vllm at <strong>0.92</strong>, 200K: 1/1 runs succeeded with <strong>0 retries</strong>" in r3
+    assert ("sglang-jax at <strong>0.95</strong>, 200K: 1/1 runs succeeded with <strong>1 retry</strong> "
+            "(1× runtime_oom); batch time 5 s, mean TTFT 500 ms; preemptions not available") in r3
+    assert "vllm at <strong>0.92</strong>, 200K: 1/1 runs succeeded with <strong>0 retries</strong>; batch time 8 s, " \
+           "mean TTFT 800 ms; 2 preemptions" in r3
+    assert "sglang-jax reported no server counters" in r3 and "vllm did not report" not in r3
+    at = [r3.index(f"vllm at <strong>0.92</strong>, {c}:") for c in ("32K", "64K", "200K")]
+    assert at == sorted(at)  # contexts in order of size, not of their labels
+    assert ("<strong>sglang-jax</strong>: 0.95 caused <strong>1 retry (at 200K)</strong> against 0 retries at 0.92; "
+            "batch time at 0.95 against 0.92: 200K 17% less (5 s vs 6 s, 0.83×).") in r3
+    assert ("<strong>vllm</strong>: <strong>no retries</strong> at 0.95 or 0.92; "
+            "batch time at 0.95 against 0.92: 200K 25% less (6 s vs 8 s, 0.75×).") in r3
 
 
 def test_build_writes_index_linking_every_report(tmp_path):

@@ -1,0 +1,280 @@
+"""Two measured engines in the guide: vLLM (paged blocks) against sglang-jax (radix tree), exact sentences on fixed frames.
+
+The frames follow cpu_prefix_sharing's design at quick scale: 16 prompts of 2,032 tokens, shared
+fractions 0 / 0.2 / 0.5 / 0.9; vLLM hits whole 128-token blocks and reports a server counter,
+sglang-jax hits the prefix token for token and reports only usage cached_tokens (server columns null).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from kvlab import analysis, guide
+from kvlab.perfmodel import published_fit
+
+FRACS = [0.0, 0.2, 0.5, 0.9]
+PROMPT, N = 2032, 16
+
+
+def sharing_runs(vllm_time: float = 2.0, jax_time: float = 4.0) -> pl.DataFrame:
+    """Batch time = base × (1 − 0.8 × hit rate): the cache saves in proportion to what it serves."""
+    rows = []
+    for engine, base in (("vllm", vllm_time), ("sglang-jax", jax_time)):
+        for caching in (True, False):
+            for f in FRACS:
+                prefix = round(f * PROMPT)
+                if engine == "vllm":
+                    hits = (prefix // 128) * 128 * (N - 1) if caching else 0
+                    server = hits
+                else:
+                    hits = prefix * (N - 1) if caching else 0
+                    server = None  # sglang-jax serves no /metrics
+                t = base * (1 - 0.8 * hits / (N * PROMPT))
+                rows.append(dict(source="measured", experiment="cpu_prefix_sharing", hardware="CPU", engine=engine,
+                                 prefix_caching=caching, mode="shared_prefix", status="ok",
+                                 run_id=f"{engine}-{caching}-{f}", shared_prefix_tokens=prefix, prompt_tokens=PROMPT,
+                                 server_prefix_cache_hits=server, cached_prompt_tokens=hits,
+                                 served_prompt_tokens=N * PROMPT, served_output_tokens=N * 16, requests_ok=N,
+                                 requests_failed=0, batch_time_s=t, ttft_mean_ms=t * 100, ttft_p99_ms=t * 200))
+    return pl.DataFrame(rows, schema_overrides={"server_prefix_cache_hits": pl.Int64})
+
+
+def conc_runs(vllm_rps: float = 40.0, jax_rps: float = 50.0) -> pl.DataFrame:
+    rows = [dict(source="measured", experiment="cpu_classification", hardware="CPU", engine=engine,
+                 prefix_caching=True, mode="classification", status="ok", run_id=engine, batch_size=128,
+                 requests_ok=256, requests_failed=0, batch_time_s=256 / rps, served_output_tokens=2560,
+                 ttft_mean_ms=100.0, ttft_p99_ms=300.0, e2e_mean_ms=400.0, server_preemptions=pre)
+            for engine, rps, pre in (("vllm", vllm_rps, 0), ("sglang-jax", jax_rps, None))]
+    return pl.DataFrame(rows, schema_overrides={"server_preemptions": pl.Int64})
+
+
+def multi_turn_frames() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """2 conversations × 3 turns; vLLM with its cache off reports no cached-token count at all (null, not 0)."""
+    runs, reqs = [], []
+    for engine in ("vllm", "sglang-jax"):
+        for caching in (True, False):
+            rid = f"{engine}-{caching}"
+            runs.append(dict(source="measured", experiment="cpu_multi_turn", hardware="CPU", engine=engine,
+                             prefix_caching=caching, mode="multi_turn", status="ok", run_id=rid))
+            for turn in range(3):
+                prompt = 2048 + 64 * (turn + 1) + 32 * turn
+                cached = (2048 + 96 * turn) if caching else 0
+                if engine == "vllm":
+                    cached = cached // 128 * 128 if caching else None
+                for _ in range(2):
+                    reqs.append(dict(run_id=rid, status="ok", prompt_tokens=prompt, cached_tokens=cached,
+                                     ttft_ms=(10.0 if caching else 40.0) * (turn + 1)))
+    return pl.DataFrame(runs), pl.DataFrame(reqs, schema_overrides={"cached_tokens": pl.Int64})
+
+
+@pytest.fixture(scope="module")
+def sharing() -> pl.DataFrame:
+    return analysis.prefix_sharing(sharing_runs())
+
+
+@pytest.fixture(scope="module")
+def fit():
+    return published_fit()
+
+
+def test_each_engine_counts_its_own_hits(sharing):
+    on = {(r["engine"], r["shared_fraction"]): r for r in sharing.filter(pl.col("prefix_caching")).iter_rows(named=True)}
+    assert on[("vllm", 0.5)]["cache_hit_rate"] == pytest.approx(7 * 128 * 15 / (16 * 2032))
+    assert on[("sglang-jax", 0.5)]["cache_hit_rate"] == pytest.approx(1016 * 15 / (16 * 2032))
+    assert on[("vllm", 0.5)]["hit_source"] == "server counter"
+    assert on[("sglang-jax", 0.5)]["hit_source"] == "usage cached_tokens"
+    assert on[("vllm", 0.5)]["block_ideal_hit_rate"] == pytest.approx(7 * 128 * 15 / (16 * 2032))
+    assert on[("sglang-jax", 0.5)]["ideal_hit_rate"] == pytest.approx(0.5 * 15 / 16)
+
+
+def test_hit_count_not_reported_is_not_available_not_zero():
+    runs = sharing_runs().with_columns(
+        pl.when(pl.col("engine") == "sglang-jax").then(None).otherwise(pl.col("cached_prompt_tokens"))
+        .alias("cached_prompt_tokens"))
+    sh = analysis.prefix_sharing(runs)
+    jax = sh.filter(pl.col("engine") == "sglang-jax")
+    assert jax["cache_hit_rate"].null_count() == jax.height and jax["hit_source"].null_count() == jax.height
+    text = guide.hit_rate_sentence(sh)
+    assert ("- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → not available, "
+            "0.2 → not available, 0.5 → not available, 0.9 → not available.") in text
+
+
+def test_hit_rate_sentence_names_engine_label_and_count(sharing):
+    assert guide.hit_rate_sentence(sharing).splitlines() == [
+        "- sglang-jax (CPU), prefix cache off: cache-hit rate by shared fraction 0 → 0%, 0.2 → 0%, 0.5 → 0%, 0.9 → 0% "
+        "(counted from its usage cached_tokens).",
+        "- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → 0%, 0.2 → 19%, 0.5 → 47%, 0.9 → 84% "
+        "(counted from its usage cached_tokens).",
+        "- vLLM, prefix cache off: cache-hit rate by shared fraction 0 → 0%, 0.2 → 0%, 0.5 → 0%, 0.9 → 0% "
+        "(counted from its server counter).",
+        "- vLLM, prefix cache on: cache-hit rate by shared fraction 0 → 0%, 0.2 → 18%, 0.5 → 41%, 0.9 → 83% "
+        "(counted from its server counter).",
+    ]
+
+
+def test_radix_vs_paged(sharing):
+    lines = guide.radix_vs_paged_sentence(sharing).splitlines()
+    assert lines[2] == (
+        "- shared fraction 0.5 (1,016 prefix tokens): sglang-jax (CPU) served **47%** of prompt tokens from its radix "
+        "cache (token-exact ideal 47%), vLLM **41%** from its paged cache (whole 128-token-block ideal 41%); mean TTFT "
+        "250 ms vs 134 ms, median batch time 2.5 s vs 1.34 s.")
+    # 1016 − 896 = 120 tokens × 15 requests of 32,512: 5.5 points
+    assert lines[-1] == ("- Largest hit-rate gap: at shared fraction 0.5, sglang-jax (CPU) served **5.5 percentage "
+                         "points** more of the prompt from its cache than vLLM.")
+    only_vllm = sharing.filter(pl.col("engine") == "vllm")
+    assert guide.radix_vs_paged_sentence(only_vllm).startswith("*Radix vs paged: no shared fraction")
+
+
+def test_stand_in_note_only_with_sglang_jax_runs(sharing):
+    note = guide.stand_in_note(sharing)
+    assert note.startswith("**sglang-jax (CPU) is not PyTorch SGLang.** It is SGLang's JAX runtime")
+    assert "never as 0" in note
+    assert guide.stand_in_note(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame()) is None
+
+
+def test_threshold_and_conclusions_per_engine(sharing):
+    th = analysis.sharing_thresholds(analysis.caching_gain(sharing))
+    assert set(th) == {"vllm", "sglang-jax"}
+    runs, reqs = multi_turn_frames()
+    text = guide.prefix_conclusions(sharing, th, analysis.multi_turn_by_turn(runs, reqs), 0.3, 0.1)
+    assert "- sglang-jax (CPU): threshold test at 30% → **smooth**; the cache first saves ≥10% of batch time at " \
+           "shared fraction 0.2." in text
+    assert "- vLLM: threshold test at 30% → **smooth**" in text
+    assert "at shared fraction 0.9, vLLM with its prefix cache on served **83%** of prompt tokens" in text
+    # per engine, never mixed: (2048 + 192) / 2304 for sglang-jax; 2176 / 2304 for vLLM's whole blocks
+    assert "- Multi-turn, sglang-jax (CPU): with the cache on, the last turn found 97% of its prompt cached." in text
+    assert "- Multi-turn, vLLM: with the cache on, the last turn found 94% of its prompt cached." in text
+
+
+def test_multi_turn_per_engine_and_null_cached_share():
+    runs, reqs = multi_turn_frames()
+    bt = analysis.multi_turn_by_turn(runs, reqs)
+    off = bt.filter((pl.col("engine") == "vllm") & ~pl.col("prefix_caching"))
+    assert off["cached_share"].null_count() == 3 and off["cached_reported"].to_list() == [0, 0, 0]
+    text = guide.multi_turn_sentence(bt)
+    assert "turn 0: cached tokens not reported of 2,112, TTFT 40 ms" in text
+    assert "0 of 2,112 tokens cached" in text  # sglang-jax with its cache off did report 0
+    assert ("- vLLM, last turn (turn 2): the cache serves **94%** of the prompt and TTFT is **4.00×** shorter than "
+            "without it (30 ms vs 120 ms).") in text
+    assert "- sglang-jax (CPU), last turn (turn 2): the cache serves **97%** of the prompt" in text
+    assert text.splitlines()[-1] == ("- Radix vs paged, turn by turn (cache on, mean cached tokens per request, "
+                                     "sglang-jax (CPU) vs vLLM): turn 1: 2,144 vs 2,048, turn 2: 2,240 vs 2,176; the "
+                                     "same at turn 0.")
+
+
+def test_concurrency_preemptions_not_available_for_sglang_jax():
+    conc = analysis.concurrency_study(conc_runs())
+    pre = dict(zip(conc["engine"], conc["preemptions"]))
+    assert pre == {"vllm": 0, "sglang-jax": None}
+
+
+def test_prefix_factor_says_by_how_much_and_on_what(sharing):
+    w = guide.UserWorkload(shared_fraction=0.4)
+    f = guide.prefix_factor(w, sharing)
+    assert (f.favours, f.winner, round(f.margin, 4), f.n_engines) == ("vllm", "vllm", round(2.5 / (2 * (1 - 0.8 * 13440 / 32512)), 4), 2)
+    assert f.evidence() == ("prefix: vLLM, median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction "
+                            "0.5, each engine's prefix cache on (cpu_prefix_sharing)")
+    assert "With nothing to share (shared fraction 0) vLLM is 2.00× faster, so sharing the prefix narrows vLLM's lead" \
+        in f.finding
+
+
+def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
+    sh = analysis.prefix_sharing(sharing_runs(vllm_time=4.0, jax_time=2.0))  # 2.677 s vs 1.25 s at 0.5: 2.14×
+    w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
+    ev = guide.from_evidence(w, fit, sh, analysis.concurrency_study(conc_runs()))
+    assert ev.engine == "sglang"
+    assert ev.basis == (
+        "measured — prefix: sglang-jax (CPU), median batch time 2.14× shorter than vLLM's at shared fraction 0.5, each "
+        "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.25× the completed "
+        "requests/s of vLLM at 128 requests in flight (cpu_classification); the SGLang side of these measurements is "
+        "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
+    assert guide.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
+    assert "Favours **sglang** (measured on sglang-jax (CPU))." in guide.evidence_sentences(ev)
+    assert guide.evidence_gap_sentence(ev) is None
+
+
+def test_split_factors_the_trees_first_question_decides(fit, sharing):
+    conc = analysis.concurrency_study(conc_runs())  # sglang-jax 1.25× the requests/s; vLLM wins the prefix factor
+    shared = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
+    ev = guide.from_evidence(shared, fit, sharing, conc)
+    assert ev.engine == "vllm" and ev.basis.endswith(
+        "so the prefix factor, the tree's first question for this workload, decides; the SGLang side of these "
+        "measurements is sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
+    why = guide.disagreement(shared, shared.tree(), ev, sharing)
+    assert ("measured, vLLM's automatic prefix caching reused 41% of prompt tokens at shared fraction 0.5 "
+            "(sglang-jax (CPU)'s radix cache: 47%)") in why
+    distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=128)
+    ev = guide.from_evidence(distinct, fit, sharing, conc)
+    assert ev.engine == "sglang" and "so the concurrency factor" in ev.basis
+    why = guide.disagreement(distinct, distinct.tree(), ev, sharing)
+    assert ("The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with ≥ 100 requests in "
+            "flight; measured, concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM") in why
+
+
+def test_differences_under_the_margin_decide_nothing(fit):
+    sh = analysis.prefix_sharing(sharing_runs(vllm_time=2.0, jax_time=2.0 * 1.03))  # 3% apart everywhere
+    conc = analysis.concurrency_study(conc_runs(40.0, 41.0))
+    ev = guide.from_evidence(guide.UserWorkload(shared_fraction=0.4, concurrency=128), fit, sh, conc)
+    assert [f.favours for f in ev.factors] == [None, None, None]
+    assert ev.engine == "vllm" and "tie-break" in ev.basis
+    # at 0.5 sglang-jax's token-exact hits make it 1.339 / 1.2875 = 1.04× faster: still under the margin
+    assert ev.factors[1].finding.endswith("With nothing to share (shared fraction 0) vLLM is 1.03× faster. "
+                                          "Batch times within 5% (1.04×): no measured difference")
+    assert guide.evidence_gap_sentence(ev) == ("Two engines were measured (prefix, concurrency), but every measured "
+                                               "difference is under 5%: the measurements do not separate them.")
+    one = guide.from_evidence(guide.UserWorkload(), fit, sh.filter(pl.col("engine") == "vllm"), pl.DataFrame())
+    assert guide.evidence_gap_sentence(one).startswith("No measurement here compares two engines")
+
+
+def test_a_saving_where_nothing_is_reused_makes_the_threshold_test_inconclusive():
+    f = [0.0, 0.2, 0.5, 0.9]
+    gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": f, "time_saved": [0.31, 0.12, 0.46, 0.65]})
+    th = analysis.sharing_threshold(gain)
+    assert (th.verdict, th.gain_at_zero) == ("inconclusive", 0.31)
+    assert analysis.sharing_threshold(gain.with_columns(pl.Series("time_saved", [0.09, 0.12, 0.46, 0.65]))).verdict \
+        != "inconclusive"  # under min_gain (10%) at 0: the test stands
+    assert guide.threshold_sentence(th, gain).endswith(
+        "- **The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the runs "
+        "with the cache on took 31% less batch time than with it off, a difference the prefix cache cannot explain "
+        "and as large as the 10% saving the test looks for. More repeats per point (the full sweep) are needed to test it.")
+    sharing = analysis.prefix_sharing(sharing_runs())
+    text = guide.prefix_conclusions(sharing, {"vllm": th}, pl.DataFrame(), 0.3, 0.1)
+    assert ("- vLLM: threshold test at 30% → **inconclusive** (at shared fraction 0, with nothing to reuse, cache on "
+            "vs off already differ by +31% of batch time).") in text
+
+
+def test_reports_05_06_compare_both_measured_engines(tmp_path):
+    """The fixed frames above as measured runs: both reports name both engines, with the numbers computed from them."""
+    import shutil
+
+    from kvlab import reports, store
+    from kvlab.paths import DATA_DIR
+
+    data = tmp_path / "data"
+    shutil.copytree(DATA_DIR / "reference", data / "reference")
+    shutil.copytree(DATA_DIR / "catalog", data / "catalog")
+    mt_runs, mt_reqs = multi_turn_frames()
+    extra = dict(model="tiny-llama", context_label="2K", context_tokens=2048, scale_factor=1.0, repeat=0, attempts=1)
+    for exp, frame, reqs in (("cpu_prefix_sharing", sharing_runs(), None), ("cpu_classification", conc_runs(), None),
+                             ("cpu_multi_turn", mt_runs.with_columns(batch_time_s=pl.lit(1.0)), mt_reqs)):
+        frame = frame.with_columns(**{k: pl.lit(v) for k, v in extra.items() if k not in frame.columns})
+        for run in frame.iter_slices(1):
+            rid = run["run_id"][0]
+            store.write_run(data / "runs" / exp, rid, run,
+                            requests=None if reqs is None else reqs.filter(pl.col("run_id") == rid).with_row_index(
+                                "request_index").with_columns(pl.col("request_index").cast(pl.Int64)))
+    r5 = reports.run_one(reports.notebooks(["05"])[0], tmp_path / "out", {"data_dir": str(data)}).html.read_text()
+    r6 = reports.run_one(reports.notebooks(["06"])[0], tmp_path / "out",
+                         {"data_dir": str(data), "curve_points": 8}).html.read_text()
+    for text in (r5, r6):
+        assert text.count("<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>") == 1
+    assert ("Largest hit-rate gap: at shared fraction 0.5, sglang-jax (CPU) served <strong>5.5 percentage points</strong> "
+            "more of the prompt from its cache than vLLM.") in r5
+    assert "sglang-jax (CPU): threshold test at 30% → <strong>smooth</strong>" in r5
+    assert "Multi-turn, vLLM: with the cache on, the last turn found 94% of its prompt cached." in r5
+    assert "turn 0: cached tokens not reported of 2,112" in r5  # vLLM, cache off: not available, never 0
+    assert ("from the data: <strong>vllm</strong> (decided by measured — prefix: vLLM, median batch time 1.87× shorter "
+            "than sglang-jax (CPU)'s at shared fraction 0.5") in r6
+    assert "<strong>They disagree.</strong>" in r6
+    assert "concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM at 128 requests in flight" in r6
