@@ -34,6 +34,9 @@ STARTUP_CAUSES = ("startup_oom", "kv_cache_too_small", "timeout", "crash")
 
 #: How long to wait for the server's counters to catch up with what the client saw.
 COUNTER_SETTLE_S = 5.0
+#: After failed requests, how long to watch for the engine dying or logging a fatal error (a killed engine's
+#: process can outlive its dropped connections by a moment on a loaded machine) before calling it an HTTP error.
+ENGINE_DEATH_WAIT_S = 3.0
 #: How long to keep asking for a cache flush the engine refuses (SGLang: "pending requests" just after a batch).
 FLUSH_WAIT_S = 5.0
 
@@ -151,6 +154,20 @@ def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str
     parser = f"server reasoning parser {run.engine.reasoning_parser!r}" if run.engine.reasoning_parser \
         else "no server reasoning parser: split at </think> in the text"
     return replace(batch, records=records), f"{reasoning.describe(method)} ({parser})"
+
+
+def _engine_failure(server: EngineServer, wait_s: float = ENGINE_DEATH_WAIT_S) -> Failure | None:
+    """The engine's own failure behind failed requests: it exited, or its log shows a fatal error; None if neither."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        failure = server.failure()
+        if failure is not None:
+            return failure
+        if not server.running():
+            return Failure("crash", "server exited during the run")
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
 
 
 def _zero_missing_cached(batch: BatchResult) -> BatchResult:
@@ -329,9 +346,8 @@ class Sweep:
                 version = version or server.version()
                 batch, deltas, notes = self._measure(server, run, vocab)
                 if not batch.ok:
-                    if not server.running():
-                        failure = server.failure() or Failure("crash", "server exited during the run")
-                    else:
+                    failure = _engine_failure(server)
+                    if failure is None:
                         first = next(r for r in batch.records if r.status != "ok")
                         n_failed = sum(r.status != "ok" for r in batch.records)
                         failure = Failure("http_error", f"{n_failed} request(s) failed; first: {first.error}")

@@ -220,3 +220,29 @@ def test_killed_harness_resumes_without_redoing_runs(tmp_path, engine_python, ti
     assert not [p for p in exp_dir.iterdir() if p.name.startswith(".")]  # no partial folders
     assert store.load_runs(tmp_path).height == 3 and store.load_requests(tmp_path).height == 6
     assert not engine_processes(tag_of(path))
+
+
+class _DyingServer:
+    """A stand-in for EngineServer: alive for ``alive_polls`` polls, then exited with ``code``."""
+
+    def __init__(self, alive_polls: int, code: int | None, log_failure=None):
+        self.polls, self.alive_polls, self.code, self.log_failure = 0, alive_polls, code, log_failure
+
+    def running(self) -> bool:
+        self.polls += 1
+        return self.polls <= self.alive_polls
+
+    def failure(self):
+        if self.log_failure is not None:
+            return self.log_failure
+        return runner.Failure("crash", f"exited with code {self.code}") if self.polls > self.alive_polls else None
+
+
+def test_failed_requests_are_blamed_on_an_engine_that_dies_a_moment_later():
+    # still alive when the last request failed, gone two polls later: a crash, not an HTTP error
+    assert runner._engine_failure(_DyingServer(2, -9), wait_s=5).cause == "crash"
+    # a fatal line in the log decides at once, even while the process runs
+    logged = runner.Failure("runtime_oom", "CUDA out of memory")
+    assert runner._engine_failure(_DyingServer(100, None, logged), wait_s=5) is logged
+    # alive and silent for the whole wait: the requests failed for their own reasons
+    assert runner._engine_failure(_DyingServer(10_000, None), wait_s=0.5) is None
