@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from kvlab.paths import DATA_DIR, REPORTS_DIR
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # long lines stay whole in logs
 
 
 def _progress() -> Progress:
@@ -86,37 +86,53 @@ def sweep(
             console.print(f"[red]invalid experiment[/red]\n{exc}")
             raise typer.Exit(2) from None
     if dry_run:
-        typer.echo("\n\n".join(runner.dry_run_text(spec) for spec in specs))
+        typer.echo(runner.dry_run_text(specs))
         return
-    failed = 0
-    for spec in specs:
-        failed += _sweep_one(spec, data_dir, fresh).failed
-    if failed:  # failed runs are results (the memory study counts them), not a failed sweep
-        console.print(f"[yellow]{failed} run(s) failed[/yellow]: each is recorded with its cause "
+    res = _sweep(specs, data_dir, fresh)
+    if res.failed:  # failed runs are results (the memory study counts them), not a failed sweep
+        console.print(f"[yellow]{res.failed} run(s) failed[/yellow]: each is recorded with its cause "
                       f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports")
 
 
-def _sweep_one(spec, data_dir: Path, fresh: bool):
+def _sweep(specs, data_dir: Path, fresh: bool):
+    """One sweep over every experiment given: runs that need the same server share one start."""
     from kvlab import runner
 
-    sw = runner.Sweep(spec, data_dir, fresh)
-    todo, skipped = sw.pending()
-    console.print(f"{spec.name}: {len(todo)} run(s) to do, {skipped} finished run(s) reused")
+    sw = runner.Sweep(specs, data_dir, fresh)
+    try:
+        sw.prepare()
+    except runner.SweepError as exc:
+        console.print(f"[red]cannot sweep[/red]: {exc}")
+        raise typer.Exit(1) from None
+    todo, _ = sw.pending()
+    groups = runner.plan(todo)
+    shared = sum(len({r.experiment for r in group}) > 1 for _, group in groups)
+    for spec in specs:
+        t, s = sw.pending_in(spec)
+        console.print(f"{spec.name}: {len(t)} run(s) to do, {s} finished run(s) reused")
+    if todo:
+        console.print(f"{len(groups)} server configuration(s) for {len(todo)} run(s)"
+                      + (f"; {shared} shared by runs of different experiments" if shared else ""))
+    many = len(specs) > 1
     with _progress() as progress:
-        task = progress.add_task(f"sweep {spec.name}", total=len(todo))
+        task = progress.add_task("sweep " + (f"{len(specs)} experiments" if many else specs[0].name), total=len(todo))
 
         def on_run(run, status):
             colour = "green" if status == "ok" else "red"
             w = run.workload
             varies = " ".join(_point_text(axis, v) for axis, v in run.point.items() if axis != "engine")
-            progress.console.print(f"  [{colour}]{status:6}[/{colour}] {run.key} {run.engine_label} {varies} "
+            where = f"{run.experiment} " if many else ""
+            progress.console.print(f"  [{colour}]{status:6}[/{colour}] {where}{run.key} {run.engine_label} {varies} "
                                    f"({w.prompt_len}+{w.output_tokens} tok × {w.n_requests}) repeat={run.repeat}")
             progress.advance(task)
 
         sw.on_run = on_run
         res = sw.execute()
-    console.print(f"{res.ok} ok, {res.failed} failed, {res.skipped} reused; {res.server_starts} server start(s), "
-                  f"{res.attempts} attempt(s), {res.wall_s:.0f} s → {data_dir / 'runs' / spec.name}")
+    for name, r in res.experiments.items():
+        aside = (f"; {r.superseded} run(s) of an earlier version of the experiment set aside in "
+                 f"{data_dir / 'runs' / name / 'superseded'}") if r.superseded else ""
+        console.print(f"{name}: {r.ok} ok, {r.failed} failed, {r.skipped} reused → {data_dir / 'runs' / name}{aside}")
+    console.print(f"{res.server_starts} server start(s), {res.attempts} attempt(s), {res.wall_s:.0f} s")
     return res
 
 

@@ -1,6 +1,8 @@
-"""Execute an experiment: plan runs by server configuration, launch, warm up, measure, retry, resume.
+"""Execute experiments: plan runs by server configuration, launch, warm up, measure, retry, resume.
 
-Each server configuration starts once per group of runs that share it. A run is retried on
+Each server configuration starts once per group of runs that share it, across every experiment of
+the sweep (two studies that need the same server share one start; each run is still stored under
+its own experiment). A run is retried on
 the classified failures its spec names, every attempt recorded with its cause; finished runs
 are skipped on the next sweep (keyed by the hash of the full run spec), and each run is
 written as one atomic folder, so a killed sweep loses at most the run in flight.
@@ -9,7 +11,11 @@ written as one atomic folder, so a killed sweep loses at most the run in flight.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import json
 import os
+import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,10 +45,21 @@ COUNTER_SETTLE_S = 5.0
 ENGINE_DEATH_WAIT_S = 3.0
 #: How long to keep asking for a cache flush the engine refuses (SGLang: "pending requests" just after a batch).
 FLUSH_WAIT_S = 5.0
+#: A sweep refuses to start with less free space than this where its runs go (a run folder with its logs
+#: is a few MB; a full disk mid-run would lose the run in flight).
+MIN_FREE_BYTES = 256 * 2**20
+#: The lock file in each experiment's folder (no leading dot: clean_partial removes dot files).
+LOCK_FILE = "sweep.lock"
+
+
+class SweepError(RuntimeError):
+    """A sweep cannot start: its data folder is not writable or full, or another sweep holds an experiment."""
 
 
 @dataclass
 class SweepResult:
+    """Counts of one sweep (``experiment`` names every experiment it ran) and, in ``experiments``, of each one."""
+
     experiment: str
     planned: int
     skipped: int
@@ -52,6 +69,8 @@ class SweepResult:
     attempts: int = 0
     run_dirs: list[Path] = field(default_factory=list)
     wall_s: float = 0.0
+    superseded: int = 0  # finished runs of an earlier version of the experiment, moved to superseded/
+    experiments: dict[str, SweepResult] = field(default_factory=dict)
 
 
 def plan(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
@@ -62,10 +81,13 @@ def plan(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
     return list(groups.items())
 
 
-def dry_run_text(spec: ExperimentSpec) -> str:
-    """The exact commands a sweep would run, one block per server configuration."""
-    runs = expand(spec)
-    lines = [f"# experiment {spec.name}: {len(runs)} run(s)"]
+def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
+    """The exact commands a sweep of these experiments would run, one block per server configuration
+    (a server whose runs come from several experiments is listed once, as it is started once)."""
+    specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
+    runs = [r for spec in specs for r in expand(spec)]
+    lines = [f"# experiment {spec.name}: {sum(r.experiment == spec.name for r in runs)} run(s)" for spec in specs]
+    many = len(specs) > 1
     for server_key, group in plan(runs):
         e = group[0].engine
         adapter = get_adapter(e.name)
@@ -82,7 +104,8 @@ def dry_run_text(spec: ExperimentSpec) -> str:
         lines.append("  " + " ".join(_shell_quote(a) for a in argv))
         for r in group:
             w = r.workload
-            lines.append(f"#   run {r.key}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
+            run_id = f"{r.experiment}/{r.key}" if many else r.key
+            lines.append(f"#   run {run_id}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
                          f"{w.batch_size} {w.kind}{_kind_detail(w)}, repeat {r.repeat}")
     return "\n".join(lines)
 
@@ -237,17 +260,29 @@ def _attempt(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, ba
 
 
 class Sweep:
-    """One execution of an experiment into ``data_dir/runs/<name>/``."""
+    """One execution of one or more experiments, each into ``data_dir/runs/<name>/``.
 
-    def __init__(self, spec: ExperimentSpec, data_dir: Path = DATA_DIR, fresh: bool = False,
+    Runs are grouped by server configuration across all the experiments given, so studies that need
+    the same server (same argv and environment) share one start; each run keeps its own experiment's
+    retry policy and folder, and each experiment's manifest lists the servers its runs used.
+    """
+
+    def __init__(self, specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
                  on_run: Callable[[RunSpec, str], None] | None = None, sleep=time.sleep):
-        self.spec = spec
-        self.exp_dir = Path(data_dir) / "runs" / spec.name
+        specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
+        names = [s.name for s in specs]
+        if dupes := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"experiment name(s) given twice in one sweep: {', '.join(dupes)} "
+                             "(their runs would share one folder)")
+        self.specs = {s.name: s for s in specs}
+        self.data_dir = Path(data_dir)
         self.fresh = fresh
         self.on_run = on_run or (lambda run, status: None)
         self.sleep = sleep
-        self.api_keys: dict[str, str | None] = {}
+        self.api_keys: dict[str | None, str | None] = {}  # by the environment variable that holds the key
         self.servers: list[dict] = []
+        self._superseded: dict[str, list[str]] = {}
+        self._locks: dict[str, int] = {}  # experiment -> fd holding its flock while this sweep runs
 
     # ------------------------------------------------------------------ server handling
     def _api_key(self, run: RunSpec) -> str | None:
@@ -259,6 +294,10 @@ class Sweep:
             raise RuntimeError(f"engine {run.engine_label}: api_key_env {name!r} is not set in the environment")
         return key
 
+    def exp_dir(self, experiment: str) -> Path:
+        """Where an experiment's runs and manifest live."""
+        return self.data_dir / "runs" / experiment
+
     def _start(self, run: RunSpec, log_dir: Path, attempt: int) -> EngineServer:
         log = log_dir / f"server-{run.server_key}-attempt{attempt}.log"
         server = EngineServer(run.engine, log)
@@ -268,15 +307,15 @@ class Sweep:
             server.wait_ready()
         finally:
             self.servers.append({"server_key": run.server_key, "engine": run.engine.name, "argv": server.recorded_argv,
-                                 "env": server.adapter.env_overrides(run.engine),
+                                 "env": server.adapter.env_overrides(run.engine), "experiments": [run.experiment],
                                  "log": log.name, "started_at": datetime.now(timezone.utc).isoformat(),
                                  "ready_s": time.perf_counter() - t})
         return server
 
     def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
         prompts = fixed_batch(1, 16, 2, vocab, seed=987_654)
-        asyncio.run(run_requests(server.base_url, _served_name(run), prompts, api_key=self.api_keys[run.engine_label],
-                                 timeout_s=300))
+        asyncio.run(run_requests(server.base_url, _served_name(run), prompts,
+                                 api_key=self.api_keys[run.engine.api_key_env], timeout_s=300))
 
     # ------------------------------------------------------------------ one run
     def _measure(self, server: EngineServer, run: RunSpec, vocab: int) -> tuple[BatchResult, dict, list[str]]:
@@ -292,7 +331,7 @@ class Sweep:
                         if run.engine.name == "vllm" and not run.engine.dev_mode else "")
                 notes.append(f"prefix cache not flushed before the run (engine refused or endpoint disabled){hint}; "
                              "cache hits may include earlier runs' prompts")
-        key = self.api_keys[run.engine_label]
+        key = self.api_keys[run.engine.api_key_env]
         has_metrics = server.adapter.metrics_path is not None
         before = _scrape(server, key) if has_metrics else {}
         w = run.workload
@@ -327,7 +366,8 @@ class Sweep:
                  result: SweepResult) -> tuple[EngineServer | None, Path, dict | None]:
         """Measure one run with its retries; (the server, kept for the next run; the run folder; the last
         attempt when every attempt failed to start a server, else None)."""
-        retry = self.spec.retry
+        spec = self.specs[run.experiment]
+        retry = spec.retry
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
         logs: dict[str, Path] = {}
@@ -340,8 +380,10 @@ class Sweep:
                         server.stop()
                     result.server_starts += 1
                     server = self._start(run, log_dir, n)
-                    if self.spec.warmup:
+                    if spec.warmup:
                         self._warmup(server, run, vocab)
+                elif run.experiment not in self.servers[-1]["experiments"]:  # a server shared across experiments
+                    self.servers[-1]["experiments"].append(run.experiment)
                 logs[f"server-attempt{n}.log"] = server.log_path
                 version = version or server.version()
                 batch, deltas, notes = self._measure(server, run, vocab)
@@ -357,6 +399,7 @@ class Sweep:
                 server = None
             elapsed = time.perf_counter() - t
             result.attempts += 1
+            result.experiments[run.experiment].attempts += 1
             retrying = failure is not None and failure.cause in retry.retry_on and n < retry.max_attempts
             attempts.append(_attempt(run, n, failure, elapsed, retry.backoff(n) if retrying else None))
             if failure is None or not retrying:
@@ -370,16 +413,13 @@ class Sweep:
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes))
         requests = metrics.request_rows(batch.records, run.key) if batch else None
-        secrets = [k for k in [self.api_keys.get(run.engine_label)] if k]
+        secrets = [k for k in [self.api_keys.get(run.engine.api_key_env)] if k]
         files = {name: _redacted_copy(p, secrets, log_dir) for name, p in logs.items() if p and Path(p).exists()}
-        path = store.write_run(self.exp_dir, run.key, row, requests, pl.DataFrame(attempts),
+        path = store.write_run(self.exp_dir(run.experiment), run.key, row, requests, pl.DataFrame(attempts),
                                spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
                                                                    "argv": self.servers[-1]["argv"] if self.servers else None},
                                files=files)
-        if status == "ok":
-            result.ok += 1
-        else:
-            result.failed += 1
+        _tally(result, run, status)
         self.on_run(run, status)
         never_started = server is None and all(a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES
                                                for a in attempts)
@@ -389,29 +429,69 @@ class Sweep:
         note = (f"not launched: the same server configuration failed to start in every attempt of run "
                 f"{start['source_run']} ({start['failure_cause']})")
         row = _run_row(run, "failed", 0, start["failure_cause"], None, None, {}, note)
-        path = store.write_run(self.exp_dir, run.key, row, None, None,
+        path = store.write_run(self.exp_dir(run.experiment), run.key, row, None, None,
                                spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
-        result.failed += 1
+        _tally(result, run, "failed")
         self.on_run(run, "failed")
         return path
 
     # ------------------------------------------------------------------ the sweep
     def pending(self) -> tuple[list[RunSpec], int]:
-        runs = expand(self.spec)
-        done = set() if self.fresh else store.finished_run_keys(self.exp_dir)
+        """The runs still to do (every experiment, in order) and how many finished runs are reused."""
+        todo, skipped = [], 0
+        for spec in self.specs.values():
+            t, s = self.pending_in(spec)
+            todo += t
+            skipped += s
+        return todo, skipped
+
+    def pending_in(self, spec: ExperimentSpec) -> tuple[list[RunSpec], int]:
+        """The runs of one experiment still to do, and how many of its finished runs are reused."""
+        runs = expand(spec)
+        done = set() if self.fresh else store.finished_run_keys(self.exp_dir(spec.name))
         todo = [r for r in runs if r.key not in done]
         return todo, len(runs) - len(todo)
 
+    def prepare(self) -> dict[str, list[str]]:
+        """Make each experiment's folder ready before anything launches: check it is writable with room to
+        spare, lock it against a second sweep (SweepError naming the holder), remove what a killed sweep left
+        half-written and set aside runs its file no longer defines (see store.set_aside_superseded).
+
+        Returns the keys set aside, by experiment; safe to call again (execute calls it)."""
+        for name in self.specs:
+            _check_writable(self.exp_dir(name))
+        for name in self.specs:
+            if name not in self._locks:
+                self._locks[name] = _lock(self.exp_dir(name))
+        for name, spec in self.specs.items():
+            store.clean_partial(self.exp_dir(name))
+            defined = {r.key for r in expand(spec.full_form())}
+            self._superseded.setdefault(name, []).extend(store.set_aside_superseded(self.exp_dir(name), defined)[0])
+        return self._superseded
+
     def execute(self) -> SweepResult:
+        """Run every pending run, grouped by server; the experiments stay locked until it returns."""
+        try:
+            return self._execute()
+        finally:
+            self.release()
+
+    def _execute(self) -> SweepResult:
         t0 = time.perf_counter()
         started = datetime.now(timezone.utc).isoformat()
-        self.exp_dir.mkdir(parents=True, exist_ok=True)
-        store.clean_partial(self.exp_dir)
+        superseded = self.prepare()
         reap_orphans()
-        todo, skipped = self.pending()
-        result = SweepResult(self.spec.name, planned=len(todo) + skipped, skipped=skipped)
+        todo, skipped = [], 0
+        per: dict[str, SweepResult] = {}
+        for name, spec in self.specs.items():
+            t, s = self.pending_in(spec)
+            todo += t
+            skipped += s
+            per[name] = SweepResult(name, planned=len(t) + s, skipped=s, superseded=len(superseded[name]))
+        result = SweepResult(", ".join(self.specs), planned=len(todo) + skipped, skipped=skipped, experiments=per,
+                             superseded=sum(map(len, superseded.values())))
         for r in todo:
-            self.api_keys[r.engine_label] = self._api_key(r)
+            self.api_keys[r.engine.api_key_env] = self._api_key(r)
         with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp:
             log_dir = Path(tmp)
             try:
@@ -431,24 +511,81 @@ class Sweep:
                             server.stop()
             finally:
                 result.wall_s = time.perf_counter() - t0
-                self._write_manifest(started, result)
+                for name, spec in self.specs.items():
+                    result.experiments[name].server_starts = sum(name in srv["experiments"] for srv in self.servers)
+                    self._write_manifest(spec, started, result.experiments[name])
         return result
 
-    def _write_manifest(self, started: str, result: SweepResult) -> None:
-        import json
+    def release(self) -> None:
+        """Release the experiment locks (the kernel does it too when the process dies, however it dies)."""
+        for fd in self._locks.values():
+            os.close(fd)
+        self._locks.clear()
 
-        path = self.exp_dir / store.MANIFEST_FILE
+    def _write_manifest(self, spec: ExperimentSpec, started: str, result: SweepResult) -> None:
+        """Append this sweep to the experiment's manifest: host, counts, and the servers its runs used
+        (a server shared with other experiments lists them all under ``experiments``)."""
+        path = self.exp_dir(spec.name) / store.MANIFEST_FILE
         old = json.loads(path.read_text()) if path.exists() else {}
         sweeps = old.get("sweeps", [])
+        servers = [s for s in self.servers if spec.name in s["experiments"]]
         sweeps.append({
             **host.provenance(), "started_at": started, "ended_at": datetime.now(timezone.utc).isoformat(),
             "planned": result.planned, "skipped": result.skipped, "ok": result.ok, "failed": result.failed,
-            "server_starts": result.server_starts, "attempts": result.attempts, "servers": self.servers,
+            "server_starts": result.server_starts, "attempts": result.attempts, "servers": servers,
+            "swept_with": [n for n in self.specs if n != spec.name],
         })
         store.write_json_atomic(path, {
-            "experiment": self.spec.name, "description": self.spec.description,
-            "assumptions": self.spec.assumptions, "spec": self.spec.model_dump(mode="json"), "sweeps": sweeps,
+            "experiment": spec.name, "description": spec.description,
+            "assumptions": spec.assumptions, "spec": spec.model_dump(mode="json"), "sweeps": sweeps,
         })
+
+
+def _check_writable(exp_dir: Path) -> None:
+    """SweepError naming the folder when runs cannot be written there, or the disk has too little room."""
+    try:
+        exp_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=exp_dir, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise SweepError(f"{exp_dir}: cannot write runs there ({exc.strerror or exc}); "
+                         "nothing was launched") from None
+    free = shutil.disk_usage(exp_dir).free
+    if free < MIN_FREE_BYTES:
+        raise SweepError(f"{exp_dir}: only {free / 2**20:.0f} MiB free on its disk, a sweep needs at least "
+                         f"{MIN_FREE_BYTES / 2**20:.0f} MiB; nothing was launched")
+
+
+def _lock(exp_dir: Path) -> int:
+    """Hold the experiment's lock for this process, or SweepError naming the sweep that holds it."""
+    path = exp_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
+        except ValueError:
+            holder = {}
+        os.close(fd)
+        who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started_at')}: "
+               f"{holder.get('command')}") if holder else "another process"
+        raise SweepError(f"{exp_dir.name}: another sweep is running it ({who}); wait for it or stop it. "
+                         "Nothing was launched.") from None
+    me = {"pid": os.getpid(), "host": os.uname().nodename, "started_at": datetime.now(timezone.utc).isoformat(),
+          "command": " ".join(sys.argv)}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    return fd
+
+
+def _tally(result: SweepResult, run: RunSpec, status: str) -> None:
+    """Count a finished run in the sweep's totals and in its experiment's."""
+    for r in (result, result.experiments[run.experiment]):
+        if status == "ok":
+            r.ok += 1
+        else:
+            r.failed += 1
 
 
 def _redacted_copy(src: Path, secrets: list[str], tmp_dir: Path) -> Path:
@@ -463,7 +600,7 @@ def _redacted_copy(src: Path, secrets: list[str], tmp_dir: Path) -> Path:
     return out
 
 
-def sweep(spec: ExperimentSpec, data_dir: Path = DATA_DIR, fresh: bool = False,
+def sweep(specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
           on_run: Callable[[RunSpec, str], None] | None = None) -> SweepResult:
-    """Run every unfinished run of ``spec`` (all of them with ``fresh``) and store the results."""
-    return Sweep(spec, data_dir, fresh, on_run).execute()
+    """Run every unfinished run of the experiment(s) (all of them with ``fresh``) and store the results."""
+    return Sweep(specs, data_dir, fresh, on_run).execute()

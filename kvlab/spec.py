@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from kvlab.engines import ENGINE_NAMES
 from kvlab.engines.base import FAILURE_CAUSES, is_local_path, resolve_local
@@ -301,6 +301,7 @@ class ExperimentSpec(_Strict):
     """A whole experiment: engines, a base workload, the matrix to sweep, repeats and retries."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="experiment name (folder under data/runs)")
+    _full_form: ExperimentSpec | None = PrivateAttr(default=None)  # set on a quick form
     description: str = Field("", description="what the experiment asks")
     assumptions: dict[str, Any] | str = Field(
         default_factory=dict, description="what the experiment assumes where its source is silent"
@@ -328,10 +329,16 @@ class ExperimentSpec(_Strict):
         """This experiment as its quick form runs it (itself when it declares none)."""
         if self.quick is None:
             return self
-        return self.model_copy(update={
+        quick = self.model_copy(update={
             "matrix": self.matrix if self.quick.matrix is None else self.quick.matrix,
             "repeats": self.quick.repeats or self.repeats, "quick": None,
         })
+        quick._full_form = self
+        return quick
+
+    def full_form(self) -> ExperimentSpec:
+        """The whole study this spec belongs to: itself, or the experiment its quick form was taken from."""
+        return self._full_form or self
 
     @field_validator("engines", mode="before")
     @classmethod

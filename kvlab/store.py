@@ -8,6 +8,8 @@ Layout (all paths from :mod:`kvlab.paths`):
   row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``.
   A run folder appears by one atomic rename, so a killed sweep leaves no partial run.
 - ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps.
+- ``data/runs/<experiment>/superseded/<run_key>/`` — finished runs the experiment file no longer
+  defines (an earlier version of it), set aside by the next sweep so no report mixes them in.
 - ``data/modelled/*.parquet`` — optional model predictions (``runs`` schema).
 """
 
@@ -30,6 +32,7 @@ REQUESTS_FILE = "requests.parquet"
 ATTEMPTS_FILE = "attempts.parquet"
 SPEC_FILE = "spec.json"
 MANIFEST_FILE = "manifest.json"
+SUPERSEDED_DIR = "superseded"
 
 
 def read_table(path: str | Path, table: Table) -> pl.DataFrame:
@@ -187,3 +190,26 @@ def clean_partial(exp_dir: str | Path) -> list[Path]:
 def finished_run_keys(exp_dir: str | Path) -> set[str]:
     """Keys of runs already stored under ``exp_dir`` (what a resumed sweep skips)."""
     return {p.parent.name for p in Path(exp_dir).glob(f"*/{RUN_FILE}")}
+
+
+def set_aside_superseded(exp_dir: str | Path, defined: set[str]) -> tuple[list[str], list[str]]:
+    """Move finished runs whose key the experiment no longer defines into ``exp_dir/superseded/`` (reports
+    read only the runs directly under ``exp_dir``) and bring back set-aside runs it defines again.
+
+    Returns (keys set aside, keys brought back). Each move is one rename: nothing is deleted.
+    """
+    exp_dir = Path(exp_dir)
+    aside = exp_dir / SUPERSEDED_DIR
+    moved, restored = [], []
+    for key in sorted(finished_run_keys(exp_dir) - defined):
+        aside.mkdir(exist_ok=True)
+        target = aside / key
+        if target.exists():  # an older copy of the same run: the newer one wins
+            shutil.rmtree(target)
+        os.replace(exp_dir / key, target)
+        moved.append(key)
+    for key in sorted(finished_run_keys(aside) & defined if aside.is_dir() else set()):
+        if not (exp_dir / key).exists():
+            os.replace(aside / key, exp_dir / key)
+            restored.append(key)
+    return moved, restored

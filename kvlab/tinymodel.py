@@ -26,7 +26,7 @@ HEADS = 2  # head_dim 128: sglang-jax pads head_dim to a multiple of 128; vLLM C
 KV_HEADS = 1
 LAYERS = 2
 INTERMEDIATE = 512
-# 200K scaled by 32 is 6,400 tokens; 16K leaves room for prompt + output at any scaled context.
+# 200K scaled by 64 is 3,200 tokens (by 32, 6,400); 16K leaves room for prompt + output at any scaled context.
 MAX_POSITIONS = 16384
 ROPE_THETA = 10000.0
 INIT_STD = 0.02

@@ -75,6 +75,69 @@ def test_plan_starts_one_server_per_configuration(name):
         == len(groups)
 
 
+def test_the_embedded_studies_share_servers_across_experiments():
+    """make report sweeps the four CPU studies at once: 28 quick runs on 11 servers, not 16."""
+    specs = [ExperimentSpec.load(p).quick_form() for p in sorted(EXPERIMENTS_DIR.glob("cpu_*.yaml"))]
+    todo, _ = runner.Sweep(specs, Path("/nonexistent"), fresh=True).pending()
+    groups = runner.plan(todo)
+    shared = sorted((g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
+                    for _, g in groups if len({r.experiment for r in g}) > 1)
+    assert (len(todo), len(groups)) == (28, 11)
+    both = ["cpu_multi_turn", "cpu_prefix_sharing"]
+    assert shared == [("sglang-jax", False, both), ("sglang-jax", True, both), ("vllm", False, both),
+                      ("vllm", True, ["cpu_classification", *both])]
+    text = runner.dry_run_text(specs)
+    assert text.count("-m vllm.entrypoints") + text.count("-m sgl_jax.launch_server") == 11
+
+
+def test_one_experiment_name_twice_in_a_sweep_is_refused():
+    spec = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")
+    with pytest.raises(ValueError, match="cpu_classification"):
+        runner.Sweep([spec, spec.quick_form()])
+
+
+def test_a_sweep_sets_aside_runs_its_file_no_longer_defines(tmp_path):
+    spec = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")
+    quick = expand(spec.quick_form())[0]
+    full_only = next(r for r in expand(spec) if r.key not in {q.key for q in expand(spec.quick_form())})
+    exp = tmp_path / "runs" / spec.name
+    for key in ("0123456789ab", quick.key, full_only.key):  # an old design's run, a quick run, a full-study run
+        (exp / key).mkdir(parents=True)
+        (exp / key / "run.parquet").write_bytes(b"")
+    sw = runner.Sweep(spec.quick_form(), tmp_path)
+    assert sw.prepare() == {spec.name: ["0123456789ab"]}  # the full study's runs stay: quick is a subset of it
+    assert store.finished_run_keys(exp) == {quick.key, full_only.key}
+    assert sw.pending()[1] == 1
+
+
+def test_a_second_sweep_of_a_running_experiment_refuses_naming_the_first(tmp_path):
+    path = write_spec(tmp_path, "locked")
+    first = runner.Sweep(ExperimentSpec.load(path), tmp_path)
+    first.prepare()  # holds the lock as a running sweep does
+    try:
+        with pytest.raises(runner.SweepError, match=rf"locked: another sweep is running it \(pid {os.getpid()} "):
+            runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()
+        out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 1 and f"pid {os.getpid()}" in out.stderr and "Nothing was launched" in out.stderr
+        assert not engine_processes(tag_of(path))
+    finally:
+        first.release()
+    runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()  # free again once the first is done
+
+
+def test_unwritable_or_full_data_folder_fails_before_launching(tmp_path, monkeypatch):
+    path = write_spec(tmp_path, "nowhere")
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    with pytest.raises(runner.SweepError, match=r"nowhere: cannot write runs there .*nothing was launched"):
+        runner.Sweep(ExperimentSpec.load(path), not_a_dir).execute()
+    monkeypatch.setattr(runner, "MIN_FREE_BYTES", 2**62)
+    with pytest.raises(runner.SweepError, match=r"MiB free on its disk, a sweep needs at least"):
+        runner.Sweep(ExperimentSpec.load(path), tmp_path).execute()
+    assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))
+
+
 def test_dry_run_cli_prints_commands_and_launches_nothing():
     out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(EXPERIMENTS_DIR / "b300_long_context.yaml"),
                           "--dry-run"], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -121,6 +184,23 @@ def test_sweep_measures_exact_tokens_and_longer_context_is_slower(tmp_path, engi
     for d in store.run_dirs(tmp_path):
         assert (d / "server-attempt1.log").exists()
     assert not engine_processes(tag_of(path))
+
+
+@pytest.mark.engine
+def test_two_experiments_needing_one_server_share_its_start(tmp_path, engine_python, tiny_model):
+    first = write_spec(tmp_path, "study_a", workload={"batch_size": 1, "context_tokens": 256})
+    tag = tag_of(first)
+    second = write_spec(tmp_path, "study_b", engine={"served_model_name": tag},
+                        workload={"batch_size": 2, "context_tokens": 256})
+    res = runner.sweep([ExperimentSpec.load(first), ExperimentSpec.load(second)], data_dir=tmp_path)
+    assert (res.ok, res.failed, res.server_starts) == (2, 0, 1)
+    assert {n: (r.ok, r.server_starts) for n, r in res.experiments.items()} == {"study_a": (1, 1), "study_b": (1, 1)}
+    for name, other in (("study_a", "study_b"), ("study_b", "study_a")):
+        assert len(store.run_dirs(tmp_path, name)) == 1  # each run under its own experiment
+        sweep = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())["sweeps"][-1]
+        assert [s["experiments"] for s in sweep["servers"]] == [["study_a", "study_b"]]
+        assert sweep["swept_with"] == [other]
+    assert not engine_processes(tag)
 
 
 @pytest.mark.engine
@@ -206,11 +286,14 @@ def test_killed_harness_resumes_without_redoing_runs(tmp_path, engine_python, ti
     deadline = time.monotonic() + 240
     while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
         time.sleep(0.2)
-    harness.kill()  # SIGKILL: no cleanup handler runs
+    harness.kill()  # SIGKILL: no cleanup handler runs; the server's watchdog stops the engine
     harness.wait()
+    killed = time.monotonic()
     first = store.finished_run_keys(exp_dir)
     assert 1 <= len(first) < 3
-    assert engine_processes(tag_of(path)), "the killed harness's engine should be orphaned until the next sweep"
+    while engine_processes(tag_of(path)) and time.monotonic() - killed < 10:
+        time.sleep(0.2)
+    assert not engine_processes(tag_of(path)), "an engine outlived its SIGKILLed harness by 10 s"
     mtimes = {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first}
 
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)

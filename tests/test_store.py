@@ -115,6 +115,19 @@ def test_clean_partial_removes_leftovers(data):
     assert not any(exp.iterdir())
 
 
+def test_runs_the_experiment_no_longer_defines_are_set_aside_and_come_back(data):
+    exp = data / "runs" / "exp"
+    for key in ("old", "cur"):
+        store.write_run(exp, key, _row(key))
+    assert store.set_aside_superseded(exp, {"cur"}) == (["old"], [])
+    assert store.finished_run_keys(exp) == {"cur"}
+    assert store.load_runs(data, "exp")["run_id"].to_list() == ["cur"]  # reports no longer see it
+    assert (exp / "superseded" / "old" / "run.parquet").is_file()  # moved, not deleted
+    assert store.set_aside_superseded(exp, {"cur"}) == ([], [])
+    assert store.set_aside_superseded(exp, {"cur", "old"}) == ([], ["old"])  # defined again: reused
+    assert store.finished_run_keys(exp) == {"cur", "old"}
+
+
 def test_schema_conform_keeps_order_and_types():
     out = RUNS.conform(_row())
     assert out.columns == RUNS.names
