@@ -1,4 +1,10 @@
-"""A running engine server: own process group, one log file, readiness, teardown that leaves no orphans."""
+"""A running engine server: own process group, one log file, readiness, teardown that leaves no orphans.
+
+Three lines of defence against an engine outliving kvlab: ``stop()`` (and atexit / SIGTERM / SIGHUP
+handlers) kills the engine's process group; a watchdog process per server (:mod:`kvlab.watchdog`)
+kills it when the harness dies without running any handler (SIGKILL, OOM killer); and the next
+sweep reaps any group registered by a harness that is gone (``reap_orphans``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,6 +29,10 @@ from kvlab.paths import ROOT
 from kvlab.spec import EngineSpec
 
 REDACTED = "***"
+#: The watchdog script, run by path with the harness's interpreter (see kvlab/watchdog.py).
+WATCHDOG = Path(__file__).with_name("watchdog.py")
+#: How long the watchdog lets an orphaned engine shut down after SIGTERM before it sends SIGKILL.
+WATCHDOG_GRACE_S = 5.0
 _MARKERS = tuple(dict.fromkeys(m for name in ENGINE_NAMES for m in get_adapter(name).cmdline_markers))
 
 
@@ -207,6 +218,7 @@ class EngineServer:
         self.base_url = self.adapter.base_url(spec, self.port)
         self._api_key = self._read_api_key()
         self._proc: subprocess.Popen | None = None
+        self._watchdog: subprocess.Popen | None = None
         self._pid_file: Path | None = None
         self.started_at: float | None = None
         self.ready_after_s: float | None = None
@@ -249,6 +261,11 @@ class EngineServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    @property
+    def watchdog_pid(self) -> int | None:
+        """The process that kills this engine's group if the harness dies (None before start)."""
+        return self._watchdog.pid if self._watchdog else None
+
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
@@ -268,6 +285,10 @@ class EngineServer:
         self.started_at = time.monotonic()
         _LIVE.add(self)
         self._register()
+        self._watchdog = subprocess.Popen(  # own session: a terminal's signals to the harness do not reach it
+            [sys.executable, str(WATCHDOG), str(self._proc.pid), str(WATCHDOG_GRACE_S)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
         return self
 
     def _register(self) -> None:
@@ -349,12 +370,25 @@ class EngineServer:
             self.exit_code = self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.exit_code = None
+        self._stop_watchdog()
         _LIVE.discard(self)
         if self._pid_file is not None:
             self._pid_file.unlink(missing_ok=True)
             self._pid_file = None
         self._redact_log()
         return self.exit_code
+
+    def _stop_watchdog(self) -> None:
+        """Close the watchdog's pipe (the group is already gone, so it just exits) and reap it."""
+        if self._watchdog is None:
+            return
+        try:
+            self._watchdog.stdin.close()
+            self._watchdog.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self._watchdog.kill()
+            self._watchdog.wait()
+        self._watchdog = None
 
     def _redact_log(self) -> None:
         # SGLang prints its server args, key included; scrub the file once the writer is gone.

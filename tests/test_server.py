@@ -228,29 +228,112 @@ def test_real_vllm_kv_cache_too_small(tmp_path, registry, engine_python, tiny_mo
     assert not _group_alive(srv.pid)
 
 
-@pytest.mark.engine
-def test_killed_harness_leaves_a_server_that_reap_orphans_kills(tmp_path, registry, engine_python, tiny_model):
-    harness = textwrap.dedent(f"""
+def _harness(spec_src: str, log: Path, registry: Path) -> tuple[subprocess.Popen, int, int, int]:
+    """A harness process that starts a server and sleeps; (the process, engine pgid, port, watchdog pid)."""
+    code = textwrap.dedent(f"""
         from kvlab.server import EngineServer
         from kvlab.spec import EngineSpec
-        spec = EngineSpec(name="vllm", launch=[{str(engine_python)!r}], model={str(tiny_model)!r},
-                          max_model_len=1024, kv_cache_bytes=2**22, enforce_eager=True)
-        srv = EngineServer(spec, {str(tmp_path / "orphan.log")!r}).start()
-        print(srv.pid, srv.port, flush=True)
+        srv = EngineServer({spec_src}, {str(log)!r}).start()
+        print(srv.pid, srv.port, srv.watchdog_pid, flush=True)
         import time; time.sleep(600)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", harness], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             env=os.environ | {"KVLAB_STATE_DIR": str(registry)})
+    pid, port, watchdog = map(int, proc.stdout.readline().split())
+    return proc, pid, port, watchdog
+
+
+def _status(pid: int) -> str | None:
     try:
-        pid, port = map(int, proc.stdout.readline().split())
-        time.sleep(3)  # let it spawn workers
-        proc.kill()  # SIGKILL: no atexit, no signal handler: the server is orphaned
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _gone_within(pgid: int, seconds: float) -> float | None:
+    """Seconds until no live member of the group is left, or None if some remain after ``seconds``."""
+    t = time.monotonic()
+    while time.monotonic() - t < seconds:
+        if not _group_alive(pgid):
+            return time.monotonic() - t
+        time.sleep(0.2)
+    return None
+
+
+FAKE_SRC = f"EngineSpec(name='vllm', launch=[{sys.executable!r}, {str(FAKE)!r}], model='org/fake', max_model_len=1024)"
+
+
+def test_sigkilled_harness_takes_its_engine_with_it(tmp_path, registry):
+    proc, pid, _, watchdog = _harness(FAKE_SRC, tmp_path / "s.log", registry)
+    try:
+        time.sleep(1)
+        assert len(_group_alive(pid)) == 2  # server + worker child
+        proc.kill()  # SIGKILL: no atexit, no signal handler runs in the harness
         proc.wait()
-        assert _group_alive(pid), "the engine should have outlived its harness"
+        assert _gone_within(pid, 10) is not None, "the watchdog should have killed the orphaned group"
+        deadline = time.monotonic() + 5  # and then exited itself (a zombie until init reaps it)
+        while psutil.pid_exists(watchdog) and _status(watchdog) != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not psutil.pid_exists(watchdog) or _status(watchdog) == psutil.STATUS_ZOMBIE
+    finally:
+        proc.kill()
+        if _group_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signalled_harness_stops_its_engine(tmp_path, registry, sig):
+    proc, pid, _, _ = _harness(FAKE_SRC, tmp_path / "s.log", registry)
+    try:
+        time.sleep(1)
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        assert _gone_within(pid, 10) is not None
+        assert not list(registry.glob("*.json"))  # stopped by the harness itself, which unregistered it
+    finally:
+        proc.kill()
+        if _group_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def test_a_normal_stop_also_ends_the_watchdog(tmp_path, registry):
+    srv = EngineServer(_fake_spec(env={"FAKE_MODE": "ok"}), tmp_path / "s.log").start()
+    srv.wait_ready()
+    watchdog = psutil.Process(srv.watchdog_pid)
+    assert os.getsid(watchdog.pid) == watchdog.pid != os.getsid(0)  # its own session: no terminal signal reaches it
+    srv.stop()
+    assert not psutil.pid_exists(watchdog.pid)  # exited and reaped
+
+
+@pytest.mark.engine
+def test_sigkilled_harness_leaves_no_engine_and_the_reaper_is_the_second_line(
+        tmp_path, registry, engine_python, tiny_model):
+    spec = (f"EngineSpec(name='vllm', launch=[{str(engine_python)!r}], model={str(tiny_model)!r}, "
+            "max_model_len=1024, kv_cache_bytes=2**22, enforce_eager=True)")
+    proc, pid, port, _ = _harness(spec, tmp_path / "a.log", registry)
+    try:
+        time.sleep(3)  # let it spawn workers
+        proc.kill()  # SIGKILL: the watchdog takes the engine down
+        proc.wait()
+        assert _gone_within(pid, 10) is not None
+        assert not _engine_procs(tiny_model, port)
+    finally:
+        proc.kill()
+        if _group_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    # Harness and watchdog both SIGKILLed: the engine is orphaned until the next sweep's reaper.
+    proc, pid, port, watchdog = _harness(spec, tmp_path / "b.log", registry)
+    try:
+        time.sleep(3)
+        os.kill(watchdog, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+        time.sleep(2)
+        assert _group_alive(pid), "with its watchdog gone too, the engine should have outlived its harness"
         assert reap_orphans(registry) == [pid]
         assert not _group_alive(pid)
         assert not _engine_procs(tiny_model, port)
     finally:
         proc.kill()
-        if "pid" in locals() and _group_alive(pid):
+        if _group_alive(pid):
             os.killpg(pid, signal.SIGKILL)
