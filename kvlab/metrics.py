@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from kvlab.client import RequestRecord
 
 # ----------------------------------------------------------------- per-request definitions
-# DESIGN.md, "One set of metric definitions": every engine's numbers go through these.
+# One set of metric definitions (README, "Metric definitions"): every engine's numbers go through these.
 
 
 def ttft_ms(t_send: float | None, t_first: float | None) -> float | None:
