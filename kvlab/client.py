@@ -19,6 +19,8 @@ from kvlab.workloads import Prompt
 #: aiohttp's per-connection read buffer. Long-context streams must not go through a small
 #: line buffer (a 64 KB one collapses above ~50K context, vLLM issue 39963).
 READ_BUFSIZE = 4 * 1024 * 1024
+#: How a request that got no byte from the server for ``stall_s`` seconds is recorded (its error starts so).
+STALLED = "stalled: no data from the server for"
 ERROR_TEXT_CHARS = 2000  # how much of an error body or event a record keeps
 
 _DONE = b"[DONE]"
@@ -157,7 +159,8 @@ def _record_error(acc: _Acc, message: str) -> None:
 
 
 def _handle_obj(acc: _Acc, obj: Any, now: float, chat: bool) -> None:
-    if not isinstance(obj, dict):
+    if not isinstance(obj, dict):  # every OpenAI stream event is an object ([DONE] is handled before)
+        _record_error(acc, f"unexpected stream data (not a JSON object): {json.dumps(obj)[:200]}")
         return
     if obj.get("error") is not None or acc.error_event_next:
         acc.error_event_next = False
@@ -227,7 +230,11 @@ def _handle_line(acc: _Acc, line: bytes, now: float, fast: bool, chat: bool) -> 
         if i >= 0:
             _count_chunks(acc, now, 1, int(payload.startswith(_EMPTY_TEXT, i)))
             if b'"usage":{' in payload:
-                usage = json.loads(payload).get("usage")
+                try:
+                    usage = json.loads(payload).get("usage")
+                except ValueError:
+                    _record_error(acc, f"unparseable stream data: {payload[:200]!r}")
+                    return
                 if usage:
                     acc.usage = usage
             return
@@ -330,6 +337,8 @@ async def _send_one(
             await _read_stream(resp, acc, fast, chat)
             if not acc.done:
                 _record_error(acc, "stream ended without [DONE] (incomplete)")
+    except aiohttp.ServerTimeoutError:  # sock_read: no byte from the server for that long
+        _record_error(acc, f"{STALLED} {timeout.sock_read:g} s")
     except asyncio.TimeoutError:
         _record_error(acc, f"timeout after {timeout.total} s")
     except aiohttp.ClientPayloadError as exc:
@@ -391,6 +400,7 @@ async def run_requests(
     concurrency: int | None = None,
     api_key: str | None = None,
     timeout_s: float = 3600.0,
+    stall_s: float | None = None,
     ignore_eos: bool = True,
     temperature: float = 0.0,
     seed: int | None = None,
@@ -402,8 +412,10 @@ async def run_requests(
     ``concurrency=None`` sends every prompt at once (a fixed batch); an integer keeps at
     most that many in flight. Prompts of one ``conversation`` go one after another in
     ``turn`` order (each turn holds a slot only while in flight). ``timeout_s`` bounds
-    each request from send to end of stream. Bodies are serialised before the first send
-    so a 200K-token prompt's JSON encoding is not timed. ``keep_text`` keeps completion
+    each request from send to end of stream; ``stall_s`` bounds the wait for any next byte of a
+    response (a request that gets none for that long fails with an error starting with
+    ``STALLED``: the engine is hung, or far slower than its spec allows). Bodies are serialised
+    before the first send so a 200K-token prompt's JSON encoding is not timed. ``keep_text`` keeps completion
     text (chat text is always kept) at the cost of parsing every chunk.
     """
     if concurrency is not None and concurrency < 1:
@@ -430,7 +442,7 @@ async def run_requests(
         chain.sort(key=lambda p: (p.turn or 0, p.index))
     accs = {p.index: _Acc(p.index) for p in prompts}
     sem = asyncio.Semaphore(concurrency) if concurrency is not None else None
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_read=stall_s)
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     first_send_wall: list[float] = []
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import host, metrics, store
-from kvlab.client import BatchResult, run_requests
+from kvlab.client import STALLED, BatchResult, run_requests
 from kvlab.engines import get_adapter
 from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR
@@ -93,15 +93,20 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
         adapter = get_adapter(e.name)
         port = e.port or 0
         env = adapter.env_overrides(e)
-        lines.append(f"\n# server {server_key} ({e.name}); port {'{free port}' if not e.port else port}; "
-                     f"{len(group)} run(s)")
-        if env:
-            lines.append("env " + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + " \\")
-        key_ref = f"${e.api_key_env}" if e.api_key_env else None
-        argv = adapter.command(e, port, key_ref)
-        if not e.port:  # the port is chosen at launch
-            argv[argv.index("--port") + 1] = "$PORT"
-        lines.append("  " + " ".join(_shell_quote(a) for a in argv))
+        if e.external:
+            lines.append(f"\n# server {server_key} ({e.name}) at {e.url}: external, kvlab does not start or "
+                         f"stop it; {len(group)} run(s)")
+        else:
+            lines.append(f"\n# server {server_key} ({e.name}); port {'{free port}' if not e.port else port}; "
+                         f"{len(group)} run(s)")
+        if not e.external:
+            if env:
+                lines.append("env " + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + " \\")
+            key_ref = f"${e.api_key_env}" if e.api_key_env else None
+            argv = adapter.command(e, port, key_ref)
+            if not e.port:  # the port is chosen at launch
+                argv[argv.index("--port") + 1] = "$PORT"
+            lines.append("  " + " ".join(_shell_quote(a) for a in argv))
         for r in group:
             w = r.workload
             run_id = f"{r.experiment}/{r.key}" if many else r.key
@@ -187,10 +192,20 @@ def _engine_failure(server: EngineServer, wait_s: float = ENGINE_DEATH_WAIT_S) -
         if failure is not None:
             return failure
         if not server.running():
-            return Failure("crash", "server exited during the run")
+            return Failure("crash", "the external server stopped answering its health check during the run"
+                           if server.external else "server exited during the run")
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.2)
+
+
+def _hung(batch: BatchResult, run: RunSpec) -> Failure | None:
+    """Cause ``timeout`` when requests got no byte for the engine's stall limit while its process lived on."""
+    stalled = [r for r in batch.records if r.status != "ok" and (r.error or "").startswith(STALLED)]
+    if not stalled:
+        return None
+    return Failure("timeout", f"{len(stalled)} request(s) got no data for {run.engine.stall_timeout_s:g} s while "
+                              "the engine process was alive (hung or stopped): server killed")
 
 
 def _zero_missing_cached(batch: BatchResult) -> BatchResult:
@@ -214,7 +229,7 @@ def _scrape(server: EngineServer, api_key: str | None) -> dict[str, float]:
 
 def _served_name(run: RunSpec) -> str:
     """The model name the server answers to (vLLM and SGLang default to the --model value)."""
-    return run.engine.served_model_name or run.engine.model_arg
+    return run.engine.served_name
 
 
 def _vocab_size(run: RunSpec) -> int:
@@ -307,7 +322,9 @@ class Sweep:
             server.wait_ready()
         finally:
             self.servers.append({"server_key": run.server_key, "engine": run.engine.name, "argv": server.recorded_argv,
-                                 "env": server.adapter.env_overrides(run.engine), "experiments": [run.experiment],
+                                 "launched_by_kvlab": not server.external, "url": run.engine.url,
+                                 "env": None if server.external else server.adapter.env_overrides(run.engine),
+                                 "experiments": [run.experiment],
                                  "log": log.name, "started_at": datetime.now(timezone.utc).isoformat(),
                                  "ready_s": time.perf_counter() - t})
         return server
@@ -320,6 +337,9 @@ class Sweep:
     # ------------------------------------------------------------------ one run
     def _measure(self, server: EngineServer, run: RunSpec, vocab: int) -> tuple[BatchResult, dict, list[str]]:
         notes = []
+        if server.external:
+            notes.append(f"server at {run.engine.url} not launched by kvlab: its settings are as the experiment "
+                         "file states them, unchecked")
         if run.engine.prefix_caching:
             flushed = server.flush_cache()
             deadline = time.monotonic() + FLUSH_WAIT_S
@@ -337,7 +357,7 @@ class Sweep:
         w = run.workload
         batch = asyncio.run(run_requests(
             server.base_url, _served_name(run), prompts_for(run, vocab),
-            concurrency=w.concurrency, api_key=key,
+            concurrency=w.concurrency, api_key=key, stall_s=run.engine.stall_timeout_s,
             ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.kind == "reasoning",
         ))
         if w.kind == "reasoning":
@@ -388,7 +408,7 @@ class Sweep:
                 version = version or server.version()
                 batch, deltas, notes = self._measure(server, run, vocab)
                 if not batch.ok:
-                    failure = _engine_failure(server)
+                    failure = _engine_failure(server) or _hung(batch, run)
                     if failure is None:
                         first = next(r for r in batch.records if r.status != "ok")
                         n_failed = sum(r.status != "ok" for r in batch.records)
@@ -402,11 +422,11 @@ class Sweep:
             result.experiments[run.experiment].attempts += 1
             retrying = failure is not None and failure.cause in retry.retry_on and n < retry.max_attempts
             attempts.append(_attempt(run, n, failure, elapsed, retry.backoff(n) if retrying else None))
+            if server is not None and failure is not None and failure.cause != "http_error":
+                server.stop()  # a crashed or hung engine serves no further run: the next one starts a new server
+                server = None
             if failure is None or not retrying:
                 break
-            if server is not None and failure.cause != "http_error":
-                server.stop()
-                server = None
             self.sleep(retry.backoff(n))
         status = "ok" if failure is None else "failed"
         row = _run_row(run, status, len(attempts), failure.cause if failure else

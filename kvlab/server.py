@@ -154,6 +154,8 @@ def _kill_group(pgid: int, grace_s: float) -> None:
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pgid, sig)
+            if sig == signal.SIGTERM:
+                os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) engine handles SIGTERM only once resumed
         except ProcessLookupError:
             return
         # Poll instead of psutil.wait_procs: waiting would reap our own child and hide its exit code.
@@ -214,8 +216,10 @@ class EngineServer:
         self.adapter = get_adapter(spec.name)
         self.log_path = Path(log_path)
         self.registry_dir = registry_dir or state_dir()
-        self.port = spec.port or free_port(spec.host)
+        self.external = spec.external  # a server someone else started: checked and used, never started or stopped
+        self.port = None if self.external else (spec.port or free_port(spec.host))
         self.base_url = self.adapter.base_url(spec, self.port)
+        self._attached = False  # external: start() checked it and stop() was not called yet
         self._api_key = self._read_api_key()
         self._proc: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
@@ -237,13 +241,15 @@ class EngineServer:
     @property
     def argv(self) -> list[str]:
         """The real argv (may hold the API key: never record it; use ``recorded_argv``)."""
+        if self.external:
+            return []
         on_cli = self._api_key if self.adapter.api_key_env_var is None else None
         return self.adapter.command(self.spec, self.port, api_key=on_cli)
 
     @property
-    def recorded_argv(self) -> list[str]:
-        """argv safe to write to logs and specs: the API key replaced by '***'."""
-        return redact(self.argv, self._api_key)
+    def recorded_argv(self) -> list[str] | None:
+        """argv safe to write to logs and specs: the API key replaced by '***' (None: kvlab did not launch it)."""
+        return None if self.external else redact(self.argv, self._api_key)
 
     def _env(self) -> dict[str, str]:
         env = self.adapter.env(self.spec)
@@ -267,14 +273,28 @@ class EngineServer:
         return self._watchdog.pid if self._watchdog else None
 
     def running(self) -> bool:
+        """The process is alive (an external server: it still answers its health check)."""
+        if self.external:
+            return self._attached and self._healthy()
         return self._proc is not None and self._proc.poll() is None
+
+    def _healthy(self) -> bool:
+        status, _ = http_json(self.base_url + self.adapter.health_path, timeout=2.0, headers=self.headers)
+        return status == 200
 
     def start(self) -> EngineServer:
         """Launch the server in its own process group with stdout+stderr to ``log_path``."""
-        if self._proc is not None:
+        if self._proc is not None or self._attached:
             raise RuntimeError("server already started")
-        _install_hooks()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.external:
+            with open(self.log_path, "a") as log:
+                log.write(f"# kvlab: did not launch this server: it uses {self.base_url}, started by someone else, "
+                          "and neither starts nor stops it (its own log is wherever it runs)\n")
+            self.started_at = time.monotonic()
+            self._attached = True
+            return self
+        _install_hooks()
         with open(self.log_path, "ab") as log:
             log.write(f"# kvlab: {' '.join(self.recorded_argv)}\n".encode())
             log.flush()
@@ -314,6 +334,8 @@ class EngineServer:
 
     def failure(self) -> Failure | None:
         """The classified failure if the process has exited with an error (or logged a fatal one)."""
+        if self.external:
+            return None  # no process, no log here: only running() can tell
         code = self._proc.poll() if self._proc else None
         return self.adapter.classify_failure(code, self.log_text())
 
@@ -323,9 +345,11 @@ class EngineServer:
         Raises ServerError (and stops the server) when the process exits first, with the cause
         classified from its log, or with cause 'timeout'.
         """
-        if self._proc is None:
+        if self._proc is None and not self._attached:
             raise RuntimeError("server not started")
         timeout_s = self.spec.startup_timeout_s if timeout_s is None else timeout_s
+        if self.external:
+            return self._wait_external(timeout_s, poll_s)
         deadline = self.started_at + timeout_s
         url = self.base_url + self.adapter.health_path
         while True:
@@ -350,6 +374,29 @@ class EngineServer:
                 )
             time.sleep(poll_s)
 
+    def _wait_external(self, timeout_s: float, poll_s: float) -> float:
+        """An external server: its health check answers 200 within ``timeout_s`` and it serves the spec's model."""
+        deadline = self.started_at + timeout_s
+        while not self._healthy():
+            if time.monotonic() > deadline:
+                self._attached = False
+                raise ServerError(Failure("timeout", f"the external server at {self.base_url} did not answer "
+                                          f"{self.adapter.health_path} with 200 within {timeout_s:g} s"), self.log_path)
+            time.sleep(poll_s)
+        status, body = http_json(self.base_url + "/v1/models", timeout=10.0, headers=self.headers)
+        served = sorted(m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)) \
+            if status == 200 and isinstance(body, dict) else None
+        if served is not None and self.spec.served_name not in served:
+            self._attached = False
+            raise ServerError(Failure("http_error", f"the external server at {self.base_url} serves "
+                                      f"{', '.join(map(repr, served)) or 'no model'}, not {self.spec.served_name!r} "
+                                      "(set served_model_name to the name it serves)"), self.log_path)
+        with open(self.log_path, "a") as log:
+            log.write(f"# kvlab: {self.base_url} answers and serves "
+                      f"{', '.join(served) if served else '(GET /v1/models did not answer)'}\n")
+        self.ready_after_s = time.monotonic() - self.started_at
+        return self.ready_after_s
+
     def _owns_port(self) -> bool:
         for p in _group_members(self._proc.pid):
             try:
@@ -361,7 +408,9 @@ class EngineServer:
         return False
 
     def stop(self, grace_s: float = 15.0) -> int | None:
-        """SIGTERM the whole process group, SIGKILL after ``grace_s``; returns the exit code. Idempotent."""
+        """SIGTERM the whole process group, SIGKILL after ``grace_s``; returns the exit code. Idempotent.
+        An external server is left running: kvlab only stops using it."""
+        self._attached = False
         if self._proc is None:
             return None
         if self._proc.poll() is None or _group_members(self._proc.pid):

@@ -23,13 +23,13 @@ WORKLOAD_KINDS = ("fixed_batch", "concurrency", "shared_prefix", "multi_turn", "
 
 #: EngineSpec fields that change how kvlab reaches a server but not what it measures:
 #: left out of RunSpec.key so that, e.g., a longer startup timeout does not re-run a sweep.
-KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "api_key_env")
+KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeout_s", "api_key_env")
 
 #: Fields added after runs were first stored, with the value that reproduces the earlier behaviour:
 #: at that value they are left out of RunSpec.key, so runs measured before they existed keep their
 #: keys (a sweep resumes instead of re-running them). Any other value is part of the key.
 KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
-    "engine": {"report_cached_tokens": True, "reasoning_parser": None},
+    "engine": {"report_cached_tokens": True, "reasoning_parser": None, "url": None},
     "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
                  "reasoning_questions": None},
 }
@@ -49,11 +49,18 @@ class EngineSpec(_Strict):
     name: Literal[ENGINE_NAMES] = Field(
         description="engine: vllm | sglang | sglang-jax (SGLang's JAX runtime, the SGLang engine that serves on CPU)"
     )
-    launch: list[str] = Field(
-        min_length=1,
+    launch: list[str] | None = Field(
+        None, min_length=1,
         description="command prefix that runs the engine's python, e.g. ['.engines/vllm/bin/python'], "
         "['conda', 'run', '--no-capture-output', '-n', 'sglang', 'python'] or a container command; "
-        "a relative interpreter path resolves against the repository root",
+        "a relative interpreter path resolves against the repository root. Give this or url",
+    )
+    url: str | None = Field(
+        None, pattern=r"^https?://[^/\s]+/?$",
+        description="base URL of a server kvlab did not start (a systemd unit, a Kubernetes pod, a shared "
+        "endpoint), e.g. http://gpu-node-3:8000; kvlab checks it answers and serves the model, never starts "
+        "or stops it, and records that it did not launch it. The other fields state how it was started "
+        "(they are recorded, and checked against the workload). Give this or launch",
     )
     model: str = Field(description="local model folder (relative to the repository root or absolute) or a hub id")
     served_model_name: str | None = Field(None, description="name the server exposes (default: the model string)")
@@ -85,6 +92,9 @@ class EngineSpec(_Strict):
     extra_args: list[str] = Field(default_factory=list, description="more engine arguments, appended verbatim")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the server")
     startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
+    stall_timeout_s: float = Field(
+        600.0, gt=0, description="seconds a streaming request may wait for its next byte (first token included) "
+        "before the engine counts as hung: the run fails with cause timeout and the server is killed")
     dev_mode: bool = Field(
         False, description="vLLM VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works between runs"
     )
@@ -101,6 +111,9 @@ class EngineSpec(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
+        if (self.launch is None) == (self.url is None):
+            raise ValueError("give either launch (kvlab starts the server) or url (a server already running), "
+                             f"not {'both' if self.launch else 'neither'}")
         if self.tp % self.dcp:
             raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
         if self.kv_cache_bytes is not None and self.name not in KV_BUDGET_ENGINES:
@@ -115,9 +128,21 @@ class EngineSpec(_Strict):
         """The model as passed to the engine: local paths made absolute, hub ids unchanged."""
         return resolve_local(self.model)
 
+    @property
+    def served_name(self) -> str:
+        """The model name requests carry: served_model_name, else the model as the server was given it
+        (a launched local model: its absolute path; an external server: the string in the spec)."""
+        return self.served_model_name or (self.model if self.external else self.model_arg)
+
+    @property
+    def external(self) -> bool:
+        """A server kvlab did not start (``url``): it is neither launched nor stopped."""
+        return self.url is not None
+
     def check_model_path(self) -> None:
-        """Raise when the model looks like a local folder that does not exist."""
-        if is_local_path(self.model) and not Path(self.model_arg).exists():
+        """Raise when the model looks like a local folder that does not exist (a server kvlab launches
+        reads it here; an external server's model lives where that server runs)."""
+        if not self.external and is_local_path(self.model) and not Path(self.model_arg).exists():
             raise ValueError(f"local model folder does not exist: {self.model_arg}")
 
     def local_config(self) -> dict | None:
@@ -442,16 +467,21 @@ class RunSpec(_Strict):
 
     @property
     def server_key(self) -> str:
-        """Hash of what decides the server (launch prefix, args, env overrides): runs sharing it share a server."""
+        """Hash of what decides the server (launch prefix, args, env overrides): runs sharing it share a server.
+        An external server is its URL: every run that names it uses it."""
+        if self.engine.external:
+            return _short_hash({"url": self.engine.url.rstrip("/"), "api_key_env": self.engine.api_key_env})
+        return _short_hash(self.server_settings() | {"api_key_env": self.engine.api_key_env})
+
+    def server_settings(self) -> dict[str, Any]:
+        """What this run needs the server started with: argv (port 0) and environment overrides; for an
+        external server, what it would be launched with (the same fields, a placeholder interpreter)."""
         from kvlab.engines import get_adapter
 
         adapter = get_adapter(self.engine.name)
-        payload = {
-            "argv": adapter.command(self.engine, port=0),
-            "env": adapter.env_overrides(self.engine),
-            "api_key_env": self.engine.api_key_env,
-        }
-        return _short_hash(payload)
+        engine = self.engine.model_copy(update={"launch": ["python"], "url": None}) if self.engine.external \
+            else self.engine
+        return {"argv": adapter.command(engine, port=0), "env": adapter.env_overrides(engine)}
 
     @property
     def context_tokens(self) -> int:
@@ -567,7 +597,29 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
         raise SpecError(f"{origin}: matrix: {len(dupes)} run(s) are identical after overrides (key {dupes[0]})")
+    _check_external(origin, runs)
     return runs
+
+
+def _check_external(origin: str | Path, runs: list[RunSpec]) -> None:
+    """SpecError when runs need different server settings from one external server (kvlab cannot restart it)."""
+    by_url: dict[str, list[RunSpec]] = {}
+    for r in runs:
+        if r.engine.external:
+            by_url.setdefault(r.engine.url.rstrip("/"), []).append(r)
+    for url, group in by_url.items():
+        if len({json.dumps(r.server_settings(), sort_keys=True) for r in group}) == 1:
+            continue
+        ignore = {*KEY_EXCLUDED_ENGINE_FIELDS, "url", "launch"}
+        dumps = [r.engine.model_dump(mode="json", exclude=ignore) for r in group]
+        differ = sorted(k for k in dumps[0] if len({json.dumps(d[k], sort_keys=True) for d in dumps}) > 1)
+        values = "; ".join(f"{k}: {', '.join(sorted({json.dumps(d[k]) for d in dumps}))}" for k in differ)
+        raise SpecError(
+            f"{origin}: engines.{group[0].engine_label}.url: the runs need the server at {url} started in "
+            f"{len({json.dumps(r.server_settings(), sort_keys=True) for r in group})} different ways ({values}), "
+            "but kvlab does not start or restart a server it did not launch: give one url per setting, "
+            "or sweep one setting"
+        )
 
 
 #: Engines that reject a request whose prompt + output reaches the context length (SGLang's tokenizer

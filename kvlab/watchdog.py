@@ -47,6 +47,8 @@ def kill_group(pgid: int, grace_s: float) -> None:
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pgid, sig)
+            if sig == signal.SIGTERM:
+                os.killpg(pgid, signal.SIGCONT)  # a stopped engine handles SIGTERM only once resumed
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait_s

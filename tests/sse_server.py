@@ -38,6 +38,7 @@ class FixtureConfig:
     http_status: int = 200  # anything else: a JSON error body with this status, no stream
     drop_after: int | None = None  # close the connection after this many token chunks
     no_done: bool = False  # end the stream cleanly but without [DONE]
+    garbage: bytes | None = None  # write these raw bytes as one SSE data line after the token chunks
     usage: bool = True  # send the usage chunk when stream_options.include_usage asks for it
     cached_tokens: int | None = None  # report usage.prompt_tokens_details.cached_tokens
     server_timestamps: bool = False  # put "t_server" (perf_counter at write) in every chunk
@@ -209,6 +210,8 @@ class SSEServer:
                 text = text + "x" * max(0, cfg.line_bytes - len(text))
             served.chunk_times.append(time.perf_counter())
             await send(chunk(text, i, "length" if i == n_chunks - 1 else None, reasoning=chat and i < cfg.reasoning_chunks))
+        if cfg.garbage is not None:
+            await send(b"data: " + cfg.garbage + b"\n\n")
         n_out = n_chunks * cfg.tokens_per_chunk
         self.prompt_tokens_total += n_prompt
         self.generation_tokens_total += n_out

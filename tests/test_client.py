@@ -153,6 +153,33 @@ def test_every_failure_kind_recorded_per_request(server):
     assert rows.filter(rows["status"] == "failed").height == 6
 
 
+def test_a_silent_server_is_a_stall_not_a_slow_request(server):
+    base = workloads.fixed_batch(3, 50, 20, vocab_size=512, seed=3)
+    prompts = [base[0], _with(base[1], first_delay_s=4.0), _with(base[2], delay_s=0.3)]
+    res = _run(server.url, prompts, timeout_s=30, stall_s=1.0)
+    recs = res.records
+    assert recs[1].status == "failed" and recs[1].error == f"{client.STALLED} 1 s" and recs[1].chunks == 0
+    assert recs[1].t_end - recs[1].t_send == pytest.approx(1.0, abs=0.5)
+    # a request slower in total than the stall limit, but never silent for that long, is fine
+    assert recs[0].status == recs[2].status == "ok" and recs[2].t_end - recs[2].t_send > 1.0
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\xfe not json", b'{"usage":{"prompt_tokens":', b'["a", "list"]', b"42"])
+def test_garbage_in_the_stream_fails_that_request_and_loses_nothing(garbage):
+    base = workloads.fixed_batch(3, 50, 8, vocab_size=512, seed=4)
+    with SSEServer(FixtureConfig(garbage=garbage)) as bad, SSEServer() as good:
+        res = asyncio.run(_two_servers(good.url, bad.url, base))
+    assert [r.status for r in res] == ["ok", "failed", "ok"]
+    assert res[1].error.startswith(("unparseable stream data", "unexpected stream data")), res[1].error
+
+
+async def _two_servers(good: str, bad: str, prompts):
+    a = asyncio.create_task(client.run_requests(good, "m", [prompts[0], prompts[2]]))
+    b = asyncio.create_task(client.run_requests(bad, "m", [prompts[1]]))
+    ra, rb = await a, await b
+    return [ra.records[0], rb.records[0], ra.records[1]]
+
+
 def test_connection_refused_is_a_failed_request():
     prompts = workloads.fixed_batch(2, 10, 2, vocab_size=512)
     res = _run("http://127.0.0.1:9", prompts, timeout_s=5)

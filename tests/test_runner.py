@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -224,8 +225,9 @@ def test_kv_cache_too_small_is_classified_and_retried_as_configured(tmp_path, en
     assert not engine_processes(tag_of(path))
 
 
-def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: int) -> list[int]:
-    """SIGKILL this test's engine process group from inside the client, as soon as one request has streamed
+def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: int,
+                              sig: signal.Signals = signal.SIGKILL) -> list[int]:
+    """Send ``sig`` (SIGKILL) to this test's engine process group from inside the client, as soon as one request has streamed
     `after` tokens: the kill lands mid-run however slow the machine is. (Polling /metrics from a thread once
     raced on a loaded 2-core machine: the gauge of running requests is only refreshed by engine steps, so the
     kill could land between runs, or the long run could finish before /metrics answered.)"""
@@ -240,7 +242,7 @@ def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: 
             except (OSError, ValueError):  # another test's server, just stopped
                 continue
             if tag in " ".join(rec["argv"]):
-                os.killpg(rec["pgid"], signal.SIGKILL)
+                os.killpg(rec["pgid"], sig)
                 killed.append(rec["pgid"])
 
     def wrap(fn):
@@ -278,6 +280,24 @@ def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, monkeyp
 
 
 @pytest.mark.engine
+def test_hung_engine_is_a_timeout_killed_and_the_sweep_continues(tmp_path, monkeypatch, engine_python, tiny_model):
+    path = write_spec(tmp_path, "hung", engine={"stall_timeout_s": 5},
+                      workload={"batch_size": 2, "context_tokens": LONG + 1000, "output_tokens": LONG},
+                      matrix={"workload.output_tokens": [LONG, 16]})
+    stopped = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=100, sig=signal.SIGSTOP)
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert stopped, "no request of the long run streamed 100 tokens"
+    runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
+    assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "timeout"
+    assert runs[LONG]["requests_ok"] + runs[LONG]["requests_failed"] == 2  # no request vanishes
+    attempts = store.load_attempts(tmp_path).filter(pl.col("failure_cause") == "timeout")
+    assert "no data for 5 s" in attempts["detail"][0] and "server killed" in attempts["detail"][0]
+    assert runs[16]["status"] == "ok"  # the stopped engine was killed; the next run got a new server
+    assert res.server_starts == 2
+    assert not engine_processes(tag_of(path))
+
+
+@pytest.mark.engine
 def test_killed_harness_resumes_without_redoing_runs(tmp_path, engine_python, tiny_model):
     path = write_spec(tmp_path, "resume", repeats=3, workload={"output_tokens": 400})
     exp_dir = tmp_path / "runs" / "resume"
@@ -308,6 +328,8 @@ def test_killed_harness_resumes_without_redoing_runs(tmp_path, engine_python, ti
 class _DyingServer:
     """A stand-in for EngineServer: alive for ``alive_polls`` polls, then exited with ``code``."""
 
+    external = False
+
     def __init__(self, alive_polls: int, code: int | None, log_failure=None):
         self.polls, self.alive_polls, self.code, self.log_failure = 0, alive_polls, code, log_failure
 
@@ -329,3 +351,54 @@ def test_failed_requests_are_blamed_on_an_engine_that_dies_a_moment_later():
     assert runner._engine_failure(_DyingServer(100, None, logged), wait_s=5) is logged
     # alive and silent for the whole wait: the requests failed for their own reasons
     assert runner._engine_failure(_DyingServer(10_000, None), wait_s=0.5) is None
+
+
+def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
+    from sse_server import SSEServer
+
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "external", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+                          workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 16})
+        res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+        assert (res.ok, res.failed) == (1, 0)
+        assert urllib.request.urlopen(srv.url + "/health", timeout=5).status == 200  # still serving: not stopped
+        assert [s.prompt_tokens for s in srv.served[-2:]] == [1024 - 16] * 2  # the warm-up came first
+    run = store.load_runs(tmp_path).row(0, named=True)
+    assert run["served_prompt_tokens"] == run["server_prompt_tokens"] == 2 * (1024 - 16)  # its /metrics was read
+    assert "not launched by kvlab" in run["notes"]
+    server = json.loads((tmp_path / "runs" / "external" / "manifest.json").read_text())["sweeps"][-1]["servers"][0]
+    assert (server["launched_by_kvlab"], server["url"], server["argv"]) == (False, srv.url, None)
+    log = next(store.run_dirs(tmp_path)[0].glob("server-*.log")).read_text()
+    assert "did not launch this server" in log and "GET /v1/models did not answer" in log
+
+
+def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_with_its_cause(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"object": "list", "data": [{"id": "org/other"}]}).encode()
+            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+            self.end_headers()
+            self.wfile.write(body if self.path == "/v1/models" else b"")
+
+        def log_message(self, *a):
+            pass
+
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        wrong = write_spec(tmp_path, "wrong_model", engine={"launch": None, "url": f"http://127.0.0.1:{http.server_port}",
+                                                            "model": "org/remote-model", "startup_timeout_s": 5})
+        down = write_spec(tmp_path, "down", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m",
+                                                    "startup_timeout_s": 1})
+        runner.sweep([ExperimentSpec.load(wrong), ExperimentSpec.load(down)], data_dir=tmp_path)
+    finally:
+        http.shutdown()
+    attempts = {r["run_id"]: r for r in store.load_attempts(tmp_path).iter_rows(named=True)}
+    runs = {r["experiment"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
+    wrong_try, down_try = attempts[runs["wrong_model"]["run_id"]], attempts[runs["down"]["run_id"]]
+    assert wrong_try["failure_cause"] == "http_error"
+    assert f"serves 'org/other', not '{tag_of(wrong)}' (set served_model_name" in wrong_try["detail"]
+    assert down_try["failure_cause"] == "timeout" and "did not answer /health with 200 within 1 s" in down_try["detail"]

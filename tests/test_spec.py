@@ -261,3 +261,38 @@ def test_run_key_changes_with_a_local_models_config(tmp_path):
     assert expand(spec)[0].key != before
     hub = ExperimentSpec.model_validate(data | {"engines": {"vllm": data["engines"]["vllm"] | {"model": "org/m"}}})
     assert expand(hub)[0].key == expand(hub)[0].key
+
+
+def _external(url="http://gpu-node-3:8000", **engine):
+    data = copy.deepcopy(BASE)
+    data["engines"] = {"remote": {"name": "vllm", "url": url, "model": "org/some-model", "max_model_len": 8192,
+                                  "tp": 8, **engine}}
+    data["matrix"] = {"workload.context_tokens": [2048, 6400]}
+    return data
+
+
+def test_an_external_server_is_one_server_for_every_run_that_names_it(tmp_path):
+    runs = expand(ExperimentSpec.load(_write(tmp_path, _external())))
+    assert len(runs) == 4 and len({r.server_key for r in runs}) == 1
+    assert all(r.engine.external and r.engine.served_name == "org/some-model" for r in runs)
+    assert "external, kvlab does not start or stop it" in __import__("kvlab.runner").runner.dry_run_text(
+        ExperimentSpec.load(_write(tmp_path, _external())))
+
+
+def test_runs_needing_different_settings_from_one_external_server_are_refused(tmp_path):
+    data = _external()
+    data["matrix"] = {"engine.max_model_len": [8192, 16384], "engine.prefix_caching": [True, False]}
+    msg = _load_error(tmp_path, data)
+    assert "engines.remote.url: the runs need the server at http://gpu-node-3:8000 started in 4 different ways" in msg
+    assert "max_model_len: 16384, 8192; prefix_caching: false, true" in msg
+    assert "kvlab does not start or restart a server it did not launch" in msg
+
+
+@pytest.mark.parametrize("launch, url, says", [
+    ([".engines/vllm/bin/python"], "http://h:8000", "not both"), (None, None, "not neither"),
+    (None, "gpu-node:8000", "url"),
+])
+def test_an_engine_is_launched_or_external_not_both(tmp_path, launch, url, says):
+    data = _external(url=url)
+    data["engines"]["remote"]["launch"] = launch
+    assert says in _load_error(tmp_path, data)

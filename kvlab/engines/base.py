@@ -139,7 +139,10 @@ class EngineAdapter(ABC):
         return merged
 
     # ------------------------------------------------------------------ HTTP
-    def base_url(self, spec: EngineSpec, port: int) -> str:
+    def base_url(self, spec: EngineSpec, port: int | None) -> str:
+        """Where the server answers: the spec's url for an external server, else host:port."""
+        if spec.url:
+            return spec.url.rstrip("/")
         return f"http://{spec.host}:{port}"
 
     @abstractmethod
