@@ -23,6 +23,19 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cpu_flags() -> list[str]:
+    """The vector extensions that decide CPU-engine speed (vLLM's CPU build is several times slower
+    without AVX-512), as /proc/cpuinfo lists them."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in have]
+    except OSError:
+        pass
+    return []
+
+
 def gpus() -> list[dict]:
     """NVIDIA GPUs seen through NVML (name, memory); [] without a driver."""
     try:
@@ -56,6 +69,7 @@ def describe() -> dict:
         "os": platform.platform(),
         "python": platform.python_version(),
         "cpu": _cpu_model(),
+        "cpu_flags": _cpu_flags(),
         "cpu_cores": os.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,
         "gpus": g,

@@ -6,10 +6,11 @@ Templates in ``notebooks/`` are never modified: every execution writes a new not
 
 from __future__ import annotations
 
+import ast
 import html
 import json
-import re
 import os
+import re
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import nbformat
 
-from kvlab.paths import NOTEBOOKS_DIR, REPORTS_DIR
+from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
+
+#: Every run row the reports read, written beside them (linked from each report's provenance panel).
+RUNS_CSV = "runs.csv"
 
 
 #: An embedded output image (the HTML template's own CSS icons are not <img> tags).
@@ -59,15 +63,105 @@ def describe(nb_path: Path) -> tuple[str, str]:
     return nb_path.stem, ""
 
 
-def to_html(executed: Path, out: Path) -> int:
-    """Export an executed notebook to standalone HTML without code; return the number of embedded figures."""
+def to_html(executed: Path, out: Path, title: str | None = None, panel: str = "") -> int:
+    """Export an executed notebook to standalone HTML without code, titled ``title`` with ``panel`` (the
+    provenance panel) first on the page; return the number of embedded figures."""
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(executed, as_version=4)
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nb)
+    if title:
+        body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(title)} — kvlab</title>", body, count=1, flags=re.S)
+    if panel:
+        body = body.replace("<main>", "<main>\n" + panel, 1) if "<main>" in body else \
+            re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + panel, body, count=1)
     out.write_text(body, encoding="utf-8")
     return len(FIGURE_RE.findall(body))
+
+
+def changed_parameters(nb_path: Path, parameters: dict | None) -> dict:
+    """The parameters given that differ from the template's defaults (its ``parameters`` cell)."""
+    import papermill as pm
+
+    defaults = pm.inspect_notebook(str(nb_path))
+    out = {}
+    for name, value in (parameters or {}).items():
+        if name not in defaults:
+            continue  # papermill ignores names a notebook lacks
+        try:
+            default = ast.literal_eval(defaults[name]["default"])
+        except (ValueError, SyntaxError):
+            default = object()
+        if value != default:
+            out[name] = value
+    return out
+
+
+def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) -> dict:
+    """What a report rests on: the measured runs (engines with versions, models, hosts, dates, experiments),
+    the published documents, the code that built it and the parameters that differ from the template's."""
+    import polars as pl
+
+    from kvlab import __version__, host, store
+
+    runs = store.load_runs(data_dir)
+    measured = runs.filter(pl.col("source") == "measured")
+    hosts, sweep_commits = set(), set()
+    for exp in sorted(measured["experiment"].unique()):
+        manifest = data_dir / "runs" / exp / store.MANIFEST_FILE
+        for sweep in json.loads(manifest.read_text()).get("sweeps", []) if manifest.exists() else []:
+            h = sweep.get("host") or {}
+            flags = ", ".join(h.get("cpu_flags") or [])
+            hosts.add(h.get("accelerator") if h.get("gpus") else
+                      f"{h.get('cpu')}, {h.get('cpu_cores')} cores{f' ({flags})' if flags else ''}")
+            sweep_commits.add((sweep.get("git_commit") or "unknown")[:12])
+    started = measured["started_at"].drop_nulls().sort()
+    return {
+        "engines": [f"{e} {v or '(version not reported)'}" for e, v in
+                    measured.select("engine", "engine_version").unique().sort("engine").iter_rows()],
+        "models": sorted(measured["model"].drop_nulls().unique()),
+        "hosts": sorted(h for h in hosts if h),
+        "runs": measured.height,
+        "run_dates": (started[0][:16].replace("T", " "), started[-1][:16].replace("T", " ")) if len(started) else None,
+        "experiments": sorted(measured["experiment"].unique()),
+        "published": sorted(runs.filter(pl.col("source") == "published")["experiment"].unique()),
+        "sweep_commits": sorted(sweep_commits),
+        "kvlab": f"{__version__} at {(host.git_commit() or 'unknown commit')[:12]}",
+        "built": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "parameters": changed_parameters(nb_path, parameters) if nb_path else dict(parameters or {}),
+        "notebook": nb_path.name if nb_path else None,
+    }
+
+
+def panel_html(prov: dict) -> str:
+    """The provenance panel at the top of a report: where it comes from, in one screen-wide box."""
+    e = html.escape
+    rows = [
+        ("measured with", "; ".join(prov["engines"]) or "nothing yet (run <code>make report</code>)"),
+        ("model", ", ".join(prov["models"]) or "–"),
+        ("hardware", "; ".join(prov["hosts"]) or "–"),
+        ("runs", f"{prov['runs']} measured" + (f", {prov['run_dates'][0]} to {prov['run_dates'][1]} UTC"
+                                               if prov["run_dates"] else "")),
+        ("experiments", ", ".join(f"<code>data/experiments/{e(x)}.yaml</code>" for x in prov["experiments"]) or "–"),
+        ("published", ", ".join(prov["published"]) or "–"),
+        ("built", f"{prov['built']} by kvlab {e(prov['kvlab'])}; runs measured at commit(s) "
+                  f"{', '.join(prov['sweep_commits']) or '–'}"),
+        ("parameters", ", ".join(f"<code>{e(k)} = {e(repr(v))}</code>" for k, v in prov["parameters"].items())
+         or "the template's defaults"),
+    ]
+    cells = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    links = (f'<a href="index.html">← all reports</a> · <a href="{e(prov["notebook"])}">this report as a notebook '
+             f'(.ipynb)</a> · <a href="{RUNS_CSV}">the run data behind it (CSV)</a>' if prov["notebook"] else
+             f'<a href="{RUNS_CSV}">every run row the reports read (CSV)</a>')
+    return f"""<nav class="kvlab-provenance" style="font: 13px system-ui, sans-serif; background: #f4f6f8;
+border: 1px solid #d0d7de; border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
+<div style="margin-bottom: .3rem;">{links}</div>
+<table style="border-collapse: collapse;">{cells}</table>
+<style>.kvlab-provenance th {{ text-align: left; padding: 1px 1rem 1px 0; color: #555; font-weight: 600;
+vertical-align: top; white-space: nowrap; }} .kvlab-provenance td {{ padding: 1px 0; }}</style>
+</nav>
+"""
 
 
 def _kernel_config():
@@ -92,13 +186,14 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
         cwd=str(nb_path.parent), progress_bar=False, log_output=False, config=_kernel_config(),
     )
     html_path = out_dir / f"{nb_path.stem}.html"
-    figures = to_html(executed, html_path)
     title, summary = describe(nb_path)
+    data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
+    figures = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters)))
     return Report(nb_path.name, title, summary, html_path, time.perf_counter() - start, figures)
 
 
-def write_index(reports: list[Report], out_dir: Path, note: str = "") -> Path:
-    """An index page linking each report with one line of what it shows."""
+def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "") -> Path:
+    """An index page linking each report with one line of what it shows, under the provenance ``panel``."""
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(r.title)}</a>'
         f"<p>{html.escape(r.summary)}</p><small>{r.figures} figure(s), built in {r.seconds:.1f} s</small></li>"
@@ -113,7 +208,7 @@ li {{ margin: 1rem 0; }} li p {{ margin: .25rem 0; }} small {{ color: #666; }}
 .legend {{ background: #f4f4f4; padding: .5rem 1rem; border-radius: 6px; }}
 </style></head><body>
 <h1>kvlab reports</h1>
-<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
+{panel}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
 <b>measured</b> (a real engine run, with the host it ran on) or <b>modelled</b> (kvlab's physical model).</p>
 <ol>
 {items}
@@ -154,11 +249,18 @@ def build(
     with a warning, so pass notebook-specific ones through :func:`run_one`. ``progress`` is an
     optional callable(report) for a progress bar.
     """
+    from kvlab import store
+
     paths = notebooks(selected)
     workers = workers or min(len(paths), os.cpu_count() or 1) or 1
+    out_dir.mkdir(parents=True, exist_ok=True)
     reports: list[Report] = []
     errors: list[str] = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    import multiprocessing
+
+    # spawn, not fork: the workers use polars (provenance), whose thread pool does not survive a fork of a
+    # parent that already used it (a test, a notebook session)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(run_one, p, out_dir, parameters): p for p in paths}
         for fut in as_completed(futures):
             try:
@@ -169,7 +271,9 @@ def build(
             except Exception as exc:  # keep building the others, then fail naming each
                 errors.append(f"{futures[fut].name}: {type(exc).__name__}: {str(exc).strip()[-2000:]}")
     if reports:
-        write_index(_with_earlier(reports, out_dir), out_dir)
+        data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
+        store.load_runs(data_dir).write_csv(out_dir / RUNS_CSV)
+        write_index(_with_earlier(reports, out_dir), out_dir, panel=panel_html(provenance(data_dir, None, parameters)))
     if errors:
         raise RuntimeError("report build failed for:\n" + "\n".join(errors))
     return reports

@@ -193,9 +193,38 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
             "batch time at 0.95 against 0.92: 200K 25% less (6 s vs 8 s, 0.75×).") in r3
 
 
+def test_every_report_opens_with_its_provenance(tmp_path):
+    """Title, links back and to the data, and where the numbers come from, before the report's first heading."""
+    import json
+
+    data = write_two_engine_runs(tmp_path / "data")
+    (data / "runs" / "cpu_long_context" / "manifest.json").write_text(json.dumps({"sweeps": [{
+        "git_commit": "0123456789abcdef", "host": {"cpu": "Test CPU", "cpu_cores": 2, "cpu_flags": ["avx2"],
+                                                   "gpus": [], "accelerator": "CPU x86_64 (2 cores)"}}]}))
+    rep = reports.run_one(reports.notebooks(["03"])[0], tmp_path / "out", {"data_dir": str(data), "model_gpu": "H100"})
+    text = rep.html.read_text()
+    assert f"<title>{html.escape(rep.title)} — kvlab</title>" in text
+    panel = text[text.index('<nav class="kvlab-provenance"'):text.index("</nav>")]
+    assert text.index("kvlab-provenance") < text.index("<h1")  # first on the page
+    for link in ("index.html", "03_memory_utilisation.ipynb", "runs.csv"):
+        assert f'href="{link}"' in panel
+    assert "<th>measured with</th><td>sglang-jax (version not reported); vllm (version not reported)</td>" in panel
+    assert "<th>model</th><td>tiny-llama</td>" in panel
+    assert "<th>hardware</th><td>Test CPU, 2 cores (avx2)</td>" in panel
+    assert "<th>runs</th><td>8 measured</td>" in panel
+    assert "<code>data/experiments/cpu_long_context.yaml</code>" in panel and "runs measured at commit(s) 0123456789ab" in panel
+    assert "<th>published</th><td>article_b300</td>" in panel
+    # only what differs from the template's defaults, with its value
+    assert f"<code>data_dir = {html.escape(repr(str(data)))}</code>, <code>model_gpu = &#x27;H100&#x27;</code>" in panel
+
+
 def test_build_writes_index_linking_every_report(tmp_path):
     built = reports.build(tmp_path, selected=["01", "02"])
     index = (tmp_path / "index.html").read_text()
+    assert "kvlab-provenance" in index and 'href="runs.csv"' in index
+    import polars as pl
+
+    assert pl.read_csv(tmp_path / "runs.csv", infer_schema_length=0).height == reports_runs_rows()
     for r in built:
         assert f'href="{r.html.name}"' in index
         assert html.escape(r.title) in index and html.escape(r.summary) in index
@@ -211,3 +240,9 @@ def test_partial_rebuild_keeps_the_index_whole(tmp_path):
     reports.build(tmp_path, selected=["02"])
     index = (tmp_path / "index.html").read_text()
     assert 'href="01_context_scaling.html"' in index and 'href="02_throughput_decay.html"' in index
+
+
+def reports_runs_rows() -> int:
+    from kvlab import store
+
+    return store.load_runs(DATA_DIR).height

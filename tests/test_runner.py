@@ -226,8 +226,9 @@ def test_kv_cache_too_small_is_classified_and_retried_as_configured(tmp_path, en
 
 
 def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: int,
-                              sig: signal.Signals = signal.SIGKILL) -> list[int]:
-    """Send ``sig`` (SIGKILL) to this test's engine process group from inside the client, as soon as one request has streamed
+                              sig: signal.Signals = signal.SIGKILL, only: str | None = None) -> list[int]:
+    """Send ``sig`` (SIGKILL) to this test's engine process group (``only``: to its processes whose command
+    line holds that, e.g. vLLM's EngineCore) from inside the client, as soon as one request has streamed
     `after` tokens: the kill lands mid-run however slow the machine is. (Polling /metrics from a thread once
     raced on a loaded 2-core machine: the gauge of running requests is only refreshed by engine steps, so the
     kill could land between runs, or the long run could finish before /metrics answered.)"""
@@ -242,7 +243,12 @@ def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: 
             except (OSError, ValueError):  # another test's server, just stopped
                 continue
             if tag in " ".join(rec["argv"]):
-                os.killpg(rec["pgid"], sig)
+                if only is None:
+                    os.killpg(rec["pgid"], sig)
+                else:
+                    for proc in psutil.Process(rec["pid"]).children(recursive=True):
+                        if only in " ".join(proc.cmdline()) + proc.name():
+                            proc.send_signal(sig)
                 killed.append(rec["pgid"])
 
     def wrap(fn):
@@ -276,6 +282,25 @@ def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, monkeyp
     assert res.server_starts == 2
     reqs = store.load_requests(tmp_path).filter(pl.col("status") == "failed")
     assert reqs["error"].drop_nulls().len() == reqs.height
+    assert not engine_processes(tag_of(path))
+
+
+@pytest.mark.engine
+def test_engine_core_killed_is_a_crash_retried_on_a_new_server(tmp_path, monkeypatch, engine_python, tiny_model):
+    """kill -9 of vLLM's EngineCore alone (its API server lives on and logs EngineDeadError): cause crash with
+    that log line, retried as the policy says on a restarted server, and the rest of the group runs on it."""
+    path = write_spec(tmp_path, "core_killed",
+                      workload={"batch_size": 2, "context_tokens": LONG + 1000, "output_tokens": LONG},
+                      matrix={"workload.output_tokens": [LONG, 16]},
+                      retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]})
+    killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=100, only="EngineCore")
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert killed, "no request of the long run streamed 100 tokens"
+    runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
+    assert (runs[LONG]["status"], runs[LONG]["attempts"], runs[LONG]["requests_ok"]) == ("ok", 2, 2)
+    first = store.load_attempts(tmp_path).filter(pl.col("run_id") == runs[LONG]["run_id"]).sort("attempt").row(0, named=True)
+    assert first["failure_cause"] == "crash" and "EngineDead" in first["detail"], first["detail"]
+    assert runs[16]["status"] == "ok" and res.server_starts == 2  # the restarted server serves the rest of the group
     assert not engine_processes(tag_of(path))
 
 
