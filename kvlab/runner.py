@@ -391,9 +391,10 @@ class Sweep:
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
         logs: dict[str, Path] = {}
+        start_failed: list[bool] = []  # per attempt: did the server fail to start (not the run on it)?
         for n in range(1, retry.max_attempts + 1):
             t = time.perf_counter()
-            failure = None
+            failure, at_start = None, False
             try:
                 if server is None or not server.running():
                     if server is not None:
@@ -416,7 +417,8 @@ class Sweep:
             except ServerError as exc:
                 failure = exc.failure
                 logs[f"server-attempt{n}.log"] = exc.log_path
-                server = None
+                server, at_start = None, True
+            start_failed.append(at_start)
             elapsed = time.perf_counter() - t
             result.attempts += 1
             result.experiments[run.experiment].attempts += 1
@@ -441,8 +443,9 @@ class Sweep:
                                files=files)
         _tally(result, run, status)
         self.on_run(run, status)
-        never_started = server is None and all(a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES
-                                               for a in attempts)
+        # a run killed mid-way also leaves server None: only start failures stop the group's relaunches
+        never_started = server is None and all(start_failed) and all(
+            a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES for a in attempts)
         return server, path, attempts[-1] | {"source_run": path.name} if never_started else None
 
     def _record_not_started(self, run: RunSpec, start: dict, result: SweepResult) -> Path:
