@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 
 from kvlab.engines import ENGINE_NAMES, Failure, get_adapter
+from kvlab import watchdog
 from kvlab.engines.base import http_json
 from kvlab.paths import ROOT
 from kvlab.spec import EngineSpec
@@ -142,28 +143,10 @@ def _group_members(pgid: int) -> list[psutil.Process]:
     return members
 
 
-def _status(p: psutil.Process) -> str | None:
-    try:
-        return p.status()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-
-
 def _kill_group(pgid: int, grace_s: float) -> None:
-    """SIGTERM the group, wait up to ``grace_s`` for every member, then SIGKILL what is left."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-            if sig == signal.SIGTERM:
-                os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) engine handles SIGTERM only once resumed
-        except ProcessLookupError:
-            return
-        # Poll instead of psutil.wait_procs: waiting would reap our own child and hide its exit code.
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if not [p for p in _group_members(pgid) if _status(p) not in (None, psutil.STATUS_ZOMBIE)]:
-                return
-            time.sleep(0.2)
+    """SIGTERM (and SIGCONT) the group, wait up to ``grace_s`` for every member, then SIGKILL what is left:
+    the watchdog's routine, one definition for both."""
+    watchdog.kill_group(pgid, grace_s)
 
 
 def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[int]:
