@@ -46,6 +46,17 @@ def unavailable_counters(runs: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def markdown_inline(text: str) -> str:
+    """The inline markdown kvlab's sentences use (``**bold**``, ``*italic*``, ```code```) as escaped HTML."""
+    import html
+    import re
+
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<i>\1</i>", out)
+
+
 def _fmt_tokens(c: float) -> str:
     return f"{c:,.0f} tokens (≈{c / 1024:.0f}K)"
 

@@ -203,10 +203,77 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
 
 
 def setup_notebook(fig_format: str = "png", dpi: int = 110) -> None:
-    """Make ``display(fig)`` render Figures inline (and so embed them in the HTML reports)."""
+    """Make ``display(fig)`` render Figures inline (and so embed them in the HTML reports); number the
+    figures :func:`show` displays from 1 again."""
     from matplotlib_inline.backend_inline import set_matplotlib_formats
 
+    global _figure_no
+    _figure_no = 0
     set_matplotlib_formats(fig_format, dpi=dpi)
+
+
+_figure_no = 0
+#: Pixel density of report figures: drawn at 2× and shown at their natural size, so they stay sharp when zoomed.
+SHOW_DPI, SCREEN_DPI = 200, 100
+
+
+def alt_text(fig: Figure) -> str:
+    """What a figure shows, for readers who cannot see it: each panel's title, axes and series."""
+    parts = []
+    for ax in fig.axes:
+        if not ax.get_visible() or not (ax.has_data() or ax.get_title()):
+            continue
+        legend = ax.get_legend()
+        series = [t.get_text() for t in legend.get_texts()] if legend else []
+        desc = ax.get_title() or "chart"
+        axes = ", ".join(f"{k}: {v}" for k, v in (("y", ax.get_ylabel()), ("x", ax.get_xlabel())) if v)
+        parts.append(desc + (f" ({axes})" if axes else "") + (f"; series: {', '.join(series)}" if series else ""))
+    return " | ".join(parts) or "figure"
+
+
+class FigureView:
+    """A figure as the reports show it: a 2×-density PNG with alt text, its number, the one computed sentence
+    that says what to see in it, and (with ``data``) a link to the numbers behind it as CSV."""
+
+    def __init__(self, fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None):
+        global _figure_no
+        if not caption or not caption.strip():
+            raise ValueError("show(): every figure needs a caption, the sentence that says what to see in it")
+        _figure_no += 1
+        self.number, self.fig, self.caption, self.data = _figure_no, fig, caption.strip(), data
+        self.alt = alt or alt_text(fig)
+
+    def png(self) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        self.fig.savefig(buf, format="png", dpi=SHOW_DPI, bbox_inches="tight")
+        return buf.getvalue()
+
+    def _repr_html_(self) -> str:
+        import base64
+        import html
+        import struct
+
+        from kvlab.narrative import markdown_inline
+
+        png = self.png()
+        width = struct.unpack(">I", png[16:20])[0] * SCREEN_DPI // SHOW_DPI  # PNG IHDR width in pixels
+        img = (f'<img alt="{html.escape(self.alt)}" style="width: {width}px; max-width: 100%; height: auto;" '
+               f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+        link = ""
+        if self.data is not None:
+            csv = base64.b64encode(self.data.write_csv().encode()).decode()
+            link = (f' <a class="kvlab-figure-data" download="figure{self.number}.csv" '
+                    f'href="data:text/csv;base64,{csv}">data (CSV)</a>')
+        return (f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
+                f'<figcaption style="max-width: {max(width, 480)}px;"><b>Figure {self.number}.</b> '
+                f"{markdown_inline(self.caption)}{link}</figcaption></figure>")
+
+
+def show(fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None) -> FigureView:
+    """``display(show(fig, caption, data))``: the report's way to show a figure (see :class:`FigureView`)."""
+    return FigureView(fig, caption, data, alt)
 
 
 # --------------------------------------------------------------------------- engine-choice studies (document 003)

@@ -29,6 +29,14 @@ RUNS_CSV = "runs.csv"
 FIGURE_RE = re.compile(r'<img[^>]*src="data:image/(?:png|jpeg|svg\+xml);base64,')
 
 
+#: A figure's data as a data: URI link (kvlab.plots.FigureView), written out as a CSV file beside the HTML.
+FIGURE_DATA_RE = re.compile(r'download="(figure\d+\.csv)" href="data:text/csv;base64,([A-Za-z0-9+/=]*)"')
+
+#: Set in the environment of every kernel the report build starts: notebooks render their defaults statically
+#: (no interactive widgets, whose views would need a live kernel or a CDN in the HTML).
+STATIC_ENV = "KVLAB_STATIC_REPORT"
+
+
 @dataclass(frozen=True)
 class Report:
     notebook: str
@@ -37,6 +45,7 @@ class Report:
     html: Path
     seconds: float
     figures: int
+    verdicts: tuple = ()
 
 
 def notebooks(selected: list[str] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
@@ -57,18 +66,39 @@ def describe(nb_path: Path) -> tuple[str, str]:
     for cell in nb.cells:
         if cell.cell_type == "markdown" and cell.source.lstrip().startswith("# "):
             lines = [ln.strip() for ln in cell.source.strip().splitlines()]
-            title = lines[0].lstrip("# ").strip()
+            title = re.sub(r"^\d\d\s*·\s*", "", lines[0].lstrip("# ").strip())  # the index numbers them
             rest = " ".join(ln for ln in lines[1:] if ln and not ln.startswith("#"))
             return title, rest.split(". ")[0].rstrip(".") + "."
     return nb_path.stem, ""
 
 
-def to_html(executed: Path, out: Path, title: str | None = None, panel: str = "") -> int:
-    """Export an executed notebook to standalone HTML without code, titled ``title`` with ``panel`` (the
-    provenance panel) first on the page; return the number of embedded figures."""
+def _figure_data_files(body: str, out: Path) -> str:
+    """Write each figure's embedded CSV beside the HTML (``<report>_figureN.csv``) and link the file instead."""
+    import base64
+
+    def write(m: re.Match) -> str:
+        name = f"{out.stem}_{m.group(1)}"
+        (out.parent / name).write_bytes(base64.b64decode(m.group(2)))
+        return f'href="{html.escape(name)}"'
+
+    return FIGURE_DATA_RE.sub(write, body)
+
+
+def to_html(executed: Path, out: Path, title: str | None = None, panel: str = "") -> tuple[int, list[dict]]:
+    """Export an executed notebook to standalone HTML without code, titled ``title``, with ``panel`` (the
+    provenance panel) and then the verdict box first on the page; write each figure's data beside it. Return
+    the number of embedded figures and the verdicts."""
     from nbconvert import HTMLExporter
 
+    from kvlab import verdicts as vd
+
     nb = nbformat.read(executed, as_version=4)
+    found = vd.extract(nb)
+    if found:  # right under the title and its introduction (the first markdown cell)
+        first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+        box = nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output(
+            "display_data", data={"text/html": vd.box_html(found)})])
+        nb.cells.insert(first + 1, box)
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nb)
     if title:
@@ -76,8 +106,9 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     if panel:
         body = body.replace("<main>", "<main>\n" + panel, 1) if "<main>" in body else \
             re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + panel, body, count=1)
+    body = _figure_data_files(body, out)
     out.write_text(body, encoding="utf-8")
-    return len(FIGURE_RE.findall(body))
+    return len(FIGURE_RE.findall(body)), found
 
 
 def changed_parameters(nb_path: Path, parameters: dict | None) -> dict:
@@ -180,6 +211,7 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
 
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ[STATIC_ENV] = "1"  # inherited by the kernel papermill starts
     executed = out_dir / nb_path.name
     pm.execute_notebook(
         str(nb_path), str(executed), parameters=parameters or {}, kernel_name=kernel_name,
@@ -188,15 +220,34 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     html_path = out_dir / f"{nb_path.stem}.html"
     title, summary = describe(nb_path)
     data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
-    figures = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters)))
-    return Report(nb_path.name, title, summary, html_path, time.perf_counter() - start, figures)
+    figures, found = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters)))
+    return Report(nb_path.name, title, summary, html_path, time.perf_counter() - start, figures, tuple(found))
 
 
-def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "") -> Path:
-    """An index page linking each report with one line of what it shows, under the provenance ``panel``."""
+def run_tables_html(runs) -> str:
+    """A run table per measured experiment (what varied, status, attempts, key figures) for the index."""
+    import polars as pl
+
+    from kvlab import analysis, tables
+
+    measured = runs.filter(pl.col("source") == "measured")
+    parts = []
+    for exp in sorted(measured["experiment"].unique()):
+        t = tables.table(analysis.run_table(measured, exp), caption=f"data/experiments/{exp}.yaml")
+        parts.append(f"<details><summary>{html.escape(exp)}: {t.frame.height} run(s)</summary>{t._repr_html_()}</details>")
+    return "\n".join(parts)
+
+
+def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "") -> Path:
+    """An index page linking each report with one line of what it shows and its verdicts, under the
+    provenance ``panel``, then the run tables (``runs_html``)."""
+    from kvlab import verdicts as vd
+    from kvlab.narrative import markdown_inline
+
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(r.title)}</a>'
-        f"<p>{html.escape(r.summary)}</p><small>{r.figures} figure(s), built in {r.seconds:.1f} s</small></li>"
+        f"<p>{markdown_inline(r.summary)}</p>{vd.box_html(list(r.verdicts), 'Found') if r.verdicts else ''}"
+        f"<small>{r.figures} figure(s), built in {r.seconds:.1f} s</small></li>"
         for r in reports
     )
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -213,6 +264,9 @@ li {{ margin: 1rem 0; }} li p {{ margin: .25rem 0; }} small {{ color: #666; }}
 <ol>
 {items}
 </ol>
+{"<h2>Runs measured</h2><p>One table per experiment file: what varied between its runs, how each ended, "
+ "its launch attempts and key figures. Every column of every run is in <a href='runs.csv'>runs.csv</a>.</p>"
+ + runs_html if runs_html else ""}
 <p><small>Built {stamp}. {html.escape(note)}</small></p>
 </body></html>
 """
@@ -232,7 +286,7 @@ def _with_earlier(reports: list[Report], out_dir: Path) -> list[Report]:
     if index.exists():
         for e in json.loads(index.read_text()):
             if e["notebook"] not in built and (out_dir / e["html"]).exists():
-                earlier.append(Report(**{**e, "html": out_dir / e["html"]}))
+                earlier.append(Report(**{**e, "html": out_dir / e["html"], "verdicts": tuple(e.get("verdicts", ()))}))
     return sorted([*reports, *earlier], key=lambda r: r.notebook)
 
 
@@ -272,8 +326,10 @@ def build(
                 errors.append(f"{futures[fut].name}: {type(exc).__name__}: {str(exc).strip()[-2000:]}")
     if reports:
         data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
-        store.load_runs(data_dir).write_csv(out_dir / RUNS_CSV)
-        write_index(_with_earlier(reports, out_dir), out_dir, panel=panel_html(provenance(data_dir, None, parameters)))
+        runs = store.load_runs(data_dir)
+        runs.write_csv(out_dir / RUNS_CSV)
+        write_index(_with_earlier(reports, out_dir), out_dir, panel=panel_html(provenance(data_dir, None, parameters)),
+                    runs_html=run_tables_html(runs))
     if errors:
         raise RuntimeError("report build failed for:\n" + "\n".join(errors))
     return reports

@@ -1,0 +1,102 @@
+"""Verdicts: what a report found, claim by claim, shown first on the page and on the index.
+
+A notebook computes its verdicts from the same frames as its text and displays them with
+``display(verdicts.box([...]))``. In JupyterLab the box appears where the cell is; in a built report
+(:mod:`kvlab.reports`) it is moved to the top, under the provenance panel, and copied to the index.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+#: The MIME type under which a verdict box carries its verdicts in a notebook output (read back by reports).
+MIME = "application/vnd.kvlab.verdicts+json"
+
+Outcome = Literal["reproduced", "contradicted", "cannot be tested here", "found"]
+Evidence = Literal["published", "measured", "modelled"]
+OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "cannot be tested here": "#6e7781",
+                  "found": "#0969da"}
+EVIDENCE_COLORS = {"published": "#8250df", "measured": "#1a7f37", "modelled": "#9a6700"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim a report tests and what came of it.
+
+    ``claim``: the statement tested (a document's claim, or the question the report answers when no document
+    states one); ``outcome``: reproduced / contradicted / cannot be tested here, or *found* for a report's own
+    answer to its question; ``evidence``: the kind of numbers it rests on; ``number``: the one figure that
+    decides it, with its unit and context (e.g. '1.50× at 64K')."""
+
+    claim: str
+    outcome: Outcome
+    evidence: Evidence
+    number: str
+
+    def __post_init__(self):
+        if self.outcome not in OUTCOME_COLORS:
+            raise ValueError(f"Verdict outcome {self.outcome!r}: expected one of {list(OUTCOME_COLORS)}")
+        if self.evidence not in EVIDENCE_COLORS:
+            raise ValueError(f"Verdict evidence {self.evidence!r}: expected one of {list(EVIDENCE_COLORS)}")
+
+
+def _badge(text: str, color: str) -> str:
+    return (f'<span style="display: inline-block; padding: 0 .45em; border-radius: 4px; color: #fff; '
+            f'background: {color}; font-size: 11px; font-weight: 600; white-space: nowrap;">{html.escape(text)}</span>')
+
+
+def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found") -> str:
+    """The verdict box: one row per claim, outcome and evidence as coloured badges, then the number."""
+    from kvlab.narrative import markdown_inline
+
+    rows = []
+    for v in verdicts:
+        v = v if isinstance(v, Verdict) else Verdict(**v)
+        rows.append(
+            f"<tr><td>{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}</td>"
+            f"<td>{_badge(v.evidence, EVIDENCE_COLORS[v.evidence])}</td>"
+            f"<td>{markdown_inline(v.claim)}</td><td><b>{markdown_inline(v.number)}</b></td></tr>"
+        )
+    body = "".join(rows) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
+    return f"""<section class="kvlab-verdicts" style="font: 14px system-ui, sans-serif; border: 2px solid #0969da;
+border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
+<div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
+<table style="border-collapse: collapse; width: 100%;">{body}</table>
+<style>.kvlab-verdicts td {{ padding: 3px .6rem 3px 0; vertical-align: top; text-align: left; }}</style>
+</section>
+"""
+
+
+class Box:
+    """Displays as the verdict box and carries the verdicts as data (:data:`MIME`) for the report builder."""
+
+    def __init__(self, verdicts: list[Verdict]):
+        self.verdicts = list(verdicts)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": box_html(self.verdicts), MIME: [asdict(v) for v in self.verdicts],
+                "text/plain": "\n".join(f"[{v.outcome} · {v.evidence}] {v.claim}: {v.number}" for v in self.verdicts)}
+
+
+def box(verdicts: list[Verdict]) -> Box:
+    """``display(box([...]))`` in a notebook: the report's verdicts (moved to the top of the built HTML)."""
+    return Box(verdicts)
+
+
+def extract(nb) -> list[dict]:
+    """Remove every verdict box from an executed notebook (in place) and return their verdicts, in order."""
+    found: list[dict] = []
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        kept = []
+        for out in cell.get("outputs", []):
+            data = out.get("data") or {}
+            if MIME in data:
+                found.extend(data[MIME])
+            else:
+                kept.append(out)
+        cell["outputs"] = kept
+    return found
