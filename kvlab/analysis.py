@@ -652,3 +652,45 @@ def run_table(runs: pl.DataFrame, experiment: str) -> pl.DataFrame:
     m = runs.filter((pl.col("source") == "measured") & (pl.col("experiment") == experiment))
     varied = [c for c in RUN_FACTORS if c in m.columns and m[c].n_unique() > 1] or ["engine"]
     return m.sort(varied).select(*varied, "status", "attempts", "failure_cause", "batch_time_s", "ttft_mean_ms")
+
+
+def multi_turn_requests(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
+    """Every successful request of the measured multi-turn runs with its turn, numbered as
+    :func:`multi_turn_by_turn` numbers them: the spread over conversations behind each turn's mean."""
+    m = _measured(runs, "multi_turn").select("run_id", *STUDY_KEYS)
+    return (
+        requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok")
+        .with_columns((pl.col("prompt_tokens").rank("dense").over("run_id") - 1).cast(pl.Int64).alias("turn"))
+        .select(*STUDY_KEYS, "run_id", "turn", "prompt_tokens", "cached_tokens", "ttft_ms")
+        .sort([*STUDY_KEYS, "turn", "run_id"])
+    )
+
+
+def prefix_reuse_by_request(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
+    """Per engine configuration and shared fraction of the measured shared-prefix runs: how many requests found
+    any of their prompt in the cache, in all and among the first wave (the first ``batch_size`` requests of a
+    run, sent together before anything was cached), and how many tokens each such request found.
+
+    ``requests_hit`` / ``first_wave_hit`` are null, never 0, when no request of the group reported a
+    cached-token count. Counts add up over repeats.
+    """
+    m = _measured(runs, "shared_prefix").select(
+        "run_id", *STUDY_KEYS, "batch_size", "shared_prefix_tokens",
+        (pl.col("shared_prefix_tokens") / pl.col("prompt_tokens")).round(3).alias("shared_fraction"))
+    r = requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok").with_columns(
+        (pl.col("request_index") < pl.col("batch_size")).alias("first_wave"),
+        (pl.col("cached_tokens") > 0).alias("hit"))
+    reported = pl.col("cached_tokens").is_not_null().any()
+    return (
+        r.group_by([*STUDY_KEYS, "shared_fraction"])
+        .agg(
+            pl.col("run_id").n_unique().alias("n_runs"),
+            pl.len().alias("requests"),
+            pl.col("first_wave").sum().alias("first_wave"),
+            pl.when(reported).then(pl.col("hit").sum()).otherwise(None).alias("requests_hit"),
+            pl.when(reported).then((pl.col("hit") & pl.col("first_wave")).sum()).otherwise(None).alias("first_wave_hit"),
+            pl.col("cached_tokens").filter(pl.col("hit")).median().alias("cached_tokens_per_hit"),
+            pl.col("shared_prefix_tokens").first(),
+        )
+        .sort([*STUDY_KEYS, "shared_fraction"], nulls_last=True)
+    )

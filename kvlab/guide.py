@@ -206,6 +206,10 @@ class Evidence:
     factors: tuple[Factor, ...]
     basis: str  # which factor(s) decided
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: "measured", "modelled", or "tie-break" when no factor separates the engines (the engine is then no finding)
+    decided_by: str = "measured"
+    #: the factor that decided (for measured factors that split, the one the tree's first question names)
+    deciding: Factor | None = None
 
 
 def context_factor(w: UserWorkload, fit) -> Factor:
@@ -214,29 +218,33 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     from kvlab.perfmodel.calibrate import crossover_from_fit
 
     from kvlab.perfmodel.roofline import kv_split
+    from kvlab.tables import number
 
     a = Config.of(w.gpu, w.model, "vllm", w.tp, 1)
     b = Config.of(w.gpu, w.model, "sglang", w.tp, w.dcp)
     caveat = (" The fit's parameters are outside physically plausible ranges (notebook 04), so read the "
               "ratio as a description of the article's figures" if fit.warnings else "")
-    if kv_split(a) == kv_split(b):
-        # DCP divides nothing for this model (GQA heads already spread over TP): the only modelled
-        # difference would be DCP's synchronisation, and without DCP the model treats both engines alike.
-        return Factor("context", "modelled", None,
-                      f"{w.model} at TP{w.tp} already spreads its KV over every GPU, so DCP{w.dcp} would add "
-                      "synchronisation and no bandwidth; without DCP the model gives both engines the same time "
-                      f"at {w.context_tokens:,} tokens: context length does not separate them")
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s
     tb = batch_time(b, w.context_tokens, p=fit.params).batch_time_s
+    if kv_split(a) == kv_split(b):
+        # DCP divides nothing for this model (GQA heads already spread over TP): the only modelled difference is
+        # DCP's synchronisation, and without DCP the model times both engines alike.
+        slower = (f"{tb / ta:.2f}× slower, the cost of DCP alone" if tb > ta else "no slower")
+        return Factor("context", "modelled", None,
+                      f"{w.model} at TP{w.tp} already spreads its KV over all {w.tp} GPUs, so DCP{w.dcp} divides "
+                      f"nothing and only adds synchronisation: at {w.context_tokens:,} tokens on {w.gpu} the model gives "
+                      f"SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch against vLLM TP{w.tp}'s {number(ta)} s ({slower}). "
+                      "Without DCP the model times both engines alike, so context length does not separate the "
+                      f"engines for {w.model}; it only says not to turn DCP on for it")
     x = crossover_from_fit(fit, gpu=w.gpu, model=w.model, dcp=w.dcp, tp=w.tp)
     faster: Engine = "vllm" if ta <= tb else "sglang"
     ratio = max(ta, tb) / min(ta, tb)
     where = (f"the modelled crossover is {x:,.0f} tokens" if x else
              "the model finds no crossover up to 1M tokens")
     return Factor("context", "modelled", faster if ratio > 1.001 else None,
-                  f"at {w.context_tokens:,} tokens on {w.gpu} TP{w.tp}, {faster} is {ratio:.2f}× faster "
-                  f"(vLLM TP{w.tp} vs SGLang TP{w.tp}+DCP{w.dcp}); {where}. Calibrated on the B300 article's "
-                  f"Kimi-K3 points: other models and GPUs are extrapolations.{caveat}")
+                  f"at {w.context_tokens:,} tokens on {w.gpu} TP{w.tp}, {engine_label(faster)} is {ratio:.2f}× faster "
+                  f"(vLLM TP{w.tp} {number(ta)} s vs SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch); {where}. Calibrated "
+                  f"on the B300 article's Kimi-K3 points: other models and GPUs are extrapolations.{caveat}")
 
 
 def _nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
@@ -358,6 +366,8 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
         if len(votes["vllm"]) != len(votes["sglang"]):
             engine: Engine = max(votes, key=lambda e: len(votes[e]))
             split = ""
+            primary = "prefix" if w.shared_prefix else "concurrency"
+            deciding = next((f for f in votes[engine] if f.name == primary), votes[engine][0])
         else:
             # The tree's own first question says which factor is this workload's: shared prefix, else the load.
             primary = "prefix" if w.shared_prefix else "concurrency"
@@ -367,24 +377,32 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
                 top, how = max(measured, key=lambda f: f.margin or 0.0), "the larger measured margin decides"
             engine = top.favours
             other = next(f for f in measured if f.favours != engine)
+            deciding = top
             split = f"; the measured factors split ({other.evidence()} favours {other.favours}), so {how}"
         basis = "measured — " + "; ".join(f.evidence() for f in votes[engine]) + split
         stand_ins = sorted({e for f in votes[engine] for e in (f.winner, f.runner_up) if e and FAMILY.get(e, e) != e})
         if stand_ins:
             basis += (f"; the SGLang side of these measurements is {', '.join(engine_label(e) for e in stand_ins)}: "
                       "evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
-    elif factors[0].favours:
-        engine, basis = factors[0].favours, "modelled: context length"
-    else:
-        engine, basis = "vllm", "no factor separates the engines; vLLM as the tree's tie-break (easier to operate)"
-    return Evidence(engine, factors, basis)
+        return Evidence(engine, factors, basis, decided_by="measured", deciding=deciding)
+    if factors[0].favours:
+        return Evidence(factors[0].favours, factors, "modelled: context length", decided_by="modelled",
+                        deciding=factors[0])
+    return Evidence("vllm", factors, "no factor separates the engines; vLLM as the tree's tie-break (easier to operate)",
+                    decided_by="tie-break")
 
 
 def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: pl.DataFrame) -> str | None:
     """Why the tree and the evidence differ, naming the premise the data contradicts; None when they agree."""
     if tree.engine == ev.engine:
         return None
-    why = [f"The tree says **{tree.engine}** ({tree.reason}); the data say **{ev.engine}** ({ev.basis})."]
+    if ev.decided_by == "tie-break":
+        why = [f"The tree says **{tree.engine}** ({tree.reason}); nothing measured or modelled here separates the "
+               f"engines, so the data's **{ev.engine}** is only a tie-break (vLLM, easier to operate), not a finding."]
+    else:
+        decided = ev.deciding.evidence() if ev.deciding is not None and ev.deciding.winner else ev.basis
+        why = [f"The tree says **{tree.engine}** ({tree.reason}); the {ev.decided_by} data say **{ev.engine}** "
+               f"({decided})."]
     on = sharing.filter(pl.col("prefix_caching").fill_null(True) & pl.col("cache_hit_rate").is_not_null())
     on_vllm = on.filter(pl.col("engine") == "vllm")
     if w.shared_prefix and tree.engine == "sglang" and not on_vllm.is_empty():
@@ -415,7 +433,10 @@ def evidence_sentences(ev: Evidence) -> str:
     lines = [f"- {f.name} ({f.source}): {f.finding}." + (
         f" Favours **{f.favours}**" + (f" (measured on {engine_label(f.winner)})" if f.winner and f.winner != f.favours else "") + "."
         if f.favours else "") for f in ev.factors]
-    lines.append(f"- from the data: **{ev.engine}** (decided by {ev.basis}).")
+    if ev.decided_by == "tie-break":
+        lines.append(f"- from the data: **{ev.engine}**, but only as a tie-break: {ev.basis}.")
+    else:
+        lines.append(f"- from the data: **{ev.engine}** (decided by {ev.basis}).")
     lines += [f"- {n}" for n in ev.notes]
     return "\n".join(lines)
 
@@ -544,7 +565,12 @@ def threshold_sentence(th, gain: pl.DataFrame) -> str:
                f"shared fraction, so {th.at:.0%} reads as a rule of thumb for 'enough sharing to matter', not a property "
                "of the cache.")
     else:
-        say = f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests."
+        g = gain.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction")
+        lo, hi = g.filter(pl.col("shared_fraction") < th.at), g.filter(pl.col("shared_fraction") >= th.at)
+        say = (f"**The saving jumps between shared fractions {lo['shared_fraction'][-1]:g} and "
+               f"{hi['shared_fraction'][0]:g}** ({lo['time_saved'][-1]:+.0%} → {hi['time_saved'][0]:+.0%}), where the "
+               f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
+               if lo.height and hi.height else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests.")
     return f"- batch time saved by the prefix cache, by shared fraction: {pts}.\n- {first}; {slopes}.\n{even}\n- {say}"
 
 
@@ -631,3 +657,44 @@ def concurrency_sentence(conc: pl.DataFrame) -> str:
     if all_ok:
         lines.append(f"- Every one of the {int(conc['requests_sent'].sum()):,} requests sent is accounted for and none failed.")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- report 06: rule, examples, captions, answer
+
+
+def evidence_rule() -> str:
+    """How the report weighs its evidence, with the margin as a value."""
+    return ("Every finding is labelled **modelled** (kvlab's physical model, calibrated on the B300 article's published "
+            "points) or **measured** (real engine runs, with the hardware they ran on). A measured factor decides only "
+            f"where two engines were measured on the same hardware and differ by more than {MIN_MARGIN - 1:.0%}; the "
+            "recommendation then names the engine, the margin, the metric and the experiment. When nothing separates "
+            "the engines, the report says its pick is a tie-break.")
+
+
+def examples_frame(examples: list[tuple[str, UserWorkload]]) -> pl.DataFrame:
+    """The document's examples as a table: their tree inputs, the tree's answer and its path."""
+    return pl.DataFrame([{"example": name, "model": ex.model, "context_tokens": ex.context_tokens,
+                          "shared_fraction": round(ex.shared_fraction, 2), "in_flight": ex.concurrency,
+                          "tree": engine_label(ex.tree().engine), "path": " → ".join(a for _, a in ex.tree().path)}
+                         for name, ex in examples])
+
+
+def tree_caption(rec: Recommendation) -> str:
+    """One sentence for the decision-tree figure: the highlighted path and where it ends."""
+    path = " → ".join(f"{q} {a}" for q, a in rec.path)
+    return f"Highlighted, this workload's path: {path} ⇒ {engine_label(rec.engine)} ({rec.reason})."
+
+
+def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: pl.DataFrame) -> str:
+    """The report's answer in one paragraph: they disagree (and why), they agree (and on what), or the data's
+    engine is only the tie-break."""
+    why = disagreement(w, tree, ev, sharing)
+    if why:
+        return f"**They disagree.** {why}"
+    if ev.decided_by == "tie-break":
+        return (f"**The tree says {engine_label(tree.engine)}; the data cannot confirm it**: nothing measured or "
+                f"modelled here separates the engines, and {engine_label(ev.engine)} is only the tie-break.")
+    f = ev.deciding
+    on = (f" ({engine_label(f.winner)}: {f.metric}, {f.experiment})" if f is not None and f.winner else
+          f" ({f.finding.split(';')[0]})" if f is not None else "")
+    return f"**They agree: {engine_label(tree.engine)}**, on {ev.decided_by} evidence{on}."

@@ -49,7 +49,7 @@ def _relabel_engine_legend(ax) -> None:
 def source_label(source: str, experiment: str, hardware: str, scale_factor: float | None = None) -> str:
     """A panel title that says where the numbers come from."""
     scale = f", contexts ÷{scale_factor:g}" if scale_factor and scale_factor != 1 else ""
-    return f"{source}: {experiment} ({hardware}{scale})"
+    return f"{source}: {experiment} ({hardware.split(' (')[0]}{scale})"  # the details are in the provenance panel
 
 
 def _panels(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
@@ -76,19 +76,40 @@ def _finish(fig: Figure, axes, legend_size: int | None = 8) -> Figure:
     return fig
 
 
+def context_tick(label: str, tokens: int, scale_factor: float | None) -> str:
+    """A context as an axis shows it: '64K', or '64K\n(1,024 tok)' when the run was scaled down, so a scaled
+    context is never read as its full-scale name."""
+    return f"{label}\n({tokens:,} tok)" if scale_factor and scale_factor != 1 else label
+
+
 def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
-    """Grouped bars of batch time per context and engine, one panel per source (values printed on bars)."""
+    """Grouped bars of batch time per context and engine, one panel per source (values printed on bars;
+    whiskers ±1 standard deviation where a configuration has repeats)."""
     panels = _panels(mean_times.sort("context_tokens"))
     fig, axes = _subplots(len(panels))
     for ax, (title, part) in zip(axes, panels):
-        pdf = part.select("context_label", "engine", "batch_time_s", "context_tokens").to_pandas()
-        order = list(dict.fromkeys(pdf.sort_values("context_tokens")["context_label"]))
+        part = part.with_columns(
+            pl.struct("context_label", "context_tokens", "scale_factor").map_elements(
+                lambda r: context_tick(r["context_label"], r["context_tokens"], r["scale_factor"]),
+                return_dtype=pl.String).alias("tick")) if "scale_factor" in part.columns else \
+            part.with_columns(pl.col("context_label").alias("tick"))
+        pdf = part.select("tick", "engine", "batch_time_s", "context_tokens").to_pandas()
+        order = list(dict.fromkeys(pdf.sort_values("context_tokens")["tick"]))
         hue_order = [e for e in ENGINE_COLORS if e in set(pdf["engine"])]
-        sns.barplot(pdf, x="context_label", y="batch_time_s", hue="engine", order=order, hue_order=hue_order,
+        sns.barplot(pdf, x="tick", y="batch_time_s", hue="engine", order=order, hue_order=hue_order,
                     palette=ENGINE_COLORS, saturation=1, ax=ax)
         for container in ax.containers:
             ax.bar_label(container, fmt="%.3g", padding=2, fontsize=9)
-        ax.set(title=title, xlabel="context")
+        spread = "batch_time_std_s" in part.columns and (part["n_runs"].max() or 0) > 1
+        if spread:
+            for engine, container in zip(hue_order, ax.containers):
+                for tick, bar in zip(order, container):
+                    row = part.filter((pl.col("engine") == engine) & (pl.col("tick") == tick))
+                    std = row["batch_time_std_s"].first() if row.height else None
+                    if std:
+                        ax.errorbar(bar.get_x() + bar.get_width() / 2, bar.get_height(), yerr=std, fmt="none",
+                                    ecolor="#222", capsize=3, lw=1)
+        ax.set(title=title, xlabel="context" + ("  (whiskers: ±1 std over repeats)" if spread else ""))
         _log_if_wide(ax, pdf["batch_time_s"].tolist(), "batch time (s)")
         _relabel_engine_legend(ax)
     return _finish(fig, axes, legend_size=None)
@@ -106,99 +127,180 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
             color = ENGINE_COLORS.get(e)
             ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
             for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
-                ax.annotate(f"{lab}: {_num(v)}", (c, v), textcoords="offset points",
+                ax.annotate(_num(v), (c, v), textcoords="offset points",
                             xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        contexts = sorted(part["context_tokens"].unique().to_list())
-        ax.set_xticks(contexts, [f"{c:,}" for c in contexts], minor=False)
+        ticks = part.select("context_tokens", "context_label",
+                            *(["scale_factor"] if "scale_factor" in part.columns else [])).unique().sort("context_tokens")
+        contexts = ticks["context_tokens"].to_list()
+        scales = ticks["scale_factor"].to_list() if "scale_factor" in ticks.columns else [None] * len(contexts)
+        ax.set_xticks(contexts, [context_tick(lab, c, s) for c, lab, s in
+                                 zip(contexts, ticks["context_label"].to_list(), scales)], minor=False)
         ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
         lo, hi = ax.get_ylim()
-        if hi / lo < 10:  # less than a decade: label the minor ticks too, else there is at most one label
-            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: _num(v)))
-            ax.tick_params(axis="y", which="minor", labelsize=7)
-        ax.set(title=title, xlabel="context (tokens, log scale)", ylabel=ylabel or y)
+        few = hi / lo < 10  # less than a decade: label every minor tick, else only 2s and 5s (never "6×10²")
+        ax.yaxis.set_minor_formatter(FuncFormatter(
+            lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+        ax.set(title=title, xlabel="context (log scale)", ylabel=ylabel or y)
         ax.title.set_fontsize(10)
         ax.legend()
     fig.tight_layout()
     return fig
 
 
-def claims_vs_table(check: pl.DataFrame) -> Figure:
-    """Each stated ratio beside the values the document's own table implies, per definition."""
-    pdf = check.filter(pl.col("implied_value").is_not_null()).to_pandas()
-    claims = list(dict.fromkeys(pdf["claim_id"]))
-    fig = Figure(figsize=(max(6, 1.8 * len(claims)), 4))
+#: Colours of the definitions a stated ratio is checked under (none of them an engine's colour).
+DEFINITION_COLORS = {"time_ratio": "#029e73", "percent_less_time": "#cc78bc", "batch_time_ratio": "#7b3294",
+                     "prompt_tokens_per_s_ratio": "#8c6d31"}
+
+
+def claims_vs_table(check: pl.DataFrame, claims: pl.DataFrame | None = None) -> Figure:
+    """Each stated ratio (dark grey) beside the values the document's own table implies under each definition that
+    applies to it (one colour per definition, never an engine's), ✓ where they agree, hatched ✗ where not; the
+    legend names every definition drawn. ``claims`` (the claims frame) names the bars by context."""
+    import textwrap
+
+    from matplotlib.patches import Patch
+
+    from kvlab.narrative import DEFINITION_NAMES, claim_labels
+
+    part_all = check.filter(pl.col("implied_value").is_not_null())
+    names = claim_labels(part_all, claims)
+    ids = part_all["claim_id"].unique(maintain_order=True).to_list()
+    fig = Figure(figsize=(max(7.0, 2.0 * len(ids)), 4.4))
     ax = fig.subplots()
-    defs = list(dict.fromkeys(pdf["definition"]))
-    width = 0.8 / (len(defs) + 1)
-    for i, claim in enumerate(claims):
-        part = pdf[pdf["claim_id"] == claim]
-        ax.bar(i, part["stated_value"].iloc[0], width, color="#444444", label="stated" if i == 0 else None)
-        for j, d in enumerate(defs):
-            row = part[part["definition"] == d]
-            if row.empty:
-                continue
-            ok = bool(row["consistent"].iloc[0])
-            bar = ax.bar(i + (j + 1) * width, row["implied_value"].iloc[0], width,
-                         color=sns.color_palette()[j + 2], label=f"implied: {d}" if i == 0 else None,
+    most = max((part_all.filter(pl.col("claim_id") == c).height for c in ids), default=1)
+    width = 0.8 / (most + 1)
+    drawn: list[str] = []
+    any_bad = False
+    for i, cid in enumerate(ids):
+        part = part_all.filter(pl.col("claim_id") == cid)
+        ax.bar(i, part["stated_value"][0], width, color="#444444")
+        for j, r in enumerate(part.iter_rows(named=True)):
+            ok = bool(r["consistent"])
+            any_bad |= not ok
+            d = r["definition"]
+            bar = ax.bar(i + (j + 1) * width, r["implied_value"], width, color=DEFINITION_COLORS.get(d, "#999999"),
                          hatch="" if ok else "//", edgecolor="white")
             ax.bar_label(bar, labels=["✓" if ok else "✗"], padding=2)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(claims))], claims)
-    ax.set(ylabel="ratio", title="published: stated ratios vs what the table implies (✓ consistent, ✗ not)")
-    return _finish(fig, [ax])
+            if d not in drawn:
+                drawn.append(d)
+    ax.set_xticks([i + width * (part_all.filter(pl.col("claim_id") == c).height) / 2 for i, c in enumerate(ids)],
+                  [textwrap.fill(names[c], 13) for c in ids], fontsize=9)
+    handles = [Patch(color="#444444", label="stated by the article")]
+    handles += [Patch(color=DEFINITION_COLORS.get(d, "#999999"), label=f"table implies: {DEFINITION_NAMES.get(d, d)}")
+                for d in drawn]
+    if any_bad:
+        handles.append(Patch(facecolor="white", hatch="//", edgecolor="#555555", label="✗ hatched: does not match"))
+    top = max([*part_all["stated_value"].to_list(), *part_all["implied_value"].to_list(), 1.0])
+    ax.set_ylim(min(0.0, part_all["implied_value"].min() or 0.0), top * 1.15)
+    ax.set(ylabel="ratio (×)", title="published: stated ratios vs what the article's own table implies (✓ match, ✗ not)")
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+    ax.title.set_fontsize(10)
+    fig.tight_layout()
+    return fig
+
+
+def _setting_ticks(stats: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+    """The x positions of a memory study: one per experiment, context and setting, contexts in order of size and
+    each context's settings in increasing order, labelled with the context's real tokens when it was scaled."""
+    several = stats["experiment"].n_unique() > 1
+    scale = (runs.group_by("experiment", "context_label").agg(pl.col("scale_factor").drop_nulls().first())
+             if "scale_factor" in runs.columns else
+             runs.select("experiment", "context_label").unique().with_columns(pl.lit(None).alias("scale_factor")))
+    s = (stats.select("experiment", "context_label", "context_tokens", "mem_util").unique()
+         .join(scale, on=["experiment", "context_label"], how="left")
+         .sort("experiment", "context_tokens", "mem_util", nulls_last=True))
+    ticks = [(f"{e}\n" if several else "") + context_tick(lab, tok, sf) + f"\n@ {u:g}"
+             for e, lab, tok, u, sf in s.select("experiment", "context_label", "context_tokens", "mem_util",
+                                                 "scale_factor").iter_rows()]
+    return s.with_columns(pl.Series("tick", ticks), pl.int_range(pl.len()).alias("x"))
 
 
 def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
-    """Per context @ memory setting, one colour per engine: left, retries (solid) and failed runs (hatched);
-    right, the batch time of every successful run."""
+    """One panel each for retries and failed runs (left out when every count is 0: the caption says so), the batch
+    time of every successful run and its mean request latency, per context @ memory setting (contexts in order of size, each context's settings in increasing order,
+    scaled contexts with their real tokens), one colour per engine; a point per run, a bar at the mean where a
+    setting has repeats; a log axis (said in its label) when values span more than 20×."""
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    several = stats["experiment"].n_unique() > 1
-    label = (pl.format("{}\n{} @ {}", "experiment", "context_label", "mem_util") if several
-             else pl.format("{}\n@ {}", "context_label", "mem_util"))
-    n_settings = stats.select("experiment", "context_label", "mem_util").n_unique()
-    fig = Figure(figsize=(max(12.0, 1.6 * n_settings), 4.6))
-    ax1, ax2 = fig.subplots(1, 2)
     if "context_tokens" not in stats.columns:
         tokens = runs.select("experiment", "context_label", "context_tokens").unique(["experiment", "context_label"])
         stats = stats.join(tokens, on=["experiment", "context_label"], how="left")
-    s = stats.with_columns(label.alias("setting")).sort("experiment", "context_tokens", "mem_util", nulls_last=True)
-    order = s["setting"].unique(maintain_order=True).to_list()
+    xs = _setting_ticks(stats, runs)
+    keys = ["experiment", "context_label", "mem_util"]
+    s = stats.join(xs.select(*keys, "x"), on=keys, how="left")
     present = s["engine"].unique(maintain_order=True).to_list()
     engines = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
-    width = 0.8 / (2 * len(engines))
-    for j, engine in enumerate(engines):
-        g = s.filter(pl.col("engine") == engine)
-        x = [order.index(v) - 0.4 + 2 * j * width for v in g["setting"]]
-        color = ENGINE_COLORS.get(engine, "#777777")
+    n = xs.height
+    counts = bool(s["retries"].sum() or s["runs_failed"].sum())  # all zero: the caption says so, no empty panel
+    k = 3 if counts else 2
+    stacked = n > 4  # many settings: one panel per row, so the tick labels have room
+    fig = Figure(figsize=(max(9.0, 1.1 * n), 3.6 * k) if stacked else (4.6 * k + 0.6, 4.8))
+    axes = list(fig.subplots(k, 1) if stacked else fig.subplots(1, k))
+    ax1, ax2, ax3 = axes if counts else (None, *axes)
+    width = 0.8 / max(len(engines), 1)
+    offset = {e: -0.4 + (j + 0.5) * width for j, e in enumerate(engines)}
+    for e in engines if counts else ():
+        g = s.filter(pl.col("engine") == e)
+        color = ENGINE_COLORS.get(e, "#777777")
         for k, (col, hatch) in enumerate((("retries", ""), ("runs_failed", "//"))):
-            bars = ax1.bar([v + (k + 0.5) * width for v in x], g[col].to_list(), width, color=color,
-                           hatch=hatch, edgecolor="white", alpha=1 if k == 0 else 0.6)
-            ax1.bar_label(bars, labels=[f"{int(v)}" if v else "" for v in g[col]], padding=2, fontsize=8, color=color)
-    top = max(1, int(s.select(pl.max_horizontal(pl.col("retries").max(), pl.col("runs_failed").max())).item() or 0))
-    ax1.set_xticks(range(len(order)), order)
-    ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax1.set(title="measured: retries (solid) and failed runs (hatched); no bar = 0", xlabel="context @ memory setting",
-            ylabel="count", ylim=(0, top * 1.25))
+            x = [v + offset[e] + (k - 0.5) * width / 2 for v in g["x"]]
+            bars = ax1.bar(x, g[col].to_list(), width / 2, color=color, hatch=hatch, edgecolor="white",
+                           alpha=1 if k == 0 else 0.6)
+            ax1.bar_label(bars, labels=[f"{int(v)}" for v in g[col]], padding=2, fontsize=8, color=color)
+    if counts:
+        top = max(1, int(s.select(pl.max_horizontal(pl.col("retries").max(), pl.col("runs_failed").max())).item() or 0))
+        ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax1.set(title="measured: retries (solid) and failed runs (hatched) per setting", ylabel="count",
+                ylim=(0, top * 1.3))
+    ok = runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok")).join(
+        xs.select(*keys, "x"), on=keys, how="inner")
+    any_mean = False
+    for ax, col, label, title in ((ax2, "batch_time_s", "batch time (s)", "measured: batch time of every successful run"),
+                                  (ax3, "e2e_mean_ms", "mean request latency (ms)",
+                                   "measured: mean request latency of every successful run")):
+        values, means = [], False
+        for e in engines:
+            g = ok.filter((pl.col("engine") == e) & pl.col(col).is_not_null())
+            color = ENGINE_COLORS.get(e, "#777777")
+            for (x,), pts in g.group_by(["x"], maintain_order=True):
+                v = pts[col].to_list()
+                values += v
+                spread = [offset[e] + (i - (len(v) - 1) / 2) * width / (len(v) + 1) for i in range(len(v))]
+                ax.scatter([x + d for d in spread], v, s=36, color=color, zorder=3, edgecolor="white", linewidth=0.5)
+                if len(v) > 1:
+                    m = sum(v) / len(v)
+                    ax.plot([x + offset[e] - width / 2.5, x + offset[e] + width / 2.5], [m, m], color=color, lw=2)
+                    means = True
+        _log_if_wide(ax, values, label)
+        if ax.get_yscale() == "linear":
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
+        ax.set_title(title)
+        any_mean |= means
+    # one legend under the panels, so it hides no bar or point: engines, then what the marks mean
     handles = [Patch(color=ENGINE_COLORS.get(e, "#777777"), label=engine_label(e)) for e in engines]
-    handles.append(Patch(facecolor="white", hatch="//", edgecolor="#555555", label="failed runs"))
-    ax1.legend(handles=handles, fontsize=8)
-    ok = (runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok"))
-          .with_columns(label.alias("setting")))
-    if ok.height:
-        sns.stripplot(ok.to_pandas(), x="setting", y="batch_time_s", hue="engine", order=order,
-                      hue_order=[e for e in engines if e in set(ok["engine"])], palette=ENGINE_COLORS, ax=ax2,
-                      dodge=True, size=7, jitter=0.15)
-        _relabel_engine_legend(ax2)
-    ax2.set(title="measured: batch time of every successful run", xlabel="context @ memory setting")
-    _log_if_wide(ax2, ok["batch_time_s"].to_list(), "batch time (s)")
-    for ax in (ax1, ax2):
+    if counts:
+        handles += [Patch(facecolor="#888888", label="retries (solid bar)"),
+                    Patch(facecolor="white", hatch="//", edgecolor="#555555", label="failed runs (hatched bar)")]
+    handles.append(Line2D([], [], ls="none", marker="o", color="#555555", label="one successful run"))
+    if any_mean:
+        handles.append(Line2D([], [], color="#555555", lw=2, label="mean over repeats"))
+    for ax in axes:
+        ax.set_xticks(xs["x"].to_list(), xs["tick"].to_list(), fontsize=9)
+        ax.set_xlim(-0.6, n - 0.4)
+        ax.set_xlabel("context @ memory setting")
         ax.title.set_fontsize(10)
-        ax.tick_params(axis="x", labelsize=8 if several else 10)
-    fig.tight_layout()
+        for a, b in zip(xs.iter_rows(named=True), xs[1:].iter_rows(named=True)):  # a rule between contexts
+            if (a["experiment"], a["context_tokens"]) != (b["experiment"], b["context_tokens"]):
+                ax.axvline(a["x"] + 0.5, color="#cccccc", lw=1, zorder=0)
+        ax.grid(axis="x", visible=False)
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.5 / fig.get_figheight(), 1, 1))
     return fig
 
 
@@ -255,7 +357,7 @@ class FigureView:
         import html
         import struct
 
-        from kvlab.narrative import markdown_inline
+        from kvlab.markup import markdown_inline
 
         png = self.png()
         width = struct.unpack(">I", png[16:20])[0] * SCREEN_DPI // SHOW_DPI  # PNG IHDR width in pixels
@@ -278,122 +380,320 @@ def show(fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str |
 
 # --------------------------------------------------------------------------- engine-choice studies (document 003)
 
-CACHE_STYLES = {True: "-", False: "--"}  # line style by prefix caching on / off
+CACHE_STYLES = {True: "-", False: (0, (4, 2))}  # line style by prefix caching on / off (off: long dashes)
+#: The decision tree's fixed-context threshold as every study figure draws it (not an engine colour).
+THRESHOLD_COLOR = "#aa3333"
 
 
 def _config_label(engine: str, caching) -> str:
     return f"{engine_label(engine)}, prefix cache {'on' if caching else 'off'}"
 
 
+def _cache_style(engine: str, caching) -> dict:
+    """How one engine configuration is drawn: the engine's colour; prefix cache on = solid line, filled marker;
+    off = dashed line, hollow marker (so the two read apart even where the lines are short)."""
+    c = ENGINE_COLORS.get(engine, "#777777")
+    on = caching is None or bool(caching)
+    return dict(color=c, linestyle=CACHE_STYLES[on], marker="o", markersize=6, markeredgecolor=c,
+                markerfacecolor=c if on else "white", label=_config_label(engine, on))
+
+
+def _ordered_engines(frame: pl.DataFrame) -> list[str]:
+    present = frame["engine"].unique(maintain_order=True).to_list() if frame.height else []
+    return [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+
+
+def _config_handles(engines: list[str], settings) -> list:
+    """Legend handles in two groups: one colour per engine, then one line style per cache setting (grey), so
+    'on' and 'off' differ in the handle itself (solid with a filled dot against dashed with a hollow one)."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), linewidth=5, label=engine_label(e))
+               for e in engines]
+    for on in sorted({bool(s) for s in settings}, reverse=True):
+        handles.append(Line2D([], [], color="#555555", linestyle=CACHE_STYLES[on], marker="o", markersize=6,
+                              markeredgecolor="#555555", markerfacecolor="#555555" if on else "white",
+                              label=f"prefix cache {'on: solid line, filled dot' if on else 'off: dashed line, open dot'}"))
+    return handles
+
+
+def _threshold_handle(threshold: float):
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7,
+                  label=f"the article's threshold: {threshold:.0%} of the prompt shared")
+
+
+def _fraction_axis(ax, frame: pl.DataFrame) -> None:
+    """x ticks at the measured shared fractions, as percentages; the prompt length in the label when unique."""
+    fracs = sorted(frame["shared_fraction"].unique().to_list()) if frame.height else []
+    ax.set_xticks(fracs, [f"{f:.0%}" for f in fracs])
+    ax.xaxis.set_minor_locator(NullLocator())
+    prompt = frame["prompt_tokens"].unique().to_list() if "prompt_tokens" in frame.columns else []
+    ax.set_xlabel(f"shared prefix, share of each {prompt[0]:,}-token prompt" if len(prompt) == 1
+                  else "shared prefix, share of each prompt")
+    if fracs:
+        ax.set_xlim(min(fracs) - 0.04, max(fracs) + 0.04)
+
+
+def _study_y(ax, values, ylabel: str, spread: float = 10.0) -> None:
+    """y from 0, or a log axis (said in the label) when the values span more than ``spread``×; on a log axis
+    spanning under two decades the 2s and 5s are labelled too, with plain numbers (0.2, 5), never 2×10⁻¹."""
+    import math
+
+    _log_if_wide(ax, values, ylabel, spread)
+    if ax.get_yscale() == "log":
+        v = [x for x in values if x is not None and x > 0]
+        ax.set_ylim(min(v) / 1.3, max(v) * 1.3)
+        if max(v) / min(v) < 1000:
+            lead = lambda y: round(y / 10 ** math.floor(math.log10(y)))  # noqa: E731
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: _num(y) if lead(y) in (2, 5) else ""))
+            ax.tick_params(axis="y", which="minor", labelsize=ax.yaxis.get_major_ticks()[0].label1.get_fontsize())
+
+
+def _legend_below(fig: Figure, handles, ncol: int) -> Figure:
+    """One legend for every panel, under the panels and their axis labels, so nothing drawn is hidden behind it.
+
+    ``handles``: the legend's handles, or an axis whose labelled lines to use. The legend belongs to the middle
+    axis (so the figure's alt text lists it) but sits below every axis label of the figure."""
+    axes = [a for a in fig.axes if a.get_visible()]
+    if not isinstance(handles, list):
+        handles = handles.get_legend_handles_labels()[0]
+    fig.tight_layout()
+    renderer = fig._get_renderer()
+    bottom = min(a.get_tightbbox(renderer).y0 for a in axes)  # display units
+    anchor = axes[len(axes) // 2]
+    x, _ = anchor.transAxes.inverted().transform(fig.transFigure.transform((0.5, 0)))
+    _, y = anchor.transAxes.inverted().transform((0, bottom))
+    anchor.legend(handles=handles, loc="upper center", bbox_to_anchor=(x, y - 0.02), ncol=ncol, fontsize=9,
+                  frameon=False, handlelength=3.5)
+    return fig
+
+
+def _zero_note(ax, engines: list[str], what: str) -> None:
+    """Say in the panel, instead of drawing lines on top of each other at 0, which cache-off lines are all 0."""
+    if engines:
+        ax.text(0.98, 0.03, f"cache off: {what} 0 at every point ({', '.join(engine_label(e) for e in engines)})",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="#444444",
+                bbox=dict(facecolor="white", edgecolor="#cccccc", pad=2))
+
+
+def _all_zero(values) -> bool:
+    v = [x for x in values if x is not None]
+    return bool(v) and all(x == 0 for x in v)
+
+
+def _whiskers(ax, g: pl.DataFrame, x: str, y: str, std: str, color: str) -> bool:
+    """±1 standard deviation over repeats where a point has more than one run; True when any was drawn."""
+    if std not in g.columns or "n_runs" not in g.columns:
+        return False
+    rep = g.filter((pl.col("n_runs") > 1) & pl.col(std).is_not_null())
+    if rep.height:
+        ax.errorbar(rep[x], rep[y], yerr=rep[std], fmt="none", ecolor=color, capsize=3, lw=1)
+    return rep.height > 0
+
+
 def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
                           block_tokens: int = 128) -> Figure:
     """Cache-hit rate, mean TTFT and median batch time against the shared fraction, per engine and cache setting.
 
-    Solid lines: prefix cache on; dashed: off. A configuration whose hit count is not available draws no hit-rate
-    line (never a line at 0). TTFT and batch time are on log axes when the engines differ by more than 10×.
+    Engine = colour; prefix cache on = solid line and filled dots, off = dashed line and open dots. A configuration
+    whose hit count is not available draws no hit-rate line (never a line at 0); cache-off hit rates that are 0
+    everywhere are said in the panel instead of drawn on top of each other. TTFT and batch time are on log axes
+    (said on the axis) when the engines differ by more than 10×; whiskers ±1 std where points have repeats.
     """
-    fig = Figure(figsize=(16, 5.4))
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import PercentFormatter
+
+    fig = Figure(figsize=(16, 5.0))
     axes = fig.subplots(1, 3)
-    panels = [("cache_hit_rate", "prompt tokens from the prefix cache (share)"), ("ttft_mean_ms", "mean TTFT (ms)"),
-              ("batch_time_s", "median batch time (s)")]
-    hw = ", ".join(sharing["hardware"].unique().to_list())
-    for ax, (col, label) in zip(axes, panels):
-        for (engine, caching), g in sharing.sort("shared_fraction").group_by(["engine", "prefix_caching"], maintain_order=True):
-            ax.plot(g["shared_fraction"], g[col], marker="o", linestyle=CACHE_STYLES.get(caching, "-"),
-                    color=ENGINE_COLORS.get(engine), label=_config_label(engine, caching))
+    panels = [("cache_hit_rate", None, "prompt tokens served from the prefix cache"),
+              ("ttft_mean_ms", "ttft_std_ms", "mean time to first token (ms)"),
+              ("batch_time_s", "batch_time_std_s", "median batch time (s)")]
+    hw = ", ".join(sharing["hardware"].unique(maintain_order=True).to_list())
+    engines = _ordered_engines(sharing)
+    settings = sharing["prefix_caching"].unique().to_list() if sharing.height else []
+    s = sharing.sort("shared_fraction")
+    repeats = False
+    for ax, (col, std, label) in zip(axes, panels):
+        zero_off = []
+        for e in engines:
+            for caching in (True, False):
+                g = s.filter((pl.col("engine") == e) & (pl.col("prefix_caching") == caching))
+                if g.is_empty():
+                    continue
+                if col == "cache_hit_rate" and not caching and _all_zero(g[col].to_list()):
+                    zero_off.append(e)
+                    continue
+                style = _cache_style(e, caching)
+                if col == "cache_hit_rate":  # wide, so the thin ideal lines drawn on top leave it visible
+                    style |= dict(linewidth=3, markersize=7)
+                ax.plot(g["shared_fraction"], g[col], **style)
+                if std:
+                    repeats |= _whiskers(ax, g, "shared_fraction", col, std, style["color"])
         if col == "cache_hit_rate":
-            ideal = sharing.group_by("shared_fraction").agg(pl.col("ideal_hit_rate", "block_ideal_hit_rate").first()
-                                                            if "block_ideal_hit_rate" in sharing.columns else
-                                                            pl.col("ideal_hit_rate").first()).sort("shared_fraction")
-            ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], color="#888888", linestyle=":",
-                    label="ideal, token-exact: whole prefix reused after the first request")
-            if "block_ideal_hit_rate" in ideal.columns:
-                ax.plot(ideal["shared_fraction"], ideal["block_ideal_hit_rate"], color="#bbbbbb", linestyle="-.",
-                        label=f"ideal in whole {block_tokens}-token blocks (vLLM)")
-        elif sharing[col].drop_nulls().len() and sharing[col].max() > 10 * sharing[col].min():
-            ax.set_yscale("log")
-        ax.axvline(threshold, color="#aa3333", linewidth=1, alpha=0.6)
-        ax.annotate(f"tree threshold {threshold:.0%}", (threshold, 0.98), xycoords=("data", "axes fraction"),
-                    fontsize=8, color="#aa3333", ha="left", va="top", xytext=(3, 0), textcoords="offset points")
-        ax.set(xlabel="shared fraction of each prompt", ylabel=label, title=f"measured: {label}")
-        ax.title.set_fontsize(10)
-    fig.suptitle(f"measured on {hw}", fontsize=10)
-    return _legend_below(fig, axes[0], ncol=3)
-
-
-def _legend_below(fig: Figure, ax, ncol: int) -> Figure:
-    """One legend for every panel, under the panels, so no line is hidden behind it."""
-    handles, labels = ax.get_legend_handles_labels()
-    rows = -(-len(labels) // ncol)
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
-    return fig
+            ideal = s.group_by("shared_fraction", maintain_order=True).agg(
+                pl.col("ideal_hit_rate", "block_ideal_hit_rate").first())
+            ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], color="#222222", linestyle=":", linewidth=1.4,
+                    zorder=5)
+            ax.plot(ideal["shared_fraction"], ideal["block_ideal_hit_rate"], color="#8c6bb1", linestyle="-.",
+                    linewidth=1.2, marker="s", markersize=12, markerfacecolor="none", markeredgewidth=1.5, zorder=5)
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            ax.set_ylim(0, max([v for v in s[col].to_list() + ideal["ideal_hit_rate"].to_list() if v is not None],
+                               default=1) * 1.1 or 1)
+            ax.set_ylabel("share of prompt tokens")
+            _zero_note(ax, zero_off, "hit rate")
+        else:
+            _study_y(ax, s[col].to_list(), label)
+        ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7)
+        _fraction_axis(ax, s)
+        ax.set_title(f"measured: {label}", fontsize=10)
+    handles = _config_handles(engines, settings)
+    handles += [Line2D([], [], color="#222222", linestyle=":", linewidth=1.4,
+                       label="ideal, token-exact: the whole prefix reused by every request after the first"),
+                Line2D([], [], color="#8c6bb1", linestyle="-.", linewidth=1.2, marker="s", markersize=9,
+                       markerfacecolor="none", markeredgewidth=1.5,
+                       label=f"ideal in whole {block_tokens}-token blocks (vLLM's granularity)"),
+                _threshold_handle(threshold)]
+    fig.suptitle(f"measured on {hw}" + ("  (whiskers: ±1 std over repeats)" if repeats else ""), fontsize=10)
+    return _legend_below(fig, handles, ncol=4)
 
 
 def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD, min_gain: float = 0.10) -> Figure:
-    """Speed-up from the prefix cache (off / on) against the shared fraction, with the tree's threshold marked."""
-    fig = Figure(figsize=(7, 4.2))
+    """Speed-up from the prefix cache (off ÷ on) against the shared fraction, per engine: batch time (solid,
+    filled dots) and mean TTFT (dashed, open squares); 1× (no gain), the saving that counts and the tree's
+    threshold marked; y from 0, the legend below the axes."""
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(8, 4.6))
     ax = fig.subplots()
-    for engine, g in gain.sort("shared_fraction").group_by("engine", maintain_order=True):
-        c, name = ENGINE_COLORS.get(engine[0]), engine_label(engine[0])
-        ax.plot(g["shared_fraction"], g["batch_speedup"], marker="o", color=c, label=f"{name}: batch time off/on")
-        ax.plot(g["shared_fraction"], g["ttft_speedup"], marker="s", linestyle="--", color=c, alpha=0.7,
-                label=f"{name}: mean TTFT off/on")
-    ax.axhline(1, color="#444444", linewidth=0.8)
-    ax.axhline(1 / (1 - min_gain), color="#888888", linewidth=0.8, linestyle=":",
-               label=f"{min_gain:.0%} of batch time saved")
-    ax.axvline(threshold, color="#aa3333", linewidth=1, alpha=0.6, label=f"tree threshold {threshold:.0%}")
-    ax.set(xlabel="shared fraction of each prompt", ylabel="speed-up from the prefix cache (×)",
-           title="measured: what the prefix cache buys, by shared fraction")
-    return _finish(fig, [ax])
+    engines = _ordered_engines(gain)
+    for e in engines:
+        g = gain.filter(pl.col("engine") == e).sort("shared_fraction")
+        c = ENGINE_COLORS.get(e, "#777777")
+        ax.plot(g["shared_fraction"], g["batch_speedup"], marker="o", color=c, markerfacecolor=c, linestyle="-")
+        ax.plot(g["shared_fraction"], g["ttft_speedup"], marker="s", color=c, markerfacecolor="white",
+                markeredgecolor=c, linestyle=CACHE_STYLES[False])
+    ax.axhline(1, color="#222222", linewidth=0.9)
+    ax.axhline(1 / (1 - min_gain), color="#777777", linewidth=1, linestyle=":")
+    ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7)
+    top = max([v for c in ("batch_speedup", "ttft_speedup") for v in gain[c].to_list() if v is not None], default=2)
+    ax.set_ylim(0, max(top, 1 / (1 - min_gain)) * 1.12)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    _fraction_axis(ax, gain)
+    ax.set(ylabel="speed-up from the prefix cache, off ÷ on",
+           title="measured: what the prefix cache buys, by shared fraction (above 1× it helps)")
+    ax.title.set_fontsize(10)
+    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), linewidth=5, label=engine_label(e)) for e in engines]
+    handles += [Line2D([], [], color="#555555", marker="o", linestyle="-", label="batch time, off ÷ on"),
+                Line2D([], [], color="#555555", marker="s", markerfacecolor="white", linestyle=CACHE_STYLES[False],
+                       label="mean TTFT, off ÷ on"),
+                Line2D([], [], color="#222222", linewidth=0.9, label="1×: the cache changes nothing"),
+                Line2D([], [], color="#777777", linewidth=1, linestyle=":",
+                       label=f"{min_gain:.0%} of batch time saved ({1 / (1 - min_gain):.2f}×)"),
+                _threshold_handle(threshold)]
+    return _legend_below(fig, handles, ncol=3)
 
 
-def multi_turn_figure(by_turn: pl.DataFrame) -> Figure:
-    """Per turn: prompt tokens served from the cache, and mean TTFT, with the prefix cache on and off."""
-    fig = Figure(figsize=(11, 4.8))
+def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = None) -> Figure:
+    """Per turn: prompt tokens served from the cache (mean per request) and mean TTFT, per engine with its prefix
+    cache on (solid, filled dots) and off (dashed, open dots). Turns are whole numbers on the axis. With
+    ``requests`` (:func:`kvlab.analysis.multi_turn_requests`) each request's TTFT is a small dot beside its
+    turn's mean, so the spread over conversations shows."""
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(12, 4.8))
     axes = fig.subplots(1, 2)
-    for (engine, caching), g in by_turn.sort("turn").group_by(["engine", "prefix_caching"], maintain_order=True):
-        style = dict(marker="o", linestyle=CACHE_STYLES.get(caching, "-"), color=ENGINE_COLORS.get(engine),
-                     label=_config_label(engine, caching))
-        axes[0].plot(g["turn"], g["cached_tokens"], **style)
+    engines = _ordered_engines(by_turn)
+    settings = by_turn["prefix_caching"].unique().to_list() if by_turn.height else []
+    configs = [(e, c) for e in engines for c in (True, False)
+               if by_turn.filter((pl.col("engine") == e) & (pl.col("prefix_caching") == c)).height]
+    zero_off = []
+    for i, (engine, caching) in enumerate(configs):
+        g = by_turn.filter((pl.col("engine") == engine) & (pl.col("prefix_caching") == caching)).sort("turn")
+        style = _cache_style(engine, caching)
+        if caching or not _all_zero(g["cached_tokens"].to_list()):
+            axes[0].plot(g["turn"], g["cached_tokens"], **style)
+        elif not caching:
+            zero_off.append(engine)
         axes[1].plot(g["turn"], g["ttft_mean_ms"], **style)
+        if requests is not None and requests.height:
+            r = requests.filter((pl.col("engine") == engine) & (pl.col("prefix_caching") == caching))
+            dx = (i - (len(configs) - 1) / 2) * 0.05  # each configuration's dots a little apart
+            axes[1].scatter(r["turn"] + dx, r["ttft_ms"], s=12, color=style["color"], alpha=0.45, linewidths=0.8,
+                            facecolors=style["color"] if caching else "white", edgecolors=style["color"], zorder=3)
     if by_turn.height:
         lengths = by_turn.group_by("turn").agg(pl.col("prompt_tokens").mean()).sort("turn")
-        axes[0].plot(lengths["turn"], lengths["prompt_tokens"], color="#888888", linestyle=":", label="prompt length")
-    axes[0].set(xlabel="turn", ylabel="tokens per request", title="measured: prompt tokens served from the cache")
-    ttft = by_turn["ttft_mean_ms"].drop_nulls() if by_turn.height else by_turn
-    if len(ttft) and ttft.min() > 0 and ttft.max() > 10 * ttft.min():  # engines an order of magnitude apart
-        axes[1].set_yscale("log")
-    axes[1].set(xlabel="turn", ylabel="mean TTFT (ms)", title="measured: time to first token by turn")
+        axes[0].plot(lengths["turn"], lengths["prompt_tokens"], color="#222222", linestyle=":", linewidth=1.6)
+        axes[0].set_ylim(0, lengths["prompt_tokens"].max() * 1.1)
+    _zero_note(axes[0], zero_off, "cached tokens")
+    axes[0].set(ylabel="tokens per request (mean)", title="measured: prompt tokens served from the cache")
+    ttft = [v for v in by_turn["ttft_mean_ms"].to_list() if v is not None] if by_turn.height else []
+    if requests is not None and requests.height:
+        ttft += [v for v in requests["ttft_ms"].to_list() if v is not None]
+    _study_y(axes[1], ttft, "TTFT (ms)")
+    axes[1].set_title("measured: time to first token by turn (line: mean" +
+                      ("; dots: each conversation)" if requests is not None and requests.height else ")"))
+    turns = sorted(by_turn["turn"].unique().to_list()) if by_turn.height else []
     for ax in axes:
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_xticks(turns, [str(int(t)) for t in turns])  # turns are whole numbers: no 0.5 ticks
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("turn (0 = the first question about the document)")
         ax.title.set_fontsize(10)
-    return _legend_below(fig, axes[0], ncol=3)
+    handles = _config_handles(engines, settings)
+    handles.append(Line2D([], [], color="#222222", linestyle=":", linewidth=1.6, label="prompt length (tokens)"))
+    if requests is not None and requests.height:
+        handles.append(Line2D([], [], color="#555555", marker="o", markersize=4, alpha=0.6, linestyle="none",
+                              label="small dots: one request each (TTFT)"))
+    return _legend_below(fig, handles, ncol=3)
 
 
-def concurrency_figure(conc: pl.DataFrame) -> Figure:
-    """Requests/s and TTFT against requests in flight; each point labelled completed/sent."""
-    fig = Figure(figsize=(11, 4))
+def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOLD) -> Figure:
+    """Completed requests/s and TTFT (mean: solid, circles; p99: dashed, triangles) against requests in flight, one
+    colour per engine; each throughput point labelled completed/sent; the tree's threshold marked; a log axis (said
+    so) where the engines are more than 20× apart; one legend under the panels, so nothing hides a point."""
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(11, 4.8))
     axes = fig.subplots(1, 2)
-    for engine, g in conc.sort("in_flight").group_by("engine", maintain_order=True):
-        c, name = ENGINE_COLORS.get(engine[0]), engine_label(engine[0])
-        axes[0].plot(g["in_flight"], g["requests_per_s"], marker="o", color=c, label=name)
+    present = conc["engine"].unique(maintain_order=True).to_list() if conc.height else []
+    engines = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+    for engine in engines:
+        g = conc.filter(pl.col("engine") == engine).sort("in_flight")
+        c = ENGINE_COLORS.get(engine, "#777777")
+        axes[0].plot(g["in_flight"], g["requests_per_s"], marker="o", color=c)
         for x, y, ok, sent in zip(g["in_flight"], g["requests_per_s"], g["requests_ok"], g["requests_sent"]):
-            axes[0].annotate(f"{ok}/{sent}", (x, y), textcoords="offset points", xytext=(4, -12), fontsize=8)
-        axes[1].plot(g["in_flight"], g["ttft_mean_ms"], marker="o", color=c, label=f"{name} mean")
-        axes[1].plot(g["in_flight"], g["ttft_p99_ms"], marker="^", linestyle="--", color=c, label=f"{name} p99")
-    for ax, cols in zip(axes, (["requests_per_s"], ["ttft_mean_ms", "ttft_p99_ms"])):
-        vals = conc.select(pl.min_horizontal(*[pl.col(c).min() for c in cols]).alias("lo"),
-                           pl.max_horizontal(*[pl.col(c).max() for c in cols]).alias("hi")).row(0) if conc.height else (None, None)
-        if vals[0] and vals[1] and vals[1] > 10 * vals[0]:  # engines an order of magnitude apart: log scale
-            ax.set_yscale("log")
-    if conc.height:
-        for ax in axes:
-            ax.set_xticks(sorted(conc["in_flight"].unique().to_list()))
-    axes[0].set(xlabel="requests in flight", ylabel="completed requests / s",
-                title="measured: throughput (labels: completed/sent)")
-    axes[1].set(xlabel="requests in flight", ylabel="TTFT (ms)", title="measured: time to first token")
-    return _finish(fig, axes)
+            axes[0].annotate(f"{ok}/{sent}", (x, y), textcoords="offset points", xytext=(6, -4), fontsize=8, color=c)
+        axes[1].plot(g["in_flight"], g["ttft_mean_ms"], marker="o", color=c)
+        axes[1].plot(g["in_flight"], g["ttft_p99_ms"], marker="^", linestyle="--", color=c)
+    flights = sorted(conc["in_flight"].unique().to_list()) if conc.height else []
+    ticks = sorted(set(flights) | {threshold})
+    for ax in axes:
+        ax.axvline(threshold, color="#aa3333", linewidth=1, alpha=0.7)
+        if ticks and max(ticks) / min(ticks) > 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_locator(NullLocator())
+        lo, hi = min(ticks), max(ticks)
+        pad = (hi - lo) * 0.15 or lo * 0.1
+        if ax.get_xscale() == "linear":
+            ax.set_xlim(lo - pad, hi + pad)
+        ax.set_xlabel("requests in flight")
+        ax.title.set_fontsize(10)
+    from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
+
+    value_axis(axes[0], conc["requests_per_s"].to_list() if conc.height else [], "completed requests/s")
+    value_axis(axes[1], (conc["ttft_mean_ms"].to_list() + conc["ttft_p99_ms"].to_list()) if conc.height else [],
+               "TTFT (ms)")
+    axes[0].set_title("measured: throughput (labels: completed/sent requests)")
+    axes[1].set_title("measured: time to first token")
+    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), marker="o", label=engine_label(e)) for e in engines]
+    handles += [Line2D([], [], color="#555555", marker="o", label="mean TTFT (right)"),
+                Line2D([], [], color="#555555", marker="^", linestyle="--", label="p99 TTFT (right)"),
+                Line2D([], [], color="#aa3333", alpha=0.7, label=f"tree threshold: ≥ {threshold} in flight → vLLM")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
 
 
 def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figure:
@@ -443,19 +743,30 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
                 bbox=dict(boxstyle="round,pad=0.4", facecolor=colour, edgecolor=hot if on else "#bbbbbb",
                           linewidth=2.5 if on else 1))
     ax.set(xlim=(0, 1), ylim=(-0.04, 1.0))
-    ax.set_title(f"document 003's decision tree: this workload → {engine} (highlighted path)", fontsize=10)
+    ax.set_title(f"the KV-cache design article's decision tree: this workload → {engine_label(engine)} "
+                 "(highlighted path)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD) -> Figure:
-    """Modelled: the share of prompt tokens a perfect prefix cache could serve, against the shared fraction."""
-    fig = Figure(figsize=(6.5, 4))
+def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
+                       block_tokens: int | None = None) -> Figure:
+    """Modelled: the share of prompt tokens a perfect prefix cache could serve, against the shared fraction,
+    token-exact and in whole KV blocks (no engine colour: nothing here is an engine's measurement)."""
+    from matplotlib.ticker import PercentFormatter
+
+    fig = Figure(figsize=(7, 4.4))
     ax = fig.subplots()
-    ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], marker="o", color="#555555", label="whole prefix reused")
-    ax.plot(ideal["shared_fraction"], ideal["block_hit_rate"], marker=".", linestyle="--", color="#999999",
-            label="reused in whole KV blocks")
-    ax.axvline(threshold, color="#aa3333", linewidth=1, alpha=0.6, label=f"tree threshold {threshold:.0%}")
-    ax.set(xlabel="shared fraction of each prompt", ylabel="prompt tokens servable from cache (share)",
+    ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], marker="o", color="#222222",
+            label="token-exact: the whole prefix reused by every request after the first")
+    ax.plot(ideal["shared_fraction"], ideal["block_hit_rate"], marker="s", markerfacecolor="white", linestyle="-.",
+            color="#8c6bb1", label=f"in whole {block_tokens}-token KV blocks" if block_tokens else "in whole KV blocks")
+    ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7,
+               label=f"the article's threshold: {threshold:.0%} of the prompt shared")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    ax.set_ylim(0, max(ideal["ideal_hit_rate"].max() or 1, 0.1) * 1.1)
+    _fraction_axis(ax, ideal)
+    ax.set(ylabel="share of prompt tokens servable from cache",
            title="modelled: the most a prefix cache can reuse (no engine measured)")
-    return _finish(fig, [ax])
+    ax.title.set_fontsize(10)
+    return _legend_below(fig, ax, ncol=1)

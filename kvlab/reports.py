@@ -242,7 +242,7 @@ def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str
     """An index page linking each report with one line of what it shows and its verdicts, under the
     provenance ``panel``, then the run tables (``runs_html``)."""
     from kvlab import verdicts as vd
-    from kvlab.narrative import markdown_inline
+    from kvlab.markup import markdown_inline
 
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(r.title)}</a>'
@@ -254,7 +254,7 @@ def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kvlab reports</title>
 <style>
-body {{ font-family: system-ui, sans-serif; max-width: 52rem; margin: 2rem auto; padding: 0 1rem; color: #222; }}
+body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #222; }}
 li {{ margin: 1rem 0; }} li p {{ margin: .25rem 0; }} small {{ color: #666; }}
 .legend {{ background: #f4f4f4; padding: .5rem 1rem; border-radius: 6px; }}
 </style></head><body>

@@ -114,12 +114,18 @@ class Table:
         styler = self.to_pandas().style.hide(axis="index").set_table_attributes('class="kvlab-table"')
         if self.caption:
             styler = styler.set_caption(html.escape(self.caption))
-        styler = styler.set_table_styles([
+        styles = [
             {"selector": "th", "props": "text-align: right; padding: 2px 8px; white-space: normal; "
                                         "font-weight: 600; border-bottom: 1px solid #888;"},
             {"selector": "td", "props": "text-align: right; padding: 2px 8px;"},
             {"selector": "caption", "props": "caption-side: top; text-align: left; color: #555;"},
-        ])
+        ]
+        for i, column in enumerate(self.frame.columns):  # text reads from the left, numbers line up on the right
+            if self.frame[column].dtype == pl.String or column == "engine":
+                nowrap = " white-space: nowrap;" if column == "engine" else ""
+                styles += [{"selector": f"td.col{i}", "props": f"text-align: left !important;{nowrap}"},
+                           {"selector": f"th.col{i}", "props": "text-align: left !important;"}]
+        styler = styler.set_table_styles(styles)
         return f'<div class="kvlab-table-wrap" style="overflow-x: auto; max-width: 100%;">{styler.to_html()}</div>'
 
     def __repr__(self) -> str:
@@ -132,3 +138,41 @@ def table(frame: pl.DataFrame, columns: dict[str, str] | list[str] | None = None
     if isinstance(columns, list):
         columns = dict.fromkeys(columns, None)
     return Table(frame, columns, digits, caption)
+
+
+# Headers of the what-if model's and the engine-choice study's columns (reports 04, 06); set only where no other
+# report has named the column already.
+for _column, _header in {
+    "observed_s": "published batch time (s)", "modelled_s": "modelled batch time (s)", "residual_pct": "residual (%)",
+    "loo_modelled_s": "predicted from the other points (s)", "loo_error_pct": "leave-one-out error (%)",
+    "output_tokens_per_s": "output tokens/s", "prefill_efficiency": "prefill efficiency (share of peak)",
+    "bandwidth_efficiency": "decode bandwidth efficiency (share of peak)",
+    "dcp_layer_latency_us": "DCP latency per layer and step (µs)", "max_abs_residual_pct": "largest residual (%)",
+    "loo_mean_abs_pct": "mean leave-one-out error (%)", "crossover_tokens": "crossover (tokens)",
+    "weights_fit": "weights fit in memory", "concurrent_seqs": "sequences at once",
+    "outside_pool_gib_per_gpu": "left outside the target per GPU (GiB)",
+    "outside_need_gib_per_gpu": "assumed need outside the target (GiB)",
+    "under_assumed_need": "flagged: under the assumed need", "batch_fraction_of_bound": "share of the bound reached",
+    "bandwidth_fraction_of_peak": "share of peak bandwidth", "bound_batch_time_s": "bound batch time (s)",
+    "in_flight": "in flight", "requests_sent": "requests sent", "requests_ok": "completed", "requests_failed": "failed",
+    "requests_per_s": "completed requests/s",
+    "cache_hit_rate": "cache-hit rate", "ideal_hit_rate": "ideal hit rate (token-exact)",
+    "block_ideal_hit_rate": "ideal hit rate (whole blocks)", "hit_source": "hits counted from", "gpu": "GPU",
+    "least_of_bound_pct": "least of the bound (%)", "median_of_bound_pct": "median of the bound (%)",
+    "most_of_bound_pct": "most of the bound (%)", "median_of_peak_bandwidth_pct": "median of peak bandwidth (%)",
+}.items():
+    LABELS.setdefault(_column, _header)
+
+
+def non_empty(frame: pl.DataFrame, columns: list[str]) -> list[str]:
+    """The ``columns`` (in order) that hold at least one value in ``frame``: a table shows no column of dashes."""
+    return [c for c in columns if c in frame.columns and frame[c].drop_nulls().len()]
+
+
+# Headers of the throughput-decay and memory-study columns (reports 02, 03); set only where none is set yet.
+for _column, _header in {
+    "batches_per_s": "batches/s", "prompt_tokens_per_s": "prompt tokens/s", "batch_time_mean_s": "batch time, mean (s)",
+    "batch_time_cv_pct": "batch-time spread, CV (%)", "e2e_mean_ms": "mean request latency (ms)",
+    "t_from_s": "batch time at the short context (s)", "t_to_s": "batch time at the long context (s)",
+}.items():
+    LABELS.setdefault(_column, _header)

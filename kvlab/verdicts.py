@@ -47,24 +47,28 @@ def _badge(text: str, color: str) -> str:
             f'background: {color}; font-size: 11px; font-weight: 600; white-space: nowrap;">{html.escape(text)}</span>')
 
 
+#: Inline cell style (the notebook HTML template right-aligns table cells with a rule a <style> here cannot beat).
+_TD = "padding: 3px .6rem 3px 0; vertical-align: top; text-align: left; border: none;"
+
+
 def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found") -> str:
     """The verdict box: one row per claim, outcome and evidence as coloured badges, then the number."""
-    from kvlab.narrative import markdown_inline
+    from kvlab.markup import markdown_inline
 
     rows = []
     for v in verdicts:
         v = v if isinstance(v, Verdict) else Verdict(**v)
         rows.append(
-            f"<tr><td>{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}</td>"
-            f"<td>{_badge(v.evidence, EVIDENCE_COLORS[v.evidence])}</td>"
-            f"<td>{markdown_inline(v.claim)}</td><td><b>{markdown_inline(v.number)}</b></td></tr>"
+            f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}</td>'
+            f'<td style="{_TD} width: 1%;">{_badge(v.evidence, EVIDENCE_COLORS[v.evidence])}</td>'
+            f'<td style="{_TD} width: 55%;">{markdown_inline(v.claim)}</td>'
+            f'<td style="{_TD}"><b>{markdown_inline(v.number)}</b></td></tr>'
         )
     body = "".join(rows) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
     return f"""<section class="kvlab-verdicts" style="font: 14px system-ui, sans-serif; border: 2px solid #0969da;
 border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 <div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
-<table style="border-collapse: collapse; width: 100%;">{body}</table>
-<style>.kvlab-verdicts td {{ padding: 3px .6rem 3px 0; vertical-align: top; text-align: left; }}</style>
+<table style="border-collapse: collapse; width: 100%; table-layout: auto;">{body}</table>
 </section>
 """
 

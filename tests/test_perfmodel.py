@@ -296,3 +296,140 @@ def test_whatif_notebook_is_committed_without_outputs():
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
     assert all(not c.outputs and c.execution_count is None for c in code)
+
+
+# --------------------------------------------------------------------------- what-if figures and their sentences (04)
+
+
+@pytest.fixture(scope="module")
+def kimi_curves(fit):
+    from kvlab.perfmodel.figures import context_grid, curves
+
+    cfgs = [Config.of("B300", "Kimi-K3", "vllm", 8, 1), Config.of("B300", "Kimi-K3", "sglang", 8, 8)]
+    return curves(cfgs, context_grid(262144, points=12), Workload(), fit.params)
+
+
+def test_contexts_are_named_in_k_never_in_powers_of_two():
+    from kvlab.perfmodel.figures import _context_ticks, tokens_label
+
+    assert [tokens_label(t) for t in (4096, 65536, 131072, 204800, 1 << 20, 3000)] == \
+        ["4K", "64K", "128K", "200K", "1M", "3,000"]
+    # 128K and 256K sit within 0.75 octave of the published 200K: dropped so no two labels overlap
+    assert _context_ticks(4096, 1 << 20, [65536, 204800]) == [4096, 8192, 16384, 32768, 65536, 204800, 524288, 1 << 20]
+
+
+def test_curves_are_dashed_beyond_the_published_contexts_and_legend_only_what_is_drawn(kimi_curves):
+    from kvlab.perfmodel.figures import calibrated_ranges, plot_curves
+
+    pub = load_runs(DATA_DIR).filter(pl.col("source") == "published")
+    assert calibrated_ranges(kimi_curves, pub) == {"vllm TP8": (65536, 204800), "sglang TP8+DCP8": (65536, 204800)}
+    ax = plot_curves(kimi_curves, pub).axes[0]
+    styles = [(ln.get_color(), ln.get_linestyle()) for ln in ax.get_lines()]
+    assert styles == [("#3b75af", "--"), ("#3b75af", "-"), ("#3b75af", "--"),
+                      ("#e1812c", "--"), ("#e1812c", "-"), ("#e1812c", "--")]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["vLLM TP8", "SGLang TP8+DCP8", "modelled, calibrated contexts (64K–200K)",
+                      "modelled, extrapolated", "published"]  # every config fits: no 'does not fit' entry
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["4K", "8K", "16K", "32K", "64K", "200K"]
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0  # 32 s to 368 s: under 20×, linear from 0
+    # another GPU: no published point belongs to it, so no circle and every line dashed
+    h200 = kimi_curves.with_columns(pl.lit("H200").alias("gpu"))
+    ax = plot_curves(h200, pub).axes[0]
+    assert {ln.get_linestyle() for ln in ax.get_lines()} == {"--"} and not ax.collections
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "modelled, extrapolated (no published point)"
+
+
+def test_a_configuration_that_does_not_fit_gets_crosses_and_a_legend_entry(fit):
+    from kvlab.perfmodel.figures import curves, plot_curves
+
+    df = curves([Config.of("H100", "Kimi-K3", "vllm", 8, 1)], [65536, 131072], Workload(), fit.params)
+    ax = plot_curves(df, None).axes[0]
+    assert [ln.get_marker() for ln in ax.get_lines()] == ["None", "x"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "does not fit in memory"
+
+
+def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
+    from kvlab.perfmodel.figures import headroom_summary, headroom_table, plot_headroom
+
+    head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
+    ax = plot_headroom(head).axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[-1] == "flagged: less left outside the target than the assumed need:\nan assumption, not a predicted OOM"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["64K", "200K"]
+    assert {ln.get_color() for ln in ax.get_lines()} == {"#029e73", "#7b3294"}  # not the engine colours
+    summary = headroom_summary(head)
+    assert summary.columns[-2:] == ["sequences at 64K", "sequences at 200K"]
+    assert summary.select("mem_util", "dcp", "under_assumed_need", "sequences at 200K").rows() == [
+        (0.92, 1, False, 10), (0.92, 8, False, 81), (0.95, 1, True, 12), (0.95, 8, True, 93)]
+
+
+def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
+    from kvlab import narrative
+    from kvlab.perfmodel.calibrate import sensitivity
+    from kvlab.perfmodel.figures import crossover_table, headroom_table
+
+    x = crossover_from_fit(fit)
+    pub = load_runs(DATA_DIR).filter(pl.col("source") == "published")
+    assert narrative.curves_caption(kimi_curves, x, pub) == (
+        "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 3.81× faster at 4K; the curves cross at ≈125K (127,963 "
+        "tokens); SGLang TP8+DCP8 is 1.36× faster at 256K; solid lines span the published 64K–200K the fit rests on "
+        "(circles: the article's times), dashed lines are extrapolations.")
+    assert narrative.whatif_setup(fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8, published=pub).endswith(
+        "Kimi-K3 on 8× H200 is not what the article measured: every curve for it is an extrapolation of the "
+        "efficiencies fitted on Kimi-K3 on 8× B300.")
+    head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
+    assert narrative.whatif_headroom_caption(head).startswith(
+        "Modelled for Kimi-K3 on 8× B300 at 200K: 0.95 fits 12 sequences against 0.92's 10 with DCP 1 (1.20×), "
+        "and 93 against 81 with DCP 8 (1.15×)")
+    note = narrative.oom_flag_note(head)
+    assert "needs **6.5%** of each GPU's memory outside the target (17.4 GiB per B300)" in note
+    assert "At 0.95 only 13.4 GiB is left outside the target" in note and "does not predict an out-of-memory" in note
+    xo = crossover_table(["B300", "B200"], "Kimi-K3", [2, 8], Workload(), fit.params)
+    assert narrative.crossover_caption(xo) == (
+        "Modelled context from which SGLang TP8+DCP beats vLLM TP8 for Kimi-K3: on B300 it falls from 219K at DCP 2 "
+        "to 125K at DCP 8; on B200 ≈0.98M (1,027,165 tokens) at DCP 8 (hypothetical: the weights do not fit); no "
+        "crossover in the modelled range for B200 at DCP 2.")
+    sens = sensitivity([Workload(8, n) for n in (1024, 4096, 8192)])
+    text = narrative.model_conclusions(fit, sens, x, kimi_curves.filter(pl.col("context_tokens") == 262144), head,
+                                       Workload(), gpu="B300", tp=8, dcp=8, published_contexts=[65536, 204800])
+    assert "bandwidth_efficiency" not in text and "dcp_layer_latency" not in text  # values, never parameter names
+    assert ("- **Fit:** the 4 published times are reproduced within 3.4%; held out in turn, each is predicted within "
+            "23.0% (mean 13.4%), with the right winner at its context in 4 of 4.") in text
+    assert "— an extrapolation 1.3× beyond the largest published context (200K)." in text
+
+
+def test_whatif_verdicts(fit):
+    from kvlab import narrative
+    from kvlab.perfmodel.calibrate import sensitivity
+    from kvlab.perfmodel.figures import headroom_table
+    from kvlab.store import load_claims
+
+    claims = load_claims(DATA_DIR).filter(pl.col("experiment") == "article_b300")
+    sens = sensitivity([Workload(8, n) for n in (1024, 4096, 8192)])
+    head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
+    got = [(v.outcome, v.evidence, v.number) for v in
+           narrative.model_verdicts(fit, sens, head, claims)]
+    assert got == [
+        ("reproduced", "modelled", "crossover ≈125K (127,963 tokens)"),
+        ("found", "modelled", "4 of 4 winners right; mean error 13.4% (worst 23.0%, SGLang at 64K)"),
+        ("found", "modelled", "125K–131K tokens for 1,024–8,192 output tokens per request"),
+        ("found", "modelled", "no: decode at 3.4% of peak memory bandwidth; DCP at 3,833 µs per layer and step"),
+        ("cannot be tested here", "modelled",
+         "0.95 leaves 13.4 GiB/GPU outside the target, under an assumed 17.4 GiB taken from this very claim"),
+    ]
+    # shown for another GPU, the verdicts stay about the article's configuration (Kimi-K3 on 8× B300)
+    h200 = headroom_table("H200", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
+    assert [v.number for v in narrative.model_verdicts(fit, sens, h200, claims)] == [n for _, _, n in got]
+
+
+def test_a_wide_range_of_values_gets_a_labelled_log_axis():
+    from matplotlib.figure import Figure
+
+    from kvlab.perfmodel.figures import value_axis
+
+    ax = Figure().subplots()
+    ax.plot([1, 2], [12.0, 1500.0])
+    value_axis(ax, [12.0, 1500.0], "batch time (s)")
+    assert ax.get_yscale() == "log" and ax.get_ylabel() == "batch time (s, log scale)"
+    ax.figure.canvas.draw()
+    assert {"20", "50", "200", "500", "1,000"} <= {t.get_text() for t in ax.get_yticklabels()}  # plain, 1-2-5

@@ -1,4 +1,8 @@
-"""What-if tables and figures of the model (curves, crossovers, KV headroom); figures are returned, never shown."""
+"""What-if tables and figures of the model (curves, crossovers, KV headroom); figures are returned, never shown.
+
+Every context axis is labelled in K (64K, 200K, 1M), never in powers of two; series that are not engines
+(GPUs, memory targets) take colours that are not the engine colours.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,63 @@ from collections.abc import Iterable
 import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
 from kvlab.plots import ENGINE_COLORS
 
+#: Colours of series that are not engines (GPUs, memory targets): none of them reads as vLLM blue or SGLang orange.
+SERIES_COLORS = ("#029e73", "#7b3294", "#555555", "#cc78bc", "#8c6d31", "#56b4e9")
 
-def _log2_axes(fig: Figure, ax, xlabel: str, ylabel: str, legend_size: int) -> Figure:
-    """The what-if figures' common ending: log2 x and y axes, labels, light grid, legend, tight layout."""
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=legend_size)
-    fig.tight_layout()
-    return fig
+
+def tokens_label(tokens: float) -> str:
+    """A context as a reader names it: 65,536 → '64K', 204,800 → '200K', 1,048,576 → '1M', 3,000 → '3,000'."""
+    t = int(round(tokens))
+    if t >= 1 << 20 and t % (1 << 20) == 0:
+        return f"{t >> 20}M"
+    if t % 1024 == 0:
+        return f"{t // 1024}K"
+    return f"{t:,}"
+
+
+def _context_ticks(lo: float, hi: float, extra: Iterable[float] = ()) -> list[int]:
+    """Powers of two from ``lo`` to ``hi`` plus ``extra`` (e.g. the published contexts), dropping a power of two
+    that sits closer than 0.75 octave to an extra tick, so two labels never overlap."""
+    extra = sorted({int(e) for e in extra if lo <= e <= hi})
+    powers = [1 << k for k in range(int(np.floor(np.log2(max(lo, 1)))), int(np.ceil(np.log2(hi))) + 1)
+              if lo <= 1 << k <= hi]
+    keep = [t for t in powers if all(abs(np.log2(t / e)) >= 0.75 for e in extra)]
+    return sorted(set(keep) | set(extra))
+
+
+def value_axis(ax, values: Iterable[float], label: str, spread: float = 20.0) -> None:
+    """The y axis of a modelled quantity: logarithmic when the positive ``values`` span more than ``spread``×
+    (ticks at 1, 2 and 5 per decade, plain numbers, and the label says 'log scale'), else linear from 0."""
+    from matplotlib.ticker import LogLocator
+
+    from kvlab.plots import _num
+
+    v = [x for x in values if x is not None and x > 0]
+    if v and max(v) / min(v) > spread:
+        ax.set_yscale("log")
+        ax.set_ylim(min(v) / 1.3, max(v) * 1.3)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _num(y)))
+        ax.yaxis.set_minor_locator(NullLocator())
+        unit = label[label.rindex("(") + 1:-1] if label.endswith(")") else ""
+        ax.set_ylabel(f"{label[:label.rindex('(')].rstrip()} ({unit}, log scale)" if unit else f"{label} (log scale)")
+    else:
+        ax.set_ylim(bottom=0, top=max(v) * 1.08 if v else None)
+        ax.set_ylabel(label)
+
+
+def context_axis(axis, lo: float, hi: float, extra: Iterable[float] = ()) -> None:
+    """Log-2 context axis (``ax.xaxis`` or ``ax.yaxis``) with ticks named in K: 4K, 64K, 200K, 1M."""
+    ticks = _context_ticks(lo, hi, extra)
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: tokens_label(v)))
+    axis.set_minor_locator(NullLocator())
 
 
 def context_grid(max_tokens: int = 1 << 20, min_tokens: int = 4096, points: int = 48) -> list[int]:
@@ -43,6 +89,7 @@ def curves(
                     "source": "modelled",
                     "config": cfg.label(),
                     "engine": cfg.engine,
+                    "model": cfg.model.model,
                     "gpu": cfg.gpu.gpu,
                     "tp": cfg.tp,
                     "dcp": cfg.dcp,
@@ -59,27 +106,88 @@ def curves(
     return pl.DataFrame(rows)
 
 
-def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str = "batch_time_s", ylabel: str = "batch time (s)") -> Figure:
-    """Modelled curves (lines) against context, with published points (markers) where given."""
-    fig = Figure(figsize=(7.5, 4.5))
+def matched_published(model_df: pl.DataFrame, published: pl.DataFrame | None) -> pl.DataFrame:
+    """The published rows whose configuration (engine, GPU, model, TP, DCP) is one of ``model_df``'s curves, with
+    that curve's ``config`` label; empty when none is (e.g. another GPU or model than the article's)."""
+    from kvlab.perfmodel.frames import row_config
+
+    if published is None or published.is_empty():
+        return pl.DataFrame({"config": [], "context_tokens": []}, schema={"config": pl.String, "context_tokens": pl.Int64})
+    keys = {(r["engine"], r["gpu"], r["model"], r["tp"], r["dcp"]): r["config"]
+            for r in model_df.unique(["config"], maintain_order=True).iter_rows(named=True)}
+    labels = []
+    for r in published.iter_rows(named=True):
+        cfg = row_config(r)
+        labels.append(keys.get((cfg.engine, cfg.gpu.gpu, cfg.model.model, cfg.tp, cfg.dcp)))
+    return published.with_columns(pl.Series("config", labels, dtype=pl.String)).filter(pl.col("config").is_not_null())
+
+
+def calibrated_ranges(model_df: pl.DataFrame, published: pl.DataFrame | None) -> dict[str, tuple[int, int]]:
+    """Per curve, the contexts the fit has published points for (first to last): outside them, or for a curve
+    with no published point, the curve is an extrapolation."""
+    m = matched_published(model_df, published)
+    return {cfg: (int(g["context_tokens"].min()), int(g["context_tokens"].max()))
+            for (cfg,), g in m.group_by(["config"], maintain_order=True)}
+
+
+def _segments(d: pl.DataFrame, rng: tuple[int, int] | None) -> list[tuple[pl.DataFrame, bool]]:
+    """A curve cut into (part, calibrated?) pieces that share their end points, so the line stays continuous."""
+    if rng is None:
+        return [(d, False)]
+    lo, hi = rng
+    c = pl.col("context_tokens")
+    parts = [(d.filter(c <= lo), False), (d.filter((c >= lo) & (c <= hi)), True), (d.filter(c >= hi), False)]
+    return [(part, cal) for part, cal in parts if part.height >= 2 or (cal and part.height)]
+
+
+def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str = "batch_time_s",
+                ylabel: str = "batch time (s)", title: str | None = None) -> Figure:
+    """Modelled curves against context, one colour per engine: solid over the contexts the fit has published
+    points for, dashed where the curve extrapolates (beyond those contexts, or a configuration with no published
+    point at all); the published points as open circles; an x where a configuration does not fit in memory.
+    The y axis is logarithmic (and says so) when the values span more than 20×."""
+    from kvlab.guide import engine_label
+
+    fig = Figure(figsize=(7.8, 4.6))
     ax = fig.subplots()
+    ranges = calibrated_ranges(model_df, published)
+    handles = []
     for cfg in model_df["config"].unique(maintain_order=True).to_list():
         d = model_df.filter(pl.col("config") == cfg).sort("context_tokens")
-        eng = d["engine"][0]
-        ax.plot(d["context_tokens"], d[y], color=ENGINE_COLORS.get(eng), lw=2, label=f"{cfg} (modelled)")
-        bad = d.filter(~pl.col("fits"))
-        if bad.height:
-            ax.plot(bad["context_tokens"], bad[y], ls="none", marker="x", color=ENGINE_COLORS.get(eng), ms=5)
-    if published is not None and published.height and y in published.columns:
-        for eng in published["engine"].unique(maintain_order=True).to_list():
-            d = published.filter(pl.col("engine") == eng)
-            ax.scatter(d["context_tokens"], d[y], s=70, marker="o", facecolor="white", edgecolor=ENGINE_COLORS.get(eng),
-                       linewidths=2, zorder=5, label=f"{eng} (published)")  # fmt: skip
+        color = ENGINE_COLORS.get(d["engine"][0], "#777777")
+        for part, cal in _segments(d, ranges.get(cfg)):
+            ax.plot(part["context_tokens"], part[y], color=color, lw=2, ls="-" if cal else "--")
+        handles.append(Line2D([], [], color=color, lw=2, label=f"{engine_label(d['engine'][0])} {cfg.split(' ', 1)[1]}"))
+    bad = model_df.filter(~pl.col("fits"))
+    for cfg, g in bad.group_by("config", maintain_order=True):
+        ax.plot(g["context_tokens"], g[y], ls="none", marker="x", ms=7, mew=2,
+                color=ENGINE_COLORS.get(g["engine"][0], "#777777"))
+    pub = matched_published(model_df, published)
+    if pub.height and y in pub.columns:
+        for cfg, g in pub.group_by("config", maintain_order=True):
+            eng = g["engine"][0]
+            ax.scatter(g["context_tokens"], g[y], s=70, marker="o", facecolor="white", linewidths=2, zorder=5,
+                       edgecolor=ENGINE_COLORS.get(eng, "#777777"))
+    grey = "#666666"
+    if ranges:
+        spans = sorted(set(ranges.values()))
+        where = ", ".join(f"{tokens_label(lo)}–{tokens_label(hi)}" for lo, hi in spans)
+        handles.append(Line2D([], [], color=grey, lw=2, label=f"modelled, calibrated contexts ({where})"))
+    handles.append(Line2D([], [], color=grey, lw=2, ls="--",
+                          label="modelled, extrapolated" if ranges else "modelled, extrapolated (no published point)"))
+    if pub.height and y in pub.columns:
+        handles.append(Line2D([], [], ls="none", marker="o", ms=8, mfc="white", mec=grey, mew=2, label="published"))
+    if bad.height:
+        handles.append(Line2D([], [], ls="none", marker="x", ms=7, mew=2, color=grey, label="does not fit in memory"))
     ax.set_xscale("log", base=2)
+    lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
+    context_axis(ax.xaxis, lo, hi, extra=[c for r in ranges.values() for c in r])
     ax.set_xlabel("context (tokens, log scale)")
-    ax.set_ylabel(ylabel)
+    value_axis(ax, model_df[y].to_list() + (pub[y].to_list() if pub.height and y in pub.columns else []), ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title="x = does not fit in memory", title_fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -104,26 +212,59 @@ def crossover_table(
             other = Config.of(g, model, "sglang", tp, d, a.default_mem_util)
             x = crossover_context(base, other, w, p, a, hi_tokens=max_tokens)
             weights_fit = memory(base, 1, a).weights_bytes_per_gpu < base.gpu.memory_bytes * a.default_mem_util
-            rows.append({"source": "modelled", "gpu": g, "dcp": d, "crossover_tokens": x, "weights_fit": weights_fit})
-    return pl.DataFrame(rows, schema={"source": pl.String, "gpu": pl.String, "dcp": pl.Int64,
-                                      "crossover_tokens": pl.Float64, "weights_fit": pl.Boolean})  # fmt: skip
+            rows.append({"source": "modelled", "model": base.model.model, "gpu": g, "tp": tp, "dcp": d,
+                         "crossover_tokens": x, "weights_fit": weights_fit})
+    return pl.DataFrame(rows, schema={"source": pl.String, "model": pl.String, "gpu": pl.String, "tp": pl.Int64,
+                                      "dcp": pl.Int64, "crossover_tokens": pl.Float64, "weights_fit": pl.Boolean})  # fmt: skip
 
 
 def plot_crossover(table: pl.DataFrame) -> Figure:
-    fig = Figure(figsize=(6.5, 4))
+    """Modelled crossover context against SGLang's DCP size, one line per GPU (colours that are not engines');
+    dotted where the model's weights do not fit on the GPUs (a hypothetical); GPUs without a crossing are left
+    out (the caption says which)."""
+    from matplotlib.ticker import FixedFormatter
+
+    t = table.filter(pl.col("crossover_tokens").is_not_null())
+    fig = Figure(figsize=(7.8, 4.2))
     ax = fig.subplots()
-    for g in table["gpu"].unique(maintain_order=True).to_list():
-        d = table.filter(pl.col("gpu") == g).sort("dcp")
-        ls = "-" if d["weights_fit"].all() else ":"
-        ax.plot(d["dcp"], d["crossover_tokens"], marker="o", ls=ls, label=f"{g} (modelled{'' if ls == '-' else ', weights do not fit'})")
-    return _log2_axes(fig, ax, "DCP size (SGLang, TP 8)", "crossover context (tokens)", legend_size=8)
+    for i, g in enumerate(t["gpu"].unique(maintain_order=True).to_list()):
+        d = t.filter(pl.col("gpu") == g).sort("dcp")
+        fits = bool(d["weights_fit"].all())
+        ax.plot(d["dcp"], d["crossover_tokens"], marker="o", ms=7, ls="-" if fits else ":", lw=2,
+                color=SERIES_COLORS[i % len(SERIES_COLORS)],
+                label=g if fits else f"{g} (weights do not fit: hypothetical)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    dcps = sorted(table["dcp"].unique().to_list())
+    ax.xaxis.set_major_locator(FixedLocator(dcps))
+    ax.xaxis.set_major_formatter(FixedFormatter([str(d) for d in dcps]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    if t.height:
+        lo, hi = t["crossover_tokens"].min(), t["crossover_tokens"].max()
+        ax.set_ylim(lo / 1.4, hi * 1.4)
+        context_axis(ax.yaxis, lo / 1.4, hi * 1.4)
+    tp = table["tp"][0] if "tp" in table.columns and table.height else None
+    model = table["model"][0] if "model" in table.columns and table.height else ""
+    ax.set_xlabel(f"DCP size of SGLang (TP {tp})" if tp else "DCP size of SGLang")
+    ax.set_ylabel("crossover context (tokens, log scale)")
+    ax.set_title(f"modelled: context from which SGLang TP+DCP is faster than vLLM TP ({model})".replace(" ()", ""),
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, title="GPU", title_fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def headroom_table(
     gpu: str, model: str, mem_utils: Iterable[float], dcp_sizes: Iterable[int], contexts: Iterable[int],
     a: Assumptions = Assumptions(), tp: int = 8,
 ) -> pl.DataFrame:  # fmt: skip
-    """KV pool, KV capacity and sequences that fit, per memory target x DCP size x context."""
+    """KV pool, KV capacity and sequences that fit, per memory target x DCP size x context.
+
+    ``fits`` is the model's memory check: false when a sequence does not fit, or when less memory is left outside
+    the target than :attr:`Assumptions.outside_pool_fraction` (``outside_need_gib_per_gpu``), an assumption taken
+    from the B300 article (0.95 failed there): such a row restates that assumption, it does not predict an OOM.
+    """
     rows = []
     for u in mem_utils:
         for d in dcp_sizes:
@@ -132,21 +273,106 @@ def headroom_table(
                 m = memory(cfg, int(c), a)
                 rows.append(
                     {
-                        "source": "modelled", "mem_util": u, "dcp": d, "context_tokens": int(c),
+                        "source": "modelled", "gpu": cfg.gpu.gpu, "model": cfg.model.model, "tp": tp,
+                        "mem_util": u, "dcp": d, "context_tokens": int(c),
                         "kv_pool_gib_per_gpu": m.kv_pool_bytes_per_gpu / GIB, "kv_capacity_tokens": m.kv_capacity_tokens,
                         "max_concurrent_seqs": m.max_concurrent_seqs,
-                        "outside_pool_gib_per_gpu": m.outside_pool_bytes_per_gpu / GIB, "fits": m.fits, "reason": m.reason,
+                        "outside_pool_gib_per_gpu": m.outside_pool_bytes_per_gpu / GIB,
+                        "outside_need_gib_per_gpu": a.outside_pool_fraction * cfg.gpu.memory_bytes / GIB,
+                        "fits": m.fits, "reason": m.reason,
                     }
                 )  # fmt: skip
     return pl.DataFrame(rows)
 
 
 def plot_headroom(table: pl.DataFrame) -> Figure:
-    """Concurrent sequences that fit, by context, for each memory target and DCP size."""
-    fig = Figure(figsize=(7, 4))
+    """Concurrent sequences that fit, by context, for each memory target (line style) and DCP size (colour, not
+    an engine colour). A cross marks a point the model flags: either no sequence fits, or less memory is left
+    outside the target than the assumed need (an assumption from the article, not a prediction of an OOM)."""
+    from matplotlib.ticker import FixedFormatter
+
+    fig = Figure(figsize=(7.8, 4.8))
     ax = fig.subplots()
-    for (u, d), grp in table.group_by(["mem_util", "dcp"], maintain_order=True):
+    utils = sorted(table["mem_util"].unique().to_list())
+    dcps = sorted(table["dcp"].unique().to_list())
+    styles = ["-", "--", ":", "-."]
+    for (u, d), grp in table.sort("mem_util", "dcp").group_by(["mem_util", "dcp"], maintain_order=True):
         grp = grp.sort("context_tokens")
-        ax.plot(grp["context_tokens"], grp["max_concurrent_seqs"].clip(lower_bound=0.5), marker="o",
-                ls="-" if u < 0.94 else "--", label=f"mem {u:g}, DCP {d} (modelled)")  # fmt: skip
-    return _log2_axes(fig, ax, "context (tokens)", "concurrent sequences that fit", legend_size=7)
+        color = SERIES_COLORS[dcps.index(d) % len(SERIES_COLORS)]
+        seqs = grp["max_concurrent_seqs"].cast(pl.Float64).clip(lower_bound=0.5)
+        who = "vLLM-style, no DCP" if d == 1 else "SGLang-style"
+        ax.plot(grp["context_tokens"], seqs, color=color, lw=2, ls=styles[utils.index(u) % len(styles)],
+                label=f"memory {u:g}, DCP {d} ({who})")
+        ok = grp["fits"].to_list()
+        xs, ys = grp["context_tokens"].to_list(), seqs.to_list()
+        ax.plot([x for x, f in zip(xs, ok) if f], [v for v, f in zip(ys, ok) if f], ls="none", marker="o", ms=6,
+                color=color)
+        ax.plot([x for x, f in zip(xs, ok) if not f], [v for v, f in zip(ys, ok) if not f], ls="none", marker="x",
+                ms=8, mew=2, color=color)
+    handles, _ = ax.get_legend_handles_labels()
+    handles = [h for h in handles if h.get_label() and not h.get_label().startswith("_")]
+    if table["fits"].any():
+        handles.append(Line2D([], [], ls="none", marker="o", ms=6, color="#666666", label="fits (modelled)"))
+    if not table["fits"].all():
+        handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=2, color="#666666",
+                              label="flagged: " + "; ".join(flag_kinds(table))))
+    ax.set_xscale("log", base=2)
+    context_axis(ax.xaxis, table["context_tokens"].min(), table["context_tokens"].max(),
+                 extra=table["context_tokens"].unique().to_list())
+    ax.set_yscale("log", base=2)
+    top = max(1, int(table["max_concurrent_seqs"].max() or 1))
+    yt = [1 << k for k in range(0, int(np.ceil(np.log2(top))) + 1)]
+    if (table["max_concurrent_seqs"] < 1).any():
+        yt = [0.5] + yt
+    ax.yaxis.set_major_locator(FixedLocator(yt))
+    ax.yaxis.set_major_formatter(FixedFormatter(["0" if v < 1 else f"{int(v):,}" for v in yt]))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("context (tokens, log scale)")
+    ax.set_ylabel("concurrent sequences that fit (log scale)")
+    model = table["model"][0] if "model" in table.columns and table.height else ""
+    gpu = table["gpu"][0] if "gpu" in table.columns and table.height else ""
+    tp = table["tp"][0] if "tp" in table.columns and table.height else None
+    if model:
+        ax.set_title(f"modelled: KV room for {model} on {tp}× {gpu}", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def flag_kinds(head: pl.DataFrame) -> list[str]:
+    """Why the memory check flags rows of a headroom table, in a reader's words (one phrase per kind)."""
+    kinds = []
+    for reason in head.filter(~pl.col("fits"))["reason"].unique(maintain_order=True).to_list():
+        kind = ("weights do not fit" if reason.startswith("weights") else
+                "not one sequence fits" if reason.startswith("one ") else
+                "less left outside the target than the assumed need:\nan assumption, not a predicted OOM")
+        if kind not in kinds:
+            kinds.append(kind)
+    return kinds
+
+
+def headroom_summary(head: pl.DataFrame) -> pl.DataFrame:
+    """The headroom table as a reader reads it: one row per memory target and DCP size (KV pool, capacity, memory
+    left outside the target, whether that is under the assumed need) and one column of sequences per context."""
+    keys = ["mem_util", "dcp"]
+    base = head.group_by(keys, maintain_order=True).agg(
+        pl.col("kv_pool_gib_per_gpu", "kv_capacity_tokens", "outside_pool_gib_per_gpu", "outside_need_gib_per_gpu").first(),
+        (pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu")).any().alias("under_assumed_need"))
+    seqs = head.with_columns(pl.col("context_tokens").map_elements(lambda c: f"sequences at {tokens_label(c)}",
+                                                                   return_dtype=pl.String).alias("ctx"))
+    order = [f"sequences at {tokens_label(c)}" for c in sorted(head["context_tokens"].unique().to_list())]
+    wide = seqs.pivot(on="ctx", index=keys, values="max_concurrent_seqs").select(*keys, *order)
+    return base.join(wide, on=keys, how="left").sort(keys)
+
+
+def bound_summary(frac: pl.DataFrame) -> pl.DataFrame:
+    """:func:`~kvlab.perfmodel.achieved_fraction` as a reader's table: one row per source, experiment and engine
+    (runs, and the least, median and most of the model's bound they reached), not one row per run id."""
+    keys = ["source", "experiment", "hardware", "engine"]
+    share = pl.col("batch_fraction_of_bound") * 100
+    return (frac.group_by(keys, maintain_order=True)
+            .agg(pl.len().alias("runs"), share.min().alias("least_of_bound_pct"),
+                 share.median().alias("median_of_bound_pct"), share.max().alias("most_of_bound_pct"),
+                 (pl.col("bandwidth_fraction_of_peak") * 100).median().alias("median_of_peak_bandwidth_pct"))
+            .sort("source", "experiment", "engine", descending=[True, False, False]))

@@ -1,0 +1,63 @@
+"""Interactive controls of reports 04 and 06: a widget in a live notebook, none in a report build."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from kvlab import analysis, explore, guide
+from kvlab.perfmodel import Assumptions, Workload, published_fit
+from kvlab.reports import STATIC_ENV
+
+pytest.importorskip("ipywidgets")
+
+
+@pytest.fixture(scope="module")
+def fit():
+    return published_fit()
+
+
+@pytest.fixture
+def live(monkeypatch):
+    monkeypatch.delenv(STATIC_ENV, raising=False)
+
+
+def _caption(result) -> str:
+    return result[0].caption
+
+
+def test_whatif_controls_redraw_with_the_new_value(live, fit):
+    w = explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8,
+                       context=204800, max_context=262144, points=6)
+    controls = {c.description: c for c in w.children[:-1]}
+    assert list(controls) == ["GPU", "model", "TP", "DCP (SGLang)", "context"]
+    assert _caption(w.result).startswith("Modelled for Kimi-K3 on 8× B300:")  # drawn once with the defaults
+    assert w.result[1].data.startswith("At 200K (204,800 tokens), SGLang TP8+DCP8 takes 229 s per batch")
+    controls["GPU"].value = "H200"
+    assert w.kwargs["gpu"] == "H200" and _caption(w.result).startswith("Modelled for Kimi-K3 on 8× H200:")
+    controls["DCP (SGLang)"].value = 4
+    assert "SGLang TP8+DCP4" in w.result[1].data
+    controls["TP"].value = 2
+    controls["DCP (SGLang)"].value = 8  # DCP 8 does not divide TP 2: said, nothing drawn
+    assert w.result[0].data == "*DCP 8 must divide TP 2: choose another DCP size.*"
+
+
+def test_engine_choice_controls_redraw_with_the_new_value(live, fit):
+    from kvlab.schema import RUNS
+
+    sharing, conc = analysis.prefix_sharing(RUNS.empty()), analysis.concurrency_study(RUNS.empty())  # nothing measured
+    w = explore.engine_choice(guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B"), fit, sharing, conc)
+    controls = {c.description: c for c in w.children[:-1]}
+    assert list(controls) == ["context", "shared", "in flight", "model", "GPU", "mixed hardware / model churn",
+                              "priority"]
+    assert "⇒ SGLang" in _caption(w.result)
+    controls["shared"].value = 0.0  # no shared prefix, 128 in flight: the tree's concurrency branch
+    assert w.kwargs["shared_fraction"] == 0.0 and "≥ 100 concurrent requests? yes (128) ⇒ vLLM" in _caption(w.result)
+    assert w.result[2].data.startswith("**The tree says vLLM; the data cannot confirm it**")
+
+
+def test_no_widget_in_a_report_build(monkeypatch, fit):
+    monkeypatch.setenv(STATIC_ENV, "1")
+    assert not explore.interactive_enabled()
+    assert explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8) is None
+    assert explore.engine_choice(guide.UserWorkload(), fit, pl.DataFrame(), pl.DataFrame()) is None

@@ -1,0 +1,107 @@
+"""Figures as the reports show them: numbered, captioned, alt text, data beside them, scaled contexts named."""
+
+import base64
+import re
+
+import polars as pl
+import pytest
+from matplotlib.figure import Figure
+
+from kvlab import plots
+
+
+def _fig():
+    fig = Figure(figsize=(4, 3))
+    ax = fig.subplots()
+    ax.plot([1, 2], [1, 2], label="vLLM")
+    ax.set(title="measured: x", xlabel="context", ylabel="batch time (s)")
+    ax.legend()
+    return fig
+
+
+def test_show_numbers_figures_and_needs_a_caption():
+    plots.setup_notebook()
+    with pytest.raises(ValueError, match="caption"):
+        plots.show(_fig(), "  ")
+    a, b = plots.show(_fig(), "first."), plots.show(_fig(), "second.")
+    assert (a.number, b.number) == (1, 2)
+    html = b._repr_html_()
+    assert "<b>Figure 2.</b> second." in html
+    assert 'alt="measured: x (y: batch time (s), x: context); series: vLLM"' in html
+
+
+def test_show_draws_at_twice_the_shown_density_and_links_its_data():
+    view = plots.show(_fig(), "**bold** claim.", data=pl.DataFrame({"a": [1], "b": [2.5]}))
+    html = view._repr_html_()
+    png_width = int.from_bytes(view.png()[16:20], "big")
+    shown = int(re.search(r"width: (\d+)px; max-width", html).group(1))
+    assert shown == png_width // 2
+    csv = re.search(r'download="figure\d+\.csv" href="data:text/csv;base64,([^"]+)"', html).group(1)
+    assert base64.b64decode(csv).decode() == "a,b\n1,2.5\n" and "<b>bold</b> claim." in html
+
+
+def test_scaled_contexts_are_labelled_with_their_real_tokens():
+    assert plots.context_tick("64K", 1024, 64.0) == "64K\n(1,024 tok)"
+    assert plots.context_tick("64K", 65536, None) == "64K" == plots.context_tick("64K", 65536, 1.0)
+
+
+def test_batch_time_bars_show_spread_only_where_there_are_repeats():
+    base = {"source": ["measured"] * 2, "experiment": ["e"] * 2, "hardware": ["CPU"] * 2, "context_label": ["64K"] * 2,
+            "context_tokens": [1024] * 2, "engine": ["vllm", "sglang-jax"], "batch_time_s": [1.0, 2.0],
+            "scale_factor": [64.0] * 2}
+    one = pl.DataFrame({**base, "batch_time_std_s": [None, None], "n_runs": [1, 1]})
+    three = pl.DataFrame({**base, "batch_time_std_s": [0.1, 0.2], "n_runs": [3, 3]})
+    ax1, ax3 = plots.batch_time_bars(one).axes[0], plots.batch_time_bars(three).axes[0]
+    assert [t.get_text() for t in ax1.get_xticklabels()] == ["64K\n(1,024 tok)"]
+    assert "whiskers" not in ax1.get_xlabel() and "±1 std" in ax3.get_xlabel()
+    whiskers = [c for c in ax3.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert sorted(round(float(c.lines[2][0].get_segments()[0][1][1] - c.lines[2][0].get_segments()[0][0][1]) / 2, 3)
+                  for c in whiskers) == [0.1, 0.2]
+
+
+def test_memory_study_figure_orders_settings_and_drops_an_all_zero_retry_panel():
+    from kvlab import analysis
+
+    def runs_with(retry: bool):
+        rows = [("vllm", 0.95, "200K", 3200), ("vllm", 0.92, "200K", 3200), ("vllm", 0.92, "64K", 1024),
+                ("sglang-jax", 0.95, "200K", 3200), ("sglang-jax", 0.92, "200K", 3200)]
+        runs = pl.DataFrame({"source": "measured", "experiment": "e", "hardware": "CPU",
+                             "run_id": [f"r{i}" for i in range(5)], "engine": [r[0] for r in rows],
+                             "mem_util": [r[1] for r in rows], "context_label": [r[2] for r in rows],
+                             "context_tokens": [r[3] for r in rows], "status": "ok", "batch_time_s": [1.0, 2, 3, 4, 5],
+                             "ttft_mean_ms": 10.0, "e2e_mean_ms": [100.0, 200, 300, 400, 500], "attempts": 1,
+                             "server_preemptions": None, "scale_factor": 64.0})
+        attempts = pl.DataFrame({"run_id": [f"r{i}" for i in range(5)] + (["r3"] if retry else []),
+                                 "status": ["ok"] * 5 + (["failed"] if retry else []),
+                                 "failure_cause": [None] * 5 + (["runtime_oom"] if retry else [])})
+        return runs, analysis.memory_study(runs, attempts).reverse()  # rows in no particular order
+
+    runs, stats = runs_with(retry=False)
+    fig = plots.memory_study_figure(stats, runs)
+    assert len(fig.axes) == 2  # no retry, no failed run: no panel of empty bars (the caption says 0)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
+        "64K\n(1,024 tok)\n@ 0.92", "200K\n(3,200 tok)\n@ 0.92", "200K\n(3,200 tok)\n@ 0.95"]
+    assert [ax.get_yscale() for ax in fig.axes] == ["linear", "linear"] and fig.axes[0].get_ylim()[0] == 0
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["vLLM", "sglang-jax (CPU)", "one successful run"]  # no mean drawn: one run per setting
+    runs, stats = runs_with(retry=True)
+    fig = plots.memory_study_figure(stats, runs)
+    assert len(fig.axes) == 3 and "retries (solid bar)" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_claims_figure_names_every_definition_in_colours_that_are_not_engines():
+    from kvlab import analysis, store
+
+    claims = store.load_claims().filter(pl.col("experiment") == "article_b300")
+    runs = store.load_runs().filter(pl.col("source") == "published")
+    fig = plots.claims_vs_table(analysis.consistency(runs, claims), claims)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["stated by the article", "table implies: T(slower) ÷ T(faster)",
+                      "table implies: 1 + time saved ÷ T(slower)", "table implies: requests/s, short ÷ long context",
+                      "table implies: prompt tokens/s, short ÷ long context", "✗ hatched: does not match"]
+    from matplotlib.colors import to_hex
+
+    colours = {to_hex(p.get_facecolor()) for p in ax.patches}
+    assert not colours & set(plots.ENGINE_COLORS.values())
+    assert [t.get_text() for t in ax.get_xticklabels()][2] == "vLLM falls\n3.29×\n64K→200K"

@@ -1,0 +1,35 @@
+"""Reader's tables: headers with units, fixed significant figures, engines named, hash ids hidden."""
+
+import polars as pl
+import pytest
+
+from kvlab import tables
+
+
+def test_numbers_read_as_a_reader_expects():
+    cases = {None: "–", float("nan"): "–", 1.500498: "1.50", 0.434768: "0.435", 14.01178: "14.0", 100.5: "100.5",
+             0.92: "0.92", 2199617: "2,199,617", 10440.0: "10,440", True: "yes", 3: "3"}
+    assert {v: tables.number(v) for v in cases if v == v} == {v: s for v, s in cases.items() if v == v}
+    assert tables.number(float("nan")) == "–"
+
+
+def test_headers_carry_units_and_rows_are_formatted():
+    frame = pl.DataFrame({"context_label": ["64K", "200K"], "engine": ["vllm", "sglang-jax"],
+                          "batch_time_s": [0.434768, 14.01178], "ttft_mean_ms": [1044.2, None],
+                          "run_id": ["6ee02ffe94c4", "55813f97ce92"], "batch_time_std_s": [None, 0.0123]})
+    t = tables.table(frame)
+    assert t.headers == ["context", "engine", "batch time (s)", "ttft mean (ms)", "batch time spread, std (s)"]
+    assert t.rows == [["64K", "vLLM", "0.435", "1,044", "–"], ["200K", "sglang-jax (CPU)", "14.0", "–", "0.0123"]]
+    html = t._repr_html_()
+    assert "overflow-x: auto" in html and "6ee02ffe94c4" not in html and "dtype" not in html
+
+
+def test_columns_choose_order_and_names():
+    frame = pl.DataFrame({"a_s": [1.25], "run_id": ["x1"], "b": [2]})
+    t = tables.table(frame, {"b": "count", "run_id": None, "a_s": None})
+    assert t.headers == ["count", "run id", "a (s)"] and t.rows == [["2", "x1", "1.25"]]
+
+
+def test_a_missing_column_is_named():
+    with pytest.raises(KeyError, match=r"\['nope'\]"):
+        tables.table(pl.DataFrame({"a": [1]}), ["a", "nope"])

@@ -1,0 +1,80 @@
+"""Verdict boxes: validated outcomes, carried as data through the notebook, moved first in the built HTML."""
+
+
+import nbformat
+import pytest
+
+from kvlab import reports, verdicts
+from kvlab.verdicts import Verdict
+
+V = [Verdict("vLLM ≈ 1.5× faster at 64K", "reproduced", "published", "vLLM 1.50× faster at 64K"),
+     Verdict("curves cross", "found", "measured", "no: vLLM faster at every measured context")]
+
+
+def test_outcome_and_evidence_are_checked():
+    with pytest.raises(ValueError, match="'maybe'"):
+        Verdict("x", "maybe", "measured", "1")
+    with pytest.raises(ValueError, match="'guessed'"):
+        Verdict("x", "found", "guessed", "1")
+
+
+def test_box_carries_its_verdicts_as_data():
+    bundle = verdicts.box(V)._repr_mimebundle_()
+    assert bundle[verdicts.MIME][0] == {"claim": "vLLM ≈ 1.5× faster at 64K", "outcome": "reproduced",
+                                        "evidence": "published", "number": "vLLM 1.50× faster at 64K"}
+    assert bundle["text/html"].count("<tr") == 2 and ">contradicted<" not in bundle["text/html"]
+    assert bundle["text/plain"].splitlines()[1] == "[found · measured] curves cross: no: vLLM faster at every measured context"
+
+
+def _executed(tmp_path):
+    """A small executed notebook: title, a verdict box output at the end, a figure with its data."""
+    import polars as pl
+    from matplotlib.figure import Figure
+
+    from kvlab import plots
+
+    plots.setup_notebook()  # figure numbers start at 1, as in a fresh kernel
+    fig = Figure(figsize=(3, 2))
+    ax = fig.subplots()
+    ax.plot([1, 2], [3, 4], label="vLLM")
+    ax.set(title="measured: test", xlabel="context", ylabel="batch time (s)")
+    ax.legend()
+    view = plots.show(fig, "vLLM's batch time grows 1.33× from 1 to 2.", data=pl.DataFrame({"x": [1, 2], "y": [3, 4]}))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# A title\nWhat it shows."),
+                nbformat.v4.new_markdown_cell("## First section"),
+                nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={"text/html": view._repr_html_()})]),
+                nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={
+                    k: v for k, v in verdicts.box(V)._repr_mimebundle_().items()})])]
+    path = tmp_path / "07_test.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_report_puts_the_box_under_the_title_and_writes_figure_data(tmp_path):
+    out = tmp_path / "07_test.html"
+    figures, found = reports.to_html(_executed(tmp_path), out, "A title", panel='<nav class="kvlab-provenance">p</nav>')
+    text = out.read_text()
+    assert figures == 1 and found == [v.__dict__ for v in V]
+    assert text.count('class="kvlab-verdicts"') == 1  # moved, not copied
+    assert text.index("kvlab-provenance") < text.index("<h1") < text.index("kvlab-verdicts") \
+        < text.index("First section")
+    assert 'href="07_test_figure1.csv"' in text and "data:text/csv" not in text
+    assert (tmp_path / "07_test_figure1.csv").read_text() == "x,y\n1,3\n2,4\n"
+    assert 'alt="measured: test (y: batch time (s), x: context); series: vLLM"' in text
+    assert "<b>Figure 1.</b> vLLM&#x27;s batch time" in text or "<b>Figure 1.</b> vLLM's batch time" in text
+
+
+def test_extract_keeps_every_other_output():
+    nb = nbformat.v4.new_notebook()
+    plain = nbformat.v4.new_output("stream", text="kept")
+    nb.cells = [nbformat.v4.new_code_cell(outputs=[plain, nbformat.v4.new_output(
+        "display_data", data=verdicts.box(V[:1])._repr_mimebundle_())])]
+    assert [v["outcome"] for v in verdicts.extract(nb)] == ["reproduced"]
+    assert nb.cells[0].outputs == [plain]
+
+
+def test_markdown_inline_escapes_and_formats():
+    from kvlab.markup import markdown_inline
+
+    assert markdown_inline("**a<b** `x` *y* 2*3") == "<b>a&lt;b</b> <code>x</code> <i>y</i> 2*3"
