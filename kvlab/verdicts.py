@@ -90,17 +90,27 @@ def box(verdicts: list[Verdict]) -> Box:
 
 
 def extract(nb) -> list[dict]:
-    """Remove every verdict box from an executed notebook (in place) and return their verdicts, in order."""
+    """Remove every verdict box from an executed notebook (in place) and return their verdicts, in order.
+    A markdown cell right before a box that is only its heading ("## Verdicts …") goes too: on the page the
+    box stands under the title, and the heading would introduce nothing."""
     found: list[dict] = []
-    for cell in nb.cells:
+    drop = []
+    for i, cell in enumerate(nb.cells):
         if cell.get("cell_type") != "code":
             continue
-        kept = []
+        kept, had = [], False
         for out in cell.get("outputs", []):
             data = out.get("data") or {}
             if MIME in data:
                 found.extend(data[MIME])
+                had = True
             else:
                 kept.append(out)
         cell["outputs"] = kept
+        before = nb.cells[i - 1] if i else None
+        if had and before is not None and before.get("cell_type") == "markdown" \
+                and before.get("source", "").lstrip().startswith("## Verdict"):
+            drop.append(i - 1)
+    for i in reversed(drop):
+        del nb.cells[i]
     return found

@@ -44,6 +44,7 @@ def _executed(tmp_path):
     nb.cells = [nbformat.v4.new_markdown_cell("# A title\nWhat it shows."),
                 nbformat.v4.new_markdown_cell("## First section"),
                 nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={"text/html": view._repr_html_()})]),
+                nbformat.v4.new_markdown_cell("## Verdicts\nWhat came of each claim (shown first in the HTML report)."),
                 nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={
                     k: v for k, v in verdicts.box(V)._repr_mimebundle_().items()})])]
     path = tmp_path / "07_test.ipynb"
@@ -57,6 +58,7 @@ def test_report_puts_the_box_under_the_title_and_writes_figure_data(tmp_path):
     text = out.read_text()
     assert figures == 1 and found == [v.__dict__ for v in V]
     assert text.count('class="kvlab-verdicts"') == 1  # moved, not copied
+    assert "shown first in the HTML report" not in text  # the heading that introduced the box left with it
     assert text.index("kvlab-provenance") < text.index("<h1") < text.index("kvlab-verdicts") \
         < text.index("First section")
     assert 'href="07_test_figure1.csv"' in text and "data:text/csv" not in text
