@@ -62,6 +62,12 @@ class Assumptions:
     outside_pool_fraction: float = 0.065
     #: MLA layers holding KV; None = the catalog's count (Kimi-K3: 24; 93 in the other reading).
     kv_layers: int | None = None
+    #: values an MLA layer caches per token; None = kv_lora_rank + qk_rope_dim (576; 512 without the rope part).
+    mla_width: int | None = None
+    #: routed experts a decode step reads: "uniform" = the distinct experts the whole batch touches under
+    #: uniform independent routing (an upper bound); "active" = one token's top-k only (perfectly correlated
+    #: routing, the lower bound). Real routing lies between (:meth:`Model.decode_weight_bytes`).
+    expert_reads: str = "uniform"
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ def kv_split(cfg: Config) -> int:
 
 
 def kv_bytes_per_token_per_gpu(cfg: Config, a: Assumptions = Assumptions()) -> float:
-    return cfg.model.kv_bytes_per_token(a.kv_layers) / kv_split(cfg)
+    return cfg.model.kv_bytes_per_token(a.kv_layers, a.mla_width) / kv_split(cfg)
 
 
 def state_bytes_per_seq_per_gpu(cfg: Config) -> float:
@@ -215,11 +221,12 @@ class Step:
 
 
 def decode_step(cfg: Config, n_seqs: int, context_tokens: float, p: Params, a: Assumptions = Assumptions()) -> Step:
-    """Memory-bound decode step: active weights + KV (split by :func:`kv_split`) + linear state, read at
-    ``bandwidth_efficiency`` of peak; plus TP all-reduces; plus, with DCP, a latency per full-attention layer
-    and the partial outputs it exchanges."""
+    """Memory-bound decode step: the weights the step touches (every non-routed parameter plus, for a MoE
+    model, the routed experts the batch's ``n_seqs`` tokens touch: ``a.expert_reads``) + KV (split by
+    :func:`kv_split`) + linear state, read at ``bandwidth_efficiency`` of peak; plus TP all-reduces; plus,
+    with DCP, a latency per full-attention layer and the partial outputs it exchanges."""
     m, g = cfg.model, cfg.gpu
-    weights = m.active_weight_bytes() / cfg.tp
+    weights = m.decode_weight_bytes(n_seqs, a.expert_reads) / cfg.tp
     kv = n_seqs * context_tokens * kv_bytes_per_token_per_gpu(cfg, a)
     state = n_seqs * state_bytes_per_seq_per_gpu(cfg)
     read_s = (weights + kv + state) / (g.mem_bandwidth_bytes_per_s * p.bandwidth_efficiency)
