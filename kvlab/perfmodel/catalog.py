@@ -46,7 +46,8 @@ class GPU(_Row):
     name: str = Field(description="hardware name as results write it; a run matches when its hardware starts with it")
     memory_bytes: float = Field(gt=0)
     mem_bandwidth_bytes_per_s: float = Field(gt=0)
-    interconnect_bytes_per_s: float = Field(ge=0, description="per-GPU NVLink bandwidth; 0 when there is none")
+    interconnect_bytes_per_s: float = Field(
+        ge=0, description="per-GPU NVLink bandwidth per direction (half the datasheet's bidirectional total); 0 when none")
     bf16_flops_per_s: float = Field(gt=0, description="dense BF16")
     fp8_flops_per_s: float = Field(gt=0, description="dense FP8")
 
