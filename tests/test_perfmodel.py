@@ -184,7 +184,7 @@ def test_holdout_calibrate_on_three_predict_the_fourth(fit):
         errors.append(100 * (batch_time(cfg, ctx, w, p, Assumptions()).batch_time_s / observed - 1))
     assert errors == pytest.approx(fit.loo["loo_error_pct"].to_list(), rel=1e-6)
     assert [round(abs(e)) for e in errors] == [53, 41, 27, 42]  # 64K vLLM, 64K SGLang, 200K vLLM, 200K SGLang
-    assert fit.loo_mean_abs_pct == pytest.approx(40.9, abs=0.05)
+    assert fit.loo_mean_abs_pct == pytest.approx(40.8, abs=0.05)
 
 
 def test_kimi_k3_row_is_the_released_configuration():
@@ -215,7 +215,7 @@ def test_crossover_is_a_range_over_what_the_data_cannot_pin():
 
     table, (lo, hi) = crossover_range(DATA_DIR)
     assert table.height == 16 and set(table["expert_reads"]) == {"uniform", "active"}
-    assert (round(lo), round(hi)) == (111_899, 199_040)
+    assert (round(lo), round(hi)) == (110_629, 194_576)
     assert not table["physical"].any()  # every fit needs a DCP latency far above NVLink's microseconds
 
 

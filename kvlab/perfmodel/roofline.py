@@ -33,8 +33,9 @@ class Workload:
       ``output_tokens``. The fit quality and the crossover barely move: see
       :func:`kvlab.perfmodel.calibrate.sensitivity` and the what-if notebook.
 
-    Published rows are read as prompt = the stated context (the article speaks of 64K-token prompts);
-    measured rows carry their own ``prompt_tokens``.
+    **Context** means one thing everywhere in kvlab — experiment files, results, model and reports: the
+    tokens a sequence holds at its end, prompt + output. A published "64K" row is 65,536 tokens of context,
+    so its prompt is 65,536 − ``output_tokens``; measured rows state both.
     """
 
     batch_size: int = 8
@@ -274,18 +275,22 @@ class Prediction:
 def batch_time(
     cfg: Config, context_tokens: int, w: Workload = Workload(), p: Params = Params(), a: Assumptions = Assumptions()
 ) -> Prediction:
-    """Batch time: prefill of every prompt, then decode of ``output_tokens`` steps per wave.
+    """Batch time at ``context_tokens`` of context (prompt + output, :class:`Workload`): prefill of every
+    prompt (``context_tokens - output_tokens``), then decode of ``output_tokens`` steps per wave.
 
     Step time is linear in context, so the sum over a wave's steps equals ``output_tokens`` steps at the
-    mean context ``context + (output_tokens - 1) / 2``. When fewer sequences fit than the batch holds
+    mean context ``prompt + (output_tokens - 1) / 2``. When fewer sequences fit than the batch holds
     (KV at the final context), the batch runs in waves. A run that does not fit still gets a time
     (``fits`` says it would fail): the memory check and the speed model are kept apart.
     """
-    mem = memory(cfg, context_tokens + w.output_tokens, a)
+    prompt = context_tokens - w.output_tokens
+    if prompt < 1:
+        raise ValueError(f"context {context_tokens} tokens leaves no prompt before {w.output_tokens} output tokens")
+    mem = memory(cfg, context_tokens, a)
     conc = max(1, min(w.batch_size, mem.max_concurrent_seqs))
     waves = math.ceil(w.batch_size / conc)
-    mean_ctx = context_tokens + (w.output_tokens - 1) / 2
-    prefill = prefill_time_s(cfg, context_tokens, w.batch_size, p)
+    mean_ctx = prompt + (w.output_tokens - 1) / 2
+    prefill = prefill_time_s(cfg, prompt, w.batch_size, p)
     decode, left, first = 0.0, w.batch_size, None
     while left > 0:
         n = min(conc, left)
@@ -306,12 +311,13 @@ def crossover_context(
     hi_tokens: int = 1 << 20,
 ) -> float | None:
     """Context (tokens) where ``cfg_a`` and ``cfg_b`` take the same batch time; None when they do not cross
-    in [lo, hi]. The first crossing on a log grid is refined by bisection (scipy's brentq)."""
+    in [lo, hi] (lo at least twice the output length). The first crossing on a log grid is refined by bisection (scipy's brentq)."""
     from scipy.optimize import brentq
 
     def diff(c: float) -> float:
         return batch_time(cfg_a, int(round(c)), w, p, a).batch_time_s - batch_time(cfg_b, int(round(c)), w, p, a).batch_time_s
 
+    lo_tokens = max(lo_tokens, 2 * w.output_tokens)  # a context holds its output: at least as much prompt
     grid = [lo_tokens * (hi_tokens / lo_tokens) ** (i / 64) for i in range(65)]
     vals = [diff(c) for c in grid]
     for (c0, v0), (c1, v1) in zip(zip(grid, vals), zip(grid[1:], vals[1:])):
