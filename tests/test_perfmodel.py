@@ -163,8 +163,60 @@ def test_calibrated_model_reproduces_published_batch_times(fit):
     print("\n" + fit.summary())
     print(fit.residuals)
     assert fit.residuals.height == 4
-    assert fit.residuals["residual_pct"].abs().max() < 10.0
+    # with batch-wide expert reads and the released Kimi-K3 shapes the four points fit to 12.5% at worst
+    # (before: 3.4% with 64 heads and per-token expert reads only), and only with a non-physical DCP latency
+    assert fit.residuals["residual_pct"].abs().max() == pytest.approx(12.5, abs=0.05)
     assert len(fit.free) <= 3  # never a parameter per row
+
+
+def test_holdout_calibrate_on_three_predict_the_fourth(fit):
+    """Calibrate on three published points, predict the fourth, for each point: the errors the what-if report
+    shows. They are large (27-53%): four points do not pin the model, and the report's text says so."""
+    from kvlab.perfmodel.calibrate import _fit, _free, _setup
+    from kvlab.perfmodel.frames import usable_rows
+
+    rows = list(usable_rows(load_runs(DATA_DIR, experiment="article_b300"), ("published",)).iter_rows(named=True))
+    points = _setup(rows, Workload(), Assumptions())
+    errors = []
+    for i, (cfg, ctx, w, observed) in enumerate(points):
+        rest = points[:i] + points[i + 1:]
+        p = _fit(rest, Assumptions(), free=tuple(n for n in _free(points) if n in _free(rest)))
+        errors.append(100 * (batch_time(cfg, ctx, w, p, Assumptions()).batch_time_s / observed - 1))
+    assert errors == pytest.approx(fit.loo["loo_error_pct"].to_list(), rel=1e-6)
+    assert [round(abs(e)) for e in errors] == [53, 41, 27, 42]  # 64K vLLM, 64K SGLang, 200K vLLM, 200K SGLang
+    assert fit.loo_mean_abs_pct == pytest.approx(40.8, abs=0.05)
+
+
+def test_kimi_k3_row_is_the_released_configuration():
+    k3 = model("Kimi-K3")
+    assert (k3.attn_heads, k3.vocab_size, k3.mla_layers, k3.linear_layers) == (96, 163_840, 24, 69)
+    assert k3.linear_state_bytes_per_seq == 69 * 96 * 128 * 128 * 4 == 434_110_464  # KDA state, fp32
+    assert k3.kv_bytes_per_token() == 24 * (512 + 64) * 2 and k3.kv_bytes_per_token(mla_width=512) == 24_576
+    assert k3.weight_bytes() / 8 / 1e9 == pytest.approx(195.12, abs=0.01)  # 1,560,936,091,448 B over 8 GPUs
+    assert k3.routed_active_params == 92 * 16 * 33_030_144
+    assert "attn_heads" not in k3.derived_fields and "vocab_size" not in k3.derived_fields
+    assert model("Kimi-K2").compute_dtype == "bf16"  # INT4 weights, BF16 activations (W4A16)
+
+
+@pytest.mark.parametrize(("batch", "distinct", "read_gb"),
+                         [(1, 16.00, 136.95), (8, 120.28, 305.29), (32, 392.62, 744.94), (64, 613.20, 1101.03)])
+def test_decode_reads_the_experts_a_whole_batch_touches(batch, distinct, read_gb):
+    """E·(1 − (1 − k/E)^B) distinct experts per layer under uniform routing (E 896, k 16), read as MXFP4,
+    plus the 55.6B BF16 parameters every step reads."""
+    k3 = model("Kimi-K3")
+    assert k3.distinct_experts(batch) == pytest.approx(distinct, abs=0.005)
+    assert k3.decode_weight_bytes(batch) / 1e9 == pytest.approx(read_gb, abs=0.01)
+    assert k3.decode_weight_bytes(batch, "active") / 1e9 == pytest.approx(136.95, abs=0.01)  # lower bound
+    assert model("Llama-3.1-8B").decode_weight_bytes(batch) == model("Llama-3.1-8B").active_weight_bytes()
+
+
+def test_crossover_is_a_range_over_what_the_data_cannot_pin():
+    from kvlab.perfmodel.calibrate import crossover_range
+
+    table, (lo, hi) = crossover_range(DATA_DIR)
+    assert table.height == 16 and set(table["expert_reads"]) == {"uniform", "active"}
+    assert (round(lo), round(hi)) == (110_629, 194_576)
+    assert not table["physical"].any()  # every fit needs a DCP latency far above NVLink's microseconds
 
 
 def test_crossover_between_64k_and_200k(fit):
@@ -225,7 +277,7 @@ def test_predict_like_mirrors_published_rows(fit):
     pub = load_runs(DATA_DIR, experiment="article_b300").filter(pl.col("source") == "published")
     mod = predict_like(pub, {"B300": fit.params})
     joined = pub.select("run_id", "batch_time_s").join(mod.select("run_id", pl.col("batch_time_s").alias("m")), on="run_id")
-    assert joined.height == 4 and ((joined["m"] / joined["batch_time_s"] - 1).abs() < 0.10).all()
+    assert joined.height == 4 and ((joined["m"] / joined["batch_time_s"] - 1).abs() < 0.13).all()  # the fit's 12.5% worst
 
 
 def test_achieved_fraction_of_published_rows_is_below_one():

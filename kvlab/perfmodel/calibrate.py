@@ -205,19 +205,48 @@ def sensitivity(
     data_dir: str | Path = DATA_DIR,
     assumptions: Assumptions = Assumptions(),
     experiment: str = "article_b300",
+    expert_reads: tuple[str, ...] | None = None,
+    mla_widths: tuple[int | None, ...] | None = None,
 ) -> pl.DataFrame:
-    """How the article's unknown workload moves the fit: one row per assumed (batch size, output tokens)."""
+    """How what the article does not state moves the fit and the crossover: one row per assumed (batch size,
+    output tokens) × expert-read model (``expert_reads``: "uniform", "active") × cached MLA width (``mla_widths``:
+    None = 576, or 512), each refitted to the four published points. Defaults: ``assumptions``' own."""
+    from dataclasses import replace
+
     rows = []
     for w in workloads:
-        f = published_fit(data_dir, w, assumptions, experiment)
-        x = crossover_from_fit(f, workload=w, assumptions=assumptions)
-        rows.append(
-            {
-                "batch_size": w.batch_size, "output_tokens": w.output_tokens,
-                "prefill_efficiency": f.params.prefill_efficiency, "bandwidth_efficiency": f.params.bandwidth_efficiency,
-                "dcp_layer_latency_us": f.params.dcp_layer_latency_s * 1e6,
-                "max_abs_residual_pct": f.max_abs_residual_pct, "loo_mean_abs_pct": f.loo_mean_abs_pct,
-                "loo_max_abs_pct": f.loo_max_abs_pct, "crossover_tokens": x, "implausible": "; ".join(f.warnings),
-            }
-        )  # fmt: skip
+        for reads in expert_reads or (assumptions.expert_reads,):
+            for width in mla_widths or (assumptions.mla_width,):
+                a = replace(assumptions, expert_reads=reads, mla_width=width)
+                f = published_fit(data_dir, w, a, experiment)
+                x = crossover_from_fit(f, workload=w, assumptions=a)
+                rows.append(
+                    {
+                        "batch_size": w.batch_size, "output_tokens": w.output_tokens, "expert_reads": reads,
+                        "mla_width": width or 576,
+                        "prefill_efficiency": f.params.prefill_efficiency, "bandwidth_efficiency": f.params.bandwidth_efficiency,
+                        "dcp_layer_latency_us": f.params.dcp_layer_latency_s * 1e6,
+                        "max_abs_residual_pct": f.max_abs_residual_pct, "loo_mean_abs_pct": f.loo_mean_abs_pct,
+                        "loo_max_abs_pct": f.loo_max_abs_pct, "crossover_tokens": x, "physical": not f.warnings,
+                        "implausible": "; ".join(f.warnings),
+                    }
+                )  # fmt: skip
     return pl.DataFrame(rows)
+
+
+#: The assumptions the four published points cannot pin, each at the two ends the sources allow: batch size and
+#: output length (the article states neither), expert reads (correlated vs uniform routing), cached MLA width.
+UNPINNED_WORKLOADS = (Workload(8, 1024), Workload(8, 4096), Workload(32, 1024), Workload(32, 4096))
+UNPINNED_EXPERT_READS = ("uniform", "active")
+UNPINNED_MLA_WIDTHS = (None, 512)
+
+
+def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = Assumptions(),
+                    experiment: str = "article_b300") -> tuple[pl.DataFrame, tuple[float, float] | None]:
+    """The crossover over every combination of :data:`UNPINNED_WORKLOADS`, :data:`UNPINNED_EXPERT_READS` and
+    :data:`UNPINNED_MLA_WIDTHS` (16 refits): the table, and (lowest, highest) crossover over the fits that cross
+    (None when none does). Non-physical fits are kept in the range and flagged in the table's ``physical``."""
+    sens = sensitivity(list(UNPINNED_WORKLOADS), data_dir, assumptions, experiment,
+                       UNPINNED_EXPERT_READS, UNPINNED_MLA_WIDTHS)
+    xs = sens["crossover_tokens"].drop_nulls()
+    return sens, ((float(xs.min()), float(xs.max())) if len(xs) else None)

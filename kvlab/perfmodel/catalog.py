@@ -46,7 +46,8 @@ class GPU(_Row):
     name: str = Field(description="hardware name as results write it; a run matches when its hardware starts with it")
     memory_bytes: float = Field(gt=0)
     mem_bandwidth_bytes_per_s: float = Field(gt=0)
-    interconnect_bytes_per_s: float = Field(ge=0, description="per-GPU NVLink bandwidth; 0 when there is none")
+    interconnect_bytes_per_s: float = Field(
+        ge=0, description="per-GPU NVLink bandwidth per direction (half the datasheet's bidirectional total); 0 when none")
     bf16_flops_per_s: float = Field(gt=0, description="dense BF16")
     fp8_flops_per_s: float = Field(gt=0, description="dense FP8")
 
@@ -83,6 +84,16 @@ class Model(_Row):
     compute_dtype: Literal["bf16", "fp8"]
     native_context: int = Field(gt=0)
     vocab_size: int = Field(gt=0)
+    # Mixture of experts (all four empty for a dense model): what a decode step reads depends on how many
+    # distinct routed experts the whole batch touches, not on the per-token active set alone.
+    moe_layers: int | None = Field(default=None, gt=0, description="layers whose MLP routes to experts")
+    routed_experts: int | None = Field(default=None, gt=0, description="routed experts per MoE layer (E)")
+    experts_per_token: int | None = Field(default=None, gt=0, description="routed experts each token uses (top-k)")
+    params_per_expert: float | None = Field(default=None, gt=0, description="parameters of one routed expert")
+    expert_bytes_per_param: float | None = Field(
+        default=None, gt=0, description="stored bytes per routed-expert parameter (MXFP4 0.53125, INT4 g32 0.5625)")
+    dense_bytes_per_param: float | None = Field(
+        default=None, gt=0, description="stored bytes per parameter outside the routed experts (read every step)")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -97,20 +108,64 @@ class Model(_Row):
             raise ValueError("GQA layers need head_dim")
         if self.active_params > self.total_params:
             raise ValueError("active_params exceeds total_params")
+        moe = (self.moe_layers, self.routed_experts, self.experts_per_token, self.params_per_expert,
+               self.expert_bytes_per_param, self.dense_bytes_per_param)
+        if any(v is not None for v in moe) and None in moe:
+            raise ValueError("a MoE row needs all of moe_layers, routed_experts, experts_per_token, params_per_expert, "
+                             "expert_bytes_per_param and dense_bytes_per_param (a dense row none)")
+        if self.is_moe and self.experts_per_token > self.routed_experts:
+            raise ValueError("experts_per_token exceeds routed_experts")
+        if self.is_moe and self.routed_active_params > self.active_params:
+            raise ValueError("moe_layers x experts_per_token x params_per_expert exceeds active_params")
         return self
+
+    # ------------------------------------------------------------------ mixture of experts
+
+    @property
+    def is_moe(self) -> bool:
+        return self.routed_experts is not None
+
+    @property
+    def routed_active_params(self) -> float:
+        """Routed-expert parameters one token uses (all MoE layers)."""
+        return self.moe_layers * self.experts_per_token * self.params_per_expert if self.is_moe else 0.0
+
+    def distinct_experts(self, tokens: float) -> float:
+        """Expected distinct routed experts per MoE layer that ``tokens`` tokens (one decode step of a batch)
+        touch when each picks ``experts_per_token`` of ``routed_experts`` uniformly and independently:
+        E·(1 − (1 − k/E)^B). An upper bound in practice (real routing is correlated); ``k`` at B = 1."""
+        if not self.is_moe:
+            return 0.0
+        e, k = self.routed_experts, self.experts_per_token
+        return e * (1 - (1 - k / e) ** max(tokens, 1))
+
+    def decode_weight_bytes(self, tokens: float = 1, expert_reads: str = "uniform") -> float:
+        """Weight bytes one decode step reads (whole model): every non-routed parameter, plus the routed experts
+        the step's ``tokens`` touch — ``"uniform"``: :meth:`distinct_experts` (batch-wide, uniform routing);
+        ``"active"``: only one token's top-k (perfectly correlated routing, the lower bound). A dense model
+        reads its active parameters at the blended ``weight_bytes_per_param``."""
+        if expert_reads not in ("uniform", "active"):
+            raise ValueError(f"expert_reads must be 'uniform' or 'active', not {expert_reads!r}")
+        if not self.is_moe:
+            return self.active_weight_bytes()
+        per_layer = self.distinct_experts(tokens) if expert_reads == "uniform" else self.experts_per_token
+        routed = self.moe_layers * per_layer * self.params_per_expert * self.expert_bytes_per_param
+        return (self.active_params - self.routed_active_params) * self.dense_bytes_per_param + routed
 
     # ------------------------------------------------------------------ structure
 
-    def kv_bytes_per_token(self, kv_layers: int | None = None) -> int:
+    def kv_bytes_per_token(self, kv_layers: int | None = None, mla_width: int | None = None) -> int:
         """KV-cache bytes one token costs over all layers (whole model, before any split).
 
         ``kv_layers`` replaces the number of MLA layers holding KV (Kimi-K3: 24, or 93 in
-        the reading that counts every layer); GQA layers are unaffected.
+        the reading that counts every layer); ``mla_width`` the values an MLA layer caches per token
+        (default ``kv_lora_rank + qk_rope_dim``, 576; 512 if the decoupled key part were not cached);
+        GQA layers are unaffected.
         """
         mla = kv_layers if kv_layers is not None else self.mla_layers
         total = 0
         if self.mla_layers or kv_layers:
-            total += mla * (self.kv_lora_rank + self.qk_rope_dim) * self.kv_dtype_bytes
+            total += mla * (mla_width or self.kv_lora_rank + self.qk_rope_dim) * self.kv_dtype_bytes
         if self.gqa_layers:
             total += self.gqa_layers * self.kv_heads * self.head_dim * 2 * self.kv_dtype_bytes
         return int(total)

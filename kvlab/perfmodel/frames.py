@@ -55,7 +55,8 @@ def row_workload(row: Mapping, w: Workload = Workload()) -> Workload:
 
 
 def row_context(row: Mapping) -> int:
-    return int(row.get("prompt_tokens") or row["context_tokens"])
+    """A row's context: prompt + output tokens (kvlab's one definition, :class:`~kvlab.perfmodel.roofline.Workload`)."""
+    return int(row["context_tokens"])
 
 
 def _notes(pred: Prediction, p: Params, a: Assumptions, extra: str = "") -> str:
@@ -95,7 +96,7 @@ def prediction_row(pred: Prediction, experiment: str, p: Params, a: Assumptions,
         "scale_factor": 1.0,
         "mode": "fixed_batch",
         "batch_size": pred.workload.batch_size,
-        "prompt_tokens": pred.context_tokens,
+        "prompt_tokens": pred.context_tokens - pred.workload.output_tokens,
         "output_tokens": pred.workload.output_tokens,
         "repeat": 0,
         "attempts": 1,

@@ -162,7 +162,7 @@ def model_command(
                                    workload=w, assumptions=a)  # fmt: skip
             out.append(
                 f"  crossover vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp or tp}: "
-                + (f"{x:,.0f} tokens ({x / 1024:.0f}K)" if x else "none between 1K and 1M tokens")
+                + (f"{x:,.0f} tokens ({x / 1024:.0f}K)" if x else "none up to 1M tokens")
             )
     return "\n".join(out)
 

@@ -33,8 +33,9 @@ class Workload:
       ``output_tokens``. The fit quality and the crossover barely move: see
       :func:`kvlab.perfmodel.calibrate.sensitivity` and the what-if notebook.
 
-    Published rows are read as prompt = the stated context (the article speaks of 64K-token prompts);
-    measured rows carry their own ``prompt_tokens``.
+    **Context** means one thing everywhere in kvlab — experiment files, results, model and reports: the
+    tokens a sequence holds at its end, prompt + output. A published "64K" row is 65,536 tokens of context,
+    so its prompt is 65,536 − ``output_tokens``; measured rows state both.
     """
 
     batch_size: int = 8
@@ -62,6 +63,12 @@ class Assumptions:
     outside_pool_fraction: float = 0.065
     #: MLA layers holding KV; None = the catalog's count (Kimi-K3: 24; 93 in the other reading).
     kv_layers: int | None = None
+    #: values an MLA layer caches per token; None = kv_lora_rank + qk_rope_dim (576; 512 without the rope part).
+    mla_width: int | None = None
+    #: routed experts a decode step reads: "uniform" = the distinct experts the whole batch touches under
+    #: uniform independent routing (an upper bound); "active" = one token's top-k only (perfectly correlated
+    #: routing, the lower bound). Real routing lies between (:meth:`Model.decode_weight_bytes`).
+    expert_reads: str = "uniform"
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,7 @@ def kv_split(cfg: Config) -> int:
 
 
 def kv_bytes_per_token_per_gpu(cfg: Config, a: Assumptions = Assumptions()) -> float:
-    return cfg.model.kv_bytes_per_token(a.kv_layers) / kv_split(cfg)
+    return cfg.model.kv_bytes_per_token(a.kv_layers, a.mla_width) / kv_split(cfg)
 
 
 def state_bytes_per_seq_per_gpu(cfg: Config) -> float:
@@ -215,11 +222,12 @@ class Step:
 
 
 def decode_step(cfg: Config, n_seqs: int, context_tokens: float, p: Params, a: Assumptions = Assumptions()) -> Step:
-    """Memory-bound decode step: active weights + KV (split by :func:`kv_split`) + linear state, read at
-    ``bandwidth_efficiency`` of peak; plus TP all-reduces; plus, with DCP, a latency per full-attention layer
-    and the partial outputs it exchanges."""
+    """Memory-bound decode step: the weights the step touches (every non-routed parameter plus, for a MoE
+    model, the routed experts the batch's ``n_seqs`` tokens touch: ``a.expert_reads``) + KV (split by
+    :func:`kv_split`) + linear state, read at ``bandwidth_efficiency`` of peak; plus TP all-reduces; plus,
+    with DCP, a latency per full-attention layer and the partial outputs it exchanges."""
     m, g = cfg.model, cfg.gpu
-    weights = m.active_weight_bytes() / cfg.tp
+    weights = m.decode_weight_bytes(n_seqs, a.expert_reads) / cfg.tp
     kv = n_seqs * context_tokens * kv_bytes_per_token_per_gpu(cfg, a)
     state = n_seqs * state_bytes_per_seq_per_gpu(cfg)
     read_s = (weights + kv + state) / (g.mem_bandwidth_bytes_per_s * p.bandwidth_efficiency)
@@ -267,18 +275,22 @@ class Prediction:
 def batch_time(
     cfg: Config, context_tokens: int, w: Workload = Workload(), p: Params = Params(), a: Assumptions = Assumptions()
 ) -> Prediction:
-    """Batch time: prefill of every prompt, then decode of ``output_tokens`` steps per wave.
+    """Batch time at ``context_tokens`` of context (prompt + output, :class:`Workload`): prefill of every
+    prompt (``context_tokens - output_tokens``), then decode of ``output_tokens`` steps per wave.
 
     Step time is linear in context, so the sum over a wave's steps equals ``output_tokens`` steps at the
-    mean context ``context + (output_tokens - 1) / 2``. When fewer sequences fit than the batch holds
+    mean context ``prompt + (output_tokens - 1) / 2``. When fewer sequences fit than the batch holds
     (KV at the final context), the batch runs in waves. A run that does not fit still gets a time
     (``fits`` says it would fail): the memory check and the speed model are kept apart.
     """
-    mem = memory(cfg, context_tokens + w.output_tokens, a)
+    prompt = context_tokens - w.output_tokens
+    if prompt < 1:
+        raise ValueError(f"context {context_tokens} tokens leaves no prompt before {w.output_tokens} output tokens")
+    mem = memory(cfg, context_tokens, a)
     conc = max(1, min(w.batch_size, mem.max_concurrent_seqs))
     waves = math.ceil(w.batch_size / conc)
-    mean_ctx = context_tokens + (w.output_tokens - 1) / 2
-    prefill = prefill_time_s(cfg, context_tokens, w.batch_size, p)
+    mean_ctx = prompt + (w.output_tokens - 1) / 2
+    prefill = prefill_time_s(cfg, prompt, w.batch_size, p)
     decode, left, first = 0.0, w.batch_size, None
     while left > 0:
         n = min(conc, left)
@@ -299,12 +311,13 @@ def crossover_context(
     hi_tokens: int = 1 << 20,
 ) -> float | None:
     """Context (tokens) where ``cfg_a`` and ``cfg_b`` take the same batch time; None when they do not cross
-    in [lo, hi]. The first crossing on a log grid is refined by bisection (scipy's brentq)."""
+    in [lo, hi] (lo at least twice the output length). The first crossing on a log grid is refined by bisection (scipy's brentq)."""
     from scipy.optimize import brentq
 
     def diff(c: float) -> float:
         return batch_time(cfg_a, int(round(c)), w, p, a).batch_time_s - batch_time(cfg_b, int(round(c)), w, p, a).batch_time_s
 
+    lo_tokens = max(lo_tokens, 2 * w.output_tokens)  # a context holds its output: at least as much prompt
     grid = [lo_tokens * (hi_tokens / lo_tokens) ** (i / 64) for i in range(65)]
     vals = [diff(c) for c in grid]
     for (c0, v0), (c1, v1) in zip(zip(grid, vals), zip(grid[1:], vals[1:])):
