@@ -235,7 +235,7 @@ def context_factor(w: UserWorkload, fit) -> Factor:
                       f"nothing and only adds synchronisation: at {w.context_tokens:,} tokens on {w.gpu} the model gives "
                       f"SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch against vLLM TP{w.tp}'s {number(ta)} s ({slower}). "
                       "Without DCP the model times both engines alike, so context length does not separate the "
-                      f"engines for {w.model}; it only says not to turn DCP on for it")
+                      f"engines for {w.model}; it only says not to turn DCP on for it.{caveat}")
     x = crossover_from_fit(fit, gpu=w.gpu, model=w.model, dcp=w.dcp, tp=w.tp)
     faster: Engine = "vllm" if ta <= tb else "sglang"
     ratio = max(ta, tb) / min(ta, tb)

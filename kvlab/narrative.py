@@ -249,13 +249,19 @@ def memory_conclusion(cmp: pl.DataFrame, stats: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def model_crossover_sentence(crossover_tokens: float | None, fit) -> str:
-    """The physical model's crossover, with its fit quality so a reader can weigh it."""
+def model_crossover_sentence(crossover_tokens: float | None, fit, xrange: tuple[float, float] | None = None) -> str:
+    """The physical model's crossover, with its range over what the data cannot pin (``xrange``), its fit
+    quality and, when a fitted parameter is outside its physical range, that flag — in the sentence itself."""
     quality = (f"fit to the {fit.residuals.height} published points: max residual {fit.max_abs_residual_pct:.1f}%, "
                f"leave-one-out mean error {fit.loo_mean_abs_pct:.1f}%")
+    flag = (f"; **non-physical fit** ({'; '.join(_implausible(fit, short=True))}), so read it as a description of "
+            "the four points, not as physics" if _implausible(fit) else "")
+    spread = (f"; **{xrange[0] / 1024:.0f}K–{xrange[1] / 1024:.0f}K** over the batch sizes, output lengths, expert-read "
+              "models and MLA cache widths the article leaves open (report 04)" if xrange else "")
     if crossover_tokens is None:
-        return f"- modelled: no crossover within the modelled range ({quality})."
-    return f"- modelled: the batch times meet at about **{_fmt_tokens(crossover_tokens)}** ({quality})."
+        return f"- modelled: no crossover within the modelled range ({quality}{flag})."
+    return (f"- modelled: the batch times meet at about **{_fmt_tokens(crossover_tokens)}** under the default "
+            f"assumptions{spread} ({quality}{flag}).")
 
 
 def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: pl.DataFrame, head: pl.DataFrame,
@@ -286,11 +292,12 @@ def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: 
     lines = [
         f"- **Fit:** the {fit.residuals.height} published times are reproduced within {fit.max_abs_residual_pct:.1f}%; "
         f"held out in turn, each is predicted within {fit.loo_max_abs_pct:.1f}% (mean {fit.loo_mean_abs_pct:.1f}%), "
-        f"with the right winner at its context in {right} of {total}.",
+        f"with the right winner at its context in {right} of {total}: {confidence(fit)}.",
         ("- **Plausibility:** " + "; ".join(bad) + ": a description of the published figures, not proof of their "
          "physics.") if bad else "- **Plausibility:** every fitted parameter is in its physical range.",
         f"- **Crossover** (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}, {who}): {xo_txt}"
-        + (f"; {xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K under every output length tried." if xo.len() else "."),
+        + (f"; **{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K** over the {sens.height} assumption sets the data "
+           "cannot choose among (the range, not the point, is the model's answer)." if xo.len() else "."),
         at_max_sentence(at_max, hi),
         f"- **Memory** (vLLM without DCP, {who}, {tokens_label(mem_ctx)}): {seqs.get(u_lo)} sequences fit at {u_lo:g}, "
         f"{seqs.get(u_hi)} at {u_hi:g}" + (f"; the model flags {', '.join(f'{u:g}' for u in flagged['mem_util'].unique().sort())} "
@@ -399,7 +406,8 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
     return out
 
 
-def crossover_verdicts(estimates: list, model_tokens: float | None, measured: list | None) -> list:
+def crossover_verdicts(estimates: list, model_tokens: float | None, measured: list | None,
+                       model_range: tuple[float, float] | None = None) -> list:
     """Where the winner changes: the article's table interpolated, the calibrated model, and the measured
     contexts (found, never reproduced: the article states no crossover)."""
     from kvlab.guide import engine_label
@@ -413,7 +421,9 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
                            "published", f"{lo / 1024:.0f}K–{hi / 1024:.0f}K tokens ({', '.join(x.method for x in found)})"))
     if model_tokens is not None:
         out.append(Verdict("Where the winner changes, from kvlab's physical model calibrated on the same four points",
-                           "found", "modelled", f"≈{model_tokens / 1024:.0f}K tokens (not an independent check)"))
+                           "found", "modelled", f"≈{model_tokens / 1024:.0f}K tokens" + (
+                               f", {model_range[0] / 1024:.0f}K–{model_range[1] / 1024:.0f}K over the assumptions the "
+                               "article leaves open" if model_range else "") + " (not an independent check)"))
     if measured:
         x = next((m for m in measured if m.context_tokens is not None), None)
         m = measured[0]
@@ -927,7 +937,23 @@ def loo_sentence(fit) -> str:
             f"({engine_label(worst['engine'])} at {worst['context_tokens'] // 1024}K: {worst['loo_modelled_s']:.3g} s "
             f"predicted, {worst['observed_s']:.4g} s published); the faster engine at the held-out point's context is "
             f"predicted right in {right} of {total}. With {len(fit.free)} parameters and {fit.loo.height} points this, "
-            "not the residuals, measures what the model predicts.")
+            f"not the residuals, measures what the model predicts: {confidence(fit)}.")
+
+
+def confidence(fit) -> str:
+    """How far to trust the model's figures, from its held-out errors (not from its residuals): the phrase every
+    report uses after a modelled number."""
+    if fit.loo.is_empty():
+        return "with nothing held out, its figures are untested"
+    right, total = winners_held_out(fit)
+    mean = fit.loo_mean_abs_pct
+    if mean <= 10 and right == total:
+        return f"held-out points are predicted within {mean:.0f}% on average, winners included"
+    if mean <= 25 and right == total:
+        return f"held-out points are predicted only roughly ({mean:.0f}% on average): read its figures as ±{mean:.0f}%"
+    return (f"four points do not pin it — held out, they are missed by {mean:.0f}% on average and the winner is "
+            f"wrong at {total - right} of {total}, so its figures are illustrations under stated assumptions, "
+            "not forecasts")
 
 
 def winners_held_out(fit) -> tuple[int, int]:
@@ -945,16 +971,28 @@ def winners_held_out(fit) -> tuple[int, int]:
 
 
 def sensitivity_sentence(sens: pl.DataFrame) -> str:
-    """How the assumed output length moves the fitted parameters and the crossover."""
-    outs = ", ".join(f"{n:,}" for n in sens["output_tokens"])
+    """How what the article does not state (batch size, output length, expert reads, cached MLA width) moves the
+    fitted parameters and the crossover: one refit per combination (:func:`~kvlab.perfmodel.calibrate.sensitivity`)."""
+    axes = [("batch", "batch_size", "{:,}"), ("output tokens", "output_tokens", "{:,}"),
+            ("expert reads", "expert_reads", "{}"), ("MLA width", "mla_width", "{}")]
+    varied = [f"{name} {{{', '.join(fmt.format(v) for v in sens[col].unique(maintain_order=True))}}}"
+              for name, col, fmt in axes if col in sens.columns and sens[col].n_unique() > 1]
     xo = sens["crossover_tokens"].drop_nulls()
-    cross = (f"the crossover stays within **{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K** tokens "
+    cross = (f"the crossover moves over **{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K** tokens "
              f"({xo.min():,.0f}–{xo.max():,.0f})" if xo.len() == sens.height else
-             f"the crossover is found under {xo.len()} of {sens.height} of them")
-    return (f"- **Sensitivity:** refitting with {outs} output tokens per request moves the decode bandwidth efficiency "
-            f"over {sens['bandwidth_efficiency'].min():.1%}–{sens['bandwidth_efficiency'].max():.1%} and the DCP "
-            f"latency over {sens['dcp_layer_latency_us'].min():,.0f}–{sens['dcp_layer_latency_us'].max():,.0f} µs, "
-            f"while {cross}.")
+             f"the crossover is found under {xo.len()} of {sens.height} of them"
+             + (f", over {xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K" if xo.len() else ""))
+    physical = int(sens["physical"].sum()) if "physical" in sens.columns else None
+    plaus = ("" if physical is None else
+             f" {physical} of {sens.height} fits are physically plausible" + (
+                 f" (DCP latency {sens['dcp_layer_latency_us'].min():,.0f}–{sens['dcp_layer_latency_us'].max():,.0f} µs "
+                 "per layer and step against NVLink collectives' 1–100 µs)" if physical < sens.height else "") + ".")
+    return (f"- **Range:** refitting under every combination of {' × '.join(varied) or 'the assumed workload'} "
+            f"({sens.height} fits, each to the same four points) moves the decode bandwidth efficiency over "
+            f"{sens['bandwidth_efficiency'].min():.1%}–{sens['bandwidth_efficiency'].max():.1%}, the leave-one-out "
+            f"error over {sens['loo_mean_abs_pct'].min():.0f}–{sens['loo_mean_abs_pct'].max():.0f}%, and {cross}: "
+            f"four published points cannot choose among these assumptions, so the crossover is this range, not a "
+            f"point.{plaus}")
 
 
 def _ratio_at(model_df: pl.DataFrame, context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
@@ -965,9 +1003,10 @@ def _ratio_at(model_df: pl.DataFrame, context: int, y: str = "batch_time_s") -> 
     return d["config"][0], d[y][1] / d[y][0]
 
 
-def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: pl.DataFrame | None = None) -> str:
-    """One sentence for the modelled batch-time curves: who is faster at each end, where they cross, which parts
-    are extrapolations."""
+def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: pl.DataFrame | None = None,
+                   xrange: tuple[float, float] | None = None) -> str:
+    """One sentence for the modelled batch-time curves: who is faster at each end, where they cross (and the
+    shaded range of the crossover over the unpinned assumptions, ``xrange``), which parts are extrapolations."""
     from kvlab.perfmodel.figures import calibrated_ranges, tokens_label
 
     first = model_df.row(0, named=True)
@@ -979,7 +1018,9 @@ def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: p
         if r:
             ends.append(f"{_config_name(r[0])} is {r[1]:.2f}× faster at {tokens_label(c)}")
             winners.add(r[0])
-    cross = (f"the curves cross at {_approx_tokens(crossover)}" if crossover is not None and lo <= crossover <= hi
+    band = (f" (shaded: {xrange[0] / 1024:.0f}K–{xrange[1] / 1024:.0f}K over the assumptions the data cannot pin)"
+            if xrange else "")
+    cross = (f"the curves cross at {_approx_tokens(crossover)}{band}" if crossover is not None and lo <= crossover <= hi
              else f"the curves cross between {tokens_label(lo)} and {tokens_label(hi)}" if len(winners) > 1
              else f"the curves do not cross between {tokens_label(lo)} and {tokens_label(hi)}")
     ranges = calibrated_ranges(model_df, published)
@@ -1155,10 +1196,13 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
     inside = crossover is not None and lo < crossover < hi
     if modelled:
         stated = "; ".join(c["statement"] for c in speed.iter_rows(named=True))
+        rng = sens["crossover_tokens"].drop_nulls()
+        within = f" (range {rng.min() / 1024:.0f}K–{rng.max() / 1024:.0f}K)" if rng.len() else ""
         out.append(Verdict(f"{stated}: so the winner changes between {lo // 1024}K and {hi // 1024}K — as kvlab's model "
                            "fitted to the same four points sees it (not an independent check)",
                            "reproduced" if agree and inside else "contradicted", "modelled",
-                           f"crossover {_approx_tokens(crossover)}" if crossover else f"no crossover; {', '.join(modelled)}"))
+                           f"crossover {_approx_tokens(crossover)}{within}" if crossover
+                           else f"no crossover; {', '.join(modelled)}"))
     if fit.loo.height:
         right, total = winners_held_out(fit)
         worst = fit.loo.sort(pl.col("loo_error_pct").abs(), descending=True).row(0, named=True)
@@ -1169,10 +1213,10 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
                            f"{worst['context_tokens'] // 1024}K)"))
     xo = sens["crossover_tokens"].drop_nulls()
     if xo.len():
-        outs = sens["output_tokens"]
-        out.append(Verdict("Does the crossover hinge on the output length the article does not state?", "found",
-                           "modelled", f"{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K tokens for {outs.min():,}–"
-                           f"{outs.max():,} output tokens per request"))
+        out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
+                           "expert reads, cached MLA width), each refitted to the same four points?", "found",
+                           "modelled", f"{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K tokens over {sens.height} "
+                           "assumption sets"))
     bad = _implausible(fit)
     out.append(Verdict(f"Are the fitted parameters physically plausible for the article's {fit.hardware} host?", "found",
                        "modelled", "no: " + "; ".join(_implausible(fit, short=True)) if bad else "yes, every one in range"))

@@ -38,6 +38,9 @@ LABELS = {
     "hit_rate": "cache-hit rate",
     "statement": "what the document says",
     "citation": "source",
+    "mla_width": "cached MLA width (values/token)",
+    "expert_reads": "experts read per step",
+    "physical": "physically plausible",
 }
 
 #: Unit suffixes of kvlab's column names and how a header states them.

@@ -32,7 +32,7 @@ def test_whatif_controls_redraw_with_the_new_value(live, fit):
     controls = {c.description: c for c in w.children[:-1]}
     assert list(controls) == ["GPU", "model", "TP", "DCP (SGLang)", "context"]
     assert _caption(w.result).startswith("Modelled for Kimi-K3 on 8× B300:")  # drawn once with the defaults
-    assert w.result[1].data.startswith("At 200K (204,800 tokens), SGLang TP8+DCP8 takes 229 s per batch")
+    assert w.result[1].data.startswith("At 200K (204,800 tokens), SGLang TP8+DCP8 takes 251 s per batch")
     controls["GPU"].value = "H200"
     assert w.kwargs["gpu"] == "H200" and _caption(w.result).startswith("Modelled for Kimi-K3 on 8× H200:")
     controls["DCP (SGLang)"].value = 4

@@ -159,10 +159,10 @@ def test_headroom_text_says_what_the_fits_column_rests_on():
 
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     assert narrative.headroom_caption(head) == (
-        "Modelled: 0.95 fits 14–20% more sequences than 0.92 at every context and DCP size shown (DCP 1, 200K: 12 vs "
-        "10); DCP 8 fits 7.1–8.1× as many as DCP 1.")
+        "Modelled: 0.95 fits 9–13% more sequences than 0.92 at every context and DCP size shown (DCP 1, 200K: 12 vs "
+        "11); DCP 8 fits 6.7–8.1× as many as DCP 1.")
     text = narrative.headroom_sentences(head)
-    assert "- modelled, DCP 1 (vLLM's path), 64K context: sequences that fit — 32 at 0.92, 37 at 0.95 (16% more at 0.95)." in text
+    assert "- modelled, DCP 1 (vLLM's path), 64K context: sequences that fit — 35 at 0.92, 39 at 0.95 (11% more at 0.95)." in text
     assert ("every row fits at 0.92; at 0.95 it marks 4 of 4 rows as not fitting — not for lack of KV room, but because "
             "0.95 leaves 13.4 GiB per GPU outside the target, less than the 17.4 GiB (6.5% of the GPU)") in text
     assert "restates the article's OOM claim rather than predicting it" in text

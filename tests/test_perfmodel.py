@@ -412,7 +412,7 @@ def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
     summary = headroom_summary(head)
     assert summary.columns[-2:] == ["sequences at 64K", "sequences at 200K"]
     assert summary.select("mem_util", "dcp", "under_assumed_need", "sequences at 200K").rows() == [
-        (0.92, 1, False, 10), (0.92, 8, False, 81), (0.95, 1, True, 12), (0.95, 8, True, 93)]
+        (0.92, 1, False, 11), (0.92, 8, False, 86), (0.95, 1, True, 12), (0.95, 8, True, 97)]
 
 
 def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
@@ -423,49 +423,51 @@ def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
     x = crossover_from_fit(fit)
     pub = load_runs(DATA_DIR).filter(pl.col("source") == "published")
     assert narrative.curves_caption(kimi_curves, x, pub) == (
-        "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 3.81× faster at 4K; the curves cross at ≈125K (127,963 "
-        "tokens); SGLang TP8+DCP8 is 1.36× faster at 256K; solid lines span the published 64K–200K the fit rests on "
+        "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 1.82× faster at 4K; the curves cross at ≈176K (179,998 "
+        "tokens); SGLang TP8+DCP8 is 1.07× faster at 256K; solid lines span the published 64K–200K the fit rests on "
         "(circles: the article's times), dashed lines are extrapolations.")
     assert narrative.whatif_setup(fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8, published=pub).endswith(
         "Kimi-K3 on 8× H200 is not what the article measured: every curve for it is an extrapolation of the "
         "efficiencies fitted on Kimi-K3 on 8× B300.")
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     assert narrative.whatif_headroom_caption(head).startswith(
-        "Modelled for Kimi-K3 on 8× B300 at 200K: 0.95 fits 12 sequences against 0.92's 10 with DCP 1 (1.20×), "
-        "and 93 against 81 with DCP 8 (1.15×)")
+        "Modelled for Kimi-K3 on 8× B300 at 200K: 0.95 fits 12 sequences against 0.92's 11 with DCP 1 (1.09×), "
+        "and 97 against 86 with DCP 8 (1.13×)")
     note = narrative.oom_flag_note(head)
     assert "needs **6.5%** of each GPU's memory outside the target (17.4 GiB per B300)" in note
     assert "At 0.95 only 13.4 GiB is left outside the target" in note and "does not predict an out-of-memory" in note
     xo = crossover_table(["B300", "B200"], "Kimi-K3", [2, 8], Workload(), fit.params)
     assert narrative.crossover_caption(xo) == (
-        "Modelled context from which SGLang TP8+DCP beats vLLM TP8 for Kimi-K3: on B300 it falls from 219K at DCP 2 "
-        "to 125K at DCP 8; on B200 ≈0.98M (1,027,165 tokens) at DCP 8 (hypothetical: the weights do not fit); no "
-        "crossover in the modelled range for B200 at DCP 2.")
+        "Modelled context from which SGLang TP8+DCP beats vLLM TP8 for Kimi-K3: on B300 it falls from 287K at DCP 2 "
+        "to 176K at DCP 8; no crossover in the modelled range for B200 at DCP 2, 8.")
     sens = sensitivity([Workload(8, n) for n in (1024, 4096, 8192)])
     text = narrative.model_conclusions(fit, sens, x, kimi_curves.filter(pl.col("context_tokens") == 262144), head,
                                        Workload(), gpu="B300", tp=8, dcp=8, published_contexts=[65536, 204800])
     assert "bandwidth_efficiency" not in text and "dcp_layer_latency" not in text  # values, never parameter names
-    assert ("- **Fit:** the 4 published times are reproduced within 3.4%; held out in turn, each is predicted within "
-            "23.0% (mean 13.4%), with the right winner at its context in 4 of 4.") in text
+    assert ("- **Fit:** the 4 published times are reproduced within 12.5%; held out in turn, each is predicted within "
+            "52.6% (mean 40.8%), with the right winner at its context in 0 of 4: four points do not pin it — held out, "
+            "they are missed by 41% on average and the winner is wrong at 4 of 4, so its figures are illustrations "
+            "under stated assumptions, not forecasts.") in text  # the confidence follows the held-out errors
     assert "— an extrapolation 1.3× beyond the largest published context (200K)." in text
 
 
 def test_whatif_verdicts(fit):
     from kvlab import narrative
-    from kvlab.perfmodel.calibrate import sensitivity
+    from kvlab.perfmodel.calibrate import crossover_range
     from kvlab.perfmodel.figures import headroom_table
     from kvlab.store import load_claims
 
     claims = load_claims(DATA_DIR).filter(pl.col("experiment") == "article_b300")
-    sens = sensitivity([Workload(8, n) for n in (1024, 4096, 8192)])
+    sens, _ = crossover_range()
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     got = [(v.outcome, v.evidence, v.number) for v in
            narrative.model_verdicts(fit, sens, head, claims)]
     assert got == [
-        ("reproduced", "modelled", "crossover ≈125K (127,963 tokens)"),
-        ("found", "modelled", "4 of 4 winners right; mean error 13.4% (worst 23.0%, SGLang at 64K)"),
-        ("found", "modelled", "125K–131K tokens for 1,024–8,192 output tokens per request"),
-        ("found", "modelled", "no: decode at 3.4% of peak memory bandwidth; DCP at 3,833 µs per layer and step"),
+        ("reproduced", "modelled", "crossover ≈176K (179,998 tokens) (range 108K–190K)"),
+        # held out, the model predicts the wrong winner at all four points: four points do not pin it
+        ("found", "modelled", "0 of 4 winners right; mean error 40.8% (worst 52.6%, vLLM at 64K)"),
+        ("found", "modelled", "108K–190K tokens over 16 assumption sets"),
+        ("found", "modelled", "no: DCP at 2,057 µs per layer and step"),
         ("cannot be tested here", "modelled",
          "0.95 leaves 13.4 GiB/GPU outside the target, under an assumed 17.4 GiB taken from this very claim"),
     ]

@@ -242,11 +242,12 @@ UNPINNED_MLA_WIDTHS = (None, 512)
 
 
 def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = Assumptions(),
-                    experiment: str = "article_b300") -> tuple[pl.DataFrame, tuple[float, float] | None]:
-    """The crossover over every combination of :data:`UNPINNED_WORKLOADS`, :data:`UNPINNED_EXPERT_READS` and
-    :data:`UNPINNED_MLA_WIDTHS` (16 refits): the table, and (lowest, highest) crossover over the fits that cross
+                    experiment: str = "article_b300", workloads: list[Workload] | None = None,
+                    ) -> tuple[pl.DataFrame, tuple[float, float] | None]:
+    """The crossover over every combination of ``workloads`` (default :data:`UNPINNED_WORKLOADS`),
+    :data:`UNPINNED_EXPERT_READS` and :data:`UNPINNED_MLA_WIDTHS` (16 refits by default): the table, and (lowest, highest) crossover over the fits that cross
     (None when none does). Non-physical fits are kept in the range and flagged in the table's ``physical``."""
-    sens = sensitivity(list(UNPINNED_WORKLOADS), data_dir, assumptions, experiment,
+    sens = sensitivity(list(workloads or UNPINNED_WORKLOADS), data_dir, assumptions, experiment,
                        UNPINNED_EXPERT_READS, UNPINNED_MLA_WIDTHS)
     xs = sens["crossover_tokens"].drop_nulls()
     return sens, ((float(xs.min()), float(xs.max())) if len(xs) else None)

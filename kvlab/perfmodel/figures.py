@@ -141,16 +141,20 @@ def _segments(d: pl.DataFrame, rng: tuple[int, int] | None) -> list[tuple[pl.Dat
 
 
 def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str = "batch_time_s",
-                ylabel: str = "batch time (s)", title: str | None = None) -> Figure:
+                ylabel: str = "batch time (s)", title: str | None = None,
+                band: tuple[float, float] | None = None) -> Figure:
     """Modelled curves against context, one colour per engine: solid over the contexts the fit has published
     points for, dashed where the curve extrapolates (beyond those contexts, or a configuration with no published
     point at all); the published points as open circles; an x where a configuration does not fit in memory.
-    The y axis is logarithmic (and says so) when the values span more than 20×."""
+    The y axis is logarithmic (and says so) when the values span more than 20×. ``band``: the crossover's range
+    over the assumptions the data cannot pin (:func:`kvlab.perfmodel.calibrate.crossover_range`), shaded."""
     from kvlab.guide import engine_label
 
     fig = Figure(figsize=(7.8, 4.6))
     ax = fig.subplots()
     ranges = calibrated_ranges(model_df, published)
+    if band:
+        ax.axvspan(band[0], band[1], color="#bbbbbb", alpha=0.35, lw=0, zorder=0)
     handles = []
     for cfg in model_df["config"].unique(maintain_order=True).to_list():
         d = model_df.filter(pl.col("config") == cfg).sort("context_tokens")
@@ -179,6 +183,11 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
         handles.append(Line2D([], [], ls="none", marker="o", ms=8, mfc="white", mec=grey, mew=2, label="published"))
     if bad.height:
         handles.append(Line2D([], [], ls="none", marker="x", ms=7, mew=2, color=grey, label="does not fit in memory"))
+    if band:
+        from matplotlib.patches import Patch
+
+        handles.append(Patch(color="#bbbbbb", alpha=0.5, label=f"crossover range over unpinned assumptions "
+                                                              f"(≈{band[0] / 1024:.0f}K–{band[1] / 1024:.0f}K)"))
     ax.set_xscale("log", base=2)
     lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
     context_axis(ax.xaxis, lo, hi, extra=[c for r in ranges.values() for c in r])
