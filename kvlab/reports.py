@@ -32,6 +32,9 @@ FIGURE_RE = re.compile(r'<img[^>]*src="data:image/(?:png|jpeg|svg\+xml);base64,'
 #: A figure's data as a data: URI link (kvlab.plots.FigureView), written out as a CSV file beside the HTML.
 FIGURE_DATA_RE = re.compile(r'download="(figure\d+\.csv)" href="data:text/csv;base64,([A-Za-z0-9+/=]*)"')
 
+#: A <script> the notebook template loads from a CDN.
+CDN_SCRIPT_RE = re.compile(r'<script[^>]*\ssrc="https?://[^"]*"[^>]*>\s*</script>\n?')
+
 #: Set in the environment of every kernel the report build starts: notebooks render their defaults statically
 #: (no interactive widgets, whose views would need a live kernel or a CDN in the HTML).
 STATIC_ENV = "KVLAB_STATIC_REPORT"
@@ -107,6 +110,9 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
         body = body.replace("<main>", "<main>\n" + panel, 1) if "<main>" in body else \
             re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + panel, body, count=1)
     body = _figure_data_files(body, out)
+    # nbconvert's template loads require.js and MathJax from a CDN; the reports use neither (no widgets, no
+    # math): dropped, so a page reads the same offline and fetches nothing
+    body = CDN_SCRIPT_RE.sub("", body)
     out.write_text(body, encoding="utf-8")
     return len(FIGURE_RE.findall(body)), found
 

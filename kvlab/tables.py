@@ -41,6 +41,47 @@ LABELS = {
     "mla_width": "cached MLA width (values/token)",
     "expert_reads": "experts read per step",
     "physical": "physically plausible",
+    "observed_s": "published batch time (s)",
+    "modelled_s": "modelled batch time (s)",
+    "residual_pct": "residual (%)",
+    "loo_modelled_s": "predicted from the other points (s)",
+    "loo_error_pct": "leave-one-out error (%)",
+    "output_tokens_per_s": "output tokens/s",
+    "prefill_efficiency": "prefill efficiency (share of peak)",
+    "bandwidth_efficiency": "decode bandwidth efficiency (share of peak)",
+    "dcp_layer_latency_us": "DCP latency per layer and step (µs)",
+    "max_abs_residual_pct": "largest residual (%)",
+    "loo_mean_abs_pct": "mean leave-one-out error (%)",
+    "crossover_tokens": "crossover (tokens)",
+    "weights_fit": "weights fit in memory",
+    "concurrent_seqs": "sequences at once",
+    "outside_pool_gib_per_gpu": "left outside the target per GPU (GiB)",
+    "outside_need_gib_per_gpu": "assumed need outside the target (GiB)",
+    "under_assumed_need": "flagged: under the assumed need",
+    "batch_fraction_of_bound": "share of the bound reached",
+    "bandwidth_fraction_of_peak": "share of peak bandwidth",
+    "bound_batch_time_s": "bound batch time (s)",
+    "in_flight": "in flight",
+    "requests_sent": "requests sent",
+    "requests_ok": "completed",
+    "requests_failed": "failed",
+    "requests_per_s": "completed requests/s",
+    "cache_hit_rate": "cache-hit rate",
+    "ideal_hit_rate": "ideal hit rate (token-exact)",
+    "block_ideal_hit_rate": "ideal hit rate (whole blocks)",
+    "hit_source": "hits counted from",
+    "gpu": "GPU",
+    "least_of_bound_pct": "least of the bound (%)",
+    "median_of_bound_pct": "median of the bound (%)",
+    "most_of_bound_pct": "most of the bound (%)",
+    "median_of_peak_bandwidth_pct": "median of peak bandwidth (%)",
+    "batches_per_s": "batches/s",
+    "prompt_tokens_per_s": "prompt tokens/s",
+    "batch_time_mean_s": "batch time, mean (s)",
+    "batch_time_cv_pct": "batch-time spread, CV (%)",
+    "e2e_mean_ms": "mean request latency (ms)",
+    "t_from_s": "batch time at the short context (s)",
+    "t_to_s": "batch time at the long context (s)",
 }
 
 #: Unit suffixes of kvlab's column names and how a header states them.
@@ -143,39 +184,8 @@ def table(frame: pl.DataFrame, columns: dict[str, str] | list[str] | None = None
     return Table(frame, columns, digits, caption)
 
 
-# Headers of the what-if model's and the engine-choice study's columns (reports 04, 06); set only where no other
-# report has named the column already.
-for _column, _header in {
-    "observed_s": "published batch time (s)", "modelled_s": "modelled batch time (s)", "residual_pct": "residual (%)",
-    "loo_modelled_s": "predicted from the other points (s)", "loo_error_pct": "leave-one-out error (%)",
-    "output_tokens_per_s": "output tokens/s", "prefill_efficiency": "prefill efficiency (share of peak)",
-    "bandwidth_efficiency": "decode bandwidth efficiency (share of peak)",
-    "dcp_layer_latency_us": "DCP latency per layer and step (µs)", "max_abs_residual_pct": "largest residual (%)",
-    "loo_mean_abs_pct": "mean leave-one-out error (%)", "crossover_tokens": "crossover (tokens)",
-    "weights_fit": "weights fit in memory", "concurrent_seqs": "sequences at once",
-    "outside_pool_gib_per_gpu": "left outside the target per GPU (GiB)",
-    "outside_need_gib_per_gpu": "assumed need outside the target (GiB)",
-    "under_assumed_need": "flagged: under the assumed need", "batch_fraction_of_bound": "share of the bound reached",
-    "bandwidth_fraction_of_peak": "share of peak bandwidth", "bound_batch_time_s": "bound batch time (s)",
-    "in_flight": "in flight", "requests_sent": "requests sent", "requests_ok": "completed", "requests_failed": "failed",
-    "requests_per_s": "completed requests/s",
-    "cache_hit_rate": "cache-hit rate", "ideal_hit_rate": "ideal hit rate (token-exact)",
-    "block_ideal_hit_rate": "ideal hit rate (whole blocks)", "hit_source": "hits counted from", "gpu": "GPU",
-    "least_of_bound_pct": "least of the bound (%)", "median_of_bound_pct": "median of the bound (%)",
-    "most_of_bound_pct": "most of the bound (%)", "median_of_peak_bandwidth_pct": "median of peak bandwidth (%)",
-}.items():
-    LABELS.setdefault(_column, _header)
-
 
 def non_empty(frame: pl.DataFrame, columns: list[str]) -> list[str]:
     """The ``columns`` (in order) that hold at least one value in ``frame``: a table shows no column of dashes."""
     return [c for c in columns if c in frame.columns and frame[c].drop_nulls().len()]
 
-
-# Headers of the throughput-decay and memory-study columns (reports 02, 03); set only where none is set yet.
-for _column, _header in {
-    "batches_per_s": "batches/s", "prompt_tokens_per_s": "prompt tokens/s", "batch_time_mean_s": "batch time, mean (s)",
-    "batch_time_cv_pct": "batch-time spread, CV (%)", "e2e_mean_ms": "mean request latency (ms)",
-    "t_from_s": "batch time at the short context (s)", "t_to_s": "batch time at the long context (s)",
-}.items():
-    LABELS.setdefault(_column, _header)

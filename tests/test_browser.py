@@ -138,6 +138,7 @@ def test_report_reads_without_the_code(built, name):
         assert re.match(r"Figure \d+\. \S", f["caption"].strip()) and len(f["caption"]) > 40, f
     text = page.read_text()
     assert text.index('class="kvlab-provenance"') < text.index('class="kvlab-verdicts"') < text.index("<h2")
+    assert not re.search(r'<script[^>]*src="http', text)  # self-contained: nothing fetched to read it
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS + ["index"])
