@@ -97,11 +97,13 @@ def throughput(runs: pl.DataFrame) -> pl.DataFrame:
 
 def _pair(m: pl.DataFrame, context_from: str, context_to: str) -> pl.DataFrame:
     keys = ["source", "experiment", "hardware", "engine"]
+    prompt = pl.coalesce(pl.col("prompt_tokens"), pl.col("context_tokens"))  # as throughput() counts prompt tokens
     lo = m.filter(pl.col("context_label") == context_from).select(
-        *keys, pl.col("batch_time_s").alias("t_from_s"), pl.col("context_tokens").alias("c_from")
+        *keys, pl.col("batch_time_s").alias("t_from_s"), pl.col("context_tokens").alias("c_from"),
+        prompt.alias("p_from"),
     )
     hi = m.filter(pl.col("context_label") == context_to).select(
-        *keys, pl.col("batch_time_s").alias("t_to_s"), pl.col("context_tokens").alias("c_to")
+        *keys, pl.col("batch_time_s").alias("t_to_s"), pl.col("context_tokens").alias("c_to"), prompt.alias("p_to"),
     )
     return lo.join(hi, on=keys, how="inner")
 
@@ -116,10 +118,12 @@ def decay_factors(runs: pl.DataFrame, context_from: str = "64K", context_to: str
         pl.lit(context_from).alias("context_from"),
         pl.lit(context_to).alias("context_to"),
         (pl.col("t_to_s") / pl.col("t_from_s")).alias("batch_time_ratio"),
-        ((pl.col("c_from") / pl.col("t_from_s")) / (pl.col("c_to") / pl.col("t_to_s"))).alias(
+        # prompt tokens as throughput() counts them (a measured run's real prompt length, so the factor agrees with
+        # the prompt tokens/s in the table beside it; a published row's context, its only length)
+        ((pl.col("p_from") / pl.col("t_from_s")) / (pl.col("p_to") / pl.col("t_to_s"))).alias(
             "prompt_tokens_per_s_ratio"
         ),
-    ).sort(["source", "experiment", "engine"])
+    ).drop("p_from", "p_to").sort(["source", "experiment", "engine"])
 
 
 def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:

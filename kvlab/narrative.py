@@ -265,7 +265,8 @@ def model_crossover_sentence(crossover_tokens: float | None, fit, xrange: tuple[
 
 
 def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: pl.DataFrame, head: pl.DataFrame,
-                      workload, *, gpu: str, tp: int, dcp: int, published_contexts: list[int]) -> str:
+                      workload, *, gpu: str, tp: int, dcp: int, published_contexts: list[int],
+                      ratio_range: tuple[float, float] | None = None) -> str:
     """The what-if report's conclusions, as markdown bullets, from its fit, sensitivity, curves and headroom.
 
     ``at_max``: the modelled curves at the largest context drawn (one row per engine); ``head``: the KV
@@ -298,7 +299,7 @@ def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: 
         f"- **Crossover** (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}, {who}): {xo_txt}"
         + (f"; **{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K** over the {sens.height} assumption sets the data "
            "cannot choose among (the range, not the point, is the model's answer)." if xo.len() else "."),
-        at_max_sentence(at_max, hi),
+        at_max_sentence(at_max, hi, ratio_range),
         f"- **Memory** (vLLM without DCP, {who}, {tokens_label(mem_ctx)}): {seqs.get(u_lo)} sequences fit at {u_lo:g}, "
         f"{seqs.get(u_hi)} at {u_hi:g}" + (f"; the model flags {', '.join(f'{u:g}' for u in flagged['mem_util'].unique().sort())} "
                                            "only through its assumed need outside the pool, so it does not predict "
@@ -1056,8 +1057,10 @@ def throughput_caption(model_df: pl.DataFrame, workload) -> str:
             f"{tokens_label(hi)} " + " and ".join(parts) + ".")
 
 
-def at_max_sentence(at_max: pl.DataFrame, calibrated_to: int | None) -> str:
-    """The largest context drawn: which configuration is faster, by how much, and that it is an extrapolation."""
+def at_max_sentence(at_max: pl.DataFrame, calibrated_to: int | None,
+                    ratio_range: tuple[float, float] | None = None) -> str:
+    """The largest context drawn: which configuration is faster, by how much (and, with ``ratio_range`` — vLLM's
+    time over SGLang's under every assumption set — the range of that), and that it is an extrapolation."""
     from kvlab.perfmodel.figures import tokens_label
 
     d = at_max.sort("batch_time_s")
@@ -1068,10 +1071,18 @@ def at_max_sentence(at_max: pl.DataFrame, calibrated_to: int | None) -> str:
     flags = [f"{_config_name(r['config'])} does not fit in memory" for r in d.iter_rows(named=True) if not r["fits"]]
     extra = (f" — an extrapolation {c / calibrated_to:.1f}× beyond the largest published context "
              f"({tokens_label(calibrated_to)})" if calibrated_to and c > calibrated_to else "")
+    spread = ""
+    if ratio_range:
+        lo, hi = ratio_range  # vLLM's time / SGLang's: above 1, SGLang faster
+        def side(r: float) -> str:
+            return f"SGLang {r:.2f}× faster" if r >= 1 else f"vLLM {1 / r:.2f}× faster"
+        spread = (f"; over the assumption sets the four points cannot choose among it ranges from {side(lo)} to "
+                  f"{side(hi)}" + (" — the winner itself is not pinned" if lo < 1 < hi else ""))
     return (f"- At {tokens_label(c)} ({c:,} tokens) the model gives {_config_name(fast['config'])} "
             f"**{slow['batch_time_s'] / fast['batch_time_s']:.2f}×** the speed of {_config_name(slow['config'])} "
             f"({fast['batch_time_s']:,.0f} s vs {slow['batch_time_s']:,.0f} s per batch, {slow['waves']} wave"
-            f"{'s' if slow['waves'] != 1 else ''} for the slower){extra}." + (f" {'; '.join(flags)}." if flags else ""))
+            f"{'s' if slow['waves'] != 1 else ''} for the slower){spread}{extra}."
+            + (f" {'; '.join(flags)}." if flags else ""))
 
 
 def crossover_caption(xo: pl.DataFrame) -> str:
@@ -1090,6 +1101,9 @@ def crossover_caption(xo: pl.DataFrame) -> str:
             verb = "falls" if b["crossover_tokens"] < a["crossover_tokens"] else "rises"
             parts.append(f"on {g} it {verb} from {_ctx_short(a['crossover_tokens'])} at DCP {a['dcp']} to "
                          f"{_ctx_short(b['crossover_tokens'])} at DCP {b['dcp']}{tag}")
+        if b.get("crossover_low_tokens") is not None:  # the ranges over the assumption sets (table below)
+            parts[-1] += (f" ({_ctx_short(b['crossover_low_tokens'])}–{_ctx_short(b['crossover_high_tokens'])} at "
+                          f"DCP {b['dcp']} over the assumption sets, crossing in {b['crosses_in']})")
     none = xo.filter(pl.col("crossover_tokens").is_null())
     missing = ", ".join(f"{g} at DCP {', '.join(str(x) for x in d['dcp'])}"
                         for (g,), d in none.group_by(["gpu"], maintain_order=True))

@@ -16,7 +16,8 @@ def _measured(times):
     return pl.DataFrame({"source": "measured", "experiment": "cpu_long_context", "hardware": "CPU",
                          "engine": [r[0] for r in rows], "context_label": [r[1] for r in rows],
                          "context_tokens": [r[2] for r in rows], "batch_time_s": [r[3] for r in rows],
-                         "status": "ok", "batch_size": 4, "output_tokens": 64, "prompt_tokens": 0, "scale_factor": 64.0})
+                         "status": "ok", "batch_size": 4, "output_tokens": 64, "scale_factor": 64.0,
+                         "prompt_tokens": [r[2] - 64 for r in rows]})
 
 
 def test_speed_claims_against_the_table_and_the_measured_direction():
@@ -66,8 +67,10 @@ def test_decay_sentences_and_tables_state_each_direction():
         "- published, vllm: from 64K to 200K batch time grows **2.94×** (so requests/s falls 2.94×), "
         "while prompt tokens/s rises 1.06×."]  # 0.940
     m = analysis.decay_factors(_measured([1.0, 2.0, 4.0, 3.0]))  # vllm 1 → 4 s, sglang-jax 2 → 3 s at 1,024 → 3,200
-    assert narrative.decay_table(m).rows == [["sglang-jax (CPU)", "2", "3", "falls 1.50×", "rises 2.08×"],
-                                             ["vLLM", "1", "4", "falls 4.00×", "falls 1.28×"]]
+    # prompt tokens/s counts the real prompts (context − 64 output tokens), as the throughput table beside it does:
+    # sglang-jax (960 / 2) / (3,136 / 3) = 0.459, vLLM (960 / 1) / (3,136 / 4) = 1.22
+    assert narrative.decay_table(m).rows == [["sglang-jax (CPU)", "2", "3", "falls 1.50×", "rises 2.18×"],
+                                             ["vLLM", "1", "4", "falls 4.00×", "falls 1.22×"]]
     assert narrative.decay_caption(dec, "published", "batches per second") == (
         "Published: from 64K to 200K, batches per second falls 2.94× for vLLM and 1.49× for SGLang — SGLang's "
         "throughput holds up better; the lines cross: vLLM ahead at 64K, SGLang at 200K.")

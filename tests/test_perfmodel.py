@@ -487,3 +487,24 @@ def test_a_wide_range_of_values_gets_a_labelled_log_axis():
     assert ax.get_yscale() == "log" and ax.get_ylabel() == "batch time (s, log scale)"
     ax.figure.canvas.draw()
     assert {"20", "50", "200", "500", "1,000"} <= {t.get_text() for t in ax.get_yticklabels()}  # plain, 1-2-5
+
+
+def test_what_if_figures_carry_their_range_over_the_assumption_sets():
+    """The 1M comparison and the crossover by GPU are given over the same 16 refits as the crossover itself."""
+    from kvlab import narrative
+    from kvlab.perfmodel.calibrate import crossover_range, speed_ratio_range
+    from kvlab.perfmodel.figures import crossover_table
+
+    sens, (lo, hi) = crossover_range(DATA_DIR)
+    vllm, sglang = Config.of("B300", "Kimi-K3", "vllm", 8, 1), Config.of("B300", "Kimi-K3", "sglang", 8, 8)
+    r_lo, r_hi = speed_ratio_range(sens, vllm, sglang, 1 << 20)
+    assert (round(r_lo, 2), round(r_hi, 2)) == (1.14, 1.67)  # SGLang faster at 1M under every assumption set
+    xo = crossover_table(["B300"], "Kimi-K3", [8], Workload(), published_fit(DATA_DIR).params, sens=sens)
+    row = xo.row(0, named=True)
+    assert (row["crossover_low_tokens"], row["crossover_high_tokens"]) == pytest.approx((lo, hi), rel=1e-9)
+    assert row["crosses_in"] == "16 of 16"
+    two = pl.DataFrame({"config": ["vllm TP8", "sglang TP8+DCP8"], "engine": ["vllm", "sglang"],
+                        "context_tokens": [1 << 20] * 2, "batch_time_s": [2355.0, 2041.0], "fits": [True, True],
+                        "waves": [4, 1]})
+    text = narrative.at_max_sentence(two, 204800, (0.9, 1.67))
+    assert "it ranges from vLLM 1.11× faster to SGLang 1.67× faster — the winner itself is not pinned" in text

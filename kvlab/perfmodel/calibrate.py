@@ -251,3 +251,26 @@ def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = 
                        UNPINNED_EXPERT_READS, UNPINNED_MLA_WIDTHS)
     xs = sens["crossover_tokens"].drop_nulls()
     return sens, ((float(xs.min()), float(xs.max())) if len(xs) else None)
+
+
+def refits(sens: pl.DataFrame) -> list[tuple[Workload, Assumptions, Params]]:
+    """The (workload, assumptions, fitted parameters) of every row of a :func:`sensitivity` table, so any
+    modelled figure can be recomputed under each assumption set and given as a range."""
+    from dataclasses import replace
+
+    out = []
+    for r in sens.iter_rows(named=True):
+        a = replace(Assumptions(), expert_reads=r.get("expert_reads") or "uniform",
+                    mla_width=None if r.get("mla_width") in (None, 576) else int(r["mla_width"]))
+        p = Params(prefill_efficiency=r["prefill_efficiency"], bandwidth_efficiency=r["bandwidth_efficiency"],
+                   dcp_layer_latency_s=r["dcp_layer_latency_us"] * 1e-6)
+        out.append((Workload(int(r["batch_size"]), int(r["output_tokens"])), a, p))
+    return out
+
+
+def speed_ratio_range(sens: pl.DataFrame, cfg_a: Config, cfg_b: Config, context_tokens: int) -> tuple[float, float]:
+    """T(cfg_a) / T(cfg_b) at ``context_tokens`` under every assumption set of ``sens``: (lowest, highest);
+    above 1 means ``cfg_b`` is faster."""
+    ratios = [batch_time(cfg_a, context_tokens, w, p, a).batch_time_s / batch_time(cfg_b, context_tokens, w, p, a).batch_time_s
+              for w, a, p in refits(sens)]
+    return min(ratios), max(ratios)

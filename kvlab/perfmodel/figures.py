@@ -210,8 +210,15 @@ def crossover_table(
     a: Assumptions = Assumptions(),
     tp: int = 8,
     max_tokens: int = 1 << 20,
+    sens: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Context at which SGLang TP+DCP overtakes vLLM TP (no DCP), per GPU and DCP size (null: no crossing)."""
+    """Context at which SGLang TP+DCP overtakes vLLM TP (no DCP), per GPU and DCP size (null: no crossing); with
+    ``sens`` (a :func:`~kvlab.perfmodel.calibrate.sensitivity` table) also its lowest and highest over every
+    assumption set there (``crossover_low_tokens``, ``crossover_high_tokens``; null when none crosses), and in how
+    many of them it crosses at all."""
+    from kvlab.perfmodel.calibrate import refits
+
+    sets = refits(sens) if sens is not None else []
     rows = []
     for g in gpus:
         base = Config.of(g, model, "vllm", tp, 1, a.default_mem_util)
@@ -221,10 +228,16 @@ def crossover_table(
             other = Config.of(g, model, "sglang", tp, d, a.default_mem_util)
             x = crossover_context(base, other, w, p, a, hi_tokens=max_tokens)
             weights_fit = memory(base, 1, a).weights_bytes_per_gpu < base.gpu.memory_bytes * a.default_mem_util
+            xs = [v for v in (crossover_context(base, other, w_i, p_i, a_i, hi_tokens=max_tokens)
+                              for w_i, a_i, p_i in sets) if v is not None]
             rows.append({"source": "modelled", "model": base.model.model, "gpu": g, "tp": tp, "dcp": d,
-                         "crossover_tokens": x, "weights_fit": weights_fit})
+                         "crossover_tokens": x, "crossover_low_tokens": min(xs) if xs else None,
+                         "crossover_high_tokens": max(xs) if xs else None,
+                         "crosses_in": f"{len(xs)} of {len(sets)}" if sets else None, "weights_fit": weights_fit})
     return pl.DataFrame(rows, schema={"source": pl.String, "model": pl.String, "gpu": pl.String, "tp": pl.Int64,
-                                      "dcp": pl.Int64, "crossover_tokens": pl.Float64, "weights_fit": pl.Boolean})  # fmt: skip
+                                      "dcp": pl.Int64, "crossover_tokens": pl.Float64,
+                                      "crossover_low_tokens": pl.Float64, "crossover_high_tokens": pl.Float64,
+                                      "crosses_in": pl.String, "weights_fit": pl.Boolean})  # fmt: skip
 
 
 def plot_crossover(table: pl.DataFrame) -> Figure:
@@ -239,9 +252,19 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
     for i, g in enumerate(t["gpu"].unique(maintain_order=True).to_list()):
         d = t.filter(pl.col("gpu") == g).sort("dcp")
         fits = bool(d["weights_fit"].all())
-        ax.plot(d["dcp"], d["crossover_tokens"], marker="o", ms=7, ls="-" if fits else ":", lw=2,
-                color=SERIES_COLORS[i % len(SERIES_COLORS)],
+        color = SERIES_COLORS[i % len(SERIES_COLORS)]
+        ax.plot(d["dcp"], d["crossover_tokens"], marker="o", ms=7, ls="-" if fits else ":", lw=2, color=color,
                 label=g if fits else f"{g} (weights do not fit: hypothetical)")
+        if "crossover_low_tokens" in d.columns:  # the range over the assumption sets the data cannot choose among
+            r = d.filter(pl.col("crossover_low_tokens").is_not_null())
+            if r.height:
+                ax.fill_between(r["dcp"], r["crossover_low_tokens"], r["crossover_high_tokens"], color=color,
+                                alpha=0.15, lw=0)
+    if "crossover_low_tokens" in t.columns and t["crossover_low_tokens"].is_not_null().any():
+        from matplotlib.patches import Patch
+
+        ax.add_artist(ax.legend(handles=[Patch(color="#888888", alpha=0.3, label="range over the unpinned assumptions")],
+                                fontsize=8, loc="lower left", bbox_to_anchor=(1.01, 0), borderaxespad=0))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     dcps = sorted(table["dcp"].unique().to_list())
@@ -250,6 +273,8 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
     ax.xaxis.set_minor_locator(NullLocator())
     if t.height:
         lo, hi = t["crossover_tokens"].min(), t["crossover_tokens"].max()
+        if "crossover_low_tokens" in t.columns and t["crossover_low_tokens"].is_not_null().any():
+            lo, hi = min(lo, t["crossover_low_tokens"].min()), max(hi, t["crossover_high_tokens"].max())
         ax.set_ylim(lo / 1.4, hi * 1.4)
         context_axis(ax.yaxis, lo / 1.4, hi * 1.4)
     tp = table["tp"][0] if "tp" in table.columns and table.height else None
