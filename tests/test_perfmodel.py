@@ -289,6 +289,9 @@ def test_achieved_fraction_of_published_rows_is_below_one():
 def test_model_command_text():
     out = model_command()
     assert "vllm TP8" in out and "sglang TP8+DCP8" in out and "crossover" in out and "leave-one-out" in out
+    # the crossover as the range over what the four published points cannot pin, with its plausibility
+    assert ("16 refits): 110,629-194,576 tokens (108K-190K), crossing in 16 of 16; 0 of 16 fits physically "
+            "plausible: read the model as an illustration, not a forecast") in out
     out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10)
     assert "Llama-3.1-70B on H200" in out and "8K" in out
 

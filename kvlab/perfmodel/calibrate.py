@@ -253,14 +253,15 @@ def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = 
     return sens, ((float(xs.min()), float(xs.max())) if len(xs) else None)
 
 
-def refits(sens: pl.DataFrame) -> list[tuple[Workload, Assumptions, Params]]:
+def refits(sens: pl.DataFrame, base: Assumptions = Assumptions()) -> list[tuple[Workload, Assumptions, Params]]:
     """The (workload, assumptions, fitted parameters) of every row of a :func:`sensitivity` table, so any
-    modelled figure can be recomputed under each assumption set and given as a range."""
+    modelled figure can be recomputed under each assumption set and given as a range (``base``: the assumptions
+    the table did not vary)."""
     from dataclasses import replace
 
     out = []
     for r in sens.iter_rows(named=True):
-        a = replace(Assumptions(), expert_reads=r.get("expert_reads") or "uniform",
+        a = replace(base, expert_reads=r.get("expert_reads") or "uniform",
                     mla_width=None if r.get("mla_width") in (None, 576) else int(r["mla_width"]))
         p = Params(prefill_efficiency=r["prefill_efficiency"], bandwidth_efficiency=r["bandwidth_efficiency"],
                    dcp_layer_latency_s=r["dcp_layer_latency_us"] * 1e-6)

@@ -163,8 +163,27 @@ def model_command(
             out.append(
                 f"  crossover vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp or tp}: "
                 + (f"{x:,.0f} tokens ({x / 1024:.0f}K)" if x else "none up to 1M tokens")
+                + " under the assumptions above"
             )
+            out.append(crossover_range_line(configs[0], Config.of(gpu, model, "sglang", tp, dcp or tp, mem_util),
+                                            data_dir, a))
     return "\n".join(out)
+
+
+def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: Assumptions) -> str:
+    """The crossover of ``vllm`` and ``sglang`` over every assumption set the published points cannot pin
+    (:func:`~kvlab.perfmodel.calibrate.crossover_range`), with how many of those fits are physically plausible."""
+    from kvlab.perfmodel.calibrate import crossover_range, refits
+    from kvlab.perfmodel.roofline import crossover_context
+
+    sens, _ = crossover_range(data_dir, a)
+    xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a)) if v is not None]
+    plausible = int(sens["physical"].sum())
+    where = (f"{min(xs):,.0f}-{max(xs):,.0f} tokens ({min(xs) / 1024:.0f}K-{max(xs) / 1024:.0f}K), crossing in "
+             f"{len(xs)} of {sens.height}" if xs else f"no crossover in any of the {sens.height}")
+    return (f"  crossover range over what the published points cannot pin (batch 8/32 x output 1,024/4,096 x expert "
+            f"reads uniform/active x MLA width 576/512, {sens.height} refits): {where}; {plausible} of {sens.height} "
+            "fits physically plausible" + ("" if plausible else ": read the model as an illustration, not a forecast"))
 
 
 def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path) -> str:
