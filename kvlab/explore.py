@@ -3,8 +3,9 @@
 Each function returns an ``ipywidgets.interactive`` widget over the report's main parameters; every change redraws
 through the same library functions the static report uses (:mod:`kvlab.perfmodel.figures`, :mod:`kvlab.guide`,
 :mod:`kvlab.narrative`, :func:`kvlab.plots.show`). A report build sets :data:`kvlab.reports.STATIC_ENV` in its
-kernel's environment: then (or without ipywidgets) no widget is created and the functions return None, so the HTML
-shows the defaults only, with nothing that needs a live kernel.
+kernel's environment, and only a kernel Jupyter Server started for an open notebook gets widgets at all: otherwise
+(or without ipywidgets) no widget is created and the functions return None, so the HTML shows the defaults only,
+with nothing that needs a live kernel.
 """
 
 from __future__ import annotations
@@ -20,11 +21,19 @@ CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072, 204800, 262144, 524288, 104
 IN_FLIGHT = (1, 8, 16, 32, 64, 99, 100, 128, 256, 512)
 
 
+#: Set by Jupyter Server in the environment of a kernel it starts for a notebook (JupyterLab, Notebook 7); never by
+#: papermill, nbconvert or nbclient.
+SESSION_ENV = "JPY_SESSION_NAME"
+
+
 def interactive_enabled() -> bool:
-    """True in a live notebook with ipywidgets; False in a report build (:data:`kvlab.reports.STATIC_ENV` set)."""
+    """True in a notebook a person has open in JupyterLab (:data:`SESSION_ENV` set) with ipywidgets; False in a report
+    build (:data:`kvlab.reports.STATIC_ENV` set) and in every batch execution (papermill, nbconvert): a widget there
+    has no one to use it, and executing ``interact`` headless can leave the kernel client waiting for ever (nbclient
+    issue 312, papermill issue 723: seen here twice in 10 runs of report 04's test)."""
     from kvlab.reports import STATIC_ENV
 
-    if os.environ.get(STATIC_ENV):
+    if os.environ.get(STATIC_ENV) or not os.environ.get(SESSION_ENV):
         return False
     try:
         import ipywidgets  # noqa: F401

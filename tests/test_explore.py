@@ -19,7 +19,9 @@ def fit():
 
 @pytest.fixture
 def live(monkeypatch):
+    """A kernel JupyterLab started for an open notebook."""
     monkeypatch.delenv(STATIC_ENV, raising=False)
+    monkeypatch.setenv(explore.SESSION_ENV, "notebooks/04_whatif_model.ipynb")
 
 
 def _caption(result) -> str:
@@ -57,7 +59,19 @@ def test_engine_choice_controls_redraw_with_the_new_value(live, fit):
 
 
 def test_no_widget_in_a_report_build(monkeypatch, fit):
+    monkeypatch.setenv(explore.SESSION_ENV, "notebooks/04_whatif_model.ipynb")  # even opened in a session
     monkeypatch.setenv(STATIC_ENV, "1")
     assert not explore.interactive_enabled()
     assert explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8) is None
     assert explore.engine_choice(guide.UserWorkload(), fit, pl.DataFrame(), pl.DataFrame()) is None
+
+
+def test_no_widget_in_a_batch_execution(monkeypatch, fit):
+    """papermill or nbconvert outside a report build: no Jupyter Server session, so no widget (a headless interact
+    can hang the kernel client)."""
+    monkeypatch.delenv(STATIC_ENV, raising=False)
+    monkeypatch.delenv(explore.SESSION_ENV, raising=False)
+    assert not explore.interactive_enabled()
+    assert explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8) is None
+    monkeypatch.setenv(explore.SESSION_ENV, "notebooks/04_whatif_model.ipynb")
+    assert explore.interactive_enabled()
