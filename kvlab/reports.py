@@ -270,9 +270,10 @@ li {{ margin: 1rem 0; }} li p {{ margin: .25rem 0; }} small {{ color: #666; }}
 <ol>
 {items}
 </ol>
-{"<h2>Runs measured</h2><p>One table per experiment file: what varied between its runs, how each ended, "
- "its launch attempts and key figures. Every column of every run is in <a href='runs.csv'>runs.csv</a>.</p>"
- + runs_html if runs_html else ""}
+<h2>Runs measured</h2>
+{"<p>One table per experiment file: what varied between its runs, how each ended, its launch attempts and key "
+ "figures. Every column of every run is in <a href='runs.csv'>runs.csv</a>.</p>" + runs_html if runs_html else
+ "<p><i>No measured run yet: <code>make report</code> measures the embedded default on this machine.</i></p>"}
 <p><small>Built {stamp}. {html.escape(note)}</small></p>
 </body></html>
 """

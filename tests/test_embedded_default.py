@@ -60,7 +60,7 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     r2 = (tmp_path / "02_throughput_decay.html").read_text()
     r3 = (tmp_path / "03_memory_utilisation.html").read_text()
     assert "No measured runs" not in r1 + r2 + r3
-    assert "measured (CPU" in r1 and "batch time grows" in r1
+    assert "measured: vllm batch time grows" in r1 and "measured: sglang-jax batch time grows" in r1
     assert "measured, vllm: from 64K to 200K batch time grows" in r2
     for engine in ("vllm", "sglang-jax"):
         assert f"measured, {engine}: from 64K to 200K batch time grows" in r2

@@ -192,11 +192,12 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
            f"(32K to 200K, 3 contexts), T ∝ C^{k[0]:.2f} (faster than linear" in r1 and f"{k[0]:.2f}" == "1.14"
     assert f"measured, sglang-jax: batch time grows <strong>2.00×</strong> from 1,024 to 6,400 tokens " \
            f"(32K to 200K, 3 contexts), T ∝ C^{k[1]:.2f} (slower than linear" in r1 and f"{k[1]:.2f}" == "0.38"
-    # every change with its direction: prompt tokens/s = 4 × context / T, (2,048/2) / (6,400/8) = 1.28 for vllm
+    # every change with its direction: prompt tokens/s = 4 × prompt / T with prompt = context − 64 output tokens,
+    # (1,984/2) / (6,336/8) = 1.25 for vllm
     assert ("measured, vllm: from 64K to 200K batch time grows <strong>4.00×</strong> (so requests/s falls 4.00×), "
-            "while prompt tokens/s falls 1.28× (scaled contexts: 2,048 → 6,400 tokens)") in r2
+            "while prompt tokens/s falls 1.25× (scaled contexts: 2,048 → 6,400 tokens)") in r2
     assert ("measured, sglang-jax: from 64K to 200K batch time grows <strong>1.50×</strong> (so requests/s falls "
-            "1.50×), while prompt tokens/s rises 2.08×") in r2  # (2,048/4) / (6,400/6) = 0.48
+            "1.50×), while prompt tokens/s rises 2.13×") in r2  # (1,984/4) / (6,336/6) = 0.470
     assert ("measured: from 64K to 200K, sglang-jax's throughput holds up best (requests/s falls <strong>1.50×</strong>) "
             "and vllm's falls most (<strong>4.00×</strong>)") in r2
     assert "published, vllm: from 64K to 200K batch time grows <strong>2.94×</strong> (so requests/s falls 2.94×), " \
@@ -292,3 +293,12 @@ def reports_runs_rows() -> int:
     from kvlab import store
 
     return store.load_runs(DATA_DIR).height
+
+
+def test_index_without_measured_runs_says_how_to_measure(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(DATA_DIR / "reference", data / "reference")
+    shutil.copytree(DATA_DIR / "catalog", data / "catalog")
+    reports.build(tmp_path / "out", selected=["02"], parameters={"data_dir": str(data)})
+    index = (tmp_path / "out" / "index.html").read_text()
+    assert "<h2>Runs measured</h2>" in index and "No measured run yet: <code>make report</code>" in index
