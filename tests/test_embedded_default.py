@@ -64,7 +64,7 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     assert "measured, vllm: from 64K to 200K batch time grows" in r2
     for engine in ("vllm", "sglang-jax"):
         assert f"measured, {engine}: from 64K to 200K batch time grows" in r2
-        assert f"{engine} at <strong>0.92</strong>, 200K: 1/1 runs succeeded" in r3
+        assert f"{engine} at <strong>0.92</strong>, 200K (3,200 tok): 1/1 runs succeeded" in r3  # scaled ÷64
     assert "preemptions not available" in r3  # sglang-jax serves no counters: not shown as 0
     assert "not PyTorch SGLang" in r1
     # the measured relative speed names the faster engine and the factor at each measured context
