@@ -137,7 +137,7 @@ class Table:
 
     def __init__(self, frame: pl.DataFrame, columns: dict[str, str] | None = None, digits: int = 3,
                  caption: str | None = None):
-        from kvlab.guide import engine_label
+        from kvlab.engines import ENGINE_LABELS  # (not guide.engine_label: guide formats numbers with this module)
 
         shown = [c for c in (columns or frame.columns) if c not in HIDDEN or (columns and c in columns)]
         missing = [c for c in shown if c not in frame.columns]
@@ -148,7 +148,7 @@ class Table:
         self.caption = caption
         rows = []
         for row in self.frame.iter_rows(named=True):
-            rows.append([engine_label(v) if c == "engine" and isinstance(v, str) else _cell(v, digits)
+            rows.append([ENGINE_LABELS.get(v, v) if c == "engine" and isinstance(v, str) else _cell(v, digits)
                          for c, v in row.items()])
         self.rows = rows
 
