@@ -62,6 +62,12 @@ def test_kimi_k3_alternative_kv_reading_is_a_parameter():
     assert memory(cfg, 1000, Assumptions(kv_layers=93)).kv_bytes_per_token_per_gpu == 107_136
 
 
+def test_the_mla_layer_reading_leaves_models_without_mla_alone():
+    """Notebook 04's kv_layers=93 also models the measured CPU runs (a GQA tiny model) and Llama: unchanged."""
+    llama = model("Llama-3.1-8B")  # 32 layers x 8 KV heads x 128 x (K+V) x 2 B
+    assert llama.kv_bytes_per_token(93) == llama.kv_bytes_per_token() == 131_072
+
+
 def test_every_catalogued_model_and_gpu_is_listed_with_citation():
     assert {"B300", "B200", "H200", "H100", "CPU"} <= set(load_gpus())
     assert {"Kimi-K3", "Kimi-K2", "DeepSeek-V3", "Llama-3.1-8B", "Llama-3.1-70B", "kvlab-tiny"} <= set(load_models())

@@ -160,11 +160,11 @@ class Model(_Row):
         ``kv_layers`` replaces the number of MLA layers holding KV (Kimi-K3: 24, or 93 in
         the reading that counts every layer); ``mla_width`` the values an MLA layer caches per token
         (default ``kv_lora_rank + qk_rope_dim``, 576; 512 if the decoupled key part were not cached);
-        GQA layers are unaffected.
+        GQA layers are unaffected, and so is a model without MLA layers (both readings are about MLA).
         """
-        mla = kv_layers if kv_layers is not None else self.mla_layers
+        mla = kv_layers if kv_layers is not None and self.mla_layers else self.mla_layers
         total = 0
-        if self.mla_layers or kv_layers:
+        if mla:
             total += mla * (mla_width or self.kv_lora_rank + self.qk_rope_dim) * self.kv_dtype_bytes
         if self.gqa_layers:
             total += self.gqa_layers * self.kv_heads * self.head_dim * 2 * self.kv_dtype_bytes
