@@ -201,7 +201,7 @@ vertical-align: top; white-space: nowrap; }} .kvlab-provenance td {{ padding: 1p
 """
 
 
-def _kernel_config():
+def kernel_config():
     """Kernel-manager settings for executing notebooks: CurveZMQ keys for the kernel's sockets where this
     pyzmq supports them. Without keys ipykernel (7.4) warns on every start that its TCP traffic is
     unencrypted; with ``auto`` the manager provisions keys only for kernelspecs that declare support."""
@@ -221,7 +221,7 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     executed = out_dir / nb_path.name
     pm.execute_notebook(
         str(nb_path), str(executed), parameters=parameters or {}, kernel_name=kernel_name,
-        cwd=str(nb_path.parent), progress_bar=False, log_output=False, config=_kernel_config(),
+        cwd=str(nb_path.parent), progress_bar=False, log_output=False, config=kernel_config(),
     )
     html_path = out_dir / f"{nb_path.stem}.html"
     title, summary = describe(nb_path)

@@ -207,10 +207,16 @@ def sensitivity(
     experiment: str = "article_b300",
     expert_reads: tuple[str, ...] | None = None,
     mla_widths: tuple[int | None, ...] | None = None,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    tp: int = 8,
+    dcp: int = 8,
 ) -> pl.DataFrame:
     """How what the article does not state moves the fit and the crossover: one row per assumed (batch size,
     output tokens) × expert-read model (``expert_reads``: "uniform", "active") × cached MLA width (``mla_widths``:
-    None = 576, or 512), each refitted to the four published points. Defaults: ``assumptions``' own."""
+    None = 576, or 512), each refitted to the four published points. Defaults: ``assumptions``' own. The
+    crossover is that of vLLM TP ``tp`` against SGLang TP ``tp`` + DCP ``dcp`` serving ``model`` on ``gpu``
+    (the fit itself is always to the published runs' own hardware)."""
     from dataclasses import replace
 
     rows = []
@@ -219,7 +225,7 @@ def sensitivity(
             for width in mla_widths or (assumptions.mla_width,):
                 a = replace(assumptions, expert_reads=reads, mla_width=width)
                 f = published_fit(data_dir, w, a, experiment)
-                x = crossover_from_fit(f, workload=w, assumptions=a)
+                x = crossover_from_fit(f, gpu, model, dcp, tp, workload=w, assumptions=a)
                 rows.append(
                     {
                         "batch_size": w.batch_size, "output_tokens": w.output_tokens, "expert_reads": reads,
@@ -243,12 +249,14 @@ UNPINNED_MLA_WIDTHS = (None, 512)
 
 def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = Assumptions(),
                     experiment: str = "article_b300", workloads: list[Workload] | None = None,
+                    gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8,
                     ) -> tuple[pl.DataFrame, tuple[float, float] | None]:
     """The crossover over every combination of ``workloads`` (default :data:`UNPINNED_WORKLOADS`),
     :data:`UNPINNED_EXPERT_READS` and :data:`UNPINNED_MLA_WIDTHS` (16 refits by default): the table, and (lowest, highest) crossover over the fits that cross
-    (None when none does). Non-physical fits are kept in the range and flagged in the table's ``physical``."""
+    (None when none does). Non-physical fits are kept in the range and flagged in the table's ``physical``.
+    ``gpu``/``model``/``tp``/``dcp``: the configuration whose crossover is sought (see :func:`sensitivity`)."""
     sens = sensitivity(list(workloads or UNPINNED_WORKLOADS), data_dir, assumptions, experiment,
-                       UNPINNED_EXPERT_READS, UNPINNED_MLA_WIDTHS)
+                       UNPINNED_EXPERT_READS, UNPINNED_MLA_WIDTHS, gpu, model, tp, dcp)
     xs = sens["crossover_tokens"].drop_nulls()
     return sens, ((float(xs.min()), float(xs.max())) if len(xs) else None)
 
