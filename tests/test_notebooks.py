@@ -7,6 +7,7 @@ import pytest
 
 from kvlab import reports
 from kvlab.paths import DATA_DIR
+from notebook_data import write_two_engine_runs
 
 #: Small parameters per notebook prefix (keep each notebook's test run short).
 SMALL = {
@@ -114,48 +115,6 @@ def test_reports_without_measured_runs_say_so(tmp_path):
     for prefix in ("01", "03"):
         rep = reports.run_one(reports.notebooks([prefix])[0], tmp_path / "out", {"data_dir": str(data)})
         assert "No measured runs" in rep.html.read_text()
-
-
-#: Fixed measured runs of both engines: (engine, mem_util, context tokens, batch time s, failed attempts before ok,
-#: vLLM preemptions). vllm wins at 32K and 64K, sglang-jax at 200K (6 s vs 8 s): a crossover between 64K and 200K.
-TWO_ENGINES = [
-    ("vllm", 0.92, 1024, 1.0, 0, 0), ("vllm", 0.92, 2048, 2.0, 0, 0), ("vllm", 0.92, 6400, 8.0, 0, 2),
-    ("vllm", 0.95, 6400, 6.0, 0, 0),
-    ("sglang-jax", 0.92, 1024, 3.0, 0, None), ("sglang-jax", 0.92, 2048, 4.0, 0, None),
-    ("sglang-jax", 0.92, 6400, 6.0, 0, None), ("sglang-jax", 0.95, 6400, 5.0, 1, None),
-]
-LABELS = {1024: "32K", 2048: "64K", 6400: "200K"}
-
-
-def write_two_engine_runs(data):
-    """A data folder with the reference tables and TWO_ENGINES as measured runs of cpu_long_context."""
-    import polars as pl
-
-    from kvlab import store
-
-    shutil.copytree(DATA_DIR / "reference", data / "reference")
-    if (DATA_DIR / "catalog").exists():
-        shutil.copytree(DATA_DIR / "catalog", data / "catalog")
-    for i, (engine, mem, ctx, t, failed, preempt) in enumerate(TWO_ENGINES):
-        run_id = f"r{i}"
-        counters = {} if engine == "sglang-jax" else {  # sglang-jax serves no /metrics: every counter null
-            "server_preemptions": [preempt], "server_prompt_tokens": [4 * (ctx - 64)],
-            "server_generation_tokens": [256], "server_prefix_cache_queries": [4 * (ctx - 64)],
-            "server_prefix_cache_hits": [0]}
-        run = pl.DataFrame({
-            "source": ["measured"], "experiment": ["cpu_long_context"], "run_id": [run_id],
-            "hardware": ["CPU x86_64 (test)"], "model": ["tiny-llama"], "engine": [engine], "mem_util": [mem],
-            "context_label": [LABELS[ctx]], "context_tokens": [ctx], "scale_factor": [32.0],
-            "mode": ["fixed_batch"], "batch_size": [4], "prompt_tokens": [ctx - 64], "output_tokens": [64],
-            "repeat": [0], "attempts": [failed + 1], "status": ["ok"], "batch_time_s": [t],
-            "ttft_mean_ms": [100.0 * t], "e2e_mean_ms": [1000.0 * t], **counters,
-        })
-        attempts = pl.DataFrame({
-            "run_id": [run_id] * (failed + 1), "attempt": list(range(1, failed + 2)),
-            "status": ["failed"] * failed + ["ok"], "failure_cause": ["runtime_oom"] * failed + [None],
-        })
-        store.write_run(data / "runs" / "cpu_long_context", run_id, run, attempts=attempts)
-    return data
 
 
 def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
