@@ -1,4 +1,5 @@
-"""Shared fixtures: kvlab's tiny model and the engine venvs' interpreters (skip, or fail under CI, when missing)."""
+"""Shared fixtures: kvlab's tiny model, the engine venvs' interpreters (skip, or fail under CI, when missing) and
+the data folder of real measured runs the notebook tests read."""
 
 from __future__ import annotations
 
@@ -41,3 +42,12 @@ def tiny_model() -> Path:
     from kvlab.tinymodel import ensure_tiny_model
 
     return ensure_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def fixture_data(tmp_path_factory) -> Path:
+    """A data folder with the reference tables, the catalog and the real measured runs of tests/fixtures (the
+    same on every machine, unlike data/runs), plus document variants (see notebook_data.write_fixture_data)."""
+    from notebook_data import write_fixture_data
+
+    return write_fixture_data(tmp_path_factory.mktemp("fixture") / "data")

@@ -13,7 +13,7 @@ import papermill
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-from notebook_data import write_fixture_data, write_two_engine_runs
+from notebook_data import copy_reference, write_two_engine_runs
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
@@ -81,12 +81,9 @@ def run_variants(path, variants: list[dict]) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def data_dirs(tmp_path_factory):
+def data_dirs(tmp_path_factory, fixture_data):
     root = tmp_path_factory.mktemp("notebook-parameters")
-    (root / "empty").mkdir()
-    from notebook_data import copy_reference
-
-    return {"fixture": write_fixture_data(root / "fixture"), "two_engines": write_two_engine_runs(root / "two"),
+    return {"fixture": fixture_data, "two_engines": write_two_engine_runs(root / "two"),
             "no_runs": copy_reference(root / "no_runs")}
 
 
