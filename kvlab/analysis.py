@@ -634,7 +634,7 @@ def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float], blo
     that stores whole KV blocks of ``block_tokens``, the prefix rounded down to a block
     (``block_hit_rate``; vLLM's CPU backend uses 128-token blocks, GPUs typically 16).
     """
-    from kvlab.workloads import shared_prefix_length
+    from kvlab.workloads.shared_prefix import shared_prefix_length
 
     rows = []
     for f in fractions:

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab.engines import ENGINE_NAMES
+from kvlab.workloads import KINDS
 
 SOURCES = ("published", "measured", "modelled")
 ENGINES = ENGINE_NAMES
@@ -117,8 +118,7 @@ RUNS = Table(
         _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),
         _c("context_tokens", Int, "nominal context length in tokens (K = 1024)", required=True),
         _c("scale_factor", Float, "full-scale context / this row's context (1 at full scale, e.g. 32 on CPU)"),
-        _c("mode", Str, "workload kind: fixed_batch | concurrency | shared_prefix | multi_turn | classification | reasoning",
-           allowed=("fixed_batch", "concurrency", "shared_prefix", "multi_turn", "classification", "reasoning")),
+        _c("mode", Str, "workload kind: " + " | ".join(KINDS), allowed=KINDS),
         _c("batch_size", Int, "requests in the batch (fixed batch) or most in flight (other kinds; multi_turn: conversations)"),
         _c("shared_prefix_tokens", Int, "prompt tokens every request shares by construction (shared_prefix: the common "
            "prefix; multi_turn: the document); what a prefix cache could reuse across requests"),
