@@ -175,6 +175,8 @@ REQUESTS = Table(
         _c("tpot_ms", Float, "(t_last - t_first) / (output_tokens - 1)"),
         _c("e2e_ms", Float, "t_last - t_send"),
         _c("itl_max_ms", Float, "largest gap between chunks (per chunk, not per token)"),
+        _c("conversation", Int, "conversation the request belongs to, 0-based (multi_turn; null for other kinds)"),
+        _c("turn", Int, "turn within its conversation, 0-based (multi_turn; null for other kinds)"),
     ),
 )
 
