@@ -73,6 +73,13 @@ def check_counts(vocab_size: int, low_id: int, *counts: int) -> None:
             raise ValueError(f"token counts must be >= 0, got {c}")
 
 
+def sampler(seed: int, n: int, vocab_size: int, low_id: int) -> tuple[np.random.Generator, int, int]:
+    """A workload's random source from ``seed``, the offset its stamps start from, and the digits a stamp
+    of each of ``n`` indices takes (see :func:`stamp`)."""
+    rng = np.random.default_rng(seed)
+    return rng, int(rng.integers(0, vocab_size - low_id)), digits(n, vocab_size - low_id)
+
+
 def random_ids(rng: np.random.Generator, n: int, vocab_size: int, low_id: int) -> np.ndarray:
     """``n`` token ids drawn uniformly from ``[low_id, vocab_size)``."""
     return rng.integers(low_id, vocab_size, size=n, dtype=np.int64)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
-
-from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, digits,
-                                  random_ids, stamp)
+from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, random_ids,
+                                  sampler, stamp)
 
 
 class FixedBatch(WorkloadArgs):
@@ -51,9 +49,7 @@ def prompts(
     check_counts(vocab_size, low_id, n, prompt_tokens)
     if distinct and not can_be_distinct(n, prompt_tokens, vocab_size, low_id):
         raise ValueError(f"cannot make {n} distinct prompts of {prompt_tokens} tokens from ids [{low_id}, {vocab_size})")
-    rng = np.random.default_rng(seed)
-    offset = int(rng.integers(0, vocab_size - low_id))
-    n_digits = digits(n, vocab_size - low_id)
+    rng, offset, n_digits = sampler(seed, n, vocab_size, low_id)
     base = random_ids(rng, prompt_tokens, vocab_size, low_id)
     out = []
     for i in range(n):

@@ -7,8 +7,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, digits,
-                                  random_ids, stamp)
+from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, random_ids,
+                                  sampler, stamp)
 
 
 class MultiTurn(WorkloadArgs):
@@ -84,9 +84,7 @@ def prompts(
     check_counts(vocab_size, low_id, n_conversations, turns, document_tokens, question_tokens, answer_tokens)
     if not can_be_distinct(n_conversations, question_tokens, vocab_size, low_id):
         raise ValueError(f"{question_tokens}-token questions cannot keep {n_conversations} conversations distinct")
-    rng = np.random.default_rng(seed)
-    offset = int(rng.integers(0, vocab_size - low_id))
-    n_digits = digits(n_conversations, vocab_size - low_id)
+    rng, offset, n_digits = sampler(seed, n_conversations, vocab_size, low_id)
     shared_doc = random_ids(rng, document_tokens, vocab_size, low_id)
     out: list[Prompt] = []
     for c in range(n_conversations):

@@ -8,8 +8,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, digits,
-                                  random_ids, stamp)
+from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, random_ids,
+                                  sampler, stamp)
 
 
 class SharedPrefix(WorkloadArgs):
@@ -75,9 +75,7 @@ def prompts(
     suffix_len = prompt_tokens - prefix_len
     if suffix_len and not can_be_distinct(n, suffix_len, vocab_size, low_id):
         raise ValueError(f"a {suffix_len}-token suffix cannot make {n} prompts distinct")
-    rng = np.random.default_rng(seed)
-    offset = int(rng.integers(0, vocab_size - low_id))
-    n_digits = digits(n, vocab_size - low_id)
+    rng, offset, n_digits = sampler(seed, n, vocab_size, low_id)
     prefix = random_ids(rng, prefix_len, vocab_size, low_id)
     out = []
     for i in range(n):
