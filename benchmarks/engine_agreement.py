@@ -72,12 +72,12 @@ def measure(repeats: int, pin: bool = True) -> dict:
         raw["engine_version"] = server.version()
         print(f"  vLLM ready after {raw['startup_s']:.1f} s (EngineServer start -> /health 200)", flush=True)
         url = server.base_url
-        warm = fixed_batch(2, 32, 4, 512, seed=999)
+        warm = fixed_batch.prompts(2, 32, 4, 512, seed=999)
         for d in drivers.values():
             d.run({"url": url, "model": tag, "prompts": [list(p.token_ids) for p in warm], "max_tokens": 4,
                    "per_request": True})
         for rep in range(repeats):
-            prompts = [list(p.token_ids) for p in fixed_batch(BATCH, PROMPT_TOKENS, OUTPUT_TOKENS, 512, seed=rep)]
+            prompts = [list(p.token_ids) for p in fixed_batch.prompts(BATCH, PROMPT_TOKENS, OUTPUT_TOKENS, 512, seed=rep)]
             order = list(CLIENTS) if rep % 2 == 0 else list(CLIENTS)[::-1]
             for name in order:
                 drv, extra = CLIENTS[name]

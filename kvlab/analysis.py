@@ -569,18 +569,28 @@ def sharing_thresholds(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.
             for (engine,), g in gain.group_by(["engine"], maintain_order=True)}
 
 
+def _with_turn(requests: pl.DataFrame) -> pl.DataFrame:
+    """Multi-turn requests with their ``turn``: the one the client recorded (requests.parquet's turn column).
+
+    Runs stored before that column existed have no turn (absent, or null once loaded against the schema):
+    only for those is it rebuilt, as the rank of the request's prompt length among the run's successful
+    requests (every conversation's turn k has the same length in kvlab's multi_turn workload).
+    """
+    rank = (pl.col("prompt_tokens").rank("dense").over("run_id") - 1).cast(pl.Int64)
+    if "turn" not in requests.columns:
+        return requests.with_columns(rank.alias("turn"))
+    return requests.with_columns(pl.coalesce(pl.col("turn"), rank).alias("turn"))
+
+
 def multi_turn_by_turn(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
     """Per engine configuration and turn: prompt length, cached tokens and TTFT (mean over conversations).
 
-    The turn of a request is the rank of its prompt length within its run (every conversation's
-    turn k has the same length in kvlab's multi_turn workload). ``cached_share`` counts only the
+    The turn of a request is the one stored with it (:func:`_with_turn`). ``cached_share`` counts only the
     requests that reported a cached-token count (``cached_reported`` of ``requests``); null, never 0,
     when none did.
     """
     m = _measured(runs, "multi_turn").select("run_id", *STUDY_KEYS)
-    r = requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok").with_columns(
-        (pl.col("prompt_tokens").rank("dense").over("run_id") - 1).cast(pl.Int64).alias("turn")
-    )
+    r = _with_turn(requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok"))
     return (
         r.group_by([*STUDY_KEYS, "turn"])
         .agg(
@@ -634,7 +644,7 @@ def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float], blo
     that stores whole KV blocks of ``block_tokens``, the prefix rounded down to a block
     (``block_hit_rate``; vLLM's CPU backend uses 128-token blocks, GPUs typically 16).
     """
-    from kvlab.workloads import shared_prefix_length
+    from kvlab.workloads.shared_prefix import shared_prefix_length
 
     rows = []
     for f in fractions:
@@ -663,8 +673,7 @@ def multi_turn_requests(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFr
     :func:`multi_turn_by_turn` numbers them: the spread over conversations behind each turn's mean."""
     m = _measured(runs, "multi_turn").select("run_id", *STUDY_KEYS)
     return (
-        requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok")
-        .with_columns((pl.col("prompt_tokens").rank("dense").over("run_id") - 1).cast(pl.Int64).alias("turn"))
+        _with_turn(requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok"))
         .select(*STUDY_KEYS, "run_id", "turn", "prompt_tokens", "cached_tokens", "ttft_ms")
         .sort([*STUDY_KEYS, "turn", "run_id"])
     )

@@ -30,7 +30,8 @@ _EMPTY_TEXT = b'"text":""'
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request's outcome. Fields up to ``itl_max_ms`` are the REQUESTS columns (less run_id).
+    """One request's outcome. Fields up to ``itl_max_ms``, and ``conversation`` and ``turn``, are the REQUESTS
+    columns (less run_id).
 
     ``*_s`` fields are seconds from the batch's first send; the raw ``t_*`` and
     ``chunk_times`` are absolute ``time.perf_counter()`` values.
@@ -69,7 +70,7 @@ class RequestRecord:
     requested_output_tokens: int
     text: str | None  # answer text, when kept (chat, or keep_text=True)
     reasoning_text: str | None
-    conversation: int | None = None
+    conversation: int | None = None  # the prompt's (multi_turn; None for other kinds)
     turn: int | None = None
 
 

@@ -140,28 +140,21 @@ def experiment_workload(spec) -> UserWorkload:
     """The tree's inputs for an experiment spec (:class:`kvlab.spec.ExperimentSpec`), read from its fields.
 
     - context: prompt + output tokens per request (multi_turn: of the last, longest turn);
-    - shared fraction: multi_turn, the document's share of the longest prompt (the history a turn
-      carries is shared too, so this is the smallest share any turn has); shared_prefix, the spec's
-      fraction; otherwise 0 (distinct prompts);
+    - shared fraction: the workload kind's ``sharing`` (multi_turn, the document's share of the longest
+      prompt; shared_prefix, the spec's fraction; otherwise 0, distinct prompts);
     - concurrency: the most requests in flight any run of the matrix has;
     - model, TP: the first engine's (its model id must be a catalog name or alias); SGLang's modelled DCP = TP.
     """
     from kvlab.perfmodel import model as catalog_model
 
     wl = spec.workload
-    if wl.kind == "multi_turn":
-        shared = wl.document_tokens / wl.prompt_len
-    elif wl.kind == "shared_prefix":
-        shared = wl.shared_fraction
-    else:
-        shared = 0.0
     in_flight = [wl.in_flight] + [c for c in spec.matrix.get("workload.concurrency", []) if c is not None]
     engine = next(iter(spec.engines.values()))
     try:
         catalog_model(engine.model)
     except KeyError as exc:
         raise KeyError(f"experiment {spec.name}: {exc.args[0]}") from None
-    return UserWorkload(wl.total_tokens, shared, max(in_flight), engine.model, tp=engine.tp, dcp=engine.tp)
+    return UserWorkload(wl.total_tokens, wl.sharing, max(in_flight), engine.model, tp=engine.tp, dcp=engine.tp)
 
 
 def document_examples(experiments_dir=None) -> list[tuple[str, UserWorkload]]:

@@ -1,4 +1,5 @@
-"""Reasoning workloads: chat questions, and each answer's output tokens split into reasoning and answer.
+"""Reasoning runs: each answer's output tokens split into reasoning and answer (the questions are the
+reasoning workload kind's, kvlab.workloads.reasoning).
 
 A server with a reasoning parser (``--reasoning-parser``) streams the reasoning as
 ``reasoning_content`` apart from the answer; without one the model's ``<think>…</think>`` is
@@ -10,41 +11,14 @@ share of streamed chunks (parser) or characters (tags), and each record says whi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
 from kvlab.metrics import split_think
-from kvlab.workloads import Prompt
 
 #: How a split was counted, most exact first.
 SPLIT_METHODS = ("usage", "tokenizer", "chunks", "chars", "none")
-
-_OPS = ["plus", "minus", "times"]
-
-
-def builtin_questions(n: int, seed: int = 0) -> list[str]:
-    """``n`` deterministic arithmetic word questions (a reasoning model thinks before answering each)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        a, b, c = (int(x) for x in rng.integers(12, 99, size=3))
-        n1, n2 = _OPS[int(rng.integers(0, 3))], _OPS[int(rng.integers(0, 3))]
-        out.append(f"Compute ({a} {n1} {b}) {n2} {c} and say whether the result is prime. "
-                   "Answer with the number and yes or no.")
-    return out
-
-
-def prompts(n: int, max_tokens: int, questions: Sequence[str] | None = None, seed: int = 0) -> list[Prompt]:
-    """``n`` chat prompts, one question each (``questions`` cycled; None = :func:`builtin_questions`)."""
-    qs = list(questions) if questions else builtin_questions(n, seed)
-    return [
-        Prompt(index=i, max_tokens=max_tokens, messages=({"role": "user", "content": qs[i % len(qs)]},),
-               workload="reasoning")
-        for i in range(n)
-    ]
 
 
 def local_token_counter(model_dir: str | Path) -> Callable[[str], int] | None:
@@ -124,5 +98,4 @@ def describe(method: str) -> str:
     return "reasoning tokens counted by " + "; ".join(text[m] for m in method.split("+"))
 
 
-__all__ = ["SPLIT_METHODS", "Split", "account", "builtin_questions", "describe", "local_token_counter",
-           "prompts", "split_record"]
+__all__ = ["SPLIT_METHODS", "Split", "account", "describe", "local_token_counter", "split_record"]

@@ -33,7 +33,7 @@ from kvlab.paths import DATA_DIR
 from kvlab.schema import RUNS
 from kvlab.server import EngineServer, ServerError, reap_orphans
 from kvlab.spec import ExperimentSpec, RunSpec, expand
-from kvlab.workloads import Prompt, classification, fixed_batch, multi_turn, shared_prefix, shared_prefix_length
+from kvlab.workloads import Prompt, fixed_batch, shared_tokens
 
 #: Failure causes that happen before a server is ready: the same argv will fail the same way.
 STARTUP_CAUSES = ("startup_oom", "kv_cache_too_small", "timeout", "crash")
@@ -111,7 +111,7 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
             w = r.workload
             run_id = f"{r.experiment}/{r.key}" if many else r.key
             lines.append(f"#   run {run_id}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
-                         f"{w.batch_size} {w.kind}{_kind_detail(w)}, repeat {r.repeat}")
+                         f"{w.batch_size} {w.kind}{_detail(w)}, repeat {r.repeat}")
     return "\n".join(lines)
 
 
@@ -121,54 +121,18 @@ def _shell_quote(a: str) -> str:
     return a if a.startswith("$") else shlex.quote(a)
 
 
-def _kind_detail(w) -> str:
-    """What the dry run adds per kind: sharing, turns, requests in flight."""
-    parts = []
-    if w.kind == "shared_prefix":
-        parts.append(f"shared {w.shared_fraction:g} = {shared_prefix_length(w.prompt_len, w.shared_fraction)} tokens")
-    if w.kind == "multi_turn":
-        parts.append(f"{w.turns} turns over a {w.document_tokens}-token document, {w.n_requests} requests")
+def _detail(w) -> str:
+    """What the dry run adds per workload: its kind's detail (sharing, turns), requests in flight."""
+    parts = w.detail()
     if w.concurrency is not None:
         parts.append(f"≤{w.concurrency} in flight")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
 def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
-    """The exact prompts of one run, by workload kind (deterministic from the workload seed and repeat).
-
-    Every kind but reasoning sends token-ID prompts of exact length; reasoning sends chat
-    questions the server tokenises (its usage gives their length).
-    """
-    w = run.workload
-    seed = w.seed * 1000 + run.repeat
-    if w.kind in ("fixed_batch", "concurrency"):
-        return fixed_batch(w.batch_size, w.prompt_len, w.output_tokens, vocab_size, seed=seed,
-                           distinct=w.distinct_prompts)
-    if w.kind == "shared_prefix":
-        return shared_prefix(w.batch_size, w.prompt_len, w.shared_fraction, w.output_tokens, vocab_size, seed=seed)
-    if w.kind == "multi_turn":
-        return multi_turn(w.batch_size, w.turns, w.document_tokens, w.question_tokens, w.output_tokens, vocab_size,
-                          seed=seed)
-    if w.kind == "classification":
-        return classification(w.batch_size, vocab_size, seed=seed, prompt_tokens=w.prompt_len,
-                              max_tokens=w.output_tokens)
-    if w.kind == "reasoning":
-        from kvlab import reasoning
-
-        return reasoning.prompts(w.batch_size, w.output_tokens, w.reasoning_questions, seed=seed)
-    raise ValueError(f"no prompt generator for workload kind {w.kind!r}")
-
-
-def shared_tokens(run: RunSpec) -> int | None:
-    """Prompt tokens every request of the run shares by construction (RUNS.shared_prefix_tokens)."""
-    w = run.workload
-    if w.kind == "shared_prefix":
-        return shared_prefix_length(w.prompt_len, w.shared_fraction)
-    if w.kind == "multi_turn":
-        return w.document_tokens
-    if w.kind in ("fixed_batch", "concurrency") and not w.distinct_prompts:
-        return w.prompt_len
-    return 0 if w.kind != "reasoning" else None
+    """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
+    seed and repeat)."""
+    return run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
 
 
 def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str]:
@@ -238,8 +202,9 @@ def _vocab_size(run: RunSpec) -> int:
     return int(cfg["vocab_size"]) if cfg else 1000
 
 
-def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, version: str | None,
-             batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
+def _run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cause: str | None,
+             version: str | None, batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
+    """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records."""
     e, w = run.engine, run.workload
     summary = metrics.summarize(batch.records, batch.batch_time_s) if batch else {}
     row = {
@@ -249,9 +214,9 @@ def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, versio
         "prefix_caching": e.prefix_caching, "context_label": run.context_label,
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
-        "shared_prefix_tokens": shared_tokens(run),
+        "shared_prefix_tokens": shared_tokens(prompts),
         "reasoning_tokens": (metrics.sum_reported([r.reasoning_tokens for r in batch.records])
-                             if batch and w.kind == "reasoning" else None),
+                             if batch and w.splits_reasoning else None),
         "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
         "attempts": attempts, "status": status, "failure_cause": cause,
         "started_at": batch.started_at if batch else datetime.now(timezone.utc).isoformat(),
@@ -330,12 +295,13 @@ class Sweep:
         return server
 
     def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
-        prompts = fixed_batch(1, 16, 2, vocab, seed=987_654)
+        prompts = fixed_batch.prompts(1, 16, 2, vocab, seed=987_654)
         asyncio.run(run_requests(server.base_url, _served_name(run), prompts,
                                  api_key=self.api_keys[run.engine.api_key_env], timeout_s=300))
 
     # ------------------------------------------------------------------ one run
-    def _measure(self, server: EngineServer, run: RunSpec, vocab: int) -> tuple[BatchResult, dict, list[str]]:
+    def _measure(self, server: EngineServer, run: RunSpec,
+                 prompts: list[Prompt]) -> tuple[BatchResult, dict, list[str]]:
         notes = []
         if server.external:
             notes.append(f"server at {run.engine.url} not launched by kvlab: its settings are as the experiment "
@@ -356,11 +322,11 @@ class Sweep:
         before = _scrape(server, key) if has_metrics else {}
         w = run.workload
         batch = asyncio.run(run_requests(
-            server.base_url, _served_name(run), prompts_for(run, vocab),
+            server.base_url, _served_name(run), prompts,
             concurrency=w.concurrency, api_key=key, stall_s=run.engine.stall_timeout_s,
-            ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.kind == "reasoning",
+            ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.splits_reasoning,
         ))
-        if w.kind == "reasoning":
+        if w.splits_reasoning:
             batch, how = _split_reasoning(batch, run)
             notes.append(how)
         if server.adapter.cached_tokens_omitted_when_zero and run.engine.report_cached_tokens:
@@ -388,6 +354,7 @@ class Sweep:
         attempt when every attempt failed to start a server, else None)."""
         spec = self.specs[run.experiment]
         retry = spec.retry
+        prompts = prompts_for(run, vocab)
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
         logs: dict[str, Path] = {}
@@ -407,7 +374,7 @@ class Sweep:
                     self.servers[-1]["experiments"].append(run.experiment)
                 logs[f"server-attempt{n}.log"] = server.log_path
                 version = version or server.version()
-                batch, deltas, notes = self._measure(server, run, vocab)
+                batch, deltas, notes = self._measure(server, run, prompts)
                 if not batch.ok:
                     failure = _engine_failure(server) or _hung(batch, run)
                     if failure is None:
@@ -431,7 +398,7 @@ class Sweep:
                 break
             self.sleep(retry.backoff(n))
         status = "ok" if failure is None else "failed"
-        row = _run_row(run, status, len(attempts), failure.cause if failure else
+        row = _run_row(run, prompts, status, len(attempts), failure.cause if failure else
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes))
         requests = metrics.request_rows(batch.records, run.key) if batch else None
@@ -451,7 +418,8 @@ class Sweep:
     def _record_not_started(self, run: RunSpec, start: dict, result: SweepResult) -> Path:
         note = (f"not launched: the same server configuration failed to start in every attempt of run "
                 f"{start['source_run']} ({start['failure_cause']})")
-        row = _run_row(run, "failed", 0, start["failure_cause"], None, None, {}, note)
+        prompts = prompts_for(run, _vocab_size(run))  # not sent: the row still says what they share
+        row = _run_row(run, prompts, "failed", 0, start["failure_cause"], None, None, {}, note)
         path = store.write_run(self.exp_dir(run.experiment), run.key, row, None, None,
                                spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
         _tally(result, run, "failed")

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab.engines import ENGINE_NAMES
+from kvlab.workloads import KINDS
 
 SOURCES = ("published", "measured", "modelled")
 ENGINES = ENGINE_NAMES
@@ -117,8 +118,7 @@ RUNS = Table(
         _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),
         _c("context_tokens", Int, "nominal context length in tokens (K = 1024)", required=True),
         _c("scale_factor", Float, "full-scale context / this row's context (1 at full scale, e.g. 32 on CPU)"),
-        _c("mode", Str, "workload kind: fixed_batch | concurrency | shared_prefix | multi_turn | classification | reasoning",
-           allowed=("fixed_batch", "concurrency", "shared_prefix", "multi_turn", "classification", "reasoning")),
+        _c("mode", Str, "workload kind: " + " | ".join(KINDS), allowed=KINDS),
         _c("batch_size", Int, "requests in the batch (fixed batch) or most in flight (other kinds; multi_turn: conversations)"),
         _c("shared_prefix_tokens", Int, "prompt tokens every request shares by construction (shared_prefix: the common "
            "prefix; multi_turn: the document); what a prefix cache could reuse across requests"),
@@ -175,6 +175,8 @@ REQUESTS = Table(
         _c("tpot_ms", Float, "(t_last - t_first) / (output_tokens - 1)"),
         _c("e2e_ms", Float, "t_last - t_send"),
         _c("itl_max_ms", Float, "largest gap between chunks (per chunk, not per token)"),
+        _c("conversation", Int, "conversation the request belongs to, 0-based (multi_turn; null for other kinds)"),
+        _c("turn", Int, "turn within its conversation, 0-based (multi_turn; null for other kinds)"),
     ),
 )
 

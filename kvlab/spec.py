@@ -7,20 +7,18 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError,
+                      field_validator, model_validator)
 
 from kvlab.engines import ENGINE_NAMES
 from kvlab.engines.base import FAILURE_CAUSES, is_local_path, resolve_local
+from kvlab.workloads import KINDS, WorkloadArgs
 
 #: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; sglang-jax --max-total-tokens).
 KV_BUDGET_ENGINES = ("vllm", "sglang-jax")
-#: Workload kinds known to the spec. Adding one: extend this tuple, add its checks to
-#: ``_KIND_CHECKS`` and its generator in kvlab.workloads; other kinds keep working.
-WORKLOAD_KINDS = ("fixed_batch", "concurrency", "shared_prefix", "multi_turn", "classification", "reasoning")
-
 #: EngineSpec fields that change how kvlab reaches a server but not what it measures:
 #: left out of RunSpec.key so that, e.g., a longer startup timeout does not re-run a sweep.
 KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeout_s", "api_key_env")
@@ -158,132 +156,35 @@ class EngineSpec(_Strict):
         return int(value) if value else None
 
 
-class WorkloadSpec(_Strict):
-    """What the client sends in one run."""
-
-    kind: Literal[WORKLOAD_KINDS] = Field(
-        description="fixed_batch: batch_size requests sent at once; concurrency: batch_size requests, "
-        "at most `concurrency` in flight; shared_prefix: batch_size prompts whose first shared_fraction is "
-        "one common prefix (system prompt + document); multi_turn: batch_size conversations of `turns` "
-        "questions about one shared document, each turn carrying the history; classification: batch_size "
-        "short distinct prompts with a label-sized answer; reasoning: chat questions whose answer the "
-        "server (reasoning parser) or kvlab (<think> tags) splits into reasoning and answer. Every kind "
-        "but fixed_batch takes an optional `concurrency` (None: all at once; concurrency requires it)"
-    )
-    batch_size: int = Field(ge=1, description="requests per run")
-    concurrency: int | None = Field(None, ge=1, description="requests in flight (kind concurrency only)")
-    context_tokens: int | None = Field(
-        None, ge=2, description="prompt + output tokens per request (the context the study names); "
-        "give this or prompt_tokens"
-    )
-    prompt_tokens: int | None = Field(None, ge=1, description="prompt tokens per request (instead of context_tokens)")
-    output_tokens: int = Field(ge=1, description="output tokens per request (max_tokens)")
-    ignore_eos: bool = Field(True, description="generate exactly output_tokens")
-    temperature: float = Field(0.0, ge=0, description="sampling temperature")
-    seed: int = Field(0, description="seed for prompt generation and sampling")
-    distinct_prompts: bool = Field(True, description="every request gets different tokens (no shared prefix)")
-    shared_fraction: float | None = Field(
-        None, description="shared_prefix: fraction of each prompt that is the common prefix, in [0, 1)"
-    )
-    turns: int | None = Field(None, ge=1, description="multi_turn: questions per conversation")
-    document_tokens: int | None = Field(None, ge=0, description="multi_turn: tokens of the shared document")
-    question_tokens: int | None = Field(None, ge=1, description="multi_turn: tokens of each question")
-    reasoning_questions: list[str] | None = Field(
-        None, min_length=1,
-        description="reasoning: the questions asked (cycled over batch_size); None = kvlab's built-in "
-        "arithmetic questions. prompt_tokens is their budget (checked against max_model_len), the server's "
-        "usage gives the exact count",
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> WorkloadSpec:
-        if self.kind == "multi_turn":
-            _check_multi_turn(self)
-        elif (self.context_tokens is None) == (self.prompt_tokens is None):
-            raise ValueError("give exactly one of context_tokens and prompt_tokens")
-        for name in (n for names in _KIND_FIELDS.values() for n in names):
-            if getattr(self, name) is not None and name not in _KIND_FIELDS.get(self.kind, ()):
-                raise ValueError(f"{name} applies to kind(s) {_kinds_with(name)} only, not {self.kind!r}")
-        if self.context_tokens is not None and self.context_tokens <= self.output_tokens:
-            raise ValueError(
-                f"context_tokens ({self.context_tokens}) must exceed output_tokens ({self.output_tokens})"
-            )
-        _KIND_CHECKS[self.kind](self)
-        return self
-
-    @property
-    def prompt_len(self) -> int:
-        """Prompt tokens per request (multi_turn: of the last, longest turn)."""
-        if self.kind == "multi_turn":
-            return self.document_tokens + self.turns * self.question_tokens + (self.turns - 1) * self.output_tokens
-        return self.prompt_tokens if self.prompt_tokens is not None else self.context_tokens - self.output_tokens
-
-    @property
-    def n_requests(self) -> int:
-        """Requests one run sends (multi_turn: conversations x turns)."""
-        return self.batch_size * (self.turns if self.kind == "multi_turn" else 1)
-
-    @property
-    def in_flight(self) -> int:
-        """Most requests in flight at once (a conversation holds at most one)."""
-        return self.concurrency if self.concurrency is not None else self.batch_size
-
-    @property
-    def total_tokens(self) -> int:
-        """Prompt + output tokens per request: what must fit in max_model_len."""
-        return self.prompt_len + self.output_tokens
-
-
-def _check_fixed_batch(w: WorkloadSpec) -> None:
-    if w.concurrency is not None:
-        raise ValueError("concurrency applies to kind 'concurrency' only (a fixed batch sends all at once)")
-
-
-def _check_concurrency(w: WorkloadSpec) -> None:
-    if w.concurrency is None:
-        raise ValueError("kind 'concurrency' needs a concurrency value")
-
-
-def _check_shared_prefix(w: WorkloadSpec) -> None:
-    if w.shared_fraction is None:
-        raise ValueError("kind 'shared_prefix' needs shared_fraction (fraction of each prompt shared, in [0, 1))")
-    if not 0.0 <= w.shared_fraction < 1.0:
-        # 1.0 would leave no suffix to tell the prompts apart: the run would be n copies of one prompt.
-        raise ValueError(f"shared_fraction must be in [0, 1), got {w.shared_fraction}")
-
-
-def _check_multi_turn(w: WorkloadSpec) -> None:
-    missing = [n for n in ("turns", "document_tokens", "question_tokens") if getattr(w, n) is None]
-    if missing:
-        raise ValueError(f"kind 'multi_turn' needs {missing} (output_tokens is each answer's length)")
-    if w.context_tokens is not None or w.prompt_tokens is not None:
-        raise ValueError("kind 'multi_turn' derives its prompt lengths from document_tokens, question_tokens, "
-                         "turns and output_tokens: leave context_tokens and prompt_tokens out")
-
-
-def _check_any(w: WorkloadSpec) -> None:
-    """Kinds that may cap requests in flight or send all at once."""
-
-
-def _check_reasoning(w: WorkloadSpec) -> None:
-    if w.prompt_tokens is None:
-        raise ValueError("kind 'reasoning' needs prompt_tokens: the budget for the server-tokenised question")
-
-
-_KIND_CHECKS = {
-    "fixed_batch": _check_fixed_batch, "concurrency": _check_concurrency, "shared_prefix": _check_shared_prefix,
-    "multi_turn": _check_any, "classification": _check_any, "reasoning": _check_reasoning,
-}
-#: Workload fields that only some kinds use (any other kind rejects them, naming the field).
-_KIND_FIELDS = {
-    "shared_prefix": ("shared_fraction",),
-    "multi_turn": ("turns", "document_tokens", "question_tokens"),
-    "reasoning": ("reasoning_questions",),
-}
+def _kind_fields(raw: Any) -> Any:
+    """A workload's fields with other kinds' own fields dropped where None; ValueError naming one that is set."""
+    if not isinstance(raw, dict) or raw.get("kind") not in KINDS:
+        return raw  # the discriminator names a missing or unknown kind
+    others = {n for args in KINDS.values() for n in args.own_fields()} - set(KINDS[raw["kind"]].own_fields())
+    for name in sorted(others & set(raw)):
+        if raw[name] is not None:
+            raise ValueError(f"{name} applies to kind(s) {_kinds_with(name)} only, not {raw['kind']!r}")
+    return {k: v for k, v in raw.items() if k not in others}
 
 
 def _kinds_with(name: str) -> list[str]:
-    return [k for k, names in _KIND_FIELDS.items() if name in names]
+    return [k for k, args in KINDS.items() if name in args.own_fields()]
+
+
+#: What the client sends in one run: the ``Args`` of the kind its ``kind`` names (kvlab.workloads.KINDS),
+#: a union discriminated on ``kind``. A field only other kinds have is rejected, naming the kinds that take it
+#: (left out when None, as YAML written before kinds had their own fields may say).
+WorkloadSpec = Annotated[
+    Union[tuple(KINDS.values())],  # noqa: UP007 (a union built from the registry)
+    Field(discriminator="kind"),
+    BeforeValidator(_kind_fields),
+]
+_WORKLOAD = TypeAdapter(WorkloadSpec)
+
+
+def workload_spec(**fields: Any) -> WorkloadArgs:
+    """A workload of its kind's class from its fields as YAML gives them (ValidationError naming the field)."""
+    return _WORKLOAD.validate_python(fields)
 
 
 class RetrySpec(_Strict):
@@ -430,12 +331,21 @@ def _ensure_tiny_models(spec: ExperimentSpec) -> None:
 def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        where = ".".join(p for p in (prefix, loc) if p) or "<top level>"
+        parts = [*prefix.split("."), *map(str, err["loc"])] if prefix else [str(p) for p in err["loc"]]
+        # a workload's errors are located under its kind's tag (workload.<kind>.field): name the field as YAML does
+        parts = [p for i, p in enumerate(parts) if not (i and parts[i - 1].endswith("workload") and p in KINDS)]
+        where = ".".join(parts) or "<top level>"
         msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
-        value = err.get("input")
+        elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the workload's kind
+            where += ".kind"
+            names = [repr(k) for k in KINDS]
+            if err["type"] == "union_tag_invalid":
+                msg, value = f"Input should be {', '.join(names[:-1])} or {names[-1]}", err["ctx"]["tag"]
+            else:
+                msg, value = "Field required", {}
         shown = "" if isinstance(value, dict) else f" (got {value!r})"
         lines.append(f"{origin}: {where}: {msg}{shown}")
     return "\n".join(lines)
@@ -576,7 +486,7 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
             raise SpecError(f"{origin}: {exc.args[0]}") from None
         labels = chosen[-1:] or list(spec.engines)
         try:
-            workload_spec = WorkloadSpec.model_validate(workload)
+            workload_spec = _WORKLOAD.validate_python(workload)
         except ValidationError as exc:
             raise SpecError(_format_errors(origin, exc, prefix=f"matrix point [{where}]: workload")) from None
         for label in labels:
@@ -627,7 +537,7 @@ def _check_external(origin: str | Path, runs: list[RunSpec]) -> None:
 STRICT_CONTEXT_ENGINES = ("sglang", "sglang-jax")
 
 
-def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: WorkloadSpec) -> None:
+def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: WorkloadArgs) -> None:
     at = f"{origin}: matrix point [{where}]: engines.{label}"
     if e.name in STRICT_CONTEXT_ENGINES and w.total_tokens >= e.max_model_len:
         raise SpecError(

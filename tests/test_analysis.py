@@ -166,3 +166,25 @@ def test_memory_study_keeps_missing_counters_null_and_compares_settings():
     assert cmp["sglang-jax"]["time_ratio"] == pytest.approx(5 / 6) and cmp["sglang-jax"]["preemptions_high"] is None
     assert analysis.memory_comparison(stats.filter(pl.col("mem_util") == 0.92)).height == 0  # one setting: nothing
     assert analysis.memory_comparison(stats.clear()).height == 0
+
+
+def _turn_runs():
+    return pl.DataFrame({"source": ["measured"], "experiment": ["mt"], "hardware": ["CPU"], "engine": ["vllm"],
+                         "prefix_caching": [True], "mode": ["multi_turn"], "status": ["ok"], "run_id": ["r"]})
+
+
+def test_multi_turn_reads_the_stored_turn_and_rebuilds_it_only_for_old_runs():
+    # two conversations of three turns (100, 150, 200 prompt tokens); both turn-1 requests failed
+    reqs = pl.DataFrame({
+        "run_id": ["r"] * 6, "request_index": list(range(6)), "status": ["ok", "failed", "ok"] * 2,
+        "conversation": [0, 0, 0, 1, 1, 1], "turn": [0, 1, 2] * 2, "prompt_tokens": [100, None, 200] * 2,
+        "cached_tokens": [0, None, 150] * 2, "ttft_ms": [10.0, None, 20.0] * 2,
+    }, schema_overrides={"prompt_tokens": pl.Int64, "cached_tokens": pl.Int64, "ttft_ms": pl.Float64})
+    stored = analysis.multi_turn_by_turn(_turn_runs(), reqs)
+    assert stored.select("turn", "requests", "prompt_tokens", "cached_share").rows() == [(0, 2, 100.0, 0.0),
+                                                                                         (2, 2, 200.0, 0.75)]
+    assert analysis.multi_turn_requests(_turn_runs(), reqs)["turn"].to_list() == [0, 0, 2, 2]
+    # a run stored before requests.parquet had the column: the rank of prompt length stands in for the turn
+    # (here it cannot see the failed turn: turn 2 becomes 1)
+    for old in (reqs.drop("conversation", "turn"), reqs.with_columns(pl.lit(None, pl.Int64).alias("turn"))):
+        assert analysis.multi_turn_by_turn(_turn_runs(), old)["turn"].to_list() == [0, 1]

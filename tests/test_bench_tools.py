@@ -139,7 +139,7 @@ def test_standalone_fixture_collects_garbage_only_between_streams():
     try:
         with SSEServer(FixtureConfig(chunks=100), keep_log=False, collect_when_idle=True) as srv:
             for _ in range(3):
-                prompts = workloads.fixed_batch(8, 10, 100, vocab_size=512)
+                prompts = workloads.fixed_batch.prompts(8, 10, 100, vocab_size=512)
                 batch = asyncio.run(client.run_requests(srv.url, "fixture", prompts, concurrency=4))
                 assert batch.ok and sum(r.chunks for r in batch.records) == 800
     finally:

@@ -44,7 +44,7 @@ def _check_ok_record(r: client.RequestRecord, prompt_tokens: int, n: int, chunks
 
 
 def test_fixed_batch_counts_and_timestamp_order(server):
-    prompts = workloads.fixed_batch(8, 300, 20, vocab_size=512, seed=1)
+    prompts = workloads.fixed_batch.prompts(8, 300, 20, vocab_size=512, seed=1)
     res = _run(server.url, prompts)
     assert [r.request_index for r in res.records] == list(range(8))
     for r in res.records:
@@ -68,7 +68,7 @@ def test_bulk_server_many_events_per_read_counted_exactly():
         srv = BulkSSEServer(FixtureConfig())
         await srv.start_async()
         try:
-            res = await client.run_requests(srv.url, "m", workloads.fixed_batch(6, 10, 700, vocab_size=512),
+            res = await client.run_requests(srv.url, "m", workloads.fixed_batch.prompts(6, 10, 700, vocab_size=512),
                                             concurrency=2)
             return res, srv.requests_served
         finally:
@@ -90,7 +90,7 @@ def test_no_gc_pass_while_requests_are_in_flight(server, monkeypatch):
         await read_stream(resp, acc, fast, chat)
 
     monkeypatch.setattr(client, "_read_stream", spy)
-    prompts = workloads.fixed_batch(3, 10, 5, vocab_size=512)
+    prompts = workloads.fixed_batch.prompts(3, 10, 5, vocab_size=512)
     assert gc.isenabled()
     _run(server.url, prompts)
     assert seen == [False] * 3 and gc.isenabled()  # off during the batch, restored after
@@ -105,7 +105,7 @@ def test_no_gc_pass_while_requests_are_in_flight(server, monkeypatch):
 def test_timestamps_follow_server_pacing():
     cfg = FixtureConfig(first_delay_s=0.2, delay_s=0.05)
     with SSEServer(cfg) as srv:
-        res = _run(srv.url, workloads.fixed_batch(2, 10, 5, vocab_size=512))
+        res = _run(srv.url, workloads.fixed_batch.prompts(2, 10, 5, vocab_size=512))
     for r in res.records:
         _check_ok_record(r, 10, 5)
         assert 190 <= r.ttft_ms < 400
@@ -114,7 +114,7 @@ def test_timestamps_follow_server_pacing():
 
 
 def test_request_body_and_stream_format(server):
-    p = workloads.fixed_batch(1, 5, 3, vocab_size=512)[0]
+    p = workloads.fixed_batch.prompts(1, 5, 3, vocab_size=512)[0]
     body = client.build_body(p, "m", seed=4, extra_body={"top_k": 1})
     assert body["prompt"] == list(p.token_ids) and body["max_tokens"] == 3
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
@@ -122,7 +122,7 @@ def test_request_body_and_stream_format(server):
 
 
 def test_every_failure_kind_recorded_per_request(server):
-    base = workloads.fixed_batch(8, 100, 10, vocab_size=512, seed=2)
+    base = workloads.fixed_batch.prompts(8, 100, 10, vocab_size=512, seed=2)
     prompts = [
         base[0],
         _with(base[1], http_status=500),
@@ -154,7 +154,7 @@ def test_every_failure_kind_recorded_per_request(server):
 
 
 def test_a_silent_server_is_a_stall_not_a_slow_request(server):
-    base = workloads.fixed_batch(3, 50, 20, vocab_size=512, seed=3)
+    base = workloads.fixed_batch.prompts(3, 50, 20, vocab_size=512, seed=3)
     prompts = [base[0], _with(base[1], first_delay_s=4.0), _with(base[2], delay_s=0.3)]
     res = _run(server.url, prompts, timeout_s=30, stall_s=1.0)
     recs = res.records
@@ -166,7 +166,7 @@ def test_a_silent_server_is_a_stall_not_a_slow_request(server):
 
 @pytest.mark.parametrize("garbage", [b"\xff\xfe not json", b'{"usage":{"prompt_tokens":', b'["a", "list"]', b"42"])
 def test_garbage_in_the_stream_fails_that_request_and_loses_nothing(garbage):
-    base = workloads.fixed_batch(3, 50, 8, vocab_size=512, seed=4)
+    base = workloads.fixed_batch.prompts(3, 50, 8, vocab_size=512, seed=4)
     with SSEServer(FixtureConfig(garbage=garbage)) as bad, SSEServer() as good:
         res = asyncio.run(_two_servers(good.url, bad.url, base))
     assert [r.status for r in res] == ["ok", "failed", "ok"]
@@ -181,7 +181,7 @@ async def _two_servers(good: str, bad: str, prompts):
 
 
 def test_connection_refused_is_a_failed_request():
-    prompts = workloads.fixed_batch(2, 10, 2, vocab_size=512)
+    prompts = workloads.fixed_batch.prompts(2, 10, 2, vocab_size=512)
     res = _run("http://127.0.0.1:9", prompts, timeout_s=5)
     assert [r.status for r in res.records] == ["failed", "failed"]
     assert all(r.http_status is None and "Connect" in r.error for r in res.records)
@@ -199,8 +199,8 @@ def test_two_megabyte_request_body(server):
 
 def test_one_megabyte_sse_line():
     with SSEServer(FixtureConfig(line_bytes=1_000_000)) as srv:
-        res = _run(srv.url, workloads.fixed_batch(2, 10, 6, vocab_size=512), keep_text=True)
-        fast = _run(srv.url, workloads.fixed_batch(2, 10, 6, vocab_size=512))
+        res = _run(srv.url, workloads.fixed_batch.prompts(2, 10, 6, vocab_size=512), keep_text=True)
+        fast = _run(srv.url, workloads.fixed_batch.prompts(2, 10, 6, vocab_size=512))
     for r in res.records + fast.records:
         _check_ok_record(r, 10, 6)
     assert len(res.records[0].text) > 1_000_000
@@ -210,7 +210,7 @@ def test_empty_chunks_do_not_start_ttft_and_slow_path_agrees():
     # two empty-text chunks first (like a role chunk); non-compact JSON forces the parsing path
     for compact in (True, False):
         with SSEServer(FixtureConfig(empty_first=2, first_delay_s=0.0, delay_s=0.02, compact=compact)) as srv:
-            res = _run(srv.url, workloads.fixed_batch(2, 10, 4, vocab_size=512))
+            res = _run(srv.url, workloads.fixed_batch.prompts(2, 10, 4, vocab_size=512))
         for r in res.records:
             _check_ok_record(r, 10, 4)
             assert r.chunks == 4 and r.empty_chunks == 2
@@ -219,12 +219,12 @@ def test_empty_chunks_do_not_start_ttft_and_slow_path_agrees():
 
 def test_usage_fields_and_missing_usage():
     with SSEServer(FixtureConfig(cached_tokens=64, tokens_per_chunk=2)) as srv:
-        res = _run(srv.url, workloads.fixed_batch(1, 100, 5, vocab_size=512))
+        res = _run(srv.url, workloads.fixed_batch.prompts(1, 100, 5, vocab_size=512))
     r = res.records[0]
     assert r.cached_tokens == 64 and r.output_tokens == 10 and r.chunks == 5
     assert r.tpot_ms == pytest.approx((r.t_last - r.t_first) * 1e3 / 9)  # tokens, not chunks
     with SSEServer(FixtureConfig(usage=False)) as srv:
-        res = _run(srv.url, workloads.fixed_batch(1, 100, 5, vocab_size=512))
+        res = _run(srv.url, workloads.fixed_batch.prompts(1, 100, 5, vocab_size=512))
     r = res.records[0]
     assert r.status == "ok" and r.output_tokens is None and r.prompt_tokens is None and r.tpot_ms is None
     assert metrics.summarize(res.records, res.batch_time_s)["served_output_tokens"] is None
@@ -232,7 +232,7 @@ def test_usage_fields_and_missing_usage():
 
 def test_concurrency_limit(server):
     cfg_delay = {"delay_s": 0.02}
-    prompts = [_with(p, **cfg_delay) for p in workloads.fixed_batch(6, 10, 3, vocab_size=512)]
+    prompts = [_with(p, **cfg_delay) for p in workloads.fixed_batch.prompts(6, 10, 3, vocab_size=512)]
     res = _run(server.url, prompts, concurrency=2)
     assert all(r.status == "ok" for r in res.records)
     events = sorted([(r.t_send, 1) for r in res.records] + [(r.t_end, -1) for r in res.records])
@@ -244,7 +244,7 @@ def test_concurrency_limit(server):
 
 
 def test_multi_turn_turns_run_in_order(server):
-    prompts = [_with(p, delay_s=0.01) for p in workloads.multi_turn(3, 3, 100, 10, 5, vocab_size=512)]
+    prompts = [_with(p, delay_s=0.01) for p in workloads.multi_turn.prompts(3, 3, 100, 10, 5, vocab_size=512)]
     res = _run(server.url, prompts)
     assert all(r.status == "ok" for r in res.records)
     for r in res.records:
@@ -284,7 +284,7 @@ def test_error_event_with_sse_event_field():
 
     async def go():
         async with serve_app({"POST /v1/completions": handler}) as url:
-            return await client.run_requests(url, "m", workloads.fixed_batch(1, 4, 2, vocab_size=512))
+            return await client.run_requests(url, "m", workloads.fixed_batch.prompts(1, 4, 2, vocab_size=512))
 
     r = asyncio.run(go()).records[0]
     assert r.status == "failed" and "engine died" in r.error and r.chunks == 1

@@ -190,7 +190,7 @@ def test_scrape_live_fixture_and_404():
 
     async def go(url):
         before = await metrics.scrape(url)
-        prompts = workloads.fixed_batch(3, 50, 4, vocab_size=512)
+        prompts = workloads.fixed_batch.prompts(3, 50, 4, vocab_size=512)
         await client.run_requests(url, "m", prompts)
         after = await metrics.scrape(url)
         return metrics.counter_deltas(before, after, VLLM_NAMES)

@@ -397,6 +397,24 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
     assert "did not launch this server" in log and "GET /v1/models did not answer" in log
 
 
+def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_tokens(tmp_path):
+    from sse_server import SSEServer
+
+    from kvlab import analysis
+
+    workload = {"kind": "multi_turn", "context_tokens": None, "batch_size": 2, "turns": 3, "document_tokens": 200,
+                "question_tokens": 8, "output_tokens": 4}
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "mt", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+                          workload=workload)
+        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+    runs, reqs = store.load_runs(tmp_path), store.load_requests(tmp_path)
+    assert runs["shared_prefix_tokens"].to_list() == [200]  # the document, as the prompts of turn 0 say
+    assert reqs.sort("request_index").select("conversation", "turn", "prompt_tokens").rows() == [
+        (0, 0, 208), (0, 1, 220), (0, 2, 232), (1, 0, 208), (1, 1, 220), (1, 2, 232)]
+    assert analysis.multi_turn_by_turn(runs, reqs)["turn"].to_list() == [0, 1, 2]
+
+
 def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_with_its_cause(tmp_path):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from kvlab.paths import EXPERIMENTS_DIR
-from kvlab.spec import EngineSpec, ExperimentSpec, RetrySpec, SpecError, WorkloadSpec, expand
+from kvlab.spec import EngineSpec, ExperimentSpec, RetrySpec, SpecError, expand, workload_spec
 
 BASE = {
     "name": "t",
@@ -171,10 +171,10 @@ def test_engine_list_form_and_duplicates(tmp_path):
 
 def test_workload_rules():
     with pytest.raises(ValueError, match="exactly one of context_tokens and prompt_tokens"):
-        WorkloadSpec(kind="fixed_batch", batch_size=1, output_tokens=8)
+        workload_spec(kind="fixed_batch", batch_size=1, output_tokens=8)
     with pytest.raises(ValueError, match="needs a concurrency"):
-        WorkloadSpec(kind="concurrency", batch_size=8, context_tokens=100, output_tokens=8)
-    w = WorkloadSpec(kind="concurrency", batch_size=8, concurrency=2, context_tokens=100, output_tokens=8)
+        workload_spec(kind="concurrency", batch_size=8, context_tokens=100, output_tokens=8)
+    w = workload_spec(kind="concurrency", batch_size=8, concurrency=2, context_tokens=100, output_tokens=8)
     assert (w.prompt_len, w.total_tokens) == (92, 100)
 
 

@@ -11,7 +11,7 @@ import yaml
 from sse_server import FixtureConfig, SSEServer
 from test_runner import BASE_ENGINE, engine_processes
 
-from kvlab import analysis, guide, reasoning, runner, store
+from kvlab import analysis, guide, reasoning, runner, store, workloads
 from kvlab.client import run_requests
 from kvlab.spec import ExperimentSpec
 
@@ -104,7 +104,7 @@ def test_threshold_verdicts():
 
 
 def _chat_batch(cfg: FixtureConfig, n: int = 3):
-    prompts = reasoning.prompts(n, max_tokens=8)
+    prompts = workloads.reasoning.prompts(n, max_tokens=8)
     with SSEServer(cfg) as srv:
         return asyncio.run(run_requests(srv.url, "m", prompts, keep_text=True))
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 import pytest
 
 from kvlab import runner
-from kvlab.spec import ExperimentSpec, SpecError, WorkloadSpec, expand
+from kvlab.spec import ExperimentSpec, SpecError, expand, workload_spec
 
 from test_spec import BASE, _load_error, _with, _write
 
 
 def test_shared_prefix_needs_a_fraction_in_0_1():
     with pytest.raises(ValueError, match="needs shared_fraction"):
-        WorkloadSpec(kind="shared_prefix", batch_size=4, context_tokens=1024, output_tokens=8)
+        workload_spec(kind="shared_prefix", batch_size=4, context_tokens=1024, output_tokens=8)
     for bad in (1.0, 1.5, -0.1):
         with pytest.raises(ValueError, match=r"shared_fraction must be in \[0, 1\)"):
-            WorkloadSpec(kind="shared_prefix", batch_size=4, context_tokens=1024, output_tokens=8, shared_fraction=bad)
-    w = WorkloadSpec(kind="shared_prefix", batch_size=4, context_tokens=1024, output_tokens=8, shared_fraction=0.3)
+            workload_spec(kind="shared_prefix", batch_size=4, context_tokens=1024, output_tokens=8, shared_fraction=bad)
+    w = workload_spec(kind="shared_prefix", batch_size=4, context_tokens=1024, output_tokens=8, shared_fraction=0.3)
     assert (w.prompt_len, w.in_flight, w.n_requests) == (1016, 4, 4)
 
 
@@ -29,31 +29,31 @@ def test_bad_shared_fraction_in_matrix_names_field_point_and_value(tmp_path):
 
 
 def test_multi_turn_derives_lengths_and_rejects_context():
-    w = WorkloadSpec(kind="multi_turn", batch_size=3, turns=4, document_tokens=1000, question_tokens=10,
+    w = workload_spec(kind="multi_turn", batch_size=3, turns=4, document_tokens=1000, question_tokens=10,
                      output_tokens=20)
     assert w.prompt_len == 1000 + 4 * 10 + 3 * 20 and w.total_tokens == w.prompt_len + 20
     assert w.n_requests == 12 and w.in_flight == 3
     with pytest.raises(ValueError, match="needs \\['turns'\\]"):
-        WorkloadSpec(kind="multi_turn", batch_size=3, document_tokens=1000, question_tokens=10, output_tokens=20)
+        workload_spec(kind="multi_turn", batch_size=3, document_tokens=1000, question_tokens=10, output_tokens=20)
     with pytest.raises(ValueError, match="leave context_tokens and prompt_tokens out"):
-        WorkloadSpec(kind="multi_turn", batch_size=3, turns=2, document_tokens=1000, question_tokens=10,
+        workload_spec(kind="multi_turn", batch_size=3, turns=2, document_tokens=1000, question_tokens=10,
                      output_tokens=20, prompt_tokens=100)
 
 
 def test_kind_specific_fields_rejected_elsewhere():
     with pytest.raises(ValueError, match="shared_fraction applies to kind\\(s\\) \\['shared_prefix'\\] only"):
-        WorkloadSpec(kind="fixed_batch", batch_size=4, context_tokens=1024, output_tokens=8, shared_fraction=0.5)
+        workload_spec(kind="fixed_batch", batch_size=4, context_tokens=1024, output_tokens=8, shared_fraction=0.5)
     with pytest.raises(ValueError, match="turns applies"):
-        WorkloadSpec(kind="classification", batch_size=4, prompt_tokens=64, output_tokens=8, turns=2)
+        workload_spec(kind="classification", batch_size=4, prompt_tokens=64, output_tokens=8, turns=2)
     with pytest.raises(ValueError, match="concurrency applies to kind 'concurrency' only"):
-        WorkloadSpec(kind="fixed_batch", batch_size=4, context_tokens=1024, output_tokens=8, concurrency=2)
+        workload_spec(kind="fixed_batch", batch_size=4, context_tokens=1024, output_tokens=8, concurrency=2)
 
 
 def test_classification_and_reasoning():
-    c = WorkloadSpec(kind="classification", batch_size=256, concurrency=128, prompt_tokens=64, output_tokens=10)
+    c = workload_spec(kind="classification", batch_size=256, concurrency=128, prompt_tokens=64, output_tokens=10)
     assert c.in_flight == 128 and c.n_requests == 256
     with pytest.raises(ValueError, match="kind 'reasoning' needs prompt_tokens"):
-        WorkloadSpec(kind="reasoning", batch_size=4, context_tokens=300, output_tokens=100)
+        workload_spec(kind="reasoning", batch_size=4, context_tokens=300, output_tokens=100)
 
 
 def test_runs_of_old_specs_keep_their_keys(tmp_path):

@@ -18,7 +18,7 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 def test_fixed_batch_exact_lengths_and_id_bounds():
-    ps = workloads.fixed_batch(8, 2000, 32, vocab_size=512, seed=3, low_id=10)
+    ps = workloads.fixed_batch.prompts(8, 2000, 32, vocab_size=512, seed=3, low_id=10)
     assert [p.index for p in ps] == list(range(8))
     for p in ps:
         assert len(p.token_ids) == 2000 == p.prompt_tokens
@@ -29,38 +29,38 @@ def test_fixed_batch_exact_lengths_and_id_bounds():
 
 
 def test_fixed_batch_distinct_from_first_token():
-    ps = workloads.fixed_batch(50, 300, 4, vocab_size=512, seed=0)
+    ps = workloads.fixed_batch.prompts(50, 300, 4, vocab_size=512, seed=0)
     firsts = {p.token_ids[0] for p in ps}
     assert len(firsts) == 50  # no two share even the first KV block
 
 
 def test_fixed_batch_distinct_needs_more_than_one_token_when_n_exceeds_radix():
     # 30 usable ids: 100 prompts need two stamped tokens; still pairwise distinct at the start
-    ps = workloads.fixed_batch(100, 5, 1, vocab_size=40, seed=0, low_id=10)
+    ps = workloads.fixed_batch.prompts(100, 5, 1, vocab_size=40, seed=0, low_id=10)
     heads = {p.token_ids[:2] for p in ps}
     assert len(heads) == 100
     with pytest.raises(ValueError, match="distinct"):
-        workloads.fixed_batch(100, 1, 1, vocab_size=40, seed=0, low_id=10)
+        workloads.fixed_batch.prompts(100, 1, 1, vocab_size=40, seed=0, low_id=10)
 
 
 def test_fixed_batch_not_distinct_is_identical():
-    ps = workloads.fixed_batch(4, 64, 4, vocab_size=512, seed=0, distinct=False)
+    ps = workloads.fixed_batch.prompts(4, 64, 4, vocab_size=512, seed=0, distinct=False)
     assert len({p.token_ids for p in ps}) == 1
     assert all(p.shared_prefix_tokens == 64 for p in ps)
 
 
 def test_deterministic_from_seed():
-    a = workloads.fixed_batch(3, 100, 4, vocab_size=512, seed=7)
-    b = workloads.fixed_batch(3, 100, 4, vocab_size=512, seed=7)
-    c = workloads.fixed_batch(3, 100, 4, vocab_size=512, seed=8)
+    a = workloads.fixed_batch.prompts(3, 100, 4, vocab_size=512, seed=7)
+    b = workloads.fixed_batch.prompts(3, 100, 4, vocab_size=512, seed=7)
+    c = workloads.fixed_batch.prompts(3, 100, 4, vocab_size=512, seed=8)
     assert a == b
     assert a != c
 
 
 @pytest.mark.parametrize(("fraction", "expected"), [(0.0, 0), (0.5, 500), (0.25, 250), (0.9995, 1000), (1.0, 1000), (0.0005, 1)])
 def test_shared_prefix_exact_lengths(fraction, expected):
-    assert workloads.shared_prefix_length(1000, fraction) == expected
-    ps = workloads.shared_prefix(6, 1000, fraction, 8, vocab_size=512, seed=1)
+    assert workloads.shared_prefix.shared_prefix_length(1000, fraction) == expected
+    ps = workloads.shared_prefix.prompts(6, 1000, fraction, 8, vocab_size=512, seed=1)
     for p in ps:
         assert len(p.token_ids) == 1000
         assert p.shared_prefix_tokens == expected
@@ -74,7 +74,7 @@ def test_shared_prefix_exact_lengths(fraction, expected):
 
 def test_multi_turn_growing_history_exact_counts():
     doc, q, a, turns = 500, 20, 30, 4
-    ps = workloads.multi_turn(3, turns, doc, q, a, vocab_size=512, seed=2)
+    ps = workloads.multi_turn.prompts(3, turns, doc, q, a, vocab_size=512, seed=2)
     assert len(ps) == 3 * turns
     assert [p.index for p in ps] == list(range(3 * turns))
     for p in ps:
@@ -94,14 +94,14 @@ def test_multi_turn_growing_history_exact_counts():
 
 
 def test_multi_turn_private_documents():
-    ps = workloads.multi_turn(3, 2, 100, 10, 10, vocab_size=512, seed=2, shared_document=False)
+    ps = workloads.multi_turn.prompts(3, 2, 100, 10, 10, vocab_size=512, seed=2, shared_document=False)
     firsts = [p for p in ps if p.turn == 0]
     assert len({p.token_ids[0] for p in firsts}) == 3
     assert all(p.shared_prefix_tokens == 0 for p in firsts)
 
 
 def test_classification_short_prompts_ten_tokens():
-    ps = workloads.classification(20, vocab_size=512, seed=0)
+    ps = workloads.classification.prompts(20, vocab_size=512, seed=0)
     assert all(p.max_tokens == 10 and len(p.token_ids) == 128 for p in ps)
     assert len({p.token_ids for p in ps}) == 20
     assert {p.workload for p in ps} == {"classification"}
@@ -120,4 +120,4 @@ def test_prompt_validation_and_chat_endpoint():
 
 def test_bad_bounds_raise():
     with pytest.raises(ValueError, match="low_id"):
-        workloads.fixed_batch(1, 10, 1, vocab_size=10, low_id=10)
+        workloads.fixed_batch.prompts(1, 10, 1, vocab_size=10, low_id=10)
