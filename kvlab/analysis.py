@@ -309,9 +309,7 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
     attempt rows counts its ``attempts`` column.
     """
     measured = runs.filter(pl.col("source") == "measured")
-    keys = ["experiment", "hardware", "engine", "mem_util", "context_label"]
-    if "context_tokens" in measured.columns:  # sorts contexts by size (labels sort "200K" before "64K")
-        keys.insert(4, "context_tokens")
+    keys = ["experiment", "hardware", "engine", "mem_util", "context_tokens", "context_label"]  # label: to show
     per_run_attempts = attempts.group_by("run_id").agg(
         pl.len().alias("n_attempts"),
         (pl.col("status") == "failed").sum().alias("failed_attempts"),
@@ -342,7 +340,7 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
 
 def failure_causes(attempts: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
     """Count of failed attempts by cause, per experiment, engine and memory setting."""
-    keys = ["experiment", "engine", "mem_util", "context_label"]
+    keys = ["experiment", "engine", "mem_util", "context_tokens", "context_label"]  # the label only to show
     return (
         attempts.filter(pl.col("status") == "failed")
         .join(runs.select("run_id", *keys), on="run_id", how="inner")
@@ -359,22 +357,23 @@ def memory_comparison(stats: pl.DataFrame, low: float | None = None, high: float
     ``mem_util``. ``time_ratio`` = mean batch time at ``high`` / at ``low`` (< 1: the higher setting
     finished sooner; null when either setting has no successful run). Empty with fewer than two settings.
     """
-    keys = ["experiment", "hardware", "engine", *(["context_tokens"] if "context_tokens" in stats.columns else []),
-            "context_label"]
+    keys = ["experiment", "hardware", "engine", "context_tokens"]  # contexts joined on tokens, the label shown
     cols = ["runs", "runs_ok", "runs_failed", "retries", "batch_time_mean_s", "preemptions"]
     low = stats["mem_util"].min() if low is None else low
     high = stats["mem_util"].max() if high is None else high
     if low is None or high is None or low == high:
-        return pl.DataFrame(schema={**{k: stats.schema[k] for k in keys}, "mem_low": pl.Float64, "mem_high": pl.Float64,
+        return pl.DataFrame(schema={**{k: stats.schema[k] for k in (*keys, "context_label")}, "mem_low": pl.Float64, "mem_high": pl.Float64,
                                     **{f"{c}_{s}": stats.schema[c] for s in ("low", "high") for c in cols},
                                     "time_ratio": pl.Float64})
-    lo = stats.filter(pl.col("mem_util") == low).select(*keys, *[pl.col(c).alias(f"{c}_low") for c in cols])
+    lo = stats.filter(pl.col("mem_util") == low).select(*keys, "context_label",
+                                                        *[pl.col(c).alias(f"{c}_low") for c in cols])
     hi = stats.filter(pl.col("mem_util") == high).select(*keys, *[pl.col(c).alias(f"{c}_high") for c in cols])
     return (
         lo.join(hi, on=keys, how="inner")
         .with_columns(pl.lit(low).alias("mem_low"), pl.lit(high).alias("mem_high"),
                       (pl.col("batch_time_mean_s_high") / pl.col("batch_time_mean_s_low")).alias("time_ratio"))
-        .select(*keys, "mem_low", "mem_high", *[f"{c}_{s}" for s in ("low", "high") for c in cols], "time_ratio")
+        .select(*keys, "context_label", "mem_low", "mem_high", *[f"{c}_{s}" for s in ("low", "high") for c in cols],
+                "time_ratio")
         .sort(keys)
     )
 

@@ -43,7 +43,7 @@ def interactive_enabled() -> bool:
 
 
 def _context_options(extra: int | None = None) -> list[tuple[str, int]]:
-    from kvlab.perfmodel.figures import tokens_label
+    from kvlab.units import tokens_label
 
     values = sorted(set(CONTEXTS) | ({extra} if extra else set()))
     return [(f"{tokens_label(c)} ({c:,} tokens)", c) for c in values]
@@ -82,8 +82,9 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
 
     from kvlab import narrative, plots
     from kvlab.perfmodel import Config, crossover_context
-    from kvlab.perfmodel.figures import context_grid, curves, plot_curves, tokens_label
+    from kvlab.perfmodel.figures import context_grid, curves, plot_curves
     from kvlab.tables import number
+    from kvlab.units import tokens_label
 
     if dcp < 1 or tp % dcp:
         return [Markdown(f"*DCP {dcp} must divide TP {tp}: choose another DCP size.*")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab.analysis import Crossover
+from kvlab.units import approx_label, approx_tokens, k_label, scaled_context, tokens_label
 
 
 #: What a reader must know about a measured engine whose name could be misread.
@@ -46,10 +47,6 @@ def unavailable_counters(runs: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _fmt_tokens(c: float) -> str:
-    return f"{c:,.0f} tokens (≈{c / 1024:.0f}K)"
-
-
 def relative_speed_sentences(rel: pl.DataFrame, label: str) -> str:
     """'vllm is 1.50× faster at 64K (100.5 s vs 150.8 s)' for every context in ``rel``."""
     if rel.is_empty():
@@ -75,7 +72,7 @@ def crossover_sentence(x: Crossover, label: str) -> str:
     if x.context_tokens is None:
         return f"- {label} ({x.method}): no crossover estimate — {x.note}."
     return (
-        f"- {label} ({x.method}): the engines' batch times meet at about **{_fmt_tokens(x.context_tokens)}**; "
+        f"- {label} ({x.method}): the engines' batch times meet at **{approx_tokens(x.context_tokens)}**; "
         f"{x.faster_below} is faster below, {x.faster_above} above. Assumption: {x.assumption}."
     )
 
@@ -160,7 +157,7 @@ def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
     several = stats["experiment"].n_unique() > 1
     for r in stats.iter_rows(named=True):
         c = causes.filter((pl.col("experiment") == r["experiment"]) & (pl.col("engine") == r["engine"])
-                          & (pl.col("mem_util") == r["mem_util"]) & (pl.col("context_label") == r["context_label"]))
+                          & (pl.col("mem_util") == r["mem_util"]) & (pl.col("context_tokens") == r["context_tokens"]))
         why = ", ".join(f"{n}× {cause}" for cause, n in c.select("failure_cause", "failed_attempts").iter_rows())
         mean, std = r["batch_time_mean_s"], r["batch_time_std_s"]
         time_txt = "no successful run" if mean is None else (
@@ -172,7 +169,7 @@ def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
         pre_txt = "; preemptions not available" if pre is None else f"; {pre} preemption{'' if pre == 1 else 's'}"
         lines.append(
             f"- {r['experiment'] + ': ' if several else ''}{r['engine']} at **{r['mem_util']:g}**, "
-            f"{_ctx(r['context_label'], r.get('context_tokens'))}: {r['runs_ok']}/{r['runs']} runs succeeded "
+            f"{scaled_context(r['context_label'], r.get('context_tokens'))}: {r['runs_ok']}/{r['runs']} runs succeeded "
             f"with **{r['retries']} retr{'y' if r['retries'] == 1 else 'ies'}**"
             f"{' (' + why + ')' if why else ''}; {time_txt}{ttft}{pre_txt}."
         )
@@ -200,7 +197,7 @@ def memory_conclusion(cmp: pl.DataFrame, stats: pl.DataFrame) -> str:
             lines.append(f"\n#### {exp}")
         compact = g.group_by("engine").len()["len"].max() > 1
         pairs = g.select("context_label", "context_tokens").unique().sort("context_tokens")
-        scaled = [f"{lab} = {tok:,} tokens" for lab, tok in pairs.iter_rows() if _ctx(lab, tok) != lab]
+        scaled = [f"{lab} = {tok:,} tokens" for lab, tok in pairs.iter_rows() if scaled_context(lab, tok) != lab]
         if compact and scaled:
             lines.append(f"\nContexts scaled: {', '.join(scaled)}.\n")
         lines.append(f"- **Retries**: {_retries_by_setting(st, [lo, hi])}.")
@@ -208,7 +205,7 @@ def memory_conclusion(cmp: pl.DataFrame, stats: pl.DataFrame) -> str:
         for (engine,), e in g.group_by(["engine"], maintain_order=True):
             t_parts, s_parts, l_parts = [], [], []
             for r in e.iter_rows(named=True):
-                ctx = r["context_label"] if compact else _ctx(r["context_label"], r.get("context_tokens"))
+                ctx = r["context_label"] if compact else scaled_context(r["context_label"], r.get("context_tokens"))
                 low, high = (_stats_row(st, r, u) for u in (lo, hi))
                 t_lo, t_hi = r["batch_time_mean_s_low"], r["batch_time_mean_s_high"]
                 if not (t_lo and t_hi):
@@ -256,11 +253,11 @@ def model_crossover_sentence(crossover_tokens: float | None, fit, xrange: tuple[
                f"leave-one-out mean error {fit.loo_mean_abs_pct:.1f}%")
     flag = (f"; **non-physical fit** ({'; '.join(_implausible(fit, short=True))}), so read it as a description of "
             "the four points, not as physics" if _implausible(fit) else "")
-    spread = (f"; **{xrange[0] / 1024:.0f}K–{xrange[1] / 1024:.0f}K** over the batch sizes, output lengths, expert-read "
+    spread = (f"; **{k_label(xrange[0])}–{k_label(xrange[1])}** over the batch sizes, output lengths, expert-read "
               "models and MLA cache widths the article leaves open (report 04)" if xrange else "")
     if crossover_tokens is None:
         return f"- modelled: no crossover within the modelled range ({quality}{flag})."
-    return (f"- modelled: the batch times meet at about **{_fmt_tokens(crossover_tokens)}** under the default "
+    return (f"- modelled: the batch times meet at **{approx_tokens(crossover_tokens)}** under the default "
             f"assumptions{spread} ({quality}{flag}).")
 
 
@@ -273,12 +270,11 @@ def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: 
     headroom table; the memory bullet reads it without DCP at the largest published context (the smallest
     headroom context when that one is not in the table), and says what its flag means.
     """
-    from kvlab.perfmodel.figures import tokens_label
 
     lo, hi = min(published_contexts), max(published_contexts)
     model = at_max["model"][0] if "model" in at_max.columns and at_max.height else head["model"][0]
     who = setup_phrase(model, gpu, tp)
-    xo_txt = (f"{_approx_tokens(crossover)}, " + ("between" if lo < crossover < hi else "outside")
+    xo_txt = (f"{approx_tokens(crossover)}, " + ("between" if lo < crossover < hi else "outside")
               + f" the published {tokens_label(lo)} and {tokens_label(hi)} points"
               ) if crossover else "no crossover up to the largest context drawn"
     head_contexts = head["context_tokens"].unique().to_list()
@@ -297,7 +293,7 @@ def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: 
         ("- **Plausibility:** " + "; ".join(bad) + ": a description of the published figures, not proof of their "
          "physics.") if bad else "- **Plausibility:** every fitted parameter is in its physical range.",
         f"- **Crossover** (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}, {who}): {xo_txt}"
-        + (f"; **{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K** over the {sens.height} assumption sets the data "
+        + (f"; **{k_label(xo.min())}–{k_label(xo.max())}** over the {sens.height} assumption sets the data "
            "cannot choose among (the range, not the point, is the model's answer)." if xo.len() else "."),
         at_max_sentence(at_max, hi, ratio_range),
         f"- **Memory** (vLLM without DCP, {who}, {tokens_label(mem_ctx)}): {seqs.get(u_lo)} sequences fit at {u_lo:g}, "
@@ -320,7 +316,7 @@ def headroom_sentences(head: pl.DataFrame) -> str:
         more = (f" ({_relative(seqs[-1], seqs[0], 'more', 'fewer')} at {g['mem_util'][-1]:g})"
                 if len(seqs) > 1 and seqs[0] else "")
         path = " (vLLM's path)" if dcp == 1 else " (SGLang's path)"
-        lines.append(f"- modelled, DCP {dcp}{path}, {_tokens_k(ctx)} context: sequences that fit — {parts}{more}.")
+        lines.append(f"- modelled, DCP {dcp}{path}, {tokens_label(ctx)} context: sequences that fit — {parts}{more}.")
     lines.append("")
     lines.append(fits_sentence(head))
     return "\n".join(lines)
@@ -419,11 +415,11 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
     if found:
         lo, hi = min(x.context_tokens for x in found), max(x.context_tokens for x in found)
         out.append(Verdict("The winner changes between 64K and 200K (the article's table, interpolated)", "found",
-                           "published", f"{lo / 1024:.0f}K–{hi / 1024:.0f}K tokens ({', '.join(x.method for x in found)})"))
+                           "published", f"{k_label(lo)}–{k_label(hi)} tokens ({', '.join(x.method for x in found)})"))
     if model_tokens is not None:
         out.append(Verdict("Where the winner changes, from kvlab's physical model calibrated on the same four points",
-                           "found", "modelled", f"≈{model_tokens / 1024:.0f}K tokens" + (
-                               f", {model_range[0] / 1024:.0f}K–{model_range[1] / 1024:.0f}K over the assumptions the "
+                           "found", "modelled", f"≈{k_label(model_tokens)} tokens" + (
+                               f", {k_label(model_range[0])}–{k_label(model_range[1])} over the assumptions the "
                                "article leaves open" if model_range else "") + " (not an independent check)"))
     if measured:
         x = next((m for m in measured if m.context_tokens is not None), None)
@@ -853,16 +849,6 @@ def _config_name(label: str) -> str:
     return f"{engine_label(engine)} {rest}".strip()
 
 
-def _ctx_short(tokens: float) -> str:
-    """127,963 → '125K'; 1,027,165 → '0.98M' (K = 1,024, M = 1,048,576 tokens)."""
-    return f"{tokens / (1 << 20):.2g}M" if tokens >= 0.9 * (1 << 20) else f"{tokens / 1024:.0f}K"
-
-
-def _approx_tokens(tokens: float) -> str:
-    """'≈125K (127,963 tokens)'."""
-    return f"≈{_ctx_short(tokens)} ({tokens:,.0f} tokens)"
-
-
 def _implausible(fit, short: bool = False) -> list[str]:
     """The fitted parameters outside their physically sane ranges, each in words with its value and (unless
     ``short``) the plausible range."""
@@ -935,7 +921,7 @@ def loo_sentence(fit) -> str:
     right, total = winners_held_out(fit)
     return (f"- **Leave-one-out**, each published point predicted by a fit to the other {fit.loo.height - 1}: mean error "
             f"**{fit.loo_mean_abs_pct:.1f}%**, worst **{abs(worst['loo_error_pct']):.1f}%** "
-            f"({engine_label(worst['engine'])} at {worst['context_tokens'] // 1024}K: {worst['loo_modelled_s']:.3g} s "
+            f"({engine_label(worst['engine'])} at {tokens_label(worst['context_tokens'])}: {worst['loo_modelled_s']:.3g} s "
             f"predicted, {worst['observed_s']:.4g} s published); the faster engine at the held-out point's context is "
             f"predicted right in {right} of {total}. With {len(fit.free)} parameters and {fit.loo.height} points this, "
             f"not the residuals, measures what the model predicts: {confidence(fit)}.")
@@ -979,10 +965,10 @@ def sensitivity_sentence(sens: pl.DataFrame) -> str:
     varied = [f"{name} {{{', '.join(fmt.format(v) for v in sens[col].unique(maintain_order=True))}}}"
               for name, col, fmt in axes if col in sens.columns and sens[col].n_unique() > 1]
     xo = sens["crossover_tokens"].drop_nulls()
-    cross = (f"the crossover moves over **{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K** tokens "
+    cross = (f"the crossover moves over **{k_label(xo.min())}–{k_label(xo.max())}** tokens "
              f"({xo.min():,.0f}–{xo.max():,.0f})" if xo.len() == sens.height else
              f"the crossover is found under {xo.len()} of {sens.height} of them"
-             + (f", over {xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K" if xo.len() else ""))
+             + (f", over {k_label(xo.min())}–{k_label(xo.max())}" if xo.len() else ""))
     physical = int(sens["physical"].sum()) if "physical" in sens.columns else None
     plaus = ("" if physical is None else
              f" {physical} of {sens.height} fits are physically plausible" + (
@@ -1008,7 +994,7 @@ def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: p
                    xrange: tuple[float, float] | None = None) -> str:
     """One sentence for the modelled batch-time curves: who is faster at each end, where they cross (and the
     shaded range of the crossover over the unpinned assumptions, ``xrange``), which parts are extrapolations."""
-    from kvlab.perfmodel.figures import calibrated_ranges, tokens_label
+    from kvlab.perfmodel.figures import calibrated_ranges
 
     first = model_df.row(0, named=True)
     who = setup_phrase(first["model"], first["gpu"], first["tp"])
@@ -1019,9 +1005,9 @@ def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: p
         if r:
             ends.append(f"{_config_name(r[0])} is {r[1]:.2f}× faster at {tokens_label(c)}")
             winners.add(r[0])
-    band = (f" (shaded: {xrange[0] / 1024:.0f}K–{xrange[1] / 1024:.0f}K over the assumptions the data cannot pin)"
+    band = (f" (shaded: {k_label(xrange[0])}–{k_label(xrange[1])} over the assumptions the data cannot pin)"
             if xrange else "")
-    cross = (f"the curves cross at {_approx_tokens(crossover)}{band}" if crossover is not None and lo <= crossover <= hi
+    cross = (f"the curves cross at {approx_tokens(crossover)}{band}" if crossover is not None and lo <= crossover <= hi
              else f"the curves cross between {tokens_label(lo)} and {tokens_label(hi)}" if len(winners) > 1
              else f"the curves do not cross between {tokens_label(lo)} and {tokens_label(hi)}")
     ranges = calibrated_ranges(model_df, published)
@@ -1044,7 +1030,6 @@ def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: p
 
 def throughput_caption(model_df: pl.DataFrame, workload) -> str:
     """One sentence for the modelled throughput curves: how far each configuration's output rate falls."""
-    from kvlab.perfmodel.figures import tokens_label
 
     lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
     parts = []
@@ -1061,7 +1046,6 @@ def at_max_sentence(at_max: pl.DataFrame, calibrated_to: int | None,
                     ratio_range: tuple[float, float] | None = None) -> str:
     """The largest context drawn: which configuration is faster, by how much (and, with ``ratio_range`` — vLLM's
     time over SGLang's under every assumption set — the range of that), and that it is an extrapolation."""
-    from kvlab.perfmodel.figures import tokens_label
 
     d = at_max.sort("batch_time_s")
     if d.height < 2:
@@ -1096,13 +1080,13 @@ def crossover_caption(xo: pl.DataFrame) -> str:
         a, b = d.row(0, named=True), d.row(-1, named=True)
         tag = "" if d["weights_fit"].all() else " (hypothetical: the weights do not fit)"
         if d.height == 1:
-            parts.append(f"on {g} {_approx_tokens(a['crossover_tokens'])} at DCP {a['dcp']}{tag}")
+            parts.append(f"on {g} {approx_tokens(a['crossover_tokens'])} at DCP {a['dcp']}{tag}")
         else:
             verb = "falls" if b["crossover_tokens"] < a["crossover_tokens"] else "rises"
-            parts.append(f"on {g} it {verb} from {_ctx_short(a['crossover_tokens'])} at DCP {a['dcp']} to "
-                         f"{_ctx_short(b['crossover_tokens'])} at DCP {b['dcp']}{tag}")
+            parts.append(f"on {g} it {verb} from {approx_label(a['crossover_tokens'])} at DCP {a['dcp']} to "
+                         f"{approx_label(b['crossover_tokens'])} at DCP {b['dcp']}{tag}")
         if b.get("crossover_low_tokens") is not None:  # the ranges over the assumption sets (table below)
-            parts[-1] += (f" ({_ctx_short(b['crossover_low_tokens'])}–{_ctx_short(b['crossover_high_tokens'])} at "
+            parts[-1] += (f" ({approx_label(b['crossover_low_tokens'])}–{approx_label(b['crossover_high_tokens'])} at "
                           f"DCP {b['dcp']} over the assumption sets, crossing in {b['crosses_in']})")
     none = xo.filter(pl.col("crossover_tokens").is_null())
     missing = ", ".join(f"{g} at DCP {', '.join(str(x) for x in d['dcp'])}"
@@ -1116,7 +1100,7 @@ def crossover_caption(xo: pl.DataFrame) -> str:
 def whatif_headroom_caption(head: pl.DataFrame, context: int | None = None) -> str:
     """One sentence for the KV-headroom figure: sequences at the highest vs the lowest memory target, per DCP size,
     at ``context`` (default: 200K when drawn, else the smallest context), and what the crosses mean."""
-    from kvlab.perfmodel.figures import flag_kinds, tokens_label
+    from kvlab.perfmodel.figures import flag_kinds
 
     ctxs = head["context_tokens"].unique().sort().to_list()
     c = context if context in ctxs else (204800 if 204800 in ctxs else ctxs[0])
@@ -1211,11 +1195,11 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
     if modelled:
         stated = "; ".join(c["statement"] for c in speed.iter_rows(named=True))
         rng = sens["crossover_tokens"].drop_nulls()
-        within = f" (range {rng.min() / 1024:.0f}K–{rng.max() / 1024:.0f}K)" if rng.len() else ""
-        out.append(Verdict(f"{stated}: so the winner changes between {lo // 1024}K and {hi // 1024}K — as kvlab's model "
+        within = f" (range {k_label(rng.min())}–{k_label(rng.max())})" if rng.len() else ""
+        out.append(Verdict(f"{stated}: so the winner changes between {tokens_label(lo)} and {tokens_label(hi)} — as kvlab's model "
                            "fitted to the same four points sees it (not an independent check)",
                            "reproduced" if agree and inside else "contradicted", "modelled",
-                           f"crossover {_approx_tokens(crossover)}{within}" if crossover
+                           f"crossover {approx_tokens(crossover)}{within}" if crossover
                            else f"no crossover; {', '.join(modelled)}"))
     if fit.loo.height:
         right, total = winners_held_out(fit)
@@ -1224,12 +1208,12 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
                            "(leave-one-out), and does its context keep its winner?", "found", "modelled",
                            f"{right} of {total} winners right; mean error {fit.loo_mean_abs_pct:.1f}% (worst "
                            f"{abs(worst['loo_error_pct']):.1f}%, {engine_label(worst['engine'])} at "
-                           f"{worst['context_tokens'] // 1024}K)"))
+                           f"{tokens_label(worst['context_tokens'])})"))
     xo = sens["crossover_tokens"].drop_nulls()
     if xo.len():
         out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
                            "expert reads, cached MLA width), each refitted to the same four points?", "found",
-                           "modelled", f"{xo.min() / 1024:.0f}K–{xo.max() / 1024:.0f}K tokens over {sens.height} "
+                           "modelled", f"{k_label(xo.min())}–{k_label(xo.max())} tokens over {sens.height} "
                            "assumption sets"))
     bad = _implausible(fit)
     out.append(Verdict(f"Are the fitted parameters physically plausible for the article's {fit.hardware} host?", "found",
@@ -1442,35 +1426,11 @@ def _direction(factor: float, bold: bool = False) -> str:
     return f"falls {b}{factor:.2f}×{b}" if factor > 1 else f"rises {b}{1 / factor:.2f}×{b}"
 
 
-def _nominal_tokens(label: str) -> set[int]:
-    """The token counts a context label names: '64K' → {65,536, 64,000}; '3,200' → {3,200}; nothing unparsable."""
-    text = str(label).strip().replace(",", "")
-    try:
-        if text[-1:] in "Kk":
-            return {int(float(text[:-1]) * 1024), int(float(text[:-1]) * 1000)}
-        if text[-1:] in "Mm":
-            return {int(float(text[:-1]) * 1024 ** 2), int(float(text[:-1]) * 1000 ** 2)}
-        return {int(float(text))}
-    except ValueError:
-        return set()
-
-
-def _ctx(label: str, tokens: int | None) -> str:
-    """A context as the text names it: '64K' when that is its size, '64K (1,024 tok)' when the run was scaled."""
-    if tokens is None or tokens in _nominal_tokens(label) or not _nominal_tokens(label):
-        return str(label)
-    return f"{label} ({tokens:,} tok)"
-
-
 def _scaled_span(r: dict) -> str:
     """' (scaled contexts: 1,024 → 3,200 tokens)' for a decay row whose contexts were scaled down, else ''."""
-    scaled = _ctx(r["context_from"], r.get("c_from")) != r["context_from"] or \
-        _ctx(r["context_to"], r.get("c_to")) != r["context_to"]
+    scaled = scaled_context(r["context_from"], r.get("c_from")) != r["context_from"] or \
+        scaled_context(r["context_to"], r.get("c_to")) != r["context_to"]
     return f" (scaled contexts: {r['c_from']:,} → {r['c_to']:,} tokens)" if scaled else ""
-
-
-def _tokens_k(tokens: int) -> str:
-    return f"{tokens // 1024:,}K" if tokens % 1024 == 0 else f"{tokens:,} tokens"
 
 
 def _relative(new: float, old: float, more: str = "higher", less: str = "lower") -> str:
@@ -1491,7 +1451,7 @@ def _retries_by_setting(stats: pl.DataFrame, settings: list[float]) -> str:
     parts, failed = [], []
     for u in settings:
         s = stats.filter(pl.col("mem_util") == u)
-        where = [f"{r['engine']} at {_ctx(r['context_label'], r.get('context_tokens'))}"
+        where = [f"{r['engine']} at {scaled_context(r['context_label'], r.get('context_tokens'))}"
                  for r in s.filter(pl.col("retries") > 0).iter_rows(named=True)]
         runs = int(s["runs"].sum())
         parts.append(f"{int(s['retries'].sum())} at {u:g} ({runs} run{'' if runs == 1 else 's'}"
@@ -1504,7 +1464,7 @@ def _retries_by_setting(stats: pl.DataFrame, settings: list[float]) -> str:
 
 def _stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
     """The memory-study row of ``r``'s engine and context at ``mem_util``."""
-    hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_label") == r["context_label"])
+    hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_tokens") == r["context_tokens"])
                        & (pl.col("mem_util") == mem_util))
     return hit.row(0, named=True) if hit.height else None
 
@@ -1552,7 +1512,7 @@ def decay_caption(decay: pl.DataFrame, label: str, measure: str) -> str:
         return f"{label.capitalize()}: no engine has runs at both contexts."
     d = decay.sort("batch_time_ratio", descending=True)
     r0 = d.row(0, named=True)
-    span = f"from {_ctx(r0['context_from'], r0['c_from'])} to {_ctx(r0['context_to'], r0['c_to'])}"
+    span = f"from {scaled_context(r0['context_from'], r0['c_from'])} to {scaled_context(r0['context_to'], r0['c_to'])}"
     parts, verb = [], None
     for r in d.iter_rows(named=True):  # 'falls 2.94× for vLLM and 1.49× for SGLang': the verb said once if shared
         text = _direction(r["batch_time_ratio"])
@@ -1777,7 +1737,7 @@ def headroom_caption(head: pl.DataFrame) -> str:
                  else f"{min(gain) * 100:.0f}–{max(gain):.0%}")
         ex = w.filter(pl.col("dcp") == w["dcp"].min()).row(-1, named=True)
         text += (f": {hi:g} fits {g_txt} more sequences than {lo:g} at every context and DCP size shown "
-                 f"(DCP {ex['dcp']}, {_tokens_k(ex['context_tokens'])}: {ex['b']:,} vs {ex['a']:,})")
+                 f"(DCP {ex['dcp']}, {tokens_label(ex['context_tokens'])}: {ex['b']:,} vs {ex['a']:,})")
     dcps = sorted(head["dcp"].unique().to_list())
     if len(dcps) > 1:
         base = head.filter(pl.col("dcp") == dcps[0]).select("mem_util", "context_tokens", pl.col("max_concurrent_seqs").alias("a"))
@@ -1789,7 +1749,7 @@ def headroom_caption(head: pl.DataFrame) -> str:
             text += f"{';' if lo != hi else ':'} DCP {dcps[-1]} fits {r_txt} as many as DCP {dcps[0]}"
     if text == "Modelled":
         r = head.row(0, named=True)
-        text += f": {r['max_concurrent_seqs']:,} sequences of {_tokens_k(r['context_tokens'])} fit at {r['mem_util']:g}"
+        text += f": {r['max_concurrent_seqs']:,} sequences of {tokens_label(r['context_tokens'])} fit at {r['mem_util']:g}"
     return text + "."
 
 
@@ -1844,7 +1804,7 @@ def memory_caption(stats: pl.DataFrame, cmp: pl.DataFrame) -> str:
             a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
             if a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]:
                 lat.append(f"{_relative(a['e2e_mean_ms'], b['e2e_mean_ms'])} for {engine_label(r['engine'])}")
-        text += (f"; at {_ctx(r0['context_label'], r0.get('context_tokens'))}, {lo:g} against {hi:g}: batch time "
+        text += (f"; at {scaled_context(r0['context_label'], r0.get('context_tokens'))}, {lo:g} against {hi:g}: batch time "
                  f"{times}" + (f", mean request latency {' and '.join(lat)}" if lat else ""))
     return text + "."
 
@@ -1983,7 +1943,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             r0 = lat[0][0]
             out.append(Verdict(
                 claim, "reproduced" if all(x > 1 for _, x in lat) else "contradicted", "measured",
-                f"mean request latency at {lo:g} against {hi:g}, {_ctx(r0['context_label'], r0.get('context_tokens'))}: "
+                f"mean request latency at {lo:g} against {hi:g}, {scaled_context(r0['context_label'], r0.get('context_tokens'))}: "
                 + ", ".join(f"{engine_label(r['engine'])} {_signed_pct(x - 1)}"
                             for r, x in sorted(lat, key=lambda t: _engine_rank(t[0]["engine"])))))
         else:

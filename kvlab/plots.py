@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD, engine_label
+from kvlab.units import scaled_context
 
 #: One colour per engine in every report; sglang-jax (SGLang's JAX runtime) is SGLang's family, a darker shade.
 ENGINE_COLORS = {"vllm": "#3b75af", "sglang": "#e1812c", "sglang-jax": "#a0461a"}
@@ -76,23 +77,14 @@ def _finish(fig: Figure, axes, legend_size: int | None = 8) -> Figure:
     return fig
 
 
-def context_tick(label: str, tokens: int, scale_factor: float | None) -> str:
-    """A context as an axis shows it: '64K', or '64K\n(1,024 tok)' when the run was scaled down, so a scaled
-    context is never read as its full-scale name."""
-    return f"{label}\n({tokens:,} tok)" if scale_factor and scale_factor != 1 else label
-
-
 def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
     """Grouped bars of batch time per context and engine, one panel per source (values printed on bars;
     whiskers ±1 standard deviation where a configuration has repeats)."""
     panels = _panels(mean_times.sort("context_tokens"))
     fig, axes = _subplots(len(panels))
     for ax, (title, part) in zip(axes, panels):
-        part = part.with_columns(
-            pl.struct("context_label", "context_tokens", "scale_factor").map_elements(
-                lambda r: context_tick(r["context_label"], r["context_tokens"], r["scale_factor"]),
-                return_dtype=pl.String).alias("tick")) if "scale_factor" in part.columns else \
-            part.with_columns(pl.col("context_label").alias("tick"))
+        part = part.with_columns(pl.struct("context_label", "context_tokens").map_elements(
+            lambda r: scaled_context(r["context_label"], r["context_tokens"], "\n"), return_dtype=pl.String).alias("tick"))
         pdf = part.select("tick", "engine", "batch_time_s", "context_tokens").to_pandas()
         order = list(dict.fromkeys(pdf.sort_values("context_tokens")["tick"]))
         hue_order = [e for e in ENGINE_COLORS if e in set(pdf["engine"])]
@@ -131,12 +123,9 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
                             xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ticks = part.select("context_tokens", "context_label",
-                            *(["scale_factor"] if "scale_factor" in part.columns else [])).unique().sort("context_tokens")
+        ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
         contexts = ticks["context_tokens"].to_list()
-        scales = ticks["scale_factor"].to_list() if "scale_factor" in ticks.columns else [None] * len(contexts)
-        ax.set_xticks(contexts, [context_tick(lab, c, s) for c, lab, s in
-                                 zip(contexts, ticks["context_label"].to_list(), scales)], minor=False)
+        ax.set_xticks(contexts, [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()], minor=False)
         ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
@@ -204,19 +193,14 @@ def claims_vs_table(check: pl.DataFrame, claims: pl.DataFrame | None = None) -> 
     return fig
 
 
-def _setting_ticks(stats: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+def _setting_ticks(stats: pl.DataFrame) -> pl.DataFrame:
     """The x positions of a memory study: one per experiment, context and setting, contexts in order of size and
     each context's settings in increasing order, labelled with the context's real tokens when it was scaled."""
     several = stats["experiment"].n_unique() > 1
-    scale = (runs.group_by("experiment", "context_label").agg(pl.col("scale_factor").drop_nulls().first())
-             if "scale_factor" in runs.columns else
-             runs.select("experiment", "context_label").unique().with_columns(pl.lit(None).alias("scale_factor")))
     s = (stats.select("experiment", "context_label", "context_tokens", "mem_util").unique()
-         .join(scale, on=["experiment", "context_label"], how="left")
          .sort("experiment", "context_tokens", "mem_util", nulls_last=True))
-    ticks = [(f"{e}\n" if several else "") + context_tick(lab, tok, sf) + f"\n@ {u:g}"
-             for e, lab, tok, u, sf in s.select("experiment", "context_label", "context_tokens", "mem_util",
-                                                 "scale_factor").iter_rows()]
+    ticks = [(f"{e}\n" if several else "") + scaled_context(lab, tok, "\n") + f"\n@ {u:g}"
+             for e, lab, tok, u in s.iter_rows()]
     return s.with_columns(pl.Series("tick", ticks), pl.int_range(pl.len()).alias("x"))
 
 
@@ -228,11 +212,8 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    if "context_tokens" not in stats.columns:
-        tokens = runs.select("experiment", "context_label", "context_tokens").unique(["experiment", "context_label"])
-        stats = stats.join(tokens, on=["experiment", "context_label"], how="left")
-    xs = _setting_ticks(stats, runs)
-    keys = ["experiment", "context_label", "mem_util"]
+    xs = _setting_ticks(stats)
+    keys = ["experiment", "context_tokens", "mem_util"]
     s = stats.join(xs.select(*keys, "x"), on=keys, how="left")
     present = s["engine"].unique(maintain_order=True).to_list()
     engines = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]

@@ -90,7 +90,8 @@ def test_memory_study_counts_retries_and_causes():
     runs = pl.DataFrame({
         "source": ["measured"] * 3, "experiment": ["e"] * 3, "run_id": ["a", "b", "c"],
         "hardware": ["CPU"] * 3, "engine": ["vllm"] * 3, "mem_util": [0.95, 0.95, 0.92],
-        "context_label": ["2K"] * 3, "status": ["ok", "failed", "ok"], "batch_time_s": [2.0, None, 3.0],
+        "context_label": ["2K"] * 3, "context_tokens": [2048] * 3, "status": ["ok", "failed", "ok"],
+        "batch_time_s": [2.0, None, 3.0],
         "attempts": [3, 3, 1], "ttft_mean_ms": [10.0, None, 12.0], "e2e_mean_ms": [100.0, None, 120.0],
         "server_preemptions": [0, None, 0],
     })
@@ -150,7 +151,8 @@ def test_memory_study_keeps_missing_counters_null_and_compares_settings():
     runs = pl.DataFrame({
         "source": ["measured"] * 4, "experiment": ["e"] * 4, "run_id": ["a", "b", "c", "d"],
         "hardware": ["CPU"] * 4, "engine": ["vllm", "vllm", "sglang-jax", "sglang-jax"],
-        "mem_util": [0.92, 0.95, 0.92, 0.95], "context_label": ["200K"] * 4, "status": ["ok"] * 4,
+        "mem_util": [0.92, 0.95, 0.92, 0.95], "context_label": ["200K"] * 4, "context_tokens": [3200] * 4,
+        "status": ["ok"] * 4,
         "batch_time_s": [8.0, 6.0, 6.0, 5.0], "attempts": [1, 1, 1, 2], "ttft_mean_ms": [1.0] * 4,
         "e2e_mean_ms": [2.0] * 4, "server_preemptions": [2, 0, None, None],
     })

@@ -40,11 +40,6 @@ def test_show_draws_at_twice_the_shown_density_and_links_its_data():
     assert base64.b64decode(csv).decode() == "a,b\n1,2.5\n" and "<b>bold</b> claim." in html
 
 
-def test_scaled_contexts_are_labelled_with_their_real_tokens():
-    assert plots.context_tick("64K", 1024, 64.0) == "64K\n(1,024 tok)"
-    assert plots.context_tick("64K", 65536, None) == "64K" == plots.context_tick("64K", 65536, 1.0)
-
-
 def test_batch_time_bars_show_spread_only_where_there_are_repeats():
     base = {"source": ["measured"] * 2, "experiment": ["e"] * 2, "hardware": ["CPU"] * 2, "context_label": ["64K"] * 2,
             "context_tokens": [1024] * 2, "engine": ["vllm", "sglang-jax"], "batch_time_s": [1.0, 2.0],

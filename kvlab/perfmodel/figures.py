@@ -16,19 +16,10 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
 from kvlab.plots import ENGINE_COLORS
+from kvlab.units import k_label, tokens_label
 
 #: Colours of series that are not engines (GPUs, memory targets): none of them reads as vLLM blue or SGLang orange.
 SERIES_COLORS = ("#029e73", "#7b3294", "#555555", "#cc78bc", "#8c6d31", "#56b4e9")
-
-
-def tokens_label(tokens: float) -> str:
-    """A context as a reader names it: 65,536 → '64K', 204,800 → '200K', 1,048,576 → '1M', 3,000 → '3,000'."""
-    t = int(round(tokens))
-    if t >= 1 << 20 and t % (1 << 20) == 0:
-        return f"{t >> 20}M"
-    if t % 1024 == 0:
-        return f"{t // 1024}K"
-    return f"{t:,}"
 
 
 def _context_ticks(lo: float, hi: float, extra: Iterable[float] = ()) -> list[int]:
@@ -187,7 +178,7 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
         from matplotlib.patches import Patch
 
         handles.append(Patch(color="#bbbbbb", alpha=0.5, label=f"crossover range over unpinned assumptions "
-                                                              f"(≈{band[0] / 1024:.0f}K–{band[1] / 1024:.0f}K)"))
+                                                              f"(≈{k_label(band[0])}–{k_label(band[1])})"))
     ax.set_xscale("log", base=2)
     lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
     context_axis(ax.xaxis, lo, hi, extra=[c for r in ranges.values() for c in r])
