@@ -57,14 +57,16 @@ def mean_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def relative_speed(runs: pl.DataFrame, engine_a: str = "vllm", engine_b: str = "sglang") -> pl.DataFrame:
-    """Per configuration: both engines' batch times, which is faster, and by how much.
+    """Per configuration that holds both engines: ``engine`` (= ``engine_a``) and its ``batch_time_s``,
+    ``other_engine`` (= ``engine_b``) and its ``other_batch_time_s``, which is ``faster``, and by how much.
 
     ``speedup`` = T(slower) / T(faster) >= 1, the ratio the documents quote.
     """
     m = mean_batch_times(runs)
-    a = m.filter(pl.col("engine") == engine_a).select(*CONFIG_KEYS, pl.col("batch_time_s").alias(f"{engine_a}_s"))
-    b = m.filter(pl.col("engine") == engine_b).select(*CONFIG_KEYS, pl.col("batch_time_s").alias(f"{engine_b}_s"))
-    ta, tb = pl.col(f"{engine_a}_s"), pl.col(f"{engine_b}_s")
+    a = m.filter(pl.col("engine") == engine_a).select(*CONFIG_KEYS, "engine", "batch_time_s")
+    b = m.filter(pl.col("engine") == engine_b).select(*CONFIG_KEYS, pl.col("engine").alias("other_engine"),
+                                                      pl.col("batch_time_s").alias("other_batch_time_s"))
+    ta, tb = pl.col("batch_time_s"), pl.col("other_batch_time_s")
     return (
         a.join(b, on=list(CONFIG_KEYS), how="inner")
         .with_columns(
@@ -198,7 +200,7 @@ def crossover(
     if rel.height < 2:
         return Crossover(None, None, None, method, assumption, "fewer than two contexts hold both engines")
     c = rel["context_tokens"].to_list()
-    d = [x - y for x, y in zip(rel[f"{engine_a}_s"], rel[f"{engine_b}_s"])]  # <0: engine_a faster
+    d = [x - y for x, y in zip(rel["batch_time_s"], rel["other_batch_time_s"])]  # <0: engine_a faster
     fa = lambda diff: engine_a if diff < 0 else engine_b  # noqa: E731
     for i in range(len(c) - 1):
         if d[i] == 0:
@@ -207,8 +209,8 @@ def crossover(
             if method == "linear":
                 x = c[i] + (c[i + 1] - c[i]) * d[i] / (d[i] - d[i + 1])
             else:
-                ta = [math.log(v) for v in rel[f"{engine_a}_s"][i : i + 2]]
-                tb = [math.log(v) for v in rel[f"{engine_b}_s"][i : i + 2]]
+                ta = [math.log(v) for v in rel["batch_time_s"][i : i + 2]]
+                tb = [math.log(v) for v in rel["other_batch_time_s"][i : i + 2]]
                 lc = [math.log(v) for v in c[i : i + 2]]
                 ka, kb = (ta[1] - ta[0]) / (lc[1] - lc[0]), (tb[1] - tb[0]) / (lc[1] - lc[0])
                 x = math.exp(lc[0] + (tb[0] - ta[0]) / (ka - kb))
@@ -245,7 +247,7 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
             rel = relative_speed(table).filter(pl.col("context_label") == claim["context_from"])
             if rel.height == 1:
                 r = rel.row(0, named=True)
-                slow, fast = max(r["vllm_s"], r["sglang_s"]), min(r["vllm_s"], r["sglang_s"])
+                slow, fast = sorted((r["batch_time_s"], r["other_batch_time_s"]), reverse=True)
                 sign = 1.0 if r["faster"] == claim["engine"] else -1.0  # a claim naming the slower engine fails
                 implied = {
                     "time_ratio": sign * slow / fast,

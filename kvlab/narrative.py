@@ -53,11 +53,11 @@ def relative_speed_sentences(rel: pl.DataFrame, label: str) -> str:
         return f"*{label}: no context holds runs of both engines.*"
     lines = []
     for r in rel.iter_rows(named=True):
-        engines = [c[:-2] for c in rel.columns if c.endswith("_s") and c != "batch_time_s"]
-        slower = next(e for e in engines if e != r["faster"])
+        times = {r["engine"]: r["batch_time_s"], r["other_engine"]: r["other_batch_time_s"]}
+        slower = r["other_engine"] if r["faster"] == r["engine"] else r["engine"]
         lines.append(
             f"- {label}: **{r['faster']} is {r['speedup']:.2f}× faster at {r['context_label']}** "
-            f"({r[r['faster'] + '_s']:.4g} s vs {r[slower + '_s']:.4g} s for {slower})."
+            f"({times[r['faster']]:.4g} s vs {times[slower]:.4g} s for {slower})."
         )
     winners = rel["faster"].unique().to_list()
     if len(winners) > 1:

@@ -122,8 +122,9 @@ def test_relative_speed_and_crossover_between_measured_engines():
     runs = _two_engines({("vllm", 2048): 2.0, ("vllm", 6400): 8.0,
                          ("sglang-jax", 2048): 4.0, ("sglang-jax", 6400): 6.0})
     rel = analysis.relative_speed(runs, "vllm", "sglang-jax")
-    assert rel.select("context_label", "vllm_s", "sglang-jax_s", "faster", "speedup").rows() == [
-        ("64K", 2.0, 4.0, "vllm", 2.0), ("200K", 8.0, 6.0, "sglang-jax", 8.0 / 6.0)]
+    assert rel.select("context_label", "engine", "batch_time_s", "other_engine", "other_batch_time_s", "faster",
+                      "speedup").rows() == [("64K", "vllm", 2.0, "sglang-jax", 4.0, "vllm", 2.0),
+                                            ("200K", "vllm", 8.0, "sglang-jax", 6.0, "sglang-jax", 8.0 / 6.0)]
     x = analysis.crossover(runs, "vllm", "sglang-jax")
     assert (x.context_tokens, x.faster_below, x.faster_above) == (2048 + 4352 / 2, "vllm", "sglang-jax")
     # with sglang-jax slower everywhere the estimate says so instead of extrapolating
