@@ -285,9 +285,9 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
 
 
 def consistency_verdicts(check: pl.DataFrame) -> pl.DataFrame:
-    """One row per claim: consistent under any definition, and under which."""
+    """One row per claim (its ``kind`` and ``engine`` kept): consistent under any definition, and under which."""
     return (
-        check.group_by("claim_id", "statement", "stated_value", maintain_order=True)
+        check.group_by("claim_id", "kind", "engine", "statement", "stated_value", maintain_order=True)
         .agg(
             pl.col("consistent").any().alias("consistent_under_any"),
             pl.col("definition").filter(pl.col("consistent")).alias("consistent_definitions"),

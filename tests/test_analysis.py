@@ -74,6 +74,9 @@ def test_consistency_check_reports_each_claim():
     assert verdict["decay_sglang"]["consistent_under_any"] is False
     assert round(verdict["decay_vllm"]["implied_by_time_ratio"], 2) == 2.94
     assert round(verdict["decay_sglang"]["implied_by_time_ratio"], 2) == 1.49
+    assert {c: (r["kind"], r["engine"]) for c, r in verdict.items()} == {
+        "speedup_64K": ("relative_speed", "vllm"), "speedup_200K": ("relative_speed", "sglang"),
+        "decay_vllm": ("throughput_decay", "vllm"), "decay_sglang": ("throughput_decay", "sglang")}
     # every numeric claim is checked under every definition of its kind
     assert check.height == 2 * len(analysis.SPEED_DEFINITIONS) + 2 * len(analysis.DECAY_DEFINITIONS)
 
