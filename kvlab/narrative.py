@@ -452,7 +452,7 @@ PREFIX_CLAIMS = {
 
 
 def _prefix_engine_order() -> pl.Expr:
-    from kvlab.plots import ENGINE_COLORS
+    from kvlab.style import ENGINE_COLORS
 
     return pl.col("engine").replace_strict({e: i for i, e in enumerate(ENGINE_COLORS)}, default=len(ENGINE_COLORS),
                                            return_dtype=pl.Int64)

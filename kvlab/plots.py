@@ -13,16 +13,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD, engine_label
+from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
+from kvlab.style import ENGINE_COLORS, number_label as _num, styled, theme
 from kvlab.units import scaled_context
-
-#: One colour per engine in every report; sglang-jax (SGLang's JAX runtime) is SGLang's family, a darker shade.
-ENGINE_COLORS = {"vllm": "#3b75af", "sglang": "#e1812c", "sglang-jax": "#a0461a"}
-sns.set_theme(style="whitegrid", context="notebook")
-
-
-def _num(v: float) -> str:
-    """A value for a label: 3 significant digits, but whole numbers from 1,000 up (1,260 rather than 1.26e+03)."""
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
 
 
 def _log_if_wide(ax, values, ylabel: str, spread: float = 20.0) -> None:
@@ -77,6 +70,7 @@ def _finish(fig: Figure, axes, legend_size: int | None = 8) -> Figure:
     return fig
 
 
+@styled
 def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
     """Grouped bars of batch time per context and engine, one panel per source (values printed on bars;
     whiskers ±1 standard deviation where a configuration has repeats)."""
@@ -107,6 +101,7 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
     return _finish(fig, axes, legend_size=None)
 
 
+@styled
 def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None) -> Figure:
     """Throughput against context per engine (log-log), one panel per source."""
     panels = _panels(tp.filter(pl.col(y).is_not_null()).sort("context_tokens"))
@@ -146,6 +141,7 @@ DEFINITION_COLORS = {"time_ratio": "#029e73", "percent_less_time": "#cc78bc", "b
                      "prompt_tokens_per_s_ratio": "#8c6d31"}
 
 
+@styled
 def claims_vs_table(check: pl.DataFrame, claims: pl.DataFrame | None = None) -> Figure:
     """Each stated ratio (dark grey) beside the values the document's own table implies under each definition that
     applies to it (one colour per definition, never an engine's), ✓ where they agree, hatched ✗ where not; the
@@ -204,6 +200,7 @@ def _setting_ticks(stats: pl.DataFrame) -> pl.DataFrame:
     return s.with_columns(pl.Series("tick", ticks), pl.int_range(pl.len()).alias("x"))
 
 
+@styled
 def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     """One panel each for retries and failed runs (left out when every count is 0: the caption says so), the batch
     time of every successful run and its mean request latency, per context @ memory setting (contexts in order of size, each context's settings in increasing order,
@@ -330,7 +327,8 @@ class FigureView:
         import io
 
         buf = io.BytesIO()
-        self.fig.savefig(buf, format="png", dpi=SHOW_DPI, bbox_inches="tight")
+        with theme():
+            self.fig.savefig(buf, format="png", dpi=SHOW_DPI, bbox_inches="tight")
         return buf.getvalue()
 
     def _repr_html_(self) -> str:
@@ -474,6 +472,7 @@ def _whiskers(ax, g: pl.DataFrame, x: str, y: str, std: str, color: str) -> bool
     return rep.height > 0
 
 
+@styled
 def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
                           block_tokens: int = 128) -> Figure:
     """Cache-hit rate, mean TTFT and median batch time against the shared fraction, per engine and cache setting.
@@ -540,6 +539,7 @@ def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEX
     return _legend_below(fig, handles, ncol=4)
 
 
+@styled
 def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD, min_gain: float = 0.10) -> Figure:
     """Speed-up from the prefix cache (off ÷ on) against the shared fraction, per engine: batch time (solid,
     filled dots) and mean TTFT (dashed, open squares); 1× (no gain), the saving that counts and the tree's
@@ -576,6 +576,7 @@ def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
     return _legend_below(fig, handles, ncol=3)
 
 
+@styled
 def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = None) -> Figure:
     """Per turn: prompt tokens served from the cache (mean per request) and mean TTFT, per engine with its prefix
     cache on (solid, filled dots) and off (dashed, open dots). Turns are whole numbers on the axis. With
@@ -629,6 +630,7 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
     return _legend_below(fig, handles, ncol=3)
 
 
+@styled
 def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOLD) -> Figure:
     """Completed requests/s and TTFT (mean: solid, circles; p99: dashed, triangles) against requests in flight, one
     colour per engine; each throughput point labelled completed/sent; the tree's threshold marked; a log axis (said
@@ -661,8 +663,6 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
             ax.set_xlim(lo - pad, hi + pad)
         ax.set_xlabel("requests in flight")
         ax.title.set_fontsize(10)
-    from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
-
     value_axis(axes[0], conc["requests_per_s"].to_list() if conc.height else [], "completed requests/s")
     value_axis(axes[1], (conc["ttft_mean_ms"].to_list() + conc["ttft_p99_ms"].to_list()) if conc.height else [],
                "TTFT (ms)")
@@ -677,6 +677,7 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
     return fig
 
 
+@styled
 def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figure:
     """Document 003's decision tree with the answers of one workload highlighted."""
     # (question or leaf, x, y); edges (parent, child, answer)
@@ -730,6 +731,7 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
     return fig
 
 
+@styled
 def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
                        block_tokens: int | None = None) -> Figure:
     """Modelled: the share of prompt tokens a perfect prefix cache could serve, against the shared fraction,
