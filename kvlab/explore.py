@@ -135,13 +135,13 @@ def engine_choice_view(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame) -> lis
     """What 06's controls redraw: the tree with this workload's path, the evidence, and the answer."""
     from IPython.display import Markdown
 
-    from kvlab import guide, plots
+    from kvlab import guide, narrative, plots
 
     tree = w.tree()
     ev = guide.from_evidence(w, fit, sharing, conc)
-    return [plots.show(plots.decision_tree_figure(tree.path, tree.engine), guide.tree_caption(tree)),
-            Markdown(guide.tree_sentence(tree) + "\n" + guide.evidence_sentences(ev)),
-            Markdown(guide.recommendation_sentence(w, tree, ev, sharing))]
+    return [plots.show(plots.decision_tree_figure(tree.path, tree.engine), narrative.tree_caption(tree)),
+            Markdown(narrative.tree_sentence(tree) + "\n" + narrative.evidence_sentences(ev)),
+            Markdown(narrative.recommendation_sentence(w, tree, ev, sharing))]
 
 
 def engine_choice(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame):
