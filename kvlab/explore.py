@@ -96,11 +96,11 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
     fig = plot_curves(df, published, title=f"modelled: {narrative.setup_phrase(model, gpu, tp)}")
     at = df.filter(pl.col("context_tokens") == context).sort("batch_time_s")
     fast, slow = at.row(0, named=True), at.row(-1, named=True)
-    fits = "; ".join(f"{narrative._config_name(r['config'])} does not fit in memory" for r in at.iter_rows(named=True)
+    fits = "; ".join(f"{narrative.config_name(r['config'])} does not fit in memory" for r in at.iter_rows(named=True)
                      if not r["fits"])
-    sentence = (f"At {tokens_label(context)} ({context:,} tokens), {narrative._config_name(fast['config'])} takes "
+    sentence = (f"At {tokens_label(context)} ({context:,} tokens), {narrative.config_name(fast['config'])} takes "
                 f"{number(fast['batch_time_s'])} s per batch against {number(slow['batch_time_s'])} s for "
-                f"{narrative._config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
+                f"{narrative.config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
                 + (f"; {fits}" if fits else "") + ".")
     return [plots.show(fig, narrative.curves_caption(df, x, published), data=df), Markdown(sentence)]
 
