@@ -64,11 +64,12 @@ def relative_speed(runs: pl.DataFrame, engine_a: str = "vllm", engine_b: str = "
     """
     m = mean_batch_times(runs)
     a = m.filter(pl.col("engine") == engine_a).select(*CONFIG_KEYS, "engine", "batch_time_s")
-    b = m.filter(pl.col("engine") == engine_b).select(*CONFIG_KEYS, pl.col("engine").alias("other_engine"),
+    on = [k for k in CONFIG_KEYS if k != "context_label"]  # contexts joined on tokens; the label is only shown
+    b = m.filter(pl.col("engine") == engine_b).select(*on, pl.col("engine").alias("other_engine"),
                                                       pl.col("batch_time_s").alias("other_batch_time_s"))
     ta, tb = pl.col("batch_time_s"), pl.col("other_batch_time_s")
     return (
-        a.join(b, on=list(CONFIG_KEYS), how="inner")
+        a.join(b, on=on, how="inner")
         .with_columns(
             pl.when(ta <= tb).then(pl.lit(engine_a)).otherwise(pl.lit(engine_b)).alias("faster"),
             (pl.max_horizontal(ta, tb) / pl.min_horizontal(ta, tb)).alias("speedup"),

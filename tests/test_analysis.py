@@ -128,6 +128,10 @@ def test_relative_speed_and_crossover_between_measured_engines():
     assert rel.select("context_label", "engine", "batch_time_s", "other_engine", "other_batch_time_s", "faster",
                       "speedup").rows() == [("64K", "vllm", 2.0, "sglang-jax", 4.0, "vllm", 2.0),
                                             ("200K", "vllm", 8.0, "sglang-jax", 6.0, "sglang-jax", 8.0 / 6.0)]
+    # contexts pair on their tokens: a label written another way names the same context
+    relabelled = runs.with_columns(pl.when(pl.col("engine") == "sglang-jax").then(pl.lit("65,536"))
+                                   .otherwise(pl.col("context_label")).alias("context_label"))
+    assert analysis.relative_speed(relabelled, "vllm", "sglang-jax")["speedup"].to_list() == [2.0, 8.0 / 6.0]
     x = analysis.crossover(runs, "vllm", "sglang-jax")
     assert (x.context_tokens, x.faster_below, x.faster_above) == (2048 + 4352 / 2, "vllm", "sglang-jax")
     # with sglang-jax slower everywhere the estimate says so instead of extrapolating
