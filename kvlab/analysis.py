@@ -57,16 +57,19 @@ def mean_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def relative_speed(runs: pl.DataFrame, engine_a: str = "vllm", engine_b: str = "sglang") -> pl.DataFrame:
-    """Per configuration: both engines' batch times, which is faster, and by how much.
+    """Per configuration that holds both engines: ``engine`` (= ``engine_a``) and its ``batch_time_s``,
+    ``other_engine`` (= ``engine_b``) and its ``other_batch_time_s``, which is ``faster``, and by how much.
 
     ``speedup`` = T(slower) / T(faster) >= 1, the ratio the documents quote.
     """
     m = mean_batch_times(runs)
-    a = m.filter(pl.col("engine") == engine_a).select(*CONFIG_KEYS, pl.col("batch_time_s").alias(f"{engine_a}_s"))
-    b = m.filter(pl.col("engine") == engine_b).select(*CONFIG_KEYS, pl.col("batch_time_s").alias(f"{engine_b}_s"))
-    ta, tb = pl.col(f"{engine_a}_s"), pl.col(f"{engine_b}_s")
+    a = m.filter(pl.col("engine") == engine_a).select(*CONFIG_KEYS, "engine", "batch_time_s")
+    on = [k for k in CONFIG_KEYS if k != "context_label"]  # contexts joined on tokens; the label is only shown
+    b = m.filter(pl.col("engine") == engine_b).select(*on, pl.col("engine").alias("other_engine"),
+                                                      pl.col("batch_time_s").alias("other_batch_time_s"))
+    ta, tb = pl.col("batch_time_s"), pl.col("other_batch_time_s")
     return (
-        a.join(b, on=list(CONFIG_KEYS), how="inner")
+        a.join(b, on=on, how="inner")
         .with_columns(
             pl.when(ta <= tb).then(pl.lit(engine_a)).otherwise(pl.lit(engine_b)).alias("faster"),
             (pl.max_horizontal(ta, tb) / pl.min_horizontal(ta, tb)).alias("speedup"),
@@ -198,7 +201,7 @@ def crossover(
     if rel.height < 2:
         return Crossover(None, None, None, method, assumption, "fewer than two contexts hold both engines")
     c = rel["context_tokens"].to_list()
-    d = [x - y for x, y in zip(rel[f"{engine_a}_s"], rel[f"{engine_b}_s"])]  # <0: engine_a faster
+    d = [x - y for x, y in zip(rel["batch_time_s"], rel["other_batch_time_s"])]  # <0: engine_a faster
     fa = lambda diff: engine_a if diff < 0 else engine_b  # noqa: E731
     for i in range(len(c) - 1):
         if d[i] == 0:
@@ -207,8 +210,8 @@ def crossover(
             if method == "linear":
                 x = c[i] + (c[i + 1] - c[i]) * d[i] / (d[i] - d[i + 1])
             else:
-                ta = [math.log(v) for v in rel[f"{engine_a}_s"][i : i + 2]]
-                tb = [math.log(v) for v in rel[f"{engine_b}_s"][i : i + 2]]
+                ta = [math.log(v) for v in rel["batch_time_s"][i : i + 2]]
+                tb = [math.log(v) for v in rel["other_batch_time_s"][i : i + 2]]
                 lc = [math.log(v) for v in c[i : i + 2]]
                 ka, kb = (ta[1] - ta[0]) / (lc[1] - lc[0]), (tb[1] - tb[0]) / (lc[1] - lc[0])
                 x = math.exp(lc[0] + (tb[0] - ta[0]) / (ka - kb))
@@ -245,7 +248,7 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
             rel = relative_speed(table).filter(pl.col("context_label") == claim["context_from"])
             if rel.height == 1:
                 r = rel.row(0, named=True)
-                slow, fast = max(r["vllm_s"], r["sglang_s"]), min(r["vllm_s"], r["sglang_s"])
+                slow, fast = sorted((r["batch_time_s"], r["other_batch_time_s"]), reverse=True)
                 sign = 1.0 if r["faster"] == claim["engine"] else -1.0  # a claim naming the slower engine fails
                 implied = {
                     "time_ratio": sign * slow / fast,
@@ -283,9 +286,9 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
 
 
 def consistency_verdicts(check: pl.DataFrame) -> pl.DataFrame:
-    """One row per claim: consistent under any definition, and under which."""
+    """One row per claim (its ``kind`` and ``engine`` kept): consistent under any definition, and under which."""
     return (
-        check.group_by("claim_id", "statement", "stated_value", maintain_order=True)
+        check.group_by("claim_id", "kind", "engine", "statement", "stated_value", maintain_order=True)
         .agg(
             pl.col("consistent").any().alias("consistent_under_any"),
             pl.col("definition").filter(pl.col("consistent")).alias("consistent_definitions"),
@@ -309,9 +312,7 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
     attempt rows counts its ``attempts`` column.
     """
     measured = runs.filter(pl.col("source") == "measured")
-    keys = ["experiment", "hardware", "engine", "mem_util", "context_label"]
-    if "context_tokens" in measured.columns:  # sorts contexts by size (labels sort "200K" before "64K")
-        keys.insert(4, "context_tokens")
+    keys = ["experiment", "hardware", "engine", "mem_util", "context_tokens", "context_label"]  # label: to show
     per_run_attempts = attempts.group_by("run_id").agg(
         pl.len().alias("n_attempts"),
         (pl.col("status") == "failed").sum().alias("failed_attempts"),
@@ -342,7 +343,7 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
 
 def failure_causes(attempts: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
     """Count of failed attempts by cause, per experiment, engine and memory setting."""
-    keys = ["experiment", "engine", "mem_util", "context_label"]
+    keys = ["experiment", "engine", "mem_util", "context_tokens", "context_label"]  # the label only to show
     return (
         attempts.filter(pl.col("status") == "failed")
         .join(runs.select("run_id", *keys), on="run_id", how="inner")
@@ -359,22 +360,23 @@ def memory_comparison(stats: pl.DataFrame, low: float | None = None, high: float
     ``mem_util``. ``time_ratio`` = mean batch time at ``high`` / at ``low`` (< 1: the higher setting
     finished sooner; null when either setting has no successful run). Empty with fewer than two settings.
     """
-    keys = ["experiment", "hardware", "engine", *(["context_tokens"] if "context_tokens" in stats.columns else []),
-            "context_label"]
+    keys = ["experiment", "hardware", "engine", "context_tokens"]  # contexts joined on tokens, the label shown
     cols = ["runs", "runs_ok", "runs_failed", "retries", "batch_time_mean_s", "preemptions"]
     low = stats["mem_util"].min() if low is None else low
     high = stats["mem_util"].max() if high is None else high
     if low is None or high is None or low == high:
-        return pl.DataFrame(schema={**{k: stats.schema[k] for k in keys}, "mem_low": pl.Float64, "mem_high": pl.Float64,
+        return pl.DataFrame(schema={**{k: stats.schema[k] for k in (*keys, "context_label")}, "mem_low": pl.Float64, "mem_high": pl.Float64,
                                     **{f"{c}_{s}": stats.schema[c] for s in ("low", "high") for c in cols},
                                     "time_ratio": pl.Float64})
-    lo = stats.filter(pl.col("mem_util") == low).select(*keys, *[pl.col(c).alias(f"{c}_low") for c in cols])
+    lo = stats.filter(pl.col("mem_util") == low).select(*keys, "context_label",
+                                                        *[pl.col(c).alias(f"{c}_low") for c in cols])
     hi = stats.filter(pl.col("mem_util") == high).select(*keys, *[pl.col(c).alias(f"{c}_high") for c in cols])
     return (
         lo.join(hi, on=keys, how="inner")
         .with_columns(pl.lit(low).alias("mem_low"), pl.lit(high).alias("mem_high"),
                       (pl.col("batch_time_mean_s_high") / pl.col("batch_time_mean_s_low")).alias("time_ratio"))
-        .select(*keys, "mem_low", "mem_high", *[f"{c}_{s}" for s in ("low", "high") for c in cols], "time_ratio")
+        .select(*keys, "context_label", "mem_low", "mem_high", *[f"{c}_{s}" for s in ("low", "high") for c in cols],
+                "time_ratio")
         .sort(keys)
     )
 

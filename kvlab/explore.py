@@ -43,7 +43,7 @@ def interactive_enabled() -> bool:
 
 
 def _context_options(extra: int | None = None) -> list[tuple[str, int]]:
-    from kvlab.perfmodel.figures import tokens_label
+    from kvlab.units import tokens_label
 
     values = sorted(set(CONTEXTS) | ({extra} if extra else set()))
     return [(f"{tokens_label(c)} ({c:,} tokens)", c) for c in values]
@@ -82,8 +82,9 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
 
     from kvlab import narrative, plots
     from kvlab.perfmodel import Config, crossover_context
-    from kvlab.perfmodel.figures import context_grid, curves, plot_curves, tokens_label
+    from kvlab.perfmodel.figures import context_grid, curves, plot_curves
     from kvlab.tables import number
+    from kvlab.units import tokens_label
 
     if dcp < 1 or tp % dcp:
         return [Markdown(f"*DCP {dcp} must divide TP {tp}: choose another DCP size.*")]
@@ -95,11 +96,11 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
     fig = plot_curves(df, published, title=f"modelled: {narrative.setup_phrase(model, gpu, tp)}")
     at = df.filter(pl.col("context_tokens") == context).sort("batch_time_s")
     fast, slow = at.row(0, named=True), at.row(-1, named=True)
-    fits = "; ".join(f"{narrative._config_name(r['config'])} does not fit in memory" for r in at.iter_rows(named=True)
+    fits = "; ".join(f"{narrative.config_name(r['config'])} does not fit in memory" for r in at.iter_rows(named=True)
                      if not r["fits"])
-    sentence = (f"At {tokens_label(context)} ({context:,} tokens), {narrative._config_name(fast['config'])} takes "
+    sentence = (f"At {tokens_label(context)} ({context:,} tokens), {narrative.config_name(fast['config'])} takes "
                 f"{number(fast['batch_time_s'])} s per batch against {number(slow['batch_time_s'])} s for "
-                f"{narrative._config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
+                f"{narrative.config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
                 + (f"; {fits}" if fits else "") + ".")
     return [plots.show(fig, narrative.curves_caption(df, x, published), data=df), Markdown(sentence)]
 
@@ -134,13 +135,13 @@ def engine_choice_view(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame) -> lis
     """What 06's controls redraw: the tree with this workload's path, the evidence, and the answer."""
     from IPython.display import Markdown
 
-    from kvlab import guide, plots
+    from kvlab import guide, narrative, plots
 
     tree = w.tree()
     ev = guide.from_evidence(w, fit, sharing, conc)
-    return [plots.show(plots.decision_tree_figure(tree.path, tree.engine), guide.tree_caption(tree)),
-            Markdown(guide.tree_sentence(tree) + "\n" + guide.evidence_sentences(ev)),
-            Markdown(guide.recommendation_sentence(w, tree, ev, sharing))]
+    return [plots.show(plots.decision_tree_figure(tree.path, tree.engine), narrative.tree_caption(tree)),
+            Markdown(narrative.tree_sentence(tree) + "\n" + narrative.evidence_sentences(ev)),
+            Markdown(narrative.recommendation_sentence(w, tree, ev, sharing))]
 
 
 def engine_choice(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame):

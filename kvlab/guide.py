@@ -3,8 +3,9 @@
 The tree encodes the document's reasoning (RadixAttention shares prefixes, PagedAttention does
 not; vLLM for many concurrent requests and mixed hardware). :func:`from_evidence` answers the
 same question from kvlab's own numbers: the physical model for the context length, measured
-prefix-sharing runs for the shared fraction, measured concurrency runs for the load. Where the
-two disagree, :func:`disagreement` says which premise of the tree the data contradicts.
+prefix-sharing runs for the shared fraction, measured concurrency runs for the load. The sentences
+that say all this (and, where the two disagree, which premise of the tree the data contradict) are in
+:mod:`kvlab.narrative`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import polars as pl
+
+from kvlab.tables import number, percent
 
 Engine = Literal["vllm", "sglang"]
 PRIORITIES = ("throughput", "stability")
@@ -211,7 +214,6 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     from kvlab.perfmodel.calibrate import crossover_from_fit
 
     from kvlab.perfmodel.roofline import kv_split
-    from kvlab.tables import number
 
     a = Config.of(w.gpu, w.model, "vllm", w.tp, 1)
     b = Config.of(w.gpu, w.model, "sglang", w.tp, w.dcp)
@@ -240,7 +242,7 @@ def context_factor(w: UserWorkload, fit) -> Factor:
                   f"on the B300 article's Kimi-K3 points: other models and GPUs are extrapolations.{caveat}")
 
 
-def _nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
+def nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
     if df.is_empty():
         return df
     return df.with_columns((pl.col(col) - value).abs().alias("_d")).filter(pl.col("_d") == pl.col("_d").min()).drop("_d")
@@ -254,15 +256,6 @@ def _two_engine_slice(df: pl.DataFrame) -> pl.DataFrame:
     return df
 
 
-def _pct(v: float | None) -> str:
-    return "not available" if v is None else f"{v:.0%}"
-
-
-def _ms(v: float | None) -> str:
-    """Milliseconds as a reader writes them: 5,466 ms, 431 ms, 21.4 ms."""
-    return "not available" if v is None else f"{v:,.0f} ms" if abs(v) >= 100 else f"{v:.3g} ms"
-
-
 def prefix_factor(w: UserWorkload, sharing: pl.DataFrame, min_margin: float = MIN_MARGIN) -> Factor:
     """Measured runs at the shared fraction nearest the user's, each engine with its prefix cache on.
 
@@ -274,8 +267,8 @@ def prefix_factor(w: UserWorkload, sharing: pl.DataFrame, min_margin: float = MI
     if on.is_empty():
         return Factor("prefix", "none", None, "no measured prefix-sharing runs: the tree's premise is untested here")
     pair = _two_engine_slice(on)
-    near = _nearest(pair, "shared_fraction", w.shared_fraction).sort("batch_time_s", nulls_last=True)
-    parts = [f"{engine_label(r['engine'])} reuses {_pct(r['cache_hit_rate'])} of prompt tokens at shared fraction "
+    near = nearest(pair, "shared_fraction", w.shared_fraction).sort("batch_time_s", nulls_last=True)
+    parts = [f"{engine_label(r['engine'])} reuses {percent(r['cache_hit_rate'])} of prompt tokens at shared fraction "
              f"{r['shared_fraction']:g} (ideal {r['ideal_hit_rate']:.0%}), median batch time "
              f"{r['batch_time_s']:.3g} s" for r in near.iter_rows(named=True)]
     parts[0] = f"on {', '.join(near['hardware'].unique(maintain_order=True))}: {parts[0]}"
@@ -320,7 +313,7 @@ def concurrency_factor(w: UserWorkload, conc: pl.DataFrame, min_margin: float = 
     """
     if conc.is_empty():
         return Factor("concurrency", "none", None, "no measured concurrency runs")
-    near = _nearest(_two_engine_slice(conc), "in_flight", w.concurrency).sort("requests_per_s", descending=True,
+    near = nearest(_two_engine_slice(conc), "in_flight", w.concurrency).sort("requests_per_s", descending=True,
                                                                                nulls_last=True)
     parts = [f"{engine_label(r['engine'])} at {r['in_flight']} in flight: {r['requests_ok']}/{r['requests_sent']} "
              f"requests completed, {r['requests_failed']} failed, {r['requests_per_s']:.3g} requests/s"
@@ -385,285 +378,6 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
                     decided_by="tie-break")
 
 
-def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: pl.DataFrame) -> str | None:
-    """Why the tree and the evidence differ, naming the premise the data contradicts; None when they agree."""
-    if tree.engine == ev.engine:
-        return None
-    if ev.decided_by == "tie-break":
-        why = [f"The tree says **{tree.engine}** ({tree.reason}); nothing measured or modelled here separates the "
-               f"engines, so the data's **{ev.engine}** is only a tie-break (vLLM, easier to operate), not a finding."]
-    else:
-        decided = ev.deciding.evidence() if ev.deciding is not None and ev.deciding.winner else ev.basis
-        why = [f"The tree says **{tree.engine}** ({tree.reason}); the {ev.decided_by} data say **{ev.engine}** "
-               f"({decided})."]
-    on = sharing.filter(pl.col("prefix_caching").fill_null(True) & pl.col("cache_hit_rate").is_not_null())
-    on_vllm = on.filter(pl.col("engine") == "vllm")
-    if w.shared_prefix and tree.engine == "sglang" and not on_vllm.is_empty():
-        near = _nearest(on_vllm, "shared_fraction", w.shared_fraction).row(0, named=True)
-        radix = on.filter((pl.col("engine") != "vllm") & (pl.col("shared_fraction") == near["shared_fraction"]))
-        beside = "".join(f" ({engine_label(r['engine'])}'s radix cache: {r['cache_hit_rate']:.0%})"
-                         for r in radix.iter_rows(named=True))
-        why.append(f"The tree's shared-prefix branch assumes vLLM shares no prefixes; measured, vLLM's automatic "
-                   f"prefix caching reused {near['cache_hit_rate']:.0%} of prompt tokens at shared fraction "
-                   f"{near['shared_fraction']:g}{beside}, so a shared prefix alone does not separate the engines.")
-    conc = ev.factors[2]
-    if (not w.shared_prefix and w.concurrency >= CONCURRENCY_THRESHOLD and tree.engine == "vllm"
-            and conc.favours == ev.engine):
-        why.append(f"The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with "
-                   f"≥ {CONCURRENCY_THRESHOLD} requests in flight; measured, {conc.evidence()}.")
-    ctx = ev.factors[0]
-    if ctx.favours and ctx.favours != tree.engine:
-        why.append(f"The tree never asks the context length; the model does: {ctx.finding}.")
-    return " ".join(why)
-
-
-def tree_sentence(rec: Recommendation) -> str:
-    path = " → ".join(f"{q} **{a}**" for q, a in rec.path)
-    return f"- decision tree: {path} ⇒ **{rec.engine}** ({rec.reason})."
-
-
-def evidence_sentences(ev: Evidence) -> str:
-    lines = [f"- {f.name} ({f.source}): {f.finding}." + (
-        f" Favours **{f.favours}**" + (f" (measured on {engine_label(f.winner)})" if f.winner and f.winner != f.favours else "") + "."
-        if f.favours else "") for f in ev.factors]
-    if ev.decided_by == "tie-break":
-        lines.append(f"- from the data: **{ev.engine}**, but only as a tie-break: {ev.basis}.")
-    else:
-        lines.append(f"- from the data: **{ev.engine}** (decided by {ev.basis}).")
-    lines += [f"- {n}" for n in ev.notes]
-    return "\n".join(lines)
-
-
-def evidence_gap_sentence(ev: Evidence) -> str | None:
-    """What the measured evidence cannot say: no two-engine comparison, or one within the noise margin; else None."""
-    measured = [f for f in ev.factors if f.source == "measured"]
-    if not any(f.n_engines >= 2 for f in measured):
-        return ("No measurement here compares two engines on the same hardware; the data-backed pick rests on the "
-                "model and on the tree's tie-break. Run the GPU experiments (`data/experiments/gpu_*.yaml`) for a "
-                "measured comparison.")
-    if not any(f.favours for f in measured):
-        compared = ", ".join(f.name for f in measured if f.n_engines >= 2)
-        return (f"Two engines were measured ({compared}), but every measured difference is under "
-                f"{MIN_MARGIN - 1:.0%}: the measurements do not separate them.")
-    return None
-
-
-# --------------------------------------------------------------------------- sentences computed from the studies
-
-
-def stand_in_note(*frames: pl.DataFrame, block_tokens: int = 128) -> str | None:
-    """Says, once and plainly, what sglang-jax is, when any of ``frames`` holds its runs; None otherwise."""
-    if not any(not f.is_empty() and "engine" in f.columns and (f["engine"] == "sglang-jax").any() for f in frames):
-        return None
-    return (f"**{engine_label('sglang-jax')} is not PyTorch SGLang.** It is {STAND_IN['sglang-jax']}. vLLM's CPU "
-            f"backend caches whole {block_tokens}-token blocks. sglang-jax serves no /metrics: its cache hits are its "
-            "requests' usage `cached_tokens`, and server counters it lacks show as not available, never as 0.")
-
-
-def prefix_claim_verdict(sharing: pl.DataFrame, engine: str = "vllm") -> str:
-    """Does ``engine`` share prefixes? Hit rates with its prefix cache on vs off at the largest shared fraction."""
-    e = sharing.filter((pl.col("engine") == engine) & pl.col("cache_hit_rate").is_not_null())
-    on, off = e.filter(pl.col("prefix_caching")), e.filter(~pl.col("prefix_caching"))
-    if on.is_empty():
-        return f"*No measured {engine} runs with its prefix cache on: the claim is untested here.*"
-    top = on.sort("shared_fraction").row(-1, named=True)
-    off_top = off.filter(pl.col("shared_fraction") == top["shared_fraction"])
-    off_txt = (f"; with it off (`--no-enable-prefix-caching`, what the document describes) "
-               f"{off_top['cache_hit_rate'][0]:.0%}" if off_top.height else "")
-    shares = top["cache_hit_rate"] > 0
-    verdict = ("**The claim does not hold for current vLLM**: with automatic prefix caching (on by default) requests "
-               "do share the common prefix's KV blocks." if shares else
-               "**The data agree with the claim**: no prompt token came from the cache.")
-    return (f"- measured ({top['hardware']}): at shared fraction {top['shared_fraction']:g}, {engine_label(engine)} with its prefix "
-            f"cache on served **{top['cache_hit_rate']:.0%}** of prompt tokens from the cache (ideal "
-            f"{top['ideal_hit_rate']:.0%}){off_txt}.\n- {verdict}")
-
-
-def _sources(g: pl.DataFrame) -> str:
-    src = g["hit_source"].drop_nulls().unique(maintain_order=True).to_list() if "hit_source" in g.columns else []
-    return f" (counted from its {' and '.join(src)})" if src else ""
-
-
-def hit_rate_sentence(sharing: pl.DataFrame) -> str:
-    """Hit rate by shared fraction per configuration, as one line each, saying which count it comes from."""
-    lines = []
-    for (engine, caching), g in sharing.sort("shared_fraction").group_by(["engine", "prefix_caching"], maintain_order=True):
-        pts = ", ".join(f"{r['shared_fraction']:g} → {_pct(r['cache_hit_rate'])}" for r in g.iter_rows(named=True))
-        lines.append(f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: cache-hit rate by shared "
-                     f"fraction {pts}{_sources(g)}.")
-    return "\n".join(lines)
-
-
-def radix_vs_paged_sentence(sharing: pl.DataFrame, block_tokens: int = 128) -> str:
-    """SGLang-family radix cache against vLLM's paged blocks, cache on, at every shared fraction both measured.
-
-    Each line: both hit rates beside the token-exact ideal (``ideal_hit_rate``) and the whole-block
-    ideal (``block_ideal_hit_rate``), then TTFT and batch time; a last line names the largest hit-rate gap.
-    """
-    on = sharing.filter(pl.col("prefix_caching"))
-    paged = on.filter(pl.col("engine") == "vllm")
-    radix_engines = [e for e in on["engine"].unique(maintain_order=True).to_list() if FAMILY.get(e) == "sglang"]
-    if paged.is_empty() or not radix_engines:
-        return "*Radix vs paged: no shared fraction was measured with both vLLM and an SGLang-family engine, cache on.*"
-    radix_engine = radix_engines[0]
-    cols = ["shared_fraction", "shared_prefix_tokens", "cache_hit_rate", "ideal_hit_rate", "block_ideal_hit_rate",
-            "ttft_mean_ms", "batch_time_s"]
-    both = paged.select(cols).join(on.filter(pl.col("engine") == radix_engine).select(cols), on="shared_fraction",
-                                   suffix="_r").sort("shared_fraction")
-    if both.is_empty():
-        return "*Radix vs paged: no shared fraction holds both engines with the cache on.*"
-    lr, lp = engine_label(radix_engine), engine_label("vllm")
-    lines = []
-    for r in both.iter_rows(named=True):
-        lines.append(
-            f"- shared fraction {r['shared_fraction']:g} ({r['shared_prefix_tokens']:,} prefix tokens): {lr} served "
-            f"**{_pct(r['cache_hit_rate_r'])}** of prompt tokens from its radix cache (token-exact ideal "
-            f"{r['ideal_hit_rate']:.0%}), {lp} **{_pct(r['cache_hit_rate'])}** from its paged cache (whole "
-            f"{block_tokens}-token-block ideal {r['block_ideal_hit_rate']:.0%}); mean TTFT {_ms(r['ttft_mean_ms_r'])} "
-            f"vs {_ms(r['ttft_mean_ms'])}, median batch time {r['batch_time_s_r']:.3g} s vs {r['batch_time_s']:.3g} s.")
-    gaps = both.filter(pl.col("cache_hit_rate").is_not_null() & pl.col("cache_hit_rate_r").is_not_null()).with_columns(
-        (pl.col("cache_hit_rate_r") - pl.col("cache_hit_rate")).alias("gap"))
-    if gaps.height:
-        g = gaps.sort(pl.col("gap").abs(), descending=True).row(0, named=True)
-        more, less = (lr, lp) if g["gap"] >= 0 else (lp, lr)
-        lines.append(f"- Largest hit-rate gap: at shared fraction {g['shared_fraction']:g}, {more} served "
-                     f"**{abs(g['gap']) * 100:.1f} percentage points** more of the prompt from its cache than {less}.")
-    return "\n".join(lines)
-
-
-def threshold_sentence(th, gain: pl.DataFrame) -> str:
-    """Whether the tree's threshold shows in the caching gain, in words, with the numbers that decide it."""
-    if th.verdict == "no data":
-        return "*Fewer than three shared fractions with the cache both on and off: the threshold cannot be tested.*"
-    pts = ", ".join(f"{r['shared_fraction']:g} → {r['time_saved']:+.0%}" for r in gain.sort("shared_fraction").iter_rows(named=True))
-    first = (f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is "
-             f"**{th.first_fraction:g}**" if th.first_fraction is not None else
-             f"no measured fraction saves {th.min_gain:.0%} of batch time")
-    slopes = (f"fitted slope below {th.at:g}: {th.slope_below:.2f}, from {th.at:g} up: {th.slope_above:.2f} "
-              f"(time saved per unit of shared fraction); one straight line through all points has R² {th.r2_linear:.2f}")
-    losses = ""
-    if th.losses:
-        losses = ("; below it the cache did not pay: " + ", ".join(f"{f:g} → {v:+.0%}" for f, v in th.losses)
-                  + " (the cache cost more batch time than it saved)")
-    even = (f"- the cache saves time at every measured fraction from **{th.break_even:g}** up{losses}."
-            if th.break_even is not None else "- no range of measured fractions where the cache always saves time.")
-    if th.verdict == "inconclusive":
-        say = (f"**The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the "
-               f"runs with the cache on took {abs(th.gain_at_zero):.0%} {'less' if th.gain_at_zero > 0 else 'more'} batch "
-               f"time than with it off, a difference the "
-               f"prefix cache cannot explain and as large as the {th.min_gain:.0%} saving the test looks for. More "
-               "repeats per point (the full sweep) are needed to test it.")
-    elif th.verdict == "smooth":
-        say = (f"**No jump at {th.at:.0%} shows in these runs**: past the break-even the saving grows steadily with the "
-               f"shared fraction, so {th.at:.0%} reads as a rule of thumb for 'enough sharing to matter', not a property "
-               "of the cache.")
-    else:
-        g = gain.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction")
-        lo, hi = g.filter(pl.col("shared_fraction") < th.at), g.filter(pl.col("shared_fraction") >= th.at)
-        say = (f"**The saving jumps between shared fractions {lo['shared_fraction'][-1]:g} and "
-               f"{hi['shared_fraction'][0]:g}** ({lo['time_saved'][-1]:+.0%} → {hi['time_saved'][0]:+.0%}), where the "
-               f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
-               if lo.height and hi.height else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests.")
-    return f"- batch time saved by the prefix cache, by shared fraction: {pts}.\n- {first}; {slopes}.\n{even}\n- {say}"
-
-
-def prefix_conclusions(sharing: pl.DataFrame, thresholds: dict, by_turn: pl.DataFrame, threshold: float,
-                       min_gain: float) -> str:
-    """The prefix-sharing report's conclusions: the vLLM claim, radix vs paged, each engine's threshold test,
-    multi-turn reuse per engine.
-
-    ``thresholds``: engine -> :class:`kvlab.analysis.Threshold` (``analysis.sharing_thresholds``).
-    """
-    lines = []
-    if sharing.is_empty():
-        lines.append("- No measured prefix-sharing runs: only the modelled ideal above is shown; the document's "
-                     "claims stay untested here.")
-    else:
-        lines.append(prefix_claim_verdict(sharing))
-        gap = [ln for ln in radix_vs_paged_sentence(sharing).splitlines() if ln.startswith("- Largest hit-rate gap")]
-        lines += gap
-        for engine, th in thresholds.items():
-            lines.append(f"- {engine_label(engine)}: threshold test at {threshold:.0%} → **{th.verdict}**" + (
-                f" (at shared fraction 0, with nothing to reuse, cache on vs off already differ by "
-                f"{th.gain_at_zero:+.0%} of batch time)." if th.verdict == "inconclusive" else
-                f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction "
-                f"{th.first_fraction:g}." if th.first_fraction is not None else "."))
-    for engine, g in (by_turn.filter(pl.col("prefix_caching")).sort("turn").group_by("engine", maintain_order=True)
-                      if not by_turn.is_empty() else []):
-        share = g["cached_share"][-1]
-        lines.append(f"- Multi-turn, {engine_label(engine[0])}: with the cache on, the last turn found "
-                     + (f"{share:.0%} of its prompt cached." if share is not None else
-                        "no cached-token count reported (not available, not 0)."))
-    return "\n".join(lines)
-
-
-def multi_turn_sentence(by_turn: pl.DataFrame) -> str:
-    """Turn by turn, per engine and cache setting; then, per engine, the last turn with the cache on against off."""
-    def cached(r):
-        if r["cached_tokens"] is None:
-            return f"cached tokens not reported of {r['prompt_tokens']:,.0f}"
-        return f"{r['cached_tokens']:,.0f} of {r['prompt_tokens']:,.0f} tokens cached"
-
-    lines = []
-    for (engine, caching), g in by_turn.sort("turn").group_by(["engine", "prefix_caching"], maintain_order=True):
-        pts = "; ".join(f"turn {r['turn']}: {cached(r)}, TTFT {_ms(r['ttft_mean_ms'])}" for r in g.iter_rows(named=True))
-        lines.append(f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: {pts}.")
-    for (engine,), g in by_turn.group_by(["engine"], maintain_order=True):
-        on = g.filter(pl.col("prefix_caching")).sort("turn")
-        off = g.filter(~pl.col("prefix_caching")).sort("turn")
-        if on.height > 1 and off.height == on.height:
-            last_on, last_off = on.row(-1, named=True), off.row(-1, named=True)
-            share = ("its share of the prompt served from the cache is not reported" if last_on["cached_share"] is None
-                     else f"the cache serves **{last_on['cached_share']:.0%}** of the prompt")
-            lines.append(f"- {engine_label(engine)}, last turn (turn {last_on['turn']}): {share} and TTFT is "
-                         f"**{last_off['ttft_mean_ms'] / last_on['ttft_mean_ms']:.2f}×** shorter than without it "
-                         f"({_ms(last_on['ttft_mean_ms'])} vs {_ms(last_off['ttft_mean_ms'])}).")
-    lines += _turns_radix_vs_paged(by_turn)
-    return "\n".join(lines)
-
-
-def _turns_radix_vs_paged(by_turn: pl.DataFrame) -> list[str]:
-    """Cache on: the turns where an SGLang-family radix cache and vLLM's blocks cached different amounts per request."""
-    on = by_turn.filter(pl.col("prefix_caching") & pl.col("cached_tokens").is_not_null())
-    radix = [e for e in on["engine"].unique(maintain_order=True).to_list() if FAMILY.get(e) == "sglang"]
-    if not radix or on.filter(pl.col("engine") == "vllm").is_empty():
-        return []
-    both = (on.filter(pl.col("engine") == "vllm").select("turn", "cached_tokens")
-            .join(on.filter(pl.col("engine") == radix[0]).select("turn", pl.col("cached_tokens").alias("radix")),
-                  on="turn").with_columns((pl.col("radix") - pl.col("cached_tokens")).alias("d")).sort("turn"))
-    lr, diff = engine_label(radix[0]), both.filter(pl.col("d") != 0)
-    if diff.is_empty():
-        return [f"- Radix vs paged, turn by turn: {lr} and vLLM cached the same tokens per request at every turn."]
-    parts = ", ".join(f"turn {r['turn']}: {r['radix']:,.0f} vs {r['cached_tokens']:,.0f}" for r in diff.iter_rows(named=True))
-    same = both.filter(pl.col("d") == 0)["turn"].to_list()
-    return [f"- Radix vs paged, turn by turn (cache on, mean cached tokens per request, {lr} vs vLLM): {parts}"
-            + (f"; the same at turn{'s' if len(same) > 1 else ''} {', '.join(map(str, same))}" if same else "") + "."]
-
-
-def concurrency_sentence(conc: pl.DataFrame) -> str:
-    lines = []
-    for r in conc.iter_rows(named=True):
-        lines.append(f"- {engine_label(r['engine'])}, {r['in_flight']} in flight ({r['hardware']}): **{r['requests_ok']} of "
-                     f"{r['requests_sent']}** requests completed, {r['requests_failed']} failed over {r['n_runs']} run(s); "
-                     f"{r['requests_per_s']:.3g} requests/s, mean TTFT {_ms(r['ttft_mean_ms'])} (p99 {_ms(r['ttft_p99_ms'])}).")
-    all_ok = conc.height and int(conc["requests_failed"].sum()) == 0
-    if all_ok:
-        lines.append(f"- Every one of the {int(conc['requests_sent'].sum()):,} requests sent is accounted for and none failed.")
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- report 06: rule, examples, captions, answer
-
-
-def evidence_rule() -> str:
-    """How the report weighs its evidence, with the margin as a value."""
-    return ("Every finding is labelled **modelled** (kvlab's physical model, calibrated on the B300 article's published "
-            "points) or **measured** (real engine runs, with the hardware they ran on). A measured factor decides only "
-            f"where two engines were measured on the same hardware and differ by more than {MIN_MARGIN - 1:.0%}; the "
-            "recommendation then names the engine, the margin, the metric and the experiment. When nothing separates "
-            "the engines, the report says its pick is a tie-break.")
-
-
 def examples_frame(examples: list[tuple[str, UserWorkload]]) -> pl.DataFrame:
     """The document's examples as a table: their tree inputs, the tree's answer and its path."""
     return pl.DataFrame([{"example": name, "model": ex.model, "context_tokens": ex.context_tokens,
@@ -671,23 +385,3 @@ def examples_frame(examples: list[tuple[str, UserWorkload]]) -> pl.DataFrame:
                           "tree": engine_label(ex.tree().engine), "path": " → ".join(a for _, a in ex.tree().path)}
                          for name, ex in examples])
 
-
-def tree_caption(rec: Recommendation) -> str:
-    """One sentence for the decision-tree figure: the highlighted path and where it ends."""
-    path = " → ".join(f"{q} {a}" for q, a in rec.path)
-    return f"Highlighted, this workload's path: {path} ⇒ {engine_label(rec.engine)} ({rec.reason})."
-
-
-def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: pl.DataFrame) -> str:
-    """The report's answer in one paragraph: they disagree (and why), they agree (and on what), or the data's
-    engine is only the tie-break."""
-    why = disagreement(w, tree, ev, sharing)
-    if why:
-        return f"**They disagree.** {why}"
-    if ev.decided_by == "tie-break":
-        return (f"**The tree says {engine_label(tree.engine)}; the data cannot confirm it**: nothing measured or "
-                f"modelled here separates the engines, and {engine_label(ev.engine)} is only the tie-break.")
-    f = ev.deciding
-    on = (f" ({engine_label(f.winner)}: {f.metric}, {f.experiment})" if f is not None and f.winner else
-          f" ({f.finding.split(';')[0]})" if f is not None else "")
-    return f"**They agree: {engine_label(tree.engine)}**, on {ev.decided_by} evidence{on}."

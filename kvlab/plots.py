@@ -13,15 +13,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD, engine_label
-
-#: One colour per engine in every report; sglang-jax (SGLang's JAX runtime) is SGLang's family, a darker shade.
-ENGINE_COLORS = {"vllm": "#3b75af", "sglang": "#e1812c", "sglang-jax": "#a0461a"}
-sns.set_theme(style="whitegrid", context="notebook")
-
-
-def _num(v: float) -> str:
-    """A value for a label: 3 significant digits, but whole numbers from 1,000 up (1,260 rather than 1.26e+03)."""
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
+from kvlab.style import ENGINE_COLORS, number_label as _num, styled, theme
+from kvlab.units import scaled_context
 
 
 def _log_if_wide(ax, values, ylabel: str, spread: float = 20.0) -> None:
@@ -76,23 +70,15 @@ def _finish(fig: Figure, axes, legend_size: int | None = 8) -> Figure:
     return fig
 
 
-def context_tick(label: str, tokens: int, scale_factor: float | None) -> str:
-    """A context as an axis shows it: '64K', or '64K\n(1,024 tok)' when the run was scaled down, so a scaled
-    context is never read as its full-scale name."""
-    return f"{label}\n({tokens:,} tok)" if scale_factor and scale_factor != 1 else label
-
-
+@styled
 def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
     """Grouped bars of batch time per context and engine, one panel per source (values printed on bars;
     whiskers ±1 standard deviation where a configuration has repeats)."""
     panels = _panels(mean_times.sort("context_tokens"))
     fig, axes = _subplots(len(panels))
     for ax, (title, part) in zip(axes, panels):
-        part = part.with_columns(
-            pl.struct("context_label", "context_tokens", "scale_factor").map_elements(
-                lambda r: context_tick(r["context_label"], r["context_tokens"], r["scale_factor"]),
-                return_dtype=pl.String).alias("tick")) if "scale_factor" in part.columns else \
-            part.with_columns(pl.col("context_label").alias("tick"))
+        part = part.with_columns(pl.struct("context_label", "context_tokens").map_elements(
+            lambda r: scaled_context(r["context_label"], r["context_tokens"], "\n"), return_dtype=pl.String).alias("tick"))
         pdf = part.select("tick", "engine", "batch_time_s", "context_tokens").to_pandas()
         order = list(dict.fromkeys(pdf.sort_values("context_tokens")["tick"]))
         hue_order = [e for e in ENGINE_COLORS if e in set(pdf["engine"])]
@@ -115,6 +101,7 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
     return _finish(fig, axes, legend_size=None)
 
 
+@styled
 def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None) -> Figure:
     """Throughput against context per engine (log-log), one panel per source."""
     panels = _panels(tp.filter(pl.col(y).is_not_null()).sort("context_tokens"))
@@ -131,12 +118,9 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
                             xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ticks = part.select("context_tokens", "context_label",
-                            *(["scale_factor"] if "scale_factor" in part.columns else [])).unique().sort("context_tokens")
+        ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
         contexts = ticks["context_tokens"].to_list()
-        scales = ticks["scale_factor"].to_list() if "scale_factor" in ticks.columns else [None] * len(contexts)
-        ax.set_xticks(contexts, [context_tick(lab, c, s) for c, lab, s in
-                                 zip(contexts, ticks["context_label"].to_list(), scales)], minor=False)
+        ax.set_xticks(contexts, [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()], minor=False)
         ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
@@ -157,6 +141,7 @@ DEFINITION_COLORS = {"time_ratio": "#029e73", "percent_less_time": "#cc78bc", "b
                      "prompt_tokens_per_s_ratio": "#8c6d31"}
 
 
+@styled
 def claims_vs_table(check: pl.DataFrame, claims: pl.DataFrame | None = None) -> Figure:
     """Each stated ratio (dark grey) beside the values the document's own table implies under each definition that
     applies to it (one colour per definition, never an engine's), ✓ where they agree, hatched ✗ where not; the
@@ -204,22 +189,18 @@ def claims_vs_table(check: pl.DataFrame, claims: pl.DataFrame | None = None) -> 
     return fig
 
 
-def _setting_ticks(stats: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+def _setting_ticks(stats: pl.DataFrame) -> pl.DataFrame:
     """The x positions of a memory study: one per experiment, context and setting, contexts in order of size and
     each context's settings in increasing order, labelled with the context's real tokens when it was scaled."""
     several = stats["experiment"].n_unique() > 1
-    scale = (runs.group_by("experiment", "context_label").agg(pl.col("scale_factor").drop_nulls().first())
-             if "scale_factor" in runs.columns else
-             runs.select("experiment", "context_label").unique().with_columns(pl.lit(None).alias("scale_factor")))
     s = (stats.select("experiment", "context_label", "context_tokens", "mem_util").unique()
-         .join(scale, on=["experiment", "context_label"], how="left")
          .sort("experiment", "context_tokens", "mem_util", nulls_last=True))
-    ticks = [(f"{e}\n" if several else "") + context_tick(lab, tok, sf) + f"\n@ {u:g}"
-             for e, lab, tok, u, sf in s.select("experiment", "context_label", "context_tokens", "mem_util",
-                                                 "scale_factor").iter_rows()]
+    ticks = [(f"{e}\n" if several else "") + scaled_context(lab, tok, "\n") + f"\n@ {u:g}"
+             for e, lab, tok, u in s.iter_rows()]
     return s.with_columns(pl.Series("tick", ticks), pl.int_range(pl.len()).alias("x"))
 
 
+@styled
 def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     """One panel each for retries and failed runs (left out when every count is 0: the caption says so), the batch
     time of every successful run and its mean request latency, per context @ memory setting (contexts in order of size, each context's settings in increasing order,
@@ -228,11 +209,8 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    if "context_tokens" not in stats.columns:
-        tokens = runs.select("experiment", "context_label", "context_tokens").unique(["experiment", "context_label"])
-        stats = stats.join(tokens, on=["experiment", "context_label"], how="left")
-    xs = _setting_ticks(stats, runs)
-    keys = ["experiment", "context_label", "mem_util"]
+    xs = _setting_ticks(stats)
+    keys = ["experiment", "context_tokens", "mem_util"]
     s = stats.join(xs.select(*keys, "x"), on=keys, how="left")
     present = s["engine"].unique(maintain_order=True).to_list()
     engines = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
@@ -349,7 +327,8 @@ class FigureView:
         import io
 
         buf = io.BytesIO()
-        self.fig.savefig(buf, format="png", dpi=SHOW_DPI, bbox_inches="tight")
+        with theme():
+            self.fig.savefig(buf, format="png", dpi=SHOW_DPI, bbox_inches="tight")
         return buf.getvalue()
 
     def _repr_html_(self) -> str:
@@ -493,6 +472,7 @@ def _whiskers(ax, g: pl.DataFrame, x: str, y: str, std: str, color: str) -> bool
     return rep.height > 0
 
 
+@styled
 def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
                           block_tokens: int = 128) -> Figure:
     """Cache-hit rate, mean TTFT and median batch time against the shared fraction, per engine and cache setting.
@@ -559,6 +539,7 @@ def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEX
     return _legend_below(fig, handles, ncol=4)
 
 
+@styled
 def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD, min_gain: float = 0.10) -> Figure:
     """Speed-up from the prefix cache (off ÷ on) against the shared fraction, per engine: batch time (solid,
     filled dots) and mean TTFT (dashed, open squares); 1× (no gain), the saving that counts and the tree's
@@ -595,6 +576,7 @@ def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
     return _legend_below(fig, handles, ncol=3)
 
 
+@styled
 def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = None) -> Figure:
     """Per turn: prompt tokens served from the cache (mean per request) and mean TTFT, per engine with its prefix
     cache on (solid, filled dots) and off (dashed, open dots). Turns are whole numbers on the axis. With
@@ -648,6 +630,7 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
     return _legend_below(fig, handles, ncol=3)
 
 
+@styled
 def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOLD) -> Figure:
     """Completed requests/s and TTFT (mean: solid, circles; p99: dashed, triangles) against requests in flight, one
     colour per engine; each throughput point labelled completed/sent; the tree's threshold marked; a log axis (said
@@ -680,8 +663,6 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
             ax.set_xlim(lo - pad, hi + pad)
         ax.set_xlabel("requests in flight")
         ax.title.set_fontsize(10)
-    from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
-
     value_axis(axes[0], conc["requests_per_s"].to_list() if conc.height else [], "completed requests/s")
     value_axis(axes[1], (conc["ttft_mean_ms"].to_list() + conc["ttft_p99_ms"].to_list()) if conc.height else [],
                "TTFT (ms)")
@@ -696,6 +677,7 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
     return fig
 
 
+@styled
 def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figure:
     """Document 003's decision tree with the answers of one workload highlighted."""
     # (question or leaf, x, y); edges (parent, child, answer)
@@ -749,6 +731,7 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
     return fig
 
 
+@styled
 def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
                        block_tokens: int | None = None) -> Figure:
     """Modelled: the share of prompt tokens a perfect prefix cache could serve, against the shared fraction,

@@ -15,6 +15,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
 
 from kvlab.engines import ENGINE_NAMES
 from kvlab.engines.base import FAILURE_CAUSES, is_local_path, resolve_local
+from kvlab.units import context_label
 from kvlab.workloads import KINDS, WorkloadArgs
 
 #: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; sglang-jax --max-total-tokens).
@@ -401,8 +402,7 @@ class RunSpec(_Strict):
     @property
     def context_label(self) -> str:
         """The full-scale context this run stands for, e.g. '64K' for 2,048 tokens at scale 32 (K = 1024)."""
-        full = self.context_tokens * self.scale_factor
-        return f"{full / 1024:g}K" if full >= 1024 else f"{full:g}"
+        return context_label(self.context_tokens * self.scale_factor)
 
 
 def _omit_defaults(dump: dict[str, Any], part: str) -> dict[str, Any]:

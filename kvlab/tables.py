@@ -124,6 +124,16 @@ def number(v, digits: int = 3) -> str:
     return f"{v:#.{digits}g}".rstrip(".")
 
 
+def percent(v: float | None) -> str:
+    """A share as a whole percentage ('62%'); 'not available' when missing, never 0."""
+    return "not available" if v is None else f"{v:.0%}"
+
+
+def ms(v: float | None) -> str:
+    """Milliseconds as a reader writes them: 5,466 ms, 431 ms, 21.4 ms; 'not available' when missing."""
+    return "not available" if v is None else f"{v:,.0f} ms" if abs(v) >= 100 else f"{v:.3g} ms"
+
+
 def _cell(v, digits: int) -> str:
     if isinstance(v, (int, float)) or v is None:
         return number(v, digits)

@@ -74,6 +74,9 @@ def test_consistency_check_reports_each_claim():
     assert verdict["decay_sglang"]["consistent_under_any"] is False
     assert round(verdict["decay_vllm"]["implied_by_time_ratio"], 2) == 2.94
     assert round(verdict["decay_sglang"]["implied_by_time_ratio"], 2) == 1.49
+    assert {c: (r["kind"], r["engine"]) for c, r in verdict.items()} == {
+        "speedup_64K": ("relative_speed", "vllm"), "speedup_200K": ("relative_speed", "sglang"),
+        "decay_vllm": ("throughput_decay", "vllm"), "decay_sglang": ("throughput_decay", "sglang")}
     # every numeric claim is checked under every definition of its kind
     assert check.height == 2 * len(analysis.SPEED_DEFINITIONS) + 2 * len(analysis.DECAY_DEFINITIONS)
 
@@ -90,7 +93,8 @@ def test_memory_study_counts_retries_and_causes():
     runs = pl.DataFrame({
         "source": ["measured"] * 3, "experiment": ["e"] * 3, "run_id": ["a", "b", "c"],
         "hardware": ["CPU"] * 3, "engine": ["vllm"] * 3, "mem_util": [0.95, 0.95, 0.92],
-        "context_label": ["2K"] * 3, "status": ["ok", "failed", "ok"], "batch_time_s": [2.0, None, 3.0],
+        "context_label": ["2K"] * 3, "context_tokens": [2048] * 3, "status": ["ok", "failed", "ok"],
+        "batch_time_s": [2.0, None, 3.0],
         "attempts": [3, 3, 1], "ttft_mean_ms": [10.0, None, 12.0], "e2e_mean_ms": [100.0, None, 120.0],
         "server_preemptions": [0, None, 0],
     })
@@ -121,8 +125,13 @@ def test_relative_speed_and_crossover_between_measured_engines():
     runs = _two_engines({("vllm", 2048): 2.0, ("vllm", 6400): 8.0,
                          ("sglang-jax", 2048): 4.0, ("sglang-jax", 6400): 6.0})
     rel = analysis.relative_speed(runs, "vllm", "sglang-jax")
-    assert rel.select("context_label", "vllm_s", "sglang-jax_s", "faster", "speedup").rows() == [
-        ("64K", 2.0, 4.0, "vllm", 2.0), ("200K", 8.0, 6.0, "sglang-jax", 8.0 / 6.0)]
+    assert rel.select("context_label", "engine", "batch_time_s", "other_engine", "other_batch_time_s", "faster",
+                      "speedup").rows() == [("64K", "vllm", 2.0, "sglang-jax", 4.0, "vllm", 2.0),
+                                            ("200K", "vllm", 8.0, "sglang-jax", 6.0, "sglang-jax", 8.0 / 6.0)]
+    # contexts pair on their tokens: a label written another way names the same context
+    relabelled = runs.with_columns(pl.when(pl.col("engine") == "sglang-jax").then(pl.lit("65,536"))
+                                   .otherwise(pl.col("context_label")).alias("context_label"))
+    assert analysis.relative_speed(relabelled, "vllm", "sglang-jax")["speedup"].to_list() == [2.0, 8.0 / 6.0]
     x = analysis.crossover(runs, "vllm", "sglang-jax")
     assert (x.context_tokens, x.faster_below, x.faster_above) == (2048 + 4352 / 2, "vllm", "sglang-jax")
     # with sglang-jax slower everywhere the estimate says so instead of extrapolating
@@ -150,7 +159,8 @@ def test_memory_study_keeps_missing_counters_null_and_compares_settings():
     runs = pl.DataFrame({
         "source": ["measured"] * 4, "experiment": ["e"] * 4, "run_id": ["a", "b", "c", "d"],
         "hardware": ["CPU"] * 4, "engine": ["vllm", "vllm", "sglang-jax", "sglang-jax"],
-        "mem_util": [0.92, 0.95, 0.92, 0.95], "context_label": ["200K"] * 4, "status": ["ok"] * 4,
+        "mem_util": [0.92, 0.95, 0.92, 0.95], "context_label": ["200K"] * 4, "context_tokens": [3200] * 4,
+        "status": ["ok"] * 4,
         "batch_time_s": [8.0, 6.0, 6.0, 5.0], "attempts": [1, 1, 1, 2], "ttft_mean_ms": [1.0] * 4,
         "e2e_mean_ms": [2.0] * 4, "server_preemptions": [2, 0, None, None],
     })

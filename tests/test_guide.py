@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from kvlab import analysis, guide
+from kvlab import analysis, guide, narrative
 from kvlab.perfmodel import published_fit
 
 FRACS = [0.0, 0.2, 0.5, 0.9]
@@ -95,13 +95,13 @@ def test_hit_count_not_reported_is_not_available_not_zero():
     sh = analysis.prefix_sharing(runs)
     jax = sh.filter(pl.col("engine") == "sglang-jax")
     assert jax["cache_hit_rate"].null_count() == jax.height and jax["hit_source"].null_count() == jax.height
-    text = guide.hit_rate_sentence(sh)
+    text = narrative.hit_rate_sentence(sh)
     assert ("- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → not available, "
             "0.2 → not available, 0.5 → not available, 0.9 → not available.") in text
 
 
 def test_hit_rate_sentence_names_engine_label_and_count(sharing):
-    assert guide.hit_rate_sentence(sharing).splitlines() == [
+    assert narrative.hit_rate_sentence(sharing).splitlines() == [
         "- sglang-jax (CPU), prefix cache off: cache-hit rate by shared fraction 0 → 0%, 0.2 → 0%, 0.5 → 0%, 0.9 → 0% "
         "(counted from its usage cached_tokens).",
         "- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → 0%, 0.2 → 19%, 0.5 → 47%, 0.9 → 84% "
@@ -114,7 +114,7 @@ def test_hit_rate_sentence_names_engine_label_and_count(sharing):
 
 
 def test_radix_vs_paged(sharing):
-    lines = guide.radix_vs_paged_sentence(sharing).splitlines()
+    lines = narrative.radix_vs_paged_sentence(sharing).splitlines()
     assert lines[2] == (
         "- shared fraction 0.5 (1,016 prefix tokens): sglang-jax (CPU) served **47%** of prompt tokens from its radix "
         "cache (token-exact ideal 47%), vLLM **41%** from its paged cache (whole 128-token-block ideal 41%); mean TTFT "
@@ -123,21 +123,21 @@ def test_radix_vs_paged(sharing):
     assert lines[-1] == ("- Largest hit-rate gap: at shared fraction 0.5, sglang-jax (CPU) served **5.5 percentage "
                          "points** more of the prompt from its cache than vLLM.")
     only_vllm = sharing.filter(pl.col("engine") == "vllm")
-    assert guide.radix_vs_paged_sentence(only_vllm).startswith("*Radix vs paged: no shared fraction")
+    assert narrative.radix_vs_paged_sentence(only_vllm).startswith("*Radix vs paged: no shared fraction")
 
 
 def test_stand_in_note_only_with_sglang_jax_runs(sharing):
-    note = guide.stand_in_note(sharing)
+    note = narrative.stand_in_note(sharing)
     assert note.startswith("**sglang-jax (CPU) is not PyTorch SGLang.** It is SGLang's JAX runtime")
     assert "never as 0" in note
-    assert guide.stand_in_note(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame()) is None
+    assert narrative.stand_in_note(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame()) is None
 
 
 def test_threshold_and_conclusions_per_engine(sharing):
     th = analysis.sharing_thresholds(analysis.caching_gain(sharing))
     assert set(th) == {"vllm", "sglang-jax"}
     runs, reqs = multi_turn_frames()
-    text = guide.prefix_conclusions(sharing, th, analysis.multi_turn_by_turn(runs, reqs), 0.3, 0.1)
+    text = narrative.prefix_conclusions(sharing, th, analysis.multi_turn_by_turn(runs, reqs), 0.3, 0.1)
     assert "- sglang-jax (CPU): threshold test at 30% → **smooth**; the cache first saves ≥10% of batch time at " \
            "shared fraction 0.2." in text
     assert "- vLLM: threshold test at 30% → **smooth**" in text
@@ -152,7 +152,7 @@ def test_multi_turn_per_engine_and_null_cached_share():
     bt = analysis.multi_turn_by_turn(runs, reqs)
     off = bt.filter((pl.col("engine") == "vllm") & ~pl.col("prefix_caching"))
     assert off["cached_share"].null_count() == 3 and off["cached_reported"].to_list() == [0, 0, 0]
-    text = guide.multi_turn_sentence(bt)
+    text = narrative.multi_turn_sentence(bt)
     assert "turn 0: cached tokens not reported of 2,112, TTFT 40 ms" in text
     assert "0 of 2,112 tokens cached" in text  # sglang-jax with its cache off did report 0
     assert ("- vLLM, last turn (turn 2): the cache serves **94%** of the prompt and TTFT is **4.00×** shorter than "
@@ -189,9 +189,9 @@ def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
         "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.25× the completed "
         "requests/s of vLLM at 128 requests in flight (cpu_classification); the SGLang side of these measurements is "
         "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
-    assert guide.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
-    assert "Favours **sglang** (measured on sglang-jax (CPU))." in guide.evidence_sentences(ev)
-    assert guide.evidence_gap_sentence(ev) is None
+    assert narrative.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
+    assert "Favours **sglang** (measured on sglang-jax (CPU))." in narrative.evidence_sentences(ev)
+    assert narrative.evidence_gap_sentence(ev) is None
 
 
 def test_split_factors_the_trees_first_question_decides(fit, sharing):
@@ -201,13 +201,13 @@ def test_split_factors_the_trees_first_question_decides(fit, sharing):
     assert ev.engine == "vllm" and ev.basis.endswith(
         "so the prefix factor, the tree's first question for this workload, decides; the SGLang side of these "
         "measurements is sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
-    why = guide.disagreement(shared, shared.tree(), ev, sharing)
+    why = narrative.disagreement(shared, shared.tree(), ev, sharing)
     assert ("measured, vLLM's automatic prefix caching reused 41% of prompt tokens at shared fraction 0.5 "
             "(sglang-jax (CPU)'s radix cache: 47%)") in why
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=128)
     ev = guide.from_evidence(distinct, fit, sharing, conc)
     assert ev.engine == "sglang" and "so the concurrency factor" in ev.basis
-    why = guide.disagreement(distinct, distinct.tree(), ev, sharing)
+    why = narrative.disagreement(distinct, distinct.tree(), ev, sharing)
     assert ("The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with ≥ 100 requests in "
             "flight; measured, concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM") in why
 
@@ -221,10 +221,10 @@ def test_differences_under_the_margin_decide_nothing(fit):
     # at 0.5 sglang-jax's token-exact hits make it 1.339 / 1.2875 = 1.04× faster: still under the margin
     assert ev.factors[1].finding.endswith("With nothing to share (shared fraction 0) vLLM is 1.03× faster. "
                                           "Batch times within 5% (1.04×): no measured difference")
-    assert guide.evidence_gap_sentence(ev) == ("Two engines were measured (prefix, concurrency), but every measured "
+    assert narrative.evidence_gap_sentence(ev) == ("Two engines were measured (prefix, concurrency), but every measured "
                                                "difference is under 5%: the measurements do not separate them.")
     one = guide.from_evidence(guide.UserWorkload(), fit, sh.filter(pl.col("engine") == "vllm"), pl.DataFrame())
-    assert guide.evidence_gap_sentence(one).startswith("No measurement here compares two engines")
+    assert narrative.evidence_gap_sentence(one).startswith("No measurement here compares two engines")
 
 
 def test_a_saving_where_nothing_is_reused_makes_the_threshold_test_inconclusive():
@@ -234,12 +234,12 @@ def test_a_saving_where_nothing_is_reused_makes_the_threshold_test_inconclusive(
     assert (th.verdict, th.gain_at_zero) == ("inconclusive", 0.31)
     assert analysis.sharing_threshold(gain.with_columns(pl.Series("time_saved", [0.09, 0.12, 0.46, 0.65]))).verdict \
         != "inconclusive"  # under min_gain (10%) at 0: the test stands
-    assert guide.threshold_sentence(th, gain).endswith(
+    assert narrative.threshold_sentence(th, gain).endswith(
         "- **The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the runs "
         "with the cache on took 31% less batch time than with it off, a difference the prefix cache cannot explain "
         "and as large as the 10% saving the test looks for. More repeats per point (the full sweep) are needed to test it.")
     sharing = analysis.prefix_sharing(sharing_runs())
-    text = guide.prefix_conclusions(sharing, {"vllm": th}, pl.DataFrame(), 0.3, 0.1)
+    text = narrative.prefix_conclusions(sharing, {"vllm": th}, pl.DataFrame(), 0.3, 0.1)
     assert ("- vLLM: threshold test at 30% → **inconclusive** (at shared fraction 0, with nothing to reuse, cache on "
             "vs off already differ by +31% of batch time).") in text
 
@@ -490,17 +490,17 @@ def test_a_tie_break_is_called_a_tie_break(fit, sharing):
     shared = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(shared, fit, empty_sh, empty_conc)
     assert ev.decided_by == "tie-break" and ev.deciding is None
-    assert "the data say" not in guide.disagreement(shared, shared.tree(), ev, empty_sh)
-    assert guide.recommendation_sentence(shared, shared.tree(), ev, empty_sh) == (
+    assert "the data say" not in narrative.disagreement(shared, shared.tree(), ev, empty_sh)
+    assert narrative.recommendation_sentence(shared, shared.tree(), ev, empty_sh) == (
         "**They disagree.** The tree says **sglang** (RadixAttention reuses the shared prefix across requests); "
         "nothing measured or modelled here separates the engines, so the data's **vllm** is only a tie-break (vLLM, "
         "easier to operate), not a finding.")
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=16)
     ev = guide.from_evidence(distinct, fit, empty_sh, empty_conc)
-    assert guide.recommendation_sentence(distinct, distinct.tree(), ev, empty_sh) == (
+    assert narrative.recommendation_sentence(distinct, distinct.tree(), ev, empty_sh) == (
         "**The tree says vLLM; the data cannot confirm it**: nothing measured or modelled here separates the engines, "
         "and vLLM is only the tie-break.")
-    assert guide.evidence_sentences(ev).endswith("- from the data: **vllm**, but only as a tie-break: no factor "
+    assert narrative.evidence_sentences(ev).endswith("- from the data: **vllm**, but only as a tie-break: no factor "
                                                  "separates the engines; vLLM as the tree's tie-break (easier to operate).")
 
 
@@ -516,7 +516,7 @@ def test_engine_choice_captions(sharing):
         "vLLM completes 40 requests/s (mean TTFT 100 ms) — sglang-jax (CPU) 1.2× the throughput; 512 of 512 "
         "requests sent completed (none failed).")
     tree = guide.UserWorkload(shared_fraction=0.4).tree()
-    assert guide.tree_caption(tree) == (
+    assert narrative.tree_caption(tree) == (
         "Highlighted, this workload's path: Shared system prompt / document repeated across requests? yes → Fixed "
         "context ≥ 30% of the prompt? yes (40%) ⇒ SGLang (RadixAttention reuses the shared prefix across requests).")
 

@@ -132,7 +132,7 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     assert "measured: <strong>vllm is 2.00× faster at 64K</strong> (2 s vs 4 s for sglang-jax)" in r1
     assert "measured: <strong>sglang-jax is 1.33× faster at 200K</strong> (6 s vs 8 s for vllm)" in r1
     # linear: the time difference goes from -2 s to +2 s, so the curves meet half way from 2,048 to 6,400 tokens
-    assert ("measured (linear): the engines' batch times meet at about <strong>4,224 tokens (≈4K)</strong>; "
+    assert ("measured (linear): the engines' batch times meet at <strong>≈4K (4,224 tokens)</strong>; "
             "vllm is faster below, sglang-jax above") in r1
     assert ("measured: vllm batch time grows <strong>4.00×</strong> from 64K to 200K (scaled contexts: 2,048 → 6,400 "
             "tokens); the article's vllm grew 2.94×") in r1  # the hardware is said once (engines note), not per line

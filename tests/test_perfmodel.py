@@ -370,11 +370,9 @@ def kimi_curves(fit):
     return curves(cfgs, context_grid(262144, points=12), Workload(), fit.params)
 
 
-def test_contexts_are_named_in_k_never_in_powers_of_two():
-    from kvlab.perfmodel.figures import _context_ticks, tokens_label
+def test_context_ticks_never_overlap_a_published_context():
+    from kvlab.perfmodel.figures import _context_ticks
 
-    assert [tokens_label(t) for t in (4096, 65536, 131072, 204800, 1 << 20, 3000)] == \
-        ["4K", "64K", "128K", "200K", "1M", "3,000"]
     # 128K and 256K sit within 0.75 octave of the published 200K: dropped so no two labels overlap
     assert _context_ticks(4096, 1 << 20, [65536, 204800]) == [4096, 8192, 16384, 32768, 65536, 204800, 524288, 1 << 20]
 

@@ -40,11 +40,6 @@ def test_show_draws_at_twice_the_shown_density_and_links_its_data():
     assert base64.b64decode(csv).decode() == "a,b\n1,2.5\n" and "<b>bold</b> claim." in html
 
 
-def test_scaled_contexts_are_labelled_with_their_real_tokens():
-    assert plots.context_tick("64K", 1024, 64.0) == "64K\n(1,024 tok)"
-    assert plots.context_tick("64K", 65536, None) == "64K" == plots.context_tick("64K", 65536, 1.0)
-
-
 def test_batch_time_bars_show_spread_only_where_there_are_repeats():
     base = {"source": ["measured"] * 2, "experiment": ["e"] * 2, "hardware": ["CPU"] * 2, "context_label": ["64K"] * 2,
             "context_tokens": [1024] * 2, "engine": ["vllm", "sglang-jax"], "batch_time_s": [1.0, 2.0],
@@ -105,3 +100,24 @@ def test_claims_figure_names_every_definition_in_colours_that_are_not_engines():
     colours = {to_hex(p.get_facecolor()) for p in ax.patches}
     assert not colours & set(plots.ENGINE_COLORS.values())
     assert [t.get_text() for t in ax.get_xticklabels()][2] == "vLLM falls\n3.29×\n64K→200K"
+
+
+def test_importing_plots_changes_no_matplotlib_setting_and_figures_still_get_the_theme():
+    import subprocess
+    import sys
+
+    code = ("import matplotlib as mpl; before = dict(mpl.rcParams)\n"
+            "import kvlab.plots, kvlab.perfmodel.figures, kvlab.narrative\n"
+            "print(sorted(k for k, v in mpl.rcParams.items() if before[k] != v))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    import matplotlib as mpl
+
+    grid = mpl.rcParams["axes.grid"]
+    fig = plots.batch_time_bars(pl.DataFrame({
+        "source": ["measured"] * 2, "experiment": ["e"] * 2, "hardware": ["CPU"] * 2, "context_label": ["64K"] * 2,
+        "context_tokens": [1024] * 2, "engine": ["vllm", "sglang-jax"], "batch_time_s": [1.0, 2.0]}))
+    ax = fig.axes[0]
+    assert ax.get_facecolor()[:3] == (1.0, 1.0, 1.0) and ax.yaxis.get_gridlines()[0].get_visible()  # whitegrid
+    assert ax.title.get_fontsize() == 10 and ax.yaxis.label.get_fontsize() == 12  # notebook scale
+    assert mpl.rcParams["axes.grid"] == grid  # the theme ends with the figure

@@ -11,7 +11,7 @@ import yaml
 from sse_server import FixtureConfig, SSEServer
 from test_runner import BASE_ENGINE, engine_processes
 
-from kvlab import analysis, guide, reasoning, runner, store, workloads
+from kvlab import analysis, guide, narrative, reasoning, runner, store, workloads
 from kvlab.client import run_requests
 from kvlab.spec import ExperimentSpec
 
@@ -86,7 +86,7 @@ def test_evidence_names_the_contradicted_premise():
 
     ev = guide.from_evidence(w, published_fit(), sharing, pl.DataFrame())
     assert ev.engine == "vllm" and ev.factors[0].favours is None  # GQA at TP8: DCP changes nothing
-    why = guide.disagreement(w, w.tree(), ev, sharing)
+    why = narrative.disagreement(w, w.tree(), ev, sharing)
     assert "assumes vLLM shares no prefixes" in why and "45%" in why
 
 

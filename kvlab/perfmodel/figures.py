@@ -15,20 +15,11 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
-from kvlab.plots import ENGINE_COLORS
+from kvlab.style import ENGINE_COLORS, number_label, styled
+from kvlab.units import k_label, tokens_label
 
 #: Colours of series that are not engines (GPUs, memory targets): none of them reads as vLLM blue or SGLang orange.
 SERIES_COLORS = ("#029e73", "#7b3294", "#555555", "#cc78bc", "#8c6d31", "#56b4e9")
-
-
-def tokens_label(tokens: float) -> str:
-    """A context as a reader names it: 65,536 → '64K', 204,800 → '200K', 1,048,576 → '1M', 3,000 → '3,000'."""
-    t = int(round(tokens))
-    if t >= 1 << 20 and t % (1 << 20) == 0:
-        return f"{t >> 20}M"
-    if t % 1024 == 0:
-        return f"{t // 1024}K"
-    return f"{t:,}"
 
 
 def _context_ticks(lo: float, hi: float, extra: Iterable[float] = ()) -> list[int]:
@@ -46,14 +37,12 @@ def value_axis(ax, values: Iterable[float], label: str, spread: float = 20.0) ->
     (ticks at 1, 2 and 5 per decade, plain numbers, and the label says 'log scale'), else linear from 0."""
     from matplotlib.ticker import LogLocator
 
-    from kvlab.plots import _num
-
     v = [x for x in values if x is not None and x > 0]
     if v and max(v) / min(v) > spread:
         ax.set_yscale("log")
         ax.set_ylim(min(v) / 1.3, max(v) * 1.3)
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _num(y)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: number_label(y)))
         ax.yaxis.set_minor_locator(NullLocator())
         unit = label[label.rindex("(") + 1:-1] if label.endswith(")") else ""
         ax.set_ylabel(f"{label[:label.rindex('(')].rstrip()} ({unit}, log scale)" if unit else f"{label} (log scale)")
@@ -140,6 +129,7 @@ def _segments(d: pl.DataFrame, rng: tuple[int, int] | None) -> list[tuple[pl.Dat
     return [(part, cal) for part, cal in parts if part.height >= 2 or (cal and part.height)]
 
 
+@styled
 def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str = "batch_time_s",
                 ylabel: str = "batch time (s)", title: str | None = None,
                 band: tuple[float, float] | None = None) -> Figure:
@@ -187,7 +177,7 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
         from matplotlib.patches import Patch
 
         handles.append(Patch(color="#bbbbbb", alpha=0.5, label=f"crossover range over unpinned assumptions "
-                                                              f"(≈{band[0] / 1024:.0f}K–{band[1] / 1024:.0f}K)"))
+                                                              f"(≈{k_label(band[0])}–{k_label(band[1])})"))
     ax.set_xscale("log", base=2)
     lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
     context_axis(ax.xaxis, lo, hi, extra=[c for r in ranges.values() for c in r])
@@ -240,6 +230,7 @@ def crossover_table(
                                       "crosses_in": pl.String, "weights_fit": pl.Boolean})  # fmt: skip
 
 
+@styled
 def plot_crossover(table: pl.DataFrame) -> Figure:
     """Modelled crossover context against SGLang's DCP size, one line per GPU (colours that are not engines');
     dotted where the model's weights do not fit on the GPUs (a hypothetical); GPUs without a crossing are left
@@ -319,6 +310,7 @@ def headroom_table(
     return pl.DataFrame(rows)
 
 
+@styled
 def plot_headroom(table: pl.DataFrame) -> Figure:
     """Concurrent sequences that fit, by context, for each memory target (line style) and DCP size (colour, not
     an engine colour). A cross marks a point the model flags: either no sequence fits, or less memory is left

@@ -21,6 +21,7 @@ from kvlab.perfmodel.roofline import (
     prefill_time_s,
 )
 from kvlab.schema import RUNS
+from kvlab.units import context_label
 
 CITATION = "kvlab.perfmodel (roofline model; data/catalog)"
 
@@ -28,11 +29,6 @@ CITATION = "kvlab.perfmodel (roofline model; data/catalog)"
 def usable_rows(runs: pl.DataFrame, sources) -> pl.DataFrame:
     """Finished rows with a batch time from the given sources: what the model is fitted to and compared with."""
     return ok_batch_times(runs).filter(pl.col("source").is_in(list(sources)))
-
-
-def context_label(tokens: int) -> str:
-    """'64K' for 65,536 (K = 1024, the reference table's convention); plain tokens otherwise."""
-    return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
 
 
 def row_config(row: Mapping, a: Assumptions = Assumptions()) -> Config:

@@ -8,8 +8,8 @@ from pathlib import Path
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.calibrate import Fit, calibrate, crossover_from_fit, published_fit
 from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
-from kvlab.perfmodel.frames import context_label
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time
+from kvlab.units import context_label, k_label
 
 DEFAULT_CONTEXTS = (65536, 204800)
 
@@ -162,7 +162,7 @@ def model_command(
                                    workload=w, assumptions=a)  # fmt: skip
             out.append(
                 f"  crossover vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp or tp}: "
-                + (f"{x:,.0f} tokens ({x / 1024:.0f}K)" if x else "none up to 1M tokens")
+                + (f"{x:,.0f} tokens ({k_label(x)})" if x else "none up to 1M tokens")
                 + " under the assumptions above"
             )
             out.append(crossover_range_line(configs[0], Config.of(gpu, model, "sglang", tp, dcp or tp, mem_util),
@@ -179,7 +179,7 @@ def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: 
     sens, _ = crossover_range(data_dir, a)
     xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a)) if v is not None]
     plausible = int(sens["physical"].sum())
-    where = (f"{min(xs):,.0f}-{max(xs):,.0f} tokens ({min(xs) / 1024:.0f}K-{max(xs) / 1024:.0f}K), crossing in "
+    where = (f"{min(xs):,.0f}-{max(xs):,.0f} tokens ({k_label(min(xs))}-{k_label(max(xs))}), crossing in "
              f"{len(xs)} of {sens.height}" if xs else f"no crossover in any of the {sens.height}")
     return (f"  crossover range over what the published points cannot pin (batch 8/32 x output 1,024/4,096 x expert "
             f"reads uniform/active x MLA width 576/512, {sens.height} refits): {where}; {plausible} of {sens.height} "

@@ -1,0 +1,41 @@
+"""Markdown sentences for the reports, written from the data so no conclusion is typed by hand.
+
+One module per report (``context_scaling`` for 01 … ``engine_choice`` for 06) and ``common`` for what several
+reports say alike; every public name is re-exported here, so notebooks call ``narrative.<function>``.
+"""
+
+from __future__ import annotations
+
+from kvlab.narrative.common import (
+    ENGINE_NOTES, citation_note, config_name, curves_caption, measured_engines_note, setup_phrase, stand_in_note,
+    unavailable_counters,
+)
+from kvlab.narrative.context_scaling import (
+    crossover_sentence, crossover_verdicts, growth_caption, growth_comparison, growth_sentences,
+    model_crossover_sentence, relative_speed_sentences, speed_caption, speed_claim_verdicts,
+)
+from kvlab.narrative.throughput_decay import (
+    DEFINITION_NAMES, claim_labels, claims_caption, consistency_sentences, consistency_table, decay_caption,
+    decay_claim_verdicts, decay_comparison, decay_sentences, decay_table, measured_table_caption,
+)
+from kvlab.narrative.memory_utilisation import (
+    COUNTER_NAMES, claims_list, counters_note, fits_sentence, headroom_caption, headroom_intro, headroom_sentences,
+    kv_budget_simulated, memory_caption, memory_claim_verdicts, memory_conclusion, memory_scope, memory_study_summary,
+    memory_table,
+)
+from kvlab.narrative.whatif_model import (
+    at_max_sentence, bound_sentence, confidence, crossover_caption, fit_sentence, loo_sentence, model_conclusions,
+    model_verdicts, oom_flag_note, sensitivity_sentence, throughput_caption, whatif_headroom_caption, whatif_setup,
+    winners_held_out,
+)
+from kvlab.narrative.prefix_sharing import (
+    PREFIX_CLAIMS, caching_gain_caption, gain_table, hit_rate_sentence, ideal_reuse_caption, multi_turn_caption,
+    multi_turn_sentence, prefix_citation_note, prefix_claim_verdict, prefix_claims_table, prefix_conclusions,
+    prefix_sharing_caption, prefix_verdicts, radix_vs_paged_sentence, reuse_sentences, sharing_table,
+    threshold_sentence, turns_table,
+)
+from kvlab.narrative.engine_choice import (
+    concurrency_caption, concurrency_sentence, disagreement, engine_choice_verdicts, evidence_gap_sentence,
+    evidence_rule, evidence_sentences, prefix_caption, recommendation_sentence, recommendation_verdict, tree_caption,
+    tree_sentence,
+)

@@ -1,0 +1,151 @@
+"""What several reports say alike: the measured engines, unavailable counters, citations, the modelled set-up, model curves."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kvlab.guide import STAND_IN, engine_label
+from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
+
+
+#: What a reader must know about a measured engine whose name could be misread.
+ENGINE_NOTES: dict[str, str] = {
+    "sglang-jax": ("SGLang's JAX runtime (`sgl_jax`) on JAX's CPU backend, **not PyTorch SGLang** (the engine the "
+                   "article measured): its kernels and speed differ, so its results are labelled sglang-jax and "
+                   "never stand for sglang"),
+}
+
+
+def measured_engines_note(runs: pl.DataFrame) -> str:
+    """Which engines the measured rows hold, with what each one is (said once per report)."""
+    from kvlab.engines import ENGINE_LABELS, ENGINE_NAMES
+
+    m = runs.filter(pl.col("source") == "measured")
+    if m.is_empty():
+        return ""
+    engines = sorted(m["engine"].unique().to_list(),
+                     key=lambda e: (ENGINE_NAMES.index(e) if e in ENGINE_NAMES else len(ENGINE_NAMES), e))
+    hw = ", ".join(m["hardware"].unique(maintain_order=True).to_list())
+    parts = [f"{e} = {ENGINE_LABELS.get(e, e)}" + (f": {ENGINE_NOTES[e]}" if e in ENGINE_NOTES else "")
+             for e in engines]
+    return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
+
+
+def unavailable_counters(runs: pl.DataFrame) -> str:
+    """Engines whose server counters (``server_*`` columns) are null in every measured run: not available, not 0."""
+    m = runs.filter(pl.col("source") == "measured")
+    cols = [c for c in m.columns if c.startswith("server_")]
+    lines = []
+    for (engine,), g in m.group_by(["engine"], maintain_order=True):
+        missing = [c for c in cols if g[c].null_count() == g.height]
+        if len(missing) == len(cols):
+            lines.append(f"- {engine} reported no server counters (all {len(cols)} `server_*` columns null in its "
+                         f"{g.height} runs): they are shown empty (not available), never as 0.")
+        elif missing:
+            lines.append(f"- {engine} did not report {', '.join(missing)} (null in its {g.height} runs): shown empty "
+                         "(not available), never as 0.")
+    return "\n".join(lines)
+
+
+def citation_note(published: pl.DataFrame) -> str:
+    """Where published rows come from, said once under their table instead of on every row."""
+    cites = [c for c in published["citation"].drop_nulls().unique(maintain_order=True).to_list()] \
+        if "citation" in published.columns else []
+    return "Source: " + "; ".join(cites) + "." if cites else "*No citation recorded for these rows.*"
+
+
+def setup_phrase(model: str, gpu: str, tp: int) -> str:
+    """'Kimi-K3 on 8× B300': a configuration named by its values."""
+    return f"{model} on {tp}× {gpu}"
+
+
+def config_name(label: str) -> str:
+    """A curve's configuration as reports name it: 'vllm TP8' → 'vLLM TP8', 'sglang TP8+DCP8' → 'SGLang TP8+DCP8'."""
+    engine, _, rest = label.partition(" ")
+    return f"{engine_label(engine)} {rest}".strip()
+
+
+def _implausible(fit, short: bool = False) -> list[str]:
+    """The fitted parameters outside their physically sane ranges, each in words with its value and (unless
+    ``short``) the plausible range."""
+    from kvlab.perfmodel.calibrate import SANE_RANGES
+
+    if fit.hardware == "CPU":
+        return []
+    p, out = fit.params, []
+    for name in fit.free:
+        lo, hi = SANE_RANGES[name]
+        v = getattr(p, name)
+        if lo <= v <= hi:
+            continue
+        if name == "prefill_efficiency":
+            text, rng = f"prefill at {v:.1%} of dense peak", f" (plausible: {lo:.0%}–{hi:.0%})"
+        elif name == "bandwidth_efficiency":
+            text, rng = f"decode at {v:.1%} of peak memory bandwidth", f" (plausible: {lo:.0%}–{hi:.0%})"
+        else:
+            text = f"DCP at {v * 1e6:,.0f} µs per layer and step"
+            rng = f" (plausible for NVLink collectives: {lo * 1e6:g}–{hi * 1e6:g} µs)"
+        out.append(text if short else text + rng)
+    return out
+
+
+def _ratio_at(model_df: pl.DataFrame, context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
+    """(faster configuration, slower ÷ faster) at ``context`` when ``model_df`` holds exactly two curves there."""
+    d = model_df.filter(pl.col("context_tokens") == context).sort(y)
+    if d.height != 2:
+        return None
+    return d["config"][0], d[y][1] / d[y][0]
+
+
+def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: pl.DataFrame | None = None,
+                   xrange: tuple[float, float] | None = None) -> str:
+    """One sentence for the modelled batch-time curves: who is faster at each end, where they cross (and the
+    shaded range of the crossover over the unpinned assumptions, ``xrange``), which parts are extrapolations."""
+    from kvlab.perfmodel.figures import calibrated_ranges
+
+    first = model_df.row(0, named=True)
+    who = setup_phrase(first["model"], first["gpu"], first["tp"])
+    lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
+    ends, winners = [], set()
+    for c in (lo, hi):
+        r = _ratio_at(model_df, c)
+        if r:
+            ends.append(f"{config_name(r[0])} is {r[1]:.2f}× faster at {tokens_label(c)}")
+            winners.add(r[0])
+    band = (f" (shaded: {k_label(xrange[0])}–{k_label(xrange[1])} over the assumptions the data cannot pin)"
+            if xrange else "")
+    cross = (f"the curves cross at {approx_tokens(crossover)}{band}" if crossover is not None and lo <= crossover <= hi
+             else f"the curves cross between {tokens_label(lo)} and {tokens_label(hi)}" if len(winners) > 1
+             else f"the curves do not cross between {tokens_label(lo)} and {tokens_label(hi)}")
+    ranges = calibrated_ranges(model_df, published)
+    if ranges:
+        spans = ", ".join(sorted({f"{tokens_label(a)}–{tokens_label(b)}" for a, b in ranges.values()}))
+        lines = (f"solid lines span the published {spans} the fit rests on (circles: the article's times), dashed "
+                 "lines are extrapolations")
+    else:
+        lines = "every line is dashed: no published point for this configuration, so all of it is an extrapolation"
+    body = "; ".join(ends[:1] + [cross] + ends[1:])
+    misfits = []
+    for (cfg,), g in model_df.group_by(["config"], maintain_order=True):
+        bad = g.filter(~pl.col("fits"))
+        if bad.height:
+            misfits.append(f"{config_name(cfg)} " + ("at every context" if bad.height == g.height else
+                                                      f"from {tokens_label(bad['context_tokens'].min())}"))
+    flags = f"; crosses: does not fit in memory ({', '.join(misfits)})" if misfits else ""
+    return f"Modelled for {who}: {body}; {lines}{flags}."
+
+
+def _scaled_span(r: dict) -> str:
+    """' (scaled contexts: 1,024 → 3,200 tokens)' for a decay row whose contexts were scaled down, else ''."""
+    scaled = scaled_context(r["context_from"], r.get("c_from")) != r["context_from"] or \
+        scaled_context(r["context_to"], r.get("c_to")) != r["context_to"]
+    return f" (scaled contexts: {r['c_from']:,} → {r['c_to']:,} tokens)" if scaled else ""
+
+
+def stand_in_note(*frames: pl.DataFrame, block_tokens: int = 128) -> str | None:
+    """Says, once and plainly, what sglang-jax is, when any of ``frames`` holds its runs; None otherwise."""
+    if not any(not f.is_empty() and "engine" in f.columns and (f["engine"] == "sglang-jax").any() for f in frames):
+        return None
+    return (f"**{engine_label('sglang-jax')} is not PyTorch SGLang.** It is {STAND_IN['sglang-jax']}. vLLM's CPU "
+            f"backend caches whole {block_tokens}-token blocks. sglang-jax serves no /metrics: its cache hits are its "
+            "requests' usage `cached_tokens`, and server counters it lacks show as not available, never as 0.")

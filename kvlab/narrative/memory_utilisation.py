@@ -1,0 +1,480 @@
+"""Report 03 (memory utilisation): the memory study, KV headroom, counters, captions and verdicts."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kvlab.guide import engine_label
+from kvlab.tables import ms
+from kvlab.units import scaled_context, tokens_label
+
+
+def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
+    """One line per engine and memory setting: retries, failures, run-time spread, latency."""
+    if stats.is_empty():
+        return "*No measured runs with a memory setting.*"
+    lines = ["### In words (measured)"]
+    several = stats["experiment"].n_unique() > 1
+    for r in stats.iter_rows(named=True):
+        c = causes.filter((pl.col("experiment") == r["experiment"]) & (pl.col("engine") == r["engine"])
+                          & (pl.col("mem_util") == r["mem_util"]) & (pl.col("context_tokens") == r["context_tokens"]))
+        why = ", ".join(f"{n}× {cause}" for cause, n in c.select("failure_cause", "failed_attempts").iter_rows())
+        mean, std = r["batch_time_mean_s"], r["batch_time_std_s"]
+        time_txt = "no successful run" if mean is None else (
+            f"batch time {mean:.3g} s" + (f" ± {std:.2g} s (CV {r['batch_time_cv']:.1%})" if std is not None else "")
+        )
+        t_ms = r["ttft_mean_ms"]
+        ttft = "" if t_ms is None else f", mean TTFT {t_ms:,.0f} ms" if t_ms >= 1000 else f", mean TTFT {t_ms:.4g} ms"
+        pre = r.get("preemptions")
+        pre_txt = "; preemptions not available" if pre is None else f"; {pre} preemption{'' if pre == 1 else 's'}"
+        lines.append(
+            f"- {r['experiment'] + ': ' if several else ''}{r['engine']} at **{r['mem_util']:g}**, "
+            f"{scaled_context(r['context_label'], r.get('context_tokens'))}: {r['runs_ok']}/{r['runs']} runs succeeded "
+            f"with **{r['retries']} retr{'y' if r['retries'] == 1 else 'ies'}**"
+            f"{' (' + why + ')' if why else ''}; {time_txt}{ttft}{pre_txt}."
+        )
+    return "\n".join(lines)
+
+
+def memory_conclusion(cmp: pl.DataFrame, stats: pl.DataFrame) -> str:
+    """The memory study's conclusion, aspect by aspect: retries at each setting (over every run), then, at every
+    context an engine was measured at both settings, the lower setting against the higher — run time, its spread
+    over repeats, and latency (mean request latency and mean TTFT) — with each change's direction and size.
+    An engine compared at one context gets the values; at several, the signed change per context (scaled contexts'
+    real tokens said once).
+
+    ``cmp`` is :func:`kvlab.analysis.memory_comparison`'s frame, ``stats`` :func:`kvlab.analysis.memory_study`'s.
+    """
+    if cmp.is_empty():
+        return "*No engine was measured at both memory settings at the same context.*"
+    lines = ["### Conclusion (measured)"]
+    several = cmp["experiment"].n_unique() > 1
+    for (exp,), g in cmp.group_by(["experiment"], maintain_order=True):
+        lo, hi = g["mem_low"][0], g["mem_high"][0]
+        st = stats.filter(pl.col("experiment") == exp)
+        g = g.sort(pl.col("engine").map_elements(_engine_rank, return_dtype=pl.Int64), "context_tokens")
+        if several:
+            lines.append(f"\n#### {exp}")
+        compact = g.group_by("engine").len()["len"].max() > 1
+        pairs = g.select("context_label", "context_tokens").unique().sort("context_tokens")
+        scaled = [f"{lab} = {tok:,} tokens" for lab, tok in pairs.iter_rows() if scaled_context(lab, tok) != lab]
+        if compact and scaled:
+            lines.append(f"\nContexts scaled: {', '.join(scaled)}.\n")
+        lines.append(f"- **Retries**: {_retries_by_setting(st, [lo, hi])}.")
+        times, spreads, lat = [], [], []
+        for (engine,), e in g.group_by(["engine"], maintain_order=True):
+            t_parts, s_parts, l_parts = [], [], []
+            for r in e.iter_rows(named=True):
+                ctx = r["context_label"] if compact else scaled_context(r["context_label"], r.get("context_tokens"))
+                low, high = (_stats_row(st, r, u) for u in (lo, hi))
+                t_lo, t_hi = r["batch_time_mean_s_low"], r["batch_time_mean_s_high"]
+                if not (t_lo and t_hi):
+                    t_parts.append(f"{ctx} not comparable (no successful run at one setting)")
+                elif compact:
+                    t_parts.append(f"{ctx} {_signed_pct(t_lo / t_hi - 1)}")
+                else:
+                    t_parts.append(f"{ctx} {_relative(t_lo, t_hi, 'longer', 'shorter')} ({t_lo:.3g} s vs {t_hi:.3g} s)")
+                if low and high and (low["runs_ok"] or 0) > 1 and (high["runs_ok"] or 0) > 1:
+                    s_parts.append(f"{ctx} {low['batch_time_cv']:.1%} → {high['batch_time_cv']:.1%}")
+                if low and high and low["e2e_mean_ms"] and high["e2e_mean_ms"]:
+                    has_ttft = bool(low["ttft_mean_ms"] and high["ttft_mean_ms"])
+                    if compact:
+                        l_parts.append(f"{ctx} {_signed_pct(low['e2e_mean_ms'] / high['e2e_mean_ms'] - 1)}"
+                                       + (f" (TTFT {_signed_pct(low['ttft_mean_ms'] / high['ttft_mean_ms'] - 1)})"
+                                          if has_ttft else ""))
+                    else:
+                        l_parts.append(
+                            f"{ctx} mean request latency {_relative(low['e2e_mean_ms'], high['e2e_mean_ms'])} "
+                            f"({ms(low['e2e_mean_ms'])} vs {ms(high['e2e_mean_ms'])})"
+                            + (f", mean TTFT {_relative(low['ttft_mean_ms'], high['ttft_mean_ms'])} "
+                               f"({ms(low['ttft_mean_ms'])} vs {ms(high['ttft_mean_ms'])})" if has_ttft else ""))
+            sep = ", " if compact else "; "
+            join = ": " if compact else " at "
+            times.append(f"{engine}{join}{sep.join(t_parts)}")
+            if s_parts:
+                spreads.append(f"{engine}: {', '.join(s_parts)}")
+            if l_parts:
+                lat.append(f"{engine}{join}{sep.join(l_parts)}")
+        change = " (change in mean batch time)" if compact else ""
+        lines.append(f"- **Run time** at {lo:g} against {hi:g}{change}: " + "; ".join(times) + ".")
+        lines.append(f"- **Spread** of batch time over repeats (coefficient of variation, {lo:g} → {hi:g}): " + (
+            "; ".join(spreads) + "." if spreads else
+            "not measured — one successful run per engine, setting and context, so run-time stability cannot be "
+            "compared."))
+        what = " (change in mean request latency, and in mean TTFT)" if compact else ""
+        lines.append(f"- **Latency** at {lo:g} against {hi:g}{what}: " + ("; ".join(lat) if lat else "not measured") + ".")
+    return "\n".join(lines)
+
+
+def headroom_sentences(head: pl.DataFrame) -> str:
+    """How many sequences fit at each memory setting, per DCP size and context (modelled), then what the model's
+    *fits* column says and what it rests on (read from each row's ``reason``), so a reader never takes a restated
+    assumption for a prediction."""
+    lines = []
+    for (dcp, ctx), g in head.group_by(["dcp", "context_tokens"], maintain_order=True):
+        g = g.sort("mem_util")
+        parts = ", ".join(f"{r['max_concurrent_seqs']:,} at {r['mem_util']:g}" for r in g.iter_rows(named=True))
+        seqs = g["max_concurrent_seqs"].to_list()
+        more = (f" ({_relative(seqs[-1], seqs[0], 'more', 'fewer')} at {g['mem_util'][-1]:g})"
+                if len(seqs) > 1 and seqs[0] else "")
+        path = " (vLLM's path)" if dcp == 1 else " (SGLang's path)"
+        lines.append(f"- modelled, DCP {dcp}{path}, {tokens_label(ctx)} context: sequences that fit — {parts}{more}.")
+    lines.append("")
+    lines.append(fits_sentence(head))
+    return "\n".join(lines)
+
+
+def _relative(new: float, old: float, more: str = "higher", less: str = "lower") -> str:
+    """``new`` against ``old`` as a direction and a percentage: '29% longer', '1.6% higher', 'the same'."""
+    ratio = new / old
+    if ratio == 1:
+        return "the same"
+    pct = abs(ratio - 1)
+    return f"{pct:.1%} {more if ratio > 1 else less}" if pct < 0.1 else f"{pct:.0%} {more if ratio > 1 else less}"
+
+
+def _retries_by_setting(stats: pl.DataFrame, settings: list[float]) -> str:
+    """'0 at 0.92 (4 runs) and 1 at 0.95 (2 runs: sglang-jax at 200K (6,400 tok))', failed runs added when any."""
+    parts, failed = [], []
+    for u in settings:
+        s = stats.filter(pl.col("mem_util") == u)
+        where = [f"{r['engine']} at {scaled_context(r['context_label'], r.get('context_tokens'))}"
+                 for r in s.filter(pl.col("retries") > 0).iter_rows(named=True)]
+        runs = int(s["runs"].sum())
+        parts.append(f"{int(s['retries'].sum())} at {u:g} ({runs} run{'' if runs == 1 else 's'}"
+                     + (f": {', '.join(where)}" if where else "") + ")")
+        n_failed = int(s["runs_failed"].sum())
+        if n_failed:
+            failed.append(f"{n_failed} at {u:g}")
+    return " and ".join(parts) + ("; failed runs: " + ", ".join(failed) if failed else "; no run failed")
+
+
+def _stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
+    """The memory-study row of ``r``'s engine and context at ``mem_util``."""
+    hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_tokens") == r["context_tokens"])
+                       & (pl.col("mem_util") == mem_util))
+    return hit.row(0, named=True) if hit.height else None
+
+
+def claims_list(claims: pl.DataFrame) -> str:
+    """The document's statements as a list, each with where it says so."""
+    if claims.is_empty():
+        return "*The document makes no claim of this kind.*"
+    return "\n".join(f"- “{s}” ({c})" for s, c in claims.select("statement", "citation").iter_rows())
+
+
+def headroom_intro(head: pl.DataFrame, gpu: str, model: str, article: pl.DataFrame | None = None) -> str:
+    """What the modelled headroom is of: the model, GPUs and DCP sizes, and the article's own set-up when it differs."""
+    tp = head["tp"][0] if "tp" in head.columns and head.height else 8
+    dcps = sorted(head["dcp"].unique().to_list())
+    paths = " and ".join("without DCP (vLLM's path)" if d == 1 else f"with DCP {d} (SGLang's)" for d in dcps)
+    text = (f"KV-cache room that each memory setting leaves for {model} on {tp}× {gpu}, {paths}, from kvlab's physical "
+            f"model (the model of report 04).")
+    if article is not None and article.height:
+        a = article.row(0, named=True)
+        a_gpu = str(a.get("hardware") or "").removeprefix("NVIDIA ").strip()
+        if (a.get("model"), a_gpu) != (model, gpu):
+            text += f" The article ran {a.get('model')} on {a.get('gpu_count')}× {a_gpu}."
+    return text
+
+
+def fits_sentence(head: pl.DataFrame) -> str:
+    """What the model's *fits* column says at each memory setting and what it rests on: KV room for one sequence,
+    weights within the target, and memory left outside the target against an assumed need (an assumption set from
+    the B300 article's own report, so a *fits = false* there restates the article rather than predicting it)."""
+    from kvlab.perfmodel.roofline import Assumptions
+
+    frac = Assumptions().outside_pool_fraction
+    parts, restated = [], False
+    for (u,), g in head.sort("mem_util").group_by(["mem_util"], maintain_order=True):
+        bad = g.filter(~pl.col("fits"))
+        if bad.is_empty():
+            parts.append(f"every row fits at {u:g}")
+            continue
+        r = bad.row(0, named=True)
+        n = f"{bad.height} of {g.height} rows"
+        if "left outside the target" in r["reason"]:
+            outside = r["outside_pool_gib_per_gpu"]
+            need = r.get("outside_need_gib_per_gpu") or frac * outside / (1 - u)
+            parts.append(f"at {u:g} it marks {n} as not fitting — not for lack of KV room, but because {u:g} leaves "
+                         f"{outside:.1f} GiB per GPU outside the target, less than the {need:.1f} GiB ({frac:.1%} of "
+                         f"the GPU) the model assumes activations, CUDA graphs and communication buffers need there")
+            restated = True
+        else:
+            parts.append(f"at {u:g} {n} do not fit: {r['reason']}")
+    text = "The model's *fits* column: " + "; ".join(parts) + "."
+    if restated:
+        text += (f" That {frac:.1%} is not derived: it was chosen between what the article's two settings leave "
+                 "outside the target (the one that failed and the one that worked), so *fits = false* there restates "
+                 "the article's OOM claim rather than predicting it — report 04's table shows the same flag for the same "
+                 "reason. What the model does derive is the KV room above.")
+    return text
+
+
+def headroom_caption(head: pl.DataFrame) -> str:
+    """One sentence for the headroom figure: how much more the higher setting fits, and what DCP multiplies it by."""
+    us = sorted(head["mem_util"].unique().to_list())
+    if not head.height:
+        return "Modelled: no configuration."
+    lo, hi = us[0], us[-1]
+    text = "Modelled"
+    if lo != hi:
+        w = (head.filter(pl.col("mem_util") == lo).select("dcp", "context_tokens", pl.col("max_concurrent_seqs").alias("a"))
+             .join(head.filter(pl.col("mem_util") == hi).select("dcp", "context_tokens",
+                                                                pl.col("max_concurrent_seqs").alias("b")),
+                   on=["dcp", "context_tokens"]).filter(pl.col("a") > 0).sort("dcp", "context_tokens"))
+        gain = (w["b"] / w["a"] - 1).to_list()
+        if not gain:
+            return (f"Modelled: not one sequence fits at {lo:g} in any configuration shown "
+                    f"({head['reason'][0]}), so there is no room to compare.")
+        g_txt = (f"{min(gain):.0%}" if round(min(gain), 2) == round(max(gain), 2)
+                 else f"{min(gain) * 100:.0f}–{max(gain):.0%}")
+        ex = w.filter(pl.col("dcp") == w["dcp"].min()).row(-1, named=True)
+        text += (f": {hi:g} fits {g_txt} more sequences than {lo:g} at every context and DCP size shown "
+                 f"(DCP {ex['dcp']}, {tokens_label(ex['context_tokens'])}: {ex['b']:,} vs {ex['a']:,})")
+    dcps = sorted(head["dcp"].unique().to_list())
+    if len(dcps) > 1:
+        base = head.filter(pl.col("dcp") == dcps[0]).select("mem_util", "context_tokens", pl.col("max_concurrent_seqs").alias("a"))
+        top = head.filter(pl.col("dcp") == dcps[-1]).select("mem_util", "context_tokens", pl.col("max_concurrent_seqs").alias("b"))
+        x = base.join(top, on=["mem_util", "context_tokens"]).filter(pl.col("a") > 0)
+        r = (x["b"] / x["a"]).to_list()
+        if r:
+            r_txt = f"{min(r):.1f}×" if round(min(r), 1) == round(max(r), 1) else f"{min(r):.1f}–{max(r):.1f}×"
+            text += f"{';' if lo != hi else ':'} DCP {dcps[-1]} fits {r_txt} as many as DCP {dcps[0]}"
+    if text == "Modelled":
+        r = head.row(0, named=True)
+        text += f": {r['max_concurrent_seqs']:,} sequences of {tokens_label(r['context_tokens'])} fit at {r['mem_util']:g}"
+    return text + "."
+
+
+def memory_table(stats: pl.DataFrame):
+    """The memory study as a reader's table: one row per engine, context and setting (settings of one context side
+    by side), with the spread and counters only where some run has them."""
+    from kvlab import tables
+
+    several = stats["experiment"].n_unique() > 1
+    s = stats.with_columns((pl.col("batch_time_cv") * 100).alias("batch_time_cv_pct"))
+    s = s.with_columns(pl.col("engine").map_elements(_engine_rank, return_dtype=pl.Int64).alias("_rank")).sort(
+        *(["experiment"] if several else []), "_rank", "engine", "context_tokens", "mem_util")
+    cols = {"experiment": "experiment"} if several else {}
+    cols |= {"engine": "engine", "context_label": "context", "context_tokens": "context (tokens)",
+             "mem_util": "memory utilisation", "runs": "runs", "runs_ok": "runs succeeded", "retries": "retries"}
+    if s["runs_failed"].sum():
+        cols["runs_failed"] = "runs failed"
+    cols["batch_time_mean_s"] = "batch time, mean (s)"
+    if s["batch_time_cv_pct"].drop_nulls().len():
+        cols["batch_time_cv_pct"] = "batch-time spread, CV (%)"
+    cols |= {"ttft_mean_ms": "mean TTFT (ms)", "e2e_mean_ms": "mean request latency (ms)"}
+    if "preemptions" in s.columns and s["preemptions"].drop_nulls().len():
+        cols["preemptions"] = "preemptions"
+    return tables.table(s, cols)
+
+
+def memory_caption(stats: pl.DataFrame, cmp: pl.DataFrame) -> str:
+    """One sentence for the memory-study figure: retries at each setting, then at the largest context measured at
+    both settings, batch time and mean request latency at the lower setting against the higher, per engine."""
+    if stats.is_empty():
+        return "Measured: no run with a memory setting."
+    us = sorted(stats["mem_util"].unique().to_list())
+    retries = {u: int(stats.filter(pl.col("mem_util") == u)["retries"].sum()) for u in us}
+    failed = int(stats["runs_failed"].sum())
+    text = ("Measured: " + ("no retry" if not any(retries.values()) else
+                           ", ".join(f"{n} retr{'y' if n == 1 else 'ies'} at {u:g}" for u, n in retries.items()))
+            + ("" if any(retries.values()) else " at any setting")
+            + (f", {failed} failed run{'s' if failed != 1 else ''}" if failed else ", no failed run"))
+    ok = cmp.filter(pl.col("time_ratio").is_not_null())
+    if ok.height:
+        top = ok["context_tokens"].max() if "context_tokens" in ok.columns else None
+        at = ok.filter(pl.col("context_tokens") == top) if top is not None else ok
+        at = at.sort(pl.col("engine").map_elements(_engine_rank, return_dtype=pl.Int64))
+        r0 = at.row(0, named=True)
+        lo, hi = r0["mem_low"], r0["mem_high"]
+        times = " and ".join(f"{_relative(r['batch_time_mean_s_low'], r['batch_time_mean_s_high'], 'longer', 'shorter')} "
+                             f"for {engine_label(r['engine'])}" for r in at.iter_rows(named=True))
+        lat = []
+        for r in at.iter_rows(named=True):
+            a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
+            if a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]:
+                lat.append(f"{_relative(a['e2e_mean_ms'], b['e2e_mean_ms'])} for {engine_label(r['engine'])}")
+        text += (f"; at {scaled_context(r0['context_label'], r0.get('context_tokens'))}, {lo:g} against {hi:g}: batch time "
+                 f"{times}" + (f", mean request latency {' and '.join(lat)}" if lat else ""))
+    return text + "."
+
+
+def kv_budget_simulated(runs: pl.DataFrame) -> bool:
+    """Whether the measured runs' memory setting is a simulated KV-cache budget: no GPU served them (CPU runs map
+    the setting to an explicit KV budget; see data/experiments/cpu_long_context.yaml)."""
+    m = runs.filter(pl.col("source") == "measured")
+    return m.height > 0 and not (m["gpu_count"].fill_null(0) > 0).any()
+
+
+def memory_scope(runs: pl.DataFrame) -> str:
+    """What the measured memory study can and cannot test on the host that ran it."""
+    m = runs.filter(pl.col("source") == "measured")
+    if m.is_empty():
+        return ""
+    if kv_budget_simulated(m):
+        return ("**What this host tests.** These runs had no GPU: kvlab maps each memory setting to an explicit "
+                "KV-cache budget (a simulated device), so the lower setting only means less KV room — fewer requests "
+                "held at once. That tests the capacity side of the trade-off (run time, latency). It does not test the "
+                "article's OOM retries: on a GPU they come from activations, CUDA graphs and communication buffers "
+                "overflowing the memory left outside the KV pool, which a CPU run does not carve up. The verdicts at "
+                "the top say so claim by claim.")
+    gpus = ", ".join(sorted({str(g) for g in m["gpu_count"].drop_nulls().to_list()}))
+    return (f"**What this host tests.** These runs were served on GPUs ({gpus} per run): each memory setting is the "
+            "engine's own memory-utilisation target, so retries, run time and latency test the article's claims "
+            "directly, for this hardware and model.")
+
+
+def _setting_of(statement: str) -> float | None:
+    import re
+
+    m = re.search(r"\b0\.\d+\b", statement)
+    return float(m.group()) if m else None
+
+
+def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.DataFrame,
+                          head: pl.DataFrame | None = None, simulated: bool = True) -> list:
+    """The B300 article's two memory claims (``memory_095``: the higher setting caused OOM retries with either
+    engine; ``memory_092``: the lower one removed them and stabilised run time, at slightly higher latency) against
+    the measured memory study and, for the first, the physical model. ``simulated``: the runs' setting is a simulated
+    KV budget (no GPU), so the OOM parts cannot be tested; the latency part is tested for its direction only."""
+    from kvlab.verdicts import Verdict
+
+    out = []
+    us = sorted(stats["mem_util"].unique().to_list()) if stats.height else []
+    lo, hi = (us[0], us[-1]) if us else (None, None)
+    host = ("on this host the setting is a simulated KV-cache budget, so the GPU memory outside the KV pool, where "
+            "those OOMs arise, is not exercised" if simulated else "measured on this host's GPUs")
+
+    def retries(u: float) -> tuple[int, int, list[str]]:
+        s = stats.filter(pl.col("mem_util") == u)
+        per = s.group_by("engine").agg(pl.col("retries").sum()).sort(pl.col("engine").map_elements(
+            _engine_rank, return_dtype=pl.Int64))
+        return (int(s["retries"].sum()), int(s["runs"].sum()),
+                [f"{engine_label(e)} {n}" for e, n in per.iter_rows()])
+
+    for c in claims.filter(pl.col("kind") == "memory").iter_rows(named=True):
+        cid, statement = c["claim_id"], c["statement"]
+        u = _setting_of(statement)
+        if stats.is_empty() and cid in ("memory_095", "memory_092"):
+            out.append(Verdict(statement, "cannot be tested here", "measured", "no measured run with a memory setting"))
+            if cid == "memory_092":
+                continue
+        if cid == "memory_095":
+            u = u or hi
+            if u not in us:
+                if us:
+                    out.append(Verdict(statement, "cannot be tested here", "measured", f"no measured run at {u:g}"))
+            else:
+                n, runs, per = retries(u)
+                every = stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("retries").sum())
+                outcome = ("cannot be tested here" if simulated else
+                           "reproduced" if (every["retries"] > 0).all() else "contradicted")
+                out.append(Verdict(f"{statement} — {host}", outcome, "measured",
+                                   f"{n} retr{'y' if n == 1 else 'ies'} in {runs} run{'' if runs == 1 else 's'} at {u:g} "
+                                   f"({', '.join(per)})"))
+            if head is not None and head.height and u in head["mem_util"].to_list():
+                h = head.filter(pl.col("mem_util") == u)
+                bad = h.filter(~pl.col("fits") & pl.col("reason").str.contains("left outside the target"))
+                if bad.height:
+                    from kvlab.perfmodel.roofline import Assumptions
+
+                    r = bad.row(0, named=True)
+                    need = r.get("outside_need_gib_per_gpu") or \
+                        Assumptions().outside_pool_fraction * r["outside_pool_gib_per_gpu"] / (1 - u)
+                    number = (f"{r['outside_pool_gib_per_gpu']:.1f} GiB/GPU left outside the target at {u:g} < {need:.1f} "
+                              "GiB assumed need — an assumption taken from this claim")
+                elif h["fits"].all():
+                    number = (f"every configuration fits at {u:g}; the model's memory check rests on an assumed need "
+                              "set from this claim")
+                else:
+                    number = f"at {u:g}: {h.filter(~pl.col('fits'))['reason'][0]}"
+                out.append(Verdict(f"{statement} — kvlab's physical model", "cannot be tested here", "modelled", number))
+        elif cid == "memory_092":
+            u = u or lo
+            first, _, last = statement.partition(", at ")
+            if lo is None or lo == hi:
+                out.append(Verdict(statement, "cannot be tested here", "measured", "no engine measured at two settings"))
+                continue
+            n_lo, runs_lo, _ = retries(lo)
+            n_hi, runs_hi, _ = retries(hi)
+            spreads = []
+            for r in cmp.iter_rows(named=True):
+                a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
+                if a and b and (a["runs_ok"] or 0) > 1 and (b["runs_ok"] or 0) > 1:
+                    spreads.append((r, a["batch_time_cv"], b["batch_time_cv"]))
+            lower = sum(x < y for _, x, y in spreads)
+            spread = ("spread: one run per setting" if not spreads else
+                      f"spread (CV) {spreads[0][1]:.1%} at {lo:g} vs {spreads[0][2]:.1%} at {hi:g}" if len(spreads) == 1
+                      else f"spread (CV) lower at {lo:g} in {lower} of {len(spreads)} engine–context pairs")
+            number = f"retries: {n_lo} at {lo:g}, {n_hi} at {hi:g}; {spread}"
+            if simulated:
+                out.append(Verdict(f"{first} — on this host there is no GPU OOM to remove (simulated KV budget)",
+                                   "cannot be tested here", "measured", number))
+            elif n_hi == 0:
+                out.append(Verdict(f"{first} — measured on this host's GPUs", "cannot be tested here", "measured",
+                                   number + f" (no retry at {hi:g} to remove)"))
+            else:
+                ok = n_lo == 0 and (not spreads or lower > len(spreads) / 2)
+                out.append(Verdict(f"{first} — measured on this host's GPUs", "reproduced" if ok else "contradicted",
+                                   "measured", number))
+            lat = []
+            at = cmp.filter(pl.col("context_tokens") == cmp["context_tokens"].max()) if cmp.height else cmp
+            for r in at.iter_rows(named=True):
+                a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
+                if a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]:
+                    lat.append((r, a["e2e_mean_ms"] / b["e2e_mean_ms"]))
+            claim = (f"Lowering the target to {lo:g} comes at {last or 'higher latency'} — "
+                     + (f"on this host {lo:g} is a smaller simulated KV budget, so fewer requests run at once: "
+                        "direction only" if simulated else "measured on this host's GPUs"))
+            if not lat:
+                out.append(Verdict(claim, "cannot be tested here", "measured", "no latency measured at both settings"))
+                continue
+            r0 = lat[0][0]
+            out.append(Verdict(
+                claim, "reproduced" if all(x > 1 for _, x in lat) else "contradicted", "measured",
+                f"mean request latency at {lo:g} against {hi:g}, {scaled_context(r0['context_label'], r0.get('context_tokens'))}: "
+                + ", ".join(f"{engine_label(r['engine'])} {_signed_pct(x - 1)}"
+                            for r, x in sorted(lat, key=lambda t: _engine_rank(t[0]["engine"])))))
+        else:
+            out.append(Verdict(statement, "cannot be tested here", "measured", "no test of this claim in this report"))
+    return out
+
+
+def _engine_rank(engine: str) -> int:
+    """Engines in the order every report lists them (vLLM, SGLang, sglang-jax), unknown ones last."""
+    from kvlab.engines import ENGINE_NAMES
+
+    return ENGINE_NAMES.index(engine) if engine in ENGINE_NAMES else len(ENGINE_NAMES)
+
+
+def _signed_pct(x: float) -> str:
+    """+0.016 → '+1.6%', −0.35 → '−35%' (a true minus sign; one decimal below 10%)."""
+    text = f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
+    return text.replace("-", "−")
+
+
+#: What each server counter is, as a reader names it.
+COUNTER_NAMES = {"server_preemptions": "preemptions", "server_prompt_tokens": "prompt tokens",
+                 "server_generation_tokens": "generated tokens", "server_prefix_cache_queries": "prefix-cache queries",
+                 "server_prefix_cache_hits": "prefix-cache hits"}
+
+
+def counters_note(runs: pl.DataFrame) -> str:
+    """Engines whose server counters are missing in every measured run, the counters named in words: shown empty
+    (not available), never as 0."""
+    m = runs.filter(pl.col("source") == "measured")
+    cols = [c for c in m.columns if c.startswith("server_")]
+    lines = []
+    for (engine,), g in m.group_by(["engine"], maintain_order=True):
+        missing = [c for c in cols if g[c].null_count() == g.height]
+        names = ", ".join(COUNTER_NAMES.get(c, c.removeprefix("server_").replace("_", " ")) for c in missing)
+        runs_txt = f"{g.height} run{'' if g.height == 1 else 's'}"
+        if missing and len(missing) == len(cols):
+            lines.append(f"- {engine} reported no server counters ({names}) in any of its {runs_txt}: "
+                         "tables show them empty (–, not available), never as 0.")
+        elif missing:
+            lines.append(f"- {engine} did not report {names} in any of its {runs_txt}: shown empty (–, not "
+                         "available), never as 0.")
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""Token counts and contexts as a reader reads them, formatted in this one place (K = 1,024 tokens and
+M = 1,048,576, as data/reference counts them).
+
+A context is identified by its token count (``context_tokens``; a scaled run also by its ``scale_factor``);
+a label such as '64K' names it for display and is never a join key.
+"""
+
+from __future__ import annotations
+
+K, M = 1 << 10, 1 << 20
+
+
+def context_label(tokens: float) -> str:
+    """The name a context is stored under (a run's ``context_label``): '64K' for 65,536 and '1024K' for
+    1,048,576 (whole K), the plain count otherwise ('74', '3000')."""
+    t = int(round(tokens))
+    return f"{t // K}K" if t % K == 0 else str(t)
+
+
+def tokens_label(tokens: float) -> str:
+    """A context as a reader names it: 65,536 → '64K', 204,800 → '200K', 1,048,576 → '1M', 3,000 → '3,000'."""
+    t = int(round(tokens))
+    if t >= M and t % M == 0:
+        return f"{t // M}M"
+    if t % K == 0:
+        return f"{t // K}K"
+    return f"{t:,}"
+
+
+def k_label(tokens: float) -> str:
+    """A context in whole K, rounded: 127,963 → '125K'; 1,048,576 → '1024K'."""
+    return f"{tokens / K:.0f}K"
+
+
+def approx_label(tokens: float) -> str:
+    """A context rounded for the eye: 127,963 → '125K'; 1,027,165 → '0.98M'."""
+    return f"{tokens / M:.2g}M" if tokens >= 0.9 * M else k_label(tokens)
+
+
+def approx_tokens(tokens: float) -> str:
+    """An estimated context with its count: '≈125K (127,963 tokens)'."""
+    return f"≈{approx_label(tokens)} ({tokens:,.0f} tokens)"
+
+
+def nominal_tokens(label: str) -> set[int]:
+    """The token counts a context label names: '64K' → {65,536, 64,000}; '3,200' → {3,200}; nothing unparsable."""
+    text = str(label).strip().replace(",", "")
+    try:
+        if text[-1:] in "Kk":
+            return {int(float(text[:-1]) * K), int(float(text[:-1]) * 1000)}
+        if text[-1:] in "Mm":
+            return {int(float(text[:-1]) * M), int(float(text[:-1]) * 1000 ** 2)}
+        return {int(float(text))}
+    except ValueError:
+        return set()
+
+
+def scaled_context(label: str, tokens: int | None, sep: str = " ") -> str:
+    """A context named by its label, with its real tokens when the run was scaled (its tokens are not what the
+    label names): '64K', or '64K (1,024 tok)' (``sep`` before the parenthesis: a newline on an axis)."""
+    named = nominal_tokens(label)
+    if tokens is None or not named or tokens in named:
+        return str(label)
+    return f"{label}{sep}({tokens:,} tok)"

@@ -1,0 +1,28 @@
+"""Token counts and context labels (kvlab.units): every format a report or figure uses."""
+
+from kvlab import units
+
+
+def test_stored_labels_are_whole_k_or_the_plain_count():
+    assert [units.context_label(t) for t in (74, 1024, 65536, 204800, 1 << 20, 3000, 65536.0)] == \
+        ["74", "1K", "64K", "200K", "1024K", "3000", "64K"]
+
+
+def test_contexts_are_named_in_k_never_in_powers_of_two():
+    assert [units.tokens_label(t) for t in (4096, 65536, 131072, 204800, 1 << 20, 3000)] == \
+        ["4K", "64K", "128K", "200K", "1M", "3,000"]
+
+
+def test_estimates_are_rounded_and_keep_their_count():
+    assert units.k_label(127963) == "125K" and units.k_label(1 << 20) == "1024K"
+    assert units.approx_label(127963) == "125K" and units.approx_label(1027165) == "0.98M"
+    assert units.approx_tokens(127963) == "≈125K (127,963 tokens)"
+
+
+def test_a_scaled_context_says_its_real_tokens():
+    assert units.nominal_tokens("64K") == {65536, 64000} and units.nominal_tokens("3,200") == {3200}
+    assert units.nominal_tokens("n/a") == set()
+    assert units.scaled_context("64K", 1024) == "64K (1,024 tok)"
+    assert units.scaled_context("64K", 1024, "\n") == "64K\n(1,024 tok)"
+    assert units.scaled_context("64K", 65536) == "64K" == units.scaled_context("64K", None)
+    assert units.scaled_context("74", 74) == "74" and units.scaled_context("n/a", 5) == "n/a"
