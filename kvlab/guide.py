@@ -208,15 +208,20 @@ class Evidence:
     deciding: Factor | None = None
 
 
+def engine_configs(w: UserWorkload):
+    """The two configurations the guide compares for ``w``: vLLM TP (no DCP) and SGLang TP + DCP."""
+    from kvlab.perfmodel import Config
+
+    return Config.of(w.gpu, w.model, "vllm", w.tp, 1), Config.of(w.gpu, w.model, "sglang", w.tp, w.dcp)
+
+
 def context_factor(w: UserWorkload, fit) -> Factor:
     """Modelled batch times of vLLM TP (no DCP) and SGLang TP+DCP at the user's context (kvlab.perfmodel)."""
-    from kvlab.perfmodel import Config, batch_time
+    from kvlab.perfmodel import batch_time
     from kvlab.perfmodel.calibrate import crossover_from_fit
-
     from kvlab.perfmodel.roofline import kv_split
 
-    a = Config.of(w.gpu, w.model, "vllm", w.tp, 1)
-    b = Config.of(w.gpu, w.model, "sglang", w.tp, w.dcp)
+    a, b = engine_configs(w)
     caveat = (" The fit's parameters are outside physically plausible ranges (notebook 04), so read the "
               "ratio as a description of the article's figures" if fit.warnings else "")
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s

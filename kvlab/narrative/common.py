@@ -59,6 +59,21 @@ def setup_phrase(model: str, gpu: str, tp: int) -> str:
     return f"{model} on {tp}× {gpu}"
 
 
+def model_title(model: str, gpu: str, tp: int) -> str:
+    """The title of a modelled figure: 'modelled: Kimi-K3 on 8× B300'."""
+    return f"modelled: {setup_phrase(model, gpu, tp)}"
+
+
+def no_runs_note(what: str, data_dir, command: str) -> str:
+    """Said where a measured section has no runs: what is missing, where kvlab looked, the command that measures it."""
+    return f"*No measured {what} under `{data_dir}/runs`: run `{command}` to measure them.*"
+
+
+def factor_line(factor) -> str:
+    """One answered question of the engine-choice guide (a ``guide.Factor``) as a list item."""
+    return f"- {factor.finding}." + (f" Favours **{factor.favours}**." if factor.favours else "")
+
+
 def config_name(label: str) -> str:
     """A curve's configuration as reports name it: 'vllm TP8' → 'vLLM TP8', 'sglang TP8+DCP8' → 'SGLang TP8+DCP8'."""
     engine, _, rest = label.partition(" ")
