@@ -27,7 +27,7 @@ from kvlab.engines import ENGINE_NAMES, Failure, get_adapter
 from kvlab import watchdog
 from kvlab.engines.base import http_json
 from kvlab.paths import ROOT
-from kvlab.spec import EngineSpec
+from kvlab.engines import EngineSpec
 
 REDACTED = "***"
 #: The watchdog script, run by path with the harness's interpreter (see kvlab/watchdog.py).
