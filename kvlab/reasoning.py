@@ -2,7 +2,7 @@
 
 A server with a reasoning parser (``--reasoning-parser``) streams the reasoning as
 ``reasoning_content`` apart from the answer; without one the model's ``<think>…</think>`` is
-part of the text and :func:`kvlab.metrics.split_think` separates it. Token counts come, in
+part of the text and :func:`split_think` separates it. Token counts come, in
 order of preference, from the server's ``usage.completion_tokens_details.reasoning_tokens``,
 from the model's own tokenizer applied to each part, or — when neither is at hand — from the
 share of streamed chunks (parser) or characters (tags), and each record says which.
@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 
-from kvlab.metrics import split_think
 from kvlab.workloads import Prompt
 
 #: How a split was counted, most exact first.
@@ -56,6 +55,26 @@ def local_token_counter(model_dir: str | Path) -> Callable[[str], int] | None:
 
     tok = Tokenizer.from_file(str(path))
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids) if text else 0
+
+
+def split_think(text: str, open_tag: str = "<think>", close_tag: str = "</think>") -> tuple[str, str]:
+    """Split model output into (reasoning, answer) when no reasoning parser ran on the server.
+
+    Text up to ``close_tag`` (after an optional leading ``open_tag``) is reasoning; an
+    ``open_tag`` never closed makes all of it reasoning (output cut off while thinking);
+    text without tags is all answer.
+    """
+    stripped = text.lstrip()
+    end = text.find(close_tag)
+    if end >= 0:
+        reasoning = text[:end]
+        start = reasoning.find(open_tag)
+        if start >= 0:
+            reasoning = reasoning[start + len(open_tag):]
+        return reasoning, text[end + len(close_tag):]
+    if stripped.startswith(open_tag):
+        return stripped[len(open_tag):], ""
+    return "", text
 
 
 @dataclass(frozen=True)
@@ -125,4 +144,4 @@ def describe(method: str) -> str:
 
 
 __all__ = ["SPLIT_METHODS", "Split", "account", "builtin_questions", "describe", "local_token_counter",
-           "prompts", "split_record"]
+           "prompts", "split_record", "split_think"]

@@ -26,7 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import host, metrics, store
-from kvlab.client import STALLED, BatchResult, run_requests
+from kvlab.client import STALLED, BatchResult, request_rows, run_requests, sum_reported, summarize
 from kvlab.engines import get_adapter
 from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR
@@ -241,7 +241,7 @@ def _vocab_size(run: RunSpec) -> int:
 def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, version: str | None,
              batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
     e, w = run.engine, run.workload
-    summary = metrics.summarize(batch.records, batch.batch_time_s) if batch else {}
+    summary = summarize(batch.records, batch.batch_time_s) if batch else {}
     row = {
         "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
         "gpu_count": host.gpu_count(), "model": e.served_model_name or Path(e.model).name, "engine": e.name,
@@ -250,7 +250,7 @@ def _run_row(run: RunSpec, status: str, attempts: int, cause: str | None, versio
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
         "shared_prefix_tokens": shared_tokens(run),
-        "reasoning_tokens": (metrics.sum_reported([r.reasoning_tokens for r in batch.records])
+        "reasoning_tokens": (sum_reported([r.reasoning_tokens for r in batch.records])
                              if batch and w.kind == "reasoning" else None),
         "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
         "attempts": attempts, "status": status, "failure_cause": cause,
@@ -434,7 +434,7 @@ class Sweep:
         row = _run_row(run, status, len(attempts), failure.cause if failure else
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes))
-        requests = metrics.request_rows(batch.records, run.key) if batch else None
+        requests = request_rows(batch.records, run.key) if batch else None
         secrets = [k for k in [self.api_keys.get(run.engine.api_key_env)] if k]
         files = {name: _redacted_copy(p, secrets, log_dir) for name, p in logs.items() if p and Path(p).exists()}
         path = store.write_run(self.exp_dir(run.experiment), run.key, row, requests, pl.DataFrame(attempts),

@@ -12,7 +12,7 @@ import random
 import pytest
 from sse_server import BulkSSEServer, FixtureConfig, SSEServer, serve_app
 
-from kvlab import client, metrics, workloads
+from kvlab import client, workloads
 from kvlab.workloads import Prompt
 
 
@@ -147,9 +147,9 @@ def test_every_failure_kind_recorded_per_request(server):
     assert recs[5].error == "stream ended without [DONE] (incomplete)" and recs[5].output_tokens == 10
     assert recs[6].error.startswith("timeout") and recs[6].chunks == 0
     assert recs[6].t_end - recs[6].t_send == pytest.approx(1.5, abs=0.5)
-    s = metrics.summarize(recs, res.batch_time_s)
+    s = client.summarize(recs, res.batch_time_s)
     assert (s["requests_ok"], s["requests_failed"]) == (2, 6)
-    rows = metrics.request_rows(recs, "r")
+    rows = client.request_rows(recs, "r")
     assert rows.filter(rows["status"] == "failed").height == 6
 
 
@@ -227,7 +227,7 @@ def test_usage_fields_and_missing_usage():
         res = _run(srv.url, workloads.fixed_batch(1, 100, 5, vocab_size=512))
     r = res.records[0]
     assert r.status == "ok" and r.output_tokens is None and r.prompt_tokens is None and r.tpot_ms is None
-    assert metrics.summarize(res.records, res.batch_time_s)["served_output_tokens"] is None
+    assert client.summarize(res.records, res.batch_time_s)["served_output_tokens"] is None
 
 
 def test_concurrency_limit(server):

@@ -135,6 +135,13 @@ def test_think_tags_in_text_are_split_without_a_parser():
     assert s.method == "chars" and s.reasoning_tokens + s.answer_tokens == 8 and s.reasoning_tokens > 4
 
 
+def test_split_think():
+    assert reasoning.split_think("<think>plan it</think>The answer") == ("plan it", "The answer")
+    assert reasoning.split_think("plan it</think>answer") == ("plan it", "answer")  # template opened the tag
+    assert reasoning.split_think("  <think>still thinking") == ("still thinking", "")
+    assert reasoning.split_think("no tags here") == ("", "no tags here")
+
+
 def test_failed_request_has_no_split():
     batch = _chat_batch(FixtureConfig(http_status=500), n=1)
     assert reasoning.split_record(batch.records[0]) == reasoning.Split(None, None, "none")

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_tools import cpu_usage as _usage, driver_main, percentile  # noqa: E402
 
-from kvlab import metrics  # noqa: E402
+from kvlab.client import chunk_gaps_ms, summarize  # noqa: E402
 from kvlab.workloads import Prompt  # noqa: E402
 
 
@@ -118,7 +118,7 @@ def handle(job: dict) -> dict:
                 errs.append((r.t_first_chunk - ts) * 1e3)
         out["ttft_error_ms"] = errs
     if job.get("per_request"):
-        summary = metrics.summarize(recs, batch.batch_time_s)
+        summary = summarize(recs, batch.batch_time_s)
         out.update(summary)
         out["ttft_first_chunk_mean_ms"] = _mean([(r.t_first_chunk - r.t_send) * 1e3 for r in recs if r.t_first_chunk])
         # vLLM's definitions from kvlab's own timestamps: TTFT at the first chunk with a choice even
@@ -128,7 +128,7 @@ def handle(job: dict) -> dict:
         out["tpot_vllm_def_mean_ms"] = _mean(
             [(r.t_end - r.t_first_chunk) * 1e3 / (r.output_tokens - 1) for r in recs
              if r.t_first_chunk and r.output_tokens and r.output_tokens > 1])
-        gaps = [g for r in recs for g in metrics.chunk_gaps_ms(r.chunk_times)]
+        gaps = [g for r in recs for g in chunk_gaps_ms(r.chunk_times)]
         out["itl_gaps_under_0_1_ms_share"] = sum(g < 0.1 for g in gaps) / len(gaps) if gaps else None
         out["first_text_after_first_chunk_ms"] = _mean([(r.t_first - r.t_first_chunk) * 1e3 for r in recs
                                                          if r.t_first and r.t_first_chunk])
