@@ -397,6 +397,19 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
     assert "did not launch this server" in log and "GET /v1/models did not answer" in log
 
 
+def test_a_missing_api_key_stops_the_sweep_before_anything_is_sent(tmp_path, monkeypatch):
+    from sse_server import SSEServer
+
+    monkeypatch.delenv("KVLAB_TEST_UNSET_KEY", raising=False)
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "keyed", engine={"launch": None, "url": srv.url, "model": "org/remote-model",
+                                                     "api_key_env": "KVLAB_TEST_UNSET_KEY"})
+        with pytest.raises(RuntimeError) as err:
+            runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+        assert srv.served == []
+    assert str(err.value) == "engine vllm: engine.api_key_env: environment variable 'KVLAB_TEST_UNSET_KEY' is not set"
+
+
 def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_with_its_cause(tmp_path):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

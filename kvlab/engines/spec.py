@@ -103,6 +103,9 @@ class EngineSpec(BaseModel):
         if (self.launch is None) == (self.url is None):
             raise ValueError("give either launch (kvlab starts the server) or url (a server already running), "
                              f"not {'both' if self.launch else 'neither'}")
+        if any(a == "--api-key" or a.startswith("--api-key=") for a in self.extra_args):
+            raise ValueError("extra_args: give the API key through api_key_env (kvlab never stores it), "
+                             "not --api-key")
         if self.tp % self.dcp:
             raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
         if self.kv_cache_bytes is not None and self.name not in KV_BUDGET_ENGINES:
