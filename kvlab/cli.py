@@ -74,13 +74,13 @@ def sweep(
 
     Every file is validated before anything launches (exit status 2 when one is invalid).
     """
-    from kvlab import runner
-    from kvlab.spec import ExperimentSpec, SpecError
+    from kvlab import plan, runner
+    from kvlab.spec import SpecError
 
     specs = []
     for experiment in experiments:
         try:
-            spec = ExperimentSpec.load(experiment)
+            spec = plan.load(experiment)
             specs.append(spec.quick_form() if quick else spec)
         except SpecError as exc:
             console.print(f"[red]invalid experiment[/red]\n{exc}")

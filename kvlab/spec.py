@@ -269,12 +269,8 @@ class ExperimentSpec(_Strict):
         return v
 
     @classmethod
-    def load(cls, path: str | Path, *, make_tiny_model: bool = True) -> ExperimentSpec:
-        """Read and validate a YAML experiment, including every expanded run, before anything launches.
-
-        ``make_tiny_model``: generate kvlab's tiny model first when a spec uses it (cheap and
-        deterministic), so a fresh clone validates without a separate step.
-        """
+    def read(cls, path: str | Path) -> ExperimentSpec:
+        """Read a YAML experiment and validate its fields; its runs are checked by :meth:`check_runs`."""
         path = Path(path)
         try:
             text = path.read_text()
@@ -287,26 +283,30 @@ class ExperimentSpec(_Strict):
         if not isinstance(raw, dict):
             raise SpecError(f"{path}: top level must be a mapping of fields, got {type(raw).__name__}")
         try:
-            spec = cls.model_validate(raw)
+            return cls.model_validate(raw)
         except ValidationError as exc:
             raise SpecError(_format_errors(path, exc)) from None
-        if make_tiny_model:
-            _ensure_tiny_models(spec)
-        expand(spec, origin=path)
-        if spec.quick is not None:
+
+    def check_runs(self, origin: str | Path = "<spec>") -> None:
+        """SpecError naming the field and value when a run of the full or the quick form is invalid
+        (see :func:`expand`); reads local models' config.json, writes nothing."""
+        expand(self, origin=origin)
+        if self.quick is not None:
             try:
-                expand(spec.quick_form(), origin=path)
+                expand(self.quick_form(), origin=origin)
             except SpecError as exc:
-                raise SpecError(str(exc).replace(f"{path}: ", f"{path}: quick: ", 1)) from None
+                raise SpecError(str(exc).replace(f"{origin}: ", f"{origin}: quick: ", 1)) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExperimentSpec:
+        """Read and validate a YAML experiment, including every expanded run, before anything launches.
+
+        Side-effect free: a local model must exist (a sweep makes kvlab's tiny model in its plan step,
+        kvlab.plan, before it validates).
+        """
+        spec = cls.read(path)
+        spec.check_runs(Path(path))
         return spec
-
-
-def _ensure_tiny_models(spec: ExperimentSpec) -> None:
-    from kvlab import tinymodel
-
-    for e in spec.engines.values():
-        if Path(e.model_arg).resolve() == tinymodel.DEFAULT_PATH.resolve():
-            tinymodel.ensure_tiny_model()
 
 
 def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -> str:
