@@ -7,7 +7,7 @@ import asyncio
 import gc
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -25,6 +25,8 @@ READ_BUFSIZE = 4 * 1024 * 1024
 #: How a request that got no byte from the server for ``stall_s`` seconds is recorded (its error starts so).
 STALLED = "stalled: no data from the server for"
 ERROR_TEXT_CHARS = 2000  # how much of an error body or event a record keeps
+#: The timing hook of :func:`run_requests`: (request index, bytes of one network read, perf_counter stamp).
+OnRead = Callable[[int, bytes, float], None]
 
 _DONE = b"[DONE]"
 _TEXT_KEY = b'"text":"'  # compact JSON as vLLM (pydantic) and SGLang (orjson) write it
@@ -320,7 +322,8 @@ def _handle_block_fast(acc: _Acc, block: bytes, now: float) -> bytes:
     return block[cut:]
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat: bool) -> None:
+async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat: bool,
+                       on_read: OnRead | None = None) -> None:
     # Split SSE lines ourselves from raw reads: no line-length limit, one clock read per network read.
     # A read's complete lines are handled together; an unfinished line waits for the next read.
     perf = time.perf_counter
@@ -331,6 +334,8 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
         if not data:
             break
         now = perf()
+        if on_read is not None:
+            on_read(acc.index, data, now)
         cut = data.rfind(b"\n") + 1
         if not cut:
             pending.append(data)
@@ -363,6 +368,7 @@ async def _send_one(
     chat: bool,
     keep_text: bool,
     timeout: aiohttp.ClientTimeout,
+    on_read: OnRead | None = None,
 ) -> None:
     if chat or keep_text:
         acc.text = []
@@ -376,7 +382,7 @@ async def _send_one(
                 detail = await resp.text(errors="replace")
                 _record_error(acc, f"HTTP {resp.status}: {detail}")
                 return
-            await _read_stream(resp, acc, fast, chat)
+            await _read_stream(resp, acc, fast, chat, on_read)
             if not acc.done:
                 _record_error(acc, "stream ended without [DONE] (incomplete)")
     except aiohttp.ServerTimeoutError:  # sock_read: no byte from the server for that long
@@ -448,6 +454,7 @@ async def run_requests(
     seed: int | None = None,
     extra_body: Mapping[str, Any] | None = None,
     keep_text: bool = False,
+    on_read: OnRead | None = None,
 ) -> BatchResult:
     """Send ``prompts`` as streaming requests and record each one; never raises for a failed request.
 
@@ -458,7 +465,10 @@ async def run_requests(
     response (a request that gets none for that long fails with an error starting with
     ``STALLED``: the engine is hung, or far slower than its spec allows). Bodies are serialised
     before the first send so a 200K-token prompt's JSON encoding is not timed. ``keep_text`` keeps completion
-    text (chat text is always kept) at the cost of parsing every chunk.
+    text (chat text is always kept) at the cost of parsing every chunk. ``on_read``, the timing hook:
+    called as ``on_read(request_index, data, t)`` with every network read of a response stream and the
+    ``time.perf_counter()`` stamp the records use, before the bytes are parsed (it runs in the read loop:
+    keep it cheap; the benchmarks read the SSE fixture's send stamps from it).
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
@@ -496,7 +506,7 @@ async def run_requests(
                 if not first_send_wall:
                     first_send_wall.append(time.time())
                 await _send_one(session, base + p.endpoint, bodies[p.index], headers, accs[p.index],
-                                p.messages is not None, keep_text, timeout)
+                                p.messages is not None, keep_text, timeout, on_read)
             finally:
                 if sem is not None:
                     sem.release()

@@ -10,7 +10,7 @@ import json
 import random
 
 import pytest
-from sse_server import BulkSSEServer, FixtureConfig, SSEServer, serve_app
+from kvlab.sse_fixture import BulkSSEServer, FixtureConfig, SSEServer, serve_app
 
 from kvlab import client, workloads
 from kvlab.workloads import Prompt
@@ -81,13 +81,27 @@ def test_bulk_server_many_events_per_read_counted_exactly():
         assert len(set(r.chunk_times)) < 100  # many events per network read, each read stamped once
 
 
+def test_timing_hook_sees_every_read_with_the_records_clock(server):
+    """on_read gets each response's bytes, before parsing, stamped with the clock the records use."""
+    reads: list[tuple[int, bytes, float]] = []
+    prompts = [_with(p, delay_s=0.05) for p in workloads.fixed_batch(2, 10, 4, vocab_size=512)]
+    recs = _run(server.url, prompts, on_read=lambda i, data, t: reads.append((i, data, t))).records
+    for r in recs:
+        _check_ok_record(r, 10, 4)
+        mine = [(data, t) for i, data, t in reads if i == r.request_index]
+        assert b"".join(d for d, _ in mine).count(b"data: ") == 4 + 2  # 4 token chunks, usage, [DONE]
+        first_token_read = next(t for d, t in mine if b'"text":"' in d)
+        assert r.t_first == first_token_read  # the same perf_counter stamp, not a second clock read
+        assert mine[-1][1] <= r.t_end
+
+
 def test_no_gc_pass_while_requests_are_in_flight(server, monkeypatch):
     seen = []
     read_stream = client._read_stream
 
-    async def spy(resp, acc, fast, chat):
+    async def spy(*args):
         seen.append(gc.isenabled())
-        await read_stream(resp, acc, fast, chat)
+        await read_stream(*args)
 
     monkeypatch.setattr(client, "_read_stream", spy)
     prompts = workloads.fixed_batch(3, 10, 5, vocab_size=512)

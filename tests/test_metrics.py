@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-from sse_server import SSEServer, serve_app
+from kvlab.sse_fixture import SSEServer, serve_app
 
 from kvlab import metrics
 

@@ -379,7 +379,7 @@ def test_failed_requests_are_blamed_on_an_engine_that_dies_a_moment_later():
 
 
 def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
-    from sse_server import SSEServer
+    from kvlab.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "external", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
@@ -398,7 +398,7 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
 
 
 def test_a_missing_api_key_stops_the_sweep_before_anything_is_sent(tmp_path, monkeypatch):
-    from sse_server import SSEServer
+    from kvlab.sse_fixture import SSEServer
 
     monkeypatch.delenv("KVLAB_TEST_UNSET_KEY", raising=False)
     with SSEServer() as srv:

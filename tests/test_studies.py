@@ -8,7 +8,7 @@ import dataclasses
 import polars as pl
 import pytest
 import yaml
-from sse_server import FixtureConfig, SSEServer
+from kvlab.sse_fixture import FixtureConfig, SSEServer
 from test_runner import BASE_ENGINE, engine_processes
 
 from kvlab import analysis, guide, reasoning, runner, store
