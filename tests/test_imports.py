@@ -68,9 +68,9 @@ def import_graph() -> dict[str, dict[str, int]]:
     return {name: imports(name, path, known) for name, path in known.items()}
 
 
-def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
-    """One shortest cycle per strongly connected component with more than one module, each as a module path
-    that ends where it starts; sorted."""
+def knots(graph: dict[str, dict[str, int]]) -> list[set[str]]:
+    """The strongly connected components of more than one module: modules that all import each other,
+    however indirectly."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -101,8 +101,13 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     for v in sorted(graph):
         if v not in index:
             visit(v)
+    return components
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One shortest cycle per knot (see :func:`knots`), each as a module path that ends where it starts; sorted."""
     out = []
-    for component in components:
+    for component in knots(graph):
         start = min(component)
         paths = {start: [start]}  # breadth-first inside the component: the shortest way back to start
         queue = [start]
@@ -121,7 +126,9 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 
 def _describe(cycle: list[str], graph: dict[str, dict[str, int]], known: dict[str, Path]) -> str:
     steps = [f"{known[a].relative_to(ROOT)}:{graph[a][b]} imports {b}" for a, b in zip(cycle, cycle[1:])]
-    return " -> ".join(cycle) + "\n    " + "\n    ".join(steps)
+    knot = next(k for k in knots(graph) if cycle[0] in k)
+    tied = f"\n    (tied together: {', '.join(sorted(knot))})" if len(knot) > len(cycle) - 1 else ""
+    return " -> ".join(cycle) + "\n    " + "\n    ".join(steps) + tied
 
 
 def test_graph_reads_every_kind_of_import(tmp_path):
@@ -143,6 +150,7 @@ def test_graph_reads_every_kind_of_import(tmp_path):
     assert graph == {"kvlab": {}, "kvlab.a": {"kvlab.sub.b": 1}, "kvlab.c": {"kvlab.a": 2},
                      "kvlab.sub": {}, "kvlab.sub.b": {"kvlab.c": 3}, "kvlab.sub.d": {"kvlab.sub": 1}}
     assert cycles(graph) == [["kvlab.a", "kvlab.sub.b", "kvlab.c", "kvlab.a"]]
+    assert knots(graph) == [{"kvlab.a", "kvlab.sub.b", "kvlab.c"}]
 
 
 def test_no_import_cycles():
