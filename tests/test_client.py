@@ -95,19 +95,12 @@ def test_timing_hook_sees_every_read_with_the_records_clock(server):
         assert mine[-1][1] <= r.t_end
 
 
-def test_no_gc_pass_while_requests_are_in_flight(server, monkeypatch):
-    seen = []
-    read_stream = client._read_stream
-
-    async def spy(*args):
-        seen.append(gc.isenabled())
-        await read_stream(*args)
-
-    monkeypatch.setattr(client, "_read_stream", spy)
+def test_no_gc_pass_while_requests_are_in_flight(server):
+    seen: dict[int, set[bool]] = {}
     prompts = workloads.fixed_batch(3, 10, 5, vocab_size=512)
     assert gc.isenabled()
-    _run(server.url, prompts)
-    assert seen == [False] * 3 and gc.isenabled()  # off during the batch, restored after
+    _run(server.url, prompts, on_read=lambda i, data, t: seen.setdefault(i, set()).add(gc.isenabled()))
+    assert seen == {0: {False}, 1: {False}, 2: {False}} and gc.isenabled()  # off during the batch, restored after
     gc.disable()
     try:
         _run(server.url, prompts)
