@@ -16,7 +16,7 @@ import uuid
 
 from benchmarks.bench_tools import OUT_DIR, Row, host_note, print_table, write_result
 
-from kvlab import runner
+from kvlab import plan
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.spec import ExperimentSpec, expand
 
@@ -52,7 +52,7 @@ def plan_all(startup_s: float) -> list[dict]:
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         spec = ExperimentSpec.load(path)
         runs = expand(spec)
-        groups = runner.plan(runs)
+        groups = plan.by_server(runs)
         cpu = "cpu" in spec.hardware.lower()
         per_start = startup_s if cpu else ASSUMED_GPU_STARTUP_S.get(spec.name, ASSUMED_GPU_STARTUP_DEFAULT_S)
         out.append({

@@ -1,12 +1,13 @@
 """The plan step of a sweep, between validation and execution: make what the runs need on this machine
-(kvlab's tiny model), then validate every run. Validation itself (kvlab.spec) writes nothing."""
+(kvlab's tiny model), then validate every run, and group the runs by the server they need. Validation
+itself (kvlab.spec) writes nothing."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from kvlab import tinymodel
-from kvlab.spec import ExperimentSpec
+from kvlab.spec import ExperimentSpec, RunSpec
 
 
 def make_local_models(spec: ExperimentSpec) -> list[Path]:
@@ -25,3 +26,12 @@ def load(path: str | Path) -> ExperimentSpec:
     make_local_models(spec)
     spec.check_runs(Path(path))
     return spec
+
+
+def by_server(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
+    """Runs grouped by identical server configuration (``server_key``), in first-seen order: each group
+    is one server start."""
+    groups: dict[str, list[RunSpec]] = {}
+    for r in runs:
+        groups.setdefault(r.server_key, []).append(r)
+    return list(groups.items())

@@ -1,4 +1,4 @@
-"""Execute experiments: plan runs by server configuration, launch, warm up, measure, retry, resume.
+"""Execute experiments: launch each server configuration (kvlab.plan groups the runs), warm up, measure, retry, resume.
 
 Each server configuration starts once per group of runs that share it, across every experiment of
 the sweep (two studies that need the same server share one start; each run is still stored under
@@ -30,6 +30,7 @@ from kvlab.client import STALLED, BatchResult, request_rows, run_requests, sum_r
 from kvlab.engines import get_adapter
 from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR
+from kvlab.plan import by_server
 from kvlab.schema import RUNS
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
 from kvlab.spec import ExperimentSpec, RunSpec, expand
@@ -73,14 +74,6 @@ class SweepResult:
     experiments: dict[str, SweepResult] = field(default_factory=dict)
 
 
-def plan(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
-    """Group runs by identical server configuration, in first-seen order."""
-    groups: dict[str, list[RunSpec]] = {}
-    for r in runs:
-        groups.setdefault(r.server_key, []).append(r)
-    return list(groups.items())
-
-
 def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
     """The exact commands a sweep of these experiments would run, one block per server configuration
     (a server whose runs come from several experiments is listed once, as it is started once)."""
@@ -88,7 +81,7 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
     runs = [r for spec in specs for r in expand(spec)]
     lines = [f"# experiment {spec.name}: {sum(r.experiment == spec.name for r in runs)} run(s)" for spec in specs]
     many = len(specs) > 1
-    for server_key, group in plan(runs):
+    for server_key, group in by_server(runs):
         e = group[0].engine
         adapter = get_adapter(e.name)
         port = e.port or 0
@@ -508,7 +501,7 @@ class Sweep:
         with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp:
             log_dir = Path(tmp)
             try:
-                for _, group in plan(todo):
+                for _, group in by_server(todo):
                     vocab = _vocab_size(group[0])
                     server, start_failure = None, None
                     try:

@@ -18,7 +18,7 @@ import psutil
 import pytest
 import yaml
 
-from kvlab import client, runner, store
+from kvlab import client, plan, runner, store
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
 from kvlab.server import state_dir
 from kvlab.spec import ExperimentSpec, expand
@@ -68,7 +68,7 @@ def tag_of(path: Path) -> str:
 def test_plan_starts_one_server_per_configuration(name):
     spec = ExperimentSpec.load(EXPERIMENTS_DIR / f"{name}.yaml")
     runs = expand(spec)
-    groups = runner.plan(runs)
+    groups = plan.by_server(runs)
     assert len(groups) == len({r.server_key for r in runs}) < len(runs)
     assert sum(len(g) for _, g in groups) == len(runs)
     text = runner.dry_run_text(spec)
@@ -80,7 +80,7 @@ def test_the_embedded_studies_share_servers_across_experiments():
     """make report sweeps the four CPU studies at once: 28 quick runs on 11 servers, not 16."""
     specs = [ExperimentSpec.load(p).quick_form() for p in sorted(EXPERIMENTS_DIR.glob("cpu_*.yaml"))]
     todo, _ = runner.Sweep(specs, Path("/nonexistent"), fresh=True).pending()
-    groups = runner.plan(todo)
+    groups = plan.by_server(todo)
     shared = sorted((g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
                     for _, g in groups if len({r.experiment for r in g}) > 1)
     assert (len(todo), len(groups)) == (28, 11)
