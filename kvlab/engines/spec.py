@@ -29,7 +29,6 @@ def is_local_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or "data/models" in model
 
 
-
 class EngineSpec(BaseModel):
     """How to launch one engine server (what decides its argv and environment)."""
 
