@@ -77,7 +77,7 @@ lab: install ## open the notebooks in JupyterLab
 	$(BIN)/jupyter lab notebooks/
 
 bench: install engines ## run the benchmarks and print their table
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python -m benchmarks.run_all
 
 clean: ## remove generated reports (keeps data and environments)
 	rm -rf reports/

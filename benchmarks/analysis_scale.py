@@ -6,7 +6,7 @@ peak memory is the analysis alone, scans it lazily and computes per-request ITL 
 chunks/s. Reports the wall time of load + aggregate, that process's peak RSS (getrusage ru_maxrss)
 and the in-memory size of the full frame (polars ``estimated_size``).
 
-    .venv/bin/python benchmarks/analysis_scale.py [--quick]
+    .venv/bin/python -m benchmarks.analysis_scale [--quick]
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_tools import Row, host_note, median, print_table, write_result  # noqa: E402
+from benchmarks.bench_tools import ROOT, Row, host_note, median, print_table, write_result
 
 NAME = "analysis_scale"
 SECTION = "5 analysis scale"
@@ -100,8 +98,8 @@ def measure(quick: bool, repeats: int) -> dict:
               f"({gen['parquet_bytes'] / 2**20:.0f} MiB parquet)", flush=True)
         results = []
         for rep in range(repeats):
-            out = subprocess.run([sys.executable, __file__, "--worker", str(path)], capture_output=True, text=True,
-                                 check=True)
+            out = subprocess.run([sys.executable, "-m", "benchmarks.analysis_scale", "--worker", str(path)],
+                                 capture_output=True, text=True, check=True, cwd=ROOT)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(r)
             print(f"  rep {rep} load+aggregate {r['load_aggregate_s']:.2f} s, peak RSS "

@@ -25,7 +25,7 @@ BENCH_DIR = ROOT / "benchmarks"
 OUT_DIR = ROOT / "reports" / "bench"
 WORKBOOK_PYTHON = ROOT / ".venv" / "bin" / "python"
 ENGINE_PYTHON = ROOT / ".engines" / "vllm" / "bin" / "python"
-FIXTURE = ROOT / "tests" / "sse_server.py"
+FIXTURE = "kvlab.sse_fixture"  # the SSE fixture server, run as python -m
 
 
 # ----------------------------------------------------------------------------- stats
@@ -299,7 +299,7 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> int | None:
 
 @dataclass
 class Fixture:
-    """The SSE fixture server (tests/sse_server.py) as a separate process in its own group."""
+    """The SSE fixture server (kvlab/sse_fixture.py) as a separate process in its own group."""
 
     knobs: dict = field(default_factory=dict)
     cpus: set[int] | None = None  # pin the server to these CPUs (None: wherever the kernel puts it)
@@ -311,7 +311,7 @@ class Fixture:
         return f"http://127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
-        argv = [str(WORKBOOK_PYTHON), str(FIXTURE), "--port", str(self.port)]
+        argv = [str(WORKBOOK_PYTHON), "-m", FIXTURE, "--port", str(self.port)]
         for k, v in self.knobs.items():
             flag = "--" + k.replace("_", "-")
             if isinstance(v, bool):
@@ -355,10 +355,11 @@ class Driver:
     Kept alive across jobs so a peer that takes seconds to import is timed only while it works.
     """
 
-    def __init__(self, python: Path, script: Path, name: str, cpus: set[int] | None = None,
+    def __init__(self, python: Path | str, args: list[str], name: str, cpus: set[int] | None = None,
                  env: dict[str, str] | None = None):
+        """``python args...`` run in the repository root, e.g. args ``["-m", "benchmarks.drivers.kvlab_driver"]``."""
         self.name = name
-        self.proc = subprocess.Popen([str(python), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([str(python), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=None, cwd=ROOT, start_new_session=True, text=True, bufsize=1,
                                      preexec_fn=_pin(cpus), env={**os.environ, **(env or {})})
         ready = self.proc.stdout.readline()
@@ -400,12 +401,12 @@ CLIENTS = {"kvlab": ("kvlab", {}), "vllm": ("vllm", {}), "vllm-noenv": ("vllm", 
 
 def kvlab_driver(cpus: set[int] | None = None, name: str = "kvlab", env: dict[str, str] | None = None) -> Driver:
     """kvlab's client as a driver process in the workbook venv."""
-    return Driver(WORKBOOK_PYTHON, BENCH_DIR / "drivers" / "kvlab_driver.py", name, cpus, env=env)
+    return Driver(WORKBOOK_PYTHON, ["-m", "benchmarks.drivers.kvlab_driver"], name, cpus, env=env)
 
 
 def vllm_driver(cpus: set[int] | None = None) -> Driver:
     """vLLM's benchmark request function as a driver process in the engine venv."""
-    return Driver(ENGINE_PYTHON, BENCH_DIR / "drivers" / "vllm_driver.py", "vllm", cpus)
+    return Driver(ENGINE_PYTHON, ["-m", "benchmarks.drivers.vllm_driver"], "vllm", cpus)
 
 
 def driver_main(handle) -> None:

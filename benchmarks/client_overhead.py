@@ -1,6 +1,6 @@
 """Client overhead: kvlab's streaming client against vLLM's own benchmark request function, same SSE stream.
 
-Two fixture servers (tests/sse_server.py), each its own process, stream OpenAI-style completions
+Two fixture servers (kvlab/sse_fixture.py), each its own process, stream OpenAI-style completions
 chunks framed as vLLM frames them (one HTTP chunk per SSE event). Each client runs in its own
 process and times itself: wall seconds and its own CPU seconds (getrusage RUSAGE_SELF) around the
 whole batch. Figures at concurrency 1, 64 and 512 are medians over alternating repeats. Regimes:
@@ -24,7 +24,7 @@ priority any other runnable thread can delay the fixture between its stamp and i
 client while a burst of first chunks arrives, which is the host's delay, not the client's, and hits
 every client alike (see benchmarks/README.md for what was measured).
 
-    .venv/bin/python benchmarks/client_overhead.py [--quick] [--baseline REV]
+    .venv/bin/python -m benchmarks.client_overhead [--quick] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_tools import (  # noqa: E402
+from benchmarks.bench_tools import (
     CLIENTS, ROOT, Driver, Fixture, Row, affinity, host_note, kvlab_driver, median, migrations, percentile,
     print_table, realtime, split_cpus, tcp_segments, vllm_driver, write_result,
 )

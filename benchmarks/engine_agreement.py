@@ -9,7 +9,7 @@ reset before every batch so no run is a cache hit. Medians over the repeats.
 On a host with 2+ cores the engine runs under ``taskset`` on one core and the clients on the others,
 so the CPU a client uses cannot slow the engine it is timing (``--no-pin`` to share).
 
-    .venv/bin/python benchmarks/engine_agreement.py [--quick]
+    .venv/bin/python -m benchmarks.engine_agreement [--quick]
 """
 
 from __future__ import annotations
@@ -19,19 +19,16 @@ import shutil
 import sys
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_tools import (  # noqa: E402
+from benchmarks.bench_tools import (
     CLIENTS, OUT_DIR, Driver, Row, host_note, kvlab_driver, median, print_table, rel_diff, split_cpus, vllm_driver,
     write_result,
 )
 
-from kvlab.server import EngineServer  # noqa: E402
-from kvlab.spec import EngineSpec  # noqa: E402
-from kvlab.tinymodel import ensure_tiny_model  # noqa: E402
-from kvlab.workloads import fixed_batch  # noqa: E402
+from kvlab.server import EngineServer
+from kvlab.spec import EngineSpec
+from kvlab.tinymodel import ensure_tiny_model
+from kvlab.workloads import fixed_batch
 
 NAME = "engine_agreement"
 SECTION = "2 engine agreement"

@@ -4,7 +4,7 @@ Runs ``kvlab.reports.build`` into a temp folder with the data in the tree (never
 with its default workers (one process per notebook, up to the core count) and with ``workers=1``,
 alternating, and prints the medians and their ratio.
 
-    .venv/bin/python benchmarks/report_build.py [--quick]
+    .venv/bin/python -m benchmarks.report_build [--quick]
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.bench_tools import OUT_DIR, Row, host_note, median, print_table, write_result
 
-from bench_tools import OUT_DIR, Row, host_note, median, print_table, write_result  # noqa: E402
-
-from kvlab import reports  # noqa: E402
+from kvlab import reports
 
 NAME = "report_build"
 SECTION = "4 report build"

@@ -4,7 +4,7 @@ Writes the table to reports/bench/summary.md and summary.json (reports/ is not t
 benchmark's raw measurements stay in reports/bench/<name>.json and what it printed to stderr in
 reports/bench/<name>.log. Benchmarks print figures; a missed target is reported, not raised.
 
-    .venv/bin/python benchmarks/run_all.py [--quick] [--only NAME ...]
+    .venv/bin/python -m benchmarks.run_all [--quick] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -17,17 +17,14 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_tools import BENCH_DIR, OUT_DIR, ROOT, Row, markdown_table, print_table, read_result  # noqa: E402
+from benchmarks.bench_tools import OUT_DIR, ROOT, Row, markdown_table, print_table, read_result
 
 BENCHMARKS = ["client_overhead", "engine_agreement", "sweep_planning", "report_build", "analysis_scale"]
 
 
 def run_one(name: str, quick: bool) -> tuple[int, float]:
-    argv = [sys.executable, str(BENCH_DIR / f"{name}.py"), *(["--quick"] if quick else [])]
+    argv = [sys.executable, "-m", f"benchmarks.{name}", *(["--quick"] if quick else [])]
     log = OUT_DIR / f"{name}.log"
     print(f"\n== {name}: {' '.join(argv[1:])}", flush=True)
     t = time.perf_counter()

@@ -4,7 +4,7 @@ start-up time that saves against starting a server for every run.
 CPU experiments use a vLLM CPU start-up time measured on this machine (EngineServer start -> /health
 200, tiny model, --enforce-eager); GPU experiments use an assumed start-up time, labelled as such.
 
-    .venv/bin/python benchmarks/sweep_planning.py [--quick] [--startup-s SECONDS]
+    .venv/bin/python -m benchmarks.sweep_planning [--quick] [--startup-s SECONDS]
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ import argparse
 import sys
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.bench_tools import OUT_DIR, Row, host_note, print_table, write_result
 
-from bench_tools import OUT_DIR, Row, host_note, print_table, write_result  # noqa: E402
-
-from kvlab import runner  # noqa: E402
-from kvlab.paths import EXPERIMENTS_DIR  # noqa: E402
-from kvlab.spec import ExperimentSpec, expand  # noqa: E402
+from kvlab import plan
+from kvlab.paths import EXPERIMENTS_DIR
+from kvlab.spec import ExperimentSpec, expand
 
 NAME = "sweep_planning"
 SECTION = "3 sweep planning"
@@ -55,7 +52,7 @@ def plan_all(startup_s: float) -> list[dict]:
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         spec = ExperimentSpec.load(path)
         runs = expand(spec)
-        groups = runner.plan(runs)
+        groups = plan.by_server(runs)
         cpu = "cpu" in spec.hardware.lower()
         per_start = startup_s if cpu else ASSUMED_GPU_STARTUP_S.get(spec.name, ASSUMED_GPU_STARTUP_DEFAULT_S)
         out.append({

@@ -74,13 +74,13 @@ def sweep(
 
     Every file is validated before anything launches (exit status 2 when one is invalid).
     """
-    from kvlab import runner
-    from kvlab.spec import ExperimentSpec, SpecError
+    from kvlab import plan, runner
+    from kvlab.spec import SpecError
 
     specs = []
     for experiment in experiments:
         try:
-            spec = ExperimentSpec.load(experiment)
+            spec = plan.load(experiment)
             specs.append(spec.quick_form() if quick else spec)
         except SpecError as exc:
             console.print(f"[red]invalid experiment[/red]\n{exc}")
@@ -96,7 +96,7 @@ def sweep(
 
 def _sweep(specs, data_dir: Path, fresh: bool):
     """One sweep over every experiment given: runs that need the same server share one start."""
-    from kvlab import runner
+    from kvlab import plan, runner
 
     sw = runner.Sweep(specs, data_dir, fresh)
     try:
@@ -105,7 +105,7 @@ def _sweep(specs, data_dir: Path, fresh: bool):
         console.print(f"[red]cannot sweep[/red]: {exc}")
         raise typer.Exit(1) from None
     todo, _ = sw.pending()
-    groups = runner.plan(todo)
+    groups = plan.by_server(todo)
     shared = sum(len({r.experiment for r in group}) > 1 for _, group in groups)
     for spec in specs:
         t, s = sw.pending_in(spec)

@@ -1,4 +1,5 @@
-"""Async streaming OpenAI-compatible client: per-request timestamps, server usage and per-request errors."""
+"""Async streaming OpenAI-compatible client: per-request timestamps, server usage and per-request errors;
+the per-request metric definitions, and a batch's records as REQUESTS rows and a RUNS summary."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import asyncio
 import gc
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import aiohttp
+import numpy as np
+import polars as pl
 
-from kvlab import metrics
+from kvlab.schema import REQUESTS
 from kvlab.workloads import Prompt
 
 #: aiohttp's per-connection read buffer. Long-context streams must not go through a small
@@ -22,6 +25,8 @@ READ_BUFSIZE = 4 * 1024 * 1024
 #: How a request that got no byte from the server for ``stall_s`` seconds is recorded (its error starts so).
 STALLED = "stalled: no data from the server for"
 ERROR_TEXT_CHARS = 2000  # how much of an error body or event a record keeps
+#: The timing hook of :func:`run_requests`: (request index, bytes of one network read, perf_counter stamp).
+OnRead = Callable[[int, bytes, float], None]
 
 _DONE = b"[DONE]"
 _TEXT_KEY = b'"text":"'  # compact JSON as vLLM (pydantic) and SGLang (orjson) write it
@@ -30,8 +35,7 @@ _EMPTY_TEXT = b'"text":""'
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request's outcome. Fields up to ``itl_max_ms``, and ``conversation`` and ``turn``, are the REQUESTS
-    columns (less run_id).
+    """One request's outcome; :func:`request_rows` stores the fields the REQUESTS table names (by name).
 
     ``*_s`` fields are seconds from the batch's first send; the raw ``t_*`` and
     ``chunk_times`` are absolute ``time.perf_counter()`` values.
@@ -94,6 +98,45 @@ class BatchResult:
         failed = sum(r.status != "ok" for r in self.records)
         return (f"BatchResult(<{len(self.records)} records, {failed} failed>, t0={self.t0!r}, "
                 f"t_end={self.t_end!r}, batch_time_s={self.batch_time_s!r}, started_at={self.started_at!r})")
+
+
+# ----------------------------------------------------------------- per-request definitions
+# One set of metric definitions (README, "Metric definitions"): every engine's numbers go through these.
+
+
+def ttft_ms(t_send: float | None, t_first: float | None) -> float | None:
+    """Time to first token: first chunk carrying non-empty text (content or reasoning) minus send."""
+    if t_send is None or t_first is None:
+        return None
+    return (t_first - t_send) * 1e3
+
+
+def e2e_ms(t_send: float | None, t_last: float | None) -> float | None:
+    """Request latency: last token-bearing chunk minus send."""
+    if t_send is None or t_last is None:
+        return None
+    return (t_last - t_send) * 1e3
+
+
+def tpot_ms(t_first: float | None, t_last: float | None, output_tokens: int | None) -> float | None:
+    """Time per output token after the first: (t_last - t_first) / (n - 1), n = usage.completion_tokens.
+
+    Undefined (None) when n < 2 or the server reported no usage: chunk counts are not token counts.
+    """
+    if t_first is None or t_last is None or output_tokens is None or output_tokens < 2:
+        return None
+    return (t_last - t_first) * 1e3 / (output_tokens - 1)
+
+
+def chunk_gaps_ms(chunk_times: Sequence[float]) -> list[float]:
+    """Inter-chunk latencies in ms (per chunk, not per token: a chunk may carry several tokens)."""
+    return [(b - a) * 1e3 for a, b in zip(chunk_times, chunk_times[1:])]
+
+
+def itl_max_ms(chunk_times: Sequence[float]) -> float | None:
+    """Largest gap between two token-bearing chunks (per chunk); None with fewer than two chunks."""
+    gaps = chunk_gaps_ms(chunk_times)
+    return max(gaps) if gaps else None
 
 
 class _Acc:
@@ -279,7 +322,8 @@ def _handle_block_fast(acc: _Acc, block: bytes, now: float) -> bytes:
     return block[cut:]
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat: bool) -> None:
+async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat: bool,
+                       on_read: OnRead | None = None) -> None:
     # Split SSE lines ourselves from raw reads: no line-length limit, one clock read per network read.
     # A read's complete lines are handled together; an unfinished line waits for the next read.
     perf = time.perf_counter
@@ -290,6 +334,8 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
         if not data:
             break
         now = perf()
+        if on_read is not None:
+            on_read(acc.index, data, now)
         cut = data.rfind(b"\n") + 1
         if not cut:
             pending.append(data)
@@ -322,6 +368,7 @@ async def _send_one(
     chat: bool,
     keep_text: bool,
     timeout: aiohttp.ClientTimeout,
+    on_read: OnRead | None = None,
 ) -> None:
     if chat or keep_text:
         acc.text = []
@@ -335,7 +382,7 @@ async def _send_one(
                 detail = await resp.text(errors="replace")
                 _record_error(acc, f"HTTP {resp.status}: {detail}")
                 return
-            await _read_stream(resp, acc, fast, chat)
+            await _read_stream(resp, acc, fast, chat, on_read)
             if not acc.done:
                 _record_error(acc, "stream ended without [DONE] (incomplete)")
     except aiohttp.ServerTimeoutError:  # sock_read: no byte from the server for that long
@@ -371,10 +418,10 @@ def _finish(acc: _Acc, prompt: Prompt, t0: float) -> RequestRecord:
         t_send_s=acc.t_send - t0,
         t_first_s=None if t_first is None else t_first - t0,
         t_last_s=None if t_last is None else t_last - t0,
-        ttft_ms=metrics.ttft_ms(acc.t_send, t_first),
-        tpot_ms=metrics.tpot_ms(t_first, t_last, n_out),
-        e2e_ms=metrics.e2e_ms(acc.t_send, t_last),
-        itl_max_ms=metrics.itl_max_ms(times),
+        ttft_ms=ttft_ms(acc.t_send, t_first),
+        tpot_ms=tpot_ms(t_first, t_last, n_out),
+        e2e_ms=e2e_ms(acc.t_send, t_last),
+        itl_max_ms=itl_max_ms(times),
         t_send=acc.t_send,
         t_first=t_first,
         t_last=t_last,
@@ -407,6 +454,7 @@ async def run_requests(
     seed: int | None = None,
     extra_body: Mapping[str, Any] | None = None,
     keep_text: bool = False,
+    on_read: OnRead | None = None,
 ) -> BatchResult:
     """Send ``prompts`` as streaming requests and record each one; never raises for a failed request.
 
@@ -417,7 +465,10 @@ async def run_requests(
     response (a request that gets none for that long fails with an error starting with
     ``STALLED``: the engine is hung, or far slower than its spec allows). Bodies are serialised
     before the first send so a 200K-token prompt's JSON encoding is not timed. ``keep_text`` keeps completion
-    text (chat text is always kept) at the cost of parsing every chunk.
+    text (chat text is always kept) at the cost of parsing every chunk. ``on_read``, the timing hook:
+    called as ``on_read(request_index, data, t)`` with every network read of a response stream and the
+    ``time.perf_counter()`` stamp the records use, before the bytes are parsed (it runs in the read loop:
+    keep it cheap; the benchmarks read the SSE fixture's send stamps from it).
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
@@ -455,7 +506,7 @@ async def run_requests(
                 if not first_send_wall:
                     first_send_wall.append(time.time())
                 await _send_one(session, base + p.endpoint, bodies[p.index], headers, accs[p.index],
-                                p.messages is not None, keep_text, timeout)
+                                p.messages is not None, keep_text, timeout, on_read)
             finally:
                 if sem is not None:
                     sem.release()
@@ -482,3 +533,50 @@ async def run_requests(
     records = [_finish(accs[p.index], p, t0) for p in sorted(prompts, key=lambda p: p.index)]
     started = datetime.fromtimestamp(first_send_wall[0], timezone.utc).isoformat()
     return BatchResult(records=records, t0=t0, t_end=t_end, batch_time_s=t_end - t0, started_at=started)
+
+
+# ----------------------------------------------------------------- records as table rows and run summary
+
+
+def request_rows(records: Iterable[RequestRecord], run_id: str) -> pl.DataFrame:
+    """One REQUESTS row per record (timestamps relative to the run's first send), conformed to the schema."""
+    names = [n for n in REQUESTS.names if n != "run_id"]
+    rows = [{"run_id": run_id, **{n: getattr(r, n) for n in names}} for r in records]
+    if not rows:
+        return REQUESTS.empty()
+    return REQUESTS.conform(pl.DataFrame(rows, schema=REQUESTS.polars_schema), origin=f"requests of {run_id}")
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def sum_reported(values: list[int | None]) -> int | None:
+    reported = [v for v in values if v is not None]
+    return int(sum(reported)) if reported else None
+
+
+def summarize(records: Sequence[RequestRecord], batch_time_s: float | None) -> dict:
+    """The RUNS columns a batch of request records determines.
+
+    Latency means cover successful requests only (a failed request has no meaningful
+    latency) but every failure is counted in ``requests_failed``. ``ttft_p99_ms`` is
+    numpy's linear-interpolation percentile. Token sums add the requests that reported
+    usage and are None when none did (never an invented 0).
+    """
+    ok = [r for r in records if r.status == "ok"]
+    ttfts = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+    tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
+    e2es = [r.e2e_ms for r in ok if r.e2e_ms is not None]
+    return {
+        "ttft_mean_ms": _mean(ttfts),
+        "ttft_p99_ms": float(np.percentile(ttfts, 99)) if ttfts else None,
+        "tpot_mean_ms": _mean(tpots),
+        "e2e_mean_ms": _mean(e2es),
+        "requests_ok": len(ok),
+        "requests_failed": len(records) - len(ok),
+        "served_prompt_tokens": sum_reported([r.prompt_tokens for r in records]),
+        "served_output_tokens": sum_reported([r.output_tokens for r in records]),
+        "cached_prompt_tokens": sum_reported([r.cached_tokens for r in records]),
+        "batch_time_s": batch_time_s,
+    }

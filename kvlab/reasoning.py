@@ -3,7 +3,7 @@ reasoning workload kind's, kvlab.workloads.reasoning).
 
 A server with a reasoning parser (``--reasoning-parser``) streams the reasoning as
 ``reasoning_content`` apart from the answer; without one the model's ``<think>…</think>`` is
-part of the text and :func:`kvlab.metrics.split_think` separates it. Token counts come, in
+part of the text and :func:`split_think` separates it. Token counts come, in
 order of preference, from the server's ``usage.completion_tokens_details.reasoning_tokens``,
 from the model's own tokenizer applied to each part, or — when neither is at hand — from the
 share of streamed chunks (parser) or characters (tags), and each record says which.
@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvlab.metrics import split_think
 
 #: How a split was counted, most exact first.
 SPLIT_METHODS = ("usage", "tokenizer", "chunks", "chars", "none")
@@ -30,6 +29,26 @@ def local_token_counter(model_dir: str | Path) -> Callable[[str], int] | None:
 
     tok = Tokenizer.from_file(str(path))
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids) if text else 0
+
+
+def split_think(text: str, open_tag: str = "<think>", close_tag: str = "</think>") -> tuple[str, str]:
+    """Split model output into (reasoning, answer) when no reasoning parser ran on the server.
+
+    Text up to ``close_tag`` (after an optional leading ``open_tag``) is reasoning; an
+    ``open_tag`` never closed makes all of it reasoning (output cut off while thinking);
+    text without tags is all answer.
+    """
+    stripped = text.lstrip()
+    end = text.find(close_tag)
+    if end >= 0:
+        reasoning = text[:end]
+        start = reasoning.find(open_tag)
+        if start >= 0:
+            reasoning = reasoning[start + len(open_tag):]
+        return reasoning, text[end + len(close_tag):]
+    if stripped.startswith(open_tag):
+        return stripped[len(open_tag):], ""
+    return "", text
 
 
 @dataclass(frozen=True)
@@ -98,4 +117,4 @@ def describe(method: str) -> str:
     return "reasoning tokens counted by " + "; ".join(text[m] for m in method.split("+"))
 
 
-__all__ = ["SPLIT_METHODS", "Split", "account", "describe", "local_token_counter", "split_record"]
+__all__ = ["SPLIT_METHODS", "Split", "account", "describe", "local_token_counter", "split_record", "split_think"]

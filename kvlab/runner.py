@@ -1,4 +1,4 @@
-"""Execute experiments: plan runs by server configuration, launch, warm up, measure, retry, resume.
+"""Execute experiments: launch each server configuration (kvlab.plan groups the runs), warm up, measure, retry, resume.
 
 Each server configuration starts once per group of runs that share it, across every experiment of
 the sweep (two studies that need the same server share one start; each run is still stored under
@@ -26,12 +26,13 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import host, metrics, store
-from kvlab.client import STALLED, BatchResult, run_requests
+from kvlab.client import STALLED, BatchResult, request_rows, run_requests, sum_reported, summarize
 from kvlab.engines import get_adapter
 from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR
+from kvlab.plan import by_server
 from kvlab.schema import RUNS
-from kvlab.server import EngineServer, ServerError, reap_orphans
+from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
 from kvlab.spec import ExperimentSpec, RunSpec, expand
 from kvlab.workloads import Prompt, fixed_batch, shared_tokens
 
@@ -73,14 +74,6 @@ class SweepResult:
     experiments: dict[str, SweepResult] = field(default_factory=dict)
 
 
-def plan(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
-    """Group runs by identical server configuration, in first-seen order."""
-    groups: dict[str, list[RunSpec]] = {}
-    for r in runs:
-        groups.setdefault(r.server_key, []).append(r)
-    return list(groups.items())
-
-
 def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
     """The exact commands a sweep of these experiments would run, one block per server configuration
     (a server whose runs come from several experiments is listed once, as it is started once)."""
@@ -88,7 +81,7 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
     runs = [r for spec in specs for r in expand(spec)]
     lines = [f"# experiment {spec.name}: {sum(r.experiment == spec.name for r in runs)} run(s)" for spec in specs]
     many = len(specs) > 1
-    for server_key, group in plan(runs):
+    for server_key, group in by_server(runs):
         e = group[0].engine
         adapter = get_adapter(e.name)
         port = e.port or 0
@@ -181,12 +174,12 @@ def _zero_missing_cached(batch: BatchResult) -> BatchResult:
     return replace(batch, records=records)
 
 
-def _scrape(server: EngineServer, api_key: str | None) -> dict[str, float]:
+def _scrape(server: EngineServer) -> dict[str, float]:
     """The server's counters, or {} when it cannot be reached (it may be dying: the run says so)."""
     import aiohttp
 
     try:
-        return asyncio.run(metrics.scrape(server.base_url, api_key))
+        return asyncio.run(metrics.scrape(server.base_url, server.api_key))
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
         return {}
 
@@ -206,7 +199,7 @@ def _run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, ca
              version: str | None, batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records."""
     e, w = run.engine, run.workload
-    summary = metrics.summarize(batch.records, batch.batch_time_s) if batch else {}
+    summary = summarize(batch.records, batch.batch_time_s) if batch else {}
     row = {
         "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
         "gpu_count": host.gpu_count(), "model": e.served_model_name or Path(e.model).name, "engine": e.name,
@@ -215,7 +208,7 @@ def _run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, ca
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
         "shared_prefix_tokens": shared_tokens(prompts),
-        "reasoning_tokens": (metrics.sum_reported([r.reasoning_tokens for r in batch.records])
+        "reasoning_tokens": (sum_reported([r.reasoning_tokens for r in batch.records])
                              if batch and w.splits_reasoning else None),
         "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
         "attempts": attempts, "status": status, "failure_cause": cause,
@@ -259,28 +252,16 @@ class Sweep:
         self.fresh = fresh
         self.on_run = on_run or (lambda run, status: None)
         self.sleep = sleep
-        self.api_keys: dict[str | None, str | None] = {}  # by the environment variable that holds the key
         self.servers: list[dict] = []
         self._superseded: dict[str, list[str]] = {}
         self._locks: dict[str, int] = {}  # experiment -> fd holding its flock while this sweep runs
 
     # ------------------------------------------------------------------ server handling
-    def _api_key(self, run: RunSpec) -> str | None:
-        name = run.engine.api_key_env
-        if not name:
-            return None
-        key = os.environ.get(name)
-        if not key:
-            raise RuntimeError(f"engine {run.engine_label}: api_key_env {name!r} is not set in the environment")
-        return key
-
     def exp_dir(self, experiment: str) -> Path:
         """Where an experiment's runs and manifest live."""
         return self.data_dir / "runs" / experiment
 
-    def _start(self, run: RunSpec, log_dir: Path, attempt: int) -> EngineServer:
-        log = log_dir / f"server-{run.server_key}-attempt{attempt}.log"
-        server = EngineServer(run.engine, log)
+    def _start(self, server: EngineServer, run: RunSpec) -> None:
         t = time.perf_counter()
         try:
             server.start()
@@ -290,14 +271,13 @@ class Sweep:
                                  "launched_by_kvlab": not server.external, "url": run.engine.url,
                                  "env": None if server.external else server.adapter.env_overrides(run.engine),
                                  "experiments": [run.experiment],
-                                 "log": log.name, "started_at": datetime.now(timezone.utc).isoformat(),
+                                 "log": server.log_path.name, "started_at": datetime.now(timezone.utc).isoformat(),
                                  "ready_s": time.perf_counter() - t})
-        return server
 
     def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
         prompts = fixed_batch.prompts(1, 16, 2, vocab, seed=987_654)
         asyncio.run(run_requests(server.base_url, _served_name(run), prompts,
-                                 api_key=self.api_keys[run.engine.api_key_env], timeout_s=300))
+                                 api_key=server.api_key, timeout_s=300))
 
     # ------------------------------------------------------------------ one run
     def _measure(self, server: EngineServer, run: RunSpec,
@@ -317,13 +297,12 @@ class Sweep:
                         if run.engine.name == "vllm" and not run.engine.dev_mode else "")
                 notes.append(f"prefix cache not flushed before the run (engine refused or endpoint disabled){hint}; "
                              "cache hits may include earlier runs' prompts")
-        key = self.api_keys[run.engine.api_key_env]
         has_metrics = server.adapter.metrics_path is not None
-        before = _scrape(server, key) if has_metrics else {}
+        before = _scrape(server) if has_metrics else {}
         w = run.workload
         batch = asyncio.run(run_requests(
             server.base_url, _served_name(run), prompts,
-            concurrency=w.concurrency, api_key=key, stall_s=run.engine.stall_timeout_s,
+            concurrency=w.concurrency, api_key=server.api_key, stall_s=run.engine.stall_timeout_s,
             ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.splits_reasoning,
         ))
         if w.splits_reasoning:
@@ -337,7 +316,7 @@ class Sweep:
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
-            after = _scrape(server, key) if server.running() else {}
+            after = _scrape(server) if server.running() else {}
             deltas = metrics.counter_deltas(before, after, server.adapter.metric_names)
             if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
                 break
@@ -357,7 +336,7 @@ class Sweep:
         prompts = prompts_for(run, vocab)
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
-        logs: dict[str, Path] = {}
+        logs: dict[str, EngineServer] = {}  # per attempt, the server whose log the run keeps
         start_failed: list[bool] = []  # per attempt: did the server fail to start (not the run on it)?
         for n in range(1, retry.max_attempts + 1):
             t = time.perf_counter()
@@ -367,12 +346,14 @@ class Sweep:
                     if server is not None:
                         server.stop()
                     result.server_starts += 1
-                    server = self._start(run, log_dir, n)
+                    server = EngineServer(run.engine, log_dir / f"server-{run.server_key}-attempt{n}.log")
+                    logs[f"server-attempt{n}.log"] = server
+                    self._start(server, run)
                     if spec.warmup:
                         self._warmup(server, run, vocab)
                 elif run.experiment not in self.servers[-1]["experiments"]:  # a server shared across experiments
                     self.servers[-1]["experiments"].append(run.experiment)
-                logs[f"server-attempt{n}.log"] = server.log_path
+                logs[f"server-attempt{n}.log"] = server
                 version = version or server.version()
                 batch, deltas, notes = self._measure(server, run, prompts)
                 if not batch.ok:
@@ -383,7 +364,6 @@ class Sweep:
                         failure = Failure("http_error", f"{n_failed} request(s) failed; first: {first.error}")
             except ServerError as exc:
                 failure = exc.failure
-                logs[f"server-attempt{n}.log"] = exc.log_path
                 server, at_start = None, True
             start_failed.append(at_start)
             elapsed = time.perf_counter() - t
@@ -401,9 +381,9 @@ class Sweep:
         row = _run_row(run, prompts, status, len(attempts), failure.cause if failure else
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes))
-        requests = metrics.request_rows(batch.records, run.key) if batch else None
-        secrets = [k for k in [self.api_keys.get(run.engine.api_key_env)] if k]
-        files = {name: _redacted_copy(p, secrets, log_dir) for name, p in logs.items() if p and Path(p).exists()}
+        requests = request_rows(batch.records, run.key) if batch else None
+        recorded = {name: srv.recorded_log(log_dir / f"recorded-{name}") for name, srv in logs.items()}
+        files = {name: path for name, path in recorded.items() if path}
         path = store.write_run(self.exp_dir(run.experiment), run.key, row, requests, pl.DataFrame(attempts),
                                spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
                                                                    "argv": self.servers[-1]["argv"] if self.servers else None},
@@ -481,12 +461,15 @@ class Sweep:
             per[name] = SweepResult(name, planned=len(t) + s, skipped=s, superseded=len(superseded[name]))
         result = SweepResult(", ".join(self.specs), planned=len(todo) + skipped, skipped=skipped, experiments=per,
                              superseded=sum(map(len, superseded.values())))
-        for r in todo:
-            self.api_keys[r.engine.api_key_env] = self._api_key(r)
+        for r in todo:  # every key is set before anything launches
+            try:
+                read_api_key(r.engine)
+            except ValueError as exc:
+                raise RuntimeError(f"engine {r.engine_label}: {exc}") from None
         with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp:
             log_dir = Path(tmp)
             try:
-                for _, group in plan(todo):
+                for _, group in by_server(todo):
                     vocab = _vocab_size(group[0])
                     server, start_failure = None, None
                     try:
@@ -577,18 +560,6 @@ def _tally(result: SweepResult, run: RunSpec, status: str) -> None:
             r.ok += 1
         else:
             r.failed += 1
-
-
-def _redacted_copy(src: Path, secrets: list[str], tmp_dir: Path) -> Path:
-    """A copy of a log with every secret replaced, so no API key reaches data/."""
-    if not secrets:
-        return src
-    text = Path(src).read_text(errors="replace")
-    for s in secrets:
-        text = text.replace(s, "***")
-    out = tmp_dir / f"redacted-{Path(src).name}"
-    out.write_text(text)
-    return out
 
 
 def sweep(specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,

@@ -27,7 +27,7 @@ from kvlab.engines import ENGINE_NAMES, Failure, get_adapter
 from kvlab import watchdog
 from kvlab.engines.base import http_json
 from kvlab.paths import ROOT
-from kvlab.spec import EngineSpec
+from kvlab.engines import EngineSpec
 
 REDACTED = "***"
 #: The watchdog script, run by path with the harness's interpreter (see kvlab/watchdog.py).
@@ -65,21 +65,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def redact(argv: list[str], secret: str | None) -> list[str]:
-    """argv with the value after --api-key (and any occurrence of ``secret``) replaced by '***'."""
-    out, hide_next = [], False
-    for a in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-        elif a == "--api-key":
-            out.append(a)
-            hide_next = True
-        elif a.startswith("--api-key="):
-            out.append("--api-key=" + REDACTED)
-        else:
-            out.append(a.replace(secret, REDACTED) if secret else a)
-    return out
+def read_api_key(spec: EngineSpec) -> str | None:
+    """The API key from the environment variable ``spec.api_key_env`` (None when it names none); the one place
+    kvlab reads a key. ValueError naming the variable when it is not set."""
+    var = spec.api_key_env
+    if var is None:
+        return None
+    key = os.environ.get(var)
+    if not key:
+        raise ValueError(f"engine.api_key_env: environment variable {var!r} is not set")
+    return key
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` replaced by '***' (unchanged without a secret)."""
+    return text.replace(secret, REDACTED) if secret else text
 
 
 # ---------------------------------------------------------------------------- registry
@@ -203,7 +203,7 @@ class EngineServer:
         self.port = None if self.external else (spec.port or free_port(spec.host))
         self.base_url = self.adapter.base_url(spec, self.port)
         self._attached = False  # external: start() checked it and stop() was not called yet
-        self._api_key = self._read_api_key()
+        self._api_key = read_api_key(spec)
         self._proc: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
         self._pid_file: Path | None = None
@@ -212,15 +212,6 @@ class EngineServer:
         self.exit_code: int | None = None
 
     # -------------------------------------------------------------- argv / env
-    def _read_api_key(self) -> str | None:
-        var = self.spec.api_key_env
-        if var is None:
-            return None
-        key = os.environ.get(var)
-        if not key:
-            raise ValueError(f"engine.api_key_env: environment variable {var!r} is not set")
-        return key
-
     @property
     def argv(self) -> list[str]:
         """The real argv (may hold the API key: never record it; use ``recorded_argv``)."""
@@ -232,13 +223,18 @@ class EngineServer:
     @property
     def recorded_argv(self) -> list[str] | None:
         """argv safe to write to logs and specs: the API key replaced by '***' (None: kvlab did not launch it)."""
-        return None if self.external else redact(self.argv, self._api_key)
+        return None if self.external else [redact(a, self._api_key) for a in self.argv]
 
     def _env(self) -> dict[str, str]:
         env = self.adapter.env(self.spec)
         if self._api_key and self.adapter.api_key_env_var:
             env[self.adapter.api_key_env_var] = self._api_key
         return env
+
+    @property
+    def api_key(self) -> str | None:
+        """The key a client sends (never record it: ``recorded_argv`` and ``recorded_log`` redact it)."""
+        return self._api_key
 
     @property
     def headers(self) -> dict[str, str]:
@@ -313,7 +309,14 @@ class EngineServer:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
-        return text.replace(self._api_key, REDACTED) if self._api_key else text
+        return redact(text, self._api_key)
+
+    def recorded_log(self, dest: Path) -> Path | None:
+        """Write the server log so far, API key redacted, to ``dest`` (what a run stores); None without a log."""
+        if not self.log_path.exists():
+            return None
+        dest.write_text(self.log_text())
+        return dest
 
     def failure(self) -> Failure | None:
         """The classified failure if the process has exited with an error (or logged a fatal one)."""
@@ -427,7 +430,7 @@ class EngineServer:
         if self._api_key and self.log_path.exists():
             text = self.log_path.read_text(errors="replace")
             if self._api_key in text:
-                self.log_path.write_text(text.replace(self._api_key, REDACTED))
+                self.log_path.write_text(redact(text, self._api_key))
 
     # -------------------------------------------------------------- HTTP helpers
     def version(self) -> str | None:

@@ -7,19 +7,17 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Union
 
 import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError,
-                      field_validator, model_validator)
+                      field_validator)
 
-from kvlab.engines import ENGINE_NAMES
-from kvlab.engines.base import FAILURE_CAUSES, is_local_path, resolve_local
+from kvlab.engines import FAILURE_CAUSES, get_adapter
+from kvlab.engines.spec import EngineSpec
 from kvlab.units import context_label
 from kvlab.workloads import KINDS, WorkloadArgs
 
-#: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; sglang-jax --max-total-tokens).
-KV_BUDGET_ENGINES = ("vllm", "sglang-jax")
 #: EngineSpec fields that change how kvlab reaches a server but not what it measures:
 #: left out of RunSpec.key so that, e.g., a longer startup timeout does not re-run a sweep.
 KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeout_s", "api_key_env")
@@ -40,121 +38,6 @@ class SpecError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-class EngineSpec(_Strict):
-    """How to launch one engine server (what decides its argv and environment)."""
-
-    name: Literal[ENGINE_NAMES] = Field(
-        description="engine: vllm | sglang | sglang-jax (SGLang's JAX runtime, the SGLang engine that serves on CPU)"
-    )
-    launch: list[str] | None = Field(
-        None, min_length=1,
-        description="command prefix that runs the engine's python, e.g. ['.engines/vllm/bin/python'], "
-        "['conda', 'run', '--no-capture-output', '-n', 'sglang', 'python'] or a container command; "
-        "a relative interpreter path resolves against the repository root. Give this or url",
-    )
-    url: str | None = Field(
-        None, pattern=r"^https?://[^/\s]+/?$",
-        description="base URL of a server kvlab did not start (a systemd unit, a Kubernetes pod, a shared "
-        "endpoint), e.g. http://gpu-node-3:8000; kvlab checks it answers and serves the model, never starts "
-        "or stops it, and records that it did not launch it. The other fields state how it was started "
-        "(they are recorded, and checked against the workload). Give this or launch",
-    )
-    model: str = Field(description="local model folder (relative to the repository root or absolute) or a hub id")
-    served_model_name: str | None = Field(None, description="name the server exposes (default: the model string)")
-    tp: int = Field(1, ge=1, description="tensor-parallel size")
-    dcp: int = Field(1, ge=1, description="decode-context-parallel size; must divide tp (1 = off)")
-    mem_util: float = Field(
-        0.9, gt=0, le=1,
-        description="vLLM --gpu-memory-utilization (on the CPU build: fraction of host memory reserved) / "
-        "SGLang --mem-fraction-static",
-    )
-    max_model_len: int = Field(ge=16, description="vLLM --max-model-len / SGLang --context-length")
-    prefix_caching: bool = Field(True, description="prefix cache (vLLM) / radix cache (SGLang) enabled")
-    kv_cache_bytes: int | None = Field(
-        None, gt=0, description="explicit KV budget in bytes (overrides mem_util for KV): vLLM "
-        "--kv-cache-memory-bytes; sglang-jax --max-total-tokens = bytes / the local model's KV bytes per token"
-    )
-    enforce_eager: bool = Field(False, description="vLLM --enforce-eager (no graph compilation; faster start)")
-    trust_remote_code: bool = Field(False, description="--trust-remote-code (models with custom code, e.g. Kimi)")
-    allow_long_context: bool = Field(
-        False,
-        description="allow max_model_len above the model's native context "
-        "(VLLM_ALLOW_LONG_MAX_MODEL_LEN / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)",
-    )
-    host: str = Field("127.0.0.1", description="address the server binds and kvlab connects to")
-    port: int | None = Field(None, ge=1, le=65535, description="server port; None picks a free one")
-    api_key_env: str | None = Field(
-        None, description="name of the environment variable holding the API key (the key is never stored)"
-    )
-    extra_args: list[str] = Field(default_factory=list, description="more engine arguments, appended verbatim")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the server")
-    startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
-    stall_timeout_s: float = Field(
-        600.0, gt=0, description="seconds a streaming request may wait for its next byte (first token included) "
-        "before the engine counts as hung: the run fails with cause timeout and the server is killed")
-    dev_mode: bool = Field(
-        False, description="vLLM VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works between runs"
-    )
-    report_cached_tokens: bool = Field(
-        True,
-        description="report usage.prompt_tokens_details.cached_tokens per request "
-        "(vLLM --enable-prompt-tokens-details / SGLang --enable-cache-report)",
-    )
-    reasoning_parser: str | None = Field(
-        None,
-        description="server-side reasoning parser, passed as --reasoning-parser (names differ: vLLM "
-        "'deepseek_r1', SGLang 'deepseek-r1'); the server then streams reasoning apart from the answer",
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> EngineSpec:
-        if (self.launch is None) == (self.url is None):
-            raise ValueError("give either launch (kvlab starts the server) or url (a server already running), "
-                             f"not {'both' if self.launch else 'neither'}")
-        if self.tp % self.dcp:
-            raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
-        if self.kv_cache_bytes is not None and self.name not in KV_BUDGET_ENGINES:
-            raise ValueError(
-                f"kv_cache_bytes ({self.kv_cache_bytes}) applies to {' and '.join(KV_BUDGET_ENGINES)}; "
-                f"engine '{self.name}' has no such flag"
-            )
-        return self
-
-    @property
-    def model_arg(self) -> str:
-        """The model as passed to the engine: local paths made absolute, hub ids unchanged."""
-        return resolve_local(self.model)
-
-    @property
-    def served_name(self) -> str:
-        """The model name requests carry: served_model_name, else the model as the server was given it
-        (a launched local model: its absolute path; an external server: the string in the spec)."""
-        return self.served_model_name or (self.model if self.external else self.model_arg)
-
-    @property
-    def external(self) -> bool:
-        """A server kvlab did not start (``url``): it is neither launched nor stopped."""
-        return self.url is not None
-
-    def check_model_path(self) -> None:
-        """Raise when the model looks like a local folder that does not exist (a server kvlab launches
-        reads it here; an external server's model lives where that server runs)."""
-        if not self.external and is_local_path(self.model) and not Path(self.model_arg).exists():
-            raise ValueError(f"local model folder does not exist: {self.model_arg}")
-
-    def local_config(self) -> dict | None:
-        """A local model's config.json; None for hub ids and folders without one."""
-        cfg = Path(self.model_arg) / "config.json"
-        if not (is_local_path(self.model) and cfg.is_file()):
-            return None
-        return json.loads(cfg.read_text())
-
-    def native_context(self) -> int | None:
-        """max_position_embeddings of a local model, when its config.json says."""
-        value = (self.local_config() or {}).get("max_position_embeddings")
-        return int(value) if value else None
 
 
 def _kind_fields(raw: Any) -> Any:
@@ -289,12 +172,8 @@ class ExperimentSpec(_Strict):
         return v
 
     @classmethod
-    def load(cls, path: str | Path, *, make_tiny_model: bool = True) -> ExperimentSpec:
-        """Read and validate a YAML experiment, including every expanded run, before anything launches.
-
-        ``make_tiny_model``: generate kvlab's tiny model first when a spec uses it (cheap and
-        deterministic), so a fresh clone validates without a separate step.
-        """
+    def read(cls, path: str | Path) -> ExperimentSpec:
+        """Read a YAML experiment and validate its fields; its runs are checked by :meth:`check_runs`."""
         path = Path(path)
         try:
             text = path.read_text()
@@ -307,26 +186,30 @@ class ExperimentSpec(_Strict):
         if not isinstance(raw, dict):
             raise SpecError(f"{path}: top level must be a mapping of fields, got {type(raw).__name__}")
         try:
-            spec = cls.model_validate(raw)
+            return cls.model_validate(raw)
         except ValidationError as exc:
             raise SpecError(_format_errors(path, exc)) from None
-        if make_tiny_model:
-            _ensure_tiny_models(spec)
-        expand(spec, origin=path)
-        if spec.quick is not None:
+
+    def check_runs(self, origin: str | Path = "<spec>") -> None:
+        """SpecError naming the field and value when a run of the full or the quick form is invalid
+        (see :func:`expand`); reads local models' config.json, writes nothing."""
+        expand(self, origin=origin)
+        if self.quick is not None:
             try:
-                expand(spec.quick_form(), origin=path)
+                expand(self.quick_form(), origin=origin)
             except SpecError as exc:
-                raise SpecError(str(exc).replace(f"{path}: ", f"{path}: quick: ", 1)) from None
+                raise SpecError(str(exc).replace(f"{origin}: ", f"{origin}: quick: ", 1)) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExperimentSpec:
+        """Read and validate a YAML experiment, including every expanded run, before anything launches.
+
+        Side-effect free: a local model must exist (a sweep makes kvlab's tiny model in its plan step,
+        kvlab.plan, before it validates).
+        """
+        spec = cls.read(path)
+        spec.check_runs(Path(path))
         return spec
-
-
-def _ensure_tiny_models(spec: ExperimentSpec) -> None:
-    from kvlab import tinymodel
-
-    for e in spec.engines.values():
-        if Path(e.model_arg).resolve() == tinymodel.DEFAULT_PATH.resolve():
-            tinymodel.ensure_tiny_model()
 
 
 def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -> str:
@@ -387,8 +270,6 @@ class RunSpec(_Strict):
     def server_settings(self) -> dict[str, Any]:
         """What this run needs the server started with: argv (port 0) and environment overrides; for an
         external server, what it would be launched with (the same fields, a placeholder interpreter)."""
-        from kvlab.engines import get_adapter
-
         adapter = get_adapter(self.engine.name)
         engine = self.engine.model_copy(update={"launch": ["python"], "url": None}) if self.engine.external \
             else self.engine

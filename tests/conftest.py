@@ -36,9 +36,10 @@ def sglang_jax_python() -> Path:
     return _required(SGLANG_JAX_PYTHON)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def tiny_model() -> Path:
-    """kvlab's tiny local model, generated once (deterministic, no download)."""
+    """kvlab's tiny local model, generated once (deterministic, no download) before any test: the shipped
+    experiments name it, and validating them (side-effect free) needs it on disk."""
     from kvlab.tinymodel import ensure_tiny_model
 
     return ensure_tiny_model()

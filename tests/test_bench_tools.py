@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import sys
@@ -11,11 +12,8 @@ import numpy as np
 import psutil
 import pytest
 
-from kvlab.paths import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import bench_tools as bt  # noqa: E402
+from benchmarks import bench_tools as bt
+from benchmarks.drivers.kvlab_driver import FirstChunkStamps
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 100])
@@ -53,22 +51,19 @@ def test_fixture_runs_apart_and_leaves_no_process(bulk):
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
-def test_driver_protocol_survives_code_that_prints(tmp_path):
-    script = tmp_path / "driver.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(ROOT / "benchmarks")!r})
-        from bench_tools import driver_main
+def test_driver_protocol_survives_code_that_prints():
+    code = textwrap.dedent("""
+        from benchmarks.bench_tools import driver_main
 
         def handle(job):
             print("chatter from the code under test")
             if job.get("fail"):
                 raise ValueError("bad job")
-            return {{"double": job["x"] * 2}}
+            return {"double": job["x"] * 2}
 
         driver_main(handle)
-    """))
-    with bt.Driver(sys.executable, script, "t") as d:
+    """)
+    with bt.Driver(sys.executable, ["-c", code], "t") as d:  # run in the repository root, as the drivers are
         pid = d.proc.pid
         assert d.run({"x": 21}) == {"double": 42}
         with pytest.raises(RuntimeError, match="bad job"):
@@ -123,9 +118,8 @@ def test_standalone_fixture_collects_garbage_only_between_streams():
     import asyncio
     import gc
 
-    from sse_server import FixtureConfig, SSEServer
-
     from kvlab import client, workloads
+    from kvlab.sse_fixture import FixtureConfig, SSEServer
 
     open_at_collection: list[int] = []
 
@@ -148,3 +142,31 @@ def test_standalone_fixture_collects_garbage_only_between_streams():
             gc.enable()
     assert open_at_collection and set(open_at_collection) == {0}
     assert srv.served == [] and srv.open_streams == 0
+
+
+def test_first_chunk_stamps_read_the_fixture_stamp_through_the_client_hook():
+    """The TTFT-error driver's stamps: the first chunk's t_server per request, whole when a read splits it."""
+    stamps = FirstChunkStamps()
+    stamps(0, b'data: {"t_server":12.5,"choices":[]}\n\ndata: {"t_server":13.0}', 0.0)
+    stamps(1, b'data: {"t_server":7.2', 0.0)  # cut inside the number
+    stamps(1, b'5,"choices":[]}\n\n', 0.0)
+    stamps(0, b'data: {"t_server":99.0,', 0.0)  # later chunks never replace the first
+    assert stamps.first == {0: 12.5, 1: 7.25}
+
+
+def test_driver_measures_ttft_error_through_the_timing_hook():
+    from benchmarks.drivers import kvlab_driver
+
+    with bt.Fixture({"server_timestamps": True}) as fx:
+        out = kvlab_driver.handle({"url": fx.url, "requests": 4, "chunks": 5, "spy": True})
+    assert out["failed"] == 0 and out["token_chunks"] == 20
+    assert len(out["ttft_error_ms"]) == 4 and all(0 <= e < 1000 for e in out["ttft_error_ms"])
+
+
+@pytest.mark.parametrize("name", ["run_all", "bench_tools", "client_overhead", "engine_agreement", "sweep_planning",
+                                  "report_build", "analysis_scale", "drivers.kvlab_driver", "drivers.vllm_driver"])
+def test_every_benchmark_imports_as_a_module_of_the_package(name):
+    if name == "drivers.vllm_driver":
+        pytest.importorskip("vllm", reason="vLLM's driver runs in the engine venv")
+    module = importlib.import_module(f"benchmarks.{name}")
+    assert module.__name__ == f"benchmarks.{name}"

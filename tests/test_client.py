@@ -10,9 +10,9 @@ import json
 import random
 
 import pytest
-from sse_server import BulkSSEServer, FixtureConfig, SSEServer, serve_app
+from kvlab.sse_fixture import BulkSSEServer, FixtureConfig, SSEServer, serve_app
 
-from kvlab import client, metrics, workloads
+from kvlab import client, workloads
 from kvlab.workloads import Prompt
 
 
@@ -81,19 +81,26 @@ def test_bulk_server_many_events_per_read_counted_exactly():
         assert len(set(r.chunk_times)) < 100  # many events per network read, each read stamped once
 
 
-def test_no_gc_pass_while_requests_are_in_flight(server, monkeypatch):
-    seen = []
-    read_stream = client._read_stream
+def test_timing_hook_sees_every_read_with_the_records_clock(server):
+    """on_read gets each response's bytes, before parsing, stamped with the clock the records use."""
+    reads: list[tuple[int, bytes, float]] = []
+    prompts = [_with(p, delay_s=0.05) for p in workloads.fixed_batch.prompts(2, 10, 4, vocab_size=512)]
+    recs = _run(server.url, prompts, on_read=lambda i, data, t: reads.append((i, data, t))).records
+    for r in recs:
+        _check_ok_record(r, 10, 4)
+        mine = [(data, t) for i, data, t in reads if i == r.request_index]
+        assert b"".join(d for d, _ in mine).count(b"data: ") == 4 + 2  # 4 token chunks, usage, [DONE]
+        first_token_read = next(t for d, t in mine if b'"text":"' in d)
+        assert r.t_first == first_token_read  # the same perf_counter stamp, not a second clock read
+        assert mine[-1][1] <= r.t_end
 
-    async def spy(resp, acc, fast, chat):
-        seen.append(gc.isenabled())
-        await read_stream(resp, acc, fast, chat)
 
-    monkeypatch.setattr(client, "_read_stream", spy)
+def test_no_gc_pass_while_requests_are_in_flight(server):
+    seen: dict[int, set[bool]] = {}
     prompts = workloads.fixed_batch.prompts(3, 10, 5, vocab_size=512)
     assert gc.isenabled()
-    _run(server.url, prompts)
-    assert seen == [False] * 3 and gc.isenabled()  # off during the batch, restored after
+    _run(server.url, prompts, on_read=lambda i, data, t: seen.setdefault(i, set()).add(gc.isenabled()))
+    assert seen == {0: {False}, 1: {False}, 2: {False}} and gc.isenabled()  # off during the batch, restored after
     gc.disable()
     try:
         _run(server.url, prompts)
@@ -147,9 +154,9 @@ def test_every_failure_kind_recorded_per_request(server):
     assert recs[5].error == "stream ended without [DONE] (incomplete)" and recs[5].output_tokens == 10
     assert recs[6].error.startswith("timeout") and recs[6].chunks == 0
     assert recs[6].t_end - recs[6].t_send == pytest.approx(1.5, abs=0.5)
-    s = metrics.summarize(recs, res.batch_time_s)
+    s = client.summarize(recs, res.batch_time_s)
     assert (s["requests_ok"], s["requests_failed"]) == (2, 6)
-    rows = metrics.request_rows(recs, "r")
+    rows = client.request_rows(recs, "r")
     assert rows.filter(rows["status"] == "failed").height == 6
 
 
@@ -227,7 +234,7 @@ def test_usage_fields_and_missing_usage():
         res = _run(srv.url, workloads.fixed_batch.prompts(1, 100, 5, vocab_size=512))
     r = res.records[0]
     assert r.status == "ok" and r.output_tokens is None and r.prompt_tokens is None and r.tpot_ms is None
-    assert metrics.summarize(res.records, res.batch_time_s)["served_output_tokens"] is None
+    assert client.summarize(res.records, res.batch_time_s)["served_output_tokens"] is None
 
 
 def test_concurrency_limit(server):

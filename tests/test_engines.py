@@ -197,3 +197,14 @@ def test_no_failure_while_healthy():
 def test_last_fits_value_wins():
     f = get_adapter("vllm").classify_failure(1, KV_TOO_SMALL.replace("1792", "512") + KV_TOO_SMALL)
     assert f.fits_max_len == 1792
+
+
+def test_every_engine_name_has_its_adapter():
+    """ENGINE_NAMES (what EngineSpec.name accepts, in report order) and the adapters name the same engines."""
+    from kvlab.engines import ENGINE_LABELS, ENGINE_NAMES
+
+    assert ENGINE_NAMES == ("vllm", "sglang", "sglang-jax")
+    assert [get_adapter(n).name for n in ENGINE_NAMES] == ["vllm", "sglang", "sglang-jax"]
+    assert list(ENGINE_LABELS) == ["vllm", "sglang", "sglang-jax"]
+    with pytest.raises(ValueError, match="name"):
+        EngineSpec(name="tgi", launch=["python"], model="org/model", max_model_len=64)

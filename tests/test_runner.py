@@ -18,7 +18,7 @@ import psutil
 import pytest
 import yaml
 
-from kvlab import client, runner, store
+from kvlab import client, plan, runner, store
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
 from kvlab.server import state_dir
 from kvlab.spec import ExperimentSpec, expand
@@ -68,7 +68,7 @@ def tag_of(path: Path) -> str:
 def test_plan_starts_one_server_per_configuration(name):
     spec = ExperimentSpec.load(EXPERIMENTS_DIR / f"{name}.yaml")
     runs = expand(spec)
-    groups = runner.plan(runs)
+    groups = plan.by_server(runs)
     assert len(groups) == len({r.server_key for r in runs}) < len(runs)
     assert sum(len(g) for _, g in groups) == len(runs)
     text = runner.dry_run_text(spec)
@@ -80,7 +80,7 @@ def test_the_embedded_studies_share_servers_across_experiments():
     """make report sweeps the four CPU studies at once: 28 quick runs on 11 servers, not 16."""
     specs = [ExperimentSpec.load(p).quick_form() for p in sorted(EXPERIMENTS_DIR.glob("cpu_*.yaml"))]
     todo, _ = runner.Sweep(specs, Path("/nonexistent"), fresh=True).pending()
-    groups = runner.plan(todo)
+    groups = plan.by_server(todo)
     shared = sorted((g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
                     for _, g in groups if len({r.experiment for r in g}) > 1)
     assert (len(todo), len(groups)) == (28, 11)
@@ -379,7 +379,7 @@ def test_failed_requests_are_blamed_on_an_engine_that_dies_a_moment_later():
 
 
 def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
-    from sse_server import SSEServer
+    from kvlab.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "external", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
@@ -398,7 +398,7 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
 
 
 def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_tokens(tmp_path):
-    from sse_server import SSEServer
+    from kvlab.sse_fixture import SSEServer
 
     from kvlab import analysis
 
@@ -413,6 +413,19 @@ def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_t
     assert reqs.sort("request_index").select("conversation", "turn", "prompt_tokens").rows() == [
         (0, 0, 208), (0, 1, 220), (0, 2, 232), (1, 0, 208), (1, 1, 220), (1, 2, 232)]
     assert analysis.multi_turn_by_turn(runs, reqs)["turn"].to_list() == [0, 1, 2]
+
+
+def test_a_missing_api_key_stops_the_sweep_before_anything_is_sent(tmp_path, monkeypatch):
+    from kvlab.sse_fixture import SSEServer
+
+    monkeypatch.delenv("KVLAB_TEST_UNSET_KEY", raising=False)
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "keyed", engine={"launch": None, "url": srv.url, "model": "org/remote-model",
+                                                     "api_key_env": "KVLAB_TEST_UNSET_KEY"})
+        with pytest.raises(RuntimeError) as err:
+            runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+        assert srv.served == []
+    assert str(err.value) == "engine vllm: engine.api_key_env: environment variable 'KVLAB_TEST_UNSET_KEY' is not set"
 
 
 def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_with_its_cause(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kvlab.server import EngineServer, ServerError, free_port, reap_orphans, redact
+from kvlab.server import EngineServer, ServerError, free_port, read_api_key, reap_orphans, redact
 from kvlab.spec import EngineSpec
 
 FAKE = Path(__file__).with_name("fake_engine.py")
@@ -46,9 +46,20 @@ def registry(tmp_path, monkeypatch) -> Path:
 
 
 def test_redact_and_free_port():
-    assert redact(["x", "--api-key", "s3", "--api-key=s3", "a-s3-b"], "s3") == [
-        "x", "--api-key", "***", "--api-key=***", "a-***-b"]
+    assert redact("x --api-key s3 --api-key=s3 a-s3-b", "s3") == "x --api-key *** --api-key=*** a-***-b"
+    assert redact("api_key='s3'", None) == "api_key='s3'"
     assert 0 < free_port() < 65536
+
+
+def test_read_api_key_is_the_one_reader(monkeypatch):
+    monkeypatch.setenv("KVLAB_TEST_KEY", "k-42")
+    assert read_api_key(_fake_spec(api_key_env="KVLAB_TEST_KEY")) == "k-42"
+    assert read_api_key(_fake_spec()) is None
+    monkeypatch.delenv("KVLAB_TEST_KEY")
+    with pytest.raises(ValueError, match="environment variable 'KVLAB_TEST_KEY' is not set"):
+        read_api_key(_fake_spec(api_key_env="KVLAB_TEST_KEY"))
+    with pytest.raises(ValueError, match="give the API key through api_key_env"):
+        _fake_spec(extra_args=["--api-key", "k-42"])
 
 
 def test_fake_server_lifecycle(tmp_path, registry):
@@ -123,6 +134,9 @@ def test_api_key_never_recorded(tmp_path, registry, monkeypatch):
         assert "topsecret-123" in srv.argv  # SGLang takes it on the command line
         assert "topsecret-123" not in " ".join(srv.recorded_argv)
         assert srv.headers == {"Authorization": "Bearer topsecret-123"}
+        assert srv.api_key == "topsecret-123"
+        kept = srv.recorded_log(tmp_path / "kept.log").read_text()  # the copy a run stores, server still up
+        assert "topsecret-123" not in kept and "***" in kept
         rec = next(registry.glob("*.json")).read_text()
         assert "topsecret-123" not in rec
     assert "topsecret-123" not in (tmp_path / "s.log").read_text()  # the fake prints its argv

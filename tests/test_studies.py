@@ -8,7 +8,7 @@ import dataclasses
 import polars as pl
 import pytest
 import yaml
-from sse_server import FixtureConfig, SSEServer
+from kvlab.sse_fixture import FixtureConfig, SSEServer
 from test_runner import BASE_ENGINE, engine_processes
 
 from kvlab import analysis, guide, narrative, reasoning, runner, store, workloads
@@ -133,6 +133,13 @@ def test_think_tags_in_text_are_split_without_a_parser():
     assert reasoning.split_record(rec, words) == reasoning.Split(6, 2, "tokenizer")
     s = reasoning.split_record(rec)  # no tokenizer: share of characters
     assert s.method == "chars" and s.reasoning_tokens + s.answer_tokens == 8 and s.reasoning_tokens > 4
+
+
+def test_split_think():
+    assert reasoning.split_think("<think>plan it</think>The answer") == ("plan it", "The answer")
+    assert reasoning.split_think("plan it</think>answer") == ("plan it", "answer")  # template opened the tag
+    assert reasoning.split_think("  <think>still thinking") == ("still thinking", "")
+    assert reasoning.split_think("no tags here") == ("", "no tags here")
 
 
 def test_failed_request_has_no_split():

@@ -8,19 +8,16 @@ so the figures include session set-up and building the records, as a caller pays
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import inspect
 import os
 import re
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.bench_tools import cpu_usage as _usage, driver_main, percentile
 
-from bench_tools import cpu_usage as _usage, driver_main, percentile  # noqa: E402
-
-from kvlab import metrics  # noqa: E402
-from kvlab.workloads import Prompt  # noqa: E402
+from kvlab.client import chunk_gaps_ms, summarize
+from kvlab.workloads import Prompt
 
 
 def _load_client():
@@ -40,6 +37,8 @@ def _load_client():
 
 
 client = _load_client()
+#: Whether the client under test has the timing hook (a baseline revision from before it has none: no TTFT error).
+_HAS_HOOK = "on_read" in inspect.signature(client.run_requests).parameters
 
 
 def _prompts(job: dict) -> list[Prompt]:
@@ -50,57 +49,43 @@ def _prompts(job: dict) -> list[Prompt]:
     return [Prompt(index=i, max_tokens=job["chunks"], token_ids=ids) for i in range(job["requests"])]
 
 
-_T_SERVER = re.compile(rb'"t_server":([-+0-9.eE]+)')
+_T_SERVER = re.compile(rb'"t_server":([-+0-9.eE]+)[,}]')
 
 
-class FirstChunkSpy:
-    """Reads the server's send time from each request's first chunk as the client handles it.
-
-    Wraps the client's line (and, where it has one, block) handler: one extra call per line or
-    read, after the client has already taken the read's timestamp. Used only in TTFT-error jobs,
-    never in the throughput jobs.
+class FirstChunkStamps:
+    """The server's send time of each request's first chunk, read through the client's timing hook
+    (``run_requests(on_read=...)``): one extra call per network read, after the client has taken the
+    read's timestamp. Used only in TTFT-error jobs, never in the throughput jobs. A stamp split
+    between two reads is read whole (the end of the earlier read is kept until the stamp is found).
     """
-
-    HANDLERS = ("_handle_line", "_handle_block_fast")
 
     def __init__(self) -> None:
         self.first: dict[int, float] = {}
-        self._saved: dict[str, object] = {}
+        self._tail: dict[int, bytes] = {}
 
-    def __enter__(self) -> FirstChunkSpy:
-        first = self.first
-        for name in self.HANDLERS:
-            orig = getattr(client, name, None)
-            if orig is None:
-                continue
-            self._saved[name] = orig
-
-            def spy(acc, data, *rest, _orig=orig):
-                if acc.t_first_chunk is None:
-                    m = _T_SERVER.search(data)
-                    if m:
-                        first.setdefault(acc.index, float(m.group(1)))
-                return _orig(acc, data, *rest)
-
-            setattr(client, name, spy)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for name, orig in self._saved.items():
-            setattr(client, name, orig)
+    def __call__(self, index: int, data: bytes, t: float) -> None:
+        if index in self.first:
+            return
+        seen = self._tail.pop(index, b"") + data
+        m = _T_SERVER.search(seen)
+        if m:
+            self.first[index] = float(m.group(1))
+        else:
+            self._tail[index] = seen[-64:]
 
 
 def handle(job: dict) -> dict:
     prompts = _prompts(job)
-    spy = FirstChunkSpy() if job.get("spy") else None
+    spy = FirstChunkStamps() if job.get("spy") else None
     conc = job.get("concurrency")
-    fixture = {"extra_body": {"fixture": job["fixture"]}} if job.get("fixture") else {}
+    kw = {"extra_body": {"fixture": job["fixture"]}} if job.get("fixture") else {}
+    if spy is not None and _HAS_HOOK:
+        kw["on_read"] = spy
     call = client.run_requests(job["url"], job.get("model", "fixture"), prompts, concurrency=conc,
-                               ignore_eos=True, temperature=0.0, **fixture)
-    with spy or contextlib.nullcontext():
-        u0, w0 = _usage(), time.perf_counter()
-        batch = asyncio.run(call)
-        u1, w1 = _usage(), time.perf_counter()
+                               ignore_eos=True, temperature=0.0, **kw)
+    u0, w0 = _usage(), time.perf_counter()
+    batch = asyncio.run(call)
+    u1, w1 = _usage(), time.perf_counter()
     recs = batch.records
     out = {
         "client": "kvlab", "wall_s": w1 - w0, "cpu_s": u1[0] - u0[0], "involuntary_switches": u1[1] - u0[1],
@@ -118,7 +103,7 @@ def handle(job: dict) -> dict:
                 errs.append((r.t_first_chunk - ts) * 1e3)
         out["ttft_error_ms"] = errs
     if job.get("per_request"):
-        summary = metrics.summarize(recs, batch.batch_time_s)
+        summary = summarize(recs, batch.batch_time_s)
         out.update(summary)
         out["ttft_first_chunk_mean_ms"] = _mean([(r.t_first_chunk - r.t_send) * 1e3 for r in recs if r.t_first_chunk])
         # vLLM's definitions from kvlab's own timestamps: TTFT at the first chunk with a choice even
@@ -128,7 +113,7 @@ def handle(job: dict) -> dict:
         out["tpot_vllm_def_mean_ms"] = _mean(
             [(r.t_end - r.t_first_chunk) * 1e3 / (r.output_tokens - 1) for r in recs
              if r.t_first_chunk and r.output_tokens and r.output_tokens > 1])
-        gaps = [g for r in recs for g in metrics.chunk_gaps_ms(r.chunk_times)]
+        gaps = [g for r in recs for g in chunk_gaps_ms(r.chunk_times)]
         out["itl_gaps_under_0_1_ms_share"] = sum(g < 0.1 for g in gaps) / len(gaps) if gaps else None
         out["first_text_after_first_chunk_ms"] = _mean([(r.t_first - r.t_first_chunk) * 1e3 for r in recs
                                                          if r.t_first and r.t_first_chunk])

@@ -12,16 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import aiohttp
+from vllm.benchmarks.lib import endpoint_request_func as erf
+from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_completions
 
-import aiohttp  # noqa: E402
-from bench_tools import cpu_usage as _usage, driver_main  # noqa: E402
-from vllm.benchmarks.lib import endpoint_request_func as erf  # noqa: E402
-from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_completions  # noqa: E402
+from benchmarks.bench_tools import cpu_usage as _usage, driver_main
 
 _first_line: contextvars.ContextVar[dict | None] = contextvars.ContextVar("first_line", default=None)
 

@@ -9,12 +9,11 @@ import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import ClassVar, Literal
 
+from kvlab.engines.spec import EngineSpec
 from kvlab.paths import ROOT
 
-if TYPE_CHECKING:
-    from kvlab.spec import EngineSpec
 
 FailureCause = Literal["startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error"]
 FAILURE_CAUSES: tuple[str, ...] = ("startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error")
@@ -48,18 +47,6 @@ def _line_with(log_text: str, needle: str) -> str:
         if needle.lower() in line.lower():
             return line.strip()[:500]
     return needle
-
-
-def resolve_local(path_or_id: str) -> str:
-    """A relative local path resolved against the repository root; other values unchanged."""
-    if is_local_path(path_or_id) and not os.path.isabs(os.path.expanduser(path_or_id)):
-        return str(ROOT / path_or_id)
-    return os.path.expanduser(path_or_id) if path_or_id.startswith("~") else path_or_id
-
-
-def is_local_path(model: str) -> bool:
-    """Whether a model string names a local folder rather than a hub id like 'org/name'."""
-    return model.startswith((".", "/", "~")) or "data/models" in model
 
 
 def http_json(url: str, method: str = "GET", timeout: float = 5.0, headers: dict[str, str] | None = None):

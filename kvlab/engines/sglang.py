@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab.engines.base import EngineAdapter, http_json
+from kvlab.engines.spec import EngineSpec
 
-if TYPE_CHECKING:
-    from kvlab.spec import EngineSpec
 
 READY_MARKER = "The server is fired up and ready to roll"
 

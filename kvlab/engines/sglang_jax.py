@@ -15,13 +15,10 @@ half of host RAM by default), so an explicit KV budget is passed as ``--max-tota
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab.engines.base import http_json
 from kvlab.engines.sglang import SGLangAdapter
+from kvlab.engines.spec import EngineSpec
 
-if TYPE_CHECKING:
-    from kvlab.spec import EngineSpec
 
 _STARTUP_PATTERNS = [
     ("Not enough memory", "kv_cache_too_small"),

@@ -86,9 +86,10 @@ def describe(
 
 def spec_configs(target: str | Path, a: Assumptions = Assumptions()) -> tuple[list[tuple[Config, int, Workload]], str]:
     """Every distinct (configuration, prompt length, workload) of an experiment file, via kvlab.spec."""
-    from kvlab.spec import ExperimentSpec, expand
+    from kvlab import plan
+    from kvlab.spec import expand
 
-    spec = ExperimentSpec.load(target)
+    spec = plan.load(target)  # as a sweep would plan it: kvlab's tiny model made when the spec names it
     g = find_gpu(spec.hardware)
     seen, out = set(), []
     for run in expand(spec, origin=target):

@@ -1,0 +1,149 @@
+"""EngineSpec: how to launch one engine server, validated; the engine names kvlab knows and local-model paths."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvlab.paths import ROOT
+
+#: Every engine kvlab can launch, in the order reports list them (kvlab.engines has an adapter for each).
+ENGINE_NAMES: tuple[str, ...] = ("vllm", "sglang", "sglang-jax")
+#: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; sglang-jax --max-total-tokens).
+KV_BUDGET_ENGINES = ("vllm", "sglang-jax")
+
+
+def resolve_local(path_or_id: str) -> str:
+    """A relative local path resolved against the repository root; other values unchanged."""
+    if is_local_path(path_or_id) and not os.path.isabs(os.path.expanduser(path_or_id)):
+        return str(ROOT / path_or_id)
+    return os.path.expanduser(path_or_id) if path_or_id.startswith("~") else path_or_id
+
+
+def is_local_path(model: str) -> bool:
+    """Whether a model string names a local folder rather than a hub id like 'org/name'."""
+    return model.startswith((".", "/", "~")) or "data/models" in model
+
+
+class EngineSpec(BaseModel):
+    """How to launch one engine server (what decides its argv and environment)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    name: Literal[ENGINE_NAMES] = Field(
+        description="engine: vllm | sglang | sglang-jax (SGLang's JAX runtime, the SGLang engine that serves on CPU)"
+    )
+    launch: list[str] | None = Field(
+        None, min_length=1,
+        description="command prefix that runs the engine's python, e.g. ['.engines/vllm/bin/python'], "
+        "['conda', 'run', '--no-capture-output', '-n', 'sglang', 'python'] or a container command; "
+        "a relative interpreter path resolves against the repository root. Give this or url",
+    )
+    url: str | None = Field(
+        None, pattern=r"^https?://[^/\s]+/?$",
+        description="base URL of a server kvlab did not start (a systemd unit, a Kubernetes pod, a shared "
+        "endpoint), e.g. http://gpu-node-3:8000; kvlab checks it answers and serves the model, never starts "
+        "or stops it, and records that it did not launch it. The other fields state how it was started "
+        "(they are recorded, and checked against the workload). Give this or launch",
+    )
+    model: str = Field(description="local model folder (relative to the repository root or absolute) or a hub id")
+    served_model_name: str | None = Field(None, description="name the server exposes (default: the model string)")
+    tp: int = Field(1, ge=1, description="tensor-parallel size")
+    dcp: int = Field(1, ge=1, description="decode-context-parallel size; must divide tp (1 = off)")
+    mem_util: float = Field(
+        0.9, gt=0, le=1,
+        description="vLLM --gpu-memory-utilization (on the CPU build: fraction of host memory reserved) / "
+        "SGLang --mem-fraction-static",
+    )
+    max_model_len: int = Field(ge=16, description="vLLM --max-model-len / SGLang --context-length")
+    prefix_caching: bool = Field(True, description="prefix cache (vLLM) / radix cache (SGLang) enabled")
+    kv_cache_bytes: int | None = Field(
+        None, gt=0, description="explicit KV budget in bytes (overrides mem_util for KV): vLLM "
+        "--kv-cache-memory-bytes; sglang-jax --max-total-tokens = bytes / the local model's KV bytes per token"
+    )
+    enforce_eager: bool = Field(False, description="vLLM --enforce-eager (no graph compilation; faster start)")
+    trust_remote_code: bool = Field(False, description="--trust-remote-code (models with custom code, e.g. Kimi)")
+    allow_long_context: bool = Field(
+        False,
+        description="allow max_model_len above the model's native context "
+        "(VLLM_ALLOW_LONG_MAX_MODEL_LEN / SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN)",
+    )
+    host: str = Field("127.0.0.1", description="address the server binds and kvlab connects to")
+    port: int | None = Field(None, ge=1, le=65535, description="server port; None picks a free one")
+    api_key_env: str | None = Field(
+        None, description="name of the environment variable holding the API key (the key is never stored)"
+    )
+    extra_args: list[str] = Field(default_factory=list, description="more engine arguments, appended verbatim")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the server")
+    startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
+    stall_timeout_s: float = Field(
+        600.0, gt=0, description="seconds a streaming request may wait for its next byte (first token included) "
+        "before the engine counts as hung: the run fails with cause timeout and the server is killed")
+    dev_mode: bool = Field(
+        False, description="vLLM VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works between runs"
+    )
+    report_cached_tokens: bool = Field(
+        True,
+        description="report usage.prompt_tokens_details.cached_tokens per request "
+        "(vLLM --enable-prompt-tokens-details / SGLang --enable-cache-report)",
+    )
+    reasoning_parser: str | None = Field(
+        None,
+        description="server-side reasoning parser, passed as --reasoning-parser (names differ: vLLM "
+        "'deepseek_r1', SGLang 'deepseek-r1'); the server then streams reasoning apart from the answer",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineSpec:
+        if (self.launch is None) == (self.url is None):
+            raise ValueError("give either launch (kvlab starts the server) or url (a server already running), "
+                             f"not {'both' if self.launch else 'neither'}")
+        if any(a == "--api-key" or a.startswith("--api-key=") for a in self.extra_args):
+            raise ValueError("extra_args: give the API key through api_key_env (kvlab never stores it), "
+                             "not --api-key")
+        if self.tp % self.dcp:
+            raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
+        if self.kv_cache_bytes is not None and self.name not in KV_BUDGET_ENGINES:
+            raise ValueError(
+                f"kv_cache_bytes ({self.kv_cache_bytes}) applies to {' and '.join(KV_BUDGET_ENGINES)}; "
+                f"engine '{self.name}' has no such flag"
+            )
+        return self
+
+    @property
+    def model_arg(self) -> str:
+        """The model as passed to the engine: local paths made absolute, hub ids unchanged."""
+        return resolve_local(self.model)
+
+    @property
+    def served_name(self) -> str:
+        """The model name requests carry: served_model_name, else the model as the server was given it
+        (a launched local model: its absolute path; an external server: the string in the spec)."""
+        return self.served_model_name or (self.model if self.external else self.model_arg)
+
+    @property
+    def external(self) -> bool:
+        """A server kvlab did not start (``url``): it is neither launched nor stopped."""
+        return self.url is not None
+
+    def check_model_path(self) -> None:
+        """Raise when the model looks like a local folder that does not exist (a server kvlab launches
+        reads it here; an external server's model lives where that server runs)."""
+        if not self.external and is_local_path(self.model) and not Path(self.model_arg).exists():
+            raise ValueError(f"local model folder does not exist: {self.model_arg}")
+
+    def local_config(self) -> dict | None:
+        """A local model's config.json; None for hub ids and folders without one."""
+        cfg = Path(self.model_arg) / "config.json"
+        if not (is_local_path(self.model) and cfg.is_file()):
+            return None
+        return json.loads(cfg.read_text())
+
+    def native_context(self) -> int | None:
+        """max_position_embeddings of a local model, when its config.json says."""
+        value = (self.local_config() or {}).get("max_position_embeddings")
+        return int(value) if value else None

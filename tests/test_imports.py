@@ -1,0 +1,207 @@
+"""kvlab's import graph: no cycles (imports inside functions and under TYPE_CHECKING count), no import side effects.
+
+The graph is read from the source (AST), not from ``sys.modules``: an import inside a function is an edge
+even if it never runs. Edges: ``import a.b`` -> the module a.b; ``from a import b`` -> a.b when b is a
+submodule, else a (the name comes from a's ``__init__``); relative imports resolve against the importing
+module's package. A package's ``__init__`` that a submodule import runs implicitly is not an edge (every
+package whose ``__init__`` gathers its submodules would otherwise be a cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+from kvlab.paths import ROOT
+
+PACKAGE = ROOT / "kvlab"
+
+
+def modules() -> dict[str, Path]:
+    """Every module under kvlab/: dotted name -> file (a package is named by its folder)."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The longest prefix of ``name`` that is a kvlab module; None outside kvlab."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> dict[str, int]:
+    """The kvlab modules ``name`` imports anywhere in its file -> the first line that does."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                targets.append(sub if sub in known else base)
+        for target in targets:
+            module = _resolve(target, known)
+            if module and module != name:
+                found.setdefault(module, node.lineno)
+    return found
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """module -> {imported kvlab module: line} for every module under kvlab/."""
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def knots(graph: dict[str, dict[str, int]]) -> list[set[str]]:
+    """The strongly connected components of more than one module: modules that all import each other,
+    however indirectly."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return components
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One shortest cycle per knot (see :func:`knots`), each as a module path that ends where it starts; sorted."""
+    out = []
+    for component in knots(graph):
+        start = min(component)
+        paths = {start: [start]}  # breadth-first inside the component: the shortest way back to start
+        queue = [start]
+        while queue:
+            v = queue.pop(0)
+            for w in sorted(graph[v]):
+                if w == start:
+                    out.append(paths[v] + [start])
+                    queue = []
+                    break
+                if w in component and w not in paths:
+                    paths[w] = paths[v] + [w]
+                    queue.append(w)
+    return sorted(out)
+
+
+def _describe(cycle: list[str], graph: dict[str, dict[str, int]], known: dict[str, Path]) -> str:
+    steps = [f"{known[a].relative_to(ROOT)}:{graph[a][b]} imports {b}" for a, b in zip(cycle, cycle[1:])]
+    knot = next(k for k in knots(graph) if cycle[0] in k)
+    tied = f"\n    (tied together: {', '.join(sorted(knot))})" if len(knot) > len(cycle) - 1 else ""
+    return " -> ".join(cycle) + "\n    " + "\n    ".join(steps) + tied
+
+
+def test_graph_reads_every_kind_of_import(tmp_path):
+    """The graph sees relative, in-function, TYPE_CHECKING and submodule-by-name imports."""
+    pkg = tmp_path / "kvlab"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .sub import b\n")  # b is a submodule: an edge to kvlab.sub.b
+    (pkg / "sub" / "__init__.py").write_text("X = 1\n")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..c import C\n")
+    (pkg / "sub" / "d.py").write_text("from . import X\n")  # X is a name: an edge to the package kvlab.sub
+    (pkg / "c.py").write_text("def f():\n    import kvlab.a\n    import os\n")
+    known = {}
+    for path in sorted(pkg.rglob("*.py")):
+        parts = list(path.relative_to(tmp_path).with_suffix("").parts)
+        known[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    assert graph == {"kvlab": {}, "kvlab.a": {"kvlab.sub.b": 1}, "kvlab.c": {"kvlab.a": 2},
+                     "kvlab.sub": {}, "kvlab.sub.b": {"kvlab.c": 3}, "kvlab.sub.d": {"kvlab.sub": 1}}
+    assert cycles(graph) == [["kvlab.a", "kvlab.sub.b", "kvlab.c", "kvlab.a"]]
+    assert knots(graph) == [{"kvlab.a", "kvlab.sub.b", "kvlab.c"}]
+
+
+def test_no_import_cycles():
+    """No module of kvlab imports, however indirectly or lazily, a module that imports it."""
+    graph = import_graph()
+    known = modules()
+    found = cycles(graph)
+    assert not found, f"{len(found)} import cycle(s):\n" + "\n".join(_describe(c, graph, known) for c in found)
+
+
+def _import_order(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Every module after the modules it imports (where there is no cycle), so each import runs only its own code."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(v: str) -> None:
+        seen.add(v)
+        for w in sorted(graph[v]):
+            if w not in seen:
+                visit(w)
+        order.append(v)
+
+    for v in sorted(graph):
+        if v not in seen:
+            visit(v)
+    return order
+
+
+_RCPARAMS_PROBE = """
+import importlib, json, sys, warnings
+import matplotlib
+warnings.simplefilter("ignore")
+changed = {}
+for name in json.loads(sys.argv[1]):
+    before = {k: repr(v) for k, v in matplotlib.rcParams.items() if k != "backend"}
+    importlib.import_module(name)
+    after = {k: repr(v) for k, v in matplotlib.rcParams.items() if k != "backend"}
+    diff = sorted(k for k in before if before[k] != after.get(k))
+    if diff:
+        changed[name] = diff
+print(json.dumps(changed))
+"""
+
+
+def test_imports_leave_matplotlib_settings_alone():
+    """Importing any kvlab module changes no matplotlib rcParams (styles are applied by the code that draws)."""
+    order = _import_order(import_graph())
+    out = subprocess.run([sys.executable, "-c", _RCPARAMS_PROBE, json.dumps(order)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    changed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert changed == {}, "\n".join(f"{m} changes rcParams {keys[:8]}{' ...' if len(keys) > 8 else ''}"
+                                    for m, keys in changed.items())
+

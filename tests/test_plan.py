@@ -1,0 +1,41 @@
+"""The plan step: validation writes nothing; planning a sweep makes kvlab's tiny model, then validates."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from kvlab import plan, tinymodel
+from kvlab.spec import ExperimentSpec, SpecError
+
+
+def _spec(tmp_path, model: str) -> str:
+    data = {
+        "name": "planned", "hardware": "CPU", "scale_factor": 1,
+        "engines": {"vllm": {"name": "vllm", "launch": [".engines/vllm/bin/python"], "model": model,
+                             "max_model_len": 1024}},
+        "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},
+    }
+    path = tmp_path / "planned.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_validation_writes_nothing_and_the_plan_step_makes_the_tiny_model(tmp_path, monkeypatch):
+    where = tmp_path / "models" / "tiny"
+    monkeypatch.setattr(tinymodel, "DEFAULT_PATH", where)
+    path = _spec(tmp_path, str(where))
+    with pytest.raises(SpecError, match=f"engines.vllm.model: local model folder does not exist: {where}"):
+        ExperimentSpec.load(path)
+    assert not where.exists()  # validating did not make it
+    spec = plan.load(path)
+    assert (where / "config.json").is_file()
+    assert spec == ExperimentSpec.load(path)  # once made, plain validation passes too
+    assert plan.make_local_models(spec) == [where]
+
+
+def test_the_plan_step_leaves_other_models_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(tinymodel, "DEFAULT_PATH", tmp_path / "tiny")
+    spec = plan.load(_spec(tmp_path, "org/hub-model"))
+    assert plan.make_local_models(spec) == []
+    assert not (tmp_path / "tiny").exists()

@@ -1,0 +1,88 @@
+"""The per-request metric definitions on hand-made records, and records as REQUESTS rows and a RUNS summary."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kvlab import client
+from kvlab.client import RequestRecord
+from kvlab.schema import REQUESTS, RUNS
+
+
+def _record(index, t_send, chunk_times, n_out, *, status="ok", prompt=1000, cached=None, t0=0.0):
+    t_first = chunk_times[0] if chunk_times else None
+    t_last = chunk_times[-1] if chunk_times else None
+    return RequestRecord(
+        request_index=index, status=status, error=None if status == "ok" else "HTTP 500: boom",
+        http_status=200 if status == "ok" else 500, prompt_tokens=prompt if status == "ok" else None,
+        output_tokens=n_out, reasoning_tokens=None, cached_tokens=cached, chunks=len(chunk_times),
+        t_send_s=t_send - t0, t_first_s=None if t_first is None else t_first - t0,
+        t_last_s=None if t_last is None else t_last - t0,
+        ttft_ms=client.ttft_ms(t_send, t_first), tpot_ms=client.tpot_ms(t_first, t_last, n_out),
+        e2e_ms=client.e2e_ms(t_send, t_last), itl_max_ms=client.itl_max_ms(chunk_times),
+        t_send=t_send, t_first=t_first, t_last=t_last, t_end=t_last or t_send, chunk_times=tuple(chunk_times),
+        reasoning_chunks=0, t_first_answer=t_first, t_first_chunk=t_first, empty_chunks=0, requested_prompt_tokens=prompt, requested_output_tokens=n_out or 0,
+        text=None, reasoning_text=None,
+    )
+
+
+def test_per_request_definitions_exact():
+    # sent at 10.0, first text at 10.5, then 4 more chunks; server says 9 tokens (chunks carry 2 tokens)
+    r = _record(0, 10.0, [10.5, 10.7, 10.9, 11.1, 11.3], 9)
+    assert r.ttft_ms == pytest.approx(500.0)
+    assert r.e2e_ms == pytest.approx(1300.0)
+    assert r.tpot_ms == pytest.approx(800.0 / 8)  # tokens from usage, not chunks
+    assert r.itl_max_ms == pytest.approx(200.0)
+    assert client.chunk_gaps_ms([1.0, 1.5, 1.75]) == pytest.approx([500.0, 250.0])
+
+
+def test_tpot_undefined_below_two_tokens_or_without_usage():
+    assert client.tpot_ms(1.0, 1.0, 1) is None
+    assert client.tpot_ms(1.0, 2.0, None) is None
+    assert client.tpot_ms(None, 2.0, 5) is None
+    assert client.tpot_ms(1.0, 2.0, 2) == pytest.approx(1000.0)
+    assert client.itl_max_ms([1.0]) is None
+    assert client.ttft_ms(1.0, None) is None and client.e2e_ms(None, 2.0) is None
+
+
+def test_summarize_excludes_failures_from_latency_but_counts_them():
+    recs = [
+        _record(0, 0.0, [0.1, 0.2, 0.3], 3, cached=16),  # ttft 100, tpot 100, e2e 300
+        _record(1, 0.0, [0.3, 0.4, 0.7], 3, cached=0),  # ttft 300, tpot 200, e2e 700
+        _record(2, 0.0, [0.2], 1),  # ttft 200, tpot undefined, e2e 200
+        _record(3, 0.0, [9.0, 9.5], 2, status="failed"),  # would skew every mean
+    ]
+    s = client.summarize(recs, batch_time_s=9.5)
+    assert set(s) <= set(RUNS.names)
+    assert s["ttft_mean_ms"] == pytest.approx(200.0)
+    assert s["ttft_p99_ms"] == pytest.approx(200.0 + 0.98 * 100.0)  # numpy linear: 300 - (1-0.98)*100
+    assert s["tpot_mean_ms"] == pytest.approx(150.0)
+    assert s["e2e_mean_ms"] == pytest.approx(400.0)
+    assert (s["requests_ok"], s["requests_failed"]) == (3, 1)
+    assert s["served_prompt_tokens"] == 3000
+    assert s["served_output_tokens"] == 3 + 3 + 1 + 2
+    assert s["cached_prompt_tokens"] == 16
+    assert s["batch_time_s"] == 9.5
+
+
+def test_summarize_all_failed_and_no_usage_gives_nulls_not_zeros():
+    recs = [dataclasses.replace(_record(i, 0.0, [], None, status="failed"), prompt_tokens=None) for i in range(3)]
+    s = client.summarize(recs, batch_time_s=1.0)
+    assert s["requests_ok"] == 0 and s["requests_failed"] == 3
+    for k in ("ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms", "e2e_mean_ms",
+              "served_prompt_tokens", "served_output_tokens", "cached_prompt_tokens"):
+        assert s[k] is None, k
+
+
+def test_request_rows_fit_schema():
+    recs = [_record(0, 1.0, [1.5, 2.0], 2, t0=1.0), _record(1, 1.2, [], None, status="failed", t0=1.0)]
+    df = client.request_rows(recs, "run-1")
+    assert df.columns == REQUESTS.names
+    assert df.height == 2
+    row = df.row(0, named=True)
+    assert row["run_id"] == "run-1" and row["t_send_s"] == 0.0 and row["t_first_s"] == pytest.approx(0.5)
+    assert row["ttft_ms"] == pytest.approx(500.0) and row["tpot_ms"] == pytest.approx(500.0)
+    assert df.row(1, named=True)["status"] == "failed"
+    assert client.request_rows([], "r").columns == REQUESTS.names
