@@ -164,9 +164,20 @@ def test_driver_measures_ttft_error_through_the_timing_hook():
 
 
 @pytest.mark.parametrize("name", ["run_all", "bench_tools", "client_overhead", "engine_agreement", "sweep_planning",
-                                  "report_build", "analysis_scale", "drivers.kvlab_driver", "drivers.vllm_driver"])
+                                  "report_build", "analysis_scale", "drivers.kvlab_driver"])
 def test_every_benchmark_imports_as_a_module_of_the_package(name):
-    if name == "drivers.vllm_driver":
-        pytest.importorskip("vllm", reason="vLLM's driver runs in the engine venv")
     module = importlib.import_module(f"benchmarks.{name}")
     assert module.__name__ == f"benchmarks.{name}"
+
+
+@pytest.mark.engine
+def test_the_vllm_driver_imports_in_the_engine_venv(engine_python):
+    """vLLM's driver imports vLLM's own request function, so it runs in the engine venv (which has no kvlab)."""
+    import subprocess
+
+    from kvlab.paths import ROOT
+
+    out = subprocess.run([str(engine_python), "-c", "import benchmarks.drivers.vllm_driver as m; print(m.__name__)"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "benchmarks.drivers.vllm_driver"
