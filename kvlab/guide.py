@@ -3,19 +3,17 @@
 The tree encodes the document's reasoning (RadixAttention shares prefixes, PagedAttention does
 not; vLLM for many concurrent requests and mixed hardware). :func:`from_evidence` answers the
 same question from kvlab's own numbers: the physical model for the context length, measured
-prefix-sharing runs for the shared fraction, measured concurrency runs for the load. The sentences
-that say all this (and, where the two disagree, which premise of the tree the data contradict) are in
-:mod:`kvlab.narrative`.
+prefix-sharing runs for the shared fraction, measured concurrency runs for the load. It returns
+facts (engines, ratios, the runs compared, what decided); the sentences that say them (and, where the
+two disagree, which premise of the tree the data contradict) are in :mod:`kvlab.narrative.engine_choice`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import polars as pl
-
-from kvlab.tables import number, percent
 
 Engine = Literal["vllm", "sglang"]
 PRIORITIES = ("throughput", "stability")
@@ -27,10 +25,6 @@ CONCURRENCY_THRESHOLD = 100
 #: The family a measured engine stands for: sglang-jax (SGLang's JAX runtime) is evidence about SGLang's family,
 #: never a measurement of PyTorch SGLang, and reports name it as measured.
 FAMILY: dict[str, Engine] = {"vllm": "vllm", "sglang": "sglang", "sglang-jax": "sglang"}
-#: What a stand-in engine is, in the words the reports use.
-STAND_IN = {"sglang-jax": "SGLang's JAX runtime, run here on CPU: it keeps SGLang's radix-tree prefix cache "
-                          "(RadixAttention, page size 1, so a hit is token-exact), and its results are evidence about "
-                          "the SGLang family on CPU, never SGLang on a GPU"}
 #: A measured ratio closer to 1 than this is no difference (runs share 2 CPU cores with other work).
 MIN_MARGIN = 1.05
 
@@ -172,40 +166,52 @@ def document_examples(experiments_dir=None) -> list[tuple[str, UserWorkload]]:
 
 @dataclass(frozen=True)
 class Factor:
-    """One question answered from data: which engine family it favours (None: no measured difference) and why.
+    """One question answered from data: the facts found and which engine family they favour (None: no difference).
 
-    For a measured two-engine difference, ``winner`` is the engine as measured (e.g. "sglang-jax", whose
-    family is "sglang"), ``margin`` by how much (≥ 1), ``metric`` on what, ``experiment`` in which runs.
+    ``source``: modelled | measured | none. A measured factor keeps ``rows``, the runs nearest the user's workload
+    (one dict per run, best first, columns as given), and ``n_engines``, how many engines they hold. With two or
+    more: ``margin``, the best engine's lead over the next (≥ 1); ``min_margin``, the lead that counts as a
+    difference; and, when the lead reaches it, ``winner`` (the engine as measured, e.g. "sglang-jax", whose family
+    is "sglang"), ``runner_up`` and ``experiment``. The prefix factor adds ``zero_ratio``: the next engine's batch
+    time over the best's at shared fraction 0 (None unless both ran there and the nearest fraction is not 0).
+    The modelled context factor keeps the ``workload``, the batch ``times`` (s) of vLLM TP and SGLang TP+DCP,
+    ``crossover`` (tokens; None: none up to 1M), ``dcp_divides`` (DCP spreads the KV further than TP does) and
+    ``fit_warnings`` (the fit's parameters are implausible).
     """
 
     name: str  # context | prefix | concurrency
     source: str  # modelled | measured | none
     favours: Engine | None
-    finding: str
-    winner: str | None = None
+    rows: tuple[dict, ...] = ()
+    n_engines: int = 0
     margin: float | None = None
-    metric: str = ""
+    min_margin: float = MIN_MARGIN
+    winner: str | None = None
+    runner_up: str | None = None
     experiment: str = ""
-    n_engines: int = 0  # engines measured for this factor (two or more: a measured comparison)
-    runner_up: str | None = None  # the engine the winner was measured against
-
-    def evidence(self) -> str:
-        """'prefix: vLLM, median batch time 1.87× shorter than … (cpu_prefix_sharing, CPU)'; '' without a winner."""
-        if self.winner is None or self.margin is None:
-            return ""
-        return f"{self.name}: {engine_label(self.winner)}, {self.metric} ({self.experiment})"
+    zero_ratio: float | None = None
+    workload: UserWorkload | None = None
+    times: tuple[float, float] | None = None
+    crossover: float | None = None
+    dcp_divides: bool = True
+    fit_warnings: bool = False
 
 
 @dataclass(frozen=True)
 class Evidence:
+    """The data's engine, the factors, and how they decided.
+
+    ``decided_by``: "measured", "modelled", or "tie-break" when no factor separates the engines (the engine is
+    then no finding); ``deciding``: the factor that decided; ``split``: when the measured factors favour the two
+    families equally, what broke the tie ("first question": the factor of the tree's first question for this
+    workload; "larger margin"), else "".
+    """
+
     engine: Engine
     factors: tuple[Factor, ...]
-    basis: str  # which factor(s) decided
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    #: "measured", "modelled", or "tie-break" when no factor separates the engines (the engine is then no finding)
     decided_by: str = "measured"
-    #: the factor that decided (for measured factors that split, the one the tree's first question names)
     deciding: Factor | None = None
+    split: str = ""
 
 
 def engine_configs(w: UserWorkload):
@@ -216,35 +222,25 @@ def engine_configs(w: UserWorkload):
 
 
 def context_factor(w: UserWorkload, fit) -> Factor:
-    """Modelled batch times of vLLM TP (no DCP) and SGLang TP+DCP at the user's context (kvlab.perfmodel)."""
+    """Modelled batch times of vLLM TP (no DCP) and SGLang TP+DCP at the user's context (kvlab.perfmodel).
+
+    Where DCP divides nothing (the model's KV heads already spread over TP) the model times the engines alike
+    but for DCP's synchronisation, and the factor favours neither.
+    """
     from kvlab.perfmodel import batch_time
     from kvlab.perfmodel.calibrate import crossover_from_fit
     from kvlab.perfmodel.roofline import kv_split
 
     a, b = engine_configs(w)
-    caveat = (" The fit's parameters are outside physically plausible ranges (notebook 04), so read the "
-              "ratio as a description of the article's figures" if fit.warnings else "")
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s
     tb = batch_time(b, w.context_tokens, p=fit.params).batch_time_s
+    facts = dict(workload=w, times=(ta, tb), fit_warnings=bool(fit.warnings))
     if kv_split(a) == kv_split(b):
-        # DCP divides nothing for this model (GQA heads already spread over TP): the only modelled difference is
-        # DCP's synchronisation, and without DCP the model times both engines alike.
-        slower = (f"{tb / ta:.2f}× slower, the cost of DCP alone" if tb > ta else "no slower")
-        return Factor("context", "modelled", None,
-                      f"{w.model} at TP{w.tp} already spreads its KV over all {w.tp} GPUs, so DCP{w.dcp} divides "
-                      f"nothing and only adds synchronisation: at {w.context_tokens:,} tokens on {w.gpu} the model gives "
-                      f"SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch against vLLM TP{w.tp}'s {number(ta)} s ({slower}). "
-                      "Without DCP the model times both engines alike, so context length does not separate the "
-                      f"engines for {w.model}; it only says not to turn DCP on for it.{caveat}")
+        return Factor("context", "modelled", None, dcp_divides=False, **facts)
     x = crossover_from_fit(fit, gpu=w.gpu, model=w.model, dcp=w.dcp, tp=w.tp)
     faster: Engine = "vllm" if ta <= tb else "sglang"
-    ratio = max(ta, tb) / min(ta, tb)
-    where = (f"the modelled crossover is {x:,.0f} tokens" if x else
-             "the model finds no crossover up to 1M tokens")
-    return Factor("context", "modelled", faster if ratio > 1.001 else None,
-                  f"at {w.context_tokens:,} tokens on {w.gpu} TP{w.tp}, {engine_label(faster)} is {ratio:.2f}× faster "
-                  f"(vLLM TP{w.tp} {number(ta)} s vs SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch); {where}. Calibrated "
-                  f"on the B300 article's Kimi-K3 points: other models and GPUs are extrapolations.{caveat}")
+    return Factor("context", "modelled", faster if max(ta, tb) / min(ta, tb) > 1.001 else None, crossover=x,
+                  **facts)
 
 
 def nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
@@ -266,48 +262,27 @@ def prefix_factor(w: UserWorkload, sharing: pl.DataFrame, min_margin: float = MI
 
     The engines are compared on median batch time (the work done, with each engine's own cache); a
     ratio under ``min_margin`` is no measured difference. The same comparison at shared fraction 0
-    (nothing to share) is quoted beside it, so a reader sees how much of the gap is the cache's.
+    (nothing to share) is kept beside it, so a reader sees how much of the gap is the cache's.
     """
     on = sharing.filter(pl.col("prefix_caching").fill_null(True))
     if on.is_empty():
-        return Factor("prefix", "none", None, "no measured prefix-sharing runs: the tree's premise is untested here")
+        return Factor("prefix", "none", None)
     pair = _two_engine_slice(on)
     near = nearest(pair, "shared_fraction", w.shared_fraction).sort("batch_time_s", nulls_last=True)
-    parts = [f"{engine_label(r['engine'])} reuses {percent(r['cache_hit_rate'])} of prompt tokens at shared fraction "
-             f"{r['shared_fraction']:g} (ideal {r['ideal_hit_rate']:.0%}), median batch time "
-             f"{r['batch_time_s']:.3g} s" for r in near.iter_rows(named=True)]
-    parts[0] = f"on {', '.join(near['hardware'].unique(maintain_order=True))}: {parts[0]}"
-    if near["engine"].n_unique() < 2:
-        return Factor("prefix", "measured", None,
-                      "; ".join(parts) + ". Only one engine measured: no measured difference to choose by", n_engines=1)
-    best, second = near.row(0, named=True), near.row(1, named=True)
+    rows, n = tuple(near.iter_rows(named=True)), near["engine"].n_unique()
+    if n < 2:
+        return Factor("prefix", "measured", None, rows, n, min_margin=min_margin)
+    best, second = rows[0], rows[1]
     margin = second["batch_time_s"] / best["batch_time_s"]
-    frac = best["shared_fraction"]
-    metric = (f"median batch time {margin:.2f}× shorter than {engine_label(second['engine'])}'s at shared fraction "
-              f"{frac:g}, each engine's prefix cache on")
-    text = "; ".join(parts)
     zero = pair.filter((pl.col("shared_fraction") == 0) & pl.col("engine").is_in([best["engine"], second["engine"]]))
-    if frac != 0 and zero["engine"].n_unique() == 2:
+    zero_ratio = None
+    if best["shared_fraction"] != 0 and zero["engine"].n_unique() == 2:
         z = {r["engine"]: r["batch_time_s"] for r in zero.iter_rows(named=True)}
-        z_ratio = z[second["engine"]] / z[best["engine"]]  # > 1: the same engine is faster with nothing to share
-        faster0, r0 = (best["engine"], z_ratio) if z_ratio >= 1 else (second["engine"], 1 / z_ratio)
-        text += f". With nothing to share (shared fraction 0) {engine_label(faster0)} is {r0:.2f}× faster"
-        if margin < min_margin:
-            pass
-        elif abs(margin / z_ratio - 1) >= min_margin - 1:
-            text += (f", so sharing the prefix {'widens' if margin > z_ratio else 'narrows'} "
-                     f"{engine_label(best['engine'])}'s lead" if z_ratio >= 1 else
-                     f", so {engine_label(best['engine'])} leads only once the prefix is shared")
-        else:
-            text += ": the gap is the engines' speed, not their caches"
+        zero_ratio = z[second["engine"]] / z[best["engine"]]  # > 1: the same engine is faster with nothing to share
     if margin < min_margin:
-        return Factor("prefix", "measured", None,
-                      text + f". Batch times within {min_margin - 1:.0%} ({margin:.2f}×): no measured difference",
-                      n_engines=near["engine"].n_unique())
-    return Factor("prefix", "measured", FAMILY.get(best["engine"]),
-                  text + f". Shorter batch time: **{engine_label(best['engine'])}**, {margin:.2f}× shorter than "
-                  f"{engine_label(second['engine'])} ({best['experiment']})",
-                  best["engine"], margin, metric, best["experiment"], near["engine"].n_unique(), second["engine"])
+        return Factor("prefix", "measured", None, rows, n, margin, min_margin, zero_ratio=zero_ratio)
+    return Factor("prefix", "measured", FAMILY.get(best["engine"]), rows, n, margin, min_margin, best["engine"],
+                  second["engine"], best["experiment"], zero_ratio)
 
 
 def concurrency_factor(w: UserWorkload, conc: pl.DataFrame, min_margin: float = MIN_MARGIN) -> Factor:
@@ -317,28 +292,18 @@ def concurrency_factor(w: UserWorkload, conc: pl.DataFrame, min_margin: float = 
     ``min_margin`` is no measured difference.
     """
     if conc.is_empty():
-        return Factor("concurrency", "none", None, "no measured concurrency runs")
+        return Factor("concurrency", "none", None)
     near = nearest(_two_engine_slice(conc), "in_flight", w.concurrency).sort("requests_per_s", descending=True,
                                                                                nulls_last=True)
-    parts = [f"{engine_label(r['engine'])} at {r['in_flight']} in flight: {r['requests_ok']}/{r['requests_sent']} "
-             f"requests completed, {r['requests_failed']} failed, {r['requests_per_s']:.3g} requests/s"
-             for r in near.iter_rows(named=True)]
-    parts[0] = f"on {', '.join(near['hardware'].unique(maintain_order=True))}: {parts[0]}"
-    if near["engine"].n_unique() < 2:
-        return Factor("concurrency", "measured", None,
-                      "; ".join(parts) + ". Only one engine measured: no measured difference to choose by", n_engines=1)
-    best, second = near.row(0, named=True), near.row(1, named=True)
+    rows, n = tuple(near.iter_rows(named=True)), near["engine"].n_unique()
+    if n < 2:
+        return Factor("concurrency", "measured", None, rows, n, min_margin=min_margin)
+    best, second = rows[0], rows[1]
     margin = best["requests_per_s"] / second["requests_per_s"]
     if margin < min_margin:
-        return Factor("concurrency", "measured", None, "; ".join(parts) +
-                      f". Throughputs within {min_margin - 1:.0%} ({margin:.2f}×): no measured difference",
-                      n_engines=near["engine"].n_unique())
-    metric = (f"{margin:.2f}× the completed requests/s of {engine_label(second['engine'])} at {best['in_flight']} "
-              "requests in flight")
-    return Factor("concurrency", "measured", FAMILY.get(best["engine"]),
-                  "; ".join(parts) + f". Faster: **{engine_label(best['engine'])}**, {margin:.2f}× the completed "
-                  f"requests/s of {engine_label(second['engine'])} ({best['experiment']})",
-                  best["engine"], margin, metric, best["experiment"], near["engine"].n_unique(), second["engine"])
+        return Factor("concurrency", "measured", None, rows, n, margin, min_margin)
+    return Factor("concurrency", "measured", FAMILY.get(best["engine"]), rows, n, margin, min_margin, best["engine"],
+                  second["engine"], best["experiment"])
 
 
 def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFrame) -> Evidence:
@@ -347,46 +312,24 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
     A factor with a measured difference between the engines outranks the model; factors with
     no measured difference (one engine measured, none, or a margin under :data:`MIN_MARGIN`)
     inform but do not decide. Measured factors vote by engine family (sglang-jax counts for the
-    SGLang family, and the basis says it was sglang-jax); when they split evenly the factor of the
-    tree's first question decides (prefix for a shared prefix, else concurrency), and the basis says so.
+    SGLang family); when they split evenly the factor of the tree's first question decides (prefix
+    for a shared prefix, else concurrency; ``split`` records it).
     """
     factors = (context_factor(w, fit), prefix_factor(w, sharing), concurrency_factor(w, conc))
     measured = [f for f in factors if f.source == "measured" and f.favours]
     if measured:
         votes = {e: [f for f in measured if f.favours == e] for e in ("vllm", "sglang")}
+        primary = "prefix" if w.shared_prefix else "concurrency"
         if len(votes["vllm"]) != len(votes["sglang"]):
             engine: Engine = max(votes, key=lambda e: len(votes[e]))
-            split = ""
-            primary = "prefix" if w.shared_prefix else "concurrency"
             deciding = next((f for f in votes[engine] if f.name == primary), votes[engine][0])
-        else:
-            # The tree's own first question says which factor is this workload's: shared prefix, else the load.
-            primary = "prefix" if w.shared_prefix else "concurrency"
-            top = next((f for f in measured if f.name == primary), None)
-            how = f"the {primary} factor, the tree's first question for this workload, decides"
-            if top is None:
-                top, how = max(measured, key=lambda f: f.margin or 0.0), "the larger measured margin decides"
-            engine = top.favours
-            other = next(f for f in measured if f.favours != engine)
-            deciding = top
-            split = f"; the measured factors split ({other.evidence()} favours {other.favours}), so {how}"
-        basis = "measured — " + "; ".join(f.evidence() for f in votes[engine]) + split
-        stand_ins = sorted({e for f in votes[engine] for e in (f.winner, f.runner_up) if e and FAMILY.get(e, e) != e})
-        if stand_ins:
-            basis += (f"; the SGLang side of these measurements is {', '.join(engine_label(e) for e in stand_ins)}: "
-                      "evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
-        return Evidence(engine, factors, basis, decided_by="measured", deciding=deciding)
+            return Evidence(engine, factors, "measured", deciding)
+        # The tree's own first question says which factor is this workload's: shared prefix, else the load.
+        top = next((f for f in measured if f.name == primary), None)
+        split = "first question"
+        if top is None:
+            top, split = max(measured, key=lambda f: f.margin or 0.0), "larger margin"
+        return Evidence(top.favours, factors, "measured", top, split)
     if factors[0].favours:
-        return Evidence(factors[0].favours, factors, "modelled: context length", decided_by="modelled",
-                        deciding=factors[0])
-    return Evidence("vllm", factors, "no factor separates the engines; vLLM as the tree's tie-break (easier to operate)",
-                    decided_by="tie-break")
-
-
-def examples_frame(examples: list[tuple[str, UserWorkload]]) -> pl.DataFrame:
-    """The document's examples as a table: their tree inputs, the tree's answer and its path."""
-    return pl.DataFrame([{"example": name, "model": ex.model, "context_tokens": ex.context_tokens,
-                          "shared_fraction": round(ex.shared_fraction, 2), "in_flight": ex.concurrency,
-                          "tree": engine_label(ex.tree().engine), "path": " → ".join(a for _, a in ex.tree().path)}
-                         for name, ex in examples])
-
+        return Evidence(factors[0].favours, factors, "modelled", factors[0])
+    return Evidence("vllm", factors, "tie-break")

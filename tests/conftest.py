@@ -1,5 +1,6 @@
-"""Shared fixtures: kvlab's tiny model, the engine venvs' interpreters (skip, or fail under CI, when missing) and
-the data folder of real measured runs the notebook tests read."""
+"""Shared fixtures: kvlab's tiny model, the engine venvs' interpreters (skip, or fail under CI, when missing),
+the data folder of real measured runs the notebook tests read, the published fit, and the fixed two-engine
+prefix-sharing frames of tests/prefix_frames.py as analysed frames."""
 
 from __future__ import annotations
 
@@ -52,3 +53,39 @@ def fixture_data(tmp_path_factory) -> Path:
     from notebook_data import write_fixture_data
 
     return write_fixture_data(tmp_path_factory.mktemp("fixture") / "data")
+
+
+@pytest.fixture(scope="session")
+def fit():
+    """kvlab's physical model fitted to the B300 article's published points."""
+    from kvlab.perfmodel import published_fit
+
+    return published_fit()
+
+
+@pytest.fixture(scope="session")
+def sharing():
+    """analysis.prefix_sharing of prefix_frames.sharing_runs: vLLM and sglang-jax, cache on and off."""
+    from prefix_frames import sharing_runs
+
+    from kvlab import analysis
+
+    return analysis.prefix_sharing(sharing_runs())
+
+
+@pytest.fixture(scope="session")
+def study():
+    """Everything report 05 computes, from prefix_frames: claims, sharing, per-request reuse, gain, turns."""
+    import polars as pl
+    from prefix_frames import multi_turn_frames, sharing_requests, sharing_runs
+
+    from kvlab import analysis, store
+
+    runs = sharing_runs().with_columns(batch_size=pl.lit(4))
+    sharing = analysis.prefix_sharing(runs)
+    gain = analysis.caching_gain(sharing)
+    mt_runs, mt_reqs = multi_turn_frames()
+    return dict(claims=store.load_claims().filter(pl.col("experiment") == "article_kv_design"), sharing=sharing,
+                reuse=analysis.prefix_reuse_by_request(runs, sharing_requests(runs)), gain=gain,
+                thresholds=analysis.sharing_thresholds(gain), by_turn=analysis.multi_turn_by_turn(mt_runs, mt_reqs),
+                turn_requests=analysis.multi_turn_requests(mt_runs, mt_reqs))

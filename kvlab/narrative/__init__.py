@@ -7,7 +7,7 @@ reports say alike; every public name is re-exported here, so notebooks call ``na
 from __future__ import annotations
 
 from kvlab.narrative.common import (
-    ENGINE_NOTES, citation_note, config_name, curves_caption, factor_line, measured_engines_note, model_title,
+    ENGINE_NOTES, citation_note, config_name, curves_caption, measured_engines_note, model_title,
     no_runs_note, setup_phrase, stand_in_note, unavailable_counters,
 )
 from kvlab.narrative.context_scaling import (
@@ -35,7 +35,8 @@ from kvlab.narrative.prefix_sharing import (
     threshold_sentence, turns_table,
 )
 from kvlab.narrative.engine_choice import (
-    concurrency_caption, concurrency_sentence, disagreement, engine_choice_verdicts, evidence_gap_sentence,
-    evidence_rule, evidence_sentences, prefix_caption, recommendation_sentence, recommendation_verdict, tree_caption,
+    concurrency_caption, concurrency_sentence, disagreement, engine_choice_verdicts, evidence_basis,
+    evidence_gap_sentence, evidence_rule, evidence_sentences, examples_frame, factor_evidence, factor_finding,
+    factor_line, factor_metric, prefix_caption, recommendation_sentence, recommendation_verdict, tree_caption,
     tree_sentence,
 )

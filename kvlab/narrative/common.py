@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.guide import STAND_IN, engine_label
+from kvlab.guide import engine_label
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
 
 
+#: What a stand-in engine is, in the words the reports use.
+STAND_IN = {"sglang-jax": "SGLang's JAX runtime, run here on CPU: it keeps SGLang's radix-tree prefix cache "
+                          "(RadixAttention, page size 1, so a hit is token-exact), and its results are evidence about "
+                          "the SGLang family on CPU, never SGLang on a GPU"}
 #: What a reader must know about a measured engine whose name could be misread.
 ENGINE_NOTES: dict[str, str] = {
     "sglang-jax": ("SGLang's JAX runtime (`sgl_jax`) on JAX's CPU backend, **not PyTorch SGLang** (the engine the "
@@ -67,11 +71,6 @@ def model_title(model: str, gpu: str, tp: int) -> str:
 def no_runs_note(what: str, data_dir, command: str) -> str:
     """Said where a measured section has no runs: what is missing, where kvlab looked, the command that measures it."""
     return f"*No measured {what} under `{data_dir}/runs`: run `{command}` to measure them.*"
-
-
-def factor_line(factor) -> str:
-    """One answered question of the engine-choice guide (a ``guide.Factor``) as a list item."""
-    return f"- {factor.finding}." + (f" Favours **{factor.favours}**." if factor.favours else "")
 
 
 def config_name(label: str) -> str:

@@ -1,13 +1,144 @@
-"""Report 06 (engine choice): the evidence rule, the decision tree and the evidence in words, the answer, captions and verdicts."""
+"""Report 06 (engine choice): the evidence rule, the decision tree and the evidence in words, the answer, captions and verdicts.
+
+The guide's factors (:class:`kvlab.guide.Factor`) hold numbers; their findings, metrics and the basis of the data's
+pick are written here.
+"""
 
 from __future__ import annotations
 
 import polars as pl
 
 from kvlab.guide import (
-    CONCURRENCY_THRESHOLD, FAMILY, MIN_MARGIN, Evidence, Recommendation, UserWorkload, engine_label, nearest,
+    CONCURRENCY_THRESHOLD, FAMILY, MIN_MARGIN, Evidence, Factor, Recommendation, UserWorkload, engine_label, nearest,
 )
-from kvlab.tables import ms
+from kvlab.tables import ms, number, percent
+
+
+def _context_finding(f: Factor) -> str:
+    w, (ta, tb) = f.workload, f.times
+    caveat = (" The fit's parameters are outside physically plausible ranges (notebook 04), so read the "
+              "ratio as a description of the article's figures" if f.fit_warnings else "")
+    if not f.dcp_divides:
+        slower = (f"{tb / ta:.2f}× slower, the cost of DCP alone" if tb > ta else "no slower")
+        return (f"{w.model} at TP{w.tp} already spreads its KV over all {w.tp} GPUs, so DCP{w.dcp} divides "
+                f"nothing and only adds synchronisation: at {w.context_tokens:,} tokens on {w.gpu} the model gives "
+                f"SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch against vLLM TP{w.tp}'s {number(ta)} s ({slower}). "
+                "Without DCP the model times both engines alike, so context length does not separate the "
+                f"engines for {w.model}; it only says not to turn DCP on for it.{caveat}")
+    faster = "vllm" if ta <= tb else "sglang"
+    ratio = max(ta, tb) / min(ta, tb)
+    where = (f"the modelled crossover is {f.crossover:,.0f} tokens" if f.crossover else
+             "the model finds no crossover up to 1M tokens")
+    return (f"at {w.context_tokens:,} tokens on {w.gpu} TP{w.tp}, {engine_label(faster)} is {ratio:.2f}× faster "
+            f"(vLLM TP{w.tp} {number(ta)} s vs SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch); {where}. Calibrated "
+            f"on the B300 article's Kimi-K3 points: other models and GPUs are extrapolations.{caveat}")
+
+
+def _prefix_run(r: dict) -> str:
+    return (f"{engine_label(r['engine'])} reuses {percent(r['cache_hit_rate'])} of prompt tokens at shared fraction "
+            f"{r['shared_fraction']:g} (ideal {r['ideal_hit_rate']:.0%}), median batch time {r['batch_time_s']:.3g} s")
+
+
+def _prefix_comparison(f: Factor) -> str:
+    best, second, margin, min_margin = f.rows[0]["engine"], f.rows[1]["engine"], f.margin, f.min_margin
+    text = ""
+    if f.zero_ratio is not None:
+        z = f.zero_ratio
+        faster0, r0 = (best, z) if z >= 1 else (second, 1 / z)
+        text += f". With nothing to share (shared fraction 0) {engine_label(faster0)} is {r0:.2f}× faster"
+        if margin < min_margin:
+            pass
+        elif abs(margin / z - 1) >= min_margin - 1:
+            text += (f", so sharing the prefix {'widens' if margin > z else 'narrows'} {engine_label(best)}'s lead"
+                     if z >= 1 else f", so {engine_label(best)} leads only once the prefix is shared")
+        else:
+            text += ": the gap is the engines' speed, not their caches"
+    if margin < min_margin:
+        return text + f". Batch times within {min_margin - 1:.0%} ({margin:.2f}×): no measured difference"
+    return (text + f". Shorter batch time: **{engine_label(best)}**, {margin:.2f}× shorter than "
+            f"{engine_label(second)} ({f.rows[0]['experiment']})")
+
+
+def _concurrency_run(r: dict) -> str:
+    return (f"{engine_label(r['engine'])} at {r['in_flight']} in flight: {r['requests_ok']}/{r['requests_sent']} "
+            f"requests completed, {r['requests_failed']} failed, {r['requests_per_s']:.3g} requests/s")
+
+
+def _concurrency_comparison(f: Factor) -> str:
+    if f.margin < f.min_margin:
+        return f". Throughputs within {f.min_margin - 1:.0%} ({f.margin:.2f}×): no measured difference"
+    best = f.rows[0]
+    return (f". Faster: **{engine_label(best['engine'])}**, {f.margin:.2f}× the completed requests/s of "
+            f"{engine_label(f.rows[1]['engine'])} ({best['experiment']})")
+
+
+#: Per measured factor: what is said without runs, one run in words, and the comparison of two or more engines.
+_MEASURED = {
+    "prefix": ("no measured prefix-sharing runs: the tree's premise is untested here", _prefix_run, _prefix_comparison),
+    "concurrency": ("no measured concurrency runs", _concurrency_run, _concurrency_comparison),
+}
+
+
+def factor_finding(f: Factor) -> str:
+    """What a factor found, in words: the modelled batch times (context), or the measured runs on their hardware
+    (prefix, concurrency) and whether they separate the engines."""
+    if f.name == "context":
+        return _context_finding(f)
+    none, run, comparison = _MEASURED[f.name]
+    if f.source == "none":
+        return none
+    parts = [run(r) for r in f.rows]
+    text = "; ".join([f"on {', '.join(dict.fromkeys(r['hardware'] for r in f.rows))}: {parts[0]}", *parts[1:]])
+    if f.n_engines < 2:
+        return text + ". Only one engine measured: no measured difference to choose by"
+    return text + comparison(f)
+
+
+def factor_metric(f: Factor) -> str:
+    """The winner's lead and on what: 'median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction
+    0.5, each engine's prefix cache on'; '' without a winner."""
+    if f.winner is None:
+        return ""
+    if f.name == "prefix":
+        return (f"median batch time {f.margin:.2f}× shorter than {engine_label(f.runner_up)}'s at shared fraction "
+                f"{f.rows[0]['shared_fraction']:g}, each engine's prefix cache on")
+    return (f"{f.margin:.2f}× the completed requests/s of {engine_label(f.runner_up)} at {f.rows[0]['in_flight']} "
+            "requests in flight")
+
+
+def factor_evidence(f: Factor) -> str:
+    """'prefix: vLLM, median batch time 1.87× shorter than … (cpu_prefix_sharing, CPU)'; '' without a winner."""
+    if f.winner is None or f.margin is None:
+        return ""
+    return f"{f.name}: {engine_label(f.winner)}, {factor_metric(f)} ({f.experiment})"
+
+
+def factor_line(factor: Factor) -> str:
+    """One answered question of the engine-choice guide as a list item."""
+    return f"- {factor_finding(factor)}." + (f" Favours **{factor.favours}**." if factor.favours else "")
+
+
+def evidence_basis(ev: Evidence) -> str:
+    """What decided the data's engine: the measured factors that favour it (and, where the measured factors split,
+    what broke the tie; where its side was a stand-in engine, what that is evidence of), the modelled context
+    factor, or the tree's tie-break."""
+    if ev.decided_by == "tie-break":
+        return "no factor separates the engines; vLLM as the tree's tie-break (easier to operate)"
+    if ev.decided_by == "modelled":
+        return "modelled: context length"
+    measured = [f for f in ev.factors if f.source == "measured" and f.favours]
+    votes = [f for f in measured if f.favours == ev.engine]
+    basis = "measured — " + "; ".join(factor_evidence(f) for f in votes)
+    if ev.split:
+        other = next(f for f in measured if f.favours != ev.engine)
+        how = (f"the {ev.deciding.name} factor, the tree's first question for this workload, decides"
+               if ev.split == "first question" else "the larger measured margin decides")
+        basis += f"; the measured factors split ({factor_evidence(other)} favours {other.favours}), so {how}"
+    stand_ins = sorted({e for f in votes for e in (f.winner, f.runner_up) if e and FAMILY.get(e, e) != e})
+    if stand_ins:
+        basis += (f"; the SGLang side of these measurements is {', '.join(engine_label(e) for e in stand_ins)}: "
+                  "evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
+    return basis
 
 
 def prefix_caption(sharing: pl.DataFrame) -> str:
@@ -152,9 +283,9 @@ def recommendation_verdict(w, tree, ev):
         return Verdict(claim, "cannot be tested here", "measured" if measured else "modelled",
                        f"nothing separates the engines here; {engine_label(ev.engine)} only as the tie-break")
     f = ev.deciding
-    number = (f"data: {engine_label(f.winner)}, {f.metric.split(', each')[0]} ({f.experiment})"
+    number = (f"data: {engine_label(f.winner)}, {factor_metric(f).split(', each')[0]} ({f.experiment})"
               if f is not None and f.winner else
-              f"{engine_label(ev.engine)}: {f.finding.split(';')[0]}" if f is not None else engine_label(ev.engine))
+              f"{engine_label(ev.engine)}: {factor_finding(f).split(';')[0]}" if f is not None else engine_label(ev.engine))
     return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", ev.decided_by, number)
 
 
@@ -179,14 +310,13 @@ def tree_sentence(rec: Recommendation) -> str:
 
 
 def evidence_sentences(ev: Evidence) -> str:
-    lines = [f"- {f.name} ({f.source}): {f.finding}." + (
+    lines = [f"- {f.name} ({f.source}): {factor_finding(f)}." + (
         f" Favours **{f.favours}**" + (f" (measured on {engine_label(f.winner)})" if f.winner and f.winner != f.favours else "") + "."
         if f.favours else "") for f in ev.factors]
     if ev.decided_by == "tie-break":
-        lines.append(f"- from the data: **{ev.engine}**, but only as a tie-break: {ev.basis}.")
+        lines.append(f"- from the data: **{ev.engine}**, but only as a tie-break: {evidence_basis(ev)}.")
     else:
-        lines.append(f"- from the data: **{ev.engine}** (decided by {ev.basis}).")
-    lines += [f"- {n}" for n in ev.notes]
+        lines.append(f"- from the data: **{ev.engine}** (decided by {evidence_basis(ev)}).")
     return "\n".join(lines)
 
 
@@ -212,7 +342,7 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: p
         why = [f"The tree says **{tree.engine}** ({tree.reason}); nothing measured or modelled here separates the "
                f"engines, so the data's **{ev.engine}** is only a tie-break (vLLM, easier to operate), not a finding."]
     else:
-        decided = ev.deciding.evidence() if ev.deciding is not None and ev.deciding.winner else ev.basis
+        decided = factor_evidence(ev.deciding) if ev.deciding is not None and ev.deciding.winner else evidence_basis(ev)
         why = [f"The tree says **{tree.engine}** ({tree.reason}); the {ev.decided_by} data say **{ev.engine}** "
                f"({decided})."]
     on = sharing.filter(pl.col("prefix_caching").fill_null(True) & pl.col("cache_hit_rate").is_not_null())
@@ -229,10 +359,10 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: p
     if (not w.shared_prefix and w.concurrency >= CONCURRENCY_THRESHOLD and tree.engine == "vllm"
             and conc.favours == ev.engine):
         why.append(f"The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with "
-                   f"≥ {CONCURRENCY_THRESHOLD} requests in flight; measured, {conc.evidence()}.")
+                   f"≥ {CONCURRENCY_THRESHOLD} requests in flight; measured, {factor_evidence(conc)}.")
     ctx = ev.factors[0]
     if ctx.favours and ctx.favours != tree.engine:
-        why.append(f"The tree never asks the context length; the model does: {ctx.finding}.")
+        why.append(f"The tree never asks the context length; the model does: {factor_finding(ctx)}.")
     return " ".join(why)
 
 
@@ -246,8 +376,8 @@ def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence,
         return (f"**The tree says {engine_label(tree.engine)}; the data cannot confirm it**: nothing measured or "
                 f"modelled here separates the engines, and {engine_label(ev.engine)} is only the tie-break.")
     f = ev.deciding
-    on = (f" ({engine_label(f.winner)}: {f.metric}, {f.experiment})" if f is not None and f.winner else
-          f" ({f.finding.split(';')[0]})" if f is not None else "")
+    on = (f" ({engine_label(f.winner)}: {factor_metric(f)}, {f.experiment})" if f is not None and f.winner else
+          f" ({factor_finding(f).split(';')[0]})" if f is not None else "")
     return f"**They agree: {engine_label(tree.engine)}**, on {ev.decided_by} evidence{on}."
 
 
@@ -261,3 +391,11 @@ def concurrency_sentence(conc: pl.DataFrame) -> str:
     if all_ok:
         lines.append(f"- Every one of the {int(conc['requests_sent'].sum()):,} requests sent is accounted for and none failed.")
     return "\n".join(lines)
+
+
+def examples_frame(examples: list[tuple[str, UserWorkload]]) -> pl.DataFrame:
+    """The document's examples as a table: their tree inputs, the tree's answer and its path."""
+    return pl.DataFrame([{"example": name, "model": ex.model, "context_tokens": ex.context_tokens,
+                          "shared_fraction": round(ex.shared_fraction, 2), "in_flight": ex.concurrency,
+                          "tree": engine_label(ex.tree().engine), "path": " → ".join(a for _, a in ex.tree().path)}
+                         for name, ex in examples])
