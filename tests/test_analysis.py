@@ -2,6 +2,7 @@
 
 import polars as pl
 import pytest
+from prefix_frames import conc_runs, multi_turn_frames, sharing_requests, sharing_runs
 
 from kvlab import analysis, store
 
@@ -198,3 +199,66 @@ def test_multi_turn_reads_the_stored_turn_and_rebuilds_it_only_for_old_runs():
     # (here it cannot see the failed turn: turn 2 becomes 1)
     for old in (reqs.drop("conversation", "turn"), reqs.with_columns(pl.lit(None, pl.Int64).alias("turn"))):
         assert analysis.multi_turn_by_turn(_turn_runs(), old)["turn"].to_list() == [0, 1]
+
+
+# --------------------------------------------------------------------------- prefix sharing, multi-turn, concurrency:
+# two measured engines (tests/prefix_frames.py)
+
+
+def test_each_engine_counts_its_own_hits(sharing):
+    on = {(r["engine"], r["shared_fraction"]): r for r in sharing.filter(pl.col("prefix_caching")).iter_rows(named=True)}
+    assert on[("vllm", 0.5)]["cache_hit_rate"] == pytest.approx(7 * 128 * 15 / (16 * 2032))
+    assert on[("sglang-jax", 0.5)]["cache_hit_rate"] == pytest.approx(1016 * 15 / (16 * 2032))
+    assert on[("vllm", 0.5)]["hit_source"] == "server counter"
+    assert on[("sglang-jax", 0.5)]["hit_source"] == "usage cached_tokens"
+    assert on[("vllm", 0.5)]["block_ideal_hit_rate"] == pytest.approx(7 * 128 * 15 / (16 * 2032))
+    assert on[("sglang-jax", 0.5)]["ideal_hit_rate"] == pytest.approx(0.5 * 15 / 16)
+
+
+def test_hit_count_not_reported_is_null_not_zero():
+    runs = sharing_runs().with_columns(
+        pl.when(pl.col("engine") == "sglang-jax").then(None).otherwise(pl.col("cached_prompt_tokens"))
+        .alias("cached_prompt_tokens"))
+    jax = analysis.prefix_sharing(runs).filter(pl.col("engine") == "sglang-jax")
+    assert jax["cache_hit_rate"].null_count() == jax.height and jax["hit_source"].null_count() == jax.height
+
+
+def test_multi_turn_by_turn_per_engine_keeps_an_unreported_cached_share_null():
+    runs, reqs = multi_turn_frames()
+    off = analysis.multi_turn_by_turn(runs, reqs).filter((pl.col("engine") == "vllm") & ~pl.col("prefix_caching"))
+    assert off["cached_share"].null_count() == 3 and off["cached_reported"].to_list() == [0, 0, 0]
+
+
+def test_concurrency_preemptions_not_available_for_sglang_jax():
+    conc = analysis.concurrency_study(conc_runs())
+    pre = dict(zip(conc["engine"], conc["preemptions"]))
+    assert pre == {"vllm": 0, "sglang-jax": None}
+
+
+def test_a_saving_where_nothing_is_reused_makes_the_threshold_test_inconclusive():
+    f = [0.0, 0.2, 0.5, 0.9]
+    gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": f, "time_saved": [0.31, 0.12, 0.46, 0.65]})
+    th = analysis.sharing_threshold(gain)
+    assert (th.verdict, th.gain_at_zero) == ("inconclusive", 0.31)
+    assert analysis.sharing_threshold(gain.with_columns(pl.Series("time_saved", [0.09, 0.12, 0.46, 0.65]))).verdict \
+        != "inconclusive"  # under min_gain (10%) at 0: the test stands
+
+
+def test_prefix_reuse_counts_requests_and_the_first_wave(study):
+    on = {(r["engine"], r["shared_fraction"]): r for r in study["reuse"].filter(pl.col("prefix_caching")).iter_rows(named=True)}
+    jax, vllm = on[("sglang-jax", 0.9)], on[("vllm", 0.9)]
+    assert (jax["requests"], jax["requests_hit"], jax["first_wave"], jax["first_wave_hit"]) == (16, 12, 4, 0)
+    assert (vllm["requests_hit"], vllm["first_wave_hit"], vllm["cached_tokens_per_hit"]) == (15, 3, 1792)
+    assert jax["cached_tokens_per_hit"] == jax["shared_prefix_tokens"] == 1829
+    runs = sharing_runs().with_columns(batch_size=pl.lit(4))
+    unreported = analysis.prefix_reuse_by_request(runs, sharing_requests(runs).with_columns(
+        cached_tokens=pl.lit(None, pl.Int64)))
+    assert unreported["requests_hit"].null_count() == unreported.height  # not reported: null, never 0
+
+
+def test_multi_turn_requests_number_turns_like_the_means(study):
+    r = study["turn_requests"]
+    assert r.height == 2 * 2 * 3 * 2 and sorted(r["turn"].unique().to_list()) == [0, 1, 2]
+    means = r.group_by("engine", "prefix_caching", "turn").agg(pl.col("ttft_ms").mean())
+    assert means.join(study["by_turn"], on=["engine", "prefix_caching", "turn"]).filter(
+        pl.col("ttft_ms") != pl.col("ttft_mean_ms")).is_empty()

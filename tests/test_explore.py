@@ -6,15 +6,10 @@ import polars as pl
 import pytest
 
 from kvlab import analysis, explore, guide
-from kvlab.perfmodel import Assumptions, Workload, published_fit
+from kvlab.perfmodel import Assumptions, Workload
 from kvlab.reports import STATIC_ENV
 
 pytest.importorskip("ipywidgets")
-
-
-@pytest.fixture(scope="module")
-def fit():
-    return published_fit()
 
 
 @pytest.fixture

@@ -3,11 +3,13 @@
 import html
 import shutil
 
+import polars as pl
 import pytest
 
 from kvlab import reports
 from kvlab.paths import DATA_DIR
-from notebook_data import write_two_engine_runs
+from notebook_data import copy_reference, write_two_engine_runs
+from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
 
 #: Small parameters per notebook prefix (keep each notebook's test run short).
 SMALL = {
@@ -254,3 +256,59 @@ def test_index_without_measured_runs_says_how_to_measure(tmp_path):
     reports.build(tmp_path / "out", selected=["02"], parameters={"data_dir": str(data)})
     index = (tmp_path / "out" / "index.html").read_text()
     assert "<h2>Runs measured</h2>" in index and "No measured run yet: <code>make report</code>" in index
+
+
+# --------------------------------------------------------------------------- reports 05 and 06: two measured engines
+
+
+def test_reports_05_06_compare_both_measured_engines(tmp_path):
+    """The fixed frames of tests/prefix_frames.py as measured runs: both reports name both engines, with the numbers
+    computed from them."""
+    from kvlab import store
+
+    data = copy_reference(tmp_path / "data")
+    mt_runs, mt_reqs = multi_turn_frames()
+    extra = dict(model="tiny-llama", context_label="2K", context_tokens=2048, scale_factor=1.0, repeat=0, attempts=1)
+    for exp, frame, reqs in (("cpu_prefix_sharing", sharing_runs(), None), ("cpu_classification", conc_runs(), None),
+                             ("cpu_multi_turn", mt_runs.with_columns(batch_time_s=pl.lit(1.0)), mt_reqs)):
+        frame = frame.with_columns(**{k: pl.lit(v) for k, v in extra.items() if k not in frame.columns})
+        for run in frame.iter_slices(1):
+            rid = run["run_id"][0]
+            store.write_run(data / "runs" / exp, rid, run,
+                            requests=None if reqs is None else reqs.filter(pl.col("run_id") == rid).with_row_index(
+                                "request_index").with_columns(pl.col("request_index").cast(pl.Int64)))
+    rep5 = reports.run_one(reports.notebooks(["05"])[0], tmp_path / "out", {"data_dir": str(data)})
+    r5 = rep5.html.read_text()
+    r6 = reports.run_one(reports.notebooks(["06"])[0], tmp_path / "out",
+                         {"data_dir": str(data), "curve_points": 8}).html.read_text()
+    for text in (r5, r6):
+        assert text.count("<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>") == 1
+    assert ("Largest hit-rate gap: at shared fraction 0.5, sglang-jax (CPU) served <strong>5.5 percentage points</strong> "
+            "more of the prompt from its cache than vLLM.") in r5
+    assert "sglang-jax (CPU): threshold test at 30% → <strong>smooth</strong>" in r5
+    assert "Multi-turn, vLLM: with the cache on, the last turn found 94% of its prompt cached." in r5
+    # report 05's verdicts, first on the page: no per-request counts here, so the suffix claim rests on the hit rate
+    assert [(v["outcome"], v["number"]) for v in rep5.verdicts] == [
+        ("contradicted", "83% of prompt tokens served from vLLM's cache at 90% shared; 0% with it off"),
+        ("reproduced", "84% of prompt tokens served from its radix cache at 90% shared; 0% with it off"),
+        ("reproduced", "84% of prompt tokens from the cache at 90% shared against 84% if every request after the first "
+                       "reused it"),
+        ("contradicted", "vLLM finishes the batch 1.9× sooner at 50% and 90% shared, 2.0× sooner at 0%"),
+        ("found", "sglang-jax (CPU): no jump, a steady rise (R² 1.00); vLLM: no jump, a steady rise (R² 1.00)"),
+        ("found", "turn 2: vLLM 94%, TTFT 4.00× shorter; sglang-jax (CPU) 97%, TTFT 4.00× shorter"),
+    ]
+    assert r5.index('class="kvlab-verdicts"') < r5.index("<h2")
+    assert "turn 0: cached tokens not reported of 2,112" in r5  # vLLM, cache off: not available, never 0
+    assert ("from the data: <strong>vllm</strong> (decided by measured — prefix: vLLM, median batch time 1.87× shorter "
+            "than sglang-jax (CPU)'s at shared fraction 0.5") in r6
+    assert "<strong>They disagree.</strong>" in r6
+    assert "concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM at 128 requests in flight" in r6
+    # 06's verdicts from the fixed frames (shown first in the report)
+    for number in ("83% of prompt tokens from vLLM's cache at shared fraction 0.9",
+                   "84% of prompt tokens from its cache at shared fraction 0.9 (token-exact ideal 84%)",
+                   "vLLM 1.9× shorter median batch time at 0.9 (vLLM 2.0× at 0, with nothing shared)",
+                   "sglang-jax (CPU) 1.2× the completed requests/s at 128 in flight, every request completed",
+                   "data: vLLM, median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction 0.5 "
+                   "(cpu_prefix_sharing)"):
+        assert number in r6, number
+    assert r6.index('class="kvlab-verdicts"') < r6.index("<h2")

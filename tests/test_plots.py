@@ -6,8 +6,9 @@ import re
 import polars as pl
 import pytest
 from matplotlib.figure import Figure
+from prefix_frames import conc_runs
 
-from kvlab import plots
+from kvlab import analysis, plots
 
 
 def _fig():
@@ -121,3 +122,44 @@ def test_importing_plots_changes_no_matplotlib_setting_and_figures_still_get_the
     assert ax.get_facecolor()[:3] == (1.0, 1.0, 1.0) and ax.yaxis.get_gridlines()[0].get_visible()  # whitegrid
     assert ax.title.get_fontsize() == 10 and ax.yaxis.label.get_fontsize() == 12  # notebook scale
     assert mpl.rcParams["axes.grid"] == grid  # the theme ends with the figure
+
+
+# --------------------------------------------------------------------------- reports 05 and 06: legends
+
+
+def _legend_is_below_every_axis(fig) -> bool:
+    r = fig._get_renderer()
+    legends = [a.get_legend() for a in fig.axes if a.get_legend() is not None]
+    return len(legends) == 1 and legends[0].get_window_extent(r).y1 < min(
+        a.get_window_extent(r).y0 for a in fig.axes)
+
+
+def test_prefix_figures_legends_below_and_cache_settings_apart(study):
+    fig = plots.prefix_sharing_figure(study["sharing"])
+    assert _legend_is_below_every_axis(fig)
+    legend = next(a.get_legend() for a in fig.axes if a.get_legend() is not None)
+    handles = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    on, off = handles["prefix cache on: solid line, filled dot"], handles["prefix cache off: dashed line, open dot"]
+    assert on.get_linestyle() != off.get_linestyle() and off.get_markerfacecolor() != on.get_markerfacecolor()
+    assert {"vLLM", "sglang-jax (CPU)", "the article's threshold: 30% of the prompt shared"} <= set(handles)
+    assert not [t for a in fig.axes for t in a.texts if "threshold" in t.get_text()]  # said in the legend, not on data
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0%", "20%", "50%", "90%"]
+    gain = plots.caching_gain_figure(study["gain"])
+    assert _legend_is_below_every_axis(gain) and gain.axes[0].get_ylim()[0] == 0
+    turns = plots.multi_turn_figure(study["by_turn"], study["turn_requests"])
+    assert _legend_is_below_every_axis(turns)
+    for ax in turns.axes:  # whole turns only
+        assert list(ax.get_xticks()) == [0, 1, 2] and [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2"]
+    assert "small dots: one request each (TTFT)" in plots.alt_text(turns)
+    ideal = plots.ideal_reuse_figure(analysis.ideal_sharing(1008, 8, [0.0, 0.3, 0.9], 128), 0.3, 128)
+    assert _legend_is_below_every_axis(ideal)
+
+
+def test_concurrency_figure_legend_names_every_drawn_element():
+    fig = plots.concurrency_figure(analysis.concurrency_study(conc_runs()))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "vLLM", "sglang-jax (CPU)", "mean TTFT (right)", "p99 TTFT (right)", "tree threshold: ≥ 100 in flight → vLLM"]
+    left, right = fig.axes
+    assert [t.get_text() for t in left.get_xticklabels()] == ["100", "128"]
+    assert left.get_ylabel() == "completed requests/s" and left.get_ylim()[0] == 0  # 40 vs 50: linear from 0
+    assert not left.get_legend() and not right.get_legend()  # one legend, under the panels
