@@ -175,7 +175,7 @@ class Factor:
     is "sglang"), ``runner_up`` and ``experiment``. The prefix factor adds ``zero_ratio``: the next engine's batch
     time over the best's at shared fraction 0 (None unless both ran there and the nearest fraction is not 0).
     The modelled context factor keeps the ``workload``, the batch ``times`` (s) of vLLM TP and SGLang TP+DCP,
-    ``crossover`` (tokens; None: none up to 1M), ``dcp_divides`` (DCP spreads the KV further than TP does) and
+    ``crossover`` (tokens; None: none up to 1M, or DCP divides nothing), ``dcp_divides`` (DCP spreads the KV further than TP does) and
     ``fit_warnings`` (the fit's parameters are implausible).
     """
 
