@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -92,11 +94,27 @@ def _free_port() -> int:
 
 
 def _node_args(**kwargs) -> dict:
-    # Fixed agent ports: otherwise each raylet waits for its dashboard agent to write them, and aborts when the
-    # agent (a Python process importing Ray) takes longer than Ray's limit on a loaded 2-core machine.
     return {"object_store_memory": 80 * 2**20, "metrics_agent_port": _free_port(),
             "metrics_export_port": _free_port(), "dashboard_agent_listen_port": _free_port(),
             "runtime_env_agent_port": _free_port(), **kwargs}
+
+
+def _raylet_told_its_agent_port(monkeypatch) -> None:
+    """Every node's agent ports are fixed (``_node_args``) and each raylet is told its dashboard agent's, which
+    Ray's Python launcher leaves out: otherwise the raylet waits for the agent (a Python process importing Ray)
+    to write it to a file and aborts after 15 s, which a loaded 2-core machine often exceeds."""
+    from ray._private import services
+
+    real = services.start_ray_process
+
+    def start(command, process_type, *args, **kwargs):
+        if process_type == "raylet":
+            agent = next((c for c in command if c.startswith("--dashboard_agent_command=")), "")
+            if m := re.search(r"--listen-port=(\d+)", agent):
+                command = [*command, f"--dashboard_agent_listen_port={m.group(1)}"]
+        return real(command, process_type, *args, **kwargs)
+
+    monkeypatch.setattr(services, "start_ray_process", start)
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +123,11 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args=_node_args(num_cpus=0, include_dashboard=False))
-    for _ in range(2):
-        c.add_node(**_node_args(num_cpus=1, resources={RESOURCE: 1}))
+    with pytest.MonkeyPatch.context() as mp:
+        _raylet_told_its_agent_port(mp)
+        c = Cluster(initialize_head=True, head_node_args=_node_args(num_cpus=0, include_dashboard=False))
+        for _ in range(2):
+            c.add_node(**_node_args(num_cpus=1, resources={RESOURCE: 1}))
     ray.init(address=c.address, log_to_driver=False)
     c.wait_for_nodes()
     yield c
@@ -167,6 +187,30 @@ def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_c
         cluster._dispatch = real
     assert (again.skipped, again.ok, again.server_starts, dispatched) == (2, 0, 0, [])
     assert len(json.loads((tmp_path / "ray" / "runs" / "split" / "manifest.json").read_text())["sweeps"]) == 2
+
+
+@pytest.mark.cluster
+@pytest.mark.engine
+def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(tmp_path, ray_cluster, engine_python,
+                                                                           tiny_model):
+    path = write_spec(tmp_path, "interrupted", matrix={"engine.prefix_caching": [True, False]})
+    tag = tag_of(path)
+    driver = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
+                               "--ray", ray_cluster.address, "--ray-resource", RESOURCE],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while len(engine_processes(tag)) < 2 and time.monotonic() < deadline:  # both groups' engines launched
+        time.sleep(0.2)
+    assert engine_processes(tag), "no engine started within 240 s"
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=60)
+    interrupted = time.monotonic()
+    assert driver.returncode != 0
+    while engine_processes(tag) and time.monotonic() - interrupted < 20:
+        time.sleep(0.2)
+    assert not engine_processes(tag), f"an engine outlived its cancelled task by 20 s; driver said: {err[-2000:]}"
+    assert not store.run_dirs(tmp_path)
+    runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()  # the driver released the experiment's lock
 
 
 @pytest.mark.cluster
