@@ -73,7 +73,7 @@ def sweep(
     ray: Annotated[str | None, typer.Option(
         "--ray", metavar="ADDRESS",
         help="run each server group as a task on a Ray cluster: auto (join this host's cluster), local (start one "
-             "here) or [ray://]host:port; results still go to DATA_DIR (needs kvlab[cluster])")] = None,
+             "here), ray://host:port or host:port; results still go to DATA_DIR (needs the cluster extra)")] = None,
     ray_resource: Annotated[str | None, typer.Option(
         help="with --ray: custom Ray resource a CPU experiment's server group asks one unit of (default: 1 CPU)")] = None,
 ) -> None:

@@ -215,6 +215,36 @@ def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(tmp_
 
 @pytest.mark.cluster
 @pytest.mark.engine
+def test_a_killed_driver_leaves_no_engine_and_its_resume_redoes_nothing(tmp_path, ray_cluster, engine_python,
+                                                                        tiny_model):
+    path = write_spec(tmp_path, "driver_killed", repeats=3, workload={"context_tokens": 256, "output_tokens": 200})
+    tag, exp_dir = tag_of(path), tmp_path / "runs" / "driver_killed"
+    driver = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
+                               "--ray", ray_cluster.address, "--ray-resource", RESOURCE],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    driver.kill()  # SIGKILL: no handler runs; Ray ends the dead driver's tasks, each engine's watchdog its engine
+    driver.wait()
+    killed = time.monotonic()
+    first = store.finished_run_keys(exp_dir)
+    assert 1 <= len(first) < 3
+    while engine_processes(tag) and time.monotonic() - killed < 30:
+        time.sleep(0.2)
+    assert not engine_processes(tag), "an engine outlived its SIGKILLed driver by 30 s"
+    mtimes = {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first}
+
+    res = cluster.sweep(ExperimentSpec.load(path), ray_cluster.address, tmp_path, resource=RESOURCE)
+    assert (res.skipped, res.ok) == (len(first), 3 - len(first))
+    assert store.finished_run_keys(exp_dir) == {r.key for r in expand(ExperimentSpec.load(path))}
+    assert {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first} == mtimes  # not redone
+    assert not [p for p in exp_dir.iterdir() if p.name.startswith(".")]  # no partial folders
+    assert not engine_processes(tag)
+
+
+@pytest.mark.cluster
+@pytest.mark.engine
 def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_cluster, engine_python, tiny_model):
     """Last in this file: it removes a node from the module's cluster."""
     path = write_spec(tmp_path, "lost", repeats=2, workload={"batch_size": 2, "context_tokens": 256, "output_tokens": 8},
