@@ -11,8 +11,8 @@ to each manifest the nodes that ran its runs.
 A task whose node or worker process dies has the runs it did not return dispatched again; the run in flight
 (the first not returned: a group runs in order) counts the loss as an attempt with cause ``node_lost``, and once
 its experiment's ``retry.max_attempts`` are spent it is recorded failed with that cause (a lost node says
-nothing about the run's configuration, so ``retry_on`` does not decide). Ctrl-C cancels every task (force:
-the worker is killed, and the watchdog of each engine it started kills the engine).
+nothing about the run's configuration, so ``retry_on`` does not decide). Ctrl-C (or a task failing in kvlab's own code) cancels
+every task (force: the worker is killed, and the watchdog of each engine it started kills the engine).
 
 Ray is imported here only, and only when a cluster sweep starts: kvlab runs without it.
 """
@@ -192,6 +192,7 @@ def execute(sw: runner.Sweep, address: str = "auto", resource: str | None = None
 
 
 def _campaign(sw: runner.Sweep, address: str, resource: str | None) -> runner.SweepResult:
+    """Prepare the sweep's folders, dispatch its pending runs and append each experiment's manifest entry."""
     t0 = time.perf_counter()
     started = datetime.now(timezone.utc).isoformat()
     superseded = sw.prepare()
