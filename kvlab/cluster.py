@@ -11,8 +11,9 @@ to each manifest the nodes that ran its runs.
 A task whose node or worker process dies has the runs it did not return dispatched again; the run in flight
 (the first not returned: a group runs in order) counts the loss as an attempt with cause ``node_lost``, and once
 its experiment's ``retry.max_attempts`` are spent it is recorded failed with that cause (a lost node says
-nothing about the run's configuration, so ``retry_on`` does not decide). Ctrl-C (or a task failing in kvlab's own code) cancels
-every task (force: the worker is killed, and the watchdog of each engine it started kills the engine).
+nothing about the run's configuration, so ``retry_on`` does not decide). Ctrl-C, or a task failing in kvlab's
+own code, cancels every task (force: the worker is killed, and the watchdog of each engine it started kills the
+engine).
 
 Ray is imported here only, and only when a cluster sweep starts: kvlab runs without it.
 """
