@@ -21,7 +21,7 @@ EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
-.PHONY: help install engines report sweep test test-fast lab bench browser clean
+.PHONY: help install engines report sweep test test-fast test-cluster lab bench browser clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -72,6 +72,10 @@ test: install engines browser ## run the whole test suite (real vLLM engine test
 
 test-fast: install ## the suite without engine and browser tests (for development)
 	$(BIN)/pytest -m "not engine and not browser" $(PYTEST_ARGS)
+
+test-cluster: install engines ## the Ray cluster tests (installs kvlab[cluster]; a local two-node cluster, real vLLM)
+	$(BIN)/pip install -q -e '.[cluster]'
+	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
 
 lab: install ## open the notebooks in JupyterLab
 	$(BIN)/jupyter lab notebooks/

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kvlab.paths import DATA_DIR, REPORTS_DIR
@@ -69,6 +70,12 @@ def sweep(
         "--quick", help="run each experiment's quick form (its `quick:` points and repeats; a subset of the full study)"
     )] = False,
     data_dir: Annotated[Path, typer.Option(help="data folder; results go to DATA_DIR/runs/<experiment>")] = DATA_DIR,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="ADDRESS",
+        help="run each server group as a task on a Ray cluster: auto (join this host's cluster), local (start one "
+             "here), ray://host:port or host:port; results still go to DATA_DIR (needs the cluster extra)")] = None,
+    ray_resource: Annotated[str | None, typer.Option(
+        help="with --ray: custom Ray resource a CPU experiment's server group asks one unit of (default: 1 CPU)")] = None,
 ) -> None:
     """Run experiments for real: every unfinished run, resumable, results under data/runs/.
 
@@ -88,14 +95,23 @@ def sweep(
     if dry_run:
         typer.echo(runner.dry_run_text(specs))
         return
-    res = _sweep(specs, data_dir, fresh)
+    if ray is not None:
+        from kvlab import cluster
+
+        try:
+            cluster.connect(ray)
+        except cluster.ClusterError as exc:
+            console.print(f"[red]cannot sweep[/red]: {escape(str(exc))}")
+            raise typer.Exit(1) from None
+    res = _sweep(specs, data_dir, fresh, ray, ray_resource)
     if res.failed:  # failed runs are results (the memory study counts them), not a failed sweep
         console.print(f"[yellow]{res.failed} run(s) failed[/yellow]: each is recorded with its cause "
                       f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports")
 
 
-def _sweep(specs, data_dir: Path, fresh: bool):
-    """One sweep over every experiment given: runs that need the same server share one start."""
+def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resource: str | None = None):
+    """One sweep over every experiment given: runs that need the same server share one start (``ray``: one
+    Ray task per server configuration, see kvlab.cluster)."""
     from kvlab import plan, runner
 
     sw = runner.Sweep(specs, data_dir, fresh)
@@ -127,7 +143,16 @@ def _sweep(specs, data_dir: Path, fresh: bool):
             progress.advance(task)
 
         sw.on_run = on_run
-        res = sw.execute()
+        if ray is None:
+            res = sw.execute()
+        else:
+            from kvlab import cluster
+
+            try:
+                res = cluster.execute(sw, ray, ray_resource)
+            except cluster.ClusterError as exc:
+                console.print(f"[red]cluster sweep stopped[/red]: {escape(str(exc))}")
+                raise typer.Exit(1) from None
     for name, r in res.experiments.items():
         aside = (f"; {r.superseded} run(s) of an earlier version of the experiment set aside in "
                  f"{data_dir / 'runs' / name / 'superseded'}") if r.superseded else ""

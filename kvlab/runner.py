@@ -241,7 +241,8 @@ class Sweep:
     """
 
     def __init__(self, specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
-                 on_run: Callable[[RunSpec, str], None] | None = None, sleep=time.sleep):
+                 on_run: Callable[[RunSpec, str], None] | None = None, sleep=time.sleep,
+                 only: set[tuple[str, str]] | None = None):
         specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
         names = [s.name for s in specs]
         if dupes := sorted({n for n in names if names.count(n) > 1}):
@@ -252,6 +253,7 @@ class Sweep:
         self.fresh = fresh
         self.on_run = on_run or (lambda run, status: None)
         self.sleep = sleep
+        self.only = only  # (experiment, run key) pairs this sweep may run (a cluster node's share); None: all
         self.servers: list[dict] = []
         self._superseded: dict[str, list[str]] = {}
         self._locks: dict[str, int] = {}  # experiment -> fd holding its flock while this sweep runs
@@ -421,7 +423,10 @@ class Sweep:
         runs = expand(spec)
         done = set() if self.fresh else store.finished_run_keys(self.exp_dir(spec.name))
         todo = [r for r in runs if r.key not in done]
-        return todo, len(runs) - len(todo)
+        skipped = len(runs) - len(todo)
+        if self.only is not None:
+            todo = [r for r in todo if (r.experiment, r.key) in self.only]
+        return todo, skipped
 
     def prepare(self) -> dict[str, list[str]]:
         """Make each experiment's folder ready before anything launches: check it is writable with room to
@@ -496,9 +501,10 @@ class Sweep:
             os.close(fd)
         self._locks.clear()
 
-    def _write_manifest(self, spec: ExperimentSpec, started: str, result: SweepResult) -> None:
+    def _write_manifest(self, spec: ExperimentSpec, started: str, result: SweepResult, **extra) -> None:
         """Append this sweep to the experiment's manifest: host, counts, and the servers its runs used
-        (a server shared with other experiments lists them all under ``experiments``)."""
+        (a server shared with other experiments lists them all under ``experiments``); ``extra``: more
+        fields of this sweep's entry (a cluster sweep's nodes)."""
         path = self.exp_dir(spec.name) / store.MANIFEST_FILE
         old = json.loads(path.read_text()) if path.exists() else {}
         sweeps = old.get("sweeps", [])
@@ -507,7 +513,7 @@ class Sweep:
             **host.provenance(), "started_at": started, "ended_at": datetime.now(timezone.utc).isoformat(),
             "planned": result.planned, "skipped": result.skipped, "ok": result.ok, "failed": result.failed,
             "server_starts": result.server_starts, "attempts": result.attempts, "servers": servers,
-            "swept_with": [n for n in self.specs if n != spec.name],
+            "swept_with": [n for n in self.specs if n != spec.name], **extra,
         })
         store.write_json_atomic(path, {
             "experiment": spec.name, "description": spec.description,

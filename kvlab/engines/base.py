@@ -15,8 +15,11 @@ from kvlab.engines.spec import EngineSpec
 from kvlab.paths import ROOT
 
 
-FailureCause = Literal["startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error"]
-FAILURE_CAUSES: tuple[str, ...] = ("startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error")
+# node_lost: a cluster sweep's node (or its worker process) died with the run in flight (kvlab.cluster).
+FailureCause = Literal["startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error",
+                       "node_lost"]
+FAILURE_CAUSES: tuple[str, ...] = ("startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error",
+                                   "node_lost")
 
 #: Canonical counter names every adapter maps to its engine's Prometheus names.
 CANONICAL_METRICS = (

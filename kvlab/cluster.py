@@ -1,0 +1,319 @@
+"""Sweeps over a Ray cluster: each server group runs on one node, its finished runs come back to this host.
+
+The driver (this process) holds every experiment's lock for the whole campaign, skips finished runs and sends
+each server group (``plan.by_server``) to Ray as one task asking for what its engines need (:func:`resources_for`).
+The task runs kvlab's own runner for just that group's runs (``Sweep(only=...)``) in a temporary data folder on
+the node it lands on (engines start there, bound to that node's loopback, each with its watchdog) and streams
+back each finished run folder as a tar archive with the node's host facts and server records; the driver
+publishes each folder into ``data_dir/runs/<experiment>/`` by one rename, as a local sweep does, and appends
+to each manifest the nodes that ran its runs.
+
+A task whose node or worker process dies has the runs it did not return dispatched again; the run in flight
+(the first not returned: a group runs in order) counts the loss as an attempt with cause ``node_lost``, and once
+its experiment's ``retry.max_attempts`` are spent it is recorded failed with that cause (a lost node says
+nothing about the run's configuration, so ``retry_on`` does not decide). Ctrl-C, or a task failing in kvlab's
+own code, cancels every task (force: the worker is killed, and the watchdog of each engine it started kills the
+engine).
+
+Ray is imported here only, and only when a cluster sweep starts: kvlab runs without it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import shutil
+import socket
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from kvlab import host, plan, runner, store
+from kvlab.engines.base import Failure
+from kvlab.paths import DATA_DIR, publish_dir
+from kvlab.spec import ExperimentSpec, RunSpec
+
+#: How to get Ray (the pinned version is in pyproject.toml's ``cluster`` extra).
+INSTALL_HINT = "pip install 'kvlab[cluster]' (or `make test-cluster`)"
+
+
+class ClusterError(RuntimeError):
+    """A cluster sweep cannot run: Ray is not installed, the cluster cannot be reached, or a task failed."""
+
+
+def import_ray():
+    """The ``ray`` module, or ClusterError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError(f"--ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
+    return ray
+
+
+def connect(address: str):
+    """Join the cluster at ``address``: ``auto`` (the one this host belongs to), ``local`` (start one on this
+    host), or ``[ray://]host:port``; an already connected process keeps its connection."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    if address not in ("auto", "local"):
+        hostport = address.split("://", 1)[-1]
+        host_, _, port = hostport.rpartition(":")
+        if not host_ or not port.isdigit():
+            raise ClusterError(f"--ray {address!r}: not auto, local, ray://host:port or host:port")
+        try:
+            socket.create_connection((host_, int(port)), timeout=5).close()
+        except OSError as exc:
+            raise ClusterError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                               "start one with `ray start --head` or use --ray local") from None
+    try:
+        ray.init(address=None if address == "local" else address, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, or Ray's own when `auto` finds no cluster
+        raise ClusterError(f"--ray {address}: cannot join the Ray cluster: {exc}") from None
+    return ray
+
+
+def resources_for(group: list[RunSpec], resource: str | None = None) -> dict:
+    """Ray task options for one server group: ``tp`` GPUs for an engine kvlab launches on GPU hardware (the
+    experiment's ``hardware`` does not start with "CPU"); else one CPU, or one unit of the custom ``resource``
+    (so that, e.g., one CPU-engine group runs per node whatever its core count)."""
+    run = group[0]
+    if not run.engine.external and not run.hardware.strip().upper().startswith("CPU"):
+        return {"num_cpus": 1, "num_gpus": run.engine.tp}
+    if resource:
+        return {"num_cpus": 0, "resources": {resource: 1}}
+    return {"num_cpus": 1}
+
+
+# --------------------------------------------------------------------------- on a node
+
+
+def run_group(specs: list[ExperimentSpec], keys: list[tuple[str, str]]) -> Iterator[dict]:
+    """On a node: run the runs ``keys`` ((experiment, run key) pairs of one server group) with kvlab's runner in
+    a temporary data folder; yield the node first, then each run as soon as it is written (its folder as a tar
+    archive, and the servers started so far)."""
+    import ray
+
+    tmp = Path(tempfile.mkdtemp(prefix="kvlab-ray-"))
+    finished: queue.Queue = queue.Queue()
+    sw = runner.Sweep(specs, tmp, fresh=True, only=set(keys), on_run=lambda run, status: finished.put(run))
+    error: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            sw.execute()
+        except BaseException as exc:  # re-raised in the task, so Ray hands it to the driver
+            error.append(exc)
+        finally:
+            finished.put(None)
+
+    yield {"node": ray.get_runtime_context().get_node_id(), "host": host.describe()}
+    thread = threading.Thread(target=work, name="kvlab-group", daemon=True)
+    thread.start()
+    try:
+        while (run := finished.get()) is not None:
+            yield {"experiment": run.experiment, "key": run.key, "servers": [dict(s) for s in sw.servers],
+                   "tar": _pack(sw.exp_dir(run.experiment) / run.key)}
+        thread.join()
+        if error:
+            raise error[0]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pack(folder: Path) -> bytes:
+    """A run folder as an uncompressed tar archive (its files under the folder's name)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(folder, arcname=folder.name)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- on the driver
+
+
+def _publish(exp_dir: Path, key: str, data: bytes, lost: list[dict]) -> Path:
+    """Unpack a run folder next to its final place and move it there by one rename; attempts lost with their
+    node come first in its attempts table (and count in its row's ``attempts``)."""
+    tmp = Path(tempfile.mkdtemp(dir=exp_dir, prefix=f".{key}."))  # a dot folder: clean_partial removes it
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(tmp, filter="data")
+        folder = tmp / key
+        if lost:
+            att_path, run_path = folder / store.ATTEMPTS_FILE, folder / store.RUN_FILE
+            att = pl.read_parquet(att_path)
+            att = pl.concat([pl.DataFrame(lost, schema=att.schema),
+                             att.with_columns(pl.col("attempt") + len(lost))])
+            att.write_parquet(att_path)
+            row = pl.read_parquet(run_path)
+            cause = row["failure_cause"][0] or "node_lost"  # the cause of the last attempt retried
+            row.with_columns(pl.lit(att.height).cast(row.schema["attempts"]).alias("attempts"),
+                             pl.lit(cause).cast(pl.String).alias("failure_cause")).write_parquet(run_path)
+        for f in folder.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        publish_dir(folder, exp_dir / key)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return exp_dir / key
+
+
+def _record_lost(sw: runner.Sweep, run: RunSpec, lost: list[dict]) -> Path:
+    """Store a run every attempt of which was lost with its node: failed, cause node_lost."""
+    prompts = runner.prompts_for(run, runner._vocab_size(run))  # not sent: the row still says what they share
+    row = runner._run_row(run, prompts, "failed", len(lost), "node_lost", None, None, {},
+                          f"its node was lost in each of {len(lost)} attempt(s)")
+    return store.write_run(sw.exp_dir(run.experiment), run.key, row, None, pl.DataFrame(lost),
+                           spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
+
+
+def sweep(specs: ExperimentSpec | list[ExperimentSpec], address: str = "auto", data_dir: Path = DATA_DIR,
+          fresh: bool = False, resource: str | None = None,
+          on_run: Callable[[RunSpec, str], None] | None = None) -> runner.SweepResult:
+    """Run every unfinished run of the experiment(s) on the Ray cluster at ``address`` (see :func:`connect`),
+    one task per server group, and store the results under ``data_dir`` as a local sweep does."""
+    return execute(runner.Sweep(specs, data_dir, fresh, on_run), address, resource)
+
+
+def execute(sw: runner.Sweep, address: str = "auto", resource: str | None = None) -> runner.SweepResult:
+    """Run a sweep's pending runs on the cluster (its ``on_run`` is called on this host as each run is stored);
+    its experiments stay locked until it returns."""
+    try:
+        return _campaign(sw, address, resource)
+    finally:
+        sw.release()
+
+
+def _campaign(sw: runner.Sweep, address: str, resource: str | None) -> runner.SweepResult:
+    """Prepare the sweep's folders, dispatch its pending runs and append each experiment's manifest entry."""
+    t0 = time.perf_counter()
+    started = datetime.now(timezone.utc).isoformat()
+    superseded = sw.prepare()
+    todo, skipped = [], 0
+    per: dict[str, runner.SweepResult] = {}
+    for name, spec in sw.specs.items():
+        t, s = sw.pending_in(spec)
+        todo += t
+        skipped += s
+        per[name] = runner.SweepResult(name, planned=len(t) + s, skipped=s, superseded=len(superseded[name]))
+    result = runner.SweepResult(", ".join(sw.specs), planned=len(todo) + skipped, skipped=skipped,
+                                experiments=per, superseded=sum(map(len, superseded.values())))
+    nodes: dict[str, dict] = {}  # node id -> host facts, runs, servers
+    try:
+        if todo:
+            _dispatch(connect(address), sw, plan.by_server(todo), resource, result, nodes)
+    finally:
+        result.wall_s = time.perf_counter() - t0
+        sw.servers = [s | {"node": n} for n, node in nodes.items() for s in node["servers"]]
+        for name, spec in sw.specs.items():
+            r = result.experiments[name]
+            r.server_starts = sum(name in s["experiments"] for s in sw.servers)
+            mine = [{"node_id": n, "host": node["host"], "runs": [k for e, k in node["runs"] if e == name],
+                     "server_starts": sum(name in s["experiments"] for s in node["servers"])}
+                    for n, node in nodes.items()]
+            sw._write_manifest(spec, started, r, ray={"address": address, "nodes": [m for m in mine if m["runs"]]})
+    return result
+
+
+def _dispatch(ray, sw: runner.Sweep, groups: list[tuple[str, list[RunSpec]]], resource: str | None,
+              result: runner.SweepResult, nodes: dict[str, dict]) -> None:
+    """Run the groups as Ray tasks until every run is stored (or Ctrl-C cancels them all)."""
+    remote = ray.remote(num_returns="streaming", max_retries=0)(run_group)
+    specs = list(sw.specs.values())
+    events: queue.Queue = queue.Queue()
+    tasks: list[dict] = []  # each: its generator, runs not yet returned, node, latest server records
+    running: set[int] = set()
+    lost: dict[tuple[str, str], list[dict]] = {}  # node_lost attempts per run
+
+    def submit(group: list[RunSpec]) -> None:
+        gen = remote.options(**resources_for(group, resource), name=f"kvlab-group-{group[0].server_key}").remote(
+            specs, [(r.experiment, r.key) for r in group])
+        tasks.append({"gen": gen, "left": list(group), "node": None, "servers": [], "t0": time.perf_counter()})
+        running.add(len(tasks) - 1)
+        threading.Thread(target=_drain, args=(ray, len(tasks) - 1, gen, events), daemon=True).start()
+
+    for _, group in groups:
+        submit(group)
+    try:
+        while running:
+            try:
+                n, item = events.get(timeout=0.5)  # a timeout so that Ctrl-C is seen
+            except queue.Empty:
+                continue
+            task = tasks[n]
+            if item is None:
+                running.discard(n)
+            elif isinstance(item, BaseException):
+                running.discard(n)
+                if isinstance(item, ray.exceptions.RayTaskError):  # kvlab's own code raised on the node
+                    raise ClusterError(f"a server group's task failed on node {task['node']}: {item}") from None
+                _on_lost(sw, task, item, lost, result, submit)
+            elif "host" in item:
+                task["node"] = item["node"]
+                nodes.setdefault(item["node"], {"host": item["host"], "runs": [], "servers": []})
+            else:
+                exp, key = item["experiment"], item["key"]
+                run = next(r for r in task["left"] if (r.experiment, r.key) == (exp, key))
+                task["left"].remove(run)
+                task["servers"], task["t0"] = item["servers"], time.perf_counter()
+                nodes[task["node"]]["runs"].append((exp, key))
+                path = _publish(sw.exp_dir(exp), key, item["tar"], lost.pop((exp, key), []))
+                status = pl.read_parquet(path / store.RUN_FILE)["status"][0]
+                attempts = pl.read_parquet(path / store.ATTEMPTS_FILE).height
+                for r in (result, result.experiments[exp]):
+                    r.attempts += attempts
+                result.run_dirs.append(path)
+                runner._tally(result, run, status)
+                sw.on_run(run, status)
+    except BaseException:  # Ctrl-C, or a task that failed in kvlab's code: no task may run on unobserved
+        for n in running:
+            ray.cancel(tasks[n]["gen"], force=True)
+        raise
+    finally:
+        for task in tasks:  # the servers each task reported, with the node it ran on
+            if task["node"] is not None:
+                nodes[task["node"]]["servers"] += task["servers"]
+        result.server_starts = sum(len(node["servers"]) for node in nodes.values())
+
+
+def _drain(ray, n: int, gen, events: queue.Queue) -> None:
+    """Forward a task's yielded items to the driver's queue, then None, or the error that ended the task."""
+    try:
+        for ref in gen:
+            events.put((n, ray.get(ref)))
+        events.put((n, None))
+    except BaseException as exc:
+        events.put((n, exc))
+
+
+def _on_lost(sw: runner.Sweep, task: dict, exc: BaseException, lost: dict[tuple[str, str], list[dict]],
+             result: runner.SweepResult, submit) -> None:
+    """A task's node or worker died: charge the run in flight one node_lost attempt, store it failed when its
+    attempts are spent, and dispatch the group's other unreturned runs again."""
+    left = task["left"]
+    task["left"] = []
+    if not left:
+        return
+    run = left[0]
+    history = lost.setdefault((run.experiment, run.key), [])
+    detail = f"node {task['node'] or '(not yet known)'} lost: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    history.append(runner._attempt(run, len(history) + 1, Failure("node_lost", detail),
+                                   time.perf_counter() - task["t0"], None))
+    if len(history) >= sw.specs[run.experiment].retry.max_attempts:
+        path = _record_lost(sw, run, lost.pop((run.experiment, run.key)))
+        for r in (result, result.experiments[run.experiment]):
+            r.attempts += len(history)
+        result.run_dirs.append(path)
+        runner._tally(result, run, "failed")
+        sw.on_run(run, "failed")
+        left = left[1:]
+    if left:
+        submit(left)

@@ -1,0 +1,275 @@
+"""`kvlab sweep --ray`: server groups as Ray tasks on a real local cluster of two nodes (real vLLM CPU servers),
+the same result store as a local sweep, a lost node's runs dispatched again, nothing dispatched twice; and,
+without Ray, the messages that say what is missing."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import psutil
+import pytest
+
+from kvlab import cluster, plan, runner, store
+from kvlab.paths import ROOT
+from kvlab.spec import ExperimentSpec, expand
+from test_runner import engine_processes, tag_of, write_spec
+
+RESOURCE = "kvlab_node"  # one unit per node: one server group per node at a time
+
+
+# ----------------------------------------------------------------------------- without Ray
+
+
+def test_ray_missing_or_cluster_unreachable_fails_with_what_to_do(tmp_path, monkeypatch):
+    path = write_spec(tmp_path, "no_ray")
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(cluster.ClusterError, match=r"needs Ray, which is not installed here: pip install 'kvlab\[cluster\]'"):
+        cluster.sweep(ExperimentSpec.load(path), "auto", tmp_path)
+    assert not (tmp_path / "runs" / "no_ray").exists() or not store.run_dirs(tmp_path)
+    monkeypatch.setattr(builtins, "__import__", real_import)
+
+    # a subprocess without ray on its path: the CLI says how to install it and launches nothing
+    code = ("import builtins, sys; real = builtins.__import__\n"
+            "def imp(n, *a, **k):\n"
+            "    if n == 'ray' or n.startswith('ray.'): raise ImportError(n)\n"
+            "    return real(n, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "from kvlab.cli import app; sys.argv = ['kvlab'] + sys.argv[1:]; app()")
+    out = subprocess.run([sys.executable, "-c", code, "sweep", str(path), "--data-dir", str(tmp_path), "--ray", "auto"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 1, out.stderr
+    assert "needs Ray, which is not installed here: pip install 'kvlab[cluster]'" in out.stderr
+    assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))
+
+
+def test_a_bad_ray_address_fails_before_anything_launches(tmp_path):
+    pytest.importorskip("ray")
+    path = write_spec(tmp_path, "bad_address")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address, says in ((f"127.0.0.1:{port}", "no Ray cluster answers there"),
+                          ("not-an-address", "not auto, local, ray://host:port or host:port")):
+        with pytest.raises(cluster.ClusterError, match=says):
+            cluster.connect(address)
+    out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
+                          "--ray", f"ray://127.0.0.1:{port}"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 1 and "no Ray cluster answers there" in out.stderr, out.stderr
+    assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))
+
+
+def test_groups_ask_for_gpus_on_gpu_hardware_and_cpus_or_a_resource_on_cpu():
+    from kvlab.paths import EXPERIMENTS_DIR
+
+    gpu = plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / "b300_long_context.yaml")))
+    cpu = plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")))
+    assert {tuple(sorted(cluster.resources_for(g).items())) for _, g in gpu} == {(("num_cpus", 1), ("num_gpus", 8))}
+    assert cluster.resources_for(cpu[0][1]) == {"num_cpus": 1}
+    assert cluster.resources_for(cpu[0][1], RESOURCE) == {"num_cpus": 0, "resources": {RESOURCE: 1}}
+
+
+# ----------------------------------------------------------------------------- a real local cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _node_args(**kwargs) -> dict:
+    return {"object_store_memory": 80 * 2**20, "metrics_agent_port": _free_port(),
+            "metrics_export_port": _free_port(), "dashboard_agent_listen_port": _free_port(),
+            "runtime_env_agent_port": _free_port(), **kwargs}
+
+
+def _raylet_told_its_agent_port(monkeypatch) -> None:
+    """Every node's agent ports are fixed (``_node_args``) and each raylet is told its dashboard agent's, which
+    Ray's Python launcher leaves out: otherwise the raylet waits for the agent (a Python process importing Ray)
+    to write it to a file and aborts after 15 s, which a loaded 2-core machine often exceeds."""
+    from ray._private import services
+
+    real = services.start_ray_process
+
+    def start(command, process_type, *args, **kwargs):
+        if process_type == "raylet":
+            agent = next((c for c in command if c.startswith("--dashboard_agent_command=")), "")
+            if m := re.search(r"--listen-port=(\d+)", agent):
+                command = [*command, f"--dashboard_agent_listen_port={m.group(1)}"]
+        return real(command, process_type, *args, **kwargs)
+
+    monkeypatch.setattr(services, "start_ray_process", start)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A head node that runs nothing and two worker nodes with one CPU and one `kvlab_node` each."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    with pytest.MonkeyPatch.context() as mp:
+        _raylet_told_its_agent_port(mp)
+        c = Cluster(initialize_head=True, head_node_args=_node_args(num_cpus=0, include_dashboard=False))
+        for _ in range(2):
+            c.add_node(**_node_args(num_cpus=1, resources={RESOURCE: 1}))
+    ray.init(address=c.address, log_to_driver=False)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def _folders(data_dir: Path, name: str) -> dict[str, list[str]]:
+    exp = data_dir / "runs" / name
+    return {k: sorted(f.name for f in (exp / k).iterdir()) for k in sorted(store.finished_run_keys(exp))}
+
+
+def _raylet_of(pid: int, c) -> object | None:
+    """The cluster node whose raylet is an ancestor of process ``pid`` (Ray workers are raylets' children)."""
+    ancestors = {p.pid for p in psutil.Process(pid).parents()}
+    for node in c.worker_nodes:
+        if node.all_processes["raylet"][0].process.pid in ancestors:
+            return node
+    return None
+
+
+
+@pytest.mark.cluster
+@pytest.mark.engine
+def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_cluster, engine_python, tiny_model):
+    path = write_spec(tmp_path, "split", matrix={"engine.prefix_caching": [True, False]},
+                      workload={"batch_size": 2, "context_tokens": 256, "output_tokens": 8})
+    spec = ExperimentSpec.load(path)
+    local = runner.sweep(spec, data_dir=tmp_path / "local")
+    t = time.perf_counter()
+    res = cluster.sweep(spec, ray_cluster.address, tmp_path / "ray", resource=RESOURCE)
+    wall = time.perf_counter() - t
+    assert (res.ok, res.failed, res.server_starts) == (local.ok, local.failed, local.server_starts) == (2, 0, 2)
+    assert _folders(tmp_path / "ray", "split") == _folders(tmp_path / "local", "split")
+    assert set(_folders(tmp_path / "ray", "split")) == {r.key for r in expand(spec)}
+    assert next(iter(_folders(tmp_path / "ray", "split").values())) == [
+        "attempts.parquet", "requests.parquet", "run.parquet", "server-attempt1.log", "spec.json"]
+    cols = ["run_id", "status", "attempts", "served_prompt_tokens", "served_output_tokens", "server_prompt_tokens"]
+    assert store.load_runs(tmp_path / "ray").sort("run_id").select(cols).equals(
+        store.load_runs(tmp_path / "local").sort("run_id").select(cols))
+    sweep = json.loads((tmp_path / "ray" / "runs" / "split" / "manifest.json").read_text())["sweeps"][-1]
+    nodes = sweep["ray"]["nodes"]
+    assert len(nodes) == 2 and sorted(len(n["runs"]) for n in nodes) == [1, 1]  # one group per node
+    assert all(n["host"]["accelerator"] and n["server_starts"] == 1 for n in nodes)
+    assert {s["node"] for s in sweep["servers"]} == {n["node_id"] for n in nodes}
+    assert (sweep["ok"], sweep["server_starts"]) == (2, 2)
+    assert not engine_processes(tag_of(path))
+    print(f"\ncluster sweep: 2 groups on 2 nodes, {wall:.0f} s; local sweep {local.wall_s:.0f} s")
+
+    # a second sweep of the finished experiment dispatches nothing
+    dispatched = []
+    real = cluster._dispatch
+    try:
+        cluster._dispatch = lambda *a, **k: dispatched.append(a) or real(*a, **k)
+        again = cluster.sweep(spec, ray_cluster.address, tmp_path / "ray", resource=RESOURCE)
+    finally:
+        cluster._dispatch = real
+    assert (again.skipped, again.ok, again.server_starts, dispatched) == (2, 0, 0, [])
+    assert len(json.loads((tmp_path / "ray" / "runs" / "split" / "manifest.json").read_text())["sweeps"]) == 2
+
+
+@pytest.mark.cluster
+@pytest.mark.engine
+def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(tmp_path, ray_cluster, engine_python,
+                                                                           tiny_model):
+    path = write_spec(tmp_path, "interrupted", matrix={"engine.prefix_caching": [True, False]})
+    tag = tag_of(path)
+    driver = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
+                               "--ray", ray_cluster.address, "--ray-resource", RESOURCE],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while len(engine_processes(tag)) < 2 and time.monotonic() < deadline:  # both groups' engines launched
+        time.sleep(0.2)
+    assert engine_processes(tag), "no engine started within 240 s"
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=60)
+    interrupted = time.monotonic()
+    assert driver.returncode != 0
+    while engine_processes(tag) and time.monotonic() - interrupted < 20:
+        time.sleep(0.2)
+    assert not engine_processes(tag), f"an engine outlived its cancelled task by 20 s; driver said: {err[-2000:]}"
+    assert not store.run_dirs(tmp_path)
+    runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()  # the driver released the experiment's lock
+
+
+@pytest.mark.cluster
+@pytest.mark.engine
+def test_a_killed_driver_leaves_no_engine_and_its_resume_redoes_nothing(tmp_path, ray_cluster, engine_python,
+                                                                        tiny_model):
+    path = write_spec(tmp_path, "driver_killed", repeats=3, workload={"context_tokens": 256, "output_tokens": 200})
+    tag, exp_dir = tag_of(path), tmp_path / "runs" / "driver_killed"
+    driver = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
+                               "--ray", ray_cluster.address, "--ray-resource", RESOURCE],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    driver.kill()  # SIGKILL: no handler runs; Ray ends the dead driver's tasks, each engine's watchdog its engine
+    driver.wait()
+    killed = time.monotonic()
+    first = store.finished_run_keys(exp_dir)
+    assert 1 <= len(first) < 3
+    while engine_processes(tag) and time.monotonic() - killed < 30:
+        time.sleep(0.2)
+    assert not engine_processes(tag), "an engine outlived its SIGKILLed driver by 30 s"
+    mtimes = {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first}
+
+    res = cluster.sweep(ExperimentSpec.load(path), ray_cluster.address, tmp_path, resource=RESOURCE)
+    assert (res.skipped, res.ok) == (len(first), 3 - len(first))
+    assert store.finished_run_keys(exp_dir) == {r.key for r in expand(ExperimentSpec.load(path))}
+    assert {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first} == mtimes  # not redone
+    assert not [p for p in exp_dir.iterdir() if p.name.startswith(".")]  # no partial folders
+    assert not engine_processes(tag)
+
+
+@pytest.mark.cluster
+@pytest.mark.engine
+def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_cluster, engine_python, tiny_model):
+    """Last in this file: it removes a node from the module's cluster."""
+    path = write_spec(tmp_path, "lost", repeats=2, workload={"batch_size": 2, "context_tokens": 256, "output_tokens": 8},
+                      retry={"max_attempts": 2, "retry_on": []})
+    tag = tag_of(path)
+    removed: list = []
+
+    def on_run(run, status):  # after the group's first run: remove the node serving it, mid-group
+        if removed:
+            return
+        engines = engine_processes(tag)
+        node = next(n for n in (_raylet_of(p.pid, ray_cluster) for p in engines) if n is not None)
+        ray_cluster.remove_node(node, allow_graceful=False)
+        removed.append(time.monotonic())
+
+    spec = ExperimentSpec.load(path)
+    res = cluster.sweep(spec, ray_cluster.address, tmp_path, resource=RESOURCE, on_run=on_run)
+    assert removed
+    assert (res.ok, res.failed, res.server_starts) == (2, 0, 2)
+    runs = store.load_runs(tmp_path).sort("repeat")
+    assert runs["attempts"].to_list() == [1, 2]  # the run in flight: one attempt lost with its node, one ok
+    assert runs["failure_cause"].to_list() == [None, "node_lost"]
+    lost = store.load_attempts(tmp_path).filter(pl.col("run_id") == runs["run_id"][1]).sort("attempt")
+    assert lost["failure_cause"].to_list() == ["node_lost", None] and lost["status"].to_list() == ["failed", "ok"]
+    assert lost["detail"][0].startswith("node ") and " lost: " in lost["detail"][0]
+    nodes = json.loads((tmp_path / "runs" / "lost" / "manifest.json").read_text())["sweeps"][-1]["ray"]["nodes"]
+    assert len(nodes) == 2 and [len(n["runs"]) for n in nodes] == [1, 1]
+    assert not engine_processes(tag), "an engine outlived its lost node"
