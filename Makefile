@@ -67,8 +67,8 @@ report: sweep ## MAIN: measure on this machine, then build reports/index.html an
 browser: ## install Debian's headless Chromium for the report rendering test (needs root)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium missing and not root: the browser test will say so"; }
 
-test: install engines browser ## run the whole test suite (real vLLM engine tests included)
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: install engines browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
+	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
 
 test-fast: install ## the suite without engine and browser tests (for development)
 	$(BIN)/pytest -m "not engine and not browser" $(PYTEST_ARGS)

@@ -58,8 +58,8 @@ def test_ray_missing_or_cluster_unreachable_fails_with_what_to_do(tmp_path, monk
     assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))
 
 
+@pytest.mark.cluster
 def test_a_bad_ray_address_fails_before_anything_launches(tmp_path):
-    pytest.importorskip("ray")
     path = write_spec(tmp_path, "bad_address")
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -120,7 +120,7 @@ def _raylet_told_its_agent_port(monkeypatch) -> None:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A head node that runs nothing and two worker nodes with one CPU and one `kvlab_node` each."""
-    ray = pytest.importorskip("ray")
+    import ray  # make test-cluster installs it; a missing Ray fails these tests, never skips them
     from ray.cluster_utils import Cluster
 
     with pytest.MonkeyPatch.context() as mp:
