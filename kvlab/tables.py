@@ -13,6 +13,8 @@ import math
 
 import polars as pl
 
+from kvlab.engines import ENGINE_LABELS
+
 #: Column names as a reader sees them (units in parentheses). Columns not listed get a name derived from
 #: their unit suffix (:data:`SUFFIXES`), underscores as spaces.
 LABELS = {
@@ -147,8 +149,6 @@ class Table:
 
     def __init__(self, frame: pl.DataFrame, columns: dict[str, str] | None = None, digits: int = 3,
                  caption: str | None = None):
-        from kvlab.engines import ENGINE_LABELS  # (not guide.engine_label: guide formats numbers with this module)
-
         shown = [c for c in (columns or frame.columns) if c not in HIDDEN or (columns and c in columns)]
         missing = [c for c in shown if c not in frame.columns]
         if missing:
