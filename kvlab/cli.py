@@ -81,7 +81,7 @@ def sweep(
 
     Every file is validated before anything launches (exit status 2 when one is invalid).
     """
-    from kvlab import plan, runner
+    from kvlab import plan
     from kvlab.spec import SpecError
 
     specs = []
@@ -93,7 +93,7 @@ def sweep(
             console.print(f"[red]invalid experiment[/red]\n{exc}")
             raise typer.Exit(2) from None
     if dry_run:
-        typer.echo(runner.dry_run_text(specs))
+        typer.echo(plan.dry_run_text(specs))
         return
     if ray is not None:
         from kvlab import cluster

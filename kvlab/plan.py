@@ -1,13 +1,15 @@
 """The plan step of a sweep, between validation and execution: make what the runs need on this machine
-(kvlab's tiny model), then validate every run, and group the runs by the server they need. Validation
+(kvlab's tiny model), then validate every run, and group the runs by the server they need; the dry run prints that plan. Validation
 itself (kvlab.spec) writes nothing."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from kvlab import tinymodel
-from kvlab.spec import ExperimentSpec, RunSpec
+from kvlab.engines import get_adapter
+from kvlab.spec import ExperimentSpec, RunSpec, expand
 
 
 def make_local_models(spec: ExperimentSpec) -> list[Path]:
@@ -35,3 +37,49 @@ def by_server(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
     for r in runs:
         groups.setdefault(r.server_key, []).append(r)
     return list(groups.items())
+
+
+def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
+    """The exact commands a sweep of these experiments would run, one block per server configuration
+    (a server whose runs come from several experiments is listed once, as it is started once)."""
+    specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
+    runs = [r for spec in specs for r in expand(spec)]
+    lines = [f"# experiment {spec.name}: {sum(r.experiment == spec.name for r in runs)} run(s)" for spec in specs]
+    many = len(specs) > 1
+    for server_key, group in by_server(runs):
+        e = group[0].engine
+        adapter = get_adapter(e.name)
+        port = e.port or 0
+        env = adapter.env_overrides(e)
+        if e.external:
+            lines.append(f"\n# server {server_key} ({e.name}) at {e.url}: external, kvlab does not start or "
+                         f"stop it; {len(group)} run(s)")
+        else:
+            lines.append(f"\n# server {server_key} ({e.name}); port {'{free port}' if not e.port else port}; "
+                         f"{len(group)} run(s)")
+        if not e.external:
+            if env:
+                lines.append("env " + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + " \\")
+            key_ref = f"${e.api_key_env}" if e.api_key_env else None
+            argv = adapter.command(e, port, key_ref)
+            if not e.port:  # the port is chosen at launch
+                argv[argv.index("--port") + 1] = "$PORT"
+            lines.append("  " + " ".join(_shell_quote(a) for a in argv))
+        for r in group:
+            w = r.workload
+            run_id = f"{r.experiment}/{r.key}" if many else r.key
+            lines.append(f"#   run {run_id}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
+                         f"{w.batch_size} {w.kind}{_detail(w)}, repeat {r.repeat}")
+    return "\n".join(lines)
+
+
+def _shell_quote(a: str) -> str:
+    return a if a.startswith("$") else shlex.quote(a)
+
+
+def _detail(w) -> str:
+    """What the dry run adds per workload: its kind's detail (sharing, turns), requests in flight."""
+    parts = w.detail()
+    if w.concurrency is not None:
+        parts.append(f"≤{w.concurrency} in flight")
+    return f" ({'; '.join(parts)})" if parts else ""

@@ -71,7 +71,7 @@ def test_plan_starts_one_server_per_configuration(name):
     groups = plan.by_server(runs)
     assert len(groups) == len({r.server_key for r in runs}) < len(runs)
     assert sum(len(g) for _, g in groups) == len(runs)
-    text = runner.dry_run_text(spec)
+    text = plan.dry_run_text(spec)
     assert sum(text.count(f"-m {m}") for m in ("vllm.entrypoints", "sglang.launch_server", "sgl_jax.launch_server")) \
         == len(groups)
 
@@ -87,7 +87,7 @@ def test_the_embedded_studies_share_servers_across_experiments():
     both = ["cpu_multi_turn", "cpu_prefix_sharing"]
     assert shared == [("sglang-jax", False, both), ("sglang-jax", True, both), ("vllm", False, both),
                       ("vllm", True, ["cpu_classification", *both])]
-    text = runner.dry_run_text(specs)
+    text = plan.dry_run_text(specs)
     assert text.count("-m vllm.entrypoints") + text.count("-m sgl_jax.launch_server") == 11
 
 

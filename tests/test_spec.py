@@ -275,7 +275,7 @@ def test_an_external_server_is_one_server_for_every_run_that_names_it(tmp_path):
     runs = expand(ExperimentSpec.load(_write(tmp_path, _external())))
     assert len(runs) == 4 and len({r.server_key for r in runs}) == 1
     assert all(r.engine.external and r.engine.served_name == "org/some-model" for r in runs)
-    assert "external, kvlab does not start or stop it" in __import__("kvlab.runner").runner.dry_run_text(
+    assert "external, kvlab does not start or stop it" in __import__("kvlab.plan").plan.dry_run_text(
         ExperimentSpec.load(_write(tmp_path, _external())))
 
 

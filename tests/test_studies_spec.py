@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab import runner
+from kvlab import plan, runner
 from kvlab.spec import ExperimentSpec, SpecError, expand, workload_spec
 
 from test_spec import BASE, _load_error, _with, _write
@@ -100,7 +100,7 @@ def test_dry_run_describes_the_new_kinds(tmp_path):
     data = _with("workload", {"kind": "shared_prefix", "batch_size": 4, "concurrency": 2, "context_tokens": 2048,
                               "output_tokens": 48, "shared_fraction": 0.3})
     data["matrix"] = {}
-    text = runner.dry_run_text(ExperimentSpec.load(_write(tmp_path, data)))
+    text = plan.dry_run_text(ExperimentSpec.load(_write(tmp_path, data)))
     assert "shared 0.3 = 600 tokens; ≤2 in flight" in text
 
 

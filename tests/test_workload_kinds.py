@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvlab import guide, runner, workloads
+from kvlab import guide, plan, workloads
 from kvlab.schema import RUNS
 from kvlab.spec import ExperimentSpec, WorkloadSpec, workload_spec
 from kvlab.workloads import KINDS, WorkloadArgs, shared_tokens
@@ -57,7 +57,7 @@ def test_spec_schema_runner_and_guide_read_every_kind(kind):
                              "max_model_len": 4096}},
         "workload": KINDS[kind].example})
     assert guide.experiment_workload(spec).shared_fraction == spec.workload.sharing
-    assert f"× {spec.workload.batch_size} {kind}" in runner.dry_run_text(spec)
+    assert f"× {spec.workload.batch_size} {kind}" in plan.dry_run_text(spec)
 
 
 def test_kind_rules_and_sharing_of_the_shipped_kinds():
@@ -104,7 +104,7 @@ class Args(WorkloadArgs):
 PROBE = '''\
 import json, sys
 from pathlib import Path
-from kvlab import guide, runner, workloads
+from kvlab import guide, plan, runner, workloads
 from kvlab.schema import RUNS
 from kvlab.spec import ExperimentSpec, expand, workload_spec
 
@@ -113,7 +113,7 @@ runs = expand(ExperimentSpec.load(exp))
 out = {"kinds": list(workloads.KINDS), "runs": len(runs), "rates": sorted(r.workload.rate for r in runs),
        "prompts": [len(p.token_ids) for p in runner.prompts_for(runs[0], 512)],
        "mode_allowed": "poisson" in next(c for c in RUNS.columns if c.name == "mode").allowed,
-       "dry_run": runner.dry_run_text(ExperimentSpec.load(exp)).splitlines()[-1].split(": ", 1)[1],
+       "dry_run": plan.dry_run_text(ExperimentSpec.load(exp)).splitlines()[-1].split(": ", 1)[1],
        "tree_sharing": guide.experiment_workload(ExperimentSpec.load(exp)).shared_fraction}
 for bad in ({"kind": "poisson", "batch_size": 3, "context_tokens": 40, "output_tokens": 4},
             {"kind": "fixed_batch", "batch_size": 3, "context_tokens": 40, "output_tokens": 4, "rate": 1.0}):
