@@ -71,7 +71,15 @@ def run_dirs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> 
     """Finished measured-run folders (those holding ``run.parquet``)."""
     root = Path(data_dir) / "runs"
     pattern = f"{experiment or '*'}/*/{RUN_FILE}"
-    return sorted(p.parent for p in root.glob(pattern))
+    return sorted(p.parent for p in root.glob(pattern) if not _in_staging(p, root))
+
+
+def _in_staging(path: Path, root: Path) -> bool:
+    """True for a file under a dot folder: a run still being written (``write_run``'s temporary folder).
+
+    ``Path.glob("*")`` matches dot names, unlike a shell, so every reader of finished runs asks this.
+    """
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
@@ -189,7 +197,8 @@ def clean_partial(exp_dir: str | Path) -> list[Path]:
 
 def finished_run_keys(exp_dir: str | Path) -> set[str]:
     """Keys of runs already stored under ``exp_dir`` (what a resumed sweep skips)."""
-    return {p.parent.name for p in Path(exp_dir).glob(f"*/{RUN_FILE}")}
+    exp_dir = Path(exp_dir)
+    return {p.parent.name for p in exp_dir.glob(f"*/{RUN_FILE}") if not _in_staging(p, exp_dir)}
 
 
 def set_aside_superseded(exp_dir: str | Path, defined: set[str]) -> tuple[list[str], list[str]]:

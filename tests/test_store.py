@@ -107,6 +107,19 @@ def test_write_run_failure_leaves_nothing(data):
     assert not exp.exists() or not any(exp.iterdir())
 
 
+def test_a_run_still_being_written_is_not_finished(data):
+    """write_run fills a dot folder, then renames it: between the two, readers must not see it (pathlib's
+    glob matches dot names; a killed-harness test once counted such a folder as a finished run)."""
+    exp = data / "runs" / "exp"
+    store.write_run(exp, "k1", _row("k1"))
+    staging = exp / ".k2.abcd"
+    staging.mkdir()
+    _row("k2").write_parquet(staging / "run.parquet")
+    assert store.finished_run_keys(exp) == {"k1"}
+    assert store.run_dirs(data, "exp") == [exp / "k1"]
+    assert store.load_runs(data, "exp")["run_id"].to_list() == ["k1"]
+
+
 def test_clean_partial_removes_leftovers(data):
     exp = data / "runs" / "exp"
     (exp / ".k3.abcd").mkdir(parents=True)
