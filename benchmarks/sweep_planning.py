@@ -33,7 +33,7 @@ ASSUMED_GPU_STARTUP_DEFAULT_S = 300.0
 
 def measure_cpu_startup() -> float:
     """One vLLM CPU start -> ready with the engine-agreement benchmark's spec; the server is stopped after."""
-    from engine_agreement import engine_spec
+    from benchmarks.engine_agreement import engine_spec
 
     from kvlab.server import EngineServer
     from kvlab.tinymodel import ensure_tiny_model

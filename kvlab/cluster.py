@@ -81,12 +81,12 @@ def connect(address: str):
 
 
 def resources_for(group: list[RunSpec], resource: str | None = None) -> dict:
-    """Ray task options for one server group: ``tp`` GPUs for an engine kvlab launches on GPU hardware (the
+    """Ray task options for one server group: tp × dp GPUs for an engine kvlab launches on GPU hardware (the
     experiment's ``hardware`` does not start with "CPU"); else one CPU, or one unit of the custom ``resource``
     (so that, e.g., one CPU-engine group runs per node whatever its core count)."""
     run = group[0]
     if not run.engine.external and not run.hardware.strip().upper().startswith("CPU"):
-        return {"num_cpus": 1, "num_gpus": run.engine.tp}
+        return {"num_cpus": 1, "num_gpus": run.engine.gpus}
     if resource:
         return {"num_cpus": 0, "resources": {resource: 1}}
     return {"num_cpus": 1}
@@ -166,15 +166,6 @@ def _publish(exp_dir: Path, key: str, data: bytes, lost: list[dict]) -> Path:
     return exp_dir / key
 
 
-def _record_lost(sw: runner.Sweep, run: RunSpec, lost: list[dict]) -> Path:
-    """Store a run every attempt of which was lost with its node: failed, cause node_lost."""
-    prompts = runner.prompts_for(run, runner._vocab_size(run))  # not sent: the row still says what they share
-    row = runner._run_row(run, prompts, "failed", len(lost), "node_lost", None, None, {},
-                          f"its node was lost in each of {len(lost)} attempt(s)")
-    return store.write_run(sw.exp_dir(run.experiment), run.key, row, None, pl.DataFrame(lost),
-                           spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
-
-
 def sweep(specs: ExperimentSpec | list[ExperimentSpec], address: str = "auto", data_dir: Path = DATA_DIR,
           fresh: bool = False, resource: str | None = None,
           on_run: Callable[[RunSpec, str], None] | None = None) -> runner.SweepResult:
@@ -219,7 +210,7 @@ def _campaign(sw: runner.Sweep, address: str, resource: str | None) -> runner.Sw
             mine = [{"node_id": n, "host": node["host"], "runs": [k for e, k in node["runs"] if e == name],
                      "server_starts": sum(name in s["experiments"] for s in node["servers"])}
                     for n, node in nodes.items()]
-            sw._write_manifest(spec, started, r, ray={"address": address, "nodes": [m for m in mine if m["runs"]]})
+            sw.write_manifest(spec, started, r, ray={"address": address, "nodes": [m for m in mine if m["runs"]]})
     return result
 
 
@@ -267,11 +258,8 @@ def _dispatch(ray, sw: runner.Sweep, groups: list[tuple[str, list[RunSpec]]], re
                 nodes[task["node"]]["runs"].append((exp, key))
                 path = _publish(sw.exp_dir(exp), key, item["tar"], lost.pop((exp, key), []))
                 status = pl.read_parquet(path / store.RUN_FILE)["status"][0]
-                attempts = pl.read_parquet(path / store.ATTEMPTS_FILE).height
-                for r in (result, result.experiments[exp]):
-                    r.attempts += attempts
+                result.tally(run, status, pl.read_parquet(path / store.ATTEMPTS_FILE).height)
                 result.run_dirs.append(path)
-                runner._tally(result, run, status)
                 sw.on_run(run, status)
     except BaseException:  # Ctrl-C, or a task that failed in kvlab's code: no task may run on unobserved
         for n in running:
@@ -305,15 +293,11 @@ def _on_lost(sw: runner.Sweep, task: dict, exc: BaseException, lost: dict[tuple[
     run = left[0]
     history = lost.setdefault((run.experiment, run.key), [])
     detail = f"node {task['node'] or '(not yet known)'} lost: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    history.append(runner._attempt(run, len(history) + 1, Failure("node_lost", detail),
+    history.append(runner.attempt_row(run, len(history) + 1, Failure("node_lost", detail),
                                    time.perf_counter() - task["t0"], None))
     if len(history) >= sw.specs[run.experiment].retry.max_attempts:
-        path = _record_lost(sw, run, lost.pop((run.experiment, run.key)))
-        for r in (result, result.experiments[run.experiment]):
-            r.attempts += len(history)
-        result.run_dirs.append(path)
-        runner._tally(result, run, "failed")
-        sw.on_run(run, "failed")
+        sw.record_unsent(run, "node_lost", lost.pop((run.experiment, run.key)),
+                         f"its node was lost in each of {len(history)} attempt(s)", result)
         left = left[1:]
     if left:
         submit(left)

@@ -72,6 +72,15 @@ class SweepResult:
     superseded: int = 0  # finished runs of an earlier version of the experiment, moved to superseded/
     experiments: dict[str, SweepResult] = field(default_factory=dict)
 
+    def tally(self, run: RunSpec, status: str, attempts: int = 0) -> None:
+        """Count a stored run (and ``attempts`` more attempts) in these totals and in its experiment's."""
+        for r in (self, self.experiments[run.experiment]):
+            r.attempts += attempts
+            if status == "ok":
+                r.ok += 1
+            else:
+                r.failed += 1
+
 
 def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
     """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
@@ -140,13 +149,13 @@ def _served_name(run: RunSpec) -> str:
     return run.engine.served_name
 
 
-def _vocab_size(run: RunSpec) -> int:
+def vocab_size(run: RunSpec) -> int:
     cfg = run.engine.local_config()
     # A hub model on a GPU host: ids below 1000 exist in every tokenizer kvlab targets.
     return int(cfg["vocab_size"]) if cfg else 1000
 
 
-def _run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cause: str | None,
+def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cause: str | None,
              version: str | None, batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records."""
     e, w = run.engine, run.workload
@@ -154,7 +163,7 @@ def _run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, ca
     row = {
         "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
         "gpu_count": host.gpu_count(), "model": e.served_model_name or Path(e.model).name, "engine": e.name,
-        "engine_version": version, "tp": e.tp, "dcp": e.dcp, "mem_util": e.mem_util,
+        "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp, "mem_util": e.mem_util,
         "prefix_caching": e.prefix_caching, "context_label": run.context_label,
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
@@ -175,7 +184,8 @@ def _run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, ca
     return pl.DataFrame([row])
 
 
-def _attempt(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:
+def attempt_row(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:
+    """One row of a run's ATTEMPTS table: attempt ``n`` (1-based), ok or failed with ``failure``'s cause."""
     return {
         "run_id": run.key, "attempt": n, "status": "failed" if failure else "ok",
         "failure_cause": failure.cause if failure else None, "detail": failure.detail if failure else None,
@@ -323,7 +333,7 @@ class Sweep:
             result.attempts += 1
             result.experiments[run.experiment].attempts += 1
             retrying = failure is not None and failure.cause in retry.retry_on and n < retry.max_attempts
-            attempts.append(_attempt(run, n, failure, elapsed, retry.backoff(n) if retrying else None))
+            attempts.append(attempt_row(run, n, failure, elapsed, retry.backoff(n) if retrying else None))
             if server is not None and failure is not None and failure.cause != "http_error":
                 server.stop()  # a crashed or hung engine serves no further run: the next one starts a new server
                 server = None
@@ -331,7 +341,7 @@ class Sweep:
                 break
             self.sleep(retry.backoff(n))
         status = "ok" if failure is None else "failed"
-        row = _run_row(run, prompts, status, len(attempts), failure.cause if failure else
+        row = run_row(run, prompts, status, len(attempts), failure.cause if failure else
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes))
         requests = request_rows(batch.records, run.key) if batch else None
@@ -341,7 +351,7 @@ class Sweep:
                                spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
                                                                    "argv": self.servers[-1]["argv"] if self.servers else None},
                                files=files)
-        _tally(result, run, status)
+        result.tally(run, status)
         self.on_run(run, status)
         # a run killed mid-way also leaves server None: only start failures stop the group's relaunches
         never_started = server is None and all(start_failed) and all(
@@ -351,11 +361,18 @@ class Sweep:
     def _record_not_started(self, run: RunSpec, start: dict, result: SweepResult) -> Path:
         note = (f"not launched: the same server configuration failed to start in every attempt of run "
                 f"{start['source_run']} ({start['failure_cause']})")
-        prompts = prompts_for(run, _vocab_size(run))  # not sent: the row still says what they share
-        row = _run_row(run, prompts, "failed", 0, start["failure_cause"], None, None, {}, note)
-        path = store.write_run(self.exp_dir(run.experiment), run.key, row, None, None,
+        return self.record_unsent(run, start["failure_cause"], [], note, result)
+
+    def record_unsent(self, run: RunSpec, cause: str, attempts: list[dict], note: str, result: SweepResult) -> Path:
+        """Store ``run`` failed with ``cause`` without having sent it (its server never started, or its node
+        was lost in every attempt); ``attempts`` (ATTEMPTS rows, may be empty) are stored and counted."""
+        prompts = prompts_for(run, vocab_size(run))  # not sent: the row still says what they share
+        row = run_row(run, prompts, "failed", len(attempts), cause, None, None, {}, note)
+        path = store.write_run(self.exp_dir(run.experiment), run.key, row, None,
+                               pl.DataFrame(attempts) if attempts else None,
                                spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
-        _tally(result, run, "failed")
+        result.tally(run, "failed", len(attempts))
+        result.run_dirs.append(path)
         self.on_run(run, "failed")
         return path
 
@@ -426,16 +443,16 @@ class Sweep:
             log_dir = Path(tmp)
             try:
                 for _, group in by_server(todo):
-                    vocab = _vocab_size(group[0])
+                    vocab = vocab_size(group[0])
                     server, start_failure = None, None
                     try:
                         for run in group:
                             if start_failure is not None:
                                 # Same argv, same failure: record it instead of relaunching max_attempts times.
-                                path = self._record_not_started(run, start_failure, result)
+                                self._record_not_started(run, start_failure, result)
                             else:
                                 server, path, start_failure = self._run_one(run, server, log_dir, vocab, result)
-                            result.run_dirs.append(path)
+                                result.run_dirs.append(path)
                     finally:
                         if server is not None:
                             server.stop()
@@ -443,7 +460,7 @@ class Sweep:
                 result.wall_s = time.perf_counter() - t0
                 for name, spec in self.specs.items():
                     result.experiments[name].server_starts = sum(name in srv["experiments"] for srv in self.servers)
-                    self._write_manifest(spec, started, result.experiments[name])
+                    self.write_manifest(spec, started, result.experiments[name])
         return result
 
     def release(self) -> None:
@@ -452,7 +469,7 @@ class Sweep:
             os.close(fd)
         self._locks.clear()
 
-    def _write_manifest(self, spec: ExperimentSpec, started: str, result: SweepResult, **extra) -> None:
+    def write_manifest(self, spec: ExperimentSpec, started: str, result: SweepResult, **extra) -> None:
         """Append this sweep to the experiment's manifest: host, counts, and the servers its runs used
         (a server shared with other experiments lists them all under ``experiments``); ``extra``: more
         fields of this sweep's entry (a cluster sweep's nodes)."""
@@ -508,15 +525,6 @@ def _lock(exp_dir: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(me).encode(), 0)
     return fd
-
-
-def _tally(result: SweepResult, run: RunSpec, status: str) -> None:
-    """Count a finished run in the sweep's totals and in its experiment's."""
-    for r in (result, result.experiments[run.experiment]):
-        if status == "ok":
-            r.ok += 1
-        else:
-            r.failed += 1
 
 
 def sweep(specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,

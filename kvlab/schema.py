@@ -113,6 +113,7 @@ RUNS = Table(
         _c("engine_version", Str, "engine version reported by the server"),
         _c("tp", Int, "tensor-parallel size"),
         _c("dcp", Int, "decode-context-parallel size (1 = off)"),
+        _c("dp", Int, "data-parallel size: engine replicas behind one server (1 = off)"),
         _c("mem_util", Float, "memory-utilisation setting (vLLM gpu-memory-utilization, SGLang mem-fraction-static)"),
         _c("prefix_caching", pl.Boolean(), "prefix / radix cache enabled"),
         _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),

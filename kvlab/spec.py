@@ -26,7 +26,7 @@ KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeou
 #: at that value they are left out of RunSpec.key, so runs measured before they existed keep their
 #: keys (a sweep resumes instead of re-running them). Any other value is part of the key.
 KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
-    "engine": {"report_cached_tokens": True, "reasoning_parser": None, "url": None},
+    "engine": {"report_cached_tokens": True, "reasoning_parser": None, "url": None, "dp": 1},
     "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
                  "reasoning_questions": None},
 }

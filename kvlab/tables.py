@@ -24,6 +24,7 @@ LABELS = {
     "mem_util": "memory utilisation",
     "dcp": "DCP size",
     "tp": "TP size",
+    "dp": "DP size",
     "gpu_count": "GPUs",
     "n_runs": "runs",
     "runs_ok": "runs succeeded",

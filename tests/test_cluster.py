@@ -80,6 +80,9 @@ def test_groups_ask_for_gpus_on_gpu_hardware_and_cpus_or_a_resource_on_cpu():
     gpu = plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / "b300_long_context.yaml")))
     cpu = plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")))
     assert {tuple(sorted(cluster.resources_for(g).items())) for _, g in gpu} == {(("num_cpus", 1), ("num_gpus", 8))}
+    run = gpu[0][1][0]
+    two_replicas = run.model_copy(update={"engine": run.engine.model_copy(update={"dp": 2})})
+    assert cluster.resources_for([two_replicas]) == {"num_cpus": 1, "num_gpus": 16}  # tp × dp
     assert cluster.resources_for(cpu[0][1]) == {"num_cpus": 1}
     assert cluster.resources_for(cpu[0][1], RESOURCE) == {"num_cpus": 0, "resources": {RESOURCE: 1}}
 

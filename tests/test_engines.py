@@ -18,12 +18,12 @@ def _spec(name, **kw):
 
 
 def _variants(name: str) -> list[EngineSpec]:
-    """Every flag kvlab can emit, combined: tp/dcp, memory, caching, eager, names, extra args."""
+    """Every flag kvlab can emit, combined: tp/dcp/dp, memory, caching, eager, names, extra args."""
     out = []
     for tp, dcp, caching, eager in itertools.product((1, 8), (1, 8), (True, False), (True, False)):
         if tp % dcp:
             continue
-        kw = dict(tp=tp, dcp=dcp, mem_util=0.95, prefix_caching=caching, max_model_len=204800,
+        kw = dict(tp=tp, dcp=dcp, dp=2 if caching == eager else 1, mem_util=0.95, prefix_caching=caching, max_model_len=204800,
                   trust_remote_code=eager, served_model_name="kimi" if eager else None,
                   report_cached_tokens=caching != eager,
                   reasoning_parser=({"vllm": "deepseek_r1"}.get(name, "deepseek-r1") if eager else None))
@@ -56,26 +56,29 @@ def test_every_argv_parses_with_the_engines_own_parser(engine, request):
 
 def test_vllm_command():
     a = get_adapter("vllm")
-    s = _spec("vllm", tp=8, dcp=8, mem_util=0.92, prefix_caching=False, kv_cache_bytes=1024, enforce_eager=True,
-              served_model_name="k")
+    s = _spec("vllm", tp=8, dcp=8, dp=2, mem_util=0.92, prefix_caching=False, kv_cache_bytes=1024,
+              enforce_eager=True, served_model_name="k")
     cmd = a.command(s, 1234)
     assert cmd[:3] == [str(ROOT / ".engines/vllm/bin/python"), "-m", "vllm.entrypoints.openai.api_server"]
     joined = " ".join(cmd)
-    for part in ("--tensor-parallel-size 8", "--decode-context-parallel-size 8", "--gpu-memory-utilization 0.92",
+    for part in ("--tensor-parallel-size 8", "--decode-context-parallel-size 8", "--data-parallel-size 2",
+                 "--gpu-memory-utilization 0.92",
                  "--max-model-len 8192", "--no-enable-prefix-caching", "--kv-cache-memory-bytes 1024",
                  "--enforce-eager", "--served-model-name k", "--port 1234", "--host 127.0.0.1"):
         assert part in joined
-    assert "--decode-context-parallel-size" not in " ".join(a.command(_spec("vllm", tp=8), 1))
+    assert s.gpus == 16
+    plain = " ".join(a.command(_spec("vllm", tp=8), 1))
+    assert "--decode-context-parallel-size" not in plain and "--data-parallel-size" not in plain
 
 
 def test_sglang_command_and_prefix():
     a = get_adapter("sglang")
     s = _spec("sglang", launch=["conda", "run", "--no-capture-output", "-n", "sglang", "python"], tp=8, dcp=8,
-              mem_util=0.95, prefix_caching=False)
+              dp=2, mem_util=0.95, prefix_caching=False)
     cmd = a.command(s, 30000)
     assert cmd[:8] == ["conda", "run", "--no-capture-output", "-n", "sglang", "python", "-m", "sglang.launch_server"]
     joined = " ".join(cmd)
-    for part in ("--model-path org/model", "--tp-size 8", "--dcp-size 8", "--mem-fraction-static 0.95",
+    for part in ("--model-path org/model", "--tp-size 8", "--dcp-size 8", "--dp-size 2", "--mem-fraction-static 0.95",
                  "--context-length 8192", "--disable-radix-cache", "--enable-metrics", "--enable-cache-report"):
         assert part in joined
 

@@ -50,6 +50,8 @@ class SGLangAdapter(EngineAdapter):
         ]
         if spec.dcp > 1:
             args += ["--dcp-size", str(spec.dcp)]
+        if spec.dp > 1:
+            args += ["--dp-size", str(spec.dp)]
         args += [
             "--mem-fraction-static", f"{spec.mem_util:g}",
             "--context-length", str(spec.max_model_len),

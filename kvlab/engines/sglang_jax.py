@@ -66,6 +66,8 @@ class SGLangJaxAdapter(SGLangAdapter):
             "--mem-fraction-static", f"{spec.mem_util:g}",
             "--context-length", str(spec.max_model_len),
         ]
+        if spec.dp > 1:
+            args += ["--dp-size", str(spec.dp)]
         if spec.kv_cache_bytes is not None:
             args += ["--max-total-tokens", str(self.kv_budget_tokens(spec))]
         if spec.report_cached_tokens:

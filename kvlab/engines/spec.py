@@ -54,6 +54,11 @@ class EngineSpec(BaseModel):
     served_model_name: str | None = Field(None, description="name the server exposes (default: the model string)")
     tp: int = Field(1, ge=1, description="tensor-parallel size")
     dcp: int = Field(1, ge=1, description="decode-context-parallel size; must divide tp (1 = off)")
+    dp: int = Field(
+        1, ge=1,
+        description="data-parallel size: engine replicas behind the one server, each over tp GPUs "
+        "(vLLM --data-parallel-size, SGLang --dp-size; 1 = off); the server uses tp × dp GPUs",
+    )
     mem_util: float = Field(
         0.9, gt=0, le=1,
         description="vLLM --gpu-memory-utilization (on the CPU build: fraction of host memory reserved) / "
@@ -113,6 +118,11 @@ class EngineSpec(BaseModel):
                 f"engine '{self.name}' has no such flag"
             )
         return self
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one server of this spec uses on a GPU host: tp × dp."""
+        return self.tp * self.dp
 
     @property
     def model_arg(self) -> str:

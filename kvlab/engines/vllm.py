@@ -53,6 +53,8 @@ class VLLMAdapter(EngineAdapter):
         ]
         if spec.dcp > 1:
             args += ["--decode-context-parallel-size", str(spec.dcp)]
+        if spec.dp > 1:
+            args += ["--data-parallel-size", str(spec.dp)]
         args += ["--gpu-memory-utilization", f"{spec.mem_util:g}", "--max-model-len", str(spec.max_model_len)]
         if not spec.prefix_caching:
             args.append("--no-enable-prefix-caching")
