@@ -80,7 +80,8 @@ test-cluster: install engines ## the Ray cluster tests (installs kvlab[cluster];
 lab: install ## open the notebooks in JupyterLab
 	$(BIN)/jupyter lab notebooks/
 
-bench: install engines ## run the benchmarks and print their table
+bench: install engines ## run the benchmarks and print their table (installs kvlab[cluster] for the Ray sweep's)
+	$(BIN)/pip install -q -e '.[cluster]'
 	$(BIN)/python -m benchmarks.run_all
 
 clean: ## remove generated reports (keeps data and environments)

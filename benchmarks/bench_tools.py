@@ -170,6 +170,66 @@ def read_result(path: Path) -> tuple[list[Row], dict]:
     return [Row(**r) for r in data["rows"]], data.get("raw", {})
 
 
+# ----------------------------------------------------------------------------- a local Ray cluster
+
+RAY_NODE_RESOURCE = "kvlab_node"  # one unit per node: one server group per node at a time
+
+
+def _ray_node_args(**kwargs) -> dict:
+    return {"object_store_memory": 80 * 2**20, "metrics_agent_port": free_port(),
+            "metrics_export_port": free_port(), "dashboard_agent_listen_port": free_port(),
+            "runtime_env_agent_port": free_port(), **kwargs}
+
+
+@contextlib.contextmanager
+def _raylet_told_its_agent_port():
+    """Every node's agent ports are fixed (``_ray_node_args``) and each raylet is told its dashboard agent's,
+    which Ray's Python launcher leaves out: otherwise the raylet waits for the agent (a Python process importing
+    Ray) to write it to a file and aborts after 15 s, which a loaded 2-core machine often exceeds."""
+    import re
+
+    from ray._private import services
+
+    real = services.start_ray_process
+
+    def start(command, process_type, *args, **kwargs):
+        if process_type == "raylet":
+            agent = next((c for c in command if c.startswith("--dashboard_agent_command=")), "")
+            if m := re.search(r"--listen-port=(\d+)", agent):
+                command = [*command, f"--dashboard_agent_listen_port={m.group(1)}"]
+        return real(command, process_type, *args, **kwargs)
+
+    services.start_ray_process = start
+    try:
+        yield
+    finally:
+        services.start_ray_process = real
+
+
+@contextlib.contextmanager
+def ray_local_cluster(nodes: int = 2, resource: str = RAY_NODE_RESOURCE):
+    """A Ray cluster on this host standing for ``nodes`` machines: a head that runs nothing and ``nodes`` nodes
+    with one CPU and one ``resource`` each; this process is connected to it. Yields Ray's ``Cluster``."""
+    import ray  # kvlab[cluster]
+    from ray.cluster_utils import Cluster
+
+    with _raylet_told_its_agent_port():
+        c = Cluster(initialize_head=True, head_node_args=_ray_node_args(num_cpus=0, include_dashboard=False))
+        try:
+            for _ in range(nodes):
+                c.add_node(**_ray_node_args(num_cpus=1, resources={resource: 1}))
+        except BaseException:
+            c.shutdown()
+            raise
+    try:
+        ray.init(address=c.address, log_to_driver=False)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
 # ----------------------------------------------------------------------------- processes
 
 

@@ -30,6 +30,34 @@ SECTION = "3 sweep planning"
 ASSUMED_GPU_STARTUP_S = {"b300_long_context": 900.0}
 ASSUMED_GPU_STARTUP_DEFAULT_S = 300.0
 
+#: A Ray campaign's nodes (kvlab sweep --ray): GPUs per node and the node counts planned for.
+GPUS_PER_NODE = 8
+NODE_COUNTS = (1, 2, 4)
+
+
+def startup_on_nodes(group_gpus: list[int], startup_s: float, nodes: int,
+                     gpus_per_node: int = GPUS_PER_NODE) -> float | None:
+    """Start-up share of a Ray campaign: every server group (``group_gpus``: the GPUs it asks for, tp × dp) is
+    submitted at once, and whenever GPUs free up each waiting group that fits on one node starts there, in
+    submission order (as Ray's scheduler places tasks that fit), holding its GPUs for one start-up. The measured
+    batches add to this. None when a group needs more GPUs than one node has (kvlab refuses it)."""
+    if any(g > gpus_per_node for g in group_gpus):
+        return None
+    free = [gpus_per_node] * nodes
+    waiting, running, now = list(group_gpus), [], 0.0  # running: (ends at, node, GPUs)
+    while waiting or running:
+        for g in list(waiting):
+            node = next((n for n in range(nodes) if free[n] >= g), None)
+            if node is not None:
+                free[node] -= g
+                running.append((now + startup_s, node, g))
+                waiting.remove(g)
+        now = min(end for end, _, _ in running)  # the next start-up to finish frees its GPUs
+        for item in [r for r in running if r[0] == now]:
+            running.remove(item)
+            free[item[1]] += item[2]
+    return now
+
 
 def measure_cpu_startup() -> float:
     """One vLLM CPU start -> ready with the engine-agreement benchmark's spec; the server is stopped after."""
@@ -55,10 +83,13 @@ def plan_all(startup_s: float) -> list[dict]:
         groups = plan.by_server(runs)
         cpu = "cpu" in spec.hardware.lower()
         per_start = startup_s if cpu else ASSUMED_GPU_STARTUP_S.get(spec.name, ASSUMED_GPU_STARTUP_DEFAULT_S)
+        gpus = [g[0].engine.gpus for _, g in groups]
         out.append({
             "experiment": spec.name, "hardware": spec.hardware, "runs": len(runs), "server_starts": len(groups),
             "startup_s": per_start, "startup_source": "measured (vLLM CPU, this machine)" if cpu else "assumed",
             "saved_s": (len(runs) - len(groups)) * per_start,
+            "group_gpus": gpus,
+            "on_nodes_s": {} if cpu else {n: startup_on_nodes(gpus, per_start, n) for n in NODE_COUNTS},
         })
     return out
 
@@ -73,6 +104,21 @@ def summarise(raw: dict) -> list[Row]:
             note=f"({e['runs']} - {e['server_starts']}) × {e['startup_s']:.0f} s start-up, {e['startup_source']}; "
                  f"{e['hardware']}",
         ))
+    for e in raw["plans"]:
+        if not e["on_nodes_s"]:
+            continue
+        times = {int(n): s for n, s in e["on_nodes_s"].items()}
+        if all(s is None for s in times.values()):
+            rows.append(Row(SECTION, f"{e['experiment']} over a Ray cluster", "refused", "",
+                            note=f"a server group needs {max(e['group_gpus'])} GPUs, more than one "
+                                 f"{GPUS_PER_NODE}-GPU node: kvlab sweep --ray refuses it before dispatch"))
+            continue
+        rows.append(Row(
+            SECTION, f"{e['experiment']}: start-up share on {', '.join(str(n) for n in times)} "
+                     f"{GPUS_PER_NODE}-GPU nodes", " / ".join(f"{s / 60:.0f}" for s in times.values()), "min",
+            note=f"{len(e['group_gpus'])} server groups of {', '.join(sorted({str(g) for g in e['group_gpus']}))} "
+                 f"GPUs, {e['startup_s'] / 60:.0f} min assumed per start, side by side where GPUs allow "
+                 "(modelled; measured batches add to it)"))
     kinds = (("measured", "CPU experiments (measured start-up)"), ("assumed", "GPU experiments (assumed start-up)"))
     for kind, label in kinds:
         plans = [e for e in raw["plans"] if (e["startup_source"] == "assumed") == (kind == "assumed")]

@@ -92,6 +92,31 @@ def resources_for(group: list[RunSpec], resource: str | None = None) -> dict:
     return {"num_cpus": 1}
 
 
+def check_capacity(nodes: list[dict], groups: list[tuple[str, list[RunSpec]]], resource: str | None = None) -> None:
+    """ClusterError naming the first server group that no single live node can hold (``nodes`` as ``ray.nodes()``
+    gives them): a Ray task runs on one node, so such a group would wait forever. Checked against the nodes
+    present at dispatch (on an autoscaling cluster, start the nodes first)."""
+    alive = [n.get("Resources") or {} for n in nodes if n.get("Alive")]
+    for _, group in groups:
+        need = resources_for(group, resource)
+        demand = {k: v for k, v in {"GPU": need.get("num_gpus", 0), "CPU": need.get("num_cpus", 0),
+                                    **need.get("resources", {})}.items() if v}
+        if any(all(res.get(k, 0) >= v for k, v in demand.items()) for res in alive):
+            continue
+        run = group[0]
+        has = max(({k: res.get(k, 0) for k in demand} for res in alive), default={},
+                  key=lambda r: tuple(r.values()))
+        raise ClusterError(
+            f"{run.experiment}: the {run.engine_label} server group ({len(group)} run(s)) needs "
+            f"{_amounts(demand)} on one node, and no node of the cluster has that "
+            f"({len(alive)} live node(s), the largest {_amounts(has) or 'nothing'}); nothing was dispatched. "
+            "A server spanning nodes is started outside kvlab and given as the engine's url.")
+
+
+def _amounts(resources: dict) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in resources.items())
+
+
 # --------------------------------------------------------------------------- on a node
 
 
@@ -217,6 +242,7 @@ def _campaign(sw: runner.Sweep, address: str, resource: str | None) -> runner.Sw
 def _dispatch(ray, sw: runner.Sweep, groups: list[tuple[str, list[RunSpec]]], resource: str | None,
               result: runner.SweepResult, nodes: dict[str, dict]) -> None:
     """Run the groups as Ray tasks until every run is stored (or Ctrl-C cancels them all)."""
+    check_capacity(ray.nodes(), groups, resource)
     remote = ray.remote(num_returns="streaming", max_retries=0)(run_group)
     specs = list(sw.specs.values())
     events: queue.Queue = queue.Queue()

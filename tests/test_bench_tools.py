@@ -163,8 +163,8 @@ def test_driver_measures_ttft_error_through_the_timing_hook():
     assert len(out["ttft_error_ms"]) == 4 and all(0 <= e < 1000 for e in out["ttft_error_ms"])
 
 
-@pytest.mark.parametrize("name", ["run_all", "bench_tools", "client_overhead", "engine_agreement", "sweep_planning",
-                                  "report_build", "analysis_scale", "drivers.kvlab_driver"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in bt.BENCH_DIR.glob("*.py") if p.stem != "__init__")
+                         + ["drivers.kvlab_driver"])
 def test_every_benchmark_imports_as_a_module_of_the_package(name):
     module = importlib.import_module(f"benchmarks.{name}")
     assert module.__name__ == f"benchmarks.{name}"
@@ -181,3 +181,13 @@ def test_the_vllm_driver_imports_in_the_engine_venv(engine_python):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "benchmarks.drivers.vllm_driver"
+
+
+def test_ray_campaign_startup_runs_groups_side_by_side_where_gpus_allow():
+    from benchmarks.sweep_planning import startup_on_nodes
+
+    assert [startup_on_nodes([8] * 4, 900, n) for n in (1, 2, 4, 8)] == [3600, 1800, 900, 900]
+    assert startup_on_nodes([4, 4], 300, 1) == startup_on_nodes([1] * 8, 300, 1) == 300
+    assert startup_on_nodes([8, 4, 4], 300, 1) == 600 and startup_on_nodes([4, 8, 4], 300, 1) == 600
+    assert startup_on_nodes([1] * 9, 300, 1) == 600
+    assert startup_on_nodes([16], 300, 4) is None  # no node holds it: kvlab refuses it

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import re
 import signal
 import socket
 import subprocess
@@ -18,12 +17,13 @@ import polars as pl
 import psutil
 import pytest
 
+from benchmarks import bench_tools as bt
 from kvlab import cluster, plan, runner, store
 from kvlab.paths import ROOT
 from kvlab.spec import ExperimentSpec, expand
 from test_runner import engine_processes, tag_of, write_spec
 
-RESOURCE = "kvlab_node"  # one unit per node: one server group per node at a time
+RESOURCE = bt.RAY_NODE_RESOURCE  # one unit per node: one server group per node at a time
 
 
 # ----------------------------------------------------------------------------- without Ray
@@ -87,55 +87,31 @@ def test_groups_ask_for_gpus_on_gpu_hardware_and_cpus_or_a_resource_on_cpu():
     assert cluster.resources_for(cpu[0][1], RESOURCE) == {"num_cpus": 0, "resources": {RESOURCE: 1}}
 
 
+def test_a_group_no_node_can_hold_is_refused_before_dispatch():
+    """R1 at TP8 × DP2 needs 16 GPUs in one Ray task: on 8-GPU nodes it would wait forever."""
+    from kvlab.paths import EXPERIMENTS_DIR
+
+    groups = plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / "gpu_reasoning_r1.yaml")))
+    eight = {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0}}
+    with pytest.raises(cluster.ClusterError, match=r"gpu_reasoning_r1: the sglang server group \(4 run\(s\)\) needs "
+                       r"16 GPU, 1 CPU on one node, and no node of the cluster has that \(2 live node\(s\), "
+                       r"the largest 8 GPU, 64 CPU\)"):
+        cluster.check_capacity([eight, eight, {"Alive": False, "Resources": {"GPU": 16.0, "CPU": 8.0}}], groups)
+    cluster.check_capacity([eight, {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 16.0}}], groups)  # fits
+    cpu = plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")))
+    with pytest.raises(cluster.ClusterError, match=f"needs 1 {RESOURCE} on one node"):
+        cluster.check_capacity([{"Alive": True, "Resources": {"CPU": 2.0}}], cpu, RESOURCE)
+
+
 # ----------------------------------------------------------------------------- a real local cluster
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _node_args(**kwargs) -> dict:
-    return {"object_store_memory": 80 * 2**20, "metrics_agent_port": _free_port(),
-            "metrics_export_port": _free_port(), "dashboard_agent_listen_port": _free_port(),
-            "runtime_env_agent_port": _free_port(), **kwargs}
-
-
-def _raylet_told_its_agent_port(monkeypatch) -> None:
-    """Every node's agent ports are fixed (``_node_args``) and each raylet is told its dashboard agent's, which
-    Ray's Python launcher leaves out: otherwise the raylet waits for the agent (a Python process importing Ray)
-    to write it to a file and aborts after 15 s, which a loaded 2-core machine often exceeds."""
-    from ray._private import services
-
-    real = services.start_ray_process
-
-    def start(command, process_type, *args, **kwargs):
-        if process_type == "raylet":
-            agent = next((c for c in command if c.startswith("--dashboard_agent_command=")), "")
-            if m := re.search(r"--listen-port=(\d+)", agent):
-                command = [*command, f"--dashboard_agent_listen_port={m.group(1)}"]
-        return real(command, process_type, *args, **kwargs)
-
-    monkeypatch.setattr(services, "start_ray_process", start)
 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A head node that runs nothing and two worker nodes with one CPU and one `kvlab_node` each."""
-    import ray  # make test-cluster installs it; a missing Ray fails these tests, never skips them
-    from ray.cluster_utils import Cluster
-
-    with pytest.MonkeyPatch.context() as mp:
-        _raylet_told_its_agent_port(mp)
-        c = Cluster(initialize_head=True, head_node_args=_node_args(num_cpus=0, include_dashboard=False))
-        for _ in range(2):
-            c.add_node(**_node_args(num_cpus=1, resources={RESOURCE: 1}))
-    ray.init(address=c.address, log_to_driver=False)
-    c.wait_for_nodes()
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    """A head node that runs nothing and two worker nodes with one CPU and one `kvlab_node` each (make
+    test-cluster installs Ray; a missing Ray fails these tests, never skips them)."""
+    with bt.ray_local_cluster(2, RESOURCE) as c:
+        yield c
 
 
 def _folders(data_dir: Path, name: str) -> dict[str, list[str]]:
@@ -249,8 +225,10 @@ def test_a_killed_driver_leaves_no_engine_and_its_resume_redoes_nothing(tmp_path
 @pytest.mark.cluster
 @pytest.mark.engine
 def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_cluster, engine_python, tiny_model):
-    """Last in this file: it removes a node from the module's cluster."""
-    path = write_spec(tmp_path, "lost", repeats=2, workload={"batch_size": 2, "context_tokens": 256, "output_tokens": 8},
+    """Last in this file: it removes a node from the module's cluster. The runs are long enough (800 output tokens)
+    that the group's second run is still in flight when the node goes (with 8 it once finished first)."""
+    path = write_spec(tmp_path, "lost", repeats=2,
+                      workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 800},
                       retry={"max_attempts": 2, "retry_on": []})
     tag = tag_of(path)
     removed: list = []
@@ -276,3 +254,4 @@ def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_clust
     nodes = json.loads((tmp_path / "runs" / "lost" / "manifest.json").read_text())["sweeps"][-1]["ray"]["nodes"]
     assert len(nodes) == 2 and [len(n["runs"]) for n in nodes] == [1, 1]
     assert not engine_processes(tag), "an engine outlived its lost node"
+

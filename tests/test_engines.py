@@ -211,3 +211,12 @@ def test_every_engine_name_has_its_adapter():
     assert list(ENGINE_LABELS) == ["vllm", "sglang", "sglang-jax"]
     with pytest.raises(ValueError, match="name"):
         EngineSpec(name="tgi", launch=["python"], model="org/model", max_model_len=64)
+
+
+def test_data_parallel_is_given_once():
+    assert _spec("sglang", tp=8, dp=2).gpus == 16
+    for flags in (["--dp-size", "2"], ["--data-parallel-size=2"], ["-dp", "2"]):
+        with pytest.raises(ValueError, match=r"dp \(2\) and a data-parallel flag in extra_args"):
+            _spec("vllm", dp=2, extra_args=flags)
+    # DP attention inside the TP ranks (SGLang's --enable-dp-attention) is not replicas: allowed with dp 1
+    assert _spec("sglang", tp=8, extra_args=["--dp-size", "2", "--enable-dp-attention"]).gpus == 8

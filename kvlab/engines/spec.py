@@ -110,6 +110,9 @@ class EngineSpec(BaseModel):
         if any(a == "--api-key" or a.startswith("--api-key=") for a in self.extra_args):
             raise ValueError("extra_args: give the API key through api_key_env (kvlab never stores it), "
                              "not --api-key")
+        dp_flags = ("--dp-size", "--dp", "--data-parallel-size", "-dp")
+        if self.dp > 1 and any(a in dp_flags or a.split("=")[0] in dp_flags for a in self.extra_args):
+            raise ValueError(f"dp ({self.dp}) and a data-parallel flag in extra_args: give it once, as dp")
         if self.tp % self.dcp:
             raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
         if self.kv_cache_bytes is not None and self.name not in KV_BUDGET_ENGINES:
