@@ -3,9 +3,10 @@ node, and whether both result stores hold the same runs, keys and files.
 
 A local Ray cluster stands for the nodes (``bench_tools.ray_local_cluster``): a head that runs nothing and two
 nodes with one CPU and one ``kvlab_node`` each, so one server group runs per node at a time. The experiment has
-two server groups (prefix caching on and off) of real vLLM CPU servers serving the tiny model; both "nodes"
-share this machine's cores, so the gain of running the groups side by side is bounded by the cores, not by the
-nodes. The cluster's own start is timed apart and not counted in the Ray sweep's wall time.
+two server groups of real vLLM CPU servers serving the tiny model, each engine pinned to its own core
+(``taskset``, where the machine has one to spare), so that each group has a core as it would a node, in both
+sweeps: the local sweep runs the groups one after the other, the Ray sweep side by side. The runner and Ray's
+own processes are not pinned. The cluster's own start is timed apart and not counted in the Ray sweep's time.
 
     .venv/bin/python -m benchmarks.cluster_sweep [--quick]
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -37,7 +40,11 @@ NODES = 2
 
 
 def experiment(folder: Path, tag: str, repeats: int) -> Path:
-    """Two server groups (prefix caching on, off) of ``repeats`` runs each: 2 requests of 256 tokens."""
+    """Two server groups (each engine on its own core) of ``repeats`` runs each: 2 requests of 256 tokens."""
+    python = ".engines/vllm/bin/python"
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    launches = ([["taskset", "-c", str(c), python] for c in cores] if len(cores) == 2 and shutil.which("taskset")
+                else None)
     spec = {
         "name": EXPERIMENT, "hardware": "CPU (benchmark)", "scale_factor": 1,
         "engines": {"vllm": {
@@ -45,7 +52,8 @@ def experiment(folder: Path, tag: str, repeats: int) -> Path:
             "served_model_name": tag, "max_model_len": 2048, "enforce_eager": True, "kv_cache_bytes": 64 * 2**20,
             "dev_mode": True, "startup_timeout_s": 300}},
         "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 256, "output_tokens": 32},
-        "matrix": {"engine.prefix_caching": [True, False]}, "repeats": repeats, "warmup": True,
+        "matrix": {"engine.launch": launches} if launches else {"engine.prefix_caching": [True, False]},
+        "repeats": repeats, "warmup": True,
         "retry": {"max_attempts": 1, "retry_on": []},
     }
     path = folder / f"{EXPERIMENT}.yaml"
@@ -93,6 +101,8 @@ def measure(repeats: int) -> dict:
             store.load_runs(tmp / "local").sort("run_id").select(cols))
         return {
             "host": host_note(), "repeats": repeats, "runs": len(folders(tmp / "local")),
+            "pinning": ("each engine on its own core" if "engine.launch" in spec.matrix
+                        else "engines not pinned (no taskset or fewer than 2 cores)"),
             "local": {"wall_s": local.wall_s, "ok": local.ok, "failed": local.failed,
                       "server_starts": local.server_starts},
             "ray": {"wall_s": ray.wall_s, "ok": ray.ok, "failed": ray.failed, "server_starts": ray.server_starts,
@@ -108,7 +118,7 @@ def summarise(raw: dict) -> list[Row]:
         return [Row(SECTION, "sweep over a local Ray cluster", "not run", note=raw["missing"])]
     local, ray = raw["local"], raw["ray"]
     where = (f"{raw['runs']} runs in 2 server groups (vLLM CPU, tiny model, 2 × 256-token requests, 32 output "
-             f"tokens); {raw['host']}")
+             f"tokens), {raw['pinning']}; {raw['host']}")
     per_node = "; ".join(f"node {i + 1}: {n['runs']} runs, {n['server_starts']} start(s)"
                          for i, n in enumerate(ray["nodes"]))
     return [
@@ -118,7 +128,7 @@ def summarise(raw: dict) -> list[Row]:
             note=f"{ray['server_starts']} server starts, {ray['ok']} ok / {ray['failed']} failed; {per_node}; "
                  f"the cluster's start ({ray['cluster_start_s']:.0f} s) not included"),
         Row(SECTION, "local / Ray wall time", local["wall_s"] / ray["wall_s"], "×",
-            note="both nodes share this machine's cores: the side-by-side gain is bounded by the cores"),
+            note="2 groups side by side against one after the other; the runner, Ray and the OS share the cores"),
         Row(SECTION, "same run keys, files and token counts as the local sweep",
             "yes" if raw["same_keys_and_files"] and raw["same_rows"] else "no", "",
             target="yes", met=raw["same_keys_and_files"] and raw["same_rows"],
