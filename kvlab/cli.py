@@ -76,6 +76,10 @@ def sweep(
              "here), ray://host:port or host:port; results still go to DATA_DIR (needs the cluster extra)")] = None,
     ray_resource: Annotated[str | None, typer.Option(
         help="with --ray: custom Ray resource a CPU experiment's server group asks one unit of (default: 1 CPU)")] = None,
+    sequential_starts: Annotated[bool, typer.Option(
+        "--sequential-starts",
+        help="start each server only when the previous group is done (default: on CPU, with explicit KV budgets, "
+             "the next group's server starts beside the current one's and is paused while it is measured)")] = False,
 ) -> None:
     """Run experiments for real: every unfinished run, resumable, results under data/runs/.
 
@@ -93,7 +97,7 @@ def sweep(
             console.print(f"[red]invalid experiment[/red]\n{exc}")
             raise typer.Exit(2) from None
     if dry_run:
-        typer.echo(plan.dry_run_text(specs))
+        typer.echo(plan.dry_run_text(specs, overlap_starts=not sequential_starts))
         return
     if ray is not None:
         from kvlab import cluster
@@ -103,18 +107,19 @@ def sweep(
         except cluster.ClusterError as exc:
             console.print(f"[red]cannot sweep[/red]: {escape(str(exc))}")
             raise typer.Exit(1) from None
-    res = _sweep(specs, data_dir, fresh, ray, ray_resource)
+    res = _sweep(specs, data_dir, fresh, ray, ray_resource, overlap_starts=not sequential_starts)
     if res.failed:  # failed runs are results (the memory study counts them), not a failed sweep
         console.print(f"[yellow]{res.failed} run(s) failed[/yellow]: each is recorded with its cause "
                       f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports")
 
 
-def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resource: str | None = None):
+def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resource: str | None = None,
+           overlap_starts: bool = True):
     """One sweep over every experiment given: runs that need the same server share one start (``ray``: one
     Ray task per server configuration, see kvlab.cluster)."""
     from kvlab import plan, runner
 
-    sw = runner.Sweep(specs, data_dir, fresh)
+    sw = runner.Sweep(specs, data_dir, fresh, overlap_starts=overlap_starts)
     try:
         sw.prepare()
     except runner.SweepError as exc:

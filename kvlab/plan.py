@@ -39,14 +39,24 @@ def by_server(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
     return list(groups.items())
 
 
-def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
+def starts_may_overlap(run: RunSpec, nxt: RunSpec) -> bool:
+    """Whether ``nxt``'s server may be launched while ``run``'s starts (the runner then pauses it while ``run``'s
+    group is measured): only kvlab-launched engines on CPU hardware, each with an explicit KV budget
+    (kv_cache_bytes), so two fit in host memory and neither sizes its cache from what the other left free. On a
+    GPU host servers never overlap: the GPUs are the server's."""
+    return all(not r.engine.external and r.engine.kv_cache_bytes is not None
+               and r.hardware.strip().upper().startswith("CPU") for r in (run, nxt))
+
+
+def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: bool = True) -> str:
     """The exact commands a sweep of these experiments would run, one block per server configuration
     (a server whose runs come from several experiments is listed once, as it is started once)."""
     specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
     runs = [r for spec in specs for r in expand(spec)]
     lines = [f"# experiment {spec.name}: {sum(r.experiment == spec.name for r in runs)} run(s)" for spec in specs]
     many = len(specs) > 1
-    for server_key, group in by_server(runs):
+    groups = by_server(runs)
+    for i, (server_key, group) in enumerate(groups):
         e = group[0].engine
         adapter = get_adapter(e.name)
         port = e.port or 0
@@ -55,8 +65,10 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec]) -> str:
             lines.append(f"\n# server {server_key} ({e.name}) at {e.url}: external, kvlab does not start or "
                          f"stop it; {len(group)} run(s)")
         else:
+            early = overlap_starts and i > 0 and starts_may_overlap(groups[i - 1][1][0], group[0])
             lines.append(f"\n# server {server_key} ({e.name}); port {'{free port}' if not e.port else port}; "
-                         f"{len(group)} run(s)")
+                         f"{len(group)} run(s)" + ("; launched while the previous server starts, paused while "
+                                                   "its runs are measured" if early else ""))
         if not e.external:
             if env:
                 lines.append("env " + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + " \\")

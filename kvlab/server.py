@@ -9,6 +9,7 @@ sweep reaps any group registered by a harness that is gone (``reap_orphans``).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import os
@@ -208,7 +209,9 @@ class EngineServer:
         self._watchdog: subprocess.Popen | None = None
         self._pid_file: Path | None = None
         self.started_at: float | None = None
-        self.ready_after_s: float | None = None
+        self.ready_after_s: float | None = None  # launch to ready, time paused left out
+        self.paused_s = 0.0  # total time the process group was stopped by pause()
+        self._paused_at: float | None = None
         self.exit_code: int | None = None
 
     # -------------------------------------------------------------- argv / env
@@ -290,6 +293,31 @@ class EngineServer:
         )
         return self
 
+    @property
+    def launched(self) -> bool:
+        """start() was called (an external server: it was checked)."""
+        return self._proc is not None or self._attached
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_at is not None
+
+    def pause(self) -> None:
+        """Stop the whole process group (SIGSTOP) where it stands, starting or ready: it uses no CPU until
+        resume(). The time paused is left out of the start-up timeout and of ``ready_after_s``."""
+        if self._proc is not None and self._paused_at is None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGSTOP)
+            self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        """Continue a paused process group (SIGCONT); nothing when it is not paused."""
+        if self._paused_at is None:
+            return
+        self.paused_s += time.monotonic() - self._paused_at
+        self._paused_at = None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGCONT)
+
     def _register(self) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
         me = psutil.Process()
@@ -336,9 +364,10 @@ class EngineServer:
         timeout_s = self.spec.startup_timeout_s if timeout_s is None else timeout_s
         if self.external:
             return self._wait_external(timeout_s, poll_s)
-        deadline = self.started_at + timeout_s
+        self.resume()
         url = self.base_url + self.adapter.health_path
         while True:
+            deadline = self.started_at + self.paused_s + timeout_s
             code = self._proc.poll()
             if code is not None:
                 self.stop()
@@ -350,7 +379,7 @@ class EngineServer:
             # A free port can be taken by another sweep's server before ours binds it: only
             # a 200 from a socket our own process group listens on means *we* are ready.
             if status == 200 and self._owns_port():
-                self.ready_after_s = time.monotonic() - self.started_at
+                self.ready_after_s = time.monotonic() - self.started_at - self.paused_s
                 return self.ready_after_s
             if time.monotonic() > deadline:
                 self.stop()
@@ -399,6 +428,7 @@ class EngineServer:
         self._attached = False
         if self._proc is None:
             return None
+        self._paused_at = None  # _kill_group sends SIGCONT with SIGTERM
         if self._proc.poll() is None or _group_members(self._proc.pid):
             _kill_group(self._proc.pid, grace_s)
         try:

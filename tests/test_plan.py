@@ -39,3 +39,22 @@ def test_the_plan_step_leaves_other_models_alone(tmp_path, monkeypatch):
     spec = plan.load(_spec(tmp_path, "org/hub-model"))
     assert plan.make_local_models(spec) == []
     assert not (tmp_path / "tiny").exists()
+
+
+def test_starts_overlap_only_on_cpu_with_explicit_kv_budgets():
+    from kvlab.paths import EXPERIMENTS_DIR
+    from kvlab.spec import expand
+
+    def groups(name):
+        return [g[0] for _, g in plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / f"{name}.yaml")))]
+
+    cpu = groups("cpu_classification")
+    assert plan.starts_may_overlap(cpu[0], cpu[1])
+    gpu = groups("gpu_classification_70b")  # the GPUs are the server's
+    assert not plan.starts_may_overlap(gpu[0], gpu[1]) and not plan.starts_may_overlap(cpu[0], gpu[0])
+    reserve = groups("host_memory_reserve")  # sizes its KV cache from host memory: never beside another server
+    assert not plan.starts_may_overlap(reserve[0], reserve[1])
+    text = plan.dry_run_text(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml"))
+    assert text.count("launched while the previous server starts, paused while its runs are measured") == 1
+    assert "launched while" not in plan.dry_run_text(
+        ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml"), overlap_starts=False)

@@ -205,6 +205,35 @@ def test_two_experiments_needing_one_server_share_its_start(tmp_path, engine_pyt
 
 
 @pytest.mark.engine
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_next_servers_start_overlaps_and_it_is_paused_while_a_run_is_measured(tmp_path, engine_python,
+                                                                                  tiny_model, overlap):
+    path = write_spec(tmp_path, "overlap", matrix={"engine.prefix_caching": [True, False]},
+                      workload={"batch_size": 2, "context_tokens": 256, "output_tokens": 8})
+    tag = tag_of(path)
+    seen: list[tuple[bool, set[str]]] = []  # per run: its caching, and the states of the other group's processes
+
+    def on_run(run, status):
+        other = "--no-enable-prefix-caching"
+        procs = [p for p in engine_processes(tag) if (other in " ".join(p.cmdline())) == run.engine.prefix_caching]
+        seen.append((run.engine.prefix_caching, {p.status() for p in procs}))
+
+    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run, overlap_starts=overlap).execute()
+    assert (res.ok, res.failed, res.server_starts) == (2, 0, 2)
+    servers = json.loads((tmp_path / "runs" / "overlap" / "manifest.json").read_text())["sweeps"][-1]["servers"]
+    if overlap:
+        # while the first group ran, the second group's engine existed, every process of it stopped (SIGSTOP)
+        assert seen[0][0] is True and seen[0][1] == {psutil.STATUS_STOPPED}
+        assert [s["start_overlapped"] for s in servers] == [True, True]
+        assert servers[0]["paused_s"] == 0 and servers[1]["paused_s"] > 0
+        assert 0 < servers[1]["ready_s"] < 300  # launch to ready, the pause left out
+    else:
+        assert seen[0] == (True, set()) and [s["start_overlapped"] for s in servers] == [False, False]
+    assert seen[1] == (False, set())  # the first group's server was stopped before the second's run
+    assert not engine_processes(tag)
+
+
+@pytest.mark.engine
 def test_kv_cache_too_small_is_classified_and_retried_as_configured(tmp_path, engine_python, tiny_model):
     path = write_spec(tmp_path, "too_small", engine={"kv_cache_bytes": 2**20}, repeats=2,
                       retry={"max_attempts": 2, "backoff_s": 0.5, "backoff_factor": 1,
