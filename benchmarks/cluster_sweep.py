@@ -29,6 +29,7 @@ import psutil
 import yaml
 
 from benchmarks.bench_tools import RAY_NODE_RESOURCE, Row, host_note, print_table, ray_local_cluster, write_result
+from benchmarks.engine_agreement import engine_spec
 from kvlab import runner, store
 from kvlab.spec import ExperimentSpec
 from kvlab.tinymodel import ensure_tiny_model
@@ -40,17 +41,14 @@ NODES = 2
 
 
 def experiment(folder: Path, tag: str, repeats: int) -> Path:
-    """Two server groups (each engine on its own core) of ``repeats`` runs each: 2 requests of 256 tokens."""
-    python = ".engines/vllm/bin/python"
+    """Two server groups (each engine on its own core) of ``repeats`` runs each: 2 requests of 256 tokens, on the
+    engine-agreement benchmark's vLLM spec."""
     cores = sorted(os.sched_getaffinity(0))[:2]
-    launches = ([["taskset", "-c", str(c), python] for c in cores] if len(cores) == 2 and shutil.which("taskset")
+    launches = ([engine_spec(tag, {c}).launch for c in cores] if len(cores) == 2 and shutil.which("taskset")
                 else None)
     spec = {
         "name": EXPERIMENT, "hardware": "CPU (benchmark)", "scale_factor": 1,
-        "engines": {"vllm": {
-            "name": "vllm", "launch": [".engines/vllm/bin/python"], "model": "data/models/tiny-llama",
-            "served_model_name": tag, "max_model_len": 2048, "enforce_eager": True, "kv_cache_bytes": 64 * 2**20,
-            "dev_mode": True, "startup_timeout_s": 300}},
+        "engines": {"vllm": engine_spec(tag).model_dump(mode="json", exclude_defaults=True)},
         "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 256, "output_tokens": 32},
         "matrix": {"engine.launch": launches} if launches else {"engine.prefix_caching": [True, False]},
         "repeats": repeats, "warmup": True,
@@ -85,7 +83,8 @@ def measure(repeats: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="kvlab-bench-ray-") as tmp:
         tmp = Path(tmp)
         spec = ExperimentSpec.load(experiment(tmp, tag, repeats))
-        local = runner.sweep(spec, data_dir=tmp / "local")
+        # one group after the other, as the docstring says (a local sweep's default overlaps the next start)
+        local = runner.Sweep(spec, tmp / "local", overlap_starts=False).execute()
         print(f"  local sweep: {local.ok} runs ok, {local.server_starts} server starts, {local.wall_s:.0f} s",
               flush=True)
         t = time.perf_counter()
@@ -122,7 +121,7 @@ def summarise(raw: dict) -> list[Row]:
     per_node = "; ".join(f"node {i + 1}: {n['runs']} runs, {n['server_starts']} start(s)"
                          for i, n in enumerate(ray["nodes"]))
     return [
-        Row(SECTION, "local sweep: wall time", local["wall_s"], "s",
+        Row(SECTION, "local sweep (sequential starts): wall time", local["wall_s"], "s",
             note=f"{local['server_starts']} server starts, {local['ok']} ok / {local['failed']} failed; {where}"),
         Row(SECTION, f"Ray sweep over {len(ray['nodes'])} nodes: wall time", ray["wall_s"], "s",
             note=f"{ray['server_starts']} server starts, {ray['ok']} ok / {ray['failed']} failed; {per_node}; "

@@ -81,7 +81,7 @@ def plan_all(startup_s: float) -> list[dict]:
         spec = ExperimentSpec.load(path)
         runs = expand(spec)
         groups = plan.by_server(runs)
-        cpu = "cpu" in spec.hardware.lower()
+        cpu = runs[0].on_cpu
         per_start = startup_s if cpu else ASSUMED_GPU_STARTUP_S.get(spec.name, ASSUMED_GPU_STARTUP_DEFAULT_S)
         gpus = [g[0].engine.gpus for _, g in groups]
         out.append({

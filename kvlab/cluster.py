@@ -85,7 +85,7 @@ def resources_for(group: list[RunSpec], resource: str | None = None) -> dict:
     experiment's ``hardware`` does not start with "CPU"); else one CPU, or one unit of the custom ``resource``
     (so that, e.g., one CPU-engine group runs per node whatever its core count)."""
     run = group[0]
-    if not run.engine.external and not run.hardware.strip().upper().startswith("CPU"):
+    if not run.engine.external and not run.on_cpu:
         return {"num_cpus": 1, "num_gpus": run.engine.gpus}
     if resource:
         return {"num_cpus": 0, "resources": {resource: 1}}

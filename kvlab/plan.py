@@ -1,6 +1,6 @@
 """The plan step of a sweep, between validation and execution: make what the runs need on this machine
-(kvlab's tiny model), then validate every run, and group the runs by the server they need; the dry run prints that plan. Validation
-itself (kvlab.spec) writes nothing."""
+(kvlab's tiny model), then validate every run, and group the runs by the server they need; the dry run prints
+that plan. Validation itself (kvlab.spec) writes nothing."""
 
 from __future__ import annotations
 
@@ -44,8 +44,7 @@ def starts_may_overlap(run: RunSpec, nxt: RunSpec) -> bool:
     group is measured): only kvlab-launched engines on CPU hardware, each with an explicit KV budget
     (kv_cache_bytes), so two fit in host memory and neither sizes its cache from what the other left free. On a
     GPU host servers never overlap: the GPUs are the server's."""
-    return all(not r.engine.external and r.engine.kv_cache_bytes is not None
-               and r.hardware.strip().upper().startswith("CPU") for r in (run, nxt))
+    return all(not r.engine.external and r.engine.kv_cache_bytes is not None and r.on_cpu for r in (run, nxt))
 
 
 def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: bool = True) -> str:

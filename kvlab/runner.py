@@ -262,15 +262,6 @@ class Sweep:
             return
         self._ahead = ahead
 
-    def _take_handed(self, run: RunSpec, n: int) -> EngineServer | None:
-        """The server launched early for this run's group, for its first attempt; else None."""
-        handed, self._handed = self._handed, None
-        if handed is not None and n == 1 and handed.spec == run.engine:
-            return handed
-        if handed is not None:
-            handed.stop()
-        return None
-
     def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
         prompts = fixed_batch.prompts(1, 16, 2, vocab, seed=987_654)
         asyncio.run(run_requests(server.base_url, _served_name(run), prompts,
@@ -343,8 +334,10 @@ class Sweep:
                     if server is not None:
                         server.stop()
                     result.server_starts += 1
-                    server = self._take_handed(run, n) or EngineServer(
-                        run.engine, log_dir / f"server-{run.server_key}-attempt{n}.log")
+                    # the server launched early for this group serves its first start; later ones are new
+                    server = self._handed or EngineServer(run.engine,
+                                                          log_dir / f"server-{run.server_key}-attempt{n}.log")
+                    self._handed = None
                     logs[f"server-attempt{n}.log"] = server
                     self._start(server, run)
                     if spec.warmup:
@@ -496,7 +489,7 @@ class Sweep:
                     finally:
                         if server is not None:
                             server.stop()
-                        if self._handed is not None:  # launched early, never used (every run was skipped)
+                        if self._handed is not None:  # launched early, not reached (interrupted before its start)
                             self._handed.stop()
                             self._handed = None
             finally:

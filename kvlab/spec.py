@@ -276,6 +276,11 @@ class RunSpec(_Strict):
         return {"argv": adapter.command(engine, port=0), "env": adapter.env_overrides(engine)}
 
     @property
+    def on_cpu(self) -> bool:
+        """The experiment's hardware is a CPU (its label starts with "CPU"): no GPUs to ask for or to share."""
+        return self.hardware.strip().upper().startswith("CPU")
+
+    @property
     def context_tokens(self) -> int:
         """Prompt + output tokens per request."""
         return self.workload.total_tokens
