@@ -23,17 +23,34 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _all_cpu_flags() -> set[str]:
+    """Every feature flag /proc/cpuinfo lists for the first CPU (x86 "flags", Arm "Features"); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def _cpu_flags() -> list[str]:
     """The vector extensions that decide CPU-engine speed (vLLM's CPU build is several times slower
     without AVX-512), as /proc/cpuinfo lists them."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in have]
-    except OSError:
-        pass
-    return []
+    have = _all_cpu_flags()
+    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "bf16") if f in have]
+
+
+@lru_cache(maxsize=1)
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively: AVX512-BF16 or AMX on x86, BF16 on Arm.
+
+    Without it vLLM's CPU build runs bfloat16 matrix products through a slow fallback (measured with the
+    ISA capped at AVX2: ``benchmarks/avx2_cap.py``), which an engine spec's ``dtype: bfloat16-if-native``
+    answers by computing in float32 there.
+    """
+    return bool(_all_cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def gpus() -> list[dict]:

@@ -155,8 +155,9 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
             sweep_commits.add((sweep.get("git_commit") or "unknown")[:12])
     started = measured["started_at"].drop_nulls().sort()
     return {
-        "engines": [f"{e} {v or '(version not reported)'}" for e, v in
-                    measured.select("engine", "engine_version").unique().sort("engine").iter_rows()],
+        "engines": [f"{e} {v or '(version not reported)'}{_dtype_note(d)}" for e, v, d in
+                    measured.select("engine", "engine_version", "dtype").unique().sort("engine", "dtype",
+                                                                                      nulls_last=True).iter_rows()],
         "models": sorted(measured["model"].drop_nulls().unique()),
         "hosts": sorted(h for h in hosts if h),
         "runs": measured.height,
@@ -169,6 +170,13 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
         "parameters": changed_parameters(nb_path, parameters) if nb_path else dict(parameters or {}),
         "notebook": nb_path.name if nb_path else None,
     }
+
+
+def _dtype_note(dtype: str | None) -> str:
+    """How a provenance line names the compute dtype (runs stored before it was recorded have none)."""
+    if not dtype:
+        return ""
+    return f" ({dtype} compute)"
 
 
 def panel_html(prov: dict) -> str:

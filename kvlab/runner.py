@@ -163,7 +163,8 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
     row = {
         "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
         "gpu_count": host.gpu_count(), "model": e.served_model_name or Path(e.model).name, "engine": e.name,
-        "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp, "mem_util": e.mem_util,
+        "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp,
+        "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"), "mem_util": e.mem_util,
         "prefix_caching": e.prefix_caching, "context_label": run.context_label,
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once

@@ -114,6 +114,8 @@ RUNS = Table(
         _c("tp", Int, "tensor-parallel size"),
         _c("dcp", Int, "decode-context-parallel size (1 = off)"),
         _c("dp", Int, "data-parallel size: engine replicas behind one server (1 = off)"),
+        _c("dtype", Str, "compute and KV dtype the engine ran in (its --dtype, else the local model's own; float32 "
+           "where a CPU lacks native bfloat16 and the spec says bfloat16-if-native)"),
         _c("mem_util", Float, "memory-utilisation setting (vLLM gpu-memory-utilization, SGLang mem-fraction-static)"),
         _c("prefix_caching", pl.Boolean(), "prefix / radix cache enabled"),
         _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),

@@ -26,7 +26,7 @@ KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeou
 #: at that value they are left out of RunSpec.key, so runs measured before they existed keep their
 #: keys (a sweep resumes instead of re-running them). Any other value is part of the key.
 KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
-    "engine": {"report_cached_tokens": True, "reasoning_parser": None, "url": None, "dp": 1},
+    "engine": {"report_cached_tokens": True, "reasoning_parser": None, "url": None, "dp": 1, "dtype": "auto"},
     "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
                  "reasoning_questions": None},
 }
@@ -278,7 +278,7 @@ class RunSpec(_Strict):
     @property
     def on_cpu(self) -> bool:
         """The experiment's hardware is a CPU (its label starts with "CPU"): no GPUs to ask for or to share."""
-        return self.hardware.strip().upper().startswith("CPU")
+        return is_cpu_hardware(self.hardware)
 
     @property
     def context_tokens(self) -> int:
@@ -289,6 +289,11 @@ class RunSpec(_Strict):
     def context_label(self) -> str:
         """The full-scale context this run stands for, e.g. '64K' for 2,048 tokens at scale 32 (K = 1024)."""
         return context_label(self.context_tokens * self.scale_factor)
+
+
+def is_cpu_hardware(label: str) -> bool:
+    """Whether an experiment's hardware label names a CPU (it starts with "CPU")."""
+    return label.strip().upper().startswith("CPU")
 
 
 def _omit_defaults(dump: dict[str, Any], part: str) -> dict[str, Any]:
@@ -381,6 +386,12 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
             except ValidationError as exc:
                 raise SpecError(_format_errors(origin, exc, prefix=f"matrix point [{where}]: engines.{label}")) from None
             _check_run(origin, where, label, engine, workload_spec)
+            if engine.dtype == "bfloat16-if-native" and not is_cpu_hardware(spec.hardware):
+                raise SpecError(
+                    f"{origin}: matrix point [{where}]: engines.{label}.dtype: 'bfloat16-if-native' follows this "
+                    f"host's CPU flags, so it applies to CPU experiments only (hardware is {spec.hardware!r}); "
+                    "give bfloat16, float16 or float32"
+                )
             for r in range(spec.repeats):
                 runs.append(
                     RunSpec(

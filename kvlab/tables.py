@@ -25,6 +25,7 @@ LABELS = {
     "dcp": "DCP size",
     "tp": "TP size",
     "dp": "DP size",
+    "dtype": "compute dtype",
     "gpu_count": "GPUs",
     "n_runs": "runs",
     "runs_ok": "runs succeeded",

@@ -191,3 +191,39 @@ def test_ray_campaign_startup_runs_groups_side_by_side_where_gpus_allow():
     assert startup_on_nodes([8, 4, 4], 300, 1) == 600 and startup_on_nodes([4, 8, 4], 300, 1) == 600
     assert startup_on_nodes([1] * 9, 300, 1) == 600
     assert startup_on_nodes([16], 300, 4) is None  # no node holds it: kvlab refuses it
+
+
+def test_avx2_cap_summary_reads_its_medians_and_ratios():
+    """Fixed raw figures in, exact medians and ratios out; the sweep row meets its target only within 480 s."""
+    from benchmarks import avx2_cap
+
+    raw = {"batches": [
+        {"capped": False, "dtype": "bfloat16", "batches_s": [0.8, 0.9, 1.0], "startup_s": 40.0},
+        {"capped": False, "dtype": "float32", "batches_s": [1.2, 1.1, 1.3], "startup_s": 41.0},
+        {"capped": True, "dtype": "bfloat16", "batches_s": [4.0, 3.6, 4.4], "startup_s": 35.0, "failed": 0},
+        {"capped": True, "dtype": "float32", "batches_s": [1.6, 1.7, 1.5], "startup_s": 36.0},
+    ], "sweep": {"wall_s": 482.0, "exit": 0, "jax_cache_bytes_before": 4e6}}
+    rows = {r.figure: r for r in avx2_cap.summarise(raw)}
+    assert rows["vLLM batch time, bfloat16, ISA capped at AVX2"].value == pytest.approx(4.0)
+    assert "4.1-4.3 s on a real AVX2-only EPYC" in rows["vLLM batch time, bfloat16, ISA capped at AVX2"].note
+    ratio = rows["capped: bfloat16 / float32 batch time"]
+    assert ratio.value == pytest.approx(4.0 / 1.6) and ratio.met is True
+    assert rows["uncapped: float32 / bfloat16 batch time"].value == pytest.approx(1.2 / 0.9)
+    sweep = rows["main job's sweeps (quick, 4 CPU experiments) under the cap"]
+    assert sweep.value == 482.0 and sweep.met is False
+
+
+def test_the_isa_shim_makes_kvlab_see_no_native_bf16():
+    """benchmarks/isa_shim answers for kvlab's host probe only when KVLAB_AVX2_CAP=1 (and loads nowhere else)."""
+    import subprocess
+
+    from benchmarks.avx2_cap import CAP_ENV
+
+    code = "import kvlab.host as h; print(h.native_bf16())"
+    capped = subprocess.run([sys.executable, "-c", code], env=os.environ | CAP_ENV, capture_output=True, text=True)
+    assert capped.stdout.strip() == "False", capped.stderr
+    off = subprocess.run([sys.executable, "-c", code], env=os.environ | CAP_ENV | {"KVLAB_AVX2_CAP": "0"},
+                         capture_output=True, text=True)
+    from kvlab import host
+
+    assert off.stdout.strip() == str(host.native_bf16())

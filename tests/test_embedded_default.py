@@ -10,7 +10,7 @@ import sys
 import polars as pl
 import pytest
 
-from kvlab import store
+from kvlab import host, store
 from kvlab.paths import DATA_DIR, EXPERIMENTS_DIR, ROOT
 
 pytestmark = pytest.mark.engine
@@ -43,6 +43,10 @@ def test_every_run_of_the_embedded_experiment_succeeds(measured):
     assert (vllm["server_prompt_tokens"] == vllm["served_prompt_tokens"]).all()
     assert (vllm["server_generation_tokens"] == vllm["batch_size"] * vllm["output_tokens"]).all()
     assert sgl["server_prompt_tokens"].null_count() == sgl.height  # no /metrics: not available, not 0
+    # vLLM computes in bfloat16 only where this CPU does so natively (dtype: bfloat16-if-native); sglang-jax
+    # in the model's own bfloat16
+    assert set(vllm["dtype"]) == {"bfloat16" if host.native_bf16() else "float32"}
+    assert set(sgl["dtype"]) == {"bfloat16"}
     t = {(e, c, u): v for e, c, u, v in runs.select("engine", "context_label", "mem_util", "batch_time_s").iter_rows()}
     for engine in ("vllm", "sglang-jax"):
         assert t[(engine, "200K", 0.92)] > t[(engine, "64K", 0.92)]

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from kvlab import host
 from kvlab.engines import CANONICAL_METRICS, get_adapter
 from kvlab.engines.parsecheck import check_argvs
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
@@ -23,7 +24,7 @@ def _variants(name: str) -> list[EngineSpec]:
     for tp, dcp, caching, eager in itertools.product((1, 8), (1, 8), (True, False), (True, False)):
         if tp % dcp:
             continue
-        kw = dict(tp=tp, dcp=dcp, dp=2 if caching == eager else 1, mem_util=0.95, prefix_caching=caching, max_model_len=204800,
+        kw = dict(tp=tp, dcp=dcp, dp=2 if caching == eager else 1, dtype="float16" if eager else "auto", mem_util=0.95, prefix_caching=caching, max_model_len=204800,
                   trust_remote_code=eager, served_model_name="kimi" if eager else None,
                   report_cached_tokens=caching != eager,
                   reasoning_parser=({"vllm": "deepseek_r1"}.get(name, "deepseek-r1") if eager else None))
@@ -40,13 +41,17 @@ def _shipped_runs():
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
-def test_every_argv_parses_with_the_engines_own_parser(engine, request):
+def test_every_argv_parses_with_the_engines_own_parser(engine, request, monkeypatch):
     python = request.getfixturevalue("sglang_jax_python" if engine == "sglang-jax" else "engine_python")
     adapter = get_adapter(engine)
     specs = _variants(engine) + [r.engine for r in _shipped_runs() if r.engine.name == engine]
     if engine == "sglang-jax":
         assert len(specs) > len(_variants(engine)), "no shipped experiment runs sglang-jax"
     argvs = [adapter.server_args(s, 8000 + i, api_key="secret" if i % 2 else None) for i, s in enumerate(specs)]
+    for native in (True, False):  # bfloat16-if-native on a CPU with and without native bfloat16
+        monkeypatch.setattr(host, "native_bf16", lambda native=native: native)
+        argvs.append(adapter.server_args(_spec(engine, dtype="bfloat16-if-native"), 8000))
+    assert "float32" in argvs[-1] and "bfloat16" in argvs[-2]
     # A known-bad argv rides along (same subprocess) to prove the check can fail.
     errors = check_argvs(engine, python, argvs + [argvs[0] + ["--no-such-flag"]])
     assert errors[-1] and "--no-such-flag" in errors[-1]
@@ -211,6 +216,32 @@ def test_every_engine_name_has_its_adapter():
     assert list(ENGINE_LABELS) == ["vllm", "sglang", "sglang-jax"]
     with pytest.raises(ValueError, match="name"):
         EngineSpec(name="tgi", launch=["python"], model="org/model", max_model_len=64)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_if_native_follows_the_cpu_and_keeps_the_kv_tokens(native, monkeypatch, tiny_model):
+    """Without native bfloat16 the engines compute (and cache KV) in float32, given twice the KV bytes, so the
+    budget holds the same tokens; with it, bfloat16 and the bytes as stated."""
+    monkeypatch.setattr(host, "native_bf16", lambda: native)
+    tiny = dict(model="data/models/tiny-llama", kv_cache_bytes=16777216)
+    for name in ("vllm", "sglang", "sglang-jax"):
+        args = get_adapter(name).server_args(_spec(name, dtype="bfloat16-if-native"), 1)
+        assert args[args.index("--dtype") + 1] == ("bfloat16" if native else "float32"), name
+    vllm = get_adapter("vllm").server_args(_spec("vllm", dtype="bfloat16-if-native", **tiny), 1)
+    assert vllm[vllm.index("--kv-cache-memory-bytes") + 1] == str(16777216 if native else 2 * 16777216)
+    budget = get_adapter("sglang-jax").kv_budget_tokens
+    # 16 MiB / 1,024 B per bfloat16 token; in float32 32 MiB / 2,048 B: the same 16,384 tokens
+    assert budget(_spec("sglang-jax", dtype="bfloat16-if-native", **tiny)) == 16384
+    assert budget(_spec("sglang-jax", dtype="float32", **tiny)) == 8192  # float32 as asked: the bytes as stated
+    assert _spec("vllm", dtype="float32", **tiny).served_kv_cache_bytes() == 16777216
+    assert "--dtype" not in get_adapter("vllm").server_args(_spec("vllm"), 1)  # auto: the model's own, no flag
+
+
+def test_dtype_is_given_once():
+    for flags in (["--dtype", "float32"], ["--dtype=bfloat16"]):
+        with pytest.raises(ValueError, match=r"dtype \(float32\) and a dtype flag in extra_args"):
+            _spec("vllm", dtype="float32", extra_args=flags)
+    assert _spec("vllm", extra_args=["--dtype", "float32"]).served_dtype() is None  # extra_args alone: verbatim
 
 
 def test_data_parallel_is_given_once():

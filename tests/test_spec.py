@@ -61,6 +61,16 @@ def test_base_expands(tmp_path):
     assert [r.key for r in expand(ExperimentSpec.load(_write(tmp_path, BASE, "again.yaml")))] == [r.key for r in runs]
 
 
+def test_bfloat16_if_native_is_for_cpu_experiments_only(tmp_path):
+    """The policy reads this host's CPU flags: on a GPU experiment it would follow the wrong chip."""
+    gpu = _with("engines.vllm.dtype", "bfloat16-if-native") | {"hardware": "NVIDIA B300"}
+    msg = _load_error(tmp_path, gpu)
+    assert "engines.vllm.dtype: 'bfloat16-if-native'" in msg and "CPU experiments only" in msg
+    assert "'NVIDIA B300'" in msg
+    cpu = expand(ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.dtype", "bfloat16-if-native"), "cpu.yaml")))
+    assert {r.engine.dtype for r in cpu if r.engine_label == "vllm"} == {"bfloat16-if-native"}
+
+
 def test_key_ignores_connection_fields_but_not_settings(tmp_path):
     a = expand(ExperimentSpec.load(_write(tmp_path, BASE, "a.yaml")))
     b = expand(ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.startup_timeout_s", 5), "b.yaml")))
@@ -78,6 +88,7 @@ def test_key_ignores_connection_fields_but_not_settings(tmp_path):
         ("engines.sglang.dcp", 3, "dcp (3) must divide tp (2)"),
         ("engines.vllm.name", "trtllm", "engines.vllm.name"),
         ("engines.vllm.bogus", 1, "engines.vllm.bogus: unknown field"),
+        ("engines.vllm.dtype", "fp4", "engines.vllm.dtype"),
         ("workload.kind", "poisson", "workload.kind"),
         ("workload.output_tokens", 0, "workload.output_tokens"),
         ("retry", {"retry_on": ["meteor"]}, "retry.retry_on"),

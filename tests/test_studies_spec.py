@@ -59,13 +59,13 @@ def test_classification_and_reasoning():
 def test_runs_of_old_specs_keep_their_keys(tmp_path):
     """Fields added for these studies are left out of the key at their default: stored runs still resume."""
     runs = expand(ExperimentSpec.load(_write(tmp_path, BASE)))
-    payload_fields = {"report_cached_tokens", "reasoning_parser", "shared_fraction", "turns", "dp"}
+    payload_fields = {"report_cached_tokens", "reasoning_parser", "shared_fraction", "turns", "dp", "dtype"}
     from kvlab.spec import _omit_defaults
 
     dumped = _omit_defaults(runs[0].engine.model_dump(mode="json"), "engine") | _omit_defaults(
         runs[0].workload.model_dump(mode="json"), "workload")
     assert not payload_fields & set(dumped)
-    for field, value in (("report_cached_tokens", False), ("dp", 2)):  # any other value is another run
+    for field, value in (("report_cached_tokens", False), ("dp", 2), ("dtype", "float32")):  # any other value is another run
         other = expand(ExperimentSpec.load(_write(tmp_path, _with(f"engines.vllm.{field}", value), "off.yaml")))
         assert {r.key for r in runs if r.engine_label == "vllm"}.isdisjoint(
             {r.key for r in other if r.engine_label == "vllm"})

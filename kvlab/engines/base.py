@@ -170,6 +170,9 @@ class EngineAdapter(ABC):
     def shared_args(spec: EngineSpec, api_key: str | None) -> list[str]:
         """Flags both engines spell the same way, then the spec's extra arguments (last, so they can override)."""
         args: list[str] = []
+        dtype = spec.served_dtype()
+        if dtype:
+            args += ["--dtype", dtype]
         if spec.trust_remote_code:
             args.append("--trust-remote-code")
         if spec.reasoning_parser:

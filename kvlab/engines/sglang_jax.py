@@ -31,8 +31,9 @@ _RUNTIME_PATTERNS = [
 ]
 
 
-def kv_bytes_per_token(config: dict) -> int:
-    """KV-cache bytes one token takes in sglang-jax for a Llama-style config (bf16, head_dim padded to 128).
+def kv_bytes_per_token(config: dict, element_bytes: int = 2) -> int:
+    """KV-cache bytes one token takes in sglang-jax for a Llama-style config (bf16 unless ``element_bytes``
+    says otherwise, head_dim padded to 128).
 
     Its memory pool stores K and V for every layer and KV head with head_dim rounded up to a
     multiple of 128 (``align_to(head_dim, 128)`` in ``memory_pool.merge_kv``).
@@ -41,7 +42,7 @@ def kv_bytes_per_token(config: dict) -> int:
     head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
     padded = -(-head_dim // 128) * 128
     kv_heads = int(config.get("num_key_value_heads") or heads)
-    return int(config["num_hidden_layers"]) * 2 * kv_heads * padded * 2
+    return int(config["num_hidden_layers"]) * 2 * kv_heads * padded * element_bytes
 
 
 class SGLangJaxAdapter(SGLangAdapter):
@@ -85,7 +86,8 @@ class SGLangJaxAdapter(SGLangAdapter):
                 f"(to turn bytes into --max-total-tokens); got model {spec.model!r}: pass --max-total-tokens "
                 "in extra_args instead"
             )
-        return spec.kv_cache_bytes // kv_bytes_per_token(config)
+        element_bytes = 4 if spec.served_dtype() == "float32" else 2  # the KV cache follows the compute dtype
+        return spec.served_kv_cache_bytes() // kv_bytes_per_token(config, element_bytes)
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         return dict(spec.env)  # no long-context override variable; JAX_PLATFORMS etc. come from the spec

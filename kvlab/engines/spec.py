@@ -9,10 +9,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kvlab import host
 from kvlab.paths import ROOT
 
 #: Every engine kvlab can launch, in the order reports list them (kvlab.engines has an adapter for each).
 ENGINE_NAMES: tuple[str, ...] = ("vllm", "sglang", "sglang-jax")
+#: The compute dtypes an engine spec may ask for: "auto" (the model's own) and the engines' own names, plus
+#: "bfloat16-if-native", which this host resolves (EngineSpec.served_dtype).
+DTYPES = ("auto", "bfloat16", "float16", "float32", "bfloat16-if-native")
 #: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; sglang-jax --max-total-tokens).
 KV_BUDGET_ENGINES = ("vllm", "sglang-jax")
 
@@ -70,6 +74,13 @@ class EngineSpec(BaseModel):
         None, gt=0, description="explicit KV budget in bytes (overrides mem_util for KV): vLLM "
         "--kv-cache-memory-bytes; sglang-jax --max-total-tokens = bytes / the local model's KV bytes per token"
     )
+    dtype: Literal[DTYPES] = Field(
+        "auto",
+        description="compute dtype, --dtype (auto: the model's own; the KV cache follows it). bfloat16-if-native, "
+        "for CPU experiments of a bfloat16 model: bfloat16 where this CPU computes it natively (AVX512-BF16 or "
+        "AMX on x86, BF16 on Arm), else float32 with kv_cache_bytes doubled, so the KV cache holds the same "
+        "tokens; vLLM's CPU build runs bfloat16 matrix products through a slow fallback on CPUs without it",
+    )
     enforce_eager: bool = Field(False, description="vLLM --enforce-eager (no graph compilation; faster start)")
     trust_remote_code: bool = Field(False, description="--trust-remote-code (models with custom code, e.g. Kimi)")
     allow_long_context: bool = Field(
@@ -113,6 +124,8 @@ class EngineSpec(BaseModel):
         dp_flags = ("--dp-size", "--dp", "--data-parallel-size", "-dp")
         if self.dp > 1 and any(a in dp_flags or a.split("=")[0] in dp_flags for a in self.extra_args):
             raise ValueError(f"dp ({self.dp}) and a data-parallel flag in extra_args: give it once, as dp")
+        if self.dtype != "auto" and any(a.split("=")[0] == "--dtype" for a in self.extra_args):
+            raise ValueError(f"dtype ({self.dtype}) and a dtype flag in extra_args: give it once, as dtype")
         if self.tp % self.dcp:
             raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
         if self.kv_cache_bytes is not None and self.name not in KV_BUDGET_ENGINES:
@@ -121,6 +134,23 @@ class EngineSpec(BaseModel):
                 f"engine '{self.name}' has no such flag"
             )
         return self
+
+    def served_dtype(self) -> str | None:
+        """The compute dtype the server is launched with on this host (``--dtype``); None: the engine's default,
+        the model's own. Only ``bfloat16-if-native`` depends on the host (kvlab.host.native_bf16)."""
+        if self.dtype == "auto":
+            return None
+        if self.dtype == "bfloat16-if-native":
+            return "bfloat16" if host.native_bf16() else "float32"
+        return self.dtype
+
+    def served_kv_cache_bytes(self) -> int | None:
+        """kv_cache_bytes as the engine is given it: doubled where ``bfloat16-if-native`` computes in float32, so
+        the float32 KV cache holds as many tokens as the bfloat16 one the budget was stated for."""
+        if self.kv_cache_bytes is None:
+            return None
+        widened = self.dtype == "bfloat16-if-native" and self.served_dtype() == "float32"
+        return self.kv_cache_bytes * (2 if widened else 1)
 
     @property
     def gpus(self) -> int:

@@ -59,7 +59,7 @@ class VLLMAdapter(EngineAdapter):
         if not spec.prefix_caching:
             args.append("--no-enable-prefix-caching")
         if spec.kv_cache_bytes is not None:
-            args += ["--kv-cache-memory-bytes", str(spec.kv_cache_bytes)]
+            args += ["--kv-cache-memory-bytes", str(spec.served_kv_cache_bytes())]
         if spec.enforce_eager:
             args.append("--enforce-eager")
         if spec.report_cached_tokens:
