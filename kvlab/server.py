@@ -354,7 +354,8 @@ class EngineServer:
         return self.adapter.classify_failure(code, self.log_text())
 
     def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.5) -> float:
-        """Block until /health answers 200; returns seconds since start.
+        """Block until /health answers 200 (and, for an engine whose health check answers before its own warm-up
+        ends, its log says it is ready); returns seconds since start, paused time left out.
 
         Raises ServerError (and stops the server) when the process exits first, with the cause
         classified from its log, or with cause 'timeout'.
@@ -378,15 +379,16 @@ class EngineServer:
             status, _ = http_json(url, timeout=2.0, headers=self.headers)
             # A free port can be taken by another sweep's server before ours binds it: only
             # a 200 from a socket our own process group listens on means *we* are ready.
-            if status == 200 and self._owns_port():
+            healthy = status == 200 and self._owns_port()
+            warmed = not self.adapter.health_before_warmup or self.adapter.ready_marker in self.log_text()
+            if healthy and warmed:
                 self.ready_after_s = time.monotonic() - self.started_at - self.paused_s
                 return self.ready_after_s
             if time.monotonic() > deadline:
                 self.stop()
-                raise ServerError(
-                    Failure("timeout", f"no 200 from {self.adapter.health_path} within {timeout_s:g} s", None, None),
-                    self.log_path,
-                )
+                why = (f"{self.adapter.health_path} answered 200 but the log never said {self.adapter.ready_marker!r} "
+                       "(the engine's own warm-up)") if healthy else f"no 200 from {self.adapter.health_path}"
+                raise ServerError(Failure("timeout", f"{why} within {timeout_s:g} s", None, None), self.log_path)
             time.sleep(poll_s)
 
     def _wait_external(self, timeout_s: float, poll_s: float) -> float:

@@ -1,4 +1,5 @@
-"""A stand-in engine for fast server tests: serves /health, or fails like vLLM, chosen by FAKE_MODE."""
+"""A stand-in engine for fast server tests: serves /health, or fails like vLLM, chosen by FAKE_MODE (ok, kvsmall,
+stubborn, hang, warmup: ready line 1.5 s after /health answers, silent: /health but no ready line)."""
 
 import http.server
 import os
@@ -33,4 +34,14 @@ class H(http.server.BaseHTTPRequestHandler):
 
 
 time.sleep(0.3)
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+server = http.server.HTTPServer(("127.0.0.1", port), H)
+if mode == "warmup":  # like SGLang: /health answers at once, its own warm-up ends 1.5 s later
+    import threading
+
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    time.sleep(1.5)
+    print("The server is fired up and ready to roll!", flush=True)
+    time.sleep(600)
+if mode != "silent":  # "silent": answers /health but never says it is ready
+    print("INFO:     Application startup complete.\nThe server is fired up and ready to roll!", flush=True)
+server.serve_forever()

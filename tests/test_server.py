@@ -62,6 +62,22 @@ def test_read_api_key_is_the_one_reader(monkeypatch):
         _fake_spec(extra_args=["--api-key", "k-42"])
 
 
+def test_an_engine_that_answers_health_before_its_warm_up_is_ready_only_after_it(tmp_path, registry):
+    """SGLang's /health answers while its own warm-up request still runs: kvlab waits for its ready line, so
+    that request never lands in a measured batch; a server that never prints it times out saying so."""
+    t = time.monotonic()
+    with EngineServer(_fake_spec(name="sglang", env={"FAKE_MODE": "warmup"}), tmp_path / "w.log") as srv:
+        assert srv.ready_after_s >= 1.5 and time.monotonic() - t >= 1.5
+        assert "fired up and ready to roll" in srv.log_text()
+    with pytest.raises(ServerError) as err, \
+            EngineServer(_fake_spec(name="sglang", startup_timeout_s=3, env={"FAKE_MODE": "silent"}), tmp_path / "n.log"):
+        pass
+    assert err.value.failure.cause == "timeout"
+    assert "answered 200 but the log never said 'The server is fired up and ready to roll'" in str(err.value)
+    with EngineServer(_fake_spec(env={"FAKE_MODE": "ok"}), tmp_path / "v.log") as srv:  # vLLM: /health is enough
+        assert srv.ready_after_s < 1.5
+
+
 def test_fake_server_lifecycle(tmp_path, registry):
     with EngineServer(_fake_spec(env={"FAKE_MODE": "ok"}), tmp_path / "s.log") as srv:
         assert srv.running() and srv.ready_after_s is not None

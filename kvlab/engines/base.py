@@ -146,6 +146,10 @@ class EngineAdapter(ABC):
     # ------------------------------------------------------------------ failures
     #: Printed once the server is up: log matches after it are runtime failures, before it start-up ones.
     ready_marker: ClassVar[str]
+    #: /health answers 200 before the server has finished warming itself up, so a server kvlab launched is
+    #: ready only once its log shows ``ready_marker`` too (else its own warm-up request runs inside the
+    #: first measured batch).
+    health_before_warmup: ClassVar[bool] = False
     #: (needle, cause) pairs, most specific first; wording drifts between releases, so match fragments.
     startup_patterns: ClassVar[list[tuple[str, str]]]
     runtime_patterns: ClassVar[list[tuple[str, str]]]

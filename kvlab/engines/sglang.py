@@ -37,6 +37,8 @@ class SGLangAdapter(EngineAdapter):
     }
     cmdline_markers = ("sglang.launch_server", "sglang::")
     ready_marker = READY_MARKER
+    # /health answers as soon as HTTP is up; its warm-up /generate request ends with READY_MARKER.
+    health_before_warmup = True
     flush_refused_while_busy = True
     startup_patterns = _STARTUP_PATTERNS
     runtime_patterns = _RUNTIME_PATTERNS
