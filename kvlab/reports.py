@@ -144,18 +144,20 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
 
     runs = store.load_runs(data_dir)
     measured = runs.filter(pl.col("source") == "measured")
-    hosts, sweep_commits = set(), set()
+    hosts, sweep_commits, without_bf16 = set(), set(), False
     for exp in sorted(measured["experiment"].unique()):
         manifest = data_dir / "runs" / exp / store.MANIFEST_FILE
         for sweep in json.loads(manifest.read_text()).get("sweeps", []) if manifest.exists() else []:
             h = sweep.get("host") or {}
             flags = ", ".join(h.get("cpu_flags") or [])
+            cpu_flags = set(h.get("cpu_flags") or [])  # empty where unknown: then nothing is claimed
+            without_bf16 |= bool(cpu_flags) and not h.get("gpus") and not {"avx512_bf16", "amx_bf16", "bf16"} & cpu_flags
             hosts.add(h.get("accelerator") if h.get("gpus") else
                       f"{h.get('cpu')}, {h.get('cpu_cores')} cores{f' ({flags})' if flags else ''}")
             sweep_commits.add((sweep.get("git_commit") or "unknown")[:12])
     started = measured["started_at"].drop_nulls().sort()
     return {
-        "engines": [f"{e} {v or '(version not reported)'}{_dtype_note(d)}" for e, v, d in
+        "engines": [f"{e} {v or '(version not reported)'}{_dtype_note(d, without_bf16)}" for e, v, d in
                     measured.select("engine", "engine_version", "dtype").unique().sort("engine", "dtype",
                                                                                       nulls_last=True).iter_rows()],
         "models": sorted(measured["model"].drop_nulls().unique()),
@@ -172,10 +174,13 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
     }
 
 
-def _dtype_note(dtype: str | None) -> str:
-    """How a provenance line names the compute dtype (runs stored before it was recorded have none)."""
+def _dtype_note(dtype: str | None, without_bf16: bool = False) -> str:
+    """How a provenance line names the compute dtype (runs stored before it was recorded have none); float32 on a
+    CPU without native bfloat16 says why (vLLM's bfloat16 fallback there; EngineSpec.dtype bfloat16-if-native)."""
     if not dtype:
         return ""
+    if dtype == "float32" and without_bf16:
+        return " (float32 compute: this CPU has no native bfloat16)"
     return f" ({dtype} compute)"
 
 

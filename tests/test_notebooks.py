@@ -312,3 +312,25 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
                    "(cpu_prefix_sharing)"):
         assert number in r6, number
     assert r6.index('class="kvlab-verdicts"') < r6.index("<h2")
+
+
+@pytest.mark.parametrize("flags, vllm_note", [
+    (["avx2"], "vllm (version not reported) (float32 compute: this CPU has no native bfloat16)"),
+    (["avx2", "avx512f", "avx512_bf16"], "vllm (version not reported) (float32 compute)"),  # float32 by choice
+    ([], "vllm (version not reported) (float32 compute)"),  # flags unknown: no reason claimed
+])
+def test_provenance_names_each_engines_compute_dtype(tmp_path, flags, vllm_note):
+    """The panel's engine line says the dtype each engine computed in, and why float32 on a CPU without bf16."""
+    import json
+
+    import polars as pl
+
+    data = write_two_engine_runs(tmp_path / "data")
+    exp = data / "runs" / "cpu_long_context"
+    for f in exp.glob("*/run.parquet"):
+        run = pl.read_parquet(f)
+        run.with_columns(pl.lit("float32" if run["engine"][0] == "vllm" else "bfloat16").alias("dtype")).write_parquet(f)
+    (exp / "manifest.json").write_text(json.dumps({"sweeps": [{"host": {"cpu": "Test CPU", "cpu_flags": flags,
+                                                                        "gpus": []}}]}))
+    assert reports.provenance(data, None, None)["engines"] == [
+        "sglang-jax (version not reported) (bfloat16 compute)", vllm_note]

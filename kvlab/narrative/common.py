@@ -162,15 +162,4 @@ def stand_in_note(*frames: pl.DataFrame, block_tokens: int = 128) -> str | None:
         return None
     return (f"**{engine_label('sglang-jax')} is not PyTorch SGLang.** It is {STAND_IN['sglang-jax']}. vLLM's CPU "
             f"backend caches whole {block_tokens}-token blocks. sglang-jax serves no /metrics: its cache hits are its "
-            "requests' usage `cached_tokens`, and server counters it lacks show as not available, never as 0."
-            + _float32_note(*frames))
-
-
-def _float32_note(*frames: pl.DataFrame) -> str:
-    """A sentence when vLLM computed in float32 in any of ``frames`` (a CPU without native bfloat16)."""
-    vllm = [f.filter(pl.col("engine") == "vllm") for f in frames if {"engine", "dtype"} <= set(f.columns)]
-    if not any((v["dtype"] == "float32").any() for v in vllm):
-        return ""
-    return (" vLLM computed in float32 here: this CPU has no native bfloat16, and vLLM's CPU build runs bfloat16 "
-            "matrix products through a slow fallback; its KV budget was doubled in bytes, so it held as many tokens "
-            "as in bfloat16. sglang-jax computed in bfloat16.")
+            "requests' usage `cached_tokens`, and server counters it lacks show as not available, never as 0.")
