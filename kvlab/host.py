@@ -42,6 +42,10 @@ def _cpu_flags() -> list[str]:
     return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "bf16") if f in have]
 
 
+#: CPU flags that mean native bfloat16 arithmetic: AVX512-BF16 or AMX on x86, BF16 on Arm.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
 @lru_cache(maxsize=1)
 def native_bf16() -> bool:
     """Whether this CPU computes bfloat16 natively: AVX512-BF16 or AMX on x86, BF16 on Arm.
@@ -50,7 +54,7 @@ def native_bf16() -> bool:
     ISA capped at AVX2: ``benchmarks/avx2_cap.py``), which an engine spec's ``dtype: bfloat16-if-native``
     answers by computing in float32 there.
     """
-    return bool(_all_cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
+    return bool(_all_cpu_flags() & NATIVE_BF16_FLAGS)
 
 
 def gpus() -> list[dict]:
