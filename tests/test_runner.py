@@ -258,13 +258,18 @@ def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: 
                               sig: signal.Signals = signal.SIGKILL, only: str | None = None) -> list[int]:
     """Send ``sig`` (SIGKILL) to this test's engine process group (``only``: to its processes whose command
     line holds that, e.g. vLLM's EngineCore) from inside the client, as soon as one request has streamed
-    `after` tokens: the kill lands mid-run however slow the machine is. (Polling /metrics from a thread once
-    raced on a loaded 2-core machine: the gauge of running requests is only refreshed by engine steps, so the
-    kill could land between runs, or the long run could finish before /metrics answered.)"""
+    `after` token chunks (the pgids, with ``only`` the pids, signalled are returned): the kill lands mid-run
+        however slow the machine is. (Polling /metrics from a thread once raced on a loaded 2-core machine: the
+    gauge of running requests is only refreshed by engine steps, so the kill could land between runs, or the
+    long run could finish before /metrics answered.)"""
     killed: list[int] = []
 
     def kill_if_due(acc) -> None:
-        if killed or len(acc.chunk_times) < after:
+        # Every token chunk counts, those with empty text too: the tiny model's greedy output holds tokens
+        # that detokenize to "" (one request here streamed 5,908 chunks with text for 6,000 tokens). Counting only text can put the trigger
+        # after the engine's last token; the likeliest cause of one CI run (2026-12-01) where EngineCore
+        # was "killed" yet the long run ended ok on its first attempt.
+        if killed or len(acc.chunk_times) + acc.empty_chunks < after:
             return
         for f in state_dir().glob("*.json"):
             try:
@@ -274,11 +279,12 @@ def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: 
             if tag in " ".join(rec["argv"]):
                 if only is None:
                     os.killpg(rec["pgid"], sig)
+                    killed.append(rec["pgid"])
                 else:
                     for proc in psutil.Process(rec["pid"]).children(recursive=True):
                         if only in " ".join(proc.cmdline()) + proc.name():
                             proc.send_signal(sig)
-                killed.append(rec["pgid"])
+                            killed.append(proc.pid)  # only what was signalled: none found, the next chunk tries again
 
     def wrap(fn):
         def wrapped(acc, *args, **kwargs):
@@ -326,7 +332,9 @@ def test_engine_core_killed_is_a_crash_retried_on_a_new_server(tmp_path, monkeyp
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
     assert killed, "no request of the long run streamed 100 tokens"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
-    assert (runs[LONG]["status"], runs[LONG]["attempts"], runs[LONG]["requests_ok"]) == ("ok", 2, 2)
+    reqs = store.load_requests(tmp_path).filter(pl.col("run_id") == runs[LONG]["run_id"])
+    assert (runs[LONG]["status"], runs[LONG]["attempts"], runs[LONG]["requests_ok"]) == ("ok", 2, 2), (
+        f"signalled {killed}; the long run's last attempt: {reqs.select('status', 'output_tokens', 'chunks', 'e2e_ms').rows()}")
     first = store.load_attempts(tmp_path).filter(pl.col("run_id") == runs[LONG]["run_id"]).sort("attempt").row(0, named=True)
     assert first["failure_cause"] == "crash" and "EngineDead" in first["detail"], first["detail"]
     assert runs[16]["status"] == "ok" and res.server_starts == 2  # the restarted server serves the rest of the group
