@@ -208,6 +208,7 @@ class EngineServer:
         self._proc: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
         self._pid_file: Path | None = None
+        self._log_start = 0  # where this start's part of the (appended) log begins
         self.started_at: float | None = None
         self.ready_after_s: float | None = None  # launch to ready, time paused left out
         self.paused_s = 0.0  # total time the process group was stopped by pause()
@@ -278,6 +279,7 @@ class EngineServer:
             return self
         _install_hooks()
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()  # a log appended to by an earlier start: only what follows is this one's
             log.write(f"# kvlab: {' '.join(self.recorded_argv)}\n".encode())
             log.flush()
             self._proc = subprocess.Popen(
@@ -331,10 +333,14 @@ class EngineServer:
         tmp.write_text(json.dumps(rec, indent=2))
         os.replace(tmp, self._pid_file)
 
-    def log_text(self) -> str:
-        """The server log so far, API key redacted."""
+    def log_text(self, this_start: bool = False) -> str:
+        """The server log so far, API key redacted; ``this_start``: only what this start wrote (the log file is
+        appended to, so a ready line or a fatal error of an earlier start in it is not this one's)."""
         try:
-            text = self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                if this_start:
+                    f.seek(self._log_start)
+                text = f.read().decode(errors="replace")
         except OSError:
             return ""
         return redact(text, self._api_key)
@@ -351,7 +357,7 @@ class EngineServer:
         if self.external:
             return None  # no process, no log here: only running() can tell
         code = self._proc.poll() if self._proc else None
-        return self.adapter.classify_failure(code, self.log_text())
+        return self.adapter.classify_failure(code, self.log_text(this_start=True))
 
     def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.5) -> float:
         """Block until /health answers 200 (and, for an engine whose health check answers before its own warm-up
@@ -372,7 +378,7 @@ class EngineServer:
             code = self._proc.poll()
             if code is not None:
                 self.stop()
-                failure = self.adapter.classify_failure(code, self.log_text()) or Failure(
+                failure = self.adapter.classify_failure(code, self.log_text(this_start=True)) or Failure(
                     "crash", f"exited with code {code} before ready", None, code
                 )
                 raise ServerError(failure, self.log_path)
@@ -380,7 +386,7 @@ class EngineServer:
             # A free port can be taken by another sweep's server before ours binds it: only
             # a 200 from a socket our own process group listens on means *we* are ready.
             healthy = status == 200 and self._owns_port()
-            warmed = not self.adapter.health_before_warmup or self.adapter.ready_marker in self.log_text()
+            warmed = not self.adapter.health_before_warmup or self.adapter.ready_marker in self.log_text(this_start=True)
             if healthy and warmed:
                 self.ready_after_s = time.monotonic() - self.started_at - self.paused_s
                 return self.ready_after_s

@@ -74,6 +74,11 @@ def test_an_engine_that_answers_health_before_its_warm_up_is_ready_only_after_it
         pass
     assert err.value.failure.cause == "timeout"
     assert "answered 200 but the log never said 'The server is fired up and ready to roll'" in str(err.value)
+    # the log is appended to: the ready line of the earlier start in it is not this start's
+    with pytest.raises(ServerError) as err, \
+            EngineServer(_fake_spec(name="sglang", startup_timeout_s=3, env={"FAKE_MODE": "silent"}), tmp_path / "w.log"):
+        pass
+    assert err.value.failure.cause == "timeout" and "fired up" in (tmp_path / "w.log").read_text()
     with EngineServer(_fake_spec(env={"FAKE_MODE": "ok"}), tmp_path / "v.log") as srv:  # vLLM: /health is enough
         assert srv.ready_after_s < 1.5
 
