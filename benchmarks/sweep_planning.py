@@ -1,10 +1,12 @@
 """Sweep planning: server starts per shipped experiment (one per distinct server configuration) and the
 start-up time that saves against starting a server for every run.
 
-CPU experiments use a vLLM CPU start-up time measured on this machine (EngineServer start -> /health
-200, tiny model, --enforce-eager); GPU experiments use an assumed start-up time, labelled as such.
+CPU experiments use each engine's start-up time measured on this machine (EngineServer start -> ready, with
+the first server configuration of the CPU experiments that uses that engine: vLLM's CPU build and sglang-jax,
+the tiny model); each server group is priced at its own engine's start. GPU experiments use an assumed
+start-up time, labelled as such.
 
-    .venv/bin/python -m benchmarks.sweep_planning [--quick] [--startup-s SECONDS]
+    .venv/bin/python -m benchmarks.sweep_planning [--quick] [--startup-s ENGINE=SECONDS ...]
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from benchmarks.bench_tools import OUT_DIR, Row, host_note, print_table, write_r
 
 from kvlab import plan
 from kvlab.paths import EXPERIMENTS_DIR
-from kvlab.spec import ExperimentSpec, expand
+from kvlab.spec import EngineSpec, ExperimentSpec, expand
 
 NAME = "sweep_planning"
 SECTION = "3 sweep planning"
@@ -59,39 +61,78 @@ def startup_on_nodes(group_gpus: list[int], startup_s: float, nodes: int,
     return now
 
 
-def measure_cpu_startup() -> float:
-    """One vLLM CPU start -> ready with the engine-agreement benchmark's spec; the server is stopped after."""
-    from benchmarks.engine_agreement import engine_spec
+def parse_startups(given: list[str], engines: set[str]) -> dict[str, float]:
+    """``--startup-s`` values (ENGINE=SECONDS) as seconds by engine; every engine in ``engines`` must be given."""
+    out = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        try:
+            out[name] = float(value) if sep else float("nan")
+        except ValueError:
+            out[name] = float("nan")
+        if out[name] != out[name] or out[name] <= 0:
+            raise SystemExit(f"--startup-s {item!r}: expected ENGINE=SECONDS with SECONDS > 0, e.g. vllm=32")
+    if missing := engines - out.keys():
+        raise SystemExit(f"--startup-s: no start-up given for {', '.join(sorted(missing))} "
+                         f"(the CPU experiments use {', '.join(sorted(engines))})")
+    return out
 
+
+def cpu_engines() -> dict[str, EngineSpec]:
+    """Each engine of the shipped CPU experiments, with the first server configuration that uses it."""
+    first: dict[str, EngineSpec] = {}
+    for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
+        for run in expand(ExperimentSpec.load(path)):
+            if run.on_cpu:
+                first.setdefault(run.engine.name, run.engine)
+    return first
+
+
+def measure_cpu_startups() -> dict[str, float]:
+    """One start -> ready per CPU engine (``cpu_engines``), each server stopped after; seconds by engine."""
     from kvlab.server import EngineServer
     from kvlab.tinymodel import ensure_tiny_model
 
     ensure_tiny_model()
-    server = EngineServer(engine_spec(f"kvlab-bench-{uuid.uuid4().hex[:8]}"), OUT_DIR / "sweep_planning-vllm.log")
-    try:
-        server.start()
-        return server.wait_ready()
-    finally:
-        server.stop()
+    out = {}
+    for name, engine in cpu_engines().items():
+        engine = engine.model_copy(update={"served_model_name": f"kvlab-bench-{uuid.uuid4().hex[:8]}"})
+        server = EngineServer(engine, OUT_DIR / f"sweep_planning-{name}.log")
+        try:
+            server.start()
+            out[name] = server.wait_ready()
+        finally:
+            server.stop()
+        print(f"  {name} CPU start -> ready: {out[name]:.1f} s", flush=True)
+    return out
 
 
-def plan_all(startup_s: float) -> list[dict]:
+def plan_all(startup_s: dict[str, float]) -> list[dict]:
+    """Per shipped experiment: its runs, server starts and the start-up time saved; a CPU group is priced at its
+    engine's start in ``startup_s`` (seconds by engine name), a GPU one at the assumed start."""
     out = []
     for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
         spec = ExperimentSpec.load(path)
         runs = expand(spec)
         groups = plan.by_server(runs)
         cpu = runs[0].on_cpu
-        per_start = startup_s if cpu else ASSUMED_GPU_STARTUP_S.get(spec.name, ASSUMED_GPU_STARTUP_DEFAULT_S)
+        gpu_start = ASSUMED_GPU_STARTUP_S.get(spec.name, ASSUMED_GPU_STARTUP_DEFAULT_S)
+        starts = [startup_s[g[0].engine.name] if cpu else gpu_start for _, g in groups]
         gpus = [g[0].engine.gpus for _, g in groups]
+        engines = sorted({g[0].engine.name for _, g in groups})
         out.append({
             "experiment": spec.name, "hardware": spec.hardware, "runs": len(runs), "server_starts": len(groups),
-            "startup_s": per_start, "startup_source": "measured (vLLM CPU, this machine)" if cpu else "assumed",
-            "saved_s": (len(runs) - len(groups)) * per_start,
+            "startup_s": {e: startup_s[e] for e in engines} if cpu else {e: gpu_start for e in engines},
+            "startup_source": "measured (CPU, this machine)" if cpu else "assumed",
+            "saved_s": sum((len(g) - 1) * start for (_, g), start in zip(groups, starts)),
             "group_gpus": gpus,
-            "on_nodes_s": {} if cpu else {n: startup_on_nodes(gpus, per_start, n) for n in NODE_COUNTS},
+            "on_nodes_s": {} if cpu else {n: startup_on_nodes(gpus, gpu_start, n) for n in NODE_COUNTS},
         })
     return out
+
+
+def _starts_note(startup_s: dict[str, float]) -> str:
+    return ", ".join(f"{e} {s:.0f} s" for e, s in startup_s.items())
 
 
 def summarise(raw: dict) -> list[Row]:
@@ -101,8 +142,8 @@ def summarise(raw: dict) -> list[Row]:
         rows.append(Row(
             SECTION, f"{e['experiment']}: {e['runs']} runs -> {e['server_starts']} server starts",
             saved / 60, "min saved",
-            note=f"({e['runs']} - {e['server_starts']}) × {e['startup_s']:.0f} s start-up, {e['startup_source']}; "
-                 f"{e['hardware']}",
+            note=f"runs beyond the first on each server × its engine's start-up ({_starts_note(e['startup_s'])}), "
+                 f"{e['startup_source']}; {e['hardware']}",
         ))
     for e in raw["plans"]:
         if not e["on_nodes_s"]:
@@ -117,7 +158,7 @@ def summarise(raw: dict) -> list[Row]:
             SECTION, f"{e['experiment']}: start-up share on {', '.join(str(n) for n in times)} "
                      f"{GPUS_PER_NODE}-GPU nodes", " / ".join(f"{s / 60:.0f}" for s in times.values()), "min",
             note=f"{len(e['group_gpus'])} server groups of {', '.join(sorted({str(g) for g in e['group_gpus']}))} "
-                 f"GPUs, {e['startup_s'] / 60:.0f} min assumed per start, side by side where GPUs allow "
+                 f"GPUs, {max(e['startup_s'].values()) / 60:.0f} min assumed per start, side by side where GPUs allow "
                  "(modelled; measured batches add to it)"))
     kinds = (("measured", "CPU experiments (measured start-up)"), ("assumed", "GPU experiments (assumed start-up)"))
     for kind, label in kinds:
@@ -127,7 +168,7 @@ def summarise(raw: dict) -> list[Row]:
         runs, starts = sum(e["runs"] for e in plans), sum(e["server_starts"] for e in plans)
         rows.append(Row(SECTION, f"{label}: {runs} runs -> {starts} starts", sum(e["saved_s"] for e in plans) / 60,
                         "min saved",
-                        note=(f"vLLM CPU start-up {raw['startup_s']:.1f} s ({raw['startup_from']})"
+                        note=(f"CPU start-up {_starts_note(raw['startup_s'])} ({raw['startup_from']})"
                               if kind == "measured" else "B300 Kimi-K3: 15 min assumed; others 5 min assumed")
                         + "; retries add starts either way"))
     return rows
@@ -136,15 +177,15 @@ def summarise(raw: dict) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="accepted for symmetry; planning is already fast")
-    parser.add_argument("--startup-s", type=float, default=None,
-                        help="vLLM CPU start-up already measured on this machine (otherwise measured now)")
+    parser.add_argument("--startup-s", action="append", default=[], metavar="ENGINE=SECONDS",
+                        help="a CPU engine's start-up already measured on this machine, e.g. vllm=32 (repeat for each "
+                             "engine of the CPU experiments; otherwise all are measured now)")
     args = parser.parse_args(argv)
     t = time.perf_counter()
-    if args.startup_s is None:
-        startup, source = measure_cpu_startup(), "measured now"
-        print(f"  vLLM CPU start -> ready: {startup:.1f} s", flush=True)
+    if args.startup_s:
+        startup, source = parse_startups(args.startup_s, set(cpu_engines())), "given with --startup-s"
     else:
-        startup, source = args.startup_s, "given with --startup-s"
+        startup, source = measure_cpu_startups(), "measured now"
     raw = {"host": host_note(), "startup_s": startup, "startup_from": source, "plans": plan_all(startup)}
     raw["wall_s"] = time.perf_counter() - t
     rows = summarise(raw)
