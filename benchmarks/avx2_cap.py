@@ -68,7 +68,7 @@ def measure_batches(repeats: int) -> list[dict]:
             tag = f"kvlab-bench-{uuid.uuid4().hex[:8]}"
             spec = engine_spec(tag, dtype, capped)
             server = EngineServer(spec, OUT_DIR / f"{NAME}-{'capped' if capped else 'native'}-{dtype}.log")
-            row = {"capped": capped, "dtype": dtype, "batches_s": []}
+            row = {"capped": capped, "dtype": dtype, "batches_s": [], "failed": 0}
             try:
                 server.start()
                 row["startup_s"] = server.wait_ready()
@@ -79,7 +79,7 @@ def measure_batches(repeats: int) -> list[dict]:
                     res = asyncio.run(run_requests(url, tag, prompts))
                     failed = sum(1 for r in res.records if r.status != "ok")
                     row["batches_s"].append(res.batch_time_s)
-                    row["failed"] = row.get("failed", 0) + failed
+                    row["failed"] += failed
                     print(f"  {'capped' if capped else 'native'} {dtype:<8} rep {rep} batch {res.batch_time_s:.2f} s "
                           f"(ready after {row['startup_s']:.1f} s, failed {failed})", flush=True)
             finally:
@@ -117,15 +117,16 @@ def summarise(raw: dict) -> list[Row]:
         rows.append(Row(SECTION, f"vLLM batch time, {dtype}, {where}",
                         m, "s", note=note))
     if med.get((True, "bfloat16")) and med.get((True, "float32")):
-        rows.append(Row(SECTION, "capped: bfloat16 / float32 batch time", med[(True, "bfloat16")] / med[(True, "float32")],
-                        "×", "> 1: float32 is the faster choice without native bf16",
-                        med[(True, "bfloat16")] > med[(True, "float32")],
+        bf16, fp32 = med[(True, "bfloat16")], med[(True, "float32")]
+        rows.append(Row(SECTION, "capped: bfloat16 / float32 batch time", bf16 / fp32,
+                        "×", "> 1: float32 is the faster choice without native bf16", bf16 > fp32,
                         "why dtype: bfloat16-if-native serves vLLM in float32 on CPUs without native bfloat16"))
     if med.get((False, "bfloat16")) and med.get((False, "float32")):
+        bf16, fp32 = med[(False, "bfloat16")], med[(False, "float32")]
         native = host.native_bf16()
-        rows.append(Row(SECTION, "uncapped: float32 / bfloat16 batch time", med[(False, "float32")] / med[(False, "bfloat16")],
+        rows.append(Row(SECTION, "uncapped: float32 / bfloat16 batch time", fp32 / bf16,
                         "×", "> 1 where the CPU has native bf16" if native else "",
-                        med[(False, "float32")] > med[(False, "bfloat16")] if native else None,
+                        fp32 > bf16 if native else None,
                         f"this CPU {'has' if native else 'lacks'} native bfloat16 (kvlab.host.native_bf16)"))
     if raw.get("sweep"):
         s = raw["sweep"]
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time the main job's sweeps under the cap")
     args = parser.parse_args(argv)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    raw: dict = {"host": host_note(), "cpu": host.describe()["cpu"], "cpu_flags": host.describe()["cpu_flags"],
+    about = host.describe()
+    raw: dict = {"host": host_note(), "cpu": about["cpu"], "cpu_flags": about["cpu_flags"],
                  "batch": [BATCH, PROMPT_TOKENS, OUTPUT_TOKENS], "cap_env": CAP_ENV}
     raw["batches"] = measure_batches(2 if args.quick else 3)
     if args.sweep:

@@ -65,12 +65,12 @@ def parse_startups(given: list[str], engines: set[str]) -> dict[str, float]:
     """``--startup-s`` values (ENGINE=SECONDS) as seconds by engine; every engine in ``engines`` must be given."""
     out = {}
     for item in given:
-        name, sep, value = item.partition("=")
+        name, _, value = item.partition("=")
         try:
-            out[name] = float(value) if sep else float("nan")
+            out[name] = float(value)
         except ValueError:
-            out[name] = float("nan")
-        if out[name] != out[name] or out[name] <= 0:
+            out[name] = 0.0
+        if not out[name] > 0:  # also refuses nan
             raise SystemExit(f"--startup-s {item!r}: expected ENGINE=SECONDS with SECONDS > 0, e.g. vllm=32")
     if missing := engines - out.keys():
         raise SystemExit(f"--startup-s: no start-up given for {', '.join(sorted(missing))} "

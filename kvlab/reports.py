@@ -149,9 +149,9 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
         manifest = data_dir / "runs" / exp / store.MANIFEST_FILE
         for sweep in json.loads(manifest.read_text()).get("sweeps", []) if manifest.exists() else []:
             h = sweep.get("host") or {}
-            flags = ", ".join(h.get("cpu_flags") or [])
-            cpu_flags = set(h.get("cpu_flags") or [])  # empty where unknown: then nothing is claimed
-            without_bf16 |= bool(cpu_flags) and not h.get("gpus") and not host.NATIVE_BF16_FLAGS & cpu_flags
+            cpu_flags = h.get("cpu_flags") or []  # empty where unknown: then nothing is claimed
+            flags = ", ".join(cpu_flags)
+            without_bf16 |= bool(cpu_flags) and not h.get("gpus") and not host.NATIVE_BF16_FLAGS.intersection(cpu_flags)
             hosts.add(h.get("accelerator") if h.get("gpus") else
                       f"{h.get('cpu')}, {h.get('cpu_cores')} cores{f' ({flags})' if flags else ''}")
             sweep_commits.add((sweep.get("git_commit") or "unknown")[:12])

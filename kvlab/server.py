@@ -386,8 +386,8 @@ class EngineServer:
             # A free port can be taken by another sweep's server before ours binds it: only
             # a 200 from a socket our own process group listens on means *we* are ready.
             healthy = status == 200 and self._owns_port()
-            warmed = not self.adapter.health_before_warmup or self.adapter.ready_marker in self.log_text(this_start=True)
-            if healthy and warmed:
+            if healthy and (not self.adapter.health_before_warmup  # the log is read only once /health answers
+                            or self.adapter.ready_marker in self.log_text(this_start=True)):
                 self.ready_after_s = time.monotonic() - self.started_at - self.paused_s
                 return self.ready_after_s
             if time.monotonic() > deadline:
