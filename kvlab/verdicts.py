@@ -14,10 +14,10 @@ from typing import Literal
 #: The MIME type under which a verdict box carries its verdicts in a notebook output (read back by reports).
 MIME = "application/vnd.kvlab.verdicts+json"
 
-Outcome = Literal["reproduced", "contradicted", "cannot be tested here", "found"]
+Outcome = Literal["reproduced", "contradicted", "inconclusive", "cannot be tested here", "found"]
 Evidence = Literal["published", "measured", "modelled"]
-OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "cannot be tested here": "#6e7781",
-                  "found": "#0969da"}
+OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "inconclusive": "#bc4c00",
+                  "cannot be tested here": "#6e7781", "found": "#0969da"}
 EVIDENCE_COLORS = {"published": "#8250df", "measured": "#1a7f37", "modelled": "#9a6700"}
 
 
@@ -26,20 +26,37 @@ class Verdict:
     """One claim a report tests and what came of it.
 
     ``claim``: the statement tested (a document's claim, or the question the report answers when no document
-    states one); ``outcome``: reproduced / contradicted / cannot be tested here, or *found* for a report's own
-    answer to its question; ``evidence``: the kind of numbers it rests on; ``number``: the one figure that
-    decides it, with its unit and context (e.g. '1.50× at 64K')."""
+    states one); ``outcome``: reproduced / contradicted / inconclusive / cannot be tested here, or *found* for a
+    report's own answer to its question; ``evidence``: the kind of numbers it rests on; ``number``: the one
+    figure that decides it, as displayed, with its unit and context (e.g. '1.50× at 64K').
+
+    The typed fields say what the evidence can decide (see the grading rules in :mod:`kvlab.claims`):
+    ``claim_id`` (the reference row or the report's question id), ``kind`` (the claim kind whose checker graded
+    it), ``value`` and ``unit`` (the deciding figure as a number), ``n`` (the runs behind it; None for published
+    or modelled evidence), ``spread`` (the min–max range of ``value`` over the repeats, or the interval the
+    checker states), ``scope`` (where the evidence comes from, e.g. "CPU, tiny model") and ``reason`` (one line:
+    why this outcome)."""
 
     claim: str
     outcome: Outcome
     evidence: Evidence
     number: str
+    claim_id: str = ""
+    kind: str = ""
+    value: float | None = None
+    unit: str = ""
+    n: int | None = None
+    spread: tuple[float, float] | None = None
+    scope: str = ""
+    reason: str = ""
 
     def __post_init__(self):
         if self.outcome not in OUTCOME_COLORS:
             raise ValueError(f"Verdict outcome {self.outcome!r}: expected one of {list(OUTCOME_COLORS)}")
         if self.evidence not in EVIDENCE_COLORS:
             raise ValueError(f"Verdict evidence {self.evidence!r}: expected one of {list(EVIDENCE_COLORS)}")
+        if self.spread is not None:
+            object.__setattr__(self, "spread", tuple(self.spread))  # a list from JSON reads back as the tuple
 
 
 def _badge(text: str, color: str) -> str:
