@@ -21,7 +21,10 @@ def test_outcome_and_evidence_are_checked():
 def test_box_carries_its_verdicts_as_data():
     bundle = verdicts.box(V)._repr_mimebundle_()
     assert bundle[verdicts.MIME][0] == {"claim": "vLLM ≈ 1.5× faster at 64K", "outcome": "reproduced",
-                                        "evidence": "published", "number": "vLLM 1.50× faster at 64K"}
+                                        "evidence": "published", "number": "vLLM 1.50× faster at 64K",
+                                        "claim_id": "", "kind": "", "value": None, "unit": "", "n": None,
+                                        "spread": None, "scope": "", "reason": ""}
+    assert verdicts.Verdict(**bundle[verdicts.MIME][0]) == V[0]  # the payload reads back as the same verdict
     assert bundle["text/html"].count("<tr") == 2 and ">contradicted<" not in bundle["text/html"]
     assert bundle["text/plain"].splitlines()[1] == "[found · measured] curves cross: no: vLLM faster at every measured context"
 
