@@ -16,7 +16,7 @@ import aiohttp
 import numpy as np
 import polars as pl
 
-from kvlab.schema import REQUESTS
+from kvlab.schema import REQUEST_ERROR_KINDS, REQUESTS
 from kvlab.workloads import Prompt
 
 #: aiohttp's per-connection read buffer. Long-context streams must not go through a small
@@ -25,6 +25,45 @@ READ_BUFSIZE = 4 * 1024 * 1024
 #: How a request that got no byte from the server for ``stall_s`` seconds is recorded (its error starts so).
 STALLED = "stalled: no data from the server for"
 ERROR_TEXT_CHARS = 2000  # how much of an error body or event a record keeps
+#: The longest SSE line the client holds while it waits for the line's newline (16 MiB: a 200K-token
+#: stream's lines are a few hundred bytes, a huge chat chunk a few MB); a longer one fails its request.
+MAX_LINE_BYTES = 16 * 2**20
+#: The most of a non-200 response body the client reads (64 KiB; a record keeps ERROR_TEXT_CHARS of it).
+MAX_ERROR_BODY_BYTES = 64 * 2**10
+#: Error prefixes of the checks this module adds (type checks of every field read, the line cap, a last resort).
+MALFORMED = "malformed response:"
+LINE_TOO_LONG = "SSE line longer than"
+CLIENT_ERROR = "client error:"
+#: How a failed request's error is classified (REQUESTS.error_kind): the prefix its error text starts with.
+#: Every error the client records starts with one of these.
+ERROR_KINDS: dict[str, str] = {
+    "HTTP ": "http_status",  # a non-200 answer (redirects are not followed: a key stays with its host)
+    "error event in stream": "error_event",
+    "stream finished with finish_reason": "aborted",
+    "stream ended without [DONE]": "incomplete",
+    STALLED: "stalled",
+    "timeout after": "timeout",
+    "connection dropped mid-stream": "dropped",
+    "connection failed": "connection",
+    "unparseable stream data": "unparseable",
+    "unexpected stream data": "malformed",
+    MALFORMED: "malformed",
+    LINE_TOO_LONG: "oversized",
+    CLIENT_ERROR: "client",
+}
+if set(ERROR_KINDS.values()) != set(REQUEST_ERROR_KINDS):  # "client": an exception the checks did not foresee
+    raise ImportError(f"client error kinds {sorted(set(ERROR_KINDS.values()))} do not match the schema's "
+                      f"{sorted(REQUEST_ERROR_KINDS)}")
+
+
+def error_kind(error: str | None) -> str | None:
+    """The class of a request's error text (see :data:`ERROR_KINDS`); None for no error."""
+    if error is None:
+        return None
+    for prefix, kind in ERROR_KINDS.items():
+        if error.startswith(prefix):
+            return kind
+    return "client"
 #: The timing hook of :func:`run_requests`: (request index, bytes of one network read, perf_counter stamp).
 OnRead = Callable[[int, bytes, float], None]
 
@@ -76,6 +115,13 @@ class RequestRecord:
     reasoning_text: str | None
     conversation: int | None = None  # the prompt's (multi_turn; None for other kinds)
     turn: int | None = None
+    #: Why the reported usage.completion_tokens cannot be right (see :func:`count_flag`); None when plausible.
+    count_flag: str | None = None
+
+    @property
+    def error_kind(self) -> str | None:
+        """The class of this request's error (:func:`error_kind`); None when it succeeded."""
+        return error_kind(self.error)
 
 
 @dataclass(frozen=True, repr=False)
@@ -202,6 +248,28 @@ def _record_error(acc: _Acc, message: str) -> None:
         acc.error = message[:ERROR_TEXT_CHARS]
 
 
+def _type_name(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _malformed(acc: _Acc, where: str, value: Any, expected: str) -> None:
+    """Record that a field of the response has the wrong type (the request fails; the batch goes on)."""
+    shown = json.dumps(value, default=str)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    _record_error(acc, f"{MALFORMED} {where} is {_type_name(value)} ({shown}), expected {expected}")
+
+
+def _take_usage(acc: _Acc, usage: Any) -> None:
+    """Keep a chunk's ``usage`` (an object; its fields are checked when the record is made)."""
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        _malformed(acc, "usage", usage, "an object")
+    elif usage:
+        acc.usage = usage
+
+
 def _handle_obj(acc: _Acc, obj: Any, now: float, chat: bool) -> None:
     if not isinstance(obj, dict):  # every OpenAI stream event is an object ([DONE] is handled before)
         _record_error(acc, f"unexpected stream data (not a JSON object): {json.dumps(obj)[:200]}")
@@ -210,21 +278,40 @@ def _handle_obj(acc: _Acc, obj: Any, now: float, chat: bool) -> None:
         acc.error_event_next = False
         _record_error(acc, "error event in stream: " + json.dumps(obj.get("error", obj)))
         return
-    usage = obj.get("usage")
-    if usage:
-        acc.usage = usage
+    _take_usage(acc, obj.get("usage"))
     choices = obj.get("choices")
-    if not choices:
+    if choices is None or choices == []:
+        return
+    if not isinstance(choices, list):
+        _malformed(acc, "choices", choices, "a list")
         return
     choice = choices[0]
-    if choice.get("finish_reason") in ("abort", "error"):
-        _record_error(acc, f"stream finished with finish_reason={choice['finish_reason']!r}")
+    if not isinstance(choice, dict):
+        _malformed(acc, "choices[0]", choice, "an object")
+        return
+    finish = choice.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        _malformed(acc, "choices[0].finish_reason", finish, "a string or null")
+        return
+    if finish in ("abort", "error"):
+        _record_error(acc, f"stream finished with finish_reason={finish!r}")
     if chat:
-        delta = choice.get("delta") or {}
-        content = delta.get("content")
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        delta = choice.get("delta")
+        if delta is None:
+            delta = {}
+        elif not isinstance(delta, dict):
+            _malformed(acc, "choices[0].delta", delta, "an object")
+            return
+        fields = (("delta.content", delta.get("content")), ("delta.reasoning_content", delta.get("reasoning_content")),
+                  ("delta.reasoning", delta.get("reasoning")))
     else:
-        content, reasoning = choice.get("text"), None
+        fields = (("text", choice.get("text")),)
+    for name, value in fields:
+        if value is not None and not isinstance(value, str):
+            _malformed(acc, f"choices[0].{name}", value, "a string or null")
+            return
+    content = fields[0][1]
+    reasoning = (fields[1][1] or fields[2][1]) if chat else None
     if acc.t_first_chunk is None:
         acc.t_first_chunk = now
     if content or reasoning:
@@ -275,12 +362,14 @@ def _handle_line(acc: _Acc, line: bytes, now: float, fast: bool, chat: bool) -> 
             _count_chunks(acc, now, 1, int(payload.startswith(_EMPTY_TEXT, i)))
             if b'"usage":{' in payload:
                 try:
-                    usage = json.loads(payload).get("usage")
+                    obj = json.loads(payload)
                 except ValueError:
                     _record_error(acc, f"unparseable stream data: {payload[:200]!r}")
                     return
-                if usage:
-                    acc.usage = usage
+                if not isinstance(obj, dict):
+                    _record_error(acc, f"unexpected stream data (not a JSON object): {payload[:200]!r}")
+                    return
+                _take_usage(acc, obj.get("usage"))
             return
     try:
         obj = json.loads(payload)
@@ -329,6 +418,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
     perf = time.perf_counter
     readany = resp.content.readany
     pending: list[bytes] = []  # pieces of a line still without its newline
+    held = 0  # their bytes: at most MAX_LINE_BYTES
     while True:
         data = await readany()
         if not data:
@@ -339,14 +429,24 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
         cut = data.rfind(b"\n") + 1
         if not cut:
             pending.append(data)
+            held += len(data)
+            if held > MAX_LINE_BYTES:
+                _record_error(acc, f"{LINE_TOO_LONG} {MAX_LINE_BYTES // 2**20} MiB: the rest of the stream was not "
+                                   "read")
+                return
             continue
+        if pending and held + data.find(b"\n") > MAX_LINE_BYTES:
+            _record_error(acc, f"{LINE_TOO_LONG} {MAX_LINE_BYTES // 2**20} MiB: the rest of the stream was not read")
+            return
         block = data if cut == len(data) else data[:cut]
         if pending:
             pending.append(block)
             block = b"".join(pending)
             pending = []
+        held = 0
         if cut < len(data):
             pending.append(data[cut:])
+            held = len(data) - cut
         if fast:
             block = _handle_block_fast(acc, block, now)
             if not block:
@@ -376,11 +476,15 @@ async def _send_one(
     fast = not chat and not keep_text
     acc.t_send = time.perf_counter()
     try:
-        async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
+        # No redirect is followed: a server that answers 3xx fails the request (its Authorization header
+        # never goes to another host).
+        async with session.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False) as resp:
             acc.http_status = resp.status
             if resp.status != 200:
-                detail = await resp.text(errors="replace")
-                _record_error(acc, f"HTTP {resp.status}: {detail}")
+                detail = (await _read_capped(resp.content, MAX_ERROR_BODY_BYTES)).decode(errors="replace")
+                where = f" (redirect to {resp.headers.get('Location', '?')!r} not followed)" \
+                    if 300 <= resp.status < 400 else ""
+                _record_error(acc, f"HTTP {resp.status}{where}: {detail}")
                 return
             await _read_stream(resp, acc, fast, chat, on_read)
             if not acc.done:
@@ -392,34 +496,100 @@ async def _send_one(
     except aiohttp.ClientPayloadError as exc:
         _record_error(acc, f"connection dropped mid-stream: {exc}")
     except aiohttp.ClientError as exc:
-        _record_error(acc, f"{type(exc).__name__}: {exc}")
+        _record_error(acc, f"connection failed: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - whatever a response does, it fails this request only
+        _record_error(acc, f"{CLIENT_ERROR} {type(exc).__name__}: {exc}")
     finally:
         acc.t_end = time.perf_counter()
 
 
-def _finish(acc: _Acc, prompt: Prompt, t0: float) -> RequestRecord:
+async def _read_capped(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a response body (the rest is left unread and dropped with the connection)."""
+    parts: list[bytes] = []
+    got = 0
+    while got < limit:
+        part = await content.read(limit - got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+#: usage fields the client reads: (path, where it sits, must be >= 0). completion_tokens may be any integer
+#: (a negative one is flagged, not failed: see count_flag).
+_USAGE_INTS = (("prompt_tokens", (), True), ("completion_tokens", (), False),
+               ("cached_tokens", ("prompt_tokens_details",), True),
+               ("reasoning_tokens", ("completion_tokens_details",), True))
+
+
+def _usage_counts(acc: _Acc) -> dict[str, int | None]:
+    """The token counts of the request's usage, each an integer or None; a field of the wrong type fails the
+    request (``MALFORMED``) and no count of that usage is kept."""
     usage = acc.usage or {}
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
+    out: dict[str, int | None] = {}
+    for name, parents, non_negative in _USAGE_INTS:
+        node, where = usage, "usage"
+        for parent in parents:
+            node, where = node.get(parent), f"{where}.{parent}"
+            if node is None:
+                break
+            if not isinstance(node, dict):
+                _malformed(acc, where, node, "an object or null")
+                return dict.fromkeys(n for n, _, _ in _USAGE_INTS)
+        value = node.get(name) if isinstance(node, dict) else None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or (non_negative and value < 0)):
+            _malformed(acc, f"{where}.{name}", value, "a non-negative integer" if non_negative else "an integer")
+            return dict.fromkeys(n for n, _, _ in _USAGE_INTS)
+        out[name] = value
+    return out
+
+
+def count_flag(completion_tokens: int | None, chunks: int, max_tokens: int, ignore_eos: bool) -> str | None:
+    """Why a successful request's reported ``completion_tokens`` cannot be right, or None when it can.
+
+    It cannot be negative, below the token-bearing chunks received (each carries at least one token),
+    above ``max_tokens``, or, under ``ignore_eos``, other than ``max_tokens``. A flagged request is kept
+    with its count and left out of the run's served_output_tokens and of TPOT.
+    """
+    n = completion_tokens
+    if n is None:
+        return None
+    why = []
+    if n < 0:
+        why.append(f"completion_tokens {n} is negative")
+    elif n < chunks:
+        why.append(f"completion_tokens {n} is below the {chunks} token-bearing chunks received")
+    if n > max_tokens:
+        why.append(f"completion_tokens {n} is above max_tokens {max_tokens}")
+    elif ignore_eos and n != max_tokens and n >= 0:
+        why.append(f"completion_tokens {n} is not max_tokens {max_tokens} under ignore_eos")
+    return "; ".join(why) or None
+
+
+def _finish(acc: _Acc, prompt: Prompt, t0: float, ignore_eos: bool = False) -> RequestRecord:
+    counts = _usage_counts(acc)
     times = acc.chunk_times
     t_first = times[0] if times else None
     t_last = times[-1] if times else None
-    n_out = usage.get("completion_tokens")
+    n_out = counts["completion_tokens"]
+    flag = count_flag(n_out, len(times), prompt.max_tokens, ignore_eos) if acc.error is None else None
     return RequestRecord(
         request_index=prompt.index,
         status="ok" if acc.error is None else "failed",
         error=acc.error,
         http_status=acc.http_status,
-        prompt_tokens=usage.get("prompt_tokens"),
+        prompt_tokens=counts["prompt_tokens"],
         output_tokens=n_out,
-        reasoning_tokens=completion_details.get("reasoning_tokens"),
-        cached_tokens=prompt_details.get("cached_tokens"),
+        reasoning_tokens=counts["reasoning_tokens"],
+        cached_tokens=counts["cached_tokens"],
         chunks=len(times),
         t_send_s=acc.t_send - t0,
         t_first_s=None if t_first is None else t_first - t0,
         t_last_s=None if t_last is None else t_last - t0,
         ttft_ms=ttft_ms(acc.t_send, t_first),
-        tpot_ms=tpot_ms(t_first, t_last, n_out),
+        tpot_ms=None if flag else tpot_ms(t_first, t_last, n_out),
         e2e_ms=e2e_ms(acc.t_send, t_last),
         itl_max_ms=itl_max_ms(times),
         t_send=acc.t_send,
@@ -437,6 +607,7 @@ def _finish(acc: _Acc, prompt: Prompt, t0: float) -> RequestRecord:
         reasoning_text="".join(acc.reasoning) if acc.reasoning else None,
         conversation=prompt.conversation,
         turn=prompt.turn,
+        count_flag=flag,
     )
 
 
@@ -476,13 +647,10 @@ async def run_requests(
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    bodies = {
-        p.index: json.dumps(
-            build_body(p, model, ignore_eos=ignore_eos, temperature=temperature, seed=seed, extra_body=extra_body),
-            separators=(",", ":"),
-        ).encode()
-        for p in prompts
-    }
+    built = {p.index: build_body(p, model, ignore_eos=ignore_eos, temperature=temperature, seed=seed,
+                                 extra_body=extra_body) for p in prompts}
+    bodies = {i: json.dumps(b, separators=(",", ":")).encode() for i, b in built.items()}
+    ignores = {i: b.get("ignore_eos") is True for i, b in built.items()}  # what each request asked for
     if len(bodies) != len(prompts):
         raise ValueError("prompt indices must be unique within a batch")
     # Independent prompts run alone; a conversation's turns run as one chain.
@@ -530,7 +698,7 @@ async def run_requests(
         return BatchResult([], now, now, 0.0, datetime.now(timezone.utc).isoformat())
     t0 = min(a.t_send for a in accs.values())
     t_end = max(a.t_end for a in accs.values())
-    records = [_finish(accs[p.index], p, t0) for p in sorted(prompts, key=lambda p: p.index)]
+    records = [_finish(accs[p.index], p, t0, ignores[p.index]) for p in sorted(prompts, key=lambda p: p.index)]
     started = datetime.fromtimestamp(first_send_wall[0], timezone.utc).isoformat()
     return BatchResult(records=records, t0=t0, t_end=t_end, batch_time_s=t_end - t0, started_at=started)
 
@@ -562,9 +730,12 @@ def summarize(records: Sequence[RequestRecord], batch_time_s: float | None) -> d
     Latency means cover successful requests only (a failed request has no meaningful
     latency) but every failure is counted in ``requests_failed``. ``ttft_p99_ms`` is
     numpy's linear-interpolation percentile. Token sums add the requests that reported
-    usage and are None when none did (never an invented 0).
+    usage and are None when none did (never an invented 0). A request whose completion_tokens
+    cannot be right (``count_flag``) is counted in ``requests_miscounted`` and left out of
+    ``served_output_tokens`` (and has no TPOT).
     """
     ok = [r for r in records if r.status == "ok"]
+    miscounted = [r for r in ok if r.count_flag]
     ttfts = [r.ttft_ms for r in ok if r.ttft_ms is not None]
     tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
     e2es = [r.e2e_ms for r in ok if r.e2e_ms is not None]
@@ -576,7 +747,8 @@ def summarize(records: Sequence[RequestRecord], batch_time_s: float | None) -> d
         "requests_ok": len(ok),
         "requests_failed": len(records) - len(ok),
         "served_prompt_tokens": sum_reported([r.prompt_tokens for r in records]),
-        "served_output_tokens": sum_reported([r.output_tokens for r in records]),
+        "served_output_tokens": sum_reported([r.output_tokens for r in records if not r.count_flag]),
+        "requests_miscounted": len(miscounted),
         "cached_prompt_tokens": sum_reported([r.cached_tokens for r in records]),
         "batch_time_s": batch_time_s,
     }

@@ -30,22 +30,33 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
+#: The most of a /metrics body kvlab reads (16 MiB; vLLM's is tens of KB): a longer one is an error.
+MAX_METRICS_BYTES = 16 * 2**20
+
+
 async def scrape(base_url: str, api_key: str | None = None, timeout_s: float = 30.0) -> dict[str, float]:
     """GET ``{base_url}/metrics`` and parse it; {} when the server serves no metrics (HTTP 404).
 
-    Other HTTP errors and connection failures raise: a run should not silently lose its counters.
+    Other HTTP errors (a redirect included: it is not followed, so a key stays with its host), a body over
+    MAX_METRICS_BYTES, text that is not Prometheus' and connection failures raise: a run should not silently
+    lose its counters (the runner records them as not available, with the reason).
     """
     import aiohttp
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.get(base_url.rstrip("/") + "/metrics", headers=headers) as resp:
+        async with session.get(base_url.rstrip("/") + "/metrics", headers=headers, allow_redirects=False) as resp:
             if resp.status == 404:
                 return {}
-            body = await resp.text()
+            raw = await resp.content.read(MAX_METRICS_BYTES + 1)
+            while len(raw) <= MAX_METRICS_BYTES and (more := await resp.content.read(MAX_METRICS_BYTES + 1 - len(raw))):
+                raw += more
+            body = raw[:2000].decode(errors="replace") if resp.status != 200 else raw.decode(errors="replace")
             if resp.status != 200:
                 raise RuntimeError(f"GET {base_url}/metrics: HTTP {resp.status}: {body[:500]}")
+            if len(raw) > MAX_METRICS_BYTES:
+                raise ValueError(f"GET {base_url}/metrics: body over {MAX_METRICS_BYTES // 2**20} MiB")
     return parse_metrics(body)
 
 

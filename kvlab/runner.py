@@ -134,13 +134,15 @@ def _zero_missing_cached(batch: BatchResult) -> BatchResult:
     return replace(batch, records=records)
 
 
-def _scrape(server: EngineServer) -> dict[str, float]:
-    """The server's counters, or {} when it cannot be reached (it may be dying: the run says so)."""
-    import aiohttp
-
+def _scrape(server: EngineServer, why: list[str] | None = None) -> dict[str, float]:
+    """The server's counters, or {} when they cannot be had: unreachable (it may be dying), an HTTP error, a body
+    that is not Prometheus text, anything else. Never raises: the run records its counters as not available,
+    and ``why`` gets the reason."""
     try:
         return asyncio.run(metrics.scrape(server.base_url, server.api_key))
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+    except Exception as exc:  # noqa: BLE001 - a bad /metrics answer costs the run its counters, not the sweep
+        if why is not None:
+            why.append(f"{type(exc).__name__}: {str(exc)[:200]}")
         return {}
 
 
@@ -287,7 +289,8 @@ class Sweep:
                 notes.append(f"prefix cache not flushed before the run (engine refused or endpoint disabled){hint}; "
                              "cache hits may include earlier runs' prompts")
         has_metrics = server.adapter.metrics_path is not None
-        before = _scrape(server) if has_metrics else {}
+        why_before: list[str] = []
+        before = _scrape(server, why_before) if has_metrics else {}
         w = run.workload
         batch = asyncio.run(run_requests(
             server.base_url, _served_name(run), prompts,
@@ -297,6 +300,11 @@ class Sweep:
         if w.splits_reasoning:
             batch, how = _split_reasoning(batch, run)
             notes.append(how)
+        miscounted = [r for r in batch.records if r.status == "ok" and r.count_flag]
+        if miscounted:
+            notes.append(f"{len(miscounted)} request(s) reported a completion_tokens that cannot be right (first: "
+                         f"{miscounted[0].count_flag}): kept in requests.parquet with its count_flag, left out of "
+                         "served_output_tokens and TPOT")
         if server.adapter.cached_tokens_omitted_when_zero and run.engine.report_cached_tokens:
             batch = _zero_missing_cached(batch)
         if not has_metrics:
@@ -304,16 +312,19 @@ class Sweep:
                 f"{server.adapter.label} serves no /metrics: server-side counters not available"]
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
+        why_after: list[str] = []
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
-            after = _scrape(server) if server.running() else {}
+            after = _scrape(server, why_after) if server.running() else {}
             deltas = metrics.counter_deltas(before, after, server.adapter.metric_names)
             if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         if not before:
-            notes.append("server metrics unavailable before the run: no counter deltas")
+            notes.append("server metrics unavailable before the run: no counter deltas"
+                         + (f" ({why_before[-1]})" if why_before else ""))
         elif not after:
-            notes.append("server metrics unavailable after the run")
+            notes.append("server metrics unavailable after the run: no counter deltas"
+                         + (f" ({why_after[-1]})" if why_after else ""))
         return batch, deltas, notes
 
     def _run_one(self, run: RunSpec, server: EngineServer | None, log_dir: Path, vocab: int,

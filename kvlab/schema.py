@@ -18,6 +18,9 @@ from kvlab.workloads import KINDS
 SOURCES = ("published", "measured", "modelled")
 ENGINES = ENGINE_NAMES
 STATUSES = ("ok", "failed")
+#: How a failed request's error is classified (kvlab.client.ERROR_KINDS maps error prefixes to these).
+REQUEST_ERROR_KINDS = ("http_status", "error_event", "aborted", "incomplete", "stalled", "timeout", "dropped",
+                       "connection", "unparseable", "malformed", "oversized", "client")
 
 
 class SchemaError(ValueError):
@@ -142,7 +145,11 @@ RUNS = Table(
         _c("requests_ok", Int, "requests that completed"),
         _c("requests_failed", Int, "requests that failed (never dropped)"),
         _c("served_prompt_tokens", Int, "sum of usage.prompt_tokens over the run"),
-        _c("served_output_tokens", Int, "sum of usage.completion_tokens over the run"),
+        _c("served_output_tokens", Int, "sum of usage.completion_tokens over the run, requests whose count cannot be "
+           "right (requests.count_flag) left out"),
+        _c("requests_miscounted", Int, "successful requests whose usage.completion_tokens cannot be right (negative, "
+           "below their token-bearing chunks, above max_tokens, or not max_tokens under ignore_eos): kept in "
+           "requests, left out of served_output_tokens and TPOT"),
         _c("cached_prompt_tokens", Int, "sum of usage.prompt_tokens_details.cached_tokens, when reported"),
         _c("server_prompt_tokens", Int, "delta of the server's prompt-token counter over the run"),
         _c("server_generation_tokens", Int, "delta of the server's generation-token counter"),
@@ -165,6 +172,7 @@ REQUESTS = Table(
         _c("request_index", Int, "index within the run", required=True),
         _c("status", Str, "ok | failed", required=True, allowed=STATUSES),
         _c("error", Str, "HTTP status / error event / dropped connection, when failed"),
+        _c("error_kind", Str, "class of the error, from its text (kvlab.client.ERROR_KINDS)", allowed=REQUEST_ERROR_KINDS),
         _c("http_status", Int, "HTTP status code"),
         _c("prompt_tokens", Int, "usage.prompt_tokens from the server"),
         _c("output_tokens", Int, "usage.completion_tokens from the server"),
@@ -180,6 +188,7 @@ REQUESTS = Table(
         _c("itl_max_ms", Float, "largest gap between chunks (per chunk, not per token)"),
         _c("conversation", Int, "conversation the request belongs to, 0-based (multi_turn; null for other kinds)"),
         _c("turn", Int, "turn within its conversation, 0-based (multi_turn; null for other kinds)"),
+        _c("count_flag", Str, "why usage.completion_tokens cannot be right (kvlab.client.count_flag); null when it can"),
     ),
 )
 

@@ -407,8 +407,9 @@ class EngineServer:
                                           f"{self.adapter.health_path} with 200 within {timeout_s:g} s"), self.log_path)
             time.sleep(poll_s)
         status, body = http_json(self.base_url + "/v1/models", timeout=10.0, headers=self.headers)
-        served = sorted(m.get("id") for m in (body or {}).get("data", []) if isinstance(m, dict)) \
-            if status == 200 and isinstance(body, dict) else None
+        data = body.get("data") if status == 200 and isinstance(body, dict) else None
+        served = sorted(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)) \
+            if isinstance(data, list) else None
         if served is not None and self.spec.served_name not in served:
             self._attached = False
             raise ServerError(Failure("http_error", f"the external server at {self.base_url} serves "
@@ -472,7 +473,12 @@ class EngineServer:
 
     # -------------------------------------------------------------- HTTP helpers
     def version(self) -> str | None:
-        return self.adapter.version(self.base_url, headers=self.headers)
+        """The version the server reports: text of at most 100 characters, else None (a server kvlab did not
+        start may answer anything; what it says is data, escaped wherever it is shown)."""
+        v = self.adapter.version(self.base_url, headers=self.headers)
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            return None
+        return str(v)[:100] or None
 
     def flush_cache(self) -> bool | None:
         return self.adapter.flush_cache(self.base_url, headers=self.headers)

@@ -17,8 +17,9 @@ import json
 import socket
 import threading
 import time
+import random
 from dataclasses import asdict, dataclass, field, fields, replace
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -38,7 +39,7 @@ class FixtureConfig:
     http_status: int = 200  # anything else: a JSON error body with this status, no stream
     drop_after: int | None = None  # close the connection after this many token chunks
     no_done: bool = False  # end the stream cleanly but without [DONE]
-    garbage: bytes | None = None  # write these raw bytes as one SSE data line after the token chunks
+    garbage: bytes | str | None = None  # write these raw bytes as one SSE data line after the token chunks
     usage: bool = True  # send the usage chunk when stream_options.include_usage asks for it
     cached_tokens: int | None = None  # report usage.prompt_tokens_details.cached_tokens
     server_timestamps: bool = False  # put "t_server" (perf_counter at write) in every chunk
@@ -46,6 +47,40 @@ class FixtureConfig:
     reasoning_chunks: int = 0  # chat: the first k token chunks carry reasoning_content
     compact: bool = True  # compact JSON like vLLM; False writes ", " and ": " (client slow path)
     tag: Any = None  # echoed into the server's log of requests
+    usage_json: str | None = None  # raw JSON sent as the usage chunk's "usage" value (wrong types)
+    completion_tokens: int | None = None  # the usage chunk reports this count instead of the tokens sent
+    fault_rate: float = 0.0  # SSEServer: this share of requests gets one fault drawn from FAULTS
+    fault_seed: int = 0  # seeds the server's fault draws (set once, on the server's config)
+    metrics_fault_rate: float = 0.0  # SSEServer: this share of GET /metrics answers garbage or HTTP 500
+
+
+#: The faults a fault-injecting SSEServer draws from (``fault_rate``): name -> (knobs for this request, the
+#: client's error kind it must produce, or None: the request succeeds, "flagged": it succeeds with a count_flag).
+#: The stall fault holds the first token back 2 s: a client with ``stall_s`` below that records a stall.
+FAULTS: dict[str, tuple[Callable[[random.Random], dict[str, Any]], str | None]] = {
+    "garbage_line": (lambda r: {"garbage": r.choice([b"\xff\xfe not json", b'{"usage":{"prompt_tokens":', b"42"])},
+                     None),  # kind depends on the bytes: see fault_kind
+    "wrong_type": (lambda r: r.choice([
+        {"garbage": b'{"choices":"abc"}'}, {"garbage": b'{"choices":[{"text":5}]}'},
+        {"usage_json": "5"}, {"usage_json": '{"prompt_tokens":3,"completion_tokens":"3"}'},
+        {"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":"x"}'},
+        {"usage_json": '{"prompt_tokens":true,"completion_tokens":4}'}]), "malformed"),
+    "http_500": (lambda r: {"http_status": 500}, "http_status"),
+    "error_mid_stream": (lambda r: {"error_after": r.randint(0, 3)}, "error_event"),
+    "disconnect": (lambda r: {"drop_after": r.randint(0, 3)}, "dropped"),
+    "no_done": (lambda r: {"no_done": True}, "incomplete"),
+    "stall": (lambda r: {"first_delay_s": 2.0}, "stalled"),
+    "huge_line_ok": (lambda r: {"line_bytes": r.randint(1, 3) * 2**20}, None),
+    "huge_line_over_cap": (lambda r: {"line_bytes": 17 * 2**20}, "oversized"),
+    "wrong_count": (lambda r: {"completion_tokens": r.choice([-50, 1000, 0])}, "flagged"),
+}
+
+
+def fault_kind(fault: str, knobs: dict[str, Any]) -> str | None:
+    """The error kind (kvlab.client) a request with this fault must end with; None: ok; "flagged": ok, flagged."""
+    if fault == "garbage_line":
+        return "malformed" if knobs["garbage"] == b"42" else "unparseable"
+    return FAULTS[fault][1]
 
 
 @dataclass
@@ -58,6 +93,8 @@ class Served:
     endpoint: str
     tag: Any
     chunk_times: list[float] = field(default_factory=list)
+    fault: str | None = None  # the fault drawn for it (fault_rate), with its knobs
+    fault_knobs: dict[str, Any] | None = None
 
 
 def _count_prompt(body: dict) -> int:
@@ -100,12 +137,18 @@ class Events:
         return self._event(obj)
 
     def usage(self, n_prompt: int, n_out: int) -> bytes:
+        if self.cfg.completion_tokens is not None:
+            n_out = self.cfg.completion_tokens
         usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n_out,
                                  "total_tokens": n_prompt + n_out}
         if self.cfg.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": self.cfg.cached_tokens}
-        return self._event({"id": "cmpl-fixture", "object": "text_completion", "created": self.created,
-                            "model": self.model, "choices": [], "usage": usage})
+        event = self._event({"id": "cmpl-fixture", "object": "text_completion", "created": self.created,
+                             "model": self.model, "choices": [], "usage": usage})
+        if self.cfg.usage_json is None:
+            return event
+        return b'data: {"id":"cmpl-fixture","object":"text_completion","choices":[],"usage":' + \
+            self.cfg.usage_json.encode() + b"}\n\n"
 
     def error(self) -> bytes:
         return self._event({"error": {"object": "error", "message": "fixture mid-stream error",
@@ -127,6 +170,8 @@ class SSEServer:
         self.collect_when_idle = collect_when_idle
         self.open_streams = 0
         self.served: list[Served] = []
+        self.faults = random.Random(self.config.fault_seed)  # draws for fault_rate / metrics_fault_rate
+        self.metrics_faults: list[str] = []  # what each faulty /metrics answer was
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -151,6 +196,12 @@ class SSEServer:
         return web.Response(text="")
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if self.config.metrics_fault_rate and self.faults.random() < self.config.metrics_fault_rate:
+            kind = self.faults.choice(["garbage", "http_500"])
+            self.metrics_faults.append(kind)
+            if kind == "http_500":
+                return web.Response(status=500, text="fixture metrics failure")
+            return web.Response(text="vllm:prompt_tokens_total{ not prometheus \x00\n", content_type="text/plain")
         lines = []
         for name, value in (("prompt_tokens", self.prompt_tokens_total), ("generation_tokens", self.generation_tokens_total)):
             lines += [f"# HELP vllm:{name}_total fixture counter", f"# TYPE vllm:{name}_total counter",
@@ -174,6 +225,10 @@ class SSEServer:
         chat = request.path.endswith("/chat/completions")
         n_prompt = _count_prompt(body)
         served = Served(t_recv, len(raw), n_prompt, request.path, cfg.tag)
+        if cfg.fault_rate and self.faults.random() < cfg.fault_rate:
+            served.fault = self.faults.choice(sorted(FAULTS))
+            served.fault_knobs = FAULTS[served.fault][0](self.faults)
+            cfg = replace(cfg, **served.fault_knobs)
         if self.keep_log:
             self.served.append(served)
         if cfg.http_status != 200:
@@ -210,8 +265,9 @@ class SSEServer:
                 text = text + "x" * max(0, cfg.line_bytes - len(text))
             served.chunk_times.append(time.perf_counter())
             await send(chunk(text, i, "length" if i == n_chunks - 1 else None, reasoning=chat and i < cfg.reasoning_chunks))
-        if cfg.garbage is not None:
-            await send(b"data: " + cfg.garbage + b"\n\n")
+        if cfg.garbage is not None:  # bytes, or text (a per-request override comes as JSON)
+            garbage = cfg.garbage.encode() if isinstance(cfg.garbage, str) else cfg.garbage
+            await send(b"data: " + garbage + b"\n\n")
         n_out = n_chunks * cfg.tokens_per_chunk
         self.prompt_tokens_total += n_prompt
         self.generation_tokens_total += n_out
@@ -403,8 +459,10 @@ def main(argv: list[str] | None = None) -> None:
         flag = "--" + f.name.replace("_", "-")
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens"):
+        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens"):
             parser.add_argument(flag, type=int, default=default)
+        elif f.name == "usage_json":
+            parser.add_argument(flag, type=str, default=default)
         else:
             parser.add_argument(flag, type=type(default), default=default)
     args = vars(parser.parse_args(argv))

@@ -154,6 +154,8 @@ def test_every_failure_kind_recorded_per_request(server):
     assert recs[5].error == "stream ended without [DONE] (incomplete)" and recs[5].output_tokens == 10
     assert recs[6].error.startswith("timeout") and recs[6].chunks == 0
     assert recs[6].t_end - recs[6].t_send == pytest.approx(1.5, abs=0.5)
+    assert [r.error_kind for r in recs] == [None, "http_status", "http_status", "error_event", "dropped",
+                                            "incomplete", "timeout", None]
     s = client.summarize(recs, res.batch_time_s)
     assert (s["requests_ok"], s["requests_failed"]) == (2, 6)
     rows = client.request_rows(recs, "r")
@@ -191,7 +193,7 @@ def test_connection_refused_is_a_failed_request():
     prompts = workloads.fixed_batch.prompts(2, 10, 2, vocab_size=512)
     res = _run("http://127.0.0.1:9", prompts, timeout_s=5)
     assert [r.status for r in res.records] == ["failed", "failed"]
-    assert all(r.http_status is None and "Connect" in r.error for r in res.records)
+    assert all(r.http_status is None and "Connect" in r.error and r.error_kind == "connection" for r in res.records)
 
 
 def test_two_megabyte_request_body(server):
@@ -225,10 +227,10 @@ def test_empty_chunks_do_not_start_ttft_and_slow_path_agrees():
 
 
 def test_usage_fields_and_missing_usage():
-    with SSEServer(FixtureConfig(cached_tokens=64, tokens_per_chunk=2)) as srv:
-        res = _run(srv.url, workloads.fixed_batch.prompts(1, 100, 5, vocab_size=512))
+    with SSEServer(FixtureConfig(cached_tokens=64, chunks=5, tokens_per_chunk=2)) as srv:
+        res = _run(srv.url, workloads.fixed_batch.prompts(1, 100, 10, vocab_size=512))
     r = res.records[0]
-    assert r.cached_tokens == 64 and r.output_tokens == 10 and r.chunks == 5
+    assert r.cached_tokens == 64 and r.output_tokens == 10 and r.chunks == 5 and r.count_flag is None
     assert r.tpot_ms == pytest.approx((r.t_last - r.t_first) * 1e3 / 9)  # tokens, not chunks
     with SSEServer(FixtureConfig(usage=False)) as srv:
         res = _run(srv.url, workloads.fixed_batch.prompts(1, 100, 5, vocab_size=512))
@@ -367,3 +369,131 @@ def test_whole_read_fast_path_matches_line_by_line_parsing(seed, monkeypatch):
     assert {f: getattr(fast, f) for f in fields} == {f: getattr(parsed, f) for f in fields}
     assert parsed.done and parsed.usage == {"prompt_tokens": 3, "completion_tokens": 7}
     assert (parsed.error is not None) == (seed % 5 == 4)
+
+
+# ----------------------------------------------------------------- one bad response fails one request
+
+
+@pytest.mark.parametrize("knobs, where", [
+    ({"garbage": '{"choices":"abc"}'}, "choices is a string"),
+    ({"garbage": '{"choices":[7]}'}, "choices[0] is a number"),
+    ({"garbage": '{"choices":[{"text":5}]}'}, "choices[0].text is a number"),
+    ({"garbage": '{"choices":[{"text":"a","finish_reason":["x"]}]}'}, "choices[0].finish_reason is a list"),
+    ({"usage_json": "5"}, "usage is a number"),
+    ({"usage_json": '"x"'}, "usage is a string"),
+    ({"usage_json": '{"prompt_tokens":3,"completion_tokens":"3"}'}, "usage.completion_tokens is a string"),
+    ({"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":"x"}'},
+     "usage.prompt_tokens_details is a string"),
+    ({"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":-1}}'},
+     "usage.prompt_tokens_details.cached_tokens is a number (-1), expected a non-negative integer"),
+    ({"usage_json": '{"prompt_tokens":true,"completion_tokens":4}'}, "usage.prompt_tokens is a boolean"),
+    ({"usage_json": '{"prompt_tokens":3.5,"completion_tokens":4}'}, "usage.prompt_tokens is a number (3.5)"),
+    ({"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"completion_tokens_details":[1]}'},
+     "usage.completion_tokens_details is a list"),
+])
+@pytest.mark.parametrize("keep_text", [False, True])  # the fast path and the parsing path
+def test_a_field_of_the_wrong_type_fails_that_request_only(server, knobs, where, keep_text):
+    if "finish_reason" in where and not keep_text:
+        pytest.skip("the fast path reads a compact token line's text key only, not its finish_reason (README)")
+    base = workloads.fixed_batch.prompts(3, 20, 4, vocab_size=512, seed=5)
+    res = _run(server.url, [base[0], _with(base[1], **knobs), base[2]], keep_text=keep_text)
+    bad = res.records[1]
+    assert [r.status for r in res.records] == ["ok", "failed", "ok"]
+    assert bad.error_kind == "malformed" and bad.error.startswith(f"{client.MALFORMED} {where}"), bad.error
+    if "usage_json" in knobs:  # nothing of a malformed usage is kept
+        assert bad.prompt_tokens is bad.output_tokens is bad.cached_tokens is None
+    rows = client.request_rows(res.records, "r")
+    assert rows["error_kind"].to_list() == [None, "malformed", None]
+    s = client.summarize(res.records, res.batch_time_s)
+    assert (s["requests_ok"], s["requests_failed"]) == (2, 1)
+    assert s["served_output_tokens"] == 8 + (0 if "usage_json" in knobs else 4)  # a failed request's valid usage counts
+
+
+def test_count_flag_rules():
+    assert client.count_flag(16, 16, 16, True) is None
+    assert client.count_flag(10, 10, 16, False) is None  # stopped early without ignore_eos: fine
+    assert client.count_flag(None, 3, 16, True) is None  # no usage: nothing to judge
+    assert client.count_flag(-50, 3, 16, True) == "completion_tokens -50 is negative"
+    assert client.count_flag(1000, 3, 16, False) == "completion_tokens 1000 is above max_tokens 16"
+    assert client.count_flag(2, 3, 16, False) == "completion_tokens 2 is below the 3 token-bearing chunks received"
+    assert client.count_flag(2, 3, 16, True) == ("completion_tokens 2 is below the 3 token-bearing chunks received; "
+                                                 "completion_tokens 2 is not max_tokens 16 under ignore_eos")
+    assert client.count_flag(12, 3, 16, True) == "completion_tokens 12 is not max_tokens 16 under ignore_eos"
+
+
+def test_implausible_counts_are_flagged_kept_and_left_out_of_the_token_sum(server):
+    base = workloads.fixed_batch.prompts(5, 20, 8, vocab_size=512, seed=6)
+    prompts = [base[0], _with(base[1], completion_tokens=-50), _with(base[2], completion_tokens=1000),
+               _with(base[3], chunks=3, completion_tokens=1000), _with(base[4], completion_tokens=2)]
+    res = _run(server.url, prompts)
+    recs = res.records
+    assert all(r.status == "ok" for r in recs)  # the requests completed; their counts are what is wrong
+    assert [r.output_tokens for r in recs] == [8, -50, 1000, 1000, 2]  # kept as reported
+    assert recs[0].count_flag is None and recs[0].tpot_ms is not None
+    assert recs[1].count_flag == "completion_tokens -50 is negative"
+    assert recs[2].count_flag == "completion_tokens 1000 is above max_tokens 8"
+    assert recs[3].chunks == 3 and recs[3].count_flag == "completion_tokens 1000 is above max_tokens 8"
+    assert recs[4].count_flag.startswith("completion_tokens 2 is below the 8 token-bearing chunks")
+    assert all(r.tpot_ms is None for r in recs[1:])
+    s = client.summarize(recs, res.batch_time_s)
+    assert (s["served_output_tokens"], s["requests_miscounted"], s["requests_ok"]) == (8, 4, 5)
+    assert s["tpot_mean_ms"] == pytest.approx(recs[0].tpot_ms)
+    rows = client.request_rows(recs, "r")
+    assert rows["count_flag"].null_count() == 1 and rows["output_tokens"].to_list() == [8, -50, 1000, 1000, 2]
+
+
+def test_a_line_over_the_cap_fails_its_request_and_the_cap_is_16_mib(server):
+    assert client.MAX_LINE_BYTES == 16 * 2**20
+    base = workloads.fixed_batch.prompts(3, 10, 4, vocab_size=512, seed=7)
+    res = _run(server.url, [base[0], _with(base[1], line_bytes=17 * 2**20), _with(base[2], line_bytes=3 * 2**20)])
+    assert [r.status for r in res.records] == ["ok", "failed", "ok"]
+    assert res.records[1].error_kind == "oversized" and "16 MiB" in res.records[1].error
+
+
+def test_an_endless_error_body_is_read_only_up_to_its_cap():
+    from aiohttp import web
+
+    sent = []
+
+    async def endless(request):
+        resp = web.StreamResponse(status=500)
+        await resp.prepare(request)
+        try:
+            while True:  # never ends: a client that reads the whole body never returns
+                await resp.write(b"x" * 2**20)
+                sent.append(2**20)
+        except (ConnectionError, RuntimeError):
+            return resp
+
+    async def go():
+        async with serve_app({"POST /v1/completions": endless}) as url:
+            return await client.run_requests(url, "m", workloads.fixed_batch.prompts(1, 4, 2, vocab_size=512),
+                                             timeout_s=20)
+
+    r = asyncio.run(go()).records[0]
+    assert r.status == "failed" and r.error_kind == "http_status" and r.error.startswith("HTTP 500: xxx")
+    assert len(r.error) == client.ERROR_TEXT_CHARS and r.t_end - r.t_send < 10
+    assert client.MAX_ERROR_BODY_BYTES == 64 * 2**10
+
+
+def test_a_redirect_is_not_followed_and_the_key_stays_with_its_host():
+    from aiohttp import web
+
+    seen = []
+
+    async def elsewhere(request):
+        seen.append(request.headers.get("Authorization"))
+        return web.json_response({})
+
+    async def go():
+        async with serve_app({"POST /v1/completions": elsewhere}) as other:
+            async def redirect(request):
+                raise web.HTTPFound(other + "/v1/completions")
+
+            async with serve_app({"POST /v1/completions": redirect}) as url:
+                return await client.run_requests(url, "m", workloads.fixed_batch.prompts(1, 4, 2, vocab_size=512),
+                                                 api_key="s3cret")
+
+    r = asyncio.run(go()).records[0]
+    assert r.status == "failed" and r.http_status == 302 and "not followed" in r.error
+    assert seen == []  # the other host never saw the request, let alone the key

@@ -434,6 +434,22 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
     assert "did not launch this server" in log and "GET /v1/models did not answer" in log
 
 
+def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_the_sweep(tmp_path):
+    from kvlab.sse_fixture import FixtureConfig, SSEServer
+
+    with SSEServer(FixtureConfig(metrics_fault_rate=1.0, fault_seed=3)) as srv:
+        path = write_spec(tmp_path, "badmetrics", engine={"launch": None, "url": srv.url, "model": "org/m"},
+                          repeats=4)
+        res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+        faults = sorted(set(srv.metrics_faults))
+    assert (res.ok, res.failed) == (4, 0) and faults == ["garbage", "http_500"]  # both kinds were served
+    runs = store.load_runs(tmp_path)
+    assert runs["server_prompt_tokens"].null_count() == runs["server_prefix_cache_hits"].null_count() == 4
+    for note in runs["notes"]:
+        assert "server metrics unavailable before the run: no counter deltas (" in note
+        assert "RuntimeError: GET" in note or "ValueError" in note
+
+
 def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_tokens(tmp_path):
     from kvlab.sse_fixture import SSEServer
 

@@ -52,15 +52,34 @@ def _line_with(log_text: str, needle: str) -> str:
     return needle
 
 
+#: The most of a response body ``http_json`` reads (1 MiB: health, version, model lists and flush answers are small).
+MAX_HTTP_JSON_BYTES = 2**20
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Refuse every redirect: the 3xx comes back as the answer, and the Authorization header never goes to
+    the host a redirect names (urllib would forward it)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+#: No redirects, and no proxy from the environment (as aiohttp's default): a request goes to the URL it names.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+
+
 def http_json(url: str, method: str = "GET", timeout: float = 5.0, headers: dict[str, str] | None = None):
-    """(status, parsed JSON or text) for one small request; (None, error text) when unreachable."""
+    """(status, parsed JSON or text) for one small request; (None, error text) when unreachable.
+
+    Redirects are not followed (a 3xx is the status returned); at most MAX_HTTP_JSON_BYTES of the body are read.
+    """
     req = urllib.request.Request(url, method=method, headers=headers or {}, data=b"" if method == "POST" else None)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status, body = resp.status, resp.read().decode(errors="replace")
+        with _OPENER.open(req, timeout=timeout) as resp:
+            status, body = resp.status, resp.read(MAX_HTTP_JSON_BYTES).decode(errors="replace")
     except urllib.error.HTTPError as exc:
-        status, body = exc.code, exc.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as exc:
+        status, body = exc.code, exc.read(MAX_HTTP_JSON_BYTES).decode(errors="replace")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
         return None, str(exc)
     try:
         return status, json.loads(body)
