@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from collections.abc import Mapping
 from functools import lru_cache
 
 import psutil
@@ -96,6 +97,29 @@ def describe() -> dict:
         "gpus": g,
         "accelerator": f"{len(g)}× {g[0]['name']}" if g else f"CPU {platform.machine()} ({os.cpu_count()} cores)",
     }
+
+
+def pinned_to_cpu(engine: Mapping) -> bool:
+    """Whether an engine spec (``EngineSpec`` as a dict, or a stored spec.json's ``engine``) keeps the engine on
+    the CPU whatever the host has: sglang-jax's ``--device cpu``, ``JAX_PLATFORMS=cpu``, or no visible CUDA device."""
+    args = [str(a) for a in engine.get("extra_args") or []]
+    env = {str(k): str(v) for k, v in (engine.get("env") or {}).items()}
+    device_arg = any(a == "--device" and i + 1 < len(args) and args[i + 1].lower() == "cpu" or a.lower() == "--device=cpu"
+                     for i, a in enumerate(args))
+    return (device_arg or env.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
+            or ("CUDA_VISIBLE_DEVICES" in env and env["CUDA_VISIBLE_DEVICES"].strip() in ("", "-1")))
+
+
+def device_kind(engine: Mapping, facts: Mapping | None) -> str | None:
+    """What computed a run, "cpu" or "gpu", from the engine spec and the facts of the host that served it
+    (:func:`describe`): an engine pinned to the CPU ran there; otherwise a host with GPUs ran it on them and one
+    without on its CPU. None for a server kvlab did not start (``url``): the facts of this host do not describe
+    it. Never read from a hardware label."""
+    if pinned_to_cpu(engine):
+        return "cpu"
+    if engine.get("url") or facts is None:
+        return None
+    return "gpu" if facts.get("gpus") else "cpu"
 
 
 def gpu_count() -> int | None:

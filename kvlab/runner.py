@@ -162,11 +162,14 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records."""
     e, w = run.engine, run.workload
     summary = summarize(batch.records, batch.batch_time_s) if batch else {}
+    kind = host.device_kind(e.model_dump(mode="json"), host.describe())
     row = {
         "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
-        "gpu_count": host.gpu_count(), "model": e.served_model_name or Path(e.model).name, "engine": e.name,
+        "gpu_count": host.gpu_count() if kind == "gpu" else None, "device_kind": kind,
+        "model": e.served_model_name or Path(e.model).name, "engine": e.name,
         "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp,
         "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"), "mem_util": e.mem_util,
+        "kv_budget_bytes": e.kv_cache_bytes,
         "prefix_caching": e.prefix_caching, "context_label": run.context_label,
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once

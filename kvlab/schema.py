@@ -21,6 +21,7 @@ STATUSES = ("ok", "failed")
 #: How a failed request's error is classified (kvlab.client.ERROR_KINDS maps error prefixes to these).
 REQUEST_ERROR_KINDS = ("http_status", "error_event", "aborted", "incomplete", "stalled", "timeout", "dropped",
                        "connection", "unparseable", "malformed", "oversized", "client")
+DEVICE_KINDS = ("cpu", "gpu")
 
 
 class SchemaError(ValueError):
@@ -40,6 +41,9 @@ class Column:
 class Table:
     name: str
     columns: tuple[Column, ...]
+    #: Columns an earlier kvlab version wrote and this one no longer has: dropped on reading, so stored files stay
+    #: readable (name -> why it went).
+    retired: tuple[tuple[str, str], ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -55,10 +59,11 @@ class Table:
     def conform(self, df: pl.DataFrame, origin: str | Path = "<frame>") -> pl.DataFrame:
         """Return ``df`` with every schema column in schema order and dtype, or raise.
 
-        Missing optional columns are added as nulls; unknown columns, missing required
-        columns, values that cannot be cast, nulls in required columns and values outside
-        an allowed set raise :class:`SchemaError` naming ``origin``.
+        Missing optional columns are added as nulls and retired columns are dropped; unknown columns, missing
+        required columns, values that cannot be cast, nulls in required columns and values outside an allowed set
+        raise :class:`SchemaError` naming ``origin``.
         """
+        df = df.drop([name for name, _ in self.retired if name in df.columns])
         unknown = [c for c in df.columns if c not in self.polars_schema]
         if unknown:
             raise SchemaError(f"{origin}: unknown column(s) {unknown} for table '{self.name}'")
@@ -111,6 +116,11 @@ RUNS = Table(
         _c("run_id", Str, "unique within (source, experiment); for measured runs a hash of the full run spec", required=True),
         _c("hardware", Str, "accelerator or CPU the row is about, e.g. 'NVIDIA B300' or 'CPU x86_64 (2 cores)'", required=True),
         _c("gpu_count", Int, "number of GPUs serving (null on CPU)"),
+        _c("device_kind", Str, "what computed the run: cpu | gpu. Measured: from the host's facts (the GPUs NVML "
+           "sees where the run was measured) and the engine spec (an engine pinned to the CPU: sglang-jax's "
+           "--device cpu, JAX_PLATFORMS=cpu); null for a server kvlab did not start (its host is not known). "
+           "Published: gpu where the document states GPUs. Modelled: the catalog entry's kind",
+           allowed=DEVICE_KINDS),
         _c("model", Str, "served model", required=True),
         _c("engine", Str, "inference engine", required=True, allowed=ENGINES),
         _c("engine_version", Str, "engine version reported by the server"),
@@ -120,6 +130,9 @@ RUNS = Table(
         _c("dtype", Str, "compute and KV dtype the engine ran in (its --dtype, else the local model's own; float32 "
            "where a CPU lacks native bfloat16 and the spec says bfloat16-if-native)"),
         _c("mem_util", Float, "memory-utilisation setting (vLLM gpu-memory-utilization, SGLang mem-fraction-static)"),
+        _c("kv_budget_bytes", Int, "KV-cache budget the experiment configures (its engine's kv_cache_bytes, in the "
+           "model's dtype; the engine is given twice this where bfloat16-if-native computes in float32); null where "
+           "the engine sizes its cache itself. What was asked for, not the pool the engine reports"),
         _c("prefix_caching", pl.Boolean(), "prefix / radix cache enabled"),
         _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),
         _c("context_tokens", Int, "nominal context length in tokens (K = 1024)", required=True),
@@ -157,11 +170,11 @@ RUNS = Table(
         _c("server_prefix_cache_hits", Int, "delta of the server's prefix-cache hit counter (tokens)"),
         _c("server_preemptions", Int, "delta of the server's preemption counter"),
         _c("output_tokens_per_s", Float, "output throughput, only where a source states it without a batch time"),
-        _c("kv_cache_tokens", Int, "KV-cache capacity in tokens reported or modelled for the configuration"),
         _c("started_at", Str, "ISO-8601 UTC start time"),
         _c("citation", Str, "where a published figure comes from"),
         _c("notes", Str, "free text: assumptions, scaling, caveats"),
     ),
+    retired=(("kv_cache_tokens", "measured runs never filled it; the configured budget is kv_budget_bytes"),),
 )
 
 #: One row per request of a measured run (client-side timestamps, seconds from batch start).

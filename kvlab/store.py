@@ -93,18 +93,66 @@ def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) ->
     files = _reference_files(data_dir, claims=False)
     files += [d / RUN_FILE for d in run_dirs(data_dir)]
     files += sorted((data_dir / "modelled").glob("*.parquet"))
-    frames, seen = [], {}
+    frames, seen, manifests = [], {}, {}
     for f in files:
-        df = read_table(f, RUNS).with_columns(pl.lit(str(f)).alias("_file"))
+        df = read_table(f, RUNS)
+        if f.name == RUN_FILE:
+            df = _recorded_facts(f, df, manifests)
+        df = df.with_columns(pl.lit(str(f)).alias("_file"))
         for key in df.select("source", "experiment", "run_id").iter_rows():
             if key in seen:
                 raise SchemaError(f"{f}: row {key} duplicates one in {seen[key]}")
             seen[key] = f
         frames.append(df.drop("_file"))
     runs = _concat(frames, RUNS)
+    # a document that states its GPU count ran on GPUs (the reference tables carry no device_kind of their own)
+    runs = runs.with_columns(device_kind=pl.when(pl.col("device_kind").is_null() & (pl.col("source") == "published")
+                                                 & (pl.col("gpu_count").fill_null(0) > 0))
+                             .then(pl.lit("gpu")).otherwise(pl.col("device_kind")))
     if experiment is not None:
         runs = runs.filter(pl.col("experiment") == experiment)
     return runs
+
+
+#: RUNS columns added after runs were first stored: a run stored without them gets them from its spec.json and its
+#: experiment's manifest (:func:`_recorded_facts`), as the runner records them today.
+BACKFILLED = ("kv_budget_bytes", "device_kind")
+
+
+def _recorded_facts(path: Path, df: pl.DataFrame, manifests: dict) -> pl.DataFrame:
+    """A stored run row with the columns an older kvlab did not record (:data:`BACKFILLED`) filled in the way
+    :func:`kvlab.runner.run_row` fills them now: the KV budget from the run's spec.json, the device kind from its
+    engine spec and the host facts of the sweep that measured it. Rows that recorded them are returned as read."""
+    from kvlab import host
+
+    missing = [c for c in BACKFILLED if c not in pl.read_parquet_schema(path)]
+    spec_file = path.parent / SPEC_FILE
+    if not missing or not spec_file.exists():
+        return df
+    spec = json.loads(spec_file.read_text())
+    engine = spec.get("engine") or {}
+    exp_dir = path.parent.parent
+    if exp_dir not in manifests:
+        m = exp_dir / MANIFEST_FILE
+        manifests[exp_dir] = json.loads(m.read_text()) if m.exists() else {}
+    kinds = {host.device_kind(engine, facts) for facts in _sweep_hosts(manifests[exp_dir], spec.get("key") or
+                                                                        path.parent.name, df["started_at"][0])}
+    fill = {"kv_budget_bytes": engine.get("kv_cache_bytes"),
+            # one answer from every host that may have run it, else not known
+            "device_kind": host.device_kind(engine, None) or (kinds.pop() if len(kinds) == 1 else None)}
+    return df.with_columns(pl.lit(fill[c], dtype=RUNS.polars_schema[c]).alias(c) for c in missing)
+
+
+def _sweep_hosts(manifest: dict, key: str, started_at: str | None) -> list[dict]:
+    """The host facts of the sweep(s) that may have measured run ``key``: the Ray node that lists it, else the
+    sweeps whose time window holds its start, else every sweep of the manifest."""
+    sweeps = manifest.get("sweeps") or []
+    nodes = [n.get("host") or {} for s in sweeps for n in (s.get("ray") or {}).get("nodes", []) if key in n.get("runs", [])]
+    if nodes:
+        return nodes
+    within = [s for s in sweeps if started_at and s.get("started_at") and s.get("ended_at")
+              and s["started_at"] <= started_at <= s["ended_at"]]
+    return [s.get("host") or {} for s in (within or sweeps)]
 
 
 def load_claims(data_dir: str | Path = DATA_DIR) -> pl.DataFrame:

@@ -511,3 +511,36 @@ def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_w
     assert wrong_try["failure_cause"] == "http_error"
     assert f"serves 'org/other', not '{tag_of(wrong)}' (set served_model_name" in wrong_try["detail"]
     assert down_try["failure_cause"] == "timeout" and "did not answer /health with 200 within 1 s" in down_try["detail"]
+
+
+@pytest.mark.parametrize("gpus, kinds", [
+    ([], {"vllm": ("cpu", None), "sglang-jax": ("cpu", None)}),
+    ([{"index": 0, "name": "NVIDIA H100"}, {"index": 1, "name": "NVIDIA H100"}],
+     {"vllm": ("gpu", 2), "sglang-jax": ("cpu", None)}),  # sglang-jax pinned to the CPU by --device cpu
+])
+def test_a_run_row_records_its_kv_budget_and_device_kind(monkeypatch, gpus, kinds):
+    """The row says what computed it from the host's facts and the engine spec, whatever the hardware label says,
+    and the KV budget the spec configured."""
+    from kvlab import host
+
+    monkeypatch.setattr(host, "describe", lambda: {"gpus": gpus})
+    spec = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml").quick_form()
+    seen = {}
+    for run in expand(spec):
+        row = runner.run_row(run, [], "failed", 1, "crash", None, None, {}, "").row(0, named=True)
+        assert row["kv_budget_bytes"] == run.engine.kv_cache_bytes
+        seen[run.engine.name] = (row["device_kind"], row["gpu_count"])
+    assert seen == kinds
+
+
+def test_device_kind_reads_the_spec_and_the_host_never_a_label():
+    from kvlab import host
+
+    gpu_host, cpu_host = {"gpus": [{"name": "NVIDIA B300"}]}, {"gpus": []}
+    assert host.device_kind({"extra_args": ["--device", "cpu"]}, gpu_host) == "cpu"
+    assert host.device_kind({"extra_args": ["--device=CPU"]}, gpu_host) == "cpu"
+    assert host.device_kind({"env": {"JAX_PLATFORMS": "cpu"}}, gpu_host) == "cpu"
+    assert host.device_kind({"env": {"CUDA_VISIBLE_DEVICES": ""}}, gpu_host) == "cpu"
+    assert host.device_kind({"extra_args": ["--device", "cuda"]}, gpu_host) == "gpu"
+    assert host.device_kind({}, cpu_host) == "cpu" and host.device_kind({}, None) is None
+    assert host.device_kind({"url": "http://10.0.0.5:8000"}, cpu_host) is None  # another host's server

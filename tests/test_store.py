@@ -145,3 +145,74 @@ def test_schema_conform_keeps_order_and_types():
     out = RUNS.conform(_row())
     assert out.columns == RUNS.names
     assert out.schema["context_tokens"] == pl.Int64
+
+
+# --------------------------------------------------------------------------- columns recorded since (issue #22)
+
+FIXTURE_RUNS = __import__("pathlib").Path(__file__).parent / "fixtures" / "runs"
+
+
+def test_older_stored_runs_get_their_kv_budget_and_device_kind_from_spec_and_manifest(tmp_path):
+    """The fixture runs were stored before kv_budget_bytes and device_kind existed (and with kv_cache_tokens, now
+    retired): they read with both columns filled from each run's spec.json and its sweep's host facts."""
+    import json
+
+    shutil.copytree(FIXTURE_RUNS, tmp_path / "runs")
+    raw = pl.read_parquet(next((tmp_path / "runs").glob("*/*/run.parquet")))
+    assert "kv_cache_tokens" in raw.columns and "kv_budget_bytes" not in raw.columns  # really the old format
+    runs = store.load_runs(tmp_path)
+    assert runs.columns == RUNS.names and "kv_cache_tokens" not in runs.columns
+    assert runs.height == 28 and runs["device_kind"].to_list() == ["cpu"] * 28  # 2-vCPU host, no GPU
+    assert runs["gpu_count"].null_count() == 28
+    budgets = runs.group_by("experiment", "kv_budget_bytes").len().sort("experiment", "kv_budget_bytes").rows()
+    assert budgets == [("cpu_classification", 67108864, 2), ("cpu_long_context", 8388608, 4),
+                       ("cpu_long_context", 20971520, 2), ("cpu_multi_turn", 67108864, 4),
+                       ("cpu_prefix_sharing", 67108864, 16)]
+    for d in store.run_dirs(tmp_path):  # each row's budget is its own spec's
+        spec = json.loads((d / "spec.json").read_text())
+        row = runs.filter(pl.col("run_id") == d.name)
+        assert row["kv_budget_bytes"][0] == spec["engine"]["kv_cache_bytes"]
+
+
+def test_backfilled_device_kind_comes_from_the_host_that_measured_the_run(tmp_path):
+    """A vLLM run's kind follows its sweep's host facts (GPUs listed: gpu); sglang-jax pinned to the CPU stays cpu;
+    a manifest whose sweeps disagree and do not place the run leaves it unknown rather than guessing."""
+    import json
+
+    shutil.copytree(FIXTURE_RUNS / "cpu_classification", tmp_path / "runs" / "cpu_classification")
+    manifest = tmp_path / "runs" / "cpu_classification" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    gpu_host = {"gpus": [{"index": 0, "name": "NVIDIA H100"}], "accelerator": "1× NVIDIA H100"}
+    for s in m["sweeps"]:
+        s["host"] = {**s["host"], **gpu_host}
+    manifest.write_text(json.dumps(m))
+    kinds = dict(store.load_runs(tmp_path).select("engine", "device_kind").rows())
+    assert kinds == {"vllm": "gpu", "sglang-jax": "cpu"}
+    m["sweeps"] = [{**m["sweeps"][0], "started_at": None}, {"host": {"gpus": []}}]  # two hosts, neither placed
+    manifest.write_text(json.dumps(m))
+    kinds = dict(store.load_runs(tmp_path).select("engine", "device_kind").rows())
+    assert kinds == {"vllm": None, "sglang-jax": "cpu"}
+
+
+def test_runs_stored_with_the_new_columns_are_read_as_written(data):
+    run = pl.DataFrame({"source": ["measured"], "experiment": ["e"], "run_id": ["r1"], "hardware": ["CPU (test)"],
+                        "model": ["m"], "engine": ["vllm"], "context_label": ["1K"], "context_tokens": [1024],
+                        "status": ["ok"], "device_kind": [None], "kv_budget_bytes": [None]},
+                       schema_overrides={"device_kind": pl.String, "kv_budget_bytes": pl.Int64})
+    store.write_run(data / "runs" / "e", "r1", run, spec={"engine": {"kv_cache_bytes": 1024, "extra_args": []}})
+    row = store.load_runs(data).filter(pl.col("source") == "measured")
+    assert row.select("device_kind", "kv_budget_bytes").rows() == [(None, None)]  # recorded null: not refilled
+
+
+def test_published_rows_that_state_gpus_ran_on_gpus(data):
+    pub = store.load_runs(data).filter(pl.col("source") == "published")
+    assert pub["device_kind"].to_list() == ["gpu"] * 4 and pub["kv_budget_bytes"].null_count() == 4
+
+
+def test_a_retired_column_is_dropped_and_an_unknown_device_kind_refused():
+    df = RUNS.conform(pl.DataFrame({"source": ["published"], "experiment": ["e"], "run_id": ["r"], "hardware": ["h"],
+                                    "model": ["m"], "engine": ["vllm"], "context_label": ["1K"],
+                                    "context_tokens": [1024], "status": ["ok"], "kv_cache_tokens": [5]}))
+    assert "kv_cache_tokens" not in df.columns
+    with pytest.raises(SchemaError, match="column 'device_kind' has value 'tpu'"):
+        RUNS.conform(df.with_columns(device_kind=pl.lit("tpu")))

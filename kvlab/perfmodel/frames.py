@@ -17,7 +17,6 @@ from kvlab.perfmodel.roofline import (
     Prediction,
     Workload,
     batch_time,
-    kv_bytes_per_token_per_gpu,
     prefill_time_s,
 )
 from kvlab.schema import RUNS
@@ -38,11 +37,7 @@ def row_config(row: Mapping, a: Assumptions = Assumptions()) -> Config:
     is_cpu = g.gpu == "CPU"
     tp = row.get("tp") or (1 if is_cpu else (row.get("gpu_count") or a.published_tp))
     mem_util = None if is_cpu else (row.get("mem_util") or a.default_mem_util)
-    cfg = Config(g, m, row["engine"], int(tp), int(row.get("dcp") or 1), mem_util)
-    if is_cpu and row.get("kv_cache_tokens"):
-        # the CPU runs set their KV budget in bytes; the server reports it back in tokens
-        return replace(cfg, kv_cache_bytes=row["kv_cache_tokens"] * kv_bytes_per_token_per_gpu(cfg, a))
-    return cfg
+    return Config(g, m, row["engine"], int(tp), int(row.get("dcp") or 1), mem_util)
 
 
 def row_workload(row: Mapping, w: Workload = Workload()) -> Workload:
@@ -82,6 +77,7 @@ def prediction_row(pred: Prediction, experiment: str, p: Params, a: Assumptions,
         "run_id": run_id or f"{experiment}-{label}-{cfg.engine}-tp{cfg.tp}-dcp{cfg.dcp}{util}",
         "hardware": cfg.gpu.name,
         "gpu_count": None if is_cpu else cfg.tp,
+        "device_kind": "cpu" if is_cpu else "gpu",
         "model": cfg.model.model,
         "engine": cfg.engine,
         "tp": cfg.tp,
@@ -101,7 +97,6 @@ def prediction_row(pred: Prediction, experiment: str, p: Params, a: Assumptions,
         "batch_time_s": pred.batch_time_s,
         "prefill_time_s": pred.prefill_s,
         "decode_time_s": pred.decode_s,
-        "kv_cache_tokens": None if is_cpu else pred.memory.kv_capacity_tokens,
         "citation": CITATION,
         "notes": _notes(pred, p, a, notes),
     }
