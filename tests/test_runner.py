@@ -265,10 +265,11 @@ def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: 
     killed: list[int] = []
 
     def kill_if_due(acc) -> None:
-        # Every token chunk counts, those with empty text too: the tiny model's greedy output holds tokens
-        # that detokenize to "" (one request here streamed 5,908 chunks with text for 6,000 tokens). Counting only text can put the trigger
-        # after the engine's last token; the likeliest cause of one CI run (2026-12-01) where EngineCore
-        # was "killed" yet the long run ended ok on its first attempt.
+        # Every token chunk counts, those with empty text too (the tiny model's greedy output holds tokens
+        # that detokenize to ""). The trigger sits just above the warm-up's 16 tokens, not at 100: on loopback
+        # the kernel's socket buffers hold a whole 6,000-token stream (about 1.4 MB of SSE), so a client
+        # starved of CPU can read its 100th chunk after the engine has finished; the kill then lands between
+        # runs (CI, 2026-12-02: EngineCore "killed", yet the long run ended ok on its first attempt).
         if killed or len(acc.chunk_times) + acc.empty_chunks < after:
             return
         for f in state_dir().glob("*.json"):
@@ -306,9 +307,9 @@ def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, monkeyp
     path = write_spec(tmp_path, "killed", workload={"batch_size": 4, "context_tokens": LONG + 2000, "output_tokens": LONG},
                       matrix={"workload.output_tokens": [LONG, 16]})
     # Killed after 100 of 6,000 tokens: the engine cannot have streamed the rest ahead of a slow client.
-    killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=100)
+    killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=20)
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request of the long run streamed 100 tokens"
+    assert killed, "no request of the long run streamed 20 tokens"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
     assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "crash"
     assert runs[LONG]["requests_failed"] >= 1
@@ -328,13 +329,14 @@ def test_engine_core_killed_is_a_crash_retried_on_a_new_server(tmp_path, monkeyp
                       workload={"batch_size": 2, "context_tokens": LONG + 1000, "output_tokens": LONG},
                       matrix={"workload.output_tokens": [LONG, 16]},
                       retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]})
-    killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=100, only="EngineCore")
+    killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=20, only="EngineCore")
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request of the long run streamed 100 tokens"
+    assert killed, "no request of the long run streamed 20 tokens"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
     reqs = store.load_requests(tmp_path).filter(pl.col("run_id") == runs[LONG]["run_id"])
     assert (runs[LONG]["status"], runs[LONG]["attempts"], runs[LONG]["requests_ok"]) == ("ok", 2, 2), (
-        f"signalled {killed}; the long run's last attempt: {reqs.select('status', 'output_tokens', 'chunks', 'e2e_ms').rows()}")
+        f"signalled {killed}; the long run's last attempt: {reqs.select('status', 'output_tokens', 'chunks', 'e2e_ms').rows()}; "
+        f"the 16-token run: {runs[16]['status']}, {runs[16]['attempts']} attempt(s); server starts {res.server_starts}")
     first = store.load_attempts(tmp_path).filter(pl.col("run_id") == runs[LONG]["run_id"]).sort("attempt").row(0, named=True)
     assert first["failure_cause"] == "crash" and "EngineDead" in first["detail"], first["detail"]
     assert runs[16]["status"] == "ok" and res.server_starts == 2  # the restarted server serves the rest of the group
