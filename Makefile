@@ -7,6 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 VLLM_ENV := .engines/vllm
 SGLANG_JAX_ENV := .engines/sglang-jax
+SGLANG_ENV := .engines/sglang
 ENVS := kvlab/engines/envs
 # sglang-jax needs Python >= 3.12; found on PATH or in the usual places (or give it).
 ENGINE_PYTHON312 ?= $(shell $(ENVS)/find-python.sh 3.12 2>/dev/null)
@@ -21,7 +22,7 @@ EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
-.PHONY: help install engines report sweep test test-fast test-cluster lab bench browser clean
+.PHONY: help install engines engines-sglang report sweep test test-fast test-cluster lab bench browser clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -56,6 +57,15 @@ $(SGLANG_JAX_ENV)/.installed: $(ENVS)/sglang-jax-cpu.txt $(ENVS)/sglang-jax-cpu-
 	  < $(ENVS)/sglang-jax-cpu.patch
 	touch $@
 
+$(SGLANG_ENV)/.installed: $(ENVS)/sglang-cpu.txt
+	rm -rf $(SGLANG_ENV)
+	$(PYTHON) -m venv $(SGLANG_ENV)
+	$(SGLANG_ENV)/bin/pip install -q --upgrade pip
+	$(SGLANG_ENV)/bin/pip install -q -r $(ENVS)/sglang-cpu.txt
+	touch $@
+
+engines-sglang: $(SGLANG_ENV)/.installed ## create .engines/sglang (PyTorch SGLang 0.5.23 on CPU, ~11 GB; the engine tests use it)
+
 engines: $(VLLM_ENV)/.installed $(SGLANG_JAX_ENV)/.installed ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang-jax: SGLang's JAX runtime)
 
 sweep: install engines ## run the embedded CPU experiments for real (finished runs are reused; FULL=1 for the full study)
@@ -67,7 +77,7 @@ report: sweep ## MAIN: measure on this machine, then build reports/index.html an
 browser: ## install Debian's headless Chromium for the report rendering test (needs root)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium missing and not root: the browser test will say so"; }
 
-test: install engines browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
+test: install engines engines-sglang browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
 	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
 
 test-fast: install ## the suite without engine and browser tests (for development)

@@ -13,6 +13,7 @@ from kvlab.paths import ENGINES_DIR
 
 ENGINE_PYTHON = ENGINES_DIR / "vllm" / "bin" / "python"
 SGLANG_JAX_PYTHON = ENGINES_DIR / "sglang-jax" / "bin" / "python"
+SGLANG_PYTHON = ENGINES_DIR / "sglang" / "bin" / "python"
 
 
 def _required(python: Path) -> Path:
@@ -35,6 +36,12 @@ def engine_python() -> Path:
 def sglang_jax_python() -> Path:
     """The sglang-jax engine venv's python (SGLang's JAX runtime, Python >= 3.12)."""
     return _required(SGLANG_JAX_PYTHON)
+
+
+@pytest.fixture(scope="session")
+def sglang_python() -> Path:
+    """The PyTorch SGLang engine venv's python (SGLang 0.5.23 on CPU; `make engines-sglang`)."""
+    return _required(SGLANG_PYTHON)
 
 
 @pytest.fixture(scope="session", autouse=True)

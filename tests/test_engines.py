@@ -115,9 +115,18 @@ def test_sglang_jax_kv_bytes_per_token_pads_head_dim():
                                "num_hidden_layers": 2}) == 2 * 2 * 2 * 128 * 2
 
 
-def test_kv_budget_is_refused_where_the_engine_has_no_flag():
-    with pytest.raises(ValueError, match="applies to vllm and sglang-jax"):
-        _spec("sglang", kv_cache_bytes=1024)
+def test_sglang_kv_budget_becomes_max_total_tokens_without_padding(tiny_model):
+    """PyTorch SGLang's pool holds head_dim as the model gives it: the tiny Llama (2 layers, 1 KV head of 128,
+    bf16) takes 2 x 2 x 1 x 128 x 2 = 1,024 B per token, so 8 MiB is 8,192 tokens; without a local config the
+    budget is refused with the field named."""
+    g = get_adapter("sglang")
+    assert g.kv_bytes_per_token({"num_attention_heads": 4, "hidden_size": 256, "num_key_value_heads": 2,
+                                 "num_hidden_layers": 2}, 2) == 2 * 2 * 2 * 64 * 2  # 64 stays 64
+    args = g.server_args(_spec("sglang", model="data/models/tiny-llama", kv_cache_bytes=8 * 2**20,
+                               dtype="bfloat16"), 1)
+    assert args[args.index("--max-total-tokens") + 1] == "8192"
+    with pytest.raises(ValueError, match="kv_cache_bytes .* needs a local model"):
+        g.server_args(_spec("sglang", model="org/hub-model", kv_cache_bytes=1024), 1)
 
 
 def test_local_model_resolved_against_root(tiny_model):

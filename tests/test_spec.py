@@ -94,7 +94,6 @@ def test_key_ignores_connection_fields_but_not_settings(tmp_path):
         ("retry", {"retry_on": ["meteor"]}, "retry.retry_on"),
         ("repeats", 0, "repeats"),
         ("colour", "blue", "colour: unknown field"),
-        ("engines.sglang.kv_cache_bytes", 1024, "kv_cache_bytes (1024) applies to vllm and sglang-jax"),
     ],
 )
 def test_bad_values_name_the_field(tmp_path, path, value, expected):

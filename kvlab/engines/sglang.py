@@ -59,11 +59,33 @@ class SGLangAdapter(EngineAdapter):
             "--context-length", str(spec.max_model_len),
             "--enable-metrics",  # /metrics is off by default in SGLang
         ]
+        if spec.kv_cache_bytes is not None:
+            args += ["--max-total-tokens", str(self.kv_budget_tokens(spec))]
         if spec.report_cached_tokens:
             args.append("--enable-cache-report")  # usage.prompt_tokens_details.cached_tokens
         if not spec.prefix_caching:
             args.append("--disable-radix-cache")
         return args + self.shared_args(spec, api_key)
+
+    def kv_bytes_per_token(self, config: dict, element_bytes: int) -> int:
+        """KV-cache bytes one token takes in SGLang's (PyTorch) memory pool for a Llama-style config: K and V
+        for every layer and KV head, head_dim as the model gives it (MHATokenToKVPool; no padding)."""
+        heads = int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        kv_heads = int(config.get("num_key_value_heads") or heads)
+        return int(config["num_hidden_layers"]) * 2 * kv_heads * head_dim * element_bytes
+
+    def kv_budget_tokens(self, spec: EngineSpec) -> int:
+        """kv_cache_bytes as a token count for ``--max-total-tokens`` (needs a local model's config.json)."""
+        config = spec.local_config()
+        if config is None:
+            raise ValueError(
+                f"kv_cache_bytes ({spec.kv_cache_bytes}) on {self.name} needs a local model with a config.json "
+                f"(to turn bytes into --max-total-tokens); got model {spec.model!r}: pass --max-total-tokens "
+                "in extra_args instead"
+            )
+        element_bytes = 4 if spec.served_dtype() == "float32" else 2  # the KV cache follows the compute dtype
+        return spec.served_kv_cache_bytes() // self.kv_bytes_per_token(config, element_bytes)
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         env: dict[str, str] = {}

@@ -77,17 +77,8 @@ class SGLangJaxAdapter(SGLangAdapter):
             args.append("--disable-radix-cache")
         return args + self.shared_args(spec, api_key)
 
-    def kv_budget_tokens(self, spec: EngineSpec) -> int:
-        """kv_cache_bytes as a token count for ``--max-total-tokens`` (needs a local model's config.json)."""
-        config = spec.local_config()
-        if config is None:
-            raise ValueError(
-                f"kv_cache_bytes ({spec.kv_cache_bytes}) on sglang-jax needs a local model with a config.json "
-                f"(to turn bytes into --max-total-tokens); got model {spec.model!r}: pass --max-total-tokens "
-                "in extra_args instead"
-            )
-        element_bytes = 4 if spec.served_dtype() == "float32" else 2  # the KV cache follows the compute dtype
-        return spec.served_kv_cache_bytes() // kv_bytes_per_token(config, element_bytes)
+    def kv_bytes_per_token(self, config: dict, element_bytes: int) -> int:
+        return kv_bytes_per_token(config, element_bytes)  # head_dim padded to 128 (module function)
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         return dict(spec.env)  # no long-context override variable; JAX_PLATFORMS etc. come from the spec

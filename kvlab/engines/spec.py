@@ -17,8 +17,9 @@ ENGINE_NAMES: tuple[str, ...] = ("vllm", "sglang", "sglang-jax")
 #: The compute dtypes an engine spec may ask for: "auto" (the model's own) and the engines' own names, plus
 #: "bfloat16-if-native", which this host resolves (EngineSpec.served_dtype).
 DTYPES = ("auto", "bfloat16", "float16", "float32", "bfloat16-if-native")
-#: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; sglang-jax --max-total-tokens).
-KV_BUDGET_ENGINES = ("vllm", "sglang-jax")
+#: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; SGLang and sglang-jax
+#: --max-total-tokens, from the local model's KV bytes per token).
+KV_BUDGET_ENGINES = ("vllm", "sglang", "sglang-jax")
 
 
 def resolve_local(path_or_id: str) -> str:
@@ -72,7 +73,7 @@ class EngineSpec(BaseModel):
     prefix_caching: bool = Field(True, description="prefix cache (vLLM) / radix cache (SGLang) enabled")
     kv_cache_bytes: int | None = Field(
         None, gt=0, description="explicit KV budget in bytes (overrides mem_util for KV): vLLM "
-        "--kv-cache-memory-bytes; sglang-jax --max-total-tokens = bytes / the local model's KV bytes per token"
+        "--kv-cache-memory-bytes; SGLang and sglang-jax --max-total-tokens = bytes / the local model's KV bytes per token"
     )
     dtype: Literal[DTYPES] = Field(
         "auto",
