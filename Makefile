@@ -22,7 +22,7 @@ EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
-.PHONY: help install engines engines-sglang report sweep test test-fast test-cluster lab bench browser clean
+.PHONY: help install engines engines-sglang-jax report sweep test test-fast test-cluster lab bench browser clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -64,9 +64,9 @@ $(SGLANG_ENV)/.installed: $(ENVS)/sglang-cpu.txt
 	$(SGLANG_ENV)/bin/pip install -q -r $(ENVS)/sglang-cpu.txt
 	touch $@
 
-engines-sglang: $(SGLANG_ENV)/.installed ## create .engines/sglang (PyTorch SGLang 0.5.23 on CPU, ~11 GB; the engine tests use it)
+engines: $(VLLM_ENV)/.installed $(SGLANG_ENV)/.installed ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang: PyTorch SGLang on CPU)
 
-engines: $(VLLM_ENV)/.installed $(SGLANG_JAX_ENV)/.installed ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang-jax: SGLang's JAX runtime)
+engines-sglang-jax: $(SGLANG_JAX_ENV)/.installed ## opt-in: .engines/sglang-jax (SGLang's JAX runtime; its adapter's tests use it)
 
 sweep: install engines ## run the embedded CPU experiments for real (finished runs are reused; FULL=1 for the full study)
 	$(BIN)/kvlab sweep $(SWEEP_FLAGS) $(EXPERIMENTS)
@@ -77,7 +77,7 @@ report: sweep ## MAIN: measure on this machine, then build reports/index.html an
 browser: ## install Debian's headless Chromium for the report rendering test (needs root)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium missing and not root: the browser test will say so"; }
 
-test: install engines engines-sglang browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
+test: install engines engines-sglang-jax browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
 	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
 
 test-fast: install ## the suite without engine and browser tests (for development)
@@ -90,7 +90,7 @@ test-cluster: install engines ## the Ray cluster tests (installs kvlab[cluster];
 lab: install ## open the notebooks in JupyterLab
 	$(BIN)/jupyter lab notebooks/
 
-bench: install engines ## run the benchmarks and print their table (installs kvlab[cluster] for the Ray sweep's)
+bench: install engines engines-sglang-jax ## run the benchmarks and print their table (installs kvlab[cluster] for the Ray sweep's)
 	$(BIN)/pip install -q -e '.[cluster]'
 	$(BIN)/python -m benchmarks.run_all
 

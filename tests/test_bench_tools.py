@@ -195,12 +195,12 @@ def test_ray_campaign_startup_runs_groups_side_by_side_where_gpus_allow():
 
 def test_sweep_planning_prices_each_server_group_at_its_own_engines_start():
     """Runs beyond the first on a server save that server's engine's start: 6 + 6 classification runs on one vLLM
-    and one sglang-jax server save 5 x 10 + 5 x 1 s; a start-up must be given for every CPU engine."""
+    and one SGLang server save 5 x 10 + 5 x 1 s; a start-up must be given for every CPU engine."""
     from benchmarks.sweep_planning import parse_startups, plan_all
 
-    plans = {e["experiment"]: e for e in plan_all({"vllm": 10.0, "sglang-jax": 1.0})}
+    plans = {e["experiment"]: e for e in plan_all({"vllm": 10.0, "sglang": 1.0, "sglang-jax": 1.0})}
     assert [plans[n]["saved_s"] for n in ("cpu_classification", "cpu_long_context", "cpu_prefix_sharing")] == \
-        [55.0, 220.0, 506.0]  # 2 x 5, 20 x 2 and 4 x 23 runs beyond the first, half on each engine
+        [55.0, 308.0, 506.0]  # 2 x 5, 4 x 28 (two servers per engine) and 4 x 23 runs beyond the first
     assert plans["b300_long_context"]["saved_s"] == 20 * 900.0  # 24 runs on 4 servers, 15 min assumed per start
     assert parse_startups(["vllm=34", "sglang-jax=20.5"], {"vllm", "sglang-jax"}) == {"vllm": 34.0, "sglang-jax": 20.5}
     with pytest.raises(SystemExit, match="no start-up given for sglang-jax"):

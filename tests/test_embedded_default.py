@@ -1,5 +1,5 @@
 """The README's main command on this machine: the embedded CPU experiment's quick form (what `make report`
-sweeps) for real with both engines, vLLM's CPU build and sglang-jax, then the reports built from it (and a
+sweeps) for real with both engines, vLLM's CPU build and PyTorch SGLang on CPU, then the reports built from it (and a
 second sweep reuses every finished run)."""
 
 import re
@@ -25,7 +25,7 @@ def kvlab(*args, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory, engine_python, sglang_jax_python, tiny_model):
+def measured(tmp_path_factory, engine_python, sglang_python, tiny_model):
     data = tmp_path_factory.mktemp("data")
     for sub in ("reference", "catalog"):
         shutil.copytree(DATA_DIR / sub, data / sub)
@@ -36,19 +36,21 @@ def measured(tmp_path_factory, engine_python, sglang_jax_python, tiny_model):
 def test_every_run_of_the_embedded_experiment_succeeds(measured):
     runs = store.load_runs(measured).filter(pl.col("source") == "measured")
     assert runs.height == 6 and (runs["status"] == "ok").all()
-    assert sorted(runs["engine"].unique()) == ["sglang-jax", "vllm"]
+    assert sorted(runs["engine"].unique()) == ["sglang", "vllm"]
     # every prompt and output token accounted for by the server's usage
     assert (runs["served_prompt_tokens"] == runs["batch_size"] * runs["prompt_tokens"]).all()
-    vllm, sgl = runs.filter(pl.col("engine") == "vllm"), runs.filter(pl.col("engine") == "sglang-jax")
+    vllm, sgl = runs.filter(pl.col("engine") == "vllm"), runs.filter(pl.col("engine") == "sglang")
     assert (vllm["server_prompt_tokens"] == vllm["served_prompt_tokens"]).all()
     assert (vllm["server_generation_tokens"] == vllm["batch_size"] * vllm["output_tokens"]).all()
-    assert sgl["server_prompt_tokens"].null_count() == sgl.height  # no /metrics: not available, not 0
-    # vLLM computes in bfloat16 only where this CPU does so natively (dtype: bfloat16-if-native); sglang-jax
-    # in the model's own bfloat16
-    assert set(vllm["dtype"]) == {"bfloat16" if host.native_bf16() else "float32"}
-    assert set(sgl["dtype"]) == {"bfloat16"}
+    # SGLang's own /metrics deltas equal what the client counted, exactly (prompt and generated tokens)
+    assert (sgl["server_prompt_tokens"] == sgl["served_prompt_tokens"]).all()
+    assert (sgl["server_generation_tokens"] == sgl["batch_size"] * sgl["output_tokens"]).all()
+    assert sgl["engine_version"].to_list() == ["0.5.23"] * sgl.height
+    # both compute in bfloat16 only where this CPU does so natively (dtype: bfloat16-if-native)
+    native = {"bfloat16" if host.native_bf16() else "float32"}
+    assert set(vllm["dtype"]) == native and set(sgl["dtype"]) == native
     t = {(e, c, u): v for e, c, u, v in runs.select("engine", "context_label", "mem_util", "batch_time_s").iter_rows()}
-    for engine in ("vllm", "sglang-jax"):
+    for engine in ("vllm", "sglang"):
         assert t[(engine, "200K", 0.92)] > t[(engine, "64K", 0.92)]
 
 

@@ -77,18 +77,20 @@ def test_plan_starts_one_server_per_configuration(name):
 
 
 def test_the_embedded_studies_share_servers_across_experiments():
-    """make report sweeps the four CPU studies at once: 28 quick runs on 11 servers, not 16."""
+    """make report sweeps the four CPU studies at once: 28 quick runs on 8 servers, not 16 (each engine: one
+    server for classification, prefix sharing and multi-turn with its cache on, one with it off, and the long-context
+    study's two memory settings)."""
     specs = [ExperimentSpec.load(p).quick_form() for p in sorted(EXPERIMENTS_DIR.glob("cpu_*.yaml"))]
     todo, _ = runner.Sweep(specs, Path("/nonexistent"), fresh=True).pending()
     groups = plan.by_server(todo)
     shared = sorted((g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
                     for _, g in groups if len({r.experiment for r in g}) > 1)
-    assert (len(todo), len(groups)) == (28, 11)
+    assert (len(todo), len(groups)) == (28, 8)
     both = ["cpu_multi_turn", "cpu_prefix_sharing"]
-    assert shared == [("sglang-jax", False, both), ("sglang-jax", True, both), ("vllm", False, both),
+    assert shared == [("sglang", False, both), ("sglang", True, ["cpu_classification", *both]), ("vllm", False, both),
                       ("vllm", True, ["cpu_classification", *both])]
     text = plan.dry_run_text(specs)
-    assert text.count("-m vllm.entrypoints") + text.count("-m sgl_jax.launch_server") == 11
+    assert text.count("-m vllm.entrypoints") == 4 and text.count("-m sglang.launch_server") == 4
 
 
 def test_one_experiment_name_twice_in_a_sweep_is_refused():
@@ -516,9 +518,9 @@ def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_w
 
 
 @pytest.mark.parametrize("gpus, kinds", [
-    ([], {"vllm": ("cpu", None), "sglang-jax": ("cpu", None)}),
+    ([], {"vllm": ("cpu", None), "sglang": ("cpu", None)}),
     ([{"index": 0, "name": "NVIDIA H100"}, {"index": 1, "name": "NVIDIA H100"}],
-     {"vllm": ("gpu", 2), "sglang-jax": ("cpu", None)}),  # sglang-jax pinned to the CPU by --device cpu
+     {"vllm": ("gpu", 2), "sglang": ("cpu", None)}),  # SGLang pinned to the CPU by --device cpu
 ])
 def test_a_run_row_records_its_kv_budget_and_device_kind(monkeypatch, gpus, kinds):
     """The row says what computed it from the host's facts and the engine spec, whatever the hardware label says,

@@ -210,12 +210,13 @@ def test_cpu_experiment_is_scaled_from_the_article():
     runs = expand(spec)
     assert {r.context_label for r in runs} == {"32K", "64K", "128K", "200K", "256K"}
     assert {r.engine.mem_util for r in runs} == {0.92, 0.95}
-    assert {r.engine.name for r in runs} == {"vllm", "sglang-jax"} and len(runs) == 2 * 2 * 5 * 3
-    # each context on a server sized to it (sglang-jax's CPU attention pads to --context-length)
-    assert all(r.engine.max_model_len == r.context_tokens + 64 for r in runs)
+    assert {r.engine.name for r in runs} == {"vllm", "sglang"} and len(runs) == 2 * 2 * 5 * 3
+    # one server per engine and memory setting, sized for the longest context (neither engine pads to it)
+    assert {r.engine.max_model_len for r in runs} == {4096 + 64}
+    assert len({r.server_key for r in runs}) == 2 * 2
     quick = expand(spec.quick_form())
     assert sorted((r.engine.name, r.engine.mem_util, r.context_label) for r in quick) == [
-        ("sglang-jax", 0.92, "200K"), ("sglang-jax", 0.92, "64K"), ("sglang-jax", 0.95, "200K"),
+        ("sglang", 0.92, "200K"), ("sglang", 0.92, "64K"), ("sglang", 0.95, "200K"),
         ("vllm", 0.92, "200K"), ("vllm", 0.92, "64K"), ("vllm", 0.95, "200K")]
     # the quick form's runs are the full study's runs (same keys), so FULL=1 later reuses them
     assert {r.key for r in quick} <= {r.key for r in runs}
