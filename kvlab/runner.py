@@ -28,6 +28,7 @@ import polars as pl
 from kvlab import host, metrics, store
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests, sum_reported, summarize
 from kvlab.engines.base import Failure
+from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR
 from kvlab.plan import by_server, starts_may_overlap
 from kvlab.schema import RUNS
@@ -537,10 +538,10 @@ class Sweep:
             "server_starts": result.server_starts, "attempts": result.attempts, "servers": servers,
             "swept_with": [n for n in self.specs if n != spec.name], **extra,
         })
-        store.write_json_atomic(path, {
+        store.write_json_atomic(path, redact_secrets({  # env values whose names look like secrets: '***'
             "experiment": spec.name, "description": spec.description,
             "assumptions": spec.assumptions, "spec": spec.model_dump(mode="json"), "sweeps": sweeps,
-        })
+        }))
 
 
 def _check_writable(exp_dir: Path) -> None:

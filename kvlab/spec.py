@@ -20,7 +20,8 @@ from kvlab.workloads import KINDS, WorkloadArgs
 
 #: EngineSpec fields that change how kvlab reaches a server but not what it measures:
 #: left out of RunSpec.key so that, e.g., a longer startup timeout does not re-run a sweep.
-KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeout_s", "api_key_env")
+KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeout_s", "api_key_env",
+                              "allow_insecure_key")
 
 #: Fields added after runs were first stored, with the value that reproduces the earlier behaviour:
 #: at that value they are left out of RunSpec.key, so runs measured before they existed keep their

@@ -117,9 +117,13 @@ class EngineAdapter(ABC):
     #: The engine refuses a cache flush while a request is still finishing (worth asking again shortly).
     flush_refused_while_busy: ClassVar[bool] = False
     cmdline_markers: ClassVar[tuple[str, ...]]  # substrings that identify this engine's processes
-    #: Environment variable the engine reads its API key from; keeps the key out of argv and `ps`.
-    #: None: the key goes on the command line (``--api-key``) and kvlab redacts it in what it records.
+    #: Environment variable the engine reads its API key from (with api_key_route "env").
     api_key_env_var: ClassVar[str | None] = None
+    #: How the server is given its API key: "env" (``api_key_env_var``: out of argv and `ps`), "config_file"
+    #: (a YAML file of mode 0600 passed as ``--config``, removed once the server is up) or "argv"
+    #: (``--api-key``, only where the engine reads it nowhere else: `ps` shows it to every user of the
+    #: machine while the server runs; kvlab redacts it in what it records).
+    api_key_route: ClassVar[Literal["env", "config_file", "argv"]] = "argv"
 
     # ------------------------------------------------------------------ command line
     @abstractmethod

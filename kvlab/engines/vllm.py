@@ -43,6 +43,7 @@ class VLLMAdapter(EngineAdapter):
     runtime_patterns = _RUNTIME_PATTERNS
     crash_markers = ("Engine core initialization failed", "Traceback")
     api_key_env_var = "VLLM_API_KEY"
+    api_key_route = "env"
 
     def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
         args = [
