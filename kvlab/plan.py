@@ -79,7 +79,7 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
             argv = adapter.command(e, port, key_ref if route == "argv" else None)
             if route == "config_file":
                 argv += ["--config", "$KEYFILE"]
-                lines.append(f"# KEYFILE: a new file of mode 0600 holding 'api_key: {key_ref}', removed once the "
+                lines.append(f"# KEYFILE: a new file of mode 0600 holding 'api-key: {key_ref}', removed once the "
                              "server is up")
             elif route == "argv":
                 lines.append(f"# warning: {e.name} reads its API key only from --api-key: while this server runs, "

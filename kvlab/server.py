@@ -335,7 +335,8 @@ class EngineServer:
             return
         fd = os.open(self._key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(f"api_key: {json.dumps(self._api_key)}\n")  # a JSON string is a YAML double-quoted one
+            # keys as the flags are spelt (SGLang turns each into --<key>); a JSON string is a YAML one
+            f.write(f"api-key: {json.dumps(self._api_key)}\n")
 
     def _remove_key_file(self) -> None:
         if self._key_file is not None:

@@ -78,6 +78,22 @@ def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, r
                 _spec(engine, extra_args=[s, "k"])
 
 
+def test_sglang_reads_the_key_file_kvlab_writes(sglang_python, tmp_path, monkeypatch):
+    """SGLang's own parser takes the --config file EngineServer writes for the key (its keys are spelt as the
+    flags are: 'api_key' would be refused as an unknown --api_key)."""
+    from kvlab.server import EngineServer
+
+    monkeypatch.setenv("KVLAB_TEST_KEY", 'k-"quoted"-é')
+    srv = EngineServer(_spec("sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path / "s.log")
+    srv._write_key_file()
+    try:
+        argv = srv.argv[srv.argv.index("sglang.launch_server") + 1:]
+        assert "--config" in argv and not any("quoted" in a for a in argv)
+        assert check_argvs("sglang", sglang_python, [argv, argv + ["--no-such-flag"]])[0] is None
+    finally:
+        srv._remove_key_file()
+
+
 def test_vllm_command():
     a = get_adapter("vllm")
     s = _spec("vllm", tp=8, dcp=8, dp=2, mem_util=0.92, prefix_caching=False, kv_cache_bytes=1024,

@@ -76,7 +76,7 @@ def test_the_dry_run_shows_how_each_engine_is_given_its_key():
     assert "VLLM_API_KEY=$KVLAB_KEY" in vllm and "--api-key" not in vllm and "warning" not in vllm
     sglang = plan.dry_run_text(_keyed("sglang"))
     assert "--config $KEYFILE" in sglang and "--api-key" not in sglang
-    assert "# KEYFILE: a new file of mode 0600 holding 'api_key: $KVLAB_KEY', removed once the server is up" in sglang
+    assert "# KEYFILE: a new file of mode 0600 holding 'api-key: $KVLAB_KEY', removed once the server is up" in sglang
     jax = plan.dry_run_text(_keyed("sglang-jax"))
     assert "--api-key $KVLAB_KEY" in jax
     assert ("# warning: sglang-jax reads its API key only from --api-key: while this server runs, `ps` shows the key "

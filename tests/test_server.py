@@ -160,7 +160,7 @@ def test_api_key_never_recorded(tmp_path, registry, monkeypatch):
         srv.start()
         # SGLang reads it from a --config YAML file of this user's only, never from the command line
         key_file = Path(srv.argv[srv.argv.index("--config") + 1])
-        assert key_file.read_text() == 'api_key: "topsecret-123"\n'
+        assert key_file.read_text() == 'api-key: "topsecret-123"\n'
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
         srv.wait_ready()
         assert not key_file.exists()  # read at start-up, removed once the server is up
@@ -170,7 +170,7 @@ def test_api_key_never_recorded(tmp_path, registry, monkeypatch):
         assert srv.headers == {"Authorization": "Bearer topsecret-123"}
         assert srv.api_key == "topsecret-123"
         kept = srv.recorded_log(tmp_path / "kept.log").read_text()  # the copy a run stores, server still up
-        assert "topsecret-123" not in kept and 'fake engine config: api_key: "***"' in kept  # the fake read the key
+        assert "topsecret-123" not in kept and 'fake engine config: api-key: "***"' in kept  # the fake read the key
         rec = next(registry.glob("*.json")).read_text()
         assert "topsecret-123" not in rec
     finally:
