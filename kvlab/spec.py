@@ -6,6 +6,7 @@ import copy
 import hashlib
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Union
 
@@ -31,6 +32,10 @@ KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
     "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
                  "reasoning_questions": None},
 }
+
+
+#: Experiment names and engine labels: they name folders and files, so never '.', '..', a hidden name or an option.
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
 
 class SpecError(ValueError):
@@ -111,7 +116,8 @@ class QuickSpec(_Strict):
 class ExperimentSpec(_Strict):
     """A whole experiment: engines, a base workload, the matrix to sweep, repeats and retries."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="experiment name (folder under data/runs)")
+    name: str = Field(pattern=NAME_PATTERN, description="experiment name (folder under data/runs): letters, digits, "
+                      "'_', '.', '-', not starting with '.' or '-' (so never '.', '..' or a hidden folder)")
     _full_form: ExperimentSpec | None = PrivateAttr(default=None)  # set on a quick form
     description: str = Field("", description="what the experiment asks")
     assumptions: dict[str, Any] | str = Field(
@@ -161,7 +167,12 @@ class ExperimentSpec(_Strict):
                 if label in out:
                     raise ValueError(f"engine {label!r} listed twice (entry {i}); use a mapping label -> spec")
                 out[str(label)] = e
-            return out
+            v = out
+        if isinstance(v, dict):
+            bad = [k for k in v if not re.match(NAME_PATTERN, str(k))]
+            if bad:
+                raise ValueError(f"engine label {bad[0]!r} must match {NAME_PATTERN} (letters, digits, '_', '.', '-', "
+                                 "not starting with '.' or '-')")
         return v
 
     @field_validator("matrix")

@@ -390,3 +390,37 @@ def test_secret_looking_env_values_are_redacted_in_what_is_stored():
               "sweeps": [{"servers": [{"env": {"MY_SECRET": "s", "A": "b"}}]}]}
     assert redact_secrets(dumped) == {"engine": {"env": {"HF_TOKEN": "***", "JAX_PLATFORMS": "cpu"}},
                                       "sweeps": [{"servers": [{"env": {"MY_SECRET": "***", "A": "b"}}]}]}
+
+
+# ---------------------------------------------------------------------------- names (issue 25, files item 1)
+
+@pytest.mark.parametrize("name", [".", "..", ".x", "-x", "a/b", "", "a b"])
+def test_an_experiment_name_that_is_no_plain_folder_name_is_refused(tmp_path, name):
+    msg = _load_error(tmp_path, _with("name", name))
+    assert f": name: String should match pattern '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' (got {name!r})" in msg
+
+
+@pytest.mark.parametrize("name", ["x", "_x", "a..b", "cpu_long-context.v2", "9"])
+def test_plain_experiment_names_are_kept(tmp_path, name):
+    assert ExperimentSpec.load(_write(tmp_path, _with("name", name))).name == name
+
+
+@pytest.mark.parametrize("label", [".", "..", ".hidden", "-x"])
+def test_an_engine_label_that_is_no_plain_name_is_refused(tmp_path, label):
+    data = copy.deepcopy(BASE)
+    data["engines"] = {label: data["engines"]["vllm"]}
+    data["matrix"] = {}
+    msg = _load_error(tmp_path, data)
+    assert f": engines: engine label {label!r} must match ^[A-Za-z0-9_][A-Za-z0-9_.-]*$" in msg
+
+
+def test_the_cli_refuses_a_dot_dot_experiment_with_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvlab.cli import app
+
+    path = _write(tmp_path, _with("name", ".."))
+    res = CliRunner().invoke(app, ["sweep", str(path), "--dry-run"])
+    assert res.exit_code == 2
+    out = "".join(res.output.split())  # rich wraps long lines
+    assert "".join(f"{path}: name: String should match pattern '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' (got '..')".split()) in out
