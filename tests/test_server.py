@@ -242,7 +242,7 @@ def _engine_procs(model: Path, port: int) -> list[psutil.Process]:
 
 def _tiny_spec(engine_python, tiny_model, **kw) -> EngineSpec:
     base = dict(name="vllm", launch=[str(engine_python)], model=str(tiny_model), max_model_len=4096,
-                kv_cache_bytes=16 * 2**20, enforce_eager=True, dev_mode=True, startup_timeout_s=240)
+                kv_cache_bytes=16 * 2**20, enforce_eager=True, startup_timeout_s=240)
     return EngineSpec(**(base | kw))
 
 
@@ -272,7 +272,14 @@ def test_real_vllm_serves_token_prompts(tmp_path, registry, engine_python, tiny_
         assert out["usage"] == out["usage"] | {"prompt_tokens": 1000, "completion_tokens": 16}
         assert _post(srv.base_url + "/v1/completions", body)[0] == 401  # the key is enforced
         assert _post(srv.base_url + "/v1/completions", body | {"prompt": [vocab]}, srv.headers)[0] == 400
-        assert srv.flush_cache() is True  # dev_mode enables /reset_prefix_cache
+        # no development endpoint (dev_mode off): /reset_prefix_cache is closed, and a cache_salt isolates runs
+        assert srv.flush_cache() is False
+        cached = lambda out: (out["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0  # noqa: E731
+        salted = [_post(srv.base_url + "/v1/completions", body | {"cache_salt": salt}, srv.headers)
+                  for salt in ("run-a", "run-a", "run-b")]
+        assert all(status == 200 for status, _ in salted), salted
+        # the same prompt: a hit under the same salt, none under another run's (nor after the unsalted request)
+        assert cached(salted[0][1]) == 0 and cached(salted[1][1]) > 0 and cached(salted[2][1]) == 0
         assert "vllm.entrypoints" in " ".join(srv.recorded_argv)
     log = (tmp_path / "vllm.log").read_text()
     assert os.environ["KVLAB_TEST_KEY"] not in log

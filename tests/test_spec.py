@@ -424,3 +424,13 @@ def test_the_cli_refuses_a_dot_dot_experiment_with_exit_2(tmp_path):
     assert res.exit_code == 2
     out = "".join(res.output.split())  # rich wraps long lines
     assert "".join(f"{path}: name: String should match pattern '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' (got '..')".split()) in out
+
+
+def test_no_shipped_experiment_opens_vllms_development_endpoints():
+    """dev_mode opens /reset_prefix_cache, /sleep and /collective_rpc without the API key; kvlab isolates runs
+    with a per-run cache_salt instead."""
+    for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
+        spec = ExperimentSpec.read(path)
+        assert not [label for label, e in spec.engines.items() if e.dev_mode], path.name
+        assert "dev_mode" not in path.read_text(), path.name
+    assert EngineSpec.model_fields["dev_mode"].default is False

@@ -116,6 +116,10 @@ class EngineAdapter(ABC):
     cached_tokens_omitted_when_zero: ClassVar[bool] = False
     #: The engine refuses a cache flush while a request is still finishing (worth asking again shortly).
     flush_refused_while_busy: ClassVar[bool] = False
+    #: The engine's completions take a ``cache_salt`` that keys its prefix cache: kvlab isolates each run from
+    #: earlier ones with a salt of its own instead of flushing the cache (which vLLM allows only through its
+    #: development endpoints).
+    cache_salt: ClassVar[bool] = False
     cmdline_markers: ClassVar[tuple[str, ...]]  # substrings that identify this engine's processes
     #: Environment variable the engine reads its API key from (with api_key_route "env").
     api_key_env_var: ClassVar[str | None] = None

@@ -182,7 +182,9 @@ class EngineSpec(BaseModel):
         600.0, gt=0, description="seconds a streaming request may wait for its next byte (first token included) "
         "before the engine counts as hung: the run fails with cause timeout and the server is killed")
     dev_mode: bool = Field(
-        False, description="vLLM VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works between runs"
+        False, description="vLLM VLLM_SERVER_DEV_MODE=1: opens its development endpoints (/reset_prefix_cache, "
+        "/sleep, /collective_rpc), which vLLM does not guard with the API key. kvlab does not need them: it isolates "
+        "each run from earlier runs' prefix cache with a per-run cache_salt. Leave it off"
     )
     report_cached_tokens: bool = Field(
         True,
