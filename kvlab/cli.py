@@ -94,7 +94,7 @@ def sweep(
             spec = plan.load(experiment)
             specs.append(spec.quick_form() if quick else spec)
         except SpecError as exc:
-            console.print(f"[red]invalid experiment[/red]\n{exc}")
+            console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")  # "[engine=…]" is text, not markup
             raise typer.Exit(2) from None
     if dry_run:
         typer.echo(plan.dry_run_text(specs, overlap_starts=not sequential_starts))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kvlab import tinymodel
 from kvlab.engines import get_adapter
+from kvlab.engines.spec import redact_env
 from kvlab.spec import ExperimentSpec, RunSpec, expand
 
 
@@ -69,10 +70,22 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
                          f"{len(group)} run(s)" + ("; launched while the previous server starts, paused while "
                                                    "its runs are measured" if early else ""))
         if not e.external:
-            if env:
-                lines.append("env " + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + " \\")
+            # the API key as the server is given it (server.EngineServer.argv and _env), by reference only
             key_ref = f"${e.api_key_env}" if e.api_key_env else None
-            argv = adapter.command(e, port, key_ref)
+            route = adapter.api_key_route if key_ref else None
+            env = redact_env(env)
+            if route == "env":
+                env[adapter.api_key_env_var] = key_ref
+            argv = adapter.command(e, port, key_ref if route == "argv" else None)
+            if route == "config_file":
+                argv += ["--config", "$KEYFILE"]
+                lines.append(f"# KEYFILE: a new file of mode 0600 holding 'api-key: {key_ref}', removed once the "
+                             "server is up")
+            elif route == "argv":
+                lines.append(f"# warning: {e.name} reads its API key only from --api-key: while this server runs, "
+                             "`ps` shows the key to every user of this machine")
+            if env:
+                lines.append("env " + " ".join(f"{k}={_shell_quote(v)}" for k, v in sorted(env.items())) + " \\")
             if not e.port:  # the port is chosen at launch
                 argv[argv.index("--port") + 1] = "$PORT"
             lines.append("  " + " ".join(_shell_quote(a) for a in argv))

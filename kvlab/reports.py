@@ -87,12 +87,37 @@ def _figure_data_files(body: str, out: Path) -> str:
     return FIGURE_DATA_RE.sub(write, body)
 
 
+def _exporter():
+    """nbconvert's HTML exporter, with Markdown *outputs* rendered escaped.
+
+    nbconvert renders every Markdown source with raw HTML passed through (its mistune renderer runs with
+    ``escape=False``). The notebooks' own Markdown cells are the project's prose and keep that; a Markdown
+    output (``display(Markdown(...))``) is a sentence computed from data (a model name, a host, a reference
+    CSV's statement, an engine's reported version), so raw HTML in it is shown as text, not made an element,
+    and links with a harmful protocol (``javascript:``) are not made links."""
+    from jinja2 import pass_context
+    from nbconvert import HTMLExporter
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+    class Exporter(HTMLExporter):
+        @pass_context
+        def markdown2html(self, context, source):
+            cell = context.get("cell", {})
+            if cell.get("cell_type") == "markdown":  # a template's own prose
+                return HTMLExporter.markdown2html(self, context, source)
+            path = context.get("resources", {}).get("metadata", {}).get("path", "")
+            renderer = IPythonRenderer(escape=True, allow_harmful_protocols=False, embed_images=False, path=path,
+                                       anchor_link_text=self.anchor_link_text,
+                                       exclude_anchor_links=self.exclude_anchor_links, **self.lexer_options)
+            return MarkdownWithMath(renderer=renderer).render(source)
+
+    return Exporter
+
+
 def to_html(executed: Path, out: Path, title: str | None = None, panel: str = "") -> tuple[int, list[dict]]:
     """Export an executed notebook to standalone HTML without code, titled ``title``, with ``panel`` (the
     provenance panel) and then the verdict box first on the page; write each figure's data beside it. Return
     the number of embedded figures and the verdicts."""
-    from nbconvert import HTMLExporter
-
     from kvlab import verdicts as vd
 
     nb = nbformat.read(executed, as_version=4)
@@ -102,7 +127,7 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
         box = nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output(
             "display_data", data={"text/html": vd.box_html(found)})])
         nb.cells.insert(first + 1, box)
-    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    exporter = _exporter()(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nb)
     if title:
         body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(title)} — kvlab</title>", body, count=1, flags=re.S)
@@ -185,19 +210,26 @@ def _dtype_note(dtype: str | None, without_bf16: bool = False) -> str:
 
 
 def panel_html(prov: dict) -> str:
-    """The provenance panel at the top of a report: where it comes from, in one screen-wide box."""
+    """The provenance panel at the top of a report: where it comes from, in one screen-wide box. Every value is
+    data (a model name, a host's facts, an engine's reported version, a run's date) and is escaped here, where it
+    becomes HTML; only the panel's own markup is written raw."""
     e = html.escape
+
+    def joined(values, sep: str) -> str:
+        return sep.join(e(str(v)) for v in values)
+
+    dates = prov["run_dates"]
     rows = [
-        ("measured with", "; ".join(prov["engines"]) or "nothing yet (run <code>make report</code>)"),
-        ("model", ", ".join(prov["models"]) or "–"),
-        ("hardware", "; ".join(prov["hosts"]) or "–"),
-        ("runs", f"{prov['runs']} measured" + (f", {prov['run_dates'][0]} to {prov['run_dates'][1]} UTC"
-                                               if prov["run_dates"] else "")),
+        ("measured with", joined(prov["engines"], "; ") or "nothing yet (run <code>make report</code>)"),
+        ("model", joined(prov["models"], ", ") or "–"),
+        ("hardware", joined(prov["hosts"], "; ") or "–"),
+        ("runs", f"{e(str(prov['runs']))} measured" + (f", {e(str(dates[0]))} to {e(str(dates[1]))} UTC"
+                                                       if dates else "")),
         ("experiments", ", ".join(f"<code>data/experiments/{e(x)}.yaml</code>" for x in prov["experiments"]) or "–"),
-        ("published", ", ".join(prov["published"]) or "–"),
-        ("built", f"{prov['built']} by kvlab {e(prov['kvlab'])}; runs measured at commit(s) "
-                  f"{', '.join(prov['sweep_commits']) or '–'}"),
-        ("parameters", ", ".join(f"<code>{e(k)} = {e(repr(v))}</code>" for k, v in prov["parameters"].items())
+        ("published", joined(prov["published"], ", ") or "–"),
+        ("built", f"{e(str(prov['built']))} by kvlab {e(prov['kvlab'])}; runs measured at commit(s) "
+                  f"{joined(prov['sweep_commits'], ', ') or '–'}"),
+        ("parameters", ", ".join(f"<code>{e(str(k))} = {e(repr(v))}</code>" for k, v in prov["parameters"].items())
          or "the template's defaults"),
     ]
     cells = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)

@@ -14,6 +14,7 @@ import asyncio
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import polars as pl
 from kvlab import host, metrics, store
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests, sum_reported, summarize
 from kvlab.engines.base import Failure
+from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR
 from kvlab.plan import by_server, starts_may_overlap
 from kvlab.schema import RUNS
@@ -280,16 +282,22 @@ class Sweep:
         if server.external:
             notes.append(f"server at {run.engine.url} not launched by kvlab: its settings are as the experiment "
                          "file states them, unchecked")
-        if run.engine.prefix_caching:
+        extra_body = None
+        if run.engine.prefix_caching and server.adapter.cache_salt:
+            # vLLM: every request of this run carries one new salt, which its prefix cache hashes into every
+            # block: requests of the run share their prefixes, and none hits a block an earlier run left (no
+            # development endpoint needed; the old blocks are evicted as any unused ones)
+            extra_body = {"cache_salt": secrets.token_hex(16)}
+            notes.append(f"prefix cache isolated from earlier runs by a per-run cache_salt ({server.adapter.label}): "
+                         "hits are this run's own")
+        elif run.engine.prefix_caching:
             flushed = server.flush_cache()
             deadline = time.monotonic() + FLUSH_WAIT_S
             while flushed is False and server.adapter.flush_refused_while_busy and time.monotonic() < deadline:  # SGLang refuses while a request finishes
                 time.sleep(0.25)
                 flushed = server.flush_cache()
             if not flushed:
-                hint = (" — vLLM resets it only with dev_mode: true (VLLM_SERVER_DEV_MODE=1)"
-                        if run.engine.name == "vllm" and not run.engine.dev_mode else "")
-                notes.append(f"prefix cache not flushed before the run (engine refused or endpoint disabled){hint}; "
+                notes.append("prefix cache not flushed before the run (engine refused or endpoint disabled); "
                              "cache hits may include earlier runs' prompts")
         has_metrics = server.adapter.metrics_path is not None
         why_before: list[str] = []
@@ -299,6 +307,7 @@ class Sweep:
             server.base_url, _served_name(run), prompts,
             concurrency=w.concurrency, api_key=server.api_key, stall_s=run.engine.stall_timeout_s,
             ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.splits_reasoning,
+            extra_body=extra_body,
         ))
         if w.splits_reasoning:
             batch, how = _split_reasoning(batch, run)
@@ -537,10 +546,10 @@ class Sweep:
             "server_starts": result.server_starts, "attempts": result.attempts, "servers": servers,
             "swept_with": [n for n in self.specs if n != spec.name], **extra,
         })
-        store.write_json_atomic(path, {
+        store.write_json_atomic(path, redact_secrets({  # env values whose names look like secrets: '***'
             "experiment": spec.name, "description": spec.description,
             "assumptions": spec.assumptions, "spec": spec.model_dump(mode="json"), "sweeps": sweeps,
-        })
+        }))
 
 
 def _check_writable(exp_dir: Path) -> None:

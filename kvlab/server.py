@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -205,6 +206,11 @@ class EngineServer:
         self.base_url = self.adapter.base_url(spec, self.port)
         self._attached = False  # external: start() checked it and stop() was not called yet
         self._api_key = read_api_key(spec)
+        # SGLang reads its key from a --config YAML file: written (mode 0600, a name nobody can guess) at start,
+        # removed once the server is up or stopped
+        self._key_file: Path | None = None
+        if self._api_key and not self.external and self.adapter.api_key_route == "config_file":
+            self._key_file = Path(tempfile.gettempdir()) / f"kvlab-key-{secrets.token_hex(12)}.yaml"
         self._proc: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
         self._pid_file: Path | None = None
@@ -221,8 +227,9 @@ class EngineServer:
         """The real argv (may hold the API key: never record it; use ``recorded_argv``)."""
         if self.external:
             return []
-        on_cli = self._api_key if self.adapter.api_key_env_var is None else None
-        return self.adapter.command(self.spec, self.port, api_key=on_cli)
+        on_cli = self._api_key if self.adapter.api_key_route == "argv" else None
+        argv = self.adapter.command(self.spec, self.port, api_key=on_cli)
+        return argv + ["--config", str(self._key_file)] if self._key_file else argv
 
     @property
     def recorded_argv(self) -> list[str] | None:
@@ -231,7 +238,7 @@ class EngineServer:
 
     def _env(self) -> dict[str, str]:
         env = self.adapter.env(self.spec)
-        if self._api_key and self.adapter.api_key_env_var:
+        if self._api_key and self.adapter.api_key_route == "env":
             env[self.adapter.api_key_env_var] = self._api_key
         return env
 
@@ -282,6 +289,7 @@ class EngineServer:
             self._log_start = log.tell()  # a log appended to by an earlier start: only what follows is this one's
             log.write(f"# kvlab: {' '.join(self.recorded_argv)}\n".encode())
             log.flush()
+            self._write_key_file()
             self._proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self._env(), cwd=ROOT, start_new_session=True,  # own group: one killpg stops all workers
@@ -319,6 +327,20 @@ class EngineServer:
         self._paused_at = None
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._proc.pid, signal.SIGCONT)
+
+    def _write_key_file(self) -> None:
+        """The API key as the YAML file ``--config`` names: created new (never through a link or over another
+        file), readable by this user only."""
+        if self._key_file is None:
+            return
+        fd = os.open(self._key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w") as f:
+            # keys as the flags are spelt (SGLang turns each into --<key>); a JSON string is a YAML one
+            f.write(f"api-key: {json.dumps(self._api_key)}\n")
+
+    def _remove_key_file(self) -> None:
+        if self._key_file is not None:
+            self._key_file.unlink(missing_ok=True)
 
     def _register(self) -> None:
         self.registry_dir.mkdir(parents=True, exist_ok=True)
@@ -389,6 +411,7 @@ class EngineServer:
             if healthy and (not self.adapter.health_before_warmup  # the log is read only once /health answers
                             or self.adapter.ready_marker in self.log_text(this_start=True)):
                 self.ready_after_s = time.monotonic() - self.started_at - self.paused_s
+                self._remove_key_file()  # read at start-up: not needed any more
                 return self.ready_after_s
             if time.monotonic() > deadline:
                 self.stop()
@@ -435,6 +458,7 @@ class EngineServer:
         """SIGTERM the whole process group, SIGKILL after ``grace_s``; returns the exit code. Idempotent.
         An external server is left running: kvlab only stops using it."""
         self._attached = False
+        self._remove_key_file()
         if self._proc is None:
             return None
         self._paused_at = None  # _kill_group sends SIGCONT with SIGTERM

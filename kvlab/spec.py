@@ -6,6 +6,7 @@ import copy
 import hashlib
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Union
 
@@ -20,7 +21,8 @@ from kvlab.workloads import KINDS, WorkloadArgs
 
 #: EngineSpec fields that change how kvlab reaches a server but not what it measures:
 #: left out of RunSpec.key so that, e.g., a longer startup timeout does not re-run a sweep.
-KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeout_s", "api_key_env")
+KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeout_s", "api_key_env",
+                              "allow_insecure_key")
 
 #: Fields added after runs were first stored, with the value that reproduces the earlier behaviour:
 #: at that value they are left out of RunSpec.key, so runs measured before they existed keep their
@@ -30,6 +32,10 @@ KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
     "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
                  "reasoning_questions": None},
 }
+
+
+#: Experiment names and engine labels: they name folders and files, so never '.', '..', a hidden name or an option.
+NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
 
 class SpecError(ValueError):
@@ -110,7 +116,8 @@ class QuickSpec(_Strict):
 class ExperimentSpec(_Strict):
     """A whole experiment: engines, a base workload, the matrix to sweep, repeats and retries."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="experiment name (folder under data/runs)")
+    name: str = Field(pattern=NAME_PATTERN, description="experiment name (folder under data/runs): letters, digits, "
+                      "'_', '.', '-', not starting with '.' or '-' (so never '.', '..' or a hidden folder)")
     _full_form: ExperimentSpec | None = PrivateAttr(default=None)  # set on a quick form
     description: str = Field("", description="what the experiment asks")
     assumptions: dict[str, Any] | str = Field(
@@ -160,7 +167,12 @@ class ExperimentSpec(_Strict):
                 if label in out:
                     raise ValueError(f"engine {label!r} listed twice (entry {i}); use a mapping label -> spec")
                 out[str(label)] = e
-            return out
+            v = out
+        if isinstance(v, dict):
+            bad = [k for k in v if not re.match(NAME_PATTERN, str(k))]
+            if bad:
+                raise ValueError(f"engine label {bad[0]!r} must match {NAME_PATTERN} (letters, digits, '_', '.', '-', "
+                                 "not starting with '.' or '-')")
         return v
 
     @field_validator("matrix")

@@ -95,6 +95,7 @@ class Served:
     chunk_times: list[float] = field(default_factory=list)
     fault: str | None = None  # the fault drawn for it (fault_rate), with its knobs
     fault_knobs: dict[str, Any] | None = None
+    cache_salt: Any = None  # the request's cache_salt (vLLM's per-run prefix-cache isolation), as sent
 
 
 def _count_prompt(body: dict) -> int:
@@ -224,7 +225,7 @@ class SSEServer:
         cfg = replace(self.config, **body.get("fixture", {}))
         chat = request.path.endswith("/chat/completions")
         n_prompt = _count_prompt(body)
-        served = Served(t_recv, len(raw), n_prompt, request.path, cfg.tag)
+        served = Served(t_recv, len(raw), n_prompt, request.path, cfg.tag, cache_salt=body.get("cache_salt"))
         if cfg.fault_rate and self.faults.random() < cfg.fault_rate:
             served.fault = self.faults.choice(sorted(FAULTS))
             served.fault_knobs = FAULTS[served.fault][0](self.faults)

@@ -220,7 +220,9 @@ def write_run(
         if attempts is not None:
             ATTEMPTS.conform(attempts, origin=f"attempts of {run_key}").write_parquet(tmp / ATTEMPTS_FILE)
         if spec is not None:
-            (tmp / SPEC_FILE).write_text(json.dumps(spec, indent=2, sort_keys=True, default=str))
+            from kvlab.engines.spec import redact_secrets  # env values whose names look like secrets: '***'
+
+            (tmp / SPEC_FILE).write_text(json.dumps(redact_secrets(spec), indent=2, sort_keys=True, default=str))
         for name, src in (files or {}).items():
             if Path(src).exists():
                 shutil.copy2(src, tmp / name)

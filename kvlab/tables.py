@@ -170,7 +170,10 @@ class Table:
         return pd.DataFrame(self.rows, columns=self.headers)
 
     def _repr_html_(self) -> str:
-        styler = self.to_pandas().style.hide(axis="index").set_table_attributes('class="kvlab-table"')
+        # cells and headers are data (an engine's reported version, a reference CSV's statement, a host's name):
+        # escaped here, where they become HTML (pandas' Styler does not escape by default)
+        styler = (self.to_pandas().style.hide(axis="index").set_table_attributes('class="kvlab-table"')
+                  .format(escape="html").format_index(escape="html", axis=1))
         if self.caption:
             styler = styler.set_caption(html.escape(self.caption))
         styles = [

@@ -11,6 +11,9 @@ import time
 mode = os.environ.get("FAKE_MODE", "ok")
 port = int(sys.argv[sys.argv.index("--port") + 1])
 print("fake engine argv:", sys.argv[1:], flush=True)
+if "--config" in sys.argv:  # like SGLang: reads its --config YAML at start-up and prints the settings, key included
+    with open(sys.argv[sys.argv.index("--config") + 1]) as f:
+        print("fake engine config:", f.read().strip(), flush=True)
 if mode == "kvsmall":
     time.sleep(0.3)
     print("ValueError: To serve at least one request with the model's max seq len (8192), (0.01 GiB KV cache is "

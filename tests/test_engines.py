@@ -59,6 +59,41 @@ def test_every_argv_parses_with_the_engines_own_parser(engine, request, monkeypa
     assert not bad, bad[:3]
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
+def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, request):
+    """Each engine's own parser, asked which options carry a secret (destination *key, *token, *secret, *password)
+    and which spellings it takes for each (abbreviations, '_' for '-'): kvlab refuses every one in extra_args."""
+    from kvlab.engines.parsecheck import secret_spellings
+    from kvlab.engines.spec import SECRET_OPTIONS, secret_option
+
+    fixture = {"sglang-jax": "sglang_jax_python", "sglang": "sglang_python"}.get(engine, "engine_python")
+    found = {o: s for o, s in secret_spellings(engine, request.getfixturevalue(fixture)).items() if s}
+    assert "--api-key" in found
+    assert set(found) <= set(SECRET_OPTIONS), f"{engine}: secret options kvlab does not know: {set(found) - set(SECRET_OPTIONS)}"
+    missed = [s for spellings in found.values() for s in spellings if secret_option(s) is None]
+    assert not missed, missed
+    for option, spellings in found.items():
+        for s in spellings:
+            with pytest.raises(ValueError, match="carries a secret"):
+                _spec(engine, extra_args=[s, "k"])
+
+
+def test_sglang_reads_the_key_file_kvlab_writes(sglang_python, tmp_path, monkeypatch):
+    """SGLang's own parser takes the --config file EngineServer writes for the key (its keys are spelt as the
+    flags are: 'api_key' would be refused as an unknown --api_key)."""
+    from kvlab.server import EngineServer
+
+    monkeypatch.setenv("KVLAB_TEST_KEY", 'k-"quoted"-é')
+    srv = EngineServer(_spec("sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path / "s.log")
+    srv._write_key_file()
+    try:
+        argv = srv.argv[srv.argv.index("sglang.launch_server") + 1:]
+        assert "--config" in argv and not any("quoted" in a for a in argv)
+        assert check_argvs("sglang", sglang_python, [argv, argv + ["--no-such-flag"]])[0] is None
+    finally:
+        srv._remove_key_file()
+
+
 def test_vllm_command():
     a = get_adapter("vllm")
     s = _spec("vllm", tp=8, dcp=8, dp=2, mem_util=0.92, prefix_caching=False, kv_cache_bytes=1024,

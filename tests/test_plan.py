@@ -58,3 +58,34 @@ def test_starts_overlap_only_on_cpu_with_explicit_kv_budgets():
     assert text.count("launched while the previous server starts, paused while its runs are measured") == 1
     assert "launched while" not in plan.dry_run_text(
         ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml"), overlap_starts=False)
+
+
+def _keyed(engine: str) -> ExperimentSpec:
+    return ExperimentSpec.model_validate({
+        "name": "keyed", "hardware": "CPU", "scale_factor": 1,
+        "engines": {engine: {"name": engine, "launch": ["python"], "model": "org/m", "max_model_len": 1024,
+                             "api_key_env": "KVLAB_KEY", "env": {"JAX_PLATFORMS": "cpu"}}},
+        "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},
+    })
+
+
+def test_the_dry_run_shows_how_each_engine_is_given_its_key():
+    """vLLM reads VLLM_API_KEY, SGLang a private --config file; sglang-jax only --api-key, which `ps` shows: the
+    dry run says so. The key itself appears only as a reference to the variable that holds it."""
+    vllm = plan.dry_run_text(_keyed("vllm"))
+    assert "VLLM_API_KEY=$KVLAB_KEY" in vllm and "--api-key" not in vllm and "warning" not in vllm
+    sglang = plan.dry_run_text(_keyed("sglang"))
+    assert "--config $KEYFILE" in sglang and "--api-key" not in sglang
+    assert "# KEYFILE: a new file of mode 0600 holding 'api-key: $KVLAB_KEY', removed once the server is up" in sglang
+    jax = plan.dry_run_text(_keyed("sglang-jax"))
+    assert "--api-key $KVLAB_KEY" in jax
+    assert ("# warning: sglang-jax reads its API key only from --api-key: while this server runs, `ps` shows the key "
+            "to every user of this machine") in jax
+
+
+def test_the_dry_run_redacts_secret_looking_env_values(monkeypatch):
+    from kvlab.engines.vllm import VLLMAdapter
+
+    monkeypatch.setattr(VLLMAdapter, "env_overrides", lambda self, spec: {"HF_TOKEN": "hf_x", "A": "b"})
+    text = plan.dry_run_text(_keyed("vllm"))
+    assert "HF_TOKEN='***'" in text and "hf_x" not in text and "A=b" in text

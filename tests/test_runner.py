@@ -25,7 +25,7 @@ from kvlab.spec import ExperimentSpec, expand
 
 BASE_ENGINE = {
     "name": "vllm", "launch": [".engines/vllm/bin/python"], "model": "data/models/tiny-llama",
-    "max_model_len": 8192, "enforce_eager": True, "kv_cache_bytes": 64 * 2**20, "dev_mode": True,
+    "max_model_len": 8192, "enforce_eager": True, "kv_cache_bytes": 64 * 2**20,
     "startup_timeout_s": 300,
 }
 
@@ -436,6 +436,35 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
     assert (server["launched_by_kvlab"], server["url"], server["argv"]) == (False, srv.url, None)
     log = next(store.run_dirs(tmp_path)[0].glob("server-*.log")).read_text()
     assert "did not launch this server" in log and "GET /v1/models did not answer" in log
+
+
+def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(tmp_path):
+    """No development endpoint: every request of a vLLM run carries the run's own cache_salt (so its requests
+    share prefixes with each other and with no earlier run); the warm-up carries none; the note says so."""
+    from kvlab.sse_fixture import SSEServer
+
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "salted", engine={"launch": None, "url": srv.url, "model": "org/m",
+                                                      "dev_mode": False}, repeats=3)
+        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 3
+        salts = [s.cache_salt for s in srv.served]
+    assert salts[0] is None and len(salts) == 1 + 3 * 2  # the warm-up, then 3 runs of 2 requests
+    runs = [salts[1 + 2 * i: 3 + 2 * i] for i in range(3)]
+    assert all(len(set(r)) == 1 and isinstance(r[0], str) and len(r[0]) == 32 for r in runs)
+    assert len({r[0] for r in runs}) == 3  # one salt per run, never reused
+    for note in store.load_runs(tmp_path)["notes"]:
+        assert "prefix cache isolated from earlier runs by a per-run cache_salt (vLLM)" in note
+        assert "not flushed" not in note
+
+
+def test_a_run_without_prefix_caching_carries_no_salt(tmp_path):
+    from kvlab.sse_fixture import SSEServer
+
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "unsalted", engine={"launch": None, "url": srv.url, "model": "org/m",
+                                                        "prefix_caching": False})
+        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+        assert [s.cache_salt for s in srv.served] == [None] * 3
 
 
 def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_the_sweep(tmp_path):

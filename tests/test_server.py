@@ -149,24 +149,58 @@ def test_foreign_server_on_our_port_is_not_ready(tmp_path, registry):
 
 
 def test_api_key_never_recorded(tmp_path, registry, monkeypatch):
+    import stat
+
+    from kvlab.server import _group_members
+
     monkeypatch.setenv("KVLAB_TEST_KEY", "topsecret-123")
     spec = _fake_spec(name="sglang", env={"FAKE_MODE": "ok"}, api_key_env="KVLAB_TEST_KEY")
-    with EngineServer(spec, tmp_path / "s.log") as srv:
-        assert "topsecret-123" in srv.argv  # SGLang takes it on the command line
+    srv = EngineServer(spec, tmp_path / "s.log")
+    try:
+        srv.start()
+        # SGLang reads it from a --config YAML file of this user's only, never from the command line
+        key_file = Path(srv.argv[srv.argv.index("--config") + 1])
+        assert key_file.read_text() == 'api-key: "topsecret-123"\n'
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        srv.wait_ready()
+        assert not key_file.exists()  # read at start-up, removed once the server is up
+        assert not any("topsecret-123" in a for a in srv.argv)
+        assert not any("topsecret-123" in " ".join(p.cmdline()) for p in _group_members(srv.pid))  # what ps shows
         assert "topsecret-123" not in " ".join(srv.recorded_argv)
         assert srv.headers == {"Authorization": "Bearer topsecret-123"}
         assert srv.api_key == "topsecret-123"
         kept = srv.recorded_log(tmp_path / "kept.log").read_text()  # the copy a run stores, server still up
-        assert "topsecret-123" not in kept and "***" in kept
+        assert "topsecret-123" not in kept and 'fake engine config: api-key: "***"' in kept  # the fake read the key
         rec = next(registry.glob("*.json")).read_text()
         assert "topsecret-123" not in rec
-    assert "topsecret-123" not in (tmp_path / "s.log").read_text()  # the fake prints its argv
+    finally:
+        srv.stop()
+    assert "topsecret-123" not in (tmp_path / "s.log").read_text()  # the fake prints its config
     vsrv = EngineServer(_fake_spec(api_key_env="KVLAB_TEST_KEY"), tmp_path / "v.log")
     assert "topsecret-123" not in vsrv.argv  # vLLM reads VLLM_API_KEY instead
     assert vsrv._env()["VLLM_API_KEY"] == "topsecret-123"
+    jsrv = EngineServer(_fake_spec(name="sglang-jax", api_key_env="KVLAB_TEST_KEY"), tmp_path / "j.log")
+    assert "topsecret-123" in jsrv.argv  # sglang-jax reads it nowhere else (the dry run says so)
+    assert "topsecret-123" not in " ".join(jsrv.recorded_argv)
     monkeypatch.delenv("KVLAB_TEST_KEY")
     with pytest.raises(ValueError, match="KVLAB_TEST_KEY"):
         EngineServer(spec, tmp_path / "x.log")
+
+
+def test_a_key_file_that_cannot_be_created_new_stops_the_start(tmp_path, registry, monkeypatch):
+    """The key file is created new: a file or link already at its path is never written through."""
+    monkeypatch.setenv("KVLAB_TEST_KEY", "topsecret-123")
+    srv = EngineServer(_fake_spec(name="sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path / "s.log")
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    srv._key_file.symlink_to(target)
+    try:
+        with pytest.raises(FileExistsError):
+            srv.start()
+        assert target.read_text() == "keep"
+    finally:
+        srv._key_file.unlink(missing_ok=True)
+        srv.stop()
 
 
 def test_reap_orphans_only_kills_engines(tmp_path, registry):
@@ -208,7 +242,7 @@ def _engine_procs(model: Path, port: int) -> list[psutil.Process]:
 
 def _tiny_spec(engine_python, tiny_model, **kw) -> EngineSpec:
     base = dict(name="vllm", launch=[str(engine_python)], model=str(tiny_model), max_model_len=4096,
-                kv_cache_bytes=16 * 2**20, enforce_eager=True, dev_mode=True, startup_timeout_s=240)
+                kv_cache_bytes=16 * 2**20, enforce_eager=True, startup_timeout_s=240)
     return EngineSpec(**(base | kw))
 
 
@@ -238,7 +272,14 @@ def test_real_vllm_serves_token_prompts(tmp_path, registry, engine_python, tiny_
         assert out["usage"] == out["usage"] | {"prompt_tokens": 1000, "completion_tokens": 16}
         assert _post(srv.base_url + "/v1/completions", body)[0] == 401  # the key is enforced
         assert _post(srv.base_url + "/v1/completions", body | {"prompt": [vocab]}, srv.headers)[0] == 400
-        assert srv.flush_cache() is True  # dev_mode enables /reset_prefix_cache
+        # no development endpoint (dev_mode off): /reset_prefix_cache is closed, and a cache_salt isolates runs
+        assert srv.flush_cache() is False
+        cached = lambda out: (out["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0  # noqa: E731
+        salted = [_post(srv.base_url + "/v1/completions", body | {"cache_salt": salt}, srv.headers)
+                  for salt in ("run-a", "run-a", "run-b")]
+        assert all(status == 200 for status, _ in salted), salted
+        # the same prompt: a hit under the same salt, none under another run's (nor after the unsalted request)
+        assert cached(salted[0][1]) == 0 and cached(salted[1][1]) > 0 and cached(salted[2][1]) == 0
         assert "vllm.entrypoints" in " ".join(srv.recorded_argv)
     log = (tmp_path / "vllm.log").read_text()
     assert os.environ["KVLAB_TEST_KEY"] not in log

@@ -307,3 +307,131 @@ def test_an_engine_is_launched_or_external_not_both(tmp_path, launch, url, says)
     data = _external(url=url)
     data["engines"]["remote"]["launch"] = launch
     assert says in _load_error(tmp_path, data)
+
+
+# ---------------------------------------------------------------------------- secrets (issue 25, item 2)
+
+@pytest.mark.parametrize("args, option", [
+    (["--api-key", "k"], "--api-key"), (["--api-key=k"], "--api-key"),
+    (["--api_key", "k"], "--api-key"),  # vLLM's parser reads '_' as '-'
+    (["--api-k", "k"], "--api-key"), (["--api_k=k"], "--api-key"), (["--ap", "k"], "--api-key"),  # argparse abbreviations
+    (["--admin-api-key", "k"], "--admin-api-key"), (["--hf-token", "t"], "--hf-token"),
+    (["--ssl-keyfile-password", "p"], "--ssl-keyfile-password"),
+    (["--disaggregation-shared-secret=s"], "--disaggregation-shared-secret"),
+])
+def test_a_secret_option_in_extra_args_is_refused_in_any_spelling(tmp_path, args, option):
+    msg = _load_error(tmp_path, _with("engines.vllm.extra_args", args))
+    assert "engines.vllm: extra_args: " + option in msg and "carries a secret" in msg
+    assert "(got" not in msg  # the value is never echoed
+
+
+@pytest.mark.parametrize("args", [["--ssl-keyfile", "k.pem"], ["--api-server-count", "2"], ["--max-num-seqs", "4"]])
+def test_options_that_only_look_like_secret_ones_are_kept(tmp_path, args):
+    ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.extra_args", args)))
+
+
+@pytest.mark.parametrize("name", ["VLLM_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "my_api_key"])
+def test_a_secret_looking_env_name_is_refused(tmp_path, name):
+    msg = _load_error(tmp_path, _with("engines.sglang.env", {"JAX_PLATFORMS": "cpu", name: "s3cret"}))
+    assert f"engines.sglang: env.{name}: a name that looks like a secret" in msg and "s3cret" not in msg
+
+
+def test_ordinary_env_names_are_kept(tmp_path):
+    env = {"TOKENIZERS_PARALLELISM": "false", "JAX_COMPILATION_CACHE_DIR": "x", "KEYBOARD": "us"}
+    ExperimentSpec.load(_write(tmp_path, _with("engines.sglang.env", env)))
+
+
+@pytest.mark.parametrize("where, value, refused", [
+    ("url", "http://gpu-node-3:8000", "to gpu-node-3"), ("url", "http://10.0.0.7:8000", "to 10.0.0.7"),
+    ("url", "https://gpu-node-3:8000", None), ("url", "http://127.0.0.1:8000", None),
+    ("url", "http://localhost:8000", None), ("url", "http://[::1]:8000", None),
+    ("host", "10.0.0.7", "to 10.0.0.7"), ("host", "127.0.0.1", None), ("host", "0.0.0.0", None),
+])
+def test_a_key_over_http_to_another_host_needs_the_opt_in(tmp_path, where, value, refused):
+    engine = dict(BASE["engines"]["vllm"], api_key_env="KVLAB_KEY", **{where: value})
+    if where == "url":
+        del engine["launch"]
+    data = _with("engines", {"vllm": engine})
+    data["matrix"] = {}
+    if refused is None:
+        ExperimentSpec.load(_write(tmp_path, data))
+        return
+    msg = _load_error(tmp_path, data)
+    assert f"engines.vllm: {where}: the API key (KVLAB_KEY) would go in clear text over http:// {refused}" in msg
+    data["engines"]["vllm"]["allow_insecure_key"] = True
+    ExperimentSpec.load(_write(tmp_path, data))
+    del data["engines"]["vllm"]["api_key_env"]  # no key, nothing to refuse
+    ExperimentSpec.load(_write(tmp_path, data))
+
+
+def test_allow_insecure_key_does_not_change_run_keys(tmp_path):
+    data = _with("engines.vllm.api_key_env", "KVLAB_KEY")
+    before = [r.key for r in expand(ExperimentSpec.load(_write(tmp_path, data)))]
+    data["engines"]["vllm"]["allow_insecure_key"] = True
+    assert [r.key for r in expand(ExperimentSpec.load(_write(tmp_path, data)))] == before
+
+
+def test_the_cli_refuses_a_secret_with_exit_2_naming_file_and_field(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvlab.cli import app
+
+    path = _write(tmp_path, _with("engines.vllm.extra_args", ["--api_key", "s3cret"]))
+    res = CliRunner().invoke(app, ["sweep", str(path), "--dry-run"])
+    assert res.exit_code == 2
+    out = " ".join(res.output.split())  # rich wraps long lines
+    assert str(path) in out and "engines.vllm: extra_args: --api-key (given as '--api_key'" in out
+    assert "s3cret" not in res.output
+
+
+def test_secret_looking_env_values_are_redacted_in_what_is_stored():
+    from kvlab.engines.spec import redact_secrets
+
+    dumped = {"engine": {"env": {"HF_TOKEN": "hf_x", "JAX_PLATFORMS": "cpu"}},
+              "sweeps": [{"servers": [{"env": {"MY_SECRET": "s", "A": "b"}}]}]}
+    assert redact_secrets(dumped) == {"engine": {"env": {"HF_TOKEN": "***", "JAX_PLATFORMS": "cpu"}},
+                                      "sweeps": [{"servers": [{"env": {"MY_SECRET": "***", "A": "b"}}]}]}
+
+
+# ---------------------------------------------------------------------------- names (issue 25, files item 1)
+
+@pytest.mark.parametrize("name", [".", "..", ".x", "-x", "a/b", "", "a b"])
+def test_an_experiment_name_that_is_no_plain_folder_name_is_refused(tmp_path, name):
+    msg = _load_error(tmp_path, _with("name", name))
+    assert f": name: String should match pattern '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' (got {name!r})" in msg
+
+
+@pytest.mark.parametrize("name", ["x", "_x", "a..b", "cpu_long-context.v2", "9"])
+def test_plain_experiment_names_are_kept(tmp_path, name):
+    assert ExperimentSpec.load(_write(tmp_path, _with("name", name))).name == name
+
+
+@pytest.mark.parametrize("label", [".", "..", ".hidden", "-x"])
+def test_an_engine_label_that_is_no_plain_name_is_refused(tmp_path, label):
+    data = copy.deepcopy(BASE)
+    data["engines"] = {label: data["engines"]["vllm"]}
+    data["matrix"] = {}
+    msg = _load_error(tmp_path, data)
+    assert f": engines: engine label {label!r} must match ^[A-Za-z0-9_][A-Za-z0-9_.-]*$" in msg
+
+
+def test_the_cli_refuses_a_dot_dot_experiment_with_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvlab.cli import app
+
+    path = _write(tmp_path, _with("name", ".."))
+    res = CliRunner().invoke(app, ["sweep", str(path), "--dry-run"])
+    assert res.exit_code == 2
+    out = "".join(res.output.split())  # rich wraps long lines
+    assert "".join(f"{path}: name: String should match pattern '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' (got '..')".split()) in out
+
+
+def test_no_shipped_experiment_opens_vllms_development_endpoints():
+    """dev_mode opens /reset_prefix_cache, /sleep and /collective_rpc without the API key; kvlab isolates runs
+    with a per-run cache_salt instead."""
+    for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
+        spec = ExperimentSpec.read(path)
+        assert not [label for label, e in spec.engines.items() if e.dev_mode], path.name
+        assert "dev_mode" not in path.read_text(), path.name
+    assert EngineSpec.model_fields["dev_mode"].default is False

@@ -216,3 +216,13 @@ def test_a_retired_column_is_dropped_and_an_unknown_device_kind_refused():
     assert "kv_cache_tokens" not in df.columns
     with pytest.raises(SchemaError, match="column 'device_kind' has value 'tpu'"):
         RUNS.conform(df.with_columns(device_kind=pl.lit("tpu")))
+
+
+
+def test_spec_json_redacts_secret_looking_env_values(tmp_path):
+    import json
+
+    exp = tmp_path / "e"
+    store.write_run(exp, "k1", _row("k1"), spec={"engine": {"env": {"HF_TOKEN": "hf_x", "JAX_PLATFORMS": "cpu"}}})
+    assert json.loads((exp / "k1" / store.SPEC_FILE).read_text())["engine"]["env"] == {
+        "HF_TOKEN": "***", "JAX_PLATFORMS": "cpu"}

@@ -116,10 +116,18 @@ class EngineAdapter(ABC):
     cached_tokens_omitted_when_zero: ClassVar[bool] = False
     #: The engine refuses a cache flush while a request is still finishing (worth asking again shortly).
     flush_refused_while_busy: ClassVar[bool] = False
+    #: The engine's completions take a ``cache_salt`` that keys its prefix cache: kvlab isolates each run from
+    #: earlier ones with a salt of its own instead of flushing the cache (which vLLM allows only through its
+    #: development endpoints).
+    cache_salt: ClassVar[bool] = False
     cmdline_markers: ClassVar[tuple[str, ...]]  # substrings that identify this engine's processes
-    #: Environment variable the engine reads its API key from; keeps the key out of argv and `ps`.
-    #: None: the key goes on the command line (``--api-key``) and kvlab redacts it in what it records.
+    #: Environment variable the engine reads its API key from (with api_key_route "env").
     api_key_env_var: ClassVar[str | None] = None
+    #: How the server is given its API key: "env" (``api_key_env_var``: out of argv and `ps`), "config_file"
+    #: (a YAML file of mode 0600 passed as ``--config``, removed once the server is up) or "argv"
+    #: (``--api-key``, only where the engine reads it nowhere else: `ps` shows it to every user of the
+    #: machine while the server runs; kvlab redacts it in what it records).
+    api_key_route: ClassVar[Literal["env", "config_file", "argv"]] = "argv"
 
     # ------------------------------------------------------------------ command line
     @abstractmethod

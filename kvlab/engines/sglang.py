@@ -42,6 +42,9 @@ class SGLangAdapter(EngineAdapter):
     flush_refused_while_busy = True
     startup_patterns = _STARTUP_PATTERNS
     runtime_patterns = _RUNTIME_PATTERNS
+    # SGLang 0.5.23 reads its key from --api-key or from a YAML file given as --config (server_args.py,
+    # ConfigArgumentMerger), never from the environment
+    api_key_route = "config_file"
 
     def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
         args = [

@@ -57,6 +57,8 @@ class SGLangJaxAdapter(SGLangAdapter):
     cmdline_markers = ("sgl_jax.launch_server", "sgl_jax", "sglang::")
     startup_patterns = _STARTUP_PATTERNS
     runtime_patterns = _RUNTIME_PATTERNS
+    # sglang-jax 0.1.0rc0 reads its key only from --api-key: no config file, no environment variable
+    api_key_route = "argv"
 
     def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
         args = [

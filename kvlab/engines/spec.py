@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +24,67 @@ DTYPES = ("auto", "bfloat16", "float16", "float32", "bfloat16-if-native")
 KV_BUDGET_ENGINES = ("vllm", "sglang", "sglang-jax")
 
 
+#: Engine options that carry a secret (vLLM 0.32, SGLang 0.5.23, sglang-jax 0.1.0rc0 parsers): never in
+#: extra_args, where the spec stores them and ``ps`` shows them. The API key goes through api_key_env.
+SECRET_OPTIONS = ("--api-key", "--admin-api-key", "--hf-token", "--ssl-keyfile-password",
+                  "--disaggregation-shared-secret")
+#: Options an engine defines that are prefixes of a secret option but carry none (argparse matches an exact
+#: option before it tries abbreviations).
+_NOT_SECRET_EXACT = ("--ssl-keyfile",)
+
+#: Environment names that look like they hold a secret: a KEY or TOKEN word (HF_TOKEN, VLLM_API_KEY;
+#: not TOKENIZERS_PARALLELISM), or SECRET, PASSWORD, PASSWD, APIKEY, CREDENTIAL anywhere.
+SECRET_ENV_RE = re.compile(r"(^|_)(KEY|KEYS|TOKEN|TOKENS)(_|$)|SECRET|PASSWORD|PASSWD|APIKEY|CREDENTIAL", re.I)
+#: What stands for a secret's value in what kvlab prints and stores.
+REDACTED = "***"
+
+
+def secret_option(arg: str) -> str | None:
+    """The secret option ``arg`` spells (``--api-key``, ``--api_key``, ``--api-k=…``: argparse accepts any
+    unambiguous prefix of a long option, and vLLM's parser reads '_' as '-'), else None. Checked against each
+    engine's own parser by tests/test_engines.py (kvlab.engines.parsecheck.secret_spellings)."""
+    if not arg.startswith("--"):
+        return None
+    # vLLM's parser also reads '--opt.field value' as a JSON value of --opt
+    name = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+    if len(name) < 3 or name in _NOT_SECRET_EXACT:  # '--' alone ends the options
+        return None
+    return next((opt for opt in SECRET_OPTIONS if opt.startswith(name)), None)
+
+
+def is_secret_env(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret (:data:`SECRET_ENV_RE`)."""
+    return bool(SECRET_ENV_RE.search(name))
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the value of every secret-looking name (:func:`is_secret_env`) replaced by '***'."""
+    return {k: REDACTED if is_secret_env(k) else v for k, v in env.items()}
+
+
+def redact_secrets(obj):
+    """A JSON-like value (a dumped spec, a manifest) with every ``env`` mapping's secret-looking values
+    redacted, at any depth: what kvlab stores and prints never holds them."""
+    if isinstance(obj, dict):
+        return {k: redact_env(v) if k == "env" and isinstance(v, dict) else redact_secrets(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_secrets(v) for v in obj]
+    return obj
+
+
+def is_loopback(host: str) -> bool:
+    """Whether connecting to ``host`` stays on this machine (localhost, 127.0.0.0/8, ::1, or the
+    unspecified address, which connects here)."""
+    host = host.strip("[]")
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
 def resolve_local(path_or_id: str) -> str:
     """A relative local path resolved against the repository root; other values unchanged."""
     if is_local_path(path_or_id) and not os.path.isabs(os.path.expanduser(path_or_id)):
@@ -32,6 +95,13 @@ def resolve_local(path_or_id: str) -> str:
 def is_local_path(model: str) -> bool:
     """Whether a model string names a local folder rather than a hub id like 'org/name'."""
     return model.startswith((".", "/", "~")) or "data/models" in model
+
+
+def _url_host(url: str) -> str:
+    """The host of an http(s) URL or ``http://host`` (brackets of an IPv6 literal kept off)."""
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or ""
 
 
 class EngineSpec(BaseModel):
@@ -92,16 +162,29 @@ class EngineSpec(BaseModel):
     host: str = Field("127.0.0.1", description="address the server binds and kvlab connects to")
     port: int | None = Field(None, ge=1, le=65535, description="server port; None picks a free one")
     api_key_env: str | None = Field(
-        None, description="name of the environment variable holding the API key (the key is never stored)"
+        None, description="name of the environment variable holding the API key (the key is never stored). "
+        "vLLM is given it as VLLM_API_KEY, SGLang in a private --config file removed once the server is up; "
+        "sglang-jax takes it only as --api-key, where `ps` shows it to every user of the machine while it runs"
     )
-    extra_args: list[str] = Field(default_factory=list, description="more engine arguments, appended verbatim")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables for the server")
+    allow_insecure_key: bool = Field(
+        False, description="allow sending the API key over http:// to a host that is not this machine (in "
+        "clear text, to anyone on the network path); without it such a spec is refused"
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, description="more engine arguments, appended verbatim; no secret option "
+        f"({', '.join(SECRET_OPTIONS)}, in any spelling the engine's parser accepts)")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment variables for the server; no secret-looking "
+        "name (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*): the spec is stored with every run, so a secret comes from "
+        "the environment kvlab runs in (the server inherits it) or api_key_env")
     startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
     stall_timeout_s: float = Field(
         600.0, gt=0, description="seconds a streaming request may wait for its next byte (first token included) "
         "before the engine counts as hung: the run fails with cause timeout and the server is killed")
     dev_mode: bool = Field(
-        False, description="vLLM VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works between runs"
+        False, description="vLLM VLLM_SERVER_DEV_MODE=1: opens its development endpoints (/reset_prefix_cache, "
+        "/sleep, /collective_rpc), which vLLM does not guard with the API key. kvlab does not need them: it isolates "
+        "each run from earlier runs' prefix cache with a per-run cache_salt. Leave it off"
     )
     report_cached_tokens: bool = Field(
         True,
@@ -119,9 +202,30 @@ class EngineSpec(BaseModel):
         if (self.launch is None) == (self.url is None):
             raise ValueError("give either launch (kvlab starts the server) or url (a server already running), "
                              f"not {'both' if self.launch else 'neither'}")
-        if any(a == "--api-key" or a.startswith("--api-key=") for a in self.extra_args):
-            raise ValueError("extra_args: give the API key through api_key_env (kvlab never stores it), "
-                             "not --api-key")
+        secret = next((a for a in self.extra_args if secret_option(a)), None)
+        if secret is not None:
+            opt, given = secret_option(secret), secret.split("=", 1)[0]
+            spelt = "" if given == opt else f" (given as {given!r}, which the engine's parser reads as {opt})"
+            how = ("give the API key through api_key_env (kvlab never stores it), not --api-key" if opt == "--api-key"
+                   else "set it in the environment kvlab runs in (the server inherits it)")
+            raise ValueError(f"extra_args: {opt}{spelt} carries a secret, which the spec would store and `ps` "
+                             f"would show: {how}")
+        if self.api_key_env and self.name == "sglang" and any(a.split("=", 1)[0] == "--config" for a in self.extra_args):
+            raise ValueError("extra_args: --config with api_key_env: kvlab gives SGLang its key in a --config file "
+                             "of its own, and SGLang reads one only")
+        secret_env = sorted(k for k in self.env if is_secret_env(k))
+        if secret_env:
+            raise ValueError(f"env.{secret_env[0]}: a name that looks like a secret (*KEY*, *TOKEN*, *SECRET*, "
+                             "*PASSWORD*): the spec is stored with every run and printed by the dry run; set it in "
+                             "the environment kvlab runs in (the server inherits it), or give the API key through "
+                             "api_key_env")
+        # kvlab reaches a server it launches over http:// at host, an external one at its url
+        to = _url_host(self.url) if self.url else self.host
+        if self.api_key_env and not (self.url or "").startswith("https://") and not self.allow_insecure_key \
+                and not is_loopback(to):
+            raise ValueError(f"{'url' if self.url else 'host'}: the API key ({self.api_key_env}) would go in clear "
+                             f"text over http:// to {to}, which is not this machine: use an https:// url, or set "
+                             "allow_insecure_key: true to accept that")
         dp_flags = ("--dp-size", "--dp", "--data-parallel-size", "-dp")
         if self.dp > 1 and any(a in dp_flags or a.split("=")[0] in dp_flags for a in self.extra_args):
             raise ValueError(f"dp ({self.dp}) and a data-parallel flag in extra_args: give it once, as dp")

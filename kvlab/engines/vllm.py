@@ -43,6 +43,8 @@ class VLLMAdapter(EngineAdapter):
     runtime_patterns = _RUNTIME_PATTERNS
     crash_markers = ("Engine core initialization failed", "Traceback")
     api_key_env_var = "VLLM_API_KEY"
+    api_key_route = "env"
+    cache_salt = True  # CompletionRequest.cache_salt (vLLM 0.32): runs are isolated without VLLM_SERVER_DEV_MODE
 
     def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
         args = [
@@ -69,7 +71,7 @@ class VLLMAdapter(EngineAdapter):
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         env: dict[str, str] = {}
         if spec.dev_mode:
-            env["VLLM_SERVER_DEV_MODE"] = "1"  # enables POST /reset_prefix_cache
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # development endpoints (/reset_prefix_cache, /sleep, /collective_rpc)
         if spec.allow_long_context:
             env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
         return env | dict(spec.env)

@@ -1,0 +1,137 @@
+"""Hostile data in the reports: a model name, a host's facts, an engine's reported version, a reference CSV's
+statement that carry HTML are shown as text, never made elements (issue 25, item 1)."""
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import polars as pl
+
+from kvlab import reports, tables, verdicts
+from notebook_data import write_two_engine_runs
+
+IMG = "<img src=x onerror=alert(1)>"
+SCRIPT = "<script>alert(2)</script>"
+
+
+class _Elements(HTMLParser):
+    """Every element of a page and the text inside each <script>."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.elements, self.scripts, self._in_script = [], [], False
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts.append(data)
+
+
+def assert_no_live_payload(page: str):
+    """No element the payloads would make (an <img src=x>, an onerror handler, a script calling alert), and
+    neither payload as raw text."""
+    p = _Elements()
+    p.feed(page)
+    assert not [e for e in p.elements if e[0] == "img" and e[1].get("src") == "x"], "a payload <img> is live"
+    assert not [e for e in p.elements if any(a.startswith("on") and "alert" in (v or "") for a, v in e[1].items())]
+    assert not [s for s in p.scripts if "alert(" in s], "a payload <script> is live"
+    assert IMG not in page and SCRIPT not in page
+
+
+def _payload_data(tmp_path: Path) -> Path:
+    """Measured runs whose model, engine version, start date and host facts carry HTML."""
+    data = write_two_engine_runs(tmp_path / "data")
+    exp = data / "runs" / "cpu_long_context"
+    for f in exp.glob("*/run.parquet"):
+        pl.read_parquet(f).with_columns(
+            pl.lit(f"tiny {IMG}").alias("model"), pl.lit(f"0.1{SCRIPT}").alias("engine_version"),
+            pl.lit(f"2026-01-01T00:00{SCRIPT}").alias("started_at"), pl.lit(IMG).alias("hardware"),
+        ).write_parquet(f)
+    (exp / "manifest.json").write_text(json.dumps({"sweeps": [{
+        "git_commit": SCRIPT, "host": {"cpu": IMG, "cpu_cores": SCRIPT, "cpu_flags": [IMG], "gpus": []}}]}))
+    return data
+
+
+def test_provenance_panel_escapes_every_value(tmp_path):
+    data = _payload_data(tmp_path)
+    prov = reports.provenance(data, None, {"model_gpu": IMG})
+    panel = reports.panel_html({**prov, "published": [IMG], "built": SCRIPT, "kvlab": SCRIPT})
+    assert_no_live_payload(panel)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in panel and "0.1&lt;script&gt;alert(2)&lt;/script&gt;" in panel
+    # the panel's own markup is still markup
+    assert "<th>hardware</th><td>&lt;img" in panel and "<code>data/experiments/cpu_long_context.yaml</code>" in panel
+
+
+def test_empty_panel_keeps_its_own_markup():
+    prov = {"engines": [], "models": [], "hosts": [], "runs": 0, "run_dates": None, "experiments": [],
+            "published": [], "sweep_commits": [], "kvlab": "0", "built": "now", "parameters": {}, "notebook": None}
+    assert "nothing yet (run <code>make report</code>)" in reports.panel_html(prov)
+
+
+def test_table_escapes_cells_headers_and_caption():
+    frame = pl.DataFrame({"statement": [IMG, "plain"], SCRIPT: [SCRIPT, "x"], "batch_time_s": [1.5, 2.0]})
+    page = tables.table(frame, caption=f"data/{IMG}")._repr_html_()
+    assert_no_live_payload(page)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    assert "batch time (s)" in page and 'class="kvlab-table"' in page
+
+
+def test_run_tables_escape_what_the_runs_say(tmp_path):
+    from kvlab import store
+
+    data = _payload_data(tmp_path)
+    assert_no_live_payload(reports.run_tables_html(store.load_runs(data)))
+
+
+def _executed(tmp_path: Path) -> Path:
+    """An executed notebook: the template's own Markdown (with HTML it means), a Markdown output computed from
+    hostile data, a table and a verdict box carrying it."""
+    nb = nbformat.v4.new_notebook()
+    table = tables.table(pl.DataFrame({"statement": [IMG]}))
+    box = verdicts.box([verdicts.Verdict(claim=f"the document says {SCRIPT}", outcome="found", evidence="published",
+                                         number=f"**1.5×** on {IMG}")])
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Title\n\nThe template's own <b>markup</b>."),
+        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={
+            "text/markdown": f"Measured on **{IMG}** with `{SCRIPT}`; {SCRIPT} [a link](javascript:alert(3))",
+            "text/plain": "sentence"})]),
+        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={
+            "text/html": table._repr_html_(), "text/plain": "table"})]),
+        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data=box._repr_mimebundle_())]),
+    ]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_exported_page_shows_hostile_markdown_outputs_as_text(tmp_path):
+    out = tmp_path / "nb.html"
+    reports.to_html(_executed(tmp_path), out, f"T {SCRIPT}", panel=reports.panel_html(
+        reports.provenance(_payload_data(tmp_path), None, None)))
+    page = out.read_text()
+    assert_no_live_payload(page)
+    assert "Measured on <strong>&lt;img src=x onerror=alert(1)&gt;</strong>" in page
+    assert "<code>&lt;script&gt;alert(2)&lt;/script&gt;</code>" in page
+    assert 'href="javascript:' not in page
+    assert "The template's own <b>markup</b>." in page  # a template's prose keeps its HTML
+    assert 'class="kvlab-verdicts"' in page and "<b>1.5×</b> on &lt;img" in page  # the verdict box still formats
+
+
+def test_a_report_built_on_hostile_data_has_no_live_payload(tmp_path):
+    """One notebook executed end to end on runs, host facts and a reference CSV statement that carry HTML."""
+    data = _payload_data(tmp_path)
+    claims = data / "reference" / "article_b300_claims.csv"
+    frame = pl.read_csv(claims)
+    frame.with_columns(pl.col("statement") + f" {IMG} {SCRIPT}").write_csv(claims)
+    rep = reports.run_one(reports.notebooks(["03"])[0], tmp_path / "out", {"data_dir": str(data)})
+    page = rep.html.read_text()
+    assert_no_live_payload(page)
+    # the statement is shown, as text (only the reference CSV puts the two payloads side by side)
+    assert "&lt;img src=x onerror=alert(1)&gt; &lt;script&gt;alert(2)&lt;/script&gt;" in page
