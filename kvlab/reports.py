@@ -182,9 +182,9 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
             sweep_commits.add((sweep.get("git_commit") or "unknown")[:12])
     started = measured["started_at"].drop_nulls().sort()
     return {
-        "engines": [f"{e} {v or '(version not reported)'}{_dtype_note(d, without_bf16)}" for e, v, d in
-                    measured.select("engine", "engine_version", "dtype").unique().sort("engine", "dtype",
-                                                                                      nulls_last=True).iter_rows()],
+        "engines": [_engine_line(e, v, d, k, without_bf16) for e, v, d, k in
+                    measured.select("engine", "engine_version", "dtype", "device_kind").unique()
+                    .sort("engine", "dtype", nulls_last=True).iter_rows()],
         "models": sorted(measured["model"].drop_nulls().unique()),
         "hosts": sorted(h for h in hosts if h),
         "runs": measured.height,
@@ -199,14 +199,22 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
     }
 
 
-def _dtype_note(dtype: str | None, without_bf16: bool = False) -> str:
-    """How a provenance line names the compute dtype (runs stored before it was recorded have none); float32 on a
-    CPU without native bfloat16 says why (vLLM's bfloat16 fallback there; EngineSpec.dtype bfloat16-if-native)."""
-    if not dtype:
-        return ""
+def _engine_line(engine: str, version: str | None, dtype: str | None, device_kind: str | None,
+                 without_bf16: bool = False) -> str:
+    """How a provenance line names what ran: display name, version, and in brackets where it ran (on a CPU, the
+    adapter's note, e.g. 'CPU, torch-native kernels') and the compute dtype (runs stored before it was recorded have
+    none); float32 on a CPU without native bfloat16 says why (EngineSpec.dtype bfloat16-if-native)."""
+    from kvlab.engines import ENGINE_LABELS, get_adapter
+
+    notes = []
+    if device_kind == "cpu" and engine in ENGINE_LABELS and get_adapter(engine).cpu_note:
+        notes.append(get_adapter(engine).cpu_note)
     if dtype == "float32" and without_bf16:
-        return " (float32 compute: this CPU has no native bfloat16)"
-    return f" ({dtype} compute)"
+        notes.append("float32 compute: this CPU has no native bfloat16")
+    elif dtype:
+        notes.append(f"{dtype} compute")
+    line = f"{ENGINE_LABELS.get(engine, engine)} {version or '(version not reported)'}"
+    return line + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def panel_html(prov: dict) -> str:

