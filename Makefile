@@ -64,7 +64,9 @@ $(SGLANG_ENV)/.installed: $(ENVS)/sglang-cpu.txt
 	$(SGLANG_ENV)/bin/pip install -q -r $(ENVS)/sglang-cpu.txt
 	touch $@
 
-engines: $(VLLM_ENV)/.installed $(SGLANG_ENV)/.installed ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang: PyTorch SGLang on CPU)
+engines: ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang: PyTorch SGLang on CPU), side by side
+	@# two pip installs at once: each is mostly one core of unpacking and byte-compiling
+	$(MAKE) --no-print-directory -j2 $(VLLM_ENV)/.installed $(SGLANG_ENV)/.installed
 
 engines-sglang-jax: $(SGLANG_JAX_ENV)/.installed ## opt-in: .engines/sglang-jax (SGLang's JAX runtime; its adapter's tests use it)
 
