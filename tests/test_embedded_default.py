@@ -66,14 +66,10 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     r2 = (tmp_path / "02_throughput_decay.html").read_text()
     r3 = (tmp_path / "03_memory_utilisation.html").read_text()
     assert "No measured runs" not in r1 + r2 + r3
-    assert "measured: vllm batch time grows" in r1 and "measured: sglang-jax batch time grows" in r1
-    assert "measured, vllm: from 64K to 200K batch time grows" in r2
-    for engine in ("vllm", "sglang-jax"):
-        assert f"measured, {engine}: from 64K to 200K batch time grows" in r2
-        assert f"{engine} at <strong>0.92</strong>, 200K (3,200 tok): 1/1 runs succeeded" in r3  # scaled ÷64
-    assert "preemptions not available" in r3  # sglang-jax serves no counters: not shown as 0
-    assert "not PyTorch SGLang" in r1
-    # the measured relative speed names the faster engine and the factor at each measured context
-    for ctx in ("64K", "200K"):
-        assert re.search(rf"<strong>(vllm|sglang-jax) is \d+\.\d+× faster at {ctx}</strong>", r1), ctx
+    # both engines' measured growth from 64K to 200K is stated (02), each engine's runs at each setting (03)
+    for engine in ("vllm", "sglang"):
+        assert re.search(rf"measured, {engine}: from 64K to 200K batch time grows <strong>\d+\.\d+×", r2, re.I), engine
+        assert re.search(rf"{engine} at <strong>0\.92</strong>, 200K \(3,200 tok\): 1/1 runs succeeded", r3, re.I)
+    assert "not PyTorch SGLang" not in r1  # the sglang-jax note appears only where sglang-jax ran
+    assert "SGLang 0.5.23 (CPU, torch-native kernels" in r1  # provenance says what ran
     assert (tmp_path / "index.html").exists()
