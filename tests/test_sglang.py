@@ -117,3 +117,47 @@ def test_scheduler_killed_mid_run_is_a_crash_retried_on_a_new_server(tmp_path, m
     assert (run["status"], run["attempts"], res.server_starts) == ("ok", 2, 2), (killed, run)
     assert not engine_processes(tag)
     assert not [c for c in psutil.Process().children(recursive=True) if c.status() == psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.engine
+def test_a_keyed_server_keeps_its_key_off_every_command_line(tmp_path, monkeypatch, sglang_python, tiny_model):
+    """SGLang reads the key from kvlab's private --config file, never from argv: no process on this machine shows
+    it, the file is gone once the server is up, a request without the key is refused and one with it served."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from kvlab.engines import EngineSpec
+    from kvlab.server import EngineServer
+
+    key = f"sk-kvlab-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KVLAB_TEST_SGLANG_KEY", key)
+    fields = {k: v for k, v in SGLANG.items() if k not in ("launch", "model")}
+    spec = EngineSpec(**fields, launch=[str(sglang_python)], model=str(tiny_model), api_key_env="KVLAB_TEST_SGLANG_KEY",
+                      served_model_name=f"kvlab-test-{uuid.uuid4().hex[:8]}")
+    with EngineServer(spec, tmp_path / "keyed.log") as srv:
+        shown = []
+        for p in psutil.process_iter(["cmdline", "environ"]):
+            try:
+                if key in " ".join(p.info["cmdline"] or []):
+                    shown.append(p.pid)
+            except psutil.Error:
+                pass
+        assert not shown, f"the key is on the command line of {shown}"
+        import tempfile
+        from pathlib import Path
+
+        left = [f for f in Path(tempfile.gettempdir()).glob("kvlab-key-*") if key in f.read_text()]
+        assert not left and key not in srv.log_text(), left  # the key file is removed once the server is up
+        body = json.dumps({"model": spec.served_model_name, "prompt": [1, 2, 3], "max_tokens": 2}).encode()
+
+        def post(headers: dict) -> int:
+            req = urllib.request.Request(srv.base_url + "/v1/completions", data=body, method="POST",
+                                         headers={"Content-Type": "application/json", **headers})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    return resp.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert (post({}), post({"Authorization": f"Bearer {key}"})) == (401, 200)
