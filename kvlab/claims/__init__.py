@@ -7,11 +7,11 @@ from kvlab.claims.grading import (
     held_out_grade, held_out_passes, implementations_differ, measured_difference, model_factor_decides,
     modelled_claim, on_cpu, winners_needed,
 )
-from kvlab.claims.model import held_out_error, model_margin, winners_held_out
+from kvlab.claims.model import grade_model_claim, held_out_error, model_margin, winners_held_out
 
 __all__ = [
     "ILLUSTRATION_SCOPE", "LOO_WINNERS_SHARE", "MIN_REPEATS", "MODEL_SCOPE", "Grade", "Repeats", "combined",
-    "cpu_cross_engine", "held_out_error", "held_out_grade", "held_out_passes", "implementations_differ",
+    "cpu_cross_engine", "grade_model_claim", "held_out_error", "held_out_grade", "held_out_passes", "implementations_differ",
     "measured_difference", "model_factor_decides", "model_margin", "modelled_claim", "on_cpu", "winners_held_out",
     "winners_needed",
 ]

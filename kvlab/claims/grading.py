@@ -46,6 +46,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from kvlab.units import sig2
+
 #: Repeats each side of a measured difference needs before it can decide a claim.
 MIN_REPEATS = 3
 #: Share of leave-one-out fits that must name the published winner (3 of 4).
@@ -151,7 +153,7 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
         spread = (lo, hi)
     return Grade(
         "cannot be tested here", "measured",
-        f"{faster} and {slower} are different implementations run on a CPU: {faster} is already {ratio:.2g}× faster "
+        f"{faster} and {slower} are different implementations run on a CPU: {faster} is already {sig2(ratio)}× faster "
         f"at {baseline_at}, where the claim's mechanism plays no part, so their speed here says nothing about the "
         "claim on a GPU host",
         value=ratio, unit="×", n=n, spread=spread, scope=scope or "CPU runs of two different engine implementations")

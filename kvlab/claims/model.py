@@ -34,3 +34,14 @@ def model_margin(fit, contexts) -> float | None:
         if len(times) >= 2 and times[0] > 0:
             margins.append(times[-1] / times[0] - 1)
     return min(margins) if margins else None
+
+
+def grade_model_claim(fit, agrees: bool, contexts, *, value: float | None = None, unit: str = ""):
+    """Rule 3 on a fit: (the claim's grade, the held-out test's grade). ``agrees``: the fitted model says what the
+    claim says; ``contexts``: where the claim is decided (its margin is the model's smallest lead there)."""
+    from kvlab.claims.grading import held_out_grade, modelled_claim
+
+    right, total = winners_held_out(fit)
+    margin, error = model_margin(fit, contexts) or 0.0, held_out_error(fit)
+    return (modelled_claim(agrees, right, total, margin, error, value=value, unit=unit),
+            held_out_grade(right, total, margin, error))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kvlab.units import sig2
+
 import polars as pl
 
 from kvlab.guide import FAMILY, engine_label
@@ -321,37 +323,52 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                                    "measured", number))
 
     if s := stmt.get("shared_prefix_threshold"):
+        from kvlab.claims import cpu_cross_engine
+
         both = {f: g for (f,), g in on.group_by(["shared_fraction"])
                 if g["engine"].n_unique() >= 2 and g["batch_time_s"].null_count() == 0} if on.height else {}
         above = {f: g for f, g in both.items() if f >= threshold}
-        engines = " against ".join(engine_label(e) for e in _prefix_ordered(on)) if on.height else ""
-        claim = (f"“{s}” — its direction on this host: {engines}, caches on (engine speed on CPU decides as much as "
-                 "the cache)")
+        engines = _prefix_ordered(on) if on.height else []
+        claim = f"“{s}” — on this host: {' against '.join(engine_label(e) for e in engines)}, caches on"
         if not above:
             out.append(Verdict(claim, "cannot be tested here", "measured",
-                               f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
+                               f"no shared fraction ≥ {threshold:.0%} measured with two engines",
+                               claim_id="shared_prefix_threshold", kind="engine_choice",
+                               reason=f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
         else:
-            wins = {f: g.sort("batch_time_s").row(0, named=True)["engine"] for f, g in above.items()}
             ratios = {f: g["batch_time_s"].max() / g["batch_time_s"].min() for f, g in above.items()}
-            winners = set(wins.values())
-            if len(winners) == 1:
-                w = winners.pop()
-                lo, hi = min(ratios.values()), max(ratios.values())
-                span = f"{lo:.1f}×" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}×"
-                fr = [f"{f:.0%}" for f in sorted(above)]
-                fr = ", ".join(fr[:-1]) + " and " + fr[-1] if len(fr) > 1 else fr[0]
-                number = f"{engine_label(w)} finishes the batch {span} sooner at {fr} shared"
-                if 0.0 in both:
-                    z = both[0.0]
-                    z_fast = z.sort("batch_time_s")["engine"][0]
-                    number += (f", {z['batch_time_s'].max() / z['batch_time_s'].min():.1f}× sooner at 0%" if z_fast == w
-                               else f"; at 0% {engine_label(z_fast)} is "
-                               f"{z['batch_time_s'].max() / z['batch_time_s'].min():.1f}× faster")
-                outcome = "reproduced" if FAMILY.get(w) == "sglang" else "contradicted"
-            else:
-                number = "; ".join(f"{engine_label(wins[f])} faster at {f:.0%} ({ratios[f]:.2f}×)" for f in sorted(above))
-                outcome = "contradicted"
-            out.append(Verdict(claim, outcome, "measured", number))
+            wins = {f: g.sort("batch_time_s")["engine"][0] for f, g in above.items()}
+            lo_f = min(both)  # the least shared fraction both engines ran: 0%, where the cache has nothing to reuse
+            z = both[lo_f].sort(_prefix_engine_order())
+            a, b = z.row(0, named=True), z.row(1, named=True)
+            grade = cpu_cross_engine(a["engine"], b["engine"], z["device_kind"].to_list() if "device_kind" in z.columns
+                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"], hardware=a["hardware"],
+                                     n=int(z["n_runs"].min()), baseline_at=f"{lo_f:.0%} shared",
+                                     scope=f"{a['hardware']}, each engine's prefix cache on")
+            at = "; ".join(f"{engine_label(wins[f])} {sig2(ratios[f])}× sooner at {f:.0%}" for f in sorted(above))
+            if grade is not None:
+                fast = a["engine"] if b["batch_time_s"] >= a["batch_time_s"] else b["engine"]
+                number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
+                          "the cache saves within each engine is the fair comparison (the threshold row below)")
+                out.append(grade.verdict(claim, number, claim_id="shared_prefix_threshold", kind="engine_choice"))
+            else:  # GPU runs: the engines' speed decides, by rule 2, at every fraction from the threshold up
+                from kvlab.claims import Repeats, combined, measured_difference
+
+                parts = []
+                for f, g in sorted(above.items()):
+                    sg = g.filter(pl.col("engine").replace_strict(FAMILY, default=None) == "sglang")
+                    other = g.filter(pl.col("engine").replace_strict(FAMILY, default=None) != "sglang")
+                    if sg.is_empty() or other.is_empty():
+                        continue
+                    x, y = sg.row(0, named=True), other.row(0, named=True)
+                    parts.append(measured_difference(
+                        *(Repeats.summary(r["batch_time_s"], r.get("batch_time_min_s"), r.get("batch_time_max_s"),
+                                          r["n_runs"]) for r in (x, y)),
+                        "lower", what=f"SGLang's batch time against {engine_label(y['engine'])}'s at {f:.0%}",
+                        scope=a["hardware"]))
+                if parts:
+                    out.append(combined(parts).verdict(claim, at, claim_id="shared_prefix_threshold",
+                                                       kind="engine_choice"))
         parts = []
         for engine, th in thresholds.items():
             if th.verdict == "no data":
