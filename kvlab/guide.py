@@ -229,7 +229,7 @@ def engine_configs(w: UserWorkload):
     return Config.of(w.gpu, w.model, "vllm", w.tp, 1), Config.of(w.gpu, w.model, "sglang", w.tp, w.dcp)
 
 
-def _within_error_range(a, b, fit, error: float, lo: int = 1024, hi: int = 1 << 20,
+def _within_error_range(a, b, fit, error: float, lo: int = 4096, hi: int = 1 << 20,
                         points: int = 81) -> tuple[float, float] | None:
     """The contexts (log grid ``lo``..``hi``) where configurations ``a`` and ``b``'s modelled batch times are within
     ``error`` of each other (slower ÷ faster ≤ 1 + error): (first, last), or None where they never are."""

@@ -34,7 +34,8 @@ def _context_finding(f: Factor) -> str:
     if f.favours is None and f.held_out is not None:
         right, total, error = f.held_out
         band = (f"the two modelled times are within that error of each other from {f.crossover_range[0]:,.0f} to "
-                f"{f.crossover_range[1]:,.0f} tokens, so the crossover is somewhere in that range"
+                f"{f.crossover_range[1]:,.0f} tokens{' (the largest context modelled)' if f.crossover_range[1] >= 1 << 20 else ''}, "
+                "so the crossover is somewhere in that range"
                 if f.crossover_range else "the modelled times are never that close")
         where = (f"a margin of {ratio - 1:.1%} is within the model's {error:.0%} mean held-out error ({right} of {total} "
                  f"held-out winners right), so the model does not separate the engines here: {band}")
