@@ -336,7 +336,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
     across engines and metrics). The setting a claim is about is its ``stated_value``."""
     from dataclasses import replace
 
-    from kvlab.claims import Repeats, combined, measured_difference
+    from kvlab.claims import MIN_REPEATS, Repeats, combined, measured_difference
     from kvlab.verdicts import Verdict
 
     out = []
@@ -377,13 +377,17 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             else:
                 n, runs, per = retries(u)
                 every = stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("retries").sum())
-                outcome = ("cannot be tested here" if simulated else
+                fewest = int(stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("runs").sum())
+                             ["runs"].min())
+                outcome = ("cannot be tested here" if simulated else "inconclusive" if fewest < MIN_REPEATS else
                            "reproduced" if (every["retries"] > 0).all() else "contradicted")
                 out.append(V(f"{statement} — {host}", outcome, "measured",
                              f"{n} retr{'y' if n == 1 else 'ies'} in {runs} run{'' if runs == 1 else 's'} at {u:g} "
                              f"({', '.join(per)})",
-                             untestable if simulated else "retries counted at the claimed setting on GPUs",
-                             value=float(n), unit="retries", n=runs))
+                             untestable if simulated else
+                             f"n={fewest} runs for one engine, fewer than the {MIN_REPEATS} repeats a measured "
+                             "verdict needs" if fewest < MIN_REPEATS else "retries counted at the claimed setting on GPUs",
+                             value=float(n), unit="retries", n=fewest))
             if head is not None and head.height and u in head["mem_util"].to_list():
                 h = head.filter(pl.col("mem_util") == u)
                 short = (pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu")
@@ -426,20 +430,24 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                       f"spread (CV) {spreads[0][1]:.1%} at {lo:g} vs {spreads[0][2]:.1%} at {hi:g}" if len(spreads) == 1
                       else f"spread (CV) lower at {lo:g} in {lower} of {len(spreads)} engine–context pairs")
             number = f"retries: {n_lo} at {lo:g}, {n_hi} at {hi:g}; {spread}"
-            counts = dict(value=float(n_lo), unit="retries", n=min(runs_lo, runs_hi))
+            fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())  # per engine, context, setting
+            counts = dict(value=float(n_lo), unit="retries", n=fewest)
             if simulated:
                 out.append(V(f"{first} — on this host there is no GPU OOM to remove (simulated KV budget)",
                              "cannot be tested here", "measured", number, untestable, **counts))
             elif n_hi == 0:
                 out.append(V(f"{first} — measured on this host's GPUs", "cannot be tested here", "measured",
                              number + f" (no retry at {hi:g} to remove)", f"no retry at {hi:g} to remove", **counts))
+            elif fewest < MIN_REPEATS:
+                out.append(V(f"{first} — measured on this host's GPUs", "inconclusive", "measured", number,
+                             f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))
             else:
                 ok = n_lo == 0 and (not spreads or lower > len(spreads) / 2)
                 out.append(V(f"{first} — measured on this host's GPUs", "reproduced" if ok else "contradicted",
                              "measured", number, "retries and run-time spread counted at both settings", **counts))
             lat, parts = [], []
             at = cmp.filter(pl.col("context_tokens") == cmp["context_tokens"].max()) if cmp.height else cmp
-            for r in at.iter_rows(named=True):
+            for r in sorted(at.iter_rows(named=True), key=lambda r: _engine_rank(r["engine"])):
                 a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
                 if not (a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]):
                     continue
