@@ -57,7 +57,8 @@ def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():
            if v.evidence == "measured"]
     assert [(v.claim_id, v.outcome, v.value, v.n) for v in got] == [
         ("speedup_64K", "cannot be tested here", 2.5, 1), ("speedup_200K", "cannot be tested here", 2.5, 1)]
-    assert got[1].number == "vLLM already 2.5× faster at 64K (1,024 tokens); at 200K: vLLM 9.50× faster"
+    assert got[1].number == "vLLM already 2.5× faster at 64K (1,024 tokens); at 200K (3,200 tokens): vLLM 9.5×"
+    assert got[0].number == "vLLM 2.5× faster at 64K (1,024 tokens), the shortest context measured"
     assert all(v.kind == "relative_speed" and v.scope and v.reason for v in got)
 
 

@@ -173,8 +173,11 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
         number = f"{engine_label(m['faster'])} {m['speedup']:.2f}× faster at {ctx} ({tokens})"
         if grade is not None:
             fast = m["engine"] if base["other_batch_time_s"] >= base["batch_time_s"] else m["other_engine"]
-            number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {base['context_label']} "
-                      f"({base['context_tokens']:,} tokens); at {ctx}: {number.split(' at ')[0]}")
+            number = (f"{engine_label(fast)} {sig2(grade.value)}× faster at {ctx} ({tokens}), the shortest context "
+                      "measured" if base["context_tokens"] == m["context_tokens"] else
+                      f"{engine_label(fast)} already {sig2(grade.value)}× faster at {base['context_label']} "
+                      f"({base['context_tokens']:,} tokens); at {ctx} ({tokens}): {engine_label(m['faster'])} "
+                      f"{sig2(m['speedup'])}×")
         else:
             first, second = ((m, "") , (m, "other_")) if m["engine"] == stands_for else ((m, "other_"), (m, ""))
             grade = measured_difference(_repeats(*first), _repeats(*second), "lower",

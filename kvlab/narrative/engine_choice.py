@@ -305,7 +305,9 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
                              scope=f"{best.get('hardware') or 'CPU'}")
     if grade is not None:
         fast = a if ratio >= 1 else b
-        number = f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}"
+        only = ra.height and ra[at_col][0] == best.get(at_col)  # the baseline is the claim's own setting
+        number = (f"{at_claim} (the only setting measured, so nothing shows the gap is the claim's mechanism)" if only
+                  else f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}")
         return grade.verdict(claim, number, claim_id=claim_id, kind=kind)
 
     def reps(r: dict) -> Repeats:
@@ -342,16 +344,14 @@ def recommendation_verdict(w, tree, ev):
     if ev.decided_by == "measured" and f is not None and f.winner:
         base = f.zero_ratio if f.name == "prefix" and f.zero_ratio is not None else f.margin
         kinds = [r.get("device_kind") for r in f.rows]
+        where = ("0 shared, where the cache has nothing to reuse" if f.name == "prefix" and f.zero_ratio is not None
+                 else f"{f.rows[0].get('in_flight', '?')} in flight, the load measured" if f.name == "concurrency"
+                 else "the setting measured")
         grade = cpu_cross_engine(f.winner, f.runner_up, kinds, baseline=base, hardware=f.rows[0].get("hardware"),
-                                 n=min((r.get("n_runs") or 1) for r in f.rows),
-                                 baseline_at=("0 shared (nothing to reuse)" if f.name == "prefix" and
-                                              f.zero_ratio is not None else
-                                              f"{f.rows[0].get('in_flight', '?')} in flight, the load measured"
-                                              if f.name == "concurrency" else "the setting measured"))
+                                 n=min((r.get("n_runs") or 1) for r in f.rows), baseline_at=where)
         number = f"data: {engine_label(f.winner)}, {factor_metric(f).split(', each')[0]} ({f.experiment})"
         if grade is not None:
-            return grade.verdict(claim, number + f"; with nothing to separate them by design, already "
-                                                 f"{sig2(grade.value)}× apart", **common)
+            return grade.verdict(claim, number + f"; already {sig2(grade.value)}× apart at {where}", **common)
         return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", "measured", number,
                        value=f.margin, unit="×", n=min((r.get("n_runs") or 1) for r in f.rows),
                        scope=f.rows[0].get("hardware") or "", reason=f"the {f.name} factor decides by "
