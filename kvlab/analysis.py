@@ -463,6 +463,8 @@ def prefix_sharing(runs: pl.DataFrame, block_tokens: int = 128) -> pl.DataFrame:
         .agg(
             pl.len().alias("n_runs"),
             pl.col("cache_hit_rate").median(),
+            pl.col("cache_hit_rate").min().alias("cache_hit_rate_min"),
+            pl.col("cache_hit_rate").max().alias("cache_hit_rate_max"),
             pl.col("hit_source").drop_nulls().first(),
             pl.col("ttft_mean_ms").median(),
             pl.col("ttft_mean_ms").std().alias("ttft_std_ms"),

@@ -193,3 +193,20 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
         ("high_concurrency", "cannot be tested here", 1.25),  # sglang-jax 50 against 40 requests/s, one level
         ("engine_choice_recommendation", "cannot be tested here", 2.0)]
     assert all(v.n == 1 and v.scope and v.reason for v in got)
+
+
+def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():
+    from kvlab.claims import cache_shares, counted, negated
+
+    on = dict(engine="vllm", hardware="CPU", cache_hit_rate=0.78, cache_hit_rate_min=0.75, cache_hit_rate_max=0.8,
+              n_runs=3)
+    off = dict(engine="vllm", hardware="CPU", cache_hit_rate=0.0, cache_hit_rate_min=0.0, cache_hit_rate_max=0.0,
+               n_runs=3)
+    g = cache_shares(on, off)
+    assert (g.outcome, g.value, g.unit, g.spread, g.n) == ("reproduced", 0.78, "", (0.75, 0.8), 3)
+    assert negated(g).outcome == "contradicted"  # "vLLM shares no prefixes"
+    once = cache_shares(on | {"n_runs": 1, "cache_hit_rate_min": None, "cache_hit_rate_max": None}, None)
+    assert (once.outcome, once.n, once.value) == ("inconclusive", 1, 0.78)
+    assert negated(once).outcome == "inconclusive"
+    assert (counted(True, 2, reason="r").outcome, counted(False, 3, reason="r").outcome) == ("inconclusive",
+                                                                                               "contradicted")

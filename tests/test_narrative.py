@@ -303,10 +303,11 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
     s = study
     found = narrative.prefix_verdicts(s["claims"], s["sharing"], s["gain"], s["thresholds"], s["by_turn"], s["reuse"])
     assert [(v.outcome, v.evidence, v.number) for v in found] == [
-        # vLLM's blocks: 14 × 128 of 1,829 prefix tokens for 15 of 16 requests = 26,880 / 32,512
-        ("contradicted", "measured", "83% of prompt tokens served from vLLM's cache at 90% shared; 0% with it off"),
-        ("reproduced", "measured", "84% of prompt tokens served from its radix cache at 90% shared; 0% with it off"),
-        ("contradicted", "measured", "12 of 16 requests reused the 1,829-token prefix at 90% shared (15 could); none "
+        # vLLM's blocks: 14 × 128 of 1,829 prefix tokens for 15 of 16 requests = 26,880 / 32,512; one run per point,
+        # so no hit share decides (n=1: inconclusive, rule 2 of kvlab.claims.grading)
+        ("inconclusive", "measured", "83% of prompt tokens served from vLLM's cache at 90% shared; 0% with it off"),
+        ("inconclusive", "measured", "84% of prompt tokens served from its radix cache at 90% shared; 0% with it off"),
+        ("inconclusive", "measured", "12 of 16 requests reused the 1,829-token prefix at 90% shared (15 could); none "
                                      "of the 4 sent together first"),
         # batch time 2 × (1 − 0.8 × hit rate) against 4 × (…): vLLM 2× faster at 0% already, on a CPU: untestable
         ("cannot be tested here", "measured", "vLLM already 2.0× faster at 0% shared; vLLM 1.9× sooner at 50%; vLLM "
@@ -320,12 +321,18 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
     assert found[2].claim == "“…and computes only each request's own suffix” — sglang-jax (CPU), requests arriving 4 at a time"
     # without per-request counts the suffix claim falls back on the hit rate against the token-exact ideal
     no_reuse = narrative.prefix_verdicts(s["claims"], s["sharing"], s["gain"], s["thresholds"], s["by_turn"], None)
-    assert (no_reuse[2].outcome, no_reuse[2].number) == (
-        "reproduced", "84% of prompt tokens from the cache at 90% shared against 84% if every request after the first reused it")
+    assert (no_reuse[2].outcome, no_reuse[2].n, no_reuse[2].number) == (
+        "inconclusive", 1, "84% of prompt tokens from the cache at 90% shared against 84% if every request after the first reused it")
     # a vLLM that never hits agrees with the claim; no runs at all test nothing
     zero = s["sharing"].with_columns(pl.when(pl.col("engine") == "vllm").then(0.0).otherwise(pl.col("cache_hit_rate"))
                                      .alias("cache_hit_rate"))
-    assert narrative.prefix_verdicts(s["claims"], zero, s["gain"], {}, pl.DataFrame())[0].outcome == "reproduced"
+    assert narrative.prefix_verdicts(s["claims"], zero, s["gain"], {}, pl.DataFrame())[0].outcome == "inconclusive"
+    # three runs per point: the hit shares decide (vLLM's cache on serves 83% against 0% off in every run)
+    runs3 = pl.concat([sharing_runs().with_columns(pl.col("run_id") + f"-{k}") for k in range(3)])
+    three = narrative.prefix_verdicts(s["claims"], analysis.prefix_sharing(runs3), s["gain"], {}, pl.DataFrame())
+    assert [(v.claim_id, v.outcome, v.n) for v in three[:2]] == [("vllm_no_prefix_sharing", "contradicted", 3),
+                                                                  ("sglang_radix_sharing", "reproduced", 3)]
+    assert three[0].value == pytest.approx(26880 / 32512)
     empty = narrative.prefix_verdicts(s["claims"], s["sharing"].clear(), s["gain"].clear(), {}, pl.DataFrame())
     assert [v.outcome for v in empty] == ["cannot be tested here"] * 3
 
@@ -473,9 +480,11 @@ def test_engine_choice_verdicts(fit, sharing):
     w = guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B")
     ev = guide.from_evidence(w, fit, sharing, conc)
     got = narrative.engine_choice_verdicts(claims, sharing, conc, w, w.tree(), ev)
-    assert [(v.outcome, v.evidence, v.number) for v in got[:2]] == [
-        ("contradicted", "measured", "83% of prompt tokens from vLLM's cache at shared fraction 0.9"),
-        ("reproduced", "measured", "84% of prompt tokens from its cache at shared fraction 0.9 (token-exact ideal 84%)"),
+    assert [(v.claim_id, v.outcome, v.evidence, v.n, v.number) for v in got[:2]] == [  # one run each: n=1
+        ("vllm_no_prefix_sharing", "inconclusive", "measured", 1,
+         "83% of prompt tokens from vLLM's cache at shared fraction 0.9"),
+        ("sglang_radix_sharing", "inconclusive", "measured", 1,
+         "84% of prompt tokens from its cache at shared fraction 0.9 (token-exact ideal 84%)"),
     ]
     # the cross-engine claims, on CPU runs of two engines: cannot be tested here, the baseline ratio as the value
     assert [(v.claim_id, v.outcome, v.evidence, v.value, v.n) for v in got[2:]] == [

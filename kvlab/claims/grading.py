@@ -163,32 +163,37 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
 
 
 def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope: str = "",
-                        what: str = "") -> Grade:
+                        what: str = "", difference: bool = False) -> Grade:
     """Rule 2 for one comparison: the claim says ``first`` is ``claimed`` ("higher" or "lower") than ``second``.
 
     value = first ÷ second (middles), spread = its range over the repeats (first.lo ÷ second.hi …
     first.hi ÷ second.lo), n = the fewer repeats. Decides only with n ≥ :data:`MIN_REPEATS` on each side and
-    non-overlapping min–max ranges; else *inconclusive*. ``what`` names the comparison in the reason."""
+    non-overlapping min–max ranges; else *inconclusive*. ``what`` names the comparison in the reason.
+    ``difference``: value = first − second (and its range), for shares that can be 0 (a cache-hit share)."""
     if claimed not in ("higher", "lower"):
         raise ValueError(f"claimed must be 'higher' or 'lower', got {claimed!r}")
     if not first.n or not second.n:
         return Grade("cannot be tested here", "measured", f"{what or 'the comparison'}: no measured value on one side",
                      n=min(first.n, second.n), scope=scope)
-    value = first.mid / second.mid
-    spread = (first.lo / second.hi, first.hi / second.lo) if second.lo > 0 else None
+    if difference:
+        value, spread, unit = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo), ""
+    else:
+        value = first.mid / second.mid if second.mid else math.inf
+        spread = (first.lo / second.hi, first.hi / second.lo) if second.lo > 0 else None
+        unit = "×"
     n = min(first.n, second.n)
     label = f"{what}: " if what else ""
     if n < MIN_REPEATS:
         return Grade("inconclusive", "measured", f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} "
-                     "repeats a measured difference needs", value=value, unit="×", n=n, spread=spread, scope=scope)
+                     "repeats a measured difference needs", value=value, unit=unit, n=n, spread=spread, scope=scope)
     if first.lo <= second.hi and second.lo <= first.hi:
         return Grade("inconclusive", "measured", f"{label}the min–max ranges of the {n}+ repeats of each side "
-                     "overlap: the difference is within the spread", value=value, unit="×", n=n, spread=spread,
+                     "overlap: the difference is within the spread", value=value, unit=unit, n=n, spread=spread,
                      scope=scope)
     observed = "higher" if first.lo > second.hi else "lower"
     return Grade("reproduced" if observed == claimed else "contradicted", "measured",
                  f"{label}{observed} in every one of ≥{n} repeats per side (ranges do not overlap)",
-                 value=value, unit="×", n=n, spread=spread, scope=scope)
+                 value=value, unit=unit, n=n, spread=spread, scope=scope)
 
 
 def combined(grades: Sequence[Grade]) -> Grade:
@@ -264,3 +269,21 @@ def model_factor_decides(ratio: float, error: float) -> bool:
     """Rule 4: a modelled engine choice counts when slower ÷ faster − 1 exceeds the model's mean held-out
     ``error`` (a fraction)."""
     return ratio - 1 > error
+
+
+def negated(grade: Grade) -> Grade:
+    """The grade of a claim that says the opposite of the one graded (e.g. "vLLM does not share prefixes" from
+    "vLLM's cache on serves more than off"): reproduced and contradicted swap, the rest stays."""
+    swap = {"reproduced": "contradicted", "contradicted": "reproduced"}
+    return replace(grade, outcome=swap.get(grade.outcome, grade.outcome))
+
+
+def counted(holds: bool, n: int, *, reason: str, value: float | None = None, unit: str = "",
+            scope: str = "") -> Grade:
+    """Rule 2 for a measured count or share that the claim bounds (no second side): it decides only over at least
+    :data:`MIN_REPEATS` runs; with fewer it is *inconclusive*, whatever it shows."""
+    if n < MIN_REPEATS:
+        return Grade("inconclusive", "measured", f"n={n} run{'' if n == 1 else 's'}, fewer than the {MIN_REPEATS} "
+                     f"repeats a measured verdict needs ({reason})", value=value, unit=unit, n=n, scope=scope)
+    return Grade("reproduced" if holds else "contradicted", "measured", f"{reason}, over {n} runs", value=value,
+                 unit=unit, n=n, scope=scope)

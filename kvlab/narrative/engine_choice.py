@@ -213,26 +213,36 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
     on = sharing.filter(pl.col("prefix_caching").fill_null(True)) if not sharing.is_empty() else sharing
     by_id = {c["claim_id"]: c for c in claims.iter_rows(named=True)}
     out = []
+    from kvlab.claims import cache_shares, negated
+
+    def off_row(r: dict) -> dict | None:
+        o = sharing.filter((pl.col("engine") == r["engine"]) & ~pl.col("prefix_caching").fill_null(True)
+                           & (pl.col("shared_fraction") == r["shared_fraction"]) & pl.col("cache_hit_rate").is_not_null())
+        return o.row(0, named=True) if o.height else None
+
     c = by_id.get("vllm_no_prefix_sharing")
     if c:
         r = _at_largest_fraction(on, ["vllm"]) if not on.is_empty() else None
         out.append(Verdict(f"{c['statement']} — vLLM as measured here, prefix cache on (its default)", "cannot be tested here", "measured",
-                           "no measured vLLM prefix-sharing run") if r is None else
-                   Verdict(f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
-                           "(its default)", "contradicted" if r["cache_hit_rate"] > 0 else "reproduced", "measured",
-                           f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared fraction "
-                           f"{r['shared_fraction']:g}"))
+                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing",
+                           reason="no measured vLLM prefix-sharing run") if r is None else
+                   negated(cache_shares(r, off_row(r))).verdict(
+                       f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
+                       "(its default)", f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared "
+                       f"fraction {r['shared_fraction']:g}", claim_id=c["claim_id"], kind="prefix_sharing"))
     c = by_id.get("sglang_radix_sharing")
     if c:
         radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if FAMILY.get(e) == "sglang"]
         r = _at_largest_fraction(on, radix) if radix else None
-        out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run")
+        out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run",
+                           claim_id=c["claim_id"], kind="prefix_sharing", reason="no measured SGLang-family run")
                    if r is None else
-                   Verdict(f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
-                           "cache on; the gap to the ideal is what it recomputed",
-                           "reproduced" if r["cache_hit_rate"] > 0 else "contradicted", "measured",
-                           f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
-                           f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})"))
+                   cache_shares(r, off_row(r)).verdict(
+                       f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
+                       "cache on; the gap to the ideal is what it recomputed",
+                       f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
+                       f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})",
+                       claim_id=c["claim_id"], kind="prefix_sharing"))
     c = by_id.get("shared_prefix_threshold")
     if c:
         at = c["stated_value"]

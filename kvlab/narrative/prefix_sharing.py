@@ -269,21 +269,30 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
     hits = on.filter(pl.col("cache_hit_rate").is_not_null()) if on.height else on
     out = []
 
+    from kvlab.claims import cache_shares, counted, negated
+
+    def off_row(engine: str, f: float) -> dict | None:
+        o = sharing.filter((pl.col("engine") == engine) & ~pl.col("prefix_caching") & (pl.col("shared_fraction") == f)
+                           & pl.col("cache_hit_rate").is_not_null())
+        return o.row(0, named=True) if o.height else None
+
     def off_hit(engine: str, f: float) -> str:
-        o = sharing.filter((pl.col("engine") == engine) & ~pl.col("prefix_caching") & (pl.col("shared_fraction") == f))
-        v = o["cache_hit_rate"].drop_nulls()
-        return f"; {v[0]:.0%} with it off" if v.len() else ""
+        o = off_row(engine, f)
+        return f"; {o['cache_hit_rate']:.0%} with it off" if o else ""
 
     if s := stmt.get("vllm_no_prefix_sharing"):
         claim = f"“{s}” — vLLM's CPU build, automatic prefix caching on (its default)"
         v = hits.filter(pl.col("engine") == "vllm") if hits.height else hits
         if v.is_empty():
-            out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on"))
+            out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on",
+                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing",
+                               reason="no vLLM run with its prefix cache on"))
         else:
             r = v.sort("shared_fraction").row(-1, named=True)
-            out.append(Verdict(claim, "contradicted" if r["cache_hit_rate"] > 0 else "reproduced", "measured",
-                               f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
-                               f"{r['shared_fraction']:.0%} shared{off_hit('vllm', r['shared_fraction'])}"))
+            grade = negated(cache_shares(r, off_row("vllm", r["shared_fraction"])))  # the claim: it shares nothing
+            out.append(grade.verdict(claim, f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
+                                            f"{r['shared_fraction']:.0%} shared{off_hit('vllm', r['shared_fraction'])}",
+                                     claim_id="vllm_no_prefix_sharing", kind="prefix_sharing"))
 
     radix = [e for e in (hits["engine"].unique(maintain_order=True).to_list() if hits.height else [])
              if FAMILY.get(e) == "sglang"]
@@ -291,15 +300,18 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         share, suffix = s.split(" and computes", 1) if " and computes" in s else (s, None)
         if not radix:
             out.append(Verdict(f"“{s}”", "cannot be tested here", "measured",
-                               "no SGLang-family run with its radix cache on reported a hit count"))
+                               "no SGLang-family run with its radix cache on reported a hit count",
+                               claim_id="sglang_radix_sharing", kind="prefix_sharing",
+                               reason="no SGLang-family run with its radix cache on reported a hit count"))
         else:
             e = radix[0]
             lab = engine_label(e)
             r = hits.filter(pl.col("engine") == e).sort("shared_fraction").row(-1, named=True)
-            out.append(Verdict(f"“{share}” — {lab}, SGLang's JAX runtime with the same radix cache",
-                               "reproduced" if r["cache_hit_rate"] > 0 else "contradicted", "measured",
-                               f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
-                               f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}"))
+            out.append(cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
+                f"“{share}” — {lab}, SGLang's JAX runtime with the same radix cache",
+                f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
+                f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
+                claim_id="sglang_radix_sharing", kind="prefix_sharing"))
             if suffix:
                 rr = None
                 if reuse is not None and reuse.height:
@@ -319,8 +331,13 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                     number = (f"{r['cache_hit_rate']:.0%} of prompt tokens from the cache at {r['shared_fraction']:.0%} "
                               f"shared against {r['ideal_hit_rate']:.0%} if every request after the first reused it")
                     setting = ""
-                out.append(Verdict(f"“…and computes{suffix}” — {lab}{setting}", "reproduced" if ok else "contradicted",
-                                   "measured", number))
+                n = (rr or r).get("n_runs") or 1
+                share_of = (rr["requests_hit"] / possible if rr is not None and possible else r["cache_hit_rate"])
+                grade = counted(ok, n, reason=("every request that could reuse the prefix did" if ok else
+                                               "requests that could reuse the prefix computed it again"),
+                                value=share_of, scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
+                out.append(grade.verdict(f"“…and computes{suffix}” — {lab}{setting}", number,
+                                         claim_id="sglang_radix_sharing", kind="prefix_sharing"))
 
     if s := stmt.get("shared_prefix_threshold"):
         from kvlab.claims import cpu_cross_engine
