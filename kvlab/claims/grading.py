@@ -24,7 +24,9 @@ Rule 2 — a measured difference (:func:`measured_difference`, :func:`combined`)
     A measured difference decides only when each side has at least :data:`MIN_REPEATS` repeats **and** the
     min–max ranges of the two sides do not overlap. Otherwise the verdict is *inconclusive*, with ``n`` (the
     fewer repeats of the two sides) and ``spread`` (the ratio's range over the repeats) filled in. Where a claim
-    is tested on several engines or metrics, they must agree in sign; mixed signs are *inconclusive*.
+    is tested on several engines or metrics, they must agree in sign; mixed signs are *inconclusive*. A share
+    that can be 0 (a cache's hit share, cache on against off) is compared as a difference; a count a claim bounds
+    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` runs.
 
 Rule 3 — modelled evidence (:func:`held_out_passes`, :func:`modelled_claim`, :func:`held_out_grade`).
     kvlab's model is fitted to the published table, so agreeing with that table is no test. A modelled verdict
