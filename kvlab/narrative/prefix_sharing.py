@@ -403,7 +403,11 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                 parts.append(f"{engine_label(engine)}: no jump, a steady rise (R² {th.r2_linear:.2f})")
         if parts:
             out.append(Verdict(f"Does what the prefix cache saves jump at {threshold:.0%} shared, as the article's "
-                               "threshold implies?", "found", "measured", "; ".join(parts)))
+                               "threshold implies?", "found", "measured", "; ".join(parts),
+                               claim_id="shared_prefix_threshold_jump", kind="prefix_sharing",
+                               n=int(sharing["n_runs"].min()) if sharing.height else None,
+                               scope="each engine's own cache on against off",
+                               reason="the report's own question: what the cache saves within each engine, by fraction"))
 
     if by_turn is not None and by_turn.height:
         parts = []
@@ -419,7 +423,9 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         if parts:
             out.append(Verdict("Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
                                "serves, and its time to first token against the cache off", "found", "measured",
-                               f"turn {last['turn']}: " + "; ".join(parts)))
+                               f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
+                               kind="prefix_sharing", scope="each engine's own cache on against off",
+                               reason="the report's own question about the article's example 1"))
     return out
 
 
