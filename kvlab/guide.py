@@ -175,6 +175,8 @@ class Factor:
     is "sglang"), ``runner_up`` and ``experiment``. The prefix factor adds ``zero_ratio``: the next engine's batch
     time over the best's at shared fraction 0 (None unless both ran there and the nearest fraction is not 0).
     The modelled context factor keeps the ``workload``, the batch ``times`` (s) of vLLM TP and SGLang TP+DCP,
+    ``held_out`` (the model's held-out test) and, when its margin is within the held-out error (it then favours
+    neither engine), ``crossover_range``;
     ``crossover`` (tokens; None: none up to 1M, or DCP divides nothing), ``dcp_divides`` (DCP spreads the KV further than TP does) and
     ``fit_warnings`` (the fit's parameters are implausible).
     """
@@ -195,6 +197,12 @@ class Factor:
     crossover: float | None = None
     dcp_divides: bool = True
     fit_warnings: bool = False
+    #: The model's held-out test (winners right, held-out points, mean held-out error as a fraction): the modelled
+    #: factor decides only when its margin exceeds that error (rule 4 of :mod:`kvlab.claims.grading`).
+    held_out: tuple[int, int, float] | None = None
+    #: Where the margin does not exceed the error: the contexts (tokens) over which the two modelled times are
+    #: within the error of each other — the crossover as a range.
+    crossover_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -221,12 +229,31 @@ def engine_configs(w: UserWorkload):
     return Config.of(w.gpu, w.model, "vllm", w.tp, 1), Config.of(w.gpu, w.model, "sglang", w.tp, w.dcp)
 
 
+def _within_error_range(a, b, fit, error: float, lo: int = 4096, hi: int = 1 << 20,
+                        points: int = 81) -> tuple[float, float] | None:
+    """The contexts (log grid ``lo``..``hi``) where configurations ``a`` and ``b``'s modelled batch times are within
+    ``error`` of each other (slower ÷ faster ≤ 1 + error): (first, last), or None where they never are."""
+    from kvlab.perfmodel import batch_time
+
+    inside = []
+    for i in range(points):
+        c = round(lo * (hi / lo) ** (i / (points - 1)))
+        ta = batch_time(a, c, p=fit.params).batch_time_s
+        tb = batch_time(b, c, p=fit.params).batch_time_s
+        if max(ta, tb) / min(ta, tb) <= 1 + error:
+            inside.append(c)
+    return (float(min(inside)), float(max(inside))) if inside else None
+
+
 def context_factor(w: UserWorkload, fit) -> Factor:
     """Modelled batch times of vLLM TP (no DCP) and SGLang TP+DCP at the user's context (kvlab.perfmodel).
 
     Where DCP divides nothing (the model's KV heads already spread over TP) the model times the engines alike
-    but for DCP's synchronisation, and the factor favours neither.
+    but for DCP's synchronisation, and the factor favours neither. Otherwise the faster engine is favoured only
+    when its margin exceeds the model's mean held-out error (rule 4 of :mod:`kvlab.claims.grading`); within it,
+    the factor favours neither and keeps the crossover as a range (``crossover_range``).
     """
+    from kvlab.claims import held_out_error, model_factor_decides, winners_held_out
     from kvlab.perfmodel import batch_time
     from kvlab.perfmodel.calibrate import crossover_from_fit
     from kvlab.perfmodel.roofline import kv_split
@@ -234,13 +261,17 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     a, b = engine_configs(w)
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s
     tb = batch_time(b, w.context_tokens, p=fit.params).batch_time_s
-    facts = dict(workload=w, times=(ta, tb), fit_warnings=bool(fit.warnings))
+    error = held_out_error(fit)
+    facts = dict(workload=w, times=(ta, tb), fit_warnings=bool(fit.warnings), held_out=(*winners_held_out(fit), error))
     if kv_split(a) == kv_split(b):
         return Factor("context", "modelled", None, dcp_divides=False, **facts)
     x = crossover_from_fit(fit, gpu=w.gpu, model=w.model, dcp=w.dcp, tp=w.tp)
     faster: Engine = "vllm" if ta <= tb else "sglang"
-    return Factor("context", "modelled", faster if max(ta, tb) / min(ta, tb) > 1.001 else None, crossover=x,
-                  **facts)
+    ratio = max(ta, tb) / min(ta, tb)
+    if not model_factor_decides(ratio, max(error, 0.001)):
+        return Factor("context", "modelled", None, crossover=x,
+                      crossover_range=_within_error_range(a, b, fit, max(error, 0.001)), **facts)
+    return Factor("context", "modelled", faster, crossover=x, **facts)
 
 
 def nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:

@@ -62,3 +62,14 @@ def scaled_context(label: str, tokens: int | None, sep: str = " ") -> str:
     if tokens is None or not named or tokens in named:
         return str(label)
     return f"{label}{sep}({tokens:,} tok)"
+
+
+def sig2(x: float) -> str:
+    """A ratio to two significant figures, trailing zero kept: 2.0, 1.9, 14, 0.93 (how n=1 numbers are shown)."""
+    import math
+
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        return f"{round(x, 1 - int(math.floor(math.log10(abs(x))))):,.0f}"
+    return f"{x:#.2g}".rstrip(".")

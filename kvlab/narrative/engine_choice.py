@@ -6,6 +6,8 @@ pick are written here.
 
 from __future__ import annotations
 
+from kvlab.units import sig2
+
 import polars as pl
 
 from kvlab.guide import (
@@ -29,6 +31,14 @@ def _context_finding(f: Factor) -> str:
     ratio = max(ta, tb) / min(ta, tb)
     where = (f"the modelled crossover is {f.crossover:,.0f} tokens" if f.crossover else
              "the model finds no crossover up to 1M tokens")
+    if f.favours is None and f.held_out is not None:
+        right, total, error = f.held_out
+        band = (f"the two modelled times are within that error of each other from {f.crossover_range[0]:,.0f} to "
+                f"{f.crossover_range[1]:,.0f} tokens{' (the largest context modelled)' if f.crossover_range[1] >= 1 << 20 else ''}, "
+                "so the crossover is somewhere in that range"
+                if f.crossover_range else "the modelled times are never that close")
+        where = (f"a margin of {ratio - 1:.1%} is within the model's {error:.0%} mean held-out error ({right} of {total} "
+                 f"held-out winners right), so the model does not separate the engines here: {band}")
     return (f"at {w.context_tokens:,} tokens on {w.gpu} TP{w.tp}, {engine_label(faster)} is {ratio:.2f}× faster "
             f"(vLLM TP{w.tp} {number(ta)} s vs SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch); {where}. Calibrated "
             f"on the B300 article's Kimi-K3 points: other models and GPUs are extrapolations.{caveat}")
@@ -203,26 +213,36 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
     on = sharing.filter(pl.col("prefix_caching").fill_null(True)) if not sharing.is_empty() else sharing
     by_id = {c["claim_id"]: c for c in claims.iter_rows(named=True)}
     out = []
+    from kvlab.claims import cache_shares, negated
+
+    def off_row(r: dict) -> dict | None:
+        o = sharing.filter((pl.col("engine") == r["engine"]) & ~pl.col("prefix_caching").fill_null(True)
+                           & (pl.col("shared_fraction") == r["shared_fraction"]) & pl.col("cache_hit_rate").is_not_null())
+        return o.row(0, named=True) if o.height else None
+
     c = by_id.get("vllm_no_prefix_sharing")
     if c:
         r = _at_largest_fraction(on, ["vllm"]) if not on.is_empty() else None
         out.append(Verdict(f"{c['statement']} — vLLM as measured here, prefix cache on (its default)", "cannot be tested here", "measured",
-                           "no measured vLLM prefix-sharing run") if r is None else
-                   Verdict(f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
-                           "(its default)", "contradicted" if r["cache_hit_rate"] > 0 else "reproduced", "measured",
-                           f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared fraction "
-                           f"{r['shared_fraction']:g}"))
+                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing",
+                           reason="no measured vLLM prefix-sharing run") if r is None else
+                   negated(cache_shares(r, off_row(r))).verdict(
+                       f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
+                       "(its default)", f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared "
+                       f"fraction {r['shared_fraction']:g}", claim_id=c["claim_id"], kind="prefix_sharing"))
     c = by_id.get("sglang_radix_sharing")
     if c:
         radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if FAMILY.get(e) == "sglang"]
         r = _at_largest_fraction(on, radix) if radix else None
-        out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run")
+        out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run",
+                           claim_id=c["claim_id"], kind="prefix_sharing", reason="no measured SGLang-family run")
                    if r is None else
-                   Verdict(f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
-                           "cache on; the gap to the ideal is what it recomputed",
-                           "reproduced" if r["cache_hit_rate"] > 0 else "contradicted", "measured",
-                           f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
-                           f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})"))
+                   cache_shares(r, off_row(r)).verdict(
+                       f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
+                       "cache on; the gap to the ideal is what it recomputed",
+                       f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
+                       f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})",
+                       claim_id=c["claim_id"], kind="prefix_sharing"))
     c = by_id.get("shared_prefix_threshold")
     if c:
         at = c["stated_value"]
@@ -231,21 +251,21 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
                 if not on.is_empty() else []:
             d = on.filter(pl.col("shared_fraction") == f).sort("batch_time_s")
             if d["engine"].n_unique() >= 2:
-                pairs.append((f, d["engine"][0], d["engine"][1], d["batch_time_s"][1] / d["batch_time_s"][0]))
+                pairs.append((f, d.row(0, named=True), d.row(1, named=True)))
         if not pairs:
             out.append(Verdict(c["statement"], "cannot be tested here", "measured",
-                               f"no shared fraction ≥ {at:g} measured with two engines"))
+                               f"no shared fraction ≥ {at:g} measured with two engines", claim_id=c["claim_id"],
+                               kind="engine_choice", reason=f"no shared fraction ≥ {at:g} measured with two engines"))
         else:
-            wins = {FAMILY.get(p[1], p[1]) for p in pairs if p[3] >= MIN_MARGIN}
-            f, best, other, m = pairs[-1]
-            zero = on.filter(pl.col("shared_fraction") == 0).sort("batch_time_s")
-            z = (f" ({engine_label(zero['engine'][0])} {zero['batch_time_s'][1] / zero['batch_time_s'][0]:.1f}× at 0, "
-                 "with nothing shared)" if zero["engine"].n_unique() >= 2 else "")
-            outcome = "reproduced" if wins == {"sglang"} else "contradicted"  # vLLM wins, mixed, or no difference
-            out.append(Verdict(f"{c['statement']} — its direction on this host: {engine_label(best)} against "
-                               f"{engine_label(other)}, each with its prefix cache on", outcome, "measured",
-                               (f"{engine_label(best)} {m:.1f}× shorter median batch time at {f:g}" if m >= MIN_MARGIN
-                                else f"no difference at {f:g} ({m:.2f}×, under {MIN_MARGIN - 1:.0%})") + z))
+            f, best, other = pairs[-1]
+            m = other["batch_time_s"] / best["batch_time_s"]
+            zero = nearest(on.filter(pl.col("engine").is_in([best["engine"], other["engine"]])), "shared_fraction", 0.0)
+            out.append(_measured_pair_verdict(
+                f"{c['statement']} — on this host: {engine_label(best['engine'])} against "
+                f"{engine_label(other['engine'])}, each with its prefix cache on", c["claim_id"], best, other,
+                zero, "shared_fraction", lambda v: f"{v:g} shared", "batch_time_s", lower_is_better=True,
+                at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
+                claimed_family="sglang"))
     c = by_id.get("high_concurrency")
     if c:
         at = c["stated_value"]
@@ -254,39 +274,108 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
             if not hi.is_empty() else hi
         if top.is_empty() or top["engine"].n_unique() < 2:
             out.append(Verdict(c["statement"], "cannot be tested here", "measured",
-                               f"no run with ≥ {at:g} requests in flight measured with two engines"))
+                               f"no run with ≥ {at:g} requests in flight measured with two engines",
+                               claim_id=c["claim_id"], kind="concurrency_threshold",
+                               reason=f"no run with ≥ {at:g} requests in flight measured with two engines"))
         else:
             a, b = top.row(0, named=True), top.row(1, named=True)
             m = a["requests_per_s"] / b["requests_per_s"]
-            ok = m >= MIN_MARGIN and FAMILY.get(a["engine"]) == "vllm"
-            out.append(Verdict(f"{c['statement']} — its direction on this host: {engine_label(a['engine'])} against "
-                               f"{engine_label(b['engine'])}, distinct prompts", "reproduced" if ok else "contradicted",
-                               "measured",
-                               (f"{engine_label(a['engine'])} {m:.1f}× the completed requests/s at {a['in_flight']} in "
-                                "flight" + (", every request completed" if a["requests_failed"] == b["requests_failed"] == 0
-                                            else f" ({a['requests_ok']}/{a['requests_sent']} and {b['requests_ok']}/"
-                                                 f"{b['requests_sent']} completed)")) if m >= MIN_MARGIN else
-                               f"no difference at {a['in_flight']} in flight ({m:.2f}×, under {MIN_MARGIN - 1:.0%})"))
+            pair = conc.filter(pl.col("engine").is_in([a["engine"], b["engine"]]))
+            low = pair.filter(pl.col("in_flight") == pair["in_flight"].min())
+            levels = pair["in_flight"].n_unique()
+            out.append(_measured_pair_verdict(
+                f"{c['statement']} — on this host: {engine_label(a['engine'])} against {engine_label(b['engine'])}, "
+                f"distinct prompts ({levels} concurrency level{'' if levels == 1 else 's'} measured)", c["claim_id"],
+                a, b, low, "in_flight", lambda v: f"{v} in flight (the lowest load measured)", "requests_per_s",
+                lower_is_better=False, claimed_family="vllm", kind="concurrency_threshold",
+                at_claim=f"{engine_label(a['engine'])} {sig2(m)}× the completed requests/s at {a['in_flight']} in flight"))
     out.append(recommendation_verdict(w, tree, ev))
     return out
 
 
+def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, base: pl.DataFrame, at_col: str,
+                           at_label, metric: str, *, lower_is_better: bool, at_claim: str, claimed_family: str,
+                           kind: str = "engine_choice"):
+    """A claim that one engine family beats the other, graded by :mod:`kvlab.claims.grading`: CPU runs of two
+    engines cannot decide it (rule 1; the ratio at ``base``, where the claim's mechanism is absent, quoted); GPU
+    runs decide by rule 2 on ``metric`` (spread from its ``*_min*``/``*_max*`` columns where present)."""
+    from kvlab.claims import Repeats, cpu_cross_engine, measured_difference
+
+    a, b = best["engine"], other["engine"]
+    ra = base.filter(pl.col("engine") == a)
+    rb = base.filter(pl.col("engine") == b)
+    kinds = [r.get("device_kind") for r in (best, other)]
+    ns = [best.get("n_runs") or 1, other.get("n_runs") or 1]
+    ratio, where = 1.0, "no setting without the mechanism (none measured)"
+    if ra.height and rb.height:
+        ta, tb = ra[metric][0], rb[metric][0]
+        ratio = tb / ta if lower_is_better else ta / tb  # > 1: ``a`` ahead where the mechanism is absent
+        where = at_label(ra[at_col][0])
+    grade = cpu_cross_engine(a, b, kinds, baseline=ratio, hardware=best.get("hardware"), n=min(ns), baseline_at=where,
+                             scope=f"{best.get('hardware') or 'CPU'}")
+    if grade is not None:
+        fast = a if ratio >= 1 else b
+        only = ra.height and ra[at_col][0] == best.get(at_col)  # the baseline is the claim's own setting
+        number = (f"{at_claim} (the only setting measured, so nothing shows the gap is the claim's mechanism)" if only
+                  else f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}")
+        return grade.verdict(claim, number, claim_id=claim_id, kind=kind)
+
+    def reps(r: dict) -> Repeats:
+        suffix = ("_min_s", "_max_s") if metric.endswith("_s") and metric != "requests_per_s" else ("_min", "_max")
+        name = metric.removesuffix("_s") if suffix[0] == "_min_s" else metric
+        return Repeats.summary(r[metric], r.get(name + suffix[0]), r.get(name + suffix[1]), r.get("n_runs") or 1)
+
+    fam = FAMILY.get(a, a) == claimed_family
+    claimed_side, other_side = (best, other) if fam else (other, best)
+    grade = measured_difference(reps(claimed_side), reps(other_side), "lower" if lower_is_better else "higher",
+                                what=f"{engine_label(claimed_side['engine'])} against {engine_label(other_side['engine'])}",
+                                scope=best.get("hardware") or "")
+    return grade.verdict(claim, at_claim, claim_id=claim_id, kind=kind)
+
+
 def recommendation_verdict(w, tree, ev):
-    """The tree's answer for this workload against the data's: reproduced / contradicted when a measured or modelled
-    factor decides, 'cannot be tested here' when the data's engine is only the tie-break."""
+    """The tree's answer for this workload against the data's, graded by :mod:`kvlab.claims.grading`: a measured
+    factor from CPU runs of two engines cannot decide it (rule 1, the ratio with nothing shared or at the lowest
+    load quoted); a modelled one only past the model's held-out test (rule 3: otherwise an illustration,
+    inconclusive); 'cannot be tested here' when the data's engine is only the tie-break."""
+    from kvlab.claims import MODEL_SCOPE, cpu_cross_engine
     from kvlab.verdicts import Verdict
 
     claim = (f"For this workload ({w.context_tokens:,}-token context, {w.shared_fraction:.0%} shared, {w.concurrency} "
              f"in flight, {w.model}) the decision tree says {engine_label(tree.engine)}: do kvlab's data here agree?")
+    common = dict(claim_id="engine_choice_recommendation", kind="engine_choice")
     if ev.decided_by == "tie-break":
         measured = any(f.source == "measured" and f.n_engines >= 2 for f in ev.factors)
         return Verdict(claim, "cannot be tested here", "measured" if measured else "modelled",
-                       f"nothing separates the engines here; {engine_label(ev.engine)} only as the tie-break")
+                       f"nothing separates the engines here; {engine_label(ev.engine)} only as the tie-break",
+                       scope="measured runs and model" if measured else MODEL_SCOPE,
+                       reason="no factor separates the engines: the engine named is the tree's tie-break", **common)
     f = ev.deciding
-    number = (f"data: {engine_label(f.winner)}, {factor_metric(f).split(', each')[0]} ({f.experiment})"
-              if f is not None and f.winner else
-              f"{engine_label(ev.engine)}: {factor_finding(f).split(';')[0]}" if f is not None else engine_label(ev.engine))
-    return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", ev.decided_by, number)
+    if ev.decided_by == "measured" and f is not None and f.winner:
+        base = f.zero_ratio if f.name == "prefix" and f.zero_ratio is not None else f.margin
+        kinds = [r.get("device_kind") for r in f.rows]
+        where = ("0 shared, where the cache has nothing to reuse" if f.name == "prefix" and f.zero_ratio is not None
+                 else f"{f.rows[0].get('in_flight', '?')} in flight, the load measured" if f.name == "concurrency"
+                 else "the setting measured")
+        grade = cpu_cross_engine(f.winner, f.runner_up, kinds, baseline=base, hardware=f.rows[0].get("hardware"),
+                                 n=min((r.get("n_runs") or 1) for r in f.rows), baseline_at=where)
+        number = f"data: {engine_label(f.winner)}, {factor_metric(f).split(', each')[0]} ({f.experiment})"
+        if grade is not None:
+            return grade.verdict(claim, number + f"; already {sig2(grade.value)}× apart at {where}", **common)
+        return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", "measured", number,
+                       value=f.margin, unit="×", n=min((r.get("n_runs") or 1) for r in f.rows),
+                       scope=f.rows[0].get("hardware") or "", reason=f"the {f.name} factor decides by "
+                       f"{f.margin:.2f}× (measured on GPUs)", **common)
+    number = (f"{engine_label(ev.engine)}: {factor_finding(f).split(';')[0]}" if f is not None else engine_label(ev.engine))
+    if f is not None and f.held_out is not None:
+        from kvlab.claims import modelled_claim
+
+        right, total, error = f.held_out
+        ratio = max(f.times) / min(f.times)
+        grade = modelled_claim(ev.engine == tree.engine, right, total, ratio - 1, error, value=ratio, unit="×")
+        return grade.verdict(claim, number, **common)
+    return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", ev.decided_by, number,
+                   scope=MODEL_SCOPE, reason="decided by the modelled context factor", **common)
 
 
 def evidence_rule() -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kvlab.units import sig2
+
 import polars as pl
 
 from kvlab.guide import FAMILY, engine_label
@@ -267,21 +269,30 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
     hits = on.filter(pl.col("cache_hit_rate").is_not_null()) if on.height else on
     out = []
 
+    from kvlab.claims import cache_shares, counted, negated
+
+    def off_row(engine: str, f: float) -> dict | None:
+        o = sharing.filter((pl.col("engine") == engine) & ~pl.col("prefix_caching") & (pl.col("shared_fraction") == f)
+                           & pl.col("cache_hit_rate").is_not_null())
+        return o.row(0, named=True) if o.height else None
+
     def off_hit(engine: str, f: float) -> str:
-        o = sharing.filter((pl.col("engine") == engine) & ~pl.col("prefix_caching") & (pl.col("shared_fraction") == f))
-        v = o["cache_hit_rate"].drop_nulls()
-        return f"; {v[0]:.0%} with it off" if v.len() else ""
+        o = off_row(engine, f)
+        return f"; {o['cache_hit_rate']:.0%} with it off" if o else ""
 
     if s := stmt.get("vllm_no_prefix_sharing"):
         claim = f"“{s}” — vLLM's CPU build, automatic prefix caching on (its default)"
         v = hits.filter(pl.col("engine") == "vllm") if hits.height else hits
         if v.is_empty():
-            out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on"))
+            out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on",
+                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing",
+                               reason="no vLLM run with its prefix cache on"))
         else:
             r = v.sort("shared_fraction").row(-1, named=True)
-            out.append(Verdict(claim, "contradicted" if r["cache_hit_rate"] > 0 else "reproduced", "measured",
-                               f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
-                               f"{r['shared_fraction']:.0%} shared{off_hit('vllm', r['shared_fraction'])}"))
+            grade = negated(cache_shares(r, off_row("vllm", r["shared_fraction"])))  # the claim: it shares nothing
+            out.append(grade.verdict(claim, f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
+                                            f"{r['shared_fraction']:.0%} shared{off_hit('vllm', r['shared_fraction'])}",
+                                     claim_id="vllm_no_prefix_sharing", kind="prefix_sharing"))
 
     radix = [e for e in (hits["engine"].unique(maintain_order=True).to_list() if hits.height else [])
              if FAMILY.get(e) == "sglang"]
@@ -289,15 +300,18 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         share, suffix = s.split(" and computes", 1) if " and computes" in s else (s, None)
         if not radix:
             out.append(Verdict(f"“{s}”", "cannot be tested here", "measured",
-                               "no SGLang-family run with its radix cache on reported a hit count"))
+                               "no SGLang-family run with its radix cache on reported a hit count",
+                               claim_id="sglang_radix_sharing", kind="prefix_sharing",
+                               reason="no SGLang-family run with its radix cache on reported a hit count"))
         else:
             e = radix[0]
             lab = engine_label(e)
             r = hits.filter(pl.col("engine") == e).sort("shared_fraction").row(-1, named=True)
-            out.append(Verdict(f"“{share}” — {lab}, SGLang's JAX runtime with the same radix cache",
-                               "reproduced" if r["cache_hit_rate"] > 0 else "contradicted", "measured",
-                               f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
-                               f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}"))
+            out.append(cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
+                f"“{share}” — {lab}, SGLang's JAX runtime with the same radix cache",
+                f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
+                f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
+                claim_id="sglang_radix_sharing", kind="prefix_sharing"))
             if suffix:
                 rr = None
                 if reuse is not None and reuse.height:
@@ -317,41 +331,61 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                     number = (f"{r['cache_hit_rate']:.0%} of prompt tokens from the cache at {r['shared_fraction']:.0%} "
                               f"shared against {r['ideal_hit_rate']:.0%} if every request after the first reused it")
                     setting = ""
-                out.append(Verdict(f"“…and computes{suffix}” — {lab}{setting}", "reproduced" if ok else "contradicted",
-                                   "measured", number))
+                n = (rr or r).get("n_runs") or 1
+                share_of = (rr["requests_hit"] / possible if rr is not None and possible else r["cache_hit_rate"])
+                grade = counted(ok, n, reason=("every request that could reuse the prefix did" if ok else
+                                               "requests that could reuse the prefix computed it again"),
+                                value=share_of, scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
+                out.append(grade.verdict(f"“…and computes{suffix}” — {lab}{setting}", number,
+                                         claim_id="sglang_radix_sharing", kind="prefix_sharing"))
 
     if s := stmt.get("shared_prefix_threshold"):
+        from kvlab.claims import cpu_cross_engine
+
         both = {f: g for (f,), g in on.group_by(["shared_fraction"])
                 if g["engine"].n_unique() >= 2 and g["batch_time_s"].null_count() == 0} if on.height else {}
         above = {f: g for f, g in both.items() if f >= threshold}
-        engines = " against ".join(engine_label(e) for e in _prefix_ordered(on)) if on.height else ""
-        claim = (f"“{s}” — its direction on this host: {engines}, caches on (engine speed on CPU decides as much as "
-                 "the cache)")
+        engines = _prefix_ordered(on) if on.height else []
+        claim = f"“{s}” — on this host: {' against '.join(engine_label(e) for e in engines)}, caches on"
         if not above:
             out.append(Verdict(claim, "cannot be tested here", "measured",
-                               f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
+                               f"no shared fraction ≥ {threshold:.0%} measured with two engines",
+                               claim_id="shared_prefix_threshold", kind="engine_choice",
+                               reason=f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
         else:
-            wins = {f: g.sort("batch_time_s").row(0, named=True)["engine"] for f, g in above.items()}
             ratios = {f: g["batch_time_s"].max() / g["batch_time_s"].min() for f, g in above.items()}
-            winners = set(wins.values())
-            if len(winners) == 1:
-                w = winners.pop()
-                lo, hi = min(ratios.values()), max(ratios.values())
-                span = f"{lo:.1f}×" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}×"
-                fr = [f"{f:.0%}" for f in sorted(above)]
-                fr = ", ".join(fr[:-1]) + " and " + fr[-1] if len(fr) > 1 else fr[0]
-                number = f"{engine_label(w)} finishes the batch {span} sooner at {fr} shared"
-                if 0.0 in both:
-                    z = both[0.0]
-                    z_fast = z.sort("batch_time_s")["engine"][0]
-                    number += (f", {z['batch_time_s'].max() / z['batch_time_s'].min():.1f}× sooner at 0%" if z_fast == w
-                               else f"; at 0% {engine_label(z_fast)} is "
-                               f"{z['batch_time_s'].max() / z['batch_time_s'].min():.1f}× faster")
-                outcome = "reproduced" if FAMILY.get(w) == "sglang" else "contradicted"
-            else:
-                number = "; ".join(f"{engine_label(wins[f])} faster at {f:.0%} ({ratios[f]:.2f}×)" for f in sorted(above))
-                outcome = "contradicted"
-            out.append(Verdict(claim, outcome, "measured", number))
+            wins = {f: g.sort("batch_time_s")["engine"][0] for f, g in above.items()}
+            lo_f = min(both)  # the least shared fraction both engines ran: 0%, where the cache has nothing to reuse
+            z = both[lo_f].sort(_prefix_engine_order())
+            a, b = z.row(0, named=True), z.row(1, named=True)
+            grade = cpu_cross_engine(a["engine"], b["engine"], z["device_kind"].to_list() if "device_kind" in z.columns
+                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"], hardware=a["hardware"],
+                                     n=int(z["n_runs"].min()), baseline_at=f"{lo_f:.0%} shared",
+                                     scope=f"{a['hardware']}, each engine's prefix cache on")
+            at = "; ".join(f"{engine_label(wins[f])} {sig2(ratios[f])}× sooner at {f:.0%}" for f in sorted(above))
+            if grade is not None:
+                fast = a["engine"] if b["batch_time_s"] >= a["batch_time_s"] else b["engine"]
+                number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
+                          "the cache saves within each engine is the fair comparison (the threshold row below)")
+                out.append(grade.verdict(claim, number, claim_id="shared_prefix_threshold", kind="engine_choice"))
+            else:  # GPU runs: the engines' speed decides, by rule 2, at every fraction from the threshold up
+                from kvlab.claims import Repeats, combined, measured_difference
+
+                parts = []
+                for f, g in sorted(above.items()):
+                    sg = g.filter(pl.col("engine").replace_strict(FAMILY, default=None) == "sglang")
+                    other = g.filter(pl.col("engine").replace_strict(FAMILY, default=None) != "sglang")
+                    if sg.is_empty() or other.is_empty():
+                        continue
+                    x, y = sg.row(0, named=True), other.row(0, named=True)
+                    parts.append(measured_difference(
+                        *(Repeats.summary(r["batch_time_s"], r.get("batch_time_min_s"), r.get("batch_time_max_s"),
+                                          r["n_runs"]) for r in (x, y)),
+                        "lower", what=f"SGLang's batch time against {engine_label(y['engine'])}'s at {f:.0%}",
+                        scope=a["hardware"]))
+                if parts:
+                    out.append(combined(parts).verdict(claim, at, claim_id="shared_prefix_threshold",
+                                                       kind="engine_choice"))
         parts = []
         for engine, th in thresholds.items():
             if th.verdict == "no data":
@@ -369,7 +403,11 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                 parts.append(f"{engine_label(engine)}: no jump, a steady rise (R² {th.r2_linear:.2f})")
         if parts:
             out.append(Verdict(f"Does what the prefix cache saves jump at {threshold:.0%} shared, as the article's "
-                               "threshold implies?", "found", "measured", "; ".join(parts)))
+                               "threshold implies?", "found", "measured", "; ".join(parts),
+                               claim_id="shared_prefix_threshold_jump", kind="prefix_sharing",
+                               n=int(sharing["n_runs"].min()) if sharing.height else None,
+                               scope="each engine's own cache on against off",
+                               reason="the report's own question: what the cache saves within each engine, by fraction"))
 
     if by_turn is not None and by_turn.height:
         parts = []
@@ -385,7 +423,9 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         if parts:
             out.append(Verdict("Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
                                "serves, and its time to first token against the cache off", "found", "measured",
-                               f"turn {last['turn']}: " + "; ".join(parts)))
+                               f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
+                               kind="prefix_sharing", scope="each engine's own cache on against off",
+                               reason="the report's own question about the article's example 1"))
     return out
 
 

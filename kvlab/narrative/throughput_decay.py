@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kvlab.units import sig2
+
 import polars as pl
 
 from kvlab.guide import engine_label
@@ -232,12 +234,19 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
         pub = decay_published.filter(pl.col("engine") == e)
         if pub.is_empty() or rows.is_empty():
             out.append(Verdict(c["statement"], "cannot be tested here", "published",
-                               f"no table rows for {engine_label(e)} at {lo} and {hi}"))
+                               f"no table rows for {engine_label(e)} at {lo} and {hi}", claim_id=c["claim_id"],
+                               kind="throughput_decay", scope="published table",
+                               reason=f"the table has no {engine_label(e)} rows at both contexts"))
             continue
         ok = bool(rows["consistent"].fill_null(False).any())
         out.append(Verdict(f"{c['statement']} (the article's own table)", "reproduced" if ok else "contradicted",
                            "published", f"table: {_change(pub['batch_time_ratio'][0], 'requests/s')} from {lo} to {hi} "
-                                        f"(stated {c['stated_value']:g}×)"))
+                                        f"(stated {c['stated_value']:g}×)", claim_id=c["claim_id"],
+                           kind="throughput_decay", value=pub["batch_time_ratio"][0], unit="×",
+                           scope="published table",
+                           reason=("the table gives the stated factor under " if ok else
+                                   "the table gives the stated factor under none of ")
+                           + "the definitions checked"))
     if dec.height < 2:
         return out
     ranked = dec.sort("stated_value")  # the claimed-flatter engine first
@@ -253,20 +262,37 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
     if f:
         out.append(Verdict(f"{shape} — the two claims' shape, in the article's table",
                            "reproduced" if f[0] < f[1] else "contradicted", "published",
-                           f"{engine_label(better)} falls {f[0]:.2f}×, {engine_label(worse)} {f[1]:.2f}×"))
+                           f"{engine_label(better)} falls {f[0]:.2f}×, {engine_label(worse)} {f[1]:.2f}×",
+                           claim_id=",".join(dec["claim_id"].to_list()), kind="throughput_decay",
+                           value=f[1] / f[0], unit="×", scope="published table",
+                           reason=f"{engine_label(better)}'s factor is {'smaller' if f[0] < f[1] else 'not smaller'} "
+                                  f"than {engine_label(worse)}'s in the table"))
     if decay_measured is not None and not decay_measured.is_empty():
+        from kvlab.claims import Repeats, cpu_cross_engine, measured_difference
+
         present = decay_measured["engine"].unique(maintain_order=True).to_list()
         a, b = _stand_in(better, present, engine_family), _stand_in(worse, present, engine_family)
         m = factors(decay_measured, a, b) if a and b else None
         if m:
-            r = decay_measured.row(0, named=True)
-            tokens = f"{r['c_from']:,} → {r['c_to']:,} tokens"
-            stands = [f"{engine_label(x)} standing for {engine_label(y)}" for x, y in ((a, better), (b, worse)) if x != y]
-            out.append(Verdict(
-                f"{shape} — the claims' shape on this host ({lo} → {hi} run as {tokens}"
-                + (f"; {', '.join(stands)}" if stands else "") + ")",
-                "reproduced" if m[0] < m[1] else "contradicted", "measured",
-                f"{engine_label(a)} falls {m[0]:.2f}×, {engine_label(b)} {m[1]:.2f}× ({tokens})"))
+            ra, rb = (decay_measured.filter(pl.col("engine") == x).row(0, named=True) for x in (a, b))
+            tokens = f"{ra['c_from']:,} → {ra['c_to']:,} tokens"
+            claim = f"{shape} — on this host ({lo} → {hi} run as {tokens})"
+            number = f"{engine_label(a)} falls {sig2(m[0])}×, {engine_label(b)} {sig2(m[1])}× ({tokens})"
+            ns = [x.get(k) or 1 for x in (ra, rb) for k in ("n_from", "n_to")]
+            grade = cpu_cross_engine(a, b, [ra.get("device_kind"), rb.get("device_kind")],
+                                     baseline=rb["t_from_s"] / ra["t_from_s"], hardware=ra.get("hardware"), n=min(ns),
+                                     baseline_at=f"the shorter context, {lo} ({ra['c_from']:,} tokens)",
+                                     scope=f"{ra.get('hardware') or 'CPU'}, contexts scaled")
+            if grade is not None:
+                fast = a if rb["t_from_s"] >= ra["t_from_s"] else b
+                number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo} ({ra['c_from']:,} tokens); "
+                          + number)
+            else:  # GPU runs of both: the decay factors compared as measured differences (one value per pair)
+                grade = measured_difference(Repeats.summary(m[0], None, None, min(ns)),
+                                            Repeats.summary(m[1], None, None, min(ns)), "lower",
+                                            what="decay factors", scope=ra.get("hardware") or "")
+            out.append(grade.verdict(claim, number, claim_id=",".join(dec["claim_id"].to_list()),
+                                     kind="throughput_decay"))
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
 from kvlab.guide import engine_label
@@ -121,17 +123,10 @@ def confidence(fit) -> str:
 
 
 def winners_held_out(fit) -> tuple[int, int]:
-    """Held-out fits that still name the published winner at their point's context: (right, held-out points
-    that have another engine's published time at the same context)."""
-    obs = {(r["engine"], r["context_tokens"]): r["observed_s"] for r in fit.residuals.iter_rows(named=True)}
-    right = total = 0
-    for r in fit.loo.iter_rows(named=True):
-        others = [t for (e, c), t in obs.items() if c == r["context_tokens"] and e != r["engine"]]
-        if not others:
-            continue
-        total += 1
-        right += (r["loo_modelled_s"] < min(others)) == (r["observed_s"] < min(others))
-    return right, total
+    """Held-out fits that still name the published winner at their point's context (:mod:`kvlab.claims.model`)."""
+    from kvlab.claims import winners_held_out as count
+
+    return count(fit)
 
 
 def sensitivity_sentence(sens: pl.DataFrame) -> str:
@@ -322,32 +317,50 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
         modelled.append(f"{engine_label(winner)} {ratio:.2f}× faster at {c['context_from']}")
     lo, hi = res["context_tokens"].min(), res["context_tokens"].max()
     inside = crossover is not None and lo < crossover < hi
+    held = None
     if modelled:
+        from kvlab.claims import grade_model_claim
+
         stated = "; ".join(c["statement"] for c in speed.iter_rows(named=True))
         rng = sens["crossover_tokens"].drop_nulls()
         within = f" (range {k_label(rng.min())}–{k_label(rng.max())})" if rng.len() else ""
-        out.append(Verdict(f"{stated}: so the winner changes between {tokens_label(lo)} and {tokens_label(hi)} — as kvlab's model "
-                           "fitted to the same four points sees it (not an independent check)",
-                           "reproduced" if agree and inside else "contradicted", "modelled",
-                           f"crossover {approx_tokens(crossover)}{within}" if crossover
-                           else f"no crossover; {', '.join(modelled)}"))
+        grade, held = grade_model_claim(fit, agree and inside, sorted(res["context_tokens"].unique().to_list()),
+                                        value=crossover, unit="tokens")
+        if rng.len() and grade.outcome != "inconclusive":
+            grade = replace(grade, spread=(float(rng.min()), float(rng.max())))
+        out.append(grade.verdict(
+            f"{stated}: so the winner changes between {tokens_label(lo)} and {tokens_label(hi)} — as kvlab's model "
+            "fitted to the same four points sees it (not an independent check)",
+            (f"crossover {approx_tokens(crossover)}{within}" if crossover else "no crossover")
+            + f"; {', '.join(modelled)}", claim_id="crossover_modelled", kind="crossover"))
     if fit.loo.height:
+        from kvlab.claims import held_out_error, held_out_grade, model_margin
+        from kvlab.narrative.context_scaling import held_out_verdict
+
         right, total = winners_held_out(fit)
+        if held is None:
+            held = held_out_grade(right, total, model_margin(fit, sorted(res["context_tokens"].unique().to_list()))
+                                  or 0.0, held_out_error(fit))
         worst = fit.loo.sort(pl.col("loo_error_pct").abs(), descending=True).row(0, named=True)
-        out.append(Verdict(f"Held out in turn, is each published point predicted from the other {fit.loo.height - 1} "
-                           "(leave-one-out), and does its context keep its winner?", "found", "modelled",
-                           f"{right} of {total} winners right; mean error {fit.loo_mean_abs_pct:.1f}% (worst "
-                           f"{abs(worst['loo_error_pct']):.1f}%, {engine_label(worst['engine'])} at "
-                           f"{tokens_label(worst['context_tokens'])})"))
+        v = held_out_verdict(held, fit)
+        out.append(replace(v, number=v.number + f" (worst {abs(worst['loo_error_pct']):.1f}%, "
+                                                f"{engine_label(worst['engine'])} at {tokens_label(worst['context_tokens'])})"))
     xo = sens["crossover_tokens"].drop_nulls()
     if xo.len():
         out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
                            "expert reads, cached MLA width), each refitted to the same four points?", "found",
                            "modelled", f"{k_label(xo.min())}–{k_label(xo.max())} tokens over {sens.height} "
-                           "assumption sets"))
+                           "assumption sets", claim_id="crossover_range", kind="crossover",
+                           value=float(xo.median()), unit="tokens", spread=(float(xo.min()), float(xo.max())),
+                           scope="model fitted to the published table, refitted per assumption set",
+                           reason=f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"))
     bad = _implausible(fit)
-    out.append(Verdict(f"Are the fitted parameters physically plausible for the article's {fit.hardware} host?", "found",
-                       "modelled", "no: " + "; ".join(_implausible(fit, short=True)) if bad else "yes, every one in range"))
+    out.append(Verdict(f"The fitted parameters are physically plausible for the article's {fit.hardware} host",
+                       "contradicted" if bad else "reproduced", "modelled",
+                       "no: " + "; ".join(_implausible(fit, short=True)) if bad else "yes, every one in range",
+                       claim_id="model_plausible", kind="model_plausibility", scope="model fitted to the published table",
+                       reason=("a fitted parameter lies outside its physical range, so the fit describes the table "
+                               "rather than its physics") if bad else "every fitted parameter is in its physical range"))
     flagged = head.filter(pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu"))
     if head["mem_util"].n_unique() > 1 and flagged.height:
         hi_u, lo_u = flagged["mem_util"].max(), head["mem_util"].min()
@@ -355,5 +368,8 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
         out.append(Verdict(f"{hi_u:g} runs out of memory where {lo_u:g} does not (the article's memory study) — can the "
                            "model tell?", "cannot be tested here", "modelled",
                            f"{hi_u:g} leaves {r['outside_pool_gib_per_gpu']:.1f} GiB/GPU outside the target, under an "
-                           f"assumed {r['outside_need_gib_per_gpu']:.1f} GiB taken from this very claim"))
+                           f"assumed {r['outside_need_gib_per_gpu']:.1f} GiB taken from this very claim",
+                           claim_id="memory_095", kind="memory_setting", value=r["outside_pool_gib_per_gpu"],
+                           unit="GiB/GPU", scope="model fitted to the published table",
+                           reason="the model's memory check rests on a need outside the pool chosen from this claim"))
     return out

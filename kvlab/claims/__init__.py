@@ -1,0 +1,18 @@
+"""kvlab's claims layer: what evidence can decide a claim (:mod:`kvlab.claims.grading`, the rules) and the
+model's held-out facts the modelled rules read (:mod:`kvlab.claims.model`). The narrative modules word the
+verdicts; the outcomes, values, n, spread, scope and reason come from here."""
+
+from kvlab.claims.grading import (
+    ILLUSTRATION_SCOPE, LOO_WINNERS_SHARE, MIN_REPEATS, MODEL_SCOPE, Grade, Repeats, combined, cpu_cross_engine,
+    held_out_grade, held_out_passes, implementations_differ, measured_difference, model_factor_decides,
+    modelled_claim, negated, counted, on_cpu, winners_needed,
+)
+from kvlab.claims.prefix import cache_shares
+from kvlab.claims.model import grade_model_claim, held_out_error, model_margin, winners_held_out
+
+__all__ = [
+    "ILLUSTRATION_SCOPE", "cache_shares", "LOO_WINNERS_SHARE", "MIN_REPEATS", "MODEL_SCOPE", "Grade", "Repeats", "combined",
+    "counted", "cpu_cross_engine", "grade_model_claim", "held_out_error", "held_out_grade", "held_out_passes", "implementations_differ",
+    "measured_difference", "model_factor_decides", "model_margin", "modelled_claim", "negated", "on_cpu", "winners_held_out",
+    "winners_needed",
+]

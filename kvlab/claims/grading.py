@@ -1,0 +1,291 @@
+"""How kvlab grades a claim: what its evidence can decide, stated once, as small pure functions.
+
+This docstring is the statement of the rules; README.md ("How verdicts are graded") repeats it for readers.
+Every verdict a report shows passes through one of the functions below, and tests/test_claims.py checks each
+rule on fixed frames.
+
+Outcomes
+    *reproduced* / *contradicted*: the evidence decides the claim, one way or the other.
+    *inconclusive*: the evidence points somewhere but cannot decide: too few repeats, a difference within the
+    spread of the repeats, signs that differ across engines or metrics, or a model that fails its held-out test.
+    *cannot be tested here*: the evidence cannot exercise the claim's mechanism; the verdict quotes the number
+    that shows why.
+    *found*: the report's own answer to its own question (no document claim to reproduce).
+
+Rule 1 — cross-engine speed on a CPU (:func:`cpu_cross_engine`).
+    A claim about which engine is faster on a GPU host is never decided by runs of two different engine
+    implementations on a CPU (``device_kind`` "cpu" in RUNS; where a row has no device kind, a hardware label
+    that names no GPU). On a CPU, vLLM's CPU build and sglang-jax differ by a large factor at every setting,
+    a gap of implementation, not of the mechanism the claim is about. The verdict is *cannot be tested here*,
+    evidence *measured*, and its value the baseline ratio that shows the gap: the two engines' ratio where the
+    claim's mechanism is absent (0% shared prefix, the shortest context, the lowest load measured).
+
+Rule 2 — a measured difference (:func:`measured_difference`, :func:`combined`).
+    A measured difference decides only when each side has at least :data:`MIN_REPEATS` repeats **and** the
+    min–max ranges of the two sides do not overlap. Otherwise the verdict is *inconclusive*, with ``n`` (the
+    fewer repeats of the two sides) and ``spread`` (the ratio's range over the repeats) filled in. Where a claim
+    is tested on several engines or metrics, they must agree in sign; mixed signs are *inconclusive*. A share
+    that can be 0 (a cache's hit share, cache on against off) is compared as a difference; a count a claim bounds
+    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` runs.
+
+Rule 3 — modelled evidence (:func:`held_out_passes`, :func:`modelled_claim`, :func:`held_out_grade`).
+    kvlab's model is fitted to the published table, so agreeing with that table is no test. A modelled verdict
+    may say *reproduced* or *contradicted* only when the model passes its held-out test: the faster engine is
+    predicted right in at least :data:`LOO_WINNERS_SHARE` of the leave-one-out fits (3 of 4) **and** the
+    model's margin (its slower ÷ faster time − 1 where the claim is decided) exceeds the mean held-out error.
+    Otherwise the row is an illustration: *inconclusive*, scope "model fitted to the published table; fails its
+    held-out test", and the failed held-out test is a row of its own, *contradicted* (never a neutral *found*).
+
+Rule 4 — a modelled factor in the engine-choice guide (:func:`model_factor_decides`).
+    The model's engine choice counts only when its margin exceeds the model's mean held-out error; otherwise
+    the guide says the model does not separate the engines and gives the crossover as a range (the contexts
+    over which the two modelled times are within that error of each other).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from kvlab.units import sig2
+
+#: Repeats each side of a measured difference needs before it can decide a claim.
+MIN_REPEATS = 3
+#: Share of leave-one-out fits that must name the published winner (3 of 4).
+LOO_WINNERS_SHARE = 0.75
+#: The scope of modelled rows that fail the held-out test.
+ILLUSTRATION_SCOPE = "model fitted to the published table; fails its held-out test"
+MODEL_SCOPE = "model fitted to the published table"
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """The values one side of a comparison took over its repeats (runs)."""
+
+    values: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: Iterable[float | None]) -> Repeats:
+        return cls(tuple(float(v) for v in values if v is not None and not math.isnan(v)))
+
+    @classmethod
+    def summary(cls, mid: float | None, lo: float | None, hi: float | None, n: int | None) -> Repeats:
+        """Repeats known only by their median/mean ``mid``, min ``lo``, max ``hi`` and count ``n`` (an aggregated
+        frame): enough for every rule here, which reads only n, the range and the middle."""
+        if mid is None or not n:
+            return cls(())
+        lo, hi = (mid if lo is None else lo), (mid if hi is None else hi)
+        return cls((lo,) + (mid,) * max(n - 2, 0) + ((hi,) if n > 1 else ()))
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def lo(self) -> float:
+        return min(self.values)
+
+    @property
+    def hi(self) -> float:
+        return max(self.values)
+
+    @property
+    def mid(self) -> float:
+        v = sorted(self.values)
+        k = len(v) // 2
+        return v[k] if len(v) % 2 else (v[k - 1] + v[k]) / 2
+
+
+@dataclass(frozen=True)
+class Grade:
+    """What the rules decided for one claim: everything of a verdict but its wording."""
+
+    outcome: str
+    evidence: str
+    reason: str
+    value: float | None = None
+    unit: str = ""
+    n: int | None = None
+    spread: tuple[float, float] | None = None
+    scope: str = ""
+
+    def verdict(self, claim: str, number: str, claim_id: str = "", kind: str = ""):
+        """The :class:`kvlab.verdicts.Verdict` of this grade, with the narrative's wording."""
+        from kvlab.verdicts import Verdict
+
+        return Verdict(claim, self.outcome, self.evidence, number, claim_id=claim_id, kind=kind, value=self.value,
+                       unit=self.unit, n=self.n, spread=self.spread, scope=self.scope, reason=self.reason)
+
+
+# --------------------------------------------------------------------------- rule 1: CPU runs of two engines
+
+
+def on_cpu(device_kind: str | None, hardware: str | None = None) -> bool:
+    """Whether a run was computed on a CPU: its RUNS ``device_kind``; without one, a hardware label naming no GPU."""
+    if device_kind:
+        return device_kind.lower() == "cpu"
+    from kvlab.spec import is_cpu_hardware
+
+    return bool(hardware) and is_cpu_hardware(str(hardware))
+
+
+def implementations_differ(engine_a: str, engine_b: str) -> bool:
+    """Two engine names are two implementations (sglang-jax is not SGLang, vLLM's CPU build is not SGLang)."""
+    return engine_a != engine_b
+
+
+def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], *, baseline: float,
+                     baseline_at: str, hardware: str | None = None, n: int | None = None,
+                     spread: tuple[float, float] | None = None, scope: str = "") -> Grade | None:
+    """Rule 1: a *cannot be tested here* grade when ``engine_a`` and ``engine_b`` are different implementations
+    and any of their runs (``device_kinds``) ran on a CPU; None when the rule does not apply (same engine, or
+    GPU runs), so the caller grades the difference by rule 2.
+
+    ``baseline``: ``engine_b``'s time over ``engine_a``'s where the claim's mechanism is absent (``baseline_at``,
+    e.g. "0% shared", "the shortest context 64K (1,024 tokens)"); the grade's value is that ratio as
+    slower ÷ faster (≥ 1), with the faster engine named in the reason."""
+    kinds = list(device_kinds)
+    if not implementations_differ(engine_a, engine_b) or not any(on_cpu(k, hardware) for k in kinds or [None]):
+        return None
+    faster, slower = (engine_a, engine_b) if baseline >= 1 else (engine_b, engine_a)
+    ratio = baseline if baseline >= 1 else 1 / baseline
+    if spread is not None:
+        lo, hi = sorted(x if baseline >= 1 else 1 / x for x in spread)
+        spread = (lo, hi)
+    return Grade(
+        "cannot be tested here", "measured",
+        f"{faster} and {slower} are different implementations run on a CPU: {faster} is already {sig2(ratio)}× faster "
+        f"at {baseline_at}, where the claim's mechanism plays no part, so their speed here says nothing about the "
+        "claim on a GPU host",
+        value=ratio, unit="×", n=n, spread=spread, scope=scope or "CPU runs of two different engine implementations")
+
+
+# --------------------------------------------------------------------------- rule 2: a measured difference
+
+
+def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope: str = "",
+                        what: str = "", difference: bool = False) -> Grade:
+    """Rule 2 for one comparison: the claim says ``first`` is ``claimed`` ("higher" or "lower") than ``second``.
+
+    value = first ÷ second (middles), spread = its range over the repeats (first.lo ÷ second.hi …
+    first.hi ÷ second.lo), n = the fewer repeats. Decides only with n ≥ :data:`MIN_REPEATS` on each side and
+    non-overlapping min–max ranges; else *inconclusive*. ``what`` names the comparison in the reason.
+    ``difference``: value = first − second (and its range), for shares that can be 0 (a cache-hit share)."""
+    if claimed not in ("higher", "lower"):
+        raise ValueError(f"claimed must be 'higher' or 'lower', got {claimed!r}")
+    if not first.n or not second.n:
+        return Grade("cannot be tested here", "measured", f"{what or 'the comparison'}: no measured value on one side",
+                     n=min(first.n, second.n), scope=scope)
+    if difference:
+        value, spread, unit = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo), ""
+    else:
+        value = first.mid / second.mid if second.mid else math.inf
+        spread = (first.lo / second.hi, first.hi / second.lo) if second.lo > 0 else None
+        unit = "×"
+    n = min(first.n, second.n)
+    label = f"{what}: " if what else ""
+    if n < MIN_REPEATS:
+        return Grade("inconclusive", "measured", f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} "
+                     "repeats a measured difference needs", value=value, unit=unit, n=n, spread=spread, scope=scope)
+    if first.lo <= second.hi and second.lo <= first.hi:
+        return Grade("inconclusive", "measured", f"{label}the min–max ranges of the {n}+ repeats of each side "
+                     "overlap: the difference is within the spread", value=value, unit=unit, n=n, spread=spread,
+                     scope=scope)
+    observed = "higher" if first.lo > second.hi else "lower"
+    return Grade("reproduced" if observed == claimed else "contradicted", "measured",
+                 f"{label}{observed} in every one of ≥{n} repeats per side (ranges do not overlap)",
+                 value=value, unit=unit, n=n, spread=spread, scope=scope)
+
+
+def combined(grades: Sequence[Grade]) -> Grade:
+    """Rule 2 across engines or metrics testing one claim: their observed directions (value above or below 1)
+    must agree, else *inconclusive* (signs mixed); when they agree, any *inconclusive* part makes the whole
+    inconclusive; otherwise their common outcome. value: the first part's; spread: the parts' values, lowest to
+    highest; n: the fewest repeats of any part."""
+    if not grades:
+        raise ValueError("combined() needs at least one grade")
+    values = [g.value for g in grades if g.value is not None]
+    ns = [g.n for g in grades if g.n is not None]
+    n = min(ns) if ns else None
+    spread = (min(values), max(values)) if len(values) > 1 else grades[0].spread
+    base = replace(grades[0], n=n, spread=spread)
+    if len({v > 1 for v in values if v != 1}) > 1:
+        few = f"; n={n}" if n is not None and n < MIN_REPEATS else ""
+        return replace(base, outcome="inconclusive",
+                       reason=f"signs mixed across engines or metrics ({min(values):.2f}× to {max(values):.2f}×){few}")
+    for g in grades:
+        if g.outcome in ("inconclusive", "cannot be tested here"):
+            return replace(base, outcome=g.outcome, reason=g.reason)
+    outcomes = {g.outcome for g in grades}
+    if len(outcomes) > 1:
+        return replace(base, outcome="inconclusive", reason="the parts disagree: " + "; ".join(g.reason for g in grades))
+    return base
+
+
+# --------------------------------------------------------------------------- rule 3: modelled evidence
+
+
+def winners_needed(total: int) -> int:
+    """Leave-one-out fits that must name the published winner: 3 of 4 (:data:`LOO_WINNERS_SHARE`)."""
+    return math.ceil(LOO_WINNERS_SHARE * total)
+
+
+def held_out_passes(right: int, total: int, margin: float, error: float) -> bool:
+    """Rule 3: the model may decide when it names the winner in at least 3 of 4 held-out fits (``right`` of
+    ``total``) **and** its ``margin`` (slower ÷ faster − 1) exceeds its mean held-out ``error`` (both fractions)."""
+    return total > 0 and right >= winners_needed(total) and margin > error
+
+
+def held_out_grade(right: int, total: int, margin: float, error: float) -> Grade:
+    """The held-out test as a verdict of its own: *reproduced* when the model passes it, else *contradicted*
+    (red, never a neutral *found*). value: the winners right; spread: (margin, error) as fractions."""
+    ok = held_out_passes(right, total, margin, error)
+    need = winners_needed(total) if total else 0
+    parts = [f"winner right in {right} of {total} leave-one-out fits (needs {need})",
+             f"margin {margin:.1%} {'above' if margin > error else 'within'} the {error:.1%} mean held-out error"]
+    return Grade("reproduced" if ok else "contradicted", "modelled",
+                 ("passes its held-out test: " if ok else "fails its held-out test: ") + "; ".join(parts),
+                 value=float(right), unit=f"of {total} winners", spread=(margin, error), scope=MODEL_SCOPE)
+
+
+def modelled_claim(agrees: bool, right: int, total: int, margin: float, error: float, *,
+                   value: float | None = None, unit: str = "") -> Grade:
+    """Rule 3 for a claim the model speaks to (``agrees``: the fitted model says what the claim says): decided
+    only when :func:`held_out_passes`; otherwise an illustration, *inconclusive*."""
+    if held_out_passes(right, total, margin, error):
+        return Grade("reproduced" if agrees else "contradicted", "modelled",
+                     f"the model passes its held-out test ({right} of {total} winners, margin {margin:.1%} above "
+                     f"the {error:.1%} held-out error)", value=value, unit=unit, scope=MODEL_SCOPE)
+    return Grade("inconclusive", "modelled",
+                 f"an illustration, not a test: the model {'agrees' if agrees else 'disagrees'} with the claim but "
+                 f"fails its held-out test ({right} of {total} winners right, margin {margin:.1%} against a "
+                 f"{error:.1%} mean held-out error)", value=value, unit=unit, spread=(margin, error),
+                 scope=ILLUSTRATION_SCOPE)
+
+
+# --------------------------------------------------------------------------- rule 4: the guide's modelled factor
+
+
+def model_factor_decides(ratio: float, error: float) -> bool:
+    """Rule 4: a modelled engine choice counts when slower ÷ faster − 1 exceeds the model's mean held-out
+    ``error`` (a fraction)."""
+    return ratio - 1 > error
+
+
+def negated(grade: Grade) -> Grade:
+    """The grade of a claim that says the opposite of the one graded (e.g. "vLLM does not share prefixes" from
+    "vLLM's cache on serves more than off"): reproduced and contradicted swap, the rest stays."""
+    swap = {"reproduced": "contradicted", "contradicted": "reproduced"}
+    return replace(grade, outcome=swap.get(grade.outcome, grade.outcome))
+
+
+def counted(holds: bool, n: int, *, reason: str, value: float | None = None, unit: str = "",
+            scope: str = "") -> Grade:
+    """Rule 2 for a measured count or share that the claim bounds (no second side): it decides only over at least
+    :data:`MIN_REPEATS` runs; with fewer it is *inconclusive*, whatever it shows."""
+    if n < MIN_REPEATS:
+        return Grade("inconclusive", "measured", f"n={n} run{'' if n == 1 else 's'}, fewer than the {MIN_REPEATS} "
+                     f"repeats a measured verdict needs ({reason})", value=value, unit=unit, n=n, scope=scope)
+    return Grade("reproduced" if holds else "contradicted", "measured", f"{reason}, over {n} runs", value=value,
+                 unit=unit, n=n, scope=scope)

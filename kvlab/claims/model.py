@@ -1,0 +1,47 @@
+"""The calibrated model's held-out facts that the modelled grading rules read (:mod:`kvlab.claims.grading`,
+rule 3): how many leave-one-out fits keep the published winner, the mean held-out error, and the model's margin
+where a claim is decided."""
+
+from __future__ import annotations
+
+
+def winners_held_out(fit) -> tuple[int, int]:
+    """Held-out fits that still name the published winner at their point's context: (right, held-out points
+    that have another engine's published time at the same context)."""
+    obs = {(r["engine"], r["context_tokens"]): r["observed_s"] for r in fit.residuals.iter_rows(named=True)}
+    right = total = 0
+    for r in fit.loo.iter_rows(named=True):
+        others = [t for (e, c), t in obs.items() if c == r["context_tokens"] and e != r["engine"]]
+        if not others:
+            continue
+        total += 1
+        right += (r["loo_modelled_s"] < min(others)) == (r["observed_s"] < min(others))
+    return right, total
+
+
+def held_out_error(fit) -> float:
+    """The model's mean absolute leave-one-out error, as a fraction (0.408 for 40.8%); 0 with nothing held out."""
+    return fit.loo_mean_abs_pct / 100 if fit.loo.height else 0.0
+
+
+def model_margin(fit, contexts) -> float | None:
+    """The fitted model's smallest lead at ``contexts`` (tokens): min over them of slower ÷ faster modelled time
+    − 1, from the fit's residual table (one modelled time per engine at each published context); None when no
+    context holds two engines."""
+    margins = []
+    for c in contexts:
+        times = sorted(r["modelled_s"] for r in fit.residuals.iter_rows(named=True) if r["context_tokens"] == c)
+        if len(times) >= 2 and times[0] > 0:
+            margins.append(times[-1] / times[0] - 1)
+    return min(margins) if margins else None
+
+
+def grade_model_claim(fit, agrees: bool, contexts, *, value: float | None = None, unit: str = ""):
+    """Rule 3 on a fit: (the claim's grade, the held-out test's grade). ``agrees``: the fitted model says what the
+    claim says; ``contexts``: where the claim is decided (its margin is the model's smallest lead there)."""
+    from kvlab.claims.grading import held_out_grade, modelled_claim
+
+    right, total = winners_held_out(fit)
+    margin, error = model_margin(fit, contexts) or 0.0, held_out_error(fit)
+    return (modelled_claim(agrees, right, total, margin, error, value=value, unit=unit),
+            held_out_grade(right, total, margin, error))

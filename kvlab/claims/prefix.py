@@ -1,0 +1,26 @@
+"""Prefix-cache claims that one engine's own runs can decide, on any host (a cache's hit share, cache on against
+off): graded by rule 2 of :mod:`kvlab.claims.grading` from :func:`kvlab.analysis.prefix_sharing`'s rows."""
+
+from __future__ import annotations
+
+from kvlab.claims.grading import Grade, Repeats, measured_difference
+
+
+def _side(row: dict | None, n_default: int = 1) -> Repeats:
+    if row is None:
+        return Repeats(())
+    return Repeats.summary(row["cache_hit_rate"], row.get("cache_hit_rate_min"), row.get("cache_hit_rate_max"),
+                           row.get("n_runs") or n_default)
+
+
+def cache_shares(on: dict, off: dict | None) -> Grade:
+    """Does the engine's prefix cache serve prompt tokens? Its hit share with the cache on (``on``, a
+    prefix_sharing row) against off at the same shared fraction (``off``; missing: 0, what a cache that shares
+    nothing serves, with as many runs as ``on``). *reproduced* when on is above off in every repeat (n ≥ 3,
+    ranges apart); value: the difference of the shares (on − off)."""
+    first = _side(on)
+    second = _side(off) if off is not None else Repeats.summary(0.0, 0.0, 0.0, first.n)
+    engine = on.get("engine", "the engine")
+    return measured_difference(first, second, "higher", difference=True,
+                               what=f"{engine}'s cache-hit share, cache on against off",
+                               scope=f"{on.get('hardware') or 'this host'}, one engine's own cache on against off")

@@ -1,0 +1,212 @@
+"""The grading rules of kvlab.claims.grading, each on small fixed frames with exact outcomes and values, and the
+verdicts the reports build with them (vLLM against sglang-jax on a CPU, the calibrated model's held-out test)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from prefix_frames import conc_runs, sharing_runs
+
+from kvlab import analysis, guide, narrative
+from kvlab.claims import (
+    ILLUSTRATION_SCOPE, MIN_REPEATS, Repeats, combined, cpu_cross_engine, held_out_grade, held_out_passes,
+    measured_difference, model_factor_decides, modelled_claim, on_cpu,
+)
+
+
+def _speed_runs(device_kind: str | None, times: dict[tuple[str, int], list[float]]) -> pl.DataFrame:
+    """Runs of two engines at scaled contexts: one row per repeat."""
+    rows = []
+    for (engine, tokens), values in times.items():
+        for i, t in enumerate(values):
+            rows.append(dict(source="measured", experiment="cpu_long_context", hardware="CPU x86_64",
+                             context_label={1024: "64K", 3200: "200K"}[tokens], context_tokens=tokens, engine=engine,
+                             status="ok", batch_time_s=t, batch_size=8, output_tokens=16, prompt_tokens=tokens,
+                             scale_factor=64.0, device_kind=device_kind, run_id=f"{engine}-{tokens}-{i}"))
+    return pl.DataFrame(rows, schema_overrides={"device_kind": pl.String})
+
+
+# --------------------------------------------------------------------------- rule 1
+
+
+def test_on_cpu_reads_the_device_kind_before_the_label():
+    assert on_cpu("cpu") and not on_cpu("gpu", "CPU x86_64")  # the recorded kind wins over a label
+    assert on_cpu(None, "CPU x86_64") and not on_cpu(None, "8× NVIDIA B300") and not on_cpu(None, None)
+
+
+def test_cpu_runs_of_two_engines_cannot_decide_a_speed_claim():
+    g = cpu_cross_engine("vllm", "sglang-jax", ["cpu", "cpu"], baseline=13.5, baseline_at="0% shared", n=1)
+    assert (g.outcome, g.evidence, g.value, g.unit, g.n) == ("cannot be tested here", "measured", 13.5, "×", 1)
+    assert g.reason.startswith("vllm and sglang-jax are different implementations run on a CPU: vllm is already 14×")
+    flipped = cpu_cross_engine("vllm", "sglang-jax", ["cpu"], baseline=0.5, baseline_at="64K", spread=(0.4, 0.8))
+    assert (flipped.value, flipped.spread) == (2.0, (1.25, 2.5))  # slower ÷ faster, sglang-jax named the faster
+    assert flipped.reason.startswith("sglang-jax and vllm")
+    # the rule does not apply to GPU runs, nor to one engine against itself
+    assert cpu_cross_engine("vllm", "sglang", ["gpu", "gpu"], baseline=2.0, baseline_at="64K") is None
+    assert cpu_cross_engine("vllm", "vllm", ["cpu"], baseline=2.0, baseline_at="64K") is None
+
+
+def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():
+    claims = pl.DataFrame([dict(claim_id="speedup_64K", kind="relative_speed", engine="vllm", context_from="64K",
+                                stated_value=1.5, statement="vLLM ≈ 1.5× faster than SGLang at 64K"),
+                           dict(claim_id="speedup_200K", kind="relative_speed", engine="sglang", context_from="200K",
+                                stated_value=1.31, statement="SGLang ≈ 1.31× faster than vLLM at 200K")])
+    times = {("vllm", 1024): [1.0], ("sglang-jax", 1024): [2.5], ("vllm", 3200): [2.0], ("sglang-jax", 3200): [19.0]}
+    rel_m = analysis.relative_speed(_speed_runs("cpu", times), "vllm", "sglang-jax")
+    got = [v for v in narrative.speed_claim_verdicts(claims, rel_m.head(0), rel_m, {"sglang": "sglang-jax"})
+           if v.evidence == "measured"]
+    assert [(v.claim_id, v.outcome, v.value, v.n) for v in got] == [
+        ("speedup_64K", "cannot be tested here", 2.5, 1), ("speedup_200K", "cannot be tested here", 2.5, 1)]
+    assert got[1].number == "vLLM already 2.5× faster at 64K (1,024 tokens); at 200K (3,200 tokens): vLLM 9.5×"
+    assert got[0].number == "vLLM 2.5× faster at 64K (1,024 tokens), the shortest context measured"
+    assert all(v.kind == "relative_speed" and v.scope and v.reason for v in got)
+
+
+def test_context_scaling_on_gpus_decides_by_the_repeats():
+    claims = pl.DataFrame([dict(claim_id="speedup_64K", kind="relative_speed", engine="vllm", context_from="64K",
+                                stated_value=1.5, statement="vLLM ≈ 1.5× faster than SGLang at 64K")])
+    apart = {("vllm", 1024): [1.0, 1.1, 1.2], ("sglang", 1024): [1.5, 1.6, 1.7]}
+    rel = analysis.relative_speed(_speed_runs("gpu", apart), "vllm", "sglang")
+    (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
+    assert (v.outcome, v.n, v.value, v.spread) == ("reproduced", 3, pytest.approx(1.1 / 1.6),
+                                                   (pytest.approx(1.0 / 1.7), pytest.approx(1.2 / 1.5)))
+    once = {("vllm", 1024): [1.0], ("sglang", 1024): [1.5]}
+    rel = analysis.relative_speed(_speed_runs("gpu", once), "vllm", "sglang")
+    (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
+    assert (v.outcome, v.n) == ("inconclusive", 1)
+
+
+# --------------------------------------------------------------------------- rule 2
+
+
+def test_a_measured_difference_needs_three_repeats_and_ranges_apart():
+    a, b = Repeats.of([1.0, 1.1, 1.2]), Repeats.of([1.5, 1.6, 1.7])
+    g = measured_difference(a, b, "lower")
+    assert (g.outcome, g.n, g.value, g.spread) == ("reproduced", 3, pytest.approx(1.1 / 1.6),
+                                                   (pytest.approx(1 / 1.7), pytest.approx(1.2 / 1.5)))
+    assert measured_difference(a, b, "higher").outcome == "contradicted"
+    overlap = measured_difference(Repeats.of([1.0, 1.4, 1.6]), b, "lower")
+    assert (overlap.outcome, overlap.n) == ("inconclusive", 3) and "overlap" in overlap.reason
+    few = measured_difference(Repeats.of([1.0, 1.1]), b, "lower")
+    assert (few.outcome, few.n) == ("inconclusive", 2) and f"fewer than the {MIN_REPEATS}" in few.reason
+    empty = measured_difference(Repeats.of([None]), b, "lower")
+    assert empty.outcome == "cannot be tested here"
+    with pytest.raises(ValueError):
+        measured_difference(a, b, "faster")
+
+
+def test_repeats_from_an_aggregated_row():
+    r = Repeats.summary(1.0, 0.8, 1.3, 4)
+    assert (r.n, r.lo, r.hi, r.mid) == (4, 0.8, 1.3, 1.0)
+    assert Repeats.summary(2.0, None, None, 1).values == (2.0,) and Repeats.summary(None, 1, 2, 3).n == 0
+
+
+def test_mixed_signs_across_engines_or_metrics_are_inconclusive():
+    up = measured_difference(Repeats.of([1.032]), Repeats.of([1.0]), "higher")  # vLLM latency +3.2%
+    down = measured_difference(Repeats.of([0.77]), Repeats.of([1.0]), "higher")  # sglang-jax −23%
+    g = combined([up, down])
+    assert (g.outcome, g.n, g.value, g.spread) == ("inconclusive", 1, pytest.approx(1.032), (0.77, 1.032))
+    assert g.reason.startswith("signs mixed")
+    agree = [measured_difference(Repeats.of([2.0, 2.1, 2.2]), Repeats.of([1.0, 1.1, 1.2]), "higher")] * 2
+    assert combined(agree).outcome == "reproduced"
+
+
+def test_memory_latency_claim_at_n1_with_mixed_signs_is_inconclusive():
+    claims = pl.DataFrame([dict(claim_id="memory_092", kind="memory", stated_value=0.92, statement=(
+        "Lowering the target to 0.92 removed the retries and stabilised run time, at slightly higher latency"))])
+    rows = []
+    for engine, lat in (("vllm", {0.92: 103.2, 0.95: 100.0}), ("sglang-jax", {0.92: 77.0, 0.95: 100.0})):
+        for u, e2e in lat.items():
+            rows.append(dict(source="measured", experiment="cpu_long_context", hardware="CPU", engine=engine,
+                             mem_util=u, context_tokens=3200, context_label="200K", status="ok", run_id=f"{engine}{u}",
+                             attempts=1, batch_time_s=1.0, ttft_mean_ms=e2e / 2, e2e_mean_ms=e2e,
+                             server_preemptions=None, device_kind="cpu"))
+    runs = pl.DataFrame(rows, schema_overrides={"server_preemptions": pl.Int64})
+    stats = analysis.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
+    got = narrative.memory_claim_verdicts(claims, stats, analysis.memory_comparison(stats), None, simulated=True)
+    lat = got[-1]
+    assert (lat.outcome, lat.n, lat.kind, lat.claim_id) == ("inconclusive", 1, "memory_setting", "memory_092")
+    assert lat.spread == (pytest.approx(0.77), pytest.approx(1.032)) and lat.reason.startswith("signs mixed")
+
+
+# --------------------------------------------------------------------------- rule 3
+
+
+def test_the_held_out_rule():
+    assert held_out_passes(3, 4, 0.5, 0.1) and held_out_passes(4, 4, 0.2, 0.1)
+    assert not held_out_passes(2, 4, 0.5, 0.1)  # too few winners
+    assert not held_out_passes(4, 4, 0.03, 0.408)  # margin inside the error
+    assert not held_out_passes(0, 0, 1.0, 0.0)  # nothing held out
+
+
+def test_a_model_that_fails_its_held_out_test_only_illustrates():
+    g = modelled_claim(True, 0, 4, 0.03, 0.408, value=179998.0, unit="tokens")
+    assert (g.outcome, g.evidence, g.scope, g.value) == ("inconclusive", "modelled", ILLUSTRATION_SCOPE, 179998.0)
+    assert g.reason.startswith("an illustration, not a test")
+    h = held_out_grade(0, 4, 0.03, 0.408)
+    assert (h.outcome, h.value, h.unit, h.spread) == ("contradicted", 0.0, "of 4 winners", (0.03, 0.408))
+    ok = modelled_claim(False, 4, 4, 0.5, 0.1)
+    assert (ok.outcome, held_out_grade(4, 4, 0.5, 0.1).outcome) == ("contradicted", "reproduced")
+
+
+def test_the_calibrated_models_crossover_is_an_illustration_with_a_red_held_out_row(fit):
+    from kvlab.claims import winners_held_out
+
+    right, total = winners_held_out(fit)
+    assert (right, total) == (0, 4) and fit.loo_mean_abs_pct > 40  # the published fit fails its held-out test
+    got = narrative.crossover_verdicts([], 179998.0, None, (110000.0, 190000.0), fit)
+    assert [(v.claim_id, v.outcome, v.evidence) for v in got] == [
+        ("crossover_modelled", "inconclusive", "modelled"), ("model_held_out", "contradicted", "modelled")]
+    assert got[0].scope == ILLUSTRATION_SCOPE and got[1].value == 0.0
+    assert not any(v.outcome == "reproduced" for v in got)
+
+
+# --------------------------------------------------------------------------- rule 4
+
+
+def test_a_modelled_factor_decides_only_past_the_held_out_error(fit):
+    assert model_factor_decides(1.5, 0.408) and not model_factor_decides(1.001, 0.408)
+    f = guide.context_factor(guide.UserWorkload(204800, model="Kimi-K3"), fit)
+    ta, tb = f.times
+    assert max(ta, tb) / min(ta, tb) - 1 < f.held_out[2]  # the model's lead at 200K is within its error
+    assert f.favours is None and f.crossover_range is not None
+    lo, hi = f.crossover_range
+    assert lo < f.crossover < hi  # the point crossover lies inside the range the factor gives
+
+
+# --------------------------------------------------------------------------- the engine-choice verdicts on a CPU
+
+
+def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
+    claims = pl.DataFrame([
+        dict(claim_id="shared_prefix_threshold", kind="engine_choice", stated_value=0.3,
+             statement="With a shared system prompt or document making up 30% or more of the prompt, choose SGLang"),
+        dict(claim_id="high_concurrency", kind="engine_choice", stated_value=100.0,
+             statement="Without a shared prefix and with 100 or more concurrent requests, choose vLLM")])
+    sharing = analysis.prefix_sharing(sharing_runs())
+    conc = analysis.concurrency_study(conc_runs())
+    w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
+    ev = guide.from_evidence(w, fit, sharing, conc)
+    got = narrative.engine_choice_verdicts(claims, sharing, conc, w, w.tree(), ev)
+    assert [(v.claim_id, v.outcome, v.value) for v in got] == [
+        ("shared_prefix_threshold", "cannot be tested here", 2.0),  # vLLM 2 s against 4 s at 0 shared
+        ("high_concurrency", "cannot be tested here", 1.25),  # sglang-jax 50 against 40 requests/s, one level
+        ("engine_choice_recommendation", "cannot be tested here", 2.0)]
+    assert all(v.n == 1 and v.scope and v.reason for v in got)
+
+
+def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():
+    from kvlab.claims import cache_shares, counted, negated
+
+    on = dict(engine="vllm", hardware="CPU", cache_hit_rate=0.78, cache_hit_rate_min=0.75, cache_hit_rate_max=0.8,
+              n_runs=3)
+    off = dict(engine="vllm", hardware="CPU", cache_hit_rate=0.0, cache_hit_rate_min=0.0, cache_hit_rate_max=0.0,
+               n_runs=3)
+    g = cache_shares(on, off)
+    assert (g.outcome, g.value, g.unit, g.spread, g.n) == ("reproduced", 0.78, "", (0.75, 0.8), 3)
+    assert negated(g).outcome == "contradicted"  # "vLLM shares no prefixes"
+    once = cache_shares(on | {"n_runs": 1, "cache_hit_rate_min": None, "cache_hit_rate_max": None}, None)
+    assert (once.outcome, once.n, once.value) == ("inconclusive", 1, 0.78)
+    assert negated(once).outcome == "inconclusive"
+    assert (counted(True, 2, reason="r").outcome, counted(False, 3, reason="r").outcome) == ("inconclusive",
+                                                                                               "contradicted")
