@@ -14,8 +14,9 @@ from kvlab.tables import ms, percent
 PREFIX_CLAIMS = {
     "vllm_no_prefix_sharing": "vLLM's CPU build with automatic prefix caching on (its default) and off: the share of "
                               "prompt tokens it served from its cache",
-    "sglang_radix_sharing": "sglang-jax (CPU), SGLang's JAX runtime with the same radix cache: the share of prompt "
-                            "tokens served from the cache, and which requests found the prefix there",
+    "sglang_radix_sharing": "SGLang (on a CPU host, PyTorch SGLang with torch-native kernels; sglang-jax, its JAX "
+                            "runtime, keeps the same radix cache): the share of prompt tokens served from the cache, "
+                            "and which requests found the prefix there",
     "shared_prefix_threshold": "both engines below and above 30% shared: which finishes the batch first, and "
                                "whether what the cache saves jumps at 30%",
 }
@@ -308,7 +309,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             lab = engine_label(e)
             r = hits.filter(pl.col("engine") == e).sort("shared_fraction").row(-1, named=True)
             out.append(cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
-                f"“{share}” — {lab}, SGLang's JAX runtime with the same radix cache",
+                f"“{share}” — {lab}" + (", SGLang's JAX runtime with the same radix cache" if e == "sglang-jax" else ""),
                 f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
                 f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
                 claim_id="sglang_radix_sharing", kind="prefix_sharing"))
