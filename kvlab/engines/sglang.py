@@ -18,6 +18,16 @@ _RUNTIME_PATTERNS = [
 ]
 
 
+def kv_bytes_per_token(config: dict, element_bytes: int = 2, head_dim_multiple: int = 1) -> int:
+    """KV-cache bytes one token takes for a Llama-style config: K and V for every layer and KV head, head_dim
+    rounded up to ``head_dim_multiple`` (1: as the model gives it)."""
+    heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    padded = -(-head_dim // head_dim_multiple) * head_dim_multiple
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    return int(config["num_hidden_layers"]) * 2 * kv_heads * padded * element_bytes
+
+
 class SGLangAdapter(EngineAdapter):
     name = "sglang"
     label = "SGLang"
@@ -72,12 +82,9 @@ class SGLangAdapter(EngineAdapter):
         return args + self.shared_args(spec, api_key)
 
     def kv_bytes_per_token(self, config: dict, element_bytes: int) -> int:
-        """KV-cache bytes one token takes in SGLang's (PyTorch) memory pool for a Llama-style config: K and V
-        for every layer and KV head, head_dim as the model gives it (MHATokenToKVPool; no padding)."""
-        heads = int(config["num_attention_heads"])
-        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
-        kv_heads = int(config.get("num_key_value_heads") or heads)
-        return int(config["num_hidden_layers"]) * 2 * kv_heads * head_dim * element_bytes
+        """KV-cache bytes per token in SGLang's (PyTorch) memory pool: head_dim as the model gives it
+        (MHATokenToKVPool; no padding)."""
+        return kv_bytes_per_token(config, element_bytes)
 
     def kv_budget_tokens(self, spec: EngineSpec) -> int:
         """kv_cache_bytes as a token count for ``--max-total-tokens`` (needs a local model's config.json)."""

@@ -16,6 +16,7 @@ half of host RAM by default), so an explicit KV budget is passed as ``--max-tota
 from __future__ import annotations
 
 from kvlab.engines.base import http_json
+from kvlab.engines import sglang
 from kvlab.engines.sglang import SGLangAdapter
 from kvlab.engines.spec import EngineSpec
 
@@ -38,11 +39,7 @@ def kv_bytes_per_token(config: dict, element_bytes: int = 2) -> int:
     Its memory pool stores K and V for every layer and KV head with head_dim rounded up to a
     multiple of 128 (``align_to(head_dim, 128)`` in ``memory_pool.merge_kv``).
     """
-    heads = int(config["num_attention_heads"])
-    head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
-    padded = -(-head_dim // 128) * 128
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    return int(config["num_hidden_layers"]) * 2 * kv_heads * padded * element_bytes
+    return sglang.kv_bytes_per_token(config, element_bytes, head_dim_multiple=128)
 
 
 class SGLangJaxAdapter(SGLangAdapter):
