@@ -29,6 +29,14 @@ FAMILY: dict[str, Engine] = {"vllm": "vllm", "sglang": "sglang", "sglang-jax": "
 MIN_MARGIN = 1.05
 
 
+def measured_member(family: Engine, engines) -> str:
+    """The engine that stands for ``family`` among the measured ``engines``: the family's own engine where it
+    ran (PyTorch SGLang), else another member (sglang-jax), else the family's own name."""
+    present = set(engines)
+    return next((e for e in (family, *sorted(e for e, f in FAMILY.items() if f == family and e != family))
+                 if e in present), family)
+
+
 def engine_label(engine: str) -> str:
     """How reports name an engine: 'vLLM', 'SGLang', 'sglang-jax (CPU)' (kvlab.engines.ENGINE_LABELS)."""
     from kvlab.engines import ENGINE_LABELS

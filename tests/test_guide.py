@@ -65,3 +65,10 @@ def test_a_tie_break_is_called_a_tie_break(fit, sharing):
     empty_sh, empty_conc = sharing.head(0), analysis.concurrency_study(conc_runs()).head(0)
     ev = guide.from_evidence(guide.UserWorkload(shared_fraction=0.4, concurrency=128), fit, empty_sh, empty_conc)
     assert (ev.engine, ev.decided_by, ev.deciding) == ("vllm", "tie-break", None)
+
+
+def test_measured_member_prefers_the_family_s_own_engine():
+    """Report 01 compares vLLM with PyTorch SGLang where it ran, else with sglang-jax, else names SGLang."""
+    assert guide.measured_member("sglang", ["vllm", "sglang", "sglang-jax"]) == "sglang"
+    assert guide.measured_member("sglang", ["vllm", "sglang-jax"]) == "sglang-jax"
+    assert guide.measured_member("sglang", []) == "sglang"
