@@ -266,3 +266,24 @@ def test_a_cluster_campaign_with_nothing_pending_dispatches_nothing_and_needs_no
     assert (again.skipped, again.ok, again.server_starts) == (1, 0, 0)
     sweeps = _manifest(tmp_path, "done")["sweeps"]
     assert len(sweeps) == 2 and sweeps[-1]["ray"] == {"address": "auto", "nodes": []} and sweeps[-1]["servers"] == []
+
+
+def test_kvlab_sweep_runs_a_campaign_with_the_local_executor(tmp_path):
+    """The command builds the Campaign and its executor itself: what it prints, and what it stores."""
+    import subprocess
+    import sys
+
+    from kvlab.paths import ROOT
+
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "by_cli", engine={"launch": None, "url": srv.url, "model": "org/m"}, repeats=2)
+        cmd = [sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert "by_cli: 2 run(s) to do, 0 finished run(s) reused" in out.stderr
+    assert "by_cli: 2 ok, 0 failed, 0 reused" in out.stderr and "1 server start(s), 2 attempt(s)" in out.stderr
+    assert "by_cli: 0 run(s) to do, 2 finished run(s) reused" in again.stderr and "0 server start(s)" in again.stderr
+    sweeps = _manifest(tmp_path, "by_cli")["sweeps"]
+    assert [(s["ok"], s["skipped"], len(s["servers"])) for s in sweeps] == [(2, 0, 1), (0, 2, 0)]
+    assert "ray" not in sweeps[0]
