@@ -118,18 +118,19 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
     """One sweep over every experiment given: runs that need the same server share one start (``ray``: one
     Ray task per server configuration, see kvlab.cluster)."""
     from kvlab import plan, runner
+    from kvlab.campaign import Campaign, SweepError
 
-    sw = runner.Sweep(specs, data_dir, fresh, overlap_starts=overlap_starts)
+    campaign = Campaign(specs, data_dir, fresh)
     try:
-        sw.prepare()
-    except runner.SweepError as exc:
+        campaign.prepare()
+    except SweepError as exc:
         console.print(f"[red]cannot sweep[/red]: {exc}")
         raise typer.Exit(1) from None
-    todo, _ = sw.pending()
+    todo, _ = campaign.pending()
     groups = plan.by_server(todo)
     shared = sum(len({r.experiment for r in group}) > 1 for _, group in groups)
     for spec in specs:
-        t, s = sw.pending_in(spec)
+        t, s = campaign.pending_in(spec)
         console.print(f"{spec.name}: {len(t)} run(s) to do, {s} finished run(s) reused")
     if todo:
         console.print(f"{len(groups)} server configuration(s) for {len(todo)} run(s)"
@@ -147,14 +148,14 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
                                    f"({w.prompt_len}+{w.output_tokens} tok × {w.n_requests}) repeat={run.repeat}")
             progress.advance(task)
 
-        sw.on_run = on_run
+        campaign.on_run = on_run
         if ray is None:
-            res = sw.execute()
+            res = campaign.execute(runner.LocalExecutor(overlap_starts=overlap_starts))
         else:
             from kvlab import cluster
 
             try:
-                res = cluster.execute(sw, ray, ray_resource)
+                res = campaign.execute(cluster.RayExecutor(ray, ray_resource))
             except cluster.ClusterError as exc:
                 console.print(f"[red]cluster sweep stopped[/red]: {escape(str(exc))}")
                 raise typer.Exit(1) from None

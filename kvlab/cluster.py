@@ -1,12 +1,14 @@
 """Sweeps over a Ray cluster: each server group runs on one node, its finished runs come back to this host.
 
-The driver (this process) holds every experiment's lock for the whole campaign, skips finished runs and sends
-each server group (``plan.by_server``) to Ray as one task asking for what its engines need (:func:`resources_for`).
-The task runs kvlab's own runner for just that group's runs (``Sweep(only=...)``) in a temporary data folder on
-the node it lands on (engines start there, bound to that node's loopback, each with its watchdog) and streams
-back each finished run folder as a tar archive with the node's host facts and server records; the driver
-publishes each folder into ``data_dir/runs/<experiment>/`` by one rename, as a local sweep does, and appends
-to each manifest the nodes that ran its runs.
+The Ray executor (:class:`RayExecutor`) consumes a campaign (kvlab.campaign) as the local executor does: the
+campaign on the driver (this process) holds every experiment's lock, skips finished runs and writes the
+manifests; the executor sends each server group (``plan.by_server``) to Ray as one task asking for what its
+engines need (:func:`resources_for`). The task runs a campaign of just that group's runs
+(``Campaign(only=...)``) with the local executor in a temporary data folder on the node it lands on (engines
+start there, bound to that node's loopback, each with its watchdog) and streams back each finished run folder
+as a tar archive with the node's host facts and server records; the driver publishes each folder into
+``data_dir/runs/<experiment>/`` by one rename, as a local sweep does, and each manifest lists the nodes that ran
+its runs.
 
 A task whose node or worker process dies has the runs it did not return dispatched again; the run in flight
 (the first not returned: a group runs in order) counts the loss as an attempt with cause ``node_lost``, and once
@@ -30,14 +32,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 
-from kvlab import host, plan, runner, store
+from kvlab import host, plan, store
+from kvlab.campaign import Campaign, ServerRecord, SweepResult
 from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR, publish_dir
+from kvlab.rows import attempt_row
+from kvlab.runner import LocalExecutor
 from kvlab.spec import ExperimentSpec, RunSpec
 
 #: How to get Ray (the pinned version is in pyproject.toml's ``cluster`` extra).
@@ -121,19 +126,20 @@ def _amounts(resources: dict) -> str:
 
 
 def run_group(specs: list[ExperimentSpec], keys: list[tuple[str, str]]) -> Iterator[dict]:
-    """On a node: run the runs ``keys`` ((experiment, run key) pairs of one server group) with kvlab's runner in
-    a temporary data folder; yield the node first, then each run as soon as it is written (its folder as a tar
+    """On a node: run the runs ``keys`` ((experiment, run key) pairs of one server group) with the local executor
+    in a temporary data folder; yield the node first, then each run as soon as it is written (its folder as a tar
     archive, and the servers started so far)."""
-    import ray
+    import ray  # on a node, where the task runs: Ray is there
 
     tmp = Path(tempfile.mkdtemp(prefix="kvlab-ray-"))
     finished: queue.Queue = queue.Queue()
-    sw = runner.Sweep(specs, tmp, fresh=True, only=set(keys), on_run=lambda run, status: finished.put(run))
+    campaign = Campaign(specs, tmp, fresh=True, only=set(keys), on_run=lambda run, status: finished.put(run))
+    local = LocalExecutor()
     error: list[BaseException] = []
 
     def work() -> None:
         try:
-            sw.execute()
+            campaign.execute(local)
         except BaseException as exc:  # re-raised in the task, so Ray hands it to the driver
             error.append(exc)
         finally:
@@ -144,8 +150,9 @@ def run_group(specs: list[ExperimentSpec], keys: list[tuple[str, str]]) -> Itera
     thread.start()
     try:
         while (run := finished.get()) is not None:
-            yield {"experiment": run.experiment, "key": run.key, "servers": [dict(s) for s in sw.servers],
-                   "tar": _pack(sw.exp_dir(run.experiment) / run.key)}
+            yield {"experiment": run.experiment, "key": run.key,
+                   "servers": [replace(s, experiments=list(s.experiments)) for s in local.servers],
+                   "tar": _pack(campaign.exp_dir(run.experiment) / run.key)}
         thread.join()
         if error:
             raise error[0]
@@ -191,60 +198,57 @@ def _publish(exp_dir: Path, key: str, data: bytes, lost: list[dict]) -> Path:
     return exp_dir / key
 
 
+class RayExecutor:
+    """Runs a campaign's pending runs on the Ray cluster at ``address`` (see :func:`connect`; see
+    kvlab.campaign.Executor): one task per server group, each finished run published here as it comes back.
+    ``resource``: the custom Ray resource a CPU group asks one unit of (see :func:`resources_for`)."""
+
+    def __init__(self, address: str = "auto", resource: str | None = None):
+        self.address = address
+        self.resource = resource
+        self.nodes: dict[str, dict] = {}  # node id -> host facts, runs, servers
+
+    def preflight(self, campaign: Campaign, todo: list[RunSpec]) -> None:
+        """Nothing to check before the manifest entry opens: the cluster is joined when there is work for it."""
+
+    def run(self, campaign: Campaign, todo: list[RunSpec], result: SweepResult) -> None:
+        """Dispatch the pending runs, one task per server group, until every one is stored."""
+        if todo:
+            _dispatch(connect(self.address), campaign, plan.by_server(todo), self.resource, result, self.nodes)
+
+    @property
+    def servers(self) -> list[ServerRecord]:
+        """The servers each node started, with the node."""
+        return [replace(s, node=n) for n, node in self.nodes.items() for s in node["servers"]]
+
+    def manifest_extra(self, experiment: str) -> dict:
+        """The nodes that ran the experiment's runs: host facts, runs and server starts of each."""
+        mine = [{"node_id": n, "host": node["host"], "runs": [k for e, k in node["runs"] if e == experiment],
+                 "server_starts": sum(experiment in s.experiments for s in node["servers"])}
+                for n, node in self.nodes.items()]
+        return {"ray": {"address": self.address, "nodes": [m for m in mine if m["runs"]]}}
+
+
 def sweep(specs: ExperimentSpec | list[ExperimentSpec], address: str = "auto", data_dir: Path = DATA_DIR,
           fresh: bool = False, resource: str | None = None,
-          on_run: Callable[[RunSpec, str], None] | None = None) -> runner.SweepResult:
+          on_run: Callable[[RunSpec, str], None] | None = None) -> SweepResult:
     """Run every unfinished run of the experiment(s) on the Ray cluster at ``address`` (see :func:`connect`),
     one task per server group, and store the results under ``data_dir`` as a local sweep does."""
-    return execute(runner.Sweep(specs, data_dir, fresh, on_run), address, resource)
+    return execute(Campaign(specs, data_dir, fresh, on_run), address, resource)
 
 
-def execute(sw: runner.Sweep, address: str = "auto", resource: str | None = None) -> runner.SweepResult:
-    """Run a sweep's pending runs on the cluster (its ``on_run`` is called on this host as each run is stored);
+def execute(campaign: Campaign, address: str = "auto", resource: str | None = None) -> SweepResult:
+    """Run a campaign's pending runs on the cluster (its ``on_run`` is called on this host as each run is stored);
     its experiments stay locked until it returns."""
-    try:
-        return _campaign(sw, address, resource)
-    finally:
-        sw.release()
+    return campaign.execute(RayExecutor(address, resource))
 
 
-def _campaign(sw: runner.Sweep, address: str, resource: str | None) -> runner.SweepResult:
-    """Prepare the sweep's folders, dispatch its pending runs and append each experiment's manifest entry."""
-    t0 = time.perf_counter()
-    started = datetime.now(timezone.utc).isoformat()
-    superseded = sw.prepare()
-    todo, skipped = [], 0
-    per: dict[str, runner.SweepResult] = {}
-    for name, spec in sw.specs.items():
-        t, s = sw.pending_in(spec)
-        todo += t
-        skipped += s
-        per[name] = runner.SweepResult(name, planned=len(t) + s, skipped=s, superseded=len(superseded[name]))
-    result = runner.SweepResult(", ".join(sw.specs), planned=len(todo) + skipped, skipped=skipped,
-                                experiments=per, superseded=sum(map(len, superseded.values())))
-    nodes: dict[str, dict] = {}  # node id -> host facts, runs, servers
-    try:
-        if todo:
-            _dispatch(connect(address), sw, plan.by_server(todo), resource, result, nodes)
-    finally:
-        result.wall_s = time.perf_counter() - t0
-        sw.servers = [s | {"node": n} for n, node in nodes.items() for s in node["servers"]]
-        for name, spec in sw.specs.items():
-            r = result.experiments[name]
-            r.server_starts = sum(name in s["experiments"] for s in sw.servers)
-            mine = [{"node_id": n, "host": node["host"], "runs": [k for e, k in node["runs"] if e == name],
-                     "server_starts": sum(name in s["experiments"] for s in node["servers"])}
-                    for n, node in nodes.items()]
-            sw.write_manifest(spec, started, r, ray={"address": address, "nodes": [m for m in mine if m["runs"]]})
-    return result
-
-
-def _dispatch(ray, sw: runner.Sweep, groups: list[tuple[str, list[RunSpec]]], resource: str | None,
-              result: runner.SweepResult, nodes: dict[str, dict]) -> None:
+def _dispatch(ray, campaign: Campaign, groups: list[tuple[str, list[RunSpec]]], resource: str | None,
+              result: SweepResult, nodes: dict[str, dict]) -> None:
     """Run the groups as Ray tasks until every run is stored (or Ctrl-C cancels them all)."""
     check_capacity(ray.nodes(), groups, resource)
     remote = ray.remote(num_returns="streaming", max_retries=0)(run_group)
-    specs = list(sw.specs.values())
+    specs = list(campaign.specs.values())
     events: queue.Queue = queue.Queue()
     tasks: list[dict] = []  # each: its generator, runs not yet returned, node, latest server records
     running: set[int] = set()
@@ -272,7 +276,7 @@ def _dispatch(ray, sw: runner.Sweep, groups: list[tuple[str, list[RunSpec]]], re
                 running.discard(n)
                 if isinstance(item, ray.exceptions.RayTaskError):  # kvlab's own code raised on the node
                     raise ClusterError(f"a server group's task failed on node {task['node']}: {item}") from None
-                _on_lost(sw, task, item, lost, result, submit)
+                _on_lost(campaign, task, item, lost, result, submit)
             elif "host" in item:
                 task["node"] = item["node"]
                 nodes.setdefault(item["node"], {"host": item["host"], "runs": [], "servers": []})
@@ -282,11 +286,9 @@ def _dispatch(ray, sw: runner.Sweep, groups: list[tuple[str, list[RunSpec]]], re
                 task["left"].remove(run)
                 task["servers"], task["t0"] = item["servers"], time.perf_counter()
                 nodes[task["node"]]["runs"].append((exp, key))
-                path = _publish(sw.exp_dir(exp), key, item["tar"], lost.pop((exp, key), []))
+                path = _publish(campaign.exp_dir(exp), key, item["tar"], lost.pop((exp, key), []))
                 status = pl.read_parquet(path / store.RUN_FILE)["status"][0]
-                result.tally(run, status, pl.read_parquet(path / store.ATTEMPTS_FILE).height)
-                result.run_dirs.append(path)
-                sw.on_run(run, status)
+                campaign.stored(run, path, status, result, pl.read_parquet(path / store.ATTEMPTS_FILE).height)
     except BaseException:  # Ctrl-C, or a task that failed in kvlab's code: no task may run on unobserved
         for n in running:
             ray.cancel(tasks[n]["gen"], force=True)
@@ -308,8 +310,8 @@ def _drain(ray, n: int, gen, events: queue.Queue) -> None:
         events.put((n, exc))
 
 
-def _on_lost(sw: runner.Sweep, task: dict, exc: BaseException, lost: dict[tuple[str, str], list[dict]],
-             result: runner.SweepResult, submit) -> None:
+def _on_lost(campaign: Campaign, task: dict, exc: BaseException, lost: dict[tuple[str, str], list[dict]],
+             result: SweepResult, submit) -> None:
     """A task's node or worker died: charge the run in flight one node_lost attempt, store it failed when its
     attempts are spent, and dispatch the group's other unreturned runs again."""
     left = task["left"]
@@ -319,11 +321,11 @@ def _on_lost(sw: runner.Sweep, task: dict, exc: BaseException, lost: dict[tuple[
     run = left[0]
     history = lost.setdefault((run.experiment, run.key), [])
     detail = f"node {task['node'] or '(not yet known)'} lost: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    history.append(runner.attempt_row(run, len(history) + 1, Failure("node_lost", detail),
-                                   time.perf_counter() - task["t0"], None))
-    if len(history) >= sw.specs[run.experiment].retry.max_attempts:
-        sw.record_unsent(run, "node_lost", lost.pop((run.experiment, run.key)),
-                         f"its node was lost in each of {len(history)} attempt(s)", result)
+    history.append(attempt_row(run, len(history) + 1, Failure("node_lost", detail),
+                               time.perf_counter() - task["t0"], None))
+    if len(history) >= campaign.specs[run.experiment].retry.max_attempts:
+        campaign.record_unsent(run, "node_lost", lost.pop((run.experiment, run.key)),
+                               f"its node was lost in each of {len(history)} attempt(s)", result)
         left = left[1:]
     if left:
         submit(left)

@@ -1,4 +1,5 @@
-"""Execute experiments: launch each server configuration (kvlab.plan groups the runs), warm up, measure, retry, resume.
+"""The local executor: launch each server configuration of a campaign on this host (kvlab.plan groups the runs),
+warm up, measure, retry; the campaign (kvlab.campaign) resumes, stores and writes the manifests.
 
 Each server configuration starts once per group of runs that share it, across every experiment of
 the sweep (two studies that need the same server share one start; each run is still stored under
@@ -11,31 +12,32 @@ written as one atomic folder, so a killed sweep loses at most the run in flight.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import json
-import os
 import secrets
-import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
 
-from kvlab import host, metrics, store
-from kvlab.client import STALLED, BatchResult, request_rows, run_requests, sum_reported, summarize
+from kvlab import metrics
+from kvlab.campaign import Campaign, Executor, ServerRecord, SweepError, SweepResult
+from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
-from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR
 from kvlab.plan import by_server, starts_may_overlap
-from kvlab.schema import RUNS
+from kvlab.rows import attempt_row, prompts_for, run_row, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
-from kvlab.spec import ExperimentSpec, RunSpec, expand
-from kvlab.workloads import Prompt, fixed_batch, shared_tokens
+from kvlab.spec import ExperimentSpec, RunSpec
+from kvlab.workloads import Prompt, fixed_batch
+
+__all__ = [  # what tests, benchmarks and kvlab.cluster use; the campaign's and the rows' names are kept here
+    "STARTUP_CAUSES", "Campaign", "LocalExecutor", "Measurement", "NotStarted", "RunOutcome", "ServerStarts",
+    "Sweep", "SweepError", "SweepResult", "attempt_row", "prompts_for", "run_row", "sweep", "vocab_size",
+]
 
 #: Failure causes that happen before a server is ready: the same argv will fail the same way.
 STARTUP_CAUSES = ("startup_oom", "kv_cache_too_small", "timeout", "crash")
@@ -47,47 +49,6 @@ COUNTER_SETTLE_S = 5.0
 ENGINE_DEATH_WAIT_S = 3.0
 #: How long to keep asking for a cache flush the engine refuses (SGLang: "pending requests" just after a batch).
 FLUSH_WAIT_S = 5.0
-#: A sweep refuses to start with less free space than this where its runs go (a run folder with its logs
-#: is a few MB; a full disk mid-run would lose the run in flight).
-MIN_FREE_BYTES = 256 * 2**20
-#: The lock file in each experiment's folder (no leading dot: clean_partial removes dot files).
-LOCK_FILE = "sweep.lock"
-
-
-class SweepError(RuntimeError):
-    """A sweep cannot start: its data folder is not writable or full, or another sweep holds an experiment."""
-
-
-@dataclass
-class SweepResult:
-    """Counts of one sweep (``experiment`` names every experiment it ran) and, in ``experiments``, of each one."""
-
-    experiment: str
-    planned: int
-    skipped: int
-    ok: int = 0
-    failed: int = 0
-    server_starts: int = 0
-    attempts: int = 0
-    run_dirs: list[Path] = field(default_factory=list)
-    wall_s: float = 0.0
-    superseded: int = 0  # finished runs of an earlier version of the experiment, moved to superseded/
-    experiments: dict[str, SweepResult] = field(default_factory=dict)
-
-    def tally(self, run: RunSpec, status: str, attempts: int = 0) -> None:
-        """Count a stored run (and ``attempts`` more attempts) in these totals and in its experiment's."""
-        for r in (self, self.experiments[run.experiment]):
-            r.attempts += attempts
-            if status == "ok":
-                r.ok += 1
-            else:
-                r.failed += 1
-
-
-def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
-    """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
-    seed and repeat)."""
-    return run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
 
 
 def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str]:
@@ -153,91 +114,101 @@ def _served_name(run: RunSpec) -> str:
     return run.engine.served_name
 
 
-def vocab_size(run: RunSpec) -> int:
-    cfg = run.engine.local_config()
-    # A hub model on a GPU host: ids below 1000 exist in every tokenizer kvlab targets.
-    return int(cfg["vocab_size"]) if cfg else 1000
+@dataclass
+class Measurement:
+    """One measured batch: its requests, the server's counter deltas around it, and notes on how it was taken."""
+
+    batch: BatchResult
+    deltas: dict
+    notes: list[str]
 
 
-def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cause: str | None,
-             version: str | None, batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
-    """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records."""
-    e, w = run.engine, run.workload
-    summary = summarize(batch.records, batch.batch_time_s) if batch else {}
-    kind = host.device_kind(e.model_dump(mode="json"), host.describe())
-    row = {
-        "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
-        "gpu_count": host.gpu_count() if kind == "gpu" else None, "device_kind": kind,
-        "model": e.served_model_name or Path(e.model).name, "engine": e.name,
-        "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp,
-        "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"), "mem_util": e.mem_util,
-        "kv_budget_bytes": e.kv_cache_bytes,
-        "prefix_caching": e.prefix_caching, "context_label": run.context_label,
-        "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
-        "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
-        "shared_prefix_tokens": shared_tokens(prompts),
-        "reasoning_tokens": (sum_reported([r.reasoning_tokens for r in batch.records])
-                             if batch and w.splits_reasoning else None),
-        "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
-        "attempts": attempts, "status": status, "failure_cause": cause,
-        "started_at": batch.started_at if batch else datetime.now(timezone.utc).isoformat(),
-        "notes": notes or None,
-        **summary,
-        # the server's counter deltas that have a RUNS column (cached_tokens duplicates prefix hits)
-        **{f"server_{k}": (None if v is None else int(v)) for k, v in deltas.items()
-           if f"server_{k}" in RUNS.polars_schema},
-    }
-    if status != "ok":
-        row["batch_time_s"] = None
-    return pl.DataFrame([row])
+@dataclass
+class NotStarted:
+    """Every attempt of run ``source_run`` failed to start its server with ``cause``: the same argv fails the same
+    way, so the group's remaining runs are recorded failed instead of relaunched."""
+
+    cause: str
+    source_run: str  # the stored run folder's name, whose attempts show the failures
 
 
-def attempt_row(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:
-    """One row of a run's ATTEMPTS table: attempt ``n`` (1-based), ok or failed with ``failure``'s cause."""
-    return {
-        "run_id": run.key, "attempt": n, "status": "failed" if failure else "ok",
-        "failure_cause": failure.cause if failure else None, "detail": failure.detail if failure else None,
-        "fits_max_len": failure.fits_max_len if failure else None, "elapsed_s": elapsed_s, "backoff_s": backoff_s,
-    }
+@dataclass
+class RunOutcome:
+    """One run measured with its retries and stored."""
+
+    path: Path  # the run's folder
+    status: str  # "ok" or "failed"
+    server: EngineServer | None  # still serving, kept for the group's next run; None when stopped or never up
+    not_started: NotStarted | None = None  # set when no attempt got a server started
 
 
-class Sweep:
-    """One execution of one or more experiments, each into ``data_dir/runs/<name>/``.
+class ServerStarts:
+    """The server starts of one local campaign: a context that, on leaving it, stops every server launched
+    early and never used.
 
-    Runs are grouped by server configuration across all the experiments given, so studies that need
-    the same server (same argv and environment) share one start; each run keeps its own experiment's
-    retry policy and folder, and each experiment's manifest lists the servers its runs used.
-    """
+    With ``overlap``, as each group begins the next group's server is launched beside this group's start (two
+    starts on 2 cores took 28 s against 57 s one after the other, vLLM beside sglang-jax) where
+    plan.starts_may_overlap allows; it is paused once this group's server is ready and resumed when its own
+    group begins. ``records`` gets a ServerRecord for every start, failed or not."""
 
-    def __init__(self, specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
-                 on_run: Callable[[RunSpec, str], None] | None = None, sleep=time.sleep,
-                 only: set[tuple[str, str]] | None = None, overlap_starts: bool = True):
-        specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
-        names = [s.name for s in specs]
-        if dupes := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"experiment name(s) given twice in one sweep: {', '.join(dupes)} "
-                             "(their runs would share one folder)")
-        self.specs = {s.name: s for s in specs}
-        self.data_dir = Path(data_dir)
-        self.fresh = fresh
-        self.on_run = on_run or (lambda run, status: None)
-        self.sleep = sleep
-        self.only = only  # (experiment, run key) pairs this sweep may run (a cluster node's share); None: all
-        self.overlap_starts = overlap_starts  # see plan.starts_may_overlap
+    def __init__(self, log_dir: Path, overlap: bool = True, records: list[ServerRecord] | None = None):
+        self.log_dir = log_dir
+        self.overlap = overlap
+        self.records: list[ServerRecord] = [] if records is None else records
         self._ahead: EngineServer | None = None  # the next group's server, launched early (paused while measuring)
         self._handed: EngineServer | None = None  # launched early for the group now running, not yet used
-        self.servers: list[dict] = []
-        self._superseded: dict[str, list[str]] = {}
-        self._locks: dict[str, int] = {}  # experiment -> fd holding its flock while this sweep runs
 
-    # ------------------------------------------------------------------ server handling
-    def exp_dir(self, experiment: str) -> Path:
-        """Where an experiment's runs and manifest live."""
-        return self.data_dir / "runs" / experiment
+    def __enter__(self) -> ServerStarts:
+        return self
 
-    def _start(self, server: EngineServer, run: RunSpec) -> None:
-        """Start ``server`` (unless it was launched early) and wait until it is ready; then pause the next group's
-        server, launched early, so that nothing else runs while this one is measured."""
+    def __exit__(self, *exc) -> None:
+        for server in (self._handed, self._ahead):
+            if server is not None:
+                server.stop()
+        self._handed = self._ahead = None
+
+    @property
+    def current(self) -> ServerRecord | None:
+        """The record of the latest start (the server of the group now running)."""
+        return self.records[-1] if self.records else None
+
+    @contextmanager
+    def group(self, run: RunSpec, nxt: RunSpec | None) -> Iterator[None]:
+        """While ``run``'s group runs: its server launched early (if any) is resumed and handed to its first start,
+        and ``nxt``'s group's server is launched; on leaving, a handed server never started is stopped."""
+        self._handed, self._ahead = self._ahead, None
+        if self._handed is not None:
+            self._handed.resume()
+        self._launch_ahead(run, nxt)
+        try:
+            yield
+        finally:
+            if self._handed is not None:  # launched early, not reached (interrupted before its start)
+                self._handed.stop()
+                self._handed = None
+
+    def _launch_ahead(self, run: RunSpec, nxt: RunSpec | None) -> None:
+        """Launch the next group's server now (a failed launch is left to its group to retry)."""
+        if not (self.overlap and nxt is not None and starts_may_overlap(run, nxt)):
+            return
+        ahead = EngineServer(nxt.engine, self.log_dir / f"server-{nxt.server_key}-attempt1.log")
+        try:
+            ahead.start()
+        except OSError:
+            return
+        self._ahead = ahead
+
+    def server(self, run: RunSpec, attempt: int) -> EngineServer:
+        """The server for ``run``'s attempt: the one launched early for this group serves its first start; later
+        ones are new."""
+        server = self._handed or EngineServer(run.engine, self.log_dir / f"server-{run.server_key}-attempt{attempt}.log")
+        self._handed = None
+        return server
+
+    def start(self, server: EngineServer, run: RunSpec) -> None:
+        """Start ``server`` (unless it was launched early) and wait until it is ready, recording the start
+        either way; then pause the next group's server, launched early, so that nothing else runs while this
+        one is measured."""
         t = time.perf_counter()
         early = server.launched
         try:
@@ -245,30 +216,61 @@ class Sweep:
                 server.start()
             server.wait_ready()
         finally:
-            self.servers.append({"server_key": run.server_key, "engine": run.engine.name, "argv": server.recorded_argv,
-                                 "launched_by_kvlab": not server.external, "url": run.engine.url,
-                                 "env": None if server.external else server.adapter.env_overrides(run.engine),
-                                 "experiments": [run.experiment],
-                                 "log": server.log_path.name, "started_at": datetime.now(timezone.utc).isoformat(),
-                                 "ready_s": server.ready_after_s if server.ready_after_s is not None
-                                 else time.perf_counter() - t,
-                                 "start_overlapped": early or (self._ahead is not None and not self._ahead.paused),
-                                 "paused_s": server.paused_s})
+            self.records.append(ServerRecord(
+                server_key=run.server_key, engine=run.engine.name, argv=server.recorded_argv,
+                launched_by_kvlab=not server.external, url=run.engine.url,
+                env=None if server.external else server.adapter.env_overrides(run.engine),
+                experiments=[run.experiment], log=server.log_path.name,
+                started_at=datetime.now(timezone.utc).isoformat(),
+                ready_s=server.ready_after_s if server.ready_after_s is not None else time.perf_counter() - t,
+                start_overlapped=early or (self._ahead is not None and not self._ahead.paused),
+                paused_s=server.paused_s))
         if self._ahead is not None:
             self._ahead.pause()
 
-    def _launch_ahead(self, run: RunSpec, nxt: RunSpec | None, log_dir: Path) -> None:
-        """Launch the next group's server now, so that its start overlaps this group's (two starts on 2 cores
-        took 28 s against 57 s one after the other, vLLM beside sglang-jax); it is paused once this group's
-        server is ready and resumed when this group is done. A failed launch is left to its group to retry."""
-        if not (self.overlap_starts and nxt is not None and starts_may_overlap(run, nxt)):
-            return
-        ahead = EngineServer(nxt.engine, log_dir / f"server-{nxt.server_key}-attempt1.log")
-        try:
-            ahead.start()
-        except OSError:
-            return
-        self._ahead = ahead
+
+class LocalExecutor:
+    """Runs a campaign's pending runs on this host (see kvlab.campaign.Executor): one server group after the
+    other, each server started once for its group, every run measured with its retries and stored as it ends."""
+
+    def __init__(self, sleep: Callable[[float], None] = time.sleep, overlap_starts: bool = True):
+        self.sleep = sleep
+        self.overlap_starts = overlap_starts  # see plan.starts_may_overlap
+        self.servers: list[ServerRecord] = []
+
+    def preflight(self, campaign: Campaign, todo: list[RunSpec]) -> None:
+        """Reap servers a killed sweep left; RuntimeError naming the engine when an API key is not set (every key
+        is set before anything launches)."""
+        reap_orphans()
+        for r in todo:
+            try:
+                read_api_key(r.engine)
+            except ValueError as exc:
+                raise RuntimeError(f"engine {r.engine_label}: {exc}") from None
+
+    def manifest_extra(self, experiment: str) -> dict:
+        return {}
+
+    def run(self, campaign: Campaign, todo: list[RunSpec], result: SweepResult) -> None:
+        """Run every pending run, grouped by server."""
+        with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp, \
+                ServerStarts(Path(tmp), self.overlap_starts, self.servers) as starts:
+            groups = [g for _, g in by_server(todo)]
+            for i, group in enumerate(groups):
+                vocab = vocab_size(group[0])
+                server, not_started = None, None
+                with starts.group(group[0], groups[i + 1][0] if i + 1 < len(groups) else None):
+                    try:
+                        for run in group:
+                            if not_started is not None:
+                                # Same argv, same failure: record it instead of relaunching max_attempts times.
+                                self._record_not_started(campaign, run, not_started, result)
+                            else:
+                                outcome = self._run_one(campaign, starts, run, server, vocab, result)
+                                server, not_started = outcome.server, outcome.not_started
+                    finally:
+                        if server is not None:
+                            server.stop()
 
     def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
         prompts = fixed_batch.prompts(1, 16, 2, vocab, seed=987_654)
@@ -277,7 +279,9 @@ class Sweep:
 
     # ------------------------------------------------------------------ one run
     def _measure(self, server: EngineServer, run: RunSpec,
-                 prompts: list[Prompt]) -> tuple[BatchResult, dict, list[str]]:
+                 prompts: list[Prompt]) -> Measurement:
+        """Send the run's prompts to the ready ``server`` (after isolating or flushing its prefix cache), and
+        read the server's counters around them."""
         notes = []
         if server.external:
             notes.append(f"server at {run.engine.url} not launched by kvlab: its settings are as the experiment "
@@ -320,8 +324,8 @@ class Sweep:
         if server.adapter.cached_tokens_omitted_when_zero and run.engine.report_cached_tokens:
             batch = _zero_missing_cached(batch)
         if not has_metrics:
-            return batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
-                f"{server.adapter.label} serves no /metrics: server-side counters not available"]
+            return Measurement(batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
+                f"{server.adapter.label} serves no /metrics: server-side counters not available"])
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []
@@ -337,13 +341,12 @@ class Sweep:
         elif not after:
             notes.append("server metrics unavailable after the run: no counter deltas"
                          + (f" ({why_after[-1]})" if why_after else ""))
-        return batch, deltas, notes
+        return Measurement(batch, deltas, notes)
 
-    def _run_one(self, run: RunSpec, server: EngineServer | None, log_dir: Path, vocab: int,
-                 result: SweepResult) -> tuple[EngineServer | None, Path, dict | None]:
-        """Measure one run with its retries; (the server, kept for the next run; the run folder; the last
-        attempt when every attempt failed to start a server, else None)."""
-        spec = self.specs[run.experiment]
+    def _run_one(self, campaign: Campaign, starts: ServerStarts, run: RunSpec, server: EngineServer | None,
+                 vocab: int, result: SweepResult) -> RunOutcome:
+        """Measure one run with its retries on ``server`` (None: start one) and store it."""
+        spec = campaign.specs[run.experiment]
         retry = spec.retry
         prompts = prompts_for(run, vocab)
         attempts: list[dict] = []
@@ -358,19 +361,17 @@ class Sweep:
                     if server is not None:
                         server.stop()
                     result.server_starts += 1
-                    # the server launched early for this group serves its first start; later ones are new
-                    server = self._handed or EngineServer(run.engine,
-                                                          log_dir / f"server-{run.server_key}-attempt{n}.log")
-                    self._handed = None
+                    server = starts.server(run, n)
                     logs[f"server-attempt{n}.log"] = server
-                    self._start(server, run)
+                    starts.start(server, run)
                     if spec.warmup:
                         self._warmup(server, run, vocab)
-                elif run.experiment not in self.servers[-1]["experiments"]:  # a server shared across experiments
-                    self.servers[-1]["experiments"].append(run.experiment)
+                elif run.experiment not in starts.current.experiments:  # a server shared across experiments
+                    starts.current.experiments.append(run.experiment)
                 logs[f"server-attempt{n}.log"] = server
                 version = version or server.version()
-                batch, deltas, notes = self._measure(server, run, prompts)
+                measured = self._measure(server, run, prompts)
+                batch, deltas, notes = measured.batch, measured.deltas, measured.notes
                 if not batch.ok:
                     failure = _engine_failure(server) or _hung(batch, run)
                     if failure is None:
@@ -397,197 +398,41 @@ class Sweep:
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes))
         requests = request_rows(batch.records, run.key) if batch else None
-        recorded = {name: srv.recorded_log(log_dir / f"recorded-{name}") for name, srv in logs.items()}
+        recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}
         files = {name: path for name, path in recorded.items() if path}
-        path = store.write_run(self.exp_dir(run.experiment), run.key, row, requests, pl.DataFrame(attempts),
-                               spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
-                                                                   "argv": self.servers[-1]["argv"] if self.servers else None},
-                               files=files)
-        result.tally(run, status)
-        self.on_run(run, status)
+        path = campaign.write_run(run, row, requests, pl.DataFrame(attempts), files,
+                                  argv=starts.current.argv if starts.current else None)
+        campaign.stored(run, path, status, result)
         # a run killed mid-way also leaves server None: only start failures stop the group's relaunches
         never_started = server is None and all(start_failed) and all(
             a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES for a in attempts)
-        return server, path, attempts[-1] | {"source_run": path.name} if never_started else None
+        return RunOutcome(path, status, server,
+                          NotStarted(attempts[-1]["failure_cause"], path.name) if never_started else None)
 
-    def _record_not_started(self, run: RunSpec, start: dict, result: SweepResult) -> Path:
+    def _record_not_started(self, campaign: Campaign, run: RunSpec, start: NotStarted, result: SweepResult) -> Path:
         note = (f"not launched: the same server configuration failed to start in every attempt of run "
-                f"{start['source_run']} ({start['failure_cause']})")
-        return self.record_unsent(run, start["failure_cause"], [], note, result)
-
-    def record_unsent(self, run: RunSpec, cause: str, attempts: list[dict], note: str, result: SweepResult) -> Path:
-        """Store ``run`` failed with ``cause`` without having sent it (its server never started, or its node
-        was lost in every attempt); ``attempts`` (ATTEMPTS rows, may be empty) are stored and counted."""
-        prompts = prompts_for(run, vocab_size(run))  # not sent: the row still says what they share
-        row = run_row(run, prompts, "failed", len(attempts), cause, None, None, {}, note)
-        path = store.write_run(self.exp_dir(run.experiment), run.key, row, None,
-                               pl.DataFrame(attempts) if attempts else None,
-                               spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
-        result.tally(run, "failed", len(attempts))
-        result.run_dirs.append(path)
-        self.on_run(run, "failed")
-        return path
-
-    # ------------------------------------------------------------------ the sweep
-    def pending(self) -> tuple[list[RunSpec], int]:
-        """The runs still to do (every experiment, in order) and how many finished runs are reused."""
-        todo, skipped = [], 0
-        for spec in self.specs.values():
-            t, s = self.pending_in(spec)
-            todo += t
-            skipped += s
-        return todo, skipped
-
-    def pending_in(self, spec: ExperimentSpec) -> tuple[list[RunSpec], int]:
-        """The runs of one experiment still to do, and how many of its finished runs are reused."""
-        runs = expand(spec)
-        done = set() if self.fresh else store.finished_run_keys(self.exp_dir(spec.name))
-        todo = [r for r in runs if r.key not in done]
-        skipped = len(runs) - len(todo)
-        if self.only is not None:
-            todo = [r for r in todo if (r.experiment, r.key) in self.only]
-        return todo, skipped
-
-    def prepare(self) -> dict[str, list[str]]:
-        """Make each experiment's folder ready before anything launches: check it is writable with room to
-        spare, lock it against a second sweep (SweepError naming the holder), remove what a killed sweep left
-        half-written and set aside runs its file no longer defines (see store.set_aside_superseded).
-
-        Returns the keys set aside, by experiment; safe to call again (execute calls it)."""
-        for name in self.specs:
-            _check_writable(self.exp_dir(name))
-        for name in self.specs:
-            if name not in self._locks:
-                self._locks[name] = _lock(self.exp_dir(name))
-        for name, spec in self.specs.items():
-            store.clean_partial(self.exp_dir(name))
-            defined = {r.key for r in expand(spec.full_form())}
-            self._superseded.setdefault(name, []).extend(store.set_aside_superseded(self.exp_dir(name), defined)[0])
-        return self._superseded
-
-    def execute(self) -> SweepResult:
-        """Run every pending run, grouped by server; the experiments stay locked until it returns."""
-        try:
-            return self._execute()
-        finally:
-            self.release()
-
-    def _execute(self) -> SweepResult:
-        t0 = time.perf_counter()
-        started = datetime.now(timezone.utc).isoformat()
-        superseded = self.prepare()
-        reap_orphans()
-        todo, skipped = [], 0
-        per: dict[str, SweepResult] = {}
-        for name, spec in self.specs.items():
-            t, s = self.pending_in(spec)
-            todo += t
-            skipped += s
-            per[name] = SweepResult(name, planned=len(t) + s, skipped=s, superseded=len(superseded[name]))
-        result = SweepResult(", ".join(self.specs), planned=len(todo) + skipped, skipped=skipped, experiments=per,
-                             superseded=sum(map(len, superseded.values())))
-        for r in todo:  # every key is set before anything launches
-            try:
-                read_api_key(r.engine)
-            except ValueError as exc:
-                raise RuntimeError(f"engine {r.engine_label}: {exc}") from None
-        with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp:
-            log_dir = Path(tmp)
-            try:
-                groups = [g for _, g in by_server(todo)]
-                for i, group in enumerate(groups):
-                    vocab = vocab_size(group[0])
-                    server, start_failure = None, None
-                    self._handed, self._ahead = self._ahead, None
-                    if self._handed is not None:
-                        self._handed.resume()
-                    self._launch_ahead(group[0], groups[i + 1][0] if i + 1 < len(groups) else None, log_dir)
-                    try:
-                        for run in group:
-                            if start_failure is not None:
-                                # Same argv, same failure: record it instead of relaunching max_attempts times.
-                                self._record_not_started(run, start_failure, result)
-                            else:
-                                server, path, start_failure = self._run_one(run, server, log_dir, vocab, result)
-                                result.run_dirs.append(path)
-                    finally:
-                        if server is not None:
-                            server.stop()
-                        if self._handed is not None:  # launched early, not reached (interrupted before its start)
-                            self._handed.stop()
-                            self._handed = None
-            finally:
-                if self._ahead is not None:
-                    self._ahead.stop()
-                    self._ahead = None
-                result.wall_s = time.perf_counter() - t0
-                for name, spec in self.specs.items():
-                    result.experiments[name].server_starts = sum(name in srv["experiments"] for srv in self.servers)
-                    self.write_manifest(spec, started, result.experiments[name])
-        return result
-
-    def release(self) -> None:
-        """Release the experiment locks (the kernel does it too when the process dies, however it dies)."""
-        for fd in self._locks.values():
-            os.close(fd)
-        self._locks.clear()
-
-    def write_manifest(self, spec: ExperimentSpec, started: str, result: SweepResult, **extra) -> None:
-        """Append this sweep to the experiment's manifest: host, counts, and the servers its runs used
-        (a server shared with other experiments lists them all under ``experiments``); ``extra``: more
-        fields of this sweep's entry (a cluster sweep's nodes)."""
-        path = self.exp_dir(spec.name) / store.MANIFEST_FILE
-        old = json.loads(path.read_text()) if path.exists() else {}
-        sweeps = old.get("sweeps", [])
-        servers = [s for s in self.servers if spec.name in s["experiments"]]
-        sweeps.append({
-            **host.provenance(), "started_at": started, "ended_at": datetime.now(timezone.utc).isoformat(),
-            "planned": result.planned, "skipped": result.skipped, "ok": result.ok, "failed": result.failed,
-            "server_starts": result.server_starts, "attempts": result.attempts, "servers": servers,
-            "swept_with": [n for n in self.specs if n != spec.name], **extra,
-        })
-        store.write_json_atomic(path, redact_secrets({  # env values whose names look like secrets: '***'
-            "experiment": spec.name, "description": spec.description,
-            "assumptions": spec.assumptions, "spec": spec.model_dump(mode="json"), "sweeps": sweeps,
-        }))
+                f"{start.source_run} ({start.cause})")
+        return campaign.record_unsent(run, start.cause, [], note, result)
 
 
-def _check_writable(exp_dir: Path) -> None:
-    """SweepError naming the folder when runs cannot be written there, or the disk has too little room."""
-    try:
-        exp_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=exp_dir, prefix=".write-check-"):
-            pass
-    except OSError as exc:
-        raise SweepError(f"{exp_dir}: cannot write runs there ({exc.strerror or exc}); "
-                         "nothing was launched") from None
-    free = shutil.disk_usage(exp_dir).free
-    if free < MIN_FREE_BYTES:
-        raise SweepError(f"{exp_dir}: only {free / 2**20:.0f} MiB free on its disk, a sweep needs at least "
-                         f"{MIN_FREE_BYTES / 2**20:.0f} MiB; nothing was launched")
+class Sweep(Campaign):
+    """A campaign run by the local executor: ``Sweep(specs, ...).execute()`` (what :func:`sweep`, the tests and the
+    benchmarks call; ``kvlab sweep`` builds the Campaign and its executor itself)."""
 
+    def __init__(self, specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
+                 on_run: Callable[[RunSpec, str], None] | None = None, sleep: Callable[[float], None] = time.sleep,
+                 only: set[tuple[str, str]] | None = None, overlap_starts: bool = True):
+        super().__init__(specs, data_dir, fresh, on_run, only)
+        self.executor = LocalExecutor(sleep, overlap_starts)
 
-def _lock(exp_dir: Path) -> int:
-    """Hold the experiment's lock for this process, or SweepError naming the sweep that holds it."""
-    path = exp_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        try:
-            holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
-        except ValueError:
-            holder = {}
-        os.close(fd)
-        who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started_at')}: "
-               f"{holder.get('command')}") if holder else "another process"
-        raise SweepError(f"{exp_dir.name}: another sweep is running it ({who}); wait for it or stop it. "
-                         "Nothing was launched.") from None
-    me = {"pid": os.getpid(), "host": os.uname().nodename, "started_at": datetime.now(timezone.utc).isoformat(),
-          "command": " ".join(sys.argv)}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(me).encode(), 0)
-    return fd
+    @property
+    def servers(self) -> list[ServerRecord]:
+        """The servers this sweep started, so far."""
+        return self.executor.servers
+
+    def execute(self, executor: Executor | None = None) -> SweepResult:
+        """Run every pending run on this host (or with ``executor``); the experiments stay locked until it returns."""
+        return super().execute(executor or self.executor)
 
 
 def sweep(specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,

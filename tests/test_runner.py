@@ -18,7 +18,7 @@ import psutil
 import pytest
 import yaml
 
-from kvlab import client, plan, runner, store
+from kvlab import campaign, client, plan, runner, store
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
 from kvlab.server import state_dir
 from kvlab.spec import ExperimentSpec, expand
@@ -135,7 +135,7 @@ def test_unwritable_or_full_data_folder_fails_before_launching(tmp_path, monkeyp
     not_a_dir.write_text("")
     with pytest.raises(runner.SweepError, match=r"nowhere: cannot write runs there .*nothing was launched"):
         runner.Sweep(ExperimentSpec.load(path), not_a_dir).execute()
-    monkeypatch.setattr(runner, "MIN_FREE_BYTES", 2**62)
+    monkeypatch.setattr(campaign, "MIN_FREE_BYTES", 2**62)
     with pytest.raises(runner.SweepError, match=r"MiB free on its disk, a sweep needs at least"):
         runner.Sweep(ExperimentSpec.load(path), tmp_path).execute()
     assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))

@@ -1,0 +1,301 @@
+"""One campaign: the experiments of one sweep, their folders' locks, the runs still to do, the store the runs go
+into and the manifest each experiment gets. An executor runs the pending runs.
+
+Two executors consume a campaign through one interface (:class:`Executor`): ``kvlab.runner.LocalExecutor`` starts
+each server group on this host, one after the other; ``kvlab.cluster.RayExecutor`` sends each group to a node of a
+Ray cluster. Whichever ran them, :meth:`Campaign.execute` prepares the folders before anything launches, reuses
+finished runs (keyed by the hash of the full run spec), stores each run as one atomic folder under
+``data_dir/runs/<experiment>/<run key>/`` and appends one entry to each experiment's manifest listing the
+servers its runs used (:class:`ServerRecord`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol
+
+import polars as pl
+
+from kvlab import host, store
+from kvlab.engines.spec import redact_secrets
+from kvlab.paths import DATA_DIR
+from kvlab.rows import prompts_for, run_row, vocab_size
+from kvlab.spec import ExperimentSpec, RunSpec, expand
+
+#: A sweep refuses to start with less free space than this where its runs go (a run folder with its logs
+#: is a few MB; a full disk mid-run would lose the run in flight).
+MIN_FREE_BYTES = 256 * 2**20
+#: The lock file in each experiment's folder (no leading dot: clean_partial removes dot files).
+LOCK_FILE = "sweep.lock"
+
+
+class SweepError(RuntimeError):
+    """A sweep cannot start: its data folder is not writable or full, or another sweep holds an experiment."""
+
+
+@dataclass
+class SweepResult:
+    """Counts of one sweep (``experiment`` names every experiment it ran) and, in ``experiments``, of each one."""
+
+    experiment: str
+    planned: int
+    skipped: int
+    ok: int = 0
+    failed: int = 0
+    server_starts: int = 0
+    attempts: int = 0
+    run_dirs: list[Path] = field(default_factory=list)
+    wall_s: float = 0.0
+    superseded: int = 0  # finished runs of an earlier version of the experiment, moved to superseded/
+    experiments: dict[str, SweepResult] = field(default_factory=dict)
+
+    def tally(self, run: RunSpec, status: str, attempts: int = 0) -> None:
+        """Count a stored run (and ``attempts`` more attempts) in these totals and in its experiment's."""
+        for r in (self, self.experiments[run.experiment]):
+            r.attempts += attempts
+            if status == "ok":
+                r.ok += 1
+            else:
+                r.failed += 1
+
+
+@dataclass
+class ServerRecord:
+    """One server start, as the manifest lists it under ``servers`` (a start that failed is listed too)."""
+
+    server_key: str
+    engine: str
+    argv: list[str] | None  # as recorded: the API key redacted; None for a server kvlab did not launch
+    launched_by_kvlab: bool
+    url: str | None
+    env: dict[str, str] | None  # the engine's environment overrides; None for a server kvlab did not launch
+    experiments: list[str]  # the experiments whose runs it served (several when they share its configuration)
+    log: str  # the log's file name
+    started_at: str
+    ready_s: float  # launch to ready, time paused left out
+    start_overlapped: bool  # launched beside another server's start (see plan.starts_may_overlap)
+    paused_s: float
+    node: str | None = None  # the Ray node that started it (a cluster campaign's)
+
+    def as_dict(self) -> dict:
+        """The manifest's entry (``node`` only where a Ray node started it)."""
+        d = asdict(self)
+        if d["node"] is None:
+            del d["node"]
+        return d
+
+
+class Executor(Protocol):
+    """What runs a campaign's pending runs (:meth:`Campaign.execute` calls it): ``preflight`` may refuse before
+    anything launches (no manifest entry is written then), ``run`` stores each run through the campaign
+    (:meth:`Campaign.write_run`, :meth:`Campaign.stored`, :meth:`Campaign.record_unsent`) and counts its starts
+    and attempts in ``result``; whatever it raised, the manifest then lists ``servers`` and
+    ``manifest_extra``'s fields."""
+
+    servers: list[ServerRecord]
+
+    def preflight(self, campaign: Campaign, todo: list[RunSpec]) -> None: ...
+
+    def run(self, campaign: Campaign, todo: list[RunSpec], result: SweepResult) -> None: ...
+
+    def manifest_extra(self, experiment: str) -> dict: ...
+
+
+class Campaign:
+    """One execution of one or more experiments, each into ``data_dir/runs/<name>/``.
+
+    Its runs are grouped by server configuration across all the experiments given (kvlab.plan.by_server), so
+    studies that need the same server (same argv and environment) share one start; each run keeps its own
+    experiment's retry policy and folder, and each experiment's manifest lists the servers its runs used.
+    ``only``: the (experiment, run key) pairs this campaign may run (a cluster node's share); None: all.
+    ``on_run(run, status)`` is called as each run is stored.
+    """
+
+    def __init__(self, specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
+                 on_run: Callable[[RunSpec, str], None] | None = None, only: set[tuple[str, str]] | None = None):
+        specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
+        names = [s.name for s in specs]
+        if dupes := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"experiment name(s) given twice in one sweep: {', '.join(dupes)} "
+                             "(their runs would share one folder)")
+        self.specs = {s.name: s for s in specs}
+        self.data_dir = Path(data_dir)
+        self.fresh = fresh
+        self.on_run = on_run or (lambda run, status: None)
+        self.only = only
+        self._superseded: dict[str, list[str]] = {}
+        self._locks: dict[str, int] = {}  # experiment -> fd holding its flock while this campaign runs
+
+    def exp_dir(self, experiment: str) -> Path:
+        """Where an experiment's runs and manifest live."""
+        return self.data_dir / "runs" / experiment
+
+    # ------------------------------------------------------------------ before anything launches
+    def prepare(self) -> dict[str, list[str]]:
+        """Make each experiment's folder ready before anything launches: check it is writable with room to
+        spare, lock it against a second sweep (SweepError naming the holder), remove what a killed sweep left
+        half-written and set aside runs its file no longer defines (see store.set_aside_superseded).
+
+        Returns the keys set aside, by experiment; safe to call again (execute calls it)."""
+        for name in self.specs:
+            _check_writable(self.exp_dir(name))
+        for name in self.specs:
+            if name not in self._locks:
+                self._locks[name] = _lock(self.exp_dir(name))
+        for name, spec in self.specs.items():
+            store.clean_partial(self.exp_dir(name))
+            defined = {r.key for r in expand(spec.full_form())}
+            self._superseded.setdefault(name, []).extend(store.set_aside_superseded(self.exp_dir(name), defined)[0])
+        return self._superseded
+
+    def pending(self) -> tuple[list[RunSpec], int]:
+        """The runs still to do (every experiment, in order) and how many finished runs are reused."""
+        todo, skipped = [], 0
+        for spec in self.specs.values():
+            t, s = self.pending_in(spec)
+            todo += t
+            skipped += s
+        return todo, skipped
+
+    def pending_in(self, spec: ExperimentSpec) -> tuple[list[RunSpec], int]:
+        """The runs of one experiment still to do, and how many of its finished runs are reused."""
+        runs = expand(spec)
+        done = set() if self.fresh else store.finished_run_keys(self.exp_dir(spec.name))
+        todo = [r for r in runs if r.key not in done]
+        skipped = len(runs) - len(todo)
+        if self.only is not None:
+            todo = [r for r in todo if (r.experiment, r.key) in self.only]
+        return todo, skipped
+
+    def release(self) -> None:
+        """Release the experiment locks (the kernel does it too when the process dies, however it dies)."""
+        for fd in self._locks.values():
+            os.close(fd)
+        self._locks.clear()
+
+    # ------------------------------------------------------------------ the campaign
+    def execute(self, executor: Executor) -> SweepResult:
+        """Prepare the folders, have ``executor`` run every pending run and append each experiment's manifest
+        entry; the experiments stay locked until it returns."""
+        try:
+            return self._execute(executor)
+        finally:
+            self.release()
+
+    def _execute(self, executor: Executor) -> SweepResult:
+        t0 = time.perf_counter()
+        started = datetime.now(timezone.utc).isoformat()
+        superseded = self.prepare()
+        todo, skipped = [], 0
+        per: dict[str, SweepResult] = {}
+        for name, spec in self.specs.items():
+            t, s = self.pending_in(spec)
+            todo += t
+            skipped += s
+            per[name] = SweepResult(name, planned=len(t) + s, skipped=s, superseded=len(superseded[name]))
+        result = SweepResult(", ".join(self.specs), planned=len(todo) + skipped, skipped=skipped, experiments=per,
+                             superseded=sum(map(len, superseded.values())))
+        executor.preflight(self, todo)
+        try:
+            executor.run(self, todo, result)
+        finally:
+            result.wall_s = time.perf_counter() - t0
+            servers = executor.servers
+            for name, spec in self.specs.items():
+                result.experiments[name].server_starts = sum(name in s.experiments for s in servers)
+                self.write_manifest(spec, started, result.experiments[name], servers,
+                                    **executor.manifest_extra(name))
+        return result
+
+    # ------------------------------------------------------------------ the store
+    def write_run(self, run: RunSpec, row: pl.DataFrame, requests: pl.DataFrame | None = None,
+                  attempts: pl.DataFrame | None = None, files: dict[str, Path] | None = None, **spec_extra) -> Path:
+        """Store one run as its folder (one atomic rename; see store.write_run): its RUNS row, requests and
+        attempts, its spec with its keys (and ``spec_extra``) and ``files`` (e.g. server logs)."""
+        return store.write_run(self.exp_dir(run.experiment), run.key, row, requests, attempts,
+                               spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
+                                                                   **spec_extra},
+                               files=files)
+
+    def stored(self, run: RunSpec, path: Path, status: str, result: SweepResult, attempts: int = 0) -> None:
+        """A run's folder is in place: count it (and ``attempts`` more attempts) and tell ``on_run``."""
+        result.tally(run, status, attempts)
+        result.run_dirs.append(path)
+        self.on_run(run, status)
+
+    def record_unsent(self, run: RunSpec, cause: str, attempts: list[dict], note: str, result: SweepResult) -> Path:
+        """Store ``run`` failed with ``cause`` without having sent it (its server never started, or its node
+        was lost in every attempt); ``attempts`` (ATTEMPTS rows, may be empty) are stored and counted."""
+        prompts = prompts_for(run, vocab_size(run))  # not sent: the row still says what they share
+        row = run_row(run, prompts, "failed", len(attempts), cause, None, None, {}, note)
+        path = self.write_run(run, row, None, pl.DataFrame(attempts) if attempts else None)
+        self.stored(run, path, "failed", result, len(attempts))
+        return path
+
+    def write_manifest(self, spec: ExperimentSpec, started: str, result: SweepResult, servers: list[ServerRecord],
+                       **extra) -> None:
+        """Append this campaign to the experiment's manifest: host, counts, and the servers its runs used
+        (a server shared with other experiments lists them all under ``experiments``); ``extra``: more
+        fields of this campaign's entry (a cluster campaign's nodes)."""
+        path = self.exp_dir(spec.name) / store.MANIFEST_FILE
+        old = json.loads(path.read_text()) if path.exists() else {}
+        sweeps = old.get("sweeps", [])
+        sweeps.append({
+            **host.provenance(), "started_at": started, "ended_at": datetime.now(timezone.utc).isoformat(),
+            "planned": result.planned, "skipped": result.skipped, "ok": result.ok, "failed": result.failed,
+            "server_starts": result.server_starts, "attempts": result.attempts,
+            "servers": [s.as_dict() for s in servers if spec.name in s.experiments],
+            "swept_with": [n for n in self.specs if n != spec.name], **extra,
+        })
+        store.write_json_atomic(path, redact_secrets({  # env values whose names look like secrets: '***'
+            "experiment": spec.name, "description": spec.description,
+            "assumptions": spec.assumptions, "spec": spec.model_dump(mode="json"), "sweeps": sweeps,
+        }))
+
+
+def _check_writable(exp_dir: Path) -> None:
+    """SweepError naming the folder when runs cannot be written there, or the disk has too little room."""
+    try:
+        exp_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=exp_dir, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise SweepError(f"{exp_dir}: cannot write runs there ({exc.strerror or exc}); "
+                         "nothing was launched") from None
+    free = shutil.disk_usage(exp_dir).free
+    if free < MIN_FREE_BYTES:
+        raise SweepError(f"{exp_dir}: only {free / 2**20:.0f} MiB free on its disk, a sweep needs at least "
+                         f"{MIN_FREE_BYTES / 2**20:.0f} MiB; nothing was launched")
+
+
+def _lock(exp_dir: Path) -> int:
+    """Hold the experiment's lock for this process, or SweepError naming the sweep that holds it."""
+    path = exp_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
+        except ValueError:
+            holder = {}
+        os.close(fd)
+        who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started_at')}: "
+               f"{holder.get('command')}") if holder else "another process"
+        raise SweepError(f"{exp_dir.name}: another sweep is running it ({who}); wait for it or stop it. "
+                         "Nothing was launched.") from None
+    me = {"pid": os.getpid(), "host": os.uname().nodename, "started_at": datetime.now(timezone.utc).isoformat(),
+          "command": " ".join(sys.argv)}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    return fd

@@ -1,0 +1,73 @@
+"""What a run is stored as: its RUNS row and its ATTEMPTS rows, and the prompts the row describes.
+
+The local executor (kvlab.runner) builds them for each run it measures; the campaign (kvlab.campaign) for a run
+it stores failed without sending it (its server never started, or its Ray node was lost in every attempt).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from kvlab import host
+from kvlab.client import BatchResult, sum_reported, summarize
+from kvlab.engines.base import Failure
+from kvlab.schema import RUNS
+from kvlab.spec import RunSpec
+from kvlab.workloads import Prompt, shared_tokens
+
+
+def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
+    """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
+    seed and repeat)."""
+    return run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
+
+
+def vocab_size(run: RunSpec) -> int:
+    cfg = run.engine.local_config()
+    # A hub model on a GPU host: ids below 1000 exist in every tokenizer kvlab targets.
+    return int(cfg["vocab_size"]) if cfg else 1000
+
+
+def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cause: str | None,
+             version: str | None, batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
+    """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records."""
+    e, w = run.engine, run.workload
+    summary = summarize(batch.records, batch.batch_time_s) if batch else {}
+    kind = host.device_kind(e.model_dump(mode="json"), host.describe())
+    row = {
+        "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
+        "gpu_count": host.gpu_count() if kind == "gpu" else None, "device_kind": kind,
+        "model": e.served_model_name or Path(e.model).name, "engine": e.name,
+        "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp,
+        "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"), "mem_util": e.mem_util,
+        "kv_budget_bytes": e.kv_cache_bytes,
+        "prefix_caching": e.prefix_caching, "context_label": run.context_label,
+        "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
+        "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
+        "shared_prefix_tokens": shared_tokens(prompts),
+        "reasoning_tokens": (sum_reported([r.reasoning_tokens for r in batch.records])
+                             if batch and w.splits_reasoning else None),
+        "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
+        "attempts": attempts, "status": status, "failure_cause": cause,
+        "started_at": batch.started_at if batch else datetime.now(timezone.utc).isoformat(),
+        "notes": notes or None,
+        **summary,
+        # the server's counter deltas that have a RUNS column (cached_tokens duplicates prefix hits)
+        **{f"server_{k}": (None if v is None else int(v)) for k, v in deltas.items()
+           if f"server_{k}" in RUNS.polars_schema},
+    }
+    if status != "ok":
+        row["batch_time_s"] = None
+    return pl.DataFrame([row])
+
+
+def attempt_row(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:
+    """One row of a run's ATTEMPTS table: attempt ``n`` (1-based), ok or failed with ``failure``'s cause."""
+    return {
+        "run_id": run.key, "attempt": n, "status": "failed" if failure else "ok",
+        "failure_cause": failure.cause if failure else None, "detail": failure.detail if failure else None,
+        "fits_max_len": failure.fits_max_len if failure else None, "elapsed_s": elapsed_s, "backoff_s": backoff_s,
+    }

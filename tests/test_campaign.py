@@ -1,0 +1,289 @@
+"""The campaign and its two executors without an engine: typed server records in the manifest, the overlapped
+starts' hand-over, a failed start recorded for the rest of its group, the campaign's lifecycle around any
+executor, and the Ray executor's records and manifest fields (no Ray needed: nothing is dispatched)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from kvlab import campaign, cluster, runner, store
+from kvlab.campaign import Campaign, ServerRecord, SweepError, SweepResult
+from kvlab.sse_fixture import SSEServer
+from kvlab.spec import ExperimentSpec, expand
+from test_runner import tag_of, write_spec
+
+#: The keys of a server in a manifest, as kvlab wrote them before servers were typed (plus ``node`` on Ray).
+MANIFEST_SERVER_KEYS = {"server_key", "engine", "argv", "launched_by_kvlab", "url", "env", "experiments", "log",
+                        "started_at", "ready_s", "start_overlapped", "paused_s"}
+
+
+def _record(**kw) -> ServerRecord:
+    base = dict(server_key="abc", engine="vllm", argv=["python", "-m", "x"], launched_by_kvlab=True, url=None,
+                env={}, experiments=["e"], log="server-abc-attempt1.log", started_at="2026-12-02T00:00:00+00:00",
+                ready_s=1.5, start_overlapped=False, paused_s=0.0)
+    return ServerRecord(**base | kw)
+
+
+def _manifest(data_dir: Path, name: str) -> dict:
+    return json.loads((data_dir / "runs" / name / "manifest.json").read_text())
+
+
+def test_a_server_record_is_the_manifest_entry_it_replaces():
+    assert {f.name for f in fields(ServerRecord)} == MANIFEST_SERVER_KEYS | {"node"}
+    assert set(_record().as_dict()) == MANIFEST_SERVER_KEYS  # no node key on a local sweep's servers
+    assert _record(node="n1").as_dict()["node"] == "n1"
+
+
+def test_two_experiments_on_one_external_server_share_one_typed_start(tmp_path):
+    with SSEServer() as srv:
+        engine = {"launch": None, "url": srv.url, "model": "org/m"}
+        a = write_spec(tmp_path, "study_a", engine=engine, workload={"batch_size": 1, "context_tokens": 256})
+        b = write_spec(tmp_path, "study_b", engine=engine | {"served_model_name": tag_of(a)},
+                       workload={"batch_size": 2, "context_tokens": 256})
+        seen = []
+        sw = runner.Sweep([ExperimentSpec.load(a), ExperimentSpec.load(b)], tmp_path,
+                          on_run=lambda run, status: seen.append((run.experiment, status)))
+        res = sw.execute()
+    assert isinstance(res, SweepResult) and (res.ok, res.failed, res.server_starts) == (2, 0, 1)
+    assert seen == [("study_a", "ok"), ("study_b", "ok")]
+    assert [type(s) for s in sw.servers] == [ServerRecord]
+    assert sw.servers[0].experiments == ["study_a", "study_b"] and sw.servers[0].launched_by_kvlab is False
+    for name, other in (("study_a", "study_b"), ("study_b", "study_a")):
+        entry = _manifest(tmp_path, name)["sweeps"][-1]
+        assert [set(s) for s in entry["servers"]] == [MANIFEST_SERVER_KEYS]
+        assert entry["servers"][0]["experiments"] == ["study_a", "study_b"] and entry["swept_with"] == [other]
+        assert (entry["ok"], entry["server_starts"]) == (1, 1)
+        spec = json.loads((store.run_dirs(tmp_path, name)[0] / store.SPEC_FILE).read_text())
+        assert spec["argv"] is None and spec["server_key"] == sw.servers[0].server_key  # an external server's
+
+
+def test_a_server_that_never_starts_is_not_relaunched_for_the_rest_of_its_group(tmp_path):
+    path = write_spec(tmp_path, "down", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m",
+                                                "startup_timeout_s": 1}, repeats=2)
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert (res.ok, res.failed, res.server_starts, res.attempts) == (0, 2, 1, 1)
+    runs = store.load_runs(tmp_path).sort("repeat")
+    first = runs["run_id"][0]
+    assert runs["attempts"].to_list() == [1, 0] and runs["failure_cause"].to_list() == ["timeout", "timeout"]
+    assert runs["notes"][1] == ("not launched: the same server configuration failed to start in every attempt of "
+                                f"run {first} (timeout)")
+    servers = _manifest(tmp_path, "down")["sweeps"][-1]["servers"]
+    assert len(servers) == 1 and servers[0]["launched_by_kvlab"] is False  # the failed start is listed too
+
+
+class _Executor:
+    """An executor that stores nothing and says what it was asked."""
+
+    def __init__(self, fail_preflight: bool = False, fail_run: bool = False):
+        self.fail_preflight, self.fail_run = fail_preflight, fail_run
+        self.servers = [_record(experiments=["plain"], node="n1")]
+        self.calls: list[str] = []
+
+    def preflight(self, camp, todo):
+        self.calls.append(f"preflight {len(todo)}")
+        if self.fail_preflight:
+            raise RuntimeError("refused")
+
+    def run(self, camp, todo, result):
+        self.calls.append(f"run {len(todo)}")
+        result.server_starts = 1
+        if self.fail_run:
+            raise KeyboardInterrupt
+
+    def manifest_extra(self, experiment):
+        return {"extra": experiment}
+
+
+def test_a_campaign_prepares_runs_its_executor_writes_the_manifest_and_releases_its_locks(tmp_path):
+    spec = ExperimentSpec.load(write_spec(tmp_path, "plain", repeats=2))
+    ex = _Executor()
+    res = Campaign(spec, tmp_path).execute(ex)
+    assert ex.calls == ["preflight 2", "run 2"] and (res.planned, res.skipped) == (2, 0)
+    entry = _manifest(tmp_path, "plain")["sweeps"][-1]
+    assert entry["extra"] == "plain" and entry["servers"][0]["node"] == "n1" and entry["server_starts"] == 1
+    assert res.experiments["plain"].server_starts == 1  # counted from the executor's records
+    free = Campaign(spec, tmp_path)
+    free.prepare()  # the lock was released
+    free.release()
+
+    # an interrupted executor: the manifest still lists what it started; the lock is released
+    with pytest.raises(KeyboardInterrupt):
+        Campaign(spec, tmp_path).execute(_Executor(fail_run=True))
+    assert len(_manifest(tmp_path, "plain")["sweeps"]) == 2
+    # a refusal before anything launches: no manifest entry
+    with pytest.raises(RuntimeError, match="refused"):
+        Campaign(spec, tmp_path).execute(_Executor(fail_preflight=True))
+    assert len(_manifest(tmp_path, "plain")["sweeps"]) == 2
+    held = Campaign(spec, tmp_path)
+    held.prepare()
+    try:
+        with pytest.raises(SweepError, match=rf"plain: another sweep is running it \(pid {os.getpid()} "):
+            Campaign(spec, tmp_path).execute(_Executor())
+    finally:
+        held.release()
+
+
+def test_a_campaign_stores_a_run_it_could_not_send_and_counts_its_attempts(tmp_path):
+    spec = ExperimentSpec.load(write_spec(tmp_path, "unsent"))
+    run = expand(spec)[0]
+    camp = Campaign(spec, tmp_path, on_run=lambda r, status: seen.append((r.key, status)))
+    seen: list = []
+    result = SweepResult("unsent", 1, 0, experiments={"unsent": SweepResult("unsent", 1, 0)})
+    lost = [runner.attempt_row(run, 1, runner.Failure("node_lost", "gone"), 2.0, None)]
+    path = camp.record_unsent(run, "node_lost", lost, "its node was lost", result)
+    assert path == tmp_path / "runs" / "unsent" / run.key and result.run_dirs == [path] and seen == [(run.key, "failed")]
+    assert (result.failed, result.attempts, result.experiments["unsent"].attempts) == (1, 1, 1)
+    row = store.load_runs(tmp_path).row(0, named=True)
+    assert (row["status"], row["failure_cause"], row["attempts"], row["notes"]) == ("failed", "node_lost", 1,
+                                                                                  "its node was lost")
+    assert "argv" not in json.loads((path / store.SPEC_FILE).read_text())  # as before: an unsent run has none
+
+
+def test_the_free_space_check_lives_with_the_campaign(tmp_path, monkeypatch):
+    monkeypatch.setattr(campaign, "MIN_FREE_BYTES", 2**62)
+    spec = ExperimentSpec.load(write_spec(tmp_path, "full"))
+    with pytest.raises(SweepError, match="MiB free on its disk"):
+        Campaign(spec, tmp_path).execute(_Executor())
+
+
+# ----------------------------------------------------------------------------- overlapped starts
+
+
+class _Adapter:
+    def env_overrides(self, engine):
+        return {"X": "1"}
+
+
+class _FakeServer:
+    """A stand-in for EngineServer that logs what ServerStarts does to it."""
+
+    made: list[_FakeServer] = []
+
+    def __init__(self, engine, log_path: Path):
+        self.engine, self.log_path, self.events = engine, log_path, []
+        self.external, self.adapter = False, _Adapter()
+        self.recorded_argv, self.ready_after_s, self.paused_s = ["engine", engine.name], 2.0, 0.0
+        self.launched = self.paused = False
+        _FakeServer.made.append(self)
+
+    def start(self):
+        self.launched = True
+        self.events.append("start")
+
+    def wait_ready(self):
+        self.events.append("ready")
+
+    def pause(self):
+        self.paused = True
+        self.events.append("pause")
+
+    def resume(self):
+        self.paused = False
+        self.events.append("resume")
+
+    def stop(self):
+        self.events.append("stop")
+
+
+def _two_groups(tmp_path):
+    spec = ExperimentSpec.load(write_spec(tmp_path, "overlap", matrix={"engine.prefix_caching": [True, False]}))
+    runs = expand(spec)
+    assert len({r.server_key for r in runs}) == 2
+    return runs
+
+
+def test_the_next_groups_server_starts_beside_this_one_paused_and_is_handed_to_its_group(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "EngineServer", _FakeServer)
+    _FakeServer.made = []
+    first, second = _two_groups(tmp_path)
+    with runner.ServerStarts(tmp_path, overlap=True) as starts:
+        with starts.group(first, second):
+            ahead = _FakeServer.made[-1]  # launched as the first group begins
+            assert ahead.events == ["start"] and ahead.log_path.name == f"server-{second.server_key}-attempt1.log"
+            server = starts.server(first, 1)
+            assert server is not ahead
+            starts.start(server, first)
+            assert ahead.events == ["start", "pause"]  # paused once the first group's server is ready
+        with starts.group(second, None):
+            assert starts.server(second, 1) is ahead and ahead.events[-1] == "resume"
+            starts.start(ahead, second)
+            assert ahead.events == ["start", "pause", "resume", "ready"]  # launched early: not started again
+    assert [(r.server_key, r.start_overlapped, r.argv, r.env) for r in starts.records] == [
+        (first.server_key, True, ["engine", "vllm"], {"X": "1"}), (second.server_key, True, ["engine", "vllm"], {"X": "1"})]
+    assert starts.current is starts.records[-1]
+    assert "stop" not in ahead.events  # the executor stops the servers it used, not ServerStarts
+
+
+def test_early_launches_never_used_are_stopped_on_leaving(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "EngineServer", _FakeServer)
+    _FakeServer.made = []
+    first, second = _two_groups(tmp_path)
+    with pytest.raises(KeyboardInterrupt), runner.ServerStarts(tmp_path) as starts:
+        with starts.group(first, second):
+            raise KeyboardInterrupt  # before the first server started
+    assert _FakeServer.made[0].events == ["start", "stop"]  # the second group's early launch
+
+    _FakeServer.made = []
+    with runner.ServerStarts(tmp_path) as starts:
+        with starts.group(first, second):
+            pass
+        with starts.group(second, None):
+            pass  # interrupted before its start: the server handed to it is stopped with the group
+    assert _FakeServer.made[0].events == ["start", "resume", "stop"]
+
+    _FakeServer.made = []
+    with runner.ServerStarts(tmp_path, overlap=False) as starts, starts.group(first, second):
+        pass
+    assert _FakeServer.made == []  # sequential starts: nothing launched early
+
+
+# ----------------------------------------------------------------------------- the Ray executor, without Ray
+
+
+def test_the_ray_executor_reports_each_nodes_servers_and_runs(tmp_path):
+    ex = cluster.RayExecutor("ray://head:10001")
+    ex.nodes = {"n1": {"host": {"cpu": "a"}, "runs": [("a", "k1"), ("b", "k2")],
+                       "servers": [_record(experiments=["a", "b"])]},
+                "n2": {"host": {"cpu": "b"}, "runs": [("a", "k3")], "servers": [_record(experiments=["a"])]}}
+    assert [(s.node, s.experiments) for s in ex.servers] == [("n1", ["a", "b"]), ("n2", ["a"])]
+    assert ex.nodes["n1"]["servers"][0].node is None  # the node is added to a copy
+    assert ex.manifest_extra("b") == {"ray": {"address": "ray://head:10001", "nodes": [
+        {"node_id": "n1", "host": {"cpu": "a"}, "runs": ["k2"], "server_starts": 1}]}}
+    assert [n["server_starts"] for n in ex.manifest_extra("a")["ray"]["nodes"]] == [1, 1]
+
+
+def test_a_cluster_campaign_with_nothing_pending_dispatches_nothing_and_needs_no_ray(tmp_path):
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "done", engine={"launch": None, "url": srv.url, "model": "org/m"})
+        spec = ExperimentSpec.load(path)
+        assert runner.sweep(spec, data_dir=tmp_path).ok == 1
+    again = cluster.sweep(spec, "auto", tmp_path)  # Ray is not even imported: there is nothing to send
+    assert (again.skipped, again.ok, again.server_starts) == (1, 0, 0)
+    sweeps = _manifest(tmp_path, "done")["sweeps"]
+    assert len(sweeps) == 2 and sweeps[-1]["ray"] == {"address": "auto", "nodes": []} and sweeps[-1]["servers"] == []
+
+
+def test_kvlab_sweep_runs_a_campaign_with_the_local_executor(tmp_path):
+    """The command builds the Campaign and its executor itself: what it prints, and what it stores."""
+    import subprocess
+    import sys
+
+    from kvlab.paths import ROOT
+
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "by_cli", engine={"launch": None, "url": srv.url, "model": "org/m"}, repeats=2)
+        cmd = [sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert "by_cli: 2 run(s) to do, 0 finished run(s) reused" in out.stderr
+    assert "by_cli: 2 ok, 0 failed, 0 reused" in out.stderr and "1 server start(s), 2 attempt(s)" in out.stderr
+    assert "by_cli: 0 run(s) to do, 2 finished run(s) reused" in again.stderr and "0 server start(s)" in again.stderr
+    sweeps = _manifest(tmp_path, "by_cli")["sweeps"]
+    assert [(s["ok"], s["skipped"], len(s["servers"])) for s in sweeps] == [(2, 0, 1), (0, 2, 0)]
+    assert "ray" not in sweeps[0]
