@@ -42,7 +42,7 @@ $(UV): $(ENVS)/uv-tool.lock
 	.tools/uv/bin/pip install -q --require-hashes -r $<
 
 $(BIN)/.installed: pyproject.toml uv.lock | $(UV)
-	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --python $(PYTHON)
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --compile-bytecode --python $(PYTHON)
 	touch $@
 
 install: $(BIN)/.installed ## create the workbook environment (.venv) from uv.lock

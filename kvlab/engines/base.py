@@ -155,6 +155,10 @@ class EngineAdapter(ABC):
     def env(self, spec: EngineSpec, base: dict[str, str] | None = None) -> dict[str, str]:
         """The full environment for the server process: ``base`` (default os.environ) + overrides."""
         merged = dict(os.environ if base is None else base)
+        # Engine environments are built without byte-compiling (uv, docs/environments.md): let the first start
+        # write bytecode for the modules it imports, else every start (and each worker the engine spawns with
+        # -B) compiles torch and the engine from source again. The spec's env can still set it.
+        merged.pop("PYTHONDONTWRITEBYTECODE", None)
         merged.update(self.env_overrides(spec))
         return merged
 
