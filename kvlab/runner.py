@@ -33,7 +33,7 @@ from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR
 from kvlab.plan import by_server, starts_may_overlap
 from kvlab.schema import RUNS
-from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
+from kvlab.server import EngineServer, ServerError, StateDirError, ensure_state_dir, read_api_key, reap_orphans
 from kvlab.spec import ExperimentSpec, RunSpec, expand
 from kvlab.workloads import Prompt, fixed_batch, shared_tokens
 
@@ -456,6 +456,10 @@ class Sweep:
         Returns the keys set aside, by experiment; safe to call again (execute calls it)."""
         for name in self.specs:
             _check_writable(self.exp_dir(name))
+        try:
+            ensure_state_dir()
+        except StateDirError as exc:
+            raise SweepError(str(exc)) from None
         for name in self.specs:
             if name not in self._locks:
                 self._locks[name] = _lock(self.exp_dir(name))
@@ -570,7 +574,12 @@ def _check_writable(exp_dir: Path) -> None:
 def _lock(exp_dir: Path) -> int:
     """Hold the experiment's lock for this process, or SweepError naming the sweep that holds it."""
     path = exp_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a link: a sweep.lock symlink would have its target truncated and written
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise SweepError(f"{path}: cannot open the sweep lock ({exc.strerror or exc}"
+                         + ("; it is a symbolic link: remove it" if path.is_symlink() else "")
+                         + "). Nothing was launched.") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

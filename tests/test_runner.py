@@ -580,3 +580,18 @@ def test_device_kind_reads_the_spec_and_the_host_never_a_label():
     assert host.device_kind({"extra_args": ["--device", "cuda"]}, gpu_host) == "gpu"
     assert host.device_kind({}, cpu_host) == "cpu" and host.device_kind({}, None) is None
     assert host.device_kind({"url": "http://10.0.0.5:8000"}, cpu_host) is None  # another host's server
+
+
+def test_a_sweep_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
+    """The lock is opened with O_NOFOLLOW: a sweep.lock symlink planted in the experiment folder never has its
+    target truncated or written."""
+    path = write_spec(tmp_path, "linked")
+    exp = tmp_path / "runs" / "linked"
+    exp.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (exp / runner.LOCK_FILE).symlink_to(victim)
+    with pytest.raises(runner.SweepError, match=r"sweep.lock: cannot open the sweep lock .*symbolic link.*"
+                                                r"Nothing was launched"):
+        runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()
+    assert victim.read_text() == "keep me"
