@@ -149,7 +149,11 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
 
         sw.on_run = on_run
         if ray is None:
-            res = sw.execute()
+            try:
+                res = sw.execute()
+            except runner.SweepError as exc:  # the disk filled up: one message naming the run and the free space
+                console.print(f"[red]sweep stopped[/red]: {escape(str(exc))}")
+                raise typer.Exit(1) from None
         else:
             from kvlab import cluster
 

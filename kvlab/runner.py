@@ -11,6 +11,7 @@ written as one atomic folder, so a killed sweep loses at most the run in flight.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import json
 import os
@@ -56,6 +57,30 @@ LOCK_FILE = "sweep.lock"
 
 class SweepError(RuntimeError):
     """A sweep cannot start: its data folder is not writable or full, or another sweep holds an experiment."""
+
+
+class DiskFullError(SweepError):
+    """The disk filled up while a run was being stored: the sweep stops. ``failure`` (cause ``disk_full``) says
+    what failed to be written; the run is not stored, so the next sweep measures it again."""
+
+    def __init__(self, message: str, failure: Failure, run: RunSpec | None, free_bytes: int):
+        super().__init__(message)
+        self.failure, self.run, self.free_bytes = failure, run, free_bytes
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC or EDQUOT, as an OSError or as polars reports it (a ComputeError saying "(os error 28)")."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return any(f"(os error {n})" in str(exc) for n in (errno.ENOSPC, errno.EDQUOT))
+
+
+def _free_near(path: Path) -> tuple[Path, int]:
+    """The nearest existing folder at or above ``path`` and the bytes free on its disk."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path, shutil.disk_usage(path).free
 
 
 @dataclass
@@ -397,18 +422,42 @@ class Sweep:
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes))
         requests = request_rows(batch.records, run.key) if batch else None
-        recorded = {name: srv.recorded_log(log_dir / f"recorded-{name}") for name, srv in logs.items()}
-        files = {name: path for name, path in recorded.items() if path}
-        path = store.write_run(self.exp_dir(run.experiment), run.key, row, requests, pl.DataFrame(attempts),
-                               spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
-                                                                   "argv": self.servers[-1]["argv"] if self.servers else None},
-                               files=files)
+        try:
+            recorded = {name: srv.recorded_log(log_dir / f"recorded-{name}") for name, srv in logs.items()}
+            files = {name: path for name, path in recorded.items() if path}
+            path = store.write_run(self.exp_dir(run.experiment), run.key, row, requests, pl.DataFrame(attempts),
+                                   spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
+                                                                       "argv": self.servers[-1]["argv"] if self.servers else None},
+                                   files=files)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            if server is not None:
+                server.stop()
+            raise self._disk_full(run, exc, result) from None
         result.tally(run, status)
         self.on_run(run, status)
         # a run killed mid-way also leaves server None: only start failures stop the group's relaunches
         never_started = server is None and all(start_failed) and all(
             a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES for a in attempts)
         return server, path, attempts[-1] | {"source_run": path.name} if never_started else None
+
+    def _disk_full(self, run: RunSpec | None, exc: BaseException, result: SweepResult | None,
+                   what: str | None = None, experiment: str | None = None) -> DiskFullError:
+        """The one error a sweep stops with when the disk fills up: it names the run (or ``what`` could not be
+        written), the folder and its free space; the run is counted failed with cause ``disk_full``, not stored."""
+        exp_dir = self.exp_dir(run.experiment if run is not None else experiment)
+        where, free = _free_near(Path(exc.filename) if getattr(exc, "filename", None) else exp_dir)
+        what = what or f"run {run.experiment}/{run.key}"
+        if run is not None and result is not None:
+            result.tally(run, "failed")
+            self.on_run(run, "failed")
+        done = len(store.finished_run_keys(exp_dir)) if exp_dir.is_dir() else 0
+        msg = (f"disk full while storing {what}: {free / 2**20:.1f} MiB ({free:,} bytes) free on the disk of {where} "
+               f"({getattr(exc, 'strerror', None) or exc}). Nothing of it was stored (no half-written folder); "
+               f"the {done} finished run(s) in {exp_dir} are intact. Free some space and sweep again: it resumes "
+               "from this run.")
+        return DiskFullError(msg, Failure("disk_full", str(exc)[:500]), run, free)
 
     def _record_not_started(self, run: RunSpec, start: dict, result: SweepResult) -> Path:
         note = (f"not launched: the same server configuration failed to start in every attempt of run "
@@ -420,9 +469,14 @@ class Sweep:
         was lost in every attempt); ``attempts`` (ATTEMPTS rows, may be empty) are stored and counted."""
         prompts = prompts_for(run, vocab_size(run))  # not sent: the row still says what they share
         row = run_row(run, prompts, "failed", len(attempts), cause, None, None, {}, note)
-        path = store.write_run(self.exp_dir(run.experiment), run.key, row, None,
-                               pl.DataFrame(attempts) if attempts else None,
-                               spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
+        try:
+            path = store.write_run(self.exp_dir(run.experiment), run.key, row, None,
+                                   pl.DataFrame(attempts) if attempts else None,
+                                   spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key})
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            raise self._disk_full(run, exc, result) from None
         result.tally(run, "failed", len(attempts))
         result.run_dirs.append(path)
         self.on_run(run, "failed")
@@ -521,13 +575,21 @@ class Sweep:
                             self._handed.stop()
                             self._handed = None
             finally:
+                stopping = sys.exc_info()[1]  # the exception the sweep stops with, if any
                 if self._ahead is not None:
                     self._ahead.stop()
                     self._ahead = None
                 result.wall_s = time.perf_counter() - t0
                 for name, spec in self.specs.items():
                     result.experiments[name].server_starts = sum(name in srv["experiments"] for srv in self.servers)
-                    self.write_manifest(spec, started, result.experiments[name])
+                    try:
+                        self.write_manifest(spec, started, result.experiments[name])
+                    except Exception as exc:
+                        if not is_disk_full(exc):
+                            raise
+                        if not isinstance(stopping, DiskFullError):  # else: one message, the run's; the manifest
+                            raise self._disk_full(None, exc, None,  # keeps its last sweep (written atomically)
+                                                  f"the manifest of {name}", name) from None
         return result
 
     def release(self) -> None:
