@@ -128,9 +128,10 @@ def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str
     return replace(batch, records=records), f"{reasoning.describe(method)} ({parser})"
 
 
-def _engine_failure(server: EngineServer, wait_s: float = ENGINE_DEATH_WAIT_S) -> Failure | None:
-    """The engine's own failure behind failed requests: it exited, or its log shows a fatal error; None if neither."""
-    deadline = time.monotonic() + wait_s
+def _engine_failure(server: EngineServer, wait_s: float | None = None) -> Failure | None:
+    """The engine's own failure behind failed requests: it exited, or its log shows a fatal error; None if neither
+    (``wait_s``: default ENGINE_DEATH_WAIT_S, read at the call)."""
+    deadline = time.monotonic() + (ENGINE_DEATH_WAIT_S if wait_s is None else wait_s)
     while True:
         failure = server.failure()
         if failure is not None:
