@@ -21,6 +21,7 @@ Ray is imported here only, and only when a cluster sweep starts: kvlab runs with
 from __future__ import annotations
 
 import io
+import logging
 import os
 import queue
 import shutil
@@ -77,7 +78,35 @@ def connect(address: str):
         ray.init(address=None if address == "local" else address, log_to_driver=False)
     except Exception as exc:  # ConnectionError, or Ray's own when `auto` finds no cluster
         raise ClusterError(f"--ray {address}: cannot join the Ray cluster: {exc}") from None
+    if warning := auth_off_warning(address):
+        logging.getLogger(__name__).warning(warning)
     return ray
+
+
+def auth_mode(environ=os.environ) -> str:
+    """Ray's authentication mode in this process once it joined a cluster: ``token`` (or ``k8s``) or ``disabled``.
+
+    Ray (2.52+) reads RAY_AUTH_MODE on every node and on the driver, and a driver without the token cannot join a
+    cluster that checks it: so a driver that joined with auth disabled has joined a cluster without it. Asked of
+    ``ray._raylet.get_authentication_mode`` (which also knows Ray's own defaults), else of RAY_AUTH_MODE."""
+    try:
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+
+        mode = get_authentication_mode()
+        return next((name.lower() for name in ("TOKEN", "K8S") if mode == getattr(AuthenticationMode, name, object())),
+                    "disabled")
+    except Exception:  # no Ray, or a Ray without token auth (before 2.52)
+        return (environ.get("RAY_AUTH_MODE") or "disabled").strip().lower()
+
+
+def auth_off_warning(address: str, environ=os.environ) -> str | None:
+    """What ``--ray`` warns when the cluster it joined runs without authentication; None when it checks a token."""
+    if auth_mode(environ) in ("token", "k8s"):
+        return None
+    return (f"--ray {address}: this Ray cluster runs without authentication (RAY_AUTH_MODE is not 'token'): anyone "
+            "who can reach its ports can run code on its nodes, and kvlab starts engines there. Start every node and "
+            "the driver with RAY_AUTH_MODE=token and one token (RAY_AUTH_TOKEN, or the file `ray get-auth-token "
+            "--generate` writes), as docs/experiments.md shows.")
 
 
 def resources_for(group: list[RunSpec], resource: str | None = None) -> dict:
