@@ -92,10 +92,10 @@ def ensure_state_dir(directory: Path | None = None, create: bool = True) -> bool
     are created mode 0700, and each must be this user's alone (StateDirError naming it otherwise; a folder
     given by $KVLAB_STATE_DIR or ``directory``: that folder is checked, its parents made as usual). Returns
     whether the folder exists (``create`` off: only checks one that exists)."""
-    if directory is None and not os.environ.get("KVLAB_STATE_DIR"):
-        directory = state_dir()
+    default = None if os.environ.get("KVLAB_STATE_DIR") else state_dir()
+    directory = state_dir() if directory is None else Path(directory)
+    if directory == default:  # /tmp/kvlab-<uid>-<hash>/servers: both folders are kvlab's
         return _own_dir(directory.parent, create) and _own_dir(directory, create)
-    directory = directory or state_dir()
     if create:
         directory.parent.mkdir(parents=True, exist_ok=True)
     return _own_dir(directory, create)

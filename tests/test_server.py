@@ -431,8 +431,9 @@ def test_the_state_folder_is_made_0700_and_must_be_this_users_alone(tmp_path, mo
     d = server.state_dir()
     assert d.parent.parent == tmp_path and d.parent.name.startswith(f"kvlab-{os.getuid()}-")
     assert server.ensure_state_dir(create=False) is False and not d.parent.exists()  # checking creates nothing
-    assert server.ensure_state_dir() is True
+    assert server.ensure_state_dir(d) is True  # an EngineServer registers there: both folders made 0700 too
     assert [stat.S_IMODE(p.stat().st_mode) for p in (d.parent, d)] == [0o700, 0o700]
+    assert server.ensure_state_dir() is True
     d.parent.chmod(0o777)
     with pytest.raises(server.StateDirError, match=rf"{d.parent}: .* mode 0777: other users can write to it"):
         server.ensure_state_dir()
