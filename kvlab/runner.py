@@ -36,7 +36,8 @@ from kvlab.workloads import Prompt, fixed_batch
 
 __all__ = [  # what tests, benchmarks and kvlab.cluster use; the campaign's and the rows' names are kept here
     "STARTUP_CAUSES", "Campaign", "DiskFullError", "LocalExecutor", "Measurement", "NotStarted", "RunOutcome",
-    "ServerStarts", "Sweep", "SweepError", "SweepResult", "attempt_row", "prompts_for", "run_row", "sweep", "vocab_size",
+    "ServerStarts", "Sweep", "SweepError", "SweepResult", "attempt_row", "prompts_for", "run_row", "sweep",
+    "vocab_size",
 ]
 
 #: Failure causes that happen before a server is ready: the same argv will fail the same way.

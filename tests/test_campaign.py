@@ -289,7 +289,7 @@ def test_kvlab_sweep_runs_a_campaign_with_the_local_executor(tmp_path):
     assert "ray" not in sweeps[0]
 
 
-# ----------------------------------------------------------------------------- a full disk on the Ray path, stand-in Ray
+# ----------------------------------------------------------------------------- a full disk on the Ray path
 
 
 class _RayTaskError(Exception):
