@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from benchmarks.bench_tools import OUT_DIR, ROOT, Row, markdown_table, print_table, read_result
 
 BENCHMARKS = ["client_overhead", "engine_agreement", "sweep_planning", "report_build", "analysis_scale", "cluster_sweep",
-              "avx2_cap"]
+              "avx2_cap", "fault_soak"]
 
 
 def run_one(name: str, quick: bool) -> tuple[int, float]:

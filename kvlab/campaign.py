@@ -11,6 +11,7 @@ servers its runs used (:class:`ServerRecord`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -27,9 +28,11 @@ from typing import Protocol
 import polars as pl
 
 from kvlab import host, store
+from kvlab.engines.base import Failure
 from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR
 from kvlab.rows import prompts_for, run_row, vocab_size
+from kvlab.server import StateDirError, ensure_state_dir
 from kvlab.spec import ExperimentSpec, RunSpec, expand
 
 #: A sweep refuses to start with less free space than this where its runs go (a run folder with its logs
@@ -41,6 +44,33 @@ LOCK_FILE = "sweep.lock"
 
 class SweepError(RuntimeError):
     """A sweep cannot start: its data folder is not writable or full, or another sweep holds an experiment."""
+
+
+class DiskFullError(SweepError):
+    """The disk filled up while a run was being stored: the sweep stops. ``failure`` (cause ``disk_full``) says
+    what failed to be written; the run is not stored, so the next sweep measures it again."""
+
+    def __init__(self, message: str, failure: Failure, run: RunSpec | None, free_bytes: int):
+        super().__init__(message)
+        self.failure, self.run, self.free_bytes = failure, run, free_bytes
+
+    def __reduce__(self):  # picklable with its fields (a Ray task's error travels to the driver pickled)
+        return (type(self), (str(self), self.failure, self.run, self.free_bytes))
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC or EDQUOT, as an OSError or as polars reports it (a ComputeError saying "(os error 28)")."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return any(f"(os error {n})" in str(exc) for n in (errno.ENOSPC, errno.EDQUOT))
+
+
+def free_near(path: Path) -> tuple[Path, int]:
+    """The nearest existing folder at or above ``path`` and the bytes free on its disk."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path, shutil.disk_usage(path).free
 
 
 @dataclass
@@ -149,6 +179,10 @@ class Campaign:
         Returns the keys set aside, by experiment; safe to call again (execute calls it)."""
         for name in self.specs:
             _check_writable(self.exp_dir(name))
+        try:
+            ensure_state_dir()
+        except StateDirError as exc:
+            raise SweepError(str(exc)) from None
         for name in self.specs:
             if name not in self._locks:
                 self._locks[name] = _lock(self.exp_dir(name))
@@ -209,12 +243,20 @@ class Campaign:
         try:
             executor.run(self, todo, result)
         finally:
+            stopping = sys.exc_info()[1]  # the exception the campaign stops with, if any
             result.wall_s = time.perf_counter() - t0
             servers = executor.servers
             for name, spec in self.specs.items():
                 result.experiments[name].server_starts = sum(name in s.experiments for s in servers)
-                self.write_manifest(spec, started, result.experiments[name], servers,
-                                    **executor.manifest_extra(name))
+                try:
+                    self.write_manifest(spec, started, result.experiments[name], servers,
+                                        **executor.manifest_extra(name))
+                except Exception as exc:
+                    if not is_disk_full(exc):
+                        raise
+                    if not isinstance(stopping, DiskFullError):  # else: one message, the run's; the manifest
+                        raise self.disk_full(None, exc, None,  # keeps its last sweep (written atomically)
+                                             f"the manifest of {name}", name) from None
         return result
 
     # ------------------------------------------------------------------ the store
@@ -227,6 +269,24 @@ class Campaign:
                                                                    **spec_extra},
                                files=files)
 
+    def disk_full(self, run: RunSpec | None, exc: BaseException, result: SweepResult | None,
+                  what: str | None = None, experiment: str | None = None) -> DiskFullError:
+        """The one error a campaign stops with when the disk fills up: it names the run (or ``what`` could not be
+        written), the folder and its free space; the run is counted failed with cause ``disk_full`` (and
+        ``on_run`` told), not stored."""
+        exp_dir = self.exp_dir(run.experiment if run is not None else experiment)
+        where, free = free_near(Path(exc.filename) if getattr(exc, "filename", None) else exp_dir)
+        what = what or f"run {run.experiment}/{run.key}"
+        if run is not None and result is not None:
+            result.tally(run, "failed")
+            self.on_run(run, "failed")
+        done = len(store.finished_run_keys(exp_dir)) if exp_dir.is_dir() else 0
+        msg = (f"disk full while storing {what}: {free / 2**20:.1f} MiB ({free:,} bytes) free on the disk of {where} "
+               f"({getattr(exc, 'strerror', None) or exc}). Nothing of it was stored (no half-written folder); "
+               f"the {done} finished run(s) in {exp_dir} are intact. Free some space and sweep again: it resumes "
+               "from this run.")
+        return DiskFullError(msg, Failure("disk_full", str(exc)[:500]), run, free)
+
     def stored(self, run: RunSpec, path: Path, status: str, result: SweepResult, attempts: int = 0) -> None:
         """A run's folder is in place: count it (and ``attempts`` more attempts) and tell ``on_run``."""
         result.tally(run, status, attempts)
@@ -238,7 +298,12 @@ class Campaign:
         was lost in every attempt); ``attempts`` (ATTEMPTS rows, may be empty) are stored and counted."""
         prompts = prompts_for(run, vocab_size(run))  # not sent: the row still says what they share
         row = run_row(run, prompts, "failed", len(attempts), cause, None, None, {}, note)
-        path = self.write_run(run, row, None, pl.DataFrame(attempts) if attempts else None)
+        try:
+            path = self.write_run(run, row, None, pl.DataFrame(attempts) if attempts else None)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            raise self.disk_full(run, exc, result) from None
         self.stored(run, path, "failed", result, len(attempts))
         return path
 
@@ -281,7 +346,12 @@ def _check_writable(exp_dir: Path) -> None:
 def _lock(exp_dir: Path) -> int:
     """Hold the experiment's lock for this process, or SweepError naming the sweep that holds it."""
     path = exp_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a link: a sweep.lock symlink would have its target truncated and written
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise SweepError(f"{path}: cannot open the sweep lock ({exc.strerror or exc}"
+                         + ("; it is a symbolic link: remove it" if path.is_symlink() else "")
+                         + "). Nothing was launched.") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -23,6 +23,7 @@ Ray is imported here only, and only when a cluster sweep starts: kvlab runs with
 from __future__ import annotations
 
 import io
+import logging
 import os
 import queue
 import shutil
@@ -38,7 +39,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import host, plan, store
-from kvlab.campaign import Campaign, ServerRecord, SweepResult
+from kvlab.campaign import Campaign, DiskFullError, ServerRecord, SweepResult, is_disk_full
 from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR, publish_dir
 from kvlab.rows import attempt_row
@@ -82,7 +83,35 @@ def connect(address: str):
         ray.init(address=None if address == "local" else address, log_to_driver=False)
     except Exception as exc:  # ConnectionError, or Ray's own when `auto` finds no cluster
         raise ClusterError(f"--ray {address}: cannot join the Ray cluster: {exc}") from None
+    if warning := auth_off_warning(address):
+        logging.getLogger(__name__).warning(warning)
     return ray
+
+
+def auth_mode(environ=os.environ) -> str:
+    """Ray's authentication mode in this process once it joined a cluster: ``token`` (or ``k8s``) or ``disabled``.
+
+    Ray (2.52+) reads RAY_AUTH_MODE on every node and on the driver, and a driver without the token cannot join a
+    cluster that checks it: so a driver that joined with auth disabled has joined a cluster without it. Asked of
+    ``ray._raylet.get_authentication_mode`` (which also knows Ray's own defaults), else of RAY_AUTH_MODE."""
+    try:
+        from ray._raylet import AuthenticationMode, get_authentication_mode
+
+        mode = get_authentication_mode()
+        return next((name.lower() for name in ("TOKEN", "K8S") if mode == getattr(AuthenticationMode, name, object())),
+                    "disabled")
+    except Exception:  # no Ray, or a Ray without token auth (before 2.52)
+        return (environ.get("RAY_AUTH_MODE") or "disabled").strip().lower()
+
+
+def auth_off_warning(address: str, environ=os.environ) -> str | None:
+    """What ``--ray`` warns when the cluster it joined runs without authentication; None when it checks a token."""
+    if auth_mode(environ) in ("token", "k8s"):
+        return None
+    return (f"--ray {address}: this Ray cluster runs without authentication (RAY_AUTH_MODE is not 'token'): anyone "
+            "who can reach its ports can run code on its nodes, and kvlab starts engines there. Start every node and "
+            "the driver with RAY_AUTH_MODE=token and one token (RAY_AUTH_TOKEN, or the file `ray get-auth-token "
+            "--generate` writes), as docs/experiments.md shows.")
 
 
 def resources_for(group: list[RunSpec], resource: str | None = None) -> dict:
@@ -150,6 +179,8 @@ def run_group(specs: list[ExperimentSpec], keys: list[tuple[str, str]]) -> Itera
     thread.start()
     try:
         while (run := finished.get()) is not None:
+            if not (campaign.exp_dir(run.experiment) / run.key).is_dir():
+                continue  # counted failed but not stored (the node's disk filled up): the thread's error follows
             yield {"experiment": run.experiment, "key": run.key,
                    "servers": [replace(s, experiments=list(s.experiments)) for s in local.servers],
                    "tar": _pack(campaign.exp_dir(run.experiment) / run.key)}
@@ -275,6 +306,8 @@ def _dispatch(ray, campaign: Campaign, groups: list[tuple[str, list[RunSpec]]], 
             elif isinstance(item, BaseException):
                 running.discard(n)
                 if isinstance(item, ray.exceptions.RayTaskError):  # kvlab's own code raised on the node
+                    if isinstance(cause := getattr(item, "cause", None), DiskFullError):
+                        raise _node_disk_full(campaign, task["node"], cause, result) from None
                     raise ClusterError(f"a server group's task failed on node {task['node']}: {item}") from None
                 _on_lost(campaign, task, item, lost, result, submit)
             elif "host" in item:
@@ -286,7 +319,12 @@ def _dispatch(ray, campaign: Campaign, groups: list[tuple[str, list[RunSpec]]], 
                 task["left"].remove(run)
                 task["servers"], task["t0"] = item["servers"], time.perf_counter()
                 nodes[task["node"]]["runs"].append((exp, key))
-                path = _publish(campaign.exp_dir(exp), key, item["tar"], lost.pop((exp, key), []))
+                try:
+                    path = _publish(campaign.exp_dir(exp), key, item["tar"], lost.pop((exp, key), []))
+                except Exception as exc:  # ENOSPC/EDQUOT here: the run is not published, the campaign stops
+                    if not is_disk_full(exc):
+                        raise
+                    raise campaign.disk_full(run, exc, result) from None
                 status = pl.read_parquet(path / store.RUN_FILE)["status"][0]
                 campaign.stored(run, path, status, result, pl.read_parquet(path / store.ATTEMPTS_FILE).height)
     except BaseException:  # Ctrl-C, or a task that failed in kvlab's code: no task may run on unobserved
@@ -298,6 +336,24 @@ def _dispatch(ray, campaign: Campaign, groups: list[tuple[str, list[RunSpec]]], 
             if task["node"] is not None:
                 nodes[task["node"]]["servers"] += task["servers"]
         result.server_starts = sum(len(node["servers"]) for node in nodes.values())
+
+
+def _node_disk_full(campaign: Campaign, node: str | None, exc: DiskFullError, result: SweepResult) -> DiskFullError:
+    """A node's disk filled up while it stored a run in its temporary folder: the one error the campaign stops
+    with, naming the node, the run and the space left there (the run is counted failed here, not published)."""
+    run = exc.run
+    if run is not None:
+        result.tally(run, "failed")
+        campaign.on_run(run, "failed")
+    exp_dir = campaign.exp_dir(run.experiment) if run is not None else campaign.data_dir / "runs"
+    what = f"run {run.experiment}/{run.key}" if run is not None else "a run"
+    done = sum(len(store.finished_run_keys(campaign.exp_dir(n))) for n in campaign.specs
+               if campaign.exp_dir(n).is_dir())
+    msg = (f"disk full on node {node or '(not yet known)'} while it stored {what} in its temporary folder: "
+           f"{exc.free_bytes / 2**20:.1f} MiB ({exc.free_bytes:,} bytes) free there ({exc.failure.detail}). Nothing "
+           f"of it was published; the {done} finished run(s) under {exp_dir.parent} are intact. Free some space on "
+           "that node and sweep again: it resumes from this run.")
+    return DiskFullError(msg, exc.failure, run, exc.free_bytes)
 
 
 def _drain(ray, n: int, gen, events: queue.Queue) -> None:

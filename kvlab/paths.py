@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 #: The repository root (the folder holding ``kvlab/``, ``data/``, ``notebooks/``).
@@ -27,3 +28,20 @@ def publish_dir(tmp: Path, final: Path) -> None:
         os.replace(final, old)
         shutil.rmtree(old, ignore_errors=True)
     os.replace(tmp, final)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` by rename from a new file of a random name in the same folder (mode 0600,
+    created with O_EXCL by mkstemp): readers see old or new, and no predictable temporary path exists that a
+    link planted beforehand could redirect. A link at ``path`` itself is replaced, never written through."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import metrics
-from kvlab.campaign import Campaign, Executor, ServerRecord, SweepError, SweepResult
+from kvlab.campaign import Campaign, DiskFullError, Executor, ServerRecord, SweepError, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
 from kvlab.paths import DATA_DIR
@@ -35,8 +35,9 @@ from kvlab.spec import ExperimentSpec, RunSpec
 from kvlab.workloads import Prompt, fixed_batch
 
 __all__ = [  # what tests, benchmarks and kvlab.cluster use; the campaign's and the rows' names are kept here
-    "STARTUP_CAUSES", "Campaign", "LocalExecutor", "Measurement", "NotStarted", "RunOutcome", "ServerStarts",
-    "Sweep", "SweepError", "SweepResult", "attempt_row", "prompts_for", "run_row", "sweep", "vocab_size",
+    "STARTUP_CAUSES", "Campaign", "DiskFullError", "LocalExecutor", "Measurement", "NotStarted", "RunOutcome",
+    "ServerStarts", "Sweep", "SweepError", "SweepResult", "attempt_row", "prompts_for", "run_row", "sweep",
+    "vocab_size",
 ]
 
 #: Failure causes that happen before a server is ready: the same argv will fail the same way.
@@ -64,9 +65,10 @@ def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str
     return replace(batch, records=records), f"{reasoning.describe(method)} ({parser})"
 
 
-def _engine_failure(server: EngineServer, wait_s: float = ENGINE_DEATH_WAIT_S) -> Failure | None:
-    """The engine's own failure behind failed requests: it exited, or its log shows a fatal error; None if neither."""
-    deadline = time.monotonic() + wait_s
+def _engine_failure(server: EngineServer, wait_s: float | None = None) -> Failure | None:
+    """The engine's own failure behind failed requests: it exited, or its log shows a fatal error; None if neither
+    (``wait_s``: default ENGINE_DEATH_WAIT_S, read at the call)."""
+    deadline = time.monotonic() + (ENGINE_DEATH_WAIT_S if wait_s is None else wait_s)
     while True:
         failure = server.failure()
         if failure is not None:
@@ -398,10 +400,17 @@ class LocalExecutor:
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes))
         requests = request_rows(batch.records, run.key) if batch else None
-        recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}
-        files = {name: path for name, path in recorded.items() if path}
-        path = campaign.write_run(run, row, requests, pl.DataFrame(attempts), files,
-                                  argv=starts.current.argv if starts.current else None)
+        try:
+            recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}
+            files = {name: path for name, path in recorded.items() if path}
+            path = campaign.write_run(run, row, requests, pl.DataFrame(attempts), files,
+                                      argv=starts.current.argv if starts.current else None)
+        except Exception as exc:  # ENOSPC/EDQUOT: the run fails with cause disk_full, is not stored, the sweep stops
+            if not is_disk_full(exc):
+                raise
+            if server is not None:
+                server.stop()
+            raise campaign.disk_full(run, exc, result) from None
         campaign.stored(run, path, status, result)
         # a run killed mid-way also leaves server None: only start failures stop the group's relaunches
         never_started = server is None and all(start_failed) and all(

@@ -16,6 +16,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ import psutil
 from kvlab.engines import ENGINE_NAMES, Failure, get_adapter
 from kvlab import watchdog
 from kvlab.engines.base import http_json
-from kvlab.paths import ROOT
+from kvlab.paths import ROOT, write_text_atomic
 from kvlab.engines import EngineSpec
 
 REDACTED = "***"
@@ -48,16 +49,56 @@ class ServerError(RuntimeError):
         self.log_path = log_path
 
 
+class StateDirError(RuntimeError):
+    """The state folder is not this user's own: another user (or a link) could plant or redirect registry files."""
+
+
 def state_dir() -> Path:
     """Where live servers are registered: $KVLAB_STATE_DIR, else a per-user, per-checkout temp folder.
 
     Outside the repository so that no pid file is ever committed; per checkout so that two
-    clones on one machine do not reap each other's servers.
+    clones on one machine do not reap each other's servers. Its name can be guessed (other users share /tmp):
+    :func:`ensure_state_dir` creates it mode 0700 and refuses one that is not this user's alone.
     """
     if os.environ.get("KVLAB_STATE_DIR"):
         return Path(os.environ["KVLAB_STATE_DIR"])
     tag = hashlib.sha256(str(ROOT.resolve()).encode()).hexdigest()[:8]
     return Path(tempfile.gettempdir()) / f"kvlab-{os.getuid()}-{tag}" / "servers"
+
+
+def _own_dir(path: Path, create: bool) -> bool:
+    """Create ``path`` mode 0700 (``create``) and check it is a real folder of this user's that no other user
+    can write to; StateDirError naming it otherwise. False when it does not exist (and ``create`` is off)."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    why = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a folder" if not stat.S_ISDIR(st.st_mode)
+           else f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})" if st.st_uid != os.getuid()
+           else f"has mode {stat.S_IMODE(st.st_mode):04o}: other users can write to it"
+           if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else None)
+    if why:
+        raise StateDirError(f"{path}: kvlab's server state folder {why}; another user could plant or redirect its "
+                            "registry files. Remove it, or set KVLAB_STATE_DIR to a folder of your own. "
+                            "Nothing was launched.")
+    return True
+
+
+def ensure_state_dir(directory: Path | None = None, create: bool = True) -> bool:
+    """Make the state folder (default :func:`state_dir`) ready: the per-user folder and its ``servers`` folder
+    are created mode 0700, and each must be this user's alone (StateDirError naming it otherwise; a folder
+    given by $KVLAB_STATE_DIR or ``directory``: that folder is checked, its parents made as usual). Returns
+    whether the folder exists (``create`` off: only checks one that exists)."""
+    default = None if os.environ.get("KVLAB_STATE_DIR") else state_dir()
+    directory = state_dir() if directory is None else Path(directory)
+    if directory == default:  # /tmp/kvlab-<uid>-<hash>/servers: both folders are kvlab's
+        return _own_dir(directory.parent, create) and _own_dir(directory, create)
+    if create:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+    return _own_dir(directory, create)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -157,9 +198,11 @@ def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[i
     A registered group is killed only when the harness that started it is gone and at least one
     member still runs an engine command line (pids get reused). Returns the killed group ids.
     """
+    # a record names a process group to kill: read none from a folder another user could write to
+    exists = ensure_state_dir(directory, create=False)
     directory = directory or state_dir()
     killed: list[int] = []
-    for f in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+    for f in sorted(directory.glob("*.json")) if exists else []:
         try:
             rec = json.loads(f.read_text())
         except (OSError, ValueError):
@@ -343,7 +386,7 @@ class EngineServer:
             self._key_file.unlink(missing_ok=True)
 
     def _register(self) -> None:
-        self.registry_dir.mkdir(parents=True, exist_ok=True)
+        ensure_state_dir(self.registry_dir)
         me = psutil.Process()
         rec = {
             "pid": self._proc.pid, "pgid": self._proc.pid, "port": self.port, "engine": self.spec.name,
@@ -351,9 +394,7 @@ class EngineServer:
             "owner_pid": me.pid, "owner_started": me.create_time(),
         }
         self._pid_file = self.registry_dir / f"{self._proc.pid}.json"
-        tmp = self._pid_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec, indent=2))
-        os.replace(tmp, self._pid_file)
+        write_text_atomic(self._pid_file, json.dumps(rec, indent=2))
 
     def log_text(self, this_start: bool = False) -> str:
         """The server log so far, API key redacted; ``this_start``: only what this start wrote (the log file is
@@ -492,8 +533,8 @@ class EngineServer:
         # SGLang prints its server args, key included; scrub the file once the writer is gone.
         if self._api_key and self.log_path.exists():
             text = self.log_path.read_text(errors="replace")
-            if self._api_key in text:
-                self.log_path.write_text(redact(text, self._api_key))
+            if self._api_key in text:  # a new file put in place by rename: never a rewrite through a link
+                write_text_atomic(self.log_path, redact(text, self._api_key))
 
     # -------------------------------------------------------------- HTTP helpers
     def version(self) -> str | None:

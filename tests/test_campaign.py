@@ -287,3 +287,143 @@ def test_kvlab_sweep_runs_a_campaign_with_the_local_executor(tmp_path):
     sweeps = _manifest(tmp_path, "by_cli")["sweeps"]
     assert [(s["ok"], s["skipped"], len(s["servers"])) for s in sweeps] == [(2, 0, 1), (0, 2, 0)]
     assert "ray" not in sweeps[0]
+
+
+# ----------------------------------------------------------------------------- a full disk on the Ray path
+
+
+class _RayTaskError(Exception):
+    """Ray's: the error a task raised, its ``cause`` unpickled on the driver."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
+def _stand_in_ray(monkeypatch):
+    """A ``ray`` module that runs each group's task in this process (the node is "node-1"), its items and its
+    error passed through pickle as Ray passes them to the driver."""
+    import pickle
+    import sys
+    import types
+
+    class Remote:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def options(self, **kw):
+            return self
+
+        def remote(self, specs, keys):
+            def gen():
+                try:
+                    for item in self.fn(pickle.loads(pickle.dumps(specs)), keys):
+                        yield pickle.loads(pickle.dumps(item))
+                except Exception as exc:
+                    raise _RayTaskError(pickle.loads(pickle.dumps(exc))) from None
+            return gen()
+
+    ray = types.ModuleType("ray")
+    ray.exceptions = types.SimpleNamespace(RayTaskError=_RayTaskError)
+    ray.is_initialized = lambda: True
+    ray.nodes = lambda: [{"Alive": True, "Resources": {"CPU": 4.0}}]
+    ray.get_runtime_context = lambda: types.SimpleNamespace(get_node_id=lambda: "node-1")
+    ray.get = lambda ref: ref
+    ray.cancel = lambda gen, force=False: None
+    ray.remote = lambda **opts: Remote
+    monkeypatch.setitem(sys.modules, "ray", ray)
+
+
+def test_a_disk_full_error_travels_pickled_with_its_run_and_free_space(tmp_path):
+    import pickle
+
+    from kvlab.engines.base import Failure
+
+    run = expand(ExperimentSpec.load(write_spec(tmp_path, "pickled")))[0]
+    err = campaign.DiskFullError("disk full while storing ...", Failure("disk_full", "os error 28"), run, 1234)
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, runner.DiskFullError) and isinstance(back, SweepError)
+    assert (str(back), back.failure, back.run, back.free_bytes) == (str(err), err.failure, run, 1234)
+
+
+@pytest.mark.parametrize("where", ["node", "driver"])
+def test_a_disk_that_fills_up_in_a_cluster_campaign_stops_it_with_one_message_and_a_rerun_resumes(
+        tmp_path, monkeypatch, where):
+    """ENOSPC while the second of three runs is stored: on the node, in its temporary folder (the run writer; the
+    node's error comes back pickled inside Ray's task error), or on the driver, as the run is published. The
+    campaign stops with one DiskFullError naming the run (and the node), nothing half-written is left, the run
+    stored before stays, and the next cluster sweep resumes with the two left; ``kvlab sweep --ray`` says it in
+    one message (exit 1)."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    from kvlab import cli
+
+    _stand_in_ray(monkeypatch)
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "cluster_full", engine={"launch": None, "url": srv.url, "model": "org/m"},
+                          repeats=3)
+        spec = ExperimentSpec.load(path)
+        keys = [r.key for r in Campaign(spec, tmp_path).pending()[0]]
+        exp = tmp_path / "runs" / "cluster_full"
+
+        def inject(m) -> None:
+            seen = []
+            if where == "node":
+                import polars as pl
+
+                real_parquet = pl.DataFrame.write_parquet
+
+                def write_parquet(df, file, *a, **k):
+                    if "kvlab-ray-" in str(file) and Path(file).name == store.REQUESTS_FILE:
+                        seen.append(file)
+                        if len(seen) == 2:  # the node's second run
+                            Path(file).write_bytes(b"PAR1 half a file")
+                            raise pl.exceptions.ComputeError("parquet: underlying IO error: No space left on "
+                                                             "device (os error 28)")
+                    return real_parquet(df, file, *a, **k)
+
+                m.setattr(pl.DataFrame, "write_parquet", write_parquet)
+            else:
+                real_publish = cluster.publish_dir
+
+                def publish_dir(tmp, final):
+                    seen.append(final)
+                    if len(seen) == 2:  # the driver's second run
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final))
+                    return real_publish(tmp, final)
+
+                m.setattr(cluster, "publish_dir", publish_dir)
+
+        with monkeypatch.context() as m:
+            inject(m)
+            with pytest.raises(campaign.DiskFullError) as err:
+                cluster.sweep(spec, "auto", tmp_path)
+        said = " ".join(str(err.value).split())
+        assert err.value.run.key == keys[1] and err.value.failure.cause == "disk_full"
+        if where == "node":
+            assert said.startswith(f"disk full on node node-1 while it stored run cluster_full/{keys[1]} in its "
+                                   "temporary folder: ")
+            assert "Nothing of it was published; the 1 finished run(s)" in said
+        else:
+            assert said.startswith(f"disk full while storing run cluster_full/{keys[1]}: ")
+            assert "the 1 finished run(s)" in said
+        assert "sweep again: it resumes from this run" in said
+        assert store.finished_run_keys(exp) == {keys[0]}
+        assert [p.name for p in exp.iterdir() if p.name.startswith(".")] == []  # nothing half-written
+        sweeps = _manifest(tmp_path, "cluster_full")["sweeps"]
+        assert (sweeps[-1]["ok"], sweeps[-1]["failed"]) == (1, 1)  # the run counted failed, not stored
+
+        with monkeypatch.context() as m:  # the command: one message, exit 1, no traceback
+            inject(m)
+            res = CliRunner().invoke(cli.app, ["sweep", str(path), "--data-dir", str(tmp_path), "--ray", "auto"])
+        out = " ".join(res.output.split())
+        assert res.exit_code == 1, res.output
+        assert out.count("cluster sweep stopped") == out.count("disk full") == 1 and "Traceback" not in res.output
+        assert keys[2] in out  # it resumed: the second run stored, the disk full at the third
+        assert store.finished_run_keys(exp) == set(keys[:2])
+
+        again = cluster.sweep(spec, "auto", tmp_path)  # space freed
+    assert (again.skipped, again.ok, again.failed) == (2, 1, 0)
+    assert store.finished_run_keys(exp) == set(keys)

@@ -59,6 +59,51 @@ def test_ray_missing_or_cluster_unreachable_fails_with_what_to_do(tmp_path, monk
 
 
 @pytest.mark.cluster
+def _fake_ray(monkeypatch, mode: int | None):
+    """A stand-in ``ray`` whose ``_raylet`` reports auth ``mode`` (0 disabled, 1 token, 2 k8s); None: a Ray without
+    token auth (no ``_raylet`` functions), so kvlab falls back on RAY_AUTH_MODE."""
+    import types
+
+    ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: False
+    ray.init = lambda **kw: None
+    raylet = types.ModuleType("ray._raylet")
+    if mode is not None:
+        raylet.AuthenticationMode = type("AuthenticationMode", (), {"DISABLED": 0, "TOKEN": 1, "K8S": 2})
+        raylet.get_authentication_mode = lambda: mode
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.setitem(sys.modules, "ray._raylet", raylet)
+
+
+@pytest.mark.parametrize(("mode", "env", "warned"), [
+    (None, None, True), (None, "disabled", True), (None, "token", False), (None, " Token ", False),
+    (0, "token", True),  # Ray's own answer wins over the variable
+    (1, None, False), (2, None, False),
+])
+def test_ray_warns_when_the_cluster_it_joins_has_auth_off(monkeypatch, mode, env, warned):
+    _fake_ray(monkeypatch, mode)
+    environ = {} if env is None else {"RAY_AUTH_MODE": env}
+    text = cluster.auth_off_warning("HEAD:6379", environ)
+    assert (text is not None) == warned
+    if warned:
+        assert text.startswith("--ray HEAD:6379: this Ray cluster runs without authentication")
+        assert "RAY_AUTH_MODE=token" in text and "docs/experiments.md" in text
+
+
+def test_connect_logs_the_auth_warning(monkeypatch, caplog):
+    _fake_ray(monkeypatch, None)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with caplog.at_level("WARNING", logger="kvlab.cluster"):
+        cluster.connect("local")
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "runs without authentication" in caplog.records[0].getMessage()
+    caplog.clear()
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    with caplog.at_level("WARNING", logger="kvlab.cluster"):
+        cluster.connect("local")
+    assert caplog.records == []
+
+
 def test_a_bad_ray_address_fails_before_anything_launches(tmp_path):
     path = write_spec(tmp_path, "bad_address")
     with socket.socket() as s:  # a port nothing listens on

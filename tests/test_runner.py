@@ -580,3 +580,104 @@ def test_device_kind_reads_the_spec_and_the_host_never_a_label():
     assert host.device_kind({"extra_args": ["--device", "cuda"]}, gpu_host) == "gpu"
     assert host.device_kind({}, cpu_host) == "cpu" and host.device_kind({}, None) is None
     assert host.device_kind({"url": "http://10.0.0.5:8000"}, cpu_host) is None  # another host's server
+
+
+def test_a_sweep_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
+    """The lock is opened with O_NOFOLLOW: a sweep.lock symlink planted in the experiment folder never has its
+    target truncated or written."""
+    path = write_spec(tmp_path, "linked")
+    exp = tmp_path / "runs" / "linked"
+    exp.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    (exp / campaign.LOCK_FILE).symlink_to(victim)
+    with pytest.raises(runner.SweepError, match=r"sweep.lock: cannot open the sweep lock .*symbolic link.*"
+                                                r"Nothing was launched"):
+        runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()
+    assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("where", ["run_parquet", "log_copy", "log_record"])
+def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_resumes(tmp_path, monkeypatch, where):
+    """ENOSPC injected while the third of five runs is stored — in the run writer (polars reports it as a
+    ComputeError saying "os error 28"), in its copy of the server log, or in the server's redacted log copy — after
+    part of the file was written: the run fails with cause disk_full and is not stored (no half-written folder),
+    the sweep stops with one message naming the run and the free space, the two finished runs stay byte for byte,
+    and the next sweep resumes with the three left."""
+    import errno
+    import hashlib
+
+    from typer.testing import CliRunner
+
+    from kvlab import cli
+    from kvlab.server import EngineServer
+    from kvlab.sse_fixture import SSEServer
+
+    def digest(d: Path) -> str:
+        return hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in sorted(d.iterdir()))).hexdigest()
+
+    with SSEServer() as srv:
+        path = write_spec(tmp_path, "filling", engine={"launch": None, "url": srv.url, "model": "org/m"}, repeats=5)
+        spec = ExperimentSpec.load(path)
+        keys = [r.key for r in runner.Sweep(spec, tmp_path).pending()[0]]
+        exp = tmp_path / "runs" / "filling"
+
+        def full() -> bool:  # the disk fills up while the third run is stored
+            return len(store.finished_run_keys(exp)) == 2
+
+        enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if where == "run_parquet":
+            real_parquet = pl.DataFrame.write_parquet
+
+            def write_parquet(df, file, *a, **k):
+                if full() and Path(file).name == store.REQUESTS_FILE:
+                    Path(file).write_bytes(b"PAR1 half a file")
+                    raise pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: "
+                                                     "No space left on device (os error 28)")
+                return real_parquet(df, file, *a, **k)
+
+            monkeypatch.setattr(pl.DataFrame, "write_parquet", write_parquet)
+        elif where == "log_copy":
+            real_copy = store.shutil.copy2
+
+            def copy2(src, dst, **k):
+                if full() and Path(dst).name.startswith("server-"):
+                    Path(dst).write_bytes(b"# kvlab: half a log")
+                    raise enospc
+                return real_copy(src, dst, **k)
+
+            monkeypatch.setattr(store.shutil, "copy2", copy2)
+        else:
+            real_record = EngineServer.recorded_log
+
+            def recorded_log(self, dest):
+                if full():
+                    Path(dest).write_text("# kvlab: half")
+                    raise enospc
+                return real_record(self, dest)
+
+            monkeypatch.setattr(EngineServer, "recorded_log", recorded_log)
+
+        with pytest.raises(runner.DiskFullError) as err:
+            runner.Sweep(spec, tmp_path).execute()
+        assert err.value.failure.cause == "disk_full" and err.value.run.key == keys[2]
+        assert store.finished_run_keys(exp) == set(keys[:2])
+        assert [p.name for p in exp.iterdir() if p.name.startswith(".")] == []  # nothing half-written
+        before = {k: digest(exp / k) for k in keys[:2]}
+
+        # the CLI: the sweep stops with one message naming the run and the free space, exit 1, no traceback
+        res = CliRunner().invoke(cli.app, ["sweep", str(path), "--data-dir", str(tmp_path)])
+        out = " ".join(res.output.split())
+        assert res.exit_code == 1, res.output
+        assert out.count("sweep stopped") == out.count("disk full") == 1 and "Traceback" not in res.output
+        assert f"disk full while storing run filling/{keys[2]}: " in out and " bytes) free on the disk of " in out
+        assert f"failed {keys[2]}" in out  # the run, counted failed
+        assert "the 2 finished run(s)" in out and "sweep again: it resumes from this run" in out
+        assert store.finished_run_keys(exp) == set(keys[:2])
+
+        monkeypatch.undo()  # space freed
+        res = runner.Sweep(spec, tmp_path).execute()
+        assert (res.skipped, res.ok, res.failed) == (2, 3, 0)
+    assert store.finished_run_keys(exp) == set(keys)
+    assert {k: digest(exp / k) for k in keys[:2]} == before  # the finished runs were not touched
+    assert len(store.load_runs(tmp_path)) == 5 and len(store.load_requests(tmp_path)) == 10

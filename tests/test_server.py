@@ -413,3 +413,91 @@ def test_sigkilled_harness_leaves_no_engine_and_the_reaper_is_the_second_line(
         proc.kill()
         if _group_alive(pid):
             os.killpg(pid, signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------- the state folder and atomic files
+
+
+def test_the_state_folder_is_made_0700_and_must_be_this_users_alone(tmp_path, monkeypatch):
+    """/tmp/kvlab-<uid>-<hash>/servers has a name any local user can guess: kvlab makes both folders mode 0700
+    and refuses either one when it is a link, another uid's, or writable by group or others."""
+    import stat
+    import tempfile
+
+    from kvlab import server
+
+    monkeypatch.delenv("KVLAB_STATE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    d = server.state_dir()
+    assert d.parent.parent == tmp_path and d.parent.name.startswith(f"kvlab-{os.getuid()}-")
+    assert server.ensure_state_dir(create=False) is False and not d.parent.exists()  # checking creates nothing
+    assert server.ensure_state_dir(d) is True  # an EngineServer registers there: both folders made 0700 too
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (d.parent, d)] == [0o700, 0o700]
+    assert server.ensure_state_dir() is True
+    d.parent.chmod(0o777)
+    with pytest.raises(server.StateDirError, match=rf"{d.parent}: .* mode 0777: other users can write to it"):
+        server.ensure_state_dir()
+    d.parent.chmod(0o700)
+    d.chmod(0o720)
+    with pytest.raises(server.StateDirError, match=rf"{d}: .*mode 0720"):
+        server.reap_orphans()  # its records name process groups to kill: none is read from such a folder
+    d.chmod(0o700)
+    real = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: real + 4242)  # the folder now belongs to "another" user
+    with pytest.raises(server.StateDirError, match=rf"{d}: .*belongs to uid {real}, not to this user "
+                                                   rf"\(uid {real + 4242}\).*KVLAB_STATE_DIR"):
+        server.ensure_state_dir(d)
+    monkeypatch.undo()
+    monkeypatch.delenv("KVLAB_STATE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    os.rmdir(d)
+    d.symlink_to(tmp_path)
+    with pytest.raises(server.StateDirError, match=rf"{d}: .*is a symbolic link"):
+        server.ensure_state_dir()
+
+
+def test_a_sweep_refuses_a_state_folder_that_is_not_its_users(tmp_path, monkeypatch):
+    from kvlab import runner
+    from kvlab.paths import EXPERIMENTS_DIR
+    from kvlab.spec import ExperimentSpec
+
+    d = tmp_path / "servers"
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)
+    monkeypatch.setenv("KVLAB_STATE_DIR", str(d))
+    spec = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")
+    with pytest.raises(runner.SweepError, match=rf"{d}: kvlab's server state folder has mode 0777.*Nothing was launched"):
+        runner.Sweep(spec, tmp_path / "data").prepare()
+
+
+def test_registry_and_redacted_log_are_replaced_by_rename_never_written_through_a_link(tmp_path, registry,
+                                                                                         monkeypatch):
+    from kvlab.paths import write_text_atomic
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    link = tmp_path / "target.json"
+    link.symlink_to(victim)
+    write_text_atomic(link, "new")
+    assert victim.read_text() == "keep" and not link.is_symlink() and link.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+    # the registry: written through a random mkstemp name, so no predictable <pid>.tmp a link could redirect
+    monkeypatch.setenv("KVLAB_TEST_KEY", "topsecret-123")
+    srv = EngineServer(_fake_spec(name="sglang", env={"FAKE_MODE": "ok"}, api_key_env="KVLAB_TEST_KEY"),
+                       tmp_path / "s.log")
+    calls = []
+    import kvlab.server as server_mod
+
+    real = server_mod.write_text_atomic
+    monkeypatch.setattr(server_mod, "write_text_atomic", lambda p, t: (calls.append(Path(p)), real(p, t))[1])
+    try:
+        with srv:
+            rec = registry / f"{srv.pid}.json"
+            assert rec.exists() and json.loads(rec.read_text())["pid"] == srv.pid
+            assert (registry.stat().st_mode & 0o077) == 0
+    finally:
+        srv.stop()
+    assert calls[0] == rec
+    assert calls[-1] == tmp_path / "s.log"  # the log the fake printed the key to: scrubbed by rename
+    assert "topsecret-123" not in (tmp_path / "s.log").read_text()
+    assert not [p for p in registry.iterdir()]

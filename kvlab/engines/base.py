@@ -16,10 +16,12 @@ from kvlab.paths import ROOT
 
 
 # node_lost: a cluster sweep's node (or its worker process) died with the run in flight (kvlab.cluster).
+# disk_full: the run could not be stored (ENOSPC or EDQUOT); it stops the sweep and is not stored, so the next
+# sweep measures it again (kvlab.campaign.DiskFullError).
 FailureCause = Literal["startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error",
-                       "node_lost"]
+                       "node_lost", "disk_full"]
 FAILURE_CAUSES: tuple[str, ...] = ("startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error",
-                                   "node_lost")
+                                   "node_lost", "disk_full")
 
 #: Canonical counter names every adapter maps to its engine's Prometheus names.
 CANONICAL_METRICS = (
