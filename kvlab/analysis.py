@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kvlab.engines import SGLANG, VLLM
+
 #: Columns that identify one configuration apart from the engine (what two engines are compared on).
 CONFIG_KEYS = ("source", "experiment", "hardware", "context_label", "context_tokens")
 
@@ -65,7 +67,7 @@ def mean_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def relative_speed(runs: pl.DataFrame, engine_a: str = "vllm", engine_b: str = "sglang") -> pl.DataFrame:
+def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGLANG) -> pl.DataFrame:
     """Per configuration that holds both engines: ``engine`` (= ``engine_a``) and its ``batch_time_s``,
     ``other_engine`` (= ``engine_b``) and its ``other_batch_time_s``, which is ``faster``, and by how much.
 
@@ -190,8 +192,8 @@ class Crossover:
 
 def crossover(
     runs: pl.DataFrame,
-    engine_a: str = "vllm",
-    engine_b: str = "sglang",
+    engine_a: str = VLLM,
+    engine_b: str = SGLANG,
     method: str = "linear",
 ) -> Crossover:
     """Estimate the context where ``engine_a`` and ``engine_b`` take equal batch time.

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from kvlab.engines import FAMILIES
 from kvlab.paths import DATA_DIR, REPORTS_DIR
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -178,7 +179,7 @@ def model(
     target: Annotated[str | None, typer.Argument(help="experiment YAML to predict (optional)")] = None,
     gpu: Annotated[str, typer.Option(help="GPU from data/catalog/gpus.csv")] = "B300",
     model_name: Annotated[str, typer.Option("--model", help="model from data/catalog/models.csv")] = "Kimi-K3",
-    engine: Annotated[str | None, typer.Option(help="vllm or sglang (default: compare both)")] = None,
+    engine: Annotated[str | None, typer.Option(help=f"{' or '.join(FAMILIES)} (default: compare both)")] = None,
     tp: Annotated[int, typer.Option(help="tensor-parallel size")] = 8,
     dcp: Annotated[int | None, typer.Option(help="decode-context-parallel size")] = None,
     context: Annotated[list[int], typer.Option(help="context tokens (repeatable)")] = [],  # noqa: B006

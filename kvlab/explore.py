@@ -15,6 +15,8 @@ from dataclasses import replace
 
 import polars as pl
 
+from kvlab.engines import SGLANG, VLLM
+
 #: Contexts offered by the context controls (tokens), named as the figures name them.
 CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072, 204800, 262144, 524288, 1048576)
 #: Requests in flight offered by 06's concurrency control (100 is the tree's threshold).
@@ -88,8 +90,8 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
 
     if dcp < 1 or tp % dcp:
         return [Markdown(f"*DCP {dcp} must divide TP {tp}: choose another DCP size.*")]
-    cfgs = [Config.of(gpu, model, "vllm", tp, 1, assumptions.default_mem_util),
-            Config.of(gpu, model, "sglang", tp, dcp, assumptions.default_mem_util)]
+    cfgs = [Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util),
+            Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)]
     grid = sorted(set(context_grid(max(max_context, context), points=points)) | {context})
     df = curves(cfgs, grid, workload, fit.params, assumptions)
     x = crossover_context(cfgs[0], cfgs[1], workload, fit.params, assumptions, hi_tokens=max(grid))

@@ -11,20 +11,19 @@ two disagree, which premise of the tree the data contradict) are in :mod:`kvlab.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import polars as pl
 
-Engine = Literal["vllm", "sglang"]
+from kvlab.engines import SGLANG, VLLM, registry
+
+#: An engine family (kvlab.engines.FAMILIES): the tree and the evidence name families, measured rows engines.
+Engine = str
 PRIORITIES = ("throughput", "stability")
 
 #: The tree's numbers, as the document states them.
 FIXED_CONTEXT_THRESHOLD = 0.30
 CONCURRENCY_THRESHOLD = 100
 
-#: The family a measured engine stands for: sglang-jax (SGLang's JAX runtime) is evidence about SGLang's family,
-#: never a measurement of PyTorch SGLang, and reports name it as measured.
-FAMILY: dict[str, Engine] = {"vllm": "vllm", "sglang": "sglang", "sglang-jax": "sglang"}
 #: A measured ratio closer to 1 than this is no difference (runs share 2 CPU cores with other work).
 MIN_MARGIN = 1.05
 
@@ -33,15 +32,7 @@ def measured_member(family: Engine, engines) -> str:
     """The engine that stands for ``family`` among the measured ``engines``: the family's own engine where it
     ran (PyTorch SGLang), else another member (sglang-jax), else the family's own name."""
     present = set(engines)
-    return next((e for e in (family, *sorted(e for e, f in FAMILY.items() if f == family and e != family))
-                 if e in present), family)
-
-
-def engine_label(engine: str) -> str:
-    """How reports name an engine: 'vLLM', 'SGLang', 'sglang-jax (CPU)' (kvlab.engines.ENGINE_LABELS)."""
-    from kvlab.engines import ENGINE_LABELS
-
-    return ENGINE_LABELS.get(engine, engine)
+    return next((e for e in registry.members(family) if e in present), family)
 
 
 @dataclass(frozen=True)
@@ -78,26 +69,26 @@ def decision_tree(
     if shared_prefix:
         q_frac = f"Fixed context ≥ {FIXED_CONTEXT_THRESHOLD:.0%} of the prompt?"
         if fixed_context_fraction >= FIXED_CONTEXT_THRESHOLD:
-            return Recommendation("sglang", "RadixAttention reuses the shared prefix across requests",
+            return Recommendation(SGLANG, "RadixAttention reuses the shared prefix across requests",
                                   ((q_shared, "yes"), (q_frac, f"yes ({fixed_context_fraction:.0%})")))
         q_ds = "DeepSeek-family model?"
         path = ((q_shared, "yes"), (q_frac, f"no ({fixed_context_fraction:.0%})"))
         if deepseek_family:
-            return Recommendation("sglang", "SGLang's DeepSeek optimisations (MLA, DP attention)",
+            return Recommendation(SGLANG, "SGLang's DeepSeek optimisations (MLA, DP attention)",
                                   (*path, (q_ds, "yes")))
-        return Recommendation("vllm", "about equal; vLLM is easier to operate", (*path, (q_ds, "no")), "equal")
+        return Recommendation(VLLM, "about equal; vLLM is easier to operate", (*path, (q_ds, "no")), "equal")
     q_conc = f"≥ {CONCURRENCY_THRESHOLD} concurrent requests?"
     if concurrency >= CONCURRENCY_THRESHOLD:
-        return Recommendation("vllm", "PagedAttention's memory efficiency under many concurrent requests",
+        return Recommendation(VLLM, "PagedAttention's memory efficiency under many concurrent requests",
                               ((q_shared, "no"), (q_conc, f"yes ({concurrency})")))
     q_mixed = "Mixed GPU/TPU hardware or frequent model changes?"
     path = ((q_shared, "no"), (q_conc, f"no ({concurrency})"))
     if mixed_hardware_or_frequent_model_changes:
-        return Recommendation("vllm", "broad hardware and model support", (*path, (q_mixed, "yes")))
+        return Recommendation(VLLM, "broad hardware and model support", (*path, (q_mixed, "yes")))
     q_prio = "Throughput first or ecosystem stability first?"
     if priority == "throughput":
-        return Recommendation("sglang", "throughput first", (*path, (q_mixed, "no"), (q_prio, "throughput")))
-    return Recommendation("vllm", "ecosystem stability first", (*path, (q_mixed, "no"), (q_prio, "stability")))
+        return Recommendation(SGLANG, "throughput first", (*path, (q_mixed, "no"), (q_prio, "throughput")))
+    return Recommendation(VLLM, "ecosystem stability first", (*path, (q_mixed, "no"), (q_prio, "stability")))
 
 
 # --------------------------------------------------------------------------- from kvlab's own numbers
@@ -234,7 +225,7 @@ def engine_configs(w: UserWorkload):
     """The two configurations the guide compares for ``w``: vLLM TP (no DCP) and SGLang TP + DCP."""
     from kvlab.perfmodel import Config
 
-    return Config.of(w.gpu, w.model, "vllm", w.tp, 1), Config.of(w.gpu, w.model, "sglang", w.tp, w.dcp)
+    return Config.of(w.gpu, w.model, VLLM, w.tp, 1), Config.of(w.gpu, w.model, SGLANG, w.tp, w.dcp)
 
 
 def _within_error_range(a, b, fit, error: float, lo: int = 4096, hi: int = 1 << 20,
@@ -274,7 +265,7 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     if kv_split(a) == kv_split(b):
         return Factor("context", "modelled", None, dcp_divides=False, **facts)
     x = crossover_from_fit(fit, gpu=w.gpu, model=w.model, dcp=w.dcp, tp=w.tp)
-    faster: Engine = "vllm" if ta <= tb else "sglang"
+    faster: Engine = VLLM if ta <= tb else SGLANG
     ratio = max(ta, tb) / min(ta, tb)
     if not model_factor_decides(ratio, max(error, 0.001)):
         return Factor("context", "modelled", None, crossover=x,
@@ -320,7 +311,7 @@ def prefix_factor(w: UserWorkload, sharing: pl.DataFrame, min_margin: float = MI
         zero_ratio = z[second["engine"]] / z[best["engine"]]  # > 1: the same engine is faster with nothing to share
     if margin < min_margin:
         return Factor("prefix", "measured", None, rows, n, margin, min_margin, zero_ratio=zero_ratio)
-    return Factor("prefix", "measured", FAMILY.get(best["engine"]), rows, n, margin, min_margin, best["engine"],
+    return Factor("prefix", "measured", registry.family(best["engine"]), rows, n, margin, min_margin, best["engine"],
                   second["engine"], best["experiment"], zero_ratio)
 
 
@@ -341,7 +332,7 @@ def concurrency_factor(w: UserWorkload, conc: pl.DataFrame, min_margin: float = 
     margin = best["requests_per_s"] / second["requests_per_s"]
     if margin < min_margin:
         return Factor("concurrency", "measured", None, rows, n, margin, min_margin)
-    return Factor("concurrency", "measured", FAMILY.get(best["engine"]), rows, n, margin, min_margin, best["engine"],
+    return Factor("concurrency", "measured", registry.family(best["engine"]), rows, n, margin, min_margin, best["engine"],
                   second["engine"], best["experiment"])
 
 
@@ -357,9 +348,9 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
     factors = (context_factor(w, fit), prefix_factor(w, sharing), concurrency_factor(w, conc))
     measured = [f for f in factors if f.source == "measured" and f.favours]
     if measured:
-        votes = {e: [f for f in measured if f.favours == e] for e in ("vllm", "sglang")}
+        votes = {e: [f for f in measured if f.favours == e] for e in (VLLM, SGLANG)}
         primary = "prefix" if w.shared_prefix else "concurrency"
-        if len(votes["vllm"]) != len(votes["sglang"]):
+        if len(votes[VLLM]) != len(votes[SGLANG]):
             engine: Engine = max(votes, key=lambda e: len(votes[e]))
             deciding = next((f for f in votes[engine] if f.name == primary), votes[engine][0])
             return Evidence(engine, factors, "measured", deciding)
@@ -371,4 +362,4 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
         return Evidence(top.favours, factors, "measured", top, split)
     if factors[0].favours:
         return Evidence(factors[0].favours, factors, "modelled", factors[0])
-    return Evidence("vllm", factors, "tie-break")
+    return Evidence(VLLM, factors, "tie-break")

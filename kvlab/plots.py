@@ -12,7 +12,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
 
-from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD, engine_label
+from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
 from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
 from kvlab.style import ENGINE_COLORS, number_label as _num, styled, theme
 from kvlab.units import scaled_context
@@ -688,10 +689,13 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
         "ds": ("DeepSeek-family\nmodel?", 0.38, 0.46),
         "mixed": ("Mixed GPU/TPU or\nfrequent model changes?", 0.75, 0.46),
         "prio": ("Priority?", 0.75, 0.24),
-        "L_frac": ("SGLang", 0.1, 0.46), "L_ds": ("SGLang", 0.27, 0.24), "L_eq": ("≈ equal:\nvLLM easier", 0.49, 0.24),
-        "L_conc": ("vLLM", 0.93, 0.46), "L_mixed": ("vLLM", 0.93, 0.24),
-        "L_tp": ("SGLang", 0.62, 0.04), "L_st": ("vLLM", 0.88, 0.04),
     }
+    # leaves: (the engine family the document recommends, x, y), each drawn in its engine's colour
+    leaves = {"L_frac": (SGLANG, 0.1, 0.46), "L_ds": (SGLANG, 0.27, 0.24), "L_eq": (VLLM, 0.49, 0.24),
+              "L_conc": (VLLM, 0.93, 0.46), "L_mixed": (VLLM, 0.93, 0.24), "L_tp": (SGLANG, 0.62, 0.04),
+              "L_st": (VLLM, 0.88, 0.04)}
+    nodes |= {k: (f"≈ equal:\n{engine_label(e)} easier" if k == "L_eq" else engine_label(e), x, y)
+              for k, (e, x, y) in leaves.items()}
     edges = [("shared", "frac", "yes"), ("shared", "conc", "no"), ("frac", "L_frac", "yes"), ("frac", "ds", "no"),
              ("ds", "L_ds", "yes"), ("ds", "L_eq", "no"), ("conc", "L_conc", "yes"), ("conc", "mixed", "no"),
              ("mixed", "L_mixed", "yes"), ("mixed", "prio", "no"), ("prio", "L_tp", "throughput"),
@@ -719,7 +723,7 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
     for key, (text, x, y) in nodes.items():
         leaf = key.startswith("L_")
         on = key == node or any(key in e for e in taken)
-        colour = ENGINE_COLORS.get("sglang" if "SGLang" in text else "vllm") if leaf else "#f4f4f4"
+        colour = ENGINE_COLORS[leaves[key][0]] if leaf else "#f4f4f4"
         ax.text(x, y, text, ha="center", va="center", fontsize=8.5, color="white" if leaf else "#222222",
                 fontweight="bold" if on else "normal",
                 bbox=dict(boxstyle="round,pad=0.4", facecolor=colour, edgecolor=hot if on else "#bbbbbb",

@@ -204,16 +204,16 @@ def _engine_line(engine: str, version: str | None, dtype: str | None, device_kin
     """How a provenance line names what ran: display name, version, and in brackets where it ran (on a CPU, the
     adapter's note, e.g. 'CPU, torch-native kernels') and the compute dtype (runs stored before it was recorded have
     none); float32 on a CPU without native bfloat16 says why (EngineSpec.dtype bfloat16-if-native)."""
-    from kvlab.engines import ENGINE_LABELS, get_adapter
+    from kvlab.engines import engine_label, registry
 
     notes = []
-    if device_kind == "cpu" and engine in ENGINE_LABELS and get_adapter(engine).cpu_note:
-        notes.append(get_adapter(engine).cpu_note)
+    if device_kind == "cpu" and registry.cpu_note(engine):
+        notes.append(registry.cpu_note(engine))
     if dtype == "float32" and without_bf16:
         notes.append("float32 compute: this CPU has no native bfloat16")
     elif dtype:
         notes.append(f"{dtype} compute")
-    line = f"{ENGINE_LABELS.get(engine, engine)} {version or '(version not reported)'}"
+    line = f"{engine_label(engine)} {version or '(version not reported)'}"
     return line + (f" ({'; '.join(notes)})" if notes else "")
 
 

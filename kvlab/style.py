@@ -10,8 +10,13 @@ from typing import TypeVar
 
 import matplotlib as mpl
 
-#: One colour per engine in every report; sglang-jax (SGLang's JAX runtime) is SGLang's family, a darker shade.
-ENGINE_COLORS = {"vllm": "#3b75af", "sglang": "#e1812c", "sglang-jax": "#a0461a"}
+from kvlab.engines import registry
+
+#: The engines' colours by the key each adapter names (EngineAdapter.colour_key): one hue per family, a darker
+#: shade for an engine that stands in for its family's own (sglang-jax, SGLang's JAX runtime).
+PALETTE = {"blue": "#3b75af", "orange": "#e1812c", "dark orange": "#a0461a"}
+#: One colour per engine in every report, in display order.
+ENGINE_COLORS = {engine: PALETTE[key] for engine, key in registry.colour_keys().items()}
 
 F = TypeVar("F", bound=Callable)
 

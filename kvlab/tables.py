@@ -13,7 +13,7 @@ import math
 
 import polars as pl
 
-from kvlab.engines import ENGINE_LABELS
+from kvlab.engines import engine_label
 
 #: Column names as a reader sees them (units in parentheses). Columns not listed get a name derived from
 #: their unit suffix (:data:`SUFFIXES`), underscores as spaces.
@@ -160,7 +160,7 @@ class Table:
         self.caption = caption
         rows = []
         for row in self.frame.iter_rows(named=True):
-            rows.append([ENGINE_LABELS.get(v, v) if c == "engine" and isinstance(v, str) else _cell(v, digits)
+            rows.append([engine_label(v) if c == "engine" and isinstance(v, str) else _cell(v, digits)
                          for c, v in row.items()])
         self.rows = rows
 

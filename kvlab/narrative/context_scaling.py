@@ -7,7 +7,7 @@ from kvlab.units import sig2
 import polars as pl
 
 from kvlab.analysis import Crossover
-from kvlab.guide import engine_label
+from kvlab.engines import engine_label
 from kvlab.narrative.common import _implausible, _scaled_span
 from kvlab.units import approx_tokens, k_label
 

@@ -6,7 +6,7 @@ from kvlab.units import sig2
 
 import polars as pl
 
-from kvlab.guide import engine_label
+from kvlab.engines import engine_label
 from kvlab.narrative.common import _scaled_span
 from kvlab.units import scaled_context
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import polars as pl
 
-from kvlab.guide import engine_label
+from kvlab.engines import engine_label
 from kvlab.narrative.common import _implausible, config_name, setup_phrase
 from kvlab.units import approx_label, approx_tokens, k_label, tokens_label
 

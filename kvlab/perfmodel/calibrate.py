@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 from scipy.optimize import least_squares
 
+from kvlab.engines import SGLANG, VLLM
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.frames import row_config, row_context, row_workload, usable_rows
 from kvlab.perfmodel.roofline import (
@@ -195,8 +196,8 @@ def crossover_from_fit(
     assumptions: Assumptions = Assumptions(),
 ) -> float | None:
     """Context where vLLM TP (no DCP) and SGLang TP+DCP take equal time under the fitted parameters."""
-    a = Config.of(gpu, model, "vllm", tp, 1, assumptions.default_mem_util)
-    b = Config.of(gpu, model, "sglang", tp, dcp, assumptions.default_mem_util)
+    a = Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util)
+    b = Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)
     return crossover_context(a, b, workload, fit.params, assumptions)
 
 
