@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kvlab.claims import held_out_error, model_factor_decides, winners_held_out
 from kvlab.engines import SGLANG, VLLM, registry
+from kvlab.paths import EXPERIMENTS_DIR
+from kvlab.perfmodel import Config, batch_time, model as catalog_model
+from kvlab.perfmodel.calibrate import crossover_from_fit
+from kvlab.perfmodel.roofline import kv_split
+from kvlab.spec import ExperimentSpec
 
 #: An engine family (kvlab.engines.FAMILIES): the tree and the evidence name families, measured rows engines.
 Engine = str
@@ -114,9 +120,7 @@ class UserWorkload:
 
     def deepseek_family(self) -> bool:
         """DeepSeek's architecture: MLA attention (DeepSeek-V3/R1, and Kimi, built on it), per the catalog."""
-        from kvlab.perfmodel import model
-
-        m = model(self.model)
+        m = catalog_model(self.model)
         return m.attention_type in ("mla", "hybrid") or "deepseek" in m.model.lower()
 
     def tree(self) -> Recommendation:
@@ -141,8 +145,6 @@ def experiment_workload(spec) -> UserWorkload:
     - concurrency: the most requests in flight any run of the matrix has;
     - model, TP: the first engine's (its model id must be a catalog name or alias); SGLang's modelled DCP = TP.
     """
-    from kvlab.perfmodel import model as catalog_model
-
     wl = spec.workload
     in_flight = [wl.in_flight] + [c for c in spec.matrix.get("workload.concurrency", []) if c is not None]
     engine = next(iter(spec.engines.values()))
@@ -155,9 +157,6 @@ def experiment_workload(spec) -> UserWorkload:
 
 def document_examples(experiments_dir=None) -> list[tuple[str, UserWorkload]]:
     """Document 003's examples as (label, tree inputs), each read from its shipped experiment."""
-    from kvlab.paths import EXPERIMENTS_DIR
-    from kvlab.spec import ExperimentSpec
-
     folder = EXPERIMENTS_DIR if experiments_dir is None else experiments_dir
     return [(label, experiment_workload(ExperimentSpec.load(folder / f"{name}.yaml")))
             for label, name in DOCUMENT_EXAMPLES]
@@ -223,8 +222,6 @@ class Evidence:
 
 def engine_configs(w: UserWorkload):
     """The two configurations the guide compares for ``w``: vLLM TP (no DCP) and SGLang TP + DCP."""
-    from kvlab.perfmodel import Config
-
     return Config.of(w.gpu, w.model, VLLM, w.tp, 1), Config.of(w.gpu, w.model, SGLANG, w.tp, w.dcp)
 
 
@@ -232,8 +229,6 @@ def _within_error_range(a, b, fit, error: float, lo: int = 4096, hi: int = 1 << 
                         points: int = 81) -> tuple[float, float] | None:
     """The contexts (log grid ``lo``..``hi``) where configurations ``a`` and ``b``'s modelled batch times are within
     ``error`` of each other (slower ÷ faster ≤ 1 + error): (first, last), or None where they never are."""
-    from kvlab.perfmodel import batch_time
-
     inside = []
     for i in range(points):
         c = round(lo * (hi / lo) ** (i / (points - 1)))
@@ -252,11 +247,6 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     when its margin exceeds the model's mean held-out error (rule 4 of :mod:`kvlab.claims.grading`); within it,
     the factor favours neither and keeps the crossover as a range (``crossover_range``).
     """
-    from kvlab.claims import held_out_error, model_factor_decides, winners_held_out
-    from kvlab.perfmodel import batch_time
-    from kvlab.perfmodel.calibrate import crossover_from_fit
-    from kvlab.perfmodel.roofline import kv_split
-
     a, b = engine_configs(w)
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s
     tb = batch_time(b, w.context_tokens, p=fit.params).batch_time_s

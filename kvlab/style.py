@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import matplotlib as mpl
+import seaborn as sns
 
 from kvlab.engines import registry
 
@@ -25,8 +26,6 @@ F = TypeVar("F", bound=Callable)
 def _theme_rc() -> dict:
     """The rcParams seaborn's ``set_theme(style="whitegrid", context="notebook")`` sets (its style, its scale,
     its palette), read inside an ``rc_context`` so that nothing outside it changes."""
-    import seaborn as sns
-
     keys = {*sns.axes_style("whitegrid"), *sns.plotting_context("notebook"), "axes.prop_cycle"}
     with mpl.rc_context():
         sns.set_theme(style="whitegrid", context="notebook", color_codes=False)

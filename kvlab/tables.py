@@ -12,6 +12,7 @@ import html
 import math
 
 import polars as pl
+import pandas as pd
 
 from kvlab.engines import engine_label
 
@@ -165,11 +166,13 @@ class Table:
         self.rows = rows
 
     def to_pandas(self):
-        import pandas as pd
-
         return pd.DataFrame(self.rows, columns=self.headers)
 
     def _repr_html_(self) -> str:
+        return self.html()
+
+    def html(self) -> str:
+        """The table as HTML (what a notebook shows, and what reports embed)."""
         # cells and headers are data (an engine's reported version, a reference CSV's statement, a host's name):
         # escaped here, where they become HTML (pandas' Styler does not escape by default)
         styler = (self.to_pandas().style.hide(axis="index").set_table_attributes('class="kvlab-table"')

@@ -18,6 +18,13 @@ class Workbook:
 
     data: Path
     _cache: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
+    #: Numbers the figures this notebook shows, from 1.
+    figures: plots.FigureNumbers = field(default_factory=plots.FigureNumbers, repr=False)
+
+    def show(self, fig, caption: str, data: pl.DataFrame | None = None, alt: str | None = None) -> plots.FigureView:
+        """``display(wb.show(fig, caption, data))``: a figure as the reports show it, numbered in this notebook
+        (:func:`kvlab.plots.show`)."""
+        return plots.show(fig, caption, data, alt, self.figures)
 
     def _table(self, name: str, load) -> pl.DataFrame:
         if name not in self._cache:

@@ -205,3 +205,87 @@ def test_imports_leave_matplotlib_settings_alone():
     assert changed == {}, "\n".join(f"{m} changes rcParams {keys[:8]}{' ...' if len(keys) > 8 else ''}"
                                     for m, keys in changed.items())
 
+
+
+#: kvlab's layers, from the ground up (docs/design.md, "Architecture: layers"). A module may import modules of lower
+#: layers and of its own group (a package's modules import each other), never a module of a higher layer, nor of
+#: another group on its own layer. Measuring comes first: reporting reads what it recorded (engines' identities,
+#: specs, the schema, the store, the plan) but never the machinery that launches and measures (server, client, runner,
+#: cluster). The command line stands over both; kvlab.testing (the tests' and benchmarks' fixtures) over measuring,
+#: imported by nothing in kvlab.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground", ("kvlab", "paths")),
+    ("tools", ("units", "markup", "host", "metrics", "reasoning", "watchdog", "tinymodel")),
+    ("measuring", ("workloads",)),
+    ("measuring", ("engines",)),
+    ("measuring", ("spec", "server", "schema")),
+    ("measuring", ("client", "store", "plan")),
+    ("measuring", ("runner",)),
+    ("measuring", ("cluster",)),
+    ("testing", ("testing",)),
+    ("reporting", ("style", "tables")),
+    ("reporting", ("analysis", "verdicts")),
+    ("reporting", ("perfmodel",)),
+    ("reporting", ("claims",)),
+    ("reporting", ("guide",)),
+    ("reporting", ("narrative", "plots")),
+    ("reporting", ("reports",)),
+    ("reporting", ("workbook", "explore")),
+    ("entry", ("cli",)),
+)
+#: What reporting may read of the measuring side: the records, never the machinery.
+MEASURING_MACHINERY = ("server", "client", "runner", "cluster", "testing")
+
+
+def group(module: str) -> str:
+    """A module's group: its top-level name under kvlab ('kvlab.narrative.common' → 'narrative')."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_of() -> dict[str, tuple[int, str]]:
+    return {g: (i, side) for i, (side, groups) in enumerate(LAYERS) for g in groups}
+
+
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Every import that breaks :data:`LAYERS`, as 'file:line: a imports b (why)'."""
+    layers, known, bad = layer_of(), modules(), []
+    for a, targets in sorted(graph.items()):
+        ga = group(a)
+        for b, line in sorted(targets.items()):
+            gb = group(b)
+            if ga == gb:
+                continue
+            (la, side_a), (lb, side_b) = layers[ga], layers[gb]
+            why = ("imports a higher layer" if lb > la else "imports another group of its own layer" if lb == la
+                   else "reporting imports measuring's machinery" if side_a == "reporting" and gb in MEASURING_MACHINERY
+                   else "")
+            if why:
+                bad.append(f"{known[a].relative_to(ROOT)}:{line}: {a} imports {b} ({why})")
+    return bad
+
+
+def test_every_module_has_a_layer():
+    layers = layer_of()
+    assert sorted({group(m) for m in modules()} - set(layers)) == [], "name the new module's layer in LAYERS"
+    assert sorted(set(layers) - {group(m) for m in modules()}) == [], "LAYERS names a module that is gone"
+
+
+def test_nothing_imports_upward():
+    """Measuring: workloads → engines → spec / server / schema → client / store / plan → runner → cluster; reporting:
+    style / tables → analysis / verdicts → perfmodel → claims → guide → narrative | plots → reports → workbook /
+    explore; cli over both. Figures do not import prose, nor prose figures; perfmodel does not import guide."""
+    bad = upward_imports(import_graph())
+    assert not bad, f"{len(bad)} import(s) against the layers (docs/design.md):\n" + "\n".join(bad)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    graph = {"kvlab.plots": {"kvlab.narrative.common": 3}, "kvlab.narrative.common": {},
+             "kvlab.perfmodel.figures": {"kvlab.guide": 7}, "kvlab.guide": {}, "kvlab.analysis": {"kvlab.runner": 1},
+             "kvlab.runner": {}}
+    found = upward_imports(graph)
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "kvlab.analysis imports kvlab.runner (reporting imports measuring's machinery)",
+        "kvlab.perfmodel.figures imports kvlab.guide (imports a higher layer)",
+        "kvlab.plots imports kvlab.narrative.common (imports another group of its own layer)",
+    ]

@@ -8,6 +8,7 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -97,8 +98,6 @@ def is_local_path(model: str) -> bool:
 
 def _url_host(url: str) -> str:
     """The host of an http(s) URL or ``http://host`` (brackets of an IPv6 literal kept off)."""
-    from urllib.parse import urlsplit
-
     return urlsplit(url).hostname or ""
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kvlab.narrative.common import (
     citation_note, config_name, curves_caption, measured_engines_note, model_title,
-    no_runs_note, setup_phrase, stand_in_note, unavailable_counters,
+    no_runs_note, setup_phrase, stand_in_note,
 )
 from kvlab.narrative.context_scaling import (
     crossover_sentence, crossover_verdicts, growth_caption, growth_comparison, growth_sentences,

@@ -19,22 +19,6 @@ def measured_engines_note(runs: pl.DataFrame) -> str:
     return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
 
 
-def unavailable_counters(runs: pl.DataFrame) -> str:
-    """Engines whose server counters (``server_*`` columns) are null in every measured run: not available, not 0."""
-    m = runs.filter(pl.col("source") == "measured")
-    cols = [c for c in m.columns if c.startswith("server_")]
-    lines = []
-    for (engine,), g in m.group_by(["engine"], maintain_order=True):
-        missing = [c for c in cols if g[c].null_count() == g.height]
-        if len(missing) == len(cols):
-            lines.append(f"- {engine} reported no server counters (all {len(cols)} `server_*` columns null in its "
-                         f"{g.height} runs): they are shown empty (not available), never as 0.")
-        elif missing:
-            lines.append(f"- {engine} did not report {', '.join(missing)} (null in its {g.height} runs): shown empty "
-                         "(not available), never as 0.")
-    return "\n".join(lines)
-
-
 def citation_note(published: pl.DataFrame) -> str:
     """Where published rows come from, said once under their table instead of on every row."""
     cites = [c for c in published["citation"].drop_nulls().unique(maintain_order=True).to_list()] \
@@ -63,7 +47,7 @@ def config_name(label: str) -> str:
     return f"{engine_label(engine)} {rest}".strip()
 
 
-def _implausible(fit, short: bool = False) -> list[str]:
+def implausible(fit, short: bool = False) -> list[str]:
     """The fitted parameters outside their physically sane ranges, each in words with its value and (unless
     ``short``) the plausible range."""
     from kvlab.perfmodel.calibrate import SANE_RANGES
@@ -133,7 +117,7 @@ def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: p
     return f"Modelled for {who}: {body}; {lines}{flags}."
 
 
-def _scaled_span(r: dict) -> str:
+def scaled_span(r: dict) -> str:
     """' (scaled contexts: 1,024 → 3,200 tokens)' for a decay row whose contexts were scaled down, else ''."""
     scaled = scaled_context(r["context_from"], r.get("c_from")) != r["context_from"] or \
         scaled_context(r["context_to"], r.get("c_to")) != r["context_to"]

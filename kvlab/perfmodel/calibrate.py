@@ -28,8 +28,6 @@ from kvlab.perfmodel.roofline import (
     crossover_context,
 )
 
-PARAM_NAMES = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s")
-
 #: What counts as physically sane on a GPU host (NVLink collectives take microseconds, not milliseconds).
 SANE_RANGES: dict[str, tuple[float, float]] = {
     "prefill_efficiency": (0.05, 1.0),
