@@ -289,3 +289,54 @@ def test_the_layer_check_sees_an_upward_import():
         "kvlab.perfmodel.figures imports kvlab.guide (imports a higher layer)",
         "kvlab.plots imports kvlab.narrative.common (imports another group of its own layer)",
     ]
+
+
+#: Imports inside functions that no comment explains yet, per file: modules other work was reshaping when the rest
+#: moved to the top (narrative's aggregation into claims, the model fits, the campaign split). A count may only
+#: fall: move the import to the top, or say on its line (or the line above) what forces it inside (a cycle, an
+#: optional dependency such as Ray, a heavy stack a caller must not pay for).
+LAZY_LEFT = {
+    "kvlab/claims/grading.py": 2,
+    "kvlab/claims/model.py": 1,
+    "kvlab/cluster.py": 2,  # ray: the optional `cluster` extra
+    "kvlab/narrative/common.py": 2,
+    "kvlab/narrative/context_scaling.py": 7,
+    "kvlab/narrative/engine_choice.py": 6,
+    "kvlab/narrative/memory_utilisation.py": 6,
+    "kvlab/narrative/prefix_sharing.py": 8,
+    "kvlab/narrative/throughput_decay.py": 5,
+    "kvlab/narrative/whatif_model.py": 10,
+    "kvlab/perfmodel/calibrate.py": 3,
+    "kvlab/perfmodel/figures.py": 7,
+    "kvlab/perfmodel/report.py": 5,
+    "kvlab/perfmodel/roofline.py": 1,
+    "kvlab/runner.py": 3,
+}
+
+
+def unexplained_lazy_imports(path: Path) -> list[int]:
+    """The lines of imports inside a function of ``path`` with no comment on their line or the line above."""
+    text = path.read_text()
+    lines = text.splitlines()
+    found = set()
+    for fn in ast.walk(ast.parse(text, filename=str(path))):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    line, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+                    if "#" not in line and not above.startswith("#"):
+                        found.add(node.lineno)
+    return sorted(found)
+
+
+def test_imports_are_at_the_top_unless_a_comment_says_why():
+    over = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if "/envs/" in rel:  # run inside an engine's own interpreter, not imported by kvlab
+            continue
+        lazy = unexplained_lazy_imports(path)
+        if len(lazy) > LAZY_LEFT.get(rel, 0):
+            over[rel] = lazy
+    assert not over, "imports inside functions with no comment saying why (move them to the top):\n" + "\n".join(
+        f"{rel}: lines {lines}" for rel, lines in over.items())
