@@ -10,7 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
+
+from kvlab.engines import SGLANG, VLLM
+from kvlab.workloads.shared_prefix import shared_prefix_length
 
 #: Columns that identify one configuration apart from the engine (what two engines are compared on).
 CONFIG_KEYS = ("source", "experiment", "hardware", "context_label", "context_tokens")
@@ -65,7 +69,7 @@ def mean_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def relative_speed(runs: pl.DataFrame, engine_a: str = "vllm", engine_b: str = "sglang") -> pl.DataFrame:
+def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGLANG) -> pl.DataFrame:
     """Per configuration that holds both engines: ``engine`` (= ``engine_a``) and its ``batch_time_s``,
     ``other_engine`` (= ``engine_b``) and its ``other_batch_time_s``, which is ``faster``, and by how much.
 
@@ -190,8 +194,8 @@ class Crossover:
 
 def crossover(
     runs: pl.DataFrame,
-    engine_a: str = "vllm",
-    engine_b: str = "sglang",
+    engine_a: str = VLLM,
+    engine_b: str = SGLANG,
     method: str = "linear",
 ) -> Crossover:
     """Estimate the context where ``engine_a`` and ``engine_b`` take equal batch time.
@@ -238,7 +242,7 @@ def crossover(
     )
 
 
-def _stated_tolerance(value: float) -> float:
+def stated_tolerance(value: float) -> float:
     """Half a unit of the last digit the document wrote (1.5 → 0.05, 3.29 → 0.005)."""
     text = repr(float(value)).rstrip("0")
     decimals = len(text.split(".")[1]) if "." in text and not text.endswith(".") else 0
@@ -273,7 +277,7 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
             )
             if dec.height == 1:
                 implied = {k: dec[k][0] for k in DECAY_DEFINITIONS}
-        tol = _stated_tolerance(claim["stated_value"])
+        tol = stated_tolerance(claim["stated_value"])
         for name, text in CLAIM_DEFINITIONS[claim["kind"]].items():
             value = implied.get(name)
             rows.append(
@@ -533,8 +537,6 @@ class Threshold:
 
 def _fit(x: list[float], y: list[float]) -> tuple[float, float, float] | None:
     """Least-squares line: (slope, intercept, R²); None with fewer than two distinct x."""
-    import numpy as np
-
     if len(set(x)) < 2:
         return None
     xa, ya = np.asarray(x, float), np.asarray(y, float)
@@ -673,8 +675,6 @@ def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float], blo
     that stores whole KV blocks of ``block_tokens``, the prefix rounded down to a block
     (``block_hit_rate``; vLLM's CPU backend uses 128-token blocks, GPUs typically 16).
     """
-    from kvlab.workloads.shared_prefix import shared_prefix_length
-
     rows = []
     for f in fractions:
         prefix = shared_prefix_length(prompt_tokens, f)

@@ -14,6 +14,15 @@ import os
 from dataclasses import replace
 
 import polars as pl
+from IPython.display import Markdown, display
+
+from kvlab import guide, narrative, plots
+from kvlab.engines import SGLANG, VLLM
+from kvlab.guide import PRIORITIES
+from kvlab.perfmodel import Config, crossover_context, load_gpus, load_models
+from kvlab.perfmodel.figures import context_grid, curves, plot_curves
+from kvlab.tables import number
+from kvlab.units import tokens_label
 
 #: Contexts offered by the context controls (tokens), named as the figures name them.
 CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072, 204800, 262144, 524288, 1048576)
@@ -31,28 +40,26 @@ def interactive_enabled() -> bool:
     build (:data:`kvlab.reports.STATIC_ENV` set) and in every batch execution (papermill, nbconvert): a widget there
     has no one to use it, and executing ``interact`` headless can leave the kernel client waiting for ever (nbclient
     issue 312, papermill issue 723: seen here twice in 10 runs of report 04's test)."""
+    # here, not at the top: kvlab.reports imports nbformat (seconds: jsonschema's format checks), which a notebook
+    # that only draws never needs
     from kvlab.reports import STATIC_ENV
 
     if os.environ.get(STATIC_ENV) or not os.environ.get(SESSION_ENV):
         return False
     try:
-        import ipywidgets  # noqa: F401
+        import ipywidgets  # noqa: F401  (here, not at the top: whether it imports is the question)
     except ImportError:
         return False
     return True
 
 
 def _context_options(extra: int | None = None) -> list[tuple[str, int]]:
-    from kvlab.units import tokens_label
-
     values = sorted(set(CONTEXTS) | ({extra} if extra else set()))
     return [(f"{tokens_label(c)} ({c:,} tokens)", c) for c in values]
 
 
 def _catalog_options() -> tuple[list[str], list[str]]:
     """GPUs (without the CPU host) and served models (without kvlab's tiny test model) of the catalog."""
-    from kvlab.perfmodel import load_gpus, load_models
-
     gpus = [k for k in load_gpus() if k != "CPU"]
     models = [k for k, m in load_models().items() if not k.startswith("kvlab-")]
     return gpus, models
@@ -64,8 +71,6 @@ def _with(options: list[str], value: str) -> list[str]:
 
 
 def _display_all(items: list) -> list:
-    from IPython.display import display
-
     for item in items:
         display(item)
     return items
@@ -78,18 +83,10 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
                 dcp: int, context: int, max_context: int = 1 << 20, points: int = 24) -> list:
     """What 04's controls redraw: the modelled batch-time curves (vLLM TP without DCP against SGLang TP+DCP) with
     their caption, and one sentence on the chosen context (times, fit in memory, crossover)."""
-    from IPython.display import Markdown
-
-    from kvlab import narrative, plots
-    from kvlab.perfmodel import Config, crossover_context
-    from kvlab.perfmodel.figures import context_grid, curves, plot_curves
-    from kvlab.tables import number
-    from kvlab.units import tokens_label
-
     if dcp < 1 or tp % dcp:
         return [Markdown(f"*DCP {dcp} must divide TP {tp}: choose another DCP size.*")]
-    cfgs = [Config.of(gpu, model, "vllm", tp, 1, assumptions.default_mem_util),
-            Config.of(gpu, model, "sglang", tp, dcp, assumptions.default_mem_util)]
+    cfgs = [Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util),
+            Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)]
     grid = sorted(set(context_grid(max(max_context, context), points=points)) | {context})
     df = curves(cfgs, grid, workload, fit.params, assumptions)
     x = crossover_context(cfgs[0], cfgs[1], workload, fit.params, assumptions, hi_tokens=max(grid))
@@ -110,7 +107,7 @@ def whatif(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: s
     """04's controls (GPU, model, TP, DCP, context) as an ``ipywidgets.interactive``; None in a static build."""
     if not interactive_enabled():
         return None
-    import ipywidgets as widgets
+    import ipywidgets as widgets  # here, not at the top: only a person's JupyterLab session draws widgets
 
     gpus, models = _catalog_options()
 
@@ -133,10 +130,6 @@ def whatif(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: s
 
 def engine_choice_view(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame) -> list:
     """What 06's controls redraw: the tree with this workload's path, the evidence, and the answer."""
-    from IPython.display import Markdown
-
-    from kvlab import guide, narrative, plots
-
     tree = w.tree()
     ev = guide.from_evidence(w, fit, sharing, conc)
     return [plots.show(plots.decision_tree_figure(tree.path, tree.engine), narrative.tree_caption(tree)),
@@ -148,9 +141,7 @@ def engine_choice(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame):
     """06's controls (the workload's answers) as an ``ipywidgets.interactive``; None in a static build."""
     if not interactive_enabled():
         return None
-    import ipywidgets as widgets
-
-    from kvlab.guide import PRIORITIES
+    import ipywidgets as widgets  # here, not at the top: only a person's JupyterLab session draws widgets
 
     gpus, models = _catalog_options()
 

@@ -11,20 +11,25 @@ two disagree, which premise of the tree the data contradict) are in :mod:`kvlab.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import polars as pl
 
-Engine = Literal["vllm", "sglang"]
+from kvlab.claims import held_out_error, model_factor_decides, winners_held_out
+from kvlab.engines import SGLANG, VLLM, registry
+from kvlab.paths import EXPERIMENTS_DIR
+from kvlab.perfmodel import Config, batch_time, model as catalog_model
+from kvlab.perfmodel.calibrate import crossover_from_fit
+from kvlab.perfmodel.roofline import kv_split
+from kvlab.spec import ExperimentSpec
+
+#: An engine family (kvlab.engines.FAMILIES): the tree and the evidence name families, measured rows engines.
+Engine = str
 PRIORITIES = ("throughput", "stability")
 
 #: The tree's numbers, as the document states them.
 FIXED_CONTEXT_THRESHOLD = 0.30
 CONCURRENCY_THRESHOLD = 100
 
-#: The family a measured engine stands for: sglang-jax (SGLang's JAX runtime) is evidence about SGLang's family,
-#: never a measurement of PyTorch SGLang, and reports name it as measured.
-FAMILY: dict[str, Engine] = {"vllm": "vllm", "sglang": "sglang", "sglang-jax": "sglang"}
 #: A measured ratio closer to 1 than this is no difference (runs share 2 CPU cores with other work).
 MIN_MARGIN = 1.05
 
@@ -33,15 +38,7 @@ def measured_member(family: Engine, engines) -> str:
     """The engine that stands for ``family`` among the measured ``engines``: the family's own engine where it
     ran (PyTorch SGLang), else another member (sglang-jax), else the family's own name."""
     present = set(engines)
-    return next((e for e in (family, *sorted(e for e, f in FAMILY.items() if f == family and e != family))
-                 if e in present), family)
-
-
-def engine_label(engine: str) -> str:
-    """How reports name an engine: 'vLLM', 'SGLang', 'sglang-jax (CPU)' (kvlab.engines.ENGINE_LABELS)."""
-    from kvlab.engines import ENGINE_LABELS
-
-    return ENGINE_LABELS.get(engine, engine)
+    return next((e for e in registry.members(family) if e in present), family)
 
 
 @dataclass(frozen=True)
@@ -78,26 +75,26 @@ def decision_tree(
     if shared_prefix:
         q_frac = f"Fixed context ≥ {FIXED_CONTEXT_THRESHOLD:.0%} of the prompt?"
         if fixed_context_fraction >= FIXED_CONTEXT_THRESHOLD:
-            return Recommendation("sglang", "RadixAttention reuses the shared prefix across requests",
+            return Recommendation(SGLANG, "RadixAttention reuses the shared prefix across requests",
                                   ((q_shared, "yes"), (q_frac, f"yes ({fixed_context_fraction:.0%})")))
         q_ds = "DeepSeek-family model?"
         path = ((q_shared, "yes"), (q_frac, f"no ({fixed_context_fraction:.0%})"))
         if deepseek_family:
-            return Recommendation("sglang", "SGLang's DeepSeek optimisations (MLA, DP attention)",
+            return Recommendation(SGLANG, "SGLang's DeepSeek optimisations (MLA, DP attention)",
                                   (*path, (q_ds, "yes")))
-        return Recommendation("vllm", "about equal; vLLM is easier to operate", (*path, (q_ds, "no")), "equal")
+        return Recommendation(VLLM, "about equal; vLLM is easier to operate", (*path, (q_ds, "no")), "equal")
     q_conc = f"≥ {CONCURRENCY_THRESHOLD} concurrent requests?"
     if concurrency >= CONCURRENCY_THRESHOLD:
-        return Recommendation("vllm", "PagedAttention's memory efficiency under many concurrent requests",
+        return Recommendation(VLLM, "PagedAttention's memory efficiency under many concurrent requests",
                               ((q_shared, "no"), (q_conc, f"yes ({concurrency})")))
     q_mixed = "Mixed GPU/TPU hardware or frequent model changes?"
     path = ((q_shared, "no"), (q_conc, f"no ({concurrency})"))
     if mixed_hardware_or_frequent_model_changes:
-        return Recommendation("vllm", "broad hardware and model support", (*path, (q_mixed, "yes")))
+        return Recommendation(VLLM, "broad hardware and model support", (*path, (q_mixed, "yes")))
     q_prio = "Throughput first or ecosystem stability first?"
     if priority == "throughput":
-        return Recommendation("sglang", "throughput first", (*path, (q_mixed, "no"), (q_prio, "throughput")))
-    return Recommendation("vllm", "ecosystem stability first", (*path, (q_mixed, "no"), (q_prio, "stability")))
+        return Recommendation(SGLANG, "throughput first", (*path, (q_mixed, "no"), (q_prio, "throughput")))
+    return Recommendation(VLLM, "ecosystem stability first", (*path, (q_mixed, "no"), (q_prio, "stability")))
 
 
 # --------------------------------------------------------------------------- from kvlab's own numbers
@@ -123,9 +120,7 @@ class UserWorkload:
 
     def deepseek_family(self) -> bool:
         """DeepSeek's architecture: MLA attention (DeepSeek-V3/R1, and Kimi, built on it), per the catalog."""
-        from kvlab.perfmodel import model
-
-        m = model(self.model)
+        m = catalog_model(self.model)
         return m.attention_type in ("mla", "hybrid") or "deepseek" in m.model.lower()
 
     def tree(self) -> Recommendation:
@@ -150,8 +145,6 @@ def experiment_workload(spec) -> UserWorkload:
     - concurrency: the most requests in flight any run of the matrix has;
     - model, TP: the first engine's (its model id must be a catalog name or alias); SGLang's modelled DCP = TP.
     """
-    from kvlab.perfmodel import model as catalog_model
-
     wl = spec.workload
     in_flight = [wl.in_flight] + [c for c in spec.matrix.get("workload.concurrency", []) if c is not None]
     engine = next(iter(spec.engines.values()))
@@ -164,9 +157,6 @@ def experiment_workload(spec) -> UserWorkload:
 
 def document_examples(experiments_dir=None) -> list[tuple[str, UserWorkload]]:
     """Document 003's examples as (label, tree inputs), each read from its shipped experiment."""
-    from kvlab.paths import EXPERIMENTS_DIR
-    from kvlab.spec import ExperimentSpec
-
     folder = EXPERIMENTS_DIR if experiments_dir is None else experiments_dir
     return [(label, experiment_workload(ExperimentSpec.load(folder / f"{name}.yaml")))
             for label, name in DOCUMENT_EXAMPLES]
@@ -232,17 +222,13 @@ class Evidence:
 
 def engine_configs(w: UserWorkload):
     """The two configurations the guide compares for ``w``: vLLM TP (no DCP) and SGLang TP + DCP."""
-    from kvlab.perfmodel import Config
-
-    return Config.of(w.gpu, w.model, "vllm", w.tp, 1), Config.of(w.gpu, w.model, "sglang", w.tp, w.dcp)
+    return Config.of(w.gpu, w.model, VLLM, w.tp, 1), Config.of(w.gpu, w.model, SGLANG, w.tp, w.dcp)
 
 
 def _within_error_range(a, b, fit, error: float, lo: int = 4096, hi: int = 1 << 20,
                         points: int = 81) -> tuple[float, float] | None:
     """The contexts (log grid ``lo``..``hi``) where configurations ``a`` and ``b``'s modelled batch times are within
     ``error`` of each other (slower ÷ faster ≤ 1 + error): (first, last), or None where they never are."""
-    from kvlab.perfmodel import batch_time
-
     inside = []
     for i in range(points):
         c = round(lo * (hi / lo) ** (i / (points - 1)))
@@ -261,11 +247,6 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     when its margin exceeds the model's mean held-out error (rule 4 of :mod:`kvlab.claims.grading`); within it,
     the factor favours neither and keeps the crossover as a range (``crossover_range``).
     """
-    from kvlab.claims import held_out_error, model_factor_decides, winners_held_out
-    from kvlab.perfmodel import batch_time
-    from kvlab.perfmodel.calibrate import crossover_from_fit
-    from kvlab.perfmodel.roofline import kv_split
-
     a, b = engine_configs(w)
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s
     tb = batch_time(b, w.context_tokens, p=fit.params).batch_time_s
@@ -274,7 +255,7 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     if kv_split(a) == kv_split(b):
         return Factor("context", "modelled", None, dcp_divides=False, **facts)
     x = crossover_from_fit(fit, gpu=w.gpu, model=w.model, dcp=w.dcp, tp=w.tp)
-    faster: Engine = "vllm" if ta <= tb else "sglang"
+    faster: Engine = VLLM if ta <= tb else SGLANG
     ratio = max(ta, tb) / min(ta, tb)
     if not model_factor_decides(ratio, max(error, 0.001)):
         return Factor("context", "modelled", None, crossover=x,
@@ -320,7 +301,7 @@ def prefix_factor(w: UserWorkload, sharing: pl.DataFrame, min_margin: float = MI
         zero_ratio = z[second["engine"]] / z[best["engine"]]  # > 1: the same engine is faster with nothing to share
     if margin < min_margin:
         return Factor("prefix", "measured", None, rows, n, margin, min_margin, zero_ratio=zero_ratio)
-    return Factor("prefix", "measured", FAMILY.get(best["engine"]), rows, n, margin, min_margin, best["engine"],
+    return Factor("prefix", "measured", registry.family(best["engine"]), rows, n, margin, min_margin, best["engine"],
                   second["engine"], best["experiment"], zero_ratio)
 
 
@@ -341,7 +322,7 @@ def concurrency_factor(w: UserWorkload, conc: pl.DataFrame, min_margin: float = 
     margin = best["requests_per_s"] / second["requests_per_s"]
     if margin < min_margin:
         return Factor("concurrency", "measured", None, rows, n, margin, min_margin)
-    return Factor("concurrency", "measured", FAMILY.get(best["engine"]), rows, n, margin, min_margin, best["engine"],
+    return Factor("concurrency", "measured", registry.family(best["engine"]), rows, n, margin, min_margin, best["engine"],
                   second["engine"], best["experiment"])
 
 
@@ -357,9 +338,9 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
     factors = (context_factor(w, fit), prefix_factor(w, sharing), concurrency_factor(w, conc))
     measured = [f for f in factors if f.source == "measured" and f.favours]
     if measured:
-        votes = {e: [f for f in measured if f.favours == e] for e in ("vllm", "sglang")}
+        votes = {e: [f for f in measured if f.favours == e] for e in (VLLM, SGLANG)}
         primary = "prefix" if w.shared_prefix else "concurrency"
-        if len(votes["vllm"]) != len(votes["sglang"]):
+        if len(votes[VLLM]) != len(votes[SGLANG]):
             engine: Engine = max(votes, key=lambda e: len(votes[e]))
             deciding = next((f for f in votes[engine] if f.name == primary), votes[engine][0])
             return Evidence(engine, factors, "measured", deciding)
@@ -371,4 +352,4 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
         return Evidence(top.favours, factors, "measured", top, split)
     if factors[0].favours:
         return Evidence(factors[0].favours, factors, "modelled", factors[0])
-    return Evidence("vllm", factors, "tie-break")
+    return Evidence(VLLM, factors, "tie-break")

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 import psutil
+import pynvml
 
 from kvlab import __version__
 from kvlab.paths import ROOT
@@ -61,8 +62,6 @@ def native_bf16() -> bool:
 def gpus() -> list[dict]:
     """NVIDIA GPUs seen through NVML (name, memory); [] without a driver."""
     try:
-        import pynvml
-
         pynvml.nvmlInit()
     except Exception:
         return []

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
 _KEEP_LABELS = ("le", "quantile")  # labels that change a sample's meaning; all others are summed over
 
 
@@ -16,8 +19,6 @@ def parse_metrics(text: str) -> dict[str, float]:
     (``vllm:time_to_first_token_seconds_bucket{le="0.5"}``) because summing over it would
     be meaningless; every other label (model name, engine index, …) is summed over.
     """
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -41,8 +42,6 @@ async def scrape(base_url: str, api_key: str | None = None, timeout_s: float = 3
     MAX_METRICS_BYTES, text that is not Prometheus' and connection failures raise: a run should not silently
     lose its counters (the runner records them as not available, with the reason).
     """
-    import aiohttp
-
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session:

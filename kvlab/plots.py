@@ -7,12 +7,24 @@ whether its numbers are published, measured (and on what) or modelled.
 
 from __future__ import annotations
 
+import base64
+import html
+import io
+import math
+import struct
+import textwrap
+from collections.abc import Mapping
+
 import polars as pl
 import seaborn as sns
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator, PercentFormatter
 
-from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD, engine_label
+from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
+from kvlab.markup import markdown_inline
 from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
 from kvlab.style import ENGINE_COLORS, number_label as _num, styled, theme
 from kvlab.units import scaled_context
@@ -142,18 +154,16 @@ DEFINITION_COLORS = {"time_ratio": "#029e73", "percent_less_time": "#cc78bc", "b
 
 
 @styled
-def claims_vs_table(check: pl.DataFrame, claims: pl.DataFrame | None = None) -> Figure:
+def claims_vs_table(check: pl.DataFrame, names: Mapping[str, str] | None = None,
+                    definition_names: Mapping[str, str] | None = None) -> Figure:
     """Each stated ratio (dark grey) beside the values the document's own table implies under each definition that
     applies to it (one colour per definition, never an engine's), ✓ where they agree, hatched ✗ where not; the
-    legend names every definition drawn. ``claims`` (the claims frame) names the bars by context."""
-    import textwrap
-
-    from matplotlib.patches import Patch
-
-    from kvlab.narrative import DEFINITION_NAMES, claim_labels
-
+    legend names every definition drawn. The words come from the caller, so figures do not depend on prose:
+    ``names``, a short name per claim id (:func:`kvlab.narrative.claim_labels`; else the id), and
+    ``definition_names``, each definition as a reader names it (:data:`kvlab.narrative.DEFINITION_NAMES`; else its
+    key)."""
     part_all = check.filter(pl.col("implied_value").is_not_null())
-    names = claim_labels(part_all, claims)
+    names, definition_names = names or {}, definition_names or {}
     ids = part_all["claim_id"].unique(maintain_order=True).to_list()
     fig = Figure(figsize=(max(7.0, 2.0 * len(ids)), 4.4))
     ax = fig.subplots()
@@ -174,9 +184,9 @@ def claims_vs_table(check: pl.DataFrame, claims: pl.DataFrame | None = None) -> 
             if d not in drawn:
                 drawn.append(d)
     ax.set_xticks([i + width * (part_all.filter(pl.col("claim_id") == c).height) / 2 for i, c in enumerate(ids)],
-                  [textwrap.fill(names[c], 13) for c in ids], fontsize=9)
+                  [textwrap.fill(names.get(c, c), 13) for c in ids], fontsize=9)
     handles = [Patch(color="#444444", label="stated by the article")]
-    handles += [Patch(color=DEFINITION_COLORS.get(d, "#999999"), label=f"table implies: {DEFINITION_NAMES.get(d, d)}")
+    handles += [Patch(color=DEFINITION_COLORS.get(d, "#999999"), label=f"table implies: {definition_names.get(d, d)}")
                 for d in drawn]
     if any_bad:
         handles.append(Patch(facecolor="white", hatch="//", edgecolor="#555555", label="✗ hatched: does not match"))
@@ -206,9 +216,6 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     time of every successful run and its mean request latency, per context @ memory setting (contexts in order of size, each context's settings in increasing order,
     scaled contexts with their real tokens), one colour per engine; a point per run, a bar at the mean where a
     setting has repeats; a log axis (said in its label) when values span more than 20×."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     xs = _setting_ticks(stats)
     keys = ["experiment", "context_tokens", "mem_util"]
     s = stats.join(xs.select(*keys, "x"), on=keys, how="left")
@@ -283,16 +290,25 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
 
 
 def setup_notebook(fig_format: str = "png", dpi: int = 110) -> None:
-    """Make ``display(fig)`` render Figures inline (and so embed them in the HTML reports); number the
-    figures :func:`show` displays from 1 again."""
+    """Make ``display(fig)`` render Figures inline (and so embed them in the HTML reports)."""
+    # here, not at the top: it imports IPython, which only a notebook kernel needs
     from matplotlib_inline.backend_inline import set_matplotlib_formats
 
-    global _figure_no
-    _figure_no = 0
     set_matplotlib_formats(fig_format, dpi=dpi)
 
 
-_figure_no = 0
+class FigureNumbers:
+    """Numbers the figures one notebook shows, from 1: each :class:`kvlab.workbook.Workbook` holds one
+    (``wb.show``), so no number lives in a module and two notebooks in one process never share a count."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def next(self) -> int:
+        self.last += 1
+        return self.last
+
+
 #: Pixel density of report figures: drawn at 2× and shown at their natural size, so they stay sharp when zoomed.
 SHOW_DPI, SCREEN_DPI = 200, 100
 
@@ -312,32 +328,23 @@ def alt_text(fig: Figure) -> str:
 
 
 class FigureView:
-    """A figure as the reports show it: a 2×-density PNG with alt text, its number, the one computed sentence
-    that says what to see in it, and (with ``data``) a link to the numbers behind it as CSV."""
+    """A figure as the reports show it: a 2×-density PNG with alt text, its number (None: unnumbered), the one
+    computed sentence that says what to see in it, and (with ``data``) a link to the numbers behind it as CSV."""
 
-    def __init__(self, fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None):
-        global _figure_no
+    def __init__(self, fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None,
+                 number: int | None = None):
         if not caption or not caption.strip():
             raise ValueError("show(): every figure needs a caption, the sentence that says what to see in it")
-        _figure_no += 1
-        self.number, self.fig, self.caption, self.data = _figure_no, fig, caption.strip(), data
+        self.number, self.fig, self.caption, self.data = number, fig, caption.strip(), data
         self.alt = alt or alt_text(fig)
 
     def png(self) -> bytes:
-        import io
-
         buf = io.BytesIO()
         with theme():
             self.fig.savefig(buf, format="png", dpi=SHOW_DPI, bbox_inches="tight")
         return buf.getvalue()
 
     def _repr_html_(self) -> str:
-        import base64
-        import html
-        import struct
-
-        from kvlab.markup import markdown_inline
-
         png = self.png()
         width = struct.unpack(">I", png[16:20])[0] * SCREEN_DPI // SHOW_DPI  # PNG IHDR width in pixels
         img = (f'<img alt="{html.escape(self.alt)}" style="width: {width}px; max-width: 100%; height: auto;" '
@@ -345,16 +352,22 @@ class FigureView:
         link = ""
         if self.data is not None:
             csv = base64.b64encode(self.data.write_csv().encode()).decode()
-            link = (f' <a class="kvlab-figure-data" download="figure{self.number}.csv" '
+            link = (f' <a class="kvlab-figure-data" download="figure{self.number or ""}.csv" '
                     f'href="data:text/csv;base64,{csv}">data (CSV)</a>')
         return (f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
-                f'<figcaption style="max-width: {max(width, 480)}px;"><b>Figure {self.number}.</b> '
+                f'<figcaption style="max-width: {max(width, 480)}px;">'
+                + (f"<b>Figure {self.number}.</b> " if self.number is not None else "") +
                 f"{markdown_inline(self.caption)}{link}</figcaption></figure>")
 
 
-def show(fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None) -> FigureView:
-    """``display(show(fig, caption, data))``: the report's way to show a figure (see :class:`FigureView`)."""
-    return FigureView(fig, caption, data, alt)
+def show(fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None,
+         numbers: FigureNumbers | None = None) -> FigureView:
+    """``display(show(fig, caption, data))``: the report's way to show a figure (see :class:`FigureView`), numbered
+    by ``numbers`` (a notebook's: ``wb.show``), else unnumbered."""
+    view = FigureView(fig, caption, data, alt)  # refuses a figure without a caption before it takes a number
+    if numbers is not None:
+        view.number = numbers.next()
+    return view
 
 
 # --------------------------------------------------------------------------- engine-choice studies (document 003)
@@ -385,8 +398,6 @@ def _ordered_engines(frame: pl.DataFrame) -> list[str]:
 def _config_handles(engines: list[str], settings) -> list:
     """Legend handles in two groups: one colour per engine, then one line style per cache setting (grey), so
     'on' and 'off' differ in the handle itself (solid with a filled dot against dashed with a hollow one)."""
-    from matplotlib.lines import Line2D
-
     handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), linewidth=5, label=engine_label(e))
                for e in engines]
     for on in sorted({bool(s) for s in settings}, reverse=True):
@@ -397,8 +408,6 @@ def _config_handles(engines: list[str], settings) -> list:
 
 
 def _threshold_handle(threshold: float):
-    from matplotlib.lines import Line2D
-
     return Line2D([], [], color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7,
                   label=f"the article's threshold: {threshold:.0%} of the prompt shared")
 
@@ -418,8 +427,6 @@ def _fraction_axis(ax, frame: pl.DataFrame) -> None:
 def _study_y(ax, values, ylabel: str, spread: float = 10.0) -> None:
     """y from 0, or a log axis (said in the label) when the values span more than ``spread``×; on a log axis
     spanning under two decades the 2s and 5s are labelled too, with plain numbers (0.2, 5), never 2×10⁻¹."""
-    import math
-
     _log_if_wide(ax, values, ylabel, spread)
     if ax.get_yscale() == "log":
         v = [x for x in values if x is not None and x > 0]
@@ -482,9 +489,6 @@ def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEX
     everywhere are said in the panel instead of drawn on top of each other. TTFT and batch time are on log axes
     (said on the axis) when the engines differ by more than 10×; whiskers ±1 std where points have repeats.
     """
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import PercentFormatter
-
     fig = Figure(figsize=(16, 5.0))
     axes = fig.subplots(1, 3)
     panels = [("cache_hit_rate", None, "prompt tokens served from the prefix cache"),
@@ -544,8 +548,6 @@ def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
     """Speed-up from the prefix cache (off ÷ on) against the shared fraction, per engine: batch time (solid,
     filled dots) and mean TTFT (dashed, open squares); 1× (no gain), the saving that counts and the tree's
     threshold marked; y from 0, the legend below the axes."""
-    from matplotlib.lines import Line2D
-
     fig = Figure(figsize=(8, 4.6))
     ax = fig.subplots()
     engines = _ordered_engines(gain)
@@ -582,8 +584,6 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
     cache on (solid, filled dots) and off (dashed, open dots). Turns are whole numbers on the axis. With
     ``requests`` (:func:`kvlab.analysis.multi_turn_requests`) each request's TTFT is a small dot beside its
     turn's mean, so the spread over conversations shows."""
-    from matplotlib.lines import Line2D
-
     fig = Figure(figsize=(12, 4.8))
     axes = fig.subplots(1, 2)
     engines = _ordered_engines(by_turn)
@@ -635,8 +635,6 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
     """Completed requests/s and TTFT (mean: solid, circles; p99: dashed, triangles) against requests in flight, one
     colour per engine; each throughput point labelled completed/sent; the tree's threshold marked; a log axis (said
     so) where the engines are more than 20× apart; one legend under the panels, so nothing hides a point."""
-    from matplotlib.lines import Line2D
-
     fig = Figure(figsize=(11, 4.8))
     axes = fig.subplots(1, 2)
     present = conc["engine"].unique(maintain_order=True).to_list() if conc.height else []
@@ -688,10 +686,13 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
         "ds": ("DeepSeek-family\nmodel?", 0.38, 0.46),
         "mixed": ("Mixed GPU/TPU or\nfrequent model changes?", 0.75, 0.46),
         "prio": ("Priority?", 0.75, 0.24),
-        "L_frac": ("SGLang", 0.1, 0.46), "L_ds": ("SGLang", 0.27, 0.24), "L_eq": ("≈ equal:\nvLLM easier", 0.49, 0.24),
-        "L_conc": ("vLLM", 0.93, 0.46), "L_mixed": ("vLLM", 0.93, 0.24),
-        "L_tp": ("SGLang", 0.62, 0.04), "L_st": ("vLLM", 0.88, 0.04),
     }
+    # leaves: (the engine family the document recommends, x, y), each drawn in its engine's colour
+    leaves = {"L_frac": (SGLANG, 0.1, 0.46), "L_ds": (SGLANG, 0.27, 0.24), "L_eq": (VLLM, 0.49, 0.24),
+              "L_conc": (VLLM, 0.93, 0.46), "L_mixed": (VLLM, 0.93, 0.24), "L_tp": (SGLANG, 0.62, 0.04),
+              "L_st": (VLLM, 0.88, 0.04)}
+    nodes |= {k: (f"≈ equal:\n{engine_label(e)} easier" if k == "L_eq" else engine_label(e), x, y)
+              for k, (e, x, y) in leaves.items()}
     edges = [("shared", "frac", "yes"), ("shared", "conc", "no"), ("frac", "L_frac", "yes"), ("frac", "ds", "no"),
              ("ds", "L_ds", "yes"), ("ds", "L_eq", "no"), ("conc", "L_conc", "yes"), ("conc", "mixed", "no"),
              ("mixed", "L_mixed", "yes"), ("mixed", "prio", "no"), ("prio", "L_tp", "throughput"),
@@ -719,7 +720,7 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
     for key, (text, x, y) in nodes.items():
         leaf = key.startswith("L_")
         on = key == node or any(key in e for e in taken)
-        colour = ENGINE_COLORS.get("sglang" if "SGLang" in text else "vllm") if leaf else "#f4f4f4"
+        colour = ENGINE_COLORS[leaves[key][0]] if leaf else "#f4f4f4"
         ax.text(x, y, text, ha="center", va="center", fontsize=8.5, color="white" if leaf else "#222222",
                 fontweight="bold" if on else "normal",
                 bbox=dict(boxstyle="round,pad=0.4", facecolor=colour, edgecolor=hot if on else "#bbbbbb",
@@ -736,8 +737,6 @@ def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
                        block_tokens: int | None = None) -> Figure:
     """Modelled: the share of prompt tokens a perfect prefix cache could serve, against the shared fraction,
     token-exact and in whole KV blocks (no engine colour: nothing here is an engine's measurement)."""
-    from matplotlib.ticker import PercentFormatter
-
     fig = Figure(figsize=(7, 4.4))
     ax = fig.subplots()
     ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], marker="o", color="#222222",

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 
 #: How a split was counted, most exact first.
 SPLIT_METHODS = ("usage", "tokenizer", "chunks", "chars", "none")
@@ -25,7 +27,6 @@ def local_token_counter(model_dir: str | Path) -> Callable[[str], int] | None:
     path = Path(model_dir) / "tokenizer.json"
     if not path.is_file():
         return None
-    from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(path))
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids) if text else 0

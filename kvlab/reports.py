@@ -7,8 +7,10 @@ Templates in ``notebooks/`` are never modified: every execution writes a new not
 from __future__ import annotations
 
 import ast
+import base64
 import html
 import json
+import multiprocessing
 import os
 import re
 import time
@@ -18,7 +20,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
+import papermill as pm
+import polars as pl
+import zmq
+from jinja2 import pass_context
+from nbconvert import HTMLExporter
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+from traitlets.config import Config
 
+from kvlab import __version__, analysis, host, store, tables
+from kvlab import verdicts as vd
+from kvlab.engines import engine_label, registry
+from kvlab.markup import markdown_inline
 from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
 
 #: Every run row the reports read, written beside them (linked from each report's provenance panel).
@@ -77,8 +90,6 @@ def describe(nb_path: Path) -> tuple[str, str]:
 
 def _figure_data_files(body: str, out: Path) -> str:
     """Write each figure's embedded CSV beside the HTML (``<report>_figureN.csv``) and link the file instead."""
-    import base64
-
     def write(m: re.Match) -> str:
         name = f"{out.stem}_{m.group(1)}"
         (out.parent / name).write_bytes(base64.b64decode(m.group(2)))
@@ -95,10 +106,6 @@ def _exporter():
     output (``display(Markdown(...))``) is a sentence computed from data (a model name, a host, a reference
     CSV's statement, an engine's reported version), so raw HTML in it is shown as text, not made an element,
     and links with a harmful protocol (``javascript:``) are not made links."""
-    from jinja2 import pass_context
-    from nbconvert import HTMLExporter
-    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
-
     class Exporter(HTMLExporter):
         @pass_context
         def markdown2html(self, context, source):
@@ -118,8 +125,6 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     """Export an executed notebook to standalone HTML without code, titled ``title``, with ``panel`` (the
     provenance panel) and then the verdict box first on the page; write each figure's data beside it. Return
     the number of embedded figures and the verdicts."""
-    from kvlab import verdicts as vd
-
     nb = nbformat.read(executed, as_version=4)
     found = vd.extract(nb)
     if found:  # right under the title and its introduction (the first markdown cell)
@@ -144,8 +149,6 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
 
 def changed_parameters(nb_path: Path, parameters: dict | None) -> dict:
     """The parameters given that differ from the template's defaults (its ``parameters`` cell)."""
-    import papermill as pm
-
     defaults = pm.inspect_notebook(str(nb_path))
     out = {}
     for name, value in (parameters or {}).items():
@@ -163,10 +166,6 @@ def changed_parameters(nb_path: Path, parameters: dict | None) -> dict:
 def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) -> dict:
     """What a report rests on: the measured runs (engines with versions, models, hosts, dates, experiments),
     the published documents, the code that built it and the parameters that differ from the template's."""
-    import polars as pl
-
-    from kvlab import __version__, host, store
-
     runs = store.load_runs(data_dir)
     measured = runs.filter(pl.col("source") == "measured")
     hosts, sweep_commits, without_bf16 = set(), set(), False
@@ -204,16 +203,14 @@ def _engine_line(engine: str, version: str | None, dtype: str | None, device_kin
     """How a provenance line names what ran: display name, version, and in brackets where it ran (on a CPU, the
     adapter's note, e.g. 'CPU, torch-native kernels') and the compute dtype (runs stored before it was recorded have
     none); float32 on a CPU without native bfloat16 says why (EngineSpec.dtype bfloat16-if-native)."""
-    from kvlab.engines import ENGINE_LABELS, get_adapter
-
     notes = []
-    if device_kind == "cpu" and engine in ENGINE_LABELS and get_adapter(engine).cpu_note:
-        notes.append(get_adapter(engine).cpu_note)
+    if device_kind == "cpu" and registry.cpu_note(engine):
+        notes.append(registry.cpu_note(engine))
     if dtype == "float32" and without_bf16:
         notes.append("float32 compute: this CPU has no native bfloat16")
     elif dtype:
         notes.append(f"{dtype} compute")
-    line = f"{ENGINE_LABELS.get(engine, engine)} {version or '(version not reported)'}"
+    line = f"{engine_label(engine)} {version or '(version not reported)'}"
     return line + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -258,16 +255,11 @@ def kernel_config():
     """Kernel-manager settings for executing notebooks: CurveZMQ keys for the kernel's sockets where this
     pyzmq supports them. Without keys ipykernel (7.4) warns on every start that its TCP traffic is
     unencrypted; with ``auto`` the manager provisions keys only for kernelspecs that declare support."""
-    import zmq
-    from traitlets.config import Config
-
     return Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
 
 
 def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel_name: str = "python3") -> Report:
     """Execute one notebook into ``out_dir`` with papermill and export it to HTML."""
-    import papermill as pm
-
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ[STATIC_ENV] = "1"  # inherited by the kernel papermill starts
@@ -285,24 +277,17 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
 
 def run_tables_html(runs) -> str:
     """A run table per measured experiment (what varied, status, attempts, key figures) for the index."""
-    import polars as pl
-
-    from kvlab import analysis, tables
-
     measured = runs.filter(pl.col("source") == "measured")
     parts = []
     for exp in sorted(measured["experiment"].unique()):
         t = tables.table(analysis.run_table(measured, exp), caption=f"data/experiments/{exp}.yaml")
-        parts.append(f"<details><summary>{html.escape(exp)}: {t.frame.height} run(s)</summary>{t._repr_html_()}</details>")
+        parts.append(f"<details><summary>{html.escape(exp)}: {t.frame.height} run(s)</summary>{t.html()}</details>")
     return "\n".join(parts)
 
 
 def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "") -> Path:
     """An index page linking each report with one line of what it shows and its verdicts, under the
     provenance ``panel``, then the run tables (``runs_html``)."""
-    from kvlab import verdicts as vd
-    from kvlab.markup import markdown_inline
-
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(r.title)}</a>'
         f"<p>{markdown_inline(r.summary)}</p>{vd.box_html(list(r.verdicts), 'Found') if r.verdicts else ''}"
@@ -363,14 +348,11 @@ def build(
     with a warning, so pass notebook-specific ones through :func:`run_one`. ``progress`` is an
     optional callable(report) for a progress bar.
     """
-    from kvlab import store
-
     paths = notebooks(selected)
     workers = workers or min(len(paths), os.cpu_count() or 1) or 1
     out_dir.mkdir(parents=True, exist_ok=True)
     reports: list[Report] = []
     errors: list[str] = []
-    import multiprocessing
 
     # spawn, not fork: the workers use polars (provenance), whose thread pool does not survive a fork of a
     # parent that already used it (a test, a notebook session)

@@ -236,5 +236,3 @@ CLAIMS = Table(
         _c("citation", Str, "where it is stated", required=True),
     ),
 )
-
-TABLES = {t.name: t for t in (RUNS, REQUESTS, ATTEMPTS, CLAIMS)}

@@ -14,7 +14,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError,
                       field_validator)
 
-from kvlab.engines import FAILURE_CAUSES, get_adapter
+from kvlab.engines import FAILURE_CAUSES, adapter_class, get_adapter
 from kvlab.engines.spec import EngineSpec
 from kvlab.units import context_label
 from kvlab.workloads import KINDS, WorkloadArgs
@@ -441,14 +441,16 @@ def _check_external(origin: str | Path, runs: list[RunSpec]) -> None:
         )
 
 
-#: Engines that reject a request whose prompt + output reaches the context length (SGLang's tokenizer
-#: manager checks ``input + max_new_tokens >= context_len``); vLLM accepts up to max_model_len itself.
-STRICT_CONTEXT_ENGINES = ("sglang", "sglang-jax")
-
-
 def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: WorkloadArgs) -> None:
     at = f"{origin}: matrix point [{where}]: engines.{label}"
-    if e.name in STRICT_CONTEXT_ENGINES and w.total_tokens >= e.max_model_len:
+    adapter = adapter_class(e.name)  # what the engine can do
+    if e.kv_cache_bytes is not None and not adapter.kv_budget:
+        raise SpecError(f"{at}.kv_cache_bytes ({e.kv_cache_bytes}): {e.name} takes no explicit KV budget")
+    if e.dev_mode and not adapter.dev_endpoints:
+        raise SpecError(f"{at}.dev_mode: {e.name} has no development endpoints to open")
+    # an engine with a strict context (EngineAdapter.strict_context: SGLang's tokenizer manager checks
+    # input + max_new_tokens >= context_len) rejects a request that fills it; vLLM accepts up to max_model_len
+    if adapter.strict_context and w.total_tokens >= e.max_model_len:
         raise SpecError(
             f"{at}.max_model_len: prompt ({w.prompt_len}) + output ({w.output_tokens}) = {w.total_tokens} "
             f"tokens must be below max_model_len ({e.max_model_len}) for {e.name}: SGLang rejects a request that "

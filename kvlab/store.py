@@ -24,6 +24,8 @@ from pathlib import Path
 
 import polars as pl
 
+from kvlab import host
+from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR, publish_dir
 from kvlab.schema import ATTEMPTS, CLAIMS, REQUESTS, RUNS, SchemaError, Table
 
@@ -123,8 +125,6 @@ def _recorded_facts(path: Path, df: pl.DataFrame, manifests: dict) -> pl.DataFra
     """A stored run row with the columns an older kvlab did not record (:data:`BACKFILLED`) filled in the way
     :func:`kvlab.runner.run_row` fills them now: the KV budget from the run's spec.json, the device kind from its
     engine spec and the host facts of the sweep that measured it. Rows that recorded them are returned as read."""
-    from kvlab import host
-
     missing = [c for c in BACKFILLED if c not in pl.read_parquet_schema(path)]
     spec_file = path.parent / SPEC_FILE
     if not missing or not spec_file.exists():
@@ -220,8 +220,6 @@ def write_run(
         if attempts is not None:
             ATTEMPTS.conform(attempts, origin=f"attempts of {run_key}").write_parquet(tmp / ATTEMPTS_FILE)
         if spec is not None:
-            from kvlab.engines.spec import redact_secrets  # env values whose names look like secrets: '***'
-
             (tmp / SPEC_FILE).write_text(json.dumps(redact_secrets(spec), indent=2, sort_keys=True, default=str))
         for name, src in (files or {}).items():
             if Path(src).exists():

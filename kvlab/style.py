@@ -9,9 +9,15 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import matplotlib as mpl
+import seaborn as sns
 
-#: One colour per engine in every report; sglang-jax (SGLang's JAX runtime) is SGLang's family, a darker shade.
-ENGINE_COLORS = {"vllm": "#3b75af", "sglang": "#e1812c", "sglang-jax": "#a0461a"}
+from kvlab.engines import registry
+
+#: The engines' colours by the key each adapter names (EngineAdapter.colour_key): one hue per family, a darker
+#: shade for an engine that stands in for its family's own (sglang-jax, SGLang's JAX runtime).
+PALETTE = {"blue": "#3b75af", "orange": "#e1812c", "dark orange": "#a0461a"}
+#: One colour per engine in every report, in display order.
+ENGINE_COLORS = {engine: PALETTE[key] for engine, key in registry.colour_keys().items()}
 
 F = TypeVar("F", bound=Callable)
 
@@ -20,8 +26,6 @@ F = TypeVar("F", bound=Callable)
 def _theme_rc() -> dict:
     """The rcParams seaborn's ``set_theme(style="whitegrid", context="notebook")`` sets (its style, its scale,
     its palette), read inside an ``rc_context`` so that nothing outside it changes."""
-    import seaborn as sns
-
     keys = {*sns.axes_style("whitegrid"), *sns.plotting_context("notebook"), "axes.prop_cycle"}
     with mpl.rc_context():
         sns.set_theme(style="whitegrid", context="notebook", color_codes=False)

@@ -12,8 +12,9 @@ import html
 import math
 
 import polars as pl
+import pandas as pd
 
-from kvlab.engines import ENGINE_LABELS
+from kvlab.engines import engine_label
 
 #: Column names as a reader sees them (units in parentheses). Columns not listed get a name derived from
 #: their unit suffix (:data:`SUFFIXES`), underscores as spaces.
@@ -160,16 +161,18 @@ class Table:
         self.caption = caption
         rows = []
         for row in self.frame.iter_rows(named=True):
-            rows.append([ENGINE_LABELS.get(v, v) if c == "engine" and isinstance(v, str) else _cell(v, digits)
+            rows.append([engine_label(v) if c == "engine" and isinstance(v, str) else _cell(v, digits)
                          for c, v in row.items()])
         self.rows = rows
 
     def to_pandas(self):
-        import pandas as pd
-
         return pd.DataFrame(self.rows, columns=self.headers)
 
     def _repr_html_(self) -> str:
+        return self.html()
+
+    def html(self) -> str:
+        """The table as HTML (what a notebook shows, and what reports embed)."""
         # cells and headers are data (an engine's reported version, a reference CSV's statement, a host's name):
         # escaped here, where they become HTML (pandas' Styler does not escape by default)
         styler = (self.to_pandas().style.hide(axis="index").set_table_attributes('class="kvlab-table"')

@@ -7,6 +7,8 @@ a label such as '64K' names it for display and is never a join key.
 
 from __future__ import annotations
 
+import math
+
 K, M = 1 << 10, 1 << 20
 
 
@@ -66,8 +68,6 @@ def scaled_context(label: str, tokens: int | None, sep: str = " ") -> str:
 
 def sig2(x: float) -> str:
     """A ratio to two significant figures, trailing zero kept: 2.0, 1.9, 14, 0.93 (how n=1 numbers are shown)."""
-    import math
-
     if x == 0:
         return "0"
     if abs(x) >= 100:

@@ -11,6 +11,8 @@ import html
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from kvlab.markup import markdown_inline
+
 #: The MIME type under which a verdict box carries its verdicts in a notebook output (read back by reports).
 MIME = "application/vnd.kvlab.verdicts+json"
 
@@ -70,8 +72,6 @@ _TD = "padding: 3px .6rem 3px 0; vertical-align: top; text-align: left; border: 
 
 def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found") -> str:
     """The verdict box: one row per claim, outcome and evidence as coloured badges, then the number."""
-    from kvlab.markup import markdown_inline
-
     rows = []
     for v in verdicts:
         v = v if isinstance(v, Verdict) else Verdict(**v)

@@ -3,6 +3,7 @@ serves the stored tables, filtered by source and experiment, so no notebook repe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,13 @@ class Workbook:
 
     data: Path
     _cache: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
+    #: Numbers the figures this notebook shows, from 1.
+    figures: plots.FigureNumbers = field(default_factory=plots.FigureNumbers, repr=False)
+
+    def show(self, fig, caption: str, data: pl.DataFrame | None = None, alt: str | None = None) -> plots.FigureView:
+        """``display(wb.show(fig, caption, data))``: a figure as the reports show it, numbered in this notebook
+        (:func:`kvlab.plots.show`)."""
+        return plots.show(fig, caption, data, alt, self.figures)
 
     def _table(self, name: str, load) -> pl.DataFrame:
         if name not in self._cache:
@@ -54,6 +62,29 @@ class Workbook:
         """One document's claims (``reference/*claims*``), of one kind when ``kind`` is given."""
         rows = self._table("claims", store.load_claims).filter(pl.col("experiment") == experiment)
         return rows if kind is None else rows.filter(pl.col("kind") == kind)
+
+
+#: Notebook parameters that were renamed to the one vocabulary of notebooks 01–06 (gpu, model, tp, dcp, mem_util,
+#: mem_utils, headroom_contexts, curve_points, …): old name → new name.
+RENAMED_PARAMETERS: dict[str, str] = {
+    "measured_mem_util": "mem_util",  # 01, 02
+    "model_gpu": "gpu",  # 03
+    "model_name": "model",  # 03
+    "model_dcp": "dcp",  # 03
+    "model_contexts": "headroom_contexts",  # 03 (as 04 names them)
+    "grid_points": "curve_points",  # 04 (as 06 names them)
+}
+
+
+def check_parameters(namespace: Mapping[str, object]) -> None:
+    """Refuse a parameter given under its old name (:data:`RENAMED_PARAMETERS`), naming the new one: papermill sets
+    whatever ``-p`` names, so an old name would otherwise change nothing, silently. A notebook's first code cell
+    calls it with ``globals()``."""
+    old = [name for name in RENAMED_PARAMETERS if name in namespace]
+    if old:
+        raise NameError("renamed notebook parameter" + ("s" if len(old) > 1 else "") + ": "
+                        + "; ".join(f"{name} is now {RENAMED_PARAMETERS[name]} (-p {RENAMED_PARAMETERS[name]}=…)"
+                                    for name in old))
 
 
 def open_workbook(data_dir: str | Path = "", fig_format: str = "png") -> Workbook:

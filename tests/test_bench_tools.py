@@ -119,7 +119,7 @@ def test_standalone_fixture_collects_garbage_only_between_streams():
     import gc
 
     from kvlab import client, workloads
-    from kvlab.sse_fixture import FixtureConfig, SSEServer
+    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
 
     open_at_collection: list[int] = []
 

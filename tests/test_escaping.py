@@ -61,7 +61,7 @@ def _payload_data(tmp_path: Path) -> Path:
 
 def test_provenance_panel_escapes_every_value(tmp_path):
     data = _payload_data(tmp_path)
-    prov = reports.provenance(data, None, {"model_gpu": IMG})
+    prov = reports.provenance(data, None, {"gpu": IMG})
     panel = reports.panel_html({**prov, "published": [IMG], "built": SCRIPT, "kvlab": SCRIPT})
     assert_no_live_payload(panel)
     assert "&lt;img src=x onerror=alert(1)&gt;" in panel and "0.1&lt;script&gt;alert(2)&lt;/script&gt;" in panel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kvlab.sse_fixture import SSEServer, serve_app
+from kvlab.testing.sse_fixture import SSEServer, serve_app
 
 from kvlab import metrics
 

@@ -18,6 +18,7 @@ from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
 from kvlab import reports
+from kvlab.workbook import RENAMED_PARAMETERS, check_parameters
 
 #: Per notebook: the data folder it runs on ("fixture": real measured runs of every CPU study plus document
 #: variants; "two_engines": made-up long-context runs of both engines with a crossover), base parameters beside
@@ -25,20 +26,20 @@ from kvlab import reports
 #: data_dir's own variant is a folder without measured runs.
 CASES = {
     "01": ("two_engines", {}, {
-        "published_experiment": "article_b300_alt", "measured_experiment": "", "measured_mem_util": 0.95,
+        "published_experiment": "article_b300_alt", "measured_experiment": "", "mem_util": 0.95,
         "engine_a": "sglang", "engine_b": "vllm", "context_from": "200K", "context_to": "64K",
         "crossover_methods": ["linear"], "measured_engine_a": "sglang-jax", "measured_engine_b": "vllm"}),
     "02": ("two_engines", {}, {
-        "published_experiment": "article_b300_alt", "measured_experiment": "", "measured_mem_util": 0.95,
+        "published_experiment": "article_b300_alt", "measured_experiment": "", "mem_util": 0.95,
         "context_from": "200K", "context_to": "64K"}),
     "03": ("two_engines", {}, {
         "published_experiment": "article_b300_alt", "measured_experiment": "cpu_prefix_sharing",
-        "model_gpu": "H200", "model_name": "DeepSeek-V3", "mem_utils": [0.9, 0.95],
-        "model_contexts": [65536, 131072], "model_dcp": 4}),
-    "04": ("fixture", {"max_context": 262144, "grid_points": 8, "sensitivity_batches": [8],
+        "gpu": "H200", "model": "DeepSeek-V3", "mem_utils": [0.9, 0.95],
+        "headroom_contexts": [65536, 131072], "dcp": 4}),
+    "04": ("fixture", {"max_context": 262144, "curve_points": 8, "sensitivity_batches": [8],
                        "sensitivity_outputs": [1024]}, {
         "published_experiment": "article_b300_alt", "gpu": "H200", "model": "DeepSeek-V3", "tp": 16, "dcp": 4,
-        "gpus": ["B300", "H100"], "dcp_sizes": [2, 8], "max_context": 524288, "grid_points": 10,
+        "gpus": ["B300", "H100"], "dcp_sizes": [2, 8], "max_context": 524288, "curve_points": 10,
         "batch_size": 16, "output_tokens": 2048, "sensitivity_batches": [32], "sensitivity_outputs": [4096],
         "mem_utils": [0.9, 0.95], "headroom_contexts": [65536, 131072], "kv_layers": 93, "fig_format": "svg"}),
     "05": ("fixture", {}, {
@@ -106,3 +107,25 @@ def test_each_parameter_changes_what_the_report_shows(prefix, data_dirs, monkeyp
     assert not failed, f"{prefix}: a cell failed when one parameter changed: {failed}"
     unchanged = [name for name, shown in zip(names, others) if shown == first]
     assert not unchanged, f"{prefix}: changing {unchanged} changed nothing a reader sees"
+
+
+def test_the_notebooks_share_one_vocabulary():
+    """No notebook declares a parameter under a name that was retired, and each retired name's successor is a
+    parameter of some notebook (where one notebook says gpu, model, dcp, mem_util, none says model_gpu …)."""
+    declared = {name for nb in reports.notebooks() for name in papermill.inspect_notebook(str(nb))}
+    assert not declared & set(RENAMED_PARAMETERS)
+    assert set(RENAMED_PARAMETERS.values()) <= declared
+
+
+def test_an_old_parameter_name_is_refused_naming_the_new_one():
+    check_parameters({"gpu": "H200", "mem_util": 0.95})
+    with pytest.raises(NameError, match=r"renamed notebook parameters: model_gpu is now gpu \(-p gpu=…\); "
+                                        r"model_dcp is now dcp"):
+        check_parameters({"model_gpu": "H200", "model_dcp": 4, "data_dir": ""})
+
+
+@pytest.mark.parametrize(("prefix", "old", "new"), [("01", "measured_mem_util", "mem_util"), ("03", "model_gpu", "gpu")])
+def test_a_notebook_given_an_old_name_fails_naming_the_new_one(prefix, old, new, data_dirs, monkeypatch):
+    monkeypatch.setenv(reports.STATIC_ENV, "1")
+    shown, = run_variants(reports.notebooks([prefix])[0], [{"data_dir": str(data_dirs["no_runs"]), old: 0.95}])
+    assert isinstance(shown, str) and f"{old} is now {new}" in shown, shown

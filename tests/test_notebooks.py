@@ -13,7 +13,7 @@ from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
 
 #: Small parameters per notebook prefix (keep each notebook's test run short).
 SMALL = {
-    "04": {"max_context": 262144, "grid_points": 12},
+    "04": {"max_context": 262144, "curve_points": 12},
     "06": {"curve_points": 8, "max_context": 262144},
 }
 #: Text each report must contain: conclusions computed from the data, not typed in.
@@ -232,7 +232,7 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     (data / "runs" / "cpu_long_context" / "manifest.json").write_text(json.dumps({"sweeps": [{
         "git_commit": "0123456789abcdef", "host": {"cpu": "Test CPU", "cpu_cores": 2, "cpu_flags": ["avx2"],
                                                    "gpus": [], "accelerator": "CPU x86_64 (2 cores)"}}]}))
-    rep = reports.run_one(reports.notebooks(["03"])[0], tmp_path / "out", {"data_dir": str(data), "model_gpu": "H100"})
+    rep = reports.run_one(reports.notebooks(["03"])[0], tmp_path / "out", {"data_dir": str(data), "gpu": "H100"})
     text = rep.html.read_text()
     assert f"<title>{html.escape(rep.title)} — kvlab</title>" in text
     panel = text[text.index('<nav class="kvlab-provenance"'):text.index("</nav>")]
@@ -246,7 +246,7 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     assert "<code>data/experiments/cpu_long_context.yaml</code>" in panel and "runs measured at commit(s) 0123456789ab" in panel
     assert "<th>published</th><td>article_b300</td>" in panel
     # only what differs from the template's defaults, with its value
-    assert f"<code>data_dir = {html.escape(repr(str(data)))}</code>, <code>model_gpu = &#x27;H100&#x27;</code>" in panel
+    assert f"<code>data_dir = {html.escape(repr(str(data)))}</code>, <code>gpu = &#x27;H100&#x27;</code>" in panel
 
 
 def test_build_writes_index_linking_every_report(tmp_path):

@@ -339,7 +339,7 @@ def test_whatif_notebook_executes(tmp_path):
     papermill.execute_notebook(
         str(NOTEBOOKS_DIR / "04_whatif_model.ipynb"),
         str(out),
-        parameters={"grid_points": 8, "max_context": 262144, "gpus": ["B300", "H200"], "dcp_sizes": [8],
+        parameters={"curve_points": 8, "max_context": 262144, "gpus": ["B300", "H200"], "dcp_sizes": [8],
                     "headroom_contexts": [65536, 204800]},  # fmt: skip
         kernel_name="python3",
         cwd=str(NOTEBOOKS_DIR),

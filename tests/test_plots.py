@@ -20,19 +20,23 @@ def _fig():
     return fig
 
 
-def test_show_numbers_figures_and_needs_a_caption():
-    plots.setup_notebook()
+def test_show_numbers_figures_and_needs_a_caption(tmp_path):
+    from kvlab.workbook import Workbook
+
+    wb = Workbook(tmp_path)
     with pytest.raises(ValueError, match="caption"):
-        plots.show(_fig(), "  ")
-    a, b = plots.show(_fig(), "first."), plots.show(_fig(), "second.")
+        wb.show(_fig(), "  ")
+    a, b = wb.show(_fig(), "first."), wb.show(_fig(), "second.")
     assert (a.number, b.number) == (1, 2)
+    assert Workbook(tmp_path).show(_fig(), "another notebook's first.").number == 1  # no count shared
     html = b._repr_html_()
     assert "<b>Figure 2.</b> second." in html
+    assert "<b>Figure" not in plots.show(_fig(), "unnumbered.")._repr_html_()
     assert 'alt="measured: x (y: batch time (s), x: context); series: vLLM"' in html
 
 
 def test_show_draws_at_twice_the_shown_density_and_links_its_data():
-    view = plots.show(_fig(), "**bold** claim.", data=pl.DataFrame({"a": [1], "b": [2.5]}))
+    view = plots.show(_fig(), "**bold** claim.", data=pl.DataFrame({"a": [1], "b": [2.5]}), numbers=plots.FigureNumbers())
     html = view._repr_html_()
     png_width = int.from_bytes(view.png()[16:20], "big")
     shown = int(re.search(r"width: (\d+)px; max-width", html).group(1))
@@ -86,11 +90,12 @@ def test_memory_study_figure_orders_settings_and_drops_an_all_zero_retry_panel()
 
 
 def test_claims_figure_names_every_definition_in_colours_that_are_not_engines():
-    from kvlab import analysis, store
+    from kvlab import analysis, narrative, store
 
     claims = store.load_claims().filter(pl.col("experiment") == "article_b300")
     runs = store.load_runs().filter(pl.col("source") == "published")
-    fig = plots.claims_vs_table(analysis.consistency(runs, claims), claims)
+    check = analysis.consistency(runs, claims)
+    fig = plots.claims_vs_table(check, narrative.claim_labels(check, claims), narrative.DEFINITION_NAMES)
     ax = fig.axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["stated by the article", "table implies: T(slower) ÷ T(faster)",

@@ -423,7 +423,7 @@ def test_failed_requests_are_blamed_on_an_engine_that_dies_a_moment_later():
 
 
 def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
-    from kvlab.sse_fixture import SSEServer
+    from kvlab.testing.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "external", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
@@ -444,7 +444,7 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
 def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(tmp_path):
     """No development endpoint: every request of a vLLM run carries the run's own cache_salt (so its requests
     share prefixes with each other and with no earlier run); the warm-up carries none; the note says so."""
-    from kvlab.sse_fixture import SSEServer
+    from kvlab.testing.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "salted", engine={"launch": None, "url": srv.url, "model": "org/m",
@@ -461,7 +461,7 @@ def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(t
 
 
 def test_a_run_without_prefix_caching_carries_no_salt(tmp_path):
-    from kvlab.sse_fixture import SSEServer
+    from kvlab.testing.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "unsalted", engine={"launch": None, "url": srv.url, "model": "org/m",
@@ -471,7 +471,7 @@ def test_a_run_without_prefix_caching_carries_no_salt(tmp_path):
 
 
 def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_the_sweep(tmp_path):
-    from kvlab.sse_fixture import FixtureConfig, SSEServer
+    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(metrics_fault_rate=1.0, fault_seed=3)) as srv:
         path = write_spec(tmp_path, "badmetrics", engine={"launch": None, "url": srv.url, "model": "org/m"},
@@ -487,7 +487,7 @@ def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_th
 
 
 def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_tokens(tmp_path):
-    from kvlab.sse_fixture import SSEServer
+    from kvlab.testing.sse_fixture import SSEServer
 
     from kvlab import analysis
 
@@ -505,7 +505,7 @@ def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_t
 
 
 def test_a_missing_api_key_stops_the_sweep_before_anything_is_sent(tmp_path, monkeypatch):
-    from kvlab.sse_fixture import SSEServer
+    from kvlab.testing.sse_fixture import SSEServer
 
     monkeypatch.delenv("KVLAB_TEST_UNSET_KEY", raising=False)
     with SSEServer() as srv:

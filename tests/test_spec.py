@@ -257,6 +257,18 @@ def test_sglang_engines_need_room_below_their_context_length(tmp_path):
     assert len(expand(ExperimentSpec.load(path))) == 1
 
 
+def test_an_engine_is_asked_only_for_what_it_can_do(tmp_path):
+    """dev_mode opens development endpoints only an engine that has them (EngineAdapter.dev_endpoints) can open."""
+    data = {"name": "d", "hardware": "CPU",
+            "engines": {"j": {"name": "sglang-jax", "launch": ["python"], "model": "org/m", "max_model_len": 1024,
+                              "dev_mode": True}},
+            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 512, "output_tokens": 8}}
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError, match=r"engines.j.dev_mode: sglang-jax has no development endpoints to open"):
+        ExperimentSpec.load(path)
+
+
 def test_run_key_changes_with_a_local_models_config(tmp_path):
     """Runs measured on an earlier version of a local model (kvlab's tiny model changed shape) are not reused."""
     model = tmp_path / "m"

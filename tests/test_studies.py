@@ -8,7 +8,7 @@ import dataclasses
 import polars as pl
 import pytest
 import yaml
-from kvlab.sse_fixture import FixtureConfig, SSEServer
+from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
 from test_runner import BASE_ENGINE, engine_processes
 
 from kvlab import analysis, guide, narrative, reasoning, runner, store, workloads

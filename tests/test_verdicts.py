@@ -36,13 +36,13 @@ def _executed(tmp_path):
 
     from kvlab import plots
 
-    plots.setup_notebook()  # figure numbers start at 1, as in a fresh kernel
     fig = Figure(figsize=(3, 2))
     ax = fig.subplots()
     ax.plot([1, 2], [3, 4], label="vLLM")
     ax.set(title="measured: test", xlabel="context", ylabel="batch time (s)")
     ax.legend()
-    view = plots.show(fig, "vLLM's batch time grows 1.33× from 1 to 2.", data=pl.DataFrame({"x": [1, 2], "y": [3, 4]}))
+    view = plots.show(fig, "vLLM's batch time grows 1.33× from 1 to 2.", data=pl.DataFrame({"x": [1, 2], "y": [3, 4]}),
+                      numbers=plots.FigureNumbers())  # figure numbers start at 1, as in a fresh notebook
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# A title\nWhat it shows."),
                 nbformat.v4.new_markdown_cell("## First section"),

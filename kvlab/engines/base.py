@@ -105,9 +105,31 @@ COMMON_RUNTIME_PATTERNS = [
 class EngineAdapter(ABC):
     """Everything kvlab knows about one engine; pure functions of an EngineSpec (no engine import)."""
 
+    # ------------------------------------------------------------------ identity (what reports say of it)
     name: ClassVar[str]
     #: How figures and tables name the engine (the runtime, where it is not the engine's usual one).
     label: ClassVar[str]
+    #: The engine family its results stand for (the article compares two: vLLM's and SGLang's); an engine
+    #: outside its family's own name (sglang-jax) is evidence about that family, never a measurement of it.
+    family: ClassVar[str]
+    #: What a reader must know about the engine when its name could be misread ('' where nothing).
+    note: ClassVar[str] = ""
+    #: What the engine is, where it stands in for its family's own engine ('' where it is that engine).
+    stand_in: ClassVar[str] = ""
+    #: Its colour in every figure, a name of kvlab.style.PALETTE (one hue per family, shades within it).
+    colour_key: ClassVar[str]
+
+    # ------------------------------------------------------------------ capabilities
+    #: An explicit KV budget (EngineSpec.kv_cache_bytes) can be given (vLLM --kv-cache-memory-bytes,
+    #: SGLang --max-total-tokens).
+    kv_budget: ClassVar[bool] = True
+    #: It rejects a request whose prompt + output reaches the context length (SGLang's tokenizer manager checks
+    #: ``input + max_new_tokens >= context_len``); False: it accepts up to the context length itself.
+    strict_context: ClassVar[bool] = False
+    #: The flag that makes it report ``usage.prompt_tokens_details.cached_tokens`` (EngineSpec.report_cached_tokens).
+    cache_report_flag: ClassVar[str]
+    #: It has development endpoints behind a switch (EngineSpec.dev_mode): vLLM's VLLM_SERVER_DEV_MODE.
+    dev_endpoints: ClassVar[bool] = False
     #: What ran when the engine serves on a CPU, for provenance lines ('SGLang 0.5.23 (CPU, torch-native
     #: kernels; …)'); empty where the label already says it.
     cpu_note: ClassVar[str] = "CPU"
@@ -133,6 +155,11 @@ class EngineAdapter(ABC):
     #: (``--api-key``, only where the engine reads it nowhere else: `ps` shows it to every user of the
     #: machine while the server runs; kvlab redacts it in what it records).
     api_key_route: ClassVar[Literal["env", "config_file", "argv"]] = "argv"
+
+    @classmethod
+    def serves_metrics(cls) -> bool:
+        """Whether the engine serves Prometheus counters (else its server counters are not available, never 0)."""
+        return cls.metrics_path is not None
 
     # ------------------------------------------------------------------ command line
     @abstractmethod

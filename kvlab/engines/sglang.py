@@ -31,6 +31,11 @@ def kv_bytes_per_token(config: dict, element_bytes: int = 2, head_dim_multiple: 
 class SGLangAdapter(EngineAdapter):
     name = "sglang"
     label = "SGLang"
+    family = "sglang"
+    colour_key = "orange"
+    cache_report_flag = "--enable-cache-report"  # usage.prompt_tokens_details.cached_tokens
+    # its tokenizer manager rejects input + max_new_tokens >= context_len
+    strict_context = True
     cpu_note = "CPU, torch-native kernels"  # PyPI has no build of SGLang's AMX CPU kernels (envs/sglang-cpu-compat)
     module = "sglang.launch_server"
     health_path = "/health"
@@ -76,7 +81,7 @@ class SGLangAdapter(EngineAdapter):
         if spec.kv_cache_bytes is not None:
             args += ["--max-total-tokens", str(self.kv_budget_tokens(spec))]
         if spec.report_cached_tokens:
-            args.append("--enable-cache-report")  # usage.prompt_tokens_details.cached_tokens
+            args.append(self.cache_report_flag)
         if not spec.prefix_caching:
             args.append("--disable-radix-cache")
         return args + self.shared_args(spec, api_key)

@@ -45,6 +45,13 @@ def kv_bytes_per_token(config: dict, element_bytes: int = 2) -> int:
 class SGLangJaxAdapter(SGLangAdapter):
     name = "sglang-jax"
     label = "sglang-jax (CPU)"
+    # family "sglang" (inherited): evidence about SGLang's family, never a measurement of PyTorch SGLang
+    colour_key = "dark orange"
+    note = ("SGLang's JAX runtime (`sgl_jax`) on JAX's CPU backend, **not PyTorch SGLang** (the engine the article "
+            "measured): its kernels and speed differ, so its results are labelled sglang-jax and never stand for sglang")
+    stand_in = ("SGLang's JAX runtime, run here on CPU: it keeps SGLang's radix-tree prefix cache (RadixAttention, page "
+                "size 1, so a hit is token-exact), and its results are evidence about the SGLang family on CPU, never "
+                "SGLang on a GPU")
     cpu_note = ""  # the label says it
     module = "sgl_jax.launch_server"
     health_path = "/health"
@@ -72,7 +79,7 @@ class SGLangJaxAdapter(SGLangAdapter):
         if spec.kv_cache_bytes is not None:
             args += ["--max-total-tokens", str(self.kv_budget_tokens(spec))]
         if spec.report_cached_tokens:
-            args.append("--enable-cache-report")  # usage.prompt_tokens_details.cached_tokens
+            args.append(self.cache_report_flag)
         if not spec.prefix_caching:
             args.append("--disable-radix-cache")
         return args + self.shared_args(spec, api_key)

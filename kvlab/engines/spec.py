@@ -8,20 +8,19 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kvlab import host
 from kvlab.paths import ROOT
 
-#: Every engine kvlab can launch, in the order reports list them (kvlab.engines has an adapter for each).
+#: Every engine kvlab can launch, in the order reports list them: what EngineSpec.name accepts
+#: (kvlab.engines.registry has an adapter for each, and refuses to import where the two differ).
 ENGINE_NAMES: tuple[str, ...] = ("vllm", "sglang", "sglang-jax")
 #: The compute dtypes an engine spec may ask for: "auto" (the model's own) and the engines' own names, plus
 #: "bfloat16-if-native", which this host resolves (EngineSpec.served_dtype).
 DTYPES = ("auto", "bfloat16", "float16", "float32", "bfloat16-if-native")
-#: Engines with an explicit KV budget option (vLLM --kv-cache-memory-bytes; SGLang and sglang-jax
-#: --max-total-tokens, from the local model's KV bytes per token).
-KV_BUDGET_ENGINES = ("vllm", "sglang", "sglang-jax")
 
 
 #: Engine options that carry a secret (vLLM 0.32, SGLang 0.5.23, sglang-jax 0.1.0rc0 parsers): never in
@@ -99,8 +98,6 @@ def is_local_path(model: str) -> bool:
 
 def _url_host(url: str) -> str:
     """The host of an http(s) URL or ``http://host`` (brackets of an IPv6 literal kept off)."""
-    from urllib.parse import urlsplit
-
     return urlsplit(url).hostname or ""
 
 
@@ -233,11 +230,6 @@ class EngineSpec(BaseModel):
             raise ValueError(f"dtype ({self.dtype}) and a dtype flag in extra_args: give it once, as dtype")
         if self.tp % self.dcp:
             raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
-        if self.kv_cache_bytes is not None and self.name not in KV_BUDGET_ENGINES:
-            raise ValueError(
-                f"kv_cache_bytes ({self.kv_cache_bytes}) applies to {' and '.join(KV_BUDGET_ENGINES)}; "
-                f"engine '{self.name}' has no such flag"
-            )
         return self
 
     def served_dtype(self) -> str | None:

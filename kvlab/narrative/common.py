@@ -4,51 +4,19 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.guide import engine_label
+from kvlab.engines import VLLM, engine_label, registry
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
-
-
-#: What a stand-in engine is, in the words the reports use.
-STAND_IN = {"sglang-jax": "SGLang's JAX runtime, run here on CPU: it keeps SGLang's radix-tree prefix cache "
-                          "(RadixAttention, page size 1, so a hit is token-exact), and its results are evidence about "
-                          "the SGLang family on CPU, never SGLang on a GPU"}
-#: What a reader must know about a measured engine whose name could be misread.
-ENGINE_NOTES: dict[str, str] = {
-    "sglang-jax": ("SGLang's JAX runtime (`sgl_jax`) on JAX's CPU backend, **not PyTorch SGLang** (the engine the "
-                   "article measured): its kernels and speed differ, so its results are labelled sglang-jax and "
-                   "never stand for sglang"),
-}
 
 
 def measured_engines_note(runs: pl.DataFrame) -> str:
     """Which engines the measured rows hold, with what each one is (said once per report)."""
-    from kvlab.engines import ENGINE_LABELS, ENGINE_NAMES
-
     m = runs.filter(pl.col("source") == "measured")
     if m.is_empty():
         return ""
-    engines = sorted(m["engine"].unique().to_list(),
-                     key=lambda e: (ENGINE_NAMES.index(e) if e in ENGINE_NAMES else len(ENGINE_NAMES), e))
+    engines = sorted(m["engine"].unique().to_list(), key=lambda e: (registry.order(e), e))
     hw = ", ".join(m["hardware"].unique(maintain_order=True).to_list())
-    parts = [f"{e} = {ENGINE_LABELS.get(e, e)}" + (f": {ENGINE_NOTES[e]}" if e in ENGINE_NOTES else "")
-             for e in engines]
+    parts = [f"{e} = {engine_label(e)}" + (f": {registry.note(e)}" if registry.note(e) else "") for e in engines]
     return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
-
-
-def unavailable_counters(runs: pl.DataFrame) -> str:
-    """Engines whose server counters (``server_*`` columns) are null in every measured run: not available, not 0."""
-    m = runs.filter(pl.col("source") == "measured")
-    cols = [c for c in m.columns if c.startswith("server_")]
-    lines = []
-    for (engine,), g in m.group_by(["engine"], maintain_order=True):
-        missing = [c for c in cols if g[c].null_count() == g.height]
-        if len(missing) == len(cols):
-            lines.append(f"- {engine} reported no server counters (all {len(cols)} `server_*` columns null in its "
-                         f"{g.height} runs): they are shown empty (not available), never as 0.")
-        elif missing:
-            lines.append(f"- {engine} did not report {', '.join(missing)} (null in its {g.height} runs): shown empty "
-                         "(not available), never as 0.")
-    return "\n".join(lines)
 
 
 def citation_note(published: pl.DataFrame) -> str:
@@ -79,7 +47,7 @@ def config_name(label: str) -> str:
     return f"{engine_label(engine)} {rest}".strip()
 
 
-def _implausible(fit, short: bool = False) -> list[str]:
+def implausible(fit, short: bool = False) -> list[str]:
     """The fitted parameters outside their physically sane ranges, each in words with its value and (unless
     ``short``) the plausible range."""
     from kvlab.perfmodel.calibrate import SANE_RANGES
@@ -149,7 +117,7 @@ def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: p
     return f"Modelled for {who}: {body}; {lines}{flags}."
 
 
-def _scaled_span(r: dict) -> str:
+def scaled_span(r: dict) -> str:
     """' (scaled contexts: 1,024 → 3,200 tokens)' for a decay row whose contexts were scaled down, else ''."""
     scaled = scaled_context(r["context_from"], r.get("c_from")) != r["context_from"] or \
         scaled_context(r["context_to"], r.get("c_to")) != r["context_to"]
@@ -157,9 +125,16 @@ def _scaled_span(r: dict) -> str:
 
 
 def stand_in_note(*frames: pl.DataFrame, block_tokens: int = 128) -> str | None:
-    """Says, once and plainly, what sglang-jax is, when any of ``frames`` holds its runs; None otherwise."""
-    if not any(not f.is_empty() and "engine" in f.columns and (f["engine"] == "sglang-jax").any() for f in frames):
+    """Says, once and plainly, what a stand-in engine (sglang-jax) is, when any of ``frames`` holds its runs; None
+    otherwise."""
+    present = registry.ordered(e for f in frames if not f.is_empty() and "engine" in f.columns
+                               for e in f["engine"].unique(maintain_order=True).to_list())
+    stand_ins = [e for e in present if registry.is_stand_in(e)]
+    if not stand_ins:
         return None
-    return (f"**{engine_label('sglang-jax')} is not PyTorch SGLang.** It is {STAND_IN['sglang-jax']}. vLLM's CPU "
-            f"backend caches whole {block_tokens}-token blocks. sglang-jax serves no /metrics: its cache hits are its "
-            "requests' usage `cached_tokens`, and server counters it lacks show as not available, never as 0.")
+    e = stand_ins[0]
+    metrics = ("" if registry.adapter_class(e).serves_metrics() else
+               f" {e} serves no /metrics: its cache hits are its requests' usage `cached_tokens`, and server counters "
+               "it lacks show as not available, never as 0.")
+    return (f"**{engine_label(e)} is not PyTorch {engine_label(registry.family(e))}.** It is {registry.stand_in(e)}. "
+            f"{engine_label(VLLM)}'s CPU backend caches whole {block_tokens}-token blocks.{metrics}")

@@ -7,8 +7,8 @@ from kvlab.units import sig2
 import polars as pl
 
 from kvlab.analysis import Crossover
-from kvlab.guide import engine_label
-from kvlab.narrative.common import _implausible, _scaled_span
+from kvlab.engines import engine_label
+from kvlab.narrative.common import implausible, scaled_span
 from kvlab.units import approx_tokens, k_label
 
 
@@ -61,8 +61,8 @@ def model_crossover_sentence(crossover_tokens: float | None, fit, xrange: tuple[
     quality and, when a fitted parameter is outside its physical range, that flag — in the sentence itself."""
     quality = (f"fit to the {fit.residuals.height} published points: max residual {fit.max_abs_residual_pct:.1f}%, "
                f"leave-one-out mean error {fit.loo_mean_abs_pct:.1f}%")
-    flag = (f"; **non-physical fit** ({'; '.join(_implausible(fit, short=True))}), so read it as a description of "
-            "the four points, not as physics" if _implausible(fit) else "")
+    flag = (f"; **non-physical fit** ({'; '.join(implausible(fit, short=True))}), so read it as a description of "
+            "the four points, not as physics" if implausible(fit) else "")
     spread = (f"; **{k_label(xrange[0])}–{k_label(xrange[1])}** over the batch sizes, output lengths, expert-read "
               "models and MLA cache widths the article leaves open (report 04)" if xrange else "")
     if crossover_tokens is None:
@@ -81,7 +81,7 @@ def growth_comparison(measured: pl.DataFrame, published: pl.DataFrame) -> str:
         ref = pub.get(r["engine"])
         cmp = (f"; the article's {r['engine']} grew {ref:.2f}×" if ref is not None
                else f"; the article has no {r['engine']} figure" if pub else "")
-        span = _scaled_span(r).strip().removeprefix("(").removesuffix(")")
+        span = scaled_span(r).strip().removeprefix("(").removesuffix(")")
         lines.append(f"- measured: {r['engine']} batch time grows **{r['batch_time_ratio']:.2f}×** "
                      f"from {r['context_from']} to {r['context_to']} ({span or 'full-scale contexts'}){cmp}.")
     return "\n".join(lines)
@@ -136,7 +136,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
     :mod:`kvlab.claims.grading`: CPU runs of two different engines cannot decide it (rule 1, the shortest measured
     context's ratio quoted as the baseline); GPU runs decide by rule 2. ``engine_family`` maps a claim's engine to
     the measured engine that stands for it (e.g. sglang → sglang-jax)."""
-    from kvlab.analysis import _stated_tolerance
+    from kvlab.analysis import stated_tolerance
     from kvlab.claims import cpu_cross_engine, measured_difference
     from kvlab.verdicts import Verdict
 
@@ -150,7 +150,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
                                claim_id=cid, kind="relative_speed", scope="published table",
                                reason=f"the table has no row at {ctx}"))
         else:
-            ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= _stated_tolerance(c["stated_value"])
+            ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= stated_tolerance(c["stated_value"])
             out.append(Verdict(f"{c['statement']} (the article's own table)", "reproduced" if ok else "contradicted",
                                "published", f"{engine_label(r['faster'])} {r['speedup']:.2f}× faster at {ctx}",
                                claim_id=cid, kind="relative_speed", value=r["speedup"], unit="×",

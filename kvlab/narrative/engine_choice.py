@@ -10,8 +10,9 @@ from kvlab.units import sig2
 
 import polars as pl
 
+from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import (
-    CONCURRENCY_THRESHOLD, FAMILY, MIN_MARGIN, Evidence, Factor, Recommendation, UserWorkload, engine_label, nearest,
+    CONCURRENCY_THRESHOLD, MIN_MARGIN, Evidence, Factor, Recommendation, UserWorkload, nearest,
 )
 from kvlab.tables import ms, number, percent
 
@@ -27,7 +28,7 @@ def _context_finding(f: Factor) -> str:
                 f"SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch against vLLM TP{w.tp}'s {number(ta)} s ({slower}). "
                 "Without DCP the model times both engines alike, so context length does not separate the "
                 f"engines for {w.model}; it only says not to turn DCP on for it.{caveat}")
-    faster = "vllm" if ta <= tb else "sglang"
+    faster = VLLM if ta <= tb else SGLANG
     ratio = max(ta, tb) / min(ta, tb)
     where = (f"the modelled crossover is {f.crossover:,.0f} tokens" if f.crossover else
              "the model finds no crossover up to 1M tokens")
@@ -144,7 +145,7 @@ def evidence_basis(ev: Evidence) -> str:
         how = (f"the {ev.deciding.name} factor, the tree's first question for this workload, decides"
                if ev.split == "first question" else "the larger measured margin decides")
         basis += f"; the measured factors split ({factor_evidence(other)} favours {other.favours}), so {how}"
-    stand_ins = sorted({e for f in votes for e in (f.winner, f.runner_up) if e and FAMILY.get(e, e) != e})
+    stand_ins = sorted({e for f in votes for e in (f.winner, f.runner_up) if e and registry.is_stand_in(e)})
     if stand_ins:
         basis += (f"; the SGLang side of these measurements is {', '.join(engine_label(e) for e in stand_ins)}: "
                   "evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
@@ -161,9 +162,9 @@ def prefix_caption(sharing: pl.DataFrame) -> str:
     hw = ", ".join(on["hardware"].unique(maintain_order=True))
     hits = []
     for r in on.filter(pl.col("shared_fraction") == top).sort("engine", descending=True).iter_rows(named=True):
-        ideal = r["block_ideal_hit_rate"] if r["engine"] == "vllm" and r.get("block_ideal_hit_rate") is not None \
+        ideal = r["block_ideal_hit_rate"] if r["engine"] == VLLM and r.get("block_ideal_hit_rate") is not None \
             else r["ideal_hit_rate"]
-        kind = "whole-block ideal" if r["engine"] == "vllm" else "token-exact ideal"
+        kind = "whole-block ideal" if r["engine"] == VLLM else "token-exact ideal"
         hit = "not available" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.0%}"
         hits.append(f"{engine_label(r['engine'])} {hit} ({kind} {ideal:.0%})")
     text = f"Measured on {hw}, prefix cache on, at shared fraction {top:g}: prompt tokens served from the cache — " \
@@ -222,7 +223,7 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
 
     c = by_id.get("vllm_no_prefix_sharing")
     if c:
-        r = _at_largest_fraction(on, ["vllm"]) if not on.is_empty() else None
+        r = _at_largest_fraction(on, [VLLM]) if not on.is_empty() else None
         out.append(Verdict(f"{c['statement']} — vLLM as measured here, prefix cache on (its default)", "cannot be tested here", "measured",
                            "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing",
                            reason="no measured vLLM prefix-sharing run") if r is None else
@@ -232,7 +233,7 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
                        f"fraction {r['shared_fraction']:g}", claim_id=c["claim_id"], kind="prefix_sharing"))
     c = by_id.get("sglang_radix_sharing")
     if c:
-        radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if FAMILY.get(e) == "sglang"]
+        radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if registry.family(e) == SGLANG]
         r = _at_largest_fraction(on, radix) if radix else None
         out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run",
                            claim_id=c["claim_id"], kind="prefix_sharing", reason="no measured SGLang-family run")
@@ -265,7 +266,7 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
                 f"{engine_label(other['engine'])}, each with its prefix cache on", c["claim_id"], best, other,
                 zero, "shared_fraction", lambda v: f"{v:g} shared", "batch_time_s", lower_is_better=True,
                 at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
-                claimed_family="sglang"))
+                claimed_family=SGLANG))
     c = by_id.get("high_concurrency")
     if c:
         at = c["stated_value"]
@@ -287,7 +288,7 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
                 f"{c['statement']} — on this host: {engine_label(a['engine'])} against {engine_label(b['engine'])}, "
                 f"distinct prompts ({levels} concurrency level{'' if levels == 1 else 's'} measured)", c["claim_id"],
                 a, b, low, "in_flight", lambda v: f"{v} in flight (the lowest load measured)", "requests_per_s",
-                lower_is_better=False, claimed_family="vllm", kind="concurrency_threshold",
+                lower_is_better=False, claimed_family=VLLM, kind="concurrency_threshold",
                 at_claim=f"{engine_label(a['engine'])} {sig2(m)}× the completed requests/s at {a['in_flight']} in flight"))
     out.append(recommendation_verdict(w, tree, ev))
     return out
@@ -325,7 +326,7 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
         name = metric.removesuffix("_s") if suffix[0] == "_min_s" else metric
         return Repeats.summary(r[metric], r.get(name + suffix[0]), r.get(name + suffix[1]), r.get("n_runs") or 1)
 
-    fam = FAMILY.get(a, a) == claimed_family
+    fam = (registry.family(a) or a) == claimed_family
     claimed_side, other_side = (best, other) if fam else (other, best)
     grade = measured_difference(reps(claimed_side), reps(other_side), "lower" if lower_is_better else "higher",
                                 what=f"{engine_label(claimed_side['engine'])} against {engine_label(other_side['engine'])}",
@@ -435,17 +436,17 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: p
         why = [f"The tree says **{tree.engine}** ({tree.reason}); the {ev.decided_by} data say **{ev.engine}** "
                f"({decided})."]
     on = sharing.filter(pl.col("prefix_caching").fill_null(True) & pl.col("cache_hit_rate").is_not_null())
-    on_vllm = on.filter(pl.col("engine") == "vllm")
-    if w.shared_prefix and tree.engine == "sglang" and not on_vllm.is_empty():
+    on_vllm = on.filter(pl.col("engine") == VLLM)
+    if w.shared_prefix and tree.engine == SGLANG and not on_vllm.is_empty():
         near = nearest(on_vllm, "shared_fraction", w.shared_fraction).row(0, named=True)
-        radix = on.filter((pl.col("engine") != "vllm") & (pl.col("shared_fraction") == near["shared_fraction"]))
+        radix = on.filter((pl.col("engine") != VLLM) & (pl.col("shared_fraction") == near["shared_fraction"]))
         beside = "".join(f" ({engine_label(r['engine'])}'s radix cache: {r['cache_hit_rate']:.0%})"
                          for r in radix.iter_rows(named=True))
         why.append(f"The tree's shared-prefix branch assumes vLLM shares no prefixes; measured, vLLM's automatic "
                    f"prefix caching reused {near['cache_hit_rate']:.0%} of prompt tokens at shared fraction "
                    f"{near['shared_fraction']:g}{beside}, so a shared prefix alone does not separate the engines.")
     conc = ev.factors[2]
-    if (not w.shared_prefix and w.concurrency >= CONCURRENCY_THRESHOLD and tree.engine == "vllm"
+    if (not w.shared_prefix and w.concurrency >= CONCURRENCY_THRESHOLD and tree.engine == VLLM
             and conc.favours == ev.engine):
         why.append(f"The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with "
                    f"≥ {CONCURRENCY_THRESHOLD} requests in flight; measured, {factor_evidence(conc)}.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.guide import engine_label
+from kvlab.engines import engine_label, registry
 from kvlab.tables import ms
 from kvlab.units import scaled_context, tokens_label
 
@@ -481,9 +481,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
 
 def _engine_rank(engine: str) -> int:
     """Engines in the order every report lists them (vLLM, SGLang, sglang-jax), unknown ones last."""
-    from kvlab.engines import ENGINE_NAMES
-
-    return ENGINE_NAMES.index(engine) if engine in ENGINE_NAMES else len(ENGINE_NAMES)
+    return registry.order(engine)
 
 
 def _signed_pct(x: float) -> str:

@@ -6,7 +6,7 @@ from kvlab.units import sig2
 
 import polars as pl
 
-from kvlab.guide import FAMILY, engine_label
+from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.tables import ms, percent
 
 
@@ -23,10 +23,9 @@ PREFIX_CLAIMS = {
 
 
 def _prefix_engine_order() -> pl.Expr:
-    from kvlab.style import ENGINE_COLORS
-
-    return pl.col("engine").replace_strict({e: i for i, e in enumerate(ENGINE_COLORS)}, default=len(ENGINE_COLORS),
-                                           return_dtype=pl.Int64)
+    """Engines in display order (kvlab.engines.registry.order), unknown ones last."""
+    return pl.col("engine").replace_strict({e: registry.order(e) for e in registry.ENGINE_NAMES},
+                                           default=len(registry.ENGINE_NAMES), return_dtype=pl.Int64)
 
 
 def _prefix_times(x: float, more: str = "shorter", less: str = "longer") -> str:
@@ -150,7 +149,7 @@ def prefix_sharing_caption(sharing: pl.DataFrame) -> str:
     top = on["shared_fraction"].max()
     parts = []
     for r in on.filter(pl.col("shared_fraction") == top).sort(_prefix_engine_order()).iter_rows(named=True):
-        ideal = (f"its whole-block ideal {r['block_ideal_hit_rate']:.0%}" if FAMILY.get(r["engine"]) == "vllm"
+        ideal = (f"its whole-block ideal {r['block_ideal_hit_rate']:.0%}" if registry.family(r["engine"]) == VLLM
                  else f"token-exact ideal {r['ideal_hit_rate']:.0%}")
         parts.append(f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%} ({ideal})")
     text = f"At {top:.0%} shared, with its prefix cache on, " + " and ".join(parts) + " of prompt tokens came from the cache"
@@ -244,9 +243,9 @@ def reuse_sentences(reuse: pl.DataFrame) -> str:
                         f"({r['first_wave_hit']} of the {r['first_wave']} sent first)" for r in g.iter_rows(named=True))
         lines.append(f"- {engine_label(engine)}, cache on — requests that found the prefix in the cache: {pts}.")
         first_wave[engine] = g.row(-1, named=True)
-    radix = [e for e in first_wave if FAMILY.get(e) == "sglang"]
-    if radix and "vllm" in first_wave:
-        r, v = first_wave[radix[0]], first_wave["vllm"]
+    radix = [e for e in first_wave if registry.family(e) == SGLANG]
+    if radix and VLLM in first_wave:
+        r, v = first_wave[radix[0]], first_wave[VLLM]
         if r["first_wave_hit"] < v["first_wave_hit"]:
             later_all = (r["requests_hit"] - r["first_wave_hit"] == r["requests"] - r["first_wave"]
                          and r["cached_tokens_per_hit"] == r["shared_prefix_tokens"])
@@ -283,20 +282,20 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
 
     if s := stmt.get("vllm_no_prefix_sharing"):
         claim = f"“{s}” — vLLM's CPU build, automatic prefix caching on (its default)"
-        v = hits.filter(pl.col("engine") == "vllm") if hits.height else hits
+        v = hits.filter(pl.col("engine") == VLLM) if hits.height else hits
         if v.is_empty():
             out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on",
                                claim_id="vllm_no_prefix_sharing", kind="prefix_sharing",
                                reason="no vLLM run with its prefix cache on"))
         else:
             r = v.sort("shared_fraction").row(-1, named=True)
-            grade = negated(cache_shares(r, off_row("vllm", r["shared_fraction"])))  # the claim: it shares nothing
+            grade = negated(cache_shares(r, off_row(VLLM, r["shared_fraction"])))  # the claim: it shares nothing
             out.append(grade.verdict(claim, f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
-                                            f"{r['shared_fraction']:.0%} shared{off_hit('vllm', r['shared_fraction'])}",
+                                            f"{r['shared_fraction']:.0%} shared{off_hit(VLLM, r['shared_fraction'])}",
                                      claim_id="vllm_no_prefix_sharing", kind="prefix_sharing"))
 
     radix = [e for e in (hits["engine"].unique(maintain_order=True).to_list() if hits.height else [])
-             if FAMILY.get(e) == "sglang"]
+             if registry.family(e) == SGLANG]
     if s := stmt.get("sglang_radix_sharing"):
         share, suffix = s.split(" and computes", 1) if " and computes" in s else (s, None)
         if not radix:
@@ -309,7 +308,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             lab = engine_label(e)
             r = hits.filter(pl.col("engine") == e).sort("shared_fraction").row(-1, named=True)
             out.append(cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
-                f"“{share}” — {lab}" + (", SGLang's JAX runtime with the same radix cache" if e == "sglang-jax" else ""),
+                f"“{share}” — {lab}" + (", SGLang's JAX runtime with the same radix cache" if registry.is_stand_in(e) else ""),
                 f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
                 f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
                 claim_id="sglang_radix_sharing", kind="prefix_sharing"))
@@ -374,8 +373,8 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
 
                 parts = []
                 for f, g in sorted(above.items()):
-                    sg = g.filter(pl.col("engine").replace_strict(FAMILY, default=None) == "sglang")
-                    other = g.filter(pl.col("engine").replace_strict(FAMILY, default=None) != "sglang")
+                    sg = g.filter(pl.col("engine").replace_strict(registry.FAMILY_OF, default=None) == SGLANG)
+                    other = g.filter(pl.col("engine").replace_strict(registry.FAMILY_OF, default=None) != SGLANG)
                     if sg.is_empty() or other.is_empty():
                         continue
                     x, y = sg.row(0, named=True), other.row(0, named=True)
@@ -448,7 +447,7 @@ def prefix_citation_note(claims: pl.DataFrame) -> str:
                                   for d, parts in docs.items()) + "."
 
 
-def prefix_claim_verdict(sharing: pl.DataFrame, engine: str = "vllm") -> str:
+def prefix_claim_verdict(sharing: pl.DataFrame, engine: str = VLLM) -> str:
     """Does ``engine`` share prefixes? Hit rates with its prefix cache on vs off at the largest shared fraction."""
     e = sharing.filter((pl.col("engine") == engine) & pl.col("cache_hit_rate").is_not_null())
     on, off = e.filter(pl.col("prefix_caching")), e.filter(~pl.col("prefix_caching"))
@@ -489,8 +488,8 @@ def radix_vs_paged_sentence(sharing: pl.DataFrame, block_tokens: int = 128) -> s
     ideal (``block_ideal_hit_rate``), then TTFT and batch time; a last line names the largest hit-rate gap.
     """
     on = sharing.filter(pl.col("prefix_caching"))
-    paged = on.filter(pl.col("engine") == "vllm")
-    radix_engines = [e for e in on["engine"].unique(maintain_order=True).to_list() if FAMILY.get(e) == "sglang"]
+    paged = on.filter(pl.col("engine") == VLLM)
+    radix_engines = [e for e in on["engine"].unique(maintain_order=True).to_list() if registry.family(e) == SGLANG]
     if paged.is_empty() or not radix_engines:
         return "*Radix vs paged: no shared fraction was measured with both vLLM and an SGLang-family engine, cache on.*"
     radix_engine = radix_engines[0]
@@ -500,7 +499,7 @@ def radix_vs_paged_sentence(sharing: pl.DataFrame, block_tokens: int = 128) -> s
                                    suffix="_r").sort("shared_fraction")
     if both.is_empty():
         return "*Radix vs paged: no shared fraction holds both engines with the cache on.*"
-    lr, lp = engine_label(radix_engine), engine_label("vllm")
+    lr, lp = engine_label(radix_engine), engine_label(VLLM)
     lines = []
     for r in both.iter_rows(named=True):
         lines.append(
@@ -613,10 +612,10 @@ def multi_turn_sentence(by_turn: pl.DataFrame) -> str:
 def _turns_radix_vs_paged(by_turn: pl.DataFrame) -> list[str]:
     """Cache on: the turns where an SGLang-family radix cache and vLLM's blocks cached different amounts per request."""
     on = by_turn.filter(pl.col("prefix_caching") & pl.col("cached_tokens").is_not_null())
-    radix = [e for e in on["engine"].unique(maintain_order=True).to_list() if FAMILY.get(e) == "sglang"]
-    if not radix or on.filter(pl.col("engine") == "vllm").is_empty():
+    radix = [e for e in on["engine"].unique(maintain_order=True).to_list() if registry.family(e) == SGLANG]
+    if not radix or on.filter(pl.col("engine") == VLLM).is_empty():
         return []
-    both = (on.filter(pl.col("engine") == "vllm").select("turn", "cached_tokens")
+    both = (on.filter(pl.col("engine") == VLLM).select("turn", "cached_tokens")
             .join(on.filter(pl.col("engine") == radix[0]).select("turn", pl.col("cached_tokens").alias("radix")),
                   on="turn").with_columns((pl.col("radix") - pl.col("cached_tokens")).alias("d")).sort("turn"))
     lr, diff = engine_label(radix[0]), both.filter(pl.col("d") != 0)

@@ -6,8 +6,8 @@ from kvlab.units import sig2
 
 import polars as pl
 
-from kvlab.guide import engine_label
-from kvlab.narrative.common import _scaled_span
+from kvlab.engines import engine_label
+from kvlab.narrative.common import scaled_span
 from kvlab.units import scaled_context
 
 
@@ -23,7 +23,7 @@ def decay_sentences(decay: pl.DataFrame, label: str) -> str:
                  f"batch time shrinks **{1 / bt:.2f}×** (so requests/s rises {1 / bt:.2f}×)")
         lines.append(
             f"- {label}, {r['engine']}: from {r['context_from']} to {r['context_to']} {grows}, while "
-            f"{_change(r['prompt_tokens_per_s_ratio'], 'prompt tokens/s')}{_scaled_span(r)}."
+            f"{_change(r['prompt_tokens_per_s_ratio'], 'prompt tokens/s')}{scaled_span(r)}."
         )
     return "\n".join(lines)
 
@@ -121,7 +121,7 @@ def decay_table(decay: pl.DataFrame):
         pl.col("batch_time_ratio").map_elements(_direction, return_dtype=pl.String).alias("requests_per_s"),
         pl.col("prompt_tokens_per_s_ratio").map_elements(_direction, return_dtype=pl.String).alias("prompt_tokens_per_s"),
     )
-    span = _scaled_span(r0).strip()
+    span = scaled_span(r0).strip()
     return tables.table(frame, {"engine": "engine", "t_from_s": f"batch time at {lo} (s)",
                                 "t_to_s": f"batch time at {hi} (s)", "requests_per_s": f"requests/s, {lo} → {hi}",
                                 "prompt_tokens_per_s": f"prompt tokens/s, {lo} → {hi}"},

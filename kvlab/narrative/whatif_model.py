@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import polars as pl
 
-from kvlab.guide import engine_label
-from kvlab.narrative.common import _implausible, config_name, setup_phrase
+from kvlab.engines import engine_label
+from kvlab.narrative.common import implausible, config_name, setup_phrase
 from kvlab.units import approx_label, approx_tokens, k_label, tokens_label
 
 
@@ -33,7 +33,7 @@ def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: 
     seqs = {r["mem_util"]: r["max_concurrent_seqs"] for r in h.iter_rows(named=True)}
     u_lo, u_hi = min(head["mem_util"]), max(head["mem_util"])
     xo = sens["crossover_tokens"].drop_nulls()
-    bad = _implausible(fit)
+    bad = implausible(fit)
     right, total = winners_held_out(fit)
     flagged = head.filter(pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu"))
     lines = [
@@ -81,7 +81,7 @@ def fit_sentence(fit, workload) -> str:
     text = (f"- Fitted on {fit.hardware} (batch {workload.batch_size} × {workload.output_tokens:,} output tokens assumed): "
             + ", ".join(parts[:-1]) + f" and {parts[-1]}. The fitted times are within "
             f"**{fit.max_abs_residual_pct:.1f}%** of the {fit.residuals.height} published ones.")
-    bad = _implausible(fit)
+    bad = implausible(fit)
     if bad:
         text += ("\n- **Plausibility:** " + "; ".join(bad) + f". The fit reproduces the table only with such values: "
                  f"under the assumed workload the published times are far slower than the roofline of the article's "
@@ -354,10 +354,10 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
                            value=float(xo.median()), unit="tokens", spread=(float(xo.min()), float(xo.max())),
                            scope="model fitted to the published table, refitted per assumption set",
                            reason=f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"))
-    bad = _implausible(fit)
+    bad = implausible(fit)
     out.append(Verdict(f"The fitted parameters are physically plausible for the article's {fit.hardware} host",
                        "contradicted" if bad else "reproduced", "modelled",
-                       "no: " + "; ".join(_implausible(fit, short=True)) if bad else "yes, every one in range",
+                       "no: " + "; ".join(implausible(fit, short=True)) if bad else "yes, every one in range",
                        claim_id="model_plausible", kind="model_plausibility", scope="model fitted to the published table",
                        reason=("a fitted parameter lies outside its physical range, so the fit describes the table "
                                "rather than its physics") if bad else "every fitted parameter is in its physical range"))

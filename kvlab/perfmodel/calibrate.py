@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 from scipy.optimize import least_squares
 
+from kvlab.engines import SGLANG, VLLM
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.frames import row_config, row_context, row_workload, usable_rows
 from kvlab.perfmodel.roofline import (
@@ -26,8 +27,6 @@ from kvlab.perfmodel.roofline import (
     batch_time,
     crossover_context,
 )
-
-PARAM_NAMES = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s")
 
 #: What counts as physically sane on a GPU host (NVLink collectives take microseconds, not milliseconds).
 SANE_RANGES: dict[str, tuple[float, float]] = {
@@ -195,8 +194,8 @@ def crossover_from_fit(
     assumptions: Assumptions = Assumptions(),
 ) -> float | None:
     """Context where vLLM TP (no DCP) and SGLang TP+DCP take equal time under the fitted parameters."""
-    a = Config.of(gpu, model, "vllm", tp, 1, assumptions.default_mem_util)
-    b = Config.of(gpu, model, "sglang", tp, dcp, assumptions.default_mem_util)
+    a = Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util)
+    b = Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)
     return crossover_context(a, b, workload, fit.params, assumptions)
 
 

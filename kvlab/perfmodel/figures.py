@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
 from kvlab.style import ENGINE_COLORS, number_label, styled
 from kvlab.units import k_label, tokens_label
@@ -138,8 +139,6 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
     point at all); the published points as open circles; an x where a configuration does not fit in memory.
     The y axis is logarithmic (and says so) when the values span more than 20×. ``band``: the crossover's range
     over the assumptions the data cannot pin (:func:`kvlab.perfmodel.calibrate.crossover_range`), shaded."""
-    from kvlab.guide import engine_label
-
     fig = Figure(figsize=(7.8, 4.6))
     ax = fig.subplots()
     ranges = calibrated_ranges(model_df, published)
@@ -211,11 +210,11 @@ def crossover_table(
     sets = refits(sens) if sens is not None else []
     rows = []
     for g in gpus:
-        base = Config.of(g, model, "vllm", tp, 1, a.default_mem_util)
+        base = Config.of(g, model, VLLM, tp, 1, a.default_mem_util)
         for d in dcp_sizes:
             if d <= 1:
                 continue
-            other = Config.of(g, model, "sglang", tp, d, a.default_mem_util)
+            other = Config.of(g, model, SGLANG, tp, d, a.default_mem_util)
             x = crossover_context(base, other, w, p, a, hi_tokens=max_tokens)
             weights_fit = memory(base, 1, a).weights_bytes_per_gpu < base.gpu.memory_bytes * a.default_mem_util
             xs = [v for v in (crossover_context(base, other, w_i, p_i, a_i, hi_tokens=max_tokens)
@@ -293,7 +292,7 @@ def headroom_table(
     rows = []
     for u in mem_utils:
         for d in dcp_sizes:
-            cfg = Config.of(gpu, model, "sglang" if d > 1 else "vllm", tp, d, u)
+            cfg = Config.of(gpu, model, SGLANG if d > 1 else VLLM, tp, d, u)
             for c in contexts:
                 m = memory(cfg, int(c), a)
                 rows.append(

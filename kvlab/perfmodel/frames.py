@@ -8,6 +8,7 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab.analysis import ok_batch_times
+from kvlab.engines import SGLANG, VLLM
 from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
 from kvlab.perfmodel.roofline import (
     BOUND,
@@ -105,7 +106,7 @@ def prediction_row(pred: Prediction, experiment: str, p: Params, a: Assumptions,
 def predict_frame(
     gpu: str = "B300",
     model: str = "Kimi-K3",
-    configs: Iterable[tuple[str, int, int]] = (("vllm", 8, 1), ("sglang", 8, 8)),
+    configs: Iterable[tuple[str, int, int]] = ((VLLM, 8, 1), (SGLANG, 8, 8)),
     contexts: Iterable[int] = (65536, 204800),
     workload: Workload = Workload(),
     params: Params = Params(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from kvlab.engines import SGLANG, VLLM
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.calibrate import Fit, calibrate, crossover_from_fit, published_fit
 from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
@@ -141,7 +142,7 @@ def model_command(
     w = Workload(int(batch_size or defaults.batch_size), int(output_tokens or defaults.output_tokens))
     a = Assumptions(kv_layers=kv_layers, default_mem_util=mem_util)
     contexts = [context_tokens] if isinstance(context_tokens, int) else list(context_tokens or DEFAULT_CONTEXTS)
-    engines = [(engine, tp, dcp or 1)] if engine else [("vllm", tp, 1), ("sglang", tp, dcp or tp)]
+    engines = [(engine, tp, dcp or 1)] if engine else [(VLLM, tp, 1), (SGLANG, tp, dcp or tp)]
     g = find_gpu(gpu)
     is_cpu = g.gpu == "CPU"
     configs = [Config.of(gpu, model, e, t, d, None if is_cpu else mem_util) for e, t, d in engines]
@@ -166,7 +167,7 @@ def model_command(
                 + (f"{x:,.0f} tokens ({k_label(x)})" if x else "none up to 1M tokens")
                 + " under the assumptions above"
             )
-            out.append(crossover_range_line(configs[0], Config.of(gpu, model, "sglang", tp, dcp or tp, mem_util),
+            out.append(crossover_range_line(configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util),
                                             data_dir, a))
     return "\n".join(out)
 
