@@ -27,6 +27,7 @@ from kvlab.perfmodel import (
     model,
     predict_frame,
     predict_like,
+    prefill_time_s,
     published_fit,
 )
 from kvlab.perfmodel.catalog import _read, GPU
@@ -296,8 +297,11 @@ def test_model_command_text():
     out = model_command()
     assert "vllm TP8" in out and "sglang TP8+DCP8" in out and "crossover" in out and "leave-one-out" in out
     # the crossover as the range over what the four published points cannot pin, with its plausibility
-    assert ("16 refits): 110,629-194,576 tokens (108K-190K), crossing in 16 of 16; 0 of 16 fits physically "
-            "plausible: read the model as an illustration, not a forecast") in out
+    assert ("16 refits): free fits 110,629-194,576 tokens (108K-190K, K = 1,024), crossing in 16 of 16; SGLang wins "
+            "at 200K in 16 of 16; 0 of 16 free fits physically plausible: read the model as an illustration, not a "
+            "forecast") in out
+    # the physics-only fit beside the free fit, each with its predictions
+    assert "physics-only fit: vLLM wins at 64K" in out and "free fit (NON-PHYSICAL): vLLM wins at 64K" in out
     out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10)
     assert "Llama-3.1-70B on H200" in out and "8K" in out
 
@@ -520,3 +524,82 @@ def test_what_if_figures_carry_their_range_over_the_assumption_sets():
                         "waves": [4, 1]})
     text = narrative.at_max_sentence(two, 204800, (0.9, 1.67))
     assert "it ranges from vLLM 1.11× faster to SGLang 1.67× faster — the winner itself is not pinned" in text
+
+
+# --------------------------------------------------------------------------- per-engine step model and physics
+
+
+STEP_PARAMS = Params(prefill_efficiency=0.5, bandwidth_efficiency=0.5, dcp_layer_latency_s=50e-6,
+                     vllm_step_overhead_s=0.010, sglang_step_overhead_s=0.020)
+
+
+def test_decode_step_against_hand_computed_values():
+    """Kimi-K3 on 8x B300, 8 sequences at 65,536 tokens, one token's experts read ("active"), bandwidth 0.5 x 8 TB/s.
+    By hand: weights (104.18e9 - 92 x 16 x 33,030,144) x 2 B + 92 x 16 x 33,030,144 x 0.53125 B = 136,948,828,672 B,
+    / 8 GPUs = 17,118,603,584 B; KV 8 x 65,536 x 27,648 B = 14,495,514,624 B (vLLM: a full copy per GPU; SGLang
+    DCP 8: / 8 = 1,811,939,328 B); KDA state 8 x 434,110,464 / 8 = 434,110,464 B. TP: 93 layers x 2 all-reduces x
+    (10 us + 2 x 7/8 x 8 x 7,168 x 2 B / 0.9 TB/s) = 1.9014788 ms. DCP: 24 collectives x (50 us + 7/8 x 8 x 96 heads
+    x 513 x 4 B / 0.9 TB/s) = 24 x 51.53216 us = 1.2367718 ms."""
+    a = Assumptions(expert_reads="active")
+    v = decode_step(Config.of("B300", "Kimi-K3", "vllm", 8, 1), 8, 65536, STEP_PARAMS, a)
+    s = decode_step(Config.of("B300", "Kimi-K3", "sglang", 8, 8), 8, 65536, STEP_PARAMS, a)
+    assert (v.weights_bytes, v.kv_bytes, v.state_bytes) == (17_118_603_584, 14_495_514_624, 434_110_464)
+    assert s.kv_bytes == 1_811_939_328
+    assert v.read_s == pytest.approx(32_048_228_672 / 4e12, rel=1e-12)  # 8.012057 ms
+    assert v.tp_comm_s == pytest.approx(186 * (10e-6 + 200_704 / 0.9e12), rel=1e-12)
+    assert (v.overhead_s, s.overhead_s, v.dcp_comm_s) == (0.010, 0.020, 0.0)  # c(engine), named per engine
+    assert s.dcp_comm_s == pytest.approx(24 * (50e-6 + 1_378_944 / 0.9e12), rel=1e-12)
+    assert v.total_s == pytest.approx(0.0199135360, rel=1e-9)
+    assert s.total_s == pytest.approx(0.0279794140, rel=1e-9)
+    # prefill = FLOPs / achieved compute: 8 x (2 x 104.18e9 x 64,512 + 64,512 x 64,513 / 2 x 1,474,560) over
+    # 8 GPUs x 4.5 PFLOP/s (FP8) x 0.5; 1,474,560 = 24 MLA layers x 2 x 96 heads x (128 + 64 + 128)
+    assert model("Kimi-K3").attn_flops_per_pair() == 1_474_560
+    flops = 8 * (2 * 104.18e9 * 64512 + 64512 * 64513 / 2 * 1_474_560)
+    assert prefill_time_s(Config.of("B300", "Kimi-K3", "vllm", 8, 1), 64512, 8, STEP_PARAMS) == pytest.approx(
+        flops / (8 * 4.5e15 * 0.5), rel=1e-12)
+
+
+def test_kv_number_formats():
+    """BF16 2 B per value, FP8 1 B, FlashMLA's packed FP8 MLA: 512 FP8 + 4 FP32 scales + 64 BF16 rope = 656 B."""
+    k3 = model("Kimi-K3")
+    assert [k3.kv_bytes_per_token(kv_format=f) for f in ("bf16", "fp8", "fp8_packed_mla")] == [
+        24 * 1152, 24 * 576, 24 * 656]
+    assert k3.kv_bytes_per_token(mla_width=512, kv_format="fp8_packed_mla") == 24 * 528
+    assert model("Llama-3.1-8B").kv_bytes_per_token(kv_format="fp8") == 65_536
+    with pytest.raises(ValueError, match="kv_format"):
+        k3.kv_bytes_per_token(kv_format="int4")
+
+
+def test_free_fit_outside_priors_is_flagged_with_its_predicted_winner(fit):
+    """The free fit needs 8.8% of peak bandwidth and 2,057 us per DCP collective: outside the priors, so it is
+    labelled non-physical, with what it predicts, beside the physics-only fit and what that predicts."""
+    from kvlab.perfmodel.calibrate import PRIORS, forecast, physics_check
+
+    assert not fit.physical and fit.kind == "free"
+    assert {w.split(" =")[0] for w in fit.warnings} == {"bandwidth_efficiency", "dcp_layer_latency_s"}
+    phys = published_fit(DATA_DIR, physics=True)
+    assert phys.physical and phys.kind == "physics"
+    for name in phys.free:
+        lo, hi = PRIORS[name]
+        assert lo * (1 - 1e-6) <= getattr(phys.params, name) <= hi * (1 + 1e-6), name
+    f, p = forecast(fit), forecast(phys)
+    assert f.winners == ("vLLM", "SGLang") and f.crossover == pytest.approx(179_998, abs=1)
+    assert p.winners == ("vLLM", "vLLM") and p.crossover == pytest.approx(294_386, rel=1e-3)
+    text = physics_check(fit, phys)
+    assert "free fit (NON-PHYSICAL): vLLM wins at 64K" in text and "SGLang wins at 200K" in text
+    assert "do NOT survive when every parameter is held to its prior" in text
+    assert "crossover moves to 294,3" in text and "physics-only fit: vLLM wins at 64K" in text
+    assert phys.max_abs_residual_pct == pytest.approx(19.3, abs=0.1)  # physics cannot reproduce the table
+
+
+def test_overhead_is_a_named_parameter_and_not_hidden_in_the_dcp_latency():
+    """Per batch total, 24 x DCP latency and c(SGLang) are the same term when only SGLang runs DCP: a fit with
+    c(SGLang) in place of the free fit's latency reproduces its times."""
+    free = published_fit(DATA_DIR).params
+    moved = Params(prefill_efficiency=free.prefill_efficiency, bandwidth_efficiency=free.bandwidth_efficiency,
+                   dcp_layer_latency_s=0.0, sglang_step_overhead_s=24 * free.dcp_layer_latency_s)
+    cfg = Config.of("B300", "Kimi-K3", "sglang", 8, 8)
+    for c in (65536, 204800):
+        assert batch_time(cfg, c, p=moved).batch_time_s == pytest.approx(batch_time(cfg, c, p=free).batch_time_s,
+                                                                         rel=1e-12)
+    assert "c(SGLang)" in model_command()

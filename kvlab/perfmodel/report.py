@@ -166,25 +166,60 @@ def model_command(
                 + (f"{x:,.0f} tokens ({k_label(x)})" if x else "none up to 1M tokens")
                 + " under the assumptions above"
             )
+            if fit.kind == "free" and "published" in provenance:
+                out += ["", *physics_lines(fit, data_dir, tuple(int(c) for c in contexts), w, a, g.gpu,
+                                           configs[0].model.model, tp, dcp or tp)]
             out.append(crossover_range_line(configs[0], Config.of(gpu, model, "sglang", tp, dcp or tp, mem_util),
                                             data_dir, a))
     return "\n".join(out)
 
 
+def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...], w: Workload, a: Assumptions,
+                  gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8) -> list[str]:
+    """The physics-only fit (every parameter inside its prior) beside the free fit, each with its winners at
+    ``contexts`` and its crossover, and the priors with their sources."""
+    from kvlab.perfmodel.calibrate import PRIOR_SOURCES, PRIORS, physics_check
+
+    phys = published_fit(data_dir, Workload(), Assumptions(kv_layers=a.kv_layers), physics=True)
+    priors = []
+    for name, (lo, hi) in PRIORS.items():
+        if name == "dcp_layer_latency_s":
+            rng = f"{lo * 1e6:g}-{hi * 1e6:g} us"
+        elif name.endswith("_overhead_s"):
+            rng = ">= 0"
+        else:
+            rng = f"{lo:g}-{hi:g}"
+        priors.append(f"    {name}: {rng} ({PRIOR_SOURCES[name]})")
+    return [phys.summary(), "  priors:", *priors,
+            f"  free fit beside physics-only fit (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}):",
+            physics_check(free_fit, phys, contexts, w, a)]
+
+
 def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: Assumptions) -> str:
     """The crossover of ``vllm`` and ``sglang`` over every assumption set the published points cannot pin
-    (:func:`~kvlab.perfmodel.calibrate.crossover_range`), with how many of those fits are physically plausible."""
-    from kvlab.perfmodel.calibrate import crossover_range, refits
+    (:func:`~kvlab.perfmodel.calibrate.crossover_range`), with how many of those fits are physically plausible,
+    and the same range under each set's physics-only fit."""
+    from kvlab.perfmodel.calibrate import UNPINNED_AXES, crossover_range, refits
     from kvlab.perfmodel.roofline import crossover_context
 
-    sens, _ = crossover_range(data_dir, a)
-    xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a)) if v is not None]
+    sens, _ = crossover_range(data_dir, a, physics=True)
+
+    def span(physics: bool) -> str:
+        xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a, physics))
+              if v is not None]
+        return (f"{min(xs):,.0f}-{max(xs):,.0f} tokens ({k_label(min(xs))}-{k_label(max(xs))}, K = 1,024), crossing "
+                f"in {len(xs)} of {sens.height}" if xs else f"no crossover up to 1M tokens in any of the {sens.height}")
+
     plausible = int(sens["physical"].sum())
-    where = (f"{min(xs):,.0f}-{max(xs):,.0f} tokens ({k_label(min(xs))}-{k_label(max(xs))}), crossing in "
-             f"{len(xs)} of {sens.height}" if xs else f"no crossover in any of the {sens.height}")
-    return (f"  crossover range over what the published points cannot pin (batch 8/32 x output 1,024/4,096 x expert "
-            f"reads uniform/active x MLA width 576/512, {sens.height} refits): {where}; {plausible} of {sens.height} "
-            "fits physically plausible" + ("" if plausible else ": read the model as an illustration, not a forecast"))
+    w200 = sens["winner_200k"].to_list()
+    p200 = sens["phys_winner_200k"].to_list()
+    return (f"  crossover range over what the published points cannot pin ({UNPINNED_AXES}, {sens.height} refits): "
+            f"free fits {span(False)}; SGLang wins at 200K in {w200.count('SGLang')} of {sens.height}; "
+            f"{plausible} of {sens.height} free fits physically plausible"
+            + ("" if plausible else ": read the model as an illustration, not a forecast") + "\n"
+            f"  physics-only fits over the same {sens.height} sets: {span(True)}; SGLang wins at 200K in "
+            f"{p200.count('SGLang')} of {sens.height}; residuals up to "
+            f"{sens['phys_max_abs_residual_pct'].max():.0f}%")
 
 
 def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path) -> str:
