@@ -305,6 +305,25 @@ def forecast(fit: Fit, contexts: tuple[int, ...] = (65536, 204800), gpu: str = "
     return Forecast(tuple(contexts), winners, ratios, crossover_from_fit(fit, gpu, model, dcp, tp, workload, assumptions))
 
 
+def fits_frame(free: Fit, phys: Fit, contexts: tuple[int, ...] = (65536, 204800), workload: Workload = Workload(),
+               assumptions: Assumptions = Assumptions()) -> pl.DataFrame:
+    """The free fit and the physics-only fit side by side: one row each with its parameters, residual, held-out
+    error, whether every parameter is inside its prior, and what it predicts (winners at ``contexts``, crossover)."""
+    rows = []
+    for f in (free, phys):
+        fc = forecast(f, contexts, workload=workload, assumptions=assumptions)
+        p = f.params
+        rows.append({
+            "fit": "physics-only" if f.kind == "physics" else "free", "physical": f.physical,
+            "prefill_efficiency": p.prefill_efficiency, "bandwidth_efficiency": p.bandwidth_efficiency,
+            "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6, "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
+            "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3, "max_abs_residual_pct": f.max_abs_residual_pct,
+            "loo_mean_abs_pct": f.loo_mean_abs_pct,
+            **{f"winner_{c // 1024}k": w for c, w in zip(fc.contexts, fc.winners)}, "crossover_tokens": fc.crossover,
+        })
+    return pl.DataFrame(rows)
+
+
 def _attn_layers(model: str = "Kimi-K3") -> int:
     from kvlab.perfmodel.catalog import model as find_model
 
@@ -414,12 +433,13 @@ def sensitivity(
 #: The assumptions the four published points cannot pin, each at the ends the sources allow: batch size (1 to
 #: 32) and output length (the article states neither), expert reads (correlated vs uniform routing), cached MLA
 #: width and the KV cache's number format (InferenceX's recipes default to FP8 KV; the article does not say).
-UNPINNED_WORKLOADS = (Workload(8, 1024), Workload(8, 4096), Workload(32, 1024), Workload(32, 4096))
+UNPINNED_WORKLOADS = tuple(Workload(b, n) for b in (1, 4, 8, 32) for n in (1024, 4096))
 UNPINNED_EXPERT_READS = ("uniform", "active")
 UNPINNED_MLA_WIDTHS = (None, 512)
-UNPINNED_KV_FORMATS = ("bf16",)
+UNPINNED_KV_FORMATS = ("bf16", "fp8", "fp8_packed_mla")
 #: The axes of the range in words (for the CLI and the reports).
-UNPINNED_AXES = "batch 8/32 x output 1,024/4,096 x expert reads uniform/active x MLA width 576/512"
+UNPINNED_AXES = ("batch 1/4/8/32 x output 1,024/4,096 x expert reads uniform/active x MLA width 576/512 x KV format "
+                 "BF16/FP8/packed FP8 MLA")
 
 
 def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = Assumptions(),
@@ -427,7 +447,7 @@ def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = 
                     gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8, physics: bool = False,
                     ) -> tuple[pl.DataFrame, tuple[float, float] | None]:
     """The crossover over every combination of ``workloads`` (default :data:`UNPINNED_WORKLOADS`),
-    :data:`UNPINNED_EXPERT_READS`, :data:`UNPINNED_MLA_WIDTHS` and :data:`UNPINNED_KV_FORMATS` (72 refits by
+    :data:`UNPINNED_EXPERT_READS`, :data:`UNPINNED_MLA_WIDTHS` and :data:`UNPINNED_KV_FORMATS` (96 refits by
     default): the table, and (lowest, highest) crossover over the fits that cross (None when none does).
     Non-physical fits are kept in the range and flagged in the table's ``physical``; with ``physics`` the table
     also holds each set's physics-only fit (:func:`sensitivity`).
