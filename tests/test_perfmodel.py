@@ -221,9 +221,23 @@ def test_crossover_is_a_range_over_what_the_data_cannot_pin():
     from kvlab.perfmodel.calibrate import crossover_range
 
     table, (lo, hi) = crossover_range(DATA_DIR)
-    assert table.height == 16 and set(table["expert_reads"]) == {"uniform", "active"}
-    assert (round(lo), round(hi)) == (110_629, 194_576)
+    assert table.height == 96 and set(table["expert_reads"]) == {"uniform", "active"}
+    assert set(table["kv_format"]) == {"bf16", "fp8", "fp8_packed_mla"} and set(table["batch_size"]) == {1, 4, 8, 32}
+    assert (round(lo), round(hi)) == (110_629, 795_163)
     assert not table["physical"].any()  # every fit needs a DCP latency far above NVLink's microseconds
+
+    def at(batch, fmt, output=1024, reads="uniform", width=576):
+        return table.filter((pl.col("batch_size") == batch) & (pl.col("kv_format") == fmt)
+                            & (pl.col("output_tokens") == output) & (pl.col("expert_reads") == reads)
+                            & (pl.col("mla_width") == width)).row(0, named=True)
+
+    # the issue's figures: FP8 KV and batches below 8 move the crossover past 200K, where vLLM then wins
+    assert at(8, "fp8")["crossover_tokens"] == pytest.approx(257_687, abs=5)
+    assert at(8, "fp8_packed_mla")["crossover_tokens"] == pytest.approx(238_236, abs=5)
+    assert at(8, "fp8", 4096, width=512)["crossover_tokens"] == pytest.approx(288_982, abs=5)
+    assert at(4, "bf16")["crossover_tokens"] == pytest.approx(208_917, abs=5)
+    assert at(1, "bf16")["crossover_tokens"] == pytest.approx(384_729, abs=5)
+    assert at(8, "fp8")["winner_200k"] == "vLLM" and at(8, "bf16")["winner_200k"] == "SGLang"
 
 
 def test_crossover_between_64k_and_200k(fit):
@@ -297,9 +311,10 @@ def test_model_command_text():
     out = model_command()
     assert "vllm TP8" in out and "sglang TP8+DCP8" in out and "crossover" in out and "leave-one-out" in out
     # the crossover as the range over what the four published points cannot pin, with its plausibility
-    assert ("16 refits): free fits 110,629-194,576 tokens (108K-190K, K = 1,024), crossing in 16 of 16; SGLang wins "
-            "at 200K in 16 of 16; 0 of 16 free fits physically plausible: read the model as an illustration, not a "
-            "forecast") in out
+    assert ("KV format BF16/FP8/packed FP8 MLA, 96 refits): free fits 110,629-795,163 tokens (108K-777K, K = 1,024), "
+            "crossing in 96 of 96; SGLang wins at 200K in 44 of 96; 0 of 96 free fits physically plausible: read the "
+            "model as an illustration, not a forecast") in out
+    assert "physics-only fits over the same 96 sets: 81,141-1,037,388 tokens" in out
     # the physics-only fit beside the free fit, each with its predictions
     assert "physics-only fit: vLLM wins at 64K" in out and "free fit (NON-PHYSICAL): vLLM wins at 64K" in out
     out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10)
@@ -485,8 +500,9 @@ def test_whatif_verdicts(fit):
     assert found[0].scope == "model fitted to the published table; fails its held-out test"
     assert found[0].value == pytest.approx(179998, abs=1) and found[1].value == 0.0
     assert found[1].spread == (pytest.approx(0.028, abs=0.001), pytest.approx(0.408, abs=0.001))
-    assert found[2].spread == (pytest.approx(108e3, rel=0.05), pytest.approx(190e3, rel=0.05))
-    assert found[0].number.startswith("crossover ≈176K (179,998 tokens) (range 108K–190K)")
+    assert found[2].spread == (pytest.approx(110_629, abs=1), pytest.approx(795_163, abs=1))
+    assert found[0].number.startswith("crossover ≈176K (179,998 tokens); range 110,629–795,163 tokens "
+                                      "(108K–777K; K = 1,024)")
     # shown for another GPU, the verdicts stay about the article's configuration (Kimi-K3 on 8× B300)
     h200 = headroom_table("H200", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     assert [v.number for v in narrative.model_verdicts(fit, sens, h200, claims)] == [v.number for v in found]
@@ -506,7 +522,7 @@ def test_a_wide_range_of_values_gets_a_labelled_log_axis():
 
 
 def test_what_if_figures_carry_their_range_over_the_assumption_sets():
-    """The 1M comparison and the crossover by GPU are given over the same 16 refits as the crossover itself."""
+    """The 1M comparison and the crossover by GPU are given over the same 96 refits as the crossover itself."""
     from kvlab import narrative
     from kvlab.perfmodel.calibrate import crossover_range, speed_ratio_range
     from kvlab.perfmodel.figures import crossover_table
@@ -514,11 +530,11 @@ def test_what_if_figures_carry_their_range_over_the_assumption_sets():
     sens, (lo, hi) = crossover_range(DATA_DIR)
     vllm, sglang = Config.of("B300", "Kimi-K3", "vllm", 8, 1), Config.of("B300", "Kimi-K3", "sglang", 8, 8)
     r_lo, r_hi = speed_ratio_range(sens, vllm, sglang, 1 << 20)
-    assert (round(r_lo, 2), round(r_hi, 2)) == (1.14, 1.67)  # SGLang faster at 1M under every assumption set
+    assert (round(r_lo, 3), round(r_hi, 2)) == (1.004, 1.67)  # SGLang faster at 1M under every assumption set
     xo = crossover_table(["B300"], "Kimi-K3", [8], Workload(), published_fit(DATA_DIR).params, sens=sens)
     row = xo.row(0, named=True)
     assert (row["crossover_low_tokens"], row["crossover_high_tokens"]) == pytest.approx((lo, hi), rel=1e-9)
-    assert row["crosses_in"] == "16 of 16"
+    assert row["crosses_in"] == "96 of 96"
     two = pl.DataFrame({"config": ["vllm TP8", "sglang TP8+DCP8"], "engine": ["vllm", "sglang"],
                         "context_tokens": [1 << 20] * 2, "batch_time_s": [2355.0, 2041.0], "fits": [True, True],
                         "waves": [4, 1]})
@@ -590,6 +606,16 @@ def test_free_fit_outside_priors_is_flagged_with_its_predicted_winner(fit):
     assert "do NOT survive when every parameter is held to its prior" in text
     assert "crossover moves to 294,3" in text and "physics-only fit: vLLM wins at 64K" in text
     assert phys.max_abs_residual_pct == pytest.approx(19.3, abs=0.1)  # physics cannot reproduce the table
+    from kvlab.perfmodel.calibrate import fits_frame
+    from kvlab.perfmodel.report import physics_markdown
+
+    table = fits_frame(fit, phys)
+    assert table["fit"].to_list() == ["free", "physics-only"] and table["physical"].to_list() == [False, True]
+    assert table["winner_200k"].to_list() == ["SGLang", "vLLM"]
+    md = physics_markdown(fit, phys)
+    assert "**Free fit** (**non-physical**" in md and "SGLang faster at 200K" in md
+    assert "the model names other winners (vLLM faster at 64K, vLLM faster at 200K" in md
+    assert "bandwidth_efficiency" not in md  # values in words, not parameter names
 
 
 def test_overhead_is_a_named_parameter_and_not_hidden_in_the_dcp_latency():
@@ -603,3 +629,61 @@ def test_overhead_is_a_named_parameter_and_not_hidden_in_the_dcp_latency():
         assert batch_time(cfg, c, p=moved).batch_time_s == pytest.approx(batch_time(cfg, c, p=free).batch_time_s,
                                                                          rel=1e-12)
     assert "c(SGLang)" in model_command()
+
+
+def test_the_b300_step_fit_plan_dry_runs_and_says_what_each_run_pins():
+    """data/experiments/b300_step_fit.yaml: three or more contexts per engine in its quick form, a dry run that
+    launches nothing, and `kvlab model` naming the parameter each run pins (both engines' parsers check its argvs
+    in tests/test_engines.py, which reads every shipped experiment)."""
+    from kvlab import plan
+    from kvlab.perfmodel.report import run_pins
+    from kvlab.spec import expand
+
+    path = DATA_DIR / "experiments" / "b300_step_fit.yaml"
+    spec = plan.load(path)
+    quick = expand(spec.quick_form())
+    for engine in ("vllm", "sglang"):
+        assert len({r.workload.context_tokens for r in quick if r.engine_label == engine}) >= 3
+    text = plan.dry_run_text(spec)
+    assert "--kv-cache-dtype fp8" in text and "--kv-cache-dtype fp8_e4m3" in text and "--dcp-size 8" in text
+    pins = run_pins(path)
+    assert len(pins) == 22
+    joined = "\n".join(pins)
+    for name in ("bandwidth_efficiency", "prefill_efficiency", "dcp_layer_latency_s", "kv_format", "c(vLLM)",
+                 "c(SGLang)", "expert reads"):
+        assert name in joined, name
+    assert "which of the model's parameters each run pins" in model_command(str(path))
+    assert run_pins(DATA_DIR / "experiments" / "b300_long_context.yaml") == []  # two contexts: no step fit
+
+
+def test_step_time_fit_from_measured_tpot_recovers_slope_interval_and_bandwidth():
+    """TPOT at four contexts lying on a known line (plus a small known wobble): the fit recovers slope and intercept,
+    its 95% interval holds the truth, the residuals are the wobble, and the slope gives the achieved bandwidth."""
+    from kvlab.perfmodel.stepfit import line_fit, step_fits, step_fit_note
+    from kvlab.perfmodel.roofline import kv_bytes_per_token_per_gpu
+
+    contexts, out, batch = [1024, 2048, 3200, 4096], 64, 4
+    x = [c - out + (out - 1) / 2 for c in contexts]
+    wobble = [0.02, -0.03, 0.03, -0.02]
+    slope_ms, icpt = 2e-3, 5.0  # 2 us per token of context, 5 ms at none
+    rows = [{"source": "measured", "experiment": "e", "hardware": "CPU x86_64 (2 cores)", "engine": "vllm",
+             "model": "kvlab-tiny", "tp": 1, "dcp": 1, "mem_util": 0.92, "kv_budget_bytes": 8388608,
+             "batch_size": batch, "output_tokens": out, "context_tokens": c, "status": "ok", "run_id": f"r{i}",
+             "tpot_mean_ms": icpt + slope_ms * xi + e} for i, (c, xi, e) in enumerate(zip(contexts, x, wobble))]
+    fits, points = step_fits(pl.DataFrame(rows))
+    assert fits.height == 1 and points.height == 4
+    f = fits.row(0, named=True)
+    assert f["slope_us_per_1k_tokens"] == pytest.approx(2000, rel=0.02)
+    assert f["slope_ci_low"] < 2000 < f["slope_ci_high"] and f["intercept_ci_low"] < 5.0 < f["intercept_ci_high"]
+    assert f["linearity"] == "linear" and f["max_abs_residual_ms"] < 0.05
+    direct = line_fit(x, [r["tpot_mean_ms"] for r in rows])
+    assert points["residual_ms"].to_list() == pytest.approx(direct["residuals"])
+    # bandwidth from the slope: 4 seqs x 1,024 B per token / (2e-6 s per token x the catalog's 20 GB/s CPU figure)
+    per_tok = kv_bytes_per_token_per_gpu(Config.of("CPU", "kvlab-tiny", "vllm", 1, 1, None))
+    assert per_tok == 1024
+    assert f["bandwidth_efficiency"] == pytest.approx(4 * 1024 / (f["slope_us_per_1k_tokens"] * 1e-9 * 20e9), rel=1e-9)
+    assert "µs per 1,000 tokens" in step_fit_note(pl.DataFrame(rows), fits)
+    # two contexts per engine (the fixture's quick form): no fit, and the note says why
+    two = pl.DataFrame(rows[:2])
+    fits2, _ = step_fits(two)
+    assert fits2.is_empty() and "3 or more contexts" in step_fit_note(two, fits2)
