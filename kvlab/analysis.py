@@ -100,8 +100,10 @@ def throughput(runs: pl.DataFrame) -> pl.DataFrame:
     - ``batches_per_s`` = 1 / T: always defined, proportional to requests/s at a fixed batch size.
     - ``requests_per_s`` = batch_size / T (null when the batch size is unknown).
     - ``output_tokens_per_s`` = batch_size × output_tokens / T (null when either is unknown).
-    - ``prompt_tokens_per_s`` = batch_size × context_tokens / T (null when batch size unknown);
-      at full scale the context is the prompt length, on scaled CPU runs ``prompt_tokens`` is used.
+    - ``prompt_tokens_per_s`` = batch_size × prompt_tokens / T (null when batch size unknown). Context is
+      prompt + output (:class:`kvlab.perfmodel.Workload`); a row that states its ``prompt_tokens`` (every measured
+      run) uses them; a published row gives only its context, so its context stands in for the prompt there — an
+      overcount by its unstated output length (1,024 of 65,536 tokens under the model's assumed workload, 1.6%).
     """
     m = mean_batch_times(runs)
     t = pl.col("batch_time_s")

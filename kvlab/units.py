@@ -34,6 +34,12 @@ def k_label(tokens: float) -> str:
     return f"{tokens / K:.0f}K"
 
 
+def token_range(lo: float, hi: float) -> str:
+    """A range of contexts in tokens with its K form and what K is: '110,629–754,399 tokens (108K–737K;
+    K = 1,024)'."""
+    return f"{lo:,.0f}–{hi:,.0f} tokens ({k_label(lo)}–{k_label(hi)}; K = 1,024)"
+
+
 def approx_label(tokens: float) -> str:
     """A context rounded for the eye: 127,963 → '125K'; 1,027,165 → '0.98M'."""
     return f"{tokens / M:.2g}M" if tokens >= 0.9 * M else k_label(tokens)

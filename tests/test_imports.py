@@ -220,6 +220,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("measuring", ("engines",)),
     ("measuring", ("spec", "server", "schema")),
     ("measuring", ("client", "store", "plan")),
+    ("measuring", ("rows",)),
+    ("measuring", ("campaign",)),
     ("measuring", ("runner",)),
     ("measuring", ("cluster",)),
     ("testing", ("testing",)),

@@ -23,12 +23,15 @@ EXPECT = {
            "not</strong> what the table implies"],
     "03": ["0.95 caused OOM retries"],
     # 04 rests on the published table only: its verdicts are pinned exactly
-    "04": ["crossover ≈176K (179,998 tokens) (range 108K–190K)",
+    "04": ["crossover ≈176K (179,998 tokens); range 110,629–795,163 tokens (108K–777K; K = 1,024)",
            "0 of 4 winners right; margin 2.8% against a 40.8% mean held-out error (worst 52.6%, vLLM at 64K)",
-           "108K–190K tokens over 16 assumption sets",
+           "110,629–795,163 tokens (108K–777K; K = 1,024) over 96 assumption sets",
            "four published points cannot choose among these assumptions, so the crossover is this range, not a point",
            "0.95 leaves 13.4 GiB/GPU outside the target, under an assumed 17.4 GiB taken from this very claim",
-           "does not predict an out-of-memory by itself"],
+           "does not predict an out-of-memory by itself",
+           # the physics-only fit beside the free fit, each with its predictions; the CPU step fits need 3 contexts
+           "<strong>Physics-only fit</strong> (every parameter inside its prior", "<strong>non-physical</strong>",
+           "the article's reversal does not follow from the physics", "No per-step fit: it needs TPOT at 3 or more"],
     "05": ["PagedAttention gives each request its own memory pages", "a prefix cache can reuse",
            "Radix tree vs paged blocks"],
     "06": ["decision tree: Shared system prompt / document repeated across requests? <strong>yes</strong>",

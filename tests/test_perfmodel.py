@@ -27,6 +27,7 @@ from kvlab.perfmodel import (
     model,
     predict_frame,
     predict_like,
+    prefill_time_s,
     published_fit,
 )
 from kvlab.perfmodel.catalog import _read, GPU
@@ -220,9 +221,23 @@ def test_crossover_is_a_range_over_what_the_data_cannot_pin():
     from kvlab.perfmodel.calibrate import crossover_range
 
     table, (lo, hi) = crossover_range(DATA_DIR)
-    assert table.height == 16 and set(table["expert_reads"]) == {"uniform", "active"}
-    assert (round(lo), round(hi)) == (110_629, 194_576)
+    assert table.height == 96 and set(table["expert_reads"]) == {"uniform", "active"}
+    assert set(table["kv_format"]) == {"bf16", "fp8", "fp8_packed_mla"} and set(table["batch_size"]) == {1, 4, 8, 32}
+    assert (round(lo), round(hi)) == (110_629, 795_163)
     assert not table["physical"].any()  # every fit needs a DCP latency far above NVLink's microseconds
+
+    def at(batch, fmt, output=1024, reads="uniform", width=576):
+        return table.filter((pl.col("batch_size") == batch) & (pl.col("kv_format") == fmt)
+                            & (pl.col("output_tokens") == output) & (pl.col("expert_reads") == reads)
+                            & (pl.col("mla_width") == width)).row(0, named=True)
+
+    # the issue's figures: FP8 KV and batches below 8 move the crossover past 200K, where vLLM then wins
+    assert at(8, "fp8")["crossover_tokens"] == pytest.approx(257_687, abs=5)
+    assert at(8, "fp8_packed_mla")["crossover_tokens"] == pytest.approx(238_236, abs=5)
+    assert at(8, "fp8", 4096, width=512)["crossover_tokens"] == pytest.approx(288_982, abs=5)
+    assert at(4, "bf16")["crossover_tokens"] == pytest.approx(208_917, abs=5)
+    assert at(1, "bf16")["crossover_tokens"] == pytest.approx(384_729, abs=5)
+    assert at(8, "fp8")["winner_200k"] == "vLLM" and at(8, "bf16")["winner_200k"] == "SGLang"
 
 
 def test_crossover_between_64k_and_200k(fit):
@@ -296,8 +311,12 @@ def test_model_command_text():
     out = model_command()
     assert "vllm TP8" in out and "sglang TP8+DCP8" in out and "crossover" in out and "leave-one-out" in out
     # the crossover as the range over what the four published points cannot pin, with its plausibility
-    assert ("16 refits): 110,629-194,576 tokens (108K-190K), crossing in 16 of 16; 0 of 16 fits physically "
-            "plausible: read the model as an illustration, not a forecast") in out
+    assert ("KV format BF16/FP8/packed FP8 MLA, 96 refits): free fits 110,629-795,163 tokens (108K-777K, K = 1,024), "
+            "crossing in 96 of 96; SGLang wins at 200K in 44 of 96; 0 of 96 free fits physically plausible: read the "
+            "model as an illustration, not a forecast") in out
+    assert "physics-only fits over the same 96 sets: 81,141-1,037,388 tokens" in out
+    # the physics-only fit beside the free fit, each with its predictions
+    assert "physics-only fit: vLLM wins at 64K" in out and "free fit (NON-PHYSICAL): vLLM wins at 64K" in out
     out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10)
     assert "Llama-3.1-70B on H200" in out and "8K" in out
 
@@ -481,8 +500,9 @@ def test_whatif_verdicts(fit):
     assert found[0].scope == "model fitted to the published table; fails its held-out test"
     assert found[0].value == pytest.approx(179998, abs=1) and found[1].value == 0.0
     assert found[1].spread == (pytest.approx(0.028, abs=0.001), pytest.approx(0.408, abs=0.001))
-    assert found[2].spread == (pytest.approx(108e3, rel=0.05), pytest.approx(190e3, rel=0.05))
-    assert found[0].number.startswith("crossover ≈176K (179,998 tokens) (range 108K–190K)")
+    assert found[2].spread == (pytest.approx(110_629, abs=1), pytest.approx(795_163, abs=1))
+    assert found[0].number.startswith("crossover ≈176K (179,998 tokens); range 110,629–795,163 tokens "
+                                      "(108K–777K; K = 1,024)")
     # shown for another GPU, the verdicts stay about the article's configuration (Kimi-K3 on 8× B300)
     h200 = headroom_table("H200", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     assert [v.number for v in narrative.model_verdicts(fit, sens, h200, claims)] == [v.number for v in found]
@@ -502,7 +522,7 @@ def test_a_wide_range_of_values_gets_a_labelled_log_axis():
 
 
 def test_what_if_figures_carry_their_range_over_the_assumption_sets():
-    """The 1M comparison and the crossover by GPU are given over the same 16 refits as the crossover itself."""
+    """The 1M comparison and the crossover by GPU are given over the same 96 refits as the crossover itself."""
     from kvlab import narrative
     from kvlab.perfmodel.calibrate import crossover_range, speed_ratio_range
     from kvlab.perfmodel.figures import crossover_table
@@ -510,13 +530,160 @@ def test_what_if_figures_carry_their_range_over_the_assumption_sets():
     sens, (lo, hi) = crossover_range(DATA_DIR)
     vllm, sglang = Config.of("B300", "Kimi-K3", "vllm", 8, 1), Config.of("B300", "Kimi-K3", "sglang", 8, 8)
     r_lo, r_hi = speed_ratio_range(sens, vllm, sglang, 1 << 20)
-    assert (round(r_lo, 2), round(r_hi, 2)) == (1.14, 1.67)  # SGLang faster at 1M under every assumption set
+    assert (round(r_lo, 3), round(r_hi, 2)) == (1.004, 1.67)  # SGLang faster at 1M under every assumption set
     xo = crossover_table(["B300"], "Kimi-K3", [8], Workload(), published_fit(DATA_DIR).params, sens=sens)
     row = xo.row(0, named=True)
     assert (row["crossover_low_tokens"], row["crossover_high_tokens"]) == pytest.approx((lo, hi), rel=1e-9)
-    assert row["crosses_in"] == "16 of 16"
+    assert row["crosses_in"] == "96 of 96"
     two = pl.DataFrame({"config": ["vllm TP8", "sglang TP8+DCP8"], "engine": ["vllm", "sglang"],
                         "context_tokens": [1 << 20] * 2, "batch_time_s": [2355.0, 2041.0], "fits": [True, True],
                         "waves": [4, 1]})
     text = narrative.at_max_sentence(two, 204800, (0.9, 1.67))
     assert "it ranges from vLLM 1.11× faster to SGLang 1.67× faster — the winner itself is not pinned" in text
+
+
+# --------------------------------------------------------------------------- per-engine step model and physics
+
+
+STEP_PARAMS = Params(prefill_efficiency=0.5, bandwidth_efficiency=0.5, dcp_layer_latency_s=50e-6,
+                     vllm_step_overhead_s=0.010, sglang_step_overhead_s=0.020)
+
+
+def test_decode_step_against_hand_computed_values():
+    """Kimi-K3 on 8x B300, 8 sequences at 65,536 tokens, one token's experts read ("active"), bandwidth 0.5 x 8 TB/s.
+    By hand: weights (104.18e9 - 92 x 16 x 33,030,144) x 2 B + 92 x 16 x 33,030,144 x 0.53125 B = 136,948,828,672 B,
+    / 8 GPUs = 17,118,603,584 B; KV 8 x 65,536 x 27,648 B = 14,495,514,624 B (vLLM: a full copy per GPU; SGLang
+    DCP 8: / 8 = 1,811,939,328 B); KDA state 8 x 434,110,464 / 8 = 434,110,464 B. TP: 93 layers x 2 all-reduces x
+    (10 us + 2 x 7/8 x 8 x 7,168 x 2 B / 0.9 TB/s) = 1.9014788 ms. DCP: 24 collectives x (50 us + 7/8 x 8 x 96 heads
+    x 513 x 4 B / 0.9 TB/s) = 24 x 51.53216 us = 1.2367718 ms."""
+    a = Assumptions(expert_reads="active")
+    v = decode_step(Config.of("B300", "Kimi-K3", "vllm", 8, 1), 8, 65536, STEP_PARAMS, a)
+    s = decode_step(Config.of("B300", "Kimi-K3", "sglang", 8, 8), 8, 65536, STEP_PARAMS, a)
+    assert (v.weights_bytes, v.kv_bytes, v.state_bytes) == (17_118_603_584, 14_495_514_624, 434_110_464)
+    assert s.kv_bytes == 1_811_939_328
+    assert v.read_s == pytest.approx(32_048_228_672 / 4e12, rel=1e-12)  # 8.012057 ms
+    assert v.tp_comm_s == pytest.approx(186 * (10e-6 + 200_704 / 0.9e12), rel=1e-12)
+    assert (v.overhead_s, s.overhead_s, v.dcp_comm_s) == (0.010, 0.020, 0.0)  # c(engine), named per engine
+    assert s.dcp_comm_s == pytest.approx(24 * (50e-6 + 1_378_944 / 0.9e12), rel=1e-12)
+    assert v.total_s == pytest.approx(0.0199135360, rel=1e-9)
+    assert s.total_s == pytest.approx(0.0279794140, rel=1e-9)
+    # prefill = FLOPs / achieved compute: 8 x (2 x 104.18e9 x 64,512 + 64,512 x 64,513 / 2 x 1,474,560) over
+    # 8 GPUs x 4.5 PFLOP/s (FP8) x 0.5; 1,474,560 = 24 MLA layers x 2 x 96 heads x (128 + 64 + 128)
+    assert model("Kimi-K3").attn_flops_per_pair() == 1_474_560
+    flops = 8 * (2 * 104.18e9 * 64512 + 64512 * 64513 / 2 * 1_474_560)
+    assert prefill_time_s(Config.of("B300", "Kimi-K3", "vllm", 8, 1), 64512, 8, STEP_PARAMS) == pytest.approx(
+        flops / (8 * 4.5e15 * 0.5), rel=1e-12)
+
+
+def test_kv_number_formats():
+    """BF16 2 B per value, FP8 1 B, FlashMLA's packed FP8 MLA: 512 FP8 + 4 FP32 scales + 64 BF16 rope = 656 B."""
+    k3 = model("Kimi-K3")
+    assert [k3.kv_bytes_per_token(kv_format=f) for f in ("bf16", "fp8", "fp8_packed_mla")] == [
+        24 * 1152, 24 * 576, 24 * 656]
+    assert k3.kv_bytes_per_token(mla_width=512, kv_format="fp8_packed_mla") == 24 * 528
+    assert model("Llama-3.1-8B").kv_bytes_per_token(kv_format="fp8") == 65_536
+    with pytest.raises(ValueError, match="kv_format"):
+        k3.kv_bytes_per_token(kv_format="int4")
+
+
+def test_free_fit_outside_priors_is_flagged_with_its_predicted_winner(fit):
+    """The free fit needs 8.8% of peak bandwidth and 2,057 us per DCP collective: outside the priors, so it is
+    labelled non-physical, with what it predicts, beside the physics-only fit and what that predicts."""
+    from kvlab.perfmodel.calibrate import PRIORS, forecast, physics_check
+
+    assert not fit.physical and fit.kind == "free"
+    assert {w.split(" =")[0] for w in fit.warnings} == {"bandwidth_efficiency", "dcp_layer_latency_s"}
+    phys = published_fit(DATA_DIR, physics=True)
+    assert phys.physical and phys.kind == "physics"
+    for name in phys.free:
+        lo, hi = PRIORS[name]
+        assert lo * (1 - 1e-6) <= getattr(phys.params, name) <= hi * (1 + 1e-6), name
+    f, p = forecast(fit), forecast(phys)
+    assert f.winners == ("vLLM", "SGLang") and f.crossover == pytest.approx(179_998, abs=1)
+    assert p.winners == ("vLLM", "vLLM") and p.crossover == pytest.approx(294_386, rel=1e-3)
+    text = physics_check(fit, phys)
+    assert "free fit (NON-PHYSICAL): vLLM wins at 64K" in text and "SGLang wins at 200K" in text
+    assert "do NOT survive when every parameter is held to its prior" in text
+    assert "crossover moves to 294,3" in text and "physics-only fit: vLLM wins at 64K" in text
+    assert phys.max_abs_residual_pct == pytest.approx(19.3, abs=0.1)  # physics cannot reproduce the table
+    from kvlab.perfmodel.calibrate import fits_frame
+    from kvlab.perfmodel.report import physics_markdown
+
+    table = fits_frame(fit, phys)
+    assert table["fit"].to_list() == ["free", "physics-only"] and table["physical"].to_list() == [False, True]
+    assert table["winner_200k"].to_list() == ["SGLang", "vLLM"]
+    md = physics_markdown(fit, phys)
+    assert "**Free fit** (**non-physical**" in md and "SGLang faster at 200K" in md
+    assert "the model names other winners (vLLM faster at 64K, vLLM faster at 200K" in md
+    assert "bandwidth_efficiency" not in md  # values in words, not parameter names
+
+
+def test_overhead_is_a_named_parameter_and_not_hidden_in_the_dcp_latency():
+    """Per batch total, 24 x DCP latency and c(SGLang) are the same term when only SGLang runs DCP: a fit with
+    c(SGLang) in place of the free fit's latency reproduces its times."""
+    free = published_fit(DATA_DIR).params
+    moved = Params(prefill_efficiency=free.prefill_efficiency, bandwidth_efficiency=free.bandwidth_efficiency,
+                   dcp_layer_latency_s=0.0, sglang_step_overhead_s=24 * free.dcp_layer_latency_s)
+    cfg = Config.of("B300", "Kimi-K3", "sglang", 8, 8)
+    for c in (65536, 204800):
+        assert batch_time(cfg, c, p=moved).batch_time_s == pytest.approx(batch_time(cfg, c, p=free).batch_time_s,
+                                                                         rel=1e-12)
+    assert "c(SGLang)" in model_command()
+
+
+def test_the_b300_step_fit_plan_dry_runs_and_says_what_each_run_pins():
+    """data/experiments/b300_step_fit.yaml: three or more contexts per engine in its quick form, a dry run that
+    launches nothing, and `kvlab model` naming the parameter each run pins (both engines' parsers check its argvs
+    in tests/test_engines.py, which reads every shipped experiment)."""
+    from kvlab import plan
+    from kvlab.perfmodel.report import run_pins
+    from kvlab.spec import expand
+
+    path = DATA_DIR / "experiments" / "b300_step_fit.yaml"
+    spec = plan.load(path)
+    quick = expand(spec.quick_form())
+    for engine in ("vllm", "sglang"):
+        assert len({r.workload.context_tokens for r in quick if r.engine_label == engine}) >= 3
+    text = plan.dry_run_text(spec)
+    assert "--kv-cache-dtype fp8" in text and "--kv-cache-dtype fp8_e4m3" in text and "--dcp-size 8" in text
+    pins = run_pins(path)
+    assert len(pins) == 22
+    joined = "\n".join(pins)
+    for name in ("bandwidth_efficiency", "prefill_efficiency", "dcp_layer_latency_s", "kv_format", "c(vLLM)",
+                 "c(SGLang)", "expert reads"):
+        assert name in joined, name
+    assert "which of the model's parameters each run pins" in model_command(str(path))
+    assert run_pins(DATA_DIR / "experiments" / "b300_long_context.yaml") == []  # two contexts: no step fit
+
+
+def test_step_time_fit_from_measured_tpot_recovers_slope_interval_and_bandwidth():
+    """TPOT at four contexts lying on a known line (plus a small known wobble): the fit recovers slope and intercept,
+    its 95% interval holds the truth, the residuals are the wobble, and the slope gives the achieved bandwidth."""
+    from kvlab.perfmodel.stepfit import line_fit, step_fits, step_fit_note
+    from kvlab.perfmodel.roofline import kv_bytes_per_token_per_gpu
+
+    contexts, out, batch = [1024, 2048, 3200, 4096], 64, 4
+    x = [c - out + (out - 1) / 2 for c in contexts]
+    wobble = [0.02, -0.03, 0.03, -0.02]
+    slope_ms, icpt = 2e-3, 5.0  # 2 us per token of context, 5 ms at none
+    rows = [{"source": "measured", "experiment": "e", "hardware": "CPU x86_64 (2 cores)", "engine": "vllm",
+             "model": "kvlab-tiny", "tp": 1, "dcp": 1, "mem_util": 0.92, "kv_budget_bytes": 8388608,
+             "batch_size": batch, "output_tokens": out, "context_tokens": c, "status": "ok", "run_id": f"r{i}",
+             "tpot_mean_ms": icpt + slope_ms * xi + e} for i, (c, xi, e) in enumerate(zip(contexts, x, wobble))]
+    fits, points = step_fits(pl.DataFrame(rows))
+    assert fits.height == 1 and points.height == 4
+    f = fits.row(0, named=True)
+    assert f["slope_us_per_1k_tokens"] == pytest.approx(2000, rel=0.02)
+    assert f["slope_ci_low"] < 2000 < f["slope_ci_high"] and f["intercept_ci_low"] < 5.0 < f["intercept_ci_high"]
+    assert f["linearity"] == "linear" and f["max_abs_residual_ms"] < 0.05
+    direct = line_fit(x, [r["tpot_mean_ms"] for r in rows])
+    assert points["residual_ms"].to_list() == pytest.approx(direct["residuals"])
+    # bandwidth from the slope: 4 seqs x 1,024 B per token / (2e-6 s per token x the catalog's 20 GB/s CPU figure)
+    per_tok = kv_bytes_per_token_per_gpu(Config.of("CPU", "kvlab-tiny", "vllm", 1, 1, None))
+    assert per_tok == 1024
+    assert f["bandwidth_efficiency"] == pytest.approx(4 * 1024 / (f["slope_us_per_1k_tokens"] * 1e-9 * 20e9), rel=1e-9)
+    assert "µs per 1,000 tokens" in step_fit_note(pl.DataFrame(rows), fits)
+    # two contexts per engine (the fixture's quick form): no fit, and the note says why
+    two = pl.DataFrame(rows[:2])
+    fits2, _ = step_fits(two)
+    assert fits2.is_empty() and "3 or more contexts" in step_fit_note(two, fits2)

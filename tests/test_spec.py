@@ -216,8 +216,8 @@ def test_cpu_experiment_is_scaled_from_the_article():
     assert len({r.server_key for r in runs}) == 2 * 2
     quick = expand(spec.quick_form())
     assert sorted((r.engine.name, r.engine.mem_util, r.context_label) for r in quick) == [
-        ("sglang", 0.92, "200K"), ("sglang", 0.92, "64K"), ("sglang", 0.95, "200K"),
-        ("vllm", 0.92, "200K"), ("vllm", 0.92, "64K"), ("vllm", 0.95, "200K")]
+        ("sglang", 0.92, "128K"), ("sglang", 0.92, "200K"), ("sglang", 0.92, "64K"), ("sglang", 0.95, "200K"),
+        ("vllm", 0.92, "128K"), ("vllm", 0.92, "200K"), ("vllm", 0.92, "64K"), ("vllm", 0.95, "200K")]
     # the quick form's runs are the full study's runs (same keys), so FULL=1 later reuses them
     assert {r.key for r in quick} <= {r.key for r in runs}
     # every budget holds at least one request of the longest length the server accepts (vLLM refuses to start otherwise)

@@ -26,3 +26,7 @@ def test_a_scaled_context_says_its_real_tokens():
     assert units.scaled_context("64K", 1024, "\n") == "64K\n(1,024 tok)"
     assert units.scaled_context("64K", 65536) == "64K" == units.scaled_context("64K", None)
     assert units.scaled_context("74", 74) == "74" and units.scaled_context("n/a", 5) == "n/a"
+
+
+def test_a_range_is_given_in_tokens_and_says_what_k_is():
+    assert units.token_range(110_628.8, 754_398.7) == "110,629–754,399 tokens (108K–737K; K = 1,024)"

@@ -8,7 +8,7 @@ import polars as pl
 
 from kvlab.engines import engine_label
 from kvlab.narrative.common import implausible, config_name, setup_phrase
-from kvlab.units import approx_label, approx_tokens, k_label, tokens_label
+from kvlab.units import approx_label, approx_tokens, k_label, token_range, tokens_label
 
 
 def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: pl.DataFrame, head: pl.DataFrame,
@@ -43,7 +43,7 @@ def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: 
         ("- **Plausibility:** " + "; ".join(bad) + ": a description of the published figures, not proof of their "
          "physics.") if bad else "- **Plausibility:** every fitted parameter is in its physical range.",
         f"- **Crossover** (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}, {who}): {xo_txt}"
-        + (f"; **{k_label(xo.min())}–{k_label(xo.max())}** over the {sens.height} assumption sets the data "
+        + (f"; **{token_range(xo.min(), xo.max())}** over the {sens.height} assumption sets the data "
            "cannot choose among (the range, not the point, is the model's answer)." if xo.len() else "."),
         at_max_sentence(at_max, hi, ratio_range),
         f"- **Memory** (vLLM without DCP, {who}, {tokens_label(mem_ctx)}): {seqs.get(u_lo)} sequences fit at {u_lo:g}, "
@@ -133,14 +133,13 @@ def sensitivity_sentence(sens: pl.DataFrame) -> str:
     """How what the article does not state (batch size, output length, expert reads, cached MLA width) moves the
     fitted parameters and the crossover: one refit per combination (:func:`~kvlab.perfmodel.calibrate.sensitivity`)."""
     axes = [("batch", "batch_size", "{:,}"), ("output tokens", "output_tokens", "{:,}"),
-            ("expert reads", "expert_reads", "{}"), ("MLA width", "mla_width", "{}")]
+            ("expert reads", "expert_reads", "{}"), ("MLA width", "mla_width", "{}"), ("KV format", "kv_format", "{}")]
     varied = [f"{name} {{{', '.join(fmt.format(v) for v in sens[col].unique(maintain_order=True))}}}"
               for name, col, fmt in axes if col in sens.columns and sens[col].n_unique() > 1]
     xo = sens["crossover_tokens"].drop_nulls()
-    cross = (f"the crossover moves over **{k_label(xo.min())}–{k_label(xo.max())}** tokens "
-             f"({xo.min():,.0f}–{xo.max():,.0f})" if xo.len() == sens.height else
+    cross = (f"the crossover moves over **{token_range(xo.min(), xo.max())}**" if xo.len() == sens.height else
              f"the crossover is found under {xo.len()} of {sens.height} of them"
-             + (f", over {k_label(xo.min())}–{k_label(xo.max())}" if xo.len() else ""))
+             + (f", over {token_range(xo.min(), xo.max())}" if xo.len() else ""))
     physical = int(sens["physical"].sum()) if "physical" in sens.columns else None
     plaus = ("" if physical is None else
              f" {physical} of {sens.height} fits are physically plausible" + (
@@ -323,7 +322,7 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
 
         stated = "; ".join(c["statement"] for c in speed.iter_rows(named=True))
         rng = sens["crossover_tokens"].drop_nulls()
-        within = f" (range {k_label(rng.min())}–{k_label(rng.max())})" if rng.len() else ""
+        within = f"; range {token_range(rng.min(), rng.max())}" if rng.len() else ""
         grade, held = grade_model_claim(fit, agree and inside, sorted(res["context_tokens"].unique().to_list()),
                                         value=crossover, unit="tokens")
         if rng.len() and grade.outcome != "inconclusive":
@@ -348,8 +347,9 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
     xo = sens["crossover_tokens"].drop_nulls()
     if xo.len():
         out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
-                           "expert reads, cached MLA width), each refitted to the same four points?", "found",
-                           "modelled", f"{k_label(xo.min())}–{k_label(xo.max())} tokens over {sens.height} "
+                           "expert reads, cached MLA width, KV number format), each refitted to the same four "
+                           "points?", "found",
+                           "modelled", f"{token_range(xo.min(), xo.max())} over {sens.height} "
                            "assumption sets", claim_id="crossover_range", kind="crossover",
                            value=float(xo.median()), unit="tokens", spread=(float(xo.min()), float(xo.max())),
                            scope="model fitted to the published table, refitted per assumption set",

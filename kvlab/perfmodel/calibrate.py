@@ -17,6 +17,7 @@ import polars as pl
 from scipy.optimize import least_squares
 
 from kvlab.engines import SGLANG, VLLM
+from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.frames import row_config, row_context, row_workload, usable_rows
 from kvlab.perfmodel.roofline import (
@@ -28,12 +29,39 @@ from kvlab.perfmodel.roofline import (
     crossover_context,
 )
 
-#: What counts as physically sane on a GPU host (NVLink collectives take microseconds, not milliseconds).
-SANE_RANGES: dict[str, tuple[float, float]] = {
+PARAM_NAMES = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s", "vllm_step_overhead_s",
+               "sglang_step_overhead_s")
+OVERHEADS = {VLLM: "vllm_step_overhead_s", SGLANG: "sglang_step_overhead_s"}
+
+#: Physical priors: the physics-only fit (:func:`calibrate` with ``physics=True``) keeps every parameter inside
+#: them; a free fit outside them is labelled non-physical, with what it then predicts (:func:`predictions`).
+#: - decode bandwidth 0.3-0.9 of HBM peak: "FlashMLA: Efficient MLA decoding kernels" (DeepSeek, GitHub, 2025)
+#:   reaches up to 3,000 GB/s memory-bound on an H800 SXM5 (3.35 TB/s peak, 0.9); good decode kernels run at
+#:   roughly 50-80% of peak, and 0.3 leaves room for a slower engine.
+#: - DCP collective 1-100 us: one small-message collective over NVLink inside one host takes microseconds to
+#:   tens of microseconds ("NCCL Tests", NVIDIA, GitHub; vLLM's custom all-reduce); 100 us is a generous cap.
+#: - prefill 0.05-1.0 of dense peak: loose (no kernel result pins it on B300).
+#: - c(engine) >= 0: no public figure pins an engine's per-step overhead on B300; runs on the host must
+#:   (data/experiments/b300_step_fit.yaml).
+PRIORS: dict[str, tuple[float, float]] = {
     "prefill_efficiency": (0.05, 1.0),
-    "bandwidth_efficiency": (0.05, 1.0),
+    "bandwidth_efficiency": (0.3, 0.9),
     "dcp_layer_latency_s": (1e-6, 100e-6),
+    "vllm_step_overhead_s": (0.0, math.inf),
+    "sglang_step_overhead_s": (0.0, math.inf),
 }
+#: Where each prior comes from (title, publisher, date), printed beside the fits.
+PRIOR_SOURCES: dict[str, str] = {
+    "prefill_efficiency": "loose; no public kernel result pins it on B300",
+    "bandwidth_efficiency": '"FlashMLA: Efficient MLA decoding kernels" (DeepSeek, GitHub, 2025): up to 3,000 GB/s '
+                            "memory-bound on H800 SXM5 (0.9 of 3.35 TB/s)",
+    "dcp_layer_latency_s": '"NCCL Tests" (NVIDIA, GitHub): small-message NVLink collectives take microseconds to tens '
+                           "of microseconds",
+    "vllm_step_overhead_s": "none: to be measured (b300_step_fit)",
+    "sglang_step_overhead_s": "none: to be measured (b300_step_fit)",
+}
+#: What counts as physically sane on a GPU host: the priors (the old name, kept for the reports).
+SANE_RANGES = PRIORS
 
 
 @dataclass(frozen=True)
@@ -46,6 +74,12 @@ class Fit:
     residuals: pl.DataFrame  # one row per point: observed_s, modelled_s, residual_pct
     loo: pl.DataFrame  # one row per point: loo_modelled_s, loo_error_pct (fit without that point)
     warnings: tuple[str, ...] = field(default=())
+    kind: str = "free"  # "free": bounds wide, priors only checked; "physics": every parameter inside PRIORS
+
+    @property
+    def physical(self) -> bool:
+        """Every fitted parameter inside its prior (a CPU fit's warnings are notes about nominal figures)."""
+        return self.hardware == "CPU" or not self.warnings
 
     @property
     def max_abs_residual_pct(self) -> float:
@@ -65,11 +99,18 @@ class Fit:
 
     def summary(self) -> str:
         p = self.params
+        what = ("physics-only fit (every parameter inside its prior)" if self.kind == "physics" else
+                "free fit" + ("" if self.physical else " — NON-PHYSICAL (outside its priors)"))
         lines = [
-            f"calibration on {self.hardware}: {self.residuals.height} points, free {list(self.free)}",
+            f"calibration on {self.hardware}, {what}: {self.residuals.height} points, free {list(self.free)}",
             f"  prefill_efficiency   = {p.prefill_efficiency:.3f}",
             f"  bandwidth_efficiency = {p.bandwidth_efficiency:.3f}",
-            f"  dcp_layer_latency    = {p.dcp_layer_latency_s * 1e6:.1f} us per full-attention layer per step",
+            f"  dcp_layer_latency    = {p.dcp_layer_latency_s * 1e6:.1f} us per collective (one per full-attention "
+            "layer per step)",
+        ]
+        lines += [f"  c({e:<6})            = {getattr(p, n) * 1e3:.2f} ms per decode step" for e, n in OVERHEADS.items()
+                  if n in self.free or getattr(p, n)]
+        lines += [
             f"  residuals: max |{self.max_abs_residual_pct:.1f}|%, rms {self.rms_residual_pct:.1f}%",
             f"  leave-one-out error: mean |{self.loo_mean_abs_pct:.1f}|%, max |{self.loo_max_abs_pct:.1f}|%",
         ]
@@ -81,37 +122,72 @@ def _setup(rows: list[dict], w: Workload, a: Assumptions) -> list[tuple[Config, 
     return [(row_config(r, a), row_context(r), row_workload(r, w), float(r["batch_time_s"])) for r in rows]
 
 
+def _to_theta(name: str, v: float) -> float:
+    """Fitted coordinates: efficiencies in log space (positive, scale-free), DCP latency in us, overheads in ms."""
+    if name.endswith("_efficiency"):
+        return float(np.log(v)) if v > 0 else -np.inf
+    if name == "dcp_layer_latency_s":
+        return v * 1e6
+    return v * 1e3 if math.isfinite(v) else v
+
+
+def _from_theta(name: str, t: float) -> float:
+    if name.endswith("_efficiency"):
+        return float(np.exp(t))
+    return float(t) * (1e-6 if name == "dcp_layer_latency_s" else 1e-3)
+
+
 def _params(theta: np.ndarray, free: tuple[str, ...], base: Params) -> Params:
     values = base.as_dict()
     for name, t in zip(free, theta):
-        # efficiencies in log space (positive, scale-free); latency in microseconds
-        values[name] = float(np.exp(t)) if name != "dcp_layer_latency_s" else float(t) * 1e-6
+        values[name] = _from_theta(name, t)
     return Params(**values)
 
 
 def _theta0(free: tuple[str, ...], base: Params) -> np.ndarray:
-    return np.array(
-        [np.log(getattr(base, n)) if n != "dcp_layer_latency_s" else getattr(base, n) * 1e6 for n in free]
-    )
+    return np.array([_to_theta(n, getattr(base, n)) for n in free])
 
 
-def _free(points: list[tuple[Config, int, Workload, float]]) -> tuple[str, ...]:
+def _free(points: list[tuple[Config, int, Workload, float]], physics: bool = False) -> tuple[str, ...]:
+    """The free fit: prefill and bandwidth efficiency and, with DCP points, the DCP latency (at most one
+    parameter per point; the engines' overheads stay 0, so with DCP only on SGLang the latency x full-attention
+    layers is the same term in a batch total as c(SGLang)). The physics-only fit adds c(engine) of each engine
+    present: more parameters than four points pin, so its split between the DCP latency and c(SGLang) is one of
+    a family of equally good fits (only their sum per step is identified)."""
     free = ["prefill_efficiency", "bandwidth_efficiency"]
     if any(cfg.dcp > 1 for cfg, *_ in points):
         free.append("dcp_layer_latency_s")
+    if physics:
+        engines = {FAMILY_OF.get(cfg.engine, cfg.engine) for cfg, *_ in points}
+        return tuple(free + [OVERHEADS[e] for e in (VLLM, SGLANG) if e in engines])
     return tuple(free[: max(1, len(points))])
 
 
-def _fit(points, a: Assumptions, base: Params = Params(), free: tuple[str, ...] | None = None) -> Params:
-    free = free or _free(points)
+#: Wide bounds of the free fit (natural units).
+WIDE: dict[str, tuple[float, float]] = {
+    "prefill_efficiency": (1e-4, 10.0), "bandwidth_efficiency": (1e-4, 10.0), "dcp_layer_latency_s": (0.0, 0.1),
+    "vllm_step_overhead_s": (0.0, 10.0), "sglang_step_overhead_s": (0.0, 10.0),
+}
+#: Starting point of the physics-only fit (inside every prior).
+PHYSICS_START = Params(prefill_efficiency=0.4, bandwidth_efficiency=0.6, dcp_layer_latency_s=30e-6,
+                       vllm_step_overhead_s=5e-3, sglang_step_overhead_s=5e-3)
+
+
+def _fit(points, a: Assumptions, base: Params = Params(), free: tuple[str, ...] | None = None,
+         physics: bool = False) -> Params:
+    free = free or _free(points, physics)
+    bounds = PRIORS if physics else WIDE
+    base = PHYSICS_START if physics else base
 
     def resid(theta):
         p = _params(theta, free, base)
         return np.array([math.log(batch_time(c, x, w, p, a).batch_time_s / obs) for c, x, w, obs in points])
 
-    lo = [np.log(1e-4) if n != "dcp_layer_latency_s" else 0.0 for n in free]
-    hi = [np.log(10.0) if n != "dcp_layer_latency_s" else 1e5 for n in free]
-    sol = least_squares(resid, _theta0(free, base), bounds=(lo, hi), method="trf", x_scale="jac")
+    lo = [_to_theta(n, bounds[n][0]) for n in free]
+    hi = [_to_theta(n, bounds[n][1]) for n in free]
+    x0 = np.clip(_theta0(free, base), [v + 1e-9 if math.isfinite(v) else v for v in lo],
+                 [v - 1e-9 if math.isfinite(v) else v for v in hi])
+    sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale="jac")
     return _params(sol.x, free, base)
 
 
@@ -120,9 +196,9 @@ def _sanity(p: Params, hardware: str, free: tuple[str, ...]) -> tuple[str, ...]:
         return ("CPU figures in the catalog are nominal: efficiencies are relative to them, not to a datasheet",)
     out = []
     for name in free:
-        lo, hi = SANE_RANGES[name]
+        lo, hi = PRIORS[name]
         v = getattr(p, name)
-        if not lo <= v <= hi:
+        if not lo * (1 - 1e-6) <= v <= hi * (1 + 1e-6):
             shown = f"{v * 1e6:.0f} us" if name == "dcp_layer_latency_s" else f"{v:.3f}"
             rng = f"{lo * 1e6:g}-{hi * 1e6:g} us" if name == "dcp_layer_latency_s" else f"{lo:g}-{hi:g}"
             out.append(f"{name} = {shown} is outside the physically sane range {rng}")
@@ -134,8 +210,12 @@ def calibrate(
     workload: Workload = Workload(),
     assumptions: Assumptions = Assumptions(),
     sources: tuple[str, ...] = ("published", "measured"),
+    physics: bool = False,
+    leave_one_out: bool = True,
 ) -> dict[str, Fit]:
-    """Fit :class:`Params` per catalog hardware to every ok batch time of ``sources`` in ``runs``."""
+    """Fit :class:`Params` per catalog hardware to every ok batch time of ``sources`` in ``runs``: the free fit,
+    or with ``physics`` the physics-only fit (every parameter inside :data:`PRIORS`, the engines' overheads
+    c(engine) free)."""
     pts = usable_rows(runs, sources)
     by_hw: dict[str, list[dict]] = {}
     for r in pts.iter_rows(named=True):
@@ -143,35 +223,42 @@ def calibrate(
     fits = {}
     for hw, rows in by_hw.items():
         points = _setup(rows, workload, assumptions)
-        free = _free(points)
-        p = _fit(points, assumptions, free=free)
+        free = _free(points, physics)
+        p = _fit(points, assumptions, free=free, physics=physics)
         res, loo = [], []
         for i, (r, (cfg, ctx, w, obs)) in enumerate(zip(rows, points)):
             mod = batch_time(cfg, ctx, w, p, assumptions).batch_time_s
             key = {"source": r["source"], "run_id": r["run_id"], "engine": cfg.engine, "dcp": cfg.dcp, "context_tokens": ctx}
             res.append(key | {"observed_s": obs, "modelled_s": mod, "residual_pct": 100 * (mod / obs - 1)})
-            if len(points) > 1:
+            if leave_one_out and len(points) > 1:
                 rest = points[:i] + points[i + 1 :]
-                free_i = tuple(n for n in free if n in _free(rest))
-                p_i = _fit(rest, assumptions, free=free_i)
+                free_i = tuple(n for n in free if n in _free(rest, physics))
+                p_i = _fit(rest, assumptions, free=free_i, physics=physics)
                 mod_i = batch_time(cfg, ctx, w, p_i, assumptions).batch_time_s
                 loo.append(key | {"observed_s": obs, "loo_modelled_s": mod_i, "loo_error_pct": 100 * (mod_i / obs - 1)})
         loo_schema = {"source": pl.String, "run_id": pl.String, "engine": pl.String, "dcp": pl.Int64,
                       "context_tokens": pl.Int64, "observed_s": pl.Float64, "loo_modelled_s": pl.Float64,
                       "loo_error_pct": pl.Float64}  # fmt: skip
-        fits[hw] = Fit(hw, p, free, pl.DataFrame(res), pl.DataFrame(loo, schema=loo_schema), _sanity(p, hw, free))
+        fits[hw] = Fit(hw, p, free, pl.DataFrame(res), pl.DataFrame(loo, schema=loo_schema), _sanity(p, hw, free),
+                       "physics" if physics else "free")
     return fits
 
 
-@lru_cache(maxsize=16)
-def _published_fit(data_dir: str, workload: Workload, assumptions: Assumptions, experiment: str) -> Fit:
-    from kvlab.store import load_runs
-
-    runs = load_runs(data_dir, experiment=experiment)
-    fits = calibrate(runs, workload, assumptions, sources=("published",))
+@lru_cache(maxsize=512)
+def _published_fit(data_dir: str, workload: Workload, assumptions: Assumptions, experiment: str,
+                   physics: bool = False, loo: bool = True) -> Fit:
+    runs = _published_runs(data_dir, experiment)
+    fits = calibrate(runs, workload, assumptions, sources=("published",), physics=physics, leave_one_out=loo)
     if len(fits) != 1:
         raise ValueError(f"{data_dir}: expected published rows of one hardware for '{experiment}', got {sorted(fits)}")
     return next(iter(fits.values()))
+
+
+@lru_cache(maxsize=8)
+def _published_runs(data_dir: str, experiment: str) -> pl.DataFrame:
+    from kvlab.store import load_runs
+
+    return load_runs(data_dir, experiment=experiment)
 
 
 def published_fit(
@@ -179,9 +266,98 @@ def published_fit(
     workload: Workload = Workload(),
     assumptions: Assumptions = Assumptions(),
     experiment: str = "article_b300",
+    physics: bool = False,
+    loo: bool = True,
 ) -> Fit:
-    """The calibration on the B300 article's four published batch times (cached)."""
-    return _published_fit(str(Path(data_dir).resolve()), workload, assumptions, experiment)
+    """The calibration on the B300 article's four published batch times (cached): the free fit, or with
+    ``physics`` the physics-only fit (every parameter inside :data:`PRIORS`); ``loo=False`` skips the
+    leave-one-out refits."""
+    return _published_fit(str(Path(data_dir).resolve()), workload, assumptions, experiment, physics, loo)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What one fit predicts for vLLM TP (no DCP) against SGLang TP+DCP: the faster engine and vLLM's time over
+    SGLang's at each context (above 1: SGLang faster), and the crossover (tokens; None when none up to 1M)."""
+
+    contexts: tuple[int, ...]
+    winners: tuple[str, ...]
+    ratios: tuple[float, ...]  # T(vLLM) / T(SGLang)
+    crossover: float | None
+
+    def text(self) -> str:
+        from kvlab.units import k_label
+
+        parts = [f"{w} wins at {k_label(c)} (vLLM/SGLang time {r:.2f})" for c, w, r in
+                 zip(self.contexts, self.winners, self.ratios)]
+        xo = f"crossover {self.crossover:,.0f} tokens" if self.crossover else "no crossover up to 1M tokens"
+        return "; ".join(parts) + f"; {xo}"
+
+
+def forecast(fit: Fit, contexts: tuple[int, ...] = (65536, 204800), gpu: str = "B300", model: str = "Kimi-K3",
+             tp: int = 8, dcp: int = 8, workload: Workload = Workload(),
+             assumptions: Assumptions = Assumptions()) -> Forecast:
+    """Winner at each of ``contexts`` and the crossover under ``fit``'s parameters (vLLM TP ``tp`` against
+    SGLang TP ``tp`` + DCP ``dcp``)."""
+    a = Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util)
+    b = Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)
+    ratios = tuple(batch_time(a, c, workload, fit.params, assumptions).batch_time_s
+                   / batch_time(b, c, workload, fit.params, assumptions).batch_time_s for c in contexts)
+    winners = tuple("SGLang" if r > 1 else "vLLM" for r in ratios)
+    return Forecast(tuple(contexts), winners, ratios, crossover_from_fit(fit, gpu, model, dcp, tp, workload, assumptions))
+
+
+def fits_frame(free: Fit, phys: Fit, contexts: tuple[int, ...] = (65536, 204800), workload: Workload = Workload(),
+               assumptions: Assumptions = Assumptions()) -> pl.DataFrame:
+    """The free fit and the physics-only fit side by side: one row each with its parameters, residual, held-out
+    error, whether every parameter is inside its prior, and what it predicts (winners at ``contexts``, crossover)."""
+    rows = []
+    for f in (free, phys):
+        fc = forecast(f, contexts, workload=workload, assumptions=assumptions)
+        p = f.params
+        rows.append({
+            "fit": "physics-only" if f.kind == "physics" else "free", "physical": f.physical,
+            "prefill_efficiency": p.prefill_efficiency, "bandwidth_efficiency": p.bandwidth_efficiency,
+            "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6, "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
+            "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3, "max_abs_residual_pct": f.max_abs_residual_pct,
+            "loo_mean_abs_pct": f.loo_mean_abs_pct,
+            **{f"winner_{c // 1024}k": w for c, w in zip(fc.contexts, fc.winners)}, "crossover_tokens": fc.crossover,
+        })
+    return pl.DataFrame(rows)
+
+
+def _attn_layers(model: str = "Kimi-K3") -> int:
+    from kvlab.perfmodel.catalog import model as find_model
+
+    return find_model(model).full_attention_layers
+
+
+def physics_check(free: Fit, phys: Fit, contexts: tuple[int, ...] = (65536, 204800), workload: Workload = Workload(),
+                  assumptions: Assumptions = Assumptions()) -> str:
+    """The free fit beside the physics-only fit, each with what it predicts; a free fit outside its priors is
+    labelled non-physical together with its consequence (what the model would say held to physics)."""
+    f, p = forecast(free, contexts, workload=workload, assumptions=assumptions), forecast(
+        phys, contexts, workload=workload, assumptions=assumptions)
+    lines = [f"  free fit ({'physical' if free.physical else 'NON-PHYSICAL'}): {f.text()}; residuals max "
+             f"|{free.max_abs_residual_pct:.1f}|%",
+             f"  physics-only fit: {p.text()}; residuals max |{phys.max_abs_residual_pct:.1f}|%; "
+             f"c(vLLM) {phys.params.vllm_step_overhead_s * 1e3:.1f} ms, c(SGLang) "
+             f"{phys.params.sglang_step_overhead_s * 1e3:.1f} ms per step, DCP "
+             f"{phys.params.dcp_layer_latency_s * 1e6:.0f} us per collective, bandwidth "
+             f"{phys.params.bandwidth_efficiency:.2f} of peak",
+             f"  (the four totals pin only c(SGLang) + {_attn_layers()} x DCP latency = "
+             f"{(phys.params.sglang_step_overhead_s + _attn_layers() * phys.params.dcp_layer_latency_s) * 1e3:.1f} ms "
+             "per step, not its split: any DCP latency inside 1-100 us with c(SGLang) taking the rest fits as well)"]
+    if not free.physical:
+        bad = "; ".join(free.warnings)
+        same = f.winners == p.winners
+        lines.append(f"  non-physical: {bad}. Consequence: the free fit's winners ("
+                     + ", ".join(f"{w} at {c:,}" for c, w in zip(f.contexts, f.winners)) + ") "
+                     + ("survive" if same else "do NOT survive") + " when every parameter is held to its prior ("
+                     + ", ".join(f"{w} at {c:,}" for c, w in zip(p.contexts, p.winners)) + ")"
+                     + (f", and the crossover moves to {p.crossover:,.0f} tokens" if p.crossover else
+                        ", and no crossover remains") + ".")
+    return "\n".join(lines)
 
 
 def crossover_from_fit(
@@ -210,68 +386,101 @@ def sensitivity(
     model: str = "Kimi-K3",
     tp: int = 8,
     dcp: int = 8,
+    kv_formats: tuple[str, ...] | None = None,
+    physics: bool = False,
 ) -> pl.DataFrame:
     """How what the article does not state moves the fit and the crossover: one row per assumed (batch size,
     output tokens) × expert-read model (``expert_reads``: "uniform", "active") × cached MLA width (``mla_widths``:
-    None = 576, or 512), each refitted to the four published points. Defaults: ``assumptions``' own. The
-    crossover is that of vLLM TP ``tp`` against SGLang TP ``tp`` + DCP ``dcp`` serving ``model`` on ``gpu``
-    (the fit itself is always to the published runs' own hardware)."""
+    None = 576, or 512) × KV number format (``kv_formats``: "bf16", "fp8", "fp8_packed_mla"), each refitted to
+    the four published points. Defaults: ``assumptions``' own. The crossover is that of vLLM TP ``tp`` against
+    SGLang TP ``tp`` + DCP ``dcp`` serving ``model`` on ``gpu`` (the fit itself is always to the published runs'
+    own hardware). With ``physics``, each row also holds the physics-only fit (``phys_*`` columns: its parameters,
+    residual, crossover and the winners at 64K and 200K) beside the free fit's (``winner_64k``, ``winner_200k``)."""
     from dataclasses import replace
 
     rows = []
     for w in workloads:
         for reads in expert_reads or (assumptions.expert_reads,):
             for width in mla_widths or (assumptions.mla_width,):
-                a = replace(assumptions, expert_reads=reads, mla_width=width)
-                f = published_fit(data_dir, w, a, experiment)
-                x = crossover_from_fit(f, gpu, model, dcp, tp, workload=w, assumptions=a)
-                rows.append(
-                    {
+                for fmt in kv_formats or (assumptions.kv_format,):
+                    a = replace(assumptions, expert_reads=reads, mla_width=width, kv_format=fmt)
+                    f = published_fit(data_dir, w, a, experiment)
+                    fc = forecast(f, gpu=gpu, model=model, tp=tp, dcp=dcp, workload=w, assumptions=a)
+                    row = {
                         "batch_size": w.batch_size, "output_tokens": w.output_tokens, "expert_reads": reads,
-                        "mla_width": width or 576,
+                        "mla_width": width or 576, "kv_format": fmt,
                         "prefill_efficiency": f.params.prefill_efficiency, "bandwidth_efficiency": f.params.bandwidth_efficiency,
                         "dcp_layer_latency_us": f.params.dcp_layer_latency_s * 1e6,
                         "max_abs_residual_pct": f.max_abs_residual_pct, "loo_mean_abs_pct": f.loo_mean_abs_pct,
-                        "loo_max_abs_pct": f.loo_max_abs_pct, "crossover_tokens": x, "physical": not f.warnings,
+                        "loo_max_abs_pct": f.loo_max_abs_pct, "crossover_tokens": fc.crossover, "physical": not f.warnings,
                         "implausible": "; ".join(f.warnings),
-                    }
-                )  # fmt: skip
+                        "winner_64k": fc.winners[0], "winner_200k": fc.winners[1],
+                    }  # fmt: skip
+                    if physics:
+                        ph = published_fit(data_dir, w, a, experiment, physics=True, loo=False)
+                        pc = forecast(ph, gpu=gpu, model=model, tp=tp, dcp=dcp, workload=w, assumptions=a)
+                        row |= {
+                            "phys_prefill_efficiency": ph.params.prefill_efficiency,
+                            "phys_bandwidth_efficiency": ph.params.bandwidth_efficiency,
+                            "phys_dcp_layer_latency_us": ph.params.dcp_layer_latency_s * 1e6,
+                            "phys_vllm_overhead_ms": ph.params.vllm_step_overhead_s * 1e3,
+                            "phys_sglang_overhead_ms": ph.params.sglang_step_overhead_s * 1e3,
+                            "phys_max_abs_residual_pct": ph.max_abs_residual_pct, "phys_crossover_tokens": pc.crossover,
+                            "phys_winner_64k": pc.winners[0], "phys_winner_200k": pc.winners[1],
+                        }  # fmt: skip
+                    rows.append(row)
     return pl.DataFrame(rows)
 
 
-#: The assumptions the four published points cannot pin, each at the two ends the sources allow: batch size and
-#: output length (the article states neither), expert reads (correlated vs uniform routing), cached MLA width.
-UNPINNED_WORKLOADS = (Workload(8, 1024), Workload(8, 4096), Workload(32, 1024), Workload(32, 4096))
+#: The assumptions the four published points cannot pin, each at the ends the sources allow: batch size (1 to
+#: 32) and output length (the article states neither), expert reads (correlated vs uniform routing), cached MLA
+#: width and the KV cache's number format (InferenceX's recipes default to FP8 KV; the article does not say).
+UNPINNED_WORKLOADS = tuple(Workload(b, n) for b in (1, 4, 8, 32) for n in (1024, 4096))
 UNPINNED_EXPERT_READS = ("uniform", "active")
 UNPINNED_MLA_WIDTHS = (None, 512)
+UNPINNED_KV_FORMATS = ("bf16", "fp8", "fp8_packed_mla")
+#: The axes of the range in words (for the CLI and the reports).
+UNPINNED_AXES = ("batch 1/4/8/32 x output 1,024/4,096 x expert reads uniform/active x MLA width 576/512 x KV format "
+                 "BF16/FP8/packed FP8 MLA")
 
 
 def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = Assumptions(),
                     experiment: str = "article_b300", workloads: list[Workload] | None = None,
-                    gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8,
+                    gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8, physics: bool = False,
                     ) -> tuple[pl.DataFrame, tuple[float, float] | None]:
     """The crossover over every combination of ``workloads`` (default :data:`UNPINNED_WORKLOADS`),
-    :data:`UNPINNED_EXPERT_READS` and :data:`UNPINNED_MLA_WIDTHS` (16 refits by default): the table, and (lowest, highest) crossover over the fits that cross
-    (None when none does). Non-physical fits are kept in the range and flagged in the table's ``physical``.
+    :data:`UNPINNED_EXPERT_READS`, :data:`UNPINNED_MLA_WIDTHS` and :data:`UNPINNED_KV_FORMATS` (96 refits by
+    default): the table, and (lowest, highest) crossover over the fits that cross (None when none does).
+    Non-physical fits are kept in the range and flagged in the table's ``physical``; with ``physics`` the table
+    also holds each set's physics-only fit (:func:`sensitivity`).
     ``gpu``/``model``/``tp``/``dcp``: the configuration whose crossover is sought (see :func:`sensitivity`)."""
     sens = sensitivity(list(workloads or UNPINNED_WORKLOADS), data_dir, assumptions, experiment,
-                       UNPINNED_EXPERT_READS, UNPINNED_MLA_WIDTHS, gpu, model, tp, dcp)
+                       UNPINNED_EXPERT_READS, UNPINNED_MLA_WIDTHS, gpu, model, tp, dcp, UNPINNED_KV_FORMATS, physics)
     xs = sens["crossover_tokens"].drop_nulls()
     return sens, ((float(xs.min()), float(xs.max())) if len(xs) else None)
 
 
-def refits(sens: pl.DataFrame, base: Assumptions = Assumptions()) -> list[tuple[Workload, Assumptions, Params]]:
+def refits(sens: pl.DataFrame, base: Assumptions = Assumptions(), physics: bool = False,
+           ) -> list[tuple[Workload, Assumptions, Params]]:
     """The (workload, assumptions, fitted parameters) of every row of a :func:`sensitivity` table, so any
     modelled figure can be recomputed under each assumption set and given as a range (``base``: the assumptions
-    the table did not vary)."""
+    the table did not vary; ``physics``: the rows' physics-only fits instead of their free fits)."""
     from dataclasses import replace
 
     out = []
     for r in sens.iter_rows(named=True):
         a = replace(base, expert_reads=r.get("expert_reads") or "uniform",
-                    mla_width=None if r.get("mla_width") in (None, 576) else int(r["mla_width"]))
-        p = Params(prefill_efficiency=r["prefill_efficiency"], bandwidth_efficiency=r["bandwidth_efficiency"],
-                   dcp_layer_latency_s=r["dcp_layer_latency_us"] * 1e-6)
+                    mla_width=None if r.get("mla_width") in (None, 576) else int(r["mla_width"]),
+                    kv_format=r.get("kv_format") or base.kv_format)
+        if physics:
+            p = Params(prefill_efficiency=r["phys_prefill_efficiency"],
+                       bandwidth_efficiency=r["phys_bandwidth_efficiency"],
+                       dcp_layer_latency_s=r["phys_dcp_layer_latency_us"] * 1e-6,
+                       vllm_step_overhead_s=r["phys_vllm_overhead_ms"] * 1e-3,
+                       sglang_step_overhead_s=r["phys_sglang_overhead_ms"] * 1e-3)
+        else:
+            p = Params(prefill_efficiency=r["prefill_efficiency"], bandwidth_efficiency=r["bandwidth_efficiency"],
+                       dcp_layer_latency_s=r["dcp_layer_latency_us"] * 1e-6)
         out.append((Workload(int(r["batch_size"]), int(r["output_tokens"])), a, p))
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -154,20 +155,34 @@ class Model(_Row):
 
     # ------------------------------------------------------------------ structure
 
-    def kv_bytes_per_token(self, kv_layers: int | None = None, mla_width: int | None = None) -> int:
+    def kv_bytes_per_token(self, kv_layers: int | None = None, mla_width: int | None = None,
+                           kv_format: str | None = None) -> int:
         """KV-cache bytes one token costs over all layers (whole model, before any split).
 
         ``kv_layers`` replaces the number of MLA layers holding KV (Kimi-K3: 24, or 93 in
         the reading that counts every layer); ``mla_width`` the values an MLA layer caches per token
         (default ``kv_lora_rank + qk_rope_dim``, 576; 512 if the decoupled key part were not cached);
         GQA layers are unaffected, and so is a model without MLA layers (both readings are about MLA).
+        ``kv_format`` (None = the catalog's ``kv_dtype_bytes``): "bf16" 2 B per value, "fp8" 1 B, or
+        "fp8_packed_mla" — FlashMLA's FP8 MLA cache (DeepSeek, "FlashMLA" README, 2025): the latent in FP8 with
+        one FP32 scale per 128 values and the rope part in BF16, 512 + 16 + 128 = 656 B per layer at width 576
+        (GQA layers: FP8).
         """
+        if kv_format not in (None, "bf16", "fp8", "fp8_packed_mla"):
+            raise ValueError(f"kv_format must be bf16, fp8 or fp8_packed_mla, not {kv_format!r}")
+        elem = {None: self.kv_dtype_bytes, "bf16": 2, "fp8": 1, "fp8_packed_mla": 1}[kv_format]
         mla = kv_layers if kv_layers is not None and self.mla_layers else self.mla_layers
         total = 0
         if mla:
-            total += mla * (mla_width or self.kv_lora_rank + self.qk_rope_dim) * self.kv_dtype_bytes
+            width = mla_width or self.kv_lora_rank + self.qk_rope_dim
+            if kv_format == "fp8_packed_mla":
+                latent = min(width, self.kv_lora_rank)
+                rope = width - latent
+                total += mla * (latent + 4 * math.ceil(latent / 128) + 2 * rope)
+            else:
+                total += mla * width * elem
         if self.gqa_layers:
-            total += self.gqa_layers * self.kv_heads * self.head_dim * 2 * self.kv_dtype_bytes
+            total += self.gqa_layers * self.kv_heads * self.head_dim * 2 * elem
         return int(total)
 
     @property

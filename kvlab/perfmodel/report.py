@@ -167,25 +167,60 @@ def model_command(
                 + (f"{x:,.0f} tokens ({k_label(x)})" if x else "none up to 1M tokens")
                 + " under the assumptions above"
             )
+            if fit.kind == "free" and "published" in provenance:
+                out += ["", *physics_lines(fit, data_dir, tuple(int(c) for c in contexts), w, a, g.gpu,
+                                           configs[0].model.model, tp, dcp or tp)]
             out.append(crossover_range_line(configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util),
                                             data_dir, a))
     return "\n".join(out)
 
 
+def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...], w: Workload, a: Assumptions,
+                  gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8) -> list[str]:
+    """The physics-only fit (every parameter inside its prior) beside the free fit, each with its winners at
+    ``contexts`` and its crossover, and the priors with their sources."""
+    from kvlab.perfmodel.calibrate import PRIOR_SOURCES, PRIORS, physics_check
+
+    phys = published_fit(data_dir, Workload(), Assumptions(kv_layers=a.kv_layers), physics=True)
+    priors = []
+    for name, (lo, hi) in PRIORS.items():
+        if name == "dcp_layer_latency_s":
+            rng = f"{lo * 1e6:g}-{hi * 1e6:g} us"
+        elif name.endswith("_overhead_s"):
+            rng = ">= 0"
+        else:
+            rng = f"{lo:g}-{hi:g}"
+        priors.append(f"    {name}: {rng} ({PRIOR_SOURCES[name]})")
+    return [phys.summary(), "  priors:", *priors,
+            f"  free fit beside physics-only fit (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}):",
+            physics_check(free_fit, phys, contexts, w, a)]
+
+
 def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: Assumptions) -> str:
     """The crossover of ``vllm`` and ``sglang`` over every assumption set the published points cannot pin
-    (:func:`~kvlab.perfmodel.calibrate.crossover_range`), with how many of those fits are physically plausible."""
-    from kvlab.perfmodel.calibrate import crossover_range, refits
+    (:func:`~kvlab.perfmodel.calibrate.crossover_range`), with how many of those fits are physically plausible,
+    and the same range under each set's physics-only fit."""
+    from kvlab.perfmodel.calibrate import UNPINNED_AXES, crossover_range, refits
     from kvlab.perfmodel.roofline import crossover_context
 
-    sens, _ = crossover_range(data_dir, a)
-    xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a)) if v is not None]
+    sens, _ = crossover_range(data_dir, a, physics=True)
+
+    def span(physics: bool) -> str:
+        xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a, physics))
+              if v is not None]
+        return (f"{min(xs):,.0f}-{max(xs):,.0f} tokens ({k_label(min(xs))}-{k_label(max(xs))}, K = 1,024), crossing "
+                f"in {len(xs)} of {sens.height}" if xs else f"no crossover up to 1M tokens in any of the {sens.height}")
+
     plausible = int(sens["physical"].sum())
-    where = (f"{min(xs):,.0f}-{max(xs):,.0f} tokens ({k_label(min(xs))}-{k_label(max(xs))}), crossing in "
-             f"{len(xs)} of {sens.height}" if xs else f"no crossover in any of the {sens.height}")
-    return (f"  crossover range over what the published points cannot pin (batch 8/32 x output 1,024/4,096 x expert "
-            f"reads uniform/active x MLA width 576/512, {sens.height} refits): {where}; {plausible} of {sens.height} "
-            "fits physically plausible" + ("" if plausible else ": read the model as an illustration, not a forecast"))
+    w200 = sens["winner_200k"].to_list()
+    p200 = sens["phys_winner_200k"].to_list()
+    return (f"  crossover range over what the published points cannot pin ({UNPINNED_AXES}, {sens.height} refits): "
+            f"free fits {span(False)}; SGLang wins at 200K in {w200.count('SGLang')} of {sens.height}; "
+            f"{plausible} of {sens.height} free fits physically plausible"
+            + ("" if plausible else ": read the model as an illustration, not a forecast") + "\n"
+            f"  physics-only fits over the same {sens.height} sets: {span(True)}; SGLang wins at 200K in "
+            f"{p200.count('SGLang')} of {sens.height}; residuals up to "
+            f"{sens['phys_max_abs_residual_pct'].max():.0f}%")
 
 
 def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path) -> str:
@@ -209,4 +244,95 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
         out.append(describe(cfgs, prompts, w, params, a))
     if fit is not None:
         out += ["", fit.summary()]
+    pins = run_pins(target)
+    if pins:
+        out += ["", "which of the model's parameters each run pins:", *pins]
     return "\n".join(out)
+
+
+def run_pins(target: str | Path) -> list[str]:
+    """One line per distinct run of an experiment file (engine label, context, batch, output): which of the model's
+    free parameters (:data:`~kvlab.perfmodel.calibrate.PARAM_NAMES`, plus the KV format and expert reads it
+    assumes) its TTFT and TPOT pin. Empty unless some engine label runs at three or more contexts at one workload
+    (a step-fit design, such as data/experiments/b300_step_fit.yaml)."""
+    from kvlab import plan
+    from kvlab.spec import expand
+
+    spec = plan.load(target)
+    runs = expand(spec, origin=target)
+    base = spec.workload
+    ctx_at_base: dict[str, set[int]] = {}
+    for r in runs:
+        w = r.workload
+        if (w.batch_size, w.output_tokens) == (base.batch_size, base.output_tokens):
+            ctx_at_base.setdefault(r.engine_label, set()).add(w.context_tokens)
+    if not any(len(c) >= 3 for c in ctx_at_base.values()):
+        return []
+    dcp_of = {}
+    for r in runs:
+        dcp_of.setdefault(r.engine.name, set()).add(r.engine.dcp)
+    seen, out = set(), []
+    for r in runs:
+        e, w = r.engine, r.workload
+        key = (r.engine_label, w.context_tokens, w.batch_size, w.output_tokens)
+        if key in seen:
+            continue
+        seen.add(key)
+        c = f"c({'SGLang' if e.name.startswith('sglang') else 'vLLM'})"
+        fmt = next((e.extra_args[i + 1] for i, a in enumerate(e.extra_args[:-1]) if a == "--kv-cache-dtype"), None)
+        if fmt:
+            what = f"kv_format ({fmt} KV: its slope against context beside the BF16 runs gives the bytes a token costs)"
+        elif e.dcp == 1 and len(dcp_of.get(e.name, ())) > 1:
+            what = (f"dcp_layer_latency_s (DCP off beside DCP {max(dcp_of[e.name])} in the same engine at the same "
+                    f"context: the difference is DCP's KV split and collectives; {c} cancels)")
+        elif w.batch_size != base.batch_size:
+            what = (f"{c} and expert reads (TPOT against batch size at a fixed context: the overhead reads no bytes, "
+                    "the routed experts grow with the batch)")
+        elif w.output_tokens != base.output_tokens:
+            what = "linearity of the KV term (step time as the context grows by the output within one run)"
+        elif len(ctx_at_base.get(r.engine_label, ())) >= 3:
+            what = (f"bandwidth_efficiency (slope of TPOT against context), {c} + weights (its intercept), "
+                    "prefill_efficiency (TTFT against prompt)")
+        else:
+            what = "a point of the context slope (fewer than three contexts: no slope on its own)"
+        out.append(f"  {r.engine_label:<13} {w.context_tokens:>7,} tokens  batch {w.batch_size:>2}  output "
+                   f"{w.output_tokens:>5,}: {what}")
+    return out
+
+
+def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumptions = Assumptions(),
+                     contexts: tuple[int, ...] = (65536, 204800)) -> str:
+    """Report 04's paragraph on the two fits: what each predicts, the non-physical label with its consequence, the
+    priors with their sources, and what four totals cannot separate."""
+    from kvlab.perfmodel.calibrate import PRIOR_SOURCES, forecast
+
+    f, p = forecast(free, contexts, workload=w, assumptions=a), forecast(phys, contexts, workload=w, assumptions=a)
+
+    def says(fc) -> str:
+        wins = ", ".join(f"{win} faster at {k_label(c)}" for c, win in zip(fc.contexts, fc.winners))
+        return wins + (f", crossover {fc.crossover:,.0f} tokens" if fc.crossover else ", no crossover up to 1M tokens")
+
+    label = "**non-physical**" if not free.physical else "inside every prior"
+    lines = [
+        f"- **Free fit** ({label}; residuals up to {free.max_abs_residual_pct:.1f}%): {says(f)}.",
+        f"- **Physics-only fit** (every parameter inside its prior; residuals up to {phys.max_abs_residual_pct:.1f}%): "
+        f"{says(p)}; decode at {phys.params.bandwidth_efficiency:.0%} of peak bandwidth, "
+        f"c(vLLM) {phys.params.vllm_step_overhead_s * 1e3:.1f} ms and c(SGLang) "
+        f"{phys.params.sglang_step_overhead_s * 1e3:.1f} ms per decode step.",
+    ]
+    if not free.physical:
+        from kvlab.narrative.common import _implausible
+
+        same = f.winners == p.winners
+        lines.append(
+            f"- **Consequence:** the free fit reproduces the table only with {'; '.join(_implausible(free))}. Held to the "
+            f"priors, the model " + ("keeps its winners" if same else "names other winners") + f" ({says(p)}): the "
+            "article's reversal " + ("survives" if p.winners[-1] == "SGLang" else "does not follow from the physics")
+            + " under the assumed workload.")
+    lines.append(
+        "- Four totals cannot tell the engines' per-step overheads apart from the DCP latency (with DCP only on "
+        "SGLang both are one constant per step); the B300 step-fit plan (data/experiments/b300_step_fit.yaml) "
+        "names the runs that would.")
+    lines.append("- Priors: decode bandwidth 0.3–0.9 of peak (" + PRIOR_SOURCES["bandwidth_efficiency"]
+                 + "); DCP collective 1–100 µs (" + PRIOR_SOURCES["dcp_layer_latency_s"] + ").")
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from kvlab.engines.registry import FAMILY_OF, SGLANG
 from kvlab.perfmodel.catalog import GPU, Model, gpu as find_gpu, model as find_model
 
 GIB = 1024**3
@@ -69,6 +70,15 @@ class Assumptions:
     #: uniform independent routing (an upper bound); "active" = one token's top-k only (perfectly correlated
     #: routing, the lower bound). Real routing lies between (:meth:`Model.decode_weight_bytes`).
     expert_reads: str = "uniform"
+    #: number format of the KV cache (:data:`KV_FORMATS`): "bf16" (the catalog's 2 B per value), "fp8" (1 B),
+    #: or "fp8_packed_mla" (FlashMLA's FP8 MLA layout: the latent in FP8 with one FP32 scale per 128 values,
+    #: the rope part kept in BF16; 656 B per layer and token at width 576). InferenceX's Kimi-K3 recipes
+    #: default to FP8 KV; the article does not say, so this is an open assumption of the range.
+    kv_format: str = "bf16"
+
+
+#: KV number formats the model knows (:attr:`Assumptions.kv_format`).
+KV_FORMATS = ("bf16", "fp8", "fp8_packed_mla")
 
 
 @dataclass(frozen=True)
@@ -79,11 +89,21 @@ class Params:
     prefill_efficiency: float = 0.5
     #: achieved fraction of peak memory bandwidth while reading weights, KV and state in decode.
     bandwidth_efficiency: float = 0.7
-    #: time DCP adds per full-attention layer per decode step (its all-gather / LSE-merge collectives).
+    #: latency of DCP's one collective per full-attention layer per decode step (the all-gather / LSE merge of
+    #: partial outputs); its message size over the link bandwidth is added separately (:func:`decode_step`).
     dcp_layer_latency_s: float = 30e-6
+    #: each engine's own time per decode step outside reading memory and communicating (scheduler, sampling,
+    #: kernel launches, host synchronisation): c(vLLM) and c(SGLang). Named, never hidden in another term.
+    vllm_step_overhead_s: float = 0.0
+    sglang_step_overhead_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
+
+    def step_overhead_s(self, engine: str) -> float:
+        """c(engine): the per-step overhead of ``engine`` (SGLang's for SGLang's family, sglang-jax included;
+        vLLM's otherwise)."""
+        return self.sglang_step_overhead_s if FAMILY_OF.get(engine, engine) == SGLANG else self.vllm_step_overhead_s
 
 
 #: The pure roofline: peak compute and bandwidth, no latency. Used for "fraction of the bound".
@@ -135,7 +155,7 @@ def kv_split(cfg: Config) -> int:
 
 
 def kv_bytes_per_token_per_gpu(cfg: Config, a: Assumptions = Assumptions()) -> float:
-    return cfg.model.kv_bytes_per_token(a.kv_layers, a.mla_width) / kv_split(cfg)
+    return cfg.model.kv_bytes_per_token(a.kv_layers, a.mla_width, a.kv_format) / kv_split(cfg)
 
 
 def state_bytes_per_seq_per_gpu(cfg: Config) -> float:
@@ -211,10 +231,11 @@ class Step:
     read_s: float
     tp_comm_s: float
     dcp_comm_s: float
+    overhead_s: float = 0.0  # c(engine): the engine's own time per step (Params.step_overhead_s)
 
     @property
     def total_s(self) -> float:
-        return self.read_s + self.tp_comm_s + self.dcp_comm_s
+        return self.overhead_s + self.read_s + self.tp_comm_s + self.dcp_comm_s
 
     @property
     def read_bytes(self) -> float:
@@ -222,10 +243,15 @@ class Step:
 
 
 def decode_step(cfg: Config, n_seqs: int, context_tokens: float, p: Params, a: Assumptions = Assumptions()) -> Step:
-    """Memory-bound decode step: the weights the step touches (every non-routed parameter plus, for a MoE
-    model, the routed experts the batch's ``n_seqs`` tokens touch: ``a.expert_reads``) + KV (split by
-    :func:`kv_split`) + linear state, read at ``bandwidth_efficiency`` of peak; plus TP all-reduces; plus,
-    with DCP, a latency per full-attention layer and the partial outputs it exchanges."""
+    """One decode step, per GPU: step = c(engine) + (weights + KV + state bytes read) / achieved bandwidth
+    + TP all-reduces + DCP communication.
+
+    - c(engine): :meth:`Params.step_overhead_s`, the engine's own per-step overhead (an explicit parameter).
+    - Bytes read: the weights the step touches (every non-routed parameter plus, for a MoE model, the routed
+      experts the batch's ``n_seqs`` tokens touch: ``a.expert_reads``), the KV at ``context_tokens`` (split by
+      :func:`kv_split`, in ``a.kv_format``) and the linear state, at ``bandwidth_efficiency`` x peak bandwidth.
+    - DCP: one collective per full-attention layer, each its latency (``dcp_layer_latency_s``) plus its
+      message (partial outputs + log-sum-exp of the step's sequences, FP32) over the link bandwidth."""
     m, g = cfg.model, cfg.gpu
     weights = m.decode_weight_bytes(n_seqs, a.expert_reads) / cfg.tp
     kv = n_seqs * context_tokens * kv_bytes_per_token_per_gpu(cfg, a)
@@ -242,7 +268,7 @@ def decode_step(cfg: Config, n_seqs: int, context_tokens: float, p: Params, a: A
         msg = (cfg.dcp - 1) / cfg.dcp * n_seqs * m.attn_heads * width * 4
         per = p.dcp_layer_latency_s + (msg / g.interconnect_bytes_per_s if g.interconnect_bytes_per_s else 0.0)
         dcp_comm = m.full_attention_layers * per
-    return Step(weights, kv, state, read_s, tp_comm, dcp_comm)
+    return Step(weights, kv, state, read_s, tp_comm, dcp_comm, p.step_overhead_s(cfg.engine))
 
 
 @dataclass(frozen=True)
