@@ -34,6 +34,9 @@ help: ## list the targets
 # (~/.cache/uv) is shared by all four environments, which hard-link their files from it.
 UV := .tools/uv/bin/uv
 export UV_PYTHON_DOWNLOADS := never
+# uv installs without byte-compiling (seconds instead of minutes); what make runs writes the bytecode of what
+# it imports on first use, even where the machine sets PYTHONDONTWRITEBYTECODE (these build machines do).
+unexport PYTHONDONTWRITEBYTECODE
 UV_ENGINE := $(UV) pip install -q --no-deps --require-hashes
 
 $(UV): $(ENVS)/uv-tool.lock
@@ -42,7 +45,7 @@ $(UV): $(ENVS)/uv-tool.lock
 	.tools/uv/bin/pip install -q --require-hashes -r $<
 
 $(BIN)/.installed: pyproject.toml uv.lock | $(UV)
-	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --compile-bytecode --python $(PYTHON)
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --python $(PYTHON)
 	touch $@
 
 install: $(BIN)/.installed ## create the workbook environment (.venv) from uv.lock
@@ -95,8 +98,8 @@ test-cluster: install engines ## the Ray cluster tests (installs kvlab[cluster];
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --extra cluster --python $(PYTHON)
 	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
 
-lab: install ## open the notebooks in JupyterLab
-	$(BIN)/jupyter lab notebooks/
+lab: install ## open the notebooks in JupyterLab (localhost, Jupyter's token; as root too)
+	$(BIN)/kvlab lab
 
 bench: install engines engines-sglang-jax ## run the benchmarks and print their table (installs kvlab[cluster] for the Ray sweep's)
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --extra cluster --python $(PYTHON)

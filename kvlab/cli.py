@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kvlab.engines import FAMILIES
-from kvlab.paths import DATA_DIR, REPORTS_DIR
+from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 console = Console(stderr=True, soft_wrap=True)  # long lines stay whole in logs
@@ -209,6 +211,27 @@ def make_model(out: Annotated[Path | None, typer.Option(help="folder (default da
     from kvlab.tinymodel import ensure_tiny_model  # this command's own stack (see the top)
 
     typer.echo(ensure_tiny_model(out))
+
+
+def lab_argv(port: int = 8888, open_browser: bool = True) -> list[str]:
+    """JupyterLab on the notebooks, bound to this machine only and behind Jupyter's token (JUPYTER_TOKEN, else one
+    Jupyter makes and prints). As root (containers, these build machines) Jupyter refuses to start without
+    --allow-root; kvlab passes it only then."""
+    argv = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={NOTEBOOKS_DIR}", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
+    if not open_browser:
+        argv.append("--no-browser")
+    if os.geteuid() == 0:
+        argv.append("--allow-root")
+    return argv
+
+
+@app.command()
+def lab(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8888,
+        browser: Annotated[bool, typer.Option(help="open a browser tab")] = True) -> None:
+    """Open the notebooks in JupyterLab (localhost only, with Jupyter's token; works as root too)."""
+    argv = lab_argv(port, browser)
+    os.execv(argv[0], argv)
 
 
 def main() -> None:  # pragma: no cover - console entry point
