@@ -1,0 +1,39 @@
+"""The README stays short and every link in it and in docs/ resolves (issue 26): files exist, and an anchor names
+a heading of its page (GitHub's slugs)."""
+
+import re
+
+import pytest
+
+from kvlab.paths import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text))
+
+
+def anchors(page) -> set[str]:
+    return {slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", page.read_text(), re.M)}
+
+
+def test_readme_is_at_most_200_lines():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_relative_link_resolves(page):
+    bad = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto: not checked offline
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target}: no heading #{anchor}")
+    assert not bad, f"{page.name}: {bad}"
