@@ -101,6 +101,15 @@ class RetrySpec(_Strict):
         return self.backoff_s * self.backoff_factor ** (attempt - 1)
 
 
+class RepeatsAt(_Strict):
+    """More repeats at some points of the matrix: the points whose numbers decide a verdict need n >= 3 per side
+    (docs/verdicts.md), the rest of a quick form can stay at one."""
+
+    where: dict[str, Any] = Field(min_length=1, description="the points it applies to: matrix axis or field path "
+                                  "(e.g. workload.shared_fraction, engine) -> the value they must have")
+    repeats: int = Field(ge=1, description="runs per matching point (the most of every rule that matches)")
+
+
 class QuickSpec(_Strict):
     """The experiment's quick form (what `make report` runs by default): fewer points and repeats.
 
@@ -111,6 +120,8 @@ class QuickSpec(_Strict):
         None, description="the quick form's matrix, in place of the full one (same axis syntax); None keeps it"
     )
     repeats: int | None = Field(None, ge=1, description="runs per matrix point in the quick form")
+    repeats_at: list[RepeatsAt] | None = Field(
+        None, description="more repeats at the quick form's deciding points; None keeps the experiment's")
 
 
 class ExperimentSpec(_Strict):
@@ -136,6 +147,8 @@ class ExperimentSpec(_Strict):
         "are mappings of such paths to values (e.g. mem_util with its KV budget)",
     )
     repeats: int = Field(1, ge=1, description="runs per matrix point")
+    repeats_at: list[RepeatsAt] = Field(default_factory=list,
+                                        description="more repeats at some points (e.g. those that decide a verdict)")
     warmup: bool = Field(True, description="send one small request after each server start, not recorded")
     retry: RetrySpec = Field(default_factory=RetrySpec, description="relaunch policy on classified failures")
     quick: QuickSpec | None = Field(
@@ -149,6 +162,7 @@ class ExperimentSpec(_Strict):
         quick = self.model_copy(update={
             "matrix": self.matrix if self.quick.matrix is None else self.quick.matrix,
             "repeats": self.quick.repeats or self.repeats, "quick": None,
+            "repeats_at": self.repeats_at if self.quick.repeats_at is None else self.quick.repeats_at,
         })
         quick._full_form = self
         return quick
@@ -353,6 +367,21 @@ def _apply(
     return None
 
 
+def _repeats(spec: ExperimentSpec, point: dict[str, Any], matched: set[int]) -> int:
+    """Runs at one matrix point: the experiment's repeats, or more where a ``repeats_at`` rule matches it (a rule
+    names matrix axes, or field paths inside a linked axis, with the value the point must have)."""
+    flat = dict(point)
+    for value in point.values():
+        if isinstance(value, dict):
+            flat |= value
+    n = spec.repeats
+    for i, rule in enumerate(spec.repeats_at):
+        if all(k in flat and flat[k] == v for k, v in rule.where.items()):
+            matched.add(i)
+            n = max(n, rule.repeats)
+    return n
+
+
 def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]:
     """One RunSpec per (matrix point x engine x repeat), every one validated; errors name the field and value.
 
@@ -361,6 +390,7 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
     allow_long_context, and that a local model folder exists.
     """
     axes = list(spec.matrix.items())
+    matched: set[int] = set()  # the repeats_at rules some point matched
     base_engines = {k: v.model_dump(mode="python") for k, v in spec.engines.items()}
     base_workload = spec.workload.model_dump(mode="python")
     runs: list[RunSpec] = []
@@ -404,7 +434,7 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
                     f"host's CPU flags, so it applies to CPU experiments only (hardware is {spec.hardware!r}); "
                     "give bfloat16, float16 or float32"
                 )
-            for r in range(spec.repeats):
+            for r in range(_repeats(spec, point | {"engine": label}, matched)):
                 runs.append(
                     RunSpec(
                         experiment=spec.name, engine_label=label, engine=engine, workload=workload_spec,
@@ -412,6 +442,10 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
                         hardware=spec.hardware,
                     )
                 )
+    unused = [i for i in range(len(spec.repeats_at)) if i not in matched]
+    if unused:
+        rule = spec.repeats_at[unused[0]]
+        raise SpecError(f"{origin}: repeats_at[{unused[0]}].where: {rule.where!r} matches no point of the matrix")
     keys = [r.key for r in runs]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:

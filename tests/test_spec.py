@@ -447,3 +447,35 @@ def test_no_shipped_experiment_opens_vllms_development_endpoints():
         assert not [label for label, e in spec.engines.items() if e.dev_mode], path.name
         assert "dev_mode" not in path.read_text(), path.name
     assert EngineSpec.model_fields["dev_mode"].default is False
+
+
+def test_repeats_at_gives_the_deciding_points_more_repeats_and_stays_a_subset_of_the_full_study(tmp_path):
+    data = copy.deepcopy(BASE) | {"repeats": 3, "quick": {
+        "repeats": 1, "repeats_at": [{"where": {"workload.context_tokens": 6400, "engine.mem_util": 0.95},
+                                      "repeats": 3}]}}
+    spec = ExperimentSpec.load(_write(tmp_path, data))
+    quick = expand(spec.quick_form())
+    per_point = {}
+    for r in quick:
+        k = (r.engine_label, r.point["engine.mem_util"], r.point["workload.context_tokens"])
+        per_point[k] = per_point.get(k, 0) + 1
+    # 2 engines x 4 points; only (0.95, 6400) runs three times, per engine
+    assert per_point == {(e, m, c): 3 if (m, c) == (0.95, 6400) else 1
+                         for e in ("vllm", "sglang") for m in (0.92, 0.95) for c in (2048, 6400)}
+    assert {r.key for r in quick} <= {r.key for r in expand(spec)}
+
+
+def test_repeats_at_matches_fields_inside_a_linked_axis_and_engines(tmp_path):
+    data = copy.deepcopy(BASE) | {"matrix": {"point": [
+        {"engine.mem_util": 0.92, "workload.context_tokens": 2048},
+        {"engine.mem_util": 0.95, "workload.context_tokens": 6400}]},
+        "repeats": 1, "repeats_at": [{"where": {"engine.mem_util": 0.95, "engine": "sglang"}, "repeats": 4}]}
+    runs = expand(ExperimentSpec.load(_write(tmp_path, data)))
+    assert sorted((r.engine_label, r.point["point"]["engine.mem_util"], r.repeat) for r in runs) == [
+        ("sglang", 0.92, 0), ("sglang", 0.95, 0), ("sglang", 0.95, 1), ("sglang", 0.95, 2), ("sglang", 0.95, 3),
+        ("vllm", 0.92, 0), ("vllm", 0.95, 0)]
+
+
+def test_a_repeats_at_rule_that_matches_nothing_names_itself(tmp_path):
+    msg = _load_error(tmp_path, _with("repeats_at", [{"where": {"workload.context_tokens": 999}, "repeats": 3}]))
+    assert "repeats_at[0].where" in msg and "matches no point" in msg
