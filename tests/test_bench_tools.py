@@ -210,7 +210,8 @@ def test_sweep_planning_prices_each_server_group_at_its_own_engines_start():
 
 
 def test_avx2_cap_summary_reads_its_medians_and_ratios():
-    """Fixed raw figures in, exact medians and ratios out; the sweep row meets its target only within 480 s."""
+    """Fixed raw figures in, exact medians and ratios out, per engine (old results without an engine are vLLM's);
+    the sweep row meets its target only within 480 s."""
     from benchmarks import avx2_cap
 
     raw = {"batches": [
@@ -218,15 +219,36 @@ def test_avx2_cap_summary_reads_its_medians_and_ratios():
         {"capped": False, "dtype": "float32", "batches_s": [1.2, 1.1, 1.3], "startup_s": 41.0},
         {"capped": True, "dtype": "bfloat16", "batches_s": [4.0, 3.6, 4.4], "startup_s": 35.0, "failed": 0},
         {"capped": True, "dtype": "float32", "batches_s": [1.6, 1.7, 1.5], "startup_s": 36.0},
+        {"engine": "sglang", "capped": True, "dtype": "bfloat16", "batches_s": [9.0, 8.0, 10.0], "startup_s": 70.0},
+        {"engine": "sglang", "capped": True, "dtype": "float32", "batches_s": [6.0, 6.4, 5.0], "startup_s": 71.0},
     ], "sweep": {"wall_s": 482.0, "exit": 0, "jax_cache_bytes_before": 4e6}}
     rows = {r.figure: r for r in avx2_cap.summarise(raw)}
     assert rows["vLLM batch time, bfloat16, ISA capped at AVX2"].value == pytest.approx(4.0)
     assert "4.1-4.3 s on a real AVX2-only EPYC" in rows["vLLM batch time, bfloat16, ISA capped at AVX2"].note
-    ratio = rows["capped: bfloat16 / float32 batch time"]
+    ratio = rows["vLLM capped: bfloat16 / float32 batch time"]
     assert ratio.value == pytest.approx(4.0 / 1.6) and ratio.met is True
-    assert rows["uncapped: float32 / bfloat16 batch time"].value == pytest.approx(1.2 / 0.9)
+    assert rows["vLLM uncapped: float32 / bfloat16 batch time"].value == pytest.approx(1.2 / 0.9)
+    assert rows["SGLang batch time, float32, ISA capped at AVX2"].value == pytest.approx(6.0)
+    assert rows["SGLang capped: bfloat16 / float32 batch time"].value == pytest.approx(9.0 / 6.0)
+    cross = rows["SGLang / vLLM batch time, float32, capped"]
+    assert cross.value == pytest.approx(6.0 / 1.6) and "not a GPU speed claim" in cross.note
     sweep = rows["main job's sweeps (quick, 4 CPU experiments) under the cap"]
     assert sweep.value == 482.0 and sweep.met is False
+
+
+def test_the_isa_shim_runs_the_next_sitecustomize_so_sglangs_fix_still_applies(tmp_path):
+    """Python imports only the first sitecustomize on PYTHONPATH: the shim runs the next one (SGLang's CPU fix)."""
+    import subprocess
+
+    from benchmarks.avx2_cap import CAP_ENV, SHIM
+
+    other = tmp_path / "next"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['KVLAB_NEXT_RAN'] = 'yes'\n")
+    code = "import os, kvlab.host as h; print(h.native_bf16(), os.environ.get('KVLAB_NEXT_RAN'))"
+    env = os.environ | CAP_ENV | {"PYTHONPATH": os.pathsep.join([str(SHIM), str(other)])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "yes"], out.stderr
 
 
 def test_the_isa_shim_makes_kvlab_see_no_native_bf16():

@@ -34,3 +34,19 @@ if os.environ.get("KVLAB_AVX2_CAP") == "1":
         _host = None
     if _host is not None:
         _host.native_bf16 = lambda: False
+
+# Python imports only the first sitecustomize on its path: run the next one too (SGLang's CPU compatibility fix,
+# kvlab/engines/envs/sglang-cpu-compat, when the capped engine is SGLang), so the cap and the fix both apply.
+if os.environ.get("KVLAB_AVX2_CAP") == "1":
+    import importlib.util as _util
+    import sys as _sys
+
+    _here = os.path.dirname(os.path.abspath(__file__))
+    for _entry in _sys.path:
+        _next = os.path.join(os.path.abspath(_entry or "."), "sitecustomize.py")
+        if os.path.dirname(_next) != _here and os.path.isfile(_next):
+            _spec = _util.spec_from_file_location("_kvlab_next_sitecustomize", _next)
+            _module = _util.module_from_spec(_spec)
+            _sys.modules[_spec.name] = _module
+            _spec.loader.exec_module(_module)
+            break
