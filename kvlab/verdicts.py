@@ -70,8 +70,69 @@ def _badge(text: str, color: str) -> str:
 _TD = "padding: 3px .6rem 3px 0; vertical-align: top; text-align: left; border: none;"
 
 
-def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found") -> str:
-    """The verdict box: one row per claim, outcome and evidence as coloured badges, then the number."""
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _first_clause(text: str) -> str:
+    """A reason's first clause (up to its first ';'), for a sentence that quotes one."""
+    return text.split(";")[0].strip().rstrip(".")
+
+
+def _by_evidence(vs: list[Verdict]) -> str:
+    """'on measured evidence', or 'on published (2) and measured (1) evidence' where kinds mix."""
+    kinds: dict[str, int] = {}
+    for v in vs:
+        kinds[v.evidence] = kinds.get(v.evidence, 0) + 1
+    if len(kinds) == 1:
+        return f"on {next(iter(kinds))} evidence"
+    return "on " + " and ".join(f"{k} ({n})" for k, n in kinds.items()) + " evidence"
+
+
+def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
+    """The three sentences a page opens with, computed from its verdicts: what the documents claim; what holds,
+    and on what evidence; what this host cannot say, and why (markdown, inline)."""
+    vs = [v if isinstance(v, Verdict) else Verdict(**v) for v in verdicts]
+    tested = [v for v in vs if v.outcome != "found"]
+    found = [v for v in vs if v.outcome == "found"]
+    if tested:
+        first = "; ".join(f"“{v.claim}”" for v in tested[:2])
+        more = f" and {_count(len(tested) - 2, 'more claim')}" if len(tested) > 2 else ""
+        claim = f"**The documents claim** {first}{more}."
+    else:
+        claim = "**The documents make no claim this page tests**; it answers its own question."
+    held = [v for v in tested if v.outcome in ("reproduced", "contradicted")]
+    if held:
+        parts = []
+        for outcome in ("reproduced", "contradicted"):
+            these = [v for v in held if v.outcome == outcome]
+            if these:
+                parts.append(f"{_count(len(these), 'claim')} {outcome} {_by_evidence(these)}")
+        holds = "**What holds:** " + ", ".join(parts) + "."
+    else:
+        holds = "**What holds:** no claim is reproduced or contradicted by evidence that can decide it."
+    if found:
+        holds += f" The page's own answer: {found[0].claim} — {found[0].number}."
+    cannot = [v for v in tested if v.outcome == "cannot be tested here"]
+    open_ = [v for v in tested if v.outcome == "inconclusive"]
+    if cannot or open_:
+        parts = []
+        if cannot:
+            parts.append(f"{_count(len(cannot), 'claim')} cannot be tested on this host"
+                         + (f" ({_first_clause(cannot[0].reason)})" if cannot[0].reason else ""))
+        if open_:
+            parts.append(f"{_count(len(open_), 'claim')} {'is' if len(open_) == 1 else 'are'} inconclusive"
+                         + (f" ({_first_clause(open_[0].reason)})" if open_[0].reason else ""))
+        limits = "**What this host cannot say:** " + "; ".join(parts) + "."
+    else:
+        limits = "**What this host cannot say:** nothing on this page; every claim it tests was decided."
+    return [claim, holds, limits]
+
+
+def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found",
+             lead: bool = True) -> str:
+    """The verdict box: the three headline sentences (``lead``), then one row per claim, outcome and evidence as
+    coloured badges, then the number."""
     rows = []
     for v in verdicts:
         v = v if isinstance(v, Verdict) else Verdict(**v)
@@ -82,9 +143,12 @@ def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this rep
             f'<td style="{_TD}"><b>{markdown_inline(v.number)}</b></td></tr>'
         )
     body = "".join(rows) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
+    sentences = " ".join(markdown_inline(t) for t in headline(verdicts)) if lead and verdicts else ""
+    top = (f'<p class="kvlab-headline" style="margin: 0 0 .5rem; font-size: 15px; line-height: 1.45;">{sentences}</p>'
+           if sentences else "")
     return f"""<section class="kvlab-verdicts" style="font: 14px system-ui, sans-serif; border: 2px solid #0969da;
 border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
-<div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
+{top}<div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
 <table style="border-collapse: collapse; width: 100%; table-layout: auto;">{body}</table>
 </section>
 """

@@ -83,3 +83,33 @@ def test_markdown_inline_escapes_and_formats():
     from kvlab.markup import markdown_inline
 
     assert markdown_inline("**a<b** `x` *y* 2*3") == "<b>a&lt;b</b> <code>x</code> <i>y</i> 2*3"
+
+
+def test_headline_says_what_is_claimed_what_holds_and_what_this_host_cannot_say():
+    vs = [
+        verdicts.Verdict("vLLM wins at 64K", "cannot be tested here", "measured", "4.9× (CPU)",
+                         reason="CPU runs of two implementations; 0%-shared ratio 19×"),
+        verdicts.Verdict("SGLang wins at 200K", "inconclusive", "modelled", "1.03×",
+                         reason="the model fails its held-out test (0 of 4 winners)"),
+        verdicts.Verdict("radix cache serves the shared prefix", "reproduced", "measured", "+45 points", n=3),
+        verdicts.Verdict("the crossover", "found", "modelled", "176K"),
+    ]
+    claim, holds, limits = verdicts.headline(vs)
+    assert claim == "**The documents claim** “vLLM wins at 64K”; “SGLang wins at 200K” and 1 more claim."
+    assert holds == ("**What holds:** 1 claim reproduced on measured evidence. The page's own answer: the crossover "
+                     "— 176K.")
+    assert limits == ("**What this host cannot say:** 1 claim cannot be tested on this host (CPU runs of two "
+                      "implementations); 1 claim is inconclusive (the model fails its held-out test (0 of 4 winners)).")
+    html = verdicts.box_html(vs)
+    assert html.index('class="kvlab-headline"') < html.index("What this report found") < html.index("<table")
+
+
+def test_headline_when_everything_is_decided_or_nothing_is_tested():
+    decided = [verdicts.Verdict("a", "contradicted", "published", "x"), verdicts.Verdict("b", "reproduced",
+                                                                                          "published", "y")]
+    assert verdicts.headline(decided)[1] == ("**What holds:** 1 claim reproduced on published evidence, 1 claim "
+                                             "contradicted on published evidence.")
+    assert verdicts.headline(decided)[2].endswith("every claim it tests was decided.")
+    only = verdicts.headline([verdicts.Verdict("which engine for my load", "found", "measured", "vLLM")])
+    assert only[0].startswith("**The documents make no claim this page tests**")
+    assert 'class="kvlab-headline"' not in verdicts.box_html([])
