@@ -290,10 +290,13 @@ def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str
     provenance ``panel``, then the run tables (``runs_html``)."""
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(r.title)}</a>'
-        f"<p>{markdown_inline(r.summary)}</p>{vd.box_html(list(r.verdicts), 'Found') if r.verdicts else ''}"
+        f"<p>{markdown_inline(r.summary)}</p>{vd.box_html(list(r.verdicts), 'Found', lead=False) if r.verdicts else ''}"
         f"<small>{r.figures} figure(s), built in {r.seconds:.1f} s</small></li>"
         for r in reports
     )
+    every = [v for r in reports for v in r.verdicts]
+    lead = (f'<p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
+            f'{" ".join(markdown_inline(t) for t in vd.headline(every))}</p>' if every else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kvlab reports</title>
@@ -303,7 +306,7 @@ li {{ margin: 1rem 0; }} li p {{ margin: .25rem 0; }} small {{ color: #666; }}
 .legend {{ background: #f4f4f4; padding: .5rem 1rem; border-radius: 6px; }}
 </style></head><body>
 <h1>kvlab reports</h1>
-{panel}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
+{lead}{panel}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
 <b>measured</b> (a real engine run, with the host it ran on) or <b>modelled</b> (kvlab's physical model).</p>
 <ol>
 {items}
