@@ -386,3 +386,25 @@ def test_provenance_says_what_ran_on_a_cpu():
         "vLLM 0.32.0 (CPU build; float32 compute: this CPU has no native bfloat16)"
     assert reports._engine_line("sglang", "0.5.23", "bfloat16", "gpu") == "SGLang 0.5.23 (bfloat16 compute)"
     assert reports._engine_line("sglang-jax", None, None, "cpu") == "sglang-jax (CPU) (version not reported)"
+
+
+def test_notebooks_run_under_a_manager_that_does_not_interrupt_a_finished_kernel(tmp_path, capfd):
+    """A clean build prints no '[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel' (jupyter_client's
+    interrupt before shutdown); the manager skips only that interrupt."""
+    import asyncio
+
+    cfg = reports.kernel_config()
+    assert cfg.NotebookClient.kernel_manager_class is reports.QuietShutdownKernelManager
+    km = reports.QuietShutdownKernelManager()
+    with pytest.raises(RuntimeError, match="No kernel is running"):  # not shutting down: the interrupt goes out
+        asyncio.run(km._async_interrupt_kernel())
+    km.shutting_down = True
+    asyncio.run(km._async_interrupt_kernel())  # shutting down: skipped, nothing raised
+    nb = tmp_path / "t.ipynb"
+    import nbformat
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), nb)
+    import papermill as pm
+    for _ in range(3):
+        pm.execute_notebook(str(nb), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False,
+                            log_output=False, config=cfg)
+    assert "KeyboardInterrupt" not in capfd.readouterr().err
