@@ -124,7 +124,7 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
     """One sweep over every experiment given: runs that need the same server share one start (``ray``: one
     Ray task per server configuration, see kvlab.cluster)."""
     from kvlab import plan, runner  # this command's own stack (see the top)
-    from kvlab.campaign import Campaign, SweepError
+    from kvlab.campaign import Campaign, SweepError  # this command's own stack (see the top)
 
     campaign = Campaign(specs, data_dir, fresh)
     try:

@@ -8,7 +8,8 @@ import polars as pl
 
 from kvlab.analysis import Crossover
 from kvlab.engines import engine_label
-from kvlab.narrative.common import implausible, scaled_span
+from kvlab.narrative.common import scaled_span
+from kvlab.perfmodel.calibrate import implausible
 from kvlab.units import approx_tokens, k_label
 
 

@@ -7,7 +7,8 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab.engines import engine_label
-from kvlab.narrative.common import implausible, config_name, setup_phrase
+from kvlab.narrative.common import config_name, setup_phrase
+from kvlab.perfmodel.calibrate import implausible
 from kvlab.units import approx_label, approx_tokens, k_label, token_range, tokens_label
 
 

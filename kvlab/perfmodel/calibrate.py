@@ -8,7 +8,7 @@ The fit minimises squared log errors of batch time (a relative error, symmetric 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -16,9 +16,10 @@ import numpy as np
 import polars as pl
 from scipy.optimize import least_squares
 
-from kvlab.engines import SGLANG, VLLM
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
+from kvlab.perfmodel.catalog import model as find_model
 from kvlab.perfmodel.frames import row_config, row_context, row_workload, usable_rows
 from kvlab.perfmodel.roofline import (
     Assumptions,
@@ -28,6 +29,7 @@ from kvlab.perfmodel.roofline import (
     batch_time,
     crossover_context,
 )
+from kvlab.units import k_label
 
 PARAM_NAMES = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s", "vllm_step_overhead_s",
                "sglang_step_overhead_s")
@@ -116,6 +118,28 @@ class Fit:
         ]
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+def implausible(fit, short: bool = False) -> list[str]:
+    """The fitted parameters outside their physically sane ranges, each in words with its value and (unless
+    ``short``) the plausible range."""
+    if fit.hardware == "CPU":
+        return []
+    p, out = fit.params, []
+    for name in fit.free:
+        lo, hi = SANE_RANGES[name]
+        v = getattr(p, name)
+        if lo <= v <= hi:
+            continue
+        if name == "prefill_efficiency":
+            text, rng = f"prefill at {v:.1%} of dense peak", f" (plausible: {lo:.0%}–{hi:.0%})"
+        elif name == "bandwidth_efficiency":
+            text, rng = f"decode at {v:.1%} of peak memory bandwidth", f" (plausible: {lo:.0%}–{hi:.0%})"
+        else:
+            text = f"DCP at {v * 1e6:,.0f} µs per layer and step"
+            rng = f" (plausible for NVLink collectives: {lo * 1e6:g}–{hi * 1e6:g} µs)"
+        out.append(text if short else text + rng)
+    return out
 
 
 def _setup(rows: list[dict], w: Workload, a: Assumptions) -> list[tuple[Config, int, Workload, float]]:
@@ -286,8 +310,6 @@ class Forecast:
     crossover: float | None
 
     def text(self) -> str:
-        from kvlab.units import k_label
-
         parts = [f"{w} wins at {k_label(c)} (vLLM/SGLang time {r:.2f})" for c, w, r in
                  zip(self.contexts, self.winners, self.ratios)]
         xo = f"crossover {self.crossover:,.0f} tokens" if self.crossover else "no crossover up to 1M tokens"
@@ -303,7 +325,7 @@ def forecast(fit: Fit, contexts: tuple[int, ...] = (65536, 204800), gpu: str = "
     b = Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)
     ratios = tuple(batch_time(a, c, workload, fit.params, assumptions).batch_time_s
                    / batch_time(b, c, workload, fit.params, assumptions).batch_time_s for c in contexts)
-    winners = tuple("SGLang" if r > 1 else "vLLM" for r in ratios)
+    winners = tuple(engine_label(SGLANG) if r > 1 else engine_label(VLLM) for r in ratios)
     return Forecast(tuple(contexts), winners, ratios, crossover_from_fit(fit, gpu, model, dcp, tp, workload, assumptions))
 
 
@@ -327,8 +349,6 @@ def fits_frame(free: Fit, phys: Fit, contexts: tuple[int, ...] = (65536, 204800)
 
 
 def _attn_layers(model: str = "Kimi-K3") -> int:
-    from kvlab.perfmodel.catalog import model as find_model
-
     return find_model(model).full_attention_layers
 
 
@@ -396,8 +416,6 @@ def sensitivity(
     SGLang TP ``tp`` + DCP ``dcp`` serving ``model`` on ``gpu`` (the fit itself is always to the published runs'
     own hardware). With ``physics``, each row also holds the physics-only fit (``phys_*`` columns: its parameters,
     residual, crossover and the winners at 64K and 200K) beside the free fit's (``winner_64k``, ``winner_200k``)."""
-    from dataclasses import replace
-
     rows = []
     for w in workloads:
         for reads in expert_reads or (assumptions.expert_reads,):
@@ -465,8 +483,6 @@ def refits(sens: pl.DataFrame, base: Assumptions = Assumptions(), physics: bool 
     """The (workload, assumptions, fitted parameters) of every row of a :func:`sensitivity` table, so any
     modelled figure can be recomputed under each assumption set and given as a range (``base``: the assumptions
     the table did not vary; ``physics``: the rows' physics-only fits instead of their free fits)."""
-    from dataclasses import replace
-
     out = []
     for r in sens.iter_rows(named=True):
         a = replace(base, expert_reads=r.get("expert_reads") or "uniform",

@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from kvlab.engines import SGLANG, VLLM
+from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
-from kvlab.perfmodel.calibrate import Fit, calibrate, crossover_from_fit, published_fit
+from kvlab.perfmodel.calibrate import (
+    PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate, crossover_from_fit, crossover_range, forecast,
+    implausible, physics_check, published_fit, refits,
+)
 from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
-from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time
+from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
 from kvlab.units import context_label, k_label
 
 DEFAULT_CONTEXTS = (65536, 204800)
@@ -179,8 +183,6 @@ def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...]
                   gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8) -> list[str]:
     """The physics-only fit (every parameter inside its prior) beside the free fit, each with its winners at
     ``contexts`` and its crossover, and the priors with their sources."""
-    from kvlab.perfmodel.calibrate import PRIOR_SOURCES, PRIORS, physics_check
-
     phys = published_fit(data_dir, Workload(), Assumptions(kv_layers=a.kv_layers), physics=True)
     priors = []
     for name, (lo, hi) in PRIORS.items():
@@ -200,9 +202,6 @@ def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: 
     """The crossover of ``vllm`` and ``sglang`` over every assumption set the published points cannot pin
     (:func:`~kvlab.perfmodel.calibrate.crossover_range`), with how many of those fits are physically plausible,
     and the same range under each set's physics-only fit."""
-    from kvlab.perfmodel.calibrate import UNPINNED_AXES, crossover_range, refits
-    from kvlab.perfmodel.roofline import crossover_context
-
     sens, _ = crossover_range(data_dir, a, physics=True)
 
     def span(physics: bool) -> str:
@@ -215,11 +214,11 @@ def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: 
     w200 = sens["winner_200k"].to_list()
     p200 = sens["phys_winner_200k"].to_list()
     return (f"  crossover range over what the published points cannot pin ({UNPINNED_AXES}, {sens.height} refits): "
-            f"free fits {span(False)}; SGLang wins at 200K in {w200.count('SGLang')} of {sens.height}; "
+            f"free fits {span(False)}; SGLang wins at 200K in {w200.count(engine_label(SGLANG))} of {sens.height}; "
             f"{plausible} of {sens.height} free fits physically plausible"
             + ("" if plausible else ": read the model as an illustration, not a forecast") + "\n"
             f"  physics-only fits over the same {sens.height} sets: {span(True)}; SGLang wins at 200K in "
-            f"{p200.count('SGLang')} of {sens.height}; residuals up to "
+            f"{p200.count(engine_label(SGLANG))} of {sens.height}; residuals up to "
             f"{sens['phys_max_abs_residual_pct'].max():.0f}%")
 
 
@@ -278,7 +277,7 @@ def run_pins(target: str | Path) -> list[str]:
         if key in seen:
             continue
         seen.add(key)
-        c = f"c({'SGLang' if e.name.startswith('sglang') else 'vLLM'})"
+        c = f"c({engine_label(FAMILY_OF[e.name])})"
         fmt = next((e.extra_args[i + 1] for i, a in enumerate(e.extra_args[:-1]) if a == "--kv-cache-dtype"), None)
         if fmt:
             what = f"kv_format ({fmt} KV: its slope against context beside the BF16 runs gives the bytes a token costs)"
@@ -304,8 +303,6 @@ def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumpti
                      contexts: tuple[int, ...] = (65536, 204800)) -> str:
     """Report 04's paragraph on the two fits: what each predicts, the non-physical label with its consequence, the
     priors with their sources, and what four totals cannot separate."""
-    from kvlab.perfmodel.calibrate import PRIOR_SOURCES, forecast
-
     f, p = forecast(free, contexts, workload=w, assumptions=a), forecast(phys, contexts, workload=w, assumptions=a)
 
     def says(fc) -> str:
@@ -321,13 +318,11 @@ def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumpti
         f"{phys.params.sglang_step_overhead_s * 1e3:.1f} ms per decode step.",
     ]
     if not free.physical:
-        from kvlab.narrative.common import _implausible
-
         same = f.winners == p.winners
         lines.append(
-            f"- **Consequence:** the free fit reproduces the table only with {'; '.join(_implausible(free))}. Held to the "
+            f"- **Consequence:** the free fit reproduces the table only with {'; '.join(implausible(free))}. Held to the "
             f"priors, the model " + ("keeps its winners" if same else "names other winners") + f" ({says(p)}): the "
-            "article's reversal " + ("survives" if p.winners[-1] == "SGLang" else "does not follow from the physics")
+            "article's reversal " + ("survives" if p.winners[-1] == engine_label(SGLANG) else "does not follow from the physics")
             + " under the assumed workload.")
     lines.append(
         "- Four totals cannot tell the engines' per-step overheads apart from the DCP latency (with DCP only on "

@@ -17,6 +17,10 @@ import math
 
 import numpy as np
 import polars as pl
+from scipy import stats
+
+from kvlab.perfmodel.frames import row_config
+from kvlab.perfmodel.roofline import Assumptions, kv_bytes_per_token_per_gpu
 
 GROUP = ("experiment", "hardware", "engine", "model", "tp", "dcp", "mem_util", "kv_budget_bytes", "batch_size",
          "output_tokens")
@@ -25,8 +29,6 @@ GROUP = ("experiment", "hardware", "engine", "model", "tp", "dcp", "mem_util", "
 def line_fit(x: np.ndarray, y: np.ndarray, level: float = 0.95) -> dict:
     """OLS of y on x: slope, intercept, their ``level`` t-intervals (NaN with two points: no residual degree of
     freedom), residuals, R², and (four points or more) the quadratic coefficient's t-statistic (curvature)."""
-    from scipy import stats
-
     x, y = np.asarray(x, float), np.asarray(y, float)
     n = len(x)
     if n < 2 or np.ptp(x) == 0:
@@ -67,8 +69,6 @@ def step_fits(runs: pl.DataFrame, min_contexts: int = 3) -> tuple[pl.DataFrame, 
     TPOT (ms) against mean decode context (tokens), and the achieved decode bandwidth its slope implies
     (:func:`achieved_bandwidth`). Returns (fits: one row per configuration, points: one row per run with its fitted
     value and residual). Both are empty when no configuration has enough contexts."""
-    from kvlab.perfmodel.frames import row_config
-
     need = {"tpot_mean_ms", "context_tokens", "output_tokens", "status", "source"}
     fit_rows, point_rows = [], []
     if runs.is_empty() or not need <= set(runs.columns):
@@ -110,8 +110,6 @@ def achieved_bandwidth(row: dict, slope_s_per_token: float, row_config) -> float
     """The achieved fraction of peak bandwidth a TPOT slope implies: b = n x KV bytes per token per GPU / (eff x
     peak), so eff = n x KV bytes per token per GPU / (b x peak). NaN when the slope is not positive or the row's
     hardware/model is not catalogued. On the CPU host the peak is the catalog's nominal figure."""
-    from kvlab.perfmodel.roofline import Assumptions, kv_bytes_per_token_per_gpu
-
     if not slope_s_per_token or slope_s_per_token <= 0:
         return math.nan
     try:
