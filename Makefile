@@ -88,11 +88,18 @@ report: sweep ## MAIN: measure on this machine, then build reports/index.html an
 browser: ## install Debian's headless Chromium for the report rendering test (needs root)
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium missing and not root: the browser test will say so"; }
 
+# The suite in two passes: the tests that start no engine and no browser on both cores (pytest-xdist; each is
+# one process), then the engine and browser tests one at a time (an engine server takes both cores). Both
+# passes always run; make fails if either does.
+TEST_WORKERS ?= 2
 test: install engines engines-sglang-jax browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
-	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
+	@status=0; \
+	$(BIN)/pytest -m "not cluster and not engine and not browser" -n $(TEST_WORKERS) $(PYTEST_ARGS) || status=$$?; \
+	$(BIN)/pytest -m "(engine or browser) and not cluster" $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
 
 test-fast: install ## the suite without engine and browser tests (for development)
-	$(BIN)/pytest -m "not engine and not browser" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not engine and not browser and not cluster" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-cluster: install engines ## the Ray cluster tests (installs kvlab[cluster]; a local two-node cluster, real vLLM)
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --extra cluster --python $(PYTHON)
