@@ -3,13 +3,14 @@
 # at the version that ran, with the sha256 of each of its files on the index. `make locks` calls this for
 # each engine environment (see docs/environments.md, "Refreshing the locks").
 #   lock.sh UV ENV_DIR LOCK_FILE
+# setuptools stays in (torch.utils.cpp_extension imports it; pip venvs carry it, uv venvs do not).
 # The lock is installed with `uv pip install --no-deps --require-hashes`: it is the whole environment,
 # so uv does not resolve again (the vLLM environment holds SGLang's parser without its torch pin).
 set -euo pipefail
 uv=$1 env=$2 lock=$3
 freeze=$(mktemp)
 trap 'rm -f "$freeze"' EXIT
-"$uv" pip freeze --python "$env/bin/python" --exclude-editable | grep -v -E '^(pip|setuptools|wheel)==' > "$freeze"
+"$uv" pip freeze --python "$env/bin/python" --exclude-editable | grep -v -E '^pip==' > "$freeze"
 py=$("$env/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 find_links=()
 [ -n "${FIND_LINKS:-}" ] && find_links=(--find-links "$FIND_LINKS")
