@@ -77,7 +77,7 @@ def test_plan_starts_one_server_per_configuration(name):
 
 
 def test_the_embedded_studies_share_servers_across_experiments():
-    """make report sweeps the four CPU studies at once: 30 quick runs on 8 servers, not 16 (each engine: one
+    """make report sweeps the four CPU studies at once: 38 quick runs on 8 servers, not 16 (each engine: one
     server for classification, prefix sharing and multi-turn with its cache on, one with it off, and the long-context
     study's two memory settings)."""
     specs = [ExperimentSpec.load(p).quick_form() for p in sorted(EXPERIMENTS_DIR.glob("cpu_*.yaml"))]
@@ -85,7 +85,7 @@ def test_the_embedded_studies_share_servers_across_experiments():
     groups = plan.by_server(todo)
     shared = sorted((g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
                     for _, g in groups if len({r.experiment for r in g}) > 1)
-    assert (len(todo), len(groups)) == (30, 8)
+    assert (len(todo), len(groups)) == (38, 8)
     both = ["cpu_multi_turn", "cpu_prefix_sharing"]
     assert shared == [("sglang", False, both), ("sglang", True, ["cpu_classification", *both]), ("vllm", False, both),
                       ("vllm", True, ["cpu_classification", *both])]
