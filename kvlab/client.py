@@ -175,13 +175,32 @@ def tpot_ms(t_first: float | None, t_last: float | None, output_tokens: int | No
 
 
 def chunk_gaps_ms(chunk_times: Sequence[float]) -> list[float]:
-    """Inter-chunk latencies in ms (per chunk, not per token: a chunk may carry several tokens)."""
+    """Inter-chunk latencies in ms (per chunk, not per token: a chunk may carry several tokens).
+
+    Chunks that came in one network read share its timestamp, so their gaps are 0 here: not a latency the
+    client saw. :func:`itl_gaps_ms` is the ITL the records report."""
     return [(b - a) * 1e3 for a, b in zip(chunk_times, chunk_times[1:])]
 
 
+def itl_gaps_ms(chunk_times: Sequence[float]) -> list[float]:
+    """Inter-token latency per network read, in ms: the gaps between successive network reads that brought
+    token-bearing chunks (README, "Metric definitions").
+
+    Every chunk of one read is stamped with that read's clock (the client cannot see when the server wrote
+    each of them), so the chunks of a read count as one arrival: the zero gaps inside a read are left out
+    rather than averaged in. A gap is therefore per read, not per token or per SSE event."""
+    gaps: list[float] = []
+    prev: float | None = None
+    for t in chunk_times:
+        if prev is not None and t != prev:
+            gaps.append((t - prev) * 1e3)
+        prev = t
+    return gaps
+
+
 def itl_max_ms(chunk_times: Sequence[float]) -> float | None:
-    """Largest gap between two token-bearing chunks (per chunk); None with fewer than two chunks."""
-    gaps = chunk_gaps_ms(chunk_times)
+    """Largest ITL (:func:`itl_gaps_ms`, per network read); None when the tokens came in fewer than two reads."""
+    gaps = itl_gaps_ms(chunk_times)
     return max(gaps) if gaps else None
 
 

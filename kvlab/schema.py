@@ -198,7 +198,8 @@ REQUESTS = Table(
         _c("ttft_ms", Float, "t_first - t_send"),
         _c("tpot_ms", Float, "(t_last - t_first) / (output_tokens - 1)"),
         _c("e2e_ms", Float, "t_last - t_send"),
-        _c("itl_max_ms", Float, "largest gap between chunks (per chunk, not per token)"),
+        _c("itl_max_ms", Float, "largest ITL gap: between two network reads bringing token chunks (per read, "
+           "not per token or SSE event; kvlab.client.itl_gaps_ms)"),
         _c("conversation", Int, "conversation the request belongs to, 0-based (multi_turn; null for other kinds)"),
         _c("turn", Int, "turn within its conversation, 0-based (multi_turn; null for other kinds)"),
         _c("count_flag", Str, "why usage.completion_tokens cannot be right (kvlab.client.count_flag); null when it can"),

@@ -38,6 +38,15 @@ def test_per_request_definitions_exact():
     assert client.chunk_gaps_ms([1.0, 1.5, 1.75]) == pytest.approx([500.0, 250.0])
 
 
+def test_itl_is_per_network_read():
+    """Chunks of one read share its stamp: they are one arrival, so ITL has no zero gaps from them."""
+    times = [1.0, 1.0, 1.0, 1.25, 1.25, 1.75]  # three reads: 3 chunks, 2 chunks, 1 chunk
+    assert client.itl_gaps_ms(times) == pytest.approx([250.0, 500.0])
+    assert client.chunk_gaps_ms(times) == pytest.approx([0.0, 0.0, 250.0, 0.0, 500.0])  # per chunk, not ITL
+    assert client.itl_max_ms(times) == pytest.approx(500.0)
+    assert client.itl_gaps_ms([2.0, 2.0, 2.0]) == [] and client.itl_max_ms([2.0, 2.0]) is None  # one read: no ITL
+
+
 def test_tpot_undefined_below_two_tokens_or_without_usage():
     assert client.tpot_ms(1.0, 1.0, 1) is None
     assert client.tpot_ms(1.0, 2.0, None) is None
