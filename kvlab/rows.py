@@ -35,7 +35,10 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
              version: str | None, batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records."""
     e, w = run.engine, run.workload
-    summary = summarize(batch.records, batch.batch_time_s) if batch else {}
+    slo = run.slo.model_dump() if run.slo else None
+    summary = summarize(batch.records, batch.batch_time_s, slo) if batch else {}
+    if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
+        summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
     kind = host.device_kind(e.model_dump(mode="json"), host.describe())
     row = {
         "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from kvlab.engines import ENGINE_NAMES
@@ -152,9 +153,25 @@ RUNS = Table(
         _c("prefill_time_s", Float, "modelled prefill part of batch time"),
         _c("decode_time_s", Float, "modelled decode part of batch time"),
         _c("ttft_mean_ms", Float, "mean time to first token"),
+        _c("ttft_p50_ms", Float, "50th percentile time to first token (successful requests; numpy linear)"),
+        _c("ttft_p90_ms", Float, "90th percentile time to first token"),
         _c("ttft_p99_ms", Float, "99th percentile time to first token"),
         _c("tpot_mean_ms", Float, "mean time per output token after the first"),
+        _c("tpot_p50_ms", Float, "50th percentile time per output token after the first"),
+        _c("tpot_p90_ms", Float, "90th percentile time per output token after the first"),
+        _c("tpot_p99_ms", Float, "99th percentile time per output token after the first"),
+        _c("itl_p50_ms", Float, "50th percentile inter-token latency, per network read (every gap of every "
+           "successful request, kvlab.client.itl_gaps_ms); null for runs stored before it was recorded"),
+        _c("itl_p90_ms", Float, "90th percentile inter-token latency, per network read"),
+        _c("itl_p99_ms", Float, "99th percentile inter-token latency, per network read"),
         _c("e2e_mean_ms", Float, "mean request latency, send to last token"),
+        _c("e2e_p50_ms", Float, "50th percentile request latency, send to last token"),
+        _c("e2e_p90_ms", Float, "90th percentile request latency, send to last token"),
+        _c("e2e_p99_ms", Float, "99th percentile request latency, send to last token"),
+        _c("slo_ttft_ms", Float, "the experiment's SLO bound on TTFT (spec slo.ttft_ms); null when it states none"),
+        _c("slo_tpot_ms", Float, "the experiment's SLO bound on TPOT (spec slo.tpot_ms); null when it states none"),
+        _c("requests_within_slo", Int, "successful requests meeting every bound of the SLO (kvlab.client.within_slo); "
+           "goodput = this / batch_time_s (kvlab.analysis.run_rates); null when the experiment states no SLO"),
         _c("requests_ok", Int, "requests that completed"),
         _c("requests_failed", Int, "requests that failed (never dropped)"),
         _c("served_prompt_tokens", Int, "sum of usage.prompt_tokens over the run"),
@@ -237,3 +254,17 @@ CLAIMS = Table(
         _c("citation", Str, "where it is stated", required=True),
     ),
 )
+
+
+#: The latency percentiles RUNS stores for TTFT, TPOT, ITL and E2E (``<metric>_p<q>_ms``).
+PERCENTILES = (50, 90, 99)
+
+
+def percentiles_ms(metric: str, values) -> dict[str, float | None]:
+    """RUNS' ``<metric>_p50_ms``, ``_p90_ms`` and ``_p99_ms`` of ``values`` (ms): numpy's linear-interpolation
+    percentiles, None when there are no values. The one definition the client's summary and the reading of older
+    runs (kvlab.store) share."""
+    if not len(values):
+        return {f"{metric}_p{q}_ms": None for q in PERCENTILES}
+    got = np.percentile(np.asarray(values, dtype=float), PERCENTILES)
+    return {f"{metric}_p{q}_ms": float(v) for q, v in zip(PERCENTILES, got)}
