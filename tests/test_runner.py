@@ -441,6 +441,28 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
     assert "did not launch this server" in log and "GET /v1/models did not answer" in log
 
 
+def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiments_slo(tmp_path):
+    """The SLO stated in the experiment file reaches the stored row: the bounds, the requests meeting them, and
+    goodput from them; every latency has its p50/p90/p99 (ITL per network read)."""
+    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+
+    from kvlab import analysis
+
+    with SSEServer(FixtureConfig(first_delay_s=0.05, delay_s=0.02)) as srv:
+        path = write_spec(tmp_path, "slo", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+                          workload={"batch_size": 3, "context_tokens": 1024, "output_tokens": 6})
+        spec = yaml.safe_load(path.read_text()) | {"slo": {"ttft_ms": 10_000, "tpot_ms": 1}}  # TPOT 1 ms: none meet
+        path.write_text(yaml.safe_dump(spec))
+        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+    run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        p50, p90, p99 = (run[f"{metric}_p{q}_ms"] for q in (50, 90, 99))
+        assert 0 < p50 <= p90 <= p99, metric
+    assert run["itl_p50_ms"] >= 15  # the fixture's 20 ms pacing, not the zero gaps inside a read
+    assert (run["slo_ttft_ms"], run["slo_tpot_ms"], run["requests_within_slo"]) == (10_000, 1, 0)
+    assert run["goodput_requests_per_s"] == 0 and run["requests_per_s"] > 0
+
+
 def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(tmp_path):
     """No development endpoint: every request of a vLLM run carries the run's own cache_salt (so its requests
     share prefixes with each other and with no earlier run); the warm-up carries none; the note says so."""
