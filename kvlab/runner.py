@@ -226,7 +226,9 @@ class ServerStarts:
                 started_at=datetime.now(timezone.utc).isoformat(),
                 ready_s=server.ready_after_s if server.ready_after_s is not None else time.perf_counter() - t,
                 start_overlapped=early or (self._ahead is not None and not self._ahead.paused),
-                paused_s=server.paused_s))
+                paused_s=server.paused_s,
+                kv_pool_tokens=None if server.external else server.adapter.kv_pool_tokens(
+                    server.log_text(this_start=True))))
         if self._ahead is not None:
             self._ahead.pause()
 
@@ -398,7 +400,8 @@ class LocalExecutor:
         status = "ok" if failure is None else "failed"
         row = run_row(run, prompts, status, len(attempts), failure.cause if failure else
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
-                       version, batch, deltas, "; ".join(notes))
+                       version, batch, deltas, "; ".join(notes),
+                       kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None)
         requests = request_rows(batch.records, run.key) if batch else None
         try:
             recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}

@@ -134,6 +134,9 @@ RUNS = Table(
         _c("kv_budget_bytes", Int, "KV-cache budget the experiment configures (its engine's kv_cache_bytes, in the "
            "model's dtype; the engine is given twice this where bfloat16-if-native computes in float32); null where "
            "the engine sizes its cache itself. What was asked for, not the pool the engine reports"),
+        _c("kv_pool_tokens", Int, "KV pool in tokens as the serving engine reported it at start-up (vLLM's 'KV cache "
+           "size: N tokens', SGLang's max_total_num_tokens; the smallest where replicas report several); null where "
+           "it reported none or for runs stored before it was recorded. What the engine made, beside kv_budget_bytes"),
         _c("prefix_caching", pl.Boolean(), "prefix / radix cache enabled"),
         _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),
         _c("context_tokens", Int, "nominal context length in tokens (K = 1024)", required=True),

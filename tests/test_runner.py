@@ -463,6 +463,27 @@ def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiment
     assert run["goodput_requests_per_s"] == 0 and run["requests_per_s"] > 0
 
 
+def test_a_server_start_records_the_kv_pool_its_engine_reported(tmp_path, monkeypatch):
+    """The KV pool the engine logs at start-up lands in the start's ServerRecord (and from it in the run's row)."""
+    monkeypatch.setenv("KVLAB_STATE_DIR", str(tmp_path / "servers"))
+    fake = Path(__file__).with_name("fake_engine.py")
+    line = ("(EngineCore pid=1) INFO 12-02 13:26:04 [kv_cache_utils.py:2327] CPU KV cache size: 61,895 tokens, "
+            "Maximum concurrency for 1,088 tokens per request: 56.89x")
+    spec = ExperimentSpec.model_validate({
+        "name": "pool", "hardware": "CPU (test)",
+        "engines": {"vllm": {"name": "vllm", "launch": [sys.executable, str(fake)], "model": "org/fake",
+                             "max_model_len": 1024, "startup_timeout_s": 20, "env": {"FAKE_KV_POOL_LINE": line}}},
+        "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 512, "output_tokens": 4}})
+    run = expand(spec)[0]
+    with runner.ServerStarts(tmp_path, overlap=False) as starts:
+        server = starts.server(run, 1)
+        try:
+            starts.start(server, run)
+        finally:
+            server.stop()
+    assert starts.current.kv_pool_tokens == 61895 and starts.current.as_dict()["kv_pool_tokens"] == 61895
+
+
 def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(tmp_path):
     """No development endpoint: every request of a vLLM run carries the run's own cache_salt (so its requests
     share prefixes with each other and with no earlier run); the warm-up carries none; the note says so."""

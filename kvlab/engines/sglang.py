@@ -57,6 +57,8 @@ class SGLangAdapter(EngineAdapter):
     health_before_warmup = True
     flush_refused_while_busy = True
     startup_patterns = _STARTUP_PATTERNS
+    #: the scheduler at start-up: "max_total_num_tokens=65536, chunked_prefill_size=..., max_running_requests=..."
+    kv_pool_patterns = (r"max_total_num_tokens=(\d+)",)
     runtime_patterns = _RUNTIME_PATTERNS
     # SGLang 0.5.23 reads its key from --api-key or from a YAML file given as --config (server_args.py,
     # ConfigArgumentMerger), never from the environment

@@ -62,6 +62,8 @@ class SGLangJaxAdapter(SGLangAdapter):
     cmdline_markers = ("sgl_jax.launch_server", "sgl_jax", "sglang::")
     startup_patterns = _STARTUP_PATTERNS
     runtime_patterns = _RUNTIME_PATTERNS
+    #: its model runner at start-up (sgl_jax model_runner_kv_cache_mixin): "ModelRunner final max_total_num_tokens: N"
+    kv_pool_patterns = (r"final max_total_num_tokens: (\d+)",)
     # sglang-jax 0.1.0rc0 reads its key only from --api-key: no config file, no environment variable
     api_key_route = "argv"
 

@@ -45,6 +45,9 @@ class VLLMAdapter(EngineAdapter):
     cmdline_markers = ("vllm.entrypoints", "vllm serve", "VLLM::")
     ready_marker = READY_MARKER
     startup_patterns = _STARTUP_PATTERNS
+    #: kv_cache_utils.update_kv_cache_capacity at start-up: "GPU KV cache size: 1,234,567 tokens, Maximum
+    #: concurrency for ..." ("CPU KV cache size" in the CPU build, "GPU + host" with a host tier)
+    kv_pool_patterns = (r"KV cache size: ([\d,]+) tokens",)
     runtime_patterns = _RUNTIME_PATTERNS
     crash_markers = ("Engine core initialization failed", "Traceback")
     api_key_env_var = "VLLM_API_KEY"
