@@ -5,7 +5,8 @@ Layout (all paths from :mod:`kvlab.paths`):
 - ``data/reference/<name>.csv`` — published figures, ``runs`` schema;
   ``data/reference/<name>_claims.csv`` — a document's stated ratios, ``claims`` schema.
 - ``data/runs/<experiment>/<run_key>/`` — one measured run: ``run.parquet`` (one ``runs``
-  row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``.
+  row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``, ``telemetry.json`` and, where
+  the engine serves /metrics, ``telemetry.csv`` (kvlab.runner.write_telemetry).
   A run folder appears by one atomic rename, so a killed sweep leaves no partial run.
 - ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps.
 - ``data/runs/<experiment>/superseded/<run_key>/`` — finished runs the experiment file no longer

@@ -463,6 +463,34 @@ def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiment
     assert run["goodput_requests_per_s"] == 0 and run["requests_per_s"] > 0
 
 
+def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_path):
+    """/metrics is sampled every TELEMETRY_INTERVAL_S while the batch runs: telemetry.csv on the requests' clock
+    (t_s from the first send), a series the server does not export left empty (not 0), telemetry.json saying
+    what it is; an engine with no /metrics gets no samples and says why."""
+    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+
+    with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
+        path = write_spec(tmp_path, "tele", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+                          workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 40})
+        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+        jax = write_spec(tmp_path, "tele_jax", engine={"name": "sglang-jax", "launch": None, "url": srv.url,
+                                                        "kv_cache_bytes": None, "model": "org/remote-model"},
+                         workload={"batch_size": 1, "context_tokens": 1024, "output_tokens": 4})
+        assert runner.sweep(ExperimentSpec.load(jax), data_dir=tmp_path).ok == 1
+    run_dir = store.run_dirs(tmp_path, "tele")[0]
+    info = json.loads((run_dir / "telemetry.json").read_text())
+    tele = pl.read_csv(run_dir / "telemetry.csv")
+    assert info["available"] and info["reason"] is None and info["samples"] == tele.height >= 4  # ~2 s at 0.5 s
+    reqs = store.load_requests(tmp_path, "tele")
+    assert tele["t_s"].min() < 0.5 and tele["t_s"].max() <= reqs["t_last_s"].max() + 0.5  # one clock, one origin
+    tokens = tele["generation_tokens_total"].to_list()
+    assert tokens == sorted(tokens) and tele["kv_cache_usage"].null_count() == tele.height  # not exported: empty
+    jax_dir = store.run_dirs(tmp_path, "tele_jax")[0]
+    jax_info = json.loads((jax_dir / "telemetry.json").read_text())
+    assert not jax_info["available"] and "serves no /metrics" in jax_info["reason"] and jax_info["samples"] == 0
+    assert not (jax_dir / "telemetry.csv").exists()
+
+
 def test_a_server_start_records_the_kv_pool_its_engine_reported(tmp_path, monkeypatch):
     """The KV pool the engine logs at start-up lands in the start's ServerRecord (and from it in the run's row)."""
     monkeypatch.setenv("KVLAB_STATE_DIR", str(tmp_path / "servers"))

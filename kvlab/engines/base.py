@@ -136,6 +136,9 @@ class EngineAdapter(ABC):
     module: ClassVar[str]  # run as `python -m <module>`
     health_path: ClassVar[str] = "/health"
     metric_names: ClassVar[dict[str, str | None]]  # canonical -> Prometheus name (None: not exported)
+    #: What a run's telemetry samples from /metrics during the run (kvlab.metrics.sample_during): canonical ->
+    #: Prometheus name of the engine's gauges and counters (kv_cache_usage as a fraction 0-1).
+    telemetry_names: ClassVar[dict[str, str]] = {}
     #: Where the Prometheus counters are served; None: the engine serves none (counters not available).
     metrics_path: ClassVar[str | None] = "/metrics"
     #: The engine leaves ``usage.prompt_tokens_details`` out when no prompt token was cached, so a

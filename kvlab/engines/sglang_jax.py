@@ -58,6 +58,7 @@ class SGLangJaxAdapter(SGLangAdapter):
     # No /metrics endpoint (404): every counter is "not exported", so its deltas are None.
     metric_names = {k: None for k in SGLangAdapter.metric_names}
     metrics_path = None
+    telemetry_names = {}  # nothing to sample: its run telemetry is "not available" (scheduler log lines not parsed)
     cached_tokens_omitted_when_zero = True
     cmdline_markers = ("sgl_jax.launch_server", "sgl_jax", "sglang::")
     startup_patterns = _STARTUP_PATTERNS
