@@ -116,6 +116,9 @@ class ServerRecord:
     start_overlapped: bool  # launched beside another server's start (see plan.starts_may_overlap)
     paused_s: float
     node: str | None = None  # the Ray node that started it (a cluster campaign's)
+    #: its KV pool in tokens as the engine reported it in this start's log (EngineAdapter.kv_pool_tokens); None where
+    #: it reported none (a start that failed first, a server kvlab did not launch)
+    kv_pool_tokens: int | None = None
 
     def as_dict(self) -> dict:
         """The manifest's entry (``node`` only where a Ray node started it)."""

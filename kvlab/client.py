@@ -16,7 +16,7 @@ import aiohttp
 import numpy as np
 import polars as pl
 
-from kvlab.schema import REQUEST_ERROR_KINDS, REQUESTS
+from kvlab.schema import REQUEST_ERROR_KINDS, REQUESTS, percentiles_ms
 from kvlab.workloads import Prompt
 
 #: aiohttp's per-connection read buffer. Long-context streams must not go through a small
@@ -175,13 +175,32 @@ def tpot_ms(t_first: float | None, t_last: float | None, output_tokens: int | No
 
 
 def chunk_gaps_ms(chunk_times: Sequence[float]) -> list[float]:
-    """Inter-chunk latencies in ms (per chunk, not per token: a chunk may carry several tokens)."""
+    """Inter-chunk latencies in ms (per chunk, not per token: a chunk may carry several tokens).
+
+    Chunks that came in one network read share its timestamp, so their gaps are 0 here: not a latency the
+    client saw. :func:`itl_gaps_ms` is the ITL the records report."""
     return [(b - a) * 1e3 for a, b in zip(chunk_times, chunk_times[1:])]
 
 
+def itl_gaps_ms(chunk_times: Sequence[float]) -> list[float]:
+    """Inter-token latency per network read, in ms: the gaps between successive network reads that brought
+    token-bearing chunks (README, "Metric definitions").
+
+    Every chunk of one read is stamped with that read's clock (the client cannot see when the server wrote
+    each of them), so the chunks of a read count as one arrival: the zero gaps inside a read are left out
+    rather than averaged in. A gap is therefore per read, not per token or per SSE event."""
+    gaps: list[float] = []
+    prev: float | None = None
+    for t in chunk_times:
+        if prev is not None and t != prev:
+            gaps.append((t - prev) * 1e3)
+        prev = t
+    return gaps
+
+
 def itl_max_ms(chunk_times: Sequence[float]) -> float | None:
-    """Largest gap between two token-bearing chunks (per chunk); None with fewer than two chunks."""
-    gaps = chunk_gaps_ms(chunk_times)
+    """Largest ITL (:func:`itl_gaps_ms`, per network read); None when the tokens came in fewer than two reads."""
+    gaps = itl_gaps_ms(chunk_times)
     return max(gaps) if gaps else None
 
 
@@ -724,26 +743,56 @@ def sum_reported(values: list[int | None]) -> int | None:
     return int(sum(reported)) if reported else None
 
 
-def summarize(records: Sequence[RequestRecord], batch_time_s: float | None) -> dict:
+def within_slo(r: RequestRecord, ttft_ms: float | None, tpot_ms: float | None) -> bool:
+    """Whether request ``r`` meets an SLO: it succeeded, its TTFT is at most ``ttft_ms`` and its TPOT at most
+    ``tpot_ms`` (each bound None: not part of the SLO). A request with fewer than two output tokens has no TPOT and
+    meets a TPOT bound; one whose TPOT cannot be known (no usage, or a count that cannot be right) does not."""
+    if r.status != "ok" or r.ttft_ms is None:
+        return False
+    if ttft_ms is not None and r.ttft_ms > ttft_ms:
+        return False
+    if tpot_ms is not None:
+        if r.tpot_ms is None:
+            return r.count_flag is None and r.output_tokens is not None and r.output_tokens < 2
+        if r.tpot_ms > tpot_ms:
+            return False
+    return True
+
+
+def summarize(records: Sequence[RequestRecord], batch_time_s: float | None,
+              slo: Mapping[str, float | None] | None = None) -> dict:
     """The RUNS columns a batch of request records determines.
 
-    Latency means cover successful requests only (a failed request has no meaningful
-    latency) but every failure is counted in ``requests_failed``. ``ttft_p99_ms`` is
-    numpy's linear-interpolation percentile. Token sums add the requests that reported
-    usage and are None when none did (never an invented 0). A request whose completion_tokens
+    Latency means and percentiles cover successful requests only (a failed request has no meaningful
+    latency) but every failure is counted in ``requests_failed``. Percentiles (p50, p90, p99 of
+    TTFT, TPOT, ITL and E2E) are numpy's linear-interpolation percentiles over the requests (ITL: over every
+    gap of every successful request, per network read, :func:`itl_gaps_ms`). Token sums add the requests that
+    reported usage and are None when none did (never an invented 0). A request whose completion_tokens
     cannot be right (``count_flag``) is counted in ``requests_miscounted`` and left out of
-    ``served_output_tokens`` (and has no TPOT).
+    ``served_output_tokens`` (and has no TPOT). ``slo`` (``{"ttft_ms": ..., "tpot_ms": ...}``, the experiment's)
+    gives ``requests_within_slo`` (:func:`within_slo`; goodput is that over the batch time, derived by
+    :func:`kvlab.analysis.run_rates`) and the bounds it was counted against; without one all three are None.
     """
     ok = [r for r in records if r.status == "ok"]
     miscounted = [r for r in ok if r.count_flag]
     ttfts = [r.ttft_ms for r in ok if r.ttft_ms is not None]
     tpots = [r.tpot_ms for r in ok if r.tpot_ms is not None]
     e2es = [r.e2e_ms for r in ok if r.e2e_ms is not None]
+    itls = [g for r in ok for g in itl_gaps_ms(r.chunk_times)]
+    slo_ttft = slo.get("ttft_ms") if slo else None
+    slo_tpot = slo.get("tpot_ms") if slo else None
     return {
         "ttft_mean_ms": _mean(ttfts),
-        "ttft_p99_ms": float(np.percentile(ttfts, 99)) if ttfts else None,
+        **percentiles_ms("ttft", ttfts),
         "tpot_mean_ms": _mean(tpots),
+        **percentiles_ms("tpot", tpots),
+        **percentiles_ms("itl", itls),
         "e2e_mean_ms": _mean(e2es),
+        **percentiles_ms("e2e", e2es),
+        "slo_ttft_ms": slo_ttft,
+        "slo_tpot_ms": slo_tpot,
+        "requests_within_slo": (sum(within_slo(r, slo_ttft, slo_tpot) for r in records)
+                                if slo_ttft is not None or slo_tpot is not None else None),
         "requests_ok": len(ok),
         "requests_failed": len(records) - len(ok),
         "served_prompt_tokens": sum_reported([r.prompt_tokens for r in records]),

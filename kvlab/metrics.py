@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Mapping
 
 import aiohttp
@@ -92,3 +94,42 @@ def counter_deltas(
         delta = end - start
         out[canonical] = delta if delta >= 0 else None
     return out
+
+
+# --------------------------------------------------------------------------- telemetry during a run
+
+#: How often a run's telemetry samples the server's /metrics (seconds).
+TELEMETRY_INTERVAL_S = 0.5
+
+
+async def sample_during(base_url: str, names: Mapping[str, str], samples: list[tuple[float, dict, str | None]],
+                        api_key: str | None = None, interval_s: float = TELEMETRY_INTERVAL_S) -> None:
+    """Sample ``{base_url}/metrics`` every ``interval_s`` until cancelled, appending ``(t, values, error)`` to
+    ``samples``: ``t`` the ``time.perf_counter()`` stamp the GET was sent at (the client's clock), ``values``
+    {canonical: value or None} for ``names`` ({canonical: Prometheus name}), ``error`` why a sample got nothing.
+
+    Runs beside the requests in their event loop, so it does little there: one GET per interval and a parse of
+    only the lines of the wanted series (a full /metrics parse costs milliseconds the requests' timestamps would
+    share). Never raises but for cancellation: a failed sample is kept with its error.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    wanted = tuple(names.values())
+    url = base_url.rstrip("/") + "/metrics"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(4 * interval_s, 2.0))) as session:
+        due = time.perf_counter()
+        while True:
+            t = time.perf_counter()
+            try:
+                async with session.get(url, headers=headers, allow_redirects=False) as resp:
+                    if resp.status != 200:
+                        raise RuntimeError(f"HTTP {resp.status}")
+                    raw = await resp.content.read(MAX_METRICS_BYTES)
+                kept = "\n".join(line for line in raw.decode(errors="replace").splitlines() if line.startswith(wanted))
+                parsed = parse_metrics(kept + "\n")
+                samples.append((t, {c: _lookup(parsed, n) for c, n in names.items()}, None))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a failed sample is recorded, the run goes on
+                samples.append((t, {}, f"{type(exc).__name__}: {str(exc)[:200]}"))
+            due += interval_s
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))

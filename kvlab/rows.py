@@ -32,10 +32,15 @@ def vocab_size(run: RunSpec) -> int:
 
 
 def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cause: str | None,
-             version: str | None, batch: BatchResult | None, deltas: dict, notes: str) -> pl.DataFrame:
-    """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records."""
+             version: str | None, batch: BatchResult | None, deltas: dict, notes: str,
+             kv_pool_tokens: int | None = None) -> pl.DataFrame:
+    """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records;
+    ``kv_pool_tokens``, the KV pool its server reported (:class:`kvlab.campaign.ServerRecord`)."""
     e, w = run.engine, run.workload
-    summary = summarize(batch.records, batch.batch_time_s) if batch else {}
+    slo = run.slo.model_dump() if run.slo else None
+    summary = summarize(batch.records, batch.batch_time_s, slo) if batch else {}
+    if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
+        summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
     kind = host.device_kind(e.model_dump(mode="json"), host.describe())
     row = {
         "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
@@ -43,7 +48,7 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
         "model": e.served_model_name or Path(e.model).name, "engine": e.name,
         "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp,
         "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"), "mem_util": e.mem_util,
-        "kv_budget_bytes": e.kv_cache_bytes,
+        "kv_budget_bytes": e.kv_cache_bytes, "kv_pool_tokens": kv_pool_tokens,
         "prefix_caching": e.prefix_caching, "context_label": run.context_label,
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once

@@ -12,6 +12,7 @@ written as one atomic folder, so a killed sweep loses at most the run in flight.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import tempfile
 import time
@@ -111,6 +112,39 @@ def _scrape(server: EngineServer, why: list[str] | None = None) -> dict[str, flo
         return {}
 
 
+#: A run folder's telemetry: the samples (CSV) and what they are (JSON: source, interval, count, or why none).
+TELEMETRY_FILE = "telemetry.csv"
+TELEMETRY_INFO_FILE = "telemetry.json"
+
+
+def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
+    """Write ``m``'s telemetry under ``folder`` as the run folder's files ({name: path}, for write_run).
+
+    telemetry.csv: one row per sample, ``t_s`` seconds from the run's first send (the requests' time origin, their
+    t_send_s = 0; samples before it are negative), then one column per series (empty: the server did not export it)
+    and ``error`` (why a sample got nothing). telemetry.json: ``available``, ``reason`` (why not), ``source``,
+    ``interval_s``, ``samples`` (how many, for runs too short for many), ``time_origin``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    samples = m.telemetry or []
+    got = sum(err is None for _, _, err in samples)
+    reason = m.telemetry_missing or (None if got else
+                                     f"no sample answered ({samples[0][2]})" if samples else "no sample was taken")
+    info = {"available": got > 0, "reason": reason, "source": "GET /metrics, sampled during the batch",
+            "interval_s": metrics.TELEMETRY_INTERVAL_S, "samples": len(samples), "samples_ok": got,
+            "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()"}
+    (folder / TELEMETRY_INFO_FILE).write_text(json.dumps(info, indent=2))
+    out = {TELEMETRY_INFO_FILE: folder / TELEMETRY_INFO_FILE}
+    if samples:
+        series = sorted({k for _, values, _ in samples for k in values})
+        pl.DataFrame([{"t_s": t - m.batch.t0, **{k: values.get(k) for k in series}, "error": err}
+                      for t, values, err in samples],
+                     schema={"t_s": pl.Float64, **{k: pl.Float64 for k in series}, "error": pl.String}
+                     ).write_csv(folder / TELEMETRY_FILE)
+        out[TELEMETRY_FILE] = folder / TELEMETRY_FILE
+    return out
+
+
 def _served_name(run: RunSpec) -> str:
     """The model name the server answers to (vLLM and SGLang default to the --model value)."""
     return run.engine.served_name
@@ -123,6 +157,10 @@ class Measurement:
     batch: BatchResult
     deltas: dict
     notes: list[str]
+    #: /metrics sampled during the batch (kvlab.metrics.sample_during): (perf_counter, values, error) per sample
+    telemetry: list[tuple[float, dict, str | None]] | None = None
+    #: why there is no telemetry (the engine serves no /metrics); None when it was sampled
+    telemetry_missing: str | None = None
 
 
 @dataclass
@@ -226,7 +264,9 @@ class ServerStarts:
                 started_at=datetime.now(timezone.utc).isoformat(),
                 ready_s=server.ready_after_s if server.ready_after_s is not None else time.perf_counter() - t,
                 start_overlapped=early or (self._ahead is not None and not self._ahead.paused),
-                paused_s=server.paused_s))
+                paused_s=server.paused_s,
+                kv_pool_tokens=None if server.external else server.adapter.kv_pool_tokens(
+                    server.log_text(this_start=True))))
         if self._ahead is not None:
             self._ahead.pause()
 
@@ -309,12 +349,27 @@ class LocalExecutor:
         why_before: list[str] = []
         before = _scrape(server, why_before) if has_metrics else {}
         w = run.workload
-        batch = asyncio.run(run_requests(
-            server.base_url, _served_name(run), prompts,
-            concurrency=w.concurrency, api_key=server.api_key, stall_s=run.engine.stall_timeout_s,
-            ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.splits_reasoning,
-            extra_body=extra_body,
-        ))
+        names = server.adapter.telemetry_names if has_metrics else {}
+        samples: list[tuple[float, dict, str | None]] = []
+
+        async def measured() -> BatchResult:
+            sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key))
+                       if names else None)
+            try:
+                return await run_requests(
+                    server.base_url, _served_name(run), prompts,
+                    concurrency=w.concurrency, api_key=server.api_key, stall_s=run.engine.stall_timeout_s,
+                    ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.splits_reasoning,
+                    extra_body=extra_body,
+                )
+            finally:
+                if sampler is not None:
+                    sampler.cancel()
+                    await asyncio.gather(sampler, return_exceptions=True)
+
+        batch = asyncio.run(measured())
+        missing = None if names else (f"{server.adapter.label} serves no /metrics" if not has_metrics else
+                                      f"kvlab samples no {server.adapter.label} series during a run")
         if w.splits_reasoning:
             batch, how = _split_reasoning(batch, run)
             notes.append(how)
@@ -327,7 +382,7 @@ class LocalExecutor:
             batch = _zero_missing_cached(batch)
         if not has_metrics:
             return Measurement(batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
-                f"{server.adapter.label} serves no /metrics: server-side counters not available"])
+                f"{server.adapter.label} serves no /metrics: server-side counters not available"], None, missing)
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []
@@ -343,7 +398,7 @@ class LocalExecutor:
         elif not after:
             notes.append("server metrics unavailable after the run: no counter deltas"
                          + (f" ({why_after[-1]})" if why_after else ""))
-        return Measurement(batch, deltas, notes)
+        return Measurement(batch, deltas, notes, samples if names else None, missing)
 
     def _run_one(self, campaign: Campaign, starts: ServerStarts, run: RunSpec, server: EngineServer | None,
                  vocab: int, result: SweepResult) -> RunOutcome:
@@ -353,6 +408,7 @@ class LocalExecutor:
         prompts = prompts_for(run, vocab)
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
+        measured = None
         logs: dict[str, EngineServer] = {}  # per attempt, the server whose log the run keeps
         start_failed: list[bool] = []  # per attempt: did the server fail to start (not the run on it)?
         for n in range(1, retry.max_attempts + 1):
@@ -398,11 +454,14 @@ class LocalExecutor:
         status = "ok" if failure is None else "failed"
         row = run_row(run, prompts, status, len(attempts), failure.cause if failure else
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
-                       version, batch, deltas, "; ".join(notes))
+                       version, batch, deltas, "; ".join(notes),
+                       kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None)
         requests = request_rows(batch.records, run.key) if batch else None
         try:
             recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}
             files = {name: path for name, path in recorded.items() if path}
+            if measured is not None:
+                files |= write_telemetry(starts.log_dir / f"telemetry-{run.key}", measured)
             path = campaign.write_run(run, row, requests, pl.DataFrame(attempts), files,
                                       argv=starts.current.argv if starts.current else None)
         except Exception as exc:  # ENOSPC/EDQUOT: the run fails with cause disk_full, is not stored, the sweep stops

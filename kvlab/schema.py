@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from kvlab.engines import ENGINE_NAMES
@@ -133,6 +134,9 @@ RUNS = Table(
         _c("kv_budget_bytes", Int, "KV-cache budget the experiment configures (its engine's kv_cache_bytes, in the "
            "model's dtype; the engine is given twice this where bfloat16-if-native computes in float32); null where "
            "the engine sizes its cache itself. What was asked for, not the pool the engine reports"),
+        _c("kv_pool_tokens", Int, "KV pool in tokens as the serving engine reported it at start-up (vLLM's 'KV cache "
+           "size: N tokens', SGLang's max_total_num_tokens; the smallest where replicas report several); null where "
+           "it reported none or for runs stored before it was recorded. What the engine made, beside kv_budget_bytes"),
         _c("prefix_caching", pl.Boolean(), "prefix / radix cache enabled"),
         _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),
         _c("context_tokens", Int, "nominal context length in tokens (K = 1024)", required=True),
@@ -152,9 +156,25 @@ RUNS = Table(
         _c("prefill_time_s", Float, "modelled prefill part of batch time"),
         _c("decode_time_s", Float, "modelled decode part of batch time"),
         _c("ttft_mean_ms", Float, "mean time to first token"),
+        _c("ttft_p50_ms", Float, "50th percentile time to first token (successful requests; numpy linear)"),
+        _c("ttft_p90_ms", Float, "90th percentile time to first token"),
         _c("ttft_p99_ms", Float, "99th percentile time to first token"),
         _c("tpot_mean_ms", Float, "mean time per output token after the first"),
+        _c("tpot_p50_ms", Float, "50th percentile time per output token after the first"),
+        _c("tpot_p90_ms", Float, "90th percentile time per output token after the first"),
+        _c("tpot_p99_ms", Float, "99th percentile time per output token after the first"),
+        _c("itl_p50_ms", Float, "50th percentile inter-token latency, per network read (every gap of every "
+           "successful request, kvlab.client.itl_gaps_ms); null for runs stored before it was recorded"),
+        _c("itl_p90_ms", Float, "90th percentile inter-token latency, per network read"),
+        _c("itl_p99_ms", Float, "99th percentile inter-token latency, per network read"),
         _c("e2e_mean_ms", Float, "mean request latency, send to last token"),
+        _c("e2e_p50_ms", Float, "50th percentile request latency, send to last token"),
+        _c("e2e_p90_ms", Float, "90th percentile request latency, send to last token"),
+        _c("e2e_p99_ms", Float, "99th percentile request latency, send to last token"),
+        _c("slo_ttft_ms", Float, "the experiment's SLO bound on TTFT (spec slo.ttft_ms); null when it states none"),
+        _c("slo_tpot_ms", Float, "the experiment's SLO bound on TPOT (spec slo.tpot_ms); null when it states none"),
+        _c("requests_within_slo", Int, "successful requests meeting every bound of the SLO (kvlab.client.within_slo); "
+           "goodput = this / batch_time_s (kvlab.analysis.run_rates); null when the experiment states no SLO"),
         _c("requests_ok", Int, "requests that completed"),
         _c("requests_failed", Int, "requests that failed (never dropped)"),
         _c("served_prompt_tokens", Int, "sum of usage.prompt_tokens over the run"),
@@ -198,7 +218,8 @@ REQUESTS = Table(
         _c("ttft_ms", Float, "t_first - t_send"),
         _c("tpot_ms", Float, "(t_last - t_first) / (output_tokens - 1)"),
         _c("e2e_ms", Float, "t_last - t_send"),
-        _c("itl_max_ms", Float, "largest gap between chunks (per chunk, not per token)"),
+        _c("itl_max_ms", Float, "largest ITL gap: between two network reads bringing token chunks (per read, "
+           "not per token or SSE event; kvlab.client.itl_gaps_ms)"),
         _c("conversation", Int, "conversation the request belongs to, 0-based (multi_turn; null for other kinds)"),
         _c("turn", Int, "turn within its conversation, 0-based (multi_turn; null for other kinds)"),
         _c("count_flag", Str, "why usage.completion_tokens cannot be right (kvlab.client.count_flag); null when it can"),
@@ -236,3 +257,17 @@ CLAIMS = Table(
         _c("citation", Str, "where it is stated", required=True),
     ),
 )
+
+
+#: The latency percentiles RUNS stores for TTFT, TPOT, ITL and E2E (``<metric>_p<q>_ms``).
+PERCENTILES = (50, 90, 99)
+
+
+def percentiles_ms(metric: str, values) -> dict[str, float | None]:
+    """RUNS' ``<metric>_p50_ms``, ``_p90_ms`` and ``_p99_ms`` of ``values`` (ms): numpy's linear-interpolation
+    percentiles, None when there are no values. The one definition the client's summary and the reading of older
+    runs (kvlab.store) share."""
+    if not len(values):
+        return {f"{metric}_p{q}_ms": None for q in PERCENTILES}
+    got = np.percentile(np.asarray(values, dtype=float), PERCENTILES)
+    return {f"{metric}_p{q}_ms": float(v) for q, v in zip(PERCENTILES, got)}

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Union
 
 import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError,
-                      field_validator)
+                      field_validator, model_validator)
 
 from kvlab.engines import FAILURE_CAUSES, adapter_class, get_adapter
 from kvlab.engines.spec import EngineSpec
@@ -110,6 +110,20 @@ class RepeatsAt(_Strict):
     repeats: int = Field(ge=1, description="runs per matching point (the most of every rule that matches)")
 
 
+class SloSpec(_Strict):
+    """A latency target per request: goodput counts the successful requests that meet every bound it states
+    (kvlab.client.within_slo), per second of the run's batch time."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="most time to first token a request may take, in ms")
+    tpot_ms: float | None = Field(None, gt=0, description="most time per output token after the first, in ms")
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> SloSpec:
+        if self.ttft_ms is None and self.tpot_ms is None:
+            raise ValueError("an slo states at least one bound: ttft_ms or tpot_ms")
+        return self
+
+
 class QuickSpec(_Strict):
     """The experiment's quick form (what `make report` runs by default): fewer points and repeats.
 
@@ -150,6 +164,8 @@ class ExperimentSpec(_Strict):
     repeats_at: list[RepeatsAt] = Field(default_factory=list,
                                         description="more repeats at some points (e.g. those that decide a verdict)")
     warmup: bool = Field(True, description="send one small request after each server start, not recorded")
+    slo: SloSpec | None = Field(None, description="latency target goodput is counted against ({ttft_ms, tpot_ms}); "
+                                "None: no goodput. Part of the run keys when set (a new SLO re-measures)")
     retry: RetrySpec = Field(default_factory=RetrySpec, description="relaunch policy on classified failures")
     quick: QuickSpec | None = Field(
         None, description="the quick form `kvlab sweep --quick` (and `make report` without FULL=1) runs"
@@ -272,6 +288,7 @@ class RunSpec(_Strict):
     point: dict[str, Any] = Field(description="the matrix values that chose this run (axis -> value)")
     scale_factor: float = Field(description="full-scale context / this run's context")
     hardware: str = Field(description="hardware label")
+    slo: SloSpec | None = Field(None, description="the experiment's SLO (goodput), None when it states none")
 
     @property
     def key(self) -> str:
@@ -280,6 +297,8 @@ class RunSpec(_Strict):
         engine = _omit_defaults(self.engine.model_dump(mode="json", exclude=set(KEY_EXCLUDED_ENGINE_FIELDS)), "engine")
         workload = _omit_defaults(self.workload.model_dump(mode="json"), "workload")
         payload = {"engine": engine, "workload": workload, "repeat": self.repeat}
+        if self.slo is not None:  # only when set: the keys of experiments without an SLO stay as they were
+            payload["slo"] = self.slo.model_dump(mode="json")
         config = self.engine.local_config()
         if config is not None:  # a local model whose config changes (kvlab's tiny model did) is another model
             payload["model_config"] = _short_hash(config)
@@ -439,7 +458,7 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
                     RunSpec(
                         experiment=spec.name, engine_label=label, engine=engine, workload=workload_spec,
                         repeat=r, point=point | {"engine": label}, scale_factor=spec.scale_factor,
-                        hardware=spec.hardware,
+                        hardware=spec.hardware, slo=spec.slo,
                     )
                 )
     unused = [i for i in range(len(spec.repeats_at)) if i not in matched]

@@ -5,7 +5,8 @@ Layout (all paths from :mod:`kvlab.paths`):
 - ``data/reference/<name>.csv`` — published figures, ``runs`` schema;
   ``data/reference/<name>_claims.csv`` — a document's stated ratios, ``claims`` schema.
 - ``data/runs/<experiment>/<run_key>/`` — one measured run: ``run.parquet`` (one ``runs``
-  row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``.
+  row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``, ``telemetry.json`` and, where
+  the engine serves /metrics, ``telemetry.csv`` (kvlab.runner.write_telemetry).
   A run folder appears by one atomic rename, so a killed sweep leaves no partial run.
 - ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps.
 - ``data/runs/<experiment>/superseded/<run_key>/`` — finished runs the experiment file no longer
@@ -27,7 +28,7 @@ import polars as pl
 from kvlab import host
 from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR, publish_dir
-from kvlab.schema import ATTEMPTS, CLAIMS, REQUESTS, RUNS, SchemaError, Table
+from kvlab.schema import ATTEMPTS, CLAIMS, REQUESTS, RUNS, SchemaError, Table, percentiles_ms
 
 RUN_FILE = "run.parquet"
 REQUESTS_FILE = "requests.parquet"
@@ -99,7 +100,7 @@ def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) ->
     for f in files:
         df = read_table(f, RUNS)
         if f.name == RUN_FILE:
-            df = _recorded_facts(f, df, manifests)
+            df = _recorded_percentiles(f, _recorded_facts(f, df, manifests))
         df = df.with_columns(pl.lit(str(f)).alias("_file"))
         for key in df.select("source", "experiment", "run_id").iter_rows():
             if key in seen:
@@ -141,6 +142,24 @@ def _recorded_facts(path: Path, df: pl.DataFrame, manifests: dict) -> pl.DataFra
             # one answer from every host that may have run it, else not known
             "device_kind": host.device_kind(engine, None) or (kinds.pop() if len(kinds) == 1 else None)}
     return df.with_columns(pl.lit(fill[c], dtype=RUNS.polars_schema[c]).alias(c) for c in missing)
+
+
+#: Latency percentiles added after runs were first stored: a run stored without them gets those of TTFT, TPOT and
+#: E2E from its requests.parquet (the summary's definition, :func:`kvlab.schema.percentiles_ms`). ITL percentiles
+#: need the chunk times, which requests.parquet does not keep: they stay null for such runs.
+PERCENTILES_FROM_REQUESTS = ("ttft", "tpot", "e2e")
+
+
+def _recorded_percentiles(path: Path, df: pl.DataFrame) -> pl.DataFrame:
+    """A run stored before the percentile columns existed, with its TTFT/TPOT/E2E percentiles computed from its
+    stored requests (successful ones, numpy linear interpolation); rows that recorded them are returned as read."""
+    if "ttft_p50_ms" in pl.read_parquet_schema(path) or not (path.parent / REQUESTS_FILE).exists():
+        return df
+    reqs = read_table(path.parent / REQUESTS_FILE, REQUESTS).filter(pl.col("status") == "ok")
+    fill: dict[str, float | None] = {}
+    for metric in PERCENTILES_FROM_REQUESTS:
+        fill |= percentiles_ms(metric, reqs[f"{metric}_ms"].drop_nulls().to_list())
+    return df.with_columns(pl.lit(v, dtype=pl.Float64()).alias(k) for k, v in fill.items())
 
 
 def _sweep_hosts(manifest: dict, key: str, started_at: str | None) -> list[dict]:

@@ -37,6 +37,8 @@ class H(http.server.BaseHTTPRequestHandler):
 
 
 time.sleep(0.3)
+if os.environ.get("FAKE_KV_POOL_LINE"):  # the engine's own start-up report of its KV pool (see kv_pool_patterns)
+    print(os.environ["FAKE_KV_POOL_LINE"], flush=True)
 server = http.server.HTTPServer(("127.0.0.1", port), H)
 if mode == "warmup":  # like SGLang: /health answers at once, its own warm-up ends 1.5 s later
     import threading

@@ -34,8 +34,8 @@ def _manifest(data_dir: Path, name: str) -> dict:
 
 
 def test_a_server_record_is_the_manifest_entry_it_replaces():
-    assert {f.name for f in fields(ServerRecord)} == MANIFEST_SERVER_KEYS | {"node"}
-    assert set(_record().as_dict()) == MANIFEST_SERVER_KEYS  # no node key on a local sweep's servers
+    assert {f.name for f in fields(ServerRecord)} == MANIFEST_SERVER_KEYS | {"node", "kv_pool_tokens"}
+    assert set(_record().as_dict()) == MANIFEST_SERVER_KEYS | {"kv_pool_tokens"}  # no node key on a local sweep's
     assert _record(node="n1").as_dict()["node"] == "n1"
 
 
@@ -55,7 +55,8 @@ def test_two_experiments_on_one_external_server_share_one_typed_start(tmp_path):
     assert sw.servers[0].experiments == ["study_a", "study_b"] and sw.servers[0].launched_by_kvlab is False
     for name, other in (("study_a", "study_b"), ("study_b", "study_a")):
         entry = _manifest(tmp_path, name)["sweeps"][-1]
-        assert [set(s) for s in entry["servers"]] == [MANIFEST_SERVER_KEYS]
+        assert [set(s) for s in entry["servers"]] == [MANIFEST_SERVER_KEYS | {"kv_pool_tokens"}]
+        assert entry["servers"][0]["kv_pool_tokens"] is None  # an external server: kvlab reads no log of it
         assert entry["servers"][0]["experiments"] == ["study_a", "study_b"] and entry["swept_with"] == [other]
         assert (entry["ok"], entry["server_starts"]) == (1, 1)
         spec = json.loads((store.run_dirs(tmp_path, name)[0] / store.SPEC_FILE).read_text())
@@ -158,6 +159,9 @@ class _Adapter:
     def env_overrides(self, engine):
         return {"X": "1"}
 
+    def kv_pool_tokens(self, log_text):
+        return 4096 if "KV pool" in log_text else None
+
 
 class _FakeServer:
     """A stand-in for EngineServer that logs what ServerStarts does to it."""
@@ -177,6 +181,9 @@ class _FakeServer:
 
     def wait_ready(self):
         self.events.append("ready")
+
+    def log_text(self, this_start=False):
+        return "KV pool"
 
     def pause(self):
         self.paused = True

@@ -95,6 +95,18 @@ def test_timing_hook_sees_every_read_with_the_records_clock(server):
         assert mine[-1][1] <= r.t_end
 
 
+def test_itl_gaps_are_the_gaps_between_reads_that_brought_tokens(server):
+    """ITL per network read: each gap is between two reads carrying token chunks, stamped as on_read saw them."""
+    reads: list[tuple[int, bytes, float]] = []
+    prompts = [_with(p, delay_s=0.03) for p in workloads.fixed_batch.prompts(2, 10, 6, vocab_size=512)]
+    recs = _run(server.url, prompts, on_read=lambda i, data, t: reads.append((i, data, t))).records
+    for r in recs:
+        _check_ok_record(r, 10, 6)
+        stamps = [t for i, d, t in reads if i == r.request_index and b'"text":" ' in d]
+        assert client.itl_gaps_ms(r.chunk_times) == pytest.approx([(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])])
+        assert r.itl_max_ms == pytest.approx(max(client.itl_gaps_ms(r.chunk_times)))
+
+
 def test_no_gc_pass_while_requests_are_in_flight(server):
     seen: dict[int, set[bool]] = {}
     prompts = workloads.fixed_batch.prompts(3, 10, 5, vocab_size=512)

@@ -295,3 +295,29 @@ def test_data_parallel_is_given_once():
             _spec("vllm", dp=2, extra_args=flags)
     # DP attention inside the TP ranks (SGLang's --enable-dp-attention) is not replicas: allowed with dp 1
     assert _spec("sglang", tp=8, extra_args=["--dp-size", "2", "--enable-dp-attention"]).gpus == 8
+
+
+#: The engines' own start-up reports of their KV pool, as they appear in real server logs (vLLM 0.32 CPU build,
+#: SGLang 0.5.23 with torch-native CPU kernels, and sglang-jax's model runner; vLLM's GPU build writes "GPU").
+KV_POOL_LOGS = {
+    "vllm": ("(EngineCore pid=14515) INFO 12-02 13:28:49 [kv_cache_utils.py:2327] CPU KV cache size: 8,067 tokens, "
+             "Maximum concurrency for 4,160 tokens per request: 1.94x", 8067),
+    "sglang": ("[2026-12-02 13:29:47] KV Cache is allocated. dtype: torch.float32, #tokens: 8192, K size: 0.01 GB\n"
+               "[2026-12-02 13:29:47] max_total_num_tokens=8192, chunked_prefill_size=2048, max_prefill_tokens=2048, "
+               "max_running_requests=4, context_len=4160, available_cpu_mem=19.77 GB", 8192),
+    "sglang-jax": ("[2026-12-02 13:29:47] ModelRunner final max_total_num_tokens: 20480", 20480),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(KV_POOL_LOGS))
+def test_each_adapter_reads_the_kv_pool_its_engine_reports(engine):
+    from kvlab.engines import get_adapter
+
+    adapter = get_adapter(engine)
+    line, tokens = KV_POOL_LOGS[engine]
+    assert adapter.kv_pool_tokens("noise\n" + line + "\nmore noise") == tokens
+    assert adapter.kv_pool_tokens("INFO Application startup complete.") is None  # none reported: None, never 0
+    assert adapter.kv_pool_tokens(line + "\n" + line.replace(f"{tokens:,}" if engine == "vllm" else str(tokens),
+                                                              "999999999")) == tokens  # replicas: the smallest
+    if engine == "vllm":
+        assert adapter.kv_pool_tokens("INFO GPU KV cache size: 1,234,567 tokens, Maximum concurrency") == 1234567

@@ -117,3 +117,31 @@ def test_scrape_live_fixture_and_404():
             return await metrics.scrape(url)
 
     assert asyncio.run(no_metrics()) == {}
+
+
+def test_sample_during_keeps_every_sample_and_the_error_of_a_failed_one():
+    """The telemetry sampler reads only the wanted series, on a fixed interval, until cancelled; a failed answer
+    is a sample with its error (never a silent 0); a series the server lacks is None."""
+    from kvlab.testing.sse_fixture import FixtureConfig
+
+    names = {"generation_tokens_total": "vllm:generation_tokens_total", "kv_cache_usage": "vllm:kv_cache_usage_perc"}
+
+    async def go(url):
+        samples: list = []
+        task = asyncio.create_task(metrics.sample_during(url, names, samples, interval_s=0.1))
+        await asyncio.sleep(0.55)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return samples
+
+    with SSEServer() as srv:
+        ok = asyncio.run(go(srv.url))
+    assert 4 <= len(ok) <= 7 and all(err is None for _, _, err in ok)
+    assert all(v == {"generation_tokens_total": 0.0, "kv_cache_usage": None} for _, v, _ in ok)
+    gaps = [b[0] - a[0] for a, b in zip(ok, ok[1:])]
+    assert all(0.05 < g < 0.2 for g in gaps)  # on the interval's grid
+    with SSEServer(FixtureConfig(metrics_fault_rate=1.0)) as bad:
+        failed = asyncio.run(go(bad.url))
+    # HTTP 500: a sample with its error; garbage holding none of the wanted series: each of them None, never 0
+    assert any(err == "RuntimeError: HTTP 500" for _, _, err in failed)
+    assert all((v == {} and err) or (err is None and set(v.values()) == {None}) for _, v, err in failed)

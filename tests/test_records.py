@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+import polars as pl
 import pytest
 
-from kvlab import client
+from kvlab import analysis, client
 from kvlab.client import RequestRecord
 from kvlab.schema import REQUESTS, RUNS
 
@@ -36,6 +38,15 @@ def test_per_request_definitions_exact():
     assert r.tpot_ms == pytest.approx(800.0 / 8)  # tokens from usage, not chunks
     assert r.itl_max_ms == pytest.approx(200.0)
     assert client.chunk_gaps_ms([1.0, 1.5, 1.75]) == pytest.approx([500.0, 250.0])
+
+
+def test_itl_is_per_network_read():
+    """Chunks of one read share its stamp: they are one arrival, so ITL has no zero gaps from them."""
+    times = [1.0, 1.0, 1.0, 1.25, 1.25, 1.75]  # three reads: 3 chunks, 2 chunks, 1 chunk
+    assert client.itl_gaps_ms(times) == pytest.approx([250.0, 500.0])
+    assert client.chunk_gaps_ms(times) == pytest.approx([0.0, 0.0, 250.0, 0.0, 500.0])  # per chunk, not ITL
+    assert client.itl_max_ms(times) == pytest.approx(500.0)
+    assert client.itl_gaps_ms([2.0, 2.0, 2.0]) == [] and client.itl_max_ms([2.0, 2.0]) is None  # one read: no ITL
 
 
 def test_tpot_undefined_below_two_tokens_or_without_usage():
@@ -86,3 +97,36 @@ def test_request_rows_fit_schema():
     assert row["ttft_ms"] == pytest.approx(500.0) and row["tpot_ms"] == pytest.approx(500.0)
     assert df.row(1, named=True)["status"] == "failed"
     assert client.request_rows([], "r").columns == REQUESTS.names
+
+
+def test_summarize_percentiles_of_ttft_tpot_itl_e2e():
+    recs = [_record(i, 0.0, [0.1 * (i + 1), 0.1 * (i + 1), 0.1 * (i + 1) + 0.05 * (i + 1)], 3) for i in range(5)]
+    recs.append(_record(9, 0.0, [5.0, 6.0], 2, status="failed"))  # left out of every percentile
+    s = client.summarize(recs, batch_time_s=1.0)
+    ttfts = [100.0 * (i + 1) for i in range(5)]
+    itls = [50.0 * (i + 1) for i in range(5)]  # one gap per request: its first read held two chunks
+    for q in (50, 90, 99):
+        assert s[f"ttft_p{q}_ms"] == pytest.approx(float(np.percentile(ttfts, q)))
+        assert s[f"itl_p{q}_ms"] == pytest.approx(float(np.percentile(itls, q)))
+        assert s[f"tpot_p{q}_ms"] == pytest.approx(float(np.percentile([x / 2 for x in itls], q)))
+        assert s[f"e2e_p{q}_ms"] == pytest.approx(float(np.percentile([a + b for a, b in zip(ttfts, itls)], q)))
+    assert set(s) <= set(RUNS.names)
+    assert s["requests_within_slo"] is None and s["slo_ttft_ms"] is None  # no SLO stated: no goodput, not 0
+
+
+def test_within_slo_and_goodput_count():
+    fast = _record(0, 0.0, [0.1, 0.2, 0.3], 3)  # ttft 100, tpot 100
+    slow_first = _record(1, 0.0, [0.5, 0.6, 0.7], 3)  # ttft 500
+    slow_tokens = _record(2, 0.0, [0.1, 0.5, 0.9], 3)  # tpot 400
+    one_token = _record(3, 0.0, [0.1], 1)  # no TPOT: meets a TPOT bound
+    failed = _record(4, 0.0, [0.1, 0.2], 2, status="failed")
+    no_usage = _record(5, 0.0, [0.1, 0.2], None)  # TPOT unknown: cannot be shown to meet it
+    recs = [fast, slow_first, slow_tokens, one_token, failed, no_usage]
+    s = client.summarize(recs, batch_time_s=2.0, slo={"ttft_ms": 200.0, "tpot_ms": 150.0})
+    assert [client.within_slo(r, 200.0, 150.0) for r in recs] == [True, False, False, True, False, False]
+    assert (s["requests_within_slo"], s["slo_ttft_ms"], s["slo_tpot_ms"]) == (2, 200.0, 150.0)
+    assert client.summarize(recs, 2.0, slo={"ttft_ms": 200.0, "tpot_ms": None})["requests_within_slo"] == 4
+    rates = analysis.run_rates(pl.DataFrame([{**s, "served_output_tokens": 12}]))
+    assert rates["goodput_requests_per_s"][0] == pytest.approx(1.0)
+    assert rates["requests_per_s"][0] == pytest.approx(s["requests_ok"] / 2.0)
+    assert rates["output_tokens_per_s"][0] == pytest.approx(6.0)

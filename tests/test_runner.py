@@ -441,6 +441,77 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
     assert "did not launch this server" in log and "GET /v1/models did not answer" in log
 
 
+def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiments_slo(tmp_path):
+    """The SLO stated in the experiment file reaches the stored row: the bounds, the requests meeting them, and
+    goodput from them; every latency has its p50/p90/p99 (ITL per network read)."""
+    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+
+    from kvlab import analysis
+
+    with SSEServer(FixtureConfig(first_delay_s=0.05, delay_s=0.02)) as srv:
+        path = write_spec(tmp_path, "slo", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+                          workload={"batch_size": 3, "context_tokens": 1024, "output_tokens": 6})
+        spec = yaml.safe_load(path.read_text()) | {"slo": {"ttft_ms": 10_000, "tpot_ms": 1}}  # TPOT 1 ms: none meet
+        path.write_text(yaml.safe_dump(spec))
+        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+    run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        p50, p90, p99 = (run[f"{metric}_p{q}_ms"] for q in (50, 90, 99))
+        assert 0 < p50 <= p90 <= p99, metric
+    assert run["itl_p50_ms"] >= 15  # the fixture's 20 ms pacing, not the zero gaps inside a read
+    assert (run["slo_ttft_ms"], run["slo_tpot_ms"], run["requests_within_slo"]) == (10_000, 1, 0)
+    assert run["goodput_requests_per_s"] == 0 and run["requests_per_s"] > 0
+
+
+def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_path):
+    """/metrics is sampled every TELEMETRY_INTERVAL_S while the batch runs: telemetry.csv on the requests' clock
+    (t_s from the first send), a series the server does not export left empty (not 0), telemetry.json saying
+    what it is; an engine with no /metrics gets no samples and says why."""
+    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+
+    with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
+        path = write_spec(tmp_path, "tele", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+                          workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 40})
+        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+        jax = write_spec(tmp_path, "tele_jax", engine={"name": "sglang-jax", "launch": None, "url": srv.url,
+                                                        "kv_cache_bytes": None, "model": "org/remote-model"},
+                         workload={"batch_size": 1, "context_tokens": 1024, "output_tokens": 4})
+        assert runner.sweep(ExperimentSpec.load(jax), data_dir=tmp_path).ok == 1
+    run_dir = store.run_dirs(tmp_path, "tele")[0]
+    info = json.loads((run_dir / "telemetry.json").read_text())
+    tele = pl.read_csv(run_dir / "telemetry.csv")
+    assert info["available"] and info["reason"] is None and info["samples"] == tele.height >= 4  # ~2 s at 0.5 s
+    reqs = store.load_requests(tmp_path, "tele")
+    assert tele["t_s"].min() < 0.5 and tele["t_s"].max() <= reqs["t_last_s"].max() + 0.5  # one clock, one origin
+    tokens = tele["generation_tokens_total"].to_list()
+    assert tokens == sorted(tokens) and tele["kv_cache_usage"].null_count() == tele.height  # not exported: empty
+    jax_dir = store.run_dirs(tmp_path, "tele_jax")[0]
+    jax_info = json.loads((jax_dir / "telemetry.json").read_text())
+    assert not jax_info["available"] and "serves no /metrics" in jax_info["reason"] and jax_info["samples"] == 0
+    assert not (jax_dir / "telemetry.csv").exists()
+
+
+def test_a_server_start_records_the_kv_pool_its_engine_reported(tmp_path, monkeypatch):
+    """The KV pool the engine logs at start-up lands in the start's ServerRecord (and from it in the run's row)."""
+    monkeypatch.setenv("KVLAB_STATE_DIR", str(tmp_path / "servers"))
+    fake = Path(__file__).with_name("fake_engine.py")
+    line = ("(EngineCore pid=1) INFO 12-02 13:26:04 [kv_cache_utils.py:2327] CPU KV cache size: 61,895 tokens, "
+            "Maximum concurrency for 1,088 tokens per request: 56.89x")
+    spec = ExperimentSpec.model_validate({
+        "name": "pool", "hardware": "CPU (test)",
+        "engines": {"vllm": {"name": "vllm", "launch": [sys.executable, str(fake)], "model": "org/fake",
+                             "max_model_len": 1024, "startup_timeout_s": 20, "env": {"FAKE_KV_POOL_LINE": line}}},
+        "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 512, "output_tokens": 4}})
+    run = expand(spec)[0]
+    with runner.ServerStarts(tmp_path, overlap=False) as starts:
+        server = starts.server(run, 1)
+        try:
+            starts.start(server, run)
+        finally:
+            server.stop()
+    assert starts.current.kv_pool_tokens == 61895 and starts.current.as_dict()["kv_pool_tokens"] == 61895
+
+
 def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(tmp_path):
     """No development endpoint: every request of a vLLM run carries the run's own cache_salt (so its requests
     share prefixes with each other and with no earlier run); the warm-up carries none; the note says so."""

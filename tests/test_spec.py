@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.spec import EngineSpec, ExperimentSpec, RetrySpec, SpecError, expand, workload_spec
@@ -479,3 +480,19 @@ def test_repeats_at_matches_fields_inside_a_linked_axis_and_engines(tmp_path):
 def test_a_repeats_at_rule_that_matches_nothing_names_itself(tmp_path):
     msg = _load_error(tmp_path, _with("repeats_at", [{"where": {"workload.context_tokens": 999}, "repeats": 3}]))
     assert "repeats_at[0].where" in msg and "matches no point" in msg
+
+
+def test_slo_is_part_of_the_key_only_when_set():
+    """An experiment without an slo keeps the run keys it had before slo existed (pinned); one with an slo gets
+    other keys (its goodput is counted against it), carried by every run."""
+    data = {"name": "k", "hardware": "CPU",
+            "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "org/m", "max_model_len": 4096}},
+            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
+    plain = expand(ExperimentSpec.model_validate(data))[0]
+    assert plain.key == "945158227cb6" and plain.slo is None  # the key before slo existed
+    with_slo = expand(ExperimentSpec.model_validate(data | {"slo": {"ttft_ms": 2000, "tpot_ms": 100}}))[0]
+    assert with_slo.key != plain.key and with_slo.slo.model_dump() == {"ttft_ms": 2000.0, "tpot_ms": 100.0}
+    with pytest.raises(ValidationError, match="at least one bound"):
+        ExperimentSpec.model_validate(data | {"slo": {}})
+    with pytest.raises(ValidationError):
+        ExperimentSpec.model_validate(data | {"slo": {"ttft_ms": 0}})

@@ -226,3 +226,24 @@ def test_spec_json_redacts_secret_looking_env_values(tmp_path):
     store.write_run(exp, "k1", _row("k1"), spec={"engine": {"env": {"HF_TOKEN": "hf_x", "JAX_PLATFORMS": "cpu"}}})
     assert json.loads((exp / "k1" / store.SPEC_FILE).read_text())["engine"]["env"] == {
         "HF_TOKEN": "***", "JAX_PLATFORMS": "cpu"}
+
+
+def test_older_stored_runs_get_latency_percentiles_from_their_requests(tmp_path):
+    """Runs stored before the p50/p90/p99 columns read with TTFT/TPOT/E2E percentiles computed from their stored
+    requests (the summary's definitions); ITL percentiles need chunk times no older run kept: null, not 0."""
+    import numpy as np
+
+    shutil.copytree(FIXTURE_RUNS, tmp_path / "runs")
+    run_dir = next((tmp_path / "runs").glob("*/*/run.parquet")).parent
+    assert "ttft_p50_ms" not in pl.read_parquet(run_dir / "run.parquet").columns  # really the old format
+    runs = store.load_runs(tmp_path)
+    row = runs.filter(pl.col("run_id") == run_dir.name).row(0, named=True)
+    reqs = pl.read_parquet(run_dir / "requests.parquet").filter(pl.col("status") == "ok")
+    for metric in ("ttft", "tpot", "e2e"):
+        values = reqs[f"{metric}_ms"].drop_nulls().to_list()
+        for q in (50, 90, 99):
+            assert row[f"{metric}_p{q}_ms"] == pytest.approx(float(np.percentile(values, q)))
+    assert row["ttft_p99_ms"] == pytest.approx(pl.read_parquet(run_dir / "run.parquet")["ttft_p99_ms"][0])
+    ok = runs.filter(pl.col("status") == "ok")
+    assert ok["ttft_p50_ms"].null_count() == 0 and runs["itl_p50_ms"].null_count() == runs.height
+    assert runs["requests_within_slo"].null_count() == runs.height  # no SLO was stated: no goodput

@@ -136,6 +136,9 @@ class EngineAdapter(ABC):
     module: ClassVar[str]  # run as `python -m <module>`
     health_path: ClassVar[str] = "/health"
     metric_names: ClassVar[dict[str, str | None]]  # canonical -> Prometheus name (None: not exported)
+    #: What a run's telemetry samples from /metrics during the run (kvlab.metrics.sample_during): canonical ->
+    #: Prometheus name of the engine's gauges and counters (kv_cache_usage as a fraction 0-1).
+    telemetry_names: ClassVar[dict[str, str]] = {}
     #: Where the Prometheus counters are served; None: the engine serves none (counters not available).
     metrics_path: ClassVar[str | None] = "/metrics"
     #: The engine leaves ``usage.prompt_tokens_details`` out when no prompt token was cached, so a
@@ -218,6 +221,17 @@ class EngineAdapter(ABC):
     runtime_patterns: ClassVar[list[tuple[str, str]]]
     #: Lines that best explain an otherwise unclassified non-zero exit.
     crash_markers: ClassVar[tuple[str, ...]] = ("Traceback",)
+
+    #: Regular expressions whose first group is the KV pool in tokens as the engine logs it at start-up (digits,
+    #: thousands commas allowed); empty where the engine logs none.
+    kv_pool_patterns: ClassVar[tuple[str, ...]] = ()
+
+    def kv_pool_tokens(self, log_text: str) -> int | None:
+        """The server's KV pool in tokens as the engine itself reports it in ``log_text`` (one start's log), or None
+        when it reports none. Several reports (one per engine core, e.g. data-parallel replicas) that differ give
+        the smallest: the pool one replica holds, which bounds what it can admit."""
+        found = [int(m.replace(",", "")) for pattern in self.kv_pool_patterns for m in re.findall(pattern, log_text)]
+        return min(found) if found else None
 
     def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
         """Failure from an exit code (None: still running) and the server log; None when nothing failed."""

@@ -51,12 +51,21 @@ class SGLangAdapter(EngineAdapter):
         "preemptions": "sglang:num_retracted_requests_total",  # SGLang "retracts" where vLLM preempts
         "cached_tokens": "sglang:cached_tokens_total",
     }
+    telemetry_names = {
+        "kv_cache_usage": "sglang:token_usage",  # used share of the KV pool, 0-1
+        "requests_running": "sglang:num_running_reqs",
+        "requests_waiting": "sglang:num_queue_reqs",
+        "preemptions_total": "sglang:num_retracted_requests_total",
+        "generation_tokens_total": "sglang:generation_tokens_total",
+    }
     cmdline_markers = ("sglang.launch_server", "sglang::")
     ready_marker = READY_MARKER
     # /health answers as soon as HTTP is up; its warm-up /generate request ends with READY_MARKER.
     health_before_warmup = True
     flush_refused_while_busy = True
     startup_patterns = _STARTUP_PATTERNS
+    #: the scheduler at start-up: "max_total_num_tokens=65536, chunked_prefill_size=..., max_running_requests=..."
+    kv_pool_patterns = (r"max_total_num_tokens=(\d+)",)
     runtime_patterns = _RUNTIME_PATTERNS
     # SGLang 0.5.23 reads its key from --api-key or from a YAML file given as --config (server_args.py,
     # ConfigArgumentMerger), never from the environment

@@ -58,10 +58,13 @@ class SGLangJaxAdapter(SGLangAdapter):
     # No /metrics endpoint (404): every counter is "not exported", so its deltas are None.
     metric_names = {k: None for k in SGLangAdapter.metric_names}
     metrics_path = None
+    telemetry_names = {}  # nothing to sample: its run telemetry is "not available" (scheduler log lines not parsed)
     cached_tokens_omitted_when_zero = True
     cmdline_markers = ("sgl_jax.launch_server", "sgl_jax", "sglang::")
     startup_patterns = _STARTUP_PATTERNS
     runtime_patterns = _RUNTIME_PATTERNS
+    #: its model runner at start-up (sgl_jax model_runner_kv_cache_mixin): "ModelRunner final max_total_num_tokens: N"
+    kv_pool_patterns = (r"final max_total_num_tokens: (\d+)",)
     # sglang-jax 0.1.0rc0 reads its key only from --api-key: no config file, no environment variable
     api_key_route = "argv"
 

@@ -42,9 +42,19 @@ class VLLMAdapter(EngineAdapter):
         "preemptions": "vllm:num_preemptions_total",
         "cached_tokens": "vllm:prompt_tokens_cached_total",
     }
+    telemetry_names = {
+        "kv_cache_usage": "vllm:kv_cache_usage_perc",  # a fraction 0-1 despite its name
+        "requests_running": "vllm:num_requests_running",
+        "requests_waiting": "vllm:num_requests_waiting",
+        "preemptions_total": "vllm:num_preemptions_total",
+        "generation_tokens_total": "vllm:generation_tokens_total",
+    }
     cmdline_markers = ("vllm.entrypoints", "vllm serve", "VLLM::")
     ready_marker = READY_MARKER
     startup_patterns = _STARTUP_PATTERNS
+    #: kv_cache_utils.update_kv_cache_capacity at start-up: "GPU KV cache size: 1,234,567 tokens, Maximum
+    #: concurrency for ..." ("CPU KV cache size" in the CPU build, "GPU + host" with a host tier)
+    kv_pool_patterns = (r"KV cache size: ([\d,]+) tokens",)
     runtime_patterns = _RUNTIME_PATTERNS
     crash_markers = ("Engine core initialization failed", "Traceback")
     api_key_env_var = "VLLM_API_KEY"
