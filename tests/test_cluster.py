@@ -104,6 +104,7 @@ def test_connect_logs_the_auth_warning(monkeypatch, caplog):
     assert caplog.records == []
 
 
+@pytest.mark.cluster  # needs Ray (kvlab[cluster]): make test-cluster installs it
 def test_a_bad_ray_address_fails_before_anything_launches(tmp_path):
     path = write_spec(tmp_path, "bad_address")
     with socket.socket() as s:  # a port nothing listens on
