@@ -1,0 +1,191 @@
+"""Memory-setting claims (report 03): the B300 article's claims about the memory-utilisation target (the higher
+setting caused OOM retries; the lower one removed them and stabilised run time, at slightly higher latency), graded
+against :func:`kvlab.analysis.memory_study` / :func:`kvlab.analysis.memory_comparison` and the physical model's
+headroom, by the rules of :mod:`kvlab.claims.grading`."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kvlab.guide import engine_label
+from kvlab.units import scaled_context
+
+
+def kv_budget_simulated(runs: pl.DataFrame) -> bool:
+    """Whether the measured runs' memory setting is a simulated KV-cache budget: no GPU served them (CPU runs map
+    the setting to an explicit KV budget; see data/experiments/cpu_long_context.yaml)."""
+    m = runs.filter(pl.col("source") == "measured")
+    return m.height > 0 and not (m["gpu_count"].fill_null(0) > 0).any()
+
+
+def stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
+    """The memory-study row of ``r``'s engine and context at ``mem_util``."""
+    hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_tokens") == r["context_tokens"])
+                       & (pl.col("mem_util") == mem_util))
+    return hit.row(0, named=True) if hit.height else None
+
+
+def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.DataFrame,
+                          head: pl.DataFrame | None = None, simulated: bool = True) -> list:
+    """The B300 article's two memory claims (``memory_095``: the higher setting caused OOM retries with either
+    engine; ``memory_092``: the lower one removed them and stabilised run time, at slightly higher latency) against
+    the measured memory study and, for the first, the physical model. ``simulated``: the runs' setting is a simulated
+    KV budget (no GPU), so the OOM parts cannot be tested; the latency part compares each engine with itself at the
+    two settings and is graded by rule 2 of :mod:`kvlab.claims.grading` (n ≥ 3 per side, ranges apart, one sign
+    across engines and metrics). The setting a claim is about is its ``stated_value``."""
+    from dataclasses import replace
+
+    from kvlab.claims import MIN_REPEATS, Repeats, combined, measured_difference
+    from kvlab.verdicts import Verdict
+
+    out = []
+    us = sorted(stats["mem_util"].unique().to_list()) if stats.height else []
+    lo, hi = (us[0], us[-1]) if us else (None, None)
+    host = ("on this host the setting is a simulated KV-cache budget, so the GPU memory outside the KV pool, where "
+            "those OOMs arise, is not exercised" if simulated else "measured on this host's GPUs")
+    scope = ("CPU, simulated KV-cache budget" if simulated else "this host's GPUs")
+    untestable = ("the setting here is a simulated KV-cache budget: the GPU memory outside the KV pool, where the "
+                  "claimed OOMs arise, is not exercised")
+
+    def retries(u: float) -> tuple[int, int, list[str]]:
+        s = stats.filter(pl.col("mem_util") == u)
+        per = s.group_by("engine").agg(pl.col("retries").sum()).sort(pl.col("engine").map_elements(
+            engine_rank, return_dtype=pl.Int64))
+        return (int(s["retries"].sum()), int(s["runs"].sum()),
+                [f"{engine_label(e)} {n}" for e, n in per.iter_rows()])
+
+    for c in claims.filter(pl.col("kind") == "memory").iter_rows(named=True):
+        cid, statement = c["claim_id"], c["statement"]
+        u = c.get("stated_value")
+
+        def V(claim, outcome, evidence, number, reason, **kw):  # noqa: N802 - a verdict of this claim
+            kw.setdefault("scope", scope if evidence == "measured" else "model fitted to the published table")
+            return Verdict(claim, outcome, evidence, number, claim_id=cid, kind="memory_setting", reason=reason, **kw)
+
+        if stats.is_empty() and cid in ("memory_095", "memory_092"):
+            out.append(V(statement, "cannot be tested here", "measured", "no measured run with a memory setting",
+                         "no measured run with a memory setting"))
+            if cid == "memory_092":
+                continue
+        if cid == "memory_095":
+            u = u or hi
+            if u not in us:
+                if us:
+                    out.append(V(statement, "cannot be tested here", "measured", f"no measured run at {u:g}",
+                                 f"no measured run at {u:g}"))
+            else:
+                n, runs, per = retries(u)
+                every = stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("retries").sum())
+                fewest = int(stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("runs").sum())
+                             ["runs"].min())
+                outcome = ("cannot be tested here" if simulated else "inconclusive" if fewest < MIN_REPEATS else
+                           "reproduced" if (every["retries"] > 0).all() else "contradicted")
+                out.append(V(f"{statement} — {host}", outcome, "measured",
+                             f"{n} retr{'y' if n == 1 else 'ies'} in {runs} run{'' if runs == 1 else 's'} at {u:g} "
+                             f"({', '.join(per)})",
+                             untestable if simulated else
+                             f"n={fewest} runs for one engine, fewer than the {MIN_REPEATS} repeats a measured "
+                             "verdict needs" if fewest < MIN_REPEATS else "retries counted at the claimed setting on GPUs",
+                             value=float(n), unit="retries", n=fewest))
+            if head is not None and head.height and u in head["mem_util"].to_list():
+                h = head.filter(pl.col("mem_util") == u)
+                short = (pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu")
+                         if "outside_need_gib_per_gpu" in h.columns else pl.lit(False))
+                bad = h.filter(~pl.col("fits") & short)
+                value = None
+                if bad.height:
+                    from kvlab.perfmodel.roofline import Assumptions
+
+                    r = bad.row(0, named=True)
+                    need = r.get("outside_need_gib_per_gpu") or \
+                        Assumptions().outside_pool_fraction * r["outside_pool_gib_per_gpu"] / (1 - u)
+                    value = r["outside_pool_gib_per_gpu"]
+                    number = (f"{r['outside_pool_gib_per_gpu']:.1f} GiB/GPU left outside the target at {u:g} < {need:.1f} "
+                              "GiB assumed need — an assumption taken from this claim")
+                elif h["fits"].all():
+                    number = (f"every configuration fits at {u:g}; the model's memory check rests on an assumed need "
+                              "set from this claim")
+                else:
+                    number = f"at {u:g}: {h.filter(~pl.col('fits'))['reason'][0]}"
+                out.append(V(f"{statement} — kvlab's physical model", "cannot be tested here", "modelled", number,
+                             "the model's memory check rests on a need outside the pool chosen from this very claim",
+                             value=value, unit="GiB/GPU" if value is not None else ""))
+        elif cid == "memory_092":
+            u = u or lo
+            first, _, last = statement.partition(", at ")  # the claim's two parts, worded apart (decides nothing)
+            if lo is None or lo == hi:
+                out.append(V(statement, "cannot be tested here", "measured", "no engine measured at two settings",
+                             "no engine measured at two settings"))
+                continue
+            n_lo, runs_lo, _ = retries(lo)
+            n_hi, runs_hi, _ = retries(hi)
+            spreads = []
+            for r in cmp.iter_rows(named=True):
+                a, b = stats_row(stats, r, lo), stats_row(stats, r, hi)
+                if a and b and (a["runs_ok"] or 0) > 1 and (b["runs_ok"] or 0) > 1:
+                    spreads.append((r, a["batch_time_cv"], b["batch_time_cv"]))
+            lower = sum(x < y for _, x, y in spreads)
+            spread = ("spread: one run per setting" if not spreads else
+                      f"spread (CV) {spreads[0][1]:.1%} at {lo:g} vs {spreads[0][2]:.1%} at {hi:g}" if len(spreads) == 1
+                      else f"spread (CV) lower at {lo:g} in {lower} of {len(spreads)} engine–context pairs")
+            number = f"retries: {n_lo} at {lo:g}, {n_hi} at {hi:g}; {spread}"
+            fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())  # per engine, context, setting
+            counts = dict(value=float(n_lo), unit="retries", n=fewest)
+            if simulated:
+                out.append(V(f"{first} — on this host there is no GPU OOM to remove (simulated KV budget)",
+                             "cannot be tested here", "measured", number, untestable, **counts))
+            elif n_hi == 0:
+                out.append(V(f"{first} — measured on this host's GPUs", "cannot be tested here", "measured",
+                             number + f" (no retry at {hi:g} to remove)", f"no retry at {hi:g} to remove", **counts))
+            elif fewest < MIN_REPEATS:
+                out.append(V(f"{first} — measured on this host's GPUs", "inconclusive", "measured", number,
+                             f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))
+            else:
+                ok = n_lo == 0 and (not spreads or lower > len(spreads) / 2)
+                out.append(V(f"{first} — measured on this host's GPUs", "reproduced" if ok else "contradicted",
+                             "measured", number, "retries and run-time spread counted at both settings", **counts))
+            lat, parts = [], []
+            at = cmp.filter(pl.col("context_tokens") == cmp["context_tokens"].max()) if cmp.height else cmp
+            for r in sorted(at.iter_rows(named=True), key=lambda r: engine_rank(r["engine"])):
+                a, b = stats_row(stats, r, lo), stats_row(stats, r, hi)
+                if not (a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]):
+                    continue
+                lat.append((r, a["e2e_mean_ms"] / b["e2e_mean_ms"]))
+                for metric, what in (("e2e", "mean request latency"), ("ttft", "mean TTFT")):
+                    if a[f"{metric}_mean_ms"] and b[f"{metric}_mean_ms"]:
+                        parts.append(measured_difference(
+                            *(Repeats.summary(x[f"{metric}_mean_ms"], x.get(f"{metric}_min_ms"),
+                                              x.get(f"{metric}_max_ms"), x["runs_ok"]) for x in (a, b)),
+                            "higher", what=f"{engine_label(r['engine'])} {what}, {lo:g} against {hi:g}", scope=scope))
+            claim = (f"Lowering the target to {lo:g} comes at {last or 'higher latency'} — "
+                     + (f"on this host {lo:g} is a smaller simulated KV budget, so fewer requests run at once: "
+                        "each engine against itself" if simulated else "measured on this host's GPUs"))
+            if not lat:
+                out.append(V(claim, "cannot be tested here", "measured", "no latency measured at both settings",
+                             "no latency measured at both settings"))
+                continue
+            r0 = lat[0][0]
+            grade = combined(parts)
+            number = (f"mean request latency at {lo:g} against {hi:g}, "
+                      f"{scaled_context(r0['context_label'], r0.get('context_tokens'))}: "
+                      + ", ".join(f"{engine_label(r['engine'])} {signed_pct(x - 1)}"
+                                  for r, x in sorted(lat, key=lambda t: engine_rank(t[0]["engine"])))
+                      + (f" (n={grade.n} per setting)" if grade.n is not None else ""))
+            out.append(replace(grade.verdict(claim, number, claim_id=cid, kind="memory_setting"), scope=scope))
+        else:
+            out.append(V(statement, "cannot be tested here", "measured", "no test of this claim in this report",
+                         "no test of this claim in this report"))
+    return out
+
+
+def engine_rank(engine: str) -> int:
+    """Engines in the order every report lists them (vLLM, SGLang, sglang-jax), unknown ones last."""
+    from kvlab.engines import ENGINE_NAMES
+
+    return ENGINE_NAMES.index(engine) if engine in ENGINE_NAMES else len(ENGINE_NAMES)
+
+
+def signed_pct(x: float) -> str:
+    """+0.016 → '+1.6%', −0.35 → '−35%' (a true minus sign; one decimal below 10%)."""
+    text = f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
+    return text.replace("-", "−")
