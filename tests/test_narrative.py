@@ -159,23 +159,24 @@ def test_memory_claims_on_a_cpu_host_and_on_gpus():
     cmp = analysis.memory_comparison(stats)
     assert narrative.kv_budget_simulated(runs) and not narrative.kv_budget_simulated(_memory_runs(8)[0])
     cpu = narrative.memory_claim_verdicts(claims, stats, cmp, None, simulated=True)
-    assert [(v.outcome, v.value, v.n) for v in cpu] == [
-        ("cannot be tested here", 1.0, 1),
-        ("cannot be tested here", 0.0, 1),
+    assert [(v.claim_id, v.outcome, v.value, v.n) for v in cpu] == [
+        ("memory_095", "cannot be tested here", 1.0, 1),
+        ("memory_092_retries", "cannot be tested here", 0.0, 1),
+        ("memory_092_stability", "cannot be tested here", None, 1),  # one run per setting: no spread
         # latency: vLLM +2.6% (TTFT +33%), sglang-jax −33% (TTFT −2.4%), one run each: signs mixed, n=1
-        ("inconclusive", pytest.approx(800 / 780), 1),
+        ("memory_092_latency", "inconclusive", pytest.approx(800 / 780), 1),
     ]
-    assert cpu[2].spread == (pytest.approx(10000 / 15000), pytest.approx(400 / 300))
-    assert cpu[2].reason.startswith("signs mixed")
-    assert "simulated KV-cache budget" in cpu[0].claim and all(v.claim_id in ("memory_095", "memory_092") for v in cpu)
+    assert cpu[3].spread == (pytest.approx(10000 / 15000), pytest.approx(400 / 300))
+    assert cpu[3].reason.startswith("signs mixed")
+    assert "simulated KV-cache budget" in cpu[0].claim
     gpu = narrative.memory_claim_verdicts(claims, stats, cmp, None, simulated=False)
-    assert [(v.outcome, v.n) for v in gpu] == [("inconclusive", 1)] * 3  # one run per engine and setting
+    assert [(v.outcome, v.n) for v in gpu] == [("inconclusive", 1)] * 4  # one run per engine and setting
     three, att3 = _memory_runs(8, repeats=3)
     s3 = analysis.memory_study(three, att3)
     gpu3 = narrative.memory_claim_verdicts(claims, s3, analysis.memory_comparison(s3), None, simulated=False)
     assert [(v.outcome, v.n) for v in gpu3[:2]] == [("contradicted", 3), ("reproduced", 3)]  # vLLM: no retry at 0.95
     nothing = narrative.memory_claim_verdicts(claims, stats.clear(), cmp.clear(), None)
-    assert [(v.outcome, v.number) for v in nothing] == [("cannot be tested here", "no measured run with a memory setting")] * 2
+    assert [(v.outcome, v.number) for v in nothing] == [("cannot be tested here", "no measured run with a memory setting")] * 4
 
 
 def test_headroom_text_says_what_the_fits_column_rests_on():
@@ -318,7 +319,8 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
     ]
     assert (found[3].claim_id, found[3].value, found[3].n, found[3].kind) == ("shared_prefix_threshold", 2.0, 1,
                                                                               "engine_choice")
-    assert found[2].claim == "“…and computes only each request's own suffix” — sglang-jax (CPU), requests arriving 4 at a time"
+    assert found[2].claim == ("“SGLang's RadixAttention computes only each request's own suffix” — sglang-jax (CPU), "
+                              "requests arriving 4 at a time") and found[2].claim_id == "sglang_radix_suffix"
     # without per-request counts the suffix claim falls back on the hit rate against the token-exact ideal
     no_reuse = narrative.prefix_verdicts(s["claims"], s["sharing"], s["gain"], s["thresholds"], s["by_turn"], None)
     assert (no_reuse[2].outcome, no_reuse[2].n, no_reuse[2].number) == (
@@ -334,7 +336,7 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
                                                                   ("sglang_radix_sharing", "reproduced", 3)]
     assert three[0].value == pytest.approx(26880 / 32512)
     empty = narrative.prefix_verdicts(s["claims"], s["sharing"].clear(), s["gain"].clear(), {}, pl.DataFrame())
-    assert [v.outcome for v in empty] == ["cannot be tested here"] * 3
+    assert [v.outcome for v in empty] == ["cannot be tested here"] * 4
 
 
 def test_prefix_captions_say_what_each_figure_shows(study):
@@ -372,7 +374,7 @@ def test_prefix_tables_are_readers_tables(study):
     assert "cached per request, cache off (tokens)" in turns.headers and turns.rows[0][6] == "–"
     assert turns.headers[-2:] == ["requests reporting a cached count, cache on", "requests reporting a cached count, cache off"]
     claims = narrative.prefix_claims_table(study["claims"])
-    assert claims.headers == ["what the article says", "how this report tests it"] and len(claims.rows) == 3
+    assert claims.headers == ["what the article says", "how this report tests it"] and len(claims.rows) == 4
     assert narrative.prefix_citation_note(study["claims"].filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS)))) \
         .endswith("— section on vLLM PagedAttention, section on SGLang RadixAttention, decision tree.")
 

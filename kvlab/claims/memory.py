@@ -27,12 +27,14 @@ def stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
 
 def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.DataFrame,
                           head: pl.DataFrame | None = None, simulated: bool = True) -> list:
-    """The B300 article's two memory claims (``memory_095``: the higher setting caused OOM retries with either
-    engine; ``memory_092``: the lower one removed them and stabilised run time, at slightly higher latency) against
-    the measured memory study and, for the first, the physical model. ``simulated``: the runs' setting is a simulated
-    KV budget (no GPU), so the OOM parts cannot be tested; the latency part compares each engine with itself at the
-    two settings and is graded by rule 2 of :mod:`kvlab.claims.grading` (n ≥ 3 per side, ranges apart, one sign
-    across engines and metrics). The setting a claim is about is its ``stated_value``."""
+    """The memory-setting claims (the B300 article's: at 0.95, OOM retries with either engine; lowering the target
+    to 0.92 removed the retries, stabilised run time, and came at slightly higher latency) against the measured
+    memory study and, for the retries claim, the physical model. Each claim row says what it is about in its
+    structured fields — ``setting``, ``metric`` (oom_retries, batch_time_spread, e2e_latency) and ``direction``
+    (some / none / lower / higher) — never in its statement. ``simulated``: the runs' setting is a simulated KV
+    budget (no GPU), so the OOM-driven parts cannot be tested; the latency part compares each engine with itself at
+    the two settings and is graded by rule 2 of :mod:`kvlab.claims.grading` (n ≥ 3 per side, ranges apart, one
+    sign across engines and metrics)."""
     from dataclasses import replace
 
     from kvlab.claims import MIN_REPEATS, Repeats, combined, measured_difference
@@ -54,20 +56,26 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
         return (int(s["retries"].sum()), int(s["runs"].sum()),
                 [f"{engine_label(e)} {n}" for e, n in per.iter_rows()])
 
+    def two_settings() -> bool:
+        return lo is not None and lo != hi
+
     for c in claims.filter(pl.col("kind") == "memory").iter_rows(named=True):
         cid, statement = c["claim_id"], c["statement"]
-        u = c.get("stated_value")
+        u, metric, direction = c.get("setting"), c.get("metric"), c.get("direction")
+        caused = metric == "oom_retries" and direction == "some"  # the setting causes retries
+        lowered = ((metric == "oom_retries" and direction == "none") or metric == "batch_time_spread"
+                   or metric == "e2e_latency")  # what lowering the target to ``setting`` does
 
         def V(claim, outcome, evidence, number, reason, **kw):  # noqa: N802 - a verdict of this claim
             kw.setdefault("scope", scope if evidence == "measured" else "model fitted to the published table")
             return Verdict(claim, outcome, evidence, number, claim_id=cid, kind="memory_setting", reason=reason, **kw)
 
-        if stats.is_empty() and cid in ("memory_095", "memory_092"):
+        if stats.is_empty() and (caused or lowered):
             out.append(V(statement, "cannot be tested here", "measured", "no measured run with a memory setting",
                          "no measured run with a memory setting"))
-            if cid == "memory_092":
+            if lowered:
                 continue
-        if cid == "memory_095":
+        if caused:
             u = u or hi
             if u not in us:
                 if us:
@@ -110,40 +118,51 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                 out.append(V(f"{statement} — kvlab's physical model", "cannot be tested here", "modelled", number,
                              "the model's memory check rests on a need outside the pool chosen from this very claim",
                              value=value, unit="GiB/GPU" if value is not None else ""))
-        elif cid == "memory_092":
-            u = u or lo
-            first, _, last = statement.partition(", at ")  # the claim's two parts, worded apart (decides nothing)
-            if lo is None or lo == hi:
-                out.append(V(statement, "cannot be tested here", "measured", "no engine measured at two settings",
-                             "no engine measured at two settings"))
-                continue
-            n_lo, runs_lo, _ = retries(lo)
-            n_hi, runs_hi, _ = retries(hi)
+        elif lowered and not two_settings():
+            out.append(V(statement, "cannot be tested here", "measured", "no engine measured at two settings",
+                         "no engine measured at two settings"))
+        elif metric == "oom_retries":  # lowering the target removed the retries
+            n_lo, _, _ = retries(lo)
+            n_hi, _, _ = retries(hi)
+            number = f"retries: {n_lo} at {lo:g}, {n_hi} at {hi:g}"
+            fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())  # per engine, context, setting
+            counts = dict(value=float(n_lo), unit="retries", n=fewest)
+            if simulated:
+                out.append(V(f"{statement} — on this host there is no GPU OOM to remove (simulated KV budget)",
+                             "cannot be tested here", "measured", number, untestable, **counts))
+            elif n_hi == 0:
+                out.append(V(f"{statement} — measured on this host's GPUs", "cannot be tested here", "measured",
+                             number + f" (no retry at {hi:g} to remove)", f"no retry at {hi:g} to remove", **counts))
+            elif fewest < MIN_REPEATS:
+                out.append(V(f"{statement} — measured on this host's GPUs", "inconclusive", "measured", number,
+                             f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))
+            else:
+                out.append(V(f"{statement} — measured on this host's GPUs", "reproduced" if n_lo == 0 else
+                             "contradicted", "measured", number, f"retries counted at {lo:g} and {hi:g}", **counts))
+        elif metric == "batch_time_spread":  # lowering the target stabilised run time
             spreads = []
             for r in cmp.iter_rows(named=True):
                 a, b = stats_row(stats, r, lo), stats_row(stats, r, hi)
                 if a and b and (a["runs_ok"] or 0) > 1 and (b["runs_ok"] or 0) > 1:
                     spreads.append((r, a["batch_time_cv"], b["batch_time_cv"]))
             lower = sum(x < y for _, x, y in spreads)
-            spread = ("spread: one run per setting" if not spreads else
+            number = ("spread: one run per setting" if not spreads else
                       f"spread (CV) {spreads[0][1]:.1%} at {lo:g} vs {spreads[0][2]:.1%} at {hi:g}" if len(spreads) == 1
                       else f"spread (CV) lower at {lo:g} in {lower} of {len(spreads)} engine–context pairs")
-            number = f"retries: {n_lo} at {lo:g}, {n_hi} at {hi:g}; {spread}"
-            fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())  # per engine, context, setting
-            counts = dict(value=float(n_lo), unit="retries", n=fewest)
+            fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())
+            counts = dict(value=float(lower) if spreads else None, unit="pairs with a lower CV" if spreads else "",
+                          n=fewest)
             if simulated:
-                out.append(V(f"{first} — on this host there is no GPU OOM to remove (simulated KV budget)",
-                             "cannot be tested here", "measured", number, untestable, **counts))
-            elif n_hi == 0:
-                out.append(V(f"{first} — measured on this host's GPUs", "cannot be tested here", "measured",
-                             number + f" (no retry at {hi:g} to remove)", f"no retry at {hi:g} to remove", **counts))
-            elif fewest < MIN_REPEATS:
-                out.append(V(f"{first} — measured on this host's GPUs", "inconclusive", "measured", number,
+                out.append(V(f"{statement} — on this host there is no GPU OOM whose retries unsettle run time "
+                             "(simulated KV budget)", "cannot be tested here", "measured", number, untestable, **counts))
+            elif not spreads or fewest < MIN_REPEATS:
+                out.append(V(f"{statement} — measured on this host's GPUs", "inconclusive", "measured", number,
                              f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))
             else:
-                ok = n_lo == 0 and (not spreads or lower > len(spreads) / 2)
-                out.append(V(f"{first} — measured on this host's GPUs", "reproduced" if ok else "contradicted",
-                             "measured", number, "retries and run-time spread counted at both settings", **counts))
+                out.append(V(f"{statement} — measured on this host's GPUs",
+                             "reproduced" if lower > len(spreads) / 2 else "contradicted", "measured", number,
+                             f"run-time spread over repeats compared at {lo:g} and {hi:g}", **counts))
+        elif metric == "e2e_latency":  # lowering the target came at higher latency
             lat, parts = [], []
             at = cmp.filter(pl.col("context_tokens") == cmp["context_tokens"].max()) if cmp.height else cmp
             for r in sorted(at.iter_rows(named=True), key=lambda r: engine_rank(r["engine"])):
@@ -151,13 +170,14 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                 if not (a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]):
                     continue
                 lat.append((r, a["e2e_mean_ms"] / b["e2e_mean_ms"]))
-                for metric, what in (("e2e", "mean request latency"), ("ttft", "mean TTFT")):
-                    if a[f"{metric}_mean_ms"] and b[f"{metric}_mean_ms"]:
+                for m, what in (("e2e", "mean request latency"), ("ttft", "mean TTFT")):
+                    if a[f"{m}_mean_ms"] and b[f"{m}_mean_ms"]:
                         parts.append(measured_difference(
-                            *(Repeats.summary(x[f"{metric}_mean_ms"], x.get(f"{metric}_min_ms"),
-                                              x.get(f"{metric}_max_ms"), x["runs_ok"]) for x in (a, b)),
-                            "higher", what=f"{engine_label(r['engine'])} {what}, {lo:g} against {hi:g}", scope=scope))
-            claim = (f"Lowering the target to {lo:g} comes at {last or 'higher latency'} — "
+                            *(Repeats.summary(x[f"{m}_mean_ms"], x.get(f"{m}_min_ms"),
+                                              x.get(f"{m}_max_ms"), x["runs_ok"]) for x in (a, b)),
+                            direction or "higher", what=f"{engine_label(r['engine'])} {what}, {lo:g} against {hi:g}",
+                            scope=scope))
+            claim = (f"{statement} — "
                      + (f"on this host {lo:g} is a smaller simulated KV budget, so fewer requests run at once: "
                         "each engine against itself" if simulated else "measured on this host's GPUs"))
             if not lat:

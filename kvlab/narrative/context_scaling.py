@@ -150,7 +150,8 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
                                claim_id=cid, kind="relative_speed", scope="published table",
                                reason=f"the table has no row at {ctx}"))
         else:
-            ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= _stated_tolerance(c["stated_value"])
+            ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= _stated_tolerance(
+                c["stated_value"], c.get("stated_precision"))
             out.append(Verdict(f"{c['statement']} (the article's own table)", "reproduced" if ok else "contradicted",
                                "published", f"{engine_label(r['faster'])} {r['speedup']:.2f}× faster at {ctx}",
                                claim_id=cid, kind="relative_speed", value=r["speedup"], unit="×",

@@ -245,7 +245,7 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
                        claim_id=c["claim_id"], kind="prefix_sharing"))
     c = by_id.get("shared_prefix_threshold")
     if c:
-        at = c["stated_value"]
+        at = c["threshold"]
         pairs = []
         for f in sorted(on.filter(pl.col("shared_fraction") >= at)["shared_fraction"].unique().to_list()) \
                 if not on.is_empty() else []:
@@ -268,7 +268,7 @@ def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl
                 claimed_family="sglang"))
     c = by_id.get("high_concurrency")
     if c:
-        at = c["stated_value"]
+        at = c["threshold"]
         hi = conc.filter(pl.col("in_flight") >= at) if not conc.is_empty() else conc
         top = hi.filter(pl.col("in_flight") == hi["in_flight"].max()).sort("requests_per_s", descending=True) \
             if not hi.is_empty() else hi

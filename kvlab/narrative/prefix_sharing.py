@@ -15,8 +15,9 @@ PREFIX_CLAIMS = {
     "vllm_no_prefix_sharing": "vLLM's CPU build with automatic prefix caching on (its default) and off: the share of "
                               "prompt tokens it served from its cache",
     "sglang_radix_sharing": "SGLang (on a CPU host, PyTorch SGLang with torch-native kernels; sglang-jax, its JAX "
-                            "runtime, keeps the same radix cache): the share of prompt tokens served from the cache, "
-                            "and which requests found the prefix there",
+                            "runtime, keeps the same radix cache): the share of prompt tokens served from the cache",
+    "sglang_radix_suffix": "the same runs: which requests found the prefix in the radix cache (each request after "
+                           "the first should compute only its own suffix)",
     "shared_prefix_threshold": "both engines below and above 30% shared: which finishes the batch first, and "
                                "whether what the cache saves jumps at 30%",
 }
@@ -298,18 +299,23 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
     radix = [e for e in (hits["engine"].unique(maintain_order=True).to_list() if hits.height else [])
              if FAMILY.get(e) == "sglang"]
     if s := stmt.get("sglang_radix_sharing"):
-        share, suffix = s.split(" and computes", 1) if " and computes" in s else (s, None)
+        suffix = stmt.get("sglang_radix_suffix")  # its own row: "… computes only each request's own suffix"
         if not radix:
             out.append(Verdict(f"“{s}”", "cannot be tested here", "measured",
                                "no SGLang-family run with its radix cache on reported a hit count",
                                claim_id="sglang_radix_sharing", kind="prefix_sharing",
                                reason="no SGLang-family run with its radix cache on reported a hit count"))
+            if suffix:
+                out.append(Verdict(f"“{suffix}”", "cannot be tested here", "measured",
+                                   "no SGLang-family run with its radix cache on reported a hit count",
+                                   claim_id="sglang_radix_suffix", kind="prefix_sharing",
+                                   reason="no SGLang-family run with its radix cache on reported a hit count"))
         else:
             e = radix[0]
             lab = engine_label(e)
             r = hits.filter(pl.col("engine") == e).sort("shared_fraction").row(-1, named=True)
             out.append(cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
-                f"“{share}” — {lab}" + (", SGLang's JAX runtime with the same radix cache" if e == "sglang-jax" else ""),
+                f"“{s}” — {lab}" + (", SGLang's JAX runtime with the same radix cache" if e == "sglang-jax" else ""),
                 f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
                 f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
                 claim_id="sglang_radix_sharing", kind="prefix_sharing"))
@@ -337,8 +343,8 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                 grade = counted(ok, n, reason=("every request that could reuse the prefix did" if ok else
                                                "requests that could reuse the prefix computed it again"),
                                 value=share_of, scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
-                out.append(grade.verdict(f"“…and computes{suffix}” — {lab}{setting}", number,
-                                         claim_id="sglang_radix_sharing", kind="prefix_sharing"))
+                out.append(grade.verdict(f"“{suffix}” — {lab}{setting}", number,
+                                         claim_id="sglang_radix_suffix", kind="prefix_sharing"))
 
     if s := stmt.get("shared_prefix_threshold"):
         from kvlab.claims import cpu_cross_engine
