@@ -190,7 +190,8 @@ def fits_sentence(head: pl.DataFrame) -> str:
             continue
         r = bad.row(0, named=True)
         n = f"{bad.height} of {g.height} rows"
-        if "left outside the target" in r["reason"]:
+        need_col = r.get("outside_need_gib_per_gpu")
+        if need_col is not None and r["outside_pool_gib_per_gpu"] < need_col:  # short outside the pool, not of KV room
             outside = r["outside_pool_gib_per_gpu"]
             need = r.get("outside_need_gib_per_gpu") or frac * outside / (1 - u)
             parts.append(f"at {u:g} it marks {n} as not fitting — not for lack of KV room, but because {u:g} leaves "
