@@ -125,6 +125,8 @@ def _memory_runs(gpu_count=None, repeats=1):
         "context_tokens": 3200, "status": "ok", "batch_time_s": [r[2] for r in rows],
         "ttft_mean_ms": [r[3] for r in rows], "e2e_mean_ms": [r[4] for r in rows], "attempts": [r[5] + 1 for r in rows],
         "server_preemptions": [0, 0, None, None], "gpu_count": pl.Series([gpu_count] * 4, dtype=pl.Int64),
+        "device_kind": "gpu" if gpu_count else "cpu",  # CPU runs configure an explicit KV budget, as recorded
+        "kv_budget_bytes": pl.Series([None if gpu_count else 8388608] * 4, dtype=pl.Int64),
         "scale_factor": 64.0})
     attempts = pl.DataFrame({"run_id": ["r0", "r1", "r2", "r3", "r3"], "status": ["ok", "ok", "ok", "failed", "ok"],
                              "failure_cause": [None, None, None, "runtime_oom", None]})
@@ -177,6 +179,24 @@ def test_memory_claims_on_a_cpu_host_and_on_gpus():
     assert [(v.outcome, v.n) for v in gpu3[:2]] == [("contradicted", 3), ("reproduced", 3)]  # vLLM: no retry at 0.95
     nothing = narrative.memory_claim_verdicts(claims, stats.clear(), cmp.clear(), None)
     assert [(v.outcome, v.number) for v in nothing] == [("cannot be tested here", "no measured run with a memory setting")] * 4
+
+
+def test_memory_setting_is_read_from_what_each_run_recorded():
+    from kvlab.claims.memory import memory_setting
+
+    cpu, _ = _memory_runs()
+    reserve = cpu.with_columns(pl.lit(None, pl.Int64).alias("kv_budget_bytes"))  # host_memory_reserve: no KV budget
+    assert [memory_setting(f) for f in (cpu, reserve, _memory_runs(8)[0], pl.concat([cpu, reserve]))] == [
+        "kv_budget", "host_reserve", "gpu", "mixed"]
+    assert narrative.kv_budget_simulated(cpu) and not narrative.kv_budget_simulated(reserve)
+    # a CPU run without a KV budget is never described as one
+    scope = narrative.memory_scope(reserve)
+    assert "no explicit KV-cache budget" in scope and "maps each memory setting" not in scope
+    stats = analysis.memory_study(reserve, _memory_runs()[1])
+    v = narrative.memory_claim_verdicts(CLAIMS.filter(pl.col("kind") == "memory"), stats,
+                                        analysis.memory_comparison(stats), None, memory_setting(reserve))
+    assert [x.outcome for x in v[:3]] == ["cannot be tested here"] * 3
+    assert all(x.scope == "CPU, host-memory reserve" for x in v) and not any("KV budget" in x.claim for x in v)
 
 
 def test_headroom_text_says_what_the_fits_column_rests_on():

@@ -11,11 +11,40 @@ from kvlab.guide import engine_label
 from kvlab.units import scaled_context
 
 
+#: What a measured run's memory setting means, by how the run was configured (RUNS ``kv_budget_bytes`` and
+#: ``device_kind``, recorded per run; never guessed from a GPU count or a hardware label):
+#: - ``kv_budget``: an explicit KV-cache budget was configured (CPU runs: a simulated device), so a lower setting
+#:   only means less KV room;
+#: - ``host_reserve``: a CPU run without one (data/experiments/host_memory_reserve.yaml): vLLM's CPU build reserves
+#:   the setting's share of host memory and refuses to start when that much is not free;
+#: - ``gpu``: the engine's own memory-utilisation target on GPUs;
+#: - ``mixed``: the runs disagree (several experiments of different kinds).
+MEMORY_SETTINGS = ("kv_budget", "host_reserve", "gpu", "mixed")
+
+
+def _setting_of(row: dict) -> str | None:
+    if row.get("kv_budget_bytes") is not None:
+        return "kv_budget"
+    kind = row.get("device_kind")
+    if kind is None and "device_kind" not in row and "gpu_count" in row:  # a hand-built frame without the column
+        kind = "gpu" if (row.get("gpu_count") or 0) > 0 else "cpu"
+    return {"cpu": "host_reserve", "gpu": "gpu"}.get(kind)
+
+
+def memory_setting(runs: pl.DataFrame) -> str | None:
+    """What the measured runs' memory setting means (one of :data:`MEMORY_SETTINGS`); None without measured runs or
+    where no run says how it was configured."""
+    m = runs.filter(pl.col("source") == "measured") if "source" in runs.columns else runs
+    kinds = {_setting_of(r) for r in m.iter_rows(named=True)} - {None}
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
 def kv_budget_simulated(runs: pl.DataFrame) -> bool:
-    """Whether the measured runs' memory setting is a simulated KV-cache budget: no GPU served them (CPU runs map
-    the setting to an explicit KV budget; see data/experiments/cpu_long_context.yaml)."""
-    m = runs.filter(pl.col("source") == "measured")
-    return m.height > 0 and not (m["gpu_count"].fill_null(0) > 0).any()
+    """Whether the measured runs' memory setting is a simulated KV-cache budget: every run configured an explicit
+    KV budget (RUNS ``kv_budget_bytes``; see data/experiments/cpu_long_context.yaml)."""
+    return memory_setting(runs) == "kv_budget"
 
 
 def stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
@@ -26,7 +55,7 @@ def stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
 
 
 def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.DataFrame,
-                          head: pl.DataFrame | None = None, simulated: bool = True) -> list:
+                          head: pl.DataFrame | None = None, simulated: bool | str = True) -> list:
     """The memory-setting claims (the B300 article's: at 0.95, OOM retries with either engine; lowering the target
     to 0.92 removed the retries, stabilised run time, and came at slightly higher latency) against the measured
     memory study and, for the retries claim, the physical model. Each claim row says what it is about in its
@@ -34,7 +63,9 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
     (some / none / lower / higher) — never in its statement. ``simulated``: the runs' setting is a simulated KV
     budget (no GPU), so the OOM-driven parts cannot be tested; the latency part compares each engine with itself at
     the two settings and is graded by rule 2 of :mod:`kvlab.claims.grading` (n ≥ 3 per side, ranges apart, one
-    sign across engines and metrics)."""
+    sign across engines and metrics). ``simulated`` may name the setting instead (:func:`memory_setting`): True is
+    ``kv_budget``, False ``gpu``; ``host_reserve`` (vLLM's CPU memory reserve) and ``mixed`` cannot test the OOM
+    parts either."""
     from dataclasses import replace
 
     from kvlab.claims import MIN_REPEATS, Repeats, combined, measured_difference
@@ -43,11 +74,21 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
     out = []
     us = sorted(stats["mem_util"].unique().to_list()) if stats.height else []
     lo, hi = (us[0], us[-1]) if us else (None, None)
-    host = ("on this host the setting is a simulated KV-cache budget, so the GPU memory outside the KV pool, where "
-            "those OOMs arise, is not exercised" if simulated else "measured on this host's GPUs")
-    scope = ("CPU, simulated KV-cache budget" if simulated else "this host's GPUs")
-    untestable = ("the setting here is a simulated KV-cache budget: the GPU memory outside the KV pool, where the "
-                  "claimed OOMs arise, is not exercised")
+    setting = simulated if isinstance(simulated, str) else "kv_budget" if simulated else "gpu"
+    simulated = setting != "gpu"  # the OOM parts need GPU memory outside the KV pool
+    what = {"kv_budget": "a simulated KV-cache budget",
+            "host_reserve": "vLLM's CPU memory reserve, checked at start-up against this host's free memory",
+            "mixed": "not one thing across these runs (KV budgets and host-memory reserves)"}.get(setting, "")
+    host = (f"on this host the setting is {what}, so the GPU memory outside the KV pool, where those OOMs arise, is "
+            "not exercised" if simulated else "measured on this host's GPUs")
+    scope = {"kv_budget": "CPU, simulated KV-cache budget", "host_reserve": "CPU, host-memory reserve",
+             "mixed": "CPU, mixed memory settings"}.get(setting, "this host's GPUs")
+    untestable = (f"the setting here is {what}: the GPU memory outside the KV pool, where the claimed OOMs arise, is "
+                  "not exercised")
+    less = {"kv_budget": "a smaller simulated KV budget, so fewer requests run at once",
+            "host_reserve": "a smaller host-memory reserve", "mixed": "a lower setting"}.get(setting, "")
+    none_here = {"kv_budget": "simulated KV budget", "host_reserve": "host-memory reserve",
+                 "mixed": "no GPU"}.get(setting, "")
 
     def retries(u: float) -> tuple[int, int, list[str]]:
         s = stats.filter(pl.col("mem_util") == u)
@@ -128,7 +169,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())  # per engine, context, setting
             counts = dict(value=float(n_lo), unit="retries", n=fewest)
             if simulated:
-                out.append(V(f"{statement} — on this host there is no GPU OOM to remove (simulated KV budget)",
+                out.append(V(f"{statement} — on this host there is no GPU OOM to remove ({none_here})",
                              "cannot be tested here", "measured", number, untestable, **counts))
             elif n_hi == 0:
                 out.append(V(f"{statement} — measured on this host's GPUs", "cannot be tested here", "measured",
@@ -154,7 +195,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                           n=fewest)
             if simulated:
                 out.append(V(f"{statement} — on this host there is no GPU OOM whose retries unsettle run time "
-                             "(simulated KV budget)", "cannot be tested here", "measured", number, untestable, **counts))
+                             f"({none_here})", "cannot be tested here", "measured", number, untestable, **counts))
             elif not spreads or fewest < MIN_REPEATS:
                 out.append(V(f"{statement} — measured on this host's GPUs", "inconclusive", "measured", number,
                              f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))
@@ -178,8 +219,8 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                             direction or "higher", what=f"{engine_label(r['engine'])} {what}, {lo:g} against {hi:g}",
                             scope=scope))
             claim = (f"{statement} — "
-                     + (f"on this host {lo:g} is a smaller simulated KV budget, so fewer requests run at once: "
-                        "each engine against itself" if simulated else "measured on this host's GPUs"))
+                     + (f"on this host {lo:g} is {less}: each engine against itself" if simulated
+                        else "measured on this host's GPUs"))
             if not lat:
                 out.append(V(claim, "cannot be tested here", "measured", "no latency measured at both settings",
                              "no latency measured at both settings"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab.claims.memory import engine_rank as _engine_rank
-from kvlab.claims.memory import kv_budget_simulated, memory_claim_verdicts
+from kvlab.claims.memory import kv_budget_simulated, memory_claim_verdicts, memory_setting
 from kvlab.claims.memory import signed_pct as _signed_pct
 from kvlab.claims.memory import stats_row as _stats_row
 from kvlab.guide import engine_label
@@ -304,7 +304,19 @@ def memory_scope(runs: pl.DataFrame) -> str:
     m = runs.filter(pl.col("source") == "measured")
     if m.is_empty():
         return ""
-    if kv_budget_simulated(m):
+    setting = memory_setting(m)
+    if setting == "host_reserve":
+        return ("**What this host tests.** These runs had no GPU and no explicit KV-cache budget: each memory setting "
+                "is the share of host memory vLLM's CPU build reserves, and it refuses to start when that much is not "
+                "free. Retries here are those start-up refusals on this host's free memory — the CPU twin of a GPU's "
+                "start-up memory check. They do not test the article's OOM retries, which on a GPU come from "
+                "activations, CUDA graphs and communication buffers overflowing the memory left outside the KV pool. "
+                "The verdicts at the top say so claim by claim.")
+    if setting == "mixed":
+        return ("**What this host tests.** These runs mix memory settings of different meaning (explicit KV-cache "
+                "budgets and host-memory reserves, or CPU and GPU runs): read each experiment on its own. The "
+                "verdicts at the top do not take the article's OOM claims as tested.")
+    if setting == "kv_budget":
         return ("**What this host tests.** These runs had no GPU: kvlab maps each memory setting to an explicit "
                 "KV-cache budget (a simulated device), so the lower setting only means less KV room — fewer requests "
                 "held at once. That tests the capacity side of the trade-off (run time, latency). It does not test the "
