@@ -335,7 +335,7 @@ def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataF
             + f"; {', '.join(modelled)}", claim_id="crossover_modelled", kind="crossover"))
     if fit.loo.height:
         from kvlab.claims import held_out_error, held_out_grade, model_margin
-        from kvlab.narrative.context_scaling import held_out_verdict
+        from kvlab.claims.speed import held_out_verdict
 
         right, total = winners_held_out(fit)
         if held is None:
