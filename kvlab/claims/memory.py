@@ -47,6 +47,13 @@ def kv_budget_simulated(runs: pl.DataFrame) -> bool:
     return memory_setting(runs) == "kv_budget"
 
 
+def short_outside_pool(row: dict) -> bool:
+    """Whether a headroom row (:func:`kvlab.perfmodel.figures.headroom_table`) leaves less memory outside the target
+    than the model's assumed need there (False where either is unknown)."""
+    left, need = row.get("outside_pool_gib_per_gpu"), row.get("outside_need_gib_per_gpu")
+    return left is not None and need is not None and left < need
+
+
 def stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
     """The memory-study row of ``r``'s engine and context at ``mem_util``."""
     hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_tokens") == r["context_tokens"])
@@ -68,7 +75,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
     parts either."""
     from dataclasses import replace
 
-    from kvlab.claims import MIN_REPEATS, Repeats, combined, measured_difference
+    from kvlab.claims.grading import MIN_REPEATS, Repeats, combined, measured_difference
     from kvlab.verdicts import Verdict
 
     out = []

@@ -45,3 +45,27 @@ def grade_model_claim(fit, agrees: bool, contexts, *, value: float | None = None
     margin, error = model_margin(fit, contexts) or 0.0, held_out_error(fit)
     return (modelled_claim(agrees, right, total, margin, error, value=value, unit=unit),
             held_out_grade(right, total, margin, error))
+
+
+def implausible(fit, short: bool = False) -> list[str]:
+    """The fitted parameters outside their physically sane ranges, each in words with its value and (unless
+    ``short``) the plausible range."""
+    from kvlab.perfmodel.calibrate import SANE_RANGES
+
+    if fit.hardware == "CPU":
+        return []
+    p, out = fit.params, []
+    for name in fit.free:
+        lo, hi = SANE_RANGES[name]
+        v = getattr(p, name)
+        if lo <= v <= hi:
+            continue
+        if name == "prefill_efficiency":
+            text, rng = f"prefill at {v:.1%} of dense peak", f" (plausible: {lo:.0%}–{hi:.0%})"
+        elif name == "bandwidth_efficiency":
+            text, rng = f"decode at {v:.1%} of peak memory bandwidth", f" (plausible: {lo:.0%}–{hi:.0%})"
+        else:
+            text = f"DCP at {v * 1e6:,.0f} µs per layer and step"
+            rng = f" (plausible for NVLink collectives: {lo * 1e6:g}–{hi * 1e6:g} µs)"
+        out.append(text if short else text + rng)
+    return out

@@ -26,7 +26,7 @@ def _ratio_spread(r: dict) -> tuple[float, float] | None:
 
 
 def _repeats(r: dict, prefix: str = ""):
-    from kvlab.claims import Repeats
+    from kvlab.claims.grading import Repeats
 
     return Repeats.summary(r[f"{prefix}batch_time_s"], r.get(f"{prefix}batch_time_min_s"),
                            r.get(f"{prefix}batch_time_max_s"), r.get(f"{prefix}n_runs") or 1)
@@ -40,7 +40,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
     context's ratio quoted as the baseline); GPU runs decide by rule 2. ``engine_family`` maps a claim's engine to
     the measured engine that stands for it (e.g. sglang → sglang-jax)."""
     from kvlab.analysis import _stated_tolerance
-    from kvlab.claims import cpu_cross_engine, measured_difference
+    from kvlab.claims.grading import cpu_cross_engine, measured_difference
     from kvlab.verdicts import Verdict
 
     family = engine_family or {}
@@ -94,7 +94,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
 
 def held_out_verdict(grade, fit) -> object:
     """The model's held-out test as a verdict row of its own (red when it fails: rule 3 of kvlab.claims.grading)."""
-    from kvlab.claims import winners_held_out
+    from kvlab.claims.model import winners_held_out
 
     right, total = winners_held_out(fit)
     margin, error = grade.spread or (0.0, 0.0)
@@ -132,7 +132,7 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
                                value=model_tokens, unit="tokens", spread=model_range, scope="model fitted to the "
                                "published table", reason="the model's own answer; its held-out test is not given"))
         else:
-            from kvlab.claims import grade_model_claim
+            from kvlab.claims.model import grade_model_claim
 
             contexts = sorted(fit.residuals["context_tokens"].unique().to_list())
             inside = contexts[0] < model_tokens < contexts[-1]

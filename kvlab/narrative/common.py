@@ -79,28 +79,7 @@ def config_name(label: str) -> str:
     return f"{engine_label(engine)} {rest}".strip()
 
 
-def _implausible(fit, short: bool = False) -> list[str]:
-    """The fitted parameters outside their physically sane ranges, each in words with its value and (unless
-    ``short``) the plausible range."""
-    from kvlab.perfmodel.calibrate import SANE_RANGES
-
-    if fit.hardware == "CPU":
-        return []
-    p, out = fit.params, []
-    for name in fit.free:
-        lo, hi = SANE_RANGES[name]
-        v = getattr(p, name)
-        if lo <= v <= hi:
-            continue
-        if name == "prefill_efficiency":
-            text, rng = f"prefill at {v:.1%} of dense peak", f" (plausible: {lo:.0%}–{hi:.0%})"
-        elif name == "bandwidth_efficiency":
-            text, rng = f"decode at {v:.1%} of peak memory bandwidth", f" (plausible: {lo:.0%}–{hi:.0%})"
-        else:
-            text = f"DCP at {v * 1e6:,.0f} µs per layer and step"
-            rng = f" (plausible for NVLink collectives: {lo * 1e6:g}–{hi * 1e6:g} µs)"
-        out.append(text if short else text + rng)
-    return out
+from kvlab.claims.model import implausible as _implausible  # noqa: E402 - the judging lives in kvlab.claims
 
 
 def _ratio_at(model_df: pl.DataFrame, context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
