@@ -54,6 +54,24 @@ def short_outside_pool(row: dict) -> bool:
     return left is not None and need is not None and left < need
 
 
+def fails_outside_pool(row: dict) -> bool:
+    """Whether a headroom row fails the model's memory check only for what it leaves outside the target: the
+    weights fit and at least one sequence does (so the KV room is there), but less than the assumed need is left
+    outside the pool — the roofline's own order of reasons (:func:`kvlab.perfmodel.roofline.memory`)."""
+    return row.get("fits") is False and (row.get("max_concurrent_seqs") or 0) >= 1 and short_outside_pool(row)
+
+
+def headroom_pairs(head: pl.DataFrame, by: str, first, second) -> list[dict]:
+    """The modelled headroom at two values of ``by`` (``mem_util`` or ``dcp``) side by side: one row per matching
+    configuration (the other of dcp / mem_util, and the context) with ``a`` (sequences at ``first``) and ``b`` (at
+    ``second``), where ``a`` > 0."""
+    other = "dcp" if by == "mem_util" else "mem_util"
+    keys = [other, "context_tokens"]
+    a = head.filter(pl.col(by) == first).select(*keys, pl.col("max_concurrent_seqs").alias("a"))
+    b = head.filter(pl.col(by) == second).select(*keys, pl.col("max_concurrent_seqs").alias("b"))
+    return a.join(b, on=keys).filter(pl.col("a") > 0).to_dicts()
+
+
 def stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
     """The memory-study row of ``r``'s engine and context at ``mem_util``."""
     hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_tokens") == r["context_tokens"])
@@ -145,14 +163,12 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                              value=float(n), unit="retries", n=fewest))
             if head is not None and head.height and u in head["mem_util"].to_list():
                 h = head.filter(pl.col("mem_util") == u)
-                short = (pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu")
-                         if "outside_need_gib_per_gpu" in h.columns else pl.lit(False))
-                bad = h.filter(~pl.col("fits") & short)
+                bad = [r for r in h.iter_rows(named=True) if fails_outside_pool(r)]
                 value = None
-                if bad.height:
+                if bad:
                     from kvlab.perfmodel.roofline import Assumptions
 
-                    r = bad.row(0, named=True)
+                    r = bad[0]
                     need = r.get("outside_need_gib_per_gpu") or \
                         Assumptions().outside_pool_fraction * r["outside_pool_gib_per_gpu"] / (1 - u)
                     value = r["outside_pool_gib_per_gpu"]
