@@ -209,7 +209,7 @@ def test_imports_leave_matplotlib_settings_alone():
 
 #: narrative modules that still reduce frames themselves (their computing has not moved to kvlab.claims /
 #: kvlab.analysis yet); the list only shrinks.
-NARRATIVE_STILL_ON_POLARS = {"kvlab.narrative.common", "kvlab.narrative.prefix_sharing"}
+NARRATIVE_STILL_ON_POLARS = {"kvlab.narrative.common"}
 
 
 def _runtime_imports(path: Path) -> set[str]:

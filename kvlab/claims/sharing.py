@@ -213,3 +213,65 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
 
 def _prefix_ordered(frame: pl.DataFrame) -> list[str]:
     return frame.select("engine").unique().sort(_prefix_engine_order())["engine"].to_list()
+
+
+# --------------------------------------------------------------------------- the reductions report 05's tables word
+
+
+def sharing_points(sharing: pl.DataFrame) -> pl.DataFrame:
+    """One row per engine and shared fraction: the cache on beside off (``hit_``, ``ttft_``, ``batch_``, ``std_``,
+    ``runs_`` with ``on`` / ``off``), the two ideals (``ideal``, ``block``) and the fraction in % — rates in %,
+    engines in the report's order."""
+    keys = ["engine", "shared_fraction"]
+
+    def side(on: bool, sfx: str) -> pl.DataFrame:
+        return sharing.filter(pl.col("prefix_caching") == on).select(
+            *keys, (pl.col("cache_hit_rate") * 100).round(1).alias(f"hit_{sfx}"), pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"),
+            pl.col("batch_time_s").alias(f"batch_{sfx}"), pl.col("batch_time_std_s").alias(f"std_{sfx}"),
+            pl.col("n_runs").alias(f"runs_{sfx}"))
+
+    base = sharing.group_by(keys).agg(pl.col("shared_prefix_tokens").first(),
+                                      (pl.col("ideal_hit_rate").first() * 100).round(1).alias("ideal"),
+                                      (pl.col("block_ideal_hit_rate").first() * 100).round(1).alias("block"))
+    return (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
+            .with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"))
+            .sort(_prefix_engine_order(), "shared_fraction"))
+
+
+def gain_points(gain: pl.DataFrame) -> pl.DataFrame:
+    """:func:`kvlab.analysis.caching_gain`'s rows with the fraction, the hit rate and the time saved in %, engines
+    in the report's order."""
+    return gain.with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"),
+                             (pl.col("cache_hit_rate_on") * 100).round(1).alias("hit_on"),
+                             (pl.col("time_saved") * 100).round(1).alias("saved")).sort(_prefix_engine_order(),
+                                                                                        "shared_fraction")
+
+
+def turn_points(by_turn: pl.DataFrame) -> pl.DataFrame:
+    """One row per engine and turn: prompt length and conversations, then cached tokens, cached share (%), mean
+    TTFT and requests reporting a count with the cache on beside off, and the TTFT ratio off ÷ on."""
+    keys = ["engine", "turn"]
+
+    def side(on: bool, sfx: str) -> pl.DataFrame:
+        return by_turn.filter(pl.col("prefix_caching") == on).select(
+            *keys, pl.col("cached_tokens").alias(f"cached_{sfx}"), (pl.col("cached_share") * 100).round(1).alias(f"share_{sfx}"),
+            pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"), pl.col("cached_reported").alias(f"reported_{sfx}"))
+
+    base = by_turn.group_by(keys).agg(pl.col("prompt_tokens").first(), pl.col("requests").first())
+    return (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
+            .with_columns((pl.col("ttft_off") / pl.col("ttft_on")).alias("ratio")).sort(_prefix_engine_order(), "turn"))
+
+
+def radix_paged_pairs(sharing: pl.DataFrame) -> tuple[str, list[dict]] | None:
+    """Cache on, vLLM's paged cache beside the first SGLang-family radix cache at every shared fraction both ran: (the
+    radix engine, rows with the paged side's columns and the radix side's suffixed ``_r``); None without both."""
+    on = sharing.filter(pl.col("prefix_caching"))
+    paged = on.filter(pl.col("engine") == "vllm")
+    radix_engines = [e for e in on["engine"].unique(maintain_order=True).to_list() if FAMILY.get(e) == "sglang"]
+    if paged.is_empty() or not radix_engines:
+        return None
+    cols = ["shared_fraction", "shared_prefix_tokens", "cache_hit_rate", "ideal_hit_rate", "block_ideal_hit_rate",
+            "ttft_mean_ms", "batch_time_s"]
+    both = paged.select(cols).join(on.filter(pl.col("engine") == radix_engines[0]).select(cols), on="shared_fraction",
+                                   suffix="_r").sort("shared_fraction")
+    return radix_engines[0], both.to_dicts()
