@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
 
 from kvlab.guide import engine_label
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
+
+if TYPE_CHECKING:
+    from polars import DataFrame
 
 
 #: What a stand-in engine is, in the words the reports use.
@@ -20,11 +23,11 @@ ENGINE_NOTES: dict[str, str] = {
 }
 
 
-def measured_engines_note(runs: pl.DataFrame) -> str:
+def measured_engines_note(runs: DataFrame) -> str:
     """Which engines the measured rows hold, with what each one is (said once per report)."""
     from kvlab.engines import ENGINE_LABELS, ENGINE_NAMES
 
-    m = runs.filter(pl.col("source") == "measured")
+    m = runs.filter(runs["source"] == "measured")
     if m.is_empty():
         return ""
     engines = sorted(m["engine"].unique().to_list(),
@@ -35,23 +38,26 @@ def measured_engines_note(runs: pl.DataFrame) -> str:
     return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
 
 
-def unavailable_counters(runs: pl.DataFrame) -> str:
+def unavailable_counters(runs: DataFrame) -> str:
     """Engines whose server counters (``server_*`` columns) are null in every measured run: not available, not 0."""
-    m = runs.filter(pl.col("source") == "measured")
-    cols = [c for c in m.columns if c.startswith("server_")]
+    cols = [c for c in runs.columns if c.startswith("server_")]
+    per_engine: dict[str, list[dict]] = {}
+    for r in runs.iter_rows(named=True):
+        if r["source"] == "measured":
+            per_engine.setdefault(r["engine"], []).append(r)
     lines = []
-    for (engine,), g in m.group_by(["engine"], maintain_order=True):
-        missing = [c for c in cols if g[c].null_count() == g.height]
+    for engine, g in per_engine.items():
+        missing = [c for c in cols if all(r[c] is None for r in g)]
         if len(missing) == len(cols):
             lines.append(f"- {engine} reported no server counters (all {len(cols)} `server_*` columns null in its "
-                         f"{g.height} runs): they are shown empty (not available), never as 0.")
+                         f"{len(g)} runs): they are shown empty (not available), never as 0.")
         elif missing:
-            lines.append(f"- {engine} did not report {', '.join(missing)} (null in its {g.height} runs): shown empty "
+            lines.append(f"- {engine} did not report {', '.join(missing)} (null in its {len(g)} runs): shown empty "
                          "(not available), never as 0.")
     return "\n".join(lines)
 
 
-def citation_note(published: pl.DataFrame) -> str:
+def citation_note(published: DataFrame) -> str:
     """Where published rows come from, said once under their table instead of on every row."""
     cites = [c for c in published["citation"].drop_nulls().unique(maintain_order=True).to_list()] \
         if "citation" in published.columns else []
@@ -82,15 +88,15 @@ def config_name(label: str) -> str:
 from kvlab.claims.model import implausible as _implausible  # noqa: E402 - the judging lives in kvlab.claims
 
 
-def _ratio_at(model_df: pl.DataFrame, context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
+def _ratio_at(model_df: DataFrame, context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
     """(faster configuration, slower ÷ faster) at ``context`` when ``model_df`` holds exactly two curves there."""
-    d = model_df.filter(pl.col("context_tokens") == context).sort(y)
-    if d.height != 2:
+    d = sorted((r for r in model_df.iter_rows(named=True) if r["context_tokens"] == context), key=lambda r: r[y])
+    if len(d) != 2:
         return None
-    return d["config"][0], d[y][1] / d[y][0]
+    return d[0]["config"], d[1][y] / d[0][y]
 
 
-def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: pl.DataFrame | None = None,
+def curves_caption(model_df: DataFrame, crossover: float | None, published: DataFrame | None = None,
                    xrange: tuple[float, float] | None = None) -> str:
     """One sentence for the modelled batch-time curves: who is faster at each end, where they cross (and the
     shaded range of the crossover over the unpinned assumptions, ``xrange``), which parts are extrapolations."""
@@ -119,11 +125,14 @@ def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: p
         lines = "every line is dashed: no published point for this configuration, so all of it is an extrapolation"
     body = "; ".join(ends[:1] + [cross] + ends[1:])
     misfits = []
-    for (cfg,), g in model_df.group_by(["config"], maintain_order=True):
-        bad = g.filter(~pl.col("fits"))
-        if bad.height:
-            misfits.append(f"{config_name(cfg)} " + ("at every context" if bad.height == g.height else
-                                                      f"from {tokens_label(bad['context_tokens'].min())}"))
+    per_config: dict[str, list[dict]] = {}
+    for r in model_df.iter_rows(named=True):
+        per_config.setdefault(r["config"], []).append(r)
+    for cfg, g in per_config.items():
+        bad = [r for r in g if r["fits"] is False]
+        if bad:
+            misfits.append(f"{config_name(cfg)} " + ("at every context" if len(bad) == len(g) else
+                                                      f"from {tokens_label(min(r['context_tokens'] for r in bad))}"))
     flags = f"; crosses: does not fit in memory ({', '.join(misfits)})" if misfits else ""
     return f"Modelled for {who}: {body}; {lines}{flags}."
 
@@ -135,7 +144,7 @@ def _scaled_span(r: dict) -> str:
     return f" (scaled contexts: {r['c_from']:,} → {r['c_to']:,} tokens)" if scaled else ""
 
 
-def stand_in_note(*frames: pl.DataFrame, block_tokens: int = 128) -> str | None:
+def stand_in_note(*frames: DataFrame, block_tokens: int = 128) -> str | None:
     """Says, once and plainly, what sglang-jax is, when any of ``frames`` holds its runs; None otherwise."""
     if not any(not f.is_empty() and "engine" in f.columns and (f["engine"] == "sglang-jax").any() for f in frames):
         return None
