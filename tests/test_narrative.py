@@ -197,6 +197,12 @@ def test_memory_setting_is_read_from_what_each_run_recorded():
                                         analysis.memory_comparison(stats), None, memory_setting(reserve))
     assert [x.outcome for x in v[:3]] == ["cannot be tested here"] * 3
     assert all(x.scope == "CPU, host-memory reserve" for x in v) and not any("KV budget" in x.claim for x in v)
+    # runs that record neither a budget nor a device (hand-made ones) are never taken for GPU runs
+    bare = reserve.with_columns(pl.lit(None, pl.String).alias("device_kind"))
+    assert memory_setting(bare) is None and "not known" in narrative.memory_scope(bare)
+    v = narrative.memory_claim_verdicts(CLAIMS.filter(pl.col("kind") == "memory"), stats,
+                                        analysis.memory_comparison(stats), None, memory_setting(bare))
+    assert [x.outcome for x in v[:3]] == ["cannot be tested here"] * 3
 
 
 def test_headroom_text_says_what_the_fits_column_rests_on():

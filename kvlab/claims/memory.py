@@ -89,8 +89,8 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
     budget (no GPU), so the OOM-driven parts cannot be tested; the latency part compares each engine with itself at
     the two settings and is graded by rule 2 of :mod:`kvlab.claims.grading` (n ≥ 3 per side, ranges apart, one
     sign across engines and metrics). ``simulated`` may name the setting instead (:func:`memory_setting`): True is
-    ``kv_budget``, False ``gpu``; ``host_reserve`` (vLLM's CPU memory reserve) and ``mixed`` cannot test the OOM
-    parts either."""
+    ``kv_budget``, False ``gpu``, None (runs that record neither) unknown; ``host_reserve`` (vLLM's CPU memory
+    reserve), ``mixed`` and unknown cannot test the OOM parts either: only runs recorded as on GPUs can."""
     from dataclasses import replace
 
     from kvlab.claims.grading import MIN_REPEATS, Repeats, combined, measured_difference
@@ -99,21 +99,25 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
     out = []
     us = sorted(stats["mem_util"].unique().to_list()) if stats.height else []
     lo, hi = (us[0], us[-1]) if us else (None, None)
-    setting = simulated if isinstance(simulated, str) else "kv_budget" if simulated else "gpu"
+    setting = (simulated if isinstance(simulated, str) else "unknown" if simulated is None
+               else "kv_budget" if simulated else "gpu")  # None: runs that record neither budget nor device
     simulated = setting != "gpu"  # the OOM parts need GPU memory outside the KV pool
     what = {"kv_budget": "a simulated KV-cache budget",
             "host_reserve": "vLLM's CPU memory reserve, checked at start-up against this host's free memory",
-            "mixed": "not one thing across these runs (KV budgets and host-memory reserves)"}.get(setting, "")
+            "mixed": "not one thing across these runs (KV budgets and host-memory reserves)",
+            "unknown": "not recorded for these runs (neither a KV budget nor the device they ran on)"}.get(setting, "")
     host = (f"on this host the setting is {what}, so the GPU memory outside the KV pool, where those OOMs arise, is "
             "not exercised" if simulated else "measured on this host's GPUs")
     scope = {"kv_budget": "CPU, simulated KV-cache budget", "host_reserve": "CPU, host-memory reserve",
-             "mixed": "CPU, mixed memory settings"}.get(setting, "this host's GPUs")
+             "mixed": "CPU, mixed memory settings", "unknown": "runs without a recorded device or KV budget"}.get(
+                 setting, "this host's GPUs")
     untestable = (f"the setting here is {what}: the GPU memory outside the KV pool, where the claimed OOMs arise, is "
                   "not exercised")
     less = {"kv_budget": "a smaller simulated KV budget, so fewer requests run at once",
-            "host_reserve": "a smaller host-memory reserve", "mixed": "a lower setting"}.get(setting, "")
+            "host_reserve": "a smaller host-memory reserve", "mixed": "a lower setting",
+            "unknown": "a lower setting"}.get(setting, "")
     none_here = {"kv_budget": "simulated KV budget", "host_reserve": "host-memory reserve",
-                 "mixed": "no GPU"}.get(setting, "")
+                 "mixed": "no GPU", "unknown": "device not recorded"}.get(setting, "")
 
     def retries(u: float) -> tuple[int, int, list[str]]:
         s = stats.filter(pl.col("mem_util") == u)

@@ -323,6 +323,10 @@ def memory_scope(runs: DataFrame) -> str:
                 "start-up memory check. They do not test the article's OOM retries, which on a GPU come from "
                 "activations, CUDA graphs and communication buffers overflowing the memory left outside the KV pool. "
                 "The verdicts at the top say so claim by claim.")
+    if setting is None:
+        return ("**What this host tests.** These runs record neither a KV-cache budget nor the device they ran on, so "
+                "what their memory setting meant is not known here: the verdicts at the top do not take the article's "
+                "OOM claims as tested.")
     if setting == "mixed":
         return ("**What this host tests.** These runs mix memory settings of different meaning (explicit KV-cache "
                 "budgets and host-memory reserves, or CPU and GPU runs): read each experiment on its own. The "
