@@ -524,3 +524,12 @@ def test_engine_choice_verdicts(fit, sharing):
                                             guide.from_evidence(w, fit, sharing.head(0), conc.head(0)))
     assert [v.outcome for v in none] == ["cannot be tested here"] * 5
     assert none[-1].number == "nothing separates the engines here; vLLM only as the tie-break"
+
+
+def test_caching_gain_caption_words_a_threshold_from_the_rows(study):
+    import dataclasses
+
+    ths = {e: dataclasses.replace(t, verdict="threshold") for e, t in study["thresholds"].items()}
+    text = narrative.caching_gain_caption(study["gain"], ths)
+    assert "vLLM: batch time unchanged (1.00×) with the cache at 0% shared" in text
+    assert text.count("the saving jumping from") == 2

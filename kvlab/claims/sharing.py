@@ -26,12 +26,11 @@ def _prefix_times(x: float, more: str = "shorter", less: str = "longer") -> str:
     return f"{x:.2f}× {more}" if x > 1 else f"{1 / x:.2f}× {less}"
 
 
-def _prefix_bracket(g: pl.DataFrame, at: float) -> tuple[dict, dict] | None:
+def _prefix_bracket(g: pl.DataFrame | list[dict], at: float) -> tuple[dict, dict] | None:
     """The measured points either side of ``at`` (the last below, the first at or above)."""
-    lo, hi = g.filter(pl.col("shared_fraction") < at), g.filter(pl.col("shared_fraction") >= at)
-    if lo.is_empty() or hi.is_empty():
-        return None
-    return lo.sort("shared_fraction").row(-1, named=True), hi.sort("shared_fraction").row(0, named=True)
+    rows = sorted(g if isinstance(g, list) else g.to_dicts(), key=lambda r: r["shared_fraction"])  # rows or a frame
+    lo, hi = [r for r in rows if r["shared_fraction"] < at], [r for r in rows if r["shared_fraction"] >= at]
+    return (lo[-1], hi[0]) if lo and hi else None
 
 
 def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFrame, thresholds: dict,
