@@ -342,3 +342,27 @@ def test_imports_are_at_the_top_unless_a_comment_says_why():
             over[rel] = lazy
     assert not over, "imports inside functions with no comment saying why (move them to the top):\n" + "\n".join(
         f"{rel}: lines {lines}" for rel, lines in over.items())
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """Top-level package names a module imports anywhere, except under ``if TYPE_CHECKING:`` (never run)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for stmt in node.body for n in ast.walk(stmt)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_narrative_only_formats():
+    """kvlab.narrative turns findings and verdicts into sentences: it imports no polars (the reductions and the
+    judging live in kvlab.analysis and kvlab.claims; a type hint under ``if TYPE_CHECKING:`` never runs)."""
+    narrative = {n: p for n, p in modules().items() if n.startswith("kvlab.narrative")}
+    assert len(narrative) >= 8
+    assert sorted(n for n, p in narrative.items() if "polars" in _runtime_imports(p)) == []
