@@ -15,7 +15,6 @@ from kvlab.claims.speed import held_out_verdict
 from kvlab.engines import engine_label
 from kvlab.perfmodel import Assumptions, Workload
 from kvlab.perfmodel.calibrate import crossover_from_fit, implausible
-from kvlab.perfmodel.figures import headroom_table
 from kvlab.units import approx_tokens, token_range, tokens_label
 from kvlab.verdicts import Verdict
 
@@ -27,6 +26,9 @@ def model_verdicts(fit, sens, head, claims, workload=None,
 
     Every verdict is about the article's own configuration (Kimi-K3 on 8× the fit's GPU, DCP 8), whatever GPU or
     model the report shows; ``head`` gives only the memory targets compared."""
+    # matplotlib: perfmodel.figures draws, and importing kvlab.claims must not load it
+    from kvlab.perfmodel.figures import headroom_table
+
     workload, assumptions = workload or Workload(), assumptions or Assumptions()
     crossover = crossover_from_fit(fit, gpu=fit.hardware, workload=workload, assumptions=assumptions)
     head = headroom_table(fit.hardware, "Kimi-K3", sorted(head["mem_util"].unique().to_list()), [1], [204800],

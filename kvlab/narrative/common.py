@@ -62,6 +62,7 @@ def curves_caption(model_df: DataFrame, crossover: float | None, published: Data
                    xrange: tuple[float, float] | None = None) -> str:
     """One sentence for the modelled batch-time curves: who is faster at each end, where they cross (and the
     shaded range of the crossover over the unpinned assumptions, ``xrange``), which parts are extrapolations."""
+    # matplotlib: perfmodel.figures draws, and importing kvlab.narrative must not load it
     from kvlab.perfmodel.figures import calibrated_ranges
 
     first = model_df.row(0, named=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvlab.claims import MODEL_SCOPE, cpu_cross_engine, modelled_claim
 from kvlab.claims.choice import claim_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import (
@@ -15,6 +16,7 @@ from kvlab.guide import (
 )
 from kvlab.tables import ms, number, percent
 from kvlab.units import sig2
+from kvlab.verdicts import Verdict
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -220,9 +222,6 @@ def recommendation_verdict(w, tree, ev):
     factor from CPU runs of two engines cannot decide it (rule 1, the ratio with nothing shared or at the lowest
     load quoted); a modelled one only past the model's held-out test (rule 3: otherwise an illustration,
     inconclusive); 'cannot be tested here' when the data's engine is only the tie-break."""
-    from kvlab.claims import MODEL_SCOPE, cpu_cross_engine
-    from kvlab.verdicts import Verdict
-
     claim = (f"For this workload ({w.context_tokens:,}-token context, {w.shared_fraction:.0%} shared, {w.concurrency} "
              f"in flight, {w.model}) the decision tree says {engine_label(tree.engine)}: do kvlab's data here agree?")
     common = dict(claim_id="engine_choice_recommendation", kind="engine_choice")
@@ -250,8 +249,6 @@ def recommendation_verdict(w, tree, ev):
                        f"{f.margin:.2f}× (measured on GPUs)", **common)
     number = (f"{engine_label(ev.engine)}: {factor_finding(f).split(';')[0]}" if f is not None else engine_label(ev.engine))
     if f is not None and f.held_out is not None:
-        from kvlab.claims import modelled_claim
-
         right, total, error = f.held_out
         ratio = max(f.times) / min(f.times)
         grade = modelled_claim(ev.engine == tree.engine, right, total, ratio - 1, error, value=ratio, unit="×")

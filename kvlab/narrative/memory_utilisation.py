@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvlab import tables
 from kvlab.claims.memory import engine_rank as _engine_rank
 from kvlab.claims.memory import fails_outside_pool, headroom_pairs, kv_budget_simulated, memory_claim_verdicts, memory_setting
 from kvlab.claims.memory import signed_pct as _signed_pct
 from kvlab.claims.memory import stats_row as _stats_row
-from kvlab.engines import engine_label, registry
+from kvlab.engines import engine_label
+from kvlab.perfmodel.roofline import Assumptions
 from kvlab.tables import ms
 from kvlab.units import scaled_context, tokens_label
 
@@ -193,8 +195,6 @@ def fits_sentence(head: DataFrame) -> str:
     """What the model's *fits* column says at each memory setting and what it rests on: KV room for one sequence,
     weights within the target, and memory left outside the target against an assumed need (an assumption set from
     the B300 article's own report, so a *fits = false* there restates the article rather than predicting it)."""
-    from kvlab.perfmodel.roofline import Assumptions
-
     frac = Assumptions().outside_pool_fraction
     parts, restated = [], False
     by_util: dict[float, list[dict]] = {}
@@ -258,8 +258,6 @@ def headroom_caption(head: DataFrame) -> str:
 def memory_table(stats: DataFrame):
     """The memory study as a reader's table: one row per engine, context and setting (settings of one context side
     by side), with the spread and counters only where some run has them."""
-    from kvlab import tables
-
     several = stats["experiment"].n_unique() > 1
     s = [r | {"batch_time_cv_pct": None if r["batch_time_cv"] is None else r["batch_time_cv"] * 100}
          for r in stats.iter_rows(named=True)]

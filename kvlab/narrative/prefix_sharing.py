@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvlab import tables
 from kvlab.claims.sharing import (
     _prefix_bracket, _prefix_times, gain_points, prefix_verdicts, radix_paged_pairs, sharing_points, turn_points,
 )
@@ -45,8 +46,6 @@ PREFIX_CLAIMS = {
 
 def prefix_claims_table(claims: DataFrame):
     """The claims this report tests, each beside how it tests them (the source is said once, below the table)."""
-    from kvlab import tables
-
     c = [{"statement": r["statement"], "tested_by": PREFIX_CLAIMS[r["claim_id"]]}
          for r in claims.iter_rows(named=True) if r["claim_id"] in PREFIX_CLAIMS]
     return tables.table(c, {"statement": "what the article says", "tested_by": "how this report tests it"})
@@ -55,8 +54,6 @@ def prefix_claims_table(claims: DataFrame):
 def sharing_table(sharing: DataFrame, block_tokens: int = 128):
     """One row per engine and shared fraction: the cache on beside off (hit rate, mean TTFT, median batch time) and
     the two ideals, rates in %; spread columns only where points have repeats."""
-    from kvlab import tables
-
     t = sharing_points(sharing)
     cols = {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)", "shared_prefix_tokens": "shared prefix (tokens)",
             "hit_on": "cache-hit rate, cache on (%)", "hit_off": "cache-hit rate, cache off (%)",
@@ -80,8 +77,6 @@ def sharing_table(sharing: DataFrame, block_tokens: int = 128):
 
 def gain_table(gain: DataFrame):
     """Per engine and shared fraction: what the prefix cache buys (off ÷ on), rates in %."""
-    from kvlab import tables
-
     return tables.table(gain_points(gain), {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)",
                             "hit_on": "cache-hit rate, cache on (%)", "ttft_speedup": "mean TTFT, off ÷ on (×)",
                             "batch_speedup": "median batch time, off ÷ on (×)",
@@ -90,8 +85,6 @@ def gain_table(gain: DataFrame):
 
 def turns_table(by_turn: DataFrame):
     """Per engine and turn: prompt length, tokens served from the cache and mean TTFT with the cache on beside off."""
-    from kvlab import tables
-
     t = turn_points(by_turn)
     cols = {"engine": "engine", "turn": "turn", "prompt_tokens": "prompt (tokens)", "requests": "conversations",
             "cached_on": "cached per request, cache on (tokens)", "share_on": "share of prompt cached, cache on (%)",

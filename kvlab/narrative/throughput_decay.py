@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvlab import tables
 from kvlab.claims.decay import consistency_rows, consistency_split, decay_claim_verdicts, extremes, scaled_pairs
 from kvlab.claims.decay import stand_in as _stand_in
 from kvlab.engines import engine_label
@@ -101,8 +102,6 @@ def _implied_phrase(row: dict) -> str:
 
 def decay_table(decay: DataFrame):
     """The decay factors as a reader's table: batch time at both contexts and which way each throughput goes."""
-    from kvlab import tables
-
     if decay.is_empty():
         return tables.table(decay.select("engine"))
     r0 = decay.row(0, named=True)
@@ -167,8 +166,6 @@ def claim_labels(check: DataFrame, claims: DataFrame | None = None) -> dict[str,
 
 def consistency_table(check: DataFrame, claims: DataFrame | None = None):
     """Each stated ratio beside what the table implies under each definition, as a reader's table."""
-    from kvlab import tables
-
     names = claim_labels(check, claims)
     frame = [{"claim": names.get(r["claim_id"], r["claim_id"]),
               "definition": DEFINITION_NAMES.get(r["definition"], r["definition"]),

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvlab.claims import model as claims_model
 from kvlab.claims.memory import short_outside_pool
 from kvlab.claims.modelled import model_verdicts
 from kvlab.engines import engine_label
 from kvlab.narrative.common import config_name, setup_phrase
+from kvlab.perfmodel import Assumptions
 from kvlab.perfmodel.calibrate import implausible
-from kvlab.units import approx_label, approx_tokens, k_label, token_range, tokens_label
+from kvlab.units import approx_label, approx_tokens, token_range, tokens_label
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -130,9 +132,7 @@ def confidence(fit) -> str:
 
 def winners_held_out(fit) -> tuple[int, int]:
     """Held-out fits that still name the published winner at their point's context (:mod:`kvlab.claims.model`)."""
-    from kvlab.claims import winners_held_out as count
-
-    return count(fit)
+    return claims_model.winners_held_out(fit)
 
 
 def sensitivity_sentence(sens: DataFrame) -> str:
@@ -237,6 +237,7 @@ def crossover_caption(xo: DataFrame) -> str:
 def whatif_headroom_caption(head: DataFrame, context: int | None = None) -> str:
     """One sentence for the KV-headroom figure: sequences at the highest vs the lowest memory target, per DCP size,
     at ``context`` (default: 200K when drawn, else the smallest context), and what the crosses mean."""
+    # matplotlib: perfmodel.figures draws, and importing kvlab.narrative must not load it
     from kvlab.perfmodel.figures import flag_kinds
 
     ctxs = head["context_tokens"].unique().sort().to_list()
@@ -263,8 +264,6 @@ def whatif_headroom_caption(head: DataFrame, context: int | None = None) -> str:
 def oom_flag_note(head: DataFrame, a=None) -> str:
     """What the model's ``fits`` column means at a memory target: KV room plus an assumed need outside the pool.
     A flag from that assumption restates the article's memory claim; it is not a predicted out-of-memory."""
-    from kvlab.perfmodel import Assumptions
-
     a = a or Assumptions()
     r = head.row(0, named=True)
     need = r["outside_need_gib_per_gpu"]
