@@ -260,8 +260,12 @@ def crossover(
     )
 
 
-def stated_tolerance(value: float) -> float:
-    """Half a unit of the last digit the document wrote (1.5 → 0.05, 3.29 → 0.005)."""
+def stated_tolerance(value: float, precision: float | None = None) -> float:
+    """Half the precision the document wrote the value to (the claims table's ``stated_precision``: 0.1 → 0.05,
+    0.01 → 0.005); without one (a hand-built claim), half a unit of the value's last digit (1.5 → 0.05,
+    3.29 → 0.005)."""
+    if precision:
+        return 0.5 * precision
     text = repr(float(value)).rstrip("0")
     decimals = len(text.split(".")[1]) if "." in text and not text.endswith(".") else 0
     return 0.5 * 10 ** (-decimals)
@@ -295,7 +299,7 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
             )
             if dec.height == 1:
                 implied = {k: dec[k][0] for k in DECAY_DEFINITIONS}
-        tol = stated_tolerance(claim["stated_value"])
+        tol = stated_tolerance(claim["stated_value"], claim.get("stated_precision"))
         for name, text in CLAIM_DEFINITIONS[claim["kind"]].items():
             value = implied.get(name)
             rows.append(
@@ -754,3 +758,10 @@ def prefix_reuse_by_request(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.Da
         )
         .sort([*STUDY_KEYS, "shared_fraction"], nulls_last=True)
     )
+
+
+def nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
+    """The rows of ``df`` whose ``col`` is nearest to ``value`` (every row at that distance)."""
+    if df.is_empty():
+        return df
+    return df.with_columns((pl.col(col) - value).abs().alias("_d")).filter(pl.col("_d") == pl.col("_d").min()).drop("_d")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kvlab.analysis import nearest
 from kvlab.claims import held_out_error, model_factor_decides, winners_held_out
 from kvlab.engines import SGLANG, VLLM, registry
 from kvlab.paths import EXPERIMENTS_DIR
@@ -261,12 +262,6 @@ def context_factor(w: UserWorkload, fit) -> Factor:
         return Factor("context", "modelled", None, crossover=x,
                       crossover_range=_within_error_range(a, b, fit, max(error, 0.001)), **facts)
     return Factor("context", "modelled", faster, crossover=x, **facts)
-
-
-def nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
-    if df.is_empty():
-        return df
-    return df.with_columns((pl.col(col) - value).abs().alias("_d")).filter(pl.col("_d") == pl.col("_d").min()).drop("_d")
 
 
 def _two_engine_slice(df: pl.DataFrame) -> pl.DataFrame:

@@ -11,6 +11,7 @@ import base64
 import html
 import io
 import math
+import os
 import struct
 import textwrap
 from collections.abc import Mapping
@@ -309,6 +310,12 @@ class FigureNumbers:
         return self.last
 
 
+#: The MIME type under which a figure's output carries its data as typed JSON (number, caption, file, columns,
+#: the CSV text); the report build writes it out as files beside the executed notebook (:mod:`kvlab.reports`).
+FIGURE_MIME = "application/vnd.kvlab.figure+json"
+#: Set by the report build in the kernel's environment: the folder, relative to the report's HTML, that its
+#: figure data files go to (``<report>.figures``), so a figure links its file there instead of embedding it.
+FIGURE_DIR_ENV = "KVLAB_FIGURE_DIR"
 #: Pixel density of report figures: drawn at 2× and shown at their natural size, so they stay sharp when zoomed.
 SHOW_DPI, SCREEN_DPI = 200, 100
 
@@ -351,13 +358,33 @@ class FigureView:
                f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
         link = ""
         if self.data is not None:
-            csv = base64.b64encode(self.data.write_csv().encode()).decode()
-            link = (f' <a class="kvlab-figure-data" download="figure{self.number or ""}.csv" '
-                    f'href="data:text/csv;base64,{csv}">data (CSV)</a>')
+            folder = os.environ.get(FIGURE_DIR_ENV)
+            href = (f"{folder}/{self.data_file}" if folder else
+                    f"data:text/csv;base64,{base64.b64encode(self.data.write_csv().encode()).decode()}")
+            link = (f' <a class="kvlab-figure-data" download="{self.data_file}" '
+                    f'href="{html.escape(href)}">data (CSV)</a>')
         return (f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
                 f'<figcaption style="max-width: {max(width, 480)}px;">'
                 + (f"<b>Figure {self.number}.</b> " if self.number is not None else "") +
                 f"{markdown_inline(self.caption)}{link}</figcaption></figure>")
+
+
+    @property
+    def data_file(self) -> str:
+        return f"figure{self.number or ''}.csv"
+
+    def payload(self) -> dict | None:
+        """The figure's data as typed JSON (None without data): what the report build writes beside the notebook."""
+        if self.data is None:
+            return None
+        return {"number": self.number, "caption": self.caption, "file": self.data_file,
+                "columns": self.data.columns, "rows": self.data.height, "csv": self.data.write_csv()}
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = {"text/html": self._repr_html_()}
+        if (data := self.payload()) is not None:
+            bundle[FIGURE_MIME] = data
+        return bundle
 
 
 def show(fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None,

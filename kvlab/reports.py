@@ -7,7 +7,6 @@ Templates in ``notebooks/`` are never modified: every execution writes a new not
 from __future__ import annotations
 
 import ast
-import base64
 import html
 import json
 import multiprocessing
@@ -34,6 +33,7 @@ from kvlab import verdicts as vd
 from kvlab.engines import engine_label, registry
 from kvlab.markup import markdown_inline
 from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
+from kvlab.plots import FIGURE_DIR_ENV, FIGURE_MIME
 
 #: Every run row the reports read, written beside them (linked from each report's provenance panel).
 RUNS_CSV = "runs.csv"
@@ -43,8 +43,10 @@ RUNS_CSV = "runs.csv"
 FIGURE_RE = re.compile(r'<img[^>]*src="data:image/(?:png|jpeg|svg\+xml);base64,')
 
 
-#: A figure's data as a data: URI link (kvlab.plots.FigureView), written out as a CSV file beside the HTML.
-FIGURE_DATA_RE = re.compile(r'download="(figure\d+\.csv)" href="data:text/csv;base64,([A-Za-z0-9+/=]*)"')
+#: The folder beside a report's HTML and executed notebook that holds its figures' data: one CSV per figure and
+#: FIGURES_JSON listing them (number, caption, file, columns, rows).
+FIGURES_SUFFIX = ".figures"
+FIGURES_JSON = "figures.json"
 
 #: A <script> the notebook template loads from a CDN.
 CDN_SCRIPT_RE = re.compile(r'<script[^>]*\ssrc="https?://[^"]*"[^>]*>\s*</script>\n?')
@@ -89,14 +91,35 @@ def describe(nb_path: Path) -> tuple[str, str]:
     return nb_path.stem, ""
 
 
-def _figure_data_files(body: str, out: Path) -> str:
-    """Write each figure's embedded CSV beside the HTML (``<report>_figureN.csv``) and link the file instead."""
-    def write(m: re.Match) -> str:
-        name = f"{out.stem}_{m.group(1)}"
-        (out.parent / name).write_bytes(base64.b64decode(m.group(2)))
-        return f'href="{html.escape(name)}"'
+def figure_dir(html_path: Path) -> Path:
+    """Where a report's figure data files go: ``<report>.figures`` beside its HTML."""
+    return html_path.parent / f"{html_path.stem}{FIGURES_SUFFIX}"
 
-    return FIGURE_DATA_RE.sub(write, body)
+
+def write_figure_data(nb, out: Path) -> list[dict]:
+    """Write each figure's data, carried as typed JSON in the executed notebook (:data:`kvlab.plots.FIGURE_MIME`),
+    as a CSV file in :func:`figure_dir` with :data:`FIGURES_JSON` listing them; return the listing (each figure
+    once, by number). The figures' links point there already: the build sets :data:`kvlab.plots.FIGURE_DIR_ENV`."""
+    found: dict[str, dict] = {}  # by file: an unnumbered figure (plots.show without numbers) is figure.csv
+    for cell in nb.cells:
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            data = (output.get("data") or {}).get(FIGURE_MIME)
+            if data:
+                found.setdefault(data["file"], dict(data))
+    folder = figure_dir(out)
+    if folder.exists():
+        for old in folder.glob("figure*.csv"):
+            old.unlink()
+    if not found:
+        (folder / FIGURES_JSON).unlink(missing_ok=True)
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    listing = []
+    for data in sorted(found.values(), key=lambda d: d["number"] or 0):
+        (folder / data["file"]).write_text(data["csv"], encoding="utf-8")
+        listing.append({k: data[k] for k in ("number", "caption", "file", "columns", "rows")})
+    (folder / FIGURES_JSON).write_text(json.dumps(listing, indent=2), encoding="utf-8")
+    return listing
 
 
 def _exporter():
@@ -127,6 +150,7 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     provenance panel) and then the verdict box first on the page; write each figure's data beside it. Return
     the number of embedded figures and the verdicts."""
     nb = nbformat.read(executed, as_version=4)
+    write_figure_data(nb, out)
     found = vd.extract(nb)
     if found:  # right under the title and its introduction (the first markdown cell)
         first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
@@ -140,7 +164,6 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     if panel:
         body = body.replace("<main>", "<main>\n" + panel, 1) if "<main>" in body else \
             re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + panel, body, count=1)
-    body = _figure_data_files(body, out)
     # nbconvert's template loads require.js and MathJax from a CDN; the reports use neither (no widgets, no
     # math): dropped, so a page reads the same offline and fetches nothing
     body = CDN_SCRIPT_RE.sub("", body)
@@ -278,11 +301,19 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ[STATIC_ENV] = "1"  # inherited by the kernel papermill starts
+    before = os.environ.get(FIGURE_DIR_ENV)
+    os.environ[FIGURE_DIR_ENV] = f"{nb_path.stem}{FIGURES_SUFFIX}"  # where its figures link their data
     executed = out_dir / nb_path.name
-    pm.execute_notebook(
-        str(nb_path), str(executed), parameters=parameters or {}, kernel_name=kernel_name,
-        cwd=str(nb_path.parent), progress_bar=False, log_output=False, config=kernel_config(),
-    )
+    try:
+        pm.execute_notebook(
+            str(nb_path), str(executed), parameters=parameters or {}, kernel_name=kernel_name,
+            cwd=str(nb_path.parent), progress_bar=False, log_output=False, config=kernel_config(),
+        )
+    finally:  # this process may build another report, or be a test's
+        if before is None:
+            os.environ.pop(FIGURE_DIR_ENV, None)
+        else:
+            os.environ[FIGURE_DIR_ENV] = before
     html_path = out_dir / f"{nb_path.stem}.html"
     title, summary = describe(nb_path)
     data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)

@@ -109,6 +109,10 @@ Str, Int, Float = pl.String(), pl.Int64(), pl.Float64()
 #: One row per run: one fixed batch (or concurrency run) at one configuration, or one
 #: published / modelled figure for such a configuration. Throughputs are not stored:
 #: they are derived from these columns by :mod:`kvlab.analysis`, with their definitions.
+#: What a claim measures (CLAIMS.metric).
+CLAIM_METRICS = ("batch_time", "throughput", "oom_retries", "batch_time_spread", "e2e_latency", "cache_hit_share",
+                 "requests_reusing_prefix", "requests_per_s")
+
 RUNS = Table(
     "runs",
     (
@@ -252,7 +256,17 @@ CLAIMS = Table(
         _c("engine", Str, "engine the claim is about (the faster one for relative_speed)", allowed=ENGINES),
         _c("context_from", Str, "context label the ratio starts from"),
         _c("context_to", Str, "context label the ratio ends at"),
+        _c("setting", Float, "the configuration the claim is about, where it names one (memory: the "
+           "memory-utilisation target)"),
+        _c("metric", Str, "what the claim measures", allowed=CLAIM_METRICS),
+        _c("direction", Str, "which way the claim says ``metric`` goes: lower | higher (than the other engine, "
+           "setting or context), none (not at all: no retries, no sharing), some (at least once), all (every case)",
+           allowed=("lower", "higher", "none", "some", "all")),
+        _c("threshold", Float, "where a decision claim's condition starts (engine_choice: the shared fraction, the "
+           "requests in flight)"),
         _c("stated_value", Float, "the ratio as stated; empty for prose-only claims"),
+        _c("stated_precision", Float, "the precision the document wrote ``stated_value`` to (1.5 → 0.1, 3.29 → "
+           "0.01): a ratio agrees within half of it"),
         _c("statement", Str, "the claim in words", required=True),
         _c("citation", Str, "where it is stated", required=True),
     ),

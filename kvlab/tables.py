@@ -227,11 +227,16 @@ class Table:
         return self.to_pandas().to_string(index=False)
 
 
-def table(frame: pl.DataFrame, columns: dict[str, str] | list[str] | None = None, digits: int = 3,
+def table(frame: pl.DataFrame | list[dict], columns: dict[str, str] | list[str] | None = None, digits: int = 3,
           caption: str | None = None) -> Table:
-    """``frame`` as a reader's table. ``columns``: the columns to show, in order (a dict also renames them)."""
+    """``frame`` as a reader's table. ``columns``: the columns to show, in order (a dict also renames them).
+    ``frame`` may be a list of row dicts (how the narrative layer, which imports no polars, hands its rows over);
+    an empty list becomes an empty frame of ``columns``."""
     if isinstance(columns, list):
         columns = dict.fromkeys(columns, None)
+    if isinstance(frame, list):
+        frame = pl.DataFrame(frame, infer_schema_length=None) if frame else \
+            pl.DataFrame(schema=dict.fromkeys(columns or [], pl.String))
     return Table(frame, columns, digits, caption)
 
 

@@ -79,3 +79,20 @@ def sig2(x: float) -> str:
     if abs(x) >= 100:
         return f"{round(x, 1 - int(math.floor(math.log10(abs(x))))):,.0f}"
     return f"{x:#.2g}".rstrip(".")
+
+
+def direction(factor: float, bold: bool = False) -> str:
+    """A decay factor (throughput at the short context ÷ at the long one) as a direction and size: 2.94 →
+    'falls 2.94×', 0.94 → 'rises 1.06×', 1.0 → 'stays the same'."""
+    b = "**" if bold else ""
+    if abs(factor - 1) < 0.005:
+        return f"stays {b}the same{b}"
+    return f"falls {b}{factor:.2f}×{b}" if factor > 1 else f"rises {b}{1 / factor:.2f}×{b}"
+
+
+def change(factor: float | None, noun: str, bold: bool = False) -> str:
+    """``noun`` with its decay factor's direction: 2.94 → 'requests/s falls 2.94×', 0.94 → 'prompt tokens/s rises
+    1.06×'; None → 'noun: not available'."""
+    if factor is None:
+        return f"{noun}: not available"
+    return f"{noun} {direction(factor, bold)}".strip()

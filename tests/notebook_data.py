@@ -43,6 +43,7 @@ def write_two_engine_runs(data):
         run = pl.DataFrame({
             "source": ["measured"], "experiment": ["cpu_long_context"], "run_id": [run_id],
             "hardware": ["CPU x86_64 (test)"], "model": ["tiny-llama"], "engine": [engine], "mem_util": [mem],
+            "kv_budget_bytes": [8388608 if mem == 0.92 else 20971520],  # cpu_long_context's budgets, as recorded
             "context_label": [LABELS[ctx]], "context_tokens": [ctx], "scale_factor": [32.0],
             "mode": ["fixed_batch"], "batch_size": [4], "prompt_tokens": [ctx - 64], "output_tokens": [64],
             "repeat": [0], "attempts": [failed + 1], "status": ["ok"], "batch_time_s": [t],

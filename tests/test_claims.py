@@ -112,8 +112,8 @@ def test_mixed_signs_across_engines_or_metrics_are_inconclusive():
 
 
 def test_memory_latency_claim_at_n1_with_mixed_signs_is_inconclusive():
-    claims = pl.DataFrame([dict(claim_id="memory_092", kind="memory", stated_value=0.92, statement=(
-        "Lowering the target to 0.92 removed the retries and stabilised run time, at slightly higher latency"))])
+    claims = pl.DataFrame([dict(claim_id="memory_092_latency", kind="memory", setting=0.92, metric="e2e_latency",
+                                direction="higher", statement="Lowering the target to 0.92 came at slightly higher latency")])
     rows = []
     for engine, lat in (("vllm", {0.92: 103.2, 0.95: 100.0}), ("sglang-jax", {0.92: 77.0, 0.95: 100.0})):
         for u, e2e in lat.items():
@@ -125,7 +125,7 @@ def test_memory_latency_claim_at_n1_with_mixed_signs_is_inconclusive():
     stats = analysis.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
     got = narrative.memory_claim_verdicts(claims, stats, analysis.memory_comparison(stats), None, simulated=True)
     lat = got[-1]
-    assert (lat.outcome, lat.n, lat.kind, lat.claim_id) == ("inconclusive", 1, "memory_setting", "memory_092")
+    assert (lat.outcome, lat.n, lat.kind, lat.claim_id) == ("inconclusive", 1, "memory_setting", "memory_092_latency")
     assert lat.spread == (pytest.approx(0.77), pytest.approx(1.032)) and lat.reason.startswith("signs mixed")
 
 
@@ -179,9 +179,9 @@ def test_a_modelled_factor_decides_only_past_the_held_out_error(fit):
 
 def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
     claims = pl.DataFrame([
-        dict(claim_id="shared_prefix_threshold", kind="engine_choice", stated_value=0.3,
+        dict(claim_id="shared_prefix_threshold", kind="engine_choice", threshold=0.3,
              statement="With a shared system prompt or document making up 30% or more of the prompt, choose SGLang"),
-        dict(claim_id="high_concurrency", kind="engine_choice", stated_value=100.0,
+        dict(claim_id="high_concurrency", kind="engine_choice", threshold=100.0,
              statement="Without a shared prefix and with 100 or more concurrent requests, choose vLLM")])
     sharing = analysis.prefix_sharing(sharing_runs())
     conc = analysis.concurrency_study(conc_runs())

@@ -294,20 +294,13 @@ def test_the_layer_check_sees_an_upward_import():
 
 
 #: Imports inside functions that no comment explains yet, per file: modules other work was reshaping when the rest
-#: moved to the top (narrative's aggregation into claims, the model fits, the campaign split). A count may only
-#: fall: move the import to the top, or say on its line (or the line above) what forces it inside (a cycle, an
-#: optional dependency such as Ray, a heavy stack a caller must not pay for).
+#: moved to the top (the model fits, the campaign split; narrative's and claims' moved up with the judging). A count
+#: may only fall: move the import to the top, or say on its line (or the line above) what forces it inside (a cycle,
+#: an optional dependency such as Ray, a heavy stack a caller must not pay for).
 LAZY_LEFT = {
     "kvlab/claims/grading.py": 2,
     "kvlab/claims/model.py": 1,
     "kvlab/cluster.py": 2,  # ray: the optional `cluster` extra
-    "kvlab/narrative/common.py": 1,
-    "kvlab/narrative/context_scaling.py": 7,
-    "kvlab/narrative/engine_choice.py": 6,
-    "kvlab/narrative/memory_utilisation.py": 6,
-    "kvlab/narrative/prefix_sharing.py": 8,
-    "kvlab/narrative/throughput_decay.py": 5,
-    "kvlab/narrative/whatif_model.py": 10,
     "kvlab/perfmodel/calibrate.py": 1,
     "kvlab/perfmodel/figures.py": 7,
     "kvlab/perfmodel/report.py": 5,
@@ -342,3 +335,27 @@ def test_imports_are_at_the_top_unless_a_comment_says_why():
             over[rel] = lazy
     assert not over, "imports inside functions with no comment saying why (move them to the top):\n" + "\n".join(
         f"{rel}: lines {lines}" for rel, lines in over.items())
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """Top-level package names a module imports anywhere, except under ``if TYPE_CHECKING:`` (never run)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for stmt in node.body for n in ast.walk(stmt)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_narrative_only_formats():
+    """kvlab.narrative turns findings and verdicts into sentences: it imports no polars (the reductions and the
+    judging live in kvlab.analysis and kvlab.claims; a type hint under ``if TYPE_CHECKING:`` never runs)."""
+    narrative = {n: p for n, p in modules().items() if n.startswith("kvlab.narrative")}
+    assert len(narrative) >= 8
+    assert sorted(n for n, p in narrative.items() if "polars" in _runtime_imports(p)) == []

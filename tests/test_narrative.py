@@ -125,6 +125,8 @@ def _memory_runs(gpu_count=None, repeats=1):
         "context_tokens": 3200, "status": "ok", "batch_time_s": [r[2] for r in rows],
         "ttft_mean_ms": [r[3] for r in rows], "e2e_mean_ms": [r[4] for r in rows], "attempts": [r[5] + 1 for r in rows],
         "server_preemptions": [0, 0, None, None], "gpu_count": pl.Series([gpu_count] * 4, dtype=pl.Int64),
+        "device_kind": "gpu" if gpu_count else "cpu",  # CPU runs configure an explicit KV budget, as recorded
+        "kv_budget_bytes": pl.Series([None if gpu_count else 8388608] * 4, dtype=pl.Int64),
         "scale_factor": 64.0})
     attempts = pl.DataFrame({"run_id": ["r0", "r1", "r2", "r3", "r3"], "status": ["ok", "ok", "ok", "failed", "ok"],
                              "failure_cause": [None, None, None, "runtime_oom", None]})
@@ -159,23 +161,48 @@ def test_memory_claims_on_a_cpu_host_and_on_gpus():
     cmp = analysis.memory_comparison(stats)
     assert narrative.kv_budget_simulated(runs) and not narrative.kv_budget_simulated(_memory_runs(8)[0])
     cpu = narrative.memory_claim_verdicts(claims, stats, cmp, None, simulated=True)
-    assert [(v.outcome, v.value, v.n) for v in cpu] == [
-        ("cannot be tested here", 1.0, 1),
-        ("cannot be tested here", 0.0, 1),
+    assert [(v.claim_id, v.outcome, v.value, v.n) for v in cpu] == [
+        ("memory_095", "cannot be tested here", 1.0, 1),
+        ("memory_092_retries", "cannot be tested here", 0.0, 1),
+        ("memory_092_stability", "cannot be tested here", None, 1),  # one run per setting: no spread
         # latency: vLLM +2.6% (TTFT +33%), sglang-jax −33% (TTFT −2.4%), one run each: signs mixed, n=1
-        ("inconclusive", pytest.approx(800 / 780), 1),
+        ("memory_092_latency", "inconclusive", pytest.approx(800 / 780), 1),
     ]
-    assert cpu[2].spread == (pytest.approx(10000 / 15000), pytest.approx(400 / 300))
-    assert cpu[2].reason.startswith("signs mixed")
-    assert "simulated KV-cache budget" in cpu[0].claim and all(v.claim_id in ("memory_095", "memory_092") for v in cpu)
+    assert cpu[3].spread == (pytest.approx(10000 / 15000), pytest.approx(400 / 300))
+    assert cpu[3].reason.startswith("signs mixed")
+    assert "simulated KV-cache budget" in cpu[0].claim
     gpu = narrative.memory_claim_verdicts(claims, stats, cmp, None, simulated=False)
-    assert [(v.outcome, v.n) for v in gpu] == [("inconclusive", 1)] * 3  # one run per engine and setting
+    assert [(v.outcome, v.n) for v in gpu] == [("inconclusive", 1)] * 4  # one run per engine and setting
     three, att3 = _memory_runs(8, repeats=3)
     s3 = analysis.memory_study(three, att3)
     gpu3 = narrative.memory_claim_verdicts(claims, s3, analysis.memory_comparison(s3), None, simulated=False)
     assert [(v.outcome, v.n) for v in gpu3[:2]] == [("contradicted", 3), ("reproduced", 3)]  # vLLM: no retry at 0.95
     nothing = narrative.memory_claim_verdicts(claims, stats.clear(), cmp.clear(), None)
-    assert [(v.outcome, v.number) for v in nothing] == [("cannot be tested here", "no measured run with a memory setting")] * 2
+    assert [(v.outcome, v.number) for v in nothing] == [("cannot be tested here", "no measured run with a memory setting")] * 4
+
+
+def test_memory_setting_is_read_from_what_each_run_recorded():
+    from kvlab.claims.memory import memory_setting
+
+    cpu, _ = _memory_runs()
+    reserve = cpu.with_columns(pl.lit(None, pl.Int64).alias("kv_budget_bytes"))  # host_memory_reserve: no KV budget
+    assert [memory_setting(f) for f in (cpu, reserve, _memory_runs(8)[0], pl.concat([cpu, reserve]))] == [
+        "kv_budget", "host_reserve", "gpu", "mixed"]
+    assert narrative.kv_budget_simulated(cpu) and not narrative.kv_budget_simulated(reserve)
+    # a CPU run without a KV budget is never described as one
+    scope = narrative.memory_scope(reserve)
+    assert "no explicit KV-cache budget" in scope and "maps each memory setting" not in scope
+    stats = analysis.memory_study(reserve, _memory_runs()[1])
+    v = narrative.memory_claim_verdicts(CLAIMS.filter(pl.col("kind") == "memory"), stats,
+                                        analysis.memory_comparison(stats), None, memory_setting(reserve))
+    assert [x.outcome for x in v[:3]] == ["cannot be tested here"] * 3
+    assert all(x.scope == "CPU, host-memory reserve" for x in v) and not any("KV budget" in x.claim for x in v)
+    # runs that record neither a budget nor a device (hand-made ones) are never taken for GPU runs
+    bare = reserve.with_columns(pl.lit(None, pl.String).alias("device_kind"))
+    assert memory_setting(bare) is None and "not known" in narrative.memory_scope(bare)
+    v = narrative.memory_claim_verdicts(CLAIMS.filter(pl.col("kind") == "memory"), stats,
+                                        analysis.memory_comparison(stats), None, memory_setting(bare))
+    assert [x.outcome for x in v[:3]] == ["cannot be tested here"] * 3
 
 
 def test_headroom_text_says_what_the_fits_column_rests_on():
@@ -318,7 +345,8 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
     ]
     assert (found[3].claim_id, found[3].value, found[3].n, found[3].kind) == ("shared_prefix_threshold", 2.0, 1,
                                                                               "engine_choice")
-    assert found[2].claim == "“…and computes only each request's own suffix” — sglang-jax (CPU), requests arriving 4 at a time"
+    assert found[2].claim == ("“SGLang's RadixAttention computes only each request's own suffix” — sglang-jax (CPU), "
+                              "requests arriving 4 at a time") and found[2].claim_id == "sglang_radix_suffix"
     # without per-request counts the suffix claim falls back on the hit rate against the token-exact ideal
     no_reuse = narrative.prefix_verdicts(s["claims"], s["sharing"], s["gain"], s["thresholds"], s["by_turn"], None)
     assert (no_reuse[2].outcome, no_reuse[2].n, no_reuse[2].number) == (
@@ -334,7 +362,7 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
                                                                   ("sglang_radix_sharing", "reproduced", 3)]
     assert three[0].value == pytest.approx(26880 / 32512)
     empty = narrative.prefix_verdicts(s["claims"], s["sharing"].clear(), s["gain"].clear(), {}, pl.DataFrame())
-    assert [v.outcome for v in empty] == ["cannot be tested here"] * 3
+    assert [v.outcome for v in empty] == ["cannot be tested here"] * 4
 
 
 def test_prefix_captions_say_what_each_figure_shows(study):
@@ -372,7 +400,7 @@ def test_prefix_tables_are_readers_tables(study):
     assert "cached per request, cache off (tokens)" in turns.headers and turns.rows[0][6] == "–"
     assert turns.headers[-2:] == ["requests reporting a cached count, cache on", "requests reporting a cached count, cache off"]
     claims = narrative.prefix_claims_table(study["claims"])
-    assert claims.headers == ["what the article says", "how this report tests it"] and len(claims.rows) == 3
+    assert claims.headers == ["what the article says", "how this report tests it"] and len(claims.rows) == 4
     assert narrative.prefix_citation_note(study["claims"].filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS)))) \
         .endswith("— section on vLLM PagedAttention, section on SGLang RadixAttention, decision tree.")
 
@@ -496,3 +524,12 @@ def test_engine_choice_verdicts(fit, sharing):
                                             guide.from_evidence(w, fit, sharing.head(0), conc.head(0)))
     assert [v.outcome for v in none] == ["cannot be tested here"] * 5
     assert none[-1].number == "nothing separates the engines here; vLLM only as the tie-break"
+
+
+def test_caching_gain_caption_words_a_threshold_from_the_rows(study):
+    import dataclasses
+
+    ths = {e: dataclasses.replace(t, verdict="threshold") for e, t in study["thresholds"].items()}
+    text = narrative.caching_gain_caption(study["gain"], ths)
+    assert "vLLM: batch time unchanged (1.00×) with the cache at 0% shared" in text
+    assert text.count("the saving jumping from") == 2

@@ -65,11 +65,11 @@ VERDICTS = {
     "01": [("speedup_64K", "cannot be tested here", "measured"), ("speedup_200K", "cannot be tested here", "measured"),
            ("crossover_modelled", "inconclusive", "modelled"), ("model_held_out", "contradicted", "modelled")],
     "02": [("decay_vllm,decay_sglang", "cannot be tested here", "measured")],
-    "03": [("memory_092", "inconclusive", "measured")],
+    "03": [("memory_092_latency", "inconclusive", "measured")],
     "04": [("crossover_modelled", "inconclusive", "modelled"), ("model_held_out", "contradicted", "modelled"),
            ("model_plausible", "contradicted", "modelled")],
     "05": [("vllm_no_prefix_sharing", "inconclusive", "measured"), ("sglang_radix_sharing", "inconclusive", "measured"),
-           ("shared_prefix_threshold", "cannot be tested here", "measured")],
+           ("sglang_radix_suffix", "inconclusive", "measured"), ("shared_prefix_threshold", "cannot be tested here", "measured")],
     "06": [("vllm_no_prefix_sharing", "inconclusive", "measured"), ("sglang_radix_sharing", "inconclusive", "measured"),
            ("shared_prefix_threshold", "cannot be tested here", "measured"),
            ("high_concurrency", "cannot be tested here", "measured"),
@@ -219,8 +219,9 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     assert verdicts["03"] == [
         ("memory_095", "cannot be tested here", "measured", 1.0, 1),
         ("memory_095", "cannot be tested here", "modelled", pytest.approx(13.41, abs=0.01), None),
-        ("memory_092", "cannot be tested here", "measured", 0.0, 1),
-        ("memory_092", "inconclusive", "measured", pytest.approx(4 / 3), 1),
+        ("memory_092_retries", "cannot be tested here", "measured", 0.0, 1),
+        ("memory_092_stability", "cannot be tested here", "measured", None, 1),  # one run per setting: no spread
+        ("memory_092_latency", "inconclusive", "measured", pytest.approx(4 / 3), 1),
     ]
     box3 = r3[r3.index('class="kvlab-verdicts"'):r3.index("</section>")]
     assert "13.4 GiB/GPU left outside the target at 0.95 &lt; 17.4 GiB assumed need" in box3

@@ -29,13 +29,15 @@ def test_box_carries_its_verdicts_as_data():
     assert bundle["text/plain"].splitlines()[1] == "[found · measured] curves cross: no: vLLM faster at every measured context"
 
 
-def _executed(tmp_path):
-    """A small executed notebook: title, a verdict box output at the end, a figure with its data."""
+def _executed(tmp_path, monkeypatch):
+    """A small executed notebook: title, a verdict box output at the end, a figure with its data (displayed as in a
+    report build's kernel: its data link points into the report's figure folder)."""
     import polars as pl
     from matplotlib.figure import Figure
 
     from kvlab import plots
 
+    monkeypatch.setenv(plots.FIGURE_DIR_ENV, "07_test.figures")
     fig = Figure(figsize=(3, 2))
     ax = fig.subplots()
     ax.plot([1, 2], [3, 4], label="vLLM")
@@ -46,7 +48,7 @@ def _executed(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# A title\nWhat it shows."),
                 nbformat.v4.new_markdown_cell("## First section"),
-                nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={"text/html": view._repr_html_()})]),
+                nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data=view._repr_mimebundle_())]),
                 nbformat.v4.new_markdown_cell("## Verdicts\nWhat came of each claim (shown first in the HTML report)."),
                 nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={
                     k: v for k, v in verdicts.box(V)._repr_mimebundle_().items()})])]
@@ -55,17 +57,23 @@ def _executed(tmp_path):
     return path
 
 
-def test_report_puts_the_box_under_the_title_and_writes_figure_data(tmp_path):
+def test_report_puts_the_box_under_the_title_and_writes_figure_data(tmp_path, monkeypatch):
+    import json
+
     out = tmp_path / "07_test.html"
-    figures, found = reports.to_html(_executed(tmp_path), out, "A title", panel='<nav class="kvlab-provenance">p</nav>')
+    figures, found = reports.to_html(_executed(tmp_path, monkeypatch), out, "A title", panel='<nav class="kvlab-provenance">p</nav>')
     text = out.read_text()
     assert figures == 1 and found == [v.__dict__ for v in V]
     assert text.count('class="kvlab-verdicts"') == 1  # moved, not copied
     assert "shown first in the HTML report" not in text  # the heading that introduced the box left with it
     assert text.index("kvlab-provenance") < text.index("<h1") < text.index("kvlab-verdicts") \
         < text.index("First section")
-    assert 'href="07_test_figure1.csv"' in text and "data:text/csv" not in text
-    assert (tmp_path / "07_test_figure1.csv").read_text() == "x,y\n1,3\n2,4\n"
+    # the figure's data travels as typed JSON in the notebook and is written beside it, never read out of the HTML
+    assert 'href="07_test.figures/figure1.csv"' in text and "data:text/csv" not in text
+    assert (tmp_path / "07_test.figures" / "figure1.csv").read_text() == "x,y\n1,3\n2,4\n"
+    assert json.loads((tmp_path / "07_test.figures" / "figures.json").read_text()) == [
+        {"number": 1, "caption": "vLLM's batch time grows 1.33× from 1 to 2.", "file": "figure1.csv",
+         "columns": ["x", "y"], "rows": 2}]
     assert 'alt="measured: test (y: batch time (s), x: context); series: vLLM"' in text
     assert "<b>Figure 1.</b> vLLM&#x27;s batch time" in text or "<b>Figure 1.</b> vLLM's batch time" in text
 
@@ -113,3 +121,21 @@ def test_headline_when_everything_is_decided_or_nothing_is_tested():
     only = verdicts.headline([verdicts.Verdict("which engine for my load", "found", "measured", "vLLM")])
     assert only[0].startswith("**The documents make no claim this page tests**")
     assert 'class="kvlab-headline"' not in verdicts.box_html([])
+def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
+    import json
+    from dataclasses import asdict
+
+    v = Verdict("vLLM ≈ 1.5× faster at 64K", "cannot be tested here", "measured", "vLLM already 2.0× faster at 64K",
+                claim_id="speedup_64K", kind="relative_speed", value=2.0, unit="×", n=1, scope="CPU, tiny model",
+                reason="two implementations on a CPU")
+    page = tmp_path / "01_x.html"
+    page.write_text("<html></html>")
+    rep = reports.Report("01_x.ipynb", "X", "What it shows.", page, 1.0, 1, (asdict(v),))
+    reports.write_index([rep], tmp_path)
+    entry = json.loads((tmp_path / "index.json").read_text())[0]
+    got = entry["verdicts"][0]
+    assert {k: got[k] for k in ("claim_id", "kind", "outcome", "evidence", "value", "unit", "n", "scope", "reason")} \
+        == {"claim_id": "speedup_64K", "kind": "relative_speed", "outcome": "cannot be tested here",
+            "evidence": "measured", "value": 2.0, "unit": "×", "n": 1, "scope": "CPU, tiny model",
+            "reason": "two implementations on a CPU"}
+    assert Verdict(**got) == v  # reads back as the same typed verdict

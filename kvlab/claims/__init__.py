@@ -1,5 +1,7 @@
 """kvlab's claims layer: what evidence can decide a claim (:mod:`kvlab.claims.grading`, the rules) and the
-model's held-out facts the modelled rules read (:mod:`kvlab.claims.model`). The narrative modules word the
+model's held-out facts the modelled rules read (:mod:`kvlab.claims.model`), and one checker module per claim kind
+(:mod:`kvlab.claims.speed`, :mod:`kvlab.claims.decay`, :mod:`kvlab.claims.memory`, :mod:`kvlab.claims.prefix`,
+:mod:`kvlab.claims.sharing`, :mod:`kvlab.claims.choice`, :mod:`kvlab.claims.modelled`). The narrative modules word the
 verdicts; the outcomes, values, n, spread, scope and reason come from here."""
 
 from kvlab.claims.grading import (

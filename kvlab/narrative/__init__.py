@@ -20,8 +20,8 @@ from kvlab.narrative.throughput_decay import (
 )
 from kvlab.narrative.memory_utilisation import (
     COUNTER_NAMES, claims_list, counters_note, fits_sentence, headroom_caption, headroom_intro, headroom_sentences,
-    kv_budget_simulated, memory_caption, memory_claim_verdicts, memory_conclusion, memory_scope, memory_study_summary,
-    memory_table,
+    kv_budget_simulated, memory_caption, memory_claim_verdicts, memory_conclusion, memory_scope, memory_setting,
+    memory_study_summary, memory_table,
 )
 from kvlab.narrative.whatif_model import (
     at_max_sentence, bound_sentence, confidence, crossover_caption, fit_sentence, loo_sentence, model_conclusions,

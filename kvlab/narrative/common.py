@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
 
 from kvlab.engines import VLLM, engine_label, registry
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
 
+if TYPE_CHECKING:
+    from polars import DataFrame
 
-def measured_engines_note(runs: pl.DataFrame) -> str:
+
+def measured_engines_note(runs: DataFrame) -> str:
     """Which engines the measured rows hold, with what each one is (said once per report)."""
-    m = runs.filter(pl.col("source") == "measured")
+    m = runs.filter(runs["source"] == "measured")
     if m.is_empty():
         return ""
     engines = sorted(m["engine"].unique().to_list(), key=lambda e: (registry.order(e), e))
@@ -19,7 +22,7 @@ def measured_engines_note(runs: pl.DataFrame) -> str:
     return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
 
 
-def citation_note(published: pl.DataFrame) -> str:
+def citation_note(published: DataFrame) -> str:
     """Where published rows come from, said once under their table instead of on every row."""
     cites = [c for c in published["citation"].drop_nulls().unique(maintain_order=True).to_list()] \
         if "citation" in published.columns else []
@@ -47,18 +50,19 @@ def config_name(label: str) -> str:
     return f"{engine_label(engine)} {rest}".strip()
 
 
-def _ratio_at(model_df: pl.DataFrame, context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
+def _ratio_at(model_df: DataFrame, context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
     """(faster configuration, slower ÷ faster) at ``context`` when ``model_df`` holds exactly two curves there."""
-    d = model_df.filter(pl.col("context_tokens") == context).sort(y)
-    if d.height != 2:
+    d = sorted((r for r in model_df.iter_rows(named=True) if r["context_tokens"] == context), key=lambda r: r[y])
+    if len(d) != 2:
         return None
-    return d["config"][0], d[y][1] / d[y][0]
+    return d[0]["config"], d[1][y] / d[0][y]
 
 
-def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: pl.DataFrame | None = None,
+def curves_caption(model_df: DataFrame, crossover: float | None, published: DataFrame | None = None,
                    xrange: tuple[float, float] | None = None) -> str:
     """One sentence for the modelled batch-time curves: who is faster at each end, where they cross (and the
     shaded range of the crossover over the unpinned assumptions, ``xrange``), which parts are extrapolations."""
+    # matplotlib: perfmodel.figures draws, and importing kvlab.narrative must not load it
     from kvlab.perfmodel.figures import calibrated_ranges
 
     first = model_df.row(0, named=True)
@@ -84,11 +88,14 @@ def curves_caption(model_df: pl.DataFrame, crossover: float | None, published: p
         lines = "every line is dashed: no published point for this configuration, so all of it is an extrapolation"
     body = "; ".join(ends[:1] + [cross] + ends[1:])
     misfits = []
-    for (cfg,), g in model_df.group_by(["config"], maintain_order=True):
-        bad = g.filter(~pl.col("fits"))
-        if bad.height:
-            misfits.append(f"{config_name(cfg)} " + ("at every context" if bad.height == g.height else
-                                                      f"from {tokens_label(bad['context_tokens'].min())}"))
+    per_config: dict[str, list[dict]] = {}
+    for r in model_df.iter_rows(named=True):
+        per_config.setdefault(r["config"], []).append(r)
+    for cfg, g in per_config.items():
+        bad = [r for r in g if r["fits"] is False]
+        if bad:
+            misfits.append(f"{config_name(cfg)} " + ("at every context" if len(bad) == len(g) else
+                                                      f"from {tokens_label(min(r['context_tokens'] for r in bad))}"))
     flags = f"; crosses: does not fit in memory ({', '.join(misfits)})" if misfits else ""
     return f"Modelled for {who}: {body}; {lines}{flags}."
 
@@ -100,7 +107,7 @@ def scaled_span(r: dict) -> str:
     return f" (scaled contexts: {r['c_from']:,} → {r['c_to']:,} tokens)" if scaled else ""
 
 
-def stand_in_note(*frames: pl.DataFrame, block_tokens: int = 128) -> str | None:
+def stand_in_note(*frames: DataFrame, block_tokens: int = 128) -> str | None:
     """Says, once and plainly, what a stand-in engine (sglang-jax) is, when any of ``frames`` holds its runs; None
     otherwise."""
     present = registry.ordered(e for f in frames if not f.is_empty() and "engine" in f.columns

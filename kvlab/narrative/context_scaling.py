@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from kvlab.units import sig2
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from kvlab.analysis import Crossover
+from kvlab.claims.speed import crossover_verdicts, held_out_verdict, speed_claim_verdicts
 from kvlab.engines import engine_label
 from kvlab.narrative.common import scaled_span
 from kvlab.perfmodel.calibrate import implausible
 from kvlab.units import approx_tokens, k_label
 
+if TYPE_CHECKING:
+    from polars import DataFrame
 
-def relative_speed_sentences(rel: pl.DataFrame, label: str) -> str:
+__all__ = ["crossover_verdicts", "held_out_verdict", "speed_claim_verdicts"]
+
+
+def relative_speed_sentences(rel: DataFrame, label: str) -> str:
     """'vllm is 1.50× faster at 64K (100.5 s vs 150.8 s)' for every context in ``rel``."""
     if rel.is_empty():
         return f"*{label}: no context holds runs of both engines.*"
@@ -43,10 +47,10 @@ def crossover_sentence(x: Crossover, label: str) -> str:
     )
 
 
-def growth_sentences(growth: pl.DataFrame, label: str) -> str:
+def growth_sentences(growth: DataFrame, label: str) -> str:
     """'vllm: batch time grows 2.50× from 2,048 to 6,400 tokens, about C^0.81' per engine."""
     lines = []
-    for r in growth.filter(pl.col("growth").is_not_null()).iter_rows(named=True):
+    for r in (r for r in growth.iter_rows(named=True) if r["growth"] is not None):
         k = r["exponent"]
         shape = "faster than linear" if k > 1.05 else "slower than linear" if k < 0.95 else "about linear"
         lines.append(
@@ -72,7 +76,7 @@ def model_crossover_sentence(crossover_tokens: float | None, fit, xrange: tuple[
             f"assumptions{spread} ({quality}{flag}).")
 
 
-def growth_comparison(measured: pl.DataFrame, published: pl.DataFrame) -> str:
+def growth_comparison(measured: DataFrame, published: DataFrame) -> str:
     """How much batch time grows between the two contexts, measured here against the document's table."""
     if measured.is_empty():
         return "*measured: no engine has runs at both contexts.*"
@@ -88,7 +92,7 @@ def growth_comparison(measured: pl.DataFrame, published: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def speed_caption(rel: pl.DataFrame, label: str) -> str:
+def speed_caption(rel: DataFrame, label: str) -> str:
     """One sentence for a batch-time figure: who is faster at each context, by how much."""
     if rel.is_empty():
         return f"{label}: no context holds runs of both engines."
@@ -99,151 +103,11 @@ def speed_caption(rel: pl.DataFrame, label: str) -> str:
     return f"{label.capitalize()}: {'; '.join(parts)} — {tail}."
 
 
-def growth_caption(growth: pl.DataFrame, label: str) -> str:
+def growth_caption(growth: DataFrame, label: str) -> str:
     """One sentence for a batch-time-against-context figure: how much each engine's batch time grows."""
-    g = growth.filter(pl.col("growth").is_not_null())
-    if g.is_empty():
+    g = sorted((r for r in growth.iter_rows(named=True) if r["growth"] is not None), key=lambda r: -r["growth"])
+    if not g:
         return f"{label.capitalize()}: no engine has runs at two contexts."
     parts = [f"{engine_label(r['engine'])}'s batch time grows {r['growth']:.2f}× from {r['context_from']} to "
-             f"{r['context_to']}" for r in g.sort("growth", descending=True).iter_rows(named=True)]
+             f"{r['context_to']}" for r in g]
     return f"{label.capitalize()}: {'; '.join(parts)} — the steeper line is the engine whose speed falls most with context."
-
-
-def _claim_row(rel: pl.DataFrame, context_label: str) -> dict | None:
-    hit = rel.filter(pl.col("context_label") == context_label)
-    return hit.row(0, named=True) if hit.height else None
-
-
-def _ratio_spread(r: dict) -> tuple[float, float] | None:
-    """engine_b's time over engine_a's, lowest to highest over the repeats of a relative-speed row."""
-    a_lo, a_hi = r.get("batch_time_min_s"), r.get("batch_time_max_s")
-    b_lo, b_hi = r.get("other_batch_time_min_s"), r.get("other_batch_time_max_s")
-    if None in (a_lo, a_hi, b_lo, b_hi) or not (a_lo and a_hi):
-        return None
-    return b_lo / a_hi, b_hi / a_lo
-
-
-def _repeats(r: dict, prefix: str = ""):
-    from kvlab.claims import Repeats
-
-    return Repeats.summary(r[f"{prefix}batch_time_s"], r.get(f"{prefix}batch_time_min_s"),
-                           r.get(f"{prefix}batch_time_max_s"), r.get(f"{prefix}n_runs") or 1)
-
-
-def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_measured: pl.DataFrame | None,
-                         engine_family: dict[str, str] | None = None) -> list:
-    """Each relative-speed claim checked against the document's own table (winner and stated ratio, to the
-    claim's last digit) and, where measured runs exist at the same (scaled) context, graded by
-    :mod:`kvlab.claims.grading`: CPU runs of two different engines cannot decide it (rule 1, the shortest measured
-    context's ratio quoted as the baseline); GPU runs decide by rule 2. ``engine_family`` maps a claim's engine to
-    the measured engine that stands for it (e.g. sglang → sglang-jax)."""
-    from kvlab.analysis import stated_tolerance
-    from kvlab.claims import cpu_cross_engine, measured_difference
-    from kvlab.verdicts import Verdict
-
-    family = engine_family or {}
-    out = []
-    for c in claims.filter(pl.col("kind") == "relative_speed").iter_rows(named=True):
-        ctx, claimed, cid = c["context_from"], c["engine"], c.get("claim_id") or ""
-        r = _claim_row(rel_published, ctx)
-        if r is None:
-            out.append(Verdict(c["statement"], "cannot be tested here", "published", f"no table row at {ctx}",
-                               claim_id=cid, kind="relative_speed", scope="published table",
-                               reason=f"the table has no row at {ctx}"))
-        else:
-            ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= stated_tolerance(c["stated_value"])
-            out.append(Verdict(f"{c['statement']} (the article's own table)", "reproduced" if ok else "contradicted",
-                               "published", f"{engine_label(r['faster'])} {r['speedup']:.2f}× faster at {ctx}",
-                               claim_id=cid, kind="relative_speed", value=r["speedup"], unit="×",
-                               scope="published table",
-                               reason=(f"the table gives {engine_label(r['faster'])} {r['speedup']:.2f}× against the "
-                                       f"stated {c['stated_value']:g}× (to the claim's last digit)")))
-        m = _claim_row(rel_measured, ctx) if rel_measured is not None and not rel_measured.is_empty() else None
-        if m is None:
-            continue
-        stands_for = family.get(claimed, claimed)
-        tokens = f"{m['context_tokens']:,} tokens"
-        base = rel_measured.sort("context_tokens").row(0, named=True)
-        n = min(base.get("n_runs") or 1, base.get("other_n_runs") or 1)
-        grade = cpu_cross_engine(
-            m["engine"], m["other_engine"], [m.get("device_kind"), m.get("other_device_kind")],
-            baseline=base["other_batch_time_s"] / base["batch_time_s"], hardware=m.get("hardware"), n=n,
-            spread=_ratio_spread(base),
-            baseline_at=f"the shortest measured context, {base['context_label']} ({base['context_tokens']:,} tokens)",
-            scope=f"{m.get('hardware') or 'CPU'}, contexts scaled")
-        number = f"{engine_label(m['faster'])} {m['speedup']:.2f}× faster at {ctx} ({tokens})"
-        if grade is not None:
-            fast = m["engine"] if base["other_batch_time_s"] >= base["batch_time_s"] else m["other_engine"]
-            number = (f"{engine_label(fast)} {sig2(grade.value)}× faster at {ctx} ({tokens}), the shortest context "
-                      "measured" if base["context_tokens"] == m["context_tokens"] else
-                      f"{engine_label(fast)} already {sig2(grade.value)}× faster at {base['context_label']} "
-                      f"({base['context_tokens']:,} tokens); at {ctx} ({tokens}): {engine_label(m['faster'])} "
-                      f"{sig2(m['speedup'])}×")
-        else:
-            first, second = ((m, "") , (m, "other_")) if m["engine"] == stands_for else ((m, "other_"), (m, ""))
-            grade = measured_difference(_repeats(*first), _repeats(*second), "lower",
-                                        what=f"{engine_label(stands_for)}'s batch time against the other's",
-                                        scope=m.get("hardware") or "")
-        out.append(grade.verdict(f"{c['statement']} — on this host ({ctx} scaled to {tokens})", number,
-                                 claim_id=cid, kind="relative_speed"))
-    return out
-
-
-def held_out_verdict(grade, fit) -> object:
-    """The model's held-out test as a verdict row of its own (red when it fails: rule 3 of kvlab.claims.grading)."""
-    from kvlab.claims import winners_held_out
-
-    right, total = winners_held_out(fit)
-    margin, error = grade.spread or (0.0, 0.0)
-    return grade.verdict(
-        f"Does kvlab's model pass its held-out test (each published point refitted from the other "
-        f"{max(fit.loo.height - 1, 0)}: winner right in at least 3 of 4, margin above the mean held-out error)?",
-        f"{right} of {total} winners right; margin {margin:.1%} against a {error:.1%} mean held-out error",
-        claim_id="model_held_out", kind="model_held_out")
-
-
-def crossover_verdicts(estimates: list, model_tokens: float | None, measured: list | None,
-                       model_range: tuple[float, float] | None = None, fit=None) -> list:
-    """Where the winner changes: the article's table interpolated (found: the article states no crossover), the
-    calibrated model (graded by rule 3 of :mod:`kvlab.claims.grading` when ``fit`` is given: an illustration,
-    with its failed held-out test as a red row of its own, unless it passes), and the measured contexts."""
-    from kvlab.verdicts import Verdict
-
-    out = []
-    found = [x for x in estimates if x.context_tokens is not None]
-    lo = hi = None
-    if found:
-        lo, hi = min(x.context_tokens for x in found), max(x.context_tokens for x in found)
-        out.append(Verdict("The winner changes between 64K and 200K (the article's table, interpolated)", "found",
-                           "published", f"{k_label(lo)}–{k_label(hi)} tokens ({', '.join(x.method for x in found)})",
-                           claim_id="crossover_published", kind="crossover", value=(lo + hi) / 2, unit="tokens",
-                           spread=(lo, hi), scope="published table",
-                           reason="interpolated between the table's two contexts; the article states no crossover"))
-    if model_tokens is not None:
-        number = f"≈{k_label(model_tokens)} tokens" + (
-            f", {k_label(model_range[0])}–{k_label(model_range[1])} over the assumptions the article leaves open"
-            if model_range else "") + " (not an independent check)"
-        claim = "Where the winner changes, from kvlab's physical model calibrated on the same four points"
-        if fit is None:
-            out.append(Verdict(claim, "found", "modelled", number, claim_id="crossover_modelled", kind="crossover",
-                               value=model_tokens, unit="tokens", spread=model_range, scope="model fitted to the "
-                               "published table", reason="the model's own answer; its held-out test is not given"))
-        else:
-            from kvlab.claims import grade_model_claim
-
-            contexts = sorted(fit.residuals["context_tokens"].unique().to_list())
-            inside = contexts[0] < model_tokens < contexts[-1]
-            grade, held = grade_model_claim(fit, inside, contexts, value=model_tokens, unit="tokens")
-            out.append(grade.verdict(claim + " (does it cross between the published contexts?)", number,
-                                     claim_id="crossover_modelled", kind="crossover"))
-            out.append(held_out_verdict(held, fit))
-    if measured:
-        x = next((m for m in measured if m.context_tokens is not None), None)
-        m = measured[0]
-        out.append(Verdict("Do the measured curves cross inside the measured contexts?", "found", "measured",
-                           f"yes, at ≈{x.context_tokens:,.0f} tokens ({x.method})" if x else
-                           f"no: {engine_label(m.faster_below)} faster at every measured context" if m.faster_below
-                           else f"no: {m.note}", claim_id="crossover_measured", kind="crossover",
-                           value=x.context_tokens if x else None, unit="tokens", scope="measured runs of this host",
-                           reason="the report's own question about its runs; decides no document claim"))
-    return out

@@ -6,15 +6,28 @@ pick are written here.
 
 from __future__ import annotations
 
-from kvlab.units import sig2
+from typing import TYPE_CHECKING
 
-import polars as pl
-
+from kvlab.claims import MODEL_SCOPE, cpu_cross_engine, modelled_claim
+from kvlab.claims.choice import claim_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import (
-    CONCURRENCY_THRESHOLD, MIN_MARGIN, Evidence, Factor, Recommendation, UserWorkload, nearest,
+    CONCURRENCY_THRESHOLD, MIN_MARGIN, Evidence, Factor, Recommendation, UserWorkload,
 )
 from kvlab.tables import ms, number, percent
+from kvlab.units import sig2
+from kvlab.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from polars import DataFrame
+
+__all__ = ["claim_verdicts"]
+
+
+def _sorted(rows, col: str, descending: bool = False) -> list[dict]:
+    """``rows`` sorted by ``col`` as a frame sorts them: missing values first."""
+    present = sorted((r for r in rows if r[col] is not None), key=lambda r: r[col], reverse=descending)
+    return [r for r in rows if r[col] is None] + present
 
 
 def _context_finding(f: Factor) -> str:
@@ -152,16 +165,16 @@ def evidence_basis(ev: Evidence) -> str:
     return basis
 
 
-def prefix_caption(sharing: pl.DataFrame) -> str:
+def prefix_caption(sharing: DataFrame) -> str:
     """One sentence for the measured prefix-sharing figure: each engine's cache-hit rate at the largest shared
     fraction against its ideal, then which engine's batch time is shorter there and with nothing to share."""
-    on = sharing.filter(pl.col("prefix_caching").fill_null(True))
-    if on.is_empty():
+    on = [r for r in sharing.iter_rows(named=True) if r["prefix_caching"] is not False]
+    if not on:
         return "No measured run with a prefix cache on."
-    top = on["shared_fraction"].max()
-    hw = ", ".join(on["hardware"].unique(maintain_order=True))
+    top = max(r["shared_fraction"] for r in on)
+    hw = ", ".join(dict.fromkeys(r["hardware"] for r in on))
     hits = []
-    for r in on.filter(pl.col("shared_fraction") == top).sort("engine", descending=True).iter_rows(named=True):
+    for r in _sorted([r for r in on if r["shared_fraction"] == top], "engine", descending=True):
         ideal = r["block_ideal_hit_rate"] if r["engine"] == VLLM and r.get("block_ideal_hit_rate") is not None \
             else r["ideal_hit_rate"]
         kind = "whole-block ideal" if r["engine"] == VLLM else "token-exact ideal"
@@ -171,9 +184,9 @@ def prefix_caption(sharing: pl.DataFrame) -> str:
            + ", ".join(hits)
     times = []
     for f in sorted({0.0, top}):
-        d = on.filter(pl.col("shared_fraction") == f).sort("batch_time_s")
-        if d["engine"].n_unique() >= 2:
-            times.append((engine_label(d["engine"][0]), d["batch_time_s"][1] / d["batch_time_s"][0], f))
+        d = _sorted([r for r in on if r["shared_fraction"] == f], "batch_time_s")
+        if len({r["engine"] for r in d}) >= 2:
+            times.append((engine_label(d[0]["engine"]), d[1]["batch_time_s"] / d[0]["batch_time_s"], f))
     if len({t[0] for t in times}) == 1:  # one engine shorter at both: say so once
         tail = f"{times[0][0]}'s median batch time is " + " and ".join(f"{r:.1f}× shorter at {f:g}" for _, r, f in times)
     else:
@@ -181,157 +194,27 @@ def prefix_caption(sharing: pl.DataFrame) -> str:
     return text + (f"; {tail}" if times else "") + "."
 
 
-def concurrency_caption(conc: pl.DataFrame) -> str:
+def concurrency_caption(conc: DataFrame) -> str:
     """One sentence for the measured concurrency figure: at the largest in-flight count, throughput and TTFT of
     each engine, and whether every request completed."""
     if conc.is_empty():
         return "No measured concurrency run."
     top = conc["in_flight"].max()
-    d = conc.filter(pl.col("in_flight") == top).sort("requests_per_s", descending=True)
+    d = _sorted([r for r in conc.iter_rows(named=True) if r["in_flight"] == top], "requests_per_s", descending=True)
     parts = [f"{engine_label(r['engine'])} completes {r['requests_per_s']:.3g} requests/s (mean TTFT "
-             f"{r['ttft_mean_ms']:,.0f} ms)" for r in d.iter_rows(named=True)]
-    ratio = (f" — {engine_label(d['engine'][0])} {d['requests_per_s'][0] / d['requests_per_s'][1]:.1f}× the throughput"
-             if d.height >= 2 else "")
+             f"{r['ttft_mean_ms']:,.0f} ms)" for r in d]
+    ratio = (f" — {engine_label(d[0]['engine'])} {d[0]['requests_per_s'] / d[1]['requests_per_s']:.1f}× the throughput"
+             if len(d) >= 2 else "")
     sent, ok = int(conc["requests_sent"].sum()), int(conc["requests_ok"].sum())
     done = f"{ok:,} of {sent:,} requests sent completed" + (" (none failed)" if ok == sent else "")
     return (f"Measured on {', '.join(conc['hardware'].unique(maintain_order=True))} at {top} requests in flight: "
             + " and ".join(parts) + ratio + f"; {done}.")
 
 
-def _at_largest_fraction(on: pl.DataFrame, engines) -> dict | None:
-    d = on.filter(pl.col("engine").is_in(list(engines)) & pl.col("cache_hit_rate").is_not_null())
-    if d.is_empty():
-        return None
-    return d.sort("shared_fraction").row(-1, named=True)
-
-
-def engine_choice_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFrame, w, tree, ev) -> list:
-    """Report 06's verdicts: the KV-design article's claims against the measured runs where kvlab has them (each
-    a claim's shape on this host: vLLM's CPU build against sglang-jax on CPU), then the tree's answer for this
-    workload against the data's."""
-    from kvlab.verdicts import Verdict
-
-    on = sharing.filter(pl.col("prefix_caching").fill_null(True)) if not sharing.is_empty() else sharing
-    by_id = {c["claim_id"]: c for c in claims.iter_rows(named=True)}
-    out = []
-    from kvlab.claims import cache_shares, negated
-
-    def off_row(r: dict) -> dict | None:
-        o = sharing.filter((pl.col("engine") == r["engine"]) & ~pl.col("prefix_caching").fill_null(True)
-                           & (pl.col("shared_fraction") == r["shared_fraction"]) & pl.col("cache_hit_rate").is_not_null())
-        return o.row(0, named=True) if o.height else None
-
-    c = by_id.get("vllm_no_prefix_sharing")
-    if c:
-        r = _at_largest_fraction(on, [VLLM]) if not on.is_empty() else None
-        out.append(Verdict(f"{c['statement']} — vLLM as measured here, prefix cache on (its default)", "cannot be tested here", "measured",
-                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing",
-                           reason="no measured vLLM prefix-sharing run") if r is None else
-                   negated(cache_shares(r, off_row(r))).verdict(
-                       f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
-                       "(its default)", f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared "
-                       f"fraction {r['shared_fraction']:g}", claim_id=c["claim_id"], kind="prefix_sharing"))
-    c = by_id.get("sglang_radix_sharing")
-    if c:
-        radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if registry.family(e) == SGLANG]
-        r = _at_largest_fraction(on, radix) if radix else None
-        out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run",
-                           claim_id=c["claim_id"], kind="prefix_sharing", reason="no measured SGLang-family run")
-                   if r is None else
-                   cache_shares(r, off_row(r)).verdict(
-                       f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
-                       "cache on; the gap to the ideal is what it recomputed",
-                       f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
-                       f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})",
-                       claim_id=c["claim_id"], kind="prefix_sharing"))
-    c = by_id.get("shared_prefix_threshold")
-    if c:
-        at = c["stated_value"]
-        pairs = []
-        for f in sorted(on.filter(pl.col("shared_fraction") >= at)["shared_fraction"].unique().to_list()) \
-                if not on.is_empty() else []:
-            d = on.filter(pl.col("shared_fraction") == f).sort("batch_time_s")
-            if d["engine"].n_unique() >= 2:
-                pairs.append((f, d.row(0, named=True), d.row(1, named=True)))
-        if not pairs:
-            out.append(Verdict(c["statement"], "cannot be tested here", "measured",
-                               f"no shared fraction ≥ {at:g} measured with two engines", claim_id=c["claim_id"],
-                               kind="engine_choice", reason=f"no shared fraction ≥ {at:g} measured with two engines"))
-        else:
-            f, best, other = pairs[-1]
-            m = other["batch_time_s"] / best["batch_time_s"]
-            zero = nearest(on.filter(pl.col("engine").is_in([best["engine"], other["engine"]])), "shared_fraction", 0.0)
-            out.append(_measured_pair_verdict(
-                f"{c['statement']} — on this host: {engine_label(best['engine'])} against "
-                f"{engine_label(other['engine'])}, each with its prefix cache on", c["claim_id"], best, other,
-                zero, "shared_fraction", lambda v: f"{v:g} shared", "batch_time_s", lower_is_better=True,
-                at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
-                claimed_family=SGLANG))
-    c = by_id.get("high_concurrency")
-    if c:
-        at = c["stated_value"]
-        hi = conc.filter(pl.col("in_flight") >= at) if not conc.is_empty() else conc
-        top = hi.filter(pl.col("in_flight") == hi["in_flight"].max()).sort("requests_per_s", descending=True) \
-            if not hi.is_empty() else hi
-        if top.is_empty() or top["engine"].n_unique() < 2:
-            out.append(Verdict(c["statement"], "cannot be tested here", "measured",
-                               f"no run with ≥ {at:g} requests in flight measured with two engines",
-                               claim_id=c["claim_id"], kind="concurrency_threshold",
-                               reason=f"no run with ≥ {at:g} requests in flight measured with two engines"))
-        else:
-            a, b = top.row(0, named=True), top.row(1, named=True)
-            m = a["requests_per_s"] / b["requests_per_s"]
-            pair = conc.filter(pl.col("engine").is_in([a["engine"], b["engine"]]))
-            low = pair.filter(pl.col("in_flight") == pair["in_flight"].min())
-            levels = pair["in_flight"].n_unique()
-            out.append(_measured_pair_verdict(
-                f"{c['statement']} — on this host: {engine_label(a['engine'])} against {engine_label(b['engine'])}, "
-                f"distinct prompts ({levels} concurrency level{'' if levels == 1 else 's'} measured)", c["claim_id"],
-                a, b, low, "in_flight", lambda v: f"{v} in flight (the lowest load measured)", "requests_per_s",
-                lower_is_better=False, claimed_family=VLLM, kind="concurrency_threshold",
-                at_claim=f"{engine_label(a['engine'])} {sig2(m)}× the completed requests/s at {a['in_flight']} in flight"))
-    out.append(recommendation_verdict(w, tree, ev))
-    return out
-
-
-def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, base: pl.DataFrame, at_col: str,
-                           at_label, metric: str, *, lower_is_better: bool, at_claim: str, claimed_family: str,
-                           kind: str = "engine_choice"):
-    """A claim that one engine family beats the other, graded by :mod:`kvlab.claims.grading`: CPU runs of two
-    engines cannot decide it (rule 1; the ratio at ``base``, where the claim's mechanism is absent, quoted); GPU
-    runs decide by rule 2 on ``metric`` (spread from its ``*_min*``/``*_max*`` columns where present)."""
-    from kvlab.claims import Repeats, cpu_cross_engine, measured_difference
-
-    a, b = best["engine"], other["engine"]
-    ra = base.filter(pl.col("engine") == a)
-    rb = base.filter(pl.col("engine") == b)
-    kinds = [r.get("device_kind") for r in (best, other)]
-    ns = [best.get("n_runs") or 1, other.get("n_runs") or 1]
-    ratio, where = 1.0, "no setting without the mechanism (none measured)"
-    if ra.height and rb.height:
-        ta, tb = ra[metric][0], rb[metric][0]
-        ratio = tb / ta if lower_is_better else ta / tb  # > 1: ``a`` ahead where the mechanism is absent
-        where = at_label(ra[at_col][0])
-    grade = cpu_cross_engine(a, b, kinds, baseline=ratio, hardware=best.get("hardware"), n=min(ns), baseline_at=where,
-                             scope=f"{best.get('hardware') or 'CPU'}")
-    if grade is not None:
-        fast = a if ratio >= 1 else b
-        only = ra.height and ra[at_col][0] == best.get(at_col)  # the baseline is the claim's own setting
-        number = (f"{at_claim} (the only setting measured, so nothing shows the gap is the claim's mechanism)" if only
-                  else f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}")
-        return grade.verdict(claim, number, claim_id=claim_id, kind=kind)
-
-    def reps(r: dict) -> Repeats:
-        suffix = ("_min_s", "_max_s") if metric.endswith("_s") and metric != "requests_per_s" else ("_min", "_max")
-        name = metric.removesuffix("_s") if suffix[0] == "_min_s" else metric
-        return Repeats.summary(r[metric], r.get(name + suffix[0]), r.get(name + suffix[1]), r.get("n_runs") or 1)
-
-    fam = (registry.family(a) or a) == claimed_family
-    claimed_side, other_side = (best, other) if fam else (other, best)
-    grade = measured_difference(reps(claimed_side), reps(other_side), "lower" if lower_is_better else "higher",
-                                what=f"{engine_label(claimed_side['engine'])} against {engine_label(other_side['engine'])}",
-                                scope=best.get("hardware") or "")
-    return grade.verdict(claim, at_claim, claim_id=claim_id, kind=kind)
+def engine_choice_verdicts(claims: DataFrame, sharing: DataFrame, conc: DataFrame, w, tree, ev) -> list:
+    """Report 06's verdicts: the KV-design article's claims against the measured runs where kvlab has them
+    (:func:`kvlab.claims.choice.claim_verdicts`), then the tree's answer for this workload against the data's."""
+    return [*claim_verdicts(claims, sharing, conc), recommendation_verdict(w, tree, ev)]
 
 
 def recommendation_verdict(w, tree, ev):
@@ -339,9 +222,6 @@ def recommendation_verdict(w, tree, ev):
     factor from CPU runs of two engines cannot decide it (rule 1, the ratio with nothing shared or at the lowest
     load quoted); a modelled one only past the model's held-out test (rule 3: otherwise an illustration,
     inconclusive); 'cannot be tested here' when the data's engine is only the tie-break."""
-    from kvlab.claims import MODEL_SCOPE, cpu_cross_engine
-    from kvlab.verdicts import Verdict
-
     claim = (f"For this workload ({w.context_tokens:,}-token context, {w.shared_fraction:.0%} shared, {w.concurrency} "
              f"in flight, {w.model}) the decision tree says {engine_label(tree.engine)}: do kvlab's data here agree?")
     common = dict(claim_id="engine_choice_recommendation", kind="engine_choice")
@@ -369,8 +249,6 @@ def recommendation_verdict(w, tree, ev):
                        f"{f.margin:.2f}× (measured on GPUs)", **common)
     number = (f"{engine_label(ev.engine)}: {factor_finding(f).split(';')[0]}" if f is not None else engine_label(ev.engine))
     if f is not None and f.held_out is not None:
-        from kvlab.claims import modelled_claim
-
         right, total, error = f.held_out
         ratio = max(f.times) / min(f.times)
         grade = modelled_claim(ev.engine == tree.engine, right, total, ratio - 1, error, value=ratio, unit="×")
@@ -424,7 +302,7 @@ def evidence_gap_sentence(ev: Evidence) -> str | None:
     return None
 
 
-def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: pl.DataFrame) -> str | None:
+def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataFrame) -> str | None:
     """Why the tree and the evidence differ, naming the premise the data contradicts; None when they agree."""
     if tree.engine == ev.engine:
         return None
@@ -435,13 +313,13 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: p
         decided = factor_evidence(ev.deciding) if ev.deciding is not None and ev.deciding.winner else evidence_basis(ev)
         why = [f"The tree says **{tree.engine}** ({tree.reason}); the {ev.decided_by} data say **{ev.engine}** "
                f"({decided})."]
-    on = sharing.filter(pl.col("prefix_caching").fill_null(True) & pl.col("cache_hit_rate").is_not_null())
-    on_vllm = on.filter(pl.col("engine") == VLLM)
-    if w.shared_prefix and tree.engine == SGLANG and not on_vllm.is_empty():
-        near = nearest(on_vllm, "shared_fraction", w.shared_fraction).row(0, named=True)
-        radix = on.filter((pl.col("engine") != VLLM) & (pl.col("shared_fraction") == near["shared_fraction"]))
-        beside = "".join(f" ({engine_label(r['engine'])}'s radix cache: {r['cache_hit_rate']:.0%})"
-                         for r in radix.iter_rows(named=True))
+    on = [r for r in sharing.iter_rows(named=True)
+          if r["prefix_caching"] is not False and r["cache_hit_rate"] is not None]
+    on_vllm = [r for r in on if r["engine"] == VLLM]
+    if w.shared_prefix and tree.engine == SGLANG and on_vllm:
+        near = min(on_vllm, key=lambda r: abs(r["shared_fraction"] - w.shared_fraction))  # the first nearest
+        radix = [r for r in on if r["engine"] != VLLM and r["shared_fraction"] == near["shared_fraction"]]
+        beside = "".join(f" ({engine_label(r['engine'])}'s radix cache: {r['cache_hit_rate']:.0%})" for r in radix)
         why.append(f"The tree's shared-prefix branch assumes vLLM shares no prefixes; measured, vLLM's automatic "
                    f"prefix caching reused {near['cache_hit_rate']:.0%} of prompt tokens at shared fraction "
                    f"{near['shared_fraction']:g}{beside}, so a shared prefix alone does not separate the engines.")
@@ -456,7 +334,7 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: p
     return " ".join(why)
 
 
-def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: pl.DataFrame) -> str:
+def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataFrame) -> str:
     """The report's answer in one paragraph: they disagree (and why), they agree (and on what), or the data's
     engine is only the tie-break."""
     why = disagreement(w, tree, ev, sharing)
@@ -471,7 +349,7 @@ def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence,
     return f"**They agree: {engine_label(tree.engine)}**, on {ev.decided_by} evidence{on}."
 
 
-def concurrency_sentence(conc: pl.DataFrame) -> str:
+def concurrency_sentence(conc: DataFrame) -> str:
     lines = []
     for r in conc.iter_rows(named=True):
         lines.append(f"- {engine_label(r['engine'])}, {r['in_flight']} in flight ({r['hardware']}): **{r['requests_ok']} of "
@@ -483,9 +361,10 @@ def concurrency_sentence(conc: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def examples_frame(examples: list[tuple[str, UserWorkload]]) -> pl.DataFrame:
-    """The document's examples as a table: their tree inputs, the tree's answer and its path."""
-    return pl.DataFrame([{"example": name, "model": ex.model, "context_tokens": ex.context_tokens,
-                          "shared_fraction": round(ex.shared_fraction, 2), "in_flight": ex.concurrency,
-                          "tree": engine_label(ex.tree().engine), "path": " → ".join(a for _, a in ex.tree().path)}
-                         for name, ex in examples])
+def examples_frame(examples: list[tuple[str, UserWorkload]]) -> list[dict]:
+    """The document's examples as a table's rows (for :func:`kvlab.tables.table`): their tree inputs, the tree's
+    answer and its path."""
+    return [{"example": name, "model": ex.model, "context_tokens": ex.context_tokens,
+             "shared_fraction": round(ex.shared_fraction, 2), "in_flight": ex.concurrency,
+             "tree": engine_label(ex.tree().engine), "path": " → ".join(a for _, a in ex.tree().path)}
+            for name, ex in examples]

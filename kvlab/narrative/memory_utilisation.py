@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
 
-from kvlab.engines import engine_label, registry
+from kvlab import tables
+from kvlab.claims.memory import engine_rank as _engine_rank
+from kvlab.claims.memory import fails_outside_pool, headroom_pairs, kv_budget_simulated, memory_claim_verdicts, memory_setting
+from kvlab.claims.memory import signed_pct as _signed_pct
+from kvlab.claims.memory import stats_row as _stats_row
+from kvlab.engines import engine_label
+from kvlab.perfmodel.roofline import Assumptions
 from kvlab.tables import ms
 from kvlab.units import scaled_context, tokens_label
 
+if TYPE_CHECKING:
+    from polars import DataFrame
 
-def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
+__all__ = ["kv_budget_simulated", "memory_claim_verdicts", "memory_setting"]
+
+
+def memory_study_summary(stats: DataFrame, causes: DataFrame) -> str:
     """One line per engine and memory setting: retries, failures, run-time spread, latency."""
     if stats.is_empty():
         return "*No measured runs with a memory setting.*"
     lines = ["### In words (measured)"]
     several = stats["experiment"].n_unique() > 1
+    keys = ("experiment", "engine", "mem_util", "context_tokens")
+    by_point: dict[tuple, list[str]] = {}
+    for c in causes.iter_rows(named=True):
+        by_point.setdefault(tuple(c[k] for k in keys), []).append(f"{c['failed_attempts']}× {c['failure_cause']}")
     for r in stats.iter_rows(named=True):
-        c = causes.filter((pl.col("experiment") == r["experiment"]) & (pl.col("engine") == r["engine"])
-                          & (pl.col("mem_util") == r["mem_util"]) & (pl.col("context_tokens") == r["context_tokens"]))
-        why = ", ".join(f"{n}× {cause}" for cause, n in c.select("failure_cause", "failed_attempts").iter_rows())
+        why = ", ".join(by_point.get(tuple(r[k] for k in keys), []))
         mean, std = r["batch_time_mean_s"], r["batch_time_std_s"]
         time_txt = "no successful run" if mean is None else (
             f"batch time {mean:.3g} s" + (f" ± {std:.2g} s (CV {r['batch_time_cv']:.1%})" if std is not None else "")
@@ -36,7 +49,7 @@ def memory_study_summary(stats: pl.DataFrame, causes: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def memory_conclusion(cmp: pl.DataFrame, stats: pl.DataFrame) -> str:
+def memory_conclusion(cmp: DataFrame, stats: DataFrame) -> str:
     """The memory study's conclusion, aspect by aspect: retries at each setting (over every run), then, at every
     context an engine was measured at both settings, the lower setting against the higher — run time, its spread
     over repeats, and latency (mean request latency and mean TTFT) — with each change's direction and size.
@@ -49,22 +62,28 @@ def memory_conclusion(cmp: pl.DataFrame, stats: pl.DataFrame) -> str:
         return "*No engine was measured at both memory settings at the same context.*"
     lines = ["### Conclusion (measured)"]
     several = cmp["experiment"].n_unique() > 1
-    for (exp,), g in cmp.group_by(["experiment"], maintain_order=True):
-        lo, hi = g["mem_low"][0], g["mem_high"][0]
-        st = stats.filter(pl.col("experiment") == exp)
-        g = g.sort(pl.col("engine").map_elements(_engine_rank, return_dtype=pl.Int64), "context_tokens")
+    by_exp: dict[str, list[dict]] = {}
+    for r in cmp.iter_rows(named=True):
+        by_exp.setdefault(r["experiment"], []).append(r)
+    for exp, g in by_exp.items():
+        lo, hi = g[0]["mem_low"], g[0]["mem_high"]
+        st = stats.filter(stats["experiment"] == exp)
+        g = sorted(g, key=lambda r: (_engine_rank(r["engine"]), r["context_tokens"]))
         if several:
             lines.append(f"\n#### {exp}")
-        compact = g.group_by("engine").len()["len"].max() > 1
-        pairs = g.select("context_label", "context_tokens").unique().sort("context_tokens")
-        scaled = [f"{lab} = {tok:,} tokens" for lab, tok in pairs.iter_rows() if scaled_context(lab, tok) != lab]
+        per_engine: dict[str, list[dict]] = {}
+        for r in g:
+            per_engine.setdefault(r["engine"], []).append(r)
+        compact = max(len(e) for e in per_engine.values()) > 1
+        pairs = sorted({(r["context_label"], r["context_tokens"]) for r in g}, key=lambda p: p[1])
+        scaled = [f"{lab} = {tok:,} tokens" for lab, tok in pairs if scaled_context(lab, tok) != lab]
         if compact and scaled:
             lines.append(f"\nContexts scaled: {', '.join(scaled)}.\n")
         lines.append(f"- **Retries**: {_retries_by_setting(st, [lo, hi])}.")
         times, spreads, lat = [], [], []
-        for (engine,), e in g.group_by(["engine"], maintain_order=True):
+        for engine, e in per_engine.items():
             t_parts, s_parts, l_parts = [], [], []
-            for r in e.iter_rows(named=True):
+            for r in e:
                 ctx = r["context_label"] if compact else scaled_context(r["context_label"], r.get("context_tokens"))
                 low, high = (_stats_row(st, r, u) for u in (lo, hi))
                 t_lo, t_hi = r["batch_time_mean_s_low"], r["batch_time_mean_s_high"]
@@ -106,7 +125,7 @@ def memory_conclusion(cmp: pl.DataFrame, stats: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def headroom_sentences(head: pl.DataFrame) -> str:
+def headroom_sentences(head: DataFrame) -> str:
     """How many sequences fit at each memory setting, per DCP size and context (modelled), then what the model's
     *fits* column says and what it rests on (read from each row's ``reason``), so a reader never takes a restated
     assumption for a prediction."""
@@ -133,37 +152,31 @@ def _relative(new: float, old: float, more: str = "higher", less: str = "lower")
     return f"{pct:.1%} {more if ratio > 1 else less}" if pct < 0.1 else f"{pct:.0%} {more if ratio > 1 else less}"
 
 
-def _retries_by_setting(stats: pl.DataFrame, settings: list[float]) -> str:
+def _retries_by_setting(stats: DataFrame, settings: list[float]) -> str:
     """'0 at 0.92 (4 runs) and 1 at 0.95 (2 runs: sglang-jax at 200K (6,400 tok))', failed runs added when any."""
     parts, failed = [], []
+    rows = stats.to_dicts()
     for u in settings:
-        s = stats.filter(pl.col("mem_util") == u)
+        s = [r for r in rows if r["mem_util"] == u]
         where = [f"{r['engine']} at {scaled_context(r['context_label'], r.get('context_tokens'))}"
-                 for r in s.filter(pl.col("retries") > 0).iter_rows(named=True)]
-        runs = int(s["runs"].sum())
-        parts.append(f"{int(s['retries'].sum())} at {u:g} ({runs} run{'' if runs == 1 else 's'}"
+                 for r in s if (r["retries"] or 0) > 0]
+        runs = sum(r["runs"] or 0 for r in s)
+        parts.append(f"{sum(r['retries'] or 0 for r in s)} at {u:g} ({runs} run{'' if runs == 1 else 's'}"
                      + (f": {', '.join(where)}" if where else "") + ")")
-        n_failed = int(s["runs_failed"].sum())
+        n_failed = sum(r["runs_failed"] or 0 for r in s)
         if n_failed:
             failed.append(f"{n_failed} at {u:g}")
     return " and ".join(parts) + ("; failed runs: " + ", ".join(failed) if failed else "; no run failed")
 
 
-def _stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
-    """The memory-study row of ``r``'s engine and context at ``mem_util``."""
-    hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_tokens") == r["context_tokens"])
-                       & (pl.col("mem_util") == mem_util))
-    return hit.row(0, named=True) if hit.height else None
-
-
-def claims_list(claims: pl.DataFrame) -> str:
+def claims_list(claims: DataFrame) -> str:
     """The document's statements as a list, each with where it says so."""
     if claims.is_empty():
         return "*The document makes no claim of this kind.*"
     return "\n".join(f"- “{s}” ({c})" for s, c in claims.select("statement", "citation").iter_rows())
 
 
-def headroom_intro(head: pl.DataFrame, gpu: str, model: str, article: pl.DataFrame | None = None) -> str:
+def headroom_intro(head: DataFrame, gpu: str, model: str, article: DataFrame | None = None) -> str:
     """What the modelled headroom is of: the model, GPUs and DCP sizes, and the article's own set-up when it differs."""
     tp = head["tp"][0] if "tp" in head.columns and head.height else 8
     dcps = sorted(head["dcp"].unique().to_list())
@@ -178,22 +191,23 @@ def headroom_intro(head: pl.DataFrame, gpu: str, model: str, article: pl.DataFra
     return text
 
 
-def fits_sentence(head: pl.DataFrame) -> str:
+def fits_sentence(head: DataFrame) -> str:
     """What the model's *fits* column says at each memory setting and what it rests on: KV room for one sequence,
     weights within the target, and memory left outside the target against an assumed need (an assumption set from
     the B300 article's own report, so a *fits = false* there restates the article rather than predicting it)."""
-    from kvlab.perfmodel.roofline import Assumptions
-
     frac = Assumptions().outside_pool_fraction
     parts, restated = [], False
-    for (u,), g in head.sort("mem_util").group_by(["mem_util"], maintain_order=True):
-        bad = g.filter(~pl.col("fits"))
-        if bad.is_empty():
+    by_util: dict[float, list[dict]] = {}
+    for r in sorted(head.iter_rows(named=True), key=lambda r: r["mem_util"]):
+        by_util.setdefault(r["mem_util"], []).append(r)
+    for u, g in by_util.items():
+        bad = [r for r in g if r["fits"] is False]
+        if not bad:
             parts.append(f"every row fits at {u:g}")
             continue
-        r = bad.row(0, named=True)
-        n = f"{bad.height} of {g.height} rows"
-        if "left outside the target" in r["reason"]:
+        r = bad[0]
+        n = f"{len(bad)} of {len(g)} rows"
+        if fails_outside_pool(r):  # short outside the pool, not of KV room or of room for the weights
             outside = r["outside_pool_gib_per_gpu"]
             need = r.get("outside_need_gib_per_gpu") or frac * outside / (1 - u)
             parts.append(f"at {u:g} it marks {n} as not fitting — not for lack of KV room, but because {u:g} leaves "
@@ -211,7 +225,7 @@ def fits_sentence(head: pl.DataFrame) -> str:
     return text
 
 
-def headroom_caption(head: pl.DataFrame) -> str:
+def headroom_caption(head: DataFrame) -> str:
     """One sentence for the headroom figure: how much more the higher setting fits, and what DCP multiplies it by."""
     us = sorted(head["mem_util"].unique().to_list())
     if not head.height:
@@ -219,25 +233,19 @@ def headroom_caption(head: pl.DataFrame) -> str:
     lo, hi = us[0], us[-1]
     text = "Modelled"
     if lo != hi:
-        w = (head.filter(pl.col("mem_util") == lo).select("dcp", "context_tokens", pl.col("max_concurrent_seqs").alias("a"))
-             .join(head.filter(pl.col("mem_util") == hi).select("dcp", "context_tokens",
-                                                                pl.col("max_concurrent_seqs").alias("b")),
-                   on=["dcp", "context_tokens"]).filter(pl.col("a") > 0).sort("dcp", "context_tokens"))
-        gain = (w["b"] / w["a"] - 1).to_list()
+        w = sorted(headroom_pairs(head, "mem_util", lo, hi), key=lambda r: (r["dcp"], r["context_tokens"]))
+        gain = [r["b"] / r["a"] - 1 for r in w]
         if not gain:
             return (f"Modelled: not one sequence fits at {lo:g} in any configuration shown "
                     f"({head['reason'][0]}), so there is no room to compare.")
         g_txt = (f"{min(gain):.0%}" if round(min(gain), 2) == round(max(gain), 2)
                  else f"{min(gain) * 100:.0f}–{max(gain):.0%}")
-        ex = w.filter(pl.col("dcp") == w["dcp"].min()).row(-1, named=True)
+        ex = [r for r in w if r["dcp"] == min(x["dcp"] for x in w)][-1]
         text += (f": {hi:g} fits {g_txt} more sequences than {lo:g} at every context and DCP size shown "
                  f"(DCP {ex['dcp']}, {tokens_label(ex['context_tokens'])}: {ex['b']:,} vs {ex['a']:,})")
     dcps = sorted(head["dcp"].unique().to_list())
     if len(dcps) > 1:
-        base = head.filter(pl.col("dcp") == dcps[0]).select("mem_util", "context_tokens", pl.col("max_concurrent_seqs").alias("a"))
-        top = head.filter(pl.col("dcp") == dcps[-1]).select("mem_util", "context_tokens", pl.col("max_concurrent_seqs").alias("b"))
-        x = base.join(top, on=["mem_util", "context_tokens"]).filter(pl.col("a") > 0)
-        r = (x["b"] / x["a"]).to_list()
+        r = [x["b"] / x["a"] for x in headroom_pairs(head, "dcp", dcps[0], dcps[-1])]
         if r:
             r_txt = f"{min(r):.1f}×" if round(min(r), 1) == round(max(r), 1) else f"{min(r):.1f}–{max(r):.1f}×"
             text += f"{';' if lo != hi else ':'} DCP {dcps[-1]} fits {r_txt} as many as DCP {dcps[0]}"
@@ -247,52 +255,51 @@ def headroom_caption(head: pl.DataFrame) -> str:
     return text + "."
 
 
-def memory_table(stats: pl.DataFrame):
+def memory_table(stats: DataFrame):
     """The memory study as a reader's table: one row per engine, context and setting (settings of one context side
     by side), with the spread and counters only where some run has them."""
-    from kvlab import tables
-
     several = stats["experiment"].n_unique() > 1
-    s = stats.with_columns((pl.col("batch_time_cv") * 100).alias("batch_time_cv_pct"))
-    s = s.with_columns(pl.col("engine").map_elements(_engine_rank, return_dtype=pl.Int64).alias("_rank")).sort(
-        *(["experiment"] if several else []), "_rank", "engine", "context_tokens", "mem_util")
+    s = [r | {"batch_time_cv_pct": None if r["batch_time_cv"] is None else r["batch_time_cv"] * 100}
+         for r in stats.iter_rows(named=True)]
+    s.sort(key=lambda r: ((r["experiment"],) if several else ()) + (_engine_rank(r["engine"]), r["engine"],
+                                                                      r["context_tokens"], r["mem_util"]))
     cols = {"experiment": "experiment"} if several else {}
     cols |= {"engine": "engine", "context_label": "context", "context_tokens": "context (tokens)",
              "mem_util": "memory utilisation", "runs": "runs", "runs_ok": "runs succeeded", "retries": "retries"}
-    if s["runs_failed"].sum():
+    if sum(r["runs_failed"] or 0 for r in s):
         cols["runs_failed"] = "runs failed"
     cols["batch_time_mean_s"] = "batch time, mean (s)"
-    if s["batch_time_cv_pct"].drop_nulls().len():
+    if any(r["batch_time_cv_pct"] is not None for r in s):
         cols["batch_time_cv_pct"] = "batch-time spread, CV (%)"
     cols |= {"ttft_mean_ms": "mean TTFT (ms)", "e2e_mean_ms": "mean request latency (ms)"}
-    if "preemptions" in s.columns and s["preemptions"].drop_nulls().len():
+    if "preemptions" in stats.columns and any(r["preemptions"] is not None for r in s):
         cols["preemptions"] = "preemptions"
-    return tables.table(s, cols)
+    return tables.table(s or stats.clear(), cols)
 
 
-def memory_caption(stats: pl.DataFrame, cmp: pl.DataFrame) -> str:
+def memory_caption(stats: DataFrame, cmp: DataFrame) -> str:
     """One sentence for the memory-study figure: retries at each setting, then at the largest context measured at
     both settings, batch time and mean request latency at the lower setting against the higher, per engine."""
     if stats.is_empty():
         return "Measured: no run with a memory setting."
     us = sorted(stats["mem_util"].unique().to_list())
-    retries = {u: int(stats.filter(pl.col("mem_util") == u)["retries"].sum()) for u in us}
+    retries = {u: sum(r["retries"] or 0 for r in stats.iter_rows(named=True) if r["mem_util"] == u) for u in us}
     failed = int(stats["runs_failed"].sum())
     text = ("Measured: " + ("no retry" if not any(retries.values()) else
                            ", ".join(f"{n} retr{'y' if n == 1 else 'ies'} at {u:g}" for u, n in retries.items()))
             + ("" if any(retries.values()) else " at any setting")
             + (f", {failed} failed run{'s' if failed != 1 else ''}" if failed else ", no failed run"))
-    ok = cmp.filter(pl.col("time_ratio").is_not_null())
-    if ok.height:
-        top = ok["context_tokens"].max() if "context_tokens" in ok.columns else None
-        at = ok.filter(pl.col("context_tokens") == top) if top is not None else ok
-        at = at.sort(pl.col("engine").map_elements(_engine_rank, return_dtype=pl.Int64))
-        r0 = at.row(0, named=True)
+    ok = [r for r in cmp.iter_rows(named=True) if r["time_ratio"] is not None]
+    if ok:
+        top = max(r["context_tokens"] for r in ok) if "context_tokens" in cmp.columns else None
+        at = [r for r in ok if top is None or r["context_tokens"] == top]
+        at = sorted(at, key=lambda r: _engine_rank(r["engine"]))
+        r0 = at[0]
         lo, hi = r0["mem_low"], r0["mem_high"]
         times = " and ".join(f"{_relative(r['batch_time_mean_s_low'], r['batch_time_mean_s_high'], 'longer', 'shorter')} "
-                             f"for {engine_label(r['engine'])}" for r in at.iter_rows(named=True))
+                             f"for {engine_label(r['engine'])}" for r in at)
         lat = []
-        for r in at.iter_rows(named=True):
+        for r in at:
             a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
             if a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]:
                 lat.append(f"{_relative(a['e2e_mean_ms'], b['e2e_mean_ms'])} for {engine_label(r['engine'])}")
@@ -301,19 +308,28 @@ def memory_caption(stats: pl.DataFrame, cmp: pl.DataFrame) -> str:
     return text + "."
 
 
-def kv_budget_simulated(runs: pl.DataFrame) -> bool:
-    """Whether the measured runs' memory setting is a simulated KV-cache budget: no GPU served them (CPU runs map
-    the setting to an explicit KV budget; see data/experiments/cpu_long_context.yaml)."""
-    m = runs.filter(pl.col("source") == "measured")
-    return m.height > 0 and not (m["gpu_count"].fill_null(0) > 0).any()
-
-
-def memory_scope(runs: pl.DataFrame) -> str:
+def memory_scope(runs: DataFrame) -> str:
     """What the measured memory study can and cannot test on the host that ran it."""
-    m = runs.filter(pl.col("source") == "measured")
+    m = runs.filter(runs["source"] == "measured")
     if m.is_empty():
         return ""
-    if kv_budget_simulated(m):
+    setting = memory_setting(m)
+    if setting == "host_reserve":
+        return ("**What this host tests.** These runs had no GPU and no explicit KV-cache budget: each memory setting "
+                "is the share of host memory vLLM's CPU build reserves, and it refuses to start when that much is not "
+                "free. Retries here are those start-up refusals on this host's free memory — the CPU twin of a GPU's "
+                "start-up memory check. They do not test the article's OOM retries, which on a GPU come from "
+                "activations, CUDA graphs and communication buffers overflowing the memory left outside the KV pool. "
+                "The verdicts at the top say so claim by claim.")
+    if setting is None:
+        return ("**What this host tests.** These runs record neither a KV-cache budget nor the device they ran on, so "
+                "what their memory setting meant is not known here: the verdicts at the top do not take the article's "
+                "OOM claims as tested.")
+    if setting == "mixed":
+        return ("**What this host tests.** These runs mix memory settings of different meaning (explicit KV-cache "
+                "budgets and host-memory reserves, or CPU and GPU runs): read each experiment on its own. The "
+                "verdicts at the top do not take the article's OOM claims as tested.")
+    if setting == "kv_budget":
         return ("**What this host tests.** These runs had no GPU: kvlab maps each memory setting to an explicit "
                 "KV-cache budget (a simulated device), so the lower setting only means less KV room — fewer requests "
                 "held at once. That tests the capacity side of the trade-off (run time, latency). It does not test the "
@@ -326,186 +342,25 @@ def memory_scope(runs: pl.DataFrame) -> str:
             "directly, for this hardware and model.")
 
 
-def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.DataFrame,
-                          head: pl.DataFrame | None = None, simulated: bool = True) -> list:
-    """The B300 article's two memory claims (``memory_095``: the higher setting caused OOM retries with either
-    engine; ``memory_092``: the lower one removed them and stabilised run time, at slightly higher latency) against
-    the measured memory study and, for the first, the physical model. ``simulated``: the runs' setting is a simulated
-    KV budget (no GPU), so the OOM parts cannot be tested; the latency part compares each engine with itself at the
-    two settings and is graded by rule 2 of :mod:`kvlab.claims.grading` (n ≥ 3 per side, ranges apart, one sign
-    across engines and metrics). The setting a claim is about is its ``stated_value``."""
-    from dataclasses import replace
-
-    from kvlab.claims import MIN_REPEATS, Repeats, combined, measured_difference
-    from kvlab.verdicts import Verdict
-
-    out = []
-    us = sorted(stats["mem_util"].unique().to_list()) if stats.height else []
-    lo, hi = (us[0], us[-1]) if us else (None, None)
-    host = ("on this host the setting is a simulated KV-cache budget, so the GPU memory outside the KV pool, where "
-            "those OOMs arise, is not exercised" if simulated else "measured on this host's GPUs")
-    scope = ("CPU, simulated KV-cache budget" if simulated else "this host's GPUs")
-    untestable = ("the setting here is a simulated KV-cache budget: the GPU memory outside the KV pool, where the "
-                  "claimed OOMs arise, is not exercised")
-
-    def retries(u: float) -> tuple[int, int, list[str]]:
-        s = stats.filter(pl.col("mem_util") == u)
-        per = s.group_by("engine").agg(pl.col("retries").sum()).sort(pl.col("engine").map_elements(
-            _engine_rank, return_dtype=pl.Int64))
-        return (int(s["retries"].sum()), int(s["runs"].sum()),
-                [f"{engine_label(e)} {n}" for e, n in per.iter_rows()])
-
-    for c in claims.filter(pl.col("kind") == "memory").iter_rows(named=True):
-        cid, statement = c["claim_id"], c["statement"]
-        u = c.get("stated_value")
-
-        def V(claim, outcome, evidence, number, reason, **kw):  # noqa: N802 - a verdict of this claim
-            kw.setdefault("scope", scope if evidence == "measured" else "model fitted to the published table")
-            return Verdict(claim, outcome, evidence, number, claim_id=cid, kind="memory_setting", reason=reason, **kw)
-
-        if stats.is_empty() and cid in ("memory_095", "memory_092"):
-            out.append(V(statement, "cannot be tested here", "measured", "no measured run with a memory setting",
-                         "no measured run with a memory setting"))
-            if cid == "memory_092":
-                continue
-        if cid == "memory_095":
-            u = u or hi
-            if u not in us:
-                if us:
-                    out.append(V(statement, "cannot be tested here", "measured", f"no measured run at {u:g}",
-                                 f"no measured run at {u:g}"))
-            else:
-                n, runs, per = retries(u)
-                every = stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("retries").sum())
-                fewest = int(stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("runs").sum())
-                             ["runs"].min())
-                outcome = ("cannot be tested here" if simulated else "inconclusive" if fewest < MIN_REPEATS else
-                           "reproduced" if (every["retries"] > 0).all() else "contradicted")
-                out.append(V(f"{statement} — {host}", outcome, "measured",
-                             f"{n} retr{'y' if n == 1 else 'ies'} in {runs} run{'' if runs == 1 else 's'} at {u:g} "
-                             f"({', '.join(per)})",
-                             untestable if simulated else
-                             f"n={fewest} runs for one engine, fewer than the {MIN_REPEATS} repeats a measured "
-                             "verdict needs" if fewest < MIN_REPEATS else "retries counted at the claimed setting on GPUs",
-                             value=float(n), unit="retries", n=fewest))
-            if head is not None and head.height and u in head["mem_util"].to_list():
-                h = head.filter(pl.col("mem_util") == u)
-                short = (pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu")
-                         if "outside_need_gib_per_gpu" in h.columns else pl.lit(False))
-                bad = h.filter(~pl.col("fits") & short)
-                value = None
-                if bad.height:
-                    from kvlab.perfmodel.roofline import Assumptions
-
-                    r = bad.row(0, named=True)
-                    need = r.get("outside_need_gib_per_gpu") or \
-                        Assumptions().outside_pool_fraction * r["outside_pool_gib_per_gpu"] / (1 - u)
-                    value = r["outside_pool_gib_per_gpu"]
-                    number = (f"{r['outside_pool_gib_per_gpu']:.1f} GiB/GPU left outside the target at {u:g} < {need:.1f} "
-                              "GiB assumed need — an assumption taken from this claim")
-                elif h["fits"].all():
-                    number = (f"every configuration fits at {u:g}; the model's memory check rests on an assumed need "
-                              "set from this claim")
-                else:
-                    number = f"at {u:g}: {h.filter(~pl.col('fits'))['reason'][0]}"
-                out.append(V(f"{statement} — kvlab's physical model", "cannot be tested here", "modelled", number,
-                             "the model's memory check rests on a need outside the pool chosen from this very claim",
-                             value=value, unit="GiB/GPU" if value is not None else ""))
-        elif cid == "memory_092":
-            u = u or lo
-            first, _, last = statement.partition(", at ")  # the claim's two parts, worded apart (decides nothing)
-            if lo is None or lo == hi:
-                out.append(V(statement, "cannot be tested here", "measured", "no engine measured at two settings",
-                             "no engine measured at two settings"))
-                continue
-            n_lo, runs_lo, _ = retries(lo)
-            n_hi, runs_hi, _ = retries(hi)
-            spreads = []
-            for r in cmp.iter_rows(named=True):
-                a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
-                if a and b and (a["runs_ok"] or 0) > 1 and (b["runs_ok"] or 0) > 1:
-                    spreads.append((r, a["batch_time_cv"], b["batch_time_cv"]))
-            lower = sum(x < y for _, x, y in spreads)
-            spread = ("spread: one run per setting" if not spreads else
-                      f"spread (CV) {spreads[0][1]:.1%} at {lo:g} vs {spreads[0][2]:.1%} at {hi:g}" if len(spreads) == 1
-                      else f"spread (CV) lower at {lo:g} in {lower} of {len(spreads)} engine–context pairs")
-            number = f"retries: {n_lo} at {lo:g}, {n_hi} at {hi:g}; {spread}"
-            fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())  # per engine, context, setting
-            counts = dict(value=float(n_lo), unit="retries", n=fewest)
-            if simulated:
-                out.append(V(f"{first} — on this host there is no GPU OOM to remove (simulated KV budget)",
-                             "cannot be tested here", "measured", number, untestable, **counts))
-            elif n_hi == 0:
-                out.append(V(f"{first} — measured on this host's GPUs", "cannot be tested here", "measured",
-                             number + f" (no retry at {hi:g} to remove)", f"no retry at {hi:g} to remove", **counts))
-            elif fewest < MIN_REPEATS:
-                out.append(V(f"{first} — measured on this host's GPUs", "inconclusive", "measured", number,
-                             f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))
-            else:
-                ok = n_lo == 0 and (not spreads or lower > len(spreads) / 2)
-                out.append(V(f"{first} — measured on this host's GPUs", "reproduced" if ok else "contradicted",
-                             "measured", number, "retries and run-time spread counted at both settings", **counts))
-            lat, parts = [], []
-            at = cmp.filter(pl.col("context_tokens") == cmp["context_tokens"].max()) if cmp.height else cmp
-            for r in sorted(at.iter_rows(named=True), key=lambda r: _engine_rank(r["engine"])):
-                a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
-                if not (a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]):
-                    continue
-                lat.append((r, a["e2e_mean_ms"] / b["e2e_mean_ms"]))
-                for metric, what in (("e2e", "mean request latency"), ("ttft", "mean TTFT")):
-                    if a[f"{metric}_mean_ms"] and b[f"{metric}_mean_ms"]:
-                        parts.append(measured_difference(
-                            *(Repeats.summary(x[f"{metric}_mean_ms"], x.get(f"{metric}_min_ms"),
-                                              x.get(f"{metric}_max_ms"), x["runs_ok"]) for x in (a, b)),
-                            "higher", what=f"{engine_label(r['engine'])} {what}, {lo:g} against {hi:g}", scope=scope))
-            claim = (f"Lowering the target to {lo:g} comes at {last or 'higher latency'} — "
-                     + (f"on this host {lo:g} is a smaller simulated KV budget, so fewer requests run at once: "
-                        "each engine against itself" if simulated else "measured on this host's GPUs"))
-            if not lat:
-                out.append(V(claim, "cannot be tested here", "measured", "no latency measured at both settings",
-                             "no latency measured at both settings"))
-                continue
-            r0 = lat[0][0]
-            grade = combined(parts)
-            number = (f"mean request latency at {lo:g} against {hi:g}, "
-                      f"{scaled_context(r0['context_label'], r0.get('context_tokens'))}: "
-                      + ", ".join(f"{engine_label(r['engine'])} {_signed_pct(x - 1)}"
-                                  for r, x in sorted(lat, key=lambda t: _engine_rank(t[0]["engine"])))
-                      + (f" (n={grade.n} per setting)" if grade.n is not None else ""))
-            out.append(replace(grade.verdict(claim, number, claim_id=cid, kind="memory_setting"), scope=scope))
-        else:
-            out.append(V(statement, "cannot be tested here", "measured", "no test of this claim in this report",
-                         "no test of this claim in this report"))
-    return out
-
-
-def _engine_rank(engine: str) -> int:
-    """Engines in the order every report lists them (vLLM, SGLang, sglang-jax), unknown ones last."""
-    return registry.order(engine)
-
-
-def _signed_pct(x: float) -> str:
-    """+0.016 → '+1.6%', −0.35 → '−35%' (a true minus sign; one decimal below 10%)."""
-    text = f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
-    return text.replace("-", "−")
-
-
 #: What each server counter is, as a reader names it.
 COUNTER_NAMES = {"server_preemptions": "preemptions", "server_prompt_tokens": "prompt tokens",
                  "server_generation_tokens": "generated tokens", "server_prefix_cache_queries": "prefix-cache queries",
                  "server_prefix_cache_hits": "prefix-cache hits"}
 
 
-def counters_note(runs: pl.DataFrame) -> str:
+def counters_note(runs: DataFrame) -> str:
     """Engines whose server counters are missing in every measured run, the counters named in words: shown empty
     (not available), never as 0."""
-    m = runs.filter(pl.col("source") == "measured")
-    cols = [c for c in m.columns if c.startswith("server_")]
+    cols = [c for c in runs.columns if c.startswith("server_")]
+    per_engine: dict[str, list[dict]] = {}
+    for r in runs.iter_rows(named=True):
+        if r["source"] == "measured":
+            per_engine.setdefault(r["engine"], []).append(r)
     lines = []
-    for (engine,), g in m.group_by(["engine"], maintain_order=True):
-        missing = [c for c in cols if g[c].null_count() == g.height]
+    for engine, g in per_engine.items():
+        missing = [c for c in cols if all(r[c] is None for r in g)]
         names = ", ".join(COUNTER_NAMES.get(c, c.removeprefix("server_").replace("_", " ")) for c in missing)
-        runs_txt = f"{g.height} run{'' if g.height == 1 else 's'}"
+        runs_txt = f"{len(g)} run{'' if len(g) == 1 else 's'}"
         if missing and len(missing) == len(cols):
             lines.append(f"- {engine} reported no server counters ({names}) in any of its {runs_txt}: "
                          "tables show them empty (–, not available), never as 0.")

@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-from kvlab.units import sig2
+from typing import TYPE_CHECKING
 
-import polars as pl
-
+from kvlab import tables
+from kvlab.claims.sharing import (
+    _prefix_bracket, _prefix_times, gain_points, prefix_verdicts, radix_paged_pairs, sharing_points, turn_points,
+)
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.tables import ms, percent
+
+if TYPE_CHECKING:
+    from polars import DataFrame
+
+__all__ = ["prefix_verdicts"]
+
+
+def _rank(engine: str) -> int:
+    """An engine's place in the order every prefix figure and table lists them (kvlab.engines.registry.order),
+    unknown ones last."""
+    return registry.order(engine)
+
+
+def _groups(rows, *keys: str) -> dict:
+    """``rows`` grouped by ``keys`` (one key: its value; several: a tuple), in order of first appearance."""
+    out: dict = {}
+    for r in rows:
+        out.setdefault(r[keys[0]] if len(keys) == 1 else tuple(r[k] for k in keys), []).append(r)
+    return out
 
 
 #: The article's claims report 05 tests, each with how it tests them (the article's other claims are 06's).
@@ -15,54 +36,25 @@ PREFIX_CLAIMS = {
     "vllm_no_prefix_sharing": "vLLM's CPU build with automatic prefix caching on (its default) and off: the share of "
                               "prompt tokens it served from its cache",
     "sglang_radix_sharing": "SGLang (on a CPU host, PyTorch SGLang with torch-native kernels; sglang-jax, its JAX "
-                            "runtime, keeps the same radix cache): the share of prompt tokens served from the cache, "
-                            "and which requests found the prefix there",
+                            "runtime, keeps the same radix cache): the share of prompt tokens served from the cache",
+    "sglang_radix_suffix": "the same runs: which requests found the prefix in the radix cache (each request after "
+                           "the first should compute only its own suffix)",
     "shared_prefix_threshold": "both engines below and above 30% shared: which finishes the batch first, and "
                                "whether what the cache saves jumps at 30%",
 }
 
 
-def _prefix_engine_order() -> pl.Expr:
-    """Engines in display order (kvlab.engines.registry.order), unknown ones last."""
-    return pl.col("engine").replace_strict({e: registry.order(e) for e in registry.ENGINE_NAMES},
-                                           default=len(registry.ENGINE_NAMES), return_dtype=pl.Int64)
-
-
-def _prefix_times(x: float, more: str = "shorter", less: str = "longer") -> str:
-    """A ratio with its direction: 1.37 → '1.37× shorter', 0.96 → '1.04× longer', 1.002 → 'unchanged (1.00×)'."""
-    if abs(x - 1) < 0.005:
-        return "unchanged (1.00×)"
-    return f"{x:.2f}× {more}" if x > 1 else f"{1 / x:.2f}× {less}"
-
-
-def prefix_claims_table(claims: pl.DataFrame):
+def prefix_claims_table(claims: DataFrame):
     """The claims this report tests, each beside how it tests them (the source is said once, below the table)."""
-    from kvlab import tables
-
-    c = claims.filter(pl.col("claim_id").is_in(list(PREFIX_CLAIMS))).with_columns(
-        pl.col("claim_id").replace_strict(PREFIX_CLAIMS, default=None).alias("tested_by"))
+    c = [{"statement": r["statement"], "tested_by": PREFIX_CLAIMS[r["claim_id"]]}
+         for r in claims.iter_rows(named=True) if r["claim_id"] in PREFIX_CLAIMS]
     return tables.table(c, {"statement": "what the article says", "tested_by": "how this report tests it"})
 
 
-def sharing_table(sharing: pl.DataFrame, block_tokens: int = 128):
+def sharing_table(sharing: DataFrame, block_tokens: int = 128):
     """One row per engine and shared fraction: the cache on beside off (hit rate, mean TTFT, median batch time) and
     the two ideals, rates in %; spread columns only where points have repeats."""
-    from kvlab import tables
-
-    keys = ["engine", "shared_fraction"]
-
-    def side(on: bool, sfx: str) -> pl.DataFrame:
-        return sharing.filter(pl.col("prefix_caching") == on).select(
-            *keys, (pl.col("cache_hit_rate") * 100).round(1).alias(f"hit_{sfx}"), pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"),
-            pl.col("batch_time_s").alias(f"batch_{sfx}"), pl.col("batch_time_std_s").alias(f"std_{sfx}"),
-            pl.col("n_runs").alias(f"runs_{sfx}"))
-
-    base = sharing.group_by(keys).agg(pl.col("shared_prefix_tokens").first(),
-                                      (pl.col("ideal_hit_rate").first() * 100).round(1).alias("ideal"),
-                                      (pl.col("block_ideal_hit_rate").first() * 100).round(1).alias("block"))
-    t = (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
-         .with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"))
-         .sort(_prefix_engine_order(), "shared_fraction"))
+    t = sharing_points(sharing)
     cols = {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)", "shared_prefix_tokens": "shared prefix (tokens)",
             "hit_on": "cache-hit rate, cache on (%)", "hit_off": "cache-hit rate, cache off (%)",
             "ideal": "ideal, token-exact (%)", "block": f"ideal in whole {block_tokens}-token blocks (%)",
@@ -83,38 +75,23 @@ def sharing_table(sharing: pl.DataFrame, block_tokens: int = 128):
     return tables.table(t, cols, caption="; ".join(notes))
 
 
-def gain_table(gain: pl.DataFrame):
+def gain_table(gain: DataFrame):
     """Per engine and shared fraction: what the prefix cache buys (off ÷ on), rates in %."""
-    from kvlab import tables
-
-    t = gain.with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"),
-                          (pl.col("cache_hit_rate_on") * 100).round(1).alias("hit_on"),
-                          (pl.col("time_saved") * 100).round(1).alias("saved")).sort(_prefix_engine_order(), "shared_fraction")
-    return tables.table(t, {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)",
+    return tables.table(gain_points(gain), {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)",
                             "hit_on": "cache-hit rate, cache on (%)", "ttft_speedup": "mean TTFT, off ÷ on (×)",
                             "batch_speedup": "median batch time, off ÷ on (×)",
                             "saved": "batch time saved by the cache (%)"})
 
 
-def turns_table(by_turn: pl.DataFrame):
+def turns_table(by_turn: DataFrame):
     """Per engine and turn: prompt length, tokens served from the cache and mean TTFT with the cache on beside off."""
-    from kvlab import tables
-
-    keys = ["engine", "turn"]
-
-    def side(on: bool, sfx: str) -> pl.DataFrame:
-        return by_turn.filter(pl.col("prefix_caching") == on).select(
-            *keys, pl.col("cached_tokens").alias(f"cached_{sfx}"), (pl.col("cached_share") * 100).round(1).alias(f"share_{sfx}"),
-            pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"), pl.col("cached_reported").alias(f"reported_{sfx}"))
-
-    base = by_turn.group_by(keys).agg(pl.col("prompt_tokens").first(), pl.col("requests").first())
-    t = (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
-         .with_columns((pl.col("ttft_off") / pl.col("ttft_on")).alias("ratio")).sort(_prefix_engine_order(), "turn"))
+    t = turn_points(by_turn)
     cols = {"engine": "engine", "turn": "turn", "prompt_tokens": "prompt (tokens)", "requests": "conversations",
             "cached_on": "cached per request, cache on (tokens)", "share_on": "share of prompt cached, cache on (%)",
             "cached_off": "cached per request, cache off (tokens)", "ttft_on": "mean TTFT, cache on (ms)",
             "ttft_off": "mean TTFT, cache off (ms)", "ratio": "mean TTFT, off ÷ on (×)"}
-    if t.filter((pl.col("reported_on") != pl.col("requests")) | (pl.col("reported_off") != pl.col("requests"))).height:
+    if any((r["reported_on"] is not None and r["reported_on"] != r["requests"])
+           or (r["reported_off"] is not None and r["reported_off"] != r["requests"]) for r in t.iter_rows(named=True)):
         cols |= {"reported_on": "requests reporting a cached count, cache on",
                  "reported_off": "requests reporting a cached count, cache off"}
     off = t["cached_off"].drop_nulls()
@@ -125,14 +102,14 @@ def turns_table(by_turn: pl.DataFrame):
     return tables.table(t, cols, caption=caption)
 
 
-def ideal_reuse_caption(ideal: pl.DataFrame, prompt_tokens: int, requests: int, block_tokens: int,
+def ideal_reuse_caption(ideal: DataFrame, prompt_tokens: int, requests: int, block_tokens: int,
                         threshold: float) -> str:
     """What the modelled ideal-reuse figure shows: the straight token-exact line, and where whole blocks lose most."""
     if ideal.is_empty():
         return "Modelled: no shared fraction given."
-    top = ideal.sort("shared_fraction").row(-1, named=True)
-    gap = ideal.with_columns((pl.col("ideal_hit_rate") - pl.col("block_hit_rate")).alias("d")).sort(
-        "d", descending=True).row(0, named=True)
+    rows = ideal.to_dicts()
+    top = max(rows, key=lambda r: r["shared_fraction"])
+    gap = max(({**r, "d": r["ideal_hit_rate"] - r["block_hit_rate"]} for r in rows), key=lambda r: r["d"])
     return (f"Modelled for {requests} requests of {prompt_tokens:,} tokens: a token-exact cache could serve at most "
             f"{top['ideal_hit_rate']:.0%} of prompt tokens at {top['shared_fraction']:.0%} shared, on a straight line "
             f"(shared fraction × {requests - 1}/{requests}) with no step at the article's {threshold:.0%}; a cache of "
@@ -140,35 +117,36 @@ def ideal_reuse_caption(ideal: pl.DataFrame, prompt_tokens: int, requests: int, 
             f"({gap['block_hit_rate']:.0%} against {gap['ideal_hit_rate']:.0%} at {gap['shared_fraction']:.0%} shared).")
 
 
-def prefix_sharing_caption(sharing: pl.DataFrame) -> str:
+def prefix_sharing_caption(sharing: DataFrame) -> str:
     """What the measured prefix-sharing figure shows: each engine's hit rate at the most shared fraction against
     its ideal, the caches off, and which engine finishes the batch first with and without sharing."""
-    on = sharing.filter(pl.col("prefix_caching") & pl.col("cache_hit_rate").is_not_null())
-    if on.is_empty():
+    rows = sharing.to_dicts()
+    on = [r for r in rows if r["prefix_caching"] and r["cache_hit_rate"] is not None]
+    if not on:
         return "Measured: no engine reported a cache-hit count with its prefix cache on."
-    top = on["shared_fraction"].max()
+    top = max(r["shared_fraction"] for r in on)
     parts = []
-    for r in on.filter(pl.col("shared_fraction") == top).sort(_prefix_engine_order()).iter_rows(named=True):
+    for r in sorted((r for r in on if r["shared_fraction"] == top), key=lambda r: _rank(r["engine"])):
         ideal = (f"its whole-block ideal {r['block_ideal_hit_rate']:.0%}" if registry.family(r["engine"]) == VLLM
                  else f"token-exact ideal {r['ideal_hit_rate']:.0%}")
         parts.append(f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%} ({ideal})")
     text = f"At {top:.0%} shared, with its prefix cache on, " + " and ".join(parts) + " of prompt tokens came from the cache"
-    off = sharing.filter(~pl.col("prefix_caching"))["cache_hit_rate"].drop_nulls()
-    if off.len():
-        text += ("; with the caches off every hit rate is 0%" if off.max() == 0 else
-                 f"; with the caches off at most {off.max():.0%}")
-    cache_on = sharing.filter(pl.col("prefix_caching"))
-    pair = {f: g.sort("batch_time_s") for (f,), g in cache_on.group_by(["shared_fraction"])
-            if g["engine"].n_unique() >= 2 and g["batch_time_s"].null_count() == 0}
+    off = [r["cache_hit_rate"] for r in rows if r["prefix_caching"] is False and r["cache_hit_rate"] is not None]
+    if off:
+        text += ("; with the caches off every hit rate is 0%" if max(off) == 0 else
+                 f"; with the caches off at most {max(off):.0%}")
+    pair = {f: sorted(g, key=lambda r: r["batch_time_s"])
+            for f, g in _groups((r for r in rows if r["prefix_caching"]), "shared_fraction").items()
+            if len({r["engine"] for r in g}) >= 2 and all(r["batch_time_s"] is not None for r in g)}
     if top in pair:
         g = pair[top]
-        fast, slow = g.row(0, named=True), g.row(-1, named=True)
+        fast, slow = g[0], g[-1]
         text += (f". {engine_label(fast['engine'])} finishes the batch {slow['batch_time_s'] / fast['batch_time_s']:.1f}× "
                  f"sooner than {engine_label(slow['engine'])} there")
         zero = pair.get(0.0)
         if zero is not None and top != 0.0:
-            z = zero.row(0, named=True)
-            ratio = zero["batch_time_s"].max() / zero["batch_time_s"].min()
+            z = zero[0]
+            ratio = zero[-1]["batch_time_s"] / zero[0]["batch_time_s"]
             text += (f" and {ratio:.1f}× sooner with nothing shared, so sharing does not change which engine is faster"
                      if z["engine"] == fast["engine"] else
                      f", but {engine_label(z['engine'])} is {ratio:.1f}× faster with nothing shared: sharing changes "
@@ -176,20 +154,13 @@ def prefix_sharing_caption(sharing: pl.DataFrame) -> str:
     return text + "."
 
 
-def _prefix_bracket(g: pl.DataFrame, at: float) -> tuple[dict, dict] | None:
-    """The measured points either side of ``at`` (the last below, the first at or above)."""
-    lo, hi = g.filter(pl.col("shared_fraction") < at), g.filter(pl.col("shared_fraction") >= at)
-    if lo.is_empty() or hi.is_empty():
-        return None
-    return lo.sort("shared_fraction").row(-1, named=True), hi.sort("shared_fraction").row(0, named=True)
-
-
-def caching_gain_caption(gain: pl.DataFrame, thresholds: dict) -> str:
+def caching_gain_caption(gain: DataFrame, thresholds: dict) -> str:
     """What the caching-gain figure shows, per engine: batch time off ÷ on with nothing shared and at the most shared
     fraction, and what the threshold test made of it."""
     parts = []
-    for (engine,), g in gain.sort(_prefix_engine_order(), "shared_fraction").group_by(["engine"], maintain_order=True):
-        first, last = g.row(0, named=True), g.row(-1, named=True)
+    rows = sorted(gain.iter_rows(named=True), key=lambda r: (_rank(r["engine"]), r["shared_fraction"]))
+    for engine, g in _groups(rows, "engine").items():
+        first, last = g[0], g[-1]
         th = thresholds.get(engine)
         s = (f"{engine_label(engine)}: batch time {_prefix_times(first['batch_speedup'])} with the cache at "
              f"{first['shared_fraction']:.0%} shared, {_prefix_times(last['batch_speedup'])} at {last['shared_fraction']:.0%}")
@@ -207,42 +178,45 @@ def caching_gain_caption(gain: pl.DataFrame, thresholds: dict) -> str:
     return "Above 1× the cache helps: " + "; ".join(parts) + "."
 
 
-def multi_turn_caption(by_turn: pl.DataFrame) -> str:
+def multi_turn_caption(by_turn: DataFrame) -> str:
     """What the multi-turn figure shows: the last turn's cached share and TTFT, cache on against off, per engine."""
     parts, last_turn = [], None
-    for (engine,), g in by_turn.sort(_prefix_engine_order(), "turn").group_by(["engine"], maintain_order=True):
-        on, off = g.filter(pl.col("prefix_caching")), g.filter(~pl.col("prefix_caching"))
-        if on.is_empty():
+    rows = sorted(by_turn.iter_rows(named=True), key=lambda r: (_rank(r["engine"]), r["turn"]))
+    for engine, g in _groups(rows, "engine").items():
+        on, off = [r for r in g if r["prefix_caching"]], [r for r in g if r["prefix_caching"] is False]
+        if not on:
             continue
-        last = on.row(-1, named=True)
+        last = on[-1]
         last_turn = last["turn"]
         share = ("no cached-token count" if last["cached_share"] is None else
                  f"{last['cached_share']:.0%} of its prompt cached")
-        o = off.filter(pl.col("turn") == last["turn"])
+        o = [r for r in off if r["turn"] == last["turn"]]
         ttft = ""
-        if o.height and last["ttft_mean_ms"]:
-            t = _prefix_times(o["ttft_mean_ms"][0] / last["ttft_mean_ms"])
+        if o and last["ttft_mean_ms"]:
+            t = _prefix_times(o[0]["ttft_mean_ms"] / last["ttft_mean_ms"])
             ttft = f", mean TTFT {t} {'against' if t.startswith('unchanged') else 'than with'} the cache off"
         parts.append(f"{engine_label(engine)} {share}{ttft}")
     if not parts:
         return "Measured: no multi-turn run with the prefix cache on."
-    off_all = by_turn.filter(~pl.col("prefix_caching"))["cached_tokens"].drop_nulls()
-    tail = "; with the caches off no token came from the cache" if off_all.len() and off_all.max() == 0 else ""
+    off_all = [r["cached_tokens"] for r in rows if r["prefix_caching"] is False and r["cached_tokens"] is not None]
+    tail = "; with the caches off no token came from the cache" if off_all and max(off_all) == 0 else ""
     return f"Last turn (turn {last_turn}), prefix cache on: " + "; ".join(parts) + tail + "."
 
 
-def reuse_sentences(reuse: pl.DataFrame) -> str:
+def reuse_sentences(reuse: DataFrame) -> str:
     """Per engine with its cache on: how many requests found the prefix cached at each shared fraction, in all and
     among the first wave sent together at the start; then, computed, what that says about when each cache shares."""
-    on = reuse.filter(pl.col("prefix_caching") & (pl.col("shared_fraction") > 0) & pl.col("requests_hit").is_not_null())
-    if on.is_empty():
+    on = [r for r in reuse.iter_rows(named=True)
+          if r["prefix_caching"] and r["shared_fraction"] > 0 and r["requests_hit"] is not None]
+    if not on:
         return "*No per-request cached-token counts with the cache on: which requests reused the prefix is not known.*"
     lines, first_wave = [], {}
-    for (engine,), g in on.sort(_prefix_engine_order(), "shared_fraction").group_by(["engine"], maintain_order=True):
+    on.sort(key=lambda r: (_rank(r["engine"]), r["shared_fraction"]))
+    for engine, g in _groups(on, "engine").items():
         pts = ", ".join(f"{r['shared_fraction']:.0%} shared: {r['requests_hit']} of {r['requests']} "
-                        f"({r['first_wave_hit']} of the {r['first_wave']} sent first)" for r in g.iter_rows(named=True))
+                        f"({r['first_wave_hit']} of the {r['first_wave']} sent first)" for r in g)
         lines.append(f"- {engine_label(engine)}, cache on — requests that found the prefix in the cache: {pts}.")
-        first_wave[engine] = g.row(-1, named=True)
+        first_wave[engine] = g[-1]
     radix = [e for e in first_wave if registry.family(e) == SGLANG]
     if radix and VLLM in first_wave:
         r, v = first_wave[radix[0]], first_wave[VLLM]
@@ -258,182 +232,7 @@ def reuse_sentences(reuse: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFrame, thresholds: dict,
-                    by_turn: pl.DataFrame, reuse: pl.DataFrame | None = None, threshold: float = 0.3) -> list:
-    """Report 05's verdicts: each of the article's claims in :data:`PREFIX_CLAIMS` against the measured runs, the
-    threshold test, and multi-turn reuse (found). Computed from the frames the report shows."""
-    from kvlab.verdicts import Verdict
-
-    stmt = {r["claim_id"]: r["statement"] for r in claims.iter_rows(named=True)}
-    on = sharing.filter(pl.col("prefix_caching")) if sharing.height else sharing
-    hits = on.filter(pl.col("cache_hit_rate").is_not_null()) if on.height else on
-    out = []
-
-    from kvlab.claims import cache_shares, counted, negated
-
-    def off_row(engine: str, f: float) -> dict | None:
-        o = sharing.filter((pl.col("engine") == engine) & ~pl.col("prefix_caching") & (pl.col("shared_fraction") == f)
-                           & pl.col("cache_hit_rate").is_not_null())
-        return o.row(0, named=True) if o.height else None
-
-    def off_hit(engine: str, f: float) -> str:
-        o = off_row(engine, f)
-        return f"; {o['cache_hit_rate']:.0%} with it off" if o else ""
-
-    if s := stmt.get("vllm_no_prefix_sharing"):
-        claim = f"“{s}” — vLLM's CPU build, automatic prefix caching on (its default)"
-        v = hits.filter(pl.col("engine") == VLLM) if hits.height else hits
-        if v.is_empty():
-            out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on",
-                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing",
-                               reason="no vLLM run with its prefix cache on"))
-        else:
-            r = v.sort("shared_fraction").row(-1, named=True)
-            grade = negated(cache_shares(r, off_row(VLLM, r["shared_fraction"])))  # the claim: it shares nothing
-            out.append(grade.verdict(claim, f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
-                                            f"{r['shared_fraction']:.0%} shared{off_hit(VLLM, r['shared_fraction'])}",
-                                     claim_id="vllm_no_prefix_sharing", kind="prefix_sharing"))
-
-    radix = [e for e in (hits["engine"].unique(maintain_order=True).to_list() if hits.height else [])
-             if registry.family(e) == SGLANG]
-    if s := stmt.get("sglang_radix_sharing"):
-        share, suffix = s.split(" and computes", 1) if " and computes" in s else (s, None)
-        if not radix:
-            out.append(Verdict(f"“{s}”", "cannot be tested here", "measured",
-                               "no SGLang-family run with its radix cache on reported a hit count",
-                               claim_id="sglang_radix_sharing", kind="prefix_sharing",
-                               reason="no SGLang-family run with its radix cache on reported a hit count"))
-        else:
-            e = radix[0]
-            lab = engine_label(e)
-            r = hits.filter(pl.col("engine") == e).sort("shared_fraction").row(-1, named=True)
-            out.append(cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
-                f"“{share}” — {lab}" + (", SGLang's JAX runtime with the same radix cache" if registry.is_stand_in(e) else ""),
-                f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
-                f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
-                claim_id="sglang_radix_sharing", kind="prefix_sharing"))
-            if suffix:
-                rr = None
-                if reuse is not None and reuse.height:
-                    q = reuse.filter((pl.col("engine") == e) & pl.col("prefix_caching")
-                                     & (pl.col("shared_fraction") == r["shared_fraction"]))
-                    rr = q.row(0, named=True) if q.height and q["requests_hit"][0] is not None else None
-                if rr is not None:
-                    possible = rr["requests"] - rr["n_runs"]  # every request but each run's first
-                    ok = rr["requests_hit"] >= possible
-                    first = "none" if rr["first_wave_hit"] == 0 else f"{rr['first_wave_hit']}"
-                    number = (f"{rr['requests_hit']} of {rr['requests']} requests reused the {rr['shared_prefix_tokens']:,}-token "
-                              f"prefix at {r['shared_fraction']:.0%} shared ({possible} could); {first} of the "
-                              f"{rr['first_wave']} sent together first")
-                    setting = f", requests arriving {rr['first_wave'] // rr['n_runs']} at a time"
-                else:
-                    ok = r["cache_hit_rate"] >= 0.95 * r["ideal_hit_rate"]
-                    number = (f"{r['cache_hit_rate']:.0%} of prompt tokens from the cache at {r['shared_fraction']:.0%} "
-                              f"shared against {r['ideal_hit_rate']:.0%} if every request after the first reused it")
-                    setting = ""
-                n = (rr or r).get("n_runs") or 1
-                share_of = (rr["requests_hit"] / possible if rr is not None and possible else r["cache_hit_rate"])
-                grade = counted(ok, n, reason=("every request that could reuse the prefix did" if ok else
-                                               "requests that could reuse the prefix computed it again"),
-                                value=share_of, scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
-                out.append(grade.verdict(f"“…and computes{suffix}” — {lab}{setting}", number,
-                                         claim_id="sglang_radix_sharing", kind="prefix_sharing"))
-
-    if s := stmt.get("shared_prefix_threshold"):
-        from kvlab.claims import cpu_cross_engine
-
-        both = {f: g for (f,), g in on.group_by(["shared_fraction"])
-                if g["engine"].n_unique() >= 2 and g["batch_time_s"].null_count() == 0} if on.height else {}
-        above = {f: g for f, g in both.items() if f >= threshold}
-        engines = _prefix_ordered(on) if on.height else []
-        claim = f"“{s}” — on this host: {' against '.join(engine_label(e) for e in engines)}, caches on"
-        if not above:
-            out.append(Verdict(claim, "cannot be tested here", "measured",
-                               f"no shared fraction ≥ {threshold:.0%} measured with two engines",
-                               claim_id="shared_prefix_threshold", kind="engine_choice",
-                               reason=f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
-        else:
-            ratios = {f: g["batch_time_s"].max() / g["batch_time_s"].min() for f, g in above.items()}
-            wins = {f: g.sort("batch_time_s")["engine"][0] for f, g in above.items()}
-            lo_f = min(both)  # the least shared fraction both engines ran: 0%, where the cache has nothing to reuse
-            z = both[lo_f].sort(_prefix_engine_order())
-            a, b = z.row(0, named=True), z.row(1, named=True)
-            grade = cpu_cross_engine(a["engine"], b["engine"], z["device_kind"].to_list() if "device_kind" in z.columns
-                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"], hardware=a["hardware"],
-                                     n=int(z["n_runs"].min()), baseline_at=f"{lo_f:.0%} shared",
-                                     scope=f"{a['hardware']}, each engine's prefix cache on")
-            at = "; ".join(f"{engine_label(wins[f])} {sig2(ratios[f])}× sooner at {f:.0%}" for f in sorted(above))
-            if grade is not None:
-                fast = a["engine"] if b["batch_time_s"] >= a["batch_time_s"] else b["engine"]
-                number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
-                          "the cache saves within each engine is the fair comparison (the threshold row below)")
-                out.append(grade.verdict(claim, number, claim_id="shared_prefix_threshold", kind="engine_choice"))
-            else:  # GPU runs: the engines' speed decides, by rule 2, at every fraction from the threshold up
-                from kvlab.claims import Repeats, combined, measured_difference
-
-                parts = []
-                for f, g in sorted(above.items()):
-                    sg = g.filter(pl.col("engine").replace_strict(registry.FAMILY_OF, default=None) == SGLANG)
-                    other = g.filter(pl.col("engine").replace_strict(registry.FAMILY_OF, default=None) != SGLANG)
-                    if sg.is_empty() or other.is_empty():
-                        continue
-                    x, y = sg.row(0, named=True), other.row(0, named=True)
-                    parts.append(measured_difference(
-                        *(Repeats.summary(r["batch_time_s"], r.get("batch_time_min_s"), r.get("batch_time_max_s"),
-                                          r["n_runs"]) for r in (x, y)),
-                        "lower", what=f"SGLang's batch time against {engine_label(y['engine'])}'s at {f:.0%}",
-                        scope=a["hardware"]))
-                if parts:
-                    out.append(combined(parts).verdict(claim, at, claim_id="shared_prefix_threshold",
-                                                       kind="engine_choice"))
-        parts = []
-        for engine, th in thresholds.items():
-            if th.verdict == "no data":
-                continue
-            b = _prefix_bracket(gain.filter(pl.col("engine") == engine), th.at)
-            if th.verdict == "inconclusive":
-                parts.append(f"{engine_label(engine)}: inconclusive (on vs off already {abs(th.gain_at_zero):.0%} "
-                             "apart at 0%, where nothing is reused)")
-            elif th.verdict == "threshold" and b:
-                parts.append(f"{engine_label(engine)}: saving jumps from {b[0]['time_saved']:+.0%} at "
-                             f"{b[0]['shared_fraction']:.0%} to {b[1]['time_saved']:+.0%} at {b[1]['shared_fraction']:.0%} shared")
-            elif th.verdict == "threshold":
-                parts.append(f"{engine_label(engine)}: a jump near {th.at:.0%}")
-            else:
-                parts.append(f"{engine_label(engine)}: no jump, a steady rise (R² {th.r2_linear:.2f})")
-        if parts:
-            out.append(Verdict(f"Does what the prefix cache saves jump at {threshold:.0%} shared, as the article's "
-                               "threshold implies?", "found", "measured", "; ".join(parts),
-                               claim_id="shared_prefix_threshold_jump", kind="prefix_sharing",
-                               n=int(sharing["n_runs"].min()) if sharing.height else None,
-                               scope="each engine's own cache on against off",
-                               reason="the report's own question: what the cache saves within each engine, by fraction"))
-
-    if by_turn is not None and by_turn.height:
-        parts = []
-        for (engine,), g in by_turn.sort(_prefix_engine_order(), "turn").group_by(["engine"], maintain_order=True):
-            o = g.filter(pl.col("prefix_caching"))
-            if o.is_empty() or o["cached_share"][-1] is None:
-                continue
-            last = o.row(-1, named=True)
-            f = g.filter(~pl.col("prefix_caching") & (pl.col("turn") == last["turn"]))
-            ttft = (f", TTFT {_prefix_times(f['ttft_mean_ms'][0] / last['ttft_mean_ms'])}" if f.height and last["ttft_mean_ms"]
-                    else "")
-            parts.append(f"{engine_label(engine)} {last['cached_share']:.0%}{ttft}")
-        if parts:
-            out.append(Verdict("Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
-                               "serves, and its time to first token against the cache off", "found", "measured",
-                               f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
-                               kind="prefix_sharing", scope="each engine's own cache on against off",
-                               reason="the report's own question about the article's example 1"))
-    return out
-
-
-def _prefix_ordered(frame: pl.DataFrame) -> list[str]:
-    return frame.select("engine").unique().sort(_prefix_engine_order())["engine"].to_list()
-
-
-def prefix_citation_note(claims: pl.DataFrame) -> str:
+def prefix_citation_note(claims: DataFrame) -> str:
     """Where the claims come from, the document named once and the sections after it."""
     cites = claims["citation"].drop_nulls().unique(maintain_order=True).to_list() if "citation" in claims.columns else []
     if not cites:
@@ -447,16 +246,16 @@ def prefix_citation_note(claims: pl.DataFrame) -> str:
                                   for d, parts in docs.items()) + "."
 
 
-def prefix_claim_verdict(sharing: pl.DataFrame, engine: str = VLLM) -> str:
+def prefix_claim_verdict(sharing: DataFrame, engine: str = VLLM) -> str:
     """Does ``engine`` share prefixes? Hit rates with its prefix cache on vs off at the largest shared fraction."""
-    e = sharing.filter((pl.col("engine") == engine) & pl.col("cache_hit_rate").is_not_null())
-    on, off = e.filter(pl.col("prefix_caching")), e.filter(~pl.col("prefix_caching"))
-    if on.is_empty():
+    e = [r for r in sharing.iter_rows(named=True) if r["engine"] == engine and r["cache_hit_rate"] is not None]
+    on, off = [r for r in e if r["prefix_caching"]], [r for r in e if r["prefix_caching"] is False]
+    if not on:
         return f"*No measured {engine} runs with its prefix cache on: the claim is untested here.*"
-    top = on.sort("shared_fraction").row(-1, named=True)
-    off_top = off.filter(pl.col("shared_fraction") == top["shared_fraction"])
+    top = sorted(on, key=lambda r: r["shared_fraction"])[-1]
+    off_top = [r for r in off if r["shared_fraction"] == top["shared_fraction"]]
     off_txt = (f"; with it off (`--no-enable-prefix-caching`, what the document describes) "
-               f"{off_top['cache_hit_rate'][0]:.0%}" if off_top.height else "")
+               f"{off_top[0]['cache_hit_rate']:.0%}" if off_top else "")
     shares = top["cache_hit_rate"] > 0
     verdict = ("**The claim does not hold for current vLLM**: with automatic prefix caching (on by default) requests "
                "do share the common prefix's KV blocks." if shares else
@@ -466,63 +265,59 @@ def prefix_claim_verdict(sharing: pl.DataFrame, engine: str = VLLM) -> str:
             f"{top['ideal_hit_rate']:.0%}){off_txt}.\n- {verdict}")
 
 
-def _sources(g: pl.DataFrame) -> str:
-    src = g["hit_source"].drop_nulls().unique(maintain_order=True).to_list() if "hit_source" in g.columns else []
+def _sources(g: list[dict]) -> str:
+    src = list(dict.fromkeys(r["hit_source"] for r in g if r.get("hit_source") is not None))
     return f" (counted from its {' and '.join(src)})" if src else ""
 
 
-def hit_rate_sentence(sharing: pl.DataFrame) -> str:
+def hit_rate_sentence(sharing: DataFrame) -> str:
     """Hit rate by shared fraction per configuration, as one line each, saying which count it comes from."""
     lines = []
-    for (engine, caching), g in sharing.sort("shared_fraction").group_by(["engine", "prefix_caching"], maintain_order=True):
-        pts = ", ".join(f"{r['shared_fraction']:g} → {percent(r['cache_hit_rate'])}" for r in g.iter_rows(named=True))
+    rows = sorted(sharing.iter_rows(named=True), key=lambda r: r["shared_fraction"])
+    for (engine, caching), g in _groups(rows, "engine", "prefix_caching").items():
+        pts = ", ".join(f"{r['shared_fraction']:g} → {percent(r['cache_hit_rate'])}" for r in g)
         lines.append(f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: cache-hit rate by shared "
                      f"fraction {pts}{_sources(g)}.")
     return "\n".join(lines)
 
 
-def radix_vs_paged_sentence(sharing: pl.DataFrame, block_tokens: int = 128) -> str:
+def radix_vs_paged_sentence(sharing: DataFrame, block_tokens: int = 128) -> str:
     """SGLang-family radix cache against vLLM's paged blocks, cache on, at every shared fraction both measured.
 
     Each line: both hit rates beside the token-exact ideal (``ideal_hit_rate``) and the whole-block
     ideal (``block_ideal_hit_rate``), then TTFT and batch time; a last line names the largest hit-rate gap.
     """
-    on = sharing.filter(pl.col("prefix_caching"))
-    paged = on.filter(pl.col("engine") == VLLM)
-    radix_engines = [e for e in on["engine"].unique(maintain_order=True).to_list() if registry.family(e) == SGLANG]
-    if paged.is_empty() or not radix_engines:
+    found = radix_paged_pairs(sharing)
+    if found is None:
         return "*Radix vs paged: no shared fraction was measured with both vLLM and an SGLang-family engine, cache on.*"
-    radix_engine = radix_engines[0]
-    cols = ["shared_fraction", "shared_prefix_tokens", "cache_hit_rate", "ideal_hit_rate", "block_ideal_hit_rate",
-            "ttft_mean_ms", "batch_time_s"]
-    both = paged.select(cols).join(on.filter(pl.col("engine") == radix_engine).select(cols), on="shared_fraction",
-                                   suffix="_r").sort("shared_fraction")
-    if both.is_empty():
+    radix_engine, both = found
+    if not both:
         return "*Radix vs paged: no shared fraction holds both engines with the cache on.*"
     lr, lp = engine_label(radix_engine), engine_label(VLLM)
     lines = []
-    for r in both.iter_rows(named=True):
+    for r in both:
         lines.append(
             f"- shared fraction {r['shared_fraction']:g} ({r['shared_prefix_tokens']:,} prefix tokens): {lr} served "
             f"**{percent(r['cache_hit_rate_r'])}** of prompt tokens from its radix cache (token-exact ideal "
             f"{r['ideal_hit_rate']:.0%}), {lp} **{percent(r['cache_hit_rate'])}** from its paged cache (whole "
             f"{block_tokens}-token-block ideal {r['block_ideal_hit_rate']:.0%}); mean TTFT {ms(r['ttft_mean_ms_r'])} "
             f"vs {ms(r['ttft_mean_ms'])}, median batch time {r['batch_time_s_r']:.3g} s vs {r['batch_time_s']:.3g} s.")
-    gaps = both.filter(pl.col("cache_hit_rate").is_not_null() & pl.col("cache_hit_rate_r").is_not_null()).with_columns(
-        (pl.col("cache_hit_rate_r") - pl.col("cache_hit_rate")).alias("gap"))
-    if gaps.height:
-        g = gaps.sort(pl.col("gap").abs(), descending=True).row(0, named=True)
+    gaps = [{**r, "gap": r["cache_hit_rate_r"] - r["cache_hit_rate"]} for r in both
+            if r["cache_hit_rate"] is not None and r["cache_hit_rate_r"] is not None]
+    if gaps:
+        g = max(gaps, key=lambda r: abs(r["gap"]))
         more, less = (lr, lp) if g["gap"] >= 0 else (lp, lr)
         lines.append(f"- Largest hit-rate gap: at shared fraction {g['shared_fraction']:g}, {more} served "
                      f"**{abs(g['gap']) * 100:.1f} percentage points** more of the prompt from its cache than {less}.")
     return "\n".join(lines)
 
 
-def threshold_sentence(th, gain: pl.DataFrame) -> str:
+def threshold_sentence(th, gain: DataFrame) -> str:
     """Whether the tree's threshold shows in the caching gain, in words, with the numbers that decide it."""
     if th.verdict == "no data":
         return "*Fewer than three shared fractions with the cache both on and off: the threshold cannot be tested.*"
-    pts = ", ".join(f"{r['shared_fraction']:g} → {r['time_saved']:+.0%}" for r in gain.sort("shared_fraction").iter_rows(named=True))
+    pts = ", ".join(f"{r['shared_fraction']:g} → {r['time_saved']:+.0%}"
+                    for r in sorted(gain.iter_rows(named=True), key=lambda r: r["shared_fraction"]))
     first = (f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is "
              f"**{th.first_fraction:g}**" if th.first_fraction is not None else
              f"no measured fraction saves {th.min_gain:.0%} of batch time")
@@ -545,16 +340,17 @@ def threshold_sentence(th, gain: pl.DataFrame) -> str:
                f"shared fraction, so {th.at:.0%} reads as a rule of thumb for 'enough sharing to matter', not a property "
                "of the cache.")
     else:
-        g = gain.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction")
-        lo, hi = g.filter(pl.col("shared_fraction") < th.at), g.filter(pl.col("shared_fraction") >= th.at)
-        say = (f"**The saving jumps between shared fractions {lo['shared_fraction'][-1]:g} and "
-               f"{hi['shared_fraction'][0]:g}** ({lo['time_saved'][-1]:+.0%} → {hi['time_saved'][0]:+.0%}), where the "
+        g = sorted((r for r in gain.iter_rows(named=True) if r["time_saved"] is not None),
+                   key=lambda r: r["shared_fraction"])
+        lo, hi = [r for r in g if r["shared_fraction"] < th.at], [r for r in g if r["shared_fraction"] >= th.at]
+        say = (f"**The saving jumps between shared fractions {lo[-1]['shared_fraction']:g} and "
+               f"{hi[0]['shared_fraction']:g}** ({lo[-1]['time_saved']:+.0%} → {hi[0]['time_saved']:+.0%}), where the "
                f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
-               if lo.height and hi.height else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests.")
+               if lo and hi else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests.")
     return f"- batch time saved by the prefix cache, by shared fraction: {pts}.\n- {first}; {slopes}.\n{even}\n- {say}"
 
 
-def prefix_conclusions(sharing: pl.DataFrame, thresholds: dict, by_turn: pl.DataFrame, threshold: float,
+def prefix_conclusions(sharing: DataFrame, thresholds: dict, by_turn: DataFrame, threshold: float,
                        min_gain: float) -> str:
     """The prefix-sharing report's conclusions: the vLLM claim, radix vs paged, each engine's threshold test,
     multi-turn reuse per engine.
@@ -575,16 +371,16 @@ def prefix_conclusions(sharing: pl.DataFrame, thresholds: dict, by_turn: pl.Data
                 f"{th.gain_at_zero:+.0%} of batch time)." if th.verdict == "inconclusive" else
                 f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction "
                 f"{th.first_fraction:g}." if th.first_fraction is not None else "."))
-    for engine, g in (by_turn.filter(pl.col("prefix_caching")).sort("turn").group_by("engine", maintain_order=True)
-                      if not by_turn.is_empty() else []):
-        share = g["cached_share"][-1]
-        lines.append(f"- Multi-turn, {engine_label(engine[0])}: with the cache on, the last turn found "
+    on = sorted((r for r in by_turn.iter_rows(named=True) if r["prefix_caching"]), key=lambda r: r["turn"])
+    for engine, g in _groups(on, "engine").items():
+        share = g[-1]["cached_share"]
+        lines.append(f"- Multi-turn, {engine_label(engine)}: with the cache on, the last turn found "
                      + (f"{share:.0%} of its prompt cached." if share is not None else
                         "no cached-token count reported (not available, not 0)."))
     return "\n".join(lines)
 
 
-def multi_turn_sentence(by_turn: pl.DataFrame) -> str:
+def multi_turn_sentence(by_turn: DataFrame) -> str:
     """Turn by turn, per engine and cache setting; then, per engine, the last turn with the cache on against off."""
     def cached(r):
         if r["cached_tokens"] is None:
@@ -592,14 +388,15 @@ def multi_turn_sentence(by_turn: pl.DataFrame) -> str:
         return f"{r['cached_tokens']:,.0f} of {r['prompt_tokens']:,.0f} tokens cached"
 
     lines = []
-    for (engine, caching), g in by_turn.sort("turn").group_by(["engine", "prefix_caching"], maintain_order=True):
-        pts = "; ".join(f"turn {r['turn']}: {cached(r)}, TTFT {ms(r['ttft_mean_ms'])}" for r in g.iter_rows(named=True))
+    rows = sorted(by_turn.iter_rows(named=True), key=lambda r: r["turn"])
+    for (engine, caching), g in _groups(rows, "engine", "prefix_caching").items():
+        pts = "; ".join(f"turn {r['turn']}: {cached(r)}, TTFT {ms(r['ttft_mean_ms'])}" for r in g)
         lines.append(f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: {pts}.")
-    for (engine,), g in by_turn.group_by(["engine"], maintain_order=True):
-        on = g.filter(pl.col("prefix_caching")).sort("turn")
-        off = g.filter(~pl.col("prefix_caching")).sort("turn")
-        if on.height > 1 and off.height == on.height:
-            last_on, last_off = on.row(-1, named=True), off.row(-1, named=True)
+    for engine, g in _groups(by_turn.iter_rows(named=True), "engine").items():
+        on = sorted((r for r in g if r["prefix_caching"]), key=lambda r: r["turn"])
+        off = sorted((r for r in g if r["prefix_caching"] is False), key=lambda r: r["turn"])
+        if len(on) > 1 and len(off) == len(on):
+            last_on, last_off = on[-1], off[-1]
             share = ("its share of the prompt served from the cache is not reported" if last_on["cached_share"] is None
                      else f"the cache serves **{last_on['cached_share']:.0%}** of the prompt")
             lines.append(f"- {engine_label(engine)}, last turn (turn {last_on['turn']}): {share} and TTFT is "
@@ -609,19 +406,22 @@ def multi_turn_sentence(by_turn: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _turns_radix_vs_paged(by_turn: pl.DataFrame) -> list[str]:
+def _turns_radix_vs_paged(by_turn: DataFrame) -> list[str]:
     """Cache on: the turns where an SGLang-family radix cache and vLLM's blocks cached different amounts per request."""
-    on = by_turn.filter(pl.col("prefix_caching") & pl.col("cached_tokens").is_not_null())
-    radix = [e for e in on["engine"].unique(maintain_order=True).to_list() if registry.family(e) == SGLANG]
-    if not radix or on.filter(pl.col("engine") == VLLM).is_empty():
+    on = [r for r in by_turn.iter_rows(named=True) if r["prefix_caching"] and r["cached_tokens"] is not None]
+    radix = [e for e in dict.fromkeys(r["engine"] for r in on) if registry.family(e) == SGLANG]
+    paged = {}
+    for r in on:  # vLLM's rows by turn (the first where a turn repeats, as a join keeps every pair)
+        if r["engine"] == VLLM:
+            paged.setdefault(r["turn"], []).append(r["cached_tokens"])
+    if not radix or not paged:
         return []
-    both = (on.filter(pl.col("engine") == VLLM).select("turn", "cached_tokens")
-            .join(on.filter(pl.col("engine") == radix[0]).select("turn", pl.col("cached_tokens").alias("radix")),
-                  on="turn").with_columns((pl.col("radix") - pl.col("cached_tokens")).alias("d")).sort("turn"))
-    lr, diff = engine_label(radix[0]), both.filter(pl.col("d") != 0)
-    if diff.is_empty():
+    both = sorted(({"turn": r["turn"], "cached_tokens": v, "radix": r["cached_tokens"], "d": r["cached_tokens"] - v}
+                   for r in on if r["engine"] == radix[0] for v in paged.get(r["turn"], [])), key=lambda r: r["turn"])
+    lr, diff = engine_label(radix[0]), [r for r in both if r["d"] != 0]
+    if not diff:
         return [f"- Radix vs paged, turn by turn: {lr} and vLLM cached the same tokens per request at every turn."]
-    parts = ", ".join(f"turn {r['turn']}: {r['radix']:,.0f} vs {r['cached_tokens']:,.0f}" for r in diff.iter_rows(named=True))
-    same = both.filter(pl.col("d") == 0)["turn"].to_list()
+    parts = ", ".join(f"turn {r['turn']}: {r['radix']:,.0f} vs {r['cached_tokens']:,.0f}" for r in diff)
+    same = [r["turn"] for r in both if r["d"] == 0]
     return [f"- Radix vs paged, turn by turn (cache on, mean cached tokens per request, {lr} vs vLLM): {parts}"
             + (f"; the same at turn{'s' if len(same) > 1 else ''} {', '.join(map(str, same))}" if same else "") + "."]

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import TYPE_CHECKING
 
-import polars as pl
-
+from kvlab.claims import model as claims_model
+from kvlab.claims.memory import short_outside_pool
+from kvlab.claims.modelled import model_verdicts
 from kvlab.engines import engine_label
 from kvlab.narrative.common import config_name, setup_phrase
+from kvlab.perfmodel import Assumptions
 from kvlab.perfmodel.calibrate import implausible
-from kvlab.units import approx_label, approx_tokens, k_label, token_range, tokens_label
+from kvlab.units import approx_label, approx_tokens, token_range, tokens_label
+
+if TYPE_CHECKING:
+    from polars import DataFrame
+
+__all__ = ["model_verdicts"]
 
 
-def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: pl.DataFrame, head: pl.DataFrame,
+def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: DataFrame, head: DataFrame,
                       workload, *, gpu: str, tp: int, dcp: int, published_contexts: list[int],
                       ratio_range: tuple[float, float] | None = None) -> str:
     """The what-if report's conclusions, as markdown bullets, from its fit, sensitivity, curves and headroom.
@@ -30,13 +37,13 @@ def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: 
               ) if crossover else "no crossover up to the largest context drawn"
     head_contexts = head["context_tokens"].unique().to_list()
     mem_ctx = hi if hi in head_contexts else min(head_contexts)
-    h = head.filter((pl.col("dcp") == 1) & (pl.col("context_tokens") == mem_ctx))
-    seqs = {r["mem_util"]: r["max_concurrent_seqs"] for r in h.iter_rows(named=True)}
+    seqs = {r["mem_util"]: r["max_concurrent_seqs"] for r in head.iter_rows(named=True)
+            if r["dcp"] == 1 and r["context_tokens"] == mem_ctx}
     u_lo, u_hi = min(head["mem_util"]), max(head["mem_util"])
     xo = sens["crossover_tokens"].drop_nulls()
     bad = implausible(fit)
     right, total = winners_held_out(fit)
-    flagged = head.filter(pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu"))
+    flagged = sorted({r["mem_util"] for r in head.iter_rows(named=True) if short_outside_pool(r)})
     lines = [
         f"- **Fit:** the {fit.residuals.height} published times are reproduced within {fit.max_abs_residual_pct:.1f}%; "
         f"held out in turn, each is predicted within {fit.loo_max_abs_pct:.1f}% (mean {fit.loo_mean_abs_pct:.1f}%), "
@@ -48,18 +55,18 @@ def model_conclusions(fit, sens: pl.DataFrame, crossover: float | None, at_max: 
            "cannot choose among (the range, not the point, is the model's answer)." if xo.len() else "."),
         at_max_sentence(at_max, hi, ratio_range),
         f"- **Memory** (vLLM without DCP, {who}, {tokens_label(mem_ctx)}): {seqs.get(u_lo)} sequences fit at {u_lo:g}, "
-        f"{seqs.get(u_hi)} at {u_hi:g}" + (f"; the model flags {', '.join(f'{u:g}' for u in flagged['mem_util'].unique().sort())} "
+        f"{seqs.get(u_hi)} at {u_hi:g}" + (f"; the model flags {', '.join(f'{u:g}' for u in flagged)} "
                                            "only through its assumed need outside the pool, so it does not predict "
-                                           "an out-of-memory there (see the KV headroom section)." if flagged.height else "."),
+                                           "an out-of-memory there (see the KV headroom section)." if flagged else "."),
     ]
     return "\n".join(line for line in lines if line)
 
 
-def whatif_setup(fit, workload, *, gpu: str, model: str, tp: int, dcp: int, published: pl.DataFrame) -> str:
+def whatif_setup(fit, workload, *, gpu: str, model: str, tp: int, dcp: int, published: DataFrame) -> str:
     """What the report models and what it rests on, with every value named (no parameter names)."""
-    pub = published.filter(pl.col("source") == "published") if "source" in published.columns else published
-    ref_model = pub["model"][0] if pub.height else "?"
-    ref_gpus = pub["gpu_count"][0] if pub.height and "gpu_count" in pub.columns else tp
+    pub = [r for r in published.iter_rows(named=True) if r.get("source", "published") == "published"]
+    ref_model = pub[0]["model"] if pub else "?"
+    ref_gpus = pub[0]["gpu_count"] if pub and "gpu_count" in pub[0] else tp
     ref = setup_phrase(ref_model, fit.hardware, ref_gpus)
     shown = setup_phrase(model, gpu, tp)
     text = (f"Shown: **{shown}**, vLLM TP{tp} (no DCP) against SGLang TP{tp}+DCP{dcp}. The fit rests on the article's "
@@ -97,7 +104,7 @@ def loo_sentence(fit) -> str:
     """Leave-one-out: mean and worst error, and whether each held-out point's context keeps its winner."""
     if fit.loo.is_empty():
         return "- Leave-one-out: one point only, nothing to hold out."
-    worst = fit.loo.sort(pl.col("loo_error_pct").abs(), descending=True).row(0, named=True)
+    worst = max(fit.loo.iter_rows(named=True), key=lambda r: abs(r["loo_error_pct"]))
     right, total = winners_held_out(fit)
     return (f"- **Leave-one-out**, each published point predicted by a fit to the other {fit.loo.height - 1}: mean error "
             f"**{fit.loo_mean_abs_pct:.1f}%**, worst **{abs(worst['loo_error_pct']):.1f}%** "
@@ -125,12 +132,10 @@ def confidence(fit) -> str:
 
 def winners_held_out(fit) -> tuple[int, int]:
     """Held-out fits that still name the published winner at their point's context (:mod:`kvlab.claims.model`)."""
-    from kvlab.claims import winners_held_out as count
-
-    return count(fit)
+    return claims_model.winners_held_out(fit)
 
 
-def sensitivity_sentence(sens: pl.DataFrame) -> str:
+def sensitivity_sentence(sens: DataFrame) -> str:
     """How what the article does not state (batch size, output length, expert reads, cached MLA width) moves the
     fitted parameters and the crossover: one refit per combination (:func:`~kvlab.perfmodel.calibrate.sensitivity`)."""
     axes = [("batch", "batch_size", "{:,}"), ("output tokens", "output_tokens", "{:,}"),
@@ -154,21 +159,23 @@ def sensitivity_sentence(sens: pl.DataFrame) -> str:
             f"point.{plaus}")
 
 
-def throughput_caption(model_df: pl.DataFrame, workload) -> str:
+def throughput_caption(model_df: DataFrame, workload) -> str:
     """One sentence for the modelled throughput curves: how far each configuration's output rate falls."""
 
     lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
     parts = []
-    for (cfg,), g in model_df.group_by(["config"], maintain_order=True):
-        a = g.filter(pl.col("context_tokens") == lo)["output_tokens_per_s"][0]
-        b = g.filter(pl.col("context_tokens") == hi)["output_tokens_per_s"][0]
+    at: dict[str, dict[int, float]] = {}
+    for r in model_df.iter_rows(named=True):  # each configuration's first row at each context
+        at.setdefault(r["config"], {}).setdefault(r["context_tokens"], r["output_tokens_per_s"])
+    for cfg, by_ctx in at.items():
+        a, b = by_ctx[lo], by_ctx[hi]
         parts.append(f"{config_name(cfg)} falls {a / b:.1f}× ({a:.3g} → {b:.3g} tokens/s)")
     return (f"Output tokens/s is the batch's {workload.batch_size} × {workload.output_tokens:,} assumed output tokens "
             f"over its batch time, so the curves cross where the batch times do; from {tokens_label(lo)} to "
             f"{tokens_label(hi)} " + " and ".join(parts) + ".")
 
 
-def at_max_sentence(at_max: pl.DataFrame, calibrated_to: int | None,
+def at_max_sentence(at_max: DataFrame, calibrated_to: int | None,
                     ratio_range: tuple[float, float] | None = None) -> str:
     """The largest context drawn: which configuration is faster, by how much (and, with ``ratio_range`` — vLLM's
     time over SGLang's under every assumption set — the range of that), and that it is an extrapolation."""
@@ -195,17 +202,23 @@ def at_max_sentence(at_max: pl.DataFrame, calibrated_to: int | None,
             + (f" {'; '.join(flags)}." if flags else ""))
 
 
-def crossover_caption(xo: pl.DataFrame) -> str:
+def crossover_caption(xo: DataFrame) -> str:
     """One sentence for the crossover-by-GPU figure: the trend with DCP, hypothetical GPUs, and GPUs without a crossing."""
     if xo.is_empty():
         return "No GPU and DCP size was modelled."
     parts = []
-    found = xo.filter(pl.col("crossover_tokens").is_not_null())
-    for (g,), d in found.group_by(["gpu"], maintain_order=True):
-        d = d.sort("dcp")
-        a, b = d.row(0, named=True), d.row(-1, named=True)
-        tag = "" if d["weights_fit"].all() else " (hypothetical: the weights do not fit)"
-        if d.height == 1:
+    found: dict[str, list[dict]] = {}
+    none: dict[str, list[int]] = {}
+    for r in xo.iter_rows(named=True):
+        if r["crossover_tokens"] is not None:
+            found.setdefault(r["gpu"], []).append(r)
+        else:
+            none.setdefault(r["gpu"], []).append(r["dcp"])
+    for g, d in found.items():
+        d = sorted(d, key=lambda r: r["dcp"])
+        a, b = d[0], d[-1]
+        tag = "" if all(r["weights_fit"] for r in d) else " (hypothetical: the weights do not fit)"
+        if len(d) == 1:
             parts.append(f"on {g} {approx_tokens(a['crossover_tokens'])} at DCP {a['dcp']}{tag}")
         else:
             verb = "falls" if b["crossover_tokens"] < a["crossover_tokens"] else "rises"
@@ -214,27 +227,29 @@ def crossover_caption(xo: pl.DataFrame) -> str:
         if b.get("crossover_low_tokens") is not None:  # the ranges over the assumption sets (table below)
             parts[-1] += (f" ({approx_label(b['crossover_low_tokens'])}–{approx_label(b['crossover_high_tokens'])} at "
                           f"DCP {b['dcp']} over the assumption sets, crossing in {b['crosses_in']})")
-    none = xo.filter(pl.col("crossover_tokens").is_null())
-    missing = ", ".join(f"{g} at DCP {', '.join(str(x) for x in d['dcp'])}"
-                        for (g,), d in none.group_by(["gpu"], maintain_order=True))
+    missing = ", ".join(f"{g} at DCP {', '.join(str(x) for x in d)}" for g, d in none.items())
     model, tp = xo["model"][0], xo["tp"][0]
     text = (f"Modelled context from which SGLang TP{tp}+DCP beats vLLM TP{tp} for {model}: " + "; ".join(parts)
             if parts else f"No crossover for {model} on any GPU modelled")
     return text + (f"; no crossover in the modelled range for {missing}" if missing else "") + "."
 
 
-def whatif_headroom_caption(head: pl.DataFrame, context: int | None = None) -> str:
+def whatif_headroom_caption(head: DataFrame, context: int | None = None) -> str:
     """One sentence for the KV-headroom figure: sequences at the highest vs the lowest memory target, per DCP size,
     at ``context`` (default: 200K when drawn, else the smallest context), and what the crosses mean."""
+    # matplotlib: perfmodel.figures draws, and importing kvlab.narrative must not load it
     from kvlab.perfmodel.figures import flag_kinds
 
     ctxs = head["context_tokens"].unique().sort().to_list()
     c = context if context in ctxs else (204800 if 204800 in ctxs else ctxs[0])
     lo, hi = head["mem_util"].min(), head["mem_util"].max()
     parts = []
-    for (d,), g in head.filter(pl.col("context_tokens") == c).group_by(["dcp"], maintain_order=True):
-        a = g.filter(pl.col("mem_util") == lo)["max_concurrent_seqs"][0]
-        b = g.filter(pl.col("mem_util") == hi)["max_concurrent_seqs"][0]
+    by_dcp: dict[int, dict[float, int]] = {}
+    for r in head.iter_rows(named=True):  # each DCP size's first row at each memory target, at context c
+        if r["context_tokens"] == c:
+            by_dcp.setdefault(r["dcp"], {}).setdefault(r["mem_util"], r["max_concurrent_seqs"])
+    for d, seqs in by_dcp.items():
+        a, b = seqs[lo], seqs[hi]
         parts.append(f"{b} against {a} with DCP {d}" + (f" ({b / a:.2f}×)" if a else ""))
     r = head.row(0, named=True)
     parts[0] = parts[0].replace(" against ", f" sequences against {lo:g}'s ", 1)
@@ -246,131 +261,46 @@ def whatif_headroom_caption(head: pl.DataFrame, context: int | None = None) -> s
     return text + "."
 
 
-def oom_flag_note(head: pl.DataFrame, a=None) -> str:
+def oom_flag_note(head: DataFrame, a=None) -> str:
     """What the model's ``fits`` column means at a memory target: KV room plus an assumed need outside the pool.
     A flag from that assumption restates the article's memory claim; it is not a predicted out-of-memory."""
-    from kvlab.perfmodel import Assumptions
-
     a = a or Assumptions()
     r = head.row(0, named=True)
     need = r["outside_need_gib_per_gpu"]
-    flagged = head.filter(pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu"))
+    flagged = [r for r in head.iter_rows(named=True) if short_outside_pool(r)]
     text = (f"The model's memory check counts KV room and assumes the process needs **{a.outside_pool_fraction:.1%}** of "
             f"each GPU's memory outside the target ({need:.1f} GiB per {r['gpu']}): the middle of the window the B300 "
             "article implies (0.95 failed there, 0.92 worked). ")
-    if flagged.is_empty():
+    if not flagged:
         return text + "No memory target shown leaves less than that, so none is flagged for it."
-    utils = ", ".join(f"{u:g}" for u in flagged["mem_util"].unique().sort())
-    left = flagged["outside_pool_gib_per_gpu"][0]
+    utils = ", ".join(f"{u:g}" for u in sorted({r["mem_util"] for r in flagged}))
+    left = flagged[0]["outside_pool_gib_per_gpu"]
     return text + (f"At {utils} only {left:.1f} GiB is left outside the target, so the model flags it "
                    "(`fits` = no): that restates the article's claim, it does not predict an out-of-memory by "
                    "itself. Whether a setting runs out of memory is for measured runs to say (report 03).")
 
 
-def bound_sentence(frac: pl.DataFrame) -> str:
+def bound_sentence(frac: DataFrame) -> str:
     """How close published and measured runs came to the model's bound (peak compute and bandwidth, no latency)."""
     lines = []
-    pub = frac.filter(pl.col("source") == "published")
-    if pub.height:
-        f, b = pub["batch_fraction_of_bound"], pub["bandwidth_fraction_of_peak"].drop_nulls()
-        lines.append(f"- published ({', '.join(pub['hardware'].unique(maintain_order=True))}): the article's runs took "
-                     f"{1 / f.max():.0f}–{1 / f.min():.0f}× the model's bound, i.e. reached {f.min():.1%}–{f.max():.1%} "
-                     "of it" + (f"; decode read memory at {b.min():.1%}–{b.max():.1%} of peak bandwidth" if b.len() else "")
+    rows = frac.to_dicts()
+
+    def of(source: str, col: str) -> list:
+        return [r[col] for r in rows if r["source"] == source and r.get(col) is not None]
+
+    def hardware(source: str) -> str:
+        return ", ".join(dict.fromkeys(r["hardware"] for r in rows if r["source"] == source))
+
+    if any(r["source"] == "published" for r in rows):
+        f, b = of("published", "batch_fraction_of_bound"), of("published", "bandwidth_fraction_of_peak")
+        lines.append(f"- published ({hardware('published')}): the article's runs took "
+                     f"{1 / max(f):.0f}–{1 / min(f):.0f}× the model's bound, i.e. reached {min(f):.1%}–{max(f):.1%} "
+                     "of it" + (f"; decode read memory at {min(b):.1%}–{max(b):.1%} of peak bandwidth" if b else "")
                      + ".")
-    m = frac.filter(pl.col("source") == "measured")
-    if m.height:
-        f = m["batch_fraction_of_bound"]
-        lines.append(f"- measured ({', '.join(m['hardware'].unique(maintain_order=True))}, {m.height} runs): "
-                     f"{f.min():.1%}–{f.max():.1%} of a bound computed from the catalog's nominal CPU figures — compare "
+    m = [r for r in rows if r["source"] == "measured"]
+    if m:
+        f = of("measured", "batch_fraction_of_bound")
+        lines.append(f"- measured ({hardware('measured')}, {len(m)} runs): "
+                     f"{min(f):.1%}–{max(f):.1%} of a bound computed from the catalog's nominal CPU figures — compare "
                      "these runs with each other, not with a GPU.")
     return "\n".join(lines) or "*No run with a batch time to set against the bound.*"
-
-
-def model_verdicts(fit, sens: pl.DataFrame, head: pl.DataFrame, claims: pl.DataFrame, workload=None,
-                   assumptions=None) -> list:
-    """Report 04's verdicts: the article's winners and crossover as the fitted model sees them, held-out
-    prediction, the assumption's effect, the fit's plausibility, and the 0.95 memory claim (untestable by the model).
-
-    Every verdict is about the article's own configuration (Kimi-K3 on 8× the fit's GPU, DCP 8), whatever GPU or
-    model the report shows; ``head`` gives only the memory targets compared."""
-    from kvlab.perfmodel import Assumptions, Workload
-    from kvlab.perfmodel.calibrate import crossover_from_fit
-    from kvlab.perfmodel.figures import headroom_table
-    from kvlab.verdicts import Verdict
-
-    workload, assumptions = workload or Workload(), assumptions or Assumptions()
-    crossover = crossover_from_fit(fit, gpu=fit.hardware, workload=workload, assumptions=assumptions)
-    head = headroom_table(fit.hardware, "Kimi-K3", sorted(head["mem_util"].unique().to_list()), [1], [204800],
-                          assumptions)
-    out = []
-    res = fit.residuals
-    speed = claims.filter(pl.col("kind") == "relative_speed") if "kind" in claims.columns else claims.head(0)
-    ctx = {"64K": 65536, "200K": 204800}
-    modelled, agree = [], True
-    for c in speed.iter_rows(named=True):
-        tokens = ctx.get(c["context_from"])
-        d = res.filter(pl.col("context_tokens") == tokens).sort("modelled_s")
-        if d.height < 2:
-            continue
-        winner, ratio = d["engine"][0], d["modelled_s"][1] / d["modelled_s"][0]
-        agree &= winner == c["engine"]
-        modelled.append(f"{engine_label(winner)} {ratio:.2f}× faster at {c['context_from']}")
-    lo, hi = res["context_tokens"].min(), res["context_tokens"].max()
-    inside = crossover is not None and lo < crossover < hi
-    held = None
-    if modelled:
-        from kvlab.claims import grade_model_claim
-
-        stated = "; ".join(c["statement"] for c in speed.iter_rows(named=True))
-        rng = sens["crossover_tokens"].drop_nulls()
-        within = f"; range {token_range(rng.min(), rng.max())}" if rng.len() else ""
-        grade, held = grade_model_claim(fit, agree and inside, sorted(res["context_tokens"].unique().to_list()),
-                                        value=crossover, unit="tokens")
-        if rng.len() and grade.outcome != "inconclusive":
-            grade = replace(grade, spread=(float(rng.min()), float(rng.max())))
-        out.append(grade.verdict(
-            f"{stated}: so the winner changes between {tokens_label(lo)} and {tokens_label(hi)} — as kvlab's model "
-            "fitted to the same four points sees it (not an independent check)",
-            (f"crossover {approx_tokens(crossover)}{within}" if crossover else "no crossover")
-            + f"; {', '.join(modelled)}", claim_id="crossover_modelled", kind="crossover"))
-    if fit.loo.height:
-        from kvlab.claims import held_out_error, held_out_grade, model_margin
-        from kvlab.narrative.context_scaling import held_out_verdict
-
-        right, total = winners_held_out(fit)
-        if held is None:
-            held = held_out_grade(right, total, model_margin(fit, sorted(res["context_tokens"].unique().to_list()))
-                                  or 0.0, held_out_error(fit))
-        worst = fit.loo.sort(pl.col("loo_error_pct").abs(), descending=True).row(0, named=True)
-        v = held_out_verdict(held, fit)
-        out.append(replace(v, number=v.number + f" (worst {abs(worst['loo_error_pct']):.1f}%, "
-                                                f"{engine_label(worst['engine'])} at {tokens_label(worst['context_tokens'])})"))
-    xo = sens["crossover_tokens"].drop_nulls()
-    if xo.len():
-        out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
-                           "expert reads, cached MLA width, KV number format), each refitted to the same four "
-                           "points?", "found",
-                           "modelled", f"{token_range(xo.min(), xo.max())} over {sens.height} "
-                           "assumption sets", claim_id="crossover_range", kind="crossover",
-                           value=float(xo.median()), unit="tokens", spread=(float(xo.min()), float(xo.max())),
-                           scope="model fitted to the published table, refitted per assumption set",
-                           reason=f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"))
-    bad = implausible(fit)
-    out.append(Verdict(f"The fitted parameters are physically plausible for the article's {fit.hardware} host",
-                       "contradicted" if bad else "reproduced", "modelled",
-                       "no: " + "; ".join(implausible(fit, short=True)) if bad else "yes, every one in range",
-                       claim_id="model_plausible", kind="model_plausibility", scope="model fitted to the published table",
-                       reason=("a fitted parameter lies outside its physical range, so the fit describes the table "
-                               "rather than its physics") if bad else "every fitted parameter is in its physical range"))
-    flagged = head.filter(pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu"))
-    if head["mem_util"].n_unique() > 1 and flagged.height:
-        hi_u, lo_u = flagged["mem_util"].max(), head["mem_util"].min()
-        r = flagged.row(0, named=True)
-        out.append(Verdict(f"{hi_u:g} runs out of memory where {lo_u:g} does not (the article's memory study) — can the "
-                           "model tell?", "cannot be tested here", "modelled",
-                           f"{hi_u:g} leaves {r['outside_pool_gib_per_gpu']:.1f} GiB/GPU outside the target, under an "
-                           f"assumed {r['outside_need_gib_per_gpu']:.1f} GiB taken from this very claim",
-                           claim_id="memory_095", kind="memory_setting", value=r["outside_pool_gib_per_gpu"],
-                           unit="GiB/GPU", scope="model fitted to the published table",
-                           reason="the model's memory check rests on a need outside the pool chosen from this claim"))
-    return out

@@ -1,0 +1,145 @@
+"""Engine-choice claims (report 06): the KV-design article's statements — vLLM shares no prefix, SGLang's radix
+cache does, choose SGLang at ≥ 30% shared, choose vLLM at ≥ 100 in flight — against the measured prefix-sharing
+and concurrency studies, graded by :mod:`kvlab.claims.grading` (CPU runs of two engines never decide a
+cross-engine claim; the ratio where the claim's mechanism is absent is quoted)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kvlab.analysis import nearest
+from kvlab.claims.grading import Repeats, cpu_cross_engine, measured_difference, negated
+from kvlab.claims.prefix import cache_shares
+from kvlab.engines import SGLANG, VLLM, engine_label, registry
+from kvlab.units import sig2
+from kvlab.verdicts import Verdict
+
+
+def _at_largest_fraction(on: pl.DataFrame, engines) -> dict | None:
+    d = on.filter(pl.col("engine").is_in(list(engines)) & pl.col("cache_hit_rate").is_not_null())
+    if d.is_empty():
+        return None
+    return d.sort("shared_fraction").row(-1, named=True)
+
+
+def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFrame) -> list:
+    """Report 06's verdicts on the KV-design article's claims, against the measured runs where kvlab has them (each a
+    claim's shape on this host: vLLM's CPU build against sglang-jax on CPU). The claims' thresholds are their
+    ``threshold`` fields (:mod:`kvlab.schema` CLAIMS)."""
+    on = sharing.filter(pl.col("prefix_caching").fill_null(True)) if not sharing.is_empty() else sharing
+    by_id = {c["claim_id"]: c for c in claims.iter_rows(named=True)}
+    out = []
+
+    def off_row(r: dict) -> dict | None:
+        o = sharing.filter((pl.col("engine") == r["engine"]) & ~pl.col("prefix_caching").fill_null(True)
+                           & (pl.col("shared_fraction") == r["shared_fraction"]) & pl.col("cache_hit_rate").is_not_null())
+        return o.row(0, named=True) if o.height else None
+
+    c = by_id.get("vllm_no_prefix_sharing")
+    if c:
+        r = _at_largest_fraction(on, [VLLM]) if not on.is_empty() else None
+        out.append(Verdict(f"{c['statement']} — vLLM as measured here, prefix cache on (its default)", "cannot be tested here", "measured",
+                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing",
+                           reason="no measured vLLM prefix-sharing run") if r is None else
+                   negated(cache_shares(r, off_row(r))).verdict(
+                       f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
+                       "(its default)", f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared "
+                       f"fraction {r['shared_fraction']:g}", claim_id=c["claim_id"], kind="prefix_sharing"))
+    c = by_id.get("sglang_radix_sharing")
+    if c:
+        radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if registry.family(e) == SGLANG]
+        r = _at_largest_fraction(on, radix) if radix else None
+        out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run",
+                           claim_id=c["claim_id"], kind="prefix_sharing", reason="no measured SGLang-family run")
+                   if r is None else
+                   cache_shares(r, off_row(r)).verdict(
+                       f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
+                       "cache on; the gap to the ideal is what it recomputed",
+                       f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
+                       f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})",
+                       claim_id=c["claim_id"], kind="prefix_sharing"))
+    c = by_id.get("shared_prefix_threshold")
+    if c:
+        at = c["threshold"]
+        pairs = []
+        for f in sorted(on.filter(pl.col("shared_fraction") >= at)["shared_fraction"].unique().to_list()) \
+                if not on.is_empty() else []:
+            d = on.filter(pl.col("shared_fraction") == f).sort("batch_time_s")
+            if d["engine"].n_unique() >= 2:
+                pairs.append((f, d.row(0, named=True), d.row(1, named=True)))
+        if not pairs:
+            out.append(Verdict(c["statement"], "cannot be tested here", "measured",
+                               f"no shared fraction ≥ {at:g} measured with two engines", claim_id=c["claim_id"],
+                               kind="engine_choice", reason=f"no shared fraction ≥ {at:g} measured with two engines"))
+        else:
+            f, best, other = pairs[-1]
+            m = other["batch_time_s"] / best["batch_time_s"]
+            zero = nearest(on.filter(pl.col("engine").is_in([best["engine"], other["engine"]])), "shared_fraction", 0.0)
+            out.append(_measured_pair_verdict(
+                f"{c['statement']} — on this host: {engine_label(best['engine'])} against "
+                f"{engine_label(other['engine'])}, each with its prefix cache on", c["claim_id"], best, other,
+                zero, "shared_fraction", lambda v: f"{v:g} shared", "batch_time_s", lower_is_better=True,
+                at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
+                claimed_family=SGLANG))
+    c = by_id.get("high_concurrency")
+    if c:
+        at = c["threshold"]
+        hi = conc.filter(pl.col("in_flight") >= at) if not conc.is_empty() else conc
+        top = hi.filter(pl.col("in_flight") == hi["in_flight"].max()).sort("requests_per_s", descending=True) \
+            if not hi.is_empty() else hi
+        if top.is_empty() or top["engine"].n_unique() < 2:
+            out.append(Verdict(c["statement"], "cannot be tested here", "measured",
+                               f"no run with ≥ {at:g} requests in flight measured with two engines",
+                               claim_id=c["claim_id"], kind="concurrency_threshold",
+                               reason=f"no run with ≥ {at:g} requests in flight measured with two engines"))
+        else:
+            a, b = top.row(0, named=True), top.row(1, named=True)
+            m = a["requests_per_s"] / b["requests_per_s"]
+            pair = conc.filter(pl.col("engine").is_in([a["engine"], b["engine"]]))
+            low = pair.filter(pl.col("in_flight") == pair["in_flight"].min())
+            levels = pair["in_flight"].n_unique()
+            out.append(_measured_pair_verdict(
+                f"{c['statement']} — on this host: {engine_label(a['engine'])} against {engine_label(b['engine'])}, "
+                f"distinct prompts ({levels} concurrency level{'' if levels == 1 else 's'} measured)", c["claim_id"],
+                a, b, low, "in_flight", lambda v: f"{v} in flight (the lowest load measured)", "requests_per_s",
+                lower_is_better=False, claimed_family=VLLM, kind="concurrency_threshold",
+                at_claim=f"{engine_label(a['engine'])} {sig2(m)}× the completed requests/s at {a['in_flight']} in flight"))
+    return out
+
+
+def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, base: pl.DataFrame, at_col: str,
+                           at_label, metric: str, *, lower_is_better: bool, at_claim: str, claimed_family: str,
+                           kind: str = "engine_choice"):
+    """A claim that one engine family beats the other, graded by :mod:`kvlab.claims.grading`: CPU runs of two
+    engines cannot decide it (rule 1; the ratio at ``base``, where the claim's mechanism is absent, quoted); GPU
+    runs decide by rule 2 on ``metric`` (spread from its ``*_min*``/``*_max*`` columns where present)."""
+    a, b = best["engine"], other["engine"]
+    ra = base.filter(pl.col("engine") == a)
+    rb = base.filter(pl.col("engine") == b)
+    kinds = [r.get("device_kind") for r in (best, other)]
+    ns = [best.get("n_runs") or 1, other.get("n_runs") or 1]
+    ratio, where = 1.0, "no setting without the mechanism (none measured)"
+    if ra.height and rb.height:
+        ta, tb = ra[metric][0], rb[metric][0]
+        ratio = tb / ta if lower_is_better else ta / tb  # > 1: ``a`` ahead where the mechanism is absent
+        where = at_label(ra[at_col][0])
+    grade = cpu_cross_engine(a, b, kinds, baseline=ratio, hardware=best.get("hardware"), n=min(ns), baseline_at=where,
+                             scope=f"{best.get('hardware') or 'CPU'}")
+    if grade is not None:
+        fast = a if ratio >= 1 else b
+        only = ra.height and ra[at_col][0] == best.get(at_col)  # the baseline is the claim's own setting
+        number = (f"{at_claim} (the only setting measured, so nothing shows the gap is the claim's mechanism)" if only
+                  else f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}")
+        return grade.verdict(claim, number, claim_id=claim_id, kind=kind)
+
+    def reps(r: dict) -> Repeats:
+        suffix = ("_min_s", "_max_s") if metric.endswith("_s") and metric != "requests_per_s" else ("_min", "_max")
+        name = metric.removesuffix("_s") if suffix[0] == "_min_s" else metric
+        return Repeats.summary(r[metric], r.get(name + suffix[0]), r.get(name + suffix[1]), r.get("n_runs") or 1)
+
+    fam = (registry.family(a) or a) == claimed_family
+    claimed_side, other_side = (best, other) if fam else (other, best)
+    grade = measured_difference(reps(claimed_side), reps(other_side), "lower" if lower_is_better else "higher",
+                                what=f"{engine_label(claimed_side['engine'])} against {engine_label(other_side['engine'])}",
+                                scope=best.get("hardware") or "")
+    return grade.verdict(claim, at_claim, claim_id=claim_id, kind=kind)

@@ -1,0 +1,102 @@
+"""Report 04's modelled claims: the article's winners and crossover as kvlab's model fitted to the same four points
+sees them (rule 3 of :mod:`kvlab.claims.grading`: an illustration unless the held-out test passes, which shows as a
+row of its own), the crossover's range over the assumption sets, the fit's physical plausibility, and the 0.95
+memory claim, which the model cannot test (its memory check rests on a need taken from that claim)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import polars as pl
+
+from kvlab.claims.grading import held_out_grade
+from kvlab.claims.model import grade_model_claim, held_out_error, model_margin, winners_held_out
+from kvlab.claims.speed import held_out_verdict
+from kvlab.engines import engine_label
+from kvlab.perfmodel import Assumptions, Workload
+from kvlab.perfmodel.calibrate import crossover_from_fit, implausible
+from kvlab.units import approx_tokens, token_range, tokens_label
+from kvlab.verdicts import Verdict
+
+
+def model_verdicts(fit, sens, head, claims, workload=None,
+                   assumptions=None) -> list:
+    """Report 04's verdicts: the article's winners and crossover as the fitted model sees them, held-out
+    prediction, the assumption's effect, the fit's plausibility, and the 0.95 memory claim (untestable by the model).
+
+    Every verdict is about the article's own configuration (Kimi-K3 on 8× the fit's GPU, DCP 8), whatever GPU or
+    model the report shows; ``head`` gives only the memory targets compared."""
+    # matplotlib: perfmodel.figures draws, and importing kvlab.claims must not load it
+    from kvlab.perfmodel.figures import headroom_table
+
+    workload, assumptions = workload or Workload(), assumptions or Assumptions()
+    crossover = crossover_from_fit(fit, gpu=fit.hardware, workload=workload, assumptions=assumptions)
+    head = headroom_table(fit.hardware, "Kimi-K3", sorted(head["mem_util"].unique().to_list()), [1], [204800],
+                          assumptions)
+    out = []
+    res = fit.residuals
+    speed = claims.filter(pl.col("kind") == "relative_speed") if "kind" in claims.columns else claims.head(0)
+    ctx = {"64K": 65536, "200K": 204800}
+    modelled, agree = [], True
+    for c in speed.iter_rows(named=True):
+        tokens = ctx.get(c["context_from"])
+        d = res.filter(pl.col("context_tokens") == tokens).sort("modelled_s")
+        if d.height < 2:
+            continue
+        winner, ratio = d["engine"][0], d["modelled_s"][1] / d["modelled_s"][0]
+        agree &= winner == c["engine"]
+        modelled.append(f"{engine_label(winner)} {ratio:.2f}× faster at {c['context_from']}")
+    lo, hi = res["context_tokens"].min(), res["context_tokens"].max()
+    inside = crossover is not None and lo < crossover < hi
+    held = None
+    if modelled:
+        stated = "; ".join(c["statement"] for c in speed.iter_rows(named=True))
+        rng = sens["crossover_tokens"].drop_nulls()
+        within = f"; range {token_range(rng.min(), rng.max())}" if rng.len() else ""
+        grade, held = grade_model_claim(fit, agree and inside, sorted(res["context_tokens"].unique().to_list()),
+                                        value=crossover, unit="tokens")
+        if rng.len() and grade.outcome != "inconclusive":
+            grade = replace(grade, spread=(float(rng.min()), float(rng.max())))
+        out.append(grade.verdict(
+            f"{stated}: so the winner changes between {tokens_label(lo)} and {tokens_label(hi)} — as kvlab's model "
+            "fitted to the same four points sees it (not an independent check)",
+            (f"crossover {approx_tokens(crossover)}{within}" if crossover else "no crossover")
+            + f"; {', '.join(modelled)}", claim_id="crossover_modelled", kind="crossover"))
+    if fit.loo.height:
+        right, total = winners_held_out(fit)
+        if held is None:
+            held = held_out_grade(right, total, model_margin(fit, sorted(res["context_tokens"].unique().to_list()))
+                                  or 0.0, held_out_error(fit))
+        worst = fit.loo.sort(pl.col("loo_error_pct").abs(), descending=True).row(0, named=True)
+        v = held_out_verdict(held, fit)
+        out.append(replace(v, number=v.number + f" (worst {abs(worst['loo_error_pct']):.1f}%, "
+                                                f"{engine_label(worst['engine'])} at {tokens_label(worst['context_tokens'])})"))
+    xo = sens["crossover_tokens"].drop_nulls()
+    if xo.len():
+        out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
+                           "expert reads, cached MLA width, KV number format), each refitted to the same four "
+                           "points?", "found",
+                           "modelled", f"{token_range(xo.min(), xo.max())} over {sens.height} "
+                           "assumption sets", claim_id="crossover_range", kind="crossover",
+                           value=float(xo.median()), unit="tokens", spread=(float(xo.min()), float(xo.max())),
+                           scope="model fitted to the published table, refitted per assumption set",
+                           reason=f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"))
+    bad = implausible(fit)
+    out.append(Verdict(f"The fitted parameters are physically plausible for the article's {fit.hardware} host",
+                       "contradicted" if bad else "reproduced", "modelled",
+                       "no: " + "; ".join(implausible(fit, short=True)) if bad else "yes, every one in range",
+                       claim_id="model_plausible", kind="model_plausibility", scope="model fitted to the published table",
+                       reason=("a fitted parameter lies outside its physical range, so the fit describes the table "
+                               "rather than its physics") if bad else "every fitted parameter is in its physical range"))
+    flagged = head.filter(pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu"))  # short outside
+    if head["mem_util"].n_unique() > 1 and flagged.height:
+        hi_u, lo_u = flagged["mem_util"].max(), head["mem_util"].min()
+        r = flagged.row(0, named=True)
+        out.append(Verdict(f"{hi_u:g} runs out of memory where {lo_u:g} does not (the article's memory study) — can the "
+                           "model tell?", "cannot be tested here", "modelled",
+                           f"{hi_u:g} leaves {r['outside_pool_gib_per_gpu']:.1f} GiB/GPU outside the target, under an "
+                           f"assumed {r['outside_need_gib_per_gpu']:.1f} GiB taken from this very claim",
+                           claim_id="memory_095", kind="memory_setting", value=r["outside_pool_gib_per_gpu"],
+                           unit="GiB/GPU", scope="model fitted to the published table",
+                           reason="the model's memory check rests on a need outside the pool chosen from this claim"))
+    return out

@@ -1,0 +1,269 @@
+"""Prefix-sharing claims (report 05): the KV-design article's claims in turn — vLLM shares no prefix, SGLang's radix
+cache does and computes only each request's suffix (one engine's own runs decide: :func:`kvlab.claims.prefix.
+cache_shares`), choose SGLang at ≥ 30% shared (two engines: rule 1 on a CPU) — and the report's own findings (what
+the cache saves by shared fraction, multi-turn reuse)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kvlab.claims.grading import Repeats, combined, counted, cpu_cross_engine, measured_difference, negated
+from kvlab.claims.prefix import cache_shares
+from kvlab.engines import SGLANG, VLLM, engine_label, registry
+from kvlab.units import sig2
+from kvlab.verdicts import Verdict
+
+
+def _prefix_engine_order() -> pl.Expr:
+    """Engines in display order (kvlab.engines.registry.order), unknown ones last."""
+    return pl.col("engine").replace_strict({e: registry.order(e) for e in registry.ENGINE_NAMES},
+                                           default=len(registry.ENGINE_NAMES), return_dtype=pl.Int64)
+
+
+def _prefix_times(x: float, more: str = "shorter", less: str = "longer") -> str:
+    """A ratio with its direction: 1.37 → '1.37× shorter', 0.96 → '1.04× longer', 1.002 → 'unchanged (1.00×)'."""
+    if abs(x - 1) < 0.005:
+        return "unchanged (1.00×)"
+    return f"{x:.2f}× {more}" if x > 1 else f"{1 / x:.2f}× {less}"
+
+
+def _prefix_bracket(g: pl.DataFrame | list[dict], at: float) -> tuple[dict, dict] | None:
+    """The measured points either side of ``at`` (the last below, the first at or above)."""
+    rows = sorted(g if isinstance(g, list) else g.to_dicts(), key=lambda r: r["shared_fraction"])  # rows or a frame
+    lo, hi = [r for r in rows if r["shared_fraction"] < at], [r for r in rows if r["shared_fraction"] >= at]
+    return (lo[-1], hi[0]) if lo and hi else None
+
+
+def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFrame, thresholds: dict,
+                    by_turn: pl.DataFrame, reuse: pl.DataFrame | None = None, threshold: float = 0.3) -> list:
+    """Report 05's verdicts: each of the article's claims in :data:`PREFIX_CLAIMS` against the measured runs, the
+    threshold test, and multi-turn reuse (found). Computed from the frames the report shows; the claims are found
+    by id, their parts (sharing, suffix-only) are rows of their own (:mod:`kvlab.schema` CLAIMS)."""
+    stmt = {r["claim_id"]: r["statement"] for r in claims.iter_rows(named=True)}
+    on = sharing.filter(pl.col("prefix_caching")) if sharing.height else sharing
+    hits = on.filter(pl.col("cache_hit_rate").is_not_null()) if on.height else on
+    out = []
+
+    def off_row(engine: str, f: float) -> dict | None:
+        o = sharing.filter((pl.col("engine") == engine) & ~pl.col("prefix_caching") & (pl.col("shared_fraction") == f)
+                           & pl.col("cache_hit_rate").is_not_null())
+        return o.row(0, named=True) if o.height else None
+
+    def off_hit(engine: str, f: float) -> str:
+        o = off_row(engine, f)
+        return f"; {o['cache_hit_rate']:.0%} with it off" if o else ""
+
+    if s := stmt.get("vllm_no_prefix_sharing"):
+        claim = f"“{s}” — vLLM's CPU build, automatic prefix caching on (its default)"
+        v = hits.filter(pl.col("engine") == VLLM) if hits.height else hits
+        if v.is_empty():
+            out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on",
+                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing",
+                               reason="no vLLM run with its prefix cache on"))
+        else:
+            r = v.sort("shared_fraction").row(-1, named=True)
+            grade = negated(cache_shares(r, off_row(VLLM, r["shared_fraction"])))  # the claim: it shares nothing
+            out.append(grade.verdict(claim, f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
+                                            f"{r['shared_fraction']:.0%} shared{off_hit(VLLM, r['shared_fraction'])}",
+                                     claim_id="vllm_no_prefix_sharing", kind="prefix_sharing"))
+
+    radix = [e for e in (hits["engine"].unique(maintain_order=True).to_list() if hits.height else [])
+             if registry.family(e) == SGLANG]
+    if s := stmt.get("sglang_radix_sharing"):
+        suffix = stmt.get("sglang_radix_suffix")  # its own row: "… computes only each request's own suffix"
+        if not radix:
+            out.append(Verdict(f"“{s}”", "cannot be tested here", "measured",
+                               "no SGLang-family run with its radix cache on reported a hit count",
+                               claim_id="sglang_radix_sharing", kind="prefix_sharing",
+                               reason="no SGLang-family run with its radix cache on reported a hit count"))
+            if suffix:
+                out.append(Verdict(f"“{suffix}”", "cannot be tested here", "measured",
+                                   "no SGLang-family run with its radix cache on reported a hit count",
+                                   claim_id="sglang_radix_suffix", kind="prefix_sharing",
+                                   reason="no SGLang-family run with its radix cache on reported a hit count"))
+        else:
+            e = radix[0]
+            lab = engine_label(e)
+            r = hits.filter(pl.col("engine") == e).sort("shared_fraction").row(-1, named=True)
+            out.append(cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
+                f"“{s}” — {lab}" + (", SGLang's JAX runtime with the same radix cache" if registry.is_stand_in(e) else ""),
+                f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
+                f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
+                claim_id="sglang_radix_sharing", kind="prefix_sharing"))
+            if suffix:
+                rr = None
+                if reuse is not None and reuse.height:
+                    q = reuse.filter((pl.col("engine") == e) & pl.col("prefix_caching")
+                                     & (pl.col("shared_fraction") == r["shared_fraction"]))
+                    rr = q.row(0, named=True) if q.height and q["requests_hit"][0] is not None else None
+                if rr is not None:
+                    possible = rr["requests"] - rr["n_runs"]  # every request but each run's first
+                    ok = rr["requests_hit"] >= possible
+                    first = "none" if rr["first_wave_hit"] == 0 else f"{rr['first_wave_hit']}"
+                    number = (f"{rr['requests_hit']} of {rr['requests']} requests reused the {rr['shared_prefix_tokens']:,}-token "
+                              f"prefix at {r['shared_fraction']:.0%} shared ({possible} could); {first} of the "
+                              f"{rr['first_wave']} sent together first")
+                    setting = f", requests arriving {rr['first_wave'] // rr['n_runs']} at a time"
+                else:
+                    ok = r["cache_hit_rate"] >= 0.95 * r["ideal_hit_rate"]
+                    number = (f"{r['cache_hit_rate']:.0%} of prompt tokens from the cache at {r['shared_fraction']:.0%} "
+                              f"shared against {r['ideal_hit_rate']:.0%} if every request after the first reused it")
+                    setting = ""
+                n = (rr or r).get("n_runs") or 1
+                share_of = (rr["requests_hit"] / possible if rr is not None and possible else r["cache_hit_rate"])
+                grade = counted(ok, n, reason=("every request that could reuse the prefix did" if ok else
+                                               "requests that could reuse the prefix computed it again"),
+                                value=share_of, scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
+                out.append(grade.verdict(f"“{suffix}” — {lab}{setting}", number,
+                                         claim_id="sglang_radix_suffix", kind="prefix_sharing"))
+
+    if s := stmt.get("shared_prefix_threshold"):
+        both = {f: g for (f,), g in on.group_by(["shared_fraction"])
+                if g["engine"].n_unique() >= 2 and g["batch_time_s"].null_count() == 0} if on.height else {}
+        above = {f: g for f, g in both.items() if f >= threshold}
+        engines = _prefix_ordered(on) if on.height else []
+        claim = f"“{s}” — on this host: {' against '.join(engine_label(e) for e in engines)}, caches on"
+        if not above:
+            out.append(Verdict(claim, "cannot be tested here", "measured",
+                               f"no shared fraction ≥ {threshold:.0%} measured with two engines",
+                               claim_id="shared_prefix_threshold", kind="engine_choice",
+                               reason=f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
+        else:
+            ratios = {f: g["batch_time_s"].max() / g["batch_time_s"].min() for f, g in above.items()}
+            wins = {f: g.sort("batch_time_s")["engine"][0] for f, g in above.items()}
+            lo_f = min(both)  # the least shared fraction both engines ran: 0%, where the cache has nothing to reuse
+            z = both[lo_f].sort(_prefix_engine_order())
+            a, b = z.row(0, named=True), z.row(1, named=True)
+            grade = cpu_cross_engine(a["engine"], b["engine"], z["device_kind"].to_list() if "device_kind" in z.columns
+                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"], hardware=a["hardware"],
+                                     n=int(z["n_runs"].min()), baseline_at=f"{lo_f:.0%} shared",
+                                     scope=f"{a['hardware']}, each engine's prefix cache on")
+            at = "; ".join(f"{engine_label(wins[f])} {sig2(ratios[f])}× sooner at {f:.0%}" for f in sorted(above))
+            if grade is not None:
+                fast = a["engine"] if b["batch_time_s"] >= a["batch_time_s"] else b["engine"]
+                number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
+                          "the cache saves within each engine is the fair comparison (the threshold row below)")
+                out.append(grade.verdict(claim, number, claim_id="shared_prefix_threshold", kind="engine_choice"))
+            else:  # GPU runs: the engines' speed decides, by rule 2, at every fraction from the threshold up
+                parts = []
+                for f, g in sorted(above.items()):
+                    sg = g.filter(pl.col("engine").replace_strict(registry.FAMILY_OF, default=None) == SGLANG)
+                    other = g.filter(pl.col("engine").replace_strict(registry.FAMILY_OF, default=None) != SGLANG)
+                    if sg.is_empty() or other.is_empty():
+                        continue
+                    x, y = sg.row(0, named=True), other.row(0, named=True)
+                    parts.append(measured_difference(
+                        *(Repeats.summary(r["batch_time_s"], r.get("batch_time_min_s"), r.get("batch_time_max_s"),
+                                          r["n_runs"]) for r in (x, y)),
+                        "lower", what=f"SGLang's batch time against {engine_label(y['engine'])}'s at {f:.0%}",
+                        scope=a["hardware"]))
+                if parts:
+                    out.append(combined(parts).verdict(claim, at, claim_id="shared_prefix_threshold",
+                                                       kind="engine_choice"))
+        parts = []
+        for engine, th in thresholds.items():
+            if th.verdict == "no data":
+                continue
+            b = _prefix_bracket(gain.filter(pl.col("engine") == engine), th.at)
+            if th.verdict == "inconclusive":
+                parts.append(f"{engine_label(engine)}: inconclusive (on vs off already {abs(th.gain_at_zero):.0%} "
+                             "apart at 0%, where nothing is reused)")
+            elif th.verdict == "threshold" and b:
+                parts.append(f"{engine_label(engine)}: saving jumps from {b[0]['time_saved']:+.0%} at "
+                             f"{b[0]['shared_fraction']:.0%} to {b[1]['time_saved']:+.0%} at {b[1]['shared_fraction']:.0%} shared")
+            elif th.verdict == "threshold":
+                parts.append(f"{engine_label(engine)}: a jump near {th.at:.0%}")
+            else:
+                parts.append(f"{engine_label(engine)}: no jump, a steady rise (R² {th.r2_linear:.2f})")
+        if parts:
+            out.append(Verdict(f"Does what the prefix cache saves jump at {threshold:.0%} shared, as the article's "
+                               "threshold implies?", "found", "measured", "; ".join(parts),
+                               claim_id="shared_prefix_threshold_jump", kind="prefix_sharing",
+                               n=int(sharing["n_runs"].min()) if sharing.height else None,
+                               scope="each engine's own cache on against off",
+                               reason="the report's own question: what the cache saves within each engine, by fraction"))
+
+    if by_turn is not None and by_turn.height:
+        parts = []
+        for (engine,), g in by_turn.sort(_prefix_engine_order(), "turn").group_by(["engine"], maintain_order=True):
+            o = g.filter(pl.col("prefix_caching"))
+            if o.is_empty() or o["cached_share"][-1] is None:
+                continue
+            last = o.row(-1, named=True)
+            f = g.filter(~pl.col("prefix_caching") & (pl.col("turn") == last["turn"]))
+            ttft = (f", TTFT {_prefix_times(f['ttft_mean_ms'][0] / last['ttft_mean_ms'])}" if f.height and last["ttft_mean_ms"]
+                    else "")
+            parts.append(f"{engine_label(engine)} {last['cached_share']:.0%}{ttft}")
+        if parts:
+            out.append(Verdict("Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
+                               "serves, and its time to first token against the cache off", "found", "measured",
+                               f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
+                               kind="prefix_sharing", scope="each engine's own cache on against off",
+                               reason="the report's own question about the article's example 1"))
+    return out
+
+
+def _prefix_ordered(frame: pl.DataFrame) -> list[str]:
+    return frame.select("engine").unique().sort(_prefix_engine_order())["engine"].to_list()
+
+
+# --------------------------------------------------------------------------- the reductions report 05's tables word
+
+
+def sharing_points(sharing: pl.DataFrame) -> pl.DataFrame:
+    """One row per engine and shared fraction: the cache on beside off (``hit_``, ``ttft_``, ``batch_``, ``std_``,
+    ``runs_`` with ``on`` / ``off``), the two ideals (``ideal``, ``block``) and the fraction in % — rates in %,
+    engines in the report's order."""
+    keys = ["engine", "shared_fraction"]
+
+    def side(on: bool, sfx: str) -> pl.DataFrame:
+        return sharing.filter(pl.col("prefix_caching") == on).select(
+            *keys, (pl.col("cache_hit_rate") * 100).round(1).alias(f"hit_{sfx}"), pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"),
+            pl.col("batch_time_s").alias(f"batch_{sfx}"), pl.col("batch_time_std_s").alias(f"std_{sfx}"),
+            pl.col("n_runs").alias(f"runs_{sfx}"))
+
+    base = sharing.group_by(keys).agg(pl.col("shared_prefix_tokens").first(),
+                                      (pl.col("ideal_hit_rate").first() * 100).round(1).alias("ideal"),
+                                      (pl.col("block_ideal_hit_rate").first() * 100).round(1).alias("block"))
+    return (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
+            .with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"))
+            .sort(_prefix_engine_order(), "shared_fraction"))
+
+
+def gain_points(gain: pl.DataFrame) -> pl.DataFrame:
+    """:func:`kvlab.analysis.caching_gain`'s rows with the fraction, the hit rate and the time saved in %, engines
+    in the report's order."""
+    return gain.with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"),
+                             (pl.col("cache_hit_rate_on") * 100).round(1).alias("hit_on"),
+                             (pl.col("time_saved") * 100).round(1).alias("saved")).sort(_prefix_engine_order(),
+                                                                                        "shared_fraction")
+
+
+def turn_points(by_turn: pl.DataFrame) -> pl.DataFrame:
+    """One row per engine and turn: prompt length and conversations, then cached tokens, cached share (%), mean
+    TTFT and requests reporting a count with the cache on beside off, and the TTFT ratio off ÷ on."""
+    keys = ["engine", "turn"]
+
+    def side(on: bool, sfx: str) -> pl.DataFrame:
+        return by_turn.filter(pl.col("prefix_caching") == on).select(
+            *keys, pl.col("cached_tokens").alias(f"cached_{sfx}"), (pl.col("cached_share") * 100).round(1).alias(f"share_{sfx}"),
+            pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"), pl.col("cached_reported").alias(f"reported_{sfx}"))
+
+    base = by_turn.group_by(keys).agg(pl.col("prompt_tokens").first(), pl.col("requests").first())
+    return (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
+            .with_columns((pl.col("ttft_off") / pl.col("ttft_on")).alias("ratio")).sort(_prefix_engine_order(), "turn"))
+
+
+def radix_paged_pairs(sharing: pl.DataFrame) -> tuple[str, list[dict]] | None:
+    """Cache on, vLLM's paged cache beside the first SGLang-family radix cache at every shared fraction both ran: (the
+    radix engine, rows with the paged side's columns and the radix side's suffixed ``_r``); None without both."""
+    on = sharing.filter(pl.col("prefix_caching"))
+    paged = on.filter(pl.col("engine") == VLLM)
+    radix_engines = [e for e in on["engine"].unique(maintain_order=True).to_list() if registry.family(e) == SGLANG]
+    if paged.is_empty() or not radix_engines:
+        return None
+    cols = ["shared_fraction", "shared_prefix_tokens", "cache_hit_rate", "ideal_hit_rate", "block_ideal_hit_rate",
+            "ttft_mean_ms", "batch_time_s"]
+    both = paged.select(cols).join(on.filter(pl.col("engine") == radix_engines[0]).select(cols), on="shared_fraction",
+                                   suffix="_r").sort("shared_fraction")
+    return radix_engines[0], both.to_dicts()
