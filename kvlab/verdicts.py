@@ -75,8 +75,8 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 
 
 def _first_clause(text: str) -> str:
-    """A reason's first clause (up to its first ';'), for a sentence that quotes one."""
-    return text.split(";")[0].strip().rstrip(".")
+    """A reason's first clause (up to its first ';' or ':'), for a sentence that quotes one."""
+    return text.split(";")[0].split(":")[0].strip().rstrip(".")
 
 
 def _by_evidence(vs: list[Verdict]) -> str:
@@ -95,9 +95,10 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     vs = [v if isinstance(v, Verdict) else Verdict(**v) for v in verdicts]
     tested = [v for v in vs if v.outcome != "found"]
     found = [v for v in vs if v.outcome == "found"]
+    claims = list({(v.claim_id or v.claim): v for v in tested}.values())  # one claim tested on two kinds of evidence
     if tested:
-        first = "; ".join(f"“{v.claim}”" for v in tested[:2])
-        more = f" and {_count(len(tested) - 2, 'more claim')}" if len(tested) > 2 else ""
+        first = "; ".join(f"“{v.claim}”" for v in claims[:2])
+        more = f" and {_count(len(claims) - 2, 'more claim')}" if len(claims) > 2 else ""
         claim = f"**The documents claim** {first}{more}."
     else:
         claim = "**The documents make no claim this page tests**; it answers its own question."

@@ -37,10 +37,10 @@ def test_on_cpu_reads_the_device_kind_before_the_label():
 def test_cpu_runs_of_two_engines_cannot_decide_a_speed_claim():
     g = cpu_cross_engine("vllm", "sglang-jax", ["cpu", "cpu"], baseline=13.5, baseline_at="0% shared", n=1)
     assert (g.outcome, g.evidence, g.value, g.unit, g.n) == ("cannot be tested here", "measured", 13.5, "×", 1)
-    assert g.reason.startswith("vllm and sglang-jax are different implementations run on a CPU: vllm is already 14×")
+    assert g.reason.startswith("vLLM and sglang-jax (CPU) are different implementations run on a CPU: vLLM is already 14×")
     flipped = cpu_cross_engine("vllm", "sglang-jax", ["cpu"], baseline=0.5, baseline_at="64K", spread=(0.4, 0.8))
     assert (flipped.value, flipped.spread) == (2.0, (1.25, 2.5))  # slower ÷ faster, sglang-jax named the faster
-    assert flipped.reason.startswith("sglang-jax and vllm")
+    assert flipped.reason.startswith("sglang-jax (CPU) and vLLM")
     # the rule does not apply to GPU runs, nor to one engine against itself
     assert cpu_cross_engine("vllm", "sglang", ["gpu", "gpu"], baseline=2.0, baseline_at="64K") is None
     assert cpu_cross_engine("vllm", "vllm", ["cpu"], baseline=2.0, baseline_at="64K") is None

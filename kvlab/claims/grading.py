@@ -48,6 +48,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from kvlab.engines import engine_label
 from kvlab.units import sig2
 
 #: Repeats each side of a measured difference needs before it can decide a claim.
@@ -155,7 +156,8 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
         spread = (lo, hi)
     return Grade(
         "cannot be tested here", "measured",
-        f"{faster} and {slower} are different implementations run on a CPU: {faster} is already {sig2(ratio)}× faster "
+        f"{engine_label(faster)} and {engine_label(slower)} are different implementations run on a CPU: "
+        f"{engine_label(faster)} is already {sig2(ratio)}× faster "
         f"at {baseline_at}, where the claim's mechanism plays no part, so their speed here says nothing about the "
         "claim on a GPU host",
         value=ratio, unit="×", n=n, spread=spread, scope=scope or "CPU runs of two different engine implementations")
