@@ -97,7 +97,7 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     found = [v for v in vs if v.outcome == "found"]
     claims = list({(v.claim_id or v.claim): v for v in tested}.values())  # one claim tested on two kinds of evidence
     if tested:
-        first = "; ".join(f"“{v.claim}”" for v in claims[:2])
+        first = "; ".join(v.claim if v.claim[:1] in "“\"'" else f"“{v.claim}”" for v in claims[:2])
         more = f" and {_count(len(claims) - 2, 'more claim')}" if len(claims) > 2 else ""
         claim = f"**The documents claim** {first}{more}."
     else:
