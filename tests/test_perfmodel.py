@@ -682,7 +682,7 @@ def test_step_time_fit_from_measured_tpot_recovers_slope_interval_and_bandwidth(
     per_tok = kv_bytes_per_token_per_gpu(Config.of("CPU", "kvlab-tiny", "vllm", 1, 1, None))
     assert per_tok == 1024
     assert f["bandwidth_efficiency"] == pytest.approx(4 * 1024 / (f["slope_us_per_1k_tokens"] * 1e-9 * 20e9), rel=1e-9)
-    assert "µs per 1,000 tokens" in step_fit_note(pl.DataFrame(rows), fits)
+    assert "ms per 1,000 tokens" in step_fit_note(pl.DataFrame(rows), fits)
     # two contexts per engine (the fixture's quick form): no fit, and the note says why
     two = pl.DataFrame(rows[:2])
     fits2, _ = step_fits(two)

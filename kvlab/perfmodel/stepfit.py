@@ -19,7 +19,9 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from kvlab.engines import engine_label
 from kvlab.perfmodel.frames import row_config
+from kvlab.units import sig2
 from kvlab.perfmodel.roofline import Assumptions, kv_bytes_per_token_per_gpu
 
 GROUP = ("experiment", "hardware", "engine", "model", "tp", "dcp", "mem_util", "kv_budget_bytes", "batch_size",
@@ -136,10 +138,14 @@ def step_fit_note(runs: pl.DataFrame, fits: pl.DataFrame, min_contexts: int = 3)
     parts = []
     for r in fits.iter_rows(named=True):
         bw = r["bandwidth_efficiency"]
+        ms = r["slope_us_per_1k_tokens"] / 1000  # µs per 1,000 tokens -> ms per 1,000 tokens
+        lo, hi = r["slope_ci_low"] / 1000, r["slope_ci_high"] / 1000
+        verb = "grows" if ms >= 0 else "falls"
+        sign = "includes no change" if lo <= 0 <= hi else "excludes no change"
         parts.append(
-            f"- **{r['engine']}** ({r['experiment']}, batch {r['batch_size']}, {r['contexts']} contexts, {r['runs']} "
-            f"runs): step time grows **{r['slope_us_per_1k_tokens']:.3g} µs per 1,000 tokens** of context (95% "
-            f"interval {r['slope_ci_low']:.3g}–{r['slope_ci_high']:.3g}), from {r['intercept_ms']:.3g} ms at no "
-            f"context; R² {r['r2']:.3f}, largest residual {r['max_abs_residual_ms']:.2g} ms, {r['linearity']}"
-            + (f"; the slope implies {bw:.2g}× the catalog's nominal bandwidth" if math.isfinite(bw) else "") + ".")
+            f"- **{engine_label(r['engine'])}** ({r['experiment']}, batch {r['batch_size']}, {r['contexts']} contexts, "
+            f"{r['runs']} runs): step time {verb} **{sig2(abs(ms))} ms per 1,000 tokens** of context (95% interval "
+            f"{sig2(lo)} to {sig2(hi)} ms, which {sign}), from {sig2(r['intercept_ms'])} ms at no context; "
+            f"R² {r['r2']:.2f}, largest residual {sig2(r['max_abs_residual_ms'])} ms, {r['linearity']}"
+            + (f"; the slope implies {sig2(bw)}× the catalog's nominal bandwidth" if math.isfinite(bw) else "") + ".")
     return "\n".join(parts)
