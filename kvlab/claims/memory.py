@@ -77,6 +77,17 @@ def headroom_pairs(head: pl.DataFrame, by: str, first, second) -> list[dict]:
     return a.join(b, on=keys).filter(pl.col("a") > 0).to_dicts()
 
 
+def headroom_by_config(head: pl.DataFrame) -> list[dict]:
+    """The modelled headroom per DCP size and context, in the table's order: ``dcp``, ``context_tokens`` and
+    ``settings``, the (mem_util, max_concurrent_seqs) pairs lowest setting first."""
+    out = []
+    for (dcp, ctx), g in head.group_by(["dcp", "context_tokens"], maintain_order=True):
+        g = g.sort("mem_util")
+        out.append({"dcp": dcp, "context_tokens": ctx,
+                    "settings": list(zip(g["mem_util"].to_list(), g["max_concurrent_seqs"].to_list()))})
+    return out
+
+
 def stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
     """The memory-study row of ``r``'s engine and context at ``mem_util``."""
     hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_tokens") == r["context_tokens"])

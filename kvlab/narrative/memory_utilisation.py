@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING
 
 from kvlab import tables
 from kvlab.claims.memory import engine_rank as _engine_rank
-from kvlab.claims.memory import fails_outside_pool, headroom_pairs, kv_budget_simulated, memory_claim_verdicts, memory_setting
+from kvlab.claims.memory import (
+    fails_outside_pool, headroom_by_config, headroom_pairs, kv_budget_simulated, memory_claim_verdicts, memory_setting,
+)
 from kvlab.claims.memory import signed_pct as _signed_pct
 from kvlab.claims.memory import stats_row as _stats_row
 from kvlab.engines import engine_label
@@ -130,12 +132,11 @@ def headroom_sentences(head: DataFrame) -> str:
     *fits* column says and what it rests on (read from each row's ``reason``), so a reader never takes a restated
     assumption for a prediction."""
     lines = []
-    for (dcp, ctx), g in head.group_by(["dcp", "context_tokens"], maintain_order=True):
-        g = g.sort("mem_util")
-        parts = ", ".join(f"{r['max_concurrent_seqs']:,} at {r['mem_util']:g}" for r in g.iter_rows(named=True))
-        seqs = g["max_concurrent_seqs"].to_list()
-        more = (f" ({_relative(seqs[-1], seqs[0], 'more', 'fewer')} at {g['mem_util'][-1]:g})"
-                if len(seqs) > 1 and seqs[0] else "")
+    for row in headroom_by_config(head):
+        dcp, ctx, settings = row["dcp"], row["context_tokens"], row["settings"]
+        parts = ", ".join(f"{seqs:,} at {mu:g}" for mu, seqs in settings)
+        more = (f" ({_relative(settings[-1][1], settings[0][1], 'more', 'fewer')} at {settings[-1][0]:g})"
+                if len(settings) > 1 and settings[0][1] else "")
         path = " (vLLM's path)" if dcp == 1 else " (SGLang's path)"
         lines.append(f"- modelled, DCP {dcp}{path}, {tokens_label(ctx)} context: sequences that fit — {parts}{more}.")
     lines.append("")
