@@ -27,7 +27,7 @@ import polars as pl
 
 from kvlab import host
 from kvlab.engines.spec import redact_secrets
-from kvlab.paths import DATA_DIR, publish_dir
+from kvlab.paths import DATA_DIR, publish_dir, write_text_atomic
 from kvlab.schema import ATTEMPTS, CLAIMS, REQUESTS, RUNS, SchemaError, Table, percentiles_ms
 
 RUN_FILE = "run.parquet"
@@ -202,16 +202,7 @@ def write_json_atomic(path: str | Path, obj) -> None:
     """Write JSON so that readers see the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=True, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 def write_run(
