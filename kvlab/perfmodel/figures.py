@@ -66,10 +66,42 @@ def context_grid(max_tokens: int = 1 << 20, min_tokens: int = 4096, points: int 
     return sorted(set(grid) | {c for c in (65536, 204800) if min_tokens <= c <= max_tokens})
 
 
+#: The columns of :func:`curves` that get a range (``<column>_lo``, ``<column>_hi``) over the assumption sets.
+RANGED = ("batch_time_s", "output_tokens_per_s")
+
+
 def curves(
-    configs: Iterable[Config], contexts: Iterable[int], w: Workload, p: Params, a: Assumptions = Assumptions()
+    configs: Iterable[Config], contexts: Iterable[int], w: Workload, p: Params, a: Assumptions = Assumptions(),
+    sens: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Modelled batch time, its parts, throughput and memory fit for every configuration x context."""
+    """Modelled batch time, its parts, throughput and memory fit for every configuration x context.
+
+    With ``sens`` (a :func:`~kvlab.perfmodel.calibrate.sensitivity` table: one refit per assumption set the
+    published points cannot pin), each of :data:`RANGED` also gets its lowest and highest value over those sets
+    (``<column>_lo``, ``<column>_hi``; the line's own value ``w``/``p``/``a`` is inside by construction) and
+    ``assumption_sets`` says over how many. Each set is computed under its own workload: its batch time is that of
+    the article's batch as the set models it, its throughput its own batch x output tokens over that time."""
+    configs = list(configs)
+    contexts = [int(c) for c in contexts]
+    rows = _curve_rows(configs, contexts, w, p, a)
+    df = pl.DataFrame(rows)
+    if sens is None:
+        return df
+    from kvlab.perfmodel.calibrate import refits
+
+    sets = refits(sens, a)
+    lo = {col: [r[col] for r in rows] for col in RANGED}
+    hi = {col: [r[col] for r in rows] for col in RANGED}
+    for w_i, a_i, p_i in sets:
+        for i, r in enumerate(_curve_rows(configs, contexts, w_i, p_i, a_i)):
+            for col in RANGED:
+                lo[col][i] = min(lo[col][i], r[col])
+                hi[col][i] = max(hi[col][i], r[col])
+    return df.with_columns(*(pl.Series(f"{col}_{end}", v[col]) for col in RANGED for end, v in (("lo", lo), ("hi", hi))),
+                           pl.lit(len(sets)).alias("assumption_sets"))
+
+
+def _curve_rows(configs: list[Config], contexts: list[int], w: Workload, p: Params, a: Assumptions) -> list[dict]:
     rows = []
     for cfg in configs:
         for c in contexts:
@@ -93,7 +125,7 @@ def curves(
                     "fits": pr.fits,
                 }
             )
-    return pl.DataFrame(rows)
+    return rows
 
 
 def matched_published(model_df: pl.DataFrame, published: pl.DataFrame | None) -> pl.DataFrame:
@@ -138,16 +170,23 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
     points for, dashed where the curve extrapolates (beyond those contexts, or a configuration with no published
     point at all); the published points as open circles; an x where a configuration does not fit in memory.
     The y axis is logarithmic (and says so) when the values span more than 20×. ``band``: the crossover's range
-    over the assumptions the data cannot pin (:func:`kvlab.perfmodel.calibrate.crossover_range`), shaded."""
+    over the assumptions the data cannot pin (:func:`kvlab.perfmodel.calibrate.crossover_range`), shaded.
+    When ``model_df`` has ``<y>_lo`` and ``<y>_hi`` (:func:`curves` with ``sens``), each curve is drawn as a band
+    (lowest to highest over the assumption sets) in its engine's colour around its default-assumption line; when
+    ``published`` has them, each circle gets a bar over the same sets (a published throughput rests on the unstated
+    batch and output length too)."""
     fig = Figure(figsize=(7.8, 4.6))
     ax = fig.subplots()
     ranges = calibrated_ranges(model_df, published)
     if band:
         ax.axvspan(band[0], band[1], color="#bbbbbb", alpha=0.35, lw=0, zorder=0)
+    banded = f"{y}_lo" in model_df.columns and f"{y}_hi" in model_df.columns
     handles = []
     for cfg in model_df["config"].unique(maintain_order=True).to_list():
         d = model_df.filter(pl.col("config") == cfg).sort("context_tokens")
         color = ENGINE_COLORS.get(d["engine"][0], "#777777")
+        if banded:
+            ax.fill_between(d["context_tokens"], d[f"{y}_lo"], d[f"{y}_hi"], color=color, alpha=0.18, lw=0, zorder=1)
         for part, cal in _segments(d, ranges.get(cfg)):
             ax.plot(part["context_tokens"], part[y], color=color, lw=2, ls="-" if cal else "--")
         handles.append(Line2D([], [], color=color, lw=2, label=f"{engine_label(d['engine'][0])} {cfg.split(' ', 1)[1]}"))
@@ -161,6 +200,9 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
             eng = g["engine"][0]
             ax.scatter(g["context_tokens"], g[y], s=70, marker="o", facecolor="white", linewidths=2, zorder=5,
                        edgecolor=ENGINE_COLORS.get(eng, "#777777"))
+            if f"{y}_lo" in g.columns and f"{y}_hi" in g.columns:
+                ax.vlines(g["context_tokens"], g[f"{y}_lo"], g[f"{y}_hi"], color=ENGINE_COLORS.get(eng, "#777777"),
+                          lw=1.5, zorder=4)
     grey = "#666666"
     if ranges:
         spans = sorted(set(ranges.values()))
@@ -172,6 +214,12 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
         handles.append(Line2D([], [], ls="none", marker="o", ms=8, mfc="white", mec=grey, mew=2, label="published"))
     if bad.height:
         handles.append(Line2D([], [], ls="none", marker="x", ms=7, mew=2, color=grey, label="does not fit in memory"))
+    if banded:
+        from matplotlib.patches import Patch
+
+        n = model_df["assumption_sets"][0] if "assumption_sets" in model_df.columns else None
+        handles.append(Patch(color=grey, alpha=0.3, label="modelled range over the " + (f"{n} " if n else "")
+                             + "assumption sets (lowest–highest)"))
     if band:
         from matplotlib.patches import Patch
 
@@ -181,7 +229,12 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
     lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
     context_axis(ax.xaxis, lo, hi, extra=[c for r in ranges.values() for c in r])
     ax.set_xlabel("context (tokens, log scale)")
-    value_axis(ax, model_df[y].to_list() + (pub[y].to_list() if pub.height and y in pub.columns else []), ylabel)
+    shown = model_df[y].to_list() + (pub[y].to_list() if pub.height and y in pub.columns else [])
+    if banded:
+        shown += model_df[f"{y}_lo"].to_list() + model_df[f"{y}_hi"].to_list()
+    if pub.height and f"{y}_lo" in pub.columns and f"{y}_hi" in pub.columns:
+        shown += pub[f"{y}_lo"].to_list() + pub[f"{y}_hi"].to_list()
+    value_axis(ax, shown, ylabel)
     ax.grid(alpha=0.3)
     if title:
         ax.set_title(title, fontsize=10)
@@ -279,17 +332,36 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
     return fig
 
 
+def memory_sets(a: Assumptions = Assumptions()) -> list[Assumptions]:
+    """The assumption sets the memory picture rests on that the article does not state: the KV cache's number
+    format x cached MLA width (:data:`~kvlab.perfmodel.calibrate.UNPINNED_KV_FORMATS` x
+    :data:`~kvlab.perfmodel.calibrate.UNPINNED_MLA_WIDTHS`), each on top of ``a``. (Batch size, output length and
+    expert reads change time, not room.)"""
+    from dataclasses import replace
+
+    from kvlab.perfmodel.calibrate import UNPINNED_KV_FORMATS, UNPINNED_MLA_WIDTHS
+
+    return [replace(a, kv_format=f, mla_width=wd) for f in UNPINNED_KV_FORMATS for wd in UNPINNED_MLA_WIDTHS]
+
+
+#: The memory sets in words (:func:`memory_sets`).
+MEMORY_AXES = "KV format BF16/FP8/packed FP8 MLA × MLA width 576/512"
+
+
 def headroom_table(
     gpu: str, model: str, mem_utils: Iterable[float], dcp_sizes: Iterable[int], contexts: Iterable[int],
-    a: Assumptions = Assumptions(), tp: int = 8,
+    a: Assumptions = Assumptions(), tp: int = 8, ranged: bool = True,
 ) -> pl.DataFrame:  # fmt: skip
     """KV pool, KV capacity and sequences that fit, per memory target x DCP size x context.
 
     ``fits`` is the model's memory check: false when a sequence does not fit, or when less memory is left outside
     the target than :attr:`Assumptions.outside_pool_fraction` (``outside_need_gib_per_gpu``), an assumption taken
     from the B300 article (0.95 failed there): such a row restates that assumption, it does not predict an OOM.
+    With ``ranged`` (the default), ``max_concurrent_seqs_lo``/``_hi`` and ``kv_capacity_tokens_lo``/``_hi`` give
+    the lowest and highest over :func:`memory_sets` (``a``'s own value inside), named in ``assumption_sets``.
     """
     rows = []
+    sets = memory_sets(a) if ranged else []
     for u in mem_utils:
         for d in dcp_sizes:
             cfg = Config.of(gpu, model, SGLANG if d > 1 else VLLM, tp, d, u)
@@ -306,6 +378,15 @@ def headroom_table(
                         "fits": m.fits, "reason": m.reason,
                     }
                 )  # fmt: skip
+                if sets:
+                    alt = [memory(cfg, int(c), a_i) for a_i in sets] + [m]
+                    rows[-1] |= {
+                        "max_concurrent_seqs_lo": min(x.max_concurrent_seqs for x in alt),
+                        "max_concurrent_seqs_hi": max(x.max_concurrent_seqs for x in alt),
+                        "kv_capacity_tokens_lo": min(x.kv_capacity_tokens for x in alt),
+                        "kv_capacity_tokens_hi": max(x.kv_capacity_tokens for x in alt),
+                        "assumption_sets": MEMORY_AXES,
+                    }  # fmt: skip
     return pl.DataFrame(rows)
 
 
@@ -326,6 +407,10 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
         color = SERIES_COLORS[dcps.index(d) % len(SERIES_COLORS)]
         seqs = grp["max_concurrent_seqs"].cast(pl.Float64).clip(lower_bound=0.5)
         who = "vLLM-style, no DCP" if d == 1 else "SGLang-style"
+        if "max_concurrent_seqs_lo" in grp.columns:
+            ax.fill_between(grp["context_tokens"], grp["max_concurrent_seqs_lo"].cast(pl.Float64).clip(lower_bound=0.5),
+                            grp["max_concurrent_seqs_hi"].cast(pl.Float64).clip(lower_bound=0.5), color=color,
+                            alpha=0.12, lw=0, zorder=1)
         ax.plot(grp["context_tokens"], seqs, color=color, lw=2, ls=styles[utils.index(u) % len(styles)],
                 label=f"memory {u:g}, DCP {d} ({who})")
         ok = grp["fits"].to_list()
@@ -341,11 +426,16 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
     if not table["fits"].all():
         handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=2, color="#666666",
                               label="flagged: " + "; ".join(flag_kinds(table))))
+    if "max_concurrent_seqs_lo" in table.columns:
+        from matplotlib.patches import Patch
+
+        handles.append(Patch(color="#666666", alpha=0.25, label=f"range over {table['assumption_sets'][0]}"))
     ax.set_xscale("log", base=2)
     context_axis(ax.xaxis, table["context_tokens"].min(), table["context_tokens"].max(),
                  extra=table["context_tokens"].unique().to_list())
     ax.set_yscale("log", base=2)
-    top = max(1, int(table["max_concurrent_seqs"].max() or 1))
+    top = max(1, int(table["max_concurrent_seqs"].max() or 1),
+              int(table["max_concurrent_seqs_hi"].max() or 1) if "max_concurrent_seqs_hi" in table.columns else 1)
     yt = [1 << k for k in range(0, int(np.ceil(np.log2(top))) + 1)]
     if (table["max_concurrent_seqs"] < 1).any():
         yt = [0.5] + yt
@@ -379,16 +469,36 @@ def flag_kinds(head: pl.DataFrame) -> list[str]:
 
 def headroom_summary(head: pl.DataFrame) -> pl.DataFrame:
     """The headroom table as a reader reads it: one row per memory target and DCP size (KV pool, capacity, memory
-    left outside the target, whether that is under the assumed need) and one column of sequences per context."""
+    left outside the target, whether that is under the assumed need) and one column of sequences per context; with
+    the ranges of a ranged :func:`headroom_table`, each context's column is followed by its range over the
+    assumption sets ('range at 200K': '11–23'), and the capacity by its range."""
     keys = ["mem_util", "dcp"]
+    ranged = "max_concurrent_seqs_lo" in head.columns
     base = head.group_by(keys, maintain_order=True).agg(
         pl.col("kv_pool_gib_per_gpu", "kv_capacity_tokens", "outside_pool_gib_per_gpu", "outside_need_gib_per_gpu").first(),
         (pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu")).any().alias("under_assumed_need"))
+    if ranged:
+        cap = head.group_by(keys, maintain_order=True).agg(
+            pl.format("{}–{}", pl.col("kv_capacity_tokens_lo").first().map_elements(lambda v: f"{v:,}", return_dtype=pl.String),
+                      pl.col("kv_capacity_tokens_hi").first().map_elements(lambda v: f"{v:,}", return_dtype=pl.String))
+            .alias("kv_capacity_range"))
+        base = base.join(cap, on=keys, how="left").select(*keys, "kv_pool_gib_per_gpu", "kv_capacity_tokens",
+                                                          "kv_capacity_range", "outside_pool_gib_per_gpu",
+                                                          "outside_need_gib_per_gpu", "under_assumed_need")
     seqs = head.with_columns(pl.col("context_tokens").map_elements(lambda c: f"sequences at {tokens_label(c)}",
                                                                    return_dtype=pl.String).alias("ctx"))
-    order = [f"sequences at {tokens_label(c)}" for c in sorted(head["context_tokens"].unique().to_list())]
-    wide = seqs.pivot(on="ctx", index=keys, values="max_concurrent_seqs").select(*keys, *order)
-    return base.join(wide, on=keys, how="left").sort(keys)
+    ctxs = sorted(head["context_tokens"].unique().to_list())
+    wide = seqs.pivot(on="ctx", index=keys, values="max_concurrent_seqs")
+    order = []
+    for c in ctxs:
+        order.append(f"sequences at {tokens_label(c)}")
+        if ranged:
+            order.append(f"range at {tokens_label(c)}")
+    if ranged:
+        rng = seqs.with_columns(pl.format("{}–{}", "max_concurrent_seqs_lo", "max_concurrent_seqs_hi").alias("r"),
+                                pl.col("ctx").str.replace("sequences at ", "range at ", literal=True))
+        wide = wide.join(rng.pivot(on="ctx", index=keys, values="r"), on=keys, how="left")
+    return base.join(wide.select(*keys, *order), on=keys, how="left").sort(keys)
 
 
 def bound_summary(frac: pl.DataFrame) -> pl.DataFrame:
@@ -401,3 +511,54 @@ def bound_summary(frac: pl.DataFrame) -> pl.DataFrame:
                  share.median().alias("median_of_bound_pct"), share.max().alias("most_of_bound_pct"),
                  (pl.col("bandwidth_fraction_of_peak") * 100).median().alias("median_of_peak_bandwidth_pct"))
             .sort("source", "experiment", "engine", descending=[True, False, False]))
+
+
+def _step_key(row: dict) -> tuple:
+    from kvlab.perfmodel.stepfit import GROUP
+
+    return tuple(row.get(k) for k in GROUP)
+
+
+@styled
+def plot_step_fits(fits: pl.DataFrame, points: pl.DataFrame) -> Figure:
+    """Measured decode step time (TPOT) against mean decode context, per engine configuration, with its line fit
+    (:func:`kvlab.perfmodel.stepfit.step_fits`) on the left and the residuals on the right. Each engine's legend
+    entry gives its slope in ms per 1,000 tokens with the 95% interval (or says there is none)."""
+    from kvlab.units import sig2
+
+    fig = Figure(figsize=(9.6, 4.2))
+    ax, rx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    per_engine = fits.group_by("engine").len() if fits.height else None
+    handles = []
+    for f in fits.iter_rows(named=True):
+        key = _step_key(f)
+        pts = [p for p in points.iter_rows(named=True) if _step_key(p) == key]
+        pts.sort(key=lambda p: p["mean_decode_context"])
+        color = ENGINE_COLORS.get(f["engine"], "#777777")
+        xs = [p["mean_decode_context"] for p in pts]
+        ax.plot(xs, [p["tpot_ms"] for p in pts], ls="none", marker="o", ms=7, color=color, zorder=3)
+        ax.plot([min(xs), max(xs)], [f["intercept_ms"] + f["slope_us_per_1k_tokens"] * 1e-6 * x for x in
+                                     (min(xs), max(xs))], color=color, lw=1.5)
+        rx.axhline(0, color="#999999", lw=1)
+        rx.plot(xs, [p["residual_ms"] for p in pts], ls="none", marker="o", ms=7, color=color)
+        slope, lo, hi = (f["slope_us_per_1k_tokens"] / 1000, f["slope_ci_low"] / 1000, f["slope_ci_high"] / 1000)
+        ci = ("no interval: two contexts" if not np.isfinite(lo) else
+              f"95% {sig2(lo)} to {sig2(hi)}" + (", includes 0" if lo <= 0 <= hi else ""))
+        many = per_engine is not None and per_engine.filter(pl.col("engine") == f["engine"])["len"][0] > 1
+        who = engine_label(f["engine"]) + (f" ({f['experiment']}, batch {f['batch_size']})" if many else "")
+        handles.append(Line2D([], [], color=color, lw=1.5, marker="o", ms=6,
+                              label=f"{who}: {sig2(slope)} ms per 1,000 tokens ({ci})"))
+    handles.append(Line2D([], [], color="#666666", ls="none", marker="o", ms=6, label="measured (mean TPOT of a run)"))
+    handles.append(Line2D([], [], color="#666666", lw=1.5, label="least-squares line"))
+    ax.set_xlabel("mean context over the decode (tokens)")
+    ax.set_ylabel("decode step time, TPOT (ms)")
+    ax.set_title("measured: step time against context, line fit per engine", fontsize=10)
+    rx.set_xlabel("mean context over the decode (tokens)")
+    rx.set_ylabel("residual: measured − line (ms)")
+    rx.set_title("residuals", fontsize=10)
+    for a in (ax, rx):
+        a.grid(alpha=0.3)
+        a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    fig.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0.04 + 0.045 * ((len(handles) + 1) // 2), 1, 1))
+    return fig

@@ -9,12 +9,12 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.calibrate import (
-    PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate, crossover_from_fit, crossover_range, forecast,
-    implausible, physics_check, published_fit, refits,
+    BANDWIDTH_GRID, CONSISTENT_TOLERANCE_PCT, PUBLISHED_PRECISION_S, PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate,
+    consistent_fits, crossover_from_fit, crossover_range, forecast, implausible, physics_check, published_fit, refits,
 )
 from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
-from kvlab.units import context_label, k_label
+from kvlab.units import context_label, k_label, token_range
 
 DEFAULT_CONTEXTS = (65536, 204800)
 
@@ -153,6 +153,7 @@ def model_command(
     params, provenance, fit = params_for(g.gpu, data_dir, w, a)
     out = [
         f"kvlab model: {configs[0].model.model} on {g.gpu} ({g.name}), mem_util {mem_util if not is_cpu else 'n/a'}",
+        K_NOTE,
         f"workload: batch_size {w.batch_size}, output_tokens {w.output_tokens}"
         + ("" if (batch_size and output_tokens) else " (assumed where not given: kvlab.perfmodel.Workload)"),
         f"params ({provenance}): prefill_efficiency {params.prefill_efficiency:.3f}, "
@@ -176,7 +177,58 @@ def model_command(
                                            configs[0].model.model, tp, dcp or tp)]
             out.append(crossover_range_line(configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util),
                                             data_dir, a))
+            if "published" in provenance:
+                sens, _ = crossover_range(data_dir, a, physics=True)
+                cons = consistent_fits(sens, data_dir, gpu=g.gpu, model=configs[0].model.model, tp=tp,
+                                       dcp=dcp or tp, base=a)
+                out.append("  " + consistent_text(cons))
     return "\n".join(out)
+
+
+#: Every page that abbreviates a context says what K is (`kvlab model` prints it under its first line).
+K_NOTE = "contexts in K are K = 1,024 tokens: 64K = 65,536, 200K = 204,800, 1024K = 1M = 1,048,576"
+
+
+def consistent_text(cons) -> str:
+    """Where the published totals are under-determined, in one paragraph: the rule, how many of the candidate fits
+    (:func:`~kvlab.perfmodel.calibrate.consistent_fits`) it keeps, what they assume and what they predict."""
+    k = cons.filter(cons["consistent"])
+    sets = cons.select("batch_size", "output_tokens", "expert_reads", "mla_width", "kv_format").n_unique()
+    thr = float(cons["threshold_pct"][0])
+    best = float(cons["max_abs_residual_pct"].min())
+    tol = thr - best
+    exact = int(cons["within_precision"].sum())
+    head = (f"fits consistent with the published totals (rule: largest residual within {tol:g} points of the best "
+            f"fit's {best:.1f}%, i.e. at most {thr:.1f}%): {k.height:,} of {cons.height:,} candidates ({sets} "
+            f"assumption sets x the free fit, the physics-only fit and {len(BANDWIDTH_GRID)} fixed decode bandwidths "
+            f"{BANDWIDTH_GRID[0]:g}-{BANDWIDTH_GRID[-1]:g} of peak); {exact} of them meet every total within its "
+            f"stated precision (±{PUBLISHED_PRECISION_S:g} s)")
+    if not k.height:
+        return head + "."
+
+    def vals(col: str, fmt=str) -> str:
+        return "/".join(fmt(v) for v in sorted(k[col].unique().to_list(), key=lambda v: (v is None, v)))
+
+    phys = k.filter(k["physical"] & (k["fit"] == "physics-only"))
+    xo = k["crossover_tokens"].drop_nulls()
+    wins = []
+    for col in [c for c in k.columns if c.startswith("winner_")]:
+        counts = k[col].value_counts(sort=True).rows()
+        wins.append(" and ".join(f"{w} faster at {col[7:].upper()} in {n} of {k.height}" for w, n in counts))
+    text = (head + f". They assume batch {vals('batch_size')}, output {vals('output_tokens', lambda v: f'{v:,}')}, "
+            f"expert reads {vals('expert_reads')}, KV format {vals('kv_format')}, MLA width {vals('mla_width')}; "
+            f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}-{k['bandwidth_efficiency'].max():.1%} of peak. "
+            f"{'; '.join(wins)}; crossover "
+            + (token_range(xo.min(), xo.max()).replace("–", "-") if xo.len() else "none up to 1M tokens")
+            + (f" (crossing in {xo.len()} of {k.height})" if 0 < xo.len() < k.height else "") + ".")
+    if phys.height:
+        text += (f" {phys.height} of them are physics-only fits with every parameter inside its prior, but they need "
+                 f"c(SGLang) {phys['sglang_overhead_ms'].min():.0f}-{phys['sglang_overhead_ms'].max():.0f} ms and "
+                 f"c(vLLM) {phys['vllm_overhead_ms'].min():.0f}-{phys['vllm_overhead_ms'].max():.0f} ms per decode "
+                 "step, which no prior bounds.")
+    else:
+        text += " None of them is a physics-only fit: no fit inside every prior reproduces the totals this closely."
+    return text
 
 
 def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...], w: Workload, a: Assumptions,
@@ -229,6 +281,7 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
     params, provenance, fit = params_for(g.gpu, data_dir, Workload(), a)
     out = [
         f"kvlab model: experiment '{name}' ({target}) on {g.gpu} ({g.name})",
+        K_NOTE,
         f"params ({provenance}): prefill_efficiency {params.prefill_efficiency:.3f}, "
         f"bandwidth_efficiency {params.bandwidth_efficiency:.3f}, dcp_layer_latency {params.dcp_layer_latency_s * 1e6:.0f} us",
     ]

@@ -149,3 +149,22 @@ def step_fit_note(runs: pl.DataFrame, fits: pl.DataFrame, min_contexts: int = 3)
             f"R² {r['r2']:.2f}, largest residual {sig2(r['max_abs_residual_ms'])} ms, {r['linearity']}"
             + (f"; the slope implies {sig2(bw)}× the catalog's nominal bandwidth" if math.isfinite(bw) else "") + ".")
     return "\n".join(parts)
+
+
+def step_fit_caption(fits: pl.DataFrame) -> str:
+    """One sentence for the step-fit figure: per engine, whether its slope's 95% interval excludes no change, and
+    how far the points stray from the line."""
+    parts = []
+    for r in fits.iter_rows(named=True):
+        lo, hi = r["slope_ci_low"], r["slope_ci_high"]
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            verdict = "two contexts, so no interval"
+        elif lo <= 0 <= hi:
+            verdict = ("its 95% interval includes zero, so these runs do not show step time changing with context"
+                       + (" (the fitted slope is negative)" if r["slope_us_per_1k_tokens"] < 0 else ""))
+        else:
+            verdict = ("step time " + ("grows" if lo > 0 else "falls") + " with context, the 95% interval excluding zero")
+        parts.append(f"{engine_label(r['engine'])}: {verdict}; residuals up to {sig2(r['max_abs_residual_ms'])} ms over "
+                     f"{r['runs']} runs at {r['contexts']} contexts")
+    return ("Measured on this host: mean decode step time (TPOT) of each run against its mean context, a least-squares "
+            "line per engine (left) and what the line leaves (right). " + "; ".join(parts) + ".")
