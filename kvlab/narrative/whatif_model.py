@@ -175,6 +175,32 @@ def throughput_caption(model_df: DataFrame, workload) -> str:
             f"{tokens_label(hi)} " + " and ".join(parts) + ".")
 
 
+def band_sentence(model_df: DataFrame, y: str = "batch_time_s", unit: str = "s", context: int | None = None,
+                  tokens_per_batch: tuple[int, int] | None = None) -> str:
+    """What a figure's bands are and how wide, read at ``context`` (default: 200K when drawn, else the largest
+    context): each configuration's value under the default assumptions with its lowest-highest over the assumption
+    sets. ``tokens_per_batch`` (a throughput figure): the sets' lowest and highest batch x output tokens, which
+    scale a throughput by themselves."""
+    if f"{y}_lo" not in model_df.columns:
+        return ""
+    ctxs = sorted(set(model_df["context_tokens"].to_list()))
+    c = context if context in ctxs else (204800 if 204800 in ctxs else ctxs[-1])
+    n = model_df["assumption_sets"][0] if "assumption_sets" in model_df.columns else None
+    parts = []
+    for r in model_df.iter_rows(named=True):
+        if r["context_tokens"] == c:
+            parts.append(f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g})")
+    text = (f"Bands: the lowest to highest over the {n or ''} assumption sets the published points cannot choose "
+            f"among (each refitted to them), the line inside being the default set's; at {tokens_label(c)} "
+            + ", ".join(parts) + ".").replace("the  assumption", "the assumption")
+    if tokens_per_batch:
+        lo, hi = tokens_per_batch
+        text += (f" Most of a throughput band's width is the unstated batch: the sets' batches hold {lo:,}–{hi:,} "
+                 f"output tokens ({hi / lo:.0f}×), and tokens/s scales with them; the published circles' bars are the "
+                 "article's own times under the same sets. Which engine is faster is read in the batch-time figure.")
+    return text
+
+
 def at_max_sentence(at_max: DataFrame, calibrated_to: int | None,
                     ratio_range: tuple[float, float] | None = None) -> str:
     """The largest context drawn: which configuration is faster, by how much (and, with ``ratio_range`` — vLLM's
@@ -255,6 +281,11 @@ def whatif_headroom_caption(head: DataFrame, context: int | None = None) -> str:
     parts[0] = parts[0].replace(" against ", f" sequences against {lo:g}'s ", 1)
     text = (f"Modelled for {setup_phrase(r['model'], r['gpu'], r['tp'])} at {tokens_label(c)}: {hi:g} fits "
             + ", and ".join(parts))
+    if "max_concurrent_seqs_lo" in head.columns:
+        rng = {(r["dcp"], r["mem_util"]): (r["max_concurrent_seqs_lo"], r["max_concurrent_seqs_hi"])
+               for r in head.iter_rows(named=True) if r["context_tokens"] == c}
+        text += ("; over " + head["assumption_sets"][0] + " (shaded) " + ", ".join(
+            f"{a}–{b} fit at {hi:g} with DCP {d}" for (d, u), (a, b) in rng.items() if u == hi))
     kinds = flag_kinds(head)
     if kinds:
         text += "; crosses mark what the memory check flags (" + "; ".join(k.replace("\n", " ") for k in kinds) + ")"

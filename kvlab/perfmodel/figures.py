@@ -94,6 +94,8 @@ def curves(
     hi = {col: [r[col] for r in rows] for col in RANGED}
     for w_i, a_i, p_i in sets:
         for i, r in enumerate(_curve_rows(configs, contexts, w_i, p_i, a_i)):
+            if r is None:  # a context no longer than the set's output: no prompt, the set says nothing there
+                continue
             for col in RANGED:
                 lo[col][i] = min(lo[col][i], r[col])
                 hi[col][i] = max(hi[col][i], r[col])
@@ -101,10 +103,14 @@ def curves(
                            pl.lit(len(sets)).alias("assumption_sets"))
 
 
-def _curve_rows(configs: list[Config], contexts: list[int], w: Workload, p: Params, a: Assumptions) -> list[dict]:
+def _curve_rows(configs: list[Config], contexts: list[int], w: Workload, p: Params, a: Assumptions) -> list:
+    """One row per configuration x context (None where the context leaves no prompt before ``w``'s output)."""
     rows = []
     for cfg in configs:
         for c in contexts:
+            if int(c) <= w.output_tokens:
+                rows.append(None)
+                continue
             pr = batch_time(cfg, int(c), w, p, a)
             rows.append(
                 {
@@ -142,6 +148,19 @@ def matched_published(model_df: pl.DataFrame, published: pl.DataFrame | None) ->
         cfg = row_config(r)
         labels.append(keys.get((cfg.engine, cfg.gpu.gpu, cfg.model.model, cfg.tp, cfg.dcp)))
     return published.with_columns(pl.Series("config", labels, dtype=pl.String)).filter(pl.col("config").is_not_null())
+
+
+def published_throughput(published: pl.DataFrame, w: Workload, sens: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The published rows with ``output_tokens_per_s`` under the assumed workload ``w`` (the article gives batch
+    times only) and, with ``sens``, its lowest and highest under the workloads of every assumption set there
+    (``output_tokens_per_s_lo``/``_hi``: the same batch time over each set's batch x output tokens)."""
+    t = pl.col("batch_time_s")
+    out = published.with_columns((pl.lit(float(w.batch_size * w.output_tokens)) / t).alias("output_tokens_per_s"))
+    if sens is None or sens.is_empty():
+        return out
+    tokens = (sens["batch_size"] * sens["output_tokens"]).cast(pl.Float64)
+    lo, hi = min(float(tokens.min()), w.batch_size * w.output_tokens), max(float(tokens.max()), w.batch_size * w.output_tokens)
+    return out.with_columns((pl.lit(lo) / t).alias("output_tokens_per_s_lo"), (pl.lit(hi) / t).alias("output_tokens_per_s_hi"))
 
 
 def calibrated_ranges(model_df: pl.DataFrame, published: pl.DataFrame | None) -> dict[str, tuple[int, int]]:
