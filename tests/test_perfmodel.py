@@ -432,13 +432,15 @@ def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     ax = plot_headroom(head).axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[-1] == "flagged: less left outside the target than the assumed need:\nan assumption, not a predicted OOM"
+    assert legend[-2] == "flagged: less left outside the target than the assumed need:\nan assumption, not a predicted OOM"
+    assert legend[-1] == "range over KV format BF16/FP8/packed FP8 MLA × MLA width 576/512"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64K", "200K"]
     assert {ln.get_color() for ln in ax.get_lines()} == {"#029e73", "#7b3294"}  # not the engine colours
     summary = headroom_summary(head)
-    assert summary.columns[-2:] == ["sequences at 64K", "sequences at 200K"]
-    assert summary.select("mem_util", "dcp", "under_assumed_need", "sequences at 200K").rows() == [
-        (0.92, 1, False, 11), (0.92, 8, False, 86), (0.95, 1, True, 12), (0.95, 8, True, 97)]
+    assert summary.columns[-4:] == ["sequences at 64K", "range at 64K", "sequences at 200K", "range at 200K"]
+    assert summary.select("mem_util", "dcp", "under_assumed_need", "sequences at 200K", "range at 200K").rows() == [
+        (0.92, 1, False, 11, "11–25"), (0.92, 8, False, 86, "86–177"), (0.95, 1, True, 12, "12–28"),
+        (0.95, 8, True, 97, "97–201")]
 
 
 def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
@@ -687,3 +689,121 @@ def test_step_time_fit_from_measured_tpot_recovers_slope_interval_and_bandwidth(
     two = pl.DataFrame(rows[:2])
     fits2, _ = step_fits(two)
     assert fits2.is_empty() and "3 or more contexts" in step_fit_note(two, fits2)
+
+
+# --------------------------------------------------------------------------- ranges on every modelled figure and table
+
+
+def test_modelled_curves_carry_their_range_over_the_assumption_sets_as_lo_hi_columns():
+    """curves(sens=...) gives each batch time and throughput its lowest and highest over the 96 refits, the
+    default line inside; the band is recomputed here from the refits directly at 200K."""
+    from kvlab.perfmodel.calibrate import crossover_range, refits
+    from kvlab.perfmodel.figures import curves, plot_curves, published_throughput
+
+    sens, x_range = crossover_range(DATA_DIR)
+    cfgs = [Config.of("B300", "Kimi-K3", "vllm", 8, 1), Config.of("B300", "Kimi-K3", "sglang", 8, 8)]
+    df = curves(cfgs, [65536, 204800, 1 << 20], Workload(), published_fit(DATA_DIR).params, sens=sens)
+    assert set(df["assumption_sets"]) == {96}
+    assert (df["batch_time_s_lo"] <= df["batch_time_s"]).all() and (df["batch_time_s"] <= df["batch_time_s_hi"]).all()
+    got = {(r["config"], r["context_tokens"]): (round(r["batch_time_s_lo"], 1), round(r["batch_time_s_hi"], 1))
+           for r in df.iter_rows(named=True)}
+    assert got[("vllm TP8", 204800)] == (248.2, 314.2) and got[("sglang TP8+DCP8", 204800)] == (221.0, 271.0)
+    assert got[("vllm TP8", 65536)] == (95.0, 109.9) and got[("sglang TP8+DCP8", 1 << 20)] == (1334.8, 2534.6)
+    direct = [batch_time(cfgs[0], 204800, w, p, a).batch_time_s for w, a, p in refits(sens)]
+    assert (min(direct), max(direct)) == pytest.approx(got[("vllm TP8", 204800)], abs=0.05)
+    # throughput: each set's own batch x output over its time (1 x 1,024 to 32 x 4,096 tokens per batch)
+    r = df.filter((pl.col("config") == "vllm TP8") & (pl.col("context_tokens") == 204800)).row(0, named=True)
+    assert r["output_tokens_per_s_hi"] == pytest.approx(499.42, abs=0.01)
+    pub = published_throughput(load_runs(DATA_DIR, experiment="article_b300"), Workload(), sens)
+    row = pub.filter(pl.col("run_id") == "article_b300-200K-vllm").row(0, named=True)
+    assert (row["output_tokens_per_s"], row["output_tokens_per_s_lo"], row["output_tokens_per_s_hi"]) == pytest.approx(
+        (8192 / 295.2, 1024 / 295.2, 131072 / 295.2), rel=1e-12)
+    ax = plot_curves(df, pub, y="output_tokens_per_s", ylabel="output tokens/s", band=x_range).axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "modelled range over the 96 assumption sets (lowest–highest)" in legend
+    assert len(ax.collections) >= 2 + 1  # one band per engine and the crossover span
+
+
+def test_headroom_range_over_kv_format_and_mla_width_by_hand():
+    """vLLM at 0.92, 200K: BF16 at width 576 (27,648 B per token) fits 11; FP8 at width 512 (24 x 512 x 1 B =
+    12,288 B) the most: pool / (204,800 x 12,288 + 434,110,464 / 8 B of state) = 25."""
+    from kvlab.perfmodel.figures import headroom_table
+
+    r = headroom_table("B300", "Kimi-K3", [0.92], [1], [204800]).row(0, named=True)
+    pool = r["kv_pool_gib_per_gpu"] * GIB
+    assert r["max_concurrent_seqs_hi"] == int(pool // (204800 * 12288 + 434_110_464 / 8)) == 25
+    assert r["max_concurrent_seqs_lo"] == r["max_concurrent_seqs"] == 11
+    assert r["kv_capacity_tokens_hi"] == int(pool // 12288) == 5_334_277
+    assert "max_concurrent_seqs_lo" not in headroom_table("B300", "Kimi-K3", [0.92], [1], [204800], ranged=False).columns
+
+
+def test_the_set_of_fits_consistent_with_the_four_totals():
+    """Every assumption set's free fit, physics-only fit and 11 fixed-bandwidth fits (1,248 candidates); kept: those
+    within 5 points of the best fit's largest residual. The best reproduce the totals exactly (batch 32), and every
+    consistent fit names the published winners, with the crossover over 86,577-151,182 tokens."""
+    from kvlab.perfmodel.calibrate import consistent_fits, crossover_range
+    from kvlab.perfmodel.report import consistent_text
+
+    sens, _ = crossover_range(DATA_DIR, physics=True)
+    cons = consistent_fits(sens, DATA_DIR)
+    assert cons.height == 96 * 13 and cons["consistent"].sum() == 22 and cons["within_precision"].sum() == 5
+    best = cons["max_abs_residual_pct"].min()
+    assert best < 1e-4 and cons["threshold_pct"][0] == pytest.approx(best + 5.0)
+    assert (cons.filter("consistent")["max_abs_residual_pct"] <= best + 5.0).all()
+    assert (cons.filter(~pl.col("consistent"))["max_abs_residual_pct"] > best + 5.0).all()
+    k = cons.filter("consistent")
+    assert set(k["batch_size"]) == {32} and set(k["winner_64k"]) == {"vLLM"} and set(k["winner_200k"]) == {"SGLang"}
+    assert (round(k["crossover_tokens"].min()), round(k["crossover_tokens"].max())) == (86_577, 151_182)
+    assert k.filter(pl.col("physical") & (pl.col("fit") == "physics-only")).height == 7
+    assert cons.filter(~pl.col("consistent"))["crossover_tokens"].null_count() == cons.height - 22
+    text = consistent_text(cons)
+    assert "22 of 1,248 candidates" in text and "5 of them meet every total within its stated precision" in text
+    assert "crossover 86,577-151,182 tokens (85K-148K; K = 1,024)" in text
+    assert "vLLM faster at 64K in 22 of 22; SGLang faster at 200K in 22 of 22" in text
+
+
+def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
+    """Three contexts, one run each: SGLang's step time falls with context, but its 95% interval (t with one
+    degree of freedom) includes zero, and figure and caption say so; vLLM's grows and excludes it."""
+    from kvlab.perfmodel.figures import plot_step_fits
+    from kvlab.perfmodel.stepfit import line_fit, step_fit_caption, step_fits
+
+    rows = []
+    for eng, tpot in (("vllm", [10.0, 11.0, 12.1]), ("sglang", [20.0, 19.2, 19.9])):
+        for i, (c, t) in enumerate(zip([1024, 2048, 3072], tpot)):
+            rows.append({"source": "measured", "experiment": "cpu_long_context", "hardware": "CPU x86_64 (2 cores)",
+                         "engine": eng, "model": "kvlab-tiny", "tp": 1, "dcp": 1, "mem_util": None,
+                         "kv_budget_bytes": 8388608, "batch_size": 4, "output_tokens": 64, "context_tokens": c,
+                         "status": "ok", "run_id": f"{eng}{i}", "tpot_mean_ms": t})
+    fits, points = step_fits(pl.DataFrame(rows))
+    s = fits.filter(pl.col("engine") == "sglang").row(0, named=True)
+    # by hand: x = 992.5, 2016.5, 3040.5 (mean decode context); slope = sum(dx dy) / sum(dx^2) = -0.1 x 1024 / (2 x
+    # 1024^2) ms per token = -48.83 us per 1,000 tokens x 1,000
+    assert s["slope_us_per_1k_tokens"] == pytest.approx(-0.1 * 1024 / (2 * 1024**2) * 1e6, rel=1e-9)
+    direct = line_fit([992.5, 2016.5, 3040.5], [20.0, 19.2, 19.9])
+    assert s["slope_ci_low"] == pytest.approx(direct["slope_ci"][0] * 1e6) and s["slope_ci_low"] < 0 < s["slope_ci_high"]
+    fig = plot_step_fits(fits, points)
+    ax, rx = fig.axes
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend[1].startswith("SGLang: -0.049 ms per 1,000 tokens (95% ") and legend[1].endswith(", includes 0)")
+    assert not legend[0].endswith("includes 0)")
+    assert sorted(round(v, 6) for ln in rx.get_lines()[1:] for v in ln.get_ydata()) == sorted(
+        round(v, 6) for v in points["residual_ms"].to_list())
+    cap = step_fit_caption(fits)
+    assert "SGLang: its 95% interval includes zero, so these runs do not show step time changing with context " \
+           "(the fitted slope is negative)" in cap
+    assert "vLLM: step time grows with context, the 95% interval excluding zero" in cap
+
+
+def test_kvlab_model_prints_the_range_with_kv_format_both_fits_the_consistent_set_and_what_k_is():
+    """`kvlab model --context 65536 --context 204800`: the crossover range with the KV format among its axes, the
+    physics-only fit's predictions beside the free fit's, the fits consistent with the totals, and K = 1,024."""
+    out = model_command(context_tokens=[65536, 204800])
+    lines = out.splitlines()
+    assert lines[1] == "contexts in K are K = 1,024 tokens: 64K = 65,536, 200K = 204,800, 1024K = 1M = 1,048,576"
+    assert "KV format BF16/FP8/packed FP8 MLA, 96 refits" in out
+    free = next(ln for ln in lines if ln.startswith("  free fit (NON-PHYSICAL)"))
+    phys = next(ln for ln in lines if ln.startswith("  physics-only fit:"))
+    assert "SGLang wins at 200K" in free and "crossover 179,998 tokens" in free
+    assert "vLLM wins at 200K" in phys and "crossover 294,3" in phys
+    assert "fits consistent with the published totals (rule: largest residual within 5 points of the best" in out

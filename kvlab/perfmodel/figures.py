@@ -548,6 +548,7 @@ def plot_step_fits(fits: pl.DataFrame, points: pl.DataFrame) -> Figure:
     fig = Figure(figsize=(9.6, 4.2))
     ax, rx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     per_engine = fits.group_by("engine").len() if fits.height else None
+    rx.axhline(0, color="#999999", lw=1)
     handles = []
     for f in fits.iter_rows(named=True):
         key = _step_key(f)
@@ -558,7 +559,6 @@ def plot_step_fits(fits: pl.DataFrame, points: pl.DataFrame) -> Figure:
         ax.plot(xs, [p["tpot_ms"] for p in pts], ls="none", marker="o", ms=7, color=color, zorder=3)
         ax.plot([min(xs), max(xs)], [f["intercept_ms"] + f["slope_us_per_1k_tokens"] * 1e-6 * x for x in
                                      (min(xs), max(xs))], color=color, lw=1.5)
-        rx.axhline(0, color="#999999", lw=1)
         rx.plot(xs, [p["residual_ms"] for p in pts], ls="none", marker="o", ms=7, color=color)
         slope, lo, hi = (f["slope_us_per_1k_tokens"] / 1000, f["slope_ci_low"] / 1000, f["slope_ci_high"] / 1000)
         ci = ("no interval: two contexts" if not np.isfinite(lo) else
