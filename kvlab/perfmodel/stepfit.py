@@ -129,12 +129,15 @@ def step_fit_note(runs: pl.DataFrame, fits: pl.DataFrame, min_contexts: int = 3)
         m = runs.filter(pl.col("source") == "measured") if "source" in runs.columns else runs
         if m.is_empty():
             return f"*No measured runs: a per-step fit needs TPOT at {min_contexts} or more contexts per engine.*"
-        most = (m.group_by("engine").agg(pl.col("context_tokens").n_unique().alias("n")).sort("engine")
-                if "engine" in m.columns else pl.DataFrame())
-        have = ", ".join(f"{r['engine']} {r['n']}" for r in most.iter_rows(named=True))
-        return (f"*No per-step fit: it needs TPOT at {min_contexts} or more contexts of one configuration per engine; "
-                f"the measured runs have {have} context(s). The long-context study's full form (or a quick form with a "
-                "third context) gives them.*")
+        keys = [k for k in GROUP if k in m.columns]
+        ok = m.filter(pl.col("tpot_mean_ms").is_not_null()) if "tpot_mean_ms" in m.columns else m.clear()
+        most = (ok.group_by(keys).agg(pl.col("context_tokens").n_unique().alias("n"))
+                .group_by("engine").agg(pl.col("n").max()).sort("engine")
+                if "engine" in keys and ok.height else pl.DataFrame())
+        have = ", ".join(f"{engine_label(r['engine'])} {r['n']}" for r in most.iter_rows(named=True)) or "none"
+        return (f"*No per-step fit: it needs TPOT at {min_contexts} or more contexts of one configuration (engine, "
+                f"memory setting, batch and output length) per engine; the most any one configuration has here: {have}. "
+                "The long-context study's full form (or its quick form with a third context) gives them.*")
     parts = []
     for r in fits.iter_rows(named=True):
         bw = r["bandwidth_efficiency"]
