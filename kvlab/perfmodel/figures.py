@@ -7,17 +7,20 @@ Every context axis is labelled in K (64K, 200K, 1M), never in powers of two; ser
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+from matplotlib.patches import Patch
+from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLocator, NullLocator
 
 from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.perfmodel.frames import row_config
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
 from kvlab.style import ENGINE_COLORS, number_label, styled
-from kvlab.units import k_label, tokens_label
+from kvlab.units import k_label, sig2, tokens_label
 
 #: Colours of series that are not engines (GPUs, memory targets): none of them reads as vLLM blue or SGLang orange.
 SERIES_COLORS = ("#029e73", "#7b3294", "#555555", "#cc78bc", "#8c6d31", "#56b4e9")
@@ -36,8 +39,6 @@ def _context_ticks(lo: float, hi: float, extra: Iterable[float] = ()) -> list[in
 def value_axis(ax, values: Iterable[float], label: str, spread: float = 20.0) -> None:
     """The y axis of a modelled quantity: logarithmic when the positive ``values`` span more than ``spread``×
     (ticks at 1, 2 and 5 per decade, plain numbers, and the label says 'log scale'), else linear from 0."""
-    from matplotlib.ticker import LogLocator
-
     v = [x for x in values if x is not None and x > 0]
     if v and max(v) / min(v) > spread:
         ax.set_yscale("log")
@@ -87,6 +88,7 @@ def curves(
     df = pl.DataFrame(rows)
     if sens is None:
         return df
+    # scipy: calibrate fits with it, and kvlab.plots imports this module (value_axis) without needing it
     from kvlab.perfmodel.calibrate import refits
 
     sets = refits(sens, a)
@@ -137,8 +139,6 @@ def _curve_rows(configs: list[Config], contexts: list[int], w: Workload, p: Para
 def matched_published(model_df: pl.DataFrame, published: pl.DataFrame | None) -> pl.DataFrame:
     """The published rows whose configuration (engine, GPU, model, TP, DCP) is one of ``model_df``'s curves, with
     that curve's ``config`` label; empty when none is (e.g. another GPU or model than the article's)."""
-    from kvlab.perfmodel.frames import row_config
-
     if published is None or published.is_empty():
         return pl.DataFrame({"config": [], "context_tokens": []}, schema={"config": pl.String, "context_tokens": pl.Int64})
     keys = {(r["engine"], r["gpu"], r["model"], r["tp"], r["dcp"]): r["config"]
@@ -234,14 +234,10 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
     if bad.height:
         handles.append(Line2D([], [], ls="none", marker="x", ms=7, mew=2, color=grey, label="does not fit in memory"))
     if banded:
-        from matplotlib.patches import Patch
-
         n = model_df["assumption_sets"][0] if "assumption_sets" in model_df.columns else None
         handles.append(Patch(color=grey, alpha=0.3, label="modelled range over the " + (f"{n} " if n else "")
                              + "assumption sets (lowest–highest)"))
     if band:
-        from matplotlib.patches import Patch
-
         handles.append(Patch(color="#bbbbbb", alpha=0.5, label=f"crossover range over unpinned assumptions "
                                                               f"(≈{k_label(band[0])}–{k_label(band[1])})"))
     ax.set_xscale("log", base=2)
@@ -277,6 +273,7 @@ def crossover_table(
     ``sens`` (a :func:`~kvlab.perfmodel.calibrate.sensitivity` table) also its lowest and highest over every
     assumption set there (``crossover_low_tokens``, ``crossover_high_tokens``; null when none crosses), and in how
     many of them it crosses at all."""
+    # scipy: calibrate fits with it, and kvlab.plots imports this module (value_axis) without needing it
     from kvlab.perfmodel.calibrate import refits
 
     sets = refits(sens) if sens is not None else []
@@ -306,8 +303,6 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
     """Modelled crossover context against SGLang's DCP size, one line per GPU (colours that are not engines');
     dotted where the model's weights do not fit on the GPUs (a hypothetical); GPUs without a crossing are left
     out (the caption says which)."""
-    from matplotlib.ticker import FixedFormatter
-
     t = table.filter(pl.col("crossover_tokens").is_not_null())
     fig = Figure(figsize=(7.8, 4.2))
     ax = fig.subplots()
@@ -323,8 +318,6 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
                 ax.fill_between(r["dcp"], r["crossover_low_tokens"], r["crossover_high_tokens"], color=color,
                                 alpha=0.15, lw=0)
     if "crossover_low_tokens" in t.columns and t["crossover_low_tokens"].is_not_null().any():
-        from matplotlib.patches import Patch
-
         ax.add_artist(ax.legend(handles=[Patch(color="#888888", alpha=0.3, label="range over the unpinned assumptions")],
                                 fontsize=8, loc="lower left", bbox_to_anchor=(1.01, 0), borderaxespad=0))
     ax.set_xscale("log", base=2)
@@ -356,8 +349,7 @@ def memory_sets(a: Assumptions = Assumptions()) -> list[Assumptions]:
     format x cached MLA width (:data:`~kvlab.perfmodel.calibrate.UNPINNED_KV_FORMATS` x
     :data:`~kvlab.perfmodel.calibrate.UNPINNED_MLA_WIDTHS`), each on top of ``a``. (Batch size, output length and
     expert reads change time, not room.)"""
-    from dataclasses import replace
-
+    # scipy: calibrate fits with it, and kvlab.plots imports this module (value_axis) without needing it
     from kvlab.perfmodel.calibrate import UNPINNED_KV_FORMATS, UNPINNED_MLA_WIDTHS
 
     return [replace(a, kv_format=f, mla_width=wd) for f in UNPINNED_KV_FORMATS for wd in UNPINNED_MLA_WIDTHS]
@@ -414,8 +406,6 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
     """Concurrent sequences that fit, by context, for each memory target (line style) and DCP size (colour, not
     an engine colour). A cross marks a point the model flags: either no sequence fits, or less memory is left
     outside the target than the assumed need (an assumption from the article, not a prediction of an OOM)."""
-    from matplotlib.ticker import FixedFormatter
-
     fig = Figure(figsize=(7.8, 4.8))
     ax = fig.subplots()
     utils = sorted(table["mem_util"].unique().to_list())
@@ -446,8 +436,6 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
         handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=2, color="#666666",
                               label="flagged: " + "; ".join(flag_kinds(table))))
     if "max_concurrent_seqs_lo" in table.columns:
-        from matplotlib.patches import Patch
-
         handles.append(Patch(color="#666666", alpha=0.25, label=f"range over {table['assumption_sets'][0]}"))
     ax.set_xscale("log", base=2)
     context_axis(ax.xaxis, table["context_tokens"].min(), table["context_tokens"].max(),
@@ -533,6 +521,7 @@ def bound_summary(frac: pl.DataFrame) -> pl.DataFrame:
 
 
 def _step_key(row: dict) -> tuple:
+    # scipy: stepfit's intervals use it, and kvlab.plots imports this module (value_axis) without needing it
     from kvlab.perfmodel.stepfit import GROUP
 
     return tuple(row.get(k) for k in GROUP)
@@ -543,8 +532,6 @@ def plot_step_fits(fits: pl.DataFrame, points: pl.DataFrame) -> Figure:
     """Measured decode step time (TPOT) against mean decode context, per engine configuration, with its line fit
     (:func:`kvlab.perfmodel.stepfit.step_fits`) on the left and the residuals on the right. Each engine's legend
     entry gives its slope in ms per 1,000 tokens with the 95% interval (or says there is none)."""
-    from kvlab.units import sig2
-
     fig = Figure(figsize=(9.6, 4.2))
     ax, rx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     per_engine = fits.group_by("engine").len() if fits.height else None
