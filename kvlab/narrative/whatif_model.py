@@ -185,7 +185,10 @@ def band_sentence(model_df: DataFrame, y: str = "batch_time_s", unit: str = "s",
         return ""
     ctxs = sorted(set(model_df["context_tokens"].to_list()))
     c = context if context in ctxs else (204800 if 204800 in ctxs else ctxs[-1])
-    n = model_df["assumption_sets"][0] if "assumption_sets" in model_df.columns else None
+    n = max(model_df["assumption_sets"]) if "assumption_sets" in model_df.columns else None
+    few = min(model_df["assumption_sets"]) if "assumption_sets" in model_df.columns else n
+    first_full = min((r["context_tokens"] for r in model_df.iter_rows(named=True) if r.get("assumption_sets") == n),
+                     default=None)
     parts = []
     for r in model_df.iter_rows(named=True):
         if r["context_tokens"] == c:
@@ -193,6 +196,9 @@ def band_sentence(model_df: DataFrame, y: str = "batch_time_s", unit: str = "s",
     text = (f"Bands: the lowest to highest over the {n or ''} assumption sets the published points cannot choose "
             f"among (each refitted to them), the line inside being the default set's; at {tokens_label(c)} "
             + ", ".join(parts) + ".").replace("the  assumption", "the assumption")
+    if few != n and first_full:
+        text += (f" Below {tokens_label(first_full)} only {few} of the sets count: the others' output is as long as "
+                 "the context, leaving no prompt.")
     if tokens_per_batch:
         lo, hi = tokens_per_batch
         text += (f" Most of a throughput band's width is the unstated batch: the sets' batches hold {lo:,}–{hi:,} "

@@ -80,7 +80,8 @@ def curves(
     With ``sens`` (a :func:`~kvlab.perfmodel.calibrate.sensitivity` table: one refit per assumption set the
     published points cannot pin), each of :data:`RANGED` also gets its lowest and highest value over those sets
     (``<column>_lo``, ``<column>_hi``; the line's own value ``w``/``p``/``a`` is inside by construction) and
-    ``assumption_sets`` says over how many. Each set is computed under its own workload: its batch time is that of
+    ``assumption_sets`` says over how many (fewer at a context no longer than some sets' output, where those sets
+    have no prompt and say nothing). Each set is computed under its own workload: its batch time is that of
     the article's batch as the set models it, its throughput its own batch x output tokens over that time."""
     configs = list(configs)
     contexts = [int(c) for c in contexts]
@@ -94,15 +95,17 @@ def curves(
     sets = refits(sens, a)
     lo = {col: [r[col] for r in rows] for col in RANGED}
     hi = {col: [r[col] for r in rows] for col in RANGED}
+    counted = [0] * len(rows)
     for w_i, a_i, p_i in sets:
         for i, r in enumerate(_curve_rows(configs, contexts, w_i, p_i, a_i)):
             if r is None:  # a context no longer than the set's output: no prompt, the set says nothing there
                 continue
+            counted[i] += 1
             for col in RANGED:
                 lo[col][i] = min(lo[col][i], r[col])
                 hi[col][i] = max(hi[col][i], r[col])
     return df.with_columns(*(pl.Series(f"{col}_{end}", v[col]) for col in RANGED for end, v in (("lo", lo), ("hi", hi))),
-                           pl.lit(len(sets)).alias("assumption_sets"))
+                           pl.Series("assumption_sets", counted))
 
 
 def _curve_rows(configs: list[Config], contexts: list[int], w: Workload, p: Params, a: Assumptions) -> list:
@@ -234,7 +237,7 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
     if bad.height:
         handles.append(Line2D([], [], ls="none", marker="x", ms=7, mew=2, color=grey, label="does not fit in memory"))
     if banded:
-        n = model_df["assumption_sets"][0] if "assumption_sets" in model_df.columns else None
+        n = model_df["assumption_sets"].max() if "assumption_sets" in model_df.columns else None
         handles.append(Patch(color=grey, alpha=0.3, label="modelled range over the " + (f"{n} " if n else "")
                              + "assumption sets (lowest–highest)"))
     if band:

@@ -175,10 +175,10 @@ def model_command(
             if fit.kind == "free" and "published" in provenance:
                 out += ["", *physics_lines(fit, data_dir, tuple(int(c) for c in contexts), w, a, g.gpu,
                                            configs[0].model.model, tp, dcp or tp)]
+            sens, _ = crossover_range(data_dir, a, physics=True)
             out.append(crossover_range_line(configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util),
-                                            data_dir, a))
+                                            data_dir, a, sens))
             if "published" in provenance:
-                sens, _ = crossover_range(data_dir, a, physics=True)
                 cons = consistent_fits(sens, data_dir, gpu=g.gpu, model=configs[0].model.model, tp=tp,
                                        dcp=dcp or tp, base=a)
                 out.append("  " + consistent_text(cons))
@@ -250,11 +250,12 @@ def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...]
             physics_check(free_fit, phys, contexts, w, a)]
 
 
-def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: Assumptions) -> str:
+def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: Assumptions, sens=None) -> str:
     """The crossover of ``vllm`` and ``sglang`` over every assumption set the published points cannot pin
-    (:func:`~kvlab.perfmodel.calibrate.crossover_range`), with how many of those fits are physically plausible,
-    and the same range under each set's physics-only fit."""
-    sens, _ = crossover_range(data_dir, a, physics=True)
+    (:func:`~kvlab.perfmodel.calibrate.crossover_range`, or ``sens`` when the caller has it, with ``physics``),
+    with how many of those fits are physically plausible, and the same range under each set's physics-only fit."""
+    if sens is None:
+        sens, _ = crossover_range(data_dir, a, physics=True)
 
     def span(physics: bool) -> str:
         xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a, physics))
