@@ -760,6 +760,13 @@ def test_the_set_of_fits_consistent_with_the_four_totals():
     assert "22 of 1,248 candidates" in text and "5 of them meet every total within its stated precision" in text
     assert "crossover 86,577-151,182 tokens (85K-148K; K = 1,024)" in text
     assert "vLLM faster at 64K in 22 of 22; SGLang faster at 200K in 22 of 22" in text
+    from kvlab import narrative
+    from kvlab.perfmodel.report import consistent_summary
+
+    bullet = narrative.whatif_model.consistent_bullet(consistent_summary(cons))
+    assert bullet.startswith("- **Consistent with the totals** (largest residual within 5 points of the best): 22 of "
+                             "1,248 candidate fits, at batch 32; vLLM faster at 64K in 22 of 22; SGLang faster at "
+                             "200K in 22 of 22; crossover **86,577–151,182 tokens (85K–148K; K = 1,024)**")
 
 
 def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():

@@ -21,8 +21,11 @@ __all__ = ["model_verdicts"]
 
 def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: DataFrame, head: DataFrame,
                       workload, *, gpu: str, tp: int, dcp: int, published_contexts: list[int],
-                      ratio_range: tuple[float, float] | None = None) -> str:
+                      ratio_range: tuple[float, float] | None = None, consistent: dict | None = None) -> str:
     """The what-if report's conclusions, as markdown bullets, from its fit, sensitivity, curves and headroom.
+
+    ``consistent``: what the fits consistent with the published totals share
+    (:func:`kvlab.perfmodel.report.consistent_summary`), one bullet.
 
     ``at_max``: the modelled curves at the largest context drawn (one row per engine); ``head``: the KV
     headroom table; the memory bullet reads it without DCP at the largest published context (the smallest
@@ -53,6 +56,7 @@ def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: Dat
         f"- **Crossover** (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}, {who}): {xo_txt}"
         + (f"; **{token_range(xo.min(), xo.max())}** over the {sens.height} assumption sets the data "
            "cannot choose among (the range, not the point, is the model's answer)." if xo.len() else "."),
+        consistent_bullet(consistent) if consistent else "",
         at_max_sentence(at_max, hi, ratio_range),
         f"- **Memory** (vLLM without DCP, {who}, {tokens_label(mem_ctx)}): {seqs.get(u_lo)} sequences fit at {u_lo:g}, "
         f"{seqs.get(u_hi)} at {u_hi:g}" + (f"; the model flags {', '.join(f'{u:g}' for u in flagged)} "
@@ -60,6 +64,19 @@ def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: Dat
                                            "an out-of-memory there (see the KV headroom section)." if flagged else "."),
     ]
     return "\n".join(line for line in lines if line)
+
+
+def consistent_bullet(c: dict) -> str:
+    """One conclusion bullet from :func:`kvlab.perfmodel.report.consistent_summary`."""
+    if not c["kept"]:
+        return f"- **Consistent with the totals:** none of {c['candidates']:,} candidate fits is within the rule."
+    wins = "; ".join(f"{w} faster at {tokens_label(ctx)} in {n} of {c['kept']}" for ctx, counts in c["winners"]
+                     for w, n in counts)
+    xo = (token_range(*c["crossover"]) if c["crossover"] else "no crossover up to 1M tokens")
+    return (f"- **Consistent with the totals** (largest residual within {c['tolerance_pct']:g} points of the best): "
+            f"{c['kept']:,} of {c['candidates']:,} candidate fits, at batch {c['batches']}; {wins}; crossover "
+            f"**{xo}** — narrower than the one-fit-per-set range above, because most of those fits miss the totals "
+            "by more.")
 
 
 def whatif_setup(fit, workload, *, gpu: str, model: str, tp: int, dcp: int, published: DataFrame) -> str:

@@ -189,6 +189,19 @@ def model_command(
 K_NOTE = "contexts in K are K = 1,024 tokens: 64K = 65,536, 200K = 204,800, 1024K = 1M = 1,048,576"
 
 
+def consistent_summary(cons) -> dict:
+    """What the fits consistent with the published totals share, as plain values (for the reports' prose):
+    candidates, kept, tolerance, the batch sizes they assume, their winners per context and crossover range."""
+    k = cons.filter(cons["consistent"])
+    xo = k["crossover_tokens"].drop_nulls()
+    winners = [(int(col[7:-1]) * 1024, k[col].value_counts(sort=True).rows())
+               for col in cons.columns if col.startswith("winner_")]
+    return {"candidates": cons.height, "kept": k.height,
+            "tolerance_pct": float(cons["threshold_pct"][0] - cons["max_abs_residual_pct"].min()),
+            "batches": "/".join(str(b) for b in sorted(k["batch_size"].unique().to_list())),
+            "winners": winners, "crossover": (float(xo.min()), float(xo.max())) if xo.len() else None}
+
+
 def consistent_text(cons) -> str:
     """Where the published totals are under-determined, in one paragraph: the rule, how many of the candidate fits
     (:func:`~kvlab.perfmodel.calibrate.consistent_fits`) it keeps, what they assume and what they predict."""
