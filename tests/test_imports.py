@@ -302,7 +302,6 @@ LAZY_LEFT = {
     "kvlab/claims/model.py": 1,
     "kvlab/cluster.py": 2,  # ray: the optional `cluster` extra
     "kvlab/perfmodel/calibrate.py": 1,
-    "kvlab/perfmodel/figures.py": 7,
     "kvlab/perfmodel/report.py": 5,
     "kvlab/perfmodel/roofline.py": 1,
     "kvlab/runner.py": 3,
