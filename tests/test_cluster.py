@@ -189,7 +189,8 @@ def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_c
     assert _folders(tmp_path / "ray", "split") == _folders(tmp_path / "local", "split")
     assert set(_folders(tmp_path / "ray", "split")) == {r.key for r in expand(spec)}
     assert next(iter(_folders(tmp_path / "ray", "split").values())) == [
-        "attempts.parquet", "requests.parquet", "run.parquet", "server-attempt1.log", "spec.json"]
+        "attempts.parquet", "requests.parquet", "run.parquet", "server-attempt1.log", "spec.json", "telemetry.csv",
+        "telemetry.json"]  # the node's telemetry samples come back with its run folder
     cols = ["run_id", "status", "attempts", "served_prompt_tokens", "served_output_tokens", "server_prompt_tokens"]
     assert store.load_runs(tmp_path / "ray").sort("run_id").select(cols).equals(
         store.load_runs(tmp_path / "local").sort("run_id").select(cols))
