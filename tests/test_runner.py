@@ -301,14 +301,16 @@ def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: 
     return killed
 
 
-LONG = 6000  # output tokens of the run that is killed; prompt + output stay under BASE_ENGINE's max_model_len
+LONG = 2500  # output tokens of the run that is killed (prompt + output stay under BASE_ENGINE's max_model_len):
+# thousands of decode steps after the kill's trigger at 20 chunks, and a retried attempt (which decodes all of
+# them) that costs seconds, not the minute 6,000 tokens took on a 2-core EPYC
 
 
 @pytest.mark.engine
 def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, monkeypatch, engine_python, tiny_model):
     path = write_spec(tmp_path, "killed", workload={"batch_size": 4, "context_tokens": LONG + 2000, "output_tokens": LONG},
                       matrix={"workload.output_tokens": [LONG, 16]})
-    # Killed after 100 of 6,000 tokens: the engine cannot have streamed the rest ahead of a slow client.
+    # Killed after 20 of 2,500 tokens: the engine cannot have streamed the rest ahead of a slow client.
     killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=20)
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
     assert killed, "no request of the long run streamed 20 tokens"
@@ -347,8 +349,8 @@ def test_engine_core_killed_is_a_crash_retried_on_a_new_server(tmp_path, monkeyp
 
 @pytest.mark.engine
 def test_hung_engine_is_a_timeout_killed_and_the_sweep_continues(tmp_path, monkeypatch, engine_python, tiny_model):
-    # 20 s, not 5: the 16-token run's first token follows a 2 x 6,984-token prefill on a fresh server, which took
-    # more than 5 s on a 2-core EPYC without AVX-512 (float32), so a 5 s stall limit failed the healthy run too
+    # 20 s, not 5: the 16-token run's first token follows a 2 x 3,484-token prefill on a fresh server (with 6,000
+    # output tokens it was 2 x 6,984, which took more than 5 s on a 2-core EPYC without AVX-512 in float32)
     path = write_spec(tmp_path, "hung", engine={"stall_timeout_s": 20},
                       workload={"batch_size": 2, "context_tokens": LONG + 1000, "output_tokens": LONG},
                       matrix={"workload.output_tokens": [LONG, 16]})
