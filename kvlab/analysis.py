@@ -169,7 +169,8 @@ def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
 
     ``growth`` = T(longest) / T(shortest); ``exponent`` = k of a power law T ∝ C^k fitted by least
     squares in log-log through every context the engine has (exact through two points): k = 1 is
-    linear growth, k < 1 slower than linear. Null with fewer than two contexts.
+    linear growth, k < 1 slower than linear. Null with fewer than two contexts. ``n_runs``: the fewest runs
+    behind any of its contexts.
     """
     keys = ["source", "experiment", "hardware", "engine"]
     m = mean_batch_times(runs).filter(pl.col("batch_time_s") > 0).sort([*keys, "context_tokens"])
@@ -187,6 +188,7 @@ def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
             pl.col("batch_time_s").first().alias("t_from_s"),
             pl.col("batch_time_s").last().alias("t_to_s"),
             pl.when(var > 0).then(cov / var).alias("exponent"),
+            pl.col("n_runs").min().alias("n_runs"),  # the fewest runs behind any context's mean
         )
         .with_columns(
             pl.when(pl.col("n_contexts") > 1).then(pl.col("t_to_s") / pl.col("t_from_s")).alias("growth")

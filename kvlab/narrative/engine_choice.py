@@ -139,7 +139,7 @@ def factor_evidence(f: Factor) -> str:
 
 def factor_line(factor: Factor) -> str:
     """One answered question of the engine-choice guide as a list item."""
-    return f"- {factor_finding(factor)}." + (f" Favours **{factor.favours}**." if factor.favours else "")
+    return f"- {factor_finding(factor)}." + (f" Favours **{engine_label(factor.favours)}**." if factor.favours else "")
 
 
 def evidence_basis(ev: Evidence) -> str:
@@ -157,7 +157,7 @@ def evidence_basis(ev: Evidence) -> str:
         other = next(f for f in measured if f.favours != ev.engine)
         how = (f"the {ev.deciding.name} factor, the tree's first question for this workload, decides"
                if ev.split == "first question" else "the larger measured margin decides")
-        basis += f"; the measured factors split ({factor_evidence(other)} favours {other.favours}), so {how}"
+        basis += f"; the measured factors split ({factor_evidence(other)} favours {engine_label(other.favours)}), so {how}"
     stand_ins = sorted({e for f in votes for e in (f.winner, f.runner_up) if e and registry.is_stand_in(e)})
     if stand_ins:
         basis += (f"; the SGLang side of these measurements is {', '.join(engine_label(e) for e in stand_ins)}: "
@@ -274,17 +274,17 @@ def tree_caption(rec: Recommendation) -> str:
 
 def tree_sentence(rec: Recommendation) -> str:
     path = " → ".join(f"{q} **{a}**" for q, a in rec.path)
-    return f"- decision tree: {path} ⇒ **{rec.engine}** ({rec.reason})."
+    return f"- decision tree: {path} ⇒ **{engine_label(rec.engine)}** ({rec.reason})."
 
 
 def evidence_sentences(ev: Evidence) -> str:
     lines = [f"- {f.name} ({f.source}): {factor_finding(f)}." + (
-        f" Favours **{f.favours}**" + (f" (measured on {engine_label(f.winner)})" if f.winner and f.winner != f.favours else "") + "."
+        f" Favours **{engine_label(f.favours)}**" + (f" (measured on {engine_label(f.winner)})" if f.winner and f.winner != f.favours else "") + "."
         if f.favours else "") for f in ev.factors]
     if ev.decided_by == "tie-break":
-        lines.append(f"- from the data: **{ev.engine}**, but only as a tie-break: {evidence_basis(ev)}.")
+        lines.append(f"- from the data: **{engine_label(ev.engine)}**, but only as a tie-break: {evidence_basis(ev)}.")
     else:
-        lines.append(f"- from the data: **{ev.engine}** (decided by {evidence_basis(ev)}).")
+        lines.append(f"- from the data: **{engine_label(ev.engine)}** (decided by {evidence_basis(ev)}).")
     return "\n".join(lines)
 
 
@@ -307,11 +307,12 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: D
     if tree.engine == ev.engine:
         return None
     if ev.decided_by == "tie-break":
-        why = [f"The tree says **{tree.engine}** ({tree.reason}); nothing measured or modelled here separates the "
-               f"engines, so the data's **{ev.engine}** is only a tie-break (vLLM, easier to operate), not a finding."]
+        why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); nothing measured or modelled here "
+               f"separates the engines, so the data's **{engine_label(ev.engine)}** is only a tie-break (vLLM, easier to operate), not a finding."]
     else:
         decided = factor_evidence(ev.deciding) if ev.deciding is not None and ev.deciding.winner else evidence_basis(ev)
-        why = [f"The tree says **{tree.engine}** ({tree.reason}); the {ev.decided_by} data say **{ev.engine}** "
+        why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); the {ev.decided_by} data say "
+               f"**{engine_label(ev.engine)}** "
                f"({decided})."]
     on = [r for r in sharing.iter_rows(named=True)
           if r["prefix_caching"] is not False and r["cache_hit_rate"] is not None]

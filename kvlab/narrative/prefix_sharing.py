@@ -252,7 +252,7 @@ def prefix_claim_verdict(sharing: DataFrame, engine: str = VLLM) -> str:
     e = [r for r in sharing.iter_rows(named=True) if r["engine"] == engine and r["cache_hit_rate"] is not None]
     on, off = [r for r in e if r["prefix_caching"]], [r for r in e if r["prefix_caching"] is False]
     if not on:
-        return f"*No measured {engine} runs with its prefix cache on: the claim is untested here.*"
+        return f"*No measured {engine_label(engine)} runs with its prefix cache on: the claim is untested here.*"
     top = sorted(on, key=lambda r: r["shared_fraction"])[-1]
     off_top = [r for r in off if r["shared_fraction"] == top["shared_fraction"]]
     off_txt = (f"; with it off (`--no-enable-prefix-caching`, what the document describes) "
