@@ -534,3 +534,12 @@ def test_caching_gain_caption_words_a_threshold_from_the_rows(study):
     text = narrative.caching_gain_caption(study["gain"], ths)
     assert "vLLM: batch time unchanged (1.00×) with the cache at 0% shared" in text
     assert text.count("the saving jumping from") == 2
+
+
+def test_consistency_table_states_each_decay_factor_with_its_direction():
+    """The article's table against its stated ratios: a decay factor reads 'rises 1.06×', never 0.940."""
+    claims = CLAIMS.filter(pl.col("experiment") == "article_b300")
+    check = analysis.consistency(PUB, claims)
+    rows = narrative.consistency_table(check, claims).rows
+    assert [r[3] for r in rows] == ["1.50", "1.33", "1.31", "1.24", "falls 2.94×", "rises 1.06×", "falls 1.49×",
+                                    "rises 2.09×"]

@@ -173,14 +173,26 @@ def claim_labels(check: DataFrame, claims: DataFrame | None = None) -> dict[str,
 
 
 def consistency_table(check: DataFrame, claims: DataFrame | None = None):
-    """Each stated ratio beside what the table implies under each definition, as a reader's table."""
+    """Each stated ratio beside what the table implies under each definition, as a reader's table; a decay factor
+    (a throughput at the short context ÷ at the long one) with its direction ('rises 1.06×', never 0.940)."""
     names = claim_labels(check, claims)
     frame = [{"claim": names.get(r["claim_id"], r["claim_id"]),
               "definition": DEFINITION_NAMES.get(r["definition"], r["definition"]),
-              "stated_value": r["stated_value"], "implied_value": r["implied_value"], "consistent": r["consistent"]}
+              "stated_value": r["stated_value"], "implied_value": _implied_cell(r["definition"], r["implied_value"]),
+              "consistent": r["consistent"]}
              for r in check.iter_rows(named=True)]
     return tables.table(frame, {"claim": "claim", "definition": "definition", "stated_value": "stated (×)",
-                                "implied_value": "the table implies (×)", "consistent": "consistent"})
+                                "implied_value": "the table implies", "consistent": "consistent"})
+
+
+#: The definitions whose value is a decay factor: stated with a direction.
+DECAY_DEFINITIONS = ("batch_time_ratio", "prompt_tokens_per_s_ratio")
+
+
+def _implied_cell(definition: str, value: float | None) -> str:
+    if value is None:
+        return "–"
+    return _direction(value) if definition in DECAY_DEFINITIONS else tables.number(value)
 
 
 def claims_caption(check: DataFrame, claims: DataFrame | None = None) -> str:
