@@ -107,6 +107,23 @@ def _ranges(ax, x, values, lows, highs, counts, color: str, **kw) -> bool:
     return bool(pts)
 
 
+def _span(g: pl.DataFrame, y: str, base: str | None = None) -> tuple[list, list] | None:
+    """The least and the most of ``y`` over each row's repeats: its own ``{y}_min``/``{y}_max`` (batch time's
+    ``batch_time_min_s``/``_max_s``), else, for a rate (``*_per_s``, or ``base``'s rate relative to a reference:
+    a constant over T), the rate at the slowest and the fastest repeat, ``y`` × T̄ ÷ T_max to ``y`` × T̄ ÷ T_min.
+    None where the frame holds no range."""
+    name = base or y
+    cols = {"batch_time_s": ("batch_time_min_s", "batch_time_max_s")}.get(name, (f"{name}_min", f"{name}_max"))
+    if base is None and set(cols) <= set(g.columns):
+        return g[cols[0]].to_list(), g[cols[1]].to_list()
+    t = ("batch_time_s", "batch_time_min_s", "batch_time_max_s")
+    if name.endswith("_per_s") and set(t) <= set(g.columns):
+        lo = [None if None in (v, m, hi) else v * m / hi for v, m, hi in zip(g[y], g[t[0]], g[t[2]])]
+        hi = [None if None in (v, m, lo_) else v * m / lo_ for v, m, lo_ in zip(g[y], g[t[0]], g[t[1]])]
+        return lo, hi
+    return None
+
+
 def _is_wide(values, spread: float = 20.0) -> bool:
     v = [x for x in values if x is not None and x > 0]
     return bool(v) and max(v) / min(v) > spread
@@ -167,10 +184,14 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
     for ax, (title, part) in zip(axes, panels):
         present = part["engine"].unique(maintain_order=True).to_list()
         ordered = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+        spread = False
         for i, e in enumerate(ordered):
             g = part.filter(pl.col("engine") == e)
             color = ENGINE_COLORS.get(e)
             ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
+            if (span := _span(g, y)) is not None and "n_runs" in g.columns:
+                spread |= _ranges(ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(),
+                                  color or "#777777")
             for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
                 ax.annotate(_num(v), (c, v), textcoords="offset points",
                             xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
@@ -187,7 +208,8 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
         ax.yaxis.set_minor_formatter(FuncFormatter(
             lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
         ax.tick_params(axis="y", which="minor", labelsize=7)
-        ax.set(title=title, xlabel="context (log scale)", ylabel=ylabel or y)
+        ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+               ylabel=ylabel or y)
         ax.title.set_fontsize(10)
         ax.legend()
     fig.tight_layout()
@@ -201,10 +223,14 @@ def _relative_vs_context(tp: pl.DataFrame, y: str, ylabel: str | None) -> Figure
     for ax, (title, part) in zip(axes, panels):
         present = part["engine"].unique(maintain_order=True).to_list()
         ordered = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+        spread = False
         for i, e in enumerate(ordered):
             g = part.filter(pl.col("engine") == e).sort("context_tokens")
             color = ENGINE_COLORS.get(e, "#777777")
             ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
+            if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
+                spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(),
+                                  color)
             for c, v in zip(g["context_tokens"], g[col]):  # 1st engine above, 2nd below
                 ax.annotate(f"{v:.2f}", (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -12),
                             fontsize=8, color=color)
@@ -219,7 +245,7 @@ def _relative_vs_context(tp: pl.DataFrame, y: str, ylabel: str | None) -> Figure
         refs = part.select("reference_context", "reference_tokens").unique()
         ref = (scaled_context(refs["reference_context"][0], refs["reference_tokens"][0])
                if refs.height == 1 else "each engine's shortest context")
-        ax.set(title=title, xlabel="context (log scale)",
+        ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
                ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)")
         ax.title.set_fontsize(10)
         ax.yaxis.label.set_fontsize(10)
@@ -893,6 +919,8 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
         g = conc.filter(pl.col("engine") == engine).sort("in_flight")
         c = ENGINE_COLORS.get(engine, "#777777")
         axes[0].plot(g["in_flight"], g["requests_per_s"], marker="o", color=c)
+        if (span := _span(g, "requests_per_s")) is not None and "n_runs" in g.columns:
+            _ranges(axes[0], g["in_flight"].to_list(), g["requests_per_s"].to_list(), *span, g["n_runs"].to_list(), c)
         for x, y, ok, sent in zip(g["in_flight"], g["requests_per_s"], g["requests_ok"], g["requests_sent"]):
             axes[0].annotate(f"{ok}/{sent}", (x, y), textcoords="offset points", xytext=(6, -4), fontsize=8, color=c)
         axes[1].plot(g["in_flight"], g["ttft_mean_ms"], marker="o", color=c)

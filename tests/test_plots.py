@@ -266,3 +266,24 @@ def test_concurrency_figure_legend_names_every_drawn_element():
     assert [t.get_text() for t in left.get_xticklabels()] == ["100", "128"]
     assert left.get_ylabel() == "completed requests/s" and left.get_ylim()[0] == 0  # 40 vs 50: linear from 0
     assert not left.get_legend() and not right.get_legend()  # one legend, under the panels
+
+
+def test_throughput_figures_draw_the_spread_of_repeats():
+    """A rate's whisker spans the rate at the slowest repeat to the rate at the fastest: 100 tokens over a mean of
+    2 s (repeats 1.5-2.5 s) is 50 tokens/s, drawn from 40 to 66.7; relative to the short context, 0.5 from 0.4 to
+    0.667. A context of one run gets no whisker."""
+    tp = pl.DataFrame({"source": "measured", "experiment": "e", "hardware": "CPU", "engine": "vllm",
+                       "context_label": ["32K", "64K"], "context_tokens": [1024, 2048], "scale_factor": 32.0,
+                       "batch_time_s": [1.0, 2.0], "batch_time_min_s": [1.0, 1.5], "batch_time_max_s": [1.0, 2.5],
+                       "n_runs": [1, 3], "output_tokens_per_s": [100.0, 50.0]})
+
+    def spans(ax):
+        return [(round(float(a[1]), 3), round(float(b[1]), 3)) for c in ax.containers
+                if type(c).__name__ == "ErrorbarContainer" for a, b in c.lines[2][0].get_segments()]
+
+    ax = plots.throughput_vs_context(tp, "output_tokens_per_s", "output tokens/s").axes[0]
+    assert spans(ax) == [(40.0, 66.667)] and "least to most of the repeats" in ax.get_xlabel()
+    rel = plots.throughput_vs_context(analysis.relative_to_context(tp, "output_tokens_per_s"), "output_tokens_per_s",
+                                      "output tokens/s", relative=True).axes[0]
+    assert spans(rel) == [(0.4, 0.667)]
+    assert spans(plots.throughput_vs_context(tp.with_columns(n_runs=pl.lit(1)), "output_tokens_per_s").axes[0]) == []
