@@ -409,9 +409,9 @@ def test_prefix_tables_are_readers_tables(study):
 def test_prefix_factor_says_by_how_much_and_on_what(sharing):
     f = guide.prefix_factor(guide.UserWorkload(shared_fraction=0.4), sharing)
     assert narrative.factor_evidence(f) == (
-        "prefix: vLLM, median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction 0.5, each engine's "
+        "prefix: vLLM, median batch time 1.9× shorter than sglang-jax (CPU)'s at shared fraction 0.5, each engine's "
         "prefix cache on (cpu_prefix_sharing)")
-    assert "With nothing to share (shared fraction 0) vLLM is 2.00× faster, so sharing the prefix narrows vLLM's lead" \
+    assert "With nothing to share (shared fraction 0) vLLM is 2.0× faster, so sharing the prefix narrows vLLM's lead" \
         in narrative.factor_finding(f)
 
 
@@ -420,8 +420,8 @@ def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(w, fit, sh, analysis.concurrency_study(conc_runs()))
     assert narrative.evidence_basis(ev) == (
-        "measured — prefix: sglang-jax (CPU), median batch time 2.14× shorter than vLLM's at shared fraction 0.5, each "
-        "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.25× the completed "
+        "measured — prefix: sglang-jax (CPU), median batch time 2.1× shorter than vLLM's at shared fraction 0.5, each "
+        "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.2× the completed "
         "requests/s of vLLM at 128 requests in flight (cpu_classification); the SGLang side of these measurements is "
         "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
     assert narrative.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
@@ -444,7 +444,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
     assert "so the concurrency factor" in narrative.evidence_basis(ev)
     why = narrative.disagreement(distinct, distinct.tree(), ev, sharing)
     assert ("The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with ≥ 100 requests in "
-            "flight; measured, concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM") in why
+            "flight; measured, concurrency: sglang-jax (CPU), 1.2× the completed requests/s of vLLM") in why
 
 
 def test_differences_under_the_margin_are_said_to_decide_nothing(fit):
@@ -453,7 +453,7 @@ def test_differences_under_the_margin_are_said_to_decide_nothing(fit):
     ev = guide.from_evidence(guide.UserWorkload(shared_fraction=0.4, concurrency=128), fit, sh, conc)
     assert "tie-break" in narrative.evidence_basis(ev)
     # at 0.5 sglang-jax's token-exact hits make it 1.339 / 1.2875 = 1.04× faster: still under the margin
-    assert narrative.factor_finding(ev.factors[1]).endswith("With nothing to share (shared fraction 0) vLLM is 1.03× faster. "
+    assert narrative.factor_finding(ev.factors[1]).endswith("With nothing to share (shared fraction 0) vLLM is 1.0× faster. "
                                           "Batch times within 5% (1.04×): no measured difference")
     assert narrative.evidence_gap_sentence(ev) == ("Two engines were measured (prefix, concurrency), but every measured "
                                                "difference is under 5%: the measurements do not separate them.")

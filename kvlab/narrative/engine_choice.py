@@ -15,6 +15,7 @@ from kvlab.guide import (
     CONCURRENCY_THRESHOLD, MIN_MARGIN, Evidence, Factor, Recommendation, UserWorkload,
 )
 from kvlab.tables import ms, number, percent
+from kvlab.units import ratio as _ratio
 from kvlab.units import sig2
 from kvlab.verdicts import Verdict
 
@@ -63,13 +64,20 @@ def _prefix_run(r: dict) -> str:
             f"{r['shared_fraction']:g} (ideal {r['ideal_hit_rate']:.0%}), median batch time {r['batch_time_s']:.3g} s")
 
 
+def _runs(f: Factor) -> int | None:
+    """The fewest runs behind a measured factor's compared rows (None where they do not say): one run a side
+    gives its ratios two significant figures."""
+    ns = [r.get("n_runs") for r in f.rows if r.get("n_runs") is not None]
+    return min(ns) if ns else None
+
+
 def _prefix_comparison(f: Factor) -> str:
     best, second, margin, min_margin = f.rows[0]["engine"], f.rows[1]["engine"], f.margin, f.min_margin
     text = ""
     if f.zero_ratio is not None:
         z = f.zero_ratio
         faster0, r0 = (best, z) if z >= 1 else (second, 1 / z)
-        text += f". With nothing to share (shared fraction 0) {engine_label(faster0)} is {r0:.2f}× faster"
+        text += f". With nothing to share (shared fraction 0) {engine_label(faster0)} is {_ratio(r0, _runs(f))}× faster"
         if margin < min_margin:
             pass
         elif abs(margin / z - 1) >= min_margin - 1:
@@ -79,7 +87,7 @@ def _prefix_comparison(f: Factor) -> str:
             text += ": the gap is the engines' speed, not their caches"
     if margin < min_margin:
         return text + f". Batch times within {min_margin - 1:.0%} ({margin:.2f}×): no measured difference"
-    return (text + f". Shorter batch time: **{engine_label(best)}**, {margin:.2f}× shorter than "
+    return (text + f". Shorter batch time: **{engine_label(best)}**, {_ratio(margin, _runs(f))}× shorter than "
             f"{engine_label(second)} ({f.rows[0]['experiment']})")
 
 
@@ -92,7 +100,7 @@ def _concurrency_comparison(f: Factor) -> str:
     if f.margin < f.min_margin:
         return f". Throughputs within {f.min_margin - 1:.0%} ({f.margin:.2f}×): no measured difference"
     best = f.rows[0]
-    return (f". Faster: **{engine_label(best['engine'])}**, {f.margin:.2f}× the completed requests/s of "
+    return (f". Faster: **{engine_label(best['engine'])}**, {_ratio(f.margin, _runs(f))}× the completed requests/s of "
             f"{engine_label(f.rows[1]['engine'])} ({best['experiment']})")
 
 
@@ -124,9 +132,9 @@ def factor_metric(f: Factor) -> str:
     if f.winner is None:
         return ""
     if f.name == "prefix":
-        return (f"median batch time {f.margin:.2f}× shorter than {engine_label(f.runner_up)}'s at shared fraction "
+        return (f"median batch time {_ratio(f.margin, _runs(f))}× shorter than {engine_label(f.runner_up)}'s at shared fraction "
                 f"{f.rows[0]['shared_fraction']:g}, each engine's prefix cache on")
-    return (f"{f.margin:.2f}× the completed requests/s of {engine_label(f.runner_up)} at {f.rows[0]['in_flight']} "
+    return (f"{_ratio(f.margin, _runs(f))}× the completed requests/s of {engine_label(f.runner_up)} at {f.rows[0]['in_flight']} "
             "requests in flight")
 
 
