@@ -169,7 +169,8 @@ def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
 
     ``growth`` = T(longest) / T(shortest); ``exponent`` = k of a power law T ∝ C^k fitted by least
     squares in log-log through every context the engine has (exact through two points): k = 1 is
-    linear growth, k < 1 slower than linear. Null with fewer than two contexts.
+    linear growth, k < 1 slower than linear. Null with fewer than two contexts. ``n_runs``: the fewest runs
+    behind any of its contexts.
     """
     keys = ["source", "experiment", "hardware", "engine"]
     m = mean_batch_times(runs).filter(pl.col("batch_time_s") > 0).sort([*keys, "context_tokens"])
@@ -187,6 +188,7 @@ def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
             pl.col("batch_time_s").first().alias("t_from_s"),
             pl.col("batch_time_s").last().alias("t_to_s"),
             pl.when(var > 0).then(cov / var).alias("exponent"),
+            pl.col("n_runs").min().alias("n_runs"),  # the fewest runs behind any context's mean
         )
         .with_columns(
             pl.when(pl.col("n_contexts") > 1).then(pl.col("t_to_s") / pl.col("t_from_s")).alias("growth")
@@ -380,6 +382,8 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
             pl.col("ttft_mean_ms").filter(ok).max().alias("ttft_max_ms"),
             pl.col("e2e_mean_ms").filter(ok).min().alias("e2e_min_ms"),
             pl.col("e2e_mean_ms").filter(ok).max().alias("e2e_max_ms"),
+            pl.col("batch_time_s").filter(ok).min().alias("batch_time_min_s"),
+            pl.col("batch_time_s").filter(ok).max().alias("batch_time_max_s"),
             pl.col("device_kind").drop_nulls().first(),
         )
         .sort(keys)
@@ -424,6 +428,60 @@ def memory_comparison(stats: pl.DataFrame, low: float | None = None, high: float
                 "time_ratio")
         .sort(keys)
     )
+
+
+def memory_ratios(stats: pl.DataFrame, low: float | None = None, high: float | None = None) -> pl.DataFrame:
+    """Per experiment, engine and context measured at both settings: the lower setting ÷ the higher, within one
+    engine (what the 0.92-vs-0.95 claims are about; never one engine against another).
+
+    ``batch_time_ratio`` = mean batch time at ``low`` ÷ at ``high``, ``e2e_ratio`` the same for mean request
+    latency (> 1: the lower setting is slower). ``*_ratio_min``/``*_ratio_max``: the range the ratio takes over the
+    repeats (least at ``low`` ÷ most at ``high``, most ÷ least); equal to the ratio with one run a side. ``n_runs``:
+    the fewer successful runs of the two sides. Empty with fewer than two settings."""
+    keys = ["experiment", "hardware", "engine", "context_tokens"]
+    cols = ["runs_ok", "batch_time_mean_s", "batch_time_min_s", "batch_time_max_s", "e2e_mean_ms", "e2e_min_ms",
+            "e2e_max_ms"]
+    low = stats["mem_util"].min() if low is None else low
+    high = stats["mem_util"].max() if high is None else high
+    ratios = ["batch_time_ratio", "batch_time_ratio_min", "batch_time_ratio_max", "e2e_ratio", "e2e_ratio_min",
+              "e2e_ratio_max"]
+    schema = {**{k: stats.schema[k] for k in (*keys, "context_label")}, "mem_low": pl.Float64,
+              "mem_high": pl.Float64, "n_runs": pl.UInt32, **dict.fromkeys(ratios, pl.Float64)}
+    if low is None or high is None or low == high:
+        return pl.DataFrame(schema=schema)
+    lo = stats.filter(pl.col("mem_util") == low).select(*keys, "context_label", *[pl.col(c).alias(f"{c}_lo") for c in cols])
+    hi = stats.filter(pl.col("mem_util") == high).select(*keys, *[pl.col(c).alias(f"{c}_hi") for c in cols])
+    return (
+        lo.join(hi, on=keys, how="inner")
+        .with_columns(
+            pl.lit(low, pl.Float64).alias("mem_low"), pl.lit(high, pl.Float64).alias("mem_high"),
+            pl.min_horizontal("runs_ok_lo", "runs_ok_hi").cast(pl.UInt32).alias("n_runs"),
+            (pl.col("batch_time_mean_s_lo") / pl.col("batch_time_mean_s_hi")).alias("batch_time_ratio"),
+            (pl.col("batch_time_min_s_lo") / pl.col("batch_time_max_s_hi")).alias("batch_time_ratio_min"),
+            (pl.col("batch_time_max_s_lo") / pl.col("batch_time_min_s_hi")).alias("batch_time_ratio_max"),
+            (pl.col("e2e_mean_ms_lo") / pl.col("e2e_mean_ms_hi")).alias("e2e_ratio"),
+            (pl.col("e2e_min_ms_lo") / pl.col("e2e_max_ms_hi")).alias("e2e_ratio_min"),
+            (pl.col("e2e_max_ms_lo") / pl.col("e2e_min_ms_hi")).alias("e2e_ratio_max"),
+        )
+        .select(*schema)
+        .sort(keys)
+    )
+
+
+def relative_to_context(frame: pl.DataFrame, y: str, context_label: str | None = None) -> pl.DataFrame:
+    """``frame`` with ``{y}_rel``: each engine's ``y`` ÷ its own ``y`` at ``context_label`` (the reference = 1),
+    within each source, experiment and hardware; where that engine has no row at ``context_label`` (or none is
+    given), at its shortest context. ``reference_context`` names the context each row is relative to."""
+    keys = ["source", "experiment", "hardware", "engine"]
+    ref = (frame.filter(pl.col(y).is_not_null()).sort("context_tokens")
+           .with_columns((pl.col("context_label") == (context_label or "")).alias("_at"))
+           .sort("_at", "context_tokens", descending=[True, False])
+           .group_by(keys, maintain_order=True)
+           .agg(pl.col(y).first().alias("_ref"), pl.col("context_label").first().alias("reference_context"),
+                pl.col("context_tokens").first().alias("reference_tokens")))
+    return (frame.join(ref, on=keys, how="left")
+            .with_columns((pl.col(y) / pl.col("_ref")).alias(f"{y}_rel"))
+            .drop("_ref"))
 
 
 # --------------------------------------------------------------------------- engine-choice studies (document 003)
@@ -494,6 +552,8 @@ def prefix_sharing(runs: pl.DataFrame, block_tokens: int = 128) -> pl.DataFrame:
             pl.col("hit_source").drop_nulls().first(),
             pl.col("ttft_mean_ms").median(),
             pl.col("ttft_mean_ms").std().alias("ttft_std_ms"),
+            pl.col("ttft_mean_ms").min().alias("ttft_min_ms"),
+            pl.col("ttft_mean_ms").max().alias("ttft_max_ms"),
             pl.col("ttft_p99_ms").median(),
             pl.col("batch_time_s").median(),
             pl.col("batch_time_s").std().alias("batch_time_std_s"),
@@ -523,17 +583,25 @@ def caching_gain(sharing: pl.DataFrame) -> pl.DataFrame:
     """
     keys = ["experiment", "hardware", "engine", "shared_fraction"]
     cols = ["cache_hit_rate", "ttft_mean_ms", "batch_time_s", "prompt_tokens_per_s"]
-    on = sharing.filter(pl.col("prefix_caching")).select(*keys, "ideal_hit_rate", *[pl.col(c).alias(f"{c}_on") for c in cols])
-    off = sharing.filter(~pl.col("prefix_caching")).select(*keys, *[pl.col(c).alias(f"{c}_off") for c in cols])
-    return (
-        on.join(off, on=keys, how="inner")
-        .with_columns(
-            (pl.col("ttft_mean_ms_off") / pl.col("ttft_mean_ms_on")).alias("ttft_speedup"),
-            (pl.col("batch_time_s_off") / pl.col("batch_time_s_on")).alias("batch_speedup"),
-            (1 - pl.col("batch_time_s_on") / pl.col("batch_time_s_off")).alias("time_saved"),
-        )
-        .sort(keys)
+    spread = [c for c in ("n_runs", "ttft_min_ms", "ttft_max_ms", "batch_time_min_s", "batch_time_max_s")
+              if c in sharing.columns]
+    on = sharing.filter(pl.col("prefix_caching")).select(*keys, "ideal_hit_rate",
+                                                         *[pl.col(c).alias(f"{c}_on") for c in [*cols, *spread]])
+    off = sharing.filter(~pl.col("prefix_caching")).select(*keys, *[pl.col(c).alias(f"{c}_off") for c in [*cols, *spread]])
+    out = on.join(off, on=keys, how="inner").with_columns(
+        (pl.col("ttft_mean_ms_off") / pl.col("ttft_mean_ms_on")).alias("ttft_speedup"),
+        (pl.col("batch_time_s_off") / pl.col("batch_time_s_on")).alias("batch_speedup"),
+        (1 - pl.col("batch_time_s_on") / pl.col("batch_time_s_off")).alias("time_saved"),
     )
+    if len(spread) == 5:  # the range each speed-up can take over the repeats: least off ÷ most on, most off ÷ least on
+        out = out.with_columns(
+            pl.min_horizontal("n_runs_on", "n_runs_off").alias("n_runs"),
+            (pl.col("ttft_min_ms_off") / pl.col("ttft_max_ms_on")).alias("ttft_speedup_min"),
+            (pl.col("ttft_max_ms_off") / pl.col("ttft_min_ms_on")).alias("ttft_speedup_max"),
+            (pl.col("batch_time_min_s_off") / pl.col("batch_time_max_s_on")).alias("batch_speedup_min"),
+            (pl.col("batch_time_max_s_off") / pl.col("batch_time_min_s_on")).alias("batch_speedup_max"),
+        ).drop([f"{c}_{side}" for c in spread for side in ("on", "off")])
+    return out.sort(keys)
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,65 @@ def test_memory_study_keeps_missing_counters_null_and_compares_settings():
     assert analysis.memory_comparison(stats.clear()).height == 0
 
 
+def test_memory_ratios_set_each_engine_against_itself_with_the_range_of_its_repeats():
+    """0.92 ÷ 0.95 within each engine: the ratio of the means, and least ÷ most to most ÷ least over the repeats."""
+    rows = [("vllm", 0.92, 8.0), ("vllm", 0.95, 6.0), ("vllm", 0.95, 4.0), ("vllm", 0.92, 10.0), ("vllm", 0.95, 5.0),
+            ("vllm", 0.92, 9.0), ("sglang-jax", 0.92, 6.0), ("sglang-jax", 0.95, 5.0)]
+    runs = pl.DataFrame({
+        "source": "measured", "experiment": "e", "hardware": "CPU", "run_id": [f"r{i}" for i in range(len(rows))],
+        "engine": [r[0] for r in rows], "mem_util": [r[1] for r in rows], "context_label": "200K",
+        "context_tokens": 3200, "status": "ok", "batch_time_s": [r[2] for r in rows], "attempts": 1,
+        "ttft_mean_ms": 1.0, "e2e_mean_ms": [r[2] * 100 for r in rows], "server_preemptions": None})
+    attempts = pl.DataFrame({"run_id": [f"r{i}" for i in range(len(rows))], "status": "ok", "failure_cause": None})
+    ratios = {r["engine"]: r for r in analysis.memory_ratios(analysis.memory_study(runs, attempts)).iter_rows(named=True)}
+    v, s = ratios["vllm"], ratios["sglang-jax"]
+    # vLLM: means 9 s (8, 9, 10) against 5 s (4, 5, 6); the range 8 ÷ 6 to 10 ÷ 4
+    assert (v["mem_low"], v["mem_high"], v["n_runs"]) == (0.92, 0.95, 3)
+    assert (v["batch_time_ratio"], v["batch_time_ratio_min"], v["batch_time_ratio_max"]) == \
+        (pytest.approx(1.8), pytest.approx(8 / 6), pytest.approx(2.5))
+    assert (v["e2e_ratio"], v["e2e_ratio_min"], v["e2e_ratio_max"]) == \
+        (pytest.approx(1.8), pytest.approx(8 / 6), pytest.approx(2.5))
+    # sglang-jax: one run a side, so its range is the ratio itself
+    assert (s["batch_time_ratio"], s["batch_time_ratio_min"], s["batch_time_ratio_max"], s["n_runs"]) == \
+        (pytest.approx(1.2), pytest.approx(1.2), pytest.approx(1.2), 1)
+    assert analysis.memory_ratios(analysis.memory_study(runs, attempts).filter(pl.col("mem_util") == 0.92)).height == 0
+
+
+def test_relative_to_context_sets_each_engine_to_1_at_the_reference():
+    frame = pl.DataFrame({"source": "published", "experiment": "a", "hardware": "B300",
+                          "engine": ["vllm", "vllm", "sglang", "sglang", "sglang"],
+                          "context_label": ["64K", "200K", "32K", "64K", "200K"],
+                          "context_tokens": [65536, 204800, 32768, 65536, 204800],
+                          "batches_per_s": [0.01, 0.0034, 0.02, 0.008, 0.0052]})
+    at64 = {(r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
+            for r in analysis.relative_to_context(frame, "batches_per_s", "64K").iter_rows(named=True)}
+    assert at64 == {("vllm", "64K"): (1.0, "64K"), ("vllm", "200K"): (pytest.approx(0.34), "64K"),
+                    ("sglang", "32K"): (2.5, "64K"), ("sglang", "64K"): (1.0, "64K"),
+                    ("sglang", "200K"): (pytest.approx(0.65), "64K")}
+    # no reference named: each engine's shortest context (sglang's 32K, vLLM's 64K)
+    short = {(r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
+             for r in analysis.relative_to_context(frame, "batches_per_s").iter_rows(named=True)}
+    assert short[("sglang", "64K")] == (pytest.approx(0.4), "32K") and short[("vllm", "200K")][1] == "64K"
+
+
+def test_caching_gain_carries_the_range_of_each_speed_up_over_the_repeats():
+    rows = [(True, 2.0, 100.0), (True, 3.0, 150.0), (False, 6.0, 300.0), (False, 9.0, 600.0)]
+    sharing = pl.DataFrame({"experiment": "e", "hardware": "CPU", "engine": "vllm", "shared_fraction": 0.5,
+                            "prefix_caching": [r[0] for r in rows], "ideal_hit_rate": 0.4, "cache_hit_rate": 0.3,
+                            "prompt_tokens_per_s": 1.0, "batch_time_s": [r[1] for r in rows],
+                            "ttft_mean_ms": [r[2] for r in rows], "n_runs": 3})
+    # one row per setting, each with its repeats' range: on 2-3 s (median 2.5), off 6-9 s (median 7.5)
+    folded = pl.DataFrame({"experiment": ["e", "e"], "hardware": "CPU", "engine": "vllm", "shared_fraction": 0.5,
+                           "prefix_caching": [True, False], "ideal_hit_rate": 0.4, "cache_hit_rate": [0.3, 0.0],
+                           "prompt_tokens_per_s": 1.0, "batch_time_s": [2.5, 7.5], "batch_time_min_s": [2.0, 6.0],
+                           "batch_time_max_s": [3.0, 9.0], "ttft_mean_ms": [125.0, 450.0],
+                           "ttft_min_ms": [100.0, 300.0], "ttft_max_ms": [150.0, 600.0], "n_runs": [3, 3]})
+    g = analysis.caching_gain(folded).row(0, named=True)
+    assert (g["batch_speedup"], g["batch_speedup_min"], g["batch_speedup_max"], g["n_runs"]) == (3.0, 2.0, 4.5, 3)
+    assert (g["ttft_speedup"], g["ttft_speedup_min"], g["ttft_speedup_max"]) == (3.6, 2.0, 6.0)
+    assert "batch_speedup_min" not in analysis.caching_gain(sharing).columns  # no range columns: none made up
+
+
 def _turn_runs():
     return pl.DataFrame({"source": ["measured"], "experiment": ["mt"], "hardware": ["CPU"], "engine": ["vllm"],
                          "prefix_caching": [True], "mode": ["multi_turn"], "status": ["ok"], "run_id": ["r"]})
