@@ -95,14 +95,16 @@ def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGL
 
 
 def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
-    """Each run's rates from its stored counts and batch time T (RUNS stores no throughput; design.md):
+    """Each run's rates from its stored counts and time T (RUNS stores no throughput; design.md): T is the batch
+    time, or under a load the steady-state window (``window_s``, whose requests the counts cover):
 
     - ``requests_per_s`` = requests_ok / T;
     - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out);
     - ``goodput_requests_per_s`` = requests_within_slo / T: successful requests meeting the experiment's SLO
       per second; null where the experiment states no SLO (or the run has no batch time).
     """
-    t = pl.col("batch_time_s")
+    t = pl.coalesce(pl.col("window_s"), pl.col("batch_time_s")) if "window_s" in runs.columns \
+        else pl.col("batch_time_s")
     return runs.with_columns(
         (pl.col("requests_ok") / t).alias("requests_per_s"),
         (pl.col("served_output_tokens") / t).alias("output_tokens_per_s"),

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kvlab import load as loads
 from kvlab import metrics
 from kvlab.campaign import Campaign, DiskFullError, Executor, ServerRecord, SweepError, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
@@ -161,6 +162,8 @@ class Measurement:
     telemetry: list[tuple[float, dict, str | None]] | None = None
     #: why there is no telemetry (the engine serves no /metrics); None when it was sampled
     telemetry_missing: str | None = None
+    #: under a load (workload.load): the steady-state window and why sending stopped early (None: it did not)
+    load: loads.LoadOutcome | None = None
 
 
 @dataclass
@@ -351,6 +354,8 @@ class LocalExecutor:
         w = run.workload
         names = server.adapter.telemetry_names if has_metrics else {}
         samples: list[tuple[float, dict, str | None]] = []
+        load = w.load
+        watch = loads.SaturationWatch(load, run.slo.ttft_ms if run.slo else None, samples) if load else None
 
         async def measured() -> BatchResult:
             sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key))
@@ -358,9 +363,10 @@ class LocalExecutor:
             try:
                 return await run_requests(
                     server.base_url, _served_name(run), prompts,
-                    concurrency=w.concurrency, api_key=server.api_key, stall_s=run.engine.stall_timeout_s,
-                    ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.splits_reasoning,
-                    extra_body=extra_body,
+                    concurrency=load.concurrency if load else w.concurrency, api_key=server.api_key,
+                    stall_s=run.engine.stall_timeout_s, ignore_eos=w.ignore_eos, temperature=w.temperature,
+                    seed=w.seed, keep_text=w.splits_reasoning, extra_body=extra_body,
+                    **(loads.client_args(load, prompts, watch) if load else {}),
                 )
             finally:
                 if sampler is not None:
@@ -370,6 +376,10 @@ class LocalExecutor:
         batch = asyncio.run(measured())
         missing = None if names else (f"{server.adapter.label} serves no /metrics" if not has_metrics else
                                       f"kvlab samples no {server.adapter.label} series during a run")
+        outcome = loads.LoadOutcome(load, loads.steady_window(batch.records, load.warmup_requests),
+                                    watch.stopped) if load else None
+        if outcome is not None:
+            notes.append(outcome.note(len(prompts)))
         if w.splits_reasoning:
             batch, how = _split_reasoning(batch, run)
             notes.append(how)
@@ -382,7 +392,8 @@ class LocalExecutor:
             batch = _zero_missing_cached(batch)
         if not has_metrics:
             return Measurement(batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
-                f"{server.adapter.label} serves no /metrics: server-side counters not available"], None, missing)
+                f"{server.adapter.label} serves no /metrics: server-side counters not available"], None, missing,
+                outcome)
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []
@@ -398,7 +409,7 @@ class LocalExecutor:
         elif not after:
             notes.append("server metrics unavailable after the run: no counter deltas"
                          + (f" ({why_after[-1]})" if why_after else ""))
-        return Measurement(batch, deltas, notes, samples if names else None, missing)
+        return Measurement(batch, deltas, notes, samples if names else None, missing, outcome)
 
     def _run_one(self, campaign: Campaign, starts: ServerStarts, run: RunSpec, server: EngineServer | None,
                  vocab: int, result: SweepResult) -> RunOutcome:
@@ -455,7 +466,8 @@ class LocalExecutor:
         row = run_row(run, prompts, status, len(attempts), failure.cause if failure else
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes),
-                       kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None)
+                       kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None,
+                       load=measured.load if measured is not None else None)
         requests = request_rows(batch.records, run.key) if batch else None
         try:
             recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}
