@@ -112,6 +112,51 @@ def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def concurrency_ceiling(kv_pool_tokens: int | None, tokens_per_request: int) -> int | None:
+    """Requests of ``tokens_per_request`` tokens (prompt + output) a KV pool of ``kv_pool_tokens`` holds at once:
+    ``kv_pool_tokens // tokens_per_request`` (docs/design.md, "KV capacity"); None where the pool is unknown. Past
+    it a server queues or preempts; it ignores block rounding and what a prefix cache shares."""
+    if tokens_per_request < 1:
+        raise ValueError(f"tokens_per_request must be >= 1, got {tokens_per_request}")
+    return None if kv_pool_tokens is None else int(kv_pool_tokens) // int(tokens_per_request)
+
+
+def run_ceilings(runs: pl.DataFrame) -> pl.DataFrame:
+    """Each run with ``concurrency_ceiling``: its server's reported KV pool (``kv_pool_tokens``) // its tokens per
+    request (``context_tokens``, prompt + output; a multi_turn run's longest turn); null where the engine reported
+    no pool (never 0)."""
+    return runs.with_columns((pl.col("kv_pool_tokens") // pl.col("context_tokens")).cast(pl.Int64)
+                             .alias("concurrency_ceiling"))
+
+
+def modelled_ceilings(gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp_sizes: tuple[int, ...] = (1, 8),
+                      mem_utils: tuple[float, ...] = (0.92, 0.95),
+                      contexts: tuple[int, ...] = (65536, 131072, 204800), assumptions=None) -> pl.DataFrame:
+    """The physical model's concurrency ceiling (kvlab.perfmodel.memory), source "modelled", per DCP size x memory
+    target x context: ``kv_pool_tokens`` (the pool the model predicts, in tokens, the figure engines log),
+    ``concurrency_ceiling`` = that // context (the same definition as :func:`run_ceilings`, so the two stand side
+    by side) and ``max_concurrent_seqs``, the model's own count, which also charges each sequence its linear-
+    attention state (Kimi-K3's KDA layers); ``fits`` and ``reason`` are the model's memory check. DCP 1 is
+    modelled as vLLM, DCP > 1 as SGLang (perfmodel's headroom table does the same). The defaults are the GPU
+    host's capacity question: Kimi-K3 on 8 x B300 at the contexts and memory targets of
+    data/experiments/b300_capacity.yaml."""
+    from kvlab.perfmodel.roofline import Assumptions, Config, memory
+
+    a = assumptions or Assumptions()
+    rows = []
+    for u in mem_utils:
+        for d in dcp_sizes:
+            cfg = Config.of(gpu, model, SGLANG if d > 1 else VLLM, tp, d, u)
+            for c in contexts:
+                m = memory(cfg, int(c), a)
+                rows.append({"source": "modelled", "gpu": cfg.gpu.gpu, "model": cfg.model.model,
+                             "engine": cfg.engine, "tp": tp, "dcp": d, "mem_util": u, "context_tokens": int(c),
+                             "kv_pool_tokens": m.kv_capacity_tokens,
+                             "concurrency_ceiling": concurrency_ceiling(m.kv_capacity_tokens, int(c)),
+                             "max_concurrent_seqs": m.max_concurrent_seqs, "fits": m.fits, "reason": m.reason})
+    return pl.DataFrame(rows)
+
+
 def throughput(runs: pl.DataFrame) -> pl.DataFrame:
     """Mean batch times with throughput under explicit definitions.
 
