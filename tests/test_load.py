@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import polars as pl
 import pytest
 import yaml
 
@@ -215,3 +216,36 @@ def test_a_load_on_a_kind_that_is_sent_at_once_is_accepted_and_a_bad_one_named(t
                                    "workload": SHARED | {"load": {"rate_rps": -1}}}))
     with pytest.raises(SpecError, match=r"workload\.load\.rate_rps"):
         ExperimentSpec.load(bad)
+
+
+# ----------------------------------------------------------------------------- the B300 capacity experiment
+
+
+def test_the_b300_capacity_plan_dry_runs_with_a_ladder_per_engine_context_and_memory_setting():
+    """data/experiments/b300_capacity.yaml: vLLM TP8 and SGLang TP8+DCP8 at 64K/128K/200K and 0.92/0.95, a closed-
+    loop ladder of 7 rungs under an SLO, one server per engine x memory setting; the quick form's runs are the full
+    study's; the ladder crosses the model's vLLM ceiling at every context. Both engines' own parsers check its
+    argvs in tests/test_engines.py (engine-marked), which reads every shipped experiment."""
+    from kvlab import plan
+    from kvlab.paths import EXPERIMENTS_DIR
+
+    path = EXPERIMENTS_DIR / "b300_capacity.yaml"
+    spec = plan.load(path)
+    runs = expand(spec)
+    assert len(runs) == 2 * 2 * 3 * 7 and len({r.server_key for r in runs}) == 4
+    assert spec.slo.ttft_ms == 20_000 and spec.slo.tpot_ms == 100
+    points: dict = {}
+    for r in runs:
+        points.setdefault((r.engine.name, r.engine.tp, r.engine.dcp, r.engine.mem_util, r.context_tokens), []).append(
+            r.workload.load.concurrency)
+        assert r.workload.n_requests >= 3 * r.workload.load.concurrency > r.workload.load.warmup_requests
+    assert sorted({k[:3] for k in points}) == [("sglang", 8, 8), ("vllm", 8, 1)]
+    assert {(k[3], k[4]) for k in points} == {(u, c) for u in (0.92, 0.95) for c in (65536, 131072, 204800)}
+    assert all(v == [1, 2, 4, 8, 16, 32, 64] for v in points.values())
+    quick = expand(spec.quick_form())
+    assert len(quick) == 32 and {r.key for r in quick} <= {r.key for r in runs}
+    text = plan.dry_run_text(spec)
+    assert "--dcp-size 8" in text and "--tensor-parallel-size 8" in text and "--mem-fraction-static 0.95" in text
+    assert "(load c=64, 64 warm-up)" in text
+    ceilings = analysis.modelled_ceilings().filter(pl.col("dcp") == 1)
+    assert ceilings["concurrency_ceiling"].max() < 64  # the top rung is past vLLM's modelled ceiling everywhere
