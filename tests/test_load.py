@@ -249,3 +249,22 @@ def test_the_b300_capacity_plan_dry_runs_with_a_ladder_per_engine_context_and_me
     assert "(load c=64, 64 warm-up)" in text
     ceilings = analysis.modelled_ceilings().filter(pl.col("dcp") == 1)
     assert ceilings["concurrency_ceiling"].max() < 64  # the top rung is past vLLM's modelled ceiling everywhere
+
+
+def test_the_cpu_capacity_quick_form_is_two_engines_by_two_contexts_by_two_settings_by_three_rungs():
+    """data/experiments/cpu_capacity.yaml (dry run only here): 24 quick runs, each engine x context x memory setting
+    with the ladder 1, 2, 4, on the long-context study's four servers (no start of its own); not in make report."""
+    from kvlab import plan
+    from kvlab.paths import EXPERIMENTS_DIR, ROOT
+
+    spec = plan.load(EXPERIMENTS_DIR / "cpu_capacity.yaml")
+    quick = expand(spec.quick_form())
+    ladders: dict = {}
+    for r in quick:
+        ladders.setdefault((r.engine.name, r.engine.mem_util, r.context_tokens), []).append(r.workload.load.concurrency)
+    assert len(quick) == 24 and all(v == [1, 2, 4] for v in ladders.values())
+    assert set(ladders) == {(e, u, c) for e in ("vllm", "sglang") for u in (0.92, 0.95) for c in (1024, 3200)}
+    assert {r.workload.load.concurrency for r in expand(spec)} == {1, 2, 4, 8}
+    long_context = expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml"))
+    assert {r.server_key for r in quick} == {r.server_key for r in long_context}
+    assert "NOT_EMBEDDED := data/experiments/cpu_capacity.yaml" in (ROOT / "Makefile").read_text()
