@@ -157,6 +157,83 @@ def modelled_ceilings(gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dc
     return pl.DataFrame(rows)
 
 
+#: A load point meets its SLO when at least this share of its counted requests did (the SLO held at p90).
+SLO_SHARE = 0.9
+#: What one capacity configuration is: its load points form one curve (docs/design.md, "Load definitions").
+CAPACITY_KEYS = ("experiment", "hardware", "engine", "tp", "dcp", "mem_util", "kv_budget_bytes", "context_tokens",
+                 "context_label", "load_mode")
+
+
+def load_curve(runs: pl.DataFrame, slo_share: float = SLO_SHARE) -> pl.DataFrame:
+    """One row per successful run under a load (RUNS ``load_mode`` set), with its rates (:func:`run_rates`) and:
+
+    - ``load_level``: requests in flight (closed loop) or arrivals per second (open loop);
+    - ``devices`` = tp x dp (1 where unknown: the CPU host is one device);
+    - ``output_tokens_per_s_per_device`` = output_tokens_per_s / devices (throughput, the Pareto plot's y);
+    - ``output_tokens_per_s_per_user`` = 1,000 / median TPOT (interactivity, its x: the rate one stream decodes at);
+    - ``slo_attainment`` = requests_within_slo / counted requests (ok + failed); null without an SLO;
+    - ``within_slo``: attainment >= ``slo_share`` (0.9: the SLO held at p90) and the point was not stopped past
+      saturation (``load_stop``); null without an SLO.
+    """
+    if "load_mode" not in runs.columns:
+        return runs.clear()
+    r = run_rates(runs.filter(pl.col("load_mode").is_not_null() & (pl.col("status") == "ok")))
+    counted = pl.col("requests_ok") + pl.col("requests_failed")
+    attainment = pl.when(counted > 0).then(pl.col("requests_within_slo") / counted)
+    devices = (pl.col("tp").fill_null(1) * pl.col("dp").fill_null(1)).cast(pl.Float64)
+    return r.with_columns(
+        pl.when(pl.col("load_mode") == "open").then(pl.col("load_rate_rps"))
+        .otherwise(pl.col("load_concurrency").cast(pl.Float64)).alias("load_level"),
+        devices.alias("devices"),
+        (pl.col("output_tokens_per_s") / devices).alias("output_tokens_per_s_per_device"),
+        (1000.0 / pl.col("tpot_p50_ms")).alias("output_tokens_per_s_per_user"),
+        attainment.alias("slo_attainment"),
+        ((attainment >= slo_share) & pl.col("load_stop").is_null()).alias("within_slo"),
+    ).sort([*CAPACITY_KEYS, "load_level"], nulls_last=True)
+
+
+def highest_load_within_slo(curve: pl.DataFrame) -> pl.DataFrame:
+    """Per capacity configuration (:data:`CAPACITY_KEYS`): the highest load level every repeat of which met the SLO
+    (:func:`load_curve`'s ``within_slo``), the goodput there (mean, min and max over its repeats), the levels
+    measured and the lowest level that missed it (null: none did); ``max_load_within_slo`` is null when even the
+    lowest level missed it, or the runs state no SLO."""
+    per_level = curve.group_by([*CAPACITY_KEYS, "load_level"]).agg(
+        pl.col("within_slo").all().alias("within"),
+        pl.col("goodput_requests_per_s").mean().alias("goodput"),
+        pl.col("goodput_requests_per_s").min().alias("goodput_min"),
+        pl.col("goodput_requests_per_s").max().alias("goodput_max"),
+        pl.len().alias("repeats"),
+    )
+    best = (per_level.filter(pl.col("within")).sort("load_level").group_by(CAPACITY_KEYS).agg(
+        pl.col("load_level").last().alias("max_load_within_slo"),
+        pl.col("goodput").last().alias("goodput_requests_per_s"),
+        pl.col("goodput_min").last().alias("goodput_min_requests_per_s"),
+        pl.col("goodput_max").last().alias("goodput_max_requests_per_s"),
+        pl.col("repeats").last()))
+    levels = per_level.group_by(CAPACITY_KEYS).agg(
+        pl.col("load_level").sort().alias("levels"),
+        pl.col("load_level").filter(~pl.col("within").fill_null(False)).min().alias("first_load_past_slo"))
+    return levels.join(best, on=list(CAPACITY_KEYS), how="left", nulls_equal=True).sort(CAPACITY_KEYS,
+                                                                                      nulls_last=True)
+
+
+def pareto_front(curve: pl.DataFrame, keys: tuple[str, ...] = ("experiment", "hardware", "engine", "tp", "dcp",
+                                                                "mem_util", "kv_budget_bytes", "context_tokens")
+                 ) -> pl.DataFrame:
+    """The load points on the throughput-interactivity Pareto front of their group (``keys``): no other point of the
+    group has at least as many output tokens/s per device and per user and more of either. ``on_front`` is added to
+    every row of ``curve``."""
+    rows = curve.with_row_index("_i")
+    x, y = "output_tokens_per_s_per_user", "output_tokens_per_s_per_device"
+    front: set[int] = set()
+    for _, g in rows.group_by(list(keys)):
+        pts = [(i, a, b) for i, a, b in zip(g["_i"], g[x], g[y]) if a is not None and b is not None]
+        for i, a, b in pts:
+            if not any(a2 >= a and b2 >= b and (a2 > a or b2 > b) for _, a2, b2 in pts):
+                front.add(i)
+    return rows.with_columns(pl.col("_i").is_in(sorted(front)).alias("on_front")).drop("_i")
+
+
 def throughput(runs: pl.DataFrame) -> pl.DataFrame:
     """Mean batch times with throughput under explicit definitions.
 

@@ -300,3 +300,36 @@ def test_the_models_ceiling_for_kimi_k3_on_eight_b300_by_hand():
     assert at[8, 0.92, 131072]["concurrency_ceiling"] == 144 and at[8, 0.95, 204800]["concurrency_ceiling"] == 104
     assert at[1, 0.92, 65536]["engine"] == "vllm" and at[8, 0.92, 65536]["engine"] == "sglang"
     assert not at[1, 0.95, 65536]["fits"] and at[1, 0.92, 65536]["fits"]  # 0.95 leaves less than the assumed need
+
+
+def _load_runs() -> pl.DataFrame:
+    from kvlab.schema import RUNS
+
+    base = dict(source="measured", experiment="cap", hardware="CPU", model="tiny", engine="vllm", tp=1, dp=1, dcp=1,
+                mem_util=0.92, context_tokens=1024, context_label="64K", status="ok", load_mode="closed",
+                requests_failed=0, window_s=2.0, batch_time_s=3.0)
+    rows = [  # concurrency, ok, within SLO, output tokens, median TPOT (ms), stopped
+        (1, 4, 4, 256, 20.0, None), (2, 6, 6, 384, 25.0, None), (4, 8, 6, 512, 50.0, None),
+        (8, 8, 2, 480, 60.0, "past saturation: ..."),
+    ]
+    df = pl.DataFrame([base | dict(run_id=f"r{c}", load_concurrency=c, batch_size=c, requests_ok=ok,
+                                   requests_within_slo=w, served_output_tokens=out, tpot_p50_ms=tpot, load_stop=stop)
+                       for c, ok, w, out, tpot, stop in rows]
+                      + [base | dict(run_id="plain", load_mode=None, batch_size=4, requests_ok=4,
+                                     requests_within_slo=4, served_output_tokens=256, tpot_p50_ms=10.0)])
+    return RUNS.conform(df)
+
+
+def test_a_load_curve_gives_each_point_its_throughput_interactivity_and_slo_attainment():
+    curve = analysis.load_curve(_load_runs())
+    assert curve["load_level"].to_list() == [1, 2, 4, 8]  # the run without a load is no load point
+    assert curve["goodput_requests_per_s"].to_list() == [2.0, 3.0, 3.0, 1.0]  # within SLO / the 2 s window
+    assert curve["output_tokens_per_s_per_device"].to_list() == [128.0, 192.0, 256.0, 240.0]
+    assert curve["output_tokens_per_s_per_user"].to_list() == pytest.approx([50.0, 40.0, 20.0, 1000 / 60])
+    assert curve["slo_attainment"].to_list() == [1.0, 1.0, 0.75, 0.25]
+    assert curve["within_slo"].to_list() == [True, True, False, False]
+    best = analysis.highest_load_within_slo(curve).row(0, named=True)
+    assert (best["max_load_within_slo"], best["goodput_requests_per_s"], best["first_load_past_slo"]) == (2, 3.0, 4)
+    assert best["levels"] == [1, 2, 4, 8]
+    front = analysis.pareto_front(curve)
+    assert front["on_front"].to_list() == [True, True, True, False]  # c=8: fewer tokens/s both per device and user

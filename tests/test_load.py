@@ -178,7 +178,8 @@ def test_a_stored_load_point_counts_only_its_window_and_says_how_it_was_sent(tmp
                       FixtureConfig(first_delay_s=0.02, delay_s=0.01), slo={"ttft_ms": 10_000})
     assert res.ok == 1 and srv.max_running == 2
     run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
-    assert (run["load_mode"], run["load_concurrency"], run["load_rate_rps"], run["batch_size"]) == ("closed", 2, None, 2)
+    assert (run["load_mode"], run["load_concurrency"], run["load_rate_rps"], run["batch_size"]) == \
+        ("closed", 2, None, 2)
     assert run["requests_warmup"] == 2 and run["load_stop"] is None
     assert run["requests_ok"] + run["requests_outside_window"] == 8  # every measured request, inside or not
     assert run["requests_outside_window"] >= 1 and run["requests_within_slo"] == run["requests_ok"]
