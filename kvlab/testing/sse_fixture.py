@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> None:
         flag = "--" + f.name.replace("_", "-")
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens"):
+        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens", "slots"):
             parser.add_argument(flag, type=int, default=default)
         elif f.name == "usage_json":
             parser.add_argument(flag, type=str, default=default)
