@@ -41,6 +41,9 @@ class LoadSpec(BaseModel):
     stop_min_requests: int = Field(8, ge=1, description="finished measured requests the TTFT rule waits for")
     stop_queue_rising: int | None = Field(5, ge=2, description="stop sending once the server's waiting queue "
                                           "rose over this many consecutive telemetry samples (null: off)")
+    stop_climbing: bool = Field(True, description="on a ladder (the same run at several load levels), skip the "
+                                "levels above one that stopped past saturation or whose goodput fell from the level "
+                                "below")
 
     @model_validator(mode="after")
     def _some_load(self) -> LoadSpec:
@@ -208,3 +211,65 @@ class LoadOutcome:
                 "load_burstiness": self.load.burstiness if self.load.rate_rps is not None else None,
                 "requests_warmup": len(self.window.warmup), "requests_outside_window": len(self.window.outside),
                 "window_s": self.window.length_s or None, "load_stop": self.stopped}
+
+
+# ----------------------------------------------------------------------------- the ladder
+
+#: The load fields that make one rung of a ladder differ from the next (with the workload's batch_size).
+RUNG_FIELDS = ("concurrency", "rate_rps", "warmup_requests", "duration_s")
+
+
+def level(load: LoadSpec) -> float:
+    """A load point's place on its ladder: arrivals per second (open loop) or requests in flight (closed)."""
+    return float(load.rate_rps if load.rate_rps is not None else load.concurrency)
+
+
+def ladder_key(run: Any) -> str | None:
+    """What the rungs of one ladder share (kvlab.spec.RunSpec ``run``): everything but the load level and the request
+    count and warm-up that come with it, per experiment, engine and repeat; None for a run without a load."""
+    import hashlib
+    import json
+
+    w = run.workload.model_dump(mode="json")
+    load = w.pop("load")
+    if load is None:
+        return None
+    w.pop("batch_size")
+    rest = {k: v for k, v in load.items() if k not in RUNG_FIELDS} | {"mode": run.workload.load.mode}
+    payload = {"experiment": run.experiment, "engine_label": run.engine_label,
+               "engine": run.engine.model_dump(mode="json"), "workload": w, "load": rest, "repeat": run.repeat,
+               "slo": run.slo.model_dump(mode="json") if run.slo else None}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Rung:
+    """What a measured rung tells the climb: its level, its goodput (None without an SLO) and its early stop."""
+
+    level: float
+    goodput: float | None
+    stopped: str | None
+
+
+def rung_of(row: dict[str, Any]) -> Rung | None:
+    """A stored RUNS row of a load point as a :class:`Rung`; None when the row is no measured load point."""
+    if row.get("load_mode") is None or row.get("status") != "ok":
+        return None
+    lvl = row["load_rate_rps"] if row["load_mode"] == "open" else row["load_concurrency"]
+    t, within = row.get("window_s"), row.get("requests_within_slo")
+    goodput = within / t if within is not None and t else None
+    return Rung(float(lvl), goodput, row.get("load_stop"))
+
+
+def not_climbed(rungs: Sequence[Rung], at: float) -> str | None:
+    """Why a ladder does not climb to level ``at``, from its measured ``rungs`` below it, or None: a lower rung
+    stopped past saturation, or the goodput fell from one rung to the next (docs/design.md, "Load definitions")."""
+    below = sorted((r for r in rungs if r.level < at), key=lambda r: r.level)
+    for r in below:
+        if r.stopped:
+            return f"not climbed: the rung at {r.level:g} stopped past saturation"
+    for lo, hi in zip(below, below[1:]):
+        if lo.goodput is not None and hi.goodput is not None and hi.goodput < lo.goodput:
+            return (f"not climbed: goodput fell from {lo.goodput:.3g} req/s at {lo.level:g} to {hi.goodput:.3g} "
+                    f"at {hi.level:g}")
+    return None

@@ -297,22 +297,32 @@ class LocalExecutor:
         return {}
 
     def run(self, campaign: Campaign, todo: list[RunSpec], result: SweepResult) -> None:
-        """Run every pending run, grouped by server."""
+        """Run every pending run, grouped by server; a load ladder's rungs in order of level, leaving out those
+        above a rung past saturation (kvlab.load.not_climbed)."""
+        ladders = _stored_rungs(campaign, todo)
         with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp, \
                 ServerStarts(Path(tmp), self.overlap_starts, self.servers) as starts:
-            groups = [g for _, g in by_server(todo)]
+            groups = [_climbing_order(g) for _, g in by_server(todo)]
             for i, group in enumerate(groups):
                 vocab = vocab_size(group[0])
                 server, not_started = None, None
                 with starts.group(group[0], groups[i + 1][0] if i + 1 < len(groups) else None):
                     try:
                         for run in group:
+                            ladder = loads.ladder_key(run) if run.workload.load is not None \
+                                and run.workload.load.stop_climbing else None
+                            why = loads.not_climbed(ladders.get(ladder, []), loads.level(run.workload.load)) \
+                                if ladder else None
                             if not_started is not None:
                                 # Same argv, same failure: record it instead of relaunching max_attempts times.
                                 self._record_not_started(campaign, run, not_started, result)
+                            elif why is not None:
+                                campaign.leave_unclimbed(run, why, result)
                             else:
                                 outcome = self._run_one(campaign, starts, run, server, vocab, result)
                                 server, not_started = outcome.server, outcome.not_started
+                                if ladder and (rung := _rung(outcome.path)) is not None:
+                                    ladders.setdefault(ladder, []).append(rung)
                     finally:
                         if server is not None:
                             server.stop()
@@ -493,6 +503,47 @@ class LocalExecutor:
         note = (f"not launched: the same server configuration failed to start in every attempt of run "
                 f"{start.source_run} ({start.cause})")
         return campaign.record_unsent(run, start.cause, [], note, result)
+
+
+def _rung(folder: Path) -> loads.Rung | None:
+    """The stored run in ``folder`` as a rung of its load ladder (None: not a measured load point)."""
+    from kvlab import store
+
+    path = folder / store.RUN_FILE
+    return loads.rung_of(pl.read_parquet(path).row(0, named=True)) if path.exists() else None
+
+
+def _stored_rungs(campaign: Campaign, todo: list[RunSpec]) -> dict[str, list[loads.Rung]]:
+    """The rungs already stored of the ladders ``todo`` climbs (ladder key -> rungs), from the experiments' folders."""
+    from kvlab.spec import expand
+
+    climbing = {k for r in todo if r.workload.load is not None and (k := loads.ladder_key(r))}
+    pending = {(r.experiment, r.key) for r in todo}
+    out: dict[str, list[loads.Rung]] = {}
+    for spec in campaign.specs.values() if climbing else ():
+        for r in expand(spec):
+            if r.workload.load is None or (r.experiment, r.key) in pending:
+                continue
+            key = loads.ladder_key(r)
+            if key in climbing and (rung := _rung(campaign.exp_dir(r.experiment) / r.key)) is not None:
+                out.setdefault(key, []).append(rung)
+    return out
+
+
+def _climbing_order(group: list[RunSpec]) -> list[RunSpec]:
+    """A server group's runs with each load ladder's rungs in order of level (the first rung keeps its place);
+    every other run as it was."""
+    firsts: dict[str, int] = {}
+    for i, r in enumerate(group):
+        if r.workload.load is not None:
+            firsts.setdefault(loads.ladder_key(r), i)
+
+    def place(ir: tuple[int, RunSpec]) -> tuple:
+        i, r = ir
+        if r.workload.load is None:
+            return (i, 0.0)
+        return (firsts[loads.ladder_key(r)], loads.level(r.workload.load))
+    return [r for _, r in sorted(enumerate(group), key=place)]
 
 
 class Sweep(Campaign):

@@ -269,3 +269,49 @@ def test_the_cpu_capacity_quick_form_is_two_engines_by_two_contexts_by_two_setti
     long_context = expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml"))
     assert {r.server_key for r in quick} == {r.server_key for r in long_context}
     assert "NOT_EMBEDDED := data/experiments/cpu_capacity.yaml" in (ROOT / "Makefile").read_text()
+
+
+# ----------------------------------------------------------------------------- the climb
+
+
+def test_a_ladder_stops_climbing_above_a_rung_past_saturation_or_where_goodput_fell():
+    rungs = [loads.Rung(1, 2.0, None), loads.Rung(2, 3.0, None), loads.Rung(4, 2.5, None)]
+    assert loads.not_climbed(rungs, 4) is None  # judged only from the rungs below it
+    assert loads.not_climbed(rungs, 8) == "not climbed: goodput fell from 3 req/s at 2 to 2.5 at 4"
+    assert loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, "past saturation: ...")], 4) == \
+        "not climbed: the rung at 2 stopped past saturation"
+    assert loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, None)], 4) is None  # no SLO: climbs
+    ladder = expand(spec(SHARED | {"load": {"concurrency": 1}}, matrix={"workload.load.concurrency": [1, 2],
+                                                                         "workload.batch_size": [8, 16]}))
+    keys = {(r.workload.load.concurrency, r.workload.batch_size): loads.ladder_key(r) for r in ladder}
+    assert len(set(keys.values())) == 1  # level and request count: the same ladder
+    other = expand(spec(SHARED | {"load": {"rate_rps": 1}}))[0]
+    assert loads.ladder_key(other) not in keys.values()  # an open loop is another ladder
+
+
+def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_still_does(tmp_path):
+    """One slot at 50 ms a request under a 60 ms TTFT SLO: alone a request meets it, two in flight wait for each
+    other (about 100 ms), so goodput falls from the rung at 1 to the rung at 2 and 4 and 8 are not sent (nor
+    stored); a second sweep reuses 1 and 2 and again leaves 4 and 8, judged from the stored rungs."""
+    work = {"kind": "fixed_batch", "batch_size": 24, "context_tokens": 64, "output_tokens": 2,
+            "load": {"concurrency": 1, "warmup_requests": 0, "stop_min_requests": 3, "stop_queue_rising": None}}
+    matrix = {"workload.load.concurrency": [8, 4, 2, 1]}  # listed top down: the sweep climbs them bottom up
+    seen: list = []
+    with SSEServer(FixtureConfig(first_delay_s=0.05, slots=1)) as srv:
+        path = tmp_path / "climb.yaml"
+        path.write_text(yaml.safe_dump({"name": "climb", "hardware": "CPU (test)",
+                                        "engines": {"vllm": {**ENGINE, "url": srv.url}}, "workload": work,
+                                        "matrix": matrix, "slo": {"ttft_ms": 60},
+                                        "retry": {"max_attempts": 1, "retry_on": []}}))
+        res = runner.Sweep(ExperimentSpec.load(path), tmp_path,
+                           on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute()
+        assert seen == [(1, "ok"), (2, "ok"), (4, "not climbed"), (8, "not climbed")]
+        assert (res.ok, res.not_climbed) == (2, 2)
+        stored = analysis.run_rates(store.load_runs(tmp_path)).sort("load_concurrency")
+        assert stored["load_concurrency"].to_list() == [1, 2]
+        good = stored["goodput_requests_per_s"].to_list()
+        assert good[1] < good[0] and stored["requests_within_slo"][0] == stored["requests_ok"][0] > 0
+        seen.clear()
+        again = runner.Sweep(ExperimentSpec.load(path), tmp_path,
+                             on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute()
+    assert seen == [(4, "not climbed"), (8, "not climbed")] and (again.skipped, again.not_climbed) == (2, 2)
