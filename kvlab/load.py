@@ -215,6 +215,9 @@ class LoadOutcome:
 
 # ----------------------------------------------------------------------------- the ladder
 
+#: How far goodput must fall from one rung to the next to stop the climb (a share of the lower rung's): a smaller
+#: dip is within one run's noise at n = 1.
+GOODPUT_FALL = 0.10
 #: The load fields that make one rung of a ladder differ from the next (with the workload's batch_size).
 RUNG_FIELDS = ("concurrency", "rate_rps", "warmup_requests", "duration_s")
 
@@ -263,13 +266,14 @@ def rung_of(row: dict[str, Any]) -> Rung | None:
 
 def not_climbed(rungs: Sequence[Rung], at: float) -> str | None:
     """Why a ladder does not climb to level ``at``, from its measured ``rungs`` below it, or None: a lower rung
-    stopped past saturation, or the goodput fell from one rung to the next (docs/design.md, "Load definitions")."""
+    stopped past saturation, or the goodput fell by more than :data:`GOODPUT_FALL` from one rung to the next
+    (docs/design.md, "Load definitions")."""
     below = sorted((r for r in rungs if r.level < at), key=lambda r: r.level)
     for r in below:
         if r.stopped:
             return f"not climbed: the rung at {r.level:g} stopped past saturation"
     for lo, hi in zip(below, below[1:]):
-        if lo.goodput is not None and hi.goodput is not None and hi.goodput < lo.goodput:
+        if lo.goodput is not None and hi.goodput is not None and hi.goodput < lo.goodput * (1 - GOODPUT_FALL):
             return (f"not climbed: goodput fell from {lo.goodput:.3g} req/s at {lo.level:g} to {hi.goodput:.3g} "
                     f"at {hi.level:g}")
     return None

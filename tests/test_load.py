@@ -281,6 +281,8 @@ def test_a_ladder_stops_climbing_above_a_rung_past_saturation_or_where_goodput_f
     assert loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, "past saturation: ...")], 4) == \
         "not climbed: the rung at 2 stopped past saturation"
     assert loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, None)], 4) is None  # no SLO: climbs
+    assert loads.not_climbed([loads.Rung(1, 3.0, None), loads.Rung(2, 2.75, None)], 4) is None  # 8% : noise
+    assert loads.not_climbed([loads.Rung(1, 3.0, None), loads.Rung(2, 2.6, None)], 4) is not None  # 13%
     ladder = expand(spec(SHARED | {"load": {"concurrency": 1}}, matrix={"workload.load.concurrency": [1, 2],
                                                                          "workload.batch_size": [8, 16]}))
     keys = {(r.workload.load.concurrency, r.workload.batch_size): loads.ladder_key(r) for r in ladder}
