@@ -7,6 +7,8 @@ instead of all at once; without ``load`` nothing here applies and the run is wha
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -230,9 +232,6 @@ def level(load: LoadSpec) -> float:
 def ladder_key(run: Any) -> str | None:
     """What the rungs of one ladder share (kvlab.spec.RunSpec ``run``): everything but the load level and the request
     count and warm-up that come with it, per experiment, engine and repeat; None for a run without a load."""
-    import hashlib
-    import json
-
     w = run.workload.model_dump(mode="json")
     load = w.pop("load")
     if load is None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import load as loads
-from kvlab import metrics
+from kvlab import metrics, store
 from kvlab.campaign import Campaign, DiskFullError, Executor, ServerRecord, SweepError, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
@@ -33,7 +33,7 @@ from kvlab.paths import DATA_DIR
 from kvlab.plan import by_server, starts_may_overlap
 from kvlab.rows import attempt_row, prompts_for, run_row, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
-from kvlab.spec import ExperimentSpec, RunSpec
+from kvlab.spec import ExperimentSpec, RunSpec, expand
 from kvlab.workloads import Prompt, fixed_batch
 
 __all__ = [  # what tests, benchmarks and kvlab.cluster use; the campaign's and the rows' names are kept here
@@ -507,16 +507,12 @@ class LocalExecutor:
 
 def _rung(folder: Path) -> loads.Rung | None:
     """The stored run in ``folder`` as a rung of its load ladder (None: not a measured load point)."""
-    from kvlab import store
-
     path = folder / store.RUN_FILE
     return loads.rung_of(pl.read_parquet(path).row(0, named=True)) if path.exists() else None
 
 
 def _stored_rungs(campaign: Campaign, todo: list[RunSpec]) -> dict[str, list[loads.Rung]]:
     """The rungs already stored of the ladders ``todo`` climbs (ladder key -> rungs), from the experiments' folders."""
-    from kvlab.spec import expand
-
     climbing = {k for r in todo if r.workload.load is not None and (k := loads.ladder_key(r))}
     pending = {(r.experiment, r.key) for r in todo}
     out: dict[str, list[loads.Rung]] = {}

@@ -278,30 +278,6 @@ def test_the_concurrency_ceiling_is_the_reported_pool_over_the_tokens_per_reques
     assert analysis.run_ceilings(runs)["concurrency_ceiling"].to_list() == [12, None, 3]
 
 
-def test_the_models_ceiling_for_kimi_k3_on_eight_b300_by_hand():
-    """From the catalog rows by hand: 24 MLA layers x 576 values x 2 B = 27,648 B of KV per token, a full copy on
-    every GPU at DCP 1 (MLA has one latent) and 1/8 of it at DCP 8; weights 2.7795e12 params x 0.56159 B / 8 GPUs;
-    pool = mem_util x 288e9 B - weights - 4 GiB (activations)."""
-    df = analysis.modelled_ceilings()
-    assert df.height == 12 and set(df["source"]) == {"modelled"}
-    weights = 2.7795e12 * 0.56159 / 8
-    for u in (0.92, 0.95):
-        pool = u * 288e9 - weights - 4 * 2**30
-        for dcp, per_token in ((1, 27_648), (8, 27_648 / 8)):
-            tokens = int(pool // per_token)
-            rows = df.filter((pl.col("mem_util") == u) & (pl.col("dcp") == dcp)).sort("context_tokens")
-            assert rows["kv_pool_tokens"].to_list() == [tokens] * 3
-            assert rows["concurrency_ceiling"].to_list() == [tokens // c for c in (65536, 131072, 204800)]
-            # the model's own count also charges each sequence its KDA state: 434,110,464 B / 8 GPUs
-            assert rows["max_concurrent_seqs"].to_list() == [
-                int(pool // (c * per_token + 434_110_464 / 8)) for c in (65536, 131072, 204800)]
-    at = {(r["dcp"], r["mem_util"], r["context_tokens"]): r for r in df.iter_rows(named=True)}
-    assert at[1, 0.92, 131072]["kv_pool_tokens"] == 2_370_790 and at[1, 0.92, 131072]["concurrency_ceiling"] == 18
-    assert at[8, 0.92, 131072]["concurrency_ceiling"] == 144 and at[8, 0.95, 204800]["concurrency_ceiling"] == 104
-    assert at[1, 0.92, 65536]["engine"] == "vllm" and at[8, 0.92, 65536]["engine"] == "sglang"
-    assert not at[1, 0.95, 65536]["fits"] and at[1, 0.92, 65536]["fits"]  # 0.95 leaves less than the assumed need
-
-
 def _load_runs() -> pl.DataFrame:
     from kvlab.schema import RUNS
 

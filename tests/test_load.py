@@ -12,6 +12,7 @@ import yaml
 
 from kvlab import analysis, client, metrics, runner, store
 from kvlab import load as loads
+from kvlab.claims import capacity
 from kvlab.spec import ExperimentSpec, SpecError, expand
 from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
 from kvlab.workloads import fixed_batch, multi_turn
@@ -248,7 +249,7 @@ def test_the_b300_capacity_plan_dry_runs_with_a_ladder_per_engine_context_and_me
     text = plan.dry_run_text(spec)
     assert "--dcp-size 8" in text and "--tensor-parallel-size 8" in text and "--mem-fraction-static 0.95" in text
     assert "(load c=64, 64 warm-up)" in text
-    ceilings = analysis.modelled_ceilings().filter(pl.col("dcp") == 1)
+    ceilings = capacity.modelled_ceilings().filter(pl.col("dcp") == 1)
     assert ceilings["concurrency_ceiling"].max() < 64  # the top rung is past vLLM's modelled ceiling everywhere
 
 
@@ -317,3 +318,30 @@ def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_sti
         again = runner.Sweep(ExperimentSpec.load(path), tmp_path,
                              on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute()
     assert seen == [(4, "not climbed"), (8, "not climbed")] and (again.skipped, again.not_climbed) == (2, 2)
+
+
+# ----------------------------------------------------------------------------- the model's KV capacity
+
+
+def test_the_models_ceiling_for_kimi_k3_on_eight_b300_by_hand():
+    """From the catalog rows by hand: 24 MLA layers x 576 values x 2 B = 27,648 B of KV per token, a full copy on
+    every GPU at DCP 1 (MLA has one latent) and 1/8 of it at DCP 8; weights 2.7795e12 params x 0.56159 B / 8 GPUs;
+    pool = mem_util x 288e9 B - weights - 4 GiB (activations)."""
+    df = capacity.modelled_ceilings()
+    assert df.height == 12 and set(df["source"]) == {"modelled"}
+    weights = 2.7795e12 * 0.56159 / 8
+    for u in (0.92, 0.95):
+        pool = u * 288e9 - weights - 4 * 2**30
+        for dcp, per_token in ((1, 27_648), (8, 27_648 / 8)):
+            tokens = int(pool // per_token)
+            rows = df.filter((pl.col("mem_util") == u) & (pl.col("dcp") == dcp)).sort("context_tokens")
+            assert rows["kv_pool_tokens"].to_list() == [tokens] * 3
+            assert rows["concurrency_ceiling"].to_list() == [tokens // c for c in (65536, 131072, 204800)]
+            # the model's own count also charges each sequence its KDA state: 434,110,464 B / 8 GPUs
+            assert rows["max_concurrent_seqs"].to_list() == [
+                int(pool // (c * per_token + 434_110_464 / 8)) for c in (65536, 131072, 204800)]
+    at = {(r["dcp"], r["mem_util"], r["context_tokens"]): r for r in df.iter_rows(named=True)}
+    assert at[1, 0.92, 131072]["kv_pool_tokens"] == 2_370_790 and at[1, 0.92, 131072]["concurrency_ceiling"] == 18
+    assert at[8, 0.92, 131072]["concurrency_ceiling"] == 144 and at[8, 0.95, 204800]["concurrency_ceiling"] == 104
+    assert at[1, 0.92, 65536]["engine"] == "vllm" and at[8, 0.92, 65536]["engine"] == "sglang"
+    assert not at[1, 0.95, 65536]["fits"] and at[1, 0.92, 65536]["fits"]  # 0.95 leaves less than the assumed need
