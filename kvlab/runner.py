@@ -113,9 +113,9 @@ def _scrape(server: EngineServer, why: list[str] | None = None) -> dict[str, flo
         return {}
 
 
-#: A run folder's telemetry: the samples (CSV) and what they are (JSON: source, interval, count, or why none).
-TELEMETRY_FILE = "telemetry.csv"
-TELEMETRY_INFO_FILE = "telemetry.json"
+#: A run folder's telemetry: the samples (CSV) and what they are (JSON: source, interval, count, or why none); the
+#: names are the store's, whose load_telemetry reads them back.
+TELEMETRY_FILE, TELEMETRY_INFO_FILE = store.TELEMETRY_FILE, store.TELEMETRY_INFO_FILE
 
 
 def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
