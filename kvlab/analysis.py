@@ -206,6 +206,114 @@ def pareto_front(curve: pl.DataFrame, keys: tuple[str, ...] = ("experiment", "ha
     return rows.with_columns(pl.col("_i").is_in(sorted(front)).alias("on_front")).drop("_i")
 
 
+#: The telemetry series the capacity study reads (canonical names, kvlab.engines' ``telemetry_names``).
+CAPACITY_SERIES = ("kv_cache_usage", "requests_running", "requests_waiting", "preemptions_total")
+#: A load point saturated its KV pool when a telemetry sample saw at least this share of it in use.
+KV_SATURATED = 0.9
+
+
+def capacity_points(curve: pl.DataFrame, samples: pl.DataFrame, info: pl.DataFrame) -> pl.DataFrame:
+    """Each load point of ``curve`` (:func:`load_curve`) with its ``concurrency_ceiling`` (:func:`run_ceilings`),
+    ``past_ceiling`` (closed loop: requests in flight > the ceiling; null for an open loop or an unknown pool) and
+    what its telemetry saw (``samples``: kvlab.store.load_telemetry, ``info``: load_telemetry_info):
+
+    - ``telemetry``: "sampled", or why not (the run's telemetry.json reason; "not recorded" for a run stored
+      before telemetry was);
+    - ``samples_ok``: the samples that answered;
+    - ``kv_usage_peak``: the highest share of the KV pool in use in one sample (0-1);
+    - ``running_peak`` / ``waiting_peak``: the most requests running / waiting in one sample;
+    - ``preemptions``: the rise of the server's preemption counter over the run (last minus first sample);
+    - ``queued``: waiting_peak > 0; ``kv_saturated``: kv_usage_peak >= :data:`KV_SATURATED`.
+
+    A value nothing sampled is null, never 0."""
+    pts = run_ceilings(curve)
+    ok = samples.filter(pl.col("error").is_null()) if "error" in samples.columns else samples
+    ok = ok.with_columns(pl.lit(None, dtype=pl.Float64).alias(c) for c in CAPACITY_SERIES if c not in ok.columns)
+    per_run = ok.sort("t_s").group_by("run_id").agg(
+        pl.len().alias("samples_ok"),
+        pl.col("kv_cache_usage").max().alias("kv_usage_peak"),
+        pl.col("requests_running").max().alias("running_peak"),
+        pl.col("requests_waiting").max().alias("waiting_peak"),
+        (pl.col("preemptions_total").drop_nulls().last() - pl.col("preemptions_total").drop_nulls().first())
+        .alias("preemptions"),
+    )
+    why = info.select("run_id", pl.when(pl.col("available")).then(pl.lit("sampled"))
+                      .otherwise(pl.concat_str(pl.lit("not available: "), pl.col("reason").fill_null("no sample")))
+                      .alias("telemetry"))
+    pts = pts.join(per_run, on="run_id", how="left").join(why, on="run_id", how="left")
+    closed = pl.col("load_mode") == "closed"
+    return pts.with_columns(
+        pl.col("telemetry").fill_null(pl.lit("not recorded")),
+        pl.when(closed & pl.col("concurrency_ceiling").is_not_null())
+        .then(pl.col("load_level") > pl.col("concurrency_ceiling")).alias("past_ceiling"),
+        (pl.col("waiting_peak") > 0).alias("queued"),
+        (pl.col("kv_usage_peak") >= KV_SATURATED).alias("kv_saturated"),
+    )
+
+
+def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
+    """Per capacity configuration (:data:`CAPACITY_KEYS`) of :func:`capacity_points`: its ``concurrency_ceiling``
+    (the smallest its runs report), the load levels measured, and the lowest level past the ceiling
+    (``first_past_ceiling``), at which requests queued (``first_queued``), the KV pool saturated
+    (``first_kv_saturated``) and the server preempted (``first_preempted``); each null where no level did (or,
+    without telemetry, could be seen to). ``telemetry``: "sampled" when any of its runs was, else the first reason."""
+    def first(cond: pl.Expr) -> pl.Expr:
+        return pl.col("load_level").filter(cond.fill_null(False)).min()
+
+    return points.group_by(list(CAPACITY_KEYS)).agg(
+        pl.col("concurrency_ceiling").min(),
+        pl.col("load_level").sort().alias("levels"),
+        first(pl.col("past_ceiling")).alias("first_past_ceiling"),
+        first(pl.col("queued")).alias("first_queued"),
+        first(pl.col("kv_saturated")).alias("first_kv_saturated"),
+        first(pl.col("preemptions") > 0).alias("first_preempted"),
+        pl.col("kv_usage_peak").max().alias("kv_usage_peak"),
+        pl.when((pl.col("telemetry") == "sampled").any()).then(pl.lit("sampled"))
+        .otherwise(pl.col("telemetry").sort().first()).alias("telemetry"),
+    ).sort(list(CAPACITY_KEYS), nulls_last=True)
+
+
+#: What the capacity map compares engines at: one cell per context x memory setting (and load mode).
+MAP_KEYS = ("experiment", "hardware", "context_tokens", "context_label", "mem_util", "load_mode")
+
+
+def goodput_map(best: pl.DataFrame) -> pl.DataFrame:
+    """The capacity map from :func:`highest_load_within_slo`: per context x memory setting (:data:`MAP_KEYS`) where
+    at least two engines were measured, the engine with the higher goodput at its highest load within the SLO
+    (``winner``, its tp/dcp, load and goodput) against the next (``runner_up``): ``margin`` = winner goodput ÷ runner-up
+    goodput, ``margin_lo``/``margin_hi`` its range over the repeats (winner min ÷ runner-up max, winner max ÷
+    runner-up min), ``n`` the fewer repeats. An engine with no load within the SLO carries no goodput within it:
+    then ``margin`` is null and ``only_winner_within`` true; ``winner`` is null where no engine met the SLO."""
+    rows = []
+    for key, g in best.group_by(list(MAP_KEYS), maintain_order=True):
+        if g["engine"].n_unique() < 2:
+            continue
+        g = g.sort(["goodput_requests_per_s", "engine"], descending=[True, False], nulls_last=True)
+        w, r = g.row(0, named=True), g.row(1, named=True)
+        cell = dict(zip(MAP_KEYS, key))
+        if w["goodput_requests_per_s"] is None:
+            rows.append(cell | {"winner": None, "runner_up": None, "engines": g["engine"].sort().to_list()})
+            continue
+        rg = r["goodput_requests_per_s"]
+        lo = w["goodput_min_requests_per_s"] / r["goodput_max_requests_per_s"] if rg else None
+        hi = w["goodput_max_requests_per_s"] / r["goodput_min_requests_per_s"] if rg else None
+        rows.append(cell | {
+            "winner": w["engine"], "winner_tp": w["tp"], "winner_dcp": w["dcp"],
+            "winner_load": w["max_load_within_slo"], "winner_goodput_requests_per_s": w["goodput_requests_per_s"],
+            "winner_goodput_min": w["goodput_min_requests_per_s"], "winner_goodput_max": w["goodput_max_requests_per_s"],
+            "winner_repeats": w["repeats"],
+            "runner_up": r["engine"], "runner_up_tp": r["tp"], "runner_up_dcp": r["dcp"],
+            "runner_up_load": r["max_load_within_slo"], "runner_up_goodput_requests_per_s": rg,
+            "runner_up_goodput_min": r["goodput_min_requests_per_s"],
+            "runner_up_goodput_max": r["goodput_max_requests_per_s"], "runner_up_repeats": r["repeats"],
+            "margin": w["goodput_requests_per_s"] / rg if rg else None, "margin_lo": lo, "margin_hi": hi,
+            "n": min(w["repeats"] or 0, r["repeats"] or 0) if rg else (w["repeats"] or 0),
+            "only_winner_within": rg is None, "engines": g["engine"].sort().to_list()})
+    schema = {k: best.schema[k] for k in MAP_KEYS} if all(k in best.columns for k in MAP_KEYS) else None
+    out = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame(schema=schema)
+    return out.sort(["context_tokens", "mem_util"]) if rows else out
+
+
 def throughput(runs: pl.DataFrame) -> pl.DataFrame:
     """Mean batch times with throughput under explicit definitions.
 
