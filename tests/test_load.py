@@ -4,6 +4,7 @@ steady-state window, the saturation stop, and run keys that change only where a 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -255,9 +256,10 @@ def test_the_b300_capacity_plan_dry_runs_with_a_ladder_per_engine_context_and_me
 
 def test_the_cpu_capacity_quick_form_is_two_engines_by_two_contexts_by_two_settings_by_three_rungs():
     """data/experiments/cpu_capacity.yaml (dry run only here): 24 quick runs, each engine x context x memory setting
-    with the ladder 1, 2, 4, on the long-context study's four servers (no start of its own); not in make report."""
+    with the ladder 1, 2, 4, on the long-context study's four servers (no start of its own); in make report only
+    with FULL=1."""
     from kvlab import plan
-    from kvlab.paths import EXPERIMENTS_DIR, ROOT
+    from kvlab.paths import EXPERIMENTS_DIR
 
     spec = plan.load(EXPERIMENTS_DIR / "cpu_capacity.yaml")
     quick = expand(spec.quick_form())
@@ -269,7 +271,19 @@ def test_the_cpu_capacity_quick_form_is_two_engines_by_two_contexts_by_two_setti
     assert {r.workload.load.concurrency for r in expand(spec)} == {1, 2, 4, 8}
     long_context = expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml"))
     assert {r.server_key for r in quick} == {r.server_key for r in long_context}
-    assert "NOT_EMBEDDED := data/experiments/cpu_capacity.yaml" in (ROOT / "Makefile").read_text()
+    assert make_experiments() == sorted(p.name for p in EXPERIMENTS_DIR.glob("cpu_*.yaml") if p.stem != "cpu_capacity")
+    assert make_experiments("FULL=1") == sorted(p.name for p in EXPERIMENTS_DIR.glob("cpu_*.yaml"))  # FULL=1 has it
+
+
+def make_experiments(*args: str) -> list[str]:
+    """The experiment files `make sweep` / `make report` would sweep (the Makefile's EXPERIMENTS), by name."""
+    import subprocess
+
+    from kvlab.paths import ROOT
+
+    out = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "show-experiments: ; @echo $(EXPERIMENTS)",
+                          "show-experiments", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return sorted(Path(p).name for p in out.split())
 
 
 # ----------------------------------------------------------------------------- the climb
