@@ -307,18 +307,18 @@ def test_a_ladder_stops_climbing_above_a_rung_past_saturation_or_where_goodput_f
 
 
 def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_still_does(tmp_path):
-    """One slot at 50 ms a request under a 60 ms TTFT SLO: alone a request meets it, two in flight wait for each
-    other (about 100 ms), so goodput falls from the rung at 1 to the rung at 2 and 4 and 8 are not sent (nor
+    """One slot at 100 ms a request under a 150 ms TTFT SLO: alone a request meets it, two in flight wait for each
+    other (about 200 ms; 50 ms either side of the bound, so a loaded machine does not flip it), so goodput falls from the rung at 1 to the rung at 2 and 4 and 8 are not sent (nor
     stored); a second sweep reuses 1 and 2 and again leaves 4 and 8, judged from the stored rungs."""
     work = {"kind": "fixed_batch", "batch_size": 24, "context_tokens": 64, "output_tokens": 2,
             "load": {"concurrency": 1, "warmup_requests": 0, "stop_min_requests": 3, "stop_queue_rising": None}}
     matrix = {"workload.load.concurrency": [8, 4, 2, 1]}  # listed top down: the sweep climbs them bottom up
     seen: list = []
-    with SSEServer(FixtureConfig(first_delay_s=0.05, slots=1)) as srv:
+    with SSEServer(FixtureConfig(first_delay_s=0.1, slots=1)) as srv:
         path = tmp_path / "climb.yaml"
         path.write_text(yaml.safe_dump({"name": "climb", "hardware": "CPU (test)",
                                         "engines": {"vllm": {**ENGINE, "url": srv.url}}, "workload": work,
-                                        "matrix": matrix, "slo": {"ttft_ms": 60},
+                                        "matrix": matrix, "slo": {"ttft_ms": 150},
                                         "retry": {"max_attempts": 1, "retry_on": []}}))
         res = runner.Sweep(ExperimentSpec.load(path), tmp_path,
                            on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute()
