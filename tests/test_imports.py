@@ -221,6 +221,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("measuring", ("engines",)),
     ("measuring", ("spec", "server", "schema")),
     ("measuring", ("client", "store", "plan")),
+    ("measuring", ("probe",)),
     ("measuring", ("rows",)),
     ("measuring", ("campaign",)),
     ("measuring", ("runner",)),

@@ -55,6 +55,9 @@ class FixtureConfig:
     #: SSEServer: serve at most this many requests at once, the rest wait in a queue (FIFO) before their first
     #: delay: a server that saturates. /metrics then exports vllm:num_requests_running and vllm:num_requests_waiting
     slots: int | None = None
+    #: from this token on the text is " u{i}" instead of " t{i}": a configuration whose greedy output differs there
+    #: (kvlab.probe's tests)
+    diverge_at: int | None = None
 
 
 #: The faults a fault-injecting SSEServer draws from (``fault_rate``): name -> (knobs for this request, the
@@ -293,7 +296,7 @@ class SSEServer:
                 return resp
             if (i or cfg.empty_first) and cfg.delay_s:  # empty chunks are apart from the first token too
                 await asyncio.sleep(cfg.delay_s)
-            text = f" t{i}"
+            text = f" u{i}" if cfg.diverge_at is not None and i >= cfg.diverge_at else f" t{i}"
             if i == 0 and cfg.line_bytes:
                 text = text + "x" * max(0, cfg.line_bytes - len(text))
             served.chunk_times.append(time.perf_counter())
@@ -492,7 +495,8 @@ def main(argv: list[str] | None = None) -> None:
         flag = "--" + f.name.replace("_", "-")
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens", "slots"):
+        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens", "slots",
+                        "diverge_at"):
             parser.add_argument(flag, type=int, default=default)
         elif f.name == "usage_json":
             parser.add_argument(flag, type=str, default=default)
