@@ -490,6 +490,15 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     jax_info = json.loads((jax_dir / "telemetry.json").read_text())
     assert not jax_info["available"] and "serves no /metrics" in jax_info["reason"] and jax_info["samples"] == 0
     assert not (jax_dir / "telemetry.csv").exists()
+    # the store reads both back by run id: the samples as written, and why the other run has none
+    runs = store.load_runs(tmp_path).select("experiment", "run_id")
+    back = store.load_telemetry(tmp_path)
+    assert set(back["run_id"]) == {runs.filter(pl.col("experiment") == "tele")["run_id"][0]}
+    assert back["t_s"].to_list() == tele["t_s"].to_list() and back["kv_cache_usage"].null_count() == back.height
+    why = store.load_telemetry_info(tmp_path).sort("experiment")
+    assert why.select("experiment", "available", "samples").rows() == [("tele", True, tele.height),
+                                                                       ("tele_jax", False, 0)]
+    assert "serves no /metrics" in why["reason"][1]
 
 
 def test_a_server_start_records_the_kv_pool_its_engine_reported(tmp_path, monkeypatch):
