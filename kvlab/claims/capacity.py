@@ -74,9 +74,10 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
         hi = g.filter(pl.col("mem_util") == mems[-1])["concurrency_ceiling"].to_list()
         lo = g.filter(pl.col("mem_util") == mems[0])["concurrency_ceiling"].to_list()
         where = _where({"engine": engine, "context_tokens": ctx, "context_label": label})
-        grades.append(measured_difference(Repeats.of(hi), Repeats.of(lo), "higher", what=where,
-                                          scope="CPU: a stated KV budget per memory setting"
-                                          if on_cpu(g["device_kind"][0], g["hardware"][0]) else g["hardware"][0]))
+        cpu = on_cpu(g["device_kind"][0], g["hardware"][0])
+        grades.append(measured_difference(Repeats.of(hi), Repeats.of(lo), "higher", what=where, scope=(
+            "CPU: a stated KV budget per memory setting" if cpu else g["hardware"][0])
+            + "; n counts runs, each with its server's reported pool (the rungs of one setting share a start)"))
         parts.append((ctx, f"{where}: {min(lo)} → {min(hi)} requests ({mems[0]:g} → {mems[-1]:g})"))
     if not grades:
         return Verdict(claim, "cannot be tested here", "measured", "no engine measured at two memory settings with "
