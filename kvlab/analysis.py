@@ -95,19 +95,223 @@ def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGL
 
 
 def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
-    """Each run's rates from its stored counts and batch time T (RUNS stores no throughput; design.md):
+    """Each run's rates from its stored counts and time T (RUNS stores no throughput; design.md): T is the batch
+    time, or under a load the steady-state window (``window_s``, whose requests the counts cover):
 
     - ``requests_per_s`` = requests_ok / T;
     - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out);
     - ``goodput_requests_per_s`` = requests_within_slo / T: successful requests meeting the experiment's SLO
       per second; null where the experiment states no SLO (or the run has no batch time).
     """
-    t = pl.col("batch_time_s")
+    t = pl.coalesce(pl.col("window_s"), pl.col("batch_time_s")) if "window_s" in runs.columns \
+        else pl.col("batch_time_s")
     return runs.with_columns(
         (pl.col("requests_ok") / t).alias("requests_per_s"),
         (pl.col("served_output_tokens") / t).alias("output_tokens_per_s"),
         (pl.col("requests_within_slo") / t).alias("goodput_requests_per_s"),
     )
+
+
+def concurrency_ceiling(kv_pool_tokens: int | None, tokens_per_request: int) -> int | None:
+    """Requests of ``tokens_per_request`` tokens (prompt + output) a KV pool of ``kv_pool_tokens`` holds at once:
+    ``kv_pool_tokens // tokens_per_request`` (docs/design.md, "KV capacity"); None where the pool is unknown. Past
+    it a server queues or preempts; it ignores block rounding and what a prefix cache shares."""
+    if tokens_per_request < 1:
+        raise ValueError(f"tokens_per_request must be >= 1, got {tokens_per_request}")
+    return None if kv_pool_tokens is None else int(kv_pool_tokens) // int(tokens_per_request)
+
+
+def run_ceilings(runs: pl.DataFrame) -> pl.DataFrame:
+    """Each run with ``concurrency_ceiling``: its server's reported KV pool (``kv_pool_tokens``) // its tokens per
+    request (``context_tokens``, prompt + output; a multi_turn run's longest turn); null where the engine reported
+    no pool (never 0)."""
+    return runs.with_columns((pl.col("kv_pool_tokens") // pl.col("context_tokens")).cast(pl.Int64)
+                             .alias("concurrency_ceiling"))
+
+
+#: A load point meets its SLO when at least this share of its counted requests did (the SLO held at p90).
+SLO_SHARE = 0.9
+#: What one capacity configuration is: its load points form one curve (docs/design.md, "Load definitions").
+CAPACITY_KEYS = ("experiment", "hardware", "engine", "tp", "dcp", "mem_util", "kv_budget_bytes", "context_tokens",
+                 "context_label", "load_mode")
+
+
+def load_curve(runs: pl.DataFrame, slo_share: float = SLO_SHARE) -> pl.DataFrame:
+    """One row per successful run under a load (RUNS ``load_mode`` set), with its rates (:func:`run_rates`) and:
+
+    - ``load_level``: requests in flight (closed loop) or arrivals per second (open loop);
+    - ``devices`` = tp x dp (1 where unknown: the CPU host is one device);
+    - ``output_tokens_per_s_per_device`` = output_tokens_per_s / devices (throughput, the Pareto plot's y);
+    - ``output_tokens_per_s_per_user`` = 1,000 / median TPOT (interactivity, its x: the rate one stream decodes at);
+    - ``slo_attainment`` = requests_within_slo / counted requests (ok + failed); null without an SLO;
+    - ``within_slo``: attainment >= ``slo_share`` (0.9: the SLO held at p90) and the point was not stopped past
+      saturation (``load_stop``); null without an SLO.
+    """
+    if "load_mode" not in runs.columns:
+        return runs.clear()
+    r = run_rates(runs.filter(pl.col("load_mode").is_not_null() & (pl.col("status") == "ok")))
+    counted = pl.col("requests_ok") + pl.col("requests_failed")
+    attainment = pl.when(counted > 0).then(pl.col("requests_within_slo") / counted)
+    devices = (pl.col("tp").fill_null(1) * pl.col("dp").fill_null(1)).cast(pl.Float64)
+    return r.with_columns(
+        pl.when(pl.col("load_mode") == "open").then(pl.col("load_rate_rps"))
+        .otherwise(pl.col("load_concurrency").cast(pl.Float64)).alias("load_level"),
+        devices.alias("devices"),
+        (pl.col("output_tokens_per_s") / devices).alias("output_tokens_per_s_per_device"),
+        (1000.0 / pl.col("tpot_p50_ms")).alias("output_tokens_per_s_per_user"),
+        attainment.alias("slo_attainment"),
+        ((attainment >= slo_share) & pl.col("load_stop").is_null()).alias("within_slo"),
+    ).sort([*CAPACITY_KEYS, "load_level"], nulls_last=True)
+
+
+def highest_load_within_slo(curve: pl.DataFrame) -> pl.DataFrame:
+    """Per capacity configuration (:data:`CAPACITY_KEYS`): the highest load level every repeat of which met the SLO
+    (:func:`load_curve`'s ``within_slo``), the goodput there (mean, min and max over its repeats), the levels
+    measured and the lowest level that missed it (null: none did); ``max_load_within_slo`` is null when even the
+    lowest level missed it, or the runs state no SLO."""
+    per_level = curve.group_by([*CAPACITY_KEYS, "load_level"]).agg(
+        pl.col("within_slo").all().alias("within"),
+        pl.col("goodput_requests_per_s").mean().alias("goodput"),
+        pl.col("goodput_requests_per_s").min().alias("goodput_min"),
+        pl.col("goodput_requests_per_s").max().alias("goodput_max"),
+        pl.len().alias("repeats"),
+    )
+    best = (per_level.filter(pl.col("within")).sort("load_level").group_by(CAPACITY_KEYS).agg(
+        pl.col("load_level").last().alias("max_load_within_slo"),
+        pl.col("goodput").last().alias("goodput_requests_per_s"),
+        pl.col("goodput_min").last().alias("goodput_min_requests_per_s"),
+        pl.col("goodput_max").last().alias("goodput_max_requests_per_s"),
+        pl.col("repeats").last()))
+    levels = per_level.group_by(CAPACITY_KEYS).agg(
+        pl.col("load_level").sort().alias("levels"),
+        pl.col("load_level").filter(~pl.col("within").fill_null(False)).min().alias("first_load_past_slo"))
+    return levels.join(best, on=list(CAPACITY_KEYS), how="left", nulls_equal=True).sort(CAPACITY_KEYS,
+                                                                                      nulls_last=True)
+
+
+def pareto_front(curve: pl.DataFrame, keys: tuple[str, ...] = ("experiment", "hardware", "engine", "tp", "dcp",
+                                                                "mem_util", "kv_budget_bytes", "context_tokens")
+                 ) -> pl.DataFrame:
+    """The load points on the throughput-interactivity Pareto front of their group (``keys``): no other point of the
+    group has at least as many output tokens/s per device and per user and more of either. ``on_front`` is added to
+    every row of ``curve``."""
+    rows = curve.with_row_index("_i")
+    x, y = "output_tokens_per_s_per_user", "output_tokens_per_s_per_device"
+    front: set[int] = set()
+    for _, g in rows.group_by(list(keys)):
+        pts = [(i, a, b) for i, a, b in zip(g["_i"], g[x], g[y]) if a is not None and b is not None]
+        for i, a, b in pts:
+            if not any(a2 >= a and b2 >= b and (a2 > a or b2 > b) for _, a2, b2 in pts):
+                front.add(i)
+    return rows.with_columns(pl.col("_i").is_in(sorted(front)).alias("on_front")).drop("_i")
+
+
+#: The telemetry series the capacity study reads (canonical names, kvlab.engines' ``telemetry_names``).
+CAPACITY_SERIES = ("kv_cache_usage", "requests_running", "requests_waiting", "preemptions_total")
+#: A load point saturated its KV pool when a telemetry sample saw at least this share of it in use.
+KV_SATURATED = 0.9
+
+
+def capacity_points(curve: pl.DataFrame, samples: pl.DataFrame, info: pl.DataFrame) -> pl.DataFrame:
+    """Each load point of ``curve`` (:func:`load_curve`) with its ``concurrency_ceiling`` (:func:`run_ceilings`),
+    ``past_ceiling`` (closed loop: requests in flight > the ceiling; null for an open loop or an unknown pool) and
+    what its telemetry saw (``samples``: kvlab.store.load_telemetry, ``info``: load_telemetry_info):
+
+    - ``telemetry``: "sampled", or why not (the run's telemetry.json reason; "not recorded" for a run stored
+      before telemetry was);
+    - ``samples_ok``: the samples that answered;
+    - ``kv_usage_peak``: the highest share of the KV pool in use in one sample (0-1);
+    - ``running_peak`` / ``waiting_peak``: the most requests running / waiting in one sample;
+    - ``preemptions``: the rise of the server's preemption counter over the run (last minus first sample);
+    - ``queued``: waiting_peak > 0; ``kv_saturated``: kv_usage_peak >= :data:`KV_SATURATED`.
+
+    A value nothing sampled is null, never 0."""
+    pts = run_ceilings(curve)
+    ok = samples.filter(pl.col("error").is_null()) if "error" in samples.columns else samples
+    ok = ok.with_columns(pl.lit(None, dtype=pl.Float64).alias(c) for c in CAPACITY_SERIES if c not in ok.columns)
+    per_run = ok.sort("t_s").group_by("run_id").agg(
+        pl.len().alias("samples_ok"),
+        pl.col("kv_cache_usage").max().alias("kv_usage_peak"),
+        pl.col("requests_running").max().alias("running_peak"),
+        pl.col("requests_waiting").max().alias("waiting_peak"),
+        (pl.col("preemptions_total").drop_nulls().last() - pl.col("preemptions_total").drop_nulls().first())
+        .alias("preemptions"),
+    )
+    why = info.select("run_id", pl.when(pl.col("available")).then(pl.lit("sampled"))
+                      .otherwise(pl.concat_str(pl.lit("not available: "), pl.col("reason").fill_null("no sample")))
+                      .alias("telemetry"))
+    pts = pts.join(per_run, on="run_id", how="left").join(why, on="run_id", how="left")
+    closed = pl.col("load_mode") == "closed"
+    return pts.with_columns(
+        pl.col("telemetry").fill_null(pl.lit("not recorded")),
+        pl.when(closed & pl.col("concurrency_ceiling").is_not_null())
+        .then(pl.col("load_level") > pl.col("concurrency_ceiling")).alias("past_ceiling"),
+        (pl.col("waiting_peak") > 0).alias("queued"),
+        (pl.col("kv_usage_peak") >= KV_SATURATED).alias("kv_saturated"),
+    )
+
+
+def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
+    """Per capacity configuration (:data:`CAPACITY_KEYS`) of :func:`capacity_points`: its ``concurrency_ceiling``
+    (the smallest its runs report), the load levels measured, and the lowest level past the ceiling
+    (``first_past_ceiling``), at which requests queued (``first_queued``), the KV pool saturated
+    (``first_kv_saturated``) and the server preempted (``first_preempted``); each null where no level did (or,
+    without telemetry, could be seen to). ``telemetry``: "sampled" when any of its runs was, else the first reason."""
+    def first(cond: pl.Expr) -> pl.Expr:
+        return pl.col("load_level").filter(cond.fill_null(False)).min()
+
+    return points.group_by(list(CAPACITY_KEYS)).agg(
+        pl.col("concurrency_ceiling").min(),
+        pl.col("load_level").sort().alias("levels"),
+        first(pl.col("past_ceiling")).alias("first_past_ceiling"),
+        first(pl.col("queued")).alias("first_queued"),
+        first(pl.col("kv_saturated")).alias("first_kv_saturated"),
+        first(pl.col("preemptions") > 0).alias("first_preempted"),
+        pl.col("kv_usage_peak").max().alias("kv_usage_peak"),
+        pl.when((pl.col("telemetry") == "sampled").any()).then(pl.lit("sampled"))
+        .otherwise(pl.col("telemetry").sort().first()).alias("telemetry"),
+    ).sort(list(CAPACITY_KEYS), nulls_last=True)
+
+
+#: What the capacity map compares engines at: one cell per context x memory setting (and load mode).
+MAP_KEYS = ("experiment", "hardware", "context_tokens", "context_label", "mem_util", "load_mode")
+
+
+def goodput_map(best: pl.DataFrame) -> pl.DataFrame:
+    """The capacity map from :func:`highest_load_within_slo`: per context x memory setting (:data:`MAP_KEYS`) where
+    at least two engines were measured, the engine with the higher goodput at its highest load within the SLO
+    (``winner``, its tp/dcp, load and goodput) against the next (``runner_up``): ``margin`` = winner goodput ÷ runner-up
+    goodput, ``margin_lo``/``margin_hi`` its range over the repeats (winner min ÷ runner-up max, winner max ÷
+    runner-up min), ``n`` the fewer repeats. An engine with no load within the SLO carries no goodput within it:
+    then ``margin`` is null and ``only_winner_within`` true; ``winner`` is null where no engine met the SLO."""
+    rows = []
+    for key, g in best.group_by(list(MAP_KEYS), maintain_order=True):
+        if g["engine"].n_unique() < 2:
+            continue
+        g = g.sort(["goodput_requests_per_s", "engine"], descending=[True, False], nulls_last=True)
+        w, r = g.row(0, named=True), g.row(1, named=True)
+        cell = dict(zip(MAP_KEYS, key))
+        if w["goodput_requests_per_s"] is None:
+            rows.append(cell | {"winner": None, "runner_up": None, "engines": g["engine"].sort().to_list()})
+            continue
+        rg = r["goodput_requests_per_s"]
+        lo = w["goodput_min_requests_per_s"] / r["goodput_max_requests_per_s"] if rg else None
+        hi = w["goodput_max_requests_per_s"] / r["goodput_min_requests_per_s"] if rg else None
+        rows.append(cell | {
+            "winner": w["engine"], "winner_tp": w["tp"], "winner_dcp": w["dcp"],
+            "winner_load": w["max_load_within_slo"], "winner_goodput_requests_per_s": w["goodput_requests_per_s"],
+            "winner_goodput_min": w["goodput_min_requests_per_s"], "winner_goodput_max": w["goodput_max_requests_per_s"],
+            "winner_repeats": w["repeats"],
+            "runner_up": r["engine"], "runner_up_tp": r["tp"], "runner_up_dcp": r["dcp"],
+            "runner_up_load": r["max_load_within_slo"], "runner_up_goodput_requests_per_s": rg,
+            "runner_up_goodput_min": r["goodput_min_requests_per_s"],
+            "runner_up_goodput_max": r["goodput_max_requests_per_s"], "runner_up_repeats": r["repeats"],
+            "margin": w["goodput_requests_per_s"] / rg if rg else None, "margin_lo": lo, "margin_hi": hi,
+            "n": min(w["repeats"] or 0, r["repeats"] or 0) if rg else (w["repeats"] or 0),
+            "only_winner_within": rg is None, "engines": g["engine"].sort().to_list()})
+    schema = {k: best.schema[k] for k in MAP_KEYS} if all(k in best.columns for k in MAP_KEYS) else None
+    out = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame(schema=schema)
+    return out.sort(["context_tokens", "mem_util"]) if rows else out
 
 
 def throughput(runs: pl.DataFrame) -> pl.DataFrame:

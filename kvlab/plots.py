@@ -1030,3 +1030,190 @@ def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
            title="modelled: the most a prefix cache can reuse (no engine measured)")
     ax.title.set_fontsize(10)
     return _legend_below(fig, ax, ncol=1)
+
+
+# --------------------------------------------------------------------------- report 07: capacity under load
+
+
+def _capacity_config(engine: str, tp, dcp) -> str:
+    """'vLLM TP8', 'SGLang TP8+DCP8': an engine configuration as the capacity figures name it."""
+    return f"{engine_label(engine)} TP{tp or 1}" + (f"+DCP{dcp}" if (dcp or 1) > 1 else "")
+
+
+def _capacity_grid(frame: pl.DataFrame, width: float = 4.6, height: float = 3.6):
+    """One panel per context (rows, shortest first) x memory setting (columns): (fig, {(context, mem): ax},
+    contexts, settings)."""
+    contexts = frame.select("context_tokens", "context_label").unique().sort("context_tokens").rows()
+    mems = sorted(frame["mem_util"].unique().to_list(), key=lambda m: (m is None, m))
+    fig = Figure(figsize=(width * max(len(mems), 1), height * max(len(contexts), 1)))
+    axes = fig.subplots(max(len(contexts), 1), max(len(mems), 1), squeeze=False)
+    grid = {(c, m): axes[i][j] for i, (c, _) in enumerate(contexts) for j, m in enumerate(mems)}
+    return fig, grid, contexts, mems
+
+
+def _setting(mem) -> str:
+    return "memory setting –" if mem is None else f"memory setting {mem:g}"
+
+
+@styled
+def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
+    """Measured: per context x memory setting, each engine's load points as output tokens/s per device (y,
+    throughput) against output tokens/s per user (x, interactivity), joined in order of load and labelled with it;
+    filled markers met the SLO, hollow ones did not; a black ring marks the Pareto front (:func:`kvlab.analysis.
+    pareto_front`'s ``on_front``)."""
+    fig, grid, contexts, mems = _capacity_grid(curve)
+    hw = curve["hardware"].drop_nulls().first() if curve.height else ""
+    for (ctx, label) in contexts:
+        for mem in mems:
+            ax = grid[(ctx, mem)]
+            part = curve.filter((pl.col("context_tokens") == ctx) & (pl.col("mem_util") == mem))
+            for key, g in part.group_by(["engine", "tp", "dcp"], maintain_order=True):
+                g = g.sort("load_level")
+                colour = ENGINE_COLORS.get(key[0], "#777777")
+                ax.plot(g["output_tokens_per_s_per_user"], g["output_tokens_per_s_per_device"], color=colour,
+                        linewidth=1.2, label=_capacity_config(*key))
+                for r in g.iter_rows(named=True):
+                    within = bool(r["within_slo"])
+                    ax.plot(r["output_tokens_per_s_per_user"], r["output_tokens_per_s_per_device"], marker="o",
+                            markersize=7, color=colour, markerfacecolor=colour if within else "white",
+                            markeredgecolor="#111111" if r.get("on_front") else colour,
+                            markeredgewidth=1.8 if r.get("on_front") else 1.0, linestyle="none")
+                    ax.annotate(f"{r['load_level']:g}", (r["output_tokens_per_s_per_user"],
+                                                          r["output_tokens_per_s_per_device"]),
+                                textcoords="offset points", xytext=(5, 4), fontsize=8, color=colour)
+            ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
+                   xlabel="output tokens/s per user (interactivity)", ylabel="output tokens/s per device")
+            ax.set_xlim(left=0)
+            ax.set_ylim(bottom=0)
+            ax.title.set_fontsize(10)
+    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), marker="o", label=_capacity_config(e, t, d))
+               for e, t, d in curve.select("engine", "tp", "dcp").unique().sort("engine").rows()]
+    handles += [Line2D([], [], color="#555555", marker="o", linestyle="none", markerfacecolor="white",
+                       label="hollow: missed the SLO"),
+                Line2D([], [], color="#555555", marker="o", linestyle="none", markeredgecolor="#111111",
+                       markeredgewidth=1.8, label="black ring: on the Pareto front")]
+    fig.suptitle(f"measured on {hw.split(' (')[0]}: throughput against interactivity (labels: requests in flight)",
+                 fontsize=11)
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    return fig
+
+
+@styled
+def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
+    """Measured: per context x memory setting, the highest KV-pool usage each engine's telemetry sampled at each
+    load (a line per engine, none where nothing was sampled), a cross where requests waited (the queue above 0), and
+    each engine's concurrency ceiling (reported KV pool ÷ tokens per request) as a dashed line in its colour."""
+    fig, grid, contexts, mems = _capacity_grid(points)
+    for (ctx, label) in contexts:
+        for mem in mems:
+            ax = grid[(ctx, mem)]
+            part = points.filter((pl.col("context_tokens") == ctx) & (pl.col("mem_util") == mem))
+            levels = part["load_level"].drop_nulls().to_list()
+            for i, (engine, g) in enumerate(part.group_by("engine", maintain_order=True)):
+                engine = engine[0]
+                g = g.sort("load_level")
+                colour = ENGINE_COLORS.get(engine, "#777777")
+                seen = g.filter(pl.col("kv_usage_peak").is_not_null())
+                if seen.height:
+                    ax.plot(seen["load_level"], seen["kv_usage_peak"], marker="o", color=colour,
+                            label=f"{engine_label(engine)}: peak KV usage")
+                q = g.filter(pl.col("queued").fill_null(False))
+                if q.height:
+                    ax.plot(q["load_level"], q["kv_usage_peak"].fill_null(0.0), marker="X", markersize=11,
+                            linestyle="none", color="#aa3333", label="requests waited (queue > 0)")
+                ceiling = g["concurrency_ceiling"].drop_nulls().min()
+                if ceiling is not None:
+                    ax.axvline(ceiling, color=colour, linestyle=(0, (4, 2)), linewidth=1.3,
+                               label=f"{engine_label(engine)} ceiling: {ceiling}")
+                    levels.append(float(ceiling))
+            ax.set_xscale("log", base=2)
+            ticks = sorted({v for v in levels if v and v > 0})
+            ax.set_xticks(ticks, [_num(t) for t in ticks])
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_ylim(0, 1.1)
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
+                   xlabel="requests in flight (log scale)", ylabel="peak KV-pool usage (telemetry)")
+            ax.title.set_fontsize(10)
+            handles, labels = ax.get_legend_handles_labels()
+            keep = dict(zip(labels, handles))  # one entry per label
+            ax.legend(keep.values(), keep.keys(), fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def capacity_map_figure(gmap: pl.DataFrame) -> Figure:
+    """Measured: the capacity map, one cell per context (rows) x memory setting (columns), coloured by the engine
+    with the higher goodput at its highest load within the SLO, with the margin over the runner-up, its range over
+    the repeats and n; grey where no engine met the SLO."""
+    contexts = gmap.select("context_tokens", "context_label").unique().sort("context_tokens").rows()
+    mems = sorted(gmap["mem_util"].unique().to_list())
+    fig = Figure(figsize=(2.6 * len(mems) + 1.6, 1.3 * len(contexts) + 1.2))
+    ax = fig.subplots()
+    for r in gmap.iter_rows(named=True):
+        i = [c for c, _ in contexts].index(r["context_tokens"])
+        j = mems.index(r["mem_util"])
+        w = r.get("winner")
+        colour = ENGINE_COLORS.get(w, "#bbbbbb") if w else "#dddddd"
+        ax.fill_between([j, j + 1], i, i + 1, color=colour, alpha=0.35 if w else 1.0, linewidth=0)
+        if not w:
+            text = "no engine\nwithin the SLO"
+        elif r.get("margin") is None:
+            text = f"{engine_label(w)}\nonly one within the SLO"
+        else:
+            spread = ("" if r["margin_lo"] == r["margin_hi"] else
+                      f"\n({_num(r['margin_lo'])}–{_num(r['margin_hi'])}×)")
+            text = f"{engine_label(w)}\n{_num(r['margin'])}× goodput{spread}\nn={r['n']}"
+        ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=9)
+    ax.set_xlim(0, len(mems))
+    ax.set_ylim(0, len(contexts))
+    ax.set_xticks([j + 0.5 for j in range(len(mems))], [f"{m:g}" for m in mems])
+    ax.set_yticks([i + 0.5 for i in range(len(contexts))], [scaled_context(lab, c, "\n") for c, lab in contexts])
+    ax.grid(False)
+    ax.set(xlabel="memory setting", ylabel="context",
+           title="measured: the engine with the higher goodput within the SLO")
+    ax.title.set_fontsize(10)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def modelled_ceiling_figure(modelled: pl.DataFrame) -> Figure:
+    """Modelled (kvlab's physical model, no run): the concurrency ceiling (modelled KV pool ÷ context) per context,
+    a bar per engine configuration and memory setting (lighter: the lower setting), hatched where the model's memory
+    check fails; log scale."""
+    ctxs = sorted(modelled["context_tokens"].unique().to_list())
+    configs = modelled.select("engine", "tp", "dcp", "mem_util").unique().sort("dcp", "mem_util").rows()
+    fig = Figure(figsize=(9.5, 4.4))
+    ax = fig.subplots()
+    width = 0.8 / max(len(configs), 1)
+    lowest = min(m for *_, m in configs)
+    for k, (engine, tp, dcp, mem) in enumerate(configs):
+        part = modelled.filter((pl.col("engine") == engine) & (pl.col("dcp") == dcp) & (pl.col("mem_util") == mem))
+        for i, c in enumerate(ctxs):
+            row = part.filter(pl.col("context_tokens") == c)
+            if row.is_empty():
+                continue
+            r = row.row(0, named=True)
+            bar = ax.bar(i + (k - (len(configs) - 1) / 2) * width, r["concurrency_ceiling"], width,
+                         color=ENGINE_COLORS.get(engine, "#777777"), alpha=0.55 if mem == lowest else 1.0,
+                         hatch="" if r["fits"] else "//", edgecolor="white",
+                         label=f"{_capacity_config(engine, tp, dcp)} at {mem:g}" if i == 0 else None)
+            ax.bar_label(bar, labels=[f"{r['concurrency_ceiling']:,}"], padding=2, fontsize=7)
+    ax.set_xticks(range(len(ctxs)), [f"{c // 1024}K" for c in ctxs])
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
+    first = modelled.row(0, named=True)
+    ax.set(xlabel="context (tokens per request)", ylabel="requests that fit at once (log scale)",
+           title=f"modelled: {first['model']} on {first['tp']}× {first['gpu']}, concurrency ceiling "
+                 "(KV pool ÷ context)")
+    ax.title.set_fontsize(10)
+    handles = ax.get_legend_handles_labels()[0]
+    if not modelled["fits"].all():
+        handles.append(Patch(facecolor="white", hatch="//", edgecolor="#555555", label="hatched: fails the model's "
+                                                                                        "memory check"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+    fig.tight_layout()
+    return fig

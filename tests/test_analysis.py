@@ -321,3 +321,50 @@ def test_multi_turn_requests_number_turns_like_the_means(study):
     means = r.group_by("engine", "prefix_caching", "turn").agg(pl.col("ttft_ms").mean())
     assert means.join(study["by_turn"], on=["engine", "prefix_caching", "turn"]).filter(
         pl.col("ttft_ms") != pl.col("ttft_mean_ms")).is_empty()
+
+
+# ----------------------------------------------------------------------------- KV capacity (issue 23)
+
+
+def test_the_concurrency_ceiling_is_the_reported_pool_over_the_tokens_per_request():
+    assert analysis.concurrency_ceiling(100_000, 8_192) == 12  # 100,000 / 8,192 = 12.2
+    assert analysis.concurrency_ceiling(16_384, 8_192) == 2 and analysis.concurrency_ceiling(16_383, 8_192) == 1
+    assert analysis.concurrency_ceiling(None, 8_192) is None  # no pool reported: unknown, never 0
+    with pytest.raises(ValueError):
+        analysis.concurrency_ceiling(100, 0)
+    runs = pl.DataFrame({"kv_pool_tokens": [100_000, None, 4_000], "context_tokens": [8_192, 1_024, 1_024]},
+                        schema={"kv_pool_tokens": pl.Int64, "context_tokens": pl.Int64})
+    assert analysis.run_ceilings(runs)["concurrency_ceiling"].to_list() == [12, None, 3]
+
+
+def _load_runs() -> pl.DataFrame:
+    from kvlab.schema import RUNS
+
+    base = dict(source="measured", experiment="cap", hardware="CPU", model="tiny", engine="vllm", tp=1, dp=1, dcp=1,
+                mem_util=0.92, context_tokens=1024, context_label="64K", status="ok", load_mode="closed",
+                requests_failed=0, window_s=2.0, batch_time_s=3.0)
+    rows = [  # concurrency, ok, within SLO, output tokens, median TPOT (ms), stopped
+        (1, 4, 4, 256, 20.0, None), (2, 6, 6, 384, 25.0, None), (4, 8, 6, 512, 50.0, None),
+        (8, 8, 2, 480, 60.0, "past saturation: ..."),
+    ]
+    df = pl.DataFrame([base | dict(run_id=f"r{c}", load_concurrency=c, batch_size=c, requests_ok=ok,
+                                   requests_within_slo=w, served_output_tokens=out, tpot_p50_ms=tpot, load_stop=stop)
+                       for c, ok, w, out, tpot, stop in rows]
+                      + [base | dict(run_id="plain", load_mode=None, batch_size=4, requests_ok=4,
+                                     requests_within_slo=4, served_output_tokens=256, tpot_p50_ms=10.0)])
+    return RUNS.conform(df)
+
+
+def test_a_load_curve_gives_each_point_its_throughput_interactivity_and_slo_attainment():
+    curve = analysis.load_curve(_load_runs())
+    assert curve["load_level"].to_list() == [1, 2, 4, 8]  # the run without a load is no load point
+    assert curve["goodput_requests_per_s"].to_list() == [2.0, 3.0, 3.0, 1.0]  # within SLO / the 2 s window
+    assert curve["output_tokens_per_s_per_device"].to_list() == [128.0, 192.0, 256.0, 240.0]
+    assert curve["output_tokens_per_s_per_user"].to_list() == pytest.approx([50.0, 40.0, 20.0, 1000 / 60])
+    assert curve["slo_attainment"].to_list() == [1.0, 1.0, 0.75, 0.25]
+    assert curve["within_slo"].to_list() == [True, True, False, False]
+    best = analysis.highest_load_within_slo(curve).row(0, named=True)
+    assert (best["max_load_within_slo"], best["goodput_requests_per_s"], best["first_load_past_slo"]) == (2, 3.0, 4)
+    assert best["levels"] == [1, 2, 4, 8]
+    front = analysis.pareto_front(curve)
+    assert front["on_front"].to_list() == [True, True, True, False]  # c=8: fewer tokens/s both per device and user

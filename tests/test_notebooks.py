@@ -8,7 +8,7 @@ import pytest
 
 from kvlab import reports
 from kvlab.paths import DATA_DIR
-from notebook_data import copy_reference, write_two_engine_runs
+from notebook_data import copy_reference, write_capacity_runs, write_two_engine_runs
 from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
 
 #: Small parameters per notebook prefix (keep each notebook's test run short).
@@ -39,6 +39,11 @@ EXPECT = {
            # the sentence beside the modelled curves says the ~126 s gap they show, not 'the same time'
            "the model gives SGLang TP8+DCP8 72.9 s per batch against vLLM TP8's 5.53 s (13.20× slower, the cost of "
            "DCP alone)"],
+    # no capacity runs among the fixtures: the report says so, names the commands, and still shows the model
+    "07": ["No measured capacity runs (<code>cpu_capacity</code>)", "<code>make report FULL=1</code>",
+           "<code>kvlab sweep --quick data/experiments/cpu_capacity.yaml &amp;&amp; kvlab report</code>",
+           "At 200K: vLLM TP8 11 → 13 requests from 0.92 to 0.95; SGLang TP8+DCP8 92 → 104 requests from 0.92 to 0.95",
+           "Not measured yet: see the note at the top."],
 }
 #: Text the measured sections must contain, run on the real measured runs of tests/fixtures (both engines).
 EXPECT_MEASURED = {
@@ -74,6 +79,10 @@ VERDICTS = {
            ("shared_prefix_threshold", "cannot be tested here", "measured"),
            ("high_concurrency", "cannot be tested here", "measured"),
            ("engine_choice_recommendation", "cannot be tested here", "measured")],
+    "07": [("capacity_ceiling_memory", "cannot be tested here", "measured"),
+           ("capacity_queueing_past_ceiling", "cannot be tested here", "measured"),
+           ("capacity_goodput_map", "cannot be tested here", "measured"),
+           ("capacity_modelled_ceiling", "found", "modelled")],
 }
 NOTEBOOKS = reports.notebooks()
 
@@ -451,3 +460,60 @@ def test_a_page_that_abbreviates_tokens_with_k_says_what_k_is_once():
     assert reports.with_k_note(panel, said) == panel  # already said on the page: not again
     assert reports.with_k_note(panel, '<img alt="chart" src="data:image/png;base64,AAAK64K"><p>1,024 tokens</p>') == panel
     assert reports.k_note('<p>kvlab\'s tiny Llama: 1.4M parameters</p>') is None  # M is not a token count here
+
+
+# --------------------------------------------------------------------------- report 07: capacity under load
+
+
+def test_report_07_on_capacity_runs(tmp_path):
+    """The SYNTHETIC capacity runs of tests/notebook_data.py (CAPACITY, not measured) as stored runs with telemetry:
+    report 07's figures are drawn from data written beside it (CSV), its numbers and verdicts computed from them."""
+    import json
+
+    data = write_capacity_runs(tmp_path / "data")
+    rep = reports.run_one(reports.notebooks(["07"])[0], tmp_path / "out", {"data_dir": str(data)})
+    text = rep.html.read_text()
+    folder = reports.figure_dir(rep.html)
+    listing = json.loads((folder / reports.FIGURES_JSON).read_text())
+    assert [(f["number"], f["file"], f["rows"]) for f in listing] == [
+        (1, "figure1.csv", 24), (2, "figure2.csv", 24), (3, "figure3.csv", 4), (4, "figure4.csv", 12)]
+    assert rep.figures == 4
+    # figure 1: per load point, output tokens/s per device = 64 x 2c tokens / window and per user = 1,000 / TPOT
+    curve = pl.read_csv(folder / "figure1.csv")
+    r = curve.filter((pl.col("engine") == "vllm") & (pl.col("context_tokens") == 3200) & (pl.col("mem_util") == 0.92)
+                     & (pl.col("load_level") == 4.0)).row(0, named=True)
+    assert (r["output_tokens_per_s_per_device"], r["output_tokens_per_s_per_user"], r["slo_attainment"],
+            r["within_slo"], r["goodput_requests_per_s"]) == (51.2, pytest.approx(1000 / 150), 0.5, False, 0.4)
+    assert curve["within_slo"].sum() == 22 and curve["on_front"].sum() == 23
+    # figure 2: telemetry against the ceiling (8,192 // 3,200 = 2)
+    tele = pl.read_csv(folder / "figure2.csv")
+    past = tele.filter(pl.col("past_ceiling")).sort("engine")
+    assert past.select("engine", "concurrency_ceiling", "kv_usage_peak", "waiting_peak", "preemptions").rows() == [
+        ("sglang", 2, 0.98, 2.0, 1.0), ("vllm", 2, 1.0, 2.0, 3.0)]
+    assert set(tele["telemetry"]) == {"sampled"}
+    # figure 3: the map, vLLM 2x at 64K, 1.6x at 200K / 0.92; SGLang 1.25x at 200K / 0.95
+    gmap = pl.read_csv(folder / "figure3.csv").sort("context_tokens", "mem_util")
+    assert gmap.select("context_tokens", "mem_util", "winner", "margin", "n").rows() == [
+        (1024, 0.92, "vllm", 2.0, 1), (1024, 0.95, "vllm", 2.0, 1), (3200, 0.92, "vllm", pytest.approx(1.6), 1),
+        (3200, 0.95, "sglang", 1.25, 1)]
+    # figure 4: the modelled B300 ceilings, labelled modelled
+    modelled = pl.read_csv(folder / "figure4.csv")
+    assert set(modelled["source"]) == {"modelled"} and modelled.filter(
+        (pl.col("dcp") == 8) & (pl.col("mem_util") == 0.92) & (pl.col("context_tokens") == 204800)
+    )["concurrency_ceiling"].to_list() == [92]
+    assert [(v["claim_id"], v["outcome"], v["evidence"], v["value"], v["n"]) for v in rep.verdicts] == [
+        ("capacity_ceiling_memory", "reproduced", "measured", 2.5, 3),
+        ("capacity_queueing_past_ceiling", "inconclusive", "measured", 1.0, 2),
+        ("capacity_goodput_map", "cannot be tested here", "measured", 2.0, 1),
+        ("capacity_modelled_ceiling", "found", "modelled", 11.0, None)]
+    assert "No measured capacity runs" not in text and "Not measured yet" not in text
+    for sentence in (
+            "vLLM TP1 at 200K (3,200 tok), memory setting 0.92: highest load within the SLO <strong>2 in flight</strong>, "
+            "goodput 0.4 req/s (n=1); missed it at 4 in flight.",
+            "Measured: the winner changes with the setting: vLLM at 64K (1,024 tok) at 0.92 (2×), 64K (1,024 tok) at "
+            "0.95 (2×), 200K (3,200 tok) at 0.92 (1.6×); SGLang at 200K (3,200 tok) at 0.95 (1.25×)",
+            "loads past the ceiling at SGLang TP1 200K (3,200 tok), memory setting 0.92 (ceiling 2, waited from 4 in "
+            "flight); vLLM TP1 200K (3,200 tok), memory setting 0.92 (ceiling 2, waited from 4 in flight)",
+            "TTFT ≤ 5,000 ms and TPOT ≤ 200 ms",
+            "<b>The documents make no claim this page tests</b>; it tests its own:"):
+        assert sentence in text, sentence
