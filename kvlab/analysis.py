@@ -95,19 +95,223 @@ def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGL
 
 
 def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
-    """Each run's rates from its stored counts and batch time T (RUNS stores no throughput; design.md):
+    """Each run's rates from its stored counts and time T (RUNS stores no throughput; design.md): T is the batch
+    time, or under a load the steady-state window (``window_s``, whose requests the counts cover):
 
     - ``requests_per_s`` = requests_ok / T;
     - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out);
     - ``goodput_requests_per_s`` = requests_within_slo / T: successful requests meeting the experiment's SLO
       per second; null where the experiment states no SLO (or the run has no batch time).
     """
-    t = pl.col("batch_time_s")
+    t = pl.coalesce(pl.col("window_s"), pl.col("batch_time_s")) if "window_s" in runs.columns \
+        else pl.col("batch_time_s")
     return runs.with_columns(
         (pl.col("requests_ok") / t).alias("requests_per_s"),
         (pl.col("served_output_tokens") / t).alias("output_tokens_per_s"),
         (pl.col("requests_within_slo") / t).alias("goodput_requests_per_s"),
     )
+
+
+def concurrency_ceiling(kv_pool_tokens: int | None, tokens_per_request: int) -> int | None:
+    """Requests of ``tokens_per_request`` tokens (prompt + output) a KV pool of ``kv_pool_tokens`` holds at once:
+    ``kv_pool_tokens // tokens_per_request`` (docs/design.md, "KV capacity"); None where the pool is unknown. Past
+    it a server queues or preempts; it ignores block rounding and what a prefix cache shares."""
+    if tokens_per_request < 1:
+        raise ValueError(f"tokens_per_request must be >= 1, got {tokens_per_request}")
+    return None if kv_pool_tokens is None else int(kv_pool_tokens) // int(tokens_per_request)
+
+
+def run_ceilings(runs: pl.DataFrame) -> pl.DataFrame:
+    """Each run with ``concurrency_ceiling``: its server's reported KV pool (``kv_pool_tokens``) // its tokens per
+    request (``context_tokens``, prompt + output; a multi_turn run's longest turn); null where the engine reported
+    no pool (never 0)."""
+    return runs.with_columns((pl.col("kv_pool_tokens") // pl.col("context_tokens")).cast(pl.Int64)
+                             .alias("concurrency_ceiling"))
+
+
+#: A load point meets its SLO when at least this share of its counted requests did (the SLO held at p90).
+SLO_SHARE = 0.9
+#: What one capacity configuration is: its load points form one curve (docs/design.md, "Load definitions").
+CAPACITY_KEYS = ("experiment", "hardware", "engine", "tp", "dcp", "mem_util", "kv_budget_bytes", "context_tokens",
+                 "context_label", "load_mode")
+
+
+def load_curve(runs: pl.DataFrame, slo_share: float = SLO_SHARE) -> pl.DataFrame:
+    """One row per successful run under a load (RUNS ``load_mode`` set), with its rates (:func:`run_rates`) and:
+
+    - ``load_level``: requests in flight (closed loop) or arrivals per second (open loop);
+    - ``devices`` = tp x dp (1 where unknown: the CPU host is one device);
+    - ``output_tokens_per_s_per_device`` = output_tokens_per_s / devices (throughput, the Pareto plot's y);
+    - ``output_tokens_per_s_per_user`` = 1,000 / median TPOT (interactivity, its x: the rate one stream decodes at);
+    - ``slo_attainment`` = requests_within_slo / counted requests (ok + failed); null without an SLO;
+    - ``within_slo``: attainment >= ``slo_share`` (0.9: the SLO held at p90) and the point was not stopped past
+      saturation (``load_stop``); null without an SLO.
+    """
+    if "load_mode" not in runs.columns:
+        return runs.clear()
+    r = run_rates(runs.filter(pl.col("load_mode").is_not_null() & (pl.col("status") == "ok")))
+    counted = pl.col("requests_ok") + pl.col("requests_failed")
+    attainment = pl.when(counted > 0).then(pl.col("requests_within_slo") / counted)
+    devices = (pl.col("tp").fill_null(1) * pl.col("dp").fill_null(1)).cast(pl.Float64)
+    return r.with_columns(
+        pl.when(pl.col("load_mode") == "open").then(pl.col("load_rate_rps"))
+        .otherwise(pl.col("load_concurrency").cast(pl.Float64)).alias("load_level"),
+        devices.alias("devices"),
+        (pl.col("output_tokens_per_s") / devices).alias("output_tokens_per_s_per_device"),
+        (1000.0 / pl.col("tpot_p50_ms")).alias("output_tokens_per_s_per_user"),
+        attainment.alias("slo_attainment"),
+        ((attainment >= slo_share) & pl.col("load_stop").is_null()).alias("within_slo"),
+    ).sort([*CAPACITY_KEYS, "load_level"], nulls_last=True)
+
+
+def highest_load_within_slo(curve: pl.DataFrame) -> pl.DataFrame:
+    """Per capacity configuration (:data:`CAPACITY_KEYS`): the highest load level every repeat of which met the SLO
+    (:func:`load_curve`'s ``within_slo``), the goodput there (mean, min and max over its repeats), the levels
+    measured and the lowest level that missed it (null: none did); ``max_load_within_slo`` is null when even the
+    lowest level missed it, or the runs state no SLO."""
+    per_level = curve.group_by([*CAPACITY_KEYS, "load_level"]).agg(
+        pl.col("within_slo").all().alias("within"),
+        pl.col("goodput_requests_per_s").mean().alias("goodput"),
+        pl.col("goodput_requests_per_s").min().alias("goodput_min"),
+        pl.col("goodput_requests_per_s").max().alias("goodput_max"),
+        pl.len().alias("repeats"),
+    )
+    best = (per_level.filter(pl.col("within")).sort("load_level").group_by(CAPACITY_KEYS).agg(
+        pl.col("load_level").last().alias("max_load_within_slo"),
+        pl.col("goodput").last().alias("goodput_requests_per_s"),
+        pl.col("goodput_min").last().alias("goodput_min_requests_per_s"),
+        pl.col("goodput_max").last().alias("goodput_max_requests_per_s"),
+        pl.col("repeats").last()))
+    levels = per_level.group_by(CAPACITY_KEYS).agg(
+        pl.col("load_level").sort().alias("levels"),
+        pl.col("load_level").filter(~pl.col("within").fill_null(False)).min().alias("first_load_past_slo"))
+    return levels.join(best, on=list(CAPACITY_KEYS), how="left", nulls_equal=True).sort(CAPACITY_KEYS,
+                                                                                      nulls_last=True)
+
+
+def pareto_front(curve: pl.DataFrame, keys: tuple[str, ...] = ("experiment", "hardware", "engine", "tp", "dcp",
+                                                                "mem_util", "kv_budget_bytes", "context_tokens")
+                 ) -> pl.DataFrame:
+    """The load points on the throughput-interactivity Pareto front of their group (``keys``): no other point of the
+    group has at least as many output tokens/s per device and per user and more of either. ``on_front`` is added to
+    every row of ``curve``."""
+    rows = curve.with_row_index("_i")
+    x, y = "output_tokens_per_s_per_user", "output_tokens_per_s_per_device"
+    front: set[int] = set()
+    for _, g in rows.group_by(list(keys)):
+        pts = [(i, a, b) for i, a, b in zip(g["_i"], g[x], g[y]) if a is not None and b is not None]
+        for i, a, b in pts:
+            if not any(a2 >= a and b2 >= b and (a2 > a or b2 > b) for _, a2, b2 in pts):
+                front.add(i)
+    return rows.with_columns(pl.col("_i").is_in(sorted(front)).alias("on_front")).drop("_i")
+
+
+#: The telemetry series the capacity study reads (canonical names, kvlab.engines' ``telemetry_names``).
+CAPACITY_SERIES = ("kv_cache_usage", "requests_running", "requests_waiting", "preemptions_total")
+#: A load point saturated its KV pool when a telemetry sample saw at least this share of it in use.
+KV_SATURATED = 0.9
+
+
+def capacity_points(curve: pl.DataFrame, samples: pl.DataFrame, info: pl.DataFrame) -> pl.DataFrame:
+    """Each load point of ``curve`` (:func:`load_curve`) with its ``concurrency_ceiling`` (:func:`run_ceilings`),
+    ``past_ceiling`` (closed loop: requests in flight > the ceiling; null for an open loop or an unknown pool) and
+    what its telemetry saw (``samples``: kvlab.store.load_telemetry, ``info``: load_telemetry_info):
+
+    - ``telemetry``: "sampled", or why not (the run's telemetry.json reason; "not recorded" for a run stored
+      before telemetry was);
+    - ``samples_ok``: the samples that answered;
+    - ``kv_usage_peak``: the highest share of the KV pool in use in one sample (0-1);
+    - ``running_peak`` / ``waiting_peak``: the most requests running / waiting in one sample;
+    - ``preemptions``: the rise of the server's preemption counter over the run (last minus first sample);
+    - ``queued``: waiting_peak > 0; ``kv_saturated``: kv_usage_peak >= :data:`KV_SATURATED`.
+
+    A value nothing sampled is null, never 0."""
+    pts = run_ceilings(curve)
+    ok = samples.filter(pl.col("error").is_null()) if "error" in samples.columns else samples
+    ok = ok.with_columns(pl.lit(None, dtype=pl.Float64).alias(c) for c in CAPACITY_SERIES if c not in ok.columns)
+    per_run = ok.sort("t_s").group_by("run_id").agg(
+        pl.len().alias("samples_ok"),
+        pl.col("kv_cache_usage").max().alias("kv_usage_peak"),
+        pl.col("requests_running").max().alias("running_peak"),
+        pl.col("requests_waiting").max().alias("waiting_peak"),
+        (pl.col("preemptions_total").drop_nulls().last() - pl.col("preemptions_total").drop_nulls().first())
+        .alias("preemptions"),
+    )
+    why = info.select("run_id", pl.when(pl.col("available")).then(pl.lit("sampled"))
+                      .otherwise(pl.concat_str(pl.lit("not available: "), pl.col("reason").fill_null("no sample")))
+                      .alias("telemetry"))
+    pts = pts.join(per_run, on="run_id", how="left").join(why, on="run_id", how="left")
+    closed = pl.col("load_mode") == "closed"
+    return pts.with_columns(
+        pl.col("telemetry").fill_null(pl.lit("not recorded")),
+        pl.when(closed & pl.col("concurrency_ceiling").is_not_null())
+        .then(pl.col("load_level") > pl.col("concurrency_ceiling")).alias("past_ceiling"),
+        (pl.col("waiting_peak") > 0).alias("queued"),
+        (pl.col("kv_usage_peak") >= KV_SATURATED).alias("kv_saturated"),
+    )
+
+
+def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
+    """Per capacity configuration (:data:`CAPACITY_KEYS`) of :func:`capacity_points`: its ``concurrency_ceiling``
+    (the smallest its runs report), the load levels measured, and the lowest level past the ceiling
+    (``first_past_ceiling``), at which requests queued (``first_queued``), the KV pool saturated
+    (``first_kv_saturated``) and the server preempted (``first_preempted``); each null where no level did (or,
+    without telemetry, could be seen to). ``telemetry``: "sampled" when any of its runs was, else the first reason."""
+    def first(cond: pl.Expr) -> pl.Expr:
+        return pl.col("load_level").filter(cond.fill_null(False)).min()
+
+    return points.group_by(list(CAPACITY_KEYS)).agg(
+        pl.col("concurrency_ceiling").min(),
+        pl.col("load_level").sort().alias("levels"),
+        first(pl.col("past_ceiling")).alias("first_past_ceiling"),
+        first(pl.col("queued")).alias("first_queued"),
+        first(pl.col("kv_saturated")).alias("first_kv_saturated"),
+        first(pl.col("preemptions") > 0).alias("first_preempted"),
+        pl.col("kv_usage_peak").max().alias("kv_usage_peak"),
+        pl.when((pl.col("telemetry") == "sampled").any()).then(pl.lit("sampled"))
+        .otherwise(pl.col("telemetry").sort().first()).alias("telemetry"),
+    ).sort(list(CAPACITY_KEYS), nulls_last=True)
+
+
+#: What the capacity map compares engines at: one cell per context x memory setting (and load mode).
+MAP_KEYS = ("experiment", "hardware", "context_tokens", "context_label", "mem_util", "load_mode")
+
+
+def goodput_map(best: pl.DataFrame) -> pl.DataFrame:
+    """The capacity map from :func:`highest_load_within_slo`: per context x memory setting (:data:`MAP_KEYS`) where
+    at least two engines were measured, the engine with the higher goodput at its highest load within the SLO
+    (``winner``, its tp/dcp, load and goodput) against the next (``runner_up``): ``margin`` = winner goodput ÷ runner-up
+    goodput, ``margin_lo``/``margin_hi`` its range over the repeats (winner min ÷ runner-up max, winner max ÷
+    runner-up min), ``n`` the fewer repeats. An engine with no load within the SLO carries no goodput within it:
+    then ``margin`` is null and ``only_winner_within`` true; ``winner`` is null where no engine met the SLO."""
+    rows = []
+    for key, g in best.group_by(list(MAP_KEYS), maintain_order=True):
+        if g["engine"].n_unique() < 2:
+            continue
+        g = g.sort(["goodput_requests_per_s", "engine"], descending=[True, False], nulls_last=True)
+        w, r = g.row(0, named=True), g.row(1, named=True)
+        cell = dict(zip(MAP_KEYS, key))
+        if w["goodput_requests_per_s"] is None:
+            rows.append(cell | {"winner": None, "runner_up": None, "engines": g["engine"].sort().to_list()})
+            continue
+        rg = r["goodput_requests_per_s"]
+        lo = w["goodput_min_requests_per_s"] / r["goodput_max_requests_per_s"] if rg else None
+        hi = w["goodput_max_requests_per_s"] / r["goodput_min_requests_per_s"] if rg else None
+        rows.append(cell | {
+            "winner": w["engine"], "winner_tp": w["tp"], "winner_dcp": w["dcp"],
+            "winner_load": w["max_load_within_slo"], "winner_goodput_requests_per_s": w["goodput_requests_per_s"],
+            "winner_goodput_min": w["goodput_min_requests_per_s"], "winner_goodput_max": w["goodput_max_requests_per_s"],
+            "winner_repeats": w["repeats"],
+            "runner_up": r["engine"], "runner_up_tp": r["tp"], "runner_up_dcp": r["dcp"],
+            "runner_up_load": r["max_load_within_slo"], "runner_up_goodput_requests_per_s": rg,
+            "runner_up_goodput_min": r["goodput_min_requests_per_s"],
+            "runner_up_goodput_max": r["goodput_max_requests_per_s"], "runner_up_repeats": r["repeats"],
+            "margin": w["goodput_requests_per_s"] / rg if rg else None, "margin_lo": lo, "margin_hi": hi,
+            "n": min(w["repeats"] or 0, r["repeats"] or 0) if rg else (w["repeats"] or 0),
+            "only_winner_within": rg is None, "engines": g["engine"].sort().to_list()})
+    schema = {k: best.schema[k] for k in MAP_KEYS} if all(k in best.columns for k in MAP_KEYS) else None
+    out = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame(schema=schema)
+    return out.sort(["context_tokens", "mem_util"]) if rows else out
 
 
 def throughput(runs: pl.DataFrame) -> pl.DataFrame:
@@ -169,7 +373,8 @@ def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
 
     ``growth`` = T(longest) / T(shortest); ``exponent`` = k of a power law T ∝ C^k fitted by least
     squares in log-log through every context the engine has (exact through two points): k = 1 is
-    linear growth, k < 1 slower than linear. Null with fewer than two contexts.
+    linear growth, k < 1 slower than linear. Null with fewer than two contexts. ``n_runs``: the fewest runs
+    behind any of its contexts.
     """
     keys = ["source", "experiment", "hardware", "engine"]
     m = mean_batch_times(runs).filter(pl.col("batch_time_s") > 0).sort([*keys, "context_tokens"])
@@ -187,6 +392,7 @@ def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
             pl.col("batch_time_s").first().alias("t_from_s"),
             pl.col("batch_time_s").last().alias("t_to_s"),
             pl.when(var > 0).then(cov / var).alias("exponent"),
+            pl.col("n_runs").min().alias("n_runs"),  # the fewest runs behind any context's mean
         )
         .with_columns(
             pl.when(pl.col("n_contexts") > 1).then(pl.col("t_to_s") / pl.col("t_from_s")).alias("growth")
@@ -380,6 +586,8 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
             pl.col("ttft_mean_ms").filter(ok).max().alias("ttft_max_ms"),
             pl.col("e2e_mean_ms").filter(ok).min().alias("e2e_min_ms"),
             pl.col("e2e_mean_ms").filter(ok).max().alias("e2e_max_ms"),
+            pl.col("batch_time_s").filter(ok).min().alias("batch_time_min_s"),
+            pl.col("batch_time_s").filter(ok).max().alias("batch_time_max_s"),
             pl.col("device_kind").drop_nulls().first(),
         )
         .sort(keys)
@@ -424,6 +632,60 @@ def memory_comparison(stats: pl.DataFrame, low: float | None = None, high: float
                 "time_ratio")
         .sort(keys)
     )
+
+
+def memory_ratios(stats: pl.DataFrame, low: float | None = None, high: float | None = None) -> pl.DataFrame:
+    """Per experiment, engine and context measured at both settings: the lower setting ÷ the higher, within one
+    engine (what the 0.92-vs-0.95 claims are about; never one engine against another).
+
+    ``batch_time_ratio`` = mean batch time at ``low`` ÷ at ``high``, ``e2e_ratio`` the same for mean request
+    latency (> 1: the lower setting is slower). ``*_ratio_min``/``*_ratio_max``: the range the ratio takes over the
+    repeats (least at ``low`` ÷ most at ``high``, most ÷ least); equal to the ratio with one run a side. ``n_runs``:
+    the fewer successful runs of the two sides. Empty with fewer than two settings."""
+    keys = ["experiment", "hardware", "engine", "context_tokens"]
+    cols = ["runs_ok", "batch_time_mean_s", "batch_time_min_s", "batch_time_max_s", "e2e_mean_ms", "e2e_min_ms",
+            "e2e_max_ms"]
+    low = stats["mem_util"].min() if low is None else low
+    high = stats["mem_util"].max() if high is None else high
+    ratios = ["batch_time_ratio", "batch_time_ratio_min", "batch_time_ratio_max", "e2e_ratio", "e2e_ratio_min",
+              "e2e_ratio_max"]
+    schema = {**{k: stats.schema[k] for k in (*keys, "context_label")}, "mem_low": pl.Float64,
+              "mem_high": pl.Float64, "n_runs": pl.UInt32, **dict.fromkeys(ratios, pl.Float64)}
+    if low is None or high is None or low == high:
+        return pl.DataFrame(schema=schema)
+    lo = stats.filter(pl.col("mem_util") == low).select(*keys, "context_label", *[pl.col(c).alias(f"{c}_lo") for c in cols])
+    hi = stats.filter(pl.col("mem_util") == high).select(*keys, *[pl.col(c).alias(f"{c}_hi") for c in cols])
+    return (
+        lo.join(hi, on=keys, how="inner")
+        .with_columns(
+            pl.lit(low, pl.Float64).alias("mem_low"), pl.lit(high, pl.Float64).alias("mem_high"),
+            pl.min_horizontal("runs_ok_lo", "runs_ok_hi").cast(pl.UInt32).alias("n_runs"),
+            (pl.col("batch_time_mean_s_lo") / pl.col("batch_time_mean_s_hi")).alias("batch_time_ratio"),
+            (pl.col("batch_time_min_s_lo") / pl.col("batch_time_max_s_hi")).alias("batch_time_ratio_min"),
+            (pl.col("batch_time_max_s_lo") / pl.col("batch_time_min_s_hi")).alias("batch_time_ratio_max"),
+            (pl.col("e2e_mean_ms_lo") / pl.col("e2e_mean_ms_hi")).alias("e2e_ratio"),
+            (pl.col("e2e_min_ms_lo") / pl.col("e2e_max_ms_hi")).alias("e2e_ratio_min"),
+            (pl.col("e2e_max_ms_lo") / pl.col("e2e_min_ms_hi")).alias("e2e_ratio_max"),
+        )
+        .select(*schema)
+        .sort(keys)
+    )
+
+
+def relative_to_context(frame: pl.DataFrame, y: str, context_label: str | None = None) -> pl.DataFrame:
+    """``frame`` with ``{y}_rel``: each engine's ``y`` ÷ its own ``y`` at ``context_label`` (the reference = 1),
+    within each source, experiment and hardware; where that engine has no row at ``context_label`` (or none is
+    given), at its shortest context. ``reference_context`` names the context each row is relative to."""
+    keys = ["source", "experiment", "hardware", "engine"]
+    ref = (frame.filter(pl.col(y).is_not_null()).sort("context_tokens")
+           .with_columns((pl.col("context_label") == (context_label or "")).alias("_at"))
+           .sort("_at", "context_tokens", descending=[True, False])
+           .group_by(keys, maintain_order=True)
+           .agg(pl.col(y).first().alias("_ref"), pl.col("context_label").first().alias("reference_context"),
+                pl.col("context_tokens").first().alias("reference_tokens")))
+    return (frame.join(ref, on=keys, how="left")
+            .with_columns((pl.col(y) / pl.col("_ref")).alias(f"{y}_rel"))
+            .drop("_ref"))
 
 
 # --------------------------------------------------------------------------- engine-choice studies (document 003)
@@ -494,6 +756,8 @@ def prefix_sharing(runs: pl.DataFrame, block_tokens: int = 128) -> pl.DataFrame:
             pl.col("hit_source").drop_nulls().first(),
             pl.col("ttft_mean_ms").median(),
             pl.col("ttft_mean_ms").std().alias("ttft_std_ms"),
+            pl.col("ttft_mean_ms").min().alias("ttft_min_ms"),
+            pl.col("ttft_mean_ms").max().alias("ttft_max_ms"),
             pl.col("ttft_p99_ms").median(),
             pl.col("batch_time_s").median(),
             pl.col("batch_time_s").std().alias("batch_time_std_s"),
@@ -523,17 +787,25 @@ def caching_gain(sharing: pl.DataFrame) -> pl.DataFrame:
     """
     keys = ["experiment", "hardware", "engine", "shared_fraction"]
     cols = ["cache_hit_rate", "ttft_mean_ms", "batch_time_s", "prompt_tokens_per_s"]
-    on = sharing.filter(pl.col("prefix_caching")).select(*keys, "ideal_hit_rate", *[pl.col(c).alias(f"{c}_on") for c in cols])
-    off = sharing.filter(~pl.col("prefix_caching")).select(*keys, *[pl.col(c).alias(f"{c}_off") for c in cols])
-    return (
-        on.join(off, on=keys, how="inner")
-        .with_columns(
-            (pl.col("ttft_mean_ms_off") / pl.col("ttft_mean_ms_on")).alias("ttft_speedup"),
-            (pl.col("batch_time_s_off") / pl.col("batch_time_s_on")).alias("batch_speedup"),
-            (1 - pl.col("batch_time_s_on") / pl.col("batch_time_s_off")).alias("time_saved"),
-        )
-        .sort(keys)
+    spread = [c for c in ("n_runs", "ttft_min_ms", "ttft_max_ms", "batch_time_min_s", "batch_time_max_s")
+              if c in sharing.columns]
+    on = sharing.filter(pl.col("prefix_caching")).select(*keys, "ideal_hit_rate",
+                                                         *[pl.col(c).alias(f"{c}_on") for c in [*cols, *spread]])
+    off = sharing.filter(~pl.col("prefix_caching")).select(*keys, *[pl.col(c).alias(f"{c}_off") for c in [*cols, *spread]])
+    out = on.join(off, on=keys, how="inner").with_columns(
+        (pl.col("ttft_mean_ms_off") / pl.col("ttft_mean_ms_on")).alias("ttft_speedup"),
+        (pl.col("batch_time_s_off") / pl.col("batch_time_s_on")).alias("batch_speedup"),
+        (1 - pl.col("batch_time_s_on") / pl.col("batch_time_s_off")).alias("time_saved"),
     )
+    if len(spread) == 5:  # the range each speed-up can take over the repeats: least off ÷ most on, most off ÷ least on
+        out = out.with_columns(
+            pl.min_horizontal("n_runs_on", "n_runs_off").alias("n_runs"),
+            (pl.col("ttft_min_ms_off") / pl.col("ttft_max_ms_on")).alias("ttft_speedup_min"),
+            (pl.col("ttft_max_ms_off") / pl.col("ttft_min_ms_on")).alias("ttft_speedup_max"),
+            (pl.col("batch_time_min_s_off") / pl.col("batch_time_max_s_on")).alias("batch_speedup_min"),
+            (pl.col("batch_time_max_s_off") / pl.col("batch_time_min_s_on")).alias("batch_speedup_max"),
+        ).drop([f"{c}_{side}" for c in spread for side in ("on", "off")])
+    return out.sort(keys)
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,7 @@ class SweepResult:
     run_dirs: list[Path] = field(default_factory=list)
     wall_s: float = 0.0
     superseded: int = 0  # finished runs of an earlier version of the experiment, moved to superseded/
+    not_climbed: int = 0  # rungs of a load ladder left out: a lower rung was past saturation (kvlab.load)
     experiments: dict[str, SweepResult] = field(default_factory=dict)
 
     def tally(self, run: RunSpec, status: str, attempts: int = 0) -> None:
@@ -296,6 +297,13 @@ class Campaign:
         result.run_dirs.append(path)
         self.on_run(run, status)
 
+    def leave_unclimbed(self, run: RunSpec, why: str, result: SweepResult) -> None:
+        """Leave a rung of a load ladder unsent and unstored (kvlab.load.not_climbed says ``why``): counted, and
+        ``on_run`` told "not climbed"; a later sweep decides it again from the stored rungs below it."""
+        for r in (result, result.experiments[run.experiment]):
+            r.not_climbed += 1
+        self.on_run(run, "not climbed")
+
     def record_unsent(self, run: RunSpec, cause: str, attempts: list[dict], note: str, result: SweepResult) -> Path:
         """Store ``run`` failed with ``cause`` without having sent it (its server never started, or its node
         was lost in every attempt); ``attempts`` (ATTEMPTS rows, may be empty) are stored and counted."""
@@ -321,6 +329,7 @@ class Campaign:
         sweeps.append({
             **host.provenance(), "started_at": started, "ended_at": datetime.now(timezone.utc).isoformat(),
             "planned": result.planned, "skipped": result.skipped, "ok": result.ok, "failed": result.failed,
+            **({"not_climbed": result.not_climbed} if result.not_climbed else {}),
             "server_starts": result.server_starts, "attempts": result.attempts,
             "servers": [s.as_dict() for s in servers if spec.name in s.experiments],
             "swept_with": [n for n in self.specs if n != spec.name], **extra,

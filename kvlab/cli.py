@@ -146,7 +146,7 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
         task = progress.add_task("sweep " + (f"{len(specs)} experiments" if many else specs[0].name), total=len(todo))
 
         def on_run(run, status):
-            colour = "green" if status == "ok" else "red"
+            colour = {"ok": "green", "not climbed": "yellow"}.get(status, "red")
             w = run.workload
             varies = " ".join(_point_text(axis, v) for axis, v in run.point.items() if axis != "engine")
             where = f"{run.experiment} " if many else ""
@@ -172,7 +172,10 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
     for name, r in res.experiments.items():
         aside = (f"; {r.superseded} run(s) of an earlier version of the experiment set aside in "
                  f"{data_dir / 'runs' / name / 'superseded'}") if r.superseded else ""
-        console.print(f"{name}: {r.ok} ok, {r.failed} failed, {r.skipped} reused → {data_dir / 'runs' / name}{aside}")
+        climb = (f", {r.not_climbed} rung(s) of a load ladder not climbed (a lower one was past saturation)"
+                 if r.not_climbed else "")
+        console.print(f"{name}: {r.ok} ok, {r.failed} failed, {r.skipped} reused{climb} → "
+                      f"{data_dir / 'runs' / name}{aside}")
     console.print(f"{res.server_starts} server start(s), {res.attempts} attempt(s), {res.wall_s:.0f} s")
     return res
 

@@ -645,6 +645,10 @@ async def run_requests(
     extra_body: Mapping[str, Any] | None = None,
     keep_text: bool = False,
     on_read: OnRead | None = None,
+    start_offsets: Mapping[int, float] | None = None,
+    send_until_s: float | None = None,
+    stop: Callable[[], str | None] | None = None,
+    on_finish: Callable[[int, float | None], None] | None = None,
 ) -> BatchResult:
     """Send ``prompts`` as streaming requests and record each one; never raises for a failed request.
 
@@ -659,6 +663,12 @@ async def run_requests(
     called as ``on_read(request_index, data, t)`` with every network read of a response stream and the
     ``time.perf_counter()`` stamp the records use, before the bytes are parsed (it runs in the read loop:
     keep it cheap; the benchmarks read the SSE fixture's send stamps from it).
+
+    Load (kvlab.load): ``start_offsets`` (prompt index -> seconds after the batch starts; a conversation starts at
+    its first turn's) sends each chain no earlier than its offset (open-loop arrivals); ``send_until_s`` sends
+    nothing later than that many seconds after the start; ``stop``, asked before every send, ends sending when it
+    returns a reason; ``on_finish(index, ttft_ms)`` is called as each request ends (ttft_ms None when it failed).
+    Prompts never sent have no record: the batch's records are the requests sent.
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
@@ -685,15 +695,34 @@ async def run_requests(
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     first_send_wall: list[float] = []
 
+    sent: set[int] = set()
+    t_start: list[float] = []
+
+    def may_send() -> bool:
+        if send_until_s is not None and time.perf_counter() - t_start[0] > send_until_s:
+            return False
+        return stop is None or stop() is None
+
     async def run_chain(chain: list[Prompt]) -> None:
+        if start_offsets is not None:
+            delay = t_start[0] + start_offsets.get(chain[0].index, 0.0) - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
         for p in chain:
             if sem is not None:
                 await sem.acquire()
             try:
+                if not may_send():
+                    return
                 if not first_send_wall:
                     first_send_wall.append(time.time())
-                await _send_one(session, base + p.endpoint, bodies[p.index], headers, accs[p.index],
+                sent.add(p.index)
+                acc = accs[p.index]
+                await _send_one(session, base + p.endpoint, bodies[p.index], headers, acc,
                                 p.messages is not None, keep_text, timeout, on_read)
+                if on_finish is not None:
+                    on_finish(p.index, ttft_ms(acc.t_send, acc.chunk_times[0])
+                              if acc.error is None and acc.chunk_times else None)
             finally:
                 if sem is not None:
                     sem.release()
@@ -708,15 +737,17 @@ async def run_requests(
         async with aiohttp.ClientSession(
             connector=connector, read_bufsize=READ_BUFSIZE, timeout=aiohttp.ClientTimeout(total=None)
         ) as session:
+            t_start.append(time.perf_counter())
             await asyncio.gather(*(run_chain(c) for c in chains.values()))
     finally:
         if gc_was_enabled:
             gc.enable()
+    prompts = [p for p in prompts if p.index in sent]
     if not prompts:
         now = time.perf_counter()
         return BatchResult([], now, now, 0.0, datetime.now(timezone.utc).isoformat())
-    t0 = min(a.t_send for a in accs.values())
-    t_end = max(a.t_end for a in accs.values())
+    t0 = min(accs[p.index].t_send for p in prompts)
+    t_end = max(accs[p.index].t_end for p in prompts)
     records = [_finish(accs[p.index], p, t0, ignores[p.index]) for p in sorted(prompts, key=lambda p: p.index)]
     started = datetime.fromtimestamp(first_send_wall[0], timezone.utc).isoformat()
     return BatchResult(records=records, t0=t0, t_end=t_end, batch_time_s=t_end - t0, started_at=started)

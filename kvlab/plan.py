@@ -106,4 +106,6 @@ def _detail(w) -> str:
     parts = w.detail()
     if w.concurrency is not None:
         parts.append(f"≤{w.concurrency} in flight")
+    if w.load is not None:
+        parts.append(f"load {w.load.label()}, {w.load.warmup_requests} warm-up")
     return f" ({'; '.join(parts)})" if parts else ""

@@ -83,49 +83,115 @@ def _finish(fig: Figure, axes, legend_size: int | None = 8) -> Figure:
     return fig
 
 
+#: Up to this many points, a figure says less than a table: the reports show the table instead (:func:`drawable`).
+FEW_POINTS = 2
+
+
+def drawable(frame: pl.DataFrame | None, y: str | None = None, few: int = FEW_POINTS) -> bool:
+    """Whether ``frame`` holds more than ``few`` points (rows with a value in ``y``, when given): a one- or
+    two-point figure becomes a table."""
+    if frame is None:
+        return False
+    rows = frame.filter(pl.col(y).is_not_null()) if y else frame
+    return rows.height > few
+
+
+def _ranges(ax, x, values, lows, highs, counts, color: str, **kw) -> bool:
+    """A whisker from the least to the most of the repeats at each point that has repeats (count > 1) and a
+    range; nothing at a point of one run. True when any was drawn."""
+    pts = [(xi, v, lo, hi) for xi, v, lo, hi, n in zip(x, values, lows, highs, counts)
+           if (n or 0) > 1 and v is not None and lo is not None and hi is not None]
+    if pts:
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
+                    fmt="none", ecolor=color, capsize=3, **({"lw": 1} | kw))
+    return bool(pts)
+
+
+def _span(g: pl.DataFrame, y: str, base: str | None = None) -> tuple[list, list] | None:
+    """The least and the most of ``y`` over each row's repeats: its own ``{y}_min``/``{y}_max`` (batch time's
+    ``batch_time_min_s``/``_max_s``), else, for a rate (``*_per_s``, or ``base``'s rate relative to a reference:
+    a constant over T), the rate at the slowest and the fastest repeat, ``y`` × T̄ ÷ T_max to ``y`` × T̄ ÷ T_min.
+    None where the frame holds no range."""
+    name = base or y
+    cols = {"batch_time_s": ("batch_time_min_s", "batch_time_max_s")}.get(name, (f"{name}_min", f"{name}_max"))
+    if base is None and set(cols) <= set(g.columns):
+        return g[cols[0]].to_list(), g[cols[1]].to_list()
+    t = ("batch_time_s", "batch_time_min_s", "batch_time_max_s")
+    if name.endswith("_per_s") and set(t) <= set(g.columns):
+        lo = [None if None in (v, m, hi) else v * m / hi for v, m, hi in zip(g[y], g[t[0]], g[t[2]])]
+        hi = [None if None in (v, m, lo_) else v * m / lo_ for v, m, lo_ in zip(g[y], g[t[0]], g[t[1]])]
+        return lo, hi
+    return None
+
+
+def _is_wide(values, spread: float = 20.0) -> bool:
+    v = [x for x in values if x is not None and x > 0]
+    return bool(v) and max(v) / min(v) > spread
+
+
 @styled
 def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
-    """Grouped bars of batch time per context and engine, one panel per source (values printed on bars;
-    whiskers ±1 standard deviation where a configuration has repeats)."""
+    """Batch time per context and engine, one panel per source, each value printed beside its mark. Bars from 0
+    on a linear axis; where the engines are more than 20× apart the axis is logarithmic (said in its label) and
+    the values are points, never bars (a bar's length means nothing on a log axis). Where a configuration has
+    repeats, a whisker spans the least to the most of them."""
     panels = _panels(mean_times.sort("context_tokens"))
     fig, axes = _subplots(len(panels))
     for ax, (title, part) in zip(axes, panels):
-        part = part.with_columns(pl.struct("context_label", "context_tokens").map_elements(
-            lambda r: scaled_context(r["context_label"], r["context_tokens"], "\n"), return_dtype=pl.String).alias("tick"))
-        pdf = part.select("tick", "engine", "batch_time_s", "context_tokens").to_pandas()
-        order = list(dict.fromkeys(pdf.sort_values("context_tokens")["tick"]))
-        hue_order = [e for e in ENGINE_COLORS if e in set(pdf["engine"])]
-        sns.barplot(pdf, x="tick", y="batch_time_s", hue="engine", order=order, hue_order=hue_order,
-                    palette=ENGINE_COLORS, saturation=1, ax=ax)
-        for container in ax.containers:
-            ax.bar_label(container, fmt="%.3g", padding=2, fontsize=9)
-        spread = "batch_time_std_s" in part.columns and (part["n_runs"].max() or 0) > 1
-        if spread:
-            for engine, container in zip(hue_order, ax.containers):
-                for tick, bar in zip(order, container):
-                    row = part.filter((pl.col("engine") == engine) & (pl.col("tick") == tick))
-                    std = row["batch_time_std_s"].first() if row.height else None
-                    if std:
-                        ax.errorbar(bar.get_x() + bar.get_width() / 2, bar.get_height(), yerr=std, fmt="none",
-                                    ecolor="#222", capsize=3, lw=1)
-        ax.set(title=title, xlabel="context" + ("  (whiskers: ±1 std over repeats)" if spread else ""))
-        _log_if_wide(ax, pdf["batch_time_s"].tolist(), "batch time (s)")
-        _relabel_engine_legend(ax)
+        ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
+        order = ticks["context_tokens"].to_list()
+        present = part["engine"].unique(maintain_order=True).to_list()
+        engines = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+        width = 0.8 / max(len(engines), 1)
+        wide = _is_wide(part["batch_time_s"].to_list())
+        spread = False
+        for j, e in enumerate(engines):
+            g = part.filter(pl.col("engine") == e).sort("context_tokens")
+            x = [order.index(c) - 0.4 + (j + 0.5) * width for c in g["context_tokens"]]
+            y = g["batch_time_s"].to_list()
+            color = ENGINE_COLORS.get(e, "#777777")
+            n = g["n_runs"].to_list() if "n_runs" in g.columns else [1] * g.height
+            lo = g["batch_time_min_s"].to_list() if "batch_time_min_s" in g.columns else [None] * g.height
+            hi = g["batch_time_max_s"].to_list() if "batch_time_max_s" in g.columns else [None] * g.height
+            if wide:
+                ax.plot(x, y, ls="none", marker="o", ms=8, color=color, label=engine_label(e), zorder=3)
+            else:
+                ax.bar(x, y, width, color=color, label=engine_label(e))
+            spread |= _ranges(ax, x, y, lo, hi, n, "#222222", zorder=4)
+            for xi, yi in zip(x, y):
+                ax.annotate(f"{yi:.3g}", (xi, yi), textcoords="offset points", xytext=(0, 4 if not wide else 7),
+                            ha="center", fontsize=9, color="#222222")
+        ax.set_xticks(range(len(order)), [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()])
+        ax.set_xlim(-0.6, len(order) - 0.4)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.grid(axis="x", visible=False)
+        ax.set(title=title, xlabel="context" + ("  (whiskers: least to most of the repeats)" if spread else ""))
+        _log_if_wide(ax, part["batch_time_s"].to_list(), "batch time (s)")
+        ax.legend(fontsize=8)
     return _finish(fig, axes, legend_size=None)
 
 
 @styled
-def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None) -> Figure:
-    """Throughput against context per engine (log-log), one panel per source."""
+def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None,
+                          relative: bool = False) -> Figure:
+    """Throughput against context per engine (log-log), one panel per source. With ``relative``, each engine's
+    ``{y}_rel`` (:func:`kvlab.analysis.relative_to_context`: its own value at the reference context = 1) on a
+    linear axis from 0, the reference named on the axis: a within-engine change, not one engine against another."""
+    if relative:
+        return _relative_vs_context(tp, y, ylabel)
     panels = _panels(tp.filter(pl.col(y).is_not_null()).sort("context_tokens"))
     fig, axes = _subplots(len(panels))
     for ax, (title, part) in zip(axes, panels):
         present = part["engine"].unique(maintain_order=True).to_list()
         ordered = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+        spread = False
         for i, e in enumerate(ordered):
             g = part.filter(pl.col("engine") == e)
             color = ENGINE_COLORS.get(e)
             ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
+            if (span := _span(g, y)) is not None and "n_runs" in g.columns:
+                spread |= _ranges(ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(),
+                                  color or "#777777")
             for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
                 ax.annotate(_num(v), (c, v), textcoords="offset points",
                             xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
@@ -142,8 +208,47 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
         ax.yaxis.set_minor_formatter(FuncFormatter(
             lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
         ax.tick_params(axis="y", which="minor", labelsize=7)
-        ax.set(title=title, xlabel="context (log scale)", ylabel=ylabel or y)
+        ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+               ylabel=ylabel or y)
         ax.title.set_fontsize(10)
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def _relative_vs_context(tp: pl.DataFrame, y: str, ylabel: str | None) -> Figure:
+    col = f"{y}_rel"
+    panels = _panels(tp.filter(pl.col(col).is_not_null()).sort("context_tokens"))
+    fig, axes = _subplots(len(panels))
+    for ax, (title, part) in zip(axes, panels):
+        present = part["engine"].unique(maintain_order=True).to_list()
+        ordered = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+        spread = False
+        for i, e in enumerate(ordered):
+            g = part.filter(pl.col("engine") == e).sort("context_tokens")
+            color = ENGINE_COLORS.get(e, "#777777")
+            ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
+            if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
+                spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(),
+                                  color)
+            for c, v in zip(g["context_tokens"], g[col]):  # 1st engine above, 2nd below
+                ax.annotate(f"{v:.2f}", (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -12),
+                            fontsize=8, color=color)
+        ax.axhline(1, color="#222222", lw=0.9)
+        ax.set_xscale("log", base=2)
+        ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
+        ax.set_xticks(ticks["context_tokens"].to_list(), [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()])
+        ax.tick_params(axis="x", labelrotation=30 if ticks.height > 3 else 0)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_ylim(0, max(1.0, part[col].max() or 1.0) * 1.15)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        refs = part.select("reference_context", "reference_tokens").unique()
+        ref = (scaled_context(refs["reference_context"][0], refs["reference_tokens"][0])
+               if refs.height == 1 else "each engine's shortest context")
+        ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+               ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)")
+        ax.title.set_fontsize(10)
+        ax.yaxis.label.set_fontsize(10)
         ax.legend()
     fig.tight_layout()
     return fig
@@ -288,6 +393,62 @@ def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.5 / fig.get_figheight(), 1, 1))
     return fig
+
+
+@styled
+def memory_ratio_figure(ratios: pl.DataFrame) -> Figure:
+    """Within each engine, the lower memory setting against the higher (:func:`kvlab.analysis.memory_ratios`):
+    batch time and mean request latency at the lower ÷ at the higher, per context (x, its real tokens where it was
+    scaled), one colour per engine, on a linear axis from 0 with 1× (no change) marked. Never one engine against
+    another. Where a side has repeats, a whisker spans the least to the most the ratio takes over them."""
+    fig = Figure(figsize=(11, 4.6))
+    axes = list(fig.subplots(1, 2))
+    r = ratios.sort("context_tokens")
+    ticks = r.select("context_tokens", "context_label").unique().sort("context_tokens")
+    order = ticks["context_tokens"].to_list()
+    engines = _ordered_engines(r)
+    width = 0.8 / max(len(engines), 1)
+    lo = r["mem_low"][0] if r.height else None
+    hi = r["mem_high"][0] if r.height else None
+    spread = False
+    for ax, col, what in ((axes[0], "batch_time_ratio", "batch time"), (axes[1], "e2e_ratio", "mean request latency")):
+        values = [1.0]
+        for j, e in enumerate(engines):
+            g = r.filter((pl.col("engine") == e) & pl.col(col).is_not_null())
+            if g.is_empty():
+                continue
+            c = ENGINE_COLORS.get(e, "#777777")
+            x = [order.index(t) - 0.4 + (j + 0.5) * width for t in g["context_tokens"]]
+            y = g[col].to_list()
+            ax.plot(x, y, ls="none", marker="o", ms=8, color=c, zorder=3)
+            if _ranges(ax, x, y, g[f"{col}_min"].to_list(), g[f"{col}_max"].to_list(), g["n_runs"].to_list(), c,
+                       lw=1.2, zorder=2):
+                spread = True
+                values += [v for v in g[f"{col}_max"].to_list() if v is not None]
+            values += y
+            for xi, yi in zip(x, y):
+                ax.annotate(f"{yi:.2f}×", (xi, yi), textcoords="offset points", xytext=(7, -3), fontsize=8, color=c)
+        ax.axhline(1, color="#222222", lw=0.9)
+        ax.set_ylim(0, max(values) * 1.15)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.set_xticks(range(len(order)), [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()])
+        ax.set_xlim(-0.6, len(order) - 0.4)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.grid(axis="x", visible=False)
+        ax.set_xlabel("context")
+        ax.set_ylabel(f"{what}, {lo:g} ÷ {hi:g}" if lo is not None else what)
+        ax.set_title(f"measured: {what} at {lo:g} ÷ at {hi:g}" if lo is not None else f"measured: {what}",
+                     fontsize=10)
+    handles = [Line2D([], [], ls="none", marker="o", ms=8, color=ENGINE_COLORS.get(e, "#777777"),
+                      label=engine_label(e)) for e in engines]
+    handles.append(Line2D([], [], color="#222222", lw=0.9, label="1×: the setting changes nothing"))
+    if spread:
+        handles.append(Line2D([], [], color="#555555", marker="|", ms=10, lw=1.2,
+                              label="whisker: least to most over the repeats"))
+    if lo is not None:
+        fig.suptitle(f"each engine against itself, never one engine against another; above 1×: slower at {lo:g}",
+                     fontsize=10)
+    return _legend_below(fig, handles, ncol=len(handles))
 
 
 def setup_notebook(fig_format: str = "png", dpi: int = 110) -> None:
@@ -496,31 +657,134 @@ def _all_zero(values) -> bool:
     return bool(v) and all(x == 0 for x in v)
 
 
-def _whiskers(ax, g: pl.DataFrame, x: str, y: str, std: str, color: str) -> bool:
-    """±1 standard deviation over repeats where a point has more than one run; True when any was drawn."""
-    if std not in g.columns or "n_runs" not in g.columns:
+def _whiskers(ax, g: pl.DataFrame, x: str, y: str, span: tuple[str, str], color: str) -> bool:
+    """A whisker from the least to the most over the repeats (``span``: those two columns) where a point has more
+    than one run; True when any was drawn."""
+    lo, hi = span
+    if lo not in g.columns or hi not in g.columns or "n_runs" not in g.columns:
         return False
-    rep = g.filter((pl.col("n_runs") > 1) & pl.col(std).is_not_null())
+    rep = g.filter((pl.col("n_runs") > 1) & pl.col(lo).is_not_null() & pl.col(hi).is_not_null())
     if rep.height:
-        ax.errorbar(rep[x], rep[y], yerr=rep[std], fmt="none", ecolor=color, capsize=3, lw=1)
+        ax.errorbar(rep[x], rep[y], yerr=[(rep[y] - rep[lo]).to_list(), (rep[hi] - rep[y]).to_list()], fmt="none",
+                    ecolor=color, capsize=3, lw=1)
     return rep.height > 0
 
 
+def _hit_rate_axis(ax, s: pl.DataFrame, zero_off: list[str]) -> None:
+    """The ideal hit rates on the hit-rate panel, its percent axis and the note on all-zero cache-off lines."""
+    col = "cache_hit_rate"
+    ideal = s.group_by("shared_fraction", maintain_order=True).agg(
+        pl.col("ideal_hit_rate", "block_ideal_hit_rate").first())
+    ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], color="#222222", linestyle=":", linewidth=1.4,
+            zorder=5)
+    ax.plot(ideal["shared_fraction"], ideal["block_ideal_hit_rate"], color="#8c6bb1", linestyle="-.",
+            linewidth=1.2, marker="s", markersize=12, markerfacecolor="none", markeredgewidth=1.5, zorder=5)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    ax.set_ylim(0, max([v for v in s[col].to_list() + ideal["ideal_hit_rate"].to_list() if v is not None],
+                       default=1) * 1.1 or 1)
+    ax.set_ylabel("share of prompt tokens")
+    _zero_note(ax, zero_off, "hit rate")
+
+
+def _ideal_handles(block_tokens: int) -> list:
+    return [Line2D([], [], color="#222222", linestyle=":", linewidth=1.4,
+                   label="ideal, token-exact: the whole prefix reused by every request after the first"),
+            Line2D([], [], color="#8c6bb1", linestyle="-.", linewidth=1.2, marker="s", markersize=9,
+                   markerfacecolor="none", markeredgewidth=1.5,
+                   label=f"ideal in whole {block_tokens}-token blocks (vLLM's granularity)")]
+
+
+def _prefix_ratio_figure(sharing: pl.DataFrame, gain: pl.DataFrame, threshold: float, block_tokens: int,
+                         min_gain: float) -> Figure:
+    """Report 05's measured figure: the hit rate per engine and cache setting, then each engine's TTFT and batch
+    time with its cache off ÷ on (see :func:`prefix_sharing_figure`)."""
+    fig = Figure(figsize=(16, 5.0))
+    axes = fig.subplots(1, 3)
+    hw = ", ".join(sharing["hardware"].unique(maintain_order=True).to_list())
+    engines = _ordered_engines(sharing)
+    s = sharing.sort("shared_fraction")
+    zero_off = []
+    for e in engines:
+        for caching in (True, False):
+            g = s.filter((pl.col("engine") == e) & (pl.col("prefix_caching") == caching))
+            if g.is_empty():
+                continue
+            if not caching and _all_zero(g["cache_hit_rate"].to_list()):
+                zero_off.append(e)
+                continue
+            axes[0].plot(g["shared_fraction"], g["cache_hit_rate"],
+                         **(_cache_style(e, caching) | dict(linewidth=3, markersize=7)))
+            if {"cache_hit_rate_min", "cache_hit_rate_max", "n_runs"} <= set(g.columns):
+                _ranges(axes[0], g["shared_fraction"].to_list(), g["cache_hit_rate"].to_list(),
+                        g["cache_hit_rate_min"].to_list(), g["cache_hit_rate_max"].to_list(), g["n_runs"].to_list(),
+                        ENGINE_COLORS.get(e, "#777777"))
+    _hit_rate_axis(axes[0], s, zero_off)
+    axes[0].set_title("measured: prompt tokens served from the prefix cache", fontsize=10)
+    spread = False
+    g_all = gain.sort("shared_fraction")
+    for ax, col, what in ((axes[1], "ttft_speedup", "mean TTFT"),
+                          (axes[2], "batch_speedup", "median batch time")):
+        values = [1 / (1 - min_gain)]
+        for e in engines:
+            g = g_all.filter((pl.col("engine") == e) & pl.col(col).is_not_null())
+            if g.is_empty():
+                continue
+            c = ENGINE_COLORS.get(e, "#777777")
+            ax.plot(g["shared_fraction"], g[col], marker="o", color=c, markerfacecolor=c, linestyle="-")
+            values += g[col].to_list()
+            if {f"{col}_min", f"{col}_max", "n_runs"} <= set(g.columns) and _ranges(
+                    ax, g["shared_fraction"].to_list(), g[col].to_list(), g[f"{col}_min"].to_list(),
+                    g[f"{col}_max"].to_list(), g["n_runs"].to_list(), c):
+                spread = True
+                values += [v for v in g[f"{col}_max"].to_list() if v is not None]
+        ax.axhline(1, color="#222222", linewidth=0.9)
+        if col == "batch_speedup":
+            ax.axhline(1 / (1 - min_gain), color="#777777", linewidth=1, linestyle=":")
+        ax.set_ylim(0, max(values) * 1.12)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.set_ylabel(f"{what}, cache off ÷ on")
+        ax.set_title(f"measured: {what}, cache off ÷ on", fontsize=10)
+    for ax in axes:
+        ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7)
+        _fraction_axis(ax, s)
+    handles = _config_handles(engines, sharing["prefix_caching"].unique().to_list() if sharing.height else [])
+    handles += _ideal_handles(block_tokens)
+    handles += [Line2D([], [], color="#222222", linewidth=0.9, label="1×: the cache changes nothing (right panels)"),
+                Line2D([], [], color="#777777", linewidth=1, linestyle=":",
+                       label=f"{min_gain:.0%} of batch time saved ({1 / (1 - min_gain):.2f}×)"),
+                _threshold_handle(threshold)]
+    if spread:
+        handles.append(Line2D([], [], color="#555555", marker="|", ms=10, lw=1,
+                              label="whisker: least to most over the repeats"))
+    fig.suptitle(f"measured on {hw}; right: each engine against itself (above 1× its cache helps)", fontsize=10)
+    return _legend_below(fig, handles, ncol=4)
+
+
 @styled
-def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
-                          block_tokens: int = 128) -> Figure:
+def prefix_sharing_figure(
+sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
+                          block_tokens: int = 128, gain: pl.DataFrame | None = None,
+                          min_gain: float = 0.10) -> Figure:
     """Cache-hit rate, mean TTFT and median batch time against the shared fraction, per engine and cache setting.
 
     Engine = colour; prefix cache on = solid line and filled dots, off = dashed line and open dots. A configuration
     whose hit count is not available draws no hit-rate line (never a line at 0); cache-off hit rates that are 0
     everywhere are said in the panel instead of drawn on top of each other. TTFT and batch time are on log axes
-    (said on the axis) when the engines differ by more than 10×; whiskers ±1 std where points have repeats.
+    (said on the axis) when the engines differ by more than 10×; whiskers from the least to the most of the repeats
+    where points have them.
+
+    With ``gain`` (:func:`kvlab.analysis.caching_gain`) the TTFT and batch-time panels are within-engine ratios
+    instead: each engine's cache off ÷ cache on (above 1× the cache helps), on a linear axis from 0, with the saving
+    that counts (``min_gain``) marked and a whisker from the least to the most over the repeats: what the cache
+    does inside one engine, never one engine's time against another's.
     """
+    if gain is not None:
+        return _prefix_ratio_figure(sharing, gain, threshold, block_tokens, min_gain)
     fig = Figure(figsize=(16, 5.0))
     axes = fig.subplots(1, 3)
-    panels = [("cache_hit_rate", None, "prompt tokens served from the prefix cache"),
-              ("ttft_mean_ms", "ttft_std_ms", "mean time to first token (ms)"),
-              ("batch_time_s", "batch_time_std_s", "median batch time (s)")]
+    panels = [("cache_hit_rate", ("cache_hit_rate_min", "cache_hit_rate_max"), "prompt tokens served from the prefix cache"),
+              ("ttft_mean_ms", ("ttft_min_ms", "ttft_max_ms"), "mean time to first token (ms)"),
+              ("batch_time_s", ("batch_time_min_s", "batch_time_max_s"), "median batch time (s)")]
     hw = ", ".join(sharing["hardware"].unique(maintain_order=True).to_list())
     engines = _ordered_engines(sharing)
     settings = sharing["prefix_caching"].unique().to_list() if sharing.height else []
@@ -543,30 +807,15 @@ def prefix_sharing_figure(sharing: pl.DataFrame, threshold: float = FIXED_CONTEX
                 if std:
                     repeats |= _whiskers(ax, g, "shared_fraction", col, std, style["color"])
         if col == "cache_hit_rate":
-            ideal = s.group_by("shared_fraction", maintain_order=True).agg(
-                pl.col("ideal_hit_rate", "block_ideal_hit_rate").first())
-            ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], color="#222222", linestyle=":", linewidth=1.4,
-                    zorder=5)
-            ax.plot(ideal["shared_fraction"], ideal["block_ideal_hit_rate"], color="#8c6bb1", linestyle="-.",
-                    linewidth=1.2, marker="s", markersize=12, markerfacecolor="none", markeredgewidth=1.5, zorder=5)
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-            ax.set_ylim(0, max([v for v in s[col].to_list() + ideal["ideal_hit_rate"].to_list() if v is not None],
-                               default=1) * 1.1 or 1)
-            ax.set_ylabel("share of prompt tokens")
-            _zero_note(ax, zero_off, "hit rate")
+            _hit_rate_axis(ax, s, zero_off)
         else:
             _study_y(ax, s[col].to_list(), label)
         ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7)
         _fraction_axis(ax, s)
         ax.set_title(f"measured: {label}", fontsize=10)
     handles = _config_handles(engines, settings)
-    handles += [Line2D([], [], color="#222222", linestyle=":", linewidth=1.4,
-                       label="ideal, token-exact: the whole prefix reused by every request after the first"),
-                Line2D([], [], color="#8c6bb1", linestyle="-.", linewidth=1.2, marker="s", markersize=9,
-                       markerfacecolor="none", markeredgewidth=1.5,
-                       label=f"ideal in whole {block_tokens}-token blocks (vLLM's granularity)"),
-                _threshold_handle(threshold)]
-    fig.suptitle(f"measured on {hw}" + ("  (whiskers: ±1 std over repeats)" if repeats else ""), fontsize=10)
+    handles += [*_ideal_handles(block_tokens), _threshold_handle(threshold)]
+    fig.suptitle(f"measured on {hw}" + ("  (whiskers: least to most over the repeats)" if repeats else ""), fontsize=10)
     return _legend_below(fig, handles, ncol=4)
 
 
@@ -670,6 +919,8 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
         g = conc.filter(pl.col("engine") == engine).sort("in_flight")
         c = ENGINE_COLORS.get(engine, "#777777")
         axes[0].plot(g["in_flight"], g["requests_per_s"], marker="o", color=c)
+        if (span := _span(g, "requests_per_s")) is not None and "n_runs" in g.columns:
+            _ranges(axes[0], g["in_flight"].to_list(), g["requests_per_s"].to_list(), *span, g["n_runs"].to_list(), c)
         for x, y, ok, sent in zip(g["in_flight"], g["requests_per_s"], g["requests_ok"], g["requests_sent"]):
             axes[0].annotate(f"{ok}/{sent}", (x, y), textcoords="offset points", xytext=(6, -4), fontsize=8, color=c)
         axes[1].plot(g["in_flight"], g["ttft_mean_ms"], marker="o", color=c)
@@ -779,3 +1030,190 @@ def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
            title="modelled: the most a prefix cache can reuse (no engine measured)")
     ax.title.set_fontsize(10)
     return _legend_below(fig, ax, ncol=1)
+
+
+# --------------------------------------------------------------------------- report 07: capacity under load
+
+
+def _capacity_config(engine: str, tp, dcp) -> str:
+    """'vLLM TP8', 'SGLang TP8+DCP8': an engine configuration as the capacity figures name it."""
+    return f"{engine_label(engine)} TP{tp or 1}" + (f"+DCP{dcp}" if (dcp or 1) > 1 else "")
+
+
+def _capacity_grid(frame: pl.DataFrame, width: float = 4.6, height: float = 3.6):
+    """One panel per context (rows, shortest first) x memory setting (columns): (fig, {(context, mem): ax},
+    contexts, settings)."""
+    contexts = frame.select("context_tokens", "context_label").unique().sort("context_tokens").rows()
+    mems = sorted(frame["mem_util"].unique().to_list(), key=lambda m: (m is None, m))
+    fig = Figure(figsize=(width * max(len(mems), 1), height * max(len(contexts), 1)))
+    axes = fig.subplots(max(len(contexts), 1), max(len(mems), 1), squeeze=False)
+    grid = {(c, m): axes[i][j] for i, (c, _) in enumerate(contexts) for j, m in enumerate(mems)}
+    return fig, grid, contexts, mems
+
+
+def _setting(mem) -> str:
+    return "memory setting –" if mem is None else f"memory setting {mem:g}"
+
+
+@styled
+def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
+    """Measured: per context x memory setting, each engine's load points as output tokens/s per device (y,
+    throughput) against output tokens/s per user (x, interactivity), joined in order of load and labelled with it;
+    filled markers met the SLO, hollow ones did not; a black ring marks the Pareto front (:func:`kvlab.analysis.
+    pareto_front`'s ``on_front``)."""
+    fig, grid, contexts, mems = _capacity_grid(curve)
+    hw = curve["hardware"].drop_nulls().first() if curve.height else ""
+    for (ctx, label) in contexts:
+        for mem in mems:
+            ax = grid[(ctx, mem)]
+            part = curve.filter((pl.col("context_tokens") == ctx) & (pl.col("mem_util") == mem))
+            for key, g in part.group_by(["engine", "tp", "dcp"], maintain_order=True):
+                g = g.sort("load_level")
+                colour = ENGINE_COLORS.get(key[0], "#777777")
+                ax.plot(g["output_tokens_per_s_per_user"], g["output_tokens_per_s_per_device"], color=colour,
+                        linewidth=1.2, label=_capacity_config(*key))
+                for r in g.iter_rows(named=True):
+                    within = bool(r["within_slo"])
+                    ax.plot(r["output_tokens_per_s_per_user"], r["output_tokens_per_s_per_device"], marker="o",
+                            markersize=7, color=colour, markerfacecolor=colour if within else "white",
+                            markeredgecolor="#111111" if r.get("on_front") else colour,
+                            markeredgewidth=1.8 if r.get("on_front") else 1.0, linestyle="none")
+                    ax.annotate(f"{r['load_level']:g}", (r["output_tokens_per_s_per_user"],
+                                                          r["output_tokens_per_s_per_device"]),
+                                textcoords="offset points", xytext=(5, 4), fontsize=8, color=colour)
+            ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
+                   xlabel="output tokens/s per user (interactivity)", ylabel="output tokens/s per device")
+            ax.set_xlim(left=0)
+            ax.set_ylim(bottom=0)
+            ax.title.set_fontsize(10)
+    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), marker="o", label=_capacity_config(e, t, d))
+               for e, t, d in curve.select("engine", "tp", "dcp").unique().sort("engine").rows()]
+    handles += [Line2D([], [], color="#555555", marker="o", linestyle="none", markerfacecolor="white",
+                       label="hollow: missed the SLO"),
+                Line2D([], [], color="#555555", marker="o", linestyle="none", markeredgecolor="#111111",
+                       markeredgewidth=1.8, label="black ring: on the Pareto front")]
+    fig.suptitle(f"measured on {hw.split(' (')[0]}: throughput against interactivity (labels: requests in flight)",
+                 fontsize=11)
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    return fig
+
+
+@styled
+def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
+    """Measured: per context x memory setting, the highest KV-pool usage each engine's telemetry sampled at each
+    load (a line per engine, none where nothing was sampled), a cross where requests waited (the queue above 0), and
+    each engine's concurrency ceiling (reported KV pool ÷ tokens per request) as a dashed line in its colour."""
+    fig, grid, contexts, mems = _capacity_grid(points)
+    for (ctx, label) in contexts:
+        for mem in mems:
+            ax = grid[(ctx, mem)]
+            part = points.filter((pl.col("context_tokens") == ctx) & (pl.col("mem_util") == mem))
+            levels = part["load_level"].drop_nulls().to_list()
+            for i, (engine, g) in enumerate(part.group_by("engine", maintain_order=True)):
+                engine = engine[0]
+                g = g.sort("load_level")
+                colour = ENGINE_COLORS.get(engine, "#777777")
+                seen = g.filter(pl.col("kv_usage_peak").is_not_null())
+                if seen.height:
+                    ax.plot(seen["load_level"], seen["kv_usage_peak"], marker="o", color=colour,
+                            label=f"{engine_label(engine)}: peak KV usage")
+                q = g.filter(pl.col("queued").fill_null(False))
+                if q.height:
+                    ax.plot(q["load_level"], q["kv_usage_peak"].fill_null(0.0), marker="X", markersize=11,
+                            linestyle="none", color="#aa3333", label="requests waited (queue > 0)")
+                ceiling = g["concurrency_ceiling"].drop_nulls().min()
+                if ceiling is not None:
+                    ax.axvline(ceiling, color=colour, linestyle=(0, (4, 2)), linewidth=1.3,
+                               label=f"{engine_label(engine)} ceiling: {ceiling}")
+                    levels.append(float(ceiling))
+            ax.set_xscale("log", base=2)
+            ticks = sorted({v for v in levels if v and v > 0})
+            ax.set_xticks(ticks, [_num(t) for t in ticks])
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_ylim(0, 1.1)
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
+                   xlabel="requests in flight (log scale)", ylabel="peak KV-pool usage (telemetry)")
+            ax.title.set_fontsize(10)
+            handles, labels = ax.get_legend_handles_labels()
+            keep = dict(zip(labels, handles))  # one entry per label
+            ax.legend(keep.values(), keep.keys(), fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def capacity_map_figure(gmap: pl.DataFrame) -> Figure:
+    """Measured: the capacity map, one cell per context (rows) x memory setting (columns), coloured by the engine
+    with the higher goodput at its highest load within the SLO, with the margin over the runner-up, its range over
+    the repeats and n; grey where no engine met the SLO."""
+    contexts = gmap.select("context_tokens", "context_label").unique().sort("context_tokens").rows()
+    mems = sorted(gmap["mem_util"].unique().to_list())
+    fig = Figure(figsize=(2.6 * len(mems) + 1.6, 1.3 * len(contexts) + 1.2))
+    ax = fig.subplots()
+    for r in gmap.iter_rows(named=True):
+        i = [c for c, _ in contexts].index(r["context_tokens"])
+        j = mems.index(r["mem_util"])
+        w = r.get("winner")
+        colour = ENGINE_COLORS.get(w, "#bbbbbb") if w else "#dddddd"
+        ax.fill_between([j, j + 1], i, i + 1, color=colour, alpha=0.35 if w else 1.0, linewidth=0)
+        if not w:
+            text = "no engine\nwithin the SLO"
+        elif r.get("margin") is None:
+            text = f"{engine_label(w)}\nonly one within the SLO"
+        else:
+            spread = ("" if r["margin_lo"] == r["margin_hi"] else
+                      f"\n({_num(r['margin_lo'])}–{_num(r['margin_hi'])}×)")
+            text = f"{engine_label(w)}\n{_num(r['margin'])}× goodput{spread}\nn={r['n']}"
+        ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=9)
+    ax.set_xlim(0, len(mems))
+    ax.set_ylim(0, len(contexts))
+    ax.set_xticks([j + 0.5 for j in range(len(mems))], [f"{m:g}" for m in mems])
+    ax.set_yticks([i + 0.5 for i in range(len(contexts))], [scaled_context(lab, c, "\n") for c, lab in contexts])
+    ax.grid(False)
+    ax.set(xlabel="memory setting", ylabel="context",
+           title="measured: the engine with the higher goodput within the SLO")
+    ax.title.set_fontsize(10)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def modelled_ceiling_figure(modelled: pl.DataFrame) -> Figure:
+    """Modelled (kvlab's physical model, no run): the concurrency ceiling (modelled KV pool ÷ context) per context,
+    a bar per engine configuration and memory setting (lighter: the lower setting), hatched where the model's memory
+    check fails; log scale."""
+    ctxs = sorted(modelled["context_tokens"].unique().to_list())
+    configs = modelled.select("engine", "tp", "dcp", "mem_util").unique().sort("dcp", "mem_util").rows()
+    fig = Figure(figsize=(9.5, 4.4))
+    ax = fig.subplots()
+    width = 0.8 / max(len(configs), 1)
+    lowest = min(m for *_, m in configs)
+    for k, (engine, tp, dcp, mem) in enumerate(configs):
+        part = modelled.filter((pl.col("engine") == engine) & (pl.col("dcp") == dcp) & (pl.col("mem_util") == mem))
+        for i, c in enumerate(ctxs):
+            row = part.filter(pl.col("context_tokens") == c)
+            if row.is_empty():
+                continue
+            r = row.row(0, named=True)
+            bar = ax.bar(i + (k - (len(configs) - 1) / 2) * width, r["concurrency_ceiling"], width,
+                         color=ENGINE_COLORS.get(engine, "#777777"), alpha=0.55 if mem == lowest else 1.0,
+                         hatch="" if r["fits"] else "//", edgecolor="white",
+                         label=f"{_capacity_config(engine, tp, dcp)} at {mem:g}" if i == 0 else None)
+            ax.bar_label(bar, labels=[f"{r['concurrency_ceiling']:,}"], padding=2, fontsize=7)
+    ax.set_xticks(range(len(ctxs)), [f"{c // 1024}K" for c in ctxs])
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
+    first = modelled.row(0, named=True)
+    ax.set(xlabel="context (tokens per request)", ylabel="requests that fit at once (log scale)",
+           title=f"modelled: {first['model']} on {first['tp']}× {first['gpu']}, concurrency ceiling "
+                 "(KV pool ÷ context)")
+    ax.title.set_fontsize(10)
+    handles = ax.get_legend_handles_labels()[0]
+    if not modelled["fits"].all():
+        handles.append(Patch(facecolor="white", hatch="//", edgecolor="#555555", label="hatched: fails the model's "
+                                                                                        "memory check"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+    fig.tight_layout()
+    return fig

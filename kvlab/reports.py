@@ -50,6 +50,33 @@ FIGURES_JSON = "figures.json"
 
 #: A <script> the notebook template loads from a CDN.
 CDN_SCRIPT_RE = re.compile(r'<script[^>]*\ssrc="https?://[^"]*"[^>]*>\s*</script>\n?')
+#: A token count abbreviated with K ('64K', '200K') in a page's text; :func:`k_note` says what K is.
+K_ABBREV_RE = re.compile(r"(?<![\w.,])\d+(?:\.\d+)?K(?![\w])")
+#: What K is, said once per page: in its provenance panel where the page abbreviates token counts and does not
+#: already say it.
+K_NOTE = "K = 1,024 tokens: 64K is 65,536 tokens, 200K is 204,800"
+
+
+def visible_text(page: str) -> str:
+    """A page's text as a reader sees it: no style, script or embedded image data, no tags (alt text kept)."""
+    page = re.sub(r"<(style|script)\b.*?</\1>", " ", page, flags=re.S | re.I)
+    page = re.sub(r"base64,[A-Za-z0-9+/=]+", " ", page)
+    alts = " ".join(re.findall(r'\balt="([^"]*)"', page))
+    return html.unescape(re.sub(r"<[^>]+>", " ", page) + " " + alts)
+
+
+def k_note(page: str) -> str | None:
+    """:data:`K_NOTE` where ``page`` abbreviates a token count with K and nowhere says 'K = 1,024'; else None."""
+    text = visible_text(page)
+    return K_NOTE if K_ABBREV_RE.search(text) and "K = 1,024" not in text else None
+
+
+def with_k_note(panel: str, page: str) -> str:
+    """``panel`` (a provenance panel) with a 'token counts' row saying what K is, where :func:`k_note` asks for it."""
+    note = k_note(page + panel)
+    if not note or "</table>" not in panel:
+        return panel
+    return panel.replace("</table>", f"<tr><th>token counts</th><td>{html.escape(note)}</td></tr></table>", 1)
 
 #: Set in the environment of every kernel the report build starts: notebooks render their defaults statically
 #: (no interactive widgets, whose views would need a live kernel or a CDN in the HTML).
@@ -162,6 +189,7 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     if title:
         body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(title)} — kvlab</title>", body, count=1, flags=re.S)
     if panel:
+        panel = with_k_note(panel, body)
         body = body.replace("<main>", "<main>\n" + panel, 1) if "<main>" in body else \
             re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + panel, body, count=1)
     # nbconvert's template loads require.js and MathJax from a CDN; the reports use neither (no widgets, no
@@ -344,6 +372,7 @@ def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str
     lead = (f'<p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
             f'{" ".join(markdown_inline(t) for t in vd.headline(every))}</p>' if every else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    panel = with_k_note(panel, lead + items + runs_html) if panel else panel
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kvlab reports</title>
 <style>

@@ -14,6 +14,7 @@ import polars as pl
 from kvlab import host
 from kvlab.client import BatchResult, sum_reported, summarize
 from kvlab.engines.base import Failure
+from kvlab.load import LoadOutcome
 from kvlab.schema import RUNS
 from kvlab.spec import RunSpec
 from kvlab.workloads import Prompt, shared_tokens
@@ -33,12 +34,18 @@ def vocab_size(run: RunSpec) -> int:
 
 def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cause: str | None,
              version: str | None, batch: BatchResult | None, deltas: dict, notes: str,
-             kv_pool_tokens: int | None = None) -> pl.DataFrame:
+             kv_pool_tokens: int | None = None, load: LoadOutcome | None = None) -> pl.DataFrame:
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records;
-    ``kv_pool_tokens``, the KV pool its server reported (:class:`kvlab.campaign.ServerRecord`)."""
+    ``kv_pool_tokens``, the KV pool its server reported (:class:`kvlab.campaign.ServerRecord`). Under a load
+    (``load``, kvlab.load) the latencies, counts and SLO count cover the requests inside its steady-state window
+    only, and ``window_s`` is the time the rates divide by (kvlab.analysis.run_rates)."""
     e, w = run.engine, run.workload
     slo = run.slo.model_dump() if run.slo else None
     summary = summarize(batch.records, batch.batch_time_s, slo) if batch else {}
+    if batch and load is not None:
+        inside = set(load.window.counted)
+        summary = summarize([r for r in batch.records if r.request_index in inside], batch.batch_time_s, slo)
+        summary |= load.columns()
     if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
         summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
     kind = host.device_kind(e.model_dump(mode="json"), host.describe())

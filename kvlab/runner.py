@@ -24,7 +24,8 @@ from pathlib import Path
 
 import polars as pl
 
-from kvlab import metrics
+from kvlab import load as loads
+from kvlab import metrics, store
 from kvlab.campaign import Campaign, DiskFullError, Executor, ServerRecord, SweepError, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
@@ -32,7 +33,7 @@ from kvlab.paths import DATA_DIR
 from kvlab.plan import by_server, starts_may_overlap
 from kvlab.rows import attempt_row, prompts_for, run_row, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
-from kvlab.spec import ExperimentSpec, RunSpec
+from kvlab.spec import ExperimentSpec, RunSpec, expand
 from kvlab.workloads import Prompt, fixed_batch
 
 __all__ = [  # what tests, benchmarks and kvlab.cluster use; the campaign's and the rows' names are kept here
@@ -112,9 +113,9 @@ def _scrape(server: EngineServer, why: list[str] | None = None) -> dict[str, flo
         return {}
 
 
-#: A run folder's telemetry: the samples (CSV) and what they are (JSON: source, interval, count, or why none).
-TELEMETRY_FILE = "telemetry.csv"
-TELEMETRY_INFO_FILE = "telemetry.json"
+#: A run folder's telemetry: the samples (CSV) and what they are (JSON: source, interval, count, or why none); the
+#: names are the store's, whose load_telemetry reads them back.
+TELEMETRY_FILE, TELEMETRY_INFO_FILE = store.TELEMETRY_FILE, store.TELEMETRY_INFO_FILE
 
 
 def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
@@ -161,6 +162,8 @@ class Measurement:
     telemetry: list[tuple[float, dict, str | None]] | None = None
     #: why there is no telemetry (the engine serves no /metrics); None when it was sampled
     telemetry_missing: str | None = None
+    #: under a load (workload.load): the steady-state window and why sending stopped early (None: it did not)
+    load: loads.LoadOutcome | None = None
 
 
 @dataclass
@@ -294,22 +297,32 @@ class LocalExecutor:
         return {}
 
     def run(self, campaign: Campaign, todo: list[RunSpec], result: SweepResult) -> None:
-        """Run every pending run, grouped by server."""
+        """Run every pending run, grouped by server; a load ladder's rungs in order of level, leaving out those
+        above a rung past saturation (kvlab.load.not_climbed)."""
+        ladders = _stored_rungs(campaign, todo)
         with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp, \
                 ServerStarts(Path(tmp), self.overlap_starts, self.servers) as starts:
-            groups = [g for _, g in by_server(todo)]
+            groups = [_climbing_order(g) for _, g in by_server(todo)]
             for i, group in enumerate(groups):
                 vocab = vocab_size(group[0])
                 server, not_started = None, None
                 with starts.group(group[0], groups[i + 1][0] if i + 1 < len(groups) else None):
                     try:
                         for run in group:
+                            ladder = loads.ladder_key(run) if run.workload.load is not None \
+                                and run.workload.load.stop_climbing else None
+                            why = loads.not_climbed(ladders.get(ladder, []), loads.level(run.workload.load)) \
+                                if ladder else None
                             if not_started is not None:
                                 # Same argv, same failure: record it instead of relaunching max_attempts times.
                                 self._record_not_started(campaign, run, not_started, result)
+                            elif why is not None:
+                                campaign.leave_unclimbed(run, why, result)
                             else:
                                 outcome = self._run_one(campaign, starts, run, server, vocab, result)
                                 server, not_started = outcome.server, outcome.not_started
+                                if ladder and (rung := _rung(outcome.path)) is not None:
+                                    ladders.setdefault(ladder, []).append(rung)
                     finally:
                         if server is not None:
                             server.stop()
@@ -351,6 +364,8 @@ class LocalExecutor:
         w = run.workload
         names = server.adapter.telemetry_names if has_metrics else {}
         samples: list[tuple[float, dict, str | None]] = []
+        load = w.load
+        watch = loads.SaturationWatch(load, run.slo.ttft_ms if run.slo else None, samples) if load else None
 
         async def measured() -> BatchResult:
             sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key))
@@ -358,9 +373,10 @@ class LocalExecutor:
             try:
                 return await run_requests(
                     server.base_url, _served_name(run), prompts,
-                    concurrency=w.concurrency, api_key=server.api_key, stall_s=run.engine.stall_timeout_s,
-                    ignore_eos=w.ignore_eos, temperature=w.temperature, seed=w.seed, keep_text=w.splits_reasoning,
-                    extra_body=extra_body,
+                    concurrency=load.concurrency if load else w.concurrency, api_key=server.api_key,
+                    stall_s=run.engine.stall_timeout_s, ignore_eos=w.ignore_eos, temperature=w.temperature,
+                    seed=w.seed, keep_text=w.splits_reasoning, extra_body=extra_body,
+                    **(loads.client_args(load, prompts, watch) if load else {}),
                 )
             finally:
                 if sampler is not None:
@@ -370,6 +386,10 @@ class LocalExecutor:
         batch = asyncio.run(measured())
         missing = None if names else (f"{server.adapter.label} serves no /metrics" if not has_metrics else
                                       f"kvlab samples no {server.adapter.label} series during a run")
+        outcome = loads.LoadOutcome(load, loads.steady_window(batch.records, load.warmup_requests),
+                                    watch.stopped) if load else None
+        if outcome is not None:
+            notes.append(outcome.note(len(prompts)))
         if w.splits_reasoning:
             batch, how = _split_reasoning(batch, run)
             notes.append(how)
@@ -382,7 +402,8 @@ class LocalExecutor:
             batch = _zero_missing_cached(batch)
         if not has_metrics:
             return Measurement(batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
-                f"{server.adapter.label} serves no /metrics: server-side counters not available"], None, missing)
+                f"{server.adapter.label} serves no /metrics: server-side counters not available"], None, missing,
+                outcome)
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []
@@ -398,7 +419,7 @@ class LocalExecutor:
         elif not after:
             notes.append("server metrics unavailable after the run: no counter deltas"
                          + (f" ({why_after[-1]})" if why_after else ""))
-        return Measurement(batch, deltas, notes, samples if names else None, missing)
+        return Measurement(batch, deltas, notes, samples if names else None, missing, outcome)
 
     def _run_one(self, campaign: Campaign, starts: ServerStarts, run: RunSpec, server: EngineServer | None,
                  vocab: int, result: SweepResult) -> RunOutcome:
@@ -455,7 +476,8 @@ class LocalExecutor:
         row = run_row(run, prompts, status, len(attempts), failure.cause if failure else
                        (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
                        version, batch, deltas, "; ".join(notes),
-                       kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None)
+                       kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None,
+                       load=measured.load if measured is not None else None)
         requests = request_rows(batch.records, run.key) if batch else None
         try:
             recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}
@@ -481,6 +503,43 @@ class LocalExecutor:
         note = (f"not launched: the same server configuration failed to start in every attempt of run "
                 f"{start.source_run} ({start.cause})")
         return campaign.record_unsent(run, start.cause, [], note, result)
+
+
+def _rung(folder: Path) -> loads.Rung | None:
+    """The stored run in ``folder`` as a rung of its load ladder (None: not a measured load point)."""
+    path = folder / store.RUN_FILE
+    return loads.rung_of(pl.read_parquet(path).row(0, named=True)) if path.exists() else None
+
+
+def _stored_rungs(campaign: Campaign, todo: list[RunSpec]) -> dict[str, list[loads.Rung]]:
+    """The rungs already stored of the ladders ``todo`` climbs (ladder key -> rungs), from the experiments' folders."""
+    climbing = {k for r in todo if r.workload.load is not None and (k := loads.ladder_key(r))}
+    pending = {(r.experiment, r.key) for r in todo}
+    out: dict[str, list[loads.Rung]] = {}
+    for spec in campaign.specs.values() if climbing else ():
+        for r in expand(spec):
+            if r.workload.load is None or (r.experiment, r.key) in pending:
+                continue
+            key = loads.ladder_key(r)
+            if key in climbing and (rung := _rung(campaign.exp_dir(r.experiment) / r.key)) is not None:
+                out.setdefault(key, []).append(rung)
+    return out
+
+
+def _climbing_order(group: list[RunSpec]) -> list[RunSpec]:
+    """A server group's runs with each load ladder's rungs in order of level (the first rung keeps its place);
+    every other run as it was."""
+    firsts: dict[str, int] = {}
+    for i, r in enumerate(group):
+        if r.workload.load is not None:
+            firsts.setdefault(loads.ladder_key(r), i)
+
+    def place(ir: tuple[int, RunSpec]) -> tuple:
+        i, r = ir
+        if r.workload.load is None:
+            return (i, 0.0)
+        return (firsts[loads.ladder_key(r)], loads.level(r.workload.load))
+    return [r for _, r in sorted(enumerate(group), key=place)]
 
 
 class Sweep(Campaign):

@@ -157,6 +157,19 @@ RUNS = Table(
         _c("status", Str, "ok | failed", required=True, allowed=STATUSES),
         _c("failure_cause", Str, "classified cause when failed (or of the last retried attempt)"),
         _c("batch_time_s", Float, "first send to last completion of the batch"),
+        _c("load_mode", Str, "under a load (workload.load, kvlab.load): closed (a concurrency kept in flight) or open "
+           "(arrivals at a rate); null: no load, the batch was sent at once or at workload.concurrency",
+           allowed=("closed", "open")),
+        _c("load_concurrency", Int, "closed loop: requests kept in flight; open loop: the cap on them, if any"),
+        _c("load_rate_rps", Float, "open loop: mean arrivals per second"),
+        _c("load_burstiness", Float, "open loop: shape of the gamma inter-arrival times (1: Poisson)"),
+        _c("requests_warmup", Int, "under a load: the first requests sent, left out of every latency and count"),
+        _c("requests_outside_window", Int, "under a load: measured requests that started or finished outside the "
+           "steady-state window, left out of every latency and count"),
+        _c("window_s", Float, "under a load: the steady-state window (first measured send to last send); the rates "
+           "divide by it instead of batch_time_s (kvlab.analysis.run_rates)"),
+        _c("load_stop", Str, "under a load: why sending stopped early past saturation (kvlab.load.SaturationWatch); "
+           "null: the point ran to its request-count or duration limit"),
         _c("prefill_time_s", Float, "modelled prefill part of batch time"),
         _c("decode_time_s", Float, "modelled decode part of batch time"),
         _c("ttft_mean_ms", Float, "mean time to first token"),

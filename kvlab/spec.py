@@ -30,7 +30,7 @@ KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeou
 KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
     "engine": {"report_cached_tokens": True, "reasoning_parser": None, "url": None, "dp": 1, "dtype": "auto"},
     "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
-                 "reasoning_questions": None},
+                 "reasoning_questions": None, "load": None},
 }
 
 

@@ -195,6 +195,53 @@ def load_attempts(data_dir: str | Path = DATA_DIR, experiment: str | None = None
     return _load_per_run(data_dir, experiment, ATTEMPTS_FILE, ATTEMPTS)
 
 
+#: A run folder's telemetry files (kvlab.runner.write_telemetry writes them; named here so reporting need not import
+#: the runner): the samples and what they are.
+TELEMETRY_FILE = "telemetry.csv"
+TELEMETRY_INFO_FILE = "telemetry.json"
+
+
+def load_telemetry(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
+    """Every measured run's telemetry samples (kvlab.runner.write_telemetry), one row per sample: ``run_id``,
+    ``experiment``, ``t_s`` (seconds from the run's first send, the requests' time origin), one Float64 column per
+    series any run recorded (null where a run's server did not export it) and ``error`` (why a sample got nothing).
+    Runs without a telemetry.csv add no row (:func:`load_telemetry_info` says why)."""
+    frames = []
+    for d in run_dirs(data_dir, experiment):
+        f = d / TELEMETRY_FILE
+        if not f.exists():
+            continue
+        run_id = pl.read_parquet(d / RUN_FILE, columns=["run_id"])["run_id"][0]
+        df = pl.read_csv(f, infer_schema=False)
+        frames.append(df.with_columns(pl.col(c).cast(pl.Float64) for c in df.columns if c != "error")
+                      .with_columns(pl.lit(run_id).alias("run_id"), pl.lit(d.parent.name).alias("experiment")))
+    base = {"run_id": pl.String, "experiment": pl.String, "t_s": pl.Float64, "error": pl.String}
+    if not frames:
+        return pl.DataFrame(schema=base)
+    out = pl.concat(frames, how="diagonal_relaxed")
+    series = sorted(c for c in out.columns if c not in base)
+    return out.select("run_id", "experiment", "t_s", *series, pl.col("error").cast(pl.String))
+
+
+def load_telemetry_info(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
+    """What each measured run's telemetry is (its telemetry.json): ``run_id``, ``experiment``, ``available``,
+    ``reason`` (why none: e.g. the engine serves no /metrics), ``interval_s``, ``samples``, ``samples_ok``. A run
+    stored before telemetry was recorded has no row."""
+    rows = []
+    for d in run_dirs(data_dir, experiment):
+        f = d / TELEMETRY_INFO_FILE
+        if not f.exists():
+            continue
+        info = json.loads(f.read_text())
+        rows.append({"run_id": pl.read_parquet(d / RUN_FILE, columns=["run_id"])["run_id"][0],
+                     "experiment": d.parent.name, "available": bool(info.get("available")),
+                     "reason": info.get("reason"), "interval_s": info.get("interval_s"),
+                     "samples": info.get("samples"), "samples_ok": info.get("samples_ok")})
+    return pl.DataFrame(rows, schema={"run_id": pl.String, "experiment": pl.String, "available": pl.Boolean,
+                                      "reason": pl.String, "interval_s": pl.Float64, "samples": pl.Int64,
+                                      "samples_ok": pl.Int64})
+
+
 # --------------------------------------------------------------------------- writers
 
 

@@ -40,7 +40,7 @@ LABELS = {
     "max_concurrent_seqs": "sequences that fit",
     "prefix_caching": "prefix cache",
     "shared_fraction": "shared fraction",
-    "hit_rate": "cache-hit rate",
+    "hit_rate": "cache-hit rate (%)",
     "statement": "what the document says",
     "citation": "source",
     "mla_width": "cached MLA width (values/token)",
@@ -104,9 +104,9 @@ LABELS = {
     "requests_ok": "completed",
     "requests_failed": "failed",
     "requests_per_s": "completed requests/s",
-    "cache_hit_rate": "cache-hit rate",
-    "ideal_hit_rate": "ideal hit rate (token-exact)",
-    "block_ideal_hit_rate": "ideal hit rate (whole blocks)",
+    "cache_hit_rate": "cache-hit rate (%)",
+    "ideal_hit_rate": "ideal hit rate, token-exact (%)",
+    "block_ideal_hit_rate": "ideal hit rate, whole blocks (%)",
     "hit_source": "hits counted from",
     "gpu": "GPU",
     "least_of_bound_pct": "least of the bound (%)",
@@ -125,6 +125,13 @@ LABELS = {
 #: Unit suffixes of kvlab's column names and how a header states them.
 SUFFIXES = {"_s": "s", "_ms": "ms", "_us": "µs", "_gib": "GiB", "_gb": "GB", "_mib": "MiB", "_tokens": "tokens",
             "_pct": "%", "_tok_s": "tokens/s", "_per_s": "per s"}
+
+#: Columns whose values name engines: shown by their display names ('vLLM', 'sglang-jax (CPU)'), never 'vllm'.
+ENGINE_COLUMNS = {"engine", "other_engine", "faster", "winner_64k", "winner_200k", "phys_winner_64k",
+                  "phys_winner_200k", "tree"}
+
+#: Columns of shares (0-1) shown as whole percentages, as every sentence gives them: hit rates are % everywhere.
+PERCENT_COLUMNS = {"hit_rate", "cache_hit_rate", "ideal_hit_rate", "block_ideal_hit_rate"}
 
 #: Columns of hash ids: never shown (the run table links runs by what varied, not by key).
 HIDDEN = {"run_id", "server_key", "key", "request_id", "attempt_id"}
@@ -191,7 +198,8 @@ class Table:
         self.caption = caption
         rows = []
         for row in self.frame.iter_rows(named=True):
-            rows.append([engine_label(v) if c == "engine" and isinstance(v, str) else _cell(v, digits)
+            rows.append([engine_label(v) if c in ENGINE_COLUMNS and isinstance(v, str) else
+                         f"{v:.0%}" if c in PERCENT_COLUMNS and isinstance(v, float) else _cell(v, digits)
                          for c, v in row.items()])
         self.rows = rows
 
@@ -216,8 +224,8 @@ class Table:
             {"selector": "caption", "props": "caption-side: top; text-align: left; color: #555;"},
         ]
         for i, column in enumerate(self.frame.columns):  # text reads from the left, numbers line up on the right
-            if self.frame[column].dtype == pl.String or column == "engine":
-                nowrap = " white-space: nowrap;" if column == "engine" else ""
+            if self.frame[column].dtype == pl.String or column in ENGINE_COLUMNS:
+                nowrap = " white-space: nowrap;" if column in ENGINE_COLUMNS else ""
                 styles += [{"selector": f"td.col{i}", "props": f"text-align: left !important;{nowrap}"},
                            {"selector": f"th.col{i}", "props": "text-align: left !important;"}]
         styler = styler.set_table_styles(styles)

@@ -81,18 +81,24 @@ def sig2(x: float) -> str:
     return f"{x:#.2g}".rstrip(".")
 
 
-def direction(factor: float, bold: bool = False) -> str:
+def ratio(x: float, n: int | None = None, digits: int = 2) -> str:
+    """A measured or published ratio as a reader reads it: two significant figures where it rests on one run a
+    side (``n`` = 1: :func:`sig2`), else ``digits`` decimals (published values, n = None; repeats)."""
+    return sig2(x) if n == 1 else f"{x:.{digits}f}"
+
+
+def direction(factor: float, bold: bool = False, n: int | None = None) -> str:
     """A decay factor (throughput at the short context ÷ at the long one) as a direction and size: 2.94 →
-    'falls 2.94×', 0.94 → 'rises 1.06×', 1.0 → 'stays the same'."""
+    'falls 2.94×', 0.94 → 'rises 1.06×', 1.0 → 'stays the same'; two significant figures where ``n`` = 1."""
     b = "**" if bold else ""
     if abs(factor - 1) < 0.005:
         return f"stays {b}the same{b}"
-    return f"falls {b}{factor:.2f}×{b}" if factor > 1 else f"rises {b}{1 / factor:.2f}×{b}"
+    return f"falls {b}{ratio(factor, n)}×{b}" if factor > 1 else f"rises {b}{ratio(1 / factor, n)}×{b}"
 
 
-def change(factor: float | None, noun: str, bold: bool = False) -> str:
+def change(factor: float | None, noun: str, bold: bool = False, n: int | None = None) -> str:
     """``noun`` with its decay factor's direction: 2.94 → 'requests/s falls 2.94×', 0.94 → 'prompt tokens/s rises
     1.06×'; None → 'noun: not available'."""
     if factor is None:
         return f"{noun}: not available"
-    return f"{noun} {direction(factor, bold)}".strip()
+    return f"{noun} {direction(factor, bold, n)}".strip()

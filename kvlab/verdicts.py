@@ -16,6 +16,10 @@ from kvlab.markup import markdown_inline
 #: The MIME type under which a verdict box carries its verdicts in a notebook output (read back by reports).
 MIME = "application/vnd.kvlab.verdicts+json"
 
+#: Verdict kinds that test a report's own question, which no document states (report 07's capacity study): the
+#: headline does not attribute them to the documents.
+OWN_QUESTION_KINDS = frozenset({"capacity"})
+
 Outcome = Literal["reproduced", "contradicted", "inconclusive", "cannot be tested here", "found"]
 Evidence = Literal["published", "measured", "modelled"]
 OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "inconclusive": "#bc4c00",
@@ -96,10 +100,18 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     tested = [v for v in vs if v.outcome != "found"]
     found = [v for v in vs if v.outcome == "found"]
     claims = list({(v.claim_id or v.claim): v for v in tested}.values())  # one claim tested on two kinds of evidence
-    if tested:
-        first = "; ".join(v.claim if v.claim[:1] in "“\"'" else f"“{v.claim}”" for v in claims[:2])
-        more = f" and {_count(len(claims) - 2, 'more claim')}" if len(claims) > 2 else ""
-        claim = f"**The documents claim** {first}{more}."
+    documents = [v for v in claims if v.kind not in OWN_QUESTION_KINDS]
+    own = [v for v in claims if v.kind in OWN_QUESTION_KINDS]
+
+    def quoted(vs: list[Verdict], noun: str) -> str:
+        first = "; ".join(v.claim if v.claim[:1] in "“\"'" else f"“{v.claim}”" for v in vs[:2])
+        return first + (f" and {_count(len(vs) - 2, 'more ' + noun)}" if len(vs) > 2 else "")
+
+    if documents:
+        claim = f"**The documents claim** {quoted(documents, 'claim')}." + (
+            f" The page also tests {_count(len(own), 'question')} of its own." if own else "")
+    elif own:
+        claim = f"**The documents make no claim this page tests**; it tests its own: {quoted(own, 'question')}."
     else:
         claim = "**The documents make no claim this page tests**; it answers its own question."
     held = [v for v in tested if v.outcome in ("reproduced", "contradicted")]

@@ -47,6 +47,16 @@ class Workbook:
         """Every launch attempt of every measured run."""
         return self._table("attempts", store.load_attempts)
 
+    @property
+    def telemetry(self) -> pl.DataFrame:
+        """Every measured run's telemetry samples, on the requests' time origin (``store.load_telemetry``)."""
+        return self._table("telemetry", store.load_telemetry)
+
+    @property
+    def telemetry_info(self) -> pl.DataFrame:
+        """What each measured run's telemetry is, or why there is none (``store.load_telemetry_info``)."""
+        return self._table("telemetry_info", store.load_telemetry_info)
+
     def published(self, experiment: str) -> pl.DataFrame:
         """The published rows of one document's experiment (e.g. ``article_b300``)."""
         return self.runs.filter((pl.col("source") == "published") & (pl.col("experiment") == experiment))
@@ -64,7 +74,7 @@ class Workbook:
         return rows if kind is None else rows.filter(pl.col("kind") == kind)
 
 
-#: Notebook parameters that were renamed to the one vocabulary of notebooks 01–06 (gpu, model, tp, dcp, mem_util,
+#: Notebook parameters that were renamed to the one vocabulary of notebooks 01–07 (gpu, model, tp, dcp, mem_util,
 #: mem_utils, headroom_contexts, curve_points, …): old name → new name.
 RENAMED_PARAMETERS: dict[str, str] = {
     "measured_mem_util": "mem_util",  # 01, 02

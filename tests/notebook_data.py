@@ -77,3 +77,80 @@ def write_fixture_data(data: Path) -> Path:
     design.head(len(design) - 1).with_columns(pl.lit("article_kv_design_alt").alias("experiment")).write_csv(
         ref / "article_kv_design_alt_claims.csv")
     return data
+
+
+#: SYNTHETIC capacity runs (made up for the tests, not measured): cpu_capacity's shape, both CPU engines x 2 contexts
+#: x 2 memory settings x a closed-loop ladder of 1, 2, 4 in flight, SLO TTFT 5 s / TPOT 200 ms. Per rung: (engine,
+#: context tokens, mem_util, in flight, window s, requests within the SLO of the 2 x in flight counted, median TPOT ms,
+#: stopped past saturation, telemetry peaks: KV usage, waiting, preemptions over the run). KV pools (as the engines
+#: report them): 8,192 tokens at 0.92 and 20,480 at 0.95, so the ceilings are 8 / 20 at 1,024 tokens and 2 / 6 at
+#: 3,200; only 3,200 tokens at 0.92 with 4 in flight is past its ceiling, and both engines queue there.
+#: vLLM carries the more goodput at 64K (2.0 vs 1.0 req/s at 4 in flight) and at 200K/0.92 (0.4 vs 0.25 req/s at
+#: 2), sglang at 200K/0.95 (1.0 vs 0.8 req/s at 4): the map's winner changes.
+CAPACITY = [
+    *[("vllm", 1024, m, c, 4.0, 2 * c, t, None, 0.1 * c, 0, 0) for m in (0.92, 0.95) for c, t in ((1, 20.0), (2, 30.0), (4, 50.0))],
+    *[("sglang", 1024, m, c, 8.0, 2 * c, t, None, 0.1 * c, 0, 0) for m in (0.92, 0.95) for c, t in ((1, 40.0), (2, 60.0), (4, 100.0))],
+    ("vllm", 3200, 0.92, 1, 10.0, 2, 50.0, None, 0.39, 0, 0), ("vllm", 3200, 0.92, 2, 10.0, 4, 80.0, None, 0.78, 0, 0),
+    ("vllm", 3200, 0.92, 4, 10.0, 4, 150.0, None, 1.0, 2, 3),
+    ("vllm", 3200, 0.95, 1, 10.0, 2, 50.0, None, 0.16, 0, 0), ("vllm", 3200, 0.95, 2, 10.0, 4, 80.0, None, 0.31, 0, 0),
+    ("vllm", 3200, 0.95, 4, 10.0, 8, 120.0, None, 0.62, 0, 0),
+    ("sglang", 3200, 0.92, 1, 16.0, 2, 90.0, None, 0.39, 0, 0), ("sglang", 3200, 0.92, 2, 16.0, 4, 120.0, None, 0.78, 0, 0),
+    ("sglang", 3200, 0.92, 4, 16.0, 2, 250.0,
+     "past saturation: p90 TTFT 16000 ms of 8 finished requests > 3 x the SLO's 5000 ms", 0.98, 2, 1),
+    ("sglang", 3200, 0.95, 1, 16.0, 2, 90.0, None, 0.16, 0, 0), ("sglang", 3200, 0.95, 2, 16.0, 4, 120.0, None, 0.31, 0, 0),
+    ("sglang", 3200, 0.95, 4, 8.0, 8, 110.0, None, 0.62, 0, 0),
+]
+CAPACITY_LABELS = {1024: "64K", 3200: "200K"}
+
+
+def capacity_frames() -> list[tuple[pl.DataFrame, pl.DataFrame]]:
+    """SYNTHETIC: :data:`CAPACITY` as (RUNS row, telemetry samples) per run: 64 output tokens per request, each rung
+    3 x its level requests of which the first wave (its level) is warm-up, so 2 x level are counted; five telemetry
+    samples 0.5 s apart whose KV usage climbs to the peak, whose waiting queue holds the peak in the middle two and
+    whose preemption counter rises by the run's preemptions."""
+    out = []
+    for i, (engine, ctx, mem, c, window, within, tpot, stop, kv, waiting, preempt) in enumerate(CAPACITY):
+        counted = 2 * c
+        run = pl.DataFrame({
+            "source": ["measured"], "experiment": ["cpu_capacity"], "run_id": [f"cap{i:02d}"],
+            "hardware": ["CPU x86_64 (test)"], "device_kind": ["cpu"], "model": ["tiny-llama"], "engine": [engine],
+            "tp": [1], "dcp": [1], "mem_util": [mem], "kv_budget_bytes": [8388608 if mem == 0.92 else 20971520],
+            "kv_pool_tokens": [8192 if mem == 0.92 else 20480], "context_label": [CAPACITY_LABELS[ctx]],
+            "context_tokens": [ctx], "scale_factor": [64.0], "mode": ["fixed_batch"], "batch_size": [3 * c],
+            "prompt_tokens": [ctx - 64], "output_tokens": [64], "repeat": [0], "attempts": [1], "status": ["ok"],
+            "batch_time_s": [window + 2.0], "load_mode": ["closed"], "load_concurrency": [c],
+            "requests_warmup": [c], "requests_outside_window": [0], "window_s": [window], "load_stop": [stop],
+            "tpot_p50_ms": [tpot], "ttft_p50_ms": [100.0 * c], "slo_ttft_ms": [5000.0], "slo_tpot_ms": [200.0],
+            "requests_within_slo": [within], "requests_ok": [counted], "requests_failed": [0],
+            "served_output_tokens": [64 * counted], "started_at": [f"2026-12-01T10:{i:02d}:00"],
+        })
+        samples = pl.DataFrame({
+            "t_s": [0.0, 0.5, 1.0, 1.5, 2.0], "kv_cache_usage": [round(kv * k / 5, 6) for k in range(1, 6)],
+            "preemptions_total": [10.0, 10.0, 10.0, 10.0 + preempt, 10.0 + preempt],
+            "requests_running": [float(min(c, 8192 // ctx if mem == 0.92 else 20480 // ctx))] * 5,
+            "requests_waiting": [0.0, float(waiting), float(waiting), 0.0, 0.0], "error": [None] * 5,
+        }, schema_overrides={"error": pl.String})
+        out.append((run, samples))
+    return out
+
+
+def write_capacity_runs(data: Path) -> Path:
+    """``data`` (reference tables in it already, or copied here) with :func:`capacity_frames` stored as runs of
+    cpu_capacity, each with its telemetry.csv and telemetry.json as kvlab.runner.write_telemetry writes them."""
+    import json
+    import tempfile
+
+    if not (data / "reference").exists():
+        copy_reference(data)
+    with tempfile.TemporaryDirectory() as tmp:
+        for run, samples in capacity_frames():
+            rid = run["run_id"][0]
+            folder = Path(tmp) / rid
+            folder.mkdir()
+            samples.write_csv(folder / store.TELEMETRY_FILE)
+            (folder / store.TELEMETRY_INFO_FILE).write_text(json.dumps({
+                "available": True, "reason": None, "source": "GET /metrics, sampled during the batch (SYNTHETIC)",
+                "interval_s": 0.5, "samples": samples.height, "samples_ok": samples.height}))
+            store.write_run(data / "runs" / "cpu_capacity", rid, run,
+                            files={f: folder / f for f in (store.TELEMETRY_FILE, store.TELEMETRY_INFO_FILE)})
+    return data

@@ -179,6 +179,65 @@ def test_memory_study_keeps_missing_counters_null_and_compares_settings():
     assert analysis.memory_comparison(stats.clear()).height == 0
 
 
+def test_memory_ratios_set_each_engine_against_itself_with_the_range_of_its_repeats():
+    """0.92 ÷ 0.95 within each engine: the ratio of the means, and least ÷ most to most ÷ least over the repeats."""
+    rows = [("vllm", 0.92, 8.0), ("vllm", 0.95, 6.0), ("vllm", 0.95, 4.0), ("vllm", 0.92, 10.0), ("vllm", 0.95, 5.0),
+            ("vllm", 0.92, 9.0), ("sglang-jax", 0.92, 6.0), ("sglang-jax", 0.95, 5.0)]
+    runs = pl.DataFrame({
+        "source": "measured", "experiment": "e", "hardware": "CPU", "run_id": [f"r{i}" for i in range(len(rows))],
+        "engine": [r[0] for r in rows], "mem_util": [r[1] for r in rows], "context_label": "200K",
+        "context_tokens": 3200, "status": "ok", "batch_time_s": [r[2] for r in rows], "attempts": 1,
+        "ttft_mean_ms": 1.0, "e2e_mean_ms": [r[2] * 100 for r in rows], "server_preemptions": None})
+    attempts = pl.DataFrame({"run_id": [f"r{i}" for i in range(len(rows))], "status": "ok", "failure_cause": None})
+    ratios = {r["engine"]: r for r in analysis.memory_ratios(analysis.memory_study(runs, attempts)).iter_rows(named=True)}
+    v, s = ratios["vllm"], ratios["sglang-jax"]
+    # vLLM: means 9 s (8, 9, 10) against 5 s (4, 5, 6); the range 8 ÷ 6 to 10 ÷ 4
+    assert (v["mem_low"], v["mem_high"], v["n_runs"]) == (0.92, 0.95, 3)
+    assert (v["batch_time_ratio"], v["batch_time_ratio_min"], v["batch_time_ratio_max"]) == \
+        (pytest.approx(1.8), pytest.approx(8 / 6), pytest.approx(2.5))
+    assert (v["e2e_ratio"], v["e2e_ratio_min"], v["e2e_ratio_max"]) == \
+        (pytest.approx(1.8), pytest.approx(8 / 6), pytest.approx(2.5))
+    # sglang-jax: one run a side, so its range is the ratio itself
+    assert (s["batch_time_ratio"], s["batch_time_ratio_min"], s["batch_time_ratio_max"], s["n_runs"]) == \
+        (pytest.approx(1.2), pytest.approx(1.2), pytest.approx(1.2), 1)
+    assert analysis.memory_ratios(analysis.memory_study(runs, attempts).filter(pl.col("mem_util") == 0.92)).height == 0
+
+
+def test_relative_to_context_sets_each_engine_to_1_at_the_reference():
+    frame = pl.DataFrame({"source": "published", "experiment": "a", "hardware": "B300",
+                          "engine": ["vllm", "vllm", "sglang", "sglang", "sglang"],
+                          "context_label": ["64K", "200K", "32K", "64K", "200K"],
+                          "context_tokens": [65536, 204800, 32768, 65536, 204800],
+                          "batches_per_s": [0.01, 0.0034, 0.02, 0.008, 0.0052]})
+    at64 = {(r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
+            for r in analysis.relative_to_context(frame, "batches_per_s", "64K").iter_rows(named=True)}
+    assert at64 == {("vllm", "64K"): (1.0, "64K"), ("vllm", "200K"): (pytest.approx(0.34), "64K"),
+                    ("sglang", "32K"): (2.5, "64K"), ("sglang", "64K"): (1.0, "64K"),
+                    ("sglang", "200K"): (pytest.approx(0.65), "64K")}
+    # no reference named: each engine's shortest context (sglang's 32K, vLLM's 64K)
+    short = {(r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
+             for r in analysis.relative_to_context(frame, "batches_per_s").iter_rows(named=True)}
+    assert short[("sglang", "64K")] == (pytest.approx(0.4), "32K") and short[("vllm", "200K")][1] == "64K"
+
+
+def test_caching_gain_carries_the_range_of_each_speed_up_over_the_repeats():
+    rows = [(True, 2.0, 100.0), (True, 3.0, 150.0), (False, 6.0, 300.0), (False, 9.0, 600.0)]
+    sharing = pl.DataFrame({"experiment": "e", "hardware": "CPU", "engine": "vllm", "shared_fraction": 0.5,
+                            "prefix_caching": [r[0] for r in rows], "ideal_hit_rate": 0.4, "cache_hit_rate": 0.3,
+                            "prompt_tokens_per_s": 1.0, "batch_time_s": [r[1] for r in rows],
+                            "ttft_mean_ms": [r[2] for r in rows], "n_runs": 3})
+    # one row per setting, each with its repeats' range: on 2-3 s (median 2.5), off 6-9 s (median 7.5)
+    folded = pl.DataFrame({"experiment": ["e", "e"], "hardware": "CPU", "engine": "vllm", "shared_fraction": 0.5,
+                           "prefix_caching": [True, False], "ideal_hit_rate": 0.4, "cache_hit_rate": [0.3, 0.0],
+                           "prompt_tokens_per_s": 1.0, "batch_time_s": [2.5, 7.5], "batch_time_min_s": [2.0, 6.0],
+                           "batch_time_max_s": [3.0, 9.0], "ttft_mean_ms": [125.0, 450.0],
+                           "ttft_min_ms": [100.0, 300.0], "ttft_max_ms": [150.0, 600.0], "n_runs": [3, 3]})
+    g = analysis.caching_gain(folded).row(0, named=True)
+    assert (g["batch_speedup"], g["batch_speedup_min"], g["batch_speedup_max"], g["n_runs"]) == (3.0, 2.0, 4.5, 3)
+    assert (g["ttft_speedup"], g["ttft_speedup_min"], g["ttft_speedup_max"]) == (3.6, 2.0, 6.0)
+    assert "batch_speedup_min" not in analysis.caching_gain(sharing).columns  # no range columns: none made up
+
+
 def _turn_runs():
     return pl.DataFrame({"source": ["measured"], "experiment": ["mt"], "hardware": ["CPU"], "engine": ["vllm"],
                          "prefix_caching": [True], "mode": ["multi_turn"], "status": ["ok"], "run_id": ["r"]})
@@ -262,3 +321,50 @@ def test_multi_turn_requests_number_turns_like_the_means(study):
     means = r.group_by("engine", "prefix_caching", "turn").agg(pl.col("ttft_ms").mean())
     assert means.join(study["by_turn"], on=["engine", "prefix_caching", "turn"]).filter(
         pl.col("ttft_ms") != pl.col("ttft_mean_ms")).is_empty()
+
+
+# ----------------------------------------------------------------------------- KV capacity (issue 23)
+
+
+def test_the_concurrency_ceiling_is_the_reported_pool_over_the_tokens_per_request():
+    assert analysis.concurrency_ceiling(100_000, 8_192) == 12  # 100,000 / 8,192 = 12.2
+    assert analysis.concurrency_ceiling(16_384, 8_192) == 2 and analysis.concurrency_ceiling(16_383, 8_192) == 1
+    assert analysis.concurrency_ceiling(None, 8_192) is None  # no pool reported: unknown, never 0
+    with pytest.raises(ValueError):
+        analysis.concurrency_ceiling(100, 0)
+    runs = pl.DataFrame({"kv_pool_tokens": [100_000, None, 4_000], "context_tokens": [8_192, 1_024, 1_024]},
+                        schema={"kv_pool_tokens": pl.Int64, "context_tokens": pl.Int64})
+    assert analysis.run_ceilings(runs)["concurrency_ceiling"].to_list() == [12, None, 3]
+
+
+def _load_runs() -> pl.DataFrame:
+    from kvlab.schema import RUNS
+
+    base = dict(source="measured", experiment="cap", hardware="CPU", model="tiny", engine="vllm", tp=1, dp=1, dcp=1,
+                mem_util=0.92, context_tokens=1024, context_label="64K", status="ok", load_mode="closed",
+                requests_failed=0, window_s=2.0, batch_time_s=3.0)
+    rows = [  # concurrency, ok, within SLO, output tokens, median TPOT (ms), stopped
+        (1, 4, 4, 256, 20.0, None), (2, 6, 6, 384, 25.0, None), (4, 8, 6, 512, 50.0, None),
+        (8, 8, 2, 480, 60.0, "past saturation: ..."),
+    ]
+    df = pl.DataFrame([base | dict(run_id=f"r{c}", load_concurrency=c, batch_size=c, requests_ok=ok,
+                                   requests_within_slo=w, served_output_tokens=out, tpot_p50_ms=tpot, load_stop=stop)
+                       for c, ok, w, out, tpot, stop in rows]
+                      + [base | dict(run_id="plain", load_mode=None, batch_size=4, requests_ok=4,
+                                     requests_within_slo=4, served_output_tokens=256, tpot_p50_ms=10.0)])
+    return RUNS.conform(df)
+
+
+def test_a_load_curve_gives_each_point_its_throughput_interactivity_and_slo_attainment():
+    curve = analysis.load_curve(_load_runs())
+    assert curve["load_level"].to_list() == [1, 2, 4, 8]  # the run without a load is no load point
+    assert curve["goodput_requests_per_s"].to_list() == [2.0, 3.0, 3.0, 1.0]  # within SLO / the 2 s window
+    assert curve["output_tokens_per_s_per_device"].to_list() == [128.0, 192.0, 256.0, 240.0]
+    assert curve["output_tokens_per_s_per_user"].to_list() == pytest.approx([50.0, 40.0, 20.0, 1000 / 60])
+    assert curve["slo_attainment"].to_list() == [1.0, 1.0, 0.75, 0.25]
+    assert curve["within_slo"].to_list() == [True, True, False, False]
+    best = analysis.highest_load_within_slo(curve).row(0, named=True)
+    assert (best["max_load_within_slo"], best["goodput_requests_per_s"], best["first_load_past_slo"]) == (2, 3.0, 4)
+    assert best["levels"] == [1, 2, 4, 8]
+    front = analysis.pareto_front(curve)
+    assert front["on_front"].to_list() == [True, True, True, False]  # c=8: fewer tokens/s both per device and user

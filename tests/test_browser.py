@@ -70,15 +70,64 @@ window.addEventListener('load', () => {
 </script>"""
 
 
-def overflow(browser, page, tmp_path):
+def _probe(browser, page, tmp_path, script: str, probe_id: str, size: tuple[int, int]) -> dict:
+    """Run ``script`` (it writes JSON into <pre id=probe_id>) in a copy of ``page`` laid out at ``size``."""
     probe = page.with_name(f"probe_{page.name}")
-    probe.write_text(page.read_text().replace("</body>", OVERFLOW_PROBE + "</body>"))
-    dom = _chromium(browser, probe, tmp_path / "profile", f"--window-size={WIDTH},900",
+    probe.write_text(page.read_text().replace("</body>", script + "</body>"))
+    dom = _chromium(browser, probe, tmp_path / "profile", f"--window-size={size[0]},{size[1]}",
                     "--virtual-time-budget=5000", "--dump-dom").stdout
     probe.unlink()
-    found = re.search(r'<pre id="kvlab-overflow">(.*?)</pre>', dom, re.S)
-    assert found, "the overflow probe did not run"
+    found = re.search(rf'<pre id="{probe_id}">(.*?)</pre>', dom, re.S)
+    assert found, f"the {probe_id} probe did not run"
     return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+
+
+def overflow(browser, page, tmp_path):
+    return _probe(browser, page, tmp_path, OVERFLOW_PROBE, "kvlab-overflow", (WIDTH, 900))
+
+
+#: Injected into a copy of a page laid out at 1280×800: where the verdict box and the headline start.
+FIRST_SCREEN_PROBE = """<script>
+window.addEventListener('load', () => {
+  const top = sel => { const el = document.querySelector(sel);
+                       return el ? Math.round(el.getBoundingClientRect().top + window.scrollY) : null; };
+  const out = document.createElement('pre'); out.id = 'kvlab-first-screen';
+  out.textContent = JSON.stringify({verdicts: top('.kvlab-verdicts'), height: window.innerHeight});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def fonts_with_glyphs() -> list[set[int]]:
+    """The code points each installed font covers, as fontconfig (which Chromium asks for fallback fonts on
+    Linux) lists its fonts; read with fontTools (matplotlib's dependency), so no other tool is needed."""
+    from pathlib import Path
+
+    from fontTools.ttLib import TTCollection, TTFont
+
+    files = []
+    if shutil.which("fc-list"):
+        out = subprocess.run(["fc-list", "--format", "%{file}\n"], capture_output=True, text=True, check=True).stdout
+        files = sorted({Path(f) for f in out.splitlines() if f.strip()})
+    else:  # fontconfig's default folders
+        for d in (Path("/usr/share/fonts"), Path("/usr/local/share/fonts"), Path.home() / ".local/share/fonts",
+                  Path.home() / ".fonts"):
+            files += [f for f in d.rglob("*") if f.suffix.lower() in (".ttf", ".otf", ".ttc", ".otc")] if d.is_dir() else []
+    covered = []
+    for f in files:
+        try:
+            fonts = TTCollection(str(f), lazy=True).fonts if f.suffix.lower() in (".ttc", ".otc") else \
+                [TTFont(str(f), lazy=True)]
+            covered += [set((font.getBestCmap() or {}).keys()) for font in fonts]
+        except Exception:  # a font fontTools cannot read (a bitmap .pcf.gz, a Type 1): not what Chromium uses
+            continue
+    return covered
+
+
+def missing_glyphs(text: str, fonts: list[set[int]]) -> list[str]:
+    """The characters of ``text`` that no font covers: what a browser draws as tofu (an empty box)."""
+    return sorted(ch for ch in set(text) if ch.isprintable() and not ch.isspace()
+                  and not any(ord(ch) in f for f in fonts))
 
 
 class _Page(HTMLParser):
@@ -166,3 +215,32 @@ def test_index_and_report_render_with_figures(browser, built, tmp_path):
     orange = ((abs(rgb[..., 0] - 0xE1 / 255) < 0.04) & (abs(rgb[..., 1] - 0x81 / 255) < 0.04)
               & (abs(rgb[..., 2] - 0x2C / 255) < 0.04)).sum()
     assert blue > 2000 and orange > 2000, (blue, orange)
+
+
+@pytest.fixture(scope="module")
+def fonts(browser):
+    return fonts_with_glyphs()
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS + ["index"])
+def test_every_character_on_the_page_has_a_glyph(fonts, built, name):
+    """No tofu: every character a page shows (report 05's Korean citation included) is in an installed font.
+    `make browser` installs Noto Sans CJK from PyPI for the Korean."""
+    text = parse(built / f"{name}.html").visible
+    missing = missing_glyphs(text, fonts)
+    assert not missing, (f"{name}: no installed font has a glyph for {''.join(missing)!r} "
+                         f"({', '.join(f'U+{ord(c):04X}' for c in missing[:12])}): run `make browser`")
+
+
+def test_the_glyph_check_finds_tofu():
+    """The check itself: a character no font covers is reported, one a font covers is not."""
+    latin = {ord(c) for c in "vLLM is faster"}
+    assert missing_glyphs("vLLM is faster — 성능", [latin]) == ["—", "능", "성"]
+    assert missing_glyphs("vLLM is faster", [latin]) == []
+
+
+@pytest.mark.parametrize("name", ["index", "01_context_scaling", "05_prefix_sharing"])
+def test_verdict_box_starts_on_the_first_screen(browser, built, name, tmp_path):
+    """At 1280×800 the verdict box starts within the first screen (the headline and provenance above it)."""
+    found = _probe(browser, built / f"{name}.html", tmp_path, FIRST_SCREEN_PROBE, "kvlab-first-screen", (1280, 800))
+    assert found["verdicts"] is not None and found["verdicts"] < 800, found

@@ -207,6 +207,7 @@ def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():
     assert negated(g).outcome == "contradicted"  # "vLLM shares no prefixes"
     once = cache_shares(on | {"n_runs": 1, "cache_hit_rate_min": None, "cache_hit_rate_max": None}, None)
     assert (once.outcome, once.n, once.value) == ("inconclusive", 1, 0.78)
+    assert once.reason.startswith("vLLM's cache-hit share, cache on against off: n=1")  # the display name
     assert negated(once).outcome == "inconclusive"
     assert (counted(True, 2, reason="r").outcome, counted(False, 3, reason="r").outcome) == ("inconclusive",
                                                                                                "contradicted")

@@ -216,10 +216,12 @@ def test_imports_leave_matplotlib_settings_alone():
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("kvlab", "paths")),
     ("tools", ("units", "markup", "host", "metrics", "reasoning", "watchdog", "tinymodel")),
+    ("measuring", ("load",)),
     ("measuring", ("workloads",)),
     ("measuring", ("engines",)),
     ("measuring", ("spec", "server", "schema")),
     ("measuring", ("client", "store", "plan")),
+    ("measuring", ("probe",)),
     ("measuring", ("rows",)),
     ("measuring", ("campaign",)),
     ("measuring", ("runner",)),

@@ -1,5 +1,5 @@
 """`make lab` (= `kvlab lab`) opens the notebooks as the user the suite runs as (root included): the server answers
-on 127.0.0.1 behind its token and lists the six notebooks."""
+on 127.0.0.1 behind its token and lists the seven notebooks."""
 
 import json
 import os
@@ -44,7 +44,7 @@ def test_lab_starts_as_this_user_and_lists_the_notebooks(tmp_path):
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         assert listing is not None, "JupyterLab did not answer within 120 s"
         names = sorted(c["name"] for c in listing["content"] if c["name"].endswith(".ipynb"))
-        assert names == sorted(p.name for p in reports.notebooks()) and len(names) == 6
+        assert names == sorted(p.name for p in reports.notebooks()) and len(names) == 7
         # the token is required: without it the API refuses
         try:
             _get(base)

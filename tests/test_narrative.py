@@ -65,20 +65,21 @@ def test_captions_state_direction_and_size():
 def test_decay_sentences_and_tables_state_each_direction():
     dec = analysis.decay_factors(PUB)  # vLLM 100.5 → 295.2 s, SGLang 150.8 → 225.3 s
     assert narrative.decay_sentences(dec, "published").splitlines() == [
-        "- published, sglang: from 64K to 200K batch time grows **1.49×** (so requests/s falls 1.49×), "
+        "- published, SGLang: from 64K to 200K batch time grows **1.49×** (so requests/s falls 1.49×), "
         "while prompt tokens/s rises 2.09×.",  # (65,536 / 150.8) / (204,800 / 225.3) = 0.478
-        "- published, vllm: from 64K to 200K batch time grows **2.94×** (so requests/s falls 2.94×), "
+        "- published, vLLM: from 64K to 200K batch time grows **2.94×** (so requests/s falls 2.94×), "
         "while prompt tokens/s rises 1.06×."]  # 0.940
     m = analysis.decay_factors(_measured([1.0, 2.0, 4.0, 3.0]))  # vllm 1 → 4 s, sglang-jax 2 → 3 s at 1,024 → 3,200
     # prompt tokens/s counts the real prompts (context − 64 output tokens), as the throughput table beside it does:
     # sglang-jax (960 / 2) / (3,136 / 3) = 0.459, vLLM (960 / 1) / (3,136 / 4) = 1.22
-    assert narrative.decay_table(m).rows == [["sglang-jax (CPU)", "2", "3", "falls 1.50×", "rises 2.18×"],
-                                             ["vLLM", "1", "4", "falls 4.00×", "falls 1.22×"]]
+    # one run per context: two significant figures (published rows above keep the article's precision)
+    assert narrative.decay_table(m).rows == [["sglang-jax (CPU)", "2", "3", "falls 1.5×", "rises 2.2×"],
+                                             ["vLLM", "1", "4", "falls 4.0×", "falls 1.2×"]]
     assert narrative.decay_caption(dec, "published", "batches per second") == (
         "Published: from 64K to 200K, batches per second falls 2.94× for vLLM and 1.49× for SGLang — SGLang's "
         "throughput holds up better; the lines cross: vLLM ahead at 64K, SGLang at 200K.")
     assert narrative.decay_caption(m, "measured", "output tokens per second").startswith(
-        "Measured: from 64K (1,024 tok) to 200K (3,200 tok), output tokens per second falls 4.00× for vLLM and 1.50× "
+        "Measured: from 64K (1,024 tok) to 200K (3,200 tok), output tokens per second falls 4.0× for vLLM and 1.5× "
         "for sglang-jax (CPU)")
 
 
@@ -139,13 +140,13 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
     cmp = analysis.memory_comparison(stats)
     assert narrative.memory_conclusion(cmp, stats).splitlines() == [
         "### Conclusion (measured)",
-        "- **Retries**: 0 at 0.92 (2 runs) and 1 at 0.95 (2 runs: sglang-jax at 200K (3,200 tok)); no run failed.",
-        "- **Run time** at 0.92 against 0.95: vllm at 200K (3,200 tok) 25% longer (1 s vs 0.8 s); "
-        "sglang-jax at 200K (3,200 tok) 6.7% shorter (14 s vs 15 s).",
+        "- **Retries**: 0 at 0.92 (2 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 200K (3,200 tok)); no run failed.",
+        "- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 25% longer (1 s vs 0.8 s); "
+        "sglang-jax (CPU) at 200K (3,200 tok) 6.7% shorter (14 s vs 15 s).",
         "- **Spread** of batch time over repeats (coefficient of variation, 0.92 → 0.95): not measured — one successful "
         "run per engine, setting and context, so run-time stability cannot be compared.",
-        "- **Latency** at 0.92 against 0.95: vllm at 200K (3,200 tok) mean request latency 2.6% higher (800 ms vs "
-        "780 ms), mean TTFT 33% higher (400 ms vs 300 ms); sglang-jax at 200K (3,200 tok) mean request latency 33% "
+        "- **Latency** at 0.92 against 0.95: vLLM at 200K (3,200 tok) mean request latency 2.6% higher (800 ms vs "
+        "780 ms), mean TTFT 33% higher (400 ms vs 300 ms); sglang-jax (CPU) at 200K (3,200 tok) mean request latency 33% "
         "lower (10,000 ms vs 15,000 ms), mean TTFT 2.4% lower (8,000 ms vs 8,200 ms).",
     ]
     assert narrative.memory_caption(stats, cmp) == (
@@ -408,9 +409,9 @@ def test_prefix_tables_are_readers_tables(study):
 def test_prefix_factor_says_by_how_much_and_on_what(sharing):
     f = guide.prefix_factor(guide.UserWorkload(shared_fraction=0.4), sharing)
     assert narrative.factor_evidence(f) == (
-        "prefix: vLLM, median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction 0.5, each engine's "
+        "prefix: vLLM, median batch time 1.9× shorter than sglang-jax (CPU)'s at shared fraction 0.5, each engine's "
         "prefix cache on (cpu_prefix_sharing)")
-    assert "With nothing to share (shared fraction 0) vLLM is 2.00× faster, so sharing the prefix narrows vLLM's lead" \
+    assert "With nothing to share (shared fraction 0) vLLM is 2.0× faster, so sharing the prefix narrows vLLM's lead" \
         in narrative.factor_finding(f)
 
 
@@ -419,12 +420,12 @@ def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(w, fit, sh, analysis.concurrency_study(conc_runs()))
     assert narrative.evidence_basis(ev) == (
-        "measured — prefix: sglang-jax (CPU), median batch time 2.14× shorter than vLLM's at shared fraction 0.5, each "
-        "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.25× the completed "
+        "measured — prefix: sglang-jax (CPU), median batch time 2.1× shorter than vLLM's at shared fraction 0.5, each "
+        "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.2× the completed "
         "requests/s of vLLM at 128 requests in flight (cpu_classification); the SGLang side of these measurements is "
         "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
     assert narrative.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
-    assert "Favours **sglang** (measured on sglang-jax (CPU))." in narrative.evidence_sentences(ev)
+    assert "Favours **SGLang** (measured on sglang-jax (CPU))." in narrative.evidence_sentences(ev)
     assert narrative.evidence_gap_sentence(ev) is None
 
 
@@ -443,7 +444,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
     assert "so the concurrency factor" in narrative.evidence_basis(ev)
     why = narrative.disagreement(distinct, distinct.tree(), ev, sharing)
     assert ("The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with ≥ 100 requests in "
-            "flight; measured, concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM") in why
+            "flight; measured, concurrency: sglang-jax (CPU), 1.2× the completed requests/s of vLLM") in why
 
 
 def test_differences_under_the_margin_are_said_to_decide_nothing(fit):
@@ -452,7 +453,7 @@ def test_differences_under_the_margin_are_said_to_decide_nothing(fit):
     ev = guide.from_evidence(guide.UserWorkload(shared_fraction=0.4, concurrency=128), fit, sh, conc)
     assert "tie-break" in narrative.evidence_basis(ev)
     # at 0.5 sglang-jax's token-exact hits make it 1.339 / 1.2875 = 1.04× faster: still under the margin
-    assert narrative.factor_finding(ev.factors[1]).endswith("With nothing to share (shared fraction 0) vLLM is 1.03× faster. "
+    assert narrative.factor_finding(ev.factors[1]).endswith("With nothing to share (shared fraction 0) vLLM is 1.0× faster. "
                                           "Batch times within 5% (1.04×): no measured difference")
     assert narrative.evidence_gap_sentence(ev) == ("Two engines were measured (prefix, concurrency), but every measured "
                                                "difference is under 5%: the measurements do not separate them.")
@@ -472,15 +473,15 @@ def test_a_tie_break_is_called_a_tie_break(fit, sharing):
     ev = guide.from_evidence(shared, fit, empty_sh, empty_conc)
     assert "the data say" not in narrative.disagreement(shared, shared.tree(), ev, empty_sh)
     assert narrative.recommendation_sentence(shared, shared.tree(), ev, empty_sh) == (
-        "**They disagree.** The tree says **sglang** (RadixAttention reuses the shared prefix across requests); "
-        "nothing measured or modelled here separates the engines, so the data's **vllm** is only a tie-break (vLLM, "
+        "**They disagree.** The tree says **SGLang** (RadixAttention reuses the shared prefix across requests); "
+        "nothing measured or modelled here separates the engines, so the data's **vLLM** is only a tie-break (vLLM, "
         "easier to operate), not a finding.")
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=16)
     ev = guide.from_evidence(distinct, fit, empty_sh, empty_conc)
     assert narrative.recommendation_sentence(distinct, distinct.tree(), ev, empty_sh) == (
         "**The tree says vLLM; the data cannot confirm it**: nothing measured or modelled here separates the engines, "
         "and vLLM is only the tie-break.")
-    assert narrative.evidence_sentences(ev).endswith("- from the data: **vllm**, but only as a tie-break: no factor "
+    assert narrative.evidence_sentences(ev).endswith("- from the data: **vLLM**, but only as a tie-break: no factor "
                                                  "separates the engines; vLLM as the tree's tie-break (easier to operate).")
 
 
@@ -533,3 +534,12 @@ def test_caching_gain_caption_words_a_threshold_from_the_rows(study):
     text = narrative.caching_gain_caption(study["gain"], ths)
     assert "vLLM: batch time unchanged (1.00×) with the cache at 0% shared" in text
     assert text.count("the saving jumping from") == 2
+
+
+def test_consistency_table_states_each_decay_factor_with_its_direction():
+    """The article's table against its stated ratios: a decay factor reads 'rises 1.06×', never 0.940."""
+    claims = CLAIMS.filter(pl.col("experiment") == "article_b300")
+    check = analysis.consistency(PUB, claims)
+    rows = narrative.consistency_table(check, claims).rows
+    assert [r[3] for r in rows] == ["1.50", "1.33", "1.31", "1.24", "falls 2.94×", "rises 1.06×", "falls 1.49×",
+                                    "rises 2.09×"]

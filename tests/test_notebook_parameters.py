@@ -13,7 +13,7 @@ import papermill
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-from notebook_data import copy_reference, write_two_engine_runs
+from notebook_data import copy_reference, write_capacity_runs, write_two_engine_runs
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
@@ -21,7 +21,8 @@ from kvlab import reports
 from kvlab.workbook import RENAMED_PARAMETERS, check_parameters
 
 #: Per notebook: the data folder it runs on ("fixture": real measured runs of every CPU study plus document
-#: variants; "two_engines": made-up long-context runs of both engines with a crossover), base parameters beside
+#: variants; "two_engines": made-up long-context runs of both engines with a crossover; "capacity": SYNTHETIC
+#: capacity runs with telemetry, notebook_data.CAPACITY), base parameters beside
 #: data_dir (small where the notebook draws many points), and a non-default value for every other parameter.
 #: data_dir's own variant is a folder without measured runs.
 CASES = {
@@ -51,6 +52,9 @@ CASES = {
         "context_tokens": 131072, "shared_fraction": 0.0, "concurrency": 16, "model": "Kimi-K3", "gpu": "H200",
         "tp": 16, "dcp": 4, "mixed_hardware_or_frequent_model_changes": True, "priority": "throughput",
         "max_context": 524288, "curve_points": 10}),
+    "07": ("capacity", {}, {
+        "measured_experiment": "cpu_long_context", "slo_share": 0.5, "gpu": "H200", "model": "DeepSeek-V3", "tp": 16,
+        "dcp_sizes": [2, 8], "mem_utils": [0.9, 0.95], "headroom_contexts": [65536, 131072]}),
 }
 
 
@@ -85,6 +89,7 @@ def run_variants(path, variants: list[dict]) -> list[list[str]]:
 def data_dirs(tmp_path_factory, fixture_data):
     root = tmp_path_factory.mktemp("notebook-parameters")
     return {"fixture": fixture_data, "two_engines": write_two_engine_runs(root / "two"),
+            "capacity": write_capacity_runs(root / "capacity"),
             "no_runs": copy_reference(root / "no_runs")}
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from kvlab import reports
 from kvlab.paths import DATA_DIR
-from notebook_data import copy_reference, write_two_engine_runs
+from notebook_data import copy_reference, write_capacity_runs, write_two_engine_runs
 from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
 
 #: Small parameters per notebook prefix (keep each notebook's test run short).
@@ -18,7 +18,7 @@ SMALL = {
 }
 #: Text each report must contain: conclusions computed from the data, not typed in.
 EXPECT = {
-    "01": ["vllm is 1.50× faster at 64K", "sglang is 1.31× faster at 200K", "The winner changes with context"],
+    "01": ["vLLM is 1.50× faster at 64K", "SGLang is 1.31× faster at 200K", "The winner changes with context"],
     "02": ["batch time grows <strong>2.94×</strong>", "batch time grows <strong>1.49×</strong>",
            "not</strong> what the table implies"],
     "03": ["0.95 caused OOM retries"],
@@ -35,14 +35,19 @@ EXPECT = {
     "05": ["PagedAttention gives each request its own memory pages", "a prefix cache can reuse",
            "Radix tree vs paged blocks"],
     "06": ["decision tree: Shared system prompt / document repeated across requests? <strong>yes</strong>",
-           "⇒ <strong>sglang</strong>", "They disagree", "from the data: <strong>",
+           "⇒ <strong>SGLang</strong>", "They disagree", "from the data: <strong>",
            # the sentence beside the modelled curves says the ~126 s gap they show, not 'the same time'
            "the model gives SGLang TP8+DCP8 72.9 s per batch against vLLM TP8's 5.53 s (13.20× slower, the cost of "
            "DCP alone)"],
+    # no capacity runs among the fixtures: the report says so, names the commands, and still shows the model
+    "07": ["No measured capacity runs (<code>cpu_capacity</code>)", "<code>make report FULL=1</code>",
+           "<code>kvlab sweep --quick data/experiments/cpu_capacity.yaml &amp;&amp; kvlab report</code>",
+           "At 200K: vLLM TP8 11 → 13 requests from 0.92 to 0.95; SGLang TP8+DCP8 92 → 104 requests from 0.92 to 0.95",
+           "Not measured yet: see the note at the top."],
 }
 #: Text the measured sections must contain, run on the real measured runs of tests/fixtures (both engines).
 EXPECT_MEASURED = {
-    "01": ["<strong>vllm is 4.92× faster at 64K</strong>", "<strong>vllm is 13.93× faster at 200K</strong>"],
+    "01": ["<strong>vLLM is 4.9× faster at 64K</strong>", "<strong>vLLM is 14× faster at 200K</strong>"],  # n=1: 2 s.f.
     "02": ["sglang-jax (CPU) falls 6.5×, vLLM 2.3× (1,024 → 3,200 tokens)"],
     "03": ["vLLM +1.6%, sglang-jax (CPU) −35%"],
     "05": ["78% of prompt tokens served from", "45% of prompt tokens served from its radix cache at 90% shared",
@@ -55,7 +60,7 @@ EXPECT_MEASURED = {
            "Radix vs paged, turn by turn", "of prompt tokens served from its radix cache at",
            "requests that found the prefix in the cache"],
     "06": ["vLLM 20× the completed requests/s at 128 in flight (the only setting measured",
-           "median batch time 17.29× shorter than sglang-jax (CPU)",
+           "median batch time 17× shorter than sglang-jax (CPU)",  # one run a side: 2 s.f.
            "<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>", "sglang-jax (CPU) at 128 in flight",
            "(cpu_prefix_sharing)", "(cpu_classification)"],
 }
@@ -74,6 +79,10 @@ VERDICTS = {
            ("shared_prefix_threshold", "cannot be tested here", "measured"),
            ("high_concurrency", "cannot be tested here", "measured"),
            ("engine_choice_recommendation", "cannot be tested here", "measured")],
+    "07": [("capacity_ceiling_memory", "cannot be tested here", "measured"),
+           ("capacity_queueing_past_ceiling", "cannot be tested here", "measured"),
+           ("capacity_goodput_map", "cannot be tested here", "measured"),
+           ("capacity_modelled_ceiling", "found", "modelled")],
 }
 NOTEBOOKS = reports.notebooks()
 
@@ -145,11 +154,13 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     out = {p: rep.html.read_text() for p, rep in reps.items()}
     verdicts = {p: [(v["claim_id"], v["outcome"], v["evidence"], v["value"], v["n"]) for v in rep.verdicts]
                 for p, rep in reps.items()}
-    note = "sglang-jax = sglang-jax (CPU): SGLang's JAX runtime"
+    note = "sglang-jax (CPU): SGLang's JAX runtime"
     for prefix, text in out.items():
         assert text.count(note) == 1 and "<strong>not PyTorch SGLang</strong>" in text, prefix
     r1, r2, r3 = out["01"], out["02"], out["03"]
     assert "sglang is" not in r1.split("Measured here")[1]  # measured rows are never called sglang
+    for prefix, text in out.items():  # every page that writes 64K says once what K is
+        assert "64K" in text and text.count("K = 1,024") == 1, prefix
     box = r1[r1.index('class="kvlab-verdicts"'):r1.index("</section>")]  # the verdicts, first on the page
     # CPU runs of two engines decide no GPU speed claim: each measured row quotes vLLM's 3× lead at 32K, the
     # shortest context; the model's crossover is an illustration beside its failed held-out test
@@ -164,31 +175,33 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("crossover_measured", "found", "measured", 4224.0, None),
     ]
     assert "yes, at ≈4,224 tokens (linear)" in box
-    assert "measured: <strong>vllm is 3.00× faster at 32K</strong> (1 s vs 3 s for sglang-jax)" in r1
-    assert "measured: <strong>vllm is 2.00× faster at 64K</strong> (2 s vs 4 s for sglang-jax)" in r1
-    assert "measured: <strong>sglang-jax is 1.33× faster at 200K</strong> (6 s vs 8 s for vllm)" in r1
+    # display names, and one run a side: two significant figures
+    assert "measured: <strong>vLLM is 3.0× faster at 32K</strong> (1.0 s vs 3.0 s for sglang-jax (CPU))" in r1
+    assert "measured: <strong>vLLM is 2.0× faster at 64K</strong> (2.0 s vs 4.0 s for sglang-jax (CPU))" in r1
+    assert "measured: <strong>sglang-jax (CPU) is 1.3× faster at 200K</strong> (6.0 s vs 8.0 s for vLLM)" in r1
+    assert ">vLLM (s)</th>" in r1 and ">vllm (s)</th>" not in r1  # column headers too
     # linear: the time difference goes from -2 s to +2 s, so the curves meet half way from 2,048 to 6,400 tokens
     assert ("measured (linear): the engines' batch times meet at <strong>≈4K (4,224 tokens)</strong>; "
-            "vllm is faster below, sglang-jax above") in r1
-    assert ("measured: vllm batch time grows <strong>4.00×</strong> from 64K to 200K (scaled contexts: 2,048 → 6,400 "
-            "tokens); the article's vllm grew 2.94×") in r1  # the hardware is said once (engines note), not per line
-    assert "sglang-jax batch time grows <strong>1.50×</strong> from 64K to 200K (scaled contexts: 2,048 → 6,400 " \
-           "tokens); the article has no sglang-jax figure" in r1
+            "vLLM is faster below, sglang-jax (CPU) above") in r1
+    assert ("measured: vLLM batch time grows <strong>4.0×</strong> from 64K to 200K (scaled contexts: 2,048 → 6,400 "
+            "tokens); the article's vLLM grew 2.94×") in r1  # the hardware is said once (engines note), not per line
+    assert "sglang-jax (CPU) batch time grows <strong>1.5×</strong> from 64K to 200K (scaled contexts: 2,048 → 6,400 " \
+           "tokens); the article has no sglang-jax (CPU) figure" in r1
     # over all three contexts: growth last/first and the log-log least-squares slope
     k = [np.polyfit(np.log([1024, 2048, 6400]), np.log(t), 1)[0] for t in ([1, 2, 8], [3, 4, 6])]
-    assert f"measured, vllm: batch time grows <strong>8.00×</strong> from 1,024 to 6,400 tokens " \
+    assert f"measured, vLLM: batch time grows <strong>8.0×</strong> from 1,024 to 6,400 tokens " \
            f"(32K to 200K, 3 contexts), T ∝ C^{k[0]:.2f} (faster than linear" in r1 and f"{k[0]:.2f}" == "1.14"
-    assert f"measured, sglang-jax: batch time grows <strong>2.00×</strong> from 1,024 to 6,400 tokens " \
+    assert f"measured, sglang-jax (CPU): batch time grows <strong>2.0×</strong> from 1,024 to 6,400 tokens " \
            f"(32K to 200K, 3 contexts), T ∝ C^{k[1]:.2f} (slower than linear" in r1 and f"{k[1]:.2f}" == "0.38"
     # every change with its direction: prompt tokens/s = 4 × prompt / T with prompt = context − 64 output tokens,
-    # (1,984/2) / (6,336/8) = 1.25 for vllm
-    assert ("measured, vllm: from 64K to 200K batch time grows <strong>4.00×</strong> (so requests/s falls 4.00×), "
-            "while prompt tokens/s falls 1.25× (scaled contexts: 2,048 → 6,400 tokens)") in r2
-    assert ("measured, sglang-jax: from 64K to 200K batch time grows <strong>1.50×</strong> (so requests/s falls "
-            "1.50×), while prompt tokens/s rises 2.13×") in r2  # (1,984/4) / (6,336/6) = 0.470
-    assert ("measured: from 64K to 200K, sglang-jax's throughput holds up best (requests/s falls <strong>1.50×</strong>) "
-            "and vllm's falls most (<strong>4.00×</strong>)") in r2
-    assert "published, vllm: from 64K to 200K batch time grows <strong>2.94×</strong> (so requests/s falls 2.94×), " \
+    # (1,984/2) / (6,336/8) = 1.2525 for vLLM; one run a side, so two significant figures
+    assert ("measured, vLLM: from 64K to 200K batch time grows <strong>4.0×</strong> (so requests/s falls 4.0×), "
+            "while prompt tokens/s falls 1.3× (scaled contexts: 2,048 → 6,400 tokens)") in r2
+    assert ("measured, sglang-jax (CPU): from 64K to 200K batch time grows <strong>1.5×</strong> (so requests/s falls "
+            "1.5×), while prompt tokens/s rises 2.1×") in r2  # (1,984/4) / (6,336/6) = 0.470
+    assert ("measured: from 64K to 200K, sglang-jax (CPU)'s throughput holds up best (requests/s falls "
+            "<strong>1.5×</strong>) and vLLM's falls most (<strong>4.0×</strong>)") in r2
+    assert "published, vLLM: from 64K to 200K batch time grows <strong>2.94×</strong> (so requests/s falls 2.94×), " \
            "while prompt tokens/s rises 1.06×." in r2 and "changes by a factor" not in r2
     assert [v[:3] for v in verdicts["02"]] == [
         ("decay_vllm", "contradicted", "published"), ("decay_sglang", "contradicted", "published"),
@@ -197,22 +210,22 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     assert verdicts["02"][-1][3:] == (2.0, 1)
     assert "standing for SGLang" not in r2[r2.index('class="kvlab-verdicts"'):r2.index("</section>")]
     # scaled contexts carry their real tokens in every sentence
-    assert "vllm at <strong>0.92</strong>, 200K (6,400 tok): 1/1 runs succeeded with <strong>0 retries</strong>" in r3
-    assert ("sglang-jax at <strong>0.95</strong>, 200K (6,400 tok): 1/1 runs succeeded with <strong>1 retry</strong> "
-            "(1× runtime_oom); batch time 5 s, mean TTFT 500 ms; preemptions not available") in r3
-    assert "vllm at <strong>0.92</strong>, 200K (6,400 tok): 1/1 runs succeeded with <strong>0 retries</strong>; " \
-           "batch time 8 s, mean TTFT 800 ms; 2 preemptions" in r3
-    assert "sglang-jax reported no server counters" in r3 and "vllm did not report" not in r3
-    at = [r3.index(f"vllm at <strong>0.92</strong>, {c}:") for c in ("32K (1,024 tok)", "64K (2,048 tok)", "200K (6,400 tok)")]
+    assert "vLLM at <strong>0.92</strong>, 200K (6,400 tok): 1/1 runs succeeded with <strong>0 retries</strong>" in r3
+    assert ("sglang-jax (CPU) at <strong>0.95</strong>, 200K (6,400 tok): 1/1 runs succeeded with <strong>1 retry</strong> "
+            "(1× runtime_oom); batch time 5.0 s, mean TTFT 500 ms; preemptions not available") in r3
+    assert "vLLM at <strong>0.92</strong>, 200K (6,400 tok): 1/1 runs succeeded with <strong>0 retries</strong>; " \
+           "batch time 8.0 s, mean TTFT 800 ms; 2 preemptions" in r3
+    assert "sglang-jax (CPU) reported no server counters" in r3 and "vLLM did not report" not in r3
+    at = [r3.index(f"vLLM at <strong>0.92</strong>, {c}:") for c in ("32K (1,024 tok)", "64K (2,048 tok)", "200K (6,400 tok)")]
     assert at == sorted(at)  # contexts in order of size, not of their labels
     # the conclusion: retries at each setting, run time, spread, latency — the lower setting against the higher
-    assert ("<strong>Retries</strong>: 0 at 0.92 (6 runs) and 1 at 0.95 (2 runs: sglang-jax at 200K (6,400 tok)); "
+    assert ("<strong>Retries</strong>: 0 at 0.92 (6 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 200K (6,400 tok)); "
             "no run failed.") in r3
-    assert ("<strong>Run time</strong> at 0.92 against 0.95: vllm at 200K (6,400 tok) 33% longer (8 s vs 6 s); "
-            "sglang-jax at 200K (6,400 tok) 20% longer (6 s vs 5 s).") in r3
+    assert ("<strong>Run time</strong> at 0.92 against 0.95: vLLM at 200K (6,400 tok) 33% longer (8 s vs 6 s); "
+            "sglang-jax (CPU) at 200K (6,400 tok) 20% longer (6 s vs 5 s).") in r3
     assert "<strong>Spread</strong> of batch time over repeats (coefficient of variation, 0.92 → 0.95): not measured" in r3
-    assert ("<strong>Latency</strong> at 0.92 against 0.95: vllm at 200K (6,400 tok) mean request latency 33% higher "
-            "(8,000 ms vs 6,000 ms), mean TTFT 33% higher (800 ms vs 600 ms); sglang-jax at 200K (6,400 tok) mean "
+    assert ("<strong>Latency</strong> at 0.92 against 0.95: vLLM at 200K (6,400 tok) mean request latency 33% higher "
+            "(8,000 ms vs 6,000 ms), mean TTFT 33% higher (800 ms vs 600 ms); sglang-jax (CPU) at 200K (6,400 tok) mean "
             "request latency 20% higher (6,000 ms vs 5,000 ms)") in r3
     # the article's two memory claims: CPU runs simulate the KV budget, so the OOM parts cannot be tested here
     # the latency claim: both engines slower at 0.92 (+33%, +20%), but one run per setting: inconclusive, n=1
@@ -223,6 +236,21 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("memory_092_stability", "cannot be tested here", "measured", None, 1),  # one run per setting: no spread
         ("memory_092_latency", "inconclusive", "measured", pytest.approx(4 / 3), 1),
     ]
+    # figures (#22 item 8): 02's throughput relative to 64K (published) and to the shortest measured context
+    fig02 = reports.figure_dir(reps["02"].html)
+    pub = {(r["engine"], r["context_label"]): r for r in pl.read_csv(fig02 / "figure1.csv").iter_rows(named=True)}
+    for e in ("vllm", "sglang"):
+        assert pub[(e, "64K")]["batches_per_s_rel"] == 1.0 and pub[(e, "200K")]["reference_context"] == "64K"
+        assert pub[(e, "200K")]["batches_per_s_rel"] == pytest.approx(
+            pub[(e, "64K")]["batch_time_s"] / pub[(e, "200K")]["batch_time_s"])
+    rel = {(r["engine"], r["context_tokens"]): r["output_tokens_per_s_rel"]
+           for r in pl.read_csv(fig02 / "figure3.csv").iter_rows(named=True)}
+    assert rel == {("vllm", 1024): 1.0, ("vllm", 2048): 0.5, ("vllm", 6400): 0.125,  # batch times 1, 2, 8 s
+                   ("sglang-jax", 1024): 1.0, ("sglang-jax", 2048): 0.75, ("sglang-jax", 6400): 0.5}  # 3, 4, 6 s
+    assert "relative to 32K (1,024 tok) = 1" in r2  # said on the axis: its alt text
+    # 03: each engine's 0.92 ÷ 0.95 at the one context measured at both: two points, so a table, not a figure
+    assert "each engine against itself:" in r3 and "batch time, 0.92 ÷ 0.95 (×)" in r3
+    assert reps["03"].figures == 1  # the modelled headroom only
     box3 = r3[r3.index('class="kvlab-verdicts"'):r3.index("</section>")]
     assert "13.4 GiB/GPU left outside the target at 0.95 &lt; 17.4 GiB assumed need" in box3
     assert "restates the article's OOM claim rather than predicting it" in r3  # 03 and 04 agree about 0.95
@@ -338,14 +366,14 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
     ]
     assert r5.index('class="kvlab-verdicts"') < r5.index("<h2")
     assert "turn 0: cached tokens not reported of 2,112" in r5  # vLLM, cache off: not available, never 0
-    assert ("from the data: <strong>vllm</strong> (decided by measured — prefix: vLLM, median batch time 1.87× shorter "
+    assert ("from the data: <strong>vLLM</strong> (decided by measured — prefix: vLLM, median batch time 1.9× shorter "
             "than sglang-jax (CPU)'s at shared fraction 0.5") in r6
     assert "<strong>They disagree.</strong>" in r6
-    assert "concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM at 128 requests in flight" in r6
+    assert "concurrency: sglang-jax (CPU), 1.2× the completed requests/s of vLLM at 128 requests in flight" in r6
     # 06's verdicts from the fixed frames (shown first in the report)
     for number in ("83% of prompt tokens from vLLM's cache at shared fraction 0.9",
                    "84% of prompt tokens from its cache at shared fraction 0.9 (token-exact ideal 84%)",
-                   "data: vLLM, median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction 0.5 "
+                   "data: vLLM, median batch time 1.9× shorter than sglang-jax (CPU)'s at shared fraction 0.5 "
                    "(cpu_prefix_sharing)"):
         assert number in r6, number
     # the cross-engine claims on CPU runs: cannot be tested here, with the ratio where the mechanism is absent
@@ -354,6 +382,16 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         ("high_concurrency", "cannot be tested here", 1.25, 1),
         ("engine_choice_recommendation", "cannot be tested here", 2.0, 1)]
     assert r6.index('class="kvlab-verdicts"') < r6.index("<h2")
+    # 05's measured figure: each engine's cache off ÷ on beside the hit rate, its data the ratios of its own rows
+    fig = pl.read_csv(reports.figure_dir(rep5.html) / "figure2.csv")
+    for (engine, frac), g in fig.group_by(["engine", "shared_fraction"]):
+        on, off = g.filter(pl.col("prefix_caching")).row(0, named=True), g.filter(~pl.col("prefix_caching")).row(0, named=True)
+        assert on["batch_speedup"] == pytest.approx(off["batch_time_s"] / on["batch_time_s"]), (engine, frac)
+        assert on["ttft_speedup"] == pytest.approx(off["ttft_mean_ms"] / on["ttft_mean_ms"]), (engine, frac)
+    assert "mean TTFT, cache off ÷ on" in r5 and "speed-up from the prefix cache, off ÷ on" not in r5  # one figure
+    # 06: both engines at one concurrency (two dots): the table and a sentence, no figure
+    assert "measured: throughput (labels: completed/sent requests)" not in r6
+    assert "at 128 requests in flight: sglang-jax (CPU) completes" in r6
 
 
 @pytest.mark.parametrize("flags, vllm_note", [
@@ -409,3 +447,73 @@ def test_notebooks_run_under_a_manager_that_does_not_interrupt_a_finished_kernel
         pm.execute_notebook(str(nb), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False,
                             log_output=False, config=cfg)
     assert "KeyboardInterrupt" not in capfd.readouterr().err
+
+
+def test_a_page_that_abbreviates_tokens_with_k_says_what_k_is_once():
+    """K = 1,024 is said once per page, in its provenance panel, where the page writes a token count with K and
+    does not say it already; embedded image data and markup never count as text."""
+    panel = "<nav><table><tr><th>model</th><td>x</td></tr></table></nav>"
+    with_k = reports.with_k_note(panel, "<p>vLLM is 1.5× faster at 64K</p>")
+    assert with_k.count("K = 1,024 tokens: 64K is 65,536 tokens, 200K is 204,800") == 1
+    assert "<tr><th>token counts</th>" in with_k
+    said = "<p>108K–777K (K = 1,024)</p>"
+    assert reports.with_k_note(panel, said) == panel  # already said on the page: not again
+    assert reports.with_k_note(panel, '<img alt="chart" src="data:image/png;base64,AAAK64K"><p>1,024 tokens</p>') == panel
+    assert reports.k_note('<p>kvlab\'s tiny Llama: 1.4M parameters</p>') is None  # M is not a token count here
+
+
+# --------------------------------------------------------------------------- report 07: capacity under load
+
+
+def test_report_07_on_capacity_runs(tmp_path):
+    """The SYNTHETIC capacity runs of tests/notebook_data.py (CAPACITY, not measured) as stored runs with telemetry:
+    report 07's figures are drawn from data written beside it (CSV), its numbers and verdicts computed from them."""
+    import json
+
+    data = write_capacity_runs(tmp_path / "data")
+    rep = reports.run_one(reports.notebooks(["07"])[0], tmp_path / "out", {"data_dir": str(data)})
+    text = rep.html.read_text()
+    folder = reports.figure_dir(rep.html)
+    listing = json.loads((folder / reports.FIGURES_JSON).read_text())
+    assert [(f["number"], f["file"], f["rows"]) for f in listing] == [
+        (1, "figure1.csv", 24), (2, "figure2.csv", 24), (3, "figure3.csv", 4), (4, "figure4.csv", 12)]
+    assert rep.figures == 4
+    # figure 1: per load point, output tokens/s per device = 64 x 2c tokens / window and per user = 1,000 / TPOT
+    curve = pl.read_csv(folder / "figure1.csv")
+    r = curve.filter((pl.col("engine") == "vllm") & (pl.col("context_tokens") == 3200) & (pl.col("mem_util") == 0.92)
+                     & (pl.col("load_level") == 4.0)).row(0, named=True)
+    assert (r["output_tokens_per_s_per_device"], r["output_tokens_per_s_per_user"], r["slo_attainment"],
+            r["within_slo"], r["goodput_requests_per_s"]) == (51.2, pytest.approx(1000 / 150), 0.5, False, 0.4)
+    assert curve["within_slo"].sum() == 22 and curve["on_front"].sum() == 23
+    # figure 2: telemetry against the ceiling (8,192 // 3,200 = 2)
+    tele = pl.read_csv(folder / "figure2.csv")
+    past = tele.filter(pl.col("past_ceiling")).sort("engine")
+    assert past.select("engine", "concurrency_ceiling", "kv_usage_peak", "waiting_peak", "preemptions").rows() == [
+        ("sglang", 2, 0.98, 2.0, 1.0), ("vllm", 2, 1.0, 2.0, 3.0)]
+    assert set(tele["telemetry"]) == {"sampled"}
+    # figure 3: the map, vLLM 2x at 64K, 1.6x at 200K / 0.92; SGLang 1.25x at 200K / 0.95
+    gmap = pl.read_csv(folder / "figure3.csv").sort("context_tokens", "mem_util")
+    assert gmap.select("context_tokens", "mem_util", "winner", "margin", "n").rows() == [
+        (1024, 0.92, "vllm", 2.0, 1), (1024, 0.95, "vllm", 2.0, 1), (3200, 0.92, "vllm", pytest.approx(1.6), 1),
+        (3200, 0.95, "sglang", 1.25, 1)]
+    # figure 4: the modelled B300 ceilings, labelled modelled
+    modelled = pl.read_csv(folder / "figure4.csv")
+    assert set(modelled["source"]) == {"modelled"} and modelled.filter(
+        (pl.col("dcp") == 8) & (pl.col("mem_util") == 0.92) & (pl.col("context_tokens") == 204800)
+    )["concurrency_ceiling"].to_list() == [92]
+    assert [(v["claim_id"], v["outcome"], v["evidence"], v["value"], v["n"]) for v in rep.verdicts] == [
+        ("capacity_ceiling_memory", "reproduced", "measured", 2.5, 3),
+        ("capacity_queueing_past_ceiling", "inconclusive", "measured", 1.0, 2),
+        ("capacity_goodput_map", "cannot be tested here", "measured", 2.0, 1),
+        ("capacity_modelled_ceiling", "found", "modelled", 11.0, None)]
+    assert "No measured capacity runs" not in text and "Not measured yet" not in text
+    for sentence in (
+            "vLLM TP1 at 200K (3,200 tok), memory setting 0.92: highest load within the SLO <strong>2 in flight</strong>, "
+            "goodput 0.4 req/s (n=1); missed it at 4 in flight.",
+            "Measured: the winner changes with the setting: vLLM at 64K (1,024 tok) at 0.92 (2×), 64K (1,024 tok) at "
+            "0.95 (2×), 200K (3,200 tok) at 0.92 (1.6×); SGLang at 200K (3,200 tok) at 0.95 (1.25×)",
+            "loads past the ceiling at SGLang TP1 200K (3,200 tok), memory setting 0.92 (ceiling 2, waited from 4 in "
+            "flight); vLLM TP1 200K (3,200 tok), memory setting 0.92 (ceiling 2, waited from 4 in flight)",
+            "TTFT ≤ 5,000 ms and TPOT ≤ 200 ms",
+            "<b>The documents make no claim this page tests</b>; it tests its own:"):
+        assert sentence in text, sentence

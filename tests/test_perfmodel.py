@@ -435,7 +435,8 @@ def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
     assert legend[-2] == "flagged: less left outside the target than the assumed need:\nan assumption, not a predicted OOM"
     assert legend[-1] == "range over KV format BF16/FP8/packed FP8 MLA × MLA width 576/512"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64K", "200K"]
-    assert {ln.get_color() for ln in ax.get_lines()} == {"#029e73", "#7b3294"}  # not the engine colours
+    # no DCP is vLLM's configuration, DCP 8 SGLang's: their engines' colours; green and purple are the GPUs' (04)
+    assert {ln.get_color() for ln in ax.get_lines()} == {"#3b75af", "#e1812c"}
     summary = headroom_summary(head)
     assert summary.columns[-4:] == ["sequences at 64K", "range at 64K", "sequences at 200K", "range at 200K"]
     assert summary.select("mem_util", "dcp", "under_assumed_need", "sequences at 200K", "range at 200K").rows() == [

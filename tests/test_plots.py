@@ -6,7 +6,7 @@ import re
 import polars as pl
 import pytest
 from matplotlib.figure import Figure
-from prefix_frames import conc_runs
+from prefix_frames import conc_runs, sharing_runs
 
 from kvlab import analysis, plots
 
@@ -49,14 +49,112 @@ def test_batch_time_bars_show_spread_only_where_there_are_repeats():
     base = {"source": ["measured"] * 2, "experiment": ["e"] * 2, "hardware": ["CPU"] * 2, "context_label": ["64K"] * 2,
             "context_tokens": [1024] * 2, "engine": ["vllm", "sglang-jax"], "batch_time_s": [1.0, 2.0],
             "scale_factor": [64.0] * 2}
-    one = pl.DataFrame({**base, "batch_time_std_s": [None, None], "n_runs": [1, 1]})
-    three = pl.DataFrame({**base, "batch_time_std_s": [0.1, 0.2], "n_runs": [3, 3]})
+    one = pl.DataFrame({**base, "batch_time_min_s": [1.0, 2.0], "batch_time_max_s": [1.0, 2.0], "n_runs": [1, 1]})
+    three = pl.DataFrame({**base, "batch_time_min_s": [0.9, 1.5], "batch_time_max_s": [1.2, 2.1], "n_runs": [3, 3]})
     ax1, ax3 = plots.batch_time_bars(one).axes[0], plots.batch_time_bars(three).axes[0]
     assert [t.get_text() for t in ax1.get_xticklabels()] == ["64K\n(1,024 tok)"]
-    assert "whiskers" not in ax1.get_xlabel() and "±1 std" in ax3.get_xlabel()
-    whiskers = [c for c in ax3.containers if type(c).__name__ == "ErrorbarContainer"]
-    assert sorted(round(float(c.lines[2][0].get_segments()[0][1][1] - c.lines[2][0].get_segments()[0][0][1]) / 2, 3)
-                  for c in whiskers) == [0.1, 0.2]
+    assert "whiskers" not in ax1.get_xlabel() and "least to most of the repeats" in ax3.get_xlabel()
+    # each whisker spans the least to the most of its repeats, around the mean
+    spans = sorted((round(float(seg[0][1]), 3), round(float(seg[1][1]), 3))
+                   for c in ax3.containers if type(c).__name__ == "ErrorbarContainer"
+                   for seg in c.lines[2][0].get_segments())
+    assert spans == [(0.9, 1.2), (1.5, 2.1)]
+    assert ax3.get_yscale() == "linear" and len(ax3.patches) == 2  # 2× apart: bars from 0
+
+
+def test_no_bars_on_a_log_axis():
+    """Engines more than 20× apart get a log axis, and on it points, never bars."""
+    wide = pl.DataFrame({"source": "measured", "experiment": "e", "hardware": "CPU",
+                         "context_label": ["64K", "64K", "200K", "200K"], "context_tokens": [1024, 1024, 3200, 3200],
+                         "engine": ["vllm", "sglang-jax"] * 2, "batch_time_s": [1.0, 30.0, 2.0, 60.0],
+                         "scale_factor": 64.0, "n_runs": 1})
+    ax = plots.batch_time_bars(wide).axes[0]
+    assert ax.get_yscale() == "log" and "(log scale)" in ax.get_ylabel()
+    assert not [p for p in ax.patches if type(p).__name__ == "Rectangle"]
+    assert sorted(y for line in ax.get_lines() for y in line.get_ydata()) == [1.0, 2.0, 30.0, 60.0]
+    # the measured prefix and concurrency figures: engines 20× apart on the fixed frames, still no bar on a log axis
+    slow = analysis.prefix_sharing(sharing_runs().with_columns(
+        pl.when(pl.col("engine") == "vllm").then(pl.col("batch_time_s") * 40).otherwise(pl.col("batch_time_s"))
+        .alias("batch_time_s")))
+    for fig in (plots.prefix_sharing_figure(slow), plots.concurrency_figure(analysis.concurrency_study(conc_runs()))):
+        logs = [a for a in fig.axes if a.get_yscale() == "log"]
+        assert all(not [p for p in a.patches if type(p).__name__ == "Rectangle"] for a in logs)
+    assert [a.get_yscale() for a in plots.prefix_sharing_figure(slow).axes] == ["linear", "linear", "log"]
+
+
+def test_throughput_relative_to_a_context_says_which_on_its_axis():
+    tp = pl.DataFrame({"source": "published", "experiment": "a", "hardware": "B300 (8 GPUs)",
+                       "engine": ["vllm", "vllm", "sglang", "sglang"], "context_label": ["64K", "200K", "64K", "200K"],
+                       "context_tokens": [65536, 204800, 65536, 204800], "batches_per_s": [0.01, 0.0034, 0.008, 0.0052]})
+    fig = plots.throughput_vs_context(analysis.relative_to_context(tp, "batches_per_s", "64K"), "batches_per_s",
+                                      "batches per second", relative=True)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "batches per second\nrelative to 64K = 1 (each engine its own)"
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    drawn = {line.get_label(): [round(float(v), 3) for v in line.get_ydata()] for line in ax.get_lines()
+             if not line.get_label().startswith("_")}
+    assert drawn == {"vLLM": [1.0, 0.34], "SGLang": [1.0, 0.65]}
+
+
+def test_memory_ratio_figure_draws_each_engine_against_itself():
+    ratios = pl.DataFrame({"experiment": "e", "hardware": "CPU", "engine": ["vllm", "vllm", "sglang-jax"],
+                           "context_tokens": [1024, 3200, 3200], "context_label": ["64K", "200K", "200K"],
+                           "mem_low": 0.92, "mem_high": 0.95, "n_runs": [3, 1, 1],
+                           "batch_time_ratio": [1.1, 4 / 3, 1.2], "batch_time_ratio_min": [0.8, 4 / 3, 1.2],
+                           "batch_time_ratio_max": [1.6, 4 / 3, 1.2], "e2e_ratio": [1.0, 1.5, None],
+                           "e2e_ratio_min": [0.9, 1.5, None], "e2e_ratio_max": [1.2, 1.5, None]})
+    fig = plots.memory_ratio_figure(ratios)
+    left, right = fig.axes
+    assert left.get_title() == "measured: batch time at 0.92 ÷ at 0.95" and left.get_ylabel() == "batch time, 0.92 ÷ 0.95"
+    assert left.get_yscale() == "linear" and left.get_ylim()[0] == 0
+    points = sorted(round(float(y), 3) for line in left.get_lines() if line.get_marker() == "o"
+                    for y in line.get_ydata())
+    assert points == [1.1, 1.2, 1.333]
+    whiskers = [seg for c in left.containers if type(c).__name__ == "ErrorbarContainer"
+                for seg in c.lines[2][0].get_segments()]
+    assert [(round(float(a[1]), 3), round(float(b[1]), 3)) for a, b in whiskers] == [(0.8, 1.6)]  # vLLM 64K only
+    legend = [t.get_text() for t in next(a.get_legend() for a in fig.axes if a.get_legend()).get_texts()]
+    assert legend == ["vLLM", "sglang-jax (CPU)", "1×: the setting changes nothing",
+                      "whisker: least to most over the repeats"]
+
+
+def test_prefix_figure_with_gain_draws_each_engine_against_itself(study):
+    fig = plots.prefix_sharing_figure(study["sharing"], gain=study["gain"])
+    hits, ttft, batch = fig.axes
+    assert ttft.get_ylabel() == "mean TTFT, cache off ÷ on" and batch.get_ylabel() == "median batch time, cache off ÷ on"
+    for ax in (ttft, batch):
+        assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    gain = study["gain"].sort("engine", "shared_fraction")
+    drawn = sorted(round(float(y), 4) for line in batch.get_lines() if len(line.get_xdata()) > 1
+                   and line.get_color() in plots.ENGINE_COLORS.values() for y in line.get_ydata())
+    assert drawn == sorted(round(v, 4) for v in gain["batch_speedup"].to_list())
+    assert _legend_is_below_every_axis(fig)
+
+
+def test_one_and_two_point_frames_are_tables_not_figures():
+    conc = analysis.concurrency_study(conc_runs())
+    assert not plots.drawable(conc, "requests_per_s")  # two engines at one setting: two dots, a table
+    assert plots.drawable(pl.concat([conc, conc.with_columns(pl.col("in_flight") * 2)]), "requests_per_s")
+    assert not plots.drawable(None) and not plots.drawable(pl.DataFrame({"y": [1.0, None, 2.0]}), "y")
+
+
+def test_engine_colours_mean_engines_only():
+    """No series that is not an engine takes an engine's colour; the headroom's no-DCP / DCP series are vLLM's and
+    SGLang's configurations, so they take those engines' colours, and never a GPU's."""
+    from matplotlib.colors import to_hex
+
+    from kvlab.perfmodel.figures import SERIES_COLORS, headroom_table, plot_headroom
+
+    engine = set(plots.ENGINE_COLORS.values())
+    assert not engine & {*SERIES_COLORS, *plots.DEFINITION_COLORS.values(), plots.THRESHOLD_COLOR, "#8c6bb1"}
+    ax = plot_headroom(headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])).axes[0]
+    colours = {line.get_label(): to_hex(line.get_color()) for line in ax.get_lines()
+               if not line.get_label().startswith("_")}
+    assert colours == {"memory 0.92, DCP 1 (vLLM-style, no DCP)": plots.ENGINE_COLORS["vllm"],
+                       "memory 0.92, DCP 8 (SGLang-style)": plots.ENGINE_COLORS["sglang"],
+                       "memory 0.95, DCP 1 (vLLM-style, no DCP)": plots.ENGINE_COLORS["vllm"],
+                       "memory 0.95, DCP 8 (SGLang-style)": plots.ENGINE_COLORS["sglang"]}
+    assert not set(colours.values()) & set(SERIES_COLORS[:2])  # green and purple are the GPUs' in 04
 
 
 def test_memory_study_figure_orders_settings_and_drops_an_all_zero_retry_panel():
@@ -168,3 +266,24 @@ def test_concurrency_figure_legend_names_every_drawn_element():
     assert [t.get_text() for t in left.get_xticklabels()] == ["100", "128"]
     assert left.get_ylabel() == "completed requests/s" and left.get_ylim()[0] == 0  # 40 vs 50: linear from 0
     assert not left.get_legend() and not right.get_legend()  # one legend, under the panels
+
+
+def test_throughput_figures_draw_the_spread_of_repeats():
+    """A rate's whisker spans the rate at the slowest repeat to the rate at the fastest: 100 tokens over a mean of
+    2 s (repeats 1.5-2.5 s) is 50 tokens/s, drawn from 40 to 66.7; relative to the short context, 0.5 from 0.4 to
+    0.667. A context of one run gets no whisker."""
+    tp = pl.DataFrame({"source": "measured", "experiment": "e", "hardware": "CPU", "engine": "vllm",
+                       "context_label": ["32K", "64K"], "context_tokens": [1024, 2048], "scale_factor": 32.0,
+                       "batch_time_s": [1.0, 2.0], "batch_time_min_s": [1.0, 1.5], "batch_time_max_s": [1.0, 2.5],
+                       "n_runs": [1, 3], "output_tokens_per_s": [100.0, 50.0]})
+
+    def spans(ax):
+        return [(round(float(a[1]), 3), round(float(b[1]), 3)) for c in ax.containers
+                if type(c).__name__ == "ErrorbarContainer" for a, b in c.lines[2][0].get_segments()]
+
+    ax = plots.throughput_vs_context(tp, "output_tokens_per_s", "output tokens/s").axes[0]
+    assert spans(ax) == [(40.0, 66.667)] and "least to most of the repeats" in ax.get_xlabel()
+    rel = plots.throughput_vs_context(analysis.relative_to_context(tp, "output_tokens_per_s"), "output_tokens_per_s",
+                                      "output tokens/s", relative=True).axes[0]
+    assert spans(rel) == [(0.4, 0.667)]
+    assert spans(plots.throughput_vs_context(tp.with_columns(n_runs=pl.lit(1)), "output_tokens_per_s").axes[0]) == []

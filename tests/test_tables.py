@@ -33,3 +33,11 @@ def test_columns_choose_order_and_names():
 def test_a_missing_column_is_named():
     with pytest.raises(KeyError, match=r"\['nope'\]"):
         tables.table(pl.DataFrame({"a": [1]}), ["a", "nope"])
+
+
+def test_engine_names_and_hit_rates_read_the_same_in_every_table():
+    """Columns that name engines show display names; hit rates show as whole percentages, as every sentence does."""
+    t = tables.table(pl.DataFrame({"engine": ["vllm"], "faster": ["sglang-jax"], "winner_200k": ["sglang"],
+                                   "cache_hit_rate": [0.835], "ideal_hit_rate": [0.875], "block_ideal_hit_rate": [None]}))
+    assert t.rows == [["vLLM", "sglang-jax (CPU)", "SGLang", "84%", "88%", "–"]]
+    assert t.headers[3:] == ["cache-hit rate (%)", "ideal hit rate, token-exact (%)", "ideal hit rate, whole blocks (%)"]

@@ -4,6 +4,7 @@ off): graded by rule 2 of :mod:`kvlab.claims.grading` from :func:`kvlab.analysis
 from __future__ import annotations
 
 from kvlab.claims.grading import Grade, Repeats, measured_difference
+from kvlab.engines import engine_label
 
 
 def _side(row: dict | None, n_default: int = 1) -> Repeats:
@@ -20,7 +21,7 @@ def cache_shares(on: dict, off: dict | None) -> Grade:
     ranges apart); value: the difference of the shares (on − off)."""
     first = _side(on)
     second = _side(off) if off is not None else Repeats.summary(0.0, 0.0, 0.0, first.n)
-    engine = on.get("engine", "the engine")
+    engine = engine_label(on["engine"]) if on.get("engine") else "the engine"
     return measured_difference(first, second, "higher", difference=True,
                                what=f"{engine}'s cache-hit share, cache on against off",
                                scope=f"{on.get('hardware') or 'this host'}, one engine's own cache on against off")

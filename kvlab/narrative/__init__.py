@@ -1,6 +1,6 @@
 """Markdown sentences for the reports, written from the data so no conclusion is typed by hand.
 
-One module per report (``context_scaling`` for 01 … ``engine_choice`` for 06) and ``common`` for what several
+One module per report (``context_scaling`` for 01 … ``engine_choice`` for 06, ``capacity`` for 07) and ``common`` for what several
 reports say alike; every public name is re-exported here, so notebooks call ``narrative.<function>``.
 """
 
@@ -39,4 +39,8 @@ from kvlab.narrative.engine_choice import (
     evidence_gap_sentence, evidence_rule, evidence_sentences, examples_frame, factor_evidence, factor_finding,
     factor_line, factor_metric, prefix_caption, recommendation_sentence, recommendation_verdict, tree_caption,
     tree_sentence,
+)
+from kvlab.narrative.capacity import (
+    CAPACITY_COMMANDS, capacity_sentences, capacity_table, capacity_verdicts, ceiling_caption, map_caption, map_table,
+    modelled_caption, modelled_table, no_capacity_runs_note, onset_table, pareto_caption, slo_note, telemetry_note,
 )

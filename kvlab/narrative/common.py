@@ -18,7 +18,7 @@ def measured_engines_note(runs: DataFrame) -> str:
         return ""
     engines = sorted(m["engine"].unique().to_list(), key=lambda e: (registry.order(e), e))
     hw = ", ".join(m["hardware"].unique(maintain_order=True).to_list())
-    parts = [f"{e} = {engine_label(e)}" + (f": {registry.note(e)}" if registry.note(e) else "") for e in engines]
+    parts = [engine_label(e) + (f": {registry.note(e)}" if registry.note(e) else "") for e in engines]
     return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
 
 
@@ -117,7 +117,7 @@ def stand_in_note(*frames: DataFrame, block_tokens: int = 128) -> str | None:
         return None
     e = stand_ins[0]
     metrics = ("" if registry.adapter_class(e).serves_metrics() else
-               f" {e} serves no /metrics: its cache hits are its requests' usage `cached_tokens`, and server counters "
+               f" {engine_label(e)} serves no /metrics: its cache hits are its requests' usage `cached_tokens`, and server counters "
                "it lacks show as not available, never as 0.")
     return (f"**{engine_label(e)} is not PyTorch {engine_label(registry.family(e))}.** It is {registry.stand_in(e)}. "
             f"{engine_label(VLLM)}'s CPU backend caches whole {block_tokens}-token blocks.{metrics}")

@@ -15,6 +15,7 @@ from kvlab.guide import (
     CONCURRENCY_THRESHOLD, MIN_MARGIN, Evidence, Factor, Recommendation, UserWorkload,
 )
 from kvlab.tables import ms, number, percent
+from kvlab.units import ratio as _ratio
 from kvlab.units import sig2
 from kvlab.verdicts import Verdict
 
@@ -63,13 +64,20 @@ def _prefix_run(r: dict) -> str:
             f"{r['shared_fraction']:g} (ideal {r['ideal_hit_rate']:.0%}), median batch time {r['batch_time_s']:.3g} s")
 
 
+def _runs(f: Factor) -> int | None:
+    """The fewest runs behind a measured factor's compared rows (None where they do not say): one run a side
+    gives its ratios two significant figures."""
+    ns = [r.get("n_runs") for r in f.rows if r.get("n_runs") is not None]
+    return min(ns) if ns else None
+
+
 def _prefix_comparison(f: Factor) -> str:
     best, second, margin, min_margin = f.rows[0]["engine"], f.rows[1]["engine"], f.margin, f.min_margin
     text = ""
     if f.zero_ratio is not None:
         z = f.zero_ratio
         faster0, r0 = (best, z) if z >= 1 else (second, 1 / z)
-        text += f". With nothing to share (shared fraction 0) {engine_label(faster0)} is {r0:.2f}× faster"
+        text += f". With nothing to share (shared fraction 0) {engine_label(faster0)} is {_ratio(r0, _runs(f))}× faster"
         if margin < min_margin:
             pass
         elif abs(margin / z - 1) >= min_margin - 1:
@@ -79,7 +87,7 @@ def _prefix_comparison(f: Factor) -> str:
             text += ": the gap is the engines' speed, not their caches"
     if margin < min_margin:
         return text + f". Batch times within {min_margin - 1:.0%} ({margin:.2f}×): no measured difference"
-    return (text + f". Shorter batch time: **{engine_label(best)}**, {margin:.2f}× shorter than "
+    return (text + f". Shorter batch time: **{engine_label(best)}**, {_ratio(margin, _runs(f))}× shorter than "
             f"{engine_label(second)} ({f.rows[0]['experiment']})")
 
 
@@ -92,7 +100,7 @@ def _concurrency_comparison(f: Factor) -> str:
     if f.margin < f.min_margin:
         return f". Throughputs within {f.min_margin - 1:.0%} ({f.margin:.2f}×): no measured difference"
     best = f.rows[0]
-    return (f". Faster: **{engine_label(best['engine'])}**, {f.margin:.2f}× the completed requests/s of "
+    return (f". Faster: **{engine_label(best['engine'])}**, {_ratio(f.margin, _runs(f))}× the completed requests/s of "
             f"{engine_label(f.rows[1]['engine'])} ({best['experiment']})")
 
 
@@ -124,9 +132,9 @@ def factor_metric(f: Factor) -> str:
     if f.winner is None:
         return ""
     if f.name == "prefix":
-        return (f"median batch time {f.margin:.2f}× shorter than {engine_label(f.runner_up)}'s at shared fraction "
+        return (f"median batch time {_ratio(f.margin, _runs(f))}× shorter than {engine_label(f.runner_up)}'s at shared fraction "
                 f"{f.rows[0]['shared_fraction']:g}, each engine's prefix cache on")
-    return (f"{f.margin:.2f}× the completed requests/s of {engine_label(f.runner_up)} at {f.rows[0]['in_flight']} "
+    return (f"{_ratio(f.margin, _runs(f))}× the completed requests/s of {engine_label(f.runner_up)} at {f.rows[0]['in_flight']} "
             "requests in flight")
 
 
@@ -139,7 +147,7 @@ def factor_evidence(f: Factor) -> str:
 
 def factor_line(factor: Factor) -> str:
     """One answered question of the engine-choice guide as a list item."""
-    return f"- {factor_finding(factor)}." + (f" Favours **{factor.favours}**." if factor.favours else "")
+    return f"- {factor_finding(factor)}." + (f" Favours **{engine_label(factor.favours)}**." if factor.favours else "")
 
 
 def evidence_basis(ev: Evidence) -> str:
@@ -157,7 +165,7 @@ def evidence_basis(ev: Evidence) -> str:
         other = next(f for f in measured if f.favours != ev.engine)
         how = (f"the {ev.deciding.name} factor, the tree's first question for this workload, decides"
                if ev.split == "first question" else "the larger measured margin decides")
-        basis += f"; the measured factors split ({factor_evidence(other)} favours {other.favours}), so {how}"
+        basis += f"; the measured factors split ({factor_evidence(other)} favours {engine_label(other.favours)}), so {how}"
     stand_ins = sorted({e for f in votes for e in (f.winner, f.runner_up) if e and registry.is_stand_in(e)})
     if stand_ins:
         basis += (f"; the SGLang side of these measurements is {', '.join(engine_label(e) for e in stand_ins)}: "
@@ -274,17 +282,17 @@ def tree_caption(rec: Recommendation) -> str:
 
 def tree_sentence(rec: Recommendation) -> str:
     path = " → ".join(f"{q} **{a}**" for q, a in rec.path)
-    return f"- decision tree: {path} ⇒ **{rec.engine}** ({rec.reason})."
+    return f"- decision tree: {path} ⇒ **{engine_label(rec.engine)}** ({rec.reason})."
 
 
 def evidence_sentences(ev: Evidence) -> str:
     lines = [f"- {f.name} ({f.source}): {factor_finding(f)}." + (
-        f" Favours **{f.favours}**" + (f" (measured on {engine_label(f.winner)})" if f.winner and f.winner != f.favours else "") + "."
+        f" Favours **{engine_label(f.favours)}**" + (f" (measured on {engine_label(f.winner)})" if f.winner and f.winner != f.favours else "") + "."
         if f.favours else "") for f in ev.factors]
     if ev.decided_by == "tie-break":
-        lines.append(f"- from the data: **{ev.engine}**, but only as a tie-break: {evidence_basis(ev)}.")
+        lines.append(f"- from the data: **{engine_label(ev.engine)}**, but only as a tie-break: {evidence_basis(ev)}.")
     else:
-        lines.append(f"- from the data: **{ev.engine}** (decided by {evidence_basis(ev)}).")
+        lines.append(f"- from the data: **{engine_label(ev.engine)}** (decided by {evidence_basis(ev)}).")
     return "\n".join(lines)
 
 
@@ -307,11 +315,12 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: D
     if tree.engine == ev.engine:
         return None
     if ev.decided_by == "tie-break":
-        why = [f"The tree says **{tree.engine}** ({tree.reason}); nothing measured or modelled here separates the "
-               f"engines, so the data's **{ev.engine}** is only a tie-break (vLLM, easier to operate), not a finding."]
+        why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); nothing measured or modelled here "
+               f"separates the engines, so the data's **{engine_label(ev.engine)}** is only a tie-break (vLLM, easier to operate), not a finding."]
     else:
         decided = factor_evidence(ev.deciding) if ev.deciding is not None and ev.deciding.winner else evidence_basis(ev)
-        why = [f"The tree says **{tree.engine}** ({tree.reason}); the {ev.decided_by} data say **{ev.engine}** "
+        why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); the {ev.decided_by} data say "
+               f"**{engine_label(ev.engine)}** "
                f"({decided})."]
     on = [r for r in sharing.iter_rows(named=True)
           if r["prefix_caching"] is not False and r["cache_hit_rate"] is not None]

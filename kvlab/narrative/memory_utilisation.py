@@ -14,7 +14,7 @@ from kvlab.claims.memory import stats_row as _stats_row
 from kvlab.engines import engine_label
 from kvlab.perfmodel.roofline import Assumptions
 from kvlab.tables import ms
-from kvlab.units import scaled_context, tokens_label
+from kvlab.units import scaled_context, sig2, tokens_label
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -35,15 +35,18 @@ def memory_study_summary(stats: DataFrame, causes: DataFrame) -> str:
     for r in stats.iter_rows(named=True):
         why = ", ".join(by_point.get(tuple(r[k] for k in keys), []))
         mean, std = r["batch_time_mean_s"], r["batch_time_std_s"]
+        one = r["runs_ok"] == 1  # one run: two significant figures
         time_txt = "no successful run" if mean is None else (
-            f"batch time {mean:.3g} s" + (f" ± {std:.2g} s (CV {r['batch_time_cv']:.1%})" if std is not None else "")
+            f"batch time {sig2(mean) if one else f'{mean:.3g}'} s"
+            + (f" ± {std:.2g} s (CV {r['batch_time_cv']:.1%})" if std is not None else "")
         )
         t_ms = r["ttft_mean_ms"]
-        ttft = "" if t_ms is None else f", mean TTFT {t_ms:,.0f} ms" if t_ms >= 1000 else f", mean TTFT {t_ms:.4g} ms"
+        ttft = ("" if t_ms is None else f", mean TTFT {sig2(t_ms)} ms" if one else
+                f", mean TTFT {t_ms:,.0f} ms" if t_ms >= 1000 else f", mean TTFT {t_ms:.4g} ms")
         pre = r.get("preemptions")
         pre_txt = "; preemptions not available" if pre is None else f"; {pre} preemption{'' if pre == 1 else 's'}"
         lines.append(
-            f"- {r['experiment'] + ': ' if several else ''}{r['engine']} at **{r['mem_util']:g}**, "
+            f"- {r['experiment'] + ': ' if several else ''}{engine_label(r['engine'])} at **{r['mem_util']:g}**, "
             f"{scaled_context(r['context_label'], r.get('context_tokens'))}: {r['runs_ok']}/{r['runs']} runs succeeded "
             f"with **{r['retries']} retr{'y' if r['retries'] == 1 else 'ies'}**"
             f"{' (' + why + ')' if why else ''}; {time_txt}{ttft}{pre_txt}."
@@ -111,11 +114,12 @@ def memory_conclusion(cmp: DataFrame, stats: DataFrame) -> str:
                                f"({ms(low['ttft_mean_ms'])} vs {ms(high['ttft_mean_ms'])})" if has_ttft else ""))
             sep = ", " if compact else "; "
             join = ": " if compact else " at "
-            times.append(f"{engine}{join}{sep.join(t_parts)}")
+            name = engine_label(engine)
+            times.append(f"{name}{join}{sep.join(t_parts)}")
             if s_parts:
-                spreads.append(f"{engine}: {', '.join(s_parts)}")
+                spreads.append(f"{name}: {', '.join(s_parts)}")
             if l_parts:
-                lat.append(f"{engine}{join}{sep.join(l_parts)}")
+                lat.append(f"{name}{join}{sep.join(l_parts)}")
         change = " (change in mean batch time)" if compact else ""
         lines.append(f"- **Run time** at {lo:g} against {hi:g}{change}: " + "; ".join(times) + ".")
         lines.append(f"- **Spread** of batch time over repeats (coefficient of variation, {lo:g} → {hi:g}): " + (
@@ -159,7 +163,7 @@ def _retries_by_setting(stats: DataFrame, settings: list[float]) -> str:
     rows = stats.to_dicts()
     for u in settings:
         s = [r for r in rows if r["mem_util"] == u]
-        where = [f"{r['engine']} at {scaled_context(r['context_label'], r.get('context_tokens'))}"
+        where = [f"{engine_label(r['engine'])} at {scaled_context(r['context_label'], r.get('context_tokens'))}"
                  for r in s if (r["retries"] or 0) > 0]
         runs = sum(r["runs"] or 0 for r in s)
         parts.append(f"{sum(r['retries'] or 0 for r in s)} at {u:g} ({runs} run{'' if runs == 1 else 's'}"
@@ -363,9 +367,9 @@ def counters_note(runs: DataFrame) -> str:
         names = ", ".join(COUNTER_NAMES.get(c, c.removeprefix("server_").replace("_", " ")) for c in missing)
         runs_txt = f"{len(g)} run{'' if len(g) == 1 else 's'}"
         if missing and len(missing) == len(cols):
-            lines.append(f"- {engine} reported no server counters ({names}) in any of its {runs_txt}: "
+            lines.append(f"- {engine_label(engine)} reported no server counters ({names}) in any of its {runs_txt}: "
                          "tables show them empty (–, not available), never as 0.")
         elif missing:
-            lines.append(f"- {engine} did not report {names} in any of its {runs_txt}: shown empty (–, not "
+            lines.append(f"- {engine_label(engine)} did not report {names} in any of its {runs_txt}: shown empty (–, not "
                          "available), never as 0.")
     return "\n".join(lines)

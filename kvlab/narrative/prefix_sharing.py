@@ -117,9 +117,10 @@ def ideal_reuse_caption(ideal: DataFrame, prompt_tokens: int, requests: int, blo
             f"({gap['block_hit_rate']:.0%} against {gap['ideal_hit_rate']:.0%} at {gap['shared_fraction']:.0%} shared).")
 
 
-def prefix_sharing_caption(sharing: DataFrame) -> str:
+def prefix_sharing_caption(sharing: DataFrame, compare_engines: bool = True) -> str:
     """What the measured prefix-sharing figure shows: each engine's hit rate at the most shared fraction against
-    its ideal, the caches off, and which engine finishes the batch first with and without sharing."""
+    its ideal, the caches off, and (``compare_engines``) which engine finishes the batch first with and without
+    sharing; without it, for a figure that sets each engine only against itself, the hit rates alone."""
     rows = sharing.to_dicts()
     on = [r for r in rows if r["prefix_caching"] and r["cache_hit_rate"] is not None]
     if not on:
@@ -137,7 +138,7 @@ def prefix_sharing_caption(sharing: DataFrame) -> str:
                  f"; with the caches off at most {max(off):.0%}")
     pair = {f: sorted(g, key=lambda r: r["batch_time_s"])
             for f, g in _groups((r for r in rows if r["prefix_caching"]), "shared_fraction").items()
-            if len({r["engine"] for r in g}) >= 2 and all(r["batch_time_s"] is not None for r in g)}
+            if compare_engines and len({r["engine"] for r in g}) >= 2 and all(r["batch_time_s"] is not None for r in g)}
     if top in pair:
         g = pair[top]
         fast, slow = g[0], g[-1]
@@ -251,7 +252,7 @@ def prefix_claim_verdict(sharing: DataFrame, engine: str = VLLM) -> str:
     e = [r for r in sharing.iter_rows(named=True) if r["engine"] == engine and r["cache_hit_rate"] is not None]
     on, off = [r for r in e if r["prefix_caching"]], [r for r in e if r["prefix_caching"] is False]
     if not on:
-        return f"*No measured {engine} runs with its prefix cache on: the claim is untested here.*"
+        return f"*No measured {engine_label(engine)} runs with its prefix cache on: the claim is untested here.*"
     top = sorted(on, key=lambda r: r["shared_fraction"])[-1]
     off_top = [r for r in off if r["shared_fraction"] == top["shared_fraction"]]
     off_txt = (f"; with it off (`--no-enable-prefix-caching`, what the document describes) "

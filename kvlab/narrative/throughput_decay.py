@@ -11,6 +11,7 @@ from kvlab.engines import engine_label
 from kvlab.narrative.common import scaled_span
 from kvlab.units import change as _change
 from kvlab.units import direction as _direction
+from kvlab.units import ratio
 from kvlab.units import scaled_context
 
 if TYPE_CHECKING:
@@ -27,13 +28,20 @@ def decay_sentences(decay: DataFrame, label: str) -> str:
     lines = []
     for r in decay.iter_rows(named=True):
         bt = r["batch_time_ratio"]
-        grows = (f"batch time grows **{bt:.2f}×** (so requests/s falls {bt:.2f}×)" if bt >= 1 else
-                 f"batch time shrinks **{1 / bt:.2f}×** (so requests/s rises {1 / bt:.2f}×)")
+        n = _n(r)
+        grows = (f"batch time grows **{ratio(bt, n)}×** (so requests/s falls {ratio(bt, n)}×)" if bt >= 1 else
+                 f"batch time shrinks **{ratio(1 / bt, n)}×** (so requests/s rises {ratio(1 / bt, n)}×)")
         lines.append(
-            f"- {label}, {r['engine']}: from {r['context_from']} to {r['context_to']} {grows}, while "
-            f"{_change(r['prompt_tokens_per_s_ratio'], 'prompt tokens/s')}{scaled_span(r)}."
+            f"- {label}, {engine_label(r['engine'])}: from {r['context_from']} to {r['context_to']} {grows}, while "
+            f"{_change(r['prompt_tokens_per_s_ratio'], 'prompt tokens/s', n=n)}{scaled_span(r)}."
         )
     return "\n".join(lines)
+
+
+def _n(r: dict) -> int | None:
+    """The fewer runs of a decay row's two contexts (None for published rows, which state no count)."""
+    ns = [r.get(c) for c in ("n_from", "n_to") if r.get(c) is not None]
+    return min(ns) if ns and r.get("source", "measured") != "published" else None
 
 
 def decay_comparison(decay: DataFrame, label: str) -> str:
@@ -44,13 +52,13 @@ def decay_comparison(decay: DataFrame, label: str) -> str:
     for x in extremes(decay):
         best, worst = x.best, x.worst
         if x.tied:
-            lines.append(f"- {label}: every engine's batch time grows {best['batch_time_ratio']:.2f}× from "
+            lines.append(f"- {label}: every engine's batch time grows {ratio(best['batch_time_ratio'], _n(best))}× from "
                          f"{best['context_from']} to {best['context_to']}.")
             continue
         lines.append(
-            f"- {label}: from {best['context_from']} to {best['context_to']}, {best['engine']}'s throughput holds up "
-            f"best ({_change(best['batch_time_ratio'], 'requests/s', bold=True)}) and {worst['engine']}'s falls most "
-            f"(**{worst['batch_time_ratio']:.2f}×**)."
+            f"- {label}: from {best['context_from']} to {best['context_to']}, {engine_label(best['engine'])}'s "
+            f"throughput holds up best ({_change(best['batch_time_ratio'], 'requests/s', bold=True, n=_n(best))}) and "
+            f"{engine_label(worst['engine'])}'s falls most (**{ratio(worst['batch_time_ratio'], _n(worst))}×**)."
         )
     return "\n".join(lines)
 
@@ -107,9 +115,9 @@ def decay_table(decay: DataFrame):
     r0 = decay.row(0, named=True)
     lo, hi = r0["context_from"], r0["context_to"]
     frame = [{"engine": r["engine"], "t_from_s": r["t_from_s"], "t_to_s": r["t_to_s"],
-              "requests_per_s": None if r["batch_time_ratio"] is None else _direction(r["batch_time_ratio"]),
+              "requests_per_s": None if r["batch_time_ratio"] is None else _direction(r["batch_time_ratio"], n=_n(r)),
               "prompt_tokens_per_s": None if r["prompt_tokens_per_s_ratio"] is None
-              else _direction(r["prompt_tokens_per_s_ratio"])}
+              else _direction(r["prompt_tokens_per_s_ratio"], n=_n(r))}
              for r in decay.iter_rows(named=True)]
     span = scaled_span(r0).strip()
     return tables.table(frame, {"engine": "engine", "t_from_s": f"batch time at {lo} (s)",
@@ -128,7 +136,7 @@ def decay_caption(decay: DataFrame, label: str, measure: str) -> str:
     span = f"from {scaled_context(r0['context_from'], r0['c_from'])} to {scaled_context(r0['context_to'], r0['c_to'])}"
     parts, verb = [], None
     for r in d.iter_rows(named=True):  # 'falls 2.94× for vLLM and 1.49× for SGLang': the verb said once if shared
-        text = _direction(r["batch_time_ratio"])
+        text = _direction(r["batch_time_ratio"], n=_n(r))
         word = text.split(" ")[0]
         parts.append(f"{text if word != verb else text.split(' ', 1)[1]} for {engine_label(r['engine'])}")
         verb = word
@@ -165,14 +173,26 @@ def claim_labels(check: DataFrame, claims: DataFrame | None = None) -> dict[str,
 
 
 def consistency_table(check: DataFrame, claims: DataFrame | None = None):
-    """Each stated ratio beside what the table implies under each definition, as a reader's table."""
+    """Each stated ratio beside what the table implies under each definition, as a reader's table; a decay factor
+    (a throughput at the short context ÷ at the long one) with its direction ('rises 1.06×', never 0.940)."""
     names = claim_labels(check, claims)
     frame = [{"claim": names.get(r["claim_id"], r["claim_id"]),
               "definition": DEFINITION_NAMES.get(r["definition"], r["definition"]),
-              "stated_value": r["stated_value"], "implied_value": r["implied_value"], "consistent": r["consistent"]}
+              "stated_value": r["stated_value"], "implied_value": _implied_cell(r["definition"], r["implied_value"]),
+              "consistent": r["consistent"]}
              for r in check.iter_rows(named=True)]
     return tables.table(frame, {"claim": "claim", "definition": "definition", "stated_value": "stated (×)",
-                                "implied_value": "the table implies (×)", "consistent": "consistent"})
+                                "implied_value": "the table implies", "consistent": "consistent"})
+
+
+#: The definitions whose value is a decay factor: stated with a direction.
+DECAY_DEFINITIONS = ("batch_time_ratio", "prompt_tokens_per_s_ratio")
+
+
+def _implied_cell(definition: str, value: float | None) -> str:
+    if value is None:
+        return "–"
+    return _direction(value) if definition in DECAY_DEFINITIONS else tables.number(value)
 
 
 def claims_caption(check: DataFrame, claims: DataFrame | None = None) -> str:

@@ -404,10 +404,23 @@ def headroom_table(
     return pl.DataFrame(rows)
 
 
+def _headroom_colour(dcp: int, dcps: list[int]) -> str:
+    """A headroom series' colour: no DCP is vLLM's configuration (vLLM's colour), a single DCP size SGLang's
+    (SGLang's colour), as in the modelled curves; several DCP sizes take colours that are neither an engine's nor
+    a GPU's (:data:`SERIES_COLORS` from its third on: the first two are the GPUs' in the crossover figure)."""
+    sglang_dcps = [d for d in dcps if d != 1]
+    if dcp == 1:
+        return ENGINE_COLORS[VLLM]
+    if len(sglang_dcps) == 1:
+        return ENGINE_COLORS[SGLANG]
+    rest = SERIES_COLORS[2:]
+    return rest[sglang_dcps.index(dcp) % len(rest)]
+
+
 @styled
 def plot_headroom(table: pl.DataFrame) -> Figure:
-    """Concurrent sequences that fit, by context, for each memory target (line style) and DCP size (colour, not
-    an engine colour). A cross marks a point the model flags: either no sequence fits, or less memory is left
+    """Concurrent sequences that fit, by context, for each memory target (line style) and DCP size (colour: no DCP
+    in vLLM's, one DCP size in SGLang's, the engines whose configurations they are; never a GPU's). A cross marks a point the model flags: either no sequence fits, or less memory is left
     outside the target than the assumed need (an assumption from the article, not a prediction of an OOM)."""
     fig = Figure(figsize=(7.8, 4.8))
     ax = fig.subplots()
@@ -416,7 +429,7 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
     styles = ["-", "--", ":", "-."]
     for (u, d), grp in table.sort("mem_util", "dcp").group_by(["mem_util", "dcp"], maintain_order=True):
         grp = grp.sort("context_tokens")
-        color = SERIES_COLORS[dcps.index(d) % len(SERIES_COLORS)]
+        color = _headroom_colour(d, dcps)
         seqs = grp["max_concurrent_seqs"].cast(pl.Float64).clip(lower_bound=0.5)
         who = "vLLM-style, no DCP" if d == 1 else "SGLang-style"
         if "max_concurrent_seqs_lo" in grp.columns:

@@ -52,6 +52,12 @@ class FixtureConfig:
     fault_rate: float = 0.0  # SSEServer: this share of requests gets one fault drawn from FAULTS
     fault_seed: int = 0  # seeds the server's fault draws (set once, on the server's config)
     metrics_fault_rate: float = 0.0  # SSEServer: this share of GET /metrics answers garbage or HTTP 500
+    #: SSEServer: serve at most this many requests at once, the rest wait in a queue (FIFO) before their first
+    #: delay: a server that saturates. /metrics then exports vllm:num_requests_running and vllm:num_requests_waiting
+    slots: int | None = None
+    #: from this token on the text is " u{i}" instead of " t{i}": a configuration whose greedy output differs there
+    #: (kvlab.probe's tests)
+    diverge_at: int | None = None
 
 
 #: The faults a fault-injecting SSEServer draws from (``fault_rate``): name -> (knobs for this request, the
@@ -177,6 +183,10 @@ class SSEServer:
         self.metrics_faults: list[str] = []  # what each faulty /metrics answer was
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.running = 0  # requests being served (config.slots)
+        self.waiting = 0  # requests queued for a slot (config.slots)
+        self.max_running = 0  # the most requests streaming at once (every request counts, slots or not)
+        self._slots: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -209,16 +219,39 @@ class SSEServer:
         for name, value in (("prompt_tokens", self.prompt_tokens_total), ("generation_tokens", self.generation_tokens_total)):
             lines += [f"# HELP vllm:{name}_total fixture counter", f"# TYPE vllm:{name}_total counter",
                       f'vllm:{name}_total{{model_name="fixture"}} {float(value)}']
+        if self.config.slots is not None:
+            for name, value in (("num_requests_running", self.running), ("num_requests_waiting", self.waiting)):
+                lines += [f"# TYPE vllm:{name} gauge", f'vllm:{name}{{model_name="fixture"}} {float(value)}']
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         self.open_streams += 1
         try:
-            return await self._respond(request)
+            if self.config.slots is None:
+                return await self._serve(request)
+            if self._slots is None:
+                self._slots = asyncio.Semaphore(self.config.slots)
+            self.waiting += 1
+            try:
+                await self._slots.acquire()
+            finally:
+                self.waiting -= 1
+            try:
+                return await self._serve(request)
+            finally:
+                self._slots.release()
         finally:
             self.open_streams -= 1
             if self.collect_when_idle and not self.open_streams and gc.get_count()[0] >= GC_IDLE_MIN_ALLOCATIONS:
                 gc.collect()
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            return await self._respond(request)
+        finally:
+            self.running -= 1
 
     async def _respond(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -263,7 +296,7 @@ class SSEServer:
                 return resp
             if (i or cfg.empty_first) and cfg.delay_s:  # empty chunks are apart from the first token too
                 await asyncio.sleep(cfg.delay_s)
-            text = f" t{i}"
+            text = f" u{i}" if cfg.diverge_at is not None and i >= cfg.diverge_at else f" t{i}"
             if i == 0 and cfg.line_bytes:
                 text = text + "x" * max(0, cfg.line_bytes - len(text))
             served.chunk_times.append(time.perf_counter())
@@ -462,7 +495,8 @@ def main(argv: list[str] | None = None) -> None:
         flag = "--" + f.name.replace("_", "-")
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens"):
+        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens", "slots",
+                        "diverge_at"):
             parser.add_argument(flag, type=int, default=default)
         elif f.name == "usage_json":
             parser.add_argument(flag, type=str, default=default)

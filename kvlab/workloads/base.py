@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kvlab.load import LoadSpec
+
 #: Default lowest token id drawn: keeps clear of the special tokens small tokenizers put first.
 DEFAULT_LOW_ID = 16
 
@@ -140,6 +142,9 @@ class WorkloadArgs(BaseModel):
     temperature: float = Field(0.0, ge=0, description="sampling temperature")
     seed: int = Field(0, description="seed for prompt generation and sampling")
     distinct_prompts: bool = Field(True, description="every request gets different tokens (no shared prefix)")
+    load: LoadSpec | None = Field(None, description="send the run's requests under this load (kvlab.load: closed-loop "
+                                  "concurrency or open-loop rate, warm-up, duration, saturation stop); None: all at "
+                                  "once, or `concurrency` in flight. Part of the run key only when set")
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadArgs:
@@ -149,6 +154,9 @@ class WorkloadArgs(BaseModel):
                 f"context_tokens ({self.context_tokens}) must exceed output_tokens ({self.output_tokens})"
             )
         self.check()
+        if self.load is not None and self.load.warmup_requests >= self.n_requests:
+            raise ValueError(f"load.warmup_requests ({self.load.warmup_requests}) leaves none of the "
+                             f"{self.n_requests} requests to measure")
         return self
 
     def check_lengths(self) -> None:
@@ -186,7 +194,10 @@ class WorkloadArgs(BaseModel):
 
     @property
     def in_flight(self) -> int:
-        """Most requests in flight at once (a conversation holds at most one)."""
+        """Most requests in flight at once (a conversation holds at most one); under an open-loop load without a
+        cap, the batch size (the bound, not what the arrivals reach)."""
+        if self.load is not None and self.load.concurrency is not None:
+            return self.load.concurrency
         return self.concurrency if self.concurrency is not None else self.batch_size
 
     @property

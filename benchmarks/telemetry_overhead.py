@@ -1,0 +1,153 @@
+"""Telemetry overhead on a real engine: does sampling /metrics during a run change the run's batch time and TTFT by
+more than their run-to-run spread? (issue 23: "A benchmark shows that sampling telemetry during a run changes the
+run's batch time and TTFT by less than its run-to-run spread.")
+
+A real vLLM CPU server (kvlab.server.EngineServer, the tiny local model, as benchmarks/engine_agreement.py) serves
+the same fixed batch (8 requests x 1,000-token prompts as token IDs x 64 output tokens, ignore_eos, temperature 0,
+all sent at once) N times with telemetry sampling (kvlab.metrics.sample_during, as the runner samples: the
+adapter's telemetry series every ``--interval`` seconds in the requests' event loop) and N times without, the two
+alternating (with first on even repeats), the prefix cache reset before every batch. Per arm: the median and the
+min-max range of the batch time and of the batch's mean TTFT. The difference of the medians is **inside the
+spread** when it is smaller than the range (max - min) of the arm without telemetry; the verdict says which.
+
+    .venv/bin/python -m benchmarks.telemetry_overhead [--quick] [--repeats N] [--interval S] [--no-pin]
+
+It needs the engine environment (`make engines`) and takes a few minutes (a server start, then 2 x N batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import time
+import uuid
+
+from benchmarks.bench_tools import OUT_DIR, Row, host_note, print_table, split_cpus, write_result
+
+from kvlab import metrics
+from kvlab.client import run_requests
+from kvlab.server import EngineServer
+from kvlab.spec import EngineSpec
+from kvlab.tinymodel import ensure_tiny_model
+from kvlab.workloads import fixed_batch
+
+NAME = "telemetry_overhead"
+SECTION = "telemetry overhead"
+BATCH, PROMPT_TOKENS, OUTPUT_TOKENS = 8, 1000, 64
+ARMS = ("without telemetry", "with telemetry")
+
+
+def engine_spec(tag: str, cpus: set[int] | None = None) -> EngineSpec:
+    """The engine of benchmarks/engine_agreement.py: vLLM's CPU build, tiny model, eager, 64 MiB of KV."""
+    launch = [".engines/vllm/bin/python"]
+    if cpus:
+        launch = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *launch]
+    return EngineSpec(name="vllm", launch=launch, model="data/models/tiny-llama", served_model_name=tag,
+                      max_model_len=2048, enforce_eager=True, kv_cache_bytes=64 * 2**20, dev_mode=True,
+                      startup_timeout_s=300)
+
+
+async def one_batch(server: EngineServer, model: str, prompts, telemetry: bool, interval_s: float) -> dict:
+    """One fixed batch, with or without the runner's telemetry sampler beside it: batch time, mean TTFT, samples."""
+    samples: list = []
+    names = server.adapter.telemetry_names
+    sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key,
+                                                         interval_s=interval_s)) if telemetry else None)
+    try:
+        batch = await run_requests(server.base_url, model, prompts, api_key=server.api_key, ignore_eos=True,
+                                   temperature=0.0)
+    finally:
+        if sampler is not None:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+    ttfts = [r.ttft_ms for r in batch.records if r.ttft_ms is not None]
+    return {"batch_time_s": batch.batch_time_s, "ttft_mean_ms": statistics.fmean(ttfts) if ttfts else None,
+            "failed": sum(r.status != "ok" for r in batch.records), "samples": len(samples),
+            "samples_ok": sum(err is None for _, _, err in samples)}
+
+
+def measure(repeats: int, interval_s: float, pin: bool = True) -> dict:
+    ensure_tiny_model()
+    tag = f"kvlab-bench-{uuid.uuid4().hex[:8]}"
+    engine_cpus, _ = split_cpus() if pin and shutil.which("taskset") else (None, None)
+    raw: dict = {"host": host_note(), "repeats": repeats, "interval_s": interval_s,
+                 "batch": [BATCH, PROMPT_TOKENS, OUTPUT_TOKENS], "engine_cpus": sorted(engine_cpus or []), "runs": []}
+    server = EngineServer(engine_spec(tag, engine_cpus), OUT_DIR / f"{NAME}-vllm.log")
+    try:
+        server.start()
+        raw["startup_s"] = server.wait_ready()
+        raw["engine_version"] = server.version()
+        print(f"  vLLM ready after {raw['startup_s']:.1f} s", flush=True)
+        warm = fixed_batch.prompts(2, 32, 4, 512, seed=999)
+        asyncio.run(one_batch(server, tag, warm, False, interval_s))
+        prompts = fixed_batch.prompts(BATCH, PROMPT_TOKENS, OUTPUT_TOKENS, 512, seed=0)  # the same batch every time
+        for rep in range(repeats):
+            order = (True, False) if rep % 2 == 0 else (False, True)
+            for telemetry in order:
+                flushed = server.flush_cache()
+                r = asyncio.run(one_batch(server, tag, prompts, telemetry, interval_s))
+                r.update(arm=ARMS[telemetry], repeat=rep, cache_flushed=flushed)
+                raw["runs"].append(r)
+                print(f"  rep {rep} {r['arm']:<18} batch {r['batch_time_s']:.3f} s  TTFT {r['ttft_mean_ms']:.1f} ms  "
+                      f"samples {r['samples_ok']}/{r['samples']}  failed {r['failed']}", flush=True)
+    finally:
+        server.stop()
+    return raw
+
+
+def arm_stats(runs: list[dict], key: str) -> tuple[float, float, float]:
+    """(median, min, max) of ``key`` over ``runs``."""
+    vals = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(vals), min(vals), max(vals)
+
+
+def verdict(without: tuple[float, float, float], with_: tuple[float, float, float]) -> tuple[float, bool]:
+    """The difference of the medians (with - without) and whether it is inside the spread: smaller in size than the
+    range (max - min) of the runs without telemetry."""
+    diff = with_[0] - without[0]
+    return diff, abs(diff) < without[2] - without[1]
+
+
+def summarise(raw: dict) -> list[Row]:
+    by_arm = {a: [r for r in raw["runs"] if r["arm"] == a] for a in ARMS}
+    rows = []
+    for key, unit, what in (("batch_time_s", "s", "batch time"), ("ttft_mean_ms", "ms", "mean TTFT of the batch")):
+        off, on = (arm_stats(by_arm[a], key) for a in ARMS)
+        diff, inside = verdict(off, on)
+        rows.append(Row(SECTION, f"{what}: with − without telemetry (medians)", diff, unit,
+                        "inside the run-to-run spread", inside,
+                        f"without: median {off[0]:.4g} (range {off[1]:.4g}–{off[2]:.4g}); with: median {on[0]:.4g} "
+                        f"(range {on[1]:.4g}–{on[2]:.4g}); spread = max − min of the runs without"))
+    samples = [r["samples_ok"] for r in by_arm[ARMS[1]]]
+    failed = sum(r["failed"] for r in raw["runs"])
+    rows.append(Row(SECTION, "conditions", f"{BATCH} × {PROMPT_TOKENS}+{OUTPUT_TOKENS} tokens",
+                    note=f"vllm {raw.get('engine_version')}, tiny model, --enforce-eager; {raw['repeats']} alternating "
+                         f"repeats per arm; telemetry every {raw['interval_s']:g} s ({min(samples)}–{max(samples)} "
+                         f"samples answered per batch); failed requests {failed}; prefix cache reset before each "
+                         f"batch; {raw['host']}"))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 repeats per arm instead of 10")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--interval", type=float, default=metrics.TELEMETRY_INTERVAL_S,
+                        help=f"seconds between telemetry samples (the runner's: {metrics.TELEMETRY_INTERVAL_S:g})")
+    parser.add_argument("--no-pin", action="store_true", help="let the engine share every core with the client")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (3 if args.quick else 10)
+    t = time.perf_counter()
+    raw = measure(repeats, args.interval, pin=not args.no_pin)
+    raw["wall_s"] = time.perf_counter() - t
+    rows = summarise(raw)
+    print_table(rows, title=f"Telemetry overhead on real vLLM ({raw['wall_s']:.0f} s)")
+    print(f"wrote {write_result(NAME, rows, raw)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

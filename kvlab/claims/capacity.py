@@ -1,0 +1,195 @@
+"""KV capacity beside its prediction: the physical model's concurrency ceiling (kvlab.perfmodel.memory) per DCP size,
+memory target and context, on the definition the measured runs use (kvlab.analysis.concurrency_ceiling: pool //
+tokens per request), so the two stand side by side (docs/design.md, "Load definitions", KV capacity)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kvlab import analysis
+from kvlab.claims.grading import Repeats, combined, counted, cpu_cross_engine, measured_difference, on_cpu
+from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.perfmodel.roofline import Assumptions, Config, memory
+from kvlab.units import scaled_context, sig2, tokens_label
+from kvlab.verdicts import Verdict
+
+
+def modelled_ceilings(gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp_sizes: tuple[int, ...] = (1, 8),
+                      mem_utils: tuple[float, ...] = (0.92, 0.95),
+                      contexts: tuple[int, ...] = (65536, 131072, 204800),
+                      assumptions: Assumptions | None = None) -> pl.DataFrame:
+    """The physical model's concurrency ceiling (kvlab.perfmodel.memory), source "modelled", per DCP size x memory
+    target x context: ``kv_pool_tokens`` (the pool the model predicts, in tokens, the figure engines log),
+    ``concurrency_ceiling`` = that // context (the same definition as :func:`kvlab.analysis.run_ceilings`, so the
+    two stand side by side) and ``max_concurrent_seqs``, the model's own count, which also charges each sequence its
+    linear-attention state (Kimi-K3's KDA layers); ``fits`` and ``reason`` are the model's memory check. DCP 1 is
+    modelled as vLLM, DCP > 1 as SGLang (perfmodel's headroom table does the same). The defaults are the GPU
+    host's capacity question: Kimi-K3 on 8 x B300 at the contexts and memory targets of
+    data/experiments/b300_capacity.yaml."""
+    a = assumptions or Assumptions()
+    rows = []
+    for u in mem_utils:
+        for d in dcp_sizes:
+            cfg = Config.of(gpu, model, SGLANG if d > 1 else VLLM, tp, d, u)
+            for c in contexts:
+                m = memory(cfg, int(c), a)
+                rows.append({"source": "modelled", "gpu": cfg.gpu.gpu, "model": cfg.model.model,
+                             "engine": cfg.engine, "tp": tp, "dcp": d, "mem_util": u, "context_tokens": int(c),
+                             "kv_pool_tokens": m.kv_capacity_tokens,
+                             "concurrency_ceiling": analysis.concurrency_ceiling(m.kv_capacity_tokens, int(c)),
+                             "max_concurrent_seqs": m.max_concurrent_seqs, "fits": m.fits, "reason": m.reason})
+    return pl.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- report 07's verdicts
+
+#: Report 07's questions, each a verdict row (no document states them: they are the capacity study's own).
+CEILING_CLAIM = ("capacity_ceiling_memory", "A higher memory setting raises each engine's concurrency ceiling (its "
+                 "reported KV pool ÷ tokens per request), at every context measured")
+QUEUE_CLAIM = ("capacity_queueing_past_ceiling", "Loaded past its concurrency ceiling, a server queues requests "
+               "(its waiting queue, sampled during the run, rises above 0)")
+MAP_CLAIM = ("capacity_goodput_map", "One engine carries more goodput within the SLO than the other at every context "
+             "× memory setting (the map)")
+MODELLED_CLAIM = ("capacity_modelled_ceiling", "The concurrency ceiling of Kimi-K3 on 8× B300 at the longest context, "
+                  "per engine configuration and memory setting")
+
+
+def _where(r: dict) -> str:
+    return f"{engine_label(r['engine'])} at {scaled_context(r['context_label'], r['context_tokens'])}"
+
+
+def ceiling_verdict(points: pl.DataFrame) -> Verdict:
+    """Whether the measured ceiling moves with the memory setting, within each engine (rule 2): per engine x
+    context measured at two or more memory settings, the ceilings of the runs at the highest setting against those
+    at the lowest (each run records its server's reported KV pool), combined across engines and contexts (their
+    signs must agree). No pair: *cannot be tested here*."""
+    cid, claim = CEILING_CLAIM
+    d = points.filter(pl.col("concurrency_ceiling").is_not_null()) if not points.is_empty() else points
+    grades, parts = [], []
+    for (engine, ctx, label), g in (d.group_by(["engine", "context_tokens", "context_label"], maintain_order=True)
+                                    if not d.is_empty() else []):
+        mems = sorted(g["mem_util"].drop_nulls().unique().to_list())
+        if len(mems) < 2:
+            continue
+        hi = g.filter(pl.col("mem_util") == mems[-1])["concurrency_ceiling"].to_list()
+        lo = g.filter(pl.col("mem_util") == mems[0])["concurrency_ceiling"].to_list()
+        where = _where({"engine": engine, "context_tokens": ctx, "context_label": label})
+        cpu = on_cpu(g["device_kind"][0], g["hardware"][0])
+        grades.append(measured_difference(Repeats.of(hi), Repeats.of(lo), "higher", what=where, scope=(
+            "CPU: a stated KV budget per memory setting" if cpu else g["hardware"][0])
+            + "; n counts runs, each with its server's reported pool (the rungs of one setting share a start)"))
+        parts.append((ctx, f"{where}: {min(lo)} → {min(hi)} requests ({mems[0]:g} → {mems[-1]:g})"))
+    if not grades:
+        return Verdict(claim, "cannot be tested here", "measured", "no engine measured at two memory settings with "
+                       "a reported KV pool", claim_id=cid, kind="capacity",
+                       reason="no engine measured at two memory settings with a reported KV pool")
+    g = combined(grades)
+    number = "; ".join(p for _, p in sorted(parts, key=lambda p: p[0]))
+    return g.verdict(claim, number, claim_id=cid, kind="capacity")
+
+
+def queueing_verdict(points: pl.DataFrame) -> Verdict:
+    """Whether the load points past their ceiling queued (telemetry ``requests_waiting`` > 0): a count the claim
+    bounds, decided over at least MIN_REPEATS such points (:func:`kvlab.claims.grading.counted`); the points below
+    the ceiling that queued are said beside it. No point past the ceiling with the queue sampled: *cannot be
+    tested here*, saying which is missing."""
+    cid, claim = QUEUE_CLAIM
+    seen = points.filter(pl.col("queued").is_not_null()) if not points.is_empty() else points
+    past = seen.filter(pl.col("past_ceiling").fill_null(False)) if not seen.is_empty() else seen
+    if past.is_empty():
+        why = ("no capacity run stored" if points.is_empty() else
+               "no run sampled its server's waiting queue" if seen.is_empty() else
+               "no load point past its concurrency ceiling had its waiting queue sampled")
+        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", reason=why)
+    queued = past.filter(pl.col("queued"))
+    below = seen.filter(pl.col("past_ceiling") == False)  # noqa: E712 - a polars comparison
+    below_q = below.filter(pl.col("queued")).height
+    first = past.sort("context_tokens", "mem_util", "engine", "load_level").row(0, named=True)
+    grade = counted(queued.height == past.height, past.height,
+                    reason=f"{queued.height} of {past.height} load points past the ceiling queued",
+                    value=queued.height / past.height, unit="of the points past the ceiling",
+                    scope="CPU, tiny model" if on_cpu(first["device_kind"], first["hardware"]) else first["hardware"])
+    number = (f"{queued.height} of {past.height} load points past the ceiling queued (e.g. {_where(first)}, "
+              f"{first['load_level']:g} in flight against a ceiling of {first['concurrency_ceiling']}: "
+              f"{'up to ' + format(first['waiting_peak'], 'g') + ' waiting' if first['queued'] else 'none waiting'}); "
+              f"{below_q} of {below.height} below or at it")
+    return grade.verdict(claim, number, claim_id=cid, kind="capacity")
+
+
+def map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
+    """The map as a cross-engine claim (the engine with more goodput at most cells carries more at every one): CPU
+    runs of two implementations never decide it (rule 1: quoted is the goodput ratio at the lowest load measured, at
+    the first cell, where load plays no part); GPU runs by rule 2 per cell (goodput over the repeats at each engine's
+    highest load within the SLO), combined across cells (mixed winners: inconclusive)."""
+    cid, claim = MAP_CLAIM
+    cells = gmap.filter(pl.col("winner").is_not_null()) if not gmap.is_empty() else gmap
+    if cells.is_empty():
+        why = ("no context × memory setting measured with two engines within the SLO" if not curve.is_empty()
+               else "no capacity run stored")
+        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", reason=why)
+    wins: dict[str, int] = {}
+    for w in cells["winner"].to_list():
+        wins[w] = wins.get(w, 0) + 1
+    lead = max(sorted(wins), key=lambda e: wins[e])
+    first = cells.row(0, named=True)
+    other = first["runner_up"] if first["winner"] == lead else first["winner"]
+    summary = f"{engine_label(lead)} ahead at {wins[lead]} of {cells.height} context × memory settings"
+    claim_here = f"{claim} — here {engine_label(lead)} against {engine_label(other)}"
+    base = curve.filter(pl.col("engine").is_in([lead, other]) & (pl.col("context_tokens") == first["context_tokens"])
+                        & (pl.col("mem_util") == first["mem_util"]))
+    low = base.filter(pl.col("load_level") == base["load_level"].min()) if not base.is_empty() else base
+    ga = low.filter(pl.col("engine") == lead)["goodput_requests_per_s"].mean() if low.height else None
+    gb = low.filter(pl.col("engine") == other)["goodput_requests_per_s"].mean() if low.height else None
+    if ga and gb:
+        at = (f"{low['load_level'][0]:g} in flight (the lowest load measured), "
+              f"{scaled_context(first['context_label'], first['context_tokens'])}, {first['mem_util']:g}")
+        grade = cpu_cross_engine(lead, other, curve.filter(pl.col("engine").is_in([lead, other]))["device_kind"].to_list(),
+                                 baseline=ga / gb, baseline_at=at, hardware=first["hardware"],
+                                 n=int(low.group_by("engine").len()["len"].min()), scope=first["hardware"])
+        if grade is not None:
+            return grade.verdict(claim_here, f"{engine_label(lead if ga >= gb else other)} already {sig2(grade.value)}× "
+                                 f"the goodput at {at}; {summary}", claim_id=cid, kind="capacity")
+    grades = []
+    for r in cells.iter_rows(named=True):
+        if r["margin"] is None:
+            continue
+        sides = {r["winner"]: "winner", r["runner_up"]: "runner_up"}
+        if lead not in sides or len(sides) < 2:
+            continue
+        a, b = sides[lead], sides[r["runner_up"] if r["winner"] == lead else r["winner"]]
+
+        def reps(side: str, r: dict = r) -> Repeats:
+            return Repeats.summary(r[f"{side}_goodput_requests_per_s"], r[f"{side}_goodput_min"],
+                                   r[f"{side}_goodput_max"], r[f"{side}_repeats"])
+
+        grades.append(measured_difference(reps(a), reps(b), "higher",
+                                          what=f"{scaled_context(r['context_label'], r['context_tokens'])}, "
+                                               f"{r['mem_util']:g}", scope=r["hardware"]))
+    if not grades:
+        return Verdict(claim_here, "inconclusive", "measured", f"{summary}; only one engine met the SLO at each",
+                       claim_id=cid, kind="capacity", reason="only one engine met the SLO at each setting")
+    return combined(grades).verdict(claim_here, summary, claim_id=cid, kind="capacity")
+
+
+def modelled_verdict(modelled: pl.DataFrame) -> Verdict:
+    """The model's ceiling at the longest context, per configuration and memory setting: the report's own answer for
+    the GPU host (*found*, evidence modelled), with where the model's memory check fails."""
+    cid, claim = MODELLED_CLAIM
+    ctx = modelled["context_tokens"].max()
+    at = modelled.filter(pl.col("context_tokens") == ctx).sort("dcp", "mem_util")
+    parts = [f"{engine_label(r['engine'])} TP{r['tp']}{'+DCP' + str(r['dcp']) if r['dcp'] > 1 else ''} at "
+             f"{r['mem_util']:g}: {r['concurrency_ceiling']:,}" + ("" if r["fits"] else " (fails the memory check)")
+             for r in at.iter_rows(named=True)]
+    first = at.row(0, named=True)
+    return Verdict(f"{claim} ({tokens_label(ctx)})", "found", "modelled",
+                   f"{'; '.join(parts)} requests at {tokens_label(ctx)}", claim_id=cid, kind="capacity",
+                   value=float(first["concurrency_ceiling"]), unit="requests",
+                   scope=f"kvlab's physical model, {first['model']} on {first['tp']}× {first['gpu']}",
+                   reason="modelled KV pool in tokens ÷ context (never measured here)")
+
+
+def capacity_verdicts(curve: pl.DataFrame, points: pl.DataFrame, gmap: pl.DataFrame,
+                      modelled: pl.DataFrame) -> list[Verdict]:
+    """Report 07's verdicts: the ceiling against the memory setting and queueing past it (within each engine: what
+    CPU runs can decide), the map (cross-engine: rule 1 on a CPU) and the model's B300 ceiling (found, modelled)."""
+    return [ceiling_verdict(points), queueing_verdict(points), map_verdict(curve, gmap), modelled_verdict(modelled)]

@@ -1,0 +1,237 @@
+"""Report 07 (capacity under load): what is missing, the captions, tables and sentences of the throughput-interactivity
+curves, the highest load within the SLO, the telemetry against the ceiling, the map and the modelled B300 ceilings.
+The frames come from kvlab.analysis and kvlab.claims.capacity; every number here is read from them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvlab import tables
+from kvlab.analysis import KV_SATURATED, SLO_SHARE
+from kvlab.claims.capacity import capacity_verdicts
+from kvlab.engines import engine_label
+from kvlab.units import scaled_context, tokens_label
+
+if TYPE_CHECKING:
+    from polars import DataFrame
+
+__all__ = ["capacity_verdicts"]
+
+#: The commands that measure the capacity study on this machine (the Makefile's NOT_EMBEDDED keeps it out of the
+#: default `make report`).
+CAPACITY_COMMANDS = ("make report FULL=1", "kvlab sweep --quick data/experiments/cpu_capacity.yaml && kvlab report")
+
+
+def config_label(r: dict) -> str:
+    """'vLLM TP1', 'SGLang TP8+DCP8': a row's engine configuration."""
+    dcp = r.get("dcp") or 1
+    return f"{engine_label(r['engine'])} TP{r.get('tp') or 1}" + (f"+DCP{dcp}" if dcp > 1 else "")
+
+
+def _where(r: dict) -> str:
+    return f"{scaled_context(r['context_label'], r['context_tokens'])}, memory setting {r['mem_util']:g}"
+
+
+def _level(v: float | None, mode: str | None = "closed") -> str:
+    if v is None:
+        return "–"
+    return f"{v:g} req/s" if mode == "open" else f"{v:g} in flight"
+
+
+def no_capacity_runs_note(experiment: str, data_dir) -> str:
+    """Said where no capacity run is stored: what is missing, where kvlab looked, why `make report` has none and the
+    commands that measure them; the modelled part needs no run."""
+    return (f"*No measured capacity runs (`{experiment}`) under `{data_dir}/runs`. The default `make report` leaves "
+            "this experiment out (its time on the 2-core class is not yet measured within the report's budget); "
+            f"measure it with `{CAPACITY_COMMANDS[0]}`, or `{CAPACITY_COMMANDS[1]}`. The measured sections below stay "
+            "empty until then; the modelled B300 ceilings at the end need no run.*")
+
+
+def slo_note(curve: DataFrame) -> str:
+    """The SLO the runs were held to (as stored per run) and what 'within the SLO' means."""
+    slos = sorted({(r["slo_ttft_ms"], r["slo_tpot_ms"]) for r in curve.iter_rows(named=True)},
+                  key=lambda s: tuple(x if x is not None else -1 for x in s))
+    said = "; ".join(" and ".join(p for p in (f"TTFT ≤ {t:,.0f} ms" if t is not None else "",
+                                               f"TPOT ≤ {p:,.0f} ms" if p is not None else "") if p)
+                     or "none stated" for t, p in slos)
+    hw = ", ".join(sorted({r["hardware"] for r in curve.iter_rows(named=True)}))
+    return (f"Measured on {hw}, under the SLO stated in the experiment file ({said}, an assumption of the file, not a "
+            f"measurement). A load point is **within the SLO** when at least {SLO_SHARE:.0%} of its counted requests "
+            "met both bounds (the SLO held at p90) and it was not stopped past saturation; **goodput** is those "
+            "requests per second of its steady-state window.")
+
+
+def pareto_caption(curve: DataFrame) -> str:
+    """What to see in the throughput-interactivity figure: how many points and settings, how many on the front, and
+    where throughput per device peaks."""
+    rows = list(curve.iter_rows(named=True))
+    front = sum(bool(r.get("on_front")) for r in rows)
+    within = sum(bool(r["within_slo"]) for r in rows)
+    top = max(rows, key=lambda r: r["output_tokens_per_s_per_device"] or 0)
+    settings = len({(r["context_tokens"], r["mem_util"]) for r in rows})
+    return (f"Measured: {len(rows)} load points over {settings} context × memory settings, {within} within the SLO "
+            f"(filled), {front} on their setting's Pareto front (black ring). The most output per device: "
+            f"{config_label(top)} at {_where(top)}, {top['output_tokens_per_s_per_device']:.3g} tokens/s at "
+            f"{top['output_tokens_per_s_per_user']:.3g} tokens/s per user ({_level(top['load_level'], top['load_mode'])}"
+            f"{', within the SLO' if top['within_slo'] else ', missing the SLO'}). Down and to the right is more "
+            "interactive, up is more throughput.")
+
+
+def capacity_table(best: DataFrame):
+    """Per engine x context x memory setting: the levels measured, the highest load within the SLO, its goodput (with
+    its range over repeats) and the lowest load that missed it."""
+    rows = []
+    for r in sorted(best.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
+        g = r["goodput_requests_per_s"]
+        spread = ("" if g is None or r["goodput_min_requests_per_s"] == r["goodput_max_requests_per_s"] else
+                  f" ({r['goodput_min_requests_per_s']:.3g}–{r['goodput_max_requests_per_s']:.3g})")
+        rows.append({"configuration": config_label(r), "context": scaled_context(r["context_label"], r["context_tokens"]),
+                     "memory setting": r["mem_util"],
+                     "loads measured": ", ".join(f"{v:g}" for v in r["levels"]),
+                     "highest load within the SLO": _level(r["max_load_within_slo"], r["load_mode"])
+                     if r["max_load_within_slo"] is not None else "none",
+                     "goodput there (req/s)": "–" if g is None else f"{g:.3g}{spread}",
+                     "repeats": r["repeats"], "lowest load past the SLO": _level(r["first_load_past_slo"], r["load_mode"])})
+    return tables.table(rows, list(rows[0]) if rows else ["configuration"])
+
+
+def capacity_sentences(best: DataFrame) -> str:
+    """One line per engine x context x memory setting: the highest load within the SLO and the goodput there."""
+    lines = []
+    for r in sorted(best.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
+        head = f"{config_label(r)} at {_where(r)}"
+        if r["max_load_within_slo"] is None:
+            lines.append(f"- {head}: **no load within the SLO** (lowest measured: "
+                         f"{_level(min(r['levels']), r['load_mode'])}).")
+            continue
+        past = (f"; missed it at {_level(r['first_load_past_slo'], r['load_mode'])}" if r["first_load_past_slo"]
+                is not None else "; within it at every load measured, so its limit lies above")
+        lines.append(f"- {head}: highest load within the SLO **{_level(r['max_load_within_slo'], r['load_mode'])}**, "
+                     f"goodput {r['goodput_requests_per_s']:.3g} req/s (n={r['repeats']}){past}.")
+    return "\n".join(lines)
+
+
+def onset_table(onset: DataFrame):
+    """Per engine x context x memory setting: the ceiling, and the lowest load past it, at which requests queued, the
+    KV pool saturated and the server preempted (telemetry)."""
+    rows = []
+    for r in sorted(onset.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
+        seen = r["telemetry"] == "sampled"
+        none = "none" if seen else "not available"
+        rows.append({"configuration": config_label(r), "context": scaled_context(r["context_label"], r["context_tokens"]),
+                     "memory setting": r["mem_util"],
+                     "ceiling (requests)": r["concurrency_ceiling"],
+                     "first load past the ceiling": _level(r["first_past_ceiling"]) if r["first_past_ceiling"] else "none",
+                     "requests waited from": _level(r["first_queued"]) if r["first_queued"] else none,
+                     f"KV usage ≥ {KV_SATURATED:.0%} from": _level(r["first_kv_saturated"]) if r["first_kv_saturated"]
+                     else none,
+                     "preempted from": _level(r["first_preempted"]) if r["first_preempted"] else none,
+                     "peak KV usage": tables.percent(r["kv_usage_peak"]) if seen else "not available",
+                     "telemetry": r["telemetry"]})
+    return tables.table(rows, list(rows[0]) if rows else ["configuration"])
+
+
+def ceiling_caption(points: DataFrame, onset: DataFrame) -> str:
+    """What to see in the telemetry figure: where the queue appeared, against the ceilings."""
+    past = [r for r in onset.iter_rows(named=True) if r["first_past_ceiling"] is not None]
+    queued = [r for r in onset.iter_rows(named=True) if r["first_queued"] is not None]
+    sampled = sum(r["telemetry"] == "sampled" for r in points.iter_rows(named=True))
+    parts = [f"Measured: the peak KV-pool usage the server reported during each load point ({sampled} of "
+             f"{points.height} points sampled), crosses where requests waited, dashed lines at each engine's "
+             "concurrency ceiling (its reported KV pool ÷ tokens per request)"]
+    if past:
+        parts.append("loads past the ceiling at " + "; ".join(
+            f"{config_label(r)} {_where(r)} (ceiling {r['concurrency_ceiling']}, "
+            + (f"waited from {_level(r['first_queued'])})" if r["first_queued"] else "no queue seen)") for r in past))
+    else:
+        parts.append("no load measured went past its ceiling")
+    early = [r for r in queued if r["first_past_ceiling"] is None or r["first_queued"] < r["first_past_ceiling"]]
+    if early:
+        parts.append("queueing below the ceiling (a scheduler limit, not the KV pool) at " + "; ".join(
+            f"{config_label(r)} {_where(r)} from {_level(r['first_queued'])}" for r in early))
+    return "; ".join(parts) + "."
+
+
+def telemetry_note(points: DataFrame) -> str | None:
+    """Which engines' runs have no telemetry, and why (never shown as 0); None when every run was sampled."""
+    missing: dict[str, set[str]] = {}
+    for r in points.iter_rows(named=True):
+        if r["telemetry"] != "sampled":
+            missing.setdefault(engine_label(r["engine"]), set()).add(r["telemetry"])
+    if not missing:
+        return None
+    return "*Telemetry " + "; ".join(f"of {e}: {', '.join(sorted(w))}" for e, w in sorted(missing.items())) + \
+        " — shown as not available, never as 0.*"
+
+
+def map_table(gmap: DataFrame):
+    """The map as a table: per context x memory setting, the engine with the higher goodput within the SLO, the
+    margin, its range and n."""
+    rows = []
+    for r in gmap.iter_rows(named=True):
+        w = r.get("winner")
+        margin = ("–" if not w or r.get("margin") is None else f"{r['margin']:.3g}×")
+        spread = ("–" if not w or r.get("margin") is None else f"{r['margin_lo']:.3g}–{r['margin_hi']:.3g}×")
+        rows.append({
+            "context": scaled_context(r["context_label"], r["context_tokens"]), "memory setting": r["mem_util"],
+            "higher goodput": ("no engine within the SLO" if not w else
+                               config_label({"engine": w, "tp": r["winner_tp"], "dcp": r["winner_dcp"]})),
+            "its goodput (req/s) at its highest load": "–" if not w else
+            f"{r['winner_goodput_requests_per_s']:.3g} at {_level(r['winner_load'], r['load_mode'])}",
+            "runner-up": "–" if not w else config_label({"engine": r["runner_up"], "tp": r["runner_up_tp"],
+                                                          "dcp": r["runner_up_dcp"]}),
+            "runner-up goodput (req/s)": "–" if not w else (
+                "none within the SLO" if r["runner_up_goodput_requests_per_s"] is None else
+                f"{r['runner_up_goodput_requests_per_s']:.3g} at {_level(r['runner_up_load'], r['load_mode'])}"),
+            "margin": margin, "margin over the repeats": spread, "n": r.get("n")})
+    return tables.table(rows, list(rows[0]) if rows else ["context"])
+
+
+def map_caption(gmap: DataFrame) -> str:
+    """What to see in the map: who wins where, and whether the winner changes."""
+    cells = [r for r in gmap.iter_rows(named=True) if r.get("winner")]
+    if not cells:
+        return "Measured: no context × memory setting had an engine within the SLO."
+    wins: dict[str, list[str]] = {}
+    for r in cells:
+        wins.setdefault(engine_label(r["winner"]), []).append(
+            f"{scaled_context(r['context_label'], r['context_tokens'])} at {r['mem_util']:g}"
+            + (f" ({r['margin']:.3g}×)" if r.get("margin") is not None else " (the only one within the SLO)"))
+    change = ("the winner changes with the setting" if len(wins) > 1 else "the same engine at every setting measured")
+    ns = sorted({r["n"] for r in cells if r.get("n") is not None})
+    return (f"Measured: {change}: " + "; ".join(f"{e} at {', '.join(w)}" for e, w in wins.items())
+            + f" (margin = winner's goodput ÷ runner-up's, each at its own highest load within the SLO; "
+              f"n = {', '.join(map(str, ns))} run(s) per side, so the range over the repeats is "
+            + ("a single value" if ns == [1] else "shown in the table") + ").")
+
+
+def modelled_caption(modelled: DataFrame) -> str:
+    """What to see in the modelled ceilings: the range per configuration, how much the higher setting adds, and where
+    the model's memory check fails."""
+    rows = list(modelled.iter_rows(named=True))
+    first = rows[0]
+    mems = sorted({r["mem_util"] for r in rows})
+    ctx = max(r["context_tokens"] for r in rows)
+    parts = []
+    for cfg in sorted({(r["engine"], r["tp"], r["dcp"]) for r in rows}, key=lambda c: c[2]):
+        at = {r["mem_util"]: r for r in rows if (r["engine"], r["tp"], r["dcp"]) == cfg and r["context_tokens"] == ctx}
+        lo, hi = at.get(mems[0]), at.get(mems[-1])
+        if lo and hi:
+            parts.append(f"{config_label({'engine': cfg[0], 'tp': cfg[1], 'dcp': cfg[2]})} {lo['concurrency_ceiling']:,} "
+                         f"→ {hi['concurrency_ceiling']:,} requests from {mems[0]:g} to {mems[-1]:g}")
+    bad = sorted({r["mem_util"] for r in rows if not r["fits"]})
+    flag = (f"; hatched: at {', '.join(f'{m:g}' for m in bad)} the model's memory check fails "
+            f"({next(r['reason'] for r in rows if not r['fits'])})" if bad else "")
+    return (f"Modelled, not measured (kvlab's physical model, {first['model']} on {first['tp']}× {first['gpu']}): the "
+            f"KV pool the model predicts ÷ the context, the definition the measured ceilings use. At "
+            f"{tokens_label(ctx)}: " + "; ".join(parts) + flag + ".")
+
+
+def modelled_table(modelled: DataFrame):
+    """The modelled ceilings as a table, labelled modelled in its caption."""
+    rows = [{"configuration": config_label(r), "memory setting": r["mem_util"], "context": tokens_label(r["context_tokens"]),
+             "KV pool (tokens)": r["kv_pool_tokens"], "ceiling: pool ÷ context": r["concurrency_ceiling"],
+             "sequences the model fits (with linear-attention state)": r["max_concurrent_seqs"],
+             "memory check": "fits" if r["fits"] else r["reason"]}
+            for r in sorted(modelled.iter_rows(named=True), key=lambda r: (r["dcp"], r["mem_util"], r["context_tokens"]))]
+    return tables.table(rows, list(rows[0]), caption="modelled (kvlab's physical model; no run)")

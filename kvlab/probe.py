@@ -1,0 +1,169 @@
+"""An accuracy probe per server configuration (issue 23, item 7): the greedy (temperature 0) outputs of a fixed probe
+set, compared across configurations of the same model and engine (DCP 1 vs 8, 0.92 vs 0.95, prefix cache on vs off),
+so that a configuration that is fast but computes something else is seen.
+
+The comparison and its tolerance:
+
+- **tokens**: each output is the list of tokens the server generated, as it reports them in the stream's
+  ``logprobs.tokens`` (the probe asks for the top-:data:`TOP_LOGPROBS` log-probabilities); a server that reports no
+  log-probabilities (the test fixture) gives one streamed text piece per token instead.
+- **the first k tokens** (:data:`PROBE_TOKENS`, 16) are compared, position by position: *identical* when all k
+  agree, else *differs* with the first differing position (0-based). k = 16 because a configuration that computes
+  attention wrongly (KV read from the wrong blocks, a DCP shard dropped, a cache hit on the wrong prefix) changes
+  the logits from the first generated token on, so it differs within a few tokens; while greedy decoding is
+  autoregressive, so one floating-point near-tie flip (a random-weight tiny model's logits are nearly flat) changes
+  every token after it, and each further token compared is one more chance of such a flip: a short window keeps
+  those chances few without missing a wrong computation.
+- **near-ties**: where the reference reported its top-2 log-probabilities, a difference at a position whose
+  top-2 margin is below :data:`MARGIN_CLEAR` nats is labelled *differs at a near-tie* (two configurations rounding
+  differently there is expected), not *differs*; without log-probabilities no difference is excused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+#: Tokens of each output compared (see the module docstring for why 16).
+PROBE_TOKENS = 16
+#: Top log-probabilities asked for per token (2: the margin between the greedy choice and the runner-up).
+TOP_LOGPROBS = 2
+#: A top-2 margin (nats) below this is a near-tie: a difference there may be rounding, not a wrong computation.
+MARGIN_CLEAR = 0.1
+
+#: The fixed probe set: short, distinct prompts (text; the server tokenises them with the model's tokenizer).
+PROBE_PROMPTS: tuple[str, ...] = (
+    "The capital of France is",
+    "def fibonacci(n):",
+    "One, two, three, four,",
+    "The quick brown fox",
+    "In 1969, the first people to walk on the Moon were",
+    "Water boils at a temperature of",
+    "Translate to German: good morning ->",
+    "A list of prime numbers: 2, 3, 5,",
+)
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    """One probe prompt's greedy output from one configuration: its tokens, and per token the top-2 log-probability
+    margin where the server reported one (None where not)."""
+
+    prompt: int
+    tokens: tuple[str, ...]
+    margins: tuple[float | None, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One prompt's output under a configuration against the reference configuration's."""
+
+    prompt: int
+    compared: int  # positions compared: min(k, the two lengths)
+    first_diff: int | None  # 0-based; None: identical over the positions compared
+    margin_at_diff: float | None  # the reference's top-2 margin there (None: not reported)
+
+    @property
+    def outcome(self) -> str:
+        """'identical', 'differs', or 'differs at a near-tie' (a reported margin below :data:`MARGIN_CLEAR`)."""
+        if self.first_diff is None:
+            return "identical"
+        if self.margin_at_diff is not None and self.margin_at_diff < MARGIN_CLEAR:
+            return "differs at a near-tie"
+        return "differs"
+
+
+def compare(reference: ProbeOutput, other: ProbeOutput, k: int = PROBE_TOKENS) -> Comparison:
+    """``other`` against ``reference`` over their first ``k`` tokens: the first position where they differ (an output
+    that ends early, with fewer than k tokens, differs where it ended)."""
+    a, b = reference.tokens[:k], other.tokens[:k]
+    n = min(len(a), len(b))
+    first = next((i for i in range(n) if a[i] != b[i]), None)
+    if first is None and len(a) != len(b):
+        first = n
+    margin = reference.margins[first] if first is not None and first < len(reference.margins) else None
+    return Comparison(reference.prompt, n, first, margin)
+
+
+def compare_configs(outputs: Mapping[str, Sequence[ProbeOutput]], reference: str,
+                    k: int = PROBE_TOKENS) -> list[dict[str, Any]]:
+    """Each configuration's outputs (``outputs``: config name -> outputs in probe order) against ``reference``'s,
+    prompt by prompt: rows of config, prompt, outcome, first_diff, compared, margin_at_diff, k."""
+    ref = {o.prompt: o for o in outputs[reference]}
+    rows = []
+    for name, outs in outputs.items():
+        if name == reference:
+            continue
+        for o in outs:
+            if o.error or ref[o.prompt].error:
+                rows.append({"config": name, "prompt": o.prompt, "outcome": "not compared: a request failed",
+                             "first_diff": None, "compared": 0, "margin_at_diff": None, "k": k})
+                continue
+            c = compare(ref[o.prompt], o, k)
+            rows.append({"config": name, "prompt": o.prompt, "outcome": c.outcome, "first_diff": c.first_diff,
+                         "compared": c.compared, "margin_at_diff": c.margin_at_diff, "k": k})
+    return rows
+
+
+def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per configuration: how many probe prompts came out each way (outcome -> count)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        counts = out.setdefault(r["config"], {})
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    return out
+
+
+def _margin(top: Mapping[str, float] | None) -> float | None:
+    if not top or len(top) < 2:
+        return None
+    best = sorted(top.values(), reverse=True)
+    return best[0] - best[1]
+
+
+async def greedy_output(session: aiohttp.ClientSession, base_url: str, model: str, index: int, prompt: str, *,
+                        max_tokens: int = PROBE_TOKENS, api_key: str | None = None,
+                        extra_body: Mapping[str, Any] | None = None) -> ProbeOutput:
+    """One prompt's greedy output (temperature 0, exactly ``max_tokens`` tokens, top-2 log-probabilities asked for)
+    from ``{base_url}/v1/completions``, streamed; never raises for a failed request (its ``error`` says why)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+            "ignore_eos": True, "logprobs": TOP_LOGPROBS, **(extra_body or {})}
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    tokens: list[str] = []
+    margins: list[float | None] = []
+    try:
+        async with session.post(base_url.rstrip("/") + "/v1/completions", json=body, headers=headers) as resp:
+            if resp.status != 200:
+                return ProbeOutput(index, (), (), f"HTTP {resp.status}")
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:") or line == b"data: [DONE]":
+                    continue
+                obj = json.loads(line[5:])
+                for choice in obj.get("choices") or []:
+                    lp = choice.get("logprobs") or {}
+                    if lp.get("tokens"):
+                        tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
+                        tokens.extend(lp["tokens"])
+                        margins.extend(_margin(t) for t in tops)
+                    elif choice.get("text"):
+                        tokens.append(choice["text"])
+                        margins.append(None)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return ProbeOutput(index, tuple(tokens), tuple(margins), f"{type(exc).__name__}: {str(exc)[:200]}")
+    return ProbeOutput(index, tuple(tokens), tuple(margins))
+
+
+async def probe(base_url: str, model: str, prompts: Sequence[str] = PROBE_PROMPTS, *, max_tokens: int = PROBE_TOKENS,
+                api_key: str | None = None, extra_body: Mapping[str, Any] | None = None,
+                timeout_s: float = 600.0) -> list[ProbeOutput]:
+    """The probe set's greedy outputs from one server configuration, one request at a time (alone in the server,
+    so no batching can change its numerics between configurations)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        return [await greedy_output(session, base_url, model, i, p, max_tokens=max_tokens, api_key=api_key,
+                                    extra_body=extra_body) for i, p in enumerate(prompts)]

@@ -1,0 +1,168 @@
+"""Report 07's reductions and verdicts on the SYNTHETIC capacity runs of tests/notebook_data.py (CAPACITY: made up,
+with hand-computable numbers; not measured): telemetry read back from the run folders, each load point against its
+concurrency ceiling, where queueing begins, the map, the verdicts and their headline, the figures' labels."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from notebook_data import capacity_frames, write_capacity_runs
+
+from kvlab import analysis, plots, store, verdicts
+from kvlab.claims import capacity
+
+
+#: Telemetry of no run (the store's frame when no run folder holds a telemetry.csv).
+NO_SAMPLES = pl.DataFrame(schema={"run_id": pl.String, "experiment": pl.String, "t_s": pl.Float64, "error": pl.String})
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_capacity_runs(tmp_path_factory.mktemp("capacity") / "data")
+
+
+@pytest.fixture(scope="module")
+def frames(data):
+    runs = store.load_runs(data, "cpu_capacity")
+    curve = analysis.pareto_front(analysis.load_curve(runs))
+    points = analysis.capacity_points(curve, store.load_telemetry(data), store.load_telemetry_info(data))
+    best = analysis.highest_load_within_slo(curve)
+    return curve, points, best, analysis.goodput_map(best)
+
+
+def _row(frame: pl.DataFrame, engine: str, ctx: int, mem: float, level: float | None = None) -> dict:
+    f = frame.filter((pl.col("engine") == engine) & (pl.col("context_tokens") == ctx) & (pl.col("mem_util") == mem))
+    if level is not None:
+        f = f.filter(pl.col("load_level") == level)
+    assert f.height == 1
+    return f.row(0, named=True)
+
+
+def test_telemetry_is_read_back_per_run_on_the_requests_time_origin(data):
+    samples, info = store.load_telemetry(data), store.load_telemetry_info(data)
+    assert samples.height == 24 * 5 and info.height == 24
+    assert samples.columns == ["run_id", "experiment", "t_s", "kv_cache_usage", "preemptions_total",
+                               "requests_running", "requests_waiting", "error"]
+    last = samples.filter(pl.col("run_id") == "cap14").sort("t_s")  # vllm, 3,200 tokens, 0.92, 4 in flight
+    assert last["t_s"].to_list() == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert last["kv_cache_usage"].to_list() == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert last["requests_waiting"].to_list() == [0.0, 2.0, 2.0, 0.0, 0.0]
+    assert info["available"].all() and info["samples"].to_list() == [5] * 24
+
+
+def test_each_load_point_against_its_ceiling_and_what_telemetry_saw(frames):
+    _, points, _, _ = frames
+    # 8,192 // 3,200 = 2 requests: 4 in flight is past it; the run's queue peaked at 2, KV at 100%, 13 - 10 preemptions
+    r = _row(points, "vllm", 3200, 0.92, 4.0)
+    assert (r["concurrency_ceiling"], r["past_ceiling"], r["telemetry"], r["samples_ok"]) == (2, True, "sampled", 5)
+    assert (r["kv_usage_peak"], r["waiting_peak"], r["running_peak"], r["preemptions"]) == (1.0, 2.0, 2.0, 3.0)
+    assert (r["queued"], r["kv_saturated"]) == (True, True)
+    r = _row(points, "sglang", 3200, 0.95, 4.0)  # 20,480 // 3,200 = 6: under it, no queue
+    assert (r["concurrency_ceiling"], r["past_ceiling"], r["queued"], r["kv_saturated"]) == (6, False, False, False)
+    assert points.filter(pl.col("past_ceiling"))["run_id"].sort().to_list() == ["cap14", "cap20"]
+    onset = analysis.saturation_onset(points)
+    got = {(r["engine"], r["context_tokens"], r["mem_util"]): (r["concurrency_ceiling"], r["first_past_ceiling"],
+                                                                r["first_queued"], r["first_kv_saturated"],
+                                                                r["first_preempted"])
+           for r in onset.iter_rows(named=True)}
+    assert got[("vllm", 3200, 0.92)] == (2, 4.0, 4.0, 4.0, 4.0)
+    assert got[("sglang", 3200, 0.92)] == (2, 4.0, 4.0, 4.0, 4.0)
+    assert got[("vllm", 1024, 0.95)] == (20, None, None, None, None)
+
+
+def test_a_run_without_telemetry_says_why_never_zero(frames):
+    curve, _, _, _ = frames
+    info = pl.DataFrame({"run_id": ["cap00"], "experiment": ["cpu_capacity"], "available": [False],
+                         "reason": ["the engine serves no /metrics"], "interval_s": [0.5], "samples": [0],
+                         "samples_ok": [0]})
+    points = analysis.capacity_points(curve, NO_SAMPLES, info)
+    a, b = _row(points, "vllm", 1024, 0.92, 1.0), _row(points, "vllm", 1024, 0.92, 2.0)
+    assert a["telemetry"] == "not available: the engine serves no /metrics" and b["telemetry"] == "not recorded"
+    assert (a["kv_usage_peak"], a["waiting_peak"], a["preemptions"], a["queued"]) == (None, None, None, None)
+    onset = analysis.saturation_onset(points)
+    assert _row(onset, "vllm", 1024, 0.92)["telemetry"] == "not available: the engine serves no /metrics"
+
+
+def test_the_highest_load_within_the_slo_and_the_map(frames):
+    _, _, best, gmap = frames
+    # vllm at 3,200 tokens / 0.92: 4 in flight met the SLO for 4 of 8 requests (50% < 90%): the highest is 2, at
+    # 4 requests / 10 s = 0.4 req/s; sglang's 4 stopped past saturation
+    r = _row(best, "vllm", 3200, 0.92)
+    assert (r["max_load_within_slo"], r["goodput_requests_per_s"], r["first_load_past_slo"]) == (2.0, 0.4, 4.0)
+    cells = [(r["context_tokens"], r["mem_util"], r["winner"], r["runner_up"], r["winner_load"], r["margin"], r["n"])
+             for r in gmap.iter_rows(named=True)]
+    assert cells == [(1024, 0.92, "vllm", "sglang", 4.0, 2.0, 1), (1024, 0.95, "vllm", "sglang", 4.0, 2.0, 1),
+                     (3200, 0.92, "vllm", "sglang", 2.0, pytest.approx(1.6), 1),
+                     (3200, 0.95, "sglang", "vllm", 4.0, pytest.approx(1.25), 1)]
+    # an engine with no load within the SLO carries no goodput within it: the other wins, without a margin
+    one = best.with_columns(pl.when((pl.col("engine") == "sglang") & (pl.col("context_tokens") == 1024))
+                            .then(None).otherwise(pl.col(c)).alias(c) for c in
+                            ("max_load_within_slo", "goodput_requests_per_s", "goodput_min_requests_per_s",
+                             "goodput_max_requests_per_s"))
+    r = analysis.goodput_map(one).row(0, named=True)
+    assert (r["winner"], r["margin"], r["only_winner_within"], r["n"]) == ("vllm", None, True, 1)
+
+
+def test_the_capacity_verdicts_follow_the_grading_rules(frames):
+    curve, points, _, gmap = frames
+    got = capacity.capacity_verdicts(curve, points, gmap, capacity.modelled_ceilings())
+    assert [(v.claim_id, v.outcome, v.evidence, v.value, v.n, v.spread) for v in got] == [
+        # each run records its server's pool: 20,480 // 1,024 = 20 against 8 (2.5x), 6 against 2 (3x), 3 runs a side
+        ("capacity_ceiling_memory", "reproduced", "measured", 2.5, 3, (2.5, 3.0)),
+        # both points past the ceiling queued, but 2 < 3 runs: inconclusive
+        ("capacity_queueing_past_ceiling", "inconclusive", "measured", 1.0, 2, None),
+        # two implementations on a CPU: vLLM's goodput at 1 in flight, 64K / 0.92, is already 0.5 / 0.25 = 2x
+        ("capacity_goodput_map", "cannot be tested here", "measured", 2.0, 1, None),
+        ("capacity_modelled_ceiling", "found", "modelled", 11.0, None, None),  # 2,370,790 // 204,800
+    ]
+    assert got[1].number == ("2 of 2 load points past the ceiling queued (e.g. SGLang at 200K (3,200 tok), 4 in "
+                             "flight against a ceiling of 2: up to 2 waiting); 0 of 22 below or at it")
+    assert got[2].number.endswith("vLLM ahead at 3 of 4 context × memory settings")
+    assert got[3].number == ("vLLM TP8 at 0.92: 11; vLLM TP8 at 0.95: 13 (fails the memory check); SGLang TP8+DCP8 "
+                             "at 0.92: 92; SGLang TP8+DCP8 at 0.95: 104 (fails the memory check) requests at 200K")
+    # on GPU runs the map is graded by rule 2: its cells' winners differ, so inconclusive (signs mixed)
+    gpu = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
+    v = capacity.map_verdict(gpu, gmap.with_columns(pl.lit("8x B300").alias("hardware")))
+    assert (v.outcome, v.reason.split(" (")[0]) == ("inconclusive", "signs mixed across engines or metrics")
+    # nothing stored: nothing measured can be decided, and says why
+    empty = curve.clear()
+    no_info = pl.DataFrame(schema={"run_id": pl.String, "available": pl.Boolean, "reason": pl.String})
+    none = capacity.capacity_verdicts(empty, analysis.capacity_points(empty, NO_SAMPLES, no_info),
+                                      analysis.goodput_map(analysis.highest_load_within_slo(empty)),
+                                      capacity.modelled_ceilings())
+    assert [(v.outcome, v.reason) for v in none[:3]] == [
+        ("cannot be tested here", "no engine measured at two memory settings with a reported KV pool"),
+        ("cannot be tested here", "no capacity run stored"), ("cannot be tested here", "no capacity run stored")]
+
+
+def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(frames):
+    curve, points, _, gmap = frames
+    got = capacity.capacity_verdicts(curve, points, gmap, capacity.modelled_ceilings())
+    first, holds, cannot = verdicts.headline(got)
+    assert first.startswith("**The documents make no claim this page tests**; it tests its own: “A higher memory "
+                            "setting raises") and first.endswith("and 1 more question.")
+    assert holds.startswith("**What holds:** 1 claim reproduced on measured evidence.")
+    assert "1 claim cannot be tested on this host (vLLM and SGLang are different implementations run on a CPU)" \
+        in cannot
+    doc = verdicts.Verdict("a document's claim", "reproduced", "published", "1×", kind="speedup")
+    assert verdicts.headline([doc, *got])[0] == ("**The documents claim** “a document's claim”. The page also tests "
+                                                 "3 questions of its own.")
+
+
+def test_the_capacity_figures_say_measured_or_modelled(frames):
+    curve, points, _, gmap = frames
+    alts = [plots.alt_text(f) for f in (plots.capacity_pareto_figure(curve), plots.capacity_ceiling_figure(points),
+                                        plots.capacity_map_figure(gmap),
+                                        plots.modelled_ceiling_figure(capacity.modelled_ceilings()))]
+    assert all(a.count("measured: ") == 4 for a in alts[:2])  # one panel per context x memory setting
+    assert alts[2].startswith("measured: the engine with the higher goodput within the SLO")
+    assert alts[3].startswith("modelled: Kimi-K3 on 8× B300, concurrency ceiling (KV pool ÷ context)")
+
+
+def test_the_synthetic_capacity_frames_are_labelled_and_consistent():
+    rows = [r.row(0, named=True) for r, _ in capacity_frames()]
+    assert len(rows) == 24 and {r["experiment"] for r in rows} == {"cpu_capacity"}
+    assert all(r["requests_ok"] == 2 * r["load_concurrency"] for r in rows)
+    assert json.dumps(sorted({r["kv_pool_tokens"] for r in rows})) == "[8192, 20480]"

@@ -1,0 +1,361 @@
+"""Load as a dimension of a workload (kvlab.load): the arrival schedule, closed-loop concurrency, warm-up and the
+steady-state window, the saturation stop, and run keys that change only where a load is set."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+from kvlab import analysis, client, metrics, runner, store
+from kvlab import load as loads
+from kvlab.claims import capacity
+from kvlab.spec import ExperimentSpec, SpecError, expand
+from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+from kvlab.workloads import fixed_batch, multi_turn
+
+ENGINE = {"name": "vllm", "launch": None, "model": "org/remote-model", "max_model_len": 4096}
+
+
+def spec(workload: dict, url: str = "http://127.0.0.1:9", **extra) -> ExperimentSpec:
+    return ExperimentSpec.model_validate({
+        "name": "load", "hardware": "CPU (test)", "engines": {"vllm": {**ENGINE, "url": url}},
+        "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}, **extra})
+
+
+SHARED = {"kind": "shared_prefix", "batch_size": 8, "context_tokens": 1024, "output_tokens": 16,
+          "shared_fraction": 0.5}
+
+
+# ----------------------------------------------------------------------------- the schedule
+
+
+def test_the_arrival_schedule_of_a_seed_is_fixed_and_its_gaps_are_gamma_with_the_stated_mean():
+    assert loads.arrival_times(5, 2.0, 1.0, seed=0) == pytest.approx(
+        [0.0, 0.33996595, 0.84976450, 0.85966783, 0.86080250], abs=1e-8)
+    assert loads.arrival_times(5, 2.0, 1.0, seed=0) == loads.arrival_times(5, 2.0, 1.0, seed=0)
+    assert loads.arrival_times(5, 2.0, 1.0, seed=1) != loads.arrival_times(5, 2.0, 1.0, seed=0)
+    assert loads.arrival_times(1, 2.0) == [0.0] and loads.arrival_times(0, 2.0) == []
+    for shape in (0.5, 1.0, 4.0):  # mean 1/rate whatever the shape; squared coefficient of variation 1/shape
+        gaps = np.diff(loads.arrival_times(40_001, 4.0, shape, seed=7))
+        assert gaps.mean() == pytest.approx(0.25, rel=0.03)
+        assert (gaps.std() / gaps.mean()) ** 2 == pytest.approx(1 / shape, rel=0.05)
+
+
+def test_a_conversation_arrives_as_one_chain():
+    prompts = multi_turn.prompts(3, 2, 8, 2, 2, 1000)
+    assert loads.chain_starts(prompts) == [0, 2, 4]
+    assert loads.chain_starts(fixed_batch.prompts(3, 8, 2, 1000)) == [0, 1, 2]
+
+
+# ----------------------------------------------------------------------------- spec and keys
+
+
+def test_a_run_without_load_keeps_its_key_and_each_load_level_is_a_run_of_its_own():
+    # the key main computed for this run before load existed: stored runs without a load keep theirs
+    assert [r.key for r in expand(spec(SHARED, slo={"ttft_ms": 500}))] == ["0910ac7fd4c0"]
+    ladder = spec(SHARED | {"load": {"concurrency": 1, "warmup_requests": 2}},
+                  matrix={"workload.load.concurrency": [1, 2, 4]})
+    runs = expand(ladder)
+    assert [r.workload.load.concurrency for r in runs] == [1, 2, 4]
+    assert len({r.key for r in runs} | {"0910ac7fd4c0"}) == 4
+    assert [r.workload.in_flight for r in runs] == [1, 2, 4]  # RUNS.batch_size: what the load keeps in flight
+    assert len({r.server_key for r in runs}) == 1  # a load is no server setting: the ladder shares one start
+
+
+def test_a_load_states_a_concurrency_or_a_rate_and_leaves_requests_to_measure():
+    with pytest.raises(ValueError, match="concurrency .* or rate_rps"):
+        loads.LoadSpec()
+    with pytest.raises(ValueError, match="leaves none of the 8 requests"):
+        spec(SHARED | {"load": {"concurrency": 2, "warmup_requests": 8}})
+    assert loads.LoadSpec(rate_rps=2, burstiness=0.5, concurrency=4).label() == "2 req/s (gamma 0.5), c<=4"
+    assert (loads.LoadSpec(concurrency=3).mode, loads.LoadSpec(rate_rps=1).mode) == ("closed", "open")
+
+
+# ----------------------------------------------------------------------------- the window and the rules
+
+
+class R:
+    def __init__(self, i, send, end):
+        self.request_index, self.t_send_s, self.t_send, self.t_end = i, send, 100 + send, 100 + end
+
+
+def test_the_steady_window_runs_from_the_first_measured_send_to_the_last_send():
+    recs = [R(0, 0.0, 1.0), R(1, 0.0, 1.2), R(2, 1.0, 2.0), R(3, 1.2, 2.1), R(4, 2.0, 3.5), R(5, 2.1, 3.0)]
+    w = loads.steady_window(recs, warmup_requests=2)
+    assert (w.start_s, w.end_s, w.length_s) == (1.0, 2.1, pytest.approx(1.1))
+    assert (w.warmup, w.counted, w.outside) == ((0, 1), (2, 3), (4, 5))  # 4 and 5 finish after the last send
+
+
+def test_the_queue_rule_needs_k_strict_rises_of_the_waiting_series():
+    def s(*q):
+        return [(i, {"requests_waiting": v}, None) for i, v in enumerate(q)]
+
+    assert loads.queue_rising(s(0, 1, 2, 3, 4), 5)
+    assert not loads.queue_rising(s(0, 1, 2, 2, 4), 5)
+    assert not loads.queue_rising(s(1, 2, 3, 4), 5)
+    assert loads.queue_rising(s(0, 1, 2, 3, 4) + [(9, {}, "HTTP 500")], 5)  # a failed sample is no sample
+
+
+def test_the_ttft_rule_fires_on_the_p90_of_finished_requests_past_its_minimum():
+    watch = loads.SaturationWatch(loads.LoadSpec(concurrency=4, stop_min_requests=4), slo_ttft_ms=100)
+    for t in (100, 100, 400):
+        watch.finished(t)
+    assert watch.reason() is None  # 3 finished, the rule waits for 4
+    watch.finished(400)
+    assert watch.reason() is not None and "p90 TTFT 400 ms of 4 finished requests > 3 x the SLO's 100 ms" \
+        in watch.reason()
+    assert loads.SaturationWatch(loads.LoadSpec(concurrency=4), slo_ttft_ms=None).limit_ms is None
+
+
+# ----------------------------------------------------------------------------- against the SSE fixture
+
+
+def test_a_closed_loop_never_has_more_in_flight_than_its_concurrency_and_keeps_it_full():
+    prompts = fixed_batch.prompts(12, 8, 4, 1000)
+    load = loads.LoadSpec(concurrency=3, warmup_requests=3)
+    watch = loads.SaturationWatch(load, None)
+    with SSEServer(FixtureConfig(first_delay_s=0.02, delay_s=0.005)) as srv:
+        batch = asyncio.run(client.run_requests(srv.url, "m", prompts, concurrency=3,
+                                                **loads.client_args(load, prompts, watch)))
+        assert srv.max_running == 3 and len(srv.served) == 12
+    assert [r.request_index for r in sorted(batch.records, key=lambda r: r.t_send_s)] == list(range(12))
+    w = loads.steady_window(batch.records, 3)
+    assert w.warmup == (0, 1, 2) and set(w.counted) | set(w.outside) == set(range(3, 12))
+    assert set(w.outside) >= {10, 11}  # in flight at the last send: the drain, not the steady state
+
+
+def test_an_open_loop_sends_each_request_no_earlier_than_its_arrival():
+    prompts = fixed_batch.prompts(6, 8, 2, 1000)
+    load = loads.LoadSpec(rate_rps=10, arrival_seed=3)
+    with SSEServer() as srv:
+        batch = asyncio.run(client.run_requests(srv.url, "m", prompts,
+                                                **loads.client_args(load, prompts, loads.SaturationWatch(load, None))))
+    due = loads.arrival_times(6, 10, 1.0, seed=3)
+    sent = [r.t_send_s for r in batch.records]
+    assert all(s >= d - 0.002 for s, d in zip(sent, due))  # never early (t0 is the first send, a hair after start)
+    assert all(s - d < 0.05 for s, d in zip(sent, due))  # nor late by more than a scheduling delay
+
+
+def test_a_saturating_server_stops_the_load_point_by_its_queue():
+    """One slot, 0.05 s a request, 60 arrivals per second: the fixture's waiting queue rises sample after sample and
+    the point stops sending long before its 200 requests."""
+    prompts = fixed_batch.prompts(200, 8, 2, 1000)
+    load = loads.LoadSpec(rate_rps=60, stop_queue_rising=5, stop_ttft_factor=None)
+    samples: list = []
+    watch = loads.SaturationWatch(load, None, samples)
+
+    async def go(url):
+        sampler = asyncio.create_task(metrics.sample_during(url, {"requests_waiting": "vllm:num_requests_waiting"},
+                                                            samples, interval_s=0.05))
+        try:
+            return await client.run_requests(url, "m", prompts, **loads.client_args(load, prompts, watch))
+        finally:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+
+    with SSEServer(FixtureConfig(first_delay_s=0.05, slots=1)) as srv:
+        batch = asyncio.run(go(srv.url))
+    assert watch.stopped == "past saturation: the server's waiting queue rose over 5 consecutive telemetry samples"
+    assert 5 < len(batch.records) < 60 and batch.ok  # what was sent still finished
+
+
+def _sweep(tmp_path, workload, fixture, **extra):
+    with SSEServer(fixture) as srv:
+        path = tmp_path / "load.yaml"
+        raw = {"name": "load", "hardware": "CPU (test)", "engines": {"vllm": {**ENGINE, "url": srv.url}},
+               "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}, **extra}
+        path.write_text(yaml.safe_dump(raw))
+        res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+        return res, srv
+
+
+def test_a_stored_load_point_counts_only_its_window_and_says_how_it_was_sent(tmp_path):
+    res, srv = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 10, "context_tokens": 64, "output_tokens": 4,
+                                 "load": {"concurrency": 2, "warmup_requests": 2}},
+                      FixtureConfig(first_delay_s=0.02, delay_s=0.01), slo={"ttft_ms": 10_000})
+    assert res.ok == 1 and srv.max_running == 2
+    run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
+    assert (run["load_mode"], run["load_concurrency"], run["load_rate_rps"], run["batch_size"]) == \
+        ("closed", 2, None, 2)
+    assert run["requests_warmup"] == 2 and run["load_stop"] is None
+    assert run["requests_ok"] + run["requests_outside_window"] == 8  # every measured request, inside or not
+    assert run["requests_outside_window"] >= 1 and run["requests_within_slo"] == run["requests_ok"]
+    assert run["requests_per_s"] == pytest.approx(run["requests_ok"] / run["window_s"])
+    assert store.load_requests(tmp_path, "load").height == 10  # requests.parquet keeps them all
+    assert "load c=2: 10 of 10 requests sent, 2 warm-up" in run["notes"]
+
+
+def test_a_load_point_past_its_slo_stops_early_and_records_why(tmp_path):
+    """One slot at 50 ms a request, 6 kept in flight: each waits for the five before it (TTFT ~300 ms), 3 x the
+    20 ms SLO is passed by the first finished requests, and the point stops well short of its 60."""
+    res, srv = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 60, "context_tokens": 64, "output_tokens": 2,
+                                 "load": {"concurrency": 6, "warmup_requests": 1, "stop_min_requests": 4,
+                                          "stop_queue_rising": None}},
+                      FixtureConfig(first_delay_s=0.05, slots=1), slo={"ttft_ms": 20})
+    assert res.ok == 1
+    run = store.load_runs(tmp_path).row(0, named=True)
+    assert run["load_stop"].startswith("past saturation: p90 TTFT") and "3 x the SLO's 20 ms" in run["load_stop"]
+    sent = store.load_requests(tmp_path, "load").height
+    assert sent < 20 and len(srv.served) == sent + 1  # + kvlab's warm-up request after the server start
+    assert "stopped early, past saturation" in run["notes"]
+
+
+def test_stored_runs_from_before_load_still_load(tmp_path):
+    from kvlab.paths import ROOT
+
+    runs = store.load_runs(ROOT / "tests" / "fixtures")
+    assert runs.height > 0 and runs["load_mode"].null_count() == runs.height
+
+
+def test_a_load_on_a_kind_that_is_sent_at_once_is_accepted_and_a_bad_one_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "bad", "hardware": "CPU (test)",
+                                   "engines": {"vllm": {**ENGINE, "url": "http://127.0.0.1:9"}},
+                                   "workload": SHARED | {"load": {"rate_rps": -1}}}))
+    with pytest.raises(SpecError, match=r"workload\.load\.rate_rps"):
+        ExperimentSpec.load(bad)
+
+
+# ----------------------------------------------------------------------------- the B300 capacity experiment
+
+
+def test_the_b300_capacity_plan_dry_runs_with_a_ladder_per_engine_context_and_memory_setting():
+    """data/experiments/b300_capacity.yaml: vLLM TP8 and SGLang TP8+DCP8 at 64K/128K/200K and 0.92/0.95, a closed-
+    loop ladder of 7 rungs under an SLO, one server per engine x memory setting; the quick form's runs are the full
+    study's; the ladder crosses the model's vLLM ceiling at every context. Both engines' own parsers check its
+    argvs in tests/test_engines.py (engine-marked), which reads every shipped experiment."""
+    from kvlab import plan
+    from kvlab.paths import EXPERIMENTS_DIR
+
+    path = EXPERIMENTS_DIR / "b300_capacity.yaml"
+    spec = plan.load(path)
+    runs = expand(spec)
+    assert len(runs) == 2 * 2 * 3 * 7 and len({r.server_key for r in runs}) == 4
+    assert spec.slo.ttft_ms == 20_000 and spec.slo.tpot_ms == 100
+    points: dict = {}
+    for r in runs:
+        points.setdefault((r.engine.name, r.engine.tp, r.engine.dcp, r.engine.mem_util, r.context_tokens), []).append(
+            r.workload.load.concurrency)
+        assert r.workload.n_requests >= 3 * r.workload.load.concurrency > r.workload.load.warmup_requests
+    assert sorted({k[:3] for k in points}) == [("sglang", 8, 8), ("vllm", 8, 1)]
+    assert {(k[3], k[4]) for k in points} == {(u, c) for u in (0.92, 0.95) for c in (65536, 131072, 204800)}
+    assert all(v == [1, 2, 4, 8, 16, 32, 64] for v in points.values())
+    quick = expand(spec.quick_form())
+    assert len(quick) == 32 and {r.key for r in quick} <= {r.key for r in runs}
+    text = plan.dry_run_text(spec)
+    assert "--dcp-size 8" in text and "--tensor-parallel-size 8" in text and "--mem-fraction-static 0.95" in text
+    assert "(load c=64, 64 warm-up)" in text
+    ceilings = capacity.modelled_ceilings().filter(pl.col("dcp") == 1)
+    assert ceilings["concurrency_ceiling"].max() < 64  # the top rung is past vLLM's modelled ceiling everywhere
+
+
+def test_the_cpu_capacity_quick_form_is_two_engines_by_two_contexts_by_two_settings_by_three_rungs():
+    """data/experiments/cpu_capacity.yaml (dry run only here): 24 quick runs, each engine x context x memory setting
+    with the ladder 1, 2, 4, on the long-context study's four servers (no start of its own); in make report only
+    with FULL=1."""
+    from kvlab import plan
+    from kvlab.paths import EXPERIMENTS_DIR
+
+    spec = plan.load(EXPERIMENTS_DIR / "cpu_capacity.yaml")
+    quick = expand(spec.quick_form())
+    ladders: dict = {}
+    for r in quick:
+        ladders.setdefault((r.engine.name, r.engine.mem_util, r.context_tokens), []).append(r.workload.load.concurrency)
+    assert len(quick) == 24 and all(v == [1, 2, 4] for v in ladders.values())
+    assert set(ladders) == {(e, u, c) for e in ("vllm", "sglang") for u in (0.92, 0.95) for c in (1024, 3200)}
+    assert {r.workload.load.concurrency for r in expand(spec)} == {1, 2, 4, 8}
+    long_context = expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml"))
+    assert {r.server_key for r in quick} == {r.server_key for r in long_context}
+    assert make_experiments() == sorted(p.name for p in EXPERIMENTS_DIR.glob("cpu_*.yaml") if p.stem != "cpu_capacity")
+    assert make_experiments("FULL=1") == sorted(p.name for p in EXPERIMENTS_DIR.glob("cpu_*.yaml"))  # FULL=1 has it
+
+
+def make_experiments(*args: str) -> list[str]:
+    """The experiment files `make sweep` / `make report` would sweep (the Makefile's EXPERIMENTS), by name."""
+    import subprocess
+
+    from kvlab.paths import ROOT
+
+    out = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "show-experiments: ; @echo $(EXPERIMENTS)",
+                          "show-experiments", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return sorted(Path(p).name for p in out.split())
+
+
+# ----------------------------------------------------------------------------- the climb
+
+
+def test_a_ladder_stops_climbing_above_a_rung_past_saturation_or_where_goodput_fell():
+    rungs = [loads.Rung(1, 2.0, None), loads.Rung(2, 3.0, None), loads.Rung(4, 2.5, None)]
+    assert loads.not_climbed(rungs, 4) is None  # judged only from the rungs below it
+    assert loads.not_climbed(rungs, 8) == "not climbed: goodput fell from 3 req/s at 2 to 2.5 at 4"
+    assert loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, "past saturation: ...")], 4) == \
+        "not climbed: the rung at 2 stopped past saturation"
+    assert loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, None)], 4) is None  # no SLO: climbs
+    assert loads.not_climbed([loads.Rung(1, 3.0, None), loads.Rung(2, 2.75, None)], 4) is None  # 8% : noise
+    assert loads.not_climbed([loads.Rung(1, 3.0, None), loads.Rung(2, 2.6, None)], 4) is not None  # 13%
+    ladder = expand(spec(SHARED | {"load": {"concurrency": 1}}, matrix={"workload.load.concurrency": [1, 2],
+                                                                         "workload.batch_size": [8, 16]}))
+    keys = {(r.workload.load.concurrency, r.workload.batch_size): loads.ladder_key(r) for r in ladder}
+    assert len(set(keys.values())) == 1  # level and request count: the same ladder
+    other = expand(spec(SHARED | {"load": {"rate_rps": 1}}))[0]
+    assert loads.ladder_key(other) not in keys.values()  # an open loop is another ladder
+
+
+def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_still_does(tmp_path):
+    """One slot at 100 ms a request under a 150 ms TTFT SLO: alone a request meets it, two in flight wait for each
+    other (about 200 ms; 50 ms either side of the bound, so a loaded machine does not flip it), so goodput falls from the rung at 1 to the rung at 2 and 4 and 8 are not sent (nor
+    stored); a second sweep reuses 1 and 2 and again leaves 4 and 8, judged from the stored rungs."""
+    work = {"kind": "fixed_batch", "batch_size": 24, "context_tokens": 64, "output_tokens": 2,
+            "load": {"concurrency": 1, "warmup_requests": 0, "stop_min_requests": 3, "stop_queue_rising": None}}
+    matrix = {"workload.load.concurrency": [8, 4, 2, 1]}  # listed top down: the sweep climbs them bottom up
+    seen: list = []
+    with SSEServer(FixtureConfig(first_delay_s=0.1, slots=1)) as srv:
+        path = tmp_path / "climb.yaml"
+        path.write_text(yaml.safe_dump({"name": "climb", "hardware": "CPU (test)",
+                                        "engines": {"vllm": {**ENGINE, "url": srv.url}}, "workload": work,
+                                        "matrix": matrix, "slo": {"ttft_ms": 150},
+                                        "retry": {"max_attempts": 1, "retry_on": []}}))
+        res = runner.Sweep(ExperimentSpec.load(path), tmp_path,
+                           on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute()
+        assert seen == [(1, "ok"), (2, "ok"), (4, "not climbed"), (8, "not climbed")]
+        assert (res.ok, res.not_climbed) == (2, 2)
+        stored = analysis.run_rates(store.load_runs(tmp_path)).sort("load_concurrency")
+        assert stored["load_concurrency"].to_list() == [1, 2]
+        good = stored["goodput_requests_per_s"].to_list()
+        assert good[1] < good[0] and stored["requests_within_slo"][0] == stored["requests_ok"][0] > 0
+        seen.clear()
+        again = runner.Sweep(ExperimentSpec.load(path), tmp_path,
+                             on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute()
+    assert seen == [(4, "not climbed"), (8, "not climbed")] and (again.skipped, again.not_climbed) == (2, 2)
+
+
+# ----------------------------------------------------------------------------- the model's KV capacity
+
+
+def test_the_models_ceiling_for_kimi_k3_on_eight_b300_by_hand():
+    """From the catalog rows by hand: 24 MLA layers x 576 values x 2 B = 27,648 B of KV per token, a full copy on
+    every GPU at DCP 1 (MLA has one latent) and 1/8 of it at DCP 8; weights 2.7795e12 params x 0.56159 B / 8 GPUs;
+    pool = mem_util x 288e9 B - weights - 4 GiB (activations)."""
+    df = capacity.modelled_ceilings()
+    assert df.height == 12 and set(df["source"]) == {"modelled"}
+    weights = 2.7795e12 * 0.56159 / 8
+    for u in (0.92, 0.95):
+        pool = u * 288e9 - weights - 4 * 2**30
+        for dcp, per_token in ((1, 27_648), (8, 27_648 / 8)):
+            tokens = int(pool // per_token)
+            rows = df.filter((pl.col("mem_util") == u) & (pl.col("dcp") == dcp)).sort("context_tokens")
+            assert rows["kv_pool_tokens"].to_list() == [tokens] * 3
+            assert rows["concurrency_ceiling"].to_list() == [tokens // c for c in (65536, 131072, 204800)]
+            # the model's own count also charges each sequence its KDA state: 434,110,464 B / 8 GPUs
+            assert rows["max_concurrent_seqs"].to_list() == [
+                int(pool // (c * per_token + 434_110_464 / 8)) for c in (65536, 131072, 204800)]
+    at = {(r["dcp"], r["mem_util"], r["context_tokens"]): r for r in df.iter_rows(named=True)}
+    assert at[1, 0.92, 131072]["kv_pool_tokens"] == 2_370_790 and at[1, 0.92, 131072]["concurrency_ceiling"] == 18
+    assert at[8, 0.92, 131072]["concurrency_ceiling"] == 144 and at[8, 0.95, 204800]["concurrency_ceiling"] == 104
+    assert at[1, 0.92, 65536]["engine"] == "vllm" and at[8, 0.92, 65536]["engine"] == "sglang"
+    assert not at[1, 0.95, 65536]["fits"] and at[1, 0.92, 65536]["fits"]  # 0.95 leaves less than the assumed need
