@@ -389,6 +389,14 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         assert on["batch_speedup"] == pytest.approx(off["batch_time_s"] / on["batch_time_s"]), (engine, frac)
         assert on["ttft_speedup"] == pytest.approx(off["ttft_mean_ms"] / on["ttft_mean_ms"]), (engine, frac)
     assert "mean TTFT, cache off ÷ on" in r5 and "speed-up from the prefix cache, off ÷ on" not in r5  # one figure
+    # 06's modelled curves (figure 2, after the tree) are bands over report 04's 96 assumption sets: the figure's data
+    # holds each curve's lowest and highest beside its default-set line, and the caption says how wide at 200K
+    curve = pl.read_csv(reports.figure_dir(rep6.html) / "figure2.csv")
+    assert {"batch_time_s_lo", "batch_time_s_hi", "output_tokens_per_s_lo", "output_tokens_per_s_hi"} <= set(curve.columns)
+    assert curve["assumption_sets"].max() == 96 and set(curve["source"]) == {"modelled"}
+    assert ((curve["batch_time_s_lo"] <= curve["batch_time_s"]) & (curve["batch_time_s"] <= curve["batch_time_s_hi"])).all()
+    assert (curve["batch_time_s_hi"] > 1.01 * curve["batch_time_s_lo"]).all()  # every context: a band, not a line
+    assert "Bands: the lowest to highest over the 96 assumption sets" in r6
     # 06: both engines at one concurrency (two dots): the table and a sentence, no figure
     assert "measured: throughput (labels: completed/sent requests)" not in r6
     assert "at 128 requests in flight: sglang-jax (CPU) completes" in r6
