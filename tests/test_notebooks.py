@@ -25,7 +25,8 @@ EXPECT = {
     # 04 rests on the published table only: its verdicts are pinned exactly
     "04": ["crossover ≈176K (179,998 tokens); range 110,629–795,163 tokens (108K–777K; K = 1,024)",
            "0 of 4 winners right; margin 2.8% against a 40.8% mean held-out error (worst 52.6%, vLLM at 64K)",
-           "110,629–795,163 tokens (108K–777K; K = 1,024) over 96 assumption sets",
+           "110,629–795,163 tokens (108K–777K; K = 1,024) over all 96 assumption sets; 86,577–151,182 tokens (85K–148K) "
+           "over the 22 of 1,248 fits consistent with the published totals",
            "four published points cannot choose among these assumptions, so the crossover is this range, not a point",
            "0.95 leaves 13.4 GiB/GPU outside the target, under an assumed 17.4 GiB taken from this very claim",
            "does not predict an out-of-memory by itself",
