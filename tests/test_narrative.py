@@ -141,7 +141,8 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
     assert narrative.memory_conclusion(cmp, stats).splitlines() == [
         "### Conclusion (measured)",
         "- **Retries**: 0 at 0.92 (2 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 200K (3,200 tok)); no run failed.",
-        "- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 25% longer (1 s vs 0.8 s); "
+        # one run a side: two significant figures, trailing zero kept (units.sig2)
+        "- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 25% longer (1.0 s vs 0.80 s); "
         "sglang-jax (CPU) at 200K (3,200 tok) 6.7% shorter (14 s vs 15 s).",
         "- **Spread** of batch time over repeats (coefficient of variation, 0.92 → 0.95): not measured — one successful "
         "run per engine, setting and context, so run-time stability cannot be compared.",
@@ -149,6 +150,10 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
         "780 ms), mean TTFT 33% higher (400 ms vs 300 ms); sglang-jax (CPU) at 200K (3,200 tok) mean request latency 33% "
         "lower (10,000 ms vs 15,000 ms), mean TTFT 2.4% lower (8,000 ms vs 8,200 ms).",
     ]
+    three = analysis.memory_study(*_memory_runs(repeats=3))  # three runs a side: three significant figures
+    assert ("- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 15% longer (1.01 s vs 0.88 s); sglang-jax "
+            "(CPU) at 200K (3,200 tok) 14% shorter (14.1 s vs 16.5 s).") in narrative.memory_conclusion(
+        analysis.memory_comparison(three), three).splitlines()
     assert narrative.memory_caption(stats, cmp) == (
         "Measured: 0 retries at 0.92, 1 retry at 0.95, no failed run; at 200K (3,200 tok), 0.92 against 0.95: batch "
         "time 25% longer for vLLM and 6.7% shorter for sglang-jax (CPU), mean request latency 2.6% higher for vLLM "
