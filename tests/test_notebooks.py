@@ -222,8 +222,8 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     # the conclusion: retries at each setting, run time, spread, latency — the lower setting against the higher
     assert ("<strong>Retries</strong>: 0 at 0.92 (6 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 200K (6,400 tok)); "
             "no run failed.") in r3
-    assert ("<strong>Run time</strong> at 0.92 against 0.95: vLLM at 200K (6,400 tok) 33% longer (8 s vs 6 s); "
-            "sglang-jax (CPU) at 200K (6,400 tok) 20% longer (6 s vs 5 s).") in r3
+    assert ("<strong>Run time</strong> at 0.92 against 0.95: vLLM at 200K (6,400 tok) 33% longer (8.0 s vs 6.0 s); "
+            "sglang-jax (CPU) at 200K (6,400 tok) 20% longer (6.0 s vs 5.0 s).") in r3  # n=1: 2 s.f.
     assert "<strong>Spread</strong> of batch time over repeats (coefficient of variation, 0.92 → 0.95): not measured" in r3
     assert ("<strong>Latency</strong> at 0.92 against 0.95: vLLM at 200K (6,400 tok) mean request latency 33% higher "
             "(8,000 ms vs 6,000 ms), mean TTFT 33% higher (800 ms vs 600 ms); sglang-jax (CPU) at 200K (6,400 tok) mean "
