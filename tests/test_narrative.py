@@ -548,3 +548,20 @@ def test_consistency_table_states_each_decay_factor_with_its_direction():
     rows = narrative.consistency_table(check, claims).rows
     assert [r[3] for r in rows] == ["1.50", "1.33", "1.31", "1.24", "falls 2.94×", "rises 1.06×", "falls 1.49×",
                                     "rises 2.09×"]
+
+
+def test_bound_sentence_gives_measured_shares_to_two_significant_figures():
+    """Report 04's 'against the limit': each measured share rests on one run (two significant figures); the
+    published ones keep their decimal."""
+    frac = pl.DataFrame({
+        "source": ["published", "published", "measured", "measured", "measured"],
+        "hardware": ["B300", "B300", "CPU", "CPU", "CPU"],
+        "batch_fraction_of_bound": [0.0123, 0.0456, 0.01234, 0.2567, 0.0567],
+        "bandwidth_fraction_of_peak": [0.088, 0.091, None, None, None],
+    })
+    assert narrative.bound_sentence(frac).splitlines() == [
+        "- published (B300): the article's runs took 22–81× the model's bound, i.e. reached 1.2%–4.6% of it; decode "
+        "read memory at 8.8%–9.1% of peak bandwidth.",
+        "- measured (CPU, 3 runs): 1.2%–26% of a bound computed from the catalog's nominal CPU figures — compare these "
+        "runs with each other, not with a GPU.",
+    ]
