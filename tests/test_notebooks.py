@@ -53,7 +53,7 @@ EXPECT_MEASURED = {
     "03": ["vLLM +1.6%, sglang-jax (CPU) −35%"],
     "05": ["78% of prompt tokens served from", "45% of prompt tokens served from its radix cache at 90% shared",
            "4 of 8 requests reused the 907-token prefix at 90% shared (7 could)",
-           "turn 3: vLLM 90%, TTFT 4.72× shorter; sglang-jax (CPU) 90%, TTFT 3.37× shorter",
+           "turn 3: vLLM 90%, TTFT 4.7× shorter; sglang-jax (CPU) 90%, TTFT 3.4× shorter",  # n=1: 2 s.f.
            "vLLM already 19× faster at 0% shared", "<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>", "sglang-jax (CPU), prefix cache on: cache-hit rate",
            "(counted from its usage cached_tokens)", "(counted from its server counter)", "from its radix cache",
            "sglang-jax (CPU): threshold test at 30%", "vLLM: threshold test at 30%",
@@ -363,7 +363,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
                                   "at 90%. What the cache saves within each engine is the fair comparison (the "
                                   "threshold row below)"),
         ("found", "sglang-jax (CPU): no jump, a steady rise (R² 1.00); vLLM: no jump, a steady rise (R² 1.00)"),
-        ("found", "turn 2: vLLM 94%, TTFT 4.00× shorter; sglang-jax (CPU) 97%, TTFT 4.00× shorter"),
+        ("found", "turn 2: vLLM 94%, TTFT 4.0× shorter; sglang-jax (CPU) 97%, TTFT 4.0× shorter"),  # one run a side
     ]
     assert r5.index('class="kvlab-verdicts"') < r5.index("<h2")
     assert "turn 0: cached tokens not reported of 2,112" in r5  # vLLM, cache off: not available, never 0
