@@ -830,6 +830,15 @@ def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
     assert "SGLang: its 95% interval includes zero, so these runs do not show step time changing with context " \
            "(the fitted slope is negative)" in cap
     assert "vLLM: step time grows with context, the 95% interval excluding zero" in cap
+    # the tables show the measured numbers to two significant figures (one run per context); contexts stay whole
+    from kvlab.perfmodel.stepfit import as_shown
+
+    shown = as_shown(fits).filter(pl.col("engine") == "sglang").row(0, named=True)
+    assert (shown["slope_us_per_1k_tokens"], shown["intercept_ms"]) == (-49.0, 20.0)  # -48.83; 19.7 + 4.883e-5 x 2,015.5 = 19.80
+    assert shown["contexts"] == 3 and shown["runs"] == 3  # counts untouched
+    pts = as_shown(points).filter(pl.col("engine") == "vllm")
+    assert pts["mean_decode_context"].to_list() == [991.5, 2015.5, 3039.5]  # token counts (C - 64 + 63/2), kept
+    assert pts["tpot_ms"].to_list() == [10.0, 11.0, 12.0]  # 12.1 to two significant figures
 
 
 def test_kvlab_model_prints_the_range_with_kv_format_both_fits_the_consistent_set_and_what_k_is():
