@@ -80,15 +80,20 @@ def _display_all(items: list) -> list:
 
 
 def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: str, model: str, tp: int,
-                dcp: int, context: int, max_context: int = 1 << 20, points: int = 24) -> list:
+                dcp: int, context: int, max_context: int = 1 << 20, points: int = 24,
+                sens: pl.DataFrame | None = None) -> list:
     """What 04's controls redraw: the modelled batch-time curves (vLLM TP without DCP against SGLang TP+DCP) with
-    their caption, and one sentence on the chosen context (times, fit in memory, crossover)."""
+    their caption, and one sentence on the chosen context (times, fit in memory, crossover).
+
+    ``sens``: the report's :func:`~kvlab.perfmodel.calibrate.sensitivity` table (one refit per assumption set the
+    published points cannot pin), computed once by the report: each curve is then drawn as a band over those sets'
+    fitted parameters, re-evaluated for the chosen configuration (milliseconds; no refit per control change)."""
     if dcp < 1 or tp % dcp:
         return [Markdown(f"*DCP {dcp} must divide TP {tp}: choose another DCP size.*")]
     cfgs = [Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util),
             Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)]
     grid = sorted(set(context_grid(max(max_context, context), points=points)) | {context})
-    df = curves(cfgs, grid, workload, fit.params, assumptions)
+    df = curves(cfgs, grid, workload, fit.params, assumptions, sens=sens)
     x = crossover_context(cfgs[0], cfgs[1], workload, fit.params, assumptions, hi_tokens=max(grid))
     fig = plot_curves(df, published, title=f"modelled: {narrative.setup_phrase(model, gpu, tp)}")
     at = df.filter(pl.col("context_tokens") == context).sort("batch_time_s")
@@ -99,12 +104,15 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
                 f"{number(fast['batch_time_s'])} s per batch against {number(slow['batch_time_s'])} s for "
                 f"{narrative.config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
                 + (f"; {fits}" if fits else "") + ".")
-    return [plots.show(fig, narrative.curves_caption(df, x, published), data=df), Markdown(sentence)]
+    caption = " ".join(filter(None, (narrative.curves_caption(df, x, published),
+                                     narrative.band_sentence(df, context=context))))
+    return [plots.show(fig, caption, data=df), Markdown(sentence)]
 
 
 def whatif(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: str, model: str, tp: int, dcp: int,
-           context: int = 204800, max_context: int = 1 << 20, points: int = 24):
-    """04's controls (GPU, model, TP, DCP, context) as an ``ipywidgets.interactive``; None in a static build."""
+           context: int = 204800, max_context: int = 1 << 20, points: int = 24, sens: pl.DataFrame | None = None):
+    """04's controls (GPU, model, TP, DCP, context) as an ``ipywidgets.interactive``; None in a static build.
+    ``sens``: the report's sensitivity table, so every redraw shows the curves' bands (see :func:`whatif_view`)."""
     if not interactive_enabled():
         return None
     import ipywidgets as widgets  # here, not at the top: only a person's JupyterLab session draws widgets
@@ -113,7 +121,7 @@ def whatif(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: s
 
     def draw(gpu: str, model: str, tp: int, dcp: int, context: int) -> list:
         return _display_all(whatif_view(fit, published, workload, assumptions, gpu=gpu, model=model, tp=tp, dcp=dcp,
-                                        context=context, max_context=max_context, points=points))
+                                        context=context, max_context=max_context, points=points, sens=sens))
 
     return widgets.interactive(
         draw,

@@ -21,7 +21,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator, PercentFormatter
+from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
@@ -302,96 +302,6 @@ def claims_vs_table(check: pl.DataFrame, names: Mapping[str, str] | None = None,
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     ax.title.set_fontsize(10)
     fig.tight_layout()
-    return fig
-
-
-def _setting_ticks(stats: pl.DataFrame) -> pl.DataFrame:
-    """The x positions of a memory study: one per experiment, context and setting, contexts in order of size and
-    each context's settings in increasing order, labelled with the context's real tokens when it was scaled."""
-    several = stats["experiment"].n_unique() > 1
-    s = (stats.select("experiment", "context_label", "context_tokens", "mem_util").unique()
-         .sort("experiment", "context_tokens", "mem_util", nulls_last=True))
-    ticks = [(f"{e}\n" if several else "") + scaled_context(lab, tok, "\n") + f"\n@ {u:g}"
-             for e, lab, tok, u in s.iter_rows()]
-    return s.with_columns(pl.Series("tick", ticks), pl.int_range(pl.len()).alias("x"))
-
-
-@styled
-def memory_study_figure(stats: pl.DataFrame, runs: pl.DataFrame) -> Figure:
-    """One panel each for retries and failed runs (left out when every count is 0: the caption says so), the batch
-    time of every successful run and its mean request latency, per context @ memory setting (contexts in order of size, each context's settings in increasing order,
-    scaled contexts with their real tokens), one colour per engine; a point per run, a bar at the mean where a
-    setting has repeats; a log axis (said in its label) when values span more than 20×."""
-    xs = _setting_ticks(stats)
-    keys = ["experiment", "context_tokens", "mem_util"]
-    s = stats.join(xs.select(*keys, "x"), on=keys, how="left")
-    present = s["engine"].unique(maintain_order=True).to_list()
-    engines = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
-    n = xs.height
-    counts = bool(s["retries"].sum() or s["runs_failed"].sum())  # all zero: the caption says so, no empty panel
-    k = 3 if counts else 2
-    stacked = n > 4  # many settings: one panel per row, so the tick labels have room
-    fig = Figure(figsize=(max(9.0, 1.1 * n), 3.6 * k) if stacked else (4.6 * k + 0.6, 4.8))
-    axes = list(fig.subplots(k, 1) if stacked else fig.subplots(1, k))
-    ax1, ax2, ax3 = axes if counts else (None, *axes)
-    width = 0.8 / max(len(engines), 1)
-    offset = {e: -0.4 + (j + 0.5) * width for j, e in enumerate(engines)}
-    for e in engines if counts else ():
-        g = s.filter(pl.col("engine") == e)
-        color = ENGINE_COLORS.get(e, "#777777")
-        for k, (col, hatch) in enumerate((("retries", ""), ("runs_failed", "//"))):
-            x = [v + offset[e] + (k - 0.5) * width / 2 for v in g["x"]]
-            bars = ax1.bar(x, g[col].to_list(), width / 2, color=color, hatch=hatch, edgecolor="white",
-                           alpha=1 if k == 0 else 0.6)
-            ax1.bar_label(bars, labels=[f"{int(v)}" for v in g[col]], padding=2, fontsize=8, color=color)
-    if counts:
-        top = max(1, int(s.select(pl.max_horizontal(pl.col("retries").max(), pl.col("runs_failed").max())).item() or 0))
-        ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax1.set(title="measured: retries (solid) and failed runs (hatched) per setting", ylabel="count",
-                ylim=(0, top * 1.3))
-    ok = runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok")).join(
-        xs.select(*keys, "x"), on=keys, how="inner")
-    any_mean = False
-    for ax, col, label, title in ((ax2, "batch_time_s", "batch time (s)", "measured: batch time of every successful run"),
-                                  (ax3, "e2e_mean_ms", "mean request latency (ms)",
-                                   "measured: mean request latency of every successful run")):
-        values, means = [], False
-        for e in engines:
-            g = ok.filter((pl.col("engine") == e) & pl.col(col).is_not_null())
-            color = ENGINE_COLORS.get(e, "#777777")
-            for (x,), pts in g.group_by(["x"], maintain_order=True):
-                v = pts[col].to_list()
-                values += v
-                spread = [offset[e] + (i - (len(v) - 1) / 2) * width / (len(v) + 1) for i in range(len(v))]
-                ax.scatter([x + d for d in spread], v, s=36, color=color, zorder=3, edgecolor="white", linewidth=0.5)
-                if len(v) > 1:
-                    m = sum(v) / len(v)
-                    ax.plot([x + offset[e] - width / 2.5, x + offset[e] + width / 2.5], [m, m], color=color, lw=2)
-                    means = True
-        _log_if_wide(ax, values, label)
-        if ax.get_yscale() == "linear":
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
-        ax.set_title(title)
-        any_mean |= means
-    # one legend under the panels, so it hides no bar or point: engines, then what the marks mean
-    handles = [Patch(color=ENGINE_COLORS.get(e, "#777777"), label=engine_label(e)) for e in engines]
-    if counts:
-        handles += [Patch(facecolor="#888888", label="retries (solid bar)"),
-                    Patch(facecolor="white", hatch="//", edgecolor="#555555", label="failed runs (hatched bar)")]
-    handles.append(Line2D([], [], ls="none", marker="o", color="#555555", label="one successful run"))
-    if any_mean:
-        handles.append(Line2D([], [], color="#555555", lw=2, label="mean over repeats"))
-    for ax in axes:
-        ax.set_xticks(xs["x"].to_list(), xs["tick"].to_list(), fontsize=9)
-        ax.set_xlim(-0.6, n - 0.4)
-        ax.set_xlabel("context @ memory setting")
-        ax.title.set_fontsize(10)
-        for a, b in zip(xs.iter_rows(named=True), xs[1:].iter_rows(named=True)):  # a rule between contexts
-            if (a["experiment"], a["context_tokens"]) != (b["experiment"], b["context_tokens"]):
-                ax.axvline(a["x"] + 0.5, color="#cccccc", lw=1, zorder=0)
-        ax.grid(axis="x", visible=False)
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.5 / fig.get_figheight(), 1, 1))
     return fig
 
 

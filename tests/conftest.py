@@ -87,6 +87,7 @@ def study():
     from prefix_frames import multi_turn_frames, sharing_requests, sharing_runs
 
     from kvlab import analysis, store
+    from kvlab.claims.sharing import with_turn_runs
 
     runs = sharing_runs().with_columns(batch_size=pl.lit(4))
     sharing = analysis.prefix_sharing(runs)
@@ -94,5 +95,6 @@ def study():
     mt_runs, mt_reqs = multi_turn_frames()
     return dict(claims=store.load_claims().filter(pl.col("experiment") == "article_kv_design"), sharing=sharing,
                 reuse=analysis.prefix_reuse_by_request(runs, sharing_requests(runs)), gain=gain,
-                thresholds=analysis.sharing_thresholds(gain), by_turn=analysis.multi_turn_by_turn(mt_runs, mt_reqs),
+                thresholds=analysis.sharing_thresholds(gain),
+                by_turn=with_turn_runs(analysis.multi_turn_by_turn(mt_runs, mt_reqs), mt_runs),  # as report 05 does
                 turn_requests=analysis.multi_turn_requests(mt_runs, mt_reqs))

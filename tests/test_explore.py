@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import polars as pl
 import pytest
 
@@ -37,6 +39,33 @@ def test_whatif_controls_redraw_with_the_new_value(live, fit):
     controls["TP"].value = 2
     controls["DCP (SGLang)"].value = 8  # DCP 8 does not divide TP 2: said, nothing drawn
     assert w.result[0].data == "*DCP 8 must divide TP 2: choose another DCP size.*"
+
+
+def test_whatif_controls_draw_bands_from_the_sensitivity_computed_once(live, fit, monkeypatch):
+    """With the report's sensitivity table every redraw has each curve's band over its assumption sets, and no
+    control change refits: the sets' parameters are re-evaluated for the new configuration only."""
+    calibrate = importlib.import_module("kvlab.perfmodel.calibrate")  # the package exports a function of that name
+
+    sens = calibrate.sensitivity([Workload(8, 1024), Workload(1, 4096)])  # two sets, refitted here once
+    assert sens.height == 2
+
+    def no_refit(*args, **kwargs):
+        raise AssertionError("a control change refitted the model")
+
+    monkeypatch.setattr(calibrate, "_fit", no_refit)
+    w = explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8,
+                       context=204800, max_context=262144, points=6, sens=sens)
+    for gpu in ("B300", "H200"):
+        {c.description: c for c in w.children[:-1]}["GPU"].value = gpu
+        df = w.result[0].data
+        assert set(df["gpu"]) == {gpu}
+        assert {"batch_time_s_lo", "batch_time_s_hi", "output_tokens_per_s_lo", "output_tokens_per_s_hi"} <= set(df.columns)
+        assert df["assumption_sets"].max() == 2
+        assert (df["batch_time_s_lo"] <= df["batch_time_s"]).all() and (df["batch_time_s"] <= df["batch_time_s_hi"]).all()
+        assert (df["batch_time_s_hi"] > df["batch_time_s_lo"]).any()  # the sets disagree: a band, not a line
+        assert "Bands: the lowest to highest over the 2 assumption sets" in _caption(w.result)
+        if gpu == "B300":  # the two sets' times at 200K, read at the context the controls chose
+            assert "at 200K vLLM TP8 258 s (250–258), SGLang TP8+DCP8 251 s (251–267)." in _caption(w.result)
 
 
 def test_engine_choice_controls_redraw_with_the_new_value(live, fit):

@@ -141,7 +141,8 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
     assert narrative.memory_conclusion(cmp, stats).splitlines() == [
         "### Conclusion (measured)",
         "- **Retries**: 0 at 0.92 (2 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 200K (3,200 tok)); no run failed.",
-        "- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 25% longer (1 s vs 0.8 s); "
+        # one run a side: two significant figures, trailing zero kept (units.sig2)
+        "- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 25% longer (1.0 s vs 0.80 s); "
         "sglang-jax (CPU) at 200K (3,200 tok) 6.7% shorter (14 s vs 15 s).",
         "- **Spread** of batch time over repeats (coefficient of variation, 0.92 → 0.95): not measured — one successful "
         "run per engine, setting and context, so run-time stability cannot be compared.",
@@ -149,6 +150,10 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
         "780 ms), mean TTFT 33% higher (400 ms vs 300 ms); sglang-jax (CPU) at 200K (3,200 tok) mean request latency 33% "
         "lower (10,000 ms vs 15,000 ms), mean TTFT 2.4% lower (8,000 ms vs 8,200 ms).",
     ]
+    three = analysis.memory_study(*_memory_runs(repeats=3))  # three runs a side: three significant figures
+    assert ("- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 15% longer (1.01 s vs 0.88 s); sglang-jax "
+            "(CPU) at 200K (3,200 tok) 14% shorter (14.1 s vs 16.5 s).") in narrative.memory_conclusion(
+        analysis.memory_comparison(three), three).splitlines()
     assert narrative.memory_caption(stats, cmp) == (
         "Measured: 0 retries at 0.92, 1 retry at 0.95, no failed run; at 200K (3,200 tok), 0.92 against 0.95: batch "
         "time 25% longer for vLLM and 6.7% shorter for sglang-jax (CPU), mean request latency 2.6% higher for vLLM "
@@ -293,8 +298,28 @@ def test_multi_turn_sentence_per_engine_says_not_reported():
     text = narrative.multi_turn_sentence(bt)
     assert "turn 0: cached tokens not reported of 2,112, TTFT 40 ms" in text
     assert "0 of 2,112 tokens cached" in text  # sglang-jax with its cache off did report 0
+    # runs behind each configuration not given: the ratio keeps two decimals
     assert ("- vLLM, last turn (turn 2): the cache serves **94%** of the prompt and TTFT is **4.00×** shorter than "
             "without it (30 ms vs 120 ms).") in text
+    # one run per engine and cache setting (as report 05 counts them): two significant figures
+    from kvlab.claims.sharing import with_turn_runs
+
+    one = with_turn_runs(bt, runs)
+    assert one.select("engine", "prefix_caching", "turn", "n_runs").sort("engine", "prefix_caching", "turn")[
+        "n_runs"].to_list() == [1] * 12
+    assert ("- vLLM, last turn (turn 2): the cache serves **94%** of the prompt and TTFT is **4.0×** shorter than "
+            "without it (30 ms vs 120 ms).") in narrative.multi_turn_sentence(one)
+    three = pl.concat([runs.with_columns(pl.col("run_id") + f"-{k}") for k in range(3)])
+    reqs3 = pl.concat([reqs.with_columns(pl.col("run_id") + f"-{k}") for k in range(3)])
+    bt3 = with_turn_runs(analysis.multi_turn_by_turn(three, reqs3), three)
+    assert set(bt3["n_runs"]) == {3} and "TTFT is **4.00×** shorter" in narrative.multi_turn_sentence(bt3)
+    # the table's ratio column, from frames with an uneven ratio: 2 s.f. for one run a side, as measured with three
+    from kvlab.claims.sharing import turn_points
+
+    odd = one.with_columns(pl.when(pl.col("prefix_caching")).then(pl.col("ttft_mean_ms") * 0.9)
+                           .otherwise(pl.col("ttft_mean_ms")))
+    assert turn_points(odd)["ratio"].to_list()[:3] == [4.4] * 3  # 40 / 9 = 4.444…
+    assert turn_points(odd.with_columns(n_runs=pl.lit(3)))["ratio"][0] == pytest.approx(40 / 9)
     assert "- sglang-jax (CPU), last turn (turn 2): the cache serves **97%** of the prompt" in text
     assert text.splitlines()[-1] == ("- Radix vs paged, turn by turn (cache on, mean cached tokens per request, "
                                      "sglang-jax (CPU) vs vLLM): turn 1: 2,144 vs 2,048, turn 2: 2,240 vs 2,176; the "
@@ -342,8 +367,10 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
                                               "1.9× sooner at 90%. What the cache saves within each engine is the fair "
                                               "comparison (the threshold row below)"),
         ("found", "measured", "sglang-jax (CPU): no jump, a steady rise (R² 1.00); vLLM: no jump, a steady rise (R² 1.00)"),
-        ("found", "measured", "turn 2: vLLM 94%, TTFT 4.00× shorter; sglang-jax (CPU) 97%, TTFT 4.00× shorter"),
+        # one run per engine and cache setting: the per-turn ratios to two significant figures
+        ("found", "measured", "turn 2: vLLM 94%, TTFT 4.0× shorter; sglang-jax (CPU) 97%, TTFT 4.0× shorter"),
     ]
+    assert (found[5].claim_id, found[5].n) == ("multi_turn_reuse", 1)
     assert (found[3].claim_id, found[3].value, found[3].n, found[3].kind) == ("shared_prefix_threshold", 2.0, 1,
                                                                               "engine_choice")
     assert found[2].claim == ("“SGLang's RadixAttention computes only each request's own suffix” — sglang-jax (CPU), "
@@ -378,8 +405,8 @@ def test_prefix_captions_say_what_each_figure_shows(study):
         "90%, rising with no jump; sglang-jax (CPU): batch time unchanged (1.00×) with the cache at 0% shared, 3.08× "
         "shorter at 90%, rising with no jump.")
     assert narrative.multi_turn_caption(s["by_turn"]) == (
-        "Last turn (turn 2), prefix cache on: vLLM 94% of its prompt cached, mean TTFT 4.00× shorter than with the "
-        "cache off; sglang-jax (CPU) 97% of its prompt cached, mean TTFT 4.00× shorter than with the cache off; with "
+        "Last turn (turn 2), prefix cache on: vLLM 94% of its prompt cached, mean TTFT 4.0× shorter than with the "
+        "cache off; sglang-jax (CPU) 97% of its prompt cached, mean TTFT 4.0× shorter than with the cache off; with "
         "the caches off no token came from the cache.")
     ideal = analysis.ideal_sharing(1008, 8, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9], 128)
     # at 50%: 504 prefix tokens, 3 whole blocks = 384; × 7/8 of 1,008: 43.75% against 33.3%
@@ -543,3 +570,20 @@ def test_consistency_table_states_each_decay_factor_with_its_direction():
     rows = narrative.consistency_table(check, claims).rows
     assert [r[3] for r in rows] == ["1.50", "1.33", "1.31", "1.24", "falls 2.94×", "rises 1.06×", "falls 1.49×",
                                     "rises 2.09×"]
+
+
+def test_bound_sentence_gives_measured_shares_to_two_significant_figures():
+    """Report 04's 'against the limit': each measured share rests on one run (two significant figures); the
+    published ones keep their decimal."""
+    frac = pl.DataFrame({
+        "source": ["published", "published", "measured", "measured", "measured"],
+        "hardware": ["B300", "B300", "CPU", "CPU", "CPU"],
+        "batch_fraction_of_bound": [0.0123, 0.0456, 0.01234, 0.2567, 0.0567],
+        "bandwidth_fraction_of_peak": [0.088, 0.091, None, None, None],
+    })
+    assert narrative.bound_sentence(frac).splitlines() == [
+        "- published (B300): the article's runs took 22–81× the model's bound, i.e. reached 1.2%–4.6% of it; decode "
+        "read memory at 8.8%–9.1% of peak bandwidth.",
+        "- measured (CPU, 3 runs): 1.2%–26% of a bound computed from the catalog's nominal CPU figures — compare these "
+        "runs with each other, not with a GPU.",
+    ]

@@ -25,7 +25,8 @@ EXPECT = {
     # 04 rests on the published table only: its verdicts are pinned exactly
     "04": ["crossover ≈176K (179,998 tokens); range 110,629–795,163 tokens (108K–777K; K = 1,024)",
            "0 of 4 winners right; margin 2.8% against a 40.8% mean held-out error (worst 52.6%, vLLM at 64K)",
-           "110,629–795,163 tokens (108K–777K; K = 1,024) over 96 assumption sets",
+           "110,629–795,163 tokens (108K–777K; K = 1,024) over all 96 assumption sets; 86,577–151,182 tokens (85K–148K) "
+           "over the 22 of 1,248 fits consistent with the published totals",
            "four published points cannot choose among these assumptions, so the crossover is this range, not a point",
            "0.95 leaves 13.4 GiB/GPU outside the target, under an assumed 17.4 GiB taken from this very claim",
            "does not predict an out-of-memory by itself",
@@ -52,7 +53,7 @@ EXPECT_MEASURED = {
     "03": ["vLLM +1.6%, sglang-jax (CPU) −35%"],
     "05": ["78% of prompt tokens served from", "45% of prompt tokens served from its radix cache at 90% shared",
            "4 of 8 requests reused the 907-token prefix at 90% shared (7 could)",
-           "turn 3: vLLM 90%, TTFT 4.72× shorter; sglang-jax (CPU) 90%, TTFT 3.37× shorter",
+           "turn 3: vLLM 90%, TTFT 4.7× shorter; sglang-jax (CPU) 90%, TTFT 3.4× shorter",  # n=1: 2 s.f.
            "vLLM already 19× faster at 0% shared", "<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>", "sglang-jax (CPU), prefix cache on: cache-hit rate",
            "(counted from its usage cached_tokens)", "(counted from its server counter)", "from its radix cache",
            "sglang-jax (CPU): threshold test at 30%", "vLLM: threshold test at 30%",
@@ -221,8 +222,8 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     # the conclusion: retries at each setting, run time, spread, latency — the lower setting against the higher
     assert ("<strong>Retries</strong>: 0 at 0.92 (6 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 200K (6,400 tok)); "
             "no run failed.") in r3
-    assert ("<strong>Run time</strong> at 0.92 against 0.95: vLLM at 200K (6,400 tok) 33% longer (8 s vs 6 s); "
-            "sglang-jax (CPU) at 200K (6,400 tok) 20% longer (6 s vs 5 s).") in r3
+    assert ("<strong>Run time</strong> at 0.92 against 0.95: vLLM at 200K (6,400 tok) 33% longer (8.0 s vs 6.0 s); "
+            "sglang-jax (CPU) at 200K (6,400 tok) 20% longer (6.0 s vs 5.0 s).") in r3  # n=1: 2 s.f.
     assert "<strong>Spread</strong> of batch time over repeats (coefficient of variation, 0.92 → 0.95): not measured" in r3
     assert ("<strong>Latency</strong> at 0.92 against 0.95: vLLM at 200K (6,400 tok) mean request latency 33% higher "
             "(8,000 ms vs 6,000 ms), mean TTFT 33% higher (800 ms vs 600 ms); sglang-jax (CPU) at 200K (6,400 tok) mean "
@@ -362,7 +363,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
                                   "at 90%. What the cache saves within each engine is the fair comparison (the "
                                   "threshold row below)"),
         ("found", "sglang-jax (CPU): no jump, a steady rise (R² 1.00); vLLM: no jump, a steady rise (R² 1.00)"),
-        ("found", "turn 2: vLLM 94%, TTFT 4.00× shorter; sglang-jax (CPU) 97%, TTFT 4.00× shorter"),
+        ("found", "turn 2: vLLM 94%, TTFT 4.0× shorter; sglang-jax (CPU) 97%, TTFT 4.0× shorter"),  # one run a side
     ]
     assert r5.index('class="kvlab-verdicts"') < r5.index("<h2")
     assert "turn 0: cached tokens not reported of 2,112" in r5  # vLLM, cache off: not available, never 0
@@ -389,6 +390,14 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         assert on["batch_speedup"] == pytest.approx(off["batch_time_s"] / on["batch_time_s"]), (engine, frac)
         assert on["ttft_speedup"] == pytest.approx(off["ttft_mean_ms"] / on["ttft_mean_ms"]), (engine, frac)
     assert "mean TTFT, cache off ÷ on" in r5 and "speed-up from the prefix cache, off ÷ on" not in r5  # one figure
+    # 06's modelled curves (figure 2, after the tree) are bands over report 04's 96 assumption sets: the figure's data
+    # holds each curve's lowest and highest beside its default-set line, and the caption says how wide at 200K
+    curve = pl.read_csv(reports.figure_dir(rep6.html) / "figure2.csv")
+    assert {"batch_time_s_lo", "batch_time_s_hi", "output_tokens_per_s_lo", "output_tokens_per_s_hi"} <= set(curve.columns)
+    assert curve["assumption_sets"].max() == 96 and set(curve["source"]) == {"modelled"}
+    assert ((curve["batch_time_s_lo"] <= curve["batch_time_s"]) & (curve["batch_time_s"] <= curve["batch_time_s_hi"])).all()
+    assert (curve["batch_time_s_hi"] > 1.01 * curve["batch_time_s_lo"]).all()  # every context: a band, not a line
+    assert "Bands: the lowest to highest over the 96 assumption sets" in r6
     # 06: both engines at one concurrency (two dots): the table and a sentence, no figure
     assert "measured: throughput (labels: completed/sent requests)" not in r6
     assert "at 128 requests in flight: sglang-jax (CPU) completes" in r6

@@ -509,6 +509,24 @@ def test_whatif_verdicts(fit):
     # shown for another GPU, the verdicts stay about the article's configuration (Kimi-K3 on 8× B300)
     h200 = headroom_table("H200", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     assert [v.number for v in narrative.model_verdicts(fit, sens, h200, claims)] == [v.number for v in found]
+    # with the fits consistent with the totals (a fixed summary), both crossover rows give both ranges; the grades
+    # and values stay: the model still fails its held-out test, so its crossover only illustrates
+    cons = {"candidates": 1248, "kept": 22, "tolerance_pct": 5.0, "batches": "32", "winners": [],
+            "crossover": (86_577.2, 151_181.6)}
+    both = narrative.model_verdicts(fit, sens, head, claims, consistent=cons)
+    assert [(v.claim_id, v.outcome, v.value, v.spread) for v in both] == [
+        (v.claim_id, v.outcome, v.value, v.spread) for v in found]
+    assert both[0].number.startswith(
+        "crossover ≈176K (179,998 tokens); range 110,629–795,163 tokens (108K–777K; K = 1,024) over all 96 assumption "
+        "sets, 86,577–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals; vLLM ")
+    assert both[2].number == ("110,629–795,163 tokens (108K–777K; K = 1,024) over all 96 assumption sets; "
+                              "86,577–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the "
+                              "published totals")
+    assert both[2].reason.endswith("within 5 points of the best fit's (value and spread: all sets)")
+    none = dict(cons, kept=0, crossover=None)  # nothing consistent: the all-sets range alone, as without a summary
+    assert [v.number for v in narrative.model_verdicts(fit, sens, head, claims, consistent=none)] == [
+        v.number for v in found]
+    assert found[2].number == "110,629–795,163 tokens (108K–777K; K = 1,024) over all 96 assumption sets"
 
 
 def test_a_wide_range_of_values_gets_a_labelled_log_axis():
@@ -765,6 +783,17 @@ def test_the_set_of_fits_consistent_with_the_four_totals():
     from kvlab.perfmodel.report import consistent_summary
 
     bullet = narrative.whatif_model.consistent_bullet(consistent_summary(cons))
+    # report 04's crossover verdict from the real consistent set: both ranges, and still an illustration
+    from kvlab.perfmodel import published_fit
+    from kvlab.perfmodel.figures import headroom_table
+    from kvlab.store import load_claims
+
+    claims = load_claims(DATA_DIR).filter(pl.col("experiment") == "article_b300")
+    head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
+    v = narrative.model_verdicts(published_fit(), sens, head, claims, consistent=consistent_summary(cons))
+    assert (v[0].claim_id, v[0].outcome) == ("crossover_modelled", "inconclusive")
+    assert ("over all 96 assumption sets, 86,577–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with "
+            "the published totals") in v[0].number
     assert bullet.startswith("- **Consistent with the totals** (largest residual within 5 points of the best): 22 of "
                              "1,248 candidate fits, at batch 32; vLLM faster at 64K in 22 of 22; SGLang faster at "
                              "200K in 22 of 22; crossover **86,577–151,182 tokens (85K–148K; K = 1,024)**")
@@ -801,6 +830,15 @@ def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
     assert "SGLang: its 95% interval includes zero, so these runs do not show step time changing with context " \
            "(the fitted slope is negative)" in cap
     assert "vLLM: step time grows with context, the 95% interval excluding zero" in cap
+    # the tables show the measured numbers to two significant figures (one run per context); contexts stay whole
+    from kvlab.perfmodel.stepfit import as_shown
+
+    shown = as_shown(fits).filter(pl.col("engine") == "sglang").row(0, named=True)
+    assert (shown["slope_us_per_1k_tokens"], shown["intercept_ms"]) == (-49.0, 20.0)  # -48.83; 19.7 + 4.883e-5 x 2,015.5 = 19.80
+    assert shown["contexts"] == 3 and shown["runs"] == 3  # counts untouched
+    pts = as_shown(points).filter(pl.col("engine") == "vllm")
+    assert pts["mean_decode_context"].to_list() == [991.5, 2015.5, 3039.5]  # token counts (C - 64 + 63/2), kept
+    assert pts["tpot_ms"].to_list() == [10.0, 11.0, 12.0]  # 12.1 to two significant figures
 
 
 def test_kvlab_model_prints_the_range_with_kv_format_both_fits_the_consistent_set_and_what_k_is():

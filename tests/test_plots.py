@@ -157,36 +157,6 @@ def test_engine_colours_mean_engines_only():
     assert not set(colours.values()) & set(SERIES_COLORS[:2])  # green and purple are the GPUs' in 04
 
 
-def test_memory_study_figure_orders_settings_and_drops_an_all_zero_retry_panel():
-    from kvlab import analysis
-
-    def runs_with(retry: bool):
-        rows = [("vllm", 0.95, "200K", 3200), ("vllm", 0.92, "200K", 3200), ("vllm", 0.92, "64K", 1024),
-                ("sglang-jax", 0.95, "200K", 3200), ("sglang-jax", 0.92, "200K", 3200)]
-        runs = pl.DataFrame({"source": "measured", "experiment": "e", "hardware": "CPU",
-                             "run_id": [f"r{i}" for i in range(5)], "engine": [r[0] for r in rows],
-                             "mem_util": [r[1] for r in rows], "context_label": [r[2] for r in rows],
-                             "context_tokens": [r[3] for r in rows], "status": "ok", "batch_time_s": [1.0, 2, 3, 4, 5],
-                             "ttft_mean_ms": 10.0, "e2e_mean_ms": [100.0, 200, 300, 400, 500], "attempts": 1,
-                             "server_preemptions": None, "scale_factor": 64.0})
-        attempts = pl.DataFrame({"run_id": [f"r{i}" for i in range(5)] + (["r3"] if retry else []),
-                                 "status": ["ok"] * 5 + (["failed"] if retry else []),
-                                 "failure_cause": [None] * 5 + (["runtime_oom"] if retry else [])})
-        return runs, analysis.memory_study(runs, attempts).reverse()  # rows in no particular order
-
-    runs, stats = runs_with(retry=False)
-    fig = plots.memory_study_figure(stats, runs)
-    assert len(fig.axes) == 2  # no retry, no failed run: no panel of empty bars (the caption says 0)
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
-        "64K\n(1,024 tok)\n@ 0.92", "200K\n(3,200 tok)\n@ 0.92", "200K\n(3,200 tok)\n@ 0.95"]
-    assert [ax.get_yscale() for ax in fig.axes] == ["linear", "linear"] and fig.axes[0].get_ylim()[0] == 0
-    legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend == ["vLLM", "sglang-jax (CPU)", "one successful run"]  # no mean drawn: one run per setting
-    runs, stats = runs_with(retry=True)
-    fig = plots.memory_study_figure(stats, runs)
-    assert len(fig.axes) == 3 and "retries (solid bar)" in [t.get_text() for t in fig.legends[0].get_texts()]
-
-
 def test_claims_figure_names_every_definition_in_colours_that_are_not_engines():
     from kvlab import analysis, narrative, store
 

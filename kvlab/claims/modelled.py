@@ -1,7 +1,7 @@
 """Report 04's modelled claims: the article's winners and crossover as kvlab's model fitted to the same four points
 sees them (rule 3 of :mod:`kvlab.claims.grading`: an illustration unless the held-out test passes, which shows as a
-row of its own), the crossover's range over the assumption sets, the fit's physical plausibility, and the 0.95
-memory claim, which the model cannot test (its memory check rests on a need taken from that claim)."""
+row of its own), the crossover's range over the assumption sets and over the fits consistent with the published
+totals, the fit's physical plausibility, and the 0.95 memory claim, which the model cannot test (its memory check rests on a need taken from that claim)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,29 @@ from kvlab.claims.speed import held_out_verdict
 from kvlab.engines import engine_label
 from kvlab.perfmodel import Assumptions, Workload
 from kvlab.perfmodel.calibrate import crossover_from_fit, implausible
-from kvlab.units import approx_tokens, token_range, tokens_label
+from kvlab.units import approx_tokens, k_label, token_range, tokens_label
 from kvlab.verdicts import Verdict
 
 
+def _consistent_phrase(consistent: dict | None) -> str:
+    """The crossover range of the fits consistent with the published totals, for a verdict's number: '86,577–151,182
+    tokens (85K–148K) over the 22 of 1,248 fits consistent with the four published totals'; empty without them."""
+    if not consistent or not consistent.get("kept"):
+        return ""
+    kept, cands = consistent["kept"], consistent["candidates"]
+    x = consistent.get("crossover")
+    where = f"{x[0]:,.0f}–{x[1]:,.0f} tokens ({k_label(x[0])}–{k_label(x[1])})" if x else "no crossover"
+    return f"{where} over the {kept:,} of {cands:,} fits consistent with the published totals"
+
+
 def model_verdicts(fit, sens, head, claims, workload=None,
-                   assumptions=None) -> list:
+                   assumptions=None, consistent: dict | None = None) -> list:
     """Report 04's verdicts: the article's winners and crossover as the fitted model sees them, held-out
     prediction, the assumption's effect, the fit's plausibility, and the 0.95 memory claim (untestable by the model).
+
+    ``consistent``: :func:`kvlab.perfmodel.report.consistent_summary` of the fits consistent with the published
+    totals; with it both crossover verdicts give the range over every assumption set and the (narrower) range those
+    fits allow. It adds words, never a grade: a model that fails its held-out test still only illustrates.
 
     Every verdict is about the article's own configuration (Kimi-K3 on 8× the fit's GPU, DCP 8), whatever GPU or
     model the report shows; ``head`` gives only the memory targets compared."""
@@ -52,7 +67,9 @@ def model_verdicts(fit, sens, head, claims, workload=None,
     if modelled:
         stated = "; ".join(c["statement"] for c in speed.iter_rows(named=True))
         rng = sens["crossover_tokens"].drop_nulls()
-        within = f"; range {token_range(rng.min(), rng.max())}" if rng.len() else ""
+        allowed = _consistent_phrase(consistent)
+        within = (f"; range {token_range(rng.min(), rng.max())} over all {sens.height} assumption sets"
+                  + (f", {allowed}" if allowed else "") if rng.len() else "")
         grade, held = grade_model_claim(fit, agree and inside, sorted(res["context_tokens"].unique().to_list()),
                                         value=crossover, unit="tokens")
         if rng.len() and grade.outcome != "inconclusive":
@@ -73,14 +90,19 @@ def model_verdicts(fit, sens, head, claims, workload=None,
                                                 f"{engine_label(worst['engine'])} at {tokens_label(worst['context_tokens'])})"))
     xo = sens["crossover_tokens"].drop_nulls()
     if xo.len():
+        allowed = _consistent_phrase(consistent)
         out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
                            "expert reads, cached MLA width, KV number format), each refitted to the same four "
                            "points?", "found",
-                           "modelled", f"{token_range(xo.min(), xo.max())} over {sens.height} "
-                           "assumption sets", claim_id="crossover_range", kind="crossover",
+                           "modelled", f"{token_range(xo.min(), xo.max())} over all {sens.height} "
+                           "assumption sets" + (f"; {allowed}" if allowed else ""),
+                           claim_id="crossover_range", kind="crossover",
                            value=float(xo.median()), unit="tokens", spread=(float(xo.min()), float(xo.max())),
                            scope="model fitted to the published table, refitted per assumption set",
-                           reason=f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"))
+                           reason=f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"
+                           + (f"; the narrower range is what the totals allow: the fits whose largest residual is "
+                              f"within {consistent['tolerance_pct']:g} points of the best fit's (value and spread: "
+                              "all sets)" if allowed else "")))
     bad = implausible(fit)
     out.append(Verdict(f"The fitted parameters are physically plausible for the article's {fit.hardware} host",
                        "contradicted" if bad else "reproduced", "modelled",

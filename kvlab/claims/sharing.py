@@ -10,7 +10,7 @@ import polars as pl
 from kvlab.claims.grading import Repeats, combined, counted, cpu_cross_engine, measured_difference, negated
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
-from kvlab.units import sig2
+from kvlab.units import ratio, sig2
 from kvlab.verdicts import Verdict
 
 
@@ -20,11 +20,34 @@ def _prefix_engine_order() -> pl.Expr:
                                            default=len(registry.ENGINE_NAMES), return_dtype=pl.Int64)
 
 
-def _prefix_times(x: float, more: str = "shorter", less: str = "longer") -> str:
-    """A ratio with its direction: 1.37 → '1.37× shorter', 0.96 → '1.04× longer', 1.002 → 'unchanged (1.00×)'."""
+def _prefix_times(x: float, more: str = "shorter", less: str = "longer", n: int | None = None) -> str:
+    """A ratio with its direction: 1.37 → '1.37× shorter', 0.96 → '1.04× longer', 1.002 → 'unchanged (1.00×)';
+    resting on one run a side (``n`` = 1), two significant figures (:func:`kvlab.units.ratio`): '4.0× shorter'."""
     if abs(x - 1) < 0.005:
         return "unchanged (1.00×)"
-    return f"{x:.2f}× {more}" if x > 1 else f"{1 / x:.2f}× {less}"
+    return f"{ratio(x, n)}× {more}" if x > 1 else f"{ratio(1 / x, n)}× {less}"
+
+
+#: The keys of a multi-turn configuration (:func:`kvlab.analysis.multi_turn_by_turn`'s groups, less the turn).
+TURN_KEYS = ("experiment", "hardware", "engine", "prefix_caching")
+
+
+def with_turn_runs(by_turn: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+    """``by_turn`` (:func:`kvlab.analysis.multi_turn_by_turn`) with ``n_runs``: the successful measured multi-turn
+    runs of ``runs`` behind each configuration's turns, which every per-turn ratio rests on (0 where none)."""
+    keys = [k for k in TURN_KEYS if k in by_turn.columns and k in runs.columns]
+    if by_turn.is_empty() or runs.is_empty() or not keys:
+        return by_turn.with_columns(pl.lit(None, pl.Int64).alias("n_runs"))
+    ok = runs.filter((pl.col("source") == "measured") & (pl.col("mode") == "multi_turn") & (pl.col("status") == "ok"))
+    n = ok.group_by(keys).agg(pl.col("run_id").n_unique().cast(pl.Int64).alias("n_runs"))
+    return by_turn.join(n, on=keys, how="left", nulls_equal=True).with_columns(pl.col("n_runs").fill_null(0))
+
+
+def turn_n(*rows: dict) -> int | None:
+    """The runs a per-turn comparison of ``rows`` (one per cache setting) rests on: the fewest of theirs; None when
+    the frame does not say (:func:`with_turn_runs` not applied)."""
+    ns = [r.get("n_runs") for r in rows]
+    return None if any(v is None for v in ns) else min(ns)
 
 
 def _prefix_bracket(g: pl.DataFrame | list[dict], at: float) -> tuple[dict, dict] | None:
@@ -184,21 +207,24 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                                reason="the report's own question: what the cache saves within each engine, by fraction"))
 
     if by_turn is not None and by_turn.height:
-        parts = []
+        parts, ns = [], []
         for (engine,), g in by_turn.sort(_prefix_engine_order(), "turn").group_by(["engine"], maintain_order=True):
             o = g.filter(pl.col("prefix_caching"))
             if o.is_empty() or o["cached_share"][-1] is None:
                 continue
             last = o.row(-1, named=True)
             f = g.filter(~pl.col("prefix_caching") & (pl.col("turn") == last["turn"]))
-            ttft = (f", TTFT {_prefix_times(f['ttft_mean_ms'][0] / last['ttft_mean_ms'])}" if f.height and last["ttft_mean_ms"]
-                    else "")
+            n = turn_n(last, f.row(0, named=True)) if f.height else turn_n(last)
+            ns.append(n)
+            ttft = (f", TTFT {_prefix_times(f['ttft_mean_ms'][0] / last['ttft_mean_ms'], n=n)}"
+                    if f.height and last["ttft_mean_ms"] else "")
             parts.append(f"{engine_label(engine)} {last['cached_share']:.0%}{ttft}")
         if parts:
             out.append(Verdict("Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
                                "serves, and its time to first token against the cache off", "found", "measured",
                                f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
                                kind="prefix_sharing", scope="each engine's own cache on against off",
+                               n=None if None in ns else min(ns),
                                reason="the report's own question about the article's example 1"))
     return out
 
@@ -241,7 +267,8 @@ def gain_points(gain: pl.DataFrame) -> pl.DataFrame:
 
 def turn_points(by_turn: pl.DataFrame) -> pl.DataFrame:
     """One row per engine and turn: prompt length and conversations, then cached tokens, cached share (%), mean
-    TTFT and requests reporting a count with the cache on beside off, and the TTFT ratio off ÷ on."""
+    TTFT and requests reporting a count with the cache on beside off, and the TTFT ratio off ÷ on (to two
+    significant figures where ``n_runs`` (:func:`with_turn_runs`) says every configuration is one run)."""
     keys = ["engine", "turn"]
 
     def side(on: bool, sfx: str) -> pl.DataFrame:
@@ -250,8 +277,11 @@ def turn_points(by_turn: pl.DataFrame) -> pl.DataFrame:
             pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"), pl.col("cached_reported").alias(f"reported_{sfx}"))
 
     base = by_turn.group_by(keys).agg(pl.col("prompt_tokens").first(), pl.col("requests").first())
+    ratio_ = pl.col("ttft_off") / pl.col("ttft_on")
+    if "n_runs" in by_turn.columns and by_turn["n_runs"].max() == 1:  # one run a side: two significant figures
+        ratio_ = ratio_.round_sig_figs(2)
     return (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
-            .with_columns((pl.col("ttft_off") / pl.col("ttft_on")).alias("ratio")).sort(_prefix_engine_order(), "turn"))
+            .with_columns(ratio_.alias("ratio")).sort(_prefix_engine_order(), "turn"))
 
 
 def radix_paged_pairs(sharing: pl.DataFrame) -> tuple[str, list[dict]] | None:

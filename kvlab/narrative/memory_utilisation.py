@@ -96,8 +96,11 @@ def memory_conclusion(cmp: DataFrame, stats: DataFrame) -> str:
                     t_parts.append(f"{ctx} not comparable (no successful run at one setting)")
                 elif compact:
                     t_parts.append(f"{ctx} {_signed_pct(t_lo / t_hi - 1)}")
-                else:
-                    t_parts.append(f"{ctx} {_relative(t_lo, t_hi, 'longer', 'shorter')} ({t_lo:.3g} s vs {t_hi:.3g} s)")
+                else:  # one successful run a side: its times to two significant figures (units.sig2)
+                    one = bool(low and high and low["runs_ok"] == 1 and high["runs_ok"] == 1)
+                    secs = (lambda t: sig2(t)) if one else (lambda t: f"{t:.3g}")
+                    t_parts.append(f"{ctx} {_relative(t_lo, t_hi, 'longer', 'shorter')} "
+                                   f"({secs(t_lo)} s vs {secs(t_hi)} s)")
                 if low and high and (low["runs_ok"] or 0) > 1 and (high["runs_ok"] or 0) > 1:
                     s_parts.append(f"{ctx} {low['batch_time_cv']:.1%} → {high['batch_time_cv']:.1%}")
                 if low and high and low["e2e_mean_ms"] and high["e2e_mean_ms"]:

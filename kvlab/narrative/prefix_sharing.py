@@ -6,10 +6,12 @@ from typing import TYPE_CHECKING
 
 from kvlab import tables
 from kvlab.claims.sharing import (
-    _prefix_bracket, _prefix_times, gain_points, prefix_verdicts, radix_paged_pairs, sharing_points, turn_points,
+    _prefix_bracket, _prefix_times, gain_points, prefix_verdicts, radix_paged_pairs, sharing_points, turn_n,
+    turn_points,
 )
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.tables import ms, percent
+from kvlab.units import ratio
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -194,7 +196,7 @@ def multi_turn_caption(by_turn: DataFrame) -> str:
         o = [r for r in off if r["turn"] == last["turn"]]
         ttft = ""
         if o and last["ttft_mean_ms"]:
-            t = _prefix_times(o[0]["ttft_mean_ms"] / last["ttft_mean_ms"])
+            t = _prefix_times(o[0]["ttft_mean_ms"] / last["ttft_mean_ms"], n=turn_n(last, o[0]))
             ttft = f", mean TTFT {t} {'against' if t.startswith('unchanged') else 'than with'} the cache off"
         parts.append(f"{engine_label(engine)} {share}{ttft}")
     if not parts:
@@ -401,7 +403,8 @@ def multi_turn_sentence(by_turn: DataFrame) -> str:
             share = ("its share of the prompt served from the cache is not reported" if last_on["cached_share"] is None
                      else f"the cache serves **{last_on['cached_share']:.0%}** of the prompt")
             lines.append(f"- {engine_label(engine)}, last turn (turn {last_on['turn']}): {share} and TTFT is "
-                         f"**{last_off['ttft_mean_ms'] / last_on['ttft_mean_ms']:.2f}×** shorter than without it "
+                         f"**{ratio(last_off['ttft_mean_ms'] / last_on['ttft_mean_ms'], turn_n(last_on, last_off))}×** "
+                         "shorter than without it "
                          f"({ms(last_on['ttft_mean_ms'])} vs {ms(last_off['ttft_mean_ms'])}).")
     lines += _turns_radix_vs_paged(by_turn)
     return "\n".join(lines)

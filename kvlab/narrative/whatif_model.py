@@ -11,7 +11,7 @@ from kvlab.engines import engine_label
 from kvlab.narrative.common import config_name, setup_phrase
 from kvlab.perfmodel import Assumptions
 from kvlab.perfmodel.calibrate import implausible
-from kvlab.units import approx_label, approx_tokens, token_range, tokens_label
+from kvlab.units import approx_label, approx_tokens, sig2, token_range, tokens_label
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -354,7 +354,9 @@ def bound_sentence(frac: DataFrame) -> str:
     m = [r for r in rows if r["source"] == "measured"]
     if m:
         f = of("measured", "batch_fraction_of_bound")
+        # each share rests on one run: two significant figures (units.sig2), as every n=1 number
         lines.append(f"- measured ({hardware('measured')}, {len(m)} runs): "
-                     f"{min(f):.1%}–{max(f):.1%} of a bound computed from the catalog's nominal CPU figures — compare "
+                     f"{sig2(100 * min(f))}%–{sig2(100 * max(f))}% of a bound computed from the catalog's nominal CPU "
+                     "figures — compare "
                      "these runs with each other, not with a GPU.")
     return "\n".join(lines) or "*No run with a batch time to set against the bound.*"

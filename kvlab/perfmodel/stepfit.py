@@ -108,6 +108,14 @@ def step_fits(runs: pl.DataFrame, min_contexts: int = 3) -> tuple[pl.DataFrame, 
     return pl.DataFrame(fit_rows), pl.DataFrame(point_rows)
 
 
+def as_shown(frame: pl.DataFrame, keep: tuple[str, ...] = ("mean_decode_context",)) -> pl.DataFrame:
+    """A :func:`step_fits` frame as its table shows it: every measured float (times, slopes, intervals, residuals,
+    R², bandwidth) to two significant figures, as every number resting on one run per context is shown; ``keep``:
+    float columns that are not measured (a run's mean decode context is a token count)."""
+    floats = [c for c, t in frame.schema.items() if t.is_float() and c not in keep]
+    return frame.with_columns(pl.col(c).round_sig_figs(2) for c in floats) if floats else frame
+
+
 def achieved_bandwidth(row: dict, slope_s_per_token: float, row_config) -> float:
     """The achieved fraction of peak bandwidth a TPOT slope implies: b = n x KV bytes per token per GPU / (eff x
     peak), so eff = n x KV bytes per token per GPU / (b x peak). NaN when the slope is not positive or the row's
