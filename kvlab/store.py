@@ -8,7 +8,8 @@ Layout (all paths from :mod:`kvlab.paths`):
   row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``, ``telemetry.json`` and, where
   the engine serves /metrics, ``telemetry.csv`` (kvlab.runner.write_telemetry).
   A run folder appears by one atomic rename, so a killed sweep leaves no partial run.
-- ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps.
+- ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps (and, with ``probe: true``, each
+  server start's accuracy probe: :func:`load_probes`).
 - ``data/runs/<experiment>/superseded/<run_key>/`` — finished runs the experiment file no longer
   defines (an earlier version of it), set aside by the next sweep so no report mixes them in.
 - ``data/modelled/*.parquet`` — optional model predictions (``runs`` schema).
