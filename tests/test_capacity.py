@@ -8,7 +8,7 @@ import json
 
 import polars as pl
 import pytest
-from notebook_data import capacity_frames, write_capacity_runs
+from notebook_data import capacity_frames, write_capacity_probes, write_capacity_runs
 
 from kvlab import analysis, plots, store, verdicts
 from kvlab.claims import capacity
@@ -170,34 +170,10 @@ def test_the_synthetic_capacity_frames_are_labelled_and_consistent():
 
 # --------------------------------------------------------------------------- the accuracy probe on the map (item 7)
 
-#: SYNTHETIC probe records (made up for the tests): per engine, 0.92 is the reference (first in the file's order);
-#: vLLM at 0.95 differs at token 7, where the reference's top-2 margin is 0.05 nats (a near-tie); SGLang at 0.95
-#: differs from token 3 on, where the margin is a clear 1.0: it computes something else, and it wins 200K / 0.95.
-REF_TOKENS = [f" t{i}" for i in range(16)]
-REF_MARGINS = [0.05 if i == 7 else 1.0 for i in range(16)]
-
-
-def _probe_record(engine: str, mem: float, diverge_at: int | None):
-    from kvlab import probe
-
-    tokens = REF_TOKENS if diverge_at is None else REF_TOKENS[:diverge_at] + [f" u{i}" for i in range(diverge_at, 16)]
-    outs = [probe.ProbeOutput(i, tuple(tokens), tuple(REF_MARGINS)) for i in range(len(probe.PROBE_PROMPTS))]
-    config = {"engine": engine, "engine_label": engine, "model": "tiny-llama", "tp": 1, "dcp": 1, "dp": 1,
-              "mem_util": mem, "kv_budget_bytes": 8388608 if mem == 0.92 else 20971520, "prefix_caching": True}
-    return probe.record(outs, config, sent_at="2026-12-01T10:00:00")
-
-
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory):
-    """The probe records as a sweep's manifest keeps them, read back by the store."""
-    data = tmp_path_factory.mktemp("probed")
-    configs = [("vllm", 0.92, None), ("sglang", 0.92, None), ("vllm", 0.95, 7), ("sglang", 0.95, 3)]
-    servers = [{"server_key": f"{e}{m}", "engine": e, "experiments": ["cpu_capacity"], "started_at": f"2026-12-01T10:0{i}",
-                "probe": _probe_record(e, m, d)} for i, (e, m, d) in enumerate(configs)]
-    store.write_json_atomic(data / "runs" / "cpu_capacity" / store.MANIFEST_FILE, {
-        "experiment": "cpu_capacity", "configurations": [s["server_key"] for s in servers],
-        "sweeps": [{"servers": servers[:2]}, {"servers": servers[2:]}]})
-    return store.load_probes(data)
+    """The SYNTHETIC probe records of tests/notebook_data.py (PROBED) as a sweep's manifest keeps them, read back."""
+    return store.load_probes(write_capacity_probes(tmp_path_factory.mktemp("probed")))
 
 
 def test_the_probe_summary_compares_each_configuration_with_its_engines_first(probes):
