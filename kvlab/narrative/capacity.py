@@ -269,8 +269,8 @@ def probe_table(summary: DataFrame):
              "differs at a near-tie": r["near_ties"], "not compared": r["not_compared"], "tokens compared (k)": r["k"]}
             for r in summary.iter_rows(named=True)]
     return tables.table(rows, list(rows[0]) if rows else ["configuration"],
-                        caption="measured: greedy (temperature 0) outputs of kvlab.probe's fixed prompts, one probe per "
-                                "server start, compared with the engine's reference configuration")
+                        caption="measured: greedy (temperature 0) outputs of kvlab.probe's fixed prompts, one probe "
+                                "per server start, compared with the engine's reference configuration")
 
 
 def probe_intro(summary: DataFrame, experiment: str) -> str:
