@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from kvlab import probe as probes_
 from kvlab.engines import SGLANG, VLLM
 from kvlab.workloads.shared_prefix import shared_prefix_length
 
@@ -273,17 +274,113 @@ def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
     ).sort(list(CAPACITY_KEYS), nulls_last=True)
 
 
+#: What a probe summary row is joined to a capacity configuration on (RUNS' names; kvlab.probe.configuration).
+PROBE_JOIN_KEYS = ("experiment", "engine", "tp", "dcp", "mem_util", "kv_budget_bytes")
+#: Said of a configuration no probe was recorded for (its experiment has no ``probe: true``, or it was stored before).
+NOT_PROBED = "not probed"
+
+
+def probe_comparison(probes: pl.DataFrame) -> pl.DataFrame:
+    """Each probed configuration's outputs against its reference's, prompt by prompt (kvlab.probe.compare_configs,
+    over the first k = 16 tokens), from :func:`kvlab.store.load_probes`. Per experiment, engine and model the
+    **reference** is the first configuration in the experiment file's order that was probed (the manifest's
+    ``configurations``; the earliest start where it lists none). Rows: experiment, engine, model, server_key,
+    reference_key, prompt, outcome ('identical', 'differs', 'differs at a near-tie', 'not compared: a request
+    failed'), first_diff (0-based), compared, margin_at_diff, k; the reference's own rows are 'reference'."""
+    rows = []
+    for (exp, engine, model), g in probes.group_by(["experiment", "engine", "model"], maintain_order=True):
+        configs = g.group_by("server_key", maintain_order=True).agg(pl.col("order").first(),
+                                                                     pl.col("started_at").first())
+        ref = configs.sort(["order", "started_at"], nulls_last=True)["server_key"][0]
+        outputs = {key: [probes_.ProbeOutput(r["prompt"], tuple(r["tokens"]), tuple(r["margins"]), r["error"])
+                         for r in part.sort("prompt").iter_rows(named=True)]
+                   for (key,), part in g.group_by(["server_key"], maintain_order=True)}
+        k = int(g["k"].drop_nulls().first() or probes_.PROBE_TOKENS)
+        head = {"experiment": exp, "engine": engine, "model": model, "reference_key": ref}
+        rows += [head | {"server_key": ref, "prompt": o.prompt, "outcome": "reference", "first_diff": None,
+                         "compared": None, "margin_at_diff": None, "k": k} for o in outputs[ref]]
+        rows += [head | {"server_key": c.pop("config"), **c} for c in probes_.compare_configs(outputs, ref, k)]
+    schema = {"experiment": pl.String, "engine": pl.String, "model": pl.String, "reference_key": pl.String,
+              "server_key": pl.String, "prompt": pl.Int64, "outcome": pl.String, "first_diff": pl.Int64,
+              "compared": pl.Int64, "margin_at_diff": pl.Float64, "k": pl.Int64}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def probe_summary(probes: pl.DataFrame) -> pl.DataFrame:
+    """One row per probed configuration (:func:`kvlab.store.load_probes`) with its configuration (RUNS' names), its
+    ``role`` (reference / compared, see :func:`probe_comparison`), ``reference_key``, the prompts and how many came
+    out identical, ``differs``, ``near_ties`` and ``not_compared``, ``first_diff`` (the earliest position of a clear
+    difference; null: none) and ``probe``, one label: 'reference', 'identical', 'differs from token N (x of n
+    prompts)', 'differs only at near-ties (x of n prompts)' or 'not compared: a probe request failed'. A clear
+    difference outranks the rest: a configuration that computes something else is said so even where some of its
+    prompts failed."""
+    schema = {**_PROBE_CONFIG_SCHEMA, "server_key": pl.String,
+              "role": pl.String, "reference_key": pl.String, "prompts": pl.Int64, "identical": pl.Int64,
+              "differs": pl.Int64, "near_ties": pl.Int64, "not_compared": pl.Int64, "first_diff": pl.Int64,
+              "k": pl.Int64, "probe": pl.String}
+    if probes.is_empty():
+        return pl.DataFrame(schema=schema)
+    cmp = probe_comparison(probes)
+    rows = []
+    for (exp, key), g in cmp.group_by(["experiment", "server_key"], maintain_order=True):
+        config = probes.filter((pl.col("experiment") == exp) & (pl.col("server_key") == key)).row(0, named=True)
+        out = g["outcome"].to_list()
+        n, differs = len(out), out.count("differs")
+        near, failed = out.count("differs at a near-tie"), sum(o.startswith("not compared") for o in out)
+        first = g.filter(pl.col("outcome") == "differs")["first_diff"].min()
+        role = "reference" if out and out[0] == "reference" else "compared"
+        label = ("reference" if role == "reference" else
+                 f"differs from token {first} ({differs} of {n} prompts)" if differs else
+                 f"differs only at near-ties ({near} of {n} prompts)" if near else
+                 "not compared: a probe request failed" if failed else "identical")
+        rows.append({**{c: config[c] for c in _PROBE_CONFIG_SCHEMA}, "server_key": key, "role": role,
+                     "reference_key": g["reference_key"][0], "prompts": n, "identical": out.count("identical"),
+                     "differs": differs, "near_ties": near, "not_compared": failed, "first_diff": first,
+                     "k": g["k"][0], "probe": label})
+    return pl.DataFrame(rows, schema=schema).sort(["experiment", "engine", "model", "role", "server_key"],
+                                                  descending=[False, False, False, True, False])
+
+
+#: The configuration columns of :func:`probe_summary` (kvlab.store.PROBE_SCHEMA's).
+_PROBE_CONFIG_SCHEMA = {"experiment": pl.String, "engine": pl.String, "engine_label": pl.String, "model": pl.String,
+                        "tp": pl.Int64, "dcp": pl.Int64, "dp": pl.Int64, "mem_util": pl.Float64,
+                        "kv_budget_bytes": pl.Int64, "prefix_caching": pl.Boolean}
+
+
+def _probe_of(summary: pl.DataFrame | None) -> dict[tuple, dict]:
+    """:func:`probe_summary` rows by :data:`PROBE_JOIN_KEYS` (a configuration probed under several server keys:
+    the one that differs, so that a difference is never hidden behind an identical twin)."""
+    out: dict[tuple, dict] = {}
+    for r in (summary.iter_rows(named=True) if summary is not None else ()):
+        key = tuple(r[k] for k in PROBE_JOIN_KEYS)
+        if key not in out or r["differs"] > out[key]["differs"]:
+            out[key] = r
+    return out
+
+
 #: What the capacity map compares engines at: one cell per context x memory setting (and load mode).
 MAP_KEYS = ("experiment", "hardware", "context_tokens", "context_label", "mem_util", "load_mode")
 
 
-def goodput_map(best: pl.DataFrame) -> pl.DataFrame:
+def goodput_map(best: pl.DataFrame, probes: pl.DataFrame | None = None) -> pl.DataFrame:
     """The capacity map from :func:`highest_load_within_slo`: per context x memory setting (:data:`MAP_KEYS`) where
     at least two engines were measured, the engine with the higher goodput at its highest load within the SLO
     (``winner``, its tp/dcp, load and goodput) against the next (``runner_up``): ``margin`` = winner goodput ÷ runner-up
     goodput, ``margin_lo``/``margin_hi`` its range over the repeats (winner min ÷ runner-up max, winner max ÷
     runner-up min), ``n`` the fewer repeats. An engine with no load within the SLO carries no goodput within it:
-    then ``margin`` is null and ``only_winner_within`` true; ``winner`` is null where no engine met the SLO."""
+    then ``margin`` is null and ``only_winner_within`` true; ``winner`` is null where no engine met the SLO.
+
+    The accuracy probe (``probes``: :func:`probe_summary`; None: none recorded) of each side's configuration:
+    ``winner_probe`` / ``runner_up_probe`` (its label, :data:`NOT_PROBED` where none was recorded),
+    ``winner_probe_first_diff`` and ``winner_differs``: true when the winner's greedy output differs clearly (not
+    at a near-tie) from its engine's reference configuration, a configuration that may be fast because it computes
+    something else; the map names it (kvlab.narrative.capacity.map_table) and its verdict says so
+    (kvlab.claims.capacity.map_verdict)."""
+    probed = _probe_of(probes)
+
+    def probe(r: dict) -> dict | None:
+        return probed.get(tuple(r.get(k) for k in PROBE_JOIN_KEYS))
+
     rows = []
     for key, g in best.group_by(list(MAP_KEYS), maintain_order=True):
         if g["engine"].n_unique() < 2:
@@ -297,8 +394,13 @@ def goodput_map(best: pl.DataFrame) -> pl.DataFrame:
         rg = r["goodput_requests_per_s"]
         lo = w["goodput_min_requests_per_s"] / r["goodput_max_requests_per_s"] if rg else None
         hi = w["goodput_max_requests_per_s"] / r["goodput_min_requests_per_s"] if rg else None
+        pw, pr = probe(w), probe(r)
         rows.append(cell | {
             "winner": w["engine"], "winner_tp": w["tp"], "winner_dcp": w["dcp"],
+            "winner_probe": pw["probe"] if pw else NOT_PROBED,
+            "winner_probe_first_diff": pw["first_diff"] if pw else None,
+            "winner_differs": bool(pw and pw["differs"]),
+            "runner_up_probe": pr["probe"] if pr else NOT_PROBED,
             "winner_load": w["max_load_within_slo"], "winner_goodput_requests_per_s": w["goodput_requests_per_s"],
             "winner_goodput_min": w["goodput_min_requests_per_s"], "winner_goodput_max": w["goodput_max_requests_per_s"],
             "winner_repeats": w["repeats"],

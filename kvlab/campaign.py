@@ -120,12 +120,16 @@ class ServerRecord:
     #: its KV pool in tokens as the engine reported it in this start's log (EngineAdapter.kv_pool_tokens); None where
     #: it reported none (a start that failed first, a server kvlab did not launch)
     kv_pool_tokens: int | None = None
+    #: the accuracy probe sent after this start's warm-up (kvlab.probe.record), where an experiment it served asks
+    #: for one (``probe: true``); None: not probed
+    probe: dict | None = None
 
     def as_dict(self) -> dict:
-        """The manifest's entry (``node`` only where a Ray node started it)."""
+        """The manifest's entry (``node`` only where a Ray node started it, ``probe`` only where it was probed)."""
         d = asdict(self)
-        if d["node"] is None:
-            del d["node"]
+        for optional in ("node", "probe"):
+            if d[optional] is None:
+                del d[optional]
         return d
 
 
@@ -334,10 +338,21 @@ class Campaign:
             "servers": [s.as_dict() for s in servers if spec.name in s.experiments],
             "swept_with": [n for n in self.specs if n != spec.name], **extra,
         })
+        order = {"configurations": probe_order(spec)} if spec.probe else {}
         store.write_json_atomic(path, redact_secrets({  # env values whose names look like secrets: '***'
             "experiment": spec.name, "description": spec.description,
-            "assumptions": spec.assumptions, "spec": spec.model_dump(mode="json"), "sweeps": sweeps,
+            "assumptions": spec.assumptions, "spec": spec.model_dump(mode="json"), "sweeps": sweeps, **order,
         }))
+
+
+def probe_order(spec: ExperimentSpec) -> list[str]:
+    """The server configurations of a probed experiment (their server keys) in the order its file gives them (the
+    full form's runs, first appearance): the accuracy probe's reference per engine and model is the first of them
+    that was probed (kvlab.analysis.probe_summary). The manifest keeps it as ``configurations``."""
+    seen: dict[str, None] = {}
+    for r in expand(spec.full_form()):
+        seen.setdefault(r.server_key, None)
+    return list(seen)
 
 
 def _check_writable(exp_dir: Path) -> None:

@@ -1076,6 +1076,9 @@ def capacity_map_figure(gmap: pl.DataFrame) -> Figure:
             spread = ("" if r["margin_lo"] == r["margin_hi"] else
                       f"\n({_num(r['margin_lo'])}–{_num(r['margin_hi'])}×)")
             text = f"{engine_label(w)}\n{_num(r['margin'])}× goodput{spread}\nn={r['n']}"
+        if w and r.get("winner_differs"):  # fast but wrong: the accuracy probe's difference, on the cell itself
+            text += f"\noutput differs (probe,\nfrom token {r['winner_probe_first_diff']})"
+            ax.fill_between([j, j + 1], i, i + 1, facecolor="none", hatch="//", edgecolor="#cf222e", linewidth=0)
         ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=9)
     ax.set_xlim(0, len(mems))
     ax.set_ylim(0, len(contexts))

@@ -17,16 +17,29 @@ The comparison and its tolerance:
 - **near-ties**: where the reference reported its top-2 log-probabilities, a difference at a position whose
   top-2 margin is below :data:`MARGIN_CLEAR` nats is labelled *differs at a near-tie* (two configurations rounding
   differently there is expected), not *differs*; without log-probabilities no difference is excused.
+
+Wiring: an experiment with ``probe: true`` has the runner send the set once per server start, after the warm-up and
+before the first measured run (:func:`run_probe`), and keep :func:`record` on the start's manifest entry;
+kvlab.store.load_probes reads it back and kvlab.analysis.probe_summary compares configurations for report 07's map.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
+
+from kvlab import store
+
+if TYPE_CHECKING:
+    from kvlab.spec import RunSpec
 
 #: Tokens of each output compared (see the module docstring for why 16).
 PROBE_TOKENS = 16
@@ -167,3 +180,51 @@ async def probe(base_url: str, model: str, prompts: Sequence[str] = PROBE_PROMPT
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         return [await greedy_output(session, base_url, model, i, p, max_tokens=max_tokens, api_key=api_key,
                                     extra_body=extra_body) for i, p in enumerate(prompts)]
+
+
+# --------------------------------------------------------------------------- the record a server start keeps
+
+#: The configuration fields a probe record names, as RUNS names them (kvlab.rows.run_row), so that a report joins a
+#: configuration's probe to its runs (kvlab.analysis.probe_summary, goodput_map).
+CONFIG_FIELDS = store.PROBE_CONFIG_FIELDS
+
+
+def configuration(run: RunSpec) -> dict[str, Any]:
+    """The server configuration ``run`` needs, in RUNS' terms (:data:`CONFIG_FIELDS`)."""
+    e = run.engine
+    return {"engine": e.name, "engine_label": run.engine_label, "model": e.served_model_name or Path(e.model).name,
+            "tp": e.tp, "dcp": e.dcp, "dp": e.dp, "mem_util": e.mem_util, "kv_budget_bytes": e.kv_cache_bytes,
+            "prefix_caching": e.prefix_caching}
+
+
+def record(outputs: Sequence[ProbeOutput], config: Mapping[str, Any], *, prompts: Sequence[str] = PROBE_PROMPTS,
+           max_tokens: int = PROBE_TOKENS, sent_at: str | None = None, wall_s: float | None = None,
+           error: str | None = None) -> dict[str, Any]:
+    """What a server start keeps of its probe (the manifest's server entry, ``probe``): the prompts, k, the
+    configuration (:func:`configuration`), when it was sent and each prompt's tokens, margins and error; ``error``:
+    why the probe as a whole failed (then ``outputs`` is empty)."""
+    return {"k": PROBE_TOKENS, "max_tokens": max_tokens, "temperature": 0.0, "prompts": list(prompts),
+            "configuration": dict(config), "sent_at": sent_at, "wall_s": wall_s, "error": error,
+            "outputs": [{"prompt": o.prompt, "tokens": list(o.tokens), "margins": list(o.margins), "error": o.error}
+                        for o in outputs]}
+
+
+def outputs_of(rec: Mapping[str, Any]) -> list[ProbeOutput]:
+    """A stored probe record's outputs back as :class:`ProbeOutput` (a record whose probe failed as a whole: one
+    failed output per prompt, so that no comparison with it passes as identical)."""
+    if rec.get("error") and not rec.get("outputs"):
+        return [ProbeOutput(i, (), (), rec["error"]) for i in range(len(rec.get("prompts") or PROBE_PROMPTS))]
+    return [ProbeOutput(int(o["prompt"]), tuple(o.get("tokens") or ()), tuple(o.get("margins") or ()), o.get("error"))
+            for o in rec.get("outputs") or []]
+
+
+def run_probe(base_url: str, model: str, config: Mapping[str, Any], *, api_key: str | None = None,
+              timeout_s: float = 600.0) -> dict[str, Any]:
+    """Send the probe set to a ready server and return its :func:`record`; never raises (a failure is recorded)."""
+    sent_at, t = datetime.now(timezone.utc).isoformat(), time.perf_counter()
+    try:
+        outs = asyncio.run(probe(base_url, model, api_key=api_key, timeout_s=timeout_s))
+    except Exception as exc:  # noqa: BLE001 - a failed probe is recorded, it never costs the sweep a run
+        return record([], config, sent_at=sent_at, wall_s=time.perf_counter() - t,
+                      error=f"{type(exc).__name__}: {str(exc)[:200]}")
+    return record(outs, config, sent_at=sent_at, wall_s=time.perf_counter() - t)

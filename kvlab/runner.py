@@ -26,6 +26,7 @@ import polars as pl
 
 from kvlab import load as loads
 from kvlab import metrics, store
+from kvlab import probe as probes
 from kvlab.campaign import Campaign, DiskFullError, Executor, ServerRecord, SweepError, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
@@ -305,6 +306,8 @@ class LocalExecutor:
             groups = [_climbing_order(g) for _, g in by_server(todo)]
             for i, group in enumerate(groups):
                 vocab = vocab_size(group[0])
+                # one probe per start of a server any experiment of the group asks it of (shared servers included)
+                probing = any(campaign.specs[r.experiment].probe for r in group)
                 server, not_started = None, None
                 with starts.group(group[0], groups[i + 1][0] if i + 1 < len(groups) else None):
                     try:
@@ -319,7 +322,7 @@ class LocalExecutor:
                             elif why is not None:
                                 campaign.leave_unclimbed(run, why, result)
                             else:
-                                outcome = self._run_one(campaign, starts, run, server, vocab, result)
+                                outcome = self._run_one(campaign, starts, run, server, vocab, result, probing)
                                 server, not_started = outcome.server, outcome.not_started
                                 if ladder and (rung := _rung(outcome.path)) is not None:
                                     ladders.setdefault(ladder, []).append(rung)
@@ -331,6 +334,12 @@ class LocalExecutor:
         prompts = fixed_batch.prompts(1, 16, 2, vocab, seed=987_654)
         asyncio.run(run_requests(server.base_url, _served_name(run), prompts,
                                  api_key=server.api_key, timeout_s=300))
+
+    def _probe(self, starts: ServerStarts, server: EngineServer, run: RunSpec) -> None:
+        """Send kvlab.probe's probe set to the just-started ``server`` (after its warm-up, before its first measured
+        run: no run's requests, counters or telemetry include it) and keep its outputs on the start's record."""
+        starts.current.probe = probes.run_probe(server.base_url, _served_name(run), probes.configuration(run),
+                                                api_key=server.api_key)
 
     # ------------------------------------------------------------------ one run
     def _measure(self, server: EngineServer, run: RunSpec,
@@ -422,8 +431,9 @@ class LocalExecutor:
         return Measurement(batch, deltas, notes, samples if names else None, missing, outcome)
 
     def _run_one(self, campaign: Campaign, starts: ServerStarts, run: RunSpec, server: EngineServer | None,
-                 vocab: int, result: SweepResult) -> RunOutcome:
-        """Measure one run with its retries on ``server`` (None: start one) and store it."""
+                 vocab: int, result: SweepResult, probing: bool = False) -> RunOutcome:
+        """Measure one run with its retries on ``server`` (None: start one) and store it; ``probing``: each server it
+        starts gets the accuracy probe after its warm-up (:meth:`_probe`)."""
         spec = campaign.specs[run.experiment]
         retry = spec.retry
         prompts = prompts_for(run, vocab)
@@ -445,6 +455,8 @@ class LocalExecutor:
                     starts.start(server, run)
                     if spec.warmup:
                         self._warmup(server, run, vocab)
+                    if probing:
+                        self._probe(starts, server, run)
                 elif run.experiment not in starts.current.experiments:  # a server shared across experiments
                     starts.current.experiments.append(run.experiment)
                 logs[f"server-attempt{n}.log"] = server

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Annotated, Any, Union
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, StrictBool, TypeAdapter,
+                      ValidationError, field_validator, model_validator)
 
 from kvlab.engines import FAILURE_CAUSES, adapter_class, get_adapter
 from kvlab.engines.spec import EngineSpec
@@ -164,6 +164,10 @@ class ExperimentSpec(_Strict):
     repeats_at: list[RepeatsAt] = Field(default_factory=list,
                                         description="more repeats at some points (e.g. those that decide a verdict)")
     warmup: bool = Field(True, description="send one small request after each server start, not recorded")
+    probe: StrictBool = Field(False, description="send kvlab.probe's fixed probe set (greedy, temperature 0) once "
+                              "per server start, after the warm-up and before the first measured run, and store its "
+                              "outputs with the server's record in the manifest (never counted in a run); the "
+                              "report compares them across the experiment's configurations. Not part of run keys")
     slo: SloSpec | None = Field(None, description="latency target goodput is counted against ({ttft_ms, tpot_ms}); "
                                 "None: no goodput. Part of the run keys when set (a new SLO re-measures)")
     retry: RetrySpec = Field(default_factory=RetrySpec, description="relaunch policy on classified failures")

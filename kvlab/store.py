@@ -8,7 +8,8 @@ Layout (all paths from :mod:`kvlab.paths`):
   row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``, ``telemetry.json`` and, where
   the engine serves /metrics, ``telemetry.csv`` (kvlab.runner.write_telemetry).
   A run folder appears by one atomic rename, so a killed sweep leaves no partial run.
-- ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps.
+- ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps (and, with ``probe: true``, each
+  server start's accuracy probe: :func:`load_probes`).
 - ``data/runs/<experiment>/superseded/<run_key>/`` — finished runs the experiment file no longer
   defines (an earlier version of it), set aside by the next sweep so no report mixes them in.
 - ``data/modelled/*.parquet`` — optional model predictions (``runs`` schema).
@@ -240,6 +241,53 @@ def load_telemetry_info(data_dir: str | Path = DATA_DIR, experiment: str | None 
     return pl.DataFrame(rows, schema={"run_id": pl.String, "experiment": pl.String, "available": pl.Boolean,
                                       "reason": pl.String, "interval_s": pl.Float64, "samples": pl.Int64,
                                       "samples_ok": pl.Int64})
+
+
+#: The configuration fields a probe record names (kvlab.probe.configuration), as RUNS names them.
+PROBE_CONFIG_FIELDS = ("engine", "engine_label", "model", "tp", "dcp", "dp", "mem_util", "kv_budget_bytes",
+                       "prefix_caching")
+#: The accuracy probe's frame (:func:`load_probes`): one row per prompt of each probed configuration.
+PROBE_SCHEMA = {"experiment": pl.String, "server_key": pl.String, "order": pl.Int64, "started_at": pl.String,
+                "engine": pl.String, "engine_label": pl.String, "model": pl.String, "tp": pl.Int64, "dcp": pl.Int64,
+                "dp": pl.Int64, "mem_util": pl.Float64, "kv_budget_bytes": pl.Int64, "prefix_caching": pl.Boolean,
+                "k": pl.Int64, "prompt": pl.Int64, "tokens": pl.List(pl.String), "margins": pl.List(pl.Float64),
+                "error": pl.String}
+
+
+def load_probes(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
+    """The accuracy probes of each experiment's server starts, as its manifest keeps them (the server entries'
+    ``probe``, kvlab.probe.record): one row per probe prompt with the configuration (RUNS' names), ``server_key``,
+    ``order`` (its place among the experiment's configurations, the manifest's ``configurations``; null where the
+    manifest lists none), the start's ``started_at``, ``k``, the prompt's ``tokens``, ``margins`` and ``error``.
+    Where one configuration was started and probed more than once, its latest start counts. Experiments without a
+    manifest or a probed start add no row (a report says "not probed")."""
+    root = Path(data_dir) / "runs"
+    rows = []
+    for m in sorted(root.glob(f"{experiment or '*'}/{MANIFEST_FILE}")):
+        if _in_staging(m, root):
+            continue
+        manifest = json.loads(m.read_text())
+        order = {key: i for i, key in enumerate(manifest.get("configurations") or [])}
+        latest: dict[str, dict] = {}
+        for sweep in manifest.get("sweeps") or []:
+            for server in sweep.get("servers") or []:
+                if server.get("probe") and (server["server_key"] not in latest or (server.get("started_at") or "")
+                                            >= (latest[server["server_key"]].get("started_at") or "")):
+                    latest[server["server_key"]] = server
+        for key, server in latest.items():
+            rec = server["probe"]
+            config = rec.get("configuration") or {}
+            outputs = rec.get("outputs") or []
+            if rec.get("error") and not outputs:  # the probe failed as a whole: every prompt failed with it
+                outputs = [{"prompt": i, "tokens": [], "margins": [], "error": rec["error"]}
+                           for i in range(len(rec.get("prompts") or []))]
+            for o in outputs:
+                rows.append({"experiment": m.parent.name, "server_key": key, "order": order.get(key),
+                             "started_at": server.get("started_at"), **{c: config.get(c) for c in PROBE_CONFIG_FIELDS},
+                             "k": rec.get("k"), "prompt": o["prompt"], "tokens": list(o.get("tokens") or []),
+                             "margins": [None if v is None else float(v) for v in o.get("margins") or []],
+                             "error": o.get("error")})
+    return pl.DataFrame(rows, schema=PROBE_SCHEMA)
 
 
 # --------------------------------------------------------------------------- writers

@@ -57,6 +57,10 @@ class Workbook:
         """What each measured run's telemetry is, or why there is none (``store.load_telemetry_info``)."""
         return self._table("telemetry_info", store.load_telemetry_info)
 
+    def probes(self, experiment: str) -> pl.DataFrame:
+        """The accuracy probes of one experiment's server starts (``store.load_probes``; empty: none recorded)."""
+        return self._table("probes", store.load_probes).filter(pl.col("experiment") == experiment)
+
     def published(self, experiment: str) -> pl.DataFrame:
         """The published rows of one document's experiment (e.g. ``article_b300``)."""
         return self.runs.filter((pl.col("source") == "published") & (pl.col("experiment") == experiment))

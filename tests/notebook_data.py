@@ -154,3 +154,35 @@ def write_capacity_runs(data: Path) -> Path:
             store.write_run(data / "runs" / "cpu_capacity", rid, run,
                             files={f: folder / f for f in (store.TELEMETRY_FILE, store.TELEMETRY_INFO_FILE)})
     return data
+
+
+#: SYNTHETIC accuracy-probe records (made up for the tests, not measured) of CAPACITY's four configurations, as a
+#: sweep's manifest keeps them: per engine, 0.92 is the reference (first in the file's order); vLLM at 0.95 differs
+#: at token 7, where the reference's top-2 margin is 0.05 nats (a near-tie); SGLang at 0.95 differs from token 3 on,
+#: where the margin is a clear 1.0: it computes something else, and it wins 200K / 0.95 on the map.
+PROBED = [("vllm", 0.92, None), ("sglang", 0.92, None), ("vllm", 0.95, 7), ("sglang", 0.95, 3)]
+PROBE_REF_TOKENS = [f" t{i}" for i in range(16)]
+PROBE_REF_MARGINS = [0.05 if i == 7 else 1.0 for i in range(16)]
+
+
+def write_capacity_probes(data: Path) -> Path:
+    """:data:`PROBED` written into cpu_capacity's manifest under ``data`` (two sweeps, two starts each; the
+    configurations listed in that order), as kvlab.campaign writes it."""
+    import json
+
+    from kvlab import probe
+
+    servers = []
+    for i, (engine, mem, diverge) in enumerate(PROBED):
+        tokens = PROBE_REF_TOKENS if diverge is None else \
+            PROBE_REF_TOKENS[:diverge] + [f" u{j}" for j in range(diverge, 16)]
+        outs = [probe.ProbeOutput(p, tuple(tokens), tuple(PROBE_REF_MARGINS)) for p in range(len(probe.PROBE_PROMPTS))]
+        config = {"engine": engine, "engine_label": engine, "model": "tiny-llama", "tp": 1, "dcp": 1, "dp": 1,
+                  "mem_util": mem, "kv_budget_bytes": 8388608 if mem == 0.92 else 20971520, "prefix_caching": True}
+        servers.append({"server_key": f"{engine}{mem}", "engine": engine, "experiments": ["cpu_capacity"],
+                        "started_at": f"2026-12-01T10:0{i}", "probe": probe.record(outs, config)})
+    path = data / "runs" / "cpu_capacity" / store.MANIFEST_FILE
+    old = json.loads(path.read_text()) if path.exists() else {"experiment": "cpu_capacity"}
+    store.write_json_atomic(path, old | {"configurations": [s["server_key"] for s in servers],
+                                         "sweeps": [{"servers": servers[:2]}, {"servers": servers[2:]}]})
+    return data

@@ -34,9 +34,34 @@ def _manifest(data_dir: Path, name: str) -> dict:
 
 
 def test_a_server_record_is_the_manifest_entry_it_replaces():
-    assert {f.name for f in fields(ServerRecord)} == MANIFEST_SERVER_KEYS | {"node", "kv_pool_tokens"}
-    assert set(_record().as_dict()) == MANIFEST_SERVER_KEYS | {"kv_pool_tokens"}  # no node key on a local sweep's
+    assert {f.name for f in fields(ServerRecord)} == MANIFEST_SERVER_KEYS | {"node", "kv_pool_tokens", "probe"}
+    # no node key on a local sweep's, no probe key on a start that was not probed
+    assert set(_record().as_dict()) == MANIFEST_SERVER_KEYS | {"kv_pool_tokens"}
     assert _record(node="n1").as_dict()["node"] == "n1"
+    assert _record(probe={"k": 16}).as_dict()["probe"] == {"k": 16}
+
+
+def test_a_server_shared_with_a_probed_experiment_is_probed_once_and_both_manifests_keep_it(tmp_path):
+    """One server start serves study_a (no probe) and study_b (probe: true): the probe set goes once, after the
+    warm-up; both manifests list the start with its probe; only the probed experiment lists its configurations."""
+    from kvlab import probe
+
+    with SSEServer() as srv:
+        engine = {"launch": None, "url": srv.url, "model": "org/m"}
+        a = write_spec(tmp_path, "study_a", engine=engine, workload={"batch_size": 1, "context_tokens": 256})
+        b = write_spec(tmp_path, "study_b", engine=engine | {"served_model_name": tag_of(a)},
+                       workload={"batch_size": 2, "context_tokens": 256})
+        b.write_text(b.read_text() + "probe: true\n")
+        res = runner.Sweep([ExperimentSpec.load(a), ExperimentSpec.load(b)], tmp_path).execute()
+        texts = [s.prompt_tokens for s in srv.served]
+    n = len(probe.PROBE_PROMPTS)
+    assert (res.ok, res.server_starts) == (2, 1)
+    assert texts == [16, *[len(p.split()) for p in probe.PROBE_PROMPTS], 240, 240, 240]  # warm-up, probe, runs
+    for name in ("study_a", "study_b"):
+        server = _manifest(tmp_path, name)["sweeps"][-1]["servers"][0]
+        assert len(server["probe"]["outputs"]) == n and server["probe"]["configuration"]["engine_label"] == "vllm"
+    assert "configurations" not in _manifest(tmp_path, "study_a")
+    assert _manifest(tmp_path, "study_b")["configurations"] == [expand(ExperimentSpec.load(b))[0].server_key]
 
 
 def test_two_experiments_on_one_external_server_share_one_typed_start(tmp_path):

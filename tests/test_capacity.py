@@ -8,7 +8,7 @@ import json
 
 import polars as pl
 import pytest
-from notebook_data import capacity_frames, write_capacity_runs
+from notebook_data import capacity_frames, write_capacity_probes, write_capacity_runs
 
 from kvlab import analysis, plots, store, verdicts
 from kvlab.claims import capacity
@@ -166,3 +166,76 @@ def test_the_synthetic_capacity_frames_are_labelled_and_consistent():
     assert len(rows) == 24 and {r["experiment"] for r in rows} == {"cpu_capacity"}
     assert all(r["requests_ok"] == 2 * r["load_concurrency"] for r in rows)
     assert json.dumps(sorted({r["kv_pool_tokens"] for r in rows})) == "[8192, 20480]"
+
+
+# --------------------------------------------------------------------------- the accuracy probe on the map (item 7)
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory):
+    """The SYNTHETIC probe records of tests/notebook_data.py (PROBED) as a sweep's manifest keeps them, read back."""
+    return store.load_probes(write_capacity_probes(tmp_path_factory.mktemp("probed")))
+
+
+def test_the_probe_summary_compares_each_configuration_with_its_engines_first(probes):
+    assert probes.height == 4 * 8 and probes["order"].unique().sort().to_list() == [0, 1, 2, 3]
+    summary = analysis.probe_summary(probes)
+    assert summary.select("engine", "mem_util", "role", "reference_key", "probe", "first_diff", "near_ties").rows() == [
+        ("sglang", 0.92, "reference", "sglang0.92", "reference", None, 0),
+        ("sglang", 0.95, "compared", "sglang0.92", "differs from token 3 (8 of 8 prompts)", 3, 0),
+        ("vllm", 0.92, "reference", "vllm0.92", "reference", None, 0),
+        ("vllm", 0.95, "compared", "vllm0.92", "differs only at near-ties (8 of 8 prompts)", None, 8)]
+    cmp = analysis.probe_comparison(probes).filter(pl.col("server_key") == "vllm0.95").row(0, named=True)
+    assert (cmp["outcome"], cmp["first_diff"], cmp["margin_at_diff"], cmp["compared"], cmp["k"]) == (
+        "differs at a near-tie", 7, 0.05, 16, 16)
+
+
+def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(frames, probes):
+    curve, _, best, plain = frames
+    gmap = analysis.goodput_map(best, analysis.probe_summary(probes))
+    assert gmap.select("context_tokens", "mem_util", "winner", "winner_probe", "winner_differs",
+                       "winner_probe_first_diff", "runner_up_probe").rows() == [
+        (1024, 0.92, "vllm", "reference", False, None, "reference"),
+        (1024, 0.95, "vllm", "differs only at near-ties (8 of 8 prompts)", False, None,
+         "differs from token 3 (8 of 8 prompts)"),
+        (3200, 0.92, "vllm", "reference", False, None, "reference"),
+        (3200, 0.95, "sglang", "differs from token 3 (8 of 8 prompts)", True, 3,
+         "differs only at near-ties (8 of 8 prompts)")]
+    # without probe data every configuration says so; the winners and margins are the map's as before
+    assert set(plain["winner_probe"]) == set(plain["runner_up_probe"]) == {"not probed"}
+    assert gmap.select("winner", "margin").equals(plain.select("winner", "margin"))
+    # the map's table names the configuration in its cell, its caption and the verdict say why it cannot stand on it
+    from kvlab import narrative
+
+    cell = narrative.map_table(gmap).frame.row(3, named=True)
+    assert cell["higher goodput"] == "SGLang TP1 — its output differs (probe: differs from token 3 (8 of 8 prompts))"
+    assert cell["accuracy probe (winner / runner-up)"] == ("differs from token 3 (8 of 8 prompts) / differs only at "
+                                                            "near-ties (8 of 8 prompts)")
+    said = ("the winner at 200K (3,200 tok), 0.95 (SGLang TP1) differs from token 3 (8 of 8 prompts)")
+    assert f"**Accuracy probe: {said}** of its engine's reference configuration" in narrative.map_caption(gmap)
+    v = capacity.map_verdict(curve, gmap)
+    assert v.outcome == "cannot be tested here" and v.reason.startswith(
+        f"{said} in the accuracy probe against its engine's reference configuration: fast, but not computing what the "
+        "reference computes, so the map does not stand on it; ")
+    unprobed = capacity.map_verdict(curve, plain)
+    assert unprobed.reason.endswith("; the winners' greedy outputs were not probed (probe: true in the experiment file "
+                                    "compares them)")
+    assert "not probed" in narrative.map_caption(plain)
+    assert plots.alt_text(plots.capacity_map_figure(gmap)).startswith("measured: the engine with the higher goodput")
+    # on GPU runs a map that would stand is inconclusive while a winner's output differs
+    gpu_curve = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
+    three = gmap.filter(pl.col("winner") == "vllm").with_columns(
+        pl.lit("8x B300").alias("hardware"), pl.lit(3).alias("winner_repeats"), pl.lit(3).alias("runner_up_repeats"),
+        (pl.col("winner_goodput_requests_per_s") * 0.98).alias("winner_goodput_min"),
+        (pl.col("winner_goodput_requests_per_s") * 1.02).alias("winner_goodput_max"),
+        (pl.col("runner_up_goodput_requests_per_s") * 0.98).alias("runner_up_goodput_min"),
+        (pl.col("runner_up_goodput_requests_per_s") * 1.02).alias("runner_up_goodput_max"))
+    stands = capacity.map_verdict(gpu_curve, three)
+    flagged = capacity.map_verdict(gpu_curve, three.with_columns(
+        (pl.col("mem_util") == 0.95).alias("winner_differs"),
+        pl.when(pl.col("mem_util") == 0.95).then(pl.lit("differs from token 2 (1 of 8 prompts)"))
+        .otherwise(pl.col("winner_probe")).alias("winner_probe")))
+    assert (stands.outcome, flagged.outcome) == ("reproduced", "inconclusive")
+    assert flagged.reason.startswith("the winner at 64K (1,024 tok), 0.95 (vLLM TP1) differs from token 2 (1 of 8 "
+                                     "prompts) in the accuracy probe")
+    assert stands.reason.endswith("; no winner's greedy output differed clearly from its engine's reference "
+                                  "configuration in the accuracy probe")

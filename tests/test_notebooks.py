@@ -8,7 +8,7 @@ import pytest
 
 from kvlab import reports
 from kvlab.paths import DATA_DIR
-from notebook_data import copy_reference, write_capacity_runs, write_two_engine_runs
+from notebook_data import copy_reference, write_capacity_probes, write_capacity_runs, write_two_engine_runs
 from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
 
 #: Small parameters per notebook prefix (keep each notebook's test run short).
@@ -479,7 +479,7 @@ def test_report_07_on_capacity_runs(tmp_path):
     report 07's figures are drawn from data written beside it (CSV), its numbers and verdicts computed from them."""
     import json
 
-    data = write_capacity_runs(tmp_path / "data")
+    data = write_capacity_probes(write_capacity_runs(tmp_path / "data"))
     rep = reports.run_one(reports.notebooks(["07"])[0], tmp_path / "out", {"data_dir": str(data)})
     text = rep.html.read_text()
     folder = reports.figure_dir(rep.html)
@@ -505,6 +505,10 @@ def test_report_07_on_capacity_runs(tmp_path):
     assert gmap.select("context_tokens", "mem_util", "winner", "margin", "n").rows() == [
         (1024, 0.92, "vllm", 2.0, 1), (1024, 0.95, "vllm", 2.0, 1), (3200, 0.92, "vllm", pytest.approx(1.6), 1),
         (3200, 0.95, "sglang", 1.25, 1)]
+    # the SYNTHETIC probes (notebook_data.PROBED): SGLang at 0.95 differs from token 3 and wins 200K / 0.95
+    assert gmap.select("winner_probe", "winner_differs").rows() == [
+        ("reference", False), ("differs only at near-ties (8 of 8 prompts)", False), ("reference", False),
+        ("differs from token 3 (8 of 8 prompts)", True)]
     # figure 4: the modelled B300 ceilings, labelled modelled
     modelled = pl.read_csv(folder / "figure4.csv")
     assert set(modelled["source"]) == {"modelled"} and modelled.filter(
@@ -524,5 +528,11 @@ def test_report_07_on_capacity_runs(tmp_path):
             "loads past the ceiling at SGLang TP1 200K (3,200 tok), memory setting 0.92 (ceiling 2, waited from 4 in "
             "flight); vLLM TP1 200K (3,200 tok), memory setting 0.92 (ceiling 2, waited from 4 in flight)",
             "TTFT ≤ 5,000 ms and TPOT ≤ 200 ms",
+            "SGLang TP1 — its output differs (probe: differs from token 3 (8 of 8 prompts))",
+            "<b>Accuracy probe: the winner at 200K (3,200 tok), 0.95 (SGLang TP1) differs from token 3 (8 of 8 "
+            "prompts)</b> of its engine's reference configuration",
+            "is the first configuration in the experiment file's order that was probed: SGLang TP1 at "
+            "0.92; vLLM TP1 at 0.92. 1 configuration(s) differ clearly from their reference: SGLang TP1 at 0.95 "
+            "(differs from token 3 (8 of 8 prompts)).",
             "<b>The documents make no claim this page tests</b>; it tests its own:"):
         assert sentence in text, sentence

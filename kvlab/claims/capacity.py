@@ -4,6 +4,8 @@ tokens per request), so the two stand side by side (docs/design.md, "Load defini
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
 from kvlab import analysis
@@ -116,11 +118,50 @@ def queueing_verdict(points: pl.DataFrame) -> Verdict:
     return grade.verdict(claim, number, claim_id=cid, kind="capacity")
 
 
+def _config(engine: str, tp: int | None, dcp: int | None) -> str:
+    return f"{engine_label(engine)} TP{tp or 1}" + (f"+DCP{dcp}" if (dcp or 1) > 1 else "")
+
+
+def probe_note(gmap: pl.DataFrame) -> tuple[str, bool]:
+    """What the accuracy probe says of the map's winners (analysis.goodput_map's ``winner_probe``): the cells whose
+    winner's greedy output differs clearly from its engine's reference configuration, each named (True: some did);
+    else whether the winners were probed and matched."""
+    cells = gmap.filter(pl.col("winner").is_not_null()) if "winner" in gmap.columns else gmap.clear()
+    if cells.is_empty() or "winner_probe" not in cells.columns:
+        return "", False
+    flagged = [r for r in cells.iter_rows(named=True) if r["winner_differs"]]
+    if flagged:
+        return ("; ".join(f"the winner at {scaled_context(r['context_label'], r['context_tokens'])}, {r['mem_util']:g} "
+                          f"({_config(r['winner'], r['winner_tp'], r['winner_dcp'])}) {r['winner_probe']} in the "
+                          "accuracy probe against its engine's reference configuration" for r in flagged)
+                + ": fast, but not computing what the reference computes, so the map does not stand on "
+                + ("it" if len(flagged) == 1 else "them")), True
+    said = cells["winner_probe"].to_list()
+    if all(p == analysis.NOT_PROBED for p in said):
+        return "the winners' greedy outputs were not probed (probe: true in the experiment file compares them)", False
+    unprobed = sum(p == analysis.NOT_PROBED for p in said)
+    return ("no winner's greedy output differed clearly from its engine's reference configuration in the accuracy "
+            "probe" + (f" ({unprobed} of {len(said)} winners not probed)" if unprobed else "")), False
+
+
 def map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
     """The map as a cross-engine claim (the engine with more goodput at most cells carries more at every one): CPU
     runs of two implementations never decide it (rule 1: quoted is the goodput ratio at the lowest load measured, at
     the first cell, where load plays no part); GPU runs by rule 2 per cell (goodput over the repeats at each engine's
-    highest load within the SLO), combined across cells (mixed winners: inconclusive)."""
+    highest load within the SLO), combined across cells (mixed winners: inconclusive).
+
+    A winner whose accuracy probe differs clearly from its engine's reference configuration (:func:`probe_note`)
+    cannot win silently: the reason names it first, and a verdict that would stand (reproduced or contradicted)
+    is inconclusive instead; otherwise the reason ends with what the probe said (or that it was not sent)."""
+    v = _map_verdict(curve, gmap)
+    note, flagged = probe_note(gmap)
+    if flagged:
+        return replace(v, outcome="inconclusive" if v.outcome in ("reproduced", "contradicted") else v.outcome,
+                       reason=f"{note}; {v.reason}")
+    return replace(v, reason=f"{v.reason}; {note}") if note else v
+
+
+def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
     cid, claim = MAP_CLAIM
     cells = gmap.filter(pl.col("winner").is_not_null()) if not gmap.is_empty() else gmap
     if cells.is_empty():

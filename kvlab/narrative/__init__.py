@@ -42,5 +42,6 @@ from kvlab.narrative.engine_choice import (
 )
 from kvlab.narrative.capacity import (
     CAPACITY_COMMANDS, capacity_sentences, capacity_table, capacity_verdicts, ceiling_caption, map_caption, map_table,
-    modelled_caption, modelled_table, no_capacity_runs_note, onset_table, pareto_caption, slo_note, telemetry_note,
+    modelled_caption, modelled_table, no_capacity_runs_note, onset_table, pareto_caption, probe_intro, probe_sentence,
+    probe_table, slo_note, telemetry_note,
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvlab import tables
-from kvlab.analysis import KV_SATURATED, SLO_SHARE
+from kvlab.analysis import KV_SATURATED, NOT_PROBED, SLO_SHARE
 from kvlab.claims.capacity import capacity_verdicts
 from kvlab.engines import engine_label
 from kvlab.units import scaled_context, tokens_label
@@ -175,7 +175,9 @@ def map_table(gmap: DataFrame):
         rows.append({
             "context": scaled_context(r["context_label"], r["context_tokens"]), "memory setting": r["mem_util"],
             "higher goodput": ("no engine within the SLO" if not w else
-                               config_label({"engine": w, "tp": r["winner_tp"], "dcp": r["winner_dcp"]})),
+                               config_label({"engine": w, "tp": r["winner_tp"], "dcp": r["winner_dcp"]})
+                               + (f" — its output differs (probe: {r['winner_probe']})" if r.get("winner_differs")
+                                  else "")),
             "its goodput (req/s) at its highest load": "–" if not w else
             f"{r['winner_goodput_requests_per_s']:.3g} at {_level(r['winner_load'], r['load_mode'])}",
             "runner-up": "–" if not w else config_label({"engine": r["runner_up"], "tp": r["runner_up_tp"],
@@ -183,7 +185,9 @@ def map_table(gmap: DataFrame):
             "runner-up goodput (req/s)": "–" if not w else (
                 "none within the SLO" if r["runner_up_goodput_requests_per_s"] is None else
                 f"{r['runner_up_goodput_requests_per_s']:.3g} at {_level(r['runner_up_load'], r['load_mode'])}"),
-            "margin": margin, "margin over the repeats": spread, "n": r.get("n")})
+            "margin": margin, "margin over the repeats": spread, "n": r.get("n"),
+            "accuracy probe (winner / runner-up)": "–" if not w else
+            f"{r.get('winner_probe') or NOT_PROBED} / {r.get('runner_up_probe') or NOT_PROBED}"})
     return tables.table(rows, list(rows[0]) if rows else ["context"])
 
 
@@ -202,7 +206,26 @@ def map_caption(gmap: DataFrame) -> str:
     return (f"Measured: {change}: " + "; ".join(f"{e} at {', '.join(w)}" for e, w in wins.items())
             + f" (margin = winner's goodput ÷ runner-up's, each at its own highest load within the SLO; "
               f"n = {', '.join(map(str, ns))} run(s) per side, so the range over the repeats is "
-            + ("a single value" if ns == [1] else "shown in the table") + ").")
+            + ("a single value" if ns == [1] else "shown in the table") + "). " + probe_sentence(cells))
+
+
+def probe_sentence(cells: list[dict]) -> str:
+    """The accuracy probe of the map's winners, in one sentence: each winner whose greedy output differs from its
+    engine's reference configuration, named (it cannot win silently), else whether they were probed."""
+    flagged = [r for r in cells if r.get("winner_differs")]
+    if flagged:
+        return ("**Accuracy probe: " + "; ".join(
+            f"the winner at {scaled_context(r['context_label'], r['context_tokens'])}, {r['mem_util']:g} "
+            f"({config_label({'engine': r['winner'], 'tp': r['winner_tp'], 'dcp': r['winner_dcp']})}) "
+            f"{r['winner_probe']}" for r in flagged)
+            + "** of its engine's reference configuration (greedy, first 16 tokens): fast, but not computing the "
+              "same thing, so its cell is marked and the map's verdict does not stand on it.")
+    said = [r.get("winner_probe") or NOT_PROBED for r in cells]
+    if all(p == NOT_PROBED for p in said):
+        return ("The winners' greedy outputs were not probed (`probe: true` in the experiment file compares each "
+                "configuration's with its engine's reference).")
+    return ("Accuracy probe: no winner's greedy output differs clearly from its engine's reference configuration"
+            + (f" ({said.count(NOT_PROBED)} of {len(said)} winners not probed)." if NOT_PROBED in said else "."))
 
 
 def modelled_caption(modelled: DataFrame) -> str:
@@ -235,3 +258,31 @@ def modelled_table(modelled: DataFrame):
              "memory check": "fits" if r["fits"] else r["reason"]}
             for r in sorted(modelled.iter_rows(named=True), key=lambda r: (r["dcp"], r["mem_util"], r["context_tokens"]))]
     return tables.table(rows, list(rows[0]), caption="modelled (kvlab's physical model; no run)")
+
+
+def probe_table(summary: DataFrame):
+    """Per probed configuration (analysis.probe_summary): its engine, memory setting and cache, whether it is its
+    engine's reference, and how its greedy outputs compared with the reference's over the first k tokens."""
+    rows = [{"configuration": config_label(r), "memory setting": r["mem_util"],
+             "prefix cache": "on" if r["prefix_caching"] else "off", "role": r["role"], "probe": r["probe"],
+             "prompts": r["prompts"], "identical": r["identical"], "differs": r["differs"],
+             "differs at a near-tie": r["near_ties"], "not compared": r["not_compared"], "tokens compared (k)": r["k"]}
+            for r in summary.iter_rows(named=True)]
+    return tables.table(rows, list(rows[0]) if rows else ["configuration"],
+                        caption="measured: greedy (temperature 0) outputs of kvlab.probe's fixed prompts, one probe "
+                                "per server start, compared with the engine's reference configuration")
+
+
+def probe_intro(summary: DataFrame, experiment: str) -> str:
+    """What the probe compared, or that no configuration of the experiment was probed."""
+    if summary.is_empty():
+        return (f"*Not probed: no server of `{experiment}` recorded the accuracy probe (its experiment file sets no "
+                "`probe: true`, or its runs were stored before the probe existed). Every configuration says "
+                f"\"{NOT_PROBED}\" in the map.*")
+    refs = [r for r in summary.iter_rows(named=True) if r["role"] == "reference"]
+    differ = [r for r in summary.iter_rows(named=True) if r["differs"]]
+    return ("Per engine and model, the **reference** is the first configuration in the experiment file's order that "
+            "was probed: " + "; ".join(f"{config_label(r)} at {r['mem_util']:g}" for r in refs) + ". "
+            + (f"{len(differ)} configuration(s) differ clearly from their reference: "
+               + "; ".join(f"{config_label(r)} at {r['mem_util']:g} ({r['probe']})" for r in differ)
+               if differ else "No configuration differs clearly from its reference") + ".")
