@@ -17,14 +17,11 @@ ENGINE_PYTHON312 ?= $(shell $(ENVS)/find-python.sh 3.12 2>/dev/null)
 TORCH_CPU_INDEX ?=
 FIND_LINKS ?= $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),) $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX),)
-# The embedded default: every CPU experiment (vLLM's CPU build and sglang-jax on CPU, tiny local model).
+# The embedded default: every CPU experiment (vLLM's CPU build and PyTorch SGLang on CPU, tiny local model).
 # FULL=1: the full study (more context points, repeats); default: the quick form that finishes in minutes.
-# cpu_capacity (issue 23's load ladder, report 07) is left out of the default form until its time on the 2-core class
-# is measured; FULL=1 includes it (its full ladder), and kvlab sweep --quick data/experiments/cpu_capacity.yaml runs
-# its quick form alone (then kvlab report).
-CAPACITY := data/experiments/cpu_capacity.yaml
-NOT_EMBEDDED := $(if $(filter 1 yes true,$(FULL)),,$(CAPACITY))
-EXPERIMENTS ?= $(sort $(filter-out $(NOT_EMBEDDED),$(wildcard data/experiments/cpu_*.yaml)))
+# cpu_capacity (issue 23's load ladder, report 07) is part of both forms: its quick ladder (1, 2, 4 in flight) runs on
+# cpu_long_context's four servers and added about 100 s to the sweep on the 2-vCPU EPYC (docs/performance.md).
+EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
