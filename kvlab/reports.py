@@ -28,7 +28,7 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from traitlets.config import Config
 
-from kvlab import __version__, analysis, host, store, tables
+from kvlab import __version__, analysis, host, store, tables, tinymodel
 from kvlab import verdicts as vd
 from kvlab.engines import engine_label, registry
 from kvlab.markup import markdown_inline
@@ -236,7 +236,7 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
         "engines": [_engine_line(e, v, d, k, without_bf16) for e, v, d, k in
                     measured.select("engine", "engine_version", "dtype", "device_kind").unique()
                     .sort("engine", "dtype", nulls_last=True).iter_rows()],
-        "models": sorted(measured["model"].drop_nulls().unique()),
+        "models": sorted({tinymodel.describe(m) for m in measured["model"].drop_nulls().unique()}),
         "hosts": sorted(h for h in hosts if h),
         "runs": measured.height,
         "run_dates": (started[0][:16].replace("T", " "), started[-1][:16].replace("T", " ")) if len(started) else None,

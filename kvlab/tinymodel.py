@@ -94,8 +94,8 @@ def _bf16_bytes(x: np.ndarray) -> bytes:
     return rounded.astype("<u2").tobytes()
 
 
-def _weights(vocab: int) -> dict[str, tuple[tuple[int, ...], bytes]]:
-    rng = np.random.default_rng(SEED)
+def _shapes(vocab: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape, in the order the weights are drawn."""
     head_dim = HIDDEN // HEADS
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, HIDDEN)}
     for i in range(LAYERS):
@@ -111,9 +111,13 @@ def _weights(vocab: int) -> dict[str, tuple[tuple[int, ...], bytes]]:
             p + "input_layernorm.weight": (HIDDEN,),
             p + "post_attention_layernorm.weight": (HIDDEN,),
         }
-    shapes |= {"model.norm.weight": (HIDDEN,), "lm_head.weight": (vocab, HIDDEN)}
+    return shapes | {"model.norm.weight": (HIDDEN,), "lm_head.weight": (vocab, HIDDEN)}
+
+
+def _weights(vocab: int) -> dict[str, tuple[tuple[int, ...], bytes]]:
+    rng = np.random.default_rng(SEED)
     out = {}
-    for name, shape in shapes.items():  # insertion order fixes the RNG stream
+    for name, shape in _shapes(vocab).items():  # insertion order fixes the RNG stream
         if name.endswith("norm.weight"):
             arr = np.ones(shape, dtype=np.float32)
         else:
@@ -188,6 +192,21 @@ def build_files() -> dict[str, bytes]:
         "special_tokens_map.json": _dump({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}),
         "model.safetensors": _safetensors(_weights(vocab)),
     }
+
+
+def parameter_count() -> int:
+    """How many parameters the tiny model has (from its recipe; nothing is generated)."""
+    vocab = len(json.loads(_tokenizer_json())["model"]["vocab"])
+    return sum(int(np.prod(shape)) for shape in _shapes(vocab).values())
+
+
+def describe(model: str) -> str:
+    """A model as a reader understands it: kvlab's tiny model in words (the provenance panel's 'model' row), any
+    other model by its name as given."""
+    if Path(str(model)).name != DEFAULT_PATH.name:
+        return str(model)
+    return (f"kvlab's tiny Llama ({DEFAULT_PATH.name}): {LAYERS} layers, {parameter_count() / 1e6:.1f}M parameters, "
+            "random weights, made locally")
 
 
 def recipe_hash() -> str:

@@ -273,7 +273,8 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     for link in ("index.html", "03_memory_utilisation.ipynb", "runs.csv"):
         assert f'href="{link}"' in panel
     assert "<th>measured with</th><td>sglang-jax (CPU) (version not reported); vLLM (version not reported)</td>" in panel
-    assert "<th>model</th><td>tiny-llama</td>" in panel
+    model = html.escape("kvlab's tiny Llama (tiny-llama): 2 layers, 1.4M parameters, random weights, made locally")
+    assert f"<th>model</th><td>{model}</td>" in panel  # in words, not a folder name
     assert "<th>hardware</th><td>Test CPU, 2 cores (avx2)</td>" in panel
     assert "<th>runs</th><td>8 measured</td>" in panel
     assert "<code>data/experiments/cpu_long_context.yaml</code>" in panel and "runs measured at commit(s) 0123456789ab" in panel

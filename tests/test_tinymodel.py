@@ -80,3 +80,20 @@ def test_every_ordinary_token_decodes_to_whole_text():
             continue
         text = tok.decode([i])
         assert text and "\ufffd" not in text, (i, text)
+
+
+def test_the_model_is_described_in_words_with_its_real_parameter_count(tiny_model):
+    """The provenance panel names kvlab's tiny model in words; its parameter count is the weights file's own."""
+    import json
+    import math
+    import struct
+
+    from kvlab import tinymodel
+
+    raw = (tiny_model / "model.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    stored = sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+    assert tinymodel.parameter_count() == stored == 1_443_072
+    assert tinymodel.describe(str(tiny_model)) == tinymodel.describe("tiny-llama") == (
+        "kvlab's tiny Llama (tiny-llama): 2 layers, 1.4M parameters, random weights, made locally")
+    assert tinymodel.describe("moonshotai/Kimi-K3") == "moonshotai/Kimi-K3"
