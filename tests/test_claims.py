@@ -211,3 +211,24 @@ def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():
     assert negated(once).outcome == "inconclusive"
     assert (counted(True, 2, reason="r").outcome, counted(False, 3, reason="r").outcome) == ("inconclusive",
                                                                                                "contradicted")
+
+
+def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
+    """The 05 question 'does the saving jump at 30%?': an engine whose saving falls from 20% to 50% shared but rises
+    steeply above is described by every point and the steep rise, never as 'jumps from +11% to -15%'."""
+    import polars as pl
+
+    from kvlab import analysis
+    from kvlab.claims.sharing import _threshold_shape
+
+    gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
+                         "time_saved": [0.02, 0.11, -0.15, 0.40]})
+    th = analysis.sharing_threshold(gain)
+    assert th.verdict == "threshold" and th.slope_above > 2 * th.slope_below
+    assert _threshold_shape(gain, th) == (
+        "saving +2% at 0%, +11% at 20%, -15% at 50%, +40% at 90% shared: it rises more steeply from 30% up than below")
+    step = pl.DataFrame({"engine": ["x"] * 5, "shared_fraction": [0.0, 0.1, 0.2, 0.5, 0.9],
+                         "time_saved": [0.0, 0.01, 0.02, 0.50, 0.52]})
+    th = analysis.sharing_threshold(step)
+    assert th.verdict == "threshold"
+    assert _threshold_shape(step, th).endswith(f"a step of {th.step_at:+.0%} across 30%")

@@ -587,3 +587,19 @@ def test_bound_sentence_gives_measured_shares_to_two_significant_figures():
         "- measured (CPU, 3 runs): 1.2%–26% of a bound computed from the catalog's nominal CPU figures — compare these "
         "runs with each other, not with a GPU.",
     ]
+
+
+def test_a_saving_that_falls_across_the_threshold_is_not_said_to_jump():
+    """05's threshold sentence: where the slope above makes it a threshold but the saving falls across 30%, the
+    sentence says so instead of 'jumps'."""
+    import polars as pl
+
+    from kvlab import analysis
+    from kvlab.narrative.prefix_sharing import threshold_sentence
+
+    gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
+                         "time_saved": [0.02, 0.11, -0.15, 0.40]})
+    said = threshold_sentence(analysis.sharing_threshold(gain), gain)
+    assert "jumps" not in said
+    assert ("**The saving rises more steeply from 30% up than below it**, but it does not jump at the threshold: it "
+            "falls between shared fractions 0.2 and 0.5 (+11% → -15%).") in said

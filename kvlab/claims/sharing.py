@@ -57,6 +57,20 @@ def _prefix_bracket(g: pl.DataFrame | list[dict], at: float) -> tuple[dict, dict
     return (lo[-1], hi[0]) if lo and hi else None
 
 
+def _threshold_shape(g: pl.DataFrame, th) -> str:
+    """What makes one engine's saving curve a threshold, with every measured point: a step across ``th.at`` or a
+    slope above it more than twice the one below (analysis.sharing_threshold's rule), never called a jump where the
+    saving falls across it."""
+    points = ", ".join(f"{r['time_saved']:+.0%} at {r['shared_fraction']:.0%}"
+                       for r in g.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction").iter_rows(named=True))
+    if th.step_at is not None and th.step_at > 0 and (th.slope_above is None or th.slope_below is None
+                                                      or th.slope_above <= 2 * max(th.slope_below, 1e-9)):
+        shape = f"a step of {th.step_at:+.0%} across {th.at:.0%}"
+    else:
+        shape = f"it rises more steeply from {th.at:.0%} up than below"
+    return f"saving {points} shared: {shape}"
+
+
 def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFrame, thresholds: dict,
                     by_turn: pl.DataFrame, reuse: pl.DataFrame | None = None, threshold: float = 0.3) -> list:
     """Report 05's verdicts: each of the article's claims in :data:`PREFIX_CLAIMS` against the measured runs, the
@@ -192,8 +206,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                 parts.append(f"{engine_label(engine)}: inconclusive (on vs off already {abs(th.gain_at_zero):.0%} "
                              "apart at 0%, where nothing is reused)")
             elif th.verdict == "threshold" and b:
-                parts.append(f"{engine_label(engine)}: saving jumps from {b[0]['time_saved']:+.0%} at "
-                             f"{b[0]['shared_fraction']:.0%} to {b[1]['time_saved']:+.0%} at {b[1]['shared_fraction']:.0%} shared")
+                parts.append(f"{engine_label(engine)}: {_threshold_shape(gain.filter(pl.col('engine') == engine), th)}")
             elif th.verdict == "threshold":
                 parts.append(f"{engine_label(engine)}: a jump near {th.at:.0%}")
             else:

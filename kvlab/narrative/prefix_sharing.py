@@ -346,10 +346,15 @@ def threshold_sentence(th, gain: DataFrame) -> str:
         g = sorted((r for r in gain.iter_rows(named=True) if r["time_saved"] is not None),
                    key=lambda r: r["shared_fraction"])
         lo, hi = [r for r in g if r["shared_fraction"] < th.at], [r for r in g if r["shared_fraction"] >= th.at]
-        say = (f"**The saving jumps between shared fractions {lo[-1]['shared_fraction']:g} and "
-               f"{hi[0]['shared_fraction']:g}** ({lo[-1]['time_saved']:+.0%} → {hi[0]['time_saved']:+.0%}), where the "
-               f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
-               if lo and hi else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests.")
+        if lo and hi and hi[0]["time_saved"] <= lo[-1]["time_saved"]:  # a threshold by the slope above, not a step
+            say = (f"**The saving rises more steeply from {th.at:.0%} up than below it**, but it does not jump at the "
+                   f"threshold: it falls between shared fractions {lo[-1]['shared_fraction']:g} and "
+                   f"{hi[0]['shared_fraction']:g} ({lo[-1]['time_saved']:+.0%} → {hi[0]['time_saved']:+.0%}).")
+        else:
+            say = (f"**The saving jumps between shared fractions {lo[-1]['shared_fraction']:g} and "
+                   f"{hi[0]['shared_fraction']:g}** ({lo[-1]['time_saved']:+.0%} → {hi[0]['time_saved']:+.0%}), where the "
+                   f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
+                   if lo and hi else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests.")
     return f"- batch time saved by the prefix cache, by shared fraction: {pts}.\n- {first}; {slopes}.\n{even}\n- {say}"
 
 
