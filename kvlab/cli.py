@@ -172,7 +172,7 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
     for name, r in res.experiments.items():
         aside = (f"; {r.superseded} run(s) of an earlier version of the experiment set aside in "
                  f"{data_dir / 'runs' / name / 'superseded'}") if r.superseded else ""
-        climb = (f", {r.not_climbed} rung(s) of a load ladder not climbed (a lower one was past saturation)"
+        climb = (f", {r.not_climbed} rung(s) of a load ladder not climbed (a lower rung was past saturation or its goodput fell)"
                  if r.not_climbed else "")
         console.print(f"{name}: {r.ok} ok, {r.failed} failed, {r.skipped} reused{climb} → "
                       f"{data_dir / 'runs' / name}{aside}")
