@@ -116,7 +116,11 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
     wanted = tuple(names.values())
     url = base_url.rstrip("/") + "/metrics"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(4 * interval_s, 2.0))) as session:
-        due = time.perf_counter()
+        # the first sample half an interval in, not at the first send: a GET /metrics beside the batch's arrival
+        # cost vLLM's API server (which also tokenizes the prompts) about 14 ms of mean TTFT on 2 cores
+        # (benchmarks/telemetry_overhead.py, 2026-12-03)
+        due = time.perf_counter() + interval_s / 2
+        await asyncio.sleep(interval_s / 2)
         while True:
             t = time.perf_counter()
             try:
