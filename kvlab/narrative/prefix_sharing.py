@@ -171,7 +171,8 @@ def caching_gain_caption(gain: DataFrame, thresholds: dict) -> str:
             s += (f" — but at {first['shared_fraction']:.0%} nothing can be reused, so a difference that size is not "
                   "the cache's doing")
         elif th is not None and th.verdict == "threshold" and (b := _prefix_bracket(g, th.at)):
-            s += (f", the saving jumping from {b[0]['time_saved']:+.0%} at {b[0]['shared_fraction']:.0%} to "
+            s += (f", the saving {'jumping' if b[1]['time_saved'] > b[0]['time_saved'] else 'falling'} from "
+                  f"{b[0]['time_saved']:+.0%} at {b[0]['shared_fraction']:.0%} to "
                   f"{b[1]['time_saved']:+.0%} at {b[1]['shared_fraction']:.0%}")
         elif th is not None and th.verdict == "smooth":
             s += ", rising with no jump"
