@@ -656,9 +656,12 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
     """Per engine and memory setting: runs, failures, retries, run-time mean and spread, latency.
 
     Retries are counted from ``attempts`` (every launch attempt is recorded); a run with no
-    attempt rows counts its ``attempts`` column.
+    attempt rows counts its ``attempts`` column. Load points (RUNS ``load_mode`` set: report 07's ladders, whose
+    batch times differ by load level, not by memory setting) are left out.
     """
     measured = runs.filter(pl.col("source") == "measured")
+    if "load_mode" in measured.columns:
+        measured = measured.filter(pl.col("load_mode").is_null())
     keys = ["experiment", "hardware", "engine", "mem_util", "context_tokens", "context_label"]  # label: to show
     per_run_attempts = attempts.group_by("run_id").agg(
         pl.len().alias("n_attempts"),

@@ -368,3 +368,19 @@ def test_a_load_curve_gives_each_point_its_throughput_interactivity_and_slo_atta
     assert best["levels"] == [1, 2, 4, 8]
     front = analysis.pareto_front(curve)
     assert front["on_front"].to_list() == [True, True, True, False]  # c=8: fewer tokens/s both per device and user
+
+
+def test_memory_study_leaves_out_load_points():
+    """A capacity ladder's runs (load_mode set) vary by load, not by memory setting: 03's memory study leaves them
+    to report 07 and counts only the fixed batches."""
+    runs = pl.DataFrame({
+        "source": ["measured"] * 4, "experiment": ["long", "cap", "cap", "cap"], "run_id": list("abcd"),
+        "hardware": ["CPU"] * 4, "engine": ["vllm"] * 4, "mem_util": [0.92] * 4, "context_label": ["200K"] * 4,
+        "context_tokens": [3200] * 4, "status": ["ok"] * 4, "batch_time_s": [1.0, 0.4, 0.6, 1.2], "attempts": [1] * 4,
+        "ttft_mean_ms": [10.0] * 4, "e2e_mean_ms": [100.0] * 4, "server_preemptions": [0] * 4,
+        "load_mode": [None, "closed", "closed", "closed"],
+    })
+    attempts = pl.DataFrame({"run_id": list("abcd"), "attempt": [1] * 4, "status": ["ok"] * 4,
+                             "failure_cause": [None] * 4}, schema_overrides={"failure_cause": pl.Utf8})
+    study = analysis.memory_study(runs, attempts)
+    assert study.select("experiment", "runs", "batch_time_mean_s").rows() == [("long", 1, 1.0)]
