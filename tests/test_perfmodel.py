@@ -853,3 +853,14 @@ def test_kvlab_model_prints_the_range_with_kv_format_both_fits_the_consistent_se
     assert "SGLang wins at 200K" in free and "crossover 179,998 tokens" in free
     assert "vLLM wins at 200K" in phys and "crossover 294,3" in phys
     assert "fits consistent with the published totals (rule: largest residual within 5 points of the best" in out
+
+
+def test_an_implausible_parameter_says_how_far_outside_its_prior_it_lies(fit):
+    """04's 'consequence' names each fitted parameter outside its prior with how far outside: the published fit's
+    DCP latency is 21x the plausible maximum, its decode bandwidth 3.4x below the plausible minimum."""
+    from kvlab.perfmodel.calibrate import implausible
+
+    assert implausible(fit) == [
+        "decode at 8.8% of peak memory bandwidth (3.4× below the plausible minimum; plausible: 30%–90%)",
+        "DCP at 2,057 µs per layer and step (21× the plausible maximum; plausible for NVLink collectives: 1–100 µs)"]
+    assert implausible(fit, short=True) == ["decode at 8.8% of peak memory bandwidth", "DCP at 2,057 µs per layer and step"]

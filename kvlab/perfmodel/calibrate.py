@@ -131,13 +131,14 @@ def implausible(fit, short: bool = False) -> list[str]:
         v = getattr(p, name)
         if lo <= v <= hi:
             continue
+        how_far = f"{v / hi:.2g}× the plausible maximum" if v > hi else f"{lo / v:.2g}× below the plausible minimum"
         if name == "prefill_efficiency":
-            text, rng = f"prefill at {v:.1%} of dense peak", f" (plausible: {lo:.0%}–{hi:.0%})"
+            text, rng = f"prefill at {v:.1%} of dense peak", f" ({how_far}; plausible: {lo:.0%}–{hi:.0%})"
         elif name == "bandwidth_efficiency":
-            text, rng = f"decode at {v:.1%} of peak memory bandwidth", f" (plausible: {lo:.0%}–{hi:.0%})"
+            text, rng = f"decode at {v:.1%} of peak memory bandwidth", f" ({how_far}; plausible: {lo:.0%}–{hi:.0%})"
         else:
             text = f"DCP at {v * 1e6:,.0f} µs per layer and step"
-            rng = f" (plausible for NVLink collectives: {lo * 1e6:g}–{hi * 1e6:g} µs)"
+            rng = f" ({how_far}; plausible for NVLink collectives: {lo * 1e6:g}–{hi * 1e6:g} µs)"
         out.append(text if short else text + rng)
     return out
 
