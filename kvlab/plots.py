@@ -182,8 +182,7 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
     panels = _panels(tp.filter(pl.col(y).is_not_null()).sort("context_tokens"))
     fig, axes = _subplots(len(panels))
     for ax, (title, part) in zip(axes, panels):
-        present = part["engine"].unique(maintain_order=True).to_list()
-        ordered = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+        ordered = _engines_in_colour_order(part)
         spread = False
         for i, e in enumerate(ordered):
             g = part.filter(pl.col("engine") == e)
@@ -216,13 +215,18 @@ def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: st
     return fig
 
 
+def _engines_in_colour_order(part: pl.DataFrame) -> list[str]:
+    """The engines of ``part``: those with an engine colour in its order, then any other as it first appears."""
+    present = part["engine"].unique(maintain_order=True).to_list()
+    return [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+
+
 def _relative_vs_context(tp: pl.DataFrame, y: str, ylabel: str | None) -> Figure:
     col = f"{y}_rel"
     panels = _panels(tp.filter(pl.col(col).is_not_null()).sort("context_tokens"))
     fig, axes = _subplots(len(panels))
     for ax, (title, part) in zip(axes, panels):
-        present = part["engine"].unique(maintain_order=True).to_list()
-        ordered = [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+        ordered = _engines_in_colour_order(part)
         spread = False
         for i, e in enumerate(ordered):
             g = part.filter(pl.col("engine") == e).sort("context_tokens")
