@@ -280,23 +280,26 @@ def test_kv_cache_too_small_is_classified_and_retried_as_configured(tmp_path, en
     assert not engine_processes(tag_of(path))
 
 
-def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: int,
-                              sig: signal.Signals = signal.SIGKILL, only: str | None = None) -> list[int]:
+def _kill_engine_when_streaming(monkeypatch: pytest.MonkeyPatch, tag: str, output_tokens: int,
+                                sig: signal.Signals = signal.SIGKILL, only: str | None = None) -> list[int]:
     """Send ``sig`` (SIGKILL) to this test's engine process group (``only``: to its processes whose command
-    line holds that, e.g. vLLM's EngineCore) from inside the client, as soon as one request has streamed
-    `after` token chunks (the pgids, with ``only`` the pids, signalled are returned): the kill lands mid-run
-        however slow the machine is. (Polling /metrics from a thread once raced on a loaded 2-core machine: the
-    gauge of running requests is only refreshed by engine steps, so the kill could land between runs, or the
-    long run could finish before /metrics answered.)"""
+    line holds that, e.g. vLLM's EngineCore) from inside the client, as soon as the first token chunk of a
+    request of the run asking for ``output_tokens`` arrives (the pgids, with ``only`` the pids, signalled are
+    returned; once something is signalled, nothing more is).
+
+    The trigger is the measured run's first chunk, not its 20th or 100th: an engine can run far ahead of the
+    client that reads it. On loopback the socket buffers hold a whole 2,500-token stream, and the API server's
+    own queue holds more; a client starved of CPU once read its 20th chunk after EngineCore had finished all
+    2,500 steps, so the kill landed between runs (CI, 2026-12-03: EngineCore "killed", yet the long run ended ok
+    on its first attempt and the 16-token run was the one retried). The first chunk follows the prefill by one
+    decode step, so however the machine is loaded thousands of steps remain. The run is recognised by its
+    prompts' max_tokens (runner.run_requests is wrapped), so the warm-up's and other runs' chunks never fire it.
+    (Polling /metrics from a thread raced too: its gauge of running requests is refreshed only by engine steps.)"""
     killed: list[int] = []
+    armed: list[bool] = []  # one flag per run_requests call in flight: does it send the run to kill?
 
     def kill_if_due(acc) -> None:
-        # Every token chunk counts, those with empty text too (the tiny model's greedy output holds tokens
-        # that detokenize to ""). The trigger sits just above the warm-up's 16 tokens, not at 100: on loopback
-        # the kernel's socket buffers hold a whole 6,000-token stream (about 1.4 MB of SSE), so a client
-        # starved of CPU can read its 100th chunk after the engine has finished; the kill then lands between
-        # runs (CI, 2026-12-02: EngineCore "killed", yet the long run ended ok on its first attempt).
-        if killed or len(acc.chunk_times) + acc.empty_chunks < after:
+        if killed or not armed or not armed[-1] or not acc.chunk_times:
             return
         for f in state_dir().glob("*.json"):
             try:
@@ -320,13 +323,23 @@ def _kill_engine_after_tokens(monkeypatch: pytest.MonkeyPatch, tag: str, after: 
             return out
         return wrapped
 
+    real_run_requests = runner.run_requests
+
+    async def watched(base_url, model, prompts, **kwargs):
+        armed.append(any(p.max_tokens == output_tokens for p in prompts))
+        try:
+            return await real_run_requests(base_url, model, prompts, **kwargs)
+        finally:
+            armed.pop()
+
+    monkeypatch.setattr(runner, "run_requests", watched)
     monkeypatch.setattr(client, "_handle_block_fast", wrap(client._handle_block_fast))
     monkeypatch.setattr(client, "_handle_line", wrap(client._handle_line))
     return killed
 
 
 LONG = 2500  # output tokens of the run that is killed (prompt + output stay under BASE_ENGINE's max_model_len):
-# thousands of decode steps after the kill's trigger at 20 chunks, and a retried attempt (which decodes all of
+# thousands of decode steps after the kill's trigger at the first chunk, and a retried attempt (which decodes all of
 # them) that costs seconds, not the minute 6,000 tokens took on a 2-core EPYC
 
 
@@ -334,10 +347,10 @@ LONG = 2500  # output tokens of the run that is killed (prompt + output stay und
 def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, monkeypatch, engine_python, tiny_model):
     path = write_spec(tmp_path, "killed", workload={"batch_size": 4, "context_tokens": LONG + 2000, "output_tokens": LONG},
                       matrix={"workload.output_tokens": [LONG, 16]})
-    # Killed after 20 of 2,500 tokens: the engine cannot have streamed the rest ahead of a slow client.
-    killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=20)
+    # Killed at the first of 2,500 tokens: the engine cannot have streamed the rest ahead of a slow client.
+    killed = _kill_engine_when_streaming(monkeypatch, tag_of(path), LONG)
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request of the long run streamed 20 tokens"
+    assert killed, "no request of the long run streamed a token"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
     assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "crash"
     assert runs[LONG]["requests_failed"] >= 1
@@ -357,9 +370,9 @@ def test_engine_core_killed_is_a_crash_retried_on_a_new_server(tmp_path, monkeyp
                       workload={"batch_size": 2, "context_tokens": LONG + 1000, "output_tokens": LONG},
                       matrix={"workload.output_tokens": [LONG, 16]},
                       retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]})
-    killed = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=20, only="EngineCore")
+    killed = _kill_engine_when_streaming(monkeypatch, tag_of(path), LONG, only="EngineCore")
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request of the long run streamed 20 tokens"
+    assert killed, "no request of the long run streamed a token"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
     reqs = store.load_requests(tmp_path).filter(pl.col("run_id") == runs[LONG]["run_id"])
     assert (runs[LONG]["status"], runs[LONG]["attempts"], runs[LONG]["requests_ok"]) == ("ok", 2, 2), (
@@ -378,9 +391,9 @@ def test_hung_engine_is_a_timeout_killed_and_the_sweep_continues(tmp_path, monke
     path = write_spec(tmp_path, "hung", engine={"stall_timeout_s": 20},
                       workload={"batch_size": 2, "context_tokens": LONG + 1000, "output_tokens": LONG},
                       matrix={"workload.output_tokens": [LONG, 16]})
-    stopped = _kill_engine_after_tokens(monkeypatch, tag_of(path), after=20, sig=signal.SIGSTOP)
+    stopped = _kill_engine_when_streaming(monkeypatch, tag_of(path), LONG, sig=signal.SIGSTOP)
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert stopped, "no request of the long run streamed 20 tokens"
+    assert stopped, "no request of the long run streamed a token"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
     assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "timeout"
     assert runs[LONG]["requests_ok"] + runs[LONG]["requests_failed"] == 2  # no request vanishes

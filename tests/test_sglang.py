@@ -12,7 +12,7 @@ import polars as pl
 import psutil
 import pytest
 import yaml
-from test_runner import _kill_engine_after_tokens, engine_processes
+from test_runner import _kill_engine_when_streaming, engine_processes
 
 from kvlab import runner, store
 from kvlab.paths import ROOT
@@ -110,9 +110,9 @@ def test_scheduler_killed_mid_run_is_a_crash_retried_on_a_new_server(tmp_path, m
                   {"kind": "fixed_batch", "batch_size": 2, "prompt_tokens": 64, "output_tokens": LONG},
                   {"workload.output_tokens": [LONG]},
                   retry={"max_attempts": 2, "retry_on": ["crash"], "backoff_s": 0})
-    killed = _kill_engine_after_tokens(monkeypatch, tag, after=20, only="scheduler")
+    killed = _kill_engine_when_streaming(monkeypatch, tag, LONG, only="scheduler")
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request streamed 20 tokens"
+    assert killed, "no request streamed a token"
     run = store.load_runs(tmp_path).row(0, named=True)
     assert (run["status"], run["attempts"], res.server_starts) == ("ok", 2, 2), (killed, run)
     assert not engine_processes(tag)

@@ -14,7 +14,7 @@ import polars as pl
 import psutil
 import pytest
 import yaml
-from test_runner import BASE_ENGINE, _kill_engine_after_tokens, engine_processes
+from test_runner import BASE_ENGINE, _kill_engine_when_streaming, engine_processes
 
 from kvlab import runner, store
 from kvlab.paths import ROOT
@@ -141,9 +141,9 @@ def test_sglang_jax_killed_mid_run_is_recorded_and_leaves_nothing(tmp_path, monk
                                                            "max_model_len": 2048}},
                   {"kind": "fixed_batch", "batch_size": 2, "prompt_tokens": 64, "output_tokens": LONG},
                   {"workload.output_tokens": [LONG, 8]})
-    killed = _kill_engine_after_tokens(monkeypatch, tag, after=20)
+    killed = _kill_engine_when_streaming(monkeypatch, tag, LONG)
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request of the long run streamed 20 tokens"
+    assert killed, "no request of the long run streamed a token"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
     assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "crash"
     assert runs[LONG]["requests_ok"] + runs[LONG]["requests_failed"] == 2 and runs[LONG]["requests_failed"] >= 1
