@@ -307,6 +307,23 @@ def test_achieved_fraction_of_published_rows_is_below_one():
     assert (frac["batch_fraction_of_bound"] < 1).all() and (frac["bandwidth_fraction_of_peak"] < 1).all()
 
 
+def test_bound_summary_gives_measured_shares_two_significant_figures():
+    """A measured run is n=1: its shares of the bound to two significant figures; published rows keep theirs."""
+    from kvlab.perfmodel.figures import bound_summary
+
+    rows = [("published", "vllm", 0.09148078, 0.0542), ("published", "vllm", 0.10440358, 0.0543),
+            ("measured", "vllm", 0.02766811, 0.067918), ("measured", "vllm", 0.09606883, 0.07),
+            ("measured", "vllm", 0.06623058, 0.0612)]
+    frac = pl.DataFrame([{"source": s, "experiment": "e_" + s, "hardware": "h", "engine": e,
+                          "batch_fraction_of_bound": f, "bandwidth_fraction_of_peak": b} for s, e, f, b in rows])
+    out = bound_summary(frac)
+    assert out["source"].to_list() == ["published", "measured"] and out["runs"].to_list() == [2, 3]
+    pub, mea = out.row(0, named=True), out.row(1, named=True)
+    assert [pub["least_of_bound_pct"], pub["most_of_bound_pct"]] == pytest.approx([9.148078, 10.440358], abs=1e-9)
+    assert (mea["least_of_bound_pct"], mea["median_of_bound_pct"], mea["most_of_bound_pct"],
+            mea["median_of_peak_bandwidth_pct"]) == (2.8, 6.6, 9.6, 6.8)
+
+
 def test_model_command_text():
     out = model_command()
     assert "vllm TP8" in out and "sglang TP8+DCP8" in out and "crossover" in out and "leave-one-out" in out

@@ -526,13 +526,22 @@ def headroom_summary(head: pl.DataFrame) -> pl.DataFrame:
 
 def bound_summary(frac: pl.DataFrame) -> pl.DataFrame:
     """:func:`~kvlab.perfmodel.achieved_fraction` as a reader's table: one row per source, experiment and engine
-    (runs, and the least, median and most of the model's bound they reached), not one row per run id."""
+    (runs, and the least, median and most of the model's bound they reached), not one row per run id. Measured
+    rows' shares are rounded to two significant figures (each rests on one run), published rows' are not."""
     keys = ["source", "experiment", "hardware", "engine"]
     share = pl.col("batch_fraction_of_bound") * 100
+    shares = ["least_of_bound_pct", "median_of_bound_pct", "most_of_bound_pct", "median_of_peak_bandwidth_pct"]
+    # Which precision rule applies: each share is one run's batch time against the modelled bound. A measured
+    # run is n=1, so its shares get two significant figures (as units.sig2 gives every n=1 number, and as
+    # narrative.bound_sentence quotes them); a published row's time is the article's stated value, not an n=1
+    # measurement, so it keeps the table's three significant figures.
+    measured = pl.col("source") == "measured"
     return (frac.group_by(keys, maintain_order=True)
-            .agg(pl.len().alias("runs"), share.min().alias("least_of_bound_pct"),
-                 share.median().alias("median_of_bound_pct"), share.max().alias("most_of_bound_pct"),
-                 (pl.col("bandwidth_fraction_of_peak") * 100).median().alias("median_of_peak_bandwidth_pct"))
+            .agg(pl.len().alias("runs"), share.min().alias(shares[0]), share.median().alias(shares[1]),
+                 share.max().alias(shares[2]),
+                 (pl.col("bandwidth_fraction_of_peak") * 100).median().alias(shares[3]))
+            .with_columns(pl.when(measured).then(pl.col(c).round_sig_figs(2)).otherwise(pl.col(c)).alias(c)
+                          for c in shares)
             .sort("source", "experiment", "engine", descending=[True, False, False]))
 
 
