@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 import polars as pl
 import pandas as pd
@@ -166,6 +167,14 @@ def number(v, digits: int = 3) -> str:
     return f"{v:#.{digits}g}".rstrip(".")
 
 
+def span(lo, hi, fmt=number) -> str:
+    """A range as a table cell, each end as ``fmt`` gives it (:func:`number`, or e.g. :func:`kvlab.units.ratio`):
+    '1.20–1.45'; one value where the ends are equal; '–' when either end is missing."""
+    if lo is None or hi is None or any(isinstance(v, float) and math.isnan(v) for v in (lo, hi)):
+        return "–"
+    return fmt(lo) if lo == hi else f"{fmt(lo)}–{fmt(hi)}"
+
+
 def percent(v: float | None) -> str:
     """A share as a whole percentage ('62%'); 'not available' when missing, never 0."""
     return "not available" if v is None else f"{v:.0%}"
@@ -182,6 +191,17 @@ def _cell(v, digits: int) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(_cell(x, digits) for x in v)
     return str(v)
+
+
+#: A number or a range of numbers already formatted as text ('2.0', '1,829', '1.20–1.45', '−0.30'), or a dash.
+_NUMBER_TEXT = re.compile(r"^(?:[−-]?[\d,.]+(?:–[−-]?[\d,.]+)?|–)$")
+
+
+def _numeric_text(column: pl.Series) -> bool:
+    """Whether a text column holds only numbers formatted in advance (a ratio to two significant figures, a range):
+    it lines up on the right like the numbers it is."""
+    values = [v for v in column.to_list() if v is not None]
+    return bool(values) and all(_NUMBER_TEXT.match(v) for v in values) and any(v != "–" for v in values)
 
 
 class Table:
@@ -224,7 +244,8 @@ class Table:
             {"selector": "caption", "props": "caption-side: top; text-align: left; color: #555;"},
         ]
         for i, column in enumerate(self.frame.columns):  # text reads from the left, numbers line up on the right
-            if self.frame[column].dtype == pl.String or column in ENGINE_COLUMNS:
+            if (self.frame[column].dtype == pl.String and not _numeric_text(self.frame[column])) \
+                    or column in ENGINE_COLUMNS:
                 nowrap = " white-space: nowrap;" if column in ENGINE_COLUMNS else ""
                 styles += [{"selector": f"td.col{i}", "props": f"text-align: left !important;{nowrap}"},
                            {"selector": f"th.col{i}", "props": "text-align: left !important;"}]

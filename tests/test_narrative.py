@@ -422,7 +422,12 @@ def test_prefix_tables_are_readers_tables(study):
     assert "cache-hit rate, cache off (%)" not in t.headers  # a column of zeros said once instead
     assert t.rows[3][:5] == ["vLLM", "90", "1,829", "82.7", "84.4"]
     g = narrative.gain_table(study["gain"])
-    assert g.headers[-1] == "batch time saved by the cache (%)" and g.rows[3][-1] == "66.1"
+    assert g.headers[-1] == "batch time saved by the cache (%)"
+    # one run a side: each ratio and the time saved to two significant figures (2.95× and 66.1% measured at 90%)
+    assert g.caption == "one run a side per point (no repeats): ratios to two significant figures"
+    assert [r[3:] for r in g.rows[:4]] == [["1.0", "1.0", "0"], ["1.2", "1.2", "14"], ["1.5", "1.5", "33"],
+                                            ["3.0", "3.0", "66"]]
+    assert 'td.col3 {\n  text-align: left' not in g.html()  # numbers formatted in advance still line up right
     turns = narrative.turns_table(study["by_turn"])
     # vLLM with its cache off reported no cached count: the column stays (–) and the reporting counts are shown
     assert "cached per request, cache off (tokens)" in turns.headers and turns.rows[0][6] == "–"
@@ -431,6 +436,27 @@ def test_prefix_tables_are_readers_tables(study):
     assert claims.headers == ["what the article says", "how this report tests it"] and len(claims.rows) == 4
     assert narrative.prefix_citation_note(study["claims"].filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS)))) \
         .endswith("— section on vLLM PagedAttention, section on SGLang RadixAttention, decision tree.")
+
+
+def test_prefix_tables_give_spread_as_least_to_most_as_the_figure_draws_it():
+    """With repeats, both of 05's tables give the spread the figure's whiskers draw (least–most), never a std."""
+    runs3 = pl.concat([sharing_runs().with_columns(pl.col("run_id") + f"-{k}", pl.col("batch_time_s") * (1 + 0.05 * k),
+                                                   pl.col("ttft_mean_ms") * (1 + 0.1 * k)) for k in range(3)])
+    sharing = analysis.prefix_sharing(runs3)
+    t = narrative.sharing_table(sharing)
+    assert t.caption.startswith("median over the runs of each point; spread: least to most over them, as the "
+                                "figure's whiskers")
+    assert not any("std" in h for h in t.headers)
+    assert t.headers[-4:] == ["batch time, cache on: least–most over the runs (s)",
+                              "batch time, cache off: least–most over the runs (s)", "runs, on", "runs, off"]
+    # vLLM at 20% shared: on 1.72, 1.806, 1.892 s; off 2.0, 2.1, 2.2 s
+    assert t.rows[1][-4:] == ["1.72–1.89", "2–2.2", "3", "3"]
+    g = narrative.gain_table(analysis.caching_gain(sharing))
+    assert g.headers[3:7] == ["mean TTFT, off ÷ on (×)", "mean TTFT, off ÷ on: least–most over the runs (×)",
+                              "median batch time, off ÷ on (×)",
+                              "median batch time, off ÷ on: least–most over the runs (×)"]
+    # vLLM at 90%: batch off ÷ on median 2.1 ÷ 0.7109 = 2.95, least 2.0 ÷ 0.7449 = 2.685, most 2.2 ÷ 0.6772 = 3.25
+    assert g.rows[3][3:] == ["2.95", "2.46–3.54", "2.95", "2.68–3.25", "66.1"]
 
 
 def test_prefix_factor_says_by_how_much_and_on_what(sharing):

@@ -41,3 +41,14 @@ def test_engine_names_and_hit_rates_read_the_same_in_every_table():
                                    "cache_hit_rate": [0.835], "ideal_hit_rate": [0.875], "block_ideal_hit_rate": [None]}))
     assert t.rows == [["vLLM", "sglang-jax (CPU)", "SGLang", "84%", "88%", "–"]]
     assert t.headers[3:] == ["cache-hit rate (%)", "ideal hit rate, token-exact (%)", "ideal hit rate, whole blocks (%)"]
+
+
+def test_a_range_reads_least_to_most_and_formatted_numbers_line_up_right():
+    from kvlab.units import ratio
+
+    assert tables.span(1.72, 1.892) == "1.72–1.89" and tables.span(2.0, 2.0) == "2" and tables.span(None, 1.0) == "–"
+    assert tables.span(2.685, 3.249, lambda x: ratio(x, 1)) == "2.7–3.2"
+    t = tables.table([{"what": "a", "ratio": "3.0", "range": "1.72–1.89"}, {"what": "b", "ratio": "–", "range": "–"}])
+    html = t.html()
+    assert "td.col0 {\n  text-align: left" in html  # text reads from the left
+    assert "td.col1 {\n  text-align: left" not in html and "td.col2 {\n  text-align: left" not in html

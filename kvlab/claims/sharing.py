@@ -250,16 +250,17 @@ def _prefix_ordered(frame: pl.DataFrame) -> list[str]:
 
 
 def sharing_points(sharing: pl.DataFrame) -> pl.DataFrame:
-    """One row per engine and shared fraction: the cache on beside off (``hit_``, ``ttft_``, ``batch_``, ``std_``,
-    ``runs_`` with ``on`` / ``off``), the two ideals (``ideal``, ``block``) and the fraction in % — rates in %,
-    engines in the report's order."""
+    """One row per engine and shared fraction: the cache on beside off (``hit_``, ``ttft_``, ``batch_``, ``runs_``
+    and the least and most batch time over the runs, ``lo_`` and ``hi_``, with ``on`` / ``off``: the spread the
+    figure's whiskers draw), the two ideals (``ideal``, ``block``) and the fraction in % — rates in %, engines in the
+    report's order."""
     keys = ["engine", "shared_fraction"]
 
     def side(on: bool, sfx: str) -> pl.DataFrame:
         return sharing.filter(pl.col("prefix_caching") == on).select(
             *keys, (pl.col("cache_hit_rate") * 100).round(1).alias(f"hit_{sfx}"), pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"),
-            pl.col("batch_time_s").alias(f"batch_{sfx}"), pl.col("batch_time_std_s").alias(f"std_{sfx}"),
-            pl.col("n_runs").alias(f"runs_{sfx}"))
+            pl.col("batch_time_s").alias(f"batch_{sfx}"), pl.col("batch_time_min_s").alias(f"lo_{sfx}"),
+            pl.col("batch_time_max_s").alias(f"hi_{sfx}"), pl.col("n_runs").alias(f"runs_{sfx}"))
 
     base = sharing.group_by(keys).agg(pl.col("shared_prefix_tokens").first(),
                                       (pl.col("ideal_hit_rate").first() * 100).round(1).alias("ideal"),

@@ -68,21 +68,54 @@ def sharing_table(sharing: DataFrame, block_tokens: int = 128):
         del cols["hit_off"]
         notes.append("with the prefix cache off every cache-hit rate is 0%")
     runs = [v for v in t["runs_on"].to_list() + t["runs_off"].to_list() if v is not None]
-    if runs and max(runs) > 1:
-        cols |= {"std_on": "batch time spread, on, std (s)", "std_off": "batch time spread, off, std (s)",
+    rows = t.to_dicts()
+    if runs and max(runs) > 1:  # the spread the figure's whiskers draw: least to most over the runs, not a std
+        cols |= {"range_on": "batch time, cache on: least–most over the runs (s)",
+                 "range_off": "batch time, cache off: least–most over the runs (s)",
                  "runs_on": "runs, on", "runs_off": "runs, off"}
-        notes.insert(0, "median over the runs of each point; spread: standard deviation over them")
+        rows = [r | {"range_on": tables.span(r["lo_on"], r["hi_on"]), "range_off": tables.span(r["lo_off"], r["hi_off"])}
+                for r in rows]
+        notes.insert(0, "median over the runs of each point; spread: least to most over them, as the figure's whiskers")
     else:
         notes.insert(0, "one run per point (no repeats)")
-    return tables.table(t, cols, caption="; ".join(notes))
+    return tables.table(rows, cols, caption="; ".join(notes))
 
 
 def gain_table(gain: DataFrame):
-    """Per engine and shared fraction: what the prefix cache buys (off ÷ on), rates in %."""
-    return tables.table(gain_points(gain), {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)",
-                            "hit_on": "cache-hit rate, cache on (%)", "ttft_speedup": "mean TTFT, off ÷ on (×)",
-                            "batch_speedup": "median batch time, off ÷ on (×)",
-                            "saved": "batch time saved by the cache (%)"})
+    """Per engine and shared fraction: what the prefix cache buys (off ÷ on), rates in %. Each ratio and the time
+    saved as :func:`kvlab.units.ratio` gives a measured ratio: two significant figures where the row rests on one run
+    a side (``n_runs`` = 1), else two decimals; where points have repeats, each ratio's least–most over them (least
+    off ÷ most on to most off ÷ least on: the figure's whiskers)."""
+    rows = gain_points(gain).to_dicts()
+    runs = [r["n_runs"] for r in rows if r.get("n_runs") is not None]
+    spread = bool(runs) and max(runs) > 1 and all("batch_speedup_min" in r for r in rows)
+    shown = []
+    for r in rows:
+        n = r.get("n_runs")
+        row = {"engine": r["engine"], "fraction_pct": r["fraction_pct"], "hit_on": r["hit_on"],
+               "ttft_speedup": _measured_ratio(r["ttft_speedup"], n),
+               "batch_speedup": _measured_ratio(r["batch_speedup"], n),
+               "saved": "–" if r["saved"] is None else ratio(r["saved"], 1) if n == 1 else tables.number(r["saved"])}
+        if spread:
+            row |= {"ttft_range": tables.span(r["ttft_speedup_min"], r["ttft_speedup_max"], lambda x: ratio(x, n)),
+                    "batch_range": tables.span(r["batch_speedup_min"], r["batch_speedup_max"], lambda x: ratio(x, n))}
+        shown.append(row)
+    ttft = {"ttft_speedup": "mean TTFT, off ÷ on (×)"}
+    batch = {"batch_speedup": "median batch time, off ÷ on (×)"}
+    if spread:
+        ttft["ttft_range"] = "mean TTFT, off ÷ on: least–most over the runs (×)"
+        batch["batch_range"] = "median batch time, off ÷ on: least–most over the runs (×)"
+        caption = "median over the runs of each point; spread: least to most over them, as the figure's whiskers"
+    else:
+        caption = "one run a side per point (no repeats): ratios to two significant figures" if runs else None
+    return tables.table(shown, {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)",
+                                "hit_on": "cache-hit rate, cache on (%)", **ttft, **batch,
+                                "saved": "batch time saved by the cache (%)"}, caption=caption)
+
+
+def _measured_ratio(x: float | None, n: int | None) -> str:
+    """A measured ratio as a cell: :func:`kvlab.units.ratio` (two significant figures at n = 1), '–' when missing."""
+    return "–" if x is None else ratio(x, n)
 
 
 def turns_table(by_turn: DataFrame):
