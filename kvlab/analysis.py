@@ -274,6 +274,26 @@ def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
     ).sort(list(CAPACITY_KEYS), nulls_last=True)
 
 
+#: The columns of report 07's Pareto figure data (the CSV beside it): each load point with what the figure draws.
+PARETO_FIGURE_COLUMNS = ("engine", "tp", "dcp", "context_tokens", "context_label", "mem_util", "load_level",
+                         "output_tokens_per_s_per_device", "output_tokens_per_s_per_user", "slo_attainment",
+                         "within_slo", "goodput_requests_per_s", "on_front", "load_stop")
+#: The columns of report 07's ceiling figure data: each load point against its ceiling, with what telemetry saw.
+CEILING_FIGURE_COLUMNS = ("engine", "tp", "dcp", "context_tokens", "context_label", "mem_util", "load_level",
+                          "kv_pool_tokens", "concurrency_ceiling", "past_ceiling", "telemetry", "samples_ok",
+                          "kv_usage_peak", "running_peak", "waiting_peak", "preemptions", "queued", "kv_saturated")
+
+
+def pareto_figure_data(curve: pl.DataFrame) -> pl.DataFrame:
+    """The Pareto figure's data as its reader gets it (:data:`PARETO_FIGURE_COLUMNS` of :func:`pareto_front`)."""
+    return curve.select(PARETO_FIGURE_COLUMNS)
+
+
+def ceiling_figure_data(points: pl.DataFrame) -> pl.DataFrame:
+    """The ceiling figure's data as its reader gets it (:data:`CEILING_FIGURE_COLUMNS` of :func:`capacity_points`)."""
+    return points.select(CEILING_FIGURE_COLUMNS)
+
+
 #: What a probe summary row is joined to a capacity configuration on (RUNS' names; kvlab.probe.configuration).
 PROBE_JOIN_KEYS = ("experiment", "engine", "tp", "dcp", "mem_util", "kv_budget_bytes")
 #: Said of a configuration no probe was recorded for (its experiment has no ``probe: true``, or it was stored before).

@@ -72,6 +72,23 @@ def test_each_load_point_against_its_ceiling_and_what_telemetry_saw(frames):
     assert got[("vllm", 1024, 0.95)] == (20, None, None, None, None)
 
 
+def test_the_figure_data_report_07_hands_its_reader(frames):
+    """The CSVs beside 07's Pareto and ceiling figures: every load point, the columns each figure draws."""
+    curve, points, _, _ = frames
+    pareto, ceiling = analysis.pareto_figure_data(curve), analysis.ceiling_figure_data(points)
+    assert pareto.columns[:7] == ceiling.columns[:7] == ["engine", "tp", "dcp", "context_tokens", "context_label",
+                                                         "mem_util", "load_level"]
+    assert pareto.columns[7:] == ["output_tokens_per_s_per_device", "output_tokens_per_s_per_user", "slo_attainment",
+                                  "within_slo", "goodput_requests_per_s", "on_front", "load_stop"]
+    assert ceiling.columns[7:] == ["kv_pool_tokens", "concurrency_ceiling", "past_ceiling", "telemetry", "samples_ok",
+                                   "kv_usage_peak", "running_peak", "waiting_peak", "preemptions", "queued",
+                                   "kv_saturated"]
+    assert pareto.height == ceiling.height == 24
+    r = _row(ceiling, "vllm", 3200, 0.92, 4.0)  # as the test above reads it from capacity_points
+    assert (r["kv_pool_tokens"], r["concurrency_ceiling"], r["past_ceiling"], r["waiting_peak"], r["preemptions"]) == (
+        8192, 2, True, 2.0, 3.0)
+
+
 def test_a_run_without_telemetry_says_why_never_zero(frames):
     curve, _, _, _ = frames
     info = pl.DataFrame({"run_id": ["cap00"], "experiment": ["cpu_capacity"], "available": [False],
