@@ -1017,8 +1017,11 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
 def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
     """Measured: per context x memory setting, the highest KV-pool usage each engine's telemetry sampled at each
     load (a line per engine, none where nothing was sampled), a cross where requests waited (the queue above 0), and
-    each engine's concurrency ceiling (reported KV pool ÷ tokens per request) as a dashed line in its colour."""
+    each engine's concurrency ceiling (reported KV pool ÷ tokens per request) as a dashed line in its colour. The x
+    axis is labelled at the loads measured and the ceilings, as many as fit without two labels overlapping
+    (:func:`_unoverlapped_xticks`: the ladder's levels first; a ceiling its dashed line and legend name anyway)."""
     fig, grid, contexts, mems = _capacity_grid(points)
+    ladders: dict = {}
     for (ctx, label) in contexts:
         for mem in mems:
             ax = grid[(ctx, mem)]
@@ -1045,6 +1048,7 @@ def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
             ticks = sorted({v for v in levels if v and v > 0})
             ax.set_xticks(ticks, [_num(t) for t in ticks])
             ax.xaxis.set_minor_locator(NullLocator())
+            ladders[ax] = set(part["load_level"].drop_nulls().to_list())
             ax.set_ylim(0, 1.1)
             ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
             ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
@@ -1054,7 +1058,27 @@ def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
             keep = dict(zip(labels, handles))  # one entry per label
             ax.legend(keep.values(), keep.keys(), fontsize=7, loc="upper left")
     fig.tight_layout()
+    for ax, first in ladders.items():
+        _unoverlapped_xticks(ax, first)
     return fig
+
+
+def _unoverlapped_xticks(ax, first: set, pad_px: float = 3.0) -> None:
+    """Keep only the x ticks whose labels overlap no kept label (with ``pad_px`` between them), as drawn: the values in
+    ``first`` (a load ladder's levels) in order, then the rest (e.g. a concurrency ceiling at 19 beside a level of 20,
+    which its own dashed line and legend already name). Call after the figure's layout is final."""
+    renderer = ax.figure._get_renderer()
+    ticks = [(v, lab) for v, lab in zip(ax.get_xticks(), ax.get_xticklabels()) if lab.get_text()]
+    lo, hi = ax.get_xlim()
+    ticks = [(v, lab) for v, lab in ticks if lo <= v <= hi]
+    kept: list[tuple[float, str, object]] = []
+    for v, lab in sorted(ticks, key=lambda t: (t[0] not in first, t[0])):
+        box = lab.get_window_extent(renderer).padded(pad_px / 2)
+        if not any(box.overlaps(k) for _, _, k in kept):
+            kept.append((v, lab.get_text(), box))
+    if len(kept) < len(ticks):
+        kept.sort(key=lambda k: k[0])
+        ax.set_xticks([k[0] for k in kept], [k[1] for k in kept])
 
 
 @styled

@@ -257,3 +257,37 @@ def test_throughput_figures_draw_the_spread_of_repeats():
                                       "output tokens/s", relative=True).axes[0]
     assert spans(rel) == [(0.4, 0.667)]
     assert spans(plots.throughput_vs_context(tp.with_columns(n_runs=pl.lit(1)), "output_tokens_per_s").axes[0]) == []
+
+
+# --------------------------------------------------------------------------- report 07: the ceiling figure's ticks
+
+
+def _drawn_xtick_labels(ax) -> list:
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_xlim()
+    return [lab for v, lab in zip(ax.get_xticks(), ax.get_xticklabels()) if lab.get_text() and lo <= v <= hi]
+
+
+def test_capacity_ceiling_tick_labels_never_overlap_on_a_dense_ladder():
+    """A dense concurrency ladder with a ceiling of 19 beside a level of 20 (07 Fig 2 at 64K, 0.95): the x axis
+    labels as many loads as fit, the ladder's levels before the ceiling, and no two drawn labels overlap."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    ladder = [1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48, 64]
+    rows = [dict(engine=e, tp=1, dcp=1, context_tokens=65536, context_label="64K", mem_util=0.95, load_level=float(v),
+                 kv_usage_peak=min(1.0, v / 19), queued=v > 19, concurrency_ceiling=19) for e in ("vllm", "sglang")
+            for v in ladder]
+    fig = plots.capacity_ceiling_figure(pl.DataFrame(rows))
+    FigureCanvasAgg(fig)  # as the reports render it
+    ax = fig.axes[0]
+    labels = _drawn_xtick_labels(ax)
+    boxes = [lab.get_window_extent() for lab in labels]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    # matplotlib's bundled DejaVu Sans at the theme's size: the ladder's levels from the lowest up, each that fits;
+    # the ceiling's 19 gives way (its dashed line and legend name it)
+    assert [lab.get_text() for lab in labels] == ["1", "2", "3", "4", "6", "8", "12", "18", "28", "40", "64"]
+    # a sparse ladder keeps every level; 20 gives way to 16 and the ceiling's 19 to both
+    sparse = [r | {"load_level": float(v)} for r in rows[:1] for v in (1, 2, 4, 8, 16, 20, 24, 32)]
+    fig = plots.capacity_ceiling_figure(pl.DataFrame(sparse))
+    FigureCanvasAgg(fig)
+    assert [lab.get_text() for lab in _drawn_xtick_labels(fig.axes[0])] == ["1", "2", "4", "8", "16", "24", "32"]
