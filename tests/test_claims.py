@@ -161,6 +161,36 @@ def test_the_calibrated_models_crossover_is_an_illustration_with_a_red_held_out_
     assert not any(v.outcome == "reproduced" for v in got)
 
 
+def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
+    """01's crossover row quotes the range of the fits consistent with the published totals, from the same summary
+    report 04 computes (consistent_fits over the physics-refitted assumption sets) and in 04's words; the grade, value
+    and spread stay those of the model's illustration."""
+    from kvlab.claims.modelled import model_verdicts
+    from kvlab.paths import DATA_DIR
+    from kvlab.perfmodel.calibrate import consistent_fits, crossover_from_fit, crossover_range
+    from kvlab.perfmodel.report import consistent_summary
+
+    sens, x_range = crossover_range(DATA_DIR, physics=True)
+    cons = consistent_summary(consistent_fits(sens, DATA_DIR))
+    x = crossover_from_fit(fit)
+    plain = narrative.crossover_verdicts([], x, None, x_range, fit)
+    got = narrative.crossover_verdicts([], x, None, x_range, fit, cons)
+    assert got[0].number == ("≈176K tokens, 108K–777K over the assumptions the article leaves open; 86,577–151,182 "
+                             "tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals (not an "
+                             "independent check)")
+    assert plain[0].number == "≈176K tokens, 108K–777K over the assumptions the article leaves open (not an independent check)"
+    assert [(v.claim_id, v.outcome, v.value, v.spread) for v in got] == [
+        (v.claim_id, v.outcome, v.value, v.spread) for v in plain]
+    # report 04's crossover row gives the very same consistent-fits range
+    claims = pl.DataFrame([dict(claim_id=c, kind="relative_speed", context_from=k, engine=e, statement=f"{e} at {k}")
+                           for c, k, e in (("a", "64K", "vllm"), ("b", "200K", "sglang"))])
+    from kvlab.perfmodel.figures import headroom_table
+
+    head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
+    row04 = next(v for v in model_verdicts(fit, sens, head, claims, consistent=cons) if v.claim_id == "crossover_modelled")
+    assert "86,577–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals" in row04.number
+
+
 # --------------------------------------------------------------------------- rule 4
 
 

@@ -4,6 +4,8 @@ where a claim is decided."""
 
 from __future__ import annotations
 
+from kvlab.units import k_label
+
 
 def winners_held_out(fit) -> tuple[int, int]:
     """Held-out fits that still name the published winner at their point's context: (right, held-out points
@@ -45,3 +47,16 @@ def grade_model_claim(fit, agrees: bool, contexts, *, value: float | None = None
     margin, error = model_margin(fit, contexts) or 0.0, held_out_error(fit)
     return (modelled_claim(agrees, right, total, margin, error, value=value, unit=unit),
             held_out_grade(right, total, margin, error))
+
+
+def consistent_phrase(consistent: dict | None) -> str:
+    """The crossover range of the fits consistent with the published totals, for a verdict's number: '86,577–151,182
+    tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals'; empty without them.
+    ``consistent``: :func:`kvlab.perfmodel.report.consistent_summary`. Reports 01 and 04 both quote it, from the same
+    summary, so the two pages give the same range."""
+    if not consistent or not consistent.get("kept"):
+        return ""
+    kept, cands = consistent["kept"], consistent["candidates"]
+    x = consistent.get("crossover")
+    where = f"{x[0]:,.0f}–{x[1]:,.0f} tokens ({k_label(x[0])}–{k_label(x[1])})" if x else "no crossover"
+    return f"{where} over the {kept:,} of {cands:,} fits consistent with the published totals"

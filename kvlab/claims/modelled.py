@@ -10,24 +10,15 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab.claims.grading import held_out_grade
-from kvlab.claims.model import grade_model_claim, held_out_error, model_margin, winners_held_out
+from kvlab.claims.model import (
+    consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out,
+)
 from kvlab.claims.speed import held_out_verdict
 from kvlab.engines import engine_label
 from kvlab.perfmodel import Assumptions, Workload
 from kvlab.perfmodel.calibrate import crossover_from_fit, implausible
-from kvlab.units import approx_tokens, k_label, token_range, tokens_label
+from kvlab.units import approx_tokens, token_range, tokens_label
 from kvlab.verdicts import Verdict
-
-
-def _consistent_phrase(consistent: dict | None) -> str:
-    """The crossover range of the fits consistent with the published totals, for a verdict's number: '86,577–151,182
-    tokens (85K–148K) over the 22 of 1,248 fits consistent with the four published totals'; empty without them."""
-    if not consistent or not consistent.get("kept"):
-        return ""
-    kept, cands = consistent["kept"], consistent["candidates"]
-    x = consistent.get("crossover")
-    where = f"{x[0]:,.0f}–{x[1]:,.0f} tokens ({k_label(x[0])}–{k_label(x[1])})" if x else "no crossover"
-    return f"{where} over the {kept:,} of {cands:,} fits consistent with the published totals"
 
 
 def model_verdicts(fit, sens, head, claims, workload=None,
@@ -67,7 +58,7 @@ def model_verdicts(fit, sens, head, claims, workload=None,
     if modelled:
         stated = "; ".join(c["statement"] for c in speed.iter_rows(named=True))
         rng = sens["crossover_tokens"].drop_nulls()
-        allowed = _consistent_phrase(consistent)
+        allowed = consistent_phrase(consistent)
         within = (f"; range {token_range(rng.min(), rng.max())} over all {sens.height} assumption sets"
                   + (f", {allowed}" if allowed else "") if rng.len() else "")
         grade, held = grade_model_claim(fit, agree and inside, sorted(res["context_tokens"].unique().to_list()),
@@ -90,7 +81,7 @@ def model_verdicts(fit, sens, head, claims, workload=None,
                                                 f"{engine_label(worst['engine'])} at {tokens_label(worst['context_tokens'])})"))
     xo = sens["crossover_tokens"].drop_nulls()
     if xo.len():
-        allowed = _consistent_phrase(consistent)
+        allowed = consistent_phrase(consistent)
         out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
                            "expert reads, cached MLA width, KV number format), each refitted to the same four "
                            "points?", "found",

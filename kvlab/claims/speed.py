@@ -9,7 +9,7 @@ import polars as pl
 
 from kvlab.analysis import stated_tolerance
 from kvlab.claims.grading import Repeats, cpu_cross_engine, measured_difference
-from kvlab.claims.model import grade_model_claim, winners_held_out
+from kvlab.claims.model import consistent_phrase, grade_model_claim, winners_held_out
 from kvlab.engines import engine_label
 from kvlab.units import k_label, sig2
 from kvlab.verdicts import Verdict
@@ -102,10 +102,15 @@ def held_out_verdict(grade, fit) -> object:
 
 
 def crossover_verdicts(estimates: list, model_tokens: float | None, measured: list | None,
-                       model_range: tuple[float, float] | None = None, fit=None) -> list:
+                       model_range: tuple[float, float] | None = None, fit=None,
+                       consistent: dict | None = None) -> list:
     """Where the winner changes: the article's table interpolated (found: the article states no crossover), the
     calibrated model (graded by rule 3 of :mod:`kvlab.claims.grading` when ``fit`` is given: an illustration,
-    with its failed held-out test as a red row of its own, unless it passes), and the measured contexts."""
+    with its failed held-out test as a red row of its own, unless it passes), and the measured contexts.
+
+    ``consistent``: :func:`kvlab.perfmodel.report.consistent_summary` of the fits consistent with the published
+    totals; with it the model's row also gives their (narrower) crossover range, worded as report 04's verdicts give
+    it (:func:`kvlab.claims.model.consistent_phrase`). Words only: the grade, value and spread stay."""
     out = []
     found = [x for x in estimates if x.context_tokens is not None]
     lo = hi = None
@@ -117,9 +122,10 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
                            spread=(lo, hi), scope="published table",
                            reason="interpolated between the table's two contexts; the article states no crossover"))
     if model_tokens is not None:
+        allowed = consistent_phrase(consistent)
         number = f"≈{k_label(model_tokens)} tokens" + (
             f", {k_label(model_range[0])}–{k_label(model_range[1])} over the assumptions the article leaves open"
-            if model_range else "") + " (not an independent check)"
+            if model_range else "") + (f"; {allowed}" if allowed else "") + " (not an independent check)"
         claim = "Where the winner changes, from kvlab's physical model calibrated on the same four points"
         if fit is None:
             out.append(Verdict(claim, "found", "modelled", number, claim_id="crossover_modelled", kind="crossover",
