@@ -401,8 +401,8 @@ def test_prefix_captions_say_what_each_figure_shows(study):
         "finishes the batch 1.9× sooner than sglang-jax (CPU) there and 2.0× sooner with nothing shared, so sharing "
         "does not change which engine is faster.")
     assert narrative.caching_gain_caption(s["gain"], s["thresholds"]) == (
-        "Above 1× the cache helps: vLLM: batch time unchanged (1.00×) with the cache at 0% shared, 2.95× shorter at "
-        "90%, rising with no jump; sglang-jax (CPU): batch time unchanged (1.00×) with the cache at 0% shared, 3.08× "
+        "Above 1× the cache helps: vLLM: batch time unchanged (1.0×) with the cache at 0% shared, 3.0× shorter at "
+        "90%, rising with no jump; sglang-jax (CPU): batch time unchanged (1.0×) with the cache at 0% shared, 3.1× "
         "shorter at 90%, rising with no jump.")
     assert narrative.multi_turn_caption(s["by_turn"]) == (
         "Last turn (turn 2), prefix cache on: vLLM 94% of its prompt cached, mean TTFT 4.0× shorter than with the "
@@ -585,7 +585,7 @@ def test_caching_gain_caption_words_a_threshold_from_the_rows(study):
 
     ths = {e: dataclasses.replace(t, verdict="threshold") for e, t in study["thresholds"].items()}
     text = narrative.caching_gain_caption(study["gain"], ths)
-    assert "vLLM: batch time unchanged (1.00×) with the cache at 0% shared" in text
+    assert "vLLM: batch time unchanged (1.0×) with the cache at 0% shared" in text  # one run a side: 2 s.f.
     assert text.count("the saving jumping from") == 2
 
 

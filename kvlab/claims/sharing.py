@@ -22,9 +22,10 @@ def _prefix_engine_order() -> pl.Expr:
 
 def _prefix_times(x: float, more: str = "shorter", less: str = "longer", n: int | None = None) -> str:
     """A ratio with its direction: 1.37 → '1.37× shorter', 0.96 → '1.04× longer', 1.002 → 'unchanged (1.00×)';
-    resting on one run a side (``n`` = 1), two significant figures (:func:`kvlab.units.ratio`): '4.0× shorter'."""
+    resting on one run a side (``n`` = 1), two significant figures (:func:`kvlab.units.ratio`): '4.0× shorter',
+    'unchanged (1.0×)'."""
     if abs(x - 1) < 0.005:
-        return "unchanged (1.00×)"
+        return f"unchanged ({ratio(1.0, n)}×)"
     return f"{ratio(x, n)}× {more}" if x > 1 else f"{ratio(1 / x, n)}× {less}"
 
 

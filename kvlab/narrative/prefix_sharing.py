@@ -192,14 +192,16 @@ def prefix_sharing_caption(sharing: DataFrame, compare_engines: bool = True) -> 
 
 def caching_gain_caption(gain: DataFrame, thresholds: dict) -> str:
     """What the caching-gain figure shows, per engine: batch time off ÷ on with nothing shared and at the most shared
-    fraction, and what the threshold test made of it."""
+    fraction (two significant figures where a point rests on one run a side), and what the threshold test made of
+    it."""
     parts = []
     rows = sorted(gain.iter_rows(named=True), key=lambda r: (_rank(r["engine"]), r["shared_fraction"]))
     for engine, g in _groups(rows, "engine").items():
         first, last = g[0], g[-1]
         th = thresholds.get(engine)
-        s = (f"{engine_label(engine)}: batch time {_prefix_times(first['batch_speedup'])} with the cache at "
-             f"{first['shared_fraction']:.0%} shared, {_prefix_times(last['batch_speedup'])} at {last['shared_fraction']:.0%}")
+        s = (f"{engine_label(engine)}: batch time {_prefix_times(first['batch_speedup'], n=first.get('n_runs'))} with "
+             f"the cache at {first['shared_fraction']:.0%} shared, "
+             f"{_prefix_times(last['batch_speedup'], n=last.get('n_runs'))} at {last['shared_fraction']:.0%}")
         if th is not None and th.verdict == "inconclusive":
             s += (f" — but at {first['shared_fraction']:.0%} nothing can be reused, so a difference that size is not "
                   "the cache's doing")
