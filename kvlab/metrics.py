@@ -1,11 +1,15 @@
-"""An engine's Prometheus /metrics: scraping, parsing, and counter deltas over a run."""
+"""An engine's Prometheus /metrics: scraping, parsing, and counter deltas over a run; telemetry during a run, from
+/metrics or, for an engine that serves none, from its scheduler's log lines."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
+import re
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -137,3 +141,94 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
                 samples.append((t, {}, f"{type(exc).__name__}: {str(exc)[:200]}"))
             due += interval_s
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
+
+
+# --------------------------------------------------------------------------- telemetry from a server's log
+
+#: What telemetry.json says a log-tailed series is, and how old its values can be.
+LOG_TELEMETRY_SOURCE = "server log (scheduler lines), tailed during the batch"
+LOG_TELEMETRY_AS_OF = ("each sample holds the values of the engine's last scheduler log line before the read (its "
+                       "t_s is the read's time): the scheduler logs every prefill batch and only every "
+                       "decode_log_interval-th decode step (40 by default), so a value may be older than its sample; "
+                       "token usage is logged to 2 decimals")
+#: A read of the log that found no scheduler line written since the one before: a gap, not a value.
+NO_NEW_LOG_LINE = "no new scheduler line in the server log since the last read"
+#: The most of a log's new bytes one read looks at: only the latest scheduler line is wanted, so a read that finds
+#: more (a progress bar, a traceback) looks at the newest this many bytes only.
+LOG_TAIL_WINDOW_BYTES = 256 * 1024
+
+#: The SGLang-family scheduler's periodic lines (sglang-jax 0.1.0rc0, scheduler_metrics_mixin.log_prefill_stats /
+#: log_decode_stats):
+#:   Prefill batch. #new-seq: 2, #new-token: 2000, #cached-token: 0, token usage: 0.06, #running-req: 1, #queue-req: 0,
+#:   Decode batch. #running-req: 1, #token: 1005, token usage: 0.06, gen throughput (token/s): 3.75, #queue-req: 0,
+#: #running-req is the running batch's size when the line is written (a prefill line's does not count its #new-seq:
+#: SGLang's /metrics gauge num_running_reqs is set from the same number), #queue-req the waiting queue, token usage
+#: the used share of the KV pool (0-1) and #token (decode lines only) the tokens it holds. A hybrid (sliding-window)
+#: model logs full and swa usage instead: the larger is kept, as its scheduler itself does.
+SCHEDULER_LINE = re.compile(r"\b(?:Prefill|Decode) batch\. ")
+LOG_FIELDS: dict[str, re.Pattern[str]] = {
+    "requests_running": re.compile(r"#running-req: (\d+),"),
+    "requests_waiting": re.compile(r"#queue-req: (\d+),"),
+    "kv_cache_usage": re.compile(r"(?<![\w-])(?:full |swa )?token usage: (\d+(?:\.\d+)?),"),
+    "kv_tokens_used": re.compile(r"#(?:full |swa )?token: (\d+),"),
+}
+
+
+def parse_scheduler_line(line: str) -> dict[str, float | None] | None:
+    """One scheduler log line → {canonical: value, None where the line does not carry it}; None for any other line.
+    Telemetry's canonical names (the /metrics path's, kvlab.engines telemetry_names) plus ``kv_tokens_used``."""
+    m = SCHEDULER_LINE.search(line)
+    if m is None:
+        return None
+    rest = line[m.end():]
+    out: dict[str, float | None] = {}
+    for name, pattern in LOG_FIELDS.items():
+        found = [float(v) for v in pattern.findall(rest)]
+        out[name] = max(found) if found else None
+    return out
+
+
+def log_size(path: str | Path) -> int:
+    """The log's size in bytes now: where a run's own lines begin (0 when there is no log yet)."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+async def tail_log_during(path: str | Path, start: int, samples: list[tuple[float, dict, str | None]],
+                          interval_s: float = TELEMETRY_INTERVAL_S) -> None:
+    """Read the lines appended to the server log ``path`` after byte ``start`` every ``interval_s`` until
+    cancelled, appending ``(t, values, error)`` to ``samples`` as :func:`sample_during` does: ``t`` the
+    ``time.perf_counter()`` stamp of the read, ``values`` the newest scheduler line's (:func:`parse_scheduler_line`)
+    among those written since the read before. A read that finds no new scheduler line is a sample with
+    ``error`` :data:`NO_NEW_LOG_LINE` (a gap, never a repeated or made-up value); lines before ``start`` (earlier
+    runs', the warm-up's) are never read. Never raises but for cancellation: a failed read is kept with its error.
+    """
+    pos, partial = start, b""
+    due = time.perf_counter() + interval_s / 2  # on the /metrics sampler's grid
+    await asyncio.sleep(interval_s / 2)
+    while True:
+        t = time.perf_counter()
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size - pos > LOG_TAIL_WINDOW_BYTES:  # only the newest line is wanted: skip to the last window
+                    pos, partial = size - LOG_TAIL_WINDOW_BYTES, b""
+                    f.seek(pos)
+                    f.readline()  # the window's first line is cut: drop it
+                else:
+                    f.seek(pos)
+                chunk = f.read(size - f.tell())
+                pos = size
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()  # a line still being written is read whole next time
+            latest = next((v for v in (parse_scheduler_line(line.decode(errors="replace")) for line in reversed(lines))
+                           if v is not None), None)
+            samples.append((t, latest, None) if latest is not None else (t, {}, NO_NEW_LOG_LINE))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed read is recorded, the run goes on
+            samples.append((t, {}, f"{type(exc).__name__}: {str(exc)[:200]}"))
+        due += interval_s
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))

@@ -125,14 +125,18 @@ def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
     telemetry.csv: one row per sample, ``t_s`` seconds from the run's first send (the requests' time origin, their
     t_send_s = 0; samples before it are negative), then one column per series (empty: the server did not export it)
     and ``error`` (why a sample got nothing). telemetry.json: ``available``, ``reason`` (why not), ``source``,
-    ``interval_s``, ``samples`` (how many, for runs too short for many), ``time_origin``.
+    ``interval_s``, ``samples`` (how many, for runs too short for many), ``time_origin``; telemetry tailed from the
+    server log adds ``values_as_of`` (a sample holds the engine's last scheduler line's values).
     """
     folder.mkdir(parents=True, exist_ok=True)
     samples = m.telemetry or []
     got = sum(err is None for _, _, err in samples)
     reason = m.telemetry_missing or (None if got else
                                      f"no sample answered ({samples[0][2]})" if samples else "no sample was taken")
-    info = {"available": got > 0, "reason": reason, "source": "GET /metrics, sampled during the batch",
+    from_log = m.telemetry_source == "log"
+    info = {"available": got > 0, "reason": reason,
+            "source": metrics.LOG_TELEMETRY_SOURCE if from_log else "GET /metrics, sampled during the batch",
+            **({"values_as_of": metrics.LOG_TELEMETRY_AS_OF} if from_log else {}),
             "interval_s": metrics.TELEMETRY_INTERVAL_S, "samples": len(samples), "samples_ok": got,
             "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()"}
     (folder / TELEMETRY_INFO_FILE).write_text(json.dumps(info, indent=2))
@@ -159,12 +163,15 @@ class Measurement:
     batch: BatchResult
     deltas: dict
     notes: list[str]
-    #: /metrics sampled during the batch (kvlab.metrics.sample_during): (perf_counter, values, error) per sample
+    #: /metrics sampled during the batch (kvlab.metrics.sample_during), or the server log's scheduler lines tailed
+    #: (kvlab.metrics.tail_log_during): (perf_counter, values, error) per sample
     telemetry: list[tuple[float, dict, str | None]] | None = None
-    #: why there is no telemetry (the engine serves no /metrics); None when it was sampled
+    #: why there is no telemetry (the engine serves no /metrics and logs no scheduler lines); None when it was sampled
     telemetry_missing: str | None = None
     #: under a load (workload.load): the steady-state window and why sending stopped early (None: it did not)
     load: loads.LoadOutcome | None = None
+    #: where the telemetry came from: "metrics" (GET /metrics) or "log" (the server log's scheduler lines)
+    telemetry_source: str = "metrics"
 
 
 @dataclass
@@ -372,13 +379,19 @@ class LocalExecutor:
         before = _scrape(server, why_before) if has_metrics else {}
         w = run.workload
         names = server.adapter.telemetry_names if has_metrics else {}
+        # no /metrics: an engine that logs its scheduler's lines is read from the log kvlab launched it with
+        tails_log = not names and server.adapter.log_telemetry and not server.external
         samples: list[tuple[float, dict, str | None]] = []
         load = w.load
         watch = loads.SaturationWatch(load, run.slo.ttft_ms if run.slo else None, samples) if load else None
 
         async def measured() -> BatchResult:
             sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key))
-                       if names else None)
+                       if names else
+                       # from the log's end now, just before the first send: earlier runs' lines are never read
+                       asyncio.create_task(metrics.tail_log_during(server.log_path, metrics.log_size(server.log_path),
+                                                                   samples))
+                       if tails_log else None)
             try:
                 return await run_requests(
                     server.base_url, _served_name(run), prompts,
@@ -393,8 +406,12 @@ class LocalExecutor:
                     await asyncio.gather(sampler, return_exceptions=True)
 
         batch = asyncio.run(measured())
-        missing = None if names else (f"{server.adapter.label} serves no /metrics" if not has_metrics else
-                                      f"kvlab samples no {server.adapter.label} series during a run")
+        missing = (None if names or tails_log else
+                   f"{server.adapter.label} serves no /metrics, and kvlab did not launch this server: its log, whose "
+                   "scheduler lines kvlab reads instead, is not here" if server.adapter.log_telemetry else
+                   f"{server.adapter.label} serves no /metrics" if not has_metrics else
+                   f"kvlab samples no {server.adapter.label} series during a run")
+        source = "log" if tails_log else "metrics"
         outcome = loads.LoadOutcome(load, loads.steady_window(batch.records, load.warmup_requests),
                                     watch.stopped) if load else None
         if outcome is not None:
@@ -411,8 +428,8 @@ class LocalExecutor:
             batch = _zero_missing_cached(batch)
         if not has_metrics:
             return Measurement(batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
-                f"{server.adapter.label} serves no /metrics: server-side counters not available"], None, missing,
-                outcome)
+                f"{server.adapter.label} serves no /metrics: server-side counters not available"],
+                samples if tails_log else None, missing, outcome, source)
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []

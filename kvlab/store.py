@@ -6,7 +6,7 @@ Layout (all paths from :mod:`kvlab.paths`):
   ``data/reference/<name>_claims.csv`` — a document's stated ratios, ``claims`` schema.
 - ``data/runs/<experiment>/<run_key>/`` — one measured run: ``run.parquet`` (one ``runs``
   row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``, ``telemetry.json`` and, where
-  the engine serves /metrics, ``telemetry.csv`` (kvlab.runner.write_telemetry).
+  the engine serves /metrics or kvlab read its scheduler's log lines, ``telemetry.csv`` (kvlab.runner.write_telemetry).
   A run folder appears by one atomic rename, so a killed sweep leaves no partial run.
 - ``data/runs/<experiment>/manifest.json`` — provenance of the experiment's sweeps (and, with ``probe: true``, each
   server start's accuracy probe: :func:`load_probes`).

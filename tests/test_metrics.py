@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from pathlib import Path
 
 from kvlab.testing.sse_fixture import SSEServer, serve_app
 
@@ -145,3 +148,104 @@ def test_sample_during_keeps_every_sample_and_the_error_of_a_failed_one():
     # HTTP 500: a sample with its error; garbage holding none of the wanted series: each of them None, never 0
     assert any(err == "RuntimeError: HTTP 500" for _, _, err in failed)
     assert all((v == {} and err) or (err is None and set(v.values()) == {None}) for _, v, err in failed)
+
+
+# ----------------------------------------------------------------- telemetry from the server log (sglang-jax)
+
+#: A real sglang-jax server log (kvlab test run, 2026-12-03; tests/fixtures/README.md): start-up, warm-up, then
+#: the scheduler's "Prefill batch." / "Decode batch." lines of two runs.
+SGLANG_JAX_LOG = Path(__file__).parent / "fixtures" / "logs" / "sglang-jax-server.log"
+
+
+def _log_lines() -> list[bytes]:
+    return [line + b"\n" for line in SGLANG_JAX_LOG.read_bytes().split(b"\n")[:-1]]  # tqdm's \r stay inside lines
+
+
+def test_the_scheduler_lines_of_a_real_sglang_jax_log_parse_to_exact_values():
+    """Each scheduler line gives requests running and waiting and the KV pool's used share (and, on decode lines,
+    the tokens it holds); every other line of the log (start-up, HTTP access, progress bars) gives nothing."""
+    parsed = [v for v in (metrics.parse_scheduler_line(line.decode()) for line in _log_lines()) if v is not None]
+    rows = [(v["requests_running"], v["requests_waiting"], v["kv_cache_usage"], v["kv_tokens_used"]) for v in parsed]
+    assert rows == [
+        (0, 0, 0.00, None),  # the warm-up's 16-token prefill
+        (0, 0, 0.00, None),
+        (0, 0, 0.00, None),  # a 1,000-token prefill, nothing else running
+        (1, 0, 0.06, None),  # "#new-seq: 2, #new-token: 2000, ... token usage: 0.06, #running-req: 1"
+        (3, 0, 0.18, None),
+        (0, 0, 0.00, None),
+        (0, 0, 0.03, None),  # "#cached-token: 500, token usage: 0.03"
+        (0, 0, 0.03, None),
+        (0, 0, 0.03, None),
+        (1, 0, 0.06, 1005),  # "Decode batch. #running-req: 1, #token: 1005, token usage: 0.06, ..."
+    ]
+    # a hybrid (sliding-window) model's decode line, built from sglang-jax's format string: the larger usage, as its
+    # scheduler itself takes, and "#running-req per DP" is not the running count
+    hybrid = metrics.parse_scheduler_line(
+        "[2026-12-03 12:00:00] Decode batch. #running-req: 4, #full token: 900, full token usage: 0.05, #swa token: "
+        "2000, swa token usage: 0.12, #running-req per DP: [4], gen throughput (token/s): 9.00, #queue-req: 2, ")
+    assert hybrid == {"requests_running": 4, "requests_waiting": 2, "kv_cache_usage": 0.12, "kv_tokens_used": 2000}
+
+
+def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_none_came(tmp_path):
+    """The sampler reads what another writer appends to the log after byte ``start`` (the lines before it, an
+    earlier run's, are never read), keeps the newest scheduler line's values per read, records a read that found
+    no new scheduler line as a gap (never a repeated or made-up value) and waits for a line still being written."""
+    lines = _log_lines()
+    sched = [i for i, line in enumerate(lines) if b" batch. " in line]
+    assert len(sched) == 10
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(lines[:sched[3] + 1]))  # up to "#running-req: 1": before the run, never read
+    start = metrics.log_size(log)
+    decode = lines[sched[9]]
+    steps = [  # (samples taken before it, bytes appended)
+        (1, b"".join(lines[sched[3] + 1:sched[4] + 1])),  # an access line, then "#running-req: 3 ... usage 0.18"
+        (3, b"".join(lines[sched[4] + 1:sched[9]]) + decode[:40]),  # prefills; the decode line cut mid-way
+        (4, decode[40:]),
+    ]
+    samples: list = []
+
+    def writer():
+        for wait_for, data in steps:
+            while len(samples) < wait_for:
+                time.sleep(0.005)
+            with open(log, "ab") as f:
+                f.write(data)
+
+    async def go():
+        task = asyncio.create_task(metrics.tail_log_during(log, start, samples, interval_s=0.2))
+        while len(samples) < 6:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    asyncio.run(go())
+    thread.join()
+    gap = ({}, metrics.NO_NEW_LOG_LINE)
+    values = [(v, err) for _, v, err in samples[:6]]
+    assert values == [
+        gap,  # the pre-start lines ("#running-req: 1") are not read
+        ({"requests_running": 3, "requests_waiting": 0, "kv_cache_usage": 0.18, "kv_tokens_used": None}, None),
+        gap,
+        # the newest whole line is the last 500-token prefill; the decode line is not finished yet
+        ({"requests_running": 0, "requests_waiting": 0, "kv_cache_usage": 0.03, "kv_tokens_used": None}, None),
+        ({"requests_running": 1, "requests_waiting": 0, "kv_cache_usage": 0.06, "kv_tokens_used": 1005}, None),
+        gap,
+    ]
+    gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:6])]
+    assert all(0.1 < g < 0.4 for g in gaps)  # on the interval's grid, stamped with time.perf_counter()
+
+
+def test_a_log_read_that_fails_is_a_sample_with_its_error(tmp_path):
+    async def go():
+        samples: list = []
+        task = asyncio.create_task(metrics.tail_log_during(tmp_path / "absent.log", 0, samples, interval_s=0.05))
+        while not samples:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return samples
+
+    (_, values, err), *_ = asyncio.run(go())
+    assert values == {} and err.startswith("FileNotFoundError: ")

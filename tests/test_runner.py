@@ -505,7 +505,8 @@ def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiment
 def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_path):
     """/metrics is sampled every TELEMETRY_INTERVAL_S while the batch runs: telemetry.csv on the requests' clock
     (t_s from the first send), a series the server does not export left empty (not 0), telemetry.json saying
-    what it is; an engine with no /metrics gets no samples and says why."""
+    what it is; an engine with no /metrics whose log kvlab cannot read (sglang-jax at a URL: kvlab did not launch
+    it, so its scheduler lines are elsewhere) gets no samples and says why."""
     from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
@@ -526,7 +527,9 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     assert tokens == sorted(tokens) and tele["kv_cache_usage"].null_count() == tele.height  # not exported: empty
     jax_dir = store.run_dirs(tmp_path, "tele_jax")[0]
     jax_info = json.loads((jax_dir / "telemetry.json").read_text())
-    assert not jax_info["available"] and "serves no /metrics" in jax_info["reason"] and jax_info["samples"] == 0
+    assert not jax_info["available"] and jax_info["samples"] == 0
+    assert jax_info["reason"] == ("sglang-jax (CPU) serves no /metrics, and kvlab did not launch this server: its log, "
+                                  "whose scheduler lines kvlab reads instead, is not here")
     assert not (jax_dir / "telemetry.csv").exists()
     # the store reads both back by run id: the samples as written, and why the other run has none
     runs = store.load_runs(tmp_path).select("experiment", "run_id")
@@ -863,3 +866,90 @@ def test_a_sweep_without_probe_sends_no_probe_request(tmp_path):
     manifest = json.loads((tmp_path / "runs" / "unprobed" / "manifest.json").read_text())
     assert "configurations" not in manifest and all("probe" not in s for s in manifest["sweeps"][-1]["servers"])
     assert store.load_probes(tmp_path).is_empty()
+
+
+def test_telemetry_tailed_from_the_server_log_says_so_and_keeps_its_gaps(tmp_path):
+    """A log-sourced measurement (sglang-jax: no /metrics) writes its samples on the requests' time origin with the
+    /metrics path's series names, a read that found no new scheduler line as a row with its error and empty values
+    (not 0), and a telemetry.json naming the log as the source and how old its values can be."""
+    from kvlab import metrics
+    from kvlab.client import BatchResult
+
+    batch = BatchResult(records=[], t0=100.0, t_end=101.5, batch_time_s=1.5, started_at="2026-12-03T11:56:29Z")
+    line = {"requests_running": 3.0, "requests_waiting": 0.0, "kv_cache_usage": 0.18, "kv_tokens_used": None}
+    decode = {"requests_running": 1.0, "requests_waiting": 0.0, "kv_cache_usage": 0.06, "kv_tokens_used": 1005.0}
+    m = runner.Measurement(batch, {}, [], telemetry=[(100.25, {}, metrics.NO_NEW_LOG_LINE), (100.75, line, None),
+                                                     (101.25, decode, None)], telemetry_source="log")
+    files = runner.write_telemetry(tmp_path, m)
+    assert set(files) == {"telemetry.json", "telemetry.csv"}
+    info = json.loads((tmp_path / "telemetry.json").read_text())
+    assert info == {"available": True, "reason": None, "source": "server log (scheduler lines), tailed during the batch",
+                    "values_as_of": metrics.LOG_TELEMETRY_AS_OF, "interval_s": 0.5, "samples": 3, "samples_ok": 2,
+                    "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()"}
+    assert "last scheduler log line" in info["values_as_of"] and "every prefill batch" in info["values_as_of"]
+    tele = pl.read_csv(tmp_path / "telemetry.csv")
+    assert tele.columns == ["t_s", "kv_cache_usage", "kv_tokens_used", "requests_running", "requests_waiting", "error"]
+    assert tele.rows() == [(0.25, None, None, None, None, metrics.NO_NEW_LOG_LINE),
+                           (0.75, 0.18, None, 3.0, 0.0, None),
+                           (1.25, 0.06, 1005.0, 1.0, 0.0, None)]
+    # a /metrics measurement keeps its own source and no values_as_of
+    plain = json.loads((runner.write_telemetry(tmp_path / "m", runner.Measurement(batch, {}, [], telemetry=[
+        (100.25, {"requests_running": 1.0}, None)]))["telemetry.json"]).read_text())
+    assert plain["source"] == "GET /metrics, sampled during the batch" and "values_as_of" not in plain
+
+
+def test_a_measured_sglang_jax_run_tails_its_server_log_from_its_first_send(tmp_path, monkeypatch):
+    """The runner's measurement of a launched sglang-jax server (no /metrics) reads its log: a scheduler line the
+    log held before the run (an earlier run's) is not sampled, the lines the server writes during the batch are,
+    under the /metrics path's series names; the counters stay not available."""
+    import threading
+    import types
+
+    from kvlab.engines.sglang_jax import SGLangJaxAdapter
+    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+
+    from kvlab import metrics
+
+    log = tmp_path / "server.log"
+    earlier = ("[2026-12-03 11:56:29] Prefill batch. #new-seq: 2, #new-token: 2000, #cached-token: 0, token usage: 0.06, "
+               "#running-req: 1, #queue-req: 0, \n")
+    log.write_text(earlier * 3)
+    during = ("[2026-12-03 11:56:31] Decode batch. #running-req: 2, #token: 1005, token usage: 0.06, gen throughput "
+              "(token/s): 3.75, #queue-req: 1, \n")
+    stop = threading.Event()
+    tail, starts = metrics.tail_log_during, []
+
+    def spy(path, start, samples, **kw):  # the byte the runner starts the tail at
+        starts.append(start)
+        return tail(path, start, samples, **kw)
+
+    monkeypatch.setattr(metrics, "tail_log_during", spy)
+
+    def engine_logs():  # the server's scheduler, while the batch runs
+        while not stop.wait(0.1):
+            with open(log, "a") as f:
+                f.write(during)
+
+    with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
+        path = write_spec(tmp_path, "tail", engine={"name": "sglang-jax", "launch": None, "url": srv.url,
+                                                    "kv_cache_bytes": None, "model": "org/remote-model"},
+                          workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 30})
+        run = expand(ExperimentSpec.load(path))[0]
+        server = types.SimpleNamespace(adapter=SGLangJaxAdapter(), base_url=srv.url, api_key=None, external=False,
+                                       log_path=log, flush_cache=lambda: True, running=lambda: True)
+        thread = threading.Thread(target=engine_logs)
+        thread.start()
+        try:
+            m = runner.LocalExecutor()._measure(server, run, runner.prompts_for(run, 32000))
+        finally:
+            stop.set()
+            thread.join()
+    assert m.telemetry_source == "log" and m.telemetry_missing is None
+    # the tail starts at the log's end at the run's start: past the earlier lines and whatever the engine had written
+    assert starts[0] >= 3 * len(earlier) and (starts[0] - 3 * len(earlier)) % len(during) == 0
+    ok = [v for _, v, err in m.telemetry if err is None]
+    assert len(m.telemetry) >= 2 and ok  # a 1.5 s batch, read every 0.5 s
+    assert all(v == {"requests_running": 2, "requests_waiting": 1, "kv_cache_usage": 0.06, "kv_tokens_used": 1005}
+               for v in ok)  # never the earlier run's "#running-req: 1"
+    assert all(err in (None, metrics.NO_NEW_LOG_LINE) for _, _, err in m.telemetry)
+    assert m.deltas["prompt_tokens"] is None and any("serves no /metrics" in n for n in m.notes)

@@ -139,6 +139,10 @@ class EngineAdapter(ABC):
     #: What a run's telemetry samples from /metrics during the run (kvlab.metrics.sample_during): canonical ->
     #: Prometheus name of the engine's gauges and counters (kv_cache_usage as a fraction 0-1).
     telemetry_names: ClassVar[dict[str, str]] = {}
+    #: An engine that serves no /metrics but logs SGLang's periodic scheduler lines (#running-req, #queue-req, token
+    #: usage): a run's telemetry tails the server log kvlab launched it with instead (kvlab.metrics.tail_log_during,
+    #: the same series names as telemetry_names'). Not for a server kvlab did not launch: its log is elsewhere.
+    log_telemetry: ClassVar[bool] = False
     #: Where the Prometheus counters are served; None: the engine serves none (counters not available).
     metrics_path: ClassVar[str | None] = "/metrics"
     #: The engine leaves ``usage.prompt_tokens_details`` out when no prompt token was cached, so a

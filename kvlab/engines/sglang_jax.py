@@ -7,7 +7,8 @@ SGLang side of a measured comparison. It is *not* PyTorch SGLang: kernels, batch
 speed differ, so results on it are labelled ``sglang-jax`` and never stand for ``sglang``.
 
 What it lacks (0.1.0rc0, measured): ``/metrics`` answers 404 even with ``--enable-metrics``, so
-server-side counters are *not available* (None, never 0); prefix hits come from
+server-side counters are *not available* (None, never 0), and a run's telemetry (requests running and
+waiting, KV-pool usage) comes from its scheduler's periodic log lines instead; prefix hits come from
 ``usage.prompt_tokens_details.cached_tokens``, which it omits when the hit is 0; the version is
 in ``/get_server_info``. ``--mem-fraction-static`` sizes the KV pool from device memory (on CPU:
 half of host RAM by default), so an explicit KV budget is passed as ``--max-total-tokens``.
@@ -58,7 +59,10 @@ class SGLangJaxAdapter(SGLangAdapter):
     # No /metrics endpoint (404): every counter is "not exported", so its deltas are None.
     metric_names = {k: None for k in SGLangAdapter.metric_names}
     metrics_path = None
-    telemetry_names = {}  # nothing to sample: its run telemetry is "not available" (scheduler log lines not parsed)
+    telemetry_names = {}  # nothing to sample over HTTP ...
+    # ... so a run's telemetry tails its server log's scheduler lines ("Prefill batch." / "Decode batch.": #running-req,
+    # #queue-req, token usage, #token), as of the engine's last such line (kvlab.metrics.parse_scheduler_line)
+    log_telemetry = True
     cached_tokens_omitted_when_zero = True
     cmdline_markers = ("sgl_jax.launch_server", "sgl_jax", "sglang::")
     startup_patterns = _STARTUP_PATTERNS
