@@ -116,6 +116,13 @@ def test_token_counts_and_radix_hits_against_vllm_blocks(tmp_path, engine_python
     # no /metrics: server counters are not available (null), never 0, and the run says why
     assert sgl["server_prompt_tokens"].null_count() == 2 and sgl["server_prefix_cache_hits"].null_count() == 2
     assert all("serves no /metrics" in n for n in sgl["notes"].to_list())
+    # ... but its telemetry during the batch comes from the scheduler lines of the log kvlab keeps
+    ids = sgl["run_id"].to_list()
+    info = store.load_telemetry_info(tmp_path).filter(pl.col("run_id").is_in(ids))
+    assert info.height == 2 and info["available"].all(), info.rows()
+    tele = store.load_telemetry(tmp_path).filter(pl.col("run_id").is_in(ids) & pl.col("error").is_null())
+    assert tele.height >= 2 and tele["requests_running"].null_count() == 0 and tele["kv_cache_usage"].null_count() == 0
+    assert tele["requests_running"].max() >= 1
 
     def cached(engine: str, mode: str) -> list[int]:
         sel = reqs.filter((pl.col("engine") == engine) & (pl.col("mode") == mode)).sort("request_index")
