@@ -369,23 +369,6 @@ def test_workload_default_matches_the_shipped_b300_experiment():
 # --------------------------------------------------------------------------- notebook
 
 
-def test_whatif_notebook_executes(tmp_path):
-    papermill = pytest.importorskip("papermill")
-    out = tmp_path / "04_whatif_model.out.ipynb"
-    papermill.execute_notebook(
-        str(NOTEBOOKS_DIR / "04_whatif_model.ipynb"),
-        str(out),
-        parameters={"curve_points": 8, "max_context": 262144, "gpus": ["B300", "H200"], "dcp_sizes": [8],
-                    "headroom_contexts": [65536, 204800]},  # fmt: skip
-        kernel_name="python3",
-        cwd=str(NOTEBOOKS_DIR),
-        progress_bar=False,
-    )
-    text = out.read_text()
-    assert "leave-one-out error" in text.lower() and '"output_type": "error"' not in text
-    assert "between the published 64K and 200K points" in text
-
-
 def test_whatif_notebook_is_committed_without_outputs():
     import nbformat
 
