@@ -16,17 +16,6 @@ SGLANG_JAX_PYTHON = ENGINES_DIR / "sglang-jax" / "bin" / "python"
 SGLANG_PYTHON = ENGINES_DIR / "sglang" / "bin" / "python"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist, each worker's vLLM servers compute on a core of their own: vLLM's CPU build binds its
-    OpenMP threads to core 0 by default (keeping the last core for its API server), so two workers' servers would
-    share one core while the other waits. The variable is vLLM's (VLLM_CPU_OMP_THREADS_BIND); an explicit value
-    is left alone."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", …
-    if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        cpus = sorted(os.sched_getaffinity(0))
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cpus[int(worker[2:]) % len(cpus)])
-
-
 def _required(python: Path) -> Path:
     """``python`` when it exists; otherwise fail under CI (which must have it) and skip elsewhere."""
     if not python.exists():

@@ -17,7 +17,7 @@ import pytest
 
 from kvlab import reports
 
-pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("reports_build")]  # one build per suite under xdist
+pytestmark = pytest.mark.browser
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NOTEBOOKS = [p.stem for p in reports.notebooks()]
 WIDTH = 1200

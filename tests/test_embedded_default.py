@@ -13,7 +13,7 @@ import pytest
 from kvlab import host, store
 from kvlab.paths import DATA_DIR, EXPERIMENTS_DIR, ROOT
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("embedded_default")]  # one sweep per suite under xdist
+pytestmark = pytest.mark.engine
 EXPERIMENT = EXPERIMENTS_DIR / "cpu_long_context.yaml"
 
 
