@@ -81,6 +81,17 @@ def sig2(x: float) -> str:
     return f"{x:#.2g}".rstrip(".")
 
 
+def measured(x: float, n: int | None = None) -> str:
+    """A measured quantity (req/s, tokens/s, a margin): two significant figures where it rests on one run
+    (``n`` = 1: :func:`sig2`), else three; never in e-notation (1,290, not 1.29e+03)."""
+    if n == 1:
+        return sig2(x)
+    if x == 0:
+        return "0"
+    mag = int(math.floor(math.log10(abs(x))))
+    return f"{round(x, 2 - mag):,.0f}" if mag >= 2 else f"{x:#.3g}".rstrip(".")
+
+
 def ratio(x: float, n: int | None = None, digits: int = 2) -> str:
     """A measured or published ratio as a reader reads it: two significant figures where it rests on one run a
     side (``n`` = 1: :func:`sig2`), else ``digits`` decimals (published values, n = None; repeats)."""

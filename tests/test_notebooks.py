@@ -525,9 +525,9 @@ def test_report_07_on_capacity_runs(tmp_path):
     assert "No measured capacity runs" not in text and "Not measured yet" not in text
     for sentence in (
             "vLLM TP1 at 200K (3,200 tok), memory setting 0.92: highest load within the SLO <strong>2 in flight</strong>, "
-            "goodput 0.4 req/s (n=1); missed it at 4 in flight.",
-            "Measured: the winner changes with the setting: vLLM at 64K (1,024 tok) at 0.92 (2×), 64K (1,024 tok) at "
-            "0.95 (2×), 200K (3,200 tok) at 0.92 (1.6×); SGLang at 200K (3,200 tok) at 0.95 (1.25×)",
+            "goodput 0.40 req/s (n=1); missed it at 4 in flight.",
+            "Measured: the winner changes with the setting: vLLM at 64K (1,024 tok) at 0.92 (2.0×), 64K (1,024 tok) at "
+            "0.95 (2.0×), 200K (3,200 tok) at 0.92 (1.6×); SGLang at 200K (3,200 tok) at 0.95 (1.2×)",
             "loads past the ceiling at SGLang TP1 200K (3,200 tok), memory setting 0.92 (ceiling 2, waited from 4 in "
             "flight); vLLM TP1 200K (3,200 tok), memory setting 0.92 (ceiling 2, waited from 4 in flight)",
             "TTFT ≤ 5,000 ms and TPOT ≤ 200 ms",

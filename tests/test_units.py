@@ -30,3 +30,12 @@ def test_a_scaled_context_says_its_real_tokens():
 
 def test_a_range_is_given_in_tokens_and_says_what_k_is():
     assert units.token_range(110_628.8, 754_398.7) == "110,629–754,399 tokens (108K–737K; K = 1,024)"
+
+
+def test_measured_numbers_have_two_significant_figures_at_n1_and_never_e_notation():
+    from kvlab.units import measured
+
+    assert [measured(x, 1) for x in (1290.4, 464.2, 11.3, 5.74, 1.97, 0.4, 0.0523)] == [
+        "1,300", "460", "11", "5.7", "2.0", "0.40", "0.052"]
+    assert [measured(x, 3) for x in (1290.4, 464.2, 20.2, 5.74, 0.0523)] == ["1,290", "464", "20.2", "5.74", "0.0523"]
+    assert measured(0.0, 1) == measured(0.0, 3) == "0"

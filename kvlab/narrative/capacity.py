@@ -10,7 +10,7 @@ from kvlab import tables
 from kvlab.analysis import KV_SATURATED, NOT_PROBED, SLO_SHARE
 from kvlab.claims.capacity import capacity_verdicts
 from kvlab.engines import engine_label
-from kvlab.units import scaled_context, tokens_label
+from kvlab.units import measured, scaled_context, tokens_label
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -71,8 +71,8 @@ def pareto_caption(curve: DataFrame) -> str:
     settings = len({(r["context_tokens"], r["mem_util"]) for r in rows})
     return (f"Measured: {len(rows)} load points over {settings} context × memory settings, {within} within the SLO "
             f"(filled), {front} on their setting's Pareto front (black ring). The most output per device: "
-            f"{config_label(top)} at {_where(top)}, {top['output_tokens_per_s_per_device']:.3g} tokens/s at "
-            f"{top['output_tokens_per_s_per_user']:.3g} tokens/s per user ({_level(top['load_level'], top['load_mode'])}"
+            f"{config_label(top)} at {_where(top)}, {measured(top['output_tokens_per_s_per_device'], 1)} tokens/s at "
+            f"{measured(top['output_tokens_per_s_per_user'], 1)} tokens/s per user ({_level(top['load_level'], top['load_mode'])}"
             f"{', within the SLO' if top['within_slo'] else ', missing the SLO'}). Down and to the right is more "
             "interactive, up is more throughput.")
 
@@ -84,13 +84,13 @@ def capacity_table(best: DataFrame):
     for r in sorted(best.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
         g = r["goodput_requests_per_s"]
         spread = ("" if g is None or r["goodput_min_requests_per_s"] == r["goodput_max_requests_per_s"] else
-                  f" ({r['goodput_min_requests_per_s']:.3g}–{r['goodput_max_requests_per_s']:.3g})")
+                  f" ({measured(r['goodput_min_requests_per_s'], 1)}–{measured(r['goodput_max_requests_per_s'], 1)})")
         rows.append({"configuration": config_label(r), "context": scaled_context(r["context_label"], r["context_tokens"]),
                      "memory setting": r["mem_util"],
                      "loads measured": ", ".join(f"{v:g}" for v in r["levels"]),
                      "highest load within the SLO": _level(r["max_load_within_slo"], r["load_mode"])
                      if r["max_load_within_slo"] is not None else "none",
-                     "goodput there (req/s)": "–" if g is None else f"{g:.3g}{spread}",
+                     "goodput there (req/s)": "–" if g is None else f"{measured(g, r['repeats'])}{spread}",
                      "repeats": r["repeats"], "lowest load past the SLO": _level(r["first_load_past_slo"], r["load_mode"])})
     return tables.table(rows, list(rows[0]) if rows else ["configuration"])
 
@@ -107,7 +107,7 @@ def capacity_sentences(best: DataFrame) -> str:
         past = (f"; missed it at {_level(r['first_load_past_slo'], r['load_mode'])}" if r["first_load_past_slo"]
                 is not None else "; within it at every load measured, so its limit lies above")
         lines.append(f"- {head}: highest load within the SLO **{_level(r['max_load_within_slo'], r['load_mode'])}**, "
-                     f"goodput {r['goodput_requests_per_s']:.3g} req/s (n={r['repeats']}){past}.")
+                     f"goodput {measured(r['goodput_requests_per_s'], r['repeats'])} req/s (n={r['repeats']}){past}.")
     return "\n".join(lines)
 
 
@@ -170,8 +170,8 @@ def map_table(gmap: DataFrame):
     rows = []
     for r in gmap.iter_rows(named=True):
         w = r.get("winner")
-        margin = ("–" if not w or r.get("margin") is None else f"{r['margin']:.3g}×")
-        spread = ("–" if not w or r.get("margin") is None else f"{r['margin_lo']:.3g}–{r['margin_hi']:.3g}×")
+        margin = ("–" if not w or r.get("margin") is None else f"{measured(r['margin'], r.get('n'))}×")
+        spread = ("–" if not w or r.get("margin") is None else f"{measured(r['margin_lo'], 1)}–{measured(r['margin_hi'], 1)}×")
         rows.append({
             "context": scaled_context(r["context_label"], r["context_tokens"]), "memory setting": r["mem_util"],
             "higher goodput": ("no engine within the SLO" if not w else
@@ -179,12 +179,12 @@ def map_table(gmap: DataFrame):
                                + (f" — its output differs (probe: {r['winner_probe']})" if r.get("winner_differs")
                                   else "")),
             "its goodput (req/s) at its highest load": "–" if not w else
-            f"{r['winner_goodput_requests_per_s']:.3g} at {_level(r['winner_load'], r['load_mode'])}",
+            f"{measured(r['winner_goodput_requests_per_s'], r.get('n'))} at {_level(r['winner_load'], r['load_mode'])}",
             "runner-up": "–" if not w else config_label({"engine": r["runner_up"], "tp": r["runner_up_tp"],
                                                           "dcp": r["runner_up_dcp"]}),
             "runner-up goodput (req/s)": "–" if not w else (
                 "none within the SLO" if r["runner_up_goodput_requests_per_s"] is None else
-                f"{r['runner_up_goodput_requests_per_s']:.3g} at {_level(r['runner_up_load'], r['load_mode'])}"),
+                f"{measured(r['runner_up_goodput_requests_per_s'], r.get('n'))} at {_level(r['runner_up_load'], r['load_mode'])}"),
             "margin": margin, "margin over the repeats": spread, "n": r.get("n"),
             "accuracy probe (winner / runner-up)": "–" if not w else
             f"{r.get('winner_probe') or NOT_PROBED} / {r.get('runner_up_probe') or NOT_PROBED}"})
@@ -200,7 +200,7 @@ def map_caption(gmap: DataFrame) -> str:
     for r in cells:
         wins.setdefault(engine_label(r["winner"]), []).append(
             f"{scaled_context(r['context_label'], r['context_tokens'])} at {r['mem_util']:g}"
-            + (f" ({r['margin']:.3g}×)" if r.get("margin") is not None else " (the only one within the SLO)"))
+            + (f" ({measured(r['margin'], r.get('n'))}×)" if r.get("margin") is not None else " (the only one within the SLO)"))
     change = ("the winner changes with the setting" if len(wins) > 1 else "the same engine at every setting measured")
     ns = sorted({r["n"] for r in cells if r.get("n") is not None})
     return (f"Measured: {change}: " + "; ".join(f"{e} at {', '.join(w)}" for e, w in wins.items())
