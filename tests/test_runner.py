@@ -386,19 +386,22 @@ def test_engine_core_killed_is_a_crash_retried_on_a_new_server(tmp_path, monkeyp
 
 @pytest.mark.engine
 def test_hung_engine_is_a_timeout_killed_and_the_sweep_continues(tmp_path, monkeypatch, engine_python, tiny_model):
-    # 20 s, not 5: the 16-token run's first token follows a 2 x 3,484-token prefill on a fresh server (with 6,000
-    # output tokens it was 2 x 6,984, which took more than 5 s on a 2-core EPYC without AVX-512 in float32)
-    path = write_spec(tmp_path, "hung", engine={"stall_timeout_s": 20},
-                      workload={"batch_size": 2, "context_tokens": LONG + 1000, "output_tokens": LONG},
-                      matrix={"workload.output_tokens": [LONG, 16]})
-    stopped = _kill_engine_when_streaming(monkeypatch, tag_of(path), LONG, sig=signal.SIGSTOP)
+    # The engine is stopped at the long run's first chunk, so its length only has to outlast that chunk: 200 output
+    # tokens, and a 16-token run whose prompt is 2 x 1,184 tokens. 10 s of silence, not 20: that run's first token
+    # follows its prefill on a fresh server (2 x 6,984 tokens once took more than 5 s on a 2-core EPYC without
+    # AVX-512 in float32; 2 x 1,184 is a sixth of that).
+    short = 200
+    path = write_spec(tmp_path, "hung", engine={"stall_timeout_s": 10},
+                      workload={"batch_size": 2, "context_tokens": short + 1000, "output_tokens": short},
+                      matrix={"workload.output_tokens": [short, 16]})
+    stopped = _kill_engine_when_streaming(monkeypatch, tag_of(path), short, sig=signal.SIGSTOP)
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
     assert stopped, "no request of the long run streamed a token"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
-    assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "timeout"
-    assert runs[LONG]["requests_ok"] + runs[LONG]["requests_failed"] == 2  # no request vanishes
+    assert runs[short]["status"] == "failed" and runs[short]["failure_cause"] == "timeout"
+    assert runs[short]["requests_ok"] + runs[short]["requests_failed"] == 2  # no request vanishes
     attempts = store.load_attempts(tmp_path).filter(pl.col("failure_cause") == "timeout")
-    assert "no data for 20 s" in attempts["detail"][0] and "server killed" in attempts["detail"][0]
+    assert "no data for 10 s" in attempts["detail"][0] and "server killed" in attempts["detail"][0]
     tries16 = store.load_attempts(tmp_path).filter(pl.col("run_id") == runs[16]["run_id"]).select("failure_cause", "detail").rows()
     assert runs[16]["status"] == "ok", tries16  # the stopped engine was killed; the next run got a new server
     assert res.server_starts == 2
