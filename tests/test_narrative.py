@@ -263,7 +263,7 @@ def test_radix_vs_paged(sharing):
     assert lines[2] == (
         "- shared fraction 0.5 (1,016 prefix tokens): sglang-jax (CPU) served **47%** of prompt tokens from its radix "
         "cache (token-exact ideal 47%), vLLM **41%** from its paged cache (whole 128-token-block ideal 41%); mean TTFT "
-        "250 ms vs 134 ms, median batch time 2.5 s vs 1.34 s.")
+        "250 ms vs 134 ms, median batch time 2.50 s vs 1.34 s.")
     # 1016 − 896 = 120 tokens × 15 requests of 32,512: 5.5 points
     assert lines[-1] == ("- Largest hit-rate gap: at shared fraction 0.5, sglang-jax (CPU) served **5.5 percentage "
                          "points** more of the prompt from its cache than vLLM.")

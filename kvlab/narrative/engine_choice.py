@@ -16,7 +16,7 @@ from kvlab.guide import (
 )
 from kvlab.tables import ms, number, percent
 from kvlab.units import ratio as _ratio
-from kvlab.units import sig2
+from kvlab.units import measured, sig2
 from kvlab.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def _context_finding(f: Factor) -> str:
 
 def _prefix_run(r: dict) -> str:
     return (f"{engine_label(r['engine'])} reuses {percent(r['cache_hit_rate'])} of prompt tokens at shared fraction "
-            f"{r['shared_fraction']:g} (ideal {r['ideal_hit_rate']:.0%}), median batch time {r['batch_time_s']:.3g} s")
+            f"{r['shared_fraction']:g} (ideal {r['ideal_hit_rate']:.0%}), median batch time {measured(r['batch_time_s'], r.get('n_runs'))} s")
 
 
 def _runs(f: Factor) -> int | None:
@@ -93,7 +93,7 @@ def _prefix_comparison(f: Factor) -> str:
 
 def _concurrency_run(r: dict) -> str:
     return (f"{engine_label(r['engine'])} at {r['in_flight']} in flight: {r['requests_ok']}/{r['requests_sent']} "
-            f"requests completed, {r['requests_failed']} failed, {r['requests_per_s']:.3g} requests/s")
+            f"requests completed, {r['requests_failed']} failed, {measured(r['requests_per_s'], r.get('n_runs'))} requests/s")
 
 
 def _concurrency_comparison(f: Factor) -> str:
@@ -209,7 +209,7 @@ def concurrency_caption(conc: DataFrame) -> str:
         return "No measured concurrency run."
     top = conc["in_flight"].max()
     d = _sorted([r for r in conc.iter_rows(named=True) if r["in_flight"] == top], "requests_per_s", descending=True)
-    parts = [f"{engine_label(r['engine'])} completes {r['requests_per_s']:.3g} requests/s (mean TTFT "
+    parts = [f"{engine_label(r['engine'])} completes {measured(r['requests_per_s'], r.get('n_runs'))} requests/s (mean TTFT "
              f"{r['ttft_mean_ms']:,.0f} ms)" for r in d]
     ratio = (f" — {engine_label(d[0]['engine'])} {d[0]['requests_per_s'] / d[1]['requests_per_s']:.1f}× the throughput"
              if len(d) >= 2 else "")
@@ -363,7 +363,7 @@ def concurrency_sentence(conc: DataFrame) -> str:
     for r in conc.iter_rows(named=True):
         lines.append(f"- {engine_label(r['engine'])}, {r['in_flight']} in flight ({r['hardware']}): **{r['requests_ok']} of "
                      f"{r['requests_sent']}** requests completed, {r['requests_failed']} failed over {r['n_runs']} run(s); "
-                     f"{r['requests_per_s']:.3g} requests/s, mean TTFT {ms(r['ttft_mean_ms'])} (p99 {ms(r['ttft_p99_ms'])}).")
+                     f"{measured(r['requests_per_s'], r.get('n_runs'))} requests/s, mean TTFT {ms(r['ttft_mean_ms'])} (p99 {ms(r['ttft_p99_ms'])}).")
     all_ok = conc.height and int(conc["requests_failed"].sum()) == 0
     if all_ok:
         lines.append(f"- Every one of the {int(conc['requests_sent'].sum()):,} requests sent is accounted for and none failed.")

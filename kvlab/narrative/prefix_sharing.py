@@ -11,7 +11,7 @@ from kvlab.claims.sharing import (
 )
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.tables import ms, percent
-from kvlab.units import ratio
+from kvlab.units import measured, ratio
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -340,7 +340,8 @@ def radix_vs_paged_sentence(sharing: DataFrame, block_tokens: int = 128) -> str:
             f"**{percent(r['cache_hit_rate_r'])}** of prompt tokens from its radix cache (token-exact ideal "
             f"{r['ideal_hit_rate']:.0%}), {lp} **{percent(r['cache_hit_rate'])}** from its paged cache (whole "
             f"{block_tokens}-token-block ideal {r['block_ideal_hit_rate']:.0%}); mean TTFT {ms(r['ttft_mean_ms_r'])} "
-            f"vs {ms(r['ttft_mean_ms'])}, median batch time {r['batch_time_s_r']:.3g} s vs {r['batch_time_s']:.3g} s.")
+            f"vs {ms(r['ttft_mean_ms'])}, median batch time {measured(r['batch_time_s_r'], r.get('n_runs_r', r.get('n_runs')))} s vs "
+            f"{measured(r['batch_time_s'], r.get('n_runs'))} s.")
     gaps = [{**r, "gap": r["cache_hit_rate_r"] - r["cache_hit_rate"]} for r in both
             if r["cache_hit_rate"] is not None and r["cache_hit_rate_r"] is not None]
     if gaps:
