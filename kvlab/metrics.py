@@ -120,27 +120,38 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
     wanted = tuple(names.values())
     url = base_url.rstrip("/") + "/metrics"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(4 * interval_s, 2.0))) as session:
-        # the first sample half an interval in, not at the first send: a GET /metrics beside the batch's arrival
-        # cost vLLM's API server (which also tokenizes the prompts) about 14 ms of mean TTFT on 2 cores
-        # (benchmarks/telemetry_overhead.py, 2026-12-03)
-        due = time.perf_counter() + interval_s / 2
-        await asyncio.sleep(interval_s / 2)
-        while True:
-            t = time.perf_counter()
-            try:
-                async with session.get(url, headers=headers, allow_redirects=False) as resp:
-                    if resp.status != 200:
-                        raise RuntimeError(f"HTTP {resp.status}")
-                    raw = await resp.content.read(MAX_METRICS_BYTES)
-                kept = "\n".join(line for line in raw.decode(errors="replace").splitlines() if line.startswith(wanted))
-                parsed = parse_metrics(kept + "\n")
-                samples.append((t, {c: _lookup(parsed, n) for c, n in names.items()}, None))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a failed sample is recorded, the run goes on
-                samples.append((t, {}, f"{type(exc).__name__}: {str(exc)[:200]}"))
-            due += interval_s
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+
+        async def take() -> tuple[dict, str | None]:
+            async with session.get(url, headers=headers, allow_redirects=False) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"HTTP {resp.status}")
+                raw = await resp.content.read(MAX_METRICS_BYTES)
+            kept = "\n".join(line for line in raw.decode(errors="replace").splitlines() if line.startswith(wanted))
+            parsed = parse_metrics(kept + "\n")
+            return {c: _lookup(parsed, n) for c, n in names.items()}, None
+
+        await _on_grid(take, samples, interval_s)
+
+
+async def _on_grid(take, samples: list[tuple[float, dict, str | None]], interval_s: float) -> None:
+    """Append ``(t, *await take())`` to ``samples`` every ``interval_s`` until cancelled, ``t`` the
+    ``time.perf_counter()`` stamp taken just before ``take`` runs; a ``take`` that raises is kept as a sample with
+    its error (the run goes on). The first sample comes half an interval in, not at the first send: a GET /metrics
+    beside the batch's arrival cost vLLM's API server (which also tokenizes the prompts) about 14 ms of mean TTFT on
+    2 cores (benchmarks/telemetry_overhead.py, 2026-12-03); the log tail keeps the same grid."""
+    due = time.perf_counter() + interval_s / 2
+    await asyncio.sleep(interval_s / 2)
+    while True:
+        t = time.perf_counter()
+        try:
+            values, error = await take()
+            samples.append((t, values, error))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed sample is recorded, the run goes on
+            samples.append((t, {}, f"{type(exc).__name__}: {str(exc)[:200]}"))
+        due += interval_s
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
 
 
 # --------------------------------------------------------------------------- telemetry from a server's log
@@ -206,29 +217,23 @@ async def tail_log_during(path: str | Path, start: int, samples: list[tuple[floa
     runs', the warm-up's) are never read. Never raises but for cancellation: a failed read is kept with its error.
     """
     pos, partial = start, b""
-    due = time.perf_counter() + interval_s / 2  # on the /metrics sampler's grid
-    await asyncio.sleep(interval_s / 2)
-    while True:
-        t = time.perf_counter()
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size - pos > LOG_TAIL_WINDOW_BYTES:  # only the newest line is wanted: skip to the last window
-                    pos, partial = size - LOG_TAIL_WINDOW_BYTES, b""
-                    f.seek(pos)
-                    f.readline()  # the window's first line is cut: drop it
-                else:
-                    f.seek(pos)
-                chunk = f.read(size - f.tell())
-                pos = size
-            lines = (partial + chunk).split(b"\n")
-            partial = lines.pop()  # a line still being written is read whole next time
-            latest = next((v for v in (parse_scheduler_line(line.decode(errors="replace")) for line in reversed(lines))
-                           if v is not None), None)
-            samples.append((t, latest, None) if latest is not None else (t, {}, NO_NEW_LOG_LINE))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a failed read is recorded, the run goes on
-            samples.append((t, {}, f"{type(exc).__name__}: {str(exc)[:200]}"))
-        due += interval_s
-        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+
+    async def take() -> tuple[dict, str | None]:
+        nonlocal pos, partial
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size - pos > LOG_TAIL_WINDOW_BYTES:  # only the newest line is wanted: skip to the last window
+                pos, partial = size - LOG_TAIL_WINDOW_BYTES, b""
+                f.seek(pos)
+                f.readline()  # the window's first line is cut: drop it
+            else:
+                f.seek(pos)
+            chunk = f.read(size - f.tell())
+            pos = size
+        lines = (partial + chunk).split(b"\n")
+        partial = lines.pop()  # a line still being written is read whole next time
+        latest = next((v for v in (parse_scheduler_line(line.decode(errors="replace")) for line in reversed(lines))
+                       if v is not None), None)
+        return (latest, None) if latest is not None else ({}, NO_NEW_LOG_LINE)
+
+    await _on_grid(take, samples, interval_s)

@@ -156,6 +156,16 @@ def _served_name(run: RunSpec) -> str:
     return run.engine.served_name
 
 
+def _why_no_telemetry(server: EngineServer, has_metrics: bool) -> str:
+    """Why a run on ``server`` has no telemetry (it neither serves the sampled /metrics series nor had its log
+    tailed)."""
+    label = server.adapter.label
+    if server.adapter.log_telemetry:  # it would have been tailed, had kvlab launched it
+        return (f"{label} serves no /metrics, and kvlab did not launch this server: its log, whose scheduler lines "
+                "kvlab reads instead, is not here")
+    return f"{label} serves no /metrics" if not has_metrics else f"kvlab samples no {label} series during a run"
+
+
 @dataclass
 class Measurement:
     """One measured batch: its requests, the server's counter deltas around it, and notes on how it was taken."""
@@ -406,11 +416,7 @@ class LocalExecutor:
                     await asyncio.gather(sampler, return_exceptions=True)
 
         batch = asyncio.run(measured())
-        missing = (None if names or tails_log else
-                   f"{server.adapter.label} serves no /metrics, and kvlab did not launch this server: its log, whose "
-                   "scheduler lines kvlab reads instead, is not here" if server.adapter.log_telemetry else
-                   f"{server.adapter.label} serves no /metrics" if not has_metrics else
-                   f"kvlab samples no {server.adapter.label} series during a run")
+        missing = None if names or tails_log else _why_no_telemetry(server, has_metrics)
         source = "log" if tails_log else "metrics"
         outcome = loads.LoadOutcome(load, loads.steady_window(batch.records, load.warmup_requests),
                                     watch.stopped) if load else None
