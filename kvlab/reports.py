@@ -427,7 +427,9 @@ def build(
     optional callable(report) for a progress bar.
     """
     paths = notebooks(selected)
-    workers = workers or min(len(paths), os.cpu_count() or 1) or 1
+    # the cores this process may use (a pinned process gets one worker per core it has, not per core in the machine)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = workers or min(len(paths), cores) or 1
     out_dir.mkdir(parents=True, exist_ok=True)
     reports: list[Report] = []
     errors: list[str] = []

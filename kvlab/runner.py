@@ -102,15 +102,21 @@ def _zero_missing_cached(batch: BatchResult) -> BatchResult:
     return replace(batch, records=records)
 
 
-def _scrape(server: EngineServer, why: list[str] | None = None) -> dict[str, float]:
+#: How long the counters are waited for after a run whose streams stalled: a hung or stopped engine answers /metrics
+#: no sooner than its streams, and the default 30 s would only delay the verdict (and the new server) by that much.
+STALLED_SCRAPE_TIMEOUT_S = 2.0
+
+
+def _scrape(server: EngineServer, why: list[str] | None = None, timeout_s: float = 30.0) -> dict[str, float]:
     """The server's counters, or {} when they cannot be had: unreachable (it may be dying), an HTTP error, a body
-    that is not Prometheus text, anything else. Never raises: the run records its counters as not available,
-    and ``why`` gets the reason."""
+    that is not Prometheus text, no answer within ``timeout_s``, anything else. Never raises: the run records its
+    counters as not available, and ``why`` gets the reason."""
     try:
-        return asyncio.run(metrics.scrape(server.base_url, server.api_key))
+        return asyncio.run(metrics.scrape(server.base_url, server.api_key, timeout_s=timeout_s))
     except Exception as exc:  # noqa: BLE001 - a bad /metrics answer costs the run its counters, not the sweep
         if why is not None:
-            why.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+            why.append(f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError)
+                       else f"{type(exc).__name__}: {str(exc)[:200]}")
         return {}
 
 
@@ -439,8 +445,10 @@ class LocalExecutor:
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []
+        stalled = any(r.status != "ok" and (r.error or "").startswith(STALLED) for r in batch.records)
+        timeout_s = STALLED_SCRAPE_TIMEOUT_S if stalled else 30.0
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
-            after = _scrape(server, why_after) if server.running() else {}
+            after = _scrape(server, why_after, timeout_s) if server.running() else {}
             deltas = metrics.counter_deltas(before, after, server.adapter.metric_names)
             if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
                 break

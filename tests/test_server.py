@@ -288,22 +288,6 @@ def test_real_vllm_serves_token_prompts(tmp_path, registry, engine_python, tiny_
     assert not list(registry.glob("*.json"))
 
 
-@pytest.mark.engine
-def test_real_vllm_kv_cache_too_small(tmp_path, registry, engine_python, tiny_model):
-    # 1 MiB of KV = 1,024 tokens of the tiny model, far below max_model_len 8,192.
-    spec = _tiny_spec(engine_python, tiny_model, max_model_len=8192, kv_cache_bytes=2**20)
-    srv = EngineServer(spec, tmp_path / "small.log")
-    with pytest.raises(ServerError) as err:
-        with srv:
-            pass
-    f = err.value.failure
-    assert f.cause == "kv_cache_too_small", f
-    assert f.fits_max_len is not None and 0 < f.fits_max_len <= 1024
-    assert f.exit_code not in (None, 0)
-    assert not _engine_procs(tiny_model, srv.port)
-    assert not _group_alive(srv.pid)
-
-
 def _harness(spec_src: str, log: Path, registry: Path) -> tuple[subprocess.Popen, int, int, int]:
     """A harness process that starts a server and sleeps; (the process, engine pgid, port, watchdog pid)."""
     code = textwrap.dedent(f"""

@@ -65,21 +65,73 @@ def _write(tmp_path, name: str, engines: dict, workload: dict, matrix: dict, ret
     return path
 
 
+def _keyed_server_checks(tag: str, key: str) -> None:
+    """While this test's keyed SGLang server runs: no process on this machine shows the key on its command line,
+    the private key file is gone, and a request without the key is refused while one with it is served."""
+    import json
+    import tempfile
+    import urllib.error
+    import urllib.request
+    from pathlib import Path
+
+    from kvlab.server import state_dir
+
+    shown = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if key in " ".join(p.info["cmdline"] or []):
+                shown.append(p.pid)
+        except psutil.Error:
+            pass
+    assert not shown, f"the key is on the command line of {shown}"
+    left = [f for f in Path(tempfile.gettempdir()).glob("kvlab-key-*") if key in f.read_text()]
+    assert not left, left  # the key file is removed once the server is up
+    port, = [rec["port"] for rec in (json.loads(f.read_text()) for f in state_dir().glob("*.json"))
+             if tag in " ".join(rec["argv"])]
+    body = json.dumps({"model": tag, "prompt": [1, 2, 3], "max_tokens": 2}).encode()
+
+    def post(headers: dict) -> int:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, method="POST",
+                                     headers={"Content-Type": "application/json", **headers})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert (post({}), post({"Authorization": f"Bearer {key}"})) == (401, 200)
+
+
 @pytest.mark.engine
-def test_counters_equal_client_counts_and_radix_hits_are_token_exact(tmp_path, sglang_python, tiny_model):
+def test_counters_equal_client_counts_and_radix_hits_are_token_exact(tmp_path, monkeypatch, sglang_python, tiny_model):
     """Per run, SGLang's /metrics deltas equal the client's token counts exactly; with a 500-token shared prefix
     sent one request at a time, every request after the first reuses exactly 500 tokens (client and server
-    agree); the distinct-prompt run that follows hits nothing, so the cache was flushed in between."""
+    agree); the distinct-prompt run that follows hits nothing, so the cache was flushed in between. The server is
+    keyed: SGLang reads the key from kvlab's private --config file, never from argv (checked while it runs, between
+    the two runs: the extra request then is flushed with the rest and counted in no run's deltas)."""
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
+    key = f"sk-kvlab-{uuid.uuid4().hex}"
+    monkeypatch.setenv("KVLAB_TEST_SGLANG_KEY", key)
     study = [
         {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1},
         {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None},
     ]
-    path = _write(tmp_path, "sgl", {"sglang": {**SGLANG, "served_model_name": tag}},
+    path = _write(tmp_path, "sgl", {"sglang": {**SGLANG, "served_model_name": tag,
+                                               "api_key_env": "KVLAB_TEST_SGLANG_KEY"}},
                   {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
                   {"study": study})
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    checked: list[str] = []
+
+    def on_run(run, status):
+        if not checked:
+            _keyed_server_checks(tag, key)
+            checked.append(status)
+
+    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute()
+    assert checked == ["ok"]
     assert (res.ok, res.failed, res.server_starts) == (2, 0, 1)
+    for d in store.run_dirs(tmp_path):
+        assert key not in (d / "server-attempt1.log").read_text()
 
     runs = store.load_runs(tmp_path)
     reqs = store.load_requests(tmp_path).join(runs.select("run_id", "mode"), on="run_id")
@@ -117,47 +169,3 @@ def test_scheduler_killed_mid_run_is_a_crash_retried_on_a_new_server(tmp_path, m
     assert (run["status"], run["attempts"], res.server_starts) == ("ok", 2, 2), (killed, run)
     assert not engine_processes(tag)
     assert not [c for c in psutil.Process().children(recursive=True) if c.status() == psutil.STATUS_ZOMBIE]
-
-
-@pytest.mark.engine
-def test_a_keyed_server_keeps_its_key_off_every_command_line(tmp_path, monkeypatch, sglang_python, tiny_model):
-    """SGLang reads the key from kvlab's private --config file, never from argv: no process on this machine shows
-    it, the file is gone once the server is up, a request without the key is refused and one with it served."""
-    import json
-    import urllib.error
-    import urllib.request
-
-    from kvlab.engines import EngineSpec
-    from kvlab.server import EngineServer
-
-    key = f"sk-kvlab-{uuid.uuid4().hex}"
-    monkeypatch.setenv("KVLAB_TEST_SGLANG_KEY", key)
-    fields = {k: v for k, v in SGLANG.items() if k not in ("launch", "model")}
-    spec = EngineSpec(**fields, launch=[str(sglang_python)], model=str(tiny_model), api_key_env="KVLAB_TEST_SGLANG_KEY",
-                      served_model_name=f"kvlab-test-{uuid.uuid4().hex[:8]}")
-    with EngineServer(spec, tmp_path / "keyed.log") as srv:
-        shown = []
-        for p in psutil.process_iter(["cmdline", "environ"]):
-            try:
-                if key in " ".join(p.info["cmdline"] or []):
-                    shown.append(p.pid)
-            except psutil.Error:
-                pass
-        assert not shown, f"the key is on the command line of {shown}"
-        import tempfile
-        from pathlib import Path
-
-        left = [f for f in Path(tempfile.gettempdir()).glob("kvlab-key-*") if key in f.read_text()]
-        assert not left and key not in srv.log_text(), left  # the key file is removed once the server is up
-        body = json.dumps({"model": spec.served_model_name, "prompt": [1, 2, 3], "max_tokens": 2}).encode()
-
-        def post(headers: dict) -> int:
-            req = urllib.request.Request(srv.base_url + "/v1/completions", data=body, method="POST",
-                                         headers={"Content-Type": "application/json", **headers})
-            try:
-                with urllib.request.urlopen(req, timeout=60) as resp:
-                    return resp.status
-            except urllib.error.HTTPError as exc:
-                return exc.code
-
-        assert (post({}), post({"Authorization": f"Bearer {key}"})) == (401, 200)
