@@ -63,6 +63,17 @@ def fixture_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def built_reports(tmp_path_factory):
+    """Every report built once from the repository's data/ (what `kvlab report` builds, whatever data/runs holds):
+    the folder and the reports. Shared by the browser tests and the index tests; a test that changes the folder
+    works on a copy."""
+    from kvlab import reports
+
+    out = tmp_path_factory.mktemp("reports")
+    return out, reports.build(out)
+
+
+@pytest.fixture(scope="session")
 def fit():
     """kvlab's physical model fitted to the B300 article's published points."""
     from kvlab.perfmodel import published_fit

@@ -33,10 +33,8 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reports")
-    reports.build(out)
-    return out
+def built(built_reports):
+    return built_reports[0]
 
 
 def _chromium(browser, page, profile, *args):
