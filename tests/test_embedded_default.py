@@ -68,7 +68,9 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     assert "No measured runs" not in r1 + r2 + r3
     # both engines' measured growth from 64K to 200K is stated (02), each engine's runs at each setting (03)
     for engine in ("vllm", "sglang"):
-        assert re.search(rf"measured, {engine}: from 64K to 200K batch time grows <strong>\d+\.\d+×", r2, re.I), engine
+        # one run a side: two significant figures ("2.2×", "17×"); the suite measures beside its other pass, so
+        # only the statement is checked here, not the factor
+        assert re.search(rf"measured, {engine}: from 64K to 200K batch time grows <strong>\d+(\.\d)?×", r2, re.I), engine
         assert re.search(rf"{engine} at <strong>0\.92</strong>, 200K \(3,200 tok\): 1/1 runs succeeded", r3, re.I)
     assert "not PyTorch SGLang" not in r1  # the sglang-jax note appears only where sglang-jax ran
     assert "SGLang 0.5.23 (CPU, torch-native kernels" in r1  # provenance says what ran
