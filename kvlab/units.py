@@ -113,3 +113,18 @@ def change(factor: float | None, noun: str, bold: bool = False, n: int | None = 
     if factor is None:
         return f"{noun}: not available"
     return f"{noun} {direction(factor, bold, n)}".strip()
+
+
+def time_against(saved: float, noun: str = "batch time") -> str:
+    """A time saved (1 - on/off) as a comparison a reader takes in at once: 0.32 → '32% less batch time than',
+    -0.21 → '21% more batch time than', and from twice as long on, a factor: -4.74 → '5.7× as much batch time as'
+    (not '474% more')."""
+    if saved <= -1:
+        return f"{sig2(1 - saved)}× as much {noun} as"
+    return f"{abs(saved):.0%} {'less' if saved > 0 else 'more'} {noun} than"
+
+
+def apart(saved: float) -> str:
+    """How far apart two times are, given 1 - a/b: '31%' below a factor of two, else the factor ('5.7×')."""
+    return f"{sig2(1 - saved)}×" if saved <= -1 else f"{abs(saved):.0%}"
+

@@ -39,3 +39,11 @@ def test_measured_numbers_have_two_significant_figures_at_n1_and_never_e_notatio
         "1,300", "460", "11", "5.7", "2.0", "0.40", "0.052"]
     assert [measured(x, 3) for x in (1290.4, 464.2, 20.2, 5.74, 0.0523)] == ["1,290", "464", "20.2", "5.74", "0.0523"]
     assert measured(0.0, 1) == measured(0.0, 3) == "0"
+
+
+def test_a_time_twice_as_long_or_more_is_a_factor_not_hundreds_of_percent():
+    # 1 - on/off: the cache on saved 32%, cost 21% more, or took 5.74× as long (not "474% more")
+    assert [units.time_against(s) for s in (0.32, -0.21, -4.74)] == [
+        "32% less batch time than", "21% more batch time than", "5.7× as much batch time as"]
+    assert units.time_against(-1.0, "TTFT") == "2.0× as much TTFT as"
+    assert [units.apart(s) for s in (0.2, -0.31, -0.99, -4.74)] == ["20%", "31%", "99%", "5.7×"]

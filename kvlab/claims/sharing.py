@@ -10,7 +10,7 @@ import polars as pl
 from kvlab.claims.grading import Repeats, combined, counted, cpu_cross_engine, measured_difference, negated
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
-from kvlab.units import ratio, sig2
+from kvlab.units import apart, ratio, sig2
 from kvlab.verdicts import Verdict
 
 
@@ -204,7 +204,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                 continue
             b = _prefix_bracket(gain.filter(pl.col("engine") == engine), th.at)
             if th.verdict == "inconclusive":
-                parts.append(f"{engine_label(engine)}: inconclusive (on vs off already {abs(th.gain_at_zero):.0%} "
+                parts.append(f"{engine_label(engine)}: inconclusive (on vs off already {apart(th.gain_at_zero)} "
                              "apart at 0%, where nothing is reused)")
             elif th.verdict == "threshold" and b:
                 parts.append(f"{engine_label(engine)}: {_threshold_shape(gain.filter(pl.col('engine') == engine), th)}")

@@ -11,7 +11,7 @@ from kvlab.claims.sharing import (
 )
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.tables import ms, percent
-from kvlab.units import measured, ratio
+from kvlab.units import apart, measured, ratio, time_against
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -371,8 +371,7 @@ def threshold_sentence(th, gain: DataFrame) -> str:
             if th.break_even is not None else "- no range of measured fractions where the cache always saves time.")
     if th.verdict == "inconclusive":
         say = (f"**The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the "
-               f"runs with the cache on took {abs(th.gain_at_zero):.0%} {'less' if th.gain_at_zero > 0 else 'more'} batch "
-               f"time than with it off, a difference the "
+               f"runs with the cache on took {time_against(th.gain_at_zero)} with it off, a difference the "
                f"prefix cache cannot explain and as large as the {th.min_gain:.0%} saving the test looks for. More "
                "repeats per point (the full sweep) are needed to test it.")
     elif th.verdict == "smooth":
@@ -412,8 +411,10 @@ def prefix_conclusions(sharing: DataFrame, thresholds: dict, by_turn: DataFrame,
         lines += gap
         for engine, th in thresholds.items():
             lines.append(f"- {engine_label(engine)}: threshold test at {threshold:.0%} → **{th.verdict}**" + (
-                f" (at shared fraction 0, with nothing to reuse, cache on vs off already differ by "
-                f"{th.gain_at_zero:+.0%} of batch time)." if th.verdict == "inconclusive" else
+                " (at shared fraction 0, with nothing to reuse, cache on vs off already differ by "
+                + (f"{th.gain_at_zero:+.0%} of batch time)." if th.gain_at_zero > -1 else
+                   f"a factor of {apart(th.gain_at_zero).rstrip('×')} in batch time).")
+                if th.verdict == "inconclusive" else
                 f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction "
                 f"{th.first_fraction:g}." if th.first_fraction is not None else "."))
     on = sorted((r for r in by_turn.iter_rows(named=True) if r["prefix_caching"]), key=lambda r: r["turn"])
