@@ -641,3 +641,16 @@ def test_the_caching_gain_caption_says_falling_where_the_saving_falls_across_the
                          "time_saved": [0.02, 0.11, -0.15, 0.40], "batch_speedup": [1.02, 1.12, 0.87, 1.67]})
     said = caching_gain_caption(gain, analysis.sharing_thresholds(gain))
     assert "the saving falling from +11% at 20% to -15% at 50%" in said and "jumping" not in said
+
+
+def test_a_cache_on_run_several_times_slower_where_nothing_is_reused_reads_as_a_factor():
+    # at 0% shared the cache-on run took 5.74× the cache-off one (time saved -4.74): a factor, not "474% more"
+    gain = pl.DataFrame({"engine": ["sglang"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
+                         "time_saved": [-4.74, 0.1, 0.2, 0.3]})
+    th = analysis.sharing_threshold(gain)
+    assert th.verdict == "inconclusive"
+    assert ("yet the runs with the cache on took 5.7× as much batch time as with it off, a difference the prefix "
+            "cache cannot explain") in narrative.threshold_sentence(th, gain)
+    text = narrative.prefix_conclusions(analysis.prefix_sharing(sharing_runs()), {"sglang": th}, pl.DataFrame(), 0.3, 0.1)
+    assert "cache on vs off already differ by a factor of 5.7 in batch time)." in text
+    assert "474%" not in text
