@@ -104,7 +104,9 @@ browser: | $(UV) ## install Debian's headless Chromium (needs root) and a CJK fo
 # beside them in one process pinned to the last core, its report held back and printed after the engine pass's. An
 # engine test leaves much of the machine idle while a server starts, waits or streams (0.83 of 2 cores on average,
 # measured on the 2-vCPU EPYC), which the other pass fills; pinning it keeps it off core 0, where vLLM's CPU build
-# computes. With one core, or without taskset, the passes run one after the other. make fails if either fails.
+# computes. The few tests that compare measured times run last and first wait for the other pass to end
+# (KVLAB_TEST_BESIDE_PID; tests/conftest.py quiet_machine). With one core, or without taskset, the passes run one
+# after the other. make fails if either fails.
 LAST_CORE := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n - 1)))
 ENGINE_FREE := -m "not cluster and not engine"
 test: install engines engines-sglang-jax browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
@@ -112,7 +114,7 @@ test: install engines engines-sglang-jax browser ## run the whole test suite (re
 	if [ "$(LAST_CORE)" -gt 0 ] && command -v taskset >/dev/null; then \
 	  echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE); their report follows"; \
 	  taskset -c $(LAST_CORE) $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
-	  $(BIN)/pytest -m "engine and not cluster" $(PYTEST_ARGS) || status=$$?; \
+	  KVLAB_TEST_BESIDE_PID=$$free $(BIN)/pytest -m "engine and not cluster" $(PYTEST_ARGS) || status=$$?; \
 	  wait $$free || status=$$?; echo "---------------- the engine-free tests ----------------"; cat $$log; \
 	else \
 	  $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) || status=$$?; \

@@ -25,7 +25,7 @@ def kvlab(*args, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory, engine_python, sglang_python, tiny_model):
+def measured(tmp_path_factory, engine_python, sglang_python, tiny_model, quiet_machine):
     data = tmp_path_factory.mktemp("data")
     for sub in ("reference", "catalog"):
         shutil.copytree(DATA_DIR / sub, data / sub)

@@ -163,7 +163,7 @@ def test_invalid_experiment_names_field(tmp_path):
 
 @pytest.mark.engine
 def test_sweep_measures_exact_tokens_and_longer_context_is_slower_and_two_experiments_share_one_start(
-        tmp_path, engine_python, tiny_model):
+        tmp_path, engine_python, tiny_model, quiet_machine):
     """Two experiments that need the same server (one of two contexts, one of a single run) share its one start;
     every run's tokens agree exactly between client, request and server counters, and the longer context is the
     slower run."""
