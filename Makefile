@@ -110,16 +110,16 @@ browser: | $(UV) ## install Debian's headless Chromium (needs root) and a CJK fo
 LAST_CORE := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n - 1)))
 ENGINE_FREE := -m "not cluster and not engine"
 test: install engines engines-sglang-jax browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
-	@status=0; log=$$(mktemp); \
+	@status=0; \
 	if [ "$(LAST_CORE)" -gt 0 ] && command -v taskset >/dev/null; then \
-	  echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE); their report follows"; \
+	  log=$$(mktemp); echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE); their report follows"; \
 	  taskset -c $(LAST_CORE) $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
 	  KVLAB_TEST_BESIDE_PID=$$free $(BIN)/pytest -m "engine and not cluster" $(PYTEST_ARGS) || status=$$?; \
-	  wait $$free || status=$$?; echo "---------------- the engine-free tests ----------------"; cat $$log; \
+	  wait $$free || status=$$?; echo "---------------- the engine-free tests ----------------"; cat $$log; rm -f $$log; \
 	else \
 	  $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) || status=$$?; \
 	  $(BIN)/pytest -m "engine and not cluster" $(PYTEST_ARGS) || status=$$?; \
-	fi; rm -f $$log; exit $$status
+	fi; exit $$status
 
 TEST_WORKERS ?= 2
 test-fast: install ## the suite without engine and browser tests (for development)

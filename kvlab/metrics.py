@@ -41,7 +41,11 @@ def parse_metrics(text: str) -> dict[str, float]:
 MAX_METRICS_BYTES = 16 * 2**20
 
 
-async def scrape(base_url: str, api_key: str | None = None, timeout_s: float = 30.0) -> dict[str, float]:
+#: How long a GET /metrics may take before it counts as no answer.
+SCRAPE_TIMEOUT_S = 30.0
+
+
+async def scrape(base_url: str, api_key: str | None = None, timeout_s: float = SCRAPE_TIMEOUT_S) -> dict[str, float]:
     """GET ``{base_url}/metrics`` and parse it; {} when the server serves no metrics (HTTP 404).
 
     Other HTTP errors (a redirect included: it is not followed, so a key stays with its host), a body over

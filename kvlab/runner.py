@@ -84,9 +84,14 @@ def _engine_failure(server: EngineServer, wait_s: float | None = None) -> Failur
         time.sleep(0.2)
 
 
+def _stalled(batch: BatchResult) -> list:
+    """The batch's requests that got no byte for the engine's stall limit."""
+    return [r for r in batch.records if r.status != "ok" and (r.error or "").startswith(STALLED)]
+
+
 def _hung(batch: BatchResult, run: RunSpec) -> Failure | None:
     """Cause ``timeout`` when requests got no byte for the engine's stall limit while its process lived on."""
-    stalled = [r for r in batch.records if r.status != "ok" and (r.error or "").startswith(STALLED)]
+    stalled = _stalled(batch)
     if not stalled:
         return None
     return Failure("timeout", f"{len(stalled)} request(s) got no data for {run.engine.stall_timeout_s:g} s while "
@@ -103,11 +108,12 @@ def _zero_missing_cached(batch: BatchResult) -> BatchResult:
 
 
 #: How long the counters are waited for after a run whose streams stalled: a hung or stopped engine answers /metrics
-#: no sooner than its streams, and the default 30 s would only delay the verdict (and the new server) by that much.
+#: no sooner than its streams, and metrics.SCRAPE_TIMEOUT_S (30 s) would only delay the verdict (and the new server).
 STALLED_SCRAPE_TIMEOUT_S = 2.0
 
 
-def _scrape(server: EngineServer, why: list[str] | None = None, timeout_s: float = 30.0) -> dict[str, float]:
+def _scrape(server: EngineServer, why: list[str] | None = None,
+            timeout_s: float = metrics.SCRAPE_TIMEOUT_S) -> dict[str, float]:
     """The server's counters, or {} when they cannot be had: unreachable (it may be dying), an HTTP error, a body
     that is not Prometheus text, no answer within ``timeout_s``, anything else. Never raises: the run records its
     counters as not available, and ``why`` gets the reason."""
@@ -445,8 +451,7 @@ class LocalExecutor:
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []
-        stalled = any(r.status != "ok" and (r.error or "").startswith(STALLED) for r in batch.records)
-        timeout_s = STALLED_SCRAPE_TIMEOUT_S if stalled else 30.0
+        timeout_s = STALLED_SCRAPE_TIMEOUT_S if _stalled(batch) else metrics.SCRAPE_TIMEOUT_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
             after = _scrape(server, why_after, timeout_s) if server.running() else {}
             deltas = metrics.counter_deltas(before, after, server.adapter.metric_names)

@@ -57,6 +57,20 @@ def engine_processes(tag: str) -> list[psutil.Process]:
     return out
 
 
+def server_records(tag: str) -> list[dict]:
+    """The registry records (kvlab.server's state folder: argv, pid, pgid, port) of the running servers whose
+    command line holds ``tag``."""
+    out = []
+    for f in state_dir().glob("*.json"):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, ValueError):  # another test's server, just stopped
+            continue
+        if tag in " ".join(rec["argv"]):
+            out.append(rec)
+    return out
+
+
 def tag_of(path: Path) -> str:
     return yaml.safe_load(path.read_text())["engines"]["vllm"]["served_model_name"]
 
@@ -307,20 +321,15 @@ def _kill_engine_when_streaming(monkeypatch: pytest.MonkeyPatch, tag: str, outpu
     def kill_if_due(acc) -> None:
         if killed or not armed or not armed[-1] or not acc.chunk_times:
             return
-        for f in state_dir().glob("*.json"):
-            try:
-                rec = json.loads(f.read_text())
-            except (OSError, ValueError):  # another test's server, just stopped
-                continue
-            if tag in " ".join(rec["argv"]):
-                if only is None:
-                    os.killpg(rec["pgid"], sig)
-                    killed.append(rec["pgid"])
-                else:
-                    for proc in psutil.Process(rec["pid"]).children(recursive=True):
-                        if only in " ".join(proc.cmdline()) + proc.name():
-                            proc.send_signal(sig)
-                            killed.append(proc.pid)  # only what was signalled: none found, the next chunk tries again
+        for rec in server_records(tag):
+            if only is None:
+                os.killpg(rec["pgid"], sig)
+                killed.append(rec["pgid"])
+            else:
+                for proc in psutil.Process(rec["pid"]).children(recursive=True):
+                    if only in " ".join(proc.cmdline()) + proc.name():
+                        proc.send_signal(sig)
+                        killed.append(proc.pid)  # only what was signalled: none found, the next chunk tries again
 
     def wrap(fn):
         def wrapped(acc, *args, **kwargs):

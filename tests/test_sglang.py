@@ -12,7 +12,8 @@ import polars as pl
 import psutil
 import pytest
 import yaml
-from test_runner import _kill_engine_when_streaming, engine_processes
+from test_runner import _kill_engine_when_streaming, engine_processes, server_records
+from test_server import _post
 
 from kvlab import runner, store
 from kvlab.paths import ROOT
@@ -68,38 +69,16 @@ def _write(tmp_path, name: str, engines: dict, workload: dict, matrix: dict, ret
 def _keyed_server_checks(tag: str, key: str) -> None:
     """While this test's keyed SGLang server runs: no process on this machine shows the key on its command line,
     the private key file is gone, and a request without the key is refused while one with it is served."""
-    import json
     import tempfile
-    import urllib.error
-    import urllib.request
     from pathlib import Path
 
-    from kvlab.server import state_dir
-
-    shown = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if key in " ".join(p.info["cmdline"] or []):
-                shown.append(p.pid)
-        except psutil.Error:
-            pass
+    shown = [p.pid for p in engine_processes(key)]  # any process whose command line holds the key
     assert not shown, f"the key is on the command line of {shown}"
     left = [f for f in Path(tempfile.gettempdir()).glob("kvlab-key-*") if key in f.read_text()]
     assert not left, left  # the key file is removed once the server is up
-    port, = [rec["port"] for rec in (json.loads(f.read_text()) for f in state_dir().glob("*.json"))
-             if tag in " ".join(rec["argv"])]
-    body = json.dumps({"model": tag, "prompt": [1, 2, 3], "max_tokens": 2}).encode()
-
-    def post(headers: dict) -> int:
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, method="POST",
-                                     headers={"Content-Type": "application/json", **headers})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-
-    assert (post({}), post({"Authorization": f"Bearer {key}"})) == (401, 200)
+    port, = [rec["port"] for rec in server_records(tag)]
+    url, body = f"http://127.0.0.1:{port}/v1/completions", {"model": tag, "prompt": [1, 2, 3], "max_tokens": 2}
+    assert (_post(url, body)[0], _post(url, body, {"Authorization": f"Bearer {key}"})[0]) == (401, 200)
 
 
 @pytest.mark.engine

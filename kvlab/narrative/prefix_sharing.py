@@ -394,6 +394,18 @@ def threshold_sentence(th, gain: DataFrame) -> str:
     return f"- batch time saved by the prefix cache, by shared fraction: {pts}.\n- {first}; {slopes}.\n{even}\n- {say}"
 
 
+def _threshold_detail(th, min_gain: float) -> str:
+    """What follows a threshold test's verdict in the conclusions: the difference at shared fraction 0 that makes it
+    inconclusive (a factor from twice as long on), or where the cache first saves ``min_gain``."""
+    if th.verdict == "inconclusive":
+        far = apart(th.gain_at_zero)  # units.apart decides when a difference reads as a factor
+        differ = f"a factor of {far[:-1]} in batch time" if far.endswith("×") else f"{th.gain_at_zero:+.0%} of batch time"
+        return f" (at shared fraction 0, with nothing to reuse, cache on vs off already differ by {differ})."
+    if th.first_fraction is not None:
+        return f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction {th.first_fraction:g}."
+    return "."
+
+
 def prefix_conclusions(sharing: DataFrame, thresholds: dict, by_turn: DataFrame, threshold: float,
                        min_gain: float) -> str:
     """The prefix-sharing report's conclusions: the vLLM claim, radix vs paged, each engine's threshold test,
@@ -410,13 +422,8 @@ def prefix_conclusions(sharing: DataFrame, thresholds: dict, by_turn: DataFrame,
         gap = [ln for ln in radix_vs_paged_sentence(sharing).splitlines() if ln.startswith("- Largest hit-rate gap")]
         lines += gap
         for engine, th in thresholds.items():
-            lines.append(f"- {engine_label(engine)}: threshold test at {threshold:.0%} → **{th.verdict}**" + (
-                " (at shared fraction 0, with nothing to reuse, cache on vs off already differ by "
-                + (f"{th.gain_at_zero:+.0%} of batch time)." if th.gain_at_zero > -1 else
-                   f"a factor of {apart(th.gain_at_zero).rstrip('×')} in batch time).")
-                if th.verdict == "inconclusive" else
-                f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction "
-                f"{th.first_fraction:g}." if th.first_fraction is not None else "."))
+            lines.append(f"- {engine_label(engine)}: threshold test at {threshold:.0%} → **{th.verdict}**"
+                         + _threshold_detail(th, min_gain))
     on = sorted((r for r in by_turn.iter_rows(named=True) if r["prefix_caching"]), key=lambda r: r["turn"])
     for engine, g in _groups(on, "engine").items():
         share = g[-1]["cached_share"]

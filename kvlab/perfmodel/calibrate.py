@@ -530,12 +530,6 @@ def _within_priors(p: Params, names: tuple[str, ...]) -> bool:
     return all(PRIORS[n][0] * (1 - 1e-6) <= getattr(p, n) <= PRIORS[n][1] * (1 + 1e-6) for n in names)
 
 
-#: consistent_fits' tables of this process, by their inputs (the sensitivity table's rows hashed): a notebook re-run
-#: in one kernel (JupyterLab, or papermill's parameter variants) with the same published data refits nothing. Like
-#: _published_runs, it assumes a reference table does not change under a running kernel.
-_CONSISTENT: dict[tuple, pl.DataFrame] = {}
-
-
 def consistent_fits(sens: pl.DataFrame, data_dir: str | Path = DATA_DIR, experiment: str = "article_b300",
                     tolerance_pct: float = CONSISTENT_TOLERANCE_PCT, bandwidths: tuple[float, ...] = BANDWIDTH_GRID,
                     gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8,
@@ -549,20 +543,20 @@ def consistent_fits(sens: pl.DataFrame, data_dir: str | Path = DATA_DIR, experim
     within the published precision (``within_precision``) and whether it is ``consistent`` with the totals (largest
     residual within ``tolerance_pct`` points of the best in the table: the rule of
     :data:`CONSISTENT_TOLERANCE_PCT`); for consistent fits also what they predict (crossover, winners at
-    ``contexts``). ``threshold_pct`` holds the cut-off. (Each table is computed once per process for its inputs.)"""
-    key = (tuple(sens.columns), tuple(sens.hash_rows(seed=0).to_list()), str(Path(data_dir).resolve()), experiment,
-           tolerance_pct, tuple(bandwidths), gpu, model, tp, dcp, tuple(contexts), base)
-    if key not in _CONSISTENT:
-        if len(_CONSISTENT) >= 16:
-            _CONSISTENT.pop(next(iter(_CONSISTENT)))
-        _CONSISTENT[key] = _consistent_fits(sens, data_dir, experiment, tolerance_pct, bandwidths, gpu, model, tp, dcp,
-                                            contexts, base)
-    return _CONSISTENT[key].clone()
+    ``contexts``). ``threshold_pct`` holds the cut-off.
+
+    Each table is computed once per process for its inputs (the sensitivity table by its rows): a notebook re-run in
+    one kernel (JupyterLab, or papermill's parameter variants) with the same published data refits nothing. Like
+    :func:`_published_runs`, this assumes a reference table does not change under a running kernel."""
+    return _consistent_fits(tuple(sens.rows()), tuple(sens.schema.items()), str(Path(data_dir).resolve()), experiment,
+                            tolerance_pct, tuple(bandwidths), gpu, model, tp, dcp, tuple(contexts), base).clone()
 
 
-def _consistent_fits(sens: pl.DataFrame, data_dir: str | Path, experiment: str, tolerance_pct: float,
+@lru_cache(maxsize=16)
+def _consistent_fits(sens_rows: tuple, sens_schema: tuple, data_dir: str, experiment: str, tolerance_pct: float,
                      bandwidths: tuple[float, ...], gpu: str, model: str, tp: int, dcp: int, contexts: tuple[int, ...],
                      base: Assumptions) -> pl.DataFrame:
+    sens = pl.DataFrame(list(sens_rows), schema=dict(sens_schema), orient="row")
     rows = usable_rows(_published_runs(str(Path(data_dir).resolve()), experiment), ("published",)).to_dicts()
     out = []
     keys = ("batch_size", "output_tokens", "expert_reads", "mla_width", "kv_format")
