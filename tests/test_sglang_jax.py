@@ -91,7 +91,10 @@ def test_token_counts_and_radix_hits_against_vllm_blocks(tmp_path, engine_python
     """Exact usage counts; one shared 500-token prefix: sglang-jax reuses all 500 tokens, vLLM 3 blocks of 128."""
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
     engines = {
-        "sglang-jax": {**SGLANG_JAX, "served_model_name": tag},
+        # a decode line at every step: prefill lines count only the batch already running (0 when all 4 requests
+        # are admitted in one prefill, as a CI run found), and every 40th step alone may never come in 12 tokens
+        "sglang-jax": {**SGLANG_JAX, "served_model_name": tag,
+                       "extra_args": [*SGLANG_JAX["extra_args"], "--decode-log-interval", "1"]},
         "vllm": {**BASE_ENGINE, "served_model_name": tag, "max_model_len": 1024},
     }
     study = [
