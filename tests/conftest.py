@@ -100,14 +100,16 @@ def fixture_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def built_reports(tmp_path_factory):
-    """Every report built once from the repository's data/ (what `kvlab report` builds, whatever data/runs holds):
-    the folder and the reports. Shared by the browser tests and the index tests; a test that changes the folder
-    works on a copy."""
+def built_reports(tmp_path_factory, fixture_data):
+    """Every report built once, with its default parameters, from the fixture data folder (the real measured runs
+    of every CPU study: what `kvlab report --data-dir` builds from them, the same on every machine, where a fresh
+    clone's data/runs is empty): the folder and the reports. Shared by the notebook tests, the browser tests and
+    the index tests, so each notebook is executed once for all three; a test that changes the folder works on a
+    copy."""
     from kvlab import reports
 
     out = tmp_path_factory.mktemp("reports")
-    return out, reports.build(out)
+    return out, reports.build(out, parameters={"data_dir": str(fixture_data)})
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Every report, as a reader's browser shows it: rendered in headless Chromium, checked in its DOM and on screen.
 
-The whole set is built once (the real data under data/, whatever it holds) and each page is checked for what
+The whole set is built once (conftest.built_reports: default parameters, the real measured runs of tests/fixtures,
+so the measured sections are on the page on every machine) and each page is checked for what
 issue #13 asks of every report: provenance first, a verdict box, no raw dataframe or error output, every figure
 with alt text and a sentence, nothing wider than the page.
 """

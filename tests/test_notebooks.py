@@ -6,16 +6,11 @@ import shutil
 import polars as pl
 import pytest
 
-from kvlab import reports
+from kvlab import reports, store
 from kvlab.paths import DATA_DIR
 from notebook_data import copy_reference, write_capacity_probes, write_capacity_runs, write_two_engine_runs
 from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
 
-#: Small parameters per notebook prefix (keep each notebook's test run short).
-SMALL = {
-    "04": {"max_context": 262144, "curve_points": 12},
-    "06": {"curve_points": 8, "max_context": 262144},
-}
 #: Text each report must contain: conclusions computed from the data, not typed in.
 EXPECT = {
     "01": ["vLLM is 1.50× faster at 64K", "SGLang is 1.31× faster at 200K", "The winner changes with context"],
@@ -90,14 +85,6 @@ VERDICTS = {
 NOTEBOOKS = reports.notebooks()
 
 
-@pytest.mark.parametrize("prefix", sorted(SMALL))
-def test_small_parameters_exist_in_their_notebook(prefix):
-    import papermill
-
-    declared = papermill.inspect_notebook(str(reports.notebooks([prefix])[0]))
-    assert set(SMALL[prefix]) <= set(declared), set(SMALL[prefix]) - set(declared)
-
-
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_every_parameter_is_typed_and_documented(nb):
     """`papermill --help-notebook` lists every assignment of the parameters cell with its comment."""
@@ -116,11 +103,9 @@ def test_every_numbered_notebook_is_found():
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes_and_exports(nb, tmp_path, capfd, fixture_data):
-    params = {"data_dir": str(fixture_data)} | SMALL.get(nb.name[:2], {})
-    rep = reports.run_one(nb, tmp_path, params)
-    # the kernel's sockets get CurveZMQ keys where pyzmq has them, so ipykernel has nothing to warn about
-    assert "without encryption" not in capfd.readouterr().err
+def test_notebook_executes_and_exports(nb, built_reports):
+    """Each report of the suite's one build (conftest.built_reports: default parameters, the fixture runs)."""
+    rep, = [r for r in built_reports[1] if r.notebook == nb.name]
     html = rep.html.read_text()
     assert rep.figures >= 1, f"{nb.name}: no figure in the HTML"
     assert "Traceback" not in html and "Error" not in rep.title
@@ -285,7 +270,8 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     assert f"<code>data_dir = {html.escape(repr(str(data)))}</code>, <code>gpu = &#x27;H100&#x27;</code>" in panel
 
 
-def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_whole(tmp_path, built_reports):
+def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_whole(tmp_path, built_reports,
+                                                                                      fixture_data):
     from kvlab.markup import markdown_inline
 
     shutil.copytree(built_reports[0], tmp_path, dirs_exist_ok=True)  # the whole set, built once for the suite
@@ -293,12 +279,12 @@ def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_
     assert [r.html.name[:2] for r in built] == [p.name[:2] for p in reports.notebooks()]
     index = (tmp_path / "index.html").read_text()
     assert "kvlab-provenance" in index and 'href="runs.csv"' in index
-    assert pl.read_csv(tmp_path / "runs.csv", infer_schema_length=0).height == reports_runs_rows()
+    assert pl.read_csv(tmp_path / "runs.csv", infer_schema_length=0).height == store.load_runs(fixture_data).height
     for r in built:
         assert f'href="{r.html.name}"' in index
         assert html.escape(r.title) in index and markdown_inline(r.summary) in index
     # rebuilding one report keeps the others' entries (and their summaries) in the index
-    reports.build(tmp_path, selected=["02"])
+    reports.build(tmp_path, selected=["02"], parameters={"data_dir": str(fixture_data)})
     index = (tmp_path / "index.html").read_text()
     for r in built:
         assert f'href="{r.html.name}"' in index and markdown_inline(r.summary) in index
@@ -307,12 +293,6 @@ def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_
 def test_unknown_notebook_selector_is_named():
     with pytest.raises(FileNotFoundError, match="99"):
         reports.notebooks(["99"])
-
-
-def reports_runs_rows() -> int:
-    from kvlab import store
-
-    return store.load_runs(DATA_DIR).height
 
 
 def test_index_without_measured_runs_says_how_to_measure(tmp_path):
@@ -330,8 +310,6 @@ def test_index_without_measured_runs_says_how_to_measure(tmp_path):
 def test_reports_05_06_compare_both_measured_engines(tmp_path):
     """The fixed frames of tests/prefix_frames.py as measured runs: both reports name both engines, with the numbers
     computed from them."""
-    from kvlab import store
-
     data = copy_reference(tmp_path / "data")
     mt_runs, mt_reqs = multi_turn_frames()
     extra = dict(model="tiny-llama", context_label="2K", context_tokens=2048, scale_factor=1.0, repeat=0, attempts=1)
@@ -456,7 +434,10 @@ def test_notebooks_run_under_a_manager_that_does_not_interrupt_a_finished_kernel
     for _ in range(3):
         pm.execute_notebook(str(nb), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False,
                             log_output=False, config=cfg)
-    assert "KeyboardInterrupt" not in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "KeyboardInterrupt" not in err
+    # the kernel's sockets get CurveZMQ keys where pyzmq has them, so ipykernel has nothing to warn about
+    assert "without encryption" not in err
 
 
 def test_a_page_that_abbreviates_tokens_with_k_says_what_k_is_once():

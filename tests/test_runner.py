@@ -236,7 +236,8 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_b
         groups.append({os.getpgid(p.pid) for p in engine_processes(tag) if p.is_running()})
 
     # sequential starts (`kvlab sweep --sequential-starts`): the second server is launched only after the first
-    # group's runs, so while a run is measured no other server of the sweep exists (overlapped starts: below)
+    # group's runs, so while a run is measured no other server of the sweep exists (overlapped starts: the real-vLLM
+    # test in test_studies)
     res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run, overlap_starts=False).execute()
     assert (res.ok, res.server_starts) == (2, 2)
     assert [len(g) for g in groups] == [1, 1] and groups[0] != groups[1], groups
@@ -250,32 +251,6 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_b
     assert all(m is not None for ms in probes["margins"].to_list() for m in ms)
     assert analysis.probe_summary(probes)["probe"].to_list() == ["reference", "identical"]
     assert not engine_processes(tag_of(path))
-
-
-@pytest.mark.engine
-def test_the_next_servers_start_overlaps_and_it_is_paused_while_a_run_is_measured(tmp_path, engine_python,
-                                                                                  tiny_model):
-    path = write_spec(tmp_path, "overlap", matrix={"engine.prefix_caching": [True, False]},
-                      workload={"batch_size": 2, "context_tokens": 256, "output_tokens": 8})
-    tag = tag_of(path)
-    seen: list[tuple[bool, set[str]]] = []  # per run: its caching, and the states of the other group's processes
-
-    def on_run(run, status):
-        other = "--no-enable-prefix-caching"
-        procs = [p for p in engine_processes(tag) if (other in " ".join(p.cmdline())) == run.engine.prefix_caching]
-        seen.append((run.engine.prefix_caching, {p.status() for p in procs}))
-
-    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute()  # overlapped starts: the default
-    assert (res.ok, res.failed, res.server_starts) == (2, 0, 2)
-    servers = json.loads((tmp_path / "runs" / "overlap" / "manifest.json").read_text())["sweeps"][-1]["servers"]
-    # while the first group ran, the second group's engine existed, every process of it stopped (SIGSTOP); the
-    # sequential form (overlap_starts=False) is checked by the probe test above, which also starts two servers
-    assert seen[0][0] is True and seen[0][1] == {psutil.STATUS_STOPPED}
-    assert [s["start_overlapped"] for s in servers] == [True, True]
-    assert servers[0]["paused_s"] == 0 and servers[1]["paused_s"] > 0
-    assert 0 < servers[1]["ready_s"] < 300  # launch to ready, the pause left out
-    assert seen[1] == (False, set())  # the first group's server was stopped before the second's run
-    assert not engine_processes(tag)
 
 
 @pytest.mark.engine
@@ -359,70 +334,56 @@ LONG = 2500  # output tokens of the run that is killed (prompt + output stay und
 
 
 @pytest.mark.engine
-def test_engine_killed_mid_run_is_recorded_and_sweep_continues(tmp_path, monkeypatch, engine_python, tiny_model):
-    path = write_spec(tmp_path, "killed", workload={"batch_size": 4, "context_tokens": LONG + 2000, "output_tokens": LONG},
-                      matrix={"workload.output_tokens": [LONG, 16]})
-    # Killed at the first of 2,500 tokens: the engine cannot have streamed the rest ahead of a slow client.
-    killed = _kill_engine_when_streaming(monkeypatch, tag_of(path), LONG)
+def test_a_hung_engine_is_a_timeout_and_a_killed_engine_or_engine_core_a_crash_retried_on_a_new_server(
+        tmp_path, monkeypatch, engine_python, tiny_model):
+    """One sweep, one fault per server, each fault fired at the first chunk of the run it is for (recognised by its
+    output length, so a fault never lands on another run):
+
+    1. the engine stopped (SIGSTOP) in a 200-token run: 10 s without data is a timeout, the stopped server is
+       killed, and the run fails (the policy retries crashes only) with both its requests recorded;
+    2. the engine's whole process group SIGKILLed in a 2,500-token run: a crash, retried on a new server;
+    3. vLLM's EngineCore alone SIGKILLed in a 2,400-token run (its API server lives on and logs EngineDeadError):
+       a crash with that line, retried on a new server;
+    4. a 16-token run on that last server: four starts in all, where one test per fault took six.
+
+    10 s of silence, not 20: each run's first token follows its prefill of 2 x 1,000 tokens (2 x 6,984 tokens once
+    took more than 5 s on a 2-core EPYC without AVX-512 in float32; 2 x 1,000 is a seventh of that). The killed
+    runs are thousands of decode steps long after their trigger, so an engine cannot stream them to their end
+    ahead of a slow client before the kill lands."""
+    hung, crashed, core = 200, LONG, LONG - 100
+    steps = [{"workload.output_tokens": n, "workload.context_tokens": n + 1000} for n in (hung, crashed, core, 16)]
+    path = write_spec(tmp_path, "faults", engine={"stall_timeout_s": 10}, workload={"batch_size": 2},
+                      matrix={"step": steps}, retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]})
+    tag = tag_of(path)
+    stopped = _kill_engine_when_streaming(monkeypatch, tag, hung, sig=signal.SIGSTOP)
+    killed = _kill_engine_when_streaming(monkeypatch, tag, crashed)
+    core_killed = _kill_engine_when_streaming(monkeypatch, tag, core, only="EngineCore")
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request of the long run streamed a token"
+    assert stopped and killed and core_killed, f"no token streamed: {stopped=} {killed=} {core_killed=}"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
-    assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "crash"
-    assert runs[LONG]["requests_failed"] >= 1
-    assert runs[LONG]["requests_ok"] + runs[LONG]["requests_failed"] == 4  # no request vanishes
-    assert runs[16]["status"] == "ok"  # the sweep went on with a new server
-    assert res.server_starts == 2
-    reqs = store.load_requests(tmp_path).filter(pl.col("status") == "failed")
-    assert reqs["error"].drop_nulls().len() == reqs.height
-    assert not engine_processes(tag_of(path))
+    attempts = store.load_attempts(tmp_path)
 
+    def tries(n: int) -> list[tuple]:
+        sel = attempts.filter(pl.col("run_id") == runs[n]["run_id"]).sort("attempt")
+        return sel.select("status", "failure_cause", "detail").rows()
 
-@pytest.mark.engine
-def test_engine_core_killed_is_a_crash_retried_on_a_new_server(tmp_path, monkeypatch, engine_python, tiny_model):
-    """kill -9 of vLLM's EngineCore alone (its API server lives on and logs EngineDeadError): cause crash with
-    that log line, retried as the policy says on a restarted server, and the rest of the group runs on it."""
-    path = write_spec(tmp_path, "core_killed",
-                      workload={"batch_size": 2, "context_tokens": LONG + 1000, "output_tokens": LONG},
-                      matrix={"workload.output_tokens": [LONG, 16]},
-                      retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]})
-    killed = _kill_engine_when_streaming(monkeypatch, tag_of(path), LONG, only="EngineCore")
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request of the long run streamed a token"
-    runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
-    reqs = store.load_requests(tmp_path).filter(pl.col("run_id") == runs[LONG]["run_id"])
-    assert (runs[LONG]["status"], runs[LONG]["attempts"], runs[LONG]["requests_ok"]) == ("ok", 2, 2), (
-        f"signalled {killed}; the long run's last attempt: {reqs.select('status', 'output_tokens', 'chunks', 'e2e_ms').rows()}; "
-        f"the 16-token run: {runs[16]['status']}, {runs[16]['attempts']} attempt(s); server starts {res.server_starts}")
-    first = store.load_attempts(tmp_path).filter(pl.col("run_id") == runs[LONG]["run_id"]).sort("attempt").row(0, named=True)
-    assert first["failure_cause"] == "crash" and "EngineDead" in first["detail"], first["detail"]
-    assert runs[16]["status"] == "ok" and res.server_starts == 2  # the restarted server serves the rest of the group
-    assert not engine_processes(tag_of(path))
-
-
-@pytest.mark.engine
-def test_hung_engine_is_a_timeout_killed_and_the_sweep_continues(tmp_path, monkeypatch, engine_python, tiny_model):
-    # The engine is stopped at the long run's first chunk, so its length only has to outlast that chunk: 200 output
-    # tokens, and a 16-token run whose prompt is 2 x 1,184 tokens. 10 s of silence, not 20: that run's first token
-    # follows its prefill on a fresh server (2 x 6,984 tokens once took more than 5 s on a 2-core EPYC without
-    # AVX-512 in float32; 2 x 1,184 is a sixth of that).
-    short = 200
-    path = write_spec(tmp_path, "hung", engine={"stall_timeout_s": 10},
-                      workload={"batch_size": 2, "context_tokens": short + 1000, "output_tokens": short},
-                      matrix={"workload.output_tokens": [short, 16]})
-    stopped = _kill_engine_when_streaming(monkeypatch, tag_of(path), short, sig=signal.SIGSTOP)
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert stopped, "no request of the long run streamed a token"
-    runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
-    assert runs[short]["status"] == "failed" and runs[short]["failure_cause"] == "timeout"
-    assert runs[short]["requests_ok"] + runs[short]["requests_failed"] == 2  # no request vanishes
-    attempts = store.load_attempts(tmp_path).filter(pl.col("failure_cause") == "timeout")
-    assert "no data for 10 s" in attempts["detail"][0] and "server killed" in attempts["detail"][0]
-    # the stopped engine's /metrics is given 2 s after the stall, not the usual 30 (it answers no sooner than its streams)
-    assert "server metrics unavailable after the run: no counter deltas (no answer within 2 s)" in runs[short]["notes"]
-    tries16 = store.load_attempts(tmp_path).filter(pl.col("run_id") == runs[16]["run_id"]).select("failure_cause", "detail").rows()
-    assert runs[16]["status"] == "ok", tries16  # the stopped engine was killed; the next run got a new server
-    assert res.server_starts == 2
-    assert not engine_processes(tag_of(path))
+    # 1. hung: a timeout, not retried; its stopped server's /metrics is given 2 s after the stall, not the usual 30
+    assert (runs[hung]["status"], runs[hung]["failure_cause"], runs[hung]["attempts"]) == ("failed", "timeout", 1)
+    assert runs[hung]["requests_ok"] + runs[hung]["requests_failed"] == 2  # no request vanishes
+    (_, _, detail), = tries(hung)
+    assert "no data for 10 s" in detail and "server killed" in detail, detail
+    assert "server metrics unavailable after the run: no counter deltas (no answer within 2 s)" in runs[hung]["notes"]
+    failed = store.load_requests(tmp_path).filter((pl.col("run_id") == runs[hung]["run_id"]) & (pl.col("status") != "ok"))
+    assert failed.height >= 1 and failed["error"].null_count() == 0
+    # 2. and 3. crashes, each retried once on a new server, ok the second time with every request served
+    for n, line in ((crashed, None), (core, "EngineDead")):
+        assert (runs[n]["status"], runs[n]["attempts"], runs[n]["requests_ok"]) == ("ok", 2, 2), (n, tries(n))
+        (first, cause, detail), _ = tries(n)
+        assert (first, cause) == ("failed", "crash") and (line is None or line in detail), (n, detail)
+    # 4. the last server serves the rest of the group
+    assert runs[16]["status"] == "ok", tries(16)
+    assert res.server_starts == 4
+    assert not engine_processes(tag)
 
 
 @pytest.mark.engine

@@ -81,24 +81,33 @@ def _keyed_server_checks(tag: str, key: str) -> None:
     assert (_post(url, body)[0], _post(url, body, {"Authorization": f"Bearer {key}"})[0]) == (401, 200)
 
 
+LONG = 900  # output tokens of the run whose scheduler is killed at its first chunk (64 + 900 fit max_model_len
+# 1,024); its retry decodes them all, ~900 steps of torch-native SGLang
+
+
 @pytest.mark.engine
-def test_counters_equal_client_counts_and_radix_hits_are_token_exact(tmp_path, monkeypatch, sglang_python, tiny_model):
+def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_scheduler_is_retried(
+        tmp_path, monkeypatch, sglang_python, tiny_model):
     """Per run, SGLang's /metrics deltas equal the client's token counts exactly; with a 500-token shared prefix
     sent one request at a time, every request after the first reuses exactly 500 tokens (client and server
     agree); the distinct-prompt run that follows hits nothing, so the cache was flushed in between. The server is
     keyed: SGLang reads the key from kvlab's private --config file, never from argv (checked while it runs, between
-    the two runs: the extra request then is flushed with the rest and counted in no run's deltas)."""
+    the first two runs: the extra request then is flushed with the rest and counted in no run's deltas).
+    Then SGLang's scheduler is SIGKILLed at the first chunk of a 900-token run: a crash retried on a new server,
+    whose counters equal that run's tokens, and no process (not even a zombie) is left."""
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
     key = f"sk-kvlab-{uuid.uuid4().hex}"
     monkeypatch.setenv("KVLAB_TEST_SGLANG_KEY", key)
+    batch = {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None}
     study = [
         {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1},
-        {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None},
+        batch,
+        {**batch, "workload.batch_size": 2, "workload.prompt_tokens": 64, "workload.output_tokens": LONG},
     ]
     path = _write(tmp_path, "sgl", {"sglang": {**SGLANG, "served_model_name": tag,
                                                "api_key_env": "KVLAB_TEST_SGLANG_KEY"}},
                   {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
-                  {"study": study})
+                  {"study": study}, retry={"max_attempts": 2, "retry_on": ["crash"], "backoff_s": 0})
     checked: list[str] = []
 
     def on_run(run, status):
@@ -106,13 +115,21 @@ def test_counters_equal_client_counts_and_radix_hits_are_token_exact(tmp_path, m
             _keyed_server_checks(tag, key)
             checked.append(status)
 
+    killed = _kill_engine_when_streaming(monkeypatch, tag, LONG, only="scheduler")
     res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute()
     assert checked == ["ok"]
-    assert (res.ok, res.failed, res.server_starts) == (2, 0, 1)
+    assert killed, "no request of the long run streamed a token"
+    assert (res.ok, res.failed, res.server_starts) == (3, 0, 2)
     for d in store.run_dirs(tmp_path):
-        assert key not in (d / "server-attempt1.log").read_text()
+        for log in d.glob("server-attempt*.log"):
+            assert key not in log.read_text(), log
 
     runs = store.load_runs(tmp_path)
+    long = runs.filter(pl.col("output_tokens") == LONG).row(0, named=True)
+    assert (long["status"], long["attempts"], long["requests_ok"]) == ("ok", 2, 2), (killed, long)
+    assert (long["server_prompt_tokens"], long["server_generation_tokens"]) == (128, 2 * LONG)  # the new server's
+
+    runs = runs.filter(pl.col("output_tokens") == 12)
     reqs = store.load_requests(tmp_path).join(runs.select("run_id", "mode"), on="run_id")
     assert reqs.height == 8 and (reqs["status"] == "ok").all()
     assert reqs["prompt_tokens"].to_list() == [1000] * 8 and reqs["output_tokens"].to_list() == [12] * 8
@@ -127,24 +144,5 @@ def test_counters_equal_client_counts_and_radix_hits_are_token_exact(tmp_path, m
     by_mode = {r["mode"]: r for r in runs.iter_rows(named=True)}
     assert by_mode["shared_prefix"]["server_prefix_cache_hits"] == 1500  # the server counts the same hits
     assert by_mode["fixed_batch"]["server_prefix_cache_hits"] == 0
-    assert not engine_processes(tag)
-
-
-LONG = 1000  # output tokens of the run that is killed (its retry decodes them all: ~1,000 steps of torch-native SGLang)
-
-
-@pytest.mark.engine
-def test_scheduler_killed_mid_run_is_a_crash_retried_on_a_new_server(tmp_path, monkeypatch, sglang_python,
-                                                                     tiny_model):
-    tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
-    path = _write(tmp_path, "sgl_kill", {"sglang": {**SGLANG, "served_model_name": tag, "max_model_len": 4096}},
-                  {"kind": "fixed_batch", "batch_size": 2, "prompt_tokens": 64, "output_tokens": LONG},
-                  {"workload.output_tokens": [LONG]},
-                  retry={"max_attempts": 2, "retry_on": ["crash"], "backoff_s": 0})
-    killed = _kill_engine_when_streaming(monkeypatch, tag, LONG, only="scheduler")
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request streamed a token"
-    run = store.load_runs(tmp_path).row(0, named=True)
-    assert (run["status"], run["attempts"], res.server_starts) == ("ok", 2, 2), (killed, run)
     assert not engine_processes(tag)
     assert not [c for c in psutil.Process().children(recursive=True) if c.status() == psutil.STATUS_ZOMBIE]

@@ -86,28 +86,49 @@ def _no_process_left(tag: str) -> None:
     assert not [c for c in psutil.Process().children(recursive=True) if c.status() == psutil.STATUS_ZOMBIE]
 
 
+LONG = 900  # output tokens of the run that is killed at its first chunk; sglang-jax streams ~20-90 tokens/s here,
+# so the kill lands with many seconds of the run still to come (prompt + output stay under max_model_len 1,024)
+
+
 @pytest.mark.engine
-def test_token_counts_and_radix_hits_against_vllm_blocks(tmp_path, engine_python, sglang_jax_python, tiny_model):
-    """Exact usage counts; one shared 500-token prefix: sglang-jax reuses all 500 tokens, vLLM 3 blocks of 128."""
+def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(tmp_path, monkeypatch, engine_python,
+                                                                         sglang_jax_python, tiny_model):
+    """Exact usage counts; one shared 500-token prefix: sglang-jax reuses all 500 tokens, vLLM 3 blocks of 128.
+    Then sglang-jax is SIGKILLed at the first chunk of a 900-token run: a crash (not retried) with every request
+    recorded, and the next run gets a new server; nothing of it is left, not even a zombie."""
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
     engines = {
         # a decode line at every step: prefill lines count only the batch already running (0 when all 4 requests
         # are admitted in one prefill, as a CI run found), and every 40th step alone may never come in 12 tokens
-        "sglang-jax": {**SGLANG_JAX, "served_model_name": tag,
+        "sglang-jax": {**SGLANG_JAX, "served_model_name": f"{tag}-sgljax",
                        "extra_args": [*SGLANG_JAX["extra_args"], "--decode-log-interval", "1"]},
-        "vllm": {**BASE_ENGINE, "served_model_name": tag, "max_model_len": 1024},
+        # a name of its own: vLLM's server starts while sglang-jax runs (overlapped), and the kill is for sglang-jax
+        "vllm": {**BASE_ENGINE, "served_model_name": f"{tag}-vllm", "max_model_len": 1024},
     }
-    study = [
-        {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None},
-        {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1},
-    ]
+    batch = {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None}
+    shared = {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1}
+    short = {**batch, "workload.batch_size": 2, "workload.prompt_tokens": 64}
+    steps = [{"engine": "sglang-jax", **batch}, {"engine": "sglang-jax", **shared},
+             {"engine": "sglang-jax", **short, "workload.output_tokens": LONG},
+             {"engine": "sglang-jax", **short, "workload.output_tokens": 8},
+             {"engine": "vllm", **batch}, {"engine": "vllm", **shared}]
     path = _write(tmp_path, "sgljax", engines,
                   {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
-                  {"engine": ["sglang-jax", "vllm"], "study": study})
+                  {"step": steps})
+    killed = _kill_engine_when_streaming(monkeypatch, f"{tag}-sgljax", LONG)
     res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert (res.ok, res.failed, res.server_starts) == (4, 0, 2)
-
+    assert killed, "no request of the long run streamed a token"
     runs = store.load_runs(tmp_path)
+    outcomes = runs.select("engine", "mode", "output_tokens", "status", "failure_cause", "notes").rows()
+    assert (res.ok, res.failed, res.server_starts) == (5, 1, 3), outcomes  # sglang-jax twice (the kill), vLLM once
+    by_tokens = {r["output_tokens"]: r for r in runs.iter_rows(named=True)}
+    # the killed run: a crash, both requests recorded, at least one failed; the next run on a new server
+    assert (by_tokens[LONG]["status"], by_tokens[LONG]["failure_cause"]) == ("failed", "crash")
+    assert by_tokens[LONG]["requests_ok"] + by_tokens[LONG]["requests_failed"] == 2
+    assert by_tokens[LONG]["requests_failed"] >= 1
+    assert by_tokens[8]["status"] == "ok"
+
+    runs = runs.filter(pl.col("output_tokens") == 12)
     reqs = store.load_requests(tmp_path).join(runs.select("run_id", "engine", "mode"), on="run_id")
     assert reqs.height == 16 and (reqs["status"] == "ok").all()
     assert reqs["prompt_tokens"].to_list() == [1000] * 16 and reqs["output_tokens"].to_list() == [12] * 16
@@ -137,27 +158,6 @@ def test_token_counts_and_radix_hits_against_vllm_blocks(tmp_path, engine_python
     # one request at a time, the first computes the prefix: radix tree token-exact, vLLM whole 128-token blocks
     assert cached("sglang-jax", "shared_prefix") == [0, 500, 500, 500]
     assert cached("vllm", "shared_prefix") == [0, 384, 384, 384]
-    _no_process_left(tag)
-
-
-LONG = 1500  # output tokens of the run that is killed; sglang-jax streams ~20-90 tokens/s here
-
-
-@pytest.mark.engine
-def test_sglang_jax_killed_mid_run_is_recorded_and_leaves_nothing(tmp_path, monkeypatch, sglang_jax_python,
-                                                                  tiny_model):
-    tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
-    path = _write(tmp_path, "sgljax_kill", {"sglang-jax": {**SGLANG_JAX, "served_model_name": tag,
-                                                           "max_model_len": 2048}},
-                  {"kind": "fixed_batch", "batch_size": 2, "prompt_tokens": 64, "output_tokens": LONG},
-                  {"workload.output_tokens": [LONG, 8]})
-    killed = _kill_engine_when_streaming(monkeypatch, tag, LONG)
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
-    assert killed, "no request of the long run streamed a token"
-    runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
-    assert runs[LONG]["status"] == "failed" and runs[LONG]["failure_cause"] == "crash"
-    assert runs[LONG]["requests_ok"] + runs[LONG]["requests_failed"] == 2 and runs[LONG]["requests_failed"] >= 1
-    assert runs[8]["status"] == "ok" and res.server_starts == 2  # a new server for the next run
     _no_process_left(tag)
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
 import polars as pl
+import psutil
 import pytest
 import yaml
 from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
@@ -157,7 +159,9 @@ def test_tiny_model_tokenizer_counts(tiny_model):
 
 @pytest.mark.engine
 def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(tmp_path, engine_python, tiny_model):
-    """One sweep, two servers (prefix caching on / off): shared fractions, multi-turn, 128 in flight."""
+    """One sweep, two servers (prefix caching on / off): shared fractions, multi-turn, 128 in flight. The second
+    server's start overlaps the first's (the default), and it is paused (SIGSTOP, every process) while each run of
+    the first group is measured; the sequential form is checked by the probe test."""
     import uuid
 
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
@@ -182,8 +186,21 @@ def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(tmp_path, eng
     }
     path = tmp_path / "studies.yaml"
     path.write_text(yaml.safe_dump(spec))
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    seen: list[tuple[bool, set[str]]] = []  # per run: its caching, and the states of the other group's processes
+
+    def on_run(run, status):
+        other = "--no-enable-prefix-caching"
+        procs = [p for p in engine_processes(tag) if (other in " ".join(p.cmdline())) == run.engine.prefix_caching]
+        seen.append((run.engine.prefix_caching, {p.status() for p in procs}))
+
+    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute()  # overlapped starts: the default
     assert (res.ok, res.failed, res.server_starts) == (10, 0, 2)
+    # overlapped starts: while the first group ran, the second group's engine existed, every process of it stopped
+    assert seen == [(True, {psutil.STATUS_STOPPED})] * 5 + [(False, set())] * 5  # then the first's was stopped
+    servers = json.loads((tmp_path / "runs" / "studies" / "manifest.json").read_text())["sweeps"][-1]["servers"]
+    assert [s["start_overlapped"] for s in servers] == [True, True]
+    assert servers[0]["paused_s"] == 0 and servers[1]["paused_s"] > 0
+    assert 0 < servers[1]["ready_s"] < 300  # launch to ready, the pause left out
     runs = store.load_runs(tmp_path)
 
     # shared prefix: hits rise with the shared fraction with caching on, and vanish with it off
