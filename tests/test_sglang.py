@@ -26,7 +26,7 @@ SGLANG = {
     "max_model_len": 1024, "kv_cache_bytes": 16 * 2**20, "dtype": "bfloat16", "startup_timeout_s": 300,
     "extra_args": ["--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
                    "--disable-overlap-schedule", "--max-running-requests", "4"],
-    "env": {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": COMPAT},
+    "env": {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": COMPAT, "OMP_NUM_THREADS": "1"},
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 from kvlab.engines.registry import FAMILY_OF, SGLANG
 from kvlab.perfmodel.catalog import GPU, Model, gpu as find_gpu, model as find_model
@@ -327,6 +328,7 @@ def batch_time(
     return Prediction(cfg, context_tokens, w, mem, conc, waves, prefill, decode, first)
 
 
+@lru_cache(maxsize=4096)
 def crossover_context(
     cfg_a: Config,
     cfg_b: Config,
@@ -337,7 +339,9 @@ def crossover_context(
     hi_tokens: int = 1 << 20,
 ) -> float | None:
     """Context (tokens) where ``cfg_a`` and ``cfg_b`` take the same batch time; None when they do not cross
-    in [lo, hi] (lo at least twice the output length). The first crossing on a log grid is refined by bisection (scipy's brentq)."""
+    in [lo, hi] (lo at least twice the output length). The first crossing on a log grid is refined by bisection (scipy's brentq).
+    Cached per process for its arguments (all immutable): a notebook re-run in one kernel, or report 04's ranges over
+    every assumption set, solves each crossing once."""
     from scipy.optimize import brentq
 
     def diff(c: float) -> float:
