@@ -122,16 +122,6 @@ def test_notebook_executes_and_exports(nb, built_reports):
     assert '"outputs": []' in nb.read_text() or '"outputs":[]' in nb.read_text()
 
 
-def test_reports_without_measured_runs_say_so(tmp_path):
-    data = tmp_path / "data"
-    shutil.copytree(DATA_DIR / "reference", data / "reference")
-    if (DATA_DIR / "catalog").exists():
-        shutil.copytree(DATA_DIR / "catalog", data / "catalog")
-    for prefix in ("01", "03"):
-        rep = reports.run_one(reports.notebooks([prefix])[0], tmp_path / "out", {"data_dir": str(data)})
-        assert "No measured runs" in rep.html.read_text()
-
-
 def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     """Measured sections of 01-03 name both engines and compute every sentence from the fixed runs."""
     import numpy as np

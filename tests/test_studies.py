@@ -239,26 +239,3 @@ def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(tmp_path, eng
     cl = runs.filter(pl.col("mode") == "classification")
     assert cl["served_output_tokens"].to_list() == [1600, 1600]
     assert not engine_processes(tag)
-
-
-# ----------------------------------------------------------------------------- reports without measured runs
-
-
-def test_study_reports_without_measured_runs_say_so_and_still_draw(tmp_path):
-    import shutil
-
-    from kvlab import reports
-    from kvlab.paths import DATA_DIR
-
-    data = tmp_path / "data"
-    shutil.copytree(DATA_DIR / "reference", data / "reference")
-    shutil.copytree(DATA_DIR / "catalog", data / "catalog")
-    rep = reports.run_one(reports.notebooks(["05"])[0], tmp_path / "out", {"data_dir": str(data)})
-    text = rep.html.read_text()
-    assert "No measured runs of <code>cpu_prefix_sharing</code>" in text and rep.figures >= 1
-    assert "the document's claims stay untested here" in text
-    rep = reports.run_one(reports.notebooks(["06"])[0], tmp_path / "out", {"data_dir": str(data), "curve_points": 8})
-    text = rep.html.read_text()
-    assert "No measured prefix-sharing runs" in text and "No measured classification runs" in text
-    assert rep.figures >= 2  # the decision tree and the modelled context curves
-    assert "vLLM as the tree" in text  # no factor separates the engines: the tie-break, said so
