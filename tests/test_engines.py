@@ -8,7 +8,7 @@ import pytest
 
 from kvlab import host
 from kvlab.engines import CANONICAL_METRICS, get_adapter
-from kvlab.engines.parsecheck import check_argvs
+from kvlab.engines.parsecheck import ask_parser
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
 from kvlab.spec import EngineSpec, ExperimentSpec, expand
 
@@ -40,34 +40,71 @@ def _shipped_runs():
         yield from expand(ExperimentSpec.load(path))
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
-def test_every_argv_parses_with_the_engines_own_parser(engine, request, monkeypatch):
-    python = request.getfixturevalue("sglang_jax_python" if engine == "sglang-jax" else "engine_python")
+PYTHON_FIXTURE = {"vllm": "engine_python", "sglang": "sglang_python", "sglang-jax": "sglang_jax_python"}
+KEY = 'k-"quoted"-é'  # the key SGLang must read back from kvlab's --config file
+
+
+def _argvs(engine: str) -> list[list[str]]:
+    """Every argv kvlab can give ``engine``: each flag combination, every shipped experiment's, bfloat16-if-native
+    on a CPU with and without native bfloat16, and last a known-bad argv (to prove the check can fail)."""
     adapter = get_adapter(engine)
     specs = _variants(engine) + [r.engine for r in _shipped_runs() if r.engine.name == engine]
     if engine == "sglang-jax":
         assert len(specs) > len(_variants(engine)), "no shipped experiment runs sglang-jax"
     argvs = [adapter.server_args(s, 8000 + i, api_key="secret" if i % 2 else None) for i, s in enumerate(specs)]
-    for native in (True, False):  # bfloat16-if-native on a CPU with and without native bfloat16
-        monkeypatch.setattr(host, "native_bf16", lambda native=native: native)
-        argvs.append(adapter.server_args(_spec(engine, dtype="bfloat16-if-native"), 8000))
+    with pytest.MonkeyPatch.context() as mp:
+        for native in (True, False):
+            mp.setattr(host, "native_bf16", lambda native=native: native)
+            argvs.append(adapter.server_args(_spec(engine, dtype="bfloat16-if-native"), 8000))
     assert "float32" in argvs[-1] and "bfloat16" in argvs[-2]
-    # A known-bad argv rides along (same subprocess) to prove the check can fail.
-    errors = check_argvs(engine, python, argvs + [argvs[0] + ["--no-such-flag"]])
-    assert errors[-1] and "--no-such-flag" in errors[-1]
+    return argvs + [argvs[0] + ["--no-such-flag"]]
+
+
+@pytest.fixture(scope="module")
+def parser_answers(request, tmp_path_factory):
+    """Per engine, what its own parser (one process in its environment) answers to every argv kvlab can give it
+    and to which spellings of a secret option it takes: (argvs, errors, spellings). SGLang is also given the argv
+    of a keyed EngineServer, whose --config file holds KEY (test_sglang_reads_the_key_file_kvlab_writes)."""
+    from kvlab.server import EngineServer
+
+    answers = {}
+
+    def answer(engine: str):
+        if engine not in answers:
+            argvs, python = _argvs(engine), request.getfixturevalue(PYTHON_FIXTURE[engine])
+            if engine != "sglang":
+                answers[engine] = (argvs, *ask_parser(engine, python, argvs, spellings=True))
+                return answers[engine]
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("KVLAB_TEST_KEY", KEY)
+                srv = EngineServer(_spec("sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path_factory.mktemp("key") / "s.log")
+                srv._write_key_file()
+                try:
+                    keyed = srv.argv[srv.argv.index("sglang.launch_server") + 1:]
+                    argvs = [keyed, *argvs]
+                    answers[engine] = (argvs, *ask_parser(engine, python, argvs, spellings=True))
+                finally:
+                    srv._remove_key_file()
+        return answers[engine]
+
+    return answer
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
+def test_every_argv_parses_with_the_engines_own_parser(engine, parser_answers):
+    argvs, errors, _ = parser_answers(engine)
+    assert errors[-1] and "--no-such-flag" in errors[-1]  # the known-bad argv: the check can fail
     bad = [(a, e) for a, e in zip(argvs, errors[:-1]) if e]
     assert not bad, bad[:3]
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
-def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, request):
+def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, parser_answers):
     """Each engine's own parser, asked which options carry a secret (destination *key, *token, *secret, *password)
     and which spellings it takes for each (abbreviations, '_' for '-'): kvlab refuses every one in extra_args."""
-    from kvlab.engines.parsecheck import secret_spellings
     from kvlab.engines.spec import SECRET_OPTIONS, secret_option
 
-    fixture = {"sglang-jax": "sglang_jax_python", "sglang": "sglang_python"}.get(engine, "engine_python")
-    found = {o: s for o, s in secret_spellings(engine, request.getfixturevalue(fixture)).items() if s}
+    found = {o: s for o, s in parser_answers(engine)[2].items() if s}
     assert "--api-key" in found
     assert set(found) <= set(SECRET_OPTIONS), f"{engine}: secret options kvlab does not know: {set(found) - set(SECRET_OPTIONS)}"
     missed = [s for spellings in found.values() for s in spellings if secret_option(s) is None]
@@ -78,20 +115,13 @@ def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, r
                 _spec(engine, extra_args=[s, "k"])
 
 
-def test_sglang_reads_the_key_file_kvlab_writes(sglang_python, tmp_path, monkeypatch):
+def test_sglang_reads_the_key_file_kvlab_writes(parser_answers):
     """SGLang's own parser takes the --config file EngineServer writes for the key (its keys are spelt as the
-    flags are: 'api_key' would be refused as an unknown --api_key)."""
-    from kvlab.server import EngineServer
-
-    monkeypatch.setenv("KVLAB_TEST_KEY", 'k-"quoted"-é')
-    srv = EngineServer(_spec("sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path / "s.log")
-    srv._write_key_file()
-    try:
-        argv = srv.argv[srv.argv.index("sglang.launch_server") + 1:]
-        assert "--config" in argv and not any("quoted" in a for a in argv)
-        assert check_argvs("sglang", sglang_python, [argv, argv + ["--no-such-flag"]])[0] is None
-    finally:
-        srv._remove_key_file()
+    flags are: 'api_key' would be refused as an unknown --api_key); the key is on no argv."""
+    argvs, errors, _ = parser_answers("sglang")
+    keyed = argvs[0]
+    assert "--config" in keyed and not any("quoted" in a for a in keyed)
+    assert errors[0] is None, errors[0]
 
 
 def test_vllm_command():

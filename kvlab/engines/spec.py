@@ -41,7 +41,7 @@ REDACTED = "***"
 def secret_option(arg: str) -> str | None:
     """The secret option ``arg`` spells (``--api-key``, ``--api_key``, ``--api-k=…``: argparse accepts any
     unambiguous prefix of a long option, and vLLM's parser reads '_' as '-'), else None. Checked against each
-    engine's own parser by tests/test_engines.py (kvlab.engines.parsecheck.secret_spellings)."""
+    engine's own parser by tests/test_engines.py (kvlab.engines.parsecheck.ask_parser)."""
     if not arg.startswith("--"):
         return None
     # vLLM's parser also reads '--opt.field value' as a JSON value of --opt
