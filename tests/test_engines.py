@@ -63,27 +63,28 @@ def _argvs(engine: str) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def parser_answers(request, tmp_path_factory):
     """Per engine, what its own parser (one process in its environment) answers to every argv kvlab can give it
-    and to which spellings of a secret option it takes: (argvs, errors, spellings). SGLang is also given the argv
-    of a keyed EngineServer, whose --config file holds KEY (test_sglang_reads_the_key_file_kvlab_writes)."""
+    and to which spellings of a secret option it takes: (argvs, errors, spellings). SGLang's first argv is a keyed
+    EngineServer's, whose --config file holds KEY while the parser reads it
+    (test_sglang_reads_the_key_file_kvlab_writes)."""
     from kvlab.server import EngineServer
 
     answers = {}
 
     def answer(engine: str):
-        if engine not in answers:
-            argvs, python = _argvs(engine), request.getfixturevalue(PYTHON_FIXTURE[engine])
-            if engine != "sglang":
-                answers[engine] = (argvs, *ask_parser(engine, python, argvs, spellings=True))
-                return answers[engine]
-            with pytest.MonkeyPatch.context() as mp:
+        if engine in answers:
+            return answers[engine]
+        argvs, python = _argvs(engine), request.getfixturevalue(PYTHON_FIXTURE[engine])
+        with pytest.MonkeyPatch.context() as mp:
+            srv = None
+            if engine == "sglang":
                 mp.setenv("KVLAB_TEST_KEY", KEY)
                 srv = EngineServer(_spec("sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path_factory.mktemp("key") / "s.log")
                 srv._write_key_file()
-                try:
-                    keyed = srv.argv[srv.argv.index("sglang.launch_server") + 1:]
-                    argvs = [keyed, *argvs]
-                    answers[engine] = (argvs, *ask_parser(engine, python, argvs, spellings=True))
-                finally:
+                argvs = [srv.argv[srv.argv.index("sglang.launch_server") + 1:], *argvs]
+            try:
+                answers[engine] = (argvs, *ask_parser(engine, python, argvs))
+            finally:
+                if srv is not None:
                     srv._remove_key_file()
         return answers[engine]
 
