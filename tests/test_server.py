@@ -205,18 +205,22 @@ def test_a_key_file_that_cannot_be_created_new_stops_the_start(tmp_path, registr
 
 def test_reap_orphans_only_kills_engines(tmp_path, registry):
     registry.mkdir(parents=True)
-    dead_owner = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                                text=True).stdout.strip()
+    # a harness that has exited, recorded as EngineServer records its owner: pid and start time (the pid alone can
+    # be reused by then; make test's engine pass starts enough processes to wrap the pids within a run)
+    dead_pid, dead_started = subprocess.run(
+        [sys.executable, "-c", "import psutil; me = psutil.Process(); print(me.pid, me.create_time())"],
+        capture_output=True, text=True).stdout.split()
+    dead_owner = {"owner_pid": int(dead_pid), "owner_started": float(dead_started)}
     engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "vllm.entrypoints.fake"],
                               start_new_session=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
         for p in (engine, other):
-            (registry / f"{p.pid}.json").write_text(json.dumps({"pid": p.pid, "pgid": p.pid,
-                                                                "owner_pid": int(dead_owner)}))
+            (registry / f"{p.pid}.json").write_text(json.dumps({"pid": p.pid, "pgid": p.pid, **dead_owner}))
         # A live owner protects its servers.
+        me = psutil.Process()
         (registry / "live.json").write_text(json.dumps({"pid": engine.pid, "pgid": engine.pid,
-                                                        "owner_pid": os.getpid()}))
+                                                        "owner_pid": me.pid, "owner_started": me.create_time()}))
         assert reap_orphans(registry) == [engine.pid]
         engine.wait(timeout=10)
         assert other.poll() is None  # not an engine command line: pid may have been reused
