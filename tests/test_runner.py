@@ -203,49 +203,6 @@ def test_a_start_that_fails_on_too_small_a_kv_cache_is_retried_as_configured(tmp
 # ----------------------------------------------------------------------------- real vLLM
 
 
-@pytest.mark.engine
-def test_sweep_measures_exact_tokens_and_longer_context_is_slower_and_two_experiments_share_one_start(
-        tmp_path, engine_python, tiny_model):
-    """Two experiments that need the same server (one of two contexts, one of a single run) share its one start;
-    every run's tokens agree exactly between client, request and server counters, and the longer context is the
-    slower run (2 x 4,064 prompt tokens against 2 x 992: four times the prefill)."""
-    path = write_spec(tmp_path, "two_contexts", matrix={"workload.context_tokens": [1024, 4096]},
-                      workload={"batch_size": 2, "output_tokens": 32})
-    tag = tag_of(path)
-    other = write_spec(tmp_path, "study_b", engine={"served_model_name": tag},
-                       workload={"batch_size": 1, "context_tokens": 256})
-    res = runner.sweep([ExperimentSpec.load(path), ExperimentSpec.load(other)], data_dir=tmp_path)
-    assert (res.ok, res.failed, res.server_starts) == (3, 0, 1)
-    assert {n: (r.ok, r.server_starts) for n, r in res.experiments.items()} == {"two_contexts": (2, 1),
-                                                                                 "study_b": (1, 1)}
-    for name, peer in (("two_contexts", "study_b"), ("study_b", "two_contexts")):
-        sweep = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())["sweeps"][-1]
-        assert [s["experiments"] for s in sweep["servers"]] == [["two_contexts", "study_b"]]
-        assert sweep["swept_with"] == [peer]
-    assert len(store.run_dirs(tmp_path, "study_b")) == 1  # each run under its own experiment
-    runs = store.load_runs(tmp_path).filter(pl.col("experiment") == "two_contexts").sort("context_tokens")
-    assert runs["status"].to_list() == ["ok", "ok"]
-    # the client's usage counts, what kvlab sent, and the server's own counters agree exactly
-    assert runs["served_prompt_tokens"].to_list() == [2 * (1024 - 32), 2 * (4096 - 32)]
-    assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list()
-    assert runs["served_output_tokens"].to_list() == [64, 64]
-    assert runs["server_generation_tokens"].to_list() == [64, 64]
-    assert runs["server_prefix_cache_hits"].to_list() == [0, 0]  # distinct prompts: no cache benchmark
-    for col in ("ttft_mean_ms", "tpot_mean_ms", "batch_time_s", "e2e_mean_ms"):
-        assert (runs[col] > 0).all(), col
-    assert runs["batch_time_s"][1] > runs["batch_time_s"][0]
-    assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
-    reqs = store.load_requests(tmp_path).filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
-    assert reqs.height == 4 and (reqs["status"] == "ok").all() and (reqs["output_tokens"] == 32).all()
-    manifest = json.loads((tmp_path / "runs" / "two_contexts" / "manifest.json").read_text())
-    sweep = manifest["sweeps"][-1]
-    assert sweep["kvlab_version"] and sweep["host"]["accelerator"] and sweep["servers"][0]["argv"]
-    assert {"started_at", "ended_at", "git_commit"} <= set(sweep)
-    for d in store.run_dirs(tmp_path):
-        assert (d / "server-attempt1.log").exists()
-    assert not engine_processes(tag)
-
-
 def _serves_token_prompts_with_its_key(tag: str, key: str) -> None:
     """While this test's keyed vLLM server runs: a prompt of token ids is served with exact usage counts, a request
     without the key is refused, an id outside the vocabulary is a 400, the development endpoints are closed (no
