@@ -91,6 +91,15 @@ def tiny_model() -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_vllm(tmp_path_factory, engine_python, tiny_model):
+    """One sweep on the real vLLM CPU build, read by the engine tests of test_runner and test_studies: a killed
+    harness's experiment resumed, and experiments that need the same server sharing its start (real_vllm.py)."""
+    from real_vllm import shared_sweep
+
+    return shared_sweep(tmp_path_factory.mktemp("real-vllm"))
+
+
+@pytest.fixture(scope="session")
 def fixture_data(tmp_path_factory) -> Path:
     """A data folder with the reference tables, the catalog and the real measured runs of tests/fixtures (the
     same on every machine, unlike data/runs), plus document variants (see notebook_data.write_fixture_data)."""

@@ -203,6 +203,43 @@ def test_a_start_that_fails_on_too_small_a_kv_cache_is_retried_as_configured(tmp
 # ----------------------------------------------------------------------------- real vLLM
 
 
+@pytest.mark.engine
+def test_two_experiments_share_one_start_count_exact_tokens_and_longer_context_is_slower(real_vllm):
+    """Two experiments that need the same server (one of two contexts, one of a single run) share its one start
+    (with the studies' cache-on group and the other experiments of tests/real_vllm.py); every run's tokens agree exactly between client, request and server
+    counters, and the longer context is the slower run (2 x 4,064 prompt tokens against 2 x 992)."""
+    tmp_path, res, tag = real_vllm.data, real_vllm.result, real_vllm.tag
+    assert {n: (r.ok, r.server_starts) for n, r in res.experiments.items()} == {
+        "studies": (10, 2), "two_contexts": (2, 1), "study_b": (1, 1), "repeats": (2, 1),
+        "resume": (3 - len(real_vllm.finished_before_kill), 1)}
+    names = {"studies", "resume", "two_contexts", "study_b", "repeats"}
+    for name in ("two_contexts", "study_b"):
+        sweep = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())["sweeps"][-1]
+        assert [sorted(s["experiments"]) for s in sweep["servers"]] == [sorted(names)]
+        assert sorted(sweep["swept_with"]) == sorted(names - {name})
+    assert len(store.run_dirs(tmp_path, "study_b")) == 1  # each run under its own experiment
+    runs = store.load_runs(tmp_path).filter(pl.col("experiment") == "two_contexts").sort("context_tokens")
+    assert runs["status"].to_list() == ["ok", "ok"]
+    # the client's usage counts, what kvlab sent, and the server's own counters agree exactly
+    assert runs["served_prompt_tokens"].to_list() == [2 * (1024 - 32), 2 * (4096 - 32)]
+    assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list()
+    assert runs["served_output_tokens"].to_list() == [64, 64]
+    assert runs["server_generation_tokens"].to_list() == [64, 64]
+    assert runs["server_prefix_cache_hits"].to_list() == [0, 0]  # distinct prompts, each run its own cache_salt
+    for col in ("ttft_mean_ms", "tpot_mean_ms", "batch_time_s", "e2e_mean_ms"):
+        assert (runs[col] > 0).all(), col
+    assert runs["batch_time_s"][1] > runs["batch_time_s"][0]
+    assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
+    reqs = store.load_requests(tmp_path).filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
+    assert reqs.height == 4 and (reqs["status"] == "ok").all() and (reqs["output_tokens"] == 32).all()
+    sweep = json.loads((tmp_path / "runs" / "two_contexts" / "manifest.json").read_text())["sweeps"][-1]
+    assert sweep["kvlab_version"] and sweep["host"]["accelerator"] and sweep["servers"][0]["argv"]
+    assert {"started_at", "ended_at", "git_commit"} <= set(sweep)
+    for d in store.run_dirs(tmp_path):
+        assert (d / "server-attempt1.log").exists()
+    assert not engine_processes(tag)
+
+
 def _serves_token_prompts_with_its_key(tag: str, key: str) -> None:
     """While this test's keyed vLLM server runs: a prompt of token ids is served with exact usage counts, a request
     without the key is refused, an id outside the vocabulary is a 400, the development endpoints are closed (no
@@ -393,31 +430,21 @@ def test_a_hung_engine_is_a_timeout_and_a_killed_engine_or_engine_core_a_crash_r
 
 
 @pytest.mark.engine
-def test_killed_harness_resumes_without_redoing_runs(tmp_path, engine_python, tiny_model):
-    path = write_spec(tmp_path, "resume", repeats=3, workload={"output_tokens": 400})
-    exp_dir = tmp_path / "runs" / "resume"
-    harness = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)],
-                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    harness.kill()  # SIGKILL: no cleanup handler runs; the server's watchdog stops the engine
-    harness.wait()
-    killed = time.monotonic()
-    first = store.finished_run_keys(exp_dir)
+def test_killed_harness_resumes_without_redoing_runs(real_vllm):
+    """A `kvlab sweep` SIGKILLed once one of its three runs is finished (tests/real_vllm.py): its engine is gone
+    within 10 s (the server's watchdog), and the next sweep reuses what it finished, redoing nothing."""
+    data, res = real_vllm.data, real_vllm.result.experiments["resume"]
+    exp_dir = data / "runs" / "resume"
+    first = real_vllm.finished_before_kill
     assert 1 <= len(first) < 3
-    while engine_processes(tag_of(path)) and time.monotonic() - killed < 10:
-        time.sleep(0.2)
-    assert not engine_processes(tag_of(path)), "an engine outlived its SIGKILLed harness by 10 s"
-    mtimes = {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first}
-
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    assert real_vllm.orphan_s < 10, "an engine outlived its SIGKILLed harness by 10 s"
     assert res.skipped == len(first) and res.ok == 3 - len(first)
-    assert store.finished_run_keys(exp_dir) == {r.key for r in expand(ExperimentSpec.load(path))}
-    assert {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first} == mtimes  # not redone
+    assert store.finished_run_keys(exp_dir) == {r.key for r in expand(ExperimentSpec.load(data / "resume.yaml"))}
+    assert {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first} == real_vllm.mtimes  # not redone
     assert not [p for p in exp_dir.iterdir() if p.name.startswith(".")]  # no partial folders
-    assert store.load_runs(tmp_path).height == 3 and store.load_requests(tmp_path).height == 6
-    assert not engine_processes(tag_of(path))
+    runs = store.load_runs(data).filter(pl.col("experiment") == "resume")
+    assert runs.height == 3 and (runs["status"] == "ok").all()
+    assert store.load_requests(data).filter(pl.col("run_id").is_in(runs["run_id"].to_list())).height == 6
 
 
 class _DyingServer:

@@ -9,11 +9,10 @@ import json
 import polars as pl
 import psutil
 import pytest
-import yaml
 from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
-from test_runner import BASE_ENGINE, engine_processes
+from test_runner import engine_processes
 
-from kvlab import analysis, guide, narrative, reasoning, runner, store, workloads
+from kvlab import analysis, guide, narrative, reasoning, store, workloads
 from kvlab.client import run_requests
 from kvlab.spec import ExperimentSpec
 
@@ -157,99 +156,6 @@ def test_tiny_model_tokenizer_counts(tiny_model):
 # ----------------------------------------------------------------------------- real vLLM
 
 
-@pytest.fixture(scope="module")
-def real_vllm(tmp_path_factory, engine_python, tiny_model):
-    """One sweep on real vLLM, shared by the tests below (each vLLM start costs about 35 s of the suite's time): the
-    studies (prefix caching on / off: shared fractions, multi-turn, 128 in flight) and two small experiments that
-    need the cache-on server's exact configuration, so they share its one start (two contexts, one single run).
-    The second server's start overlaps the first's (the default), and it is paused (SIGSTOP, every process) while
-    each run of the first group is measured; the sequential form is checked by the probe test (test_runner)."""
-    import uuid
-
-    tmp_path = tmp_path_factory.mktemp("real-vllm")
-    tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
-    engine = {**BASE_ENGINE, "served_model_name": tag, "max_model_len": 4096}
-    study = [
-        *({"workload.kind": "shared_prefix", "workload.shared_fraction": f} for f in (0.0, 0.5, 0.9)),
-        {"workload.kind": "multi_turn", "workload.context_tokens": None, "workload.shared_fraction": None,
-         "workload.batch_size": 3,
-         "workload.turns": 3, "workload.document_tokens": 1024, "workload.question_tokens": 32,
-         "workload.output_tokens": 16},
-        {"workload.kind": "classification", "workload.context_tokens": None, "workload.shared_fraction": None,
-         "workload.prompt_tokens": 48,
-         "workload.output_tokens": 10, "workload.batch_size": 160, "workload.concurrency": 128},
-    ]
-    spec = {
-        "name": "studies", "hardware": "CPU (test)",
-        "engines": {"apc": {**engine, "prefix_caching": True}, "no_apc": {**engine, "prefix_caching": False}},
-        "workload": {"kind": "shared_prefix", "batch_size": 8, "concurrency": 4, "context_tokens": 2048,
-                     "output_tokens": 8, "shared_fraction": 0.0},
-        "matrix": {"engine": ["apc", "no_apc"], "study": study}, "warmup": True,
-        "retry": {"max_attempts": 1, "retry_on": []},
-    }
-    # two experiments on the cache-on server's configuration: 2 x 992 against 2 x 4,064 prompt tokens (four times
-    # the prefill), and one single run
-    small = {"hardware": "CPU (test)", "scale_factor": 32, "engines": {"vllm": {**engine, "prefix_caching": True}},
-             "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
-    specs = [spec,
-             {**small, "name": "two_contexts", "matrix": {"workload.context_tokens": [1024, 4096]},
-              "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 32}},
-             {**small, "name": "study_b",
-              "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16}},
-             # the studies' 90%-shared point, twice: the repeats must not hit each other's (nor that run's) cache
-             {**small, "name": "repeats", "repeats": 2, "workload": {**spec["workload"], "shared_fraction": 0.9}}]
-    paths = []
-    for s in specs:
-        paths.append(tmp_path / f"{s['name']}.yaml")
-        paths[-1].write_text(yaml.safe_dump(s))
-    seen: list[tuple[str, bool, set[str]]] = []  # per run: its experiment, its caching, the other group's states
-
-    def on_run(run, status):
-        other = "--no-enable-prefix-caching"
-        procs = [p for p in engine_processes(tag) if (other in " ".join(p.cmdline())) == run.engine.prefix_caching]
-        seen.append((run.experiment, run.engine.prefix_caching, {p.status() for p in procs}))
-
-    # overlapped starts: the default
-    res = runner.Sweep([ExperimentSpec.load(p) for p in paths], tmp_path, on_run=on_run).execute()
-    return tmp_path, res, seen, tag
-
-
-@pytest.mark.engine
-def test_two_experiments_share_one_start_count_exact_tokens_and_longer_context_is_slower(real_vllm):
-    """Two experiments that need the same server (one of two contexts, one of a single run) share its one start
-    (with the studies' cache-on group); every run's tokens agree exactly between client, request and server
-    counters, and the longer context is the slower run (2 x 4,064 prompt tokens against 2 x 992)."""
-    tmp_path, res, _, tag = real_vllm
-    assert {n: (r.ok, r.server_starts) for n, r in res.experiments.items()} == {
-        "studies": (10, 2), "two_contexts": (2, 1), "study_b": (1, 1), "repeats": (2, 1)}
-    names = {"studies", "two_contexts", "study_b", "repeats"}
-    for name in ("two_contexts", "study_b"):
-        sweep = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())["sweeps"][-1]
-        assert [sorted(s["experiments"]) for s in sweep["servers"]] == [sorted(names)]
-        assert sorted(sweep["swept_with"]) == sorted(names - {name})
-    assert len(store.run_dirs(tmp_path, "study_b")) == 1  # each run under its own experiment
-    runs = store.load_runs(tmp_path).filter(pl.col("experiment") == "two_contexts").sort("context_tokens")
-    assert runs["status"].to_list() == ["ok", "ok"]
-    # the client's usage counts, what kvlab sent, and the server's own counters agree exactly
-    assert runs["served_prompt_tokens"].to_list() == [2 * (1024 - 32), 2 * (4096 - 32)]
-    assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list()
-    assert runs["served_output_tokens"].to_list() == [64, 64]
-    assert runs["server_generation_tokens"].to_list() == [64, 64]
-    assert runs["server_prefix_cache_hits"].to_list() == [0, 0]  # distinct prompts, each run its own cache_salt
-    for col in ("ttft_mean_ms", "tpot_mean_ms", "batch_time_s", "e2e_mean_ms"):
-        assert (runs[col] > 0).all(), col
-    assert runs["batch_time_s"][1] > runs["batch_time_s"][0]
-    assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
-    reqs = store.load_requests(tmp_path).filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
-    assert reqs.height == 4 and (reqs["status"] == "ok").all() and (reqs["output_tokens"] == 32).all()
-    sweep = json.loads((tmp_path / "runs" / "two_contexts" / "manifest.json").read_text())["sweeps"][-1]
-    assert sweep["kvlab_version"] and sweep["host"]["accelerator"] and sweep["servers"][0]["argv"]
-    assert {"started_at", "ended_at", "git_commit"} <= set(sweep)
-    for d in store.run_dirs(tmp_path):
-        assert (d / "server-attempt1.log").exists()
-    assert not engine_processes(tag)
-
-
 @pytest.mark.engine
 def test_repeats_do_not_hit_each_others_cache_by_the_servers_counters(real_vllm):
     """No dev mode, no cache reset between runs: each run's own cache_salt keeps it from an earlier run's cache. The
@@ -257,8 +163,7 @@ def test_repeats_do_not_hit_each_others_cache_by_the_servers_counters(real_vllm)
     where the same point repeats): the server's hit counter equals the client's per-request count and is the same
     for every run, as a first run's; a run that reused an earlier run's prefix would count its first request's
     prefix as hits too."""
-    tmp_path, _, _, _ = real_vllm
-    runs = store.load_runs(tmp_path).filter(pl.col("prefix_caching") & (pl.col("mode") == "shared_prefix"))
+    runs = store.load_runs(real_vllm.data).filter(pl.col("prefix_caching") & (pl.col("mode") == "shared_prefix"))
     shared, = runs.filter(pl.col("experiment") == "repeats")["shared_prefix_tokens"].unique()
     point = runs.filter(pl.col("shared_prefix_tokens") == shared).sort("experiment", "repeat")
     assert point.select("experiment", "repeat").rows() == [("repeats", 0), ("repeats", 1), ("studies", 0)]
@@ -273,11 +178,12 @@ def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(real_vllm):
     """The studies' runs of the shared sweep: shared fractions, multi-turn and 128 in flight, with prefix caching
     on and off; the cache-off server started while the cache-on one did and stayed paused while its runs were
     measured."""
-    tmp_path, res, seen, tag = real_vllm
-    assert (res.ok, res.failed, res.server_starts) == (15, 0, 2)
+    tmp_path, res, seen, tag = real_vllm.data, real_vllm.result, real_vllm.seen, real_vllm.tag
+    assert (res.experiments["studies"].ok, res.failed, res.server_starts) == (10, 0, 2)
     # overlapped starts: while the first group ran, the second group's engine existed, every process of it stopped
     # (the cache-on group holds the three small experiments' five runs too); then the first's was stopped
-    assert [(c, states) for _, c, states in seen] == [(True, {psutil.STATUS_STOPPED})] * 10 + [(False, set())] * 5
+    apc_runs = 10 + 3 - len(real_vllm.finished_before_kill)  # the studies' 5, the small experiments' 5, what resume had left
+    assert [(c, states) for _, c, states in seen] == [(True, {psutil.STATUS_STOPPED})] * apc_runs + [(False, set())] * 5
     servers = json.loads((tmp_path / "runs" / "studies" / "manifest.json").read_text())["sweeps"][-1]["servers"]
     assert [s["start_overlapped"] for s in servers] == [True, True]
     assert servers[0]["paused_s"] == 0 and servers[1]["paused_s"] > 0

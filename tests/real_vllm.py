@@ -1,0 +1,122 @@
+"""One sweep on the real vLLM CPU build that several engine tests read (conftest's session fixture ``real_vllm``):
+each vLLM start costs about 35 s of the suite's time on a 2-core machine, so experiments that need the same server
+configuration share one start, as kvlab's own sweeps do.
+
+The sweep, in order:
+
+1. ``resume`` (3 repeats of a 400-token run) is swept by a ``kvlab sweep`` subprocess that is SIGKILLed as soon as
+   one run is finished: no cleanup handler runs, so the engine must be stopped by the server's watchdog, and the
+   runs it finished must be reused, not redone (tests/test_runner.py).
+2. One sweep of every experiment below in one process: ``studies`` on two servers (prefix caching on / off: shared
+   fractions, multi-turn, 128 in flight; tests/test_studies.py), and on the cache-on server's exact configuration,
+   sharing its one start: ``two_contexts`` and ``study_b`` (exact token counts, one start for two experiments),
+   ``repeats`` (the 90%-shared point twice: no run hits another's cache) and what ``resume`` has left. The second
+   server's start overlaps the first's (the default), and it is paused (SIGSTOP, every process) while each run of
+   the first group is measured; the sequential form is checked by the probe test (tests/test_runner.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from test_runner import BASE_ENGINE, engine_processes
+
+from kvlab import runner, store
+from kvlab.campaign import SweepResult
+from kvlab.paths import ROOT
+from kvlab.spec import ExperimentSpec
+
+#: How long the killed harness's engine may outlive it before the test fails (the watchdog's grace is shorter).
+ORPHAN_LIMIT_S = 10.0
+
+
+@dataclass
+class RealVllmSweep:
+    data: Path  # the data folder of every experiment below
+    tag: str  # the served model name, on every engine's command line
+    result: SweepResult  # the one-process sweep (step 2)
+    seen: list[tuple[str, bool, set[str]]]  # per run: its experiment, its caching, the other group's process states
+    finished_before_kill: set[str]  # the run keys of resume that the killed harness had finished
+    mtimes: dict[str, int]  # their run.parquet's mtime, right after the kill
+    orphan_s: float  # how long an engine of the killed harness outlived it (ORPHAN_LIMIT_S if it did not go)
+
+
+def _write(data: Path, spec: dict) -> Path:
+    path = data / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _kill_harness_after_first_run(path: Path, data: Path, tag: str) -> tuple[set[str], dict[str, int], float]:
+    exp_dir = data / "runs" / "resume"
+    harness = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(data)],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    harness.kill()  # SIGKILL: no cleanup handler runs; the server's watchdog stops the engine
+    harness.wait()
+    killed = time.monotonic()
+    first = store.finished_run_keys(exp_dir)
+    mtimes = {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first}
+    while engine_processes(tag) and time.monotonic() - killed < ORPHAN_LIMIT_S:
+        time.sleep(0.2)
+    orphan_s = ORPHAN_LIMIT_S if engine_processes(tag) else time.monotonic() - killed
+    return first, mtimes, orphan_s
+
+
+def shared_sweep(data: Path) -> RealVllmSweep:
+    tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
+    engine = {**BASE_ENGINE, "served_model_name": tag, "max_model_len": 4096}
+    study = [
+        *({"workload.kind": "shared_prefix", "workload.shared_fraction": f} for f in (0.0, 0.5, 0.9)),
+        {"workload.kind": "multi_turn", "workload.context_tokens": None, "workload.shared_fraction": None,
+         "workload.batch_size": 3,
+         "workload.turns": 3, "workload.document_tokens": 1024, "workload.question_tokens": 32,
+         "workload.output_tokens": 16},
+        {"workload.kind": "classification", "workload.context_tokens": None, "workload.shared_fraction": None,
+         "workload.prompt_tokens": 48,
+         "workload.output_tokens": 10, "workload.batch_size": 160, "workload.concurrency": 128},
+    ]
+    studies = {
+        "name": "studies", "hardware": "CPU (test)",
+        "engines": {"apc": {**engine, "prefix_caching": True}, "no_apc": {**engine, "prefix_caching": False}},
+        "workload": {"kind": "shared_prefix", "batch_size": 8, "concurrency": 4, "context_tokens": 2048,
+                     "output_tokens": 8, "shared_fraction": 0.0},
+        "matrix": {"engine": ["apc", "no_apc"], "study": study}, "warmup": True,
+        "retry": {"max_attempts": 1, "retry_on": []},
+    }
+    # experiments on the cache-on server's configuration
+    small = {"hardware": "CPU (test)", "scale_factor": 32, "engines": {"vllm": {**engine, "prefix_caching": True}},
+             "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
+    resume = _write(data, {**small, "name": "resume", "repeats": 3,
+                           "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024,
+                                        "output_tokens": 400}})
+    first, mtimes, orphan_s = _kill_harness_after_first_run(resume, data, tag)
+    paths = [_write(data, studies), resume,
+             # 2 x 992 against 2 x 4,064 prompt tokens (four times the prefill), and one single run
+             _write(data, {**small, "name": "two_contexts", "matrix": {"workload.context_tokens": [1024, 4096]},
+                           "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024,
+                                        "output_tokens": 32}}),
+             _write(data, {**small, "name": "study_b",
+                           "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256,
+                                        "output_tokens": 16}}),
+             # the studies' 90%-shared point, twice: the repeats must not hit each other's (nor that run's) cache
+             _write(data, {**small, "name": "repeats", "repeats": 2,
+                           "workload": {**studies["workload"], "shared_fraction": 0.9}})]
+    seen: list[tuple[str, bool, set[str]]] = []
+
+    def on_run(run, status):
+        other = "--no-enable-prefix-caching"
+        procs = [p for p in engine_processes(tag) if (other in " ".join(p.cmdline())) == run.engine.prefix_caching]
+        seen.append((run.experiment, run.engine.prefix_caching, {p.status() for p in procs}))
+
+    # overlapped starts: the default
+    result = runner.Sweep([ExperimentSpec.load(p) for p in paths], data, on_run=on_run).execute()
+    return RealVllmSweep(data, tag, result, seen, first, mtimes, orphan_s)
