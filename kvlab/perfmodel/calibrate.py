@@ -29,6 +29,7 @@ from kvlab.perfmodel.roofline import (
     batch_time,
     crossover_context,
 )
+from kvlab.store import load_runs
 from kvlab.units import k_label
 
 PARAM_NAMES = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s", "vllm_step_overhead_s",
@@ -281,8 +282,6 @@ def _published_fit(data_dir: str, workload: Workload, assumptions: Assumptions, 
 
 @lru_cache(maxsize=8)
 def _published_runs(data_dir: str, experiment: str) -> pl.DataFrame:
-    from kvlab.store import load_runs
-
     return load_runs(data_dir, experiment=experiment)
 
 

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+from scipy.optimize import brentq
+
 from kvlab.engines.registry import FAMILY_OF, SGLANG
 from kvlab.perfmodel.catalog import GPU, Model, gpu as find_gpu, model as find_model
 
@@ -342,8 +344,6 @@ def crossover_context(
     in [lo, hi] (lo at least twice the output length). The first crossing on a log grid is refined by bisection (scipy's brentq).
     Cached per process for its arguments (all immutable): a notebook re-run in one kernel, or report 04's ranges over
     every assumption set, solves each crossing once."""
-    from scipy.optimize import brentq
-
     def diff(c: float) -> float:
         return batch_time(cfg_a, int(round(c)), w, p, a).batch_time_s - batch_time(cfg_b, int(round(c)), w, p, a).batch_time_s
 
