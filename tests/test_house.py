@@ -1,9 +1,12 @@
 """The house rules the import graph alone does not hold: what an engine is lives on its adapter (kvlab.engines), and
-nothing else in kvlab spells an engine's name."""
+nothing else in kvlab spells an engine's name; nothing is declared in kvlab that nothing uses."""
 
 from __future__ import annotations
 
 import ast
+import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +76,104 @@ def test_every_engine_has_a_colour():
 
     assert list(ENGINE_COLORS) == list(ENGINE_NAMES)
     assert set(ENGINE_COLORS.values()) <= set(PALETTE.values()) and len(set(ENGINE_COLORS.values())) == 3
+
+
+# --------------------------------------------------------------------------- no dead declarations
+
+#: Where a use of a kvlab name can be: the library, the notebooks, the benchmarks and the tests.
+USERS = ("kvlab", "notebooks", "benchmarks", "tests")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def declarations(package: Path, root: Path) -> list[tuple[str, str, int]]:
+    """Every module-level function, class and constant (a name assigned at module level) of ``package``, as
+    (file, name, line); dunder names aside, and kvlab/engines/envs/ aside (code an engine's own interpreter runs, such
+    as a sitecustomize, that nothing in kvlab imports). A function a decorator registers as a `kvlab` command
+    (``@app.command``: reached through the console script of pyproject.toml) is the public entry point it is, not a
+    declaration nothing uses."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        if (package / "engines" / "envs") in path.parents:
+            continue
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            names = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                registered = any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                                 and d.func.attr == "command" for d in node.decorator_list)
+                names = [] if registered else [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            out += [(str(path.relative_to(root)), n, node.lineno) for n in names if not n.startswith("__")]
+    return out
+
+
+def _used_names(tree: ast.AST) -> set[str]:
+    """The names code uses: a name read, an attribute (``module.NAME``, set too: a test's monkeypatch), an imported
+    name, or a string that is a name or a dotted path ending in one (``getattr(m, "NAME")``,
+    ``monkeypatch.setattr("kvlab.m.NAME", ...)``, a package's ``__all__``). A docstring that names it is no use."""
+    used = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
+            used.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            used.add(n.attr)
+        elif isinstance(n, ast.alias):
+            used.add(n.name.rpartition(".")[2])
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and _IDENTIFIER.match(n.value):
+            used.add(n.value.rpartition(".")[2])
+    return used
+
+
+def used_names(root: Path, users=USERS) -> set[str]:
+    """Every name used anywhere in ``users`` under ``root``: Python files and notebooks' code cells (IPython's
+    ``%`` and ``!`` lines left out)."""
+    used: set[str] = set()
+    for folder in users:
+        for path in sorted((root / folder).rglob("*.py")):
+            used |= _used_names(ast.parse(path.read_text(), filename=str(path)))
+        for path in sorted((root / folder).rglob("*.ipynb")):
+            for cell in json.loads(path.read_text())["cells"]:
+                if cell["cell_type"] == "code":
+                    lines = "".join(cell["source"]).splitlines()
+                    used |= _used_names(ast.parse("\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
+                                                             for ln in lines)))
+    return used
+
+
+def unused_declarations(package=PACKAGE, root=ROOT, users=USERS) -> list[str]:
+    """Declarations of :func:`declarations` whose name nothing uses (:func:`used_names`): 'path:line: name'.
+
+    Names are matched by name, not by module: a name used anywhere counts for every declaration of it, so the check
+    can miss a dead name that another module's live one shares, and never flags one that is used."""
+    used = used_names(root, users)
+    return [f"{path}:{line}: {name}" for path, name, line in declarations(package, root) if name not in used]
+
+
+def test_nothing_is_declared_that_nothing_uses():
+    """A module-level function, class or constant of kvlab that nothing in kvlab/, notebooks/, benchmarks/ or tests/
+    uses is dead: delete it (or use it where its value is spelt out again)."""
+    found = unused_declarations()
+    assert not found, "declared in kvlab/ and used nowhere (kvlab, notebooks, benchmarks, tests):\n" + "\n".join(found)
+
+
+def test_the_dead_declaration_check_sees_what_it_looks_for(tmp_path):
+    """Uses by name, attribute, import, string and notebook cell count; a docstring's mention, a module-level
+    assignment of the same name and the envs/ folder do not; a registered command is an entry point."""
+    pkg = tmp_path / "kvlab"
+    (pkg / "engines" / "envs").mkdir(parents=True)
+    (tmp_path / "notebooks").mkdir()
+    (pkg / "a.py").write_text(
+        'import typer\napp = typer.Typer()\nLIMIT = 3\nDEAD = 4\nDEAD = 5\n\n\n'
+        'def helper():\n    """Uses :data:`DEAD` in prose only."""\n    return LIMIT\n\n\n'
+        'def gone():\n    return 1\n\n\n@app.command()\ndef cmd():\n    pass\n\n\nclass Kept:\n    pass\n')
+    (pkg / "b.py").write_text('from kvlab.a import helper\nimport kvlab.a\n__all__ = ["Kept"]\n'
+                              'print(getattr(kvlab.a, "by_string"))\n')
+    (pkg / "c.py").write_text("def by_string():\n    pass\n\n\ndef in_notebook():\n    pass\n")
+    (pkg / "engines" / "envs" / "site.py").write_text("UNUSED = 1\n")
+    (tmp_path / "notebooks" / "n.ipynb").write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": ["%matplotlib inline\n", "from kvlab.c import in_notebook\n"]},
+        {"cell_type": "markdown", "source": ["x"]}]}))
+    assert unused_declarations(pkg, tmp_path, ("kvlab", "notebooks")) == [
+        "kvlab/a.py:4: DEAD", "kvlab/a.py:5: DEAD", "kvlab/a.py:13: gone"]

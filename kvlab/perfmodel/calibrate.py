@@ -32,8 +32,6 @@ from kvlab.perfmodel.roofline import (
 from kvlab.store import load_runs
 from kvlab.units import k_label
 
-PARAM_NAMES = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s", "vllm_step_overhead_s",
-               "sglang_step_overhead_s")
 OVERHEADS = {VLLM: "vllm_step_overhead_s", SGLANG: "sglang_step_overhead_s"}
 
 #: Physical priors: the physics-only fit (:func:`calibrate` with ``physics=True``) keeps every parameter inside

@@ -316,7 +316,7 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
 
 def run_pins(target: str | Path) -> list[str]:
     """One line per distinct run of an experiment file (engine label, context, batch, output): which of the model's
-    free parameters (:data:`~kvlab.perfmodel.calibrate.PARAM_NAMES`, plus the KV format and expert reads it
+    free parameters (the fields of :class:`~kvlab.perfmodel.roofline.Params`, plus the KV format and expert reads it
     assumes) its TTFT and TPOT pin. Empty unless some engine label runs at three or more contexts at one workload
     (a step-fit design, such as data/experiments/b300_step_fit.yaml)."""
     spec = plan.load(target)
