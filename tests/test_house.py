@@ -16,34 +16,91 @@ from kvlab.paths import ROOT
 PACKAGE = ROOT / "kvlab"
 
 
+#: An engine's name inside a longer string: a whole word (not part of a metric name such as ``vllm:num_requests``, a
+#: path or a package such as ``sglang.srt``), in any case.
+_NAME_IN_TEXT = r"(?<![\w.:/-])({})(?![\w:/-]|\.\w)"
+#: A formatted value that is an engine: an expression that names one (``engine``, ``engine_label(...)``, ``r["engine"]``)
+#: or an engine spec's name (``e.name``).
+_ENGINE_VALUE = re.compile(r"engine|\be\.name\b")
+#: The most words a string may have to be a label (a title, an axis label, a column header, a widget's description).
+LABEL_WORDS = 4
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
 def engine_literals(package=PACKAGE, root=ROOT, names=ENGINE_NAMES) -> list[str]:
-    """Every string literal in kvlab/ outside kvlab/engines/ that is, as a whole and in any case, an engine's name
-    (f-string parts included): 'path:line: literal'."""
-    wanted = {n.lower() for n in names} | {registry.adapter_class(n).label.lower() for n in names}
+    """Every string in kvlab/ outside kvlab/engines/ that spells an engine's identity, which only the registry may
+    give (``engine_label(SGLANG)``, ``registry.family(e)``, an adapter's attributes): 'path:line: text'.
+
+    The rule, for a string literal or an f-string (read whole, each formatted value as ``{}``) that holds an engine's
+    name or label as a word, in any case:
+
+    - the whole string is the name (``"sglang"``, ``"vLLM"``): code that means one engine uses VLLM, SGLANG,
+      SGLANG_JAX;
+    - the string is a label, at most :data:`LABEL_WORDS` words (``"DCP (SGLang)"``, ``"c(vLLM) per step (ms)"``,
+      ``f"SGLang {x}× faster"``): what a reader sees as an engine's name comes from ``engine_label``;
+    - an f-string formats an engine too (``f"... for {e.name}: SGLang rejects ..."``): a sentence about the engine in
+      a variable, whose name the literal would get wrong for the others.
+
+    Prose is left alone: a sentence that names a product as the documents and the engines' behaviour do (vLLM's
+    CPU build reserves host memory, SGLang's radix cache) is a statement about that product, not a label.
+    Docstrings, and names inside a word, a metric (``vllm:``), a path or a package (``sglang.srt``), are no
+    engine identity."""
+    spelled = sorted({n.lower() for n in names} | {registry.adapter_class(n).label.lower() for n in names},
+                     key=len, reverse=True)
+    name_in_text = re.compile(_NAME_IN_TEXT.format("|".join(re.escape(n) for n in spelled)), re.IGNORECASE)
     found = []
     for path in sorted(package.rglob("*.py")):
         if (package / "engines") in path.parents:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in wanted:
-                found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value!r}")
+        tree = ast.parse(path.read_text(), filename=str(path))
+        skip = _docstrings(tree) | {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+                                    for v in node.values}
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text, formatted = node.value, []
+            elif isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+                formatted = [ast.unparse(v.value) for v in node.values if isinstance(v, ast.FormattedValue)]
+            else:
+                continue
+            if not name_in_text.search(text):
+                continue
+            words = len(name_in_text.sub("E", text.replace("{}", " ")).split())
+            if (text.strip().lower() in spelled or words <= LABEL_WORDS
+                    or any(_ENGINE_VALUE.search(f) for f in formatted)):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {text!r}")
     return found
 
 
 def test_no_engine_name_literal_outside_the_engines_package():
     """Code that means one engine names it through kvlab.engines (VLLM, SGLANG, SGLANG_JAX); code that means any asks
-    the registry (families, labels, notes, colours, capabilities); help texts too."""
+    the registry (families, labels, notes, colours, capabilities); help texts, labels and messages too."""
     found = engine_literals()
     assert not found, "engine names spelt outside kvlab/engines/ (ask kvlab.engines.registry):\n" + "\n".join(found)
 
 
 def test_the_literal_check_sees_what_it_looks_for(tmp_path):
-    """A quoted engine name in any case is found, a sentence that mentions one is not."""
+    """A quoted engine name in any case, a label that holds one, and a sentence about a formatted engine that spells
+    one are found; prose about a product, a docstring, a metric or a package name, and kvlab/engines/ are not."""
     pkg = tmp_path / "kvlab"
     (pkg / "engines").mkdir(parents=True)
-    (pkg / "a.py").write_text('X = "SGLang"\nY = f"{1}vllm"\nZ = "vllm or sglang"\n')
+    (pkg / "a.py").write_text(
+        '"""SGLang."""\nX = "SGLang"\nY = f"{1}vllm"\nZ = "vllm or sglang"\nL = "DCP (SGLang)"\n'
+        'M = f"{e.name}: SGLang rejects a request that fills its context length"\n'
+        'P = "vLLM\'s CPU build reserves its share of host memory when it starts"\n'
+        'Q = f"{n} requests found the prefix in SGLang\'s radix cache at the start"\n'
+        'R = "vllm:num_requests_running"\nS = "import sglang.srt"\n')
     (pkg / "engines" / "b.py").write_text('N = "vllm"\n')
-    assert engine_literals(pkg, tmp_path) == ["kvlab/a.py:1: 'SGLang'", "kvlab/a.py:2: 'vllm'"]
+    assert engine_literals(pkg, tmp_path) == [
+        "kvlab/a.py:2: 'SGLang'", "kvlab/a.py:3: '{}vllm'", "kvlab/a.py:4: 'vllm or sglang'",
+        "kvlab/a.py:5: 'DCP (SGLang)'", "kvlab/a.py:6: '{}: SGLang rejects a request that fills its context length'"]
 
 
 def test_identity_lives_on_the_adapter():

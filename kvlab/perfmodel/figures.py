@@ -333,7 +333,7 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
         context_axis(ax.yaxis, lo / 1.4, hi * 1.4)
     tp = table["tp"][0] if "tp" in table.columns and table.height else None
     model = table["model"][0] if "model" in table.columns and table.height else ""
-    ax.set_xlabel(f"DCP size of SGLang (TP {tp})" if tp else "DCP size of SGLang")
+    ax.set_xlabel(f"DCP size of {engine_label(SGLANG)}" + (f" (TP {tp})" if tp else ""))
     ax.set_ylabel("crossover context (tokens, log scale)")
     ax.set_title(f"modelled: context from which SGLang TP+DCP is faster than vLLM TP ({model})".replace(" ()", ""),
                  fontsize=10)

@@ -278,10 +278,11 @@ def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: 
     w200 = sens["winner_200k"].to_list()
     p200 = sens["phys_winner_200k"].to_list()
     return (f"  crossover range over what the published points cannot pin ({UNPINNED_AXES}, {sens.height} refits): "
-            f"free fits {span(False)}; SGLang wins at 200K in {w200.count(engine_label(SGLANG))} of {sens.height}; "
+            f"free fits {span(False)}; {engine_label(SGLANG)} wins at 200K in {w200.count(engine_label(SGLANG))} of "
+            f"{sens.height}; "
             f"{plausible} of {sens.height} free fits physically plausible"
             + ("" if plausible else ": read the model as an illustration, not a forecast") + "\n"
-            f"  physics-only fits over the same {sens.height} sets: {span(True)}; SGLang wins at 200K in "
+            f"  physics-only fits over the same {sens.height} sets: {span(True)}; {engine_label(SGLANG)} wins at 200K in "
             f"{p200.count(engine_label(SGLANG))} of {sens.height}; residuals up to "
             f"{sens['phys_max_abs_residual_pct'].max():.0f}%")
 
