@@ -57,7 +57,7 @@ class ClusterError(RuntimeError):
 def import_ray():
     """The ``ray`` module, or ClusterError saying how to install it."""
     try:
-        import ray
+        import ray  # here, not at the top: Ray is the optional `cluster` extra, and kvlab imports without it
     except ImportError:
         raise ClusterError(f"--ray needs Ray, which is not installed here: {INSTALL_HINT}") from None
     return ray
@@ -95,6 +95,7 @@ def auth_mode(environ=os.environ) -> str:
     cluster that checks it: so a driver that joined with auth disabled has joined a cluster without it. Asked of
     ``ray._raylet.get_authentication_mode`` (which also knows Ray's own defaults), else of RAY_AUTH_MODE."""
     try:
+        # here, not at the top: Ray is the optional `cluster` extra (and older Rays have no token auth)
         from ray._raylet import AuthenticationMode, get_authentication_mode
 
         mode = get_authentication_mode()
@@ -158,7 +159,7 @@ def run_group(specs: list[ExperimentSpec], keys: list[tuple[str, str]]) -> Itera
     """On a node: run the runs ``keys`` ((experiment, run key) pairs of one server group) with the local executor
     in a temporary data folder; yield the node first, then each run as soon as it is written (its folder as a tar
     archive, and the servers started so far)."""
-    import ray  # on a node, where the task runs: Ray is there
+    import ray  # here, not at the top: the optional `cluster` extra, there on the node where this task runs
 
     tmp = Path(tempfile.mkdtemp(prefix="kvlab-ray-"))
     finished: queue.Queue = queue.Queue()

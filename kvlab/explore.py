@@ -17,7 +17,7 @@ import polars as pl
 from IPython.display import Markdown, display
 
 from kvlab import guide, narrative, plots
-from kvlab.engines import SGLANG, VLLM
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.guide import PRIORITIES
 from kvlab.perfmodel import Config, crossover_context, load_gpus, load_models
 from kvlab.perfmodel.figures import context_grid, curves, plot_curves
@@ -128,7 +128,7 @@ def whatif(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: s
         gpu=widgets.Dropdown(options=_with(gpus, gpu), value=gpu, description="GPU"),
         model=widgets.Dropdown(options=_with(models, model), value=model, description="model"),
         tp=widgets.Dropdown(options=sorted({1, 2, 4, 8, tp}), value=tp, description="TP"),
-        dcp=widgets.Dropdown(options=sorted({1, 2, 4, 8, dcp}), value=dcp, description="DCP (SGLang)"),
+        dcp=widgets.Dropdown(options=sorted({1, 2, 4, 8, dcp}), value=dcp, description=f"DCP ({engine_label(SGLANG)})"),
         context=widgets.Dropdown(options=_context_options(context), value=context, description="context"),
     )
 

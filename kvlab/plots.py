@@ -45,14 +45,6 @@ def _log_if_wide(ax, values, ylabel: str, spread: float = 20.0) -> None:
         ax.set_ylim(bottom=0)
 
 
-def _relabel_engine_legend(ax) -> None:
-    """Replace engine names in a seaborn legend by :func:`engine_label`."""
-    legend = ax.get_legend()
-    if legend is not None:
-        for text in legend.get_texts():
-            text.set_text(engine_label(text.get_text()))
-
-
 def source_label(source: str, experiment: str, hardware: str, scale_factor: float | None = None) -> str:
     """A panel title that says where the numbers come from."""
     scale = f", contexts ÷{scale_factor:g}" if scale_factor and scale_factor != 1 else ""

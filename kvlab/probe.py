@@ -36,8 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from kvlab import store
-
 if TYPE_CHECKING:
     from kvlab.spec import RunSpec
 
@@ -184,13 +182,10 @@ async def probe(base_url: str, model: str, prompts: Sequence[str] = PROBE_PROMPT
 
 # --------------------------------------------------------------------------- the record a server start keeps
 
-#: The configuration fields a probe record names, as RUNS names them (kvlab.rows.run_row), so that a report joins a
-#: configuration's probe to its runs (kvlab.analysis.probe_summary, goodput_map).
-CONFIG_FIELDS = store.PROBE_CONFIG_FIELDS
-
-
 def configuration(run: RunSpec) -> dict[str, Any]:
-    """The server configuration ``run`` needs, in RUNS' terms (:data:`CONFIG_FIELDS`)."""
+    """The server configuration ``run`` needs, in RUNS' terms (:data:`kvlab.store.PROBE_CONFIG_FIELDS`, as
+    :func:`kvlab.rows.run_row` names them, so that a report joins a configuration's probe to its runs:
+    :func:`kvlab.analysis.probe_summary`, ``goodput_map``)."""
     e = run.engine
     return {"engine": e.name, "engine_label": run.engine_label, "model": e.served_model_name or Path(e.model).name,
             "tp": e.tp, "dcp": e.dcp, "dp": e.dp, "mem_util": e.mem_util, "kv_budget_bytes": e.kv_cache_bytes,
@@ -207,15 +202,6 @@ def record(outputs: Sequence[ProbeOutput], config: Mapping[str, Any], *, prompts
             "configuration": dict(config), "sent_at": sent_at, "wall_s": wall_s, "error": error,
             "outputs": [{"prompt": o.prompt, "tokens": list(o.tokens), "margins": list(o.margins), "error": o.error}
                         for o in outputs]}
-
-
-def outputs_of(rec: Mapping[str, Any]) -> list[ProbeOutput]:
-    """A stored probe record's outputs back as :class:`ProbeOutput` (a record whose probe failed as a whole: one
-    failed output per prompt, so that no comparison with it passes as identical)."""
-    if rec.get("error") and not rec.get("outputs"):
-        return [ProbeOutput(i, (), (), rec["error"]) for i in range(len(rec.get("prompts") or PROBE_PROMPTS))]
-    return [ProbeOutput(int(o["prompt"]), tuple(o.get("tokens") or ()), tuple(o.get("margins") or ()), o.get("error"))
-            for o in rec.get("outputs") or []]
 
 
 def run_probe(base_url: str, model: str, config: Mapping[str, Any], *, api_key: str | None = None,

@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +27,7 @@ import polars as pl
 from kvlab import load as loads
 from kvlab import metrics, store
 from kvlab import probe as probes
+from kvlab import reasoning
 from kvlab.campaign import Campaign, DiskFullError, Executor, ServerRecord, SweepError, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
@@ -57,10 +58,6 @@ FLUSH_WAIT_S = 5.0
 
 def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str]:
     """The batch with each record's reasoning tokens filled in, and a note saying how they were counted."""
-    from dataclasses import replace
-
-    from kvlab import reasoning
-
     counter = reasoning.local_token_counter(run.engine.model_arg)  # None for hub ids: no local tokenizer.json
     records, method = reasoning.account(batch.records, counter)
     parser = f"server reasoning parser {run.engine.reasoning_parser!r}" if run.engine.reasoning_parser \
@@ -100,8 +97,6 @@ def _hung(batch: BatchResult, run: RunSpec) -> Failure | None:
 
 def _zero_missing_cached(batch: BatchResult) -> BatchResult:
     """Successful requests without a cached-token count had none cached (the engine omits a 0)."""
-    from dataclasses import replace
-
     records = [replace(r, cached_tokens=0) if r.status == "ok" and r.cached_tokens is None else r
                for r in batch.records]
     return replace(batch, records=records)

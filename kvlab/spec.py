@@ -510,8 +510,8 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
     if adapter.strict_context and w.total_tokens >= e.max_model_len:
         raise SpecError(
             f"{at}.max_model_len: prompt ({w.prompt_len}) + output ({w.output_tokens}) = {w.total_tokens} "
-            f"tokens must be below max_model_len ({e.max_model_len}) for {e.name}: SGLang rejects a request that "
-            "fills its --context-length"
+            f"tokens must be below max_model_len ({e.max_model_len}) for {e.name}: it rejects a request that fills its "
+            "context length"
         )
     if w.total_tokens > e.max_model_len:
         raise SpecError(

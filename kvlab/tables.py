@@ -15,7 +15,7 @@ import re
 import polars as pl
 import pandas as pd
 
-from kvlab.engines import engine_label
+from kvlab.engines import SGLANG, VLLM, engine_label
 
 #: Column names as a reader sees them (units in parentheses). Columns not listed get a name derived from
 #: their unit suffix (:data:`SUFFIXES`), underscores as spaces.
@@ -48,8 +48,8 @@ LABELS = {
     "expert_reads": "experts read per step",
     "kv_format": "KV number format",
     "fit": "fit",
-    "vllm_overhead_ms": "c(vLLM) per step (ms)",
-    "sglang_overhead_ms": "c(SGLang) per step (ms)",
+    "vllm_overhead_ms": f"c({engine_label(VLLM)}) per step (ms)",
+    "sglang_overhead_ms": f"c({engine_label(SGLANG)}) per step (ms)",
     "slope_us_per_1k_tokens": "step-time slope (µs per 1,000 tokens)",
     "slope_ci_low": "slope, 95% low",
     "slope_ci_high": "slope, 95% high",
@@ -72,8 +72,8 @@ LABELS = {
     "phys_winner_200k": "faster at 200K (physics-only fit)",
     "phys_max_abs_residual_pct": "largest residual, physics-only fit (%)",
     "phys_bandwidth_efficiency": "decode bandwidth efficiency, physics-only fit",
-    "phys_vllm_overhead_ms": "c(vLLM) per step, physics-only fit (ms)",
-    "phys_sglang_overhead_ms": "c(SGLang) per step, physics-only fit (ms)",
+    "phys_vllm_overhead_ms": f"c({engine_label(VLLM)}) per step, physics-only fit (ms)",
+    "phys_sglang_overhead_ms": f"c({engine_label(SGLANG)}) per step, physics-only fit (ms)",
     "phys_dcp_layer_latency_us": "DCP collective latency, physics-only fit (µs)",
     "phys_prefill_efficiency": "prefill efficiency, physics-only fit",
     "physical": "physically plausible",

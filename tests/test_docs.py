@@ -6,6 +6,7 @@ import re
 import pytest
 
 from kvlab.paths import ROOT
+from kvlab.spec import ExperimentSpec, expand
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -37,3 +38,21 @@ def test_every_relative_link_resolves(page):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             bad.append(f"{target}: no heading #{anchor}")
     assert not bad, f"{page.name}: {bad}"
+
+
+def test_the_example_experiment_is_the_shipped_file_trimmed(tmp_path):
+    """docs/experiments.md's example loads as an experiment file and sweeps the same vLLM points as the file it is
+    trimmed from (engine, memory setting, KV budget, context; 5 contexts x 2 settings x 3 repeats = 30 runs)."""
+    text = (ROOT / "docs" / "experiments.md").read_text()
+    example = re.search(r"^### An example experiment file\n.*?^```yaml\n(.*?)^```", text, re.M | re.S).group(1)
+    path = tmp_path / "cpu_long_context.yaml"
+    path.write_text(example)
+    shipped = ROOT / "data" / "experiments" / "cpu_long_context.yaml"
+
+    def points(spec, origin):
+        return sorted((r.engine.name, r.engine.mem_util, r.engine.kv_cache_bytes, r.workload.context_tokens)
+                      for r in expand(spec, origin=origin) if r.engine.name == "vllm")
+
+    mine = points(ExperimentSpec.load(path), path)
+    assert len(mine) == 30 and len(set(mine)) == 10
+    assert mine == points(ExperimentSpec.load(shipped), shipped)

@@ -1,9 +1,12 @@
 """The house rules the import graph alone does not hold: what an engine is lives on its adapter (kvlab.engines), and
-nothing else in kvlab spells an engine's name."""
+nothing else in kvlab spells an engine's name; nothing is declared in kvlab that nothing uses."""
 
 from __future__ import annotations
 
 import ast
+import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -13,34 +16,91 @@ from kvlab.paths import ROOT
 PACKAGE = ROOT / "kvlab"
 
 
+#: An engine's name inside a longer string: a whole word (not part of a metric name such as ``vllm:num_requests``, a
+#: path or a package such as ``sglang.srt``), in any case.
+_NAME_IN_TEXT = r"(?<![\w.:/-])({})(?![\w:/-]|\.\w)"
+#: A formatted value that is an engine: an expression that names one (``engine``, ``engine_label(...)``, ``r["engine"]``)
+#: or an engine spec's name (``e.name``).
+_ENGINE_VALUE = re.compile(r"engine|\be\.name\b")
+#: The most words a string may have to be a label (a title, an axis label, a column header, a widget's description).
+LABEL_WORDS = 4
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
 def engine_literals(package=PACKAGE, root=ROOT, names=ENGINE_NAMES) -> list[str]:
-    """Every string literal in kvlab/ outside kvlab/engines/ that is, as a whole and in any case, an engine's name
-    (f-string parts included): 'path:line: literal'."""
-    wanted = {n.lower() for n in names} | {registry.adapter_class(n).label.lower() for n in names}
+    """Every string in kvlab/ outside kvlab/engines/ that spells an engine's identity, which only the registry may
+    give (``engine_label(SGLANG)``, ``registry.family(e)``, an adapter's attributes): 'path:line: text'.
+
+    The rule, for a string literal or an f-string (read whole, each formatted value as ``{}``) that holds an engine's
+    name or label as a word, in any case:
+
+    - the whole string is the name (``"sglang"``, ``"vLLM"``): code that means one engine uses VLLM, SGLANG,
+      SGLANG_JAX;
+    - the string is a label, at most :data:`LABEL_WORDS` words (``"DCP (SGLang)"``, ``"c(vLLM) per step (ms)"``,
+      ``f"SGLang {x}× faster"``): what a reader sees as an engine's name comes from ``engine_label``;
+    - an f-string formats an engine too (``f"... for {e.name}: SGLang rejects ..."``): a sentence about the engine in
+      a variable, whose name the literal would get wrong for the others.
+
+    Prose is left alone: a sentence that names a product as the documents and the engines' behaviour do (vLLM's
+    CPU build reserves host memory, SGLang's radix cache) is a statement about that product, not a label.
+    Docstrings, and names inside a word, a metric (``vllm:``), a path or a package (``sglang.srt``), are no
+    engine identity."""
+    spelled = sorted({n.lower() for n in names} | {registry.adapter_class(n).label.lower() for n in names},
+                     key=len, reverse=True)
+    name_in_text = re.compile(_NAME_IN_TEXT.format("|".join(re.escape(n) for n in spelled)), re.IGNORECASE)
     found = []
     for path in sorted(package.rglob("*.py")):
         if (package / "engines") in path.parents:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in wanted:
-                found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value!r}")
+        tree = ast.parse(path.read_text(), filename=str(path))
+        skip = _docstrings(tree) | {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+                                    for v in node.values}
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text, formatted = node.value, []
+            elif isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+                formatted = [ast.unparse(v.value) for v in node.values if isinstance(v, ast.FormattedValue)]
+            else:
+                continue
+            if not name_in_text.search(text):
+                continue
+            words = len(name_in_text.sub("E", text.replace("{}", " ")).split())
+            if (text.strip().lower() in spelled or words <= LABEL_WORDS
+                    or any(_ENGINE_VALUE.search(f) for f in formatted)):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {text!r}")
     return found
 
 
 def test_no_engine_name_literal_outside_the_engines_package():
     """Code that means one engine names it through kvlab.engines (VLLM, SGLANG, SGLANG_JAX); code that means any asks
-    the registry (families, labels, notes, colours, capabilities); help texts too."""
+    the registry (families, labels, notes, colours, capabilities); help texts, labels and messages too."""
     found = engine_literals()
     assert not found, "engine names spelt outside kvlab/engines/ (ask kvlab.engines.registry):\n" + "\n".join(found)
 
 
 def test_the_literal_check_sees_what_it_looks_for(tmp_path):
-    """A quoted engine name in any case is found, a sentence that mentions one is not."""
+    """A quoted engine name in any case, a label that holds one, and a sentence about a formatted engine that spells
+    one are found; prose about a product, a docstring, a metric or a package name, and kvlab/engines/ are not."""
     pkg = tmp_path / "kvlab"
     (pkg / "engines").mkdir(parents=True)
-    (pkg / "a.py").write_text('X = "SGLang"\nY = f"{1}vllm"\nZ = "vllm or sglang"\n')
+    (pkg / "a.py").write_text(
+        '"""SGLang."""\nX = "SGLang"\nY = f"{1}vllm"\nZ = "vllm or sglang"\nL = "DCP (SGLang)"\n'
+        'M = f"{e.name}: SGLang rejects a request that fills its context length"\n'
+        'P = "vLLM\'s CPU build reserves its share of host memory when it starts"\n'
+        'Q = f"{n} requests found the prefix in SGLang\'s radix cache at the start"\n'
+        'R = "vllm:num_requests_running"\nS = "import sglang.srt"\n')
     (pkg / "engines" / "b.py").write_text('N = "vllm"\n')
-    assert engine_literals(pkg, tmp_path) == ["kvlab/a.py:1: 'SGLang'", "kvlab/a.py:2: 'vllm'"]
+    assert engine_literals(pkg, tmp_path) == [
+        "kvlab/a.py:2: 'SGLang'", "kvlab/a.py:3: '{}vllm'", "kvlab/a.py:4: 'vllm or sglang'",
+        "kvlab/a.py:5: 'DCP (SGLang)'", "kvlab/a.py:6: '{}: SGLang rejects a request that fills its context length'"]
 
 
 def test_identity_lives_on_the_adapter():
@@ -73,3 +133,104 @@ def test_every_engine_has_a_colour():
 
     assert list(ENGINE_COLORS) == list(ENGINE_NAMES)
     assert set(ENGINE_COLORS.values()) <= set(PALETTE.values()) and len(set(ENGINE_COLORS.values())) == 3
+
+
+# --------------------------------------------------------------------------- no dead declarations
+
+#: Where a use of a kvlab name can be: the library, the notebooks, the benchmarks and the tests.
+USERS = ("kvlab", "notebooks", "benchmarks", "tests")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def declarations(package: Path, root: Path) -> list[tuple[str, str, int]]:
+    """Every module-level function, class and constant (a name assigned at module level) of ``package``, as
+    (file, name, line); dunder names aside, and kvlab/engines/envs/ aside (code an engine's own interpreter runs, such
+    as a sitecustomize, that nothing in kvlab imports). A function a decorator registers as a `kvlab` command
+    (``@app.command``: reached through the console script of pyproject.toml) is the public entry point it is, not a
+    declaration nothing uses."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        if (package / "engines" / "envs") in path.parents:
+            continue
+        for node in ast.parse(path.read_text(), filename=str(path)).body:
+            names = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                registered = any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                                 and d.func.attr == "command" for d in node.decorator_list)
+                names = [] if registered else [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            out += [(str(path.relative_to(root)), n, node.lineno) for n in names if not n.startswith("__")]
+    return out
+
+
+def _used_names(tree: ast.AST) -> set[str]:
+    """The names code uses: a name read, an attribute (``module.NAME``, set too: a test's monkeypatch), an imported
+    name, or a string that is a name or a dotted path ending in one (``getattr(m, "NAME")``,
+    ``monkeypatch.setattr("kvlab.m.NAME", ...)``, a package's ``__all__``). A docstring that names it is no use."""
+    used = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
+            used.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            used.add(n.attr)
+        elif isinstance(n, ast.alias):
+            used.add(n.name.rpartition(".")[2])
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and _IDENTIFIER.match(n.value):
+            used.add(n.value.rpartition(".")[2])
+    return used
+
+
+def used_names(root: Path, users=USERS) -> set[str]:
+    """Every name used anywhere in ``users`` under ``root``: Python files and notebooks' code cells (IPython's
+    ``%`` and ``!`` lines left out)."""
+    used: set[str] = set()
+    for folder in users:
+        for path in sorted((root / folder).rglob("*.py")):
+            used |= _used_names(ast.parse(path.read_text(), filename=str(path)))
+        for path in sorted((root / folder).rglob("*.ipynb")):
+            for cell in json.loads(path.read_text())["cells"]:
+                if cell["cell_type"] == "code":
+                    lines = "".join(cell["source"]).splitlines()
+                    used |= _used_names(ast.parse("\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
+                                                             for ln in lines)))
+    return used
+
+
+def unused_declarations(package=PACKAGE, root=ROOT, users=USERS) -> list[str]:
+    """Declarations of :func:`declarations` whose name nothing uses (:func:`used_names`): 'path:line: name'.
+
+    Names are matched by name, not by module: a name used anywhere counts for every declaration of it, so the check
+    can miss a dead name that another module's live one shares, and never flags one that is used."""
+    used = used_names(root, users)
+    return [f"{path}:{line}: {name}" for path, name, line in declarations(package, root) if name not in used]
+
+
+def test_nothing_is_declared_that_nothing_uses():
+    """A module-level function, class or constant of kvlab that nothing in kvlab/, notebooks/, benchmarks/ or tests/
+    uses is dead: delete it (or use it where its value is spelt out again)."""
+    found = unused_declarations()
+    assert not found, "declared in kvlab/ and used nowhere (kvlab, notebooks, benchmarks, tests):\n" + "\n".join(found)
+
+
+def test_the_dead_declaration_check_sees_what_it_looks_for(tmp_path):
+    """Uses by name, attribute, import, string and notebook cell count; a docstring's mention, a module-level
+    assignment of the same name and the envs/ folder do not; a registered command is an entry point."""
+    pkg = tmp_path / "kvlab"
+    (pkg / "engines" / "envs").mkdir(parents=True)
+    (tmp_path / "notebooks").mkdir()
+    (pkg / "a.py").write_text(
+        'import typer\napp = typer.Typer()\nLIMIT = 3\nDEAD = 4\nDEAD = 5\n\n\n'
+        'def helper():\n    """Uses :data:`DEAD` in prose only."""\n    return LIMIT\n\n\n'
+        'def gone():\n    return 1\n\n\n@app.command()\ndef cmd():\n    pass\n\n\nclass Kept:\n    pass\n')
+    (pkg / "b.py").write_text('from kvlab.a import helper\nimport kvlab.a\n__all__ = ["Kept"]\n'
+                              'print(getattr(kvlab.a, "by_string"))\n')
+    (pkg / "c.py").write_text("def by_string():\n    pass\n\n\ndef in_notebook():\n    pass\n")
+    (pkg / "engines" / "envs" / "site.py").write_text("UNUSED = 1\n")
+    (tmp_path / "notebooks" / "n.ipynb").write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": ["%matplotlib inline\n", "from kvlab.c import in_notebook\n"]},
+        {"cell_type": "markdown", "source": ["x"]}]}))
+    assert unused_declarations(pkg, tmp_path, ("kvlab", "notebooks")) == [
+        "kvlab/a.py:4: DEAD", "kvlab/a.py:5: DEAD", "kvlab/a.py:13: gone"]

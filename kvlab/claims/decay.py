@@ -137,11 +137,6 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
     return out
 
 
-def table_rows(decay: pl.DataFrame) -> list[dict]:
-    """The decay factors as a reader's table's rows: batch time at both contexts and the two throughput factors."""
-    return decay.select("engine", "t_from_s", "t_to_s", "batch_time_ratio", "prompt_tokens_per_s_ratio").to_dicts()
-
-
 def scaled_pairs(frame: pl.DataFrame) -> tuple[float | None, list[tuple[str, int]]]:
     """A measured frame's context scale (None when unscaled) and its (label, tokens) pairs, shortest first."""
     scale = frame["scale_factor"].drop_nulls().max() if "scale_factor" in frame.columns else None

@@ -49,7 +49,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from kvlab.engines import engine_label
+from kvlab.spec import is_cpu_hardware
 from kvlab.units import sig2
+from kvlab.verdicts import Verdict
 
 #: Repeats each side of a measured difference needs before it can decide a claim.
 MIN_REPEATS = 3
@@ -113,8 +115,6 @@ class Grade:
 
     def verdict(self, claim: str, number: str, claim_id: str = "", kind: str = ""):
         """The :class:`kvlab.verdicts.Verdict` of this grade, with the narrative's wording."""
-        from kvlab.verdicts import Verdict
-
         return Verdict(claim, self.outcome, self.evidence, number, claim_id=claim_id, kind=kind, value=self.value,
                        unit=self.unit, n=self.n, spread=self.spread, scope=self.scope, reason=self.reason)
 
@@ -126,8 +126,6 @@ def on_cpu(device_kind: str | None, hardware: str | None = None) -> bool:
     """Whether a run was computed on a CPU: its RUNS ``device_kind``; without one, a hardware label naming no GPU."""
     if device_kind:
         return device_kind.lower() == "cpu"
-    from kvlab.spec import is_cpu_hardware
-
     return bool(hardware) and is_cpu_hardware(str(hardware))
 
 

@@ -16,17 +16,6 @@ from kvlab.units import scaled_context
 from kvlab.verdicts import Verdict
 
 
-#: What a measured run's memory setting means, by how the run was configured (RUNS ``kv_budget_bytes`` and
-#: ``device_kind``, recorded per run; never guessed from a GPU count or a hardware label):
-#: - ``kv_budget``: an explicit KV-cache budget was configured (CPU runs: a simulated device), so a lower setting
-#:   only means less KV room;
-#: - ``host_reserve``: a CPU run without one (data/experiments/host_memory_reserve.yaml): vLLM's CPU build reserves
-#:   the setting's share of host memory and refuses to start when that much is not free;
-#: - ``gpu``: the engine's own memory-utilisation target on GPUs;
-#: - ``mixed``: the runs disagree (several experiments of different kinds).
-MEMORY_SETTINGS = ("kv_budget", "host_reserve", "gpu", "mixed")
-
-
 def _setting_of(row: dict) -> str | None:
     if row.get("kv_budget_bytes") is not None:
         return "kv_budget"
@@ -37,8 +26,17 @@ def _setting_of(row: dict) -> str | None:
 
 
 def memory_setting(runs: pl.DataFrame) -> str | None:
-    """What the measured runs' memory setting means (one of :data:`MEMORY_SETTINGS`); None without measured runs or
-    where no run says how it was configured."""
+    """What the measured runs' memory setting means, by how each run was configured (RUNS ``kv_budget_bytes`` and
+    ``device_kind``, recorded per run; never guessed from a GPU count or a hardware label):
+
+    - ``kv_budget``: an explicit KV-cache budget was configured (CPU runs: a simulated device), so a lower setting
+      only means less KV room;
+    - ``host_reserve``: a CPU run without one (data/experiments/host_memory_reserve.yaml): vLLM's CPU build reserves
+      the setting's share of host memory and refuses to start when that much is not free;
+    - ``gpu``: the engine's own memory-utilisation target on GPUs;
+    - ``mixed``: the runs disagree (several experiments of different kinds);
+
+    None without measured runs or where no run says how it was configured."""
     m = runs.filter(pl.col("source") == "measured") if "source" in runs.columns else runs
     kinds = {_setting_of(r) for r in m.iter_rows(named=True)} - {None}
     if not kinds:

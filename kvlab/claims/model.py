@@ -4,6 +4,7 @@ where a claim is decided."""
 
 from __future__ import annotations
 
+from kvlab.claims.grading import held_out_grade, modelled_claim
 from kvlab.units import k_label
 
 
@@ -41,8 +42,6 @@ def model_margin(fit, contexts) -> float | None:
 def grade_model_claim(fit, agrees: bool, contexts, *, value: float | None = None, unit: str = ""):
     """Rule 3 on a fit: (the claim's grade, the held-out test's grade). ``agrees``: the fitted model says what the
     claim says; ``contexts``: where the claim is decided (its margin is the model's smallest lead there)."""
-    from kvlab.claims.grading import held_out_grade, modelled_claim
-
     right, total = winners_held_out(fit)
     margin, error = model_margin(fit, contexts) or 0.0, held_out_error(fit)
     return (modelled_claim(agrees, right, total, margin, error, value=value, unit=unit),

@@ -193,7 +193,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                     parts.append(measured_difference(
                         *(Repeats.summary(r["batch_time_s"], r.get("batch_time_min_s"), r.get("batch_time_max_s"),
                                           r["n_runs"]) for r in (x, y)),
-                        "lower", what=f"SGLang's batch time against {engine_label(y['engine'])}'s at {f:.0%}",
+                        "lower", what=f"{engine_label(x['engine'])}'s batch time against {engine_label(y['engine'])}'s at {f:.0%}",
                         scope=a["hardware"]))
                 if parts:
                     out.append(combined(parts).verdict(claim, at, claim_id="shared_prefix_threshold",

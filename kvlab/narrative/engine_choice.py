@@ -55,7 +55,8 @@ def _context_finding(f: Factor) -> str:
         where = (f"a margin of {ratio - 1:.1%} is within the model's {error:.0%} mean held-out error ({right} of {total} "
                  f"held-out winners right), so the model does not separate the engines here: {band}")
     return (f"at {w.context_tokens:,} tokens on {w.gpu} TP{w.tp}, {engine_label(faster)} is {ratio:.2f}× faster "
-            f"(vLLM TP{w.tp} {number(ta)} s vs SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch); {where}. Calibrated "
+            f"({engine_label(VLLM)} TP{w.tp} {number(ta)} s vs {engine_label(SGLANG)} TP{w.tp}+DCP{w.dcp} {number(tb)} s "
+            f"per batch); {where}. Calibrated "
             f"on the B300 article's Kimi-K3 points: other models and GPUs are extrapolations.{caveat}")
 
 
@@ -168,8 +169,9 @@ def evidence_basis(ev: Evidence) -> str:
         basis += f"; the measured factors split ({factor_evidence(other)} favours {engine_label(other.favours)}), so {how}"
     stand_ins = sorted({e for f in votes for e in (f.winner, f.runner_up) if e and registry.is_stand_in(e)})
     if stand_ins:
-        basis += (f"; the SGLang side of these measurements is {', '.join(engine_label(e) for e in stand_ins)}: "
-                  "evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
+        sglang = engine_label(SGLANG)
+        basis += (f"; the {sglang} side of these measurements is {', '.join(engine_label(e) for e in stand_ins)}: "
+                  f"evidence about the {sglang} family on CPU, not PyTorch {sglang} on a GPU")
     return basis
 
 
@@ -316,7 +318,8 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: D
         return None
     if ev.decided_by == "tie-break":
         why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); nothing measured or modelled here "
-               f"separates the engines, so the data's **{engine_label(ev.engine)}** is only a tie-break (vLLM, easier to operate), not a finding."]
+               f"separates the engines, so the data's **{engine_label(ev.engine)}** is only a tie-break "
+               f"({engine_label(VLLM)}, easier to operate), not a finding."]
     else:
         decided = factor_evidence(ev.deciding) if ev.deciding is not None and ev.deciding.winner else evidence_basis(ev)
         why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); the {ev.decided_by} data say "

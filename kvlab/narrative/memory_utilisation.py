@@ -11,7 +11,7 @@ from kvlab.claims.memory import (
 )
 from kvlab.claims.memory import signed_pct as _signed_pct
 from kvlab.claims.memory import stats_row as _stats_row
-from kvlab.engines import engine_label
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.roofline import Assumptions
 from kvlab.tables import ms
 from kvlab.units import scaled_context, sig2, tokens_label
@@ -144,7 +144,7 @@ def headroom_sentences(head: DataFrame) -> str:
         parts = ", ".join(f"{seqs:,} at {mu:g}" for mu, seqs in settings)
         more = (f" ({_relative(settings[-1][1], settings[0][1], 'more', 'fewer')} at {settings[-1][0]:g})"
                 if len(settings) > 1 and settings[0][1] else "")
-        path = " (vLLM's path)" if dcp == 1 else " (SGLang's path)"
+        path = f" ({engine_label(VLLM if dcp == 1 else SGLANG)}'s path)"
         lines.append(f"- modelled, DCP {dcp}{path}, {tokens_label(ctx)} context: sequences that fit — {parts}{more}.")
     lines.append("")
     lines.append(fits_sentence(head))
@@ -188,7 +188,8 @@ def headroom_intro(head: DataFrame, gpu: str, model: str, article: DataFrame | N
     """What the modelled headroom is of: the model, GPUs and DCP sizes, and the article's own set-up when it differs."""
     tp = head["tp"][0] if "tp" in head.columns and head.height else 8
     dcps = sorted(head["dcp"].unique().to_list())
-    paths = " and ".join("without DCP (vLLM's path)" if d == 1 else f"with DCP {d} (SGLang's)" for d in dcps)
+    paths = " and ".join(f"without DCP ({engine_label(VLLM)}'s path)" if d == 1 else f"with DCP {d} ({engine_label(SGLANG)}'s)"
+                         for d in dcps)
     text = (f"KV-cache room that each memory setting leaves for {model} on {tp}× {gpu}, {paths}, from kvlab's physical "
             f"model (the model of report 04).")
     if article is not None and article.height:

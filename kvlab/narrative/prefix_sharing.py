@@ -264,8 +264,8 @@ def reuse_sentences(reuse: DataFrame) -> str:
                          and r["cached_tokens_per_hit"] == r["shared_prefix_tokens"])
             lines.append(
                 f"- At {r['shared_fraction']:.0%} shared, {r['first_wave_hit']} of the {r['first_wave']} requests "
-                f"{engine_label(radix[0])} received together at the start found the prefix in its radix cache; vLLM "
-                f"reused its blocks for {v['first_wave_hit']} of {v['first_wave']}. In these runs the requests that "
+                f"{engine_label(radix[0])} received together at the start found the prefix in its radix cache; "
+                f"{engine_label(VLLM)} reused its blocks for {v['first_wave_hit']} of {v['first_wave']}. In these runs the requests that "
                 f"reached {engine_label(radix[0])} while the prefix was still being computed computed it again"
                 + (f"; every later request reused all {r['shared_prefix_tokens']:,} prefix tokens." if later_all else "."))
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from kvlab.claims import model as claims_model
 from kvlab.claims.memory import short_outside_pool
 from kvlab.claims.modelled import model_verdicts
-from kvlab.engines import engine_label
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.narrative.common import config_name, setup_phrase
 from kvlab.perfmodel import Assumptions
 from kvlab.perfmodel.calibrate import implausible
@@ -241,7 +241,7 @@ def at_max_sentence(at_max: DataFrame, calibrated_to: int | None,
     if ratio_range:
         lo, hi = ratio_range  # vLLM's time / SGLang's: above 1, SGLang faster
         def side(r: float) -> str:
-            return f"SGLang {r:.2f}× faster" if r >= 1 else f"vLLM {1 / r:.2f}× faster"
+            return f"{engine_label(SGLANG)} {r:.2f}× faster" if r >= 1 else f"{engine_label(VLLM)} {1 / r:.2f}× faster"
         spread = (f"; over the assumption sets the four points cannot choose among it ranges from {side(lo)} to "
                   f"{side(hi)}" + (" — the winner itself is not pinned" if lo < 1 < hi else ""))
     return (f"- At {tokens_label(c)} ({c:,} tokens) the model gives {config_name(fast['config'])} "

@@ -29,10 +29,9 @@ from kvlab.perfmodel.roofline import (
     batch_time,
     crossover_context,
 )
+from kvlab.store import load_runs
 from kvlab.units import k_label
 
-PARAM_NAMES = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s", "vllm_step_overhead_s",
-               "sglang_step_overhead_s")
 OVERHEADS = {VLLM: "vllm_step_overhead_s", SGLANG: "sglang_step_overhead_s"}
 
 #: Physical priors: the physics-only fit (:func:`calibrate` with ``physics=True``) keeps every parameter inside
@@ -281,8 +280,6 @@ def _published_fit(data_dir: str, workload: Workload, assumptions: Assumptions, 
 
 @lru_cache(maxsize=8)
 def _published_runs(data_dir: str, experiment: str) -> pl.DataFrame:
-    from kvlab.store import load_runs
-
     return load_runs(data_dir, experiment=experiment)
 
 

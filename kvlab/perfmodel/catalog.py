@@ -14,6 +14,8 @@ from kvlab.paths import CATALOG_DIR
 
 GPUS_FILE = "gpus.csv"
 MODELS_FILE = "models.csv"
+#: KV number formats the model knows (:meth:`Model.kv_bytes_per_token`; the model's ``Assumptions.kv_format``).
+KV_FORMATS = ("bf16", "fp8", "fp8_packed_mla")
 
 
 class CatalogError(ValueError):
@@ -168,8 +170,8 @@ class Model(_Row):
         one FP32 scale per 128 values and the rope part in BF16, 512 + 16 + 128 = 656 B per layer at width 576
         (GQA layers: FP8).
         """
-        if kv_format not in (None, "bf16", "fp8", "fp8_packed_mla"):
-            raise ValueError(f"kv_format must be bf16, fp8 or fp8_packed_mla, not {kv_format!r}")
+        if kv_format is not None and kv_format not in KV_FORMATS:
+            raise ValueError(f"kv_format must be {', '.join(KV_FORMATS[:-1])} or {KV_FORMATS[-1]}, not {kv_format!r}")
         elem = {None: self.kv_dtype_bytes, "bf16": 2, "fp8": 1, "fp8_packed_mla": 1}[kv_format]
         mla = kv_layers if kv_layers is not None and self.mla_layers else self.mla_layers
         total = 0

@@ -17,8 +17,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLocator, NullLocator
 
 from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.perfmodel.calibrate import UNPINNED_KV_FORMATS, UNPINNED_MLA_WIDTHS, refits
 from kvlab.perfmodel.frames import row_config
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
+from kvlab.perfmodel.stepfit import GROUP
 from kvlab.style import ENGINE_COLORS, number_label, styled
 from kvlab.units import k_label, sig2, tokens_label
 
@@ -89,9 +91,6 @@ def curves(
     df = pl.DataFrame(rows)
     if sens is None:
         return df
-    # scipy: calibrate fits with it, and kvlab.plots imports this module (value_axis) without needing it
-    from kvlab.perfmodel.calibrate import refits
-
     sets = refits(sens, a)
     lo = {col: [r[col] for r in rows] for col in RANGED}
     hi = {col: [r[col] for r in rows] for col in RANGED}
@@ -276,9 +275,6 @@ def crossover_table(
     ``sens`` (a :func:`~kvlab.perfmodel.calibrate.sensitivity` table) also its lowest and highest over every
     assumption set there (``crossover_low_tokens``, ``crossover_high_tokens``; null when none crosses), and in how
     many of them it crosses at all."""
-    # scipy: calibrate fits with it, and kvlab.plots imports this module (value_axis) without needing it
-    from kvlab.perfmodel.calibrate import refits
-
     sets = refits(sens) if sens is not None else []
     rows = []
     for g in gpus:
@@ -337,7 +333,7 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
         context_axis(ax.yaxis, lo / 1.4, hi * 1.4)
     tp = table["tp"][0] if "tp" in table.columns and table.height else None
     model = table["model"][0] if "model" in table.columns and table.height else ""
-    ax.set_xlabel(f"DCP size of SGLang (TP {tp})" if tp else "DCP size of SGLang")
+    ax.set_xlabel(f"DCP size of {engine_label(SGLANG)}" + (f" (TP {tp})" if tp else ""))
     ax.set_ylabel("crossover context (tokens, log scale)")
     ax.set_title(f"modelled: context from which SGLang TP+DCP is faster than vLLM TP ({model})".replace(" ()", ""),
                  fontsize=10)
@@ -352,9 +348,6 @@ def memory_sets(a: Assumptions = Assumptions()) -> list[Assumptions]:
     format x cached MLA width (:data:`~kvlab.perfmodel.calibrate.UNPINNED_KV_FORMATS` x
     :data:`~kvlab.perfmodel.calibrate.UNPINNED_MLA_WIDTHS`), each on top of ``a``. (Batch size, output length and
     expert reads change time, not room.)"""
-    # scipy: calibrate fits with it, and kvlab.plots imports this module (value_axis) without needing it
-    from kvlab.perfmodel.calibrate import UNPINNED_KV_FORMATS, UNPINNED_MLA_WIDTHS
-
     return [replace(a, kv_format=f, mla_width=wd) for f in UNPINNED_KV_FORMATS for wd in UNPINNED_MLA_WIDTHS]
 
 
@@ -546,9 +539,6 @@ def bound_summary(frac: pl.DataFrame) -> pl.DataFrame:
 
 
 def _step_key(row: dict) -> tuple:
-    # scipy: stepfit's intervals use it, and kvlab.plots imports this module (value_axis) without needing it
-    from kvlab.perfmodel.stepfit import GROUP
-
     return tuple(row.get(k) for k in GROUP)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from kvlab import plan
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
@@ -14,6 +15,8 @@ from kvlab.perfmodel.calibrate import (
 )
 from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
+from kvlab.spec import expand
+from kvlab.store import load_runs
 from kvlab.units import context_label, k_label, token_range
 
 DEFAULT_CONTEXTS = (65536, 204800)
@@ -28,8 +31,6 @@ def params_for(
     fit to the B300 article is used (efficiencies are fractions of each GPU's own peaks, so they carry over,
     as an assumption); otherwise the defaults of :class:`Params`.
     """
-    from kvlab.store import load_runs
-
     try:
         runs = load_runs(data_dir)
     except FileNotFoundError:
@@ -91,9 +92,6 @@ def describe(
 
 def spec_configs(target: str | Path, a: Assumptions = Assumptions()) -> tuple[list[tuple[Config, int, Workload]], str]:
     """Every distinct (configuration, prompt length, workload) of an experiment file, via kvlab.spec."""
-    from kvlab import plan
-    from kvlab.spec import expand
-
     spec = plan.load(target)  # as a sweep would plan it: kvlab's tiny model made when the spec names it
     g = find_gpu(spec.hardware)
     seen, out = set(), []
@@ -280,10 +278,11 @@ def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: 
     w200 = sens["winner_200k"].to_list()
     p200 = sens["phys_winner_200k"].to_list()
     return (f"  crossover range over what the published points cannot pin ({UNPINNED_AXES}, {sens.height} refits): "
-            f"free fits {span(False)}; SGLang wins at 200K in {w200.count(engine_label(SGLANG))} of {sens.height}; "
+            f"free fits {span(False)}; {engine_label(SGLANG)} wins at 200K in {w200.count(engine_label(SGLANG))} of "
+            f"{sens.height}; "
             f"{plausible} of {sens.height} free fits physically plausible"
             + ("" if plausible else ": read the model as an illustration, not a forecast") + "\n"
-            f"  physics-only fits over the same {sens.height} sets: {span(True)}; SGLang wins at 200K in "
+            f"  physics-only fits over the same {sens.height} sets: {span(True)}; {engine_label(SGLANG)} wins at 200K in "
             f"{p200.count(engine_label(SGLANG))} of {sens.height}; residuals up to "
             f"{sens['phys_max_abs_residual_pct'].max():.0f}%")
 
@@ -318,12 +317,9 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
 
 def run_pins(target: str | Path) -> list[str]:
     """One line per distinct run of an experiment file (engine label, context, batch, output): which of the model's
-    free parameters (:data:`~kvlab.perfmodel.calibrate.PARAM_NAMES`, plus the KV format and expert reads it
+    free parameters (the fields of :class:`~kvlab.perfmodel.roofline.Params`, plus the KV format and expert reads it
     assumes) its TTFT and TPOT pin. Empty unless some engine label runs at three or more contexts at one workload
     (a step-fit design, such as data/experiments/b300_step_fit.yaml)."""
-    from kvlab import plan
-    from kvlab.spec import expand
-
     spec = plan.load(target)
     runs = expand(spec, origin=target)
     base = spec.workload

@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+from scipy.optimize import brentq
+
 from kvlab.engines.registry import FAMILY_OF, SGLANG
 from kvlab.perfmodel.catalog import GPU, Model, gpu as find_gpu, model as find_model
 
@@ -71,15 +73,11 @@ class Assumptions:
     #: uniform independent routing (an upper bound); "active" = one token's top-k only (perfectly correlated
     #: routing, the lower bound). Real routing lies between (:meth:`Model.decode_weight_bytes`).
     expert_reads: str = "uniform"
-    #: number format of the KV cache (:data:`KV_FORMATS`): "bf16" (the catalog's 2 B per value), "fp8" (1 B),
-    #: or "fp8_packed_mla" (FlashMLA's FP8 MLA layout: the latent in FP8 with one FP32 scale per 128 values,
-    #: the rope part kept in BF16; 656 B per layer and token at width 576). InferenceX's Kimi-K3 recipes
+    #: number format of the KV cache (:data:`~kvlab.perfmodel.catalog.KV_FORMATS`): "bf16" (the catalog's 2 B per
+    #: value), "fp8" (1 B), or "fp8_packed_mla" (FlashMLA's FP8 MLA layout: the latent in FP8 with one FP32 scale
+    #: per 128 values, the rope part kept in BF16; 656 B per layer and token at width 576). InferenceX's Kimi-K3 recipes
     #: default to FP8 KV; the article does not say, so this is an open assumption of the range.
     kv_format: str = "bf16"
-
-
-#: KV number formats the model knows (:attr:`Assumptions.kv_format`).
-KV_FORMATS = ("bf16", "fp8", "fp8_packed_mla")
 
 
 @dataclass(frozen=True)
@@ -342,8 +340,6 @@ def crossover_context(
     in [lo, hi] (lo at least twice the output length). The first crossing on a log grid is refined by bisection (scipy's brentq).
     Cached per process for its arguments (all immutable): a notebook re-run in one kernel, or report 04's ranges over
     every assumption set, solves each crossing once."""
-    from scipy.optimize import brentq
-
     def diff(c: float) -> float:
         return batch_time(cfg_a, int(round(c)), w, p, a).batch_time_s - batch_time(cfg_b, int(round(c)), w, p, a).batch_time_s
 
