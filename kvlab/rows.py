@@ -38,7 +38,8 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records;
     ``kv_pool_tokens``, the KV pool its server reported (:class:`kvlab.campaign.ServerRecord`). Under a load
     (``load``, kvlab.load) the latencies, counts and SLO count cover the requests inside its steady-state window
-    only, and ``window_s`` is the time the rates divide by (kvlab.analysis.run_rates)."""
+    only, and ``window_s`` is the time the rates divide by (kvlab.analysis.run_rates); ``batch_prompt_tokens`` and
+    ``batch_output_tokens`` sum every request sent, as the server's counter deltas do."""
     e, w = run.engine, run.workload
     slo = run.slo.model_dump() if run.slo else None
     summary = summarize(batch.records, batch.batch_time_s, slo) if batch else {}
@@ -46,6 +47,9 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
         inside = set(load.window.counted)
         summary = summarize([r for r in batch.records if r.request_index in inside], batch.batch_time_s, slo)
         summary |= load.columns()
+    if batch:  # the whole batch, whatever the window counts: what the server's counter deltas cover
+        summary |= {"batch_prompt_tokens": sum_reported([r.prompt_tokens for r in batch.records]),
+                    "batch_output_tokens": sum_reported([r.output_tokens for r in batch.records])}
     if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
         summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
     kind = host.device_kind(e.model_dump(mode="json"), host.describe())

@@ -197,6 +197,13 @@ RUNS = Table(
         _c("served_prompt_tokens", Int, "sum of usage.prompt_tokens over the run"),
         _c("served_output_tokens", Int, "sum of usage.completion_tokens over the run, requests whose count cannot be "
            "right (requests.count_flag) left out"),
+        _c("batch_prompt_tokens", Int, "sum of usage.prompt_tokens over every request the run sent: under a load "
+           "the warm-up and the requests outside the steady-state window too (served_prompt_tokens counts the window "
+           "only); what the server's counter delta (server_prompt_tokens) covers. Equal to served_prompt_tokens "
+           "without a load; null for runs stored before it was recorded"),
+        _c("batch_output_tokens", Int, "sum of usage.completion_tokens over every request the run sent (warm-up, "
+           "outside the window, and miscounted requests as reported): what server_generation_tokens covers; null "
+           "for runs stored before it was recorded"),
         _c("requests_miscounted", Int, "successful requests whose usage.completion_tokens cannot be right (negative, "
            "below their token-bearing chunks, above max_tokens, or not max_tokens under ignore_eos): kept in "
            "requests, left out of served_output_tokens and TPOT"),
