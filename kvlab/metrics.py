@@ -80,6 +80,7 @@ def counter_deltas(
     before: Mapping[str, float],
     after: Mapping[str, float],
     names: Mapping[str, str | None],
+    counted_once_incremented: tuple[str, ...] = (),
 ) -> dict[str, float | None]:
     """``after - before`` for each counter in ``names`` ({canonical name: engine metric name}).
 
@@ -88,13 +89,23 @@ def counter_deltas(
     or there is no baseline (``before`` empty: the first scrape got nothing); a series
     absent from a non-empty ``before`` but present after counts from 0 (Prometheus series
     start at 0); a negative delta (the server restarted, resetting counters) is None.
+
+    ``counted_once_incremented`` (the adapter's, canonical names) are counters the engine exports only after their
+    first increment: absent from both scrapes while ``after`` serves the engine's ``prompt_tokens`` counter (the
+    collectors are on and counting), such a counter's delta is 0; absent after but present before stays None.
     """
+    witness = names.get("prompt_tokens")
+    counting = bool(before) and witness is not None and _lookup(after, witness) is not None
     out: dict[str, float | None] = {}
     for canonical, engine_name in names.items():
         if engine_name is None:
             out[canonical] = None
             continue
         end = _lookup(after, engine_name)
+        if end is None and counting and canonical in counted_once_incremented \
+                and _lookup(before, engine_name) is None:
+            out[canonical] = 0.0
+            continue
         if end is None or not before:
             out[canonical] = None
             continue

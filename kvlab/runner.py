@@ -454,7 +454,8 @@ class LocalExecutor:
         timeout_s = STALLED_SCRAPE_TIMEOUT_S if _stalled(batch) else metrics.SCRAPE_TIMEOUT_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
             after = _scrape(server, why_after, timeout_s) if server.running() else {}
-            deltas = metrics.counter_deltas(before, after, server.adapter.metric_names)
+            deltas = metrics.counter_deltas(before, after, server.adapter.metric_names,
+                                            server.adapter.counted_once_incremented)
             if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
