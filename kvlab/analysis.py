@@ -96,19 +96,26 @@ def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGL
 
 
 def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
-    """Each run's rates from its stored counts and time T (RUNS stores no throughput; design.md): T is the batch
-    time, or under a load the steady-state window (``window_s``, whose requests the counts cover):
+    """Each run's rates from its counts and time T (the one definition: the runner stores them with each run,
+    kvlab.store fills them for runs stored before; design.md): T is the batch time, or under a load the
+    steady-state window (``window_s``, whose requests the counts cover); a run without a batch time (a failed one)
+    has none:
 
     - ``requests_per_s`` = requests_ok / T;
-    - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out);
+    - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out); a
+      row whose source states it without the counts (published) keeps the stated figure;
     - ``goodput_requests_per_s`` = requests_within_slo / T: successful requests meeting the experiment's SLO
       per second; null where the experiment states no SLO (or the run has no batch time).
     """
     t = pl.coalesce(pl.col("window_s"), pl.col("batch_time_s")) if "window_s" in runs.columns \
         else pl.col("batch_time_s")
+    t = pl.when(pl.col("batch_time_s").is_not_null()).then(t)
+    output = pl.col("served_output_tokens") / t
+    if "output_tokens_per_s" in runs.columns:
+        output = pl.coalesce(output, pl.col("output_tokens_per_s"))
     return runs.with_columns(
         (pl.col("requests_ok") / t).alias("requests_per_s"),
-        (pl.col("served_output_tokens") / t).alias("output_tokens_per_s"),
+        output.alias("output_tokens_per_s"),
         (pl.col("requests_within_slo") / t).alias("goodput_requests_per_s"),
     )
 

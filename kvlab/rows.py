@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import host
+from kvlab.analysis import run_rates
 from kvlab.client import BatchResult, sum_reported, summarize
 from kvlab.engines.base import Failure
 from kvlab.load import LoadOutcome
@@ -77,7 +78,8 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
     }
     if status != "ok":
         row["batch_time_s"] = None
-    return pl.DataFrame([row])
+    # its rates beside its counts, by the one definition (a failed run, without a batch time, has none)
+    return run_rates(RUNS.conform(pl.DataFrame([row]), f"run {run.key}"))
 
 
 def attempt_row(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:

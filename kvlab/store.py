@@ -113,9 +113,20 @@ def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) ->
     runs = runs.with_columns(device_kind=pl.when(pl.col("device_kind").is_null() & (pl.col("source") == "published")
                                                  & (pl.col("gpu_count").fill_null(0) > 0))
                              .then(pl.lit("gpu")).otherwise(pl.col("device_kind")))
+    # rates of runs stored before they were (kvlab.analysis.run_rates, the definition the runner stores them by);
+    # imported here: analysis imports kvlab.probe, which imports this module
+    from kvlab.analysis import run_rates
+
+    derived = run_rates(runs)
+    runs = runs.with_columns(pl.coalesce(pl.col(c), derived[c]).alias(c) for c in RATES)
     if experiment is not None:
         runs = runs.filter(pl.col("experiment") == experiment)
     return runs
+
+
+#: RUNS' rate columns (kvlab.analysis.run_rates): stored with each run since they were added, filled on reading for
+#: runs stored before.
+RATES = ("requests_per_s", "output_tokens_per_s", "goodput_requests_per_s")
 
 
 #: RUNS columns added after runs were first stored: a run stored without them gets them from its spec.json and its

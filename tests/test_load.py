@@ -208,6 +208,11 @@ def test_a_load_points_whole_batch_token_sums_equal_the_servers_counters(tmp_pat
     # the window's sums cover fewer requests than the server's counters
     assert run["served_prompt_tokens"] == run["requests_ok"] * 60 < run["server_prompt_tokens"]
     assert run["served_output_tokens"] == run["requests_ok"] * 4 < run["server_generation_tokens"]
+    # the run's rates are stored with it, over its window (analysis.run_rates), not filled on reading
+    stored = pl.read_parquet(next(tmp_path.glob(f"runs/load/*/{store.RUN_FILE}"))).row(0, named=True)
+    assert stored["requests_per_s"] == run["requests_ok"] / run["window_s"] == run["requests_per_s"]
+    assert stored["output_tokens_per_s"] == run["served_output_tokens"] / run["window_s"]
+    assert stored["goodput_requests_per_s"] is None  # no SLO stated
 
 
 def test_a_run_without_load_has_whole_batch_sums_equal_to_its_served_sums(tmp_path):
