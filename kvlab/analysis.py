@@ -264,7 +264,10 @@ def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
     (the smallest its runs report), the load levels measured, and the lowest level past the ceiling
     (``first_past_ceiling``), at which requests queued (``first_queued``), the KV pool saturated
     (``first_kv_saturated``) and the server preempted (``first_preempted``); each null where no level did (or,
-    without telemetry, could be seen to). ``telemetry``: "sampled" when any of its runs was, else the first reason."""
+    without telemetry, could be seen to). ``queue_seen``, ``kv_usage_seen``, ``preemptions_seen``: whether any of
+    its runs' telemetry held that series (a sampled run whose engine exports no preemption counter has none), so a
+    null first_* reads "none" only where it is true. ``telemetry``: "sampled" when any of its runs was, else the
+    first reason."""
     def first(cond: pl.Expr) -> pl.Expr:
         return pl.col("load_level").filter(cond.fill_null(False)).min()
 
@@ -275,6 +278,10 @@ def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
         first(pl.col("queued")).alias("first_queued"),
         first(pl.col("kv_saturated")).alias("first_kv_saturated"),
         first(pl.col("preemptions") > 0).alias("first_preempted"),
+        # whether any of its runs' telemetry held the series at all: a null first_* means "no level did" only then
+        pl.col("queued").is_not_null().any().alias("queue_seen"),
+        pl.col("kv_saturated").is_not_null().any().alias("kv_usage_seen"),
+        pl.col("preemptions").is_not_null().any().alias("preemptions_seen"),
         pl.col("kv_usage_peak").max().alias("kv_usage_peak"),
         pl.when((pl.col("telemetry") == "sampled").any()).then(pl.lit("sampled"))
         .otherwise(pl.col("telemetry").sort().first()).alias("telemetry"),

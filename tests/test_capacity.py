@@ -72,6 +72,33 @@ def test_each_load_point_against_its_ceiling_and_what_telemetry_saw(frames):
     assert got[("vllm", 1024, 0.95)] == (20, None, None, None, None)
 
 
+def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemption_series(frames):
+    """A sampled run whose engine exported no preemption counter (SGLang's appears only after its first retraction)
+    has no preemption series: 07 says "not available" there, never "none"; where the series was sampled and never
+    rose it says "none"."""
+    from kvlab import narrative
+
+    _, points, _, _ = frames
+    no_series = points.with_columns(pl.when(pl.col("engine") == "sglang").then(None).otherwise(pl.col("preemptions"))
+                                    .alias("preemptions"))
+    onset = analysis.saturation_onset(no_series)
+    r = _row(onset, "sglang", 1024, 0.95)
+    assert (r["telemetry"], r["preemptions_seen"], r["queue_seen"], r["first_preempted"]) == ("sampled", False, True,
+                                                                                            None)
+    assert _row(onset, "vllm", 1024, 0.95)["preemptions_seen"] is True
+    shown = narrative.onset_table(onset).frame.select("configuration", "context", "memory setting",
+                                                      "requests waited from", "preempted from")
+    assert shown.rows() == [
+        ("SGLang TP1", "64K (1,024 tok)", 0.92, "none", "not available"),
+        ("vLLM TP1", "64K (1,024 tok)", 0.92, "none", "none"),
+        ("SGLang TP1", "64K (1,024 tok)", 0.95, "none", "not available"),
+        ("vLLM TP1", "64K (1,024 tok)", 0.95, "none", "none"),
+        ("SGLang TP1", "200K (3,200 tok)", 0.92, "4 in flight", "not available"),
+        ("vLLM TP1", "200K (3,200 tok)", 0.92, "4 in flight", "4 in flight"),
+        ("SGLang TP1", "200K (3,200 tok)", 0.95, "none", "not available"),
+        ("vLLM TP1", "200K (3,200 tok)", 0.95, "none", "none")]
+
+
 def test_the_figure_data_report_07_hands_its_reader(frames):
     """The CSVs beside 07's Pareto and ceiling figures: every load point, the columns each figure draws."""
     curve, points, _, _ = frames

@@ -117,15 +117,18 @@ def onset_table(onset: DataFrame):
     rows = []
     for r in sorted(onset.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
         seen = r["telemetry"] == "sampled"
-        none = "none" if seen else "not available"
+
+        def none(series: str) -> str:  # no level did, or no sample held the series (then it cannot be said)
+            return "none" if seen and r.get(f"{series}_seen", True) else "not available"
+
         rows.append({"configuration": config_label(r), "context": scaled_context(r["context_label"], r["context_tokens"]),
                      "memory setting": r["mem_util"],
                      "ceiling (requests)": r["concurrency_ceiling"],
                      "first load past the ceiling": _level(r["first_past_ceiling"]) if r["first_past_ceiling"] else "none",
-                     "requests waited from": _level(r["first_queued"]) if r["first_queued"] else none,
+                     "requests waited from": _level(r["first_queued"]) if r["first_queued"] else none("queue"),
                      f"KV usage ≥ {KV_SATURATED:.0%} from": _level(r["first_kv_saturated"]) if r["first_kv_saturated"]
-                     else none,
-                     "preempted from": _level(r["first_preempted"]) if r["first_preempted"] else none,
+                     else none("kv_usage"),
+                     "preempted from": _level(r["first_preempted"]) if r["first_preempted"] else none("preemptions"),
                      "peak KV usage": tables.percent(r["kv_usage_peak"]) if seen else "not available",
                      "telemetry": r["telemetry"]})
     return tables.table(rows, list(rows[0]) if rows else ["configuration"])
