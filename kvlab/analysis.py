@@ -225,8 +225,9 @@ def capacity_points(curve: pl.DataFrame, samples: pl.DataFrame, info: pl.DataFra
     ``past_ceiling`` (closed loop: requests in flight > the ceiling; null for an open loop or an unknown pool) and
     what its telemetry saw (``samples``: kvlab.store.load_telemetry, ``info``: load_telemetry_info):
 
-    - ``telemetry``: "sampled", or why not (the run's telemetry.json reason; "not recorded" for a run stored
-      before telemetry was);
+    - ``telemetry``: "sampled"; or the note of an available telemetry that got no sample (a run shorter than the
+      first sample's delay); or "not available: " and why (the run's telemetry.json reason); "not recorded" for a
+      run stored before telemetry was;
     - ``samples_ok``: the samples that answered;
     - ``kv_usage_peak``: the highest share of the KV pool in use in one sample (0-1);
     - ``running_peak`` / ``waiting_peak``: the most requests running / waiting in one sample;
@@ -245,7 +246,11 @@ def capacity_points(curve: pl.DataFrame, samples: pl.DataFrame, info: pl.DataFra
         (pl.col("preemptions_total").drop_nulls().last() - pl.col("preemptions_total").drop_nulls().first())
         .alias("preemptions"),
     )
-    why = info.select("run_id", pl.when(pl.col("available")).then(pl.lit("sampled"))
+    note = pl.col("note").fill_null("no sample") if "note" in info.columns else pl.lit("no sample")
+    answered = pl.col("samples_ok").fill_null(1) > 0 if "samples_ok" in info.columns else pl.lit(True)
+    why = info.select("run_id", pl.when(pl.col("available") & answered)
+                      .then(pl.lit("sampled"))
+                      .when(pl.col("available")).then(note)
                       .otherwise(pl.concat_str(pl.lit("not available: "), pl.col("reason").fill_null("no sample")))
                       .alias("telemetry"))
     pts = pts.join(per_run, on="run_id", how="left").join(why, on="run_id", how="left")

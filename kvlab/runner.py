@@ -136,17 +136,23 @@ def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
 
     telemetry.csv: one row per sample, ``t_s`` seconds from the run's first send (the requests' time origin, their
     t_send_s = 0; samples before it are negative), then one column per series (empty: the server did not export it)
-    and ``error`` (why a sample got nothing). telemetry.json: ``available``, ``reason`` (why not), ``source``,
-    ``interval_s``, ``samples`` (how many, for runs too short for many), ``time_origin``; telemetry tailed from the
-    server log adds ``values_as_of`` (a sample holds the engine's last scheduler line's values).
+    and ``error`` (why a sample got nothing). telemetry.json: ``available`` (the engine exposes telemetry kvlab
+    samples: /metrics series, or the scheduler lines of a log kvlab launched), ``reason`` (why not, when not),
+    ``note`` (why an available telemetry holds no sample: a run shorter than the first sample's delay, or no sample
+    answered; else null), ``source``, ``interval_s``, ``samples`` (how many, for runs too short for many),
+    ``samples_ok``, ``time_origin``; telemetry tailed from the server log adds ``values_as_of`` (a sample holds the
+    engine's last scheduler line's values).
     """
     folder.mkdir(parents=True, exist_ok=True)
     samples = m.telemetry or []
     got = sum(err is None for _, _, err in samples)
-    reason = m.telemetry_missing or (None if got else
-                                     f"no sample answered ({samples[0][2]})" if samples else "no sample was taken")
+    available = m.telemetry_missing is None
+    note = None if got or not available else (
+        f"no sample answered ({samples[0][2]})" if samples else
+        f"no sample was taken: the run ended before its first sample, {metrics.TELEMETRY_INTERVAL_S / 2:g} s after "
+        "its first send")
     from_log = m.telemetry_source == "log"
-    info = {"available": got > 0, "reason": reason,
+    info = {"available": available, "reason": m.telemetry_missing, "note": note,
             "source": metrics.LOG_TELEMETRY_SOURCE if from_log else "GET /metrics, sampled during the batch",
             **({"values_as_of": metrics.LOG_TELEMETRY_AS_OF} if from_log else {}),
             "interval_s": metrics.TELEMETRY_INTERVAL_S, "samples": len(samples), "samples_ok": got,

@@ -127,6 +127,12 @@ def test_a_run_without_telemetry_says_why_never_zero(frames):
     assert (a["kv_usage_peak"], a["waiting_peak"], a["preemptions"], a["queued"]) == (None, None, None, None)
     onset = analysis.saturation_onset(points)
     assert _row(onset, "vllm", 1024, 0.92)["telemetry"] == "not available: the engine serves no /metrics"
+    # an engine that exposes telemetry, on a run too short for a sample: its note, not "sampled" nor "not available"
+    short = info.with_columns(available=pl.lit(True), reason=pl.lit(None, pl.String),
+                              note=pl.lit("no sample was taken: the run ended before its first sample"))
+    a = _row(analysis.capacity_points(curve, NO_SAMPLES, short), "vllm", 1024, 0.92, 1.0)
+    assert (a["telemetry"], a["samples_ok"], a["queued"]) == (
+        "no sample was taken: the run ended before its first sample", None, None)
 
 
 def test_the_highest_load_within_the_slo_and_the_map(frames):

@@ -267,6 +267,27 @@ def test_older_stored_runs_get_their_rates_on_reading(tmp_path):
     assert (ok["requests_per_s"] * ok["batch_time_s"] - ok["requests_ok"]).abs().max() < 1e-9
 
 
+def test_telemetry_info_reads_an_older_no_sample_file_as_available_with_a_note(tmp_path):
+    """Before ``note`` existed, telemetry.json said ``available: false`` for a run that got no sample: it reads as
+    available (the engine exposed telemetry) with its reason as the note; a run whose engine exposed none stays not
+    available; a new file is read as written."""
+    import json
+
+    shutil.copytree(FIXTURE_RUNS / "cpu_long_context", tmp_path / "runs" / "cpu_long_context")
+    dirs = store.run_dirs(tmp_path)
+    base = {"interval_s": 0.5, "samples": 0, "samples_ok": 0}
+    (dirs[0] / "telemetry.json").write_text(json.dumps({"available": False, "reason": "no sample was taken", **base}))
+    (dirs[1] / "telemetry.json").write_text(json.dumps({"available": False, "reason": "vLLM serves no /metrics",
+                                                        **base}))
+    (dirs[2] / "telemetry.json").write_text(json.dumps({"available": True, "reason": None, "note": "no sample was "
+                                                        "taken: the run ended before its first sample", **base}))
+    info = store.load_telemetry_info(tmp_path).sort("run_id")
+    got = {r["run_id"]: (r["available"], r["reason"], r["note"], r["samples"]) for r in info.iter_rows(named=True)}
+    assert got == {dirs[0].name: (True, None, "no sample was taken", 0),
+                   dirs[1].name: (False, "vLLM serves no /metrics", None, 0),
+                   dirs[2].name: (True, None, "no sample was taken: the run ended before its first sample", 0)}
+
+
 def test_runs_and_manifests_stored_before_the_probe_still_load_and_are_not_probed(tmp_path):
     """The fixture sweeps (no probe: their manifests' servers carry no ``probe``, list no ``configurations``) load
     as before; the probe loader finds none, so the capacity map says "not probed" for their configurations."""
