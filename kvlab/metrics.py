@@ -121,11 +121,30 @@ def counter_deltas(
 TELEMETRY_INTERVAL_S = 0.5
 
 
+#: The telemetry series whose presence shows an engine's counters are being exported (kvlab.engines telemetry_names'
+#: canonical name; every request adds to it): beside it, a counter exported only once incremented is 0 when absent.
+TELEMETRY_WITNESS = "generation_tokens_total"
+
+
+def telemetry_values(parsed: Mapping[str, float], names: Mapping[str, str],
+                     counted_once_incremented: tuple[str, ...] = ()) -> dict[str, float | None]:
+    """One telemetry sample's {canonical: value or None} for ``names`` ({canonical: Prometheus name}) from a parsed
+    /metrics body: None where the body lacks the series, except a series of ``counted_once_incremented`` (the
+    adapter's ``telemetry_counted_once_incremented``: a labelled counter the engine exports only after its first
+    increment), which is 0 while the body serves :data:`TELEMETRY_WITNESS`."""
+    values = {c: _lookup(parsed, n) for c, n in names.items()}
+    if values.get(TELEMETRY_WITNESS) is not None:
+        values |= {c: 0.0 for c in counted_once_incremented if c in values and values[c] is None}
+    return values
+
+
 async def sample_during(base_url: str, names: Mapping[str, str], samples: list[tuple[float, dict, str | None]],
-                        api_key: str | None = None, interval_s: float = TELEMETRY_INTERVAL_S) -> None:
+                        api_key: str | None = None, interval_s: float = TELEMETRY_INTERVAL_S,
+                        counted_once_incremented: tuple[str, ...] = ()) -> None:
     """Sample ``{base_url}/metrics`` every ``interval_s`` until cancelled, appending ``(t, values, error)`` to
     ``samples``: ``t`` the ``time.perf_counter()`` stamp the GET was sent at (the client's clock), ``values``
-    {canonical: value or None} for ``names`` ({canonical: Prometheus name}), ``error`` why a sample got nothing.
+    {canonical: value or None} for ``names`` ({canonical: Prometheus name}; :func:`telemetry_values`, with
+    ``counted_once_incremented``), ``error`` why a sample got nothing.
 
     Runs beside the requests in their event loop, so it does little there: one GET per interval and a parse of
     only the lines of the wanted series (a full /metrics parse costs milliseconds the requests' timestamps would
@@ -143,7 +162,7 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
                 raw = await resp.content.read(MAX_METRICS_BYTES)
             kept = "\n".join(line for line in raw.decode(errors="replace").splitlines() if line.startswith(wanted))
             parsed = parse_metrics(kept + "\n")
-            return {c: _lookup(parsed, n) for c, n in names.items()}, None
+            return telemetry_values(parsed, names, counted_once_incremented), None
 
         await _on_grid(take, samples, interval_s)
 

@@ -414,7 +414,9 @@ class LocalExecutor:
         watch = loads.SaturationWatch(load, run.slo.ttft_ms if run.slo else None, samples) if load else None
 
         async def measured() -> BatchResult:
-            sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key))
+            lazy = server.adapter.telemetry_counted_once_incremented
+            sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key,
+                                                                 counted_once_incremented=lazy))
                        if names else
                        # from the log's end now, just before the first send: earlier runs' lines are never read
                        asyncio.create_task(metrics.tail_log_during(server.log_path, metrics.log_size(server.log_path),

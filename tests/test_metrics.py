@@ -161,6 +161,24 @@ def test_sglangs_counters_exported_once_incremented_are_0_while_absent_beside_it
     assert metrics.counter_deltas(hit, after, names, lazy)["prefix_cache_hits"] is None
 
 
+def test_sglangs_sampled_retraction_counter_is_0_while_absent_beside_its_generation_counter():
+    """Telemetry samples SGLang's retraction counter (preemptions_total): absent before its first retraction, it is 0
+    in a sample whose body serves the generation-token counter, and None (not sampled) where that is absent too; a
+    gauge the body lacks stays None."""
+    from kvlab.engines.sglang import SGLangAdapter
+
+    names, lazy = SGLangAdapter.telemetry_names, SGLangAdapter.telemetry_counted_once_incremented
+    assert lazy == ("preemptions_total",) and names["preemptions_total"] == "sglang:num_retracted_requests_total"
+    none_yet = metrics.parse_metrics(_sglang_body(4036.0, 80.0))
+    assert metrics.telemetry_values(none_yet, names, lazy) == {
+        "kv_cache_usage": None, "requests_running": 0.0, "requests_waiting": None, "preemptions_total": 0.0,
+        "generation_tokens_total": 80.0}
+    assert metrics.telemetry_values(none_yet, names)["preemptions_total"] is None  # without the adapter's list
+    retracted = metrics.parse_metrics(_sglang_body(4036.0, 80.0, retracted=2.0))
+    assert metrics.telemetry_values(retracted, names, lazy)["preemptions_total"] == 2.0
+    assert metrics.telemetry_values({}, names, lazy) == dict.fromkeys(names)
+
+
 def test_scrape_live_fixture_and_404():
     from kvlab import client, workloads
 

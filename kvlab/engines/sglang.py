@@ -60,6 +60,7 @@ class SGLangAdapter(EngineAdapter):
     # that serves sglang:prompt_tokens_total (the same --enable-metrics, the same collectors), each is 0, not
     # unknown. Its prompt-, generation-token counters are incremented on every finished request.
     counted_once_incremented = ("prefix_cache_hits", "cached_tokens", "preemptions")
+    telemetry_counted_once_incremented = ("preemptions_total",)  # the same retraction counter, sampled
     telemetry_names = {
         "kv_cache_usage": "sglang:token_usage",  # used share of the KV pool, 0-1
         "requests_running": "sglang:num_running_reqs",
