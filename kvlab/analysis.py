@@ -96,19 +96,26 @@ def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGL
 
 
 def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
-    """Each run's rates from its stored counts and time T (RUNS stores no throughput; design.md): T is the batch
-    time, or under a load the steady-state window (``window_s``, whose requests the counts cover):
+    """Each run's rates from its counts and time T (the one definition: the runner stores them with each run,
+    kvlab.store fills them for runs stored before; design.md): T is the batch time, or under a load the
+    steady-state window (``window_s``, whose requests the counts cover); a run without a batch time (a failed one)
+    has none:
 
     - ``requests_per_s`` = requests_ok / T;
-    - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out);
+    - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out); a
+      row whose source states it without the counts (published) keeps the stated figure;
     - ``goodput_requests_per_s`` = requests_within_slo / T: successful requests meeting the experiment's SLO
       per second; null where the experiment states no SLO (or the run has no batch time).
     """
     t = pl.coalesce(pl.col("window_s"), pl.col("batch_time_s")) if "window_s" in runs.columns \
         else pl.col("batch_time_s")
+    t = pl.when(pl.col("batch_time_s").is_not_null()).then(t)
+    output = pl.col("served_output_tokens") / t
+    if "output_tokens_per_s" in runs.columns:
+        output = pl.coalesce(output, pl.col("output_tokens_per_s"))
     return runs.with_columns(
         (pl.col("requests_ok") / t).alias("requests_per_s"),
-        (pl.col("served_output_tokens") / t).alias("output_tokens_per_s"),
+        output.alias("output_tokens_per_s"),
         (pl.col("requests_within_slo") / t).alias("goodput_requests_per_s"),
     )
 
@@ -218,8 +225,9 @@ def capacity_points(curve: pl.DataFrame, samples: pl.DataFrame, info: pl.DataFra
     ``past_ceiling`` (closed loop: requests in flight > the ceiling; null for an open loop or an unknown pool) and
     what its telemetry saw (``samples``: kvlab.store.load_telemetry, ``info``: load_telemetry_info):
 
-    - ``telemetry``: "sampled", or why not (the run's telemetry.json reason; "not recorded" for a run stored
-      before telemetry was);
+    - ``telemetry``: "sampled"; or the note of an available telemetry that got no sample (a run shorter than the
+      first sample's delay); or "not available: " and why (the run's telemetry.json reason); "not recorded" for a
+      run stored before telemetry was;
     - ``samples_ok``: the samples that answered;
     - ``kv_usage_peak``: the highest share of the KV pool in use in one sample (0-1);
     - ``running_peak`` / ``waiting_peak``: the most requests running / waiting in one sample;
@@ -238,7 +246,11 @@ def capacity_points(curve: pl.DataFrame, samples: pl.DataFrame, info: pl.DataFra
         (pl.col("preemptions_total").drop_nulls().last() - pl.col("preemptions_total").drop_nulls().first())
         .alias("preemptions"),
     )
-    why = info.select("run_id", pl.when(pl.col("available")).then(pl.lit("sampled"))
+    note = pl.col("note").fill_null("no sample") if "note" in info.columns else pl.lit("no sample")
+    answered = pl.col("samples_ok").fill_null(1) > 0 if "samples_ok" in info.columns else pl.lit(True)
+    why = info.select("run_id", pl.when(pl.col("available") & answered)
+                      .then(pl.lit("sampled"))
+                      .when(pl.col("available")).then(note)
                       .otherwise(pl.concat_str(pl.lit("not available: "), pl.col("reason").fill_null("no sample")))
                       .alias("telemetry"))
     pts = pts.join(per_run, on="run_id", how="left").join(why, on="run_id", how="left")
@@ -257,7 +269,10 @@ def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
     (the smallest its runs report), the load levels measured, and the lowest level past the ceiling
     (``first_past_ceiling``), at which requests queued (``first_queued``), the KV pool saturated
     (``first_kv_saturated``) and the server preempted (``first_preempted``); each null where no level did (or,
-    without telemetry, could be seen to). ``telemetry``: "sampled" when any of its runs was, else the first reason."""
+    without telemetry, could be seen to). ``queue_seen``, ``kv_usage_seen``, ``preemptions_seen``: whether any of
+    its runs' telemetry held that series (a sampled run whose engine exports no preemption counter has none), so a
+    null first_* reads "none" only where it is true. ``telemetry``: "sampled" when any of its runs was, else the
+    first reason."""
     def first(cond: pl.Expr) -> pl.Expr:
         return pl.col("load_level").filter(cond.fill_null(False)).min()
 
@@ -268,6 +283,10 @@ def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
         first(pl.col("queued")).alias("first_queued"),
         first(pl.col("kv_saturated")).alias("first_kv_saturated"),
         first(pl.col("preemptions") > 0).alias("first_preempted"),
+        # whether any of its runs' telemetry held the series at all: a null first_* means "no level did" only then
+        pl.col("queued").is_not_null().any().alias("queue_seen"),
+        pl.col("kv_saturated").is_not_null().any().alias("kv_usage_seen"),
+        pl.col("preemptions").is_not_null().any().alias("preemptions_seen"),
         pl.col("kv_usage_peak").max().alias("kv_usage_peak"),
         pl.when((pl.col("telemetry") == "sampled").any()).then(pl.lit("sampled"))
         .otherwise(pl.col("telemetry").sort().first()).alias("telemetry"),

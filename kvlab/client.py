@@ -801,8 +801,8 @@ def summarize(records: Sequence[RequestRecord], batch_time_s: float | None,
     reported usage and are None when none did (never an invented 0). A request whose completion_tokens
     cannot be right (``count_flag``) is counted in ``requests_miscounted`` and left out of
     ``served_output_tokens`` (and has no TPOT). ``slo`` (``{"ttft_ms": ..., "tpot_ms": ...}``, the experiment's)
-    gives ``requests_within_slo`` (:func:`within_slo`; goodput is that over the batch time, derived by
-    :func:`kvlab.analysis.run_rates`) and the bounds it was counted against; without one all three are None.
+    gives ``requests_within_slo`` (:func:`within_slo`; goodput is that over the batch time, or a load point's
+    window, derived by :func:`kvlab.analysis.run_rates`) and the bounds it was counted against; without one all three are None.
     """
     ok = [r for r in records if r.status == "ok"]
     miscounted = [r for r in ok if r.count_flag]

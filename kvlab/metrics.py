@@ -80,6 +80,7 @@ def counter_deltas(
     before: Mapping[str, float],
     after: Mapping[str, float],
     names: Mapping[str, str | None],
+    counted_once_incremented: tuple[str, ...] = (),
 ) -> dict[str, float | None]:
     """``after - before`` for each counter in ``names`` ({canonical name: engine metric name}).
 
@@ -88,13 +89,23 @@ def counter_deltas(
     or there is no baseline (``before`` empty: the first scrape got nothing); a series
     absent from a non-empty ``before`` but present after counts from 0 (Prometheus series
     start at 0); a negative delta (the server restarted, resetting counters) is None.
+
+    ``counted_once_incremented`` (the adapter's, canonical names) are counters the engine exports only after their
+    first increment: absent from both scrapes while ``after`` serves the engine's ``prompt_tokens`` counter (the
+    collectors are on and counting), such a counter's delta is 0; absent after but present before stays None.
     """
+    witness = names.get("prompt_tokens")
+    counting = bool(before) and witness is not None and _lookup(after, witness) is not None
     out: dict[str, float | None] = {}
     for canonical, engine_name in names.items():
         if engine_name is None:
             out[canonical] = None
             continue
         end = _lookup(after, engine_name)
+        if end is None and counting and canonical in counted_once_incremented \
+                and _lookup(before, engine_name) is None:
+            out[canonical] = 0.0
+            continue
         if end is None or not before:
             out[canonical] = None
             continue
@@ -110,11 +121,30 @@ def counter_deltas(
 TELEMETRY_INTERVAL_S = 0.5
 
 
+#: The telemetry series whose presence shows an engine's counters are being exported (kvlab.engines telemetry_names'
+#: canonical name; every request adds to it): beside it, a counter exported only once incremented is 0 when absent.
+TELEMETRY_WITNESS = "generation_tokens_total"
+
+
+def telemetry_values(parsed: Mapping[str, float], names: Mapping[str, str],
+                     counted_once_incremented: tuple[str, ...] = ()) -> dict[str, float | None]:
+    """One telemetry sample's {canonical: value or None} for ``names`` ({canonical: Prometheus name}) from a parsed
+    /metrics body: None where the body lacks the series, except a series of ``counted_once_incremented`` (the
+    adapter's ``telemetry_counted_once_incremented``: a labelled counter the engine exports only after its first
+    increment), which is 0 while the body serves :data:`TELEMETRY_WITNESS`."""
+    values = {c: _lookup(parsed, n) for c, n in names.items()}
+    if values.get(TELEMETRY_WITNESS) is not None:
+        values |= {c: 0.0 for c in counted_once_incremented if c in values and values[c] is None}
+    return values
+
+
 async def sample_during(base_url: str, names: Mapping[str, str], samples: list[tuple[float, dict, str | None]],
-                        api_key: str | None = None, interval_s: float = TELEMETRY_INTERVAL_S) -> None:
+                        api_key: str | None = None, interval_s: float = TELEMETRY_INTERVAL_S,
+                        counted_once_incremented: tuple[str, ...] = ()) -> None:
     """Sample ``{base_url}/metrics`` every ``interval_s`` until cancelled, appending ``(t, values, error)`` to
     ``samples``: ``t`` the ``time.perf_counter()`` stamp the GET was sent at (the client's clock), ``values``
-    {canonical: value or None} for ``names`` ({canonical: Prometheus name}), ``error`` why a sample got nothing.
+    {canonical: value or None} for ``names`` ({canonical: Prometheus name}; :func:`telemetry_values`, with
+    ``counted_once_incremented``), ``error`` why a sample got nothing.
 
     Runs beside the requests in their event loop, so it does little there: one GET per interval and a parse of
     only the lines of the wanted series (a full /metrics parse costs milliseconds the requests' timestamps would
@@ -132,7 +162,7 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
                 raw = await resp.content.read(MAX_METRICS_BYTES)
             kept = "\n".join(line for line in raw.decode(errors="replace").splitlines() if line.startswith(wanted))
             parsed = parse_metrics(kept + "\n")
-            return {c: _lookup(parsed, n) for c, n in names.items()}, None
+            return telemetry_values(parsed, names, counted_once_incremented), None
 
         await _on_grid(take, samples, interval_s)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import host
+from kvlab.analysis import run_rates
 from kvlab.client import BatchResult, sum_reported, summarize
 from kvlab.engines.base import Failure
 from kvlab.load import LoadOutcome
@@ -38,7 +39,8 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records;
     ``kv_pool_tokens``, the KV pool its server reported (:class:`kvlab.campaign.ServerRecord`). Under a load
     (``load``, kvlab.load) the latencies, counts and SLO count cover the requests inside its steady-state window
-    only, and ``window_s`` is the time the rates divide by (kvlab.analysis.run_rates)."""
+    only, and ``window_s`` is the time the rates divide by (kvlab.analysis.run_rates); ``batch_prompt_tokens`` and
+    ``batch_output_tokens`` sum every request sent, as the server's counter deltas do."""
     e, w = run.engine, run.workload
     slo = run.slo.model_dump() if run.slo else None
     summary = summarize(batch.records, batch.batch_time_s, slo) if batch else {}
@@ -46,6 +48,9 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
         inside = set(load.window.counted)
         summary = summarize([r for r in batch.records if r.request_index in inside], batch.batch_time_s, slo)
         summary |= load.columns()
+    if batch:  # the whole batch, whatever the window counts: what the server's counter deltas cover
+        summary |= {"batch_prompt_tokens": sum_reported([r.prompt_tokens for r in batch.records]),
+                    "batch_output_tokens": sum_reported([r.output_tokens for r in batch.records])}
     if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
         summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
     kind = host.device_kind(e.model_dump(mode="json"), host.describe())
@@ -73,7 +78,8 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
     }
     if status != "ok":
         row["batch_time_s"] = None
-    return pl.DataFrame([row])
+    # its rates beside its counts, by the one definition (a failed run, without a batch time, has none)
+    return run_rates(RUNS.conform(pl.DataFrame([row]), f"run {run.key}"))
 
 
 def attempt_row(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:

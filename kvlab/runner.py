@@ -131,17 +131,23 @@ def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
 
     telemetry.csv: one row per sample, ``t_s`` seconds from the run's first send (the requests' time origin, their
     t_send_s = 0; samples before it are negative), then one column per series (empty: the server did not export it)
-    and ``error`` (why a sample got nothing). telemetry.json: ``available``, ``reason`` (why not), ``source``,
-    ``interval_s``, ``samples`` (how many, for runs too short for many), ``time_origin``; telemetry tailed from the
-    server log adds ``values_as_of`` (a sample holds the engine's last scheduler line's values).
+    and ``error`` (why a sample got nothing). telemetry.json: ``available`` (the engine exposes telemetry kvlab
+    samples: /metrics series, or the scheduler lines of a log kvlab launched), ``reason`` (why not, when not),
+    ``note`` (why an available telemetry holds no sample: a run shorter than the first sample's delay, or no sample
+    answered; else null), ``source``, ``interval_s``, ``samples`` (how many, for runs too short for many),
+    ``samples_ok``, ``time_origin``; telemetry tailed from the server log adds ``values_as_of`` (a sample holds the
+    engine's last scheduler line's values).
     """
     folder.mkdir(parents=True, exist_ok=True)
     samples = m.telemetry or []
     got = sum(err is None for _, _, err in samples)
-    reason = m.telemetry_missing or (None if got else
-                                     f"no sample answered ({samples[0][2]})" if samples else "no sample was taken")
+    available = m.telemetry_missing is None
+    note = None if got or not available else (
+        f"no sample answered ({samples[0][2]})" if samples else
+        f"no sample was taken: the run ended before its first sample, {metrics.TELEMETRY_INTERVAL_S / 2:g} s after "
+        "its first send")
     from_log = m.telemetry_source == "log"
-    info = {"available": got > 0, "reason": reason,
+    info = {"available": available, "reason": m.telemetry_missing, "note": note,
             "source": metrics.LOG_TELEMETRY_SOURCE if from_log else "GET /metrics, sampled during the batch",
             **({"values_as_of": metrics.LOG_TELEMETRY_AS_OF} if from_log else {}),
             "interval_s": metrics.TELEMETRY_INTERVAL_S, "samples": len(samples), "samples_ok": got,
@@ -403,7 +409,9 @@ class LocalExecutor:
         watch = loads.SaturationWatch(load, run.slo.ttft_ms if run.slo else None, samples) if load else None
 
         async def measured() -> BatchResult:
-            sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key))
+            lazy = server.adapter.telemetry_counted_once_incremented
+            sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key,
+                                                                 counted_once_incremented=lazy))
                        if names else
                        # from the log's end now, just before the first send: earlier runs' lines are never read
                        asyncio.create_task(metrics.tail_log_during(server.log_path, metrics.log_size(server.log_path),
@@ -449,7 +457,8 @@ class LocalExecutor:
         timeout_s = STALLED_SCRAPE_TIMEOUT_S if _stalled(batch) else metrics.SCRAPE_TIMEOUT_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
             after = _scrape(server, why_after, timeout_s) if server.running() else {}
-            deltas = metrics.counter_deltas(before, after, server.adapter.metric_names)
+            deltas = metrics.counter_deltas(before, after, server.adapter.metric_names,
+                                            server.adapter.counted_once_incremented)
             if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
                 break
             time.sleep(0.2)

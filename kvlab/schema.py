@@ -107,8 +107,10 @@ def _c(name: str, dtype: pl.DataType, doc: str, *, required: bool = False, allow
 Str, Int, Float = pl.String(), pl.Int64(), pl.Float64()
 
 #: One row per run: one fixed batch (or concurrency run) at one configuration, or one
-#: published / modelled figure for such a configuration. Throughputs are not stored:
-#: they are derived from these columns by :mod:`kvlab.analysis`, with their definitions.
+#: published / modelled figure for such a configuration. A run's rates (requests_per_s,
+#: output_tokens_per_s, goodput_requests_per_s) are derived from its counts and time by
+#: :func:`kvlab.analysis.run_rates`, the one definition, and stored beside them (runs stored
+#: before get them on reading, kvlab.store.load_runs).
 #: What a claim measures (CLAIMS.metric).
 CLAIM_METRICS = ("batch_time", "throughput", "oom_retries", "batch_time_spread", "e2e_latency", "cache_hit_share",
                  "requests_reusing_prefix", "requests_per_s")
@@ -191,12 +193,20 @@ RUNS = Table(
         _c("slo_ttft_ms", Float, "the experiment's SLO bound on TTFT (spec slo.ttft_ms); null when it states none"),
         _c("slo_tpot_ms", Float, "the experiment's SLO bound on TPOT (spec slo.tpot_ms); null when it states none"),
         _c("requests_within_slo", Int, "successful requests meeting every bound of the SLO (kvlab.client.within_slo); "
-           "goodput = this / batch_time_s (kvlab.analysis.run_rates); null when the experiment states no SLO"),
+           "goodput_requests_per_s = this / T (window_s under a load, else batch_time_s); null when the experiment "
+           "states no SLO"),
         _c("requests_ok", Int, "requests that completed"),
         _c("requests_failed", Int, "requests that failed (never dropped)"),
         _c("served_prompt_tokens", Int, "sum of usage.prompt_tokens over the run"),
         _c("served_output_tokens", Int, "sum of usage.completion_tokens over the run, requests whose count cannot be "
            "right (requests.count_flag) left out"),
+        _c("batch_prompt_tokens", Int, "sum of usage.prompt_tokens over every request the run sent: under a load "
+           "the warm-up and the requests outside the steady-state window too (served_prompt_tokens counts the window "
+           "only); what the server's counter delta (server_prompt_tokens) covers. Equal to served_prompt_tokens "
+           "without a load; null for runs stored before it was recorded"),
+        _c("batch_output_tokens", Int, "sum of usage.completion_tokens over every request the run sent (warm-up, "
+           "outside the window, and miscounted requests as reported): what server_generation_tokens covers; null "
+           "for runs stored before it was recorded"),
         _c("requests_miscounted", Int, "successful requests whose usage.completion_tokens cannot be right (negative, "
            "below their token-bearing chunks, above max_tokens, or not max_tokens under ignore_eos): kept in "
            "requests, left out of served_output_tokens and TPOT"),
@@ -206,7 +216,12 @@ RUNS = Table(
         _c("server_prefix_cache_queries", Int, "delta of the server's prefix-cache query counter (tokens)"),
         _c("server_prefix_cache_hits", Int, "delta of the server's prefix-cache hit counter (tokens)"),
         _c("server_preemptions", Int, "delta of the server's preemption counter"),
-        _c("output_tokens_per_s", Float, "output throughput, only where a source states it without a batch time"),
+        _c("requests_per_s", Float, "completed requests per second: requests_ok / T, T = window_s under a load, else "
+           "batch_time_s (kvlab.analysis.run_rates); null without a batch time (a failed run)"),
+        _c("output_tokens_per_s", Float, "output tokens per second: served_output_tokens / T (as requests_per_s); a "
+           "published row's figure where its source states one without a batch time"),
+        _c("goodput_requests_per_s", Float, "goodput: requests_within_slo / T (as requests_per_s), successful requests "
+           "meeting the experiment's SLO per second; null where it states no SLO"),
         _c("started_at", Str, "ISO-8601 UTC start time"),
         _c("citation", Str, "where a published figure comes from"),
         _c("notes", Str, "free text: assumptions, scaling, caveats"),

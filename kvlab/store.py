@@ -113,9 +113,20 @@ def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) ->
     runs = runs.with_columns(device_kind=pl.when(pl.col("device_kind").is_null() & (pl.col("source") == "published")
                                                  & (pl.col("gpu_count").fill_null(0) > 0))
                              .then(pl.lit("gpu")).otherwise(pl.col("device_kind")))
+    # rates of runs stored before they were (kvlab.analysis.run_rates, the definition the runner stores them by);
+    # imported here: analysis imports kvlab.probe, which imports this module
+    from kvlab.analysis import run_rates
+
+    derived = run_rates(runs)
+    runs = runs.with_columns(pl.coalesce(pl.col(c), derived[c]).alias(c) for c in RATES)
     if experiment is not None:
         runs = runs.filter(pl.col("experiment") == experiment)
     return runs
+
+
+#: RUNS' rate columns (kvlab.analysis.run_rates): stored with each run since they were added, filled on reading for
+#: runs stored before.
+RATES = ("requests_per_s", "output_tokens_per_s", "goodput_requests_per_s")
 
 
 #: RUNS columns added after runs were first stored: a run stored without them gets them from its spec.json and its
@@ -225,22 +236,32 @@ def load_telemetry(data_dir: str | Path = DATA_DIR, experiment: str | None = Non
 
 
 def load_telemetry_info(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
-    """What each measured run's telemetry is (its telemetry.json): ``run_id``, ``experiment``, ``available``,
-    ``reason`` (why none: e.g. the engine serves no /metrics), ``interval_s``, ``samples``, ``samples_ok``. A run
-    stored before telemetry was recorded has no row."""
+    """What each measured run's telemetry is (its telemetry.json): ``run_id``, ``experiment``, ``available`` (the
+    engine exposes telemetry), ``reason`` (why not: e.g. the engine serves no /metrics), ``note`` (why an available
+    telemetry holds no sample: the run ended before its first sample, or none answered), ``interval_s``,
+    ``samples``, ``samples_ok``. A run stored before telemetry was recorded has no row. A telemetry.json written
+    before ``note`` existed said ``available: false`` with the reason "no sample was taken" or "no sample answered
+    (...)" for such a run: it is read as available, with that reason as its note."""
     rows = []
     for d in run_dirs(data_dir, experiment):
         f = d / TELEMETRY_INFO_FILE
         if not f.exists():
             continue
         info = json.loads(f.read_text())
+        available, reason, note = bool(info.get("available")), info.get("reason"), info.get("note")
+        if "note" not in info and not available and (reason or "").startswith(OLD_NO_SAMPLE):
+            available, reason, note = True, None, reason
         rows.append({"run_id": pl.read_parquet(d / RUN_FILE, columns=["run_id"])["run_id"][0],
-                     "experiment": d.parent.name, "available": bool(info.get("available")),
-                     "reason": info.get("reason"), "interval_s": info.get("interval_s"),
-                     "samples": info.get("samples"), "samples_ok": info.get("samples_ok")})
+                     "experiment": d.parent.name, "available": available, "reason": reason, "note": note,
+                     "interval_s": info.get("interval_s"), "samples": info.get("samples"),
+                     "samples_ok": info.get("samples_ok")})
     return pl.DataFrame(rows, schema={"run_id": pl.String, "experiment": pl.String, "available": pl.Boolean,
-                                      "reason": pl.String, "interval_s": pl.Float64, "samples": pl.Int64,
-                                      "samples_ok": pl.Int64})
+                                      "reason": pl.String, "note": pl.String, "interval_s": pl.Float64,
+                                      "samples": pl.Int64, "samples_ok": pl.Int64})
+
+
+#: How an older telemetry.json began the reason it gave an engine's telemetry that got no sample (load_telemetry_info).
+OLD_NO_SAMPLE = ("no sample was taken", "no sample answered")
 
 
 #: The configuration fields a probe record names (kvlab.probe.configuration), as RUNS names them.

@@ -72,6 +72,33 @@ def test_each_load_point_against_its_ceiling_and_what_telemetry_saw(frames):
     assert got[("vllm", 1024, 0.95)] == (20, None, None, None, None)
 
 
+def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemption_series(frames):
+    """A sampled run whose engine exported no preemption counter (SGLang's appears only after its first retraction)
+    has no preemption series: 07 says "not available" there, never "none"; where the series was sampled and never
+    rose it says "none"."""
+    from kvlab import narrative
+
+    _, points, _, _ = frames
+    no_series = points.with_columns(pl.when(pl.col("engine") == "sglang").then(None).otherwise(pl.col("preemptions"))
+                                    .alias("preemptions"))
+    onset = analysis.saturation_onset(no_series)
+    r = _row(onset, "sglang", 1024, 0.95)
+    assert (r["telemetry"], r["preemptions_seen"], r["queue_seen"], r["first_preempted"]) == ("sampled", False, True,
+                                                                                            None)
+    assert _row(onset, "vllm", 1024, 0.95)["preemptions_seen"] is True
+    shown = narrative.onset_table(onset).frame.select("configuration", "context", "memory setting",
+                                                      "requests waited from", "preempted from")
+    assert shown.rows() == [
+        ("SGLang TP1", "64K (1,024 tok)", 0.92, "none", "not available"),
+        ("vLLM TP1", "64K (1,024 tok)", 0.92, "none", "none"),
+        ("SGLang TP1", "64K (1,024 tok)", 0.95, "none", "not available"),
+        ("vLLM TP1", "64K (1,024 tok)", 0.95, "none", "none"),
+        ("SGLang TP1", "200K (3,200 tok)", 0.92, "4 in flight", "not available"),
+        ("vLLM TP1", "200K (3,200 tok)", 0.92, "4 in flight", "4 in flight"),
+        ("SGLang TP1", "200K (3,200 tok)", 0.95, "none", "not available"),
+        ("vLLM TP1", "200K (3,200 tok)", 0.95, "none", "none")]
+
+
 def test_the_figure_data_report_07_hands_its_reader(frames):
     """The CSVs beside 07's Pareto and ceiling figures: every load point, the columns each figure draws."""
     curve, points, _, _ = frames
@@ -100,6 +127,12 @@ def test_a_run_without_telemetry_says_why_never_zero(frames):
     assert (a["kv_usage_peak"], a["waiting_peak"], a["preemptions"], a["queued"]) == (None, None, None, None)
     onset = analysis.saturation_onset(points)
     assert _row(onset, "vllm", 1024, 0.92)["telemetry"] == "not available: the engine serves no /metrics"
+    # an engine that exposes telemetry, on a run too short for a sample: its note, not "sampled" nor "not available"
+    short = info.with_columns(available=pl.lit(True), reason=pl.lit(None, pl.String),
+                              note=pl.lit("no sample was taken: the run ended before its first sample"))
+    a = _row(analysis.capacity_points(curve, NO_SAMPLES, short), "vllm", 1024, 0.92, 1.0)
+    assert (a["telemetry"], a["samples_ok"], a["queued"]) == (
+        "no sample was taken: the run ended before its first sample", None, None)
 
 
 def test_the_highest_load_within_the_slo_and_the_map(frames):

@@ -190,6 +190,48 @@ def test_a_stored_load_point_counts_only_its_window_and_says_how_it_was_sent(tmp
     assert "load c=2: 10 of 10 requests sent, 2 warm-up" in run["notes"]
 
 
+def test_a_load_points_whole_batch_token_sums_equal_the_servers_counters(tmp_path):
+    """The window's sums count its requests only; batch_prompt/output_tokens count every request sent (warm-up and
+    outside the window too), as the server's /metrics deltas do: the two agree exactly."""
+    res, srv = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 10, "context_tokens": 64, "output_tokens": 4,
+                                 "load": {"concurrency": 2, "warmup_requests": 2}},
+                      FixtureConfig(first_delay_s=0.02, delay_s=0.01))
+    assert res.ok == 1
+    run = store.load_runs(tmp_path).row(0, named=True)
+    sent = srv.served[1:]  # the first is kvlab's warm-up request after the server start, before the counters' read
+    assert len(sent) == 10 and run["requests_warmup"] == 2 and run["requests_outside_window"] >= 1
+    per_prompt = sent[0].prompt_tokens
+    assert {s.prompt_tokens for s in sent} == {per_prompt} == {64 - 4}
+    assert run["batch_prompt_tokens"] == run["server_prompt_tokens"] == sum(s.prompt_tokens for s in sent) == 600
+    assert run["batch_output_tokens"] == run["server_generation_tokens"] == 10 * 4
+    assert srv.prompt_tokens_total == 600 + srv.served[0].prompt_tokens  # the fixture's own counter, warm-up included
+    # the window's sums cover fewer requests than the server's counters
+    assert run["served_prompt_tokens"] == run["requests_ok"] * 60 < run["server_prompt_tokens"]
+    assert run["served_output_tokens"] == run["requests_ok"] * 4 < run["server_generation_tokens"]
+    # the run's rates are stored with it, over its window (analysis.run_rates), not filled on reading
+    stored = pl.read_parquet(next(tmp_path.glob(f"runs/load/*/{store.RUN_FILE}"))).row(0, named=True)
+    assert stored["requests_per_s"] == run["requests_ok"] / run["window_s"] == run["requests_per_s"]
+    assert stored["output_tokens_per_s"] == run["served_output_tokens"] / run["window_s"]
+    assert stored["goodput_requests_per_s"] is None  # no SLO stated
+
+
+def test_a_run_without_load_has_whole_batch_sums_equal_to_its_served_sums(tmp_path):
+    res, srv = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 3, "context_tokens": 64, "output_tokens": 4},
+                      FixtureConfig())
+    run = store.load_runs(tmp_path).row(0, named=True)
+    assert (run["batch_prompt_tokens"], run["batch_output_tokens"]) == \
+        (run["served_prompt_tokens"], run["served_output_tokens"]) == \
+        (run["server_prompt_tokens"], run["server_generation_tokens"]) == (180, 12)
+
+
+def test_runs_stored_before_the_whole_batch_sums_read_them_as_not_recorded():
+    from kvlab.paths import ROOT
+
+    runs = store.load_runs(ROOT / "tests" / "fixtures").filter(pl.col("source") == "measured")
+    assert runs.height > 0
+    assert runs["batch_prompt_tokens"].null_count() == runs["batch_output_tokens"].null_count() == runs.height
+
+
 def test_a_load_point_past_its_slo_stops_early_and_records_why(tmp_path):
     """One slot at 50 ms a request, 6 kept in flight: each waits for the five before it (TTFT ~300 ms), 3 x the
     20 ms SLO is passed by the first finished requests, and the point stops well short of its 60."""

@@ -100,6 +100,85 @@ def test_counter_deltas_exact_and_none_when_absent():
     assert metrics.counter_deltas({"x_total": 1.0}, {"x_total": 1.0, "y_total": 5.0}, {"y": "y"}) == {"y": 5.0}
 
 
+def _sglang_body(prompt: float, generated: float, cached: dict[str, float] | None = None,
+                 retracted: float | None = None) -> str:
+    """A /metrics body shaped like SGLang 0.5.23's (srt/observability/metrics_collector.py): labelled counters, the
+    prompt and generation ones split by is_streaming, cached tokens by cache_source; a counter never incremented has
+    no sample at all (prometheus_client multiprocess mode)."""
+    lab = 'model_name="tiny",engine_type="unified",tp_rank="0",pp_rank="0"'
+    lines = ["# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
+             "# TYPE sglang:prompt_tokens_total counter",
+             f'sglang:prompt_tokens_total{{{lab},is_streaming="false"}} 4.0',
+             f'sglang:prompt_tokens_total{{{lab},is_streaming="true"}} {prompt - 4.0}',
+             "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+             "# TYPE sglang:generation_tokens_total counter",
+             f'sglang:generation_tokens_total{{{lab},is_streaming="false"}} 8.0',
+             f'sglang:generation_tokens_total{{{lab},is_streaming="true"}} {generated - 8.0}',
+             "# HELP sglang:num_running_reqs The number of running requests.",
+             "# TYPE sglang:num_running_reqs gauge",
+             f"sglang:num_running_reqs{{{lab}}} 0.0"]
+    if cached:
+        lines += ["# HELP sglang:cached_tokens_total Number of cached prompt tokens by source (device/host/storage).",
+                  "# TYPE sglang:cached_tokens_total counter"]
+        lines += [f'sglang:cached_tokens_total{{{lab},cache_source="{src}"}} {v}' for src, v in cached.items()]
+    if retracted is not None:
+        lines += ["# HELP sglang:num_retracted_requests_total Total number of retracted requests.",
+                  "# TYPE sglang:num_retracted_requests_total counter",
+                  f"sglang:num_retracted_requests_total{{{lab}}} {retracted}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_sglangs_counters_exported_once_incremented_are_0_while_absent_beside_its_prompt_counter():
+    """SGLang exports cached_tokens_total and num_retracted_requests_total only after their first increment: a run
+    with no cache hit and no retraction reads 0 for them (not None) when /metrics serves the prompt counter; a body
+    without it (or no baseline) leaves them unknown; once present they count as any counter."""
+    from kvlab.engines.sglang import SGLangAdapter
+
+    names, lazy = SGLangAdapter.metric_names, SGLangAdapter.counted_once_incremented
+    assert lazy == ("prefix_cache_hits", "cached_tokens", "preemptions")
+    before = metrics.parse_metrics(_sglang_body(36.0, 16.0))
+    after = metrics.parse_metrics(_sglang_body(4036.0, 80.0))
+    assert metrics.counter_deltas(before, after, names, lazy) == {
+        "prompt_tokens": 4000.0, "generation_tokens": 64.0, "prefix_cache_queries": 4000.0,
+        "prefix_cache_hits": 0.0, "preemptions": 0.0, "cached_tokens": 0.0}
+    # without the adapter's list (as before this fix) the absent counters were unknown
+    plain = metrics.counter_deltas(before, after, names)
+    assert (plain["prefix_cache_hits"], plain["preemptions"]) == (None, None)
+    # hits and retractions during the run: the series appear, summed over cache_source, counted from 0
+    hit = metrics.parse_metrics(_sglang_body(4036.0, 80.0, cached={"device": 1999.0, "host": 1.0}, retracted=3.0))
+    d = metrics.counter_deltas(before, hit, names, lazy)
+    assert (d["prefix_cache_hits"], d["cached_tokens"], d["preemptions"]) == (2000.0, 2000.0, 3.0)
+    # after a first hit, the next run's delta is the difference
+    more = metrics.parse_metrics(_sglang_body(8036.0, 144.0, cached={"device": 3999.0, "host": 1.0}, retracted=3.0))
+    d = metrics.counter_deltas(hit, more, names, lazy)
+    assert (d["prefix_cache_hits"], d["preemptions"]) == (2000.0, 0.0)
+    # not counting: no baseline, or an after-body without the prompt counter (metrics off): unknown, never 0
+    assert metrics.counter_deltas({}, after, names, lazy)["preemptions"] is None
+    gauges_only = metrics.parse_metrics(_sglang_body(1.0, 1.0).split("# HELP sglang:num_running_reqs")[0]
+                                        .replace("prompt_tokens_total", "other_total"))
+    assert metrics.counter_deltas(before, gauges_only, names, lazy)["preemptions"] is None
+    # present before, gone after (a restarted server): unknown
+    assert metrics.counter_deltas(hit, after, names, lazy)["prefix_cache_hits"] is None
+
+
+def test_sglangs_sampled_retraction_counter_is_0_while_absent_beside_its_generation_counter():
+    """Telemetry samples SGLang's retraction counter (preemptions_total): absent before its first retraction, it is 0
+    in a sample whose body serves the generation-token counter, and None (not sampled) where that is absent too; a
+    gauge the body lacks stays None."""
+    from kvlab.engines.sglang import SGLangAdapter
+
+    names, lazy = SGLangAdapter.telemetry_names, SGLangAdapter.telemetry_counted_once_incremented
+    assert lazy == ("preemptions_total",) and names["preemptions_total"] == "sglang:num_retracted_requests_total"
+    none_yet = metrics.parse_metrics(_sglang_body(4036.0, 80.0))
+    assert metrics.telemetry_values(none_yet, names, lazy) == {
+        "kv_cache_usage": None, "requests_running": 0.0, "requests_waiting": None, "preemptions_total": 0.0,
+        "generation_tokens_total": 80.0}
+    assert metrics.telemetry_values(none_yet, names)["preemptions_total"] is None  # without the adapter's list
+    retracted = metrics.parse_metrics(_sglang_body(4036.0, 80.0, retracted=2.0))
+    assert metrics.telemetry_values(retracted, names, lazy)["preemptions_total"] == 2.0
+    assert metrics.telemetry_values({}, names, lazy) == dict.fromkeys(names)
+
+
 def test_scrape_live_fixture_and_404():
     from kvlab import client, workloads
 

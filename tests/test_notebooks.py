@@ -38,7 +38,8 @@ EXPECT = {
            "the model gives SGLang TP8+DCP8 72.9 s per batch against vLLM TP8's 5.53 s (13.20× slower, the cost of "
            "DCP alone)"],
     # no capacity runs among the fixtures: the report says so, names the commands, and still shows the model
-    "07": ["No measured capacity runs (<code>cpu_capacity</code>)", "<code>make report FULL=1</code>",
+    "07": ["No measured capacity runs (<code>cpu_capacity</code>)", "The default <code>make report</code> sweeps",
+           "measure it with <code>make report</code>, or",
            "<code>kvlab sweep --quick data/experiments/cpu_capacity.yaml &amp;&amp; kvlab report</code>",
            "At 200K: vLLM TP8 11 → 13 requests from 0.92 to 0.95; SGLang TP8+DCP8 92 → 104 requests from 0.92 to 0.95",
            "Not measured yet: see the note at the top."],

@@ -130,3 +130,24 @@ def test_within_slo_and_goodput_count():
     assert rates["goodput_requests_per_s"][0] == pytest.approx(1.0)
     assert rates["requests_per_s"][0] == pytest.approx(s["requests_ok"] / 2.0)
     assert rates["output_tokens_per_s"][0] == pytest.approx(6.0)
+
+
+def test_run_rates_divide_by_the_window_under_a_load_and_leave_failed_runs_and_stated_figures_alone():
+    rows = pl.DataFrame([
+        # a load point: 10 requests inside its 2.5 s window of a 4 s batch, 5 within the SLO
+        {"source": "measured", "status": "ok", "batch_time_s": 4.0, "window_s": 2.5, "requests_ok": 10,
+         "served_output_tokens": 40, "requests_within_slo": 5, "output_tokens_per_s": None},
+        # a fixed batch: 4 requests in 2 s, no SLO
+        {"source": "measured", "status": "ok", "batch_time_s": 2.0, "window_s": None, "requests_ok": 4,
+         "served_output_tokens": 64, "requests_within_slo": None, "output_tokens_per_s": None},
+        # a failed run has no batch time, so no rates, even under a load
+        {"source": "measured", "status": "failed", "batch_time_s": None, "window_s": 1.5, "requests_ok": 3,
+         "served_output_tokens": 12, "requests_within_slo": 3, "output_tokens_per_s": None},
+        # a published figure stated without counts keeps its value
+        {"source": "published", "status": "ok", "batch_time_s": None, "window_s": None, "requests_ok": None,
+         "served_output_tokens": None, "requests_within_slo": None, "output_tokens_per_s": 123.0},
+    ])
+    r = analysis.run_rates(rows)
+    assert r["requests_per_s"].to_list() == [4.0, 2.0, None, None]
+    assert r["output_tokens_per_s"].to_list() == [16.0, 32.0, None, 123.0]
+    assert r["goodput_requests_per_s"].to_list() == [2.0, None, None, None]

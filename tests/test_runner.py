@@ -897,7 +897,8 @@ def test_telemetry_tailed_from_the_server_log_says_so_and_keeps_its_gaps(tmp_pat
     files = runner.write_telemetry(tmp_path, m)
     assert set(files) == {"telemetry.json", "telemetry.csv"}
     info = json.loads((tmp_path / "telemetry.json").read_text())
-    assert info == {"available": True, "reason": None, "source": "server log (scheduler lines), tailed during the batch",
+    assert info == {"available": True, "reason": None, "note": None,
+                    "source": "server log (scheduler lines), tailed during the batch",
                     "values_as_of": metrics.LOG_TELEMETRY_AS_OF, "interval_s": 0.5, "samples": 3, "samples_ok": 2,
                     "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()"}
     assert "last scheduler log line" in info["values_as_of"] and "every prefill batch" in info["values_as_of"]
@@ -910,6 +911,30 @@ def test_telemetry_tailed_from_the_server_log_says_so_and_keeps_its_gaps(tmp_pat
     plain = json.loads((runner.write_telemetry(tmp_path / "m", runner.Measurement(batch, {}, [], telemetry=[
         (100.25, {"requests_running": 1.0}, None)]))["telemetry.json"]).read_text())
     assert plain["source"] == "GET /metrics, sampled during the batch" and "values_as_of" not in plain
+
+
+def test_telemetry_that_got_no_sample_is_still_available_and_says_why_it_has_none(tmp_path):
+    """``available`` says whether the engine exposes telemetry: a run that ended before its first sample (0 samples)
+    or whose every sample failed is available with 0 good samples and a note; only an engine that exposes nothing
+    kvlab can sample is not available, with the reason."""
+    from kvlab.client import BatchResult
+
+    batch = BatchResult(records=[], t0=100.0, t_end=100.1, batch_time_s=0.1, started_at="2026-12-03T11:56:29Z")
+
+    def info(folder: str, **kw) -> dict:
+        files = runner.write_telemetry(tmp_path / folder, runner.Measurement(batch, {}, [], **kw))
+        return json.loads(files["telemetry.json"].read_text())
+
+    short = info("short", telemetry=[])
+    assert (short["available"], short["reason"], short["samples"], short["samples_ok"]) == (True, None, 0, 0)
+    assert short["note"] == "no sample was taken: the run ended before its first sample, 0.25 s after its first send"
+    assert not (tmp_path / "short" / "telemetry.csv").exists()
+    failed = info("failed", telemetry=[(100.25, {}, "HTTP 500")])
+    assert (failed["available"], failed["samples"], failed["samples_ok"], failed["note"]) == (
+        True, 1, 0, "no sample answered (HTTP 500)")
+    none = info("none", telemetry=None, telemetry_missing="vLLM serves no /metrics")
+    assert (none["available"], none["reason"], none["note"], none["samples"]) == (
+        False, "vLLM serves no /metrics", None, 0)
 
 
 def test_a_measured_sglang_jax_run_tails_its_server_log_from_its_first_send(tmp_path, monkeypatch):

@@ -249,6 +249,45 @@ def test_older_stored_runs_get_latency_percentiles_from_their_requests(tmp_path)
     assert runs["requests_within_slo"].null_count() == runs.height  # no SLO was stated: no goodput
 
 
+def test_older_stored_runs_get_their_rates_on_reading(tmp_path):
+    """Runs stored before the rate columns read with them derived by analysis.run_rates from their counts and batch
+    time (no load, no SLO: T is the batch time, no goodput)."""
+    shutil.copytree(FIXTURE_RUNS, tmp_path / "runs")
+    raw = pl.read_parquet(FIXTURE_RUNS / "cpu_classification" / "55813f97ce92" / "run.parquet")
+    assert "requests_per_s" not in raw.columns and raw["output_tokens_per_s"][0] is None  # the old format
+    runs = store.load_runs(tmp_path)
+    row = runs.filter(pl.col("run_id") == "55813f97ce92").row(0, named=True)
+    assert (row["requests_ok"], row["served_output_tokens"]) == (256, 2560)
+    assert row["batch_time_s"] == pytest.approx(23.691502443)
+    assert row["requests_per_s"] == pytest.approx(256 / 23.691502443) == pytest.approx(10.8055620624)
+    assert row["output_tokens_per_s"] == pytest.approx(2560 / 23.691502443) == pytest.approx(108.055620624)
+    assert row["goodput_requests_per_s"] is None  # no SLO stated: no goodput, never 0
+    ok = runs.filter(pl.col("status") == "ok")
+    assert ok["requests_per_s"].null_count() == 0 and runs["goodput_requests_per_s"].null_count() == runs.height
+    assert (ok["requests_per_s"] * ok["batch_time_s"] - ok["requests_ok"]).abs().max() < 1e-9
+
+
+def test_telemetry_info_reads_an_older_no_sample_file_as_available_with_a_note(tmp_path):
+    """Before ``note`` existed, telemetry.json said ``available: false`` for a run that got no sample: it reads as
+    available (the engine exposed telemetry) with its reason as the note; a run whose engine exposed none stays not
+    available; a new file is read as written."""
+    import json
+
+    shutil.copytree(FIXTURE_RUNS / "cpu_long_context", tmp_path / "runs" / "cpu_long_context")
+    dirs = store.run_dirs(tmp_path)
+    base = {"interval_s": 0.5, "samples": 0, "samples_ok": 0}
+    (dirs[0] / "telemetry.json").write_text(json.dumps({"available": False, "reason": "no sample was taken", **base}))
+    (dirs[1] / "telemetry.json").write_text(json.dumps({"available": False, "reason": "vLLM serves no /metrics",
+                                                        **base}))
+    (dirs[2] / "telemetry.json").write_text(json.dumps({"available": True, "reason": None, "note": "no sample was "
+                                                        "taken: the run ended before its first sample", **base}))
+    info = store.load_telemetry_info(tmp_path).sort("run_id")
+    got = {r["run_id"]: (r["available"], r["reason"], r["note"], r["samples"]) for r in info.iter_rows(named=True)}
+    assert got == {dirs[0].name: (True, None, "no sample was taken", 0),
+                   dirs[1].name: (False, "vLLM serves no /metrics", None, 0),
+                   dirs[2].name: (True, None, "no sample was taken: the run ended before its first sample", 0)}
+
+
 def test_runs_and_manifests_stored_before_the_probe_still_load_and_are_not_probed(tmp_path):
     """The fixture sweeps (no probe: their manifests' servers carry no ``probe``, list no ``configurations``) load
     as before; the probe loader finds none, so the capacity map says "not probed" for their configurations."""

@@ -136,6 +136,13 @@ class EngineAdapter(ABC):
     module: ClassVar[str]  # run as `python -m <module>`
     health_path: ClassVar[str] = "/health"
     metric_names: ClassVar[dict[str, str | None]]  # canonical -> Prometheus name (None: not exported)
+    #: Counters (canonical names of metric_names) the engine exports only once they were first incremented: a
+    #: labelled Prometheus counter has no sample until ``.labels(...).inc()`` runs. Absent from a /metrics body
+    #: that serves the engine's prompt-token counter, such a counter is 0, not unknown (kvlab.metrics.counter_deltas).
+    counted_once_incremented: ClassVar[tuple[str, ...]] = ()
+    #: The same for telemetry_names' canonical names: 0 in a sample that serves generation_tokens_total
+    #: (kvlab.metrics.telemetry_values).
+    telemetry_counted_once_incremented: ClassVar[tuple[str, ...]] = ()
     #: What a run's telemetry samples from /metrics during the run (kvlab.metrics.sample_during): canonical ->
     #: Prometheus name of the engine's gauges and counters (kv_cache_usage as a fraction 0-1).
     telemetry_names: ClassVar[dict[str, str]] = {}

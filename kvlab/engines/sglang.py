@@ -51,6 +51,16 @@ class SGLangAdapter(EngineAdapter):
         "preemptions": "sglang:num_retracted_requests_total",  # SGLang "retracts" where vLLM preempts
         "cached_tokens": "sglang:cached_tokens_total",
     }
+    # SGLang 0.5.23 (srt/observability/metrics_collector.py) declares both counters with labels (model name, and
+    # cache_source for cached tokens) and increments them only on an event: cached_tokens_total in
+    # TokenizerMetricsCollector.observe_one_finished_request only when a request had cached_tokens > 0, and
+    # num_retracted_requests_total in SchedulerMetricsCollector.increment_retracted_reqs, called by the scheduler
+    # only when a decode step retracted at least one request. A labelled prometheus_client counter (multiprocess
+    # mode, as SGLang runs it) exports no sample before its first .labels().inc(): absent from a /metrics body
+    # that serves sglang:prompt_tokens_total (the same --enable-metrics, the same collectors), each is 0, not
+    # unknown. Its prompt-, generation-token counters are incremented on every finished request.
+    counted_once_incremented = ("prefix_cache_hits", "cached_tokens", "preemptions")
+    telemetry_counted_once_incremented = ("preemptions_total",)  # the same retraction counter, sampled
     telemetry_names = {
         "kv_cache_usage": "sglang:token_usage",  # used share of the KV pool, 0-1
         "requests_running": "sglang:num_running_reqs",

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["capacity_verdicts"]
 
-#: The commands that measure the capacity study on this machine (the Makefile's NOT_EMBEDDED keeps it out of the
-#: default `make report`).
-CAPACITY_COMMANDS = ("make report FULL=1", "kvlab sweep --quick data/experiments/cpu_capacity.yaml && kvlab report")
+#: The commands that measure the capacity study on this machine (the default `make report` sweeps it: its quick
+#: ladder, on the long-context study's servers; `FULL=1` the full ladder).
+CAPACITY_COMMANDS = ("make report", "kvlab sweep --quick data/experiments/cpu_capacity.yaml && kvlab report")
 
 
 def config_label(r: dict) -> str:
@@ -39,10 +39,10 @@ def _level(v: float | None, mode: str | None = "closed") -> str:
 
 
 def no_capacity_runs_note(experiment: str, data_dir) -> str:
-    """Said where no capacity run is stored: what is missing, where kvlab looked, why `make report` has none and the
-    commands that measure them; the modelled part needs no run."""
-    return (f"*No measured capacity runs (`{experiment}`) under `{data_dir}/runs`. The default `make report` leaves "
-            "this experiment out (its time on the 2-core class is not yet measured within the report's budget); "
+    """Said where no capacity run is stored: what is missing, where kvlab looked, and the commands that measure
+    them; the modelled part needs no run."""
+    return (f"*No measured capacity runs (`{experiment}`) under `{data_dir}/runs`. The default `make report` sweeps "
+            "this experiment (its quick ladder; `FULL=1` the full one), so these data were swept without it; "
             f"measure it with `{CAPACITY_COMMANDS[0]}`, or `{CAPACITY_COMMANDS[1]}`. The measured sections below stay "
             "empty until then; the modelled B300 ceilings at the end need no run.*")
 
@@ -117,15 +117,18 @@ def onset_table(onset: DataFrame):
     rows = []
     for r in sorted(onset.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
         seen = r["telemetry"] == "sampled"
-        none = "none" if seen else "not available"
+
+        def none(series: str) -> str:  # no level did, or no sample held the series (then it cannot be said)
+            return "none" if seen and r.get(f"{series}_seen", True) else "not available"
+
         rows.append({"configuration": config_label(r), "context": scaled_context(r["context_label"], r["context_tokens"]),
                      "memory setting": r["mem_util"],
                      "ceiling (requests)": r["concurrency_ceiling"],
                      "first load past the ceiling": _level(r["first_past_ceiling"]) if r["first_past_ceiling"] else "none",
-                     "requests waited from": _level(r["first_queued"]) if r["first_queued"] else none,
+                     "requests waited from": _level(r["first_queued"]) if r["first_queued"] else none("queue"),
                      f"KV usage ≥ {KV_SATURATED:.0%} from": _level(r["first_kv_saturated"]) if r["first_kv_saturated"]
-                     else none,
-                     "preempted from": _level(r["first_preempted"]) if r["first_preempted"] else none,
+                     else none("kv_usage"),
+                     "preempted from": _level(r["first_preempted"]) if r["first_preempted"] else none("preemptions"),
                      "peak KV usage": tables.percent(r["kv_usage_peak"]) if seen else "not available",
                      "telemetry": r["telemetry"]})
     return tables.table(rows, list(rows[0]) if rows else ["configuration"])
