@@ -79,13 +79,14 @@ def _js(text: str) -> str:
 #: Injected at the very top of a copy of a page, before anything of the page runs: alert, confirm, prompt and print
 #: record their calls instead of opening a dialog; once the page has loaded, the probe counts what a payload would
 #: have made live (an <img src=x>, a script calling alert, an on* handler calling alert, a javascript: link) and
-#: whether both payloads are on the page as text. Its <pre> is hidden, so the layout checks do not see it.
+#: whether both payloads are on the page as text (read as the page loads, before a later probe adds text of its
+#: own). Its <pre> is hidden, so the layout checks do not see it.
 DIALOG_PROBE = """<script id="kvlab-dialog-probe">
 (() => {
   const calls = [];
+  let shown = null;
   const report = () => {
     if (!document.body) return;
-    const shown = [%s, %s].map(p => document.body.textContent.includes(p));
     let out = document.getElementById('kvlab-dialogs');
     if (!out) { out = document.createElement('pre'); out.id = 'kvlab-dialogs'; out.hidden = true;
                 document.body.appendChild(out); }
@@ -100,7 +101,10 @@ DIALOG_PROBE = """<script id="kvlab-dialog-probe">
   };
   for (const name of ['alert', 'confirm', 'prompt', 'print'])
     window[name] = (...args) => { calls.push(`${name}(${args.join(', ')})`); report(); };
-  window.addEventListener('load', () => setTimeout(report, 100));
+  window.addEventListener('load', () => {
+    shown = [%s, %s].map(p => document.body.textContent.includes(p));
+    setTimeout(report, 100);
+  });
 })();
 </script>""" % (_js(IMG), _js(SCRIPT))
 
