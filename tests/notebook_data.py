@@ -1,6 +1,7 @@
 """Data folders the notebook tests run on: fixed measured runs (made up, and real ones from tests/fixtures) beside
 the repository's reference tables and catalog."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import polars as pl
 
 from kvlab import store
 from kvlab.paths import DATA_DIR
+from payloads import PAYLOAD
 
 #: Real measured runs of the four CPU experiments (see tests/fixtures/README.md).
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs"
@@ -57,13 +59,39 @@ def write_two_engine_runs(data):
     return data
 
 
+def make_hostile(data: Path) -> Path:
+    """``data`` with tests/payloads.PAYLOAD (an ``<img onerror>``, a ``<script>``, a ``javascript:`` markdown link)
+    appended to every text a reader sees that comes from data rather than from kvlab: each measured run's
+    hardware label (the experiment file's ``hardware:``) and engine version (what the server reported), each
+    sweep's host facts (its CPU model) and each experiment's ``description:`` in its manifest, and every reference
+    CSV's statement and citation (the source's title). Numbers, names that join tables and the model name are
+    left alone, so every figure the reports compute stays the same."""
+    hostile = pl.col("hardware", "engine_version") + f" {PAYLOAD}"
+    for run in sorted((data / "runs").glob("*/*/run.parquet")):
+        pl.read_parquet(run).with_columns(hostile).write_parquet(run)
+    for path in sorted((data / "runs").glob("*/" + store.MANIFEST_FILE)):
+        manifest = json.loads(path.read_text())
+        manifest["description"] = f"{manifest.get('description') or ''} {PAYLOAD}"
+        for sweep in manifest.get("sweeps", []):
+            if sweep.get("host"):
+                sweep["host"]["cpu"] = f"{sweep['host'].get('cpu')} {PAYLOAD}"
+        path.write_text(json.dumps(manifest, indent=1))
+    for csv in sorted((data / "reference").glob("*.csv")):
+        frame = pl.read_csv(csv)
+        text = [c for c in ("statement", "citation") if c in frame.columns]
+        frame.with_columns(pl.col(text) + f" {PAYLOAD}").write_csv(csv)
+    return data
+
+
 def write_fixture_data(data: Path) -> Path:
     """A data folder with the reference tables, the catalog and the real measured runs of tests/fixtures, plus
     two variants of the documents for parameters that choose one: ``article_b300_alt`` (the B300 table with
     every SGLang batch time 1.3x longer, and its claims) and ``article_kv_design_alt`` (the design article's claims
-    without its last one)."""
+    without its last one). Hostile: its text carries tests/payloads.PAYLOAD (:func:`make_hostile`), so every page
+    built from it does too."""
     copy_reference(data)
     shutil.copytree(FIXTURE_RUNS, data / "runs")
+    make_hostile(data)
     ref = data / "reference"
     table = pl.read_csv(ref / "article_b300.csv")
     table.with_columns(

@@ -3,7 +3,8 @@
 The whole set is built once (conftest.built_reports: default parameters, the real measured runs of tests/fixtures,
 so the measured sections are on the page on every machine) and each page is checked for what
 issue #13 asks of every report: provenance first, a verdict box, no raw dataframe or error output, every figure
-with alt text and a sentence, nothing wider than the page.
+with alt text and a sentence, nothing wider than the page. The fixture data is hostile (tests/payloads.py, issue #25):
+every page carries script payloads as data, and none may run.
 """
 
 import json
@@ -17,6 +18,7 @@ import matplotlib.image as mpimg
 import pytest
 
 from kvlab import reports
+from payloads import IMG, LINK, SCRIPT
 
 pytestmark = pytest.mark.browser
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -69,20 +71,86 @@ window.addEventListener('load', () => {
 </script>"""
 
 
+def _js(text: str) -> str:
+    """``text`` as a JavaScript string literal that is safe inside an inline <script>."""
+    return json.dumps(text).replace("<", "\\u003c")
+
+
+#: Injected at the very top of a copy of a page, before anything of the page runs: alert, confirm, prompt and print
+#: record their calls instead of opening a dialog; once the page has loaded, the probe counts what a payload would
+#: have made live (an <img src=x>, a script calling alert, an on* handler calling alert, a javascript: link) and
+#: whether both payloads are on the page as text (read as the page loads, before a later probe adds text of its
+#: own). Its <pre> is hidden, so the layout checks do not see it.
+DIALOG_PROBE = """<script id="kvlab-dialog-probe">
+(() => {
+  const calls = [];
+  let shown = null;
+  const report = () => {
+    if (!document.body) return;
+    let out = document.getElementById('kvlab-dialogs');
+    if (!out) { out = document.createElement('pre'); out.id = 'kvlab-dialogs'; out.hidden = true;
+                document.body.appendChild(out); }
+    out.textContent = JSON.stringify({
+      calls,
+      img: document.querySelectorAll('img[src="x"]').length,
+      scripts: [...document.scripts].filter(s => s.id !== 'kvlab-dialog-probe' && s.textContent.includes('alert(')).length,
+      handlers: [...document.querySelectorAll('*')].filter(
+        el => [...el.attributes].some(a => a.name.startsWith('on') && a.value.includes('alert'))).map(el => el.tagName),
+      links: document.querySelectorAll('a[href^="javascript:" i]').length,
+      shown});
+  };
+  for (const name of ['alert', 'confirm', 'prompt', 'print'])
+    window[name] = (...args) => { calls.push(`${name}(${args.join(', ')})`); report(); };
+  window.addEventListener('load', () => {
+    shown = [%s, %s].map(p => document.body.textContent.includes(p));
+    setTimeout(report, 100);
+  });
+})();
+</script>""" % (_js(IMG), _js(SCRIPT))
+
+
+def _dump(browser, page, tmp_path, size: tuple[int, int], top: str = "", end: str = "") -> str:
+    """The DOM of a copy of ``page`` laid out at ``size``, with ``top`` injected first in its <head> (before any
+    script of the page) and ``end`` last in its <body>, after its scripts have run."""
+    text = page.read_text()
+    if top:
+        text, n = re.subn(r"<head[^>]*>", lambda m: m.group(0) + top, text, count=1)
+        assert n == 1, f"{page.name}: no <head>"
+    probe = page.with_name(f"probe_{page.name}")
+    probe.write_text(text.replace("</body>", end + "</body>"))
+    try:
+        return _chromium(browser, probe, tmp_path / "profile", f"--window-size={size[0]},{size[1]}",
+                         "--virtual-time-budget=5000", "--dump-dom").stdout
+    finally:
+        probe.unlink()
+
+
+def _read(dom: str, probe_id: str) -> dict:
+    """The JSON a probe wrote into its <pre id=probe_id>."""
+    found = re.search(rf'<pre id="{probe_id}"[^>]*>(.*?)</pre>', dom, re.S)
+    assert found, f"the {probe_id} probe did not run"
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
+                      .replace("&amp;", "&"))
+
+
 def _probe(browser, page, tmp_path, script: str, probe_id: str, size: tuple[int, int]) -> dict:
     """Run ``script`` (it writes JSON into <pre id=probe_id>) in a copy of ``page`` laid out at ``size``."""
-    probe = page.with_name(f"probe_{page.name}")
-    probe.write_text(page.read_text().replace("</body>", script + "</body>"))
-    dom = _chromium(browser, probe, tmp_path / "profile", f"--window-size={size[0]},{size[1]}",
-                    "--virtual-time-budget=5000", "--dump-dom").stdout
-    probe.unlink()
-    found = re.search(rf'<pre id="{probe_id}">(.*?)</pre>', dom, re.S)
-    assert found, f"the {probe_id} probe did not run"
-    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+    return _read(_dump(browser, page, tmp_path, size, end=script), probe_id)
 
 
-def overflow(browser, page, tmp_path):
-    return _probe(browser, page, tmp_path, OVERFLOW_PROBE, "kvlab-overflow", (WIDTH, 900))
+@pytest.fixture(scope="module")
+def probed(browser, built, tmp_path_factory):
+    """Each page (a report's name or "index") loaded once at WIDTH×900 with the dialog probe at its top and the
+    overflow probe at its end: its DOM, kept for the tests that read either probe."""
+    doms = {}
+
+    def dom(name: str) -> str:
+        if name not in doms:
+            doms[name] = _dump(browser, built / f"{name}.html", tmp_path_factory.mktemp("probe"), (WIDTH, 900),
+                               top=DIALOG_PROBE, end=OVERFLOW_PROBE)
+        return doms[name]
+
+    return dom
 
 
 #: Injected into a copy of a page laid out at 1280×800: where the verdict box and the headline start.
@@ -190,9 +258,38 @@ def test_report_reads_without_the_code(built, name):
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS + ["index"])
-def test_nothing_is_wider_than_the_page(browser, built, name, tmp_path):
-    found = overflow(browser, built / f"{name}.html", tmp_path)
+def test_nothing_is_wider_than_the_page(probed, name):
+    found = _read(probed(name), "kvlab-overflow")
     assert found["page"] <= found["window"] and not found["bad"], found
+
+
+#: What the dialog probe finds on a page where the payloads are text only
+INERT = {"calls": [], "img": 0, "scripts": 0, "handlers": [], "links": 0, "shown": [True, True]}
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS + ["index"])
+def test_no_payload_from_the_data_runs_in_the_browser(probed, name):
+    """The data every page is built from is hostile (tests/payloads.py: an <img onerror>, a <script> and a
+    javascript: link in each run's hardware and engine version, each sweep's host, each experiment's description,
+    every reference statement and citation). In Chromium no payload runs: no alert, confirm, prompt or print is
+    called, no payload element or link exists, and both payloads are on the page as text."""
+    found = _read(probed(name), "kvlab-dialogs")
+    assert found == INERT, f"{name}: {found}"
+
+
+def test_the_dialog_probe_sees_a_live_payload(browser, tmp_path):
+    """The probe itself: on a page that makes the payloads live it records their dialogs and elements; beside
+    them, escaped, the same text is found as text."""
+    import html
+
+    page = tmp_path / "live.html"
+    link = '<a href="javascript:alert(3)">a link</a>'
+    page.write_text(f"<!DOCTYPE html><html><head><title>t</title></head><body><p>{IMG}</p>{SCRIPT}{link}"
+                    f"<p>{html.escape(IMG)} {html.escape(SCRIPT)} {html.escape(LINK)}</p></body></html>")
+    found = _read(_dump(browser, page, tmp_path, (WIDTH, 900), top=DIALOG_PROBE), "kvlab-dialogs")
+    assert sorted(found["calls"]) == ["alert(1)", "alert(2)"], found
+    assert (found["img"], found["scripts"], found["handlers"], found["links"], found["shown"]) == \
+        (1, 1, ["IMG"], 1, [True, True]), found
 
 
 def test_index_shows_every_report_with_its_verdicts(built):

@@ -352,3 +352,106 @@ def test_each_adapter_reads_the_kv_pool_its_engine_reports(engine):
                                                               "999999999")) == tokens  # replicas: the smallest
     if engine == "vllm":
         assert adapter.kv_pool_tokens("INFO GPU KV cache size: 1,234,567 tokens, Maximum concurrency") == 1234567
+
+
+# ---------------------------------------------------------------------------- http_json and redirects (issue 25)
+
+def _serve(address: str, handler):
+    """A threaded HTTP server on ``address`` (any free port) running in the background."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer((address, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_http_json_returns_a_redirect_and_the_key_never_reaches_the_host_it_names(method):
+    """Issue 25 reproduced urllib forwarding Authorization to another host on a 302 (127.0.0.1 → 127.0.0.2).
+    http_json (kvlab's health, version, model-list and flush requests) follows no redirect: the 302 is its
+    answer, and the server it names gets no request at all, with or without the key."""
+    from http.server import BaseHTTPRequestHandler
+
+    from kvlab.engines.base import http_json
+
+    seen = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def _answer(self):
+            seen.append((self.command, self.path, dict(self.headers)))
+            body = b'{"version": "elsewhere"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    try:
+        other = _serve("127.0.0.2", Elsewhere)  # another host, as in the issue (all of 127.0.0.0/8 is this machine)
+    except OSError:  # a system that binds 127.0.0.1 only: another port stands for another host
+        other = _serve("127.0.0.1", Elsewhere)
+    target = f"http://{other.server_address[0]}:{other.server_port}/version"
+
+    class Redirect(BaseHTTPRequestHandler):
+        def _answer(self):
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    first = _serve("127.0.0.1", Redirect)
+    try:
+        status, _ = http_json(f"http://127.0.0.1:{first.server_port}/version", method=method,
+                              headers={"Authorization": "Bearer s3cret"})
+        assert status == 302
+        assert seen == []  # not followed: the other host never got the request, let alone the key
+        # the recorder works: a request sent to it directly is seen
+        assert http_json(target, method=method) == (200, {"version": "elsewhere"})
+        assert [(m, p) for m, p, _ in seen] == [(method, "/version")]
+        assert "Authorization" not in seen[0][2]
+    finally:
+        for server in (first, other):
+            server.shutdown()
+            server.server_close()
+
+
+def test_http_json_reads_at_most_1_mib_of_an_answer():
+    """A server that answers a small request (health, version, models, flush) with a huge body costs kvlab at most
+    MAX_HTTP_JSON_BYTES (1 MiB) of it."""
+    from http.server import BaseHTTPRequestHandler
+
+    from kvlab.engines.base import MAX_HTTP_JSON_BYTES, http_json
+
+    class Huge(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(4 * 2**20))
+            self.end_headers()
+            try:
+                for _ in range(64):
+                    self.wfile.write(b"x" * 2**16)
+            except OSError:  # kvlab stopped reading
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = _serve("127.0.0.1", Huge)
+    try:
+        status, body = http_json(f"http://127.0.0.1:{server.server_port}/version")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert MAX_HTTP_JSON_BYTES == 2**20
+    assert status == 200 and body == "x" * MAX_HTTP_JSON_BYTES  # not JSON: the text, cut at the cap

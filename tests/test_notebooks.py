@@ -9,6 +9,7 @@ import pytest
 from kvlab import reports, store
 from kvlab.paths import DATA_DIR
 from notebook_data import copy_reference, write_capacity_probes, write_capacity_runs, write_two_engine_runs
+from payloads import IMG_TEXT, SCRIPT_TEXT, assert_no_live_payload
 from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
 
 #: Text each report must contain: conclusions computed from the data, not typed in.
@@ -118,6 +119,9 @@ def test_notebook_executes_and_exports(nb, built_reports):
     for text in EXPECT_MEASURED.get(nb.name[:2], []):
         assert text in html, f"{nb.name}: expected {text!r} in the report's measured sections"
     assert "sglang-jax (CPU) is not PyTorch SGLang" not in html or html.count("is not PyTorch SGLang.") == 1
+    # the fixture data is hostile (tests/payloads.py): its payloads are on the page as text, never as elements
+    assert_no_live_payload(html)
+    assert IMG_TEXT in html and SCRIPT_TEXT in html
     # code is hidden for readers, but the template notebook stays untouched (no outputs)
     assert "from kvlab import" not in html
     assert '"outputs": []' in nb.read_text() or '"outputs":[]' in nb.read_text()
@@ -270,6 +274,8 @@ def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_
     assert [r.html.name[:2] for r in built] == [p.name[:2] for p in reports.notebooks()]
     index = (tmp_path / "index.html").read_text()
     assert "kvlab-provenance" in index and 'href="runs.csv"' in index
+    assert_no_live_payload(index)  # hostile fixture data (tests/payloads.py), shown as text
+    assert IMG_TEXT in index and SCRIPT_TEXT in index
     assert pl.read_csv(tmp_path / "runs.csv", infer_schema_length=0).height == store.load_runs(fixture_data).height
     for r in built:
         assert f'href="{r.html.name}"' in index

@@ -343,15 +343,35 @@ def test_options_that_only_look_like_secret_ones_are_kept(tmp_path, args):
     ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.extra_args", args)))
 
 
-@pytest.mark.parametrize("name", ["VLLM_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "my_api_key"])
+@pytest.mark.parametrize("name", [
+    "VLLM_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "my_api_key",
+    # KEY, TOKEN, SECRET or PASS inside a word, not only as a word of its own
+    "MYKEY", "SSHKEY", "ACCESSKEY", "KEYFILE", "APIKEYS", "GITHUBTOKEN", "MYTOKENS", "PASSPHRASE", "DB_PASS",
+    "PASSWD", "MYSECRET", "SECRETS", "CREDENTIALS_FILE",
+    # an allow-listed word does not hide a secret beside it
+    "HF_TOKENIZER_TOKEN", "KEYBOARD_KEY", "BYPASS_PASSWORD",
+])
 def test_a_secret_looking_env_name_is_refused(tmp_path, name):
     msg = _load_error(tmp_path, _with("engines.sglang.env", {"JAX_PLATFORMS": "cpu", name: "s3cret"}))
     assert f"engines.sglang: env.{name}: a name that looks like a secret" in msg and "s3cret" not in msg
 
 
 def test_ordinary_env_names_are_kept(tmp_path):
-    env = {"TOKENIZERS_PARALLELISM": "false", "JAX_COMPILATION_CACHE_DIR": "x", "KEYBOARD": "us"}
+    """Names without KEY, TOKEN, SECRET, PASS or CREDENTIAL, and the allow-list's harmless words that contain one."""
+    env = {"TOKENIZERS_PARALLELISM": "false", "JAX_COMPILATION_CACHE_DIR": "x", "KEYBOARD": "us",
+           "XKB_KEYBOARD_LAYOUT": "us", "CACHE_BYPASS": "1", "PASSTHROUGH_MODE": "1", "HF_TOKENIZER_DIR": "t",
+           "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "p"}
     ExperimentSpec.load(_write(tmp_path, _with("engines.sglang.env", env)))
+
+
+def test_no_shipped_experiment_sets_a_secret_looking_env_name():
+    """Every env: name the shipped experiments set passes the check (they also load: test_shipped_experiments_load)."""
+    from kvlab.engines.spec import is_secret_env
+
+    names = {name for path in sorted(EXPERIMENTS_DIR.glob("*.yaml"))
+             for engine in ExperimentSpec.load(path).engines.values() for name in engine.env}
+    assert {"SGLANG_USE_CPU_ENGINE", "PYTHONPATH"} <= names
+    assert [n for n in names if is_secret_env(n)] == []
 
 
 @pytest.mark.parametrize("where, value, refused", [
@@ -397,13 +417,28 @@ def test_the_cli_refuses_a_secret_with_exit_2_naming_file_and_field(tmp_path):
     assert "s3cret" not in res.output
 
 
+@pytest.mark.parametrize("name", ["SSHKEY", "PASSPHRASE"])
+def test_the_cli_refuses_a_key_like_env_name_with_exit_2_naming_file_and_field(tmp_path, name):
+    from typer.testing import CliRunner
+
+    from kvlab.cli import app
+
+    path = _write(tmp_path, _with("engines.vllm.env", {name: "s3cret"}))
+    res = CliRunner().invoke(app, ["sweep", str(path), "--dry-run"])
+    assert res.exit_code == 2
+    out = " ".join(res.output.split())  # rich wraps long lines
+    assert str(path) in out and f"engines.vllm: env.{name}: a name that looks like a secret" in out
+    assert "s3cret" not in res.output
+
+
 def test_secret_looking_env_values_are_redacted_in_what_is_stored():
     from kvlab.engines.spec import redact_secrets
 
-    dumped = {"engine": {"env": {"HF_TOKEN": "hf_x", "JAX_PLATFORMS": "cpu"}},
-              "sweeps": [{"servers": [{"env": {"MY_SECRET": "s", "A": "b"}}]}]}
-    assert redact_secrets(dumped) == {"engine": {"env": {"HF_TOKEN": "***", "JAX_PLATFORMS": "cpu"}},
-                                      "sweeps": [{"servers": [{"env": {"MY_SECRET": "***", "A": "b"}}]}]}
+    dumped = {"engine": {"env": {"HF_TOKEN": "hf_x", "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}},
+              "sweeps": [{"servers": [{"env": {"MY_SECRET": "s", "A": "b", "SSHKEY": "k", "DBPASS": "p"}}]}]}
+    assert redact_secrets(dumped) == {
+        "engine": {"env": {"HF_TOKEN": "***", "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}},
+        "sweeps": [{"servers": [{"env": {"MY_SECRET": "***", "A": "b", "SSHKEY": "***", "DBPASS": "***"}}]}]}
 
 
 # ---------------------------------------------------------------------------- names (issue 25, files item 1)

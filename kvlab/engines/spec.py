@@ -31,9 +31,15 @@ SECRET_OPTIONS = ("--api-key", "--admin-api-key", "--hf-token", "--ssl-keyfile-p
 #: option before it tries abbreviations).
 _NOT_SECRET_EXACT = ("--ssl-keyfile",)
 
-#: Environment names that look like they hold a secret: a KEY or TOKEN word (HF_TOKEN, VLLM_API_KEY;
-#: not TOKENIZERS_PARALLELISM), or SECRET, PASSWORD, PASSWD, APIKEY, CREDENTIAL anywhere.
-SECRET_ENV_RE = re.compile(r"(^|_)(KEY|KEYS|TOKEN|TOKENS)(_|$)|SECRET|PASSWORD|PASSWD|APIKEY|CREDENTIAL", re.I)
+#: Environment names that look like they hold a secret: KEY, TOKEN, SECRET, PASS (PASSWORD, PASSWD, PASSPHRASE)
+#: or CREDENTIAL anywhere in the name, in any case (HF_TOKEN, VLLM_API_KEY, MYKEY, SSHKEY, ACCESSKEY, KEYFILE,
+#: DB_PASS), once the harmless words of :data:`NOT_SECRET_ENV_WORDS` are taken out of it.
+SECRET_ENV_RE = re.compile(r"KEY|TOKEN|SECRET|PASS|CREDENTIAL", re.I)
+#: The allow-list: words that contain one of those and name no secret (TOKENIZERS_PARALLELISM, which Hugging Face
+#: tokenizers read; KEYBOARD; a BYPASS or PASSTHROUGH switch). Only the word is taken out, so a name that also
+#: says KEY or TOKEN elsewhere (HF_TOKENIZER_TOKEN) still looks like a secret. No shipped experiment sets a name
+#: that needs it (their env: JAX_*, SGLANG_USE_CPU_ENGINE, PYTHONPATH; tests/test_spec.py loads each).
+NOT_SECRET_ENV_WORDS = re.compile(r"KEYBOARD|TOKENIZERS?|BYPASS|PASSTHROUGH", re.I)
 #: What stands for a secret's value in what kvlab prints and stores.
 REDACTED = "***"
 
@@ -52,8 +58,9 @@ def secret_option(arg: str) -> str | None:
 
 
 def is_secret_env(name: str) -> bool:
-    """Whether an environment variable's name says it holds a secret (:data:`SECRET_ENV_RE`)."""
-    return bool(SECRET_ENV_RE.search(name))
+    """Whether an environment variable's name says it holds a secret (:data:`SECRET_ENV_RE`, less the words of
+    :data:`NOT_SECRET_ENV_WORDS`)."""
+    return bool(SECRET_ENV_RE.search(NOT_SECRET_ENV_WORDS.sub("_", name)))
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -172,7 +179,8 @@ class EngineSpec(BaseModel):
         f"({', '.join(SECRET_OPTIONS)}, in any spelling the engine's parser accepts)")
     env: dict[str, str] = Field(
         default_factory=dict, description="extra environment variables for the server; no secret-looking "
-        "name (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*): the spec is stored with every run, so a secret comes from "
+        "name (*KEY*, *TOKEN*, *SECRET*, *PASS*, *CREDENTIAL*, less an allow-list: KEYBOARD, TOKENIZERS, BYPASS, "
+        "PASSTHROUGH): the spec is stored with every run, so a secret comes from "
         "the environment kvlab runs in (the server inherits it) or api_key_env")
     startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
     stall_timeout_s: float = Field(
@@ -212,8 +220,8 @@ class EngineSpec(BaseModel):
                              "of its own, and SGLang reads one only")
         secret_env = sorted(k for k in self.env if is_secret_env(k))
         if secret_env:
-            raise ValueError(f"env.{secret_env[0]}: a name that looks like a secret (*KEY*, *TOKEN*, *SECRET*, "
-                             "*PASSWORD*): the spec is stored with every run and printed by the dry run; set it in "
+            raise ValueError(f"env.{secret_env[0]}: a name that looks like a secret (*KEY*, *TOKEN*, *SECRET*, *PASS*, "
+                             "*CREDENTIAL*): the spec is stored with every run and printed by the dry run; set it in "
                              "the environment kvlab runs in (the server inherits it), or give the API key through "
                              "api_key_env")
         # kvlab reaches a server it launches over http:// at host, an external one at its url
