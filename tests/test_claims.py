@@ -101,6 +101,18 @@ def test_repeats_from_an_aggregated_row():
     assert Repeats.summary(2.0, None, None, 1).values == (2.0,) and Repeats.summary(None, 1, 2, 3).n == 0
 
 
+def test_repeats_count_distinct_repeat_indices_not_rows():
+    """Rule 2's n: the load steps of one server start (three rows of repeat 0) are one repeat, folded by their median."""
+    one = Repeats.per_repeat([8, 8, 8], [0, 0, 0])
+    assert (one.n, one.values) == (1, (8.0,))
+    three = Repeats.per_repeat([8, 9, 7, 10, None], [0, 1, 2, 2, 3])
+    assert (three.n, three.values) == (3, (8.0, 9.0, 8.5))
+    assert Repeats.per_repeat([1.0, 2.0], [None, None]).n == 2  # rows without an index are their own
+    g = measured_difference(Repeats.per_repeat([20, 20, 20], [0, 0, 0]), Repeats.per_repeat([8, 8, 8], [0, 0, 0]),
+                            "higher")
+    assert (g.outcome, g.n, g.value) == ("inconclusive", 1, 2.5)
+
+
 def test_mixed_signs_across_engines_or_metrics_are_inconclusive():
     up = measured_difference(Repeats.of([1.032]), Repeats.of([1.0]), "higher")  # vLLM latency +3.2%
     down = measured_difference(Repeats.of([0.77]), Repeats.of([1.0]), "higher")  # sglang-jax −23%

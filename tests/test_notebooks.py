@@ -487,7 +487,7 @@ def test_report_07_on_capacity_runs(tmp_path):
         (pl.col("dcp") == 8) & (pl.col("mem_util") == 0.92) & (pl.col("context_tokens") == 204800)
     )["concurrency_ceiling"].to_list() == [92]
     assert [(v["claim_id"], v["outcome"], v["evidence"], v["value"], v["n"]) for v in rep.verdicts] == [
-        ("capacity_ceiling_memory", "reproduced", "measured", 2.5, 3),
+        ("capacity_ceiling_memory", "inconclusive", "measured", 2.5, 1),  # the 3 load steps of repeat 0: n = 1
         ("capacity_queueing_past_ceiling", "inconclusive", "measured", 1.0, 2),
         ("capacity_goodput_map", "cannot be tested here", "measured", 2.0, 1),
         ("capacity_modelled_ceiling", "found", "modelled", 11.0, None)]

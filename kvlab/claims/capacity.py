@@ -60,11 +60,18 @@ def _where(r: dict) -> str:
     return f"{engine_label(r['engine'])} at {scaled_context(r['context_label'], r['context_tokens'])}"
 
 
+def _per_repeat(g: pl.DataFrame) -> Repeats:
+    """The ceilings of one engine x context x memory setting, one per repeat index (rule 2's n): the load steps of a
+    repeat share one server start and so one reported pool; they are one repeat, not several."""
+    reps = g["repeat"].to_list() if "repeat" in g.columns else [None] * g.height
+    return Repeats.per_repeat(g["concurrency_ceiling"].to_list(), reps)
+
+
 def ceiling_verdict(points: pl.DataFrame) -> Verdict:
     """Whether the measured ceiling moves with the memory setting, within each engine (rule 2): per engine x
-    context measured at two or more memory settings, the ceilings of the runs at the highest setting against those
-    at the lowest (each run records its server's reported KV pool), combined across engines and contexts (their
-    signs must agree). No pair: *cannot be tested here*."""
+    context measured at two or more memory settings, the ceilings at the highest setting against those at the
+    lowest, one per repeat index (each run records its server's reported KV pool; the load steps of one repeat
+    share a server start and count once), combined across engines and contexts (their signs must agree). No pair: *cannot be tested here*."""
     cid, claim = CEILING_CLAIM
     d = points.filter(pl.col("concurrency_ceiling").is_not_null()) if not points.is_empty() else points
     grades, parts = [], []
@@ -73,13 +80,13 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
         mems = sorted(g["mem_util"].drop_nulls().unique().to_list())
         if len(mems) < 2:
             continue
-        hi = g.filter(pl.col("mem_util") == mems[-1])["concurrency_ceiling"].to_list()
-        lo = g.filter(pl.col("mem_util") == mems[0])["concurrency_ceiling"].to_list()
+        hi, lo = (g.filter(pl.col("mem_util") == m) for m in (mems[-1], mems[0]))
         where = _where({"engine": engine, "context_tokens": ctx, "context_label": label})
         cpu = on_cpu(g["device_kind"][0], g["hardware"][0])
-        grades.append(measured_difference(Repeats.of(hi), Repeats.of(lo), "higher", what=where, scope=(
+        grades.append(measured_difference(*(_per_repeat(s) for s in (hi, lo)), "higher", what=where, scope=(
             "CPU: a stated KV budget per memory setting" if cpu else g["hardware"][0])
-            + "; n counts runs, each with its server's reported pool (the rungs of one setting share a start)"))
+            + "; n counts repeats of each setting, not the load steps that share one server start"))
+        hi, lo = hi["concurrency_ceiling"].to_list(), lo["concurrency_ceiling"].to_list()
         parts.append((ctx, f"{where}: {min(lo)} → {min(hi)} requests ({mems[0]:g} → {mems[-1]:g})"))
     if not grades:
         return Verdict(claim, "cannot be tested here", "measured", "no engine measured at two memory settings with "

@@ -26,7 +26,10 @@ Rule 2 — a measured difference (:func:`measured_difference`, :func:`combined`)
     fewer repeats of the two sides) and ``spread`` (the ratio's range over the repeats) filled in. Where a claim
     is tested on several engines or metrics, they must agree in sign; mixed signs are *inconclusive*. A share
     that can be 0 (a cache's hit share, cache on against off) is compared as a difference; a count a claim bounds
-    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` runs.
+    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` runs. ``n`` counts
+    repeats: distinct repeat indices (RUNS ``repeat``) of the same point. Rows that share one repeat index — the
+    load steps (1, 2, 4 in flight) of one server start, each stored as a run — are one repeat, not several
+    (:meth:`Repeats.per_repeat`).
 
 Rule 3 — modelled evidence (:func:`held_out_passes`, :func:`modelled_claim`, :func:`held_out_grade`).
     kvlab's model is fitted to the published table, so agreeing with that table is no test. A modelled verdict
@@ -78,6 +81,18 @@ class Repeats:
             return cls(())
         lo, hi = (mid if lo is None else lo), (mid if hi is None else hi)
         return cls((lo,) + (mid,) * max(n - 2, 0) + ((hi,) if n > 1 else ()))
+
+    @classmethod
+    def per_repeat(cls, values: Iterable[float | None], repeats: Iterable[int | None]) -> Repeats:
+        """One value per distinct repeat index (rule 2's ``n``): ``values[i]`` was measured in repeat
+        ``repeats[i]``; rows of one repeat (e.g. the load steps of one server start) are folded by their median,
+        so three rows of repeat 0 are one repeat, not three. A row without a repeat index counts as its own."""
+        groups: dict[object, list[float]] = {}
+        for i, (v, r) in enumerate(zip(values, repeats, strict=True)):
+            if v is None or math.isnan(v):
+                continue
+            groups.setdefault(("row", i) if r is None else r, []).append(float(v))
+        return cls(tuple(cls(tuple(g)).mid for _, g in sorted(groups.items(), key=lambda kv: str(kv[0]))))
 
     @property
     def n(self) -> int:
