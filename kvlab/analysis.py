@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from kvlab import probe as probes_
-from kvlab.engines import SGLANG, VLLM
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.workloads.shared_prefix import shared_prefix_length
 
 #: Columns that identify one configuration apart from the engine (what two engines are compared on).
@@ -584,7 +584,8 @@ def crossover(
             )
     return Crossover(
         None, fa(d[0]), fa(d[0]), method, assumption,
-        f"{fa(d[0])} is faster at every measured context ({c[0]:,}–{c[-1]:,} tokens): no crossover inside the range",
+        f"{engine_label(fa(d[0]))} is faster at every measured context ({c[0]:,}–{c[-1]:,} tokens): no crossover "
+        "inside the range",
     )
 
 
