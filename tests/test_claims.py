@@ -41,6 +41,10 @@ def test_cpu_runs_of_two_engines_cannot_decide_a_speed_claim():
     flipped = cpu_cross_engine("vllm", "sglang-jax", ["cpu"], baseline=0.5, baseline_at="64K", spread=(0.4, 0.8))
     assert (flipped.value, flipped.spread) == (2.0, (1.25, 2.5))  # slower ÷ faster, sglang-jax named the faster
     assert flipped.reason.startswith("sglang-jax (CPU) and vLLM")
+    # no setting without the mechanism measured: still cannot be tested here, with no value and the reason why
+    none = cpu_cross_engine("vllm", "sglang-jax", ["cpu"], baseline=None, baseline_at="no load below 100 measured", n=1)
+    assert (none.outcome, none.value, none.unit, none.n) == ("cannot be tested here", None, "×", 1)
+    assert "no baseline was measured (no load below 100 measured)" in none.reason
     # the rule does not apply to GPU runs, nor to one engine against itself
     assert cpu_cross_engine("vllm", "sglang", ["gpu", "gpu"], baseline=2.0, baseline_at="64K") is None
     assert cpu_cross_engine("vllm", "vllm", ["cpu"], baseline=2.0, baseline_at="64K") is None
@@ -232,9 +236,20 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
     got = narrative.engine_choice_verdicts(claims, sharing, conc, w, w.tree(), ev)
     assert [(v.claim_id, v.outcome, v.value) for v in got] == [
         ("shared_prefix_threshold", "cannot be tested here", 2.0),  # vLLM 2 s against 4 s at 0 shared
-        ("high_concurrency", "cannot be tested here", 1.25),  # sglang-jax 50 against 40 requests/s, one level
+        # one level, 128 in flight, above the claim's 100: no baseline below it was measured, so no value
+        ("high_concurrency", "cannot be tested here", None),
         ("engine_choice_recommendation", "cannot be tested here", 2.0)]
     assert all(v.n == 1 and v.scope and v.reason for v in got)
+    assert got[1].reason.startswith("sglang-jax (CPU) and vLLM are different implementations run on a CPU, and no "
+                                    "baseline was measured (no load below the claim's 100 in flight measured with "
+                                    "both engines)")
+    # with a load below the threshold measured, its ratio is the baseline: sglang-jax 60 against 30 requests/s at 8
+    low = conc_runs(30.0, 60.0).with_columns(pl.lit(8, pl.Int64).alias("batch_size"), pl.col("run_id") + "-8")
+    conc2 = analysis.concurrency_study(pl.concat([conc_runs(), low]))
+    v = next(v for v in narrative.engine_choice_verdicts(claims, sharing, conc2, w, w.tree(), ev)
+             if v.claim_id == "high_concurrency")
+    assert (v.outcome, v.value, v.unit) == ("cannot be tested here", 2.0, "×")
+    assert v.number.startswith("sglang-jax (CPU) already 2.0× ahead at 8 in flight (the lowest load measured)")
 
 
 def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():

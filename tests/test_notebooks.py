@@ -57,7 +57,8 @@ EXPECT_MEASURED = {
            "Multi-turn, sglang-jax (CPU): with the cache on", "Multi-turn, vLLM: with the cache on",
            "Radix vs paged, turn by turn", "of prompt tokens served from its radix cache at",
            "requests that found the prefix in the cache"],
-    "06": ["vLLM 20× the completed requests/s at 128 in flight (the only setting measured",
+    "06": ["vLLM 20× the completed requests/s at 128 in flight (no load below the claim's 100 in flight measured "
+           "with both engines, so nothing shows the gap is the claim's mechanism)",
            "median batch time 17× shorter than sglang-jax (CPU)",  # one run a side: 2 s.f.
            "<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>", "sglang-jax (CPU) at 128 in flight",
            "(cpu_prefix_sharing)", "(cpu_classification)"],
@@ -349,7 +350,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
     # the cross-engine claims on CPU runs: cannot be tested here, with the ratio where the mechanism is absent
     assert [(v["claim_id"], v["outcome"], v["value"], v["n"]) for v in rep6.verdicts[2:]] == [
         ("shared_prefix_threshold", "cannot be tested here", 2.0, 1),
-        ("high_concurrency", "cannot be tested here", 1.25, 1),
+        ("high_concurrency", "cannot be tested here", None, 1),  # 128 in flight only: no baseline below 100
         ("engine_choice_recommendation", "cannot be tested here", 2.0, 1)]
     assert r6.index('class="kvlab-verdicts"') < r6.index("<h2")
     # 05's measured figure: each engine's cache off ÷ on beside the hit rate, its data the ratios of its own rows

@@ -74,11 +74,13 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
         else:
             f, best, other = pairs[-1]
             m = other["batch_time_s"] / best["batch_time_s"]
-            zero = nearest(on.filter(pl.col("engine").is_in([best["engine"], other["engine"]])), "shared_fraction", 0.0)
+            below = on.filter(pl.col("engine").is_in([best["engine"], other["engine"]]) & (pl.col("shared_fraction") < at))
+            zero = nearest(below, "shared_fraction", 0.0) if not below.is_empty() else below
             out.append(_measured_pair_verdict(
                 f"{c['statement']} — on this host: {engine_label(best['engine'])} against "
                 f"{engine_label(other['engine'])}, each with its prefix cache on", c["claim_id"], best, other,
                 zero, "shared_fraction", lambda v: f"{v:g} shared", "batch_time_s", lower_is_better=True,
+                missing=f"no shared fraction below the claim's {at:g} measured with both engines",
                 at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
                 claimed_family=SGLANG))
     c = by_id.get("high_concurrency")
@@ -96,29 +98,32 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
             a, b = top.row(0, named=True), top.row(1, named=True)
             m = a["requests_per_s"] / b["requests_per_s"]
             pair = conc.filter(pl.col("engine").is_in([a["engine"], b["engine"]]))
-            low = pair.filter(pl.col("in_flight") == pair["in_flight"].min())
+            below = pair.filter(pl.col("in_flight") < at)  # a baseline must lie below the claim's threshold
+            low = below.filter(pl.col("in_flight") == below["in_flight"].min()) if not below.is_empty() else below
             levels = pair["in_flight"].n_unique()
             out.append(_measured_pair_verdict(
                 f"{c['statement']} — on this host: {engine_label(a['engine'])} against {engine_label(b['engine'])}, "
                 f"distinct prompts ({levels} concurrency level{'' if levels == 1 else 's'} measured)", c["claim_id"],
                 a, b, low, "in_flight", lambda v: f"{v} in flight (the lowest load measured)", "requests_per_s",
                 lower_is_better=False, claimed_family=VLLM, kind="concurrency_threshold",
+                missing=f"no load below the claim's {at:g} in flight measured with both engines",
                 at_claim=f"{engine_label(a['engine'])} {sig2(m)}× the completed requests/s at {a['in_flight']} in flight"))
     return out
 
 
 def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, base: pl.DataFrame, at_col: str,
                            at_label, metric: str, *, lower_is_better: bool, at_claim: str, claimed_family: str,
-                           kind: str = "engine_choice"):
+                           missing: str, kind: str = "engine_choice"):
     """A claim that one engine family beats the other, graded by :mod:`kvlab.claims.grading`: CPU runs of two
-    engines cannot decide it (rule 1; the ratio at ``base``, where the claim's mechanism is absent, quoted); GPU
+    engines cannot decide it (rule 1; the ratio at ``base``, a setting below the claim's threshold where its
+    mechanism is absent, quoted; with no such setting measured, ``missing`` says so and the value is null); GPU
     runs decide by rule 2 on ``metric`` (spread from its ``*_min*``/``*_max*`` columns where present)."""
     a, b = best["engine"], other["engine"]
     ra = base.filter(pl.col("engine") == a)
     rb = base.filter(pl.col("engine") == b)
     kinds = [r.get("device_kind") for r in (best, other)]
     ns = [best.get("n_runs") or 1, other.get("n_runs") or 1]
-    ratio, where = 1.0, "no setting without the mechanism (none measured)"
+    ratio, where = None, missing
     if ra.height and rb.height:
         ta, tb = ra[metric][0], rb[metric][0]
         ratio = tb / ta if lower_is_better else ta / tb  # > 1: ``a`` ahead where the mechanism is absent
@@ -126,10 +131,11 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
     grade = cpu_cross_engine(a, b, kinds, baseline=ratio, hardware=best.get("hardware"), n=min(ns), baseline_at=where,
                              scope=f"{best.get('hardware') or 'CPU'}")
     if grade is not None:
-        fast = a if ratio >= 1 else b
-        only = ra.height and ra[at_col][0] == best.get(at_col)  # the baseline is the claim's own setting
-        number = (f"{at_claim} (the only setting measured, so nothing shows the gap is the claim's mechanism)" if only
-                  else f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}")
+        if ratio is None:
+            number = f"{at_claim} ({missing}, so nothing shows the gap is the claim's mechanism)"
+        else:
+            fast = a if ratio >= 1 else b
+            number = f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}"
         return grade.verdict(claim, number, claim_id=claim_id, kind=kind)
 
     def reps(r: dict) -> Repeats:

@@ -151,7 +151,7 @@ def implementations_differ(engine_a: str, engine_b: str) -> bool:
     return engine_a != engine_b
 
 
-def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], *, baseline: float,
+def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], *, baseline: float | None,
                      baseline_at: str, hardware: str | None = None, n: int | None = None,
                      spread: tuple[float, float] | None = None, scope: str = "") -> Grade | None:
     """Rule 1: a *cannot be tested here* grade when ``engine_a`` and ``engine_b`` are different implementations
@@ -160,10 +160,19 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
 
     ``baseline``: ``engine_b``'s time over ``engine_a``'s where the claim's mechanism is absent (``baseline_at``,
     e.g. "0% shared", "the shortest context 64K (1,024 tokens)"); the grade's value is that ratio as
-    slower ÷ faster (≥ 1), with the faster engine named in the reason."""
+    slower ÷ faster (≥ 1), with the faster engine named in the reason. ``baseline`` None: no setting without the
+    mechanism was measured (``baseline_at`` says which was missing); the grade is still *cannot be tested here*,
+    its value null and its reason saying that no baseline was measured."""
     kinds = list(device_kinds)
     if not implementations_differ(engine_a, engine_b) or not any(on_cpu(k, hardware) for k in kinds or [None]):
         return None
+    if baseline is None:
+        return Grade(
+            "cannot be tested here", "measured",
+            f"{engine_label(engine_a)} and {engine_label(engine_b)} are different implementations run on a CPU, and "
+            f"no baseline was measured ({baseline_at}), so nothing separates their implementations' gap from the "
+            "claim's mechanism; their speed here says nothing about the claim on a GPU host",
+            value=None, unit="×", n=n, scope=scope or "CPU runs of two different engine implementations")
     faster, slower = (engine_a, engine_b) if baseline >= 1 else (engine_b, engine_a)
     ratio = baseline if baseline >= 1 else 1 / baseline
     if spread is not None:

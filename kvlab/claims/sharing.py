@@ -169,15 +169,22 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         else:
             ratios = {f: g["batch_time_s"].max() / g["batch_time_s"].min() for f, g in above.items()}
             wins = {f: g.sort("batch_time_s")["engine"][0] for f, g in above.items()}
-            lo_f = min(both)  # the least shared fraction both engines ran: 0%, where the cache has nothing to reuse
-            z = both[lo_f].sort(_prefix_engine_order())
+            # the baseline: the least shared fraction both engines ran below the threshold (0%, where the cache has
+            # nothing to reuse); none measured below it: no baseline, and the verdict says so
+            lo_f = min((f for f in both if f < threshold), default=None)
+            z = (both[lo_f] if lo_f is not None else both[min(above)]).sort(_prefix_engine_order())
             a, b = z.row(0, named=True), z.row(1, named=True)
+            missing = f"no shared fraction below the claim's {threshold:.0%} measured with both engines"
             grade = cpu_cross_engine(a["engine"], b["engine"], z["device_kind"].to_list() if "device_kind" in z.columns
-                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"], hardware=a["hardware"],
-                                     n=int(z["n_runs"].min()), baseline_at=f"{lo_f:.0%} shared",
+                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"] if lo_f is not None
+                                     else None, hardware=a["hardware"], n=int(z["n_runs"].min()),
+                                     baseline_at=f"{lo_f:.0%} shared" if lo_f is not None else missing,
                                      scope=f"{a['hardware']}, each engine's prefix cache on")
             at = "; ".join(f"{engine_label(wins[f])} {sig2(ratios[f])}× sooner at {f:.0%}" for f in sorted(above))
-            if grade is not None:
+            if grade is not None and lo_f is None:
+                out.append(grade.verdict(claim, f"{at} ({missing}, so nothing shows the gap is the cache's)",
+                                         claim_id="shared_prefix_threshold", kind="engine_choice"))
+            elif grade is not None:
                 fast = a["engine"] if b["batch_time_s"] >= a["batch_time_s"] else b["engine"]
                 number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
                           "the cache saves within each engine is the fair comparison (the threshold row below)")
