@@ -139,9 +139,7 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
         return grade.verdict(claim, number, claim_id=claim_id, kind=kind)
 
     def reps(r: dict) -> Repeats:
-        suffix = ("_min_s", "_max_s") if metric.endswith("_s") and metric != "requests_per_s" else ("_min", "_max")
-        name = metric.removesuffix("_s") if suffix[0] == "_min_s" else metric
-        return Repeats.summary(r[metric], r.get(name + suffix[0]), r.get(name + suffix[1]), r.get("n_runs") or 1)
+        return Repeats.of_row(r, metric)
 
     fam = (registry.family(a) or a) == claimed_family
     claimed_side, other_side = (best, other) if fam else (other, best)

@@ -39,6 +39,10 @@ Rule 3 — modelled evidence (:func:`held_out_passes`, :func:`modelled_claim`, :
     Otherwise the row is an illustration: *inconclusive*, scope "model fitted to the published table; fails its
     held-out test", and the failed held-out test is a row of its own, *contradicted* (never a neutral *found*).
 
+The engine-choice guide's measured factors (:func:`engine_difference`).
+    Before a measured lead may favour an engine in :mod:`kvlab.guide`, it passes rules 1 and 2 as a verdict does:
+    CPU runs of two implementations are a baseline that cannot decide; otherwise 3 repeats a side, ranges apart.
+
 Rule 4 — a modelled factor in the engine-choice guide (:func:`model_factor_decides`).
     The model's engine choice counts only when its margin exceeds the model's mean held-out error; otherwise
     the guide says the model does not separate the engines and gives the crossover as a range (the contexts
@@ -93,6 +97,16 @@ class Repeats:
                 continue
             groups.setdefault(("row", i) if r is None else r, []).append(float(v))
         return cls(tuple(cls(tuple(g)).mid for _, g in sorted(groups.items(), key=lambda kv: str(kv[0]))))
+
+    @classmethod
+    def of_row(cls, r: dict, metric: str) -> Repeats:
+        """A study row's repeats (one point, repeats folded): its ``metric``, the range the study keeps beside it
+        (``batch_time_s`` → ``batch_time_min_s``/``batch_time_max_s``; otherwise ``<metric>_min``/``_max``) and
+        ``n_runs`` (1 where the row does not say)."""
+        stem = metric.removesuffix("_s")
+        lo, hi = ((f"{stem}_min_s", f"{stem}_max_s") if metric.endswith("_s") and f"{stem}_min_s" in r
+                  else (f"{metric}_min", f"{metric}_max"))
+        return cls.summary(r.get(metric), r.get(lo), r.get(hi), r.get("n_runs") or 1)
 
     @property
     def n(self) -> int:
@@ -247,6 +261,18 @@ def combined(grades: Sequence[Grade]) -> Grade:
     if len(outcomes) > 1:
         return replace(base, outcome="inconclusive", reason="the parts disagree: " + "; ".join(g.reason for g in grades))
     return base
+
+
+def engine_difference(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], a: Repeats, b: Repeats,
+                      claimed: str, *, baseline: float | None, baseline_at: str, hardware: str | None = None,
+                      scope: str = "", what: str = "") -> Grade:
+    """Rules 1 and 2 together, for which of two engines does better (``a``: ``engine_a``'s repeats, claimed
+    ``claimed`` than ``engine_b``'s ``b``): CPU runs of two implementations cannot decide it (:func:`cpu_cross_engine`,
+    ``baseline`` as there); otherwise :func:`measured_difference`. The engine-choice guide reads this before a
+    measured factor may favour an engine, as the verdicts do."""
+    g = cpu_cross_engine(engine_a, engine_b, device_kinds, baseline=baseline, baseline_at=baseline_at,
+                         hardware=hardware, n=min(a.n, b.n), scope=scope)
+    return g if g is not None else measured_difference(a, b, claimed, scope=scope, what=what)
 
 
 # --------------------------------------------------------------------------- rule 3: modelled evidence
