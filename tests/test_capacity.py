@@ -133,7 +133,7 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
         ("capacity_queueing_past_ceiling", "inconclusive", "measured", 1.0, 2, None),
         # two implementations on a CPU: vLLM's goodput at 1 in flight, 64K / 0.92, is already 0.5 / 0.25 = 2x
         ("capacity_goodput_map", "cannot be tested here", "measured", 2.0, 1, None),
-        ("capacity_modelled_ceiling", "found", "modelled", 11.0, None, None),  # 2,370,790 // 204,800
+        ("capacity_modelled_ceiling", "found", "modelled", 11.0, 1, None),  # 2,370,790 // 204,800; one assumption set
     ]
     assert got[0].reason.startswith("SGLang at 64K (1,024 tok): n=1 on the smaller side, fewer than the 3 repeats")
     assert got[1].number == ("2 of 2 load points past the ceiling queued (e.g. SGLang at 200K (3,200 tok), 4 in "

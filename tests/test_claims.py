@@ -260,7 +260,8 @@ def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():
     off = dict(engine="vllm", hardware="CPU", cache_hit_rate=0.0, cache_hit_rate_min=0.0, cache_hit_rate_max=0.0,
                n_runs=3)
     g = cache_shares(on, off)
-    assert (g.outcome, g.value, g.unit, g.spread, g.n) == ("reproduced", 0.78, "", (0.75, 0.8), 3)
+    assert (g.outcome, g.value, g.unit, g.spread, g.n) == ("reproduced", 0.78, "fraction of prompt tokens, cache on − off",
+                                                           (0.75, 0.8), 3)
     assert negated(g).outcome == "contradicted"  # "vLLM shares no prefixes"
     once = cache_shares(on | {"n_runs": 1, "cache_hit_rate_min": None, "cache_hit_rate_max": None}, None)
     assert (once.outcome, once.n, once.value) == ("inconclusive", 1, 0.78)
@@ -289,3 +290,42 @@ def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
     th = analysis.sharing_threshold(step)
     assert th.verdict == "threshold"
     assert _threshold_shape(step, th).endswith(f"a step of {th.step_at:+.0%} across 30%")
+
+
+# --------------------------------------------------------------------------- every verdict's typed fields
+
+
+def typed_field_gaps(verdicts) -> list[str]:
+    """What a verdict lacks of its typed fields (issue 22): claim_id, kind, scope; a unit wherever it has a value;
+    n (runs, published points, points fitted or assumption sets: docs/verdicts.md) for every kind of evidence."""
+    gaps = []
+    for v in verdicts:
+        v = v if isinstance(v, dict) else v.__dict__
+        where = f"{v['claim_id'] or v['claim'][:40]} ({v['evidence']}, {v['outcome']})"
+        gaps += [f"{where}: no {f}" for f in ("claim_id", "kind", "scope") if not v[f]]
+        if v["value"] is not None and not v["unit"]:
+            gaps.append(f"{where}: value {v['value']} without a unit")
+        if v["n"] is None and v["evidence"] in ("measured", "published", "modelled"):
+            gaps.append(f"{where}: no n")
+    return gaps
+
+
+def test_every_verdict_on_the_fixed_frames_carries_its_typed_fields(fit, study):
+    from kvlab import store
+
+    conc = analysis.concurrency_study(conc_runs())
+    w = guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B")
+    kv = store.load_claims().filter(pl.col("experiment") == "article_kv_design")
+    got = [*narrative.engine_choice_verdicts(kv, study["sharing"], conc, w, w.tree(),
+                                             guide.from_evidence(w, fit, study["sharing"], conc)),
+           *narrative.prefix_verdicts(study["claims"], study["sharing"], study["gain"], study["thresholds"],
+                                      study["by_turn"], study["reuse"])]
+    empty = study["sharing"].head(0)  # nothing measured: every row still says n = 0 runs
+    got += narrative.engine_choice_verdicts(kv, empty, conc.head(0), w, w.tree(),
+                                            guide.from_evidence(w, fit, empty, conc.head(0)))
+    assert len(got) == 16  # 5 + 6 from the frames, 5 with nothing measured
+    assert typed_field_gaps(got) == []
+    # the last turn's cached share, vLLM first: 2,176 of 2,304 prompt tokens (whole 128-token blocks of 2,240 shared)
+    multi = next(v for v in got if v.claim_id == "multi_turn_reuse")
+    assert (multi.value, multi.unit.split(" (")[0]) == (pytest.approx(2176 / 2304),
+                                                        "fraction of the last turn's prompt from the cache")

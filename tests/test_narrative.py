@@ -29,9 +29,9 @@ def test_speed_claims_against_the_table_and_the_measured_direction():
            narrative.speed_claim_verdicts(CLAIMS, rel, rel_m, {"sglang": "sglang-jax"})]
     # CPU runs of two engines never decide the GPU claim: each measured row quotes the shortest context's ratio
     assert got == [
-        ("speedup_64K", "reproduced", "published", 1.5, None),
+        ("speedup_64K", "reproduced", "published", 1.5, 2),  # n: the two published times at 64K
         ("speedup_64K", "cannot be tested here", "measured", 2.0, 1),
-        ("speedup_200K", "reproduced", "published", 1.31, None),
+        ("speedup_200K", "reproduced", "published", 1.31, 2),
         ("speedup_200K", "cannot be tested here", "measured", 2.0, 1),
     ]
     slow = analysis.relative_speed(_measured([1.0, 2.0, 1.0, 14.0]), "vllm", "sglang-jax")
@@ -88,9 +88,9 @@ def test_decay_claims_against_the_table_and_the_measured_shape():
     got = narrative.decay_claim_verdicts(CLAIMS, check, analysis.decay_factors(PUB),
                                          analysis.decay_factors(_measured([1.0, 2.0, 4.0, 3.0])))
     assert [(v.outcome, v.evidence, round(v.value, 2), v.n) for v in got] == [
-        ("contradicted", "published", 2.94, None),
-        ("contradicted", "published", 1.49, None),
-        ("reproduced", "published", round(2.937 / 1.494, 2), None),
+        ("contradicted", "published", 2.94, 2),  # n: the engine's published times at 64K and 200K
+        ("contradicted", "published", 1.49, 2),
+        ("reproduced", "published", round(2.937 / 1.494, 2), 4),  # both engines at both contexts
         ("cannot be tested here", "measured", 2.0, 1),  # vLLM 2× faster at 64K already: implementations, on a CPU
     ]
     assert got[0].number == "table: requests/s falls 2.94× from 64K to 200K (stated 3.29×)"

@@ -266,6 +266,22 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     assert f"<code>data_dir = {html.escape(repr(str(data)))}</code>, <code>gpu = &#x27;H100&#x27;</code>" in panel
 
 
+def test_every_verdict_in_index_json_carries_its_typed_fields(built_reports):
+    """Every verdict of every report built from the fixture data, as reports/index.json lists it: claim_id, kind,
+    scope; a unit wherever it has a value; n for every kind of evidence (runs, published points, points fitted or
+    assumption sets: docs/verdicts.md)."""
+    import json
+
+    from test_claims import typed_field_gaps
+
+    listed = json.loads((built_reports[0] / "index.json").read_text())
+    verdicts = [v for r in listed for v in r["verdicts"]]
+    assert len(verdicts) > 20 and typed_field_gaps(verdicts) == []
+    plausible = next(v for v in verdicts if v["claim_id"] == "model_plausible")  # 2,057 µs against 100 µs at most
+    assert (round(plausible["value"], 1), plausible["unit"], plausible["n"]) == (
+        20.6, "× the plausible maximum (DCP latency per layer and step, the fitted parameter furthest out)", 4)
+
+
 def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_whole(tmp_path, built_reports,
                                                                                       fixture_data):
     from kvlab.markup import markdown_inline
@@ -500,7 +516,7 @@ def test_report_07_on_capacity_runs(tmp_path):
         ("capacity_ceiling_memory", "inconclusive", "measured", 2.5, 1),  # the 3 load steps of repeat 0: n = 1
         ("capacity_queueing_past_ceiling", "inconclusive", "measured", 1.0, 2),
         ("capacity_goodput_map", "cannot be tested here", "measured", 2.0, 1),
-        ("capacity_modelled_ceiling", "found", "modelled", 11.0, None)]
+        ("capacity_modelled_ceiling", "found", "modelled", 11.0, 1)]
     assert "No measured capacity runs" not in text and "Not measured yet" not in text
     for sentence in (
             "vLLM TP1 at 200K (3,200 tok), memory setting 0.92: highest load within the SLO <strong>2 in flight</strong>, "

@@ -90,7 +90,7 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
         parts.append((ctx, f"{where}: {min(lo)} → {min(hi)} requests ({mems[0]:g} → {mems[-1]:g})"))
     if not grades:
         return Verdict(claim, "cannot be tested here", "measured", "no engine measured at two memory settings with "
-                       "a reported KV pool", claim_id=cid, kind="capacity",
+                       "a reported KV pool", claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it",
                        reason="no engine measured at two memory settings with a reported KV pool")
     g = combined(grades)
     number = "; ".join(p for _, p in sorted(parts, key=lambda p: p[0]))
@@ -109,7 +109,7 @@ def queueing_verdict(points: pl.DataFrame) -> Verdict:
         why = ("no capacity run stored" if points.is_empty() else
                "no run sampled its server's waiting queue" if seen.is_empty() else
                "no load point past its concurrency ceiling had its waiting queue sampled")
-        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", reason=why)
+        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", reason=why)
     queued = past.filter(pl.col("queued"))
     below = seen.filter(pl.col("past_ceiling") == False)  # noqa: E712 - a polars comparison
     below_q = below.filter(pl.col("queued")).height
@@ -174,7 +174,7 @@ def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
     if cells.is_empty():
         why = ("no context × memory setting measured with two engines within the SLO" if not curve.is_empty()
                else "no capacity run stored")
-        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", reason=why)
+        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", reason=why)
     wins: dict[str, int] = {}
     for w in cells["winner"].to_list():
         wins[w] = wins.get(w, 0) + 1
@@ -215,7 +215,8 @@ def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
                                                f"{r['mem_util']:g}", scope=r["hardware"]))
     if not grades:
         return Verdict(claim_here, "inconclusive", "measured", f"{summary}; only one engine met the SLO at each",
-                       claim_id=cid, kind="capacity", reason="only one engine met the SLO at each setting")
+                       claim_id=cid, kind="capacity", n=int(cells["n"].min()) if "n" in cells.columns else None,
+                       reason="only one engine met the SLO at each setting")
     return combined(grades).verdict(claim_here, summary, claim_id=cid, kind="capacity")
 
 
@@ -231,7 +232,7 @@ def modelled_verdict(modelled: pl.DataFrame) -> Verdict:
     first = at.row(0, named=True)
     return Verdict(f"{claim} ({tokens_label(ctx)})", "found", "modelled",
                    f"{'; '.join(parts)} requests at {tokens_label(ctx)}", claim_id=cid, kind="capacity",
-                   value=float(first["concurrency_ceiling"]), unit="requests",
+                   value=float(first["concurrency_ceiling"]), unit="requests", n=1,  # one assumption set
                    scope=f"kvlab's physical model, {first['model']} on {first['tp']}× {first['gpu']}",
                    reason="modelled KV pool in tokens ÷ context (never measured here)")
 

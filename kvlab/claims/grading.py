@@ -205,20 +205,21 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
 
 
 def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope: str = "",
-                        what: str = "", difference: bool = False) -> Grade:
+                        what: str = "", difference: bool = False, unit: str = "") -> Grade:
     """Rule 2 for one comparison: the claim says ``first`` is ``claimed`` ("higher" or "lower") than ``second``.
 
     value = first ÷ second (middles), spread = its range over the repeats (first.lo ÷ second.hi …
     first.hi ÷ second.lo), n = the fewer repeats. Decides only with n ≥ :data:`MIN_REPEATS` on each side and
     non-overlapping min–max ranges; else *inconclusive*. ``what`` names the comparison in the reason.
-    ``difference``: value = first − second (and its range), for shares that can be 0 (a cache-hit share)."""
+    ``difference``: value = first − second (and its range), for shares that can be 0 (a cache-hit share), in
+    ``unit`` (the unit of the values compared); otherwise the ratio's unit, "×"."""
     if claimed not in ("higher", "lower"):
         raise ValueError(f"claimed must be 'higher' or 'lower', got {claimed!r}")
     if not first.n or not second.n:
         return Grade("cannot be tested here", "measured", f"{what or 'the comparison'}: no measured value on one side",
                      n=min(first.n, second.n), scope=scope)
     if difference:
-        value, spread, unit = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo), ""
+        value, spread = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo)
     else:
         value = first.mid / second.mid if second.mid else math.inf
         spread = (first.lo / second.hi, first.hi / second.lo) if second.lo > 0 else None
@@ -291,28 +292,31 @@ def held_out_passes(right: int, total: int, margin: float, error: float) -> bool
 
 def held_out_grade(right: int, total: int, margin: float, error: float) -> Grade:
     """The held-out test as a verdict of its own: *reproduced* when the model passes it, else *contradicted*
-    (red, never a neutral *found*). value: the winners right; spread: (margin, error) as fractions."""
+    (red, never a neutral *found*). value: the winners right; spread: (margin, error) as fractions; n: the
+    leave-one-out fits (``total``)."""
     ok = held_out_passes(right, total, margin, error)
     need = winners_needed(total) if total else 0
     parts = [f"winner right in {right} of {total} leave-one-out fits (needs {need})",
              f"margin {margin:.1%} {'above' if margin > error else 'within'} the {error:.1%} mean held-out error"]
     return Grade("reproduced" if ok else "contradicted", "modelled",
                  ("passes its held-out test: " if ok else "fails its held-out test: ") + "; ".join(parts),
-                 value=float(right), unit=f"of {total} winners", spread=(margin, error), scope=MODEL_SCOPE)
+                 value=float(right), unit=f"of {total} winners", n=total, spread=(margin, error), scope=MODEL_SCOPE)
 
 
 def modelled_claim(agrees: bool, right: int, total: int, margin: float, error: float, *,
-                   value: float | None = None, unit: str = "") -> Grade:
+                   value: float | None = None, unit: str = "", n: int | None = None) -> Grade:
     """Rule 3 for a claim the model speaks to (``agrees``: the fitted model says what the claim says): decided
-    only when :func:`held_out_passes`; otherwise an illustration, *inconclusive*."""
+    only when :func:`held_out_passes`; otherwise an illustration, *inconclusive*. ``n``: the published points the
+    model was fitted to (default ``total``, the points each held out once)."""
+    n = total if n is None else n
     if held_out_passes(right, total, margin, error):
         return Grade("reproduced" if agrees else "contradicted", "modelled",
                      f"the model passes its held-out test ({right} of {total} winners, margin {margin:.1%} above "
-                     f"the {error:.1%} held-out error)", value=value, unit=unit, scope=MODEL_SCOPE)
+                     f"the {error:.1%} held-out error)", value=value, unit=unit, n=n, scope=MODEL_SCOPE)
     return Grade("inconclusive", "modelled",
                  f"an illustration, not a test: the model {'agrees' if agrees else 'disagrees'} with the claim but "
                  f"fails its held-out test ({right} of {total} winners right, margin {margin:.1%} against a "
-                 f"{error:.1%} mean held-out error)", value=value, unit=unit, spread=(margin, error),
+                 f"{error:.1%} mean held-out error)", value=value, unit=unit, n=n, spread=(margin, error),
                  scope=ILLUSTRATION_SCOPE)
 
 

@@ -150,6 +150,9 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
 
         def V(claim, outcome, evidence, number, reason, **kw):  # noqa: N802 - a verdict of this claim
             kw.setdefault("scope", scope if evidence == "measured" else "model fitted to the published table")
+            # n: the runs behind a measured row (0 where none was measured); for the model's memory check, the one
+            # assumption set it is evaluated under
+            kw.setdefault("n", 0 if evidence == "measured" else 1)
             return Verdict(claim, outcome, evidence, number, claim_id=cid, kind="memory_setting", reason=reason, **kw)
 
         if stats.is_empty() and (caused or lowered):
@@ -230,9 +233,11 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())
             counts = dict(value=float(lower) if spreads else None, unit="pairs with a lower CV" if spreads else "",
                           n=fewest)
+            no_value = "" if spreads else "; one run per setting, so no spread to compare (no value)"
             if simulated:
                 out.append(V(f"{statement} — on this host there is no GPU OOM whose retries unsettle run time "
-                             f"({none_here})", "cannot be tested here", "measured", number, untestable, **counts))
+                             f"({none_here})", "cannot be tested here", "measured", number, untestable + no_value,
+                             **counts))
             elif not spreads or fewest < MIN_REPEATS:
                 out.append(V(f"{statement} — measured on this host's GPUs", "inconclusive", "measured", number,
                              f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))

@@ -290,7 +290,8 @@ def recommendation_verdict(w, tree, ev):
         why = "no measurement compares two engines and the model does not separate them"
         return Verdict(claim, "cannot be tested here", "measured" if measured else "modelled",
                        f"nothing measured or modelled here separates the engines; the guide follows the tree "
-                       f"({engine_label(ev.engine)})", n=0 if measured else None,
+                       f"({engine_label(ev.engine)})",
+                       n=0 if measured else (ev.factors[0].held_out[1] if ev.factors[0].held_out else None),
                        scope="measured runs and model" if measured else MODEL_SCOPE, reason=why, **common)
     f = ev.deciding
     if ev.decided_by == "measured" and f is not None and f.winner:
@@ -307,6 +308,7 @@ def recommendation_verdict(w, tree, ev):
         grade = modelled_claim(ev.engine == tree.engine, right, total, ratio - 1, error, value=ratio, unit="×")
         return grade.verdict(claim, number, **common)
     return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", ev.decided_by, number,
+                   n=f.held_out[1] if f is not None and f.held_out else None,
                    scope=MODEL_SCOPE, reason="decided by the modelled context factor", **common)
 
 
