@@ -174,8 +174,9 @@ def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(fra
     assert first.startswith("**The documents make no claim this page tests**; it tests its own: “A higher memory "
                             "setting raises") and first.endswith("and 1 more question.")
     assert holds.startswith("**What holds:** no claim is reproduced or contradicted by evidence that can decide it.")
-    assert "1 claim cannot be tested on this host (vLLM and SGLang are different implementations run on a CPU)" \
-        in cannot
+    assert cannot == ("**What this host cannot say:** 1 claim cannot be tested on this host (CPU runs of two different "
+                      "engine implementations cannot decide a speed claim about a GPU host); 2 claims are inconclusive "
+                      "(fewer than 3 repeats).")
     doc = verdicts.Verdict("a document's claim", "reproduced", "published", "1×", kind="speedup")
     assert verdicts.headline([doc, *got])[0] == ("**The documents claim** “a document's claim”. The page also tests "
                                                  "3 questions of its own.")

@@ -9,7 +9,9 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab import analysis
-from kvlab.claims.grading import Repeats, combined, counted, cpu_cross_engine, measured_difference, on_cpu
+from kvlab.claims.grading import (
+    NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, measured_difference, on_cpu,
+)
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.roofline import Assumptions, Config, memory
 from kvlab.units import scaled_context, sig2, tokens_label
@@ -90,7 +92,7 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
         parts.append((ctx, f"{where}: {min(lo)} → {min(hi)} requests ({mems[0]:g} → {mems[-1]:g})"))
     if not grades:
         return Verdict(claim, "cannot be tested here", "measured", "no engine measured at two memory settings with "
-                       "a reported KV pool", claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it",
+                       "a reported KV pool", claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                        reason="no engine measured at two memory settings with a reported KV pool")
     g = combined(grades)
     number = "; ".join(p for _, p in sorted(parts, key=lambda p: p[0]))
@@ -109,7 +111,7 @@ def queueing_verdict(points: pl.DataFrame) -> Verdict:
         why = ("no capacity run stored" if points.is_empty() else
                "no run sampled its server's waiting queue" if seen.is_empty() else
                "no load point past its concurrency ceiling had its waiting queue sampled")
-        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", reason=why)
+        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason=why)
     queued = past.filter(pl.col("queued"))
     below = seen.filter(pl.col("past_ceiling") == False)  # noqa: E712 - a polars comparison
     below_q = below.filter(pl.col("queued")).height
@@ -174,7 +176,7 @@ def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
     if cells.is_empty():
         why = ("no context × memory setting measured with two engines within the SLO" if not curve.is_empty()
                else "no capacity run stored")
-        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", reason=why)
+        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason=why)
     wins: dict[str, int] = {}
     for w in cells["winner"].to_list():
         wins[w] = wins.get(w, 0) + 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab.analysis import nearest
-from kvlab.claims.grading import Repeats, cpu_cross_engine, measured_difference, negated
+from kvlab.claims.grading import NOTHING_MEASURED, Repeats, cpu_cross_engine, measured_difference, negated
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.units import sig2
@@ -39,7 +39,7 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
     if c:
         r = _at_largest_fraction(on, [VLLM]) if not on.is_empty() else None
         out.append(Verdict(f"{c['statement']} — vLLM as measured here, prefix cache on (its default)", "cannot be tested here", "measured",
-                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it",
+                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                            reason="no measured vLLM prefix-sharing run") if r is None else
                    negated(cache_shares(r, off_row(r))).verdict(
                        f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
@@ -50,7 +50,7 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
         radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if registry.family(e) == SGLANG]
         r = _at_largest_fraction(on, radix) if radix else None
         out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run",
-                           claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it", reason="no measured SGLang-family run")
+                           claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason="no measured SGLang-family run")
                    if r is None else
                    cache_shares(r, off_row(r)).verdict(
                        f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
@@ -70,7 +70,7 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
         if not pairs:
             out.append(Verdict(c["statement"], "cannot be tested here", "measured",
                                f"no shared fraction ≥ {at:g} measured with two engines", claim_id=c["claim_id"],
-                               kind="engine_choice", n=0, scope="nothing measured to test it", reason=f"no shared fraction ≥ {at:g} measured with two engines"))
+                               kind="engine_choice", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason=f"no shared fraction ≥ {at:g} measured with two engines"))
         else:
             f, best, other = pairs[-1]
             m = other["batch_time_s"] / best["batch_time_s"]
@@ -92,7 +92,7 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
         if top.is_empty() or top["engine"].n_unique() < 2:
             out.append(Verdict(c["statement"], "cannot be tested here", "measured",
                                f"no run with ≥ {at:g} requests in flight measured with two engines",
-                               claim_id=c["claim_id"], kind="concurrency_threshold", n=0, scope="nothing measured to test it",
+                               claim_id=c["claim_id"], kind="concurrency_threshold", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                reason=f"no run with ≥ {at:g} requests in flight measured with two engines"))
         else:
             a, b = top.row(0, named=True), top.row(1, named=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from kvlab.analysis import consistency_verdicts
-from kvlab.claims.grading import Repeats, cpu_cross_engine, measured_difference
+from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, measured_difference
 from kvlab.engines import engine_label
 from kvlab.units import change, sig2
 from kvlab.verdicts import Verdict
@@ -78,7 +78,7 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
         if pub.is_empty() or rows.is_empty():
             out.append(Verdict(c["statement"], "cannot be tested here", "published",
                                f"no table rows for {engine_label(e)} at {lo} and {hi}", claim_id=c["claim_id"],
-                               kind="throughput_decay", scope="published table", n=0,
+                               kind="throughput_decay", scope="published table", n=0, limit=NO_TABLE_ROW,
                                reason=f"the table has no {engine_label(e)} rows at both contexts"))
             continue
         ok = bool(rows["consistent"].fill_null(False).any())

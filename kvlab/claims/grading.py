@@ -66,6 +66,20 @@ LOO_WINNERS_SHARE = 0.75
 ILLUSTRATION_SCOPE = "model fitted to the published table; fails its held-out test"
 MODEL_SCOPE = "model fitted to the published table"
 
+#: Why evidence cannot decide a claim, in a few words: one constant per cause, the ``limit`` of every verdict of that
+#: cause (the headline groups by it; :class:`kvlab.verdicts.Verdict`).
+CPU_IMPLEMENTATIONS = "CPU runs of two different engine implementations cannot decide a speed claim about a GPU host"
+NO_BASELINE = "no setting without the claim's mechanism was measured"
+FEW_REPEATS = f"fewer than {MIN_REPEATS} repeats"
+WITHIN_SPREAD = "a difference within the spread of the repeats"
+MIXED_SIGNS = "signs mixed across engines or metrics"
+FAILS_HELD_OUT = "the model fails its held-out test"
+NOTHING_MEASURED = "nothing measured to test it"
+NO_TABLE_ROW = "the published table has no row for it"
+NO_GPU_MEMORY = "no GPU memory outside the KV pool on this host, where the claimed OOMs arise"
+ASSUMED_FROM_CLAIM = "the model's memory check rests on an assumption taken from the claim itself"
+UNRECORDED_DEVICE = "the runs record neither a KV budget nor their device"
+
 
 @dataclass(frozen=True)
 class Repeats:
@@ -139,13 +153,16 @@ class Grade:
     n: int | None = None
     spread: tuple[float, float] | None = None
     scope: str = ""
+    #: Why the evidence cannot decide (a cause constant above); "" where it decides.
+    limit: str = ""
 
     def verdict(self, claim: str, number: str, claim_id: str = "", kind: str = ""):
         """The :class:`kvlab.verdicts.Verdict` of this grade, with the narrative's wording."""
         from kvlab.verdicts import Verdict
 
         return Verdict(claim, self.outcome, self.evidence, number, claim_id=claim_id, kind=kind, value=self.value,
-                       unit=self.unit, n=self.n, spread=self.spread, scope=self.scope, reason=self.reason)
+                       unit=self.unit, n=self.n, spread=self.spread, scope=self.scope, reason=self.reason,
+                       limit=self.limit)
 
 
 # --------------------------------------------------------------------------- rule 1: CPU runs of two engines
@@ -186,7 +203,8 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
             f"{engine_label(engine_a)} and {engine_label(engine_b)} are different implementations run on a CPU, and "
             f"no baseline was measured ({baseline_at}), so nothing separates their implementations' gap from the "
             "claim's mechanism; their speed here says nothing about the claim on a GPU host",
-            value=None, unit="×", n=n, scope=scope or "CPU runs of two different engine implementations")
+            value=None, unit="×", n=n, scope=scope or "CPU runs of two different engine implementations",
+            limit=CPU_IMPLEMENTATIONS)
     faster, slower = (engine_a, engine_b) if baseline >= 1 else (engine_b, engine_a)
     ratio = baseline if baseline >= 1 else 1 / baseline
     if spread is not None:
@@ -198,7 +216,8 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
         f"{engine_label(faster)} is already {sig2(ratio)}× faster "
         f"at {baseline_at}, where the claim's mechanism plays no part, so their speed here says nothing about the "
         "claim on a GPU host",
-        value=ratio, unit="×", n=n, spread=spread, scope=scope or "CPU runs of two different engine implementations")
+        value=ratio, unit="×", n=n, spread=spread, scope=scope or "CPU runs of two different engine implementations",
+        limit=CPU_IMPLEMENTATIONS)
 
 
 # --------------------------------------------------------------------------- rule 2: a measured difference
@@ -217,7 +236,7 @@ def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope:
         raise ValueError(f"claimed must be 'higher' or 'lower', got {claimed!r}")
     if not first.n or not second.n:
         return Grade("cannot be tested here", "measured", f"{what or 'the comparison'}: no measured value on one side",
-                     n=min(first.n, second.n), scope=scope)
+                     n=min(first.n, second.n), scope=scope, limit=NOTHING_MEASURED)
     if difference:
         value, spread = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo)
     else:
@@ -228,11 +247,12 @@ def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope:
     label = f"{what}: " if what else ""
     if n < MIN_REPEATS:
         return Grade("inconclusive", "measured", f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} "
-                     "repeats a measured difference needs", value=value, unit=unit, n=n, spread=spread, scope=scope)
+                     "repeats a measured difference needs", value=value, unit=unit, n=n, spread=spread, scope=scope,
+                     limit=FEW_REPEATS)
     if first.lo <= second.hi and second.lo <= first.hi:
         return Grade("inconclusive", "measured", f"{label}the min–max ranges of the {n}+ repeats of each side "
                      "overlap: the difference is within the spread", value=value, unit=unit, n=n, spread=spread,
-                     scope=scope)
+                     scope=scope, limit=WITHIN_SPREAD)
     observed = "higher" if first.lo > second.hi else "lower"
     return Grade("reproduced" if observed == claimed else "contradicted", "measured",
                  f"{label}{observed} in every one of ≥{n} repeats per side (ranges do not overlap)",
@@ -254,13 +274,15 @@ def combined(grades: Sequence[Grade]) -> Grade:
     if len({v > 1 for v in values if v != 1}) > 1:
         few = f"; n={n}" if n is not None and n < MIN_REPEATS else ""
         return replace(base, outcome="inconclusive",
-                       reason=f"signs mixed across engines or metrics ({min(values):.2f}× to {max(values):.2f}×){few}")
+                       reason=f"signs mixed across engines or metrics ({min(values):.2f}× to {max(values):.2f}×){few}",
+                       limit=MIXED_SIGNS)
     for g in grades:
         if g.outcome in ("inconclusive", "cannot be tested here"):
-            return replace(base, outcome=g.outcome, reason=g.reason)
+            return replace(base, outcome=g.outcome, reason=g.reason, limit=g.limit)
     outcomes = {g.outcome for g in grades}
     if len(outcomes) > 1:
-        return replace(base, outcome="inconclusive", reason="the parts disagree: " + "; ".join(g.reason for g in grades))
+        return replace(base, outcome="inconclusive", reason="the parts disagree: " + "; ".join(g.reason for g in grades),
+                       limit=MIXED_SIGNS)
     return base
 
 
@@ -317,7 +339,7 @@ def modelled_claim(agrees: bool, right: int, total: int, margin: float, error: f
                  f"an illustration, not a test: the model {'agrees' if agrees else 'disagrees'} with the claim but "
                  f"fails its held-out test ({right} of {total} winners right, margin {margin:.1%} against a "
                  f"{error:.1%} mean held-out error)", value=value, unit=unit, n=n, spread=(margin, error),
-                 scope=ILLUSTRATION_SCOPE)
+                 scope=ILLUSTRATION_SCOPE, limit=FAILS_HELD_OUT)
 
 
 # --------------------------------------------------------------------------- rule 4: the guide's modelled factor
@@ -342,6 +364,7 @@ def counted(holds: bool, n: int, *, reason: str, value: float | None = None, uni
     :data:`MIN_REPEATS` runs; with fewer it is *inconclusive*, whatever it shows."""
     if n < MIN_REPEATS:
         return Grade("inconclusive", "measured", f"n={n} run{'' if n == 1 else 's'}, fewer than the {MIN_REPEATS} "
-                     f"repeats a measured verdict needs ({reason})", value=value, unit=unit, n=n, scope=scope)
+                     f"repeats a measured verdict needs ({reason})", value=value, unit=unit, n=n, scope=scope,
+                     limit=FEW_REPEATS)
     return Grade("reproduced" if holds else "contradicted", "measured", f"{reason}, over {n} runs", value=value,
                  unit=unit, n=n, scope=scope)

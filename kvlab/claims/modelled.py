@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import polars as pl
 
-from kvlab.claims.grading import held_out_grade
+from kvlab.claims.grading import ASSUMED_FROM_CLAIM, held_out_grade
 from kvlab.claims.model import (
     consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out,
 )
@@ -141,5 +141,6 @@ def model_verdicts(fit, sens, head, claims, workload=None,
                            f"assumed {r['outside_need_gib_per_gpu']:.1f} GiB taken from this very claim",
                            claim_id="memory_095", kind="memory_setting", value=r["outside_pool_gib_per_gpu"],
                            unit="GiB/GPU", n=1, scope="model fitted to the published table",  # one assumption set
+                           limit=ASSUMED_FROM_CLAIM,
                            reason="the model's memory check rests on a need outside the pool chosen from this claim"))
     return out

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.claims.grading import Repeats, combined, counted, cpu_cross_engine, measured_difference, negated
+from kvlab.claims.grading import (
+    NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, measured_difference, negated,
+)
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.units import apart, ratio, sig2
@@ -96,7 +98,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         v = hits.filter(pl.col("engine") == VLLM) if hits.height else hits
         if v.is_empty():
             out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on",
-                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing", n=0, scope="nothing measured to test it",
+                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                reason="no vLLM run with its prefix cache on"))
         else:
             r = v.sort("shared_fraction").row(-1, named=True)
@@ -112,12 +114,12 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         if not radix:
             out.append(Verdict(f"“{s}”", "cannot be tested here", "measured",
                                "no SGLang-family run with its radix cache on reported a hit count",
-                               claim_id="sglang_radix_sharing", kind="prefix_sharing", n=0, scope="nothing measured to test it",
+                               claim_id="sglang_radix_sharing", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                reason="no SGLang-family run with its radix cache on reported a hit count"))
             if suffix:
                 out.append(Verdict(f"“{suffix}”", "cannot be tested here", "measured",
                                    "no SGLang-family run with its radix cache on reported a hit count",
-                                   claim_id="sglang_radix_suffix", kind="prefix_sharing", n=0, scope="nothing measured to test it",
+                                   claim_id="sglang_radix_suffix", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                    reason="no SGLang-family run with its radix cache on reported a hit count"))
         else:
             e = radix[0]
@@ -167,7 +169,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         if not above:
             out.append(Verdict(claim, "cannot be tested here", "measured",
                                f"no shared fraction ≥ {threshold:.0%} measured with two engines",
-                               claim_id="shared_prefix_threshold", kind="engine_choice", n=0, scope="nothing measured to test it",
+                               claim_id="shared_prefix_threshold", kind="engine_choice", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                reason=f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
         else:
             ratios = {f: g["batch_time_s"].max() / g["batch_time_s"].min() for f, g in above.items()}

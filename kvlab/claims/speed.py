@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab.analysis import stated_tolerance
-from kvlab.claims.grading import Repeats, cpu_cross_engine, measured_difference
+from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, measured_difference
 from kvlab.claims.model import consistent_phrase, grade_model_claim, winners_held_out
 from kvlab.engines import engine_label
 from kvlab.units import k_label, sig2
@@ -48,7 +48,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
         r = _claim_row(rel_published, ctx)
         if r is None:
             out.append(Verdict(c["statement"], "cannot be tested here", "published", f"no table row at {ctx}",
-                               claim_id=cid, kind="relative_speed", scope="published table", n=0,
+                               claim_id=cid, kind="relative_speed", scope="published table", n=0, limit=NO_TABLE_ROW,
                                reason=f"the table has no row at {ctx}"))
         else:
             ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= stated_tolerance(
