@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from kvlab import probe as probes_
-from kvlab.engines import SGLANG, VLLM
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.workloads.shared_prefix import shared_prefix_length
 
 #: Columns that identify one configuration apart from the engine (what two engines are compared on).
@@ -551,6 +551,8 @@ class Crossover:
     method: str
     assumption: str
     note: str
+    #: The fewest runs behind any point compared (either engine at any context); None where the frame does not say.
+    n_runs: int | None = None
 
     @property
     def context_k(self) -> float | None:
@@ -580,14 +582,16 @@ def crossover(
     if groups.height > 1:
         raise ValueError(f"crossover needs one source/experiment/hardware, got {groups.height}: {groups.rows()}")
     rel = relative_speed(runs, engine_a, engine_b).sort("context_tokens")
+    ns = [v for c in ("n_runs", "other_n_runs") for v in rel[c].to_list() if v is not None]
+    n = min(ns) if ns else None
     if rel.height < 2:
-        return Crossover(None, None, None, method, assumption, "fewer than two contexts hold both engines")
+        return Crossover(None, None, None, method, assumption, "fewer than two contexts hold both engines", n)
     c = rel["context_tokens"].to_list()
     d = [x - y for x, y in zip(rel["batch_time_s"], rel["other_batch_time_s"])]  # <0: engine_a faster
     fa = lambda diff: engine_a if diff < 0 else engine_b  # noqa: E731
     for i in range(len(c) - 1):
         if d[i] == 0:
-            return Crossover(float(c[i]), None, None, method, assumption, "equal batch times at a measured context")
+            return Crossover(float(c[i]), None, None, method, assumption, "equal batch times at a measured context", n)
         if d[i] * d[i + 1] < 0:
             if method == "linear":
                 x = c[i] + (c[i + 1] - c[i]) * d[i] / (d[i] - d[i + 1])
@@ -599,11 +603,12 @@ def crossover(
                 x = math.exp(lc[0] + (tb[0] - ta[0]) / (ka - kb))
             return Crossover(
                 float(x), fa(d[i]), fa(d[i + 1]), method, assumption,
-                f"between the measured contexts {c[i]:,} and {c[i + 1]:,} tokens",
+                f"between the measured contexts {c[i]:,} and {c[i + 1]:,} tokens", n,
             )
     return Crossover(
         None, fa(d[0]), fa(d[0]), method, assumption,
-        f"{fa(d[0])} is faster at every measured context ({c[0]:,}–{c[-1]:,} tokens): no crossover inside the range",
+        f"{engine_label(fa(d[0]))} is faster at every measured context ({c[0]:,}–{c[-1]:,} tokens): no crossover "
+        "inside the range", n,
     )
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from kvlab.analysis import nearest
-from kvlab.claims import held_out_error, model_factor_decides, winners_held_out
-from kvlab.engines import SGLANG, VLLM, registry
+from kvlab.claims import Grade, Repeats, engine_difference, held_out_error, model_factor_decides, winners_held_out
+from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.perfmodel import Config, batch_time, model as catalog_model
 from kvlab.perfmodel.calibrate import crossover_from_fit
@@ -30,9 +30,6 @@ PRIORITIES = ("throughput", "stability")
 #: The tree's numbers, as the document states them.
 FIXED_CONTEXT_THRESHOLD = 0.30
 CONCURRENCY_THRESHOLD = 100
-
-#: A measured ratio closer to 1 than this is no difference (runs share 2 CPU cores with other work).
-MIN_MARGIN = 1.05
 
 
 def measured_member(family: Engine, engines) -> str:
@@ -169,10 +166,13 @@ class Factor:
 
     ``source``: modelled | measured | none. A measured factor keeps ``rows``, the runs nearest the user's workload
     (one dict per run, best first, columns as given), and ``n_engines``, how many engines they hold. With two or
-    more: ``margin``, the best engine's lead over the next (≥ 1); ``min_margin``, the lead that counts as a
-    difference; and, when the lead reaches it, ``winner`` (the engine as measured, e.g. "sglang-jax", whose family
-    is "sglang"), ``runner_up`` and ``experiment``. The prefix factor adds ``zero_ratio``: the next engine's batch
-    time over the best's at shared fraction 0 (None unless both ran there and the nearest fraction is not 0).
+    more: ``margin``, the best engine's lead over the next (≥ 1), and ``grade``, what the grading rules of
+    :mod:`kvlab.claims.grading` make of that lead (:func:`kvlab.claims.engine_difference`: CPU runs of two
+    implementations cannot decide it, rule 1; otherwise at least 3 repeats a side with min–max ranges apart, rule
+    2). Only when the grade is *reproduced* does the factor favour the leader: ``winner`` (the engine as measured,
+    e.g. "sglang-jax", whose family is "sglang"), ``runner_up`` and ``experiment`` are then set. The prefix factor
+    adds ``zero_ratio``: the next engine's batch time over the best's at shared fraction 0 (None unless both ran
+    there and the nearest fraction is not 0).
     The modelled context factor keeps the ``workload``, the batch ``times`` (s) of vLLM TP and SGLang TP+DCP,
     ``held_out`` (the model's held-out test) and, when its margin is within the held-out error (it then favours
     neither engine), ``crossover_range``;
@@ -186,7 +186,8 @@ class Factor:
     rows: tuple[dict, ...] = ()
     n_engines: int = 0
     margin: float | None = None
-    min_margin: float = MIN_MARGIN
+    #: The grading rules' verdict on the measured lead (None: fewer than two engines, or a modelled factor).
+    grade: Grade | None = None
     winner: str | None = None
     runner_up: str | None = None
     experiment: str = ""
@@ -208,10 +209,11 @@ class Factor:
 class Evidence:
     """The data's engine, the factors, and how they decided.
 
-    ``decided_by``: "measured", "modelled", or "tie-break" when no factor separates the engines (the engine is
-    then no finding); ``deciding``: the factor that decided; ``split``: when the measured factors favour the two
-    families equally, what broke the tie ("first question": the factor of the tree's first question for this
-    workload; "larger margin"), else "".
+    ``decided_by``: "measured", "modelled", or "tree" when no factor decides (no measured factor passes the grading
+    rules and the model does not separate the engines): the engine is then the tree's, no finding of the data;
+    ``deciding``: the factor that decided; ``split``: when the measured factors favour the two families equally,
+    what broke the tie ("first question": the factor of the tree's first question for this workload; "larger
+    margin"), else "".
     """
 
     engine: Engine
@@ -272,12 +274,28 @@ def _two_engine_slice(df: pl.DataFrame) -> pl.DataFrame:
     return df
 
 
-def prefix_factor(w: UserWorkload, sharing: pl.DataFrame, min_margin: float = MIN_MARGIN) -> Factor:
+def _graded(name: str, rows: tuple[dict, ...], n: int, margin: float, metric: str, better: str,
+            baseline: float | None, baseline_at: str, **extra) -> Factor:
+    """A measured factor of two or more engines, its lead graded as the verdicts grade a cross-engine difference
+    (:func:`kvlab.claims.engine_difference`); it favours the leader's family only when the grade is *reproduced*."""
+    best, second = rows[0], rows[1]
+    grade = engine_difference(best["engine"], second["engine"], [r.get("device_kind") for r in (best, second)],
+                              Repeats.of_row(best, metric), Repeats.of_row(second, metric), better,
+                              baseline=baseline, baseline_at=baseline_at, hardware=best.get("hardware"),
+                              scope=best.get("hardware") or "",
+                              what=f"{engine_label(best['engine'])} against {engine_label(second['engine'])}")
+    if grade.outcome != "reproduced":
+        return Factor(name, "measured", None, rows, n, margin, grade, **extra)
+    return Factor(name, "measured", registry.family(best["engine"]), rows, n, margin, grade, best["engine"],
+                  second["engine"], best["experiment"], **extra)
+
+
+def prefix_factor(w: UserWorkload, sharing: pl.DataFrame) -> Factor:
     """Measured runs at the shared fraction nearest the user's, each engine with its prefix cache on.
 
-    The engines are compared on median batch time (the work done, with each engine's own cache); a
-    ratio under ``min_margin`` is no measured difference. The same comparison at shared fraction 0
-    (nothing to share) is kept beside it, so a reader sees how much of the gap is the cache's.
+    The engines are compared on median batch time (the work done, with each engine's own cache), graded by the
+    rules every verdict uses: the baseline of rule 1 is the same comparison at shared fraction 0 (nothing to
+    share), kept beside it (``zero_ratio``) so a reader sees how much of the gap is the cache's.
     """
     on = sharing.filter(pl.col("prefix_caching").fill_null(True))
     if on.is_empty():
@@ -286,7 +304,7 @@ def prefix_factor(w: UserWorkload, sharing: pl.DataFrame, min_margin: float = MI
     near = nearest(pair, "shared_fraction", w.shared_fraction).sort("batch_time_s", nulls_last=True)
     rows, n = tuple(near.iter_rows(named=True)), near["engine"].n_unique()
     if n < 2:
-        return Factor("prefix", "measured", None, rows, n, min_margin=min_margin)
+        return Factor("prefix", "measured", None, rows, n)
     best, second = rows[0], rows[1]
     margin = second["batch_time_s"] / best["batch_time_s"]
     zero = pair.filter((pl.col("shared_fraction") == 0) & pl.col("engine").is_in([best["engine"], second["engine"]]))
@@ -294,41 +312,49 @@ def prefix_factor(w: UserWorkload, sharing: pl.DataFrame, min_margin: float = MI
     if best["shared_fraction"] != 0 and zero["engine"].n_unique() == 2:
         z = {r["engine"]: r["batch_time_s"] for r in zero.iter_rows(named=True)}
         zero_ratio = z[second["engine"]] / z[best["engine"]]  # > 1: the same engine is faster with nothing to share
-    if margin < min_margin:
-        return Factor("prefix", "measured", None, rows, n, margin, min_margin, zero_ratio=zero_ratio)
-    return Factor("prefix", "measured", registry.family(best["engine"]), rows, n, margin, min_margin, best["engine"],
-                  second["engine"], best["experiment"], zero_ratio)
+    baseline = margin if best["shared_fraction"] == 0 else zero_ratio
+    return _graded("prefix", rows, n, margin, "batch_time_s", "lower", baseline,
+                   "0% shared (nothing to reuse)" if baseline is not None
+                   else "no run of both engines at 0% shared", zero_ratio=zero_ratio)
 
 
-def concurrency_factor(w: UserWorkload, conc: pl.DataFrame, min_margin: float = MIN_MARGIN) -> Factor:
+def concurrency_factor(w: UserWorkload, conc: pl.DataFrame) -> Factor:
     """Measured runs at the in-flight count nearest the user's: completions, failures, completed requests/s.
 
-    The engines are compared on completed requests per second (mean over runs); a ratio under
-    ``min_margin`` is no measured difference.
+    The engines are compared on completed requests per second (mean over runs), graded by the rules every verdict
+    uses; rule 1's baseline is their ratio at the lowest load both measured below the compared one (none: no
+    baseline).
     """
     if conc.is_empty():
         return Factor("concurrency", "none", None)
-    near = nearest(_two_engine_slice(conc), "in_flight", w.concurrency).sort("requests_per_s", descending=True,
-                                                                               nulls_last=True)
+    pair = _two_engine_slice(conc)
+    near = nearest(pair, "in_flight", w.concurrency).sort("requests_per_s", descending=True, nulls_last=True)
     rows, n = tuple(near.iter_rows(named=True)), near["engine"].n_unique()
     if n < 2:
-        return Factor("concurrency", "measured", None, rows, n, min_margin=min_margin)
+        return Factor("concurrency", "measured", None, rows, n)
     best, second = rows[0], rows[1]
     margin = best["requests_per_s"] / second["requests_per_s"]
-    if margin < min_margin:
-        return Factor("concurrency", "measured", None, rows, n, margin, min_margin)
-    return Factor("concurrency", "measured", registry.family(best["engine"]), rows, n, margin, min_margin, best["engine"],
-                  second["engine"], best["experiment"])
+    lower = pair.filter(pl.col("engine").is_in([best["engine"], second["engine"]])
+                        & (pl.col("in_flight") < best["in_flight"]))
+    baseline, at = None, f"no load below {best['in_flight']} in flight measured with both engines"
+    if not lower.is_empty():
+        low = lower.filter(pl.col("in_flight") == lower["in_flight"].min())
+        r = {x["engine"]: x["requests_per_s"] for x in low.iter_rows(named=True)}
+        if len(r) == 2:
+            baseline, at = r[best["engine"]] / r[second["engine"]], f"{low['in_flight'][0]} in flight"
+    return _graded("concurrency", rows, n, margin, "requests_per_s", "higher", baseline, at)
 
 
 def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFrame) -> Evidence:
-    """A recommendation from data: measured two-engine differences first, then the modelled context factor.
+    """A recommendation from data: measured two-engine differences first, then the modelled context factor, else
+    the tree.
 
-    A factor with a measured difference between the engines outranks the model; factors with
-    no measured difference (one engine measured, none, or a margin under :data:`MIN_MARGIN`)
-    inform but do not decide. Measured factors vote by engine family (sglang-jax counts for the
-    SGLang family); when they split evenly the factor of the tree's first question decides (prefix
-    for a shared prefix, else concurrency; ``split`` records it).
+    A measured factor whose lead passes the grading rules (:class:`Factor` ``grade``) outranks the model; factors
+    that do not (one engine measured, none, CPU runs of two implementations, too few repeats, ranges that overlap)
+    inform but do not decide. Measured factors vote by engine family (sglang-jax counts for the SGLang family);
+    when they split evenly the factor of the tree's first question decides (prefix for a shared prefix, else
+    concurrency; ``split`` records it). When no factor decides, the guide falls back to the tree (``decided_by``
+    "tree").
     """
     factors = (context_factor(w, fit), prefix_factor(w, sharing), concurrency_factor(w, conc))
     measured = [f for f in factors if f.source == "measured" and f.favours]
@@ -347,4 +373,4 @@ def from_evidence(w: UserWorkload, fit, sharing: pl.DataFrame, conc: pl.DataFram
         return Evidence(top.favours, factors, "measured", top, split)
     if factors[0].favours:
         return Evidence(factors[0].favours, factors, "modelled", factors[0])
-    return Evidence(VLLM, factors, "tie-break")
+    return Evidence(w.tree().engine, factors, "tree")

@@ -40,8 +40,10 @@ class Verdict:
     ``claim_id`` (the reference row or the report's question id), ``kind`` (the claim kind whose checker graded
     it), ``value`` and ``unit`` (the deciding figure as a number), ``n`` (the runs behind it; None for published
     or modelled evidence), ``spread`` (the min–max range of ``value`` over the repeats, or the interval the
-    checker states), ``scope`` (where the evidence comes from, e.g. "CPU, tiny model") and ``reason`` (one line:
-    why this outcome)."""
+    checker states), ``scope`` (where the evidence comes from, e.g. "CPU, tiny model"), ``reason`` (one line:
+    why this outcome) and, for a verdict the evidence here cannot decide (*cannot be tested here*, *inconclusive*),
+    ``limit``: its cause in a few words, the same for every verdict of that cause (the grading rules' constants in
+    :mod:`kvlab.claims.grading`), which the headline groups by."""
 
     claim: str
     outcome: Outcome
@@ -55,6 +57,7 @@ class Verdict:
     spread: tuple[float, float] | None = None
     scope: str = ""
     reason: str = ""
+    limit: str = ""
 
     def __post_init__(self):
         if self.outcome not in OUTCOME_COLORS:
@@ -83,29 +86,56 @@ def _first_clause(text: str) -> str:
     return text.split(";")[0].split(":")[0].strip().rstrip(".")
 
 
+def _key(v: Verdict) -> str:
+    """What a claim is, across reports and kinds of evidence: its id, else its statement."""
+    return v.claim_id or v.claim
+
+
 def _by_evidence(vs: list[Verdict]) -> str:
-    """'on measured evidence', or 'on published (2) and measured (1) evidence' where kinds mix."""
-    kinds: dict[str, int] = {}
+    """'on measured evidence', or 'on published (2) and measured (1) evidence' where kinds mix: claims counted once
+    per kind of evidence, however many reports repeat them."""
+    kinds: dict[str, set[str]] = {}
     for v in vs:
-        kinds[v.evidence] = kinds.get(v.evidence, 0) + 1
+        kinds.setdefault(v.evidence, set()).add(_key(v))
     if len(kinds) == 1:
         return f"on {next(iter(kinds))} evidence"
-    return "on " + " and ".join(f"{k} ({n})" for k, n in kinds.items()) + " evidence"
+    return "on " + " and ".join(f"{k} ({len(n)})" for k, n in kinds.items()) + " evidence"
+
+
+def _why(vs: list[Verdict]) -> str:
+    """The causes of ``vs`` (one outcome), each claim counted once per cause: 'CPU runs … (3); no GPU memory … (2)'
+    — by each verdict's ``limit``, else the first clause of its reason."""
+    causes: dict[str, set[str]] = {}
+    for v in vs:
+        cause = v.limit or (_first_clause(v.reason) if v.reason else "")
+        if cause:
+            causes.setdefault(cause, set()).add(_key(v))
+    if len(causes) == 1:
+        return next(iter(causes))
+    return "; ".join(f"{c} ({len(k)})" for c, k in sorted(causes.items(), key=lambda kv: -len(kv[1])))
 
 
 def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     """The three sentences a page opens with, computed from its verdicts: what the documents claim; what holds,
-    and on what evidence; what this host cannot say, and why (markdown, inline)."""
+    and on what evidence; what this host cannot say, and why (markdown, inline). A claim counts once in each
+    sentence however many reports or kinds of evidence test it (the index holds every report's verdicts); the
+    causes of what cannot be said are each verdict's own (``limit``), grouped."""
     vs = [v if isinstance(v, Verdict) else Verdict(**v) for v in verdicts]
     tested = [v for v in vs if v.outcome != "found"]
     found = [v for v in vs if v.outcome == "found"]
-    claims = list({(v.claim_id or v.claim): v for v in tested}.values())  # one claim tested on two kinds of evidence
+    claims = list({_key(v): v for v in tested}.values())  # one claim tested on two kinds of evidence
     documents = [v for v in claims if v.kind not in OWN_QUESTION_KINDS]
     own = [v for v in claims if v.kind in OWN_QUESTION_KINDS]
 
     def quoted(vs: list[Verdict], noun: str) -> str:
         first = "; ".join(v.claim if v.claim[:1] in "“\"'" else f"“{v.claim}”" for v in vs[:2])
         return first + (f" and {_count(len(vs) - 2, 'more ' + noun)}" if len(vs) > 2 else "")
+
+    def claims_of(outcome: str) -> list[Verdict]:
+        return [v for v in tested if v.outcome == outcome]
+
+    def n_claims(vs: list[Verdict]) -> int:
+        return len({_key(v) for v in vs})
 
     if documents:
         claim = f"**The documents claim** {quoted(documents, 'claim')}." + (
@@ -118,24 +148,23 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     if held:
         parts = []
         for outcome in ("reproduced", "contradicted"):
-            these = [v for v in held if v.outcome == outcome]
+            these = claims_of(outcome)
             if these:
-                parts.append(f"{_count(len(these), 'claim')} {outcome} {_by_evidence(these)}")
+                parts.append(f"{_count(n_claims(these), 'claim')} {outcome} {_by_evidence(these)}")
         holds = "**What holds:** " + ", ".join(parts) + "."
     else:
         holds = "**What holds:** no claim is reproduced or contradicted by evidence that can decide it."
     if found:
         holds += f" The page's own answer: {found[0].claim} — {found[0].number}."
-    cannot = [v for v in tested if v.outcome == "cannot be tested here"]
-    open_ = [v for v in tested if v.outcome == "inconclusive"]
+    cannot, open_ = claims_of("cannot be tested here"), claims_of("inconclusive")
     if cannot or open_:
         parts = []
         if cannot:
-            parts.append(f"{_count(len(cannot), 'claim')} cannot be tested on this host"
-                         + (f" ({_first_clause(cannot[0].reason)})" if cannot[0].reason else ""))
+            why = _why(cannot)
+            parts.append(f"{_count(n_claims(cannot), 'claim')} cannot be tested on this host" + (f" ({why})" if why else ""))
         if open_:
-            parts.append(f"{_count(len(open_), 'claim')} {'is' if len(open_) == 1 else 'are'} inconclusive"
-                         + (f" ({_first_clause(open_[0].reason)})" if open_[0].reason else ""))
+            why, k = _why(open_), n_claims(open_)
+            parts.append(f"{_count(k, 'claim')} {'is' if k == 1 else 'are'} inconclusive" + (f" ({why})" if why else ""))
         limits = "**What this host cannot say:** " + "; ".join(parts) + "."
     else:
         limits = "**What this host cannot say:** nothing on this page; every claim it tests was decided."

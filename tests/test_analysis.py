@@ -57,7 +57,7 @@ def test_crossover_none_outside_range():
         pl.when(pl.col("engine") == "vllm").then(pl.col("batch_time_s") / 10).otherwise(pl.col("batch_time_s"))
     )
     x = analysis.crossover(vllm_always)
-    assert x.context_tokens is None and "vllm is faster at every measured context" in x.note
+    assert x.context_tokens is None and "vLLM is faster at every measured context" in x.note
 
 
 def test_crossover_refuses_mixed_sources():
@@ -140,7 +140,11 @@ def test_relative_speed_and_crossover_between_measured_engines():
                              .otherwise(pl.col("batch_time_s")).alias("batch_time_s"))
     none = analysis.crossover(slow, "vllm", "sglang-jax")
     assert none.context_tokens is None
-    assert none.note == "vllm is faster at every measured context (2,048–6,400 tokens): no crossover inside the range"
+    assert none.note == "vLLM is faster at every measured context (2,048–6,400 tokens): no crossover inside the range"
+    fast = runs.with_columns(pl.when(pl.col("engine") == "sglang-jax").then(pl.col("batch_time_s") / 10)
+                             .otherwise(pl.col("batch_time_s")).alias("batch_time_s"))
+    assert analysis.crossover(fast, "vllm", "sglang-jax").note.startswith(
+        "sglang-jax (CPU) is faster at every measured context")  # the engine's label, never its id
 
 
 def test_batch_time_growth_fits_a_power_law_per_engine():

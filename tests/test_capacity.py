@@ -159,14 +159,16 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
     curve, points, _, gmap = frames
     got = capacity.capacity_verdicts(curve, points, gmap, capacity.modelled_ceilings())
     assert [(v.claim_id, v.outcome, v.evidence, v.value, v.n, v.spread) for v in got] == [
-        # each run records its server's pool: 20,480 // 1,024 = 20 against 8 (2.5x), 6 against 2 (3x), 3 runs a side
-        ("capacity_ceiling_memory", "reproduced", "measured", 2.5, 3, (2.5, 3.0)),
+        # each run records its server's pool: 20,480 // 1,024 = 20 against 8 (2.5x), 6 against 2 (3x); the 3 runs a
+        # side are the load steps of repeat 0 (one server start), so n = 1 repeat: inconclusive
+        ("capacity_ceiling_memory", "inconclusive", "measured", 2.5, 1, (2.5, 3.0)),
         # both points past the ceiling queued, but 2 < 3 runs: inconclusive
         ("capacity_queueing_past_ceiling", "inconclusive", "measured", 1.0, 2, None),
         # two implementations on a CPU: vLLM's goodput at 1 in flight, 64K / 0.92, is already 0.5 / 0.25 = 2x
         ("capacity_goodput_map", "cannot be tested here", "measured", 2.0, 1, None),
-        ("capacity_modelled_ceiling", "found", "modelled", 11.0, None, None),  # 2,370,790 // 204,800
+        ("capacity_modelled_ceiling", "found", "modelled", 11.0, 1, None),  # 2,370,790 // 204,800; one assumption set
     ]
+    assert got[0].reason.startswith("SGLang at 64K (1,024 tok): n=1 on the smaller side, fewer than the 3 repeats")
     assert got[1].number == ("2 of 2 load points past the ceiling queued (e.g. SGLang at 200K (3,200 tok), 4 in "
                              "flight against a ceiling of 2: up to 2 waiting); 0 of 22 below or at it")
     assert got[2].number.endswith("vLLM ahead at 3 of 4 context × memory settings")
@@ -187,15 +189,27 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
         ("cannot be tested here", "no capacity run stored"), ("cannot be tested here", "no capacity run stored")]
 
 
+def test_the_ceiling_against_the_memory_setting_counts_repeats_not_load_steps(frames):
+    """Three repeat indices of every load step decide (rule 2: n >= 3, ranges apart); the load steps of one
+    repeat never do, however many there are."""
+    _, points, _, _ = frames
+    three = pl.concat([points.with_columns(pl.lit(k, dtype=points["repeat"].dtype).alias("repeat")) for k in range(3)])
+    v = capacity.ceiling_verdict(three)
+    assert (v.outcome, v.value, v.n, v.spread) == ("reproduced", 2.5, 3, (2.5, 3.0))
+    two = three.filter(pl.col("repeat") < 2)  # six rows a side, two repeats
+    assert (capacity.ceiling_verdict(two).outcome, capacity.ceiling_verdict(two).n) == ("inconclusive", 2)
+
+
 def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(frames):
     curve, points, _, gmap = frames
     got = capacity.capacity_verdicts(curve, points, gmap, capacity.modelled_ceilings())
     first, holds, cannot = verdicts.headline(got)
     assert first.startswith("**The documents make no claim this page tests**; it tests its own: “A higher memory "
                             "setting raises") and first.endswith("and 1 more question.")
-    assert holds.startswith("**What holds:** 1 claim reproduced on measured evidence.")
-    assert "1 claim cannot be tested on this host (vLLM and SGLang are different implementations run on a CPU)" \
-        in cannot
+    assert holds.startswith("**What holds:** no claim is reproduced or contradicted by evidence that can decide it.")
+    assert cannot == ("**What this host cannot say:** 1 claim cannot be tested on this host (CPU runs of two different "
+                      "engine implementations cannot decide a speed claim about a GPU host); 2 claims are inconclusive "
+                      "(fewer than 3 repeats).")
     doc = verdicts.Verdict("a document's claim", "reproduced", "published", "1×", kind="speedup")
     assert verdicts.headline([doc, *got])[0] == ("**The documents claim** “a document's claim”. The page also tests "
                                                  "3 questions of its own.")

@@ -41,6 +41,10 @@ def test_cpu_runs_of_two_engines_cannot_decide_a_speed_claim():
     flipped = cpu_cross_engine("vllm", "sglang-jax", ["cpu"], baseline=0.5, baseline_at="64K", spread=(0.4, 0.8))
     assert (flipped.value, flipped.spread) == (2.0, (1.25, 2.5))  # slower ÷ faster, sglang-jax named the faster
     assert flipped.reason.startswith("sglang-jax (CPU) and vLLM")
+    # no setting without the mechanism measured: still cannot be tested here, with no value and the reason why
+    none = cpu_cross_engine("vllm", "sglang-jax", ["cpu"], baseline=None, baseline_at="no load below 100 measured", n=1)
+    assert (none.outcome, none.value, none.unit, none.n) == ("cannot be tested here", None, "×", 1)
+    assert "no baseline was measured (no load below 100 measured)" in none.reason
     # the rule does not apply to GPU runs, nor to one engine against itself
     assert cpu_cross_engine("vllm", "sglang", ["gpu", "gpu"], baseline=2.0, baseline_at="64K") is None
     assert cpu_cross_engine("vllm", "vllm", ["cpu"], baseline=2.0, baseline_at="64K") is None
@@ -99,6 +103,18 @@ def test_repeats_from_an_aggregated_row():
     r = Repeats.summary(1.0, 0.8, 1.3, 4)
     assert (r.n, r.lo, r.hi, r.mid) == (4, 0.8, 1.3, 1.0)
     assert Repeats.summary(2.0, None, None, 1).values == (2.0,) and Repeats.summary(None, 1, 2, 3).n == 0
+
+
+def test_repeats_count_distinct_repeat_indices_not_rows():
+    """Rule 2's n: the load steps of one server start (three rows of repeat 0) are one repeat, folded by their median."""
+    one = Repeats.per_repeat([8, 8, 8], [0, 0, 0])
+    assert (one.n, one.values) == (1, (8.0,))
+    three = Repeats.per_repeat([8, 9, 7, 10, None], [0, 1, 2, 2, 3])
+    assert (three.n, three.values) == (3, (8.0, 9.0, 8.5))
+    assert Repeats.per_repeat([1.0, 2.0], [None, None]).n == 2  # rows without an index are their own
+    g = measured_difference(Repeats.per_repeat([20, 20, 20], [0, 0, 0]), Repeats.per_repeat([8, 8, 8], [0, 0, 0]),
+                            "higher")
+    assert (g.outcome, g.n, g.value) == ("inconclusive", 1, 2.5)
 
 
 def test_mixed_signs_across_engines_or_metrics_are_inconclusive():
@@ -220,9 +236,20 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
     got = narrative.engine_choice_verdicts(claims, sharing, conc, w, w.tree(), ev)
     assert [(v.claim_id, v.outcome, v.value) for v in got] == [
         ("shared_prefix_threshold", "cannot be tested here", 2.0),  # vLLM 2 s against 4 s at 0 shared
-        ("high_concurrency", "cannot be tested here", 1.25),  # sglang-jax 50 against 40 requests/s, one level
+        # one level, 128 in flight, above the claim's 100: no baseline below it was measured, so no value
+        ("high_concurrency", "cannot be tested here", None),
         ("engine_choice_recommendation", "cannot be tested here", 2.0)]
     assert all(v.n == 1 and v.scope and v.reason for v in got)
+    assert got[1].reason.startswith("sglang-jax (CPU) and vLLM are different implementations run on a CPU, and no "
+                                    "baseline was measured (no load below the claim's 100 in flight measured with "
+                                    "both engines)")
+    # with a load below the threshold measured, its ratio is the baseline: sglang-jax 60 against 30 requests/s at 8
+    low = conc_runs(30.0, 60.0).with_columns(pl.lit(8, pl.Int64).alias("batch_size"), pl.col("run_id") + "-8")
+    conc2 = analysis.concurrency_study(pl.concat([conc_runs(), low]))
+    v = next(v for v in narrative.engine_choice_verdicts(claims, sharing, conc2, w, w.tree(), ev)
+             if v.claim_id == "high_concurrency")
+    assert (v.outcome, v.value, v.unit) == ("cannot be tested here", 2.0, "×")
+    assert v.number.startswith("sglang-jax (CPU) already 2.0× ahead at 8 in flight (the lowest load measured)")
 
 
 def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():
@@ -233,7 +260,8 @@ def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():
     off = dict(engine="vllm", hardware="CPU", cache_hit_rate=0.0, cache_hit_rate_min=0.0, cache_hit_rate_max=0.0,
                n_runs=3)
     g = cache_shares(on, off)
-    assert (g.outcome, g.value, g.unit, g.spread, g.n) == ("reproduced", 0.78, "", (0.75, 0.8), 3)
+    assert (g.outcome, g.value, g.unit, g.spread, g.n) == ("reproduced", 0.78, "fraction of prompt tokens, cache on − off",
+                                                           (0.75, 0.8), 3)
     assert negated(g).outcome == "contradicted"  # "vLLM shares no prefixes"
     once = cache_shares(on | {"n_runs": 1, "cache_hit_rate_min": None, "cache_hit_rate_max": None}, None)
     assert (once.outcome, once.n, once.value) == ("inconclusive", 1, 0.78)
@@ -262,3 +290,42 @@ def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
     th = analysis.sharing_threshold(step)
     assert th.verdict == "threshold"
     assert _threshold_shape(step, th).endswith(f"a step of {th.step_at:+.0%} across 30%")
+
+
+# --------------------------------------------------------------------------- every verdict's typed fields
+
+
+def typed_field_gaps(verdicts) -> list[str]:
+    """What a verdict lacks of its typed fields (issue 22): claim_id, kind, scope; a unit wherever it has a value;
+    n (runs, published points, points fitted or assumption sets: docs/verdicts.md) for every kind of evidence."""
+    gaps = []
+    for v in verdicts:
+        v = v if isinstance(v, dict) else v.__dict__
+        where = f"{v['claim_id'] or v['claim'][:40]} ({v['evidence']}, {v['outcome']})"
+        gaps += [f"{where}: no {f}" for f in ("claim_id", "kind", "scope") if not v[f]]
+        if v["value"] is not None and not v["unit"]:
+            gaps.append(f"{where}: value {v['value']} without a unit")
+        if v["n"] is None and v["evidence"] in ("measured", "published", "modelled"):
+            gaps.append(f"{where}: no n")
+    return gaps
+
+
+def test_every_verdict_on_the_fixed_frames_carries_its_typed_fields(fit, study):
+    from kvlab import store
+
+    conc = analysis.concurrency_study(conc_runs())
+    w = guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B")
+    kv = store.load_claims().filter(pl.col("experiment") == "article_kv_design")
+    got = [*narrative.engine_choice_verdicts(kv, study["sharing"], conc, w, w.tree(),
+                                             guide.from_evidence(w, fit, study["sharing"], conc)),
+           *narrative.prefix_verdicts(study["claims"], study["sharing"], study["gain"], study["thresholds"],
+                                      study["by_turn"], study["reuse"])]
+    empty = study["sharing"].head(0)  # nothing measured: every row still says n = 0 runs
+    got += narrative.engine_choice_verdicts(kv, empty, conc.head(0), w, w.tree(),
+                                            guide.from_evidence(w, fit, empty, conc.head(0)))
+    assert len(got) == 16  # 5 + 6 from the frames, 5 with nothing measured
+    assert typed_field_gaps(got) == []
+    # the last turn's cached share, vLLM first: 2,176 of 2,304 prompt tokens (whole 128-token blocks of 2,240 shared)
+    multi = next(v for v in got if v.claim_id == "multi_turn_reuse")
+    assert (multi.value, multi.unit.split(" (")[0]) == (pytest.approx(2176 / 2304),
+                                                        "fraction of the last turn's prompt from the cache")

@@ -2,7 +2,7 @@
 
 import polars as pl
 import pytest
-from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
+from prefix_frames import conc_runs, multi_turn_frames, repeated, sharing_runs
 
 from kvlab import analysis, guide, narrative, store
 
@@ -29,9 +29,9 @@ def test_speed_claims_against_the_table_and_the_measured_direction():
            narrative.speed_claim_verdicts(CLAIMS, rel, rel_m, {"sglang": "sglang-jax"})]
     # CPU runs of two engines never decide the GPU claim: each measured row quotes the shortest context's ratio
     assert got == [
-        ("speedup_64K", "reproduced", "published", 1.5, None),
+        ("speedup_64K", "reproduced", "published", 1.5, 2),  # n: the two published times at 64K
         ("speedup_64K", "cannot be tested here", "measured", 2.0, 1),
-        ("speedup_200K", "reproduced", "published", 1.31, None),
+        ("speedup_200K", "reproduced", "published", 1.31, 2),
         ("speedup_200K", "cannot be tested here", "measured", 2.0, 1),
     ]
     slow = analysis.relative_speed(_measured([1.0, 2.0, 1.0, 14.0]), "vllm", "sglang-jax")
@@ -88,9 +88,9 @@ def test_decay_claims_against_the_table_and_the_measured_shape():
     got = narrative.decay_claim_verdicts(CLAIMS, check, analysis.decay_factors(PUB),
                                          analysis.decay_factors(_measured([1.0, 2.0, 4.0, 3.0])))
     assert [(v.outcome, v.evidence, round(v.value, 2), v.n) for v in got] == [
-        ("contradicted", "published", 2.94, None),
-        ("contradicted", "published", 1.49, None),
-        ("reproduced", "published", round(2.937 / 1.494, 2), None),
+        ("contradicted", "published", 2.94, 2),  # n: the engine's published times at 64K and 200K
+        ("contradicted", "published", 1.49, 2),
+        ("reproduced", "published", round(2.937 / 1.494, 2), 4),  # both engines at both contexts
         ("cannot be tested here", "measured", 2.0, 1),  # vLLM 2× faster at 64K already: implementations, on a CPU
     ]
     assert got[0].number == "table: requests/s falls 2.94× from 64K to 200K (stated 3.29×)"
@@ -464,17 +464,25 @@ def test_prefix_factor_says_by_how_much_and_on_what(sharing):
     assert narrative.factor_evidence(f) == (
         "prefix: vLLM, median batch time 1.9× shorter than sglang-jax (CPU)'s at shared fraction 0.5, each engine's "
         "prefix cache on (cpu_prefix_sharing)")
-    assert "With nothing to share (shared fraction 0) vLLM is 2.0× faster, so sharing the prefix narrows vLLM's lead" \
-        in narrative.factor_finding(f)
+    # CPU runs of two implementations: the lead is said, and said not to decide
+    assert narrative.factor_finding(f).endswith(
+        "With nothing to share (shared fraction 0) vLLM is 2.0× faster, so sharing the prefix narrows vLLM's lead. "
+        "Shorter batch time: vLLM, 1.9× shorter than sglang-jax (CPU) (cpu_prefix_sharing); it is a CPU baseline of "
+        "two different engine implementations, which cannot decide which engine is faster on a GPU host")
+    assert "Favours" not in narrative.factor_line(f)
+    g = guide.prefix_factor(guide.UserWorkload(shared_fraction=0.4), repeated(sharing, "batch_time_s"))
+    assert narrative.factor_finding(g).endswith("Shorter batch time: **vLLM**, 1.87× shorter than sglang-jax (CPU) "
+                                                "(cpu_prefix_sharing)")  # three repeats: three significant figures
+    assert narrative.factor_line(g).endswith(" Favours **vLLM**.")
 
 
 def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
-    sh = analysis.prefix_sharing(sharing_runs(vllm_time=4.0, jax_time=2.0))  # 2.677 s vs 1.25 s at 0.5: 2.14×
+    sh = repeated(analysis.prefix_sharing(sharing_runs(vllm_time=4.0, jax_time=2.0)), "batch_time_s")  # 2.14× at 0.5
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
-    ev = guide.from_evidence(w, fit, sh, analysis.concurrency_study(conc_runs()))
+    ev = guide.from_evidence(w, fit, sh, repeated(analysis.concurrency_study(conc_runs()), "requests_per_s"))
     assert narrative.evidence_basis(ev) == (
-        "measured — prefix: sglang-jax (CPU), median batch time 2.1× shorter than vLLM's at shared fraction 0.5, each "
-        "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.2× the completed "
+        "measured — prefix: sglang-jax (CPU), median batch time 2.14× shorter than vLLM's at shared fraction 0.5, each "
+        "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.25× the completed "
         "requests/s of vLLM at 128 requests in flight (cpu_classification); the SGLang side of these measurements is "
         "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
     assert narrative.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
@@ -483,13 +491,16 @@ def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
 
 
 def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
-    conc = analysis.concurrency_study(conc_runs())  # sglang-jax 1.25× the requests/s; vLLM wins the prefix factor
+    conc = repeated(analysis.concurrency_study(conc_runs()), "requests_per_s")  # sglang-jax 1.25× the requests/s
+    sharing = repeated(sharing, "batch_time_s")  # vLLM wins the prefix factor
     shared = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(shared, fit, sharing, conc)
     assert narrative.evidence_basis(ev).endswith(
         "so the prefix factor, the tree's first question for this workload, decides; the SGLang side of these "
         "measurements is sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
     why = narrative.disagreement(shared, shared.tree(), ev, sharing)
+    assert why.startswith("The tree says **SGLang** (RadixAttention reuses the shared prefix across requests); the "
+                          "measured data say **vLLM** (prefix: vLLM, median batch time 1.87× shorter")
     assert ("measured, vLLM's automatic prefix caching reused 41% of prompt tokens at shared fraction 0.5 "
             "(sglang-jax (CPU)'s radix cache: 47%)") in why
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=128)
@@ -497,19 +508,48 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
     assert "so the concurrency factor" in narrative.evidence_basis(ev)
     why = narrative.disagreement(distinct, distinct.tree(), ev, sharing)
     assert ("The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with ≥ 100 requests in "
-            "flight; measured, concurrency: sglang-jax (CPU), 1.2× the completed requests/s of vLLM") in why
+            "flight; measured, concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM") in why
 
 
-def test_differences_under_the_margin_are_said_to_decide_nothing(fit):
+def test_cpu_baselines_are_said_to_decide_nothing_and_the_guide_follows_the_tree(fit, sharing):
+    """CPU runs of vLLM against sglang-jax: no 'from the data: vLLM', no 'they disagree'; the tree's answer, and why
+    the measured factors cannot decide."""
+    w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
+    conc = analysis.concurrency_study(conc_runs())
+    ev = guide.from_evidence(w, fit, sharing, conc)
+    assert narrative.evidence_sentences(ev).splitlines()[-1] == (
+        "- from the data: no factor decides, so the guide follows the tree: **SGLang** (the measured prefix and "
+        "concurrency comparisons are CPU baselines of two different engine implementations, which cannot decide "
+        "which engine is faster on a GPU host; the model does not separate the engines here).")
+    assert narrative.disagreement(w, w.tree(), ev, sharing) is None
+    assert narrative.recommendation_sentence(w, w.tree(), ev, sharing) == (
+        "**The tree says SGLang; the data here can neither confirm nor contradict it**: the measured prefix and "
+        "concurrency comparisons are CPU baselines of two different engine implementations, which cannot decide "
+        "which engine is faster on a GPU host; the model does not separate the engines here. The tree's "
+        "shared-prefix branch assumes vLLM shares no prefixes; measured, vLLM's automatic prefix caching reused 41% "
+        "of prompt tokens at shared fraction 0.5 (sglang-jax (CPU)'s radix cache: 47%), so a shared prefix alone "
+        "does not separate the engines.")
+    assert narrative.evidence_gap_sentence(ev) == (
+        "Two engines were measured (prefix, concurrency), but on a CPU: runs of two different engine implementations "
+        "there are a baseline that cannot decide which engine is faster on a GPU host. Run the GPU experiments "
+        "(`data/experiments/gpu_*.yaml`), with 3 repeats, for a measured comparison.")
+
+
+def test_differences_the_grading_rules_do_not_pass_are_said_to_decide_nothing(fit):
     sh = analysis.prefix_sharing(sharing_runs(vllm_time=2.0, jax_time=2.0 * 1.03))  # 3% apart everywhere
     conc = analysis.concurrency_study(conc_runs(40.0, 41.0))
-    ev = guide.from_evidence(guide.UserWorkload(shared_fraction=0.4, concurrency=128), fit, sh, conc)
-    assert "tie-break" in narrative.evidence_basis(ev)
-    # at 0.5 sglang-jax's token-exact hits make it 1.339 / 1.2875 = 1.04× faster: still under the margin
-    assert narrative.factor_finding(ev.factors[1]).endswith("With nothing to share (shared fraction 0) vLLM is 1.0× faster. "
-                                          "Batch times within 5% (1.04×): no measured difference")
-    assert narrative.evidence_gap_sentence(ev) == ("Two engines were measured (prefix, concurrency), but every measured "
-                                               "difference is under 5%: the measurements do not separate them.")
+    ev = guide.from_evidence(guide.UserWorkload(shared_fraction=0.4, concurrency=128), fit,
+                             repeated(sh, "batch_time_s", spread=0.05), repeated(conc, "requests_per_s", spread=0.05))
+    assert narrative.evidence_basis(ev).endswith("the model does not separate the engines here; so the guide follows "
+                                                 "the tree")
+    # at 0.5 sglang-jax's token-exact hits make it 1.339 / 1.2875 = 1.04× faster: within the repeats' spread
+    assert narrative.factor_finding(ev.factors[1]).endswith(
+        "Shorter batch time: sglang-jax (CPU), 1.04× shorter than vLLM (cpu_prefix_sharing); it is no decided "
+        "difference (sglang-jax (CPU) against vLLM: the min–max ranges of the 3+ repeats of each side overlap: the "
+        "difference is within the spread)")
+    assert narrative.evidence_gap_sentence(ev) == (
+        "Two engines were measured (prefix, concurrency), but no measured difference passes the grading rules (at "
+        "least 3 repeats a side, least–most ranges apart): the measurements do not separate them.")
     one = guide.from_evidence(guide.UserWorkload(), fit, sh.filter(pl.col("engine") == "vllm"), pl.DataFrame())
     assert narrative.evidence_gap_sentence(one).startswith("No measurement here compares two engines")
 
@@ -520,22 +560,19 @@ def test_context_factor_says_what_the_model_times_when_dcp_divides_nothing(fit):
             "(13.20× slower, the cost of DCP alone)") in narrative.factor_finding(f)  # what the chart beside it shows, not 'the same time'
 
 
-def test_a_tie_break_is_called_a_tie_break(fit, sharing):
+def test_with_nothing_measured_the_guide_follows_the_tree_and_says_so(fit, sharing):
     empty_sh, empty_conc = sharing.head(0), analysis.concurrency_study(conc_runs()).head(0)
     shared = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(shared, fit, empty_sh, empty_conc)
-    assert "the data say" not in narrative.disagreement(shared, shared.tree(), ev, empty_sh)
+    assert narrative.disagreement(shared, shared.tree(), ev, empty_sh) is None
     assert narrative.recommendation_sentence(shared, shared.tree(), ev, empty_sh) == (
-        "**They disagree.** The tree says **SGLang** (RadixAttention reuses the shared prefix across requests); "
-        "nothing measured or modelled here separates the engines, so the data's **vLLM** is only a tie-break (vLLM, "
-        "easier to operate), not a finding.")
+        "**The tree says SGLang; the data here can neither confirm nor contradict it**: no measurement compares two "
+        "engines; the model does not separate the engines here.")
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=16)
     ev = guide.from_evidence(distinct, fit, empty_sh, empty_conc)
-    assert narrative.recommendation_sentence(distinct, distinct.tree(), ev, empty_sh) == (
-        "**The tree says vLLM; the data cannot confirm it**: nothing measured or modelled here separates the engines, "
-        "and vLLM is only the tie-break.")
-    assert narrative.evidence_sentences(ev).endswith("- from the data: **vLLM**, but only as a tie-break: no factor "
-                                                 "separates the engines; vLLM as the tree's tie-break (easier to operate).")
+    assert narrative.evidence_sentences(ev).endswith(
+        "- from the data: no factor decides, so the guide follows the tree: **vLLM** (no measurement compares two "
+        "engines; the model does not separate the engines here).")
 
 
 def test_engine_choice_captions(sharing):
@@ -571,13 +608,13 @@ def test_engine_choice_verdicts(fit, sharing):
     # the cross-engine claims, on CPU runs of two engines: cannot be tested here, the baseline ratio as the value
     assert [(v.claim_id, v.outcome, v.evidence, v.value, v.n) for v in got[2:]] == [
         ("shared_prefix_threshold", "cannot be tested here", "measured", 2.0, 1),  # vLLM 2 s, sglang-jax 4 s at 0
-        ("high_concurrency", "cannot be tested here", "measured", 1.25, 1),  # one load level: 50 against 40 req/s
+        ("high_concurrency", "cannot be tested here", "measured", None, 1),  # one load, 128: none below the 100
         ("engine_choice_recommendation", "cannot be tested here", "measured", 2.0, 1),
     ]
     none = narrative.engine_choice_verdicts(claims, sharing.head(0), conc.head(0), w, w.tree(),
                                             guide.from_evidence(w, fit, sharing.head(0), conc.head(0)))
     assert [v.outcome for v in none] == ["cannot be tested here"] * 5
-    assert none[-1].number == "nothing separates the engines here; vLLM only as the tie-break"
+    assert none[-1].number == "nothing measured or modelled here separates the engines; the guide follows the tree (SGLang)"
 
 
 def test_caching_gain_caption_words_a_threshold_from_the_rows(study):

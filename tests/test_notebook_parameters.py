@@ -63,8 +63,9 @@ NO_RUNS = {
     "01": (["No measured runs"], 1),
     "03": (["No measured runs"], 1),
     "05": (["No measured runs of `cpu_prefix_sharing`", "the document's claims stay untested here"], 1),
-    # the decision tree and the modelled context curves; no factor separates the engines: the tie-break, said so
-    "06": (["No measured prefix-sharing runs", "No measured classification runs", "vLLM as the tree"], 2),
+    # the decision tree and the modelled context curves; no factor decides: the guide follows the tree, said so
+    "06": (["No measured prefix-sharing runs", "No measured classification runs", "no factor decides, so the guide "
+            "follows the tree"], 2),
 }
 
 

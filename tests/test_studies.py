@@ -86,8 +86,9 @@ def test_evidence_names_the_contradicted_premise():
     from kvlab.perfmodel import published_fit
 
     ev = guide.from_evidence(w, published_fit(), sharing, pl.DataFrame())
-    assert ev.engine == "vllm" and ev.factors[0].favours is None  # GQA at TP8: DCP changes nothing
-    why = narrative.disagreement(w, w.tree(), ev, sharing)
+    # GQA at TP8: DCP changes nothing; one engine measured: nothing decides, and the guide follows the tree
+    assert (ev.engine, ev.decided_by, ev.factors[0].favours) == ("sglang", "tree", None)
+    why = narrative.recommendation_sentence(w, w.tree(), ev, sharing)
     assert "assumes vLLM shares no prefixes" in why and "45%" in why
 
 

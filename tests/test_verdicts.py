@@ -23,7 +23,7 @@ def test_box_carries_its_verdicts_as_data():
     assert bundle[verdicts.MIME][0] == {"claim": "vLLM ≈ 1.5× faster at 64K", "outcome": "reproduced",
                                         "evidence": "published", "number": "vLLM 1.50× faster at 64K",
                                         "claim_id": "", "kind": "", "value": None, "unit": "", "n": None,
-                                        "spread": None, "scope": "", "reason": ""}
+                                        "spread": None, "scope": "", "reason": "", "limit": ""}
     assert verdicts.Verdict(**bundle[verdicts.MIME][0]) == V[0]  # the payload reads back as the same verdict
     assert bundle["text/html"].count("<tr") == 2 and ">contradicted<" not in bundle["text/html"]
     assert bundle["text/plain"].splitlines()[1] == "[found · measured] curves cross: no: vLLM faster at every measured context"
@@ -110,6 +110,39 @@ def test_headline_says_what_is_claimed_what_holds_and_what_this_host_cannot_say(
                       "implementations); 1 claim is inconclusive (the model fails its held-out test (0 of 4 winners)).")
     html = verdicts.box_html(vs)
     assert html.index('class="kvlab-headline"') < html.index("What this report found") < html.index("<table")
+
+
+def test_headline_counts_each_claim_once_and_gives_each_cause():
+    """The index holds every report's verdicts: a claim tested in two reports, or on published and on measured
+    evidence, counts once in each sentence; what cannot be tested is grouped by each verdict's own cause."""
+    from kvlab.claims.grading import CPU_IMPLEMENTATIONS, NO_GPU_MEMORY
+
+    cpu = dict(evidence="measured", reason="vLLM and SGLang are different implementations run on a CPU: …",
+               limit=CPU_IMPLEMENTATIONS)
+    vs = [
+        verdicts.Verdict("vLLM ≈ 1.5× faster at 64K", "reproduced", "published", "1.50×", claim_id="speedup_64K"),
+        verdicts.Verdict("vLLM ≈ 1.5× faster at 64K", "cannot be tested here", number="2.6×", claim_id="speedup_64K",
+                         **cpu),
+        verdicts.Verdict("SGLang ≈ 1.31× faster at 200K", "reproduced", "published", "1.31×", claim_id="speedup_200K"),
+        verdicts.Verdict("SGLang ≈ 1.31× faster at 200K", "cannot be tested here", number="2.6×",
+                         claim_id="speedup_200K", **cpu),
+        verdicts.Verdict("≥30% shared: SGLang", "cannot be tested here", number="11×", claim_id="shared_prefix_threshold",
+                         **cpu),  # in report 05 ...
+        verdicts.Verdict("≥30% shared: SGLang", "cannot be tested here", number="11×", claim_id="shared_prefix_threshold",
+                         **cpu),  # ... and again in report 06
+        *[verdicts.Verdict(f"memory claim {k}", "cannot be tested here", "measured", "0 retries", claim_id=f"memory_{k}",
+                           reason="the setting here is a simulated KV-cache budget: …", limit=NO_GPU_MEMORY)
+          for k in ("095", "092_retries")],
+    ]
+    claim, holds, limits = verdicts.headline(vs)
+    assert claim.endswith("and 3 more claims.")
+    assert holds == "**What holds:** 2 claims reproduced on published evidence."
+    assert limits == ("**What this host cannot say:** 5 claims cannot be tested on this host (CPU runs of two "
+                      "different engine implementations cannot decide a speed claim about a GPU host (3); no GPU memory "
+                      "outside the KV pool on this host, where the claimed OOMs arise (2)).")
+    # a verdict without a cause of its own is quoted by its reason's first clause, as before
+    assert verdicts.headline(vs[:2] + [verdicts.Verdict("x", "inconclusive", "measured", "1", reason="n=1: too few")])[
+        2].endswith("1 claim is inconclusive (n=1).")
 
 
 def test_headline_when_everything_is_decided_or_nothing_is_tested():

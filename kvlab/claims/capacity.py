@@ -9,7 +9,9 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab import analysis
-from kvlab.claims.grading import Repeats, combined, counted, cpu_cross_engine, measured_difference, on_cpu
+from kvlab.claims.grading import (
+    NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, measured_difference, on_cpu,
+)
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.roofline import Assumptions, Config, memory
 from kvlab.units import scaled_context, sig2, tokens_label
@@ -60,11 +62,18 @@ def _where(r: dict) -> str:
     return f"{engine_label(r['engine'])} at {scaled_context(r['context_label'], r['context_tokens'])}"
 
 
+def _per_repeat(g: pl.DataFrame) -> Repeats:
+    """The ceilings of one engine x context x memory setting, one per repeat index (rule 2's n): the load steps of a
+    repeat share one server start and so one reported pool; they are one repeat, not several."""
+    reps = g["repeat"].to_list() if "repeat" in g.columns else [None] * g.height
+    return Repeats.per_repeat(g["concurrency_ceiling"].to_list(), reps)
+
+
 def ceiling_verdict(points: pl.DataFrame) -> Verdict:
     """Whether the measured ceiling moves with the memory setting, within each engine (rule 2): per engine x
-    context measured at two or more memory settings, the ceilings of the runs at the highest setting against those
-    at the lowest (each run records its server's reported KV pool), combined across engines and contexts (their
-    signs must agree). No pair: *cannot be tested here*."""
+    context measured at two or more memory settings, the ceilings at the highest setting against those at the
+    lowest, one per repeat index (each run records its server's reported KV pool; the load steps of one repeat
+    share a server start and count once), combined across engines and contexts (their signs must agree). No pair: *cannot be tested here*."""
     cid, claim = CEILING_CLAIM
     d = points.filter(pl.col("concurrency_ceiling").is_not_null()) if not points.is_empty() else points
     grades, parts = [], []
@@ -73,17 +82,17 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
         mems = sorted(g["mem_util"].drop_nulls().unique().to_list())
         if len(mems) < 2:
             continue
-        hi = g.filter(pl.col("mem_util") == mems[-1])["concurrency_ceiling"].to_list()
-        lo = g.filter(pl.col("mem_util") == mems[0])["concurrency_ceiling"].to_list()
+        hi, lo = (g.filter(pl.col("mem_util") == m) for m in (mems[-1], mems[0]))
         where = _where({"engine": engine, "context_tokens": ctx, "context_label": label})
         cpu = on_cpu(g["device_kind"][0], g["hardware"][0])
-        grades.append(measured_difference(Repeats.of(hi), Repeats.of(lo), "higher", what=where, scope=(
+        grades.append(measured_difference(*(_per_repeat(s) for s in (hi, lo)), "higher", what=where, scope=(
             "CPU: a stated KV budget per memory setting" if cpu else g["hardware"][0])
-            + "; n counts runs, each with its server's reported pool (the rungs of one setting share a start)"))
+            + "; n counts repeats of each setting, not the load steps that share one server start"))
+        hi, lo = hi["concurrency_ceiling"].to_list(), lo["concurrency_ceiling"].to_list()
         parts.append((ctx, f"{where}: {min(lo)} → {min(hi)} requests ({mems[0]:g} → {mems[-1]:g})"))
     if not grades:
         return Verdict(claim, "cannot be tested here", "measured", "no engine measured at two memory settings with "
-                       "a reported KV pool", claim_id=cid, kind="capacity",
+                       "a reported KV pool", claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                        reason="no engine measured at two memory settings with a reported KV pool")
     g = combined(grades)
     number = "; ".join(p for _, p in sorted(parts, key=lambda p: p[0]))
@@ -102,7 +111,7 @@ def queueing_verdict(points: pl.DataFrame) -> Verdict:
         why = ("no capacity run stored" if points.is_empty() else
                "no run sampled its server's waiting queue" if seen.is_empty() else
                "no load point past its concurrency ceiling had its waiting queue sampled")
-        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", reason=why)
+        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason=why)
     queued = past.filter(pl.col("queued"))
     below = seen.filter(pl.col("past_ceiling") == False)  # noqa: E712 - a polars comparison
     below_q = below.filter(pl.col("queued")).height
@@ -167,7 +176,7 @@ def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
     if cells.is_empty():
         why = ("no context × memory setting measured with two engines within the SLO" if not curve.is_empty()
                else "no capacity run stored")
-        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", reason=why)
+        return Verdict(claim, "cannot be tested here", "measured", why, claim_id=cid, kind="capacity", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason=why)
     wins: dict[str, int] = {}
     for w in cells["winner"].to_list():
         wins[w] = wins.get(w, 0) + 1
@@ -208,7 +217,8 @@ def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
                                                f"{r['mem_util']:g}", scope=r["hardware"]))
     if not grades:
         return Verdict(claim_here, "inconclusive", "measured", f"{summary}; only one engine met the SLO at each",
-                       claim_id=cid, kind="capacity", reason="only one engine met the SLO at each setting")
+                       claim_id=cid, kind="capacity", n=int(cells["n"].min()) if "n" in cells.columns else None,
+                       reason="only one engine met the SLO at each setting")
     return combined(grades).verdict(claim_here, summary, claim_id=cid, kind="capacity")
 
 
@@ -224,7 +234,7 @@ def modelled_verdict(modelled: pl.DataFrame) -> Verdict:
     first = at.row(0, named=True)
     return Verdict(f"{claim} ({tokens_label(ctx)})", "found", "modelled",
                    f"{'; '.join(parts)} requests at {tokens_label(ctx)}", claim_id=cid, kind="capacity",
-                   value=float(first["concurrency_ceiling"]), unit="requests",
+                   value=float(first["concurrency_ceiling"]), unit="requests", n=1,  # one assumption set
                    scope=f"kvlab's physical model, {first['model']} on {first['tp']}× {first['gpu']}",
                    reason="modelled KV pool in tokens ÷ context (never measured here)")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab.analysis import nearest
-from kvlab.claims.grading import Repeats, cpu_cross_engine, measured_difference, negated
+from kvlab.claims.grading import NOTHING_MEASURED, Repeats, cpu_cross_engine, measured_difference, negated
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.units import sig2
@@ -39,7 +39,7 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
     if c:
         r = _at_largest_fraction(on, [VLLM]) if not on.is_empty() else None
         out.append(Verdict(f"{c['statement']} — vLLM as measured here, prefix cache on (its default)", "cannot be tested here", "measured",
-                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing",
+                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                            reason="no measured vLLM prefix-sharing run") if r is None else
                    negated(cache_shares(r, off_row(r))).verdict(
                        f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
@@ -50,7 +50,7 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
         radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if registry.family(e) == SGLANG]
         r = _at_largest_fraction(on, radix) if radix else None
         out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run",
-                           claim_id=c["claim_id"], kind="prefix_sharing", reason="no measured SGLang-family run")
+                           claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason="no measured SGLang-family run")
                    if r is None else
                    cache_shares(r, off_row(r)).verdict(
                        f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
@@ -70,15 +70,17 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
         if not pairs:
             out.append(Verdict(c["statement"], "cannot be tested here", "measured",
                                f"no shared fraction ≥ {at:g} measured with two engines", claim_id=c["claim_id"],
-                               kind="engine_choice", reason=f"no shared fraction ≥ {at:g} measured with two engines"))
+                               kind="engine_choice", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason=f"no shared fraction ≥ {at:g} measured with two engines"))
         else:
             f, best, other = pairs[-1]
             m = other["batch_time_s"] / best["batch_time_s"]
-            zero = nearest(on.filter(pl.col("engine").is_in([best["engine"], other["engine"]])), "shared_fraction", 0.0)
+            below = on.filter(pl.col("engine").is_in([best["engine"], other["engine"]]) & (pl.col("shared_fraction") < at))
+            zero = nearest(below, "shared_fraction", 0.0) if not below.is_empty() else below
             out.append(_measured_pair_verdict(
                 f"{c['statement']} — on this host: {engine_label(best['engine'])} against "
                 f"{engine_label(other['engine'])}, each with its prefix cache on", c["claim_id"], best, other,
                 zero, "shared_fraction", lambda v: f"{v:g} shared", "batch_time_s", lower_is_better=True,
+                missing=f"no shared fraction below the claim's {at:g} measured with both engines",
                 at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
                 claimed_family=SGLANG))
     c = by_id.get("high_concurrency")
@@ -90,35 +92,38 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
         if top.is_empty() or top["engine"].n_unique() < 2:
             out.append(Verdict(c["statement"], "cannot be tested here", "measured",
                                f"no run with ≥ {at:g} requests in flight measured with two engines",
-                               claim_id=c["claim_id"], kind="concurrency_threshold",
+                               claim_id=c["claim_id"], kind="concurrency_threshold", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                reason=f"no run with ≥ {at:g} requests in flight measured with two engines"))
         else:
             a, b = top.row(0, named=True), top.row(1, named=True)
             m = a["requests_per_s"] / b["requests_per_s"]
             pair = conc.filter(pl.col("engine").is_in([a["engine"], b["engine"]]))
-            low = pair.filter(pl.col("in_flight") == pair["in_flight"].min())
+            below = pair.filter(pl.col("in_flight") < at)  # a baseline must lie below the claim's threshold
+            low = below.filter(pl.col("in_flight") == below["in_flight"].min()) if not below.is_empty() else below
             levels = pair["in_flight"].n_unique()
             out.append(_measured_pair_verdict(
                 f"{c['statement']} — on this host: {engine_label(a['engine'])} against {engine_label(b['engine'])}, "
                 f"distinct prompts ({levels} concurrency level{'' if levels == 1 else 's'} measured)", c["claim_id"],
                 a, b, low, "in_flight", lambda v: f"{v} in flight (the lowest load measured)", "requests_per_s",
                 lower_is_better=False, claimed_family=VLLM, kind="concurrency_threshold",
+                missing=f"no load below the claim's {at:g} in flight measured with both engines",
                 at_claim=f"{engine_label(a['engine'])} {sig2(m)}× the completed requests/s at {a['in_flight']} in flight"))
     return out
 
 
 def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, base: pl.DataFrame, at_col: str,
                            at_label, metric: str, *, lower_is_better: bool, at_claim: str, claimed_family: str,
-                           kind: str = "engine_choice"):
+                           missing: str, kind: str = "engine_choice"):
     """A claim that one engine family beats the other, graded by :mod:`kvlab.claims.grading`: CPU runs of two
-    engines cannot decide it (rule 1; the ratio at ``base``, where the claim's mechanism is absent, quoted); GPU
+    engines cannot decide it (rule 1; the ratio at ``base``, a setting below the claim's threshold where its
+    mechanism is absent, quoted; with no such setting measured, ``missing`` says so and the value is null); GPU
     runs decide by rule 2 on ``metric`` (spread from its ``*_min*``/``*_max*`` columns where present)."""
     a, b = best["engine"], other["engine"]
     ra = base.filter(pl.col("engine") == a)
     rb = base.filter(pl.col("engine") == b)
     kinds = [r.get("device_kind") for r in (best, other)]
     ns = [best.get("n_runs") or 1, other.get("n_runs") or 1]
-    ratio, where = 1.0, "no setting without the mechanism (none measured)"
+    ratio, where = None, missing
     if ra.height and rb.height:
         ta, tb = ra[metric][0], rb[metric][0]
         ratio = tb / ta if lower_is_better else ta / tb  # > 1: ``a`` ahead where the mechanism is absent
@@ -126,16 +131,15 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
     grade = cpu_cross_engine(a, b, kinds, baseline=ratio, hardware=best.get("hardware"), n=min(ns), baseline_at=where,
                              scope=f"{best.get('hardware') or 'CPU'}")
     if grade is not None:
-        fast = a if ratio >= 1 else b
-        only = ra.height and ra[at_col][0] == best.get(at_col)  # the baseline is the claim's own setting
-        number = (f"{at_claim} (the only setting measured, so nothing shows the gap is the claim's mechanism)" if only
-                  else f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}")
+        if ratio is None:
+            number = f"{at_claim} ({missing}, so nothing shows the gap is the claim's mechanism)"
+        else:
+            fast = a if ratio >= 1 else b
+            number = f"{engine_label(fast)} already {sig2(grade.value)}× ahead at {where}; {at_claim}"
         return grade.verdict(claim, number, claim_id=claim_id, kind=kind)
 
     def reps(r: dict) -> Repeats:
-        suffix = ("_min_s", "_max_s") if metric.endswith("_s") and metric != "requests_per_s" else ("_min", "_max")
-        name = metric.removesuffix("_s") if suffix[0] == "_min_s" else metric
-        return Repeats.summary(r[metric], r.get(name + suffix[0]), r.get(name + suffix[1]), r.get("n_runs") or 1)
+        return Repeats.of_row(r, metric)
 
     fam = (registry.family(a) or a) == claimed_family
     claimed_side, other_side = (best, other) if fam else (other, best)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from kvlab.analysis import consistency_verdicts
-from kvlab.claims.grading import Repeats, cpu_cross_engine, measured_difference
+from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, measured_difference
 from kvlab.engines import engine_label
 from kvlab.units import change, sig2
 from kvlab.verdicts import Verdict
@@ -78,7 +78,7 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
         if pub.is_empty() or rows.is_empty():
             out.append(Verdict(c["statement"], "cannot be tested here", "published",
                                f"no table rows for {engine_label(e)} at {lo} and {hi}", claim_id=c["claim_id"],
-                               kind="throughput_decay", scope="published table",
+                               kind="throughput_decay", scope="published table", n=0, limit=NO_TABLE_ROW,
                                reason=f"the table has no {engine_label(e)} rows at both contexts"))
             continue
         ok = bool(rows["consistent"].fill_null(False).any())
@@ -86,7 +86,7 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
                            "published", f"table: {change(pub['batch_time_ratio'][0], 'requests/s')} from {lo} to {hi} "
                                         f"(stated {c['stated_value']:g}×)", claim_id=c["claim_id"],
                            kind="throughput_decay", value=pub["batch_time_ratio"][0], unit="×",
-                           scope="published table",
+                           n=2, scope="published table",  # the engine's published times at the two contexts
                            reason=("the table gives the stated factor under " if ok else
                                    "the table gives the stated factor under none of ")
                            + "the definitions checked"))
@@ -107,7 +107,7 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
                            "reproduced" if f[0] < f[1] else "contradicted", "published",
                            f"{engine_label(better)} falls {f[0]:.2f}×, {engine_label(worse)} {f[1]:.2f}×",
                            claim_id=",".join(dec["claim_id"].to_list()), kind="throughput_decay",
-                           value=f[1] / f[0], unit="×", scope="published table",
+                           value=f[1] / f[0], unit="×", n=4, scope="published table",  # two engines, two contexts
                            reason=f"{engine_label(better)}'s factor is {'smaller' if f[0] < f[1] else 'not smaller'} "
                                   f"than {engine_label(worse)}'s in the table"))
     if decay_measured is not None and not decay_measured.is_empty():

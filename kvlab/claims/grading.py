@@ -26,7 +26,10 @@ Rule 2 — a measured difference (:func:`measured_difference`, :func:`combined`)
     fewer repeats of the two sides) and ``spread`` (the ratio's range over the repeats) filled in. Where a claim
     is tested on several engines or metrics, they must agree in sign; mixed signs are *inconclusive*. A share
     that can be 0 (a cache's hit share, cache on against off) is compared as a difference; a count a claim bounds
-    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` runs.
+    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` runs. ``n`` counts
+    repeats: distinct repeat indices (RUNS ``repeat``) of the same point. Rows that share one repeat index — the
+    load steps (1, 2, 4 in flight) of one server start, each stored as a run — are one repeat, not several
+    (:meth:`Repeats.per_repeat`).
 
 Rule 3 — modelled evidence (:func:`held_out_passes`, :func:`modelled_claim`, :func:`held_out_grade`).
     kvlab's model is fitted to the published table, so agreeing with that table is no test. A modelled verdict
@@ -35,6 +38,10 @@ Rule 3 — modelled evidence (:func:`held_out_passes`, :func:`modelled_claim`, :
     model's margin (its slower ÷ faster time − 1 where the claim is decided) exceeds the mean held-out error.
     Otherwise the row is an illustration: *inconclusive*, scope "model fitted to the published table; fails its
     held-out test", and the failed held-out test is a row of its own, *contradicted* (never a neutral *found*).
+
+The engine-choice guide's measured factors (:func:`engine_difference`).
+    Before a measured lead may favour an engine in :mod:`kvlab.guide`, it passes rules 1 and 2 as a verdict does:
+    CPU runs of two implementations are a baseline that cannot decide; otherwise 3 repeats a side, ranges apart.
 
 Rule 4 — a modelled factor in the engine-choice guide (:func:`model_factor_decides`).
     The model's engine choice counts only when its margin exceeds the model's mean held-out error; otherwise
@@ -61,6 +68,20 @@ LOO_WINNERS_SHARE = 0.75
 ILLUSTRATION_SCOPE = "model fitted to the published table; fails its held-out test"
 MODEL_SCOPE = "model fitted to the published table"
 
+#: Why evidence cannot decide a claim, in a few words: one constant per cause, the ``limit`` of every verdict of that
+#: cause (the headline groups by it; :class:`kvlab.verdicts.Verdict`).
+CPU_IMPLEMENTATIONS = "CPU runs of two different engine implementations cannot decide a speed claim about a GPU host"
+NO_BASELINE = "no setting without the claim's mechanism was measured"
+FEW_REPEATS = f"fewer than {MIN_REPEATS} repeats"
+WITHIN_SPREAD = "a difference within the spread of the repeats"
+MIXED_SIGNS = "signs mixed across engines or metrics"
+FAILS_HELD_OUT = "the model fails its held-out test"
+NOTHING_MEASURED = "nothing measured to test it"
+NO_TABLE_ROW = "the published table has no row for it"
+NO_GPU_MEMORY = "no GPU memory outside the KV pool on this host, where the claimed OOMs arise"
+ASSUMED_FROM_CLAIM = "the model's memory check rests on an assumption taken from the claim itself"
+UNRECORDED_DEVICE = "the runs record neither a KV budget nor their device"
+
 
 @dataclass(frozen=True)
 class Repeats:
@@ -80,6 +101,28 @@ class Repeats:
             return cls(())
         lo, hi = (mid if lo is None else lo), (mid if hi is None else hi)
         return cls((lo,) + (mid,) * max(n - 2, 0) + ((hi,) if n > 1 else ()))
+
+    @classmethod
+    def per_repeat(cls, values: Iterable[float | None], repeats: Iterable[int | None]) -> Repeats:
+        """One value per distinct repeat index (rule 2's ``n``): ``values[i]`` was measured in repeat
+        ``repeats[i]``; rows of one repeat (e.g. the load steps of one server start) are folded by their median,
+        so three rows of repeat 0 are one repeat, not three. A row without a repeat index counts as its own."""
+        groups: dict[object, list[float]] = {}
+        for i, (v, r) in enumerate(zip(values, repeats, strict=True)):
+            if v is None or math.isnan(v):
+                continue
+            groups.setdefault(("row", i) if r is None else r, []).append(float(v))
+        return cls(tuple(cls(tuple(g)).mid for _, g in sorted(groups.items(), key=lambda kv: str(kv[0]))))
+
+    @classmethod
+    def of_row(cls, r: dict, metric: str) -> Repeats:
+        """A study row's repeats (one point, repeats folded): its ``metric``, the range the study keeps beside it
+        (``batch_time_s`` → ``batch_time_min_s``/``batch_time_max_s``; otherwise ``<metric>_min``/``_max``) and
+        ``n_runs`` (1 where the row does not say)."""
+        stem = metric.removesuffix("_s")
+        lo, hi = ((f"{stem}_min_s", f"{stem}_max_s") if metric.endswith("_s") and f"{stem}_min_s" in r
+                  else (f"{metric}_min", f"{metric}_max"))
+        return cls.summary(r.get(metric), r.get(lo), r.get(hi), r.get("n_runs") or 1)
 
     @property
     def n(self) -> int:
@@ -112,11 +155,14 @@ class Grade:
     n: int | None = None
     spread: tuple[float, float] | None = None
     scope: str = ""
+    #: Why the evidence cannot decide (a cause constant above); "" where it decides.
+    limit: str = ""
 
     def verdict(self, claim: str, number: str, claim_id: str = "", kind: str = ""):
         """The :class:`kvlab.verdicts.Verdict` of this grade, with the narrative's wording."""
         return Verdict(claim, self.outcome, self.evidence, number, claim_id=claim_id, kind=kind, value=self.value,
-                       unit=self.unit, n=self.n, spread=self.spread, scope=self.scope, reason=self.reason)
+                       unit=self.unit, n=self.n, spread=self.spread, scope=self.scope, reason=self.reason,
+                       limit=self.limit)
 
 
 # --------------------------------------------------------------------------- rule 1: CPU runs of two engines
@@ -134,7 +180,7 @@ def implementations_differ(engine_a: str, engine_b: str) -> bool:
     return engine_a != engine_b
 
 
-def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], *, baseline: float,
+def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], *, baseline: float | None,
                      baseline_at: str, hardware: str | None = None, n: int | None = None,
                      spread: tuple[float, float] | None = None, scope: str = "") -> Grade | None:
     """Rule 1: a *cannot be tested here* grade when ``engine_a`` and ``engine_b`` are different implementations
@@ -143,10 +189,20 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
 
     ``baseline``: ``engine_b``'s time over ``engine_a``'s where the claim's mechanism is absent (``baseline_at``,
     e.g. "0% shared", "the shortest context 64K (1,024 tokens)"); the grade's value is that ratio as
-    slower ÷ faster (≥ 1), with the faster engine named in the reason."""
+    slower ÷ faster (≥ 1), with the faster engine named in the reason. ``baseline`` None: no setting without the
+    mechanism was measured (``baseline_at`` says which was missing); the grade is still *cannot be tested here*,
+    its value null and its reason saying that no baseline was measured."""
     kinds = list(device_kinds)
     if not implementations_differ(engine_a, engine_b) or not any(on_cpu(k, hardware) for k in kinds or [None]):
         return None
+    if baseline is None:
+        return Grade(
+            "cannot be tested here", "measured",
+            f"{engine_label(engine_a)} and {engine_label(engine_b)} are different implementations run on a CPU, and "
+            f"no baseline was measured ({baseline_at}), so nothing separates their implementations' gap from the "
+            "claim's mechanism; their speed here says nothing about the claim on a GPU host",
+            value=None, unit="×", n=n, scope=scope or "CPU runs of two different engine implementations",
+            limit=CPU_IMPLEMENTATIONS)
     faster, slower = (engine_a, engine_b) if baseline >= 1 else (engine_b, engine_a)
     ratio = baseline if baseline >= 1 else 1 / baseline
     if spread is not None:
@@ -158,27 +214,29 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
         f"{engine_label(faster)} is already {sig2(ratio)}× faster "
         f"at {baseline_at}, where the claim's mechanism plays no part, so their speed here says nothing about the "
         "claim on a GPU host",
-        value=ratio, unit="×", n=n, spread=spread, scope=scope or "CPU runs of two different engine implementations")
+        value=ratio, unit="×", n=n, spread=spread, scope=scope or "CPU runs of two different engine implementations",
+        limit=CPU_IMPLEMENTATIONS)
 
 
 # --------------------------------------------------------------------------- rule 2: a measured difference
 
 
 def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope: str = "",
-                        what: str = "", difference: bool = False) -> Grade:
+                        what: str = "", difference: bool = False, unit: str = "") -> Grade:
     """Rule 2 for one comparison: the claim says ``first`` is ``claimed`` ("higher" or "lower") than ``second``.
 
     value = first ÷ second (middles), spread = its range over the repeats (first.lo ÷ second.hi …
     first.hi ÷ second.lo), n = the fewer repeats. Decides only with n ≥ :data:`MIN_REPEATS` on each side and
     non-overlapping min–max ranges; else *inconclusive*. ``what`` names the comparison in the reason.
-    ``difference``: value = first − second (and its range), for shares that can be 0 (a cache-hit share)."""
+    ``difference``: value = first − second (and its range), for shares that can be 0 (a cache-hit share), in
+    ``unit`` (the unit of the values compared); otherwise the ratio's unit, "×"."""
     if claimed not in ("higher", "lower"):
         raise ValueError(f"claimed must be 'higher' or 'lower', got {claimed!r}")
     if not first.n or not second.n:
         return Grade("cannot be tested here", "measured", f"{what or 'the comparison'}: no measured value on one side",
-                     n=min(first.n, second.n), scope=scope)
+                     n=min(first.n, second.n), scope=scope, limit=NOTHING_MEASURED)
     if difference:
-        value, spread, unit = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo), ""
+        value, spread = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo)
     else:
         value = first.mid / second.mid if second.mid else math.inf
         spread = (first.lo / second.hi, first.hi / second.lo) if second.lo > 0 else None
@@ -187,11 +245,12 @@ def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope:
     label = f"{what}: " if what else ""
     if n < MIN_REPEATS:
         return Grade("inconclusive", "measured", f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} "
-                     "repeats a measured difference needs", value=value, unit=unit, n=n, spread=spread, scope=scope)
+                     "repeats a measured difference needs", value=value, unit=unit, n=n, spread=spread, scope=scope,
+                     limit=FEW_REPEATS)
     if first.lo <= second.hi and second.lo <= first.hi:
         return Grade("inconclusive", "measured", f"{label}the min–max ranges of the {n}+ repeats of each side "
                      "overlap: the difference is within the spread", value=value, unit=unit, n=n, spread=spread,
-                     scope=scope)
+                     scope=scope, limit=WITHIN_SPREAD)
     observed = "higher" if first.lo > second.hi else "lower"
     return Grade("reproduced" if observed == claimed else "contradicted", "measured",
                  f"{label}{observed} in every one of ≥{n} repeats per side (ranges do not overlap)",
@@ -213,14 +272,28 @@ def combined(grades: Sequence[Grade]) -> Grade:
     if len({v > 1 for v in values if v != 1}) > 1:
         few = f"; n={n}" if n is not None and n < MIN_REPEATS else ""
         return replace(base, outcome="inconclusive",
-                       reason=f"signs mixed across engines or metrics ({min(values):.2f}× to {max(values):.2f}×){few}")
+                       reason=f"signs mixed across engines or metrics ({min(values):.2f}× to {max(values):.2f}×){few}",
+                       limit=MIXED_SIGNS)
     for g in grades:
         if g.outcome in ("inconclusive", "cannot be tested here"):
-            return replace(base, outcome=g.outcome, reason=g.reason)
+            return replace(base, outcome=g.outcome, reason=g.reason, limit=g.limit)
     outcomes = {g.outcome for g in grades}
     if len(outcomes) > 1:
-        return replace(base, outcome="inconclusive", reason="the parts disagree: " + "; ".join(g.reason for g in grades))
+        return replace(base, outcome="inconclusive", reason="the parts disagree: " + "; ".join(g.reason for g in grades),
+                       limit=MIXED_SIGNS)
     return base
+
+
+def engine_difference(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], a: Repeats, b: Repeats,
+                      claimed: str, *, baseline: float | None, baseline_at: str, hardware: str | None = None,
+                      scope: str = "", what: str = "") -> Grade:
+    """Rules 1 and 2 together, for which of two engines does better (``a``: ``engine_a``'s repeats, claimed
+    ``claimed`` than ``engine_b``'s ``b``): CPU runs of two implementations cannot decide it (:func:`cpu_cross_engine`,
+    ``baseline`` as there); otherwise :func:`measured_difference`. The engine-choice guide reads this before a
+    measured factor may favour an engine, as the verdicts do."""
+    g = cpu_cross_engine(engine_a, engine_b, device_kinds, baseline=baseline, baseline_at=baseline_at,
+                         hardware=hardware, n=min(a.n, b.n), scope=scope)
+    return g if g is not None else measured_difference(a, b, claimed, scope=scope, what=what)
 
 
 # --------------------------------------------------------------------------- rule 3: modelled evidence
@@ -239,29 +312,32 @@ def held_out_passes(right: int, total: int, margin: float, error: float) -> bool
 
 def held_out_grade(right: int, total: int, margin: float, error: float) -> Grade:
     """The held-out test as a verdict of its own: *reproduced* when the model passes it, else *contradicted*
-    (red, never a neutral *found*). value: the winners right; spread: (margin, error) as fractions."""
+    (red, never a neutral *found*). value: the winners right; spread: (margin, error) as fractions; n: the
+    leave-one-out fits (``total``)."""
     ok = held_out_passes(right, total, margin, error)
     need = winners_needed(total) if total else 0
     parts = [f"winner right in {right} of {total} leave-one-out fits (needs {need})",
              f"margin {margin:.1%} {'above' if margin > error else 'within'} the {error:.1%} mean held-out error"]
     return Grade("reproduced" if ok else "contradicted", "modelled",
                  ("passes its held-out test: " if ok else "fails its held-out test: ") + "; ".join(parts),
-                 value=float(right), unit=f"of {total} winners", spread=(margin, error), scope=MODEL_SCOPE)
+                 value=float(right), unit=f"of {total} winners", n=total, spread=(margin, error), scope=MODEL_SCOPE)
 
 
 def modelled_claim(agrees: bool, right: int, total: int, margin: float, error: float, *,
-                   value: float | None = None, unit: str = "") -> Grade:
+                   value: float | None = None, unit: str = "", n: int | None = None) -> Grade:
     """Rule 3 for a claim the model speaks to (``agrees``: the fitted model says what the claim says): decided
-    only when :func:`held_out_passes`; otherwise an illustration, *inconclusive*."""
+    only when :func:`held_out_passes`; otherwise an illustration, *inconclusive*. ``n``: the published points the
+    model was fitted to (default ``total``, the points each held out once)."""
+    n = total if n is None else n
     if held_out_passes(right, total, margin, error):
         return Grade("reproduced" if agrees else "contradicted", "modelled",
                      f"the model passes its held-out test ({right} of {total} winners, margin {margin:.1%} above "
-                     f"the {error:.1%} held-out error)", value=value, unit=unit, scope=MODEL_SCOPE)
+                     f"the {error:.1%} held-out error)", value=value, unit=unit, n=n, scope=MODEL_SCOPE)
     return Grade("inconclusive", "modelled",
                  f"an illustration, not a test: the model {'agrees' if agrees else 'disagrees'} with the claim but "
                  f"fails its held-out test ({right} of {total} winners right, margin {margin:.1%} against a "
-                 f"{error:.1%} mean held-out error)", value=value, unit=unit, spread=(margin, error),
-                 scope=ILLUSTRATION_SCOPE)
+                 f"{error:.1%} mean held-out error)", value=value, unit=unit, n=n, spread=(margin, error),
+                 scope=ILLUSTRATION_SCOPE, limit=FAILS_HELD_OUT)
 
 
 # --------------------------------------------------------------------------- rule 4: the guide's modelled factor
@@ -286,6 +362,7 @@ def counted(holds: bool, n: int, *, reason: str, value: float | None = None, uni
     :data:`MIN_REPEATS` runs; with fewer it is *inconclusive*, whatever it shows."""
     if n < MIN_REPEATS:
         return Grade("inconclusive", "measured", f"n={n} run{'' if n == 1 else 's'}, fewer than the {MIN_REPEATS} "
-                     f"repeats a measured verdict needs ({reason})", value=value, unit=unit, n=n, scope=scope)
+                     f"repeats a measured verdict needs ({reason})", value=value, unit=unit, n=n, scope=scope,
+                     limit=FEW_REPEATS)
     return Grade("reproduced" if holds else "contradicted", "measured", f"{reason}, over {n} runs", value=value,
                  unit=unit, n=n, scope=scope)

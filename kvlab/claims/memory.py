@@ -9,7 +9,10 @@ from dataclasses import replace
 
 import polars as pl
 
-from kvlab.claims.grading import MIN_REPEATS, Repeats, combined, measured_difference
+from kvlab.claims.grading import (
+    ASSUMED_FROM_CLAIM, FEW_REPEATS, MIN_REPEATS, NO_GPU_MEMORY, NOTHING_MEASURED, UNRECORDED_DEVICE, Repeats, combined,
+    measured_difference,
+)
 from kvlab.engines import engine_label, registry
 from kvlab.perfmodel.roofline import Assumptions
 from kvlab.units import scaled_context
@@ -128,6 +131,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             "unknown": "a lower setting"}.get(setting, "")
     none_here = {"kv_budget": "simulated KV budget", "host_reserve": "host-memory reserve",
                  "mixed": "no GPU", "unknown": "device not recorded"}.get(setting, "")
+    no_gpu = UNRECORDED_DEVICE if setting == "unknown" else NO_GPU_MEMORY  # the cause of an untestable OOM part
 
     def retries(u: float) -> tuple[int, int, list[str]]:
         s = stats.filter(pl.col("mem_util") == u)
@@ -148,11 +152,14 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
 
         def V(claim, outcome, evidence, number, reason, **kw):  # noqa: N802 - a verdict of this claim
             kw.setdefault("scope", scope if evidence == "measured" else "model fitted to the published table")
+            # n: the runs behind a measured row (0 where none was measured); for the model's memory check, the one
+            # assumption set it is evaluated under
+            kw.setdefault("n", 0 if evidence == "measured" else 1)
             return Verdict(claim, outcome, evidence, number, claim_id=cid, kind="memory_setting", reason=reason, **kw)
 
         if stats.is_empty() and (caused or lowered):
             out.append(V(statement, "cannot be tested here", "measured", "no measured run with a memory setting",
-                         "no measured run with a memory setting"))
+                         "no measured run with a memory setting", limit=NOTHING_MEASURED))
             if lowered:
                 continue
         if caused:
@@ -160,7 +167,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             if u not in us:
                 if us:
                     out.append(V(statement, "cannot be tested here", "measured", f"no measured run at {u:g}",
-                                 f"no measured run at {u:g}"))
+                                 f"no measured run at {u:g}", limit=NOTHING_MEASURED))
             else:
                 n, runs, per = retries(u)
                 every = stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("retries").sum())
@@ -174,7 +181,8 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                              untestable if simulated else
                              f"n={fewest} runs for one engine, fewer than the {MIN_REPEATS} repeats a measured "
                              "verdict needs" if fewest < MIN_REPEATS else "retries counted at the claimed setting on GPUs",
-                             value=float(n), unit="retries", n=fewest))
+                             value=float(n), unit="retries", n=fewest,
+                             limit=no_gpu if simulated else FEW_REPEATS if fewest < MIN_REPEATS else ""))
             if head is not None and head.height and u in head["mem_util"].to_list():
                 h = head.filter(pl.col("mem_util") == u)
                 bad = [r for r in h.iter_rows(named=True) if fails_outside_pool(r)]
@@ -193,10 +201,10 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                     number = f"at {u:g}: {h.filter(~pl.col('fits'))['reason'][0]}"
                 out.append(V(f"{statement} — kvlab's physical model", "cannot be tested here", "modelled", number,
                              "the model's memory check rests on a need outside the pool chosen from this very claim",
-                             value=value, unit="GiB/GPU" if value is not None else ""))
+                             value=value, unit="GiB/GPU" if value is not None else "", limit=ASSUMED_FROM_CLAIM))
         elif lowered and not two_settings():
             out.append(V(statement, "cannot be tested here", "measured", "no engine measured at two settings",
-                         "no engine measured at two settings"))
+                         "no engine measured at two settings", limit=NOTHING_MEASURED))
         elif metric == "oom_retries":  # lowering the target removed the retries
             n_lo, _, _ = retries(lo)
             n_hi, _, _ = retries(hi)
@@ -205,13 +213,13 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             counts = dict(value=float(n_lo), unit="retries", n=fewest)
             if simulated:
                 out.append(V(f"{statement} — on this host there is no GPU OOM to remove ({none_here})",
-                             "cannot be tested here", "measured", number, untestable, **counts))
+                             "cannot be tested here", "measured", number, untestable, limit=no_gpu, **counts))
             elif n_hi == 0:
                 out.append(V(f"{statement} — measured on this host's GPUs", "cannot be tested here", "measured",
                              number + f" (no retry at {hi:g} to remove)", f"no retry at {hi:g} to remove", **counts))
             elif fewest < MIN_REPEATS:
                 out.append(V(f"{statement} — measured on this host's GPUs", "inconclusive", "measured", number,
-                             f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))
+                             f"fewer than {MIN_REPEATS} runs per engine and setting", limit=FEW_REPEATS, **counts))
             else:
                 out.append(V(f"{statement} — measured on this host's GPUs", "reproduced" if n_lo == 0 else
                              "contradicted", "measured", number, f"retries counted at {lo:g} and {hi:g}", **counts))
@@ -228,12 +236,14 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())
             counts = dict(value=float(lower) if spreads else None, unit="pairs with a lower CV" if spreads else "",
                           n=fewest)
+            no_value = "" if spreads else "; one run per setting, so no spread to compare (no value)"
             if simulated:
                 out.append(V(f"{statement} — on this host there is no GPU OOM whose retries unsettle run time "
-                             f"({none_here})", "cannot be tested here", "measured", number, untestable, **counts))
+                             f"({none_here})", "cannot be tested here", "measured", number, untestable + no_value,
+                             limit=no_gpu, **counts))
             elif not spreads or fewest < MIN_REPEATS:
                 out.append(V(f"{statement} — measured on this host's GPUs", "inconclusive", "measured", number,
-                             f"fewer than {MIN_REPEATS} runs per engine and setting", **counts))
+                             f"fewer than {MIN_REPEATS} runs per engine and setting", limit=FEW_REPEATS, **counts))
             else:
                 out.append(V(f"{statement} — measured on this host's GPUs",
                              "reproduced" if lower > len(spreads) / 2 else "contradicted", "measured", number,
@@ -258,7 +268,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                         else "measured on this host's GPUs"))
             if not lat:
                 out.append(V(claim, "cannot be tested here", "measured", "no latency measured at both settings",
-                             "no latency measured at both settings"))
+                             "no latency measured at both settings", limit=NOTHING_MEASURED))
                 continue
             r0 = lat[0][0]
             grade = combined(parts)

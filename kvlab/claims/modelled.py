@@ -9,16 +9,40 @@ from dataclasses import replace
 
 import polars as pl
 
-from kvlab.claims.grading import held_out_grade
+from kvlab.claims.grading import ASSUMED_FROM_CLAIM, held_out_grade
 from kvlab.claims.model import (
     consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out,
 )
 from kvlab.claims.speed import held_out_verdict
 from kvlab.engines import engine_label
 from kvlab.perfmodel import Assumptions, Workload
-from kvlab.perfmodel.calibrate import crossover_from_fit, implausible
+from kvlab.perfmodel.calibrate import SANE_RANGES, crossover_from_fit, implausible
 from kvlab.units import approx_tokens, token_range, tokens_label
 from kvlab.verdicts import Verdict
+
+
+#: The fitted parameters in words, for a verdict's unit.
+PARAMETER_NAMES = {"prefill_efficiency": "prefill efficiency", "bandwidth_efficiency": "decode bandwidth efficiency",
+                   "dcp_layer_latency_s": "DCP latency per layer and step"}
+
+
+def outside_factor(fit) -> tuple[str, float, str] | None:
+    """The fitted parameter furthest from its physically plausible range (:data:`kvlab.perfmodel.calibrate.SANE_RANGES`)
+    and how far, as (name, factor, "maximum" | "minimum"): value ÷ the plausible maximum above it, or the plausible
+    minimum ÷ value below it; ≤ 1 for a parameter inside its range (the largest then says how close the nearest
+    comes). None for a CPU fit (the ranges are a GPU host's) or one with no free parameter in the table."""
+    if fit.hardware == "CPU":
+        return None
+    best = None
+    for name in fit.free:
+        if name not in SANE_RANGES:
+            continue
+        lo, hi = SANE_RANGES[name]
+        v = getattr(fit.params, name)
+        cand = (name, v / hi, "maximum") if v / hi >= (lo / v if v > 0 else 0) else (name, lo / v, "minimum")
+        if best is None or cand[1] > best[1]:
+            best = cand
+    return best
 
 
 def model_verdicts(fit, sens, head, claims, workload=None,
@@ -89,16 +113,22 @@ def model_verdicts(fit, sens, head, claims, workload=None,
                            "assumption sets" + (f"; {allowed}" if allowed else ""),
                            claim_id="crossover_range", kind="crossover",
                            value=float(xo.median()), unit="tokens", spread=(float(xo.min()), float(xo.max())),
+                           n=sens.height,  # the assumption sets, each refitted
                            scope="model fitted to the published table, refitted per assumption set",
                            reason=f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"
                            + (f"; the narrower range is what the totals allow: the fits whose largest residual is "
                               f"within {consistent['tolerance_pct']:g} points of the best fit's (value and spread: "
                               "all sets)" if allowed else "")))
     bad = implausible(fit)
+    worst = outside_factor(fit)
     out.append(Verdict(f"The fitted parameters are physically plausible for the article's {fit.hardware} host",
                        "contradicted" if bad else "reproduced", "modelled",
                        "no: " + "; ".join(implausible(fit, short=True)) if bad else "yes, every one in range",
                        claim_id="model_plausible", kind="model_plausibility", scope="model fitted to the published table",
+                       value=worst[1] if worst else None,
+                       unit=f"× the plausible {worst[2]} ({PARAMETER_NAMES.get(worst[0], worst[0])}, the fitted "
+                            "parameter furthest out)" if worst else "",
+                       n=fit.residuals.height,  # the published points fitted
                        reason=("a fitted parameter lies outside its physical range, so the fit describes the table "
                                "rather than its physics") if bad else "every fitted parameter is in its physical range"))
     flagged = head.filter(pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu"))  # short outside
@@ -110,6 +140,7 @@ def model_verdicts(fit, sens, head, claims, workload=None,
                            f"{hi_u:g} leaves {r['outside_pool_gib_per_gpu']:.1f} GiB/GPU outside the target, under an "
                            f"assumed {r['outside_need_gib_per_gpu']:.1f} GiB taken from this very claim",
                            claim_id="memory_095", kind="memory_setting", value=r["outside_pool_gib_per_gpu"],
-                           unit="GiB/GPU", scope="model fitted to the published table",
+                           unit="GiB/GPU", n=1, scope="model fitted to the published table",  # one assumption set
+                           limit=ASSUMED_FROM_CLAIM,
                            reason="the model's memory check rests on a need outside the pool chosen from this claim"))
     return out

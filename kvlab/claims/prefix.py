@@ -7,6 +7,10 @@ from kvlab.claims.grading import Grade, Repeats, measured_difference
 from kvlab.engines import engine_label
 
 
+#: The unit of a cache-hit share's difference, cache on − off: a fraction (0–1) of the prompt tokens served.
+SHARE_UNIT = "fraction of prompt tokens, cache on − off"
+
+
 def _side(row: dict | None, n_default: int = 1) -> Repeats:
     if row is None:
         return Repeats(())
@@ -18,10 +22,10 @@ def cache_shares(on: dict, off: dict | None) -> Grade:
     """Does the engine's prefix cache serve prompt tokens? Its hit share with the cache on (``on``, a
     prefix_sharing row) against off at the same shared fraction (``off``; missing: 0, what a cache that shares
     nothing serves, with as many runs as ``on``). *reproduced* when on is above off in every repeat (n ≥ 3,
-    ranges apart); value: the difference of the shares (on − off)."""
+    ranges apart); value: the difference of the shares (on − off), a fraction of prompt tokens (:data:`SHARE_UNIT`)."""
     first = _side(on)
     second = _side(off) if off is not None else Repeats.summary(0.0, 0.0, 0.0, first.n)
     engine = engine_label(on["engine"]) if on.get("engine") else "the engine"
-    return measured_difference(first, second, "higher", difference=True,
+    return measured_difference(first, second, "higher", difference=True, unit=SHARE_UNIT,
                                what=f"{engine}'s cache-hit share, cache on against off",
                                scope=f"{on.get('hardware') or 'this host'}, one engine's own cache on against off")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.claims.grading import Repeats, combined, counted, cpu_cross_engine, measured_difference, negated
+from kvlab.claims.grading import (
+    NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, measured_difference, negated,
+)
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.units import apart, ratio, sig2
@@ -96,7 +98,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         v = hits.filter(pl.col("engine") == VLLM) if hits.height else hits
         if v.is_empty():
             out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on",
-                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing",
+                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                reason="no vLLM run with its prefix cache on"))
         else:
             r = v.sort("shared_fraction").row(-1, named=True)
@@ -112,12 +114,12 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         if not radix:
             out.append(Verdict(f"“{s}”", "cannot be tested here", "measured",
                                "no SGLang-family run with its radix cache on reported a hit count",
-                               claim_id="sglang_radix_sharing", kind="prefix_sharing",
+                               claim_id="sglang_radix_sharing", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                reason="no SGLang-family run with its radix cache on reported a hit count"))
             if suffix:
                 out.append(Verdict(f"“{suffix}”", "cannot be tested here", "measured",
                                    "no SGLang-family run with its radix cache on reported a hit count",
-                                   claim_id="sglang_radix_suffix", kind="prefix_sharing",
+                                   claim_id="sglang_radix_suffix", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                    reason="no SGLang-family run with its radix cache on reported a hit count"))
         else:
             e = radix[0]
@@ -151,7 +153,10 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                 share_of = (rr["requests_hit"] / possible if rr is not None and possible else r["cache_hit_rate"])
                 grade = counted(ok, n, reason=("every request that could reuse the prefix did" if ok else
                                                "requests that could reuse the prefix computed it again"),
-                                value=share_of, scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
+                                value=share_of, unit=("fraction of the requests that could reuse the prefix"
+                                                      if rr is not None and possible else
+                                                      "fraction of prompt tokens from the cache"),
+                                scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
                 out.append(grade.verdict(f"“{suffix}” — {lab}{setting}", number,
                                          claim_id="sglang_radix_suffix", kind="prefix_sharing"))
 
@@ -164,20 +169,27 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         if not above:
             out.append(Verdict(claim, "cannot be tested here", "measured",
                                f"no shared fraction ≥ {threshold:.0%} measured with two engines",
-                               claim_id="shared_prefix_threshold", kind="engine_choice",
+                               claim_id="shared_prefix_threshold", kind="engine_choice", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                                reason=f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
         else:
             ratios = {f: g["batch_time_s"].max() / g["batch_time_s"].min() for f, g in above.items()}
             wins = {f: g.sort("batch_time_s")["engine"][0] for f, g in above.items()}
-            lo_f = min(both)  # the least shared fraction both engines ran: 0%, where the cache has nothing to reuse
-            z = both[lo_f].sort(_prefix_engine_order())
+            # the baseline: the least shared fraction both engines ran below the threshold (0%, where the cache has
+            # nothing to reuse); none measured below it: no baseline, and the verdict says so
+            lo_f = min((f for f in both if f < threshold), default=None)
+            z = (both[lo_f] if lo_f is not None else both[min(above)]).sort(_prefix_engine_order())
             a, b = z.row(0, named=True), z.row(1, named=True)
+            missing = f"no shared fraction below the claim's {threshold:.0%} measured with both engines"
             grade = cpu_cross_engine(a["engine"], b["engine"], z["device_kind"].to_list() if "device_kind" in z.columns
-                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"], hardware=a["hardware"],
-                                     n=int(z["n_runs"].min()), baseline_at=f"{lo_f:.0%} shared",
+                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"] if lo_f is not None
+                                     else None, hardware=a["hardware"], n=int(z["n_runs"].min()),
+                                     baseline_at=f"{lo_f:.0%} shared" if lo_f is not None else missing,
                                      scope=f"{a['hardware']}, each engine's prefix cache on")
             at = "; ".join(f"{engine_label(wins[f])} {sig2(ratios[f])}× sooner at {f:.0%}" for f in sorted(above))
-            if grade is not None:
+            if grade is not None and lo_f is None:
+                out.append(grade.verdict(claim, f"{at} ({missing}, so nothing shows the gap is the cache's)",
+                                         claim_id="shared_prefix_threshold", kind="engine_choice"))
+            elif grade is not None:
                 fast = a["engine"] if b["batch_time_s"] >= a["batch_time_s"] else b["engine"]
                 number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
                           "the cache saves within each engine is the fair comparison (the threshold row below)")
@@ -216,12 +228,14 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             out.append(Verdict(f"Does what the prefix cache saves jump at {threshold:.0%} shared, as the article's "
                                "threshold implies?", "found", "measured", "; ".join(parts),
                                claim_id="shared_prefix_threshold_jump", kind="prefix_sharing",
-                               n=int(sharing["n_runs"].min()) if sharing.height else None,
+                               n=int(sharing["n_runs"].min()) if sharing.height else 0,
                                scope="each engine's own cache on against off",
-                               reason="the report's own question: what the cache saves within each engine, by fraction"))
+                               reason="the report's own question: what the cache saves within each engine, by "
+                                      "fraction; its answer is a shape per engine (a jump or a steady rise), not one "
+                                      "number, so the row has no value"))
 
     if by_turn is not None and by_turn.height:
-        parts, ns = [], []
+        parts, ns, shares = [], [], []
         for (engine,), g in by_turn.sort(_prefix_engine_order(), "turn").group_by(["engine"], maintain_order=True):
             o = g.filter(pl.col("prefix_caching"))
             if o.is_empty() or o["cached_share"][-1] is None:
@@ -233,11 +247,14 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             ttft = (f", TTFT {_prefix_times(f['ttft_mean_ms'][0] / last['ttft_mean_ms'], n=n)}"
                     if f.height and last["ttft_mean_ms"] else "")
             parts.append(f"{engine_label(engine)} {last['cached_share']:.0%}{ttft}")
+            shares.append(last["cached_share"])
         if parts:
             out.append(Verdict("Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
                                "serves, and its time to first token against the cache off", "found", "measured",
                                f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
                                kind="prefix_sharing", scope="each engine's own cache on against off",
+                               value=shares[0], unit="fraction of the last turn's prompt from the cache (the first "
+                               "engine named)", spread=(min(shares), max(shares)) if len(shares) > 1 else None,
                                n=None if None in ns else min(ns),
                                reason="the report's own question about the article's example 1"))
     return out

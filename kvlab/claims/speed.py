@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab.analysis import stated_tolerance
-from kvlab.claims.grading import Repeats, cpu_cross_engine, measured_difference
+from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, measured_difference
 from kvlab.claims.model import consistent_phrase, grade_model_claim, winners_held_out
 from kvlab.engines import engine_label
 from kvlab.units import k_label, sig2
@@ -48,7 +48,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
         r = _claim_row(rel_published, ctx)
         if r is None:
             out.append(Verdict(c["statement"], "cannot be tested here", "published", f"no table row at {ctx}",
-                               claim_id=cid, kind="relative_speed", scope="published table",
+                               claim_id=cid, kind="relative_speed", scope="published table", n=0, limit=NO_TABLE_ROW,
                                reason=f"the table has no row at {ctx}"))
         else:
             ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= stated_tolerance(
@@ -56,7 +56,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
             out.append(Verdict(f"{c['statement']} (the article's own table)", "reproduced" if ok else "contradicted",
                                "published", f"{engine_label(r['faster'])} {r['speedup']:.2f}× faster at {ctx}",
                                claim_id=cid, kind="relative_speed", value=r["speedup"], unit="×",
-                               scope="published table",
+                               n=2, scope="published table",  # the two engines' published times at ctx
                                reason=(f"the table gives {engine_label(r['faster'])} {r['speedup']:.2f}× against the "
                                        f"stated {c['stated_value']:g}× (to the claim's last digit)")))
         m = _claim_row(rel_measured, ctx) if rel_measured is not None and not rel_measured.is_empty() else None
@@ -119,7 +119,7 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
         out.append(Verdict("The winner changes between 64K and 200K (the article's table, interpolated)", "found",
                            "published", f"{k_label(lo)}–{k_label(hi)} tokens ({', '.join(x.method for x in found)})",
                            claim_id="crossover_published", kind="crossover", value=(lo + hi) / 2, unit="tokens",
-                           spread=(lo, hi), scope="published table",
+                           n=4, spread=(lo, hi), scope="published table",  # two engines at two contexts
                            reason="interpolated between the table's two contexts; the article states no crossover"))
     if model_tokens is not None:
         allowed = consistent_phrase(consistent)
@@ -141,10 +141,13 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
     if measured:
         x = next((m for m in measured if m.context_tokens is not None), None)
         m = measured[0]
+        none = ("" if x else "; the curves do not cross inside the measured contexts, so there is no crossover "
+                "context to give (no value)")
         out.append(Verdict("Do the measured curves cross inside the measured contexts?", "found", "measured",
                            f"yes, at ≈{x.context_tokens:,.0f} tokens ({x.method})" if x else
                            f"no: {engine_label(m.faster_below)} faster at every measured context" if m.faster_below
                            else f"no: {m.note}", claim_id="crossover_measured", kind="crossover",
-                           value=x.context_tokens if x else None, unit="tokens", scope="measured runs of this host",
-                           reason="the report's own question about its runs; decides no document claim"))
+                           value=x.context_tokens if x else None, unit="tokens", n=m.n_runs,
+                           scope="measured runs of this host",
+                           reason="the report's own question about its runs; decides no document claim" + none))
     return out

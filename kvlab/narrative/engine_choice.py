@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvlab.claims import MODEL_SCOPE, cpu_cross_engine, modelled_claim
+from kvlab.claims import MODEL_SCOPE, modelled_claim
 from kvlab.claims.choice import claim_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
-from kvlab.guide import (
-    CONCURRENCY_THRESHOLD, MIN_MARGIN, Evidence, Factor, Recommendation, UserWorkload,
-)
+from kvlab.guide import CONCURRENCY_THRESHOLD, Evidence, Factor, Recommendation, UserWorkload
 from kvlab.tables import ms, number, percent
 from kvlab.units import ratio as _ratio
 from kvlab.units import measured, sig2
@@ -72,24 +70,37 @@ def _runs(f: Factor) -> int | None:
     return min(ns) if ns else None
 
 
+#: Two ratios within this share of each other are worded as the same gap (a description of the runs, not a verdict).
+_SAME_GAP = 0.05
+
+
+def _undecided(f: Factor) -> str:
+    """Why a measured lead does not decide, from its grade (:func:`kvlab.claims.engine_difference`)."""
+    g = f.grade
+    if g is None or g.outcome == "reproduced":
+        return ""
+    if g.outcome == "cannot be tested here":
+        return ("it is a CPU baseline of two different engine implementations, which cannot decide which engine is "
+                "faster on a GPU host")
+    return f"it is no decided difference ({g.reason})"
+
+
 def _prefix_comparison(f: Factor) -> str:
-    best, second, margin, min_margin = f.rows[0]["engine"], f.rows[1]["engine"], f.margin, f.min_margin
+    best, second, margin = f.rows[0]["engine"], f.rows[1]["engine"], f.margin
     text = ""
     if f.zero_ratio is not None:
         z = f.zero_ratio
         faster0, r0 = (best, z) if z >= 1 else (second, 1 / z)
         text += f". With nothing to share (shared fraction 0) {engine_label(faster0)} is {_ratio(r0, _runs(f))}× faster"
-        if margin < min_margin:
-            pass
-        elif abs(margin / z - 1) >= min_margin - 1:
+        if abs(margin / z - 1) >= _SAME_GAP:
             text += (f", so sharing the prefix {'widens' if margin > z else 'narrows'} {engine_label(best)}'s lead"
                      if z >= 1 else f", so {engine_label(best)} leads only once the prefix is shared")
         else:
             text += ": the gap is the engines' speed, not their caches"
-    if margin < min_margin:
-        return text + f". Batch times within {min_margin - 1:.0%} ({margin:.2f}×): no measured difference"
-    return (text + f". Shorter batch time: **{engine_label(best)}**, {_ratio(margin, _runs(f))}× shorter than "
-            f"{engine_label(second)} ({f.rows[0]['experiment']})")
+    name = f"**{engine_label(best)}**" if f.favours else engine_label(best)
+    text += (f". Shorter batch time: {name}, {_ratio(margin, _runs(f))}× shorter than {engine_label(second)} "
+             f"({f.rows[0]['experiment']})")
+    return text if f.favours else f"{text}; {_undecided(f)}"
 
 
 def _concurrency_run(r: dict) -> str:
@@ -98,11 +109,11 @@ def _concurrency_run(r: dict) -> str:
 
 
 def _concurrency_comparison(f: Factor) -> str:
-    if f.margin < f.min_margin:
-        return f". Throughputs within {f.min_margin - 1:.0%} ({f.margin:.2f}×): no measured difference"
     best = f.rows[0]
-    return (f". Faster: **{engine_label(best['engine'])}**, {_ratio(f.margin, _runs(f))}× the completed requests/s of "
+    name = f"**{engine_label(best['engine'])}**" if f.favours else engine_label(best["engine"])
+    text = (f". Faster: {name}, {_ratio(f.margin, _runs(f))}× the completed requests/s of "
             f"{engine_label(f.rows[1]['engine'])} ({best['experiment']})")
+    return text if f.favours else f"{text}; {_undecided(f)}"
 
 
 #: Per measured factor: what is said without runs, one run in words, and the comparison of two or more engines.
@@ -128,22 +139,25 @@ def factor_finding(f: Factor) -> str:
 
 
 def factor_metric(f: Factor) -> str:
-    """The winner's lead and on what: 'median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction
-    0.5, each engine's prefix cache on'; '' without a winner."""
-    if f.winner is None:
+    """The leader's lead and on what: 'median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction
+    0.5, each engine's prefix cache on'; '' without two engines compared. Whether the lead decides is the
+    factor's ``favours``."""
+    if f.margin is None or len(f.rows) < 2:
         return ""
+    second = f.rows[1]["engine"]
     if f.name == "prefix":
-        return (f"median batch time {_ratio(f.margin, _runs(f))}× shorter than {engine_label(f.runner_up)}'s at shared fraction "
+        return (f"median batch time {_ratio(f.margin, _runs(f))}× shorter than {engine_label(second)}'s at shared fraction "
                 f"{f.rows[0]['shared_fraction']:g}, each engine's prefix cache on")
-    return (f"{_ratio(f.margin, _runs(f))}× the completed requests/s of {engine_label(f.runner_up)} at {f.rows[0]['in_flight']} "
+    return (f"{_ratio(f.margin, _runs(f))}× the completed requests/s of {engine_label(second)} at {f.rows[0]['in_flight']} "
             "requests in flight")
 
 
 def factor_evidence(f: Factor) -> str:
-    """'prefix: vLLM, median batch time 1.87× shorter than … (cpu_prefix_sharing, CPU)'; '' without a winner."""
-    if f.winner is None or f.margin is None:
+    """'prefix: vLLM, median batch time 1.87× shorter than … (cpu_prefix_sharing)'; '' without two engines
+    compared."""
+    if f.margin is None or len(f.rows) < 2:
         return ""
-    return f"{f.name}: {engine_label(f.winner)}, {factor_metric(f)} ({f.experiment})"
+    return f"{f.name}: {engine_label(f.rows[0]['engine'])}, {factor_metric(f)} ({f.rows[0]['experiment']})"
 
 
 def factor_line(factor: Factor) -> str:
@@ -151,12 +165,33 @@ def factor_line(factor: Factor) -> str:
     return f"- {factor_finding(factor)}." + (f" Favours **{engine_label(factor.favours)}**." if factor.favours else "")
 
 
+def _undecided_basis(ev: Evidence) -> str:
+    """Why no factor decides: each measured comparison and why it cannot (its grade), or that none compares two
+    engines; and that the model does not separate the engines."""
+    graded = [f for f in ev.factors if f.source == "measured" and f.grade is not None]
+    cpu = [f.name for f in graded if f.grade.outcome == "cannot be tested here"]
+    parts = []
+    if cpu:
+        many = len(cpu) > 1
+        parts.append(f"the measured {' and '.join(cpu)} comparison{'s are' if many else ' is a'} CPU "
+                     f"baseline{'s' if many else ''} of two different engine implementations, which cannot decide "
+                     "which engine is faster on a GPU host")
+    parts += [f"the measured {f.name} comparison {_undecided(f).removeprefix('it ')}" for f in graded
+              if f.name not in cpu]
+    if not graded:
+        parts.append("no measurement compares two engines")
+    ctx = ev.factors[0]
+    if ctx.source == "modelled" and not ctx.favours:
+        parts.append("the model does not separate the engines here")
+    return "; ".join(parts)
+
+
 def evidence_basis(ev: Evidence) -> str:
     """What decided the data's engine: the measured factors that favour it (and, where the measured factors split,
     what broke the tie; where its side was a stand-in engine, what that is evidence of), the modelled context
-    factor, or the tree's tie-break."""
-    if ev.decided_by == "tie-break":
-        return "no factor separates the engines; vLLM as the tree's tie-break (easier to operate)"
+    factor, or, where no factor decides, why none does and that the guide follows the tree."""
+    if ev.decided_by == "tree":
+        return f"{_undecided_basis(ev)}; so the guide follows the tree"
     if ev.decided_by == "modelled":
         return "modelled: context length"
     measured = [f for f in ev.factors if f.source == "measured" and f.favours]
@@ -227,36 +262,47 @@ def engine_choice_verdicts(claims: DataFrame, sharing: DataFrame, conc: DataFram
     return [*claim_verdicts(claims, sharing, conc), recommendation_verdict(w, tree, ev)]
 
 
+def _cited(ev: Evidence, w: UserWorkload) -> Factor | None:
+    """The measured comparison that speaks to this workload where no factor decides: the factor of the tree's first
+    question (prefix for a shared prefix, else concurrency) where two engines were compared, else the other."""
+    graded = [f for f in ev.factors if f.source == "measured" and f.grade is not None]
+    primary = "prefix" if w.shared_prefix else "concurrency"
+    return next((f for f in graded if f.name == primary), graded[0] if graded else None)
+
+
 def recommendation_verdict(w, tree, ev):
-    """The tree's answer for this workload against the data's, graded by :mod:`kvlab.claims.grading`: a measured
-    factor from CPU runs of two engines cannot decide it (rule 1, the ratio with nothing shared or at the lowest
-    load quoted); a modelled one only past the model's held-out test (rule 3: otherwise an illustration,
-    inconclusive); 'cannot be tested here' when the data's engine is only the tie-break."""
+    """The tree's answer for this workload against the data's. Where no factor decides (the guide follows the tree),
+    the verdict is the grade of the measured comparison that speaks to this workload (:func:`_cited`: CPU runs of two
+    engines, *cannot be tested here* with the baseline ratio; too few repeats, *inconclusive*), or *cannot be tested
+    here* when nothing compares two engines; a measured factor decides by the grading rules (its lead passed them);
+    a modelled one only past the model's held-out test (rule 3: otherwise an illustration, inconclusive)."""
     claim = (f"For this workload ({w.context_tokens:,}-token context, {w.shared_fraction:.0%} shared, {w.concurrency} "
              f"in flight, {w.model}) the decision tree says {engine_label(tree.engine)}: do kvlab's data here agree?")
     common = dict(claim_id="engine_choice_recommendation", kind="engine_choice")
-    if ev.decided_by == "tie-break":
-        measured = any(f.source == "measured" and f.n_engines >= 2 for f in ev.factors)
+    if ev.decided_by == "tree":
+        f = _cited(ev, w)
+        if f is not None:
+            g = f.grade
+            base = (f"already {sig2(g.value)}× apart where the mechanism plays no part" if g.value is not None
+                    and g.outcome == "cannot be tested here" else "")
+            number = (f"no factor decides; data: {engine_label(f.rows[0]['engine'])}, {factor_metric(f).split(', each')[0]} "
+                      f"({f.rows[0]['experiment']})" + (f"; {base}" if base else ""))
+            return g.verdict(claim, number, **common)
+        measured = any(f.source == "measured" for f in ev.factors)
+        why = "no measurement compares two engines and the model does not separate them"
         return Verdict(claim, "cannot be tested here", "measured" if measured else "modelled",
-                       f"nothing separates the engines here; {engine_label(ev.engine)} only as the tie-break",
-                       scope="measured runs and model" if measured else MODEL_SCOPE,
-                       reason="no factor separates the engines: the engine named is the tree's tie-break", **common)
+                       f"nothing measured or modelled here separates the engines; the guide follows the tree "
+                       f"({engine_label(ev.engine)})",
+                       n=0 if measured else (ev.factors[0].held_out[1] if ev.factors[0].held_out else None),
+                       scope="measured runs and model" if measured else MODEL_SCOPE, reason=why, **common)
     f = ev.deciding
     if ev.decided_by == "measured" and f is not None and f.winner:
-        base = f.zero_ratio if f.name == "prefix" and f.zero_ratio is not None else f.margin
-        kinds = [r.get("device_kind") for r in f.rows]
-        where = ("0 shared, where the cache has nothing to reuse" if f.name == "prefix" and f.zero_ratio is not None
-                 else f"{f.rows[0].get('in_flight', '?')} in flight, the load measured" if f.name == "concurrency"
-                 else "the setting measured")
-        grade = cpu_cross_engine(f.winner, f.runner_up, kinds, baseline=base, hardware=f.rows[0].get("hardware"),
-                                 n=min((r.get("n_runs") or 1) for r in f.rows), baseline_at=where)
         number = f"data: {engine_label(f.winner)}, {factor_metric(f).split(', each')[0]} ({f.experiment})"
-        if grade is not None:
-            return grade.verdict(claim, number + f"; already {sig2(grade.value)}× apart at {where}", **common)
         return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", "measured", number,
-                       value=f.margin, unit="×", n=min((r.get("n_runs") or 1) for r in f.rows),
-                       scope=f.rows[0].get("hardware") or "", reason=f"the {f.name} factor decides by "
-                       f"{f.margin:.2f}× (measured on GPUs)", **common)
+                       value=f.margin, unit="×", n=f.grade.n if f.grade else None,
+                       spread=f.grade.spread if f.grade else None, scope=f.rows[0].get("hardware") or "",
+                       reason=f"the {f.name} factor decides by {f.margin:.2f}× ({f.grade.reason if f.grade else ''})",
+                       **common)
     number = (f"{engine_label(ev.engine)}: {factor_finding(f).split(';')[0]}" if f is not None else engine_label(ev.engine))
     if f is not None and f.held_out is not None:
         right, total, error = f.held_out
@@ -264,16 +310,19 @@ def recommendation_verdict(w, tree, ev):
         grade = modelled_claim(ev.engine == tree.engine, right, total, ratio - 1, error, value=ratio, unit="×")
         return grade.verdict(claim, number, **common)
     return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", ev.decided_by, number,
+                   n=f.held_out[1] if f is not None and f.held_out else None,
                    scope=MODEL_SCOPE, reason="decided by the modelled context factor", **common)
 
 
 def evidence_rule() -> str:
-    """How the report weighs its evidence, with the margin as a value."""
+    """How the report weighs its evidence: the grading rules every verdict uses."""
     return ("Every finding is labelled **modelled** (kvlab's physical model, calibrated on the B300 article's published "
             "points) or **measured** (real engine runs, with the hardware they ran on). A measured factor decides only "
-            f"where two engines were measured on the same hardware and differ by more than {MIN_MARGIN - 1:.0%}; the "
-            "recommendation then names the engine, the margin, the metric and the experiment. When nothing separates "
-            "the engines, the report says its pick is a tie-break.")
+            "by the rules every verdict uses: never from CPU runs of two different engine implementations (a CPU "
+            "baseline cannot decide which engine is faster on a GPU host), and only with at least 3 repeats a side "
+            "whose least–most ranges do not overlap; the recommendation then names the engine, the margin, the metric "
+            "and the experiment. A modelled factor decides only where its margin exceeds the model's held-out error. "
+            "When no factor decides, the guide follows the tree and says so.")
 
 
 def tree_caption(rec: Recommendation) -> str:
@@ -291,8 +340,9 @@ def evidence_sentences(ev: Evidence) -> str:
     lines = [f"- {f.name} ({f.source}): {factor_finding(f)}." + (
         f" Favours **{engine_label(f.favours)}**" + (f" (measured on {engine_label(f.winner)})" if f.winner and f.winner != f.favours else "") + "."
         if f.favours else "") for f in ev.factors]
-    if ev.decided_by == "tie-break":
-        lines.append(f"- from the data: **{engine_label(ev.engine)}**, but only as a tie-break: {evidence_basis(ev)}.")
+    if ev.decided_by == "tree":
+        lines.append(f"- from the data: no factor decides, so the guide follows the tree: **{engine_label(ev.engine)}** "
+                     f"({_undecided_basis(ev)}).")
     else:
         lines.append(f"- from the data: **{engine_label(ev.engine)}** (decided by {evidence_basis(ev)}).")
     return "\n".join(lines)
@@ -303,12 +353,17 @@ def evidence_gap_sentence(ev: Evidence) -> str | None:
     measured = [f for f in ev.factors if f.source == "measured"]
     if not any(f.n_engines >= 2 for f in measured):
         return ("No measurement here compares two engines on the same hardware; the data-backed pick rests on the "
-                "model and on the tree's tie-break. Run the GPU experiments (`data/experiments/gpu_*.yaml`) for a "
+                "model, or else on the tree. Run the GPU experiments (`data/experiments/gpu_*.yaml`) for a "
                 "measured comparison.")
     if not any(f.favours for f in measured):
         compared = ", ".join(f.name for f in measured if f.n_engines >= 2)
-        return (f"Two engines were measured ({compared}), but every measured difference is under "
-                f"{MIN_MARGIN - 1:.0%}: the measurements do not separate them.")
+        if any(f.grade is not None and f.grade.outcome == "cannot be tested here" for f in measured):
+            return (f"Two engines were measured ({compared}), but on a CPU: runs of two different engine "
+                    "implementations there are a baseline that cannot decide which engine is faster on a GPU host. "
+                    "Run the GPU experiments (`data/experiments/gpu_*.yaml`), with 3 repeats, for a measured "
+                    "comparison.")
+        return (f"Two engines were measured ({compared}), but no measured difference passes the grading rules (at "
+                "least 3 repeats a side, least–most ranges apart): the measurements do not separate them.")
     return None
 
 
@@ -316,15 +371,17 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: D
     """Why the tree and the evidence differ, naming the premise the data contradicts; None when they agree."""
     if tree.engine == ev.engine:
         return None
-    if ev.decided_by == "tie-break":
-        why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); nothing measured or modelled here "
-               f"separates the engines, so the data's **{engine_label(ev.engine)}** is only a tie-break "
-               f"({engine_label(VLLM)}, easier to operate), not a finding."]
-    else:
-        decided = factor_evidence(ev.deciding) if ev.deciding is not None and ev.deciding.winner else evidence_basis(ev)
-        why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); the {ev.decided_by} data say "
-               f"**{engine_label(ev.engine)}** "
-               f"({decided})."]
+    decided = factor_evidence(ev.deciding) if ev.deciding is not None and ev.deciding.winner else evidence_basis(ev)
+    why = [f"The tree says **{engine_label(tree.engine)}** ({tree.reason}); the {ev.decided_by} data say "
+           f"**{engine_label(ev.engine)}** ({decided})."]
+    return " ".join([*why, *premises(w, tree, ev, sharing)])
+
+
+def premises(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataFrame) -> list[str]:
+    """The tree's premises the data speak to, a sentence each: vLLM's measured prefix cache against the
+    shared-prefix branch (a within-engine measurement); the deciding measured concurrency factor against the
+    high-concurrency branch; the deciding modelled context factor, a question the tree never asks."""
+    why = []
     on = [r for r in sharing.iter_rows(named=True)
           if r["prefix_caching"] is not False and r["cache_hit_rate"] is not None]
     on_vllm = [r for r in on if r["engine"] == VLLM]
@@ -343,18 +400,18 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: D
     ctx = ev.factors[0]
     if ctx.favours and ctx.favours != tree.engine:
         why.append(f"The tree never asks the context length; the model does: {factor_finding(ctx)}.")
-    return " ".join(why)
+    return why
 
 
 def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataFrame) -> str:
-    """The report's answer in one paragraph: they disagree (and why), they agree (and on what), or the data's
-    engine is only the tie-break."""
+    """The report's answer in one paragraph: they disagree (and why), they agree (and on what), or no factor decides
+    (and why, with the premises of the tree the measurements speak to)."""
     why = disagreement(w, tree, ev, sharing)
     if why:
         return f"**They disagree.** {why}"
-    if ev.decided_by == "tie-break":
-        return (f"**The tree says {engine_label(tree.engine)}; the data cannot confirm it**: nothing measured or "
-                f"modelled here separates the engines, and {engine_label(ev.engine)} is only the tie-break.")
+    if ev.decided_by == "tree":
+        return " ".join([f"**The tree says {engine_label(tree.engine)}; the data here can neither confirm nor "
+                         f"contradict it**: {_undecided_basis(ev)}.", *premises(w, tree, ev, sharing)])
     f = ev.deciding
     on = (f" ({engine_label(f.winner)}: {factor_metric(f)}, {f.experiment})" if f is not None and f.winner else
           f" ({factor_finding(f).split(';')[0]})" if f is not None else "")
