@@ -312,7 +312,8 @@ def _engine_line(engine: str, version: str | None, dtype: str | None, device_kin
 
 
 def panel_html(prov: dict) -> str:
-    """The provenance panel at the top of a report: where it comes from, in one screen-wide box. Every value is
+    """The provenance panel under a report's verdict box: where it comes from, in one screen-wide box. It stands in
+    a notebook output, whose template right-aligns and stripes table cells: its rules say ``!important``. Every value is
     data (a model name, a host's facts, an engine's reported version, a run's date) and is escaped here, where it
     becomes HTML; only the panel's own markup is written raw."""
     e = html.escape
@@ -341,9 +342,11 @@ def panel_html(prov: dict) -> str:
     return f"""<nav class="kvlab-provenance" style="font: 13px system-ui, sans-serif; background: #f4f6f8;
 border: 1px solid #d0d7de; border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 <div style="margin-bottom: .3rem;">{links}</div>
-<table style="border-collapse: collapse;">{cells}</table>
-<style>.kvlab-provenance th {{ text-align: left; padding: 1px 1rem 1px 0; color: #555; font-weight: 600;
-vertical-align: top; white-space: nowrap; }} .kvlab-provenance td {{ padding: 1px 0; }}</style>
+<table style="border-collapse: collapse; margin: 0; table-layout: auto; font-size: 13px;">{cells}</table>
+<style>.kvlab-provenance th {{ text-align: left !important; padding: 1px 1rem 1px 0 !important; color: #555;
+font-weight: 600; vertical-align: top !important; white-space: nowrap !important; }}
+.kvlab-provenance td {{ text-align: left !important; padding: 1px 0 !important; vertical-align: top !important; }}
+.kvlab-provenance tr {{ background: none !important; }}</style>
 </nav>
 """
 
