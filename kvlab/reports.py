@@ -34,6 +34,7 @@ from kvlab.engines import engine_label, registry
 from kvlab.markup import markdown_inline
 from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
 from kvlab.plots import FIGURE_DIR_ENV, FIGURE_MIME
+from kvlab.verdicts import Sources, extract_sources
 
 #: Every run row the reports read, written beside them (linked from each report's provenance panel).
 RUNS_CSV = "runs.csv"
@@ -172,26 +173,40 @@ def _exporter():
     return Exporter
 
 
+#: Where the provenance panel goes in an exported page until the page's text is known (:func:`with_k_note`).
+PANEL_SLOT = '<div class="kvlab-provenance-slot"></div>'
+
+
+def _html_cell(markup: str):
+    return nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={"text/html": markup})])
+
+
 def to_html(executed: Path, out: Path, title: str | None = None, panel: str = "") -> tuple[int, list[dict]]:
-    """Export an executed notebook to standalone HTML without code, titled ``title``, with ``panel`` (the
-    provenance panel) and then the verdict box first on the page; write each figure's data beside it. Return
-    the number of embedded figures and the verdicts."""
+    """Export an executed notebook to standalone HTML without code, titled ``title``; write each figure's data
+    beside it. The page's first screen: the report's title (its first heading), the verdict box (which opens with
+    the three headline sentences), then ``panel`` (the provenance panel), then the rest of the title's cell (the
+    introduction) and the report. Return the number of embedded figures and the verdicts."""
     nb = nbformat.read(executed, as_version=4)
     write_figure_data(nb, out)
     found = vd.extract(nb)
-    if found:  # right under the title and its introduction (the first markdown cell)
-        first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
-        box = nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output(
-            "display_data", data={"text/html": vd.box_html(found)})])
-        nb.cells.insert(first + 1, box)
+    extract_sources(nb)  # read by run_one for the panel; nothing to show
+    top = ([_html_cell(vd.box_html(found))] if found else []) + ([_html_cell(PANEL_SLOT)] if panel else [])
+    if top:  # right under the title: the first markdown cell's heading, split from the introduction after it
+        first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
+        at = 0
+        if first is not None:
+            heading, _, intro = nb.cells[first].source.lstrip().partition("\n")
+            if heading.startswith("# ") and intro.strip():
+                nb.cells[first].source = heading
+                nb.cells.insert(first + 1, nbformat.v4.new_markdown_cell(intro.strip()))
+            at = first + 1
+        nb.cells[at:at] = top
     exporter = _exporter()(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nb)
     if title:
         body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(title)} — kvlab</title>", body, count=1, flags=re.S)
     if panel:
-        panel = with_k_note(panel, body)
-        body = body.replace("<main>", "<main>\n" + panel, 1) if "<main>" in body else \
-            re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + panel, body, count=1)
+        body = body.replace(PANEL_SLOT, with_k_note(panel, body), 1)
     # nbconvert's template loads require.js and MathJax from a CDN; the reports use neither (no widgets, no
     # math): dropped, so a page reads the same offline and fetches nothing
     body = CDN_SCRIPT_RE.sub("", body)
@@ -215,11 +230,24 @@ def changed_parameters(nb_path: Path, parameters: dict | None) -> dict:
     return out
 
 
-def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) -> dict:
+def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None,
+               sources: Sources | None = None) -> dict:
     """What a report rests on: the measured runs (engines with versions, models, hosts, dates, experiments),
-    the published documents, the code that built it and the parameters that differ from the template's."""
+    the published documents (by title, publisher and date), the code that built it and the parameters that differ
+    from the template's.
+
+    ``sources`` (what the notebook read, :func:`kvlab.verdicts.extract_sources`) narrows it to the report's own
+    measured experiments and documents; without it (the index: the whole build) it covers every run and document
+    under ``data_dir``."""
     runs = store.load_runs(data_dir)
     measured = runs.filter(pl.col("source") == "measured")
+    if sources is None:
+        experiments = sorted(measured["experiment"].unique())
+        documents = sorted(set(runs.filter(pl.col("source") == "published")["experiment"].unique())
+                           | set(store.load_claims(data_dir)["experiment"].unique()))
+    else:
+        experiments, documents = list(sources.measured), list(sources.documents)
+        measured = measured.filter(pl.col("experiment").is_in(experiments))
     hosts, sweep_commits, without_bf16 = set(), set(), False
     for exp in sorted(measured["experiment"].unique()):
         manifest = data_dir / "runs" / exp / store.MANIFEST_FILE
@@ -240,14 +268,31 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None) ->
         "hosts": sorted(h for h in hosts if h),
         "runs": measured.height,
         "run_dates": (started[0][:16].replace("T", " "), started[-1][:16].replace("T", " ")) if len(started) else None,
-        "experiments": sorted(measured["experiment"].unique()),
-        "published": sorted(runs.filter(pl.col("source") == "published")["experiment"].unique()),
+        "experiments": experiments,
+        "published": document_names(store.load_documents(data_dir), documents),
         "sweep_commits": sorted(sweep_commits),
         "kvlab": f"{__version__} at {(host.git_commit() or 'unknown commit')[:12]}",
         "built": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "parameters": changed_parameters(nb_path, parameters) if nb_path else dict(parameters or {}),
         "notebook": nb_path.name if nb_path else None,
     }
+
+
+def document_names(register: pl.DataFrame, documents: list[str]) -> list[str]:
+    """How a provenance panel names each document, from the register (``reference/documents.csv``): its kind and
+    title, then in brackets the English title where it has another language, its language and date, and its
+    publisher (or that it names none). A document the register lacks is named by its experiment name, and says so."""
+    rows = {r["experiment"]: r for r in register.iter_rows(named=True)}
+    names = []
+    for doc in documents:
+        r = rows.get(doc)
+        if r is None:
+            names.append(f"{doc} (not in the document register)")
+            continue
+        facts = ([f"‘{r['title_en']}’"] if r["title_en"] else []) \
+            + [", ".join(f for f in (r["language"], r["published"]) if f), r["publisher"] or "no publisher named"]
+        names.append(f"{r['kind']} ‘{r['title']}’ ({'; '.join(f for f in facts if f)})")
+    return names
 
 
 def _engine_line(engine: str, version: str | None, dtype: str | None, device_kind: str | None,
@@ -267,7 +312,8 @@ def _engine_line(engine: str, version: str | None, dtype: str | None, device_kin
 
 
 def panel_html(prov: dict) -> str:
-    """The provenance panel at the top of a report: where it comes from, in one screen-wide box. Every value is
+    """The provenance panel under a report's verdict box: where it comes from, in one screen-wide box. It stands in
+    a notebook output, whose template right-aligns and stripes table cells: its rules say ``!important``. Every value is
     data (a model name, a host's facts, an engine's reported version, a run's date) and is escaped here, where it
     becomes HTML; only the panel's own markup is written raw."""
     e = html.escape
@@ -283,7 +329,7 @@ def panel_html(prov: dict) -> str:
         ("runs", f"{e(str(prov['runs']))} measured" + (f", {e(str(dates[0]))} to {e(str(dates[1]))} UTC"
                                                        if dates else "")),
         ("experiments", ", ".join(f"<code>data/experiments/{e(x)}.yaml</code>" for x in prov["experiments"]) or "–"),
-        ("published", joined(prov["published"], ", ") or "–"),
+        ("documents", joined(prov["published"], "; ") or "–"),
         ("built", f"{e(str(prov['built']))} by kvlab {e(prov['kvlab'])}; runs measured at commit(s) "
                   f"{joined(prov['sweep_commits'], ', ') or '–'}"),
         ("parameters", ", ".join(f"<code>{e(str(k))} = {e(repr(v))}</code>" for k, v in prov["parameters"].items())
@@ -296,9 +342,11 @@ def panel_html(prov: dict) -> str:
     return f"""<nav class="kvlab-provenance" style="font: 13px system-ui, sans-serif; background: #f4f6f8;
 border: 1px solid #d0d7de; border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 <div style="margin-bottom: .3rem;">{links}</div>
-<table style="border-collapse: collapse;">{cells}</table>
-<style>.kvlab-provenance th {{ text-align: left; padding: 1px 1rem 1px 0; color: #555; font-weight: 600;
-vertical-align: top; white-space: nowrap; }} .kvlab-provenance td {{ padding: 1px 0; }}</style>
+<table style="border-collapse: collapse; margin: 0; table-layout: auto; font-size: 13px;">{cells}</table>
+<style>.kvlab-provenance th {{ text-align: left !important; padding: 1px 1rem 1px 0 !important; color: #555;
+font-weight: 600; vertical-align: top !important; white-space: nowrap !important; }}
+.kvlab-provenance td {{ text-align: left !important; padding: 1px 0 !important; vertical-align: top !important; }}
+.kvlab-provenance tr {{ background: none !important; }}</style>
 </nav>
 """
 
@@ -345,7 +393,8 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     html_path = out_dir / f"{nb_path.stem}.html"
     title, summary = describe(nb_path)
     data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
-    figures, found = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters)))
+    sources = extract_sources(nbformat.read(executed, as_version=4))  # what the notebook read: its panel covers that
+    figures, found = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters, sources)))
     return Report(nb_path.name, title, summary, html_path, time.perf_counter() - start, figures, tuple(found))
 
 
@@ -360,8 +409,9 @@ def run_tables_html(runs) -> str:
 
 
 def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "") -> Path:
-    """An index page linking each report with one line of what it shows and its verdicts, under the
-    provenance ``panel``, then the run tables (``runs_html``)."""
+    """An index page: the headline computed from every report's verdicts, then each report linked with one line of
+    what it shows and its verdict box, then the provenance ``panel`` (the whole build's), then the run tables
+    (``runs_html``)."""
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(r.title)}</a>'
         f"<p>{markdown_inline(r.summary)}</p>{vd.box_html(list(r.verdicts), 'Found', lead=False) if r.verdicts else ''}"
@@ -381,12 +431,12 @@ li {{ margin: 1rem 0; }} li p {{ margin: .25rem 0; }} small {{ color: #666; }}
 .legend {{ background: #f4f4f4; padding: .5rem 1rem; border-radius: 6px; }}
 </style></head><body>
 <h1>kvlab reports</h1>
-{lead}{panel}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
+{lead}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
 <b>measured</b> (a real engine run, with the host it ran on) or <b>modelled</b> (kvlab's physical model).</p>
 <ol>
 {items}
 </ol>
-<h2>Runs measured</h2>
+{panel}<h2>Runs measured</h2>
 {"<p>One table per experiment file: what varied between its runs, how each ended, its launch attempts and key "
  "figures. Every column of every run is in <a href='runs.csv'>runs.csv</a>.</p>" + runs_html if runs_html else
  "<p><i>No measured run yet: <code>make report</code> measures the embedded default on this machine.</i></p>"}

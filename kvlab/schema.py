@@ -301,6 +301,22 @@ CLAIMS = Table(
 )
 
 
+#: The source documents, one row per document (``data/reference/documents.csv``): how the reports name a document
+#: (its title, publisher and date) where its rows and claims carry only its experiment name.
+DOCUMENTS = Table(
+    "documents",
+    (
+        _c("experiment", Str, "the document's name in runs.experiment and claims.experiment", required=True),
+        _c("kind", Str, "what it is: article, datasheet, paper, …", required=True),
+        _c("title", Str, "its title as published, in its own language", required=True),
+        _c("title_en", Str, "the title in English, where the title is in another language"),
+        _c("language", Str, "the language it is written in"),
+        _c("publisher", Str, "who published it; empty where the document names no publisher"),
+        _c("published", Str, "when it was published, as precisely as the document says (a year, or a date)"),
+        _c("note", Str, "what a reader should know about the entry (e.g. where the title comes from)"),
+    ),
+)
+
 #: The latency percentiles RUNS stores for TTFT, TPOT, ITL and E2E (``<metric>_p<q>_ms``).
 PERCENTILES = (50, 90, 99)
 

@@ -3,7 +3,8 @@
 Layout (all paths from :mod:`kvlab.paths`):
 
 - ``data/reference/<name>.csv`` — published figures, ``runs`` schema;
-  ``data/reference/<name>_claims.csv`` — a document's stated ratios, ``claims`` schema.
+  ``data/reference/<name>_claims.csv`` — a document's stated ratios, ``claims`` schema;
+  ``data/reference/documents.csv`` — the register of the documents (title, publisher, date), ``documents`` schema.
 - ``data/runs/<experiment>/<run_key>/`` — one measured run: ``run.parquet`` (one ``runs``
   row), ``requests.parquet``, ``attempts.parquet``, ``spec.json``, ``server.log``, ``telemetry.json`` and, where
   the engine serves /metrics or kvlab read its scheduler's log lines, ``telemetry.csv`` (kvlab.runner.write_telemetry).
@@ -29,7 +30,7 @@ import polars as pl
 from kvlab import host
 from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR, publish_dir, write_text_atomic
-from kvlab.schema import ATTEMPTS, CLAIMS, REQUESTS, RUNS, SchemaError, Table, percentiles_ms
+from kvlab.schema import ATTEMPTS, CLAIMS, DOCUMENTS, REQUESTS, RUNS, SchemaError, Table, percentiles_ms
 
 RUN_FILE = "run.parquet"
 REQUESTS_FILE = "requests.parquet"
@@ -66,8 +67,12 @@ def _concat(frames: Iterable[pl.DataFrame], table: Table) -> pl.DataFrame:
     return pl.concat(frames, how="vertical") if frames else table.empty()
 
 
+#: The register of source documents under ``reference/`` (:data:`kvlab.schema.DOCUMENTS`): not a table of figures.
+DOCUMENTS_FILE = "documents.csv"
+
+
 def _reference_files(data_dir: Path, claims: bool) -> list[Path]:
-    files = sorted((data_dir / "reference").glob("*.csv"))
+    files = sorted(f for f in (data_dir / "reference").glob("*.csv") if f.name != DOCUMENTS_FILE)
     return [f for f in files if f.stem.endswith("_claims") == claims]
 
 
@@ -189,6 +194,12 @@ def _sweep_hosts(manifest: dict, key: str, started_at: str | None) -> list[dict]
 def load_claims(data_dir: str | Path = DATA_DIR) -> pl.DataFrame:
     """Every document claim under ``data_dir/reference``."""
     return _concat((read_table(f, CLAIMS) for f in _reference_files(Path(data_dir), claims=True)), CLAIMS)
+
+
+def load_documents(data_dir: str | Path = DATA_DIR) -> pl.DataFrame:
+    """The register of source documents (``reference/documents.csv``; empty where a data folder has none)."""
+    path = Path(data_dir) / "reference" / DOCUMENTS_FILE
+    return read_table(path, DOCUMENTS) if path.is_file() else DOCUMENTS.empty()
 
 
 def _load_per_run(data_dir: str | Path, experiment: str | None, file: str, table: Table) -> pl.DataFrame:

@@ -2,7 +2,8 @@
 
 A notebook computes its verdicts from the same frames as its text and displays them with
 ``display(verdicts.box([...]))``. In JupyterLab the box appears where the cell is; in a built report
-(:mod:`kvlab.reports`) it is moved to the top, under the provenance panel, and copied to the index.
+(:mod:`kvlab.reports`) it is moved to the top, under the title and above the provenance panel, and copied to
+the index.
 """
 
 from __future__ import annotations
@@ -237,3 +238,59 @@ def extract(nb) -> list[dict]:
     for i in reversed(drop):
         del nb.cells[i]
     return found
+
+
+# --------------------------------------------------------------------------- what a notebook read
+
+#: The MIME type under which a notebook's record of what it read (:class:`Sources`, ``wb.sources`` in
+#: :mod:`kvlab.workbook`) travels to the report builder, which builds the report's provenance panel from it.
+SOURCES_MIME = "application/vnd.kvlab.sources+json"
+
+
+def add_names(found: list[str], names) -> None:
+    """Append each non-empty name of ``names`` to ``found`` that is not in it yet (the order read is kept)."""
+    for name in names:
+        if name and name not in found:
+            found.append(name)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a notebook read: its measured experiments and its documents (experiment names), in the order it read
+    them. Displays as one line in JupyterLab and carries the names as data (:data:`SOURCES_MIME`) for the report
+    builder, which takes the output off the built page."""
+
+    measured: tuple[str, ...]
+    documents: tuple[str, ...]
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        line = (f"Read by this notebook: measured experiments {', '.join(self.measured) or 'none'}; "
+                f"documents {', '.join(self.documents) or 'none'}.")
+        return {"text/html": f'<p style="font-size: 12px; color: #555;">{html.escape(line)}</p>', "text/plain": line,
+                SOURCES_MIME: {"measured": list(self.measured), "documents": list(self.documents)}}
+
+
+def extract_sources(nb) -> Sources | None:
+    """Remove every :class:`Sources` output from an executed notebook (in place, with a cell that showed nothing
+    else) and return what they name together; None where the notebook displayed none."""
+    measured: list[str] = []
+    documents: list[str] = []
+    seen, drop = False, []
+    for i, cell in enumerate(nb.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        outputs = cell.get("outputs", [])
+        kept = [o for o in outputs if SOURCES_MIME not in (o.get("data") or {})]
+        for out in outputs:
+            data = (out.get("data") or {}).get(SOURCES_MIME)
+            if data is not None:
+                seen = True
+                add_names(measured, data.get("measured", []))
+                add_names(documents, data.get("documents", []))
+        if len(kept) < len(outputs):
+            cell["outputs"] = kept
+            if not kept:
+                drop.append(i)
+    for i in reversed(drop):
+        del nb.cells[i]
+    return Sources(tuple(measured), tuple(documents)) if seen else None

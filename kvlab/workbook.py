@@ -1,5 +1,10 @@
 """What every notebook opens with: one call that resolves the data folder, sets up inline figures and
-serves the stored tables, filtered by source and experiment, so no notebook repeats the loading preamble."""
+serves the stored tables, filtered by source and experiment, so no notebook repeats the loading preamble.
+
+The workbook also records what a notebook read: the measured experiments and the documents it asked for by name.
+Its last cell displays them (``display(wb.sources(...))``, naming any frame it read past the workbook's filters),
+and the report builder (:mod:`kvlab.reports`) reads that record back as data (:data:`kvlab.verdicts.SOURCES_MIME`)
+to build the report's provenance panel from what the report uses, not from every run under the data folder."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import polars as pl
 
 from kvlab import plots, store
 from kvlab.paths import DATA_DIR
+from kvlab.verdicts import Sources
+from kvlab.verdicts import add_names as _add
 
 
 @dataclass
@@ -21,6 +28,9 @@ class Workbook:
     _cache: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
     #: Numbers the figures this notebook shows, from 1.
     figures: plots.FigureNumbers = field(default_factory=plots.FigureNumbers, repr=False)
+    #: The measured experiments and the documents this notebook asked for, in order (:meth:`sources`).
+    read_measured: list[str] = field(default_factory=list, repr=False)
+    read_documents: list[str] = field(default_factory=list, repr=False)
 
     def show(self, fig, caption: str, data: pl.DataFrame | None = None, alt: str | None = None) -> plots.FigureView:
         """``display(wb.show(fig, caption, data))``: a figure as the reports show it, numbered in this notebook
@@ -59,23 +69,50 @@ class Workbook:
 
     def probes(self, experiment: str) -> pl.DataFrame:
         """The accuracy probes of one experiment's server starts (``store.load_probes``; empty: none recorded)."""
+        _add(self.read_measured, [experiment])
         return self._table("probes", store.load_probes).filter(pl.col("experiment") == experiment)
 
     def published(self, experiment: str) -> pl.DataFrame:
         """The published rows of one document's experiment (e.g. ``article_b300``)."""
+        _add(self.read_documents, [experiment])
         return self.runs.filter((pl.col("source") == "published") & (pl.col("experiment") == experiment))
 
     def measured(self, experiment: str | list[str], mem_util: float | None = None) -> pl.DataFrame:
         """The measured rows of one experiment (or several), at one memory setting when ``mem_util`` is given;
         empty for an empty name (a notebook parameter set to "" means none)."""
         names = [experiment] if isinstance(experiment, str) else list(experiment)
+        _add(self.read_measured, names)
         rows = self.runs.filter((pl.col("source") == "measured") & pl.col("experiment").is_in([n for n in names if n]))
         return rows if mem_util is None else rows.filter(pl.col("mem_util") == mem_util)
 
     def claims(self, experiment: str, kind: str | None = None) -> pl.DataFrame:
         """One document's claims (``reference/*claims*``), of one kind when ``kind`` is given."""
+        _add(self.read_documents, [experiment])
         rows = self._table("claims", store.load_claims).filter(pl.col("experiment") == experiment)
         return rows if kind is None else rows.filter(pl.col("kind") == kind)
+
+    def sources(self, *read: pl.DataFrame | str) -> Sources:
+        """``display(wb.sources(...))``, a notebook's last cell: what it read through the workbook's filters
+        (:meth:`measured`, :meth:`probes`, :meth:`published`, :meth:`claims`) and ``read``, what it read past them:
+        a frame's experiments (its measured rows as measured experiments, its published rows as documents; every
+        row counts as measured in a frame without ``source``), or a name (a document where the stored documents
+        have it: published rows, claims or the register; else a measured experiment)."""
+        measured, documents = list(self.read_measured), list(self.read_documents)
+        runs = self.runs
+        known = set(runs.filter(pl.col("source") == "published")["experiment"].to_list()) \
+            | set(self._table("claims", store.load_claims)["experiment"].to_list()) \
+            | set(store.load_documents(self.data)["experiment"].to_list())
+        for item in read:
+            if isinstance(item, str):
+                _add(documents if item in known else measured, [item])
+            elif "experiment" in item.columns:
+                rows = item.filter(pl.col("experiment").is_not_null())
+                if "source" in rows.columns:
+                    _add(measured, rows.filter(pl.col("source") == "measured")["experiment"].unique(maintain_order=True))
+                    _add(documents, rows.filter(pl.col("source") == "published")["experiment"].unique(maintain_order=True))
+                else:
+                    _add(measured, rows["experiment"].unique(maintain_order=True))
+        return Sources(tuple(measured), tuple(documents))
 
 
 #: Notebook parameters that were renamed to the one vocabulary of notebooks 01–07 (gpu, model, tp, dcp, mem_util,

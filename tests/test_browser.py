@@ -2,9 +2,9 @@
 
 The whole set is built once (conftest.built_reports: default parameters, the real measured runs of tests/fixtures,
 so the measured sections are on the page on every machine) and each page is checked for what
-issue #13 asks of every report: provenance first, a verdict box, no raw dataframe or error output, every figure
-with alt text and a sentence, nothing wider than the page. The fixture data is hostile (tests/payloads.py, issue #25):
-every page carries script payloads as data, and none may run.
+issue #13 asks of every report: a verdict box first, then provenance (issue 22's order), no raw dataframe or error
+output, every figure with alt text and a sentence, nothing wider than the page. The fixture data is hostile
+(tests/payloads.py, issue #25): every page carries script payloads as data, and none may run.
 """
 
 import json
@@ -159,7 +159,8 @@ window.addEventListener('load', () => {
   const top = sel => { const el = document.querySelector(sel);
                        return el ? Math.round(el.getBoundingClientRect().top + window.scrollY) : null; };
   const out = document.createElement('pre'); out.id = 'kvlab-first-screen';
-  out.textContent = JSON.stringify({verdicts: top('.kvlab-verdicts'), height: window.innerHeight});
+  out.textContent = JSON.stringify({headline: top('.kvlab-headline'), verdicts: top('.kvlab-verdicts'),
+                                    provenance: top('.kvlab-provenance'), height: window.innerHeight});
   document.body.appendChild(out);
 });
 </script>"""
@@ -241,8 +242,8 @@ def parse(page) -> _Page:
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_report_reads_without_the_code(built, name):
-    """No raw dataframe output, no error or warning, every figure with alt text and its sentence, provenance
-    and verdicts first."""
+    """No raw dataframe output, no error or warning, every figure with alt text and its sentence, the verdicts
+    and then the provenance before the first section."""
     page = built / f"{name}.html"
     p = parse(page)
     for raw in ("Traceback", "dtype", "shape: (", "┌─", "Warning:", "null", "NaN"):
@@ -253,7 +254,7 @@ def test_report_reads_without_the_code(built, name):
     for f in p.figures:
         assert re.match(r"Figure \d+\. \S", f["caption"].strip()) and len(f["caption"]) > 40, f
     text = page.read_text()
-    assert text.index('class="kvlab-provenance"') < text.index('class="kvlab-verdicts"') < text.index("<h2")
+    assert text.index('class="kvlab-verdicts"') < text.index('class="kvlab-provenance"') < text.index("<h2")
     assert not re.search(r'<script[^>]*src="http', text)  # self-contained: nothing fetched to read it
 
 
@@ -337,6 +338,9 @@ def test_the_glyph_check_finds_tofu():
 
 @pytest.mark.parametrize("name", ["index", "01_context_scaling", "05_prefix_sharing"])
 def test_verdict_box_starts_on_the_first_screen(browser, built, name, tmp_path):
-    """At 1280×800 the verdict box starts within the first screen (the headline and provenance above it)."""
+    """At 1280×800 the three-sentence headline and the start of the verdict box are on the first screen, the
+    provenance panel after the box (issue 22: headline, verdict box, then provenance)."""
     found = _probe(browser, built / f"{name}.html", tmp_path, FIRST_SCREEN_PROBE, "kvlab-first-screen", (1280, 800))
+    assert found["headline"] is not None and found["headline"] < 800, found
     assert found["verdicts"] is not None and found["verdicts"] < 800, found
+    assert found["provenance"] is not None and found["provenance"] > found["verdicts"], found

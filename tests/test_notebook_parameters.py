@@ -18,6 +18,7 @@ from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
 from kvlab import reports
+from kvlab.verdicts import SOURCES_MIME
 from kvlab.workbook import RENAMED_PARAMETERS, check_parameters
 
 #: Per notebook: the data folder it runs on ("fixture": real measured runs of every CPU study plus document
@@ -70,9 +71,11 @@ NO_RUNS = {
 
 
 def seen(nb) -> list[str]:
-    """What a reader sees of an executed notebook: every output's data, in order (errors raise before this)."""
+    """What a reader sees of an executed notebook: every output's data, in order (errors raise before this); not
+    the notebook's record of what it read (``wb.sources``), which the report builder takes off the page."""
     return [json.dumps(o.get("data") or o.get("text"), sort_keys=True) for c in nb.cells if c.cell_type == "code"
-            for o in c.get("outputs", []) if o.get("output_type") != "stream" or o.get("name") == "stdout"]
+            for o in c.get("outputs", []) if (o.get("output_type") != "stream" or o.get("name") == "stdout")
+            and SOURCES_MIME not in (o.get("data") or {})]
 
 
 def run_variants(path, variants: list[dict]) -> list[list[str]]:

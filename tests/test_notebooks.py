@@ -246,7 +246,8 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
 
 
 def test_every_report_opens_with_its_provenance(tmp_path):
-    """Title, links back and to the data, and where the numbers come from, before the report's first heading."""
+    """Title, verdict box, then the provenance panel (links back and to the data, where the numbers come from),
+    all before the report's first section."""
     import json
 
     data = write_two_engine_runs(tmp_path / "data")
@@ -257,7 +258,9 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     text = rep.html.read_text()
     assert f"<title>{html.escape(rep.title)} — kvlab</title>" in text
     panel = text[text.index('<nav class="kvlab-provenance"'):text.index("</nav>")]
-    assert text.index("kvlab-provenance") < text.index("<h1")  # first on the page
+    # the title, the verdict box (the headline its first lines), the panel, then the report's sections
+    assert text.index("<h1") < text.index("kvlab-verdicts") < text.index("kvlab-headline") \
+        < text.index("kvlab-provenance") < text.index("<h2")
     for link in ("index.html", "03_memory_utilisation.ipynb", "runs.csv"):
         assert f'href="{link}"' in panel
     assert "<th>measured with</th><td>sglang-jax (CPU) (version not reported); vLLM (version not reported)</td>" in panel
@@ -266,7 +269,9 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     assert "<th>hardware</th><td>Test CPU, 2 cores (avx2)</td>" in panel
     assert "<th>runs</th><td>8 measured</td>" in panel
     assert "<code>data/experiments/cpu_long_context.yaml</code>" in panel and "runs measured at commit(s) 0123456789ab" in panel
-    assert "<th>published</th><td>article_b300</td>" in panel
+    # the document 03 reads, by title (the register, data/reference/documents.csv), and no other
+    assert ("<th>documents</th><td>article ‘vLLM vs SGLang at 64K and 200K tokens on 8×B300’ (Korean, 2026; "
+            "no publisher named)</td>") in panel
     # only what differs from the template's defaults, with its value
     assert f"<code>data_dir = {html.escape(repr(str(data)))}</code>, <code>gpu = &#x27;H100&#x27;</code>" in panel
 
@@ -307,6 +312,64 @@ def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_
     index = (tmp_path / "index.html").read_text()
     for r in built:
         assert f'href="{r.html.name}"' in index and markdown_inline(r.summary) in index
+
+
+def _panel(page: str) -> str:
+    return page[page.index('<nav class="kvlab-provenance"'):page.index("</nav>", page.index('<nav class="kvlab-provenance"'))]
+
+
+#: The two documents as the provenance panels name them (data/reference/documents.csv).
+B300_ARTICLE = "article ‘vLLM vs SGLang at 64K and 200K tokens on 8×B300’ (Korean, 2026; no publisher named)"
+KV_DESIGN_ARTICLE = ("article ‘vLLM SGLang 성능 비교 — 2026년 KV 캐시 구조로 이해하는 추론 엔진 선택’ (‘vLLM vs SGLang "
+                     "performance: choosing an inference engine by its KV-cache design’; Korean, 2026; no publisher named)")
+
+
+def test_each_report_panel_lists_only_what_it_uses(built_reports):
+    """Each report's provenance covers its own measured experiments (the notebook's record of what it read) and the
+    documents it tests, by title; the index's covers the whole build. On the fixture runs (tests/fixtures: 16
+    prefix-sharing, 4 multi-turn, 6 long-context and 2 classification runs)."""
+    out, _ = built_reports
+    p05 = _panel((out / "05_prefix_sharing.html").read_text())
+    assert "<th>runs</th><td>20 measured, 2026-12-01 06:03 to 2026-12-01 06:12 UTC</td>" in p05  # 16 + 4
+    assert ("<th>experiments</th><td><code>data/experiments/cpu_prefix_sharing.yaml</code>, "
+            "<code>data/experiments/cpu_multi_turn.yaml</code></td>") in p05
+    assert f"<th>documents</th><td>{KV_DESIGN_ARTICLE}</td>" in p05  # the KV-design article, by title; not the B300 one
+    p01 = _panel((out / "01_context_scaling.html").read_text())
+    assert "<th>runs</th><td>6 measured, 2026-12-01 06:05 to 2026-12-01 06:09 UTC</td>" in p01
+    assert "<th>experiments</th><td><code>data/experiments/cpu_long_context.yaml</code></td>" in p01
+    assert f"<th>documents</th><td>{B300_ARTICLE}</td>" in p01
+    # 06 tests the design article's tree and fits the model to the B300 table: both, with the studies it found
+    p06 = _panel((out / "06_engine_choice.html").read_text())
+    assert f"<th>documents</th><td>{KV_DESIGN_ARTICLE}; {B300_ARTICLE}</td>" in p06
+    assert ("<th>experiments</th><td><code>data/experiments/cpu_prefix_sharing.yaml</code>, "
+            "<code>data/experiments/cpu_classification.yaml</code></td>") in p06
+    index = _panel((out / "index.html").read_text())
+    assert "<th>runs</th><td>28 measured," in index  # every run the build read
+    assert B300_ARTICLE in index and KV_DESIGN_ARTICLE in index
+    assert "article_b300_alt (not in the document register)" in index  # the fixture's variant, named as what it is
+
+
+def test_the_notebook_records_what_it_read(fixture_data):
+    """Workbook.sources: the experiments read through the workbook's filters, and those of frames and names read
+    past them, each as measured or as a document from the stored data; the report builder reads the record back and
+    takes it off the page."""
+    import nbformat
+
+    from kvlab.verdicts import Sources, extract_sources
+    from kvlab.workbook import open_workbook
+
+    wb = open_workbook(fixture_data)
+    wb.measured("cpu_long_context", 0.92)
+    wb.claims("article_b300", kind="memory")
+    got = wb.sources(wb.runs.filter(pl.col("experiment").is_in(["cpu_multi_turn", "article_b300_alt"])),
+                     "article_kv_design", "cpu_prefix_sharing", "")
+    assert got == Sources(("cpu_long_context", "cpu_multi_turn", "cpu_prefix_sharing"),
+                          ("article_b300", "article_b300_alt", "article_kv_design"))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={"text/plain": "kept"})]),
+                nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data=got._repr_mimebundle_())])]
+    assert extract_sources(nb) == got and len(nb.cells) == 1  # the cell that only showed it goes
+    assert extract_sources(nb) is None  # none displayed: the panel covers every run
 
 
 def test_unknown_notebook_selector_is_named():

@@ -28,6 +28,18 @@ def test_reference_table_is_the_articles(data):
     assert pub["citation"].null_count() == 0
 
 
+def test_every_document_is_in_the_register_and_the_register_is_no_table_of_figures(data):
+    """data/reference/documents.csv names each document the reference tables and claims come from (the reports'
+    provenance panels cite a document from it, by title); it is not read as published runs."""
+    docs = store.load_documents(data)
+    cited = set(store.load_runs(data)["experiment"]) | set(store.load_claims(data)["experiment"])
+    assert sorted(docs["experiment"]) == sorted(cited) == ["article_b300", "article_kv_design"]
+    assert docs.filter(pl.col("experiment") == "article_kv_design").select("title_en", "language", "published").row(0) \
+        == ("vLLM vs SGLang performance: choosing an inference engine by its KV-cache design", "Korean", "2026")
+    assert docs["publisher"].null_count() == 2  # neither names a publisher: empty, never guessed
+    assert store.load_documents(data / "elsewhere").height == 0  # a data folder without a register
+
+
 def test_missing_data_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
         store.load_runs(tmp_path / "nope")

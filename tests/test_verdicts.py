@@ -66,8 +66,9 @@ def test_report_puts_the_box_under_the_title_and_writes_figure_data(tmp_path, mo
     assert figures == 1 and found == [v.__dict__ for v in V]
     assert text.count('class="kvlab-verdicts"') == 1  # moved, not copied
     assert "shown first in the HTML report" not in text  # the heading that introduced the box left with it
-    assert text.index("kvlab-provenance") < text.index("<h1") < text.index("kvlab-verdicts") \
-        < text.index("First section")
+    # the title, the box, the provenance panel, then the title's introduction and the report
+    assert text.index("<h1") < text.index("kvlab-verdicts") < text.index("kvlab-provenance") \
+        < text.index("What it shows.") < text.index("First section")
     # the figure's data travels as typed JSON in the notebook and is written beside it, never read out of the HTML
     assert 'href="07_test.figures/figure1.csv"' in text and "data:text/csv" not in text
     assert (tmp_path / "07_test.figures" / "figure1.csv").read_text() == "x,y\n1,3\n2,4\n"
