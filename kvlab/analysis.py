@@ -15,6 +15,7 @@ import polars as pl
 
 from kvlab import probe as probes_
 from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.schema import run_rates  # the one definition of the rates, beside RUNS (measuring side)
 from kvlab.workloads.shared_prefix import shared_prefix_length
 
 #: Columns that identify one configuration apart from the engine (what two engines are compared on).
@@ -92,31 +93,6 @@ def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGL
             (pl.max_horizontal(ta, tb) / pl.min_horizontal(ta, tb)).alias("speedup"),
         )
         .sort(["source", "experiment", "context_tokens"])
-    )
-
-
-def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
-    """Each run's rates from its counts and time T (the one definition: the runner stores them with each run,
-    kvlab.store fills them for runs stored before; design.md): T is the batch time, or under a load the
-    steady-state window (``window_s``, whose requests the counts cover); a run without a batch time (a failed one)
-    has none:
-
-    - ``requests_per_s`` = requests_ok / T;
-    - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out); a
-      row whose source states it without the counts (published) keeps the stated figure;
-    - ``goodput_requests_per_s`` = requests_within_slo / T: successful requests meeting the experiment's SLO
-      per second; null where the experiment states no SLO (or the run has no batch time).
-    """
-    t = pl.coalesce(pl.col("window_s"), pl.col("batch_time_s")) if "window_s" in runs.columns \
-        else pl.col("batch_time_s")
-    t = pl.when(pl.col("batch_time_s").is_not_null()).then(t)
-    output = pl.col("served_output_tokens") / t
-    if "output_tokens_per_s" in runs.columns:
-        output = pl.coalesce(output, pl.col("output_tokens_per_s"))
-    return runs.with_columns(
-        (pl.col("requests_ok") / t).alias("requests_per_s"),
-        output.alias("output_tokens_per_s"),
-        (pl.col("requests_within_slo") / t).alias("goodput_requests_per_s"),
     )
 
 

@@ -802,7 +802,7 @@ def summarize(records: Sequence[RequestRecord], batch_time_s: float | None,
     cannot be right (``count_flag``) is counted in ``requests_miscounted`` and left out of
     ``served_output_tokens`` (and has no TPOT). ``slo`` (``{"ttft_ms": ..., "tpot_ms": ...}``, the experiment's)
     gives ``requests_within_slo`` (:func:`within_slo`; goodput is that over the batch time, or a load point's
-    window, derived by :func:`kvlab.analysis.run_rates`) and the bounds it was counted against; without one all three are None.
+    window, derived by :func:`kvlab.schema.run_rates`) and the bounds it was counted against; without one all three are None.
     """
     ok = [r for r in records if r.status == "ok"]
     miscounted = [r for r in ok if r.count_flag]

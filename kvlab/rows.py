@@ -12,11 +12,10 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import host
-from kvlab.analysis import run_rates
 from kvlab.client import BatchResult, sum_reported, summarize
 from kvlab.engines.base import Failure
 from kvlab.load import LoadOutcome
-from kvlab.schema import RUNS
+from kvlab.schema import RUNS, run_rates
 from kvlab.spec import RunSpec
 from kvlab.workloads import Prompt, shared_tokens
 
@@ -39,7 +38,7 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records;
     ``kv_pool_tokens``, the KV pool its server reported (:class:`kvlab.campaign.ServerRecord`). Under a load
     (``load``, kvlab.load) the latencies, counts and SLO count cover the requests inside its steady-state window
-    only, and ``window_s`` is the time the rates divide by (kvlab.analysis.run_rates); ``batch_prompt_tokens`` and
+    only, and ``window_s`` is the time the rates divide by (kvlab.schema.run_rates); ``batch_prompt_tokens`` and
     ``batch_output_tokens`` sum every request sent, as the server's counter deltas do."""
     e, w = run.engine, run.workload
     slo = run.slo.model_dump() if run.slo else None

@@ -109,7 +109,7 @@ Str, Int, Float = pl.String(), pl.Int64(), pl.Float64()
 #: One row per run: one fixed batch (or concurrency run) at one configuration, or one
 #: published / modelled figure for such a configuration. A run's rates (requests_per_s,
 #: output_tokens_per_s, goodput_requests_per_s) are derived from its counts and time by
-#: :func:`kvlab.analysis.run_rates`, the one definition, and stored beside them (runs stored
+#: :func:`kvlab.schema.run_rates`, the one definition, and stored beside them (runs stored
 #: before get them on reading, kvlab.store.load_runs).
 #: What a claim measures (CLAIMS.metric).
 CLAIM_METRICS = ("batch_time", "throughput", "oom_retries", "batch_time_spread", "e2e_latency", "cache_hit_share",
@@ -169,7 +169,7 @@ RUNS = Table(
         _c("requests_outside_window", Int, "under a load: measured requests that started or finished outside the "
            "steady-state window, left out of every latency and count"),
         _c("window_s", Float, "under a load: the steady-state window (first measured send to last send); the rates "
-           "divide by it instead of batch_time_s (kvlab.analysis.run_rates)"),
+           "divide by it instead of batch_time_s (kvlab.schema.run_rates)"),
         _c("load_stop", Str, "under a load: why sending stopped early past saturation (kvlab.load.SaturationWatch); "
            "null: the point ran to its request-count or duration limit"),
         _c("prefill_time_s", Float, "modelled prefill part of batch time"),
@@ -217,7 +217,7 @@ RUNS = Table(
         _c("server_prefix_cache_hits", Int, "delta of the server's prefix-cache hit counter (tokens)"),
         _c("server_preemptions", Int, "delta of the server's preemption counter"),
         _c("requests_per_s", Float, "completed requests per second: requests_ok / T, T = window_s under a load, else "
-           "batch_time_s (kvlab.analysis.run_rates); null without a batch time (a failed run)"),
+           "batch_time_s (kvlab.schema.run_rates); null without a batch time (a failed run)"),
         _c("output_tokens_per_s", Float, "output tokens per second: served_output_tokens / T (as requests_per_s); a "
            "published row's figure where its source states one without a batch time"),
         _c("goodput_requests_per_s", Float, "goodput: requests_within_slo / T (as requests_per_s), successful requests "
@@ -329,3 +329,28 @@ def percentiles_ms(metric: str, values) -> dict[str, float | None]:
         return {f"{metric}_p{q}_ms": None for q in PERCENTILES}
     got = np.percentile(np.asarray(values, dtype=float), PERCENTILES)
     return {f"{metric}_p{q}_ms": float(v) for q, v in zip(PERCENTILES, got)}
+
+
+def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
+    """Each run's rates from its counts and time T (the one definition: the runner stores them with each run,
+    kvlab.store fills them for runs stored before; design.md): T is the batch time, or under a load the
+    steady-state window (``window_s``, whose requests the counts cover); a run without a batch time (a failed one)
+    has none:
+
+    - ``requests_per_s`` = requests_ok / T;
+    - ``output_tokens_per_s`` = served_output_tokens / T (requests with a count that cannot be right left out); a
+      row whose source states it without the counts (published) keeps the stated figure;
+    - ``goodput_requests_per_s`` = requests_within_slo / T: successful requests meeting the experiment's SLO
+      per second; null where the experiment states no SLO (or the run has no batch time).
+    """
+    t = pl.coalesce(pl.col("window_s"), pl.col("batch_time_s")) if "window_s" in runs.columns \
+        else pl.col("batch_time_s")
+    t = pl.when(pl.col("batch_time_s").is_not_null()).then(t)
+    output = pl.col("served_output_tokens") / t
+    if "output_tokens_per_s" in runs.columns:
+        output = pl.coalesce(output, pl.col("output_tokens_per_s"))
+    return runs.with_columns(
+        (pl.col("requests_ok") / t).alias("requests_per_s"),
+        output.alias("output_tokens_per_s"),
+        (pl.col("requests_within_slo") / t).alias("goodput_requests_per_s"),
+    )

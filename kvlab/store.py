@@ -30,7 +30,7 @@ import polars as pl
 from kvlab import host
 from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR, publish_dir, write_text_atomic
-from kvlab.schema import ATTEMPTS, CLAIMS, DOCUMENTS, REQUESTS, RUNS, SchemaError, Table, percentiles_ms
+from kvlab.schema import ATTEMPTS, CLAIMS, DOCUMENTS, REQUESTS, RUNS, SchemaError, Table, percentiles_ms, run_rates
 
 RUN_FILE = "run.parquet"
 REQUESTS_FILE = "requests.parquet"
@@ -118,10 +118,7 @@ def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) ->
     runs = runs.with_columns(device_kind=pl.when(pl.col("device_kind").is_null() & (pl.col("source") == "published")
                                                  & (pl.col("gpu_count").fill_null(0) > 0))
                              .then(pl.lit("gpu")).otherwise(pl.col("device_kind")))
-    # rates of runs stored before they were (kvlab.analysis.run_rates, the definition the runner stores them by);
-    # imported here: analysis imports kvlab.probe, which imports this module
-    from kvlab.analysis import run_rates
-
+    # rates of runs stored before they were (kvlab.schema.run_rates, the definition the runner stores them by)
     derived = run_rates(runs)
     runs = runs.with_columns(pl.coalesce(pl.col(c), derived[c]).alias(c) for c in RATES)
     if experiment is not None:
@@ -129,7 +126,7 @@ def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) ->
     return runs
 
 
-#: RUNS' rate columns (kvlab.analysis.run_rates): stored with each run since they were added, filled on reading for
+#: RUNS' rate columns (kvlab.schema.run_rates): stored with each run since they were added, filled on reading for
 #: runs stored before.
 RATES = ("requests_per_s", "output_tokens_per_s", "goodput_requests_per_s")
 

@@ -275,7 +275,10 @@ def test_no_payload_from_the_data_runs_in_the_browser(probed, name):
     every reference statement and citation). In Chromium no payload runs: no alert, confirm, prompt or print is
     called, no payload element or link exists, and both payloads are on the page as text."""
     found = _read(probed(name), "kvlab-dialogs")
-    assert found == INERT, f"{name}: {found}"
+    # 07 reads only cpu_capacity's runs and the catalog, and the fixture runs hold no cpu_capacity run: its page
+    # carries no payload to show (its panel lists only what it read); every other page does
+    expected = {**INERT, "shown": [False, False]} if name == "07_capacity" else INERT
+    assert found == expected, f"{name}: {found}"
 
 
 def test_the_dialog_probe_sees_a_live_payload(browser, tmp_path):

@@ -46,6 +46,18 @@ def test_every_run_of_the_embedded_experiment_succeeds(measured):
     assert (sgl["server_prompt_tokens"] == sgl["served_prompt_tokens"]).all()
     assert (sgl["server_generation_tokens"] == sgl["batch_size"] * sgl["output_tokens"]).all()
     assert sgl["engine_version"].to_list() == ["0.5.23"] * sgl.height
+    # the whole batch's usage (warm-up included) is what the server's counter deltas cover, exactly, both engines
+    assert (runs["batch_prompt_tokens"] == runs["server_prompt_tokens"]).all()
+    assert (runs["batch_output_tokens"] == runs["server_generation_tokens"]).all()
+    # SGLang's counters exported only once incremented (cached tokens, retractions) read 0, never null, when absent
+    assert sgl["server_prefix_cache_hits"].null_count() == 0 and sgl["server_preemptions"].null_count() == 0
+    assert (sgl["server_preemptions"] == 0).all()  # 4 requests far inside the KV budget: nothing retracted
+    # the run's rates: its requests over the batch time, the output tokens over the same time
+    assert (runs["requests_ok"] == runs["batch_size"]).all()
+    assert runs["requests_per_s"].to_list() == pytest.approx(
+        (runs["batch_size"] / runs["batch_time_s"]).to_list(), rel=1e-9)
+    assert runs["output_tokens_per_s"].to_list() == pytest.approx(
+        (runs["batch_size"] * runs["output_tokens"] / runs["batch_time_s"]).to_list(), rel=1e-9)
     # both compute in bfloat16 only where this CPU does so natively (dtype: bfloat16-if-native)
     native = {"bfloat16" if host.native_bf16() else "float32"}
     assert set(vllm["dtype"]) == native and set(sgl["dtype"]) == native

@@ -127,7 +127,8 @@ def test_notebook_executes_and_exports(nb, built_reports):
     assert "sglang-jax (CPU) is not PyTorch SGLang" not in html or html.count("is not PyTorch SGLang.") == 1
     # the fixture data is hostile (tests/payloads.py): its payloads are on the page as text, never as elements
     assert_no_live_payload(html)
-    assert IMG_TEXT in html and SCRIPT_TEXT in html
+    if nb.name[:2] != "07":  # 07 reads only cpu_capacity's runs, which the fixture runs do not hold
+        assert IMG_TEXT in html and SCRIPT_TEXT in html
     # code is hidden for readers, but the template notebook stays untouched (no outputs)
     assert "from kvlab import" not in html
     assert '"outputs": []' in nb.read_text() or '"outputs":[]' in nb.read_text()
@@ -154,14 +155,14 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     # CPU runs of two engines decide no GPU speed claim: each measured row quotes vLLM's 3× lead at 32K, the
     # shortest context; the model's crossover is an illustration beside its failed held-out test
     assert verdicts["01"] == [
-        ("speedup_64K", "reproduced", "published", pytest.approx(1.5005, abs=1e-4), None),
+        ("speedup_64K", "reproduced", "published", pytest.approx(1.5005, abs=1e-4), 2),
         ("speedup_64K", "cannot be tested here", "measured", 3.0, 1),
-        ("speedup_200K", "reproduced", "published", pytest.approx(1.3103, abs=1e-4), None),
+        ("speedup_200K", "reproduced", "published", pytest.approx(1.3103, abs=1e-4), 2),
         ("speedup_200K", "cannot be tested here", "measured", 3.0, 1),
-        ("crossover_published", "found", "published", pytest.approx(126844, abs=1), None),
-        ("crossover_modelled", "inconclusive", "modelled", pytest.approx(179998, abs=1), None),
-        ("model_held_out", "contradicted", "modelled", 0.0, None),
-        ("crossover_measured", "found", "measured", 4224.0, None),
+        ("crossover_published", "found", "published", pytest.approx(126844, abs=1), 4),
+        ("crossover_modelled", "inconclusive", "modelled", pytest.approx(179998, abs=1), 4),
+        ("model_held_out", "contradicted", "modelled", 0.0, 4),
+        ("crossover_measured", "found", "measured", 4224.0, 1),
     ]
     assert "yes, at ≈4,224 tokens (linear)" in box
     # display names, and one run a side: two significant figures
@@ -220,7 +221,7 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     # the latency claim: both engines slower at 0.92 (+33%, +20%), but one run per setting: inconclusive, n=1
     assert verdicts["03"] == [
         ("memory_095", "cannot be tested here", "measured", 1.0, 1),
-        ("memory_095", "cannot be tested here", "modelled", pytest.approx(13.41, abs=0.01), None),
+        ("memory_095", "cannot be tested here", "modelled", pytest.approx(13.41, abs=0.01), 1),
         ("memory_092_retries", "cannot be tested here", "measured", 0.0, 1),
         ("memory_092_stability", "cannot be tested here", "measured", None, 1),  # one run per setting: no spread
         ("memory_092_latency", "inconclusive", "measured", pytest.approx(4 / 3), 1),
