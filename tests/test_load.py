@@ -297,8 +297,8 @@ def test_the_b300_capacity_plan_dry_runs_with_a_ladder_per_engine_context_and_me
 
 
 def test_the_cpu_capacity_quick_form_is_two_engines_by_two_contexts_by_two_settings_by_three_rungs():
-    """data/experiments/cpu_capacity.yaml (dry run only here): 24 quick runs, each engine x context x memory setting
-    with the ladder 1, 2, 4, on the long-context study's four servers (no start of its own); make report sweeps it in
+    """data/experiments/cpu_capacity.yaml (dry run only here): 28 quick runs, each engine x context x memory setting
+    with the ladder 1, 2, 4 (4 three times at 200K and 0.92), on the long-context study's four servers (no start of its own); make report sweeps it in
     both forms."""
     from kvlab import plan
     from kvlab.paths import EXPERIMENTS_DIR
@@ -308,7 +308,11 @@ def test_the_cpu_capacity_quick_form_is_two_engines_by_two_contexts_by_two_setti
     ladders: dict = {}
     for r in quick:
         ladders.setdefault((r.engine.name, r.engine.mem_util, r.context_tokens), []).append(r.workload.load.concurrency)
-    assert len(quick) == 24 and all(v == [1, 2, 4] for v in ladders.values())
+    # three runs of 4 in flight at 200K and 0.92, past its ceiling of 2: the queueing verdict's n (28 runs in all)
+    past = {(e, 0.92, 3200) for e in ("vllm", "sglang")}
+    assert len(quick) == 28 and all(v == ([1, 2, 4, 4, 4] if k in past else [1, 2, 4]) for k, v in ladders.items())
+    assert sorted(r.repeat for r in quick if (r.engine.name, r.engine.mem_util, r.context_tokens) in past
+                  and r.workload.load.concurrency == 4) == [0, 0, 1, 1, 2, 2]
     assert set(ladders) == {(e, u, c) for e in ("vllm", "sglang") for u in (0.92, 0.95) for c in (1024, 3200)}
     assert {r.workload.load.concurrency for r in expand(spec)} == {1, 2, 4, 8}
     long_context = expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml"))

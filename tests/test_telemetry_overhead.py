@@ -16,3 +16,14 @@ def test_the_benchmark_judges_the_difference_against_the_spread_of_the_runs_with
     # TTFT: medians 175 - 110 = 65 ms, outside the 30 ms range of the runs without
     assert (ttft.value, ttft.met) == (65.0, False)
     assert "4–4 samples answered per batch" in rows[2].note
+    assert batch.figure.startswith("vLLM, batch time") and rows[2].figure == "vLLM, conditions"  # engine_label's name
+
+
+def test_both_engines_run_without_prefix_cache_or_development_endpoints():
+    """No run can hit another's cache, so no cache reset, and so no development endpoint (issue 25): SGLang as the
+    shipped CPU experiments run it (its CPU flags and compatibility fix), with the same KV and length as vLLM."""
+    specs = {e: bench.engine_spec(e, "tag", {1}) for e in ("vllm", "sglang")}
+    for e, spec in specs.items():
+        assert (spec.prefix_caching, spec.dev_mode, spec.served_model_name) == (False, False, "tag"), e
+        assert (spec.kv_cache_bytes, spec.max_model_len, spec.launch[:3]) == (64 * 2**20, 2048, ["taskset", "-c", "1"])
+    assert specs["sglang"].env["SGLANG_USE_CPU_ENGINE"] == "1" and "--device" in specs["sglang"].extra_args
