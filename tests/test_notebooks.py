@@ -712,6 +712,7 @@ def test_fixture_findings_are_the_numbers_the_reports_state(fixture_data):
     from kvlab.claims.capacity import modelled_ceilings
     from kvlab.perfmodel import published_fit
     from kvlab.perfmodel.figures import headroom_table
+    from kvlab.perfmodel.report import forecast
     from kvlab.perfmodel.stepfit import step_fits
 
     f = _fixture_frames(fixture_data)
@@ -745,6 +746,12 @@ def test_fixture_findings_are_the_numbers_the_reports_state(fixture_data):
     worst = fit.loo.sort(pl.col("loo_error_pct").abs(), descending=True).row(0, named=True)
     assert (worst["engine"], worst["context_tokens"], round(abs(worst["loo_error_pct"]), 1)) == ("vllm", 65536, 52.6)
     assert round(fit.loo_mean_abs_pct, 1) == 40.8
+    # the free fit is non-physical and names the article's winners (crossover 179,998 tokens, between the published
+    # 64K and 200K points); held to the priors the model names vLLM at both: the reversal does not follow
+    phys = published_fit(fixture_data, physics=True)
+    free_says, phys_says = forecast(fit, (65536, 204800)), forecast(phys, (65536, 204800))
+    assert (fit.physical, free_says.winners, round(free_says.crossover)) == (False, ("vLLM", "SGLang"), 179998)
+    assert (phys.physical, phys_says.winners, round(phys_says.crossover)) == (True, ("vLLM", "vLLM"), 294386)
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     at95 = head.filter((pl.col("mem_util") == 0.95) & ~pl.col("fits"))
     assert at95.height and {round(v, 1) for v in at95["outside_pool_gib_per_gpu"]} == {13.4}
