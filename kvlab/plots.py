@@ -964,7 +964,8 @@ def _setting(mem) -> str:
 @styled
 def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     """Measured: per context x memory setting, each engine's load points as output tokens/s per device (y,
-    throughput) against output tokens/s per user (x, interactivity), joined in order of load and labelled with it;
+    throughput) against output tokens/s per user (x, interactivity), a line through each load's median in order of
+    load, labelled with it once; each run is a marker of its own, so the repeats of a load show their spread;
     filled markers met the SLO, hollow ones did not; a black ring marks the Pareto front (:func:`kvlab.analysis.
     pareto_front`'s ``on_front``)."""
     fig, grid, contexts, mems = _capacity_grid(curve)
@@ -976,7 +977,10 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
             for key, g in part.group_by(["engine", "tp", "dcp"], maintain_order=True):
                 g = g.sort("load_level")
                 colour = ENGINE_COLORS.get(key[0], "#777777")
-                ax.plot(g["output_tokens_per_s_per_user"], g["output_tokens_per_s_per_device"], color=colour,
+                # the line joins each load's median; repeats of a load stay markers of their own (their spread)
+                mid = g.group_by("load_level").agg(pl.col("output_tokens_per_s_per_user", "output_tokens_per_s_per_device")
+                                                   .median()).sort("load_level")
+                ax.plot(mid["output_tokens_per_s_per_user"], mid["output_tokens_per_s_per_device"], color=colour,
                         linewidth=1.2, label=_capacity_config(*key))
                 for r in g.iter_rows(named=True):
                     within = bool(r["within_slo"])
@@ -984,6 +988,7 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
                             markersize=7, color=colour, markerfacecolor=colour if within else "white",
                             markeredgecolor="#111111" if r.get("on_front") else colour,
                             markeredgewidth=1.8 if r.get("on_front") else 1.0, linestyle="none")
+                for r in mid.iter_rows(named=True):  # each load labelled once, at its median
                     ax.annotate(f"{r['load_level']:g}", (r["output_tokens_per_s_per_user"],
                                                           r["output_tokens_per_s_per_device"]),
                                 textcoords="offset points", xytext=(5, 4), fontsize=8, color=colour)

@@ -124,7 +124,10 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     vs = [v if isinstance(v, Verdict) else Verdict(**v) for v in verdicts]
     tested = [v for v in vs if v.outcome != "found"]
     found = [v for v in vs if v.outcome == "found"]
-    claims = list({_key(v): v for v in tested}.values())  # one claim tested on two kinds of evidence
+    first: dict = {}
+    for v in tested:  # one claim tested on two kinds of evidence: quoted as first listed (the document's own
+        first.setdefault(_key(v), v)  # wording, before a row that says where it was tested: '— on this host')
+    claims = list(first.values())
     documents = [v for v in claims if v.kind not in OWN_QUESTION_KINDS]
     own = [v for v in claims if v.kind in OWN_QUESTION_KINDS]
 

@@ -137,6 +137,10 @@ def test_headline_counts_each_claim_once_and_gives_each_cause():
     ]
     claim, holds, limits = verdicts.headline(vs)
     assert claim.endswith("and 3 more claims.")
+    # a claim is quoted in the document's words, its first row's, not as a later row says where it was tested
+    on_host = verdicts.Verdict("vLLM ≈ 1.5× faster at 64K — on this host", "cannot be tested here", number="2.6×",
+                               claim_id="speedup_64K", **cpu)
+    assert verdicts.headline([vs[0], on_host])[0] == "**The documents claim** “vLLM ≈ 1.5× faster at 64K”."
     assert holds == "**What holds:** 2 claims reproduced on published evidence."
     assert limits == ("**What this host cannot say:** 5 claims cannot be tested on this host (CPU runs of two "
                       "different engine implementations cannot decide a speed claim about a GPU host (3); no GPU memory "
