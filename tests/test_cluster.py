@@ -179,18 +179,27 @@ def _raylet_of(pid: int, c) -> object | None:
 @pytest.mark.engine
 def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_cluster, engine_python, tiny_model):
     path = write_spec(tmp_path, "split", matrix={"engine.prefix_caching": [True, False]},
-                      workload={"batch_size": 2, "context_tokens": 256, "output_tokens": 8})
+                      workload={"batch_size": 2, "context_tokens": 768, "output_tokens": 512})
     spec = ExperimentSpec.load(path)
     local = runner.sweep(spec, data_dir=tmp_path / "local")
     t = time.perf_counter()
     res = cluster.sweep(spec, ray_cluster.address, tmp_path / "ray", resource=RESOURCE)
     wall = time.perf_counter() - t
     assert (res.ok, res.failed, res.server_starts) == (local.ok, local.failed, local.server_starts) == (2, 0, 2)
-    assert _folders(tmp_path / "ray", "split") == _folders(tmp_path / "local", "split")
+    # the same files as the local sweep's, but for telemetry.csv, which a run has where a sample fell inside it
+    def files(where: str) -> dict:
+        return {k: [f for f in v if f != "telemetry.csv"] for k, v in _folders(tmp_path / where, "split").items()}
+
+    assert files("ray") == files("local")
     assert set(_folders(tmp_path / "ray", "split")) == {r.key for r in expand(spec)}
-    assert next(iter(_folders(tmp_path / "ray", "split").values())) == [
-        "attempts.parquet", "requests.parquet", "run.parquet", "server-attempt1.log", "spec.json", "telemetry.csv",
-        "telemetry.json"]  # the node's telemetry samples come back with its run folder
+    # the node's telemetry comes back with its run folder: telemetry.json always, its samples (telemetry.csv) where
+    # the run lasted past the first sample (512 output tokens: a run of a second or more on 2 cores)
+    for key, files in _folders(tmp_path / "ray", "split").items():
+        info = json.loads((tmp_path / "ray" / "runs" / "split" / key / "telemetry.json").read_text())
+        assert info["available"] and files == [
+            "attempts.parquet", "requests.parquet", "run.parquet", "server-attempt1.log", "spec.json",
+            *(["telemetry.csv"] if info["samples"] else []), "telemetry.json"], (key, info)
+    assert any("telemetry.csv" in files for files in _folders(tmp_path / "ray", "split").values())
     cols = ["run_id", "status", "attempts", "served_prompt_tokens", "served_output_tokens", "server_prompt_tokens"]
     assert store.load_runs(tmp_path / "ray").sort("run_id").select(cols).equals(
         store.load_runs(tmp_path / "local").sort("run_id").select(cols))
