@@ -147,7 +147,7 @@ class BatchResult:
 
 
 # ----------------------------------------------------------------- per-request definitions
-# One set of metric definitions (README, "Metric definitions"): every engine's numbers go through these.
+# One set of metric definitions (docs/design.md, "Metric definitions"): every engine's numbers go through these.
 
 
 def ttft_ms(t_send: float | None, t_first: float | None) -> float | None:
@@ -184,7 +184,7 @@ def chunk_gaps_ms(chunk_times: Sequence[float]) -> list[float]:
 
 def itl_gaps_ms(chunk_times: Sequence[float]) -> list[float]:
     """Inter-token latency per network read, in ms: the gaps between successive network reads that brought
-    token-bearing chunks (README, "Metric definitions").
+    token-bearing chunks (docs/design.md, "Metric definitions").
 
     Every chunk of one read is stamped with that read's clock (the client cannot see when the server wrote
     each of them), so the chunks of a read count as one arrival: the zero gaps inside a read are left out

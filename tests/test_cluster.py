@@ -281,10 +281,11 @@ def test_a_killed_driver_leaves_no_engine_and_its_resume_redoes_nothing(tmp_path
 @pytest.mark.cluster
 @pytest.mark.engine
 def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_cluster, engine_python, tiny_model):
-    """Last in this file: it removes a node from the module's cluster. The runs are long enough (800 output tokens)
-    that the group's second run is still in flight when the node goes (with 8 it once finished first)."""
+    """Last in this file: it removes a node from the module's cluster. The runs are long enough (1,600 output tokens)
+    that the group's second run is still in flight when the node goes (with 8 it once finished first; with 800, about
+    2 s, it did once more on 2026-12-04, while the driver published the first run)."""
     path = write_spec(tmp_path, "lost", repeats=2,
-                      workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 800},
+                      workload={"batch_size": 2, "context_tokens": 2048, "output_tokens": 1600},
                       retry={"max_attempts": 2, "retry_on": []})
     tag = tag_of(path)
     removed: list = []

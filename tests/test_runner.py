@@ -93,7 +93,7 @@ def test_plan_starts_one_server_per_configuration(name):
 
 
 def test_the_embedded_studies_share_servers_across_experiments():
-    """make report sweeps the five CPU studies at once: 66 quick runs on 8 servers, not 18 (each engine: one
+    """make report sweeps the five CPU studies at once: 68 quick runs on 8 servers, not 18 (each engine: one
     server for classification, prefix sharing and multi-turn with its cache on, one with it off, and the long-context
     study's two memory settings, which the capacity ladder shares)."""
     specs = [ExperimentSpec.load(p).quick_form() for p in sorted(EXPERIMENTS_DIR.glob("cpu_*.yaml"))]
@@ -101,7 +101,7 @@ def test_the_embedded_studies_share_servers_across_experiments():
     groups = plan.by_server(todo)
     shared = sorted((g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
                     for _, g in groups if len({r.experiment for r in g}) > 1)
-    assert (len(todo), len(groups)) == (66, 8)
+    assert (len(todo), len(groups)) == (68, 8)
     both, load = ["cpu_multi_turn", "cpu_prefix_sharing"], ["cpu_capacity", "cpu_long_context"]
     assert shared == [("sglang", False, both), ("sglang", True, load), ("sglang", True, load),
                       ("sglang", True, ["cpu_classification", *both]), ("vllm", False, both), ("vllm", True, load),

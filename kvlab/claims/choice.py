@@ -24,7 +24,7 @@ def _at_largest_fraction(on: pl.DataFrame, engines) -> dict | None:
 
 def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFrame) -> list:
     """Report 06's verdicts on the KV-design article's claims, against the measured runs where kvlab has them (each a
-    claim's shape on this host: vLLM's CPU build against sglang-jax on CPU). The claims' thresholds are their
+    claim's shape on this host: vLLM's CPU build against PyTorch SGLang on CPU). The claims' thresholds are their
     ``threshold`` fields (:mod:`kvlab.schema` CLAIMS)."""
     on = sharing.filter(pl.col("prefix_caching").fill_null(True)) if not sharing.is_empty() else sharing
     by_id = {c["claim_id"]: c for c in claims.iter_rows(named=True)}

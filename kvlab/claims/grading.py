@@ -1,6 +1,6 @@
 """How kvlab grades a claim: what its evidence can decide, stated once, as small pure functions.
 
-This docstring is the statement of the rules; README.md ("How verdicts are graded") repeats it for readers.
+This docstring is the statement of the rules; docs/verdicts.md repeats it for readers.
 Every verdict a report shows passes through one of the functions below, and tests/test_claims.py checks each
 rule on fixed frames.
 
@@ -15,7 +15,7 @@ Outcomes
 Rule 1 — cross-engine speed on a CPU (:func:`cpu_cross_engine`).
     A claim about which engine is faster on a GPU host is never decided by runs of two different engine
     implementations on a CPU (``device_kind`` "cpu" in RUNS; where a row has no device kind, a hardware label
-    that names no GPU). On a CPU, vLLM's CPU build and sglang-jax differ by a large factor at every setting,
+    that names no GPU). On a CPU, vLLM's CPU build and SGLang (torch-native kernels, or sglang-jax) differ by a large factor at every setting,
     a gap of implementation, not of the mechanism the claim is about. The verdict is *cannot be tested here*,
     evidence *measured*, and its value the baseline ratio that shows the gap: the two engines' ratio where the
     claim's mechanism is absent (0% shared prefix, the shortest context, the lowest load measured).
