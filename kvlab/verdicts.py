@@ -132,7 +132,9 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     own = [v for v in claims if v.kind in OWN_QUESTION_KINDS]
 
     def quoted(vs: list[Verdict], noun: str) -> str:
-        first = "; ".join(v.claim if v.claim[:1] in "“\"'" else f"“{v.claim}”" for v in vs[:2])
+        # the statement only: a row's claim may go on, after " — ", with where it was tested ("— on this host: …")
+        said = [v.claim.split(" — ")[0].strip() for v in vs[:2]]
+        first = "; ".join(c if c[:1] in "“\"'" else f"“{c}”" for c in said)
         return first + (f" and {_count(len(vs) - 2, 'more ' + noun)}" if len(vs) > 2 else "")
 
     def claims_of(outcome: str) -> list[Verdict]:

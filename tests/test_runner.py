@@ -226,8 +226,11 @@ def test_two_experiments_share_one_start_count_exact_tokens_and_longer_context_i
     assert runs["served_output_tokens"].to_list() == [64, 64]
     assert runs["server_generation_tokens"].to_list() == [64, 64]
     assert runs["server_prefix_cache_hits"].to_list() == [0, 0]  # distinct prompts, each run its own cache_salt
-    for col in ("ttft_mean_ms", "tpot_mean_ms", "batch_time_s", "e2e_mean_ms"):
+    for col in ("ttft_mean_ms", "batch_time_s", "e2e_mean_ms"):
         assert (runs[col] > 0).all(), col
+    # TPOT is timed per network read (docs/design.md): a stream that reaches the client in one read, as a short one
+    # can beside the other pass's load, has a TPOT of 0 (seen in CI, 2026-12-04), never a negative or missing one
+    assert (runs["tpot_mean_ms"] >= 0).all() and runs["tpot_mean_ms"].null_count() == 0
     assert runs["batch_time_s"][1] > runs["batch_time_s"][0]
     assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
     reqs = store.load_requests(tmp_path).filter(pl.col("run_id").is_in(runs["run_id"].to_list()))

@@ -141,6 +141,11 @@ def test_headline_counts_each_claim_once_and_gives_each_cause():
     on_host = verdicts.Verdict("vLLM ≈ 1.5× faster at 64K — on this host", "cannot be tested here", number="2.6×",
                                claim_id="speedup_64K", **cpu)
     assert verdicts.headline([vs[0], on_host])[0] == "**The documents claim** “vLLM ≈ 1.5× faster at 64K”."
+    # ... and a row that is the only one of its claim is quoted without what follows its " — " (where it was tested)
+    assert verdicts.headline([on_host])[0] == "**The documents claim** “vLLM ≈ 1.5× faster at 64K”."
+    quoted = verdicts.Verdict("“vLLM gives each request its own pages” — vLLM as measured here", "contradicted",
+                              "measured", "78%", claim_id="vllm_no_prefix_sharing", n=3)
+    assert verdicts.headline([quoted])[0] == "**The documents claim** “vLLM gives each request its own pages”."
     assert holds == "**What holds:** 2 claims reproduced on published evidence."
     assert limits == ("**What this host cannot say:** 5 claims cannot be tested on this host (CPU runs of two "
                       "different engine implementations cannot decide a speed claim about a GPU host (3); no GPU memory "
