@@ -156,8 +156,8 @@ def test_the_held_out_rule():
 
 
 def test_a_model_that_fails_its_held_out_test_only_illustrates():
-    g = modelled_claim(True, 0, 4, 0.03, 0.408, value=179998.0, unit="tokens")
-    assert (g.outcome, g.evidence, g.scope, g.value) == ("inconclusive", "modelled", ILLUSTRATION_SCOPE, 179998.0)
+    g = modelled_claim(True, 0, 4, 0.03, 0.408, value=179999.0, unit="tokens")
+    assert (g.outcome, g.evidence, g.scope, g.value) == ("inconclusive", "modelled", ILLUSTRATION_SCOPE, 179999.0)
     assert g.reason.startswith("an illustration, not a test")
     h = held_out_grade(0, 4, 0.03, 0.408)
     assert (h.outcome, h.value, h.unit, h.spread) == ("contradicted", 0.0, "of 4 winners", (0.03, 0.408))
@@ -170,7 +170,7 @@ def test_the_calibrated_models_crossover_is_an_illustration_with_a_red_held_out_
 
     right, total = winners_held_out(fit)
     assert (right, total) == (0, 4) and fit.loo_mean_abs_pct > 40  # the published fit fails its held-out test
-    got = narrative.crossover_verdicts([], 179998.0, None, (110000.0, 190000.0), fit)
+    got = narrative.crossover_verdicts([], 179999.0, None, (110000.0, 190000.0), fit)
     assert [(v.claim_id, v.outcome, v.evidence) for v in got] == [
         ("crossover_modelled", "inconclusive", "modelled"), ("model_held_out", "contradicted", "modelled")]
     assert got[0].scope == ILLUSTRATION_SCOPE and got[1].value == 0.0
@@ -191,7 +191,7 @@ def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
     x = crossover_from_fit(fit)
     plain = narrative.crossover_verdicts([], x, None, x_range, fit)
     got = narrative.crossover_verdicts([], x, None, x_range, fit, cons)
-    assert got[0].number == ("≈176K tokens, 108K–777K over the assumptions the article leaves open; 86,577–151,182 "
+    assert got[0].number == ("≈176K tokens, 108K–777K over the assumptions the article leaves open; 86,578–151,182 "
                              "tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals (not an "
                              "independent check)")
     assert plain[0].number == "≈176K tokens, 108K–777K over the assumptions the article leaves open (not an independent check)"
@@ -204,7 +204,7 @@ def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
 
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
     row04 = next(v for v in model_verdicts(fit, sens, head, claims, consistent=cons) if v.claim_id == "crossover_modelled")
-    assert "86,577–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals" in row04.number
+    assert "86,578–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals" in row04.number
 
 
 # --------------------------------------------------------------------------- rule 4

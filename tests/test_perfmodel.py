@@ -244,6 +244,17 @@ def test_crossover_between_64k_and_200k(fit):
     x = crossover_from_fit(fit)
     print(f"\ncrossover vLLM TP8 vs SGLang TP8+DCP8: {x:,.0f} tokens")
     assert x is not None and 65536 < x < 204800
+    # the first whole token at which SGLang is the faster (batch times are computed at whole tokens), not brentq's
+    # stopping point, which moved within its tolerance with numpy's SIMD paths (86,577.1-86,577.7 on one fit)
+    from kvlab.engines.registry import SGLANG, VLLM
+    from kvlab.perfmodel import Assumptions, Workload
+    from kvlab.perfmodel.roofline import Config, batch_time
+
+    a = Assumptions()
+    t = {e: (lambda c, cfg=Config.of("B300", "Kimi-K3", e, 8, dcp, a.default_mem_util):
+             batch_time(cfg, c, Workload(), fit.params, a).batch_time_s) for e, dcp in ((VLLM, 1), (SGLANG, 8))}
+    assert x == int(x) == 179_999
+    assert t[VLLM](int(x) - 1) <= t[SGLANG](int(x) - 1) and t[VLLM](int(x)) > t[SGLANG](int(x))
 
 
 def test_leave_one_out_error_is_computed_and_printed(fit, capsys):
@@ -331,7 +342,7 @@ def test_model_command_text():
     assert ("KV format BF16/FP8/packed FP8 MLA, 96 refits): free fits 110,629-795,163 tokens (108K-777K, K = 1,024), "
             "crossing in 96 of 96; SGLang wins at 200K in 44 of 96; 0 of 96 free fits physically plausible: read the "
             "model as an illustration, not a forecast") in out
-    assert "physics-only fits over the same 96 sets: 81,141-1,037,388 tokens" in out
+    assert "physics-only fits over the same 96 sets: 81,141-1,037,389 tokens" in out
     # the physics-only fit beside the free fit, each with its predictions
     assert "physics-only fit: vLLM wins at 64K" in out and "free fit (NON-PHYSICAL): vLLM wins at 64K" in out
     out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10)
@@ -452,7 +463,7 @@ def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
     x = crossover_from_fit(fit)
     pub = load_runs(DATA_DIR).filter(pl.col("source") == "published")
     assert narrative.curves_caption(kimi_curves, x, pub) == (
-        "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 1.82× faster at 4K; the curves cross at ≈176K (179,998 "
+        "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 1.82× faster at 4K; the curves cross at ≈176K (179,999 "
         "tokens); SGLang TP8+DCP8 is 1.07× faster at 256K; solid lines span the published 64K–200K the fit rests on "
         "(circles: the article's times), dashed lines are extrapolations.")
     assert narrative.whatif_setup(fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8, published=pub).endswith(
@@ -501,10 +512,10 @@ def test_whatif_verdicts(fit):
         ("memory_095", "cannot be tested here", "modelled"),
     ]
     assert found[0].scope == "model fitted to the published table; fails its held-out test"
-    assert found[0].value == pytest.approx(179998, abs=1) and found[1].value == 0.0
+    assert found[0].value == pytest.approx(179999, abs=1) and found[1].value == 0.0
     assert found[1].spread == (pytest.approx(0.028, abs=0.001), pytest.approx(0.408, abs=0.001))
     assert found[2].spread == (pytest.approx(110_629, abs=1), pytest.approx(795_163, abs=1))
-    assert found[0].number.startswith("crossover ≈176K (179,998 tokens); range 110,629–795,163 tokens "
+    assert found[0].number.startswith("crossover ≈176K (179,999 tokens); range 110,629–795,163 tokens "
                                       "(108K–777K; K = 1,024)")
     # shown for another GPU, the verdicts stay about the article's configuration (Kimi-K3 on 8× B300)
     h200 = headroom_table("H200", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
@@ -512,15 +523,15 @@ def test_whatif_verdicts(fit):
     # with the fits consistent with the totals (a fixed summary), both crossover rows give both ranges; the grades
     # and values stay: the model still fails its held-out test, so its crossover only illustrates
     cons = {"candidates": 1248, "kept": 22, "tolerance_pct": 5.0, "batches": "32", "winners": [],
-            "crossover": (86_577.2, 151_181.6)}
+            "crossover": (86_578.0, 151_182.0)}
     both = narrative.model_verdicts(fit, sens, head, claims, consistent=cons)
     assert [(v.claim_id, v.outcome, v.value, v.spread) for v in both] == [
         (v.claim_id, v.outcome, v.value, v.spread) for v in found]
     assert both[0].number.startswith(
-        "crossover ≈176K (179,998 tokens); range 110,629–795,163 tokens (108K–777K; K = 1,024) over all 96 assumption "
-        "sets, 86,577–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals; vLLM ")
+        "crossover ≈176K (179,999 tokens); range 110,629–795,163 tokens (108K–777K; K = 1,024) over all 96 assumption "
+        "sets, 86,578–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals; vLLM ")
     assert both[2].number == ("110,629–795,163 tokens (108K–777K; K = 1,024) over all 96 assumption sets; "
-                              "86,577–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the "
+                              "86,578–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the "
                               "published totals")
     assert both[2].reason.endswith("within 5 points of the best fit's (value and spread: all sets)")
     none = dict(cons, kept=0, crossover=None)  # nothing consistent: the all-sets range alone, as without a summary
@@ -620,8 +631,8 @@ def test_free_fit_outside_priors_is_flagged_with_its_predicted_winner(fit):
         lo, hi = PRIORS[name]
         assert lo * (1 - 1e-6) <= getattr(phys.params, name) <= hi * (1 + 1e-6), name
     f, p = forecast(fit), forecast(phys)
-    assert f.winners == ("vLLM", "SGLang") and f.crossover == pytest.approx(179_998, abs=1)
-    assert p.winners == ("vLLM", "vLLM") and p.crossover == pytest.approx(294_386, rel=1e-3)
+    assert f.winners == ("vLLM", "SGLang") and f.crossover == pytest.approx(179_999, abs=1)
+    assert p.winners == ("vLLM", "vLLM") and p.crossover == 294_387
     text = physics_check(fit, phys)
     assert "free fit (NON-PHYSICAL): vLLM wins at 64K" in text and "SGLang wins at 200K" in text
     assert "do NOT survive when every parameter is held to its prior" in text
@@ -759,7 +770,7 @@ def test_headroom_range_over_kv_format_and_mla_width_by_hand():
 def test_the_set_of_fits_consistent_with_the_four_totals():
     """Every assumption set's free fit, physics-only fit and 11 fixed-bandwidth fits (1,248 candidates); kept: those
     within 5 points of the best fit's largest residual. The best reproduce the totals exactly (batch 32), and every
-    consistent fit names the published winners, with the crossover over 86,577-151,182 tokens."""
+    consistent fit names the published winners, with the crossover over 86,578-151,182 tokens."""
     from kvlab.perfmodel.calibrate import consistent_fits, crossover_range
     from kvlab.perfmodel.report import consistent_text
 
@@ -772,12 +783,12 @@ def test_the_set_of_fits_consistent_with_the_four_totals():
     assert (cons.filter(~pl.col("consistent"))["max_abs_residual_pct"] > best + 5.0).all()
     k = cons.filter("consistent")
     assert set(k["batch_size"]) == {32} and set(k["winner_64k"]) == {"vLLM"} and set(k["winner_200k"]) == {"SGLang"}
-    assert (round(k["crossover_tokens"].min()), round(k["crossover_tokens"].max())) == (86_577, 151_182)
+    assert (round(k["crossover_tokens"].min()), round(k["crossover_tokens"].max())) == (86_578, 151_182)
     assert k.filter(pl.col("physical") & (pl.col("fit") == "physics-only")).height == 7
     assert cons.filter(~pl.col("consistent"))["crossover_tokens"].null_count() == cons.height - 22
     text = consistent_text(cons)
     assert "22 of 1,248 candidates" in text and "5 of them meet every total within its stated precision" in text
-    assert "crossover 86,577-151,182 tokens (85K-148K; K = 1,024)" in text
+    assert "crossover 86,578-151,182 tokens (85K-148K; K = 1,024)" in text
     assert "vLLM faster at 64K in 22 of 22; SGLang faster at 200K in 22 of 22" in text
     from kvlab import narrative
     from kvlab.perfmodel.report import consistent_summary
@@ -792,11 +803,11 @@ def test_the_set_of_fits_consistent_with_the_four_totals():
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
     v = narrative.model_verdicts(published_fit(), sens, head, claims, consistent=consistent_summary(cons))
     assert (v[0].claim_id, v[0].outcome) == ("crossover_modelled", "inconclusive")
-    assert ("over all 96 assumption sets, 86,577–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with "
+    assert ("over all 96 assumption sets, 86,578–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with "
             "the published totals") in v[0].number
     assert bullet.startswith("- **Consistent with the totals** (largest residual within 5 points of the best): 22 of "
                              "1,248 candidate fits, at batch 32; vLLM faster at 64K in 22 of 22; SGLang faster at "
-                             "200K in 22 of 22; crossover **86,577–151,182 tokens (85K–148K; K = 1,024)**")
+                             "200K in 22 of 22; crossover **86,578–151,182 tokens (85K–148K; K = 1,024)**")
 
 
 def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
@@ -850,7 +861,7 @@ def test_kvlab_model_prints_the_range_with_kv_format_both_fits_the_consistent_se
     assert "KV format BF16/FP8/packed FP8 MLA, 96 refits" in out
     free = next(ln for ln in lines if ln.startswith("  free fit (NON-PHYSICAL)"))
     phys = next(ln for ln in lines if ln.startswith("  physics-only fit:"))
-    assert "SGLang wins at 200K" in free and "crossover 179,998 tokens" in free
+    assert "SGLang wins at 200K" in free and "crossover 179,999 tokens" in free
     assert "vLLM wins at 200K" in phys and "crossover 294,3" in phys
     assert "fits consistent with the published totals (rule: largest residual within 5 points of the best" in out
 

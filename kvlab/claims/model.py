@@ -49,7 +49,7 @@ def grade_model_claim(fit, agrees: bool, contexts, *, value: float | None = None
 
 
 def consistent_phrase(consistent: dict | None) -> str:
-    """The crossover range of the fits consistent with the published totals, for a verdict's number: '86,577–151,182
+    """The crossover range of the fits consistent with the published totals, for a verdict's number: '86,578–151,182
     tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals'; empty without them.
     ``consistent``: :func:`kvlab.perfmodel.report.consistent_summary`. Reports 01 and 04 both quote it, from the same
     summary, so the two pages give the same range."""
