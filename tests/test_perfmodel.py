@@ -767,6 +767,39 @@ def test_headroom_range_over_kv_format_and_mla_width_by_hand():
     assert "max_concurrent_seqs_lo" not in headroom_table("B300", "Kimi-K3", [0.92], [1], [204800], ranged=False).columns
 
 
+def _crossovers() -> list[float]:
+    """The crossovers the reports print: the free fit's, the physics-only fit's, the range over the assumption sets
+    and the range of the fits consistent with the totals."""
+    from kvlab.perfmodel.calibrate import consistent_fits, crossover_from_fit, crossover_range, forecast, published_fit
+
+    sens, rng = crossover_range(physics=True)
+    kept = consistent_fits(sens)["crossover_tokens"].drop_nulls()
+    return [crossover_from_fit(published_fit()), forecast(published_fit(physics=True), (65536, 204800)).crossover,
+            *rng, kept.min(), kept.max()]
+
+
+def test_the_model_s_crossovers_do_not_depend_on_the_cpu_s_simd_paths():
+    """The crossovers the reports print, computed with numpy's dispatched SIMD paths that this CPU has switched off
+    and OpenBLAS on its oldest AVX kernels, are the same whole tokens: a CI machine with AVX512_ICL once moved brentq's
+    stopping point by 0.6 tokens and three tests failed (2026-12-04). Where numpy dispatches nothing beyond its
+    baseline, only OpenBLAS's kernels change."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    here = _crossovers()
+    assert here == [179_999, 294_387, 110_629, 795_163, 86_578, 151_182]
+    off = " ".join(f for f in __cpu_dispatch__ if __cpu_features__.get(f))
+    script = "from tests.test_perfmodel import _crossovers; print(_crossovers())"
+    elsewhere = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
+                               cwd=Path(__file__).resolve().parents[1],
+                               env={**os.environ, "NPY_DISABLE_CPU_FEATURES": off, "OPENBLAS_CORETYPE": "Sandybridge"})
+    assert elsewhere.stdout.strip().splitlines()[-1] == str(here)
+
+
 def test_the_set_of_fits_consistent_with_the_four_totals():
     """Every assumption set's free fit, physics-only fit and 11 fixed-bandwidth fits (1,248 candidates); kept: those
     within 5 points of the best fit's largest residual. The best reproduce the totals exactly (batch 32), and every
