@@ -251,10 +251,15 @@ def test_crossover_between_64k_and_200k(fit):
     from kvlab.perfmodel.roofline import Config, batch_time
 
     a = Assumptions()
-    t = {e: (lambda c, cfg=Config.of("B300", "Kimi-K3", e, 8, dcp, a.default_mem_util):
-             batch_time(cfg, c, Workload(), fit.params, a).batch_time_s) for e, dcp in ((VLLM, 1), (SGLANG, 8))}
+    cfg = {VLLM: Config.of("B300", "Kimi-K3", VLLM, 8, 1, a.default_mem_util),
+           SGLANG: Config.of("B300", "Kimi-K3", SGLANG, 8, 8, a.default_mem_util)}
+
+    def vllm_minus_sglang(c: int) -> float:
+        return (batch_time(cfg[VLLM], c, Workload(), fit.params, a).batch_time_s
+                - batch_time(cfg[SGLANG], c, Workload(), fit.params, a).batch_time_s)
+
     assert x == int(x) == 179_999
-    assert t[VLLM](int(x) - 1) <= t[SGLANG](int(x) - 1) and t[VLLM](int(x)) > t[SGLANG](int(x))
+    assert vllm_minus_sglang(int(x) - 1) <= 0 < vllm_minus_sglang(int(x))
 
 
 def test_leave_one_out_error_is_computed_and_printed(fit, capsys):

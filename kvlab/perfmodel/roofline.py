@@ -339,8 +339,8 @@ def crossover_context(
     """Context (tokens) where ``cfg_a`` and ``cfg_b`` take the same batch time; None when they do not cross
     in [lo, hi] (lo at least twice the output length). The first crossing on a log grid is refined by bisection (scipy's brentq)
     to the first whole-token context at which ``cfg_b`` is the faster one: batch times are computed at whole tokens, so
-    that is the answer's precision, and it is the same on every CPU (brentq's own stopping point within its 1-token
-    tolerance moved with numpy's SIMD paths: 86,577.1-86,577.7 tokens for one fit on machines with and without AVX-512 ICL).
+    that is the answer's precision, and unlike brentq's own stopping point within its tolerance it does not move with
+    the CPU's SIMD paths (docs/testing.md, "The model's figures on other CPUs").
     Cached per process for its arguments (all immutable): a notebook re-run in one kernel, or report 04's ranges over
     every assumption set, solves each crossing once."""
     def diff(c: float) -> float:
