@@ -30,7 +30,7 @@ import polars as pl
 from kvlab import host, store
 from kvlab.engines.base import Failure
 from kvlab.engines.spec import redact_secrets
-from kvlab.paths import DATA_DIR
+from kvlab.paths import DATA_DIR, UnsafeFolderError, check_inside, temp_prefix
 from kvlab.rows import prompts_for, run_row, vocab_size
 from kvlab.server import StateDirError, ensure_state_dir
 from kvlab.spec import ExperimentSpec, RunSpec, expand
@@ -38,12 +38,17 @@ from kvlab.spec import ExperimentSpec, RunSpec, expand
 #: A sweep refuses to start with less free space than this where its runs go (a run folder with its logs
 #: is a few MB; a full disk mid-run would lose the run in flight).
 MIN_FREE_BYTES = 256 * 2**20
-#: The lock file in each experiment's folder (no leading dot: clean_partial removes dot files).
+#: The lock file in each experiment's folder.
 LOCK_FILE = "sweep.lock"
 
 
 class SweepError(RuntimeError):
     """A sweep cannot start: its data folder is not writable or full, or another sweep holds an experiment."""
+
+
+class UnsafeDataFolder(SweepError):
+    """An experiment's folder, or a folder above it inside the data folder, is a symbolic link, not a folder, or
+    owned by another user (kvlab.paths.check_inside): refused before anything is written or removed (exit 2)."""
 
 
 class DiskFullError(SweepError):
@@ -185,6 +190,11 @@ class Campaign:
         half-written and set aside runs its file no longer defines (see store.set_aside_superseded).
 
         Returns the keys set aside, by experiment; safe to call again (execute calls it)."""
+        for name in self.specs:  # before anything is written or removed: no link, no other user's folder
+            try:
+                check_inside(self.exp_dir(name), self.data_dir)
+            except UnsafeFolderError as exc:
+                raise UnsafeDataFolder(str(exc)) from None
         for name in self.specs:
             _check_writable(self.exp_dir(name))
         try:
@@ -195,8 +205,8 @@ class Campaign:
             if name not in self._locks:
                 self._locks[name] = _lock(self.exp_dir(name))
         for name, spec in self.specs.items():
-            store.clean_partial(self.exp_dir(name))
             defined = {r.key for r in expand(spec.full_form())}
+            store.clean_partial(self.exp_dir(name), defined)
             self._superseded.setdefault(name, []).extend(store.set_aside_superseded(self.exp_dir(name), defined)[0])
         return self._superseded
 
@@ -359,7 +369,7 @@ def _check_writable(exp_dir: Path) -> None:
     """SweepError naming the folder when runs cannot be written there, or the disk has too little room."""
     try:
         exp_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=exp_dir, prefix=".write-check-"):
+        with tempfile.NamedTemporaryFile(dir=exp_dir, prefix=temp_prefix("write-check")):
             pass
     except OSError as exc:
         raise SweepError(f"{exp_dir}: cannot write runs there ({exc.strerror or exc}); "

@@ -133,14 +133,14 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
     """One sweep over every experiment given: runs that need the same server share one start (``ray``: one
     Ray task per server configuration, see kvlab.cluster)."""
     from kvlab import plan, runner  # this command's own stack: +0.7 s CPU on every other command (see the top)
-    from kvlab.campaign import Campaign, SweepError  # (the same stack: runner imports campaign)
+    from kvlab.campaign import Campaign, SweepError, UnsafeDataFolder  # (the same stack: runner imports campaign)
 
     campaign = Campaign(specs, data_dir, fresh)
     try:
         campaign.prepare()
     except SweepError as exc:
         console.print(f"[red]cannot sweep[/red]: {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if isinstance(exc, UnsafeDataFolder) else 1) from None
     todo, _ = campaign.pending()
     groups = plan.by_server(todo)
     shared = sum(len({r.experiment for r in group}) > 1 for _, group in groups)

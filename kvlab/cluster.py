@@ -41,7 +41,7 @@ import polars as pl
 from kvlab import host, plan, store
 from kvlab.campaign import Campaign, DiskFullError, ServerRecord, SweepResult, is_disk_full
 from kvlab.engines.base import Failure
-from kvlab.paths import DATA_DIR, publish_dir
+from kvlab.paths import DATA_DIR, publish_dir, temp_prefix
 from kvlab.rows import attempt_row
 from kvlab.runner import LocalExecutor
 from kvlab.spec import ExperimentSpec, RunSpec
@@ -206,7 +206,7 @@ def _pack(folder: Path) -> bytes:
 def _publish(exp_dir: Path, key: str, data: bytes, lost: list[dict]) -> Path:
     """Unpack a run folder next to its final place and move it there by one rename; attempts lost with their
     node come first in its attempts table (and count in its row's ``attempts``)."""
-    tmp = Path(tempfile.mkdtemp(dir=exp_dir, prefix=f".{key}."))  # a dot folder: clean_partial removes it
+    tmp = Path(tempfile.mkdtemp(dir=exp_dir, prefix=temp_prefix(key)))  # kvlab's temporary name: clean_partial removes it
     try:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(tmp, filter="data")

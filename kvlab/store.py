@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -29,7 +30,8 @@ import polars as pl
 
 from kvlab import host
 from kvlab.engines.spec import redact_secrets
-from kvlab.paths import DATA_DIR, publish_dir, write_text_atomic
+from kvlab.paths import (DATA_DIR, check_inside, publish_dir, remove_entry, remove_temp_entries, temp_prefix,
+                         write_text_atomic)
 from kvlab.schema import ATTEMPTS, CLAIMS, DOCUMENTS, REQUESTS, RUNS, SchemaError, Table, percentiles_ms, run_rates
 
 RUN_FILE = "run.parquet"
@@ -344,9 +346,10 @@ def write_run(
     An existing folder for the same key is replaced.
     """
     exp_dir = Path(exp_dir)
+    check_inside(exp_dir, exp_dir.parent)  # the experiment folder itself: never a link (Campaign.prepare checks above)
     exp_dir.mkdir(parents=True, exist_ok=True)
     final = exp_dir / run_key
-    tmp = Path(tempfile.mkdtemp(dir=exp_dir, prefix=f".{run_key}."))
+    tmp = Path(tempfile.mkdtemp(dir=exp_dir, prefix=temp_prefix(run_key)))
     try:
         RUNS.conform(run, origin=f"run {run_key}").write_parquet(tmp / RUN_FILE)
         if requests is not None:
@@ -368,13 +371,19 @@ def write_run(
     return final
 
 
-def clean_partial(exp_dir: str | Path) -> list[Path]:
-    """Remove temporary folders a killed sweep left behind; return what was removed."""
+def clean_partial(exp_dir: str | Path, run_keys: set[str] | frozenset[str] = frozenset()) -> list[Path]:
+    """Remove the temporary entries a killed sweep left behind in ``exp_dir``; return what was removed.
+
+    Only kvlab's own temporary names go (kvlab.paths.TEMP_NAME) and, for ``run_keys`` (the runs the experiment
+    defines), the exact names kvlab made before it had its own prefix (``.<run key>.<8 random characters>`` folders and
+    ``.manifest.json.<8>.tmp`` files). Every other entry, a user's dot files included, stays; a link is unlinked,
+    never followed."""
     exp_dir = Path(exp_dir)
-    removed = [p for p in exp_dir.glob(".*") if p.name != "." and (p.is_dir() or p.suffix == ".tmp")]
-    for p in removed:
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    return removed
+    if not exp_dir.is_dir():
+        return []
+    names = "|".join(re.escape(k) for k in sorted(run_keys)) or "(?!)"
+    legacy = re.compile(rf"\.(?:(?:{names})\.[a-z0-9_]{{8}}|{re.escape(MANIFEST_FILE)}\.[a-z0-9_]{{8}}\.tmp)")
+    return remove_temp_entries(exp_dir, legacy)
 
 
 def finished_run_keys(exp_dir: str | Path) -> set[str]:
@@ -391,12 +400,12 @@ def set_aside_superseded(exp_dir: str | Path, defined: set[str]) -> tuple[list[s
     """
     exp_dir = Path(exp_dir)
     aside = exp_dir / SUPERSEDED_DIR
+    check_inside(aside, exp_dir)  # a link there would have older copies removed from the folder it points to
     moved, restored = [], []
     for key in sorted(finished_run_keys(exp_dir) - defined):
         aside.mkdir(exist_ok=True)
         target = aside / key
-        if target.exists():  # an older copy of the same run: the newer one wins
-            shutil.rmtree(target)
+        remove_entry(target)  # an older copy of the same run: the newer one wins
         os.replace(exp_dir / key, target)
         moved.append(key)
     for key in sorted(finished_run_keys(aside) & defined if aside.is_dir() else set()):

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from kvlab.paths import MODELS_DIR, publish_dir
+from kvlab.paths import MODELS_DIR, publish_dir, temp_prefix
 
 DEFAULT_PATH = MODELS_DIR / "tiny-llama"
 STAMP_FILE = "kvlab_tiny_model.json"
@@ -244,7 +244,7 @@ def ensure_tiny_model(path: str | Path | None = None) -> Path:
         return path
     files = build_files()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=temp_prefix(path.name)))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; the engine may run as another user
         for name, data in files.items():

@@ -20,7 +20,7 @@ import yaml
 from test_server import _post
 
 from kvlab import campaign, client, plan, runner, store
-from kvlab.paths import EXPERIMENTS_DIR, ROOT
+from kvlab.paths import EXPERIMENTS_DIR, ROOT, UnsafeFolderError
 from kvlab.server import state_dir
 from kvlab.spec import ExperimentSpec, expand
 from kvlab.tinymodel import vocab_size
@@ -734,6 +734,112 @@ def test_a_sweep_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
                                                 r"Nothing was launched"):
         runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()
     assert victim.read_text() == "keep me"
+
+
+def _tree(folder: Path) -> dict[str, tuple]:
+    """Every entry under ``folder`` (links not followed): kind, mode, owner and content or link target."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        st = p.lstat()
+        body = os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else None
+        out[str(p.relative_to(folder))] = (st.st_mode, st.st_uid, body)
+    return out
+
+
+def _victim(tmp_path: Path) -> Path:
+    """A home-like folder outside the data folder: dot files, a dot folder, a '.tmp' file."""
+    victim = tmp_path / "victim"
+    (victim / ".ssh").mkdir(parents=True)
+    (victim / ".ssh" / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (victim / ".config" / "app").mkdir(parents=True)
+    (victim / ".config" / "app" / "settings").write_text("x=1")
+    (victim / ".old.tmp").write_text("a user's temp file")
+    (victim / "notes.txt").write_text("mine")
+    return victim
+
+
+def test_a_sweep_into_an_experiment_folder_that_is_a_link_is_refused_and_the_target_left_unchanged(tmp_path):
+    """Issue 40 item 1: data/runs/<experiment> a symbolic link to another folder. The sweep refuses, exit 2, naming
+    the link, before anything is written or removed: the folder it points to is unchanged, entry for entry."""
+    from typer.testing import CliRunner
+
+    from kvlab import cli
+
+    victim = _victim(tmp_path)
+    before = _tree(victim)
+    data = tmp_path / "data"
+    (data / "runs").mkdir(parents=True)
+    (data / "runs" / "sym_victim").symlink_to(victim)
+    path = write_spec(tmp_path, "sym_victim", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m"})
+    res = CliRunner().invoke(cli.app, ["sweep", str(path), "--data-dir", str(data)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"{data / 'runs' / 'sym_victim'}: a symbolic link (to {victim})" in out and "Traceback" not in res.output
+    assert _tree(victim) == before
+    # the same refusal one level up (data/runs itself a link), and through the library
+    (data / "runs" / "sym_victim").unlink()
+    (data / "runs").rmdir()
+    (data / "runs").symlink_to(victim)
+    with pytest.raises(campaign.UnsafeDataFolder, match=r"/runs: a symbolic link"):
+        runner.Sweep(ExperimentSpec.load(path), data).prepare()
+    assert _tree(victim) == before
+
+
+def test_a_superseded_folder_that_is_a_link_or_a_folder_of_another_user_is_refused(tmp_path):
+    """Setting runs aside never goes through a link (an older copy there would be removed from the folder it points
+    to), and kvlab writes into no folder another user owns."""
+    victim = _victim(tmp_path)
+    (victim / "k").mkdir()
+    (victim / "k" / "keep").write_text("mine")
+    before = _tree(victim)
+    exp = tmp_path / "runs" / "exp"
+    (exp / "k").mkdir(parents=True)
+    (exp / "k" / store.RUN_FILE).write_bytes(b"PAR1")
+    (exp / store.SUPERSEDED_DIR).symlink_to(victim)
+    with pytest.raises(UnsafeFolderError, match=r"superseded: a symbolic link"):
+        store.set_aside_superseded(exp, set())
+    assert _tree(victim) == before and store.finished_run_keys(exp) == {"k"}
+    if os.geteuid() != 0:
+        pytest.skip("the other-user case needs root to chown a folder (CI runs as root)")
+    other = tmp_path / "runs" / "theirs"
+    other.mkdir()
+    os.chown(other, 65534, 65534)
+    path = write_spec(tmp_path, "theirs", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m"})
+    with pytest.raises(campaign.UnsafeDataFolder, match=r"theirs: owned by uid 65534, not by this user"):
+        runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()
+    assert list(other.iterdir()) == []
+
+
+def test_the_partial_run_cleanup_removes_only_kvlabs_temporary_entries(tmp_path):
+    """A killed sweep's leftovers go (kvlab's prefix, and the exact names earlier kvlab made for the experiment's
+    own run keys); a user's dot files and folders in the experiment folder stay, and a link named like a leftover is
+    unlinked, its target kept."""
+    path = write_spec(tmp_path, "mine", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m"})
+    spec = ExperimentSpec.load(path)
+    key = expand(spec.full_form())[0].key
+    exp = tmp_path / "runs" / "mine"
+    exp.mkdir(parents=True)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "f").write_text("keep")
+    leftovers = [f".kvlab-tmp.{key}.ab_12cde", ".kvlab-tmp.manifest.json.x1y2z3w4.tmp", f".{key}.abcd1234",
+                 ".manifest.json.abcd1234.tmp", ".kvlab-tmp.link.qwertyui"]
+    (exp / leftovers[0]).mkdir()
+    (exp / leftovers[0] / "run.parquet").write_bytes(b"PAR1 half")
+    (exp / leftovers[1]).write_text("{")
+    (exp / leftovers[2]).mkdir()
+    (exp / leftovers[3]).write_text("{")
+    (exp / leftovers[4]).symlink_to(target)
+    users = [".ssh", ".config", ".old.tmp", ".notes", ".otherkey.abcd1234"]
+    (exp / ".ssh").mkdir()
+    (exp / ".ssh" / "id_rsa").write_text("secret")
+    (exp / ".config").mkdir()
+    for name in users[2:]:
+        (exp / name).write_text("mine")
+    runner.Sweep(spec, tmp_path).prepare()
+    names = {p.name for p in exp.iterdir()}
+    assert names & set(leftovers) == set() and set(users) <= names
+    assert (exp / ".ssh" / "id_rsa").read_text() == "secret" and (target / "f").read_text() == "keep"
 
 
 @pytest.mark.parametrize("where", ["run_parquet", "log_copy", "log_record"])

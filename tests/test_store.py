@@ -134,10 +134,12 @@ def test_a_run_still_being_written_is_not_finished(data):
 
 def test_clean_partial_removes_leftovers(data):
     exp = data / "runs" / "exp"
-    (exp / ".k3.abcd").mkdir(parents=True)
-    (exp / ".manifest.json.x.tmp").write_text("{")
-    assert len(store.clean_partial(exp)) == 2
-    assert not any(exp.iterdir())
+    (exp / ".kvlab-tmp.k3.abcd1234").mkdir(parents=True)
+    (exp / ".kvlab-tmp.manifest.json.x.tmp").write_text("{")
+    (exp / ".k4.abcd1234").mkdir()  # earlier kvlab's name for run k4's staging folder
+    (exp / ".hidden").write_text("a user's")
+    assert len(store.clean_partial(exp, {"k4"})) == 3
+    assert [p.name for p in exp.iterdir()] == [".hidden"]
 
 
 def test_runs_the_experiment_no_longer_defines_are_set_aside_and_come_back(data):
