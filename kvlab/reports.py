@@ -28,7 +28,7 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from traitlets.config import Config
 
-from kvlab import __version__, analysis, host, store, tables, tinymodel
+from kvlab import __version__, analysis, host, store, studies, tables, tinymodel
 from kvlab import verdicts as vd
 from kvlab.engines import engine_label, registry
 from kvlab.markup import markdown_inline
@@ -86,6 +86,9 @@ STATIC_ENV = "KVLAB_STATIC_REPORT"
 
 @dataclass(frozen=True)
 class Report:
+    """One built report, as ``index.json`` keeps it: ``answer`` and ``verdicts`` come from the report's study
+    (:func:`kvlab.studies.compute_report`), computed with the notebook's parameters, not read from its outputs."""
+
     notebook: str
     title: str
     summary: str
@@ -93,6 +96,26 @@ class Report:
     seconds: float
     figures: int
     verdicts: tuple = ()
+    answer: dict | None = None
+    experiments: tuple = ()
+    documents: tuple = ()
+
+
+def extract_answer(nb) -> dict | None:
+    """Remove every answer output (:data:`kvlab.studies.ANSWER_MIME`) from an executed notebook (in place) and
+    return the last one's display data (its Markdown, plain text and typed answer); None where it showed none."""
+    found = None
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        kept = []
+        for out in cell.get("outputs", []):
+            if studies.ANSWER_MIME in (out.get("data") or {}):
+                found = dict(out["data"])
+            else:
+                kept.append(out)
+        cell["outputs"] = kept
+    return found
 
 
 def notebooks(selected: list[str] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
@@ -189,8 +212,11 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     nb = nbformat.read(executed, as_version=4)
     write_figure_data(nb, out)
     found = vd.extract(nb)
+    answer = extract_answer(nb)
     extract_sources(nb)  # read by run_one for the panel; nothing to show
-    top = ([_html_cell(vd.box_html(found))] if found else []) + ([_html_cell(PANEL_SLOT)] if panel else [])
+    top = ([nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output(
+                "display_data", data={"text/markdown": answer["text/markdown"]})])] if answer else []) \
+        + ([_html_cell(vd.box_html(found))] if found else []) + ([_html_cell(PANEL_SLOT)] if panel else [])
     if top:  # right under the title: the first markdown cell's heading, split from the introduction after it
         first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
         at = 0
@@ -394,8 +420,24 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     title, summary = describe(nb_path)
     data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
     sources = extract_sources(nbformat.read(executed, as_version=4))  # what the notebook read: its panel covers that
-    figures, found = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters, sources)))
-    return Report(nb_path.name, title, summary, html_path, time.perf_counter() - start, figures, tuple(found))
+    figures, _ = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters, sources)))
+    # the index's answer and verdicts: the study computed again here with the notebook's parameters, never read
+    # back from the notebook's outputs (tests/test_studies_results.py checks the two agree)
+    result = studies.compute_report(nb_path.stem, data_dir, {**_defaults(nb_path), **(parameters or {})})
+    as_json = result.to_json()
+    return Report(nb_path.name, title, summary, html_path, time.perf_counter() - start, figures,
+                  tuple(as_json["verdicts"]), as_json["answer"], result.experiments, result.documents)
+
+
+def _defaults(nb_path: Path) -> dict:
+    """A template's parameter defaults (its ``parameters`` cell), as papermill reads them."""
+    out = {}
+    for name, p in pm.inspect_notebook(str(nb_path)).items():
+        try:
+            out[name] = ast.literal_eval(p["default"])
+        except (ValueError, SyntaxError, TypeError):  # not a literal: the study's own default stands
+            pass
+    return out
 
 
 def run_tables_html(runs) -> str:
@@ -408,37 +450,97 @@ def run_tables_html(runs) -> str:
     return "\n".join(parts)
 
 
+#: The report whose answer table is the index's first table (the reference host's engine by context).
+ANSWER_REPORT = "01_context_scaling.ipynb"
+#: The report whose answer says what the memory setting means (the index's line under the table).
+MEMORY_REPORT = "03_memory_utilisation.ipynb"
+
+
+def answer_table_html(answer: dict | None, href: str) -> str:
+    """An answer's typed table as HTML: engine and evidence kind per row, each row linked to the report that
+    decides it."""
+    rows = (answer or {}).get("table") or []
+    if not rows:
+        return ""
+    cols = [c for c in rows[0] if not c.endswith("_tokens")]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+
+    def cell(c, v):
+        text = engine_label(str(v)) if c == "engine" else str(v)
+        if c == "evidence":
+            return f"<td>{vd.evidence_badge(text)}</td>"
+        return f"<td>{html.escape(text)}</td>"
+
+    body = "".join("<tr>" + "".join(cell(c, r[c]) for c in cols) + f'<td><a href="{html.escape(href)}">report</a></td></tr>'
+                   for r in rows)
+    return f'<table class="answer"><tr>{head}<th></th></tr>{body}</table>'
+
+
+def host_sentence(every: list) -> str:
+    """What this host's measurements add, counted from every report's measured verdicts: the mechanisms they decide
+    and the claims they cannot test."""
+    measured = [v for v in every if (v.get("evidence") if isinstance(v, dict) else v.evidence) == "measured"]
+    get = (lambda v, k: v.get(k)) if measured and isinstance(measured[0], dict) else getattr
+    decided = {get(v, "claim_id") for v in measured if get(v, "outcome") in vd.DECIDING_OUTCOMES}
+    cannot = {get(v, "claim_id") for v in measured if get(v, "outcome") == "cannot be tested here"}
+    if not measured:
+        return "Nothing was measured on this host yet: `make report` measures the embedded default."
+    return (f"This host's runs (real engines on a CPU, a tiny model) decide {len(decided)} claim(s) about mechanisms "
+            f"(prefix-cache reuse, queueing past a KV budget) and cannot test {len(cannot)} speed claim(s): a CPU "
+            "run of two different engine implementations is not evidence about B300 speed.")
+
+
 def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "") -> Path:
-    """An index page: the headline computed from every report's verdicts, then each report linked with one line of
-    what it shows and its verdict box, then the provenance ``panel`` (the whole build's), then the run tables
-    (``runs_html``)."""
+    """An index page that answers first: the reference host's answer table (report 01's answer: engine by context,
+    each row with its evidence kind), what the memory setting means (report 03's answer), what this host's runs
+    add; then one line per report (title, answer, link); then the verdicts counted by family
+    (:func:`kvlab.verdicts.headline`), the provenance ``panel`` (the whole build's) and the run tables
+    (``runs_html``). ``reports/index.json`` holds each report's answer and verdicts (from its study)."""
+    by_nb = {r.notebook: r for r in reports}
+    main = by_nb.get(ANSWER_REPORT)
+    memory = by_nb.get(MEMORY_REPORT)
+    every = [v for r in reports for v in r.verdicts]
+    answer = ""
+    if main is not None and main.answer:
+        answer = (f'<section class="kvlab-answer"><h2>Which engine, at which context (reference host)</h2>'
+                  f'{answer_table_html(main.answer, main.html.name)}'
+                  f'<p>{markdown_inline(main.answer["sentences"][0])}</p>')
+        if memory is not None and memory.answer:
+            answer += (f'<p><b>Memory setting.</b> {markdown_inline(" ".join(memory.answer["sentences"][:2]))} '
+                       f'<a href="{html.escape(memory.html.name)}">report</a></p>')
+        answer += f"<p>{markdown_inline(host_sentence(every))}</p></section>"
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(r.title)}</a>'
-        f"<p>{markdown_inline(r.summary)}</p>{vd.box_html(list(r.verdicts), 'Found', lead=False) if r.verdicts else ''}"
+        f"<p>{markdown_inline(' '.join((r.answer or {}).get('sentences', [])[:1]) or r.summary)}</p>"
         f"<small>{r.figures} figure(s), built in {r.seconds:.1f} s</small></li>"
         for r in reports
     )
-    every = [v for r in reports for v in r.verdicts]
-    lead = (f'<p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
+    lead = (f'<h2>Verdicts, counted by kind</h2><p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
             f'{" ".join(markdown_inline(t) for t in vd.headline(every))}</p>' if every else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    panel = with_k_note(panel, lead + items + runs_html) if panel else panel
+    panel = with_k_note(panel, answer + lead + items + runs_html) if panel else panel
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kvlab reports</title>
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #222; }}
-li {{ margin: 1rem 0; }} li p {{ margin: .25rem 0; }} small {{ color: #666; }}
+li {{ margin: .6rem 0; }} li p {{ margin: .2rem 0; }} small {{ color: #666; }}
 .legend {{ background: #f4f4f4; padding: .5rem 1rem; border-radius: 6px; }}
+table.answer {{ border-collapse: collapse; margin: .5rem 0; }}
+table.answer th, table.answer td {{ text-align: left; padding: 4px 10px; border-bottom: 1px solid #ddd; }}
+.kvlab-answer {{ border-left: 4px solid #0969da; padding: .2rem 1rem; background: #f6f8fa; }}
 </style></head><body>
 <h1>kvlab reports</h1>
-{lead}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
-<b>measured</b> (a real engine run, with the host it ran on) or <b>modelled</b> (kvlab's physical model).</p>
+{answer}
+<h2>The reports</h2>
 <ol>
 {items}
 </ol>
+{lead}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
+<b>measured</b> (a real engine run, with the host it ran on) or <b>modelled</b> (kvlab's physical model).</p>
 {panel}<h2>Runs measured</h2>
 {"<p>One table per experiment file: what varied between its runs, how each ended, its launch attempts and key "
- "figures. Every column of every run is in <a href='runs.csv'>runs.csv</a>.</p>" + runs_html if runs_html else
+ "figures. Every column of every run is in <a href='runs.csv'>runs.csv</a>; answers and verdicts in "
+ "<a href='index.json'>index.json</a>.</p>" + runs_html if runs_html else
  "<p><i>No measured run yet: <code>make report</code> measures the embedded default on this machine.</i></p>"}
 <p><small>Built {stamp}. {html.escape(note)}</small></p>
 </body></html>
@@ -459,7 +561,10 @@ def _with_earlier(reports: list[Report], out_dir: Path) -> list[Report]:
     if index.exists():
         for e in json.loads(index.read_text()):
             if e["notebook"] not in built and (out_dir / e["html"]).exists():
-                earlier.append(Report(**{**e, "html": out_dir / e["html"], "verdicts": tuple(e.get("verdicts", ()))}))
+                e = {k: v for k, v in e.items() if k in Report.__dataclass_fields__}  # an older index's fields
+                earlier.append(Report(**{**e, "html": out_dir / e["html"], "verdicts": tuple(e.get("verdicts", ())),
+                                         "experiments": tuple(e.get("experiments", ())),
+                                         "documents": tuple(e.get("documents", ()))}))
     return sorted([*reports, *earlier], key=lambda r: r.notebook)
 
 

@@ -299,3 +299,12 @@ def extract_sources(nb) -> Sources | None:
     for i in reversed(drop):
         del nb.cells[i]
     return Sources(tuple(measured), tuple(documents)) if seen else None
+
+
+#: Outcomes that decide a claim (the evidence settled it one way or the other).
+DECIDING_OUTCOMES = frozenset({"reproduced", "contradicted", "found"})
+
+
+def evidence_badge(kind: str) -> str:
+    """A badge naming an evidence kind (published, measured, modelled; configuration in grey)."""
+    return _badge(kind, EVIDENCE_COLORS.get(kind, "#6e7781"))

@@ -289,3 +289,23 @@ def probe_intro(summary: DataFrame, experiment: str) -> str:
             + (f"{len(differ)} configuration(s) differ clearly from their reference: "
                + "; ".join(f"{config_label(r)} at {r['mem_util']:g} ({r['probe']})" for r in differ)
                if differ else "No configuration differs clearly from its reference") + ".")
+
+
+def capacity_answer(found: list, nothing_measured: bool) -> tuple[str, ...]:
+    """Report 07's answer, from its verdicts: whether a server loaded past its KV pool's ceiling queues (the
+    mechanism a CPU run can test), whether one engine carries more goodput (which it cannot), and the model's
+    ceilings on the reference host."""
+    by_id = {v.claim_id: v for v in found}
+    out = []
+    if nothing_measured:
+        out.append("No load ladder was measured on this host: only the modelled ceilings below are shown.")
+    if (v := by_id.get("capacity_queueing_past_ceiling")) is not None:
+        out.append(f"Loaded past its KV pool's concurrency ceiling, a server queues requests: {v.outcome} "
+                   f"({v.number.split(' (e.g.')[0]}; measured).")
+    if (v := by_id.get("capacity_goodput_map")) is not None:
+        out.append(f"Which engine carries more goodput within the SLO: {v.outcome}"
+                   + (f", since {v.reason}." if v.reason else "."))
+    if (v := by_id.get("capacity_modelled_ceiling")) is not None:
+        out.append(f"On the reference host the model's ceilings at the longest context are: {v.number} "
+                   "(modelled, requests in flight).")
+    return tuple(out) or ("This report has no verdict to answer with.",)

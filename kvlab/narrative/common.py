@@ -121,3 +121,19 @@ def stand_in_note(*frames: DataFrame, block_tokens: int = 128) -> str | None:
                "it lacks show as not available, never as 0.")
     return (f"**{engine_label(e)} is not PyTorch {engine_label(registry.family(e))}.** It is {registry.stand_in(e)}. "
             f"{engine_label(VLLM)}'s CPU backend caches whole {block_tokens}-token blocks.{metrics}")
+
+
+def answer_markdown(answer) -> str:
+    """A report's answer (:class:`kvlab.studies.Answer`) as the page shows it first: its sentences after a bold
+    'Answer', then its table, if any, with the evidence kind of every row."""
+    from kvlab.engines import engine_label
+
+    text = "**Answer.** " + " ".join(answer.sentences)
+    rows = [] if answer.table is None else answer.table.to_dicts()
+    if not rows:
+        return text
+    cols = [c for c in rows[0] if not c.endswith("_tokens")]
+    head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
+    body = "\n".join("| " + " | ".join(engine_label(str(r[c])) if c == "engine" else str(r[c]) for c in cols) + " |"
+                     for r in rows)
+    return f"{text}\n\n{head}\n{body}"

@@ -128,3 +128,25 @@ def growth_caption(growth: DataFrame, label: str) -> str:
     parts = [f"{engine_label(r['engine'])}'s batch time grows {r['growth']:.2f}× from {r['context_from']} to "
              f"{r['context_to']}" for r in g]
     return f"{label.capitalize()}: {'; '.join(parts)} — the steeper line is the engine whose speed falls most with context."
+
+
+def context_answer(published: list[dict], modelled: list[dict], x_range: tuple[float, float] | None,
+                   nothing_measured: bool) -> tuple[str, ...]:
+    """Report 01's answer: the article's winner at each of its contexts (``published``: its relative-speed rows),
+    where the model puts the change of winner (modelled, with its range; ``modelled``: the answer table's modelled
+    rows; the model fails its held-out test, so it illustrates), and what this host can add."""
+    pub = [f"{engine_label(r['faster'])} at {r['context_label']} ({r['speedup']:.2f}× faster)"
+           for r in published if r["faster"]]
+    first = ("On the reference host (Kimi-K3 on 8× B300) the article's table has " + " and ".join(pub)
+             + ": published, one run per cell, no repeats.") if pub else "The article's table gives no winner."
+    either = [r for r in modelled if r["engine"] == "either"]
+    second = ((f"Where the winner changes is not pinned: the physical model puts it anywhere from "
+               f"{k_label(x_range[0])} to {k_label(x_range[1])} tokens over what the article leaves open"
+               if x_range else "The physical model finds no change of winner")
+              + (f"; at {' and '.join(r['context'] for r in either)} it names no winner over those assumptions"
+                 if either else "")
+              + "; it fails its held-out test, so it illustrates, it does not decide.")
+    third = ("No run was measured on this host." if nothing_measured else
+             "This CPU host cannot test either speed claim: its runs compare two different CPU implementations of "
+             "the engines on a tiny model, which tests mechanisms, not B300 speed.")
+    return (first, second, third)

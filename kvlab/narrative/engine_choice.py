@@ -437,3 +437,19 @@ def examples_frame(examples: list[tuple[str, UserWorkload]]) -> list[dict]:
              "shared_fraction": round(ex.shared_fraction, 2), "in_flight": ex.concurrency,
              "tree": engine_label(ex.tree().engine), "path": " → ".join(a for _, a in ex.tree().path)}
             for name, ex in examples]
+
+
+def choice_answer(w: UserWorkload, tree: Recommendation, ev: Evidence) -> tuple[str, ...]:
+    """Report 06's answer: the engine the article's tree names for this workload and whether the data here confirm
+    it, contradict it or cannot say (and why)."""
+    first = (f"For your workload ({w.context_tokens:,}-token context, {w.shared_fraction:.0%} shared prefix, "
+             f"{w.concurrency} in flight, {w.model}) the KV-design article's decision tree says "
+             f"{engine_label(tree.engine)} ({tree.reason}).")
+    if ev.decided_by == "tree":
+        second = (f"The data here can neither confirm nor contradict it: {_undecided_basis(ev)}.")
+    elif ev.engine == tree.engine:
+        second = f"The {ev.decided_by} evidence agrees: {engine_label(ev.engine)}."
+    else:
+        second = (f"The {ev.decided_by} evidence points to {engine_label(ev.engine)} instead; the report says which "
+                  "premise of the tree the data contradict.")
+    return (first, second)

@@ -377,3 +377,28 @@ def counters_note(runs: DataFrame) -> str:
             lines.append(f"- {engine_label(engine)} did not report {names} in any of its {runs_txt}: shown empty (–, not "
                          "available), never as 0.")
     return "\n".join(lines)
+
+
+def memory_answer(budgets: list[dict], outside: list[dict], totals: dict, gpu: str, model: str) -> tuple[str, ...]:
+    """Report 03's answer: whether 0.95 runs out of memory on the reference host cannot be measured without its GPUs;
+    what the documents say (published prose, in conflict); what the setting means on this host (a KV budget the
+    experiment file sets: configuration) and what the runs here saw; the model's memory left outside the pool."""
+    first = (f"Whether 0.95 runs out of memory on {gpu} cannot be tested here: this host has no GPU memory to run out "
+             "of. The 8×B300 article says 0.95 caused out-of-memory retries for both engines and 0.92 removed them "
+             "(published, no figures given); the KV-cache design article's own example runs vLLM at 0.95, so the two "
+             "documents conflict.")
+    if len(budgets) >= 2:
+        lo, hi = budgets[0], budgets[-1]
+        second = (f"On this host the setting is configuration, not a finding: {lo['mem_util']:g} and {hi['mem_util']:g} "
+                  f"are KV budgets of {lo['kv_budget_mib']:.0f} MiB and {hi['kv_budget_mib']:.0f} MiB "
+                  f"({hi['ratio_to_lowest']:.2f}×) that the experiment file sets; its {totals['runs']} runs needed "
+                  f"{totals['retries']} retries.")
+    else:
+        second = "No run on this host compares two memory settings."
+    third = ""
+    if len(outside) >= 2:
+        third = (f"The model leaves {outside[0]['outside_pool_gib_per_gpu']:.1f} GiB per GPU outside the KV pool at "
+                 f"{outside[0]['mem_util']:g} and {outside[-1]['outside_pool_gib_per_gpu']:.1f} GiB at "
+                 f"{outside[-1]['mem_util']:g} for {model} on {gpu} (modelled; the need it is compared with, "
+                 f"{outside[-1]['outside_need_gib_per_gpu']:.1f} GiB, is an assumption).")
+    return tuple(s for s in (first, second, third) if s)

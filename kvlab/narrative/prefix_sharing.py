@@ -479,3 +479,30 @@ def _turns_radix_vs_paged(by_turn: DataFrame) -> list[str]:
     same = [r["turn"] for r in both if r["d"] == 0]
     return [f"- Radix vs paged, turn by turn (cache on, mean cached tokens per request, {lr} vs vLLM): {parts}"
             + (f"; the same at turn{'s' if len(same) > 1 else ''} {', '.join(map(str, same))}" if same else "") + "."]
+
+
+def prefix_answer(hits: list[dict], found: list, threshold: float) -> tuple[str, ...]:
+    """Report 05's answer: whether each engine reuses a shared prefix (its cache-hit rate at the highest shared
+    fraction measured, with its repeats), what that does to the article's claims, and whether its threshold shows."""
+    if not hits:
+        return ("No prefix-sharing run was measured: nothing here says whether either engine reuses a prefix.",)
+    by_id = {v.claim_id: v for v in found}
+
+    def rate(r: dict) -> str:
+        lo, hi = r["cache_hit_rate_min"], r["cache_hit_rate_max"]
+        spread = ((f" in each of {r['n_runs']} runs" if f"{lo:.0%}" == f"{hi:.0%}" else
+                   f" ({lo:.0%}–{hi:.0%} over {r['n_runs']} runs)") if r["n_runs"] > 1 else " (one run)")
+        return f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%}{spread}"
+
+    first = (f"With its prefix cache on, each engine served this share of prompt tokens from its cache at "
+             f"{hits[0]['shared_fraction']:.0%} shared: " + "; ".join(rate(r) for r in hits) + " (measured).")
+    said = []
+    if (v := by_id.get("vllm_no_prefix_sharing")) is not None:
+        said.append(f"the article's \"vLLM shares no prefixes\" is {v.outcome} here")
+    if (v := by_id.get("sglang_radix_sharing")) is not None:
+        said.append(f"its \"SGLang shares a common prefix\" is {v.outcome}")
+    second = ("So " + " and ".join(said) + ".") if said else ""
+    t = by_id.get("shared_prefix_threshold")
+    third = (f"Whether {threshold:.0%} shared is the point to choose SGLang: {t.outcome}"
+             + (f", since {t.reason}." if t.reason else ".")) if t is not None else ""
+    return tuple(s for s in (first, second, third) if s)

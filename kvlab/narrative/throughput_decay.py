@@ -220,3 +220,26 @@ def measured_table_caption(frame: DataFrame, mem_util: float | None = None) -> s
     if scale:
         parts.append(f"contexts scaled ÷{scale:g}: " + ", ".join(f"{lab} = {tok:,} tokens" for lab, tok in pairs))
     return "; ".join(parts)
+
+
+def decay_answer(stated: list[dict], context_from: str, context_to: str, nothing_measured: bool) -> tuple[str, ...]:
+    """Report 02's answer: each engine's decay as the article states it against what its own table gives (a
+    consistency check of the document with itself), the shape both agree on, and what this host adds. ``stated``:
+    per engine its ``stated_value``, the table's ``batch_time_ratio`` and ``consistent_under_any`` (the stated value
+    follows from the table under one of the definitions checked)."""
+    if not stated:
+        return ("The article states no decay factor this report can check.",)
+    pairs = [f"{engine_label(r['engine'])} {r['batch_time_ratio']:.2f}× (stated {r['stated_value']:g}×)"
+             for r in stated]
+    off = [r for r in stated if not r.get("consistent_under_any")]
+    first = (f"The article's own table does not give the decay factors it states from {context_from} to "
+             f"{context_to} under any definition checked: its batch times give " + " and ".join(pairs)
+             + ", so the text and the table are inconsistent." if off else
+             f"The article's decay factors follow from its own table ({'; '.join(pairs)}).")
+    flatter = min(stated, key=lambda r: r["batch_time_ratio"])
+    second = (f"Both agree on the shape: {engine_label(flatter['engine'])}'s throughput holds up better as the "
+              "context grows (published, one run per cell).") if len(stated) > 1 else ""
+    third = ("No run was measured on this host." if nothing_measured else
+             "The decay measured on this CPU host compares two different CPU implementations on a tiny model "
+             "and cannot test the B300 figures.")
+    return tuple(s for s in (first, second, third) if s)

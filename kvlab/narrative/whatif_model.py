@@ -11,7 +11,7 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.narrative.common import config_name, setup_phrase
 from kvlab.perfmodel import Assumptions
 from kvlab.perfmodel.calibrate import implausible
-from kvlab.units import approx_label, approx_tokens, sig2, token_range, tokens_label
+from kvlab.units import approx_label, approx_tokens, k_label, sig2, token_range, tokens_label
 
 if TYPE_CHECKING:
     from polars import DataFrame
@@ -360,3 +360,21 @@ def bound_sentence(frac: DataFrame) -> str:
                      "figures — compare "
                      "these runs with each other, not with a GPU.")
     return "\n".join(lines) or "*No run with a batch time to set against the bound.*"
+
+
+def model_answer(fit, x_range: tuple[float, float] | None, sets: int, model: str, gpu: str,
+                 tp: int) -> tuple[str, ...]:
+    """Report 04's answer: whether the model can decide anything (its held-out test at the default assumptions),
+    and the range of its crossover over the assumption sets the article leaves open."""
+    right, total = winners_held_out(fit)
+    passes = total and right == total and fit.loo_mean_abs_pct <= 25
+    first = (f"kvlab's physical model of {setup_phrase(model, gpu, tp)} "
+             + ("passes its held-out test" if passes else "illustrates, it does not decide")
+             + (f": held out, each published point is missed by {fit.loo_mean_abs_pct:.0f}% on average and the "
+                f"faster engine is named right at {right} of {total} (default assumptions)." if total else
+                ": nothing could be held out."))
+    second = (f"Over the {sets} assumption sets the article leaves open (batch size, output length, expert reads, "
+              f"cached MLA width, KV number format) its crossover lies anywhere from {k_label(x_range[0])} to "
+              f"{k_label(x_range[1])} tokens, so it cannot say where the winner changes." if x_range else
+              f"Under none of the {sets} assumption sets does the winner change.")
+    return (first, second)

@@ -1,0 +1,71 @@
+"""Report 04: the physical (roofline) model of long-context serving — its calibration on the article's table, its
+held-out test, the crossover over every assumption set the article leaves open, KV headroom and the bound each run
+reached. The model fails its held-out test at the default assumptions, so everything here illustrates."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kvlab import narrative
+from kvlab.perfmodel import Assumptions, Config, Workload, achieved_fraction, published_fit
+from kvlab.perfmodel.calibrate import (
+    consistent_fits, crossover_from_fit, crossover_range, fits_frame, speed_ratio_range,
+)
+from kvlab.perfmodel.figures import (
+    bound_summary, context_grid, crossover_table, curves, headroom_summary, headroom_table, published_throughput,
+)
+from kvlab.perfmodel.report import consistent_summary
+from kvlab.perfmodel.stepfit import step_fits
+from kvlab.studies import Answer, StudyResult, sourced
+
+REPORT = "04_whatif_model"
+
+
+def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300", gpu: str = "B300",
+            model: str = "Kimi-K3", tp: int = 8, dcp: int = 8, gpus: list = ("B300", "B200", "H200", "H100"),
+            dcp_sizes: list = (2, 4, 8), max_context: int = 1048576, curve_points: int = 40, batch_size: int = 8,
+            output_tokens: int = 1024, sensitivity_batches: list = (1, 4, 8, 32),
+            sensitivity_outputs: list = (1024, 4096), mem_utils: list = (0.92, 0.95),
+            headroom_contexts: list = (65536, 204800, 524288, 1048576), kv_layers: int = 0) -> StudyResult:
+    data, runs = wb.data, wb.runs
+    workload = Workload(batch_size=batch_size, output_tokens=output_tokens)
+    assume = Assumptions(kv_layers=kv_layers or None)
+    contexts = context_grid(max_context, points=curve_points)
+    configs = [Config.of(gpu, model, "vllm", tp, 1, assume.default_mem_util),
+               Config.of(gpu, model, "sglang", tp, dcp, assume.default_mem_util)]
+    published = published_throughput(wb.published(published_experiment), workload)
+    claims = wb.claims(published_experiment)
+    fit = published_fit(data, workload, assume, published_experiment)
+    phys = published_fit(data, workload, assume, published_experiment, physics=True)
+    sens, x_range = crossover_range(data, assume, published_experiment,
+                                    [Workload(b, n) for b in sensitivity_batches for n in sensitivity_outputs],
+                                    gpu=gpu, model=model, tp=tp, dcp=dcp, physics=True)
+    cons = consistent_fits(sens, data, published_experiment, gpu=gpu, model=model, tp=tp, dcp=dcp, base=assume)
+    model_df = curves(configs, contexts, workload, fit.params, assume, sens=sens)
+    crossover = crossover_from_fit(fit, gpu=gpu, model=model, tp=tp, dcp=dcp, workload=workload, assumptions=assume)
+    at_max = model_df.filter(pl.col("context_tokens") == max(contexts)).sort("engine")
+    at_max_range = speed_ratio_range(sens, configs[0], configs[1], max(contexts))
+    xo = crossover_table(list(gpus), model, list(dcp_sizes), workload, fit.params, assume, tp=tp,
+                         max_tokens=max_context, sens=sens)
+    head = headroom_table(gpu, model, list(mem_utils), sorted({1, dcp}), list(headroom_contexts), assume, tp=tp)
+    frac = achieved_fraction(runs, workload, assume, sources=("published", "measured"))
+    step, step_points = step_fits(runs)
+    frames = {"published": published, "claims": claims, "residuals": fit.residuals.sort("context_tokens", "engine"),
+              "loo": fit.loo.sort("context_tokens", "engine"),
+              "fits": fits_frame(fit, phys, workload=workload, assumptions=assume), "sensitivity": sens,
+              "consistent_fits": cons, "curves": model_df,
+              "published_throughput": published_throughput(published, workload, sens), "at_max": at_max,
+              "crossovers": xo, "headroom": head, "headroom_summary": headroom_summary(head), "fraction": frac,
+              "bound_summary": bound_summary(frac), "step": step, "step_points": step_points}
+    consistent = consistent_summary(cons)
+    values = {"fit": fit, "phys": phys, "workload": workload, "assumptions": assume, "contexts": contexts,
+              "configs": configs, "x_range": x_range, "crossover": crossover, "at_max_range": at_max_range,
+              "consistent": consistent,
+              "tokens_per_batch": (int((sens["batch_size"] * sens["output_tokens"]).min()),
+                                   int((sens["batch_size"] * sens["output_tokens"]).max())),
+              "gpu": gpu, "model": model, "tp": tp, "dcp": dcp}
+    found = narrative.model_verdicts(fit, sens, head, claims, workload, assume, consistent=consistent)
+    answer = Answer(narrative.model_answer(fit, x_range, sens.height, model, gpu, tp))
+    params = {"published_experiment": published_experiment, "gpu": gpu, "model": model, "tp": tp, "dcp": dcp,
+              "batch_size": batch_size, "output_tokens": output_tokens, "kv_layers": kv_layers}
+    return sourced(REPORT, wb, answer, found, frames, values, params, read=(frac, step))
