@@ -1,25 +1,21 @@
-"""Every notebook parameter reaches what it names: each notebook runs with its base parameters, then once per
-parameter with only that parameter changed, and what the reader sees (text, tables, figures) must change.
-
-The runs of one notebook share one kernel (papermill's parameter injection, nbclient's cell execution), so the
-whole check costs one kernel start per notebook."""
+"""Every notebook parameter reaches what it names: each report's study (kvlab.studies, what the notebook displays)
+is computed with its base parameters, then once per parameter with only that parameter changed, and the typed
+result (answer, verdicts, frames, values) must change. No notebook runs here: a notebook only displays its study's
+result (test_notebooks executes each once); the one display-only parameter, 04's fig_format, is checked on the
+inline-figure setting it makes."""
 
 from __future__ import annotations
 
-import copy
-import json
-
 import papermill
+import polars as pl
 import pytest
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
 from notebook_data import copy_reference, write_capacity_runs, write_two_engine_runs
-from papermill.iorw import load_notebook_node
-from papermill.parameterize import parameterize_notebook
 
-from kvlab import reports
-from kvlab.verdicts import SOURCES_MIME
+from kvlab import reports, studies
 from kvlab.workbook import RENAMED_PARAMETERS, check_parameters
+
+#: Parameters a study does not compute with: they change only how the notebook draws (checked apart).
+DISPLAY_ONLY = {"fig_format"}
 
 #: Per notebook: the data folder it runs on ("fixture": real measured runs of every CPU study plus document
 #: variants; "two_engines": made-up long-context runs of both engines with a crossover; "capacity": SYNTHETIC
@@ -58,45 +54,21 @@ CASES = {
         "dcp_sizes": [2, 8], "mem_utils": [0.9, 0.95], "headroom_contexts": [65536, 131072]}),
 }
 
-#: What a report without measured runs must say (the data_dir variant: a folder without runs), and how many figures
-#: it still draws.
+#: What a study's answer says without measured runs (the data_dir variant: a folder without runs).
 NO_RUNS = {
-    "01": (["No measured runs"], 1),
-    "03": (["No measured runs"], 1),
-    "05": (["No measured runs of `cpu_prefix_sharing`", "the document's claims stay untested here"], 1),
-    # the decision tree and the modelled context curves; no factor decides: the guide follows the tree, said so
-    "06": (["No measured prefix-sharing runs", "No measured classification runs", "no factor decides, so the guide "
-            "follows the tree"], 2),
+    "01": "No run was measured on this host.",
+    "02": "No run was measured on this host.",
+    "03": "No run on this host compares two memory settings.",
+    "05": "No prefix-sharing run was measured",
+    "07": "No load ladder was measured on this host",
 }
 
 
-def seen(nb) -> list[str]:
-    """What a reader sees of an executed notebook: every output's data, in order (errors raise before this); not
-    the notebook's record of what it read (``wb.sources``), which the report builder takes off the page."""
-    return [json.dumps(o.get("data") or o.get("text"), sort_keys=True) for c in nb.cells if c.cell_type == "code"
-            for o in c.get("outputs", []) if (o.get("output_type") != "stream" or o.get("name") == "stdout")
-            and SOURCES_MIME not in (o.get("data") or {})]
-
-
-def run_variants(path, variants: list[dict]) -> list[list[str]]:
-    """Execute the notebook at ``path`` once per parameter set, in one kernel; what each run shows (a string
-    naming the error where a cell failed)."""
-    template = load_notebook_node(str(path))
-    client = NotebookClient(copy.deepcopy(template), timeout=600, kernel_name="python3", config=reports.kernel_config(),
-                            resources={"metadata": {"path": str(path.parent)}})
-    shown = []
-    with client.setup_kernel():
-        for params in variants:
-            nb = parameterize_notebook(copy.deepcopy(template), params)
-            client.nb = nb
-            try:
-                for i, cell in enumerate(nb.cells):
-                    client.execute_cell(cell, i)
-            except CellExecutionError as e:
-                shown.append(f"error: {e.ename}: {e.evalue}")
-                continue
-            shown.append(seen(nb))
-    return shown
+def fingerprint(result: studies.StudyResult) -> list:
+    """What a reader of the report is shown, as data: the answer, the verdicts, every frame and every value."""
+    frames = [(name, f.shape, f.to_dicts()) for name, f in sorted(result.frames.items())]
+    values = [(name, repr(v)) for name, v in sorted(result.values.items())]
+    return [result.to_json()["answer"], result.to_json()["verdicts"], frames, values]
 
 
 @pytest.fixture(scope="module")
@@ -114,23 +86,53 @@ def test_every_parameter_has_a_case():
 
 
 @pytest.mark.parametrize("prefix", sorted(CASES))
-def test_each_parameter_changes_what_the_report_shows(prefix, data_dirs, monkeypatch):
-    monkeypatch.setenv(reports.STATIC_ENV, "1")  # a built report: no JupyterLab controls
+def test_each_parameter_changes_what_the_report_shows(prefix, data_dirs):
     folder, small, changes = CASES[prefix]
-    base = {"data_dir": str(data_dirs[folder])} | small
-    names = ["data_dir", *changes]
-    variants = [base, base | {"data_dir": str(data_dirs["no_runs"])}] + [base | {k: v} for k, v in changes.items()]
-    first, *others = run_variants(reports.notebooks([prefix])[0], variants)
-    assert isinstance(first, list) and first, f"{prefix}: the base run failed or showed nothing: {first}"
-    failed = {name: shown for name, shown in zip(names, others) if isinstance(shown, str)}
-    assert not failed, f"{prefix}: a cell failed when one parameter changed: {failed}"
-    unchanged = [name for name, shown in zip(names, others) if shown == first]
-    assert not unchanged, f"{prefix}: changing {unchanged} changed nothing a reader sees"
-    if prefix in NO_RUNS:  # the data_dir variant: no measured runs, said so, and the model still drawn
-        texts, figures = NO_RUNS[prefix]
-        shown = "\n".join(others[0])
-        assert [t for t in texts if t not in shown] == [], f"{prefix} without runs: {shown[:3000]}"
-        assert sum(o.count("<figure ") for o in others[0]) >= figures, f"{prefix} without runs: too few figures"
+    nb = reports.notebooks([prefix])[0]
+    defaults = reports._defaults(nb)
+    base = defaults | small
+
+    def result(data_dir, params):
+        return studies.compute_report(prefix, data_dir, params)
+
+    first = fingerprint(result(data_dirs[folder], base))
+    unchanged = []
+    for name, value in changes.items():
+        if name in DISPLAY_ONLY:
+            continue
+        if fingerprint(result(data_dirs[folder], base | {name: value})) == first:
+            unchanged.append(name)
+    assert not unchanged, f"{prefix}: changing {unchanged} changed nothing the study computes"
+    no_runs = result(data_dirs["no_runs"], base)
+    assert fingerprint(no_runs) != first, f"{prefix}: data_dir changed nothing"
+    if prefix in NO_RUNS:
+        assert NO_RUNS[prefix] in " ".join(no_runs.answer.sentences), no_runs.answer.sentences
+
+
+def test_a_display_only_parameter_reaches_the_figures(fixture_data, monkeypatch):
+    """04's fig_format: the notebook's first cell (studies.notebook) sets the inline figure format from it."""
+    from kvlab import plots
+
+    calls = []
+    monkeypatch.setattr(plots, "setup_notebook", lambda fig_format="png", dpi=110: calls.append(fig_format))
+    for fmt in ("svg", "png"):
+        wb, r = studies.notebook("02", {"data_dir": str(fixture_data), "fig_format": fmt})
+        assert r.report == "02_throughput_decay" and wb.data == fixture_data
+    assert calls == ["svg", "png"]
+
+
+def test_every_study_computes_with_the_notebooks_defaults():
+    """compute()'s keyword defaults are the notebook's parameter defaults, so a study computed outside its notebook
+    (kvlab report's index.json) is the one the page shows."""
+    import inspect
+
+    for nb in reports.notebooks():
+        mod = studies.module(nb.stem)
+        sig = {n: p.default for n, p in inspect.signature(mod.compute).parameters.items() if p.kind is p.KEYWORD_ONLY}
+        defaults = reports._defaults(nb)
+        assert set(defaults) - DISPLAY_ONLY == set(sig), nb.name
+        assert {n: (list(v) if isinstance(v, tuple) else v) for n, v in sig.items()} == \
+            {n: v for n, v in defaults.items() if n not in DISPLAY_ONLY}, nb.name
 
 
 def test_the_notebooks_share_one_vocabulary():
@@ -149,7 +151,7 @@ def test_an_old_parameter_name_is_refused_naming_the_new_one():
 
 
 @pytest.mark.parametrize(("prefix", "old", "new"), [("01", "measured_mem_util", "mem_util"), ("03", "model_gpu", "gpu")])
-def test_a_notebook_given_an_old_name_fails_naming_the_new_one(prefix, old, new, data_dirs, monkeypatch):
-    monkeypatch.setenv(reports.STATIC_ENV, "1")
-    shown, = run_variants(reports.notebooks([prefix])[0], [{"data_dir": str(data_dirs["no_runs"]), old: 0.95}])
-    assert isinstance(shown, str) and f"{old} is now {new}" in shown, shown
+def test_a_notebook_given_an_old_name_fails_naming_the_new_one(prefix, old, new, data_dirs):
+    """A notebook's first cell (studies.notebook) refuses a parameter under its old name, naming the new one."""
+    with pytest.raises(NameError, match=f"{old} is now {new}"):
+        studies.notebook(prefix, {"data_dir": str(data_dirs["no_runs"]), old: 0.95})

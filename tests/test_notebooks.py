@@ -331,14 +331,14 @@ def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_
     assert_no_live_payload(index)  # hostile fixture data (tests/payloads.py), shown as text
     assert IMG_TEXT in index and SCRIPT_TEXT in index
     assert pl.read_csv(tmp_path / "runs.csv", infer_schema_length=0).height == store.load_runs(fixture_data).height
-    for r in built:
+    for r in built:  # each report: its title, linked, and its answer's first sentence
         assert f'href="{r.html.name}"' in index
-        assert html.escape(r.title) in index and markdown_inline(r.summary) in index
-    # rebuilding one report keeps the others' entries (and their summaries) in the index
+        assert html.escape(r.title) in index and markdown_inline(r.answer["sentences"][0]) in index
+    # rebuilding one report keeps the others' entries (and their answers) in the index
     reports.build(tmp_path, selected=["02"], parameters={"data_dir": str(fixture_data)})
     index = (tmp_path / "index.html").read_text()
     for r in built:
-        assert f'href="{r.html.name}"' in index and markdown_inline(r.summary) in index
+        assert f'href="{r.html.name}"' in index and markdown_inline(r.answer["sentences"][0]) in index
 
 
 def _panel(page: str) -> str:

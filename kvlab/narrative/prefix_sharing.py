@@ -490,9 +490,12 @@ def prefix_answer(hits: list[dict], found: list, threshold: float) -> tuple[str,
 
     def rate(r: dict) -> str:
         lo, hi = r["cache_hit_rate_min"], r["cache_hit_rate_max"]
-        spread = ((f" in each of {r['n_runs']} runs" if f"{lo:.0%}" == f"{hi:.0%}" else
-                   f" ({lo:.0%}–{hi:.0%} over {r['n_runs']} runs)") if r["n_runs"] > 1 else " (one run)")
-        return f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%}{spread}"
+        if r["n_runs"] == 1:
+            return f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%} (one run)"
+        if f"{lo:.0%}" == f"{hi:.0%}":
+            return f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%} in each of {r['n_runs']} runs"
+        return (f"{engine_label(r['engine'])} {lo:.0%}–{hi:.0%} over {r['n_runs']} runs "
+                f"(median {r['cache_hit_rate']:.0%})")
 
     first = (f"With its prefix cache on, each engine served this share of prompt tokens from its cache at "
              f"{hits[0]['shared_fraction']:.0%} shared: " + "; ".join(rate(r) for r in hits) + " (measured).")

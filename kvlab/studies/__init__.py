@@ -87,6 +87,8 @@ class StudyResult:
         for name in ("frames", "values", "parameters"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         object.__setattr__(self, "verdicts", tuple(self.verdicts))
+        if bad := [n for n, f in self.frames.items() if not isinstance(f, pl.DataFrame)]:
+            raise TypeError(f"StudyResult {self.report}: frames {bad} are not polars DataFrames (put them in values)")
         if clash := set(self.frames) & set(self.values):
             raise ValueError(f"StudyResult {self.report}: {sorted(clash)} both a frame and a value")
 
@@ -108,10 +110,11 @@ class StudyResult:
     def to_json(self) -> dict:
         """What ``reports/index.json`` keeps of it: the answer, the verdicts (with their family), what it read and
         the parameters."""
+        import json
         from dataclasses import asdict
 
-        return {"report": self.report, "answer": self.answer.to_json(),
-                "verdicts": [asdict(v) for v in self.verdicts], "experiments": list(self.experiments),
+        return {"report": self.report, "answer": json.loads(json.dumps(self.answer.to_json(), default=str)),
+                "verdicts": json.loads(json.dumps([asdict(v) for v in self.verdicts], default=str)), "experiments": list(self.experiments),
                 "documents": list(self.documents),
                 "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in self.parameters.items()}}
 

@@ -35,9 +35,8 @@ def compute(wb, *, data_dir: str = "", claims_experiment: str = "article_kv_desi
     ev = guide.from_evidence(w, fit, sharing, conc)
     found = narrative.engine_choice_verdicts(claims, sharing, conc, w, tree, ev)
     frames = {"claims": claims, "sharing": sharing, "concurrency": conc, "curves": model_df,
-              "examples": narrative.examples_frame(guide.document_examples()),
               "tree_claims": claims.filter(pl.col("citation").str.ends_with("decision tree"))}
-    values = {"workload": w, "tree": tree, "fit": fit, "x_range": x_range, "x_model": x_model, "evidence": ev,
+    values = {"examples": narrative.examples_frame(guide.document_examples()), "workload": w, "tree": tree, "fit": fit, "x_range": x_range, "x_model": x_model, "evidence": ev,
               "context_factor": guide.context_factor(w, fit), "prefix_factor": guide.prefix_factor(w, sharing),
               "recommendation": narrative.recommendation_sentence(w, tree, ev, sharing),
               "gap": narrative.evidence_gap_sentence(ev)}

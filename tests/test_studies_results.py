@@ -1,0 +1,88 @@
+"""The studies (kvlab.studies): one typed result per report, the same on its page and in reports/index.json, and a
+quantity that two pages print is one computation (issue 38)."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import polars as pl
+import pytest
+
+from kvlab import reports, studies
+from kvlab.verdicts import MIME as VERDICTS_MIME
+
+
+@pytest.fixture(scope="module")
+def results(fixture_data):
+    """Every report's study on the suite's fixture data, with each notebook's default parameters."""
+    out = {}
+    for nb in reports.notebooks():
+        out[nb.stem[:2]] = studies.compute_report(nb.stem, fixture_data, reports._defaults(nb))
+    return out
+
+
+def test_every_study_answers_with_typed_verdicts(results):
+    assert sorted(results) == ["01", "02", "03", "04", "05", "06", "07"]
+    for prefix, r in results.items():
+        assert r.report.startswith(prefix) and r.answer.sentences and all(s.strip() for s in r.answer.sentences)
+        assert r.verdicts and all(v.claim_id and v.outcome for v in r.verdicts), prefix
+        if r.answer.table is not None:
+            assert "evidence" in r.answer.table.columns
+            assert set(r.answer.table["evidence"]) <= {"published", "measured", "modelled", "configuration"}
+
+
+def test_report_01_answers_the_reference_host_by_context_with_the_models_range(results):
+    """The index's first table: per context the article's winner (published, 64K and 200K) and the model's verdict
+    over every assumption set (its range; the count of sets SGLang wins), fixed figures of the article's table."""
+    t = results["01"].answer.table
+    pub = t.filter(pl.col("evidence") == "published")
+    assert pub.select("context", "engine", "margin").rows() == [("64K", "vllm", "1.50× faster"),
+                                                                ("200K", "sglang", "1.31× faster")]
+    mod = results["01"]["modelled_ratios"]
+    assert mod["context_tokens"].to_list() == [65536, 131072, 204800]
+    assert (mod["sets"] == 96).all()
+    # at 64K every set has vLLM faster; at 200K the sets split (the model cannot name a winner)
+    assert mod["sglang_faster_sets"][0] == 0 and 0 < mod["sglang_faster_sets"][2] < 96
+    m = t.filter(pl.col("evidence") == "modelled")
+    assert m["engine"].to_list()[0] == "vllm" and m["engine"].to_list()[2] == "either"
+
+
+def test_index_json_carries_each_reports_answer_and_the_verdicts_its_page_shows(built_reports):
+    """index.json's answers and verdicts come from compute() in the report builder; the page's verdict box from the
+    notebook's own compute(): the two agree, verdict for verdict."""
+    out, _ = built_reports
+    listed = json.loads((out / "index.json").read_text())
+    assert len(listed) == 7
+    for entry in listed:
+        assert entry["answer"]["sentences"], entry["notebook"]
+        executed = nbformat.read(out / entry["notebook"], as_version=4)
+        on_page = [v for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                   for v in (o.get("data") or {}).get(VERDICTS_MIME, [])]
+        assert on_page == entry["verdicts"], entry["notebook"]
+        page = (out / entry["html"]).read_text()
+        assert page.index("Answer.") < page.index("What this report found"), entry["notebook"]
+
+
+def test_a_quantity_two_pages_print_is_one_computation(results):
+    """The crossover range over the assumption sets (01 and 04) and the KV headroom of Kimi-K3 on B300 (03 and 04,
+    at the contexts and settings both show) are the same numbers on both pages."""
+    assert results["01"]["x_model_range"] == results["04"]["x_range"]
+    keys = ["mem_util", "dcp", "context_tokens"]
+    cols = keys + ["kv_pool_gib_per_gpu", "kv_capacity_tokens", "max_concurrent_seqs", "outside_pool_gib_per_gpu"]
+    h3 = results["03"]["headroom"].select(cols)
+    h4 = results["04"]["headroom"].select(cols).join(h3.select(keys), on=keys, how="semi")
+    assert h4.height == h3.height > 0
+    assert h3.sort(keys).equals(h4.sort(keys))
+
+
+def test_a_study_result_is_read_only_and_names_what_it_lacks(results):
+    r = results["02"]
+    with pytest.raises(TypeError):
+        r.frames["x"] = pl.DataFrame()
+    with pytest.raises(KeyError, match="02_throughput_decay has no frame or value 'nope'"):
+        r["nope"]
+    with pytest.raises(ValueError, match="at least one non-empty sentence"):
+        studies.Answer(())
+    with pytest.raises(TypeError, match=r"frames \['x'\] are not polars DataFrames"):
+        studies.StudyResult("02_throughput_decay", studies.Answer(("a",)), (), frames={"x": [1]})
