@@ -233,8 +233,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reporting", ("claims",)),
     ("reporting", ("guide",)),
     ("reporting", ("narrative", "plots")),
+    ("reporting", ("workbook",)),
+    ("reporting", ("studies",)),
     ("reporting", ("reports",)),
-    ("reporting", ("workbook", "explore")),
+    ("reporting", ("explore",)),
     ("entry", ("cli",)),
 )
 #: What reporting may read of the measuring side: the records, never the machinery.

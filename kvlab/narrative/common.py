@@ -126,8 +126,6 @@ def stand_in_note(*frames: DataFrame, block_tokens: int = 128) -> str | None:
 def answer_markdown(answer) -> str:
     """A report's answer (:class:`kvlab.studies.Answer`) as the page shows it first: its sentences after a bold
     'Answer', then its table, if any, with the evidence kind of every row."""
-    from kvlab.engines import engine_label
-
     text = "**Answer.** " + " ".join(answer.sentences)
     rows = [] if answer.table is None else answer.table.to_dicts()
     if not rows:

@@ -14,8 +14,9 @@ The registry :data:`STUDIES` maps each report's notebook stem (``05_prefix_shari
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import import_module
 from pathlib import Path
 from types import MappingProxyType
@@ -23,7 +24,10 @@ from typing import Any
 
 import polars as pl
 
-from kvlab.verdicts import Verdict
+from kvlab import narrative
+from kvlab.paths import DATA_DIR
+from kvlab.verdicts import Sources, Verdict
+from kvlab.workbook import Workbook, check_parameters, open_workbook
 
 #: Each report's notebook stem -> the module under kvlab.studies that computes it.
 STUDIES: dict[str, str] = {
@@ -61,8 +65,6 @@ class Answer:
                 "table": None if self.table is None else self.table.to_dicts()}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from kvlab import narrative  # the page's wording of an answer lives with the other prose
-
         md = narrative.answer_markdown(self)
         return {"text/markdown": md, "text/plain": " ".join(self.sentences), ANSWER_MIME: self.to_json()}
 
@@ -95,8 +97,6 @@ class StudyResult:
     @property
     def sources(self):
         """What it read, as the report's provenance panel takes it (``display(result.sources)``)."""
-        from kvlab.verdicts import Sources
-
         return Sources(self.experiments, self.documents)
 
     def __getitem__(self, name: str):
@@ -110,9 +110,6 @@ class StudyResult:
     def to_json(self) -> dict:
         """What ``reports/index.json`` keeps of it: the answer, the verdicts (with their family), what it read and
         the parameters."""
-        import json
-        from dataclasses import asdict
-
         return {"report": self.report, "answer": json.loads(json.dumps(self.answer.to_json(), default=str)),
                 "verdicts": json.loads(json.dumps([asdict(v) for v in self.verdicts], default=str)), "experiments": list(self.experiments),
                 "documents": list(self.documents),
@@ -138,9 +135,6 @@ def compute_report(report: str, data_dir: str | Path | None = None, params: Mapp
                    workbook=None) -> StudyResult:
     """One report's result outside a notebook (what ``kvlab report`` writes to index.json): ``params`` may hold
     names of other notebooks' parameters too (ignored, as papermill does)."""
-    from kvlab.paths import DATA_DIR
-    from kvlab.workbook import Workbook
-
     mod = module(report)
     wb = workbook if workbook is not None else Workbook(Path(data_dir) if data_dir else DATA_DIR)
     return mod.compute(wb, **parameters(mod.compute, dict(params or {})))
@@ -159,8 +153,6 @@ def notebook(report: str, namespace: Mapping[str, Any]):
     """A report notebook's first code cell: refuse renamed parameters, open the workbook (inline figures in the
     notebook's ``fig_format`` where it has one) and compute the report's study with the notebook's parameters.
     Returns (workbook, result); the workbook numbers the figures the notebook shows."""
-    from kvlab.workbook import check_parameters, open_workbook
-
     check_parameters(namespace)  # a parameter under its old name fails, naming the new one
     wb = open_workbook(namespace.get("data_dir", ""), namespace.get("fig_format", "png"))
     mod = module(report)

@@ -14,7 +14,7 @@ from kvlab.perfmodel.calibrate import consistent_fits, crossover_from_fit, cross
 from kvlab.perfmodel.report import consistent_summary
 from kvlab.perfmodel.roofline import Config, batch_time
 from kvlab.studies import Answer, StudyResult, sourced
-from kvlab.engines import engine_label
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.units import k_label
 
 REPORT = "01_context_scaling"
@@ -31,8 +31,8 @@ def modelled_ratios(sens: pl.DataFrame, contexts=ANSWER_CONTEXTS, gpu: str = "B3
     for ctx in contexts:
         ratios = []
         for w, a, p in sets:
-            va = batch_time(Config.of(gpu, model, "vllm", tp, 1, a.default_mem_util), ctx, w, p, a).batch_time_s
-            sg = batch_time(Config.of(gpu, model, "sglang", tp, dcp, a.default_mem_util), ctx, w, p, a).batch_time_s
+            va = batch_time(Config.of(gpu, model, VLLM, tp, 1, a.default_mem_util), ctx, w, p, a).batch_time_s
+            sg = batch_time(Config.of(gpu, model, SGLANG, tp, dcp, a.default_mem_util), ctx, w, p, a).batch_time_s
             ratios.append(va / sg)
         rows.append({"context_tokens": ctx, "ratio_low": min(ratios), "ratio_high": max(ratios),
                      "sets": len(ratios), "sglang_faster_sets": sum(r > 1 for r in ratios)})
@@ -68,9 +68,9 @@ def answer_table(rel: pl.DataFrame, ratios: pl.DataFrame, engine_a: str, engine_
 
 
 def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300",
-            measured_experiment: str = "cpu_long_context", mem_util: float = 0.92, engine_a: str = "vllm",
-            engine_b: str = "sglang", context_from: str = "64K", context_to: str = "200K",
-            crossover_methods: list = ("linear", "power"), measured_engine_a: str = "vllm",
+            measured_experiment: str = "cpu_long_context", mem_util: float = 0.92, engine_a: str = VLLM,
+            engine_b: str = SGLANG, context_from: str = "64K", context_to: str = "200K",
+            crossover_methods: list = ("linear", "power"), measured_engine_a: str = VLLM,
             measured_engine_b: str = "auto") -> StudyResult:
     data = wb.data
     published = wb.published(published_experiment)
@@ -90,7 +90,7 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
               "consistent": consistent, "x_measured": None, "measured_engine_b": measured_engine_b}
     rel_m = None
     if measured_engine_b == "auto":  # PyTorch SGLang where it ran, else sglang-jax (opt-in on a CPU)
-        measured_engine_b = guide.measured_member("sglang", [] if measured.is_empty() else measured["engine"].unique())
+        measured_engine_b = guide.measured_member(SGLANG, [] if measured.is_empty() else measured["engine"].unique())
         values["measured_engine_b"] = measured_engine_b
     if not measured.is_empty():
         pair = measured.filter(pl.col("engine").is_in([measured_engine_a, measured_engine_b]))

@@ -16,6 +16,7 @@ from kvlab.perfmodel.figures import (
 )
 from kvlab.perfmodel.report import consistent_summary
 from kvlab.perfmodel.stepfit import step_fits
+from kvlab.engines import SGLANG, VLLM
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "04_whatif_model"
@@ -31,8 +32,8 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     workload = Workload(batch_size=batch_size, output_tokens=output_tokens)
     assume = Assumptions(kv_layers=kv_layers or None)
     contexts = context_grid(max_context, points=curve_points)
-    configs = [Config.of(gpu, model, "vllm", tp, 1, assume.default_mem_util),
-               Config.of(gpu, model, "sglang", tp, dcp, assume.default_mem_util)]
+    configs = [Config.of(gpu, model, VLLM, tp, 1, assume.default_mem_util),
+               Config.of(gpu, model, SGLANG, tp, dcp, assume.default_mem_util)]
     published = published_throughput(wb.published(published_experiment), workload)
     claims = wb.claims(published_experiment)
     fit = published_fit(data, workload, assume, published_experiment)
