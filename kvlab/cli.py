@@ -107,7 +107,9 @@ def sweep(
     for experiment in experiments:
         try:
             spec = plan.load(experiment)
-            specs.append(spec.quick_form() if quick else spec)
+            spec = spec.quick_form() if quick else spec
+            spec.check_environment(experiment)  # the API keys its runs read: set here, or refused now
+            specs.append(spec)
         except SpecError as exc:
             console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")  # "[engine=…]" is text, not markup
             raise typer.Exit(2) from None
