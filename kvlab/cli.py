@@ -108,7 +108,8 @@ def sweep(
         try:
             spec = plan.load(experiment)
             spec = spec.quick_form() if quick else spec
-            spec.check_environment(experiment)  # the API keys its runs read: set here, or refused now
+            # the API keys its runs read, and (a sweep that launches here) the engines' programs: here, or refused now
+            spec.check_environment(experiment, launchers=not dry_run and ray is None)
             specs.append(spec)
         except SpecError as exc:
             console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")  # "[engine=…]" is text, not markup

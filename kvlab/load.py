@@ -25,7 +25,7 @@ class LoadSpec(BaseModel):
     ends) or open loop (``rate_rps`` arrivals per second, gamma inter-arrival times with shape ``burstiness``),
     the first ``warmup_requests`` excluded, sending stopped at ``duration_s`` or past saturation."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     concurrency: int | None = Field(None, ge=1, description="closed loop: requests (conversations) in flight; with "
                                     "rate_rps, the most in flight (a cap on the open loop)")

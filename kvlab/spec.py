@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 import stat
 from collections import Counter
 from functools import lru_cache
@@ -202,7 +203,7 @@ def _check_chars(path: Path, where: str, value: str, text: bool, key: bool = Fal
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 def _kind_fields(raw: Any) -> Any:
@@ -399,19 +400,32 @@ class ExperimentSpec(_Strict):
             except SpecError as exc:
                 raise SpecError(str(exc).replace(f"{origin}: ", f"{origin}: quick: ", 1)) from None
 
-    def check_environment(self, origin: str | Path = "<spec>") -> None:
-        """SpecError naming the engine's ``api_key_env`` when a run needs an API key from an environment variable
-        that is not set here (or is empty): what a sweep and its dry run check before anything runs. Not part of
-        :meth:`load`, which validates the file alone (``kvlab model`` reads a keyed experiment without its key)."""
-        seen: set[tuple[str, str]] = set()
+    def check_environment(self, origin: str | Path = "<spec>", launchers: bool = False) -> None:
+        """SpecError naming the field when this machine lacks what the runs need: an API key from an environment
+        variable that is not set (or is empty), what a sweep and its dry run check before anything runs; with
+        ``launchers``, also a launch prefix whose program is not an executable file here (a sweep that launches
+        engines on this machine; not the dry run, which may plan for another host, nor a Ray sweep, whose nodes
+        launch them). Not part of :meth:`load`, which validates the file alone (``kvlab model`` reads a keyed
+        experiment without its key)."""
+        seen: set[tuple[str, str | None, tuple[str, ...] | None]] = set()
         for r in expand(self, origin=origin):
-            var = r.engine.api_key_env
-            if var and (r.engine_label, var) not in seen:
-                seen.add((r.engine_label, var))
-                if not os.environ.get(var):
-                    raise SpecError(f"{origin}: engines.{r.engine_label}.api_key_env: environment variable {var!r} "
-                                    "is not set (the server's API key is read from it): set it, or remove "
-                                    "api_key_env if the server takes no key")
+            e = r.engine
+            if (r.engine_label, e.api_key_env, e.launch and tuple(e.launch)) in seen:
+                continue
+            seen.add((r.engine_label, e.api_key_env, e.launch and tuple(e.launch)))
+            if e.api_key_env and not os.environ.get(e.api_key_env):
+                raise SpecError(f"{origin}: engines.{r.engine_label}.api_key_env: environment variable "
+                                f"{e.api_key_env!r} is not set (the server's API key is read from it): set it, or "
+                                "remove api_key_env if the server takes no key")
+            if launchers and not e.external:
+                program = get_adapter(e.name).launch_prefix(e)[0]
+                found = shutil.which(program) if "/" not in program else \
+                    (os.path.isfile(program) and os.access(program, os.X_OK))
+                if not found:
+                    where = "found on PATH" if "/" not in program else "an executable file"
+                    raise SpecError(f"{origin}: engines.{r.engine_label}.launch[0]: {program!r} is not {where} on "
+                                    "this machine (a relative path resolves against the repository root): build the "
+                                    "engine's environment (make engines) or give the launch prefix of this host")
 
     @classmethod
     def load(cls, path: str | Path) -> ExperimentSpec:

@@ -297,7 +297,8 @@ def test_sglang_with_a_hub_model_and_kv_cache_bytes_is_exit_2(tmp_path, url):
     if url:
         engine = {k: v for k, v in engine.items() if k != "launch"} | {"url": url}
     _refused(tmp_path, {**BASE, "engines": {"sglang": engine}},
-             "engines.sglang.kv_cache_bytes: kv_cache_bytes (16777216) on sglang needs a local model with a config.json")
+             "engines.sglang.kv_cache_bytes: kv_cache_bytes (16777216) on sglang needs a local model with a "
+             "config.json")
 
 
 @pytest.mark.parametrize("matrix, says", [
@@ -308,3 +309,36 @@ def test_sglang_with_a_hub_model_and_kv_cache_bytes_is_exit_2(tmp_path, url):
 ])
 def test_odd_matrix_values_are_exit_2_not_tracebacks(tmp_path, matrix, says):
     _refused(tmp_path, {**BASE, "matrix": matrix}, says)
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({"scale_factor": float("inf")}, "scale_factor: Input should be a finite number (got inf)"),
+    ({"workload": {**BASE["workload"], "temperature": float("nan")}},
+     "workload.temperature: Input should be a finite number (got nan)"),
+    ({"engines": {"vllm": {**BASE["engines"]["vllm"], "startup_timeout_s": float("inf")}}},
+     "engines.vllm.startup_timeout_s: Input should be a finite number (got inf)"),
+    ({"engines": {"vllm": {"name": "vllm", "url": "http://[::1:8000", "model": "m", "max_model_len": 8192}}},
+     "engines.vllm: url: Invalid IPv6 URL"),
+    ({"engines": {"vllm": {**BASE["engines"]["vllm"], "model": ""}}},
+     "engines.vllm.model: String should have at least 1 character"),
+])
+def test_values_that_were_tracebacks_or_endless_waits_are_exit_2(tmp_path, changes, says):
+    """scale_factor: .inf was an OverflowError (exit 1); an infinite start-up timeout waits forever."""
+    _refused(tmp_path, {**BASE, **changes}, says)
+
+
+def test_a_sweep_refuses_a_launch_program_that_is_not_here_and_the_dry_run_plans_it(tmp_path):
+    """A missing interpreter was a FileNotFoundError traceback once the sweep launched; the dry run may plan for
+    another host (conda there, not here), so only the sweep checks it."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(_with(engines__vllm__launch=["/nonexistent/kvlab/python"], matrix={})))
+    data_dir = tmp_path / "data"
+    res = CliRunner().invoke(app, ["sweep", str(path), "--data-dir", str(data_dir)])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and not data_dir.exists()
+    assert (f"{path}: engines.vllm.launch[0]: '/nonexistent/kvlab/python' is not an executable file on this machine"
+            in out)
+    assert CliRunner().invoke(app, ["sweep", str(path), "--dry-run"]).exit_code == 0
+    path.write_text(yaml.safe_dump(_with(engines__vllm__launch=["kvlab-no-such-program", "python"], matrix={})))
+    res = CliRunner().invoke(app, ["sweep", str(path), "--data-dir", str(data_dir)])
+    assert res.exit_code == 2 and "engines.vllm.launch[0]: 'kvlab-no-such-program' is not found on PATH" in res.output

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, quote_plus, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -140,8 +140,6 @@ def secret_forms(secret: str) -> list[str]:
     """Every form ``secret`` takes in an engine's log, longest first: as given, inside Python's ``repr()`` (SGLang
     prints its server arguments so: a backslash doubled, quotes escaped) and a repr of that repr, JSON-escaped
     (once and twice), and URL-encoded (``%5C``; ``+`` for a space)."""
-    from urllib.parse import quote, quote_plus
-
     forms = {secret}
     for _ in range(2):  # an escaped form may itself be escaped (a repr of a dict holding the repr)
         for f in list(forms):
@@ -190,14 +188,18 @@ def is_local_path(model: str) -> bool:
 
 
 def _url_host(url: str) -> str:
-    """The host of an http(s) URL or ``http://host`` (brackets of an IPv6 literal kept off)."""
-    return urlsplit(url).hostname or ""
+    """The host of an http(s) URL or ``http://host`` (brackets of an IPv6 literal kept off); ValueError naming
+    the url field when it cannot be parsed (an unclosed IPv6 bracket)."""
+    try:
+        return urlsplit(url).hostname or ""
+    except ValueError as exc:
+        raise ValueError(f"url: {exc}") from None
 
 
 class EngineSpec(BaseModel):
     """How to launch one engine server (what decides its argv and environment)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     name: Literal[ENGINE_NAMES] = Field(
         description="engine: vllm | sglang | sglang-jax (SGLang's JAX runtime, the SGLang engine that serves on CPU)"
@@ -217,7 +219,8 @@ class EngineSpec(BaseModel):
         "api_key_env). The other fields state how it was started "
         "(they are recorded, and checked against the workload). Give this or launch",
     )
-    model: str = Field(description="local model folder (relative to the repository root or absolute) or a hub id")
+    model: str = Field(min_length=1,
+                       description="local model folder (relative to the repository root or absolute) or a hub id")
     served_model_name: str | None = Field(None, description="name the server exposes (default: the model string)")
     tp: int = Field(1, ge=1, description="tensor-parallel size")
     dcp: int = Field(1, ge=1, description="decode-context-parallel size; must divide tp (1 = off)")
@@ -319,10 +322,10 @@ class EngineSpec(BaseModel):
                              "kvlab runs in (the server inherits it)")
         assigned = next(((i, n) for i, w in enumerate(self.launch or []) if (n := launch_assignment(w))), None)
         if assigned is not None:
-            raise ValueError(f"launch[{assigned[0]}]: assigns {assigned[1]}, which looks like a secret (a secret-looking "
-                             "name, or credentials in its value): the launch prefix is stored with every run, printed "
-                             "by the dry run and shown by `ps`; set it in the environment kvlab runs in (the server "
-                             "inherits it), or give the API key through api_key_env")
+            raise ValueError(f"launch[{assigned[0]}]: assigns {assigned[1]}, which looks like a secret (a "
+                             "secret-looking name, or credentials in its value): the launch prefix is stored with "
+                             "every run, printed by the dry run and shown by `ps`; set it in the environment kvlab "
+                             "runs in (the server inherits it), or give the API key through api_key_env")
         if self.url is not None and has_userinfo(self.url):
             raise ValueError("url: credentials in the url (user:password@host), which the spec, the manifest and every "
                              "run would store: give the server's API key through api_key_env, and the url without them")

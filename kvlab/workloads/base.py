@@ -121,7 +121,7 @@ class WorkloadArgs(BaseModel):
     """What the client sends in one run: the fields every kind has. A kind's ``Args`` adds
     ``kind: Literal["<its module name>"]``, its own fields, :meth:`check` and :meth:`generate`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     #: One line saying what the kind sends (the spec's ``kind`` field lists them).
     description: ClassVar[str] = ""
