@@ -46,7 +46,10 @@ def _parse_params(values: list[str]) -> dict:
         if "=" not in v:
             raise typer.BadParameter(f"{v!r} is not name=value", param_hint="--param")
         k, raw = v.split("=", 1)
-        out[k.strip()] = yaml.safe_load(raw)
+        try:
+            out[k.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise typer.BadParameter(f"{v!r}: the value is not a YAML literal ({exc})", param_hint="--param") from None
     return out
 
 
@@ -214,10 +217,19 @@ def model(
 ) -> None:
     """Print the physical model's predictions (modelled, calibrated on the published table)."""
     from kvlab.perfmodel.report import model_command  # this command's own stack: +1.3 s CPU (see the top)
+    from kvlab.spec import SpecError  # (the same stack: the report reads experiments with kvlab.spec)
 
-    typer.echo(model_command(target, gpu=gpu, model=model_name, engine=engine, tp=tp, dcp=dcp,
+    try:
+        text = model_command(target, gpu=gpu, model=model_name, engine=engine, tp=tp, dcp=dcp,
                              context_tokens=context or None, batch_size=batch_size,
-                             output_tokens=output_tokens, mem_util=mem_util))
+                             output_tokens=output_tokens, mem_util=mem_util)
+    except SpecError as exc:
+        console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
+    except (KeyError, ValueError) as exc:  # a GPU or model not in the catalog, a setting the model cannot take
+        console.print(f"[red]invalid input[/red]: {escape(str(exc.args[0] if exc.args else exc))}")
+        raise typer.Exit(2) from None
+    typer.echo(text)
 
 
 @app.command("make-model")

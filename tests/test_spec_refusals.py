@@ -342,3 +342,19 @@ def test_a_sweep_refuses_a_launch_program_that_is_not_here_and_the_dry_run_plans
     path.write_text(yaml.safe_dump(_with(engines__vllm__launch=["kvlab-no-such-program", "python"], matrix={})))
     res = CliRunner().invoke(app, ["sweep", str(path), "--data-dir", str(data_dir)])
     assert res.exit_code == 2 and "engines.vllm.launch[0]: 'kvlab-no-such-program' is not found on PATH" in res.output
+
+
+@pytest.mark.parametrize("args, says", [
+    (["model", "{bad}"], "{bad}: name: key given twice in one mapping (line 2)"),
+    (["model", "--gpu", "NOPE"], "invalid input: hardware 'NOPE' is not in"),
+    (["model", "--tp", "0"], "invalid input: tp 0 and dcp 1: both >= 1 and tp % dcp == 0 required"),
+    (["report", "-p", "x=[1"], "'x=[1': the value is not a YAML literal"),
+])
+def test_the_other_commands_refuse_bad_input_with_exit_2(tmp_path, args, says):
+    """`kvlab model` on an invalid experiment, an unknown GPU or an impossible setting, and `kvlab report -p` with a
+    value that is no YAML literal, were tracebacks (exit 1)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: t\nname: u\n")
+    res = CliRunner().invoke(app, [a.replace("{bad}", str(bad)) for a in args])
+    assert res.exit_code == 2, res.output
+    assert says.replace("{bad}", str(bad)) in " ".join(res.output.split()), res.output
