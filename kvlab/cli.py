@@ -61,6 +61,7 @@ def report(
     workers: Annotated[int, typer.Option(help="notebooks executed at once (0 = one per core)")] = 0,
 ) -> None:
     """Execute every notebook with papermill into OUT, export HTML, and write OUT/index.html."""
+    params = _parse_params(param)  # a bad -p is refused before the report stack loads
     from kvlab import reports  # this command's own stack: +4.8 s CPU on every other command (see the top)
 
     paths = reports.notebooks(only or None)
@@ -72,7 +73,7 @@ def report(
             progress.advance(task)
 
         try:
-            built = reports.build(out, only or None, _parse_params(param), workers or None, progress=done)
+            built = reports.build(out, only or None, params, workers or None, progress=done)
         except RuntimeError as exc:
             console.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None
