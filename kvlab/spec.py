@@ -22,7 +22,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
                       ValidationError, field_validator, model_validator)
 
 from kvlab.engines import FAILURE_CAUSES, adapter_class, get_adapter
-from kvlab.engines.spec import EngineSpec, redact_url
+from kvlab.engines.spec import REDACTED, EngineSpec, is_secret_env, redact_url, secret_env_value
 from kvlab.paths import CATALOG_DIR
 from kvlab.units import context_label
 from kvlab.workloads import KINDS, WorkloadArgs
@@ -608,7 +608,7 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
         engines, workload = copy.deepcopy(base_engines), copy.deepcopy(base_workload)
         chosen: list[str] = []
         point: dict[str, Any] = {}
-        where = ", ".join(f"{a}={v!r}" for (a, _), v in zip(axes, combo)) or "base"
+        where = ", ".join(f"{a}={_shown(a, v)!r}" for (a, _), v in zip(axes, combo)) or "base"
         try:
             for (axis, _), value in zip(axes, combo):
                 point[axis] = value
@@ -661,6 +661,17 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
         raise SpecError(f"{origin}: matrix: {len(dupes)} run(s) are identical after overrides (key {dupes[0]})")
     _check_external(origin, runs)
     return runs
+
+
+def _shown(path: Any, value: Any) -> Any:
+    """A matrix value as an error message names its point: '***' for a secret-looking env entry (its name, or
+    credentials in its value), a url's credentials redacted; a linked axis's mapping entry by entry."""
+    if isinstance(value, dict):
+        return {k: _shown(k, v) for k, v in value.items()}
+    name = str(path).rsplit(".", 1)[-1]
+    if ".env." in f".{path}" and (is_secret_env(name) or secret_env_value(name, value)):
+        return REDACTED
+    return redact_url(value) if isinstance(value, str) else value
 
 
 def check_size(spec: ExperimentSpec, origin: str | Path = "<spec>") -> None:

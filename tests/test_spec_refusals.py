@@ -358,3 +358,13 @@ def test_the_other_commands_refuse_bad_input_with_exit_2(tmp_path, args, says):
     res = CliRunner().invoke(app, [a.replace("{bad}", str(bad)) for a in args])
     assert res.exit_code == 2, res.output
     assert says.replace("{bad}", str(bad)) in " ".join(res.output.split()), res.output
+
+
+@pytest.mark.parametrize("matrix, says", [
+    ({"engine.env.HF_TOKEN": ["s3cret"]}, "matrix point [engine.env.HF_TOKEN='***']: engines.vllm: env.HF_TOKEN"),
+    ({"proxy": [{"engines.vllm.env.HTTPS_PROXY": "http://a:s3cret@p:1"}]},
+     "matrix point [proxy={'engines.vllm.env.HTTPS_PROXY': '***'}]: engines.vllm: env.HTTPS_PROXY: the value carries"),
+    ({"engine.url": ["http://a:s3cret@h:1"]}, "matrix point [engine.url='http://***@h:1']"),
+])
+def test_a_matrix_point_named_in_an_error_shows_no_secret(tmp_path, matrix, says):
+    _refused(tmp_path, {**BASE, "matrix": matrix}, says, secret="s3cret")
