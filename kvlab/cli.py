@@ -118,6 +118,13 @@ def sweep(
         except SpecError as exc:
             console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")  # "[engine=…]" is text, not markup
             raise typer.Exit(2) from None
+    first: dict[str, Path] = {}
+    for experiment, spec in zip(experiments, specs):
+        if spec.name in first:  # their runs would share one folder (kvlab.campaign refuses it too)
+            console.print(f"[red]invalid experiment[/red]\n{escape(str(experiment))}: name: {spec.name!r} is also the "
+                          f"name of {escape(str(first[spec.name]))}: one sweep takes each experiment once")
+            raise typer.Exit(2)
+        first[spec.name] = experiment
     if dry_run:
         typer.echo(plan.dry_run_text(specs, overlap_starts=not sequential_starts))
         return

@@ -368,3 +368,16 @@ def test_the_other_commands_refuse_bad_input_with_exit_2(tmp_path, args, says):
 ])
 def test_a_matrix_point_named_in_an_error_shows_no_secret(tmp_path, matrix, says):
     _refused(tmp_path, {**BASE, "matrix": matrix}, says, secret="s3cret")
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_one_experiment_name_twice_in_a_sweep_is_exit_2(tmp_path, dry_run):
+    """The sweep raised campaign's ValueError (a traceback, exit 1); the dry run listed both."""
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    for path in (a, b):
+        path.write_text(yaml.safe_dump(BASE))
+    res = CliRunner().invoke(app, ["sweep", str(a), str(b), *(["--dry-run"] if dry_run else
+                                                               ["--data-dir", str(tmp_path / "data")])])
+    assert res.exit_code == 2, res.output
+    assert f"{b}: name: 't' is also the name of {a}: one sweep takes each experiment once" in " ".join(res.output.split())
+    assert not (tmp_path / "data").exists()
