@@ -46,7 +46,10 @@ def _parse_params(values: list[str]) -> dict:
         if "=" not in v:
             raise typer.BadParameter(f"{v!r} is not name=value", param_hint="--param")
         k, raw = v.split("=", 1)
-        out[k.strip()] = yaml.safe_load(raw)
+        try:
+            out[k.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise typer.BadParameter(f"{v!r}: the value is not a YAML literal ({exc})", param_hint="--param") from None
     return out
 
 
@@ -58,6 +61,7 @@ def report(
     workers: Annotated[int, typer.Option(help="notebooks executed at once (0 = one per core)")] = 0,
 ) -> None:
     """Execute every notebook with papermill into OUT, export HTML, and write OUT/index.html."""
+    params = _parse_params(param)  # a bad -p is refused before the report stack loads
     from kvlab import reports  # this command's own stack: +4.8 s CPU on every other command (see the top)
 
     paths = reports.notebooks(only or None)
@@ -69,7 +73,7 @@ def report(
             progress.advance(task)
 
         try:
-            built = reports.build(out, only or None, _parse_params(param), workers or None, progress=done)
+            built = reports.build(out, only or None, params, workers or None, progress=done)
         except RuntimeError as exc:
             console.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None
@@ -107,10 +111,20 @@ def sweep(
     for experiment in experiments:
         try:
             spec = plan.load(experiment)
-            specs.append(spec.quick_form() if quick else spec)
+            spec = spec.quick_form() if quick else spec
+            # the API keys its runs read, and (a sweep that launches here) the engines' programs: here, or refused now
+            spec.check_environment(experiment, launchers=not dry_run and ray is None)
+            specs.append(spec)
         except SpecError as exc:
             console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")  # "[engine=…]" is text, not markup
             raise typer.Exit(2) from None
+    first: dict[str, Path] = {}
+    for experiment, spec in zip(experiments, specs):
+        if spec.name in first:  # their runs would share one folder (kvlab.campaign refuses it too)
+            console.print(f"[red]invalid experiment[/red]\n{escape(str(experiment))}: name: {spec.name!r} is also the "
+                          f"name of {escape(str(first[spec.name]))}: one sweep takes each experiment once")
+            raise typer.Exit(2)
+        first[spec.name] = experiment
     if dry_run:
         typer.echo(plan.dry_run_text(specs, overlap_starts=not sequential_starts))
         return
@@ -211,10 +225,19 @@ def model(
 ) -> None:
     """Print the physical model's predictions (modelled, calibrated on the published table)."""
     from kvlab.perfmodel.report import model_command  # this command's own stack: +1.3 s CPU (see the top)
+    from kvlab.spec import SpecError  # (the same stack: the report reads experiments with kvlab.spec)
 
-    typer.echo(model_command(target, gpu=gpu, model=model_name, engine=engine, tp=tp, dcp=dcp,
+    try:
+        text = model_command(target, gpu=gpu, model=model_name, engine=engine, tp=tp, dcp=dcp,
                              context_tokens=context or None, batch_size=batch_size,
-                             output_tokens=output_tokens, mem_util=mem_util))
+                             output_tokens=output_tokens, mem_util=mem_util)
+    except SpecError as exc:
+        console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
+    except (KeyError, ValueError) as exc:  # a GPU or model not in the catalog, a setting the model cannot take
+        console.print(f"[red]invalid input[/red]: {escape(str(exc.args[0] if exc.args else exc))}")
+        raise typer.Exit(2) from None
+    typer.echo(text)
 
 
 @app.command("make-model")

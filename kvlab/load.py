@@ -25,7 +25,7 @@ class LoadSpec(BaseModel):
     ends) or open loop (``rate_rps`` arrivals per second, gamma inter-arrival times with shape ``burstiness``),
     the first ``warmup_requests`` excluded, sending stopped at ``duration_s`` or past saturation."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     concurrency: int | None = Field(None, ge=1, description="closed loop: requests (conversations) in flight; with "
                                     "rate_rps, the most in flight (a cap on the open loop)")
@@ -33,7 +33,7 @@ class LoadSpec(BaseModel):
     burstiness: float = Field(1.0, gt=0, description="open loop: shape of the gamma inter-arrival times (mean "
                               "1/rate_rps); 1 is Poisson, below 1 burstier, above 1 more regular (vLLM bench's "
                               "--burstiness)")
-    arrival_seed: int = Field(0, description="seed of the arrival times (the same seed, the same schedule)")
+    arrival_seed: int = Field(0, ge=0, description="seed of the arrival times (the same seed, the same schedule)")
     warmup_requests: int = Field(0, ge=0, description="the first requests sent, left out of every count")
     duration_s: float | None = Field(None, gt=0, description="send no request later than this many seconds after "
                                      "the first send (the request-count limit is batch_size)")

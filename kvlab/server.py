@@ -31,6 +31,7 @@ from kvlab import watchdog
 from kvlab.engines.base import http_json
 from kvlab.paths import ROOT, write_text_atomic
 from kvlab.engines import EngineSpec
+from kvlab.engines.spec import holds_secret, redact_text
 
 REDACTED = "***"
 #: The watchdog script, run by path with the harness's interpreter (see kvlab/watchdog.py).
@@ -121,8 +122,9 @@ def read_api_key(spec: EngineSpec) -> str | None:
 
 
 def redact(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by '***' (unchanged without a secret)."""
-    return text.replace(secret, REDACTED) if secret else text
+    """``text`` with every form of ``secret`` an engine may log (as given, repr()-, JSON- and URL-escaped:
+    kvlab.engines.spec.secret_forms) replaced by '***' (unchanged without a secret)."""
+    return redact_text(text, secret)
 
 
 # ---------------------------------------------------------------------------- registry
@@ -533,7 +535,7 @@ class EngineServer:
         # SGLang prints its server args, key included; scrub the file once the writer is gone.
         if self._api_key and self.log_path.exists():
             text = self.log_path.read_text(errors="replace")
-            if self._api_key in text:  # a new file put in place by rename: never a rewrite through a link
+            if holds_secret(text, self._api_key):  # a new file put in place by rename: never a rewrite through a link
                 write_text_atomic(self.log_path, redact(text, self._api_key))
 
     # -------------------------------------------------------------- HTTP helpers

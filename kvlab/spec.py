@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import copy
+import csv
 import hashlib
 import itertools
 import json
+import math
+import os
 import re
+import shutil
+import stat
+from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Union
 
@@ -15,7 +22,8 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
                       ValidationError, field_validator, model_validator)
 
 from kvlab.engines import FAILURE_CAUSES, adapter_class, get_adapter
-from kvlab.engines.spec import EngineSpec
+from kvlab.engines.spec import REDACTED, EngineSpec, is_secret_env, redact_url, secret_env_value
+from kvlab.paths import CATALOG_DIR
 from kvlab.units import context_label
 from kvlab.workloads import KINDS, WorkloadArgs
 
@@ -38,12 +46,164 @@ KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 
 
+#: Limits validation enforces before anything runs (docs/experiments.md, "What validation refuses"): each far above
+#: what a study needs (the shipped files are under 9 KB), each low enough that validating, planning and generating a
+#: run's prompts stay within a machine's memory.
+MAX_FILE_BYTES = 1 << 20  # an experiment file's size
+MAX_YAML_NODES = 100_000  # the file's YAML nodes with every alias expanded (a billion-laughs file has 10^9)
+MAX_RUNS = 10_000  # runs of one experiment: matrix points x engines x repeats
+MAX_REPEATS = 1_000  # repeats, repeats_at[].repeats, quick.repeats
+MAX_BATCH_SIZE = 65_536  # requests of one run
+MAX_CONTEXT_TOKENS = 1 << 24  # a request's prompt + output tokens (16,777,216; the longest native context in the
+# model catalog is 1,048,576)
+MAX_RUN_TOKENS = 1 << 27  # prompt + output tokens of every request of one run (134,217,728: 3.4 times
+# b300_capacity's largest run, 192 requests of 204,800 tokens; one int64 array of them is 1 GiB)
+
+#: Characters no label or value may hold: C0 and C1 controls and DEL, and the bidirectional overrides and isolates
+#: that make text display in another order than it is stored ("Trojan Source", Boucher and Anderson, University of
+#: Cambridge, 2021). Free text (description, assumptions) may hold tab and newline.
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_IN_TEXT_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: Top-level fields of free text.
+_TEXT_FIELDS = ("description", "assumptions")
+
+
 class SpecError(ValueError):
     """An experiment spec is invalid; the message names the file, the field path and the value."""
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader that stops composing past :data:`MAX_YAML_NODES` nodes (aliases count once here; their
+    expansion is counted by :func:`_check_nodes`)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._composed = 0
+
+    def compose_node(self, parent, index):
+        self._composed += 1
+        if self._composed > MAX_YAML_NODES:
+            raise _TooLarge(f"more than {MAX_YAML_NODES:,} YAML nodes")
+        return super().compose_node(parent, index)
+
+
+class _TooLarge(Exception):
+    """The YAML stream is over a limit (raised while composing)."""
+
+
+def _read_text(path: Path) -> str:
+    """The experiment file's text: a regular file (a FIFO or device is refused without blocking on it) of at most
+    :data:`MAX_FILE_BYTES`, in UTF-8. SpecError naming the file otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read experiment file: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise SpecError(f"{path}: cannot read experiment file: not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise SpecError(f"{path}: experiment file of {st.st_size:,} bytes is over the limit of {MAX_FILE_BYTES:,}")
+        try:
+            data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise SpecError(f"{path}: cannot read experiment file: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:  # it grew after the size was read
+        raise SpecError(f"{path}: experiment file is over the limit of {MAX_FILE_BYTES:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start:,} is {data[exc.start:exc.start + 1]!r})") from None
+
+
+def _load_yaml(path: Path) -> Any:
+    """The experiment file as Python data, refused (SpecError naming the file and field) when it is not a regular
+    UTF-8 file within :data:`MAX_FILE_BYTES`, not valid YAML, has more than :data:`MAX_YAML_NODES` nodes once its
+    aliases are expanded, a recursive alias, a key given twice in one mapping, or a control character
+    (:func:`_check_nodes`)."""
+    text = _read_text(path)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_nodes(path, node)
+        return loader.construct_document(node)
+    except _TooLarge as exc:
+        raise SpecError(f"{path}: <top level>: {exc}, over the limit of {MAX_YAML_NODES:,}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _key_text(node: yaml.Node) -> str:
+    return str(node.value) if isinstance(node, yaml.ScalarNode) else f"<{node.tag.rsplit(':', 1)[-1]} key>"
+
+
+def _check_nodes(path: Path, root: yaml.Node) -> None:
+    """SpecError naming the file and the field (``engines.vllm.env``, ``matrix.x[3]``) when the composed YAML has more
+    than :data:`MAX_YAML_NODES` nodes with its aliases expanded (an alias is the same node object reached twice:
+    counted once per reference, in time linear in the file), an alias that contains itself, a key twice in one
+    mapping (YAML 1.2 forbids it; PyYAML would keep the last silently), or a control character in a key or value
+    (tab and newline allowed in the free text of description and assumptions)."""
+    sizes: dict[int, int] = {}  # expanded node count of each node done
+    open_: set[int] = set()  # nodes whose children are being counted: reaching one again is a cycle
+    stack: list[tuple[yaml.Node, str, bool]] = [(root, "", False)]
+    while stack:
+        node, where, done = stack.pop()
+        if done:
+            children = _children(node)
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for _, c in children)
+            open_.discard(id(node))
+            if sizes[id(node)] > MAX_YAML_NODES:
+                raise SpecError(f"{path}: {where or '<top level>'}: {sizes[id(node)]:,} YAML nodes once its aliases "
+                                f"are expanded, over the limit of {MAX_YAML_NODES:,}")
+            continue
+        if id(node) in sizes:
+            continue
+        if id(node) in open_:
+            raise SpecError(f"{path}: {where or '<top level>'}: an alias that contains itself (a recursive structure)")
+        open_.add(id(node))
+        text = where.split(".", 1)[0].split("[", 1)[0] in _TEXT_FIELDS
+        if isinstance(node, yaml.ScalarNode):
+            _check_chars(path, where, node.value, text)
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key, _ in node.value:
+                if key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                name = _key_text(key)
+                _check_chars(path, f"{where}.{name}" if where else name, name, False, key=True)
+                if isinstance(key, yaml.ScalarNode) and name in seen:
+                    raise SpecError(f"{path}: {f'{where}.{name}' if where else name}: key given twice in one mapping "
+                                    f"(line {key.start_mark.line + 1}): YAML allows a key once")
+                seen.add(name)
+        stack.append((node, where, True))
+        stack.extend((child, f"{where}{part}" if part.startswith("[") or not where else f"{where}.{part}", False)
+                     for part, child in reversed(_children(node)))
+
+
+def _children(node: yaml.Node) -> list[tuple[str, yaml.Node]]:
+    """A node's children with the part of the field path each adds (``name`` or ``[i]``)."""
+    if isinstance(node, yaml.SequenceNode):
+        return [(f"[{i}]", c) for i, c in enumerate(node.value)]
+    if isinstance(node, yaml.MappingNode):
+        return [pair for k, v in node.value for pair in ((_key_text(k), k), (_key_text(k), v))]
+    return []
+
+
+def _check_chars(path: Path, where: str, value: str, text: bool, key: bool = False) -> None:
+    bad = (_CONTROL_IN_TEXT_RE if text else _CONTROL_RE).search(value)
+    if bad is not None:
+        what = "key" if key else "value"
+        raise SpecError(f"{path}: {where or '<top level>'}: the {what} holds the control character "
+                        f"U+{ord(bad.group(0)):04X} at position {bad.start()}: labels and values are plain text"
+                        + ("" if text else " (tab and newline only in description and assumptions)"))
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 def _kind_fields(raw: Any) -> Any:
@@ -107,7 +267,8 @@ class RepeatsAt(_Strict):
 
     where: dict[str, Any] = Field(min_length=1, description="the points it applies to: matrix axis or field path "
                                   "(e.g. workload.shared_fraction, engine) -> the value they must have")
-    repeats: int = Field(ge=1, description="runs per matching point (the most of every rule that matches)")
+    repeats: int = Field(ge=1, le=MAX_REPEATS,
+                         description="runs per matching point (the most of every rule that matches)")
 
 
 class SloSpec(_Strict):
@@ -133,7 +294,7 @@ class QuickSpec(_Strict):
     matrix: dict[str, list[Any]] | None = Field(
         None, description="the quick form's matrix, in place of the full one (same axis syntax); None keeps it"
     )
-    repeats: int | None = Field(None, ge=1, description="runs per matrix point in the quick form")
+    repeats: int | None = Field(None, ge=1, le=MAX_REPEATS, description="runs per matrix point in the quick form")
     repeats_at: list[RepeatsAt] | None = Field(
         None, description="more repeats at the quick form's deciding points; None keeps the experiment's")
 
@@ -160,7 +321,7 @@ class ExperimentSpec(_Strict):
         "'engines.<label>.<field>', 'workload.<field>'; any other name is a linked axis whose values "
         "are mappings of such paths to values (e.g. mem_util with its KV budget)",
     )
-    repeats: int = Field(1, ge=1, description="runs per matrix point")
+    repeats: int = Field(1, ge=1, le=MAX_REPEATS, description="runs per matrix point")
     repeats_at: list[RepeatsAt] = Field(default_factory=list,
                                         description="more repeats at some points (e.g. those that decide a verdict)")
     warmup: bool = Field(True, description="send one small request after each server start, not recorded")
@@ -221,14 +382,7 @@ class ExperimentSpec(_Strict):
     def read(cls, path: str | Path) -> ExperimentSpec:
         """Read a YAML experiment and validate its fields; its runs are checked by :meth:`check_runs`."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise SpecError(f"{path}: cannot read experiment file: {exc.strerror or exc}") from None
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SpecError(f"{path}: not valid YAML: {exc}") from None
+        raw = _load_yaml(path)
         if not isinstance(raw, dict):
             raise SpecError(f"{path}: top level must be a mapping of fields, got {type(raw).__name__}")
         try:
@@ -245,6 +399,33 @@ class ExperimentSpec(_Strict):
                 expand(self.quick_form(), origin=origin)
             except SpecError as exc:
                 raise SpecError(str(exc).replace(f"{origin}: ", f"{origin}: quick: ", 1)) from None
+
+    def check_environment(self, origin: str | Path = "<spec>", launchers: bool = False) -> None:
+        """SpecError naming the field when this machine lacks what the runs need: an API key from an environment
+        variable that is not set (or is empty), what a sweep and its dry run check before anything runs; with
+        ``launchers``, also a launch prefix whose program is not an executable file here (a sweep that launches
+        engines on this machine; not the dry run, which may plan for another host, nor a Ray sweep, whose nodes
+        launch them). Not part of :meth:`load`, which validates the file alone (``kvlab model`` reads a keyed
+        experiment without its key)."""
+        seen: set[tuple[str, str | None, tuple[str, ...] | None]] = set()
+        for r in expand(self, origin=origin):
+            e = r.engine
+            if (r.engine_label, e.api_key_env, e.launch and tuple(e.launch)) in seen:
+                continue
+            seen.add((r.engine_label, e.api_key_env, e.launch and tuple(e.launch)))
+            if e.api_key_env and not os.environ.get(e.api_key_env):
+                raise SpecError(f"{origin}: engines.{r.engine_label}.api_key_env: environment variable "
+                                f"{e.api_key_env!r} is not set (the server's API key is read from it): set it, or "
+                                "remove api_key_env if the server takes no key")
+            if launchers and not e.external:
+                program = get_adapter(e.name).launch_prefix(e)[0]
+                found = shutil.which(program) if "/" not in program else \
+                    (os.path.isfile(program) and os.access(program, os.X_OK))
+                if not found:
+                    where = "found on PATH" if "/" not in program else "an executable file"
+                    raise SpecError(f"{origin}: engines.{r.engine_label}.launch[0]: {program!r} is not {where} on "
+                                    "this machine (a relative path resolves against the repository root): build the "
+                                    "engine's environment (make engines) or give the launch prefix of this host")
 
     @classmethod
     def load(cls, path: str | Path) -> ExperimentSpec:
@@ -276,7 +457,10 @@ def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -
                 msg, value = f"Input should be {', '.join(names[:-1])} or {names[-1]}", err["ctx"]["tag"]
             else:
                 msg, value = "Field required", {}
-        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        if isinstance(value, str):
+            value = redact_url(value)  # credentials in a url are never echoed
+        # an env entry's value is never echoed: its name may say it is a secret
+        shown = "" if isinstance(value, dict) or "env" in parts[:-1] else f" (got {value!r})"
         lines.append(f"{origin}: {where}: {msg}{shown}")
     return "\n".join(lines)
 
@@ -368,9 +552,11 @@ def _apply(
     spec: ExperimentSpec, path: str, value: Any, engines: dict[str, dict], workload: dict, axis: str
 ) -> str | None:
     """Apply one override; returns an engine label when the path selects one."""
+    if not isinstance(path, str):
+        raise KeyError(f"matrix.{axis}: a field path is text like 'engine.mem_util', got {path!r}")
     parts = path.split(".")
     if path == "engine":
-        if value not in spec.engines:
+        if not isinstance(value, str) or value not in spec.engines:
             raise KeyError(f"matrix.{axis}: unknown engine {value!r}; experiment defines {list(spec.engines)}")
         return value
     if parts[0] == "engine" and len(parts) >= 2:
@@ -412,6 +598,7 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
     (0, 1]), prompt + output <= max_model_len, max_model_len <= a local model's native context unless
     allow_long_context, and that a local model folder exists.
     """
+    check_size(spec, origin)
     axes = list(spec.matrix.items())
     matched: set[int] = set()  # the repeats_at rules some point matched
     base_engines = {k: v.model_dump(mode="python") for k, v in spec.engines.items()}
@@ -421,7 +608,7 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
         engines, workload = copy.deepcopy(base_engines), copy.deepcopy(base_workload)
         chosen: list[str] = []
         point: dict[str, Any] = {}
-        where = ", ".join(f"{a}={v!r}" for (a, _), v in zip(axes, combo)) or "base"
+        where = ", ".join(f"{a}={_shown(a, v)!r}" for (a, _), v in zip(axes, combo)) or "base"
         try:
             for (axis, _), value in zip(axes, combo):
                 point[axis] = value
@@ -469,12 +656,43 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
     if unused:
         rule = spec.repeats_at[unused[0]]
         raise SpecError(f"{origin}: repeats_at[{unused[0]}].where: {rule.where!r} matches no point of the matrix")
-    keys = [r.key for r in runs]
-    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    dupes = sorted(k for k, n in Counter(r.key for r in runs).items() if n > 1)
     if dupes:
         raise SpecError(f"{origin}: matrix: {len(dupes)} run(s) are identical after overrides (key {dupes[0]})")
     _check_external(origin, runs)
     return runs
+
+
+def _shown(path: Any, value: Any) -> Any:
+    """A matrix value as an error message names its point: '***' for a secret-looking env entry (its name, or
+    credentials in its value), a url's credentials redacted; a linked axis's mapping entry by entry."""
+    if isinstance(value, dict):
+        return {k: _shown(k, v) for k, v in value.items()}
+    name = str(path).rsplit(".", 1)[-1]
+    if ".env." in f".{path}" and (is_secret_env(name) or secret_env_value(name, value)):
+        return REDACTED
+    return redact_url(value) if isinstance(value, str) else value
+
+
+def check_size(spec: ExperimentSpec, origin: str | Path = "<spec>") -> None:
+    """SpecError naming the field when the experiment would have more than :data:`MAX_RUNS` runs, computed from the
+    axes' lengths without expanding them: matrix points (the product) x engines per point x the most repeats any
+    point gets (a bound where repeats_at raises some points only)."""
+    lengths = [len(v) for v in spec.matrix.values()]
+    points = math.prod(lengths)
+    shape = " x ".join(f"{n:,}" for n in lengths)
+    if points > MAX_RUNS:
+        raise SpecError(f"{origin}: matrix: {points:,} points ({shape}, the product of its axes' lengths), over the "
+                        f"limit of {MAX_RUNS:,} runs per experiment")
+    picks_one = "engine" in spec.matrix or any(
+        values and all(isinstance(v, dict) and "engine" in v for v in values) for values in spec.matrix.values())
+    engines = 1 if picks_one else len(spec.engines)
+    repeats = max([spec.repeats, *(r.repeats for r in spec.repeats_at)])
+    runs = points * engines * repeats
+    if runs > MAX_RUNS:
+        field = "repeats" if spec.repeats == repeats else "repeats_at"
+        raise SpecError(f"{origin}: {field}: up to {runs:,} runs ({points:,} matrix points x {engines} engine(s) x "
+                        f"{repeats:,} repeats), over the limit of {MAX_RUNS:,} runs per experiment")
 
 
 def _check_external(origin: str | Path, runs: list[RunSpec]) -> None:
@@ -500,6 +718,18 @@ def _check_external(origin: str | Path, runs: list[RunSpec]) -> None:
 
 def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: WorkloadArgs) -> None:
     at = f"{origin}: matrix point [{where}]: engines.{label}"
+    wat = f"{origin}: matrix point [{where}]: workload"
+    if w.batch_size > MAX_BATCH_SIZE:
+        raise SpecError(f"{wat}.batch_size: {w.batch_size:,} requests, over the limit of {MAX_BATCH_SIZE:,} per run")
+    if w.total_tokens > MAX_CONTEXT_TOKENS:
+        field = "context_tokens" if w.context_tokens is not None else "prompt_tokens"
+        raise SpecError(f"{wat}.{field}: prompt ({w.prompt_len:,}) + output ({w.output_tokens:,}) = "
+                        f"{w.total_tokens:,} tokens per request, over the limit of {MAX_CONTEXT_TOKENS:,}")
+    if w.n_requests * w.total_tokens > MAX_RUN_TOKENS:
+        raise SpecError(f"{wat}.batch_size: {w.n_requests:,} requests x {w.total_tokens:,} tokens = "
+                        f"{w.n_requests * w.total_tokens:,} tokens in one run, over the limit of {MAX_RUN_TOKENS:,}")
+    if e.max_model_len > MAX_CONTEXT_TOKENS:
+        raise SpecError(f"{at}.max_model_len: {e.max_model_len:,} tokens, over the limit of {MAX_CONTEXT_TOKENS:,}")
     adapter = adapter_class(e.name)  # what the engine can do
     if e.kv_cache_bytes is not None and not adapter.kv_budget:
         raise SpecError(f"{at}.kv_cache_bytes ({e.kv_cache_bytes}): {e.name} takes no explicit KV budget")
@@ -528,3 +758,44 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
             f"{at}.max_model_len: {e.max_model_len} exceeds the model's max_position_embeddings ({native}); "
             "set allow_long_context: true to override"
         )
+    known = None if native is not None else catalog_context(e.model)
+    if known is not None and e.max_model_len > known[1] and not e.allow_long_context:
+        raise SpecError(
+            f"{at}.max_model_len: {e.max_model_len} exceeds {known[0]}'s native context ({known[1]:,} tokens, "
+            f"{CATALOG_DIR / 'models.csv'}); set allow_long_context: true to override"
+        )
+    # what the engine's adapter refuses when it builds the command (e.g. SGLang turns kv_cache_bytes into a token
+    # count from a local model's config.json, so a hub id cannot have one): refused here, not at launch
+    try:
+        launched = e.model_copy(update={"launch": ["python"], "url": None}) if e.external else e
+        get_adapter(e.name).command(launched, port=0)
+    except ValueError as exc:
+        field = "kv_cache_bytes" if str(exc).startswith("kv_cache_bytes") else None
+        raise SpecError(f"{at}{'.' + field if field else ''}: {exc}") from None
+
+
+@lru_cache(maxsize=1)
+def _catalog_contexts() -> dict[str, tuple[str, int]]:
+    """Model key and every alias (lower case) -> (model, native context), from the model catalog's own columns
+    (data/catalog/models.csv; read here with csv, not kvlab.perfmodel, whose import takes scipy)."""
+    out: dict[str, tuple[str, int]] = {}
+    try:
+        with open(CATALOG_DIR / "models.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                try:
+                    entry = (row["model"], int(float(row["native_context"])))
+                except (KeyError, TypeError, ValueError):
+                    continue
+                for name in [row["model"], *(row.get("aliases") or "").split(";")]:
+                    if name.strip():
+                        out.setdefault(name.strip().lower(), entry)
+    except OSError:
+        return {}
+    return out
+
+
+def catalog_context(model: str) -> tuple[str, int] | None:
+    """(catalog model, native context in tokens) when the model catalog knows ``model`` by key or alias (a path
+    ending in one too, as kvlab.perfmodel.catalog.Model.matches reads it), else None."""
+    names = _catalog_contexts()
+    return names.get(model.strip().lower()) or names.get(Path(model.strip()).name.lower())

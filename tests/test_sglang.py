@@ -16,6 +16,7 @@ from test_runner import _kill_engine_when_streaming, engine_processes, server_re
 from test_server import _post
 
 from kvlab import runner, store
+from kvlab.engines.spec import holds_secret, secret_forms
 from kvlab.paths import ROOT
 from kvlab.spec import ExperimentSpec
 
@@ -74,11 +75,25 @@ def _keyed_server_checks(tag: str, key: str) -> None:
 
     shown = [p.pid for p in engine_processes(key)]  # any process whose command line holds the key
     assert not shown, f"the key is on the command line of {shown}"
-    left = [f for f in Path(tempfile.gettempdir()).glob("kvlab-key-*") if key in f.read_text()]
+    left = [f for f in Path(tempfile.gettempdir()).glob("kvlab-key-*") if holds_secret(f.read_text(), key)]
     assert not left, left  # the key file is removed once the server is up
     port, = [rec["port"] for rec in server_records(tag)]
     url, body = f"http://127.0.0.1:{port}/v1/completions", {"model": tag, "prompt": [1, 2, 3], "max_tokens": 2}
     assert (_post(url, body)[0], _post(url, body, {"Authorization": f"Bearer {key}"})[0]) == (401, 200)
+
+
+def _assert_no_form_of(key: str, data_dir) -> None:
+    """No form of ``key`` (kvlab.engines.spec.secret_forms) in any file under ``data_dir``: its bytes, and every text
+    cell of a Parquet file (compressed, so its bytes alone prove nothing)."""
+    assert len(secret_forms(key)) >= 5  # raw, repr (backslash doubled, twice), JSON, URL-encoded
+    files = [f for f in data_dir.rglob("*") if f.is_file()]
+    assert any(f.suffix == ".parquet" for f in files) and any(f.suffix == ".log" for f in files)
+    for f in files:
+        assert not holds_secret(f.read_bytes().decode("utf-8", errors="replace"), key), f
+        if f.suffix == ".parquet":
+            frame = pl.read_parquet(f)
+            for col in (c for c, t in frame.schema.items() if t == pl.String):
+                assert not any(holds_secret(v, key) for v in frame[col].drop_nulls()), (f, col)
 
 
 LONG = 300  # output tokens of the run whose scheduler is killed at its first chunk (64 + 300 fit max_model_len
@@ -95,9 +110,11 @@ def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_sc
     keyed: SGLang reads the key from kvlab's private --config file, never from argv (checked while it runs, between
     the first two runs: the extra request then is flushed with the rest and counted in no run's deltas).
     Then SGLang's scheduler is SIGKILLed at the first chunk of a 300-token run: a crash retried on a new server,
-    whose counters equal that run's tokens, and no process (not even a zombie) is left."""
+    whose counters equal that run's tokens, and no process (not even a zombie) is left. The key holds a backslash, a
+    quote and a slash (issue 40): SGLang logs its arguments as a dict, so the key's repr() with the backslash doubled,
+    and no form of it (raw, repr, JSON, URL-encoded) is in any file under the data folder."""
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
-    key = f"sk-kvlab-{uuid.uuid4().hex}"
+    key = f"sk-kvlab-{uuid.uuid4().hex}\\path\"q/x"
     monkeypatch.setenv("KVLAB_TEST_SGLANG_KEY", key)
     batch = {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None}
     study = [
@@ -121,9 +138,9 @@ def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_sc
     assert checked == ["ok"]
     assert killed, "no request of the long run streamed a token"
     assert (res.ok, res.failed, res.server_starts) == (3, 0, 2)
-    for d in store.run_dirs(tmp_path):
-        for log in d.glob("server-attempt*.log"):
-            assert key not in log.read_text(), log
+    logs = [log.read_text() for d in store.run_dirs(tmp_path) for log in d.glob("server-attempt*.log")]
+    assert any("'api_key': '***'" in text for text in logs)  # SGLang logged the repr() form, and it was redacted
+    _assert_no_form_of(key, tmp_path)
 
     runs = store.load_runs(tmp_path)
     long = runs.filter(pl.col("output_tokens") == LONG).row(0, named=True)

@@ -348,8 +348,10 @@ def test_options_that_only_look_like_secret_ones_are_kept(tmp_path, args):
     # KEY, TOKEN, SECRET or PASS inside a word, not only as a word of its own
     "MYKEY", "SSHKEY", "ACCESSKEY", "KEYFILE", "APIKEYS", "GITHUBTOKEN", "MYTOKENS", "PASSPHRASE", "DB_PASS",
     "PASSWD", "MYSECRET", "SECRETS", "CREDENTIALS_FILE",
-    # an allow-listed word does not hide a secret beside it
-    "HF_TOKENIZER_TOKEN", "KEYBOARD_KEY", "BYPASS_PASSWORD",
+    # an allow-listed word does not hide a secret beside it, nor one that overlaps it (issue 40)
+    "HF_TOKENIZER_TOKEN", "KEYBOARD_KEY", "BYPASS_PASSWORD", "BYPASSWORD", "BYPASSWD", "TOKENIZERSECRET",
+    # PWD, DSN, AUTH and COOKIE (issue 40)
+    "MYSQL_PWD", "SENTRY_DSN", "OAUTH_CLIENT", "GH_AUTH", "SESSION_COOKIE",
 ])
 def test_a_secret_looking_env_name_is_refused(tmp_path, name):
     msg = _load_error(tmp_path, _with("engines.sglang.env", {"JAX_PLATFORMS": "cpu", name: "s3cret"}))
@@ -360,7 +362,9 @@ def test_ordinary_env_names_are_kept(tmp_path):
     """Names without KEY, TOKEN, SECRET, PASS or CREDENTIAL, and the allow-list's harmless words that contain one."""
     env = {"TOKENIZERS_PARALLELISM": "false", "JAX_COMPILATION_CACHE_DIR": "x", "KEYBOARD": "us",
            "XKB_KEYBOARD_LAYOUT": "us", "CACHE_BYPASS": "1", "PASSTHROUGH_MODE": "1", "HF_TOKENIZER_DIR": "t",
-           "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "p"}
+           "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "p",
+           # the shell's working folders, and proxies without credentials
+           "PWD": "/w", "OLDPWD": "/", "HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost,127.0.0.1"}
     ExperimentSpec.load(_write(tmp_path, _with("engines.sglang.env", env)))
 
 

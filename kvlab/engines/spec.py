@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, quote_plus, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -31,15 +31,24 @@ SECRET_OPTIONS = ("--api-key", "--admin-api-key", "--hf-token", "--ssl-keyfile-p
 #: option before it tries abbreviations).
 _NOT_SECRET_EXACT = ("--ssl-keyfile",)
 
-#: Environment names that look like they hold a secret: KEY, TOKEN, SECRET, PASS (PASSWORD, PASSWD, PASSPHRASE)
-#: or CREDENTIAL anywhere in the name, in any case (HF_TOKEN, VLLM_API_KEY, MYKEY, SSHKEY, ACCESSKEY, KEYFILE,
-#: DB_PASS), once the harmless words of :data:`NOT_SECRET_ENV_WORDS` are taken out of it.
-SECRET_ENV_RE = re.compile(r"KEY|TOKEN|SECRET|PASS|CREDENTIAL", re.I)
+#: Environment names that look like they hold a secret: KEY, TOKEN, SECRET, PASS (PASSWORD, PASSWD, PASSPHRASE), PWD
+#: (MYSQL_PWD), DSN (SENTRY_DSN: a URL with its key in it), AUTH, COOKIE or CREDENTIAL anywhere in the name, in any case
+#: (HF_TOKEN, VLLM_API_KEY, MYKEY, SSHKEY, ACCESSKEY, KEYFILE, DB_PASS, OAUTH_CLIENT), unless every such word in it
+#: lies inside one of the harmless words of :data:`NOT_SECRET_ENV_WORDS`. PASSWORD and PASSWD are words of their own so
+#: that an allow-listed word cannot hide one that overlaps it (BYPASSWORD: BYPASS holds PASS, not PASSWORD).
+SECRET_ENV_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "DSN", "AUTH", "COOKIE",
+                    "CREDENTIAL")
+SECRET_ENV_RE = re.compile("|".join(SECRET_ENV_WORDS), re.I)
 #: The allow-list: words that contain one of those and name no secret (TOKENIZERS_PARALLELISM, which Hugging Face
-#: tokenizers read; KEYBOARD; a BYPASS or PASSTHROUGH switch). Only the word is taken out, so a name that also
-#: says KEY or TOKEN elsewhere (HF_TOKENIZER_TOKEN) still looks like a secret. No shipped experiment sets a name
-#: that needs it (their env: JAX_*, SGLANG_USE_CPU_ENGINE, PYTHONPATH; tests/test_spec.py loads each).
+#: tokenizers read; KEYBOARD; a BYPASS or PASSTHROUGH switch). A secret word is excused only where it lies wholly inside
+#: one of these, so a name that also says KEY or TOKEN elsewhere (HF_TOKENIZER_TOKEN), or a secret word that runs past
+#: the allowed one (BYPASSWORD), still looks like a secret. No shipped experiment sets a name that needs it (their env:
+#: JAX_*, SGLANG_USE_CPU_ENGINE, PYTHONPATH; tests/test_spec.py loads each).
 NOT_SECRET_ENV_WORDS = re.compile(r"KEYBOARD|TOKENIZERS?|BYPASS|PASSTHROUGH", re.I)
+#: Whole names that hold no secret though they contain a secret word: the shell's working folders.
+NOT_SECRET_ENV_NAMES = ("PWD", "OLDPWD")
+#: The secret words as error messages list them.
+_SECRET_WORDS_TEXT = ", ".join(f"*{w}*" for w in SECRET_ENV_WORDS if w not in ("PASSWORD", "PASSWD"))
 #: What stands for a secret's value in what kvlab prints and stores.
 REDACTED = "***"
 
@@ -57,25 +66,100 @@ def secret_option(arg: str) -> str | None:
     return next((opt for opt in SECRET_OPTIONS if opt.startswith(name)), None)
 
 
+def _spans(pattern: re.Pattern, name: str) -> list[tuple[int, int]]:
+    """Every match of ``pattern`` in ``name``, overlapping ones included, as (start, end)."""
+    return [(i, i + len(m.group(0))) for i in range(len(name)) if (m := pattern.match(name, i))]
+
+
 def is_secret_env(name: str) -> bool:
-    """Whether an environment variable's name says it holds a secret (:data:`SECRET_ENV_RE`, less the words of
-    :data:`NOT_SECRET_ENV_WORDS`)."""
-    return bool(SECRET_ENV_RE.search(NOT_SECRET_ENV_WORDS.sub("_", name)))
+    """Whether an environment variable's name says it holds a secret: a word of :data:`SECRET_ENV_WORDS` that does
+    not lie wholly inside an allow-listed word (:data:`NOT_SECRET_ENV_WORDS`)."""
+    if name.upper() in NOT_SECRET_ENV_NAMES:
+        return False
+    allowed = _spans(NOT_SECRET_ENV_WORDS, name)
+    return any(not any(a <= s and e <= b for a, b in allowed) for s, e in _spans(SECRET_ENV_RE, name))
+
+
+#: ``scheme://user[:password]@host`` anywhere in a value: credentials written into a URL.
+_URL_USERINFO_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*@")
+#: A proxy setting written without a scheme, ``user:password@host:port`` (curl and pip accept it).
+_BARE_USERINFO_RE = re.compile(r"^[^/?#@\s:]+:[^/?#@\s]*@")
+
+
+def has_userinfo(value: str, proxy: bool = False) -> bool:
+    """Whether ``value`` carries credentials in a URL (``scheme://user:pw@host``); ``proxy``: also in a proxy
+    setting without a scheme (``user:pw@host:port``)."""
+    return bool(_URL_USERINFO_RE.search(value) or (proxy and _BARE_USERINFO_RE.match(value)))
+
+
+def secret_env_value(name: str, value: str) -> bool:
+    """Whether an environment entry's value would hold a secret: a URL with credentials (``DATABASE_URL``,
+    ``HTTPS_PROXY``), or for a proxy variable (``*PROXY*``, any case) also ``user:pw@host:port``."""
+    return isinstance(value, str) and has_userinfo(value, proxy="PROXY" in name.upper())
+
+
+#: ``NAME=value`` as a word of a launch prefix (``env HF_TOKEN=…``, ``docker run -e HF_TOKEN=…``,
+#: ``--env=HF_TOKEN=…``): an environment assignment.
+_ASSIGNMENT_RE = re.compile(r"^(?:-e|--env=)?([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def launch_assignment(word: str) -> str | None:
+    """The variable a launch word assigns a secret to (``HF_TOKEN=…``, ``-eHF_TOKEN=…``), else None: a name that
+    looks like a secret (:func:`is_secret_env`) or a value with credentials (:func:`secret_env_value`)."""
+    m = _ASSIGNMENT_RE.match(word)
+    if m is None:
+        return None
+    name, value = m.group(1), word[m.end():]
+    return name if is_secret_env(name) or secret_env_value(name, value) else None
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the value of every secret-looking name (:func:`is_secret_env`) replaced by '***'."""
-    return {k: REDACTED if is_secret_env(k) else v for k, v in env.items()}
+    """``env`` with the value of every secret-looking entry (:func:`is_secret_env`, :func:`secret_env_value`)
+    replaced by '***'."""
+    return {k: REDACTED if is_secret_env(k) or secret_env_value(k, v) else v for k, v in env.items()}
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the credentials of a ``scheme://user:pw@host`` form replaced by '***'."""
+    return _URL_USERINFO_RE.sub(lambda m: m.group(0).split("://", 1)[0] + "://" + REDACTED + "@", url)
 
 
 def redact_secrets(obj):
-    """A JSON-like value (a dumped spec, a manifest) with every ``env`` mapping's secret-looking values
-    redacted, at any depth: what kvlab stores and prints never holds them."""
+    """A JSON-like value (a dumped spec, a manifest) with every ``env`` mapping's secret-looking values and the
+    credentials of every URL redacted, at any depth: what kvlab stores and prints never holds them."""
     if isinstance(obj, dict):
         return {k: redact_env(v) if k == "env" and isinstance(v, dict) else redact_secrets(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact_secrets(v) for v in obj]
+    if isinstance(obj, str) and "@" in obj:
+        return redact_url(obj)
     return obj
+
+
+def secret_forms(secret: str) -> list[str]:
+    """Every form ``secret`` takes in an engine's log, longest first: as given, inside Python's ``repr()`` (SGLang
+    prints its server arguments so: a backslash doubled, quotes escaped) and a repr of that repr, JSON-escaped
+    (once and twice), and URL-encoded (``%5C``; ``+`` for a space)."""
+    forms = {secret}
+    for _ in range(2):  # an escaped form may itself be escaped (a repr of a dict holding the repr)
+        for f in list(forms):
+            forms |= {repr(f)[1:-1], json.dumps(f)[1:-1], json.dumps(f, ensure_ascii=False)[1:-1]}
+    forms |= {quote(secret, safe=""), quote_plus(secret, safe=""), quote(secret)}
+    return sorted((f for f in forms if f), key=len, reverse=True)
+
+
+def redact_text(text: str, secret: str | None) -> str:
+    """``text`` with every form of ``secret`` (:func:`secret_forms`) replaced by '***' (unchanged without one)."""
+    if not secret:
+        return text
+    for form in secret_forms(secret):
+        text = text.replace(form, REDACTED)
+    return text
+
+
+def holds_secret(text: str, secret: str | None) -> bool:
+    """Whether ``text`` holds any form of ``secret`` (:func:`secret_forms`)."""
+    return bool(secret) and any(form in text for form in secret_forms(secret))
 
 
 def is_loopback(host: str) -> bool:
@@ -104,14 +188,18 @@ def is_local_path(model: str) -> bool:
 
 
 def _url_host(url: str) -> str:
-    """The host of an http(s) URL or ``http://host`` (brackets of an IPv6 literal kept off)."""
-    return urlsplit(url).hostname or ""
+    """The host of an http(s) URL or ``http://host`` (brackets of an IPv6 literal kept off); ValueError naming
+    the url field when it cannot be parsed (an unclosed IPv6 bracket)."""
+    try:
+        return urlsplit(url).hostname or ""
+    except ValueError as exc:
+        raise ValueError(f"url: {exc}") from None
 
 
 class EngineSpec(BaseModel):
     """How to launch one engine server (what decides its argv and environment)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     name: Literal[ENGINE_NAMES] = Field(
         description="engine: vllm | sglang | sglang-jax (SGLang's JAX runtime, the SGLang engine that serves on CPU)"
@@ -120,16 +208,19 @@ class EngineSpec(BaseModel):
         None, min_length=1,
         description="command prefix that runs the engine's python, e.g. ['.engines/vllm/bin/python'], "
         "['conda', 'run', '--no-capture-output', '-n', 'sglang', 'python'] or a container command; "
-        "a relative interpreter path resolves against the repository root. Give this or url",
+        "a relative interpreter path resolves against the repository root; no word that assigns a secret "
+        "(env HF_TOKEN=…: stored with every run and shown by `ps`). Give this or url",
     )
     url: str | None = Field(
         None, pattern=r"^https?://[^/\s]+/?$",
         description="base URL of a server kvlab did not start (a systemd unit, a Kubernetes pod, a shared "
         "endpoint), e.g. http://gpu-node-3:8000; kvlab checks it answers and serves the model, never starts "
-        "or stops it, and records that it did not launch it. The other fields state how it was started "
+        "or stops it, and records that it did not launch it; no credentials in it (user:password@: use "
+        "api_key_env). The other fields state how it was started "
         "(they are recorded, and checked against the workload). Give this or launch",
     )
-    model: str = Field(description="local model folder (relative to the repository root or absolute) or a hub id")
+    model: str = Field(min_length=1,
+                       description="local model folder (relative to the repository root or absolute) or a hub id")
     served_model_name: str | None = Field(None, description="name the server exposes (default: the model string)")
     tp: int = Field(1, ge=1, description="tensor-parallel size")
     dcp: int = Field(1, ge=1, description="decode-context-parallel size; must divide tp (1 = off)")
@@ -179,9 +270,10 @@ class EngineSpec(BaseModel):
         f"({', '.join(SECRET_OPTIONS)}, in any spelling the engine's parser accepts)")
     env: dict[str, str] = Field(
         default_factory=dict, description="extra environment variables for the server; no secret-looking "
-        "name (*KEY*, *TOKEN*, *SECRET*, *PASS*, *CREDENTIAL*, less an allow-list: KEYBOARD, TOKENIZERS, BYPASS, "
-        "PASSTHROUGH): the spec is stored with every run, so a secret comes from "
-        "the environment kvlab runs in (the server inherits it) or api_key_env")
+        "name (*KEY*, *TOKEN*, *SECRET*, *PASS*, *PWD*, *DSN*, *AUTH*, *COOKIE*, *CREDENTIAL*, less an allow-list: "
+        "KEYBOARD, TOKENIZERS, BYPASS, PASSTHROUGH, which hides no other secret word) and no value with credentials "
+        "(scheme://user:pw@host; a *PROXY* variable's user:pw@host too): the spec is stored with every run, so a "
+        "secret comes from the environment kvlab runs in (the server inherits it) or api_key_env")
     startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
     stall_timeout_s: float = Field(
         600.0, gt=0, description="seconds a streaming request may wait for its next byte (first token included) "
@@ -220,10 +312,23 @@ class EngineSpec(BaseModel):
                              "of its own, and SGLang reads one only")
         secret_env = sorted(k for k in self.env if is_secret_env(k))
         if secret_env:
-            raise ValueError(f"env.{secret_env[0]}: a name that looks like a secret (*KEY*, *TOKEN*, *SECRET*, *PASS*, "
-                             "*CREDENTIAL*): the spec is stored with every run and printed by the dry run; set it in "
-                             "the environment kvlab runs in (the server inherits it), or give the API key through "
-                             "api_key_env")
+            raise ValueError(f"env.{secret_env[0]}: a name that looks like a secret ({_SECRET_WORDS_TEXT}): the spec "
+                             "is stored with every run and printed by the dry run; set it in the environment kvlab "
+                             "runs in (the server inherits it), or give the API key through api_key_env")
+        secret_value = sorted(k for k, v in self.env.items() if secret_env_value(k, v))
+        if secret_value:
+            raise ValueError(f"env.{secret_value[0]}: the value carries credentials (user:password@ in a URL or proxy "
+                             "setting), which the spec would store and the dry run print; set it in the environment "
+                             "kvlab runs in (the server inherits it)")
+        assigned = next(((i, n) for i, w in enumerate(self.launch or []) if (n := launch_assignment(w))), None)
+        if assigned is not None:
+            raise ValueError(f"launch[{assigned[0]}]: assigns {assigned[1]}, which looks like a secret (a "
+                             "secret-looking name, or credentials in its value): the launch prefix is stored with "
+                             "every run, printed by the dry run and shown by `ps`; set it in the environment kvlab "
+                             "runs in (the server inherits it), or give the API key through api_key_env")
+        if self.url is not None and has_userinfo(self.url):
+            raise ValueError("url: credentials in the url (user:password@host), which the spec, the manifest and every "
+                             "run would store: give the server's API key through api_key_env, and the url without them")
         # kvlab reaches a server it launches over http:// at host, an external one at its url
         to = _url_host(self.url) if self.url else self.host
         if self.api_key_env and not (self.url or "").startswith("https://") and not self.allow_insecure_key \

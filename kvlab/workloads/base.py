@@ -121,7 +121,7 @@ class WorkloadArgs(BaseModel):
     """What the client sends in one run: the fields every kind has. A kind's ``Args`` adds
     ``kind: Literal["<its module name>"]``, its own fields, :meth:`check` and :meth:`generate`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     #: One line saying what the kind sends (the spec's ``kind`` field lists them).
     description: ClassVar[str] = ""
@@ -140,7 +140,7 @@ class WorkloadArgs(BaseModel):
     output_tokens: int = Field(ge=1, description="output tokens per request (max_tokens)")
     ignore_eos: bool = Field(True, description="generate exactly output_tokens")
     temperature: float = Field(0.0, ge=0, description="sampling temperature")
-    seed: int = Field(0, description="seed for prompt generation and sampling")
+    seed: int = Field(0, ge=0, description="seed for prompt generation and sampling")
     distinct_prompts: bool = Field(True, description="every request gets different tokens (no shared prefix)")
     load: LoadSpec | None = Field(None, description="send the run's requests under this load (kvlab.load: closed-loop "
                                   "concurrency or open-loop rate, warm-up, duration, saturation stop); None: all at "
