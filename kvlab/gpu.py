@@ -58,8 +58,7 @@ class GpuSampler:
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
-            self.reason = (f"NVML not available on this host ({type(exc).__name__}: {exc}): no NVIDIA driver, so no "
-                           "GPU telemetry")
+            self.reason = f"NVML not available on this host ({type(exc).__name__}: {exc}): no NVIDIA driver is loaded"
             return self
         self._open = True
         try:

@@ -91,8 +91,7 @@ def test_a_host_without_nvml_has_no_gpu_values_and_says_why():
     nvml = fake_nvml([], init_error=_Err(12, "NVML Shared Library Not Found"))
     s = gpu.GpuSampler(nvml).open()
     assert not s.available and s.sample() == {}
-    assert s.reason == ("NVML not available on this host (_Err: NVML Shared Library Not Found): no NVIDIA driver, so "
-                        "no GPU telemetry")
+    assert s.reason == "NVML not available on this host (_Err: NVML Shared Library Not Found): no NVIDIA driver is loaded"
     s.close()
     assert nvml.calls == {"init": 1, "shutdown": 0}  # never opened, never shut
     assert gpu.GpuSampler(fake_nvml([])).open().reason == "NVML answered but shows no GPU"
@@ -103,7 +102,7 @@ def test_on_this_host_the_real_nvml_module_says_the_library_is_missing():
     s = gpu.GpuSampler().open()
     assert not s.available and s.sample() == {}
     assert s.reason == ("NVML not available on this host (NVMLError_LibraryNotFound: NVML Shared Library Not Found): "
-                        "no NVIDIA driver, so no GPU telemetry")
+                        "no NVIDIA driver is loaded")
 
 
 def _grid(coro_fn, seconds: float) -> None:

@@ -225,6 +225,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("measuring", ("probe",)),
     ("measuring", ("rows",)),
     ("measuring", ("campaign",)),
+    ("measuring", ("preflight",)),
     ("measuring", ("runner",)),
     ("measuring", ("cluster",)),
     ("testing", ("testing",)),
