@@ -187,3 +187,30 @@ def test_memory_left_outside_the_kv_pool_per_gpu_and_setting():
     assert out["mem_util"].to_list() == [0.92, 0.92, 0.95, 0.95]
     empty = gpu.memory_outside_kv_pool(pl.DataFrame(rows[-1:]), runs)
     assert empty.is_empty() and empty.columns == out.columns
+
+
+def test_report_03s_data_path_reads_gpu_columns_back_from_stored_runs(tmp_path):
+    """write_telemetry → store.write_run → store.load_telemetry / load_runs → memory_outside_kv_pool, as report 03
+    reads them: two stand-in GPU runs at 0.92 and 0.95 (SYNTHETIC rows from tests/notebook_data.py, stand-in NVML
+    readings) and one run of a host without NVML, which adds no row."""
+    from kvlab import store
+    from tests.notebook_data import capacity_frames
+
+    base = capacity_frames()[0][0]
+    for rid, mem, used_mib in (("g092", 0.92, [70_000, 75_000]), ("g095", 0.95, [72_000, 77_520]), ("cpu", 0.92, [])):
+        gpus = [{"name": "NVIDIA H100 80GB HBM3", "used": 0, "total": H100_TOTAL, "util": 90, "power_mw": 500_000,
+                 "temp": 60}]
+        nvml = fake_nvml(gpus) if used_mib else fake_nvml([], init_error=_Err(12, "NVML Shared Library Not Found"))
+        s = gpu.GpuSampler(nvml).open()
+        samples = []
+        for k, mib in enumerate(used_mib or [0]):
+            gpus[0]["used"] = mib * MIB
+            samples.append((100.25 + 0.5 * k, {"requests_running": 4.0, **s.sample()}, None))
+        files = runner.write_telemetry(tmp_path / "t" / rid, runner.Measurement(BATCH, {}, [], telemetry=samples,
+                                                                                gpus=s.describe()))
+        store.write_run(tmp_path / "runs" / "mem", rid, base.with_columns(pl.lit(rid).alias("run_id"),
+                                                                           pl.lit(mem).alias("mem_util")), files=files)
+    out = gpu.memory_outside_kv_pool(store.load_telemetry(tmp_path), store.load_runs(tmp_path))
+    assert out.select("run_id", "mem_util", "gpu", "left_bytes", "samples").rows() == [
+        ("g092", 0.92, 0, 6_559 * MIB, 2), ("g095", 0.95, 0, 4_039 * MIB, 2)]
+    assert out["left_gib"].to_list() == pytest.approx([6_559 / 1024, 4_039 / 1024])
