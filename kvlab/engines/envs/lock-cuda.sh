@@ -20,5 +20,5 @@ fi
   --index-url https://pypi.org/simple "${constrain[@]}" "$req" -o "$lock.tmp"
 { echo "# Resolved from $(basename "$req") on $(date -u +%F) by kvlab/engines/envs/lock-cuda.sh (CPython 3.11, x86-64 Linux, PyPI)."
   echo "# Do not edit: refresh with \`make locks\` (docs/environments.md)."
-  sed -E "s|(# via -r ).*/|\1|; s|(# via -c ).*|\1$(basename "${constraint:-none}")|" "$lock.tmp"; } > "$lock"
+  sed -E "s|(-r )[^ ]*/|\1|; s|-c /tmp/[^ ]*|-c $(basename "${constraint:-none}")|" "$lock.tmp"; } > "$lock"
 echo "$lock: $(grep -c '^[A-Za-z0-9]' "$lock") packages"
