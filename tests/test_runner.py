@@ -524,6 +524,7 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     (t_s from the first send), a series the server does not export left empty (not 0), telemetry.json saying
     what it is; an engine with no /metrics whose log kvlab cannot read (sglang-jax at a URL: kvlab did not launch
     it, so its scheduler lines are elsewhere) gets no samples and says why."""
+    from kvlab import gpu
     from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
@@ -542,6 +543,12 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     assert tele["t_s"].min() < 0.5 and tele["t_s"].max() <= reqs["t_last_s"].max() + 0.5  # one clock, one origin
     tokens = tele["generation_tokens_total"].to_list()
     assert tokens == sorted(tokens) and tele["kv_cache_usage"].null_count() == tele.height  # not exported: empty
+    # every GPU column: NVML's readings on a GPU host; on one without NVML the first GPU's, empty, and why
+    here = gpu.GpuSampler().open()
+    assert info["gpu"]["available"] == here.available and info["gpu"]["reason"] == here.reason
+    if not here.available:
+        assert all(tele[c].null_count() == tele.height for c in gpu.UNAVAILABLE_COLUMNS)
+    here.close()
     jax_dir = store.run_dirs(tmp_path, "tele_jax")[0]
     jax_info = json.loads((jax_dir / "telemetry.json").read_text())
     assert not jax_info["available"] and jax_info["samples"] == 0
@@ -995,7 +1002,7 @@ def test_telemetry_tailed_from_the_server_log_says_so_and_keeps_its_gaps(tmp_pat
     """A log-sourced measurement (sglang-jax: no /metrics) writes its samples on the requests' time origin with the
     /metrics path's series names, a read that found no new scheduler line as a row with its error and empty values
     (not 0), and a telemetry.json naming the log as the source and how old its values can be."""
-    from kvlab import metrics
+    from kvlab import gpu, metrics
     from kvlab.client import BatchResult
 
     batch = BatchResult(records=[], t0=100.0, t_end=101.5, batch_time_s=1.5, started_at="2026-12-03T11:56:29Z")
@@ -1009,13 +1016,17 @@ def test_telemetry_tailed_from_the_server_log_says_so_and_keeps_its_gaps(tmp_pat
     assert info == {"available": True, "reason": None, "note": None,
                     "source": "server log (scheduler lines), tailed during the batch",
                     "values_as_of": metrics.LOG_TELEMETRY_AS_OF, "interval_s": 0.5, "samples": 3, "samples_ok": 2,
-                    "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()"}
+                    "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()",
+                    "gpu": {"available": False, "reason": "GPUs were not sampled for this run",
+                            "source": gpu.SOURCE}}
     assert "last scheduler log line" in info["values_as_of"] and "every prefill batch" in info["values_as_of"]
     tele = pl.read_csv(tmp_path / "telemetry.csv")
-    assert tele.columns == ["t_s", "kv_cache_usage", "kv_tokens_used", "requests_running", "requests_waiting", "error"]
-    assert tele.rows() == [(0.25, None, None, None, None, metrics.NO_NEW_LOG_LINE),
-                           (0.75, 0.18, None, 3.0, 0.0, None),
-                           (1.25, 0.06, 1005.0, 1.0, 0.0, None)]
+    assert tele.columns == ["t_s", *sorted(gpu.UNAVAILABLE_COLUMNS), "kv_cache_usage", "kv_tokens_used",
+                            "requests_running", "requests_waiting", "error"]
+    assert tele.drop(gpu.UNAVAILABLE_COLUMNS).rows() == [(0.25, None, None, None, None, metrics.NO_NEW_LOG_LINE),
+                                                         (0.75, 0.18, None, 3.0, 0.0, None),
+                                                         (1.25, 0.06, 1005.0, 1.0, 0.0, None)]
+    assert tele.select(gpu.UNAVAILABLE_COLUMNS).null_count().row(0) == (3,) * 5  # no GPU sampled: empty, not 0
     # a /metrics measurement keeps its own source and no values_as_of
     plain = json.loads((runner.write_telemetry(tmp_path / "m", runner.Measurement(batch, {}, [], telemetry=[
         (100.25, {"requests_running": 1.0}, None)]))["telemetry.json"]).read_text())

@@ -89,16 +89,36 @@ def http_json(url: str, method: str = "GET", timeout: float = 5.0, headers: dict
         return status, body
 
 
-#: Failure messages every engine writes (PyTorch's, the OS's), matched after an engine's own
-#: start-up patterns and before its own run-time ones: (needle, cause).
+#: What the GPU stack under every engine writes when it fails (PyTorch's CUDA checks, the CUDA runtime's error
+#: strings, NCCL's), each a crash: a kernel that faulted or a collective that broke leaves the engine dead whatever
+#: the memory setting. Read from the installed wheels by tests/test_gpu_failures.py (libc10_cuda.so, libtorch_cuda.so,
+#: libcudart.so.13, libnccl.so.2 of PyTorch 2.14.1's CUDA 13 build), so a reworded message fails that test.
+GPU_CRASH_PATTERNS = [
+    ("NCCL error", "crash"),  # torch's ProcessGroupNCCL and vLLM's/SGLang's pynccl wrappers
+    ("unhandled cuda error", "crash"),  # NCCL's ncclUnhandledCudaError
+    ("unhandled system error", "crash"),  # NCCL's ncclSystemError
+    ("remote process exited or there was a network error", "crash"),  # NCCL's ncclRemoteError
+    ("unspecified launch failure", "crash"),  # cudaErrorLaunchFailure
+    ("an illegal memory access was encountered", "crash"),  # cudaErrorIllegalAddress
+    ("the launch timed out and was terminated", "crash"),  # cudaErrorLaunchTimeout
+    ("CUDA error: ", "crash"),  # torch's C10_CUDA_CHECK for any other CUDA error (after the OOM one)
+]
+
+#: Failure messages every engine writes (PyTorch's, the CUDA stack's, the OS's), matched after an engine's own
+#: start-up patterns and before its own run-time ones: (needle, cause). A CUDA allocation that failed outside
+#: PyTorch's caching allocator (cuBLAS, NCCL buffers) reads "CUDA error: out of memory": memory, not a crash.
 COMMON_STARTUP_PATTERNS = [
     ("CUDA out of memory", "startup_oom"),
+    ("CUDA error: out of memory", "startup_oom"),
     ("OutOfMemoryError", "startup_oom"),
+    *GPU_CRASH_PATTERNS,
     ("Address already in use", "crash"),  # port taken between free_port() and bind
 ]
 COMMON_RUNTIME_PATTERNS = [
     ("CUDA out of memory", "runtime_oom"),
+    ("CUDA error: out of memory", "runtime_oom"),
     ("OutOfMemoryError", "runtime_oom"),
+    *GPU_CRASH_PATTERNS,
 ]
 
 

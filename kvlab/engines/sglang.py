@@ -11,6 +11,10 @@ READY_MARKER = "The server is fired up and ready to roll"
 _STARTUP_PATTERNS = [
     ("Not enough memory. Please try to increase --mem-fraction-static", "kv_cache_too_small"),
     ("Not enough memory", "kv_cache_too_small"),
+    # sliding-window models: the window's pool took what the full KV pool needed (pool_configurator.py)
+    ("leaves no room for the full KV pool", "kv_cache_too_small"),
+    # the GPUs' free memory differs at start-up (distributed/bootstrap.py): other processes hold memory on some
+    ("The memory capacity is unbalanced", "startup_oom"),
 ]
 _RUNTIME_PATTERNS = [
     ("Scheduler hit an exception", "crash"),

@@ -14,6 +14,7 @@ READY_MARKER = "Application startup complete"
 _STARTUP_PATTERNS = [
     ("estimated maximum model length is", "kv_cache_too_small"),
     ("To serve at least one request with the model's max seq len", "kv_cache_too_small"),
+    ("is larger than the available KV cache memory", "kv_cache_too_small"),  # the same raise, its other half
     ("No available memory for the cache blocks", "kv_cache_too_small"),
     ("is less than desired GPU memory utilization", "startup_oom"),
     ("is less than desired CPU memory utilization", "startup_oom"),  # CPU build: host memory check

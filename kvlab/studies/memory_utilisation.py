@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab import analysis, narrative
+from kvlab.gpu import memory_outside_kv_pool
 from kvlab.perfmodel.figures import headroom_table
 from kvlab.studies import Answer, StudyResult, sourced
 
@@ -35,7 +36,8 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     cmp = analysis.memory_comparison(stats)
     head = headroom_table(gpu, model, list(mem_utils), sorted({1, dcp}), list(headroom_contexts))
     frames = {"claims": claims, "article": article, "measured": measured, "attempts": attempts, "stats": stats,
-              "comparison": cmp, "headroom": head, "budgets": budgets(measured)}
+              "comparison": cmp, "headroom": head, "budgets": budgets(measured),
+              "gpu_left": memory_outside_kv_pool(wb.telemetry, measured)}  # NVML samples: GPU runs only, else empty
     if not measured.is_empty():
         frames["ratios"] = analysis.memory_ratios(stats)  # each engine against itself: lower setting ÷ higher
         frames["causes"] = analysis.failure_causes(attempts, measured)
