@@ -296,11 +296,14 @@ def test_the_dialog_probe_sees_a_live_payload(browser, tmp_path):
         (1, 1, ["IMG"], 1, [True, True]), found
 
 
-def test_index_shows_every_report_with_its_verdicts(built):
+def test_index_answers_first_and_links_every_report(built):
+    """The index opens with the reference host's answer (report 01's table) and no longer repeats every report's
+    verdict box (their counts follow, by kind)."""
     index = (built / "index.html").read_text()
     for name in NOTEBOOKS:
         assert f'href="{name}.html"' in index
-    assert index.count('class="kvlab-verdicts"') == len(NOTEBOOKS)
+    assert index.count('class="kvlab-verdicts"') == 0
+    assert index.index('class="kvlab-answer"') < index.index("<h2>The reports</h2>") < index.index("kvlab-headline")
     assert "<h2>Runs measured</h2>" in index and "`" not in parse(built / "index.html").visible
 
 
