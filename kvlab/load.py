@@ -198,12 +198,17 @@ def window_of(records: Sequence[Any], load: LoadSpec) -> Window:
     return (span_window if load.window == "span" else steady_window)(records, load.warmup_requests)
 
 
+#: Rounds of decode and re-encode :func:`as_text` tries to reach a prompt's length in tokens.
+TEXT_ROUNDS = 10
+
+
 def as_text(prompts: Sequence[Any], tokenizer_file: str | Path) -> list[Any]:
-    """``prompts`` with each token-id prompt replaced by its ids decoded to text by ``tokenizer_file`` (a Hugging
-    Face tokenizer.json, the model's), for ``prompt_form: text``: the server tokenises it again, inside TTFT, as for
-    the peers' random datasets. The server's count (usage.prompt_tokens) is what the run records; a decoded prompt
-    need not re-encode to exactly its ids. Shared-prefix counts become unknown (None). Text and chat prompts are
-    returned as they are."""
+    """``prompts`` with each token-id prompt replaced by text from ``tokenizer_file`` (a Hugging Face
+    tokenizer.json, the model's), for ``prompt_form: text``: the server tokenises it again, inside TTFT, as for the
+    peers' random datasets. As theirs, the ids are decoded, the text re-encoded and cut or topped up from the ids
+    until it encodes to as many tokens as the ids less the special tokens the server adds (a BOS), at most
+    :data:`TEXT_ROUNDS` rounds; the server's count (usage.prompt_tokens) is what the run records. Shared-prefix
+    counts become unknown (None). Text and chat prompts are returned as they are."""
     from tokenizers import Tokenizer
 
     path = Path(tokenizer_file)
@@ -211,8 +216,22 @@ def as_text(prompts: Sequence[Any], tokenizer_file: str | Path) -> list[Any]:
         raise ValueError(f"load.prompt_form 'text' decodes the prompts with the model's tokenizer.json: {path} does "
                          "not exist (a local model folder has one)")
     tok = Tokenizer.from_file(str(path))
-    return [replace(p, token_ids=None, text=tok.decode(list(p.token_ids), skip_special_tokens=False),
-                    shared_prefix_tokens=None) if p.token_ids is not None else p for p in prompts]
+    special = len(tok.encode("", add_special_tokens=True).ids) - len(tok.encode("", add_special_tokens=False).ids)
+
+    def text_of(ids: list[int]) -> str:
+        target = max(1, len(ids) - special)
+        cur = ids[:target]
+        text = tok.decode(cur, skip_special_tokens=False)
+        for _ in range(TEXT_ROUNDS):
+            enc = tok.encode(text, add_special_tokens=False).ids
+            if len(enc) == target:
+                break
+            cur = enc[:target] if len(enc) > target else enc + ids[len(enc):target]
+            text = tok.decode(cur, skip_special_tokens=False)
+        return text
+
+    return [replace(p, token_ids=None, text=text_of(list(p.token_ids)), shared_prefix_tokens=None)
+            if p.token_ids is not None else p for p in prompts]
 
 
 def prompt_form(prompts: Sequence[Any]) -> str | None:

@@ -441,9 +441,12 @@ def test_prompts_as_text_are_the_ids_decoded_by_the_models_tokenizer(tmp_path):
 
     folder = ensure_tiny_model()
     tok = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
-    ids = fixed_batch.prompts(2, 12, 4, tok.get_vocab_size(), seed=3)
+    ids = fixed_batch.prompts(4, 256, 4, tok.get_vocab_size(), seed=3)
     text = loads.as_text(ids, Path(folder) / "tokenizer.json")
-    assert [p.text for p in text] == [tok.decode(list(p.token_ids), skip_special_tokens=False) for p in ids]
+    # as the server counts them: the text's tokens and its BOS, as many as the ids (decoded as is: 259 + 1)
+    assert [len(tok.encode(p.text).ids) for p in text] == [256] * 4
+    assert len(tok.encode(tok.decode(list(ids[0].token_ids))).ids) == 260
+    assert text[0].text.startswith(tok.decode(list(ids[0].token_ids[:8])))  # the ids' own text, cut to length
     assert all(p.token_ids is None and p.shared_prefix_tokens is None and p.max_tokens == 4 for p in text)
     assert (loads.prompt_form(ids), loads.prompt_form(text)) == ("token_ids", "text")
     with pytest.raises(ValueError, match=r"nothing/tokenizer\.json does not exist"):
