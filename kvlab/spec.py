@@ -526,6 +526,10 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
         e.check_model_path()
     except ValueError as exc:
         raise SpecError(f"{at}.model: {exc} (got {e.model!r})") from None
+    if w.load is not None and w.load.prompt_form == "text" and not (Path(e.model_arg) / "tokenizer.json").is_file():
+        raise SpecError(f"{origin}: matrix point [{where}]: workload.load.prompt_form: 'text' decodes the prompts with "
+                        f"the model's tokenizer.json, which engines.{label}.model ({e.model!r}) has not: give a local "
+                        "model folder")
     native = e.native_context()
     if native is not None and e.max_model_len > native and not e.allow_long_context:
         raise SpecError(

@@ -416,13 +416,23 @@ def test_the_peers_options_default_to_kvlabs_behaviour_and_leave_the_run_key_as_
     assert [r.key for r in expand(spec(SHARED | {"load": load}))] == ["9c4d1bdf0931"]
     default = loads.LoadSpec(**load)
     assert (default.prompt_form, default.phase, default.window) == ("token_ids", "together", "steady")
-    others = [expand(spec(SHARED | {"load": load | {k: v}}))[0].key
-              for k, v in (("prompt_form", "text"), ("phase", "staggered"), ("window", "span"))]
-    assert len(set(others) | {"9c4d1bdf0931"}) == 4  # each other choice is another run
+    others = [expand(spec(SHARED | {"load": load | {k: v}}))[0].key for k, v in (("phase", "staggered"),
+                                                                                  ("window", "span"))]
+    assert len(set(others) | {"9c4d1bdf0931"}) == 3  # each other choice is another run
+    from kvlab.tinymodel import ensure_tiny_model
+
+    local = {**ENGINE, "model": str(ensure_tiny_model()), "url": "http://127.0.0.1:9"}
+    forms = [ExperimentSpec.model_validate({"name": "load", "hardware": "CPU (test)", "engines": {"vllm": local},
+                                            "workload": SHARED | {"load": load | form}}) for form in
+             ({}, {"prompt_form": "text"})]
+    assert len({expand(f)[0].key for f in forms}) == 2
     with pytest.raises(ValueError, match="staggered.*closed loop"):
         expand(spec(SHARED | {"load": {"rate_rps": 2.0, "phase": "staggered"}}))
     with pytest.raises(ValueError, match="window"):
         expand(spec(SHARED | {"load": load | {"window": "whole"}}))
+    with pytest.raises(SpecError, match=r"workload\.load\.prompt_form: 'text' .* engines\.vllm\.model "
+                                        r"\('org/remote-model'\) has not"):
+        expand(spec(SHARED | {"load": load | {"prompt_form": "text"}}))
 
 
 def test_the_span_window_runs_from_the_first_measured_send_to_the_last_completion_and_counts_every_one():
