@@ -61,8 +61,9 @@ PEER_NAMES = {"vllm": "vllm bench serve", "sglang": "sglang.benchmark.serving"}
 VLLM_BENCH_SERVE = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
                     "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); "
                     "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
-#: the arms measured at every point: kvlab with its defaults, kvlab with the peers' options, the peer
-ARMS = ("kvlab", "kvlab-peer-options", "peer")
+#: the arms measured at every point: kvlab with its defaults, kvlab with the peers' options, kvlab with its defaults
+#: but the first wave staggered (``phase: staggered``; closed loops only), the peer
+ARMS = ("kvlab", "kvlab-peer-options", "kvlab-staggered", "peer")
 #: kvlab's load options that give the peers' definitions (kvlab's defaults: token_ids, together, steady)
 PEER_OPTIONS = {"prompt_form": "text", "phase": "together", "window": "span"}
 
@@ -110,11 +111,13 @@ def engine_spec(engine: str, tag: str, cpus: set[int] | None, max_running: int):
 # ----------------------------------------------------------------------------- kvlab's side
 
 
-def kvlab_workload(point: Point, prompt: int, output: int, seed: int, peer_options: bool) -> dict:
+def kvlab_workload(point: Point, prompt: int, output: int, seed: int, peer_options: bool,
+                   staggered: bool = False) -> dict:
     """The experiment file's workload of one kvlab measurement. kvlab's defaults: a fixed batch is sent at once
     (no load), a loop under ``load`` with its default options; the peers' options: every point as a load with
-    :data:`PEER_OPTIONS` (a fixed batch as a closed loop of its size). The saturation stop is off in both (the
-    peers have none; it is a guard, not a definition)."""
+    :data:`PEER_OPTIONS` (a fixed batch as a closed loop of its size); ``staggered``: the defaults with
+    ``phase: staggered`` (a closed loop). The saturation stop is off in all (the peers have none; it is a guard,
+    not a definition)."""
     w = {"kind": "fixed_batch", "batch_size": point.requests, "prompt_tokens": prompt, "output_tokens": output,
          "ignore_eos": True, "temperature": 0.0, "seed": seed}
     load: dict | None = None
@@ -126,6 +129,8 @@ def kvlab_workload(point: Point, prompt: int, output: int, seed: int, peer_optio
         load |= {"stop_queue_rising": None, "stop_ttft_factor": None}
         if peer_options:
             load |= {k: v for k, v in PEER_OPTIONS.items() if not (k == "phase" and point.kind == "open")}
+        if staggered and point.kind == "closed":
+            load["phase"] = "staggered"
         w["load"] = load
     return w
 
@@ -243,11 +248,13 @@ def measure(engines: Iterable[str], repeats: int, quick: bool, points: list[str]
                     order = list(ARMS) if rep % 2 == 0 else list(ARMS)[::-1]
                     for arm in order:
                         seed = 1000 + rep
+                        if arm == "kvlab-staggered" and point.kind != "closed":
+                            continue
                         if arm == "peer":
                             r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log)
                         else:
-                            r = kvlab_measure(engine, url, tag,
-                                              kvlab_workload(point, prompt, output, seed, arm != "kvlab"))
+                            r = kvlab_measure(engine, url, tag, kvlab_workload(
+                                point, prompt, output, seed, arm == "kvlab-peer-options", arm == "kvlab-staggered"))
                         r.update(point=point.label, arm=arm, repeat=rep)
                         rec["runs"].append(r)
                         print(f"  {engine} {point.label:<8} rep {rep} {arm:<18} out {_f(r['output_tokens_per_s'])} "
@@ -294,6 +301,7 @@ class Comparison:
     figure: str
     kvlab: Stat
     kvlab_peer: Stat
+    kvlab_staggered: Stat
     peer: Stat
     bound: float | None
 
@@ -307,6 +315,12 @@ class Comparison:
     def ratio_peer_options(self) -> float | None:
         """kvlab (the peers' options) ÷ peer, of the medians."""
         d = rel_diff(self.kvlab_peer.median, self.peer.median)
+        return None if d is None else 1 + d
+
+    @property
+    def ratio_staggered(self) -> float | None:
+        """kvlab (its defaults, the first wave staggered) ÷ peer, of the medians; None where not measured."""
+        d = rel_diff(self.kvlab_staggered.median, self.peer.median)
         return None if d is None else 1 + d
 
     @property
@@ -374,7 +388,9 @@ def summarise(raw: dict) -> list[Row]:
             SECTION, f"{c.engine} {c.point}, {label}: kvlab ÷ {PEER_NAMES[c.engine]} (peers' options)",
             c.ratio_peer_options, "×", f"within {bound:.0%}" if bound is not None else "", c.agrees,
             f"kvlab {c.kvlab_peer.text()}, peer {c.peer.text()} {unit}, n={c.peer.n}; kvlab's defaults "
-            f"{c.kvlab.text()} ({'n/a' if c.ratio is None else f'{c.ratio:.3f}×'})" + (f"; {why}" if why else "")))
+            f"{c.kvlab.text()} ({'n/a' if c.ratio is None else f'{c.ratio:.3f}×'})"
+            + (f", first wave staggered {c.kvlab_staggered.text()} ({c.ratio_staggered:.3f}×)"
+               if c.ratio_staggered is not None else "") + (f"; {why}" if why else "")))
     for engine, rec in raw["engines"].items():
         failed = sum(r.get("failed") or 0 for r in rec["runs"])
         rows.append(Row(SECTION, f"{engine}, conditions",
@@ -390,15 +406,16 @@ def markdown(raw: dict) -> str:
     """The agreement table for docs/performance.md: one line per engine, point and figure."""
     kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
     lines = ["| engine | load | figure | kvlab, defaults | kvlab, peers' options | peer | ÷ peer, defaults | "
-             "÷ peer, peers' options | bound met | the difference with kvlab's defaults |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "÷ peer, peers' options | ÷ peer, staggered | bound met | the difference with kvlab's defaults |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in compare(raw):
         label, unit, bound = FIGURES[c.figure]
         met = "" if c.agrees is None else ("yes" if c.agrees else "**no**") + f" (±{bound:.0%})"
         ratio = "n/a" if c.ratio is None else f"{c.ratio:.3f}"
         ratio_p = "n/a" if c.ratio_peer_options is None else f"{c.ratio_peer_options:.3f}"
+        ratio_s = "" if c.ratio_staggered is None else f"{c.ratio_staggered:.3f}"
         lines.append(f"| {c.engine} | {c.point} | {label} ({unit}) | {c.kvlab.text()} | {c.kvlab_peer.text()} | "
-                     f"{c.peer.text()} | {ratio} | {ratio_p} | {met} | "
+                     f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
                      f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point))} |")
     return "\n".join(lines) + "\n"
 
@@ -410,11 +427,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", nargs="+", choices=("vllm", "sglang"), default=["vllm", "sglang"])
     parser.add_argument("--points", nargs="+", help="only these load points (labels as printed, e.g. c=4)")
     parser.add_argument("--no-pin", action="store_true", help="let the engine and the clients share every core")
+    parser.add_argument("--from-json", type=Path, help="measure nothing: the tables of a result this wrote before")
     args = parser.parse_args(argv)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    t = time.perf_counter()
-    raw = measure(args.engine, args.repeats, args.quick, args.points, pin=not args.no_pin)
-    raw["wall_s"] = time.perf_counter() - t
+    if args.from_json:
+        raw = json.loads(args.from_json.read_text())["raw"]
+    else:
+        t = time.perf_counter()
+        raw = measure(args.engine, args.repeats, args.quick, args.points, pin=not args.no_pin)
+        raw["wall_s"] = time.perf_counter() - t
     rows = summarise(raw)
     print_table(rows, title=f"Agreement with the peers' own benchmarks ({raw['wall_s']:.0f} s)")
     (OUT_DIR / f"{NAME}.md").write_text(markdown(raw))
