@@ -345,8 +345,19 @@ class Comparison:
         if abs(rp - 1) <= bound + 1e-12:
             return (f"kvlab's defaults {r - 1:+.0%}; with the peers' options ({', '.join(changed)}) {rp - 1:+.0%}: "
                     f"the difference is the definition{window}")
+        if overlap(self.kvlab, self.peer):
+            return (f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but kvlab's repeats "
+                    f"({self.kvlab.low:.4g}–{self.kvlab.high:.4g}) overlap the peer's ({self.peer.low:.4g}–"
+                    f"{self.peer.high:.4g}): within the run-to-run spread, no difference shown")
         return (f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the prompt form "
                 f"or window{window}; " + _residual_hint(self.figure, point_kind))
+
+
+def overlap(a: Stat, b: Stat) -> bool:
+    """Whether the ranges of two arms' repeats overlap (False where either has none)."""
+    if a.low is None or b.low is None:
+        return False
+    return a.low <= b.high and b.low <= a.high
 
 
 def _residual_hint(figure: str, point_kind: str) -> str:

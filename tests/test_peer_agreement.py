@@ -69,6 +69,12 @@ def test_each_difference_beyond_its_bound_gets_one_line_that_names_its_cause():
         "kvlab's defaults -33%, the peers' options -20%: not explained by the prompt form or window; see the "
         "per-repeat figures in reports/bench/peer_agreement.json")
     assert _get("batch 8", "e2e_p50_ms").explanation("batch", win) == "no ratio (a median is missing)"
+    spread = pa.Comparison("vllm", "c=1", "tpot_p50_ms", pa.stat([6, 9, 12]), pa.stat([6, 9, 12]), pa.stat([]),
+                           pa.stat([7, 7.5, 11]), 0.05)
+    assert spread.explanation("closed", win) == (
+        "kvlab's defaults +20%, the peers' options +20%, but kvlab's repeats (6–12) overlap the peer's (7–11): "
+        "within the run-to-run spread, no difference shown")
+    assert pa.overlap(pa.stat([1, 2]), pa.stat([2, 3])) and not pa.overlap(pa.stat([1, 2]), pa.stat([2.5, 3]))
 
 
 def test_the_rows_and_the_docs_table_carry_the_same_figures():
