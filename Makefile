@@ -156,9 +156,9 @@ test-cluster: install engines ## the Ray cluster tests (installs kvlab[cluster];
 lab: install ## open the notebooks in JupyterLab (localhost, Jupyter's token; as root too)
 	$(BIN)/kvlab lab
 
-bench: install engines engines-sglang-jax ## run the benchmarks and print their table (installs kvlab[cluster] for the Ray sweep's)
+bench: install engines engines-sglang-jax ## run the benchmarks and print their table (QUICK=1: a fast pass; ONLY="peer_agreement ...": those)
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync -q --locked --extra test --extra cluster --python $(PYTHON)
-	$(BIN)/python -m benchmarks.run_all
+	$(BIN)/python -m benchmarks.run_all $(if $(QUICK),--quick) $(if $(ONLY),--only $(ONLY))
 
 locks: | $(UV) ## refresh the lock files from the working environments, and the CUDA ones from PyPI (docs/environments.md)
 	$(UV) lock --python $(PYTHON)

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 from benchmarks.bench_tools import OUT_DIR, ROOT, Row, markdown_table, print_table, read_result
 
-BENCHMARKS = ["client_overhead", "engine_agreement", "sweep_planning", "report_build", "analysis_scale", "cluster_sweep",
+BENCHMARKS = ["client_overhead", "engine_agreement", "peer_agreement", "sweep_planning", "report_build", "analysis_scale", "cluster_sweep",
               "avx2_cap", "fault_soak"]
 
 

@@ -7,7 +7,7 @@ import asyncio
 import gc
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -649,6 +649,7 @@ async def run_requests(
     send_until_s: float | None = None,
     stop: Callable[[], str | None] | None = None,
     on_finish: Callable[[int, float | None], None] | None = None,
+    before_send: Callable[[int], Awaitable[None]] | None = None,
 ) -> BatchResult:
     """Send ``prompts`` as streaming requests and record each one; never raises for a failed request.
 
@@ -668,7 +669,8 @@ async def run_requests(
     its first turn's) sends each chain no earlier than its offset (open-loop arrivals); ``send_until_s`` sends
     nothing later than that many seconds after the start; ``stop``, asked before every send, ends sending when it
     returns a reason; ``on_finish(index, ttft_ms)`` is called as each request ends (ttft_ms None when it failed).
-    Prompts never sent have no record: the batch's records are the requests sent.
+    Prompts never sent have no record: the batch's records are the requests sent. ``before_send(index)``, awaited
+    before a chain's first send (and its slot), lets kvlab.load stagger a closed loop's first wave.
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
@@ -704,6 +706,8 @@ async def run_requests(
         return stop is None or stop() is None
 
     async def run_chain(chain: list[Prompt]) -> None:
+        if before_send is not None:
+            await before_send(chain[0].index)
         if start_offsets is not None:
             delay = t_start[0] + start_offsets.get(chain[0].index, 0.0) - time.perf_counter()
             if delay > 0:

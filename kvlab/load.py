@@ -7,11 +7,14 @@ instead of all at once; without ``load`` nothing here applies and the run is wha
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -46,11 +49,29 @@ class LoadSpec(BaseModel):
     stop_climbing: bool = Field(True, description="on a ladder (the same run at several load levels), skip the "
                                 "levels above one that stopped past saturation or whose goodput fell from the level "
                                 "below")
+    # How a figure is defined where kvlab and the peers' benchmarks (`vllm bench serve`, SGLang's
+    # sglang.benchmark.serving) differ; the defaults are what kvlab always did, and leave the run key as it was
+    # (kvlab.spec.KEY_OMITTED_AT_DEFAULT). docs/design.md, "Load definitions"; docs/performance.md, agreement.
+    prompt_form: Literal["token_ids", "text"] = Field(
+        "token_ids", description="token_ids: send each prompt as token ids (the server's prompt length is exact, "
+        "TTFT holds no tokenisation); text: send the ids decoded to text by the model's tokenizer.json, tokenised "
+        "by the server inside TTFT (the peers' random datasets); chat prompts are text either way")
+    phase: Literal["together", "staggered"] = Field(
+        "together", description="closed loop: together sends the first `concurrency` requests at once and each "
+        "later one as a slot frees (kvlab's loop and the peers' semaphore; equal requests then run in waves); "
+        "staggered sends each of the first wave once the one before it has its first token, so the requests in "
+        "flight are at different points of their decode")
+    window: Literal["steady", "span"] = Field(
+        "steady", description="steady: the counts and rates cover the requests sent and finished between the "
+        "first measured send and the last send (no ramp-down); span: every measured request, over the first "
+        "measured send to the last completion (the peers' benchmark duration)")
 
     @model_validator(mode="after")
     def _some_load(self) -> LoadSpec:
         if self.concurrency is None and self.rate_rps is None:
             raise ValueError("a load states concurrency (closed loop) or rate_rps (open loop)")
+        if self.phase == "staggered" and self.rate_rps is not None:
+            raise ValueError("phase 'staggered' applies to a closed loop (concurrency without rate_rps) only")
         return self
 
     @property
@@ -159,6 +180,67 @@ def steady_window(records: Sequence[Any], warmup_requests: int) -> Window:
                   tuple(sorted(outside)))
 
 
+def span_window(records: Sequence[Any], warmup_requests: int) -> Window:
+    """The peers' window of a load point's ``records`` (``window: span``): from the first measured send to the last
+    measured completion; every measured (not warm-up) request counts, the ramp-up and ramp-down included, as
+    `vllm bench serve` and SGLang's benchmark divide by their whole duration."""
+    by_send = sorted(records, key=lambda r: (r.t_send_s, r.request_index))
+    warm, measured = by_send[:warmup_requests], by_send[warmup_requests:]
+    if not measured:
+        return Window(0.0, 0.0, (), tuple(r.request_index for r in warm), ())
+    end = max(r.t_send_s + (r.t_end - r.t_send) for r in measured)
+    return Window(measured[0].t_send_s, end, tuple(sorted(r.request_index for r in measured)),
+                  tuple(sorted(r.request_index for r in warm)), ())
+
+
+def window_of(records: Sequence[Any], load: LoadSpec) -> Window:
+    """The window ``load.window`` names: :func:`steady_window` or :func:`span_window`."""
+    return (span_window if load.window == "span" else steady_window)(records, load.warmup_requests)
+
+
+#: Rounds of decode and re-encode :func:`as_text` tries to reach a prompt's length in tokens.
+TEXT_ROUNDS = 10
+
+
+def as_text(prompts: Sequence[Any], tokenizer_file: str | Path) -> list[Any]:
+    """``prompts`` with each token-id prompt replaced by text from ``tokenizer_file`` (a Hugging Face
+    tokenizer.json, the model's), for ``prompt_form: text``: the server tokenises it again, inside TTFT, as for the
+    peers' random datasets. As theirs, the ids are decoded, the text re-encoded and cut or topped up from the ids
+    until it encodes to as many tokens as the ids less the special tokens the server adds (a BOS), at most
+    :data:`TEXT_ROUNDS` rounds; the server's count (usage.prompt_tokens) is what the run records. Shared-prefix
+    counts become unknown (None). Text and chat prompts are returned as they are."""
+    from tokenizers import Tokenizer
+
+    path = Path(tokenizer_file)
+    if not path.is_file():
+        raise ValueError(f"load.prompt_form 'text' decodes the prompts with the model's tokenizer.json: {path} does "
+                         "not exist (a local model folder has one)")
+    tok = Tokenizer.from_file(str(path))
+    special = len(tok.encode("", add_special_tokens=True).ids) - len(tok.encode("", add_special_tokens=False).ids)
+
+    def text_of(ids: list[int]) -> str:
+        target = max(1, len(ids) - special)
+        cur = ids[:target]
+        text = tok.decode(cur, skip_special_tokens=False)
+        for _ in range(TEXT_ROUNDS):
+            enc = tok.encode(text, add_special_tokens=False).ids
+            if len(enc) == target:
+                break
+            cur = enc[:target] if len(enc) > target else enc + ids[len(enc):target]
+            text = tok.decode(cur, skip_special_tokens=False)
+        return text
+
+    return [replace(p, token_ids=None, text=text_of(list(p.token_ids)), shared_prefix_tokens=None)
+            if p.token_ids is not None else p for p in prompts]
+
+
+def prompt_form(prompts: Sequence[Any]) -> str | None:
+    """What a run sent (RUNS.prompt_form): token_ids, text or chat, from its prompts; None for none."""
+    forms = {"chat" if p.messages is not None else "token_ids" if p.token_ids is not None else "text"
+             for p in prompts}
+    return forms.pop() if len(forms) == 1 else ("+".join(sorted(forms)) if forms else None)
+
+
 def chain_starts(prompts: Sequence[Any]) -> list[int]:
     """The index of each chain's first prompt (a conversation is one chain, any other prompt its own), in the order
     kvlab.client.run_requests starts them."""
@@ -180,13 +262,68 @@ def client_args(load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch) 
     offsets = (dict(zip(firsts, arrival_times(len(firsts), load.rate_rps, load.burstiness, load.arrival_seed)))
                if load.rate_rps is not None else None)
     finished = [0]
+    stagger = Stagger(firsts, load.concurrency, watch.reason, load.duration_s) \
+        if load.phase == "staggered" and load.concurrency is not None else None
 
     def on_finish(index: int, ttft_ms: float | None) -> None:
         finished[0] += 1
+        if stagger is not None:
+            stagger.started(index)
         if finished[0] > load.warmup_requests:
             watch.finished(ttft_ms)
 
-    return {"start_offsets": offsets, "send_until_s": load.duration_s, "stop": watch.reason, "on_finish": on_finish}
+    args: dict[str, Any] = {"start_offsets": offsets, "send_until_s": load.duration_s, "stop": watch.reason,
+                            "on_finish": on_finish}
+    if stagger is not None:
+        args |= {"before_send": stagger.wait, "on_read": stagger.on_read}
+    return args
+
+
+class Stagger:
+    """``phase: staggered``: the k-th chain of the first wave (``concurrency`` chains, in the order
+    kvlab.client.run_requests starts them) is sent once the (k-1)-th has its first response bytes (or has ended);
+    every later chain waits for the last of the first wave, then for a free slot as usual. A chain whose
+    predecessor was never sent (sending stopped: ``stop`` gave a reason, or ``send_until_s`` passed) is let go at
+    once, and the client then sends nothing for it either."""
+
+    POLL_S = 0.05  # how often a waiting chain checks that sending has not stopped meanwhile
+
+    def __init__(self, firsts: Sequence[int], concurrency: int, stop: Callable[[], str | None],
+                 send_until_s: float | None):
+        self.after: dict[int, int] = {}
+        for k, index in enumerate(firsts):
+            if k:
+                self.after[index] = firsts[min(k, concurrency) - 1]
+        self.events: dict[int, asyncio.Event] = {}
+        self.stop, self.send_until_s = stop, send_until_s
+        self.t0: float | None = None
+
+    def _event(self, index: int) -> asyncio.Event:
+        return self.events.setdefault(index, asyncio.Event())
+
+    def started(self, index: int) -> None:
+        self._event(index).set()
+
+    def on_read(self, index: int, data: bytes, t: float) -> None:
+        ev = self.events.get(index)
+        if ev is None or not ev.is_set():
+            self._event(index).set()
+
+    async def wait(self, index: int) -> None:
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+        before = self.after.get(index)
+        if before is None:
+            return
+        ev = self._event(before)
+        while not ev.is_set():
+            if self.stop() is not None or (self.send_until_s is not None
+                                           and time.perf_counter() - self.t0 > self.send_until_s):
+                return
+            try:
+                await asyncio.wait_for(ev.wait(), self.POLL_S)
+            except TimeoutError:
+                pass
 
 
 @dataclass(frozen=True)
@@ -202,9 +339,11 @@ class LoadOutcome:
         w = self.window
         sent = len(w.counted) + len(w.warmup) + len(w.outside)
         end = f"stopped early, {self.stopped}" if self.stopped else "ran to its limit"
+        window = "steady-state window" if self.load.window == "steady" else "window from first send to last completion"
+        how = f"{self.load.phase} phase, " if self.load.mode == "closed" else ""
         return (f"load {self.load.label()}: {sent} of {n_prompts} requests sent, {len(w.warmup)} warm-up, "
-                f"{len(w.counted)} inside the {w.length_s:.3g} s steady-state window, {len(w.outside)} outside; "
-                f"{end}")
+                f"{len(w.counted)} inside the {w.length_s:.3g} s {window}, {len(w.outside)} outside; {end}; "
+                f"{how}prompts as {self.load.prompt_form.replace('_', ' ')}")
 
     def columns(self) -> dict[str, Any]:
         """The RUNS columns of a load point (kvlab.schema RUNS, 'load_*', 'requests_warmup', ...)."""
@@ -212,7 +351,40 @@ class LoadOutcome:
                 "load_rate_rps": self.load.rate_rps,
                 "load_burstiness": self.load.burstiness if self.load.rate_rps is not None else None,
                 "requests_warmup": len(self.window.warmup), "requests_outside_window": len(self.window.outside),
-                "window_s": self.window.length_s or None, "load_stop": self.stopped}
+                "window_s": self.window.length_s or None, "load_stop": self.stopped,
+                "load_phase": self.load.phase if self.load.mode == "closed" else None, "load_window": self.load.window}
+
+
+# ----------------------------------------------------------------------------- what a figure under load means
+
+#: How each definition reads in a label (RUNS.prompt_form, load_phase, load_window values).
+FORM_WORDS = {"token_ids": "token-id prompts", "text": "text prompts (tokenised by the server)",
+              "chat": "chat prompts"}
+PHASE_WORDS = {"together": "first wave sent together", "staggered": "first wave staggered"}
+WINDOW_WORDS = {"steady": "steady-state window", "span": "first send to last completion"}
+
+
+def conditions_label(rows: Any) -> str | None:
+    """What the TTFT and rates of load runs were measured under, for a page that prints them: e.g. 'token-id
+    prompts, first wave sent together, steady-state window'. ``rows``: RUNS rows (a polars frame or dicts); only
+    those under a load count; distinct conditions are joined with '; '. None when no row is under a load.
+
+    Runs stored before kvlab recorded these (columns null) were measured with the only behaviour kvlab had then:
+    first wave together and the steady-state window; their prompt form is 'not recorded'."""
+    dicts = rows.to_dicts() if hasattr(rows, "to_dicts") else list(rows)
+    labels: list[str] = []
+    for r in dicts:
+        mode = r.get("load_mode")
+        if mode is None:
+            continue
+        parts = [FORM_WORDS.get(r.get("prompt_form") or "", "prompt form not recorded")]
+        if mode == "closed":
+            parts.append(PHASE_WORDS[r.get("load_phase") or "together"])
+        parts.append(WINDOW_WORDS[r.get("load_window") or "steady"])
+        label = ", ".join(parts)
+        if label not in labels:
+            labels.append(label)
+    return "; ".join(labels) if labels else None
 
 
 # ----------------------------------------------------------------------------- the ladder

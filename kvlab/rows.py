@@ -14,7 +14,7 @@ import polars as pl
 from kvlab import host
 from kvlab.client import BatchResult, sum_reported, summarize
 from kvlab.engines.base import Failure
-from kvlab.load import LoadOutcome
+from kvlab.load import LoadOutcome, as_text, prompt_form
 from kvlab.schema import RUNS, run_rates
 from kvlab.spec import RunSpec
 from kvlab.workloads import Prompt, shared_tokens
@@ -23,7 +23,10 @@ from kvlab.workloads import Prompt, shared_tokens
 def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
     """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
     seed and repeat)."""
-    return run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
+    prompts = run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
+    if run.workload.load is not None and run.workload.load.prompt_form == "text":  # decoded by the model's tokenizer
+        prompts = as_text(prompts, Path(run.engine.model_arg) / "tokenizer.json")
+    return prompts
 
 
 def vocab_size(run: RunSpec) -> int:
@@ -63,7 +66,7 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
         "prefix_caching": e.prefix_caching, "context_label": run.context_label,
         "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
-        "shared_prefix_tokens": shared_tokens(prompts),
+        "shared_prefix_tokens": shared_tokens(prompts), "prompt_form": prompt_form(prompts),
         "reasoning_tokens": (sum_reported([r.reasoning_tokens for r in batch.records])
                              if batch and w.splits_reasoning else None),
         "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,

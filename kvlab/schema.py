@@ -168,10 +168,21 @@ RUNS = Table(
         _c("requests_warmup", Int, "under a load: the first requests sent, left out of every latency and count"),
         _c("requests_outside_window", Int, "under a load: measured requests that started or finished outside the "
            "steady-state window, left out of every latency and count"),
-        _c("window_s", Float, "under a load: the steady-state window (first measured send to last send); the rates "
-           "divide by it instead of batch_time_s (kvlab.schema.run_rates)"),
+        _c("window_s", Float, "under a load: the window the counts cover (load_window: steady, first measured send to "
+           "last send; span, first measured send to last completion); the rates divide by it instead of "
+           "batch_time_s (kvlab.schema.run_rates)"),
         _c("load_stop", Str, "under a load: why sending stopped early past saturation (kvlab.load.SaturationWatch); "
            "null: the point ran to its request-count or duration limit"),
+        _c("load_phase", Str, "closed loop: together (the first wave sent at once, kvlab's loop and the peers') or "
+           "staggered (each of the first wave sent once the one before has its first token); workload.load.phase. "
+           "Null: no closed loop, or stored before it was recorded (then together)", allowed=("together", "staggered")),
+        _c("load_window", Str, "under a load: steady (window_s from the first measured send to the last send, "
+           "requests finished inside it) or span (first measured send to the last completion, every measured "
+           "request: the peers' benchmark duration); workload.load.window. Null: no load, or stored before it was "
+           "recorded (then steady)", allowed=("steady", "span")),
+        _c("prompt_form", Str, "how the prompts were sent: token_ids (the server's prompt length is exact), text "
+           "(tokenised by the server, inside TTFT; workload.load.prompt_form) or chat; null for runs stored before "
+           "it was recorded", allowed=("token_ids", "text", "chat", "chat+token_ids", "text+token_ids")),
         _c("prefill_time_s", Float, "modelled prefill part of batch time"),
         _c("decode_time_s", Float, "modelled decode part of batch time"),
         _c("ttft_mean_ms", Float, "mean time to first token"),

@@ -39,6 +39,8 @@ KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
     "engine": {"report_cached_tokens": True, "reasoning_parser": None, "url": None, "dp": 1, "dtype": "auto"},
     "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
                  "reasoning_questions": None, "load": None},
+    # inside workload.load: the definitions added for agreement with the peers' benchmarks (kvlab.load.LoadSpec)
+    "load": {"prompt_form": "token_ids", "phase": "together", "window": "steady"},
 }
 
 
@@ -484,6 +486,8 @@ class RunSpec(_Strict):
         and, for a local model, its config.json (so runs of an earlier version of a local model are not reused)."""
         engine = _omit_defaults(self.engine.model_dump(mode="json", exclude=set(KEY_EXCLUDED_ENGINE_FIELDS)), "engine")
         workload = _omit_defaults(self.workload.model_dump(mode="json"), "workload")
+        if isinstance(workload.get("load"), dict):
+            workload["load"] = _omit_defaults(workload["load"], "load")
         payload = {"engine": engine, "workload": workload, "repeat": self.repeat}
         if self.slo is not None:  # only when set: the keys of experiments without an SLO stay as they were
             payload["slo"] = self.slo.model_dump(mode="json")
@@ -752,6 +756,10 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
         e.check_model_path()
     except ValueError as exc:
         raise SpecError(f"{at}.model: {exc} (got {e.model!r})") from None
+    if w.load is not None and w.load.prompt_form == "text" and not (Path(e.model_arg) / "tokenizer.json").is_file():
+        raise SpecError(f"{origin}: matrix point [{where}]: workload.load.prompt_form: 'text' decodes the prompts with "
+                        f"the model's tokenizer.json, which engines.{label}.model ({e.model!r}) has not: give a local "
+                        "model folder")
     native = e.native_context()
     if native is not None and e.max_model_len > native and not e.allow_long_context:
         raise SpecError(

