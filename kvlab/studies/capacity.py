@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kvlab import analysis, narrative
 from kvlab.claims.capacity import modelled_ceilings
+from kvlab.load import conditions_label
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "07_capacity"
@@ -32,4 +33,6 @@ def compute(wb, *, data_dir: str = "", measured_experiment: str = "cpu_capacity"
     answer = Answer(narrative.capacity_answer(found, curve.is_empty()))
     params = {"measured_experiment": measured_experiment, "slo_share": slo_share, "gpu": gpu, "model": model,
               "tp": tp, "dcp_sizes": list(dcp_sizes), "mem_utils": list(mem_utils)}
-    return sourced(REPORT, wb, answer, found, frames, {"measured_experiment": measured_experiment}, params)
+    values = {"measured_experiment": measured_experiment,
+              "load_conditions": conditions_label(runs)}  # prompt form, loop phase, window of the TTFT shown
+    return sourced(REPORT, wb, answer, found, frames, values, params)
