@@ -10,9 +10,12 @@ import polars as pl
 
 from kvlab import analysis
 from kvlab.claims.grading import (
-    CONFIGURED, NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, measured_difference, on_cpu,
+    CONFIGURED, NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, held_out_gate, measured_difference,
+    on_cpu,
 )
+from kvlab.claims.model import held_out_error, model_margin, winners_held_out
 from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.perfmodel.calibrate import published_fit
 from kvlab.perfmodel.roofline import Assumptions, Config, memory
 from kvlab.units import scaled_context, sig2, tokens_label
 from kvlab.verdicts import Verdict
@@ -244,10 +247,6 @@ def modelled_verdict(modelled: pl.DataFrame, fit=None) -> Verdict:
     the GPU host (*found*, evidence modelled), with where the model's memory check fails. Like every modelled
     answer it stands only while the model passes its held-out test (``fit``: the calibration; default the published
     fit), else it is an illustration, *inconclusive* (:func:`kvlab.claims.grading.held_out_gate`)."""
-    from kvlab.claims.grading import held_out_gate
-    from kvlab.claims.model import held_out_error, model_margin, winners_held_out
-    from kvlab.perfmodel.calibrate import published_fit
-
     fit = fit if fit is not None else published_fit()
     contexts = sorted(fit.residuals["context_tokens"].unique().to_list())
     outcome, why, limit = held_out_gate("found", *winners_held_out(fit), model_margin(fit, contexts) or 0.0,

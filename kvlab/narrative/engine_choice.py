@@ -396,7 +396,7 @@ def premises(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataF
     conc = ev.factors[2]
     if (not w.shared_prefix and w.concurrency >= CONCURRENCY_THRESHOLD and tree.engine == VLLM
             and conc.favours == ev.engine):
-        why.append(f"The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with "
+        why.append(f"The tree's high-concurrency branch assumes vLLM's {tree.reason} wins with "
                    f"≥ {CONCURRENCY_THRESHOLD} requests in flight; measured, {factor_evidence(conc)}.")
     ctx = ev.factors[0]
     if ctx.favours and ctx.favours != tree.engine:
