@@ -268,7 +268,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                                f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
                                kind="prefix_sharing", scope="each engine's own cache on against off",
                                value=shares[0], unit="fraction of the last turn's prompt from the cache (the first "
-                               "engine named)", spread=(min(shares), max(shares)) if len(shares) > 1 else None,
+                               "engine named)", spread=None,  # one configuration's share: no range over repeats
                                n=n_turn, limit=limit, family="own",
                                reason=(f"{why}: one turn's time to first token from one run can be an outlier; "
                                        if why else "") + "the report's own question about the article's example 1"))
