@@ -33,10 +33,6 @@ Evidence = Literal["published", "measured", "modelled"]
 #: another document's); *own* — kvlab's own questions and self-checks, never counted as document claims.
 Family = Literal["document", "consistency", "own"]
 FAMILIES = ("document", "consistency", "own")
-#: Outcomes that decide, per family: a consistency verdict says consistent / inconsistent, never reproduced /
-#: contradicted; the other families never say consistent / inconsistent.
-DECIDING = {"document": ("reproduced", "contradicted"), "consistency": ("consistent", "inconsistent"),
-            "own": ("reproduced", "contradicted", "found")}
 OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "consistent": "#1a7f37",
                   "inconsistent": "#cf222e", "inconclusive": "#bc4c00", "cannot be tested here": "#6e7781",
                   "configured": "#57606a", "found": "#0969da"}
@@ -129,11 +125,6 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 def _first_clause(text: str) -> str:
     """A reason's first clause (up to its first ';' or ':'), for a sentence that quotes one."""
     return text.split(";")[0].split(":")[0].strip().rstrip(".")
-
-
-def _key(v: Verdict) -> str:
-    """What a claim is, across reports and kinds of evidence: its id, else its statement."""
-    return v.claim_id or v.claim
 
 
 def claim_keys(v: Verdict) -> tuple[str, ...]:
