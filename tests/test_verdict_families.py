@@ -391,3 +391,19 @@ def test_counted_n_passes_through_and_decides_only_over_three(seed):
     n = rng.randint(0, 6)
     g = counted(rng.random() < 0.5, n, reason="r", value=1.0, unit="of the points")
     assert g.n == n and (g.outcome in ("reproduced", "contradicted")) == (n >= MIN_REPEATS)
+
+
+def test_the_decay_shape_on_gpus_never_decides_on_a_range_it_does_not_have():
+    """Repeats.summary with no min and max (the decay GPU path, one factor per engine): 3 repeats, but no range, so
+    inconclusive with no spread — never a zero-width range that could decide."""
+    claims = store.load_claims().filter(pl.col("experiment") == "article_b300")
+    pub = store.load_runs().filter(pl.col("experiment") == "article_b300")
+    rows = [dict(source="measured", experiment="b300_long_context", hardware="NVIDIA B300 x8", run_id=f"{e}{c}{k}",
+                 engine=e, context_label=lab, context_tokens=c, status="ok", batch_time_s=t * (1 + k / 100),
+                 batch_size=8, output_tokens=1024, prompt_tokens=c - 1024, device_kind="gpu", gpu_count=8, scale_factor=1.0)
+            for e, times in (("vllm", (100.0, 300.0)), ("sglang", (150.0, 225.0)))
+            for (lab, c), t in zip((("64K", 65536), ("200K", 204800)), times) for k in range(3)]
+    measured = analysis.decay_factors(pl.DataFrame(rows))
+    check = analysis.consistency(pub, claims)
+    got = narrative.decay_claim_verdicts(claims, check, analysis.decay_factors(pub), measured)[-1]
+    assert (got.evidence, got.outcome, got.n, got.spread, got.limit) == ("measured", "inconclusive", 3, None, NO_RANGE)
