@@ -187,8 +187,9 @@ def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
     reports.write_index([rep], tmp_path)
     entry = json.loads((tmp_path / "index.json").read_text())[0]
     got = entry["verdicts"][0]
-    assert {k: got[k] for k in ("claim_id", "kind", "outcome", "evidence", "value", "unit", "n", "scope", "reason")} \
+    assert {k: got[k] for k in ("claim_id", "kind", "outcome", "evidence", "value", "unit", "n", "scope", "reason",
+                                "family")} \
         == {"claim_id": "speedup_64K", "kind": "relative_speed", "outcome": "cannot be tested here",
             "evidence": "measured", "value": 2.0, "unit": "×", "n": 1, "scope": "CPU, tiny model",
-            "reason": "two implementations on a CPU"}
+            "reason": "two implementations on a CPU", "family": "document"}
     assert Verdict(**got) == v  # reads back as the same typed verdict

@@ -41,7 +41,8 @@ Rule 2 — a measured difference (:func:`measured_difference`, :func:`combined`)
     fewer repeats of the two sides) and ``spread`` (the ratio's range over the repeats) filled in. Where a claim
     is tested on several engines or metrics, they must agree in sign; mixed signs are *inconclusive*. A share
     that can be 0 (a cache's hit share, cache on against off) is compared as a difference; a count a claim bounds
-    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` runs. ``n`` counts
+    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` distinct repeats per engine
+    (the fewer; engines are not summed). ``n`` counts
     repeats: distinct repeat indices (RUNS ``repeat``) of the same point. Rows that share one repeat index — the
     load steps (1, 2, 4 in flight) of one server start, each stored as a run — are one repeat, not several
     (:meth:`Repeats.per_repeat`). Repeats known only by a middle and a count, without their min and max, do not
