@@ -407,3 +407,29 @@ def test_the_decay_shape_on_gpus_never_decides_on_a_range_it_does_not_have():
     check = analysis.consistency(pub, claims)
     got = narrative.decay_claim_verdicts(claims, check, analysis.decay_factors(pub), measured)[-1]
     assert (got.evidence, got.outcome, got.n, got.spread, got.limit) == ("measured", "inconclusive", 3, None, NO_RANGE)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_memory_latency_n_value_and_spread_are_one_engine_one_metric(seed):
+    """The latency claim tested on two engines and two metrics: value, spread and n are its first part's — the first
+    engine's mean request latency at 0.92 ÷ 0.95, min–max over its repeats — never a range mixing engines or metrics."""
+    rng = random.Random(600 + seed)
+    k = {e: {u: rng.randint(1, 4) for u in (0.92, 0.95)} for e in ("vllm", "sglang")}
+    rows = []
+    for e in ("vllm", "sglang"):
+        for u in (0.92, 0.95):
+            for i in range(k[e][u]):
+                e2e = rng.uniform(80, 120)
+                rows.append(dict(source="measured", experiment="b300_long_context", hardware="NVIDIA B300 x8",
+                                 engine=e, mem_util=u, context_tokens=204800, context_label="200K", status="ok",
+                                 run_id=f"{e}{u}{i}", attempts=1, batch_time_s=1.0, ttft_mean_ms=e2e / 2,
+                                 e2e_mean_ms=e2e, server_preemptions=0, device_kind="gpu", gpu_count=8,
+                                 kv_budget_bytes=None))
+    runs = pl.DataFrame(rows, schema_overrides={"kv_budget_bytes": pl.Int64})
+    stats = analysis.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
+    claims = store.load_claims().filter(pl.col("claim_id") == "memory_092_latency")
+    (v,) = narrative.memory_claim_verdicts(claims, stats, analysis.memory_comparison(stats), None, simulated=False)
+    e2e = {u: [r["e2e_mean_ms"] for r in rows if r["engine"] == "vllm" and r["mem_util"] == u] for u in (0.92, 0.95)}
+    assert v.n == min(min(x.values()) for x in k.values())  # the fewest repeats of any engine and setting
+    assert v.value == pytest.approx(statistics.mean(e2e[0.92]) / statistics.mean(e2e[0.95]))
+    assert v.spread == (pytest.approx(min(e2e[0.92]) / max(e2e[0.95])), pytest.approx(max(e2e[0.92]) / min(e2e[0.95])))
