@@ -21,7 +21,9 @@ MIME = "application/vnd.kvlab.verdicts+json"
 #: model's self-checks): family *own* (:func:`family_of`).
 OWN_QUESTION_KINDS = frozenset({"capacity", "model_held_out", "model_plausibility"})
 #: Claim ids of kvlab's own questions and self-checks (no document states them): family *own*.
-OWN_CLAIM_IDS = frozenset({"crossover_published", "crossover_measured", "crossover_range", "model_held_out",
+#: (crossover_modelled is the model's own answer, fitted to the very table it would check: not independent evidence.)
+OWN_CLAIM_IDS = frozenset({"crossover_published", "crossover_measured", "crossover_modelled", "crossover_range",
+                           "model_held_out",
                            "model_plausible", "shared_prefix_threshold_jump", "multi_turn_reuse",
                            "engine_choice_recommendation"})
 
