@@ -82,7 +82,7 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
                                family="consistency", reason=f"the table has no {engine_label(e)} rows at both contexts"))
             continue
         ok = bool(rows["consistent"].fill_null(False).any())
-        out.append(Verdict(f"{c['statement']} (the article's own table)", "consistent" if ok else "inconsistent",
+        out.append(Verdict(f"{c['statement']} — against the article's own table", "consistent" if ok else "inconsistent",
                            "published", f"table: {change(pub['batch_time_ratio'][0], 'requests/s')} from {lo} to {hi} "
                                         f"(stated {c['stated_value']:g}×)", claim_id=c["claim_id"],
                            kind="throughput_decay", value=pub["batch_time_ratio"][0], unit="×",

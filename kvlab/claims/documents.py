@@ -68,7 +68,7 @@ def _setup_against_table(c: dict, published: pl.DataFrame) -> Verdict | None:
     lo, hi = int(pub["dcp"].min()), int(pub["dcp"].max())
     differs = lo != hi
     return Verdict(
-        f"{c['statement']} (the article's own table)", "inconsistent" if differs else "consistent", "published",
+        f"{c['statement']} — against the article's own table", "inconsistent" if differs else "consistent", "published",
         f"its table: {said}", claim_id=c["claim_id"], kind=c["kind"], value=hi / lo, unit="× DCP size, largest ÷ smallest "
         "across the engines' rows", n=pub.height, family="consistency", scope="published table",
         reason=(f"the document's own rows record DCP {hi} for one engine and {lo} for the other: the decode "

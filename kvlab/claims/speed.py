@@ -55,7 +55,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
         else:
             ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= stated_tolerance(
                 c["stated_value"], c.get("stated_precision"))
-            out.append(Verdict(f"{c['statement']} (the article's own table)", "consistent" if ok else "inconsistent",
+            out.append(Verdict(f"{c['statement']} — against the article's own table", "consistent" if ok else "inconsistent",
                                "published", f"{engine_label(r['faster'])} {r['speedup']:.2f}× faster at {ctx}",
                                claim_id=cid, kind="relative_speed", value=r["speedup"], unit="×",
                                n=2, scope="published table", family="consistency",  # two published times at ctx
