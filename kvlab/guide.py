@@ -15,7 +15,10 @@ from dataclasses import dataclass
 import polars as pl
 
 from kvlab.analysis import nearest
-from kvlab.claims import Grade, Repeats, engine_difference, held_out_error, model_factor_decides, winners_held_out
+from kvlab.claims import (
+    Grade, Repeats, engine_difference, held_out_error, held_out_passes, model_factor_decides, model_margin,
+    winners_held_out,
+)
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.perfmodel import Config, batch_time, model as catalog_model
@@ -58,7 +61,8 @@ def decision_tree(
     mixed_hardware_or_frequent_model_changes: bool = False,
     priority: str = "stability",
 ) -> Recommendation:
-    """Document 003's decision tree, exactly as written (its premises are tested elsewhere, not here).
+    """Document 003's decision tree, exactly as written (its premises are tested elsewhere, not here); each leaf's
+    reason is the tree's own parenthesis, translated ("C++ 라우팅 안정성": C++ routing stability).
 
     ``fixed_context_fraction``: share of each prompt that is the repeated system prompt / document.
     ``priority``: 'throughput' or 'stability' (ecosystem stability), asked only at the last leaf.
@@ -73,22 +77,22 @@ def decision_tree(
     if shared_prefix:
         q_frac = f"Fixed context ≥ {FIXED_CONTEXT_THRESHOLD:.0%} of the prompt?"
         if fixed_context_fraction >= FIXED_CONTEXT_THRESHOLD:
-            return Recommendation(SGLANG, "RadixAttention reuses the shared prefix across requests",
+            return Recommendation(SGLANG, "RadixAttention's effect at its greatest",
                                   ((q_shared, "yes"), (q_frac, f"yes ({fixed_context_fraction:.0%})")))
         q_ds = "DeepSeek-family model?"
         path = ((q_shared, "yes"), (q_frac, f"no ({fixed_context_fraction:.0%})"))
         if deepseek_family:
-            return Recommendation(SGLANG, "SGLang's DeepSeek optimisations (MLA, DP attention)",
+            return Recommendation(SGLANG, "dedicated optimisations built in",
                                   (*path, (q_ds, "yes")))
         return Recommendation(VLLM, "about equal; vLLM is easier to operate", (*path, (q_ds, "no")), "equal")
     q_conc = f"≥ {CONCURRENCY_THRESHOLD} concurrent requests?"
     if concurrency >= CONCURRENCY_THRESHOLD:
-        return Recommendation(VLLM, "PagedAttention's memory efficiency under many concurrent requests",
+        return Recommendation(VLLM, "C++ routing stability",
                               ((q_shared, "no"), (q_conc, f"yes ({concurrency})")))
     q_mixed = "Mixed GPU/TPU hardware or frequent model changes?"
     path = ((q_shared, "no"), (q_conc, f"no ({concurrency})"))
     if mixed_hardware_or_frequent_model_changes:
-        return Recommendation(VLLM, "broad hardware and model support", (*path, (q_mixed, "yes")))
+        return Recommendation(VLLM, "hardware and model diversity", (*path, (q_mixed, "yes")))
     q_prio = "Throughput first or ecosystem stability first?"
     if priority == "throughput":
         return Recommendation(SGLANG, "throughput first", (*path, (q_mixed, "no"), (q_prio, "throughput")))
@@ -247,8 +251,10 @@ def context_factor(w: UserWorkload, fit) -> Factor:
 
     Where DCP divides nothing (the model's KV heads already spread over TP) the model times the engines alike
     but for DCP's synchronisation, and the factor favours neither. Otherwise the faster engine is favoured only
-    when its margin exceeds the model's mean held-out error (rule 4 of :mod:`kvlab.claims.grading`); within it,
-    the factor favours neither and keeps the crossover as a range (``crossover_range``).
+    when the model passes its held-out test at these assumptions (:func:`kvlab.claims.held_out_passes`: 3 of 4
+    held-out winners right, margin above the mean held-out error) **and** its margin here exceeds that error (rule 4
+    of :mod:`kvlab.claims.grading`); otherwise the factor favours neither (the model picks no engine anywhere while it
+    fails its held-out test) and keeps the crossover as a range (``crossover_range``).
     """
     a, b = engine_configs(w)
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s
@@ -260,7 +266,9 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     x = crossover_from_fit(fit, gpu=w.gpu, model=w.model, dcp=w.dcp, tp=w.tp)
     faster: Engine = VLLM if ta <= tb else SGLANG
     ratio = max(ta, tb) / min(ta, tb)
-    if not model_factor_decides(ratio, max(error, 0.001)):
+    contexts = sorted(fit.residuals["context_tokens"].unique().to_list())
+    passes = held_out_passes(*winners_held_out(fit), model_margin(fit, contexts) or 0.0, error)
+    if not passes or not model_factor_decides(ratio, max(error, 0.001)):
         return Factor("context", "modelled", None, crossover=x,
                       crossover_range=_within_error_range(a, b, fit, max(error, 0.001)), **facts)
     return Factor("context", "modelled", faster, crossover=x, **facts)

@@ -113,7 +113,7 @@ Str, Int, Float = pl.String(), pl.Int64(), pl.Float64()
 #: before get them on reading, kvlab.store.load_runs).
 #: What a claim measures (CLAIMS.metric).
 CLAIM_METRICS = ("batch_time", "throughput", "oom_retries", "batch_time_spread", "e2e_latency", "cache_hit_share",
-                 "requests_reusing_prefix", "requests_per_s")
+                 "requests_reusing_prefix", "requests_per_s", "dcp")
 
 RUNS = Table(
     "runs",
@@ -290,8 +290,11 @@ CLAIMS = Table(
     (
         _c("experiment", Str, "document the claim comes from (matches runs.experiment)", required=True),
         _c("claim_id", Str, "short unique name", required=True),
-        _c("kind", Str, "relative_speed | throughput_decay | memory | engine_choice", required=True,
-           allowed=("relative_speed", "throughput_decay", "memory", "engine_choice")),
+        _c("kind", Str, "relative_speed | throughput_decay | memory | engine_choice | mechanism (why the engines "
+           "differ: prefill or decode, communication or KV reads) | operations (how an engine behaves in service, "
+           "or a recommended setting) | setup (what the document says it held constant)", required=True,
+           allowed=("relative_speed", "throughput_decay", "memory", "engine_choice", "mechanism", "operations",
+                    "setup")),
         _c("engine", Str, "engine the claim is about (the faster one for relative_speed)", allowed=ENGINES),
         _c("context_from", Str, "context label the ratio starts from"),
         _c("context_to", Str, "context label the ratio ends at"),
@@ -308,6 +311,8 @@ CLAIMS = Table(
            "0.01): a ratio agrees within half of it"),
         _c("statement", Str, "the claim in words", required=True),
         _c("citation", Str, "where it is stated", required=True),
+        _c("decided_by", Str, "the experiment file (data/experiments/<name>.yaml) whose runs on a GPU host would "
+           "decide the claim; empty where none does yet"),
     ),
 )
 

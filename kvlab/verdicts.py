@@ -17,14 +17,27 @@ from kvlab.markup import markdown_inline
 #: The MIME type under which a verdict box carries its verdicts in a notebook output (read back by reports).
 MIME = "application/vnd.kvlab.verdicts+json"
 
-#: Verdict kinds that test a report's own question, which no document states (report 07's capacity study): the
-#: headline does not attribute them to the documents.
-OWN_QUESTION_KINDS = frozenset({"capacity"})
+#: Verdict kinds that test a report's own question, which no document states (report 07's capacity study, the
+#: model's self-checks): family *own* (:func:`family_of`).
+OWN_QUESTION_KINDS = frozenset({"capacity", "model_held_out", "model_plausibility"})
+#: Claim ids of kvlab's own questions and self-checks (no document states them): family *own*.
+#: (crossover_modelled is the model's own answer, fitted to the very table it would check: not independent evidence.)
+OWN_CLAIM_IDS = frozenset({"crossover_published", "crossover_measured", "crossover_modelled", "crossover_range",
+                           "model_held_out",
+                           "model_plausible", "shared_prefix_threshold_jump", "multi_turn_reuse",
+                           "engine_choice_recommendation"})
 
-Outcome = Literal["reproduced", "contradicted", "inconclusive", "cannot be tested here", "found"]
+Outcome = Literal["reproduced", "contradicted", "consistent", "inconsistent", "inconclusive", "cannot be tested here",
+                  "configured", "found"]
 Evidence = Literal["published", "measured", "modelled"]
-OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "inconclusive": "#bc4c00",
-                  "cannot be tested here": "#6e7781", "found": "#0969da"}
+#: The three families of verdicts, counted apart everywhere (docs/verdicts.md): *document* — a document's claim
+#: graded on evidence independent of that document; *consistency* — a document checked against its own figures (or
+#: another document's); *own* — kvlab's own questions and self-checks, never counted as document claims.
+Family = Literal["document", "consistency", "own"]
+FAMILIES = ("document", "consistency", "own")
+OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "consistent": "#1a7f37",
+                  "inconsistent": "#cf222e", "inconclusive": "#bc4c00", "cannot be tested here": "#6e7781",
+                  "configured": "#57606a", "found": "#0969da"}
 EVIDENCE_COLORS = {"published": "#8250df", "measured": "#1a7f37", "modelled": "#9a6700"}
 
 
@@ -44,7 +57,13 @@ class Verdict:
     checker states), ``scope`` (where the evidence comes from, e.g. "CPU, tiny model"), ``reason`` (one line:
     why this outcome) and, for a verdict the evidence here cannot decide (*cannot be tested here*, *inconclusive*),
     ``limit``: its cause in a few words, the same for every verdict of that cause (the grading rules' constants in
-    :mod:`kvlab.claims.grading`), which the headline groups by."""
+    :mod:`kvlab.claims.grading`), which the headline groups by.
+
+    ``family``: *document*, *consistency* or *own* (:data:`FAMILIES`); a checker sets it, and a verdict built
+    without one (or read back from an older ``index.json``) gets :func:`family_of` its claim id, kind and
+    evidence. A consistency verdict decides only as *consistent* / *inconsistent*; the other families never use
+    those two. *configured*: the value is one the experiment file sets (a KV budget, a ceiling derived from it),
+    shown as configuration and not graded."""
 
     claim: str
     outcome: Outcome
@@ -59,14 +78,37 @@ class Verdict:
     scope: str = ""
     reason: str = ""
     limit: str = ""
+    family: Family | str = ""
 
     def __post_init__(self):
         if self.outcome not in OUTCOME_COLORS:
             raise ValueError(f"Verdict outcome {self.outcome!r}: expected one of {list(OUTCOME_COLORS)}")
         if self.evidence not in EVIDENCE_COLORS:
             raise ValueError(f"Verdict evidence {self.evidence!r}: expected one of {list(EVIDENCE_COLORS)}")
+        if not self.family:
+            object.__setattr__(self, "family", family_of(self.claim_id, self.kind, self.evidence, self.outcome))
+            if self.family == "consistency" and self.outcome in ("reproduced", "contradicted"):
+                # read back from before the families (an older index.json): a document checked against its own
+                # figures was "reproduced" where it agrees with them
+                object.__setattr__(self, "outcome", "consistent" if self.outcome == "reproduced" else "inconsistent")
+        if self.family not in FAMILIES:
+            raise ValueError(f"Verdict {self.claim_id or self.claim!r}: family {self.family!r}: expected one of "
+                             f"{list(FAMILIES)}")
+        wrong = (("reproduced", "contradicted") if self.family == "consistency" else ("consistent", "inconsistent"))
+        if self.outcome in wrong:
+            raise ValueError(f"Verdict {self.claim_id or self.claim!r}: a {self.family} verdict cannot be "
+                             f"{self.outcome!r} (consistency verdicts say consistent / inconsistent; the others never do)")
         if self.spread is not None:
             object.__setattr__(self, "spread", tuple(self.spread))  # a list from JSON reads back as the tuple
+
+
+def family_of(claim_id: str, kind: str, evidence: str, outcome: str = "") -> str:
+    """The family of a verdict that does not state one: *own* for kvlab's own questions and self-checks
+    (:data:`OWN_CLAIM_IDS`, :data:`OWN_QUESTION_KINDS`, or a *found* row, the report's own answer), *consistency* for
+    a document's claim checked against published figures (its own table), else *document*."""
+    if kind in OWN_QUESTION_KINDS or claim_id in OWN_CLAIM_IDS or outcome == "found":
+        return "own"
+    return "consistency" if evidence == "published" else "document"
 
 
 def _badge(text: str, color: str) -> str:
@@ -87,94 +129,147 @@ def _first_clause(text: str) -> str:
     return text.split(";")[0].split(":")[0].strip().rstrip(".")
 
 
-def _key(v: Verdict) -> str:
-    """What a claim is, across reports and kinds of evidence: its id, else its statement."""
-    return v.claim_id or v.claim
+def claim_keys(v: Verdict) -> tuple[str, ...]:
+    """The claims a verdict speaks to: each id of a compound id ("decay_vllm,decay_sglang": the decay shape built
+    from two claims is about those two claims, not a third), else its statement."""
+    return tuple(k.strip() for k in v.claim_id.split(",") if k.strip()) if v.claim_id else (v.claim,)
 
 
-def _by_evidence(vs: list[Verdict]) -> str:
-    """'on measured evidence', or 'on published (2) and measured (1) evidence' where kinds mix: claims counted once
-    per kind of evidence, however many reports repeat them."""
-    kinds: dict[str, set[str]] = {}
-    for v in vs:
-        kinds.setdefault(v.evidence, set()).add(_key(v))
+#: Which verdict of a claim counts when a family holds several (two reports, two kinds of evidence): a deciding
+#: outcome first, then inconclusive, cannot be tested here, configured, found; ties go to the first listed.
+_RANK = {"reproduced": 0, "contradicted": 0, "consistent": 0, "inconsistent": 0, "inconclusive": 1,
+         "cannot be tested here": 2, "configured": 3, "found": 4}
+
+
+def _as_verdicts(verdicts) -> list[Verdict]:
+    return [v if isinstance(v, Verdict) else Verdict(**v) for v in verdicts]
+
+
+def by_family(verdicts: list[Verdict] | list[dict]) -> dict[str, dict[str, Verdict]]:
+    """Each claim once per family, with the one verdict it counts by (:data:`_RANK`): {family: {claim: verdict}},
+    claims in the order first listed. Every count the headline gives is a count of these, so the counts of a
+    family's outcomes add up to its claims, and a claim's cause is its counted verdict's own."""
+    out: dict[str, dict[str, Verdict]] = {f: {} for f in FAMILIES}
+    for v in _as_verdicts(verdicts):
+        for k in claim_keys(v):
+            got = out[v.family].get(k)
+            if got is None or _RANK[v.outcome] < _RANK[got.outcome]:
+                out[v.family][k] = v
+    return out
+
+
+def family_counts(verdicts: list[Verdict] | list[dict]) -> dict[str, dict[str, int]]:
+    """{family: {outcome: claims}} from :func:`by_family` (for ``index.json`` and tests): each claim counted once in
+    its family, so each family's counts add up to its claims."""
+    counts: dict[str, dict[str, int]] = {}
+    for fam, claims in by_family(verdicts).items():
+        c: dict[str, int] = {}
+        for v in claims.values():
+            c[v.outcome] = c.get(v.outcome, 0) + 1
+        counts[fam] = c
+    return counts
+
+
+def _by_evidence(vs: dict[str, Verdict]) -> str:
+    """'on measured evidence', or 'on published (2) and measured (1) evidence' where kinds mix (``vs``: claim →
+    its counted verdict)."""
+    kinds: dict[str, int] = {}
+    for v in vs.values():
+        kinds[v.evidence] = kinds.get(v.evidence, 0) + 1
     if len(kinds) == 1:
         return f"on {next(iter(kinds))} evidence"
-    return "on " + " and ".join(f"{k} ({len(n)})" for k, n in kinds.items()) + " evidence"
+    return "on " + " and ".join(f"{k} ({n})" for k, n in kinds.items()) + " evidence"
 
 
-def _why(vs: list[Verdict]) -> str:
-    """The causes of ``vs`` (one outcome), each claim counted once per cause: 'CPU runs … (3); no GPU memory … (2)'
-    — by each verdict's ``limit``, else the first clause of its reason."""
-    causes: dict[str, set[str]] = {}
-    for v in vs:
-        cause = v.limit or (_first_clause(v.reason) if v.reason else "")
-        if cause:
-            causes.setdefault(cause, set()).add(_key(v))
+def _why(vs: dict[str, Verdict]) -> str:
+    """The causes of ``vs`` (claim → its counted verdict, one outcome), each claim under its counted verdict's
+    cause, so the counts add up: 'CPU runs … (3); no GPU memory … (2)' — by ``limit``, else the first clause of the
+    reason."""
+    causes: dict[str, int] = {}
+    for v in vs.values():
+        cause = v.limit or (_first_clause(v.reason) if v.reason else "") or "no cause given"
+        causes[cause] = causes.get(cause, 0) + 1
     if len(causes) == 1:
         return next(iter(causes))
-    return "; ".join(f"{c} ({len(k)})" for c, k in sorted(causes.items(), key=lambda kv: -len(kv[1])))
+    return "; ".join(f"{c} ({k})" for c, k in sorted(causes.items(), key=lambda kv: -kv[1]))
 
 
 def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
-    """The three sentences a page opens with, computed from its verdicts: what the documents claim; what holds,
-    and on what evidence; what this host cannot say, and why (markdown, inline). A claim counts once in each
-    sentence however many reports or kinds of evidence test it (the index holds every report's verdicts); the
-    causes of what cannot be said are each verdict's own (``limit``), grouped."""
-    vs = [v if isinstance(v, Verdict) else Verdict(**v) for v in verdicts]
-    tested = [v for v in vs if v.outcome != "found"]
-    found = [v for v in vs if v.outcome == "found"]
-    first: dict = {}
-    for v in tested:  # one claim tested on two kinds of evidence: quoted as first listed (the document's own
-        first.setdefault(_key(v), v)  # wording, before a row that says where it was tested: '— on this host')
-    claims = list(first.values())
-    documents = [v for v in claims if v.kind not in OWN_QUESTION_KINDS]
-    own = [v for v in claims if v.kind in OWN_QUESTION_KINDS]
+    """The three sentences a page opens with, computed from its verdicts (a list of :class:`Verdict` or of their
+    dicts, as ``index.json`` holds them): what the documents claim; what holds, and on what evidence; what this host
+    cannot say, and why (markdown, inline).
 
-    def quoted(vs: list[Verdict], noun: str) -> str:
+    The three families are counted apart (:func:`by_family`): a document claim once in the first sentence however
+    many reports or families test it; in the others, once per family, under one outcome and one cause, so every
+    count adds up (the *document* family's outcomes to its claims, each group's causes to the group)."""
+    vs = _as_verdicts(verdicts)
+    fam = by_family(vs)
+    doc, cons, own = fam["document"], fam["consistency"], fam["own"]
+    documents: dict[str, Verdict] = {}
+    for v in vs:  # quoted as first listed (the document's own wording, before a row that says where it was tested)
+        if v.family != "own":
+            for k in claim_keys(v):
+                documents.setdefault(k, v)
+
+    def quoted(vs: list[Verdict], total: int, noun: str) -> str:
         # the statement only: a row's claim may go on, after " — ", with where it was tested ("— on this host: …")
-        said = [v.claim.split(" — ")[0].strip() for v in vs[:2]]
+        said = list(dict.fromkeys(v.claim.split(" — ")[0].strip() for v in vs))[:2]
         first = "; ".join(c if c[:1] in "“\"'" else f"“{c}”" for c in said)
-        return first + (f" and {_count(len(vs) - 2, 'more ' + noun)}" if len(vs) > 2 else "")
+        return first + (f" and {_count(total - len(said), 'more ' + noun)}" if total > len(said) else "")
 
-    def claims_of(outcome: str) -> list[Verdict]:
-        return [v for v in tested if v.outcome == outcome]
+    def of(claims: dict[str, Verdict], *outcomes: str) -> dict[str, Verdict]:
+        return {k: v for k, v in claims.items() if v.outcome in outcomes}
 
-    def n_claims(vs: list[Verdict]) -> int:
-        return len({_key(v) for v in vs})
-
+    asked = [v for v in own.values() if v.outcome != "found"]
     if documents:
-        claim = f"**The documents claim** {quoted(documents, 'claim')}." + (
-            f" The page also tests {_count(len(own), 'question')} of its own." if own else "")
-    elif own:
-        claim = f"**The documents make no claim this page tests**; it tests its own: {quoted(own, 'question')}."
+        firsts = list(dict.fromkeys(documents.values()))
+        claim = f"**The documents claim** {quoted(firsts, len(documents), 'claim')}." + (
+            f" The page also asks {_count(len(own), 'question')} of its own." if own else "")
+    elif asked:
+        claim = (f"**The documents make no claim this page tests**; it asks its own: "
+                 f"{quoted(list(dict.fromkeys(asked)), len(asked), 'question')}.")
     else:
         claim = "**The documents make no claim this page tests**; it answers its own question."
-    held = [v for v in tested if v.outcome in ("reproduced", "contradicted")]
-    if held:
-        parts = []
-        for outcome in ("reproduced", "contradicted"):
-            these = claims_of(outcome)
-            if these:
-                parts.append(f"{_count(n_claims(these), 'claim')} {outcome} {_by_evidence(these)}")
+    parts = []
+    for outcome in ("reproduced", "contradicted"):
+        these = of(doc, outcome)
+        if these:
+            parts.append(f"{_count(len(these), 'claim')} {outcome} {_by_evidence(these)}")
+    checked = [f"{len(of(cons, o))} {o}" for o in ("consistent", "inconsistent") if of(cons, o)]
+    if parts:
         holds = "**What holds:** " + ", ".join(parts) + "."
     else:
-        holds = "**What holds:** no claim is reproduced or contradicted by evidence that can decide it."
+        holds = "**What holds:** no claim is reproduced or contradicted by evidence independent of the documents."
+    if checked:
+        holds += (f" Checked against the documents' own figures, "
+                  f"{_count(len(of(cons, 'consistent', 'inconsistent')), 'claim')}: {' and '.join(checked)}.")
+    own_decided = {o: of(own, o) for o in ("reproduced", "contradicted")}
+    if any(own_decided.values()):
+        said = [f"{len(c)} {'passed' if o == 'reproduced' else 'failed'}" for o, c in own_decided.items() if c]
+        holds += f" kvlab's own checks: {' and '.join(said)}."
+    found = [v for v in own.values() if v.outcome == "found"]
     if found:
         holds += f" The page's own answer: {found[0].claim} — {found[0].number}."
-    cannot, open_ = claims_of("cannot be tested here"), claims_of("inconclusive")
-    if cannot or open_:
-        parts = []
+    limits = []
+    for name, claims in (("claim", {**of(doc, "cannot be tested here", "inconclusive"),
+                                    **{k: v for k, v in of(cons, "cannot be tested here", "inconclusive").items()
+                                       if k not in doc}}),
+                         ("own question", of(own, "cannot be tested here", "inconclusive"))):
+        cannot, open_ = of(claims, "cannot be tested here"), of(claims, "inconclusive")
         if cannot:
-            why = _why(cannot)
-            parts.append(f"{_count(n_claims(cannot), 'claim')} cannot be tested on this host" + (f" ({why})" if why else ""))
+            limits.append(f"{_count(len(cannot), name)} cannot be tested on this host ({_why(cannot)})")
         if open_:
-            why, k = _why(open_), n_claims(open_)
-            parts.append(f"{_count(k, 'claim')} {'is' if k == 1 else 'are'} inconclusive" + (f" ({why})" if why else ""))
-        limits = "**What this host cannot say:** " + "; ".join(parts) + "."
+            k = len(open_)
+            limits.append(f"{_count(k, name)} {'is' if k == 1 else 'are'} inconclusive ({_why(open_)})")
+    configured = {**of(doc, "configured"), **of(own, "configured")}
+    if configured:
+        limits.append(f"{_count(len(configured), 'value')} the experiment file sets "
+                      f"{'is' if len(configured) == 1 else 'are'} shown as configuration, not graded")
+    if limits:
+        limits_ = "**What this host cannot say:** " + "; ".join(limits) + "."
     else:
-        limits = "**What this host cannot say:** nothing on this page; every claim it tests was decided."
-    return [claim, holds, limits]
+        limits_ = "**What this host cannot say:** nothing on this page; every claim it tests was decided."
+    return [claim, holds, limits_]
 
 
 def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found",

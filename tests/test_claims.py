@@ -31,7 +31,9 @@ def _speed_runs(device_kind: str | None, times: dict[tuple[str, int], list[float
 
 def test_on_cpu_reads_the_device_kind_before_the_label():
     assert on_cpu("cpu") and not on_cpu("gpu", "CPU x86_64")  # the recorded kind wins over a label
-    assert on_cpu(None, "CPU x86_64") and not on_cpu(None, "8× NVIDIA B300") and not on_cpu(None, None)
+    assert on_cpu(None, "CPU x86_64") and not on_cpu(None, "8× NVIDIA B300")
+    # no device kind and no label recording GPUs: the row counts as CPU (the rule is never skipped for want of a kind)
+    assert on_cpu(None, None) and on_cpu(None, "")
 
 
 def test_cpu_runs_of_two_engines_cannot_decide_a_speed_claim():
@@ -59,8 +61,11 @@ def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():
     rel_m = analysis.relative_speed(_speed_runs("cpu", times), "vllm", "sglang-jax")
     got = [v for v in narrative.speed_claim_verdicts(claims, rel_m.head(0), rel_m, {"sglang": "sglang-jax"})
            if v.evidence == "measured"]
+    # value: the speed-up each claim names, the other engine's time ÷ the claimed one's at the claim's context
+    # (64K: sglang-jax 2.5 s ÷ vLLM 1.0 s; 200K: vLLM 2.0 s ÷ sglang-jax 19.0 s); the 64K baseline is in the number
     assert [(v.claim_id, v.outcome, v.value, v.n) for v in got] == [
-        ("speedup_64K", "cannot be tested here", 2.5, 1), ("speedup_200K", "cannot be tested here", 2.5, 1)]
+        ("speedup_64K", "cannot be tested here", 2.5, 1), ("speedup_200K", "cannot be tested here", 2.0 / 19.0, 1)]
+    assert [v.spread for v in got] == [(2.5, 2.5), (2.0 / 19.0, 2.0 / 19.0)]  # one repeat a side: min = max
     assert got[1].number == "vLLM already 2.5× faster at 64K (1,024 tokens); at 200K (3,200 tokens): vLLM 9.5×"
     assert got[0].number == "vLLM 2.5× faster at 64K (1,024 tokens), the shortest context measured"
     assert all(v.kind == "relative_speed" and v.scope and v.reason for v in got)
@@ -72,8 +77,9 @@ def test_context_scaling_on_gpus_decides_by_the_repeats():
     apart = {("vllm", 1024): [1.0, 1.1, 1.2], ("sglang", 1024): [1.5, 1.6, 1.7]}
     rel = analysis.relative_speed(_speed_runs("gpu", apart), "vllm", "sglang")
     (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
-    assert (v.outcome, v.n, v.value, v.spread) == ("reproduced", 3, pytest.approx(1.1 / 1.6),
-                                                   (pytest.approx(1.0 / 1.7), pytest.approx(1.2 / 1.5)))
+    # value: vLLM's speed-up, SGLang's median time ÷ vLLM's; spread: its min–max over the repeats
+    assert (v.outcome, v.n, v.value, v.spread) == ("reproduced", 3, pytest.approx(1.6 / 1.1),
+                                                   (pytest.approx(1.5 / 1.2), pytest.approx(1.7 / 1.0)))
     once = {("vllm", 1024): [1.0], ("sglang", 1024): [1.5]}
     rel = analysis.relative_speed(_speed_runs("gpu", once), "vllm", "sglang")
     (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
@@ -121,8 +127,10 @@ def test_mixed_signs_across_engines_or_metrics_are_inconclusive():
     up = measured_difference(Repeats.of([1.032]), Repeats.of([1.0]), "higher")  # vLLM latency +3.2%
     down = measured_difference(Repeats.of([0.77]), Repeats.of([1.0]), "higher")  # sglang-jax −23%
     g = combined([up, down])
-    assert (g.outcome, g.n, g.value, g.spread) == ("inconclusive", 1, pytest.approx(1.032), (0.77, 1.032))
-    assert g.reason.startswith("signs mixed")
+    # value and spread: the first part's (one metric of one engine, its min–max over its one repeat); the parts'
+    # values are in the reason, never mixed into the spread
+    assert (g.outcome, g.n, g.value, g.spread) == ("inconclusive", 1, pytest.approx(1.032), (1.032, 1.032))
+    assert g.reason == "signs mixed across engines or metrics (1.03×, 0.77×); n=1"
     agree = [measured_difference(Repeats.of([2.0, 2.1, 2.2]), Repeats.of([1.0, 1.1, 1.2]), "higher")] * 2
     assert combined(agree).outcome == "reproduced"
 
@@ -142,7 +150,8 @@ def test_memory_latency_claim_at_n1_with_mixed_signs_is_inconclusive():
     got = narrative.memory_claim_verdicts(claims, stats, analysis.memory_comparison(stats), None, simulated=True)
     lat = got[-1]
     assert (lat.outcome, lat.n, lat.kind, lat.claim_id) == ("inconclusive", 1, "memory_setting", "memory_092_latency")
-    assert lat.spread == (pytest.approx(0.77), pytest.approx(1.032)) and lat.reason.startswith("signs mixed")
+    assert lat.spread == (pytest.approx(1.032), pytest.approx(1.032))  # vLLM's mean latency, 0.92 ÷ 0.95, one run
+    assert lat.reason.startswith("signs mixed")
 
 
 # --------------------------------------------------------------------------- rule 3
@@ -160,7 +169,8 @@ def test_a_model_that_fails_its_held_out_test_only_illustrates():
     assert (g.outcome, g.evidence, g.scope, g.value) == ("inconclusive", "modelled", ILLUSTRATION_SCOPE, 179999.0)
     assert g.reason.startswith("an illustration, not a test")
     h = held_out_grade(0, 4, 0.03, 0.408)
-    assert (h.outcome, h.value, h.unit, h.spread) == ("contradicted", 0.0, "of 4 winners", (0.03, 0.408))
+    assert (h.outcome, h.value, h.unit, h.spread, h.family) == ("contradicted", 0.0, "of 4 winners", None, "own")
+    assert "margin 3.0% within the 40.8% mean held-out error" in h.reason
     ok = modelled_claim(False, 4, 4, 0.5, 0.1)
     assert (ok.outcome, held_out_grade(4, 4, 0.5, 0.1).outcome) == ("contradicted", "reproduced")
 

@@ -29,14 +29,17 @@ def test_speed_claims_against_the_table_and_the_measured_direction():
            narrative.speed_claim_verdicts(CLAIMS, rel, rel_m, {"sglang": "sglang-jax"})]
     # CPU runs of two engines never decide the GPU claim: each measured row quotes the shortest context's ratio
     assert got == [
-        ("speedup_64K", "reproduced", "published", 1.5, 2),  # n: the two published times at 64K
+        ("speedup_64K", "consistent", "published", 1.5, 2),  # n: the two published times at 64K
+        # value: the speed-up the claim names at its context, sglang-jax 2 s ÷ vLLM 1 s at 64K ...
         ("speedup_64K", "cannot be tested here", "measured", 2.0, 1),
-        ("speedup_200K", "reproduced", "published", 1.31, 2),
-        ("speedup_200K", "cannot be tested here", "measured", 2.0, 1),
+        ("speedup_200K", "consistent", "published", 1.31, 2),
+        # ... and vLLM 4 s ÷ sglang-jax 3 s at 200K (the 64K baseline, vLLM 2× faster, is in the number)
+        ("speedup_200K", "cannot be tested here", "measured", 1.33, 1),
     ]
     slow = analysis.relative_speed(_measured([1.0, 2.0, 1.0, 14.0]), "vllm", "sglang-jax")
     last = narrative.speed_claim_verdicts(CLAIMS, rel, slow, {"sglang": "sglang-jax"})[-1]
-    assert (last.outcome, last.value, last.unit, last.kind) == ("cannot be tested here", 2.0, "×", "relative_speed")
+    assert (last.outcome, last.value, last.unit, last.kind) == ("cannot be tested here", 1 / 14, "×", "relative_speed")
+    assert last.number.startswith("vLLM already 2.0× faster at 64K (1,024 tokens)")
 
 
 def test_crossover_verdicts_say_found_with_the_range():
@@ -88,9 +91,9 @@ def test_decay_claims_against_the_table_and_the_measured_shape():
     got = narrative.decay_claim_verdicts(CLAIMS, check, analysis.decay_factors(PUB),
                                          analysis.decay_factors(_measured([1.0, 2.0, 4.0, 3.0])))
     assert [(v.outcome, v.evidence, round(v.value, 2), v.n) for v in got] == [
-        ("contradicted", "published", 2.94, 2),  # n: the engine's published times at 64K and 200K
-        ("contradicted", "published", 1.49, 2),
-        ("reproduced", "published", round(2.937 / 1.494, 2), 4),  # both engines at both contexts
+        ("inconsistent", "published", 2.94, 2),  # n: the engine's published times at 64K and 200K
+        ("inconsistent", "published", 1.49, 2),
+        ("consistent", "published", round(2.937 / 1.494, 2), 4),  # both engines at both contexts
         ("cannot be tested here", "measured", 2.0, 1),  # vLLM 2× faster at 64K already: implementations, on a CPU
     ]
     assert got[0].number == "table: requests/s falls 2.94× from 64K to 200K (stated 3.29×)"
@@ -174,7 +177,7 @@ def test_memory_claims_on_a_cpu_host_and_on_gpus():
         # latency: vLLM +2.6% (TTFT +33%), sglang-jax −33% (TTFT −2.4%), one run each: signs mixed, n=1
         ("memory_092_latency", "inconclusive", pytest.approx(800 / 780), 1),
     ]
-    assert cpu[3].spread == (pytest.approx(10000 / 15000), pytest.approx(400 / 300))
+    assert cpu[3].spread == (pytest.approx(800 / 780), pytest.approx(800 / 780))  # vLLM's latency ratio, one run
     assert cpu[3].reason.startswith("signs mixed")
     assert "simulated KV-cache budget" in cpu[0].claim
     gpu = narrative.memory_claim_verdicts(claims, stats, cmp, None, simulated=False)
@@ -360,16 +363,23 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
         # so no hit share decides (n=1: inconclusive, rule 2 of kvlab.claims.grading)
         ("inconclusive", "measured", "83% of prompt tokens served from vLLM's cache at 90% shared; 0% with it off"),
         ("inconclusive", "measured", "84% of prompt tokens served from its radix cache at 90% shared; 0% with it off"),
-        ("inconclusive", "measured", "12 of 16 requests reused the 1,829-token prefix at 90% shared (15 could); none "
-                                     "of the 4 sent together first"),
+        # the 4 of the first wave are sent together, before the prefix is cached: only the 12 after could reuse it
+        ("inconclusive", "measured", "12 of the 12 requests sent after each run's first wave reused the 1,829-token "
+                                     "prefix at 90% shared; none of the 4 sent together first (before it could be "
+                                     "cached)"),
         # batch time 2 × (1 − 0.8 × hit rate) against 4 × (…): vLLM 2× faster at 0% already, on a CPU: untestable
         ("cannot be tested here", "measured", "vLLM already 2.0× faster at 0% shared; vLLM 1.9× sooner at 50%; vLLM "
                                               "1.9× sooner at 90%. What the cache saves within each engine is the fair "
                                               "comparison (the threshold row below)"),
-        ("found", "measured", "sglang-jax (CPU): no jump, a steady rise (R² 1.00); vLLM: no jump, a steady rise (R² 1.00)"),
+        # the report's own questions, one run a point: noise can make or hide a jump, so inconclusive, n shown
+        ("inconclusive", "measured", "sglang-jax (CPU): no jump, a steady rise (R² 1.00); vLLM: no jump, a steady rise "
+                                     "(R² 1.00)"),
         # one run per engine and cache setting: the per-turn ratios to two significant figures
-        ("found", "measured", "turn 2: vLLM 94%, TTFT 4.0× shorter; sglang-jax (CPU) 97%, TTFT 4.0× shorter"),
+        ("inconclusive", "measured", "turn 2: vLLM 94%, TTFT 4.0× shorter; sglang-jax (CPU) 97%, TTFT 4.0× shorter"),
     ]
+    assert [v.family for v in found] == ["document"] * 4 + ["own"] * 2
+    assert found[4].reason.startswith("n=1 repeat on the smaller side, fewer than the 3 a measured finding needs")
+    assert found[2].value == 1.0 and found[2].unit == "fraction of the requests that could reuse the prefix"
     assert (found[5].claim_id, found[5].n) == ("multi_turn_reuse", 1)
     assert (found[3].claim_id, found[3].value, found[3].n, found[3].kind) == ("shared_prefix_threshold", 2.0, 1,
                                                                               "engine_choice")
@@ -499,7 +509,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
         "so the prefix factor, the tree's first question for this workload, decides; the SGLang side of these "
         "measurements is sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
     why = narrative.disagreement(shared, shared.tree(), ev, sharing)
-    assert why.startswith("The tree says **SGLang** (RadixAttention reuses the shared prefix across requests); the "
+    assert why.startswith("The tree says **SGLang** (RadixAttention's effect at its greatest); the "
                           "measured data say **vLLM** (prefix: vLLM, median batch time 1.87× shorter")
     assert ("measured, vLLM's automatic prefix caching reused 41% of prompt tokens at shared fraction 0.5 "
             "(sglang-jax (CPU)'s radix cache: 47%)") in why
@@ -507,7 +517,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
     ev = guide.from_evidence(distinct, fit, sharing, conc)
     assert "so the concurrency factor" in narrative.evidence_basis(ev)
     why = narrative.disagreement(distinct, distinct.tree(), ev, sharing)
-    assert ("The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with ≥ 100 requests in "
+    assert ("The tree's high-concurrency branch assumes vLLM's C++ routing stability wins with ≥ 100 requests in "
             "flight; measured, concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM") in why
 
 
@@ -587,7 +597,7 @@ def test_engine_choice_captions(sharing):
     tree = guide.UserWorkload(shared_fraction=0.4).tree()
     assert narrative.tree_caption(tree) == (
         "Highlighted, this workload's path: Shared system prompt / document repeated across requests? yes → Fixed "
-        "context ≥ 30% of the prompt? yes (40%) ⇒ SGLang (RadixAttention reuses the shared prefix across requests).")
+        "context ≥ 30% of the prompt? yes (40%) ⇒ SGLang (RadixAttention's effect at its greatest).")
 
 
 def test_engine_choice_verdicts(fit, sharing):

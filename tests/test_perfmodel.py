@@ -508,18 +508,24 @@ def test_whatif_verdicts(fit):
     found = narrative.model_verdicts(fit, sens, head, claims)
     got = [(v.claim_id, v.outcome, v.evidence) for v in found]
     # held out, the model predicts the wrong winner at all four points with a 2.8% margin against a 40.8% error: its
-    # crossover is an illustration (inconclusive), and the failed held-out test and implausible fit are red rows
+    # crossover is an illustration (inconclusive), its crossover range too (a modelled answer stands only while the
+    # model passes its held-out test), and the failed held-out test and implausible fit are red rows (family own)
     assert got == [
         ("crossover_modelled", "inconclusive", "modelled"),
         ("model_held_out", "contradicted", "modelled"),
-        ("crossover_range", "found", "modelled"),
+        ("crossover_range", "inconclusive", "modelled"),
         ("model_plausible", "contradicted", "modelled"),
         ("memory_095", "cannot be tested here", "modelled"),
     ]
     assert found[0].scope == "model fitted to the published table; fails its held-out test"
     assert found[0].value == pytest.approx(179999, abs=1) and found[1].value == 0.0
-    assert found[1].spread == (pytest.approx(0.028, abs=0.001), pytest.approx(0.408, abs=0.001))
-    assert found[2].spread == (pytest.approx(110_629, abs=1), pytest.approx(795_163, abs=1))
+    # the model's crossover is its own answer, fitted to the table it would check: family own, never a document claim
+    assert [v.family for v in found] == ["own", "own", "own", "own", "document"]
+    # spreads in each value's unit: the crossover's range over the 96 assumption sets (tokens); the held-out count
+    # has none (its margin and error are in the reason)
+    assert found[1].spread is None and "margin 2.8% within the 40.8% mean held-out error" in found[1].reason
+    assert found[0].spread == found[2].spread == (pytest.approx(110_629, abs=1), pytest.approx(795_163, abs=1))
+    assert found[2].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
     assert found[0].number.startswith("crossover ≈176K (179,999 tokens); range 110,629–795,163 tokens "
                                       "(108K–777K; K = 1,024)")
     # shown for another GPU, the verdicts stay about the article's configuration (Kimi-K3 on 8× B300)

@@ -7,7 +7,7 @@ import pytest
 from kvlab import reports, verdicts
 from kvlab.verdicts import Verdict
 
-V = [Verdict("vLLM ≈ 1.5× faster at 64K", "reproduced", "published", "vLLM 1.50× faster at 64K"),
+V = [Verdict("vLLM ≈ 1.5× faster at 64K", "consistent", "published", "vLLM 1.50× faster at 64K"),
      Verdict("curves cross", "found", "measured", "no: vLLM faster at every measured context")]
 
 
@@ -20,10 +20,11 @@ def test_outcome_and_evidence_are_checked():
 
 def test_box_carries_its_verdicts_as_data():
     bundle = verdicts.box(V)._repr_mimebundle_()
-    assert bundle[verdicts.MIME][0] == {"claim": "vLLM ≈ 1.5× faster at 64K", "outcome": "reproduced",
+    assert bundle[verdicts.MIME][0] == {"claim": "vLLM ≈ 1.5× faster at 64K", "outcome": "consistent",
                                         "evidence": "published", "number": "vLLM 1.50× faster at 64K",
                                         "claim_id": "", "kind": "", "value": None, "unit": "", "n": None,
-                                        "spread": None, "scope": "", "reason": "", "limit": ""}
+                                        "spread": None, "scope": "", "reason": "", "limit": "",
+                                        "family": "consistency"}
     assert verdicts.Verdict(**bundle[verdicts.MIME][0]) == V[0]  # the payload reads back as the same verdict
     assert bundle["text/html"].count("<tr") == 2 and ">contradicted<" not in bundle["text/html"]
     assert bundle["text/plain"].splitlines()[1] == "[found · measured] curves cross: no: vLLM faster at every measured context"
@@ -84,7 +85,7 @@ def test_extract_keeps_every_other_output():
     plain = nbformat.v4.new_output("stream", text="kept")
     nb.cells = [nbformat.v4.new_code_cell(outputs=[plain, nbformat.v4.new_output(
         "display_data", data=verdicts.box(V[:1])._repr_mimebundle_())])]
-    assert [v["outcome"] for v in verdicts.extract(nb)] == ["reproduced"]
+    assert [v["outcome"] for v in verdicts.extract(nb)] == ["consistent"]
     assert nb.cells[0].outputs == [plain]
 
 
@@ -104,7 +105,8 @@ def test_headline_says_what_is_claimed_what_holds_and_what_this_host_cannot_say(
         verdicts.Verdict("the crossover", "found", "modelled", "176K"),
     ]
     claim, holds, limits = verdicts.headline(vs)
-    assert claim == "**The documents claim** “vLLM wins at 64K”; “SGLang wins at 200K” and 1 more claim."
+    assert claim == ("**The documents claim** “vLLM wins at 64K”; “SGLang wins at 200K” and 1 more claim. The page also "
+                     "asks 1 question of its own.")  # the found row is the page's own question, family own
     assert holds == ("**What holds:** 1 claim reproduced on measured evidence. The page's own answer: the crossover "
                      "— 176K.")
     assert limits == ("**What this host cannot say:** 1 claim cannot be tested on this host (CPU runs of two "
@@ -146,7 +148,10 @@ def test_headline_counts_each_claim_once_and_gives_each_cause():
     quoted = verdicts.Verdict("“vLLM gives each request its own pages” — vLLM as measured here", "contradicted",
                               "measured", "78%", claim_id="vllm_no_prefix_sharing", n=3)
     assert verdicts.headline([quoted])[0] == "**The documents claim** “vLLM gives each request its own pages”."
-    assert holds == "**What holds:** 2 claims reproduced on published evidence."
+    # the published rows check the article against its own table: consistency, never "reproduced"
+    assert [v.family for v in vs[:2]] == ["consistency", "document"] and vs[0].outcome == "consistent"
+    assert holds == ("**What holds:** no claim is reproduced or contradicted by evidence independent of the documents. "
+                     "Checked against the documents' own figures, 2 claims: 2 consistent.")
     assert limits == ("**What this host cannot say:** 5 claims cannot be tested on this host (CPU runs of two "
                       "different engine implementations cannot decide a speed claim about a GPU host (3); no GPU memory "
                       "outside the KV pool on this host, where the claimed OOMs arise (2)).")
@@ -158,8 +163,13 @@ def test_headline_counts_each_claim_once_and_gives_each_cause():
 def test_headline_when_everything_is_decided_or_nothing_is_tested():
     decided = [verdicts.Verdict("a", "contradicted", "published", "x"), verdicts.Verdict("b", "reproduced",
                                                                                           "published", "y")]
-    assert verdicts.headline(decided)[1] == ("**What holds:** 1 claim reproduced on published evidence, 1 claim "
-                                             "contradicted on published evidence.")
+    assert verdicts.headline(decided)[1] == ("**What holds:** no claim is reproduced or contradicted by evidence "
+                                             "independent of the documents. Checked against the documents' own "
+                                             "figures, 2 claims: 1 consistent and 1 inconsistent.")
+    measured = [verdicts.Verdict("a", "contradicted", "measured", "x", n=3),
+                verdicts.Verdict("b", "reproduced", "measured", "y", n=3)]
+    assert verdicts.headline(measured)[1] == ("**What holds:** 1 claim reproduced on measured evidence, 1 claim "
+                                              "contradicted on measured evidence.")
     assert verdicts.headline(decided)[2].endswith("every claim it tests was decided.")
     only = verdicts.headline([verdicts.Verdict("which engine for my load", "found", "measured", "vLLM")])
     assert only[0].startswith("**The documents make no claim this page tests**")
@@ -177,8 +187,9 @@ def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
     reports.write_index([rep], tmp_path)
     entry = json.loads((tmp_path / "index.json").read_text())[0]
     got = entry["verdicts"][0]
-    assert {k: got[k] for k in ("claim_id", "kind", "outcome", "evidence", "value", "unit", "n", "scope", "reason")} \
+    assert {k: got[k] for k in ("claim_id", "kind", "outcome", "evidence", "value", "unit", "n", "scope", "reason",
+                                "family")} \
         == {"claim_id": "speedup_64K", "kind": "relative_speed", "outcome": "cannot be tested here",
             "evidence": "measured", "value": 2.0, "unit": "×", "n": 1, "scope": "CPU, tiny model",
-            "reason": "two implementations on a CPU"}
+            "reason": "two implementations on a CPU", "family": "document"}
     assert Verdict(**got) == v  # reads back as the same typed verdict

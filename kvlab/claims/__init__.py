@@ -1,21 +1,24 @@
 """kvlab's claims layer: what evidence can decide a claim (:mod:`kvlab.claims.grading`, the rules) and the
 model's held-out facts the modelled rules read (:mod:`kvlab.claims.model`), and one checker module per claim kind
 (:mod:`kvlab.claims.speed`, :mod:`kvlab.claims.decay`, :mod:`kvlab.claims.memory`, :mod:`kvlab.claims.prefix`,
-:mod:`kvlab.claims.sharing`, :mod:`kvlab.claims.choice`, :mod:`kvlab.claims.modelled`). The narrative modules word the
+:mod:`kvlab.claims.sharing`, :mod:`kvlab.claims.choice`, :mod:`kvlab.claims.modelled`, and
+:mod:`kvlab.claims.documents` for the documents' mechanism, operations and set-up claims). The narrative modules word the
 verdicts; the outcomes, values, n, spread, scope and reason come from here."""
 
 from kvlab.claims.grading import (
-    ILLUSTRATION_SCOPE, LOO_WINNERS_SHARE, MIN_REPEATS, MODEL_SCOPE, Grade, Repeats, combined, cpu_cross_engine,
-    engine_difference,
+    ILLUSTRATION_SCOPE, LOO_WINNERS_SHARE, MIN_REPEATS, MODEL_SCOPE, Grade, Repeats, combined, configured,
+    cpu_cross_engine, engine_difference, finding, held_out_gate,
     held_out_grade, held_out_passes, implementations_differ, measured_difference, model_factor_decides,
     modelled_claim, negated, counted, on_cpu, winners_needed,
 )
+from kvlab.claims.documents import graded as document_claim_verdicts
 from kvlab.claims.prefix import cache_shares
 from kvlab.claims.model import grade_model_claim, held_out_error, model_margin, winners_held_out
 
 __all__ = [
-    "ILLUSTRATION_SCOPE", "cache_shares", "LOO_WINNERS_SHARE", "MIN_REPEATS", "MODEL_SCOPE", "Grade", "Repeats", "combined",
-    "counted", "cpu_cross_engine", "engine_difference", "grade_model_claim", "held_out_error", "held_out_grade", "held_out_passes", "implementations_differ",
+    "ILLUSTRATION_SCOPE", "cache_shares", "LOO_WINNERS_SHARE", "MIN_REPEATS", "MODEL_SCOPE", "Grade", "Repeats", "combined", "configured", "finding",
+    "held_out_gate",
+    "counted", "cpu_cross_engine", "document_claim_verdicts", "engine_difference", "grade_model_claim", "held_out_error", "held_out_grade", "held_out_passes", "implementations_differ",
     "measured_difference", "model_factor_decides", "model_margin", "modelled_claim", "negated", "on_cpu", "winners_held_out",
     "winners_needed",
 ]

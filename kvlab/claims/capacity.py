@@ -10,9 +10,12 @@ import polars as pl
 
 from kvlab import analysis
 from kvlab.claims.grading import (
-    NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, measured_difference, on_cpu,
+    CONFIGURED, NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, held_out_gate, measured_difference,
+    on_cpu,
 )
+from kvlab.claims.model import held_out_error, model_margin, winners_held_out
 from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.perfmodel.calibrate import published_fit
 from kvlab.perfmodel.roofline import Assumptions, Config, memory
 from kvlab.units import scaled_context, sig2, tokens_label
 from kvlab.verdicts import Verdict
@@ -96,6 +99,16 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
                        reason="no engine measured at two memory settings with a reported KV pool")
     g = combined(grades)
     number = "; ".join(p for _, p in sorted(parts, key=lambda p: p[0]))
+    budgets = d.filter(pl.col("mem_util").is_not_null()).group_by("mem_util").agg(
+        pl.col("kv_budget_bytes").unique()).sort("mem_util") if "kv_budget_bytes" in d.columns else None
+    if budgets is not None and d["kv_budget_bytes"].null_count() == 0:
+        # every run's KV pool is a budget the experiment file sets per memory setting: the ceiling follows it by
+        # construction, so it is shown as configuration, not graded (more repeats cannot change it)
+        said = ", ".join(f"{r['mem_util']:g}: {', '.join(f'{b / 2**20:g} MiB' for b in sorted(r['kv_budget_bytes']))}"
+                         for r in budgets.iter_rows(named=True))
+        g = replace(g, outcome="configured", limit=CONFIGURED,
+                    reason=f"the experiment file sets each memory setting's KV budget ({said}), so the ceiling "
+                           "follows the configuration by construction: shown, not graded")
     return g.verdict(claim, number, claim_id=cid, kind="capacity")
 
 
@@ -116,8 +129,13 @@ def queueing_verdict(points: pl.DataFrame) -> Verdict:
     below = seen.filter(pl.col("past_ceiling") == False)  # noqa: E712 - a polars comparison
     below_q = below.filter(pl.col("queued")).height
     first = past.sort("context_tokens", "mem_util", "engine", "load_level").row(0, named=True)
-    grade = counted(queued.height == past.height, past.height,
-                    reason=f"{queued.height} of {past.height} load points past the ceiling queued",
+    # n: distinct repeats behind the points past the ceiling, per engine, the fewer (load steps of one server start
+    # are one repeat; engines are not summed)
+    n = min(int(g["repeat"].n_unique()) if "repeat" in g.columns else g.height
+            for _, g in past.group_by("engine"))
+    grade = counted(queued.height == past.height, n,
+                    reason=f"{queued.height} of {past.height} load points past the ceiling queued, over n={n} repeats "
+                           "per engine",
                     value=queued.height / past.height, unit="of the points past the ceiling",
                     scope="CPU, tiny model" if on_cpu(first["device_kind"], first["hardware"]) else first["hardware"])
     number = (f"{queued.height} of {past.height} load points past the ceiling queued (e.g. {_where(first)}, "
@@ -195,7 +213,9 @@ def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
               f"{scaled_context(first['context_label'], first['context_tokens'])}, {first['mem_util']:g}")
         grade = cpu_cross_engine(lead, other, curve.filter(pl.col("engine").is_in([lead, other]))["device_kind"].to_list(),
                                  baseline=ga / gb, baseline_at=at, hardware=first["hardware"],
-                                 n=int(low.group_by("engine").len()["len"].min()), scope=first["hardware"])
+                                 n=int(low.group_by("engine").agg(pl.col("repeat").n_unique() if "repeat" in low.columns
+                                                                  else pl.len())[:, 1].min()),
+                                 scope=first["hardware"])
         if grade is not None:
             return grade.verdict(claim_here, f"{engine_label(lead if ga >= gb else other)} already {sig2(grade.value)}× "
                                  f"the goodput at {at}; {summary}", claim_id=cid, kind="capacity")
@@ -222,9 +242,15 @@ def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
     return combined(grades).verdict(claim_here, summary, claim_id=cid, kind="capacity")
 
 
-def modelled_verdict(modelled: pl.DataFrame) -> Verdict:
+def modelled_verdict(modelled: pl.DataFrame, fit=None) -> Verdict:
     """The model's ceiling at the longest context, per configuration and memory setting: the report's own answer for
-    the GPU host (*found*, evidence modelled), with where the model's memory check fails."""
+    the GPU host (*found*, evidence modelled), with where the model's memory check fails. Like every modelled
+    answer it stands only while the model passes its held-out test (``fit``: the calibration; default the published
+    fit), else it is an illustration, *inconclusive* (:func:`kvlab.claims.grading.held_out_gate`)."""
+    fit = fit if fit is not None else published_fit()
+    contexts = sorted(fit.residuals["context_tokens"].unique().to_list())
+    outcome, why, limit = held_out_gate("found", *winners_held_out(fit), model_margin(fit, contexts) or 0.0,
+                                        held_out_error(fit))
     cid, claim = MODELLED_CLAIM
     ctx = modelled["context_tokens"].max()
     at = modelled.filter(pl.col("context_tokens") == ctx).sort("dcp", "mem_util")
@@ -232,11 +258,12 @@ def modelled_verdict(modelled: pl.DataFrame) -> Verdict:
              f"{r['mem_util']:g}: {r['concurrency_ceiling']:,}" + ("" if r["fits"] else " (fails the memory check)")
              for r in at.iter_rows(named=True)]
     first = at.row(0, named=True)
-    return Verdict(f"{claim} ({tokens_label(ctx)})", "found", "modelled",
+    return Verdict(f"{claim} ({tokens_label(ctx)})", outcome, "modelled",
                    f"{'; '.join(parts)} requests at {tokens_label(ctx)}", claim_id=cid, kind="capacity",
                    value=float(first["concurrency_ceiling"]), unit="requests", n=1,  # one assumption set
                    scope=f"kvlab's physical model, {first['model']} on {first['tp']}× {first['gpu']}",
-                   reason="modelled KV pool in tokens ÷ context (never measured here)")
+                   limit=limit, family="own",
+                   reason=(f"{why}; " if why else "") + "modelled KV pool in tokens ÷ context (never measured here)")
 
 
 def capacity_verdicts(curve: pl.DataFrame, points: pl.DataFrame, gmap: pl.DataFrame,

@@ -128,6 +128,9 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
         ta, tb = ra[metric][0], rb[metric][0]
         ratio = tb / ta if lower_is_better else ta / tb  # > 1: ``a`` ahead where the mechanism is absent
         where = at_label(ra[at_col][0])
+        # n: the repeats behind the value quoted, the baseline rows' (report 05 quotes the same rows, the same n)
+        ns = [(ra["n_runs"][0] if "n_runs" in ra.columns else None) or 1,
+              (rb["n_runs"][0] if "n_runs" in rb.columns else None) or 1]
     grade = cpu_cross_engine(a, b, kinds, baseline=ratio, hardware=best.get("hardware"), n=min(ns), baseline_at=where,
                              scope=f"{best.get('hardware') or 'CPU'}")
     if grade is not None:

@@ -79,14 +79,14 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
             out.append(Verdict(c["statement"], "cannot be tested here", "published",
                                f"no table rows for {engine_label(e)} at {lo} and {hi}", claim_id=c["claim_id"],
                                kind="throughput_decay", scope="published table", n=0, limit=NO_TABLE_ROW,
-                               reason=f"the table has no {engine_label(e)} rows at both contexts"))
+                               family="consistency", reason=f"the table has no {engine_label(e)} rows at both contexts"))
             continue
         ok = bool(rows["consistent"].fill_null(False).any())
-        out.append(Verdict(f"{c['statement']} (the article's own table)", "reproduced" if ok else "contradicted",
+        out.append(Verdict(f"{c['statement']} — against the article's own table", "consistent" if ok else "inconsistent",
                            "published", f"table: {change(pub['batch_time_ratio'][0], 'requests/s')} from {lo} to {hi} "
                                         f"(stated {c['stated_value']:g}×)", claim_id=c["claim_id"],
                            kind="throughput_decay", value=pub["batch_time_ratio"][0], unit="×",
-                           n=2, scope="published table",  # the engine's published times at the two contexts
+                           n=2, scope="published table", family="consistency",  # its times at the two contexts
                            reason=("the table gives the stated factor under " if ok else
                                    "the table gives the stated factor under none of ")
                            + "the definitions checked"))
@@ -104,10 +104,10 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
     f = factors(decay_published, better, worse)
     if f:
         out.append(Verdict(f"{shape} — the two claims' shape, in the article's table",
-                           "reproduced" if f[0] < f[1] else "contradicted", "published",
+                           "consistent" if f[0] < f[1] else "inconsistent", "published",
                            f"{engine_label(better)} falls {f[0]:.2f}×, {engine_label(worse)} {f[1]:.2f}×",
                            claim_id=",".join(dec["claim_id"].to_list()), kind="throughput_decay",
-                           value=f[1] / f[0], unit="×", n=4, scope="published table",  # two engines, two contexts
+                           value=f[1] / f[0], unit="×", n=4, scope="published table", family="consistency",
                            reason=f"{engine_label(better)}'s factor is {'smaller' if f[0] < f[1] else 'not smaller'} "
                                   f"than {engine_label(worse)}'s in the table"))
     if decay_measured is not None and not decay_measured.is_empty():

@@ -4,18 +4,33 @@ This docstring is the statement of the rules; docs/verdicts.md repeats it for re
 Every verdict a report shows passes through one of the functions below, and tests/test_claims.py checks each
 rule on fixed frames.
 
+Families (:data:`kvlab.verdicts.FAMILIES`, every verdict's ``family``; counted apart by the headline)
+    *document*: a document's claim graded on evidence independent of that document (measured here, or modelled by
+    a model that passes its held-out test). *consistency*: a document checked against its own figures (its table's
+    ratios and decays, the decay "shape") or against another document (seed 000 against seed 003 on 0.95): it
+    decides only as *consistent* / *inconsistent*, never *reproduced* / *contradicted*. *own*: kvlab's own
+    questions and self-checks (the model's held-out test and plausibility, the capacity questions, the crossover
+    ranges, multi-turn reuse): never counted as document claims.
+
 Outcomes
     *reproduced* / *contradicted*: the evidence decides the claim, one way or the other.
+    *consistent* / *inconsistent*: a consistency verdict decides (the document agrees with its own figures or not).
+    *configured*: the value is set by the experiment file (a KV budget, a ceiling derived from it): shown as
+    configuration, never graded (:func:`configured`).
     *inconclusive*: the evidence points somewhere but cannot decide: too few repeats, a difference within the
     spread of the repeats, signs that differ across engines or metrics, or a model that fails its held-out test.
     *cannot be tested here*: the evidence cannot exercise the claim's mechanism; the verdict quotes the number
     that shows why.
-    *found*: the report's own answer to its own question (no document claim to reproduce).
+    *found*: the report's own answer to its own question (no document claim to reproduce). A measured *found* row
+    that states a direction passes the same rules as a deciding outcome (:func:`finding`): rule 1 for every
+    cross-engine row, then n ≥ 3 distinct repeats per side with ranges apart, else *inconclusive* with n shown. A
+    modelled *found* row (the crossover range, the B300 ceiling) and the model's "plausible" self-check stand only
+    while the model passes its held-out test (:func:`held_out_gate`).
 
 Rule 1 — cross-engine speed on a CPU (:func:`cpu_cross_engine`).
     A claim about which engine is faster on a GPU host is never decided by runs of two different engine
-    implementations on a CPU (``device_kind`` "cpu" in RUNS; where a row has no device kind, a hardware label
-    that names no GPU). On a CPU, vLLM's CPU build and SGLang (torch-native kernels, or sglang-jax) differ by a large factor at every setting,
+    implementations on a CPU (``device_kind`` "cpu" in RUNS; a row with no device kind counts as CPU unless its
+    hardware label, from its sweep's manifest, records GPUs: :func:`on_cpu`). On a CPU, vLLM's CPU build and SGLang (torch-native kernels, or sglang-jax) differ by a large factor at every setting,
     a gap of implementation, not of the mechanism the claim is about. The verdict is *cannot be tested here*,
     evidence *measured*, and its value the baseline ratio that shows the gap: the two engines' ratio where the
     claim's mechanism is absent (0% shared prefix, the shortest context, the lowest load measured).
@@ -26,10 +41,13 @@ Rule 2 — a measured difference (:func:`measured_difference`, :func:`combined`)
     fewer repeats of the two sides) and ``spread`` (the ratio's range over the repeats) filled in. Where a claim
     is tested on several engines or metrics, they must agree in sign; mixed signs are *inconclusive*. A share
     that can be 0 (a cache's hit share, cache on against off) is compared as a difference; a count a claim bounds
-    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` runs. ``n`` counts
+    with no second side (:func:`counted`) decides only over at least :data:`MIN_REPEATS` distinct repeats per engine
+    (the fewer; engines are not summed). ``n`` counts
     repeats: distinct repeat indices (RUNS ``repeat``) of the same point. Rows that share one repeat index — the
     load steps (1, 2, 4 in flight) of one server start, each stored as a run — are one repeat, not several
-    (:meth:`Repeats.per_repeat`).
+    (:meth:`Repeats.per_repeat`). Repeats known only by a middle and a count, without their min and max, do not
+    decide and get no spread (:meth:`Repeats.summary`: never a zero-width range). Mixed signs are read against the
+    value that means "no difference": 1 for a ratio, 0 for a difference (:attr:`Grade.neutral`).
 
 Rule 3 — modelled evidence (:func:`held_out_passes`, :func:`modelled_claim`, :func:`held_out_grade`).
     kvlab's model is fitted to the published table, so agreeing with that table is no test. A modelled verdict
@@ -44,9 +62,11 @@ The engine-choice guide's measured factors (:func:`engine_difference`).
     CPU runs of two implementations are a baseline that cannot decide; otherwise 3 repeats a side, ranges apart.
 
 Rule 4 — a modelled factor in the engine-choice guide (:func:`model_factor_decides`).
-    The model's engine choice counts only when its margin exceeds the model's mean held-out error; otherwise
-    the guide says the model does not separate the engines and gives the crossover as a range (the contexts
-    over which the two modelled times are within that error of each other).
+    The model's engine choice counts only when the model passes its held-out test at the assumptions it runs under
+    (rule 3's :func:`held_out_passes`) **and** its margin at the user's context exceeds the mean held-out error;
+    otherwise the guide says the model picks no engine and gives the crossover as a range (the contexts over which
+    the two modelled times are within that error of each other). The published fit gets 0 of 4 held-out winners at
+    the default assumptions, so the model picks an engine nowhere.
 """
 
 from __future__ import annotations
@@ -77,6 +97,9 @@ MIXED_SIGNS = "signs mixed across engines or metrics"
 FAILS_HELD_OUT = "the model fails its held-out test"
 NOTHING_MEASURED = "nothing measured to test it"
 NO_TABLE_ROW = "the published table has no row for it"
+NO_RANGE = "the repeats' min–max range is not recorded"
+CONFIGURED = "a value the experiment file sets, shown as configuration"
+NOT_REUSABLE = "every request was sent before the prefix could be cached"
 NO_GPU_MEMORY = "no GPU memory outside the KV pool on this host, where the claimed OOMs arise"
 ASSUMED_FROM_CLAIM = "the model's memory check rests on an assumption taken from the claim itself"
 UNRECORDED_DEVICE = "the runs record neither a KV budget nor their device"
@@ -87,6 +110,9 @@ class Repeats:
     """The values one side of a comparison took over its repeats (runs)."""
 
     values: tuple[float, ...]
+    #: Known only by a middle and a count (an aggregated row without its min and max): ``n`` is right, but the range
+    #: is not known, so no difference on it decides (:func:`measured_difference`) and its spread is not invented.
+    unranged: bool = False
 
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Repeats:
@@ -95,9 +121,12 @@ class Repeats:
     @classmethod
     def summary(cls, mid: float | None, lo: float | None, hi: float | None, n: int | None) -> Repeats:
         """Repeats known only by their median/mean ``mid``, min ``lo``, max ``hi`` and count ``n`` (an aggregated
-        frame): enough for every rule here, which reads only n, the range and the middle."""
+        frame): enough for every rule here, which reads only n, the range and the middle. Where ``n`` > 1 but the
+        min or max is missing, the range is unknown: the repeats are marked ``unranged`` (never a zero-width range)."""
         if mid is None or not n:
             return cls(())
+        if n > 1 and (lo is None or hi is None):
+            return cls((float(mid),) * n, unranged=True)
         lo, hi = (mid if lo is None else lo), (mid if hi is None else hi)
         return cls((lo,) + (mid,) * max(n - 2, 0) + ((hi,) if n > 1 else ()))
 
@@ -156,22 +185,30 @@ class Grade:
     scope: str = ""
     #: Why the evidence cannot decide (a cause constant above); "" where it decides.
     limit: str = ""
+    #: The verdict family (:data:`kvlab.verdicts.FAMILIES`); "" lets the verdict derive it from its id and evidence.
+    family: str = ""
 
-    def verdict(self, claim: str, number: str, claim_id: str = "", kind: str = ""):
+    @property
+    def neutral(self) -> float:
+        """The value that says "no difference": 1 for a ratio (unit "×"), 0 for a difference."""
+        return 1.0 if self.unit == "×" else 0.0
+
+    def verdict(self, claim: str, number: str, claim_id: str = "", kind: str = "", family: str = ""):
         """The :class:`kvlab.verdicts.Verdict` of this grade, with the narrative's wording."""
         return Verdict(claim, self.outcome, self.evidence, number, claim_id=claim_id, kind=kind, value=self.value,
                        unit=self.unit, n=self.n, spread=self.spread, scope=self.scope, reason=self.reason,
-                       limit=self.limit)
+                       limit=self.limit, family=family or self.family)
 
 
 # --------------------------------------------------------------------------- rule 1: CPU runs of two engines
 
 
 def on_cpu(device_kind: str | None, hardware: str | None = None) -> bool:
-    """Whether a run was computed on a CPU: its RUNS ``device_kind``; without one, a hardware label naming no GPU."""
+    """Whether a run counts as computed on a CPU: its RUNS ``device_kind``; without one, it counts as CPU unless its
+    hardware label (the sweep manifest's) records GPUs — a label that names no CPU. No kind and no label: CPU."""
     if device_kind:
         return device_kind.lower() == "cpu"
-    return bool(hardware) and is_cpu_hardware(str(hardware))
+    return not hardware or is_cpu_hardware(str(hardware))
 
 
 def implementations_differ(engine_a: str, engine_b: str) -> bool:
@@ -242,10 +279,16 @@ def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope:
         unit = "×"
     n = min(first.n, second.n)
     label = f"{what}: " if what else ""
+    if first.unranged or second.unranged:
+        spread = None
     if n < MIN_REPEATS:
         return Grade("inconclusive", "measured", f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} "
                      "repeats a measured difference needs", value=value, unit=unit, n=n, spread=spread, scope=scope,
                      limit=FEW_REPEATS)
+    if first.unranged or second.unranged:
+        return Grade("inconclusive", "measured", f"{label}n={n}, but the min–max range of the repeats is not "
+                     "recorded, so nothing shows the ranges apart", value=value, unit=unit, n=n, scope=scope,
+                     limit=NO_RANGE)
     if first.lo <= second.hi and second.lo <= first.hi:
         return Grade("inconclusive", "measured", f"{label}the min–max ranges of the {n}+ repeats of each side "
                      "overlap: the difference is within the spread", value=value, unit=unit, n=n, spread=spread,
@@ -257,21 +300,22 @@ def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope:
 
 
 def combined(grades: Sequence[Grade]) -> Grade:
-    """Rule 2 across engines or metrics testing one claim: their observed directions (value above or below 1)
-    must agree, else *inconclusive* (signs mixed); when they agree, any *inconclusive* part makes the whole
-    inconclusive; otherwise their common outcome. value: the first part's; spread: the parts' values, lowest to
-    highest; n: the fewest repeats of any part."""
+    """Rule 2 across engines or metrics testing one claim: their observed directions (value above or below the
+    neutral value: 1 for a ratio, 0 for a difference, :attr:`Grade.neutral`) must agree, else *inconclusive* (signs
+    mixed); when they agree, any *inconclusive* part makes the whole inconclusive; otherwise their common outcome.
+    value and spread: the first part's (a min–max of that one value over its repeats, in its unit; the parts' values,
+    which may be other engines or metrics, go into the reason, never into the spread); n: the fewest repeats of any
+    part."""
     if not grades:
         raise ValueError("combined() needs at least one grade")
-    values = [g.value for g in grades if g.value is not None]
+    signs = {g.value > g.neutral for g in grades if g.value is not None and g.value != g.neutral}
     ns = [g.n for g in grades if g.n is not None]
     n = min(ns) if ns else None
-    spread = (min(values), max(values)) if len(values) > 1 else grades[0].spread
-    base = replace(grades[0], n=n, spread=spread)
-    if len({v > 1 for v in values if v != 1}) > 1:
+    base = replace(grades[0], n=n)
+    if len(signs) > 1:
         few = f"; n={n}" if n is not None and n < MIN_REPEATS else ""
-        return replace(base, outcome="inconclusive",
-                       reason=f"signs mixed across engines or metrics ({min(values):.2f}× to {max(values):.2f}×){few}",
+        values = ", ".join(f"{g.value:.3g}{g.unit if g.unit == '×' else ''}" for g in grades if g.value is not None)
+        return replace(base, outcome="inconclusive", reason=f"signs mixed across engines or metrics ({values}){few}",
                        limit=MIXED_SIGNS)
     for g in grades:
         if g.outcome in ("inconclusive", "cannot be tested here"):
@@ -311,15 +355,15 @@ def held_out_passes(right: int, total: int, margin: float, error: float) -> bool
 
 def held_out_grade(right: int, total: int, margin: float, error: float) -> Grade:
     """The held-out test as a verdict of its own: *reproduced* when the model passes it, else *contradicted*
-    (red, never a neutral *found*). value: the winners right; spread: (margin, error) as fractions; n: the
-    leave-one-out fits (``total``)."""
+    (red, never a neutral *found*). value: the winners right; n: the leave-one-out fits (``total``); no spread (one
+    count; the margin and the error are in the reason, as fractions)."""
     ok = held_out_passes(right, total, margin, error)
     need = winners_needed(total) if total else 0
     parts = [f"winner right in {right} of {total} leave-one-out fits (needs {need})",
              f"margin {margin:.1%} {'above' if margin > error else 'within'} the {error:.1%} mean held-out error"]
     return Grade("reproduced" if ok else "contradicted", "modelled",
                  ("passes its held-out test: " if ok else "fails its held-out test: ") + "; ".join(parts),
-                 value=float(right), unit=f"of {total} winners", n=total, spread=(margin, error), scope=MODEL_SCOPE)
+                 value=float(right), unit=f"of {total} winners", n=total, scope=MODEL_SCOPE, family="own")
 
 
 def modelled_claim(agrees: bool, right: int, total: int, margin: float, error: float, *,
@@ -335,7 +379,7 @@ def modelled_claim(agrees: bool, right: int, total: int, margin: float, error: f
     return Grade("inconclusive", "modelled",
                  f"an illustration, not a test: the model {'agrees' if agrees else 'disagrees'} with the claim but "
                  f"fails its held-out test ({right} of {total} winners right, margin {margin:.1%} against a "
-                 f"{error:.1%} mean held-out error)", value=value, unit=unit, n=n, spread=(margin, error),
+                 f"{error:.1%} mean held-out error)", value=value, unit=unit, n=n,
                  scope=ILLUSTRATION_SCOPE, limit=FAILS_HELD_OUT)
 
 
@@ -365,3 +409,48 @@ def counted(holds: bool, n: int, *, reason: str, value: float | None = None, uni
                      limit=FEW_REPEATS)
     return Grade("reproduced" if holds else "contradicted", "measured", f"{reason}, over {n} runs", value=value,
                  unit=unit, n=n, scope=scope)
+
+
+# --------------------------------------------------------------------------- findings and configured values
+
+
+def finding(n: int | None, *, engines: tuple[str | None, str | None] | None = None, cross_engine: bool | None = None,
+            device_kinds: Iterable[str | None] = (), hardware: str | None = None,
+            apart: bool | None = None) -> tuple[str, str, str]:
+    """The one rule for a measured *found* row that states a direction (who is faster, where curves cross, how much
+    a cache saves): (outcome, why, limit). A row comparing two different implementations (``engines``, or
+    ``cross_engine`` True where the engines are not named) with any run counting as CPU (:func:`on_cpu`: no device
+    kind and no GPU label counts as CPU) cannot be tested here (rule 1); otherwise it is a finding only over at least
+    :data:`MIN_REPEATS` distinct repeats per side (``n``, the fewer) with min–max ranges apart (``apart``; None: not
+    a comparison of two sides); else *inconclusive* with n shown. ``why`` is "" for a finding."""
+    if cross_engine is None:
+        cross_engine = engines is not None and None not in engines and implementations_differ(*engines)
+    if cross_engine and any(on_cpu(k, hardware) for k in (list(device_kinds) or [None])):
+        who = (f"{engine_label(engines[0])} and {engine_label(engines[1])}" if engines and None not in engines
+               else "the two engines")
+        return ("cannot be tested here", f"{who} are different implementations run on a CPU, so which is faster "
+                "here says nothing of the engines on a GPU host", CPU_IMPLEMENTATIONS)
+    if n is None or n < MIN_REPEATS:
+        return ("inconclusive", f"n={n if n is not None else 'unknown'} repeat{'' if n == 1 else 's'} on the smaller "
+                f"side, fewer than the {MIN_REPEATS} a measured finding needs", FEW_REPEATS)
+    if apart is False:
+        return "inconclusive", f"n={n}, but the min–max ranges of the two sides overlap", WITHIN_SPREAD
+    return "found", "", ""
+
+
+def configured(value: float | None, unit: str, *, reason: str, n: int | None = None,
+               spread: tuple[float, float] | None = None, scope: str = "") -> Grade:
+    """A value the experiment file sets (a KV budget, a ceiling derived from it): shown as configuration, outcome
+    *configured*, never graded — more repeats cannot change it."""
+    return Grade("configured", "measured", reason, value=value, unit=unit, n=n, spread=spread, scope=scope,
+                 limit=CONFIGURED)
+
+
+def held_out_gate(outcome: str, right: int, total: int, margin: float, error: float) -> tuple[str, str, str]:
+    """Rule 3 on a modelled row that would decide or answer (*found*, *reproduced*): it stands only when the model
+    passes its held-out test (:func:`held_out_passes`); otherwise *inconclusive*, an illustration. Returns (outcome,
+    why, limit); why and limit are "" when the row stands."""
+    if outcome not in ("found", "reproduced", "contradicted") or held_out_passes(right, total, margin, error):
+        return outcome, "", ""
+    return ("inconclusive", f"an illustration: the model fails its held-out test ({right} of {total} winners right, "
+            f"margin {margin:.1%} against a {error:.1%} mean held-out error)", FAILS_HELD_OUT)

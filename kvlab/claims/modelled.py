@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import polars as pl
 
-from kvlab.claims.grading import ASSUMED_FROM_CLAIM, held_out_grade
+from kvlab.claims.grading import ASSUMED_FROM_CLAIM, held_out_gate, held_out_grade
 from kvlab.claims.model import (
     consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out,
 )
@@ -87,7 +87,7 @@ def model_verdicts(fit, sens, head, claims, workload=None,
                   + (f", {allowed}" if allowed else "") if rng.len() else "")
         grade, held = grade_model_claim(fit, agree and inside, sorted(res["context_tokens"].unique().to_list()),
                                         value=crossover, unit="tokens")
-        if rng.len() and grade.outcome != "inconclusive":
+        if rng.len():  # the value's range over the assumption sets, in its unit (tokens)
             grade = replace(grade, spread=(float(rng.min()), float(rng.max())))
         out.append(grade.verdict(
             f"{stated}: so the winner changes between {tokens_label(lo)} and {tokens_label(hi)} — as kvlab's model "
@@ -103,34 +103,43 @@ def model_verdicts(fit, sens, head, claims, workload=None,
         v = held_out_verdict(held, fit)
         out.append(replace(v, number=v.number + f" (worst {abs(worst['loo_error_pct']):.1f}%, "
                                                 f"{engine_label(worst['engine'])} at {tokens_label(worst['context_tokens'])})"))
+    contexts = sorted(res["context_tokens"].unique().to_list())
+    facts = (*winners_held_out(fit), model_margin(fit, contexts) or 0.0, held_out_error(fit))
     xo = sens["crossover_tokens"].drop_nulls()
     if xo.len():
         allowed = consistent_phrase(consistent)
+        outcome, why, limit = held_out_gate("found", *facts)
         out.append(Verdict("Where is the crossover over what the article leaves open (batch size, output length, "
                            "expert reads, cached MLA width, KV number format), each refitted to the same four "
-                           "points?", "found",
+                           "points?", outcome,
                            "modelled", f"{token_range(xo.min(), xo.max())} over all {sens.height} "
                            "assumption sets" + (f"; {allowed}" if allowed else ""),
                            claim_id="crossover_range", kind="crossover",
                            value=float(xo.median()), unit="tokens", spread=(float(xo.min()), float(xo.max())),
                            n=sens.height,  # the assumption sets, each refitted
                            scope="model fitted to the published table, refitted per assumption set",
-                           reason=f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"
+                           limit=limit, family="own",
+                           reason=(f"{why}; " if why else "")
+                           + f"{xo.len()} of {sens.height} assumption sets cross; the range is the answer"
                            + (f"; the narrower range is what the totals allow: the fits whose largest residual is "
                               f"within {consistent['tolerance_pct']:g} points of the best fit's (value and spread: "
                               "all sets)" if allowed else "")))
     bad = implausible(fit)
     worst = outside_factor(fit)
+    # an implausible fit fails whatever its held-out test says; a plausible one passes only with the held-out test
+    plausible, why, limit = ("contradicted", "", "") if bad else held_out_gate("reproduced", *facts)
     out.append(Verdict(f"The fitted parameters are physically plausible for the article's {fit.hardware} host",
-                       "contradicted" if bad else "reproduced", "modelled",
+                       plausible, "modelled",
                        "no: " + "; ".join(implausible(fit, short=True)) if bad else "yes, every one in range",
                        claim_id="model_plausible", kind="model_plausibility", scope="model fitted to the published table",
                        value=worst[1] if worst else None,
                        unit=f"× the plausible {worst[2]} ({PARAMETER_NAMES.get(worst[0], worst[0])}, the fitted "
                             "parameter furthest out)" if worst else "",
                        n=fit.residuals.height,  # the published points fitted
+                       limit=limit, family="own",
                        reason=("a fitted parameter lies outside its physical range, so the fit describes the table "
-                               "rather than its physics") if bad else "every fitted parameter is in its physical range"))
+                               "rather than its physics") if bad else "every fitted parameter is in its physical range"
+                       + (f"; {why}" if why else "")))
     flagged = head.filter(pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu"))  # short outside
     if head["mem_util"].n_unique() > 1 and flagged.height:
         hi_u, lo_u = flagged["mem_util"].max(), head["mem_util"].min()

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from dataclasses import replace
+
 from kvlab.claims.grading import (
-    NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, measured_difference, negated,
+    NOT_REUSABLE, NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, finding, measured_difference,
+    negated,
 )
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
@@ -137,12 +140,15 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                                      & (pl.col("shared_fraction") == r["shared_fraction"]))
                     rr = q.row(0, named=True) if q.height and q["requests_hit"][0] is not None else None
                 if rr is not None:
-                    possible = rr["requests"] - rr["n_runs"]  # every request but each run's first
-                    ok = rr["requests_hit"] >= possible
+                    # a request sent in a run's first wave (together with its first request) arrives before anyone
+                    # has computed the prefix, so it cannot reuse it: only the later ones can (and must)
+                    possible = rr["requests"] - rr["first_wave"]
+                    reused = rr["requests_hit"] - rr["first_wave_hit"]
+                    ok = reused >= possible
                     first = "none" if rr["first_wave_hit"] == 0 else f"{rr['first_wave_hit']}"
-                    number = (f"{rr['requests_hit']} of {rr['requests']} requests reused the {rr['shared_prefix_tokens']:,}-token "
-                              f"prefix at {r['shared_fraction']:.0%} shared ({possible} could); {first} of the "
-                              f"{rr['first_wave']} sent together first")
+                    number = (f"{reused} of the {possible} requests sent after each run's first wave reused the "
+                              f"{rr['shared_prefix_tokens']:,}-token prefix at {r['shared_fraction']:.0%} shared; "
+                              f"{first} of the {rr['first_wave']} sent together first (before it could be cached)")
                     setting = f", requests arriving {rr['first_wave'] // rr['n_runs']} at a time"
                 else:
                     ok = r["cache_hit_rate"] >= 0.95 * r["ideal_hit_rate"]
@@ -150,13 +156,17 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                               f"shared against {r['ideal_hit_rate']:.0%} if every request after the first reused it")
                     setting = ""
                 n = (rr or r).get("n_runs") or 1
-                share_of = (rr["requests_hit"] / possible if rr is not None and possible else r["cache_hit_rate"])
+                share_of = (reused / possible if rr is not None and possible else r["cache_hit_rate"])
                 grade = counted(ok, n, reason=("every request that could reuse the prefix did" if ok else
                                                "requests that could reuse the prefix computed it again"),
                                 value=share_of, unit=("fraction of the requests that could reuse the prefix"
                                                       if rr is not None and possible else
                                                       "fraction of prompt tokens from the cache"),
                                 scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
+                if rr is not None and not possible:
+                    grade = replace(grade, outcome="cannot be tested here", value=None, unit="", limit=NOT_REUSABLE,
+                                    reason="every request was sent in a run's first wave, before the prefix could be "
+                                           "cached: none could reuse it")
                 out.append(grade.verdict(f"“{suffix}” — {lab}{setting}", number,
                                          claim_id="sglang_radix_suffix", kind="prefix_sharing"))
 
@@ -225,14 +235,16 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             else:
                 parts.append(f"{engine_label(engine)}: no jump, a steady rise (R² {th.r2_linear:.2f})")
         if parts:
+            n = int(sharing["n_runs"].min()) if sharing.height else 0
+            outcome, why, limit = finding(n)  # within each engine; a shape from one run a point is noise
             out.append(Verdict(f"Does what the prefix cache saves jump at {threshold:.0%} shared, as the article's "
-                               "threshold implies?", "found", "measured", "; ".join(parts),
-                               claim_id="shared_prefix_threshold_jump", kind="prefix_sharing",
-                               n=int(sharing["n_runs"].min()) if sharing.height else 0,
-                               scope="each engine's own cache on against off",
-                               reason="the report's own question: what the cache saves within each engine, by "
-                                      "fraction; its answer is a shape per engine (a jump or a steady rise), not one "
-                                      "number, so the row has no value"))
+                               "threshold implies?", outcome, "measured", "; ".join(parts),
+                               claim_id="shared_prefix_threshold_jump", kind="prefix_sharing", n=n, limit=limit,
+                               scope="each engine's own cache on against off", family="own",
+                               reason=(f"{why} (run-to-run noise can make or hide a jump); " if why else "")
+                               + "the report's own question: what the cache saves within each engine, by "
+                                 "fraction; its answer is a shape per engine (a jump or a steady rise), not one "
+                                 "number, so the row has no value"))
 
     if by_turn is not None and by_turn.height:
         parts, ns, shares = [], [], []
@@ -249,14 +261,17 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             parts.append(f"{engine_label(engine)} {last['cached_share']:.0%}{ttft}")
             shares.append(last["cached_share"])
         if parts:
+            n_turn = None if None in ns else min(ns)
+            outcome, why, limit = finding(n_turn)  # one engine's cache on against off, per turn
             out.append(Verdict("Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
-                               "serves, and its time to first token against the cache off", "found", "measured",
+                               "serves, and its time to first token against the cache off", outcome, "measured",
                                f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
                                kind="prefix_sharing", scope="each engine's own cache on against off",
                                value=shares[0], unit="fraction of the last turn's prompt from the cache (the first "
-                               "engine named)", spread=(min(shares), max(shares)) if len(shares) > 1 else None,
-                               n=None if None in ns else min(ns),
-                               reason="the report's own question about the article's example 1"))
+                               "engine named)", spread=None,  # one configuration's share: no range over repeats
+                               n=n_turn, limit=limit, family="own",
+                               reason=(f"{why}: one turn's time to first token from one run can be an outlier; "
+                                       if why else "") + "the report's own question about the article's example 1"))
     return out
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab.analysis import stated_tolerance
-from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, measured_difference
-from kvlab.claims.model import consistent_phrase, grade_model_claim, winners_held_out
+from dataclasses import replace
+
+from kvlab.claims.grading import FAILS_HELD_OUT, NO_TABLE_ROW, Repeats, cpu_cross_engine, finding, measured_difference
+from kvlab.claims.model import consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out
 from kvlab.engines import engine_label
 from kvlab.units import k_label, sig2
 from kvlab.verdicts import Verdict
@@ -49,14 +51,14 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
         if r is None:
             out.append(Verdict(c["statement"], "cannot be tested here", "published", f"no table row at {ctx}",
                                claim_id=cid, kind="relative_speed", scope="published table", n=0, limit=NO_TABLE_ROW,
-                               reason=f"the table has no row at {ctx}"))
+                               reason=f"the table has no row at {ctx}", family="consistency"))
         else:
             ok = r["faster"] == claimed and abs(r["speedup"] - c["stated_value"]) <= stated_tolerance(
                 c["stated_value"], c.get("stated_precision"))
-            out.append(Verdict(f"{c['statement']} (the article's own table)", "reproduced" if ok else "contradicted",
+            out.append(Verdict(f"{c['statement']} — against the article's own table", "consistent" if ok else "inconsistent",
                                "published", f"{engine_label(r['faster'])} {r['speedup']:.2f}× faster at {ctx}",
                                claim_id=cid, kind="relative_speed", value=r["speedup"], unit="×",
-                               n=2, scope="published table",  # the two engines' published times at ctx
+                               n=2, scope="published table", family="consistency",  # two published times at ctx
                                reason=(f"the table gives {engine_label(r['faster'])} {r['speedup']:.2f}× against the "
                                        f"stated {c['stated_value']:g}× (to the claim's last digit)")))
         m = _claim_row(rel_measured, ctx) if rel_measured is not None and not rel_measured.is_empty() else None
@@ -80,11 +82,19 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
                       f"{engine_label(fast)} already {sig2(grade.value)}× faster at {base['context_label']} "
                       f"({base['context_tokens']:,} tokens); at {ctx} ({tokens}): {engine_label(m['faster'])} "
                       f"{sig2(m['speedup'])}×")
-        else:
-            first, second = ((m, "") , (m, "other_")) if m["engine"] == stands_for else ((m, "other_"), (m, ""))
-            grade = measured_difference(_repeats(*first), _repeats(*second), "lower",
-                                        what=f"{engine_label(stands_for)}'s batch time against the other's",
+        else:  # GPU runs: the other engine's time over the claimed one's, the speed-up the claim names
+            first, second = ((m, "other_"), (m, "")) if m["engine"] == stands_for else ((m, ""), (m, "other_"))
+            grade = measured_difference(_repeats(*first), _repeats(*second), "higher",
+                                        what=f"the other engine's batch time against {engine_label(stands_for)}'s",
                                         scope=m.get("hardware") or "")
+        if grade.outcome == "cannot be tested here":
+            # value: the figure the claim names, the claimed engine's speed-up at the claim's context (the other
+            # engine's time ÷ its own, over the repeats there); the baseline ratio stays in the number and reason
+            mine, theirs = ("", "other_") if m["engine"] == stands_for else ("other_", "")
+            at = _repeats(m, theirs), _repeats(m, mine)
+            spread = None if at[0].unranged or at[1].unranged else (at[0].lo / at[1].hi, at[0].hi / at[1].lo)
+            grade = replace(grade, value=at[0].mid / at[1].mid, unit="×", spread=spread,
+                            n=min(m.get("n_runs") or 1, m.get("other_n_runs") or 1))
         out.append(grade.verdict(f"{c['statement']} — on this host ({ctx} scaled to {tokens})", number,
                                  claim_id=cid, kind="relative_speed"))
     return out
@@ -93,7 +103,8 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
 def held_out_verdict(grade, fit) -> object:
     """The model's held-out test as a verdict row of its own (red when it fails: rule 3 of kvlab.claims.grading)."""
     right, total = winners_held_out(fit)
-    margin, error = grade.spread or (0.0, 0.0)
+    margin = model_margin(fit, sorted(fit.residuals["context_tokens"].unique().to_list())) or 0.0
+    error = held_out_error(fit)
     return grade.verdict(
         f"Does kvlab's model pass its held-out test (each published point refitted from the other "
         f"{max(fit.loo.height - 1, 0)}: winner right in at least 3 of 4, margin above the mean held-out error)?",
@@ -103,14 +114,18 @@ def held_out_verdict(grade, fit) -> object:
 
 def crossover_verdicts(estimates: list, model_tokens: float | None, measured: list | None,
                        model_range: tuple[float, float] | None = None, fit=None,
-                       consistent: dict | None = None) -> list:
+                       consistent: dict | None = None, device_kinds=(), hardware: str | None = None) -> list:
     """Where the winner changes: the article's table interpolated (found: the article states no crossover), the
     calibrated model (graded by rule 3 of :mod:`kvlab.claims.grading` when ``fit`` is given: an illustration,
     with its failed held-out test as a red row of its own, unless it passes), and the measured contexts.
 
     ``consistent``: :func:`kvlab.perfmodel.report.consistent_summary` of the fits consistent with the published
     totals; with it the model's row also gives their (narrower) crossover range, worded as report 04's verdicts give
-    it (:func:`kvlab.claims.model.consistent_phrase`). Words only: the grade, value and spread stay."""
+    it (:func:`kvlab.claims.model.consistent_phrase`). Words only: the grade, value and spread stay.
+
+    The measured row compares two engines, so it passes :func:`kvlab.claims.grading.finding`: runs that count as
+    CPU (``device_kinds`` of the compared runs; none recorded and no GPU ``hardware`` label: CPU) cannot be tested
+    here; otherwise fewer than 3 repeats a side are *inconclusive*, n shown."""
     out = []
     found = [x for x in estimates if x.context_tokens is not None]
     lo = hi = None
@@ -128,13 +143,16 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
             if model_range else "") + (f"; {allowed}" if allowed else "") + " (not an independent check)"
         claim = "Where the winner changes, from kvlab's physical model calibrated on the same four points"
         if fit is None:
-            out.append(Verdict(claim, "found", "modelled", number, claim_id="crossover_modelled", kind="crossover",
-                               value=model_tokens, unit="tokens", spread=model_range, scope="model fitted to the "
-                               "published table", reason="the model's own answer; its held-out test is not given"))
+            out.append(Verdict(claim, "inconclusive", "modelled", number, claim_id="crossover_modelled",
+                               kind="crossover", value=model_tokens, unit="tokens", spread=model_range,
+                               scope="model fitted to the published table", limit=FAILS_HELD_OUT,
+                               reason="the model's own answer; its held-out test is not given, so it cannot stand "
+                                      "(rule 3)"))
         else:
             contexts = sorted(fit.residuals["context_tokens"].unique().to_list())
             inside = contexts[0] < model_tokens < contexts[-1]
             grade, held = grade_model_claim(fit, inside, contexts, value=model_tokens, unit="tokens")
+            grade = replace(grade, spread=model_range)  # the value's range over the assumption sets, in tokens
             out.append(grade.verdict(claim + " (does it cross between the published contexts?)", number,
                                      claim_id="crossover_modelled", kind="crossover"))
             out.append(held_out_verdict(held, fit))
@@ -143,11 +161,16 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
         m = measured[0]
         none = ("" if x else "; the curves do not cross inside the measured contexts, so there is no crossover "
                 "context to give (no value)")
-        out.append(Verdict("Do the measured curves cross inside the measured contexts?", "found", "measured",
+        engines = (m.faster_below, m.faster_above) if m.faster_below and m.faster_above and \
+            m.faster_below != m.faster_above else None
+        outcome, why, limit = finding(m.n_runs, engines=engines, cross_engine=True, device_kinds=device_kinds,
+                                      hardware=hardware)
+        out.append(Verdict("Do the measured curves cross inside the measured contexts?", outcome, "measured",
                            f"yes, at ≈{x.context_tokens:,.0f} tokens ({x.method})" if x else
                            f"no: {engine_label(m.faster_below)} faster at every measured context" if m.faster_below
                            else f"no: {m.note}", claim_id="crossover_measured", kind="crossover",
                            value=x.context_tokens if x else None, unit="tokens", n=m.n_runs,
-                           scope="measured runs of this host",
-                           reason="the report's own question about its runs; decides no document claim" + none))
+                           scope=hardware or "measured runs of this host", limit=limit, family="own",
+                           reason=(f"{why}; " if why else "")
+                           + "the report's own question about its runs; decides no document claim" + none))
     return out

@@ -50,8 +50,9 @@ def _context_finding(f: Factor) -> str:
                 f"{f.crossover_range[1]:,.0f} tokens{' (the largest context modelled)' if f.crossover_range[1] >= 1 << 20 else ''}, "
                 "so the crossover is somewhere in that range"
                 if f.crossover_range else "the modelled times are never that close")
-        where = (f"a margin of {ratio - 1:.1%} is within the model's {error:.0%} mean held-out error ({right} of {total} "
-                 f"held-out winners right), so the model does not separate the engines here: {band}")
+        where = (f"a margin of {ratio - 1:.1%} is {'within' if ratio - 1 <= error else 'above'} the model's {error:.0%} mean "
+                 f"held-out error ({right} of {total} held-out winners right), so the model "
+                 f"{'does not separate the engines here' if ratio - 1 <= error else 'fails its held-out test and picks no engine'}: {band}")
     return (f"at {w.context_tokens:,} tokens on {w.gpu} TP{w.tp}, {engine_label(faster)} is {ratio:.2f}× faster "
             f"({engine_label(VLLM)} TP{w.tp} {number(ta)} s vs {engine_label(SGLANG)} TP{w.tp}+DCP{w.dcp} {number(tb)} s "
             f"per batch); {where}. Calibrated "
@@ -395,7 +396,7 @@ def premises(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataF
     conc = ev.factors[2]
     if (not w.shared_prefix and w.concurrency >= CONCURRENCY_THRESHOLD and tree.engine == VLLM
             and conc.favours == ev.engine):
-        why.append(f"The tree's high-concurrency branch assumes PagedAttention's memory efficiency wins with "
+        why.append(f"The tree's high-concurrency branch assumes vLLM's {tree.reason} wins with "
                    f"≥ {CONCURRENCY_THRESHOLD} requests in flight; measured, {factor_evidence(conc)}.")
     ctx = ev.factors[0]
     if ctx.favours and ctx.favours != tree.engine:
