@@ -91,6 +91,11 @@ class Workbook:
         rows = self._table("claims", store.load_claims).filter(pl.col("experiment") == experiment)
         return rows if kind is None else rows.filter(pl.col("kind") == kind)
 
+    def all_claims(self) -> pl.DataFrame:
+        """Every document's claims (a claim checked against another document's reads them all; not recorded as
+        read: the claim's own document is)."""
+        return self._table("claims", store.load_claims)
+
     def sources(self, *read: pl.DataFrame | str) -> Sources:
         """``display(wb.sources(...))``, a notebook's last cell: what it read through the workbook's filters
         (:meth:`measured`, :meth:`probes`, :meth:`published`, :meth:`claims`) and ``read``, what it read past them:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab import analysis, guide, narrative
+from kvlab.claims import document_claim_verdicts
 from kvlab.perfmodel import published_fit
 from kvlab.perfmodel.calibrate import consistent_fits, crossover_from_fit, crossover_range, refits
 from kvlab.perfmodel.report import consistent_summary
@@ -103,6 +104,7 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
                                 for m in crossover_methods]
     found = narrative.speed_claim_verdicts(claims, rel, rel_m, {engine_b: measured_engine_b})
     found += narrative.crossover_verdicts(estimates, x_model, values["x_measured"], x_model_range, fit, consistent)
+    found += document_claim_verdicts(claims, wb.all_claims(), published)  # the article's mechanisms and set-up
     table = answer_table(rel, ratios, engine_a, engine_b)
     answer = Answer(narrative.context_answer(rel.sort("context_tokens").to_dicts(),
                                              table.filter(pl.col("evidence") == "modelled").to_dicts(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab import analysis, guide, narrative
+from kvlab.claims import document_claim_verdicts
 from kvlab.perfmodel import Workload, published_fit
 from kvlab.perfmodel.calibrate import crossover_from_fit, crossover_range
 from kvlab.perfmodel.figures import context_grid, curves
@@ -34,6 +35,7 @@ def compute(wb, *, data_dir: str = "", claims_experiment: str = "article_kv_desi
     x_model = crossover_from_fit(fit, gpu=gpu, model=model, dcp=dcp, tp=tp)
     ev = guide.from_evidence(w, fit, sharing, conc)
     found = narrative.engine_choice_verdicts(claims, sharing, conc, w, tree, ev)
+    found += document_claim_verdicts(claims, wb.all_claims())  # the tree's branches and claims no study measures
     frames = {"claims": claims, "sharing": sharing, "concurrency": conc, "curves": model_df,
               "tree_claims": claims.filter(pl.col("citation").str.ends_with("decision tree"))}
     values = {"examples": narrative.examples_frame(guide.document_examples()), "workload": w, "tree": tree, "fit": fit, "x_range": x_range, "x_model": x_model, "evidence": ev,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab import analysis, narrative
+from kvlab.claims import document_claim_verdicts
 from kvlab.gpu import memory_outside_kv_pool
 from kvlab.perfmodel.figures import headroom_table
 from kvlab.studies import Answer, StudyResult, sourced
@@ -42,6 +43,9 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
         frames["ratios"] = analysis.memory_ratios(stats)  # each engine against itself: lower setting ÷ higher
         frames["causes"] = analysis.failure_causes(attempts, measured)
     found = narrative.memory_claim_verdicts(claims, stats, cmp, head, narrative.memory_setting(measured))
+    # the documents against each other on 0.95: a recommended setting another document says caused OOM retries
+    found += [v for v in document_claim_verdicts(wb.all_claims().filter(pl.col("metric") == "oom_retries"),
+                                                 wb.all_claims()) if v.family == "consistency"]
     outside = (head.filter(pl.col("dcp") == 1).group_by("mem_util")
                .agg(pl.col("outside_pool_gib_per_gpu").first(), pl.col("outside_need_gib_per_gpu").first())
                .sort("mem_util"))
