@@ -261,6 +261,8 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("memory_092_retries", "cannot be tested here", "measured", 0.0, 1),
         ("memory_092_stability", "cannot be tested here", "measured", None, 1),  # one run per setting: no spread
         ("memory_092_latency", "inconclusive", "measured", pytest.approx(4 / 3), 1),
+        # the documents against each other: seed 003 recommends 0.95, seed 000 says 0.95 caused OOM retries
+        ("memory_095_recommended", "inconsistent", "published", 0.95, 2),
     ]
     # the modelled 0.95 verdict restates the article's OOM claim (its need is taken from the claim), as in 04
     modelled = next(v for v in reps["03"].verdicts if v["evidence"] == "modelled")

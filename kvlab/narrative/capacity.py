@@ -299,13 +299,17 @@ def capacity_answer(found: list, nothing_measured: bool) -> tuple[str, ...]:
     out = []
     if nothing_measured:
         out.append("No load ladder was measured on this host: only the modelled ceilings below are shown.")
+    if (v := by_id.get("capacity_ceiling_memory")) is not None and v.outcome == "configured":
+        out.append(f"The memory setting is configuration here: {v.reason.split(', so ')[0]}.")
     if (v := by_id.get("capacity_queueing_past_ceiling")) is not None:
         out.append(f"Loaded past its KV pool's concurrency ceiling, a server queues requests: {v.outcome} "
                    f"({v.number.split(' (e.g.')[0]}; measured).")
     if (v := by_id.get("capacity_goodput_map")) is not None:
         out.append(f"Which engine carries more goodput within the SLO: {v.outcome}"
-                   + (f", since {v.reason}." if v.reason else "."))
+                   + (f", since {v.reason.split(':')[0]}." if v.reason else "."))
     if (v := by_id.get("capacity_modelled_ceiling")) is not None:
         out.append(f"On the reference host the model's ceilings at the longest context are: {v.number} "
-                   "(modelled, requests in flight).")
+                   "(modelled, requests in flight"
+                   + ("; an illustration only: the model fails its held-out test)." if v.outcome == "inconclusive"
+                      else ")."))
     return tuple(out) or ("This report has no verdict to answer with.",)

@@ -507,5 +507,5 @@ def prefix_answer(hits: list[dict], found: list, threshold: float) -> tuple[str,
     second = ("So " + " and ".join(said) + ".") if said else ""
     t = by_id.get("shared_prefix_threshold")
     third = (f"Whether {threshold:.0%} shared is the point to choose SGLang: {t.outcome}"
-             + (f", since {t.reason}." if t.reason else ".")) if t is not None else ""
+             + (f", since {t.reason.split(':')[0]}." if t.reason else ".")) if t is not None else ""
     return tuple(s for s in (first, second, third) if s)
