@@ -48,6 +48,7 @@ def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: Dat
     right, total = winners_held_out(fit)
     flagged = sorted({r["mem_util"] for r in head.iter_rows(named=True) if short_outside_pool(r)})
     lines = [
+        step_cost_bullet(sens, fit),
         f"- **Fit:** the {fit.residuals.height} published times are reproduced within {fit.max_abs_residual_pct:.1f}%; "
         f"held out in turn, each is predicted within {fit.loo_max_abs_pct:.1f}% (mean {fit.loo_mean_abs_pct:.1f}%), "
         f"with the right winner at its context in {right} of {total}: {confidence(fit)}.",
@@ -64,6 +65,35 @@ def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: Dat
                                            "an out-of-memory there (see the KV headroom section)." if flagged else "."),
     ]
     return "\n".join(line for line in lines if line)
+
+
+def step_cost_bullet(sens: DataFrame, fit=None) -> str:
+    """The report's first conclusion: per engine, the per-step overhead the bounded fits give (inside its cited prior)
+    and the **unexplained per-step cost** — what the article's table needs beyond every bounded term — each with its
+    range over the assumption sets (:func:`kvlab.perfmodel.ranges.per_step_costs`); the free fit beside it, labelled.
+    Empty without the bounded fits' columns."""
+    from kvlab.perfmodel.calibrate import PRIORS
+    from kvlab.perfmodel.ranges import per_step_costs
+
+    if "phys_sglang_unexplained_ms" not in sens.columns:
+        return ""
+    costs = per_step_costs(sens)
+
+    def ms(span) -> str:
+        at = f" (default set {span.default:.1f})" if span.default is not None else ""
+        return f"{span.lo:.1f}–{span.hi:.1f} ms{at}"
+
+    parts = [f"{engine_label(e)} needs **{ms(c.unexplained_ms)}** per decode step that nothing in the model explains "
+             f"(beyond its fitted per-step overhead of {ms(c.fitted_overhead_ms)})" for e, c in costs.items()]
+    free = ""
+    if fit is not None and fit.kind == "free":
+        free = (f" The free fit, which instead puts {fit.params.dcp_layer_latency_s * 1e6:,.0f} µs into each DCP "
+                "collective" + (" (outside its 1–100 µs prior: a non-physical fit, shown as such)" if not fit.physical
+                                else "") + ", stays beside it.")
+    cap = PRIORS["sglang_step_overhead_s"][1] * 1e3
+    return (f"- **Unexplained per-step cost** (over the {sens.height} assumption sets, every named term held to its "
+            f"prior: per-step overhead ≤ {cap:g} ms, DCP ≤ 100 µs per collective, decode bandwidth ≥ 30% of peak): to "
+            "match the article's table, " + "; ".join(parts) + "." + free)
 
 
 def consistent_bullet(c: dict) -> str:

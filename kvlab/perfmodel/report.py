@@ -13,7 +13,8 @@ from kvlab.perfmodel.calibrate import (
     BANDWIDTH_GRID, CONSISTENT_TOLERANCE_PCT, PUBLISHED_PRECISION_S, PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate,
     consistent_fits, crossover_from_fit, crossover_range, forecast, implausible, physics_check, published_fit, refits,
 )
-from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
+from kvlab.perfmodel.catalog import CatalogError, gpu as find_gpu, model as find_model
+from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
 from kvlab.spec import expand
 from kvlab.store import load_runs
@@ -174,8 +175,13 @@ def model_command(
                 out += ["", *physics_lines(fit, data_dir, tuple(int(c) for c in contexts), w, a, g.gpu,
                                            configs[0].model.model, tp, dcp or tp)]
             sens, _ = crossover_range(data_dir, a, physics=True)
+            out += step_cost_lines(sens)
             out.append(crossover_range_line(configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util),
                                             data_dir, a, sens))
+            if "published" in provenance:
+                out.append("  held-out winners (each published point left out in turn, per assumption set): "
+                           + held_out_by_set(sens, data_dir, base=a).text())
+                out += bound_lines(data_dir)
             if "published" in provenance:
                 cons = consistent_fits(sens, data_dir, gpu=g.gpu, model=configs[0].model.model, tp=tp,
                                        dcp=dcp or tp, base=a)
@@ -252,13 +258,46 @@ def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...]
         if name == "dcp_layer_latency_s":
             rng = f"{lo * 1e6:g}-{hi * 1e6:g} us"
         elif name.endswith("_overhead_s"):
-            rng = ">= 0"
+            rng = f"{lo * 1e3:g}-{hi * 1e3:g} ms per step (beyond it: the unexplained per-step cost)"
         else:
             rng = f"{lo:g}-{hi:g}"
         priors.append(f"    {name}: {rng} ({PRIOR_SOURCES[name]})")
     return [phys.summary(), "  priors:", *priors,
             f"  free fit beside physics-only fit (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}):",
             physics_check(free_fit, phys, contexts, w, a)]
+
+
+def step_cost_lines(sens) -> list[str]:
+    """Per engine, the fitted per-step overhead and the unexplained per-step cost of the bounded fits, with their
+    ranges over the assumption sets (:func:`kvlab.perfmodel.ranges.per_step_costs`)."""
+    out = [f"  per-step cost per engine (bounded fits, every named term inside its prior; {sens.height} assumption sets):"]
+    for e, c in per_step_costs(sens).items():
+        f, u = c.fitted_overhead_ms, c.unexplained_ms
+        out.append(f"    {engine_label(e)}: fitted per-step overhead {f.default:.2f} ms (range {f.lo:.2f}-{f.hi:.2f}); "
+                   f"unexplained per-step cost {u.default:.1f} ms (range {u.lo:.1f}-{u.hi:.1f}) that nothing in the "
+                   "model explains")
+    return out
+
+
+def bound_lines(data_dir: str | Path = DATA_DIR) -> list[str]:
+    """The model's throughput bound against each published measured GPU run (data/reference/published_gpu_runs.yaml)."""
+    from kvlab.perfmodel.reference import bound_checks
+
+    try:
+        checks = bound_checks(data_dir)
+    except CatalogError as exc:
+        return [f"  published GPU runs: {exc}"]
+    out = ["  bound vs published measured GPU runs (a published figure above the bound contradicts the model):"]
+    for c in checks:
+        r = c.run
+        out.append(f"    {r.run_id}: {r.model} on {r.gpu}, {r.input_tokens:,} in: bound {c.bound:,.0f} >= published "
+                   f"{r.value:,.1f} tok/s/GPU, margin {c.margin:.2f}x" if c.consistent else
+                   f"    {r.run_id}: CONTRADICTED — bound {c.bound:,.0f} < published {r.value:,.1f} tok/s/GPU "
+                   f"(margin {c.margin:.2f}x): {c.wrong_term()}")
+        if r.concurrency_per_gpu:
+            out[-1] += f"; KV capacity {c.capacity_per_gpu:,.1f} sequences/GPU for {r.concurrency_per_gpu:g} published"
+        out.append(f"      source: {r.citation()}")
+    return out
 
 
 def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: Assumptions, sens=None) -> str:
