@@ -19,7 +19,7 @@ from kvlab.claims import Grade, Repeats, engine_difference, held_out_error, mode
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.perfmodel import Config, batch_time, model as catalog_model
-from kvlab.perfmodel.calibrate import crossover_from_fit
+from kvlab.perfmodel.calibrate import crossover_from_fit, fit_for_model
 from kvlab.perfmodel.roofline import kv_split
 from kvlab.spec import ExperimentSpec
 
@@ -248,8 +248,11 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     Where DCP divides nothing (the model's KV heads already spread over TP) the model times the engines alike
     but for DCP's synchronisation, and the factor favours neither. Otherwise the faster engine is favoured only
     when its margin exceeds the model's mean held-out error (rule 4 of :mod:`kvlab.claims.grading`); within it,
-    the factor favours neither and keeps the crossover as a range (``crossover_range``).
+    the factor favours neither and keeps the crossover as a range (``crossover_range``). A fit made on another
+    model's points is never applied: for another model the uncalibrated roofline at its priors' centre
+    (:func:`kvlab.perfmodel.calibrate.fit_for_model`).
     """
+    fit = fit_for_model(fit, w.model)
     a, b = engine_configs(w)
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s
     tb = batch_time(b, w.context_tokens, p=fit.params).batch_time_s

@@ -11,12 +11,13 @@ from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.calibrate import (
     BANDWIDTH_GRID, CONSISTENT_TOLERANCE_PCT, PUBLISHED_PRECISION_S, PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate,
-    consistent_fits, crossover_from_fit, crossover_range, forecast, implausible, physics_check, published_fit, refits,
+    consistent_fits, crossover_from_fit, crossover_range, fit_for_model, forecast, implausible, physics_check,
+    published_fit, refits,
 )
 from kvlab.perfmodel.catalog import CatalogError, gpu as find_gpu, model as find_model
 from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
-from kvlab.spec import expand
+from kvlab.spec import expand, is_cpu_hardware
 from kvlab.store import load_runs
 from kvlab.units import context_label, k_label, token_range
 
@@ -348,10 +349,67 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
         out.append(describe(cfgs, prompts, w, params, a))
     if fit is not None:
         out += ["", fit.summary()]
+    est = gpu_minutes_line(plan.load(target), data_dir)
+    if est:
+        out += ["", est.removeprefix("# ")]
     pins = run_pins(target)
     if pins:
         out += ["", "which of the model's parameters each run pins:", *pins]
     return "\n".join(out)
+
+
+#: The planner's assumption for one server start on a GPU host (loading the weights from local disk, compiling and
+#: capturing CUDA graphs): 10 minutes. Kimi-K3's 1.56 TB checkpoint read at ~3 GB/s alone takes ~9 minutes; stated,
+#: not measured, and the engines' startup_timeout_s (3,600 s in b300_step_fit.yaml) is only a cap.
+SERVER_START_S = 600.0
+
+
+def gpu_minutes(spec, data_dir: str | Path = DATA_DIR) -> dict | None:
+    """What a sweep of ``spec`` would cost on its GPU host, in GPU-minutes: every run (repeats included) at its
+    modelled batch time under the Kimi-K3 fits (the free fit and the physics-only fit: a range), plus one
+    :data:`SERVER_START_S` per server start, times the GPUs each server holds (tp). Retries and warm-up requests are
+    not counted. None for a CPU experiment or hardware/models the catalog does not know.
+
+    Returns ``runs``, ``servers``, ``gpus`` (most held at once), ``run_minutes`` (lo, hi) of wall time, ``start_minutes``
+    and ``gpu_minutes`` (lo, hi)."""
+    if is_cpu_hardware(spec.hardware):
+        return None
+    try:
+        g = find_gpu(spec.hardware)
+        runs = expand(spec)
+        fits = [published_fit(data_dir), published_fit(data_dir, physics=True)]
+    except (KeyError, FileNotFoundError, ValueError):
+        return None
+    totals = []
+    for f in fits:
+        gpu_s = wall = 0.0
+        for r in runs:
+            e, w = r.engine, r.workload
+            name = e.served_model_name if _known(e.served_model_name) else e.model
+            cfg = Config(g, find_model(name), e.name, e.tp, e.dcp, e.mem_util, e.kv_cache_bytes)
+            p = fit_for_model(f, cfg.model.model).params
+            t = batch_time(cfg, w.context_tokens, Workload(w.batch_size, w.output_tokens), p).batch_time_s
+            wall += t
+            gpu_s += t * e.tp
+        totals.append((wall, gpu_s))
+    servers = plan.by_server(runs)
+    start_gpu_s = sum(SERVER_START_S * group[0].engine.tp for _, group in servers)
+    return {"runs": len(runs), "servers": len(servers), "gpus": max(r.engine.tp for r in runs),
+            "run_minutes": (min(t[0] for t in totals) / 60, max(t[0] for t in totals) / 60),
+            "start_minutes": len(servers) * SERVER_START_S / 60,
+            "gpu_minutes": tuple((start_gpu_s + t[1]) / 60 for t in sorted(totals, key=lambda t: t[1]))}
+
+
+def gpu_minutes_line(spec, data_dir: str | Path = DATA_DIR) -> str:
+    """The dry run's estimate in words ('' where :func:`gpu_minutes` has none)."""
+    est = gpu_minutes(spec, data_dir)
+    if est is None:
+        return ""
+    lo, hi = est["gpu_minutes"]
+    rl, rh = est["run_minutes"]
+    return (f"# estimate: {lo:,.0f}-{hi:,.0f} GPU-minutes on {est['gpus']} GPUs ({est['runs']} runs, modelled "
+            f"{rl:,.0f}-{rh:,.0f} min of batch time under the free and the physics-only fit; {est['servers']} server "
+            f"starts at an assumed {SERVER_START_S / 60:g} min each; retries and warm-up not counted)")
 
 
 def run_pins(target: str | Path) -> list[str]:
