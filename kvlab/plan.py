@@ -10,7 +10,7 @@ from pathlib import Path
 from kvlab import tinymodel
 from kvlab.engines import get_adapter
 from kvlab.engines.spec import redact_env
-from kvlab.spec import ExperimentSpec, RunSpec, expand, is_cpu_hardware
+from kvlab.spec import ExperimentSpec, RunSpec, expand
 
 
 def make_local_models(spec: ExperimentSpec) -> list[Path]:
@@ -94,11 +94,6 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
             run_id = f"{r.experiment}/{r.key}" if many else r.key
             lines.append(f"#   run {run_id}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
                          f"{w.batch_size} {w.kind}{_detail(w)}, repeat {r.repeat}")
-    gpu_specs = [s for s in specs if not is_cpu_hardware(s.hardware)]
-    if gpu_specs:  # the GPU time a sweep would take, from the physical model (its own stack: loaded only here)
-        from kvlab.perfmodel.report import gpu_minutes_line
-
-        lines += [line for line in (gpu_minutes_line(s) for s in gpu_specs) if line]
     return "\n".join(lines)
 
 

@@ -244,7 +244,11 @@ def test_the_step_fit_dry_run_prints_its_gpu_minutes():
                            fit.params).batch_time_s * r.engine.tp for r in expand(spec))
     assert total / 60 + 5 * SERVER_START_S * 8 / 60 in (pytest.approx(est["gpu_minutes"][0], rel=1e-9),
                                                        pytest.approx(est["gpu_minutes"][1], rel=1e-9))
-    text = plan.dry_run_text(spec)
-    assert text.splitlines()[-1].startswith(f"# estimate: {est['gpu_minutes'][0]:,.0f}-{est['gpu_minutes'][1]:,.0f} "
-                                            "GPU-minutes on 8 GPUs (44 runs")
-    assert "# estimate" not in plan.dry_run_text(plan.load(DATA_DIR / "experiments" / "cpu_long_context.yaml"))
+    from typer.testing import CliRunner
+
+    from kvlab.cli import app
+
+    out = CliRunner().invoke(app, ["sweep", str(DATA_DIR / "experiments" / "b300_step_fit.yaml"), "--dry-run"]).output
+    assert out.splitlines()[-1].startswith(f"# estimate: {est['gpu_minutes'][0]:,.0f}-{est['gpu_minutes'][1]:,.0f} "
+                                           "GPU-minutes on 8 GPUs (44 runs")
+    assert gpu_minutes(plan.load(DATA_DIR / "experiments" / "cpu_long_context.yaml")) is None  # a CPU plan: none

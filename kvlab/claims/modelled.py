@@ -17,6 +17,7 @@ from kvlab.claims.speed import held_out_verdict
 from kvlab.engines import engine_label
 from kvlab.perfmodel import Assumptions, Workload
 from kvlab.perfmodel.calibrate import SANE_RANGES, crossover_from_fit, implausible
+from kvlab.perfmodel.reference import bound_checks
 from kvlab.units import approx_tokens, token_range, tokens_label
 from kvlab.verdicts import Verdict
 
@@ -170,7 +171,6 @@ def model_verdicts(fit, sens, head, claims, workload=None,
                            limit=ASSUMED_FROM_CLAIM,
                            reason="the model's memory check rests on a need outside the pool chosen from this claim"))
     if bounds is None:
-        from kvlab.perfmodel.reference import bound_checks
         bounds = bound_checks()
     out += bound_verdicts(bounds)
     return out

@@ -10,7 +10,8 @@ from kvlab.claims.modelled import model_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.narrative.common import config_name, setup_phrase
 from kvlab.perfmodel import Assumptions
-from kvlab.perfmodel.calibrate import implausible
+from kvlab.perfmodel.calibrate import PRIORS, implausible
+from kvlab.perfmodel.ranges import per_step_costs
 from kvlab.units import approx_label, approx_tokens, sig2, token_range, tokens_label
 
 if TYPE_CHECKING:
@@ -72,9 +73,6 @@ def step_cost_bullet(sens: DataFrame, fit=None) -> str:
     and the **unexplained per-step cost** — what the article's table needs beyond every bounded term — each with its
     range over the assumption sets (:func:`kvlab.perfmodel.ranges.per_step_costs`); the free fit beside it, labelled.
     Empty without the bounded fits' columns."""
-    from kvlab.perfmodel.calibrate import PRIORS
-    from kvlab.perfmodel.ranges import per_step_costs
-
     if "phys_sglang_unexplained_ms" not in sens.columns:
         return ""
     costs = per_step_costs(sens)

@@ -14,7 +14,7 @@ import polars as pl
 
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.paths import DATA_DIR
-from kvlab.perfmodel.calibrate import published_fit, refits
+from kvlab.perfmodel.calibrate import OVERHEADS, PRIORS, held_out_winners, published_fit, refits
 from kvlab.perfmodel.roofline import Assumptions, Config, Workload, batch_time
 
 #: The assumption set the reports call the default (kvlab.perfmodel.Workload and Assumptions' own values).
@@ -59,8 +59,6 @@ class EngineStepCost:
 def per_step_costs(sens: pl.DataFrame) -> dict[str, EngineStepCost]:
     """Per engine, c(engine) and the unexplained per-step cost of every assumption set's bounded fit, with their
     ranges (``sens``: a sensitivity table with ``physics=True``)."""
-    from kvlab.perfmodel.calibrate import PRIORS, OVERHEADS
-
     d = _default_index(sens)
     out = {}
     for engine, name in OVERHEADS.items():
@@ -95,11 +93,9 @@ class HeldOutBySet:
 def held_out_by_set(sens: pl.DataFrame, data_dir: str | Path = DATA_DIR, experiment: str = "article_b300",
                     base: Assumptions = Assumptions()) -> HeldOutBySet:
     """:class:`HeldOutBySet` for every set of ``sens`` (the fits are cached: the sensitivity table made them)."""
-    from kvlab.claims.model import winners_held_out  # the held-out rule the verdicts use
-
     rows = []
     for r, (w, a, _p) in zip(sens.iter_rows(named=True), refits(sens, base)):
-        right, total = winners_held_out(published_fit(data_dir, w, a, experiment))
+        right, total = held_out_winners(published_fit(data_dir, w, a, experiment))
         rows.append({k: r[k] for k in DEFAULT_SET} | {"right": right, "held_out": total})
     per = pl.DataFrame(rows)
     d = _default_index(sens)

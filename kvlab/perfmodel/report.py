@@ -16,6 +16,7 @@ from kvlab.perfmodel.calibrate import (
 )
 from kvlab.perfmodel.catalog import CatalogError, gpu as find_gpu, model as find_model
 from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
+from kvlab.perfmodel.reference import bound_checks
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
 from kvlab.spec import expand, is_cpu_hardware
 from kvlab.store import load_runs
@@ -282,8 +283,6 @@ def step_cost_lines(sens) -> list[str]:
 
 def bound_lines(data_dir: str | Path = DATA_DIR) -> list[str]:
     """The model's throughput bound against each published measured GPU run (data/reference/published_gpu_runs.yaml)."""
-    from kvlab.perfmodel.reference import bound_checks
-
     try:
         checks = bound_checks(data_dir)
     except CatalogError as exc:
