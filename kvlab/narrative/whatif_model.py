@@ -9,7 +9,7 @@ from kvlab.claims.memory import short_outside_pool
 from kvlab.claims.modelled import model_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.narrative.common import config_name, setup_phrase
-from kvlab.perfmodel import Assumptions
+from kvlab.perfmodel import Assumptions, Config, Workload, batch_time
 from kvlab.perfmodel.calibrate import PRIORS, implausible
 from kvlab.perfmodel.ranges import per_step_costs
 from kvlab.units import approx_label, approx_tokens, sig2, token_range, tokens_label
@@ -22,11 +22,13 @@ __all__ = ["model_verdicts"]
 
 def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: DataFrame, head: DataFrame,
                       workload, *, gpu: str, tp: int, dcp: int, published_contexts: list[int],
-                      ratio_range: tuple[float, float] | None = None, consistent: dict | None = None) -> str:
+                      ratio_range: tuple[float, float] | None = None, consistent: dict | None = None,
+                      held_out=None) -> str:
     """The what-if report's conclusions, as markdown bullets, from its fit, sensitivity, curves and headroom.
 
     ``consistent``: what the fits consistent with the published totals share
-    (:func:`kvlab.perfmodel.report.consistent_summary`), one bullet.
+    (:func:`kvlab.perfmodel.report.consistent_summary`), one bullet. ``held_out``: the leave-one-out test per
+    assumption set (:func:`kvlab.perfmodel.ranges.held_out_by_set`), one bullet.
 
     ``at_max``: the modelled curves at the largest context drawn (one row per engine); ``head``: the KV
     headroom table; the memory bullet reads it without DCP at the largest published context (the smallest
@@ -53,6 +55,7 @@ def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: Dat
         f"- **Fit:** the {fit.residuals.height} published times are reproduced within {fit.max_abs_residual_pct:.1f}%; "
         f"held out in turn, each is predicted within {fit.loo_max_abs_pct:.1f}% (mean {fit.loo_mean_abs_pct:.1f}%), "
         f"with the right winner at its context in {right} of {total}: {confidence(fit)}.",
+        held_out_bullet(held_out, fit, tp) if held_out is not None else "",
         ("- **Plausibility:** " + "; ".join(bad) + ": a description of the published figures, not proof of their "
          "physics.") if bad else "- **Plausibility:** every fitted parameter is in its physical range.",
         f"- **Crossover** (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}, {who}): {xo_txt}"
@@ -92,6 +95,20 @@ def step_cost_bullet(sens: DataFrame, fit=None) -> str:
     return (f"- **Unexplained per-step cost** (over the {sens.height} assumption sets, every named term held to its "
             f"prior: per-step overhead ≤ {cap:g} ms, DCP ≤ 100 µs per collective, decode bandwidth ≥ 30% of peak): to "
             "match the article's table, " + "; ".join(parts) + "." + free)
+
+
+def held_out_bullet(h, fit, tp: int = 8) -> str:
+    """The held-out test with what it depends on: per assumption set, how many get every held-out winner right and at
+    which batch sizes, and what that says about the article's table (a finding about it, with its caveats)."""
+    text = f"- **Held out, per assumption set:** {h.text()}."
+    if h.all_right and h.batch_sizes:
+        b = max(h.batch_sizes)
+        pr = batch_time(Config.of(fit.hardware, "Kimi-K3", VLLM, tp, 1, Assumptions().default_mem_util), 204800,
+                        Workload(b, Workload().output_tokens), fit.params)
+        text += (f" A finding about the article's table, not its stated setup: its totals are predicted from each other "
+                 f"only where the batch is {b}, where vLLM runs 200K in {pr.waves} waves of up to {pr.concurrent_seqs} "
+                 "sequences in this model; four interpolated totals cannot show that the article ran that batch.")
+    return text
 
 
 def consistent_bullet(c: dict) -> str:
