@@ -315,7 +315,7 @@ def test_predict_like_mirrors_published_rows(fit):
     pub = load_runs(DATA_DIR, experiment="article_b300").filter(pl.col("source") == "published")
     mod = predict_like(pub, {"B300": fit.params})
     joined = pub.select("run_id", "batch_time_s").join(mod.select("run_id", pl.col("batch_time_s").alias("m")), on="run_id")
-    assert joined.height == 4 and ((joined["m"] / joined["batch_time_s"] - 1).abs() < 0.13).all()  # the fit's 12.5% worst
+    assert joined.height == 4 and ((joined["m"] / joined["batch_time_s"] - 1).abs() < 0.13).all()  # the fit's 12.2% worst
 
 
 def test_achieved_fraction_of_published_rows_is_below_one():

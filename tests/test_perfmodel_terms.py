@@ -252,3 +252,16 @@ def test_the_step_fit_dry_run_prints_its_gpu_minutes():
     assert out.splitlines()[-1].startswith(f"# estimate: {est['gpu_minutes'][0]:,.0f}-{est['gpu_minutes'][1]:,.0f} "
                                            "GPU-minutes on 8 GPUs (44 runs")
     assert gpu_minutes(plan.load(DATA_DIR / "experiments" / "cpu_long_context.yaml")) is None  # a CPU plan: none
+
+
+def test_kvlab_model_never_predicts_another_model_with_the_kimi_k3_fit():
+    from kvlab.perfmodel.calibrate import PRIOR_FAST, PRIOR_SLOW
+    from kvlab.perfmodel.report import model_command
+
+    out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4,
+                        output_tokens=10)
+    assert "params (uncalibrated roofline at the centre of its priors" in out and "the available fit is Kimi-K3's" in out
+    assert "prefill_efficiency 0.525, bandwidth_efficiency 0.600" in out and "calibration on" not in out
+    cfg = Config.of("H200", "Llama-3.1-70B", "vllm", 8, 1, 0.92)
+    fast, slow = (batch_time(cfg, 8192, Workload(4, 10), p).batch_time_s for p in (PRIOR_FAST, PRIOR_SLOW))
+    assert f"  vllm TP8 at 8K: {fast:,.1f}-{slow:,.1f} s" in out

@@ -11,7 +11,8 @@ from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.calibrate import (
     BANDWIDTH_GRID, CONSISTENT_TOLERANCE_PCT, PUBLISHED_PRECISION_S, PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate,
-    consistent_fits, crossover_from_fit, crossover_range, fit_for_model, forecast, implausible, physics_check,
+    PRIOR_CENTRE, PRIOR_FAST, PRIOR_SLOW, UNCALIBRATED_NOTE, consistent_fits, crossover_from_fit, crossover_range, fit_for_model, forecast,
+    implausible, physics_check,
     published_fit, refits,
 )
 from kvlab.perfmodel.catalog import CatalogError, gpu as find_gpu, model as find_model
@@ -26,14 +27,24 @@ DEFAULT_CONTEXTS = (65536, 204800)
 
 
 def params_for(
-    gpu_key: str, data_dir: str | Path = DATA_DIR, workload: Workload = Workload(), assumptions: Assumptions = Assumptions()
+    gpu_key: str, data_dir: str | Path = DATA_DIR, workload: Workload = Workload(), assumptions: Assumptions = Assumptions(),
+    model: str | None = None,
 ) -> tuple[Params, str, Fit | None]:
-    """Parameters to predict with on ``gpu_key`` and where they come from.
+    """Parameters to predict ``model`` with on ``gpu_key`` and where they come from.
 
     Measured runs on that hardware, when present, are fitted (with any published rows of it); otherwise the
     fit to the B300 article is used (efficiencies are fractions of each GPU's own peaks, so they carry over,
-    as an assumption); otherwise the defaults of :class:`Params`.
+    as an assumption); otherwise the defaults of :class:`Params`. A fit is never applied to another model than the
+    one it was fitted on: for another, the uncalibrated roofline at the priors' centre (:func:`fit_for_model`).
     """
+    params, where, fit = _params_for(gpu_key, data_dir, workload, assumptions)
+    if fit is not None and model is not None and fit_for_model(fit, model).kind == "uncalibrated":
+        return PRIOR_CENTRE, UNCALIBRATED_NOTE + f" (the available fit is {fit.model}'s)", None
+    return params, where, fit
+
+
+def _params_for(gpu_key: str, data_dir: str | Path, workload: Workload, assumptions: Assumptions,
+                ) -> tuple[Params, str, Fit | None]:
     try:
         runs = load_runs(data_dir)
     except FileNotFoundError:
@@ -151,7 +162,7 @@ def model_command(
     g = find_gpu(gpu)
     is_cpu = g.gpu == "CPU"
     configs = [Config.of(gpu, model, e, t, d, None if is_cpu else mem_util) for e, t, d in engines]
-    params, provenance, fit = params_for(g.gpu, data_dir, w, a)
+    params, provenance, fit = params_for(g.gpu, data_dir, w, a, configs[0].model.model)
     out = [
         f"kvlab model: {configs[0].model.model} on {g.gpu} ({g.name}), mem_util {mem_util if not is_cpu else 'n/a'}",
         K_NOTE,
@@ -163,6 +174,11 @@ def model_command(
         "",
         describe(configs, contexts, w, params, a),
     ]
+    if params is PRIOR_CENTRE:  # uncalibrated: the priors' range beside the centre
+        out.append("batch time over the priors' range (fast end - slow end), uncalibrated:")
+        out += [f"  {cfg.label()} at {context_label(int(c))}: "
+                f"{batch_time(cfg, int(c), w, PRIOR_FAST, a).batch_time_s:,.1f}-"
+                f"{batch_time(cfg, int(c), w, PRIOR_SLOW, a).batch_time_s:,.1f} s" for cfg in configs for c in contexts]
     if fit is not None:
         out += ["", fit.summary()]
         if fit.hardware == g.gpu and any(d > 1 for *_, d in engines):
@@ -330,7 +346,7 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
     a = Assumptions(kv_layers=kv_layers)
     items, name = spec_configs(target, a)
     g = items[0][0].gpu
-    params, provenance, fit = params_for(g.gpu, data_dir, Workload(), a)
+    params, provenance, fit = params_for(g.gpu, data_dir, Workload(), a, items[0][0].model.model)
     out = [
         f"kvlab model: experiment '{name}' ({target}) on {g.gpu} ({g.name})",
         K_NOTE,
