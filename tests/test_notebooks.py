@@ -318,9 +318,9 @@ def test_every_verdict_in_index_json_carries_its_typed_fields(built_reports):
     listed = json.loads((built_reports[0] / "index.json").read_text())
     verdicts = [v for r in listed for v in r["verdicts"]]
     assert len(verdicts) > 20 and typed_field_gaps(verdicts) == []
-    plausible = next(v for v in verdicts if v["claim_id"] == "model_plausible")  # 2,057 µs against 100 µs at most
+    plausible = next(v for v in verdicts if v["claim_id"] == "model_plausible")  # 2,091 µs against 100 µs at most
     assert (round(plausible["value"], 1), plausible["unit"], plausible["n"]) == (
-        20.6, "× the plausible maximum (DCP latency per layer and step, the fitted parameter furthest out)", 4)
+        20.9, "× the plausible maximum (DCP latency per layer and step, the fitted parameter furthest out)", 4)
 
 
 def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_whole(tmp_path, built_reports,
@@ -518,11 +518,12 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         on, off = g.filter(pl.col("prefix_caching")).row(0, named=True), g.filter(~pl.col("prefix_caching")).row(0, named=True)
         assert on["batch_speedup"] == pytest.approx(off["batch_time_s"] / on["batch_time_s"]), (engine, frac)
         assert on["ttft_speedup"] == pytest.approx(off["ttft_mean_ms"] / on["ttft_mean_ms"]), (engine, frac)
-    # 06's modelled curves (figure 2, after the tree) are bands over report 04's 96 assumption sets: the figure's data
-    # holds each curve's lowest and highest beside its default-set line
+    # 06's modelled curves (figure 2, after the tree) for Llama-3.1-8B, which no published point was fitted on: bands
+    # over report 04's 96 assumption sets x the priors' centre, fast end and slow end (the uncalibrated roofline, never
+    # the Kimi-K3 fit): the figure's data holds each curve's lowest and highest beside its centre line
     curve = pl.read_csv(reports.figure_dir(rep6.html) / "figure2.csv")
     assert {"batch_time_s_lo", "batch_time_s_hi", "output_tokens_per_s_lo", "output_tokens_per_s_hi"} <= set(curve.columns)
-    assert curve["assumption_sets"].max() == 96 and set(curve["source"]) == {"modelled"}
+    assert curve["assumption_sets"].max() == 96 * 3 and set(curve["source"]) == {"modelled"}
     assert ((curve["batch_time_s_lo"] <= curve["batch_time_s"]) & (curve["batch_time_s"] <= curve["batch_time_s_hi"])).all()
     assert (curve["batch_time_s_hi"] > 1.01 * curve["batch_time_s_lo"]).all()  # every context: a band, not a line
 
@@ -640,7 +641,7 @@ def test_report_07_on_capacity_runs(tmp_path):
     modelled = pl.read_csv(folder / "figure4.csv")
     assert set(modelled["source"]) == {"modelled"} and modelled.filter(
         (pl.col("dcp") == 8) & (pl.col("mem_util") == 0.92) & (pl.col("context_tokens") == 204800)
-    )["concurrency_ceiling"].to_list() == [92]
+    )["concurrency_ceiling"].to_list() == [51]  # SGLang's KV pool: what its fraction leaves, less the KDA state's pool
     assert [(v["claim_id"], v["outcome"], v["evidence"], v["value"], v["n"]) for v in rep.verdicts] == [
         ("capacity_ceiling_memory", "inconclusive", "measured", 2.5, 1),  # the 3 load steps of repeat 0: n = 1
         ("capacity_queueing_past_ceiling", "inconclusive", "measured", 1.0, 2),
