@@ -255,9 +255,15 @@ def band_sentence(model_df: DataFrame, y: str = "batch_time_s", unit: str = "s",
     for r in model_df.iter_rows(named=True):
         if r["context_tokens"] == c:
             parts.append(f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g})")
-    text = (f"Bands: the lowest to highest over the {n or ''} assumption sets the published points cannot choose "
-            f"among (each refitted to them), the line inside being the default set's; at {tokens_label(c)} "
-            + ", ".join(parts) + ".").replace("the  assumption", "the assumption")
+    if "uncalibrated" in model_df.columns and model_df["uncalibrated"].any():
+        text = (f"Bands: uncalibrated (no published point of this model was fitted, and a fit to another model's is "
+                f"never applied): the lowest to highest over the priors' centre, fast end and slow end under each "
+                f"assumption set ({n or ''} in all), the line inside being the priors' centre; at {tokens_label(c)} "
+                + ", ".join(parts) + ".")
+    else:
+        text = (f"Bands: the lowest to highest over the {n or ''} assumption sets the published points cannot choose "
+                f"among (each refitted to them), the line inside being the default set's; at {tokens_label(c)} "
+                + ", ".join(parts) + ".").replace("the  assumption", "the assumption")
     if few != n and first_full:
         text += (f" Below {tokens_label(first_full)} only {few} of the sets count: the others' output is as long as "
                  "the context, leaving no prompt.")

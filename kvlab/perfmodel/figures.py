@@ -104,8 +104,10 @@ def curves(
             for col in RANGED:
                 lo[col][i] = min(lo[col][i], r[col])
                 hi[col][i] = max(hi[col][i], r[col])
+    # a model no point was fitted on: the sets are the priors' centre and ends under each assumption set (uncalibrated)
+    uncalibrated = "fit" in sens.columns and sens["fit"].str.starts_with("prior").any()
     return df.with_columns(*(pl.Series(f"{col}_{end}", v[col]) for col in RANGED for end, v in (("lo", lo), ("hi", hi))),
-                           pl.Series("assumption_sets", counted))
+                           pl.Series("assumption_sets", counted), pl.lit(uncalibrated).alias("uncalibrated"))
 
 
 def _curve_rows(configs: list[Config], contexts: list[int], w: Workload, p: Params, a: Assumptions) -> list:
