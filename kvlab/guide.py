@@ -22,7 +22,7 @@ from kvlab.claims import (
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.perfmodel import Config, batch_time, model as catalog_model
-from kvlab.perfmodel.calibrate import crossover_from_fit
+from kvlab.perfmodel.calibrate import crossover_from_fit, fit_for_model
 from kvlab.perfmodel.roofline import kv_split
 from kvlab.spec import ExperimentSpec
 
@@ -255,7 +255,10 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     held-out winners right, margin above the mean held-out error) **and** its margin here exceeds that error (rule 4
     of :mod:`kvlab.claims.grading`); otherwise the factor favours neither (the model picks no engine anywhere while it
     fails its held-out test) and keeps the crossover as a range (``crossover_range``).
+    A fit made on another model's points is never applied: for another model the uncalibrated roofline at its
+    priors' centre (:func:`kvlab.perfmodel.calibrate.fit_for_model`).
     """
+    fit = fit_for_model(fit, w.model)
     a, b = engine_configs(w)
     ta = batch_time(a, w.context_tokens, p=fit.params).batch_time_s
     tb = batch_time(b, w.context_tokens, p=fit.params).batch_time_s

@@ -180,7 +180,7 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
                              "flight against a ceiling of 2: up to 2 waiting); 0 of 22 below or at it")
     assert got[2].number.endswith("vLLM ahead at 3 of 4 context × memory settings")
     assert got[3].number == ("vLLM TP8 at 0.92: 11; vLLM TP8 at 0.95: 13 (fails the memory check); SGLang TP8+DCP8 "
-                             "at 0.92: 92; SGLang TP8+DCP8 at 0.95: 104 (fails the memory check) requests at 200K")
+                             "at 0.92: 51; SGLang TP8+DCP8 at 0.95: 58 (fails the memory check) requests at 200K")
     # on GPU runs the map is graded by rule 2: its cells' winners differ, so inconclusive (signs mixed)
     gpu = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
     v = capacity.map_verdict(gpu, gmap.with_columns(pl.lit("8x B300").alias("hardware")))

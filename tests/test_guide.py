@@ -85,7 +85,9 @@ def test_differences_the_grading_rules_do_not_pass_decide_nothing(fit):
 def test_context_factor_times_both_engines_when_dcp_divides_nothing(fit):
     f = guide.context_factor(guide.UserWorkload(8192, model="Llama-3.1-8B"), fit)
     assert (f.favours, f.dcp_divides, f.crossover) == (None, False, None)
-    assert f.times == (pytest.approx(5.53, abs=0.005), pytest.approx(72.9, abs=0.05))  # vLLM TP8, SGLang TP8+DCP8
+    # vLLM TP8, SGLang TP8+DCP8 under the uncalibrated roofline at its priors' centre: a Kimi-K3 fit is never applied
+    # to Llama-3.1-8B (it gave 5.53 s against 72.9 s, 67.4 s of it the fitted DCP term)
+    assert f.times == (pytest.approx(3.98, abs=0.005), pytest.approx(5.63, abs=0.005))
 
 
 def test_with_nothing_that_decides_the_guide_follows_the_tree(fit, sharing):

@@ -16,7 +16,8 @@ from kvlab.claims.grading import (
 from kvlab.claims.model import held_out_error, model_margin, winners_held_out
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.calibrate import published_fit
-from kvlab.perfmodel.roofline import Assumptions, Config, memory
+from kvlab.perfmodel.pools import concurrency_ceilings
+from kvlab.perfmodel.roofline import Assumptions
 from kvlab.units import scaled_context, sig2, tokens_label
 from kvlab.verdicts import Verdict
 
@@ -29,23 +30,20 @@ def modelled_ceilings(gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dc
     target x context: ``kv_pool_tokens`` (the pool the model predicts, in tokens, the figure engines log),
     ``concurrency_ceiling`` = that // context (the same definition as :func:`kvlab.analysis.run_ceilings`, so the
     two stand side by side) and ``max_concurrent_seqs``, the model's own count, which also charges each sequence its
-    linear-attention state (Kimi-K3's KDA layers); ``fits`` and ``reason`` are the model's memory check. DCP 1 is
-    modelled as vLLM, DCP > 1 as SGLang (perfmodel's headroom table does the same). The defaults are the GPU
+    linear-attention state (Kimi-K3's KDA layers), from each engine's own pools
+    (:func:`kvlab.perfmodel.pools.concurrency_ceilings`, the function report 03's headroom reads too, so the two pages
+    agree); ``limited_by`` says which pool sets it; ``fits`` and ``reason`` are the model's memory check. DCP 1 is
+    modelled as vLLM, DCP > 1 as SGLang. The defaults are the GPU
     host's capacity question: Kimi-K3 on 8 x B300 at the contexts and memory targets of
     data/experiments/b300_capacity.yaml."""
-    a = assumptions or Assumptions()
-    rows = []
-    for u in mem_utils:
-        for d in dcp_sizes:
-            cfg = Config.of(gpu, model, SGLANG if d > 1 else VLLM, tp, d, u)
-            for c in contexts:
-                m = memory(cfg, int(c), a)
-                rows.append({"source": "modelled", "gpu": cfg.gpu.gpu, "model": cfg.model.model,
-                             "engine": cfg.engine, "tp": tp, "dcp": d, "mem_util": u, "context_tokens": int(c),
-                             "kv_pool_tokens": m.kv_capacity_tokens,
-                             "concurrency_ceiling": analysis.concurrency_ceiling(m.kv_capacity_tokens, int(c)),
-                             "max_concurrent_seqs": m.max_concurrent_seqs, "fits": m.fits, "reason": m.reason})
-    return pl.DataFrame(rows)
+    # the one function every modelled ceiling comes from (report 03's headroom too): per-engine pools
+    t = concurrency_ceilings(gpu, model, mem_utils, dcp_sizes, contexts, assumptions or Assumptions(), tp)
+    ceiling = [analysis.concurrency_ceiling(k, c) for k, c in zip(t["kv_capacity_tokens"], t["context_tokens"])]
+    return t.select(
+        "source", "gpu", "model", "engine", "tp", "dcp", "mem_util", "context_tokens",
+        pl.col("kv_capacity_tokens").alias("kv_pool_tokens"),
+        pl.Series("concurrency_ceiling", ceiling, dtype=pl.Int64),
+        "max_concurrent_seqs", "limited_by", "fits", "reason")
 
 
 # --------------------------------------------------------------------------- report 07's verdicts

@@ -5,21 +5,15 @@ where a claim is decided."""
 from __future__ import annotations
 
 from kvlab.claims.grading import held_out_grade, modelled_claim
+from kvlab.perfmodel.calibrate import held_out_winners
 from kvlab.units import k_label
 
 
 def winners_held_out(fit) -> tuple[int, int]:
     """Held-out fits that still name the published winner at their point's context: (right, held-out points
-    that have another engine's published time at the same context)."""
-    obs = {(r["engine"], r["context_tokens"]): r["observed_s"] for r in fit.residuals.iter_rows(named=True)}
-    right = total = 0
-    for r in fit.loo.iter_rows(named=True):
-        others = [t for (e, c), t in obs.items() if c == r["context_tokens"] and e != r["engine"]]
-        if not others:
-            continue
-        total += 1
-        right += (r["loo_modelled_s"] < min(others)) == (r["observed_s"] < min(others))
-    return right, total
+    that have another engine's published time at the same context); the model's own count
+    (:func:`kvlab.perfmodel.calibrate.held_out_winners`, which the ranges per assumption set use too)."""
+    return held_out_winners(fit)
 
 
 def held_out_error(fit) -> float:

@@ -17,6 +17,7 @@ from kvlab.claims.speed import held_out_verdict
 from kvlab.engines import engine_label
 from kvlab.perfmodel import Assumptions, Workload
 from kvlab.perfmodel.calibrate import SANE_RANGES, crossover_from_fit, implausible
+from kvlab.perfmodel.reference import bound_checks
 from kvlab.units import approx_tokens, token_range, tokens_label
 from kvlab.verdicts import Verdict
 
@@ -45,8 +46,32 @@ def outside_factor(fit) -> tuple[str, float, str] | None:
     return best
 
 
+def bound_verdicts(checks) -> list:
+    """The model against published measured GPU runs (:func:`kvlab.perfmodel.reference.bound_checks`): one verdict
+    per run, the model's own check (no document claims it). *reproduced* when the model's throughput bound at the
+    run's conditions is at or above the published figure and its KV capacity holds the published concurrency;
+    *contradicted* otherwise, naming the term of the model that is wrong. The number is the margin, bound ÷ published."""
+    out = []
+    for c in checks:
+        r = c.run
+        conc = (f"; capacity {c.capacity_per_gpu:,.1f} sequences per GPU for {r.concurrency_per_gpu:g} published"
+                if r.concurrency_per_gpu else "")
+        out.append(Verdict(
+            f"A published measured run stays under the model's throughput bound: {r.model} on {r.gpu} ({r.engine}, "
+            f"{r.input_tokens:,} input tokens, {r.kv_format.upper()} KV), {r.value:,.1f} output tokens/s per GPU — "
+            f"{r.citation()}",
+            "reproduced" if c.consistent else "contradicted", "published",
+            f"bound {c.bound:,.0f} tokens/s per GPU, {c.margin:.2f}× the published {r.value:,.1f}{conc}",
+            claim_id=f"published_bound_{r.run_id}", kind="model_bound", value=c.margin, family="own",
+            unit="× (the model's bound ÷ the published figure)", n=1,
+            scope="the model's roofline bound at the published run's conditions (data/reference/published_gpu_runs.yaml)",
+            reason=("the bound is above the published figure and the modelled KV capacity holds its concurrency"
+                    if c.consistent else f"the model is contradicted: {c.wrong_term()}")))
+    return out
+
+
 def model_verdicts(fit, sens, head, claims, workload=None,
-                   assumptions=None, consistent: dict | None = None) -> list:
+                   assumptions=None, consistent: dict | None = None, bounds: list | None = None) -> list:
     """Report 04's verdicts: the article's winners and crossover as the fitted model sees them, held-out
     prediction, the assumption's effect, the fit's plausibility, and the 0.95 memory claim (untestable by the model).
 
@@ -55,7 +80,9 @@ def model_verdicts(fit, sens, head, claims, workload=None,
     fits allow. It adds words, never a grade: a model that fails its held-out test still only illustrates.
 
     Every verdict is about the article's own configuration (Kimi-K3 on 8× the fit's GPU, DCP 8), whatever GPU or
-    model the report shows; ``head`` gives only the memory targets compared."""
+    model the report shows; ``head`` gives only the memory targets compared. ``bounds``: the model's throughput bound
+    against published measured GPU runs (:func:`kvlab.perfmodel.reference.bound_checks`; default: every run in
+    data/reference/published_gpu_runs.yaml), one verdict each (:func:`bound_verdicts`)."""
     # matplotlib: perfmodel.figures draws, and importing kvlab.claims must not load it
     from kvlab.perfmodel.figures import headroom_table
 
@@ -152,4 +179,7 @@ def model_verdicts(fit, sens, head, claims, workload=None,
                            unit="GiB/GPU", n=1, scope="model fitted to the published table",  # one assumption set
                            limit=ASSUMED_FROM_CLAIM,
                            reason="the model's memory check rests on a need outside the pool chosen from this claim"))
+    if bounds is None:
+        bounds = bound_checks()
+    out += bound_verdicts(bounds)
     return out

@@ -318,7 +318,8 @@ def recommendation_verdict(w, tree, ev):
 def evidence_rule() -> str:
     """How the report weighs its evidence: the grading rules every verdict uses."""
     return ("Every finding is labelled **modelled** (kvlab's physical model, calibrated on the B300 article's published "
-            "points) or **measured** (real engine runs, with the hardware they ran on). A measured factor decides only "
+            "points for Kimi-K3, its model; for any other model the uncalibrated roofline at the centre of its priors, "
+            "never a Kimi-K3 fit) or **measured** (real engine runs, with the hardware they ran on). A measured factor decides only "
             "by the rules every verdict uses: never from CPU runs of two different engine implementations (a CPU "
             "baseline cannot decide which engine is faster on a GPU host), and only with at least 3 repeats a side "
             "whose least–most ranges do not overlap; the recommendation then names the engine, the margin, the metric "

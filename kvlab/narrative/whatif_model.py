@@ -9,8 +9,9 @@ from kvlab.claims.memory import short_outside_pool
 from kvlab.claims.modelled import model_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.narrative.common import config_name, setup_phrase
-from kvlab.perfmodel import Assumptions
-from kvlab.perfmodel.calibrate import implausible
+from kvlab.perfmodel import Assumptions, Config, Workload, batch_time
+from kvlab.perfmodel.calibrate import PRIORS, implausible
+from kvlab.perfmodel.ranges import per_step_costs
 from kvlab.units import approx_label, approx_tokens, k_label, sig2, token_range, tokens_label
 
 if TYPE_CHECKING:
@@ -21,11 +22,13 @@ __all__ = ["model_verdicts"]
 
 def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: DataFrame, head: DataFrame,
                       workload, *, gpu: str, tp: int, dcp: int, published_contexts: list[int],
-                      ratio_range: tuple[float, float] | None = None, consistent: dict | None = None) -> str:
+                      ratio_range: tuple[float, float] | None = None, consistent: dict | None = None,
+                      held_out=None) -> str:
     """The what-if report's conclusions, as markdown bullets, from its fit, sensitivity, curves and headroom.
 
     ``consistent``: what the fits consistent with the published totals share
-    (:func:`kvlab.perfmodel.report.consistent_summary`), one bullet.
+    (:func:`kvlab.perfmodel.report.consistent_summary`), one bullet. ``held_out``: the leave-one-out test per
+    assumption set (:func:`kvlab.perfmodel.ranges.held_out_by_set`), one bullet.
 
     ``at_max``: the modelled curves at the largest context drawn (one row per engine); ``head``: the KV
     headroom table; the memory bullet reads it without DCP at the largest published context (the smallest
@@ -48,9 +51,11 @@ def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: Dat
     right, total = winners_held_out(fit)
     flagged = sorted({r["mem_util"] for r in head.iter_rows(named=True) if short_outside_pool(r)})
     lines = [
+        step_cost_bullet(sens, fit),
         f"- **Fit:** the {fit.residuals.height} published times are reproduced within {fit.max_abs_residual_pct:.1f}%; "
         f"held out in turn, each is predicted within {fit.loo_max_abs_pct:.1f}% (mean {fit.loo_mean_abs_pct:.1f}%), "
         f"with the right winner at its context in {right} of {total}: {confidence(fit)}.",
+        held_out_bullet(held_out, fit, tp) if held_out is not None else "",
         ("- **Plausibility:** " + "; ".join(bad) + ": a description of the published figures, not proof of their "
          "physics.") if bad else "- **Plausibility:** every fitted parameter is in its physical range.",
         f"- **Crossover** (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}, {who}): {xo_txt}"
@@ -64,6 +69,46 @@ def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: Dat
                                            "an out-of-memory there (see the KV headroom section)." if flagged else "."),
     ]
     return "\n".join(line for line in lines if line)
+
+
+def step_cost_bullet(sens: DataFrame, fit=None) -> str:
+    """The report's first conclusion: per engine, the per-step overhead the bounded fits give (inside its cited prior)
+    and the **unexplained per-step cost** — what the article's table needs beyond every bounded term — each with its
+    range over the assumption sets (:func:`kvlab.perfmodel.ranges.per_step_costs`); the free fit beside it, labelled.
+    Empty without the bounded fits' columns."""
+    if "phys_sglang_unexplained_ms" not in sens.columns:
+        return ""
+    costs = per_step_costs(sens)
+
+    def ms(span) -> str:
+        at = f" (default set {span.default:.1f})" if span.default is not None else ""
+        return f"{span.lo:.1f}–{span.hi:.1f} ms{at}"
+
+    parts = [f"{engine_label(e)} needs **{ms(c.unexplained_ms)}** per decode step that nothing in the model explains "
+             f"(beyond its fitted per-step overhead of {ms(c.fitted_overhead_ms)})" for e, c in costs.items()]
+    free = ""
+    if fit is not None and fit.kind == "free":
+        free = (f" The free fit, which instead puts {fit.params.dcp_layer_latency_s * 1e6:,.0f} µs into each DCP "
+                "collective" + (" (outside its 1–100 µs prior: a non-physical fit, shown as such)" if not fit.physical
+                                else "") + ", stays beside it.")
+    cap = PRIORS["sglang_step_overhead_s"][1] * 1e3
+    return (f"- **Unexplained per-step cost** (over the {sens.height} assumption sets, every named term held to its "
+            f"prior: per-step overhead ≤ {cap:g} ms, DCP ≤ 100 µs per collective, decode bandwidth ≥ 30% of peak): to "
+            "match the article's table, " + "; ".join(parts) + "." + free)
+
+
+def held_out_bullet(h, fit, tp: int = 8) -> str:
+    """The held-out test with what it depends on: per assumption set, how many get every held-out winner right and at
+    which batch sizes, and what that says about the article's table (a finding about it, with its caveats)."""
+    text = f"- **Held out, per assumption set:** {h.text()}."
+    if h.all_right and h.batch_sizes:
+        b = max(h.batch_sizes)
+        pr = batch_time(Config.of(fit.hardware, "Kimi-K3", VLLM, tp, 1, Assumptions().default_mem_util), 204800,
+                        Workload(b, Workload().output_tokens), fit.params)
+        text += (f" A finding about the article's table, not its stated setup: its totals are predicted from each other "
+                 f"only where the batch is {b}, where vLLM runs 200K in {pr.waves} waves of up to {pr.concurrent_seqs} "
+                 "sequences in this model; four interpolated totals cannot show that the article ran that batch.")
+    return text
 
 
 def consistent_bullet(c: dict) -> str:
@@ -210,9 +255,15 @@ def band_sentence(model_df: DataFrame, y: str = "batch_time_s", unit: str = "s",
     for r in model_df.iter_rows(named=True):
         if r["context_tokens"] == c:
             parts.append(f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g})")
-    text = (f"Bands: the lowest to highest over the {n or ''} assumption sets the published points cannot choose "
-            f"among (each refitted to them), the line inside being the default set's; at {tokens_label(c)} "
-            + ", ".join(parts) + ".").replace("the  assumption", "the assumption")
+    if "uncalibrated" in model_df.columns and model_df["uncalibrated"].any():
+        text = (f"Bands: uncalibrated (no published point of this model was fitted, and a fit to another model's is "
+                f"never applied): the lowest to highest over the priors' centre, fast end and slow end under each "
+                f"assumption set ({n or ''} in all), the line inside being the priors' centre; at {tokens_label(c)} "
+                + ", ".join(parts) + ".")
+    else:
+        text = (f"Bands: the lowest to highest over the {n or ''} assumption sets the published points cannot choose "
+                f"among (each refitted to them), the line inside being the default set's; at {tokens_label(c)} "
+                + ", ".join(parts) + ".").replace("the  assumption", "the assumption")
     if few != n and first_full:
         text += (f" Below {tokens_label(first_full)} only {few} of the sets count: the others' output is as long as "
                  "the context, leaving no prompt.")

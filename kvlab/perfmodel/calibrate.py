@@ -42,14 +42,21 @@ OVERHEADS = {VLLM: "vllm_step_overhead_s", SGLANG: "sglang_step_overhead_s"}
 #: - DCP collective 1-100 us: one small-message collective over NVLink inside one host takes microseconds to
 #:   tens of microseconds ("NCCL Tests", NVIDIA, GitHub; vLLM's custom all-reduce); 100 us is a generous cap.
 #: - prefill 0.05-1.0 of dense peak: loose (no kernel result pins it on B300).
-#: - c(engine) >= 0: no public figure pins an engine's per-step overhead on B300; runs on the host must
-#:   (data/experiments/b300_step_fit.yaml).
+#: - c(engine) 0-5 ms per decode step, each engine's own scheduling, sampling and launch cost: "vLLM v0.6.0: 2.7x
+#:   Throughput Improvement and 5x Latency Reduction" (vLLM Team, vLLM blog, 2024-09-05,
+#:   https://blog.vllm.ai/2024/09/05/perf-update.html) profiled Llama 3 8B on one H100 generating a token every 13 ms
+#:   with 29% of the time in scheduling and input preparation (about 3.8 ms per step, before that release overlapped
+#:   it): the largest published per-step cost of either engine, rounded up to 5 ms; "SGLang v0.4: Zero-Overhead Batch
+#:   Scheduler, Cache-Aware Load Balancer, Faster Structured Outputs" (LMSYS Org, 2024-12-04,
+#:   https://lmsys.org/blog/2024-12-04-sglang-v0-4/) overlaps the CPU scheduling with the GPU ("no single idle time on
+#:   the GPU" in its Nsight profile): the lower end, 0. Per-step cost beyond 5 ms is what no bounded term explains
+#:   (:func:`step_costs`); runs on the host would pin it (data/experiments/b300_step_fit.yaml).
 PRIORS: dict[str, tuple[float, float]] = {
     "prefill_efficiency": (0.05, 1.0),
     "bandwidth_efficiency": (0.3, 0.9),
     "dcp_layer_latency_s": (1e-6, 100e-6),
-    "vllm_step_overhead_s": (0.0, math.inf),
-    "sglang_step_overhead_s": (0.0, math.inf),
+    "vllm_step_overhead_s": (0.0, 5e-3),
+    "sglang_step_overhead_s": (0.0, 5e-3),
 }
 #: Where each prior comes from (title, publisher, date), printed beside the fits.
 PRIOR_SOURCES: dict[str, str] = {
@@ -58,9 +65,16 @@ PRIOR_SOURCES: dict[str, str] = {
                             "memory-bound on H800 SXM5 (0.9 of 3.35 TB/s)",
     "dcp_layer_latency_s": '"NCCL Tests" (NVIDIA, GitHub): small-message NVLink collectives take microseconds to tens '
                            "of microseconds",
-    "vllm_step_overhead_s": "none: to be measured (b300_step_fit)",
-    "sglang_step_overhead_s": "none: to be measured (b300_step_fit)",
+    "vllm_step_overhead_s": '"vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction" (vLLM Team, vLLM blog, '
+                            "2024-09-05): scheduling 29% of a 13 ms Llama-3-8B step on H100 before it was overlapped, "
+                            "about 3.8 ms; rounded up to 5 ms",
+    "sglang_step_overhead_s": '"SGLang v0.4: Zero-Overhead Batch Scheduler" (LMSYS Org, 2024-12-04): CPU scheduling '
+                              "overlapped with the GPU (0 at the low end); 5 ms, the vLLM figure, at the high end",
 }
+#: Bounds of the bounded ("physics-only") fit: every named term inside its prior, and each engine's per-step cost
+#: unbounded above, so the fit can reproduce the table; what it needs beyond c(engine)'s prior is reported as the
+#: engine's **unexplained per-step cost** (:func:`step_costs`), never hidden in a named term.
+BOUNDED = PRIORS | {"vllm_step_overhead_s": (0.0, math.inf), "sglang_step_overhead_s": (0.0, math.inf)}
 #: What counts as physically sane on a GPU host: the priors (the old name, kept for the reports).
 SANE_RANGES = PRIORS
 
@@ -75,7 +89,8 @@ class Fit:
     residuals: pl.DataFrame  # one row per point: observed_s, modelled_s, residual_pct
     loo: pl.DataFrame  # one row per point: loo_modelled_s, loo_error_pct (fit without that point)
     warnings: tuple[str, ...] = field(default=())
-    kind: str = "free"  # "free": bounds wide, priors only checked; "physics": every parameter inside PRIORS
+    kind: str = "free"  # "free": bounds wide, priors only checked; "physics": every named term inside PRIORS
+    model: str = ""  # the catalog model whose published or measured points were fitted (fitted terms stay with it)
 
     @property
     def physical(self) -> bool:
@@ -100,7 +115,8 @@ class Fit:
 
     def summary(self) -> str:
         p = self.params
-        what = ("physics-only fit (every parameter inside its prior)" if self.kind == "physics" else
+        what = ("physics-only fit (every named term inside its prior; what the table needs beyond them is the "
+                "unexplained per-step cost)" if self.kind == "physics" else
                 "free fit" + ("" if self.physical else " — NON-PHYSICAL (outside its priors)"))
         lines = [
             f"calibration on {self.hardware}, {what}: {self.residuals.height} points, free {list(self.free)}",
@@ -109,8 +125,13 @@ class Fit:
             f"  dcp_layer_latency    = {p.dcp_layer_latency_s * 1e6:.1f} us per collective (one per full-attention "
             "layer per step)",
         ]
-        lines += [f"  c({e:<6})            = {getattr(p, n) * 1e3:.2f} ms per decode step" for e, n in OVERHEADS.items()
-                  if n in self.free or getattr(p, n)]
+        if self.kind == "physics":
+            lines += [f"  c({e:<6})            = {c.fitted_overhead_s * 1e3:.2f} ms per decode step (prior "
+                      f"0-{PRIORS[OVERHEADS[e]][1] * 1e3:g} ms) + unexplained per-step cost {c.unexplained_s * 1e3:.2f} ms"
+                      for e, c in step_costs(p).items() if OVERHEADS[e] in self.free]
+        else:
+            lines += [f"  c({e:<6})            = {getattr(p, n) * 1e3:.2f} ms per decode step"
+                      for e, n in OVERHEADS.items() if n in self.free or getattr(p, n)]
         lines += [
             f"  residuals: max |{self.max_abs_residual_pct:.1f}|%, rms {self.rms_residual_pct:.1f}%",
             f"  leave-one-out error: mean |{self.loo_mean_abs_pct:.1f}|%, max |{self.loo_max_abs_pct:.1f}|%",
@@ -200,7 +221,7 @@ PHYSICS_START = Params(prefill_efficiency=0.4, bandwidth_efficiency=0.6, dcp_lay
 def _fit(points, a: Assumptions, base: Params = Params(), free: tuple[str, ...] | None = None,
          physics: bool = False) -> Params:
     free = free or _free(points, physics)
-    bounds = PRIORS if physics else WIDE
+    bounds = BOUNDED if physics else WIDE
     base = PHYSICS_START if physics else base
 
     def resid(theta):
@@ -212,14 +233,60 @@ def _fit(points, a: Assumptions, base: Params = Params(), free: tuple[str, ...] 
     x0 = np.clip(_theta0(free, base), [v + 1e-9 if math.isfinite(v) else v for v in lo],
                  [v - 1e-9 if math.isfinite(v) else v for v in hi])
     sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale="jac")
-    return _params(sol.x, free, base)
+    p = _params(sol.x, free, base)
+    return _dcp_at_its_bound(p, points, free) if physics else p
 
 
-def _sanity(p: Params, hardware: str, free: tuple[str, ...]) -> tuple[str, ...]:
+def _dcp_at_its_bound(p: Params, points, free: tuple[str, ...]) -> Params:
+    """The bounded fit with as much of SGLang's per-step cost as the DCP latency's prior allows moved into the DCP
+    term: where every SGLang point runs DCP over the same full-attention layers L, a batch total sees only
+    c(SGLang) + L x DCP latency (the four totals pin the sum, not the split), so the DCP latency is raised towards its
+    prior's maximum and c(SGLang) lowered by the same time per step. Every modelled time stays the same; what is left
+    beyond c's prior is then the least per-step cost no bounded term explains."""
+    if not {"dcp_layer_latency_s", "sglang_step_overhead_s"} <= set(free):
+        return p
+    sg = [cfg for cfg, *_ in points if FAMILY_OF.get(cfg.engine, cfg.engine) == SGLANG]
+    layers = {cfg.model.full_attention_layers for cfg in sg}
+    if not sg or any(cfg.dcp < 2 for cfg in sg) or len(layers) != 1 or any(
+            cfg.dcp > 1 for cfg, *_ in points if FAMILY_OF.get(cfg.engine, cfg.engine) != SGLANG):
+        return p
+    n = layers.pop()
+    room = n * max(0.0, PRIORS["dcp_layer_latency_s"][1] - p.dcp_layer_latency_s)
+    moved = min(p.sglang_step_overhead_s, room)
+    return replace(p, dcp_layer_latency_s=p.dcp_layer_latency_s + moved / n,
+                   sglang_step_overhead_s=p.sglang_step_overhead_s - moved)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One engine's per-step cost in a fit: the fitted per-step overhead c(engine), inside its prior
+    (:data:`PRIORS`), and the **unexplained per-step cost**: what the fit needs beyond that prior, which no bounded term
+    of the model absorbs (seconds)."""
+
+    engine: str
+    fitted_overhead_s: float
+    unexplained_s: float
+
+
+def step_costs(p: Params) -> dict[str, StepCost]:
+    """Each engine's per-step cost in a bounded fit's parameters, split at the prior's maximum: c(engine) =
+    min(cost, 5 ms), the unexplained per-step cost = the rest (0 when the prior holds it all)."""
+    out = {}
+    for engine, name in OVERHEADS.items():
+        total, cap = getattr(p, name), PRIORS[name][1]
+        out[engine] = StepCost(engine, min(total, cap), max(0.0, total - cap))
+    return out
+
+
+def _sanity(p: Params, hardware: str, free: tuple[str, ...], physics: bool = False) -> tuple[str, ...]:
+    """The fitted terms outside their priors. A bounded fit's per-step costs are not checked here: what they need
+    beyond their prior is reported as the unexplained per-step cost (:func:`step_costs`), not as a term out of range."""
     if hardware == "CPU":
         return ("CPU figures in the catalog are nominal: efficiencies are relative to them, not to a datasheet",)
     out = []
     for name in free:
+        if physics and name in OVERHEADS.values():
+            continue
         lo, hi = PRIORS[name]
         v = getattr(p, name)
         if not lo * (1 - 1e-6) <= v <= hi * (1 + 1e-6):
@@ -263,8 +330,10 @@ def calibrate(
         loo_schema = {"source": pl.String, "run_id": pl.String, "engine": pl.String, "dcp": pl.Int64,
                       "context_tokens": pl.Int64, "observed_s": pl.Float64, "loo_modelled_s": pl.Float64,
                       "loo_error_pct": pl.Float64}  # fmt: skip
-        fits[hw] = Fit(hw, p, free, pl.DataFrame(res), pl.DataFrame(loo, schema=loo_schema), _sanity(p, hw, free),
-                       "physics" if physics else "free")
+        models = {row_config(r, assumptions).model.model for r in rows}
+        fits[hw] = Fit(hw, p, free, pl.DataFrame(res), pl.DataFrame(loo, schema=loo_schema),
+                       _sanity(p, hw, free, physics), "physics" if physics else "free",
+                       models.pop() if len(models) == 1 else "")
     return fits
 
 
@@ -318,7 +387,8 @@ def forecast(fit: Fit, contexts: tuple[int, ...] = (65536, 204800), gpu: str = "
              tp: int = 8, dcp: int = 8, workload: Workload = Workload(),
              assumptions: Assumptions = Assumptions()) -> Forecast:
     """Winner at each of ``contexts`` and the crossover under ``fit``'s parameters (vLLM TP ``tp`` against
-    SGLang TP ``tp`` + DCP ``dcp``)."""
+    SGLang TP ``tp`` + DCP ``dcp``; for another model than the fit's, the uncalibrated roofline: :func:`fit_for_model`)."""
+    fit = fit_for_model(fit, model)
     a = Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util)
     b = Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)
     ratios = tuple(batch_time(a, c, workload, fit.params, assumptions).batch_time_s
@@ -387,10 +457,84 @@ def crossover_from_fit(
     workload: Workload = Workload(),
     assumptions: Assumptions = Assumptions(),
 ) -> float | None:
-    """Context where vLLM TP (no DCP) and SGLang TP+DCP take equal time under the fitted parameters."""
+    """Context where vLLM TP (no DCP) and SGLang TP+DCP take equal time under the fitted parameters (for another model
+    than the fit's: under the uncalibrated roofline, :func:`fit_for_model`)."""
+    fit = fit_for_model(fit, model)
     a = Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util)
     b = Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)
     return crossover_context(a, b, workload, fit.params, assumptions)
+
+
+# --------------------------------------------------------------------------- fitted terms stay with their model
+
+def _mid(name: str) -> float:
+    lo, hi = PRIORS[name]
+    return (lo + hi) / 2
+
+
+#: The uncalibrated roofline: every term at the centre of its prior (:data:`PRIORS`), and its two ends (the fast end:
+#: efficiencies at their maximum, latency and per-step costs at their minimum; the slow end the other way round).
+#: What the reports use for a model no published or measured point was fitted on.
+PRIOR_CENTRE = Params(**{n: _mid(n) for n in PRIORS})
+PRIOR_FAST = Params(prefill_efficiency=PRIORS["prefill_efficiency"][1],
+                    bandwidth_efficiency=PRIORS["bandwidth_efficiency"][1],
+                    dcp_layer_latency_s=PRIORS["dcp_layer_latency_s"][0], vllm_step_overhead_s=0.0,
+                    sglang_step_overhead_s=0.0)
+PRIOR_SLOW = Params(prefill_efficiency=PRIORS["prefill_efficiency"][0],
+                    bandwidth_efficiency=PRIORS["bandwidth_efficiency"][0],
+                    dcp_layer_latency_s=PRIORS["dcp_layer_latency_s"][1],
+                    vllm_step_overhead_s=PRIORS["vllm_step_overhead_s"][1],
+                    sglang_step_overhead_s=PRIORS["sglang_step_overhead_s"][1])
+UNCALIBRATED_NOTE = ("uncalibrated roofline at the centre of its priors, with their range (no published or measured "
+                     "point of this model was fitted; a fit to another model's points is never applied to it)")
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model names are the same catalog model (by key or alias; unknown names compared as written)."""
+    try:
+        return find_model(a).model == find_model(b).model
+    except KeyError:
+        return a.strip().lower() == b.strip().lower()
+
+
+def fit_for_model(fit: Fit, model: str) -> Fit:
+    """``fit`` when it was fitted on ``model``'s own points (or records no model); otherwise the uncalibrated roofline
+    at the centre of the priors (kind "uncalibrated", no residuals): a fit made on Kimi-K3's published points is never
+    applied to another model. Every report that models another model goes through here."""
+    if not fit.model or same_model(fit.model, model):
+        return fit
+    empty = pl.DataFrame(schema={"observed_s": pl.Float64, "modelled_s": pl.Float64, "residual_pct": pl.Float64,
+                                 "engine": pl.String, "context_tokens": pl.Int64})
+    loo = pl.DataFrame(schema={"engine": pl.String, "context_tokens": pl.Int64, "observed_s": pl.Float64,
+                               "loo_modelled_s": pl.Float64, "loo_error_pct": pl.Float64})
+    return Fit(fit.hardware, PRIOR_CENTRE, (), empty, loo, (), "uncalibrated", find_model(model).model)
+
+
+def uncalibrated_rows(w: Workload, a: Assumptions, gpu: str, model: str, tp: int, dcp: int,
+                      physics: bool = False) -> list[dict]:
+    """:func:`sensitivity`'s rows for a model no point was fitted on: the priors' centre, fast end and slow end
+    (``fit``: "prior centre", "prior fast end", "prior slow end"), each with what it predicts, in the free fit's
+    columns (and, with ``physics``, the same figures in the ``phys_*`` columns: there is no separate bounded fit)."""
+    rows = []
+    for label, p in (("prior centre", PRIOR_CENTRE), ("prior fast end", PRIOR_FAST), ("prior slow end", PRIOR_SLOW)):
+        fc = forecast(Fit(gpu, p, (), pl.DataFrame(), pl.DataFrame(), (), "uncalibrated", model), gpu=gpu,
+                      model=model, tp=tp, dcp=dcp, workload=w, assumptions=a)
+        row = {"batch_size": w.batch_size, "output_tokens": w.output_tokens, "expert_reads": a.expert_reads,
+               "mla_width": a.mla_width or 576, "kv_format": a.kv_format, "fit": label,
+               "prefill_efficiency": p.prefill_efficiency, "bandwidth_efficiency": p.bandwidth_efficiency,
+               "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6, "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
+               "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3, "max_abs_residual_pct": None,
+               "loo_mean_abs_pct": None, "loo_max_abs_pct": None, "crossover_tokens": fc.crossover, "physical": True,
+               "implausible": "", "winner_64k": fc.winners[0], "winner_200k": fc.winners[1]}
+        if physics:
+            row |= {"phys_prefill_efficiency": p.prefill_efficiency, "phys_bandwidth_efficiency": p.bandwidth_efficiency,
+                    "phys_dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6,
+                    "phys_vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
+                    "phys_sglang_overhead_ms": p.sglang_step_overhead_s * 1e3, "phys_max_abs_residual_pct": None,
+                    "phys_crossover_tokens": fc.crossover, "phys_winner_64k": fc.winners[0],
+                    "phys_winner_200k": fc.winners[1], "phys_vllm_unexplained_ms": 0.0, "phys_sglang_unexplained_ms": 0.0}
+        rows.append(row)
+    return rows
 
 
 def sensitivity(
@@ -420,7 +564,10 @@ def sensitivity(
             for width in mla_widths or (assumptions.mla_width,):
                 for fmt in kv_formats or (assumptions.kv_format,):
                     a = replace(assumptions, expert_reads=reads, mla_width=width, kv_format=fmt)
-                    f = published_fit(data_dir, w, a, experiment)
+                    f = fit_for_model(published_fit(data_dir, w, a, experiment), model)
+                    if f.kind == "uncalibrated":  # a fit stays with its model: the priors' range instead
+                        rows += uncalibrated_rows(w, a, gpu, model, tp, dcp, physics)
+                        continue
                     fc = forecast(f, gpu=gpu, model=model, tp=tp, dcp=dcp, workload=w, assumptions=a)
                     row = {
                         "batch_size": w.batch_size, "output_tokens": w.output_tokens, "expert_reads": reads,
@@ -443,6 +590,8 @@ def sensitivity(
                             "phys_sglang_overhead_ms": ph.params.sglang_step_overhead_s * 1e3,
                             "phys_max_abs_residual_pct": ph.max_abs_residual_pct, "phys_crossover_tokens": pc.crossover,
                             "phys_winner_64k": pc.winners[0], "phys_winner_200k": pc.winners[1],
+                            **{f"phys_{e}_unexplained_ms": c.unexplained_s * 1e3
+                               for e, c in step_costs(ph.params).items()},
                         }  # fmt: skip
                     rows.append(row)
     return pl.DataFrame(rows)
@@ -492,9 +641,11 @@ def refits(sens: pl.DataFrame, base: Assumptions = Assumptions(), physics: bool 
                        dcp_layer_latency_s=r["phys_dcp_layer_latency_us"] * 1e-6,
                        vllm_step_overhead_s=r["phys_vllm_overhead_ms"] * 1e-3,
                        sglang_step_overhead_s=r["phys_sglang_overhead_ms"] * 1e-3)
-        else:
+        else:  # a free fit has no per-step overheads; an uncalibrated row (another model) has its priors' ones
             p = Params(prefill_efficiency=r["prefill_efficiency"], bandwidth_efficiency=r["bandwidth_efficiency"],
-                       dcp_layer_latency_s=r["dcp_layer_latency_us"] * 1e-6)
+                       dcp_layer_latency_s=r["dcp_layer_latency_us"] * 1e-6,
+                       vllm_step_overhead_s=(r.get("vllm_overhead_ms") or 0.0) * 1e-3,
+                       sglang_step_overhead_s=(r.get("sglang_overhead_ms") or 0.0) * 1e-3)
         out.append((Workload(int(r["batch_size"]), int(r["output_tokens"])), a, p))
     return out
 
@@ -521,6 +672,21 @@ PUBLISHED_PRECISION_S = 0.05
 #: Decode bandwidth efficiencies held fixed in turn (the other free parameters refitted): from the free fit's
 #: region (a few % of peak) to the top of the prior (0.9).
 BANDWIDTH_GRID = (0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.9)
+
+
+def held_out_winners(fit: Fit) -> tuple[int, int]:
+    """Held-out fits that still name the published winner at their point's context: (right, held-out points that
+    have another engine's published time at the same context). The rule the verdicts grade by
+    (:func:`kvlab.claims.model.winners_held_out`)."""
+    obs = {(r["engine"], r["context_tokens"]): r["observed_s"] for r in fit.residuals.iter_rows(named=True)}
+    right = total = 0
+    for r in fit.loo.iter_rows(named=True):
+        others = [t for (e, c), t in obs.items() if c == r["context_tokens"] and e != r["engine"]]
+        if not others:
+            continue
+        total += 1
+        right += (r["loo_modelled_s"] < min(others)) == (r["observed_s"] < min(others))
+    return right, total
 
 
 def _within_priors(p: Params, names: tuple[str, ...]) -> bool:
@@ -564,7 +730,7 @@ def _consistent_fits(sens_rows: tuple, sens_schema: tuple, data_dir: str, experi
         if "phys_max_abs_residual_pct" in r:
             cands.append(("physics-only", refits(pl.DataFrame([r]), base, physics=True)[0][2]))
         for bw in bandwidths:
-            cands.append(("bandwidth fixed", _fit(points, a, base=replace(Params(), bandwidth_efficiency=bw),
+            cands.append(("free, bandwidth fixed", _fit(points, a, base=replace(Params(), bandwidth_efficiency=bw),
                                                   free=tuple(n for n in _free(points) if n != "bandwidth_efficiency"))))
         names = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s")
         for kind, p in cands:

@@ -85,6 +85,11 @@ class Model(_Row):
     active_params: float = Field(gt=0)
     weight_bytes_per_param: float = Field(gt=0)
     compute_dtype: Literal["bf16", "fp8"]
+    #: Mixed-precision prefill: the active parameters whose matrix products run in BF16 (priced at the BF16 rate, the
+    #: rest of the active parameters at ``compute_dtype``'s); empty = every active parameter at ``compute_dtype``.
+    bf16_active_params: float | None = Field(default=None, ge=0)
+    #: number format of prefill attention (QK^T and PV); empty = ``compute_dtype``.
+    attention_dtype: Literal["bf16", "fp8"] | None = None
     native_context: int = Field(gt=0)
     vocab_size: int = Field(gt=0)
     # Mixture of experts (all four empty for a dense model): what a decode step reads depends on how many
@@ -111,6 +116,8 @@ class Model(_Row):
             raise ValueError("GQA layers need head_dim")
         if self.active_params > self.total_params:
             raise ValueError("active_params exceeds total_params")
+        if self.bf16_active_params is not None and self.bf16_active_params > self.active_params:
+            raise ValueError("bf16_active_params exceeds active_params")
         moe = (self.moe_layers, self.routed_experts, self.experts_per_token, self.params_per_expert,
                self.expert_bytes_per_param, self.dense_bytes_per_param)
         if any(v is not None for v in moe) and None in moe:
@@ -197,6 +204,16 @@ class Model(_Row):
         mla = 2 * self.attn_heads * (self.qk_nope_dim + self.qk_rope_dim + self.v_head_dim) if self.mla_layers else 0
         gqa = 2 * self.attn_heads * 2 * self.head_dim if self.gqa_layers else 0
         return float(self.mla_layers * mla + self.gqa_layers * gqa)
+
+    def prefill_flop_parts(self, tokens: int) -> list[tuple[float, str]]:
+        """Prefill FLOPs of ``tokens`` prompt tokens of one sequence, split by the number format each part runs in:
+        (FLOPs, "bf16" | "fp8"). Dense part 2 x active params per token (``bf16_active_params`` of them at BF16, the rest
+        at ``compute_dtype``), causal attention pairs x :meth:`attn_flops_per_pair` at ``attention_dtype``."""
+        bf16 = self.bf16_active_params or 0.0
+        pairs = tokens * (tokens + 1) / 2
+        parts = [(2 * (self.active_params - bf16) * tokens, self.compute_dtype), (2 * bf16 * tokens, "bf16"),
+                 (pairs * self.attn_flops_per_pair(), self.attention_dtype or self.compute_dtype)]
+        return [(f, d) for f, d in parts if f > 0]
 
     def weight_bytes(self) -> float:
         return self.total_params * self.weight_bytes_per_param

@@ -19,6 +19,7 @@ from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLo
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.calibrate import UNPINNED_KV_FORMATS, UNPINNED_MLA_WIDTHS, refits
 from kvlab.perfmodel.frames import row_config
+from kvlab.perfmodel.pools import concurrency_ceilings
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
 from kvlab.perfmodel.stepfit import GROUP
 from kvlab.style import ENGINE_COLORS, number_label, styled
@@ -103,8 +104,10 @@ def curves(
             for col in RANGED:
                 lo[col][i] = min(lo[col][i], r[col])
                 hi[col][i] = max(hi[col][i], r[col])
+    # a model no point was fitted on: the sets are the priors' centre and ends under each assumption set (uncalibrated)
+    uncalibrated = "fit" in sens.columns and sens["fit"].str.starts_with("prior").any()
     return df.with_columns(*(pl.Series(f"{col}_{end}", v[col]) for col in RANGED for end, v in (("lo", lo), ("hi", hi))),
-                           pl.Series("assumption_sets", counted))
+                           pl.Series("assumption_sets", counted), pl.lit(uncalibrated).alias("uncalibrated"))
 
 
 def _curve_rows(configs: list[Config], contexts: list[int], w: Workload, p: Params, a: Assumptions) -> list:
@@ -359,7 +362,8 @@ def headroom_table(
     gpu: str, model: str, mem_utils: Iterable[float], dcp_sizes: Iterable[int], contexts: Iterable[int],
     a: Assumptions = Assumptions(), tp: int = 8, ranged: bool = True,
 ) -> pl.DataFrame:  # fmt: skip
-    """KV pool, KV capacity and sequences that fit, per memory target x DCP size x context.
+    """KV pool, KV capacity and sequences that fit, per memory target x DCP size x context: the rows of
+    :func:`kvlab.perfmodel.pools.concurrency_ceilings` (each engine's own pools; DCP 1 vLLM, DCP > 1 SGLang).
 
     ``fits`` is the model's memory check: false when a sequence does not fit, or when less memory is left outside
     the target than :attr:`Assumptions.outside_pool_fraction` (``outside_need_gib_per_gpu``), an assumption taken
@@ -367,34 +371,23 @@ def headroom_table(
     With ``ranged`` (the default), ``max_concurrent_seqs_lo``/``_hi`` and ``kv_capacity_tokens_lo``/``_hi`` give
     the lowest and highest over :func:`memory_sets` (``a``'s own value inside), named in ``assumption_sets``.
     """
-    rows = []
+    # the one function every modelled ceiling comes from (report 07's too): per-engine pools
+    table = concurrency_ceilings(gpu, model, mem_utils, dcp_sizes, contexts, a, tp)
     sets = memory_sets(a) if ranged else []
-    for u in mem_utils:
-        for d in dcp_sizes:
-            cfg = Config.of(gpu, model, SGLANG if d > 1 else VLLM, tp, d, u)
-            for c in contexts:
-                m = memory(cfg, int(c), a)
-                rows.append(
-                    {
-                        "source": "modelled", "gpu": cfg.gpu.gpu, "model": cfg.model.model, "tp": tp,
-                        "mem_util": u, "dcp": d, "context_tokens": int(c),
-                        "kv_pool_gib_per_gpu": m.kv_pool_bytes_per_gpu / GIB, "kv_capacity_tokens": m.kv_capacity_tokens,
-                        "max_concurrent_seqs": m.max_concurrent_seqs,
-                        "outside_pool_gib_per_gpu": m.outside_pool_bytes_per_gpu / GIB,
-                        "outside_need_gib_per_gpu": a.outside_pool_fraction * cfg.gpu.memory_bytes / GIB,
-                        "fits": m.fits, "reason": m.reason,
-                    }
-                )  # fmt: skip
-                if sets:
-                    alt = [memory(cfg, int(c), a_i) for a_i in sets] + [m]
-                    rows[-1] |= {
-                        "max_concurrent_seqs_lo": min(x.max_concurrent_seqs for x in alt),
-                        "max_concurrent_seqs_hi": max(x.max_concurrent_seqs for x in alt),
-                        "kv_capacity_tokens_lo": min(x.kv_capacity_tokens for x in alt),
-                        "kv_capacity_tokens_hi": max(x.kv_capacity_tokens for x in alt),
-                        "assumption_sets": MEMORY_AXES,
-                    }  # fmt: skip
-    return pl.DataFrame(rows)
+    if not sets:
+        return table
+    alt = [concurrency_ceilings(gpu, model, sorted(set(table["mem_util"])), sorted(set(table["dcp"])),
+                                sorted(set(table["context_tokens"])), a_i, tp) for a_i in sets]
+    keys = ["mem_util", "dcp", "context_tokens"]
+    both = pl.concat([table.select(*keys, "max_concurrent_seqs", "kv_capacity_tokens")]
+                     + [t.select(*keys, "max_concurrent_seqs", "kv_capacity_tokens") for t in alt])
+    ranges = both.group_by(keys).agg(
+        pl.col("max_concurrent_seqs").min().alias("max_concurrent_seqs_lo"),
+        pl.col("max_concurrent_seqs").max().alias("max_concurrent_seqs_hi"),
+        pl.col("kv_capacity_tokens").min().alias("kv_capacity_tokens_lo"),
+        pl.col("kv_capacity_tokens").max().alias("kv_capacity_tokens_hi"))
+    return table.join(ranges, on=keys, how="left", maintain_order="left").with_columns(
+        pl.lit(MEMORY_AXES).alias("assumption_sets"))
 
 
 def _headroom_colour(dcp: int, dcps: list[int]) -> str:

@@ -11,11 +11,15 @@ from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.calibrate import (
     BANDWIDTH_GRID, CONSISTENT_TOLERANCE_PCT, PUBLISHED_PRECISION_S, PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate,
-    consistent_fits, crossover_from_fit, crossover_range, forecast, implausible, physics_check, published_fit, refits,
+    PRIOR_CENTRE, PRIOR_FAST, PRIOR_SLOW, UNCALIBRATED_NOTE, consistent_fits, crossover_from_fit, crossover_range, fit_for_model, forecast,
+    implausible, physics_check,
+    published_fit, refits,
 )
-from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
+from kvlab.perfmodel.catalog import CatalogError, gpu as find_gpu, model as find_model
+from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
+from kvlab.perfmodel.reference import bound_checks
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
-from kvlab.spec import expand
+from kvlab.spec import expand, is_cpu_hardware
 from kvlab.store import load_runs
 from kvlab.units import context_label, k_label, token_range
 
@@ -23,14 +27,24 @@ DEFAULT_CONTEXTS = (65536, 204800)
 
 
 def params_for(
-    gpu_key: str, data_dir: str | Path = DATA_DIR, workload: Workload = Workload(), assumptions: Assumptions = Assumptions()
+    gpu_key: str, data_dir: str | Path = DATA_DIR, workload: Workload = Workload(), assumptions: Assumptions = Assumptions(),
+    model: str | None = None,
 ) -> tuple[Params, str, Fit | None]:
-    """Parameters to predict with on ``gpu_key`` and where they come from.
+    """Parameters to predict ``model`` with on ``gpu_key`` and where they come from.
 
     Measured runs on that hardware, when present, are fitted (with any published rows of it); otherwise the
     fit to the B300 article is used (efficiencies are fractions of each GPU's own peaks, so they carry over,
-    as an assumption); otherwise the defaults of :class:`Params`.
+    as an assumption); otherwise the defaults of :class:`Params`. A fit is never applied to another model than the
+    one it was fitted on: for another, the uncalibrated roofline at the priors' centre (:func:`fit_for_model`).
     """
+    params, where, fit = _params_for(gpu_key, data_dir, workload, assumptions)
+    if fit is not None and model is not None and fit_for_model(fit, model).kind == "uncalibrated":
+        return PRIOR_CENTRE, UNCALIBRATED_NOTE + f" (the available fit is {fit.model}'s)", None
+    return params, where, fit
+
+
+def _params_for(gpu_key: str, data_dir: str | Path, workload: Workload, assumptions: Assumptions,
+                ) -> tuple[Params, str, Fit | None]:
     try:
         runs = load_runs(data_dir)
     except FileNotFoundError:
@@ -148,7 +162,7 @@ def model_command(
     g = find_gpu(gpu)
     is_cpu = g.gpu == "CPU"
     configs = [Config.of(gpu, model, e, t, d, None if is_cpu else mem_util) for e, t, d in engines]
-    params, provenance, fit = params_for(g.gpu, data_dir, w, a)
+    params, provenance, fit = params_for(g.gpu, data_dir, w, a, configs[0].model.model)
     out = [
         f"kvlab model: {configs[0].model.model} on {g.gpu} ({g.name}), mem_util {mem_util if not is_cpu else 'n/a'}",
         K_NOTE,
@@ -160,6 +174,11 @@ def model_command(
         "",
         describe(configs, contexts, w, params, a),
     ]
+    if params is PRIOR_CENTRE:  # uncalibrated: the priors' range beside the centre
+        out.append("batch time over the priors' range (fast end - slow end), uncalibrated:")
+        out += [f"  {cfg.label()} at {context_label(int(c))}: "
+                f"{batch_time(cfg, int(c), w, PRIOR_FAST, a).batch_time_s:,.1f}-"
+                f"{batch_time(cfg, int(c), w, PRIOR_SLOW, a).batch_time_s:,.1f} s" for cfg in configs for c in contexts]
     if fit is not None:
         out += ["", fit.summary()]
         if fit.hardware == g.gpu and any(d > 1 for *_, d in engines):
@@ -174,8 +193,13 @@ def model_command(
                 out += ["", *physics_lines(fit, data_dir, tuple(int(c) for c in contexts), w, a, g.gpu,
                                            configs[0].model.model, tp, dcp or tp)]
             sens, _ = crossover_range(data_dir, a, physics=True)
+            out += step_cost_lines(sens)
             out.append(crossover_range_line(configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util),
                                             data_dir, a, sens))
+            if "published" in provenance:
+                out.append("  held-out winners (each published point left out in turn, per assumption set): "
+                           + held_out_by_set(sens, data_dir, base=a).text())
+                out += bound_lines(data_dir)
             if "published" in provenance:
                 cons = consistent_fits(sens, data_dir, gpu=g.gpu, model=configs[0].model.model, tp=tp,
                                        dcp=dcp or tp, base=a)
@@ -252,13 +276,44 @@ def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...]
         if name == "dcp_layer_latency_s":
             rng = f"{lo * 1e6:g}-{hi * 1e6:g} us"
         elif name.endswith("_overhead_s"):
-            rng = ">= 0"
+            rng = f"{lo * 1e3:g}-{hi * 1e3:g} ms per step (beyond it: the unexplained per-step cost)"
         else:
             rng = f"{lo:g}-{hi:g}"
         priors.append(f"    {name}: {rng} ({PRIOR_SOURCES[name]})")
     return [phys.summary(), "  priors:", *priors,
             f"  free fit beside physics-only fit (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}):",
             physics_check(free_fit, phys, contexts, w, a)]
+
+
+def step_cost_lines(sens) -> list[str]:
+    """Per engine, the fitted per-step overhead and the unexplained per-step cost of the bounded fits, with their
+    ranges over the assumption sets (:func:`kvlab.perfmodel.ranges.per_step_costs`)."""
+    out = [f"  per-step cost per engine (bounded fits, every named term inside its prior; {sens.height} assumption sets):"]
+    for e, c in per_step_costs(sens).items():
+        f, u = c.fitted_overhead_ms, c.unexplained_ms
+        out.append(f"    {engine_label(e)}: fitted per-step overhead {f.default:.2f} ms (range {f.lo:.2f}-{f.hi:.2f}); "
+                   f"unexplained per-step cost {u.default:.1f} ms (range {u.lo:.1f}-{u.hi:.1f}) that nothing in the "
+                   "model explains")
+    return out
+
+
+def bound_lines(data_dir: str | Path = DATA_DIR) -> list[str]:
+    """The model's throughput bound against each published measured GPU run (data/reference/published_gpu_runs.yaml)."""
+    try:
+        checks = bound_checks(data_dir)
+    except CatalogError as exc:
+        return [f"  published GPU runs: {exc}"]
+    out = ["  bound vs published measured GPU runs (a published figure above the bound contradicts the model):"]
+    for c in checks:
+        r = c.run
+        out.append(f"    {r.run_id}: {r.model} on {r.gpu}, {r.input_tokens:,} in: bound {c.bound:,.0f} >= published "
+                   f"{r.value:,.1f} tok/s/GPU, margin {c.margin:.2f}x" if c.consistent else
+                   f"    {r.run_id}: CONTRADICTED — bound {c.bound:,.0f} < published {r.value:,.1f} tok/s/GPU "
+                   f"(margin {c.margin:.2f}x): {c.wrong_term()}")
+        if r.concurrency_per_gpu:
+            out[-1] += f"; KV capacity {c.capacity_per_gpu:,.1f} sequences/GPU for {r.concurrency_per_gpu:g} published"
+        out.append(f"      source: {r.citation()}")
+    return out
 
 
 def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: Assumptions, sens=None) -> str:
@@ -291,7 +346,7 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
     a = Assumptions(kv_layers=kv_layers)
     items, name = spec_configs(target, a)
     g = items[0][0].gpu
-    params, provenance, fit = params_for(g.gpu, data_dir, Workload(), a)
+    params, provenance, fit = params_for(g.gpu, data_dir, Workload(), a, items[0][0].model.model)
     out = [
         f"kvlab model: experiment '{name}' ({target}) on {g.gpu} ({g.name})",
         K_NOTE,
@@ -309,10 +364,67 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
         out.append(describe(cfgs, prompts, w, params, a))
     if fit is not None:
         out += ["", fit.summary()]
+    est = gpu_minutes_line(plan.load(target), data_dir)
+    if est:
+        out += ["", est.removeprefix("# ")]
     pins = run_pins(target)
     if pins:
         out += ["", "which of the model's parameters each run pins:", *pins]
     return "\n".join(out)
+
+
+#: The planner's assumption for one server start on a GPU host (loading the weights from local disk, compiling and
+#: capturing CUDA graphs): 10 minutes. Kimi-K3's 1.56 TB checkpoint read at ~3 GB/s alone takes ~9 minutes; stated,
+#: not measured, and the engines' startup_timeout_s (3,600 s in b300_step_fit.yaml) is only a cap.
+SERVER_START_S = 600.0
+
+
+def gpu_minutes(spec, data_dir: str | Path = DATA_DIR) -> dict | None:
+    """What a sweep of ``spec`` would cost on its GPU host, in GPU-minutes: every run (repeats included) at its
+    modelled batch time under the Kimi-K3 fits (the free fit and the physics-only fit: a range), plus one
+    :data:`SERVER_START_S` per server start, times the GPUs each server holds (tp). Retries and warm-up requests are
+    not counted. None for a CPU experiment or hardware/models the catalog does not know.
+
+    Returns ``runs``, ``servers``, ``gpus`` (most held at once), ``run_minutes`` (lo, hi) of wall time, ``start_minutes``
+    and ``gpu_minutes`` (lo, hi)."""
+    if is_cpu_hardware(spec.hardware):
+        return None
+    try:
+        g = find_gpu(spec.hardware)
+        runs = expand(spec)
+        fits = [published_fit(data_dir), published_fit(data_dir, physics=True)]
+    except (KeyError, FileNotFoundError, ValueError):
+        return None
+    totals = []
+    for f in fits:
+        gpu_s = wall = 0.0
+        for r in runs:
+            e, w = r.engine, r.workload
+            name = e.served_model_name if _known(e.served_model_name) else e.model
+            cfg = Config(g, find_model(name), e.name, e.tp, e.dcp, e.mem_util, e.kv_cache_bytes)
+            p = fit_for_model(f, cfg.model.model).params
+            t = batch_time(cfg, w.context_tokens, Workload(w.batch_size, w.output_tokens), p).batch_time_s
+            wall += t
+            gpu_s += t * e.tp
+        totals.append((wall, gpu_s))
+    servers = plan.by_server(runs)
+    start_gpu_s = sum(SERVER_START_S * group[0].engine.tp for _, group in servers)
+    return {"runs": len(runs), "servers": len(servers), "gpus": max(r.engine.tp for r in runs),
+            "run_minutes": (min(t[0] for t in totals) / 60, max(t[0] for t in totals) / 60),
+            "start_minutes": len(servers) * SERVER_START_S / 60,
+            "gpu_minutes": tuple((start_gpu_s + t[1]) / 60 for t in sorted(totals, key=lambda t: t[1]))}
+
+
+def gpu_minutes_line(spec, data_dir: str | Path = DATA_DIR) -> str:
+    """The dry run's estimate in words ('' where :func:`gpu_minutes` has none)."""
+    est = gpu_minutes(spec, data_dir)
+    if est is None:
+        return ""
+    lo, hi = est["gpu_minutes"]
+    rl, rh = est["run_minutes"]
+    return (f"# estimate: {lo:,.0f}-{hi:,.0f} GPU-minutes on {est['gpus']} GPUs ({est['runs']} runs, modelled "
+            f"{rl:,.0f}-{rh:,.0f} min of batch time under the free and the physics-only fit; {est['servers']} server "
+            f"starts at an assumed {SERVER_START_S / 60:g} min each; retries and warm-up not counted)")
 
 
 def run_pins(target: str | Path) -> list[str]:

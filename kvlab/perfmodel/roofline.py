@@ -78,6 +78,11 @@ class Assumptions:
     #: per 128 values, the rope part kept in BF16; 656 B per layer and token at width 576). InferenceX's Kimi-K3 recipes
     #: default to FP8 KV; the article does not say, so this is an open assumption of the range.
     kv_format: str = "bf16"
+    #: SGLang keeps a linear-attention (KDA) state in a pool of its own, beside the KV pool: of the memory its
+    #: ``--mem-fraction-static`` leaves after the weights, the state pool gets ratio / (1 + ratio) and the KV pool the
+    #: rest (SGLang's ``--mamba-full-memory-ratio``, default 0.9: sgl-project/sglang, ``server_args.py`` and the model
+    #: runner's pool sizing, GitHub, 2026). Only for a model with such a state; vLLM keeps it in its one KV pool.
+    sglang_state_pool_ratio: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -174,13 +179,31 @@ class Memory:
     outside_pool_bytes_per_gpu: float  # (1 - mem_util) x memory
     fits: bool
     reason: str
+    #: SGLang's separate linear-state pool (0 where the state shares the KV pool, as in vLLM, or there is none)
+    state_pool_bytes_per_gpu: float = 0.0
+    #: what sets ``max_concurrent_seqs``: "KV" (the KV pool, state included where it shares it) or "state"
+    limited_by: str = "KV"
+
+
+def is_sglang(engine: str) -> bool:
+    return FAMILY_OF.get(engine, engine) == SGLANG
 
 
 def memory(cfg: Config, context_tokens: int, a: Assumptions = Assumptions()) -> Memory:
-    """Weights per GPU, KV pool and capacity at ``cfg.mem_util``, sequences that fit, and whether a run fits."""
+    """Weights per GPU, KV pool and capacity at ``cfg.mem_util``, sequences that fit, and whether a run fits: the
+    engine's own pool semantics (the one function every concurrency ceiling comes from, :mod:`kvlab.perfmodel.pools`).
+
+    - vLLM (``--gpu-memory-utilization``): the target holds weights, activations and the KV pool; a linear-attention
+      state shares the KV pool (one pool, each sequence charged its KV and its state).
+    - SGLang (``--mem-fraction-static``): the fraction holds weights and pools only, activations live outside it; a
+      linear-attention state has a pool of its own (:attr:`Assumptions.sglang_state_pool_ratio`), whose slots DCP does
+      not raise: DCP shards only the MLA cache ("Decode Context Parallelism", SGLang documentation, 2026,
+      https://docs.sglang.io/docs/advanced_features/dcp.md). The ceiling is the smaller of the two pools' counts.
+    """
     weights = cfg.model.weight_bytes() / cfg.tp
     per_tok = kv_bytes_per_token_per_gpu(cfg, a)
-    per_seq = context_tokens * per_tok + state_bytes_per_seq_per_gpu(cfg)
+    state = state_bytes_per_seq_per_gpu(cfg)
+    per_seq = context_tokens * per_tok + state
     if cfg.kv_cache_bytes is not None:
         pool = cfg.kv_cache_bytes
         seqs = int(pool // per_seq)
@@ -189,10 +212,21 @@ def memory(cfg: Config, context_tokens: int, a: Assumptions = Assumptions()) -> 
     if cfg.mem_util is None:
         return Memory(weights, math.inf, per_tok, 2**62, 2**62, math.inf, True, "no memory limit modelled")
     total = cfg.gpu.memory_bytes
-    pool = cfg.mem_util * total - weights - a.activation_bytes_per_gpu
+    sglang = is_sglang(cfg.engine)
+    rest = cfg.mem_util * total - weights - (0.0 if sglang else a.activation_bytes_per_gpu)
+    state_pool, limited = 0.0, "KV"
+    if sglang and state > 0:
+        r = a.sglang_state_pool_ratio
+        state_pool, pool = rest * r / (1 + r), rest / (1 + r)
+        kv_seqs = int(pool // (context_tokens * per_tok)) if pool > 0 else 0
+        state_seqs = int(state_pool // state) if state_pool > 0 else 0
+        seqs = min(kv_seqs, state_seqs)
+        limited = "state" if state_seqs < kv_seqs else "KV"
+    else:
+        pool = rest
+        seqs = int(pool // per_seq) if pool > 0 else 0
     outside = (1 - cfg.mem_util) * total
     cap = int(pool // per_tok) if pool > 0 else 0
-    seqs = int(pool // per_seq) if pool > 0 else 0
     if weights > cfg.mem_util * total:
         reason = f"weights {weights / GIB:.1f} GiB/GPU exceed the target {cfg.mem_util * total / GIB:.1f} GiB"
     elif seqs < 1:
@@ -204,20 +238,21 @@ def memory(cfg: Config, context_tokens: int, a: Assumptions = Assumptions()) -> 
         )
     else:
         reason = "fits"
-    return Memory(weights, pool, per_tok, cap, seqs, outside, reason == "fits", reason)
+    return Memory(weights, pool, per_tok, cap, seqs, outside, reason == "fits", reason, state_pool, limited)
 
 
 # --------------------------------------------------------------------------- time
 
 
 def prefill_time_s(cfg: Config, context_tokens: int, n_seqs: int, p: Params) -> float:
-    """Compute-bound prefill of ``n_seqs`` prompts: dense FLOPs (2 x active params per token) plus
-    causal attention (pairs x FLOPs per pair), over all TP GPUs at ``prefill_efficiency`` of peak.
-    Linear-attention layers are counted through their weights only (their chunked scan is linear)."""
-    m = cfg.model
-    pairs = context_tokens * (context_tokens + 1) / 2
-    flops = n_seqs * (2 * m.active_params * context_tokens + pairs * m.attn_flops_per_pair())
-    return flops / (cfg.tp * cfg.gpu.flops_per_s(m.compute_dtype) * p.prefill_efficiency)
+    """Compute-bound prefill of ``n_seqs`` prompts: dense FLOPs (2 x active params per token) plus causal attention
+    (pairs x FLOPs per pair), each part at the peak of the number format it runs in (:meth:`Model.prefill_flop_parts`:
+    Kimi-K3's BF16 trunk and attention at the BF16 rate, its MXFP4 x MXFP8 experts at the FP8 rate), over all TP GPUs
+    at ``prefill_efficiency`` of that peak. Linear-attention layers are counted through their weights only (their
+    chunked scan is linear)."""
+    g = cfg.gpu
+    seconds = sum(f / g.flops_per_s(dtype) for f, dtype in cfg.model.prefill_flop_parts(context_tokens))
+    return n_seqs * seconds / (cfg.tp * p.prefill_efficiency)
 
 
 @dataclass(frozen=True)

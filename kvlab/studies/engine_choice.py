@@ -9,7 +9,7 @@ import polars as pl
 from kvlab import analysis, guide, narrative
 from kvlab.claims import document_claim_verdicts
 from kvlab.perfmodel import Workload, published_fit
-from kvlab.perfmodel.calibrate import crossover_from_fit, crossover_range
+from kvlab.perfmodel.calibrate import crossover_from_fit, crossover_range, fit_for_model
 from kvlab.perfmodel.figures import context_grid, curves
 from kvlab.studies import Answer, StudyResult, sourced
 
@@ -24,7 +24,8 @@ def compute(wb, *, data_dir: str = "", claims_experiment: str = "article_kv_desi
     data, runs = wb.data, wb.runs
     sharing = analysis.prefix_sharing(runs)
     conc = analysis.concurrency_study(runs)
-    fit = published_fit(data, experiment=published_experiment)
+    # a fit to Kimi-K3's published points stays with Kimi-K3: any other model gets the uncalibrated roofline
+    fit = fit_for_model(published_fit(data, experiment=published_experiment), model)
     claims = wb.claims(claims_experiment)
     w = guide.UserWorkload(context_tokens, shared_fraction, concurrency, model, gpu, tp, dcp,
                            mixed_hardware_or_frequent_model_changes, priority)

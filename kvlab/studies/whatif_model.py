@@ -15,6 +15,7 @@ from kvlab.perfmodel.figures import (
     bound_summary, context_grid, crossover_table, curves, headroom_summary, headroom_table, published_throughput,
 )
 from kvlab.perfmodel.report import consistent_summary
+from kvlab.perfmodel.ranges import held_out_by_set
 from kvlab.perfmodel.stepfit import step_fits
 from kvlab.engines import SGLANG, VLLM
 from kvlab.studies import Answer, StudyResult, sourced
@@ -61,7 +62,7 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     consistent = consistent_summary(cons)
     values = {"fit": fit, "phys": phys, "workload": workload, "assumptions": assume, "contexts": contexts,
               "configs": configs, "x_range": x_range, "crossover": crossover, "at_max_range": at_max_range,
-              "consistent": consistent,
+              "consistent": consistent, "held_out": held_out_by_set(sens, data, published_experiment, assume),
               "tokens_per_batch": (int((sens["batch_size"] * sens["output_tokens"]).min()),
                                    int((sens["batch_size"] * sens["output_tokens"]).max())),
               "gpu": gpu, "model": model, "tp": tp, "dcp": dcp}

@@ -1,0 +1,160 @@
+"""The model against published measured GPU runs: a roofline is an upper bound on throughput, so a published
+*measured* figure above the model's bound falsifies it (and its modelled KV capacity must hold the published
+concurrency). The runs, with their citations and conditions, are in ``data/reference/published_gpu_runs.yaml``.
+
+The bound at a run's conditions: the most sequences the GPU's memory holds at the run's context (all of its memory,
+weights as stored, the KV in the run's number format), each decode step reading at least the non-routed weights the
+step uses and every sequence's KV at the prompt's length, at 100% of peak bandwidth. Every choice raises the bound
+(no activations, no routed-expert reads, the shortest context), so a published figure above it is a contradiction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kvlab.paths import DATA_DIR
+from kvlab.perfmodel.catalog import KV_FORMATS, CatalogError, gpu as find_gpu, model as find_model
+
+RUNS_FILE = "published_gpu_runs.yaml"
+
+
+class PublishedRun(BaseModel):
+    """One published measured run: what was measured, where and how (its conditions), and its source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str = Field(min_length=1)
+    title: str = Field(min_length=1)
+    publisher: str = Field(min_length=1)
+    published: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}$", description="date, YYYY-MM-DD")
+    url: str = Field(pattern=r"^https://")
+    model: str = Field(description="catalog model (data/catalog/models.csv)")
+    gpu: str = Field(description="catalog GPU (data/catalog/gpus.csv)")
+    engine: str
+    attention: Literal["dp", "tp"] = Field(description="dp: attention data-parallel (each GPU its own sequences and "
+                                                       "KV, experts spread over `gpus`); tp: one TP replica")
+    gpus: int = Field(gt=0, description="GPUs of one decode instance (dp: the expert-parallel group)")
+    tp: int = Field(gt=0)
+    dcp: int = Field(gt=0)
+    kv_format: str
+    input_tokens: int = Field(gt=0)
+    output_tokens: int = Field(ge=0)
+    metric: Literal["output_tokens_per_s_per_gpu"]
+    value: float = Field(gt=0)
+    concurrency_per_gpu: float | None = Field(default=None, gt=0)
+    kv_usage: float | None = Field(default=None, gt=0, le=1)
+    tokens_per_step: float = Field(default=1.0, gt=0, description="output tokens per request per decode step")
+    conditions: str = Field(min_length=1)
+    verified: str = Field(min_length=1, description="how and when the figures were checked against the source")
+
+    def citation(self) -> str:
+        return f'"{self.title}" ({self.publisher}, {self.published}, {self.url})'
+
+
+def load_published_runs(data_dir: str | Path = DATA_DIR) -> list[PublishedRun]:
+    """Every published run of ``data_dir``/reference/published_gpu_runs.yaml, validated; a bad value raises
+    :class:`CatalogError` naming the file, the run (its position and id) and the field."""
+    path = Path(data_dir) / "reference" / RUNS_FILE
+    if not path.is_file():
+        raise CatalogError(f"{path}: file missing")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{path}: not valid YAML: {exc}") from None
+    entries = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise CatalogError(f"{path}: field 'runs': a non-empty list of runs expected")
+    out = []
+    for i, row in enumerate(entries, start=1):
+        where = f"{path}, run {i} ({row.get('run_id', '?') if isinstance(row, dict) else '?'})"
+        try:
+            run = PublishedRun.model_validate(row)
+        except ValidationError as exc:
+            errs = "; ".join(f"field '{'.'.join(map(str, e['loc'])) or '(run)'}': {e['msg']}" for e in exc.errors())
+            raise CatalogError(f"{where}: {errs}") from None
+        for field, check in (("model", find_model), ("gpu", find_gpu)):
+            try:
+                check(getattr(run, field))
+            except KeyError as exc:
+                raise CatalogError(f"{where}: field '{field}': {exc.args[0]}") from None
+        if run.kv_format not in KV_FORMATS:
+            raise CatalogError(f"{where}: field 'kv_format': {run.kv_format!r} is not one of {', '.join(KV_FORMATS)}")
+        out.append(run)
+    return out
+
+
+@dataclass(frozen=True)
+class BoundCheck:
+    """The model's throughput bound at one published run's conditions beside the published figure."""
+
+    run: PublishedRun
+    bound: float  # output tokens/s per GPU
+    capacity_per_gpu: float  # sequences of the run's final context the GPU's memory holds
+    kv_read_share: float  # share of the bound step's bytes that are KV (the rest weights)
+    weights_per_gpu_bytes: float
+    kv_bytes_per_token_per_gpu: float
+
+    @property
+    def margin(self) -> float:
+        """Bound ÷ published figure: ≥ 1 when the model is consistent with the run."""
+        return self.bound / self.run.value
+
+    @property
+    def capacity_ok(self) -> bool:
+        """The modelled KV capacity holds the published concurrency (at the published KV usage where stated)."""
+        c = self.run.concurrency_per_gpu
+        return c is None or c <= self.capacity_per_gpu * (self.run.kv_usage or 1.0) + 1e-9
+
+    @property
+    def consistent(self) -> bool:
+        return self.margin >= 1 and self.capacity_ok
+
+    def wrong_term(self) -> str:
+        """Which term of the model a contradiction points at ('' when consistent)."""
+        if not self.capacity_ok:
+            return (f"the KV capacity: {self.capacity_per_gpu:,.1f} sequences per GPU modelled, "
+                    f"{self.run.concurrency_per_gpu:g} published (KV bytes per token "
+                    f"{self.kv_bytes_per_token_per_gpu:,.0f} B per GPU or weights {self.weights_per_gpu_bytes / 1e9:,.1f} "
+                    "GB per GPU too large)")
+        if self.margin >= 1:
+            return ""
+        part = (f"the KV bytes read per step ({self.kv_bytes_per_token_per_gpu:,.0f} B per token per GPU in "
+                f"{self.run.kv_format})" if self.kv_read_share >= 0.5 else
+                f"the weight bytes read per step ({self.weights_per_gpu_bytes / 1e9:,.1f} GB stored per GPU)")
+        return f"{part}, or the peak bandwidth, is too large for the published rate: {self.kv_read_share:.0%} of the " \
+               "bound step's bytes are KV"
+
+
+def bound_check(run: PublishedRun) -> BoundCheck:
+    """The upper bound on output tokens/s per GPU at ``run``'s conditions (see the module's docstring)."""
+    m, g = find_model(run.model), find_gpu(run.gpu)
+    kv_tok = m.kv_bytes_per_token(kv_format=run.kv_format)
+    routed_total = m.moe_layers * m.routed_experts * m.params_per_expert if m.is_moe else 0.0
+    dense_bpp = m.dense_bytes_per_param if m.is_moe else m.weight_bytes_per_param
+    dense_total = m.total_params - routed_total
+    dense_active = m.active_params - m.routed_active_params
+    if run.attention == "dp":  # each GPU: its own sequences, the whole non-routed model, 1/gpus of the experts
+        per_tok, stored = kv_tok, dense_total * dense_bpp + routed_total * (m.expert_bytes_per_param or 0) / run.gpus
+        read_w, replica_gpus = dense_active * dense_bpp, 1
+    else:  # one TP (+DCP) replica over tp GPUs
+        split = min(run.tp, m.kv_heads * run.dcp)
+        per_tok, stored = kv_tok / split, m.weight_bytes() / run.tp
+        read_w, replica_gpus = dense_active * dense_bpp / run.tp, run.tp
+    ctx_end = run.input_tokens + run.output_tokens
+    cap = max(0.0, (g.memory_bytes - stored) / (ctx_end * per_tok))
+    seqs = math.floor(cap)
+    kv_read = seqs * run.input_tokens * per_tok
+    step = (read_w + kv_read) / g.mem_bandwidth_bytes_per_s
+    bound = seqs * run.tokens_per_step / step / replica_gpus if seqs else 0.0
+    return BoundCheck(run, bound, cap, kv_read / (read_w + kv_read) if seqs else 0.0, stored, per_tok)
+
+
+def bound_checks(data_dir: str | Path = DATA_DIR) -> list[BoundCheck]:
+    """:func:`bound_check` for every published run of ``data_dir``."""
+    return [bound_check(r) for r in load_published_runs(data_dir)]
