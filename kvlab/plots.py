@@ -1119,7 +1119,7 @@ def capacity_map_figure(gmap: pl.DataFrame) -> Figure:
 
 @styled
 def modelled_ceiling_figure(modelled: pl.DataFrame) -> Figure:
-    """Modelled (kvlab's physical model, no run): the concurrency ceiling (modelled KV pool ÷ context) per context,
+    """Modelled (kvlab's physical model, no run): the concurrency ceiling (the sequences the modelled KV pool holds at the context, each with its linear-attention state) per context,
     a bar per engine configuration and memory setting (lighter: the lower setting), hatched where the model's memory
     check fails; log scale."""
     ctxs = sorted(modelled["context_tokens"].unique().to_list())
@@ -1146,7 +1146,7 @@ def modelled_ceiling_figure(modelled: pl.DataFrame) -> Figure:
     first = modelled.row(0, named=True)
     ax.set(xlabel="context (tokens per request)", ylabel="requests that fit at once (log scale)",
            title=f"modelled: {first['model']} on {first['tp']}× {first['gpu']}, concurrency ceiling "
-                 "(KV pool ÷ context)")
+                 "(sequences the KV pool holds)")
     ax.title.set_fontsize(10)
     handles = ax.get_legend_handles_labels()[0]
     if not modelled["fits"].all():

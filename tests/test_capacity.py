@@ -179,7 +179,7 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
     assert got[1].number == ("2 of 2 load points past the ceiling queued (e.g. SGLang at 200K (3,200 tok), 4 in "
                              "flight against a ceiling of 2: up to 2 waiting); 0 of 22 below or at it")
     assert got[2].number.endswith("vLLM ahead at 3 of 4 context × memory settings")
-    assert got[3].number == ("vLLM TP8 at 0.92: 11; vLLM TP8 at 0.95: 13 (fails the memory check); SGLang TP8+DCP8 "
+    assert got[3].number == ("vLLM TP8 at 0.92: 11; vLLM TP8 at 0.95: 12 (fails the memory check); SGLang TP8+DCP8 "
                              "at 0.92: 51; SGLang TP8+DCP8 at 0.95: 58 (fails the memory check) requests at 200K")
     # on GPU runs the map is graded by rule 2: its cells' winners differ, so inconclusive (signs mixed)
     gpu = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
@@ -238,7 +238,7 @@ def test_the_capacity_figures_say_measured_or_modelled(frames):
                                         plots.modelled_ceiling_figure(capacity.modelled_ceilings()))]
     assert all(a.count("measured: ") == 4 for a in alts[:2])  # one panel per context x memory setting
     assert alts[2].startswith("measured: the engine with the higher goodput within the SLO")
-    assert alts[3].startswith("modelled: Kimi-K3 on 8× B300, concurrency ceiling (KV pool ÷ context)")
+    assert alts[3].startswith("modelled: Kimi-K3 on 8× B300, concurrency ceiling (sequences the KV pool holds)")
 
 
 def test_the_synthetic_capacity_frames_are_labelled_and_consistent():

@@ -390,19 +390,19 @@ def test_the_models_ceiling_for_kimi_k3_on_eight_b300_by_hand():
     df = capacity.modelled_ceilings()
     assert df.height == 12 and set(df["source"]) == {"modelled"}
     weights = 2.7795e12 * 0.56159 / 8
-    for u in (0.92, 0.95):
+    for u in (0.92, 0.95):  # vLLM (DCP 1): activations inside its memory fraction (SGLang's pools: test_perfmodel_terms)
         pool = u * 288e9 - weights - 4 * 2**30
-        for dcp, per_token in ((1, 27_648), (8, 27_648 / 8)):
-            tokens = int(pool // per_token)
-            rows = df.filter((pl.col("mem_util") == u) & (pl.col("dcp") == dcp)).sort("context_tokens")
-            assert rows["kv_pool_tokens"].to_list() == [tokens] * 3
-            assert rows["concurrency_ceiling"].to_list() == [tokens // c for c in (65536, 131072, 204800)]
-            # the model's own count also charges each sequence its KDA state: 434,110,464 B / 8 GPUs
-            assert rows["max_concurrent_seqs"].to_list() == [
-                int(pool // (c * per_token + 434_110_464 / 8)) for c in (65536, 131072, 204800)]
+        tokens = int(pool // 27_648)
+        rows = df.filter((pl.col("mem_util") == u) & (pl.col("dcp") == 1)).sort("context_tokens")
+        assert rows["kv_pool_tokens"].to_list() == [tokens] * 3
+        assert rows["pool_ceiling"].to_list() == [tokens // c for c in (65536, 131072, 204800)]
+        # the ceiling every page prints is the model's own count, which also charges each sequence its KDA state
+        # (434,110,464 B / 8 GPUs)
+        assert rows["concurrency_ceiling"].to_list() == rows["max_concurrent_seqs"].to_list() == [
+            int(pool // (c * 27_648 + 434_110_464 / 8)) for c in (65536, 131072, 204800)]
     at = {(r["dcp"], r["mem_util"], r["context_tokens"]): r for r in df.iter_rows(named=True)}
-    assert at[1, 0.92, 131072]["kv_pool_tokens"] == 2_370_790 and at[1, 0.92, 131072]["concurrency_ceiling"] == 18
-    assert at[8, 0.92, 131072]["concurrency_ceiling"] == 144 and at[8, 0.95, 204800]["concurrency_ceiling"] == 104
+    assert at[1, 0.92, 131072]["kv_pool_tokens"] == 2_370_790 and at[1, 0.92, 131072]["concurrency_ceiling"] == 17
+    assert at[8, 0.92, 131072]["concurrency_ceiling"] == 81 and at[8, 0.95, 204800]["concurrency_ceiling"] == 58
     assert at[1, 0.92, 65536]["engine"] == "vllm" and at[8, 0.92, 65536]["engine"] == "sglang"
     assert not at[1, 0.95, 65536]["fits"] and at[1, 0.92, 65536]["fits"]  # 0.95 leaves less than the assumed need
 

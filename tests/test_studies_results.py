@@ -74,6 +74,16 @@ def test_a_quantity_two_pages_print_is_one_computation(results):
     h4 = results["04"]["headroom"].select(cols).join(h3.select(keys), on=keys, how="semi")
     assert h4.height == h3.height > 0
     assert h3.sort(keys).equals(h4.sort(keys))
+    # Kimi-K3's concurrency ceilings on 8× B300: report 03's headroom and report 07's modelled ceilings (and the
+    # number 07's verdict prints) are one count at every context and setting both show
+    c7 = results["07"]["modelled"].select("mem_util", "dcp", "context_tokens", "concurrency_ceiling")
+    c3 = results["03"]["headroom"].select("mem_util", "dcp", "context_tokens",
+                                          pl.col("max_concurrent_seqs").alias("concurrency_ceiling"))
+    both = c7.join(c3, on=["mem_util", "dcp", "context_tokens"], suffix="_03")
+    assert both.height == 4 and (both["concurrency_ceiling"] == both["concurrency_ceiling_03"]).all(), both
+    number = next(v.number for v in results["07"].verdicts if v.claim_id == "capacity_modelled_ceiling")
+    for r in both.filter(pl.col("context_tokens") == 204800).iter_rows(named=True):
+        assert f"at {r['mem_util']:g}: {r['concurrency_ceiling']:,}" in number, (r, number)
 
 
 def test_a_study_result_is_read_only_and_names_what_it_lacks(results):

@@ -28,9 +28,10 @@ def modelled_ceilings(gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dc
                       assumptions: Assumptions | None = None) -> pl.DataFrame:
     """The physical model's concurrency ceiling (kvlab.perfmodel.memory), source "modelled", per DCP size x memory
     target x context: ``kv_pool_tokens`` (the pool the model predicts, in tokens, the figure engines log),
-    ``concurrency_ceiling`` = that // context (the same definition as :func:`kvlab.analysis.run_ceilings`, so the
-    two stand side by side) and ``max_concurrent_seqs``, the model's own count, which also charges each sequence its
-    linear-attention state (Kimi-K3's KDA layers), from each engine's own pools
+    ``pool_ceiling`` = that // context (the definition :func:`kvlab.analysis.run_ceilings` gives measured runs,
+    whose tiny model has no linear-attention state) and ``concurrency_ceiling`` = ``max_concurrent_seqs``, the
+    model's own count, which also charges each sequence its linear-attention state (Kimi-K3's KDA layers): the one
+    ceiling every page prints (report 03's headroom shows the same count), from each engine's own pools
     (:func:`kvlab.perfmodel.pools.concurrency_ceilings`, the function report 03's headroom reads too, so the two pages
     agree); ``limited_by`` says which pool sets it; ``fits`` and ``reason`` are the model's memory check. DCP 1 is
     modelled as vLLM, DCP > 1 as SGLang. The defaults are the GPU
@@ -42,8 +43,9 @@ def modelled_ceilings(gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dc
     return t.select(
         "source", "gpu", "model", "engine", "tp", "dcp", "mem_util", "context_tokens",
         pl.col("kv_capacity_tokens").alias("kv_pool_tokens"),
-        pl.Series("concurrency_ceiling", ceiling, dtype=pl.Int64),
-        "max_concurrent_seqs", "limited_by", "fits", "reason")
+        pl.Series("pool_ceiling", ceiling, dtype=pl.Int64),
+        pl.col("max_concurrent_seqs").alias("concurrency_ceiling"), "max_concurrent_seqs", "limited_by", "fits",
+        "reason")
 
 
 # --------------------------------------------------------------------------- report 07's verdicts

@@ -249,15 +249,16 @@ def modelled_caption(modelled: DataFrame) -> str:
     flag = (f"; hatched: at {', '.join(f'{m:g}' for m in bad)} the model's memory check fails "
             f"({next(r['reason'] for r in rows if not r['fits'])})" if bad else "")
     return (f"Modelled, not measured (kvlab's physical model, {first['model']} on {first['tp']}× {first['gpu']}): the "
-            f"KV pool the model predicts ÷ the context, the definition the measured ceilings use. At "
+            f"sequences the KV pool the model predicts holds at the context, each charged its linear-attention state "
+            f"(the measured ceilings, on a model without such state, are the pool ÷ the context). At "
             f"{tokens_label(ctx)}: " + "; ".join(parts) + flag + ".")
 
 
 def modelled_table(modelled: DataFrame):
     """The modelled ceilings as a table, labelled modelled in its caption."""
     rows = [{"configuration": config_label(r), "memory setting": r["mem_util"], "context": tokens_label(r["context_tokens"]),
-             "KV pool (tokens)": r["kv_pool_tokens"], "ceiling: pool ÷ context": r["concurrency_ceiling"],
-             "sequences the model fits (with linear-attention state)": r["max_concurrent_seqs"],
+             "KV pool (tokens)": r["kv_pool_tokens"], "pool ÷ context": r["pool_ceiling"],
+             "ceiling: sequences the model fits (with their linear-attention state)": r["concurrency_ceiling"],
              "memory check": "fits" if r["fits"] else r["reason"]}
             for r in sorted(modelled.iter_rows(named=True), key=lambda r: (r["dcp"], r["mem_util"], r["context_tokens"]))]
     return tables.table(rows, list(rows[0]), caption="modelled (kvlab's physical model; no run)")
