@@ -427,7 +427,7 @@ class FigureView:
         if self.data is not None:
             folder = os.environ.get(FIGURE_DIR_ENV)
             href = (f"{folder}/{self.data_file}" if folder else
-                    f"data:text/csv;base64,{base64.b64encode(self.data.write_csv().encode()).decode()}")
+                    f"data:text/csv;base64,{base64.b64encode(self.csv().encode()).decode()}")
             link = (f' <a class="kvlab-figure-data" download="{self.data_file}" '
                     f'href="{html.escape(href)}">data (CSV)</a>')
         return (f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
@@ -440,12 +440,18 @@ class FigureView:
     def data_file(self) -> str:
         return f"figure{self.number or ''}.csv"
 
+    def csv(self) -> str:
+        """The figure's data as CSV text, formula-like text cells neutralised (:func:`kvlab.tables.neutralise`)."""
+        from kvlab.tables import neutralise
+
+        return neutralise(self.data).write_csv()
+
     def payload(self) -> dict | None:
         """The figure's data as typed JSON (None without data): what the report build writes beside the notebook."""
         if self.data is None:
             return None
         return {"number": self.number, "caption": self.caption, "file": self.data_file,
-                "columns": self.data.columns, "rows": self.data.height, "csv": self.data.write_csv()}
+                "columns": self.data.columns, "rows": self.data.height, "csv": self.csv()}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = {"text/html": self._repr_html_()}
