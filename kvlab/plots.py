@@ -27,6 +27,7 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
 from kvlab.markup import markdown_inline
 from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
+from kvlab.store import neutralise
 from kvlab.style import ENGINE_COLORS, number_label as _num, styled, theme
 from kvlab.units import scaled_context
 
@@ -441,9 +442,7 @@ class FigureView:
         return f"figure{self.number or ''}.csv"
 
     def csv(self) -> str:
-        """The figure's data as CSV text, formula-like text cells neutralised (:func:`kvlab.tables.neutralise`)."""
-        from kvlab.tables import neutralise
-
+        """The figure's data as CSV text, formula-like text cells neutralised (:func:`kvlab.store.neutralise`)."""
         return neutralise(self.data).write_csv()
 
     def payload(self) -> dict | None:

@@ -522,7 +522,7 @@ def build(
     if reports:
         data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
         runs = store.load_runs(data_dir)
-        tables.write_csv(runs, out_dir / RUNS_CSV)
+        store.write_csv(runs, out_dir / RUNS_CSV)
         found = store.quarantined(data_dir)
         (out_dir / QUARANTINED_JSON).write_text(json.dumps(
             [{"path": _under(q.path, data_dir), "reason": q.reason} for q in found], indent=2), encoding="utf-8")

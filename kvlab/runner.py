@@ -156,12 +156,10 @@ def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
     out = {TELEMETRY_INFO_FILE: folder / TELEMETRY_INFO_FILE}
     if samples:
         series = sorted({k for _, values, _ in samples for k in values})
-        from kvlab.tables import write_csv  # formula-like text neutralised; imports pandas only here
-
-        write_csv(pl.DataFrame([{"t_s": t - m.batch.t0, **{k: values.get(k) for k in series}, "error": err}
-                                for t, values, err in samples],
-                               schema={"t_s": pl.Float64, **{k: pl.Float64 for k in series}, "error": pl.String}),
-                  folder / TELEMETRY_FILE)
+        store.write_csv(pl.DataFrame([{"t_s": t - m.batch.t0, **{k: values.get(k) for k in series}, "error": err}
+                                      for t, values, err in samples],
+                                     schema={"t_s": pl.Float64, **{k: pl.Float64 for k in series}, "error": pl.String}),
+                        folder / TELEMETRY_FILE)
         out[TELEMETRY_FILE] = folder / TELEMETRY_FILE
     return out
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -57,8 +58,8 @@ MAX_JSON_BYTES = 64 << 20
 
 
 def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
         if test(mode):
             return kind
     return "not a regular file"
@@ -465,6 +466,33 @@ def load_probes(data_dir: str | Path = DATA_DIR, experiment: str | None = None) 
 
 
 # --------------------------------------------------------------------------- writers
+
+
+#: What a spreadsheet reads as the start of a formula: a CSV cell (or header) starting with one of these is written
+#: with a leading apostrophe (:func:`neutralise`), as the OWASP Foundation's "CSV Injection" page recommends.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _neutral(text: str) -> str:
+    return f"'{text}" if text.startswith(FORMULA_START) else text
+
+
+def neutralise(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` safe to open in a spreadsheet: every text cell (String, Categorical or Enum column) and column name
+    that starts with :data:`FORMULA_START` gets a leading apostrophe, so ``=HYPERLINK(...)`` from a server's version
+    string stays text. Numbers are left as they are (a negative number stays a number); so is text that does not
+    start so."""
+    text = [c for c, t in frame.schema.items() if t == pl.String or isinstance(t, (pl.Categorical, pl.Enum))]
+    pattern = "^[" + "".join(re.escape(c) for c in FORMULA_START) + "]"
+    out = frame.with_columns(pl.when(pl.col(c).cast(pl.String).str.contains(pattern))
+                             .then(pl.lit("'") + pl.col(c).cast(pl.String))
+                             .otherwise(pl.col(c).cast(pl.String)).alias(c) for c in text)
+    return out.rename({c: _neutral(c) for c in out.columns if _neutral(c) != c})
+
+
+def write_csv(frame: pl.DataFrame, path: str | Path) -> None:
+    """Write ``frame`` as CSV, its formula-like text neutralised (:func:`neutralise`): how kvlab writes every CSV."""
+    neutralise(frame).write_csv(path)
 
 
 def write_json_atomic(path: str | Path, obj) -> None:

@@ -269,32 +269,6 @@ def table(frame: pl.DataFrame | list[dict], columns: dict[str, str] | list[str] 
     return Table(frame, columns, digits, caption)
 
 
-#: What a spreadsheet reads as the start of a formula: a CSV cell (or header) starting with one of these is written
-#: with a leading apostrophe (:func:`neutralise`), as the OWASP Foundation's "CSV Injection" page recommends.
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _neutral(text: str) -> str:
-    return f"'{text}" if text.startswith(FORMULA_START) else text
-
-
-def neutralise(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` safe to open in a spreadsheet: every text cell (String, Categorical or Enum column) and column name
-    that starts with :data:`FORMULA_START` gets a leading apostrophe, so ``=HYPERLINK(...)`` from a server's version
-    string stays text. Numbers are left as they are (a negative number stays a number); so is text that does not
-    start so."""
-    text = [c for c, t in frame.schema.items() if t == pl.String or isinstance(t, (pl.Categorical, pl.Enum))]
-    pattern = "^[" + "".join(re.escape(c) for c in FORMULA_START) + "]"
-    out = frame.with_columns(pl.when(pl.col(c).cast(pl.String).str.contains(pattern))
-                             .then(pl.lit("'") + pl.col(c).cast(pl.String))
-                             .otherwise(pl.col(c).cast(pl.String)).alias(c) for c in text)
-    return out.rename({c: _neutral(c) for c in out.columns if _neutral(c) != c})
-
-
-def write_csv(frame: pl.DataFrame, path) -> None:
-    """Write ``frame`` as CSV, its formula-like text neutralised (:func:`neutralise`): how kvlab writes every CSV."""
-    neutralise(frame).write_csv(path)
-
 
 def non_empty(frame: pl.DataFrame, columns: list[str]) -> list[str]:
     """The ``columns`` (in order) that hold at least one value in ``frame``: a table shows no column of dashes."""

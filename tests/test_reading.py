@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvlab import campaign, narrative, reports, store, tables
+from kvlab import campaign, narrative, reports, store
 from notebook_data import FIXTURE_RUNS, copy_reference
 
 #: The fixture runs (tests/fixtures/runs): 28 measured runs, 728 requests, 28 attempts; the published tables: 4 rows.
@@ -150,13 +150,13 @@ def test_csv_cells_that_start_a_formula_are_neutralised_and_numbers_left_alone(t
     frame = pl.DataFrame({"version": [HOSTILE, "-1", "@SUM(A1)", "\tx", "\rx", "+1", "0.19.1", None],
                           "delta": [-1, 2, -3, 4, -5, 6, 7, 8], "ratio": [-1.5, 0.0, 1.0, -0.25, 2.0, 3.0, -4.0, None]})
     frame = frame.with_columns(engine=pl.col("version").cast(pl.Categorical))
-    tables.write_csv(frame, tmp_path / "t.csv")
+    store.write_csv(frame, tmp_path / "t.csv")
     back = pl.read_csv(tmp_path / "t.csv", infer_schema=False)
     want = ["'" + HOSTILE, "'-1", "'@SUM(A1)", "'\tx", "'\rx", "'+1", "0.19.1", None]
     assert back["version"].to_list() == want and back["engine"].to_list() == want
     assert back["delta"].to_list() == ["-1", "2", "-3", "4", "-5", "6", "7", "8"]  # numbers stay numbers
     assert back["ratio"].to_list() == ["-1.5", "0.0", "1.0", "-0.25", "2.0", "3.0", "-4.0", None]
-    assert tables.neutralise(pl.DataFrame({"=x": [1]})).columns == ["'=x"]  # a header from data too
+    assert store.neutralise(pl.DataFrame({"=x": [1]})).columns == ["'=x"]  # a header from data too
 
 
 def _formula_cells(path: Path) -> list[str]:

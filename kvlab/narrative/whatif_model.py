@@ -11,6 +11,8 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.narrative.common import config_name, setup_phrase
 from kvlab.perfmodel import Assumptions
 from kvlab.perfmodel.calibrate import implausible
+from kvlab.perfmodel.catalog import gpu as find_gpu
+from kvlab.perfmodel.catalog import model as find_model
 from kvlab.units import approx_label, approx_tokens, sig2, token_range, tokens_label
 
 if TYPE_CHECKING:
@@ -366,9 +368,6 @@ def catalogued(runs: DataFrame, sources: tuple[str, ...] = ("published", "measur
     """The rows of ``runs`` whose model and hardware the catalog has (``data/catalog``: what the model's bound needs),
     and a sentence naming the experiments whose model or hardware it lacks (empty where none does): the report shows
     their measured parts and says their modelled part is skipped, instead of failing on the catalog's KeyError."""
-    from kvlab.perfmodel.catalog import gpu as find_gpu
-    from kvlab.perfmodel.catalog import model as find_model
-
     known: dict[tuple[str, str], str | None] = {}  # (what, name) -> None where catalogued, else what is missing
     keep, missing = [], {}
     for r in runs.select("source", "experiment", "model", "hardware").iter_rows(named=True):
