@@ -63,11 +63,29 @@ class DiskFullError(SweepError):
         return (type(self), (str(self), self.failure, self.run, self.free_bytes))
 
 
+#: How polars and pyarrow word ENOSPC or EDQUOT where they raise no OSError carrying the errno: polars' ComputeError
+#: "... (os error 28)" (from Rust's io::Error), pyarrow's "[errno 28] No space left on device", the C library's
+#: strerror texts, and polars' parquet writer when the footer's write fails ("Invalid thrift: transport error": its
+#: thrift serialiser reports the failed write without the errno).
+DISK_FULL_TEXTS = (*(f"(os error {n})" for n in (errno.ENOSPC, errno.EDQUOT)),
+                   *(f"[errno {n}]" for n in (errno.ENOSPC, errno.EDQUOT)),
+                   os.strerror(errno.ENOSPC).lower(), os.strerror(errno.EDQUOT).lower(),
+                   "invalid thrift: transport error")
+
+
 def is_disk_full(exc: BaseException) -> bool:
-    """ENOSPC or EDQUOT, as an OSError or as polars reports it (a ComputeError saying "(os error 28)")."""
-    if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    return any(f"(os error {n})" in str(exc) for n in (errno.ENOSPC, errno.EDQUOT))
+    """ENOSPC or EDQUOT, as an OSError or in the words polars and pyarrow report it (:data:`DISK_FULL_TEXTS`), on
+    ``exc`` or on the exception it was raised from."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno is not None:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                return True
+        elif any(t in str(exc).lower() for t in DISK_FULL_TEXTS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def free_near(path: Path) -> tuple[Path, int]:

@@ -27,6 +27,7 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
 from kvlab.markup import markdown_inline
 from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
+from kvlab.store import neutralise
 from kvlab.style import ENGINE_COLORS, number_label as _num, styled, theme
 from kvlab.units import scaled_context
 
@@ -427,7 +428,7 @@ class FigureView:
         if self.data is not None:
             folder = os.environ.get(FIGURE_DIR_ENV)
             href = (f"{folder}/{self.data_file}" if folder else
-                    f"data:text/csv;base64,{base64.b64encode(self.data.write_csv().encode()).decode()}")
+                    f"data:text/csv;base64,{base64.b64encode(self.csv().encode()).decode()}")
             link = (f' <a class="kvlab-figure-data" download="{self.data_file}" '
                     f'href="{html.escape(href)}">data (CSV)</a>')
         return (f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
@@ -440,12 +441,16 @@ class FigureView:
     def data_file(self) -> str:
         return f"figure{self.number or ''}.csv"
 
+    def csv(self) -> str:
+        """The figure's data as CSV text, formula-like text cells neutralised (:func:`kvlab.store.neutralise`)."""
+        return neutralise(self.data).write_csv()
+
     def payload(self) -> dict | None:
         """The figure's data as typed JSON (None without data): what the report build writes beside the notebook."""
         if self.data is None:
             return None
         return {"number": self.number, "caption": self.caption, "file": self.data_file,
-                "columns": self.data.columns, "rows": self.data.height, "csv": self.data.write_csv()}
+                "columns": self.data.columns, "rows": self.data.height, "csv": self.csv()}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = {"text/html": self._repr_html_()}

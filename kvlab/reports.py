@@ -276,8 +276,7 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None,
         measured = measured.filter(pl.col("experiment").is_in(experiments))
     hosts, sweep_commits, without_bf16 = set(), set(), False
     for exp in sorted(measured["experiment"].unique()):
-        manifest = data_dir / "runs" / exp / store.MANIFEST_FILE
-        for sweep in json.loads(manifest.read_text()).get("sweeps", []) if manifest.exists() else []:
+        for sweep in store.read_manifest(data_dir / "runs" / exp).get("sweeps") or []:
             h = sweep.get("host") or {}
             cpu_flags = h.get("cpu_flags") or []  # empty where unknown: then nothing is claimed
             flags = ", ".join(cpu_flags)
@@ -450,6 +449,29 @@ def run_tables_html(runs) -> str:
     return "\n".join(parts)
 
 
+#: Beside index.json: the run folders and manifests the build did not read (:func:`kvlab.store.quarantined`), each
+#: with its path and reason; an empty list where every one was read.
+QUARANTINED_JSON = "quarantined.json"
+
+
+def quarantined_html(found: list[store.Quarantined], data_dir: Path) -> str:
+    """The index's "Quarantined" list: each run folder or manifest the reports did not read, by its path under the
+    data folder, and why; empty where there is none."""
+    if not found:
+        return ""
+    items = "\n".join(f"<li><code>{html.escape(_under(q.path, data_dir))}</code>: {html.escape(q.reason)}</li>"
+                       for q in found)
+    return (f'<h2>Quarantined</h2>\n<p>{len(found)} stored run folder(s) or manifest(s) could not be read; every report '
+            f"above was built without them.</p>\n<ul class=\"kvlab-quarantined\">\n{items}\n</ul>\n")
+
+
+def _under(path: Path, data_dir: Path) -> str:
+    try:
+        return str(Path(path).relative_to(data_dir))
+    except ValueError:
+        return str(path)
+
+
 #: The report whose answer table is the index's first table (the reference host's engine by context).
 ANSWER_REPORT = "01_context_scaling.ipynb"
 #: The report whose answer says what the memory setting means (the index's line under the table).
@@ -490,12 +512,14 @@ def host_sentence(every: list) -> str:
             "run of two different engine implementations is not evidence about B300 speed.")
 
 
-def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "") -> Path:
+def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "",
+                quarantine: str = "") -> Path:
     """An index page that answers first: the reference host's answer table (report 01's answer: engine by context,
     each row with its evidence kind), what the memory setting means (report 03's answer), what this host's runs
     add; then one line per report (title, answer, link); then the verdicts counted by family
-    (:func:`kvlab.verdicts.headline`), the provenance ``panel`` (the whole build's) and the run tables
-    (``runs_html``). ``reports/index.json`` holds each report's answer and verdicts (from its study)."""
+    (:func:`kvlab.verdicts.headline`), the provenance ``panel`` (the whole build's), the run tables (``runs_html``)
+    and the ``quarantine`` list (:func:`quarantined_html`). ``reports/index.json`` holds each report's answer and
+    verdicts (from its study)."""
     by_nb = {r.notebook: r for r in reports}
     main = by_nb.get(ANSWER_REPORT)
     memory = by_nb.get(MEMORY_REPORT)
@@ -542,7 +566,7 @@ table.answer th, table.answer td {{ text-align: left; padding: 4px 10px; border-
  "figures. Every column of every run is in <a href='runs.csv'>runs.csv</a>; answers and verdicts in "
  "<a href='index.json'>index.json</a>.</p>" + runs_html if runs_html else
  "<p><i>No measured run yet: <code>make report</code> measures the embedded default on this machine.</i></p>"}
-<p><small>Built {stamp}. {html.escape(note)}</small></p>
+{quarantine}<p><small>Built {stamp}. {html.escape(note)}</small></p>
 </body></html>
 """
     index = out_dir / "index.html"
@@ -604,9 +628,12 @@ def build(
     if reports:
         data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
         runs = store.load_runs(data_dir)
-        runs.write_csv(out_dir / RUNS_CSV)
+        store.write_csv(runs, out_dir / RUNS_CSV)
+        found = store.quarantined(data_dir)
+        (out_dir / QUARANTINED_JSON).write_text(json.dumps(
+            [{"path": _under(q.path, data_dir), "reason": q.reason} for q in found], indent=2), encoding="utf-8")
         write_index(_with_earlier(reports, out_dir), out_dir, panel=panel_html(provenance(data_dir, None, parameters)),
-                    runs_html=run_tables_html(runs))
+                    runs_html=run_tables_html(runs), quarantine=quarantined_html(found, data_dir))
     if errors:
         raise RuntimeError("report build failed for:\n" + "\n".join(errors))
     return reports

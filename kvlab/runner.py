@@ -161,10 +161,10 @@ def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
     if samples:
         series = sorted({k for _, values, _ in samples for k in values}
                         | (set() if (m.gpus or {}).get("available") else set(gpu.UNAVAILABLE_COLUMNS)))
-        pl.DataFrame([{"t_s": t - m.batch.t0, **{k: values.get(k) for k in series}, "error": err}
-                      for t, values, err in samples],
-                     schema={"t_s": pl.Float64, **{k: pl.Float64 for k in series}, "error": pl.String}
-                     ).write_csv(folder / TELEMETRY_FILE)
+        store.write_csv(pl.DataFrame([{"t_s": t - m.batch.t0, **{k: values.get(k) for k in series}, "error": err}
+                                      for t, values, err in samples],
+                                     schema={"t_s": pl.Float64, **{k: pl.Float64 for k in series}, "error": pl.String}),
+                        folder / TELEMETRY_FILE)
         out[TELEMETRY_FILE] = folder / TELEMETRY_FILE
     return out
 

@@ -14,16 +14,24 @@ Layout (all paths from :mod:`kvlab.paths`):
 - ``data/runs/<experiment>/superseded/<run_key>/`` — finished runs the experiment file no longer
   defines (an earlier version of it), set aside by the next sweep so no report mixes them in.
 - ``data/modelled/*.parquet`` — optional model predictions (``runs`` schema).
+
+Reading is bounded: a stored file is opened only when it is a regular file (a FIFO would block, a link to
+``/dev/zero`` never ends) and no larger than its cap (:data:`MAX_TABLE_BYTES`, :data:`MAX_JSON_BYTES`). A run folder
+or manifest that cannot be read is quarantined (:func:`quarantined`): the loaders skip it, the report index lists it
+with its reason, and every report builds from the rest.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -42,21 +50,75 @@ MANIFEST_FILE = "manifest.json"
 SUPERSEDED_DIR = "superseded"
 
 
+#: The largest table file (CSV or parquet) kvlab reads: 1 GiB, far above any run's (a run of 10,000 requests stores a
+#: requests.parquet of a few MiB); a larger one is refused unread.
+MAX_TABLE_BYTES = 1 << 30
+#: The largest JSON file kvlab reads (a manifest, spec.json, telemetry.json): 64 MiB; a manifest of 1,000 sweeps with
+#: their probes is a few MiB.
+MAX_JSON_BYTES = 64 << 20
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def read_bytes_capped(path: str | Path, cap: int | None = None) -> bytes:
+    """A stored file's bytes, read only when it is a regular file (links followed: a link to ``/dev/zero`` is a
+    character device) of at most ``cap`` bytes; else a :class:`SchemaError` naming the file and why. Never blocks:
+    the file is opened non-blocking (a FIFO swapped in after the check does not wait for a writer) and checked again
+    on the open descriptor, and at most ``cap`` + 1 bytes are read. ``cap``: :data:`MAX_TABLE_BYTES` if not given."""
+    path, cap = Path(path), MAX_TABLE_BYTES if cap is None else cap
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SchemaError(f"{path}: {_file_kind(st.st_mode)}, not a regular file: not read")
+        if st.st_size > cap:
+            raise SchemaError(f"{path}: {st.st_size:,} bytes, over the {cap:,}-byte cap for this file: not read")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(cap + 1)
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise SchemaError(f"{path}: over the {cap:,}-byte cap for this file (it grew while read): not read")
+    return data
+
+
+def read_json_capped(path: str | Path, cap: int | None = None) -> dict:
+    """A stored JSON object (:func:`read_bytes_capped`: a regular file, at most ``cap`` bytes, :data:`MAX_JSON_BYTES`
+    if not given); a :class:`SchemaError` naming the file where it is not one."""
+    data = read_bytes_capped(path, MAX_JSON_BYTES if cap is None else cap)
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise SchemaError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise SchemaError(f"{path}: a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
 def read_table(path: str | Path, table: Table) -> pl.DataFrame:
-    """Read one CSV or parquet file and conform it to ``table``; errors name the file."""
+    """Read one CSV or parquet file and conform it to ``table``; errors name the file. The file is read through
+    :func:`read_bytes_capped` (a regular file of at most :data:`MAX_TABLE_BYTES`)."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"{path}: no such file (expected a '{table.name}' table)")
+    if path.suffix not in (".csv", ".parquet"):
+        raise SchemaError(f"{path}: unsupported file type '{path.suffix}' (use .csv or .parquet)")
+    try:
+        data = read_bytes_capped(path)
+    except FileNotFoundError:  # a dangling link
+        raise FileNotFoundError(f"{path}: no such file (expected a '{table.name}' table)") from None
     try:
         if path.suffix == ".csv":
             # Read every column as text first: the schema, not the CSV sniffer, decides types.
-            df = pl.read_csv(path, infer_schema=False)
-        elif path.suffix == ".parquet":
-            df = pl.read_parquet(path)
+            df = pl.read_csv(io.BytesIO(data), infer_schema=False)
         else:
-            raise SchemaError(f"{path}: unsupported file type '{path.suffix}' (use .csv or .parquet)")
-    except SchemaError:
-        raise
+            df = pl.read_parquet(io.BytesIO(data))
     except Exception as exc:
         raise SchemaError(f"{path}: cannot be parsed as {path.suffix[1:]}: {exc}") from None
     if df.width == 0:
@@ -79,10 +141,94 @@ def _reference_files(data_dir: Path, claims: bool) -> list[Path]:
 
 
 def run_dirs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> list[Path]:
-    """Finished measured-run folders (those holding ``run.parquet``)."""
-    root = Path(data_dir) / "runs"
+    """Finished measured-run folders (those holding ``run.parquet``) that can be read: a quarantined one
+    (:func:`check_run_dir`) is left out, and :func:`quarantined` lists it."""
+    return [d for d in _candidate_run_dirs(Path(data_dir) / "runs", experiment) if check_run_dir(d) is None]
+
+
+def _candidate_run_dirs(root: Path, experiment: str | None) -> list[Path]:
     pattern = f"{experiment or '*'}/*/{RUN_FILE}"
     return sorted(p.parent for p in root.glob(pattern) if not _in_staging(p, root))
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """A run folder or manifest kvlab does not read, and why (the first unreadable file, named)."""
+
+    path: Path
+    reason: str
+
+
+#: A run folder's JSON files, read as JSON objects by the loaders.
+_RUN_JSON = ("spec.json", "telemetry.json")
+#: What :func:`check_run_dir` found, by folder: the folder's file signature (names, sizes, times, kinds) and the
+#: reason (None: readable). A folder is read through once per process while its files stay the same.
+_CHECKED: dict[Path, tuple[tuple, str | None]] = {}
+
+
+def _signature(d: Path) -> tuple:
+    sig = []
+    for name in (RUN_FILE, REQUESTS_FILE, ATTEMPTS_FILE, *_RUN_JSON, "telemetry.csv"):
+        try:
+            st = os.lstat(d / name)
+        except FileNotFoundError:
+            continue
+        sig.append((name, st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sig)
+
+
+def check_run_dir(d: str | Path) -> str | None:
+    """Why a run folder cannot be read, or None where it can: each of its stored files (run, requests and attempts
+    parquet, spec.json, telemetry.json and .csv) must be a regular file under its cap (:func:`read_bytes_capped`,
+    never opened otherwise, so a FIFO does not block) that parses as its kind and conforms to its table."""
+    d = Path(d)
+    sig = _signature(d)
+    if d in _CHECKED and _CHECKED[d][0] == sig:
+        return _CHECKED[d][1]
+    reason = None
+    try:
+        for name, _, *_ in sig:
+            f = d / name
+            if name in (RUN_FILE, REQUESTS_FILE, ATTEMPTS_FILE):
+                read_table(f, {RUN_FILE: RUNS, REQUESTS_FILE: REQUESTS, ATTEMPTS_FILE: ATTEMPTS}[name])
+            elif name in _RUN_JSON:
+                read_json_capped(f)
+            else:
+                data = read_bytes_capped(f)
+                try:
+                    pl.read_csv(io.BytesIO(data), infer_schema=False)
+                except Exception as exc:
+                    raise SchemaError(f"{f}: cannot be parsed as csv: {exc}") from None
+    except (SchemaError, OSError) as exc:
+        reason = " ".join(str(exc).split())[:500]
+    _CHECKED[d] = (sig, reason)
+    return reason
+
+
+def read_manifest(exp_dir: str | Path) -> dict:
+    """An experiment's manifest (``manifest.json``) as a dict: empty where it has none or where it cannot be read
+    (not a regular file, over :data:`MAX_JSON_BYTES`, not a JSON object: :func:`quarantined` lists it)."""
+    path = Path(exp_dir) / MANIFEST_FILE
+    if not os.path.lexists(path):
+        return {}
+    try:
+        return read_json_capped(path)
+    except (SchemaError, OSError):
+        return {}
+
+
+def quarantined(data_dir: str | Path = DATA_DIR) -> list[Quarantined]:
+    """Every run folder and manifest under ``data_dir/runs`` that the loaders skip, with its reason, by path."""
+    root = Path(data_dir) / "runs"
+    found = [Quarantined(d, r) for d in _candidate_run_dirs(root, None) if (r := check_run_dir(d)) is not None]
+    for m in sorted(root.glob(f"*/{MANIFEST_FILE}")):
+        if _in_staging(m, root):
+            continue
+        try:
+            read_json_capped(m)
+        except (SchemaError, OSError) as exc:
+            found.append(Quarantined(m, " ".join(str(exc).split())[:500]))
+    return sorted(found, key=lambda q: str(q.path))
 
 
 def _in_staging(path: Path, root: Path) -> bool:
@@ -146,12 +292,11 @@ def _recorded_facts(path: Path, df: pl.DataFrame, manifests: dict) -> pl.DataFra
     spec_file = path.parent / SPEC_FILE
     if not missing or not spec_file.exists():
         return df
-    spec = json.loads(spec_file.read_text())
+    spec = read_json_capped(spec_file)
     engine = spec.get("engine") or {}
     exp_dir = path.parent.parent
     if exp_dir not in manifests:
-        m = exp_dir / MANIFEST_FILE
-        manifests[exp_dir] = json.loads(m.read_text()) if m.exists() else {}
+        manifests[exp_dir] = read_manifest(exp_dir)
     kinds = {host.device_kind(engine, facts) for facts in _sweep_hosts(manifests[exp_dir], spec.get("key") or
                                                                         path.parent.name, df["started_at"][0])}
     fill = {"kv_budget_bytes": engine.get("kv_cache_bytes"),
@@ -234,7 +379,7 @@ def load_telemetry(data_dir: str | Path = DATA_DIR, experiment: str | None = Non
         if not f.exists():
             continue
         run_id = pl.read_parquet(d / RUN_FILE, columns=["run_id"])["run_id"][0]
-        df = pl.read_csv(f, infer_schema=False)
+        df = pl.read_csv(io.BytesIO(read_bytes_capped(f)), infer_schema=False)
         frames.append(df.with_columns(pl.col(c).cast(pl.Float64) for c in df.columns if c != "error")
                       .with_columns(pl.lit(run_id).alias("run_id"), pl.lit(d.parent.name).alias("experiment")))
     base = {"run_id": pl.String, "experiment": pl.String, "t_s": pl.Float64, "error": pl.String}
@@ -257,7 +402,7 @@ def load_telemetry_info(data_dir: str | Path = DATA_DIR, experiment: str | None 
         f = d / TELEMETRY_INFO_FILE
         if not f.exists():
             continue
-        info = json.loads(f.read_text())
+        info = read_json_capped(f)
         available, reason, note = bool(info.get("available")), info.get("reason"), info.get("note")
         if "note" not in info and not available and (reason or "").startswith(OLD_NO_SAMPLE):
             available, reason, note = True, None, reason
@@ -297,7 +442,7 @@ def load_probes(data_dir: str | Path = DATA_DIR, experiment: str | None = None) 
     for m in sorted(root.glob(f"{experiment or '*'}/{MANIFEST_FILE}")):
         if _in_staging(m, root):
             continue
-        manifest = json.loads(m.read_text())
+        manifest = read_manifest(m.parent)  # empty where quarantined (:func:`quarantined` lists it)
         order = {key: i for i, key in enumerate(manifest.get("configurations") or [])}
         latest: dict[str, dict] = {}
         for sweep in manifest.get("sweeps") or []:
@@ -322,6 +467,33 @@ def load_probes(data_dir: str | Path = DATA_DIR, experiment: str | None = None) 
 
 
 # --------------------------------------------------------------------------- writers
+
+
+#: What a spreadsheet reads as the start of a formula: a CSV cell (or header) starting with one of these is written
+#: with a leading apostrophe (:func:`neutralise`), as the OWASP Foundation's "CSV Injection" page recommends.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _neutral(text: str) -> str:
+    return f"'{text}" if text.startswith(FORMULA_START) else text
+
+
+def neutralise(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` safe to open in a spreadsheet: every text cell (String, Categorical or Enum column) and column name
+    that starts with :data:`FORMULA_START` gets a leading apostrophe, so ``=HYPERLINK(...)`` from a server's version
+    string stays text. Numbers are left as they are (a negative number stays a number); so is text that does not
+    start so."""
+    text = [c for c, t in frame.schema.items() if t == pl.String or isinstance(t, (pl.Categorical, pl.Enum))]
+    pattern = "^[" + "".join(re.escape(c) for c in FORMULA_START) + "]"
+    out = frame.with_columns(pl.when(pl.col(c).cast(pl.String).str.contains(pattern))
+                             .then(pl.lit("'") + pl.col(c).cast(pl.String))
+                             .otherwise(pl.col(c).cast(pl.String)).alias(c) for c in text)
+    return out.rename({c: _neutral(c) for c in out.columns if _neutral(c) != c})
+
+
+def write_csv(frame: pl.DataFrame, path: str | Path) -> None:
+    """Write ``frame`` as CSV, its formula-like text neutralised (:func:`neutralise`): how kvlab writes every CSV."""
+    neutralise(frame).write_csv(path)
 
 
 def write_json_atomic(path: str | Path, obj) -> None:

@@ -849,10 +849,11 @@ def test_the_partial_run_cleanup_removes_only_kvlabs_temporary_entries(tmp_path)
     assert (exp / ".ssh" / "id_rsa").read_text() == "secret" and (target / "f").read_text() == "keep"
 
 
-@pytest.mark.parametrize("where", ["run_parquet", "log_copy", "log_record"])
+@pytest.mark.parametrize("where", ["run_parquet", "run_parquet_footer", "log_copy", "log_record"])
 def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_resumes(tmp_path, monkeypatch, where):
     """ENOSPC injected while the third of five runs is stored — in the run writer (polars reports it as a
-    ComputeError saying "os error 28"), in its copy of the server log, or in the server's redacted log copy — after
+    ComputeError saying "os error 28", or, where the parquet footer's write failed, "Invalid thrift: transport
+    error"), in its copy of the server log, or in the server's redacted log copy — after
     part of the file was written: the run fails with cause disk_full and is not stored (no half-written folder),
     the sweep stops with one message naming the run and the free space, the two finished runs stay byte for byte,
     and the next sweep resumes with the three left."""
@@ -878,14 +879,16 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
             return len(store.finished_run_keys(exp)) == 2
 
         enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        if where == "run_parquet":
+        if where.startswith("run_parquet"):
             real_parquet = pl.DataFrame.write_parquet
 
             def write_parquet(df, file, *a, **k):
                 if full() and Path(file).name == store.REQUESTS_FILE:
                     Path(file).write_bytes(b"PAR1 half a file")
-                    raise pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: "
-                                                     "No space left on device (os error 28)")
+                    raise pl.exceptions.ComputeError(
+                        "parquet: File out of specification: Invalid thrift: transport error" if where.endswith(
+                            "footer") else "parquet: File out of specification: underlying IO error: "
+                                           "No space left on device (os error 28)")
                 return real_parquet(df, file, *a, **k)
 
             monkeypatch.setattr(pl.DataFrame, "write_parquet", write_parquet)

@@ -81,11 +81,16 @@ def test_empty_required_value_names_row(data):
 
 
 def test_unparseable_parquet(data):
+    """A run folder that cannot be read is quarantined (skipped, listed with its reason), not an error for every
+    report (tests/test_reading.py has the other unreadable kinds)."""
     d = data / "runs" / "exp" / "abc"
     d.mkdir(parents=True)
     (d / "run.parquet").write_bytes(b"not parquet")
+    assert store.load_runs(data).filter(pl.col("source") == "measured").height == 0
+    [q] = store.quarantined(data)
+    assert q.path == d and q.reason.startswith(f"{d / 'run.parquet'}: cannot be parsed as parquet: ")
     with pytest.raises(SchemaError, match=r"run\.parquet: cannot be parsed"):
-        store.load_runs(data)
+        store.read_table(d / "run.parquet", RUNS)
 
 
 def test_duplicate_rows_are_an_error(data):

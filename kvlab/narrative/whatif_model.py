@@ -11,6 +11,8 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.narrative.common import config_name, setup_phrase
 from kvlab.perfmodel import Assumptions, Config, Workload, batch_time
 from kvlab.perfmodel.calibrate import PRIORS, implausible
+from kvlab.perfmodel.catalog import gpu as find_gpu
+from kvlab.perfmodel.catalog import model as find_model
 from kvlab.perfmodel.ranges import per_step_costs
 from kvlab.units import approx_label, approx_tokens, k_label, sig2, token_range, tokens_label
 
@@ -429,3 +431,33 @@ def model_answer(fit, x_range: tuple[float, float] | None, sets: int, model: str
               f"{k_label(x_range[1])} tokens, so it cannot say where the winner changes." if x_range else
               f"Under none of the {sets} assumption sets does the winner change.")
     return (first, second)
+
+
+def catalogued(runs: DataFrame, sources: tuple[str, ...] = ("published", "measured")) -> tuple[DataFrame, str]:
+    """The rows of ``runs`` whose model and hardware the catalog has (``data/catalog``: what the model's bound needs),
+    and a sentence naming the experiments whose model or hardware it lacks (empty where none does): the report shows
+    their measured parts and says their modelled part is skipped, instead of failing on the catalog's KeyError."""
+    known: dict[tuple[str, str], str | None] = {}  # (what, name) -> None where catalogued, else what is missing
+    keep, missing = [], {}
+    for r in runs.select("source", "experiment", "model", "hardware").iter_rows(named=True):
+        why = None
+        if r["source"] in sources:
+            for what, name, find in (("model", r["model"], find_model), ("hardware", r["hardware"], find_gpu)):
+                if name is None:
+                    continue
+                if (what, name) not in known:
+                    try:
+                        find(name)
+                        known[what, name] = None
+                    except KeyError:
+                        known[what, name] = f"{what} `{name}`"
+                why = why or known[what, name]
+        keep.append(why is None)
+        if why is not None:
+            missing.setdefault(why, set()).add(r["experiment"])
+    if not missing:
+        return runs, ""
+    parts = "; ".join(f"{why} (experiment{'s' if len(exps) > 1 else ''} {', '.join(f'`{e}`' for e in sorted(exps))})"
+                      for why, exps in sorted(missing.items()))
+    return runs.filter(keep), (f"*Not in the model's catalog (data/catalog): {parts}. Their modelled bound is "
+                               "skipped; what was measured is still shown.*")

@@ -50,7 +50,8 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     xo = crossover_table(list(gpus), model, list(dcp_sizes), workload, fit.params, assume, tp=tp,
                          max_tokens=max_context, sens=sens)
     head = headroom_table(gpu, model, list(mem_utils), sorted({1, dcp}), list(headroom_contexts), assume, tp=tp)
-    frac = achieved_fraction(runs, workload, assume, sources=("published", "measured"))
+    bound_runs, not_catalogued = narrative.catalogued(runs)  # a model or GPU the catalog lacks: said, skipped
+    frac = achieved_fraction(bound_runs, workload, assume, sources=("published", "measured"))
     step, step_points = step_fits(runs)
     frames = {"published": published, "claims": claims, "residuals": fit.residuals.sort("context_tokens", "engine"),
               "loo": fit.loo.sort("context_tokens", "engine"),
@@ -65,7 +66,7 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
               "consistent": consistent, "held_out": held_out_by_set(sens, data, published_experiment, assume),
               "tokens_per_batch": (int((sens["batch_size"] * sens["output_tokens"]).min()),
                                    int((sens["batch_size"] * sens["output_tokens"]).max())),
-              "gpu": gpu, "model": model, "tp": tp, "dcp": dcp}
+              "gpu": gpu, "model": model, "tp": tp, "dcp": dcp, "not_catalogued": not_catalogued}
     found = narrative.model_verdicts(fit, sens, head, claims, workload, assume, consistent=consistent)
     answer = Answer(narrative.model_answer(fit, x_range, sens.height, model, gpu, tp))
     params = {"published_experiment": published_experiment, "gpu": gpu, "model": model, "tp": tp, "dcp": dcp,
