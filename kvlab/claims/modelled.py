@@ -14,9 +14,10 @@ from kvlab.claims.model import (
     consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out,
 )
 from kvlab.claims.speed import held_out_verdict
-from kvlab.engines import engine_label
+from kvlab.engines import SGLANG, engine_label
 from kvlab.perfmodel import Assumptions, Workload
 from kvlab.perfmodel.calibrate import SANE_RANGES, crossover_from_fit, implausible
+from kvlab.perfmodel.ranges import model_ranges
 from kvlab.perfmodel.reference import bound_checks
 from kvlab.units import approx_tokens, token_range, tokens_label
 from kvlab.verdicts import Verdict
@@ -102,7 +103,13 @@ def model_verdicts(fit, sens, head, claims, workload=None,
             continue
         winner, ratio = d["engine"][0], d["modelled_s"][1] / d["modelled_s"][0]
         agree &= winner == c["engine"]
-        modelled.append(f"{engine_label(winner)} {ratio:.2f}× faster at {c['context_from']}")
+        span = next((r for r in model_ranges(sens, contexts=(tokens,)).ratios), None) if sens is not None \
+            and sens.height else None
+        over = ("" if span is None else
+                f" ({span.margin()} over the {span.ratio.sets} sets)" if span.winner else
+                f" (over the {span.ratio.sets} sets: {span.margin()}; {engine_label(SGLANG)} faster in "
+                f"{span.sglang_faster})")
+        modelled.append(f"{engine_label(winner)} {ratio:.2f}× faster at {c['context_from']}{over}")
     lo, hi = res["context_tokens"].min(), res["context_tokens"].max()
     inside = crossover is not None and lo < crossover < hi
     held = None

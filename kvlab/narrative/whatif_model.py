@@ -416,16 +416,20 @@ def bound_sentence(frac: DataFrame) -> str:
 
 
 def model_answer(fit, x_range: tuple[float, float] | None, sets: int, model: str, gpu: str,
-                 tp: int) -> tuple[str, ...]:
-    """Report 04's answer: whether the model can decide anything (its held-out test at the default assumptions),
-    and the range of its crossover over the assumption sets the article leaves open."""
+                 tp: int, held_out=None) -> tuple[str, ...]:
+    """Report 04's answer: whether the model can decide anything (its held-out test at the default assumptions, and
+    over the assumption sets: ``held_out``, :class:`kvlab.perfmodel.ranges.HeldOutBySet`), and the range of its
+    crossover over the assumption sets the article leaves open."""
     right, total = winners_held_out(fit)
     passes = total and right == total and fit.loo_mean_abs_pct <= 25
     first = (f"kvlab's physical model of {setup_phrase(model, gpu, tp)} "
              + ("passes its held-out test" if passes else "illustrates, it does not decide")
              + (f": held out, each published point is missed by {fit.loo_mean_abs_pct:.0f}% on average and the "
-                f"faster engine is named right at {right} of {total} (default assumptions)." if total else
-                ": nothing could be held out."))
+                f"faster engine is named right at {right} of {total} (default assumptions)" if total else
+                ": nothing could be held out")
+             + (f"; all {total} right in {held_out.all_right} of {held_out.sets} assumption sets, all at batch "
+                f"{' or '.join(str(b) for b in held_out.batch_sizes)}, a batch the article does not state."
+                if held_out is not None and held_out.all_right else "."))
     second = (f"Over the {sets} assumption sets the article leaves open (batch size, output length, expert reads, "
               f"cached MLA width, KV number format) its crossover lies anywhere from {k_label(x_range[0])} to "
               f"{k_label(x_range[1])} tokens, so it cannot say where the winner changes." if x_range else

@@ -112,6 +112,22 @@ class RatioSpan:
     ratio: Span
     sglang_faster: int
 
+    @property
+    def winner(self) -> str | None:
+        """The engine faster in every set, or None where the sets split."""
+        return VLLM if self.sglang_faster == 0 else SGLANG if self.sglang_faster == self.ratio.sets else None
+
+    def margin(self, vllm: str | None = None, sglang: str | None = None) -> str:
+        """How much faster, over the sets: '1.26–1.61× faster' for a winner in every set, else both ends
+        ('vLLM up to 1.09× faster, SGLang up to 1.42× faster'); ``vllm``/``sglang``: the engines' labels."""
+        lo, hi = self.ratio.lo, self.ratio.hi
+        vllm, sglang = vllm or engine_label(VLLM), sglang or engine_label(SGLANG)
+        if self.winner == VLLM:
+            return f"{1 / hi:.2f}–{1 / lo:.2f}× faster"
+        if self.winner == SGLANG:
+            return f"{lo:.2f}–{hi:.2f}× faster"
+        return f"{vllm} up to {1 / lo:.2f}× faster, {sglang} up to {hi:.2f}× faster"
+
 
 @dataclass(frozen=True)
 class ModelRanges:

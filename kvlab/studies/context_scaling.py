@@ -11,9 +11,9 @@ import polars as pl
 from kvlab import analysis, guide, narrative
 from kvlab.claims import document_claim_verdicts
 from kvlab.perfmodel import published_fit
-from kvlab.perfmodel.calibrate import consistent_fits, crossover_from_fit, crossover_range, refits
+from kvlab.perfmodel.calibrate import consistent_fits, crossover_from_fit, crossover_range
 from kvlab.perfmodel.report import consistent_summary
-from kvlab.perfmodel.roofline import Config, batch_time
+from kvlab.perfmodel.ranges import model_ranges
 from kvlab.studies import Answer, StudyResult, sourced
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.units import k_label
@@ -23,22 +23,15 @@ REPORT = "01_context_scaling"
 ANSWER_CONTEXTS = (65536, 131072, 204800)
 
 
-def modelled_ratios(sens: pl.DataFrame, contexts=ANSWER_CONTEXTS, gpu: str = "B300", model: str = "Kimi-K3",
-                    tp: int = 8, dcp: int = 8) -> pl.DataFrame:
-    """Per context: vLLM's batch time ÷ SGLang's (DCP ``dcp``) under every assumption set of ``sens`` (its free
-    fits): the lowest and highest ratio, and in how many sets each engine is the faster. Above 1: SGLang faster."""
-    sets = refits(sens)
-    rows = []
-    for ctx in contexts:
-        ratios = []
-        for w, a, p in sets:
-            va = batch_time(Config.of(gpu, model, VLLM, tp, 1, a.default_mem_util), ctx, w, p, a).batch_time_s
-            sg = batch_time(Config.of(gpu, model, SGLANG, tp, dcp, a.default_mem_util), ctx, w, p, a).batch_time_s
-            ratios.append(va / sg)
-        rows.append({"context_tokens": ctx, "ratio_low": min(ratios), "ratio_high": max(ratios),
-                     "sets": len(ratios), "sglang_faster_sets": sum(r > 1 for r in ratios)})
-    return pl.DataFrame(rows, schema={"context_tokens": pl.Int64, "ratio_low": pl.Float64, "ratio_high": pl.Float64,
-                                      "sets": pl.Int64, "sglang_faster_sets": pl.Int64})
+def modelled_ratios(sens: pl.DataFrame, contexts=ANSWER_CONTEXTS) -> pl.DataFrame:
+    """Per context: vLLM's batch time ÷ SGLang's (DCP 8) under every assumption set of ``sens`` (its free fits), the
+    lowest and highest ratio, and in how many sets SGLang is the faster (:func:`kvlab.perfmodel.ranges.model_ranges`,
+    which report 04's claims row reads too). Above 1: SGLang faster."""
+    spans = model_ranges(sens, contexts=tuple(contexts)).ratios
+    return pl.DataFrame([{"context_tokens": r.context_tokens, "ratio_low": r.ratio.lo, "ratio_high": r.ratio.hi,
+                          "sets": r.ratio.sets, "sglang_faster_sets": r.sglang_faster, "span": r} for r in spans],
+                        schema={"context_tokens": pl.Int64, "ratio_low": pl.Float64, "ratio_high": pl.Float64,
+                                "sets": pl.Int64, "sglang_faster_sets": pl.Int64, "span": pl.Object})
 
 
 def answer_table(rel: pl.DataFrame, ratios: pl.DataFrame, engine_a: str, engine_b: str) -> pl.DataFrame:
@@ -53,17 +46,12 @@ def answer_table(rel: pl.DataFrame, ratios: pl.DataFrame, engine_a: str, engine_
             rows.append({"context": k_label(ctx), "context_tokens": ctx, "engine": p["faster"],
                          "margin": f"{p['speedup']:.2f}× faster", "evidence": "published",
                          "basis": "the article's table, one run per cell"})
-        lo, hi, n, s = r["ratio_low"], r["ratio_high"], r["sets"], r["sglang_faster_sets"]
-        a, b = engine_label(engine_a), engine_label(engine_b)
-        if s == 0:
-            engine, margin = engine_a, f"{1 / hi:.2f}–{1 / lo:.2f}× faster"
-        elif s == n:
-            engine, margin = engine_b, f"{lo:.2f}–{hi:.2f}× faster"
-        else:
-            engine, margin = "either", f"{a} up to {1 / lo:.2f}× faster, {b} up to {hi:.2f}× faster"
-        rows.append({"context": k_label(ctx), "context_tokens": ctx, "engine": engine, "margin": margin,
+        span, b = r["span"], engine_label(engine_b)
+        rows.append({"context": k_label(ctx), "context_tokens": ctx, "engine": span.winner or "either",
+                     "margin": span.margin(engine_label(engine_a), b),
                      "evidence": "modelled",
-                     "basis": f"{b} faster in {s} of {n} assumption sets; the model fails its held-out test"})
+                     "basis": f"{b} faster in {r['sglang_faster_sets']} of {r['sets']} assumption sets; the model "
+                              "fails its held-out test"})
     return pl.DataFrame(rows, schema={"context": pl.String, "context_tokens": pl.Int64, "engine": pl.String,
                                       "margin": pl.String, "evidence": pl.String, "basis": pl.String})
 
@@ -85,7 +73,8 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     sens, x_model_range = crossover_range(data, physics=True)
     consistent = consistent_summary(consistent_fits(sens, data))
     ratios = modelled_ratios(sens)
-    frames = {"published": published, "published_means": means, "relative": rel, "modelled_ratios": ratios,
+    frames = {"published": published, "published_means": means, "relative": rel,
+              "modelled_ratios": ratios.drop("span"),
               "sensitivity": sens}
     values = {"estimates": estimates, "fit": fit, "x_model": x_model, "x_model_range": x_model_range,
               "consistent": consistent, "x_measured": None, "measured_engine_b": measured_engine_b}
