@@ -826,4 +826,4 @@ def test_fixture_findings_are_the_numbers_the_reports_state(fixture_data):
     # KV pool is what its fraction leaves after the weights, less the KDA state's own pool)
     ceil = modelled_ceilings().filter(pl.col("context_tokens") == 204800).sort("dcp", "mem_util")
     assert ceil.select("dcp", "mem_util", "concurrency_ceiling").rows() == [
-        (1, 0.92, 11), (1, 0.95, 13), (8, 0.92, 51), (8, 0.95, 58)]
+        (1, 0.92, 11), (1, 0.95, 12), (8, 0.92, 51), (8, 0.95, 58)]

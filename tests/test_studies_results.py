@@ -80,7 +80,7 @@ def test_a_quantity_two_pages_print_is_one_computation(results):
     c3 = results["03"]["headroom"].select("mem_util", "dcp", "context_tokens",
                                           pl.col("max_concurrent_seqs").alias("concurrency_ceiling"))
     both = c7.join(c3, on=["mem_util", "dcp", "context_tokens"], suffix="_03")
-    assert both.height == 4 and (both["concurrency_ceiling"] == both["concurrency_ceiling_03"]).all(), both
+    assert both.height == 8 and (both["concurrency_ceiling"] == both["concurrency_ceiling_03"]).all(), both
     number = next(v.number for v in results["07"].verdicts if v.claim_id == "capacity_modelled_ceiling")
     for r in both.filter(pl.col("context_tokens") == 204800).iter_rows(named=True):
         assert f"at {r['mem_util']:g}: {r['concurrency_ceiling']:,}" in number, (r, number)

@@ -594,7 +594,7 @@ def sensitivity(
                                for e, c in step_costs(ph.params).items()},
                         }  # fmt: skip
                     rows.append(row)
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None)  # a crossover is a whole token, or a float where none is
 
 
 #: The assumptions the four published points cannot pin, each at the ends the sources allow: batch size (1 to
