@@ -214,8 +214,7 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     found = vd.extract(nb)
     answer = extract_answer(nb)
     extract_sources(nb)  # read by run_one for the panel; nothing to show
-    top = ([nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output(
-                "display_data", data={"text/markdown": answer["text/markdown"]})])] if answer else []) \
+    top = ([_html_cell(answer_html(answer[studies.ANSWER_MIME]))] if answer else []) \
         + ([_html_cell(vd.box_html(found))] if found else []) + ([_html_cell(PANEL_SLOT)] if panel else [])
     if top:  # right under the title: the first markdown cell's heading, split from the introduction after it
         first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
@@ -478,9 +477,17 @@ ANSWER_REPORT = "01_context_scaling.ipynb"
 MEMORY_REPORT = "03_memory_utilisation.ipynb"
 
 
-def answer_table_html(answer: dict | None, href: str) -> str:
+def answer_html(answer: dict) -> str:
+    """A report's answer (:meth:`kvlab.studies.Answer.to_json`) as the first thing under its title: its sentences
+    after a bold 'Answer.', then its table with the evidence kind of every row (a badge)."""
+    text = " ".join(markdown_inline(t) for t in answer.get("sentences") or [])
+    return (f'<div class="kvlab-answer" style="font-size: 15px; line-height: 1.5; margin: .5rem 0 1rem;">'
+            f"<p><b>Answer.</b> {text}</p>{answer_table_html(answer, None)}</div>")
+
+
+def answer_table_html(answer: dict | None, href: str | None) -> str:
     """An answer's typed table as HTML: engine and evidence kind per row, each row linked to the report that
-    decides it."""
+    decides it (``href``; None: no link, on the report's own page)."""
     rows = (answer or {}).get("table") or []
     if not rows:
         return ""
@@ -493,9 +500,12 @@ def answer_table_html(answer: dict | None, href: str) -> str:
             return f"<td>{vd.evidence_badge(text)}</td>"
         return f"<td>{html.escape(text)}</td>"
 
-    body = "".join("<tr>" + "".join(cell(c, r[c]) for c in cols) + f'<td><a href="{html.escape(href)}">report</a></td></tr>'
-                   for r in rows)
-    return f'<table class="answer"><tr>{head}<th></th></tr>{body}</table>'
+    link = (lambda: f'<td><a href="{html.escape(href)}">report</a></td>') if href else (lambda: "")
+    body = "".join("<tr>" + "".join(cell(c, r[c]) for c in cols) + link() + "</tr>" for r in rows)
+    style = "border-collapse: collapse; margin: .5rem 0;"
+    td = "text-align: left; padding: 3px 10px; border-bottom: 1px solid #ddd;"
+    table = f'<table class="answer" style="{style}"><tr>{head}{"<th></th>" if href else ""}</tr>{body}</table>'
+    return table.replace("<th>", f'<th style="{td}">').replace("<td>", f'<td style="{td}">')
 
 
 def host_sentence(every: list) -> str:

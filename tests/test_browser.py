@@ -159,7 +159,8 @@ window.addEventListener('load', () => {
   const top = sel => { const el = document.querySelector(sel);
                        return el ? Math.round(el.getBoundingClientRect().top + window.scrollY) : null; };
   const out = document.createElement('pre'); out.id = 'kvlab-first-screen';
-  out.textContent = JSON.stringify({headline: top('.kvlab-headline'), verdicts: top('.kvlab-verdicts'),
+  out.textContent = JSON.stringify({answer: top('.kvlab-answer'), headline: top('.kvlab-headline'),
+                                    verdicts: top('.kvlab-verdicts'),
                                     provenance: top('.kvlab-provenance'), height: window.innerHeight});
   document.body.appendChild(out);
 });
@@ -343,10 +344,12 @@ def test_the_glyph_check_finds_tofu():
 
 
 @pytest.mark.parametrize("name", ["index", "01_context_scaling", "05_prefix_sharing"])
-def test_verdict_box_starts_on_the_first_screen(browser, built, name, tmp_path):
-    """At 1280×800 the three-sentence headline and the start of the verdict box are on the first screen, the
-    provenance panel after the box (issue 22: headline, verdict box, then provenance)."""
+def test_the_answer_is_on_the_first_screen(browser, built, name, tmp_path):
+    """At 1280×800 the answer is on the first screen, on every report above its verdict box (headline first), the
+    provenance panel after the box; the index answers first and counts the verdicts after the reports."""
     found = _probe(browser, built / f"{name}.html", tmp_path, FIRST_SCREEN_PROBE, "kvlab-first-screen", (1280, 800))
-    assert found["headline"] is not None and found["headline"] < 800, found
-    assert found["verdicts"] is not None and found["verdicts"] < 800, found
-    assert found["provenance"] is not None and found["provenance"] > found["verdicts"], found
+    assert found["answer"] is not None and found["answer"] < 800, found
+    assert found["headline"] is not None and found["headline"] > found["answer"], found
+    if name != "index":
+        assert found["verdicts"] is not None and found["verdicts"] > found["answer"], found
+        assert found["provenance"] is not None and found["provenance"] > found["verdicts"], found
