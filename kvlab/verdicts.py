@@ -23,9 +23,15 @@ OWN_QUESTION_KINDS = frozenset({"capacity"})
 
 Outcome = Literal["reproduced", "contradicted", "inconclusive", "cannot be tested here", "found"]
 Evidence = Literal["published", "measured", "modelled"]
-OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "inconclusive": "#bc4c00",
-                  "cannot be tested here": "#6e7781", "found": "#0969da"}
-EVIDENCE_COLORS = {"published": "#8250df", "measured": "#1a7f37", "modelled": "#9a6700"}
+#: Badge colours from the Okabe–Ito palette ("Color Universal Design", Masataka Okabe and Kei Ito, 2008,
+#: https://jfly.uni-koeln.de/color/), distinct to readers with the common colour-vision deficiencies: outcomes and
+#: evidence kinds never share a colour, and the two kinds of badge differ in shape too (square outcome, round
+#: evidence). Text is black or white, whichever contrasts more with the fill.
+OUTCOME_COLORS = {"reproduced": "#009E73", "contradicted": "#D55E00", "inconclusive": "#E69F00",
+                  "cannot be tested here": "#6e7781", "found": "#0072B2"}
+EVIDENCE_COLORS = {"published": "#CC79A7", "measured": "#56B4E9", "modelled": "#F0E442"}
+#: Fills that take white text (the rest take black).
+_WHITE_TEXT = frozenset({"#6e7781", "#0072B2"})
 
 
 @dataclass(frozen=True)
@@ -69,9 +75,11 @@ class Verdict:
             object.__setattr__(self, "spread", tuple(self.spread))  # a list from JSON reads back as the tuple
 
 
-def _badge(text: str, color: str) -> str:
-    return (f'<span style="display: inline-block; padding: 0 .45em; border-radius: 4px; color: #fff; '
-            f'background: {color}; font-size: 11px; font-weight: 600; white-space: nowrap;">{html.escape(text)}</span>')
+def _badge(text: str, color: str, radius: str = "3px") -> str:
+    ink = "#fff" if color in _WHITE_TEXT else "#000"
+    return (f'<span class="kvlab-badge" style="display: inline-block; padding: 0 .5em; border-radius: {radius}; '
+            f'color: {ink}; background: {color}; font-size: 12px; font-weight: 600; line-height: 1.5; '
+            f'white-space: nowrap;">{html.escape(text)}</span>')
 
 
 #: Inline cell style (the notebook HTML template right-aligns table cells with a rule a <style> here cannot beat).
@@ -186,7 +194,7 @@ def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this rep
         v = v if isinstance(v, Verdict) else Verdict(**v)
         rows.append(
             f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}</td>'
-            f'<td style="{_TD} width: 1%;">{_badge(v.evidence, EVIDENCE_COLORS[v.evidence])}</td>'
+            f'<td style="{_TD} width: 1%;">{evidence_badge(v.evidence)}</td>'
             f'<td style="{_TD} width: 55%;">{markdown_inline(v.claim)}</td>'
             f'<td style="{_TD}"><b>{markdown_inline(v.number)}</b></td></tr>'
         )
@@ -307,4 +315,4 @@ DECIDING_OUTCOMES = frozenset({"reproduced", "contradicted", "found"})
 
 def evidence_badge(kind: str) -> str:
     """A badge naming an evidence kind (published, measured, modelled; configuration in grey)."""
-    return _badge(kind, EVIDENCE_COLORS.get(kind, "#6e7781"))
+    return _badge(kind, EVIDENCE_COLORS.get(kind, "#6e7781"), radius="1em")
