@@ -28,6 +28,7 @@ from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
 from kvlab.markup import markdown_inline
 from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
 from kvlab.style import ENGINE_COLORS, number_label as _num, styled, theme
+from kvlab.tables import experiment_words
 from kvlab.units import scaled_context
 
 
@@ -46,9 +47,10 @@ def _log_if_wide(ax, values, ylabel: str, spread: float = 20.0) -> None:
 
 
 def source_label(source: str, experiment: str, hardware: str, scale_factor: float | None = None) -> str:
-    """A panel title that says where the numbers come from."""
+    """A panel title that says where the numbers come from, the experiment in words."""
     scale = f", contexts ÷{scale_factor:g}" if scale_factor and scale_factor != 1 else ""
-    return f"{source}: {experiment} ({hardware.split(' (')[0]}{scale})"  # the details are in the provenance panel
+    # the details (the experiment's file, the host's flags) are in the provenance panel
+    return f"{source}: {experiment_words(experiment)} ({hardware.split(' (')[0]}{scale})"
 
 
 def _panels(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:

@@ -249,8 +249,24 @@ PAGE_CSS = """<style id="kvlab-page-css">
 .kvlab-toc ol { margin: .2rem 0; padding-left: 1.4rem; columns: 2; }
 figure.kvlab-figure img, .jp-RenderedImage img { width: 100%; max-width: 100%; height: auto; }
 details.kvlab-fold summary { cursor: pointer; color: #0550ae; font: 14px system-ui, sans-serif; margin: .3rem 0; }
-@media print { figure.kvlab-figure img, .jp-RenderedImage img { width: auto; }
-  .kvlab-topbar { background: none; border: 1px solid #888; } .kvlab-topbar a { color: #000 !important; } }
+@page { size: A4; }
+@media print {
+  /* paper: navigation is for the screen; type at 10 pt and no figure taller than about half an A4 page, so a
+     report prints on at most 8 pages and the index on 4 (tests/test_browser.py) */
+  .kvlab-topbar, .kvlab-toc { display: none !important; }
+  body, .jp-RenderedHTMLCommon, .jp-RenderedMarkdown, .kvlab-verdicts { font-size: 10pt !important; }
+  :root { --jp-content-font-size1: 10pt; --jp-ui-font-size1: 10pt; --jp-code-font-size: 9pt; }
+  .jp-RenderedHTMLCommon h1 { font-size: 18pt; } .jp-RenderedHTMLCommon h2 { font-size: 13pt; margin-top: 1em; }
+  .jp-RenderedHTMLCommon h3 { font-size: 11pt; }
+  figure.kvlab-figure img, .jp-RenderedImage img { width: auto; max-width: 100%; max-height: 38vh; }
+  .jp-OutputArea-child { break-inside: auto !important; }  /* nbconvert keeps each output whole: gaps of half a page */
+  figure.kvlab-figure, .kvlab-verdicts tr { break-inside: avoid; }
+  /* a verdict's number under its claim, across the column: three narrow columns on paper ran a row to 20 lines */
+  .kvlab-verdict-rows td:nth-child(2) { width: auto !important; }
+  .kvlab-verdict-rows tr { display: grid; grid-template-columns: max-content 1fr; column-gap: .6rem; }
+  .kvlab-verdict-rows td:first-child { grid-row: span 2; }
+  .kvlab-verdict-rows td.kvlab-number { grid-column: 2; padding-top: 0 !important; }
+}
 </style>"""
 
 
@@ -365,7 +381,8 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     if panel:
         body = body.replace(PANEL_SLOT, with_k_note(panel, body), 1)
     body = body.replace(TOC_SLOT, toc_html(body), 1)
-    body = re.sub(r"</head>", lambda m: PAGE_CSS + m.group(0), body, count=1)
+    # at the end of the body, not in the head: the page's own elements come first in its source
+    body = re.sub(r"</body>", lambda m: PAGE_CSS + m.group(0), body, count=1)
     if topbar:
         body = re.sub(r"<main>", lambda m: m.group(0) + topbar, body, count=1)
     # nbconvert's template loads require.js and MathJax from a CDN; the reports use neither (no widgets, no
@@ -770,9 +787,9 @@ details.kvlab-runs summary {{ cursor: pointer; color: #0550ae; }}
 <h1>kvlab reports</h1>
 {answer}
 <h2>The reports</h2>
-<ol>
+<ul class="kvlab-reports" style="list-style: none; padding-left: 0;">
 {items}
-</ol>
+</ul>
 {lead}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
 <b>measured</b> (a real engine run, with the host it ran on) or <b>modelled</b> (kvlab's physical model).</p>
 {panel}<h2>Runs measured</h2>

@@ -304,3 +304,16 @@ def non_empty(frame: pl.DataFrame, columns: list[str]) -> list[str]:
     """The ``columns`` (in order) that hold at least one value in ``frame``: a table shows no column of dashes."""
     return [c for c in columns if c in frame.columns and frame[c].drop_nulls().len()]
 
+
+#: Experiments and published tables named in words where a reader sees them (panel titles); others by
+#: :func:`experiment_words`' rule.
+EXPERIMENT_WORDS = {"article_b300": "the B300 article's table", "cpu_long_context": "long-context runs",
+                    "cpu_capacity": "load-ladder runs", "cpu_prefix_sharing": "shared-prefix runs",
+                    "cpu_multi_turn": "multi-turn runs", "cpu_classification": "classification runs"}
+
+
+def experiment_words(experiment: str) -> str:
+    """An experiment's or published table's id in words ('cpu_long_context' → 'long-context runs'): the
+    :data:`EXPERIMENT_WORDS` name, else the id with its underscores as spaces. The file name stays in the provenance
+    panel."""
+    return EXPERIMENT_WORDS.get(experiment) or experiment.replace("_", " ")

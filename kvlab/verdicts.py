@@ -187,16 +187,18 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
 
 def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found",
              lead: bool = True) -> str:
-    """The verdict box: the three headline sentences (``lead``), then one row per claim, outcome and evidence as
-    coloured badges, then the number."""
+    """The verdict box: the three headline sentences (``lead``), then one row per claim: its outcome and evidence as
+    coloured badges (one over the other), the claim, then the number."""
     rows = []
     for v in verdicts:
         v = v if isinstance(v, Verdict) else Verdict(**v)
         rows.append(
-            f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}</td>'
-            f'<td style="{_TD} width: 1%;">{evidence_badge(v.evidence)}</td>'
-            f'<td style="{_TD} width: 55%;">{markdown_inline(v.claim)}</td>'
-            f'<td style="{_TD}"><b>{markdown_inline(v.number)}</b></td></tr>'
+            # the two badges share one narrow cell (outcome over evidence): the claim and the number keep the width,
+            # so a row stays a few lines deep on a printed page too
+            f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}'
+            f'<br>{evidence_badge(v.evidence)}</td>'
+            f'<td style="{_TD} width: 50%;">{markdown_inline(v.claim)}</td>'
+            f'<td style="{_TD}" class="kvlab-number"><b>{markdown_inline(v.number)}</b></td></tr>'
         )
     body = "".join(rows) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
     sentences = " ".join(markdown_inline(t) for t in headline(verdicts)) if lead and verdicts else ""
@@ -205,7 +207,7 @@ def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this rep
     return f"""<section class="kvlab-verdicts" style="font: 14px system-ui, sans-serif; border: 2px solid #0969da;
 border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 {top}<div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
-<table style="border-collapse: collapse; width: 100%; table-layout: auto;">{body}</table>
+<table class="kvlab-verdict-rows" style="border-collapse: collapse; width: 100%; table-layout: auto;">{body}</table>
 </section>
 """
 
