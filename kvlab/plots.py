@@ -168,45 +168,55 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
 @styled
 def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None,
                           relative: bool = False) -> Figure:
-    """Throughput against context per engine (log-log), one panel per source. With ``relative``, each engine's
-    ``{y}_rel`` (:func:`kvlab.analysis.relative_to_context`: its own value at the reference context = 1) on a
-    linear axis from 0, the reference named on the axis: a within-engine change, not one engine against another."""
-    if relative:
-        return _relative_vs_context(tp, y, ylabel)
-    panels = _panels(tp.filter(pl.col(y).is_not_null()).sort("context_tokens"))
-    fig, axes = _subplots(len(panels))
-    for ax, (title, part) in zip(axes, panels):
-        ordered = _engines_in_colour_order(part)
-        spread = False
-        for i, e in enumerate(ordered):
-            g = part.filter(pl.col("engine") == e)
-            color = ENGINE_COLORS.get(e)
-            ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
-            if (span := _span(g, y)) is not None and "n_runs" in g.columns:
-                spread |= _ranges(ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(),
-                                  color or "#777777")
-            for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
-                ax.annotate(_num(v), (c, v), textcoords="offset points",
-                            xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
-        contexts = ticks["context_tokens"].to_list()
-        ax.set_xticks(contexts, [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()], minor=False)
-        ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
-        lo, hi = ax.get_ylim()
-        few = hi / lo < 10  # less than a decade: label every minor tick, else only 2s and 5s (never "6×10²")
-        ax.yaxis.set_minor_formatter(FuncFormatter(
-            lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
-        ax.tick_params(axis="y", which="minor", labelsize=7)
-        ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
-               ylabel=ylabel or y)
-        ax.title.set_fontsize(10)
-        ax.legend()
+    """Throughput against context per engine (log-log), one panel per source. With ``relative``, two panels per
+    source: the absolute throughput (left; where the engines' lines cross, one overtakes the other) beside each
+    engine's ``{y}_rel`` (right; :func:`kvlab.analysis.relative_to_context`: its own value at the reference
+    context = 1, on a linear axis from 0, the reference named on the axis: a within-engine change, not one engine
+    against another; these lines start together and so never cross)."""
+    col = f"{y}_rel"
+    keep = pl.col(y).is_not_null() & (pl.col(col).is_not_null() if relative else True)
+    panels = _panels(tp.filter(keep).sort("context_tokens"))
+    fig, axes = _subplots(len(panels) * (2 if relative else 1), width=5.5 if not relative else 4.8)
+    for i, (title, part) in enumerate(panels):
+        if relative:
+            _absolute_axis(axes[2 * i], f"{title}\nabsolute", part, y, ylabel)
+            _relative_axis(axes[2 * i + 1], f"{title}\nrelative, each engine its own", part, y, ylabel)
+        else:
+            _absolute_axis(axes[i], title, part, y, ylabel)
     fig.tight_layout()
     return fig
+
+
+def _absolute_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | None) -> None:
+    ordered = _engines_in_colour_order(part)
+    spread = False
+    for i, e in enumerate(ordered):
+        g = part.filter(pl.col("engine") == e)
+        color = ENGINE_COLORS.get(e)
+        ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
+        if (span := _span(g, y)) is not None and "n_runs" in g.columns:
+            spread |= _ranges(ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(),
+                              color or "#777777")
+        for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
+            ax.annotate(_num(v), (c, v), textcoords="offset points",
+                        xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
+    contexts = ticks["context_tokens"].to_list()
+    ax.set_xticks(contexts, [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()], minor=False)
+    ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
+    lo, hi = ax.get_ylim()
+    few = hi / lo < 10  # less than a decade: label every minor tick, else only 2s and 5s (never "6×10²")
+    ax.yaxis.set_minor_formatter(FuncFormatter(
+        lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+           ylabel=ylabel or y)
+    ax.title.set_fontsize(10)
+    ax.legend()
 
 
 def _engines_in_colour_order(part: pl.DataFrame) -> list[str]:
@@ -215,41 +225,38 @@ def _engines_in_colour_order(part: pl.DataFrame) -> list[str]:
     return [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
 
 
-def _relative_vs_context(tp: pl.DataFrame, y: str, ylabel: str | None) -> Figure:
+def _relative_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | None) -> None:
     col = f"{y}_rel"
-    panels = _panels(tp.filter(pl.col(col).is_not_null()).sort("context_tokens"))
-    fig, axes = _subplots(len(panels))
-    for ax, (title, part) in zip(axes, panels):
-        ordered = _engines_in_colour_order(part)
-        spread = False
-        for i, e in enumerate(ordered):
-            g = part.filter(pl.col("engine") == e).sort("context_tokens")
-            color = ENGINE_COLORS.get(e, "#777777")
-            ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
-            if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
-                spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(),
-                                  color)
-            for c, v in zip(g["context_tokens"], g[col]):  # 1st engine above, 2nd below
-                ax.annotate(f"{v:.2f}", (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -12),
-                            fontsize=8, color=color)
-        ax.axhline(1, color="#222222", lw=0.9)
-        ax.set_xscale("log", base=2)
-        ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
-        ax.set_xticks(ticks["context_tokens"].to_list(), [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()])
-        ax.tick_params(axis="x", labelrotation=30 if ticks.height > 3 else 0)
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_ylim(0, max(1.0, part[col].max() or 1.0) * 1.15)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        refs = part.select("reference_context", "reference_tokens").unique()
-        ref = (scaled_context(refs["reference_context"][0], refs["reference_tokens"][0])
-               if refs.height == 1 else "each engine's shortest context")
-        ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
-               ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)")
-        ax.title.set_fontsize(10)
-        ax.yaxis.label.set_fontsize(10)
-        ax.legend()
-    fig.tight_layout()
-    return fig
+    ordered = _engines_in_colour_order(part)
+    spread = False
+    for i, e in enumerate(ordered):
+        g = part.filter(pl.col("engine") == e).sort("context_tokens")
+        color = ENGINE_COLORS.get(e, "#777777")
+        ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
+        if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
+            spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(),
+                              color)
+        for c, v in zip(g["context_tokens"], g[col]):  # 1st engine above, 2nd below
+            if v == 1.0:  # the reference point, where every engine's line starts: the line at 1 says it
+                continue
+            ax.annotate(f"{v:.2f}", (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -12),
+                        fontsize=8, color=color)
+    ax.axhline(1, color="#222222", lw=0.9)
+    ax.set_xscale("log", base=2)
+    ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
+    ax.set_xticks(ticks["context_tokens"].to_list(), [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()])
+    ax.tick_params(axis="x", labelrotation=30 if ticks.height > 3 else 0)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_ylim(0, max(1.0, part[col].max() or 1.0) * 1.15)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    refs = part.select("reference_context", "reference_tokens").unique()
+    ref = (scaled_context(refs["reference_context"][0], refs["reference_tokens"][0])
+           if refs.height == 1 else "each engine's shortest context")
+    ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+           ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)")
+    ax.title.set_fontsize(10)
+    ax.yaxis.label.set_fontsize(10)
+    ax.legend()
 
 
 #: Colours of the definitions a stated ratio is checked under (none of them an engine's colour).

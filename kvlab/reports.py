@@ -247,7 +247,9 @@ PAGE_CSS = """<style id="kvlab-page-css">
 .kvlab-topbar .kvlab-here { color: #d0d7de; }
 .kvlab-toc { font: 14px system-ui, sans-serif; margin: 0 0 1rem; padding: .3rem .9rem; border-left: 3px solid #d0d7de; }
 .kvlab-toc ol { margin: .2rem 0; padding-left: 1.4rem; columns: 2; }
-figure.kvlab-figure img, .jp-RenderedImage img { width: 100%; max-width: 100%; height: auto; }
+/* a figure fills the text column (its inline width is the size it was drawn at); a tall one keeps its shape */
+figure.kvlab-figure img, .jp-RenderedImage img { width: 100% !important; max-width: 100% !important;
+  height: auto !important; max-height: 85vh; object-fit: contain; object-position: left top; }
 details.kvlab-fold summary { cursor: pointer; color: #0550ae; font: 14px system-ui, sans-serif; margin: .3rem 0; }
 @page { size: A4; }
 @media print {
@@ -258,7 +260,8 @@ details.kvlab-fold summary { cursor: pointer; color: #0550ae; font: 14px system-
   :root { --jp-content-font-size1: 10pt; --jp-ui-font-size1: 10pt; --jp-code-font-size: 9pt; }
   .jp-RenderedHTMLCommon h1 { font-size: 18pt; } .jp-RenderedHTMLCommon h2 { font-size: 13pt; margin-top: 1em; }
   .jp-RenderedHTMLCommon h3 { font-size: 11pt; }
-  figure.kvlab-figure img, .jp-RenderedImage img { width: auto; max-width: 100%; max-height: 38vh; }
+  figure.kvlab-figure img, .jp-RenderedImage img { width: auto !important; max-width: 100% !important;
+    max-height: 38vh; }
   .jp-OutputArea-child { break-inside: auto !important; }  /* nbconvert keeps each output whole: gaps of half a page */
   figure.kvlab-figure, .kvlab-verdicts tr { break-inside: avoid; }
   /* a verdict's number under its claim, across the column: three narrow columns on paper ran a row to 20 lines */

@@ -77,7 +77,8 @@ def test_decay_sentences_and_tables_state_each_direction():
                                              ["vLLM", "1", "4", "falls 4.0×", "falls 1.2×"]]
     assert narrative.decay_caption(dec, "published", "batches per second") == (
         "Published: from 64K to 200K, batches per second falls 2.94× for vLLM and 1.49× for SGLang — SGLang's "
-        "throughput holds up better; the lines cross: vLLM ahead at 64K, SGLang at 200K.")
+        "throughput holds up better; in absolute throughput (left) the lines cross: vLLM ahead at 64K, SGLang at "
+        "200K; relative to its own value at 64K (right) each engine's line starts at 1, so those lines never cross.")
     assert narrative.decay_caption(m, "measured", "output tokens per second").startswith(
         "Measured: from 64K (1,024 tok) to 200K (3,200 tok), output tokens per second falls 4.0× for vLLM and 1.5× "
         "for sglang-jax (CPU)")
