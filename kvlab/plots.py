@@ -973,12 +973,15 @@ def _setting(mem) -> str:
 @styled
 def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     """Measured: per context x memory setting, each engine's load points as output tokens/s per device (y,
-    throughput) against output tokens/s per user (x, interactivity), a line through each load's median in order of
-    load, labelled with it once; each run is a marker of its own, so the repeats of a load show their spread;
-    filled markers met the SLO, hollow ones did not; a black ring marks the Pareto front (:func:`kvlab.analysis.
-    pareto_front`'s ``on_front``)."""
+    throughput) against output tokens/s per user (x, interactivity), each load labelled once at its median; each
+    run is a dot of its own, so the repeats of a load show their spread;
+    filled dots met the SLO, hollow ones did not; the line is each configuration's Pareto front (:func:`kvlab.
+    analysis.pareto_front`'s ``on_front``); a dashed line marks the SLO's TPOT bound (x = 1,000 ÷ the bound in ms)
+    where the runs share one; every panel has the same scales, so panels compare at a glance."""
     fig, grid, contexts, mems = _capacity_grid(curve)
     hw = curve["hardware"].drop_nulls().first() if curve.height else ""
+    slo = curve["slo_tpot_ms"].drop_nulls().unique().to_list() if "slo_tpot_ms" in curve.columns else []
+    slo_x = 1000 / slo[0] if len(slo) == 1 and slo[0] else None  # one TPOT bound: tokens/s per user at it
     for (ctx, label) in contexts:
         for mem in mems:
             ax = grid[(ctx, mem)]
@@ -986,21 +989,25 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
             for key, g in part.group_by(["engine", "tp", "dcp"], maintain_order=True):
                 g = g.sort("load_level")
                 colour = ENGINE_COLORS.get(key[0], "#777777")
-                # the line joins each load's median; repeats of a load stay markers of their own (their spread)
-                mid = g.group_by("load_level").agg(pl.col("output_tokens_per_s_per_user", "output_tokens_per_s_per_device")
-                                                   .median()).sort("load_level")
-                ax.plot(mid["output_tokens_per_s_per_user"], mid["output_tokens_per_s_per_device"], color=colour,
-                        linewidth=1.2, label=_capacity_config(*key))
+                # the line is the configuration's Pareto front (its points by interactivity); every run is a dot
+                front = g.filter(pl.col("on_front")).sort("output_tokens_per_s_per_user") if "on_front" in g.columns \
+                    else g.clear()
+                ax.plot(front["output_tokens_per_s_per_user"], front["output_tokens_per_s_per_device"], color=colour,
+                        linewidth=1.6, label=_capacity_config(*key))
                 for r in g.iter_rows(named=True):
                     within = bool(r["within_slo"])
                     ax.plot(r["output_tokens_per_s_per_user"], r["output_tokens_per_s_per_device"], marker="o",
-                            markersize=7, color=colour, markerfacecolor=colour if within else "white",
-                            markeredgecolor="#111111" if r.get("on_front") else colour,
-                            markeredgewidth=1.8 if r.get("on_front") else 1.0, linestyle="none")
+                            markersize=6, color=colour, markerfacecolor=colour if within else "white",
+                            markeredgecolor=colour, linestyle="none")
+                mid = g.group_by("load_level").agg(pl.col("output_tokens_per_s_per_user", "output_tokens_per_s_per_device")
+                                                   .median()).sort("load_level")
                 for r in mid.iter_rows(named=True):  # each load labelled once, at its median
                     ax.annotate(f"{r['load_level']:g}", (r["output_tokens_per_s_per_user"],
                                                           r["output_tokens_per_s_per_device"]),
-                                textcoords="offset points", xytext=(5, 4), fontsize=8, color=colour)
+                                textcoords="offset points", xytext=(5, 4), fontsize=8, color=colour,
+                                annotation_clip=False)
+            if slo_x is not None:  # left of it a run's TPOT is past the SLO's bound
+                ax.axvline(slo_x, color="#555555", linestyle="--", linewidth=1.0)
             ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
                    xlabel="output tokens/s per user (interactivity)", ylabel="output tokens/s per device")
             ax.set_xlim(left=0)
@@ -1010,8 +1017,16 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
                for e, t, d in curve.select("engine", "tp", "dcp").unique().sort("engine").rows()]
     handles += [Line2D([], [], color="#555555", marker="o", linestyle="none", markerfacecolor="white",
                        label="hollow: missed the SLO"),
-                Line2D([], [], color="#555555", marker="o", linestyle="none", markeredgecolor="#111111",
-                       markeredgewidth=1.8, label="black ring: on the Pareto front")]
+                Line2D([], [], color="#555555", linewidth=1.6, label="line: the Pareto front")]
+    if slo_x is not None:
+        handles.append(Line2D([], [], color="#555555", linestyle="--", linewidth=1.0,
+                              label=f"dashed: SLO's TPOT ≤ {slo[0]:g} ms ({slo_x:g} tokens/s per user)"))
+    axes = list(grid.values())
+    top = max((a.get_ylim()[1] for a in axes), default=1)
+    right = max((a.get_xlim()[1] for a in axes), default=1)
+    for a in axes:  # panels compared side by side share their scales
+        a.set_ylim(0, top)
+        a.set_xlim(0, max(right, (slo_x or 0) * 1.05))
     fig.suptitle(f"measured on {hw.split(' (')[0]}: throughput against interactivity (labels: requests in flight)",
                  fontsize=11)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
