@@ -283,8 +283,10 @@ def topbar_html(here: str, previous: tuple[str, str] | None = None, following: t
     if following:
         links.append(f'<a href="{e(following[0])}" rel="next" title="{e(following[1])}">next: {e(following[1][:2])} →</a>')
     links.append(f'<a href="{GLOSSARY}">glossary</a>')
-    return (f'<nav class="kvlab-topbar" aria-label="reports">{"".join(links)}'
-            f'<span class="kvlab-here">{e(here)}</span></nav>')
+    # a <div role="navigation">, not a <nav>: the provenance panel is the page's <nav>, which readers of a page
+    # (tests/test_notebooks.py among them) find as its first
+    return (f'<div class="kvlab-topbar" role="navigation" aria-label="reports">{"".join(links)}'
+            f'<span class="kvlab-here">{e(here)}</span></div>')
 
 
 def neighbours(nb_path: Path) -> tuple[tuple[str, str] | None, tuple[str, str] | None]:
@@ -311,7 +313,7 @@ def toc_html(page: str) -> str:
         return ""
     items = "".join(f'<li><a href="#{anchor}">{re.sub(r"<[^>]+>", "", text).strip()}</a></li>'
                     for anchor, text in found)
-    return f'<nav class="kvlab-toc" aria-label="contents"><b>On this page</b><ol>{items}</ol></nav>'
+    return f'<div class="kvlab-toc" role="navigation" aria-label="contents"><b>On this page</b><ol>{items}</ol></div>'
 
 
 def numbered(heading: str, stem: str) -> str:
