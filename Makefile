@@ -29,7 +29,7 @@ EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
-.PHONY: help install engines engines-sglang-jax report sweep test test-fast test-gpu-envs test-cluster lab bench browser clean locks
+.PHONY: help install engines engines-sglang-jax report sweep cjk-font test test-fast test-gpu-envs test-cluster lab bench browser clean locks
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -102,20 +102,27 @@ engines-sglang-jax: $(SGLANG_JAX_ENV)/.installed ## opt-in: .engines/sglang-jax 
 sweep: install engines ## run the embedded CPU experiments for real (finished runs are reused; FULL=1 for the full study)
 	$(BIN)/kvlab sweep $(SWEEP_FLAGS) $(EXPERIMENTS)
 
-report: sweep ## MAIN: measure on this machine, then build reports/index.html and the HTML reports
+report: sweep cjk-font ## MAIN: measure on this machine, then build reports/index.html and the HTML reports
 	$(BIN)/kvlab report
 
-# The CJK font report 05's Korean citation needs (Debian's Chromium brings none): Noto Sans CJK from PyPI, by hash
-# (kvlab/engines/envs/cjk-font.lock), copied where fontconfig, and so Chromium, finds it. No apt, no other network.
+# The CJK font the reports' Korean document title needs (Debian's Chromium brings none): Noto Sans CJK from PyPI, by
+# hash (kvlab/engines/envs/cjk-font.lock), copied where fontconfig, and so Chromium, finds it. No apt, no other
+# network. `make report` installs it once (a 32 MB wheel, from uv's cache after the first time) so the pages a
+# fresh machine builds show the title, not empty boxes; `make browser` needs it for the rendering test.
 CJK_FONT_DIR ?= $(HOME)/.local/share/fonts/kvlab
+CJK_FONT := $(CJK_FONT_DIR)/NotoSansCJK-VF.otf.ttc
 
-browser: | $(UV) ## install Debian's headless Chromium (needs root) and a CJK font (from PyPI) for the report rendering test
-	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium missing and not root: the browser test will say so"; }
+cjk-font: $(CJK_FONT) ## install the CJK font the reports' Korean title needs (from PyPI, by hash)
+
+$(CJK_FONT): | $(UV)
 	rm -rf .tools/cjk-font
 	$(UV) pip install -q --no-deps --require-hashes --python $(PYTHON) --target .tools/cjk-font -r $(ENVS)/cjk-font.lock
 	mkdir -p $(CJK_FONT_DIR)
 	cp .tools/cjk-font/manimgx_fonts_cjk/*.ttc $(CJK_FONT_DIR)/
 	@command -v fc-cache >/dev/null && fc-cache -f $(CJK_FONT_DIR) >/dev/null || true
+
+browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and a CJK font (from PyPI) for the report rendering test
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium missing and not root: the browser test will say so"; }
 
 # The suite in two passes, side by side: the engine tests (marker engine: real vLLM, SGLang and sglang-jax servers,
 # one at a time) in the foreground, and every other test (the notebooks, the reports in Chromium, the fixture servers)

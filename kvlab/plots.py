@@ -29,6 +29,7 @@ from kvlab.markup import markdown_inline
 from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
 from kvlab.store import neutralise
 from kvlab.style import ENGINE_COLORS, number_label as _num, styled, theme
+from kvlab.tables import experiment_words
 from kvlab.units import scaled_context
 
 
@@ -47,9 +48,10 @@ def _log_if_wide(ax, values, ylabel: str, spread: float = 20.0) -> None:
 
 
 def source_label(source: str, experiment: str, hardware: str, scale_factor: float | None = None) -> str:
-    """A panel title that says where the numbers come from."""
+    """A panel title that says where the numbers come from, the experiment in words."""
     scale = f", contexts ÷{scale_factor:g}" if scale_factor and scale_factor != 1 else ""
-    return f"{source}: {experiment} ({hardware.split(' (')[0]}{scale})"  # the details are in the provenance panel
+    # the details (the experiment's file, the host's flags) are in the provenance panel
+    return f"{source}: {experiment_words(experiment)} ({hardware.split(' (')[0]}{scale})"
 
 
 def _panels(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
@@ -167,45 +169,55 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
 @styled
 def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None,
                           relative: bool = False) -> Figure:
-    """Throughput against context per engine (log-log), one panel per source. With ``relative``, each engine's
-    ``{y}_rel`` (:func:`kvlab.analysis.relative_to_context`: its own value at the reference context = 1) on a
-    linear axis from 0, the reference named on the axis: a within-engine change, not one engine against another."""
-    if relative:
-        return _relative_vs_context(tp, y, ylabel)
-    panels = _panels(tp.filter(pl.col(y).is_not_null()).sort("context_tokens"))
-    fig, axes = _subplots(len(panels))
-    for ax, (title, part) in zip(axes, panels):
-        ordered = _engines_in_colour_order(part)
-        spread = False
-        for i, e in enumerate(ordered):
-            g = part.filter(pl.col("engine") == e)
-            color = ENGINE_COLORS.get(e)
-            ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
-            if (span := _span(g, y)) is not None and "n_runs" in g.columns:
-                spread |= _ranges(ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(),
-                                  color or "#777777")
-            for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
-                ax.annotate(_num(v), (c, v), textcoords="offset points",
-                            xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
-        contexts = ticks["context_tokens"].to_list()
-        ax.set_xticks(contexts, [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()], minor=False)
-        ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
-        lo, hi = ax.get_ylim()
-        few = hi / lo < 10  # less than a decade: label every minor tick, else only 2s and 5s (never "6×10²")
-        ax.yaxis.set_minor_formatter(FuncFormatter(
-            lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
-        ax.tick_params(axis="y", which="minor", labelsize=7)
-        ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
-               ylabel=ylabel or y)
-        ax.title.set_fontsize(10)
-        ax.legend()
+    """Throughput against context per engine (log-log), one panel per source. With ``relative``, two panels per
+    source: the absolute throughput (left; where the engines' lines cross, one overtakes the other) beside each
+    engine's ``{y}_rel`` (right; :func:`kvlab.analysis.relative_to_context`: its own value at the reference
+    context = 1, on a linear axis from 0, the reference named on the axis: a within-engine change, not one engine
+    against another; these lines start together and so never cross)."""
+    col = f"{y}_rel"
+    keep = pl.col(y).is_not_null() & (pl.col(col).is_not_null() if relative else True)
+    panels = _panels(tp.filter(keep).sort("context_tokens"))
+    fig, axes = _subplots(len(panels) * (2 if relative else 1), width=5.5 if not relative else 4.8)
+    for i, (title, part) in enumerate(panels):
+        if relative:
+            _absolute_axis(axes[2 * i], f"{title}\nabsolute", part, y, ylabel)
+            _relative_axis(axes[2 * i + 1], f"{title}\nrelative, each engine its own", part, y, ylabel)
+        else:
+            _absolute_axis(axes[i], title, part, y, ylabel)
     fig.tight_layout()
     return fig
+
+
+def _absolute_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | None) -> None:
+    ordered = _engines_in_colour_order(part)
+    spread = False
+    for i, e in enumerate(ordered):
+        g = part.filter(pl.col("engine") == e)
+        color = ENGINE_COLORS.get(e)
+        ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
+        if (span := _span(g, y)) is not None and "n_runs" in g.columns:
+            spread |= _ranges(ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(),
+                              color or "#777777")
+        for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
+            ax.annotate(_num(v), (c, v), textcoords="offset points",
+                        xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
+    contexts = ticks["context_tokens"].to_list()
+    ax.set_xticks(contexts, [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()], minor=False)
+    ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
+    lo, hi = ax.get_ylim()
+    few = hi / lo < 10  # less than a decade: label every minor tick, else only 2s and 5s (never "6×10²")
+    ax.yaxis.set_minor_formatter(FuncFormatter(
+        lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+           ylabel=ylabel or y)
+    ax.title.set_fontsize(10)
+    ax.legend()
 
 
 def _engines_in_colour_order(part: pl.DataFrame) -> list[str]:
@@ -214,41 +226,38 @@ def _engines_in_colour_order(part: pl.DataFrame) -> list[str]:
     return [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
 
 
-def _relative_vs_context(tp: pl.DataFrame, y: str, ylabel: str | None) -> Figure:
+def _relative_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | None) -> None:
     col = f"{y}_rel"
-    panels = _panels(tp.filter(pl.col(col).is_not_null()).sort("context_tokens"))
-    fig, axes = _subplots(len(panels))
-    for ax, (title, part) in zip(axes, panels):
-        ordered = _engines_in_colour_order(part)
-        spread = False
-        for i, e in enumerate(ordered):
-            g = part.filter(pl.col("engine") == e).sort("context_tokens")
-            color = ENGINE_COLORS.get(e, "#777777")
-            ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
-            if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
-                spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(),
-                                  color)
-            for c, v in zip(g["context_tokens"], g[col]):  # 1st engine above, 2nd below
-                ax.annotate(f"{v:.2f}", (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -12),
-                            fontsize=8, color=color)
-        ax.axhline(1, color="#222222", lw=0.9)
-        ax.set_xscale("log", base=2)
-        ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
-        ax.set_xticks(ticks["context_tokens"].to_list(), [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()])
-        ax.tick_params(axis="x", labelrotation=30 if ticks.height > 3 else 0)
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_ylim(0, max(1.0, part[col].max() or 1.0) * 1.15)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        refs = part.select("reference_context", "reference_tokens").unique()
-        ref = (scaled_context(refs["reference_context"][0], refs["reference_tokens"][0])
-               if refs.height == 1 else "each engine's shortest context")
-        ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
-               ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)")
-        ax.title.set_fontsize(10)
-        ax.yaxis.label.set_fontsize(10)
-        ax.legend()
-    fig.tight_layout()
-    return fig
+    ordered = _engines_in_colour_order(part)
+    spread = False
+    for i, e in enumerate(ordered):
+        g = part.filter(pl.col("engine") == e).sort("context_tokens")
+        color = ENGINE_COLORS.get(e, "#777777")
+        ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
+        if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
+            spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(),
+                              color)
+        for c, v in zip(g["context_tokens"], g[col]):  # 1st engine above, 2nd below
+            if v == 1.0:  # the reference point, where every engine's line starts: the line at 1 says it
+                continue
+            ax.annotate(f"{v:.2f}", (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -12),
+                        fontsize=8, color=color)
+    ax.axhline(1, color="#222222", lw=0.9)
+    ax.set_xscale("log", base=2)
+    ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
+    ax.set_xticks(ticks["context_tokens"].to_list(), [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()])
+    ax.tick_params(axis="x", labelrotation=30 if ticks.height > 3 else 0)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_ylim(0, max(1.0, part[col].max() or 1.0) * 1.15)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    refs = part.select("reference_context", "reference_tokens").unique()
+    ref = (scaled_context(refs["reference_context"][0], refs["reference_tokens"][0])
+           if refs.height == 1 else "each engine's shortest context")
+    ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+           ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)")
+    ax.title.set_fontsize(10)
+    ax.yaxis.label.set_fontsize(10)
+    ax.legend()
 
 
 #: Colours of the definitions a stated ratio is checked under (none of them an engine's colour).
@@ -969,12 +978,15 @@ def _setting(mem) -> str:
 @styled
 def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     """Measured: per context x memory setting, each engine's load points as output tokens/s per device (y,
-    throughput) against output tokens/s per user (x, interactivity), a line through each load's median in order of
-    load, labelled with it once; each run is a marker of its own, so the repeats of a load show their spread;
-    filled markers met the SLO, hollow ones did not; a black ring marks the Pareto front (:func:`kvlab.analysis.
-    pareto_front`'s ``on_front``)."""
+    throughput) against output tokens/s per user (x, interactivity), each load labelled once at its median; each
+    run is a dot of its own, so the repeats of a load show their spread;
+    filled dots met the SLO, hollow ones did not; the line is each configuration's Pareto front (:func:`kvlab.
+    analysis.pareto_front`'s ``on_front``); a dashed line marks the SLO's TPOT bound (x = 1,000 ÷ the bound in ms)
+    where the runs share one; every panel has the same scales, so panels compare at a glance."""
     fig, grid, contexts, mems = _capacity_grid(curve)
     hw = curve["hardware"].drop_nulls().first() if curve.height else ""
+    slo = curve["slo_tpot_ms"].drop_nulls().unique().to_list() if "slo_tpot_ms" in curve.columns else []
+    slo_x = 1000 / slo[0] if len(slo) == 1 and slo[0] else None  # one TPOT bound: tokens/s per user at it
     for (ctx, label) in contexts:
         for mem in mems:
             ax = grid[(ctx, mem)]
@@ -982,21 +994,25 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
             for key, g in part.group_by(["engine", "tp", "dcp"], maintain_order=True):
                 g = g.sort("load_level")
                 colour = ENGINE_COLORS.get(key[0], "#777777")
-                # the line joins each load's median; repeats of a load stay markers of their own (their spread)
-                mid = g.group_by("load_level").agg(pl.col("output_tokens_per_s_per_user", "output_tokens_per_s_per_device")
-                                                   .median()).sort("load_level")
-                ax.plot(mid["output_tokens_per_s_per_user"], mid["output_tokens_per_s_per_device"], color=colour,
-                        linewidth=1.2, label=_capacity_config(*key))
+                # the line is the configuration's Pareto front (its points by interactivity); every run is a dot
+                front = g.filter(pl.col("on_front")).sort("output_tokens_per_s_per_user") if "on_front" in g.columns \
+                    else g.clear()
+                ax.plot(front["output_tokens_per_s_per_user"], front["output_tokens_per_s_per_device"], color=colour,
+                        linewidth=1.6, label=_capacity_config(*key))
                 for r in g.iter_rows(named=True):
                     within = bool(r["within_slo"])
                     ax.plot(r["output_tokens_per_s_per_user"], r["output_tokens_per_s_per_device"], marker="o",
-                            markersize=7, color=colour, markerfacecolor=colour if within else "white",
-                            markeredgecolor="#111111" if r.get("on_front") else colour,
-                            markeredgewidth=1.8 if r.get("on_front") else 1.0, linestyle="none")
+                            markersize=6, color=colour, markerfacecolor=colour if within else "white",
+                            markeredgecolor=colour, linestyle="none")
+                mid = g.group_by("load_level").agg(pl.col("output_tokens_per_s_per_user", "output_tokens_per_s_per_device")
+                                                   .median()).sort("load_level")
                 for r in mid.iter_rows(named=True):  # each load labelled once, at its median
                     ax.annotate(f"{r['load_level']:g}", (r["output_tokens_per_s_per_user"],
                                                           r["output_tokens_per_s_per_device"]),
-                                textcoords="offset points", xytext=(5, 4), fontsize=8, color=colour)
+                                textcoords="offset points", xytext=(5, 4), fontsize=8, color=colour,
+                                annotation_clip=False)
+            if slo_x is not None:  # left of it a run's TPOT is past the SLO's bound
+                ax.axvline(slo_x, color="#555555", linestyle="--", linewidth=1.0)
             ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
                    xlabel="output tokens/s per user (interactivity)", ylabel="output tokens/s per device")
             ax.set_xlim(left=0)
@@ -1006,8 +1022,16 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
                for e, t, d in curve.select("engine", "tp", "dcp").unique().sort("engine").rows()]
     handles += [Line2D([], [], color="#555555", marker="o", linestyle="none", markerfacecolor="white",
                        label="hollow: missed the SLO"),
-                Line2D([], [], color="#555555", marker="o", linestyle="none", markeredgecolor="#111111",
-                       markeredgewidth=1.8, label="black ring: on the Pareto front")]
+                Line2D([], [], color="#555555", linewidth=1.6, label="line: the Pareto front")]
+    if slo_x is not None:
+        handles.append(Line2D([], [], color="#555555", linestyle="--", linewidth=1.0,
+                              label=f"dashed: SLO's TPOT ≤ {slo[0]:g} ms ({slo_x:g} tokens/s per user)"))
+    axes = list(grid.values())
+    top = max((a.get_ylim()[1] for a in axes), default=1)
+    right = max((a.get_xlim()[1] for a in axes), default=1)
+    for a in axes:  # panels compared side by side share their scales
+        a.set_ylim(0, top)
+        a.set_xlim(0, max(right, (slo_x or 0) * 1.05))
     fig.suptitle(f"measured on {hw.split(' (')[0]}: throughput against interactivity (labels: requests in flight)",
                  fontsize=11)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)

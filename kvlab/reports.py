@@ -198,24 +198,176 @@ def _exporter():
 
 #: Where the provenance panel goes in an exported page until the page's text is known (:func:`with_k_note`).
 PANEL_SLOT = '<div class="kvlab-provenance-slot"></div>'
+#: Where the table of contents goes in an exported page once its sections are known (:func:`toc_html`).
+TOC_SLOT = '<div class="kvlab-toc-slot"></div>'
+#: A page with more sections (<h2>) than this gets a table of contents under its provenance panel.
+TOC_MIN_SECTIONS = 5
+#: Code cells with this tag are JupyterLab-only (interactive controls): dropped from the static HTML.
+JUPYTERLAB_ONLY = "jupyterlab-only"
+#: The page of short definitions every page links to (:func:`write_glossary`).
+GLOSSARY = "glossary.html"
+
+#: The terms every page uses, defined once (:func:`write_glossary`): term, definition (inline Markdown).
+GLOSSARY_TERMS = [
+    ("TP (tensor parallelism)", "each layer's weights are split across TP GPUs, which compute every step together; "
+     "TP 8 is one model served by 8 GPUs."),
+    ("DCP (decode context parallelism)", "the KV cache of one long sequence is split across DCP GPUs, each "
+     "attending over its share of the context and exchanging partial results once per layer and step. DCP 1 is no "
+     "split (vLLM's default); larger DCP sizes trade that exchange for room to hold longer contexts."),
+    ("MLA (multi-head latent attention)", "DeepSeek's attention that caches one compressed latent vector per token "
+     "instead of full keys and values, so a token's KV entry is several times smaller (\"DeepSeek-V2: A Strong, "
+     "Economical, and Efficient Mixture-of-Experts Language Model\", DeepSeek-AI, May 2024, "
+     "https://arxiv.org/abs/2405.04434)."),
+    ("KV pool", "the memory an engine reserves for the KV cache, in tokens it can hold at once; requests past it "
+     "wait (queue) or are pre-empted."),
+    ("memory setting", "the share of the accelerator's memory the engine may use (vLLM's `gpu_memory_utilization`, "
+     "SGLang's `mem_fraction_static`), 0.92 or 0.95 here; what is left after the weights and activations becomes "
+     "the KV pool, so a small change of the setting can be a large change of the pool (report 03 gives it in MiB "
+     "and tokens for this host)."),
+    ("TTFT (time to first token)", "from sending a request to receiving its first output token: queueing plus "
+     "prefill."),
+    ("TPOT (time per output token)", "the mean time between output tokens after the first: the decode speed one "
+     "request sees."),
+    ("SLO (service-level objective)", "a latency target a load must meet, here on TTFT and TPOT at the 99th "
+     "percentile (report 07)."),
+    ("goodput", "the requests per second completed within the SLO: throughput that counts only the requests that "
+     "met the target."),
+    ("published, measured, modelled", "where a number comes from: a document (cited by title, publisher and "
+     "date), a real engine run on a named host, or kvlab's physical model with its stated assumptions."),
+    ("K", "1,024 tokens: 64K is 65,536 tokens, 200K is 204,800."),
+]
+
+#: The style every built page gets (reports and index): the top bar, the table of contents, figures at the text
+#: column's width, folded tables.
+PAGE_CSS = """<style id="kvlab-page-css">
+.kvlab-topbar { font: 14px system-ui, sans-serif; display: flex; flex-wrap: wrap; gap: .3rem 1.2rem;
+  padding: .45rem .9rem; margin: 0 0 .6rem; background: #24292f; border-radius: 6px; }
+.kvlab-topbar a { color: #fff !important; text-decoration: none; }
+.kvlab-topbar a:hover { text-decoration: underline; }
+.kvlab-topbar .kvlab-here { color: #d0d7de; }
+.kvlab-toc { font: 14px system-ui, sans-serif; margin: 0 0 1rem; padding: .3rem .9rem; border-left: 3px solid #d0d7de; }
+.kvlab-toc ol { margin: .2rem 0; padding-left: 1.4rem; columns: 2; }
+/* a figure fills the text column (its inline width is the size it was drawn at); a tall one keeps its shape */
+figure.kvlab-figure img, .jp-RenderedImage img { width: 100% !important; max-width: 100% !important;
+  height: auto !important; max-height: 85vh; object-fit: contain; object-position: left top; }
+details.kvlab-fold summary { cursor: pointer; color: #0550ae; font: 14px system-ui, sans-serif; margin: .3rem 0; }
+@page { size: A4; }
+@media print {
+  /* paper: navigation is for the screen; type at 10 pt and no figure taller than about half an A4 page, so a
+     report prints on at most 8 pages and the index on 4 (tests/test_browser.py) */
+  .kvlab-topbar, .kvlab-toc { display: none !important; }
+  body, .jp-RenderedHTMLCommon, .jp-RenderedMarkdown, .kvlab-verdicts { font-size: 10pt !important; }
+  :root { --jp-content-font-size1: 10pt; --jp-ui-font-size1: 10pt; --jp-code-font-size: 9pt; }
+  .jp-RenderedHTMLCommon h1 { font-size: 18pt; } .jp-RenderedHTMLCommon h2 { font-size: 13pt; margin-top: 1em; }
+  .jp-RenderedHTMLCommon h3 { font-size: 11pt; }
+  figure.kvlab-figure img, .jp-RenderedImage img { width: auto !important; max-width: 100% !important;
+    max-height: 38vh; }
+  .jp-OutputArea-child { break-inside: auto !important; }  /* nbconvert keeps each output whole: gaps of half a page */
+  figure.kvlab-figure, .kvlab-verdicts tr { break-inside: avoid; }
+  /* a verdict's number under its claim, across the column: three narrow columns on paper ran a row to 20 lines */
+  .kvlab-verdict-rows td:nth-child(2) { width: auto !important; }
+  .kvlab-verdict-rows tr { display: grid; grid-template-columns: max-content 1fr; column-gap: .6rem; }
+  .kvlab-verdict-rows td:first-child { grid-row: span 2; }
+  .kvlab-verdict-rows td.kvlab-number { grid-column: 2; padding-top: 0 !important; }
+}
+</style>"""
+
+
+def topbar_html(here: str, previous: tuple[str, str] | None = None, following: tuple[str, str] | None = None) -> str:
+    """The bar at the top of every page: the index, the previous and next report (file, numbered title), the
+    glossary; ``here`` names the page itself."""
+    e = html.escape
+    links = [f'<a href="index.html">kvlab reports (index)</a>']
+    if previous:  # the number on the bar, the whole title on hover: the bar stays one line
+        links.append(f'<a href="{e(previous[0])}" rel="prev" title="{e(previous[1])}">← previous: {e(previous[1][:2])}</a>')
+    if following:
+        links.append(f'<a href="{e(following[0])}" rel="next" title="{e(following[1])}">next: {e(following[1][:2])} →</a>')
+    links.append(f'<a href="{GLOSSARY}">glossary</a>')
+    # a <div role="navigation">, not a <nav>: the provenance panel is the page's <nav>, which readers of a page
+    # (tests/test_notebooks.py among them) find as its first
+    return (f'<div class="kvlab-topbar" role="navigation" aria-label="reports">{"".join(links)}'
+            f'<span class="kvlab-here">{e(here)}</span></div>')
+
+
+def neighbours(nb_path: Path) -> tuple[tuple[str, str] | None, tuple[str, str] | None]:
+    """The reports before and after ``nb_path`` among the notebooks beside it: (HTML file, numbered title) each."""
+    found = notebooks(notebooks_dir=nb_path.parent)
+    at = next((i for i, p in enumerate(found) if p.name == nb_path.name), None)
+    if at is None:
+        return None, None
+
+    def link(p: Path) -> tuple[str, str]:
+        return f"{p.stem}.html", f"{p.stem[:2]} · {describe(p)[0]}"
+
+    return (link(found[at - 1]) if at > 0 else None), (link(found[at + 1]) if at + 1 < len(found) else None)
+
+
+#: A section heading as nbconvert writes it: its id, then its text before the anchor link.
+H2_RE = re.compile(r'<h2 id="([^"]+)"[^>]*>(.*?)(?:<a class="anchor-link"[^>]*>.*?</a>)?</h2>', re.S)
+
+
+def toc_html(page: str) -> str:
+    """A table of contents of ``page``'s sections (its <h2> headings) where it has more than four; else ''."""
+    found = H2_RE.findall(page)
+    if len(found) < TOC_MIN_SECTIONS:
+        return ""
+    items = "".join(f'<li><a href="#{anchor}">{re.sub(r"<[^>]+>", "", text).strip()}</a></li>'
+                    for anchor, text in found)
+    return f'<div class="kvlab-toc" role="navigation" aria-label="contents"><b>On this page</b><ol>{items}</ol></div>'
+
+
+def numbered(heading: str, stem: str) -> str:
+    """A report's title heading ('# Title') numbered as its file ('# 01 · Title'), unless it already is."""
+    number = stem[:2]
+    if not number.isdigit() or re.match(r"#\s*\d\d\s*·", heading):
+        return heading
+    return f"# {number} · {heading.lstrip('#').strip()}"
+
+
+def write_glossary(out_dir: Path) -> Path:
+    """``glossary.html``: the terms the pages use (:data:`GLOSSARY_TERMS`), linked from every page's top bar."""
+    items = "".join(f"<dt>{html.escape(t)}</dt><dd>{markdown_inline(d)}</dd>" for t, d in GLOSSARY_TERMS)
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Glossary — kvlab</title>{PAGE_CSS}
+<style>body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 1rem auto; padding: 0 1rem; color: #222; }}
+dt {{ font-weight: 600; margin-top: .7rem; }} dd {{ margin: .15rem 0 0 1.2rem; line-height: 1.45; }}</style>
+</head><body>
+{topbar_html("Glossary")}
+<h1>Glossary</h1>
+<p>The terms the reports use, in the order a reader meets them.</p>
+<dl>{items}</dl>
+</body></html>
+"""
+    path = out_dir / GLOSSARY
+    path.write_text(page, encoding="utf-8")
+    return path
 
 
 def _html_cell(markup: str):
     return nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={"text/html": markup})])
 
 
-def to_html(executed: Path, out: Path, title: str | None = None, panel: str = "") -> tuple[int, list[dict]]:
+def to_html(executed: Path, out: Path, title: str | None = None, panel: str = "",
+            topbar: str = "") -> tuple[int, list[dict]]:
     """Export an executed notebook to standalone HTML without code, titled ``title``; write each figure's data
     beside it. The page's first screen: the report's title (its first heading), the verdict box (which opens with
     the three headline sentences), then ``panel`` (the provenance panel), then the rest of the title's cell (the
-    introduction) and the report. Return the number of embedded figures and the verdicts."""
+    introduction) and the report; ``topbar`` (:func:`topbar_html`) above the title, a table of contents under the
+    panel where the page has more than four sections. Cells tagged :data:`JUPYTERLAB_ONLY` (interactive controls and
+    the heading that introduces them) are left out: they do nothing in a static page. Return the number of embedded figures and the verdicts."""
     nb = nbformat.read(executed, as_version=4)
+    nb.cells = [c for c in nb.cells if JUPYTERLAB_ONLY not in (c.get("metadata", {}).get("tags") or [])]
+    title_cell = next((c for c in nb.cells if c.cell_type == "markdown" and c.source.lstrip().startswith("# ")), None)
+    if title_cell is not None:
+        title_cell.source = numbered(title_cell.source.lstrip().partition("\n")[0], out.stem) + \
+            "\n" + title_cell.source.lstrip().partition("\n")[2]
     write_figure_data(nb, out)
     found = vd.extract(nb)
     answer = extract_answer(nb)
     extract_sources(nb)  # read by run_one for the panel; nothing to show
     top = ([_html_cell(answer_html(answer[studies.ANSWER_MIME]))] if answer else []) \
-        + ([_html_cell(vd.box_html(found))] if found else []) + ([_html_cell(PANEL_SLOT)] if panel else [])
+        + ([_html_cell(vd.box_html(found))] if found else []) + ([_html_cell(PANEL_SLOT)] if panel else []) \
+        + [_html_cell(TOC_SLOT)]
     if top:  # right under the title: the first markdown cell's heading, split from the introduction after it
         first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
         at = 0
@@ -232,6 +384,11 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
         body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(title)} — kvlab</title>", body, count=1, flags=re.S)
     if panel:
         body = body.replace(PANEL_SLOT, with_k_note(panel, body), 1)
+    body = body.replace(TOC_SLOT, toc_html(body), 1)
+    # at the end of the body, not in the head: the page's own elements come first in its source
+    body = re.sub(r"</body>", lambda m: PAGE_CSS + m.group(0), body, count=1)
+    if topbar:
+        body = re.sub(r"<main>", lambda m: m.group(0) + topbar, body, count=1)
     # nbconvert's template loads require.js and MathJax from a CDN; the reports use neither (no widgets, no
     # math): dropped, so a page reads the same offline and fetches nothing
     body = CDN_SCRIPT_RE.sub("", body)
@@ -418,7 +575,9 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     title, summary = describe(nb_path)
     data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
     sources = extract_sources(nbformat.read(executed, as_version=4))  # what the notebook read: its panel covers that
-    figures, _ = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters, sources)))
+    previous, following = neighbours(nb_path)
+    figures, _ = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters, sources)),
+                         topbar=topbar_html(f"{nb_path.stem[:2]} · {title}", previous, following))
     # the index's answer and verdicts: the study computed again here with the notebook's parameters, never read
     # back from the notebook's outputs (tests/test_studies_results.py checks the two agree)
     result = studies.compute_report(nb_path.stem, data_dir, {**_defaults(nb_path), **(parameters or {})})
@@ -438,14 +597,103 @@ def _defaults(nb_path: Path) -> dict:
     return out
 
 
+#: The runs table's columns: (run column, header, how a cell shows it). Numbers sort by their value (data-v).
+RUN_COLUMNS = [
+    ("experiment", "experiment", None),
+    ("engine", "engine", None),
+    ("context_tokens", "context (tokens)", "int"),
+    ("mem_util", "memory setting", "setting"),
+    ("status", "status", None),
+    ("ttft_p50_ms", "TTFT p50 (ms)", "num"),
+    ("ttft_p99_ms", "TTFT p99 (ms)", "num"),
+    ("tpot_p50_ms", "TPOT p50 (ms)", "num"),
+    ("output_tokens_per_s", "output tokens/s", "num"),
+    ("requests_ok", "n (requests)", "int"),
+    ("run_id", "run id", None),
+]
+
+#: The runs table's inline script: click a header to sort by it (again to reverse), type to keep only the rows
+#: that contain the text. No library, nothing fetched: it works from file://.
+RUNS_SCRIPT = """<script>
+(() => {
+  const table = document.getElementById('kvlab-runs');
+  if (!table) return;
+  const body = table.tBodies[0], rows = () => [...body.rows];
+  table.querySelectorAll('th').forEach((th, i) => {
+    th.tabIndex = 0;
+    const sort = () => {
+      const dir = th.getAttribute('aria-sort') === 'ascending' ? -1 : 1;
+      table.querySelectorAll('th').forEach(h => h.removeAttribute('aria-sort'));
+      th.setAttribute('aria-sort', dir > 0 ? 'ascending' : 'descending');
+      const key = r => { const c = r.cells[i]; return c.dataset.v !== undefined ? c.dataset.v : c.textContent; };
+      const num = rows().every(r => r.cells[i].dataset.v !== undefined);
+      rows().sort((a, b) => { const x = key(a), y = key(b);
+        if (num) { const p = x === '' ? Infinity : +x, q = y === '' ? Infinity : +y;
+                   return p === q ? 0 : (p < q ? -dir : dir); }
+        return dir * x.localeCompare(y); }).forEach(r => body.appendChild(r));
+    };
+    th.addEventListener('click', sort);
+    th.addEventListener('keydown', e => { if (e.key === 'Enter') sort(); });
+  });
+  const filter = document.getElementById('kvlab-runs-filter'), count = document.getElementById('kvlab-runs-count');
+  const apply = () => { const q = filter.value.trim().toLowerCase(); let shown = 0;
+    rows().forEach(r => { const on = !q || r.textContent.toLowerCase().includes(q); r.hidden = !on; shown += on; });
+    count.textContent = `${shown} of ${rows().length} runs`; };
+  filter.addEventListener('input', apply);
+  apply();
+})();
+</script>"""
+
+
 def run_tables_html(runs) -> str:
-    """A run table per measured experiment (what varied, status, attempts, key figures) for the index."""
-    measured = runs.filter(pl.col("source") == "measured")
-    parts = []
-    for exp in sorted(measured["experiment"].unique()):
-        t = tables.table(analysis.run_table(measured, exp), caption=f"data/experiments/{exp}.yaml")
-        parts.append(f"<details><summary>{html.escape(exp)}: {t.frame.height} run(s)</summary>{t.html()}</details>")
-    return "\n".join(parts)
+    """Every measured run in one table for the index: per run its experiment, engine, context, memory setting,
+    status, TTFT p50/p99, TPOT p50, output tokens/s, n (completed requests) and run id; sortable by any column and
+    filterable by text (:data:`RUNS_SCRIPT`), folded under a summary so the printed index stays short."""
+    measured = runs.filter(pl.col("source") == "measured").sort("experiment", "engine", "context_tokens", "mem_util",
+                                                                 nulls_last=True)
+    if not measured.height:
+        return ""
+    e = html.escape
+
+    def cell(kind, v, column):
+        if v is None or (isinstance(v, float) and v != v):
+            return '<td data-v="">–</td>' if kind else "<td>–</td>"
+        if column == "engine":
+            return f"<td>{e(engine_label(str(v)))}</td>"
+        if kind == "int":
+            return f'<td data-v="{int(v)}">{int(v):,}</td>'
+        if kind == "setting":
+            return f'<td data-v="{float(v)}">{float(v):g}</td>'
+        if kind == "num":
+            return f'<td data-v="{float(v):.6g}">{e(tables.number(float(v)))}</td>'
+        return f"<td>{e(str(v))}</td>"
+
+    head = "".join(f'<th scope="col">{e(h)}</th>' for _, h, _ in RUN_COLUMNS)
+    body = "".join("<tr>" + "".join(cell(k, r.get(c), c) for c, _, k in RUN_COLUMNS) + "</tr>"
+                   for r in measured.iter_rows(named=True))
+    return f"""<details class="kvlab-runs"><summary>{measured.height} measured runs: TTFT, TPOT, throughput and n per run
+(show; sort by a header, filter by any text)</summary>
+<p><label>Filter: <input id="kvlab-runs-filter" type="search" placeholder="vLLM, cpu_capacity, failed…"></label>
+<span id="kvlab-runs-count"></span></p>
+<div class="kvlab-table-wrap" style="overflow-x: auto; max-width: 100%;">
+<table id="kvlab-runs" class="kvlab-runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>
+</details>
+{RUNS_SCRIPT}"""
+
+
+def figure_links_html(reports: list[Report], out_dir: Path) -> str:
+    """One line per report linking each of its figures' data (the CSVs in ``<report>.figures``)."""
+    lines = []
+    for r in reports:
+        listing = figure_dir(out_dir / r.html.name) / FIGURES_JSON
+        figs = json.loads(listing.read_text()) if listing.exists() else []
+        if figs:
+            folder = f"{Path(r.html.name).stem}{FIGURES_SUFFIX}"
+            links = ", ".join(f'<a href="{html.escape(folder)}/{html.escape(f["file"])}">Figure {f["number"]}</a>'
+                              if f.get("number") else f'<a href="{html.escape(folder)}/{html.escape(f["file"])}">figure</a>'
+                              for f in figs)
+            lines.append(f"<li>{html.escape(Path(r.html.name).stem[:2])} · {html.escape(r.title)}: {links}</li>")
+    return f'<ul class="kvlab-figure-data">{"".join(lines)}</ul>' if lines else ""
 
 
 #: Beside index.json: the run folders and manifests the build did not read (:func:`kvlab.store.quarantined`), each
@@ -544,7 +792,7 @@ def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str
                        f'<a href="{html.escape(memory.html.name)}">report</a></p>')
         answer += f"<p>{markdown_inline(host_sentence(every))}</p></section>"
     items = "\n".join(
-        f'<li><a href="{html.escape(r.html.name)}">{html.escape(r.title)}</a>'
+        f'<li><a href="{html.escape(r.html.name)}">{html.escape(Path(r.html.name).stem[:2])} · {html.escape(r.title)}</a>'
         f"<p>{markdown_inline(' '.join((r.answer or {}).get('sentences', [])[:1]) or r.summary)}</p>"
         f"<small>{r.figures} figure(s), built in {r.seconds:.1f} s</small></li>"
         for r in reports
@@ -552,9 +800,10 @@ def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str
     lead = (f'<h2>Verdicts, counted by kind</h2><p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
             f'{" ".join(markdown_inline(t) for t in vd.headline(every))}</p>' if every else "")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    figures_html = figure_links_html(reports, out_dir)
     panel = with_k_note(panel, answer + lead + items + runs_html) if panel else panel
     page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>kvlab reports</title>
+<html lang="en"><head><meta charset="utf-8"><title>kvlab reports</title>{PAGE_CSS}
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #222; }}
 li {{ margin: .6rem 0; }} li p {{ margin: .2rem 0; }} small {{ color: #666; }}
@@ -562,25 +811,37 @@ li {{ margin: .6rem 0; }} li p {{ margin: .2rem 0; }} small {{ color: #666; }}
 table.answer {{ border-collapse: collapse; margin: .5rem 0; }}
 table.answer th, table.answer td {{ text-align: left; padding: 4px 10px; border-bottom: 1px solid #ddd; }}
 .kvlab-answer {{ border-left: 4px solid #0969da; padding: .2rem 1rem; background: #f6f8fa; }}
+table.kvlab-runs {{ border-collapse: collapse; font-size: 13px; }}
+table.kvlab-runs th {{ cursor: pointer; text-align: left; padding: 3px 8px; border-bottom: 1px solid #888;
+  white-space: nowrap; background: #f6f8fa; }}
+table.kvlab-runs th[aria-sort=ascending]::after {{ content: " ▲"; }}
+table.kvlab-runs th[aria-sort=descending]::after {{ content: " ▼"; }}
+table.kvlab-runs td {{ padding: 2px 8px; border-bottom: 1px solid #eee; }}
+table.kvlab-runs td[data-v] {{ text-align: right; }}
+details.kvlab-runs summary {{ cursor: pointer; color: #0550ae; }}
+.kvlab-figure-data {{ font-size: 14px; }}
 </style></head><body>
+{topbar_html("Index", None, (reports[0].html.name, Path(reports[0].html.name).stem[:2] + " · " + reports[0].title)
+             if reports else None)}
 <h1>kvlab reports</h1>
 {answer}
 <h2>The reports</h2>
-<ol>
+<ul class="kvlab-reports" style="list-style: none; padding-left: 0;">
 {items}
-</ol>
+</ul>
 {lead}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
 <b>measured</b> (a real engine run, with the host it ran on) or <b>modelled</b> (kvlab's physical model).</p>
 {panel}<h2>Runs measured</h2>
-{"<p>One table per experiment file: what varied between its runs, how each ended, its launch attempts and key "
- "figures. Every column of every run is in <a href='runs.csv'>runs.csv</a>; answers and verdicts in "
+{"<p>Every column of every run is in <a href='runs.csv'>runs.csv</a>; each report's answer and verdicts in "
  "<a href='index.json'>index.json</a>.</p>" + runs_html if runs_html else
  "<p><i>No measured run yet: <code>make report</code> measures the embedded default on this machine.</i></p>"}
-{quarantine}<p><small>Built {stamp}. {html.escape(note)}</small></p>
+{quarantine}{"<h2>Figure data (CSV)</h2>" + figures_html if figures_html else ""}
+<p><small>Built {stamp}. {html.escape(note)}</small></p>
 </body></html>
 """
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
+    write_glossary(out_dir)
     (out_dir / "index.json").write_text(
         json.dumps([{**r.__dict__, "html": r.html.name} for r in reports], indent=2, default=str)
     )

@@ -134,6 +134,9 @@ ENGINE_COLUMNS = {"engine", "other_engine", "faster", "winner_64k", "winner_200k
 #: Columns of shares (0-1) shown as whole percentages, as every sentence gives them: hit rates are % everywhere.
 PERCENT_COLUMNS = {"hit_rate", "cache_hit_rate", "ideal_hit_rate", "block_ideal_hit_rate"}
 
+#: A table with more rows than this is folded into a <details> with a link to its rows as CSV (:meth:`Table.html`).
+FOLD_ROWS = 12
+
 #: Columns of hash ids: never shown (the run table links runs by what varied, not by key).
 HIDDEN = {"run_id", "server_key", "key", "request_id", "attempt_id"}
 
@@ -164,6 +167,8 @@ def number(v, digits: int = 3) -> str:
         return f"{v:,.0f}"
     if round(v, 2) == v:
         return f"{v:g}"
+    if abs(v) < 0.001:  # never scientific notation (8.90e-06): a value this small reads as a bound
+        return "< 0.001" if v > 0 else "> −0.001"
     return f"{v:#.{digits}g}".rstrip(".")
 
 
@@ -250,7 +255,32 @@ class Table:
                 styles += [{"selector": f"td.col{i}", "props": f"text-align: left !important;{nowrap}"},
                            {"selector": f"th.col{i}", "props": "text-align: left !important;"}]
         styler = styler.set_table_styles(styles)
-        return f'<div class="kvlab-table-wrap" style="overflow-x: auto; max-width: 100%;">{styler.to_html()}</div>'
+        wrapped = f'<div class="kvlab-table-wrap" style="overflow-x: auto; max-width: 100%;">{styler.to_html()}</div>'
+        if len(self.rows) <= FOLD_ROWS:
+            return wrapped
+        # a long table is folded: the page stays short, the rows are one click away and in a CSV beside them
+        what = html.escape(self.caption) if self.caption else "the table"
+        return (f'<details class="kvlab-fold"><summary>{what}: {len(self.rows)} rows (show)</summary>{wrapped}'
+                f'</details><p class="kvlab-fold-csv" style="font-size: 13px; margin: .2rem 0 1rem;">'
+                f'<a download="{html.escape(self.csv_name())}" href="{self.csv_uri()}">these {len(self.rows)} rows '
+                f'as CSV</a></p>')
+
+    def csv_name(self) -> str:
+        """The file name the folded table's CSV link saves as: its caption as a slug, else 'table.csv'."""
+        slug = re.sub(r"[^a-z0-9]+", "-", (self.caption or "table").lower()).strip("-")[:60]
+        return f"{slug or 'table'}.csv"
+
+    def csv_uri(self) -> str:
+        """The shown rows and headers as a CSV in a data: URI (the page stays self-contained; works from file://)."""
+        import csv
+        import io
+        from urllib.parse import quote
+
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(self.headers)
+        writer.writerows(self.rows)
+        return "data:text/csv;charset=utf-8," + quote(buf.getvalue(), safe="")
 
     def __repr__(self) -> str:
         return self.to_pandas().to_string(index=False)
@@ -274,3 +304,16 @@ def non_empty(frame: pl.DataFrame, columns: list[str]) -> list[str]:
     """The ``columns`` (in order) that hold at least one value in ``frame``: a table shows no column of dashes."""
     return [c for c in columns if c in frame.columns and frame[c].drop_nulls().len()]
 
+
+#: Experiments and published tables named in words where a reader sees them (panel titles); others by
+#: :func:`experiment_words`' rule.
+EXPERIMENT_WORDS = {"article_b300": "the B300 article's table", "cpu_long_context": "long-context runs",
+                    "cpu_capacity": "load-ladder runs", "cpu_prefix_sharing": "shared-prefix runs",
+                    "cpu_multi_turn": "multi-turn runs", "cpu_classification": "classification runs"}
+
+
+def experiment_words(experiment: str) -> str:
+    """An experiment's or published table's id in words ('cpu_long_context' → 'long-context runs'): the
+    :data:`EXPERIMENT_WORDS` name, else the id with its underscores as spaces. The file name stays in the provenance
+    panel."""
+    return EXPERIMENT_WORDS.get(experiment) or experiment.replace("_", " ")

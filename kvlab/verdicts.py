@@ -35,10 +35,17 @@ Evidence = Literal["published", "measured", "modelled"]
 #: another document's); *own* — kvlab's own questions and self-checks, never counted as document claims.
 Family = Literal["document", "consistency", "own"]
 FAMILIES = ("document", "consistency", "own")
-OUTCOME_COLORS = {"reproduced": "#1a7f37", "contradicted": "#cf222e", "consistent": "#1a7f37",
-                  "inconsistent": "#cf222e", "inconclusive": "#bc4c00", "cannot be tested here": "#6e7781",
-                  "configured": "#57606a", "found": "#0969da"}
-EVIDENCE_COLORS = {"published": "#8250df", "measured": "#1a7f37", "modelled": "#9a6700"}
+#: Badge colours from the Okabe–Ito palette ("Color Universal Design", Masataka Okabe and Kei Ito, 2008,
+#: https://jfly.uni-koeln.de/color/), distinct to readers with the common colour-vision deficiencies: outcomes and
+#: evidence kinds never share a colour, and the two kinds of badge differ in shape too (square outcome, round
+#: evidence). Text is black or white, whichever contrasts more with the fill. A consistency outcome takes the colour
+#: of its document counterpart (consistent as reproduced, inconsistent as contradicted).
+OUTCOME_COLORS = {"reproduced": "#009E73", "contradicted": "#D55E00", "consistent": "#009E73",
+                  "inconsistent": "#D55E00", "inconclusive": "#E69F00", "cannot be tested here": "#6e7781",
+                  "configured": "#000000", "found": "#0072B2"}
+EVIDENCE_COLORS = {"published": "#CC79A7", "measured": "#56B4E9", "modelled": "#F0E442"}
+#: Fills that take white text (the rest take black).
+_WHITE_TEXT = frozenset({"#6e7781", "#0072B2", "#000000"})
 
 
 @dataclass(frozen=True)
@@ -111,9 +118,11 @@ def family_of(claim_id: str, kind: str, evidence: str, outcome: str = "") -> str
     return "consistency" if evidence == "published" else "document"
 
 
-def _badge(text: str, color: str) -> str:
-    return (f'<span style="display: inline-block; padding: 0 .45em; border-radius: 4px; color: #fff; '
-            f'background: {color}; font-size: 11px; font-weight: 600; white-space: nowrap;">{html.escape(text)}</span>')
+def _badge(text: str, color: str, radius: str = "3px") -> str:
+    ink = "#fff" if color in _WHITE_TEXT else "#000"
+    return (f'<span class="kvlab-badge" style="display: inline-block; padding: 0 .5em; border-radius: {radius}; '
+            f'color: {ink}; background: {color}; font-size: 12px; font-weight: 600; line-height: 1.5; '
+            f'white-space: nowrap;">{html.escape(text)}</span>')
 
 
 #: Inline cell style (the notebook HTML template right-aligns table cells with a rule a <style> here cannot beat).
@@ -274,16 +283,18 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
 
 def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found",
              lead: bool = True) -> str:
-    """The verdict box: the three headline sentences (``lead``), then one row per claim, outcome and evidence as
-    coloured badges, then the number."""
+    """The verdict box: the three headline sentences (``lead``), then one row per claim: its outcome and evidence as
+    coloured badges (one over the other), the claim, then the number."""
     rows = []
     for v in verdicts:
         v = v if isinstance(v, Verdict) else Verdict(**v)
         rows.append(
-            f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}</td>'
-            f'<td style="{_TD} width: 1%;">{_badge(v.evidence, EVIDENCE_COLORS[v.evidence])}</td>'
-            f'<td style="{_TD} width: 55%;">{markdown_inline(v.claim)}</td>'
-            f'<td style="{_TD}"><b>{markdown_inline(v.number)}</b></td></tr>'
+            # the two badges share one narrow cell (outcome over evidence): the claim and the number keep the width,
+            # so a row stays a few lines deep on a printed page too
+            f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}'
+            f'<br>{evidence_badge(v.evidence)}</td>'
+            f'<td style="{_TD} width: 50%;">{markdown_inline(v.claim)}</td>'
+            f'<td style="{_TD}" class="kvlab-number"><b>{markdown_inline(v.number)}</b></td></tr>'
         )
     body = "".join(rows) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
     sentences = " ".join(markdown_inline(t) for t in headline(verdicts)) if lead and verdicts else ""
@@ -292,7 +303,7 @@ def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this rep
     return f"""<section class="kvlab-verdicts" style="font: 14px system-ui, sans-serif; border: 2px solid #0969da;
 border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 {top}<div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
-<table style="border-collapse: collapse; width: 100%; table-layout: auto;">{body}</table>
+<table class="kvlab-verdict-rows" style="border-collapse: collapse; width: 100%; table-layout: auto;">{body}</table>
 </section>
 """
 
@@ -401,5 +412,5 @@ DECIDING_OUTCOMES = frozenset({"reproduced", "contradicted", "found"})
 
 
 def evidence_badge(kind: str) -> str:
-    """A badge naming an evidence kind (published, measured, modelled; configuration in grey)."""
-    return _badge(kind, EVIDENCE_COLORS.get(kind, "#6e7781"))
+    """A badge naming an evidence kind (published, measured, modelled; configuration in light grey, a colour no outcome has)."""
+    return _badge(kind, EVIDENCE_COLORS.get(kind, "#DDDDDD"), radius="1em")

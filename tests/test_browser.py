@@ -138,19 +138,123 @@ def _probe(browser, page, tmp_path, script: str, probe_id: str, size: tuple[int,
     return _read(_dump(browser, page, tmp_path, size, end=script), probe_id)
 
 
+#: Injected at the end of a copy of a page: where its answer starts (the index's answer section, a report's
+#: "Answer." paragraph), its top bar's links and its table of contents' entries.
+ANSWER_PROBE = """<script>
+window.addEventListener('load', () => {
+  const found = document.querySelector('.kvlab-answer')
+    || [...document.querySelectorAll('p')].find(p => p.textContent.trim().startsWith('Answer.'));
+  const out = document.createElement('pre'); out.id = 'kvlab-answer-probe'; out.hidden = true;
+  out.textContent = JSON.stringify({
+    answer: found ? Math.round(found.getBoundingClientRect().top + window.scrollY) : null,
+    height: window.innerHeight,
+    topbar: [...document.querySelectorAll('.kvlab-topbar a')].map(a => a.getAttribute('href')),
+    toc: [...document.querySelectorAll('.kvlab-toc a')].map(a => a.getAttribute('href')),
+    sections: document.querySelectorAll('h2').length});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
 @pytest.fixture(scope="module")
 def probed(browser, built, tmp_path_factory):
-    """Each page (a report's name or "index") loaded once at WIDTH×900 with the dialog probe at its top and the
-    overflow probe at its end: its DOM, kept for the tests that read either probe."""
+    """Each page (a report's name or "index") loaded once at 1280×800 (the first screen issue 39 asks about) with
+    the dialog probe at its top and the overflow and answer probes at its end: its DOM, kept for the tests that
+    read any probe."""
     doms = {}
 
     def dom(name: str) -> str:
         if name not in doms:
-            doms[name] = _dump(browser, built / f"{name}.html", tmp_path_factory.mktemp("probe"), (WIDTH, 900),
-                               top=DIALOG_PROBE, end=OVERFLOW_PROBE)
+            doms[name] = _dump(browser, built / f"{name}.html", tmp_path_factory.mktemp("probe"), (1280, 800),
+                               top=DIALOG_PROBE, end=OVERFLOW_PROBE + ANSWER_PROBE)
         return doms[name]
 
     return dom
+
+
+PAGES = NOTEBOOKS + ["index"]
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_the_answer_is_on_the_first_screen_with_the_top_bar(probed, name):
+    """Issue 39: at 1280×800 the page's answer starts within the first 800 px; the top bar links the index, the
+    glossary and the neighbouring reports (previous and next, by number); a page with more than four sections
+    has a table of contents that links each one."""
+    found = _read(probed(name), "kvlab-answer-probe")
+    assert found["answer"] is not None and found["answer"] < 800, found
+    at = PAGES.index(name) if name != "index" else -1
+    expected = ["index.html"] + ([f"{NOTEBOOKS[at - 1]}.html"] if at > 0 else []) + \
+        ([f"{NOTEBOOKS[at + 1]}.html"] if at + 1 < len(NOTEBOOKS) else []) + ["glossary.html"]
+    assert found["topbar"] == expected, found
+    if name != "index":
+        assert (len(found["toc"]) == found["sections"]) if found["sections"] > 4 else not found["toc"], found
+
+
+#: Issue 39's printed lengths: A4 pages at Chromium's default margins.
+MAX_PRINTED_PAGES = {"index": 4, **dict.fromkeys(NOTEBOOKS, 8)}
+
+
+def printed_pages(pdf) -> int:
+    """The pages of a PDF Chromium printed: its page tree's root /Count (the largest /Count in the file)."""
+    counts = [int(n) for n in re.findall(rb"/Count (\d+)", pdf.read_bytes())]
+    assert counts, f"{pdf}: no page tree"
+    return max(counts)
+
+
+#: Pages still longer than issue 39 allows: report 04's text alone (its figures hidden) prints on 9 A4 pages, 05
+#: on 9 from the fixture runs' tables; they need their sections shortened, not a smaller print. Strict: the test fails once the page fits, to drop this.
+TOO_LONG = {"04_whatif_model": "04's text alone prints on 9 A4 pages (issue 39 item 2, open)",
+            "05_prefix_sharing": "05 prints on 9 A4 pages from the fixture runs (issue 39 item 2, open)"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=TOO_LONG[n], strict=True))
+                                  if n in TOO_LONG else n for n in PAGES])
+def test_the_printed_page_is_short(browser, built, name, tmp_path):
+    """Issue 39: a report prints on at most 8 A4 pages, the index on at most 4 (headless Chromium's print to PDF,
+    its default margins)."""
+    pdf = tmp_path / f"{name}.pdf"
+    _chromium(browser, built / f"{name}.html", tmp_path / "profile", f"--print-to-pdf={pdf}", "--no-pdf-header-footer")
+    assert printed_pages(pdf) <= MAX_PRINTED_PAGES[name], f"{name}: {printed_pages(pdf)} A4 pages"
+
+
+def test_the_glossary_defines_every_term_and_links_back(built):
+    """The glossary page the build writes defines the terms the pages use and has the top bar."""
+    page = (built / "glossary.html").read_text()
+    text = parse(built / "glossary.html").visible
+    for term in ("TP", "DCP", "MLA", "KV pool", "SLO", "goodput", "TTFT", "TPOT", "memory setting"):
+        assert f"<dt>{term}" in page, term
+    assert 'href="index.html"' in page and "Explore" not in text
+
+
+#: Injected into a copy of the index: sort the runs table by TTFT p50 (ascending, then descending), filter it,
+#: and report what the rows show.
+SORT_PROBE = """<script>
+window.addEventListener('load', () => {
+  const table = document.getElementById('kvlab-runs'), ths = [...table.querySelectorAll('th')];
+  const col = ths.findIndex(th => th.textContent.startsWith('TTFT p50'));
+  const values = () => [...table.tBodies[0].rows].filter(r => !r.hidden)
+    .map(r => r.cells[col].dataset.v).filter(v => v !== '').map(Number);
+  const before = values();
+  ths[col].click(); const up = values();
+  ths[col].click(); const down = values();
+  const filter = document.getElementById('kvlab-runs-filter');
+  filter.value = 'failed'; filter.dispatchEvent(new Event('input'));
+  const kept = [...table.tBodies[0].rows].filter(r => !r.hidden).map(r => r.textContent.includes('failed'));
+  const out = document.createElement('pre'); out.id = 'kvlab-sort';
+  out.textContent = JSON.stringify({before, up, down, kept, rows: table.tBodies[0].rows.length,
+                                    count: document.getElementById('kvlab-runs-count').textContent});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def test_the_runs_table_sorts_and_filters_from_file(browser, built, tmp_path):
+    """The index's runs table, opened from file:// in Chromium: a click on TTFT p50 sorts the runs by it, a second
+    reverses them; the filter keeps only the rows with its text and says how many."""
+    found = _probe(browser, built / "index.html", tmp_path, SORT_PROBE, "kvlab-sort", (1280, 800))
+    assert found["up"] == sorted(found["before"]) and found["down"] == sorted(found["before"], reverse=True), found
+    assert len(found["up"]) > 10 and found["up"] != found["down"], found
+    assert all(found["kept"]) and found["count"] == f"{len(found['kept'])} of {found['rows']} runs", found
 
 
 #: Injected into a copy of a page laid out at 1280×800: where the verdict box and the headline start.
@@ -297,13 +401,16 @@ def test_the_dialog_probe_sees_a_live_payload(browser, tmp_path):
         (1, 1, ["IMG"], 1, [True, True]), found
 
 
-def test_index_answers_first_and_links_every_report(built):
-    """The index opens with the reference host's answer (report 01's table) and no longer repeats every report's
-    verdict box (their counts follow, by kind)."""
+def test_index_answers_first_and_links_every_report_and_its_data(built):
+    """The index opens with the reference host's answer (report 01's table), links every report, runs.csv,
+    index.json and each figure's CSV, and does not repeat the reports' verdict boxes (issue 39: one line per
+    report; the verdicts are counted by kind after the reports)."""
     index = (built / "index.html").read_text()
     for name in NOTEBOOKS:
         assert f'href="{name}.html"' in index
-    assert index.count('class="kvlab-verdicts"') == 0
+        for f in json.loads((built / f"{name}.figures" / "figures.json").read_text()):
+            assert f'href="{name}.figures/{f["file"]}"' in index
+    assert 'class="kvlab-verdicts"' not in index and "href='runs.csv'" in index and "href='index.json'" in index
     assert index.index('class="kvlab-answer"') < index.index("<h2>The reports</h2>") < index.index("kvlab-headline")
     assert "<h2>Runs measured</h2>" in index and "`" not in parse(built / "index.html").visible
 

@@ -7,6 +7,7 @@ payloads of tests/payloads.py): tests/test_notebooks.py parses each page, tests/
 headless Chromium."""
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -94,3 +95,17 @@ def test_exported_page_shows_hostile_markdown_outputs_as_text(tmp_path):
     assert 'href="javascript:' not in page
     assert "The template's own <b>markup</b>." in page  # a template's prose keeps its HTML
     assert 'class="kvlab-verdicts"' in page and "<b>1.5×</b> on &lt;img" in page  # the verdict box still formats
+
+
+def test_the_top_bar_and_contents_escape_titles_and_number_the_reports():
+    """The top bar links index, previous, next and glossary, titles escaped (shown on hover); the table of contents
+    appears from five sections and links each by its id; a title is numbered as its file once."""
+    bar = reports.topbar_html("01 · <b>x</b>", None, ("02_b.html", '02 · "quoted" <i>'))
+    assert re.findall(r'href="([^"]+)"', bar) == ["index.html", "02_b.html", "glossary.html"]
+    assert "<b>x</b>" not in bar and "<i>" not in bar and "next: 02 →" in bar
+    four = "".join(f'<h2 id="s{i}">Section {i}<a class="anchor-link" href="#s{i}">¶</a></h2>' for i in range(4))
+    assert reports.toc_html(four) == ""
+    five = four + '<h2 id="s4">Section 4<a class="anchor-link" href="#s4">¶</a></h2>'
+    assert re.findall(r'href="(#s\d)">Section \d<', reports.toc_html(five)) == [f"#s{i}" for i in range(5)]
+    assert reports.numbered("# Title", "03_memory") == "# 03 · Title"
+    assert reports.numbered("# 04 · Title", "04_whatif") == "# 04 · Title"

@@ -80,7 +80,8 @@ def test_decay_sentences_and_tables_state_each_direction():
                                              ["vLLM", "1", "4", "falls 4.0×", "falls 1.2×"]]
     assert narrative.decay_caption(dec, "published", "batches per second") == (
         "Published: from 64K to 200K, batches per second falls 2.94× for vLLM and 1.49× for SGLang — SGLang's "
-        "throughput holds up better; the lines cross: vLLM ahead at 64K, SGLang at 200K.")
+        "throughput holds up better; in absolute throughput (left) the lines cross: vLLM ahead at 64K, SGLang at "
+        "200K; relative to its own value at 64K (right) each engine's line starts at 1, so those lines never cross.")
     assert narrative.decay_caption(m, "measured", "output tokens per second").startswith(
         "Measured: from 64K (1,024 tok) to 200K (3,200 tok), output tokens per second falls 4.0× for vLLM and 1.5× "
         "for sglang-jax (CPU)")
@@ -473,16 +474,16 @@ def test_prefix_factor_says_by_how_much_and_on_what(sharing):
     f = guide.prefix_factor(guide.UserWorkload(shared_fraction=0.4), sharing)
     assert narrative.factor_evidence(f) == (
         "prefix: vLLM, median batch time 1.9× shorter than sglang-jax (CPU)'s at shared fraction 0.5, each engine's "
-        "prefix cache on (cpu_prefix_sharing)")
+        "prefix cache on (shared-prefix runs)")
     # CPU runs of two implementations: the lead is said, and said not to decide
     assert narrative.factor_finding(f).endswith(
         "With nothing to share (shared fraction 0) vLLM is 2.0× faster, so sharing the prefix narrows vLLM's lead. "
-        "Shorter batch time: vLLM, 1.9× shorter than sglang-jax (CPU) (cpu_prefix_sharing); it is a CPU baseline of "
+        "Shorter batch time: vLLM, 1.9× shorter than sglang-jax (CPU) (shared-prefix runs); it is a CPU baseline of "
         "two different engine implementations, which cannot decide which engine is faster on a GPU host")
     assert "Favours" not in narrative.factor_line(f)
     g = guide.prefix_factor(guide.UserWorkload(shared_fraction=0.4), repeated(sharing, "batch_time_s"))
     assert narrative.factor_finding(g).endswith("Shorter batch time: **vLLM**, 1.87× shorter than sglang-jax (CPU) "
-                                                "(cpu_prefix_sharing)")  # three repeats: three significant figures
+                                                "(shared-prefix runs)")  # three repeats: three significant figures
     assert narrative.factor_line(g).endswith(" Favours **vLLM**.")
 
 
@@ -492,8 +493,8 @@ def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
     ev = guide.from_evidence(w, fit, sh, repeated(analysis.concurrency_study(conc_runs()), "requests_per_s"))
     assert narrative.evidence_basis(ev) == (
         "measured — prefix: sglang-jax (CPU), median batch time 2.14× shorter than vLLM's at shared fraction 0.5, each "
-        "engine's prefix cache on (cpu_prefix_sharing); concurrency: sglang-jax (CPU), 1.25× the completed "
-        "requests/s of vLLM at 128 requests in flight (cpu_classification); the SGLang side of these measurements is "
+        "engine's prefix cache on (shared-prefix runs); concurrency: sglang-jax (CPU), 1.25× the completed "
+        "requests/s of vLLM at 128 requests in flight (classification runs); the SGLang side of these measurements is "
         "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
     assert narrative.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
     assert "Favours **SGLang** (measured on sglang-jax (CPU))." in narrative.evidence_sentences(ev)
@@ -554,7 +555,7 @@ def test_differences_the_grading_rules_do_not_pass_are_said_to_decide_nothing(fi
                                                  "the tree")
     # at 0.5 sglang-jax's token-exact hits make it 1.339 / 1.2875 = 1.04× faster: within the repeats' spread
     assert narrative.factor_finding(ev.factors[1]).endswith(
-        "Shorter batch time: sglang-jax (CPU), 1.04× shorter than vLLM (cpu_prefix_sharing); it is no decided "
+        "Shorter batch time: sglang-jax (CPU), 1.04× shorter than vLLM (shared-prefix runs); it is no decided "
         "difference (sglang-jax (CPU) against vLLM: the min–max ranges of the 3+ repeats of each side overlap: the "
         "difference is within the spread)")
     assert narrative.evidence_gap_sentence(ev) == (

@@ -88,7 +88,11 @@ def test_throughput_relative_to_a_context_says_which_on_its_axis():
                        "context_tokens": [65536, 204800, 65536, 204800], "batches_per_s": [0.01, 0.0034, 0.008, 0.0052]})
     fig = plots.throughput_vs_context(analysis.relative_to_context(tp, "batches_per_s", "64K"), "batches_per_s",
                                       "batches per second", relative=True)
-    ax = fig.axes[0]
+    # issue 39: the absolute throughput (left, log axis; its lines cross) beside the relative one (right)
+    absolute, ax = fig.axes
+    assert absolute.get_yscale() == "log" and absolute.get_ylabel() == "batches per second"
+    assert {line.get_label(): [float(v) for v in line.get_ydata()] for line in absolute.get_lines()
+            if not line.get_label().startswith("_")} == {"vLLM": [0.01, 0.0034], "SGLang": [0.008, 0.0052]}
     assert ax.get_ylabel() == "batches per second\nrelative to 64K = 1 (each engine its own)"
     assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
     drawn = {line.get_label(): [round(float(v), 3) for v in line.get_ydata()] for line in ax.get_lines()
@@ -254,7 +258,7 @@ def test_throughput_figures_draw_the_spread_of_repeats():
     ax = plots.throughput_vs_context(tp, "output_tokens_per_s", "output tokens/s").axes[0]
     assert spans(ax) == [(40.0, 66.667)] and "least to most of the repeats" in ax.get_xlabel()
     rel = plots.throughput_vs_context(analysis.relative_to_context(tp, "output_tokens_per_s"), "output_tokens_per_s",
-                                      "output tokens/s", relative=True).axes[0]
+                                      "output tokens/s", relative=True).axes[1]
     assert spans(rel) == [(0.4, 0.667)]
     assert spans(plots.throughput_vs_context(tp.with_columns(n_runs=pl.lit(1)), "output_tokens_per_s").axes[0]) == []
 
@@ -291,3 +295,27 @@ def test_capacity_ceiling_tick_labels_never_overlap_on_a_dense_ladder():
     fig = plots.capacity_ceiling_figure(pl.DataFrame(sparse))
     FigureCanvasAgg(fig)
     assert [lab.get_text() for lab in _drawn_xtick_labels(fig.axes[0])] == ["1", "2", "4", "8", "16", "24", "32"]
+
+
+def test_the_pareto_panels_draw_the_front_as_the_line_share_scales_and_mark_the_slo():
+    """Issue 39: per panel each configuration's line runs through its Pareto-front points only (by interactivity),
+    every run is a dot, all panels share one y and x scale, and the SLO's TPOT bound (20 ms: 50 tokens/s per user)
+    is a dashed vertical line."""
+    rows = []
+    for ctx, scale in ((1024, 1.0), (3200, 0.4)):
+        for load, (user, device, front) in enumerate([(100, 300, True), (80, 500, True), (60, 450, False)], 1):
+            rows.append({"hardware": "CPU x86_64", "engine": "vllm", "tp": 1, "dcp": 1, "mem_util": 0.92,
+                         "context_tokens": ctx, "context_label": "64K" if ctx == 1024 else "200K", "load_level": load,
+                         "load_mode": "closed", "output_tokens_per_s_per_user": user * scale,
+                         "output_tokens_per_s_per_device": device * scale, "within_slo": load < 3,
+                         "on_front": front, "slo_tpot_ms": 20.0})
+    fig = plots.capacity_pareto_figure(pl.DataFrame(rows))
+    small, large = [a for a in fig.axes if a.get_lines()]
+    assert small.get_ylim() == large.get_ylim() and small.get_xlim() == large.get_xlim()
+    for ax, scale in ((small, 1.0), (large, 0.4)):
+        front = [line for line in ax.get_lines() if line.get_label() == "vLLM TP1"]
+        assert [list(front[0].get_xdata()), list(front[0].get_ydata())] == [[80 * scale, 100 * scale],
+                                                                             [500 * scale, 300 * scale]]
+        assert sum(line.get_marker() == "o" and line.get_linestyle() == "None" for line in ax.get_lines()) == 3
+        slo = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+        assert len(slo) == 1 and list(slo[0].get_xdata()) == [50.0, 50.0]

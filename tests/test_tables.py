@@ -1,5 +1,7 @@
 """Reader's tables: headers with units, fixed significant figures, engines named, hash ids hidden."""
 
+import re
+
 import polars as pl
 import pytest
 
@@ -52,3 +54,28 @@ def test_a_range_reads_least_to_most_and_formatted_numbers_line_up_right():
     html = t.html()
     assert "td.col0 {\n  text-align: left" in html  # text reads from the left
     assert "td.col1 {\n  text-align: left" not in html and "td.col2 {\n  text-align: left" not in html
+
+
+def test_a_tiny_value_is_a_bound_never_scientific_notation():
+    """Issue 39: residuals of 8.90e-06 ms and 7.32e-11 ms read as bounds; 0.00123 keeps three figures."""
+    assert [tables.number(v) for v in (8.9e-06, -7.32e-11, 0.0012345, 0.0)] == ["< 0.001", "> −0.001", "0.00123", "0"]
+
+
+def test_a_long_table_is_folded_with_its_rows_as_csv():
+    """More than FOLD_ROWS rows: a closed <details> saying how many, and a link to exactly the shown rows as CSV
+    (headers as shown, cells as formatted, escaped in the URI); at FOLD_ROWS rows the table is not folded."""
+    from urllib.parse import unquote
+
+    rows = [{"engine": "vllm", "residual_ms": 8.9e-06 * (i + 1)} for i in range(tables.FOLD_ROWS + 1)]
+    folded = tables.table(rows, caption="Residuals <per point>").html()
+    assert folded.startswith('<details class="kvlab-fold"><summary>Residuals &lt;per point&gt;: 13 rows (show)')
+    name, uri = re.search(r'download="([^"]+)" href="data:text/csv;charset=utf-8,([^"]+)"', folded).groups()
+    assert name == "residuals-per-point.csv"
+    lines = unquote(uri).splitlines()
+    assert lines[0] == "engine,residual (ms)" and lines[1] == "vLLM,< 0.001" and len(lines) == 14
+    assert "<details" not in tables.table(rows[:tables.FOLD_ROWS]).html()
+
+
+def test_experiments_are_named_in_words():
+    assert [tables.experiment_words(e) for e in ("cpu_long_context", "article_b300", "gpu_multi_turn_rag")] == \
+        ["long-context runs", "the B300 article's table", "gpu multi turn rag"]

@@ -70,7 +70,7 @@ def pareto_caption(curve: DataFrame) -> str:
     top = max(rows, key=lambda r: r["output_tokens_per_s_per_device"] or 0)
     settings = len({(r["context_tokens"], r["mem_util"]) for r in rows})
     return (f"Measured: {len(rows)} load points over {settings} context × memory settings, {within} within the SLO "
-            f"(filled), {front} on their setting's Pareto front (black ring). The most output per device: "
+            f"(filled), {front} on their configuration's Pareto front (the line; other points are dots), the SLO's TPOT bound dashed. The most output per device: "
             f"{config_label(top)} at {_where(top)}, {measured(top['output_tokens_per_s_per_device'], 1)} tokens/s at "
             f"{measured(top['output_tokens_per_s_per_user'], 1)} tokens/s per user ({_level(top['load_level'], top['load_mode'])}"
             f"{', within the SLO' if top['within_slo'] else ', missing the SLO'}). Down and to the right is more "

@@ -12,7 +12,7 @@ from kvlab.claims import MODEL_SCOPE, modelled_claim
 from kvlab.claims.choice import claim_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import CONCURRENCY_THRESHOLD, Evidence, Factor, Recommendation, UserWorkload
-from kvlab.tables import ms, number, percent
+from kvlab.tables import experiment_words, ms, number, percent
 from kvlab.units import ratio as _ratio
 from kvlab.units import measured, sig2
 from kvlab.verdicts import Verdict
@@ -100,7 +100,7 @@ def _prefix_comparison(f: Factor) -> str:
             text += ": the gap is the engines' speed, not their caches"
     name = f"**{engine_label(best)}**" if f.favours else engine_label(best)
     text += (f". Shorter batch time: {name}, {_ratio(margin, _runs(f))}× shorter than {engine_label(second)} "
-             f"({f.rows[0]['experiment']})")
+             f"({experiment_words(f.rows[0]['experiment'])})")
     return text if f.favours else f"{text}; {_undecided(f)}"
 
 
@@ -113,7 +113,7 @@ def _concurrency_comparison(f: Factor) -> str:
     best = f.rows[0]
     name = f"**{engine_label(best['engine'])}**" if f.favours else engine_label(best["engine"])
     text = (f". Faster: {name}, {_ratio(f.margin, _runs(f))}× the completed requests/s of "
-            f"{engine_label(f.rows[1]['engine'])} ({best['experiment']})")
+            f"{engine_label(f.rows[1]['engine'])} ({experiment_words(best['experiment'])})")
     return text if f.favours else f"{text}; {_undecided(f)}"
 
 
@@ -154,11 +154,11 @@ def factor_metric(f: Factor) -> str:
 
 
 def factor_evidence(f: Factor) -> str:
-    """'prefix: vLLM, median batch time 1.87× shorter than … (cpu_prefix_sharing)'; '' without two engines
+    """'prefix: vLLM, median batch time 1.87× shorter than … (shared-prefix runs)'; '' without two engines
     compared."""
     if f.margin is None or len(f.rows) < 2:
         return ""
-    return f"{f.name}: {engine_label(f.rows[0]['engine'])}, {factor_metric(f)} ({f.rows[0]['experiment']})"
+    return f"{f.name}: {engine_label(f.rows[0]['engine'])}, {factor_metric(f)} ({experiment_words(f.rows[0]['experiment'])})"
 
 
 def factor_line(factor: Factor) -> str:
@@ -287,7 +287,7 @@ def recommendation_verdict(w, tree, ev):
             base = (f"already {sig2(g.value)}× apart where the mechanism plays no part" if g.value is not None
                     and g.outcome == "cannot be tested here" else "")
             number = (f"no factor decides; data: {engine_label(f.rows[0]['engine'])}, {factor_metric(f).split(', each')[0]} "
-                      f"({f.rows[0]['experiment']})" + (f"; {base}" if base else ""))
+                      f"({experiment_words(f.rows[0]['experiment'])})" + (f"; {base}" if base else ""))
             return g.verdict(claim, number, **common)
         measured = any(f.source == "measured" for f in ev.factors)
         why = "no measurement compares two engines and the model does not separate them"
@@ -298,7 +298,7 @@ def recommendation_verdict(w, tree, ev):
                        scope="measured runs and model" if measured else MODEL_SCOPE, reason=why, **common)
     f = ev.deciding
     if ev.decided_by == "measured" and f is not None and f.winner:
-        number = f"data: {engine_label(f.winner)}, {factor_metric(f).split(', each')[0]} ({f.experiment})"
+        number = f"data: {engine_label(f.winner)}, {factor_metric(f).split(', each')[0]} ({experiment_words(f.experiment)})"
         return Verdict(claim, "reproduced" if ev.engine == tree.engine else "contradicted", "measured", number,
                        value=f.margin, unit="×", n=f.grade.n if f.grade else None,
                        spread=f.grade.spread if f.grade else None, scope=f.rows[0].get("hardware") or "",
@@ -415,7 +415,7 @@ def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence,
         return " ".join([f"**The tree says {engine_label(tree.engine)}; the data here can neither confirm nor "
                          f"contradict it**: {_undecided_basis(ev)}.", *premises(w, tree, ev, sharing)])
     f = ev.deciding
-    on = (f" ({engine_label(f.winner)}: {factor_metric(f)}, {f.experiment})" if f is not None and f.winner else
+    on = (f" ({engine_label(f.winner)}: {factor_metric(f)}, {experiment_words(f.experiment)})" if f is not None and f.winner else
           f" ({factor_finding(f).split(';')[0]})" if f is not None else "")
     return f"**They agree: {engine_label(tree.engine)}**, on {ev.decided_by} evidence{on}."
 

@@ -127,8 +127,9 @@ def decay_table(decay: DataFrame):
 
 
 def decay_caption(decay: DataFrame, label: str, measure: str) -> str:
-    """One sentence for a throughput-against-context figure: how far each engine's ``measure`` falls between the
-    decay's two contexts, which engine holds up better, and who is ahead at each end."""
+    """One sentence for a throughput-against-context figure (absolute throughput left, relative right): how far
+    each engine's ``measure`` falls between the decay's two contexts, which engine holds up better, and who is ahead
+    at each end (in the absolute panel: the relative lines all start at 1 and never cross)."""
     if decay.is_empty():
         return f"{label.capitalize()}: no engine has runs at both contexts."
     d = decay.sort("batch_time_ratio", descending=True)
@@ -146,10 +147,11 @@ def decay_caption(decay: DataFrame, label: str, measure: str) -> str:
         best = d.row(-1, named=True)["engine"]
         first = d.sort("t_from_s")["engine"][0]
         last = d.sort("t_to_s")["engine"][0]
-        ahead = (f"{engine_label(first)} is ahead at both ends" if first == last else
-                 f"the lines cross: {engine_label(first)} ahead at {r0['context_from']}, "
-                 f"{engine_label(last)} at {r0['context_to']}")
-        text += f" — {engine_label(best)}'s throughput holds up better; {ahead}"
+        ahead = (f"in absolute throughput (left) {engine_label(first)} is ahead at both ends" if first == last else
+                 f"in absolute throughput (left) the lines cross: {engine_label(first)} ahead at "
+                 f"{r0['context_from']}, {engine_label(last)} at {r0['context_to']}")
+        text += (f" — {engine_label(best)}'s throughput holds up better; {ahead}; relative to its own value at "
+                 f"{r0['context_from']} (right) each engine's line starts at 1, so those lines never cross")
     return text + "."
 
 
