@@ -418,7 +418,7 @@ def test_index_answers_first_and_links_every_report_and_its_data(built):
 def test_index_and_report_render_with_figures(browser, built, tmp_path):
     index = screenshot(browser, built / "index.html", tmp_path / "index.png", tmp_path, height=600)
     assert index.shape[0] == 600 and index.std() > 0.01  # not a blank page
-    page = screenshot(browser, built / "01_context_scaling.html", tmp_path / "report.png", tmp_path, height=2400)
+    page = screenshot(browser, built / "01_context_scaling.html", tmp_path / "report.png", tmp_path, height=4000)
     rgb = page[..., :3]
     # the engines' bar colours (vLLM blue #3b75af, SGLang orange #e1812c) are on screen: the figure rendered
     blue = ((abs(rgb[..., 0] - 0x3B / 255) < 0.04) & (abs(rgb[..., 1] - 0x75 / 255) < 0.04)
