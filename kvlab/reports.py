@@ -736,10 +736,11 @@ def answer_html(answer: dict) -> str:
 def answer_table_html(answer: dict | None, href: str | None) -> str:
     """An answer's typed table as HTML: engine and evidence kind per row, each row linked to the report that
     decides it (``href``; None: no link, on the report's own page)."""
-    rows = (answer or {}).get("table") or []
+    table = (answer or {}).get("table") or {}
+    rows = [dict(zip(table["columns"], r)) for r in table.get("rows") or []] if table else []
     if not rows:
         return ""
-    cols = [c for c in rows[0] if not c.endswith("_tokens")]
+    cols = [c for c in table["columns"] if not c.endswith("_tokens")]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
 
     def cell(c, v):

@@ -104,7 +104,7 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
     if budgets is not None and d["kv_budget_bytes"].null_count() == 0:
         # every run's KV pool is a budget the experiment file sets per memory setting: the ceiling follows it by
         # construction, so it is shown as configuration, not graded (more repeats cannot change it)
-        said = ", ".join(f"{r['mem_util']:g}: {', '.join(f'{b / 2**20:g} MiB' for b in sorted(r['kv_budget_bytes']))}"
+        said = ", ".join(f"{r['mem_util']:g}: {', '.join(f'{b / 2**20:.3g} MiB' for b in sorted(r['kv_budget_bytes']))}"
                          for r in budgets.iter_rows(named=True))
         g = replace(g, outcome="configured", limit=CONFIGURED,
                     reason=f"the experiment file sets each memory setting's KV budget ({said}), so the ceiling "

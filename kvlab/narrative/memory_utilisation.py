@@ -390,7 +390,7 @@ def memory_answer(budgets: list[dict], outside: list[dict], totals: dict, gpu: s
     if len(budgets) >= 2:
         lo, hi = budgets[0], budgets[-1]
         second = (f"On this host the setting is configuration, not a finding: {lo['mem_util']:g} and {hi['mem_util']:g} "
-                  f"are KV budgets of {lo['kv_budget_mib']:.0f} MiB and {hi['kv_budget_mib']:.0f} MiB "
+                  f"are KV budgets of {lo['kv_budget_mib']:.1f} MiB and {hi['kv_budget_mib']:.1f} MiB "
                   f"({hi['ratio_to_lowest']:.2f}×) that the experiment file sets; its {totals['runs']} runs needed "
                   f"{totals['retries']} retries.")
     else:

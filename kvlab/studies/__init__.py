@@ -61,8 +61,10 @@ class Answer:
         object.__setattr__(self, "sentences", tuple(self.sentences))
 
     def to_json(self) -> dict:
+        """Its sentences, and its table as columns (in order: a notebook's JSON sorts an object's keys) and rows."""
         return {"sentences": list(self.sentences),
-                "table": None if self.table is None else self.table.to_dicts()}
+                "table": None if self.table is None else {"columns": self.table.columns,
+                                                          "rows": [list(r) for r in self.table.rows()]}}
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         md = narrative.answer_markdown(self)
