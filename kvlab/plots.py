@@ -1142,6 +1142,7 @@ def capacity_telemetry_figure(telemetry: pl.DataFrame) -> Figure:
                     ax.plot(g["t_s"], g[series], linewidth=1.2, **kw)
                 else:
                     ax.plot(g["t_s"], g[series], linestyle="none", **kw)
+            ax.set_xlim(0, max(part["t_s"].max() or 0.0, 0.5) * 1.05)  # one time axis per row, from the first send
             if series == "kv_cache_usage":
                 ax.set_ylim(0, 1.05)
                 ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
