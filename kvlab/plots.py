@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import polars as pl
 import seaborn as sns
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -1105,6 +1106,59 @@ def _unoverlapped_xticks(ax, first: set, pad_px: float = 3.0) -> None:
     if len(kept) < len(ticks):
         kept.sort(key=lambda k: k[0])
         ax.set_xticks([k[0] for k in kept], [k[1] for k in kept])
+
+
+#: The telemetry-over-time figure's gauges: (column of kvlab.studies.capacity.telemetry_over_time, y label).
+_TELEMETRY_GAUGES = (("kv_cache_usage", "KV-pool usage"), ("requests_running", "requests running"),
+                     ("requests_waiting", "requests waiting"))
+
+
+@styled
+def capacity_telemetry_figure(telemetry: pl.DataFrame) -> Figure:
+    """Measured: per engine x context x memory setting (rows), the server's KV-pool usage, requests running and
+    requests waiting (columns) against seconds into the run, one series per load point (its load level in flight,
+    darker the higher), its answered sample count in the legend. A series with ``line`` false (fewer samples than
+    kvlab.studies.capacity.MIN_LINE_SAMPLES) is drawn as dots only, never joined into a line."""
+    configs = telemetry.select("engine", "context_tokens", "context_label", "mem_util").unique(
+        maintain_order=True).rows() if telemetry.height else []
+    fig = Figure(figsize=(11.0, 2.3 * max(len(configs), 1)))
+    axes = fig.subplots(max(len(configs), 1), len(_TELEMETRY_GAUGES), squeeze=False)
+    levels = sorted(telemetry["load_level"].drop_nulls().unique().to_list()) if telemetry.height else []
+    cmap = colormaps["viridis"]
+    shade = {lv: cmap(0.85 - 0.75 * i / max(len(levels) - 1, 1)) for i, lv in enumerate(levels)}
+    for row, (engine, ctx, label, mem) in enumerate(configs):
+        part = telemetry.filter((pl.col("engine") == engine) & (pl.col("context_tokens") == ctx)
+                                & (pl.col("mem_util").eq_missing(mem)))
+        for col, (series, ylabel) in enumerate(_TELEMETRY_GAUGES):
+            ax = axes[row][col]
+            for (level, _rid), g in part.group_by("load_level", "run_id", maintain_order=True):
+                g = g.filter(pl.col(series).is_not_null())
+                if not g.height:
+                    continue
+                n = g["samples"][0]
+                kw = {"color": shade.get(level, "#777777"), "marker": "o", "markersize": 3,
+                      "label": f"{_num(level)} in flight ({n} sample{'s' if n != 1 else ''})"}
+                if g["line"][0]:
+                    ax.plot(g["t_s"], g[series], linewidth=1.2, **kw)
+                else:
+                    ax.plot(g["t_s"], g[series], linestyle="none", **kw)
+            ax.set_xlim(0, max(part["t_s"].max() or 0.0, 0.5) * 1.05)  # one time axis per row, from the first send
+            if series == "kv_cache_usage":
+                ax.set_ylim(0, 1.05)
+                ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            else:
+                ax.set_ylim(bottom=0)
+            ax.set_ylabel(ylabel, fontsize=8)
+            ax.tick_params(labelsize=7)
+            if row == len(configs) - 1:
+                ax.set_xlabel("seconds into the run", fontsize=8)
+            ax.set_title(f"measured: {engine_label(engine)}, {scaled_context(label, ctx)}, {_setting(mem)}"
+                         if col == 0 else ylabel, fontsize=8, loc="left")
+        handles, labels = axes[row][0].get_legend_handles_labels()
+        if handles:
+            axes[row][0].legend(handles, labels, fontsize=6, loc="upper left")
+    fig.tight_layout()
+    return fig
 
 
 @styled

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from notebook_data import capacity_frames, write_capacity_probes, write_capacity_runs
 
-from kvlab import analysis, plots, store, verdicts
+from kvlab import analysis, narrative, plots, store, verdicts
 from kvlab.claims import capacity
 
 
@@ -319,3 +319,41 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
                                      "prompts) in the accuracy probe")
     assert stands.reason.endswith("; no winner's greedy output differed clearly from its engine's reference "
                                   "configuration in the accuracy probe")
+
+
+def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data, frames):
+    from kvlab.studies.capacity import MIN_LINE_SAMPLES, telemetry_over_time
+
+    _, points, _, _ = frames
+    samples = store.load_telemetry(data)
+    full = telemetry_over_time(points, samples)
+    # SYNTHETIC: 24 load points x 5 samples each, every one long enough for a line
+    assert full.height == 120 and full["run_id"].n_unique() == 24
+    assert full["samples"].unique().to_list() == [5] and full["line"].all()
+    v = full.filter(pl.col("run_id") == "cap14")  # vllm, 3,200 tokens, 0.92, 4 in flight: the queue in the middle
+    assert v["t_s"].to_list() == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert v["requests_waiting"].to_list() == [0.0, 2.0, 2.0, 0.0, 0.0]
+    assert v["kv_cache_usage"].to_list() == [0.2, 0.4, 0.6, 0.8, 1.0]
+    assert v.select("engine", "context_tokens", "mem_util", "load_level").unique().rows() == [("vllm", 3200, 0.92, 4.0)]
+    # cap00 keeps 2 answered samples (one more failed), cap01 1: both too short for a line
+    short = samples.with_columns(pl.when((pl.col("run_id") == "cap00") & (pl.col("t_s") == 1.0))
+                                 .then(pl.lit("timeout")).otherwise(pl.col("error")).alias("error")).filter(
+        ~((pl.col("run_id") == "cap00") & (pl.col("t_s") > 1.0)) & ~((pl.col("run_id") == "cap01") & (pl.col("t_s") > 0.0)))
+    tel = telemetry_over_time(points, short)
+    per_run = tel.unique("run_id").sort("run_id")
+    assert per_run.filter(~pl.col("line"))[["run_id", "samples"]].rows() == [("cap00", 2), ("cap01", 1)]
+    assert MIN_LINE_SAMPLES == 3
+    fig = plots.capacity_telemetry_figure(tel)
+    axes = fig.get_axes()
+    assert len(axes) == 8 * 3  # 2 engines x 2 contexts x 2 settings, 3 gauges each
+    drawn = [ln for ax in axes for ln in ax.get_lines()]
+    dots = [ln for ln in drawn if ln.get_linestyle() == "None"]
+    assert len(drawn) == 24 * 3 and len(dots) == 2 * 3 and len(drawn) - len(dots) == 66
+    assert sorted(len(ln.get_xdata()) for ln in dots) == [1, 1, 1, 2, 2, 2]
+    legend = [t.get_text() for ax in axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert "1 in flight (2 samples)" in legend and "2 in flight (1 sample)" in legend
+    assert legend.count("4 in flight (5 samples)") == 8  # one legend per configuration
+    series = tel.unique("run_id", maintain_order=True)
+    caption = narrative.telemetry_caption(series, MIN_LINE_SAMPLES)
+    assert "24 drawn" in caption and "2 series with fewer than 3 samples" in caption
+    assert "fewer than" not in narrative.telemetry_caption(full.unique("run_id"), MIN_LINE_SAMPLES)

@@ -633,8 +633,12 @@ def test_report_07_on_capacity_runs(tmp_path):
     folder = reports.figure_dir(rep.html)
     listing = json.loads((folder / reports.FIGURES_JSON).read_text())
     assert [(f["number"], f["file"], f["rows"]) for f in listing] == [
-        (1, "figure1.csv", 24), (2, "figure2.csv", 24), (3, "figure3.csv", 4), (4, "figure4.csv", 12)]
-    assert rep.figures == 4
+        (1, "figure1.csv", 24), (2, "figure2.csv", 24), (3, "figure3.csv", 120), (4, "figure4.csv", 4),
+        (5, "figure5.csv", 12)]
+    assert rep.figures == 5
+    # figure 3: telemetry over time, the 5 samples of each of the 24 load points, each drawn as a line
+    over = pl.read_csv(folder / "figure3.csv")
+    assert over["run_id"].n_unique() == 24 and over["samples"].unique().to_list() == [5] and over["line"].all()
     # figure 1: per load point, output tokens/s per device = 64 x 2c tokens / window and per user = 1,000 / TPOT
     curve = pl.read_csv(folder / "figure1.csv")
     r = curve.filter((pl.col("engine") == "vllm") & (pl.col("context_tokens") == 3200) & (pl.col("mem_util") == 0.92)
@@ -649,7 +653,7 @@ def test_report_07_on_capacity_runs(tmp_path):
         ("sglang", 2, 0.98, 2.0, 1.0), ("vllm", 2, 1.0, 2.0, 3.0)]
     assert set(tele["telemetry"]) == {"sampled"}
     # figure 3: the map, vLLM 2x at 64K, 1.6x at 200K / 0.92; SGLang 1.25x at 200K / 0.95
-    gmap = pl.read_csv(folder / "figure3.csv").sort("context_tokens", "mem_util")
+    gmap = pl.read_csv(folder / "figure4.csv").sort("context_tokens", "mem_util")
     assert gmap.select("context_tokens", "mem_util", "winner", "margin", "n").rows() == [
         (1024, 0.92, "vllm", 2.0, 1), (1024, 0.95, "vllm", 2.0, 1), (3200, 0.92, "vllm", pytest.approx(1.6), 1),
         (3200, 0.95, "sglang", 1.25, 1)]
@@ -658,7 +662,7 @@ def test_report_07_on_capacity_runs(tmp_path):
         ("reference", False), ("differs only at near-ties (8 of 8 prompts)", False), ("reference", False),
         ("differs from token 3 (8 of 8 prompts)", True)]
     # figure 4: the modelled B300 ceilings, labelled modelled
-    modelled = pl.read_csv(folder / "figure4.csv")
+    modelled = pl.read_csv(folder / "figure5.csv")
     assert set(modelled["source"]) == {"modelled"} and modelled.filter(
         (pl.col("dcp") == 8) & (pl.col("mem_util") == 0.92) & (pl.col("context_tokens") == 204800)
     )["concurrency_ceiling"].to_list() == [51]  # SGLang's KV pool: what its fraction leaves, less the KDA state's pool

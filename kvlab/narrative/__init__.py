@@ -44,5 +44,5 @@ from kvlab.narrative.engine_choice import (
 from kvlab.narrative.capacity import (
     CAPACITY_COMMANDS, capacity_answer, capacity_sentences, capacity_table, capacity_verdicts, ceiling_caption, map_caption, map_table,
     modelled_caption, modelled_table, no_capacity_runs_note, onset_table, pareto_caption, probe_intro, probe_sentence,
-    probe_table, slo_note, telemetry_note,
+    probe_table, slo_note, telemetry_caption, telemetry_note,
 )

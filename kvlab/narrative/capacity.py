@@ -155,6 +155,20 @@ def ceiling_caption(points: DataFrame, onset: DataFrame) -> str:
     return "; ".join(parts) + "."
 
 
+def telemetry_caption(series: DataFrame, min_line: int) -> str:
+    """What to see in the telemetry-over-time figure. ``series``: one row per drawn series (a load point's run) with
+    its ``samples`` and ``line`` (report 07's "telemetry_series" frame)."""
+    series = list(series.iter_rows(named=True))
+    short = sum(not r["line"] for r in series)
+    text = (f"Measured: the server's KV-pool usage, requests running and requests waiting over each run, seconds from "
+            f"its first request, one series per load point ({len(series)} drawn; darker = more in flight), each "
+            "legend entry with its sample count")
+    if short:
+        text += (f"; {short} series with fewer than {min_line} samples (a run shorter than the sampling interval "
+                 "allows) too short to draw as a line: dots only")
+    return text + "."
+
+
 def telemetry_note(points: DataFrame) -> str | None:
     """Which engines' runs have no telemetry, and why (never shown as 0); None when every run was sampled."""
     missing: dict[str, set[str]] = {}
