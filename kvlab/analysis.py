@@ -1103,19 +1103,6 @@ def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float], blo
     return pl.DataFrame(rows)
 
 
-#: Columns that can tell one run of an experiment from another (the run table shows those that vary).
-RUN_FACTORS = ("engine", "mem_util", "prefix_caching", "mode", "context_tokens", "batch_size",
-               "shared_prefix_tokens", "reasoning_tokens", "output_tokens", "repeat")
-
-
-def run_table(runs: pl.DataFrame, experiment: str) -> pl.DataFrame:
-    """One row per measured run of ``experiment``: the factors that vary between its runs, its status,
-    launch attempts, failure cause and key figures (batch time, mean TTFT)."""
-    m = runs.filter((pl.col("source") == "measured") & (pl.col("experiment") == experiment))
-    varied = [c for c in RUN_FACTORS if c in m.columns and m[c].n_unique() > 1] or ["engine"]
-    return m.sort(varied).select(*varied, "status", "attempts", "failure_cause", "batch_time_s", "ttft_mean_ms")
-
-
 def multi_turn_requests(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFrame:
     """Every successful request of the measured multi-turn runs with its turn, numbered as
     :func:`multi_turn_by_turn` numbers them: the spread over conversations behind each turn's mean."""

@@ -8,6 +8,10 @@ named as in every figure, hash ids left out, and a wrapper that scrolls sideways
 
 from __future__ import annotations
 
+import csv
+import io
+from urllib.parse import quote
+
 import html
 import math
 import re
@@ -272,9 +276,6 @@ class Table:
 
     def csv_uri(self) -> str:
         """The shown rows and headers as a CSV in a data: URI (the page stays self-contained; works from file://)."""
-        import csv
-        import io
-        from urllib.parse import quote
 
         buf = io.StringIO()
         writer = csv.writer(buf)
