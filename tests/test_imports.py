@@ -237,6 +237,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reporting", ("narrative", "plots")),
     ("reporting", ("workbook",)),
     ("reporting", ("studies",)),
+    ("reporting", ("pages",)),
     ("reporting", ("reports",)),
     ("reporting", ("explore",)),
     ("entry", ("cli",)),
