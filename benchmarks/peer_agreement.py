@@ -305,23 +305,25 @@ class Comparison:
     peer: Stat
     bound: float | None
 
+    def _to_peer(self, arm: Stat) -> float | None:
+        """An arm's median ÷ the peer's; None where either is missing."""
+        d = rel_diff(arm.median, self.peer.median)
+        return None if d is None else 1 + d
+
     @property
     def ratio(self) -> float | None:
         """kvlab (defaults) ÷ peer, of the medians."""
-        d = rel_diff(self.kvlab.median, self.peer.median)
-        return None if d is None else 1 + d
+        return self._to_peer(self.kvlab)
 
     @property
     def ratio_peer_options(self) -> float | None:
         """kvlab (the peers' options) ÷ peer, of the medians."""
-        d = rel_diff(self.kvlab_peer.median, self.peer.median)
-        return None if d is None else 1 + d
+        return self._to_peer(self.kvlab_peer)
 
     @property
     def ratio_staggered(self) -> float | None:
         """kvlab (its defaults, the first wave staggered) ÷ peer, of the medians; None where not measured."""
-        d = rel_diff(self.kvlab_staggered.median, self.peer.median)
-        return None if d is None else 1 + d
+        return self._to_peer(self.kvlab_staggered)
 
     @property
     def agrees(self) -> bool | None:

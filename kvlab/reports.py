@@ -757,15 +757,14 @@ def answer_table_html(answer: dict | None, href: str | None) -> str:
     return table.replace("<th>", f'<th style="{td}">').replace("<td>", f'<td style="{td}">')
 
 
-def host_sentence(every: list) -> str:
-    """What this host's measurements add, counted from every report's measured verdicts: the mechanisms they decide
-    and the claims they cannot test."""
-    measured = [v for v in every if (v.get("evidence") if isinstance(v, dict) else v.evidence) == "measured"]
-    get = (lambda v, k: v.get(k)) if measured and isinstance(measured[0], dict) else getattr
-    decided = {get(v, "claim_id") for v in measured if get(v, "outcome") in vd.DECIDING_OUTCOMES}
-    cannot = {get(v, "claim_id") for v in measured if get(v, "outcome") == "cannot be tested here"}
+def host_sentence(every: list[dict]) -> str:
+    """What this host's measurements add, counted from every report's measured verdicts (index.json's dicts): the
+    mechanisms they decide and the claims they cannot test."""
+    measured = [v for v in every if v.get("evidence") == "measured"]
     if not measured:
         return "Nothing was measured on this host yet: `make report` measures the embedded default."
+    decided = {v.get("claim_id") for v in measured if v.get("outcome") in vd.DECIDING_OUTCOMES}
+    cannot = {v.get("claim_id") for v in measured if v.get("outcome") == "cannot be tested here"}
     return (f"This host's runs (real engines on a CPU, a tiny model) decide {len(decided)} claim(s) about mechanisms "
             f"(prefix-cache reuse, queueing past a KV budget) and cannot test {len(cannot)} speed claim(s): a CPU "
             "run of two different engine implementations is not evidence about B300 speed.")

@@ -9,17 +9,13 @@ Pages compose; they compute nothing: every number they show is already in the st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from kvlab import studies, verdicts
 from kvlab.studies import StudyResult
 
 
-def open_report(report: str, namespace: Mapping[str, Any]):
-    """A notebook's first call (:func:`kvlab.studies.notebook`): refuse renamed parameters, open the workbook,
-    compute the study with the notebook's parameters. Returns (workbook, result)."""
-    return studies.notebook(report, namespace)
+#: A notebook's first call: refuse renamed parameters, open the workbook, compute the study with the notebook's
+#: parameters; returns (workbook, result).
+open_report = studies.notebook
 
 
 def verdicts_and_sources(r: StudyResult, wb=None) -> list:
