@@ -2,7 +2,7 @@
 
 Each function returns an ``ipywidgets.interactive`` widget over the report's main parameters; every change redraws
 through the same library functions the static report uses (:mod:`kvlab.perfmodel.figures`, :mod:`kvlab.guide`,
-:mod:`kvlab.narrative`, :func:`kvlab.plots.show`). A report build sets :data:`kvlab.reports.STATIC_ENV` in its
+:mod:`kvlab.narrative`, :func:`kvlab.plots.show`). A report build sets :data:`STATIC_ENV` in its
 kernel's environment, and only a kernel Jupyter Server started for an open notebook gets widgets at all: otherwise
 (or without ipywidgets) no widget is created and the functions return None, so the HTML shows the defaults only,
 with nothing that needs a live kernel.
@@ -33,17 +33,16 @@ IN_FLIGHT = (1, 8, 16, 32, 64, 99, 100, 128, 256, 512)
 #: Set by Jupyter Server in the environment of a kernel it starts for a notebook (JupyterLab, Notebook 7); never by
 #: papermill, nbconvert or nbclient.
 SESSION_ENV = "JPY_SESSION_NAME"
+#: Set in the environment of every kernel the report build starts (:mod:`kvlab.reports`): notebooks render their
+#: defaults statically (no interactive widgets, whose views would need a live kernel or a CDN in the HTML).
+STATIC_ENV = "KVLAB_STATIC_REPORT"
 
 
 def interactive_enabled() -> bool:
     """True in a notebook a person has open in JupyterLab (:data:`SESSION_ENV` set) with ipywidgets; False in a report
-    build (:data:`kvlab.reports.STATIC_ENV` set) and in every batch execution (papermill, nbconvert): a widget there
+    build (:data:`STATIC_ENV` set) and in every batch execution (papermill, nbconvert): a widget there
     has no one to use it, and executing ``interact`` headless can leave the kernel client waiting for ever (nbclient
     issue 312, papermill issue 723: seen here twice in 10 runs of report 04's test)."""
-    # here, not at the top: kvlab.reports imports nbformat (seconds: jsonschema's format checks), which a notebook
-    # that only draws never needs
-    from kvlab.reports import STATIC_ENV
-
     if os.environ.get(STATIC_ENV) or not os.environ.get(SESSION_ENV):
         return False
     try:

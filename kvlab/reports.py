@@ -34,6 +34,7 @@ from kvlab.engines import engine_label, registry
 from kvlab.markup import markdown_inline
 from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
 from kvlab.plots import FIGURE_DIR_ENV, FIGURE_MIME
+from kvlab.explore import STATIC_ENV
 from kvlab.verdicts import Sources, extract_sources
 
 #: Every run row the reports read, written beside them (linked from each report's provenance panel).
@@ -79,9 +80,6 @@ def with_k_note(panel: str, page: str) -> str:
         return panel
     return panel.replace("</table>", f"<tr><th>token counts</th><td>{html.escape(note)}</td></tr></table>", 1)
 
-#: Set in the environment of every kernel the report build starts: notebooks render their defaults statically
-#: (no interactive widgets, whose views would need a live kernel or a CDN in the HTML).
-STATIC_ENV = "KVLAB_STATIC_REPORT"
 
 
 @dataclass(frozen=True)

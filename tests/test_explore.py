@@ -9,7 +9,7 @@ import pytest
 
 from kvlab import analysis, explore, guide
 from kvlab.perfmodel import Assumptions, Workload
-from kvlab.reports import STATIC_ENV
+from kvlab.explore import STATIC_ENV
 
 pytest.importorskip("ipywidgets")
 

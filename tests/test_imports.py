@@ -237,9 +237,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reporting", ("narrative", "plots")),
     ("reporting", ("workbook",)),
     ("reporting", ("studies",)),
+    ("reporting", ("explore",)),
     ("reporting", ("pages",)),
     ("reporting", ("reports",)),
-    ("reporting", ("explore",)),
     ("entry", ("cli",)),
 )
 #: What reporting may read of the measuring side: the records, never the machinery.

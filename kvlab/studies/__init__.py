@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import import_module
 from pathlib import Path
 from types import MappingProxyType
@@ -133,13 +133,23 @@ def parameters(compute, namespace: Mapping[str, Any]) -> dict[str, Any]:
     return {n: namespace[n] for n in names if n in namespace}
 
 
+def run(mod, wb, namespace: Mapping[str, Any]) -> StudyResult:
+    """``mod.compute`` with the parameters ``namespace`` holds; the result records every parameter it ran with,
+    the defaults included (what :mod:`kvlab.pages` reads, what the provenance panel lists)."""
+    given = parameters(mod.compute, namespace)
+    result = mod.compute(wb, **given)
+    defaults = {p.name: p.default for p in inspect.signature(mod.compute).parameters.values()
+                if p.kind is p.KEYWORD_ONLY}
+    return replace(result, parameters={**defaults, **dict(result.parameters), **given})
+
+
 def compute_report(report: str, data_dir: str | Path | None = None, params: Mapping[str, Any] | None = None,
                    workbook=None) -> StudyResult:
     """One report's result outside a notebook (what ``kvlab report`` writes to index.json): ``params`` may hold
     names of other notebooks' parameters too (ignored, as papermill does)."""
     mod = module(report)
     wb = workbook if workbook is not None else Workbook(Path(data_dir) if data_dir else DATA_DIR)
-    return mod.compute(wb, **parameters(mod.compute, dict(params or {})))
+    return run(mod, wb, dict(params or {}))
 
 
 def sourced(report: str, wb, answer: Answer, verdicts, frames=None, values=None, params=None,
@@ -158,4 +168,4 @@ def notebook(report: str, namespace: Mapping[str, Any]):
     check_parameters(namespace)  # a parameter under its old name fails, naming the new one
     wb = open_workbook(namespace.get("data_dir", ""), namespace.get("fig_format", "png"))
     mod = module(report)
-    return wb, mod.compute(wb, **parameters(mod.compute, namespace))
+    return wb, run(mod, wb, namespace)
