@@ -234,3 +234,34 @@ def test_the_dead_declaration_check_sees_what_it_looks_for(tmp_path):
         {"cell_type": "markdown", "source": ["x"]}]}))
     assert unused_declarations(pkg, tmp_path, ("kvlab", "notebooks")) == [
         "kvlab/a.py:4: DEAD", "kvlab/a.py:5: DEAD", "kvlab/a.py:13: gone"]
+
+
+def test_the_notebooks_only_call_their_study_and_display_it():
+    """Issue 38: the seven notebooks' code cells, the parameters cells included, hold at most 150 non-blank,
+    non-comment lines: a notebook computes its study once and displays what kvlab.pages returns."""
+    root = Path(__file__).resolve().parents[1]
+    lines = {p.name: sum(1 for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code"
+                         for ln in "".join(c["source"]).splitlines() if ln.strip() and not ln.strip().startswith("#"))
+             for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
+    assert sum(lines.values()) <= 150, lines
+
+
+def test_every_notebook_cell_past_the_parameters_is_one_pages_call():
+    """Issue 38: past its parameters cell, a report notebook opens its study (kvlab.pages.open_report) and then only
+    displays sections, each cell one ``pages.…(r…)`` expression: no arithmetic, no prose, no figure code in a
+    notebook."""
+    root = Path(__file__).resolve().parents[1]
+    setup = re.compile(r'from kvlab import pages\n+wb, r = pages\.open_report\("\d\d", globals\(\)\)\n'
+                       r'(r\.answer|pages\.\w+\.opening\(r, wb\))$')
+    section = re.compile(r"pages\.(\w+\.)?\w+\(r(, wb)?\)")
+    bad = []
+    for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cells = [c for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code"
+                 and "parameters" not in c.get("metadata", {}).get("tags", [])]
+        sources = ["".join(c["source"]).strip() for c in cells]
+        if not setup.fullmatch(sources[0]):
+            bad.append(f"{p.name}: first cell is not the setup:\n{sources[0]}")
+        bad += [f"{p.name}: {s!r}" for s in sources[1:] if not section.fullmatch(s)]
+        if sources[-1] != "pages.verdicts_and_sources(r)":
+            bad.append(f"{p.name}: the last cell is not pages.verdicts_and_sources(r)")
+    assert not bad, "\n".join(bad)
