@@ -30,9 +30,24 @@ ERROR_TEXT_CHARS = 2000  # how much of an error body or event a record keeps
 MAX_LINE_BYTES = 16 * 2**20
 #: The most of a non-200 response body the client reads (64 KiB; a record keeps ERROR_TEXT_CHARS of it).
 MAX_ERROR_BODY_BYTES = 64 * 2**10
-#: Error prefixes of the checks this module adds (type checks of every field read, the line cap, a last resort).
+#: Token-bearing chunks a stream may bring beyond its ``max_tokens`` (each carries at least one token, so a stream
+#: of more than max_tokens cannot be right): past max_tokens the request is flagged (:func:`count_flag`), past
+#: max_tokens + CHUNK_SLACK it fails (``TOO_MANY_CHUNKS``) and the rest of the stream is not read.
+CHUNK_SLACK = 16
+#: A stream's byte cap: STREAM_BYTES_BASE plus STREAM_BYTES_PER_TOKEN per token of max_tokens (64 MiB + 64 KiB per
+#: token: a token chunk is a few hundred bytes, a huge one a few MB); a longer stream fails (``STREAM_TOO_LARGE``).
+STREAM_BYTES_BASE = 64 * 2**20
+STREAM_BYTES_PER_TOKEN = 64 * 2**10
+#: A request's deadline, when the engine has a stall limit: stall_s x (max_tokens + DEADLINE_EVENTS), each of the
+#: max_tokens token chunks, the first byte and the end (usage, [DONE]) allowed the stall limit at most, so a server
+#: that drips a byte within each stall limit still ends within it. Never beyond ``timeout_s`` (3,600 s by default).
+DEADLINE_EVENTS = 2
+#: Error prefixes of the checks this module adds (type checks of every field read, the line cap, the stream's
+#: chunk and byte caps, a last resort).
 MALFORMED = "malformed response:"
 LINE_TOO_LONG = "SSE line longer than"
+TOO_MANY_CHUNKS = "more token-bearing chunks than"
+STREAM_TOO_LARGE = "response larger than"
 CLIENT_ERROR = "client error:"
 #: How a failed request's error is classified (REQUESTS.error_kind): the prefix its error text starts with.
 #: Every error the client records starts with one of these.
@@ -49,6 +64,8 @@ ERROR_KINDS: dict[str, str] = {
     "unexpected stream data": "malformed",
     MALFORMED: "malformed",
     LINE_TOO_LONG: "oversized",
+    TOO_MANY_CHUNKS: "oversized",
+    STREAM_TOO_LARGE: "oversized",
     CLIENT_ERROR: "client",
 }
 if set(ERROR_KINDS.values()) != set(REQUEST_ERROR_KINDS):  # "client": an exception the checks did not foresee
@@ -210,7 +227,7 @@ class _Acc:
     __slots__ = (
         "index", "t_send", "t_end", "http_status", "error", "done", "chunk_times", "usage",
         "reasoning_chunks", "t_first_answer", "text", "reasoning", "error_event_next",
-        "t_first_chunk", "empty_chunks",
+        "t_first_chunk", "empty_chunks", "max_chunks", "max_bytes", "deadline", "deadline_s",
     )
 
     def __init__(self, index: int) -> None:
@@ -229,6 +246,11 @@ class _Acc:
         self.error_event_next = False
         self.t_first_chunk: float | None = None
         self.empty_chunks = 0
+        # The stream's bounds (run_requests sets them from the prompt: request_bounds; unbounded until then)
+        self.max_chunks: float = float("inf")
+        self.max_bytes: float = float("inf")
+        self.deadline = float("inf")  # perf_counter (CLOCK_MONOTONIC) by which the request ends
+        self.deadline_s = float("inf")
 
 
 def build_body(
@@ -260,6 +282,16 @@ def build_body(
     body.update(extra_body or {})
     body.update(prompt.extra_body or {})
     return body
+
+
+def request_bounds(max_tokens: int, timeout_s: float, stall_s: float | None) -> tuple[int, int, float]:
+    """A request's bounds from its workload: (token-bearing chunks, bytes, deadline in seconds from its send).
+
+    Chunks: ``max_tokens`` + :data:`CHUNK_SLACK`; bytes: :data:`STREAM_BYTES_BASE` + :data:`STREAM_BYTES_PER_TOKEN`
+    per token; deadline: ``stall_s`` x (``max_tokens`` + :data:`DEADLINE_EVENTS`), at most ``timeout_s`` (only
+    ``timeout_s`` without a stall limit)."""
+    deadline = timeout_s if stall_s is None else min(timeout_s, stall_s * (max_tokens + DEADLINE_EVENTS))
+    return max_tokens + CHUNK_SLACK, STREAM_BYTES_BASE + STREAM_BYTES_PER_TOKEN * max_tokens, deadline
 
 
 def _record_error(acc: _Acc, message: str) -> None:
@@ -438,6 +470,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
     readany = resp.content.readany
     pending: list[bytes] = []  # pieces of a line still without its newline
     held = 0  # their bytes: at most MAX_LINE_BYTES
+    total = 0  # the stream's bytes: at most acc.max_bytes
     while True:
         data = await readany()
         if not data:
@@ -445,6 +478,19 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
         now = perf()
         if on_read is not None:
             on_read(acc.index, data, now)
+        # The stream's bounds, checked at every read (aiohttp's total timeout holds the deadline too, between reads)
+        total += len(data)
+        if len(acc.chunk_times) > acc.max_chunks:
+            _record_error(acc, f"{TOO_MANY_CHUNKS} max_tokens + {CHUNK_SLACK} ({acc.max_chunks}): "
+                               f"{len(acc.chunk_times)} received, the rest of the stream was not read")
+            return
+        if total > acc.max_bytes:
+            _record_error(acc, f"{STREAM_TOO_LARGE} {acc.max_bytes / 2**20:g} MiB (the cap for its max_tokens): the "
+                               "rest of the stream was not read")
+            return
+        if now > acc.deadline:
+            _record_error(acc, f"timeout after {acc.deadline_s:g} s (the request's deadline)")
+            return
         cut = data.rfind(b"\n") + 1
         if not cut:
             pending.append(data)
@@ -476,6 +522,9 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
     rest = b"".join(pending)
     if rest.strip():
         _handle_line(acc, rest, perf(), fast, chat)
+    if len(acc.chunk_times) > acc.max_chunks:  # the last read's chunks
+        _record_error(acc, f"{TOO_MANY_CHUNKS} max_tokens + {CHUNK_SLACK} ({acc.max_chunks}): "
+                           f"{len(acc.chunk_times)} received")
 
 
 async def _send_one(
@@ -489,11 +538,15 @@ async def _send_one(
     timeout: aiohttp.ClientTimeout,
     on_read: OnRead | None = None,
 ) -> None:
+    """Send one request and read its stream into ``acc``, within ``timeout.total`` seconds (its deadline: see
+    :func:`request_bounds`) and ``acc``'s chunk and byte caps; every failure is recorded, nothing raises."""
     if chat or keep_text:
         acc.text = []
         acc.reasoning = []
     fast = not chat and not keep_text
     acc.t_send = time.perf_counter()
+    acc.deadline_s = timeout.total or float("inf")
+    acc.deadline = acc.t_send + acc.deadline_s
     try:
         # No redirect is followed: a server that answers 3xx fails the request (its Authorization header
         # never goes to another host).
@@ -511,7 +564,7 @@ async def _send_one(
     except aiohttp.ServerTimeoutError:  # sock_read: no byte from the server for that long
         _record_error(acc, f"{STALLED} {timeout.sock_read:g} s")
     except asyncio.TimeoutError:
-        _record_error(acc, f"timeout after {timeout.total} s")
+        _record_error(acc, f"timeout after {timeout.total:g} s (the request's deadline)")
     except aiohttp.ClientPayloadError as exc:
         _record_error(acc, f"connection dropped mid-stream: {exc}")
     except aiohttp.ClientError as exc:
@@ -570,11 +623,13 @@ def count_flag(completion_tokens: int | None, chunks: int, max_tokens: int, igno
 
     It cannot be negative, below the token-bearing chunks received (each carries at least one token),
     above ``max_tokens``, or, under ``ignore_eos``, other than ``max_tokens``. A flagged request is kept
-    with its count and left out of the run's served_output_tokens and of TPOT.
+    with its count and left out of the run's served_output_tokens and of TPOT. Without a count, a stream of more
+    token-bearing chunks than ``max_tokens`` is flagged the same way (no count could match it).
     """
     n = completion_tokens
     if n is None:
-        return None
+        return (f"{chunks} token-bearing chunks received is above max_tokens {max_tokens}, with no completion_tokens"
+                if chunks > max_tokens else None)
     why = []
     if n < 0:
         why.append(f"completion_tokens {n} is negative")
@@ -655,8 +710,9 @@ async def run_requests(
 
     ``concurrency=None`` sends every prompt at once (a fixed batch); an integer keeps at
     most that many in flight. Prompts of one ``conversation`` go one after another in
-    ``turn`` order (each turn holds a slot only while in flight). ``timeout_s`` bounds
-    each request from send to end of stream; ``stall_s`` bounds the wait for any next byte of a
+    ``turn`` order (each turn holds a slot only while in flight). Each request is bounded
+    (:func:`request_bounds`): token-bearing chunks (max_tokens + CHUNK_SLACK), bytes, and a deadline from send to
+    end of stream of ``stall_s`` x (max_tokens + 2), never beyond ``timeout_s``; ``stall_s`` bounds the wait for any next byte of a
     response (a request that gets none for that long fails with an error starting with
     ``STALLED``: the engine is hung, or far slower than its spec allows). Bodies are serialised
     before the first send so a 200K-token prompt's JSON encoding is not timed. ``keep_text`` keeps completion
@@ -693,7 +749,11 @@ async def run_requests(
         chain.sort(key=lambda p: (p.turn or 0, p.index))
     accs = {p.index: _Acc(p.index) for p in prompts}
     sem = asyncio.Semaphore(concurrency) if concurrency is not None else None
-    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_read=stall_s)
+    timeouts: dict[int, aiohttp.ClientTimeout] = {}
+    for p in prompts:
+        acc = accs[p.index]
+        acc.max_chunks, acc.max_bytes, deadline_s = request_bounds(p.max_tokens, timeout_s, stall_s)
+        timeouts[p.index] = aiohttp.ClientTimeout(total=deadline_s, sock_read=stall_s)
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
     first_send_wall: list[float] = []
 
@@ -723,7 +783,7 @@ async def run_requests(
                 sent.add(p.index)
                 acc = accs[p.index]
                 await _send_one(session, base + p.endpoint, bodies[p.index], headers, acc,
-                                p.messages is not None, keep_text, timeout, on_read)
+                                p.messages is not None, keep_text, timeouts[p.index], on_read)
                 if on_finish is not None:
                     on_finish(p.index, ttft_ms(acc.t_send, acc.chunk_times[0])
                               if acc.error is None and acc.chunk_times else None)

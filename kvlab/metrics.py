@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from kvlab import httpcall
 from kvlab.gpu import GpuSampler
 
 _KEEP_LABELS = ("le", "quantile")  # labels that change a sample's meaning; all others are summed over
@@ -55,19 +56,19 @@ async def scrape(base_url: str, api_key: str | None = None, timeout_s: float = S
     lose its counters (the runner records them as not available, with the reason).
     """
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.get(base_url.rstrip("/") + "/metrics", headers=headers, allow_redirects=False) as resp:
-            if resp.status == 404:
-                return {}
-            raw = await resp.content.read(MAX_METRICS_BYTES + 1)
-            while len(raw) <= MAX_METRICS_BYTES and (more := await resp.content.read(MAX_METRICS_BYTES + 1 - len(raw))):
-                raw += more
-            body = raw[:2000].decode(errors="replace") if resp.status != 200 else raw.decode(errors="replace")
-            if resp.status != 200:
-                raise RuntimeError(f"GET {base_url}/metrics: HTTP {resp.status}: {body[:500]}")
-            if len(raw) > MAX_METRICS_BYTES:
-                raise ValueError(f"GET {base_url}/metrics: body over {MAX_METRICS_BYTES // 2**20} MiB")
+    url = base_url.rstrip("/") + "/metrics"
+    try:
+        answer = await httpcall.request("GET", url, deadline_s=timeout_s, max_bytes=MAX_METRICS_BYTES,
+                                        headers=headers)
+    except httpcall.HttpLimitError as exc:
+        if str(exc).startswith(httpcall.DEADLINE_PASSED):
+            raise TimeoutError(str(exc)) from None
+        raise ValueError(f"GET {base_url}/metrics: body over {MAX_METRICS_BYTES // 2**20} MiB") from None
+    if answer.status == 404:
+        return {}
+    if answer.status != 200:
+        raise RuntimeError(f"GET {base_url}/metrics: HTTP {answer.status}: {answer.body[:2000].decode(errors='replace')[:500]}")
+    body = answer.text()
     return parse_metrics(body)
 
 
@@ -156,13 +157,14 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     wanted = tuple(names.values())
     url = base_url.rstrip("/") + "/metrics"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=max(4 * interval_s, 2.0))) as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), trust_env=False) as session:
 
         async def take() -> tuple[dict, str | None]:
-            async with session.get(url, headers=headers, allow_redirects=False) as resp:
-                if resp.status != 200:
-                    raise RuntimeError(f"HTTP {resp.status}")
-                raw = await resp.content.read(MAX_METRICS_BYTES)
+            answer = await httpcall.request("GET", url, deadline_s=max(4 * interval_s, 2.0),
+                                            max_bytes=MAX_METRICS_BYTES, headers=headers, session=session)
+            if answer.status != 200:
+                raise RuntimeError(f"HTTP {answer.status}")
+            raw = answer.body
             kept = "\n".join(line for line in raw.decode(errors="replace").splitlines() if line.startswith(wanted))
             parsed = parse_metrics(kept + "\n")
             return telemetry_values(parsed, names, counted_once_incremented), None

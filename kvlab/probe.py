@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from kvlab import httpcall
+
 if TYPE_CHECKING:
     from kvlab.spec import RunSpec
 
@@ -137,35 +139,61 @@ def _margin(top: Mapping[str, float] | None) -> float | None:
     return best[0] - best[1]
 
 
+#: The most of one probe answer read (1 MiB: 16 tokens with their top-2 log-probabilities are a few KB); a longer
+#: answer fails its prompt, naming the cap (kvlab.httpcall).
+MAX_PROBE_BYTES = 2**20
+#: Tokens an answer may report beyond its ``max_tokens`` (the client's slack, kvlab.client.CHUNK_SLACK) before the
+#: prompt fails: a server that keeps streaming tokens is not an output to compare.
+PROBE_TOKEN_SLACK = 16
+#: One probe request's deadline (monotonic, from connecting to the answer's last byte), seconds.
+PROBE_REQUEST_TIMEOUT_S = 60.0
+
+
 async def greedy_output(session: aiohttp.ClientSession, base_url: str, model: str, index: int, prompt: str, *,
                         max_tokens: int = PROBE_TOKENS, api_key: str | None = None,
-                        extra_body: Mapping[str, Any] | None = None) -> ProbeOutput:
+                        extra_body: Mapping[str, Any] | None = None,
+                        deadline_s: float = PROBE_REQUEST_TIMEOUT_S) -> ProbeOutput:
     """One prompt's greedy output (temperature 0, exactly ``max_tokens`` tokens, top-2 log-probabilities asked for)
-    from ``{base_url}/v1/completions``, streamed; never raises for a failed request (its ``error`` says why)."""
+    from ``{base_url}/v1/completions``, streamed; never raises for a failed request (its ``error`` says why).
+
+    The request goes through kvlab.httpcall: ``deadline_s`` in all, at most :data:`MAX_PROBE_BYTES`, and no redirect
+    followed (a 3xx is a failed prompt: ``HTTP 307 (redirect to ... not followed)``); more than ``max_tokens`` +
+    :data:`PROBE_TOKEN_SLACK` tokens fail it too."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
             "ignore_eos": True, "logprobs": TOP_LOGPROBS, **(extra_body or {})}
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
     tokens: list[str] = []
     margins: list[float | None] = []
+    url = base_url.rstrip("/") + "/v1/completions"
     try:
-        async with session.post(base_url.rstrip("/") + "/v1/completions", json=body, headers=headers) as resp:
-            if resp.status != 200:
-                return ProbeOutput(index, (), (), f"HTTP {resp.status}")
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:") or line == b"data: [DONE]":
-                    continue
-                obj = json.loads(line[5:])
-                for choice in obj.get("choices") or []:
-                    lp = choice.get("logprobs") or {}
-                    if lp.get("tokens"):
-                        tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
-                        tokens.extend(lp["tokens"])
-                        margins.extend(_margin(t) for t in tops)
-                    elif choice.get("text"):
-                        tokens.append(choice["text"])
-                        margins.append(None)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        answer = await httpcall.request("POST", url, deadline_s=deadline_s, max_bytes=MAX_PROBE_BYTES,
+                                        headers=headers, data=json.dumps(body).encode(), session=session)
+        if answer.redirect:
+            return ProbeOutput(index, (), (), f"HTTP {answer.status} (redirect to {answer.location!r} not followed)")
+        if answer.status != 200:
+            return ProbeOutput(index, (), (), f"HTTP {answer.status}")
+        for raw in answer.body.splitlines():
+            line = raw.strip()
+            if not line.startswith(b"data:") or line == b"data: [DONE]":
+                continue
+            obj = json.loads(line[5:])
+            for choice in obj.get("choices") or []:
+                lp = choice.get("logprobs") or {}
+                if lp.get("tokens"):
+                    tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
+                    tokens.extend(lp["tokens"])
+                    margins.extend(_margin(t) for t in tops)
+                elif choice.get("text"):
+                    tokens.append(choice["text"])
+                    margins.append(None)
+            if len(tokens) > max_tokens + PROBE_TOKEN_SLACK:
+                return ProbeOutput(index, (), (), f"more than {max_tokens + PROBE_TOKEN_SLACK} tokens for max_tokens "
+                                                  f"{max_tokens}: the answer is not an output to compare")
+    except httpcall.HttpLimitError as exc:
+        return ProbeOutput(index, (), (), str(exc))
+    except (aiohttp.ClientError, OSError, ValueError, AttributeError, TypeError) as exc:
         return ProbeOutput(index, tuple(tokens), tuple(margins), f"{type(exc).__name__}: {str(exc)[:200]}")
     return ProbeOutput(index, tuple(tokens), tuple(margins))
 
@@ -174,10 +202,14 @@ async def probe(base_url: str, model: str, prompts: Sequence[str] = PROBE_PROMPT
                 api_key: str | None = None, extra_body: Mapping[str, Any] | None = None,
                 timeout_s: float = 600.0) -> list[ProbeOutput]:
     """The probe set's greedy outputs from one server configuration, one request at a time (alone in the server,
-    so no batching can change its numerics between configurations)."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+    so no batching can change its numerics between configurations). Each request has PROBE_REQUEST_TIMEOUT_S, and
+    the set ``timeout_s`` in all (a prompt sent after that fails as past its deadline)."""
+    end = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), trust_env=False) as session:
         return [await greedy_output(session, base_url, model, i, p, max_tokens=max_tokens, api_key=api_key,
-                                    extra_body=extra_body) for i, p in enumerate(prompts)]
+                                    extra_body=extra_body,
+                                    deadline_s=max(0.0, min(PROBE_REQUEST_TIMEOUT_S, end - time.monotonic())))
+                for i, p in enumerate(prompts)]
 
 
 # --------------------------------------------------------------------------- the record a server start keeps

@@ -38,6 +38,17 @@ REDACTED = "***"
 WATCHDOG = Path(__file__).with_name("watchdog.py")
 #: How long the watchdog lets an orphaned engine shut down after SIGTERM before it sends SIGKILL.
 WATCHDOG_GRACE_S = 5.0
+#: The deadline of one health check (kvlab.httpcall: a monotonic total, whatever the server drips); a start-up wait
+#: gives each check at most what is left of its startup_timeout_s.
+HEALTH_TIMEOUT_S = 2.0
+#: The deadline of an external server's GET /v1/models.
+MODELS_TIMEOUT_S = 10.0
+
+
+def _within(deadline: float) -> float:
+    """A health check's deadline inside a wait that ends at ``deadline`` (monotonic): at most HEALTH_TIMEOUT_S, at
+    least 0.05 s (one last check when the wait is over)."""
+    return min(HEALTH_TIMEOUT_S, max(0.05, deadline - time.monotonic()))
 _MARKERS = tuple(dict.fromkeys(m for name in ENGINE_NAMES for m in get_adapter(name).cmdline_markers))
 
 
@@ -313,8 +324,8 @@ class EngineServer:
             return self._attached and self._healthy()
         return self._proc is not None and self._proc.poll() is None
 
-    def _healthy(self) -> bool:
-        status, _ = http_json(self.base_url + self.adapter.health_path, timeout=2.0, headers=self.headers)
+    def _healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+        status, _ = http_json(self.base_url + self.adapter.health_path, timeout=timeout_s, headers=self.headers)
         return status == 200
 
     def start(self) -> EngineServer:
@@ -447,7 +458,7 @@ class EngineServer:
                     "crash", f"exited with code {code} before ready", None, code
                 )
                 raise ServerError(failure, self.log_path)
-            status, _ = http_json(url, timeout=2.0, headers=self.headers)
+            status, _ = http_json(url, timeout=_within(deadline), headers=self.headers)
             # A free port can be taken by another sweep's server before ours binds it: only
             # a 200 from a socket our own process group listens on means *we* are ready.
             healthy = status == 200 and self._owns_port()
@@ -466,13 +477,13 @@ class EngineServer:
     def _wait_external(self, timeout_s: float, poll_s: float) -> float:
         """An external server: its health check answers 200 within ``timeout_s`` and it serves the spec's model."""
         deadline = self.started_at + timeout_s
-        while not self._healthy():
+        while not self._healthy(_within(deadline)):
             if time.monotonic() > deadline:
                 self._attached = False
                 raise ServerError(Failure("timeout", f"the external server at {self.base_url} did not answer "
                                           f"{self.adapter.health_path} with 200 within {timeout_s:g} s"), self.log_path)
             time.sleep(poll_s)
-        status, body = http_json(self.base_url + "/v1/models", timeout=10.0, headers=self.headers)
+        status, body = http_json(self.base_url + "/v1/models", timeout=MODELS_TIMEOUT_S, headers=self.headers)
         data = body.get("data") if status == 200 and isinstance(body, dict) else None
         served = sorted(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)) \
             if isinstance(data, list) else None

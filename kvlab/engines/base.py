@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import urllib.error
-import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+import aiohttp
+
+from kvlab import httpcall
 from kvlab.engines.spec import EngineSpec
 from kvlab.paths import ROOT
 
@@ -58,35 +59,24 @@ def _line_with(log_text: str, needle: str) -> str:
 MAX_HTTP_JSON_BYTES = 2**20
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Refuse every redirect: the 3xx comes back as the answer, and the Authorization header never goes to
-    the host a redirect names (urllib would forward it)."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-#: No redirects, and no proxy from the environment (as aiohttp's default): a request goes to the URL it names.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
-
-
 def http_json(url: str, method: str = "GET", timeout: float = 5.0, headers: dict[str, str] | None = None):
-    """(status, parsed JSON or text) for one small request; (None, error text) when unreachable.
+    """(status, parsed JSON or text) for one small request; (None, error text) when unreachable, when no complete
+    answer came within ``timeout`` seconds in all (a monotonic total: a server that drips bytes does not extend it),
+    or when the body is over MAX_HTTP_JSON_BYTES (the error names which: kvlab.httpcall).
 
-    Redirects are not followed (a 3xx is the status returned); at most MAX_HTTP_JSON_BYTES of the body are read.
+    Redirects are not followed (a 3xx is the status returned), so the Authorization header never reaches another
+    host; no proxy is taken from the environment.
     """
-    req = urllib.request.Request(url, method=method, headers=headers or {}, data=b"" if method == "POST" else None)
     try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            status, body = resp.status, resp.read(MAX_HTTP_JSON_BYTES).decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        status, body = exc.code, exc.read(MAX_HTTP_JSON_BYTES).decode(errors="replace")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, str(exc)
+        answer = httpcall.call(method, url, deadline_s=timeout, max_bytes=MAX_HTTP_JSON_BYTES, headers=headers,
+                               data=b"" if method == "POST" else None)
+    except (httpcall.HttpLimitError, aiohttp.ClientError, OSError, ValueError) as exc:
+        return None, str(exc) or type(exc).__name__
+    body = answer.text()
     try:
-        return status, json.loads(body)
+        return answer.status, json.loads(body)
     except ValueError:
-        return status, body
+        return answer.status, body
 
 
 #: What the GPU stack under every engine writes when it fails (PyTorch's CUDA checks, the CUDA runtime's error
