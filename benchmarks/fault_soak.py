@@ -23,6 +23,7 @@ It prints the figures (requests, per-cause counts, runs) and, as a benchmark, ne
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import tempfile
 import time
@@ -34,7 +35,7 @@ import yaml
 from kvlab import runner, store
 from kvlab.schema import REQUEST_ERROR_KINDS
 from kvlab.spec import ExperimentSpec
-from kvlab.testing.sse_fixture import FixtureConfig, SSEServer, fault_kind
+from kvlab.testing.sse_fixture import HOSTILE_FAULTS, FixtureConfig, SSEServer, fault_kind
 
 NAME = "fault_soak"
 SECTION = "fault soak"
@@ -43,12 +44,20 @@ SECTION = "fault soak"
 STALL_S = 2.0
 
 
-def _spec(path: Path, url: str, runs: int, batch: int) -> ExperimentSpec:
+#: The hostile modes (sse_fixture.HOSTILE_FAULTS: an endless stream, an endless 1-byte-per-50-ms drip, 10^6 chunks
+#: without usage, a 307) are served in a second sweep whose requests have a short deadline: stall limit 1 s x
+#: (2 output tokens + 2) = 4 s, so a drip costs its run 4 s, not the 20 s the first sweep's 2 s x (8 + 2) would.
+HOSTILE_STALL_S = 1.0
+HOSTILE_OUTPUT_TOKENS = 2
+
+
+def _spec(path: Path, url: str, runs: int, batch: int, stall_s: float = STALL_S, output_tokens: int = 8,
+          name: str = NAME) -> ExperimentSpec:
     spec = {
-        "name": "fault_soak", "hardware": "CPU (SSE fixture)", "scale_factor": 1,
+        "name": name, "hardware": "CPU (SSE fixture)", "scale_factor": 1,
         "engines": {"vllm": {"name": "vllm", "launch": None, "url": url, "model": "org/fault-soak",
-                             "max_model_len": 4096, "stall_timeout_s": STALL_S, "startup_timeout_s": 30}},
-        "workload": {"kind": "fixed_batch", "batch_size": batch, "context_tokens": 64, "output_tokens": 8},
+                             "max_model_len": 4096, "stall_timeout_s": stall_s, "startup_timeout_s": 30}},
+        "workload": {"kind": "fixed_batch", "batch_size": batch, "context_tokens": 64, "output_tokens": output_tokens},
         "repeats": runs, "warmup": False, "retry": {"max_attempts": 1, "retry_on": []},
     }
     path.write_text(yaml.safe_dump(spec))
@@ -56,14 +65,19 @@ def _spec(path: Path, url: str, runs: int, batch: int) -> ExperimentSpec:
 
 
 def soak(data_dir: Path, runs: int = 12, batch: int = 20, fault_rate: float = 0.3, metrics_fault_rate: float = 0.2,
-         seed: int = 0) -> dict:
-    """One soak sweep into ``data_dir``; the raw figures (see :func:`problems` and :func:`summarise`)."""
+         seed: int = 0, hostile: bool = False) -> dict:
+    """One soak sweep into ``data_dir``; the raw figures (see :func:`problems` and :func:`summarise`). ``hostile``:
+    the fixture serves only HOSTILE_FAULTS, to requests of HOSTILE_OUTPUT_TOKENS under a HOSTILE_STALL_S limit."""
     data_dir = Path(data_dir)
-    cfg = FixtureConfig(fault_rate=fault_rate, fault_seed=seed, metrics_fault_rate=metrics_fault_rate)
+    cfg = FixtureConfig(fault_rate=fault_rate, fault_seed=seed, metrics_fault_rate=metrics_fault_rate,
+                        fault_names=HOSTILE_FAULTS if hostile else None)
+    name = f"{NAME}_hostile" if hostile else NAME
     escaped = None
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t = time.perf_counter()
     with SSEServer(cfg) as srv:
-        spec = _spec(data_dir / "fault_soak.yaml", srv.url, runs, batch)
+        spec = _spec(data_dir / f"{name}.yaml", srv.url, runs, batch, name=name,
+                     **({"stall_s": HOSTILE_STALL_S, "output_tokens": HOSTILE_OUTPUT_TOKENS} if hostile else {}))
         try:
             res = runner.Sweep(spec, data_dir).execute()
         except Exception as exc:  # what the soak looks for: nothing may escape
@@ -71,13 +85,14 @@ def soak(data_dir: Path, runs: int = 12, batch: int = 20, fault_rate: float = 0.
         served = [(s.fault, fault_kind(s.fault, s.fault_knobs) if s.fault else None) for s in srv.served]
         metrics_faults = list(srv.metrics_faults)
     wall = time.perf_counter() - t
-    raw: dict = {"runs_planned": runs, "batch": batch, "fault_rate": fault_rate, "metrics_fault_rate": metrics_fault_rate,
+    raw: dict = {"hostile": hostile, "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                 "rss_peak_before_mib": rss_before, "runs_planned": runs, "batch": batch, "fault_rate": fault_rate, "metrics_fault_rate": metrics_fault_rate,
                  "seed": seed, "wall_s": wall, "escaped": escaped, "served": len(served),
                  "faults_drawn": dict(Counter(f for f, _ in served if f)), "metrics_faults": dict(Counter(metrics_faults))}
     if res is None:
         return raw
-    runs_df = store.load_runs(data_dir, "fault_soak")
-    reqs = store.load_requests(data_dir, "fault_soak")
+    runs_df = store.load_runs(data_dir, name)
+    reqs = store.load_requests(data_dir, name)
     order = [p.name for p in res.run_dirs]  # the runs in the order they were measured, as the fixture served them
     per_run = []
     for i, key in enumerate(order):

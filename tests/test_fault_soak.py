@@ -1,11 +1,12 @@
 """The fault soak (benchmarks/fault_soak.py), seeded and fast: 200 requests in 10 runs through the runner and client
-against the SSE fixture serving every fault it knows; no engine."""
+against the SSE fixture serving every plain fault it knows, and 120 in 6 runs against its hostile modes (an endless
+stream, a drip, 10^6 chunks, a redirect); no engine."""
 
 from __future__ import annotations
 
 from benchmarks import fault_soak
 from kvlab import runner
-from kvlab.testing.sse_fixture import FAULTS
+from kvlab.testing.sse_fixture import FAULTS, HOSTILE_FAULTS
 
 
 def test_a_fault_soak_ends_every_request_ok_or_classified_and_loses_no_run(tmp_path, monkeypatch, capsys):
@@ -17,10 +18,29 @@ def test_a_fault_soak_ends_every_request_ok_or_classified_and_loses_no_run(tmp_p
               f"/metrics faults {raw['metrics_faults']}")
     assert fault_soak.problems(raw) == []
     assert raw["escaped"] is None and raw["requests_stored"] == 200 and raw["runs_stored"] == 10
-    assert set(raw["faults_drawn"]) == set(FAULTS)  # every kind of fault was served at least once
+    assert set(raw["faults_drawn"]) == set(FAULTS) - set(HOSTILE_FAULTS)  # every plain fault served at least once
     assert set(raw["metrics_faults"]) == {"garbage", "http_500"}
     assert {"http_error", "timeout"} <= set(raw["run_causes"])  # a stall fails its run as a hung engine would
     assert raw["request_outcomes"].get("flagged", 0) > 0 and raw["request_outcomes"]["ok"] > 100
+
+
+def test_a_hostile_soak_ends_every_request_within_its_bounds_and_loses_no_run(tmp_path, monkeypatch, capsys):
+    """Issue 40: 120 requests against the hostile modes, each ending ok or with its named cause (an endless stream
+    and 10^6 chunks: oversized; a drip: timeout at its deadline, 1 s x (2 + 2) = 4 s; a 307: http_status, not
+    followed), every run stored, and the process's peak RSS grows by less than 300 MiB."""
+    monkeypatch.setattr(runner, "ENGINE_DEATH_WAIT_S", 0.0)
+    raw = fault_soak.soak(tmp_path, runs=6, batch=20, fault_rate=0.25, metrics_fault_rate=0.0, seed=1, hostile=True)
+    with capsys.disabled():
+        print(f"\nhostile soak: {raw['requests_stored']} requests in {raw['runs_stored']} runs, {raw['wall_s']:.1f} s; "
+              f"faults drawn {raw['faults_drawn']}; outcomes {raw['request_outcomes']}; run causes {raw['run_causes']}; "
+              f"peak RSS {raw['rss_peak_before_mib']:.0f} -> {raw['rss_peak_mib']:.0f} MiB")
+    assert fault_soak.problems(raw) == []
+    assert raw["escaped"] is None and raw["requests_stored"] == 120 and raw["runs_stored"] == 6
+    assert set(raw["faults_drawn"]) == set(HOSTILE_FAULTS)
+    assert raw["request_outcomes"]["oversized"] == raw["faults_drawn"]["endless"] + raw["faults_drawn"]["huge_chunk_count"]
+    assert raw["request_outcomes"]["timeout"] == raw["faults_drawn"]["drip"]
+    assert raw["request_outcomes"]["http_status"] == raw["faults_drawn"]["redirect"]
+    assert raw["rss_peak_mib"] - raw["rss_peak_before_mib"] < 300
 
 
 def test_the_soak_sees_what_it_checks():

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import itertools
 import json
 import socket
 import threading
@@ -58,6 +59,11 @@ class FixtureConfig:
     #: from this token on the text is " u{i}" instead of " t{i}": a configuration whose greedy output differs there
     #: (kvlab.probe's tests)
     diverge_at: int | None = None
+    endless: bool = False  # token chunks without end (no finish_reason, no usage, no [DONE]) until the client leaves
+    drip_s: float = 0.0  # write the response one byte at a time, this many seconds apart (headers go at once)
+    redirect: str | None = None  # answer 307 with this Location instead of a stream
+    #: SSEServer with fault_rate: draw only these faults (names of FAULTS; None: every one)
+    fault_names: tuple[str, ...] | None = None
 
 
 #: The faults a fault-injecting SSEServer draws from (``fault_rate``): name -> (knobs for this request, the
@@ -81,7 +87,15 @@ FAULTS: dict[str, tuple[Callable[[random.Random], dict[str, Any]], str | None]] 
     "huge_line_ok": (lambda r: {"line_bytes": r.randint(1, 3) * 2**20}, None),
     "huge_line_over_cap": (lambda r: {"line_bytes": 17 * 2**20}, "oversized"),
     "wrong_count": (lambda r: {"completion_tokens": r.choice([-50, 1000, 0])}, "flagged"),
+    # hostile servers (issue 40): each ends within the client's bounds, with a named cause
+    "endless": (lambda r: {"endless": True}, "oversized"),  # past max_tokens + CHUNK_SLACK chunks
+    "drip": (lambda r: {"endless": True, "drip_s": 0.05}, "timeout"),  # a byte within every stall limit, forever
+    "huge_chunk_count": (lambda r: {"chunks": 10**6, "usage": False}, "oversized"),
+    "redirect": (lambda r: {"redirect": "http://127.0.0.2:9/v1/completions"}, "http_status"),  # not followed
 }
+#: The faults of a plain faulty server (the fault soak's first sweep); HOSTILE_FAULTS end by the client's bounds
+#: (its deadline among them: a drip costs a whole deadline, so the soak serves them against a short one).
+HOSTILE_FAULTS = ("endless", "drip", "huge_chunk_count", "redirect")
 
 
 def fault_kind(fault: str, knobs: dict[str, Any]) -> str | None:
@@ -262,11 +276,13 @@ class SSEServer:
         n_prompt = _count_prompt(body)
         served = Served(t_recv, len(raw), n_prompt, request.path, cfg.tag, cache_salt=body.get("cache_salt"))
         if cfg.fault_rate and self.faults.random() < cfg.fault_rate:
-            served.fault = self.faults.choice(sorted(FAULTS))
+            served.fault = self.faults.choice(sorted(cfg.fault_names or set(FAULTS) - set(HOSTILE_FAULTS)))
             served.fault_knobs = FAULTS[served.fault][0](self.faults)
             cfg = replace(cfg, **served.fault_knobs)
         if self.keep_log:
             self.served.append(served)
+        if cfg.redirect is not None:
+            return web.Response(status=307, headers={"Location": cfg.redirect})
         if cfg.http_status != 200:
             return web.json_response(
                 {"error": {"message": f"fixture error {cfg.http_status}", "type": "BadRequestError", "code": cfg.http_status}},
@@ -279,13 +295,18 @@ class SSEServer:
         await resp.prepare(request)
 
         async def send(data: bytes) -> None:
-            await resp.write(data)
+            if not cfg.drip_s:
+                await resp.write(data)
+                return
+            for i in range(len(data)):
+                await resp.write(data[i:i + 1])
+                await asyncio.sleep(cfg.drip_s)
 
         if cfg.first_delay_s:
             await asyncio.sleep(cfg.first_delay_s)
         for k in range(cfg.empty_first):
             await send(chunk("", -1 if chat and k == 0 else k))
-        for i in range(n_chunks):
+        for i in itertools.count() if cfg.endless else range(n_chunks):
             if cfg.drop_after is not None and i == cfg.drop_after:
                 request.transport.close()  # flushes what was written, then the chunked body just stops
                 return resp
@@ -300,7 +321,8 @@ class SSEServer:
             if i == 0 and cfg.line_bytes:
                 text = text + "x" * max(0, cfg.line_bytes - len(text))
             served.chunk_times.append(time.perf_counter())
-            await send(chunk(text, i, "length" if i == n_chunks - 1 else None, reasoning=chat and i < cfg.reasoning_chunks))
+            await send(chunk(text, i, "length" if i == n_chunks - 1 and not cfg.endless else None,
+                             reasoning=chat and i < cfg.reasoning_chunks))
         if cfg.garbage is not None:  # bytes, or text (a per-request override comes as JSON)
             garbage = cfg.garbage.encode() if isinstance(cfg.garbage, str) else cfg.garbage
             await send(b"data: " + garbage + b"\n\n")
@@ -489,7 +511,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bulk", action=argparse.BooleanOptionalAction, default=False,
                         help="serve with BulkSSEServer: each stream in one write, as fast as the machine allows")
     for f in fields(FixtureConfig):
-        if f.name == "tag":
+        if f.name in ("tag", "fault_names"):
             continue
         default = getattr(FixtureConfig(), f.name)
         flag = "--" + f.name.replace("_", "-")
@@ -498,7 +520,7 @@ def main(argv: list[str] | None = None) -> None:
         elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens", "slots",
                         "diverge_at"):
             parser.add_argument(flag, type=int, default=default)
-        elif f.name == "usage_json":
+        elif f.name in ("usage_json", "redirect"):
             parser.add_argument(flag, type=str, default=default)
         else:
             parser.add_argument(flag, type=type(default), default=default)
