@@ -277,7 +277,8 @@ class EngineSpec(BaseModel):
     startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
     stall_timeout_s: float = Field(
         600.0, gt=0, description="seconds a streaming request may wait for its next byte (first token included) "
-        "before the engine counts as hung: the run fails with cause timeout and the server is killed")
+        "before the engine counts as hung: the run fails with cause timeout and the server is killed. It also sets "
+        "each request's deadline: stall_timeout_s x (max_tokens + 2), at most 3600 s (kvlab.client.request_bounds)")
     dev_mode: bool = Field(
         False, description="vLLM VLLM_SERVER_DEV_MODE=1: opens its development endpoints (/reset_prefix_cache, "
         "/sleep, /collective_rpc), which vLLM does not guard with the API key. kvlab does not need them: it isolates "
