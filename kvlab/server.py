@@ -256,6 +256,9 @@ class EngineServer:
         self._key_file: Path | None = None
         if self._api_key and not self.external and self.adapter.api_key_route == "config_file":
             self._key_file = Path(tempfile.gettempdir()) / f"kvlab-key-{secrets.token_hex(12)}.yaml"
+        # where an engine's workers meet through a file instead of a TCP store on every interface (adapter.bind_env):
+        # in the private state folder, a name no other start uses; removed at stop
+        self._rendezvous = self.registry_dir / f"rendezvous-{secrets.token_hex(12)}"
         self._proc: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
         self._pid_file: Path | None = None
@@ -282,7 +285,11 @@ class EngineServer:
         return None if self.external else [redact(a, self._api_key) for a in self.argv]
 
     def _env(self) -> dict[str, str]:
+        """The server's environment: kvlab's own, then what keeps the engine's ports on the spec's host
+        (adapter.bind_env), then the spec's env (which wins), then the API key where the engine reads it there."""
         env = self.adapter.env(self.spec)
+        env.update({k: v for k, v in self.adapter.bind_env(self.spec, self.port, str(self._rendezvous)).items()
+                    if k not in self.spec.env})
         if self._api_key and self.adapter.api_key_route == "env":
             env[self.adapter.api_key_env_var] = self._api_key
         return env
@@ -335,6 +342,7 @@ class EngineServer:
             log.write(f"# kvlab: {' '.join(self.recorded_argv)}\n".encode())
             log.flush()
             self._write_key_file()
+            ensure_state_dir(self.registry_dir)  # the rendezvous file's folder, before any worker looks for it
             self._proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self._env(), cwd=ROOT, start_new_session=True,  # own group: one killpg stops all workers
@@ -512,6 +520,7 @@ class EngineServer:
         except subprocess.TimeoutExpired:
             self.exit_code = None
         self._stop_watchdog()
+        self._rendezvous.unlink(missing_ok=True)  # torch removes it when its last user closes it, unless killed
         _LIVE.discard(self)
         if self._pid_file is not None:
             self._pid_file.unlink(missing_ok=True)
