@@ -72,6 +72,10 @@ def connect(address: str, insecure: bool = False):
     dashboard. A cluster that runs without authentication is left again and refused (ClusterError) unless
     ``insecure`` (``--ray-insecure``): anyone who reaches its ports could run code where kvlab starts engines.
     ``insecure`` also leaves a ``local`` cluster's authentication to RAY_AUTH_MODE as the environment sets it."""
+    local = address == "local"
+    if local and not insecure:
+        # read once, when Ray is imported, by this driver, and by every process of the cluster ray.init starts
+        os.environ["RAY_AUTH_MODE"] = "token"
     ray = import_ray()
     if ray.is_initialized():
         return ray
@@ -85,9 +89,6 @@ def connect(address: str, insecure: bool = False):
         except OSError as exc:
             raise ClusterError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); "
                                "start one with `ray start --head` or use --ray local") from None
-    local = address == "local"
-    if local and not insecure:
-        os.environ["RAY_AUTH_MODE"] = "token"  # read by ray.init here and by every process of the cluster it starts
     try:
         if local:  # Ray 2.60 still listens on every interface for some of its servers (docs/experiments.md)
             ray.init(address=None, log_to_driver=False, _node_ip_address="127.0.0.1", include_dashboard=False)
