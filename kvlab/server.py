@@ -195,7 +195,8 @@ def _kill_group(pgid: int, grace_s: float) -> None:
 
 
 def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[int]:
-    """Kill engine process groups left by a harness that died without stopping them.
+    """Kill engine process groups left by a harness that died without stopping them, and remove their records and
+    rendezvous files (EngineServer._rendezvous).
 
     A registered group is killed only when the harness that started it is gone and at least one
     member still runs an engine command line (pids get reused). Returns the killed group ids.
@@ -217,6 +218,9 @@ def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[i
         if engines:
             _kill_group(pgid, grace_s)
             killed.append(pgid)
+        name = str(rec.get("rendezvous") or "")
+        if name.startswith("rendezvous-") and name == Path(name).name:  # a name in this folder, never a path
+            (directory / name).unlink(missing_ok=True)
         f.unlink(missing_ok=True)
     return killed
 
@@ -402,6 +406,7 @@ class EngineServer:
             "pid": self._proc.pid, "pgid": self._proc.pid, "port": self.port, "engine": self.spec.name,
             "argv": self.recorded_argv, "log": str(self.log_path),
             "owner_pid": me.pid, "owner_started": me.create_time(),
+            "rendezvous": self._rendezvous.name,  # removed by reap_orphans when no stop() could
         }
         self._pid_file = self.registry_dir / f"{self._proc.pid}.json"
         write_text_atomic(self._pid_file, json.dumps(rec, indent=2))
