@@ -233,8 +233,8 @@ class EngineAdapter(ABC):
         workers would meet over a TCP store (which binds every interface whatever address it is given), a file
         instead: ``rendezvous``, a path in kvlab's private state folder that no other start uses (removed at stop).
         Set at launch over the inherited environment, under the spec's env (which wins); not part of the server
-        key, since another machine names another interface. Empty for a wildcard host (0.0.0.0, ::: every
-        interface, as asked) or a host name: kvlab cannot tell which interface that is."""
+        key, since another machine names another interface. No interface is named for a wildcard host (0.0.0.0,
+        ::: every interface, as asked) or a host name (kvlab cannot tell which interface that is)."""
         nic = host.interface_of(spec.host)
         # NCCL matches an interface name as a prefix unless it starts with '='; Gloo takes the exact name
         return {"GLOO_SOCKET_IFNAME": nic, "NCCL_SOCKET_IFNAME": f"={nic}"} if nic else {}

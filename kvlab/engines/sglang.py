@@ -137,7 +137,7 @@ class SGLangAdapter(EngineAdapter):
         rendezvous through a file: SGLang 0.5.23 initialises it at tcp://<host>:<nccl port> (bootstrap.py
         _resolve_dist_init_method), and torch's TCPStore listens on every interface whatever host it is given
         (measured: the scheduler of a server launched with --host 127.0.0.1 listened on *:<nccl port>; --nccl-port
-        only moves it). SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE replaces that address (a FileStore: no socket), and
+        would only choose the port). SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE replaces that address (a FileStore: no socket), and
         SGLang then binds neither dist_init_port nor nccl_port (server_args.py PortArgs.init_new). MASTER_ADDR and
         MASTER_PORT: what SGLang otherwise derives from the tcp:// address for the names of its CPU kernels'
         shared-memory segments (bootstrap._set_shm_master_env, setdefault), distinct per server by its port. Not
