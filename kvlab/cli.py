@@ -95,6 +95,10 @@ def sweep(
              "here), ray://host:port or host:port; results still go to DATA_DIR (needs the cluster extra)")] = None,
     ray_resource: Annotated[str | None, typer.Option(
         help="with --ray: custom Ray resource a CPU experiment's server group asks one unit of (default: 1 CPU)")] = None,
+    ray_insecure: Annotated[bool, typer.Option(
+        "--ray-insecure",
+        help="with --ray: use a Ray cluster that runs without authentication (refused otherwise: anyone who reaches "
+             "its ports can run code on its nodes), and leave --ray local's authentication to RAY_AUTH_MODE")] = False,
     sequential_starts: Annotated[bool, typer.Option(
         "--sequential-starts",
         help="start each server only when the previous group is done (default: on CPU, with explicit KV budgets, "
@@ -139,11 +143,12 @@ def sweep(
         from kvlab import cluster  # --ray's own stack: +0.7 s CPU (see the top)
 
         try:
-            cluster.connect(ray)
+            cluster.connect(ray, ray_insecure)
         except cluster.ClusterError as exc:
             console.print(f"[red]cannot sweep[/red]: {escape(str(exc))}")
             raise typer.Exit(1) from None
-    res = _sweep(specs, data_dir, fresh, ray, ray_resource, overlap_starts=not sequential_starts)
+    res = _sweep(specs, data_dir, fresh, ray, ray_resource, overlap_starts=not sequential_starts,
+                 ray_insecure=ray_insecure)
     if res.failed:  # failed runs are results (the memory study counts them), not a failed sweep
         console.print(f"[yellow]{res.failed} run(s) failed[/yellow]: each is recorded with its cause "
                       f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports")
@@ -190,7 +195,7 @@ def _preflight(pairs, data_dir: Path, verbose: bool = False) -> None:
 
 
 def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resource: str | None = None,
-           overlap_starts: bool = True):
+           overlap_starts: bool = True, ray_insecure: bool = False):
     """One sweep over every experiment given: runs that need the same server share one start (``ray``: one
     Ray task per server configuration, see kvlab.cluster)."""
     from kvlab import plan, runner  # this command's own stack: +0.7 s CPU on every other command (see the top)
@@ -235,7 +240,7 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
             from kvlab import cluster  # --ray's own stack: +0.7 s CPU (see the top)
 
             try:
-                res = campaign.execute(cluster.RayExecutor(ray, ray_resource))
+                res = campaign.execute(cluster.RayExecutor(ray, ray_resource, ray_insecure))
             except (cluster.ClusterError, runner.SweepError) as exc:  # SweepError: a disk filled up (here or on a node)
                 console.print(f"[red]cluster sweep stopped[/red]: {escape(str(exc))}")
                 raise typer.Exit(1) from None

@@ -63,9 +63,19 @@ def import_ray():
     return ray
 
 
-def connect(address: str):
+def connect(address: str, insecure: bool = False):
     """Join the cluster at ``address``: ``auto`` (the one this host belongs to), ``local`` (start one on this
-    host), or ``[ray://]host:port``; an already connected process keeps its connection."""
+    host), or ``[ray://]host:port``; an already connected process keeps its connection.
+
+    ``local`` starts Ray with token authentication on (RAY_AUTH_MODE=token, set in this process for Ray and the
+    nodes it starts; Ray writes a token to ~/.ray/auth_token when none is given), its node address 127.0.0.1 and no
+    dashboard. A cluster that runs without authentication is left again and refused (ClusterError) unless
+    ``insecure`` (``--ray-insecure``): anyone who reaches its ports could run code where kvlab starts engines.
+    ``insecure`` also leaves a ``local`` cluster's authentication to RAY_AUTH_MODE as the environment sets it."""
+    local = address == "local"
+    if local and not insecure:
+        # read once, when Ray is imported, by this driver, and by every process of the cluster ray.init starts
+        os.environ["RAY_AUTH_MODE"] = "token"
     ray = import_ray()
     if ray.is_initialized():
         return ray
@@ -80,10 +90,16 @@ def connect(address: str):
             raise ClusterError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); "
                                "start one with `ray start --head` or use --ray local") from None
     try:
-        ray.init(address=None if address == "local" else address, log_to_driver=False)
+        if local:  # Ray 2.60 still listens on every interface for some of its servers (docs/experiments.md)
+            ray.init(address=None, log_to_driver=False, _node_ip_address="127.0.0.1", include_dashboard=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
     except Exception as exc:  # ConnectionError, or Ray's own when `auto` finds no cluster
         raise ClusterError(f"--ray {address}: cannot join the Ray cluster: {exc}") from None
     if warning := auth_off_warning(address):
+        if not insecure:
+            ray.shutdown()
+            raise ClusterError(f"{warning} Refused: pass --ray-insecure to use it all the same.")
         logging.getLogger(__name__).warning(warning)
     return ray
 
@@ -235,9 +251,10 @@ class RayExecutor:
     kvlab.campaign.Executor): one task per server group, each finished run published here as it comes back.
     ``resource``: the custom Ray resource a CPU group asks one unit of (see :func:`resources_for`)."""
 
-    def __init__(self, address: str = "auto", resource: str | None = None):
+    def __init__(self, address: str = "auto", resource: str | None = None, insecure: bool = False):
         self.address = address
         self.resource = resource
+        self.insecure = insecure  # join a cluster without authentication (connect)
         self.nodes: dict[str, dict] = {}  # node id -> host facts, runs, servers
 
     def preflight(self, campaign: Campaign, todo: list[RunSpec]) -> None:
@@ -246,7 +263,7 @@ class RayExecutor:
     def run(self, campaign: Campaign, todo: list[RunSpec], result: SweepResult) -> None:
         """Dispatch the pending runs, one task per server group, until every one is stored."""
         if todo:
-            _dispatch(connect(self.address), campaign, plan.by_server(todo), self.resource, result, self.nodes)
+            _dispatch(connect(self.address, self.insecure), campaign, plan.by_server(todo), self.resource, result, self.nodes)
 
     @property
     def servers(self) -> list[ServerRecord]:
@@ -263,16 +280,17 @@ class RayExecutor:
 
 def sweep(specs: ExperimentSpec | list[ExperimentSpec], address: str = "auto", data_dir: Path = DATA_DIR,
           fresh: bool = False, resource: str | None = None,
-          on_run: Callable[[RunSpec, str], None] | None = None) -> SweepResult:
-    """Run every unfinished run of the experiment(s) on the Ray cluster at ``address`` (see :func:`connect`),
-    one task per server group, and store the results under ``data_dir`` as a local sweep does."""
-    return execute(Campaign(specs, data_dir, fresh, on_run), address, resource)
+          on_run: Callable[[RunSpec, str], None] | None = None, insecure: bool = False) -> SweepResult:
+    """Run every unfinished run of the experiment(s) on the Ray cluster at ``address`` (see :func:`connect`,
+    ``insecure`` too), one task per server group, and store the results under ``data_dir`` as a local sweep does."""
+    return execute(Campaign(specs, data_dir, fresh, on_run), address, resource, insecure)
 
 
-def execute(campaign: Campaign, address: str = "auto", resource: str | None = None) -> SweepResult:
+def execute(campaign: Campaign, address: str = "auto", resource: str | None = None,
+            insecure: bool = False) -> SweepResult:
     """Run a campaign's pending runs on the cluster (its ``on_run`` is called on this host as each run is stored);
     its experiments stay locked until it returns."""
-    return campaign.execute(RayExecutor(address, resource))
+    return campaign.execute(RayExecutor(address, resource, insecure))
 
 
 def _dispatch(ray, campaign: Campaign, groups: list[tuple[str, list[RunSpec]]], resource: str | None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import platform
 import subprocess
@@ -57,6 +58,31 @@ def native_bf16() -> bool:
     answers by computing in float32 there.
     """
     return bool(_all_cpu_flags() & NATIVE_BF16_FLAGS)
+
+
+def interface_of(host: str) -> str | None:
+    """The name of this machine's network interface that holds ``host`` (an IP address, or ``localhost``: the
+    loopback's), e.g. 'lo' for 127.0.0.1; None for a wildcard (0.0.0.0, ::), a host name, or an address no
+    interface holds. What an engine's GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME name (kvlab.engines.base)."""
+    name = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address("127.0.0.1" if name.lower() == "localhost" else name)
+    except ValueError:
+        return None
+    if ip.is_unspecified:
+        return None
+    interfaces = psutil.net_if_addrs()
+    for nic, addrs in interfaces.items():
+        for a in addrs:
+            try:
+                if ipaddress.ip_address(a.address.split("%", 1)[0]) == ip:
+                    return nic
+            except ValueError:  # a link-layer address
+                continue
+    if ip.is_loopback:  # 127.0.0.2 and the like, which no interface lists but the loopback answers
+        return next((nic for nic, addrs in interfaces.items()
+                     for a in addrs if a.address in ("127.0.0.1", "::1")), None)
+    return None
 
 
 def gpus() -> list[dict]:

@@ -74,6 +74,12 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
             key_ref = f"${e.api_key_env}" if e.api_key_env else None
             route = adapter.api_key_route if key_ref else None
             env = redact_env(env)
+            # what keeps the engine's own ports on its host, given at launch (server.EngineServer._env)
+            bind = adapter.bind_env(e, port, "$RENDEZVOUS")
+            env |= {k: "$PORT" if not e.port and v == str(port) else v for k, v in bind.items() if k not in e.env}
+            if any("$RENDEZVOUS" in v for v in env.values()):
+                lines.append("# RENDEZVOUS: a new file name in kvlab's private state folder, where the engine's workers "
+                             "meet instead of a TCP store on every interface; removed when the server stops")
             if route == "env":
                 env[adapter.api_key_env_var] = key_ref
             argv = adapter.command(e, port, key_ref if route == "argv" else None)
@@ -98,7 +104,7 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
 
 
 def _shell_quote(a: str) -> str:
-    return a if a.startswith("$") else shlex.quote(a)
+    return a if a.startswith("$") or a == "file://$RENDEZVOUS" else shlex.quote(a)
 
 
 def _detail(w) -> str:

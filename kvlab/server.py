@@ -206,7 +206,8 @@ def _kill_group(pgid: int, grace_s: float) -> None:
 
 
 def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[int]:
-    """Kill engine process groups left by a harness that died without stopping them.
+    """Kill engine process groups left by a harness that died without stopping them, and remove their records and
+    rendezvous files (EngineServer._rendezvous).
 
     A registered group is killed only when the harness that started it is gone and at least one
     member still runs an engine command line (pids get reused). Returns the killed group ids.
@@ -228,6 +229,9 @@ def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[i
         if engines:
             _kill_group(pgid, grace_s)
             killed.append(pgid)
+        name = str(rec.get("rendezvous") or "")
+        if name.startswith("rendezvous-") and name == Path(name).name:  # a name in this folder, never a path
+            (directory / name).unlink(missing_ok=True)
         f.unlink(missing_ok=True)
     return killed
 
@@ -267,6 +271,9 @@ class EngineServer:
         self._key_file: Path | None = None
         if self._api_key and not self.external and self.adapter.api_key_route == "config_file":
             self._key_file = Path(tempfile.gettempdir()) / f"kvlab-key-{secrets.token_hex(12)}.yaml"
+        # where an engine's workers meet through a file instead of a TCP store on every interface (adapter.bind_env):
+        # in the private state folder, a name no other start uses; removed at stop
+        self._rendezvous = self.registry_dir / f"rendezvous-{secrets.token_hex(12)}"
         self._proc: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
         self._pid_file: Path | None = None
@@ -293,7 +300,11 @@ class EngineServer:
         return None if self.external else [redact(a, self._api_key) for a in self.argv]
 
     def _env(self) -> dict[str, str]:
+        """The server's environment: kvlab's own, then what keeps the engine's ports on the spec's host
+        (adapter.bind_env), then the spec's env (which wins), then the API key where the engine reads it there."""
         env = self.adapter.env(self.spec)
+        env.update({k: v for k, v in self.adapter.bind_env(self.spec, self.port, str(self._rendezvous)).items()
+                    if k not in self.spec.env})
         if self._api_key and self.adapter.api_key_route == "env":
             env[self.adapter.api_key_env_var] = self._api_key
         return env
@@ -346,6 +357,7 @@ class EngineServer:
             log.write(f"# kvlab: {' '.join(self.recorded_argv)}\n".encode())
             log.flush()
             self._write_key_file()
+            ensure_state_dir(self.registry_dir)  # the rendezvous file's folder, before any worker looks for it
             self._proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self._env(), cwd=ROOT, start_new_session=True,  # own group: one killpg stops all workers
@@ -405,6 +417,7 @@ class EngineServer:
             "pid": self._proc.pid, "pgid": self._proc.pid, "port": self.port, "engine": self.spec.name,
             "argv": self.recorded_argv, "log": str(self.log_path),
             "owner_pid": me.pid, "owner_started": me.create_time(),
+            "rendezvous": self._rendezvous.name,  # removed by reap_orphans when no stop() could
         }
         self._pid_file = self.registry_dir / f"{self._proc.pid}.json"
         write_text_atomic(self._pid_file, json.dumps(rec, indent=2))
@@ -523,6 +536,7 @@ class EngineServer:
         except subprocess.TimeoutExpired:
             self.exit_code = None
         self._stop_watchdog()
+        self._rendezvous.unlink(missing_ok=True)  # torch removes it when its last user closes it, unless killed
         _LIVE.discard(self)
         if self._pid_file is not None:
             self._pid_file.unlink(missing_ok=True)

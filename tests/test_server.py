@@ -216,7 +216,13 @@ def test_reap_orphans_only_kills_engines(tmp_path, registry):
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
         for p in (engine, other):
-            (registry / f"{p.pid}.json").write_text(json.dumps({"pid": p.pid, "pgid": p.pid, **dead_owner}))
+            (registry / f"{p.pid}.json").write_text(json.dumps({"pid": p.pid, "pgid": p.pid, **dead_owner,
+                                                                "rendezvous": f"rendezvous-{p.pid}"}))
+            (registry / f"rendezvous-{p.pid}").write_text("")  # torch's FileStore, left by a killed engine
+        outside = tmp_path / "rendezvous-outside"  # a record that names a path: nothing outside the folder goes
+        outside.write_text("")
+        (registry / "path.json").write_text(json.dumps({"pid": other.pid, "pgid": other.pid, **dead_owner,
+                                                        "rendezvous": str(outside)}))
         # A live owner protects its servers.
         me = psutil.Process()
         (registry / "live.json").write_text(json.dumps({"pid": engine.pid, "pgid": engine.pid,
@@ -225,6 +231,7 @@ def test_reap_orphans_only_kills_engines(tmp_path, registry):
         engine.wait(timeout=10)
         assert other.poll() is None  # not an engine command line: pid may have been reused
         assert [p.name for p in registry.glob("*.json")] == ["live.json"]
+        assert not list(registry.glob("rendezvous-*")) and outside.exists()
     finally:
         for p in (engine, other):
             p.kill()

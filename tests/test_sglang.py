@@ -12,7 +12,7 @@ import polars as pl
 import psutil
 import pytest
 import yaml
-from test_runner import _kill_engine_when_streaming, engine_processes, server_records
+from test_runner import _kill_engine_when_streaming, assert_listens_on_loopback_only, engine_processes, server_records
 from test_server import _post
 
 from kvlab import runner, store
@@ -131,6 +131,7 @@ def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_sc
     def on_run(run, status):
         if not checked:
             _keyed_server_checks(tag, key)
+            assert_listens_on_loopback_only(tag)  # the scheduler's own ports too (issue 40)
             checked.append(status)
 
     killed = _kill_engine_when_streaming(monkeypatch, tag, LONG, only="scheduler")

@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 
 import aiohttp
 
-from kvlab import httpcall
+from kvlab import host, httpcall
 from kvlab.engines.spec import EngineSpec
 from kvlab.paths import ROOT
 
@@ -214,6 +214,19 @@ class EngineAdapter(ABC):
         merged.pop("PYTHONDONTWRITEBYTECODE", None)
         merged.update(self.env_overrides(spec))
         return merged
+
+    def bind_env(self, spec: EngineSpec, port: int, rendezvous: str) -> dict[str, str]:
+        """Variables that keep every port the engine's own processes open on ``spec.host``, for its start on
+        ``port``: the collective libraries' listeners (Gloo's and NCCL's bootstrap sockets bind to the address the
+        machine's host name resolves to, often a LAN address, unless told an interface), and where an engine's
+        workers would meet over a TCP store (which binds every interface whatever address it is given), a file
+        instead: ``rendezvous``, a path in kvlab's private state folder that no other start uses (removed at stop).
+        Set at launch over the inherited environment, under the spec's env (which wins); not part of the server
+        key, since another machine names another interface. No interface is named for a wildcard host (0.0.0.0,
+        ::: every interface, as asked) or a host name (kvlab cannot tell which interface that is)."""
+        nic = host.interface_of(spec.host)
+        # NCCL matches an interface name as a prefix unless it starts with '='; Gloo takes the exact name
+        return {"GLOO_SOCKET_IFNAME": nic, "NCCL_SOCKET_IFNAME": f"={nic}"} if nic else {}
 
     # ------------------------------------------------------------------ HTTP
     def base_url(self, spec: EngineSpec, port: int | None) -> str:

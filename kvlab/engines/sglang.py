@@ -132,6 +132,23 @@ class SGLangAdapter(EngineAdapter):
             env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] = "1"
         return env | dict(spec.env)
 
+    def bind_env(self, spec: EngineSpec, port: int, rendezvous: str) -> dict[str, str]:
+        """The collective libraries' interface (EngineAdapter.bind_env), and the scheduler's torch.distributed
+        rendezvous through a file: SGLang 0.5.23 initialises it at tcp://<host>:<nccl port> (bootstrap.py
+        _resolve_dist_init_method), and torch's TCPStore listens on every interface whatever host it is given
+        (measured: the scheduler of a server launched with --host 127.0.0.1 listened on *:<nccl port>; --nccl-port
+        would only choose the port). SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE replaces that address (a FileStore: no socket), and
+        SGLang then binds neither dist_init_port nor nccl_port (server_args.py PortArgs.init_new). MASTER_ADDR and
+        MASTER_PORT: what SGLang otherwise derives from the tcp:// address for the names of its CPU kernels'
+        shared-memory segments (bootstrap._set_shm_master_env, setdefault), distinct per server by its port. Not
+        where the spec's extra_args make it one node of several (--nnodes, --dist-init-addr): their ranks meet over
+        the network, where a file on this machine cannot reach."""
+        env = super().bind_env(spec, port, rendezvous)
+        if any(a.split("=", 1)[0] in ("--nnodes", "--dist-init-addr") for a in spec.extra_args):
+            return env
+        return env | {"SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": f"file://{rendezvous}",
+                      "MASTER_ADDR": spec.host, "MASTER_PORT": str(port)}
+
     def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
         for path in ("/server_info", "/get_server_info"):  # the second is the pre-rename name
             status, body = http_json(base_url + path, headers=headers)

@@ -16,7 +16,7 @@ half of host RAM by default), so an explicit KV budget is passed as ``--max-tota
 
 from __future__ import annotations
 
-from kvlab.engines.base import http_json
+from kvlab.engines.base import EngineAdapter, http_json
 from kvlab.engines import sglang
 from kvlab.engines.sglang import SGLangAdapter
 from kvlab.engines.spec import EngineSpec
@@ -96,6 +96,10 @@ class SGLangJaxAdapter(SGLangAdapter):
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         return dict(spec.env)  # no long-context override variable; JAX_PLATFORMS etc. come from the spec
+
+    def bind_env(self, spec: EngineSpec, port: int, rendezvous: str) -> dict[str, str]:
+        # JAX, not torch.distributed: no TCP store to move (SGLang's override would be read by nothing)
+        return EngineAdapter.bind_env(self, spec, port, rendezvous)
 
     def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
         status, body = http_json(base_url + "/get_server_info", headers=headers)

@@ -92,6 +92,16 @@ class VLLMAdapter(EngineAdapter):
             env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
         return env | dict(spec.env)
 
+    def bind_env(self, spec: EngineSpec, port: int, rendezvous: str) -> dict[str, str]:
+        """The collective libraries' interface (EngineAdapter.bind_env) and VLLM_HOST_IP: vLLM 0.32 meets its
+        workers through a file store already (network_utils.get_file_store_init_method), its engine core over
+        ipc://, and data parallelism at 127.0.0.1 (ParallelConfig.data_parallel_master_ip); VLLM_HOST_IP is the
+        address get_ip() gives whatever else binds or advertises one (a KV connector, a remote reader of its
+        message queue), else the address of the route to 8.8.8.8."""
+        env = super().bind_env(spec, port, rendezvous)
+        ip = "127.0.0.1" if spec.host.lower() == "localhost" else spec.host.strip("[]")
+        return env | {"VLLM_HOST_IP": ip} if env else env
+
     def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
         status, body = http_json(base_url + "/version", headers=headers)
         return body.get("version") if status == 200 and isinstance(body, dict) else None
