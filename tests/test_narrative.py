@@ -55,10 +55,10 @@ def test_crossover_verdicts_say_found_with_the_range():
 
 def test_captions_state_direction_and_size():
     rel = analysis.relative_speed(PUB)
-    assert narrative.speed_caption(rel, "published") == \
+    assert narrative.speed_caption(rel.to_dicts(), "published") == \
         "Published: vLLM is 1.50× faster at 64K; SGLang is 1.31× faster at 200K — the winner changes with context."
     growth = analysis.batch_time_growth(_measured([1.0, 2.0, 4.0, 3.0]))
-    assert narrative.growth_caption(growth, "measured") == (
+    assert narrative.growth_caption(growth.to_dicts(), "measured") == (
         "Measured: vLLM's batch time grows 4.00× from 64K to 200K; sglang-jax (CPU)'s batch time grows 1.50× "
         "from 64K to 200K — the steeper line is the engine whose speed falls most with context.")
 
@@ -67,7 +67,7 @@ def test_captions_state_direction_and_size():
 
 def test_decay_sentences_and_tables_state_each_direction():
     dec = analysis.decay_factors(PUB)  # vLLM 100.5 → 295.2 s, SGLang 150.8 → 225.3 s
-    assert narrative.decay_sentences(dec, "published").splitlines() == [
+    assert narrative.decay_sentences(dec.to_dicts(), "published").splitlines() == [
         "- published, SGLang: from 64K to 200K batch time grows **1.49×** (so requests/s falls 1.49×), "
         "while prompt tokens/s rises 2.09×.",  # (65,536 / 150.8) / (204,800 / 225.3) = 0.478
         "- published, vLLM: from 64K to 200K batch time grows **2.94×** (so requests/s falls 2.94×), "
@@ -76,13 +76,13 @@ def test_decay_sentences_and_tables_state_each_direction():
     # prompt tokens/s counts the real prompts (context − 64 output tokens), as the throughput table beside it does:
     # sglang-jax (960 / 2) / (3,136 / 3) = 0.459, vLLM (960 / 1) / (3,136 / 4) = 1.22
     # one run per context: two significant figures (published rows above keep the article's precision)
-    assert narrative.decay_table(m).rows == [["sglang-jax (CPU)", "2", "3", "falls 1.5×", "rises 2.2×"],
+    assert narrative.decay_table(m.to_dicts()).rows == [["sglang-jax (CPU)", "2", "3", "falls 1.5×", "rises 2.2×"],
                                              ["vLLM", "1", "4", "falls 4.0×", "falls 1.2×"]]
-    assert narrative.decay_caption(dec, "published", "batches per second") == (
+    assert narrative.decay_caption(dec.to_dicts(), "published", "batches per second") == (
         "Published: from 64K to 200K, batches per second falls 2.94× for vLLM and 1.49× for SGLang — SGLang's "
         "throughput holds up better; in absolute throughput (left) the lines cross: vLLM ahead at 64K, SGLang at "
         "200K; relative to its own value at 64K (right) each engine's line starts at 1, so those lines never cross.")
-    assert narrative.decay_caption(m, "measured", "output tokens per second").startswith(
+    assert narrative.decay_caption(m.to_dicts(), "measured", "output tokens per second").startswith(
         "Measured: from 64K (1,024 tok) to 200K (3,200 tok), output tokens per second falls 4.0× for vLLM and 1.5× "
         "for sglang-jax (CPU)")
 
@@ -102,11 +102,12 @@ def test_decay_claims_against_the_table_and_the_measured_shape():
     flat = analysis.decay_factors(_measured([1.0, 1.0, 2.0, 8.0]))  # sglang-jax falls 8×, vLLM 2×: still CPU runs
     assert narrative.decay_claim_verdicts(CLAIMS, check, analysis.decay_factors(PUB), flat)[-1].outcome == \
         "cannot be tested here"
-    assert narrative.claims_caption(check, CLAIMS) == (
+    assert narrative.claims_caption(check.to_dicts(), analysis.consistency_verdicts(check).to_dicts(),
+                                    CLAIMS.to_dicts()) == (
         "Published: 2 of the article's 4 stated ratios match its own table — vLLM 1.5× faster at 64K and SGLang 1.31× "
         "faster at 200K, read as T(slower) ÷ T(faster); 2 match under no definition checked (hatched, ✗): vLLM falls "
         "3.29× 64K→200K (table: 2.94×), SGLang falls 1.25× 64K→200K (table: 1.49×).")
-    lines = narrative.consistency_sentences(analysis.consistency_verdicts(check), check).splitlines()
+    lines = narrative.consistency_sentences(analysis.consistency_verdicts(check).to_dicts(), check.to_dicts()).splitlines()
     assert lines[2].endswith("— **not** what the table implies under any definition checked: by its batch times "
                              "requests/s falls 2.94× and prompt tokens/s rises 1.06×; the text says 3.29×.")
 
@@ -276,10 +277,10 @@ def test_radix_vs_paged(sharing):
 
 
 def test_stand_in_note_only_with_sglang_jax_runs(sharing):
-    note = narrative.stand_in_note(sharing)
+    note = narrative.stand_in_note(analysis.engines_in(sharing))
     assert note.startswith("**sglang-jax (CPU) is not PyTorch SGLang.** It is SGLang's JAX runtime")
     assert "never as 0" in note
-    assert narrative.stand_in_note(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame()) is None
+    assert narrative.stand_in_note(analysis.engines_in(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame())) is None
 
 
 def test_threshold_and_conclusions_per_engine(sharing):
@@ -496,7 +497,7 @@ def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
         "engine's prefix cache on (shared-prefix runs); concurrency: sglang-jax (CPU), 1.25× the completed "
         "requests/s of vLLM at 128 requests in flight (classification runs); the SGLang side of these measurements is "
         "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
-    assert narrative.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
+    assert narrative.disagreement(w, w.tree(), ev, sh.to_dicts()) is None  # the tree says sglang too
     assert "Favours **SGLang** (measured on sglang-jax (CPU))." in narrative.evidence_sentences(ev)
     assert narrative.evidence_gap_sentence(ev) is None
 
@@ -509,7 +510,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
     assert narrative.evidence_basis(ev).endswith(
         "so the prefix factor, the tree's first question for this workload, decides; the SGLang side of these "
         "measurements is sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
-    why = narrative.disagreement(shared, shared.tree(), ev, sharing)
+    why = narrative.disagreement(shared, shared.tree(), ev, sharing.to_dicts())
     assert why.startswith("The tree says **SGLang** (RadixAttention's effect at its greatest); the "
                           "measured data say **vLLM** (prefix: vLLM, median batch time 1.87× shorter")
     assert ("measured, vLLM's automatic prefix caching reused 41% of prompt tokens at shared fraction 0.5 "
@@ -517,7 +518,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=128)
     ev = guide.from_evidence(distinct, fit, sharing, conc)
     assert "so the concurrency factor" in narrative.evidence_basis(ev)
-    why = narrative.disagreement(distinct, distinct.tree(), ev, sharing)
+    why = narrative.disagreement(distinct, distinct.tree(), ev, sharing.to_dicts())
     assert ("The tree's high-concurrency branch assumes vLLM's C++ routing stability wins with ≥ 100 requests in "
             "flight; measured, concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM") in why
 
@@ -532,8 +533,8 @@ def test_cpu_baselines_are_said_to_decide_nothing_and_the_guide_follows_the_tree
         "- from the data: no factor decides, so the guide follows the tree: **SGLang** (the measured prefix and "
         "concurrency comparisons are CPU baselines of two different engine implementations, which cannot decide "
         "which engine is faster on a GPU host; the model does not separate the engines here).")
-    assert narrative.disagreement(w, w.tree(), ev, sharing) is None
-    assert narrative.recommendation_sentence(w, w.tree(), ev, sharing) == (
+    assert narrative.disagreement(w, w.tree(), ev, sharing.to_dicts()) is None
+    assert narrative.recommendation_sentence(w, w.tree(), ev, sharing.to_dicts()) == (
         "**The tree says SGLang; the data here can neither confirm nor contradict it**: the measured prefix and "
         "concurrency comparisons are CPU baselines of two different engine implementations, which cannot decide "
         "which engine is faster on a GPU host; the model does not separate the engines here. The tree's "
@@ -576,8 +577,8 @@ def test_with_nothing_measured_the_guide_follows_the_tree_and_says_so(fit, shari
     empty_sh, empty_conc = sharing.head(0), analysis.concurrency_study(conc_runs()).head(0)
     shared = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(shared, fit, empty_sh, empty_conc)
-    assert narrative.disagreement(shared, shared.tree(), ev, empty_sh) is None
-    assert narrative.recommendation_sentence(shared, shared.tree(), ev, empty_sh) == (
+    assert narrative.disagreement(shared, shared.tree(), ev, empty_sh.to_dicts()) is None
+    assert narrative.recommendation_sentence(shared, shared.tree(), ev, empty_sh.to_dicts()) == (
         "**The tree says SGLang; the data here can neither confirm nor contradict it**: no measurement compares two "
         "engines; the model does not separate the engines here.")
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=16)
@@ -588,11 +589,11 @@ def test_with_nothing_measured_the_guide_follows_the_tree_and_says_so(fit, shari
 
 
 def test_engine_choice_captions(sharing):
-    assert narrative.prefix_caption(sharing) == (
+    assert narrative.prefix_caption(sharing.to_dicts()) == (
         "Measured on CPU, prefix cache on, at shared fraction 0.9: prompt tokens served from the cache — vLLM 83% "
         "(whole-block ideal 83%), sglang-jax (CPU) 84% (token-exact ideal 84%); vLLM's median batch time is 2.0× "
         "shorter at 0 and 1.9× shorter at 0.9.")
-    assert narrative.concurrency_caption(analysis.concurrency_study(conc_runs())) == (
+    assert narrative.concurrency_caption(analysis.concurrency_study(conc_runs()).to_dicts()) == (
         "Measured on CPU at 128 requests in flight: sglang-jax (CPU) completes 50 requests/s (mean TTFT 100 ms) and "
         "vLLM completes 40 requests/s (mean TTFT 100 ms) — sglang-jax (CPU) 1.2× the throughput; 512 of 512 "
         "requests sent completed (none failed).")
@@ -642,7 +643,7 @@ def test_consistency_table_states_each_decay_factor_with_its_direction():
     """The article's table against its stated ratios: a decay factor reads 'rises 1.06×', never 0.940."""
     claims = CLAIMS.filter(pl.col("experiment") == "article_b300")
     check = analysis.consistency(PUB, claims)
-    rows = narrative.consistency_table(check, claims).rows
+    rows = narrative.consistency_table(check.to_dicts(), claims.to_dicts()).rows
     assert [r[3] for r in rows] == ["1.50", "1.33", "1.31", "1.24", "falls 2.94×", "rises 1.06×", "falls 1.49×",
                                     "rises 2.09×"]
 

@@ -21,7 +21,7 @@ def opening(r: StudyResult, wb) -> Section:
     if curve.is_empty():
         out.add(Markdown(narrative.no_capacity_runs_note(measured_experiment, wb.data)))
     else:
-        out.add(Markdown(narrative.measured_engines_note(r["runs"])))
+        out.add(Markdown(narrative.measured_engines_note(r["runs"].to_dicts())))
         conditions = r["load_conditions"]
         out.add(Markdown(narrative.slo_note(curve)
                          + (f" TTFT and rates under load were measured with {conditions}." if conditions else "")))

@@ -42,7 +42,7 @@ def measured(r: StudyResult, wb) -> Section:
     if measured.is_empty():
         out.add(Markdown(narrative.no_runs_note("runs with a memory setting", wb.data, "make report")))
     else:
-        out.add(Markdown(narrative.measured_engines_note(measured)))
+        out.add(Markdown(narrative.measured_engines_note(measured.to_dicts())))
         out.add(Markdown(narrative.memory_scope(measured)))
         out.add(narrative.memory_table(stats))
         if r["gpu_left"].height:  # NVML samples: GPU runs only

@@ -13,11 +13,9 @@ from kvlab.studies import StudyResult
 def opening(r: StudyResult, wb) -> Section:
     """The answer, then what the report says before its first section."""
     block_tokens = r.parameters["block_tokens"]
-    sharing = r["sharing"]
-    by_turn = r["by_turn"]
     out = Section()
     out.add(r.answer)
-    note = narrative.stand_in_note(sharing, by_turn, block_tokens=block_tokens)
+    note = narrative.stand_in_note(r["engines"], block_tokens=block_tokens)
     if note:
         out.add(Markdown(note))
     return out

@@ -36,7 +36,7 @@ def calibration(r: StudyResult, wb) -> Section:
     out = Section()
     out.add(Markdown(narrative.fit_sentence(fit, workload)))
     out.add(tables.table(r["residuals"], ["engine", "context_tokens", "observed_s", "modelled_s", "residual_pct"]))
-    out.add(Markdown(narrative.citation_note(r["published"])))
+    out.add(Markdown(narrative.citation_note(r["published"].to_dicts())))
     out.add(Markdown(narrative.loo_sentence(fit)))
     out.add(tables.table(r["loo"], ["engine", "context_tokens", "observed_s", "loo_modelled_s", "loo_error_pct"]))
     return out
@@ -87,7 +87,7 @@ def curves(r: StudyResult, wb) -> Section:
     out = Section()
     model_df, x_range, title = r["curves"], r["x_range"], narrative.model_title(model, gpu, tp)
     out.add(wb.show(plot_curves(model_df, r["published"], title=title, band=x_range),
-                    narrative.curves_caption(model_df, r["crossover"], r["published"], x_range) + " "
+                    narrative.curves_caption(model_df.to_dicts(), r["crossover"], r["calibrated"], x_range) + " "
                     + narrative.band_sentence(model_df), data=model_df))
     out.add(wb.show(plot_curves(model_df, r["published_throughput"], y="output_tokens_per_s", ylabel="output tokens/s",
                                 title=title, band=x_range),

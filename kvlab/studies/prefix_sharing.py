@@ -54,6 +54,7 @@ def compute(wb, *, data_dir: str = "", sharing_experiment: str = "cpu_prefix_sha
     values = {"thresholds": thresholds, "threshold": threshold, "min_gain": min_gain, "block_tokens": block_tokens,
               "ideal_prompt_tokens": ideal_prompt_tokens, "ideal_requests": ideal_requests,
               "sharing_experiment": sharing_experiment, "multi_turn_experiment": multi_turn_experiment,
+              "engines": analysis.engines_in(sharing, by_turn),
               "conclusions": narrative.prefix_conclusions(sharing, thresholds, by_turn, threshold, min_gain)}
     params = {"sharing_experiment": sharing_experiment, "multi_turn_experiment": multi_turn_experiment,
               "claims_experiment": claims_experiment, "threshold": threshold, "min_gain": min_gain,

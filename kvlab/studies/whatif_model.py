@@ -12,7 +12,7 @@ from kvlab.perfmodel.calibrate import (
     consistent_fits, crossover_from_fit, crossover_range, fits_frame, speed_ratio_range,
 )
 from kvlab.perfmodel.figures import (
-    bound_summary, context_grid, crossover_table, curves, headroom_summary, headroom_table, published_throughput,
+    bound_summary, calibrated_ranges, context_grid, crossover_table, curves, headroom_summary, headroom_table, published_throughput,
 )
 from kvlab.perfmodel.report import consistent_summary
 from kvlab.perfmodel.ranges import held_out_by_set
@@ -62,7 +62,7 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
               "bound_summary": bound_summary(frac), "step": step, "step_points": step_points}
     consistent = consistent_summary(cons)
     values = {"fit": fit, "phys": phys, "workload": workload, "assumptions": assume, "contexts": contexts,
-              "configs": configs, "x_range": x_range, "crossover": crossover, "at_max_range": at_max_range,
+              "configs": configs, "x_range": x_range, "calibrated": calibrated_ranges(model_df, published), "crossover": crossover, "at_max_range": at_max_range,
               "consistent": consistent, "held_out": held_out_by_set(sens, data, published_experiment, assume),
               "tokens_per_batch": (int((sens["batch_size"] * sens["output_tokens"]).min()),
                                    int((sens["batch_size"] * sens["output_tokens"]).max())),
