@@ -143,7 +143,7 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
     runs, attempts = _memory_runs()
     stats = analysis.memory_study(runs, attempts)
     cmp = analysis.memory_comparison(stats)
-    assert narrative.memory_conclusion(cmp, stats).splitlines() == [
+    assert narrative.memory_conclusion(cmp.to_dicts(), stats.to_dicts()).splitlines() == [
         "### Conclusion (measured)",
         "- **Retries**: 0 at 0.92 (2 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 200K (3,200 tok)); no run failed.",
         # one run a side: two significant figures, trailing zero kept (units.sig2)
@@ -158,8 +158,8 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
     three = analysis.memory_study(*_memory_runs(repeats=3))  # three runs a side: three significant figures
     assert ("- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 15% longer (1.01 s vs 0.88 s); sglang-jax "
             "(CPU) at 200K (3,200 tok) 14% shorter (14.1 s vs 16.5 s).") in narrative.memory_conclusion(
-        analysis.memory_comparison(three), three).splitlines()
-    assert narrative.memory_caption(stats, cmp) == (
+        analysis.memory_comparison(three).to_dicts(), three.to_dicts()).splitlines()
+    assert narrative.memory_caption(stats.to_dicts(), cmp.to_dicts()) == (
         "Measured: 0 retries at 0.92, 1 retry at 0.95, no failed run; at 200K (3,200 tok), 0.92 against 0.95: batch "
         "time 25% longer for vLLM and 6.7% shorter for sglang-jax (CPU), mean request latency 2.6% higher for vLLM "
         "and 33% lower for sglang-jax (CPU).")
@@ -201,7 +201,7 @@ def test_memory_setting_is_read_from_what_each_run_recorded():
         "kv_budget", "host_reserve", "gpu", "mixed"]
     assert narrative.kv_budget_simulated(cpu) and not narrative.kv_budget_simulated(reserve)
     # a CPU run without a KV budget is never described as one
-    scope = narrative.memory_scope(reserve)
+    scope = narrative.memory_scope(reserve.to_dicts(), memory_setting(reserve))
     assert "no explicit KV-cache budget" in scope and "maps each memory setting" not in scope
     stats = analysis.memory_study(reserve, _memory_runs()[1])
     v = narrative.memory_claim_verdicts(CLAIMS.filter(pl.col("kind") == "memory"), stats,
@@ -210,7 +210,7 @@ def test_memory_setting_is_read_from_what_each_run_recorded():
     assert all(x.scope == "CPU, host-memory reserve" for x in v) and not any("KV budget" in x.claim for x in v)
     # runs that record neither a budget nor a device (hand-made ones) are never taken for GPU runs
     bare = reserve.with_columns(pl.lit(None, pl.String).alias("device_kind"))
-    assert memory_setting(bare) is None and "not known" in narrative.memory_scope(bare)
+    assert memory_setting(bare) is None and "not known" in narrative.memory_scope(bare.to_dicts(), memory_setting(bare))
     v = narrative.memory_claim_verdicts(CLAIMS.filter(pl.col("kind") == "memory"), stats,
                                         analysis.memory_comparison(stats), None, memory_setting(bare))
     assert [x.outcome for x in v[:3]] == ["cannot be tested here"] * 3
@@ -220,10 +220,10 @@ def test_headroom_text_says_what_the_fits_column_rests_on():
     from kvlab.perfmodel.figures import headroom_table
 
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
-    assert narrative.headroom_caption(head) == (
+    assert narrative.headroom_caption(head.to_dicts()) == (
         "Modelled: 0.95 fits 9–14% more sequences than 0.92 at every context and DCP size shown (DCP 1, 200K: 12 vs "
         "11); DCP 8 fits 4.6–4.8× as many as DCP 1.")  # SGLang's pools: 162/35 at 64K and 0.92 to 58/12 at 200K and 0.95
-    text = narrative.headroom_sentences(head)
+    text = narrative.headroom_sentences(head.to_dicts())
     assert "- modelled, DCP 1 (vLLM's path), 64K context: sequences that fit — 35 at 0.92, 39 at 0.95 (11% more at 0.95)." in text
     assert ("every row fits at 0.92; at 0.95 it marks 4 of 4 rows as not fitting — not for lack of KV room, but because "
             "0.95 leaves 13.4 GiB per GPU outside the target, less than the 17.4 GiB (6.5% of the GPU)") in text
@@ -234,7 +234,7 @@ def test_headroom_text_says_what_the_fits_column_rests_on():
         "cannot be tested here", "modelled",
         "13.4 GiB/GPU left outside the target at 0.95 < 17.4 GiB assumed need — an assumption taken from this claim")
     none_fit = headroom_table("H100", "Kimi-K3", [0.92, 0.95], [1], [65536])
-    assert narrative.headroom_caption(none_fit).startswith("Modelled: not one sequence fits at 0.92")
+    assert narrative.headroom_caption(none_fit.to_dicts()).startswith("Modelled: not one sequence fits at 0.92")
 
 
 # --------------------------------------------------------------------------- reports 05 and 06: two measured engines
