@@ -5,6 +5,7 @@ import pytest
 from prefix_frames import conc_runs, multi_turn_frames, repeated, sharing_runs
 
 from kvlab import analysis, guide, narrative, store
+from kvlab.claims.sharing import radix_paged_pairs, turn_points
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -245,13 +246,13 @@ def test_hit_count_not_reported_is_not_available_not_zero():
     runs = sharing_runs().with_columns(
         pl.when(pl.col("engine") == "sglang-jax").then(None).otherwise(pl.col("cached_prompt_tokens"))
         .alias("cached_prompt_tokens"))
-    text = narrative.hit_rate_sentence(analysis.prefix_sharing(runs))
+    text = narrative.hit_rate_sentence(analysis.prefix_sharing(runs).to_dicts())
     assert ("- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → not available, "
             "0.2 → not available, 0.5 → not available, 0.9 → not available.") in text
 
 
 def test_hit_rate_sentence_names_engine_label_and_count(sharing):
-    assert narrative.hit_rate_sentence(sharing).splitlines() == [
+    assert narrative.hit_rate_sentence(sharing.to_dicts()).splitlines() == [
         "- sglang-jax (CPU), prefix cache off: cache-hit rate by shared fraction 0 → 0%, 0.2 → 0%, 0.5 → 0%, 0.9 → 0% "
         "(counted from its usage cached_tokens).",
         "- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → 0%, 0.2 → 19%, 0.5 → 47%, 0.9 → 84% "
@@ -264,7 +265,7 @@ def test_hit_rate_sentence_names_engine_label_and_count(sharing):
 
 
 def test_radix_vs_paged(sharing):
-    lines = narrative.radix_vs_paged_sentence(sharing).splitlines()
+    lines = narrative.radix_vs_paged_sentence(radix_paged_pairs(sharing)).splitlines()
     assert lines[2] == (
         "- shared fraction 0.5 (1,016 prefix tokens): sglang-jax (CPU) served **47%** of prompt tokens from its radix "
         "cache (token-exact ideal 47%), vLLM **41%** from its paged cache (whole 128-token-block ideal 41%); mean TTFT "
@@ -273,7 +274,7 @@ def test_radix_vs_paged(sharing):
     assert lines[-1] == ("- Largest hit-rate gap: at shared fraction 0.5, sglang-jax (CPU) served **5.5 percentage "
                          "points** more of the prompt from its cache than vLLM.")
     only_vllm = sharing.filter(pl.col("engine") == "vllm")
-    assert narrative.radix_vs_paged_sentence(only_vllm).startswith("*Radix vs paged: no shared fraction")
+    assert narrative.radix_vs_paged_sentence(radix_paged_pairs(only_vllm)).startswith("*Radix vs paged: no shared fraction")
 
 
 def test_stand_in_note_only_with_sglang_jax_runs(sharing):
@@ -287,7 +288,8 @@ def test_threshold_and_conclusions_per_engine(sharing):
     th = analysis.sharing_thresholds(analysis.caching_gain(sharing))
     assert set(th) == {"vllm", "sglang-jax"}
     runs, reqs = multi_turn_frames()
-    text = narrative.prefix_conclusions(sharing, th, analysis.multi_turn_by_turn(runs, reqs), 0.3, 0.1)
+    text = narrative.prefix_conclusions(sharing.to_dicts(), th, analysis.multi_turn_by_turn(runs, reqs).to_dicts(), 0.3, 0.1,
+                                        radix_paged_pairs(sharing))
     assert "- sglang-jax (CPU): threshold test at 30% → **smooth**; the cache first saves ≥10% of batch time at " \
            "shared fraction 0.2." in text
     assert "- vLLM: threshold test at 30% → **smooth**" in text
@@ -300,7 +302,7 @@ def test_threshold_and_conclusions_per_engine(sharing):
 def test_multi_turn_sentence_per_engine_says_not_reported():
     runs, reqs = multi_turn_frames()
     bt = analysis.multi_turn_by_turn(runs, reqs)
-    text = narrative.multi_turn_sentence(bt)
+    text = narrative.multi_turn_sentence(bt.to_dicts())
     assert "turn 0: cached tokens not reported of 2,112, TTFT 40 ms" in text
     assert "0 of 2,112 tokens cached" in text  # sglang-jax with its cache off did report 0
     # runs behind each configuration not given: the ratio keeps two decimals
@@ -313,14 +315,12 @@ def test_multi_turn_sentence_per_engine_says_not_reported():
     assert one.select("engine", "prefix_caching", "turn", "n_runs").sort("engine", "prefix_caching", "turn")[
         "n_runs"].to_list() == [1] * 12
     assert ("- vLLM, last turn (turn 2): the cache serves **94%** of the prompt and TTFT is **4.0×** shorter than "
-            "without it (30 ms vs 120 ms).") in narrative.multi_turn_sentence(one)
+            "without it (30 ms vs 120 ms).") in narrative.multi_turn_sentence(one.to_dicts())
     three = pl.concat([runs.with_columns(pl.col("run_id") + f"-{k}") for k in range(3)])
     reqs3 = pl.concat([reqs.with_columns(pl.col("run_id") + f"-{k}") for k in range(3)])
     bt3 = with_turn_runs(analysis.multi_turn_by_turn(three, reqs3), three)
-    assert set(bt3["n_runs"]) == {3} and "TTFT is **4.00×** shorter" in narrative.multi_turn_sentence(bt3)
+    assert set(bt3["n_runs"]) == {3} and "TTFT is **4.00×** shorter" in narrative.multi_turn_sentence(bt3.to_dicts())
     # the table's ratio column, from frames with an uneven ratio: 2 s.f. for one run a side, as measured with three
-    from kvlab.claims.sharing import turn_points
-
     odd = one.with_columns(pl.when(pl.col("prefix_caching")).then(pl.col("ttft_mean_ms") * 0.9)
                            .otherwise(pl.col("ttft_mean_ms")))
     assert turn_points(odd)["ratio"].to_list()[:3] == [4.4] * 3  # 40 / 9 = 4.444…
@@ -335,18 +335,18 @@ def test_a_saving_where_nothing_is_reused_is_called_inconclusive():
     f = [0.0, 0.2, 0.5, 0.9]
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": f, "time_saved": [0.31, 0.12, 0.46, 0.65]})
     th = analysis.sharing_threshold(gain)
-    assert narrative.threshold_sentence(th, gain).endswith(
+    assert narrative.threshold_sentence(th, gain.to_dicts()).endswith(
         "- **The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the runs "
         "with the cache on took 31% less batch time than with it off, a difference the prefix cache cannot explain "
         "and as large as the 10% saving the test looks for. More repeats per point (the full sweep) are needed to test it.")
     sharing = analysis.prefix_sharing(sharing_runs())
-    text = narrative.prefix_conclusions(sharing, {"vllm": th}, pl.DataFrame(), 0.3, 0.1)
+    text = narrative.prefix_conclusions(sharing.to_dicts(), {"vllm": th}, [], 0.3, 0.1, radix_paged_pairs(sharing))
     assert ("- vLLM: threshold test at 30% → **inconclusive** (at shared fraction 0, with nothing to reuse, cache on "
             "vs off already differ by +31% of batch time).") in text
 
 
 def test_reuse_sentences_say_which_requests_found_the_prefix(study):
-    assert narrative.reuse_sentences(study["reuse"]).splitlines() == [
+    assert narrative.reuse_sentences(study["reuse"].to_dicts()).splitlines() == [
         "- vLLM, cache on — requests that found the prefix in the cache: 20% shared: 15 of 16 (3 of the 4 sent first), "
         "50% shared: 15 of 16 (3 of the 4 sent first), 90% shared: 15 of 16 (3 of the 4 sent first).",
         "- sglang-jax (CPU), cache on — requests that found the prefix in the cache: 20% shared: 12 of 16 (0 of the 4 "
@@ -412,11 +412,11 @@ def test_prefix_captions_say_what_each_figure_shows(study):
         "(token-exact ideal 84%) of prompt tokens came from the cache; with the caches off every hit rate is 0%. vLLM "
         "finishes the batch 1.9× sooner than sglang-jax (CPU) there and 2.0× sooner with nothing shared, so sharing "
         "does not change which engine is faster.")
-    assert narrative.caching_gain_caption(s["gain"], s["thresholds"]) == (
+    assert narrative.caching_gain_caption(s["gain"].to_dicts(), s["thresholds"]) == (
         "Above 1× the cache helps: vLLM: batch time unchanged (1.0×) with the cache at 0% shared, 3.0× shorter at "
         "90%, rising with no jump; sglang-jax (CPU): batch time unchanged (1.0×) with the cache at 0% shared, 3.1× "
         "shorter at 90%, rising with no jump.")
-    assert narrative.multi_turn_caption(s["by_turn"]) == (
+    assert narrative.multi_turn_caption(s["by_turn"].to_dicts()) == (
         "Last turn (turn 2), prefix cache on: vLLM 94% of its prompt cached, mean TTFT 4.0× shorter than with the "
         "cache off; sglang-jax (CPU) 97% of its prompt cached, mean TTFT 4.0× shorter than with the cache off; with "
         "the caches off no token came from the cache.")
@@ -440,13 +440,13 @@ def test_prefix_tables_are_readers_tables(study):
     assert [r[3:] for r in g.rows[:4]] == [["1.0", "1.0", "0"], ["1.2", "1.2", "14"], ["1.5", "1.5", "33"],
                                             ["3.0", "3.0", "66"]]
     assert 'td.col3 {\n  text-align: left' not in g.html()  # numbers formatted in advance still line up right
-    turns = narrative.turns_table(study["by_turn"])
+    turns = narrative.turns_table(turn_points(study["by_turn"]).to_dicts())
     # vLLM with its cache off reported no cached count: the column stays (–) and the reporting counts are shown
     assert "cached per request, cache off (tokens)" in turns.headers and turns.rows[0][6] == "–"
     assert turns.headers[-2:] == ["requests reporting a cached count, cache on", "requests reporting a cached count, cache off"]
-    claims = narrative.prefix_claims_table(study["claims"])
+    claims = narrative.prefix_claims_table(study["claims"].to_dicts())
     assert claims.headers == ["what the article says", "how this report tests it"] and len(claims.rows) == 4
-    assert narrative.prefix_citation_note(study["claims"].filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS)))) \
+    assert narrative.prefix_citation_note(study["claims"].filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS))).to_dicts()) \
         .endswith("— section on vLLM PagedAttention, section on SGLang RadixAttention, decision tree.")
 
 
@@ -634,7 +634,7 @@ def test_caching_gain_caption_words_a_threshold_from_the_rows(study):
     import dataclasses
 
     ths = {e: dataclasses.replace(t, verdict="threshold") for e, t in study["thresholds"].items()}
-    text = narrative.caching_gain_caption(study["gain"], ths)
+    text = narrative.caching_gain_caption(study["gain"].to_dicts(), ths)
     assert "vLLM: batch time unchanged (1.0×) with the cache at 0% shared" in text  # one run a side: 2 s.f.
     assert text.count("the saving jumping from") == 2
 
@@ -675,7 +675,7 @@ def test_a_saving_that_falls_across_the_threshold_is_not_said_to_jump():
 
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
                          "time_saved": [0.02, 0.11, -0.15, 0.40]})
-    said = threshold_sentence(analysis.sharing_threshold(gain), gain)
+    said = threshold_sentence(analysis.sharing_threshold(gain), gain.to_dicts())
     assert "jumps" not in said
     assert ("**The saving rises more steeply from 30% up than below it**, but it does not jump at the threshold: it "
             "falls between shared fractions 0.2 and 0.5 (+11% → -15%).") in said
@@ -689,7 +689,7 @@ def test_the_caching_gain_caption_says_falling_where_the_saving_falls_across_the
 
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
                          "time_saved": [0.02, 0.11, -0.15, 0.40], "batch_speedup": [1.02, 1.12, 0.87, 1.67]})
-    said = caching_gain_caption(gain, analysis.sharing_thresholds(gain))
+    said = caching_gain_caption(gain.to_dicts(), analysis.sharing_thresholds(gain))
     assert "the saving falling from +11% at 20% to -15% at 50%" in said and "jumping" not in said
 
 
@@ -700,7 +700,8 @@ def test_a_cache_on_run_several_times_slower_where_nothing_is_reused_reads_as_a_
     th = analysis.sharing_threshold(gain)
     assert th.verdict == "inconclusive"
     assert ("yet the runs with the cache on took 5.7× as much batch time as with it off, a difference the prefix "
-            "cache cannot explain") in narrative.threshold_sentence(th, gain)
-    text = narrative.prefix_conclusions(analysis.prefix_sharing(sharing_runs()), {"sglang": th}, pl.DataFrame(), 0.3, 0.1)
+            "cache cannot explain") in narrative.threshold_sentence(th, gain.to_dicts())
+    text = narrative.prefix_conclusions(analysis.prefix_sharing(sharing_runs()).to_dicts(), {"sglang": th}, [], 0.3, 0.1,
+                                        radix_paged_pairs(analysis.prefix_sharing(sharing_runs())))
     assert "cache on vs off already differ by a factor of 5.7 in batch time)." in text
     assert "474%" not in text
