@@ -104,7 +104,7 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
                 f"{narrative.config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
                 + (f"; {fits}" if fits else "") + ".")
     caption = " ".join(filter(None, (narrative.curves_caption(df.to_dicts(), x, calibrated_ranges(df, published)),
-                                     narrative.band_sentence(df, context=context))))
+                                     narrative.band_sentence(df.to_dicts(), context=context))))
     return [plots.show(fig, caption, data=df), Markdown(sentence)]
 
 

@@ -47,7 +47,7 @@ def context_length(r: StudyResult, wb) -> Section:
     # one refit per assumption set the four published totals cannot pin (report 04): each curve is a band over them
     out.add(wb.show(plot_curves(r["curves"], None, title=narrative.model_title(model, gpu, tp), band=r["x_range"]),
                     narrative.curves_caption(r["curves"].to_dicts(), r["x_model"], r["calibrated"], xrange=r["x_range"]) + " "
-                    + narrative.band_sentence(r["curves"]), data=r["curves"]))
+                    + narrative.band_sentence(r["curves"].to_dicts()), data=r["curves"]))
     out.add(Markdown(narrative.factor_line(r["context_factor"])))
     return out
 
