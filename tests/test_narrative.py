@@ -5,7 +5,7 @@ import pytest
 from prefix_frames import conc_runs, multi_turn_frames, repeated, sharing_runs
 
 from kvlab import analysis, guide, narrative, store
-from kvlab.claims.sharing import radix_paged_pairs, turn_points
+from kvlab.claims.sharing import gain_points, radix_paged_pairs, sharing_points, turn_points
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -407,7 +407,7 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
 
 def test_prefix_captions_say_what_each_figure_shows(study):
     s = study
-    assert narrative.prefix_sharing_caption(s["sharing"]) == (
+    assert narrative.prefix_sharing_caption(s["sharing"].to_dicts()) == (
         "At 90% shared, with its prefix cache on, vLLM 83% (its whole-block ideal 83%) and sglang-jax (CPU) 84% "
         "(token-exact ideal 84%) of prompt tokens came from the cache; with the caches off every hit rate is 0%. vLLM "
         "finishes the batch 1.9× sooner than sglang-jax (CPU) there and 2.0× sooner with nothing shared, so sharing "
@@ -422,18 +422,18 @@ def test_prefix_captions_say_what_each_figure_shows(study):
         "the caches off no token came from the cache.")
     ideal = analysis.ideal_sharing(1008, 8, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9], 128)
     # at 50%: 504 prefix tokens, 3 whole blocks = 384; × 7/8 of 1,008: 43.75% against 33.3%
-    assert narrative.ideal_reuse_caption(ideal, 1008, 8, 128, 0.3) == (
+    assert narrative.ideal_reuse_caption(ideal.to_dicts(), 1008, 8, 128, 0.3) == (
         "Modelled for 8 requests of 1,008 tokens: a token-exact cache could serve at most 79% of prompt tokens at 90% "
         "shared, on a straight line (shared fraction × 7/8) with no step at the article's 30%; a cache of whole "
         "128-token blocks falls short of it by up to 10.4 percentage points (33% against 44% at 50% shared).")
 
 
 def test_prefix_tables_are_readers_tables(study):
-    t = narrative.sharing_table(study["sharing"])
+    t = narrative.sharing_table(sharing_points(study["sharing"]).to_dicts())
     assert t.caption == "one run per point (no repeats); with the prefix cache off every cache-hit rate is 0%"
     assert "cache-hit rate, cache off (%)" not in t.headers  # a column of zeros said once instead
     assert t.rows[3][:5] == ["vLLM", "90", "1,829", "82.7", "84.4"]
-    g = narrative.gain_table(study["gain"])
+    g = narrative.gain_table(gain_points(study["gain"]).to_dicts())
     assert g.headers[-1] == "batch time saved by the cache (%)"
     # one run a side: each ratio and the time saved to two significant figures (2.95× and 66.1% measured at 90%)
     assert g.caption == "one run a side per point (no repeats): ratios to two significant figures"
@@ -455,7 +455,7 @@ def test_prefix_tables_give_spread_as_least_to_most_as_the_figure_draws_it():
     runs3 = pl.concat([sharing_runs().with_columns(pl.col("run_id") + f"-{k}", pl.col("batch_time_s") * (1 + 0.05 * k),
                                                    pl.col("ttft_mean_ms") * (1 + 0.1 * k)) for k in range(3)])
     sharing = analysis.prefix_sharing(runs3)
-    t = narrative.sharing_table(sharing)
+    t = narrative.sharing_table(sharing_points(sharing).to_dicts())
     assert t.caption.startswith("median over the runs of each point; spread: least to most over them, as the "
                                 "figure's whiskers")
     assert not any("std" in h for h in t.headers)
@@ -463,7 +463,7 @@ def test_prefix_tables_give_spread_as_least_to_most_as_the_figure_draws_it():
                               "batch time, cache off: least–most over the runs (s)", "runs, on", "runs, off"]
     # vLLM at 20% shared: on 1.72, 1.806, 1.892 s; off 2.0, 2.1, 2.2 s
     assert t.rows[1][-4:] == ["1.72–1.89", "2–2.2", "3", "3"]
-    g = narrative.gain_table(analysis.caching_gain(sharing))
+    g = narrative.gain_table(gain_points(analysis.caching_gain(sharing)).to_dicts())
     assert g.headers[3:7] == ["mean TTFT, off ÷ on (×)", "mean TTFT, off ÷ on: least–most over the runs (×)",
                               "median batch time, off ÷ on (×)",
                               "median batch time, off ÷ on: least–most over the runs (×)"]
@@ -657,7 +657,7 @@ def test_bound_sentence_gives_measured_shares_to_two_significant_figures():
         "batch_fraction_of_bound": [0.0123, 0.0456, 0.01234, 0.2567, 0.0567],
         "bandwidth_fraction_of_peak": [0.088, 0.091, None, None, None],
     })
-    assert narrative.bound_sentence(frac).splitlines() == [
+    assert narrative.bound_sentence(frac.to_dicts()).splitlines() == [
         "- published (B300): the article's runs took 22–81× the model's bound, i.e. reached 1.2%–4.6% of it; decode "
         "read memory at 8.8%–9.1% of peak bandwidth.",
         "- measured (CPU, 3 runs): 1.2%–26% of a bound computed from the catalog's nominal CPU figures — compare these "

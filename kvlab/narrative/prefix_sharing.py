@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab import tables
-from kvlab.claims.sharing import _prefix_bracket, _prefix_times, gain_points, prefix_verdicts, sharing_points, turn_n
+from kvlab.claims.sharing import _prefix_bracket, _prefix_times, prefix_verdicts, turn_n
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.tables import ms, percent
 from kvlab.units import apart, measured, ratio, time_against
-
-if TYPE_CHECKING:
-    from polars import DataFrame
 
 __all__ = ["prefix_verdicts"]
 
@@ -51,22 +46,21 @@ def prefix_claims_table(claims: list[dict]):
     return tables.table(c, {"statement": "what the article says", "tested_by": "how this report tests it"})
 
 
-def sharing_table(sharing: DataFrame, block_tokens: int = 128):
-    """One row per engine and shared fraction: the cache on beside off (hit rate, mean TTFT, median batch time) and
-    the two ideals, rates in %; spread columns only where points have repeats."""
-    t = sharing_points(sharing)
+def sharing_table(rows: list[dict], block_tokens: int = 128):
+    """One row per engine and shared fraction (``rows``: :func:`kvlab.claims.sharing.sharing_points`' row dicts):
+    the cache on beside off (hit rate, mean TTFT, median batch time) and the two ideals, rates in %; spread columns
+    only where points have repeats."""
     cols = {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)", "shared_prefix_tokens": "shared prefix (tokens)",
             "hit_on": "cache-hit rate, cache on (%)", "hit_off": "cache-hit rate, cache off (%)",
             "ideal": "ideal, token-exact (%)", "block": f"ideal in whole {block_tokens}-token blocks (%)",
             "ttft_on": "mean TTFT, cache on (ms)", "ttft_off": "mean TTFT, cache off (ms)",
             "batch_on": "median batch time, cache on (s)", "batch_off": "median batch time, cache off (s)"}
     notes = []
-    off = t["hit_off"].drop_nulls()
-    if off.len() and off.max() == 0:  # said once instead of a column of zeros
+    off = [r["hit_off"] for r in rows if r["hit_off"] is not None]
+    if off and max(off) == 0:  # said once instead of a column of zeros
         del cols["hit_off"]
         notes.append("with the prefix cache off every cache-hit rate is 0%")
-    runs = [v for v in t["runs_on"].to_list() + t["runs_off"].to_list() if v is not None]
-    rows = t.to_dicts()
+    runs = [v for v in [r["runs_on"] for r in rows] + [r["runs_off"] for r in rows] if v is not None]
     if runs and max(runs) > 1:  # the spread the figure's whiskers draw: least to most over the runs, not a std
         cols |= {"range_on": "batch time, cache on: least–most over the runs (s)",
                  "range_off": "batch time, cache off: least–most over the runs (s)",
@@ -79,12 +73,12 @@ def sharing_table(sharing: DataFrame, block_tokens: int = 128):
     return tables.table(rows, cols, caption="; ".join(notes))
 
 
-def gain_table(gain: DataFrame):
+def gain_table(rows: list[dict]):
     """Per engine and shared fraction: what the prefix cache buys (off ÷ on), rates in %. Each ratio and the time
     saved as :func:`kvlab.units.ratio` gives a measured ratio: two significant figures where the row rests on one run
     a side (``n_runs`` = 1), else two decimals; where points have repeats, each ratio's least–most over them (least
-    off ÷ most on to most off ÷ least on: the figure's whiskers)."""
-    rows = gain_points(gain).to_dicts()
+    off ÷ most on to most off ÷ least on: the figure's whiskers). ``rows``: :func:`kvlab.claims.sharing.gain_points`'
+    row dicts."""
     runs = [r["n_runs"] for r in rows if r.get("n_runs") is not None]
     spread = bool(runs) and max(runs) > 1 and all("batch_speedup_min" in r for r in rows)
     shown = []
@@ -135,12 +129,12 @@ def turns_table(t: list[dict]):
     return tables.table(t, cols, caption=caption)
 
 
-def ideal_reuse_caption(ideal: DataFrame, prompt_tokens: int, requests: int, block_tokens: int,
+def ideal_reuse_caption(rows: list[dict], prompt_tokens: int, requests: int, block_tokens: int,
                         threshold: float) -> str:
-    """What the modelled ideal-reuse figure shows: the straight token-exact line, and where whole blocks lose most."""
-    if ideal.is_empty():
+    """What the modelled ideal-reuse figure (``rows``: :func:`kvlab.analysis.ideal_sharing`'s row dicts) shows: the
+    straight token-exact line, and where whole blocks lose most."""
+    if not rows:
         return "Modelled: no shared fraction given."
-    rows = ideal.to_dicts()
     top = max(rows, key=lambda r: r["shared_fraction"])
     gap = max(({**r, "d": r["ideal_hit_rate"] - r["block_hit_rate"]} for r in rows), key=lambda r: r["d"])
     return (f"Modelled for {requests} requests of {prompt_tokens:,} tokens: a token-exact cache could serve at most "
@@ -150,11 +144,11 @@ def ideal_reuse_caption(ideal: DataFrame, prompt_tokens: int, requests: int, blo
             f"({gap['block_hit_rate']:.0%} against {gap['ideal_hit_rate']:.0%} at {gap['shared_fraction']:.0%} shared).")
 
 
-def prefix_sharing_caption(sharing: DataFrame, compare_engines: bool = True) -> str:
+def prefix_sharing_caption(rows: list[dict], compare_engines: bool = True) -> str:
     """What the measured prefix-sharing figure shows: each engine's hit rate at the most shared fraction against
     its ideal, the caches off, and (``compare_engines``) which engine finishes the batch first with and without
-    sharing; without it, for a figure that sets each engine only against itself, the hit rates alone."""
-    rows = sharing.to_dicts()
+    sharing; without it, for a figure that sets each engine only against itself, the hit rates alone (``rows``:
+    :func:`kvlab.analysis.prefix_sharing`'s row dicts)."""
     on = [r for r in rows if r["prefix_caching"] and r["cache_hit_rate"] is not None]
     if not on:
         return "Measured: no engine reported a cache-hit count with its prefix cache on."

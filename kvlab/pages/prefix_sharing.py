@@ -37,7 +37,7 @@ def ideal_reuse(r: StudyResult, wb) -> Section:
     block_tokens = r.parameters["block_tokens"]
     out = Section()
     out.add(wb.show(plots.ideal_reuse_figure(r["ideal"], threshold, block_tokens),
-                    narrative.ideal_reuse_caption(r["ideal"], ideal_prompt_tokens, ideal_requests, block_tokens,
+                    narrative.ideal_reuse_caption(r["ideal"].to_dicts(), ideal_prompt_tokens, ideal_requests, block_tokens,
                                                   threshold),
                     data=r["ideal"]))
     return out
@@ -56,9 +56,9 @@ def measured(r: StudyResult, wb) -> Section:
         out.add(Markdown(narrative.no_runs_note(f"runs of `{sharing_experiment}`", wb.data,
                                                 f"kvlab sweep data/experiments/{sharing_experiment}.yaml")))
     else:
-        out.add(narrative.sharing_table(sharing, block_tokens))
+        out.add(narrative.sharing_table(r["sharing_points"].to_dicts(), block_tokens))
         out.add(wb.show(plots.prefix_sharing_figure(sharing, threshold, block_tokens, gain=gain, min_gain=min_gain),
-                        narrative.prefix_sharing_caption(sharing, compare_engines=False)
+                        narrative.prefix_sharing_caption(sharing.to_dicts(), compare_engines=False)
                         + (" " + narrative.caching_gain_caption(gain.to_dicts(), r["thresholds"]) if gain.height else ""),
                         data=r["sharing_figure"]))
         out.add(Markdown(narrative.hit_rate_sentence(sharing.to_dicts())))
@@ -92,7 +92,7 @@ def threshold(r: StudyResult, wb) -> Section:
         out.add(Markdown("*No shared fraction was measured with the prefix cache both on and off: the threshold cannot"
                          " be tested here.*"))
     else:
-        out.add(narrative.gain_table(gain))
+        out.add(narrative.gain_table(r["gain_points"].to_dicts()))
         for engine, threshold_found in r["thresholds"].items():
             out.add(Markdown(f"**{engine_label(engine)}**\n\n"
                              + narrative.threshold_sentence(threshold_found, r["gain_by_engine"][engine])))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab import analysis, narrative
-from kvlab.claims.sharing import radix_paged_pairs, turn_points, with_turn_runs
+from kvlab.claims.sharing import gain_points, radix_paged_pairs, sharing_points, turn_points, with_turn_runs
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "05_prefix_sharing"
@@ -52,6 +52,10 @@ def compute(wb, *, data_dir: str = "", sharing_experiment: str = "cpu_prefix_sha
               "prefix_claims": claims.filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS)))}
     if by_turn.height:
         frames["turn_points"] = turn_points(by_turn)
+    if sharing.height:  # the table's rows: the cache on beside off per point
+        frames["sharing_points"] = sharing_points(sharing)
+    if gain.height:  # what the cache buys, per point
+        frames["gain_points"] = gain_points(gain)
     radix_pairs = radix_paged_pairs(sharing) if sharing.height else None
     found = narrative.prefix_verdicts(claims, sharing, gain, thresholds, by_turn, reuse, threshold)
     answer = Answer(narrative.prefix_answer(hits.to_dicts(), found, threshold))
