@@ -1149,3 +1149,15 @@ def nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
     if df.is_empty():
         return df
     return df.with_columns((pl.col(col) - value).abs().alias("_d")).filter(pl.col("_d") == pl.col("_d").min()).drop("_d")
+
+
+def engines_in(*frames: pl.DataFrame) -> list[str]:
+    """The engines ``frames`` hold (each frame's ``engine`` column, where it has one), in the order they first
+    appear: what a report's stand-in note reads (:func:`kvlab.narrative.stand_in_note`)."""
+    return list(dict.fromkeys(e for f in frames if not f.is_empty() and "engine" in f.columns
+                              for e in f["engine"].unique(maintain_order=True).to_list()))
+
+
+def experiments_in(frame: pl.DataFrame) -> list[str]:
+    """The experiments ``frame`` holds rows of, in the order they first appear (a measured table's caption)."""
+    return frame["experiment"].unique(maintain_order=True).to_list() if "experiment" in frame.columns else []

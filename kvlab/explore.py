@@ -20,7 +20,7 @@ from kvlab import guide, narrative, plots
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.guide import PRIORITIES
 from kvlab.perfmodel import Config, crossover_context, load_gpus, load_models
-from kvlab.perfmodel.figures import context_grid, curves, plot_curves
+from kvlab.perfmodel.figures import calibrated_ranges, context_grid, curves, plot_curves
 from kvlab.tables import number
 from kvlab.units import tokens_label
 
@@ -103,8 +103,8 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
                 f"{number(fast['batch_time_s'])} s per batch against {number(slow['batch_time_s'])} s for "
                 f"{narrative.config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
                 + (f"; {fits}" if fits else "") + ".")
-    caption = " ".join(filter(None, (narrative.curves_caption(df, x, published),
-                                     narrative.band_sentence(df, context=context))))
+    caption = " ".join(filter(None, (narrative.curves_caption(df.to_dicts(), x, calibrated_ranges(df, published)),
+                                     narrative.band_sentence(df.to_dicts(), context=context))))
     return [plots.show(fig, caption, data=df), Markdown(sentence)]
 
 
@@ -141,7 +141,7 @@ def engine_choice_view(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame) -> lis
     ev = guide.from_evidence(w, fit, sharing, conc)
     return [plots.show(plots.decision_tree_figure(tree.path, tree.engine), narrative.tree_caption(tree)),
             Markdown(narrative.tree_sentence(tree) + "\n" + narrative.evidence_sentences(ev)),
-            Markdown(narrative.recommendation_sentence(w, tree, ev, sharing))]
+            Markdown(narrative.recommendation_sentence(w, tree, ev, sharing.to_dicts()))]
 
 
 def engine_choice(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame):

@@ -86,7 +86,7 @@ def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemptio
     assert (r["telemetry"], r["preemptions_seen"], r["queue_seen"], r["first_preempted"]) == ("sampled", False, True,
                                                                                             None)
     assert _row(onset, "vllm", 1024, 0.95)["preemptions_seen"] is True
-    shown = narrative.onset_table(onset).frame.select("configuration", "context", "memory setting",
+    shown = narrative.onset_table(onset.to_dicts()).frame.select("configuration", "context", "memory setting",
                                                       "requests waited from", "preempted from")
     assert shown.rows() == [
         ("SGLang TP1", "64K (1,024 tok)", 0.92, "none", "not available"),
@@ -286,12 +286,12 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
     # the map's table names the configuration in its cell, its caption and the verdict say why it cannot stand on it
     from kvlab import narrative
 
-    cell = narrative.map_table(gmap).frame.row(3, named=True)
+    cell = narrative.map_table(gmap.to_dicts()).frame.row(3, named=True)
     assert cell["higher goodput"] == "SGLang TP1 — its output differs (probe: differs from token 3 (8 of 8 prompts))"
     assert cell["accuracy probe (winner / runner-up)"] == ("differs from token 3 (8 of 8 prompts) / differs only at "
                                                             "near-ties (8 of 8 prompts)")
     said = ("the winner at 200K (3,200 tok), 0.95 (SGLang TP1) differs from token 3 (8 of 8 prompts)")
-    assert f"**Accuracy probe: {said}** of its engine's reference configuration" in narrative.map_caption(gmap)
+    assert f"**Accuracy probe: {said}** of its engine's reference configuration" in narrative.map_caption(gmap.to_dicts())
     v = capacity.map_verdict(curve, gmap)
     assert v.outcome == "cannot be tested here" and v.reason.startswith(
         f"{said} in the accuracy probe against its engine's reference configuration: fast, but not computing what the "
@@ -299,7 +299,7 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
     unprobed = capacity.map_verdict(curve, plain)
     assert unprobed.reason.endswith("; the winners' greedy outputs were not probed (probe: true in the experiment file "
                                     "compares them)")
-    assert "not probed" in narrative.map_caption(plain)
+    assert "not probed" in narrative.map_caption(plain.to_dicts())
     assert plots.alt_text(plots.capacity_map_figure(gmap)).startswith("measured: the engine with the higher goodput")
     # on GPU runs a map that would stand is inconclusive while a winner's output differs
     gpu_curve = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
@@ -354,6 +354,6 @@ def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data
     assert "1 in flight (2 samples)" in legend and "2 in flight (1 sample)" in legend
     assert legend.count("4 in flight (5 samples)") == 8  # one legend per configuration
     series = tel.unique("run_id", maintain_order=True)
-    caption = narrative.telemetry_caption(series, MIN_LINE_SAMPLES)
+    caption = narrative.telemetry_caption(series.to_dicts(), MIN_LINE_SAMPLES)
     assert "24 drawn" in caption and "2 series with fewer than 3 samples" in caption
-    assert "fewer than" not in narrative.telemetry_caption(full.unique("run_id"), MIN_LINE_SAMPLES)
+    assert "fewer than" not in narrative.telemetry_caption(full.unique("run_id").to_dicts(), MIN_LINE_SAMPLES)

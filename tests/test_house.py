@@ -265,3 +265,30 @@ def test_every_notebook_cell_past_the_parameters_is_one_pages_call():
         if sources[-1] != "pages.verdicts_and_sources(r)":
             bad.append(f"{p.name}: the last cell is not pages.verdicts_and_sources(r)")
     assert not bad, "\n".join(bad)
+
+
+#: A polars frame operation (issue 38's rule for kvlab/narrative/: sentences are written from typed inputs, the frames
+#: are computed once in the study or in kvlab.analysis).
+FRAME_CALL = re.compile(r"\.(filter|iter_rows|unique|group_by|agg)\(")
+
+
+def frame_calls(folder: Path, root: Path = ROOT) -> list[str]:
+    """Every line of ``folder``'s modules that calls a frame operation (:data:`FRAME_CALL`): 'path:line: text'."""
+    return [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in sorted(folder.glob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if FRAME_CALL.search(line)]
+
+
+def test_the_narrative_makes_no_frame_calls():
+    """Issue 38: kvlab/narrative/ makes no frame calls (``.filter(``, ``.iter_rows(``, ``.unique(``, ``.group_by(``,
+    ``.agg(``): its functions take plain values, row dicts or small dataclasses from the study result."""
+    bad = frame_calls(PACKAGE / "narrative")
+    assert not bad, "\n".join(bad)
+
+
+def test_frame_calls_names_each_file_and_line(tmp_path):
+    (tmp_path / "a.py").write_text('x = 1\nrows = frame.filter(pl.col("a") > 1)\nfor r in f.iter_rows(named=True):\n'
+                                   '    pass\nkeys = sorted(set(r["engine"] for r in rows))\n')
+    (tmp_path / "b.py").write_text("g = df.group_by('e').agg(pl.len())\n")
+    assert frame_calls(tmp_path, tmp_path) == ['a.py:2: rows = frame.filter(pl.col("a") > 1)',
+                                               "a.py:3: for r in f.iter_rows(named=True):",
+                                               "b.py:1: g = df.group_by('e').agg(pl.len())"]

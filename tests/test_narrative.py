@@ -5,6 +5,7 @@ import pytest
 from prefix_frames import conc_runs, multi_turn_frames, repeated, sharing_runs
 
 from kvlab import analysis, guide, narrative, store
+from kvlab.claims.sharing import gain_points, radix_paged_pairs, sharing_points, turn_points
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -55,10 +56,10 @@ def test_crossover_verdicts_say_found_with_the_range():
 
 def test_captions_state_direction_and_size():
     rel = analysis.relative_speed(PUB)
-    assert narrative.speed_caption(rel, "published") == \
+    assert narrative.speed_caption(rel.to_dicts(), "published") == \
         "Published: vLLM is 1.50× faster at 64K; SGLang is 1.31× faster at 200K — the winner changes with context."
     growth = analysis.batch_time_growth(_measured([1.0, 2.0, 4.0, 3.0]))
-    assert narrative.growth_caption(growth, "measured") == (
+    assert narrative.growth_caption(growth.to_dicts(), "measured") == (
         "Measured: vLLM's batch time grows 4.00× from 64K to 200K; sglang-jax (CPU)'s batch time grows 1.50× "
         "from 64K to 200K — the steeper line is the engine whose speed falls most with context.")
 
@@ -67,7 +68,7 @@ def test_captions_state_direction_and_size():
 
 def test_decay_sentences_and_tables_state_each_direction():
     dec = analysis.decay_factors(PUB)  # vLLM 100.5 → 295.2 s, SGLang 150.8 → 225.3 s
-    assert narrative.decay_sentences(dec, "published").splitlines() == [
+    assert narrative.decay_sentences(dec.to_dicts(), "published").splitlines() == [
         "- published, SGLang: from 64K to 200K batch time grows **1.49×** (so requests/s falls 1.49×), "
         "while prompt tokens/s rises 2.09×.",  # (65,536 / 150.8) / (204,800 / 225.3) = 0.478
         "- published, vLLM: from 64K to 200K batch time grows **2.94×** (so requests/s falls 2.94×), "
@@ -76,13 +77,13 @@ def test_decay_sentences_and_tables_state_each_direction():
     # prompt tokens/s counts the real prompts (context − 64 output tokens), as the throughput table beside it does:
     # sglang-jax (960 / 2) / (3,136 / 3) = 0.459, vLLM (960 / 1) / (3,136 / 4) = 1.22
     # one run per context: two significant figures (published rows above keep the article's precision)
-    assert narrative.decay_table(m).rows == [["sglang-jax (CPU)", "2", "3", "falls 1.5×", "rises 2.2×"],
+    assert narrative.decay_table(m.to_dicts()).rows == [["sglang-jax (CPU)", "2", "3", "falls 1.5×", "rises 2.2×"],
                                              ["vLLM", "1", "4", "falls 4.0×", "falls 1.2×"]]
-    assert narrative.decay_caption(dec, "published", "batches per second") == (
+    assert narrative.decay_caption(dec.to_dicts(), "published", "batches per second") == (
         "Published: from 64K to 200K, batches per second falls 2.94× for vLLM and 1.49× for SGLang — SGLang's "
         "throughput holds up better; in absolute throughput (left) the lines cross: vLLM ahead at 64K, SGLang at "
         "200K; relative to its own value at 64K (right) each engine's line starts at 1, so those lines never cross.")
-    assert narrative.decay_caption(m, "measured", "output tokens per second").startswith(
+    assert narrative.decay_caption(m.to_dicts(), "measured", "output tokens per second").startswith(
         "Measured: from 64K (1,024 tok) to 200K (3,200 tok), output tokens per second falls 4.0× for vLLM and 1.5× "
         "for sglang-jax (CPU)")
 
@@ -102,11 +103,12 @@ def test_decay_claims_against_the_table_and_the_measured_shape():
     flat = analysis.decay_factors(_measured([1.0, 1.0, 2.0, 8.0]))  # sglang-jax falls 8×, vLLM 2×: still CPU runs
     assert narrative.decay_claim_verdicts(CLAIMS, check, analysis.decay_factors(PUB), flat)[-1].outcome == \
         "cannot be tested here"
-    assert narrative.claims_caption(check, CLAIMS) == (
+    assert narrative.claims_caption(check.to_dicts(), analysis.consistency_verdicts(check).to_dicts(),
+                                    CLAIMS.to_dicts()) == (
         "Published: 2 of the article's 4 stated ratios match its own table — vLLM 1.5× faster at 64K and SGLang 1.31× "
         "faster at 200K, read as T(slower) ÷ T(faster); 2 match under no definition checked (hatched, ✗): vLLM falls "
         "3.29× 64K→200K (table: 2.94×), SGLang falls 1.25× 64K→200K (table: 1.49×).")
-    lines = narrative.consistency_sentences(analysis.consistency_verdicts(check), check).splitlines()
+    lines = narrative.consistency_sentences(analysis.consistency_verdicts(check).to_dicts(), check.to_dicts()).splitlines()
     assert lines[2].endswith("— **not** what the table implies under any definition checked: by its batch times "
                              "requests/s falls 2.94× and prompt tokens/s rises 1.06×; the text says 3.29×.")
 
@@ -142,7 +144,7 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
     runs, attempts = _memory_runs()
     stats = analysis.memory_study(runs, attempts)
     cmp = analysis.memory_comparison(stats)
-    assert narrative.memory_conclusion(cmp, stats).splitlines() == [
+    assert narrative.memory_conclusion(cmp.to_dicts(), stats.to_dicts()).splitlines() == [
         "### Conclusion (measured)",
         "- **Retries**: 0 at 0.92 (2 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 200K (3,200 tok)); no run failed.",
         # one run a side: two significant figures, trailing zero kept (units.sig2)
@@ -157,8 +159,8 @@ def test_memory_conclusion_states_retries_run_time_spread_and_latency():
     three = analysis.memory_study(*_memory_runs(repeats=3))  # three runs a side: three significant figures
     assert ("- **Run time** at 0.92 against 0.95: vLLM at 200K (3,200 tok) 15% longer (1.01 s vs 0.88 s); sglang-jax "
             "(CPU) at 200K (3,200 tok) 14% shorter (14.1 s vs 16.5 s).") in narrative.memory_conclusion(
-        analysis.memory_comparison(three), three).splitlines()
-    assert narrative.memory_caption(stats, cmp) == (
+        analysis.memory_comparison(three).to_dicts(), three.to_dicts()).splitlines()
+    assert narrative.memory_caption(stats.to_dicts(), cmp.to_dicts()) == (
         "Measured: 0 retries at 0.92, 1 retry at 0.95, no failed run; at 200K (3,200 tok), 0.92 against 0.95: batch "
         "time 25% longer for vLLM and 6.7% shorter for sglang-jax (CPU), mean request latency 2.6% higher for vLLM "
         "and 33% lower for sglang-jax (CPU).")
@@ -200,7 +202,7 @@ def test_memory_setting_is_read_from_what_each_run_recorded():
         "kv_budget", "host_reserve", "gpu", "mixed"]
     assert narrative.kv_budget_simulated(cpu) and not narrative.kv_budget_simulated(reserve)
     # a CPU run without a KV budget is never described as one
-    scope = narrative.memory_scope(reserve)
+    scope = narrative.memory_scope(reserve.to_dicts(), memory_setting(reserve))
     assert "no explicit KV-cache budget" in scope and "maps each memory setting" not in scope
     stats = analysis.memory_study(reserve, _memory_runs()[1])
     v = narrative.memory_claim_verdicts(CLAIMS.filter(pl.col("kind") == "memory"), stats,
@@ -209,7 +211,7 @@ def test_memory_setting_is_read_from_what_each_run_recorded():
     assert all(x.scope == "CPU, host-memory reserve" for x in v) and not any("KV budget" in x.claim for x in v)
     # runs that record neither a budget nor a device (hand-made ones) are never taken for GPU runs
     bare = reserve.with_columns(pl.lit(None, pl.String).alias("device_kind"))
-    assert memory_setting(bare) is None and "not known" in narrative.memory_scope(bare)
+    assert memory_setting(bare) is None and "not known" in narrative.memory_scope(bare.to_dicts(), memory_setting(bare))
     v = narrative.memory_claim_verdicts(CLAIMS.filter(pl.col("kind") == "memory"), stats,
                                         analysis.memory_comparison(stats), None, memory_setting(bare))
     assert [x.outcome for x in v[:3]] == ["cannot be tested here"] * 3
@@ -219,10 +221,10 @@ def test_headroom_text_says_what_the_fits_column_rests_on():
     from kvlab.perfmodel.figures import headroom_table
 
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
-    assert narrative.headroom_caption(head) == (
+    assert narrative.headroom_caption(head.to_dicts()) == (
         "Modelled: 0.95 fits 9–14% more sequences than 0.92 at every context and DCP size shown (DCP 1, 200K: 12 vs "
         "11); DCP 8 fits 4.6–4.8× as many as DCP 1.")  # SGLang's pools: 162/35 at 64K and 0.92 to 58/12 at 200K and 0.95
-    text = narrative.headroom_sentences(head)
+    text = narrative.headroom_sentences(head.to_dicts())
     assert "- modelled, DCP 1 (vLLM's path), 64K context: sequences that fit — 35 at 0.92, 39 at 0.95 (11% more at 0.95)." in text
     assert ("every row fits at 0.92; at 0.95 it marks 4 of 4 rows as not fitting — not for lack of KV room, but because "
             "0.95 leaves 13.4 GiB per GPU outside the target, less than the 17.4 GiB (6.5% of the GPU)") in text
@@ -233,7 +235,7 @@ def test_headroom_text_says_what_the_fits_column_rests_on():
         "cannot be tested here", "modelled",
         "13.4 GiB/GPU left outside the target at 0.95 < 17.4 GiB assumed need — an assumption taken from this claim")
     none_fit = headroom_table("H100", "Kimi-K3", [0.92, 0.95], [1], [65536])
-    assert narrative.headroom_caption(none_fit).startswith("Modelled: not one sequence fits at 0.92")
+    assert narrative.headroom_caption(none_fit.to_dicts()).startswith("Modelled: not one sequence fits at 0.92")
 
 
 # --------------------------------------------------------------------------- reports 05 and 06: two measured engines
@@ -244,13 +246,13 @@ def test_hit_count_not_reported_is_not_available_not_zero():
     runs = sharing_runs().with_columns(
         pl.when(pl.col("engine") == "sglang-jax").then(None).otherwise(pl.col("cached_prompt_tokens"))
         .alias("cached_prompt_tokens"))
-    text = narrative.hit_rate_sentence(analysis.prefix_sharing(runs))
+    text = narrative.hit_rate_sentence(analysis.prefix_sharing(runs).to_dicts())
     assert ("- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → not available, "
             "0.2 → not available, 0.5 → not available, 0.9 → not available.") in text
 
 
 def test_hit_rate_sentence_names_engine_label_and_count(sharing):
-    assert narrative.hit_rate_sentence(sharing).splitlines() == [
+    assert narrative.hit_rate_sentence(sharing.to_dicts()).splitlines() == [
         "- sglang-jax (CPU), prefix cache off: cache-hit rate by shared fraction 0 → 0%, 0.2 → 0%, 0.5 → 0%, 0.9 → 0% "
         "(counted from its usage cached_tokens).",
         "- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → 0%, 0.2 → 19%, 0.5 → 47%, 0.9 → 84% "
@@ -263,7 +265,7 @@ def test_hit_rate_sentence_names_engine_label_and_count(sharing):
 
 
 def test_radix_vs_paged(sharing):
-    lines = narrative.radix_vs_paged_sentence(sharing).splitlines()
+    lines = narrative.radix_vs_paged_sentence(radix_paged_pairs(sharing)).splitlines()
     assert lines[2] == (
         "- shared fraction 0.5 (1,016 prefix tokens): sglang-jax (CPU) served **47%** of prompt tokens from its radix "
         "cache (token-exact ideal 47%), vLLM **41%** from its paged cache (whole 128-token-block ideal 41%); mean TTFT "
@@ -272,21 +274,22 @@ def test_radix_vs_paged(sharing):
     assert lines[-1] == ("- Largest hit-rate gap: at shared fraction 0.5, sglang-jax (CPU) served **5.5 percentage "
                          "points** more of the prompt from its cache than vLLM.")
     only_vllm = sharing.filter(pl.col("engine") == "vllm")
-    assert narrative.radix_vs_paged_sentence(only_vllm).startswith("*Radix vs paged: no shared fraction")
+    assert narrative.radix_vs_paged_sentence(radix_paged_pairs(only_vllm)).startswith("*Radix vs paged: no shared fraction")
 
 
 def test_stand_in_note_only_with_sglang_jax_runs(sharing):
-    note = narrative.stand_in_note(sharing)
+    note = narrative.stand_in_note(analysis.engines_in(sharing))
     assert note.startswith("**sglang-jax (CPU) is not PyTorch SGLang.** It is SGLang's JAX runtime")
     assert "never as 0" in note
-    assert narrative.stand_in_note(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame()) is None
+    assert narrative.stand_in_note(analysis.engines_in(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame())) is None
 
 
 def test_threshold_and_conclusions_per_engine(sharing):
     th = analysis.sharing_thresholds(analysis.caching_gain(sharing))
     assert set(th) == {"vllm", "sglang-jax"}
     runs, reqs = multi_turn_frames()
-    text = narrative.prefix_conclusions(sharing, th, analysis.multi_turn_by_turn(runs, reqs), 0.3, 0.1)
+    text = narrative.prefix_conclusions(sharing.to_dicts(), th, analysis.multi_turn_by_turn(runs, reqs).to_dicts(), 0.3, 0.1,
+                                        radix_paged_pairs(sharing))
     assert "- sglang-jax (CPU): threshold test at 30% → **smooth**; the cache first saves ≥10% of batch time at " \
            "shared fraction 0.2." in text
     assert "- vLLM: threshold test at 30% → **smooth**" in text
@@ -299,7 +302,7 @@ def test_threshold_and_conclusions_per_engine(sharing):
 def test_multi_turn_sentence_per_engine_says_not_reported():
     runs, reqs = multi_turn_frames()
     bt = analysis.multi_turn_by_turn(runs, reqs)
-    text = narrative.multi_turn_sentence(bt)
+    text = narrative.multi_turn_sentence(bt.to_dicts())
     assert "turn 0: cached tokens not reported of 2,112, TTFT 40 ms" in text
     assert "0 of 2,112 tokens cached" in text  # sglang-jax with its cache off did report 0
     # runs behind each configuration not given: the ratio keeps two decimals
@@ -312,14 +315,12 @@ def test_multi_turn_sentence_per_engine_says_not_reported():
     assert one.select("engine", "prefix_caching", "turn", "n_runs").sort("engine", "prefix_caching", "turn")[
         "n_runs"].to_list() == [1] * 12
     assert ("- vLLM, last turn (turn 2): the cache serves **94%** of the prompt and TTFT is **4.0×** shorter than "
-            "without it (30 ms vs 120 ms).") in narrative.multi_turn_sentence(one)
+            "without it (30 ms vs 120 ms).") in narrative.multi_turn_sentence(one.to_dicts())
     three = pl.concat([runs.with_columns(pl.col("run_id") + f"-{k}") for k in range(3)])
     reqs3 = pl.concat([reqs.with_columns(pl.col("run_id") + f"-{k}") for k in range(3)])
     bt3 = with_turn_runs(analysis.multi_turn_by_turn(three, reqs3), three)
-    assert set(bt3["n_runs"]) == {3} and "TTFT is **4.00×** shorter" in narrative.multi_turn_sentence(bt3)
+    assert set(bt3["n_runs"]) == {3} and "TTFT is **4.00×** shorter" in narrative.multi_turn_sentence(bt3.to_dicts())
     # the table's ratio column, from frames with an uneven ratio: 2 s.f. for one run a side, as measured with three
-    from kvlab.claims.sharing import turn_points
-
     odd = one.with_columns(pl.when(pl.col("prefix_caching")).then(pl.col("ttft_mean_ms") * 0.9)
                            .otherwise(pl.col("ttft_mean_ms")))
     assert turn_points(odd)["ratio"].to_list()[:3] == [4.4] * 3  # 40 / 9 = 4.444…
@@ -334,18 +335,18 @@ def test_a_saving_where_nothing_is_reused_is_called_inconclusive():
     f = [0.0, 0.2, 0.5, 0.9]
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": f, "time_saved": [0.31, 0.12, 0.46, 0.65]})
     th = analysis.sharing_threshold(gain)
-    assert narrative.threshold_sentence(th, gain).endswith(
+    assert narrative.threshold_sentence(th, gain.to_dicts()).endswith(
         "- **The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the runs "
         "with the cache on took 31% less batch time than with it off, a difference the prefix cache cannot explain "
         "and as large as the 10% saving the test looks for. More repeats per point (the full sweep) are needed to test it.")
     sharing = analysis.prefix_sharing(sharing_runs())
-    text = narrative.prefix_conclusions(sharing, {"vllm": th}, pl.DataFrame(), 0.3, 0.1)
+    text = narrative.prefix_conclusions(sharing.to_dicts(), {"vllm": th}, [], 0.3, 0.1, radix_paged_pairs(sharing))
     assert ("- vLLM: threshold test at 30% → **inconclusive** (at shared fraction 0, with nothing to reuse, cache on "
             "vs off already differ by +31% of batch time).") in text
 
 
 def test_reuse_sentences_say_which_requests_found_the_prefix(study):
-    assert narrative.reuse_sentences(study["reuse"]).splitlines() == [
+    assert narrative.reuse_sentences(study["reuse"].to_dicts()).splitlines() == [
         "- vLLM, cache on — requests that found the prefix in the cache: 20% shared: 15 of 16 (3 of the 4 sent first), "
         "50% shared: 15 of 16 (3 of the 4 sent first), 90% shared: 15 of 16 (3 of the 4 sent first).",
         "- sglang-jax (CPU), cache on — requests that found the prefix in the cache: 20% shared: 12 of 16 (0 of the 4 "
@@ -406,46 +407,46 @@ def test_prefix_verdicts_test_each_claim_with_one_number(study):
 
 def test_prefix_captions_say_what_each_figure_shows(study):
     s = study
-    assert narrative.prefix_sharing_caption(s["sharing"]) == (
+    assert narrative.prefix_sharing_caption(s["sharing"].to_dicts()) == (
         "At 90% shared, with its prefix cache on, vLLM 83% (its whole-block ideal 83%) and sglang-jax (CPU) 84% "
         "(token-exact ideal 84%) of prompt tokens came from the cache; with the caches off every hit rate is 0%. vLLM "
         "finishes the batch 1.9× sooner than sglang-jax (CPU) there and 2.0× sooner with nothing shared, so sharing "
         "does not change which engine is faster.")
-    assert narrative.caching_gain_caption(s["gain"], s["thresholds"]) == (
+    assert narrative.caching_gain_caption(s["gain"].to_dicts(), s["thresholds"]) == (
         "Above 1× the cache helps: vLLM: batch time unchanged (1.0×) with the cache at 0% shared, 3.0× shorter at "
         "90%, rising with no jump; sglang-jax (CPU): batch time unchanged (1.0×) with the cache at 0% shared, 3.1× "
         "shorter at 90%, rising with no jump.")
-    assert narrative.multi_turn_caption(s["by_turn"]) == (
+    assert narrative.multi_turn_caption(s["by_turn"].to_dicts()) == (
         "Last turn (turn 2), prefix cache on: vLLM 94% of its prompt cached, mean TTFT 4.0× shorter than with the "
         "cache off; sglang-jax (CPU) 97% of its prompt cached, mean TTFT 4.0× shorter than with the cache off; with "
         "the caches off no token came from the cache.")
     ideal = analysis.ideal_sharing(1008, 8, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9], 128)
     # at 50%: 504 prefix tokens, 3 whole blocks = 384; × 7/8 of 1,008: 43.75% against 33.3%
-    assert narrative.ideal_reuse_caption(ideal, 1008, 8, 128, 0.3) == (
+    assert narrative.ideal_reuse_caption(ideal.to_dicts(), 1008, 8, 128, 0.3) == (
         "Modelled for 8 requests of 1,008 tokens: a token-exact cache could serve at most 79% of prompt tokens at 90% "
         "shared, on a straight line (shared fraction × 7/8) with no step at the article's 30%; a cache of whole "
         "128-token blocks falls short of it by up to 10.4 percentage points (33% against 44% at 50% shared).")
 
 
 def test_prefix_tables_are_readers_tables(study):
-    t = narrative.sharing_table(study["sharing"])
+    t = narrative.sharing_table(sharing_points(study["sharing"]).to_dicts())
     assert t.caption == "one run per point (no repeats); with the prefix cache off every cache-hit rate is 0%"
     assert "cache-hit rate, cache off (%)" not in t.headers  # a column of zeros said once instead
     assert t.rows[3][:5] == ["vLLM", "90", "1,829", "82.7", "84.4"]
-    g = narrative.gain_table(study["gain"])
+    g = narrative.gain_table(gain_points(study["gain"]).to_dicts())
     assert g.headers[-1] == "batch time saved by the cache (%)"
     # one run a side: each ratio and the time saved to two significant figures (2.95× and 66.1% measured at 90%)
     assert g.caption == "one run a side per point (no repeats): ratios to two significant figures"
     assert [r[3:] for r in g.rows[:4]] == [["1.0", "1.0", "0"], ["1.2", "1.2", "14"], ["1.5", "1.5", "33"],
                                             ["3.0", "3.0", "66"]]
     assert 'td.col3 {\n  text-align: left' not in g.html()  # numbers formatted in advance still line up right
-    turns = narrative.turns_table(study["by_turn"])
+    turns = narrative.turns_table(turn_points(study["by_turn"]).to_dicts())
     # vLLM with its cache off reported no cached count: the column stays (–) and the reporting counts are shown
     assert "cached per request, cache off (tokens)" in turns.headers and turns.rows[0][6] == "–"
     assert turns.headers[-2:] == ["requests reporting a cached count, cache on", "requests reporting a cached count, cache off"]
-    claims = narrative.prefix_claims_table(study["claims"])
+    claims = narrative.prefix_claims_table(study["claims"].to_dicts())
     assert claims.headers == ["what the article says", "how this report tests it"] and len(claims.rows) == 4
-    assert narrative.prefix_citation_note(study["claims"].filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS)))) \
+    assert narrative.prefix_citation_note(study["claims"].filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS))).to_dicts()) \
         .endswith("— section on vLLM PagedAttention, section on SGLang RadixAttention, decision tree.")
 
 
@@ -454,7 +455,7 @@ def test_prefix_tables_give_spread_as_least_to_most_as_the_figure_draws_it():
     runs3 = pl.concat([sharing_runs().with_columns(pl.col("run_id") + f"-{k}", pl.col("batch_time_s") * (1 + 0.05 * k),
                                                    pl.col("ttft_mean_ms") * (1 + 0.1 * k)) for k in range(3)])
     sharing = analysis.prefix_sharing(runs3)
-    t = narrative.sharing_table(sharing)
+    t = narrative.sharing_table(sharing_points(sharing).to_dicts())
     assert t.caption.startswith("median over the runs of each point; spread: least to most over them, as the "
                                 "figure's whiskers")
     assert not any("std" in h for h in t.headers)
@@ -462,7 +463,7 @@ def test_prefix_tables_give_spread_as_least_to_most_as_the_figure_draws_it():
                               "batch time, cache off: least–most over the runs (s)", "runs, on", "runs, off"]
     # vLLM at 20% shared: on 1.72, 1.806, 1.892 s; off 2.0, 2.1, 2.2 s
     assert t.rows[1][-4:] == ["1.72–1.89", "2–2.2", "3", "3"]
-    g = narrative.gain_table(analysis.caching_gain(sharing))
+    g = narrative.gain_table(gain_points(analysis.caching_gain(sharing)).to_dicts())
     assert g.headers[3:7] == ["mean TTFT, off ÷ on (×)", "mean TTFT, off ÷ on: least–most over the runs (×)",
                               "median batch time, off ÷ on (×)",
                               "median batch time, off ÷ on: least–most over the runs (×)"]
@@ -496,7 +497,7 @@ def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
         "engine's prefix cache on (shared-prefix runs); concurrency: sglang-jax (CPU), 1.25× the completed "
         "requests/s of vLLM at 128 requests in flight (classification runs); the SGLang side of these measurements is "
         "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
-    assert narrative.disagreement(w, w.tree(), ev, sh) is None  # the tree says sglang too
+    assert narrative.disagreement(w, w.tree(), ev, sh.to_dicts()) is None  # the tree says sglang too
     assert "Favours **SGLang** (measured on sglang-jax (CPU))." in narrative.evidence_sentences(ev)
     assert narrative.evidence_gap_sentence(ev) is None
 
@@ -509,7 +510,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
     assert narrative.evidence_basis(ev).endswith(
         "so the prefix factor, the tree's first question for this workload, decides; the SGLang side of these "
         "measurements is sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU")
-    why = narrative.disagreement(shared, shared.tree(), ev, sharing)
+    why = narrative.disagreement(shared, shared.tree(), ev, sharing.to_dicts())
     assert why.startswith("The tree says **SGLang** (RadixAttention's effect at its greatest); the "
                           "measured data say **vLLM** (prefix: vLLM, median batch time 1.87× shorter")
     assert ("measured, vLLM's automatic prefix caching reused 41% of prompt tokens at shared fraction 0.5 "
@@ -517,7 +518,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=128)
     ev = guide.from_evidence(distinct, fit, sharing, conc)
     assert "so the concurrency factor" in narrative.evidence_basis(ev)
-    why = narrative.disagreement(distinct, distinct.tree(), ev, sharing)
+    why = narrative.disagreement(distinct, distinct.tree(), ev, sharing.to_dicts())
     assert ("The tree's high-concurrency branch assumes vLLM's C++ routing stability wins with ≥ 100 requests in "
             "flight; measured, concurrency: sglang-jax (CPU), 1.25× the completed requests/s of vLLM") in why
 
@@ -532,8 +533,8 @@ def test_cpu_baselines_are_said_to_decide_nothing_and_the_guide_follows_the_tree
         "- from the data: no factor decides, so the guide follows the tree: **SGLang** (the measured prefix and "
         "concurrency comparisons are CPU baselines of two different engine implementations, which cannot decide "
         "which engine is faster on a GPU host; the model does not separate the engines here).")
-    assert narrative.disagreement(w, w.tree(), ev, sharing) is None
-    assert narrative.recommendation_sentence(w, w.tree(), ev, sharing) == (
+    assert narrative.disagreement(w, w.tree(), ev, sharing.to_dicts()) is None
+    assert narrative.recommendation_sentence(w, w.tree(), ev, sharing.to_dicts()) == (
         "**The tree says SGLang; the data here can neither confirm nor contradict it**: the measured prefix and "
         "concurrency comparisons are CPU baselines of two different engine implementations, which cannot decide "
         "which engine is faster on a GPU host; the model does not separate the engines here. The tree's "
@@ -576,8 +577,8 @@ def test_with_nothing_measured_the_guide_follows_the_tree_and_says_so(fit, shari
     empty_sh, empty_conc = sharing.head(0), analysis.concurrency_study(conc_runs()).head(0)
     shared = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(shared, fit, empty_sh, empty_conc)
-    assert narrative.disagreement(shared, shared.tree(), ev, empty_sh) is None
-    assert narrative.recommendation_sentence(shared, shared.tree(), ev, empty_sh) == (
+    assert narrative.disagreement(shared, shared.tree(), ev, empty_sh.to_dicts()) is None
+    assert narrative.recommendation_sentence(shared, shared.tree(), ev, empty_sh.to_dicts()) == (
         "**The tree says SGLang; the data here can neither confirm nor contradict it**: no measurement compares two "
         "engines; the model does not separate the engines here.")
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=16)
@@ -588,11 +589,11 @@ def test_with_nothing_measured_the_guide_follows_the_tree_and_says_so(fit, shari
 
 
 def test_engine_choice_captions(sharing):
-    assert narrative.prefix_caption(sharing) == (
+    assert narrative.prefix_caption(sharing.to_dicts()) == (
         "Measured on CPU, prefix cache on, at shared fraction 0.9: prompt tokens served from the cache — vLLM 83% "
         "(whole-block ideal 83%), sglang-jax (CPU) 84% (token-exact ideal 84%); vLLM's median batch time is 2.0× "
         "shorter at 0 and 1.9× shorter at 0.9.")
-    assert narrative.concurrency_caption(analysis.concurrency_study(conc_runs())) == (
+    assert narrative.concurrency_caption(analysis.concurrency_study(conc_runs()).to_dicts()) == (
         "Measured on CPU at 128 requests in flight: sglang-jax (CPU) completes 50 requests/s (mean TTFT 100 ms) and "
         "vLLM completes 40 requests/s (mean TTFT 100 ms) — sglang-jax (CPU) 1.2× the throughput; 512 of 512 "
         "requests sent completed (none failed).")
@@ -633,7 +634,7 @@ def test_caching_gain_caption_words_a_threshold_from_the_rows(study):
     import dataclasses
 
     ths = {e: dataclasses.replace(t, verdict="threshold") for e, t in study["thresholds"].items()}
-    text = narrative.caching_gain_caption(study["gain"], ths)
+    text = narrative.caching_gain_caption(study["gain"].to_dicts(), ths)
     assert "vLLM: batch time unchanged (1.0×) with the cache at 0% shared" in text  # one run a side: 2 s.f.
     assert text.count("the saving jumping from") == 2
 
@@ -642,7 +643,7 @@ def test_consistency_table_states_each_decay_factor_with_its_direction():
     """The article's table against its stated ratios: a decay factor reads 'rises 1.06×', never 0.940."""
     claims = CLAIMS.filter(pl.col("experiment") == "article_b300")
     check = analysis.consistency(PUB, claims)
-    rows = narrative.consistency_table(check, claims).rows
+    rows = narrative.consistency_table(check.to_dicts(), claims.to_dicts()).rows
     assert [r[3] for r in rows] == ["1.50", "1.33", "1.31", "1.24", "falls 2.94×", "rises 1.06×", "falls 1.49×",
                                     "rises 2.09×"]
 
@@ -656,7 +657,7 @@ def test_bound_sentence_gives_measured_shares_to_two_significant_figures():
         "batch_fraction_of_bound": [0.0123, 0.0456, 0.01234, 0.2567, 0.0567],
         "bandwidth_fraction_of_peak": [0.088, 0.091, None, None, None],
     })
-    assert narrative.bound_sentence(frac).splitlines() == [
+    assert narrative.bound_sentence(frac.to_dicts()).splitlines() == [
         "- published (B300): the article's runs took 22–81× the model's bound, i.e. reached 1.2%–4.6% of it; decode "
         "read memory at 8.8%–9.1% of peak bandwidth.",
         "- measured (CPU, 3 runs): 1.2%–26% of a bound computed from the catalog's nominal CPU figures — compare these "
@@ -674,7 +675,7 @@ def test_a_saving_that_falls_across_the_threshold_is_not_said_to_jump():
 
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
                          "time_saved": [0.02, 0.11, -0.15, 0.40]})
-    said = threshold_sentence(analysis.sharing_threshold(gain), gain)
+    said = threshold_sentence(analysis.sharing_threshold(gain), gain.to_dicts())
     assert "jumps" not in said
     assert ("**The saving rises more steeply from 30% up than below it**, but it does not jump at the threshold: it "
             "falls between shared fractions 0.2 and 0.5 (+11% → -15%).") in said
@@ -688,7 +689,7 @@ def test_the_caching_gain_caption_says_falling_where_the_saving_falls_across_the
 
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
                          "time_saved": [0.02, 0.11, -0.15, 0.40], "batch_speedup": [1.02, 1.12, 0.87, 1.67]})
-    said = caching_gain_caption(gain, analysis.sharing_thresholds(gain))
+    said = caching_gain_caption(gain.to_dicts(), analysis.sharing_thresholds(gain))
     assert "the saving falling from +11% at 20% to -15% at 50%" in said and "jumping" not in said
 
 
@@ -699,7 +700,8 @@ def test_a_cache_on_run_several_times_slower_where_nothing_is_reused_reads_as_a_
     th = analysis.sharing_threshold(gain)
     assert th.verdict == "inconclusive"
     assert ("yet the runs with the cache on took 5.7× as much batch time as with it off, a difference the prefix "
-            "cache cannot explain") in narrative.threshold_sentence(th, gain)
-    text = narrative.prefix_conclusions(analysis.prefix_sharing(sharing_runs()), {"sglang": th}, pl.DataFrame(), 0.3, 0.1)
+            "cache cannot explain") in narrative.threshold_sentence(th, gain.to_dicts())
+    text = narrative.prefix_conclusions(analysis.prefix_sharing(sharing_runs()).to_dicts(), {"sglang": th}, [], 0.3, 0.1,
+                                        radix_paged_pairs(analysis.prefix_sharing(sharing_runs())))
     assert "cache on vs off already differ by a factor of 5.7 in batch time)." in text
     assert "474%" not in text

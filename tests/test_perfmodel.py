@@ -464,30 +464,32 @@ def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
 def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
     from kvlab import narrative
     from kvlab.perfmodel.calibrate import sensitivity
-    from kvlab.perfmodel.figures import crossover_table, headroom_table
+    from kvlab.perfmodel.figures import calibrated_ranges, crossover_table, flag_kinds, headroom_table
 
     x = crossover_from_fit(fit)
     pub = load_runs(DATA_DIR).filter(pl.col("source") == "published")
-    assert narrative.curves_caption(kimi_curves, x, pub) == (
+    assert narrative.curves_caption(kimi_curves.to_dicts(), x, calibrated_ranges(kimi_curves, pub)) == (
         "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 1.81× faster at 4K; the curves cross at ≈173K (177,652 "
         "tokens); SGLang TP8+DCP8 is 1.08× faster at 256K; solid lines span the published 64K–200K the fit rests on "
         "(circles: the article's times), dashed lines are extrapolations.")
-    assert narrative.whatif_setup(fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8, published=pub).endswith(
+    assert narrative.whatif_setup(fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8,
+                                  published=pub.to_dicts()).endswith(
         "Kimi-K3 on 8× H200 is not what the article measured: every curve for it is an extrapolation of the "
         "efficiencies fitted on Kimi-K3 on 8× B300.")
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
-    assert narrative.whatif_headroom_caption(head).startswith(
+    assert narrative.whatif_headroom_caption(head.to_dicts(), flag_kinds(head)).startswith(
         "Modelled for Kimi-K3 on 8× B300 at 200K: 0.95 fits 12 sequences against 0.92's 11 with DCP 1 (1.09×), "
         "and 58 against 51 with DCP 8 (1.14×)")
-    note = narrative.oom_flag_note(head)
+    note = narrative.oom_flag_note(head.to_dicts())
     assert "needs **6.5%** of each GPU's memory outside the target (17.4 GiB per B300)" in note
     assert "At 0.95 only 13.4 GiB is left outside the target" in note and "does not predict an out-of-memory" in note
     xo = crossover_table(["B300", "B200"], "Kimi-K3", [2, 8], Workload(), fit.params)
-    assert narrative.crossover_caption(xo) == (
+    assert narrative.crossover_caption(xo.to_dicts()) == (
         "Modelled context from which SGLang TP8+DCP beats vLLM TP8 for Kimi-K3: on B300 it falls from 287K at DCP 2 "
         "to 173K at DCP 8; no crossover in the modelled range for B200 at DCP 2, 8.")
     sens = sensitivity([Workload(8, n) for n in (1024, 4096, 8192)])
-    text = narrative.model_conclusions(fit, sens, x, kimi_curves.filter(pl.col("context_tokens") == 262144), head,
+    text = narrative.model_conclusions(fit, sens, x, kimi_curves.filter(pl.col("context_tokens") == 262144).to_dicts(),
+                                       head.to_dicts(),
                                        Workload(), gpu="B300", tp=8, dcp=8, published_contexts=[65536, 204800])
     assert "bandwidth_efficiency" not in text and "dcp_layer_latency" not in text  # values, never parameter names
     assert ("- **Fit:** the 4 published times are reproduced within 12.2%; held out in turn, each is predicted within "
@@ -586,7 +588,7 @@ def test_what_if_figures_carry_their_range_over_the_assumption_sets():
     two = pl.DataFrame({"config": ["vllm TP8", "sglang TP8+DCP8"], "engine": ["vllm", "sglang"],
                         "context_tokens": [1 << 20] * 2, "batch_time_s": [2355.0, 2041.0], "fits": [True, True],
                         "waves": [4, 1]})
-    text = narrative.at_max_sentence(two, 204800, (0.9, 1.67))
+    text = narrative.at_max_sentence(two.to_dicts(), 204800, (0.9, 1.67))
     assert "it ranges from vLLM 1.11× faster to SGLang 1.67× faster — the winner itself is not pinned" in text
 
 

@@ -167,7 +167,7 @@ def test_claims_figure_names_every_definition_in_colours_that_are_not_engines():
     claims = store.load_claims().filter(pl.col("experiment") == "article_b300")
     runs = store.load_runs().filter(pl.col("source") == "published")
     check = analysis.consistency(runs, claims)
-    fig = plots.claims_vs_table(check, narrative.claim_labels(check, claims), narrative.DEFINITION_NAMES)
+    fig = plots.claims_vs_table(check, narrative.claim_labels(check.to_dicts(), claims.to_dicts()), narrative.DEFINITION_NAMES)
     ax = fig.axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["stated by the article", "table implies: T(slower) ÷ T(faster)",

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 from kvlab import campaign, narrative, reports, store
+from kvlab.studies.whatif_model import catalogued
 from notebook_data import FIXTURE_RUNS, copy_reference
 
 #: The fixture runs (tests/fixtures/runs): 28 measured runs, 728 requests, 28 attempts; the published tables: 4 rows.
@@ -103,7 +104,7 @@ def test_a_run_folder_read_again_after_it_is_mended(data):
 
 
 def test_a_model_missing_from_the_catalog_is_said_and_its_modelled_bound_skipped(data):
-    """Report 04's path (narrative.catalogued, then perfmodel.achieved_fraction): the 6 cpu_long_context runs of a
+    """Report 04's path (studies.whatif_model.catalogued, then perfmodel.achieved_fraction): the 6 cpu_long_context runs of a
     model the catalog lacks are named and left out of the bound; the other 22 measured runs and the 4 published
     rows keep theirs."""
     from kvlab.perfmodel import Assumptions, Workload, achieved_fraction
@@ -113,13 +114,13 @@ def test_a_model_missing_from_the_catalog_is_said_and_its_modelled_bound_skipped
     runs = store.load_runs(data)
     with pytest.raises(KeyError, match="Qwen/Qwen2.5-0.5B-Instruct"):  # what report 04 failed on
         achieved_fraction(runs, Workload(8, 1024), Assumptions(), sources=("published", "measured"))
-    kept, note = narrative.catalogued(runs)
+    kept, missing = catalogued(runs)
     assert kept.height == runs.height - 6
-    assert note == ("*Not in the model's catalog (data/catalog): model `Qwen/Qwen2.5-0.5B-Instruct` (experiment "
+    assert narrative.not_catalogued_note(missing) == ("*Not in the model's catalog (data/catalog): model `Qwen/Qwen2.5-0.5B-Instruct` (experiment "
                     "`cpu_long_context`). Their modelled bound is skipped; what was measured is still shown.*")
     frac = achieved_fraction(kept, Workload(8, 1024), Assumptions(), sources=("published", "measured"))
     assert frac.group_by("source").len().sort("source").rows() == [("measured", 22), ("published", 4)]
-    assert narrative.catalogued(kept) == (kept, "")
+    assert catalogued(kept) == (kept, {}) and narrative.not_catalogued_note({}) == ""
 
 
 @pytest.mark.parametrize("exc", [

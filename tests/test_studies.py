@@ -88,7 +88,7 @@ def test_evidence_names_the_contradicted_premise():
     ev = guide.from_evidence(w, published_fit(), sharing, pl.DataFrame())
     # GQA at TP8: DCP changes nothing; one engine measured: nothing decides, and the guide follows the tree
     assert (ev.engine, ev.decided_by, ev.factors[0].favours) == ("sglang", "tree", None)
-    why = narrative.recommendation_sentence(w, w.tree(), ev, sharing)
+    why = narrative.recommendation_sentence(w, w.tree(), ev, sharing.to_dicts())
     assert "assumes vLLM shares no prefixes" in why and "45%" in why
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvlab.analysis import consistency_verdicts
 from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, measured_difference
 from kvlab.engines import engine_label
 from kvlab.units import change, sig2
@@ -39,19 +38,12 @@ def extremes(decay: pl.DataFrame) -> list[DecayExtremes]:
     return out
 
 
-def consistency_rows(check: pl.DataFrame | None) -> dict[str, list[dict]]:
-    """:func:`kvlab.analysis.consistency`'s rows by claim id (what the table implies under each definition)."""
+def consistency_rows(check: list[dict] | None) -> dict[str, list[dict]]:
+    """:func:`kvlab.analysis.consistency`'s row dicts by claim id (what the table implies under each definition)."""
     out: dict[str, list[dict]] = {}
-    if check is not None:
-        for r in check.iter_rows(named=True):
-            out.setdefault(r["claim_id"], []).append(r)
+    for r in check or []:
+        out.setdefault(r["claim_id"], []).append(r)
     return out
-
-
-def consistency_split(check: pl.DataFrame) -> tuple[list[dict], list[dict]]:
-    """:func:`kvlab.analysis.consistency_verdicts`' rows split: (consistent under some definition, under none)."""
-    v = consistency_verdicts(check)
-    return (v.filter(pl.col("consistent_under_any")).to_dicts(), v.filter(~pl.col("consistent_under_any")).to_dicts())
 
 
 def stand_in(engine: str, present: list[str], family: dict[str, str] | None = None) -> str | None:

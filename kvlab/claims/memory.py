@@ -67,33 +67,34 @@ def fails_outside_pool(row: dict) -> bool:
     return row.get("fits") is False and (row.get("max_concurrent_seqs") or 0) >= 1 and short_outside_pool(row)
 
 
-def headroom_pairs(head: pl.DataFrame, by: str, first, second) -> list[dict]:
-    """The modelled headroom at two values of ``by`` (``mem_util`` or ``dcp``) side by side: one row per matching
-    configuration (the other of dcp / mem_util, and the context) with ``a`` (sequences at ``first``) and ``b`` (at
-    ``second``), where ``a`` > 0."""
+def headroom_pairs(head: list[dict], by: str, first, second) -> list[dict]:
+    """The modelled headroom (``head``: :func:`kvlab.perfmodel.figures.headroom_table`'s row dicts) at two values of
+    ``by`` (``mem_util`` or ``dcp``) side by side: one row per matching configuration (the other of dcp / mem_util,
+    and the context) with ``a`` (sequences at ``first``) and ``b`` (at ``second``), where ``a`` > 0."""
     other = "dcp" if by == "mem_util" else "mem_util"
-    keys = [other, "context_tokens"]
-    a = head.filter(pl.col(by) == first).select(*keys, pl.col("max_concurrent_seqs").alias("a"))
-    b = head.filter(pl.col(by) == second).select(*keys, pl.col("max_concurrent_seqs").alias("b"))
-    return a.join(b, on=keys).filter(pl.col("a") > 0).to_dicts()
+    keys = (other, "context_tokens")
+    return [{other: a[other], "context_tokens": a["context_tokens"], "a": a["max_concurrent_seqs"],
+             "b": b["max_concurrent_seqs"]}
+            for a in head if a[by] == first for b in head
+            if b[by] == second and all(a[k] == b[k] for k in keys) and (a["max_concurrent_seqs"] or 0) > 0]
 
 
-def headroom_by_config(head: pl.DataFrame) -> list[dict]:
-    """The modelled headroom per DCP size and context, in the table's order: ``dcp``, ``context_tokens`` and
-    ``settings``, the (mem_util, max_concurrent_seqs) pairs lowest setting first."""
-    out = []
-    for (dcp, ctx), g in head.group_by(["dcp", "context_tokens"], maintain_order=True):
-        g = g.sort("mem_util")
-        out.append({"dcp": dcp, "context_tokens": ctx,
-                    "settings": list(zip(g["mem_util"].to_list(), g["max_concurrent_seqs"].to_list()))})
-    return out
+def headroom_by_config(head: list[dict]) -> list[dict]:
+    """The modelled headroom (row dicts) per DCP size and context, in the table's order: ``dcp``,
+    ``context_tokens`` and ``settings``, the (mem_util, max_concurrent_seqs) pairs lowest setting first."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in head:
+        groups.setdefault((r["dcp"], r["context_tokens"]), []).append(r)
+    return [{"dcp": dcp, "context_tokens": ctx,
+             "settings": [(r["mem_util"], r["max_concurrent_seqs"]) for r in sorted(g, key=lambda r: r["mem_util"])]}
+            for (dcp, ctx), g in groups.items()]
 
 
-def stats_row(stats: pl.DataFrame, r: dict, mem_util: float) -> dict | None:
-    """The memory-study row of ``r``'s engine and context at ``mem_util``."""
-    hit = stats.filter((pl.col("engine") == r["engine"]) & (pl.col("context_tokens") == r["context_tokens"])
-                       & (pl.col("mem_util") == mem_util))
-    return hit.row(0, named=True) if hit.height else None
+def stats_row(stats: list[dict], r: dict, mem_util: float) -> dict | None:
+    """The memory-study row (``stats``: :func:`kvlab.analysis.memory_study`'s row dicts) of ``r``'s engine and
+    context at ``mem_util``."""
+    return next((s for s in stats if s["engine"] == r["engine"] and s["context_tokens"] == r["context_tokens"]
+                 and s["mem_util"] == mem_util), None)
 
 
 def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.DataFrame,
@@ -110,6 +111,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
     reserve), ``mixed`` and unknown cannot test the OOM parts either: only runs recorded as on GPUs can."""
 
     out = []
+    stats_rows = stats.to_dicts()
     us = sorted(stats["mem_util"].unique().to_list()) if stats.height else []
     lo, hi = (us[0], us[-1]) if us else (None, None)
     setting = (simulated if isinstance(simulated, str) else "unknown" if simulated is None
@@ -226,7 +228,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
         elif metric == "batch_time_spread":  # lowering the target stabilised run time
             spreads = []
             for r in cmp.iter_rows(named=True):
-                a, b = stats_row(stats, r, lo), stats_row(stats, r, hi)
+                a, b = stats_row(stats_rows, r, lo), stats_row(stats_rows, r, hi)
                 if a and b and (a["runs_ok"] or 0) > 1 and (b["runs_ok"] or 0) > 1:
                     spreads.append((r, a["batch_time_cv"], b["batch_time_cv"]))
             lower = sum(x < y for _, x, y in spreads)
@@ -252,7 +254,7 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             lat, parts = [], []
             at = cmp.filter(pl.col("context_tokens") == cmp["context_tokens"].max()) if cmp.height else cmp
             for r in sorted(at.iter_rows(named=True), key=lambda r: engine_rank(r["engine"])):
-                a, b = stats_row(stats, r, lo), stats_row(stats, r, hi)
+                a, b = stats_row(stats_rows, r, lo), stats_row(stats_rows, r, hi)
                 if not (a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]):
                     continue
                 lat.append((r, a["e2e_mean_ms"] / b["e2e_mean_ms"]))

@@ -24,8 +24,9 @@ from kvlab.narrative.memory_utilisation import (
     memory_study_summary, memory_table,
 )
 from kvlab.narrative.whatif_model import (
-    at_max_sentence, band_sentence, bound_sentence, catalogued, confidence, crossover_caption, fit_sentence,
-    loo_sentence, model_answer, model_conclusions, model_verdicts, oom_flag_note, sensitivity_sentence,
+    at_max_sentence, band_sentence, bound_sentence, confidence, crossover_caption, fit_sentence,
+    loo_sentence, model_answer, model_conclusions, model_verdicts, not_catalogued_note, oom_flag_note,
+    sensitivity_sentence,
     step_cost_bullet, throughput_caption,
     whatif_headroom_caption, whatif_setup, winners_held_out,
 )

@@ -1,19 +1,14 @@
 """Report 07 (capacity under load): what is missing, the captions, tables and sentences of the throughput-interactivity
 curves, the highest load within the SLO, the telemetry against the ceiling, the map and the modelled B300 ceilings.
-The frames come from kvlab.analysis and kvlab.claims.capacity; every number here is read from them."""
+The frames come from kvlab.analysis and kvlab.claims.capacity, as row dicts; every number here is read from them."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from kvlab import tables
 from kvlab.analysis import KV_SATURATED, NOT_PROBED, SLO_SHARE
 from kvlab.claims.capacity import capacity_verdicts
 from kvlab.engines import engine_label
 from kvlab.units import measured, scaled_context, tokens_label
-
-if TYPE_CHECKING:
-    from polars import DataFrame
 
 __all__ = ["capacity_verdicts"]
 
@@ -47,24 +42,24 @@ def no_capacity_runs_note(experiment: str, data_dir) -> str:
             "empty until then; the modelled B300 ceilings at the end need no run.*")
 
 
-def slo_note(curve: DataFrame) -> str:
+def slo_note(curve: list[dict]) -> str:
     """The SLO the runs were held to (as stored per run) and what 'within the SLO' means."""
-    slos = sorted({(r["slo_ttft_ms"], r["slo_tpot_ms"]) for r in curve.iter_rows(named=True)},
+    slos = sorted({(r["slo_ttft_ms"], r["slo_tpot_ms"]) for r in curve},
                   key=lambda s: tuple(x if x is not None else -1 for x in s))
     said = "; ".join(" and ".join(p for p in (f"TTFT ≤ {t:,.0f} ms" if t is not None else "",
                                                f"TPOT ≤ {p:,.0f} ms" if p is not None else "") if p)
                      or "none stated" for t, p in slos)
-    hw = ", ".join(sorted({r["hardware"] for r in curve.iter_rows(named=True)}))
+    hw = ", ".join(sorted({r["hardware"] for r in curve}))
     return (f"Measured on {hw}, under the SLO stated in the experiment file ({said}, an assumption of the file, not a "
             f"measurement). A load point is **within the SLO** when at least {SLO_SHARE:.0%} of its counted requests "
             "met both bounds (the SLO held at p90) and it was not stopped past saturation; **goodput** is those "
             "requests per second of its steady-state window.")
 
 
-def pareto_caption(curve: DataFrame) -> str:
+def pareto_caption(curve: list[dict]) -> str:
     """What to see in the throughput-interactivity figure: how many points and settings, how many on the front, and
     where throughput per device peaks."""
-    rows = list(curve.iter_rows(named=True))
+    rows = curve
     front = sum(bool(r.get("on_front")) for r in rows)
     within = sum(bool(r["within_slo"]) for r in rows)
     top = max(rows, key=lambda r: r["output_tokens_per_s_per_device"] or 0)
@@ -77,11 +72,11 @@ def pareto_caption(curve: DataFrame) -> str:
             "interactive, up is more throughput.")
 
 
-def capacity_table(best: DataFrame):
+def capacity_table(best: list[dict]):
     """Per engine x context x memory setting: the levels measured, the highest load within the SLO, its goodput (with
     its range over repeats) and the lowest load that missed it."""
     rows = []
-    for r in sorted(best.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
+    for r in sorted(best, key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
         g = r["goodput_requests_per_s"]
         spread = ("" if g is None or r["goodput_min_requests_per_s"] == r["goodput_max_requests_per_s"] else
                   f" ({measured(r['goodput_min_requests_per_s'], 1)}–{measured(r['goodput_max_requests_per_s'], 1)})")
@@ -95,10 +90,10 @@ def capacity_table(best: DataFrame):
     return tables.table(rows, list(rows[0]) if rows else ["configuration"])
 
 
-def capacity_sentences(best: DataFrame) -> str:
+def capacity_sentences(best: list[dict]) -> str:
     """One line per engine x context x memory setting: the highest load within the SLO and the goodput there."""
     lines = []
-    for r in sorted(best.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
+    for r in sorted(best, key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
         head = f"{config_label(r)} at {_where(r)}"
         if r["max_load_within_slo"] is None:
             lines.append(f"- {head}: **no load within the SLO** (lowest measured: "
@@ -111,11 +106,11 @@ def capacity_sentences(best: DataFrame) -> str:
     return "\n".join(lines)
 
 
-def onset_table(onset: DataFrame):
+def onset_table(onset: list[dict]):
     """Per engine x context x memory setting: the ceiling, and the lowest load past it, at which requests queued, the
     KV pool saturated and the server preempted (telemetry)."""
     rows = []
-    for r in sorted(onset.iter_rows(named=True), key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
+    for r in sorted(onset, key=lambda r: (r["context_tokens"], r["mem_util"] or 0, r["engine"])):
         seen = r["telemetry"] == "sampled"
 
         def none(series: str) -> str:  # no level did, or no sample held the series (then it cannot be said)
@@ -134,13 +129,13 @@ def onset_table(onset: DataFrame):
     return tables.table(rows, list(rows[0]) if rows else ["configuration"])
 
 
-def ceiling_caption(points: DataFrame, onset: DataFrame) -> str:
+def ceiling_caption(points: list[dict], onset: list[dict]) -> str:
     """What to see in the telemetry figure: where the queue appeared, against the ceilings."""
-    past = [r for r in onset.iter_rows(named=True) if r["first_past_ceiling"] is not None]
-    queued = [r for r in onset.iter_rows(named=True) if r["first_queued"] is not None]
-    sampled = sum(r["telemetry"] == "sampled" for r in points.iter_rows(named=True))
+    past = [r for r in onset if r["first_past_ceiling"] is not None]
+    queued = [r for r in onset if r["first_queued"] is not None]
+    sampled = sum(r["telemetry"] == "sampled" for r in points)
     parts = [f"Measured: the peak KV-pool usage the server reported during each load point ({sampled} of "
-             f"{points.height} points sampled), crosses where requests waited, dashed lines at each engine's "
+             f"{len(points)} points sampled), crosses where requests waited, dashed lines at each engine's "
              "concurrency ceiling (its reported KV pool ÷ tokens per request)"]
     if past:
         parts.append("loads past the ceiling at " + "; ".join(
@@ -155,10 +150,9 @@ def ceiling_caption(points: DataFrame, onset: DataFrame) -> str:
     return "; ".join(parts) + "."
 
 
-def telemetry_caption(series: DataFrame, min_line: int) -> str:
+def telemetry_caption(series: list[dict], min_line: int) -> str:
     """What to see in the telemetry-over-time figure. ``series``: one row per drawn series (a load point's run) with
     its ``samples`` and ``line`` (report 07's "telemetry_series" frame)."""
-    series = list(series.iter_rows(named=True))
     short = sum(not r["line"] for r in series)
     text = (f"Measured: the server's KV-pool usage, requests running and requests waiting over each run, seconds from "
             f"its first request, one series per load point ({len(series)} drawn; darker = more in flight), each "
@@ -169,10 +163,10 @@ def telemetry_caption(series: DataFrame, min_line: int) -> str:
     return text + "."
 
 
-def telemetry_note(points: DataFrame) -> str | None:
+def telemetry_note(points: list[dict]) -> str | None:
     """Which engines' runs have no telemetry, and why (never shown as 0); None when every run was sampled."""
     missing: dict[str, set[str]] = {}
-    for r in points.iter_rows(named=True):
+    for r in points:
         if r["telemetry"] != "sampled":
             missing.setdefault(engine_label(r["engine"]), set()).add(r["telemetry"])
     if not missing:
@@ -181,11 +175,11 @@ def telemetry_note(points: DataFrame) -> str | None:
         " — shown as not available, never as 0.*"
 
 
-def map_table(gmap: DataFrame):
+def map_table(gmap: list[dict]):
     """The map as a table: per context x memory setting, the engine with the higher goodput within the SLO, the
     margin, its range and n."""
     rows = []
-    for r in gmap.iter_rows(named=True):
+    for r in gmap:
         w = r.get("winner")
         margin = ("–" if not w or r.get("margin") is None else f"{measured(r['margin'], r.get('n'))}×")
         spread = ("–" if not w or r.get("margin") is None else f"{measured(r['margin_lo'], 1)}–{measured(r['margin_hi'], 1)}×")
@@ -208,9 +202,9 @@ def map_table(gmap: DataFrame):
     return tables.table(rows, list(rows[0]) if rows else ["context"])
 
 
-def map_caption(gmap: DataFrame) -> str:
+def map_caption(gmap: list[dict]) -> str:
     """What to see in the map: who wins where, and whether the winner changes."""
-    cells = [r for r in gmap.iter_rows(named=True) if r.get("winner")]
+    cells = [r for r in gmap if r.get("winner")]
     if not cells:
         return "Measured: no context × memory setting had an engine within the SLO."
     wins: dict[str, list[str]] = {}
@@ -245,10 +239,10 @@ def probe_sentence(cells: list[dict]) -> str:
             + (f" ({said.count(NOT_PROBED)} of {len(said)} winners not probed)." if NOT_PROBED in said else "."))
 
 
-def modelled_caption(modelled: DataFrame) -> str:
+def modelled_caption(modelled: list[dict]) -> str:
     """What to see in the modelled ceilings: the range per configuration, how much the higher setting adds, and where
     the model's memory check fails."""
-    rows = list(modelled.iter_rows(named=True))
+    rows = modelled
     first = rows[0]
     mems = sorted({r["mem_util"] for r in rows})
     ctx = max(r["context_tokens"] for r in rows)
@@ -268,37 +262,37 @@ def modelled_caption(modelled: DataFrame) -> str:
             f"{tokens_label(ctx)}: " + "; ".join(parts) + flag + ".")
 
 
-def modelled_table(modelled: DataFrame):
+def modelled_table(modelled: list[dict]):
     """The modelled ceilings as a table, labelled modelled in its caption."""
     rows = [{"configuration": config_label(r), "memory setting": r["mem_util"], "context": tokens_label(r["context_tokens"]),
              "KV pool (tokens)": r["kv_pool_tokens"], "pool ÷ context": r["pool_ceiling"],
              "ceiling: sequences the model fits (with their linear-attention state)": r["concurrency_ceiling"],
              "memory check": "fits" if r["fits"] else r["reason"]}
-            for r in sorted(modelled.iter_rows(named=True), key=lambda r: (r["dcp"], r["mem_util"], r["context_tokens"]))]
+            for r in sorted(modelled, key=lambda r: (r["dcp"], r["mem_util"], r["context_tokens"]))]
     return tables.table(rows, list(rows[0]), caption="modelled (kvlab's physical model; no run)")
 
 
-def probe_table(summary: DataFrame):
+def probe_table(summary: list[dict]):
     """Per probed configuration (analysis.probe_summary): its engine, memory setting and cache, whether it is its
     engine's reference, and how its greedy outputs compared with the reference's over the first k tokens."""
     rows = [{"configuration": config_label(r), "memory setting": r["mem_util"],
              "prefix cache": "on" if r["prefix_caching"] else "off", "role": r["role"], "probe": r["probe"],
              "prompts": r["prompts"], "identical": r["identical"], "differs": r["differs"],
              "differs at a near-tie": r["near_ties"], "not compared": r["not_compared"], "tokens compared (k)": r["k"]}
-            for r in summary.iter_rows(named=True)]
+            for r in summary]
     return tables.table(rows, list(rows[0]) if rows else ["configuration"],
                         caption="measured: greedy (temperature 0) outputs of kvlab.probe's fixed prompts, one probe "
                                 "per server start, compared with the engine's reference configuration")
 
 
-def probe_intro(summary: DataFrame, experiment: str) -> str:
+def probe_intro(summary: list[dict], experiment: str) -> str:
     """What the probe compared, or that no configuration of the experiment was probed."""
-    if summary.is_empty():
+    if not summary:
         return (f"*Not probed: no server of `{experiment}` recorded the accuracy probe (its experiment file sets no "
                 "`probe: true`, or its runs were stored before the probe existed). Every configuration says "
                 f"\"{NOT_PROBED}\" in the map.*")
-    refs = [r for r in summary.iter_rows(named=True) if r["role"] == "reference"]
-    differ = [r for r in summary.iter_rows(named=True) if r["differs"]]
+    refs = [r for r in summary if r["role"] == "reference"]
+    differ = [r for r in summary if r["differs"]]
     return ("Per engine and model, the **reference** is the first configuration in the experiment file's order that "
             "was probed: " + "; ".join(f"{config_label(r)} at {r['mem_util']:g}" for r in refs) + ". "
             + (f"{len(differ)} configuration(s) differ clearly from their reference: "

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab.engines import VLLM, engine_label, registry
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
 
-if TYPE_CHECKING:
-    from polars import DataFrame
-
-
-def measured_engines_note(runs: DataFrame) -> str:
-    """Which engines the measured rows hold, with what each one is (said once per report)."""
-    m = runs.filter(runs["source"] == "measured")
-    if m.is_empty():
+def measured_engines_note(runs: list[dict]) -> str:
+    """Which engines the measured rows (``runs``: row dicts) hold, with what each one is (said once per report)."""
+    m = [r for r in runs if r["source"] == "measured"]
+    if not m:
         return ""
-    engines = sorted(m["engine"].unique().to_list(), key=lambda e: (registry.order(e), e))
-    hw = ", ".join(m["hardware"].unique(maintain_order=True).to_list())
+    engines = sorted({r["engine"] for r in m}, key=lambda e: (registry.order(e), e))
+    hw = ", ".join(dict.fromkeys(r["hardware"] for r in m))
     parts = [engine_label(e) + (f": {registry.note(e)}" if registry.note(e) else "") for e in engines]
     return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
 
 
-def citation_note(published: DataFrame) -> str:
-    """Where published rows come from, said once under their table instead of on every row."""
-    cites = [c for c in published["citation"].drop_nulls().unique(maintain_order=True).to_list()] \
-        if "citation" in published.columns else []
+def citation_note(published: list[dict]) -> str:
+    """Where published rows (row dicts) come from, said once under their table instead of on every row."""
+    cites = list(dict.fromkeys(r["citation"] for r in published if r.get("citation") is not None))
     return "Source: " + "; ".join(cites) + "." if cites else "*No citation recorded for these rows.*"
 
 
@@ -50,27 +43,26 @@ def config_name(label: str) -> str:
     return f"{engine_label(engine)} {rest}".strip()
 
 
-def _ratio_at(model_df: DataFrame, context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
-    """(faster configuration, slower ÷ faster) at ``context`` when ``model_df`` holds exactly two curves there."""
-    d = sorted((r for r in model_df.iter_rows(named=True) if r["context_tokens"] == context), key=lambda r: r[y])
+def _ratio_at(model_rows: list[dict], context: int, y: str = "batch_time_s") -> tuple[str, float] | None:
+    """(faster configuration, slower ÷ faster) at ``context`` when ``model_rows`` hold exactly two curves there."""
+    d = sorted((r for r in model_rows if r["context_tokens"] == context), key=lambda r: r[y])
     if len(d) != 2:
         return None
     return d[0]["config"], d[1][y] / d[0][y]
 
 
-def curves_caption(model_df: DataFrame, crossover: float | None, published: DataFrame | None = None,
+def curves_caption(model_rows: list[dict], crossover: float | None, ranges: dict[str, tuple[int, int]],
                    xrange: tuple[float, float] | None = None) -> str:
-    """One sentence for the modelled batch-time curves: who is faster at each end, where they cross (and the
-    shaded range of the crossover over the unpinned assumptions, ``xrange``), which parts are extrapolations."""
-    # matplotlib: perfmodel.figures draws, and importing kvlab.narrative must not load it
-    from kvlab.perfmodel.figures import calibrated_ranges
-
-    first = model_df.row(0, named=True)
+    """One sentence for the modelled batch-time curves (``model_rows``: the curves' row dicts): who is faster at
+    each end, where they cross (and the shaded range of the crossover over the unpinned assumptions, ``xrange``),
+    which parts are extrapolations (``ranges``: per curve, the published contexts the fit rests on,
+    :func:`kvlab.perfmodel.figures.calibrated_ranges`)."""
+    first = model_rows[0]
     who = setup_phrase(first["model"], first["gpu"], first["tp"])
-    lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
+    lo, hi = min(r["context_tokens"] for r in model_rows), max(r["context_tokens"] for r in model_rows)
     ends, winners = [], set()
     for c in (lo, hi):
-        r = _ratio_at(model_df, c)
+        r = _ratio_at(model_rows, c)
         if r:
             ends.append(f"{config_name(r[0])} is {r[1]:.2f}× faster at {tokens_label(c)}")
             winners.add(r[0])
@@ -79,7 +71,6 @@ def curves_caption(model_df: DataFrame, crossover: float | None, published: Data
     cross = (f"the curves cross at {approx_tokens(crossover)}{band}" if crossover is not None and lo <= crossover <= hi
              else f"the curves cross between {tokens_label(lo)} and {tokens_label(hi)}" if len(winners) > 1
              else f"the curves do not cross between {tokens_label(lo)} and {tokens_label(hi)}")
-    ranges = calibrated_ranges(model_df, published)
     if ranges:
         spans = ", ".join(sorted({f"{tokens_label(a)}–{tokens_label(b)}" for a, b in ranges.values()}))
         lines = (f"solid lines span the published {spans} the fit rests on (circles: the article's times), dashed "
@@ -89,7 +80,7 @@ def curves_caption(model_df: DataFrame, crossover: float | None, published: Data
     body = "; ".join(ends[:1] + [cross] + ends[1:])
     misfits = []
     per_config: dict[str, list[dict]] = {}
-    for r in model_df.iter_rows(named=True):
+    for r in model_rows:
         per_config.setdefault(r["config"], []).append(r)
     for cfg, g in per_config.items():
         bad = [r for r in g if r["fits"] is False]
@@ -107,11 +98,10 @@ def scaled_span(r: dict) -> str:
     return f" (scaled contexts: {r['c_from']:,} → {r['c_to']:,} tokens)" if scaled else ""
 
 
-def stand_in_note(*frames: DataFrame, block_tokens: int = 128) -> str | None:
-    """Says, once and plainly, what a stand-in engine (sglang-jax) is, when any of ``frames`` holds its runs; None
-    otherwise."""
-    present = registry.ordered(e for f in frames if not f.is_empty() and "engine" in f.columns
-                               for e in f["engine"].unique(maintain_order=True).to_list())
+def stand_in_note(engines, block_tokens: int = 128) -> str | None:
+    """Says, once and plainly, what a stand-in engine (sglang-jax) is, when ``engines`` (the engines a report's
+    measured frames hold, :func:`kvlab.analysis.engines_in`) include one; None otherwise."""
+    present = registry.ordered(engines)
     stand_ins = [e for e in present if registry.is_stand_in(e)]
     if not stand_ins:
         return None

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab.analysis import Crossover
 from kvlab.claims.speed import crossover_verdicts, held_out_verdict, speed_claim_verdicts
 from kvlab.engines import engine_label
 from kvlab.narrative.common import scaled_span
 from kvlab.perfmodel.calibrate import implausible
 from kvlab.units import approx_tokens, k_label, ratio
-
-if TYPE_CHECKING:
-    from polars import DataFrame
 
 __all__ = ["crossover_verdicts", "held_out_verdict", "speed_claim_verdicts"]
 
@@ -27,13 +22,14 @@ def _seconds(t: float, n: int | None) -> str:
     return f"{ratio(t, n)} s" if n == 1 else f"{t:.4g} s"
 
 
-def relative_speed_sentences(rel: DataFrame, label: str) -> str:
-    """'vLLM is 1.50× faster at 64K (100.5 s vs 150.8 s)' for every context in ``rel``; measured numbers of one run
+def relative_speed_sentences(rel: list[dict], label: str) -> str:
+    """'vLLM is 1.50× faster at 64K (100.5 s vs 150.8 s)' for every context in ``rel`` (relative-speed row dicts,
+    :func:`kvlab.analysis.relative_speed`); measured numbers of one run
     a side to two significant figures ('vLLM is 4.9× faster at 64K (0.49 s vs 2.4 s for sglang-jax (CPU))')."""
-    if rel.is_empty():
+    if not rel:
         return f"*{label}: no context holds runs of both engines.*"
     lines = []
-    for r in rel.iter_rows(named=True):
+    for r in rel:
         times = {r["engine"]: r["batch_time_s"], r["other_engine"]: r["other_batch_time_s"]}
         slower = r["other_engine"] if r["faster"] == r["engine"] else r["engine"]
         n = _n(r, "n_runs", "other_n_runs") if r.get("source") == "measured" else None
@@ -41,10 +37,10 @@ def relative_speed_sentences(rel: DataFrame, label: str) -> str:
             f"- {label}: **{engine_label(r['faster'])} is {ratio(r['speedup'], n)}× faster at {r['context_label']}** "
             f"({_seconds(times[r['faster']], n)} vs {_seconds(times[slower], n)} for {engine_label(slower)})."
         )
-    winners = rel["faster"].unique().to_list()
+    winners = list(dict.fromkeys(r["faster"] for r in rel))
     if len(winners) > 1:
-        lines.append(f"- The winner changes with context: {', '.join(engine_label(w) for w in rel['faster'])} "
-                     f"at {', '.join(rel['context_label'])}.")
+        lines.append(f"- The winner changes with context: {', '.join(engine_label(r['faster']) for r in rel)} "
+                     f"at {', '.join(r['context_label'] for r in rel)}.")
     else:
         lines.append(f"- {engine_label(winners[0])} wins at every context shown.")
     return "\n".join(lines)
@@ -60,10 +56,11 @@ def crossover_sentence(x: Crossover, label: str) -> str:
     )
 
 
-def growth_sentences(growth: DataFrame, label: str) -> str:
-    """'vLLM: batch time grows 2.50× from 2,048 to 6,400 tokens, about C^0.81' per engine."""
+def growth_sentences(growth: list[dict], label: str) -> str:
+    """'vLLM: batch time grows 2.50× from 2,048 to 6,400 tokens, about C^0.81' per engine (``growth``: row dicts of
+    :func:`kvlab.analysis.batch_time_growth`)."""
     lines = []
-    for r in (r for r in growth.iter_rows(named=True) if r["growth"] is not None):
+    for r in (r for r in growth if r["growth"] is not None):
         k = r["exponent"]
         shape = "faster than linear" if k > 1.05 else "slower than linear" if k < 0.95 else "about linear"
         lines.append(
@@ -91,13 +88,14 @@ def model_crossover_sentence(crossover_tokens: float | None, fit, xrange: tuple[
             f"assumptions{spread} ({quality}{flag}).")
 
 
-def growth_comparison(measured: DataFrame, published: DataFrame) -> str:
-    """How much batch time grows between the two contexts, measured here against the document's table."""
-    if measured.is_empty():
+def growth_comparison(measured: list[dict], published: list[dict]) -> str:
+    """How much batch time grows between the two contexts, measured here against the document's table (row dicts
+    of :func:`kvlab.analysis.decay_factors`)."""
+    if not measured:
         return "*measured: no engine has runs at both contexts.*"
-    pub = {r["engine"]: r["batch_time_ratio"] for r in published.iter_rows(named=True)}
+    pub = {r["engine"]: r["batch_time_ratio"] for r in published}
     lines = []
-    for r in measured.iter_rows(named=True):
+    for r in measured:
         ref = pub.get(r["engine"])
         name = engine_label(r["engine"])
         cmp = (f"; the article's {name} grew {ref:.2f}×" if ref is not None
@@ -109,20 +107,22 @@ def growth_comparison(measured: DataFrame, published: DataFrame) -> str:
     return "\n".join(lines)
 
 
-def speed_caption(rel: DataFrame, label: str) -> str:
-    """One sentence for a batch-time figure: who is faster at each context, by how much."""
-    if rel.is_empty():
+def speed_caption(rel: list[dict], label: str) -> str:
+    """One sentence for a batch-time figure: who is faster at each context (``rel``: relative-speed row dicts), by
+    how much."""
+    if not rel:
         return f"{label}: no context holds runs of both engines."
     parts = [f"{engine_label(r['faster'])} is {r['speedup']:.2f}× faster at {r['context_label']}"
-             for r in rel.sort("context_tokens").iter_rows(named=True)]
-    winners = rel["faster"].unique().to_list()
+             for r in sorted(rel, key=lambda r: r["context_tokens"])]
+    winners = list(dict.fromkeys(r["faster"] for r in rel))
     tail = "the winner changes with context" if len(winners) > 1 else f"{engine_label(winners[0])} wins at every context"
     return f"{label.capitalize()}: {'; '.join(parts)} — {tail}."
 
 
-def growth_caption(growth: DataFrame, label: str) -> str:
-    """One sentence for a batch-time-against-context figure: how much each engine's batch time grows."""
-    g = sorted((r for r in growth.iter_rows(named=True) if r["growth"] is not None), key=lambda r: -r["growth"])
+def growth_caption(growth: list[dict], label: str) -> str:
+    """One sentence for a batch-time-against-context figure: how much each engine's batch time (``growth``: row
+    dicts of :func:`kvlab.analysis.batch_time_growth`) grows."""
+    g = sorted((r for r in growth if r["growth"] is not None), key=lambda r: -r["growth"])
     if not g:
         return f"{label.capitalize()}: no engine has runs at two contexts."
     parts = [f"{engine_label(r['engine'])}'s batch time grows {r['growth']:.2f}× from {r['context_from']} to "

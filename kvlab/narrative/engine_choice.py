@@ -211,10 +211,11 @@ def evidence_basis(ev: Evidence) -> str:
     return basis
 
 
-def prefix_caption(sharing: DataFrame) -> str:
-    """One sentence for the measured prefix-sharing figure: each engine's cache-hit rate at the largest shared
-    fraction against its ideal, then which engine's batch time is shorter there and with nothing to share."""
-    on = [r for r in sharing.iter_rows(named=True) if r["prefix_caching"] is not False]
+def prefix_caption(sharing: list[dict]) -> str:
+    """One sentence for the measured prefix-sharing figure (``sharing``: row dicts of
+    :func:`kvlab.analysis.prefix_sharing`): each engine's cache-hit rate at the largest shared fraction against its
+    ideal, then which engine's batch time is shorter there and with nothing to share."""
+    on = [r for r in sharing if r["prefix_caching"] is not False]
     if not on:
         return "No measured run with a prefix cache on."
     top = max(r["shared_fraction"] for r in on)
@@ -240,20 +241,21 @@ def prefix_caption(sharing: DataFrame) -> str:
     return text + (f"; {tail}" if times else "") + "."
 
 
-def concurrency_caption(conc: DataFrame) -> str:
-    """One sentence for the measured concurrency figure: at the largest in-flight count, throughput and TTFT of
-    each engine, and whether every request completed."""
-    if conc.is_empty():
+def concurrency_caption(conc: list[dict]) -> str:
+    """One sentence for the measured concurrency figure (``conc``: row dicts of
+    :func:`kvlab.analysis.concurrency_study`): at the largest in-flight count, throughput and TTFT of each engine,
+    and whether every request completed."""
+    if not conc:
         return "No measured concurrency run."
-    top = conc["in_flight"].max()
-    d = _sorted([r for r in conc.iter_rows(named=True) if r["in_flight"] == top], "requests_per_s", descending=True)
+    top = max(r["in_flight"] for r in conc)
+    d = _sorted([r for r in conc if r["in_flight"] == top], "requests_per_s", descending=True)
     parts = [f"{engine_label(r['engine'])} completes {measured(r['requests_per_s'], r.get('n_runs'))} requests/s (mean TTFT "
              f"{r['ttft_mean_ms']:,.0f} ms)" for r in d]
     ratio = (f" — {engine_label(d[0]['engine'])} {d[0]['requests_per_s'] / d[1]['requests_per_s']:.1f}× the throughput"
              if len(d) >= 2 else "")
-    sent, ok = int(conc["requests_sent"].sum()), int(conc["requests_ok"].sum())
+    sent, ok = _total(conc, "requests_sent"), _total(conc, "requests_ok")
     done = f"{ok:,} of {sent:,} requests sent completed" + (" (none failed)" if ok == sent else "")
-    return (f"Measured on {', '.join(conc['hardware'].unique(maintain_order=True))} at {top} requests in flight: "
+    return (f"Measured on {', '.join(dict.fromkeys(r['hardware'] for r in conc))} at {top} requests in flight: "
             + " and ".join(parts) + ratio + f"; {done}.")
 
 
@@ -369,7 +371,7 @@ def evidence_gap_sentence(ev: Evidence) -> str | None:
     return None
 
 
-def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataFrame) -> str | None:
+def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: list[dict]) -> str | None:
     """Why the tree and the evidence differ, naming the premise the data contradicts; None when they agree."""
     if tree.engine == ev.engine:
         return None
@@ -379,12 +381,12 @@ def disagreement(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: D
     return " ".join([*why, *premises(w, tree, ev, sharing)])
 
 
-def premises(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataFrame) -> list[str]:
+def premises(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: list[dict]) -> list[str]:
     """The tree's premises the data speak to, a sentence each: vLLM's measured prefix cache against the
     shared-prefix branch (a within-engine measurement); the deciding measured concurrency factor against the
     high-concurrency branch; the deciding modelled context factor, a question the tree never asks."""
     why = []
-    on = [r for r in sharing.iter_rows(named=True)
+    on = [r for r in sharing
           if r["prefix_caching"] is not False and r["cache_hit_rate"] is not None]
     on_vllm = [r for r in on if r["engine"] == VLLM]
     if w.shared_prefix and tree.engine == SGLANG and on_vllm:
@@ -405,9 +407,9 @@ def premises(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataF
     return why
 
 
-def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: DataFrame) -> str:
+def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: list[dict]) -> str:
     """The report's answer in one paragraph: they disagree (and why), they agree (and on what), or no factor decides
-    (and why, with the premises of the tree the measurements speak to)."""
+    (and why, with the premises of the tree the measurements speak to; ``sharing``: the prefix-sharing row dicts)."""
     why = disagreement(w, tree, ev, sharing)
     if why:
         return f"**They disagree.** {why}"
@@ -420,15 +422,22 @@ def recommendation_sentence(w: UserWorkload, tree: Recommendation, ev: Evidence,
     return f"**They agree: {engine_label(tree.engine)}**, on {ev.decided_by} evidence{on}."
 
 
-def concurrency_sentence(conc: DataFrame) -> str:
+def _total(rows: list[dict], col: str) -> int:
+    """The sum of ``col`` over ``rows``, nulls left out."""
+    return int(sum(r[col] for r in rows if r[col] is not None))
+
+
+def concurrency_sentence(conc: list[dict]) -> str:
+    """Per engine and in-flight count (``conc``: row dicts of :func:`kvlab.analysis.concurrency_study`): how many
+    requests completed, the throughput and the TTFT."""
     lines = []
-    for r in conc.iter_rows(named=True):
+    for r in conc:
         lines.append(f"- {engine_label(r['engine'])}, {r['in_flight']} in flight ({r['hardware']}): **{r['requests_ok']} of "
                      f"{r['requests_sent']}** requests completed, {r['requests_failed']} failed over {r['n_runs']} run(s); "
                      f"{measured(r['requests_per_s'], r.get('n_runs'))} requests/s, mean TTFT {ms(r['ttft_mean_ms'])} (p99 {ms(r['ttft_p99_ms'])}).")
-    all_ok = conc.height and int(conc["requests_failed"].sum()) == 0
+    all_ok = len(conc) and _total(conc, "requests_failed") == 0
     if all_ok:
-        lines.append(f"- Every one of the {int(conc['requests_sent'].sum()):,} requests sent is accounted for and none failed.")
+        lines.append(f"- Every one of the {_total(conc, 'requests_sent'):,} requests sent is accounted for and none failed.")
     return "\n".join(lines)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab import tables
 from kvlab.claims.memory import engine_rank as _engine_rank
 from kvlab.claims.memory import (
@@ -16,23 +14,21 @@ from kvlab.perfmodel.roofline import Assumptions
 from kvlab.tables import ms
 from kvlab.units import scaled_context, sig2, tokens_label
 
-if TYPE_CHECKING:
-    from polars import DataFrame
-
 __all__ = ["kv_budget_simulated", "memory_claim_verdicts", "memory_setting"]
 
 
-def memory_study_summary(stats: DataFrame, causes: DataFrame) -> str:
-    """One line per engine and memory setting: retries, failures, run-time spread, latency."""
-    if stats.is_empty():
+def memory_study_summary(stats: list[dict], causes: list[dict]) -> str:
+    """One line per engine and memory setting (``stats``: :func:`kvlab.analysis.memory_study`'s row dicts,
+    ``causes``: :func:`kvlab.analysis.failure_causes`'): retries, failures, run-time spread, latency."""
+    if not stats:
         return "*No measured runs with a memory setting.*"
     lines = ["### In words (measured)"]
-    several = stats["experiment"].n_unique() > 1
+    several = len({r["experiment"] for r in stats}) > 1
     keys = ("experiment", "engine", "mem_util", "context_tokens")
     by_point: dict[tuple, list[str]] = {}
-    for c in causes.iter_rows(named=True):
+    for c in causes:
         by_point.setdefault(tuple(c[k] for k in keys), []).append(f"{c['failed_attempts']}× {c['failure_cause']}")
-    for r in stats.iter_rows(named=True):
+    for r in stats:
         why = ", ".join(by_point.get(tuple(r[k] for k in keys), []))
         mean, std = r["batch_time_mean_s"], r["batch_time_std_s"]
         one = r["runs_ok"] == 1  # one run: two significant figures
@@ -54,25 +50,25 @@ def memory_study_summary(stats: DataFrame, causes: DataFrame) -> str:
     return "\n".join(lines)
 
 
-def memory_conclusion(cmp: DataFrame, stats: DataFrame) -> str:
+def memory_conclusion(cmp: list[dict], stats: list[dict]) -> str:
     """The memory study's conclusion, aspect by aspect: retries at each setting (over every run), then, at every
     context an engine was measured at both settings, the lower setting against the higher — run time, its spread
     over repeats, and latency (mean request latency and mean TTFT) — with each change's direction and size.
     An engine compared at one context gets the values; at several, the signed change per context (scaled contexts'
     real tokens said once).
 
-    ``cmp`` is :func:`kvlab.analysis.memory_comparison`'s frame, ``stats`` :func:`kvlab.analysis.memory_study`'s.
+    ``cmp`` is :func:`kvlab.analysis.memory_comparison`'s row dicts, ``stats`` :func:`kvlab.analysis.memory_study`'s.
     """
-    if cmp.is_empty():
+    if not cmp:
         return "*No engine was measured at both memory settings at the same context.*"
     lines = ["### Conclusion (measured)"]
-    several = cmp["experiment"].n_unique() > 1
+    several = len({r["experiment"] for r in cmp}) > 1
     by_exp: dict[str, list[dict]] = {}
-    for r in cmp.iter_rows(named=True):
+    for r in cmp:
         by_exp.setdefault(r["experiment"], []).append(r)
     for exp, g in by_exp.items():
         lo, hi = g[0]["mem_low"], g[0]["mem_high"]
-        st = stats.filter(stats["experiment"] == exp)
+        st = [s for s in stats if s["experiment"] == exp]
         g = sorted(g, key=lambda r: (_engine_rank(r["engine"]), r["context_tokens"]))
         if several:
             lines.append(f"\n#### {exp}")
@@ -134,7 +130,7 @@ def memory_conclusion(cmp: DataFrame, stats: DataFrame) -> str:
     return "\n".join(lines)
 
 
-def headroom_sentences(head: DataFrame) -> str:
+def headroom_sentences(head: list[dict]) -> str:
     """How many sequences fit at each memory setting, per DCP size and context (modelled), then what the model's
     *fits* column says and what it rests on (read from each row's ``reason``), so a reader never takes a restated
     assumption for a prediction."""
@@ -160,10 +156,9 @@ def _relative(new: float, old: float, more: str = "higher", less: str = "lower")
     return f"{pct:.1%} {more if ratio > 1 else less}" if pct < 0.1 else f"{pct:.0%} {more if ratio > 1 else less}"
 
 
-def _retries_by_setting(stats: DataFrame, settings: list[float]) -> str:
+def _retries_by_setting(rows: list[dict], settings: list[float]) -> str:
     """'0 at 0.92 (4 runs) and 1 at 0.95 (2 runs: sglang-jax at 200K (6,400 tok))', failed runs added when any."""
     parts, failed = [], []
-    rows = stats.to_dicts()
     for u in settings:
         s = [r for r in rows if r["mem_util"] == u]
         where = [f"{engine_label(r['engine'])} at {scaled_context(r['context_label'], r.get('context_tokens'))}"
@@ -177,37 +172,38 @@ def _retries_by_setting(stats: DataFrame, settings: list[float]) -> str:
     return " and ".join(parts) + ("; failed runs: " + ", ".join(failed) if failed else "; no run failed")
 
 
-def claims_list(claims: DataFrame) -> str:
-    """The document's statements as a list, each with where it says so."""
-    if claims.is_empty():
+def claims_list(claims: list[dict]) -> str:
+    """The document's statements (claim row dicts) as a list, each with where it says so."""
+    if not claims:
         return "*The document makes no claim of this kind.*"
-    return "\n".join(f"- “{s}” ({c})" for s, c in claims.select("statement", "citation").iter_rows())
+    return "\n".join(f"- “{r['statement']}” ({r['citation']})" for r in claims)
 
 
-def headroom_intro(head: DataFrame, gpu: str, model: str, article: DataFrame | None = None) -> str:
-    """What the modelled headroom is of: the model, GPUs and DCP sizes, and the article's own set-up when it differs."""
-    tp = head["tp"][0] if "tp" in head.columns and head.height else 8
-    dcps = sorted(head["dcp"].unique().to_list())
+def headroom_intro(head: list[dict], gpu: str, model: str, article: list[dict] | None = None) -> str:
+    """What the modelled headroom (row dicts) is of: the model, GPUs and DCP sizes, and the article's own set-up
+    (its published row dicts) when it differs."""
+    tp = head[0]["tp"] if head and "tp" in head[0] else 8
+    dcps = sorted({r["dcp"] for r in head})
     paths = " and ".join(f"without DCP ({engine_label(VLLM)}'s path)" if d == 1 else f"with DCP {d} ({engine_label(SGLANG)}'s)"
                          for d in dcps)
     text = (f"KV-cache room that each memory setting leaves for {model} on {tp}× {gpu}, {paths}, from kvlab's physical "
             f"model (the model of report 04).")
-    if article is not None and article.height:
-        a = article.row(0, named=True)
+    if article:
+        a = article[0]
         a_gpu = str(a.get("hardware") or "").removeprefix("NVIDIA ").strip()
         if (a.get("model"), a_gpu) != (model, gpu):
             text += f" The article ran {a.get('model')} on {a.get('gpu_count')}× {a_gpu}."
     return text
 
 
-def fits_sentence(head: DataFrame) -> str:
+def fits_sentence(head: list[dict]) -> str:
     """What the model's *fits* column says at each memory setting and what it rests on: KV room for one sequence,
     weights within the target, and memory left outside the target against an assumed need (an assumption set from
     the B300 article's own report, so a *fits = false* there restates the article rather than predicting it)."""
     frac = Assumptions().outside_pool_fraction
     parts, restated = [], False
     by_util: dict[float, list[dict]] = {}
-    for r in sorted(head.iter_rows(named=True), key=lambda r: r["mem_util"]):
+    for r in sorted(head, key=lambda r: r["mem_util"]):
         by_util.setdefault(r["mem_util"], []).append(r)
     for u, g in by_util.items():
         bad = [r for r in g if r["fits"] is False]
@@ -234,10 +230,11 @@ def fits_sentence(head: DataFrame) -> str:
     return text
 
 
-def headroom_caption(head: DataFrame) -> str:
-    """One sentence for the headroom figure: how much more the higher setting fits, and what DCP multiplies it by."""
-    us = sorted(head["mem_util"].unique().to_list())
-    if not head.height:
+def headroom_caption(head: list[dict]) -> str:
+    """One sentence for the headroom figure (``head``: the headroom row dicts): how much more the higher setting
+    fits, and what DCP multiplies it by."""
+    us = sorted({r["mem_util"] for r in head})
+    if not head:
         return "Modelled: no configuration."
     lo, hi = us[0], us[-1]
     text = "Modelled"
@@ -246,30 +243,31 @@ def headroom_caption(head: DataFrame) -> str:
         gain = [r["b"] / r["a"] - 1 for r in w]
         if not gain:
             return (f"Modelled: not one sequence fits at {lo:g} in any configuration shown "
-                    f"({head['reason'][0]}), so there is no room to compare.")
+                    f"({head[0]['reason']}), so there is no room to compare.")
         g_txt = (f"{min(gain):.0%}" if round(min(gain), 2) == round(max(gain), 2)
                  else f"{min(gain) * 100:.0f}–{max(gain):.0%}")
         ex = [r for r in w if r["dcp"] == min(x["dcp"] for x in w)][-1]
         text += (f": {hi:g} fits {g_txt} more sequences than {lo:g} at every context and DCP size shown "
                  f"(DCP {ex['dcp']}, {tokens_label(ex['context_tokens'])}: {ex['b']:,} vs {ex['a']:,})")
-    dcps = sorted(head["dcp"].unique().to_list())
+    dcps = sorted({r["dcp"] for r in head})
     if len(dcps) > 1:
         r = [x["b"] / x["a"] for x in headroom_pairs(head, "dcp", dcps[0], dcps[-1])]
         if r:
             r_txt = f"{min(r):.1f}×" if round(min(r), 1) == round(max(r), 1) else f"{min(r):.1f}–{max(r):.1f}×"
             text += f"{';' if lo != hi else ':'} DCP {dcps[-1]} fits {r_txt} as many as DCP {dcps[0]}"
     if text == "Modelled":
-        r = head.row(0, named=True)
+        r = head[0]
         text += f": {r['max_concurrent_seqs']:,} sequences of {tokens_label(r['context_tokens'])} fit at {r['mem_util']:g}"
     return text + "."
 
 
-def memory_table(stats: DataFrame):
-    """The memory study as a reader's table: one row per engine, context and setting (settings of one context side
-    by side), with the spread and counters only where some run has them."""
-    several = stats["experiment"].n_unique() > 1
+def memory_table(stats: list[dict]):
+    """The memory study (``stats``: :func:`kvlab.analysis.memory_study`'s row dicts) as a reader's table: one row
+    per engine, context and setting (settings of one context side by side), with the spread and counters only where
+    some run has them."""
+    several = len({r["experiment"] for r in stats}) > 1
     s = [r | {"batch_time_cv_pct": None if r["batch_time_cv"] is None else r["batch_time_cv"] * 100}
-         for r in stats.iter_rows(named=True)]
+         for r in stats]
     s.sort(key=lambda r: ((r["experiment"],) if several else ()) + (_engine_rank(r["engine"]), r["engine"],
                                                                       r["context_tokens"], r["mem_util"]))
     cols = {"experiment": "experiment"} if several else {}
@@ -281,26 +279,26 @@ def memory_table(stats: DataFrame):
     if any(r["batch_time_cv_pct"] is not None for r in s):
         cols["batch_time_cv_pct"] = "batch-time spread, CV (%)"
     cols |= {"ttft_mean_ms": "mean TTFT (ms)", "e2e_mean_ms": "mean request latency (ms)"}
-    if "preemptions" in stats.columns and any(r["preemptions"] is not None for r in s):
+    if any(r.get("preemptions") is not None for r in s):
         cols["preemptions"] = "preemptions"
-    return tables.table(s or stats.clear(), cols)
+    return tables.table(s, cols)
 
 
-def memory_caption(stats: DataFrame, cmp: DataFrame) -> str:
+def memory_caption(stats: list[dict], cmp: list[dict]) -> str:
     """One sentence for the memory-study figure: retries at each setting, then at the largest context measured at
     both settings, batch time and mean request latency at the lower setting against the higher, per engine."""
-    if stats.is_empty():
+    if not stats:
         return "Measured: no run with a memory setting."
-    us = sorted(stats["mem_util"].unique().to_list())
-    retries = {u: sum(r["retries"] or 0 for r in stats.iter_rows(named=True) if r["mem_util"] == u) for u in us}
-    failed = int(stats["runs_failed"].sum())
+    us = sorted({r["mem_util"] for r in stats})
+    retries = {u: sum(r["retries"] or 0 for r in stats if r["mem_util"] == u) for u in us}
+    failed = int(sum(r["runs_failed"] or 0 for r in stats))
     text = ("Measured: " + ("no retry" if not any(retries.values()) else
                            ", ".join(f"{n} retr{'y' if n == 1 else 'ies'} at {u:g}" for u, n in retries.items()))
             + ("" if any(retries.values()) else " at any setting")
             + (f", {failed} failed run{'s' if failed != 1 else ''}" if failed else ", no failed run"))
-    ok = [r for r in cmp.iter_rows(named=True) if r["time_ratio"] is not None]
+    ok = [r for r in cmp if r["time_ratio"] is not None]
     if ok:
-        top = max(r["context_tokens"] for r in ok) if "context_tokens" in cmp.columns else None
+        top = max(r["context_tokens"] for r in ok) if "context_tokens" in ok[0] else None
         at = [r for r in ok if top is None or r["context_tokens"] == top]
         at = sorted(at, key=lambda r: _engine_rank(r["engine"]))
         r0 = at[0]
@@ -317,12 +315,12 @@ def memory_caption(stats: DataFrame, cmp: DataFrame) -> str:
     return text + "."
 
 
-def memory_scope(runs: DataFrame) -> str:
-    """What the measured memory study can and cannot test on the host that ran it."""
-    m = runs.filter(runs["source"] == "measured")
-    if m.is_empty():
+def memory_scope(runs: list[dict], setting: str | None) -> str:
+    """What the measured memory study can and cannot test on the host that ran it (``runs``: the run row dicts;
+    ``setting``: what their memory setting means, :func:`kvlab.claims.memory.memory_setting`)."""
+    m = [r for r in runs if r["source"] == "measured"]
+    if not m:
         return ""
-    setting = memory_setting(m)
     if setting == "host_reserve":
         return ("**What this host tests.** These runs had no GPU and no explicit KV-cache budget: each memory setting "
                 "is the share of host memory vLLM's CPU build reserves, and it refuses to start when that much is not "
@@ -345,7 +343,7 @@ def memory_scope(runs: DataFrame) -> str:
                 "article's OOM retries: on a GPU they come from activations, CUDA graphs and communication buffers "
                 "overflowing the memory left outside the KV pool, which a CPU run does not carve up. The verdicts at "
                 "the top say so claim by claim.")
-    gpus = ", ".join(sorted({str(g) for g in m["gpu_count"].drop_nulls().to_list()}))
+    gpus = ", ".join(sorted({str(r["gpu_count"]) for r in m if r.get("gpu_count") is not None}))
     return (f"**What this host tests.** These runs were served on GPUs ({gpus} per run): each memory setting is the "
             "engine's own memory-utilisation target, so retries, run time and latency test the article's claims "
             "directly, for this hardware and model.")
@@ -357,12 +355,12 @@ COUNTER_NAMES = {"server_preemptions": "preemptions", "server_prompt_tokens": "p
                  "server_prefix_cache_hits": "prefix-cache hits"}
 
 
-def counters_note(runs: DataFrame) -> str:
-    """Engines whose server counters are missing in every measured run, the counters named in words: shown empty
-    (not available), never as 0."""
-    cols = [c for c in runs.columns if c.startswith("server_")]
+def counters_note(runs: list[dict]) -> str:
+    """Engines whose server counters are missing in every measured run (``runs``: the run row dicts), the counters
+    named in words: shown empty (not available), never as 0."""
+    cols = [c for c in (runs[0] if runs else {}) if c.startswith("server_")]
     per_engine: dict[str, list[dict]] = {}
-    for r in runs.iter_rows(named=True):
+    for r in runs:
         if r["source"] == "measured":
             per_engine.setdefault(r["engine"], []).append(r)
     lines = []

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab import tables
-from kvlab.claims.sharing import (
-    _prefix_bracket, _prefix_times, gain_points, prefix_verdicts, radix_paged_pairs, sharing_points, turn_n,
-    turn_points,
-)
+from kvlab.claims.sharing import _prefix_bracket, _prefix_times, prefix_verdicts, turn_n
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.tables import ms, percent
 from kvlab.units import apart, measured, ratio, time_against
-
-if TYPE_CHECKING:
-    from polars import DataFrame
 
 __all__ = ["prefix_verdicts"]
 
@@ -46,29 +38,29 @@ PREFIX_CLAIMS = {
 }
 
 
-def prefix_claims_table(claims: DataFrame):
-    """The claims this report tests, each beside how it tests them (the source is said once, below the table)."""
+def prefix_claims_table(claims: list[dict]):
+    """The claims (row dicts) this report tests, each beside how it tests them (the source is said once, below the
+    table)."""
     c = [{"statement": r["statement"], "tested_by": PREFIX_CLAIMS[r["claim_id"]]}
-         for r in claims.iter_rows(named=True) if r["claim_id"] in PREFIX_CLAIMS]
+         for r in claims if r["claim_id"] in PREFIX_CLAIMS]
     return tables.table(c, {"statement": "what the article says", "tested_by": "how this report tests it"})
 
 
-def sharing_table(sharing: DataFrame, block_tokens: int = 128):
-    """One row per engine and shared fraction: the cache on beside off (hit rate, mean TTFT, median batch time) and
-    the two ideals, rates in %; spread columns only where points have repeats."""
-    t = sharing_points(sharing)
+def sharing_table(rows: list[dict], block_tokens: int = 128):
+    """One row per engine and shared fraction (``rows``: :func:`kvlab.claims.sharing.sharing_points`' row dicts):
+    the cache on beside off (hit rate, mean TTFT, median batch time) and the two ideals, rates in %; spread columns
+    only where points have repeats."""
     cols = {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)", "shared_prefix_tokens": "shared prefix (tokens)",
             "hit_on": "cache-hit rate, cache on (%)", "hit_off": "cache-hit rate, cache off (%)",
             "ideal": "ideal, token-exact (%)", "block": f"ideal in whole {block_tokens}-token blocks (%)",
             "ttft_on": "mean TTFT, cache on (ms)", "ttft_off": "mean TTFT, cache off (ms)",
             "batch_on": "median batch time, cache on (s)", "batch_off": "median batch time, cache off (s)"}
     notes = []
-    off = t["hit_off"].drop_nulls()
-    if off.len() and off.max() == 0:  # said once instead of a column of zeros
+    off = [r["hit_off"] for r in rows if r["hit_off"] is not None]
+    if off and max(off) == 0:  # said once instead of a column of zeros
         del cols["hit_off"]
         notes.append("with the prefix cache off every cache-hit rate is 0%")
-    runs = [v for v in t["runs_on"].to_list() + t["runs_off"].to_list() if v is not None]
-    rows = t.to_dicts()
+    runs = [v for v in [r["runs_on"] for r in rows] + [r["runs_off"] for r in rows] if v is not None]
     if runs and max(runs) > 1:  # the spread the figure's whiskers draw: least to most over the runs, not a std
         cols |= {"range_on": "batch time, cache on: least–most over the runs (s)",
                  "range_off": "batch time, cache off: least–most over the runs (s)",
@@ -81,12 +73,12 @@ def sharing_table(sharing: DataFrame, block_tokens: int = 128):
     return tables.table(rows, cols, caption="; ".join(notes))
 
 
-def gain_table(gain: DataFrame):
+def gain_table(rows: list[dict]):
     """Per engine and shared fraction: what the prefix cache buys (off ÷ on), rates in %. Each ratio and the time
     saved as :func:`kvlab.units.ratio` gives a measured ratio: two significant figures where the row rests on one run
     a side (``n_runs`` = 1), else two decimals; where points have repeats, each ratio's least–most over them (least
-    off ÷ most on to most off ÷ least on: the figure's whiskers)."""
-    rows = gain_points(gain).to_dicts()
+    off ÷ most on to most off ÷ least on: the figure's whiskers). ``rows``: :func:`kvlab.claims.sharing.gain_points`'
+    row dicts."""
     runs = [r["n_runs"] for r in rows if r.get("n_runs") is not None]
     spread = bool(runs) and max(runs) > 1 and all("batch_speedup_min" in r for r in rows)
     shown = []
@@ -118,31 +110,31 @@ def _measured_ratio(x: float | None, n: int | None) -> str:
     return "–" if x is None else ratio(x, n)
 
 
-def turns_table(by_turn: DataFrame):
-    """Per engine and turn: prompt length, tokens served from the cache and mean TTFT with the cache on beside off."""
-    t = turn_points(by_turn)
+def turns_table(t: list[dict]):
+    """Per engine and turn (``t``: :func:`kvlab.claims.sharing.turn_points`' row dicts): prompt length, tokens
+    served from the cache and mean TTFT with the cache on beside off."""
     cols = {"engine": "engine", "turn": "turn", "prompt_tokens": "prompt (tokens)", "requests": "conversations",
             "cached_on": "cached per request, cache on (tokens)", "share_on": "share of prompt cached, cache on (%)",
             "cached_off": "cached per request, cache off (tokens)", "ttft_on": "mean TTFT, cache on (ms)",
             "ttft_off": "mean TTFT, cache off (ms)", "ratio": "mean TTFT, off ÷ on (×)"}
     if any((r["reported_on"] is not None and r["reported_on"] != r["requests"])
-           or (r["reported_off"] is not None and r["reported_off"] != r["requests"]) for r in t.iter_rows(named=True)):
+           or (r["reported_off"] is not None and r["reported_off"] != r["requests"]) for r in t):
         cols |= {"reported_on": "requests reporting a cached count, cache on",
                  "reported_off": "requests reporting a cached count, cache off"}
-    off = t["cached_off"].drop_nulls()
+    off = [r["cached_off"] for r in t]
     caption = None
-    if off.len() and off.max() == 0 and t["cached_off"].null_count() == 0:  # said once instead of a column of zeros
+    if off and None not in off and max(off) == 0:  # said once instead of a column of zeros
         del cols["cached_off"]
         caption = "with the prefix cache off no request found any token in the cache"
     return tables.table(t, cols, caption=caption)
 
 
-def ideal_reuse_caption(ideal: DataFrame, prompt_tokens: int, requests: int, block_tokens: int,
+def ideal_reuse_caption(rows: list[dict], prompt_tokens: int, requests: int, block_tokens: int,
                         threshold: float) -> str:
-    """What the modelled ideal-reuse figure shows: the straight token-exact line, and where whole blocks lose most."""
-    if ideal.is_empty():
+    """What the modelled ideal-reuse figure (``rows``: :func:`kvlab.analysis.ideal_sharing`'s row dicts) shows: the
+    straight token-exact line, and where whole blocks lose most."""
+    if not rows:
         return "Modelled: no shared fraction given."
-    rows = ideal.to_dicts()
     top = max(rows, key=lambda r: r["shared_fraction"])
     gap = max(({**r, "d": r["ideal_hit_rate"] - r["block_hit_rate"]} for r in rows), key=lambda r: r["d"])
     return (f"Modelled for {requests} requests of {prompt_tokens:,} tokens: a token-exact cache could serve at most "
@@ -152,11 +144,11 @@ def ideal_reuse_caption(ideal: DataFrame, prompt_tokens: int, requests: int, blo
             f"({gap['block_hit_rate']:.0%} against {gap['ideal_hit_rate']:.0%} at {gap['shared_fraction']:.0%} shared).")
 
 
-def prefix_sharing_caption(sharing: DataFrame, compare_engines: bool = True) -> str:
+def prefix_sharing_caption(rows: list[dict], compare_engines: bool = True) -> str:
     """What the measured prefix-sharing figure shows: each engine's hit rate at the most shared fraction against
     its ideal, the caches off, and (``compare_engines``) which engine finishes the batch first with and without
-    sharing; without it, for a figure that sets each engine only against itself, the hit rates alone."""
-    rows = sharing.to_dicts()
+    sharing; without it, for a figure that sets each engine only against itself, the hit rates alone (``rows``:
+    :func:`kvlab.analysis.prefix_sharing`'s row dicts)."""
     on = [r for r in rows if r["prefix_caching"] and r["cache_hit_rate"] is not None]
     if not on:
         return "Measured: no engine reported a cache-hit count with its prefix cache on."
@@ -190,12 +182,12 @@ def prefix_sharing_caption(sharing: DataFrame, compare_engines: bool = True) -> 
     return text + "."
 
 
-def caching_gain_caption(gain: DataFrame, thresholds: dict) -> str:
+def caching_gain_caption(gain: list[dict], thresholds: dict) -> str:
     """What the caching-gain figure shows, per engine: batch time off ÷ on with nothing shared and at the most shared
     fraction (two significant figures where a point rests on one run a side), and what the threshold test made of
     it."""
     parts = []
-    rows = sorted(gain.iter_rows(named=True), key=lambda r: (_rank(r["engine"]), r["shared_fraction"]))
+    rows = sorted(gain, key=lambda r: (_rank(r["engine"]), r["shared_fraction"]))
     for engine, g in _groups(rows, "engine").items():
         first, last = g[0], g[-1]
         th = thresholds.get(engine)
@@ -217,10 +209,10 @@ def caching_gain_caption(gain: DataFrame, thresholds: dict) -> str:
     return "Above 1× the cache helps: " + "; ".join(parts) + "."
 
 
-def multi_turn_caption(by_turn: DataFrame) -> str:
+def multi_turn_caption(by_turn: list[dict]) -> str:
     """What the multi-turn figure shows: the last turn's cached share and TTFT, cache on against off, per engine."""
     parts, last_turn = [], None
-    rows = sorted(by_turn.iter_rows(named=True), key=lambda r: (_rank(r["engine"]), r["turn"]))
+    rows = sorted(by_turn, key=lambda r: (_rank(r["engine"]), r["turn"]))
     for engine, g in _groups(rows, "engine").items():
         on, off = [r for r in g if r["prefix_caching"]], [r for r in g if r["prefix_caching"] is False]
         if not on:
@@ -242,10 +234,10 @@ def multi_turn_caption(by_turn: DataFrame) -> str:
     return f"Last turn (turn {last_turn}), prefix cache on: " + "; ".join(parts) + tail + "."
 
 
-def reuse_sentences(reuse: DataFrame) -> str:
+def reuse_sentences(reuse: list[dict]) -> str:
     """Per engine with its cache on: how many requests found the prefix cached at each shared fraction, in all and
     among the first wave sent together at the start; then, computed, what that says about when each cache shares."""
-    on = [r for r in reuse.iter_rows(named=True)
+    on = [r for r in reuse
           if r["prefix_caching"] and r["shared_fraction"] > 0 and r["requests_hit"] is not None]
     if not on:
         return "*No per-request cached-token counts with the cache on: which requests reused the prefix is not known.*"
@@ -271,9 +263,9 @@ def reuse_sentences(reuse: DataFrame) -> str:
     return "\n".join(lines)
 
 
-def prefix_citation_note(claims: DataFrame) -> str:
-    """Where the claims come from, the document named once and the sections after it."""
-    cites = claims["citation"].drop_nulls().unique(maintain_order=True).to_list() if "citation" in claims.columns else []
+def prefix_citation_note(claims: list[dict]) -> str:
+    """Where the claims (row dicts) come from, the document named once and the sections after it."""
+    cites = list(dict.fromkeys(r["citation"] for r in claims if r.get("citation") is not None))
     if not cites:
         return "*No citation recorded for these claims.*"
     docs: dict[str, list[str]] = {}
@@ -285,9 +277,10 @@ def prefix_citation_note(claims: DataFrame) -> str:
                                   for d, parts in docs.items()) + "."
 
 
-def prefix_claim_verdict(sharing: DataFrame, engine: str = VLLM) -> str:
-    """Does ``engine`` share prefixes? Hit rates with its prefix cache on vs off at the largest shared fraction."""
-    e = [r for r in sharing.iter_rows(named=True) if r["engine"] == engine and r["cache_hit_rate"] is not None]
+def prefix_claim_verdict(sharing: list[dict], engine: str = VLLM) -> str:
+    """Does ``engine`` share prefixes? Hit rates with its prefix cache on vs off at the largest shared fraction
+    (``sharing``: :func:`kvlab.analysis.prefix_sharing`'s row dicts)."""
+    e = [r for r in sharing if r["engine"] == engine and r["cache_hit_rate"] is not None]
     on, off = [r for r in e if r["prefix_caching"]], [r for r in e if r["prefix_caching"] is False]
     if not on:
         return f"*No measured {engine_label(engine)} runs with its prefix cache on: the claim is untested here.*"
@@ -309,10 +302,11 @@ def _sources(g: list[dict]) -> str:
     return f" (counted from its {' and '.join(src)})" if src else ""
 
 
-def hit_rate_sentence(sharing: DataFrame) -> str:
-    """Hit rate by shared fraction per configuration, as one line each, saying which count it comes from."""
+def hit_rate_sentence(sharing: list[dict]) -> str:
+    """Hit rate by shared fraction per configuration (``sharing``: row dicts), as one line each, saying which count
+    it comes from."""
     lines = []
-    rows = sorted(sharing.iter_rows(named=True), key=lambda r: r["shared_fraction"])
+    rows = sorted(sharing, key=lambda r: r["shared_fraction"])
     for (engine, caching), g in _groups(rows, "engine", "prefix_caching").items():
         pts = ", ".join(f"{r['shared_fraction']:g} → {percent(r['cache_hit_rate'])}" for r in g)
         lines.append(f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: cache-hit rate by shared "
@@ -320,13 +314,13 @@ def hit_rate_sentence(sharing: DataFrame) -> str:
     return "\n".join(lines)
 
 
-def radix_vs_paged_sentence(sharing: DataFrame, block_tokens: int = 128) -> str:
-    """SGLang-family radix cache against vLLM's paged blocks, cache on, at every shared fraction both measured.
+def radix_vs_paged_sentence(found: tuple[str, list[dict]] | None, block_tokens: int = 128) -> str:
+    """SGLang-family radix cache against vLLM's paged blocks, cache on, at every shared fraction both measured
+    (``found``: :func:`kvlab.claims.sharing.radix_paged_pairs`, the radix engine and the paired rows, or None).
 
     Each line: both hit rates beside the token-exact ideal (``ideal_hit_rate``) and the whole-block
     ideal (``block_ideal_hit_rate``), then TTFT and batch time; a last line names the largest hit-rate gap.
     """
-    found = radix_paged_pairs(sharing)
     if found is None:
         return "*Radix vs paged: no shared fraction was measured with both vLLM and an SGLang-family engine, cache on.*"
     radix_engine, both = found
@@ -352,12 +346,13 @@ def radix_vs_paged_sentence(sharing: DataFrame, block_tokens: int = 128) -> str:
     return "\n".join(lines)
 
 
-def threshold_sentence(th, gain: DataFrame) -> str:
-    """Whether the tree's threshold shows in the caching gain, in words, with the numbers that decide it."""
+def threshold_sentence(th, gain: list[dict]) -> str:
+    """Whether the tree's threshold shows in the caching gain (``gain``: one engine's caching-gain row dicts), in
+    words, with the numbers that decide it."""
     if th.verdict == "no data":
         return "*Fewer than three shared fractions with the cache both on and off: the threshold cannot be tested.*"
     pts = ", ".join(f"{r['shared_fraction']:g} → {r['time_saved']:+.0%}"
-                    for r in sorted(gain.iter_rows(named=True), key=lambda r: r["shared_fraction"]))
+                    for r in sorted(gain, key=lambda r: r["shared_fraction"]))
     first = (f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is "
              f"**{th.first_fraction:g}**" if th.first_fraction is not None else
              f"no measured fraction saves {th.min_gain:.0%} of batch time")
@@ -379,7 +374,7 @@ def threshold_sentence(th, gain: DataFrame) -> str:
                f"shared fraction, so {th.at:.0%} reads as a rule of thumb for 'enough sharing to matter', not a property "
                "of the cache.")
     else:
-        g = sorted((r for r in gain.iter_rows(named=True) if r["time_saved"] is not None),
+        g = sorted((r for r in gain if r["time_saved"] is not None),
                    key=lambda r: r["shared_fraction"])
         lo, hi = [r for r in g if r["shared_fraction"] < th.at], [r for r in g if r["shared_fraction"] >= th.at]
         if lo and hi and hi[0]["time_saved"] <= lo[-1]["time_saved"]:  # a threshold by the slope above, not a step
@@ -406,25 +401,26 @@ def _threshold_detail(th, min_gain: float) -> str:
     return "."
 
 
-def prefix_conclusions(sharing: DataFrame, thresholds: dict, by_turn: DataFrame, threshold: float,
-                       min_gain: float) -> str:
+def prefix_conclusions(sharing: list[dict], thresholds: dict, by_turn: list[dict], threshold: float,
+                       min_gain: float, radix_pairs: tuple[str, list[dict]] | None) -> str:
     """The prefix-sharing report's conclusions: the vLLM claim, radix vs paged, each engine's threshold test,
     multi-turn reuse per engine.
 
-    ``thresholds``: engine -> :class:`kvlab.analysis.Threshold` (``analysis.sharing_thresholds``).
+    ``sharing`` and ``by_turn``: row dicts; ``thresholds``: engine -> :class:`kvlab.analysis.Threshold`
+    (``analysis.sharing_thresholds``); ``radix_pairs``: :func:`kvlab.claims.sharing.radix_paged_pairs`.
     """
     lines = []
-    if sharing.is_empty():
+    if not sharing:
         lines.append("- No measured prefix-sharing runs: only the modelled ideal above is shown; the document's "
                      "claims stay untested here.")
     else:
         lines.append(prefix_claim_verdict(sharing))
-        gap = [ln for ln in radix_vs_paged_sentence(sharing).splitlines() if ln.startswith("- Largest hit-rate gap")]
+        gap = [ln for ln in radix_vs_paged_sentence(radix_pairs).splitlines() if ln.startswith("- Largest hit-rate gap")]
         lines += gap
         for engine, th in thresholds.items():
             lines.append(f"- {engine_label(engine)}: threshold test at {threshold:.0%} → **{th.verdict}**"
                          + _threshold_detail(th, min_gain))
-    on = sorted((r for r in by_turn.iter_rows(named=True) if r["prefix_caching"]), key=lambda r: r["turn"])
+    on = sorted((r for r in by_turn if r["prefix_caching"]), key=lambda r: r["turn"])
     for engine, g in _groups(on, "engine").items():
         share = g[-1]["cached_share"]
         lines.append(f"- Multi-turn, {engine_label(engine)}: with the cache on, the last turn found "
@@ -433,19 +429,20 @@ def prefix_conclusions(sharing: DataFrame, thresholds: dict, by_turn: DataFrame,
     return "\n".join(lines)
 
 
-def multi_turn_sentence(by_turn: DataFrame) -> str:
-    """Turn by turn, per engine and cache setting; then, per engine, the last turn with the cache on against off."""
+def multi_turn_sentence(by_turn: list[dict]) -> str:
+    """Turn by turn, per engine and cache setting (``by_turn``: row dicts); then, per engine, the last turn with the
+    cache on against off."""
     def cached(r):
         if r["cached_tokens"] is None:
             return f"cached tokens not reported of {r['prompt_tokens']:,.0f}"
         return f"{r['cached_tokens']:,.0f} of {r['prompt_tokens']:,.0f} tokens cached"
 
     lines = []
-    rows = sorted(by_turn.iter_rows(named=True), key=lambda r: r["turn"])
+    rows = sorted(by_turn, key=lambda r: r["turn"])
     for (engine, caching), g in _groups(rows, "engine", "prefix_caching").items():
         pts = "; ".join(f"turn {r['turn']}: {cached(r)}, TTFT {ms(r['ttft_mean_ms'])}" for r in g)
         lines.append(f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: {pts}.")
-    for engine, g in _groups(by_turn.iter_rows(named=True), "engine").items():
+    for engine, g in _groups(by_turn, "engine").items():
         on = sorted((r for r in g if r["prefix_caching"]), key=lambda r: r["turn"])
         off = sorted((r for r in g if r["prefix_caching"] is False), key=lambda r: r["turn"])
         if len(on) > 1 and len(off) == len(on):
@@ -460,9 +457,9 @@ def multi_turn_sentence(by_turn: DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _turns_radix_vs_paged(by_turn: DataFrame) -> list[str]:
+def _turns_radix_vs_paged(by_turn: list[dict]) -> list[str]:
     """Cache on: the turns where an SGLang-family radix cache and vLLM's blocks cached different amounts per request."""
-    on = [r for r in by_turn.iter_rows(named=True) if r["prefix_caching"] and r["cached_tokens"] is not None]
+    on = [r for r in by_turn if r["prefix_caching"] and r["cached_tokens"] is not None]
     radix = [e for e in dict.fromkeys(r["engine"] for r in on) if registry.family(e) == SGLANG]
     paged = {}
     for r in on:  # vLLM's rows by turn (the first where a turn repeats, as a join keeps every pair)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kvlab import tables
-from kvlab.claims.decay import consistency_rows, consistency_split, decay_claim_verdicts, extremes, scaled_pairs
+from kvlab.claims.decay import DecayExtremes, consistency_rows, decay_claim_verdicts
 from kvlab.claims.decay import stand_in as _stand_in
 from kvlab.engines import engine_label
 from kvlab.narrative.common import scaled_span
@@ -14,19 +12,17 @@ from kvlab.units import direction as _direction
 from kvlab.units import ratio
 from kvlab.units import scaled_context
 
-if TYPE_CHECKING:
-    from polars import DataFrame
-
 __all__ = ["decay_claim_verdicts", "_stand_in"]
 
 
-def decay_sentences(decay: DataFrame, label: str) -> str:
-    """Per engine: how batch time grows between the two contexts, and which way each throughput goes
-    ('requests/s falls 2.94×', 'prompt tokens/s rises 1.06×'), with the real token counts of scaled contexts."""
-    if decay.is_empty():
+def decay_sentences(decay: list[dict], label: str) -> str:
+    """Per engine (``decay``: row dicts of :func:`kvlab.analysis.decay_factors`): how batch time grows between the
+    two contexts, and which way each throughput goes ('requests/s falls 2.94×', 'prompt tokens/s rises 1.06×'),
+    with the real token counts of scaled contexts."""
+    if not decay:
         return f"*{label}: no engine has runs at both contexts.*"
     lines = []
-    for r in decay.iter_rows(named=True):
+    for r in decay:
         bt = r["batch_time_ratio"]
         n = _n(r)
         grows = (f"batch time grows **{ratio(bt, n)}×** (so requests/s falls {ratio(bt, n)}×)" if bt >= 1 else
@@ -44,12 +40,11 @@ def _n(r: dict) -> int | None:
     return min(ns) if ns and r.get("source", "measured") != "published" else None
 
 
-def decay_comparison(decay: DataFrame, label: str) -> str:
-    """Which engine's throughput holds up best between the two contexts (two or more engines)."""
-    if decay["engine"].n_unique() < 2:
-        return ""
+def decay_comparison(extremes: list[DecayExtremes], label: str) -> str:
+    """Which engine's throughput holds up best between the two contexts (``extremes``:
+    :func:`kvlab.claims.decay.extremes` of a decay frame of two or more engines; none: nothing to say)."""
     lines = []
-    for x in extremes(decay):
+    for x in extremes:
         best, worst = x.best, x.worst
         if x.tied:
             lines.append(f"- {label}: every engine's batch time grows {ratio(best['batch_time_ratio'], _n(best))}× from "
@@ -63,12 +58,13 @@ def decay_comparison(decay: DataFrame, label: str) -> str:
     return "\n".join(lines)
 
 
-def consistency_sentences(verdicts: DataFrame, check: DataFrame | None = None) -> str:
-    """One line per stated ratio: ✓ with the definition(s) under which the table gives it, or ✗ with what the
-    table gives instead under each definition (read from ``check``, :func:`kvlab.analysis.consistency`'s rows)."""
+def consistency_sentences(verdicts: list[dict], check: list[dict] | None = None) -> str:
+    """One line per stated ratio (``verdicts``: row dicts of :func:`kvlab.analysis.consistency_verdicts`): ✓ with
+    the definition(s) under which the table gives it, or ✗ with what the table gives instead under each definition
+    (read from ``check``, :func:`kvlab.analysis.consistency`'s row dicts)."""
     lines = []
     by_claim = consistency_rows(check)
-    for r in verdicts.iter_rows(named=True):
+    for r in verdicts:
         rows = by_claim.get(r["claim_id"])
         if r["consistent_under_any"]:
             how = ", ".join(DEFINITION_NAMES.get(d, d) for d in r["consistent_definitions"])
@@ -108,17 +104,18 @@ def _implied_phrase(row: dict) -> str:
     return f"{DEFINITION_NAMES.get(d, d)} gives {v:.2f}×"
 
 
-def decay_table(decay: DataFrame):
-    """The decay factors as a reader's table: batch time at both contexts and which way each throughput goes."""
-    if decay.is_empty():
-        return tables.table(decay.select("engine"))
-    r0 = decay.row(0, named=True)
+def decay_table(decay: list[dict]):
+    """The decay factors (row dicts) as a reader's table: batch time at both contexts and which way each
+    throughput goes."""
+    if not decay:
+        return tables.table([], ["engine"])
+    r0 = decay[0]
     lo, hi = r0["context_from"], r0["context_to"]
     frame = [{"engine": r["engine"], "t_from_s": r["t_from_s"], "t_to_s": r["t_to_s"],
               "requests_per_s": None if r["batch_time_ratio"] is None else _direction(r["batch_time_ratio"], n=_n(r)),
               "prompt_tokens_per_s": None if r["prompt_tokens_per_s_ratio"] is None
               else _direction(r["prompt_tokens_per_s_ratio"], n=_n(r))}
-             for r in decay.iter_rows(named=True)]
+             for r in decay]
     span = scaled_span(r0).strip()
     return tables.table(frame, {"engine": "engine", "t_from_s": f"batch time at {lo} (s)",
                                 "t_to_s": f"batch time at {hi} (s)", "requests_per_s": f"requests/s, {lo} → {hi}",
@@ -126,27 +123,27 @@ def decay_table(decay: DataFrame):
                         caption=span.strip("()").capitalize() if span else None)
 
 
-def decay_caption(decay: DataFrame, label: str, measure: str) -> str:
+def decay_caption(decay: list[dict], label: str, measure: str) -> str:
     """One sentence for a throughput-against-context figure (absolute throughput left, relative right): how far
     each engine's ``measure`` falls between the decay's two contexts, which engine holds up better, and who is ahead
     at each end (in the absolute panel: the relative lines all start at 1 and never cross)."""
-    if decay.is_empty():
+    if not decay:
         return f"{label.capitalize()}: no engine has runs at both contexts."
-    d = decay.sort("batch_time_ratio", descending=True)
-    r0 = d.row(0, named=True)
+    d = sorted(decay, key=lambda r: -r["batch_time_ratio"])
+    r0 = d[0]
     span = f"from {scaled_context(r0['context_from'], r0['c_from'])} to {scaled_context(r0['context_to'], r0['c_to'])}"
     parts, verb = [], None
-    for r in d.iter_rows(named=True):  # 'falls 2.94× for vLLM and 1.49× for SGLang': the verb said once if shared
+    for r in d:  # 'falls 2.94× for vLLM and 1.49× for SGLang': the verb said once if shared
         text = _direction(r["batch_time_ratio"], n=_n(r))
         word = text.split(" ")[0]
         parts.append(f"{text if word != verb else text.split(' ', 1)[1]} for {engine_label(r['engine'])}")
         verb = word
     falls = " and ".join(parts)
     text = f"{label.capitalize()}: {span}, {measure} {falls}"
-    if d.height > 1:
-        best = d.row(-1, named=True)["engine"]
-        first = d.sort("t_from_s")["engine"][0]
-        last = d.sort("t_to_s")["engine"][0]
+    if len(d) > 1:
+        best = d[-1]["engine"]
+        first = min(d, key=lambda r: r["t_from_s"])["engine"]
+        last = min(d, key=lambda r: r["t_to_s"])["engine"]
         ahead = (f"in absolute throughput (left) {engine_label(first)} is ahead at both ends" if first == last else
                  f"in absolute throughput (left) the lines cross: {engine_label(first)} ahead at "
                  f"{r0['context_from']}, {engine_label(last)} at {r0['context_to']}")
@@ -155,13 +152,14 @@ def decay_caption(decay: DataFrame, label: str, measure: str) -> str:
     return text + "."
 
 
-def claim_labels(check: DataFrame, claims: DataFrame | None = None) -> dict[str, str]:
-    """A short name per stated ratio ('vLLM 1.5× faster at 64K', 'vLLM falls 3.29× 64K→200K'); the claim id when
-    ``claims`` (with the contexts) is not given."""
+def claim_labels(check: list[dict], claims: list[dict] | None = None) -> dict[str, str]:
+    """A short name per stated ratio of ``check`` (row dicts of :func:`kvlab.analysis.consistency`) ('vLLM 1.5×
+    faster at 64K', 'vLLM falls 3.29× 64K→200K'); the claim id when ``claims`` (row dicts, with the contexts) is
+    not given."""
     out = {}
-    rows = {r["claim_id"]: r for r in claims.iter_rows(named=True)} if claims is not None else {}
-    for cid, kind, engine, v in check.select("claim_id", "kind", "engine", "stated_value").unique(
-            maintain_order=True).iter_rows():
+    rows = {r["claim_id"]: r for r in claims} if claims is not None else {}
+    for cid, kind, engine, v in dict.fromkeys((r["claim_id"], r["kind"], r["engine"], r["stated_value"])
+                                              for r in check):
         c = rows.get(cid)
         if c is None:
             out[cid] = cid
@@ -174,7 +172,7 @@ def claim_labels(check: DataFrame, claims: DataFrame | None = None) -> dict[str,
     return out
 
 
-def consistency_table(check: DataFrame, claims: DataFrame | None = None):
+def consistency_table(check: list[dict], claims: list[dict] | None = None):
     """Each stated ratio beside what the table implies under each definition, as a reader's table; a decay factor
     (a throughput at the short context ÷ at the long one) with its direction ('rises 1.06×', never 0.940)."""
     names = claim_labels(check, claims)
@@ -182,7 +180,7 @@ def consistency_table(check: DataFrame, claims: DataFrame | None = None):
               "definition": DEFINITION_NAMES.get(r["definition"], r["definition"]),
               "stated_value": r["stated_value"], "implied_value": _implied_cell(r["definition"], r["implied_value"]),
               "consistent": r["consistent"]}
-             for r in check.iter_rows(named=True)]
+             for r in check]
     return tables.table(frame, {"claim": "claim", "definition": "definition", "stated_value": "stated (×)",
                                 "implied_value": "the table implies", "consistent": "consistent"})
 
@@ -197,10 +195,12 @@ def _implied_cell(definition: str, value: float | None) -> str:
     return _direction(value) if definition in DECAY_DEFINITIONS else tables.number(value)
 
 
-def claims_caption(check: DataFrame, claims: DataFrame | None = None) -> str:
-    """One sentence for the stated-vs-implied figure: which stated ratios the table reproduces, which it does not."""
+def claims_caption(check: list[dict], verdicts: list[dict], claims: list[dict] | None = None) -> str:
+    """One sentence for the stated-vs-implied figure: which stated ratios the table reproduces, which it does not
+    (``verdicts``: row dicts of :func:`kvlab.analysis.consistency_verdicts` of ``check``)."""
     names = claim_labels(check, claims)
-    ok, bad = consistency_split(check)
+    ok = [r for r in verdicts if r["consistent_under_any"]]
+    bad = [r for r in verdicts if not r["consistent_under_any"]]
     text = f"Published: {len(ok)} of the article's {len(ok) + len(bad)} stated ratios match its own table"
     if ok:
         by_def: dict[str, list[str]] = {}
@@ -215,10 +215,11 @@ def claims_caption(check: DataFrame, claims: DataFrame | None = None) -> str:
 
 
 
-def measured_table_caption(frame: DataFrame, mem_util: float | None = None) -> str:
-    """'memory utilisation 0.92; contexts scaled ÷64: 64K = 1,024 tokens, 200K = 3,200 tokens' for a measured table."""
+def measured_table_caption(scaled: tuple[float | None, list[tuple[str, int]]], mem_util: float | None = None) -> str:
+    """'memory utilisation 0.92; contexts scaled ÷64: 64K = 1,024 tokens, 200K = 3,200 tokens' for a measured table
+    (``scaled``: its context scale and (label, tokens) pairs, :func:`kvlab.claims.decay.scaled_pairs`)."""
     parts = [f"memory utilisation {mem_util:g}"] if mem_util is not None else []
-    scale, pairs = scaled_pairs(frame)
+    scale, pairs = scaled
     if scale:
         parts.append(f"contexts scaled ÷{scale:g}: " + ", ".join(f"{lab} = {tok:,} tokens" for lab, tok in pairs))
     return "; ".join(parts)

@@ -11,8 +11,6 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.narrative.common import config_name, setup_phrase
 from kvlab.perfmodel import Assumptions, Config, Workload, batch_time
 from kvlab.perfmodel.calibrate import PRIORS, implausible
-from kvlab.perfmodel.catalog import gpu as find_gpu
-from kvlab.perfmodel.catalog import model as find_model
 from kvlab.perfmodel.ranges import per_step_costs
 from kvlab.units import approx_label, approx_tokens, k_label, sig2, token_range, tokens_label
 
@@ -22,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["model_verdicts"]
 
 
-def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: DataFrame, head: DataFrame,
+def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: list[dict], head: list[dict],
                       workload, *, gpu: str, tp: int, dcp: int, published_contexts: list[int],
                       ratio_range: tuple[float, float] | None = None, consistent: dict | None = None,
                       held_out=None) -> str:
@@ -32,26 +30,26 @@ def model_conclusions(fit, sens: DataFrame, crossover: float | None, at_max: Dat
     (:func:`kvlab.perfmodel.report.consistent_summary`), one bullet. ``held_out``: the leave-one-out test per
     assumption set (:func:`kvlab.perfmodel.ranges.held_out_by_set`), one bullet.
 
-    ``at_max``: the modelled curves at the largest context drawn (one row per engine); ``head``: the KV
-    headroom table; the memory bullet reads it without DCP at the largest published context (the smallest
+    ``at_max``: the modelled curves' row dicts at the largest context drawn (one per engine); ``head``: the KV
+    headroom table's row dicts; the memory bullet reads it without DCP at the largest published context (the smallest
     headroom context when that one is not in the table), and says what its flag means.
     """
 
     lo, hi = min(published_contexts), max(published_contexts)
-    model = at_max["model"][0] if "model" in at_max.columns and at_max.height else head["model"][0]
+    model = at_max[0]["model"] if at_max and "model" in at_max[0] else head[0]["model"]
     who = setup_phrase(model, gpu, tp)
     xo_txt = (f"{approx_tokens(crossover)}, " + ("between" if lo < crossover < hi else "outside")
               + f" the published {tokens_label(lo)} and {tokens_label(hi)} points"
               ) if crossover else "no crossover up to the largest context drawn"
-    head_contexts = head["context_tokens"].unique().to_list()
+    head_contexts = {r["context_tokens"] for r in head}
     mem_ctx = hi if hi in head_contexts else min(head_contexts)
-    seqs = {r["mem_util"]: r["max_concurrent_seqs"] for r in head.iter_rows(named=True)
+    seqs = {r["mem_util"]: r["max_concurrent_seqs"] for r in head
             if r["dcp"] == 1 and r["context_tokens"] == mem_ctx}
-    u_lo, u_hi = min(head["mem_util"]), max(head["mem_util"])
+    u_lo, u_hi = min(r["mem_util"] for r in head), max(r["mem_util"] for r in head)
     xo = sens["crossover_tokens"].drop_nulls()
     bad = implausible(fit)
     right, total = winners_held_out(fit)
-    flagged = sorted({r["mem_util"] for r in head.iter_rows(named=True) if short_outside_pool(r)})
+    flagged = sorted({r["mem_util"] for r in head if short_outside_pool(r)})
     lines = [
         step_cost_bullet(sens, fit),
         f"- **Fit:** the {fit.residuals.height} published times are reproduced within {fit.max_abs_residual_pct:.1f}%; "
@@ -126,9 +124,10 @@ def consistent_bullet(c: dict) -> str:
             "by more.")
 
 
-def whatif_setup(fit, workload, *, gpu: str, model: str, tp: int, dcp: int, published: DataFrame) -> str:
-    """What the report models and what it rests on, with every value named (no parameter names)."""
-    pub = [r for r in published.iter_rows(named=True) if r.get("source", "published") == "published"]
+def whatif_setup(fit, workload, *, gpu: str, model: str, tp: int, dcp: int, published: list[dict]) -> str:
+    """What the report models and what it rests on (``published``: the article's row dicts), with every value named
+    (no parameter names)."""
+    pub = [r for r in published if r.get("source", "published") == "published"]
     ref_model = pub[0]["model"] if pub else "?"
     ref_gpus = pub[0]["gpu_count"] if pub and "gpu_count" in pub[0] else tp
     ref = setup_phrase(ref_model, fit.hardware, ref_gpus)
@@ -168,7 +167,7 @@ def loo_sentence(fit) -> str:
     """Leave-one-out: mean and worst error, and whether each held-out point's context keeps its winner."""
     if fit.loo.is_empty():
         return "- Leave-one-out: one point only, nothing to hold out."
-    worst = max(fit.loo.iter_rows(named=True), key=lambda r: abs(r["loo_error_pct"]))
+    worst = max(fit.loo.to_dicts(), key=lambda r: abs(r["loo_error_pct"]))
     right, total = winners_held_out(fit)
     return (f"- **Leave-one-out**, each published point predicted by a fit to the other {fit.loo.height - 1}: mean error "
             f"**{fit.loo_mean_abs_pct:.1f}%**, worst **{abs(worst['loo_error_pct']):.1f}%** "
@@ -199,37 +198,48 @@ def winners_held_out(fit) -> tuple[int, int]:
     return claims_model.winners_held_out(fit)
 
 
-def sensitivity_sentence(sens: DataFrame) -> str:
+def _values(rows: list[dict], col: str) -> list:
+    """``col``'s values over ``rows``, nulls left out."""
+    return [r[col] for r in rows if r.get(col) is not None]
+
+
+def sensitivity_sentence(sens: list[dict]) -> str:
     """How what the article does not state (batch size, output length, expert reads, cached MLA width) moves the
-    fitted parameters and the crossover: one refit per combination (:func:`~kvlab.perfmodel.calibrate.sensitivity`)."""
+    fitted parameters and the crossover: one refit per combination (``sens``: the row dicts of
+    :func:`~kvlab.perfmodel.calibrate.sensitivity`)."""
     axes = [("batch", "batch_size", "{:,}"), ("output tokens", "output_tokens", "{:,}"),
             ("expert reads", "expert_reads", "{}"), ("MLA width", "mla_width", "{}"), ("KV format", "kv_format", "{}")]
-    varied = [f"{name} {{{', '.join(fmt.format(v) for v in sens[col].unique(maintain_order=True))}}}"
-              for name, col, fmt in axes if col in sens.columns and sens[col].n_unique() > 1]
-    xo = sens["crossover_tokens"].drop_nulls()
-    cross = (f"the crossover moves over **{token_range(xo.min(), xo.max())}**" if xo.len() == sens.height else
-             f"the crossover is found under {xo.len()} of {sens.height} of them"
-             + (f", over {token_range(xo.min(), xo.max())}" if xo.len() else ""))
-    physical = int(sens["physical"].sum()) if "physical" in sens.columns else None
+    cols = sens[0] if sens else {}
+    distinct = {col: list(dict.fromkeys(r[col] for r in sens)) for _, col, _ in axes if col in cols}
+    varied = [f"{name} {{{', '.join(fmt.format(v) for v in distinct[col])}}}"
+              for name, col, fmt in axes if col in distinct and len(distinct[col]) > 1]
+    xo = _values(sens, "crossover_tokens")
+    cross = (f"the crossover moves over **{token_range(min(xo), max(xo))}**" if len(xo) == len(sens) else
+             f"the crossover is found under {len(xo)} of {len(sens)} of them"
+             + (f", over {token_range(min(xo), max(xo))}" if xo else ""))
+    physical = int(sum(_values(sens, "physical"))) if "physical" in cols else None
+    dcp_us = _values(sens, "dcp_layer_latency_us")
     plaus = ("" if physical is None else
-             f" {physical} of {sens.height} fits are physically plausible" + (
-                 f" (DCP latency {sens['dcp_layer_latency_us'].min():,.0f}–{sens['dcp_layer_latency_us'].max():,.0f} µs "
-                 "per layer and step against NVLink collectives' 1–100 µs)" if physical < sens.height else "") + ".")
+             f" {physical} of {len(sens)} fits are physically plausible" + (
+                 f" (DCP latency {min(dcp_us):,.0f}–{max(dcp_us):,.0f} µs "
+                 "per layer and step against NVLink collectives' 1–100 µs)" if physical < len(sens) else "") + ".")
+    bw, loo = _values(sens, "bandwidth_efficiency"), _values(sens, "loo_mean_abs_pct")
     return (f"- **Range:** refitting under every combination of {' × '.join(varied) or 'the assumed workload'} "
-            f"({sens.height} fits, each to the same four points) moves the decode bandwidth efficiency over "
-            f"{sens['bandwidth_efficiency'].min():.1%}–{sens['bandwidth_efficiency'].max():.1%}, the leave-one-out "
-            f"error over {sens['loo_mean_abs_pct'].min():.0f}–{sens['loo_mean_abs_pct'].max():.0f}%, and {cross}: "
+            f"({len(sens)} fits, each to the same four points) moves the decode bandwidth efficiency over "
+            f"{min(bw):.1%}–{max(bw):.1%}, the leave-one-out "
+            f"error over {min(loo):.0f}–{max(loo):.0f}%, and {cross}: "
             f"four published points cannot choose among these assumptions, so the crossover is this range, not a "
             f"point.{plaus}")
 
 
-def throughput_caption(model_df: DataFrame, workload) -> str:
-    """One sentence for the modelled throughput curves: how far each configuration's output rate falls."""
+def throughput_caption(model_df: list[dict], workload) -> str:
+    """One sentence for the modelled throughput curves (their row dicts): how far each configuration's output rate
+    falls."""
 
-    lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
+    lo, hi = min(r["context_tokens"] for r in model_df), max(r["context_tokens"] for r in model_df)
     parts = []
     at: dict[str, dict[int, float]] = {}
-    for r in model_df.iter_rows(named=True):  # each configuration's first row at each context
+    for r in model_df:  # each configuration's first row at each context
         at.setdefault(r["config"], {}).setdefault(r["context_tokens"], r["output_tokens_per_s"])
     for cfg, by_ctx in at.items():
         a, b = by_ctx[lo], by_ctx[hi]
@@ -239,25 +249,25 @@ def throughput_caption(model_df: DataFrame, workload) -> str:
             f"{tokens_label(hi)} " + " and ".join(parts) + ".")
 
 
-def band_sentence(model_df: DataFrame, y: str = "batch_time_s", unit: str = "s", context: int | None = None,
+def band_sentence(model_df: list[dict], y: str = "batch_time_s", unit: str = "s", context: int | None = None,
                   tokens_per_batch: tuple[int, int] | None = None) -> str:
-    """What a figure's bands are and how wide, read at ``context`` (default: 200K when drawn, else the largest
+    """What a figure's bands (``model_df``: the curves' row dicts) are and how wide, read at ``context`` (default: 200K when drawn, else the largest
     context): each configuration's value under the default assumptions with its lowest-highest over the assumption
     sets. ``tokens_per_batch`` (a throughput figure): the sets' lowest and highest batch x output tokens, which
     scale a throughput by themselves."""
-    if f"{y}_lo" not in model_df.columns:
+    cols = model_df[0] if model_df else {}
+    if f"{y}_lo" not in cols:
         return ""
-    ctxs = sorted(set(model_df["context_tokens"].to_list()))
+    ctxs = sorted({r["context_tokens"] for r in model_df})
     c = context if context in ctxs else (204800 if 204800 in ctxs else ctxs[-1])
-    n = max(model_df["assumption_sets"]) if "assumption_sets" in model_df.columns else None
-    few = min(model_df["assumption_sets"]) if "assumption_sets" in model_df.columns else n
-    first_full = min((r["context_tokens"] for r in model_df.iter_rows(named=True) if r.get("assumption_sets") == n),
-                     default=None)
+    n = max(r["assumption_sets"] for r in model_df) if "assumption_sets" in cols else None
+    few = min(r["assumption_sets"] for r in model_df) if "assumption_sets" in cols else n
+    first_full = min((r["context_tokens"] for r in model_df if r.get("assumption_sets") == n), default=None)
     parts = []
-    for r in model_df.iter_rows(named=True):
+    for r in model_df:
         if r["context_tokens"] == c:
             parts.append(f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g})")
-    if "uncalibrated" in model_df.columns and model_df["uncalibrated"].any():
+    if any(r.get("uncalibrated") for r in model_df):
         text = (f"Bands: uncalibrated (no published point of this model was fitted, and a fit to another model's is "
                 f"never applied): the lowest to highest over the priors' centre, fast end and slow end under each "
                 f"assumption set ({n or ''} in all), the line inside being the priors' centre; at {tokens_label(c)} "
@@ -277,17 +287,18 @@ def band_sentence(model_df: DataFrame, y: str = "batch_time_s", unit: str = "s",
     return text
 
 
-def at_max_sentence(at_max: DataFrame, calibrated_to: int | None,
+def at_max_sentence(at_max: list[dict], calibrated_to: int | None,
                     ratio_range: tuple[float, float] | None = None) -> str:
-    """The largest context drawn: which configuration is faster, by how much (and, with ``ratio_range`` — vLLM's
-    time over SGLang's under every assumption set — the range of that), and that it is an extrapolation."""
+    """The largest context drawn (``at_max``: the curves' row dicts there): which configuration is faster, by how
+    much (and, with ``ratio_range`` — vLLM's time over SGLang's under every assumption set — the range of that), and
+    that it is an extrapolation."""
 
-    d = at_max.sort("batch_time_s")
-    if d.height < 2:
+    d = sorted(at_max, key=lambda r: r["batch_time_s"])
+    if len(d) < 2:
         return ""
-    c = d["context_tokens"][0]
-    fast, slow = d.row(0, named=True), d.row(-1, named=True)
-    flags = [f"{config_name(r['config'])} does not fit in memory" for r in d.iter_rows(named=True) if not r["fits"]]
+    c = d[0]["context_tokens"]
+    fast, slow = d[0], d[-1]
+    flags = [f"{config_name(r['config'])} does not fit in memory" for r in d if not r["fits"]]
     extra = (f" — an extrapolation {c / calibrated_to:.1f}× beyond the largest published context "
              f"({tokens_label(calibrated_to)})" if calibrated_to and c > calibrated_to else "")
     spread = ""
@@ -304,14 +315,15 @@ def at_max_sentence(at_max: DataFrame, calibrated_to: int | None,
             + (f" {'; '.join(flags)}." if flags else ""))
 
 
-def crossover_caption(xo: DataFrame) -> str:
-    """One sentence for the crossover-by-GPU figure: the trend with DCP, hypothetical GPUs, and GPUs without a crossing."""
-    if xo.is_empty():
+def crossover_caption(xo: list[dict]) -> str:
+    """One sentence for the crossover-by-GPU figure (``xo``: the crossover table's row dicts): the trend with DCP,
+    hypothetical GPUs, and GPUs without a crossing."""
+    if not xo:
         return "No GPU and DCP size was modelled."
     parts = []
     found: dict[str, list[dict]] = {}
     none: dict[str, list[int]] = {}
-    for r in xo.iter_rows(named=True):
+    for r in xo:
         if r["crossover_tokens"] is not None:
             found.setdefault(r["gpu"], []).append(r)
         else:
@@ -330,51 +342,49 @@ def crossover_caption(xo: DataFrame) -> str:
             parts[-1] += (f" ({approx_label(b['crossover_low_tokens'])}–{approx_label(b['crossover_high_tokens'])} at "
                           f"DCP {b['dcp']} over the assumption sets, crossing in {b['crosses_in']})")
     missing = ", ".join(f"{g} at DCP {', '.join(str(x) for x in d)}" for g, d in none.items())
-    model, tp = xo["model"][0], xo["tp"][0]
+    model, tp = xo[0]["model"], xo[0]["tp"]
     text = (f"Modelled context from which SGLang TP{tp}+DCP beats vLLM TP{tp} for {model}: " + "; ".join(parts)
             if parts else f"No crossover for {model} on any GPU modelled")
     return text + (f"; no crossover in the modelled range for {missing}" if missing else "") + "."
 
 
-def whatif_headroom_caption(head: DataFrame, context: int | None = None) -> str:
-    """One sentence for the KV-headroom figure: sequences at the highest vs the lowest memory target, per DCP size,
-    at ``context`` (default: 200K when drawn, else the smallest context), and what the crosses mean."""
-    # matplotlib: perfmodel.figures draws, and importing kvlab.narrative must not load it
-    from kvlab.perfmodel.figures import flag_kinds
-
-    ctxs = head["context_tokens"].unique().sort().to_list()
+def whatif_headroom_caption(head: list[dict], flags: list[str], context: int | None = None) -> str:
+    """One sentence for the KV-headroom figure (``head``: the headroom table's row dicts): sequences at the highest
+    vs the lowest memory target, per DCP size, at ``context`` (default: 200K when drawn, else the smallest
+    context), and what the crosses mean (``flags``: :func:`kvlab.perfmodel.figures.flag_kinds`)."""
+    ctxs = sorted({r["context_tokens"] for r in head})
     c = context if context in ctxs else (204800 if 204800 in ctxs else ctxs[0])
-    lo, hi = head["mem_util"].min(), head["mem_util"].max()
+    lo, hi = min(r["mem_util"] for r in head), max(r["mem_util"] for r in head)
     parts = []
     by_dcp: dict[int, dict[float, int]] = {}
-    for r in head.iter_rows(named=True):  # each DCP size's first row at each memory target, at context c
+    for r in head:  # each DCP size's first row at each memory target, at context c
         if r["context_tokens"] == c:
             by_dcp.setdefault(r["dcp"], {}).setdefault(r["mem_util"], r["max_concurrent_seqs"])
     for d, seqs in by_dcp.items():
         a, b = seqs[lo], seqs[hi]
         parts.append(f"{b} against {a} with DCP {d}" + (f" ({b / a:.2f}×)" if a else ""))
-    r = head.row(0, named=True)
+    r = head[0]
     parts[0] = parts[0].replace(" against ", f" sequences against {lo:g}'s ", 1)
     text = (f"Modelled for {setup_phrase(r['model'], r['gpu'], r['tp'])} at {tokens_label(c)}: {hi:g} fits "
             + ", and ".join(parts))
-    if "max_concurrent_seqs_lo" in head.columns:
+    if "max_concurrent_seqs_lo" in head[0]:
         rng = {(r["dcp"], r["mem_util"]): (r["max_concurrent_seqs_lo"], r["max_concurrent_seqs_hi"])
-               for r in head.iter_rows(named=True) if r["context_tokens"] == c}
-        text += ("; over " + head["assumption_sets"][0] + " (shaded) " + ", ".join(
+               for r in head if r["context_tokens"] == c}
+        text += ("; over " + head[0]["assumption_sets"] + " (shaded) " + ", ".join(
             f"{a}–{b} fit at {hi:g} with DCP {d}" for (d, u), (a, b) in rng.items() if u == hi))
-    kinds = flag_kinds(head)
-    if kinds:
-        text += "; crosses mark what the memory check flags (" + "; ".join(k.replace("\n", " ") for k in kinds) + ")"
+    if flags:
+        text += "; crosses mark what the memory check flags (" + "; ".join(k.replace("\n", " ") for k in flags) + ")"
     return text + "."
 
 
-def oom_flag_note(head: DataFrame, a=None) -> str:
-    """What the model's ``fits`` column means at a memory target: KV room plus an assumed need outside the pool.
-    A flag from that assumption restates the article's memory claim; it is not a predicted out-of-memory."""
+def oom_flag_note(head: list[dict], a=None) -> str:
+    """What the model's ``fits`` column means at a memory target (``head``: the headroom row dicts): KV room plus an
+    assumed need outside the pool. A flag from that assumption restates the article's memory claim; it is not a
+    predicted out-of-memory."""
     a = a or Assumptions()
-    r = head.row(0, named=True)
+    r = head[0]
     need = r["outside_need_gib_per_gpu"]
-    flagged = [r for r in head.iter_rows(named=True) if short_outside_pool(r)]
+    flagged = [r for r in head if short_outside_pool(r)]
     text = (f"The model's memory check counts KV room and assumes the process needs **{a.outside_pool_fraction:.1%}** of "
             f"each GPU's memory outside the target ({need:.1f} GiB per {r['gpu']}): the middle of the window the B300 "
             "article implies (0.95 failed there, 0.92 worked). ")
@@ -387,10 +397,10 @@ def oom_flag_note(head: DataFrame, a=None) -> str:
                    "itself. Whether a setting runs out of memory is for measured runs to say (report 03).")
 
 
-def bound_sentence(frac: DataFrame) -> str:
-    """How close published and measured runs came to the model's bound (peak compute and bandwidth, no latency)."""
+def bound_sentence(rows: list[dict]) -> str:
+    """How close published and measured runs (``rows``: :func:`kvlab.perfmodel.achieved_fraction`'s row dicts) came
+    to the model's bound (peak compute and bandwidth, no latency)."""
     lines = []
-    rows = frac.to_dicts()
 
     def of(source: str, col: str) -> list:
         return [r[col] for r in rows if r["source"] == source and r.get(col) is not None]
@@ -437,31 +447,13 @@ def model_answer(fit, x_range: tuple[float, float] | None, sets: int, model: str
     return (first, second)
 
 
-def catalogued(runs: DataFrame, sources: tuple[str, ...] = ("published", "measured")) -> tuple[DataFrame, str]:
-    """The rows of ``runs`` whose model and hardware the catalog has (``data/catalog``: what the model's bound needs),
-    and a sentence naming the experiments whose model or hardware it lacks (empty where none does): the report shows
-    their measured parts and says their modelled part is skipped, instead of failing on the catalog's KeyError."""
-    known: dict[tuple[str, str], str | None] = {}  # (what, name) -> None where catalogued, else what is missing
-    keep, missing = [], {}
-    for r in runs.select("source", "experiment", "model", "hardware").iter_rows(named=True):
-        why = None
-        if r["source"] in sources:
-            for what, name, find in (("model", r["model"], find_model), ("hardware", r["hardware"], find_gpu)):
-                if name is None:
-                    continue
-                if (what, name) not in known:
-                    try:
-                        find(name)
-                        known[what, name] = None
-                    except KeyError:
-                        known[what, name] = f"{what} `{name}`"
-                why = why or known[what, name]
-        keep.append(why is None)
-        if why is not None:
-            missing.setdefault(why, set()).add(r["experiment"])
+def not_catalogued_note(missing: dict[str, set[str]]) -> str:
+    """Names what the model's catalog lacks (``missing``: what is missing -> the experiments it holds back,
+    :func:`kvlab.studies.whatif_model.catalogued`), empty where nothing is: the report shows their measured parts and
+    says their modelled part is skipped."""
     if not missing:
-        return runs, ""
+        return ""
     parts = "; ".join(f"{why} (experiment{'s' if len(exps) > 1 else ''} {', '.join(f'`{e}`' for e in sorted(exps))})"
                       for why, exps in sorted(missing.items()))
-    return runs.filter(keep), (f"*Not in the model's catalog (data/catalog): {parts}. Their modelled bound is "
-                               "skipped; what was measured is still shown.*")
+    return (f"*Not in the model's catalog (data/catalog): {parts}. Their modelled bound is skipped; what was "
+            "measured is still shown.*")

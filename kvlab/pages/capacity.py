@@ -21,9 +21,9 @@ def opening(r: StudyResult, wb) -> Section:
     if curve.is_empty():
         out.add(Markdown(narrative.no_capacity_runs_note(measured_experiment, wb.data)))
     else:
-        out.add(Markdown(narrative.measured_engines_note(r["runs"])))
+        out.add(Markdown(narrative.measured_engines_note(r["runs"].to_dicts())))
         conditions = r["load_conditions"]
-        out.add(Markdown(narrative.slo_note(curve)
+        out.add(Markdown(narrative.slo_note(curve.to_dicts())
                          + (f" TTFT and rates under load were measured with {conditions}." if conditions else "")))
     return out
 
@@ -35,7 +35,7 @@ def pareto(r: StudyResult, wb) -> Section:
     if curve.is_empty():
         out.add(Markdown(NOT_YET))
     else:
-        out.add(wb.show(plots.capacity_pareto_figure(curve), narrative.pareto_caption(curve), data=r["pareto_figure"]))
+        out.add(wb.show(plots.capacity_pareto_figure(curve), narrative.pareto_caption(curve.to_dicts()), data=r["pareto_figure"]))
     return out
 
 
@@ -46,8 +46,9 @@ def highest_load(r: StudyResult, wb) -> Section:
     if curve.is_empty():
         out.add(Markdown(NOT_YET))
     else:
-        out.add(narrative.capacity_table(r["best"]))
-        out.add(Markdown(narrative.capacity_sentences(r["best"])))
+        best = r["best"].to_dicts()
+        out.add(narrative.capacity_table(best))
+        out.add(Markdown(narrative.capacity_sentences(best)))
     return out
 
 
@@ -59,14 +60,15 @@ def pool_fills(r: StudyResult, wb) -> Section:
     if curve.is_empty():
         out.add(Markdown(NOT_YET))
     else:
-        note = narrative.telemetry_note(points)
+        point_rows, onset = points.to_dicts(), r["onset"].to_dicts()
+        note = narrative.telemetry_note(point_rows)
         if note:
             out.add(Markdown(note))
-        out.add(narrative.onset_table(r["onset"]))
-        out.add(wb.show(plots.capacity_ceiling_figure(points), narrative.ceiling_caption(points, r["onset"]),
+        out.add(narrative.onset_table(onset))
+        out.add(wb.show(plots.capacity_ceiling_figure(points), narrative.ceiling_caption(point_rows, onset),
                         data=r["ceiling_figure"]))
         out.add(wb.show(plots.capacity_telemetry_figure(r["telemetry"]),
-                        narrative.telemetry_caption(r["telemetry_series"], r["min_line_samples"]),
+                        narrative.telemetry_caption(r["telemetry_series"].to_dicts(), r["min_line_samples"]),
                         data=r["telemetry"]))
     return out
 
@@ -81,8 +83,8 @@ def engine_map(r: StudyResult, wb) -> Section:
     elif gmap.is_empty():
         out.add(Markdown("*No context × memory setting was measured with two engines: there is no map to draw.*"))
     else:
-        out.add(narrative.map_table(gmap))
-        out.add(wb.show(plots.capacity_map_figure(gmap), narrative.map_caption(gmap), data=gmap.drop("engines")))
+        out.add(narrative.map_table(gmap.to_dicts()))
+        out.add(wb.show(plots.capacity_map_figure(gmap), narrative.map_caption(gmap.to_dicts()), data=gmap.drop("engines")))
     return out
 
 
@@ -90,9 +92,10 @@ def probe(r: StudyResult, wb) -> Section:
     """The accuracy probe per configuration (measured)."""
     measured_experiment = r.parameters["measured_experiment"]
     out = Section()
-    out.add(Markdown(narrative.probe_intro(r["probe"], measured_experiment)))
-    if not r["probe"].is_empty():
-        out.add(narrative.probe_table(r["probe"]))
+    summary = r["probe"].to_dicts()
+    out.add(Markdown(narrative.probe_intro(summary, measured_experiment)))
+    if summary:
+        out.add(narrative.probe_table(summary))
     return out
 
 
@@ -100,6 +103,6 @@ def modelled_ceiling(r: StudyResult, wb) -> Section:
     """The ceiling on the GPU host (modelled, not measured)."""
     modelled = r["modelled"]
     out = Section()
-    out.add(wb.show(plots.modelled_ceiling_figure(modelled), narrative.modelled_caption(modelled), data=modelled))
-    out.add(narrative.modelled_table(modelled))
+    out.add(wb.show(plots.modelled_ceiling_figure(modelled), narrative.modelled_caption(modelled.to_dicts()), data=modelled))
+    out.add(narrative.modelled_table(modelled.to_dicts()))
     return out

@@ -15,8 +15,8 @@ def published_table(r: StudyResult, wb) -> Section:
     out = Section()
     out.add(tables.table(r["published"], ["context_label", "engine", "dcp", "batch_time_s", "gpu_count", "hardware",
                                           "model"]))
-    out.add(Markdown(narrative.citation_note(r["published"])))
-    out.add(wb.show(plots.batch_time_bars(r["published_means"]), narrative.speed_caption(r["relative"], "published"),
+    out.add(Markdown(narrative.citation_note(r["published"].to_dicts())))
+    out.add(wb.show(plots.batch_time_bars(r["published_means"]), narrative.speed_caption(r["relative"].to_dicts(), "published"),
                     data=r["published_means"]))
     return out
 
@@ -29,7 +29,7 @@ def relative_speed(r: StudyResult, wb) -> Section:
     out.add(tables.table(r["relative"], {"context_label": None, "batch_time_s": f"{engine_label(engine_a)} (s)",
                                          "other_batch_time_s": f"{engine_label(engine_b)} (s)", "faster": None,
                                          "speedup": None}))
-    out.add(Markdown(narrative.relative_speed_sentences(r["relative"], "published")))
+    out.add(Markdown(narrative.relative_speed_sentences(r["relative"].to_dicts(), "published")))
     return out
 
 
@@ -56,14 +56,14 @@ def measured(r: StudyResult, wb) -> Section:
         out.add(Markdown(narrative.no_runs_note(f"runs of `{measured_experiment}`", wb.data, "make report")))
     else:
         mt = r["measured_means"]
-        out.add(Markdown(narrative.measured_engines_note(r["measured"])))
+        out.add(Markdown(narrative.measured_engines_note(r["measured"].to_dicts())))
         out.add(tables.table(mt, ["context_label", "context_tokens", "engine", "batch_time_s", "batch_time_std_s",
                                   "n_runs"],
                              caption=f"memory utilisation {mem_util}; contexts scaled ÷{mt['scale_factor'].max():g}"))
-        out.add(wb.show(plots.batch_time_bars(mt), narrative.speed_caption(r["measured_relative"], "measured"),
+        out.add(wb.show(plots.batch_time_bars(mt), narrative.speed_caption(r["measured_relative"].to_dicts(), "measured"),
                         data=mt))
         out.add(wb.show(plots.throughput_vs_context(mt, "batch_time_s", "batch time (s)"),
-                        narrative.growth_caption(r["growth"], "measured"), data=mt))
+                        narrative.growth_caption(r["growth"].to_dicts(), "measured"), data=mt))
     return out
 
 
@@ -71,9 +71,9 @@ def growth(r: StudyResult, wb) -> Section:
     """Growth of batch time with context, per engine."""
     out = Section()
     if "measured" in r.frames:
-        out.add(Markdown(narrative.growth_comparison(r["decay_measured"], r["decay_published"])))
+        out.add(Markdown(narrative.growth_comparison(r["decay_measured"].to_dicts(), r["decay_published"].to_dicts())))
         if (r["growth"]["n_contexts"].max() or 0) > 2:  # more contexts than two: growth over the whole measured range
-            out.add(Markdown(narrative.growth_sentences(r["growth"], "measured")))
+            out.add(Markdown(narrative.growth_sentences(r["growth"].to_dicts(), "measured")))
     return out
 
 
@@ -87,6 +87,6 @@ def measured_relative(r: StudyResult, wb) -> Section:
                                                       "batch_time_s": f"{engine_label(measured_engine_a)} (s)",
                                                       "other_batch_time_s": f"{engine_label(b)} (s)", "faster": None,
                                                       "speedup": None}))
-        out.add(Markdown(narrative.relative_speed_sentences(r["measured_relative"], "measured")))
+        out.add(Markdown(narrative.relative_speed_sentences(r["measured_relative"].to_dicts(), "measured")))
         out.add(Markdown("\n".join(narrative.crossover_sentence(x, "measured") for x in r["x_measured"])))
     return out

@@ -12,12 +12,10 @@ from kvlab.studies import StudyResult
 
 def opening(r: StudyResult, wb) -> Section:
     """The answer, then what the report says before its first section."""
-    sharing = r["sharing"]
-    conc = r["concurrency"]
     out = Section()
     out.add(r.answer)
     out.add(Markdown(narrative.evidence_rule()))
-    note = narrative.stand_in_note(sharing, conc)
+    note = narrative.stand_in_note(r["engines"])
     if note:
         out.add(Markdown(note))
     return out
@@ -28,7 +26,7 @@ def decision_tree(r: StudyResult, wb) -> Section:
     tree = r["tree"]
     out = Section()
     out.add(wb.show(plots.decision_tree_figure(tree.path, tree.engine), narrative.tree_caption(tree)))
-    out.add(Markdown(narrative.citation_note(r["tree_claims"])))
+    out.add(Markdown(narrative.citation_note(r["tree_claims"].to_dicts())))
     return out
 
 
@@ -48,8 +46,8 @@ def context_length(r: StudyResult, wb) -> Section:
     out = Section()
     # one refit per assumption set the four published totals cannot pin (report 04): each curve is a band over them
     out.add(wb.show(plot_curves(r["curves"], None, title=narrative.model_title(model, gpu, tp), band=r["x_range"]),
-                    narrative.curves_caption(r["curves"], r["x_model"], xrange=r["x_range"]) + " "
-                    + narrative.band_sentence(r["curves"]), data=r["curves"]))
+                    narrative.curves_caption(r["curves"].to_dicts(), r["x_model"], r["calibrated"], xrange=r["x_range"]) + " "
+                    + narrative.band_sentence(r["curves"].to_dicts()), data=r["curves"]))
     out.add(Markdown(narrative.factor_line(r["context_factor"])))
     return out
 
@@ -62,14 +60,14 @@ def shared_prefix(r: StudyResult, wb) -> Section:
         out.add(Markdown(narrative.no_runs_note("prefix-sharing runs", wb.data,
                                                 "kvlab sweep data/experiments/cpu_prefix_sharing.yaml")))
     else:
-        by_engine = sharing.sort("engine", "prefix_caching", "shared_fraction", descending=[True, True, False])
-        out.add(tables.table(by_engine,
+        out.add(tables.table(r["sharing_by_engine"],
                              {"engine": None, "prefix_caching": None, "shared_fraction": None, "cache_hit_rate": None,
                               "ideal_hit_rate": None, "block_ideal_hit_rate": None,
                               "ttft_mean_ms": "mean TTFT (ms)", "batch_time_s": "median batch time (s)",
                               "n_runs": None},
-                             caption=f"measured: {', '.join(sharing['experiment'].unique(maintain_order=True))}"))
-        out.add(wb.show(plots.prefix_sharing_figure(sharing), narrative.prefix_caption(sharing), data=sharing))
+                             caption=f"measured: {', '.join(r['sharing_experiments'])}"))
+        out.add(wb.show(plots.prefix_sharing_figure(sharing), narrative.prefix_caption(sharing.to_dicts()),
+                        data=sharing))
     out.add(Markdown(narrative.factor_line(r["prefix_factor"])))
     return out
 
@@ -82,16 +80,17 @@ def concurrency(r: StudyResult, wb) -> Section:
         out.add(Markdown(narrative.no_runs_note("classification runs", wb.data,
                                                 "kvlab sweep data/experiments/cpu_classification.yaml")))
     else:
-        out.add(tables.table(conc.sort("in_flight", "engine"),
+        out.add(tables.table(r["concurrency_by_in_flight"],
                              {"engine": None, "in_flight": None, "n_runs": None, "requests_sent": None,
                               "requests_ok": None, "requests_failed": None, "requests_per_s": None,
                               "ttft_mean_ms": "mean TTFT (ms)", "ttft_p99_ms": "p99 TTFT (ms)"},
-                             caption=f"measured: {', '.join(conc['experiment'].unique(maintain_order=True))}"))
+                             caption=f"measured: {', '.join(r['concurrency_experiments'])}"))
         if plots.drawable(conc, "requests_per_s"):  # one or two points: the table above says it all
-            out.add(wb.show(plots.concurrency_figure(conc), narrative.concurrency_caption(conc), data=conc))
+            out.add(wb.show(plots.concurrency_figure(conc), narrative.concurrency_caption(conc.to_dicts()),
+                            data=conc))
         else:
-            out.add(Markdown(narrative.concurrency_caption(conc)))
-        out.add(Markdown(narrative.concurrency_sentence(conc)))
+            out.add(Markdown(narrative.concurrency_caption(conc.to_dicts())))
+        out.add(Markdown(narrative.concurrency_sentence(conc.to_dicts())))
     return out
 
 

@@ -14,7 +14,7 @@ from kvlab.studies import StudyResult
 def article(r: StudyResult, wb) -> Section:
     """What the article says (published, prose only)."""
     out = Section()
-    out.add(Markdown(narrative.claims_list(r["claims"])
+    out.add(Markdown(narrative.claims_list(r["claims"].to_dicts())
                      + "\n\nThe article gives no retry counts, run times or latencies for this study, so none are"
                        " shown as published."))
     return out
@@ -25,25 +25,25 @@ def modelled_headroom(r: StudyResult, wb) -> Section:
     gpu = r.parameters["gpu"]
     model = r.parameters["model"]
     out = Section()
-    head = r["headroom"]
-    out.add(Markdown(narrative.headroom_intro(head, gpu, model, r["article"])))
-    out.add(wb.show(plot_headroom(head), narrative.headroom_caption(head), data=head))
+    head, head_rows = r["headroom"], r["headroom"].to_dicts()
+    out.add(Markdown(narrative.headroom_intro(head_rows, gpu, model, r["article"].to_dicts())))
+    out.add(wb.show(plot_headroom(head), narrative.headroom_caption(head_rows), data=head))
     out.add(tables.table(head, tables.non_empty(head, ["mem_util", "dcp", "context_tokens", "kv_pool_gib_per_gpu",
                                                        "kv_capacity_tokens", "max_concurrent_seqs",
                                                        "outside_pool_gib_per_gpu", "fits"])))
-    out.add(Markdown(narrative.headroom_sentences(head)))
+    out.add(Markdown(narrative.headroom_sentences(head_rows)))
     return out
 
 
 def measured(r: StudyResult, wb) -> Section:
     """What kvlab measured."""
     out = Section()
-    measured, stats, cmp = r["measured"], r["stats"], r["comparison"]
+    measured, stats, cmp = r["measured"], r["stats"].to_dicts(), r["comparison"].to_dicts()
     if measured.is_empty():
         out.add(Markdown(narrative.no_runs_note("runs with a memory setting", wb.data, "make report")))
     else:
-        out.add(Markdown(narrative.measured_engines_note(measured)))
-        out.add(Markdown(narrative.memory_scope(measured)))
+        out.add(Markdown(narrative.measured_engines_note(measured.to_dicts())))
+        out.add(Markdown(narrative.memory_scope(measured.to_dicts(), r["setting"])))
         out.add(narrative.memory_table(stats))
         if r["gpu_left"].height:  # NVML samples: GPU runs only
             out.add(Markdown("### GPU memory left outside the engine, per GPU (measured, NVML)"))
@@ -63,7 +63,7 @@ def measured(r: StudyResult, wb) -> Section:
         out.add(Markdown("### Causes of the failed attempts"))
         out.add(tables.table(causes, ["engine", "mem_util", "context_label", "failure_cause", "failed_attempts"])
                 if causes.height else Markdown("*No attempt failed.*"))
-        out.add(Markdown(narrative.memory_study_summary(stats, causes)))
-        out.add(Markdown(narrative.counters_note(measured)))
+        out.add(Markdown(narrative.memory_study_summary(stats, causes.to_dicts())))
+        out.add(Markdown(narrative.counters_note(measured.to_dicts())))
         out.add(Markdown(narrative.memory_conclusion(cmp, stats)))
     return out

@@ -13,11 +13,9 @@ from kvlab.studies import StudyResult
 def opening(r: StudyResult, wb) -> Section:
     """The answer, then what the report says before its first section."""
     block_tokens = r.parameters["block_tokens"]
-    sharing = r["sharing"]
-    by_turn = r["by_turn"]
     out = Section()
     out.add(r.answer)
-    note = narrative.stand_in_note(sharing, by_turn, block_tokens=block_tokens)
+    note = narrative.stand_in_note(r["engines"], block_tokens=block_tokens)
     if note:
         out.add(Markdown(note))
     return out
@@ -26,10 +24,8 @@ def opening(r: StudyResult, wb) -> Section:
 def article_claims(r: StudyResult, wb) -> Section:
     """What the article claims."""
     out = Section()
-    out.add(narrative.prefix_claims_table(r["claims"]))
-    claims = r["claims"]
-    prefix_claims = claims.filter(claims["claim_id"].is_in(list(narrative.PREFIX_CLAIMS)))
-    out.add(Markdown(narrative.prefix_citation_note(prefix_claims)))
+    out.add(narrative.prefix_claims_table(r["claims"].to_dicts()))
+    out.add(Markdown(narrative.prefix_citation_note(r["prefix_claims"].to_dicts())))
     return out
 
 
@@ -41,7 +37,7 @@ def ideal_reuse(r: StudyResult, wb) -> Section:
     block_tokens = r.parameters["block_tokens"]
     out = Section()
     out.add(wb.show(plots.ideal_reuse_figure(r["ideal"], threshold, block_tokens),
-                    narrative.ideal_reuse_caption(r["ideal"], ideal_prompt_tokens, ideal_requests, block_tokens,
+                    narrative.ideal_reuse_caption(r["ideal"].to_dicts(), ideal_prompt_tokens, ideal_requests, block_tokens,
                                                   threshold),
                     data=r["ideal"]))
     return out
@@ -60,12 +56,12 @@ def measured(r: StudyResult, wb) -> Section:
         out.add(Markdown(narrative.no_runs_note(f"runs of `{sharing_experiment}`", wb.data,
                                                 f"kvlab sweep data/experiments/{sharing_experiment}.yaml")))
     else:
-        out.add(narrative.sharing_table(sharing, block_tokens))
+        out.add(narrative.sharing_table(r["sharing_points"].to_dicts(), block_tokens))
         out.add(wb.show(plots.prefix_sharing_figure(sharing, threshold, block_tokens, gain=gain, min_gain=min_gain),
-                        narrative.prefix_sharing_caption(sharing, compare_engines=False)
-                        + (" " + narrative.caching_gain_caption(gain, r["thresholds"]) if gain.height else ""),
+                        narrative.prefix_sharing_caption(sharing.to_dicts(), compare_engines=False)
+                        + (" " + narrative.caching_gain_caption(gain.to_dicts(), r["thresholds"]) if gain.height else ""),
                         data=r["sharing_figure"]))
-        out.add(Markdown(narrative.hit_rate_sentence(sharing)))
+        out.add(Markdown(narrative.hit_rate_sentence(sharing.to_dicts())))
     return out
 
 
@@ -75,8 +71,8 @@ def radix_vs_paged(r: StudyResult, wb) -> Section:
     sharing = r["sharing"]
     out = Section()
     if not sharing.is_empty():
-        out.add(Markdown(narrative.radix_vs_paged_sentence(sharing, block_tokens)))
-        out.add(Markdown(narrative.reuse_sentences(r["reuse"])))
+        out.add(Markdown(narrative.radix_vs_paged_sentence(r["radix_pairs"], block_tokens)))
+        out.add(Markdown(narrative.reuse_sentences(r["reuse"].to_dicts())))
     return out
 
 
@@ -84,7 +80,7 @@ def vllm_sharing(r: StudyResult, wb) -> Section:
     """Does vLLM share prefixes?."""
     sharing = r["sharing"]
     out = Section()
-    out.add(Markdown(narrative.prefix_claim_verdict(sharing)))
+    out.add(Markdown(narrative.prefix_claim_verdict(sharing.to_dicts())))
     return out
 
 
@@ -96,10 +92,10 @@ def threshold(r: StudyResult, wb) -> Section:
         out.add(Markdown("*No shared fraction was measured with the prefix cache both on and off: the threshold cannot"
                          " be tested here.*"))
     else:
-        out.add(narrative.gain_table(gain))
+        out.add(narrative.gain_table(r["gain_points"].to_dicts()))
         for engine, threshold_found in r["thresholds"].items():
             out.add(Markdown(f"**{engine_label(engine)}**\n\n"
-                             + narrative.threshold_sentence(threshold_found, gain.filter(gain["engine"] == engine))))
+                             + narrative.threshold_sentence(threshold_found, r["gain_by_engine"][engine])))
     return out
 
 
@@ -112,10 +108,10 @@ def multi_turn(r: StudyResult, wb) -> Section:
         out.add(Markdown(narrative.no_runs_note(f"runs of `{multi_turn_experiment}`", wb.data,
                                                 f"kvlab sweep data/experiments/{multi_turn_experiment}.yaml")))
     else:
-        out.add(narrative.turns_table(by_turn))
-        out.add(wb.show(plots.multi_turn_figure(by_turn, r["turn_requests"]), narrative.multi_turn_caption(by_turn),
+        out.add(narrative.turns_table(r["turn_points"].to_dicts()))
+        out.add(wb.show(plots.multi_turn_figure(by_turn, r["turn_requests"]), narrative.multi_turn_caption(by_turn.to_dicts()),
                         data=by_turn.drop("hardware")))
-        out.add(Markdown(narrative.multi_turn_sentence(by_turn)))
+        out.add(Markdown(narrative.multi_turn_sentence(by_turn.to_dicts())))
     return out
 
 

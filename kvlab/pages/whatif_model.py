@@ -23,7 +23,7 @@ def opening(r: StudyResult, wb) -> Section:
     out = Section()
     out.add(r.answer)
     out.add(Markdown(narrative.whatif_setup(fit, workload, gpu=gpu, model=model, tp=tp, dcp=dcp,
-                                            published=r["published"])))
+                                            published=r["published"].to_dicts())))
     # per engine, what the table needs beyond every bounded term (the same refits as the sensitivity section's)
     out.add(Markdown(narrative.step_cost_bullet(r["sensitivity"], fit).removeprefix("- ")))
     return out
@@ -36,7 +36,7 @@ def calibration(r: StudyResult, wb) -> Section:
     out = Section()
     out.add(Markdown(narrative.fit_sentence(fit, workload)))
     out.add(tables.table(r["residuals"], ["engine", "context_tokens", "observed_s", "modelled_s", "residual_pct"]))
-    out.add(Markdown(narrative.citation_note(r["published"])))
+    out.add(Markdown(narrative.citation_note(r["published"].to_dicts())))
     out.add(Markdown(narrative.loo_sentence(fit)))
     out.add(tables.table(r["loo"], ["engine", "context_tokens", "observed_s", "loo_modelled_s", "loo_error_pct"]))
     return out
@@ -61,7 +61,7 @@ def sensitivity(r: StudyResult, wb) -> Section:
                                             "crossover_tokens", "winner_200k", "physical", "phys_bandwidth_efficiency",
                                             "phys_sglang_overhead_ms", "phys_max_abs_residual_pct",
                                             "phys_crossover_tokens", "phys_winner_200k"]))
-    out.add(Markdown(narrative.sensitivity_sentence(r["sensitivity"])))
+    out.add(Markdown(narrative.sensitivity_sentence(r["sensitivity"].to_dicts())))
     return out
 
 
@@ -70,7 +70,7 @@ def consistent_fits(r: StudyResult, wb) -> Section:
     out = Section()
     text = consistent_text(r["consistent_fits"])
     out.add(Markdown("- **Under-determined:** " + text[0].upper() + text[1:]))
-    out.add(tables.table(r["consistent_fits"].filter(r["consistent_fits"]["consistent"]).sort("max_abs_residual_pct"),
+    out.add(tables.table(r["consistent_fits_shown"],
                          ["batch_size", "output_tokens", "expert_reads", "mla_width", "kv_format", "fit",
                           "bandwidth_efficiency", "dcp_layer_latency_us", "vllm_overhead_ms", "sglang_overhead_ms",
                           "max_abs_residual_pct", "within_precision", "physical", "crossover_tokens", "winner_64k",
@@ -87,17 +87,17 @@ def curves(r: StudyResult, wb) -> Section:
     out = Section()
     model_df, x_range, title = r["curves"], r["x_range"], narrative.model_title(model, gpu, tp)
     out.add(wb.show(plot_curves(model_df, r["published"], title=title, band=x_range),
-                    narrative.curves_caption(model_df, r["crossover"], r["published"], x_range) + " "
-                    + narrative.band_sentence(model_df), data=model_df))
+                    narrative.curves_caption(model_df.to_dicts(), r["crossover"], r["calibrated"], x_range) + " "
+                    + narrative.band_sentence(model_df.to_dicts()), data=model_df))
     out.add(wb.show(plot_curves(model_df, r["published_throughput"], y="output_tokens_per_s", ylabel="output tokens/s",
                                 title=title, band=x_range),
-                    narrative.throughput_caption(model_df, workload) + " "
-                    + narrative.band_sentence(model_df, "output_tokens_per_s", "tokens/s",
+                    narrative.throughput_caption(model_df.to_dicts(), workload) + " "
+                    + narrative.band_sentence(model_df.to_dicts(), "output_tokens_per_s", "tokens/s",
                                               tokens_per_batch=r["tokens_per_batch"]), data=model_df))
     out.add(tables.table(r["at_max"], ["engine", "tp", "dcp", "context_tokens", "batch_time_s", "batch_time_s_lo",
                                        "batch_time_s_hi", "output_tokens_per_s", "output_tokens_per_s_lo",
                                        "output_tokens_per_s_hi", "concurrent_seqs", "waves", "fits"]))
-    out.add(Markdown(narrative.at_max_sentence(r["at_max"], r["published"]["context_tokens"].max(), r["at_max_range"])))
+    out.add(Markdown(narrative.at_max_sentence(r["at_max"].to_dicts(), max(r["published_contexts"]), r["at_max_range"])))
     return out
 
 
@@ -105,10 +105,10 @@ def crossovers(r: StudyResult, wb) -> Section:
     """Crossover context by GPU and DCP size."""
     out = Section()
     xo = r["crossovers"]
-    if xo["crossover_tokens"].is_not_null().any():
-        out.add(wb.show(plot_crossover(xo), narrative.crossover_caption(xo), data=xo))
+    if r["crossovers_found"]:
+        out.add(wb.show(plot_crossover(xo), narrative.crossover_caption(xo.to_dicts()), data=xo))
     else:
-        out.add(Markdown(narrative.crossover_caption(xo)))
+        out.add(Markdown(narrative.crossover_caption(xo.to_dicts())))
     out.add(tables.table(xo, ["gpu", "dcp", "crossover_tokens", "crossover_low_tokens", "crossover_high_tokens",
                               "crosses_in", "weights_fit"]))
     return out
@@ -119,11 +119,11 @@ def headroom(r: StudyResult, wb) -> Section:
     assume = r["assumptions"]
     out = Section()
     head = r["headroom"]
-    out.add(wb.show(plot_headroom(head), narrative.whatif_headroom_caption(head), data=head))
+    out.add(wb.show(plot_headroom(head), narrative.whatif_headroom_caption(head.to_dicts(), r["headroom_flags"]), data=head))
     # each 'range at' column: the sequences that fit over the KV number formats (BF16, FP8, packed FP8 MLA) and cached
     # MLA widths (576, 512) the article does not state; InferenceX's Kimi-K3 recipes default to FP8 KV
     out.add(tables.table(r["headroom_summary"]))
-    out.add(Markdown(narrative.oom_flag_note(head, assume)))
+    out.add(Markdown(narrative.oom_flag_note(head.to_dicts(), assume)))
     return out
 
 
@@ -132,7 +132,7 @@ def against_the_limit(r: StudyResult, wb) -> Section:
     out = Section()
     if r["not_catalogued"]:  # a model or GPU the catalog lacks: said, its runs left out of the bound
         out.add(Markdown(r["not_catalogued"]))
-    out.add(Markdown(narrative.bound_sentence(r["fraction"])))
+    out.add(Markdown(narrative.bound_sentence(r["fraction"].to_dicts())))
     out.add(tables.table(r["bound_summary"], ["source", "experiment", "engine", "runs", "least_of_bound_pct",
                                               "median_of_bound_pct", "most_of_bound_pct",
                                               "median_of_peak_bandwidth_pct"]))
@@ -164,8 +164,8 @@ def conclusions(r: StudyResult, wb) -> Section:
     workload = r["workload"]
     out = Section()
     out.add(Markdown(narrative.model_conclusions(
-        fit, r["sensitivity"], r["crossover"], r["at_max"], r["headroom"], workload, gpu=gpu, tp=tp, dcp=dcp,
-        published_contexts=r["published"]["context_tokens"].to_list(), ratio_range=r["at_max_range"],
+        fit, r["sensitivity"], r["crossover"], r["at_max"].to_dicts(), r["headroom"].to_dicts(), workload, gpu=gpu,
+        tp=tp, dcp=dcp, published_contexts=r["published_contexts"], ratio_range=r["at_max_range"],
         consistent=r["consistent"], held_out=r["held_out"])))
     return out
 

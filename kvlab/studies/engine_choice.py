@@ -10,7 +10,7 @@ from kvlab import analysis, guide, narrative
 from kvlab.claims import document_claim_verdicts
 from kvlab.perfmodel import Workload, published_fit
 from kvlab.perfmodel.calibrate import crossover_from_fit, crossover_range, fit_for_model
-from kvlab.perfmodel.figures import context_grid, curves
+from kvlab.perfmodel.figures import calibrated_ranges, context_grid, curves
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "06_engine_choice"
@@ -38,10 +38,16 @@ def compute(wb, *, data_dir: str = "", claims_experiment: str = "article_kv_desi
     found = narrative.engine_choice_verdicts(claims, sharing, conc, w, tree, ev)
     found += document_claim_verdicts(claims, wb.all_claims())  # the tree's branches and claims no study measures
     frames = {"claims": claims, "sharing": sharing, "concurrency": conc, "curves": model_df,
+              "sharing_by_engine": sharing.sort("engine", "prefix_caching", "shared_fraction",
+                                                descending=[True, True, False]),
+              "concurrency_by_in_flight": conc.sort("in_flight", "engine"),
               "tree_claims": claims.filter(pl.col("citation").str.ends_with("decision tree"))}
     values = {"examples": narrative.examples_frame(guide.document_examples()), "workload": w, "tree": tree, "fit": fit, "x_range": x_range, "x_model": x_model, "evidence": ev,
+              "calibrated": calibrated_ranges(model_df, None), "engines": analysis.engines_in(sharing, conc),
               "context_factor": guide.context_factor(w, fit), "prefix_factor": guide.prefix_factor(w, sharing),
-              "recommendation": narrative.recommendation_sentence(w, tree, ev, sharing),
+              "recommendation": narrative.recommendation_sentence(w, tree, ev, sharing.to_dicts()),
+              "sharing_experiments": analysis.experiments_in(sharing),
+              "concurrency_experiments": analysis.experiments_in(conc),
               "gap": narrative.evidence_gap_sentence(ev)}
     answer = Answer(narrative.choice_answer(w, tree, ev))
     params = {"claims_experiment": claims_experiment, "published_experiment": published_experiment,

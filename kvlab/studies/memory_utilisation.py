@@ -42,7 +42,8 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     if not measured.is_empty():
         frames["ratios"] = analysis.memory_ratios(stats)  # each engine against itself: lower setting ÷ higher
         frames["causes"] = analysis.failure_causes(attempts, measured)
-    found = narrative.memory_claim_verdicts(claims, stats, cmp, head, narrative.memory_setting(measured))
+    setting = narrative.memory_setting(measured)
+    found = narrative.memory_claim_verdicts(claims, stats, cmp, head, setting)
     # the documents against each other on 0.95: a recommended setting another document says caused OOM retries
     found += [v for v in document_claim_verdicts(wb.all_claims().filter(pl.col("metric") == "oom_retries"),
                                                  wb.all_claims()) if v.family == "consistency"]
@@ -57,4 +58,4 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
                     if frames["budgets"].height else None)
     params = {"published_experiment": published_experiment, "measured_experiment": measured_experiment, "gpu": gpu,
               "model": model, "mem_utils": list(mem_utils), "dcp": dcp}
-    return sourced(REPORT, wb, answer, found, frames, {"gpu": gpu, "model": model, "totals": totals}, params)
+    return sourced(REPORT, wb, answer, found, frames, {"gpu": gpu, "model": model, "totals": totals, "setting": setting}, params)

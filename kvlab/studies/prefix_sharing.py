@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab import analysis, narrative
-from kvlab.claims.sharing import with_turn_runs
+from kvlab.claims.sharing import gain_points, radix_paged_pairs, sharing_points, turn_points, with_turn_runs
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "05_prefix_sharing"
@@ -48,13 +48,25 @@ def compute(wb, *, data_dir: str = "", sharing_experiment: str = "cpu_prefix_sha
     hits = hits_at_most_shared(sharing)
     frames = {"claims": claims, "sharing": sharing, "reuse": reuse, "gain": gain, "by_turn": by_turn,
               "turn_requests": analysis.multi_turn_requests(turn_runs, requests), "ideal": ideal,
-              "sharing_figure": figure, "hits": hits}
+              "sharing_figure": figure, "hits": hits,
+              "prefix_claims": claims.filter(pl.col("claim_id").is_in(list(narrative.PREFIX_CLAIMS)))}
+    if by_turn.height:
+        frames["turn_points"] = turn_points(by_turn)
+    if sharing.height:  # the table's rows: the cache on beside off per point
+        frames["sharing_points"] = sharing_points(sharing)
+    if gain.height:  # what the cache buys, per point
+        frames["gain_points"] = gain_points(gain)
+    radix_pairs = radix_paged_pairs(sharing) if sharing.height else None
     found = narrative.prefix_verdicts(claims, sharing, gain, thresholds, by_turn, reuse, threshold)
     answer = Answer(narrative.prefix_answer(hits.to_dicts(), found, threshold))
     values = {"thresholds": thresholds, "threshold": threshold, "min_gain": min_gain, "block_tokens": block_tokens,
               "ideal_prompt_tokens": ideal_prompt_tokens, "ideal_requests": ideal_requests,
               "sharing_experiment": sharing_experiment, "multi_turn_experiment": multi_turn_experiment,
-              "conclusions": narrative.prefix_conclusions(sharing, thresholds, by_turn, threshold, min_gain)}
+              "engines": analysis.engines_in(sharing, by_turn),
+              "radix_pairs": radix_pairs,
+              "gain_by_engine": {e: gain.filter(pl.col("engine") == e).to_dicts() for e in thresholds},
+              "conclusions": narrative.prefix_conclusions(sharing.to_dicts(), thresholds, by_turn.to_dicts(), threshold,
+                                                          min_gain, radix_pairs)}
     params = {"sharing_experiment": sharing_experiment, "multi_turn_experiment": multi_turn_experiment,
               "claims_experiment": claims_experiment, "threshold": threshold, "min_gain": min_gain,
               "block_tokens": block_tokens}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab import analysis, narrative
+from kvlab.claims.decay import extremes, scaled_pairs
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "02_throughput_decay"
@@ -24,11 +25,15 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     frames = {"published": published, "throughput_published": tp_pub, "decay_published": decay_pub,
               "check": check, "check_verdicts": analysis.consistency_verdicts(check), "claims": claims}
     decay_m = None
+    values = {"mem_util": mem_util}
     if not measured.is_empty():
         frames["measured"] = measured
         frames["throughput_measured"] = analysis.relative_to_context(
             analysis.throughput(measured), "output_tokens_per_s").sort("context_tokens", "engine")
         decay_m = frames["decay_measured"] = analysis.decay_factors(measured, context_from, context_to)
+        values["scaled_pairs"] = scaled_pairs(frames["throughput_measured"])
+        # which engine holds up best: said only where two or more engines have runs at both contexts
+        values["decay_extremes"] = extremes(decay_m) if decay_m["engine"].n_unique() >= 2 else []
     found = narrative.decay_claim_verdicts(claims, check, decay_pub, decay_m)
     stated = (claims.filter((pl.col("kind") == "throughput_decay") & pl.col("stated_value").is_not_null())
               .select("engine", "stated_value").join(decay_pub.select("engine", "batch_time_ratio"), on="engine")
@@ -38,4 +43,4 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
                                            measured.is_empty()))
     params = {"published_experiment": published_experiment, "measured_experiment": measured_experiment,
               "mem_util": mem_util, "context_from": context_from, "context_to": context_to}
-    return sourced(REPORT, wb, answer, found, frames, {"mem_util": mem_util}, params)
+    return sourced(REPORT, wb, answer, found, frames, values, params)

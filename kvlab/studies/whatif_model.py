@@ -8,11 +8,13 @@ import polars as pl
 
 from kvlab import narrative
 from kvlab.perfmodel import Assumptions, Config, Workload, achieved_fraction, published_fit
+from kvlab.perfmodel.catalog import gpu as find_gpu
+from kvlab.perfmodel.catalog import model as find_model
 from kvlab.perfmodel.calibrate import (
     consistent_fits, crossover_from_fit, crossover_range, fits_frame, speed_ratio_range,
 )
 from kvlab.perfmodel.figures import (
-    bound_summary, context_grid, crossover_table, curves, headroom_summary, headroom_table, published_throughput,
+    bound_summary, calibrated_ranges, context_grid, flag_kinds, crossover_table, curves, headroom_summary, headroom_table, published_throughput,
 )
 from kvlab.perfmodel.report import consistent_summary
 from kvlab.perfmodel.ranges import held_out_by_set
@@ -21,6 +23,33 @@ from kvlab.engines import SGLANG, VLLM
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "04_whatif_model"
+
+
+def catalogued(runs: pl.DataFrame, sources: tuple[str, ...] = ("published", "measured")
+               ) -> tuple[pl.DataFrame, dict[str, set[str]]]:
+    """The rows of ``runs`` whose model and hardware the catalog has (``data/catalog``: what the model's bound needs),
+    and what it lacks -> the experiments that lack it (empty where nothing is missing): the report shows their
+    measured parts and says their modelled part is skipped (:func:`kvlab.narrative.not_catalogued_note`), instead of
+    failing on the catalog's KeyError."""
+    known: dict[tuple[str, str], str | None] = {}  # (what, name) -> None where catalogued, else what is missing
+    keep, missing = [], {}
+    for r in runs.select("source", "experiment", "model", "hardware").iter_rows(named=True):
+        why = None
+        if r["source"] in sources:
+            for what, name, find in (("model", r["model"], find_model), ("hardware", r["hardware"], find_gpu)):
+                if name is None:
+                    continue
+                if (what, name) not in known:
+                    try:
+                        find(name)
+                        known[what, name] = None
+                    except KeyError:
+                        known[what, name] = f"{what} `{name}`"
+                why = why or known[what, name]
+        keep.append(why is None)
+        if why is not None:
+            missing.setdefault(why, set()).add(r["experiment"])
+    return (runs.filter(keep) if missing else runs), missing
 
 
 def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300", gpu: str = "B300",
@@ -50,23 +79,27 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     xo = crossover_table(list(gpus), model, list(dcp_sizes), workload, fit.params, assume, tp=tp,
                          max_tokens=max_context, sens=sens)
     head = headroom_table(gpu, model, list(mem_utils), sorted({1, dcp}), list(headroom_contexts), assume, tp=tp)
-    bound_runs, not_catalogued = narrative.catalogued(runs)  # a model or GPU the catalog lacks: said, skipped
+    bound_runs, missing = catalogued(runs)  # a model or GPU the catalog lacks: said, skipped
     frac = achieved_fraction(bound_runs, workload, assume, sources=("published", "measured"))
     step, step_points = step_fits(runs)
     frames = {"published": published, "claims": claims, "residuals": fit.residuals.sort("context_tokens", "engine"),
               "loo": fit.loo.sort("context_tokens", "engine"),
               "fits": fits_frame(fit, phys, workload=workload, assumptions=assume), "sensitivity": sens,
               "consistent_fits": cons, "curves": model_df,
+              "consistent_fits_shown": cons.filter(pl.col("consistent")).sort("max_abs_residual_pct"),
               "published_throughput": published_throughput(published, workload, sens), "at_max": at_max,
               "crossovers": xo, "headroom": head, "headroom_summary": headroom_summary(head), "fraction": frac,
               "bound_summary": bound_summary(frac), "step": step, "step_points": step_points}
     consistent = consistent_summary(cons)
     values = {"fit": fit, "phys": phys, "workload": workload, "assumptions": assume, "contexts": contexts,
-              "configs": configs, "x_range": x_range, "crossover": crossover, "at_max_range": at_max_range,
+              "configs": configs, "x_range": x_range, "calibrated": calibrated_ranges(model_df, published), "crossover": crossover, "at_max_range": at_max_range,
               "consistent": consistent, "held_out": held_out_by_set(sens, data, published_experiment, assume),
               "tokens_per_batch": (int((sens["batch_size"] * sens["output_tokens"]).min()),
                                    int((sens["batch_size"] * sens["output_tokens"]).max())),
-              "gpu": gpu, "model": model, "tp": tp, "dcp": dcp, "not_catalogued": not_catalogued}
+              "gpu": gpu, "model": model, "tp": tp, "dcp": dcp,
+              "not_catalogued": narrative.not_catalogued_note(missing), "headroom_flags": flag_kinds(head),
+              "published_contexts": published["context_tokens"].to_list(),
+              "crossovers_found": bool(xo["crossover_tokens"].is_not_null().any())}
     found = narrative.model_verdicts(fit, sens, head, claims, workload, assume, consistent=consistent)
     answer = Answer(narrative.model_answer(fit, x_range, sens.height, model, gpu, tp, values["held_out"]))
     params = {"published_experiment": published_experiment, "gpu": gpu, "model": model, "tp": tp, "dcp": dcp,
