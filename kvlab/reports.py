@@ -265,6 +265,9 @@ details.kvlab-fold summary { cursor: pointer; color: #0550ae; font: 14px system-
      left the rest of a page blank; a heading stays with what follows it */
   figure.kvlab-figure img, .jp-RenderedImage img, .kvlab-verdicts tr { break-inside: avoid; }
   .jp-RenderedHTMLCommon h2, .jp-RenderedHTMLCommon h3 { break-after: avoid; }
+  /* JupyterLab's cell padding and output margins, tightened: a report of some sixty outputs loses most of a page */
+  .jp-Cell { padding-top: 0 !important; padding-bottom: 0 !important; } .jp-OutputArea-output { margin-top: 0 !important; }
+  .jp-RenderedHTMLCommon > *:last-child { margin-bottom: .3em !important; }
   /* a verdict's number under its claim, across the column: three narrow columns on paper ran a row to 20 lines */
   .kvlab-verdict-rows td:nth-child(2) { width: auto !important; }
   .kvlab-verdict-rows tr { display: grid; grid-template-columns: max-content 1fr; column-gap: .6rem; }

@@ -35,10 +35,12 @@ def calibration(r: StudyResult, wb) -> Section:
     workload = r["workload"]
     out = Section()
     out.add(Markdown(narrative.fit_sentence(fit, workload)))
-    out.add(tables.table(r["residuals"], ["engine", "context_tokens", "observed_s", "modelled_s", "residual_pct"]))
+    out.add(tables.table(r["residuals"], ["engine", "context_tokens", "observed_s", "modelled_s", "residual_pct"],
+                         caption="Published and modelled batch times", fold=True))
     out.add(Markdown(narrative.citation_note(r["published"].to_dicts())))
     out.add(Markdown(narrative.loo_sentence(fit)))
-    out.add(tables.table(r["loo"], ["engine", "context_tokens", "observed_s", "loo_modelled_s", "loo_error_pct"]))
+    out.add(tables.table(r["loo"], ["engine", "context_tokens", "observed_s", "loo_modelled_s", "loo_error_pct"],
+                         caption="Each published point predicted from the other points", fold=True))
     return out
 
 
@@ -60,7 +62,8 @@ def sensitivity(r: StudyResult, wb) -> Section:
                                             "bandwidth_efficiency", "dcp_layer_latency_us", "loo_mean_abs_pct",
                                             "crossover_tokens", "winner_200k", "physical", "phys_bandwidth_efficiency",
                                             "phys_sglang_overhead_ms", "phys_max_abs_residual_pct",
-                                            "phys_crossover_tokens", "phys_winner_200k"]))
+                                            "phys_crossover_tokens", "phys_winner_200k"],
+                         caption="Both fits under every assumption set"))
     out.add(Markdown(narrative.sensitivity_sentence(r["sensitivity"].to_dicts())))
     return out
 
@@ -74,7 +77,7 @@ def consistent_fits(r: StudyResult, wb) -> Section:
                          ["batch_size", "output_tokens", "expert_reads", "mla_width", "kv_format", "fit",
                           "bandwidth_efficiency", "dcp_layer_latency_us", "vllm_overhead_ms", "sglang_overhead_ms",
                           "max_abs_residual_pct", "within_precision", "physical", "crossover_tokens", "winner_64k",
-                          "winner_200k"]))
+                          "winner_200k"], caption="The fits consistent with the published totals"))
     return out
 
 

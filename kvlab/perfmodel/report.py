@@ -495,7 +495,8 @@ def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumpti
     if not free.physical:
         same = f.winners == p.winners
         lines.append(
-            f"- **Consequence:** the free fit reproduces the table only with {'; '.join(implausible(free))}. Held to the "
+            f"- **Consequence:** the free fit reproduces the table only with {'; '.join(implausible(free, short=True))} "
+            f"(implausible: see the calibration above). Held to the "
             f"priors, the model " + ("keeps its winners" if same else "names other winners") + f" ({says(p)}): the "
             "article's reversal " + ("survives" if p.winners[-1] == engine_label(SGLANG) else "does not follow from the physics")
             + " under the assumed workload.")
