@@ -228,6 +228,8 @@ class Table:
         #: folded into a <details>: None, when longer than FOLD_ROWS; True, whenever it has rows (a table whose
         #: numbers the text beside it already gives, kept one click away so the printed page stays short)
         self.fold = fold
+        #: the folded table's summary line, where it is not the caption (:func:`folded`)
+        self.summary: str | None = None
         rows = []
         for row in self.frame.iter_rows(named=True):
             rows.append([engine_label(v) if c in ENGINE_COLUMNS and isinstance(v, str) else
@@ -266,7 +268,7 @@ class Table:
         if not self.rows or (len(self.rows) <= FOLD_ROWS if self.fold is None else not self.fold):
             return wrapped
         # a long table is folded: the page stays short, the rows are one click away and in a CSV beside them
-        what = html.escape(self.caption) if self.caption else "the table"
+        what = html.escape(self.summary or self.caption or "the table")
         return (f'<details class="kvlab-fold"><summary>{what}: {len(self.rows)} rows (show)</summary>{wrapped}'
                 f'</details><p class="kvlab-fold-csv" style="font-size: 13px; margin: .2rem 0 1rem;">'
                 f'<a download="{html.escape(self.csv_name())}" href="{self.csv_uri()}">these {len(self.rows)} rows '
@@ -304,11 +306,11 @@ def table(frame: pl.DataFrame | list[dict], columns: dict[str, str] | list[str] 
 
 
 
-def folded(shown: Table, caption: str) -> Table:
+def folded(shown: Table, summary: str) -> Table:
     """``shown`` folded into a <details> whatever its length (its rows also said in the sentences or the figure
-    beside it), summarised by its own caption, else ``caption``."""
+    beside it), its summary line ``summary``."""
     shown.fold = True
-    shown.caption = shown.caption or caption
+    shown.summary = summary
     return shown
 
 
