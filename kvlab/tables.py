@@ -326,6 +326,15 @@ EXPERIMENT_WORDS = {"article_b300": "the B300 article's table", "cpu_long_contex
                     "cpu_multi_turn": "multi-turn runs", "cpu_classification": "classification runs"}
 
 
+#: The KV cache's number formats the model compares, named as the pages name them.
+KV_FORMAT_WORDS = {"bf16": "BF16", "fp8": "FP8", "fp8_packed_mla": "packed FP8 MLA"}
+
+
+def kv_format_words(kv_format) -> str:
+    """A KV number format's id in words ('fp8_packed_mla' → 'packed FP8 MLA'); an unknown one as it is."""
+    return KV_FORMAT_WORDS.get(kv_format, str(kv_format))
+
+
 def experiment_words(experiment: str) -> str:
     """An experiment's or published table's id in words ('cpu_long_context' → 'long-context runs'): the
     :data:`EXPERIMENT_WORDS` name, else the id with its underscores as spaces. The file name stays in the provenance

@@ -89,6 +89,11 @@ def test_a_short_table_is_folded_when_asked_and_an_empty_one_never():
     assert "<details" not in tables.table([], ["engine"], fold=True).html()
 
 
+def test_kv_formats_are_named_in_words():
+    assert [tables.kv_format_words(f) for f in ("bf16", "fp8", "fp8_packed_mla", "int4")] == \
+        ["BF16", "FP8", "packed FP8 MLA", "int4"]
+
+
 def test_experiments_are_named_in_words():
     assert [tables.experiment_words(e) for e in ("cpu_long_context", "article_b300", "gpu_multi_turn_rag")] == \
         ["long-context runs", "the B300 article's table", "gpu multi turn rag"]

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kvlab import plan
+from kvlab.tables import kv_format_words
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
@@ -251,7 +252,7 @@ def consistent_text(cons) -> str:
         counts = k[col].value_counts(sort=True).rows()
         wins.append(" and ".join(f"{w} faster at {col[7:].upper()} in {n} of {k.height}" for w, n in counts))
     text = (head + f". They assume batch {vals('batch_size')}, output {vals('output_tokens', lambda v: f'{v:,}')}, "
-            f"expert reads {vals('expert_reads')}, KV format {vals('kv_format')}, MLA width {vals('mla_width')}; "
+            f"expert reads {vals('expert_reads')}, KV format {vals('kv_format', kv_format_words)}, MLA width {vals('mla_width')}; "
             f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}-{k['bandwidth_efficiency'].max():.1%} of peak. "
             f"{'; '.join(wins)}; crossover "
             + (token_range(xo.min(), xo.max()).replace("–", "-") if xo.len() else "none up to 1M tokens")
