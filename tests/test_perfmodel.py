@@ -684,6 +684,9 @@ def test_free_fit_outside_priors_is_flagged_with_its_predicted_winner(fit):
     assert "**Free fit** (**non-physical**" in md and "SGLang faster at 200K" in md
     assert "the model names other winners (vLLM faster at 64K, vLLM faster at 200K" in md
     assert "bandwidth_efficiency" not in md  # values in words, not parameter names
+    # the crossover in the page's one notation for it, its consequence bullet pointing at the calibration's ranges
+    assert "SGLang faster at 200K, crossover ≈173K (177,652 tokens)." in md
+    assert "(implausible: see the calibration above)" in md and "plausible minimum" not in md
 
 
 def test_overhead_is_a_named_parameter_and_not_hidden_in_the_dcp_latency():

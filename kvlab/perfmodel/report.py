@@ -22,7 +22,7 @@ from kvlab.perfmodel.reference import bound_checks
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
 from kvlab.spec import expand, is_cpu_hardware
 from kvlab.store import load_runs
-from kvlab.units import context_label, k_label, token_range
+from kvlab.units import approx_tokens, context_label, k_label, token_range
 
 DEFAULT_CONTEXTS = (65536, 204800)
 
@@ -483,7 +483,8 @@ def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumpti
 
     def says(fc) -> str:
         wins = ", ".join(f"{win} faster at {k_label(c)}" for c, win in zip(fc.contexts, fc.winners))
-        return wins + (f", crossover {fc.crossover:,.0f} tokens" if fc.crossover else ", no crossover up to 1M tokens")
+        # the page's one notation for a modelled crossover: '≈173K (177,652 tokens)', as in the verdict table
+        return wins + (f", crossover {approx_tokens(fc.crossover)}" if fc.crossover else ", no crossover up to 1M tokens")
 
     label = "**non-physical**" if not free.physical else "inside every prior"
     lines = [
