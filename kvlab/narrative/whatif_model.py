@@ -267,7 +267,7 @@ def band_sentence(model_df: list[dict], y: str = "batch_time_s", unit: str = "s"
     parts = []
     for r in model_df:
         if r["context_tokens"] == c:
-            parts.append(f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g})")
+            parts.append(f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g} {unit})")
     if any(r.get("uncalibrated") for r in model_df):
         text = (f"Bands: uncalibrated (no published point of this model was fitted, and a fit to another model's is "
                 f"never applied): the lowest to highest over the priors' centre, fast end and slow end under each "
