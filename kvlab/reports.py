@@ -251,7 +251,7 @@ figure.kvlab-figure img, .jp-RenderedImage img { width: 100% !important; max-wid
 details.kvlab-fold summary { cursor: pointer; color: #0550ae; font: 14px system-ui, sans-serif; margin: .3rem 0; }
 @page { size: A4; }
 @media print {
-  /* paper: navigation is for the screen; type at 10 pt and no figure taller than about half an A4 page, so a
+  /* paper: navigation is for the screen; type at 10 pt and no figure taller than about a third of an A4 page, so a
      report prints on at most 8 pages and the index on 4 (tests/test_browser.py) */
   .kvlab-topbar, .kvlab-toc { display: none !important; }
   body, .jp-RenderedHTMLCommon, .jp-RenderedMarkdown, .kvlab-verdicts { font-size: 10pt !important; }
@@ -259,9 +259,15 @@ details.kvlab-fold summary { cursor: pointer; color: #0550ae; font: 14px system-
   .jp-RenderedHTMLCommon h1 { font-size: 18pt; } .jp-RenderedHTMLCommon h2 { font-size: 13pt; margin-top: 1em; }
   .jp-RenderedHTMLCommon h3 { font-size: 11pt; }
   figure.kvlab-figure img, .jp-RenderedImage img { width: auto !important; max-width: 100% !important;
-    max-height: 38vh; }
+    max-height: 30vh; }
   .jp-OutputArea-child { break-inside: auto !important; }  /* nbconvert keeps each output whole: gaps of half a page */
-  figure.kvlab-figure, .kvlab-verdicts tr { break-inside: avoid; }
+  /* a figure's image stays whole and its caption may run on to the next page: a whole figure with a long caption
+     left the rest of a page blank; a heading stays with what follows it */
+  figure.kvlab-figure img, .jp-RenderedImage img, .kvlab-verdicts tr { break-inside: avoid; }
+  .jp-RenderedHTMLCommon h2, .jp-RenderedHTMLCommon h3 { break-after: avoid; }
+  /* JupyterLab's cell padding and output margins, tightened: a report of some sixty outputs loses most of a page */
+  .jp-Cell { padding-top: 0 !important; padding-bottom: 0 !important; } .jp-OutputArea-output { margin-top: 0 !important; }
+  .jp-RenderedHTMLCommon > *:last-child { margin-bottom: .3em !important; }
   /* a verdict's number under its claim, across the column: three narrow columns on paper ran a row to 20 lines */
   .kvlab-verdict-rows td:nth-child(2) { width: auto !important; }
   .kvlab-verdict-rows tr { display: grid; grid-template-columns: max-content 1fr; column-gap: .6rem; }

@@ -217,7 +217,7 @@ class Table:
     """A frame shown as a reader's table (see the module docstring); ``.frame`` is the data it shows."""
 
     def __init__(self, frame: pl.DataFrame, columns: dict[str, str] | None = None, digits: int = 3,
-                 caption: str | None = None):
+                 caption: str | None = None, fold: bool | None = None):
         shown = [c for c in (columns or frame.columns) if c not in HIDDEN or (columns and c in columns)]
         missing = [c for c in shown if c not in frame.columns]
         if missing:
@@ -225,6 +225,11 @@ class Table:
         self.frame = frame.select(shown)
         self.headers = [(columns or {}).get(c) or label(c) for c in shown]
         self.caption = caption
+        #: folded into a <details>: None, when longer than FOLD_ROWS; True, whenever it has rows (a table whose
+        #: numbers the text beside it already gives, kept one click away so the printed page stays short)
+        self.fold = fold
+        #: the folded table's summary line, where it is not the caption (:func:`folded`)
+        self.summary: str | None = None
         rows = []
         for row in self.frame.iter_rows(named=True):
             rows.append([engine_label(v) if c in ENGINE_COLUMNS and isinstance(v, str) else
@@ -260,10 +265,10 @@ class Table:
                            {"selector": f"th.col{i}", "props": "text-align: left !important;"}]
         styler = styler.set_table_styles(styles)
         wrapped = f'<div class="kvlab-table-wrap" style="overflow-x: auto; max-width: 100%;">{styler.to_html()}</div>'
-        if len(self.rows) <= FOLD_ROWS:
+        if not self.rows or (len(self.rows) <= FOLD_ROWS if self.fold is None else not self.fold):
             return wrapped
         # a long table is folded: the page stays short, the rows are one click away and in a CSV beside them
-        what = html.escape(self.caption) if self.caption else "the table"
+        what = html.escape(self.summary or self.caption or "the table")
         return (f'<details class="kvlab-fold"><summary>{what}: {len(self.rows)} rows (show)</summary>{wrapped}'
                 f'</details><p class="kvlab-fold-csv" style="font-size: 13px; margin: .2rem 0 1rem;">'
                 f'<a download="{html.escape(self.csv_name())}" href="{self.csv_uri()}">these {len(self.rows)} rows '
@@ -288,7 +293,7 @@ class Table:
 
 
 def table(frame: pl.DataFrame | list[dict], columns: dict[str, str] | list[str] | None = None, digits: int = 3,
-          caption: str | None = None) -> Table:
+          caption: str | None = None, fold: bool | None = None) -> Table:
     """``frame`` as a reader's table. ``columns``: the columns to show, in order (a dict also renames them).
     ``frame`` may be a list of row dicts (how the narrative layer, which imports no polars, hands its rows over);
     an empty list becomes an empty frame of ``columns``."""
@@ -297,8 +302,16 @@ def table(frame: pl.DataFrame | list[dict], columns: dict[str, str] | list[str] 
     if isinstance(frame, list):
         frame = pl.DataFrame(frame, infer_schema_length=None) if frame else \
             pl.DataFrame(schema=dict.fromkeys(columns or [], pl.String))
-    return Table(frame, columns, digits, caption)
+    return Table(frame, columns, digits, caption, fold)
 
+
+
+def folded(shown: Table, summary: str) -> Table:
+    """``shown`` folded into a <details> whatever its length (its rows also said in the sentences or the figure
+    beside it), its summary line ``summary``."""
+    shown.fold = True
+    shown.summary = summary
+    return shown
 
 
 def non_empty(frame: pl.DataFrame, columns: list[str]) -> list[str]:
@@ -311,6 +324,15 @@ def non_empty(frame: pl.DataFrame, columns: list[str]) -> list[str]:
 EXPERIMENT_WORDS = {"article_b300": "the B300 article's table", "cpu_long_context": "long-context runs",
                     "cpu_capacity": "load-ladder runs", "cpu_prefix_sharing": "shared-prefix runs",
                     "cpu_multi_turn": "multi-turn runs", "cpu_classification": "classification runs"}
+
+
+#: The KV cache's number formats the model compares, named as the pages name them.
+KV_FORMAT_WORDS = {"bf16": "BF16", "fp8": "FP8", "fp8_packed_mla": "packed FP8 MLA"}
+
+
+def kv_format_words(kv_format) -> str:
+    """A KV number format's id in words ('fp8_packed_mla' → 'packed FP8 MLA'); an unknown one as it is."""
+    return KV_FORMAT_WORDS.get(kv_format, str(kv_format))
 
 
 def experiment_words(experiment: str) -> str:

@@ -201,14 +201,7 @@ def printed_pages(pdf) -> int:
     return max(counts)
 
 
-#: Pages still longer than issue 39 allows: report 04's text alone (its figures hidden) prints on 9 A4 pages, 05
-#: on 9 from the fixture runs' tables; they need their sections shortened, not a smaller print. Strict: the test fails once the page fits, to drop this.
-TOO_LONG = {"04_whatif_model": "04's text alone prints on 9 A4 pages (issue 39 item 2, open)",
-            "05_prefix_sharing": "05 prints on 9 A4 pages from the fixture runs (issue 39 item 2, open)"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=TOO_LONG[n], strict=True))
-                                  if n in TOO_LONG else n for n in PAGES])
+@pytest.mark.parametrize("name", PAGES)
 def test_the_printed_page_is_short(browser, built, name, tmp_path):
     """Issue 39: a report prints on at most 8 A4 pages, the index on at most 4 (headless Chromium's print to PDF,
     its default margins)."""

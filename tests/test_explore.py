@@ -65,7 +65,7 @@ def test_whatif_controls_draw_bands_from_the_sensitivity_computed_once(live, fit
         assert (df["batch_time_s_hi"] > df["batch_time_s_lo"]).any()  # the sets disagree: a band, not a line
         assert "Bands: the lowest to highest over the 2 assumption sets" in _caption(w.result)
         if gpu == "B300":  # the two sets' times at 200K, read at the context the controls chose
-            assert "at 200K vLLM TP8 259 s (250–259), SGLang TP8+DCP8 251 s (251–267)." in _caption(w.result)
+            assert "at 200K vLLM TP8 259 s (250–259 s), SGLang TP8+DCP8 251 s (251–267 s)." in _caption(w.result)
 
 
 def test_engine_choice_controls_redraw_with_the_new_value(live, fit):

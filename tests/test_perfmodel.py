@@ -684,6 +684,9 @@ def test_free_fit_outside_priors_is_flagged_with_its_predicted_winner(fit):
     assert "**Free fit** (**non-physical**" in md and "SGLang faster at 200K" in md
     assert "the model names other winners (vLLM faster at 64K, vLLM faster at 200K" in md
     assert "bandwidth_efficiency" not in md  # values in words, not parameter names
+    # the crossover in the page's one notation for it, its consequence bullet pointing at the calibration's ranges
+    assert "SGLang faster at 200K, crossover ≈173K (177,652 tokens)." in md
+    assert "(implausible: see the calibration above)" in md and "plausible minimum" not in md
 
 
 def test_overhead_is_a_named_parameter_and_not_hidden_in_the_dcp_latency():
@@ -751,6 +754,10 @@ def test_step_time_fit_from_measured_tpot_recovers_slope_interval_and_bandwidth(
     assert per_tok == 1024
     assert f["bandwidth_efficiency"] == pytest.approx(4 * 1024 / (f["slope_us_per_1k_tokens"] * 1e-9 * 20e9), rel=1e-9)
     assert "ms per 1,000 tokens" in step_fit_note(pl.DataFrame(rows), fits)
+    # the experiment in words, its id nowhere in the sentence (issue 39)
+    named = pl.DataFrame([dict(r, experiment="cpu_long_context") for r in rows])
+    note = step_fit_note(named, step_fits(named)[0])
+    assert "(long-context runs, batch 4" in note and "cpu_long_context" not in note
     # two contexts per engine (the fixture's quick form): no fit, and the note says why
     two = pl.DataFrame(rows[:2])
     fits2, _ = step_fits(two)

@@ -76,6 +76,24 @@ def test_a_long_table_is_folded_with_its_rows_as_csv():
     assert "<details" not in tables.table(rows[:tables.FOLD_ROWS]).html()
 
 
+def test_a_short_table_is_folded_when_asked_and_an_empty_one_never():
+    """fold=True folds a table of any length (its rows said beside it); fold=False keeps a long one open;
+    tables.folded() names the summary line apart from the caption; a table with no rows is never folded."""
+    rows = [{"engine": "sglang", "tpot_ms": 7.5}, {"engine": "vllm", "tpot_ms": 3.8}]
+    assert tables.table(rows, caption="Step-time points", fold=True).html().startswith(
+        '<details class="kvlab-fold"><summary>Step-time points: 2 rows (show)')
+    assert "<details" not in tables.table(rows * 10, fold=False).html()
+    shown = tables.folded(tables.table(rows, caption="one run a side"), "Per point <cache on>").html()
+    assert shown.startswith('<details class="kvlab-fold"><summary>Per point &lt;cache on&gt;: 2 rows (show)')
+    assert "one run a side" in shown  # the caption stays on the table inside
+    assert "<details" not in tables.table([], ["engine"], fold=True).html()
+
+
+def test_kv_formats_are_named_in_words():
+    assert [tables.kv_format_words(f) for f in ("bf16", "fp8", "fp8_packed_mla", "int4")] == \
+        ["BF16", "FP8", "packed FP8 MLA", "int4"]
+
+
 def test_experiments_are_named_in_words():
     assert [tables.experiment_words(e) for e in ("cpu_long_context", "article_b300", "gpu_multi_turn_rag")] == \
         ["long-context runs", "the B300 article's table", "gpu multi turn rag"]

@@ -288,7 +288,7 @@ def probe_table(summary: list[dict]):
 def probe_intro(summary: list[dict], experiment: str) -> str:
     """What the probe compared, or that no configuration of the experiment was probed."""
     if not summary:
-        return (f"*Not probed: no server of `{experiment}` recorded the accuracy probe (its experiment file sets no "
+        return (f"*Not probed: no server of the {tables.experiment_words(experiment)} recorded the accuracy probe (its experiment file sets no "
                 "`probe: true`, or its runs were stored before the probe existed). Every configuration says "
                 f"\"{NOT_PROBED}\" in the map.*")
     refs = [r for r in summary if r["role"] == "reference"]

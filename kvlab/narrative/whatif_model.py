@@ -8,6 +8,7 @@ from kvlab.claims import model as claims_model
 from kvlab.claims.memory import short_outside_pool
 from kvlab.claims.modelled import model_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab import tables
 from kvlab.narrative.common import config_name, setup_phrase
 from kvlab.perfmodel import Assumptions, Config, Workload, batch_time
 from kvlab.perfmodel.calibrate import PRIORS, implausible
@@ -211,7 +212,7 @@ def sensitivity_sentence(sens: list[dict]) -> str:
             ("expert reads", "expert_reads", "{}"), ("MLA width", "mla_width", "{}"), ("KV format", "kv_format", "{}")]
     cols = sens[0] if sens else {}
     distinct = {col: list(dict.fromkeys(r[col] for r in sens)) for _, col, _ in axes if col in cols}
-    varied = [f"{name} {{{', '.join(fmt.format(v) for v in distinct[col])}}}"
+    varied = [f"{name} {{{', '.join(fmt.format(tables.kv_format_words(v) if col == 'kv_format' else v) for v in distinct[col])}}}"
               for name, col, fmt in axes if col in distinct and len(distinct[col]) > 1]
     xo = _values(sens, "crossover_tokens")
     cross = (f"the crossover moves over **{token_range(min(xo), max(xo))}**" if len(xo) == len(sens) else
@@ -266,7 +267,7 @@ def band_sentence(model_df: list[dict], y: str = "batch_time_s", unit: str = "s"
     parts = []
     for r in model_df:
         if r["context_tokens"] == c:
-            parts.append(f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g})")
+            parts.append(f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g} {unit})")
     if any(r.get("uncalibrated") for r in model_df):
         text = (f"Bands: uncalibrated (no published point of this model was fitted, and a fit to another model's is "
                 f"never applied): the lowest to highest over the priors' centre, fast end and slow end under each "

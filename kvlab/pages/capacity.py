@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from IPython.display import Markdown
 
-from kvlab import narrative, plots
+from kvlab import narrative, plots, tables
 from kvlab.pages.section import Section
 from kvlab.studies import StudyResult
 
@@ -47,7 +47,8 @@ def highest_load(r: StudyResult, wb) -> Section:
         out.add(Markdown(NOT_YET))
     else:
         best = r["best"].to_dicts()
-        out.add(narrative.capacity_table(best))
+        # each row is a bullet below: the table is one click away
+        out.add(tables.folded(narrative.capacity_table(best), "The highest load within the SLO per configuration"))
         out.add(Markdown(narrative.capacity_sentences(best)))
     return out
 
@@ -83,7 +84,7 @@ def engine_map(r: StudyResult, wb) -> Section:
     elif gmap.is_empty():
         out.add(Markdown("*No context × memory setting was measured with two engines: there is no map to draw.*"))
     else:
-        out.add(narrative.map_table(gmap.to_dicts()))
+        out.add(tables.folded(narrative.map_table(gmap.to_dicts()), "The map's cells"))
         out.add(wb.show(plots.capacity_map_figure(gmap), narrative.map_caption(gmap.to_dicts()), data=gmap.drop("engines")))
     return out
 
@@ -95,7 +96,7 @@ def probe(r: StudyResult, wb) -> Section:
     summary = r["probe"].to_dicts()
     out.add(Markdown(narrative.probe_intro(summary, measured_experiment)))
     if summary:
-        out.add(narrative.probe_table(summary))
+        out.add(tables.folded(narrative.probe_table(summary), "The accuracy probe per configuration"))
     return out
 
 
@@ -104,5 +105,5 @@ def modelled_ceiling(r: StudyResult, wb) -> Section:
     modelled = r["modelled"]
     out = Section()
     out.add(wb.show(plots.modelled_ceiling_figure(modelled), narrative.modelled_caption(modelled.to_dicts()), data=modelled))
-    out.add(narrative.modelled_table(modelled.to_dicts()))
+    out.add(tables.folded(narrative.modelled_table(modelled.to_dicts()), "The modelled ceilings"))
     return out

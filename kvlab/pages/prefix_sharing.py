@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from IPython.display import Markdown
 
-from kvlab import narrative, plots
+from kvlab import narrative, plots, tables
 from kvlab.engines import engine_label
 from kvlab.pages.section import Section
 from kvlab.studies import StudyResult
@@ -56,7 +56,9 @@ def measured(r: StudyResult, wb) -> Section:
         out.add(Markdown(narrative.no_runs_note(f"runs of `{sharing_experiment}`", wb.data,
                                                 f"kvlab sweep data/experiments/{sharing_experiment}.yaml")))
     else:
-        out.add(narrative.sharing_table(r["sharing_points"].to_dicts(), block_tokens))
+        # the bullets below and the figure give each point: the table is one click away
+        out.add(tables.folded(narrative.sharing_table(r["sharing_points"].to_dicts(), block_tokens),
+                              "Cache-hit rate, TTFT and batch time per shared fraction"))
         out.add(wb.show(plots.prefix_sharing_figure(sharing, threshold, block_tokens, gain=gain, min_gain=min_gain),
                         narrative.prefix_sharing_caption(sharing.to_dicts(), compare_engines=False)
                         + (" " + narrative.caching_gain_caption(gain.to_dicts(), r["thresholds"]) if gain.height else ""),
@@ -92,7 +94,7 @@ def threshold(r: StudyResult, wb) -> Section:
         out.add(Markdown("*No shared fraction was measured with the prefix cache both on and off: the threshold cannot"
                          " be tested here.*"))
     else:
-        out.add(narrative.gain_table(r["gain_points"].to_dicts()))
+        out.add(tables.folded(narrative.gain_table(r["gain_points"].to_dicts()), "What the cache buys per shared fraction"))
         for engine, threshold_found in r["thresholds"].items():
             out.add(Markdown(f"**{engine_label(engine)}**\n\n"
                              + narrative.threshold_sentence(threshold_found, r["gain_by_engine"][engine])))
@@ -108,7 +110,7 @@ def multi_turn(r: StudyResult, wb) -> Section:
         out.add(Markdown(narrative.no_runs_note(f"runs of `{multi_turn_experiment}`", wb.data,
                                                 f"kvlab sweep data/experiments/{multi_turn_experiment}.yaml")))
     else:
-        out.add(narrative.turns_table(r["turn_points"].to_dicts()))
+        out.add(tables.folded(narrative.turns_table(r["turn_points"].to_dicts()), "Per turn, cache on and off"))
         out.add(wb.show(plots.multi_turn_figure(by_turn, r["turn_requests"]), narrative.multi_turn_caption(by_turn.to_dicts()),
                         data=by_turn.drop("hardware")))
         out.add(Markdown(narrative.multi_turn_sentence(by_turn.to_dicts())))

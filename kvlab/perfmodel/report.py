@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kvlab import plan
+from kvlab.tables import kv_format_words
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
@@ -21,7 +22,7 @@ from kvlab.perfmodel.reference import bound_checks
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
 from kvlab.spec import expand, is_cpu_hardware
 from kvlab.store import load_runs
-from kvlab.units import context_label, k_label, token_range
+from kvlab.units import approx_tokens, context_label, k_label, token_range
 
 DEFAULT_CONTEXTS = (65536, 204800)
 
@@ -251,7 +252,7 @@ def consistent_text(cons) -> str:
         counts = k[col].value_counts(sort=True).rows()
         wins.append(" and ".join(f"{w} faster at {col[7:].upper()} in {n} of {k.height}" for w, n in counts))
     text = (head + f". They assume batch {vals('batch_size')}, output {vals('output_tokens', lambda v: f'{v:,}')}, "
-            f"expert reads {vals('expert_reads')}, KV format {vals('kv_format')}, MLA width {vals('mla_width')}; "
+            f"expert reads {vals('expert_reads')}, KV format {vals('kv_format', kv_format_words)}, MLA width {vals('mla_width')}; "
             f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}-{k['bandwidth_efficiency'].max():.1%} of peak. "
             f"{'; '.join(wins)}; crossover "
             + (token_range(xo.min(), xo.max()).replace("–", "-") if xo.len() else "none up to 1M tokens")
@@ -482,7 +483,8 @@ def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumpti
 
     def says(fc) -> str:
         wins = ", ".join(f"{win} faster at {k_label(c)}" for c, win in zip(fc.contexts, fc.winners))
-        return wins + (f", crossover {fc.crossover:,.0f} tokens" if fc.crossover else ", no crossover up to 1M tokens")
+        # the page's one notation for a modelled crossover: '≈173K (177,652 tokens)', as in the verdict table
+        return wins + (f", crossover {approx_tokens(fc.crossover)}" if fc.crossover else ", no crossover up to 1M tokens")
 
     label = "**non-physical**" if not free.physical else "inside every prior"
     lines = [
@@ -495,7 +497,8 @@ def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumpti
     if not free.physical:
         same = f.winners == p.winners
         lines.append(
-            f"- **Consequence:** the free fit reproduces the table only with {'; '.join(implausible(free))}. Held to the "
+            f"- **Consequence:** the free fit reproduces the table only with {'; '.join(implausible(free, short=True))} "
+            f"(implausible: see the calibration above). Held to the "
             f"priors, the model " + ("keeps its winners" if same else "names other winners") + f" ({says(p)}): the "
             "article's reversal " + ("survives" if p.winners[-1] == engine_label(SGLANG) else "does not follow from the physics")
             + " under the assumed workload.")

@@ -20,6 +20,7 @@ import polars as pl
 from scipy import stats
 
 from kvlab.engines import engine_label
+from kvlab.tables import experiment_words
 from kvlab.perfmodel.frames import row_config
 from kvlab.units import sig2
 from kvlab.perfmodel.roofline import Assumptions, kv_bytes_per_token_per_gpu
@@ -154,7 +155,7 @@ def step_fit_note(runs: pl.DataFrame, fits: pl.DataFrame, min_contexts: int = 3)
         verb = "grows" if ms >= 0 else "falls"
         sign = "includes no change" if lo <= 0 <= hi else "excludes no change"
         parts.append(
-            f"- **{engine_label(r['engine'])}** ({r['experiment']}, batch {r['batch_size']}, {r['contexts']} contexts, "
+            f"- **{engine_label(r['engine'])}** ({experiment_words(r['experiment'])}, batch {r['batch_size']}, {r['contexts']} contexts, "
             f"{r['runs']} runs): step time {verb} **{sig2(abs(ms))} ms per 1,000 tokens** of context (95% interval "
             f"{sig2(lo)} to {sig2(hi)} ms, which {sign}), from {sig2(r['intercept_ms'])} ms at no context; "
             f"R² {r['r2']:.2f}, largest residual {sig2(r['max_abs_residual_ms'])} ms, {r['linearity']}"
