@@ -48,7 +48,9 @@ def test_each_hostile_stream_ends_within_its_bounds_with_a_named_cause_and_the_b
     assert r[1].error.startswith("more token-bearing chunks than max_tokens + 16 (18)")
     assert r[3].error.startswith("more token-bearing chunks than max_tokens + 16 (18)")
     assert r[2].error == "timeout after 6 s (the request's deadline)"
-    assert 6.0 <= r[2].t_end - r[2].t_send < 7.5  # the drip ended at its deadline, not at 3,600 s
+    # the drip ended at its deadline, not at 3,600 s (upper bounds here leave room for a loaded core: beside the
+    # engine pass, a 2 s deadline once ended after 3.17 s)
+    assert 6.0 <= r[2].t_end - r[2].t_send < 12.0
     assert r[4].error.startswith("HTTP 307 (redirect to 'http://127.0.0.2:9/v1/completions' not followed)")
     assert r[5].count_flag == "7 token-bearing chunks received is above max_tokens 2, with no completion_tokens"
     assert r[0].count_flag is None and r[0].output_tokens == 2
@@ -129,7 +131,7 @@ def test_a_control_call_ends_at_its_deadline_whatever_the_server_drips(answer):
     finally:
         drip.close()
     assert status is None and body == f"deadline passed: no complete answer to GET {drip.url}/health within 2 s"
-    assert 2.0 <= took < 3.0
+    assert 2.0 <= took < 8.0  # without the deadline: 80 s (headers) or 100,000 s (body)
 
 
 def test_a_start_up_wait_honours_startup_timeout_s_against_a_dripping_health_check(tmp_path):
@@ -146,7 +148,7 @@ def test_a_start_up_wait_honours_startup_timeout_s_against_a_dripping_health_che
     finally:
         drip.close()
     assert caught.value.failure.cause == "timeout" and "within 3 s" in caught.value.failure.detail
-    assert took < 3.0 + 1.0  # the last check gets only what was left of the wait
+    assert took < 8.0  # the last check gets only what was left of the wait; the drip alone lasts 80 s
 
 
 def test_a_metrics_scrape_ends_at_its_deadline_against_a_drip():
@@ -179,4 +181,4 @@ def test_the_probe_follows_no_redirect_and_bounds_each_answer(monkeypatch):
     assert all(o.tokens == () for o in redirected) and reached == 0
     assert endless[0].error.startswith(f"{httpcall.TOO_LARGE} 1 MiB: POST {srv.url}/v1/completions")
     assert dripped[0].error == f"deadline passed: no complete answer to POST {srv.url}/v1/completions within 1.5 s"
-    assert took < 2.5
+    assert took < 6.0  # an endless drip: only the deadline ends it
