@@ -6,6 +6,7 @@ from IPython.display import Markdown
 
 from kvlab import narrative, plots, tables
 from kvlab.engines import engine_label
+from kvlab.pages.common import measured_opening
 from kvlab.pages.section import Section
 from kvlab.studies import StudyResult
 
@@ -49,21 +50,18 @@ def model_crossover(r: StudyResult, wb) -> Section:
 
 def measured(r: StudyResult, wb) -> Section:
     """Measured here."""
-    measured_experiment = r.parameters["measured_experiment"]
     mem_util = r.parameters["mem_util"]
     out = Section()
-    if "measured" not in r.frames:
-        out.add(Markdown(narrative.no_runs_note(f"runs of `{measured_experiment}`", wb.data, "make report")))
-    else:
-        mt = r["measured_means"]
-        out.add(Markdown(narrative.measured_engines_note(r["measured"].to_dicts())))
-        out.add(tables.table(mt, ["context_label", "context_tokens", "engine", "batch_time_s", "batch_time_std_s",
-                                  "n_runs"],
-                             caption=f"memory utilisation {mem_util}; contexts scaled ÷{mt['scale_factor'].max():g}"))
-        out.add(wb.show(plots.batch_time_bars(mt), narrative.speed_caption(r["measured_relative"].to_dicts(), "measured"),
-                        data=mt))
-        out.add(wb.show(plots.throughput_vs_context(mt, "batch_time_s", "batch time (s)"),
-                        narrative.growth_caption(r["growth"].to_dicts(), "measured"), data=mt))
+    if not measured_opening(r, wb, out):
+        return out
+    mt = r["measured_means"]
+    out.add(tables.table(mt, ["context_label", "context_tokens", "engine", "batch_time_s", "batch_time_std_s",
+                              "n_runs"],
+                         caption=f"memory utilisation {mem_util}; contexts scaled ÷{mt['scale_factor'].max():g}"))
+    out.add(wb.show(plots.batch_time_bars(mt), narrative.speed_caption(r["measured_relative"].to_dicts(), "measured"),
+                    data=mt))
+    out.add(wb.show(plots.throughput_vs_context(mt, "batch_time_s", "batch time (s)"),
+                    narrative.growth_caption(r["growth"].to_dicts(), "measured"), data=mt))
     return out
 
 

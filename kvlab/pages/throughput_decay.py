@@ -5,6 +5,7 @@ from __future__ import annotations
 from IPython.display import Markdown
 
 from kvlab import narrative, plots, tables
+from kvlab.pages.common import measured_opening
 from kvlab.pages.section import Section
 from kvlab.studies import StudyResult
 
@@ -41,22 +42,19 @@ def claims_beside_table(r: StudyResult, wb) -> Section:
 
 def measured(r: StudyResult, wb) -> Section:
     """Measured here."""
-    measured_experiment = r.parameters["measured_experiment"]
     mem_util = r.parameters["mem_util"]
     out = Section()
-    if "measured" not in r.frames:
-        out.add(Markdown(narrative.no_runs_note(f"runs of `{measured_experiment}`", wb.data, "make report")))
-    else:
-        tp_m, decay_m = r["throughput_measured"], r["decay_measured"]
-        out.add(Markdown(narrative.measured_engines_note(r["measured"].to_dicts())))
-        out.add(tables.table(tp_m, tables.non_empty(tp_m, ["context_label", "context_tokens", "engine", "batch_time_s",
-                                                           "batch_time_std_s", "requests_per_s", "output_tokens_per_s",
-                                                           "prompt_tokens_per_s", "n_runs"]),
-                             caption=narrative.measured_table_caption(r["scaled_pairs"], mem_util)))
-        out.add(wb.show(plots.throughput_vs_context(tp_m, "output_tokens_per_s", "output tokens per second",
-                                                    relative=True),
-                        narrative.decay_caption(decay_m.to_dicts(), "measured", "output tokens per second"), data=tp_m))
-        out.add(narrative.decay_table(decay_m.to_dicts()))
-        out.add(Markdown(narrative.decay_sentences(decay_m.to_dicts(), "measured")))
-        out.add(Markdown(narrative.decay_comparison(r["decay_extremes"], "measured")))
+    if not measured_opening(r, wb, out):
+        return out
+    tp_m, decay_m = r["throughput_measured"], r["decay_measured"]
+    out.add(tables.table(tp_m, tables.non_empty(tp_m, ["context_label", "context_tokens", "engine", "batch_time_s",
+                                                       "batch_time_std_s", "requests_per_s", "output_tokens_per_s",
+                                                       "prompt_tokens_per_s", "n_runs"]),
+                         caption=narrative.measured_table_caption(r["scaled_pairs"], mem_util)))
+    out.add(wb.show(plots.throughput_vs_context(tp_m, "output_tokens_per_s", "output tokens per second",
+                                                relative=True),
+                    narrative.decay_caption(decay_m.to_dicts(), "measured", "output tokens per second"), data=tp_m))
+    out.add(narrative.decay_table(decay_m.to_dicts()))
+    out.add(Markdown(narrative.decay_sentences(decay_m.to_dicts(), "measured")))
+    out.add(Markdown(narrative.decay_comparison(r["decay_extremes"], "measured")))
     return out
