@@ -157,7 +157,7 @@ def test_a_metrics_scrape_ends_at_its_deadline_against_a_drip():
         t = time.monotonic()
         with pytest.raises(TimeoutError, match="deadline passed"):
             asyncio.run(metrics.scrape(drip.url, timeout_s=1.5))
-        assert time.monotonic() - t < 2.5
+        assert time.monotonic() - t < 6.0  # a 1.5 s deadline; the drip alone lasts 100,000 s (room for a loaded core)
     finally:
         drip.close()
 
