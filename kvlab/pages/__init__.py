@@ -28,7 +28,7 @@ def open_report(report: str, namespace: Mapping[str, Any]):
     return studies.notebook(report, namespace)
 
 
-def verdicts_and_sources(r: StudyResult, wb=None) -> Section:
+def verdicts_and_sources(r: StudyResult) -> Section:
     """A report's last section: its verdict box (moved under the answer in the built page) and what it read (the
     provenance panel's input, taken off the page)."""
     return Section([verdicts.box(list(r.verdicts)), r.sources])

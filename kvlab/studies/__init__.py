@@ -140,7 +140,7 @@ def run(mod, wb, namespace: Mapping[str, Any]) -> StudyResult:
     result = mod.compute(wb, **given)
     defaults = {p.name: p.default for p in inspect.signature(mod.compute).parameters.values()
                 if p.kind is p.KEYWORD_ONLY}
-    return replace(result, parameters={**defaults, **dict(result.parameters), **given})
+    return replace(result, parameters={**defaults, **given})
 
 
 def compute_report(report: str, data_dir: str | Path | None = None, params: Mapping[str, Any] | None = None,
@@ -152,13 +152,11 @@ def compute_report(report: str, data_dir: str | Path | None = None, params: Mapp
     return run(mod, wb, dict(params or {}))
 
 
-def sourced(report: str, wb, answer: Answer, verdicts, frames=None, values=None, params=None,
-            read=()) -> StudyResult:
+def sourced(report: str, wb, answer: Answer, verdicts, frames=None, values=None, read=()) -> StudyResult:
     """A StudyResult recording what ``wb`` was asked for (its measured experiments and documents) and ``read``,
     what the study read past the workbook's filters (see :meth:`kvlab.workbook.Workbook.sources`)."""
     src = wb.sources(*read)
-    return StudyResult(report, answer, tuple(verdicts), frames or {}, values or {}, src.measured, src.documents,
-                       params or {})
+    return StudyResult(report, answer, tuple(verdicts), frames or {}, values or {}, src.measured, src.documents)
 
 
 def notebook(report: str, namespace: Mapping[str, Any]):

@@ -56,9 +56,7 @@ def compute(wb, *, data_dir: str = "", measured_experiment: str = "cpu_capacity"
                    "ceiling_figure": analysis.ceiling_figure_data(points)}
     found = narrative.capacity_verdicts(curve, points, gmap, modelled)
     answer = Answer(narrative.capacity_answer(found, curve.is_empty()))
-    params = {"measured_experiment": measured_experiment, "slo_share": slo_share, "gpu": gpu, "model": model,
-              "tp": tp, "dcp_sizes": list(dcp_sizes), "mem_utils": list(mem_utils)}
     values = {"measured_experiment": measured_experiment,
               "load_conditions": conditions_label(runs),  # prompt form, loop phase, window of the TTFT shown
               "min_line_samples": MIN_LINE_SAMPLES}
-    return sourced(REPORT, wb, answer, found, frames, values, params)
+    return sourced(REPORT, wb, answer, found, frames, values)

@@ -98,6 +98,4 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     answer = Answer(narrative.context_answer(rel.sort("context_tokens").to_dicts(),
                                              table.filter(pl.col("evidence") == "modelled").to_dicts(),
                                              x_model_range, measured.is_empty()), table)
-    params = {"published_experiment": published_experiment, "measured_experiment": measured_experiment,
-              "mem_util": mem_util, "engine_a": engine_a, "engine_b": engine_b}
-    return sourced(REPORT, wb, answer, found, frames, values, params)
+    return sourced(REPORT, wb, answer, found, frames, values)

@@ -50,8 +50,4 @@ def compute(wb, *, data_dir: str = "", claims_experiment: str = "article_kv_desi
               "concurrency_experiments": analysis.experiments_in(conc),
               "gap": narrative.evidence_gap_sentence(ev)}
     answer = Answer(narrative.choice_answer(w, tree, ev))
-    params = {"claims_experiment": claims_experiment, "published_experiment": published_experiment,
-              "context_tokens": context_tokens, "shared_fraction": shared_fraction, "concurrency": concurrency,
-              "model": model, "gpu": gpu, "tp": tp, "dcp": dcp, "priority": priority,
-              "mixed_hardware_or_frequent_model_changes": mixed_hardware_or_frequent_model_changes}
-    return sourced(REPORT, wb, answer, found, frames, values, params, read=(sharing, conc, published_experiment))
+    return sourced(REPORT, wb, answer, found, frames, values, read=(sharing, conc, published_experiment))

@@ -56,6 +56,4 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
                                              pl.col("kv_budget_mib").round(1).alias("KV budget (MiB)"),
                                              pl.col("ratio_to_lowest").round(2).alias("× the lowest"), "evidence")
                     if frames["budgets"].height else None)
-    params = {"published_experiment": published_experiment, "measured_experiment": measured_experiment, "gpu": gpu,
-              "model": model, "mem_utils": list(mem_utils), "dcp": dcp}
-    return sourced(REPORT, wb, answer, found, frames, {"gpu": gpu, "model": model, "totals": totals, "setting": setting}, params)
+    return sourced(REPORT, wb, answer, found, frames, {"gpu": gpu, "model": model, "totals": totals, "setting": setting})

@@ -67,7 +67,4 @@ def compute(wb, *, data_dir: str = "", sharing_experiment: str = "cpu_prefix_sha
               "gain_by_engine": {e: gain.filter(pl.col("engine") == e).to_dicts() for e in thresholds},
               "conclusions": narrative.prefix_conclusions(sharing.to_dicts(), thresholds, by_turn.to_dicts(), threshold,
                                                           min_gain, radix_pairs)}
-    params = {"sharing_experiment": sharing_experiment, "multi_turn_experiment": multi_turn_experiment,
-              "claims_experiment": claims_experiment, "threshold": threshold, "min_gain": min_gain,
-              "block_tokens": block_tokens}
-    return sourced(REPORT, wb, answer, found, frames, values, params)
+    return sourced(REPORT, wb, answer, found, frames, values)

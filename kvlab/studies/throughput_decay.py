@@ -41,6 +41,4 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
                     .select("engine", "consistent_under_any"), on="engine", how="left"))
     answer = Answer(narrative.decay_answer(stated.sort("engine").to_dicts(), context_from, context_to,
                                            measured.is_empty()))
-    params = {"published_experiment": published_experiment, "measured_experiment": measured_experiment,
-              "mem_util": mem_util, "context_from": context_from, "context_to": context_to}
-    return sourced(REPORT, wb, answer, found, frames, values, params)
+    return sourced(REPORT, wb, answer, found, frames, values)

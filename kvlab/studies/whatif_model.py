@@ -102,6 +102,4 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
               "crossovers_found": bool(xo["crossover_tokens"].is_not_null().any())}
     found = narrative.model_verdicts(fit, sens, head, claims, workload, assume, consistent=consistent)
     answer = Answer(narrative.model_answer(fit, x_range, sens.height, model, gpu, tp, values["held_out"]))
-    params = {"published_experiment": published_experiment, "gpu": gpu, "model": model, "tp": tp, "dcp": dcp,
-              "batch_size": batch_size, "output_tokens": output_tokens, "kv_layers": kv_layers}
-    return sourced(REPORT, wb, answer, found, frames, values, params, read=(frac, step))
+    return sourced(REPORT, wb, answer, found, frames, values, read=(frac, step))
