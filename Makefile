@@ -121,18 +121,21 @@ browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and
 # one at a time) in the foreground, and every other test (the notebooks, the reports in Chromium, the fixture servers)
 # beside them in one process pinned to the last core, its report held back and printed after the engine pass's. An
 # engine test leaves much of the machine idle while a server starts, waits or streams (0.83 of 2 cores on average,
-# measured on the 2-vCPU EPYC), which the other pass fills; pinning it keeps it off core 0, where vLLM's CPU build
-# computes. The few tests that compare measured times run last and first wait for the other pass to end
-# (KVLAB_TEST_BESIDE_PID; tests/conftest.py quiet_machine). With one core, or without taskset, the passes run one
-# after the other. make fails if either fails.
+# measured on the 2-vCPU EPYC), which the other pass fills. The engines compute on the other cores: vLLM's CPU build
+# binds its compute threads there itself (it keeps one core back, VLLM_CPU_OMP_THREADS_BIND=auto), and the engine pass
+# gives SGLang the same cores (SGLANG_CPU_OMP_THREADS_BIND), so a measured time is never taken on the busy core and
+# no test waits for the other pass. With one core, or without taskset, the passes run one after the other. make fails
+# if either fails.
 LAST_CORE := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n - 1)))
 ENGINE_FREE := -m "not cluster and not engine"
+# the cores below the last: "0" on two cores, "0-6" on eight
+ENGINE_CORES := $(shell c=$(LAST_CORE); if [ $$c -gt 1 ]; then echo 0-$$((c - 1)); else echo 0; fi)
 test: install engines engines-sglang-jax browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
 	@status=0; \
 	if [ "$(LAST_CORE)" -gt 0 ] && command -v taskset >/dev/null; then \
 	  log=$$(mktemp); echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE); their report follows"; \
 	  taskset -c $(LAST_CORE) $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
-	  KVLAB_TEST_BESIDE_PID=$$free $(BIN)/pytest -m "engine and not cluster" $(PYTEST_ARGS) || status=$$?; \
+	  SGLANG_CPU_OMP_THREADS_BIND=$(ENGINE_CORES) $(BIN)/pytest -m "engine and not cluster" $(PYTEST_ARGS) || status=$$?; \
 	  wait $$free || status=$$?; echo "---------------- the engine-free tests ----------------"; cat $$log; rm -f $$log; \
 	else \
 	  $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) || status=$$?; \

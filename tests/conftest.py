@@ -44,43 +44,6 @@ def sglang_python() -> Path:
     return _required(SGLANG_PYTHON)
 
 
-#: Set by `make test` for its engine pass: the pid of the engine-free pass running beside it (pinned to the last core).
-BESIDE_PID_ENV = "KVLAB_TEST_BESIDE_PID"
-#: The longest a timed test waits for that pass to end before it measures anyway (it says so).
-BESIDE_WAIT_S = 20 * 60
-
-
-def pytest_collection_modifyitems(items):
-    """Tests that assert on measured time (they use ``quiet_machine``) run last, in their order: by then the
-    engine-free pass beside the engine pass has usually ended, so waiting for it costs little."""
-    items.sort(key=lambda item: "quiet_machine" in getattr(item, "fixturenames", ()))
-
-
-@pytest.fixture(scope="session")
-def quiet_machine() -> None:
-    """For tests that compare measured times (a longer context is slower): under `make test`, wait until the
-    engine-free pass running beside the engine pass has ended. PyTorch SGLang computes on both cores, and beside a
-    busy core its times swing by several times (a 64K run once took 2.9 s against 1.7 s for 200K), which no
-    comparison of single runs survives. Without `make test`'s variable (pytest run directly) nothing is waited for."""
-    import time
-
-    import psutil
-
-    pid = os.environ.get(BESIDE_PID_ENV)
-    if not pid:
-        return
-    t = time.monotonic()
-    while time.monotonic() - t < BESIDE_WAIT_S:
-        try:
-            if psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE:
-                break
-        except (psutil.NoSuchProcess, ValueError):
-            break
-        time.sleep(1)
-    else:
-        print(f"the engine-free pass (pid {pid}) still runs after {BESIDE_WAIT_S // 60} min: timing measured beside it")
-
-
 @pytest.fixture(scope="session", autouse=True)
 def tiny_model() -> Path:
     """kvlab's tiny local model, generated once (deterministic, no download) before any test: the shipped
