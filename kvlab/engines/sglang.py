@@ -37,7 +37,6 @@ class SGLangAdapter(EngineAdapter):
     label = "SGLang"
     family = "sglang"
     colour_key = "orange"
-    cache_report_flag = "--enable-cache-report"  # usage.prompt_tokens_details.cached_tokens
     # its tokenizer manager rejects input + max_new_tokens >= context_len
     strict_context = True
     cpu_note = "CPU, torch-native kernels"  # PyPI has no build of SGLang's AMX CPU kernels (envs/sglang-cpu-compat)
@@ -84,30 +83,24 @@ class SGLangAdapter(EngineAdapter):
     # SGLang 0.5.23 reads its key from --api-key or from a YAML file given as --config (server_args.py,
     # ConfigArgumentMerger), never from the environment
     api_key_route = "config_file"
+    flags = {
+        "model": "--model-path",
+        "host": "--host",
+        "port": "--port",
+        "tp": "--tp-size",
+        "dcp": "--dcp-size",
+        "dp": "--dp-size",
+        "memory": "--mem-fraction-static",
+        "context": "--context-length",
+        "metrics": "--enable-metrics",  # /metrics is off by default in SGLang
+        "kv_budget": "--max-total-tokens",  # tokens (kv_budget_arg)
+        "cache_report": "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens
+        "prefix_cache_off": "--disable-radix-cache",
+    }
 
-    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
-        args = [
-            "--model-path", spec.model_arg,
-            "--host", spec.host,
-            "--port", str(port),
-            "--tp-size", str(spec.tp),
-        ]
-        if spec.dcp > 1:
-            args += ["--dcp-size", str(spec.dcp)]
-        if spec.dp > 1:
-            args += ["--dp-size", str(spec.dp)]
-        args += [
-            "--mem-fraction-static", f"{spec.mem_util:g}",
-            "--context-length", str(spec.max_model_len),
-            "--enable-metrics",  # /metrics is off by default in SGLang
-        ]
-        if spec.kv_cache_bytes is not None:
-            args += ["--max-total-tokens", str(self.kv_budget_tokens(spec))]
-        if spec.report_cached_tokens:
-            args.append(self.cache_report_flag)
-        if not spec.prefix_caching:
-            args.append("--disable-radix-cache")
-        return args + self.shared_args(spec, api_key)
+    def kv_budget_arg(self, spec: EngineSpec) -> int:
+        """``--max-total-tokens`` takes the budget in tokens: :meth:`kv_budget_tokens`."""
+        return self.kv_budget_tokens(spec)
 
     def kv_bytes_per_token(self, config: dict, element_bytes: int) -> int:
         """KV-cache bytes per token in SGLang's (PyTorch) memory pool: head_dim as the model gives it

