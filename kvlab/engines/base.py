@@ -170,7 +170,8 @@ class EngineAdapter(ABC):
     telemetry_names: ClassVar[dict[str, str]] = {}
     #: An engine that serves no /metrics but logs SGLang's periodic scheduler lines (#running-req, #queue-req, token
     #: usage): a run's telemetry tails the server log kvlab launched it with instead (kvlab.metrics.tail_log_during,
-    #: the same series names as telemetry_names'). Not for a server kvlab did not launch: its log is elsewhere.
+    #: read by :meth:`telemetry_from_log`, the same series names as telemetry_names'). Not for a server kvlab did not
+    #: launch: its log is elsewhere.
     log_telemetry: ClassVar[bool] = False
     #: Where the Prometheus counters are served; None: the engine serves none (counters not available).
     metrics_path: ClassVar[str | None] = "/metrics"
@@ -196,6 +197,12 @@ class EngineAdapter(ABC):
     def serves_metrics(cls) -> bool:
         """Whether the engine serves Prometheus counters (else its server counters are not available, never 0)."""
         return cls.metrics_path is not None
+
+    def telemetry_from_log(self, line: str) -> dict[str, float | None] | None:
+        """One line of the server's log → telemetry values (telemetry_names' canonical names), None for a line that
+        carries none: the engine's log grammar, which a run with ``log_telemetry`` reads
+        (kvlab.metrics.tail_log_during). None for every line here: an engine whose log kvlab does not read."""
+        return None
 
     # ------------------------------------------------------------------ command line
     #: The engine's spelling of each setting kvlab gives it (:data:`Setting`), in the order its argv lists them; a

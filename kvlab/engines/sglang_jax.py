@@ -61,7 +61,7 @@ class SGLangJaxAdapter(SGLangAdapter):
     metrics_path = None
     telemetry_names = {}  # nothing to sample over HTTP ...
     # ... so a run's telemetry tails its server log's scheduler lines ("Prefill batch." / "Decode batch.": #running-req,
-    # #queue-req, token usage, #token), as of the engine's last such line (kvlab.metrics.parse_scheduler_line)
+    # #queue-req, token usage, #token), as of the engine's last such line (SGLangAdapter.telemetry_from_log)
     log_telemetry = True
     cached_tokens_omitted_when_zero = True
     cmdline_markers = ("sgl_jax.launch_server", "sgl_jax", "sglang::")
