@@ -60,6 +60,10 @@ class VLLMAdapter(EngineAdapter):
     api_key_env_var = "VLLM_API_KEY"
     api_key_route = "env"
     cache_salt = True  # CompletionRequest.cache_salt (vLLM 0.32): runs are isolated without VLLM_SERVER_DEV_MODE
+    #: The KV block its CPU backend caches whole, in tokens: vLLM 0.32's CPU platform sets block_size 128 where the
+    #: user gave none (platforms/cpu.py check_and_update_config; 16 for MLA models, 256 for DeepSeek-V4; its GPU
+    #: backends default to 16). Its prefix cache hits whole blocks, so a shared prefix counts in these.
+    cpu_block_tokens = 128
     flags = {
         "model": "--model",
         "host": "--host",
