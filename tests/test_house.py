@@ -115,6 +115,11 @@ def test_identity_lives_on_the_adapter():
     assert registry.KV_BUDGET_ENGINES == ENGINE_NAMES
     assert not registry.adapter_class(SGLANG_JAX).serves_metrics() and registry.adapter_class(VLLM).serves_metrics()
     assert [registry.adapter_class(e).dev_endpoints for e in ENGINE_NAMES] == [True, False, False]
+    # what reports quote of an engine's command line and model of its cache comes from its adapter
+    assert registry.flag(VLLM, "prefix_cache_off") == "--no-enable-prefix-caching"
+    assert registry.flag(SGLANG_JAX, "prefix_cache_off") == registry.flag(SGLANG, "prefix_cache_off")
+    assert registry.flag(SGLANG, "enforce_eager") is None and registry.flag("other", "dp") is None
+    assert registry.VLLM_CPU_BLOCK_TOKENS == registry.adapter_class(VLLM).cpu_block_tokens == 128
     with pytest.raises(ValueError, match="unknown engine"):
         registry.adapter_class("other")
 
@@ -133,6 +138,71 @@ def test_every_engine_has_a_colour():
 
     assert list(ENGINE_COLORS) == list(ENGINE_NAMES)
     assert set(ENGINE_COLORS.values()) <= set(PALETTE.values()) and len(set(ENGINE_COLORS.values())) == 3
+
+
+#: A name that holds a KV block size (a parameter or a constant: ``block_tokens``, ``BLOCK_SIZE``).
+_BLOCK_NAME = re.compile(r"block", re.IGNORECASE)
+
+
+def _int_literal(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def engine_knowledge_outside(package=PACKAGE, root=ROOT) -> list[str]:
+    """Engine knowledge spelt in kvlab/ outside kvlab/engines/, where only the adapters hold it: 'path:line: what'.
+
+    - an engine's cache-off flag (each adapter's ``flags["prefix_cache_off"]``: ``--no-enable-prefix-caching``,
+      ``--disable-radix-cache``) anywhere, a comment or docstring too: prose quotes
+      ``registry.flag(engine, "prefix_cache_off")``;
+    - a KV block size given as a number: a parameter whose name says block with an integer literal for default, or
+      such a constant (``block_tokens: int = 128``): vLLM's is ``VLLM_CPU_BLOCK_TOKENS``, its adapter's."""
+    flags = sorted({f for cls in registry.ADAPTERS if (f := cls.flag("prefix_cache_off"))})
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if (package / "engines") in path.parents:
+            continue
+        rel, text = path.relative_to(root), path.read_text()
+        for i, line in enumerate(text.splitlines(), 1):
+            found += [f"{rel}:{i}: {flag}" for flag in flags if flag in line]
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                positional = [*a.posonlyargs, *a.args]
+                pairs = [*zip(positional[len(positional) - len(a.defaults):], a.defaults),
+                         *zip(a.kwonlyargs, a.kw_defaults)]
+                found += [f"{rel}:{d.lineno}: {arg.arg} = {d.value}" for arg, d in pairs
+                          if _BLOCK_NAME.search(arg.arg) and _int_literal(d)]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and _int_literal(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.value.value  # type: ignore[union-attr]
+                found += [f"{rel}:{node.lineno}: {t.id} = {value}" for t in targets
+                          if isinstance(t, ast.Name) and _BLOCK_NAME.search(t.id)]
+    return found
+
+
+def test_no_engine_knowledge_outside_the_engines_package():
+    """Issue 44: the cache-off flag a report quotes and the block size a report models come from the adapters
+    (registry.flag, VLLM_CPU_BLOCK_TOKENS), never spelt again beside them."""
+    found = engine_knowledge_outside()
+    assert not found, "engine knowledge spelt outside kvlab/engines/ (ask the adapter or the registry):\n" + \
+        "\n".join(found)
+
+
+def test_the_engine_knowledge_check_sees_what_it_looks_for(tmp_path):
+    """A cache-off flag in a string or a comment, a block-size default (positional or keyword-only) and a block-size
+    constant are found; the registry's constant as a default, other numbers and kvlab/engines/ are not."""
+    pkg = tmp_path / "kvlab"
+    (pkg / "engines").mkdir(parents=True)
+    (pkg / "a.py").write_text(
+        'X = "with it off (--no-enable-prefix-caching)"\n# SGLang: --disable-radix-cache\n'
+        'def f(rows, block_tokens: int = 128, n=4):\n    pass\n'
+        'def g(*, block_size=16, batch=128):\n    pass\n'
+        'def h(block_tokens=VLLM_CPU_BLOCK_TOKENS):\n    pass\n'
+        'BLOCK_TOKENS = 128\nPROMPT_TOKENS = 128\n')
+    (pkg / "engines" / "b.py").write_text('F = "--no-enable-prefix-caching"\nBLOCK = 128\n')
+    assert engine_knowledge_outside(pkg, tmp_path) == [
+        "kvlab/a.py:1: --no-enable-prefix-caching", "kvlab/a.py:2: --disable-radix-cache",
+        "kvlab/a.py:3: block_tokens = 128", "kvlab/a.py:5: block_size = 16", "kvlab/a.py:9: BLOCK_TOKENS = 128"]
 
 
 # --------------------------------------------------------------------------- no dead declarations
