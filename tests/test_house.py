@@ -32,6 +32,20 @@ def _docstrings(tree: ast.AST) -> set[int]:
             and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
 
 
+def _outside_engines(package: Path) -> list[Path]:
+    """kvlab's modules but those of kvlab/engines/, where what an engine is lives."""
+    return [path for path in sorted(package.rglob("*.py")) if (package / "engines") not in path.parents]
+
+
+def _package(tmp_path: Path, outside: str, inside: str) -> Path:
+    """A kvlab/ under ``tmp_path`` holding ``outside`` in a.py and ``inside`` in engines/b.py."""
+    pkg = tmp_path / "kvlab"
+    (pkg / "engines").mkdir(parents=True)
+    (pkg / "a.py").write_text(outside)
+    (pkg / "engines" / "b.py").write_text(inside)
+    return pkg
+
+
 def engine_literals(package=PACKAGE, root=ROOT, names=ENGINE_NAMES) -> list[str]:
     """Every string in kvlab/ outside kvlab/engines/ that spells an engine's identity, which only the registry may
     give (``engine_label(SGLANG)``, ``registry.family(e)``, an adapter's attributes): 'path:line: text'.
@@ -54,9 +68,7 @@ def engine_literals(package=PACKAGE, root=ROOT, names=ENGINE_NAMES) -> list[str]
                      key=len, reverse=True)
     name_in_text = re.compile(_NAME_IN_TEXT.format("|".join(re.escape(n) for n in spelled)), re.IGNORECASE)
     found = []
-    for path in sorted(package.rglob("*.py")):
-        if (package / "engines") in path.parents:
-            continue
+    for path in _outside_engines(package):
         tree = ast.parse(path.read_text(), filename=str(path))
         skip = _docstrings(tree) | {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
                                     for v in node.values}
@@ -89,15 +101,14 @@ def test_no_engine_name_literal_outside_the_engines_package():
 def test_the_literal_check_sees_what_it_looks_for(tmp_path):
     """A quoted engine name in any case, a label that holds one, and a sentence about a formatted engine that spells
     one are found; prose about a product, a docstring, a metric or a package name, and kvlab/engines/ are not."""
-    pkg = tmp_path / "kvlab"
-    (pkg / "engines").mkdir(parents=True)
-    (pkg / "a.py").write_text(
+    pkg = _package(
+        tmp_path,
         '"""SGLang."""\nX = "SGLang"\nY = f"{1}vllm"\nZ = "vllm or sglang"\nL = "DCP (SGLang)"\n'
         'M = f"{e.name}: SGLang rejects a request that fills its context length"\n'
         'P = "vLLM\'s CPU build reserves its share of host memory when it starts"\n'
         'Q = f"{n} requests found the prefix in SGLang\'s radix cache at the start"\n'
-        'R = "vllm:num_requests_running"\nS = "import sglang.srt"\n')
-    (pkg / "engines" / "b.py").write_text('N = "vllm"\n')
+        'R = "vllm:num_requests_running"\nS = "import sglang.srt"\n',
+        'N = "vllm"\n')
     assert engine_literals(pkg, tmp_path) == [
         "kvlab/a.py:2: 'SGLang'", "kvlab/a.py:3: '{}vllm'", "kvlab/a.py:4: 'vllm or sglang'",
         "kvlab/a.py:5: 'DCP (SGLang)'", "kvlab/a.py:6: '{}: SGLang rejects a request that fills its context length'"]
@@ -158,9 +169,7 @@ def engine_knowledge_outside(package=PACKAGE, root=ROOT) -> list[str]:
       such a constant (``block_tokens: int = 128``): vLLM's is ``VLLM_CPU_BLOCK_TOKENS``, its adapter's."""
     flags = sorted({f for cls in registry.ADAPTERS if (f := cls.flag("prefix_cache_off"))})
     found = []
-    for path in sorted(package.rglob("*.py")):
-        if (package / "engines") in path.parents:
-            continue
+    for path in _outside_engines(package):
         rel, text = path.relative_to(root), path.read_text()
         for i, line in enumerate(text.splitlines(), 1):
             found += [f"{rel}:{i}: {flag}" for flag in flags if flag in line]
@@ -191,15 +200,14 @@ def test_no_engine_knowledge_outside_the_engines_package():
 def test_the_engine_knowledge_check_sees_what_it_looks_for(tmp_path):
     """A cache-off flag in a string or a comment, a block-size default (positional or keyword-only) and a block-size
     constant are found; the registry's constant as a default, other numbers and kvlab/engines/ are not."""
-    pkg = tmp_path / "kvlab"
-    (pkg / "engines").mkdir(parents=True)
-    (pkg / "a.py").write_text(
+    pkg = _package(
+        tmp_path,
         'X = "with it off (--no-enable-prefix-caching)"\n# SGLang: --disable-radix-cache\n'
         'def f(rows, block_tokens: int = 128, n=4):\n    pass\n'
         'def g(*, block_size=16, batch=128):\n    pass\n'
         'def h(block_tokens=VLLM_CPU_BLOCK_TOKENS):\n    pass\n'
-        'BLOCK_TOKENS = 128\nPROMPT_TOKENS = 128\n')
-    (pkg / "engines" / "b.py").write_text('F = "--no-enable-prefix-caching"\nBLOCK = 128\n')
+        'BLOCK_TOKENS = 128\nPROMPT_TOKENS = 128\n',
+        'F = "--no-enable-prefix-caching"\nBLOCK = 128\n')
     assert engine_knowledge_outside(pkg, tmp_path) == [
         "kvlab/a.py:1: --no-enable-prefix-caching", "kvlab/a.py:2: --disable-radix-cache",
         "kvlab/a.py:3: block_tokens = 128", "kvlab/a.py:5: block_size = 16", "kvlab/a.py:9: BLOCK_TOKENS = 128"]
