@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from kvlab import probe as probes_
-from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.engines import SGLANG, VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label
 from kvlab.schema import run_rates  # the one definition of the rates, beside RUNS (measuring side)
 from kvlab.workloads.shared_prefix import shared_prefix_length
 
@@ -851,14 +851,14 @@ def _sum_reported(col: str) -> pl.Expr:
     return pl.when(pl.col(col).is_not_null().any()).then(pl.col(col).sum()).otherwise(None)
 
 
-def prefix_sharing(runs: pl.DataFrame, block_tokens: int = 128) -> pl.DataFrame:
+def prefix_sharing(runs: pl.DataFrame, block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> pl.DataFrame:
     """Per engine configuration and shared fraction: cache-hit rate, TTFT, batch time and throughput.
 
     ``shared_fraction`` = shared prefix tokens / prompt tokens of the run (as built, rounded to
     0.001). ``ideal_hit_rate`` = shared_fraction x (n - 1) / n: every request but the first could
     reuse the whole prefix (a token-exact cache such as SGLang's radix tree, page size 1);
     ``block_ideal_hit_rate`` the same with the prefix rounded down to whole ``block_tokens`` blocks
-    (vLLM's paged cache: 128-token blocks on its CPU backend). ``hit_source`` names the count the
+    (vLLM's paged cache: VLLM_CPU_BLOCK_TOKENS on its CPU backend). ``hit_source`` names the count the
     hit rate comes from (:func:`hit_source`). Repeats are folded by their
     median (one run disturbed by other load on the host does not move the point); the ``*_std_*``
     columns keep their spread.
@@ -1087,12 +1087,13 @@ def concurrency_study(runs: pl.DataFrame, mode: str = "classification") -> pl.Da
     )
 
 
-def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float], block_tokens: int = 128) -> pl.DataFrame:
+def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float],
+                  block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> pl.DataFrame:
     """Modelled: the share of prompt tokens a perfect prefix cache could serve, per shared fraction.
 
     Every request after the first reuses the whole prefix (``ideal_hit_rate``) or, in a cache
     that stores whole KV blocks of ``block_tokens``, the prefix rounded down to a block
-    (``block_hit_rate``; vLLM's CPU backend uses 128-token blocks, GPUs typically 16).
+    (``block_hit_rate``; vLLM's CPU backend: VLLM_CPU_BLOCK_TOKENS, GPUs typically 16).
     """
     rows = []
     for f in fractions:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -224,37 +223,6 @@ NO_NEW_LOG_LINE = "no new scheduler line in the server log since the last read"
 #: more (a progress bar, a traceback) looks at the newest this many bytes only.
 LOG_TAIL_WINDOW_BYTES = 256 * 1024
 
-#: The SGLang-family scheduler's periodic lines (sglang-jax 0.1.0rc0, scheduler_metrics_mixin.log_prefill_stats /
-#: log_decode_stats):
-#:   Prefill batch. #new-seq: 2, #new-token: 2000, #cached-token: 0, token usage: 0.06, #running-req: 1, #queue-req: 0,
-#:   Decode batch. #running-req: 1, #token: 1005, token usage: 0.06, gen throughput (token/s): 3.75, #queue-req: 0,
-#: #running-req is the running batch's size when the line is written (a prefill line's does not count its #new-seq:
-#: SGLang's /metrics gauge num_running_reqs is set from the same number), #queue-req the waiting queue, token usage
-#: the used share of the KV pool (0-1) and #token (decode lines only) the tokens it holds. A hybrid (sliding-window)
-#: model logs full and swa usage instead: the larger is kept, as its scheduler itself does.
-SCHEDULER_LINE = re.compile(r"\b(?:Prefill|Decode) batch\. ")
-LOG_FIELDS: dict[str, re.Pattern[str]] = {
-    "requests_running": re.compile(r"#running-req: (\d+),"),
-    "requests_waiting": re.compile(r"#queue-req: (\d+),"),
-    "kv_cache_usage": re.compile(r"(?<![\w-])(?:full |swa )?token usage: (\d+(?:\.\d+)?),"),
-    "kv_tokens_used": re.compile(r"#(?:full |swa )?token: (\d+),"),
-}
-
-
-def parse_scheduler_line(line: str) -> dict[str, float | None] | None:
-    """One scheduler log line → {canonical: value, None where the line does not carry it}; None for any other line.
-    Telemetry's canonical names (the /metrics path's, kvlab.engines telemetry_names) plus ``kv_tokens_used``."""
-    m = SCHEDULER_LINE.search(line)
-    if m is None:
-        return None
-    rest = line[m.end():]
-    out: dict[str, float | None] = {}
-    for name, pattern in LOG_FIELDS.items():
-        found = [float(v) for v in pattern.findall(rest)]
-        out[name] = max(found) if found else None
-    return out
-
-
 def log_size(path: str | Path) -> int:
     """The log's size in bytes now: where a run's own lines begin (0 when there is no log yet)."""
     try:
@@ -264,11 +232,13 @@ def log_size(path: str | Path) -> int:
 
 
 async def tail_log_during(path: str | Path, start: int, samples: list[tuple[float, dict, str | None]],
+                          parse_line: Callable[[str], dict[str, float | None] | None],
                           interval_s: float = TELEMETRY_INTERVAL_S, gpus: GpuSampler | None = None) -> None:
     """Read the lines appended to the server log ``path`` after byte ``start`` every ``interval_s`` until
     cancelled, appending ``(t, values, error)`` to ``samples`` as :func:`sample_during` does: ``t`` the
-    ``time.perf_counter()`` stamp of the read, ``values`` the newest scheduler line's (:func:`parse_scheduler_line`)
-    among those written since the read before. A read that finds no new scheduler line is a sample with
+    ``time.perf_counter()`` stamp of the read, ``values`` the newest scheduler line's among those written since the
+    read before, as ``parse_line`` reads one (the engine's grammar: its adapter's ``telemetry_from_log``, None for a
+    line that is not a scheduler line). A read that finds no new scheduler line is a sample with
     ``error`` :data:`NO_NEW_LOG_LINE` (a gap, never a repeated or made-up value); lines before ``start`` (earlier
     runs', the warm-up's) are never read. Never raises but for cancellation: a failed read is kept with its error.
     """
@@ -288,7 +258,7 @@ async def tail_log_during(path: str | Path, start: int, samples: list[tuple[floa
             pos = size
         lines = (partial + chunk).split(b"\n")
         partial = lines.pop()  # a line still being written is read whole next time
-        latest = next((v for v in (parse_scheduler_line(line.decode(errors="replace")) for line in reversed(lines))
+        latest = next((v for v in (parse_line(line.decode(errors="replace")) for line in reversed(lines))
                        if v is not None), None)
         return (latest, None) if latest is not None else ({}, NO_NEW_LOG_LINE)
 

@@ -24,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
-from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.engines import SGLANG, VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
 from kvlab.markup import markdown_inline
 from kvlab.perfmodel.figures import value_axis  # log axes labelled at 1, 2 and 5 per decade
@@ -684,7 +684,7 @@ def _prefix_ratio_figure(sharing: pl.DataFrame, gain: pl.DataFrame, threshold: f
 @styled
 def prefix_sharing_figure(
 sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
-                          block_tokens: int = 128, gain: pl.DataFrame | None = None,
+                          block_tokens: int = VLLM_CPU_BLOCK_TOKENS, gain: pl.DataFrame | None = None,
                           min_gain: float = 0.10) -> Figure:
     """Cache-hit rate, mean TTFT and median batch time against the shared fraction, per engine and cache setting.
 

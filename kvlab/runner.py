@@ -424,7 +424,8 @@ class LocalExecutor:
                        if names else
                        # from the log's end now, just before the first send: earlier runs' lines are never read
                        asyncio.create_task(metrics.tail_log_during(server.log_path, metrics.log_size(server.log_path),
-                                                                   samples, gpus=gpus))
+                                                                   samples, parse_line=server.adapter.telemetry_from_log,
+                                                                   gpus=gpus))
                        if tails_log else
                        asyncio.create_task(metrics.sample_gpus_during(samples, gpus)) if gpus.available else None)
             try:

@@ -32,6 +32,20 @@ def _docstrings(tree: ast.AST) -> set[int]:
             and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
 
 
+def _outside_engines(package: Path) -> list[Path]:
+    """kvlab's modules but those of kvlab/engines/, where what an engine is lives."""
+    return [path for path in sorted(package.rglob("*.py")) if (package / "engines") not in path.parents]
+
+
+def _package(tmp_path: Path, outside: str, inside: str) -> Path:
+    """A kvlab/ under ``tmp_path`` holding ``outside`` in a.py and ``inside`` in engines/b.py."""
+    pkg = tmp_path / "kvlab"
+    (pkg / "engines").mkdir(parents=True)
+    (pkg / "a.py").write_text(outside)
+    (pkg / "engines" / "b.py").write_text(inside)
+    return pkg
+
+
 def engine_literals(package=PACKAGE, root=ROOT, names=ENGINE_NAMES) -> list[str]:
     """Every string in kvlab/ outside kvlab/engines/ that spells an engine's identity, which only the registry may
     give (``engine_label(SGLANG)``, ``registry.family(e)``, an adapter's attributes): 'path:line: text'.
@@ -54,9 +68,7 @@ def engine_literals(package=PACKAGE, root=ROOT, names=ENGINE_NAMES) -> list[str]
                      key=len, reverse=True)
     name_in_text = re.compile(_NAME_IN_TEXT.format("|".join(re.escape(n) for n in spelled)), re.IGNORECASE)
     found = []
-    for path in sorted(package.rglob("*.py")):
-        if (package / "engines") in path.parents:
-            continue
+    for path in _outside_engines(package):
         tree = ast.parse(path.read_text(), filename=str(path))
         skip = _docstrings(tree) | {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
                                     for v in node.values}
@@ -89,15 +101,14 @@ def test_no_engine_name_literal_outside_the_engines_package():
 def test_the_literal_check_sees_what_it_looks_for(tmp_path):
     """A quoted engine name in any case, a label that holds one, and a sentence about a formatted engine that spells
     one are found; prose about a product, a docstring, a metric or a package name, and kvlab/engines/ are not."""
-    pkg = tmp_path / "kvlab"
-    (pkg / "engines").mkdir(parents=True)
-    (pkg / "a.py").write_text(
+    pkg = _package(
+        tmp_path,
         '"""SGLang."""\nX = "SGLang"\nY = f"{1}vllm"\nZ = "vllm or sglang"\nL = "DCP (SGLang)"\n'
         'M = f"{e.name}: SGLang rejects a request that fills its context length"\n'
         'P = "vLLM\'s CPU build reserves its share of host memory when it starts"\n'
         'Q = f"{n} requests found the prefix in SGLang\'s radix cache at the start"\n'
-        'R = "vllm:num_requests_running"\nS = "import sglang.srt"\n')
-    (pkg / "engines" / "b.py").write_text('N = "vllm"\n')
+        'R = "vllm:num_requests_running"\nS = "import sglang.srt"\n',
+        'N = "vllm"\n')
     assert engine_literals(pkg, tmp_path) == [
         "kvlab/a.py:2: 'SGLang'", "kvlab/a.py:3: '{}vllm'", "kvlab/a.py:4: 'vllm or sglang'",
         "kvlab/a.py:5: 'DCP (SGLang)'", "kvlab/a.py:6: '{}: SGLang rejects a request that fills its context length'"]
@@ -115,6 +126,11 @@ def test_identity_lives_on_the_adapter():
     assert registry.KV_BUDGET_ENGINES == ENGINE_NAMES
     assert not registry.adapter_class(SGLANG_JAX).serves_metrics() and registry.adapter_class(VLLM).serves_metrics()
     assert [registry.adapter_class(e).dev_endpoints for e in ENGINE_NAMES] == [True, False, False]
+    # what reports quote of an engine's command line and model of its cache comes from its adapter
+    assert registry.flag(VLLM, "prefix_cache_off") == "--no-enable-prefix-caching"
+    assert registry.flag(SGLANG_JAX, "prefix_cache_off") == registry.flag(SGLANG, "prefix_cache_off")
+    assert registry.flag(SGLANG, "enforce_eager") is None and registry.flag("other", "dp") is None
+    assert registry.VLLM_CPU_BLOCK_TOKENS == registry.adapter_class(VLLM).cpu_block_tokens == 128
     with pytest.raises(ValueError, match="unknown engine"):
         registry.adapter_class("other")
 
@@ -133,6 +149,68 @@ def test_every_engine_has_a_colour():
 
     assert list(ENGINE_COLORS) == list(ENGINE_NAMES)
     assert set(ENGINE_COLORS.values()) <= set(PALETTE.values()) and len(set(ENGINE_COLORS.values())) == 3
+
+
+#: A name that holds a KV block size (a parameter or a constant: ``block_tokens``, ``BLOCK_SIZE``).
+_BLOCK_NAME = re.compile(r"block", re.IGNORECASE)
+
+
+def _int_literal(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def engine_knowledge_outside(package=PACKAGE, root=ROOT) -> list[str]:
+    """Engine knowledge spelt in kvlab/ outside kvlab/engines/, where only the adapters hold it: 'path:line: what'.
+
+    - an engine's cache-off flag (each adapter's ``flags["prefix_cache_off"]``: ``--no-enable-prefix-caching``,
+      ``--disable-radix-cache``) anywhere, a comment or docstring too: prose quotes
+      ``registry.flag(engine, "prefix_cache_off")``;
+    - a KV block size given as a number: a parameter whose name says block with an integer literal for default, or
+      such a constant (``block_tokens: int = 128``): vLLM's is ``VLLM_CPU_BLOCK_TOKENS``, its adapter's."""
+    flags = sorted({f for cls in registry.ADAPTERS if (f := cls.flag("prefix_cache_off"))})
+    found = []
+    for path in _outside_engines(package):
+        rel, text = path.relative_to(root), path.read_text()
+        for i, line in enumerate(text.splitlines(), 1):
+            found += [f"{rel}:{i}: {flag}" for flag in flags if flag in line]
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                positional = [*a.posonlyargs, *a.args]
+                pairs = [*zip(positional[len(positional) - len(a.defaults):], a.defaults),
+                         *zip(a.kwonlyargs, a.kw_defaults)]
+                found += [f"{rel}:{d.lineno}: {arg.arg} = {d.value}" for arg, d in pairs
+                          if _BLOCK_NAME.search(arg.arg) and _int_literal(d)]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and _int_literal(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.value.value  # type: ignore[union-attr]
+                found += [f"{rel}:{node.lineno}: {t.id} = {value}" for t in targets
+                          if isinstance(t, ast.Name) and _BLOCK_NAME.search(t.id)]
+    return found
+
+
+def test_no_engine_knowledge_outside_the_engines_package():
+    """Issue 44: the cache-off flag a report quotes and the block size a report models come from the adapters
+    (registry.flag, VLLM_CPU_BLOCK_TOKENS), never spelt again beside them."""
+    found = engine_knowledge_outside()
+    assert not found, "engine knowledge spelt outside kvlab/engines/ (ask the adapter or the registry):\n" + \
+        "\n".join(found)
+
+
+def test_the_engine_knowledge_check_sees_what_it_looks_for(tmp_path):
+    """A cache-off flag in a string or a comment, a block-size default (positional or keyword-only) and a block-size
+    constant are found; the registry's constant as a default, other numbers and kvlab/engines/ are not."""
+    pkg = _package(
+        tmp_path,
+        'X = "with it off (--no-enable-prefix-caching)"\n# SGLang: --disable-radix-cache\n'
+        'def f(rows, block_tokens: int = 128, n=4):\n    pass\n'
+        'def g(*, block_size=16, batch=128):\n    pass\n'
+        'def h(block_tokens=VLLM_CPU_BLOCK_TOKENS):\n    pass\n'
+        'BLOCK_TOKENS = 128\nPROMPT_TOKENS = 128\n',
+        'F = "--no-enable-prefix-caching"\nBLOCK = 128\n')
+    assert engine_knowledge_outside(pkg, tmp_path) == [
+        "kvlab/a.py:1: --no-enable-prefix-caching", "kvlab/a.py:2: --disable-radix-cache",
+        "kvlab/a.py:3: block_tokens = 128", "kvlab/a.py:5: block_size = 16", "kvlab/a.py:9: BLOCK_TOKENS = 128"]
 
 
 # --------------------------------------------------------------------------- no dead declarations

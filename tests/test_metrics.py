@@ -10,6 +10,7 @@ from pathlib import Path
 from kvlab.testing.sse_fixture import SSEServer, serve_app
 
 from kvlab import metrics
+from kvlab.engines.sglang_jax import SGLangJaxAdapter
 
 
 # A /metrics page shaped like vLLM's (names from FACTS §1): two engines' label sets for one model,
@@ -236,6 +237,10 @@ def test_sample_during_keeps_every_sample_and_the_error_of_a_failed_one():
 SGLANG_JAX_LOG = Path(__file__).parent / "fixtures" / "logs" / "sglang-jax-server.log"
 
 
+#: The grammar kvlab reads sglang-jax's log with: its adapter's (kvlab.metrics knows none).
+parse_line = SGLangJaxAdapter().telemetry_from_log
+
+
 def _log_lines() -> list[bytes]:
     return [line + b"\n" for line in SGLANG_JAX_LOG.read_bytes().split(b"\n")[:-1]]  # tqdm's \r stay inside lines
 
@@ -243,7 +248,7 @@ def _log_lines() -> list[bytes]:
 def test_the_scheduler_lines_of_a_real_sglang_jax_log_parse_to_exact_values():
     """Each scheduler line gives requests running and waiting and the KV pool's used share (and, on decode lines,
     the tokens it holds); every other line of the log (start-up, HTTP access, progress bars) gives nothing."""
-    parsed = [v for v in (metrics.parse_scheduler_line(line.decode()) for line in _log_lines()) if v is not None]
+    parsed = [v for v in (parse_line(line.decode()) for line in _log_lines()) if v is not None]
     rows = [(v["requests_running"], v["requests_waiting"], v["kv_cache_usage"], v["kv_tokens_used"]) for v in parsed]
     assert rows == [
         (0, 0, 0.00, None),  # the warm-up's 16-token prefill
@@ -259,7 +264,7 @@ def test_the_scheduler_lines_of_a_real_sglang_jax_log_parse_to_exact_values():
     ]
     # a hybrid (sliding-window) model's decode line, built from sglang-jax's format string: the larger usage, as its
     # scheduler itself takes, and "#running-req per DP" is not the running count
-    hybrid = metrics.parse_scheduler_line(
+    hybrid = parse_line(
         "[2026-12-03 12:00:00] Decode batch. #running-req: 4, #full token: 900, full token usage: 0.05, #swa token: "
         "2000, swa token usage: 0.12, #running-req per DP: [4], gen throughput (token/s): 9.00, #queue-req: 2, ")
     assert hybrid == {"requests_running": 4, "requests_waiting": 2, "kv_cache_usage": 0.12, "kv_tokens_used": 2000}
@@ -291,7 +296,7 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
                 f.write(data)
 
     async def go():
-        task = asyncio.create_task(metrics.tail_log_during(log, start, samples, interval_s=0.2))
+        task = asyncio.create_task(metrics.tail_log_during(log, start, samples, parse_line, interval_s=0.2))
         while len(samples) < 6:
             await asyncio.sleep(0.01)
         task.cancel()
@@ -319,7 +324,8 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
 def test_a_log_read_that_fails_is_a_sample_with_its_error(tmp_path):
     async def go():
         samples: list = []
-        task = asyncio.create_task(metrics.tail_log_during(tmp_path / "absent.log", 0, samples, interval_s=0.05))
+        task = asyncio.create_task(metrics.tail_log_during(tmp_path / "absent.log", 0, samples, parse_line,
+                                                           interval_s=0.05))
         while not samples:
             await asyncio.sleep(0.01)
         task.cancel()

@@ -284,6 +284,16 @@ def test_stand_in_note_only_with_sglang_jax_runs(sharing):
     assert narrative.stand_in_note(analysis.engines_in(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame())) is None
 
 
+def test_the_prefix_claim_quotes_the_engines_own_cache_off_flag():
+    """The flag in the prose is the one kvlab gives the engine (its adapter's flags), never a second spelling."""
+    rows = [{"engine": engine, "hardware": "CPU", "shared_fraction": 0.5, "prefix_caching": on, "cache_hit_rate": hit,
+             "ideal_hit_rate": 0.44} for engine in ("vllm", "sglang-jax") for on, hit in ((True, 0.4), (False, 0.0))]
+    assert "(`--no-enable-prefix-caching`, what the document describes) 0%" in narrative.prefix_claim_verdict(rows)
+    assert "(`--disable-radix-cache`, " in narrative.prefix_claim_verdict(rows, "sglang-jax")
+    # and the block size it names by default is the adapter's
+    assert "caches whole 128-token blocks" in narrative.stand_in_note(["sglang-jax"])
+
+
 def test_threshold_and_conclusions_per_engine(sharing):
     th = analysis.sharing_thresholds(analysis.caching_gain(sharing))
     assert set(th) == {"vllm", "sglang-jax"}

@@ -31,6 +31,20 @@ CANONICAL_METRICS = (
 
 _FITS_RE = re.compile(r"estimated maximum model length is (\d+)")
 
+#: A setting kvlab gives an engine on its command line: an adapter's ``flags`` spell the ones its engine takes,
+#: :meth:`EngineAdapter.setting` says each one's value for a spec.
+Setting = Literal["model", "host", "port", "tp", "dcp", "dp", "memory", "context", "metrics", "prefix_cache_off",
+                  "kv_budget", "enforce_eager", "cache_report"]
+#: The settings every engine spells alike, given after an adapter's own ``flags`` (EngineAdapter.server_args).
+SharedSetting = Literal["dtype", "trust_remote_code", "reasoning_parser", "served_model_name", "api_key"]
+SHARED_FLAGS: dict[SharedSetting, str] = {
+    "dtype": "--dtype",
+    "trust_remote_code": "--trust-remote-code",
+    "reasoning_parser": "--reasoning-parser",
+    "served_model_name": "--served-model-name",
+    "api_key": "--api-key",
+}
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -136,8 +150,6 @@ class EngineAdapter(ABC):
     #: It rejects a request whose prompt + output reaches the context length (SGLang's tokenizer manager checks
     #: ``input + max_new_tokens >= context_len``); False: it accepts up to the context length itself.
     strict_context: ClassVar[bool] = False
-    #: The flag that makes it report ``usage.prompt_tokens_details.cached_tokens`` (EngineSpec.report_cached_tokens).
-    cache_report_flag: ClassVar[str]
     #: It has development endpoints behind a switch (EngineSpec.dev_mode): vLLM's VLLM_SERVER_DEV_MODE.
     dev_endpoints: ClassVar[bool] = False
     #: What ran when the engine serves on a CPU, for provenance lines ('SGLang 0.5.23 (CPU, torch-native
@@ -158,7 +170,8 @@ class EngineAdapter(ABC):
     telemetry_names: ClassVar[dict[str, str]] = {}
     #: An engine that serves no /metrics but logs SGLang's periodic scheduler lines (#running-req, #queue-req, token
     #: usage): a run's telemetry tails the server log kvlab launched it with instead (kvlab.metrics.tail_log_during,
-    #: the same series names as telemetry_names'). Not for a server kvlab did not launch: its log is elsewhere.
+    #: read by :meth:`telemetry_from_log`, the same series names as telemetry_names'). Not for a server kvlab did not
+    #: launch: its log is elsewhere.
     log_telemetry: ClassVar[bool] = False
     #: Where the Prometheus counters are served; None: the engine serves none (counters not available).
     metrics_path: ClassVar[str | None] = "/metrics"
@@ -185,10 +198,83 @@ class EngineAdapter(ABC):
         """Whether the engine serves Prometheus counters (else its server counters are not available, never 0)."""
         return cls.metrics_path is not None
 
+    def telemetry_from_log(self, line: str) -> dict[str, float | None] | None:
+        """One line of the server's log → telemetry values (telemetry_names' canonical names), None for a line that
+        carries none: the engine's log grammar, which a run with ``log_telemetry`` reads
+        (kvlab.metrics.tail_log_during). None for every line here: an engine whose log kvlab does not read."""
+        return None
+
     # ------------------------------------------------------------------ command line
-    @abstractmethod
+    #: The engine's spelling of each setting kvlab gives it (:data:`Setting`), in the order its argv lists them; a
+    #: setting the engine does not name here is never given. The values are :meth:`setting`'s.
+    flags: ClassVar[dict[Setting, str]]
+
+    @classmethod
+    def flag(cls, setting: Setting) -> str | None:
+        """How the engine spells ``setting`` on its command line, None where kvlab never gives it: for prose that
+        names the flag (a report quoting the flag that turns vLLM's prefix cache off)."""
+        return cls.flags.get(setting)
+
     def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
-        """The arguments after ``-m module``: what the engine's own parser checks."""
+        """The arguments after ``-m module``: what the engine's own parser checks. The adapter's ``flags`` in its
+        order, then the flags every engine spells alike (:data:`SHARED_FLAGS`), each with its :meth:`setting`, then
+        the spec's extra arguments (last, so they can override)."""
+        args: list[str] = []
+        for setting, flag in [*self.flags.items(), *SHARED_FLAGS.items()]:
+            value = self.setting(setting, spec, port, api_key)
+            if value is True:
+                args.append(flag)
+            elif value is not None and value is not False:
+                args += [flag, value]
+        return args + list(spec.extra_args)
+
+    def setting(self, name: Setting | SharedSetting, spec: EngineSpec, port: int,
+                api_key: str | None = None) -> str | bool | None:
+        """One setting's value for ``spec`` served on ``port``: a string, given after its flag; True, the flag
+        alone; None or False, the flag left out."""
+        match name:
+            case "model":
+                return spec.model_arg
+            case "host":
+                return spec.host
+            case "port":
+                return str(port)
+            case "tp":
+                return str(spec.tp)
+            case "dcp":
+                return str(spec.dcp) if spec.dcp > 1 else None
+            case "dp":
+                return str(spec.dp) if spec.dp > 1 else None
+            case "memory":
+                return f"{spec.mem_util:g}"
+            case "context":
+                return str(spec.max_model_len)
+            case "metrics":  # serve /metrics, where the engine does not by default
+                return True
+            case "prefix_cache_off":
+                return not spec.prefix_caching
+            case "kv_budget":
+                return None if spec.kv_cache_bytes is None else str(self.kv_budget_arg(spec))
+            case "enforce_eager":
+                return spec.enforce_eager
+            case "cache_report":
+                return spec.report_cached_tokens
+            case "dtype":
+                return spec.served_dtype() or None
+            case "trust_remote_code":
+                return spec.trust_remote_code
+            case "reasoning_parser":
+                return spec.reasoning_parser or None
+            case "served_model_name":
+                return spec.served_model_name or None
+            case "api_key":
+                return api_key or None
+        raise ValueError(f"{type(self).__name__}: no setting {name!r}")
+
+    def kv_budget_arg(self, spec: EngineSpec) -> int:
+        """The explicit KV budget (EngineSpec.kv_cache_bytes) as the engine's ``kv_budget`` flag takes it: bytes, the
+        budget the engine is served (EngineSpec.served_kv_cache_bytes), unless the adapter says otherwise."""
+        return spec.served_kv_cache_bytes()
 
     def launch_prefix(self, spec: EngineSpec) -> list[str]:
         """The launch prefix with a relative interpreter path (e.g. '.engines/vllm/bin/python') made absolute."""
@@ -280,23 +366,6 @@ class EngineAdapter(ABC):
             line = self._first_match(log_text, [(m, "crash") for m in self.crash_markers])
             return Failure("crash", line[1] if line else f"exited with code {exit_code}", None, exit_code)
         return None
-
-    @staticmethod
-    def shared_args(spec: EngineSpec, api_key: str | None) -> list[str]:
-        """Flags both engines spell the same way, then the spec's extra arguments (last, so they can override)."""
-        args: list[str] = []
-        dtype = spec.served_dtype()
-        if dtype:
-            args += ["--dtype", dtype]
-        if spec.trust_remote_code:
-            args.append("--trust-remote-code")
-        if spec.reasoning_parser:
-            args += ["--reasoning-parser", spec.reasoning_parser]
-        if spec.served_model_name:
-            args += ["--served-model-name", spec.served_model_name]
-        if api_key:
-            args += ["--api-key", api_key]
-        return args + list(spec.extra_args)
 
     @staticmethod
     def _first_match(log_text: str, patterns: list[tuple[str, str]]) -> tuple[str, str] | None:

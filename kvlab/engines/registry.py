@@ -7,7 +7,7 @@ engine uses the constants below (:data:`VLLM`, :data:`SGLANG`, :data:`SGLANG_JAX
 
 from __future__ import annotations
 
-from kvlab.engines.base import EngineAdapter
+from kvlab.engines.base import EngineAdapter, Setting
 from kvlab.engines.sglang import SGLangAdapter
 from kvlab.engines.sglang_jax import SGLangJaxAdapter
 from kvlab.engines.spec import ENGINE_NAMES
@@ -29,6 +29,9 @@ FAMILY_OF: dict[str, str] = {cls.name: cls.family for cls in ADAPTERS}
 ENGINE_LABELS: dict[str, str] = {cls.name: cls.label for cls in ADAPTERS}
 #: Engines that take an explicit KV budget (EngineSpec.kv_cache_bytes).
 KV_BUDGET_ENGINES: tuple[str, ...] = tuple(cls.name for cls in ADAPTERS if cls.kv_budget)
+#: The KV block vLLM's CPU backend caches whole, in tokens (VLLMAdapter.cpu_block_tokens): the granularity of the
+#: paged cache the prefix-sharing report models and measures.
+VLLM_CPU_BLOCK_TOKENS: int = VLLMAdapter.cpu_block_tokens
 #: Engines that reject a request whose prompt + output reaches the context length.
 STRICT_CONTEXT_ENGINES: tuple[str, ...] = tuple(cls.name for cls in ADAPTERS if cls.strict_context)
 
@@ -96,6 +99,14 @@ def stand_in(engine: str) -> str:
     """What ``engine`` is, where it stands in for its family's own engine ('' otherwise)."""
     cls = _BY_NAME.get(engine)
     return cls.stand_in if cls else ""
+
+
+def flag(engine: str, setting: Setting) -> str | None:
+    """How ``engine`` spells ``setting`` on its command line (the flag kvlab gives it: ``flag(VLLM,
+    "prefix_cache_off")`` is '--no-enable-prefix-caching'), for prose that quotes the flag; None where the engine
+    takes no such flag or kvlab does not know the engine."""
+    cls = _BY_NAME.get(engine)
+    return cls.flag(setting) if cls else None
 
 
 def order(engine: str) -> int:

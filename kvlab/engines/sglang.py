@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from kvlab.engines.base import EngineAdapter, http_json
 from kvlab.engines.spec import EngineSpec
 
@@ -21,6 +23,22 @@ _RUNTIME_PATTERNS = [
     ("Received sigquit from a child process", "crash"),
 ]
 
+#: The SGLang-family scheduler's periodic log lines, as sglang-jax 0.1.0rc0 writes them (scheduler_metrics_mixin
+#: .log_prefill_stats / log_decode_stats; kvlab reads them from the engines that serve no /metrics, log_telemetry):
+#:   Prefill batch. #new-seq: 2, #new-token: 2000, #cached-token: 0, token usage: 0.06, #running-req: 1, #queue-req: 0,
+#:   Decode batch. #running-req: 1, #token: 1005, token usage: 0.06, gen throughput (token/s): 3.75, #queue-req: 0,
+#: #running-req is the running batch's size when the line is written (a prefill line's does not count its #new-seq:
+#: SGLang's /metrics gauge num_running_reqs is set from the same number), #queue-req the waiting queue, token usage
+#: the used share of the KV pool (0-1) and #token (decode lines only) the tokens it holds. A hybrid (sliding-window)
+#: model logs full and swa usage instead: the larger is kept, as its scheduler itself does.
+SCHEDULER_LINE = re.compile(r"\b(?:Prefill|Decode) batch\. ")
+LOG_FIELDS: dict[str, re.Pattern[str]] = {
+    "requests_running": re.compile(r"#running-req: (\d+),"),
+    "requests_waiting": re.compile(r"#queue-req: (\d+),"),
+    "kv_cache_usage": re.compile(r"(?<![\w-])(?:full |swa )?token usage: (\d+(?:\.\d+)?),"),
+    "kv_tokens_used": re.compile(r"#(?:full |swa )?token: (\d+),"),
+}
+
 
 def kv_bytes_per_token(config: dict, element_bytes: int = 2, head_dim_multiple: int = 1) -> int:
     """KV-cache bytes one token takes for a Llama-style config: K and V for every layer and KV head, head_dim
@@ -37,7 +55,6 @@ class SGLangAdapter(EngineAdapter):
     label = "SGLang"
     family = "sglang"
     colour_key = "orange"
-    cache_report_flag = "--enable-cache-report"  # usage.prompt_tokens_details.cached_tokens
     # its tokenizer manager rejects input + max_new_tokens >= context_len
     strict_context = True
     cpu_note = "CPU, torch-native kernels"  # PyPI has no build of SGLang's AMX CPU kernels (envs/sglang-cpu-compat)
@@ -84,30 +101,38 @@ class SGLangAdapter(EngineAdapter):
     # SGLang 0.5.23 reads its key from --api-key or from a YAML file given as --config (server_args.py,
     # ConfigArgumentMerger), never from the environment
     api_key_route = "config_file"
+    flags = {
+        "model": "--model-path",
+        "host": "--host",
+        "port": "--port",
+        "tp": "--tp-size",
+        "dcp": "--dcp-size",
+        "dp": "--dp-size",
+        "memory": "--mem-fraction-static",
+        "context": "--context-length",
+        "metrics": "--enable-metrics",  # /metrics is off by default in SGLang
+        "kv_budget": "--max-total-tokens",  # tokens (kv_budget_arg)
+        "cache_report": "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens
+        "prefix_cache_off": "--disable-radix-cache",
+    }
 
-    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
-        args = [
-            "--model-path", spec.model_arg,
-            "--host", spec.host,
-            "--port", str(port),
-            "--tp-size", str(spec.tp),
-        ]
-        if spec.dcp > 1:
-            args += ["--dcp-size", str(spec.dcp)]
-        if spec.dp > 1:
-            args += ["--dp-size", str(spec.dp)]
-        args += [
-            "--mem-fraction-static", f"{spec.mem_util:g}",
-            "--context-length", str(spec.max_model_len),
-            "--enable-metrics",  # /metrics is off by default in SGLang
-        ]
-        if spec.kv_cache_bytes is not None:
-            args += ["--max-total-tokens", str(self.kv_budget_tokens(spec))]
-        if spec.report_cached_tokens:
-            args.append(self.cache_report_flag)
-        if not spec.prefix_caching:
-            args.append("--disable-radix-cache")
-        return args + self.shared_args(spec, api_key)
+    def kv_budget_arg(self, spec: EngineSpec) -> int:
+        """``--max-total-tokens`` takes the budget in tokens: :meth:`kv_budget_tokens`."""
+        return self.kv_budget_tokens(spec)
+
+    def telemetry_from_log(self, line: str) -> dict[str, float | None] | None:
+        """One scheduler line (:data:`SCHEDULER_LINE`) → {canonical: value, None where the line does not carry it};
+        None for any other line. Telemetry's canonical names (the /metrics path's, telemetry_names) plus
+        ``kv_tokens_used``."""
+        m = SCHEDULER_LINE.search(line)
+        if m is None:
+            return None
+        rest = line[m.end():]
+        out: dict[str, float | None] = {}
+        for name, pattern in LOG_FIELDS.items():
+            found = [float(v) for v in pattern.findall(rest)]
+            out[name] = max(found) if found else None
+        return out
 
     def kv_bytes_per_token(self, config: dict, element_bytes: int) -> int:
         """KV-cache bytes per token in SGLang's (PyTorch) memory pool: head_dim as the model gives it

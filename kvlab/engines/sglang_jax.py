@@ -61,7 +61,7 @@ class SGLangJaxAdapter(SGLangAdapter):
     metrics_path = None
     telemetry_names = {}  # nothing to sample over HTTP ...
     # ... so a run's telemetry tails its server log's scheduler lines ("Prefill batch." / "Decode batch.": #running-req,
-    # #queue-req, token usage, #token), as of the engine's last such line (kvlab.metrics.parse_scheduler_line)
+    # #queue-req, token usage, #token), as of the engine's last such line (SGLangAdapter.telemetry_from_log)
     log_telemetry = True
     cached_tokens_omitted_when_zero = True
     cmdline_markers = ("sgl_jax.launch_server", "sgl_jax", "sglang::")
@@ -71,25 +71,20 @@ class SGLangJaxAdapter(SGLangAdapter):
     kv_pool_patterns = (r"final max_total_num_tokens: (\d+)",)
     # sglang-jax 0.1.0rc0 reads its key only from --api-key: no config file, no environment variable
     api_key_route = "argv"
-
-    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
-        args = [
-            "--model-path", spec.model_arg,
-            "--host", spec.host,
-            "--port", str(port),
-            "--tp-size", str(spec.tp),
-            "--mem-fraction-static", f"{spec.mem_util:g}",
-            "--context-length", str(spec.max_model_len),
-        ]
-        if spec.dp > 1:
-            args += ["--dp-size", str(spec.dp)]
-        if spec.kv_cache_bytes is not None:
-            args += ["--max-total-tokens", str(self.kv_budget_tokens(spec))]
-        if spec.report_cached_tokens:
-            args.append(self.cache_report_flag)
-        if not spec.prefix_caching:
-            args.append("--disable-radix-cache")
-        return args + self.shared_args(spec, api_key)
+    # SGLang's spellings, with no decode context parallelism and no --enable-metrics (it would serve nothing), and
+    # data parallelism after the memory flags
+    flags = {
+        "model": "--model-path",
+        "host": "--host",
+        "port": "--port",
+        "tp": "--tp-size",
+        "memory": "--mem-fraction-static",
+        "context": "--context-length",
+        "dp": "--dp-size",
+        "kv_budget": "--max-total-tokens",  # tokens (SGLangAdapter.kv_budget_arg)
+        "cache_report": "--enable-cache-report",
+        "prefix_cache_off": "--disable-radix-cache",
+    }
 
     def kv_bytes_per_token(self, config: dict, element_bytes: int) -> int:
         return kv_bytes_per_token(config, element_bytes)  # head_dim padded to 128 (module function)

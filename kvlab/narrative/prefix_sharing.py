@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvlab import tables
 from kvlab.claims.sharing import _prefix_bracket, _prefix_times, prefix_verdicts, turn_n
-from kvlab.engines import SGLANG, VLLM, engine_label, registry
+from kvlab.engines import SGLANG, VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.tables import ms, percent
 from kvlab.units import apart, measured, ratio, time_against
 
@@ -46,7 +46,7 @@ def prefix_claims_table(claims: list[dict]):
     return tables.table(c, {"statement": "what the article says", "tested_by": "how this report tests it"})
 
 
-def sharing_table(rows: list[dict], block_tokens: int = 128):
+def sharing_table(rows: list[dict], block_tokens: int = VLLM_CPU_BLOCK_TOKENS):
     """One row per engine and shared fraction (``rows``: :func:`kvlab.claims.sharing.sharing_points`' row dicts):
     the cache on beside off (hit rate, mean TTFT, median batch time) and the two ideals, rates in %; spread columns
     only where points have repeats."""
@@ -286,7 +286,7 @@ def prefix_claim_verdict(sharing: list[dict], engine: str = VLLM) -> str:
         return f"*No measured {engine_label(engine)} runs with its prefix cache on: the claim is untested here.*"
     top = sorted(on, key=lambda r: r["shared_fraction"])[-1]
     off_top = [r for r in off if r["shared_fraction"] == top["shared_fraction"]]
-    off_txt = (f"; with it off (`--no-enable-prefix-caching`, what the document describes) "
+    off_txt = (f"; with it off (`{registry.flag(engine, 'prefix_cache_off')}`, what the document describes) "
                f"{off_top[0]['cache_hit_rate']:.0%}" if off_top else "")
     shares = top["cache_hit_rate"] > 0
     verdict = ("**The claim does not hold for current vLLM**: with automatic prefix caching (on by default) requests "
@@ -314,7 +314,7 @@ def hit_rate_sentence(sharing: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def radix_vs_paged_sentence(found: tuple[str, list[dict]] | None, block_tokens: int = 128) -> str:
+def radix_vs_paged_sentence(found: tuple[str, list[dict]] | None, block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> str:
     """SGLang-family radix cache against vLLM's paged blocks, cache on, at every shared fraction both measured
     (``found``: :func:`kvlab.claims.sharing.radix_paged_pairs`, the radix engine and the paired rows, or None).
 

@@ -7,6 +7,7 @@ import polars as pl
 
 from kvlab import analysis, narrative
 from kvlab.claims.sharing import gain_points, radix_paged_pairs, sharing_points, turn_points, with_turn_runs
+from kvlab.engines import VLLM_CPU_BLOCK_TOKENS
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "05_prefix_sharing"
@@ -30,7 +31,7 @@ def hits_at_most_shared(sharing: pl.DataFrame) -> pl.DataFrame:
 def compute(wb, *, data_dir: str = "", sharing_experiment: str = "cpu_prefix_sharing",
             multi_turn_experiment: str = "cpu_multi_turn", claims_experiment: str = "article_kv_design",
             threshold: float = 0.3, min_gain: float = 0.1, ideal_prompt_tokens: int = 1008,
-            ideal_requests: int = 8, block_tokens: int = 128) -> StudyResult:
+            ideal_requests: int = 8, block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> StudyResult:
     runs, requests = wb.runs, wb.requests
     claims = wb.claims(claims_experiment)
     sharing_runs = runs.filter(pl.col("experiment") == sharing_experiment)
