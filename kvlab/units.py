@@ -35,9 +35,9 @@ def k_label(tokens: float) -> str:
 
 
 def token_range(lo: float, hi: float) -> str:
-    """A range of contexts in tokens with its K form and what K is: '110,629–754,399 tokens (108K–737K;
-    K = 1,024)'."""
-    return f"{lo:,.0f}–{hi:,.0f} tokens ({k_label(lo)}–{k_label(hi)}; K = 1,024)"
+    """A range of modelled contexts in whole K and what K is: '108K–737K tokens (K = 1,024)' for 110,629 to 754,399.
+    A model whose crossover moves over a range this wide supports no more digits than that (issue 39)."""
+    return f"{approx_label(lo)}–{approx_label(hi)} tokens (K = 1,024)"
 
 
 def approx_label(tokens: float) -> str:
@@ -46,8 +46,9 @@ def approx_label(tokens: float) -> str:
 
 
 def approx_tokens(tokens: float) -> str:
-    """An estimated context with its count: '≈125K (127,963 tokens)'."""
-    return f"≈{approx_label(tokens)} ({tokens:,.0f} tokens)"
+    """An estimated context, rounded to whole K: '≈125K tokens' for 127,963 (a fit's or an interpolation's
+    crossover, never exact to the token)."""
+    return f"≈{approx_label(tokens)} tokens"
 
 
 def nominal_tokens(label: str) -> set[int]:

@@ -201,8 +201,8 @@ def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
     x = crossover_from_fit(fit)
     plain = narrative.crossover_verdicts([], x, None, x_range, fit)
     got = narrative.crossover_verdicts([], x, None, x_range, fit, cons)
-    assert got[0].number == ("≈173K tokens, 108K–746K over the assumptions the article leaves open; 124,644–152,406 "
-                             "tokens (122K–149K) over the 16 of 1,248 fits consistent with the published totals (not an "
+    assert got[0].number == ("≈173K tokens, 108K–746K over the assumptions the article leaves open; 122K–149K "
+                             "tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals (not an "
                              "independent check)")
     assert plain[0].number == "≈173K tokens, 108K–746K over the assumptions the article leaves open (not an independent check)"
     assert [(v.claim_id, v.outcome, v.value, v.spread) for v in got] == [
@@ -214,7 +214,7 @@ def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
 
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
     row04 = next(v for v in model_verdicts(fit, sens, head, claims, consistent=cons) if v.claim_id == "crossover_modelled")
-    assert "124,644–152,406 tokens (122K–149K) over the 16 of 1,248 fits consistent with the published totals" in row04.number
+    assert "122K–149K tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals" in row04.number
 
 
 # --------------------------------------------------------------------------- rule 4

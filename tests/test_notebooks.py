@@ -20,7 +20,7 @@ SMOKE = {
     "01": ["<strong>vLLM is 4.9× faster at 64K</strong>"],  # display name, n=1: 2 s.f.
     "02": ["sglang-jax (CPU) falls 6.5×, vLLM 2.3×"],
     "03": ["vLLM +1.6%, sglang-jax (CPU) −35%"],  # signed percentages
-    "04": ["crossover ≈173K (177,652 tokens)", "<strong>Unexplained per-step cost</strong>"],
+    "04": ["crossover ≈173K tokens", "<strong>Unexplained per-step cost</strong>"],
     "05": ["turn 3: vLLM 90%, TTFT 4.7× shorter; sglang-jax (CPU) 90%, TTFT 3.4× shorter"],
     "06": ["⇒ <strong>SGLang</strong>", "<strong>The tree says SGLang; the data here can neither confirm nor "
                                       "contradict it</strong>"],

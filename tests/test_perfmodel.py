@@ -345,10 +345,10 @@ def test_model_command_text():
     out = model_command()
     assert "vllm TP8" in out and "sglang TP8+DCP8" in out and "crossover" in out and "leave-one-out" in out
     # the crossover as the range over what the four published points cannot pin, with its plausibility
-    assert ("KV format BF16/FP8/packed FP8 MLA, 96 refits): free fits 110,224-764,133 tokens (108K-746K, K = 1,024), "
-            "crossing in 96 of 96; SGLang wins at 200K in 44 of 96; 0 of 96 free fits physically plausible: read the "
+    assert ("KV format BF16/FP8/packed FP8 MLA, 96 refits): free fits 108K–746K tokens (K = 1,024), crossing in "
+            "96 of 96; SGLang wins at 200K in 44 of 96; 0 of 96 free fits physically plausible: read the "
             "model as an illustration, not a forecast") in out
-    assert "physics-only fits over the same 96 sets: 72,125-1,037,389 tokens" in out
+    assert "physics-only fits over the same 96 sets: 70K–0.99M tokens (K = 1,024)" in out
     # the physics-only fit beside the free fit, each with its predictions
     assert "physics-only fit: vLLM wins at 64K" in out and "free fit (NON-PHYSICAL): vLLM wins at 64K" in out
     out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10)
@@ -469,8 +469,8 @@ def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
     x = crossover_from_fit(fit)
     pub = load_runs(DATA_DIR).filter(pl.col("source") == "published")
     assert narrative.curves_caption(kimi_curves.to_dicts(), x, calibrated_ranges(kimi_curves, pub)) == (
-        "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 1.81× faster at 4K; the curves cross at ≈173K (177,652 "
-        "tokens); SGLang TP8+DCP8 is 1.08× faster at 256K; solid lines span the published 64K–200K the fit rests on "
+        "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 1.81× faster at 4K; the curves cross at ≈173K tokens; "
+        "SGLang TP8+DCP8 is 1.08× faster at 256K; solid lines span the published 64K–200K the fit rests on "
         "(circles: the article's times), dashed lines are extrapolations.")
     assert narrative.whatif_setup(fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8,
                                   published=pub.to_dicts()).endswith(
@@ -533,8 +533,7 @@ def test_whatif_verdicts(fit):
     assert found[1].spread is None and "margin 3.1% within the 40.5% mean held-out error" in found[1].reason
     assert found[0].spread == found[2].spread == (pytest.approx(110_224, abs=1), pytest.approx(764_133, abs=1))
     assert found[2].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
-    assert found[0].number.startswith("crossover ≈173K (177,652 tokens); range 110,224–764,133 tokens "
-                                      "(108K–746K; K = 1,024)")
+    assert found[0].number.startswith("crossover ≈173K tokens; range 108K–746K tokens (K = 1,024)")
     # shown for another GPU, the verdicts stay about the article's configuration (Kimi-K3 on 8× B300)
     h200 = headroom_table("H200", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     assert [v.number for v in narrative.model_verdicts(fit, sens, h200, claims)] == [v.number for v in found]
@@ -546,16 +545,16 @@ def test_whatif_verdicts(fit):
     assert [(v.claim_id, v.outcome, v.value, v.spread) for v in both] == [
         (v.claim_id, v.outcome, v.value, v.spread) for v in found]
     assert both[0].number.startswith(
-        "crossover ≈173K (177,652 tokens); range 110,224–764,133 tokens (108K–746K; K = 1,024) over all 96 assumption "
-        "sets, 86,578–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the published totals; vLLM ")
-    assert both[2].number == ("110,224–764,133 tokens (108K–746K; K = 1,024) over all 96 assumption sets; "
-                              "86,578–151,182 tokens (85K–148K) over the 22 of 1,248 fits consistent with the "
+        "crossover ≈173K tokens; range 108K–746K tokens (K = 1,024) over all 96 assumption "
+        "sets, 85K–148K tokens (K = 1,024) over the 22 of 1,248 fits consistent with the published totals; vLLM ")
+    assert both[2].number == ("108K–746K tokens (K = 1,024) over all 96 assumption sets; "
+                              "85K–148K tokens (K = 1,024) over the 22 of 1,248 fits consistent with the "
                               "published totals")
     assert both[2].reason.endswith("within 5 points of the best fit's (value and spread: all sets)")
     none = dict(cons, kept=0, crossover=None)  # nothing consistent: the all-sets range alone, as without a summary
     assert [v.number for v in narrative.model_verdicts(fit, sens, head, claims, consistent=none)] == [
         v.number for v in found]
-    assert found[2].number == "110,224–764,133 tokens (108K–746K; K = 1,024) over all 96 assumption sets"
+    assert found[2].number == "108K–746K tokens (K = 1,024) over all 96 assumption sets"
 
 
 def test_a_wide_range_of_values_gets_a_labelled_log_axis():
@@ -672,7 +671,7 @@ def test_free_fit_outside_priors_is_flagged_with_its_predicted_winner(fit):
     text = physics_check(fit, phys)
     assert "free fit (NON-PHYSICAL): vLLM wins at 64K" in text and "SGLang wins at 200K" in text
     assert "do NOT survive when every parameter is held to its prior" in text
-    assert "crossover moves to 294,3" in text and "physics-only fit: vLLM wins at 64K" in text
+    assert "crossover moves to ≈287K tokens" in text and "physics-only fit: vLLM wins at 64K" in text
     assert phys.max_abs_residual_pct == pytest.approx(19.3, abs=0.1)  # physics cannot reproduce the table
     from kvlab.perfmodel.calibrate import fits_frame
     from kvlab.perfmodel.report import physics_markdown
@@ -685,7 +684,7 @@ def test_free_fit_outside_priors_is_flagged_with_its_predicted_winner(fit):
     assert "the model names other winners (vLLM faster at 64K, vLLM faster at 200K" in md
     assert "bandwidth_efficiency" not in md  # values in words, not parameter names
     # the crossover in the page's one notation for it, its consequence bullet pointing at the calibration's ranges
-    assert "SGLang faster at 200K, crossover ≈173K (177,652 tokens)." in md
+    assert "SGLang faster at 200K, crossover ≈173K tokens." in md
     assert "(implausible: see the calibration above)" in md and "plausible minimum" not in md
 
 
@@ -866,7 +865,7 @@ def test_the_set_of_fits_consistent_with_the_four_totals():
     assert cons.filter(~pl.col("consistent"))["crossover_tokens"].null_count() == cons.height - 16
     text = consistent_text(cons)
     assert "16 of 1,248 candidates" in text and "0 of them meet every total within its stated precision" in text
-    assert "crossover 124,644-152,406 tokens (122K-149K; K = 1,024)" in text
+    assert "crossover 122K–149K tokens (K = 1,024)" in text
     assert "vLLM faster at 64K in 16 of 16; SGLang faster at 200K in 16 of 16" in text
     from kvlab import narrative
     from kvlab.perfmodel.report import consistent_summary
@@ -881,11 +880,11 @@ def test_the_set_of_fits_consistent_with_the_four_totals():
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
     v = narrative.model_verdicts(published_fit(), sens, head, claims, consistent=consistent_summary(cons))
     assert (v[0].claim_id, v[0].outcome) == ("crossover_modelled", "inconclusive")
-    assert ("over all 96 assumption sets, 124,644–152,406 tokens (122K–149K) over the 16 of 1,248 fits consistent with "
+    assert ("over all 96 assumption sets, 122K–149K tokens (K = 1,024) over the 16 of 1,248 fits consistent with "
             "the published totals") in v[0].number
     assert bullet.startswith("- **Consistent with the totals** (largest residual within 5 points of the best): 16 of "
                              "1,248 candidate fits, at batch 32; vLLM faster at 64K in 16 of 16; SGLang faster at "
-                             "200K in 16 of 16; crossover **124,644–152,406 tokens (122K–149K; K = 1,024)**")
+                             "200K in 16 of 16; crossover **122K–149K tokens (K = 1,024)**")
 
 
 def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
@@ -939,8 +938,8 @@ def test_kvlab_model_prints_the_range_with_kv_format_both_fits_the_consistent_se
     assert "KV format BF16/FP8/packed FP8 MLA, 96 refits" in out
     free = next(ln for ln in lines if ln.startswith("  free fit (NON-PHYSICAL)"))
     phys = next(ln for ln in lines if ln.startswith("  physics-only fit:"))
-    assert "SGLang wins at 200K" in free and "crossover 177,652 tokens" in free
-    assert "vLLM wins at 200K" in phys and "crossover 294,3" in phys
+    assert "SGLang wins at 200K" in free and "crossover ≈173K tokens" in free
+    assert "vLLM wins at 200K" in phys and "crossover ≈287K tokens" in phys
     assert "fits consistent with the published totals (rule: largest residual within 5 points of the best" in out
 
 

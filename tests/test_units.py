@@ -13,10 +13,10 @@ def test_contexts_are_named_in_k_never_in_powers_of_two():
         ["4K", "64K", "128K", "200K", "1M", "3,000"]
 
 
-def test_estimates_are_rounded_and_keep_their_count():
+def test_estimates_are_rounded_to_whole_k():
     assert units.k_label(127963) == "125K" and units.k_label(1 << 20) == "1024K"
     assert units.approx_label(127963) == "125K" and units.approx_label(1027165) == "0.98M"
-    assert units.approx_tokens(127963) == "≈125K (127,963 tokens)"
+    assert units.approx_tokens(127963) == "≈125K tokens"  # an estimate, not a count to the token
 
 
 def test_a_scaled_context_says_its_real_tokens():
@@ -28,8 +28,9 @@ def test_a_scaled_context_says_its_real_tokens():
     assert units.scaled_context("74", 74) == "74" and units.scaled_context("n/a", 5) == "n/a"
 
 
-def test_a_range_is_given_in_tokens_and_says_what_k_is():
-    assert units.token_range(110_628.8, 754_398.7) == "110,629–754,399 tokens (108K–737K; K = 1,024)"
+def test_a_range_is_given_in_whole_k_and_says_what_k_is():
+    assert units.token_range(110_628.8, 754_398.7) == "108K–737K tokens (K = 1,024)"
+    assert units.token_range(72_125, 1_037_389) == "70K–0.99M tokens (K = 1,024)"
 
 
 def test_measured_numbers_have_two_significant_figures_at_n1_and_never_e_notation():

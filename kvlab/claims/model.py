@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kvlab.claims.grading import held_out_grade, modelled_claim
 from kvlab.perfmodel.calibrate import held_out_winners
-from kvlab.units import k_label
+from kvlab.units import token_range
 
 
 def winners_held_out(fit) -> tuple[int, int]:
@@ -51,5 +51,5 @@ def consistent_phrase(consistent: dict | None) -> str:
         return ""
     kept, cands = consistent["kept"], consistent["candidates"]
     x = consistent.get("crossover")
-    where = f"{x[0]:,.0f}–{x[1]:,.0f} tokens ({k_label(x[0])}–{k_label(x[1])})" if x else "no crossover"
+    where = token_range(*x) if x else "no crossover"
     return f"{where} over the {kept:,} of {cands:,} fits consistent with the published totals"

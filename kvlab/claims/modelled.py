@@ -62,7 +62,7 @@ def bound_verdicts(checks) -> list:
             f"{r.input_tokens:,} input tokens, {r.kv_format.upper()} KV), {r.value:,.1f} output tokens/s per GPU — "
             f"{r.citation()}",
             "reproduced" if c.consistent else "contradicted", "published",
-            f"bound {c.bound:,.0f} tokens/s per GPU, {c.margin:.2f}× the published {r.value:,.1f}{conc}",
+            f"bound {float(f'{c.bound:.3g}'):,.0f} tokens/s per GPU, {c.margin:.2f}× the published {r.value:,.1f}{conc}",
             claim_id=f"published_bound_{r.run_id}", kind="model_bound", value=c.margin, family="own",
             unit="× (the model's bound ÷ the published figure)", n=1,
             scope="the model's roofline bound at the published run's conditions (data/reference/published_gpu_runs.yaml)",

@@ -14,7 +14,7 @@ from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import CONCURRENCY_THRESHOLD, Evidence, Factor, Recommendation, UserWorkload
 from kvlab.tables import experiment_words, ms, number, percent
 from kvlab.units import ratio as _ratio
-from kvlab.units import measured, sig2
+from kvlab.units import approx_tokens, k_label, measured, sig2
 from kvlab.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -42,12 +42,12 @@ def _context_finding(f: Factor) -> str:
                 f"engines for {w.model}; it only says not to turn DCP on for it.{caveat}")
     faster = VLLM if ta <= tb else SGLANG
     ratio = max(ta, tb) / min(ta, tb)
-    where = (f"the modelled crossover is {f.crossover:,.0f} tokens" if f.crossover else
+    where = (f"the modelled crossover is {approx_tokens(f.crossover)}" if f.crossover else
              "the model finds no crossover up to 1M tokens")
     if f.favours is None and f.held_out is not None:
         right, total, error = f.held_out
-        band = (f"the two modelled times are within that error of each other from {f.crossover_range[0]:,.0f} to "
-                f"{f.crossover_range[1]:,.0f} tokens{' (the largest context modelled)' if f.crossover_range[1] >= 1 << 20 else ''}, "
+        band = (f"the two modelled times are within that error of each other from {k_label(f.crossover_range[0])} to "
+                f"{k_label(f.crossover_range[1])} tokens{' (the largest context modelled)' if f.crossover_range[1] >= 1 << 20 else ''}, "
                 "so the crossover is somewhere in that range"
                 if f.crossover_range else "the modelled times are never that close")
         where = (f"a margin of {ratio - 1:.1%} is {'within' if ratio - 1 <= error else 'above'} the model's {error:.0%} mean "

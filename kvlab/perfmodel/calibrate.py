@@ -30,7 +30,7 @@ from kvlab.perfmodel.roofline import (
     crossover_context,
 )
 from kvlab.store import load_runs
-from kvlab.units import k_label
+from kvlab.units import approx_tokens, k_label
 
 OVERHEADS = {VLLM: "vllm_step_overhead_s", SGLANG: "sglang_step_overhead_s"}
 
@@ -379,7 +379,7 @@ class Forecast:
     def text(self) -> str:
         parts = [f"{w} wins at {k_label(c)} (vLLM/SGLang time {r:.2f})" for c, w, r in
                  zip(self.contexts, self.winners, self.ratios)]
-        xo = f"crossover {self.crossover:,.0f} tokens" if self.crossover else "no crossover up to 1M tokens"
+        xo = f"crossover {approx_tokens(self.crossover)}" if self.crossover else "no crossover up to 1M tokens"
         return "; ".join(parts) + f"; {xo}"
 
 
@@ -443,7 +443,7 @@ def physics_check(free: Fit, phys: Fit, contexts: tuple[int, ...] = (65536, 2048
                      + ", ".join(f"{w} at {c:,}" for c, w in zip(f.contexts, f.winners)) + ") "
                      + ("survive" if same else "do NOT survive") + " when every parameter is held to its prior ("
                      + ", ".join(f"{w} at {c:,}" for c, w in zip(p.contexts, p.winners)) + ")"
-                     + (f", and the crossover moves to {p.crossover:,.0f} tokens" if p.crossover else
+                     + (f", and the crossover moves to {approx_tokens(p.crossover)}" if p.crossover else
                         ", and no crossover remains") + ".")
     return "\n".join(lines)
 

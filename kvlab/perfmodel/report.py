@@ -187,7 +187,7 @@ def model_command(
                                    workload=w, assumptions=a)  # fmt: skip
             out.append(
                 f"  crossover vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp or tp}: "
-                + (f"{x:,.0f} tokens ({k_label(x)})" if x else "none up to 1M tokens")
+                + (approx_tokens(x) if x else "none up to 1M tokens")
                 + " under the assumptions above"
             )
             if fit.kind == "free" and "published" in provenance:
@@ -255,7 +255,7 @@ def consistent_text(cons) -> str:
             f"expert reads {vals('expert_reads')}, KV format {vals('kv_format', kv_format_words)}, MLA width {vals('mla_width')}; "
             f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}-{k['bandwidth_efficiency'].max():.1%} of peak. "
             f"{'; '.join(wins)}; crossover "
-            + (token_range(xo.min(), xo.max()).replace("–", "-") if xo.len() else "none up to 1M tokens")
+            + (token_range(xo.min(), xo.max()) if xo.len() else "none up to 1M tokens")
             + (f" (crossing in {xo.len()} of {k.height})" if 0 < xo.len() < k.height else "") + ".")
     if phys.height:
         text += (f" {phys.height} of them are physics-only fits with every parameter inside its prior, but they need "
@@ -327,8 +327,7 @@ def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: 
     def span(physics: bool) -> str:
         xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a, physics))
               if v is not None]
-        return (f"{min(xs):,.0f}-{max(xs):,.0f} tokens ({k_label(min(xs))}-{k_label(max(xs))}, K = 1,024), crossing "
-                f"in {len(xs)} of {sens.height}" if xs else f"no crossover up to 1M tokens in any of the {sens.height}")
+        return (f"{token_range(min(xs), max(xs))}, crossing in {len(xs)} of {sens.height}" if xs else f"no crossover up to 1M tokens in any of the {sens.height}")
 
     plausible = int(sens["physical"].sum())
     w200 = sens["winner_200k"].to_list()
