@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from kvlab import runner, store
+from kvlab.campaign import Campaign
 from kvlab.schema import REQUEST_ERROR_KINDS
 from kvlab.spec import ExperimentSpec
 from kvlab.testing.sse_fixture import HOSTILE_FAULTS, FixtureConfig, SSEServer, fault_kind
@@ -83,7 +84,7 @@ def soak(data_dir: Path, runs: int = 12, batch: int = 20, fault_rate: float = 0.
         spec = _spec(data_dir / f"{name}.yaml", srv.url, runs, batch, name=name,
                      **({"stall_s": HOSTILE_STALL_S, "output_tokens": HOSTILE_OUTPUT_TOKENS} if hostile else {}))
         try:
-            res = runner.Sweep(spec, data_dir).execute()
+            res = Campaign(spec, data_dir).execute(runner.LocalExecutor())
         except Exception as exc:  # what the soak looks for: nothing may escape
             res, escaped = None, f"{type(exc).__name__}: {exc}"
         served = [(s.fault, fault_kind(s.fault, s.fault_knobs) if s.fault else None) for s in srv.served]
