@@ -301,6 +301,44 @@ def test_a_cluster_campaign_with_nothing_pending_dispatches_nothing_and_needs_no
     assert len(sweeps) == 2 and sweeps[-1]["ray"] == {"address": "auto", "nodes": []} and sweeps[-1]["servers"] == []
 
 
+def sweep_doors(package: Path) -> list[str]:
+    """Every function or method under ``package`` that hands back a sweep's result (its return annotation names
+    SweepResult), as 'file: qualified name'."""
+    import ast
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        scopes = [("", tree)]
+        while scopes:
+            prefix, scope = scopes.pop()
+            for node in ast.iter_child_nodes(scope):
+                if isinstance(node, ast.ClassDef):
+                    scopes.append((f"{prefix}{node.name}.", node))
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    if node.returns is not None and "SweepResult" in ast.unparse(node.returns):
+                        found.append(f"{path.relative_to(package.parent)}: {prefix}{node.name}")
+    return sorted(found)
+
+
+def test_a_campaign_is_the_one_way_a_sweep_runs():
+    """Local, on Ray, from the command or a test: every sweep is ``Campaign.execute(executor)``; no other function
+    of kvlab returns a sweep's result (runner.sweep, runner.Sweep, cluster.sweep and cluster.execute are gone)."""
+    from kvlab.paths import ROOT
+
+    assert sweep_doors(ROOT / "kvlab") == ["kvlab/campaign.py: Campaign._execute",
+                                           "kvlab/campaign.py: Campaign.execute"]
+    assert not [n for n in ("Sweep", "sweep") if hasattr(runner, n)] and not hasattr(cluster, "sweep")
+
+
+def test_the_door_check_sees_another_entry_point(tmp_path):
+    pkg = tmp_path / "kvlab"
+    pkg.mkdir()
+    (pkg / "runner.py").write_text("class Sweep:\n    def execute(self) -> SweepResult: ...\n\n\n"
+                                   "def sweep(specs) -> 'SweepResult': ...\n\n\ndef other() -> int: ...\n")
+    assert sweep_doors(pkg) == ["kvlab/runner.py: Sweep.execute", "kvlab/runner.py: sweep"]
+
+
 def test_kvlab_sweep_runs_a_campaign_with_the_local_executor(tmp_path):
     """The command builds the Campaign and its executor itself: what it prints, and what it stores."""
     import subprocess
