@@ -13,8 +13,8 @@ import pytest
 
 from kvlab import campaign, cluster, runner, store
 from kvlab.campaign import Campaign, ServerRecord, SweepError, SweepResult
-from kvlab.testing.sse_fixture import SSEServer
 from kvlab.spec import ExperimentSpec, expand
+from tests.support.sse_fixture import SSEServer
 from test_runner import tag_of, write_spec
 
 #: The keys of a server in a manifest, as kvlab wrote them before servers were typed (plus ``node`` on Ray).

@@ -16,8 +16,8 @@ from kvlab import load as loads
 from kvlab.campaign import Campaign
 from kvlab.claims import capacity
 from kvlab.spec import ExperimentSpec, SpecError, expand
-from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
 from kvlab.workloads import fixed_batch, multi_turn
+from tests.support.sse_fixture import FixtureConfig, SSEServer
 
 ENGINE = {"name": "vllm", "launch": None, "model": "org/remote-model", "max_model_len": 4096}
 

@@ -509,7 +509,7 @@ def test_failed_requests_are_blamed_on_an_engine_that_dies_a_moment_later():
 
 
 def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "external", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
@@ -530,7 +530,7 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
 def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiments_slo(tmp_path):
     """The SLO stated in the experiment file reaches the stored row: the bounds, the requests meeting them, and
     goodput from them; every latency has its p50/p90/p99 (ITL per network read)."""
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     from kvlab import analysis
 
@@ -555,7 +555,7 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     what it is; an engine with no /metrics whose log kvlab cannot read (sglang-jax at a URL: kvlab did not launch
     it, so its scheduler lines are elsewhere) gets no samples and says why."""
     from kvlab import gpu
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
         path = write_spec(tmp_path, "tele", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
@@ -620,7 +620,7 @@ def test_a_server_start_records_the_kv_pool_its_engine_reported(tmp_path, monkey
 def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(tmp_path):
     """No development endpoint: every request of a vLLM run carries the run's own cache_salt (so its requests
     share prefixes with each other and with no earlier run); the warm-up carries none; the note says so."""
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "salted", engine={"launch": None, "url": srv.url, "model": "org/m",
@@ -637,7 +637,7 @@ def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(t
 
 
 def test_a_run_without_prefix_caching_carries_no_salt(tmp_path):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "unsalted", engine={"launch": None, "url": srv.url, "model": "org/m",
@@ -647,7 +647,7 @@ def test_a_run_without_prefix_caching_carries_no_salt(tmp_path):
 
 
 def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_the_sweep(tmp_path):
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(metrics_fault_rate=1.0, fault_seed=3)) as srv:
         path = write_spec(tmp_path, "badmetrics", engine={"launch": None, "url": srv.url, "model": "org/m"},
@@ -663,7 +663,7 @@ def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_th
 
 
 def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_tokens(tmp_path):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     from kvlab import analysis
 
@@ -681,7 +681,7 @@ def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_t
 
 
 def test_a_missing_api_key_stops_the_sweep_before_anything_is_sent(tmp_path, monkeypatch):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     monkeypatch.delenv("KVLAB_TEST_UNSET_KEY", raising=False)
     with SSEServer() as srv:
@@ -894,7 +894,7 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
 
     from kvlab import cli
     from kvlab.server import EngineServer
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     def digest(d: Path) -> str:
         return hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in sorted(d.iterdir()))).hexdigest()
@@ -986,7 +986,7 @@ def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one
     """probe: true sends the probe set once per server start, after the warm-up and before the first measured run
     (counted in no run), keeps it on the manifest's server entry, and the store reads it back; the configuration
     whose server computes something else from token 5 on differs there, against the first configuration."""
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     from kvlab import analysis, probe
 
@@ -1019,7 +1019,7 @@ def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one
 
 
 def test_a_sweep_without_probe_sends_no_probe_request(tmp_path):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as a, SSEServer() as b:
         spec = _probe_spec(tmp_path, "unprobed", [a.url, b.url], probe=False)
@@ -1098,7 +1098,7 @@ def test_a_measured_sglang_jax_run_tails_its_server_log_from_its_first_send(tmp_
     import types
 
     from kvlab.engines.sglang_jax import SGLangJaxAdapter
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     from kvlab import metrics
 
