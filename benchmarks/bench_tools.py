@@ -25,7 +25,7 @@ BENCH_DIR = ROOT / "benchmarks"
 OUT_DIR = ROOT / "reports" / "bench"
 WORKBOOK_PYTHON = ROOT / ".venv" / "bin" / "python"
 ENGINE_PYTHON = ROOT / ".engines" / "vllm" / "bin" / "python"
-FIXTURE = "kvlab.testing.sse_fixture"  # the SSE fixture server, run as python -m
+FIXTURE = "tests.support.sse_fixture"  # the SSE fixture server, run as python -m
 
 
 # ----------------------------------------------------------------------------- stats
@@ -359,7 +359,7 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> int | None:
 
 @dataclass
 class Fixture:
-    """The SSE fixture server (kvlab/testing/sse_fixture.py) as a separate process in its own group."""
+    """The SSE fixture server (tests/support/sse_fixture.py) as a separate process in its own group."""
 
     knobs: dict = field(default_factory=dict)
     cpus: set[int] | None = None  # pin the server to these CPUs (None: wherever the kernel puts it)

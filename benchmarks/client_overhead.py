@@ -1,6 +1,6 @@
 """Client overhead: kvlab's streaming client against vLLM's own benchmark request function, same SSE stream.
 
-Two fixture servers (kvlab/testing/sse_fixture.py), each its own process, stream OpenAI-style completions
+Two fixture servers (tests/support/sse_fixture.py), each its own process, stream OpenAI-style completions
 chunks framed as vLLM frames them (one HTTP chunk per SSE event). Each client runs in its own
 process and times itself: wall seconds and its own CPU seconds (getrusage RUSAGE_SELF) around the
 whole batch. Figures at concurrency 1, 64 and 512 are medians over alternating repeats. Regimes:

@@ -31,6 +31,7 @@ import yaml
 from benchmarks.bench_tools import RAY_NODE_RESOURCE, Row, host_note, print_table, ray_local_cluster, write_result
 from benchmarks.engine_agreement import engine_spec
 from kvlab import runner, store
+from kvlab.campaign import Campaign
 from kvlab.spec import ExperimentSpec
 from kvlab.tinymodel import ensure_tiny_model
 
@@ -84,13 +85,13 @@ def measure(repeats: int) -> dict:
         tmp = Path(tmp)
         spec = ExperimentSpec.load(experiment(tmp, tag, repeats))
         # one group after the other, as the docstring says (a local sweep's default overlaps the next start)
-        local = runner.Sweep(spec, tmp / "local", overlap_starts=False).execute()
+        local = Campaign(spec, tmp / "local").execute(runner.LocalExecutor(overlap_starts=False))
         print(f"  local sweep: {local.ok} runs ok, {local.server_starts} server starts, {local.wall_s:.0f} s",
               flush=True)
         t = time.perf_counter()
         with ray_local_cluster(NODES, RAY_NODE_RESOURCE) as c:
             cluster_start_s = time.perf_counter() - t
-            ray = cluster.sweep(spec, c.address, tmp / "ray", resource=RAY_NODE_RESOURCE)
+            ray = Campaign(spec, tmp / "ray").execute(cluster.RayExecutor(c.address, RAY_NODE_RESOURCE))
         print(f"  Ray sweep over {NODES} nodes: {ray.ok} runs ok, {ray.server_starts} server starts, "
               f"{ray.wall_s:.0f} s (cluster start {cluster_start_s:.0f} s)", flush=True)
         manifest = json.loads((tmp / "ray" / "runs" / EXPERIMENT / store.MANIFEST_FILE).read_text())

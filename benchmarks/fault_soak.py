@@ -1,6 +1,6 @@
 """Fault soak: kvlab's runner and client against the SSE fixture serving random faults, run after run.
 
-The fixture (``kvlab/testing/sse_fixture.py``, ``fault_rate``) gives a share of requests one fault drawn from its
+The fixture (``tests/support/sse_fixture.py``, ``fault_rate``) gives a share of requests one fault drawn from its
 ``FAULTS``: garbage lines, JSON of the wrong types, HTTP 500, an error event mid-stream, a dropped connection,
 no ``[DONE]``, a stall (4 s before the first token, against a stall limit of 2 s), 1-3 MiB lines (allowed)
 and a 17 MiB one (over the client's 16 MiB cap), and wrong ``completion_tokens`` (-50, 0 or 1,000); its
@@ -37,9 +37,10 @@ from pathlib import Path
 import yaml
 
 from kvlab import runner, store
+from kvlab.campaign import Campaign
 from kvlab.schema import REQUEST_ERROR_KINDS
 from kvlab.spec import ExperimentSpec
-from kvlab.testing.sse_fixture import HOSTILE_FAULTS, FixtureConfig, SSEServer, fault_kind
+from tests.support.sse_fixture import HOSTILE_FAULTS, FixtureConfig, SSEServer, fault_kind
 
 NAME = "fault_soak"
 SECTION = "fault soak"
@@ -83,7 +84,7 @@ def soak(data_dir: Path, runs: int = 12, batch: int = 20, fault_rate: float = 0.
         spec = _spec(data_dir / f"{name}.yaml", srv.url, runs, batch, name=name,
                      **({"stall_s": HOSTILE_STALL_S, "output_tokens": HOSTILE_OUTPUT_TOKENS} if hostile else {}))
         try:
-            res = runner.Sweep(spec, data_dir).execute()
+            res = Campaign(spec, data_dir).execute(runner.LocalExecutor())
         except Exception as exc:  # what the soak looks for: nothing may escape
             res, escaped = None, f"{type(exc).__name__}: {exc}"
         served = [(s.fault, fault_kind(s.fault, s.fault_knobs) if s.fault else None) for s in srv.served]

@@ -141,6 +141,7 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
     import yaml
 
     from kvlab import runner, store
+    from kvlab.campaign import Campaign
     from kvlab.load import conditions_label
     from kvlab.schema import run_rates
     from kvlab.spec import ExperimentSpec
@@ -152,7 +153,7 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
             "engines": {engine: {"name": engine, "launch": None, "model": MODEL, "served_model_name": tag, "url": url,
                                  "max_model_len": 2048, "prefix_caching": False}},
             "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}}))
-        res = runner.sweep(ExperimentSpec.load(path), data_dir=Path(tmp) / "data")
+        res = Campaign(ExperimentSpec.load(path), Path(tmp) / "data").execute(runner.LocalExecutor())
         runs = run_rates(store.load_runs(Path(tmp) / "data"))
     row = runs.row(0, named=True)
     out = {k: row.get(k) for k in FIGURES}

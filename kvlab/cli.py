@@ -233,7 +233,7 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
         if ray is None:
             try:
                 res = campaign.execute(runner.LocalExecutor(overlap_starts=overlap_starts))
-            except runner.SweepError as exc:  # the disk filled up: one message naming the run and the free space
+            except SweepError as exc:  # the disk filled up: one message naming the run and the free space
                 console.print(f"[red]sweep stopped[/red]: {escape(str(exc))}")
                 raise typer.Exit(1) from None
         else:
@@ -241,7 +241,7 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
 
             try:
                 res = campaign.execute(cluster.RayExecutor(ray, ray_resource, ray_insecure))
-            except (cluster.ClusterError, runner.SweepError) as exc:  # SweepError: a disk filled up (here or on a node)
+            except (cluster.ClusterError, SweepError) as exc:  # SweepError: a disk filled up (here or on a node)
                 console.print(f"[red]cluster sweep stopped[/red]: {escape(str(exc))}")
                 raise typer.Exit(1) from None
     for name, r in res.experiments.items():

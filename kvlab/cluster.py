@@ -1,14 +1,14 @@
 """Sweeps over a Ray cluster: each server group runs on one node, its finished runs come back to this host.
 
-The Ray executor (:class:`RayExecutor`) consumes a campaign (kvlab.campaign) as the local executor does: the
-campaign on the driver (this process) holds every experiment's lock, skips finished runs and writes the
-manifests; the executor sends each server group (``plan.by_server``) to Ray as one task asking for what its
-engines need (:func:`resources_for`). The task runs a campaign of just that group's runs
-(``Campaign(only=...)``) with the local executor in a temporary data folder on the node it lands on (engines
-start there, bound to that node's loopback, each with its watchdog) and streams back each finished run folder
-as a tar archive with the node's host facts and server records; the driver publishes each folder into
-``data_dir/runs/<experiment>/`` by one rename, as a local sweep does, and each manifest lists the nodes that ran
-its runs.
+The Ray executor (:class:`RayExecutor`) consumes a campaign (kvlab.campaign) as the local executor does
+(``Campaign(specs, data_dir).execute(RayExecutor(address))``): the campaign on the driver (this process) holds
+every experiment's lock, skips finished runs and writes the manifests; the executor sends each server group
+(``plan.by_server``) to Ray as one task asking for what its engines need (:func:`resources_for`). The task runs a
+campaign of just that group's runs (``Campaign(only=...)``) with the local executor in a temporary data folder on
+the node it lands on (engines start there, bound to that node's loopback, each with its watchdog) and streams back
+each finished run folder as a tar archive with the node's host facts and server records; the driver publishes each
+folder into ``data_dir/runs/<experiment>/`` by one rename, as a local sweep does, and each manifest lists the nodes
+that ran its runs.
 
 A task whose node or worker process dies has the runs it did not return dispatched again; the run in flight
 (the first not returned: a group runs in order) counts the loss as an attempt with cause ``node_lost``, and once
@@ -32,7 +32,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,7 +41,7 @@ import polars as pl
 from kvlab import host, plan, store
 from kvlab.campaign import Campaign, DiskFullError, ServerRecord, SweepResult, is_disk_full
 from kvlab.engines.base import Failure
-from kvlab.paths import DATA_DIR, publish_dir, temp_prefix
+from kvlab.paths import publish_dir, temp_prefix
 from kvlab.rows import attempt_row
 from kvlab.runner import LocalExecutor
 from kvlab.spec import ExperimentSpec, RunSpec
@@ -276,21 +276,6 @@ class RayExecutor:
                  "server_starts": sum(experiment in s.experiments for s in node["servers"])}
                 for n, node in self.nodes.items()]
         return {"ray": {"address": self.address, "nodes": [m for m in mine if m["runs"]]}}
-
-
-def sweep(specs: ExperimentSpec | list[ExperimentSpec], address: str = "auto", data_dir: Path = DATA_DIR,
-          fresh: bool = False, resource: str | None = None,
-          on_run: Callable[[RunSpec, str], None] | None = None, insecure: bool = False) -> SweepResult:
-    """Run every unfinished run of the experiment(s) on the Ray cluster at ``address`` (see :func:`connect`,
-    ``insecure`` too), one task per server group, and store the results under ``data_dir`` as a local sweep does."""
-    return execute(Campaign(specs, data_dir, fresh, on_run), address, resource, insecure)
-
-
-def execute(campaign: Campaign, address: str = "auto", resource: str | None = None,
-            insecure: bool = False) -> SweepResult:
-    """Run a campaign's pending runs on the cluster (its ``on_run`` is called on this host as each run is stored);
-    its experiments stay locked until it returns."""
-    return campaign.execute(RayExecutor(address, resource, insecure))
 
 
 def _dispatch(ray, campaign: Campaign, groups: list[tuple[str, list[RunSpec]]], resource: str | None,

@@ -7,6 +7,8 @@ its own experiment). A run is retried on
 the classified failures its spec names, every attempt recorded with its cause; finished runs
 are skipped on the next sweep (keyed by the hash of the full run spec), and each run is
 written as one atomic folder, so a killed sweep loses at most the run in flight.
+
+A sweep on this host is ``Campaign(specs, data_dir).execute(LocalExecutor())``: the campaign's one entry point.
 """
 
 from __future__ import annotations
@@ -28,20 +30,19 @@ from kvlab import load as loads
 from kvlab import gpu, metrics, store
 from kvlab import probe as probes
 from kvlab import reasoning
-from kvlab.campaign import Campaign, DiskFullError, Executor, ServerRecord, SweepError, SweepResult, is_disk_full
+from kvlab.campaign import Campaign, ServerRecord, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
-from kvlab.paths import DATA_DIR
 from kvlab.plan import by_server, starts_may_overlap
 from kvlab.rows import attempt_row, prompts_for, run_row, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
-from kvlab.spec import ExperimentSpec, RunSpec, expand
+from kvlab.spec import RunSpec, expand
 from kvlab.workloads import Prompt, fixed_batch
 
-__all__ = [  # what tests, benchmarks and kvlab.cluster use; the campaign's and the rows' names are kept here
-    "STARTUP_CAUSES", "Campaign", "DiskFullError", "LocalExecutor", "Measurement", "NotStarted", "RunOutcome",
-    "ServerStarts", "Sweep", "SweepError", "SweepResult", "attempt_row", "prompts_for", "run_row", "sweep",
-    "vocab_size",
+__all__ = [  # what tests, benchmarks and kvlab.cluster use; the rows' names are kept here (a campaign's come
+    # from kvlab.campaign, where they are defined)
+    "STARTUP_CAUSES", "LocalExecutor", "Measurement", "NotStarted", "RunOutcome", "ServerStarts", "attempt_row",
+    "prompts_for", "run_row", "vocab_size",
 ]
 
 #: Failure causes that happen before a server is ready: the same argv will fail the same way.
@@ -608,29 +609,3 @@ def _climbing_order(group: list[RunSpec]) -> list[RunSpec]:
             return (i, 0.0)
         return (firsts[loads.ladder_key(r)], loads.level(r.workload.load))
     return [r for _, r in sorted(enumerate(group), key=place)]
-
-
-class Sweep(Campaign):
-    """A campaign run by the local executor: ``Sweep(specs, ...).execute()`` (what :func:`sweep`, the tests and the
-    benchmarks call; ``kvlab sweep`` builds the Campaign and its executor itself)."""
-
-    def __init__(self, specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
-                 on_run: Callable[[RunSpec, str], None] | None = None, sleep: Callable[[float], None] = time.sleep,
-                 only: set[tuple[str, str]] | None = None, overlap_starts: bool = True):
-        super().__init__(specs, data_dir, fresh, on_run, only)
-        self.executor = LocalExecutor(sleep, overlap_starts)
-
-    @property
-    def servers(self) -> list[ServerRecord]:
-        """The servers this sweep started, so far."""
-        return self.executor.servers
-
-    def execute(self, executor: Executor | None = None) -> SweepResult:
-        """Run every pending run on this host (or with ``executor``); the experiments stay locked until it returns."""
-        return super().execute(executor or self.executor)
-
-
-def sweep(specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
-          on_run: Callable[[RunSpec, str], None] | None = None) -> SweepResult:
-    """Run every unfinished run of the experiment(s) (all of them with ``fresh``) and store the results."""
-    return Sweep(specs, data_dir, fresh, on_run).execute()

@@ -28,7 +28,7 @@ import yaml
 from test_runner import BASE_ENGINE, engine_processes
 
 from kvlab import runner, store
-from kvlab.campaign import SweepResult
+from kvlab.campaign import Campaign, SweepResult
 from kvlab.paths import ROOT
 from kvlab.spec import ExperimentSpec
 
@@ -118,5 +118,5 @@ def shared_sweep(data: Path) -> RealVllmSweep:
         seen.append((run.experiment, run.engine.prefix_caching, {p.status() for p in procs}))
 
     # overlapped starts: the default
-    result = runner.Sweep([ExperimentSpec.load(p) for p in paths], data, on_run=on_run).execute()
+    result = Campaign([ExperimentSpec.load(p) for p in paths], data, on_run=on_run).execute(runner.LocalExecutor())
     return RealVllmSweep(data, tag, result, seen, first, mtimes, orphan_s)

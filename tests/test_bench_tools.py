@@ -121,7 +121,7 @@ def test_standalone_fixture_collects_garbage_only_between_streams():
     import gc
 
     from kvlab import client, workloads
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     open_at_collection: list[int] = []
 

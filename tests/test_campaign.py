@@ -13,8 +13,8 @@ import pytest
 
 from kvlab import campaign, cluster, runner, store
 from kvlab.campaign import Campaign, ServerRecord, SweepError, SweepResult
-from kvlab.testing.sse_fixture import SSEServer
 from kvlab.spec import ExperimentSpec, expand
+from tests.support.sse_fixture import SSEServer
 from test_runner import tag_of, write_spec
 
 #: The keys of a server in a manifest, as kvlab wrote them before servers were typed (plus ``node`` on Ray).
@@ -52,7 +52,7 @@ def test_a_server_shared_with_a_probed_experiment_is_probed_once_and_both_manife
         b = write_spec(tmp_path, "study_b", engine=engine | {"served_model_name": tag_of(a)},
                        workload={"batch_size": 2, "context_tokens": 256})
         b.write_text(b.read_text() + "probe: true\n")
-        res = runner.Sweep([ExperimentSpec.load(a), ExperimentSpec.load(b)], tmp_path).execute()
+        res = Campaign([ExperimentSpec.load(a), ExperimentSpec.load(b)], tmp_path).execute(runner.LocalExecutor())
         texts = [s.prompt_tokens for s in srv.served]
     n = len(probe.PROBE_PROMPTS)
     assert (res.ok, res.server_starts) == (2, 1)
@@ -71,13 +71,13 @@ def test_two_experiments_on_one_external_server_share_one_typed_start(tmp_path):
         b = write_spec(tmp_path, "study_b", engine=engine | {"served_model_name": tag_of(a)},
                        workload={"batch_size": 2, "context_tokens": 256})
         seen = []
-        sw = runner.Sweep([ExperimentSpec.load(a), ExperimentSpec.load(b)], tmp_path,
-                          on_run=lambda run, status: seen.append((run.experiment, status)))
-        res = sw.execute()
+        local = runner.LocalExecutor()
+        res = Campaign([ExperimentSpec.load(a), ExperimentSpec.load(b)], tmp_path,
+                       on_run=lambda run, status: seen.append((run.experiment, status))).execute(local)
     assert isinstance(res, SweepResult) and (res.ok, res.failed, res.server_starts) == (2, 0, 1)
     assert seen == [("study_a", "ok"), ("study_b", "ok")]
-    assert [type(s) for s in sw.servers] == [ServerRecord]
-    assert sw.servers[0].experiments == ["study_a", "study_b"] and sw.servers[0].launched_by_kvlab is False
+    assert [type(s) for s in local.servers] == [ServerRecord]
+    assert local.servers[0].experiments == ["study_a", "study_b"] and local.servers[0].launched_by_kvlab is False
     for name, other in (("study_a", "study_b"), ("study_b", "study_a")):
         entry = _manifest(tmp_path, name)["sweeps"][-1]
         assert [set(s) for s in entry["servers"]] == [MANIFEST_SERVER_KEYS | {"kv_pool_tokens"}]
@@ -85,13 +85,13 @@ def test_two_experiments_on_one_external_server_share_one_typed_start(tmp_path):
         assert entry["servers"][0]["experiments"] == ["study_a", "study_b"] and entry["swept_with"] == [other]
         assert (entry["ok"], entry["server_starts"]) == (1, 1)
         spec = json.loads((store.run_dirs(tmp_path, name)[0] / store.SPEC_FILE).read_text())
-        assert spec["argv"] is None and spec["server_key"] == sw.servers[0].server_key  # an external server's
+        assert spec["argv"] is None and spec["server_key"] == local.servers[0].server_key  # an external server's
 
 
 def test_a_server_that_never_starts_is_not_relaunched_for_the_rest_of_its_group(tmp_path):
     path = write_spec(tmp_path, "down", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m",
                                                 "startup_timeout_s": 1}, repeats=2)
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
     assert (res.ok, res.failed, res.server_starts, res.attempts) == (0, 2, 1, 1)
     runs = store.load_runs(tmp_path).sort("repeat")
     first = runs["run_id"][0]
@@ -293,11 +293,50 @@ def test_a_cluster_campaign_with_nothing_pending_dispatches_nothing_and_needs_no
     with SSEServer() as srv:
         path = write_spec(tmp_path, "done", engine={"launch": None, "url": srv.url, "model": "org/m"})
         spec = ExperimentSpec.load(path)
-        assert runner.sweep(spec, data_dir=tmp_path).ok == 1
-    again = cluster.sweep(spec, "auto", tmp_path)  # Ray is not even imported: there is nothing to send
+        assert Campaign(spec, tmp_path).execute(runner.LocalExecutor()).ok == 1
+    # Ray is not even imported: there is nothing to send
+    again = Campaign(spec, tmp_path).execute(cluster.RayExecutor("auto"))
     assert (again.skipped, again.ok, again.server_starts) == (1, 0, 0)
     sweeps = _manifest(tmp_path, "done")["sweeps"]
     assert len(sweeps) == 2 and sweeps[-1]["ray"] == {"address": "auto", "nodes": []} and sweeps[-1]["servers"] == []
+
+
+def sweep_doors(package: Path) -> list[str]:
+    """Every function or method under ``package`` that hands back a sweep's result (its return annotation names
+    SweepResult), as 'file: qualified name'."""
+    import ast
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        scopes = [("", tree)]
+        while scopes:
+            prefix, scope = scopes.pop()
+            for node in ast.iter_child_nodes(scope):
+                if isinstance(node, ast.ClassDef):
+                    scopes.append((f"{prefix}{node.name}.", node))
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    if node.returns is not None and "SweepResult" in ast.unparse(node.returns):
+                        found.append(f"{path.relative_to(package.parent)}: {prefix}{node.name}")
+    return sorted(found)
+
+
+def test_a_campaign_is_the_one_way_a_sweep_runs():
+    """Local, on Ray, from the command or a test: every sweep is ``Campaign.execute(executor)``; no other function
+    of kvlab returns a sweep's result (runner.sweep, runner.Sweep, cluster.sweep and cluster.execute are gone)."""
+    from kvlab.paths import ROOT
+
+    assert sweep_doors(ROOT / "kvlab") == ["kvlab/campaign.py: Campaign._execute",
+                                           "kvlab/campaign.py: Campaign.execute"]
+    assert not [n for n in ("Sweep", "sweep") if hasattr(runner, n)] and not hasattr(cluster, "sweep")
+
+
+def test_the_door_check_sees_another_entry_point(tmp_path):
+    pkg = tmp_path / "kvlab"
+    pkg.mkdir()
+    (pkg / "runner.py").write_text("class Sweep:\n    def execute(self) -> SweepResult: ...\n\n\n"
+                                   "def sweep(specs) -> 'SweepResult': ...\n\n\ndef other() -> int: ...\n")
+    assert sweep_doors(pkg) == ["kvlab/runner.py: Sweep.execute", "kvlab/runner.py: sweep"]
 
 
 def test_kvlab_sweep_runs_a_campaign_with_the_local_executor(tmp_path):
@@ -374,7 +413,7 @@ def test_a_disk_full_error_travels_pickled_with_its_run_and_free_space(tmp_path)
     run = expand(ExperimentSpec.load(write_spec(tmp_path, "pickled")))[0]
     err = campaign.DiskFullError("disk full while storing ...", Failure("disk_full", "os error 28"), run, 1234)
     back = pickle.loads(pickle.dumps(err))
-    assert isinstance(back, runner.DiskFullError) and isinstance(back, SweepError)
+    assert isinstance(back, campaign.DiskFullError) and isinstance(back, SweepError)
     assert (str(back), back.failure, back.run, back.free_bytes) == (str(err), err.failure, run, 1234)
 
 
@@ -431,7 +470,7 @@ def test_a_disk_that_fills_up_in_a_cluster_campaign_stops_it_with_one_message_an
         with monkeypatch.context() as m:
             inject(m)
             with pytest.raises(campaign.DiskFullError) as err:
-                cluster.sweep(spec, "auto", tmp_path)
+                Campaign(spec, tmp_path).execute(cluster.RayExecutor("auto"))
         said = " ".join(str(err.value).split())
         assert err.value.run.key == keys[1] and err.value.failure.cause == "disk_full"
         if where == "node":
@@ -456,6 +495,6 @@ def test_a_disk_that_fills_up_in_a_cluster_campaign_stops_it_with_one_message_an
         assert keys[2] in out  # it resumed: the second run stored, the disk full at the third
         assert store.finished_run_keys(exp) == set(keys[:2])
 
-        again = cluster.sweep(spec, "auto", tmp_path)  # space freed
+        again = Campaign(spec, tmp_path).execute(cluster.RayExecutor("auto"))  # space freed
     assert (again.skipped, again.ok, again.failed) == (2, 1, 0)
     assert store.finished_run_keys(exp) == set(keys)

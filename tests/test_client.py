@@ -10,7 +10,7 @@ import json
 import random
 
 import pytest
-from kvlab.testing.sse_fixture import BulkSSEServer, FixtureConfig, SSEServer, serve_app
+from tests.support.sse_fixture import BulkSSEServer, FixtureConfig, SSEServer, serve_app
 
 from kvlab import client, workloads
 from kvlab.workloads import Prompt

@@ -20,6 +20,7 @@ import pytest
 
 from benchmarks import bench_tools as bt
 from kvlab import cluster, plan, runner, store
+from kvlab.campaign import Campaign
 from kvlab.paths import ROOT
 from kvlab.spec import ExperimentSpec, expand
 from test_runner import engine_processes, listening_sockets, tag_of, write_spec
@@ -41,7 +42,7 @@ def test_ray_missing_or_cluster_unreachable_fails_with_what_to_do(tmp_path, monk
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(cluster.ClusterError, match=r"needs Ray, which is not installed here: pip install 'kvlab\[cluster\]'"):
-        cluster.sweep(ExperimentSpec.load(path), "auto", tmp_path)
+        Campaign(ExperimentSpec.load(path), tmp_path).execute(cluster.RayExecutor("auto"))
     assert not (tmp_path / "runs" / "no_ray").exists() or not store.run_dirs(tmp_path)
     monkeypatch.setattr(builtins, "__import__", real_import)
 
@@ -246,9 +247,9 @@ def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_c
     path = write_spec(tmp_path, "split", matrix={"engine.prefix_caching": [True, False]},
                       workload={"batch_size": 2, "context_tokens": 768, "output_tokens": 512})
     spec = ExperimentSpec.load(path)
-    local = runner.sweep(spec, data_dir=tmp_path / "local")
+    local = Campaign(spec, tmp_path / "local").execute(runner.LocalExecutor())
     t = time.perf_counter()
-    res = cluster.sweep(spec, ray_cluster.address, tmp_path / "ray", resource=RESOURCE)
+    res = Campaign(spec, tmp_path / "ray").execute(cluster.RayExecutor(ray_cluster.address, RESOURCE))
     wall = time.perf_counter() - t
     assert (res.ok, res.failed, res.server_starts) == (local.ok, local.failed, local.server_starts) == (2, 0, 2)
     # the same files as the local sweep's, but for telemetry.csv, which a run has where a sample fell inside it
@@ -282,7 +283,7 @@ def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_c
     real = cluster._dispatch
     try:
         cluster._dispatch = lambda *a, **k: dispatched.append(a) or real(*a, **k)
-        again = cluster.sweep(spec, ray_cluster.address, tmp_path / "ray", resource=RESOURCE)
+        again = Campaign(spec, tmp_path / "ray").execute(cluster.RayExecutor(ray_cluster.address, RESOURCE))
     finally:
         cluster._dispatch = real
     assert (again.skipped, again.ok, again.server_starts, dispatched) == (2, 0, 0, [])
@@ -310,7 +311,7 @@ def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(tmp_
         time.sleep(0.2)
     assert not engine_processes(tag), f"an engine outlived its cancelled task by 20 s; driver said: {err[-2000:]}"
     assert not store.run_dirs(tmp_path)
-    runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()  # the driver released the experiment's lock
+    Campaign(ExperimentSpec.load(path), tmp_path).prepare()  # the driver released the experiment's lock
 
 
 @pytest.mark.cluster
@@ -335,7 +336,7 @@ def test_a_killed_driver_leaves_no_engine_and_its_resume_redoes_nothing(tmp_path
     assert not engine_processes(tag), "an engine outlived its SIGKILLed driver by 30 s"
     mtimes = {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first}
 
-    res = cluster.sweep(ExperimentSpec.load(path), ray_cluster.address, tmp_path, resource=RESOURCE)
+    res = Campaign(ExperimentSpec.load(path), tmp_path).execute(cluster.RayExecutor(ray_cluster.address, RESOURCE))
     assert (res.skipped, res.ok) == (len(first), 3 - len(first))
     assert store.finished_run_keys(exp_dir) == {r.key for r in expand(ExperimentSpec.load(path))}
     assert {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first} == mtimes  # not redone
@@ -364,7 +365,7 @@ def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_clust
         removed.append(time.monotonic())
 
     spec = ExperimentSpec.load(path)
-    res = cluster.sweep(spec, ray_cluster.address, tmp_path, resource=RESOURCE, on_run=on_run)
+    res = Campaign(spec, tmp_path, on_run=on_run).execute(cluster.RayExecutor(ray_cluster.address, RESOURCE))
     assert removed
     assert (res.ok, res.failed, res.server_starts) == (2, 0, 2)
     runs = store.load_runs(tmp_path).sort("repeat")

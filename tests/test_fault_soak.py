@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from benchmarks import fault_soak
 from kvlab import runner
-from kvlab.testing.sse_fixture import FAULTS, HOSTILE_FAULTS
+from tests.support.sse_fixture import FAULTS, HOSTILE_FAULTS
 
 
 def test_a_fault_soak_ends_every_request_ok_or_classified_and_loses_no_run(tmp_path, monkeypatch, capsys):

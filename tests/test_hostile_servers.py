@@ -18,7 +18,7 @@ from kvlab import client, httpcall, metrics, probe, workloads
 from kvlab.engines.base import http_json
 from kvlab.engines.spec import EngineSpec
 from kvlab.server import EngineServer, ServerError
-from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+from tests.support.sse_fixture import FixtureConfig, SSEServer
 
 
 def _peak_rss_mib() -> float:

@@ -211,8 +211,8 @@ def test_imports_leave_matplotlib_settings_alone():
 #: layers and of its own group (a package's modules import each other), never a module of a higher layer, nor of
 #: another group on its own layer. Measuring comes first: reporting reads what it recorded (engines' identities,
 #: specs, the schema, the store, the plan) but never the machinery that launches and measures (server, client, runner,
-#: cluster). The command line stands over both; kvlab.testing (the tests' and benchmarks' fixtures) over measuring,
-#: imported by nothing in kvlab.
+#: cluster). The command line stands over both. The tests' and benchmarks' fixtures are no layer: they live in
+#: tests/support/, outside the package (test_no_test_support_in_the_package holds it).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("kvlab", "paths")),
     ("tools", ("gpu", "httpcall")),
@@ -228,7 +228,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("measuring", ("preflight",)),
     ("measuring", ("runner",)),
     ("measuring", ("cluster",)),
-    ("testing", ("testing",)),
     ("reporting", ("style", "tables")),
     ("reporting", ("analysis", "verdicts")),
     ("reporting", ("perfmodel",)),
@@ -243,7 +242,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry", ("cli",)),
 )
 #: What reporting may read of the measuring side: the records, never the machinery.
-MEASURING_MACHINERY = ("server", "client", "runner", "cluster", "testing")
+MEASURING_MACHINERY = ("server", "client", "runner", "cluster")
 
 
 def group(module: str) -> str:
@@ -362,3 +361,21 @@ def test_narrative_only_formats():
     narrative = {n: p for n, p in modules().items() if n.startswith("kvlab.narrative")}
     assert len(narrative) >= 8
     assert sorted(n for n, p in narrative.items() if "polars" in _runtime_imports(p)) == []
+
+
+def test_no_test_support_in_the_package():
+    """The tests' and benchmarks' fixtures (tests/support/: the SSE fixture server) are no part of kvlab and not in its
+    wheel: there is no kvlab.testing, pyproject's package search takes none of the folders that hold test support or
+    benchmarks, and no kvlab module imports them."""
+    import fnmatch
+    import tomllib
+
+    # the folder, not importlib's find_spec: an editable install of another checkout would answer for it
+    assert [n for n in modules() if n.split(".")[1:2] == ["testing"]] == []
+    assert not (PACKAGE / "testing").exists() and (ROOT / "tests/support/sse_fixture.py").is_file()
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = [name for name in ("tests", "tests.support", "benchmarks", "kvlab", "kvlab.engines")
+               if any(fnmatch.fnmatchcase(name, p) for p in find.get("include", ["*"]))
+               and not any(fnmatch.fnmatchcase(name, p) for p in find.get("exclude", []))]
+    assert shipped == ["kvlab", "kvlab.engines"], f"the wheel would ship {shipped}"
+    assert sorted(n for n, p in modules().items() if {"tests", "benchmarks"} & _runtime_imports(p)) == []

@@ -13,10 +13,11 @@ import yaml
 
 from kvlab import analysis, client, metrics, runner, store
 from kvlab import load as loads
+from kvlab.campaign import Campaign
 from kvlab.claims import capacity
 from kvlab.spec import ExperimentSpec, SpecError, expand
-from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
 from kvlab.workloads import fixed_batch, multi_turn
+from tests.support.sse_fixture import FixtureConfig, SSEServer
 
 ENGINE = {"name": "vllm", "launch": None, "model": "org/remote-model", "max_model_len": 4096}
 
@@ -170,7 +171,7 @@ def _sweep(tmp_path, workload, fixture, **extra):
         raw = {"name": "load", "hardware": "CPU (test)", "engines": {"vllm": {**ENGINE, "url": srv.url}},
                "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}, **extra}
         path.write_text(yaml.safe_dump(raw))
-        res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+        res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         return res, srv
 
 
@@ -366,8 +367,9 @@ def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_sti
                                         "engines": {"vllm": {**ENGINE, "url": srv.url}}, "workload": work,
                                         "matrix": matrix, "slo": {"ttft_ms": 150},
                                         "retry": {"max_attempts": 1, "retry_on": []}}))
-        res = runner.Sweep(ExperimentSpec.load(path), tmp_path,
-                           on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute()
+        res = Campaign(ExperimentSpec.load(path), tmp_path,
+                       on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute(
+            runner.LocalExecutor())
         assert seen == [(1, "ok"), (2, "ok"), (4, "not climbed"), (8, "not climbed")]
         assert (res.ok, res.not_climbed) == (2, 2)
         stored = analysis.run_rates(store.load_runs(tmp_path)).sort("load_concurrency")
@@ -377,8 +379,9 @@ def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_sti
         assert good[1] < good[0] and stored["requests_ok"][0] > 0
         assert stored["requests_within_slo"][0] >= stored["requests_ok"][0] - 1
         seen.clear()
-        again = runner.Sweep(ExperimentSpec.load(path), tmp_path,
-                             on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute()
+        again = Campaign(ExperimentSpec.load(path), tmp_path,
+                         on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute(
+            runner.LocalExecutor())
     assert seen == [(4, "not climbed"), (8, "not climbed")] and (again.skipped, again.not_climbed) == (2, 2)
 
 

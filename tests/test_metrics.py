@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from kvlab.testing.sse_fixture import SSEServer, serve_app
+from tests.support.sse_fixture import SSEServer, serve_app
 
 from kvlab import metrics
 from kvlab.engines.sglang_jax import SGLangJaxAdapter
@@ -205,7 +205,7 @@ def test_scrape_live_fixture_and_404():
 def test_sample_during_keeps_every_sample_and_the_error_of_a_failed_one():
     """The telemetry sampler reads only the wanted series, on a fixed interval, until cancelled; a failed answer
     is a sample with its error (never a silent 0); a series the server lacks is None."""
-    from kvlab.testing.sse_fixture import FixtureConfig
+    from tests.support.sse_fixture import FixtureConfig
 
     names = {"generation_tokens_total": "vllm:generation_tokens_total", "kv_cache_usage": "vllm:kv_cache_usage_perc"}
 

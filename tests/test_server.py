@@ -414,7 +414,7 @@ def test_the_state_folder_is_made_0700_and_must_be_this_users_alone(tmp_path, mo
 
 
 def test_a_sweep_refuses_a_state_folder_that_is_not_its_users(tmp_path, monkeypatch):
-    from kvlab import runner
+    from kvlab.campaign import Campaign, SweepError
     from kvlab.paths import EXPERIMENTS_DIR
     from kvlab.spec import ExperimentSpec
 
@@ -423,8 +423,8 @@ def test_a_sweep_refuses_a_state_folder_that_is_not_its_users(tmp_path, monkeypa
     d.chmod(0o777)
     monkeypatch.setenv("KVLAB_STATE_DIR", str(d))
     spec = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")
-    with pytest.raises(runner.SweepError, match=rf"{d}: kvlab's server state folder has mode 0777.*Nothing was launched"):
-        runner.Sweep(spec, tmp_path / "data").prepare()
+    with pytest.raises(SweepError, match=rf"{d}: kvlab's server state folder has mode 0777.*Nothing was launched"):
+        Campaign(spec, tmp_path / "data").prepare()
 
 
 def test_registry_and_redacted_log_are_replaced_by_rename_never_written_through_a_link(tmp_path, registry,

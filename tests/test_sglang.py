@@ -16,6 +16,7 @@ from test_runner import _kill_engine_when_streaming, assert_listens_on_loopback_
 from test_server import _post
 
 from kvlab import runner, store
+from kvlab.campaign import Campaign
 from kvlab.engines.spec import holds_secret, secret_forms
 from kvlab.paths import ROOT
 from kvlab.spec import ExperimentSpec
@@ -135,7 +136,7 @@ def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_sc
             checked.append(status)
 
     killed = _kill_engine_when_streaming(monkeypatch, tag, LONG, only="scheduler")
-    res = runner.Sweep(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute()
+    res = Campaign(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute(runner.LocalExecutor())
     assert checked == ["ok"]
     assert killed, "no request of the long run streamed a token"
     assert (res.ok, res.failed, res.server_starts) == (3, 0, 2)

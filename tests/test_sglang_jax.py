@@ -17,6 +17,7 @@ import yaml
 from test_runner import BASE_ENGINE, _kill_engine_when_streaming, engine_processes
 
 from kvlab import runner, store
+from kvlab.campaign import Campaign
 from kvlab.paths import ROOT
 from kvlab.spec import ExperimentSpec
 
@@ -116,7 +117,7 @@ def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(tmp_pat
                   {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
                   {"step": steps})
     killed = _kill_engine_when_streaming(monkeypatch, f"{tag}-sgljax", LONG)
-    res = runner.sweep(ExperimentSpec.load(path), data_dir=tmp_path)
+    res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
     assert killed, "no request of the long run streamed a token"
     runs = store.load_runs(tmp_path)
     outcomes = runs.select("engine", "mode", "output_tokens", "status", "failure_cause", "notes").rows()

@@ -9,7 +9,7 @@ import json
 import polars as pl
 import psutil
 import pytest
-from kvlab.testing.sse_fixture import FixtureConfig, SSEServer
+from tests.support.sse_fixture import FixtureConfig, SSEServer
 from test_runner import engine_processes
 
 from kvlab import analysis, guide, narrative, reasoning, store, workloads

@@ -1,7 +1,7 @@
 """A local OpenAI-style SSE server for tests and client benchmarks, with knobs for every failure kind.
 
 Use in-process (``with SSEServer(FixtureConfig(...)) as srv: srv.url``; it runs in a
-thread with its own event loop) or standalone: ``python -m kvlab.testing.sse_fixture --port 8123``.
+thread with its own event loop) or standalone: ``python -m tests.support.sse_fixture --port 8123``.
 Each request may override any :class:`FixtureConfig` field with a ``"fixture": {...}``
 object in its JSON body. Timestamps are ``time.perf_counter()``, which on Linux is
 CLOCK_MONOTONIC and so comparable across processes on one host.
