@@ -97,6 +97,8 @@ class Report:
     answer: dict | None = None
     experiments: tuple = ()
     documents: tuple = ()
+    #: What its provenance panel shows, as data (:func:`provenance`); None in an index.json written before 2026-12-05.
+    provenance: dict | None = None
 
 
 def extract_answer(nb) -> dict | None:
@@ -580,14 +582,15 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
     sources = extract_sources(nbformat.read(executed, as_version=4))  # what the notebook read: its panel covers that
     previous, following = neighbours(nb_path)
-    figures, _ = to_html(executed, html_path, title, panel_html(provenance(data_dir, nb_path, parameters, sources)),
+    prov = provenance(data_dir, nb_path, parameters, sources)
+    figures, _ = to_html(executed, html_path, title, panel_html(prov),
                          topbar=topbar_html(f"{nb_path.stem[:2]} · {title}", previous, following))
     # the index's answer and verdicts: the study computed again here with the notebook's parameters, never read
     # back from the notebook's outputs (tests/test_studies_results.py checks the two agree)
     result = studies.compute_report(nb_path.stem, data_dir, {**_defaults(nb_path), **(parameters or {})})
     as_json = result.to_json()
     return Report(nb_path.name, title, summary, html_path, time.perf_counter() - start, figures,
-                  tuple(as_json["verdicts"]), as_json["answer"], result.experiments, result.documents)
+                  tuple(as_json["verdicts"]), as_json["answer"], result.experiments, result.documents, prov)
 
 
 def _defaults(nb_path: Path) -> dict:

@@ -129,3 +129,8 @@ def apart(saved: float) -> str:
     """How far apart two times are, given 1 - a/b: '31%' below a factor of two, else the factor ('5.7×')."""
     return f"{sig2(1 - saved)}×" if saved <= -1 else f"{abs(saved):.0%}"
 
+
+def signed_pct(x: float) -> str:
+    """+0.016 → '+1.6%', −0.35 → '−35%' (a true minus sign; one decimal below 10%)."""
+    text = f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
+    return text.replace("-", "−")

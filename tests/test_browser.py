@@ -399,13 +399,13 @@ def test_index_answers_first_and_links_every_report_and_its_data(built):
     index.json and each figure's CSV, and does not repeat the reports' verdict boxes (issue 39: one line per
     report; the verdicts are counted by kind after the reports)."""
     index = (built / "index.html").read_text()
-    for name in NOTEBOOKS:
-        assert f'href="{name}.html"' in index
-        for f in json.loads((built / f"{name}.figures" / "figures.json").read_text()):
-            assert f'href="{name}.figures/{f["file"]}"' in index
-    assert 'class="kvlab-verdicts"' not in index and "href='runs.csv'" in index and "href='index.json'" in index
+    links = set(re.findall(r"""href=["']([^"']+)["']""", index))
+    assert links >= {f"{name}.html" for name in NOTEBOOKS} | {"runs.csv", "index.json"} | {
+        f"{name}.figures/{f['file']}" for name in NOTEBOOKS
+        for f in json.loads((built / f"{name}.figures" / "figures.json").read_text())}
+    assert 'class="kvlab-verdicts"' not in index
     assert index.index('class="kvlab-answer"') < index.index("<h2>The reports</h2>") < index.index("kvlab-headline")
-    assert "<h2>Runs measured</h2>" in index and "`" not in parse(built / "index.html").visible
+    assert "`" not in parse(built / "index.html").visible  # no Markdown left raw
 
 
 def test_index_and_report_render_with_figures(browser, built, tmp_path):

@@ -186,7 +186,6 @@ def test_a_report_build_quarantines_a_corrupt_run_and_writes_no_formula_cell(dat
     built = _bounded(lambda: reports.build(out, selected=["02"], parameters={"data_dir": str(data)}), 300)
     assert [r.notebook for r in built] == ["02_throughput_decay.ipynb"] and (out / "02_throughput_decay.html").exists()
     index = (out / "index.html").read_text()
-    assert "<h2>Quarantined</h2>" in index
     listed = json.loads((out / reports.QUARANTINED_JSON).read_text())
     assert [q["path"] for q in listed] == [f"runs/{FIFO_MANIFEST}", f"runs/{ZERO_LINK}", f"runs/{CORRUPT}"]
     for q in listed:

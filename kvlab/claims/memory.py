@@ -15,7 +15,7 @@ from kvlab.claims.grading import (
 )
 from kvlab.engines import engine_label, registry
 from kvlab.perfmodel.roofline import Assumptions
-from kvlab.units import scaled_context
+from kvlab.units import scaled_context, signed_pct
 from kvlab.verdicts import Verdict
 
 
@@ -291,7 +291,3 @@ def engine_rank(engine: str) -> int:
     return registry.order(engine)
 
 
-def signed_pct(x: float) -> str:
-    """+0.016 → '+1.6%', −0.35 → '−35%' (a true minus sign; one decimal below 10%)."""
-    text = f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
-    return text.replace("-", "−")

@@ -15,7 +15,7 @@ from kvlab.claims.grading import (
 )
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
-from kvlab.units import apart, ratio, sig2
+from kvlab.units import apart, ratio, sig2, signed_pct
 from kvlab.verdicts import Verdict
 
 
@@ -67,11 +67,11 @@ def _threshold_shape(g: pl.DataFrame, th) -> str:
     """What makes one engine's saving curve a threshold, with every measured point: a step across ``th.at`` or a
     slope above it more than twice the one below (analysis.sharing_threshold's rule), never called a jump where the
     saving falls across it."""
-    points = ", ".join(f"{r['time_saved']:+.0%} at {r['shared_fraction']:.0%}"
+    points = ", ".join(f"{signed_pct(r['time_saved'])} at {r['shared_fraction']:.0%}"
                        for r in g.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction").iter_rows(named=True))
     if th.step_at is not None and th.step_at > 0 and (th.slope_above is None or th.slope_below is None
                                                       or th.slope_above <= 2 * max(th.slope_below, 1e-9)):
-        shape = f"a step of {th.step_at:+.0%} across {th.at:.0%}"
+        shape = f"a step of {signed_pct(th.step_at)} across {th.at:.0%}"
     else:
         shape = f"it rises more steeply from {th.at:.0%} up than below"
     return f"saving {points} shared: {shape}"

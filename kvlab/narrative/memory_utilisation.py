@@ -7,12 +7,11 @@ from kvlab.claims.memory import engine_rank as _engine_rank
 from kvlab.claims.memory import (
     fails_outside_pool, headroom_by_config, headroom_pairs, kv_budget_simulated, memory_claim_verdicts, memory_setting,
 )
-from kvlab.claims.memory import signed_pct as _signed_pct
 from kvlab.claims.memory import stats_row as _stats_row
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.roofline import Assumptions
 from kvlab.tables import ms
-from kvlab.units import scaled_context, sig2, tokens_label
+from kvlab.units import scaled_context, sig2, signed_pct, tokens_label
 
 __all__ = ["kv_budget_simulated", "memory_claim_verdicts", "memory_setting"]
 
@@ -91,7 +90,7 @@ def memory_conclusion(cmp: list[dict], stats: list[dict]) -> str:
                 if not (t_lo and t_hi):
                     t_parts.append(f"{ctx} not comparable (no successful run at one setting)")
                 elif compact:
-                    t_parts.append(f"{ctx} {_signed_pct(t_lo / t_hi - 1)}")
+                    t_parts.append(f"{ctx} {signed_pct(t_lo / t_hi - 1)}")
                 else:  # one successful run a side: its times to two significant figures (units.sig2)
                     one = bool(low and high and low["runs_ok"] == 1 and high["runs_ok"] == 1)
                     secs = (lambda t: sig2(t)) if one else (lambda t: f"{t:.3g}")
@@ -102,8 +101,8 @@ def memory_conclusion(cmp: list[dict], stats: list[dict]) -> str:
                 if low and high and low["e2e_mean_ms"] and high["e2e_mean_ms"]:
                     has_ttft = bool(low["ttft_mean_ms"] and high["ttft_mean_ms"])
                     if compact:
-                        l_parts.append(f"{ctx} {_signed_pct(low['e2e_mean_ms'] / high['e2e_mean_ms'] - 1)}"
-                                       + (f" (TTFT {_signed_pct(low['ttft_mean_ms'] / high['ttft_mean_ms'] - 1)})"
+                        l_parts.append(f"{ctx} {signed_pct(low['e2e_mean_ms'] / high['e2e_mean_ms'] - 1)}"
+                                       + (f" (TTFT {signed_pct(low['ttft_mean_ms'] / high['ttft_mean_ms'] - 1)})"
                                           if has_ttft else ""))
                     else:
                         l_parts.append(

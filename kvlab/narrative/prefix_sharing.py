@@ -6,7 +6,7 @@ from kvlab import tables
 from kvlab.claims.sharing import _prefix_bracket, _prefix_times, prefix_verdicts, turn_n
 from kvlab.engines import SGLANG, VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.tables import ms, percent
-from kvlab.units import apart, measured, ratio, time_against
+from kvlab.units import apart, measured, ratio, signed_pct, time_against
 
 __all__ = ["prefix_verdicts"]
 
@@ -199,8 +199,8 @@ def caching_gain_caption(gain: list[dict], thresholds: dict) -> str:
                   "the cache's doing")
         elif th is not None and th.verdict == "threshold" and (b := _prefix_bracket(g, th.at)):
             s += (f", the saving {'jumping' if b[1]['time_saved'] > b[0]['time_saved'] else 'falling'} from "
-                  f"{b[0]['time_saved']:+.0%} at {b[0]['shared_fraction']:.0%} to "
-                  f"{b[1]['time_saved']:+.0%} at {b[1]['shared_fraction']:.0%}")
+                  f"{signed_pct(b[0]['time_saved'])} at {b[0]['shared_fraction']:.0%} to "
+                  f"{signed_pct(b[1]['time_saved'])} at {b[1]['shared_fraction']:.0%}")
         elif th is not None and th.verdict == "smooth":
             s += ", rising with no jump"
         parts.append(s)
@@ -351,7 +351,7 @@ def threshold_sentence(th, gain: list[dict]) -> str:
     words, with the numbers that decide it."""
     if th.verdict == "no data":
         return "*Fewer than three shared fractions with the cache both on and off: the threshold cannot be tested.*"
-    pts = ", ".join(f"{r['shared_fraction']:g} → {r['time_saved']:+.0%}"
+    pts = ", ".join(f"{r['shared_fraction']:g} → {signed_pct(r['time_saved'])}"
                     for r in sorted(gain, key=lambda r: r["shared_fraction"]))
     first = (f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is "
              f"**{th.first_fraction:g}**" if th.first_fraction is not None else
@@ -360,7 +360,7 @@ def threshold_sentence(th, gain: list[dict]) -> str:
               f"(time saved per unit of shared fraction); one straight line through all points has R² {th.r2_linear:.2f}")
     losses = ""
     if th.losses:
-        losses = ("; below it the cache did not pay: " + ", ".join(f"{f:g} → {v:+.0%}" for f, v in th.losses)
+        losses = ("; below it the cache did not pay: " + ", ".join(f"{f:g} → {signed_pct(v)}" for f, v in th.losses)
                   + " (the cache cost more batch time than it saved)")
     even = (f"- the cache saves time at every measured fraction from **{th.break_even:g}** up{losses}."
             if th.break_even is not None else "- no range of measured fractions where the cache always saves time.")
@@ -380,10 +380,10 @@ def threshold_sentence(th, gain: list[dict]) -> str:
         if lo and hi and hi[0]["time_saved"] <= lo[-1]["time_saved"]:  # a threshold by the slope above, not a step
             say = (f"**The saving rises more steeply from {th.at:.0%} up than below it**, but it does not jump at the "
                    f"threshold: it falls between shared fractions {lo[-1]['shared_fraction']:g} and "
-                   f"{hi[0]['shared_fraction']:g} ({lo[-1]['time_saved']:+.0%} → {hi[0]['time_saved']:+.0%}).")
+                   f"{hi[0]['shared_fraction']:g} ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])}).")
         else:
             say = (f"**The saving jumps between shared fractions {lo[-1]['shared_fraction']:g} and "
-                   f"{hi[0]['shared_fraction']:g}** ({lo[-1]['time_saved']:+.0%} → {hi[0]['time_saved']:+.0%}), where the "
+                   f"{hi[0]['shared_fraction']:g}** ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])}), where the "
                    f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
                    if lo and hi else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests.")
     return f"- batch time saved by the prefix cache, by shared fraction: {pts}.\n- {first}; {slopes}.\n{even}\n- {say}"
@@ -394,7 +394,7 @@ def _threshold_detail(th, min_gain: float) -> str:
     inconclusive (a factor from twice as long on), or where the cache first saves ``min_gain``."""
     if th.verdict == "inconclusive":
         far = apart(th.gain_at_zero)  # units.apart decides when a difference reads as a factor
-        differ = f"a factor of {far[:-1]} in batch time" if far.endswith("×") else f"{th.gain_at_zero:+.0%} of batch time"
+        differ = f"a factor of {far[:-1]} in batch time" if far.endswith("×") else f"{signed_pct(th.gain_at_zero)} of batch time"
         return f" (at shared fraction 0, with nothing to reuse, cache on vs off already differ by {differ})."
     if th.first_fraction is not None:
         return f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction {th.first_fraction:g}."
