@@ -294,7 +294,7 @@ def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
     th = analysis.sharing_threshold(gain)
     assert th.verdict == "threshold" and th.slope_above > 2 * th.slope_below
     assert _threshold_shape(gain, th) == (
-        "saving +2% at 0%, +11% at 20%, -15% at 50%, +40% at 90% shared: it rises more steeply from 30% up than below")
+        "saving +2.0% at 0%, +11% at 20%, −15% at 50%, +40% at 90% shared: it rises more steeply from 30% up than below")
     step = pl.DataFrame({"engine": ["x"] * 5, "shared_fraction": [0.0, 0.1, 0.2, 0.5, 0.9],
                          "time_saved": [0.0, 0.01, 0.02, 0.50, 0.52]})
     th = analysis.sharing_threshold(step)

@@ -688,7 +688,7 @@ def test_a_saving_that_falls_across_the_threshold_is_not_said_to_jump():
     said = threshold_sentence(analysis.sharing_threshold(gain), gain.to_dicts())
     assert "jumps" not in said
     assert ("**The saving rises more steeply from 30% up than below it**, but it does not jump at the threshold: it "
-            "falls between shared fractions 0.2 and 0.5 (+11% → -15%).") in said
+            "falls between shared fractions 0.2 and 0.5 (+11% → −15%).") in said
 
 
 def test_the_caching_gain_caption_says_falling_where_the_saving_falls_across_the_threshold():
@@ -700,7 +700,7 @@ def test_the_caching_gain_caption_says_falling_where_the_saving_falls_across_the
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
                          "time_saved": [0.02, 0.11, -0.15, 0.40], "batch_speedup": [1.02, 1.12, 0.87, 1.67]})
     said = caching_gain_caption(gain.to_dicts(), analysis.sharing_thresholds(gain))
-    assert "the saving falling from +11% at 20% to -15% at 50%" in said and "jumping" not in said
+    assert "the saving falling from +11% at 20% to −15% at 50%" in said and "jumping" not in said
 
 
 def test_a_cache_on_run_several_times_slower_where_nothing_is_reused_reads_as_a_factor():
