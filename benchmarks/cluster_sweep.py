@@ -48,7 +48,7 @@ def experiment(folder: Path, tag: str, repeats: int) -> Path:
     launches = ([engine_spec(tag, {c}).launch for c in cores] if len(cores) == 2 and shutil.which("taskset")
                 else None)
     spec = {
-        "name": EXPERIMENT, "hardware": "CPU (benchmark)", "scale_factor": 1,
+        "name": EXPERIMENT, "hardware": "CPU (benchmark)", "device": "cpu", "scale_factor": 1,
         "engines": {"vllm": engine_spec(tag).model_dump(mode="json", exclude_defaults=True)},
         "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 256, "output_tokens": 32},
         "matrix": {"engine.launch": launches} if launches else {"engine.prefix_caching": [True, False]},

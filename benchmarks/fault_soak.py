@@ -59,7 +59,7 @@ HOSTILE_OUTPUT_TOKENS = 2
 def _spec(path: Path, url: str, runs: int, batch: int, stall_s: float = STALL_S, output_tokens: int = 8,
           name: str = NAME) -> ExperimentSpec:
     spec = {
-        "name": name, "hardware": "CPU (SSE fixture)", "scale_factor": 1,
+        "name": name, "hardware": "CPU (SSE fixture)", "device": "cpu", "scale_factor": 1,
         "engines": {"vllm": {"name": "vllm", "launch": None, "url": url, "model": "org/fault-soak",
                              "max_model_len": 4096, "stall_timeout_s": stall_s, "startup_timeout_s": 30}},
         "workload": {"kind": "fixed_batch", "batch_size": batch, "context_tokens": 64, "output_tokens": output_tokens},

@@ -149,7 +149,7 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         path = Path(tmp) / "agreement.yaml"
         path.write_text(yaml.safe_dump({
-            "name": "agreement", "hardware": "CPU (benchmark)", "warmup": False,
+            "name": "agreement", "hardware": "CPU (benchmark)", "device": "cpu", "warmup": False,
             "engines": {engine: {"name": engine, "launch": None, "model": MODEL, "served_model_name": tag, "url": url,
                                  "max_model_len": 2048, "prefix_caching": False}},
             "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}}))

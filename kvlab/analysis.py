@@ -44,8 +44,10 @@ def ok_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
 
 
 def with_device_kind(runs: pl.DataFrame) -> pl.DataFrame:
-    """``runs`` with a ``device_kind`` column (null where the frame has none: hand-built frames, old tables)."""
-    return runs if "device_kind" in runs.columns else runs.with_columns(pl.lit(None, pl.String).alias("device_kind"))
+    """``runs`` with the typed device's columns, ``device_kind``, ``accelerator`` and ``gpu_count`` (kvlab.device;
+    null where the frame has none: hand-built frames)."""
+    types = {"device_kind": pl.String, "accelerator": pl.String, "gpu_count": pl.Int64}
+    return runs.with_columns(pl.lit(None, t).alias(c) for c, t in types.items() if c not in runs.columns)
 
 
 def mean_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
@@ -889,6 +891,8 @@ def prefix_sharing(runs: pl.DataFrame, block_tokens: int = VLLM_CPU_BLOCK_TOKENS
             pl.col("batch_time_s").min().alias("batch_time_min_s"),
             pl.col("batch_time_s").max().alias("batch_time_max_s"),
             pl.col("device_kind").drop_nulls().first(),
+            pl.col("accelerator").drop_nulls().first(),  # with the kind and count: the device's short name
+            pl.col("gpu_count").drop_nulls().first(),
             pl.col("prompt_tokens_per_s").median(),
             pl.col("output_tokens_per_s").median(),
             pl.col("requests").first(),

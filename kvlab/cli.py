@@ -109,7 +109,7 @@ def sweep(
     Every file is validated before anything launches (exit status 2 when one is invalid).
     """
     from kvlab import plan  # this command's own stack: +0.2 s CPU on every other command (see the top)
-    from kvlab.spec import SpecError, is_cpu_hardware  # (the same stack: plan imports spec)
+    from kvlab.spec import SpecError  # (the same stack: plan imports spec)
 
     specs = []
     for experiment in experiments:
@@ -131,7 +131,7 @@ def sweep(
         first[spec.name] = experiment
     if dry_run:
         typer.echo(plan.dry_run_text(specs, overlap_starts=not sequential_starts))
-        if any(not is_cpu_hardware(s.hardware) for s in specs):
+        if any(not s.device.on_cpu for s in specs):
             from kvlab.perfmodel.report import gpu_minutes_line  # a GPU plan's estimate: +1.3 s CPU (see the top)
 
             for line in filter(None, (gpu_minutes_line(s) for s in specs)):

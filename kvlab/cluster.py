@@ -132,8 +132,8 @@ def auth_off_warning(address: str, environ=os.environ) -> str | None:
 
 
 def resources_for(group: list[RunSpec], resource: str | None = None) -> dict:
-    """Ray task options for one server group: tp × dp GPUs for an engine kvlab launches on GPU hardware (the
-    experiment's ``hardware`` does not start with "CPU"); else one CPU, or one unit of the custom ``resource``
+    """Ray task options for one server group: tp × dp GPUs for an engine kvlab launches on GPUs (the experiment's
+    ``device`` is gpu); else one CPU, or one unit of the custom ``resource``
     (so that, e.g., one CPU-engine group runs per node whatever its core count)."""
     run = group[0]
     if not run.engine.external and not run.on_cpu:

@@ -292,7 +292,7 @@ def _graded(name: str, rows: tuple[dict, ...], n: int, margin: float, metric: st
     best, second = rows[0], rows[1]
     grade = engine_difference(best["engine"], second["engine"], [r.get("device_kind") for r in (best, second)],
                               Repeats.of_row(best, metric), Repeats.of_row(second, metric), better,
-                              baseline=baseline, baseline_at=baseline_at, hardware=best.get("hardware"),
+                              baseline=baseline, baseline_at=baseline_at,
                               scope=best.get("hardware") or "",
                               what=f"{engine_label(best['engine'])} against {engine_label(second['engine'])}")
     if grade.outcome != "reproduced":

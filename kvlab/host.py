@@ -147,6 +147,13 @@ def device_kind(engine: Mapping, facts: Mapping | None) -> str | None:
     return "gpu" if facts.get("gpus") else "cpu"
 
 
+def gpu_model(facts: Mapping | None) -> str | None:
+    """The GPU model of a host's facts (:func:`describe`) as NVML names it, e.g. 'NVIDIA H100 80GB HBM3' (several
+    models: their names, sorted, joined by ' + '); None without GPUs."""
+    names = sorted({str(g.get("name")) for g in (facts or {}).get("gpus") or [] if g.get("name")})
+    return " + ".join(names) or None
+
+
 def gpu_count() -> int | None:
     n = len(describe()["gpus"])
     return n or None

@@ -42,9 +42,9 @@ def by_server(runs: list[RunSpec]) -> list[tuple[str, list[RunSpec]]]:
 
 def starts_may_overlap(run: RunSpec, nxt: RunSpec) -> bool:
     """Whether ``nxt``'s server may be launched while ``run``'s starts (the runner then pauses it while ``run``'s
-    group is measured): only kvlab-launched engines on CPU hardware, each with an explicit KV budget
-    (kv_cache_bytes), so two fit in host memory and neither sizes its cache from what the other left free. On a
-    GPU host servers never overlap: the GPUs are the server's."""
+    group is measured): only kvlab-launched engines on a CPU (the experiment's ``device: cpu``), each with an
+    explicit KV budget (kv_cache_bytes), so two fit in host memory and neither sizes its cache from what the other
+    left free. On a GPU host servers never overlap: the GPUs are the server's."""
     return all(not r.engine.external and r.engine.kv_cache_bytes is not None and r.on_cpu for r in (run, nxt))
 
 

@@ -24,6 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
+from kvlab.device import shown
 from kvlab.engines import SGLANG, VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
 from kvlab.markup import markdown_inline
@@ -48,18 +49,28 @@ def _log_if_wide(ax, values, ylabel: str, spread: float = 20.0) -> None:
         ax.set_ylim(bottom=0)
 
 
-def source_label(source: str, experiment: str, hardware: str, scale_factor: float | None = None) -> str:
-    """A panel title that says where the numbers come from, the experiment in words."""
+def source_label(source: str, experiment: str, device: str, scale_factor: float | None = None) -> str:
+    """A panel title that says where the numbers come from, the experiment in words, on what ``device`` (its short
+    name, :func:`device_of`)."""
     scale = f", contexts ÷{scale_factor:g}" if scale_factor and scale_factor != 1 else ""
     # the details (the experiment's file, the host's flags) are in the provenance panel
-    return f"{source}: {experiment_words(experiment)} ({hardware.split(' (')[0]}{scale})"
+    return f"{source}: {experiment_words(experiment)} ({device}{scale})"
+
+
+def device_of(frame: pl.DataFrame) -> str:
+    """The short name of the device a frame's rows ran on, from their typed device (kvlab.device.shown: each column's
+    first value given); "" for an empty frame."""
+    if frame.is_empty():
+        return ""
+    cols = ("device_kind", "accelerator", "gpu_count", "hardware")
+    return shown({c: frame[c].drop_nulls().first() for c in cols if c in frame.columns})
 
 
 def _panels(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     out = []
-    for key, part in df.group_by(["source", "experiment", "hardware"], maintain_order=True):
+    for (source, experiment, _), part in df.group_by(["source", "experiment", "hardware"], maintain_order=True):
         scale = part["scale_factor"].drop_nulls().first() if "scale_factor" in part.columns else None
-        out.append((source_label(*key, scale_factor=scale), part))
+        out.append((source_label(source, experiment, device_of(part), scale_factor=scale), part))
     return out
 
 
@@ -985,7 +996,7 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     analysis.pareto_front`'s ``on_front``); a dashed line marks the SLO's TPOT bound (x = 1,000 ÷ the bound in ms)
     where the runs share one; every panel has the same scales, so panels compare at a glance."""
     fig, grid, contexts, mems = _capacity_grid(curve)
-    hw = curve["hardware"].drop_nulls().first() if curve.height else ""
+    hw = device_of(curve)
     slo = curve["slo_tpot_ms"].drop_nulls().unique().to_list() if "slo_tpot_ms" in curve.columns else []
     slo_x = 1000 / slo[0] if len(slo) == 1 and slo[0] else None  # one TPOT bound: tokens/s per user at it
     for (ctx, label) in contexts:
@@ -1033,7 +1044,7 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     for a in axes:  # panels compared side by side share their scales
         a.set_ylim(0, top)
         a.set_xlim(0, max(right, (slo_x or 0) * 1.05))
-    fig.suptitle(f"measured on {hw.split(' (')[0]}: throughput against interactivity (labels: requests in flight)",
+    fig.suptitle(f"measured on {hw}: throughput against interactivity (labels: requests in flight)",
                  fontsize=11)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.07, 1, 0.96))

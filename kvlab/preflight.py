@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -22,10 +21,11 @@ from kvlab.engines.registry import RELEASES
 from kvlab.engines.sglang import kv_bytes_per_token
 from kvlab.engines.spec import EngineSpec, is_local_path
 from kvlab.paths import DATA_DIR, ROOT
-from kvlab.spec import ExperimentSpec, is_cpu_hardware
+from kvlab.spec import ExperimentSpec
 
-#: The GPUs kvlab's catalog knows, as an experiment's hardware label names them ("NVIDIA B300 x8"): NVML's device
-#: name must hold the same word, and the memory is checked against the catalog's (data/catalog/gpus.csv).
+#: The GPUs kvlab's catalog knows, as an experiment's ``device.accelerator`` names them ('NVIDIA B300', or its key
+#: 'B300'): NVML's device name must hold the same word, and the memory is checked against the catalog's
+#: (data/catalog/gpus.csv).
 CATALOG = ROOT / "data" / "catalog" / "gpus.csv"
 #: How much of the catalog's memory NVML may report below it (NVML counts GiB of what datasheets count in GB, less
 #: what the driver reserves: a 288 GB B300 reports about 268 GiB = 288 GB).
@@ -68,23 +68,25 @@ class Report:
         return not self.problems
 
 
-def _catalog() -> dict[str, int]:
-    """{catalog GPU id (e.g. 'B300'): memory bytes}, GPUs only."""
+def _catalog() -> dict[str, tuple[str, int]]:
+    """{catalog GPU id (e.g. 'B300'): (its name, e.g. 'NVIDIA B300', memory bytes)}, GPUs only."""
     out = {}
     lines = CATALOG.read_text().splitlines()
     head = lines[0].split(",")
     for line in lines[1:]:
         cells = line.split(",")
         if cells and cells[0] != "CPU":
-            out[cells[0]] = int(float(cells[head.index("memory_bytes")]))
+            out[cells[0]] = (cells[head.index("name")], int(float(cells[head.index("memory_bytes")])))
     return out
 
 
-def gpu_model(hardware: str) -> str | None:
-    """The catalog GPU an experiment's hardware label asks for ('NVIDIA B300 x8' → 'B300'); None where the label
-    names none ('NVIDIA GPU x4 (e.g. H100 / H200)': any NVIDIA GPU)."""
-    m = re.match(r"\s*NVIDIA\s+(\S+)", hardware)
-    return m.group(1) if m and m.group(1) in _catalog() else None
+def gpu_model(accelerator: str | None) -> str | None:
+    """The catalog GPU an experiment's ``device.accelerator`` names, by the catalog's name or id ('NVIDIA B300' or
+    'B300' → 'B300'); None where it names none (any NVIDIA GPU) or one the catalog does not hold."""
+    if not accelerator:
+        return None
+    low = accelerator.strip().lower()
+    return next((k for k, (name, _) in _catalog().items() if low in (k.lower(), name.lower())), None)
 
 
 def _versions(launch: list[str], distributions: tuple[str, ...]) -> tuple[dict[str, str] | None, str]:
@@ -166,10 +168,11 @@ def check(path: str | Path, spec: ExperimentSpec, data_dir: Path = DATA_DIR,
     problems: list[Problem] = []
     found: list[str] = []
     launched = {k: e for k, e in spec.engines.items() if not e.external}
-    if not is_cpu_hardware(spec.hardware) and launched:
+    if not spec.device.on_cpu and launched:
         need = max(e.gpus for e in launched.values())
-        want = gpu_model(spec.hardware)
-        label = f"{need} NVIDIA {want or 'GPU'}{'s' if need > 1 else ''}"
+        want = gpu_model(spec.device.accelerator)  # a catalog GPU: its memory is checked too
+        word = want or spec.device.accelerator  # what NVML's device name must hold (None: any NVIDIA GPU)
+        label = f"{need} {f'NVIDIA {want}' if want else word or 'NVIDIA GPU'}{'s' if need > 1 else ''}"
         s = sampler or gpu.GpuSampler()
         if sampler is None:
             s.open()
@@ -179,22 +182,22 @@ def check(path: str | Path, spec: ExperimentSpec, data_dir: Path = DATA_DIR,
         host_fix = (f"run it on a host with {label} and the NVIDIA driver (nvidia-smi lists them); on a CPU "
                     "machine, sweep the cpu_*.yaml experiments")
         if not s.available:
-            problems.append(Problem(file, "hardware", f"{asked}; {s.reason}", host_fix))
+            problems.append(Problem(file, "device", f"{asked}; {s.reason}", host_fix))
         else:
             seen = s.devices
             names = sorted({d["name"] for d in seen})
             if len(seen) < need:
-                problems.append(Problem(file, "hardware", f"{asked}; NVML sees {len(seen)} ({', '.join(names)})",
+                problems.append(Problem(file, "device", f"{asked}; NVML sees {len(seen)} ({', '.join(names)})",
                                         host_fix))
-            matching = [d for d in seen if want is None or want in d["name"]]
-            if len(seen) >= need and want and len(matching) < need:
-                problems.append(Problem(file, "hardware", f"{asked}; NVML sees {', '.join(names)}", host_fix))
+            matching = [d for d in seen if word is None or word.lower() in d["name"].lower()]
+            if len(seen) >= need and word and len(matching) < need:
+                problems.append(Problem(file, "device", f"{asked}; NVML sees {', '.join(names)}", host_fix))
             if want:
-                low = [d for d in matching if d["memory_total_bytes"] < MEMORY_SLACK * _catalog()[want]]
+                low = [d for d in matching if d["memory_total_bytes"] < MEMORY_SLACK * _catalog()[want][1]]
                 if low:
                     problems.append(Problem(
-                        file, "hardware", f"GPU {low[0]['index']} ({low[0]['name']}) has "
-                        f"{low[0]['memory_total_bytes'] / 1e9:.1f} GB, below the {_catalog()[want] / 1e9:.0f} GB "
+                        file, "device", f"GPU {low[0]['index']} ({low[0]['name']}) has "
+                        f"{low[0]['memory_total_bytes'] / 1e9:.1f} GB, below the {_catalog()[want][1] / 1e9:.0f} GB "
                         f"of a {want} in kvlab's catalog (a MIG slice, or another model)", host_fix))
             found.append(f"GPUs: {len(seen)} × {', '.join(names)} (needs {need})")
     checked: dict[tuple[str, ...], tuple[dict | None, str]] = {}

@@ -55,10 +55,15 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
                     "batch_output_tokens": sum_reported([r.output_tokens for r in batch.records])}
     if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
         summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
-    kind = host.device_kind(e.model_dump(mode="json"), host.describe())
+    facts = host.describe()
+    kind = host.device_kind(e.model_dump(mode="json"), facts)
+    if kind is None:  # a server kvlab did not start, on a host it does not see: the device the experiment states
+        kind, accelerator, count = run.device.kind, run.device.accelerator, run.device.count
+    else:  # what computed it here, from this host's facts (the manifest's)
+        accelerator, count = (host.gpu_model(facts), host.gpu_count()) if kind == "gpu" else (None, None)
     row = {
         "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
-        "gpu_count": host.gpu_count() if kind == "gpu" else None, "device_kind": kind,
+        "gpu_count": count, "device_kind": kind, "accelerator": accelerator,
         "model": e.served_model_name or Path(e.model).name, "engine": e.name,
         "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp,
         "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"), "mem_util": e.mem_util,

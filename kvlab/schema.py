@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from kvlab.device import DEVICE_KINDS
 from kvlab.engines import ENGINE_NAMES
 from kvlab.workloads import KINDS
 
@@ -22,7 +23,6 @@ STATUSES = ("ok", "failed")
 #: How a failed request's error is classified (kvlab.client.ERROR_KINDS maps error prefixes to these).
 REQUEST_ERROR_KINDS = ("http_status", "error_event", "aborted", "incomplete", "stalled", "timeout", "dropped",
                        "connection", "unparseable", "malformed", "oversized", "client")
-DEVICE_KINDS = ("cpu", "gpu")
 
 
 class SchemaError(ValueError):
@@ -121,13 +121,17 @@ RUNS = Table(
         _c("source", Str, "published | measured | modelled", required=True, allowed=SOURCES),
         _c("experiment", Str, "experiment or document this row belongs to", required=True),
         _c("run_id", Str, "unique within (source, experiment); for measured runs a hash of the full run spec", required=True),
-        _c("hardware", Str, "accelerator or CPU the row is about, e.g. 'NVIDIA B300' or 'CPU x86_64 (2 cores)'", required=True),
+        _c("hardware", Str, "the hardware label, free text for readers (the experiment's ``hardware:``, the "
+           "document's words); never read to decide CPU or GPU: device_kind says that", required=True),
         _c("gpu_count", Int, "number of GPUs serving (null on CPU)"),
-        _c("device_kind", Str, "what computed the run: cpu | gpu. Measured: from the host's facts (the GPUs NVML "
-           "sees where the run was measured) and the engine spec (an engine pinned to the CPU: sglang-jax's "
-           "--device cpu, JAX_PLATFORMS=cpu); null for a server kvlab did not start (its host is not known). "
-           "Published: gpu where the document states GPUs. Modelled: the catalog entry's kind",
-           allowed=DEVICE_KINDS),
+        _c("device_kind", Str, "what computed the run: cpu | gpu (kvlab.device). Measured: from the host's facts (the "
+           "GPUs NVML sees where the run was measured) and the engine spec (an engine pinned to the CPU: sglang-jax's "
+           "--device cpu, JAX_PLATFORMS=cpu); for a server kvlab did not start, the experiment's ``device``. "
+           "Published: the document's (gpu where it states GPUs). Modelled: the catalog entry's kind. Runs stored "
+           "before it was recorded get it on reading (kvlab.store)", allowed=DEVICE_KINDS),
+        _c("accelerator", Str, "the GPU model that computed the run (measured: the name NVML reports, e.g. 'NVIDIA "
+           "H100 80GB HBM3'; for a server kvlab did not start, the experiment's device.accelerator; published: the "
+           "document's; modelled: the catalog GPU's name); null on CPU or where not known"),
         _c("model", Str, "served model", required=True),
         _c("engine", Str, "inference engine", required=True, allowed=ENGINES),
         _c("engine_version", Str, "engine version reported by the server"),

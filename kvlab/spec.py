@@ -21,6 +21,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, StrictBool, TypeAdapter,
                       ValidationError, field_validator, model_validator)
 
+from kvlab.device import Device
 from kvlab.engines import FAILURE_CAUSES, adapter_class, get_adapter
 from kvlab.engines.spec import REDACTED, EngineSpec, is_secret_env, redact_url, secret_env_value
 from kvlab.paths import CATALOG_DIR
@@ -312,7 +313,10 @@ class ExperimentSpec(_Strict):
         default_factory=dict, description="what the experiment assumes where its source is silent"
     )
     scale_factor: float = Field(1.0, gt=0, description="full-scale context / this experiment's context")
-    hardware: str = Field(description="hardware label recorded in every run, e.g. 'NVIDIA B300' or 'CPU x86_64'")
+    hardware: str = Field(description="hardware label recorded in every run, e.g. 'NVIDIA B300' or 'CPU x86_64': "
+                          "free text for readers, never read to decide CPU or GPU (``device`` says that)")
+    device: Device = Field(description="what the runs compute on: `cpu`, `gpu`, or a mapping {kind: gpu, accelerator: "
+                           "'NVIDIA B300', count: 8} with the GPU model and count where known (kvlab.device)")
     engines: dict[str, EngineSpec] = Field(
         min_length=1, description="engine label -> engine spec (a list is keyed by engine name)"
     )
@@ -452,6 +456,9 @@ def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -
         value = err.get("input")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
+        elif err["type"] == "missing" and parts == ["device"]:  # a file written before the device was typed
+            msg = ("Field required: say what the runs compute on, `device: cpu` or `device: gpu` (or {kind: gpu, "
+                   "accelerator: NVIDIA B300, count: 8}); the hardware label is free text and is not read for it")
         elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the workload's kind
             where += ".kind"
             names = [repr(k) for k in KINDS]
@@ -477,7 +484,8 @@ class RunSpec(_Strict):
     repeat: int = Field(ge=0, description="repeat index, 0-based")
     point: dict[str, Any] = Field(description="the matrix values that chose this run (axis -> value)")
     scale_factor: float = Field(description="full-scale context / this run's context")
-    hardware: str = Field(description="hardware label")
+    hardware: str = Field(description="hardware label (free text for readers)")
+    device: Device = Field(description="what the experiment says its runs compute on (kvlab.device)")
     slo: SloSpec | None = Field(None, description="the experiment's SLO (goodput), None when it states none")
 
     @property
@@ -514,8 +522,8 @@ class RunSpec(_Strict):
 
     @property
     def on_cpu(self) -> bool:
-        """The experiment's hardware is a CPU (its label starts with "CPU"): no GPUs to ask for or to share."""
-        return is_cpu_hardware(self.hardware)
+        """The experiment's device is a CPU (``device: cpu``): no GPUs to ask for or to share."""
+        return self.device.on_cpu
 
     @property
     def context_tokens(self) -> int:
@@ -526,11 +534,6 @@ class RunSpec(_Strict):
     def context_label(self) -> str:
         """The full-scale context this run stands for, e.g. '64K' for 2,048 tokens at scale 32 (K = 1024)."""
         return context_label(self.context_tokens * self.scale_factor)
-
-
-def is_cpu_hardware(label: str) -> bool:
-    """Whether an experiment's hardware label names a CPU (it starts with "CPU")."""
-    return label.strip().upper().startswith("CPU")
 
 
 def _omit_defaults(dump: dict[str, Any], part: str) -> dict[str, Any]:
@@ -642,18 +645,23 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
             except ValidationError as exc:
                 raise SpecError(_format_errors(origin, exc, prefix=f"matrix point [{where}]: engines.{label}")) from None
             _check_run(origin, where, label, engine, workload_spec)
-            if engine.dtype == "bfloat16-if-native" and not is_cpu_hardware(spec.hardware):
+            if engine.dtype == "bfloat16-if-native" and not spec.device.on_cpu:
                 raise SpecError(
                     f"{origin}: matrix point [{where}]: engines.{label}.dtype: 'bfloat16-if-native' follows this "
-                    f"host's CPU flags, so it applies to CPU experiments only (hardware is {spec.hardware!r}); "
+                    f"host's CPU flags, so it applies to CPU experiments only (device is {spec.device.kind!r}); "
                     "give bfloat16, float16 or float32"
+                )
+            if spec.device.count is not None and not engine.external and engine.gpus > spec.device.count:
+                raise SpecError(
+                    f"{origin}: matrix point [{where}]: engines.{label}: tp {engine.tp} × dp {engine.dp} = "
+                    f"{engine.gpus} GPUs, more than the {spec.device.count} of device.count"
                 )
             for r in range(_repeats(spec, point | {"engine": label}, matched)):
                 runs.append(
                     RunSpec(
                         experiment=spec.name, engine_label=label, engine=engine, workload=workload_spec,
                         repeat=r, point=point | {"engine": label}, scale_factor=spec.scale_factor,
-                        hardware=spec.hardware, slo=spec.slo,
+                        hardware=spec.hardware, device=spec.device, slo=spec.slo,
                     )
                 )
     unused = [i for i in range(len(spec.repeats_at)) if i not in matched]

@@ -281,28 +281,50 @@ RATES = ("requests_per_s", "output_tokens_per_s", "goodput_requests_per_s")
 
 #: RUNS columns added after runs were first stored: a run stored without them gets them from its spec.json and its
 #: experiment's manifest (:func:`_recorded_facts`), as the runner records them today.
-BACKFILLED = ("kv_budget_bytes", "device_kind")
+BACKFILLED = ("kv_budget_bytes", "device_kind", "accelerator")
 
 
 def _recorded_facts(path: Path, df: pl.DataFrame, manifests: dict) -> pl.DataFrame:
     """A stored run row with the columns an older kvlab did not record (:data:`BACKFILLED`) filled in the way
-    :func:`kvlab.runner.run_row` fills them now: the KV budget from the run's spec.json, the device kind from its
-    engine spec and the host facts of the sweep that measured it. Rows that recorded them are returned as read."""
+    :func:`kvlab.rows.run_row` fills them now: the KV budget from the run's spec.json; the device kind from its
+    engine spec and the host facts of the sweep that measured it, and the GPU model from those facts where it ran on
+    GPUs. A run stored before the typed device (no ``accelerator`` column) whose kind none of that gives gets it
+    once here, from what it stored: its spec.json's ``device``, else its hardware label (:func:`_kind_from_label`,
+    the migration of old runs). Rows that recorded them are returned as read."""
     missing = [c for c in BACKFILLED if c not in pl.read_parquet_schema(path)]
-    spec_file = path.parent / SPEC_FILE
-    if not missing or not spec_file.exists():
+    if not missing:
         return df
-    spec = read_json_capped(spec_file)
+    spec_file = path.parent / SPEC_FILE
+    spec = read_json_capped(spec_file) if spec_file.exists() else {}
     engine = spec.get("engine") or {}
     exp_dir = path.parent.parent
     if exp_dir not in manifests:
         manifests[exp_dir] = read_manifest(exp_dir)
-    kinds = {host.device_kind(engine, facts) for facts in _sweep_hosts(manifests[exp_dir], spec.get("key") or
-                                                                        path.parent.name, df["started_at"][0])}
-    fill = {"kv_budget_bytes": engine.get("kv_cache_bytes"),
-            # one answer from every host that may have run it, else not known
-            "device_kind": host.device_kind(engine, None) or (kinds.pop() if len(kinds) == 1 else None)}
-    return df.with_columns(pl.lit(fill[c], dtype=RUNS.polars_schema[c]).alias(c) for c in missing)
+    hosts = _sweep_hosts(manifests[exp_dir], spec.get("key") or path.parent.name, df["started_at"][0]) \
+        if spec else []
+    kinds = {host.device_kind(engine, facts) for facts in hosts}
+    models = {host.gpu_model(facts) for facts in hosts}
+    # one answer from every host that may have run it, else not known
+    kind = (host.device_kind(engine, None) or (kinds.pop() if len(kinds) == 1 else None)) if spec else None
+    fill = {"kv_budget_bytes": engine.get("kv_cache_bytes"), "device_kind": kind}
+    df = df.with_columns(pl.lit(fill[c], dtype=RUNS.polars_schema[c]).alias(c) for c in missing if c in fill)
+    if "accelerator" not in missing:
+        return df
+    stated = (spec.get("device") or {}).get("kind") if isinstance(spec.get("device"), dict) else None
+    kind_col = pl.coalesce(pl.col("device_kind"), pl.lit(stated, pl.String), _kind_from_label(pl.col("hardware")))
+    model = models.pop() if len(models) == 1 else None
+    return df.with_columns(device_kind=kind_col).with_columns(
+        accelerator=pl.when((pl.col("device_kind") == "gpu") & pl.lit(kind == "gpu")).then(pl.lit(model, pl.String)))
+
+
+def _kind_from_label(hardware: pl.Expr) -> pl.Expr:
+    """The migration of runs stored before kvlab typed the device (kvlab.device), for those whose kind nothing else
+    they stored gives (a server kvlab did not start; sweeps on different hosts that do not place the run): the rule
+    kvlab read experiments' hardware labels by until then, a label that starts with "CPU" (or is empty) ran on a CPU
+    and any other on GPUs. The one place kvlab reads a hardware label for the kind of device, once, as it reads such
+    a run (tests/test_house.py holds every other module to it)."""
+    label = hardware.str.strip_chars().str.to_uppercase()
+    return pl.when(label.str.starts_with("CPU") | (label == "")).then(pl.lit("cpu")).otherwise(pl.lit("gpu"))
 
 
 #: Latency percentiles added after runs were first stored: a run stored without them gets those of TTFT, TPOT and

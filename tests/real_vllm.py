@@ -85,7 +85,7 @@ def shared_sweep(data: Path) -> RealVllmSweep:
          "workload.output_tokens": 10, "workload.batch_size": 160, "workload.concurrency": 128},
     ]
     studies = {
-        "name": "studies", "hardware": "CPU (test)",
+        "name": "studies", "hardware": "CPU (test)", "device": "cpu",
         "engines": {"apc": {**engine, "prefix_caching": True}, "no_apc": {**engine, "prefix_caching": False}},
         "workload": {"kind": "shared_prefix", "batch_size": 8, "concurrency": 4, "context_tokens": 2048,
                      "output_tokens": 8, "shared_fraction": 0.0},
@@ -93,8 +93,8 @@ def shared_sweep(data: Path) -> RealVllmSweep:
         "retry": {"max_attempts": 1, "retry_on": []},
     }
     # experiments on the cache-on server's configuration
-    small = {"hardware": "CPU (test)", "scale_factor": 32, "engines": {"vllm": {**engine, "prefix_caching": True}},
-             "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
+    small = {"hardware": "CPU (test)", "device": "cpu", "scale_factor": 32,
+             "engines": {"vllm": {**engine, "prefix_caching": True}}, "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
     resume = _write(data, {**small, "name": "resume", "repeats": 3,
                            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024,
                                         "output_tokens": 400}})

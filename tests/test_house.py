@@ -370,3 +370,82 @@ def test_frame_calls_names_each_file_and_line(tmp_path):
     assert frame_calls(tmp_path, tmp_path) == ['a.py:2: rows = frame.filter(pl.col("a") > 1)',
                                                "a.py:3: for r in f.iter_rows(named=True):",
                                                "b.py:1: g = df.group_by('e').agg(pl.len())"]
+
+
+# --------------------------------------------------------------------------- the kind of device is typed (issue 44)
+
+#: A string that names a kind of device (or NVIDIA's name) as a label writes it: what a label is searched for.
+_DEVICE_WORD = re.compile(r"^\s*(CPU|GPU|NVIDIA)\b")
+#: The same word in any case, searched for in an expression that names a label (``hardware.lower()``, ``hw``).
+_ANY_CASE_WORD = re.compile(r"^\s*(cpu|gpu|nvidia)\b", re.IGNORECASE)
+_LABEL_NAME = re.compile(r"hardware|label|accelerator|\bhw\b", re.IGNORECASE)
+#: Calls that test a string for a part of it.
+_PART_TESTS = ("startswith", "endswith", "starts_with", "ends_with", "contains", "find", "index", "rfind")
+#: The functions that may still read a label for the kind of device, each with why.
+LABEL_READERS = {
+    ("kvlab/store.py", "_kind_from_label"): "the migration of runs stored before the typed device, once, on reading",
+    ("kvlab/engines/registry.py", "engine_label"): "whether an engine's own label already says CPU (no hardware)",
+}
+
+
+def label_parses(package: Path = PACKAGE, root: Path = ROOT) -> list[str]:
+    """Every place in kvlab/ that reads a label for the kind of device instead of the typed device (kvlab.device):
+    a call of ``is_cpu_hardware``, a ``.split(" (")`` (a label cut to a short name), a string tested for a part
+    that names a device as a label writes it (``"CPU" in x``, ``h.startswith("GPU")``, ``.str.contains("NVIDIA")``;
+    in lower case where the expression names a label: ``"cpu" in hardware.lower()``), or a regular expression that
+    looks for one (``re.match(r"NVIDIA ...", label)``): 'path:line: code'. The functions of :data:`LABEL_READERS`
+    are left out; a column test (``"gpu" in table.columns``) is no label read."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        tree = ast.parse(path.read_text(), filename=str(path))
+        allowed = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and (rel, f.name) in LABEL_READERS for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if id(node) in allowed:
+                continue
+            bad = False
+            if isinstance(node, ast.Name) and node.id == "is_cpu_hardware" or \
+                    isinstance(node, ast.Attribute) and node.attr == "is_cpu_hardware":
+                bad = True
+            elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) \
+                    and isinstance(node.left.value, str) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+                searched = " ".join(ast.unparse(c) for c in node.comparators)
+                bad = bool(_DEVICE_WORD.match(node.left.value)
+                           or _ANY_CASE_WORD.match(node.left.value) and _LABEL_NAME.search(searched))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                name, receiver = node.func.attr, ast.unparse(node.func.value)
+                bad = (name == "split" and " (" in args
+                       or name in _PART_TESTS and any(_DEVICE_WORD.match(a) or _ANY_CASE_WORD.match(a)
+                                                      and _LABEL_NAME.search(receiver) for a in args)
+                       or receiver == "re" and any(re.search(r"CPU|GPU|NVIDIA", a) for a in args))
+            if bad:
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(found), key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
+
+
+def test_no_function_reads_a_label_for_the_kind_of_device():
+    """Issue 44: CPU or GPU is the typed device (an experiment's ``device``, a run record's ``device_kind``,
+    ``accelerator``, ``gpu_count``), never read out of a hardware label; titles name a device from its typed fields
+    (kvlab.device.shown). Only the migration of old runs reads a label, once (kvlab.store)."""
+    found = label_parses()
+    assert not found, "a label read for the kind of device (use kvlab.device / the device columns):\n" + "\n".join(found)
+
+
+def test_the_label_parse_check_sees_what_it_looks_for(tmp_path):
+    pkg = tmp_path / "kvlab"
+    pkg.mkdir()
+    (pkg / "store.py").write_text("def _kind_from_label(h):\n    return h.startswith('CPU')\n"
+                                  "def other(h):\n    return h.startswith('CPU')\n")
+    (pkg / "a.py").write_text(
+        "from kvlab.spec import is_cpu_hardware\nx = is_cpu_hardware(h)\nshort = hw.split(' (')[0]\n"
+        "on_cpu = 'cpu' in hardware.lower()\ngpu = 'GPU' not in label\nm = re.match(r'\\s*NVIDIA\\s+(\\S+)', h)\n"
+        "c = runs['hardware'].str.contains('CPU')\nok = kind == 'cpu' and g.gpu == 'CPU'\n"
+        "fine = 'vllm' in name and text.split(' ') and 'gpu' in table.columns and c.startswith('gpu')\n"
+        "words = v.split(' (e.g.')\nhw_cpu = hw.lower().startswith('cpu')\n")
+    assert label_parses(pkg, tmp_path) == [
+        "kvlab/a.py:2: is_cpu_hardware", "kvlab/a.py:3: hw.split(' (')", "kvlab/a.py:4: 'cpu' in hardware.lower()",
+        "kvlab/a.py:5: 'GPU' not in label", "kvlab/a.py:6: re.match('\\\\s*NVIDIA\\\\s+(\\\\S+)', h)",
+        "kvlab/a.py:7: runs['hardware'].str.contains('CPU')", "kvlab/a.py:11: hw.lower().startswith('cpu')",
+        "kvlab/store.py:4: h.startswith('CPU')"]

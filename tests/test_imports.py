@@ -215,6 +215,7 @@ def test_imports_leave_matplotlib_settings_alone():
 #: tests/support/, outside the package (test_no_test_support_in_the_package holds it).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("kvlab", "paths")),
+    ("tools", ("device",)),
     ("tools", ("gpu", "httpcall")),
     ("tools", ("units", "markup", "host", "metrics", "reasoning", "watchdog", "tinymodel")),
     ("measuring", ("load",)),

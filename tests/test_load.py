@@ -24,7 +24,7 @@ ENGINE = {"name": "vllm", "launch": None, "model": "org/remote-model", "max_mode
 
 def spec(workload: dict, url: str = "http://127.0.0.1:9", **extra) -> ExperimentSpec:
     return ExperimentSpec.model_validate({
-        "name": "load", "hardware": "CPU (test)", "engines": {"vllm": {**ENGINE, "url": url}},
+        "name": "load", "hardware": "CPU (test)", "device": "cpu", "engines": {"vllm": {**ENGINE, "url": url}},
         "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}, **extra})
 
 
@@ -168,8 +168,8 @@ def test_a_saturating_server_stops_the_load_point_by_its_queue():
 def _sweep(tmp_path, workload, fixture, **extra):
     with SSEServer(fixture) as srv:
         path = tmp_path / "load.yaml"
-        raw = {"name": "load", "hardware": "CPU (test)", "engines": {"vllm": {**ENGINE, "url": srv.url}},
-               "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}, **extra}
+        raw = {"name": "load", "hardware": "CPU (test)", "device": "cpu",
+               "engines": {"vllm": {**ENGINE, "url": srv.url}}, "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}, **extra}
         path.write_text(yaml.safe_dump(raw))
         res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         return res, srv
@@ -257,7 +257,7 @@ def test_stored_runs_from_before_load_still_load(tmp_path):
 
 def test_a_load_on_a_kind_that_is_sent_at_once_is_accepted_and_a_bad_one_named(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"name": "bad", "hardware": "CPU (test)",
+    bad.write_text(yaml.safe_dump({"name": "bad", "hardware": "CPU (test)", "device": "cpu",
                                    "engines": {"vllm": {**ENGINE, "url": "http://127.0.0.1:9"}},
                                    "workload": SHARED | {"load": {"rate_rps": -1}}}))
     with pytest.raises(SpecError, match=r"workload\.load\.rate_rps"):
@@ -363,7 +363,7 @@ def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_sti
     seen: list = []
     with SSEServer(FixtureConfig(first_delay_s=0.1, slots=1)) as srv:
         path = tmp_path / "climb.yaml"
-        path.write_text(yaml.safe_dump({"name": "climb", "hardware": "CPU (test)",
+        path.write_text(yaml.safe_dump({"name": "climb", "hardware": "CPU (test)", "device": "cpu",
                                         "engines": {"vllm": {**ENGINE, "url": srv.url}}, "workload": work,
                                         "matrix": matrix, "slo": {"ttft_ms": 150},
                                         "retry": {"max_attempts": 1, "retry_on": []}}))
@@ -427,7 +427,8 @@ def test_the_peers_options_default_to_kvlabs_behaviour_and_leave_the_run_key_as_
     from kvlab.tinymodel import ensure_tiny_model
 
     local = {**ENGINE, "model": str(ensure_tiny_model()), "url": "http://127.0.0.1:9"}
-    forms = [ExperimentSpec.model_validate({"name": "load", "hardware": "CPU (test)", "engines": {"vllm": local},
+    forms = [ExperimentSpec.model_validate({"name": "load", "hardware": "CPU (test)", "device": "cpu",
+                                            "engines": {"vllm": local},
                                             "workload": SHARED | {"load": load | form}}) for form in
              ({}, {"prompt_form": "text"})]
     assert len({expand(f)[0].key for f in forms}) == 2

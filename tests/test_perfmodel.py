@@ -285,6 +285,7 @@ def test_calibration_on_measured_cpu_runs_fits_few_parameters():
     for i, (ctx, n) in enumerate([(2048, 256), (8000, 256), (4096, 64), (1024, 128)]):
         t = batch_time(cfg, ctx, Workload(1, n), true).batch_time_s
         rows.append({"source": "measured", "experiment": "cpu", "run_id": f"r{i}", "hardware": "CPU x86_64 (2 cores)",
+                     "device_kind": "cpu",
                      "model": "kvlab-tiny", "engine": "vllm", "tp": 1, "dcp": 1, "context_label": str(ctx),
                      "context_tokens": ctx, "prompt_tokens": ctx, "batch_size": 1, "output_tokens": n,
                      "status": "ok", "batch_time_s": t})  # fmt: skip
@@ -736,7 +737,8 @@ def test_step_time_fit_from_measured_tpot_recovers_slope_interval_and_bandwidth(
     x = [c - out + (out - 1) / 2 for c in contexts]
     wobble = [0.02, -0.03, 0.03, -0.02]
     slope_ms, icpt = 2e-3, 5.0  # 2 us per token of context, 5 ms at none
-    rows = [{"source": "measured", "experiment": "e", "hardware": "CPU x86_64 (2 cores)", "engine": "vllm",
+    rows = [{"source": "measured", "experiment": "e", "hardware": "CPU x86_64 (2 cores)",
+             "device_kind": "cpu", "engine": "vllm",
              "model": "kvlab-tiny", "tp": 1, "dcp": 1, "mem_util": 0.92, "kv_budget_bytes": 8388608,
              "batch_size": batch, "output_tokens": out, "context_tokens": c, "status": "ok", "run_id": f"r{i}",
              "tpot_mean_ms": icpt + slope_ms * xi + e} for i, (c, xi, e) in enumerate(zip(contexts, x, wobble))]
@@ -897,6 +899,7 @@ def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
     for eng, tpot in (("vllm", [10.0, 11.0, 12.1]), ("sglang", [20.0, 19.2, 19.9])):
         for i, (c, t) in enumerate(zip([1024, 2048, 3072], tpot)):
             rows.append({"source": "measured", "experiment": "cpu_long_context", "hardware": "CPU x86_64 (2 cores)",
+                         "device_kind": "cpu",
                          "engine": eng, "model": "kvlab-tiny", "tp": 1, "dcp": 1, "mem_util": None,
                          "kv_budget_bytes": 8388608, "batch_size": 4, "output_tokens": 64, "context_tokens": c,
                          "status": "ok", "run_id": f"{eng}{i}", "tpot_mean_ms": t})

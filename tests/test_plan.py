@@ -14,7 +14,7 @@ from kvlab.spec import ExperimentSpec, SpecError
 
 def _spec(tmp_path, model: str) -> str:
     data = {
-        "name": "planned", "hardware": "CPU", "scale_factor": 1,
+        "name": "planned", "hardware": "CPU", "device": "cpu", "scale_factor": 1,
         "engines": {"vllm": {"name": "vllm", "launch": [".engines/vllm/bin/python"], "model": model,
                              "max_model_len": 1024}},
         "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},
@@ -65,7 +65,7 @@ def test_starts_overlap_only_on_cpu_with_explicit_kv_budgets():
 
 def _keyed(engine: str, env: dict | None = None) -> ExperimentSpec:
     return ExperimentSpec.model_validate({
-        "name": "keyed", "hardware": "CPU", "scale_factor": 1,
+        "name": "keyed", "hardware": "CPU", "device": "cpu", "scale_factor": 1,
         "engines": {engine: {"name": engine, "launch": ["python"], "model": "org/m", "max_model_len": 1024,
                              "api_key_env": "KVLAB_KEY", "env": {"JAX_PLATFORMS": "cpu", **(env or {})}}},
         "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},

@@ -39,7 +39,7 @@ def write_spec(tmp_path: Path, name: str, *, engine: dict | None = None, workloa
                matrix: dict | None = None, repeats: int = 1, retry: dict | None = None) -> Path:
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"  # a served name unique to this test, to find its processes
     spec = {
-        "name": name, "hardware": "CPU (test)", "scale_factor": 32,
+        "name": name, "hardware": "CPU (test)", "device": "cpu", "scale_factor": 32,
         "engines": {"vllm": {**BASE_ENGINE, "served_model_name": tag, **(engine or {})}},
         "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 16,
                      **(workload or {})},
@@ -603,7 +603,7 @@ def test_a_server_start_records_the_kv_pool_its_engine_reported(tmp_path, monkey
     line = ("(EngineCore pid=1) INFO 12-02 13:26:04 [kv_cache_utils.py:2327] CPU KV cache size: 61,895 tokens, "
             "Maximum concurrency for 1,088 tokens per request: 56.89x")
     spec = ExperimentSpec.model_validate({
-        "name": "pool", "hardware": "CPU (test)",
+        "name": "pool", "hardware": "CPU (test)", "device": "cpu",
         "engines": {"vllm": {"name": "vllm", "launch": [sys.executable, str(fake)], "model": "org/fake",
                              "max_model_len": 1024, "startup_timeout_s": 20, "env": {"FAKE_KV_POOL_LINE": line}}},
         "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 512, "output_tokens": 4}})
@@ -726,13 +726,13 @@ def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_w
 
 
 @pytest.mark.parametrize("gpus, kinds", [
-    ([], {"vllm": ("cpu", None), "sglang": ("cpu", None)}),
+    ([], {"vllm": ("cpu", None, None), "sglang": ("cpu", None, None)}),
     ([{"index": 0, "name": "NVIDIA H100"}, {"index": 1, "name": "NVIDIA H100"}],
-     {"vllm": ("gpu", 2), "sglang": ("cpu", None)}),  # SGLang pinned to the CPU by --device cpu
+     {"vllm": ("gpu", "NVIDIA H100", 2), "sglang": ("cpu", None, None)}),  # SGLang pinned to the CPU by --device cpu
 ])
-def test_a_run_row_records_its_kv_budget_and_device_kind(monkeypatch, gpus, kinds):
-    """The row says what computed it from the host's facts and the engine spec, whatever the hardware label says,
-    and the KV budget the spec configured."""
+def test_a_run_row_records_its_kv_budget_and_device(monkeypatch, gpus, kinds):
+    """The row says what computed it from the host's facts and the engine spec, whatever the hardware label and the
+    experiment's device say, and the KV budget the spec configured."""
     from kvlab import host
 
     monkeypatch.setattr(host, "describe", lambda: {"gpus": gpus})
@@ -741,8 +741,22 @@ def test_a_run_row_records_its_kv_budget_and_device_kind(monkeypatch, gpus, kind
     for run in expand(spec):
         row = runner.run_row(run, [], "failed", 1, "crash", None, None, {}, "").row(0, named=True)
         assert row["kv_budget_bytes"] == run.engine.kv_cache_bytes
-        seen[run.engine.name] = (row["device_kind"], row["gpu_count"])
+        seen[run.engine.name] = (row["device_kind"], row["accelerator"], row["gpu_count"])
     assert seen == kinds
+
+
+def test_a_server_kvlab_did_not_start_records_the_device_the_experiment_states(monkeypatch, tmp_path):
+    from kvlab import host
+
+    monkeypatch.setattr(host, "describe", lambda: {"gpus": []})  # this host's facts say nothing of that server's
+    path = write_spec(tmp_path, "remote", engine={"launch": None, "url": "http://10.0.0.5:8000", "model": "org/m"})
+    raw = yaml.safe_load(path.read_text())
+    for device, want in (("cpu", ("cpu", None, None)),
+                         ({"kind": "gpu", "accelerator": "NVIDIA B300", "count": 8}, ("gpu", "NVIDIA B300", 8))):
+        path.write_text(yaml.safe_dump(raw | {"device": device}))
+        (run,) = expand(ExperimentSpec.load(path))
+        row = runner.run_row(run, [], "failed", 1, "crash", None, None, {}, "").row(0, named=True)
+        assert (row["device_kind"], row["accelerator"], row["gpu_count"]) == want
 
 
 def test_device_kind_reads_the_spec_and_the_host_never_a_label():

@@ -61,8 +61,8 @@ def test_the_compat_fix_is_still_needed_and_still_applies(sglang_python):
 
 
 def _write(tmp_path, name: str, engines: dict, workload: dict, matrix: dict, retry: dict | None = None):
-    spec = {"name": name, "hardware": "CPU (test)", "engines": engines, "workload": workload, "matrix": matrix,
-            "warmup": True, "retry": retry or {"max_attempts": 1, "retry_on": []}}
+    spec = {"name": name, "hardware": "CPU (test)", "device": "cpu", "engines": engines, "workload": workload,
+            "matrix": matrix, "warmup": True, "retry": retry or {"max_attempts": 1, "retry_on": []}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -74,8 +74,8 @@ def test_the_patch_is_applied_and_still_needed(sglang_jax_python, tmp_path):
 
 
 def _write(tmp_path: Path, name: str, engines: dict, workload: dict, matrix: dict) -> Path:
-    spec = {"name": name, "hardware": "CPU (test)", "engines": engines, "workload": workload, "matrix": matrix,
-            "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
+    spec = {"name": name, "hardware": "CPU (test)", "device": "cpu", "engines": engines, "workload": workload,
+            "matrix": matrix, "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

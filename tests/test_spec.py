@@ -13,7 +13,7 @@ from kvlab.spec import EngineSpec, ExperimentSpec, RetrySpec, SpecError, expand,
 
 BASE = {
     "name": "t",
-    "hardware": "CPU",
+    "hardware": "CPU", "device": "cpu",
     "scale_factor": 32,
     "engines": {
         "vllm": {"name": "vllm", "launch": [".engines/vllm/bin/python"], "model": "org/some-model",
@@ -62,12 +62,61 @@ def test_base_expands(tmp_path):
     assert [r.key for r in expand(ExperimentSpec.load(_write(tmp_path, BASE, "again.yaml")))] == [r.key for r in runs]
 
 
+def test_an_experiment_states_its_device_typed(tmp_path):
+    """``device`` is required (the hardware label is never read for it), a kind or a mapping, and checked."""
+    missing = copy.deepcopy(BASE)
+    del missing["device"]
+    msg = _load_error(tmp_path, missing)
+    assert msg.endswith(": device: Field required: say what the runs compute on, `device: cpu` or `device: gpu` "
+                        "(or {kind: gpu, accelerator: NVIDIA B300, count: 8}); the hardware label is free text and is "
+                        "not read for it")
+    gpu = ExperimentSpec.load(_write(tmp_path, BASE | {"hardware": "CPU x86_64", "device": "gpu"}))
+    assert (gpu.device.kind, gpu.device.accelerator, gpu.device.count) == ("gpu", None, None)
+    assert {(r.device.kind, r.on_cpu) for r in expand(gpu)} == {("gpu", False)}  # the label says CPU: not read
+    b300 = ExperimentSpec.load(_write(tmp_path, BASE | {"device": {"kind": "gpu", "accelerator": "NVIDIA B300",
+                                                                   "count": 8}}))
+    assert (b300.device.accelerator, b300.device.count) == ("NVIDIA B300", 8)
+    assert "device.kind: Input should be 'cpu' or 'gpu' (got 'tpu')" in _load_error(tmp_path,
+                                                                                   BASE | {"device": "tpu"})
+    assert "device: a cpu device has no accelerator or count" in _load_error(
+        tmp_path, BASE | {"device": {"kind": "cpu", "count": 2}})
+    assert "device.count: Input should be greater than or equal to 1 (got 0)" in _load_error(
+        tmp_path, BASE | {"device": {"kind": "gpu", "count": 0}})
+    few = _load_error(tmp_path, BASE | {"device": {"kind": "gpu", "count": 1}})
+    assert few.endswith(": matrix point [engine.mem_util=0.92, workload.context_tokens=2048]: engines.sglang: tp 2 × "
+                        "dp 1 = 2 GPUs, more than the 1 of device.count")
+
+
+def test_every_shipped_experiment_states_its_device():
+    kinds = {p.stem: ExperimentSpec.read(p).device for p in sorted(EXPERIMENTS_DIR.glob("*.yaml"))}
+    assert {k for k, d in kinds.items() if d.kind == "gpu"} == {
+        "b300_capacity", "b300_long_context", "b300_step_fit", "gpu_classification_70b", "gpu_multi_turn_rag",
+        "gpu_reasoning_r1"}
+    assert {(d.accelerator, d.count) for k, d in kinds.items() if k.startswith("b300")} == {("NVIDIA B300", 8)}
+    assert [kinds[k].count for k in ("gpu_classification_70b", "gpu_multi_turn_rag", "gpu_reasoning_r1")] == [4, 1, 16]
+
+
+def test_the_device_is_no_part_of_a_run_key():
+    """The fixture runs (tests/fixtures, stored before the device existed) keep the keys they were stored under
+    whatever device their run states: a sweep resumes them instead of measuring them again."""
+    import json
+
+    from kvlab.spec import RunSpec
+
+    stored = sorted((EXPERIMENTS_DIR.parent.parent / "tests" / "fixtures" / "runs").glob("*/*/spec.json"))
+    assert len(stored) == 28
+    for f in stored:
+        saved = json.loads(f.read_text())
+        fields = {k: v for k, v in saved.items() if k in RunSpec.model_fields}
+        for device in ("cpu", {"kind": "gpu", "accelerator": "NVIDIA B300", "count": 8}):
+            assert RunSpec.model_validate(fields | {"device": device}).key == saved["key"] == f.parent.name
+
+
 def test_bfloat16_if_native_is_for_cpu_experiments_only(tmp_path):
     """The policy reads this host's CPU flags: on a GPU experiment it would follow the wrong chip."""
-    gpu = _with("engines.vllm.dtype", "bfloat16-if-native") | {"hardware": "NVIDIA B300"}
+    gpu = _with("engines.vllm.dtype", "bfloat16-if-native") | {"hardware": "CPU-like label", "device": "gpu"}
     msg = _load_error(tmp_path, gpu)
-    assert "engines.vllm.dtype: 'bfloat16-if-native'" in msg and "CPU experiments only" in msg
-    assert "'NVIDIA B300'" in msg
+    assert "engines.vllm.dtype: 'bfloat16-if-native'" in msg and "CPU experiments only (device is 'gpu')" in msg
     cpu = expand(ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.dtype", "bfloat16-if-native"), "cpu.yaml")))
     assert {r.engine.dtype for r in cpu if r.engine_label == "vllm"} == {"bfloat16-if-native"}
 
@@ -226,7 +275,7 @@ def test_cpu_experiment_is_scaled_from_the_article():
 
 
 def test_quick_form_replaces_matrix_and_repeats_and_is_validated(tmp_path):
-    data = {"name": "q", "hardware": "CPU",
+    data = {"name": "q", "hardware": "CPU", "device": "cpu",
             "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "org/m", "max_model_len": 4096}},
             "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8},
             "matrix": {"workload.context_tokens": [1024, 2048, 4096]}, "repeats": 3,
@@ -245,7 +294,7 @@ def test_quick_form_replaces_matrix_and_repeats_and_is_validated(tmp_path):
 
 
 def test_sglang_engines_need_room_below_their_context_length(tmp_path):
-    data = {"name": "s", "hardware": "CPU",
+    data = {"name": "s", "hardware": "CPU", "device": "cpu",
             "engines": {"j": {"name": "sglang-jax", "launch": ["python"], "model": "org/m", "max_model_len": 1024}},
             "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
     path = tmp_path / "s.yaml"
@@ -260,7 +309,7 @@ def test_sglang_engines_need_room_below_their_context_length(tmp_path):
 
 def test_an_engine_is_asked_only_for_what_it_can_do(tmp_path):
     """dev_mode opens development endpoints only an engine that has them (EngineAdapter.dev_endpoints) can open."""
-    data = {"name": "d", "hardware": "CPU",
+    data = {"name": "d", "hardware": "CPU", "device": "cpu",
             "engines": {"j": {"name": "sglang-jax", "launch": ["python"], "model": "org/m", "max_model_len": 1024,
                               "dev_mode": True}},
             "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 512, "output_tokens": 8}}
@@ -275,7 +324,7 @@ def test_run_key_changes_with_a_local_models_config(tmp_path):
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text('{"num_attention_heads": 4, "num_key_value_heads": 2}')
-    data = {"name": "k", "hardware": "CPU",
+    data = {"name": "k", "hardware": "CPU", "device": "cpu",
             "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": str(model), "max_model_len": 4096}},
             "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
     spec = ExperimentSpec.model_validate(data)
@@ -524,7 +573,7 @@ def test_a_repeats_at_rule_that_matches_nothing_names_itself(tmp_path):
 def test_slo_is_part_of_the_key_only_when_set():
     """An experiment without an slo keeps the run keys it had before slo existed (pinned); one with an slo gets
     other keys (its goodput is counted against it), carried by every run."""
-    data = {"name": "k", "hardware": "CPU",
+    data = {"name": "k", "hardware": "CPU", "device": "cpu",
             "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "org/m", "max_model_len": 4096}},
             "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
     plain = expand(ExperimentSpec.model_validate(data))[0]

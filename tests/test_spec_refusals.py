@@ -19,7 +19,7 @@ from kvlab.spec import MAX_FILE_BYTES, ExperimentSpec, SpecError
 
 BASE = {
     "name": "t",
-    "hardware": "CPU",
+    "hardware": "CPU", "device": "cpu",
     "engines": {
         "vllm": {"name": "vllm", "launch": [".engines/vllm/bin/python"], "model": "org/some-model",
                  "max_model_len": 8192},
@@ -223,7 +223,7 @@ def test_an_over_long_file_a_fifo_and_a_non_utf8_file_are_refused_without_readin
     assert res.exit_code == 2 and f"{fifo}: cannot read experiment file: not a regular file" in res.output
 
 
-LAUGHS = "\n".join(["name: t", "hardware: CPU", "assumptions:", '  a: &a ["lol","lol","lol","lol","lol","lol","lol"]']
+LAUGHS = "\n".join(["name: t", "hardware: CPU", "device: cpu", "assumptions:", '  a: &a ["lol","lol","lol","lol","lol","lol","lol"]']
                    + [f"  {c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")])
 
 

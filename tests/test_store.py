@@ -1,5 +1,6 @@
 """Loading everything under data/: validation errors name the file and the problem."""
 
+import json
 import shutil
 
 import polars as pl
@@ -194,8 +195,9 @@ def test_older_stored_runs_get_their_kv_budget_and_device_kind_from_spec_and_man
 
 
 def test_backfilled_device_kind_comes_from_the_host_that_measured_the_run(tmp_path):
-    """A vLLM run's kind follows its sweep's host facts (GPUs listed: gpu); sglang-jax pinned to the CPU stays cpu;
-    a manifest whose sweeps disagree and do not place the run leaves it unknown rather than guessing."""
+    """A vLLM run's kind follows its sweep's host facts (GPUs listed: gpu, with their model); sglang-jax pinned to the
+    CPU stays cpu; where the sweeps disagree and do not place the run, the migration of runs stored before the typed
+    device reads the kind once from the label the experiment stated then (no GPU model: not known)."""
     import json
 
     shutil.copytree(FIXTURE_RUNS / "cpu_classification", tmp_path / "runs" / "cpu_classification")
@@ -205,12 +207,36 @@ def test_backfilled_device_kind_comes_from_the_host_that_measured_the_run(tmp_pa
     for s in m["sweeps"]:
         s["host"] = {**s["host"], **gpu_host}
     manifest.write_text(json.dumps(m))
-    kinds = dict(store.load_runs(tmp_path).select("engine", "device_kind").rows())
-    assert kinds == {"vllm": "gpu", "sglang-jax": "cpu"}
+    cols = ("engine", "device_kind", "accelerator", "gpu_count")
+    devices = {r[0]: r[1:] for r in store.load_runs(tmp_path).select(cols).rows()}
+    assert devices == {"vllm": ("gpu", "NVIDIA H100", None), "sglang-jax": ("cpu", None, None)}
     m["sweeps"] = [{**m["sweeps"][0], "started_at": None}, {"host": {"gpus": []}}]  # two hosts, neither placed
     manifest.write_text(json.dumps(m))
-    kinds = dict(store.load_runs(tmp_path).select("engine", "device_kind").rows())
-    assert kinds == {"vllm": None, "sglang-jax": "cpu"}
+    devices = {r[0]: r[1:] for r in store.load_runs(tmp_path).select(cols).rows()}
+    assert devices == {"vllm": ("cpu", None, None), "sglang-jax": ("cpu", None, None)}  # 'CPU x86_64 (vLLM CPU …'
+    for f in (tmp_path / "runs" / "cpu_classification").glob("*/run.parquet"):  # as if the label had named GPUs
+        pl.read_parquet(f).with_columns(hardware=pl.lit("NVIDIA H100 x1")).write_parquet(f)
+    devices = {r[0]: r[1:] for r in store.load_runs(tmp_path).select(cols).rows()}
+    assert devices == {"vllm": ("gpu", None, None), "sglang-jax": ("cpu", None, None)}
+
+
+def test_a_run_stored_before_the_typed_device_keeps_the_kind_it_recorded(data):
+    """A run that recorded device_kind (null: a server kvlab did not start) but no accelerator: a recorded kind is
+    kept, a null one is derived once on reading (its spec.json's device, else its label)."""
+    base = {"source": ["measured"], "experiment": ["e"], "model": ["m"], "engine": ["vllm"],
+            "context_label": ["1K"], "context_tokens": [1024], "status": ["ok"], "started_at": [None]}
+    for run_id, label, kind, spec in (("r1", "NVIDIA B300 x8", "cpu", {}), ("r2", "CPU (test)", None, {}),
+                                      ("r3", "NVIDIA B300 x8", None, {}),
+                                      ("r4", "CPU (test)", None, {"device": {"kind": "gpu", "count": 2}})):
+        d = data / "runs" / "e" / run_id
+        d.mkdir(parents=True)
+        pl.DataFrame(base | {"run_id": [run_id], "hardware": [label], "device_kind": [kind]},
+                     schema_overrides={"device_kind": pl.String, "started_at": pl.String}
+                     ).write_parquet(d / "run.parquet")
+        (d / "spec.json").write_text(json.dumps({"engine": {"url": "http://10.0.0.5:8000"}} | spec))
+    got = store.load_runs(data).filter(pl.col("source") == "measured").sort("run_id")
+    assert got.select("run_id", "device_kind", "accelerator").rows() == [
+        ("r1", "cpu", None), ("r2", "cpu", None), ("r3", "gpu", None), ("r4", "gpu", None)]
 
 
 def test_runs_stored_with_the_new_columns_are_read_as_written(data):

@@ -143,9 +143,9 @@ def test_the_headline_reads_index_json_dicts_as_verdicts():
 def test_found_rows_pass_the_cpu_rule_and_the_repeats_rule():
     assert finding(5, engines=("vllm", "sglang"), device_kinds=["cpu", "cpu"])[::2] == ("cannot be tested here",
                                                                                          CPU_IMPLEMENTATIONS)
-    # no device kind and no label that records GPUs: counted as CPU
+    # no device kind: counted as CPU; a GPU kind passes to the repeats rule
     assert finding(5, cross_engine=True)[0] == "cannot be tested here"
-    assert finding(5, cross_engine=True, hardware="8× NVIDIA B300")[0] == "found"
+    assert finding(5, cross_engine=True, device_kinds=["gpu", "gpu"])[0] == "found"
     assert finding(2)[::2] == ("inconclusive", FEW_REPEATS) and "n=2" in finding(2)[1]
     assert finding(None)[0] == "inconclusive"
     assert finding(3, apart=False)[::2] == ("inconclusive", WITHIN_SPREAD)
@@ -155,15 +155,15 @@ def test_found_rows_pass_the_cpu_rule_and_the_repeats_rule():
     (v,) = narrative.crossover_verdicts([], None, [x])
     assert (v.claim_id, v.outcome, v.n, v.value, v.limit, v.family) == (
         "crossover_measured", "cannot be tested here", 1, 4224.0, CPU_IMPLEMENTATIONS, "own")
-    (g,) = narrative.crossover_verdicts([], None, [x], hardware="8× NVIDIA B300")
+    (g,) = narrative.crossover_verdicts([], None, [x], device_kinds=["gpu", "gpu"])
     assert (g.outcome, g.limit) == ("inconclusive", FEW_REPEATS)
 
 
-def test_a_row_without_a_device_kind_counts_as_cpu_unless_its_label_records_gpus():
-    assert on_cpu(None, None) and on_cpu(None, "CPU x86_64 (2 cores)") and not on_cpu(None, "NVIDIA B300 x8")
+def test_a_row_without_a_device_kind_counts_as_cpu():
+    assert on_cpu(None) and on_cpu("cpu") and not on_cpu("gpu")
     g = cpu_cross_engine("vllm", "sglang", [None, None], baseline=2.0, baseline_at="64K", n=1)
     assert (g.outcome, g.value, g.limit) == ("cannot be tested here", 2.0, CPU_IMPLEMENTATIONS)
-    assert cpu_cross_engine("vllm", "sglang", [None], baseline=2.0, baseline_at="64K", hardware="NVIDIA B300 x8") is None
+    assert cpu_cross_engine("vllm", "sglang", ["gpu"], baseline=2.0, baseline_at="64K") is None
 
 
 def test_repeats_without_their_range_never_decide_and_get_no_spread():

@@ -52,7 +52,7 @@ def test_spec_schema_runner_and_guide_read_every_kind(kind):
     assert KINDS[kind] in typing.get_args(union)
     assert kind in next(c for c in RUNS.columns if c.name == "mode").allowed
     spec = ExperimentSpec.model_validate({
-        "name": "t", "hardware": "CPU",
+        "name": "t", "hardware": "CPU", "device": "cpu",
         "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "meta-llama/Llama-3.1-8B-Instruct",
                              "max_model_len": 4096}},
         "workload": KINDS[kind].example})
@@ -133,7 +133,7 @@ def test_a_new_kind_module_is_picked_up(tmp_path):
     (tmp_path / "data").symlink_to(REPO / "data")  # the copy's catalog (the guide reads it)
     exp = tmp_path / "poisson.yaml"
     exp.write_text(json.dumps({
-        "name": "p", "hardware": "CPU",
+        "name": "p", "hardware": "CPU", "device": "cpu",
         "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "meta-llama/Llama-3.1-8B-Instruct",
                              "max_model_len": 4096}},
         "workload": {"kind": "poisson", "batch_size": 3, "context_tokens": 40, "output_tokens": 4, "rate": 2.0},

@@ -87,7 +87,7 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
             continue
         hi, lo = (g.filter(pl.col("mem_util") == m) for m in (mems[-1], mems[0]))
         where = _where({"engine": engine, "context_tokens": ctx, "context_label": label})
-        cpu = on_cpu(g["device_kind"][0], g["hardware"][0])
+        cpu = on_cpu(g["device_kind"][0])
         grades.append(measured_difference(*(_per_repeat(s) for s in (hi, lo)), "higher", what=where, scope=(
             "CPU: a stated KV budget per memory setting" if cpu else g["hardware"][0])
             + "; n counts repeats of each setting, not the load steps that share one server start"))
@@ -137,7 +137,7 @@ def queueing_verdict(points: pl.DataFrame) -> Verdict:
                     reason=f"{queued.height} of {past.height} load points past the ceiling queued, over n={n} repeats "
                            "per engine",
                     value=queued.height / past.height, unit="of the points past the ceiling",
-                    scope="CPU, tiny model" if on_cpu(first["device_kind"], first["hardware"]) else first["hardware"])
+                    scope="CPU, tiny model" if on_cpu(first["device_kind"]) else first["hardware"])
     number = (f"{queued.height} of {past.height} load points past the ceiling queued (e.g. {_where(first)}, "
               f"{first['load_level']:g} in flight against a ceiling of {first['concurrency_ceiling']}: "
               f"{'up to ' + format(first['waiting_peak'], 'g') + ' waiting' if first['queued'] else 'none waiting'}); "
@@ -212,7 +212,7 @@ def _map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame) -> Verdict:
         at = (f"{low['load_level'][0]:g} in flight (the lowest load measured), "
               f"{scaled_context(first['context_label'], first['context_tokens'])}, {first['mem_util']:g}")
         grade = cpu_cross_engine(lead, other, curve.filter(pl.col("engine").is_in([lead, other]))["device_kind"].to_list(),
-                                 baseline=ga / gb, baseline_at=at, hardware=first["hardware"],
+                                 baseline=ga / gb, baseline_at=at,
                                  n=int(low.group_by("engine").agg(pl.col("repeat").n_unique() if "repeat" in low.columns
                                                                   else pl.len())[:, 1].min()),
                                  scope=first["hardware"])

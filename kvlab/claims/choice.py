@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kvlab.device import shown
 from kvlab.analysis import nearest
 from kvlab.claims.grading import NOTHING_MEASURED, Repeats, cpu_cross_engine, measured_difference, negated
 from kvlab.claims.prefix import cache_shares
@@ -42,7 +43,7 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
                            "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
                            reason="no measured vLLM prefix-sharing run") if r is None else
                    negated(cache_shares(r, off_row(r))).verdict(
-                       f"{c['statement']} — vLLM as measured here ({r['hardware'].split(' (')[0]}), prefix cache on "
+                       f"{c['statement']} — vLLM as measured here ({shown(r)}), prefix cache on "
                        "(its default)", f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared "
                        f"fraction {r['shared_fraction']:g}", claim_id=c["claim_id"], kind="prefix_sharing"))
     c = by_id.get("sglang_radix_sharing")
@@ -131,7 +132,7 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
         # n: the repeats behind the value quoted, the baseline rows' (report 05 quotes the same rows, the same n)
         ns = [(ra["n_runs"][0] if "n_runs" in ra.columns else None) or 1,
               (rb["n_runs"][0] if "n_runs" in rb.columns else None) or 1]
-    grade = cpu_cross_engine(a, b, kinds, baseline=ratio, hardware=best.get("hardware"), n=min(ns), baseline_at=where,
+    grade = cpu_cross_engine(a, b, kinds, baseline=ratio, n=min(ns), baseline_at=where,
                              scope=f"{best.get('hardware') or 'CPU'}")
     if grade is not None:
         if ratio is None:

@@ -113,7 +113,7 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
             number = f"{engine_label(a)} falls {sig2(m[0])}×, {engine_label(b)} {sig2(m[1])}× ({tokens})"
             ns = [x.get(k) or 1 for x in (ra, rb) for k in ("n_from", "n_to")]
             grade = cpu_cross_engine(a, b, [ra.get("device_kind"), rb.get("device_kind")],
-                                     baseline=rb["t_from_s"] / ra["t_from_s"], hardware=ra.get("hardware"), n=min(ns),
+                                     baseline=rb["t_from_s"] / ra["t_from_s"], n=min(ns),
                                      baseline_at=f"the shorter context, {lo} ({ra['c_from']:,} tokens)",
                                      scope=f"{ra.get('hardware') or 'CPU'}, contexts scaled")
             if grade is not None:

@@ -29,8 +29,8 @@ Outcomes
 
 Rule 1 — cross-engine speed on a CPU (:func:`cpu_cross_engine`).
     A claim about which engine is faster on a GPU host is never decided by runs of two different engine
-    implementations on a CPU (``device_kind`` "cpu" in RUNS; a row with no device kind counts as CPU unless its
-    hardware label, from its sweep's manifest, records GPUs: :func:`on_cpu`). On a CPU, vLLM's CPU build and SGLang (torch-native kernels, or sglang-jax) differ by a large factor at every setting,
+    implementations on a CPU (``device_kind`` "cpu" in RUNS; a row with no device kind counts as CPU:
+    :func:`on_cpu`; the hardware label is never read). On a CPU, vLLM's CPU build and SGLang (torch-native kernels, or sglang-jax) differ by a large factor at every setting,
     a gap of implementation, not of the mechanism the claim is about. The verdict is *cannot be tested here*,
     evidence *measured*, and its value the baseline ratio that shows the gap: the two engines' ratio where the
     claim's mechanism is absent (0% shared prefix, the shortest context, the lowest load measured).
@@ -76,7 +76,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from kvlab.engines import engine_label
-from kvlab.spec import is_cpu_hardware
 from kvlab.units import sig2
 from kvlab.verdicts import Verdict
 
@@ -203,12 +202,11 @@ class Grade:
 # --------------------------------------------------------------------------- rule 1: CPU runs of two engines
 
 
-def on_cpu(device_kind: str | None, hardware: str | None = None) -> bool:
-    """Whether a run counts as computed on a CPU: its RUNS ``device_kind``; without one, it counts as CPU unless its
-    hardware label (the sweep manifest's) records GPUs — a label that names no CPU. No kind and no label: CPU."""
-    if device_kind:
-        return device_kind.lower() == "cpu"
-    return not hardware or is_cpu_hardware(str(hardware))
+def on_cpu(device_kind: str | None) -> bool:
+    """Whether a run counts as computed on a CPU: its RUNS ``device_kind`` (kvlab.device), typed when it was measured
+    or, for a run stored before, when it was read (kvlab.store). No kind (a hand-built frame): CPU, the reading
+    under which no CPU run decides a claim about GPUs."""
+    return device_kind is None or device_kind.lower() == "cpu"
 
 
 def implementations_differ(engine_a: str, engine_b: str) -> bool:
@@ -217,7 +215,7 @@ def implementations_differ(engine_a: str, engine_b: str) -> bool:
 
 
 def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], *, baseline: float | None,
-                     baseline_at: str, hardware: str | None = None, n: int | None = None,
+                     baseline_at: str, n: int | None = None,
                      spread: tuple[float, float] | None = None, scope: str = "") -> Grade | None:
     """Rule 1: a *cannot be tested here* grade when ``engine_a`` and ``engine_b`` are different implementations
     and any of their runs (``device_kinds``) ran on a CPU; None when the rule does not apply (same engine, or
@@ -229,7 +227,7 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
     mechanism was measured (``baseline_at`` says which was missing); the grade is still *cannot be tested here*,
     its value null and its reason saying that no baseline was measured."""
     kinds = list(device_kinds)
-    if not implementations_differ(engine_a, engine_b) or not any(on_cpu(k, hardware) for k in kinds or [None]):
+    if not implementations_differ(engine_a, engine_b) or not any(on_cpu(k) for k in kinds or [None]):
         return None
     if baseline is None:
         return Grade(
@@ -328,14 +326,14 @@ def combined(grades: Sequence[Grade]) -> Grade:
 
 
 def engine_difference(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], a: Repeats, b: Repeats,
-                      claimed: str, *, baseline: float | None, baseline_at: str, hardware: str | None = None,
-                      scope: str = "", what: str = "") -> Grade:
+                      claimed: str, *, baseline: float | None, baseline_at: str, scope: str = "",
+                      what: str = "") -> Grade:
     """Rules 1 and 2 together, for which of two engines does better (``a``: ``engine_a``'s repeats, claimed
     ``claimed`` than ``engine_b``'s ``b``): CPU runs of two implementations cannot decide it (:func:`cpu_cross_engine`,
     ``baseline`` as there); otherwise :func:`measured_difference`. The engine-choice guide reads this before a
     measured factor may favour an engine, as the verdicts do."""
     g = cpu_cross_engine(engine_a, engine_b, device_kinds, baseline=baseline, baseline_at=baseline_at,
-                         hardware=hardware, n=min(a.n, b.n), scope=scope)
+                         n=min(a.n, b.n), scope=scope)
     return g if g is not None else measured_difference(a, b, claimed, scope=scope, what=what)
 
 
@@ -415,17 +413,16 @@ def counted(holds: bool, n: int, *, reason: str, value: float | None = None, uni
 
 
 def finding(n: int | None, *, engines: tuple[str | None, str | None] | None = None, cross_engine: bool | None = None,
-            device_kinds: Iterable[str | None] = (), hardware: str | None = None,
-            apart: bool | None = None) -> tuple[str, str, str]:
+            device_kinds: Iterable[str | None] = (), apart: bool | None = None) -> tuple[str, str, str]:
     """The one rule for a measured *found* row that states a direction (who is faster, where curves cross, how much
     a cache saves): (outcome, why, limit). A row comparing two different implementations (``engines``, or
     ``cross_engine`` True where the engines are not named) with any run counting as CPU (:func:`on_cpu`: no device
-    kind and no GPU label counts as CPU) cannot be tested here (rule 1); otherwise it is a finding only over at least
+    kind counts as CPU) cannot be tested here (rule 1); otherwise it is a finding only over at least
     :data:`MIN_REPEATS` distinct repeats per side (``n``, the fewer) with min–max ranges apart (``apart``; None: not
     a comparison of two sides); else *inconclusive* with n shown. ``why`` is "" for a finding."""
     if cross_engine is None:
         cross_engine = engines is not None and None not in engines and implementations_differ(*engines)
-    if cross_engine and any(on_cpu(k, hardware) for k in (list(device_kinds) or [None])):
+    if cross_engine and any(on_cpu(k) for k in (list(device_kinds) or [None])):
         who = (f"{engine_label(engines[0])} and {engine_label(engines[1])}" if engines and None not in engines
                else "the two engines")
         return ("cannot be tested here", f"{who} are different implementations run on a CPU, so which is faster "

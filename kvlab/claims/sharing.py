@@ -192,7 +192,7 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             missing = f"no shared fraction below the claim's {threshold:.0%} measured with both engines"
             grade = cpu_cross_engine(a["engine"], b["engine"], z["device_kind"].to_list() if "device_kind" in z.columns
                                      else [], baseline=b["batch_time_s"] / a["batch_time_s"] if lo_f is not None
-                                     else None, hardware=a["hardware"], n=int(z["n_runs"].min()),
+                                     else None, n=int(z["n_runs"].min()),
                                      baseline_at=f"{lo_f:.0%} shared" if lo_f is not None else missing,
                                      scope=f"{a['hardware']}, each engine's prefix cache on")
             at = "; ".join(f"{engine_label(wins[f])} {sig2(ratios[f])}× sooner at {f:.0%}" for f in sorted(above))

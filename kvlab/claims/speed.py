@@ -70,7 +70,7 @@ def speed_claim_verdicts(claims: pl.DataFrame, rel_published: pl.DataFrame, rel_
         n = min(base.get("n_runs") or 1, base.get("other_n_runs") or 1)
         grade = cpu_cross_engine(
             m["engine"], m["other_engine"], [m.get("device_kind"), m.get("other_device_kind")],
-            baseline=base["other_batch_time_s"] / base["batch_time_s"], hardware=m.get("hardware"), n=n,
+            baseline=base["other_batch_time_s"] / base["batch_time_s"], n=n,
             spread=_ratio_spread(base),
             baseline_at=f"the shortest measured context, {base['context_label']} ({base['context_tokens']:,} tokens)",
             scope=f"{m.get('hardware') or 'CPU'}, contexts scaled")
@@ -114,7 +114,7 @@ def held_out_verdict(grade, fit) -> object:
 
 def crossover_verdicts(estimates: list, model_tokens: float | None, measured: list | None,
                        model_range: tuple[float, float] | None = None, fit=None,
-                       consistent: dict | None = None, device_kinds=(), hardware: str | None = None) -> list:
+                       consistent: dict | None = None, device_kinds=()) -> list:
     """Where the winner changes: the article's table interpolated (found: the article states no crossover), the
     calibrated model (graded by rule 3 of :mod:`kvlab.claims.grading` when ``fit`` is given: an illustration,
     with its failed held-out test as a red row of its own, unless it passes), and the measured contexts.
@@ -124,7 +124,7 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
     it (:func:`kvlab.claims.model.consistent_phrase`). Words only: the grade, value and spread stay.
 
     The measured row compares two engines, so it passes :func:`kvlab.claims.grading.finding`: runs that count as
-    CPU (``device_kinds`` of the compared runs; none recorded and no GPU ``hardware`` label: CPU) cannot be tested
+    CPU (``device_kinds`` of the compared runs; none recorded: CPU) cannot be tested
     here; otherwise fewer than 3 repeats a side are *inconclusive*, n shown."""
     out = []
     found = [x for x in estimates if x.context_tokens is not None]
@@ -163,14 +163,13 @@ def crossover_verdicts(estimates: list, model_tokens: float | None, measured: li
                 "context to give (no value)")
         engines = (m.faster_below, m.faster_above) if m.faster_below and m.faster_above and \
             m.faster_below != m.faster_above else None
-        outcome, why, limit = finding(m.n_runs, engines=engines, cross_engine=True, device_kinds=device_kinds,
-                                      hardware=hardware)
+        outcome, why, limit = finding(m.n_runs, engines=engines, cross_engine=True, device_kinds=device_kinds)
         out.append(Verdict("Do the measured curves cross inside the measured contexts?", outcome, "measured",
                            f"yes, at ≈{x.context_tokens:,.0f} tokens ({x.method})" if x else
                            f"no: {engine_label(m.faster_below)} faster at every measured context" if m.faster_below
                            else f"no: {m.note}", claim_id="crossover_measured", kind="crossover",
                            value=x.context_tokens if x else None, unit="tokens", n=m.n_runs,
-                           scope=hardware or "measured runs of this host", limit=limit, family="own",
+                           scope="measured runs of this host", limit=limit, family="own",
                            reason=(f"{why}; " if why else "")
                            + "the report's own question about its runs; decides no document claim" + none))
     return out

@@ -46,7 +46,8 @@ class GPU(_Row):
     """One accelerator (or the CPU host): per-device figures."""
 
     gpu: str = Field(description="short key, e.g. 'B300'")
-    name: str = Field(description="hardware name as results write it; a run matches when its hardware starts with it")
+    name: str = Field(description="the GPU's name as NVIDIA writes it; a run's accelerator (RUNS) matches when it "
+                      "starts with it")
     memory_bytes: float = Field(gt=0)
     mem_bandwidth_bytes_per_s: float = Field(gt=0)
     interconnect_bytes_per_s: float = Field(
@@ -283,16 +284,44 @@ def load_models(catalog_dir: str | Path = CATALOG_DIR) -> dict[str, Model]:
     return _models(Path(catalog_dir).resolve() / MODELS_FILE)
 
 
+#: The catalog's entry for the CPU host (data/catalog/gpus.csv): what a run whose device is a CPU is modelled on.
+CPU_ENTRY = "CPU"
+
+
 def gpu(name: str, catalog_dir: str | Path = CATALOG_DIR) -> GPU:
-    """A GPU by key ('B300') or by a hardware string that starts with its name ('NVIDIA B300', 'CPU x86_64 (2 cores)')."""
+    """A catalog entry by key ('B300', 'CPU'), or a GPU by an accelerator name that starts with its name ('NVIDIA
+    B300', and NVML's 'NVIDIA H100 80GB HBM3' for the H100). The CPU host's entry is found by its key only: whether
+    a run was on a CPU is its typed device (:func:`device_gpu`), never read from a name."""
     gpus = load_gpus(catalog_dir)
     if name in gpus:
         return gpus[name]
     low = name.strip().lower()
     for g in gpus.values():
+        if g.gpu == CPU_ENTRY:
+            continue
         if low == g.gpu.lower() or low.startswith(g.name.lower()):
             return g
     raise KeyError(f"hardware '{name}' is not in {Path(catalog_dir) / GPUS_FILE} (known: {sorted(gpus)})")
+
+
+def device_gpu(kind: str | None, accelerator: str | None, hardware: str | None = None,
+               catalog_dir: str | Path = CATALOG_DIR) -> GPU:
+    """The catalog entry of a typed device (kvlab.device; a run record's ``device_kind`` and ``accelerator``): the
+    CPU host's for a cpu device, the GPU its accelerator names for a gpu device. KeyError, naming ``hardware`` (the
+    label, for the reader) where the kind is not known, a GPU device names no accelerator, or the catalog lacks it."""
+    if kind == "cpu":
+        return gpu(CPU_ENTRY, catalog_dir)
+    if kind == "gpu" and accelerator:
+        return gpu(accelerator, catalog_dir)
+    what = "no device kind" if kind is None else "a GPU of no stated model"
+    raise KeyError(f"hardware '{hardware or accelerator or kind}' has {what}: the catalog "
+                   f"({Path(catalog_dir) / GPUS_FILE}) is looked up by a run's device_kind and accelerator")
+
+
+def row_gpu(row, catalog_dir: str | Path = CATALOG_DIR) -> GPU:
+    """The catalog entry a results row (RUNS) ran on, from its ``device_kind`` and ``accelerator``
+    (:func:`device_gpu`)."""
+    return device_gpu(row.get("device_kind"), row.get("accelerator"), row.get("hardware"), catalog_dir)
 
 
 def model(name: str, catalog_dir: str | Path = CATALOG_DIR) -> Model:

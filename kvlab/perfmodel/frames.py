@@ -9,7 +9,7 @@ import polars as pl
 
 from kvlab.analysis import ok_batch_times
 from kvlab.engines import SGLANG, VLLM
-from kvlab.perfmodel.catalog import gpu as find_gpu, model as find_model
+from kvlab.perfmodel.catalog import model as find_model, row_gpu
 from kvlab.perfmodel.roofline import (
     BOUND,
     Assumptions,
@@ -32,8 +32,9 @@ def usable_rows(runs: pl.DataFrame, sources) -> pl.DataFrame:
 
 
 def row_config(row: Mapping, a: Assumptions = Assumptions()) -> Config:
-    """The configuration a results row describes; unstated TP and memory target come from ``a``."""
-    g = find_gpu(row["hardware"])
+    """The configuration a results row describes (its catalog entry from its typed device: ``device_kind``,
+    ``accelerator``); unstated TP and memory target come from ``a``."""
+    g = row_gpu(row)
     m = find_model(row["model"])
     is_cpu = g.gpu == "CPU"
     tp = row.get("tp") or (1 if is_cpu else (row.get("gpu_count") or a.published_tp))
@@ -79,6 +80,7 @@ def prediction_row(pred: Prediction, experiment: str, p: Params, a: Assumptions,
         "hardware": cfg.gpu.name,
         "gpu_count": None if is_cpu else cfg.tp,
         "device_kind": "cpu" if is_cpu else "gpu",
+        "accelerator": None if is_cpu else cfg.gpu.name,
         "model": cfg.model.model,
         "engine": cfg.engine,
         "tp": cfg.tp,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import polars as pl
+
 from kvlab import plan
 from kvlab.tables import kv_format_words
 from kvlab.engines import SGLANG, VLLM, engine_label
@@ -16,11 +18,11 @@ from kvlab.perfmodel.calibrate import (
     implausible, physics_check,
     published_fit, refits,
 )
-from kvlab.perfmodel.catalog import CatalogError, gpu as find_gpu, model as find_model
+from kvlab.perfmodel.catalog import CatalogError, device_gpu, gpu as find_gpu, model as find_model, row_gpu
 from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
 from kvlab.perfmodel.reference import bound_checks
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
-from kvlab.spec import expand, is_cpu_hardware
+from kvlab.spec import expand
 from kvlab.store import load_runs
 from kvlab.units import approx_tokens, context_label, k_label, token_range
 
@@ -51,10 +53,9 @@ def _params_for(gpu_key: str, data_dir: str | Path, workload: Workload, assumpti
     except FileNotFoundError:
         runs = None
     if runs is not None and runs.height:
-        measured = runs.filter(runs["source"] == "measured")
-        hw = [h for h in measured["hardware"].unique().to_list() if _gpu_key(h) == gpu_key]
-        if hw:
-            fits = calibrate(runs.filter(runs["hardware"].is_in(hw)), workload, assumptions)
+        on_it = pl.Series([_gpu_key(r) == gpu_key for r in runs.iter_rows(named=True)], dtype=pl.Boolean)
+        if runs.filter(on_it & (runs["source"] == "measured")).height:
+            fits = calibrate(runs.filter(on_it), workload, assumptions)
             if gpu_key in fits:
                 return fits[gpu_key].params, f"fitted to measured runs on {gpu_key}", fits[gpu_key]
     if gpu_key == "CPU":
@@ -68,9 +69,11 @@ def _params_for(gpu_key: str, data_dir: str | Path, workload: Workload, assumpti
     return fit.params, where if gpu_key == fit.hardware else f"{where} (efficiencies carried over to {gpu_key})", fit
 
 
-def _gpu_key(hardware: str) -> str | None:
+def _gpu_key(row: dict) -> str | None:
+    """The catalog key of the device a results row ran on (its ``device_kind`` and ``accelerator``); None where the
+    catalog does not hold it."""
     try:
-        return find_gpu(hardware).gpu
+        return row_gpu(row).gpu
     except KeyError:
         return None
 
@@ -108,7 +111,7 @@ def describe(
 def spec_configs(target: str | Path, a: Assumptions = Assumptions()) -> tuple[list[tuple[Config, int, Workload]], str]:
     """Every distinct (configuration, prompt length, workload) of an experiment file, via kvlab.spec."""
     spec = plan.load(target)  # as a sweep would plan it: kvlab's tiny model made when the spec names it
-    g = find_gpu(spec.hardware)
+    g = device_gpu(spec.device.kind, spec.device.accelerator, spec.hardware)
     seen, out = set(), []
     for run in expand(spec, origin=target):
         e, w = run.engine, run.workload
@@ -387,10 +390,10 @@ def gpu_minutes(spec, data_dir: str | Path = DATA_DIR) -> dict | None:
 
     Returns ``runs``, ``servers``, ``gpus`` (most held at once), ``run_minutes`` (lo, hi) of wall time, ``start_minutes``
     and ``gpu_minutes`` (lo, hi)."""
-    if is_cpu_hardware(spec.hardware):
+    if spec.device.on_cpu:
         return None
     try:
-        g = find_gpu(spec.hardware)
+        g = device_gpu(spec.device.kind, spec.device.accelerator, spec.hardware)
         runs = expand(spec)
         fits = [published_fit(data_dir), published_fit(data_dir, physics=True)]
     except (KeyError, FileNotFoundError, ValueError):

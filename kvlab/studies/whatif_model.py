@@ -8,8 +8,8 @@ import polars as pl
 
 from kvlab import narrative
 from kvlab.perfmodel import Assumptions, Config, Workload, achieved_fraction, published_fit
-from kvlab.perfmodel.catalog import gpu as find_gpu
 from kvlab.perfmodel.catalog import model as find_model
+from kvlab.perfmodel.catalog import row_gpu
 from kvlab.perfmodel.calibrate import (
     consistent_fits, crossover_from_fit, crossover_range, fits_frame, speed_ratio_range,
 )
@@ -31,21 +31,25 @@ def catalogued(runs: pl.DataFrame, sources: tuple[str, ...] = ("published", "mea
     and what it lacks -> the experiments that lack it (empty where nothing is missing): the report shows their
     measured parts and says their modelled part is skipped (:func:`kvlab.narrative.not_catalogued_note`), instead of
     failing on the catalog's KeyError."""
-    known: dict[tuple[str, str], str | None] = {}  # (what, name) -> None where catalogued, else what is missing
+    known: dict[tuple, str | None] = {}  # (what, name, device) -> None where catalogued, else what is missing
     keep, missing = [], {}
-    for r in runs.select("source", "experiment", "model", "hardware").iter_rows(named=True):
+    device = [c for c in ("device_kind", "accelerator") if c in runs.columns]
+    for r in runs.select("source", "experiment", "model", "hardware", *device).iter_rows(named=True):
         why = None
         if r["source"] in sources:
-            for what, name, find in (("model", r["model"], find_model), ("hardware", r["hardware"], find_gpu)):
+            # the hardware by its typed device (kvlab.device), named by its label for the reader
+            for what, name, find in (("model", r["model"], find_model),
+                                     ("hardware", r["hardware"], lambda _, row=r: row_gpu(row))):
                 if name is None:
                     continue
-                if (what, name) not in known:
+                seen = (what, name, r.get("device_kind"), r.get("accelerator"))
+                if seen not in known:
                     try:
                         find(name)
-                        known[what, name] = None
+                        known[seen] = None
                     except KeyError:
-                        known[what, name] = f"{what} `{name}`"
-                why = why or known[what, name]
+                        known[seen] = f"{what} `{name}`"
+                why = why or known[seen]
         keep.append(why is None)
         if why is not None:
             missing.setdefault(why, set()).add(r["experiment"])
