@@ -772,9 +772,12 @@ def host_sentence(every: list[dict]) -> str:
         return "Nothing was measured on this host yet: `make report` measures the embedded default."
     decided = {v.get("claim_id") for v in measured if v.get("outcome") in vd.DECIDING_OUTCOMES}
     cannot = {v.get("claim_id") for v in measured if v.get("outcome") == "cannot be tested here"}
-    return (f"This host's runs (real engines on a CPU, a tiny model) decide {len(decided)} claim(s) about mechanisms "
-            f"(prefix-cache reuse, queueing past a KV budget) and cannot test {len(cannot)} speed claim(s): a CPU "
-            "run of two different engine implementations is not evidence about B300 speed.")
+    def claims(n: int, what: str = "claim") -> str:
+        return f"{n or 'no'} {what}{'' if n == 1 else 's'}"
+
+    return (f"This host's runs (real engines on a CPU, a tiny model) decide {claims(len(decided))} about mechanisms "
+            f"(prefix-cache reuse, queueing past a KV budget) and cannot test {claims(len(cannot), 'speed claim')}: a "
+            "CPU run of two different engine implementations is not evidence about B300 speed.")
 
 
 def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "",

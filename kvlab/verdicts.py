@@ -192,15 +192,15 @@ def _by_evidence(vs: dict[str, Verdict]) -> str:
 
 def _why(vs: dict[str, Verdict]) -> str:
     """The causes of ``vs`` (claim → its counted verdict, one outcome), each claim under its counted verdict's
-    cause, so the counts add up: 'CPU runs … (3); no GPU memory … (2)' — by ``limit``, else the first clause of the
-    reason."""
+    cause, so the counts add up: 'CPU runs … — 3; no GPU memory … — 2' (no bracket inside the bracket it stands in)
+    — by ``limit``, else the first clause of the reason."""
     causes: dict[str, int] = {}
     for v in vs.values():
         cause = v.limit or (_first_clause(v.reason) if v.reason else "") or "no cause given"
         causes[cause] = causes.get(cause, 0) + 1
     if len(causes) == 1:
         return next(iter(causes))
-    return "; ".join(f"{c} ({k})" for c, k in sorted(causes.items(), key=lambda kv: -kv[1]))
+    return "; ".join(f"{c} — {k}" for c, k in sorted(causes.items(), key=lambda kv: -kv[1]))
 
 
 def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:

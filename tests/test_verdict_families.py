@@ -112,10 +112,10 @@ def test_the_headline_counts_each_family_apart_and_every_count_adds_up():
                      "checks: 2 failed. The page's own answer: The winner changes (the table, interpolated) — 124K–130K.")
     assert limits == (
         "**What this host cannot say:** 9 claims cannot be tested on this host (CPU runs of two different engine "
-        "implementations cannot decide a speed claim about a GPU host (6); no GPU memory outside the KV pool on this "
-        "host, where the claimed OOMs arise (3)); 4 claims are inconclusive (fewer than 3 repeats (3); signs mixed "
-        "across engines or metrics (1)); 2 own questions are inconclusive (the model fails its held-out test (1); "
-        "fewer than 3 repeats (1)); 1 value the experiment file sets is shown as configuration, not graded.")
+        "implementations cannot decide a speed claim about a GPU host — 6; no GPU memory outside the KV pool on this "
+        "host, where the claimed OOMs arise — 3); 4 claims are inconclusive (fewer than 3 repeats — 3; signs mixed "
+        "across engines or metrics — 1); 2 own questions are inconclusive (the model fails its held-out test — 1; "
+        "fewer than 3 repeats — 1); 1 value the experiment file sets is shown as configuration, not graded.")
     counts = verdicts.family_counts(vs)
     assert counts == {"document": {"cannot be tested here": 9, "inconclusive": 4},
                       "consistency": {"consistent": 2, "inconsistent": 2},
@@ -125,7 +125,7 @@ def test_the_headline_counts_each_family_apart_and_every_count_adds_up():
     for sentence in (limits,):  # every parenthesised cause count adds up to the count it explains
         for total, causes in re.findall(r"(\d+) (?:claims?|own questions?) (?:cannot be tested on this host|are "
                                         r"inconclusive|is inconclusive) \(((?:[^()]|\([^()]*\))*)\)", sentence):
-            parts = [int(k) for k in re.findall(r"\((\d+)\)", causes)] or [int(total)]
+            parts = [int(k) for k in re.findall(r" — (\d+)", causes)] or [int(total)]
             assert sum(parts) == int(total), (total, causes)
 
 
