@@ -53,6 +53,7 @@ counts = {"hit": 0, "miss": 0}
 _HERE = Path(__file__).resolve().parent
 _lock = threading.Lock()
 _open: dict[str, object] = {}  # pid, path and connection of this process's store (None: unusable)
+_rows: dict[int, tuple[BaseModel, str]] = {}  # id -> (catalog row, its canonical text)
 
 
 def default_location() -> Path:
@@ -103,22 +104,44 @@ def code_version() -> str:
     return h.hexdigest()
 
 
+_SCALARS = frozenset({int, str, bool, type(None)})
+
+
+@lru_cache(maxsize=64)
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The fields a dataclass or a catalog row (pydantic) is written out by, every one; None for another type."""
+    if issubclass(cls, BaseModel):
+        return tuple(cls.model_fields)
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    return None
+
+
 def canonical(x) -> str:
     """Every field of a fit's input, written out (TypeError for a type it does not know: that fit is not cached).
     Like ``repr`` but independent of it: a dataclass or catalog row by each of its fields (``repr=False`` ones too),
     floats by their exact shortest repr (numpy's too), so equal inputs give equal text and unequal ones never do."""
-    if isinstance(x, BaseModel):
-        return f"{type(x).__qualname__}({', '.join(f'{n}={canonical(getattr(x, n))}' for n in type(x).model_fields)})"
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        items = ", ".join(f"{f.name}={canonical(getattr(x, f.name))}" for f in dataclasses.fields(x))
-        return f"{type(x).__qualname__}({items})"
-    if isinstance(x, (list, tuple)):
-        return ("[{}]" if isinstance(x, list) else "({})").format(", ".join(canonical(v) for v in x))
-    if isinstance(x, float):
+    cls = type(x)
+    if cls is float:
         return float.__repr__(x)
-    if x is None or isinstance(x, (bool, int, str)):
+    if cls in _SCALARS:
         return repr(x)
-    raise TypeError(f"no cache key for a {type(x).__name__}")
+    if cls is tuple or cls is list:
+        items = ", ".join(canonical(v) for v in x)
+        return f"[{items}]" if cls is list else f"({items})"
+    if (seen := _rows.get(id(x))) is not None and seen[0] is x:
+        return seen[1]
+    names = _field_names(cls)
+    if names is None:
+        if isinstance(x, float):  # numpy's float64
+            return float.__repr__(x)
+        raise TypeError(f"no cache key for a {cls.__name__}")
+    text = f"{cls.__module__}.{cls.__qualname__}({', '.join(f'{n}={canonical(getattr(x, n))}' for n in names)})"
+    if issubclass(cls, BaseModel):  # a catalog row (frozen, loaded once per process): written once per object
+        if len(_rows) >= 256:
+            _rows.clear()
+        _rows[id(x)] = (x, text)  # holding the object keeps its id from being reused
+    return text
 
 
 def key(*inputs) -> str:
