@@ -138,9 +138,19 @@ def test_where_the_cache_lives(monkeypatch, tmp_path):
 def test_a_folder_others_can_write_to_is_not_used(cache_at, monkeypatch):
     cache_at.parent.mkdir(mode=0o700)
     os.chmod(cache_at.parent, 0o777)
-    with pytest.warns(RuntimeWarning, match="not this user's alone"):
+    with pytest.warns(RuntimeWarning, match="open to other users' writes"):
         calibrate._fit(_points(), Assumptions())
     assert not cache_at.exists() and fitcache.counts == {"hit": 0, "miss": 0}
+
+
+def test_a_default_folder_that_cannot_be_made_is_no_cache_and_no_warning(monkeypatch, tmp_path, recwarn):
+    (tmp_path / "a file").write_text("")
+    monkeypatch.delenv(fitcache.ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a file"))  # its kvlab folder cannot be made
+    monkeypatch.setattr(fitcache, "counts", {"hit": 0, "miss": 0})
+    pts = _points()
+    assert calibrate._fit(pts, Assumptions()) == calibrate._fit(pts, Assumptions())
+    assert fitcache.counts == {"hit": 0, "miss": 0} and not [w for w in recwarn if "fit cache" in str(w.message)]
 
 
 def test_the_tests_never_read_a_developer_s_cache():

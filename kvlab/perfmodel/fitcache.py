@@ -14,8 +14,9 @@ alone runs about 1,600 fits). :func:`cached` answers a fit it has seen from the 
 - **where**: ``$KVLAB_FIT_CACHE`` (a file; ``off`` turns the cache off), else ``$XDG_CACHE_HOME/kvlab/fits.sqlite``
   (``~/.cache`` without it). Its folder is created mode 0700; a folder that is a link or is not this user's alone is
   not used (another user could plant fits). Clearing it: delete the file.
-- **faults**: a file that is not a database, cannot be opened or written, or a row that does not parse is a miss: the
-  fit is computed as if there were no cache. Two processes may write at once (WAL, a busy timeout).
+- **faults**: a file that is not a database or cannot be opened, or a row that does not parse, is a miss: the fit is
+  computed as if there were no cache (a warning names an unusable file or folder, except a default folder that cannot
+  be made: no writable home, no cache). Two processes may write at once (WAL, a busy timeout).
 """
 
 from __future__ import annotations
@@ -149,16 +150,17 @@ def key(*inputs) -> str:
     return hashlib.sha256(f"{code_version()}\n{canonical(inputs)}".encode()).hexdigest()
 
 
-def _own_folder(folder: Path) -> bool:
-    """Create ``folder`` mode 0700 (its parents as usual); True when it is a real folder of this user's that no other
-    user can write to (the server state folder's rule, kvlab.server)."""
+def _folder_refused(folder: Path) -> str | None:
+    """Create ``folder`` mode 0700 (its parents as usual); why it may not hold the cache (None: it may): it must be a
+    real folder of this user's that no other user can write to (the server state folder's rule, kvlab.server)."""
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(folder)
-    except OSError:
-        return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    except OSError as e:
+        return f"folder cannot be made ({e.strerror})"
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "folder is a link, not this user's, or open to other users' writes"
+    return None
 
 
 def _unusable(path: Path, why: str) -> None:
@@ -167,10 +169,12 @@ def _unusable(path: Path, why: str) -> None:
 
 
 def _connect(path: Path) -> sqlite3.Connection | None:
-    """The store at ``path``, created (mode 0600, never through a link) when missing; None (with a warning) when it
-    cannot be used."""
-    if not _own_folder(path.parent):
-        _unusable(path, "folder cannot be created, or is a link or not this user's alone")
+    """The store at ``path``, created (mode 0600, never through a link) when missing; None when it cannot be used,
+    with a warning (none where the default folder cannot be made: a home without a writable cache folder simply
+    has no cache)."""
+    if why := _folder_refused(path.parent):
+        if path != default_location() or not why.startswith("folder cannot be made"):
+            _unusable(path, why)
         return None
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
