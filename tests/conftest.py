@@ -5,11 +5,31 @@ prefix-sharing frames of tests/prefix_frames.py as analysed frames."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from kvlab.paths import ENGINES_DIR
+
+#: The model's fit cache (kvlab.perfmodel.fitcache) the session uses, when it made one (removed at its end).
+_FIT_CACHE_DIR: str | None = None
+
+
+def pytest_configure(config):
+    """Point the model's fit cache at a file of this session's own unless KVLAB_FIT_CACHE is set (`make test` gives
+    its two passes one): in os.environ, before any test module is collected, so every notebook kernel and
+    subprocess inherits it (xdist's workers too) and no test reads or fills a developer's ~/.cache/kvlab."""
+    global _FIT_CACHE_DIR
+    if not os.environ.get("KVLAB_FIT_CACHE"):
+        _FIT_CACHE_DIR = tempfile.mkdtemp(prefix="kvlab-test-fits-")
+        os.environ["KVLAB_FIT_CACHE"] = os.path.join(_FIT_CACHE_DIR, "fits.sqlite")
+
+
+def pytest_unconfigure(config):
+    if _FIT_CACHE_DIR is not None:
+        shutil.rmtree(_FIT_CACHE_DIR, ignore_errors=True)
 
 ENGINE_PYTHON = ENGINES_DIR / "vllm" / "bin" / "python"
 SGLANG_JAX_PYTHON = ENGINES_DIR / "sglang-jax" / "bin" / "python"

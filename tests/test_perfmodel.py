@@ -826,7 +826,8 @@ def test_the_model_s_crossovers_do_not_depend_on_the_cpu_s_simd_paths():
     """The crossovers the reports print, computed with numpy's dispatched SIMD paths that this CPU has switched off
     and OpenBLAS on its oldest AVX kernels, are the same whole tokens: a CI machine with AVX512_ICL once moved brentq's
     stopping point by 0.6 tokens and three tests failed (2026-12-04). Where numpy dispatches nothing beyond its
-    baseline, only OpenBLAS's kernels change."""
+    baseline, only OpenBLAS's kernels change. The other process refits everything: its fit cache is off (a cached fit
+    would make the two trivially equal)."""
     import os
     import subprocess
     import sys
@@ -840,7 +841,8 @@ def test_the_model_s_crossovers_do_not_depend_on_the_cpu_s_simd_paths():
     script = "from tests.test_perfmodel import _crossovers; print(_crossovers())"
     elsewhere = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
                                cwd=Path(__file__).resolve().parents[1],
-                               env={**os.environ, "NPY_DISABLE_CPU_FEATURES": off, "OPENBLAS_CORETYPE": "Sandybridge"})
+                               env={**os.environ, "NPY_DISABLE_CPU_FEATURES": off, "OPENBLAS_CORETYPE": "Sandybridge",
+                                    "KVLAB_FIT_CACHE": "off"})
     assert elsewhere.stdout.strip().splitlines()[-1] == str(here)
 
 

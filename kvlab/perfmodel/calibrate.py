@@ -19,6 +19,7 @@ from scipy.optimize import least_squares
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
+from kvlab.perfmodel import fitcache
 from kvlab.perfmodel.catalog import model as find_model
 from kvlab.perfmodel.frames import row_config, row_context, row_workload, usable_rows
 from kvlab.perfmodel.roofline import (
@@ -220,9 +221,14 @@ PHYSICS_START = Params(prefill_efficiency=0.4, bandwidth_efficiency=0.6, dcp_lay
 
 def _fit(points, a: Assumptions, base: Params = Params(), free: tuple[str, ...] | None = None,
          physics: bool = False) -> Params:
+    """The least-squares fit of ``free`` to ``points`` (the physics-only fit with ``physics``), kept between processes
+    by :mod:`kvlab.perfmodel.fitcache`: a fit this code has made for these inputs before is read, not refitted."""
     free = free or _free(points, physics)
+    return fitcache.cached(_solve, points, a, PHYSICS_START if physics else base, free, physics)
+
+
+def _solve(points, a: Assumptions, base: Params, free: tuple[str, ...], physics: bool) -> Params:
     bounds = BOUNDED if physics else WIDE
-    base = PHYSICS_START if physics else base
 
     def resid(theta):
         p = _params(theta, free, base)
