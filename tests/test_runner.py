@@ -418,7 +418,7 @@ def test_a_hung_engine_is_a_timeout_and_a_killed_engine_or_engine_core_a_crash_r
     1. the engine stopped (SIGSTOP) in a 200-token run: 10 s without data is a timeout, the stopped server is
        killed, and the run fails (the policy retries crashes only) with both its requests recorded;
     2. the engine's whole process group SIGKILLed in a 1,000-token run: a crash, retried on a new server;
-    3. vLLM's EngineCore alone SIGKILLed in a 900-token run (its API server lives on and logs EngineDeadError):
+    3. vLLM's EngineCore alone SIGKILLed in a 3,000-token run (its API server lives on and logs EngineDeadError):
        a crash with that line, retried on a new server;
     4. a 16-token run on that last server: four starts in all, where one test per fault took six.
 
@@ -426,7 +426,9 @@ def test_a_hung_engine_is_a_timeout_and_a_killed_engine_or_engine_core_a_crash_r
     took more than 5 s on a 2-core EPYC without AVX-512 in float32; 2 x 1,000 is a seventh of that). The killed
     runs are about a thousand decode steps long after their trigger, so an engine cannot stream them to their end
     ahead of a slow client before the kill lands."""
-    hung, crashed, core = 200, LONG, LONG - 100
+    hung, crashed, core = 200, LONG, 3 * LONG  # 3,000: make test once read the first chunk of a 900-token run after
+    # its 900 steps (the other pass busy beside it, 2026-12-05), so the killed EngineCore had already finished it; the
+    # retried attempt's 3,000 steps cost about 5 s more alone
     steps = [{"workload.output_tokens": n, "workload.context_tokens": n + 1000} for n in (hung, crashed, core, 16)]
     path = write_spec(tmp_path, "faults", engine={"stall_timeout_s": 10}, workload={"batch_size": 2},
                       matrix={"step": steps}, retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]})
