@@ -29,7 +29,7 @@ EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
-.PHONY: help install engines engines-sglang-jax report sweep cjk-font test test-fast test-gpu-envs test-cluster lab bench browser clean locks
+.PHONY: help install engines engines-sglang-jax report sweep cjk-font test test-fast format test-gpu-envs test-cluster lab bench browser clean locks
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -134,6 +134,7 @@ ENGINE_FREE := -m "not cluster and not engine"
 ENGINE_CORES := $(shell c=$(LAST_CORE); if [ $$c -gt 1 ]; then echo 0-$$((c - 1)); else echo 0; fi)
 test: install engines engines-sglang-jax browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
 	@status=0; fits=$$(mktemp -d); export KVLAB_FIT_CACHE=$$fits/fits.sqlite; \
+	$(BIN)/ruff check --quiet . || status=$$?; $(BIN)/ruff format --check --quiet . || status=$$?; \
 	if [ "$(LAST_CORE)" -gt 0 ] && command -v taskset >/dev/null; then \
 	  log=$$(mktemp); echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE); their report follows"; \
 	  taskset -c $(LAST_CORE) $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
@@ -143,6 +144,9 @@ test: install engines engines-sglang-jax browser ## run the whole test suite (re
 	  $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) || status=$$?; \
 	  $(BIN)/pytest -m "engine and not cluster" $(PYTEST_ARGS) || status=$$?; \
 	fi; rm -rf $$fits; exit $$status
+
+format: install ## rewrite the code as `make test`'s lint step wants it (ruff format, then ruff check --fix)
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
 TEST_WORKERS ?= 2
 test-fast: install ## the suite without engine and browser tests (for development)

@@ -17,7 +17,6 @@ import textwrap
 from collections.abc import Mapping
 
 import polars as pl
-import seaborn as sns
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D

@@ -28,7 +28,7 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from traitlets.config import Config
 
-from kvlab import __version__, analysis, host, store, studies, tables, tinymodel
+from kvlab import __version__, host, store, studies, tables, tinymodel
 from kvlab import verdicts as vd
 from kvlab.engines import engine_label, registry
 from kvlab.markup import markdown_inline
@@ -283,7 +283,7 @@ def topbar_html(here: str, previous: tuple[str, str] | None = None, following: t
     """The bar at the top of every page: the index, the previous and next report (file, numbered title), the
     glossary; ``here`` names the page itself."""
     e = html.escape
-    links = [f'<a href="index.html">kvlab reports (index)</a>']
+    links = ['<a href="index.html">kvlab reports (index)</a>']
     if previous:  # the number on the bar, the whole title on hover: the bar stays one line
         links.append(f'<a href="{e(previous[0])}" rel="prev" title="{e(previous[1])}">← previous: {e(previous[1][:2])}</a>')
     if following:

@@ -265,7 +265,7 @@ def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
             gb = group(b)
             if ga == gb:
                 continue
-            (la, side_a), (lb, side_b) = layers[ga], layers[gb]
+            (la, side_a), (lb, _) = layers[ga], layers[gb]
             why = ("imports a higher layer" if lb > la else "imports another group of its own layer" if lb == la
                    else "reporting imports measuring's machinery" if side_a == "reporting" and gb in MEASURING_MACHINERY
                    else "")

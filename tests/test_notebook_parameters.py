@@ -7,7 +7,6 @@ inline-figure setting it makes."""
 from __future__ import annotations
 
 import papermill
-import polars as pl
 import pytest
 from notebook_data import copy_reference, write_capacity_runs, write_two_engine_runs
 

@@ -3,8 +3,6 @@ held-out test per assumption set, the ranges the studies print, and the bound ag
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import polars as pl

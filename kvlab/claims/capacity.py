@@ -14,7 +14,7 @@ from kvlab.claims.grading import (
     on_cpu,
 )
 from kvlab.claims.model import held_out_error, model_margin, winners_held_out
-from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.engines import engine_label
 from kvlab.perfmodel.calibrate import published_fit
 from kvlab.perfmodel.pools import concurrency_ceilings
 from kvlab.perfmodel.roofline import Assumptions

@@ -20,7 +20,7 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.calibrate import UNPINNED_KV_FORMATS, UNPINNED_MLA_WIDTHS, refits
 from kvlab.perfmodel.frames import row_config
 from kvlab.perfmodel.pools import concurrency_ceilings
-from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
+from kvlab.perfmodel.roofline import Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
 from kvlab.perfmodel.stepfit import GROUP
 from kvlab.style import ENGINE_COLORS, number_label, styled
 from kvlab.units import k_label, sig2, tokens_label

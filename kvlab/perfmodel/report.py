@@ -13,7 +13,7 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.calibrate import (
-    BANDWIDTH_GRID, CONSISTENT_TOLERANCE_PCT, PUBLISHED_PRECISION_S, PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate,
+    BANDWIDTH_GRID, PUBLISHED_PRECISION_S, PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate,
     PRIOR_CENTRE, PRIOR_FAST, PRIOR_SLOW, UNCALIBRATED_NOTE, consistent_fits, crossover_from_fit, crossover_range, fit_for_model, forecast,
     implausible, physics_check,
     published_fit, refits,
