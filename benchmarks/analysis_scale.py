@@ -43,16 +43,22 @@ def generate(path: Path, runs: int, requests: int, chunks: int, seed: int = 0) -
     t_s = (start[:, None] + np.cumsum(gaps, axis=1)).ravel()
     run_idx = np.repeat(np.arange(runs, dtype=np.int32), requests * chunks)
     labels = pl.Series("run_id", [f"run-{i:04d}" for i in range(runs)], dtype=pl.String)
-    df = pl.DataFrame({
-        "run_id": labels.gather(run_idx),
-        "request_index": np.tile(np.repeat(np.arange(requests, dtype=np.int32), chunks), runs),
-        "chunk_index": np.tile(np.arange(chunks, dtype=np.int32), n_req),
-        "t_s": t_s,
-    })
+    df = pl.DataFrame(
+        {
+            "run_id": labels.gather(run_idx),
+            "request_index": np.tile(np.repeat(np.arange(requests, dtype=np.int32), chunks), runs),
+            "chunk_index": np.tile(np.arange(chunks, dtype=np.int32), n_req),
+            "t_s": t_s,
+        }
+    )
     size = df.estimated_size()
     df.write_parquet(path)
-    return {"rows": df.height, "estimated_size_bytes": size, "parquet_bytes": path.stat().st_size,
-            "generate_and_write_s": time.perf_counter() - t}
+    return {
+        "rows": df.height,
+        "estimated_size_bytes": size,
+        "parquet_bytes": path.stat().st_size,
+        "generate_and_write_s": time.perf_counter() - t,
+    }
 
 
 def aggregate(path: Path) -> dict:
@@ -80,12 +86,14 @@ def aggregate(path: Path) -> dict:
     return {
         "load_aggregate_s": wall,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
-        "per_request_rows": req_df.height, "per_run_rows": run_df.height,
+        "per_request_rows": req_df.height,
+        "per_run_rows": run_df.height,
         "result_bytes": req_df.estimated_size() + run_df.estimated_size(),
         "itl_p50_ms_median": float(req_df["itl_p50_ms"].median()),
         "itl_p99_ms_median": float(req_df["itl_p99_ms"].median()),
         "chunks_per_s_median": float(run_df["chunks_per_s"].median()),
-        "polars": pl.__version__, "threads": pl.thread_pool_size(),
+        "polars": pl.__version__,
+        "threads": pl.thread_pool_size(),
     }
 
 
@@ -94,16 +102,27 @@ def measure(quick: bool, repeats: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="kvlab-bench-") as tmp:
         path = Path(tmp) / "chunks.parquet"
         gen = generate(path, runs, requests, chunks)
-        print(f"  generated {gen['rows']:,} rows in {gen['generate_and_write_s']:.1f} s "
-              f"({gen['parquet_bytes'] / 2**20:.0f} MiB parquet)", flush=True)
+        print(
+            f"  generated {gen['rows']:,} rows in {gen['generate_and_write_s']:.1f} s "
+            f"({gen['parquet_bytes'] / 2**20:.0f} MiB parquet)",
+            flush=True,
+        )
         results = []
         for rep in range(repeats):
-            out = subprocess.run([sys.executable, "-m", "benchmarks.analysis_scale", "--worker", str(path)],
-                                 capture_output=True, text=True, check=True, cwd=ROOT)
+            out = subprocess.run(
+                [sys.executable, "-m", "benchmarks.analysis_scale", "--worker", str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=ROOT,
+            )
             r = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(r)
-            print(f"  rep {rep} load+aggregate {r['load_aggregate_s']:.2f} s, peak RSS "
-                  f"{r['peak_rss_bytes'] / 2**20:.0f} MiB", flush=True)
+            print(
+                f"  rep {rep} load+aggregate {r['load_aggregate_s']:.2f} s, peak RSS "
+                f"{r['peak_rss_bytes'] / 2**20:.0f} MiB",
+                flush=True,
+            )
     return {"host": host_note(), "shape": [runs, requests, chunks], "generate": gen, "runs": results}
 
 
@@ -114,15 +133,32 @@ def summarise(raw: dict) -> list[Row]:
     r0 = res[0]
     rows_ = gen["rows"]
     return [
-        Row(SECTION, f"load + aggregate {rows_:,} chunk rows (lazy polars)", wall, "s", f"< {TARGET_S:g} s",
-            wall < TARGET_S, f"per-request ITL p50/p99 ({r0['per_request_rows']:,} requests) and per-run chunks/s "
-                             f"({r0['per_run_rows']} runs); median of {len(res)}; polars {r0['polars']}, "
-                             f"{r0['threads']} threads"),
-        Row(SECTION, "peak RSS of the analysis process", rss / 2**20, "MiB",
-            note=f"getrusage ru_maxrss of a fresh process; results {r0['result_bytes'] / 2**20:.1f} MiB"),
-        Row(SECTION, "full frame in memory (estimated_size)", gen["estimated_size_bytes"] / 2**20, "MiB",
+        Row(
+            SECTION,
+            f"load + aggregate {rows_:,} chunk rows (lazy polars)",
+            wall,
+            "s",
+            f"< {TARGET_S:g} s",
+            wall < TARGET_S,
+            f"per-request ITL p50/p99 ({r0['per_request_rows']:,} requests) and per-run chunks/s "
+            f"({r0['per_run_rows']} runs); median of {len(res)}; polars {r0['polars']}, "
+            f"{r0['threads']} threads",
+        ),
+        Row(
+            SECTION,
+            "peak RSS of the analysis process",
+            rss / 2**20,
+            "MiB",
+            note=f"getrusage ru_maxrss of a fresh process; results {r0['result_bytes'] / 2**20:.1f} MiB",
+        ),
+        Row(
+            SECTION,
+            "full frame in memory (estimated_size)",
+            gen["estimated_size_bytes"] / 2**20,
+            "MiB",
             note=f"parquet on disk {gen['parquet_bytes'] / 2**20:.0f} MiB; generated and written in "
-                 f"{gen['generate_and_write_s']:.1f} s (numpy + polars, not timed against the target)"),
+            f"{gen['generate_and_write_s']:.1f} s (numpy + polars, not timed against the target)",
+        ),
     ]
 
 

@@ -48,8 +48,13 @@ SECTION = "7 AVX2-only CPU (ISA capped)"
 BATCH, PROMPT_TOKENS, OUTPUT_TOKENS = 4, 2000, 64
 SHIM = ROOT / "benchmarks" / "isa_shim"
 #: What caps the ISA in every process the engine starts (see benchmarks/isa_shim/sitecustomize.py).
-CAP_ENV = {"KVLAB_AVX2_CAP": "1", "PYTHONPATH": str(SHIM), "ATEN_CPU_CAPABILITY": "avx2",
-           "ONEDNN_MAX_CPU_ISA": "AVX2", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}
+CAP_ENV = {
+    "KVLAB_AVX2_CAP": "1",
+    "PYTHONPATH": str(SHIM),
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
+}
 SWEEP_TARGET_S = 8 * 60
 #: The issue's measurement of this batch on a 2-core AMD EPYC without AVX-512 (vLLM CPU, bfloat16).
 EPYC_AVX2_BF16_S = (4.1, 4.3)
@@ -59,9 +64,17 @@ def engine_spec(tag: str, dtype: str, capped: bool) -> EngineSpec:
     """vLLM CPU, tiny model, eager, no prefix cache, 65,536 tokens of KV in either dtype (float32 gets twice the
     bytes, as ``dtype: bfloat16-if-native`` gives it on a CPU without native bfloat16)."""
     return EngineSpec(
-        name="vllm", launch=[".engines/vllm/bin/python"], model="data/models/tiny-llama", served_model_name=tag,
-        max_model_len=2304, enforce_eager=True, kv_cache_bytes=(128 if dtype == "float32" else 64) * 2**20,
-        prefix_caching=False, dtype=dtype, env=CAP_ENV if capped else {}, startup_timeout_s=600,
+        name="vllm",
+        launch=[".engines/vllm/bin/python"],
+        model="data/models/tiny-llama",
+        served_model_name=tag,
+        max_model_len=2304,
+        enforce_eager=True,
+        kv_cache_bytes=(128 if dtype == "float32" else 64) * 2**20,
+        prefix_caching=False,
+        dtype=dtype,
+        env=CAP_ENV if capped else {},
+        startup_timeout_s=600,
     )
 
 
@@ -72,9 +85,17 @@ def sglang_spec(tag: str, dtype: str, capped: bool) -> EngineSpec:
     env = dict(base.env)
     if capped:
         env |= CAP_ENV | {"PYTHONPATH": os.pathsep.join([str(SHIM), str(ROOT / base.env["PYTHONPATH"])])}
-    return base.model_copy(update={
-        "served_model_name": tag, "max_model_len": 2304, "kv_cache_bytes": (128 if dtype == "float32" else 64) * 2**20,
-        "prefix_caching": False, "dtype": dtype, "env": env, "startup_timeout_s": 600})
+    return base.model_copy(
+        update={
+            "served_model_name": tag,
+            "max_model_len": 2304,
+            "kv_cache_bytes": (128 if dtype == "float32" else 64) * 2**20,
+            "prefix_caching": False,
+            "dtype": dtype,
+            "env": env,
+            "startup_timeout_s": 600,
+        }
+    )
 
 
 SPECS = {VLLM: engine_spec, SGLANG: sglang_spec}
@@ -100,8 +121,11 @@ def measure_batches(repeats: int, engines: list[str]) -> list[dict]:
                 failed = sum(1 for r in res.records if r.status != "ok")
                 row["batches_s"].append(res.batch_time_s)
                 row["failed"] += failed
-                print(f"  {engine} {'capped' if capped else 'native'} {dtype:<8} rep {rep} batch {res.batch_time_s:.2f} s "
-                      f"(ready after {row['startup_s']:.1f} s, failed {failed})", flush=True)
+                print(
+                    f"  {engine} {'capped' if capped else 'native'} {dtype:<8} rep {rep} batch {res.batch_time_s:.2f} s "
+                    f"(ready after {row['startup_s']:.1f} s, failed {failed})",
+                    flush=True,
+                )
         finally:
             server.stop()
         out.append(row)
@@ -115,8 +139,13 @@ def measure_sweep() -> dict:
     experiments = sorted(str(p) for p in (ROOT / "data" / "experiments").glob("cpu_*.yaml"))
     with tempfile.TemporaryDirectory(prefix="kvlab-avx2-") as data:
         t = time.perf_counter()
-        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "kvlab"), "sweep", "--quick", "--data-dir", data,
-                               *experiments], cwd=ROOT, env=os.environ | CAP_ENV, capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "kvlab"), "sweep", "--quick", "--data-dir", data, *experiments],
+            cwd=ROOT,
+            env=os.environ | CAP_ENV,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - t
     tail = (proc.stdout + proc.stderr)[-1500:]
     print(f"  sweeps under the cap: {wall:.0f} s, exit {proc.returncode}", flush=True)
@@ -142,26 +171,56 @@ def summarise(raw: dict) -> list[Row]:
             rows.append(Row(SECTION, f"{name} batch time, {dtype}, {where}", m, "s", note=note))
         bf16, fp32 = med.get((engine, True, "bfloat16")), med.get((engine, True, "float32"))
         if bf16 and fp32:
-            rows.append(Row(SECTION, f"{name} capped: bfloat16 / float32 batch time", bf16 / fp32,
-                            "×", "> 1: float32 is the faster choice without native bf16", bf16 > fp32,
-                            "why dtype: bfloat16-if-native serves in float32 on CPUs without native bfloat16"))
+            rows.append(
+                Row(
+                    SECTION,
+                    f"{name} capped: bfloat16 / float32 batch time",
+                    bf16 / fp32,
+                    "×",
+                    "> 1: float32 is the faster choice without native bf16",
+                    bf16 > fp32,
+                    "why dtype: bfloat16-if-native serves in float32 on CPUs without native bfloat16",
+                )
+            )
         bf16, fp32 = med.get((engine, False, "bfloat16")), med.get((engine, False, "float32"))
         if bf16 and fp32:
-            rows.append(Row(SECTION, f"{name} uncapped: float32 / bfloat16 batch time", fp32 / bf16,
-                            "×", "> 1 where the CPU has native bf16" if native else "",
-                            fp32 > bf16 if native else None,
-                            f"this CPU {'has' if native else 'lacks'} native bfloat16 (kvlab.host.native_bf16)"))
+            rows.append(
+                Row(
+                    SECTION,
+                    f"{name} uncapped: float32 / bfloat16 batch time",
+                    fp32 / bf16,
+                    "×",
+                    "> 1 where the CPU has native bf16" if native else "",
+                    fp32 > bf16 if native else None,
+                    f"this CPU {'has' if native else 'lacks'} native bfloat16 (kvlab.host.native_bf16)",
+                )
+            )
     for capped in (False, True):
         v, g = med.get((VLLM, capped, "float32")), med.get((SGLANG, capped, "float32"))
         if v and g:
-            rows.append(Row(SECTION, f"SGLang / vLLM batch time, float32, {'capped' if capped else 'as it is'}",
-                            g / v, "×", note="two CPU implementations of one tiny model: not a GPU speed claim"))
+            rows.append(
+                Row(
+                    SECTION,
+                    f"SGLang / vLLM batch time, float32, {'capped' if capped else 'as it is'}",
+                    g / v,
+                    "×",
+                    note="two CPU implementations of one tiny model: not a GPU speed claim",
+                )
+            )
     if raw.get("sweep"):
         s = raw["sweep"]
-        rows.append(Row(SECTION, "main job's sweeps (quick, 4 CPU experiments) under the cap", s["wall_s"], "s",
-                        f"<= {SWEEP_TARGET_S} s", s["exit"] == 0 and s["wall_s"] <= SWEEP_TARGET_S,
-                        f"exit {s['exit']}; sglang-jax compile cache held {s['jax_cache_bytes_before'] / 1e6:.1f} MB "
-                        "before; an estimate for an AVX2-only CPU, not a measurement on one"))
+        rows.append(
+            Row(
+                SECTION,
+                "main job's sweeps (quick, 4 CPU experiments) under the cap",
+                s["wall_s"],
+                "s",
+                f"<= {SWEEP_TARGET_S} s",
+                s["exit"] == 0 and s["wall_s"] <= SWEEP_TARGET_S,
+                f"exit {s['exit']}; sglang-jax compile cache held {s['jax_cache_bytes_before'] / 1e6:.1f} MB "
+                "before; an estimate for an AVX2-only CPU, not a measurement on one",
+            )
+        )
     return rows
 
 
@@ -169,13 +228,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 batches per server instead of 3")
     parser.add_argument("--sweep", action="store_true", help="also time the main job's sweeps under the cap")
-    parser.add_argument("--engines", nargs="+", choices=list(SPECS), default=list(SPECS),
-                        help="engines to time (default: both)")
+    parser.add_argument(
+        "--engines", nargs="+", choices=list(SPECS), default=list(SPECS), help="engines to time (default: both)"
+    )
     args = parser.parse_args(argv)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     about = host.describe()
-    raw: dict = {"host": host_note(), "cpu": about["cpu"], "cpu_flags": about["cpu_flags"],
-                 "batch": [BATCH, PROMPT_TOKENS, OUTPUT_TOKENS], "cap_env": CAP_ENV}
+    raw: dict = {
+        "host": host_note(),
+        "cpu": about["cpu"],
+        "cpu_flags": about["cpu_flags"],
+        "batch": [BATCH, PROMPT_TOKENS, OUTPUT_TOKENS],
+        "cap_env": CAP_ENV,
+    }
     raw["batches"] = measure_batches(2 if args.quick else 3, args.engines)
     if args.sweep:
         raw["sweep"] = measure_sweep()

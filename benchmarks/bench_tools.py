@@ -176,9 +176,14 @@ RAY_NODE_RESOURCE = "kvlab_node"  # one unit per node: one server group per node
 
 
 def _ray_node_args(**kwargs) -> dict:
-    return {"object_store_memory": 80 * 2**20, "metrics_agent_port": free_port(),
-            "metrics_export_port": free_port(), "dashboard_agent_listen_port": free_port(),
-            "runtime_env_agent_port": free_port(), **kwargs}
+    return {
+        "object_store_memory": 80 * 2**20,
+        "metrics_agent_port": free_port(),
+        "metrics_export_port": free_port(),
+        "dashboard_agent_listen_port": free_port(),
+        "runtime_env_agent_port": free_port(),
+        **kwargs,
+    }
 
 
 @contextlib.contextmanager
@@ -382,9 +387,15 @@ class Fixture:
 
     def __enter__(self) -> Fixture:
         self.port = free_port()
-        self.proc = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, cwd=ROOT, start_new_session=True,
-                                     preexec_fn=_pin(self.cpus))
+        self.proc = subprocess.Popen(
+            self.argv(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            start_new_session=True,
+            preexec_fn=_pin(self.cpus),
+        )
         deadline = time.monotonic() + 30
         while not http_ok(self.url + "/health"):
             if self.proc.poll() is not None:
@@ -415,13 +426,28 @@ class Driver:
     Kept alive across jobs so a peer that takes seconds to import is timed only while it works.
     """
 
-    def __init__(self, python: Path | str, args: list[str], name: str, cpus: set[int] | None = None,
-                 env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        python: Path | str,
+        args: list[str],
+        name: str,
+        cpus: set[int] | None = None,
+        env: dict[str, str] | None = None,
+    ):
         """``python args...`` run in the repository root, e.g. args ``["-m", "benchmarks.drivers.kvlab_driver"]``."""
         self.name = name
-        self.proc = subprocess.Popen([str(python), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=None, cwd=ROOT, start_new_session=True, text=True, bufsize=1,
-                                     preexec_fn=_pin(cpus), env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(
+            [str(python), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            cwd=ROOT,
+            start_new_session=True,
+            text=True,
+            bufsize=1,
+            preexec_fn=_pin(cpus),
+            env={**os.environ, **(env or {})},
+        )
         ready = self.proc.stdout.readline()
         if not ready.strip():
             raise RuntimeError(f"driver {name} died at start (exit {self.proc.poll()})")

@@ -39,8 +39,23 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_tools import (
-    CLIENTS, ROOT, Driver, Fixture, Row, affinity, host_note, kvlab_driver, median, migrations, percentile,
-    print_table, realtime, split_cpus, tcp_segments, vllm_driver, write_result,
+    CLIENTS,
+    ROOT,
+    Driver,
+    Fixture,
+    Row,
+    affinity,
+    host_note,
+    kvlab_driver,
+    median,
+    migrations,
+    percentile,
+    print_table,
+    realtime,
+    split_cpus,
+    tcp_segments,
+    vllm_driver,
+    write_result,
 )
 
 NAME = "client_overhead"
@@ -74,13 +89,17 @@ TTFT_CONDITIONS = {
 #: runnable thread can, for every client alike; those rows are shown with why.
 TTFT_JUDGED = ("real-time",)
 NOT_JUDGED_WHY = {
-    "shared cores": ("fixture and client run wherever the kernel puts them ({moves}); a first chunk is late when "
-                     "the client cannot run while the fixture writes, because the two share a core (paced: late "
-                     "chunks come in runs whose error falls from one to the next, a burst read at once after the "
-                     "fixture wrote all of it) or because another thread holds the client's core"),
-    "separate cores": ("normal priority, fixture on one core and client on the other ({moves}): any other "
-                       "runnable thread on a core (a kernel thread, another job) can still delay the fixture "
-                       "between its stamp and its write, or the client while a burst arrives"),
+    "shared cores": (
+        "fixture and client run wherever the kernel puts them ({moves}); a first chunk is late when "
+        "the client cannot run while the fixture writes, because the two share a core (paced: late "
+        "chunks come in runs whose error falls from one to the next, a burst read at once after the "
+        "fixture wrote all of it) or because another thread holds the client's core"
+    ),
+    "separate cores": (
+        "normal priority, fixture on one core and client on the other ({moves}): any other "
+        "runnable thread on a core (a kernel thread, another job) can still delay the fixture "
+        "between its stamp and its write, or the client while a burst arrives"
+    ),
 }
 
 
@@ -90,8 +109,9 @@ def _job(url: str, conc: int, requests: int, chunks: int, **extra) -> dict:
 
 def _baseline_client(rev: str) -> Path:
     """kvlab/client.py as of git revision ``rev``, written to a temp file for the driver to import."""
-    text = subprocess.run(["git", "show", f"{rev}:kvlab/client.py"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout
+    text = subprocess.run(
+        ["git", "show", f"{rev}:kvlab/client.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     path = Path(tempfile.mkdtemp(prefix="kvlab-bench-")) / "client_baseline.py"
     path.write_text(text)
     return path
@@ -110,17 +130,22 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
     drivers: dict[str, Driver] = {}
     baseline_file: Path | None = None
     clients = dict(CLIENTS)
-    raw: dict = {"sizes": {str(k): v for k, v in sizes.items()}, "paced": {str(k): v for k, v in paced.items()},
-                 "repeats": repeats, "pinned": bool(server_cpus),
-                 "host": host_note(), "jobs": [], "ttft": []}
+    raw: dict = {
+        "sizes": {str(k): v for k, v in sizes.items()},
+        "paced": {str(k): v for k, v in paced.items()},
+        "repeats": repeats,
+        "pinned": bool(server_cpus),
+        "host": host_note(),
+        "jobs": [],
+        "ttft": [],
+    }
     try:
         drivers["kvlab"] = kvlab_driver(client_cpus)
         drivers["vllm"] = vllm_driver(client_cpus)
         if baseline:
             path = baseline_file = _baseline_client(baseline)
             label = f"kvlab@{baseline}"
-            drivers[label] = kvlab_driver(client_cpus, label,
-                                    env={"KVLAB_BENCH_CLIENT": str(path)})
+            drivers[label] = kvlab_driver(client_cpus, label, env={"KVLAB_BENCH_CLIENT": str(path)})
             clients[label] = (label, {})
         names = list(clients)
         for server, conditions in servers.items():
@@ -135,14 +160,24 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
                             s0, g0 = fx.cpu_times(), tcp_segments()
                             r = drivers[drv].run(_job(fx.url, conc, n, chunks, fixture=knobs, **extra))
                             s1, g1 = fx.cpu_times(), tcp_segments()
-                            r.update(name=name, regime=regime, concurrency=conc, repeat=rep,
-                                     expected_chunks=n * chunks, server_cpu_s=sum(s1) - sum(s0),
-                                     server_sys_s=s1[1] - s0[1], load1=os.getloadavg()[0],
-                                     tcp_segments=None if g0 is None or g1 is None else g1 - g0)
+                            r.update(
+                                name=name,
+                                regime=regime,
+                                concurrency=conc,
+                                repeat=rep,
+                                expected_chunks=n * chunks,
+                                server_cpu_s=sum(s1) - sum(s0),
+                                server_sys_s=s1[1] - s0[1],
+                                load1=os.getloadavg()[0],
+                                tcp_segments=None if g0 is None or g1 is None else g1 - g0,
+                            )
                             raw["jobs"].append(r)
-                            print(f"  rep {rep} {regime} c={conc:<3} {name:<14} {r['chunks'] / r['wall_s']:>9,.0f} "
-                                  f"chunks/s {r['cpu_s'] / r['chunks'] * 1e6:6.2f} CPU ms/1k chunks  "
-                                  f"failed {r['failed']}", flush=True)
+                            print(
+                                f"  rep {rep} {regime} c={conc:<3} {name:<14} {r['chunks'] / r['wall_s']:>9,.0f} "
+                                f"chunks/s {r['cpu_s'] / r['chunks'] * 1e6:6.2f} CPU ms/1k chunks  "
+                                f"failed {r['failed']}",
+                                flush=True,
+                            )
         separate = split_cpus()  # (fixture core, client cores), or (None, None) on one core
         for scenario, (knobs, (n, chunks)) in TTFT_SCENARIOS.items():
             with Fixture({"server_timestamps": True, **knobs}, cpus=server_cpus) as fx:
@@ -167,14 +202,22 @@ def measure(quick: bool, repeats: int, baseline: str | None, pin: bool) -> dict:
                                 m0 = migrations(pids[1])
                                 r = drivers[drv].run(_job(fx.url, 64, n, chunks, spy=True, **extra))
                                 m1 = migrations(pids[1])
-                            r.update(name=name, scenario=scenario, condition=cond, repeat=rep,
-                                     load1=os.getloadavg()[0],
-                                     client_migrations=None if m0 is None or m1 is None else m1 - m0)
+                            r.update(
+                                name=name,
+                                scenario=scenario,
+                                condition=cond,
+                                repeat=rep,
+                                load1=os.getloadavg()[0],
+                                client_migrations=None if m0 is None or m1 is None else m1 - m0,
+                            )
                             raw["ttft"].append(r)
                             e = r["ttft_error_ms"]
-                            print(f"  rep {rep} TTFT error {scenario:<5} {cond:<14} {name:<14} "
-                                  f"p50 {percentile(e, 50):.3f} ms p99 {percentile(e, 99):.3f} ms (n={len(e)}, "
-                                  f"client moved between cores {r['client_migrations']} times)", flush=True)
+                            print(
+                                f"  rep {rep} TTFT error {scenario:<5} {cond:<14} {name:<14} "
+                                f"p50 {percentile(e, 50):.3f} ms p99 {percentile(e, 99):.3f} ms (n={len(e)}, "
+                                f"client moved between cores {r['client_migrations']} times)",
+                                flush=True,
+                            )
     finally:
         for d in drivers.values():
             d.close()
@@ -211,69 +254,125 @@ def summarise(raw: dict) -> tuple[list[Row], list[Row]]:
                     "bad": bad,
                 }
                 st = stats[name]
-                detail.append(Row(SECTION, f"{regime} c={conc} {name}", st["cpu"], "CPU ms/1k chunks",
-                                  note=f"{st['cps']:,.0f} chunks/s; client busy {st['client_busy']:.0%}, server busy "
-                                       f"{st['server_busy']:.0%} of wall ({st['server_cpu']:.2f} CPU ms/1k chunks); "
-                                       f"{st['nivcsw']:.0f} involuntary switches; bad jobs {bad}"))
+                detail.append(
+                    Row(
+                        SECTION,
+                        f"{regime} c={conc} {name}",
+                        st["cpu"],
+                        "CPU ms/1k chunks",
+                        note=f"{st['cps']:,.0f} chunks/s; client busy {st['client_busy']:.0%}, server busy "
+                        f"{st['server_busy']:.0%} of wall ({st['server_cpu']:.2f} CPU ms/1k chunks); "
+                        f"{st['nivcsw']:.0f} involuntary switches; bad jobs {bad}",
+                    )
+                )
             k, v, w = stats["kvlab"], stats["vllm"], stats["vllm-noenv"]
             peers = "vLLM {} (kvlab/vLLM {:.2f}); vLLM trust_env off {} (kvlab/that {:.2f})"
             if regime == "bulk":
                 n, chunks = raw["sizes"][str(conc)]
-                cond = (f"{n} req × {chunks} chunks from the bulk server (each stream in one write); client busy "
-                        f"{k['client_busy']:.0%}, server busy {k['server_busy']:.0%} of wall: the client is the "
-                        "bottleneck")
-                rows.append(Row(SECTION, f"flood c={conc}: chunks/s, kvlab", k["cps"], "chunks/s", "≥ vLLM client",
-                                k["cps"] >= v["cps"] and not k["bad"],
-                                peers.format(f"{v['cps']:,.0f}", k["cps"] / v["cps"], f"{w['cps']:,.0f}",
-                                             k["cps"] / w["cps"]) + f"; {cond}"))
-                rows.append(Row(SECTION, f"flood c={conc}: client CPU, kvlab", k["cpu"], "CPU ms/1k chunks",
-                                "≤ vLLM client", k["cpu"] <= v["cpu"] and not k["bad"],
-                                peers.format(f"{v['cpu']:.2f}", k["cpu"] / v["cpu"], f"{w['cpu']:.2f}",
-                                             k["cpu"] / w["cpu"]) + "; same streams"))
+                cond = (
+                    f"{n} req × {chunks} chunks from the bulk server (each stream in one write); client busy "
+                    f"{k['client_busy']:.0%}, server busy {k['server_busy']:.0%} of wall: the client is the "
+                    "bottleneck"
+                )
+                rows.append(
+                    Row(
+                        SECTION,
+                        f"flood c={conc}: chunks/s, kvlab",
+                        k["cps"],
+                        "chunks/s",
+                        "≥ vLLM client",
+                        k["cps"] >= v["cps"] and not k["bad"],
+                        peers.format(f"{v['cps']:,.0f}", k["cps"] / v["cps"], f"{w['cps']:,.0f}", k["cps"] / w["cps"])
+                        + f"; {cond}",
+                    )
+                )
+                rows.append(
+                    Row(
+                        SECTION,
+                        f"flood c={conc}: client CPU, kvlab",
+                        k["cpu"],
+                        "CPU ms/1k chunks",
+                        "≤ vLLM client",
+                        k["cpu"] <= v["cpu"] and not k["bad"],
+                        peers.format(f"{v['cpu']:.2f}", k["cpu"] / v["cpu"], f"{w['cpu']:.2f}", k["cpu"] / w["cpu"])
+                        + "; same streams",
+                    )
+                )
             elif regime == "flood":
                 n, chunks = raw["sizes"][str(conc)]
-                rows.append(Row(
-                    SECTION, f"flood c={conc}, one write per chunk: chunks/s, kvlab", k["cps"], "chunks/s",
-                    note=peers.format(f"{v['cps']:,.0f}", k["cps"] / v["cps"], f"{w['cps']:,.0f}",
-                                      k["cps"] / w["cps"])
-                    + f"; client CPU {k['cpu']:.2f} vs vLLM {v['cpu']:.2f} ms/1k chunks; {n} req × {chunks} chunks "
-                      f"from the per-event server. Not a client verdict: the server is busy {k['server_busy']:.0%} "
-                      f"of wall with kvlab ({v['server_busy']:.0%} with vLLM) and its CPU per chunk depends on the "
-                      f"client ({k['server_cpu']:.2f} ms/1k chunks with kvlab, {v['server_cpu']:.2f} with vLLM; "
-                      f"kernel part {_ms(k['server_sys'])} vs {_ms(v['server_sys'])}: a client that waits for data "
-                      "more often makes more of the writes wake it); TCP segments per chunk "
-                      f"(host-wide) {_ms(k['segments'])} with kvlab, {_ms(v['segments'])} with vLLM"))
+                rows.append(
+                    Row(
+                        SECTION,
+                        f"flood c={conc}, one write per chunk: chunks/s, kvlab",
+                        k["cps"],
+                        "chunks/s",
+                        note=peers.format(
+                            f"{v['cps']:,.0f}", k["cps"] / v["cps"], f"{w['cps']:,.0f}", k["cps"] / w["cps"]
+                        )
+                        + f"; client CPU {k['cpu']:.2f} vs vLLM {v['cpu']:.2f} ms/1k chunks; {n} req × {chunks} chunks "
+                        f"from the per-event server. Not a client verdict: the server is busy {k['server_busy']:.0%} "
+                        f"of wall with kvlab ({v['server_busy']:.0%} with vLLM) and its CPU per chunk depends on the "
+                        f"client ({k['server_cpu']:.2f} ms/1k chunks with kvlab, {v['server_cpu']:.2f} with vLLM; "
+                        f"kernel part {_ms(k['server_sys'])} vs {_ms(v['server_sys'])}: a client that waits for data "
+                        "more often makes more of the writes wake it); TCP segments per chunk "
+                        f"(host-wide) {_ms(k['segments'])} with kvlab, {_ms(v['segments'])} with vLLM",
+                    )
+                )
             else:
                 n, chunks, delay = raw["paced"][str(conc)]
-                rows.append(Row(SECTION, f"paced c={conc}: client CPU, kvlab", k["cpu"], "CPU ms/1k chunks",
-                                "≤ vLLM client", k["cpu"] <= v["cpu"] and not k["bad"],
-                                peers.format(f"{v['cpu']:.2f}", k["cpu"] / v["cpu"], f"{w['cpu']:.2f}",
-                                             k["cpu"] / w["cpu"])
-                                + f"; {n} req × {chunks} chunks, one every {delay * 1e3:g} ms per stream "
-                                  f"({k['cps']:,.0f} chunks/s in all); client busy {k['client_busy']:.0%}"))
+                rows.append(
+                    Row(
+                        SECTION,
+                        f"paced c={conc}: client CPU, kvlab",
+                        k["cpu"],
+                        "CPU ms/1k chunks",
+                        "≤ vLLM client",
+                        k["cpu"] <= v["cpu"] and not k["bad"],
+                        peers.format(f"{v['cpu']:.2f}", k["cpu"] / v["cpu"], f"{w['cpu']:.2f}", k["cpu"] / w["cpu"])
+                        + f"; {n} req × {chunks} chunks, one every {delay * 1e3:g} ms per stream "
+                        f"({k['cps']:,.0f} chunks/s in all); client busy {k['client_busy']:.0%}",
+                    )
+                )
             for name in names[3:]:  # an earlier kvlab revision, for before/after
                 b = stats[name]
-                rows.append(Row(SECTION, f"{regime} c={conc}: client CPU, {name} (before)", b["cpu"],
-                                "CPU ms/1k chunks",
-                                note=f"{b['cps']:,.0f} chunks/s; now/before: CPU {k['cpu'] / b['cpu']:.2f}, "
-                                     f"chunks/s {k['cps'] / b['cps']:.2f}"))
+                rows.append(
+                    Row(
+                        SECTION,
+                        f"{regime} c={conc}: client CPU, {name} (before)",
+                        b["cpu"],
+                        "CPU ms/1k chunks",
+                        note=f"{b['cps']:,.0f} chunks/s; now/before: CPU {k['cpu'] / b['cpu']:.2f}, "
+                        f"chunks/s {k['cps'] / b['cps']:.2f}",
+                    )
+                )
     for scenario, (knobs, _) in TTFT_SCENARIOS.items():
-        desc = ("server writes as fast as it can" if not knobs else
-                f"first chunk after {knobs['first_delay_s'] * 1e3:g} ms, then every {knobs['delay_s'] * 1e3:g} ms")
+        desc = (
+            "server writes as fast as it can"
+            if not knobs
+            else f"first chunk after {knobs['first_delay_s'] * 1e3:g} ms, then every {knobs['delay_s'] * 1e3:g} ms"
+        )
         for cond in TTFT_CONDITIONS:
             got = {}
             for name in names:
-                jobs = [r for r in raw["ttft"] if (r["name"], r["scenario"], r.get("condition")) == (name, scenario, cond)]
+                jobs = [
+                    r for r in raw["ttft"] if (r["name"], r["scenario"], r.get("condition")) == (name, scenario, cond)
+                ]
                 errs = [e for r in jobs for e in r["ttft_error_ms"]]
                 if errs:
-                    got[name] = (percentile(errs, 50), percentile(errs, 99), len(errs),
-                                 median(r.get("client_migrations") for r in jobs))
+                    got[name] = (
+                        percentile(errs, 50),
+                        percentile(errs, 99),
+                        len(errs),
+                        median(r.get("client_migrations") for r in jobs),
+                    )
             label = f"c=64 TTFT error p99, {scenario}, {cond}"
             if "kvlab" not in got:
-                why = {"real-time": "not measured: SCHED_FIFO not permitted here (needs CAP_SYS_NICE), so the "
-                                    "TTFT-error target is not checked on this host",
-                       "separate cores": "not measured: needs 2 cores",
-                       "shared cores": "not measured: with --pin every job runs on separate cores"}[cond]
+                why = {
+                    "real-time": "not measured: SCHED_FIFO not permitted here (needs CAP_SYS_NICE), so the "
+                    "TTFT-error target is not checked on this host",
+                    "separate cores": "not measured: needs 2 cores",
+                    "shared cores": "not measured: with --pin every job runs on separate cores",
+                }[cond]
                 rows.append(Row(SECTION, label, None, "ms", note=why))
                 continue
             p50, p99, n, moved = got["kvlab"]
@@ -281,16 +380,40 @@ def summarise(raw: dict) -> tuple[list[Row], list[Row]]:
             moves = f"the client moved between cores {moved:.0f}× per job (median)" if moved is not None else ""
             if cond not in TTFT_JUDGED:
                 why = NOT_JUDGED_WHY[cond].format(moves=moves or "migrations not readable")
-                rows.append(Row(SECTION, f"{label}: kvlab", p99, "ms", note=(
-                    f"not judged: {why}; vLLM's client has such tails too; p50 {p50:.3f} ms, n={n}; {peers}; "
-                    f"{desc}")))
+                rows.append(
+                    Row(
+                        SECTION,
+                        f"{label}: kvlab",
+                        p99,
+                        "ms",
+                        note=(
+                            f"not judged: {why}; vLLM's client has such tails too; p50 {p50:.3f} ms, n={n}; {peers}; "
+                            f"{desc}"
+                        ),
+                    )
+                )
                 continue
-            rows.append(Row(SECTION, f"{label}: kvlab", p99, "ms", f"< {TTFT_TARGET_MS:g} ms", p99 < TTFT_TARGET_MS,
-                            f"p50 {p50:.3f} ms, n={n}; {peers}; {desc}; fixture and client SCHED_FIFO for the job: "
-                            f"not preempted by other processes" + (f"; {moves}" if moves else "")))
-    rows.append(Row(SECTION, "conditions", raw["host"],
-                    note=("server and client pinned to separate cores" if raw.get("pinned") else "not pinned")
-                    + "; clock: time.perf_counter() = CLOCK_MONOTONIC in both processes"))
+            rows.append(
+                Row(
+                    SECTION,
+                    f"{label}: kvlab",
+                    p99,
+                    "ms",
+                    f"< {TTFT_TARGET_MS:g} ms",
+                    p99 < TTFT_TARGET_MS,
+                    f"p50 {p50:.3f} ms, n={n}; {peers}; {desc}; fixture and client SCHED_FIFO for the job: "
+                    f"not preempted by other processes" + (f"; {moves}" if moves else ""),
+                )
+            )
+    rows.append(
+        Row(
+            SECTION,
+            "conditions",
+            raw["host"],
+            note=("server and client pinned to separate cores" if raw.get("pinned") else "not pinned")
+            + "; clock: time.perf_counter() = CLOCK_MONOTONIC in both processes",
+        )
+    )
     return rows, detail
 
 
@@ -299,9 +422,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller streams, 2 repeats")
     parser.add_argument("--repeats", type=int, default=None, help="alternating repeats (default 5, quick 2)")
     parser.add_argument("--baseline", metavar="REV", help="also run kvlab/client.py from this git revision")
-    parser.add_argument("--pin", action="store_true",
-                        help="pin the server to one core and the client to the others (on a shared, loaded host "
-                             "this stops the kernel from moving either away from other work, so off by default)")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin the server to one core and the client to the others (on a shared, loaded host "
+        "this stops the kernel from moving either away from other work, so off by default)",
+    )
     args = parser.parse_args(argv)
     repeats = args.repeats or (2 if args.quick else 5)
     t = time.perf_counter()

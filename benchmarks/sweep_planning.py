@@ -37,8 +37,9 @@ GPUS_PER_NODE = 8
 NODE_COUNTS = (1, 2, 4)
 
 
-def startup_on_nodes(group_gpus: list[int], startup_s: float, nodes: int,
-                     gpus_per_node: int = GPUS_PER_NODE) -> float | None:
+def startup_on_nodes(
+    group_gpus: list[int], startup_s: float, nodes: int, gpus_per_node: int = GPUS_PER_NODE
+) -> float | None:
     """Start-up share of a Ray campaign: every server group (``group_gpus``: the GPUs it asks for, tp × dp) is
     submitted at once, and whenever GPUs free up each waiting group that fits on one node starts there, in
     submission order (as Ray's scheduler places tasks that fit), holding its GPUs for one start-up. The measured
@@ -73,8 +74,10 @@ def parse_startups(given: list[str], engines: set[str]) -> dict[str, float]:
         if not out[name] > 0:  # also refuses nan
             raise SystemExit(f"--startup-s {item!r}: expected ENGINE=SECONDS with SECONDS > 0, e.g. vllm=32")
     if missing := engines - out.keys():
-        raise SystemExit(f"--startup-s: no start-up given for {', '.join(sorted(missing))} "
-                         f"(the CPU experiments use {', '.join(sorted(engines))})")
+        raise SystemExit(
+            f"--startup-s: no start-up given for {', '.join(sorted(missing))} "
+            f"(the CPU experiments use {', '.join(sorted(engines))})"
+        )
     return out
 
 
@@ -120,14 +123,19 @@ def plan_all(startup_s: dict[str, float]) -> list[dict]:
         starts = [startup_s[g[0].engine.name] if cpu else gpu_start for _, g in groups]
         gpus = [g[0].engine.gpus for _, g in groups]
         engines = sorted({g[0].engine.name for _, g in groups})
-        out.append({
-            "experiment": spec.name, "hardware": spec.hardware, "runs": len(runs), "server_starts": len(groups),
-            "startup_s": {e: startup_s[e] for e in engines} if cpu else {e: gpu_start for e in engines},
-            "startup_source": "measured (CPU, this machine)" if cpu else "assumed",
-            "saved_s": sum((len(g) - 1) * start for (_, g), start in zip(groups, starts)),
-            "group_gpus": gpus,
-            "on_nodes_s": {} if cpu else {n: startup_on_nodes(gpus, gpu_start, n) for n in NODE_COUNTS},
-        })
+        out.append(
+            {
+                "experiment": spec.name,
+                "hardware": spec.hardware,
+                "runs": len(runs),
+                "server_starts": len(groups),
+                "startup_s": {e: startup_s[e] for e in engines} if cpu else {e: gpu_start for e in engines},
+                "startup_source": "measured (CPU, this machine)" if cpu else "assumed",
+                "saved_s": sum((len(g) - 1) * start for (_, g), start in zip(groups, starts)),
+                "group_gpus": gpus,
+                "on_nodes_s": {} if cpu else {n: startup_on_nodes(gpus, gpu_start, n) for n in NODE_COUNTS},
+            }
+        )
     return out
 
 
@@ -139,47 +147,77 @@ def summarise(raw: dict) -> list[Row]:
     rows = []
     for e in raw["plans"]:
         saved = e["saved_s"]
-        rows.append(Row(
-            SECTION, f"{e['experiment']}: {e['runs']} runs -> {e['server_starts']} server starts",
-            saved / 60, "min saved",
-            note=f"runs beyond the first on each server × its engine's start-up ({_starts_note(e['startup_s'])}), "
-                 f"{e['startup_source']}; {e['hardware']}",
-        ))
+        rows.append(
+            Row(
+                SECTION,
+                f"{e['experiment']}: {e['runs']} runs -> {e['server_starts']} server starts",
+                saved / 60,
+                "min saved",
+                note=f"runs beyond the first on each server × its engine's start-up ({_starts_note(e['startup_s'])}), "
+                f"{e['startup_source']}; {e['hardware']}",
+            )
+        )
     for e in raw["plans"]:
         if not e["on_nodes_s"]:
             continue
         times = {int(n): s for n, s in e["on_nodes_s"].items()}
         if all(s is None for s in times.values()):
-            rows.append(Row(SECTION, f"{e['experiment']} over a Ray cluster", "refused", "",
-                            note=f"a server group needs {max(e['group_gpus'])} GPUs, more than one "
-                                 f"{GPUS_PER_NODE}-GPU node: kvlab sweep --ray refuses it before dispatch"))
+            rows.append(
+                Row(
+                    SECTION,
+                    f"{e['experiment']} over a Ray cluster",
+                    "refused",
+                    "",
+                    note=f"a server group needs {max(e['group_gpus'])} GPUs, more than one "
+                    f"{GPUS_PER_NODE}-GPU node: kvlab sweep --ray refuses it before dispatch",
+                )
+            )
             continue
-        rows.append(Row(
-            SECTION, f"{e['experiment']}: start-up share on {', '.join(str(n) for n in times)} "
-                     f"{GPUS_PER_NODE}-GPU nodes", " / ".join(f"{s / 60:.0f}" for s in times.values()), "min",
-            note=f"{len(e['group_gpus'])} server groups of {', '.join(sorted({str(g) for g in e['group_gpus']}))} "
-                 f"GPUs, {max(e['startup_s'].values()) / 60:.0f} min assumed per start, side by side where GPUs allow "
-                 "(modelled; measured batches add to it)"))
+        rows.append(
+            Row(
+                SECTION,
+                f"{e['experiment']}: start-up share on {', '.join(str(n) for n in times)} {GPUS_PER_NODE}-GPU nodes",
+                " / ".join(f"{s / 60:.0f}" for s in times.values()),
+                "min",
+                note=f"{len(e['group_gpus'])} server groups of {', '.join(sorted({str(g) for g in e['group_gpus']}))} "
+                f"GPUs, {max(e['startup_s'].values()) / 60:.0f} min assumed per start, side by side where GPUs allow "
+                "(modelled; measured batches add to it)",
+            )
+        )
     kinds = (("measured", "CPU experiments (measured start-up)"), ("assumed", "GPU experiments (assumed start-up)"))
     for kind, label in kinds:
         plans = [e for e in raw["plans"] if (e["startup_source"] == "assumed") == (kind == "assumed")]
         if not plans:
             continue
         runs, starts = sum(e["runs"] for e in plans), sum(e["server_starts"] for e in plans)
-        rows.append(Row(SECTION, f"{label}: {runs} runs -> {starts} starts", sum(e["saved_s"] for e in plans) / 60,
-                        "min saved",
-                        note=(f"CPU start-up {_starts_note(raw['startup_s'])} ({raw['startup_from']})"
-                              if kind == "measured" else "B300 Kimi-K3: 15 min assumed; others 5 min assumed")
-                        + "; retries add starts either way"))
+        rows.append(
+            Row(
+                SECTION,
+                f"{label}: {runs} runs -> {starts} starts",
+                sum(e["saved_s"] for e in plans) / 60,
+                "min saved",
+                note=(
+                    f"CPU start-up {_starts_note(raw['startup_s'])} ({raw['startup_from']})"
+                    if kind == "measured"
+                    else "B300 Kimi-K3: 15 min assumed; others 5 min assumed"
+                )
+                + "; retries add starts either way",
+            )
+        )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="accepted for symmetry; planning is already fast")
-    parser.add_argument("--startup-s", action="append", default=[], metavar="ENGINE=SECONDS",
-                        help="a CPU engine's start-up already measured on this machine, e.g. vllm=32 (repeat for each "
-                             "engine of the CPU experiments; otherwise all are measured now)")
+    parser.add_argument(
+        "--startup-s",
+        action="append",
+        default=[],
+        metavar="ENGINE=SECONDS",
+        help="a CPU engine's start-up already measured on this machine, e.g. vllm=32 (repeat for each "
+        "engine of the CPU experiments; otherwise all are measured now)",
+    )
     args = parser.parse_args(argv)
     t = time.perf_counter()
     if args.startup_s:

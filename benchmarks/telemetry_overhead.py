@@ -52,11 +52,21 @@ def engine_spec(engine: str, tag: str, cpus: set[int] | None = None) -> EngineSp
     benchmarks/engine_agreement.py runs it (eager), or PyTorch SGLang as the shipped CPU experiments run it (their
     engine entry: its CPU flags and kvlab's compatibility fix)."""
     pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
-    common = {"served_model_name": tag, "max_model_len": 2048, "kv_cache_bytes": 64 * 2**20, "prefix_caching": False,
-              "startup_timeout_s": 300}
+    common = {
+        "served_model_name": tag,
+        "max_model_len": 2048,
+        "kv_cache_bytes": 64 * 2**20,
+        "prefix_caching": False,
+        "startup_timeout_s": 300,
+    }
     if engine == VLLM:
-        return EngineSpec(name=VLLM, launch=[*pin, ".engines/vllm/bin/python"], model="data/models/tiny-llama",
-                          enforce_eager=True, **common)
+        return EngineSpec(
+            name=VLLM,
+            launch=[*pin, ".engines/vllm/bin/python"],
+            model="data/models/tiny-llama",
+            enforce_eager=True,
+            **common,
+        )
     base = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml").engines[SGLANG]
     return base.model_copy(update={**common, "launch": [*pin, *base.launch]})
 
@@ -65,27 +75,44 @@ async def one_batch(server: EngineServer, model: str, prompts, telemetry: bool, 
     """One fixed batch, with or without the runner's telemetry sampler beside it: batch time, mean TTFT, samples."""
     samples: list = []
     names = server.adapter.telemetry_names
-    sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key,
-                                                         interval_s=interval_s)) if telemetry else None)
+    sampler = (
+        asyncio.create_task(
+            metrics.sample_during(server.base_url, names, samples, server.api_key, interval_s=interval_s)
+        )
+        if telemetry
+        else None
+    )
     try:
-        batch = await run_requests(server.base_url, model, prompts, api_key=server.api_key, ignore_eos=True,
-                                   temperature=0.0)
+        batch = await run_requests(
+            server.base_url, model, prompts, api_key=server.api_key, ignore_eos=True, temperature=0.0
+        )
     finally:
         if sampler is not None:
             sampler.cancel()
             await asyncio.gather(sampler, return_exceptions=True)
     ttfts = [r.ttft_ms for r in batch.records if r.ttft_ms is not None]
-    return {"batch_time_s": batch.batch_time_s, "ttft_mean_ms": statistics.fmean(ttfts) if ttfts else None,
-            "failed": sum(r.status != "ok" for r in batch.records), "samples": len(samples),
-            "samples_ok": sum(err is None for _, _, err in samples)}
+    return {
+        "batch_time_s": batch.batch_time_s,
+        "ttft_mean_ms": statistics.fmean(ttfts) if ttfts else None,
+        "failed": sum(r.status != "ok" for r in batch.records),
+        "samples": len(samples),
+        "samples_ok": sum(err is None for _, _, err in samples),
+    }
 
 
 def measure(engine: str, repeats: int, interval_s: float, output_tokens: int, pin: bool = True) -> dict:
     ensure_tiny_model()
     tag = f"kvlab-bench-{uuid.uuid4().hex[:8]}"
     engine_cpus, _ = split_cpus() if pin and shutil.which("taskset") else (None, None)
-    raw: dict = {"engine": engine, "host": host_note(), "repeats": repeats, "interval_s": interval_s,
-                 "batch": [BATCH, PROMPT_TOKENS, output_tokens], "engine_cpus": sorted(engine_cpus or []), "runs": []}
+    raw: dict = {
+        "engine": engine,
+        "host": host_note(),
+        "repeats": repeats,
+        "interval_s": interval_s,
+        "batch": [BATCH, PROMPT_TOKENS, output_tokens],
+        "engine_cpus": sorted(engine_cpus or []),
+        "runs": [],
+    }
     server = EngineServer(engine_spec(engine, tag, engine_cpus), OUT_DIR / f"{NAME}-{engine}.log")
     try:
         server.start()
@@ -102,8 +129,11 @@ def measure(engine: str, repeats: int, interval_s: float, output_tokens: int, pi
                 r = asyncio.run(one_batch(server, tag, prompts, telemetry, interval_s))
                 r.update(arm=ARMS[telemetry], repeat=rep)
                 raw["runs"].append(r)
-                print(f"  rep {rep} {r['arm']:<18} batch {r['batch_time_s']:.3f} s  TTFT {r['ttft_mean_ms']:.1f} ms  "
-                      f"samples {r['samples_ok']}/{r['samples']}  failed {r['failed']}", flush=True)
+                print(
+                    f"  rep {rep} {r['arm']:<18} batch {r['batch_time_s']:.3f} s  TTFT {r['ttft_mean_ms']:.1f} ms  "
+                    f"samples {r['samples_ok']}/{r['samples']}  failed {r['failed']}",
+                    flush=True,
+                )
     finally:
         server.stop()
     return raw
@@ -129,17 +159,31 @@ def summarise(raw: dict) -> list[Row]:
     for key, unit, what in (("batch_time_s", "s", "batch time"), ("ttft_mean_ms", "ms", "mean TTFT of the batch")):
         off, on = (arm_stats(by_arm[a], key) for a in ARMS)
         diff, inside = verdict(off, on)
-        rows.append(Row(SECTION, f"{name}, {what}: with − without telemetry (medians)", diff, unit,
-                        "inside the run-to-run spread", inside,
-                        f"without: median {off[0]:.4g} (range {off[1]:.4g}–{off[2]:.4g}); with: median {on[0]:.4g} "
-                        f"(range {on[1]:.4g}–{on[2]:.4g}); spread = max − min of the runs without"))
+        rows.append(
+            Row(
+                SECTION,
+                f"{name}, {what}: with − without telemetry (medians)",
+                diff,
+                unit,
+                "inside the run-to-run spread",
+                inside,
+                f"without: median {off[0]:.4g} (range {off[1]:.4g}–{off[2]:.4g}); with: median {on[0]:.4g} "
+                f"(range {on[1]:.4g}–{on[2]:.4g}); spread = max − min of the runs without",
+            )
+        )
     samples = [r["samples_ok"] for r in by_arm[ARMS[1]]]
     failed = sum(r["failed"] for r in raw["runs"])
     batch, prompt, output = raw.get("batch", [BATCH, PROMPT_TOKENS, 64])
-    rows.append(Row(SECTION, f"{name}, conditions", f"{batch} × {prompt}+{output} tokens",
-                    note=f"{name} {raw.get('engine_version')}, tiny model, prefix cache off; {raw['repeats']} "
-                         f"alternating repeats per arm; telemetry every {raw['interval_s']:g} s ({min(samples)}–"
-                         f"{max(samples)} samples answered per batch); failed requests {failed}; {raw['host']}"))
+    rows.append(
+        Row(
+            SECTION,
+            f"{name}, conditions",
+            f"{batch} × {prompt}+{output} tokens",
+            note=f"{name} {raw.get('engine_version')}, tiny model, prefix cache off; {raw['repeats']} "
+            f"alternating repeats per arm; telemetry every {raw['interval_s']:g} s ({min(samples)}–"
+            f"{max(samples)} samples answered per batch); failed requests {failed}; {raw['host']}",
+        )
+    )
     return rows
 
 
@@ -147,13 +191,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repeats per arm instead of 10")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--interval", type=float, default=metrics.TELEMETRY_INTERVAL_S,
-                        help=f"seconds between telemetry samples (the runner's: {metrics.TELEMETRY_INTERVAL_S:g})")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=metrics.TELEMETRY_INTERVAL_S,
+        help=f"seconds between telemetry samples (the runner's: {metrics.TELEMETRY_INTERVAL_S:g})",
+    )
     parser.add_argument("--no-pin", action="store_true", help="let the engine share every core with the client")
-    parser.add_argument("--engine", nargs="+", choices=[VLLM, SGLANG], default=[VLLM, SGLANG],
-                        help="the engines to measure, one server each (default: both)")
-    parser.add_argument("--output-tokens", type=int, default=OUTPUT_TOKENS,
-                        help=f"output tokens per request (default {OUTPUT_TOKENS}: a batch of several sampling intervals)")
+    parser.add_argument(
+        "--engine",
+        nargs="+",
+        choices=[VLLM, SGLANG],
+        default=[VLLM, SGLANG],
+        help="the engines to measure, one server each (default: both)",
+    )
+    parser.add_argument(
+        "--output-tokens",
+        type=int,
+        default=OUTPUT_TOKENS,
+        help=f"output tokens per request (default {OUTPUT_TOKENS}: a batch of several sampling intervals)",
+    )
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 10)
     t = time.perf_counter()

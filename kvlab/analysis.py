@@ -35,7 +35,10 @@ SPEED_DEFINITIONS: dict[str, str] = {
 }
 
 #: Claim kinds a published table can imply, with the definitions each is checked under.
-CLAIM_DEFINITIONS: dict[str, dict[str, str]] = {"relative_speed": SPEED_DEFINITIONS, "throughput_decay": DECAY_DEFINITIONS}
+CLAIM_DEFINITIONS: dict[str, dict[str, str]] = {
+    "relative_speed": SPEED_DEFINITIONS,
+    "throughput_decay": DECAY_DEFINITIONS,
+}
 
 
 def ok_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
@@ -84,9 +87,12 @@ def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGL
     side = ("batch_time_min_s", "batch_time_max_s", "n_runs", "device_kind")
     a = m.filter(pl.col("engine") == engine_a).select(*CONFIG_KEYS, "engine", "batch_time_s", *side)
     on = [k for k in CONFIG_KEYS if k != "context_label"]  # contexts joined on tokens; the label is only shown
-    b = m.filter(pl.col("engine") == engine_b).select(*on, pl.col("engine").alias("other_engine"),
-                                                      pl.col("batch_time_s").alias("other_batch_time_s"),
-                                                      *[pl.col(c).alias(f"other_{c}") for c in side])
+    b = m.filter(pl.col("engine") == engine_b).select(
+        *on,
+        pl.col("engine").alias("other_engine"),
+        pl.col("batch_time_s").alias("other_batch_time_s"),
+        *[pl.col(c).alias(f"other_{c}") for c in side],
+    )
     ta, tb = pl.col("batch_time_s"), pl.col("other_batch_time_s")
     return (
         a.join(b, on=on, how="inner")
@@ -111,15 +117,26 @@ def run_ceilings(runs: pl.DataFrame) -> pl.DataFrame:
     """Each run with ``concurrency_ceiling``: its server's reported KV pool (``kv_pool_tokens``) // its tokens per
     request (``context_tokens``, prompt + output; a multi_turn run's longest turn); null where the engine reported
     no pool (never 0)."""
-    return runs.with_columns((pl.col("kv_pool_tokens") // pl.col("context_tokens")).cast(pl.Int64)
-                             .alias("concurrency_ceiling"))
+    return runs.with_columns(
+        (pl.col("kv_pool_tokens") // pl.col("context_tokens")).cast(pl.Int64).alias("concurrency_ceiling")
+    )
 
 
 #: A load point meets its SLO when at least this share of its counted requests did (the SLO held at p90).
 SLO_SHARE = 0.9
 #: What one capacity configuration is: its load points form one curve (docs/design.md, "Load definitions").
-CAPACITY_KEYS = ("experiment", "hardware", "engine", "tp", "dcp", "mem_util", "kv_budget_bytes", "context_tokens",
-                 "context_label", "load_mode")
+CAPACITY_KEYS = (
+    "experiment",
+    "hardware",
+    "engine",
+    "tp",
+    "dcp",
+    "mem_util",
+    "kv_budget_bytes",
+    "context_tokens",
+    "context_label",
+    "load_mode",
+)
 
 
 def load_curve(runs: pl.DataFrame, slo_share: float = SLO_SHARE) -> pl.DataFrame:
@@ -140,8 +157,10 @@ def load_curve(runs: pl.DataFrame, slo_share: float = SLO_SHARE) -> pl.DataFrame
     attainment = pl.when(counted > 0).then(pl.col("requests_within_slo") / counted)
     devices = (pl.col("tp").fill_null(1) * pl.col("dp").fill_null(1)).cast(pl.Float64)
     return r.with_columns(
-        pl.when(pl.col("load_mode") == "open").then(pl.col("load_rate_rps"))
-        .otherwise(pl.col("load_concurrency").cast(pl.Float64)).alias("load_level"),
+        pl.when(pl.col("load_mode") == "open")
+        .then(pl.col("load_rate_rps"))
+        .otherwise(pl.col("load_concurrency").cast(pl.Float64))
+        .alias("load_level"),
         devices.alias("devices"),
         (pl.col("output_tokens_per_s") / devices).alias("output_tokens_per_s_per_device"),
         (1000.0 / pl.col("tpot_p50_ms")).alias("output_tokens_per_s_per_user"),
@@ -162,22 +181,38 @@ def highest_load_within_slo(curve: pl.DataFrame) -> pl.DataFrame:
         pl.col("goodput_requests_per_s").max().alias("goodput_max"),
         pl.len().alias("repeats"),
     )
-    best = (per_level.filter(pl.col("within")).sort("load_level").group_by(CAPACITY_KEYS).agg(
-        pl.col("load_level").last().alias("max_load_within_slo"),
-        pl.col("goodput").last().alias("goodput_requests_per_s"),
-        pl.col("goodput_min").last().alias("goodput_min_requests_per_s"),
-        pl.col("goodput_max").last().alias("goodput_max_requests_per_s"),
-        pl.col("repeats").last()))
+    best = (
+        per_level.filter(pl.col("within"))
+        .sort("load_level")
+        .group_by(CAPACITY_KEYS)
+        .agg(
+            pl.col("load_level").last().alias("max_load_within_slo"),
+            pl.col("goodput").last().alias("goodput_requests_per_s"),
+            pl.col("goodput_min").last().alias("goodput_min_requests_per_s"),
+            pl.col("goodput_max").last().alias("goodput_max_requests_per_s"),
+            pl.col("repeats").last(),
+        )
+    )
     levels = per_level.group_by(CAPACITY_KEYS).agg(
         pl.col("load_level").sort().alias("levels"),
-        pl.col("load_level").filter(~pl.col("within").fill_null(False)).min().alias("first_load_past_slo"))
-    return levels.join(best, on=list(CAPACITY_KEYS), how="left", nulls_equal=True).sort(CAPACITY_KEYS,
-                                                                                      nulls_last=True)
+        pl.col("load_level").filter(~pl.col("within").fill_null(False)).min().alias("first_load_past_slo"),
+    )
+    return levels.join(best, on=list(CAPACITY_KEYS), how="left", nulls_equal=True).sort(CAPACITY_KEYS, nulls_last=True)
 
 
-def pareto_front(curve: pl.DataFrame, keys: tuple[str, ...] = ("experiment", "hardware", "engine", "tp", "dcp",
-                                                                "mem_util", "kv_budget_bytes", "context_tokens")
-                 ) -> pl.DataFrame:
+def pareto_front(
+    curve: pl.DataFrame,
+    keys: tuple[str, ...] = (
+        "experiment",
+        "hardware",
+        "engine",
+        "tp",
+        "dcp",
+        "mem_util",
+        "kv_budget_bytes",
+        "context_tokens",
+    ),
+) -> pl.DataFrame:
     """The load points on the throughput-interactivity Pareto front of their group (``keys``): no other point of the
     group has at least as many output tokens/s per device and per user and more of either. ``on_front`` is added to
     every row of ``curve``."""
@@ -216,27 +251,37 @@ def capacity_points(curve: pl.DataFrame, samples: pl.DataFrame, info: pl.DataFra
     pts = run_ceilings(curve)
     ok = samples.filter(pl.col("error").is_null()) if "error" in samples.columns else samples
     ok = ok.with_columns(pl.lit(None, dtype=pl.Float64).alias(c) for c in CAPACITY_SERIES if c not in ok.columns)
-    per_run = ok.sort("t_s").group_by("run_id").agg(
-        pl.len().alias("samples_ok"),
-        pl.col("kv_cache_usage").max().alias("kv_usage_peak"),
-        pl.col("requests_running").max().alias("running_peak"),
-        pl.col("requests_waiting").max().alias("waiting_peak"),
-        (pl.col("preemptions_total").drop_nulls().last() - pl.col("preemptions_total").drop_nulls().first())
-        .alias("preemptions"),
+    per_run = (
+        ok.sort("t_s")
+        .group_by("run_id")
+        .agg(
+            pl.len().alias("samples_ok"),
+            pl.col("kv_cache_usage").max().alias("kv_usage_peak"),
+            pl.col("requests_running").max().alias("running_peak"),
+            pl.col("requests_waiting").max().alias("waiting_peak"),
+            (pl.col("preemptions_total").drop_nulls().last() - pl.col("preemptions_total").drop_nulls().first()).alias(
+                "preemptions"
+            ),
+        )
     )
     note = pl.col("note").fill_null("no sample") if "note" in info.columns else pl.lit("no sample")
     answered = pl.col("samples_ok").fill_null(1) > 0 if "samples_ok" in info.columns else pl.lit(True)
-    why = info.select("run_id", pl.when(pl.col("available") & answered)
-                      .then(pl.lit("sampled"))
-                      .when(pl.col("available")).then(note)
-                      .otherwise(pl.concat_str(pl.lit("not available: "), pl.col("reason").fill_null("no sample")))
-                      .alias("telemetry"))
+    why = info.select(
+        "run_id",
+        pl.when(pl.col("available") & answered)
+        .then(pl.lit("sampled"))
+        .when(pl.col("available"))
+        .then(note)
+        .otherwise(pl.concat_str(pl.lit("not available: "), pl.col("reason").fill_null("no sample")))
+        .alias("telemetry"),
+    )
     pts = pts.join(per_run, on="run_id", how="left").join(why, on="run_id", how="left")
     closed = pl.col("load_mode") == "closed"
     return pts.with_columns(
         pl.col("telemetry").fill_null(pl.lit("not recorded")),
         pl.when(closed & pl.col("concurrency_ceiling").is_not_null())
-        .then(pl.col("load_level") > pl.col("concurrency_ceiling")).alias("past_ceiling"),
+        .then(pl.col("load_level") > pl.col("concurrency_ceiling"))
+        .alias("past_ceiling"),
         (pl.col("waiting_peak") > 0).alias("queued"),
         (pl.col("kv_usage_peak") >= KV_SATURATED).alias("kv_saturated"),
     )
@@ -251,34 +296,71 @@ def saturation_onset(points: pl.DataFrame) -> pl.DataFrame:
     its runs' telemetry held that series (a sampled run whose engine exports no preemption counter has none), so a
     null first_* reads "none" only where it is true. ``telemetry``: "sampled" when any of its runs was, else the
     first reason."""
+
     def first(cond: pl.Expr) -> pl.Expr:
         return pl.col("load_level").filter(cond.fill_null(False)).min()
 
-    return points.group_by(list(CAPACITY_KEYS)).agg(
-        pl.col("concurrency_ceiling").min(),
-        pl.col("load_level").sort().alias("levels"),
-        first(pl.col("past_ceiling")).alias("first_past_ceiling"),
-        first(pl.col("queued")).alias("first_queued"),
-        first(pl.col("kv_saturated")).alias("first_kv_saturated"),
-        first(pl.col("preemptions") > 0).alias("first_preempted"),
-        # whether any of its runs' telemetry held the series at all: a null first_* means "no level did" only then
-        pl.col("queued").is_not_null().any().alias("queue_seen"),
-        pl.col("kv_saturated").is_not_null().any().alias("kv_usage_seen"),
-        pl.col("preemptions").is_not_null().any().alias("preemptions_seen"),
-        pl.col("kv_usage_peak").max().alias("kv_usage_peak"),
-        pl.when((pl.col("telemetry") == "sampled").any()).then(pl.lit("sampled"))
-        .otherwise(pl.col("telemetry").sort().first()).alias("telemetry"),
-    ).sort(list(CAPACITY_KEYS), nulls_last=True)
+    return (
+        points.group_by(list(CAPACITY_KEYS))
+        .agg(
+            pl.col("concurrency_ceiling").min(),
+            pl.col("load_level").sort().alias("levels"),
+            first(pl.col("past_ceiling")).alias("first_past_ceiling"),
+            first(pl.col("queued")).alias("first_queued"),
+            first(pl.col("kv_saturated")).alias("first_kv_saturated"),
+            first(pl.col("preemptions") > 0).alias("first_preempted"),
+            # whether any of its runs' telemetry held the series at all: a null first_* means "no level did" only then
+            pl.col("queued").is_not_null().any().alias("queue_seen"),
+            pl.col("kv_saturated").is_not_null().any().alias("kv_usage_seen"),
+            pl.col("preemptions").is_not_null().any().alias("preemptions_seen"),
+            pl.col("kv_usage_peak").max().alias("kv_usage_peak"),
+            pl.when((pl.col("telemetry") == "sampled").any())
+            .then(pl.lit("sampled"))
+            .otherwise(pl.col("telemetry").sort().first())
+            .alias("telemetry"),
+        )
+        .sort(list(CAPACITY_KEYS), nulls_last=True)
+    )
 
 
 #: The columns of report 07's Pareto figure data (the CSV beside it): each load point with what the figure draws.
-PARETO_FIGURE_COLUMNS = ("engine", "tp", "dcp", "context_tokens", "context_label", "mem_util", "load_level",
-                         "output_tokens_per_s_per_device", "output_tokens_per_s_per_user", "slo_attainment",
-                         "within_slo", "goodput_requests_per_s", "on_front", "load_stop")
+PARETO_FIGURE_COLUMNS = (
+    "engine",
+    "tp",
+    "dcp",
+    "context_tokens",
+    "context_label",
+    "mem_util",
+    "load_level",
+    "output_tokens_per_s_per_device",
+    "output_tokens_per_s_per_user",
+    "slo_attainment",
+    "within_slo",
+    "goodput_requests_per_s",
+    "on_front",
+    "load_stop",
+)
 #: The columns of report 07's ceiling figure data: each load point against its ceiling, with what telemetry saw.
-CEILING_FIGURE_COLUMNS = ("engine", "tp", "dcp", "context_tokens", "context_label", "mem_util", "load_level",
-                          "kv_pool_tokens", "concurrency_ceiling", "past_ceiling", "telemetry", "samples_ok",
-                          "kv_usage_peak", "running_peak", "waiting_peak", "preemptions", "queued", "kv_saturated")
+CEILING_FIGURE_COLUMNS = (
+    "engine",
+    "tp",
+    "dcp",
+    "context_tokens",
+    "context_label",
+    "mem_util",
+    "load_level",
+    "kv_pool_tokens",
+    "concurrency_ceiling",
+    "past_ceiling",
+    "telemetry",
+    "samples_ok",
+    "kv_usage_peak",
+    "running_peak",
+    "waiting_peak",
+    "preemptions",
+    "queued",
+    "kv_saturated",
+)
 
 
 def pareto_figure_data(curve: pl.DataFrame) -> pl.DataFrame:
@@ -306,20 +388,46 @@ def probe_comparison(probes: pl.DataFrame) -> pl.DataFrame:
     failed'), first_diff (0-based), compared, margin_at_diff, k; the reference's own rows are 'reference'."""
     rows = []
     for (exp, engine, model), g in probes.group_by(["experiment", "engine", "model"], maintain_order=True):
-        configs = g.group_by("server_key", maintain_order=True).agg(pl.col("order").first(),
-                                                                     pl.col("started_at").first())
+        configs = g.group_by("server_key", maintain_order=True).agg(
+            pl.col("order").first(), pl.col("started_at").first()
+        )
         ref = configs.sort(["order", "started_at"], nulls_last=True)["server_key"][0]
-        outputs = {key: [probes_.ProbeOutput(r["prompt"], tuple(r["tokens"]), tuple(r["margins"]), r["error"])
-                         for r in part.sort("prompt").iter_rows(named=True)]
-                   for (key,), part in g.group_by(["server_key"], maintain_order=True)}
+        outputs = {
+            key: [
+                probes_.ProbeOutput(r["prompt"], tuple(r["tokens"]), tuple(r["margins"]), r["error"])
+                for r in part.sort("prompt").iter_rows(named=True)
+            ]
+            for (key,), part in g.group_by(["server_key"], maintain_order=True)
+        }
         k = int(g["k"].drop_nulls().first() or probes_.PROBE_TOKENS)
         head = {"experiment": exp, "engine": engine, "model": model, "reference_key": ref}
-        rows += [head | {"server_key": ref, "prompt": o.prompt, "outcome": "reference", "first_diff": None,
-                         "compared": None, "margin_at_diff": None, "k": k} for o in outputs[ref]]
+        rows += [
+            head
+            | {
+                "server_key": ref,
+                "prompt": o.prompt,
+                "outcome": "reference",
+                "first_diff": None,
+                "compared": None,
+                "margin_at_diff": None,
+                "k": k,
+            }
+            for o in outputs[ref]
+        ]
         rows += [head | {"server_key": c.pop("config"), **c} for c in probes_.compare_configs(outputs, ref, k)]
-    schema = {"experiment": pl.String, "engine": pl.String, "model": pl.String, "reference_key": pl.String,
-              "server_key": pl.String, "prompt": pl.Int64, "outcome": pl.String, "first_diff": pl.Int64,
-              "compared": pl.Int64, "margin_at_diff": pl.Float64, "k": pl.Int64}
+    schema = {
+        "experiment": pl.String,
+        "engine": pl.String,
+        "model": pl.String,
+        "reference_key": pl.String,
+        "server_key": pl.String,
+        "prompt": pl.Int64,
+        "outcome": pl.String,
+        "first_diff": pl.Int64,
+        "compared": pl.Int64,
+        "margin_at_diff": pl.Float64,
+        "k": pl.Int64,
+    }
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -331,10 +439,20 @@ def probe_summary(probes: pl.DataFrame) -> pl.DataFrame:
     prompts)', 'differs only at near-ties (x of n prompts)' or 'not compared: a probe request failed'. A clear
     difference outranks the rest: a configuration that computes something else is said so even where some of its
     prompts failed."""
-    schema = {**_PROBE_CONFIG_SCHEMA, "server_key": pl.String,
-              "role": pl.String, "reference_key": pl.String, "prompts": pl.Int64, "identical": pl.Int64,
-              "differs": pl.Int64, "near_ties": pl.Int64, "not_compared": pl.Int64, "first_diff": pl.Int64,
-              "k": pl.Int64, "probe": pl.String}
+    schema = {
+        **_PROBE_CONFIG_SCHEMA,
+        "server_key": pl.String,
+        "role": pl.String,
+        "reference_key": pl.String,
+        "prompts": pl.Int64,
+        "identical": pl.Int64,
+        "differs": pl.Int64,
+        "near_ties": pl.Int64,
+        "not_compared": pl.Int64,
+        "first_diff": pl.Int64,
+        "k": pl.Int64,
+        "probe": pl.String,
+    }
     if probes.is_empty():
         return pl.DataFrame(schema=schema)
     cmp = probe_comparison(probes)
@@ -346,29 +464,58 @@ def probe_summary(probes: pl.DataFrame) -> pl.DataFrame:
         near, failed = out.count("differs at a near-tie"), sum(o.startswith("not compared") for o in out)
         first = g.filter(pl.col("outcome") == "differs")["first_diff"].min()
         role = "reference" if out and out[0] == "reference" else "compared"
-        label = ("reference" if role == "reference" else
-                 f"differs from token {first} ({differs} of {n} prompts)" if differs else
-                 f"differs only at near-ties ({near} of {n} prompts)" if near else
-                 "not compared: a probe request failed" if failed else "identical")
-        rows.append({**{c: config[c] for c in _PROBE_CONFIG_SCHEMA}, "server_key": key, "role": role,
-                     "reference_key": g["reference_key"][0], "prompts": n, "identical": out.count("identical"),
-                     "differs": differs, "near_ties": near, "not_compared": failed, "first_diff": first,
-                     "k": g["k"][0], "probe": label})
-    return pl.DataFrame(rows, schema=schema).sort(["experiment", "engine", "model", "role", "server_key"],
-                                                  descending=[False, False, False, True, False])
+        label = (
+            "reference"
+            if role == "reference"
+            else f"differs from token {first} ({differs} of {n} prompts)"
+            if differs
+            else f"differs only at near-ties ({near} of {n} prompts)"
+            if near
+            else "not compared: a probe request failed"
+            if failed
+            else "identical"
+        )
+        rows.append(
+            {
+                **{c: config[c] for c in _PROBE_CONFIG_SCHEMA},
+                "server_key": key,
+                "role": role,
+                "reference_key": g["reference_key"][0],
+                "prompts": n,
+                "identical": out.count("identical"),
+                "differs": differs,
+                "near_ties": near,
+                "not_compared": failed,
+                "first_diff": first,
+                "k": g["k"][0],
+                "probe": label,
+            }
+        )
+    return pl.DataFrame(rows, schema=schema).sort(
+        ["experiment", "engine", "model", "role", "server_key"], descending=[False, False, False, True, False]
+    )
 
 
 #: The configuration columns of :func:`probe_summary` (kvlab.store.PROBE_SCHEMA's).
-_PROBE_CONFIG_SCHEMA = {"experiment": pl.String, "engine": pl.String, "engine_label": pl.String, "model": pl.String,
-                        "tp": pl.Int64, "dcp": pl.Int64, "dp": pl.Int64, "mem_util": pl.Float64,
-                        "kv_budget_bytes": pl.Int64, "prefix_caching": pl.Boolean}
+_PROBE_CONFIG_SCHEMA = {
+    "experiment": pl.String,
+    "engine": pl.String,
+    "engine_label": pl.String,
+    "model": pl.String,
+    "tp": pl.Int64,
+    "dcp": pl.Int64,
+    "dp": pl.Int64,
+    "mem_util": pl.Float64,
+    "kv_budget_bytes": pl.Int64,
+    "prefix_caching": pl.Boolean,
+}
 
 
 def _probe_of(summary: pl.DataFrame | None) -> dict[tuple, dict]:
     """:func:`probe_summary` rows by :data:`PROBE_JOIN_KEYS` (a configuration probed under several server keys:
     the one that differs, so that a difference is never hidden behind an identical twin)."""
     out: dict[tuple, dict] = {}
-    for r in (summary.iter_rows(named=True) if summary is not None else ()):
+    for r in summary.iter_rows(named=True) if summary is not None else ():
         key = tuple(r[k] for k in PROBE_JOIN_KEYS)
         if key not in out or r["differs"] > out[key]["differs"]:
             out[key] = r
@@ -412,22 +559,37 @@ def goodput_map(best: pl.DataFrame, probes: pl.DataFrame | None = None) -> pl.Da
         lo = w["goodput_min_requests_per_s"] / r["goodput_max_requests_per_s"] if rg else None
         hi = w["goodput_max_requests_per_s"] / r["goodput_min_requests_per_s"] if rg else None
         pw, pr = probe(w), probe(r)
-        rows.append(cell | {
-            "winner": w["engine"], "winner_tp": w["tp"], "winner_dcp": w["dcp"],
-            "winner_probe": pw["probe"] if pw else NOT_PROBED,
-            "winner_probe_first_diff": pw["first_diff"] if pw else None,
-            "winner_differs": bool(pw and pw["differs"]),
-            "runner_up_probe": pr["probe"] if pr else NOT_PROBED,
-            "winner_load": w["max_load_within_slo"], "winner_goodput_requests_per_s": w["goodput_requests_per_s"],
-            "winner_goodput_min": w["goodput_min_requests_per_s"], "winner_goodput_max": w["goodput_max_requests_per_s"],
-            "winner_repeats": w["repeats"],
-            "runner_up": r["engine"], "runner_up_tp": r["tp"], "runner_up_dcp": r["dcp"],
-            "runner_up_load": r["max_load_within_slo"], "runner_up_goodput_requests_per_s": rg,
-            "runner_up_goodput_min": r["goodput_min_requests_per_s"],
-            "runner_up_goodput_max": r["goodput_max_requests_per_s"], "runner_up_repeats": r["repeats"],
-            "margin": w["goodput_requests_per_s"] / rg if rg else None, "margin_lo": lo, "margin_hi": hi,
-            "n": min(w["repeats"] or 0, r["repeats"] or 0) if rg else (w["repeats"] or 0),
-            "only_winner_within": rg is None, "engines": g["engine"].sort().to_list()})
+        rows.append(
+            cell
+            | {
+                "winner": w["engine"],
+                "winner_tp": w["tp"],
+                "winner_dcp": w["dcp"],
+                "winner_probe": pw["probe"] if pw else NOT_PROBED,
+                "winner_probe_first_diff": pw["first_diff"] if pw else None,
+                "winner_differs": bool(pw and pw["differs"]),
+                "runner_up_probe": pr["probe"] if pr else NOT_PROBED,
+                "winner_load": w["max_load_within_slo"],
+                "winner_goodput_requests_per_s": w["goodput_requests_per_s"],
+                "winner_goodput_min": w["goodput_min_requests_per_s"],
+                "winner_goodput_max": w["goodput_max_requests_per_s"],
+                "winner_repeats": w["repeats"],
+                "runner_up": r["engine"],
+                "runner_up_tp": r["tp"],
+                "runner_up_dcp": r["dcp"],
+                "runner_up_load": r["max_load_within_slo"],
+                "runner_up_goodput_requests_per_s": rg,
+                "runner_up_goodput_min": r["goodput_min_requests_per_s"],
+                "runner_up_goodput_max": r["goodput_max_requests_per_s"],
+                "runner_up_repeats": r["repeats"],
+                "margin": w["goodput_requests_per_s"] / rg if rg else None,
+                "margin_lo": lo,
+                "margin_hi": hi,
+                "n": min(w["repeats"] or 0, r["repeats"] or 0) if rg else (w["repeats"] or 0),
+                "only_winner_within": rg is None,
+                "engines": g["engine"].sort().to_list(),
+            }
+        )
     schema = {k: best.schema[k] for k in MAP_KEYS} if all(k in best.columns for k in MAP_KEYS) else None
     out = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame(schema=schema)
     return out.sort(["context_tokens", "mem_util"]) if rows else out
@@ -459,11 +621,18 @@ def _pair(m: pl.DataFrame, context_from: str, context_to: str) -> pl.DataFrame:
     keys = ["source", "experiment", "hardware", "engine"]
     prompt = pl.coalesce(pl.col("prompt_tokens"), pl.col("context_tokens"))  # as throughput() counts prompt tokens
     lo = m.filter(pl.col("context_label") == context_from).select(
-        *keys, pl.col("batch_time_s").alias("t_from_s"), pl.col("context_tokens").alias("c_from"),
-        prompt.alias("p_from"), pl.col("n_runs").alias("n_from"), "device_kind",
+        *keys,
+        pl.col("batch_time_s").alias("t_from_s"),
+        pl.col("context_tokens").alias("c_from"),
+        prompt.alias("p_from"),
+        pl.col("n_runs").alias("n_from"),
+        "device_kind",
     )
     hi = m.filter(pl.col("context_label") == context_to).select(
-        *keys, pl.col("batch_time_s").alias("t_to_s"), pl.col("context_tokens").alias("c_to"), prompt.alias("p_to"),
+        *keys,
+        pl.col("batch_time_s").alias("t_to_s"),
+        pl.col("context_tokens").alias("c_to"),
+        prompt.alias("p_to"),
         pl.col("n_runs").alias("n_to"),
     )
     return lo.join(hi, on=keys, how="inner")
@@ -475,16 +644,20 @@ def decay_factors(runs: pl.DataFrame, context_from: str = "64K", context_to: str
     A factor > 1 means throughput fell by that factor; < 1 means it rose.
     """
     p = _pair(mean_batch_times(runs), context_from, context_to)
-    return p.with_columns(
-        pl.lit(context_from).alias("context_from"),
-        pl.lit(context_to).alias("context_to"),
-        (pl.col("t_to_s") / pl.col("t_from_s")).alias("batch_time_ratio"),
-        # prompt tokens as throughput() counts them (a measured run's real prompt length, so the factor agrees with
-        # the prompt tokens/s in the table beside it; a published row's context, its only length)
-        ((pl.col("p_from") / pl.col("t_from_s")) / (pl.col("p_to") / pl.col("t_to_s"))).alias(
-            "prompt_tokens_per_s_ratio"
-        ),
-    ).drop("p_from", "p_to").sort(["source", "experiment", "engine"])
+    return (
+        p.with_columns(
+            pl.lit(context_from).alias("context_from"),
+            pl.lit(context_to).alias("context_to"),
+            (pl.col("t_to_s") / pl.col("t_from_s")).alias("batch_time_ratio"),
+            # prompt tokens as throughput() counts them (a measured run's real prompt length, so the factor agrees with
+            # the prompt tokens/s in the table beside it; a published row's context, its only length)
+            ((pl.col("p_from") / pl.col("t_from_s")) / (pl.col("p_to") / pl.col("t_to_s"))).alias(
+                "prompt_tokens_per_s_ratio"
+            ),
+        )
+        .drop("p_from", "p_to")
+        .sort(["source", "experiment", "engine"])
+    )
 
 
 def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
@@ -513,9 +686,7 @@ def batch_time_growth(runs: pl.DataFrame) -> pl.DataFrame:
             pl.when(var > 0).then(cov / var).alias("exponent"),
             pl.col("n_runs").min().alias("n_runs"),  # the fewest runs behind any context's mean
         )
-        .with_columns(
-            pl.when(pl.col("n_contexts") > 1).then(pl.col("t_to_s") / pl.col("t_from_s")).alias("growth")
-        )
+        .with_columns(pl.when(pl.col("n_contexts") > 1).then(pl.col("t_to_s") / pl.col("t_from_s")).alias("growth"))
     )
 
 
@@ -580,13 +751,23 @@ def crossover(
                 ka, kb = (ta[1] - ta[0]) / (lc[1] - lc[0]), (tb[1] - tb[0]) / (lc[1] - lc[0])
                 x = math.exp(lc[0] + (tb[0] - ta[0]) / (ka - kb))
             return Crossover(
-                float(x), fa(d[i]), fa(d[i + 1]), method, assumption,
-                f"between the measured contexts {c[i]:,} and {c[i + 1]:,} tokens", n,
+                float(x),
+                fa(d[i]),
+                fa(d[i + 1]),
+                method,
+                assumption,
+                f"between the measured contexts {c[i]:,} and {c[i + 1]:,} tokens",
+                n,
             )
     return Crossover(
-        None, fa(d[0]), fa(d[0]), method, assumption,
+        None,
+        fa(d[0]),
+        fa(d[0]),
+        method,
+        assumption,
         f"{engine_label(fa(d[0]))} is faster at every measured context ({c[0]:,}–{c[-1]:,} tokens): no crossover "
-        "inside the range", n,
+        "inside the range",
+        n,
     )
 
 
@@ -647,31 +828,41 @@ def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
                 }
             )
     schema = {
-        "claim_id": pl.String, "kind": pl.String, "engine": pl.String, "statement": pl.String,
-        "stated_value": pl.Float64, "definition": pl.String, "definition_text": pl.String,
-        "implied_value": pl.Float64, "tolerance": pl.Float64, "consistent": pl.Boolean,
+        "claim_id": pl.String,
+        "kind": pl.String,
+        "engine": pl.String,
+        "statement": pl.String,
+        "stated_value": pl.Float64,
+        "definition": pl.String,
+        "definition_text": pl.String,
+        "implied_value": pl.Float64,
+        "tolerance": pl.Float64,
+        "consistent": pl.Boolean,
     }
     return pl.DataFrame(rows, schema=schema)
 
 
 def consistency_verdicts(check: pl.DataFrame) -> pl.DataFrame:
     """One row per claim (its ``kind`` and ``engine`` kept): consistent under any definition, and under which."""
-    return (
-        check.group_by("claim_id", "kind", "engine", "statement", "stated_value", maintain_order=True)
-        .agg(
-            pl.col("consistent").any().alias("consistent_under_any"),
-            pl.col("definition").filter(pl.col("consistent")).alias("consistent_definitions"),
-            pl.col("implied_value").filter(pl.col("definition").is_in(["time_ratio", "batch_time_ratio"]))
-            .first().alias("implied_by_time_ratio"),
-        )
+    return check.group_by("claim_id", "kind", "engine", "statement", "stated_value", maintain_order=True).agg(
+        pl.col("consistent").any().alias("consistent_under_any"),
+        pl.col("definition").filter(pl.col("consistent")).alias("consistent_definitions"),
+        pl.col("implied_value")
+        .filter(pl.col("definition").is_in(["time_ratio", "batch_time_ratio"]))
+        .first()
+        .alias("implied_by_time_ratio"),
     )
 
 
 def memory_experiments(runs: pl.DataFrame) -> list[str]:
     """Measured experiments that compare memory settings (two or more distinct ``mem_util`` values)."""
     m = runs.filter((pl.col("source") == "measured") & pl.col("mem_util").is_not_null())
-    return sorted(m.group_by("experiment").agg(pl.col("mem_util").n_unique().alias("n"))
-                  .filter(pl.col("n") >= 2)["experiment"].to_list())
+    return sorted(
+        m.group_by("experiment")
+        .agg(pl.col("mem_util").n_unique().alias("n"))
+        .filter(pl.col("n") >= 2)["experiment"]
+        .to_list()
+    )
 
 
 def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
@@ -689,8 +880,12 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("n_attempts"),
         (pl.col("status") == "failed").sum().alias("failed_attempts"),
     )
-    joined = with_device_kind(measured).join(per_run_attempts, on="run_id", how="left").with_columns(
-        pl.coalesce("n_attempts", "attempts", pl.lit(1)).alias("n_attempts"),
+    joined = (
+        with_device_kind(measured)
+        .join(per_run_attempts, on="run_id", how="left")
+        .with_columns(
+            pl.coalesce("n_attempts", "attempts", pl.lit(1)).alias("n_attempts"),
+        )
     )
     ok = pl.col("status") == "ok"
     return (
@@ -702,9 +897,7 @@ def memory_study(runs: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
             (pl.col("n_attempts") - 1).clip(lower_bound=0).sum().alias("retries"),
             pl.col("batch_time_s").filter(ok).mean().alias("batch_time_mean_s"),
             pl.col("batch_time_s").filter(ok).std().alias("batch_time_std_s"),
-            (pl.col("batch_time_s").filter(ok).std() / pl.col("batch_time_s").filter(ok).mean()).alias(
-                "batch_time_cv"
-            ),
+            (pl.col("batch_time_s").filter(ok).std() / pl.col("batch_time_s").filter(ok).mean()).alias("batch_time_cv"),
             pl.col("ttft_mean_ms").filter(ok).mean().alias("ttft_mean_ms"),
             pl.col("e2e_mean_ms").filter(ok).mean().alias("e2e_mean_ms"),
             _sum_reported("server_preemptions").alias("preemptions"),  # null (sglang-jax: no /metrics), never 0
@@ -745,18 +938,34 @@ def memory_comparison(stats: pl.DataFrame, low: float | None = None, high: float
     low = stats["mem_util"].min() if low is None else low
     high = stats["mem_util"].max() if high is None else high
     if low is None or high is None or low == high:
-        return pl.DataFrame(schema={**{k: stats.schema[k] for k in (*keys, "context_label")}, "mem_low": pl.Float64, "mem_high": pl.Float64,
-                                    **{f"{c}_{s}": stats.schema[c] for s in ("low", "high") for c in cols},
-                                    "time_ratio": pl.Float64})
-    lo = stats.filter(pl.col("mem_util") == low).select(*keys, "context_label",
-                                                        *[pl.col(c).alias(f"{c}_low") for c in cols])
+        return pl.DataFrame(
+            schema={
+                **{k: stats.schema[k] for k in (*keys, "context_label")},
+                "mem_low": pl.Float64,
+                "mem_high": pl.Float64,
+                **{f"{c}_{s}": stats.schema[c] for s in ("low", "high") for c in cols},
+                "time_ratio": pl.Float64,
+            }
+        )
+    lo = stats.filter(pl.col("mem_util") == low).select(
+        *keys, "context_label", *[pl.col(c).alias(f"{c}_low") for c in cols]
+    )
     hi = stats.filter(pl.col("mem_util") == high).select(*keys, *[pl.col(c).alias(f"{c}_high") for c in cols])
     return (
         lo.join(hi, on=keys, how="inner")
-        .with_columns(pl.lit(low).alias("mem_low"), pl.lit(high).alias("mem_high"),
-                      (pl.col("batch_time_mean_s_high") / pl.col("batch_time_mean_s_low")).alias("time_ratio"))
-        .select(*keys, "context_label", "mem_low", "mem_high", *[f"{c}_{s}" for s in ("low", "high") for c in cols],
-                "time_ratio")
+        .with_columns(
+            pl.lit(low).alias("mem_low"),
+            pl.lit(high).alias("mem_high"),
+            (pl.col("batch_time_mean_s_high") / pl.col("batch_time_mean_s_low")).alias("time_ratio"),
+        )
+        .select(
+            *keys,
+            "context_label",
+            "mem_low",
+            "mem_high",
+            *[f"{c}_{s}" for s in ("low", "high") for c in cols],
+            "time_ratio",
+        )
         .sort(keys)
     )
 
@@ -770,22 +979,43 @@ def memory_ratios(stats: pl.DataFrame, low: float | None = None, high: float | N
     repeats (least at ``low`` ÷ most at ``high``, most ÷ least); equal to the ratio with one run a side. ``n_runs``:
     the fewer successful runs of the two sides. Empty with fewer than two settings."""
     keys = ["experiment", "hardware", "engine", "context_tokens"]
-    cols = ["runs_ok", "batch_time_mean_s", "batch_time_min_s", "batch_time_max_s", "e2e_mean_ms", "e2e_min_ms",
-            "e2e_max_ms"]
+    cols = [
+        "runs_ok",
+        "batch_time_mean_s",
+        "batch_time_min_s",
+        "batch_time_max_s",
+        "e2e_mean_ms",
+        "e2e_min_ms",
+        "e2e_max_ms",
+    ]
     low = stats["mem_util"].min() if low is None else low
     high = stats["mem_util"].max() if high is None else high
-    ratios = ["batch_time_ratio", "batch_time_ratio_min", "batch_time_ratio_max", "e2e_ratio", "e2e_ratio_min",
-              "e2e_ratio_max"]
-    schema = {**{k: stats.schema[k] for k in (*keys, "context_label")}, "mem_low": pl.Float64,
-              "mem_high": pl.Float64, "n_runs": pl.UInt32, **dict.fromkeys(ratios, pl.Float64)}
+    ratios = [
+        "batch_time_ratio",
+        "batch_time_ratio_min",
+        "batch_time_ratio_max",
+        "e2e_ratio",
+        "e2e_ratio_min",
+        "e2e_ratio_max",
+    ]
+    schema = {
+        **{k: stats.schema[k] for k in (*keys, "context_label")},
+        "mem_low": pl.Float64,
+        "mem_high": pl.Float64,
+        "n_runs": pl.UInt32,
+        **dict.fromkeys(ratios, pl.Float64),
+    }
     if low is None or high is None or low == high:
         return pl.DataFrame(schema=schema)
-    lo = stats.filter(pl.col("mem_util") == low).select(*keys, "context_label", *[pl.col(c).alias(f"{c}_lo") for c in cols])
+    lo = stats.filter(pl.col("mem_util") == low).select(
+        *keys, "context_label", *[pl.col(c).alias(f"{c}_lo") for c in cols]
+    )
     hi = stats.filter(pl.col("mem_util") == high).select(*keys, *[pl.col(c).alias(f"{c}_hi") for c in cols])
     return (
         lo.join(hi, on=keys, how="inner")
         .with_columns(
-            pl.lit(low, pl.Float64).alias("mem_low"), pl.lit(high, pl.Float64).alias("mem_high"),
+            pl.lit(low, pl.Float64).alias("mem_low"),
+            pl.lit(high, pl.Float64).alias("mem_high"),
             pl.min_horizontal("runs_ok_lo", "runs_ok_hi").cast(pl.UInt32).alias("n_runs"),
             (pl.col("batch_time_mean_s_lo") / pl.col("batch_time_mean_s_hi")).alias("batch_time_ratio"),
             (pl.col("batch_time_min_s_lo") / pl.col("batch_time_max_s_hi")).alias("batch_time_ratio_min"),
@@ -804,15 +1034,21 @@ def relative_to_context(frame: pl.DataFrame, y: str, context_label: str | None =
     within each source, experiment and hardware; where that engine has no row at ``context_label`` (or none is
     given), at its shortest context. ``reference_context`` names the context each row is relative to."""
     keys = ["source", "experiment", "hardware", "engine"]
-    ref = (frame.filter(pl.col(y).is_not_null()).sort("context_tokens")
-           .with_columns((pl.col("context_label") == (context_label or "")).alias("_at"))
-           .sort("_at", "context_tokens", descending=[True, False])
-           .group_by(keys, maintain_order=True)
-           .agg(pl.col(y).first().alias("_ref"), pl.col("context_label").first().alias("reference_context"),
-                pl.col("context_tokens").first().alias("reference_tokens")))
-    return (frame.join(ref, on=keys, how="left")
-            .with_columns((pl.col(y) / pl.col("_ref")).alias(f"{y}_rel"))
-            .drop("_ref"))
+    ref = (
+        frame.filter(pl.col(y).is_not_null())
+        .sort("context_tokens")
+        .with_columns((pl.col("context_label") == (context_label or "")).alias("_at"))
+        .sort("_at", "context_tokens", descending=[True, False])
+        .group_by(keys, maintain_order=True)
+        .agg(
+            pl.col(y).first().alias("_ref"),
+            pl.col("context_label").first().alias("reference_context"),
+            pl.col("context_tokens").first().alias("reference_tokens"),
+        )
+    )
+    return (
+        frame.join(ref, on=keys, how="left").with_columns((pl.col(y) / pl.col("_ref")).alias(f"{y}_rel")).drop("_ref")
+    )
 
 
 # --------------------------------------------------------------------------- engine-choice studies (document 003)
@@ -843,9 +1079,14 @@ def hit_source() -> pl.Expr:
     "server counter" (the /metrics prefix-cache hit delta: vLLM), "usage cached_tokens" (per-request
     ``usage.prompt_tokens_details.cached_tokens``: sglang-jax, which serves no /metrics), or null.
     """
-    return (pl.when(pl.col("server_prefix_cache_hits").is_not_null()).then(pl.lit("server counter"))
-            .when(pl.col("cached_prompt_tokens").is_not_null()).then(pl.lit("usage cached_tokens"))
-            .otherwise(None).alias("hit_source"))
+    return (
+        pl.when(pl.col("server_prefix_cache_hits").is_not_null())
+        .then(pl.lit("server counter"))
+        .when(pl.col("cached_prompt_tokens").is_not_null())
+        .then(pl.lit("usage cached_tokens"))
+        .otherwise(None)
+        .alias("hit_source")
+    )
 
 
 def _sum_reported(col: str) -> pl.Expr:
@@ -901,8 +1142,12 @@ def prefix_sharing(runs: pl.DataFrame, block_tokens: int = VLLM_CPU_BLOCK_TOKENS
         )
         .with_columns(
             (pl.col("shared_fraction") * (pl.col("requests") - 1) / pl.col("requests")).alias("ideal_hit_rate"),
-            ((pl.col("shared_prefix_tokens") // block_tokens) * block_tokens * (pl.col("requests") - 1)
-             / (pl.col("requests") * pl.col("prompt_tokens"))).alias("block_ideal_hit_rate"),
+            (
+                (pl.col("shared_prefix_tokens") // block_tokens)
+                * block_tokens
+                * (pl.col("requests") - 1)
+                / (pl.col("requests") * pl.col("prompt_tokens"))
+            ).alias("block_ideal_hit_rate"),
         )
         .sort([*STUDY_KEYS, "shared_fraction"], nulls_last=True)
     )
@@ -916,11 +1161,17 @@ def caching_gain(sharing: pl.DataFrame) -> pl.DataFrame:
     """
     keys = ["experiment", "hardware", "engine", "shared_fraction"]
     cols = ["cache_hit_rate", "ttft_mean_ms", "batch_time_s", "prompt_tokens_per_s"]
-    spread = [c for c in ("n_runs", "ttft_min_ms", "ttft_max_ms", "batch_time_min_s", "batch_time_max_s")
-              if c in sharing.columns]
-    on = sharing.filter(pl.col("prefix_caching")).select(*keys, "ideal_hit_rate",
-                                                         *[pl.col(c).alias(f"{c}_on") for c in [*cols, *spread]])
-    off = sharing.filter(~pl.col("prefix_caching")).select(*keys, *[pl.col(c).alias(f"{c}_off") for c in [*cols, *spread]])
+    spread = [
+        c
+        for c in ("n_runs", "ttft_min_ms", "ttft_max_ms", "batch_time_min_s", "batch_time_max_s")
+        if c in sharing.columns
+    ]
+    on = sharing.filter(pl.col("prefix_caching")).select(
+        *keys, "ideal_hit_rate", *[pl.col(c).alias(f"{c}_on") for c in [*cols, *spread]]
+    )
+    off = sharing.filter(~pl.col("prefix_caching")).select(
+        *keys, *[pl.col(c).alias(f"{c}_off") for c in [*cols, *spread]]
+    )
     out = on.join(off, on=keys, how="inner").with_columns(
         (pl.col("ttft_mean_ms_off") / pl.col("ttft_mean_ms_on")).alias("ttft_speedup"),
         (pl.col("batch_time_s_off") / pl.col("batch_time_s_on")).alias("batch_speedup"),
@@ -1010,14 +1261,16 @@ def sharing_threshold(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.1
             break
         break_even = f
     losses = tuple((f, v) for f, v in zip(x, y) if v < 0 and f > 0)  # at 0 there is nothing to reuse
-    return Threshold(at, min_gain, min(reached) if reached else None, s_lo, s_hi, step, r2, verdict,
-                     break_even, losses, gain_at_zero)
+    return Threshold(
+        at, min_gain, min(reached) if reached else None, s_lo, s_hi, step, r2, verdict, break_even, losses, gain_at_zero
+    )
 
 
 def sharing_thresholds(gain: pl.DataFrame, at: float = 0.3, min_gain: float = 0.10) -> dict[str, Threshold]:
     """:func:`sharing_threshold` for each engine in ``gain``, in the order the engines appear."""
-    return {engine: sharing_threshold(g, at, min_gain)
-            for (engine,), g in gain.group_by(["engine"], maintain_order=True)}
+    return {
+        engine: sharing_threshold(g, at, min_gain) for (engine,), g in gain.group_by(["engine"], maintain_order=True)
+    }
 
 
 def _with_turn(requests: pl.DataFrame) -> pl.DataFrame:
@@ -1049,8 +1302,10 @@ def multi_turn_by_turn(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.DataFra
             pl.col("prompt_tokens").mean(),
             pl.col("cached_tokens").mean(),
             pl.col("cached_tokens").is_not_null().sum().alias("cached_reported"),
-            (_sum_reported("cached_tokens")
-             / pl.col("prompt_tokens").filter(pl.col("cached_tokens").is_not_null()).sum()).alias("cached_share"),
+            (
+                _sum_reported("cached_tokens")
+                / pl.col("prompt_tokens").filter(pl.col("cached_tokens").is_not_null()).sum()
+            ).alias("cached_share"),
             pl.col("ttft_ms").mean().alias("ttft_mean_ms"),
         )
         .sort([*STUDY_KEYS, "turn"])
@@ -1091,8 +1346,9 @@ def concurrency_study(runs: pl.DataFrame, mode: str = "classification") -> pl.Da
     )
 
 
-def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float],
-                  block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> pl.DataFrame:
+def ideal_sharing(
+    prompt_tokens: int, requests: int, fractions: list[float], block_tokens: int = VLLM_CPU_BLOCK_TOKENS
+) -> pl.DataFrame:
     """Modelled: the share of prompt tokens a perfect prefix cache could serve, per shared fraction.
 
     Every request after the first reuses the whole prefix (``ideal_hit_rate``) or, in a cache
@@ -1102,9 +1358,14 @@ def ideal_sharing(prompt_tokens: int, requests: int, fractions: list[float],
     rows = []
     for f in fractions:
         prefix = shared_prefix_length(prompt_tokens, f)
-        rows.append({"shared_fraction": f, "prefix_tokens": prefix,
-                     "ideal_hit_rate": prefix * (requests - 1) / (requests * prompt_tokens),
-                     "block_hit_rate": (prefix // block_tokens) * block_tokens * (requests - 1) / (requests * prompt_tokens)})
+        rows.append(
+            {
+                "shared_fraction": f,
+                "prefix_tokens": prefix,
+                "ideal_hit_rate": prefix * (requests - 1) / (requests * prompt_tokens),
+                "block_hit_rate": (prefix // block_tokens) * block_tokens * (requests - 1) / (requests * prompt_tokens),
+            }
+        )
     return pl.DataFrame(rows)
 
 
@@ -1128,11 +1389,20 @@ def prefix_reuse_by_request(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.Da
     cached-token count. Counts add up over repeats.
     """
     m = _measured(runs, "shared_prefix").select(
-        "run_id", *STUDY_KEYS, "batch_size", "shared_prefix_tokens",
-        (pl.col("shared_prefix_tokens") / pl.col("prompt_tokens")).round(3).alias("shared_fraction"))
-    r = requests.join(m, on="run_id", how="inner").filter(pl.col("status") == "ok").with_columns(
-        (pl.col("request_index") < pl.col("batch_size")).alias("first_wave"),
-        (pl.col("cached_tokens") > 0).alias("hit"))
+        "run_id",
+        *STUDY_KEYS,
+        "batch_size",
+        "shared_prefix_tokens",
+        (pl.col("shared_prefix_tokens") / pl.col("prompt_tokens")).round(3).alias("shared_fraction"),
+    )
+    r = (
+        requests.join(m, on="run_id", how="inner")
+        .filter(pl.col("status") == "ok")
+        .with_columns(
+            (pl.col("request_index") < pl.col("batch_size")).alias("first_wave"),
+            (pl.col("cached_tokens") > 0).alias("hit"),
+        )
+    )
     reported = pl.col("cached_tokens").is_not_null().any()
     return (
         r.group_by([*STUDY_KEYS, "shared_fraction"])
@@ -1141,7 +1411,10 @@ def prefix_reuse_by_request(runs: pl.DataFrame, requests: pl.DataFrame) -> pl.Da
             pl.len().alias("requests"),
             pl.col("first_wave").sum().alias("first_wave"),
             pl.when(reported).then(pl.col("hit").sum()).otherwise(None).alias("requests_hit"),
-            pl.when(reported).then((pl.col("hit") & pl.col("first_wave")).sum()).otherwise(None).alias("first_wave_hit"),
+            pl.when(reported)
+            .then((pl.col("hit") & pl.col("first_wave")).sum())
+            .otherwise(None)
+            .alias("first_wave_hit"),
             pl.col("cached_tokens").filter(pl.col("hit")).median().alias("cached_tokens_per_hit"),
             pl.col("shared_prefix_tokens").first(),
         )
@@ -1153,14 +1426,22 @@ def nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
     """The rows of ``df`` whose ``col`` is nearest to ``value`` (every row at that distance)."""
     if df.is_empty():
         return df
-    return df.with_columns((pl.col(col) - value).abs().alias("_d")).filter(pl.col("_d") == pl.col("_d").min()).drop("_d")
+    return (
+        df.with_columns((pl.col(col) - value).abs().alias("_d")).filter(pl.col("_d") == pl.col("_d").min()).drop("_d")
+    )
 
 
 def engines_in(*frames: pl.DataFrame) -> list[str]:
     """The engines ``frames`` hold (each frame's ``engine`` column, where it has one), in the order they first
     appear: what a report's stand-in note reads (:func:`kvlab.narrative.stand_in_note`)."""
-    return list(dict.fromkeys(e for f in frames if not f.is_empty() and "engine" in f.columns
-                              for e in f["engine"].unique(maintain_order=True).to_list()))
+    return list(
+        dict.fromkeys(
+            e
+            for f in frames
+            if not f.is_empty() and "engine" in f.columns
+            for e in f["engine"].unique(maintain_order=True).to_list()
+        )
+    )
 
 
 def experiments_in(frame: pl.DataFrame) -> list[str]:

@@ -67,10 +67,13 @@ class DiskFullError(SweepError):
 #: "... (os error 28)" (from Rust's io::Error), pyarrow's "[errno 28] No space left on device", the C library's
 #: strerror texts, and polars' parquet writer when the footer's write fails ("Invalid thrift: transport error": its
 #: thrift serialiser reports the failed write without the errno).
-DISK_FULL_TEXTS = (*(f"(os error {n})" for n in (errno.ENOSPC, errno.EDQUOT)),
-                   *(f"[errno {n}]" for n in (errno.ENOSPC, errno.EDQUOT)),
-                   os.strerror(errno.ENOSPC).lower(), os.strerror(errno.EDQUOT).lower(),
-                   "invalid thrift: transport error")
+DISK_FULL_TEXTS = (
+    *(f"(os error {n})" for n in (errno.ENOSPC, errno.EDQUOT)),
+    *(f"[errno {n}]" for n in (errno.ENOSPC, errno.EDQUOT)),
+    os.strerror(errno.ENOSPC).lower(),
+    os.strerror(errno.EDQUOT).lower(),
+    "invalid thrift: transport error",
+)
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -182,13 +185,20 @@ class Campaign:
     ``on_run(run, status)`` is called as each run is stored.
     """
 
-    def __init__(self, specs: ExperimentSpec | list[ExperimentSpec], data_dir: Path = DATA_DIR, fresh: bool = False,
-                 on_run: Callable[[RunSpec, str], None] | None = None, only: set[tuple[str, str]] | None = None):
+    def __init__(
+        self,
+        specs: ExperimentSpec | list[ExperimentSpec],
+        data_dir: Path = DATA_DIR,
+        fresh: bool = False,
+        on_run: Callable[[RunSpec, str], None] | None = None,
+        only: set[tuple[str, str]] | None = None,
+    ):
         specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
         names = [s.name for s in specs]
         if dupes := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"experiment name(s) given twice in one sweep: {', '.join(dupes)} "
-                             "(their runs would share one folder)")
+            raise ValueError(
+                f"experiment name(s) given twice in one sweep: {', '.join(dupes)} (their runs would share one folder)"
+            )
         self.specs = {s.name: s for s in specs}
         self.data_dir = Path(data_dir)
         self.fresh = fresh
@@ -273,8 +283,13 @@ class Campaign:
             todo += t
             skipped += s
             per[name] = SweepResult(name, planned=len(t) + s, skipped=s, superseded=len(superseded[name]))
-        result = SweepResult(", ".join(self.specs), planned=len(todo) + skipped, skipped=skipped, experiments=per,
-                             superseded=sum(map(len, superseded.values())))
+        result = SweepResult(
+            ", ".join(self.specs),
+            planned=len(todo) + skipped,
+            skipped=skipped,
+            experiments=per,
+            superseded=sum(map(len, superseded.values())),
+        )
         executor.preflight(self, todo)
         try:
             executor.run(self, todo, result)
@@ -285,28 +300,52 @@ class Campaign:
             for name, spec in self.specs.items():
                 result.experiments[name].server_starts = sum(name in s.experiments for s in servers)
                 try:
-                    self.write_manifest(spec, started, result.experiments[name], servers,
-                                        **executor.manifest_extra(name))
+                    self.write_manifest(
+                        spec, started, result.experiments[name], servers, **executor.manifest_extra(name)
+                    )
                 except Exception as exc:
                     if not is_disk_full(exc):
                         raise
                     if not isinstance(stopping, DiskFullError):  # else: one message, the run's; the manifest
-                        raise self.disk_full(None, exc, None,  # keeps its last sweep (written atomically)
-                                             f"the manifest of {name}", name) from None
+                        raise self.disk_full(
+                            None,
+                            exc,
+                            None,  # keeps its last sweep (written atomically)
+                            f"the manifest of {name}",
+                            name,
+                        ) from None
         return result
 
     # ------------------------------------------------------------------ the store
-    def write_run(self, run: RunSpec, row: pl.DataFrame, requests: pl.DataFrame | None = None,
-                  attempts: pl.DataFrame | None = None, files: dict[str, Path] | None = None, **spec_extra) -> Path:
+    def write_run(
+        self,
+        run: RunSpec,
+        row: pl.DataFrame,
+        requests: pl.DataFrame | None = None,
+        attempts: pl.DataFrame | None = None,
+        files: dict[str, Path] | None = None,
+        **spec_extra,
+    ) -> Path:
         """Store one run as its folder (one atomic rename; see store.write_run): its RUNS row, requests and
         attempts, its spec with its keys (and ``spec_extra``) and ``files`` (e.g. server logs)."""
-        return store.write_run(self.exp_dir(run.experiment), run.key, row, requests, attempts,
-                               spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key,
-                                                                   **spec_extra},
-                               files=files)
+        return store.write_run(
+            self.exp_dir(run.experiment),
+            run.key,
+            row,
+            requests,
+            attempts,
+            spec=run.model_dump(mode="json") | {"key": run.key, "server_key": run.server_key, **spec_extra},
+            files=files,
+        )
 
-    def disk_full(self, run: RunSpec | None, exc: BaseException, result: SweepResult | None,
-                  what: str | None = None, experiment: str | None = None) -> DiskFullError:
+    def disk_full(
+        self,
+        run: RunSpec | None,
+        exc: BaseException,
+        result: SweepResult | None,
+        what: str | None = None,
+        experiment: str | None = None,
+    ) -> DiskFullError:
         """The one error a campaign stops with when the disk fills up: it names the run (or ``what`` could not be
         written), the folder and its free space; the run is counted failed with cause ``disk_full`` (and
         ``on_run`` told), not stored."""
@@ -317,10 +356,12 @@ class Campaign:
             result.tally(run, "failed")
             self.on_run(run, "failed")
         done = len(store.finished_run_keys(exp_dir)) if exp_dir.is_dir() else 0
-        msg = (f"disk full while storing {what}: {free / 2**20:.1f} MiB ({free:,} bytes) free on the disk of {where} "
-               f"({getattr(exc, 'strerror', None) or exc}). Nothing of it was stored (no half-written folder); "
-               f"the {done} finished run(s) in {exp_dir} are intact. Free some space and sweep again: it resumes "
-               "from this run.")
+        msg = (
+            f"disk full while storing {what}: {free / 2**20:.1f} MiB ({free:,} bytes) free on the disk of {where} "
+            f"({getattr(exc, 'strerror', None) or exc}). Nothing of it was stored (no half-written folder); "
+            f"the {done} finished run(s) in {exp_dir} are intact. Free some space and sweep again: it resumes "
+            "from this run."
+        )
         return DiskFullError(msg, Failure("disk_full", str(exc)[:500]), run, free)
 
     def stored(self, run: RunSpec, path: Path, status: str, result: SweepResult, attempts: int = 0) -> None:
@@ -350,27 +391,46 @@ class Campaign:
         self.stored(run, path, "failed", result, len(attempts))
         return path
 
-    def write_manifest(self, spec: ExperimentSpec, started: str, result: SweepResult, servers: list[ServerRecord],
-                       **extra) -> None:
+    def write_manifest(
+        self, spec: ExperimentSpec, started: str, result: SweepResult, servers: list[ServerRecord], **extra
+    ) -> None:
         """Append this campaign to the experiment's manifest: host, counts, and the servers its runs used
         (a server shared with other experiments lists them all under ``experiments``); ``extra``: more
         fields of this campaign's entry (a cluster campaign's nodes)."""
         path = self.exp_dir(spec.name) / store.MANIFEST_FILE
         old = json.loads(path.read_text()) if path.exists() else {}
         sweeps = old.get("sweeps", [])
-        sweeps.append({
-            **host.provenance(), "started_at": started, "ended_at": datetime.now(timezone.utc).isoformat(),
-            "planned": result.planned, "skipped": result.skipped, "ok": result.ok, "failed": result.failed,
-            **({"not_climbed": result.not_climbed} if result.not_climbed else {}),
-            "server_starts": result.server_starts, "attempts": result.attempts,
-            "servers": [s.as_dict() for s in servers if spec.name in s.experiments],
-            "swept_with": [n for n in self.specs if n != spec.name], **extra,
-        })
+        sweeps.append(
+            {
+                **host.provenance(),
+                "started_at": started,
+                "ended_at": datetime.now(timezone.utc).isoformat(),
+                "planned": result.planned,
+                "skipped": result.skipped,
+                "ok": result.ok,
+                "failed": result.failed,
+                **({"not_climbed": result.not_climbed} if result.not_climbed else {}),
+                "server_starts": result.server_starts,
+                "attempts": result.attempts,
+                "servers": [s.as_dict() for s in servers if spec.name in s.experiments],
+                "swept_with": [n for n in self.specs if n != spec.name],
+                **extra,
+            }
+        )
         order = {"configurations": probe_order(spec)} if spec.probe else {}
-        store.write_json_atomic(path, redact_secrets({  # env values whose names look like secrets: '***'
-            "experiment": spec.name, "description": spec.description,
-            "assumptions": spec.assumptions, "spec": spec.model_dump(mode="json"), "sweeps": sweeps, **order,
-        }))
+        store.write_json_atomic(
+            path,
+            redact_secrets(
+                {  # env values whose names look like secrets: '***'
+                    "experiment": spec.name,
+                    "description": spec.description,
+                    "assumptions": spec.assumptions,
+                    "spec": spec.model_dump(mode="json"),
+                    "sweeps": sweeps,
+                    **order,
+                }
+            ),
+        )
 
 
 def probe_order(spec: ExperimentSpec) -> list[str]:
@@ -390,12 +450,13 @@ def _check_writable(exp_dir: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=exp_dir, prefix=temp_prefix("write-check")):
             pass
     except OSError as exc:
-        raise SweepError(f"{exp_dir}: cannot write runs there ({exc.strerror or exc}); "
-                         "nothing was launched") from None
+        raise SweepError(f"{exp_dir}: cannot write runs there ({exc.strerror or exc}); nothing was launched") from None
     free = shutil.disk_usage(exp_dir).free
     if free < MIN_FREE_BYTES:
-        raise SweepError(f"{exp_dir}: only {free / 2**20:.0f} MiB free on its disk, a sweep needs at least "
-                         f"{MIN_FREE_BYTES / 2**20:.0f} MiB; nothing was launched")
+        raise SweepError(
+            f"{exp_dir}: only {free / 2**20:.0f} MiB free on its disk, a sweep needs at least "
+            f"{MIN_FREE_BYTES / 2**20:.0f} MiB; nothing was launched"
+        )
 
 
 def _lock(exp_dir: Path) -> int:
@@ -404,9 +465,11 @@ def _lock(exp_dir: Path) -> int:
     try:  # never through a link: a sweep.lock symlink would have its target truncated and written
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
-        raise SweepError(f"{path}: cannot open the sweep lock ({exc.strerror or exc}"
-                         + ("; it is a symbolic link: remove it" if path.is_symlink() else "")
-                         + "). Nothing was launched.") from None
+        raise SweepError(
+            f"{path}: cannot open the sweep lock ({exc.strerror or exc}"
+            + ("; it is a symbolic link: remove it" if path.is_symlink() else "")
+            + "). Nothing was launched."
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -415,12 +478,23 @@ def _lock(exp_dir: Path) -> int:
         except ValueError:
             holder = {}
         os.close(fd)
-        who = (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started_at')}: "
-               f"{holder.get('command')}") if holder else "another process"
-        raise SweepError(f"{exp_dir.name}: another sweep is running it ({who}); wait for it or stop it. "
-                         "Nothing was launched.") from None
-    me = {"pid": os.getpid(), "host": os.uname().nodename, "started_at": datetime.now(timezone.utc).isoformat(),
-          "command": " ".join(sys.argv)}
+        who = (
+            (
+                f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started_at')}: "
+                f"{holder.get('command')}"
+            )
+            if holder
+            else "another process"
+        )
+        raise SweepError(
+            f"{exp_dir.name}: another sweep is running it ({who}); wait for it or stop it. Nothing was launched."
+        ) from None
+    me = {
+        "pid": os.getpid(),
+        "host": os.uname().nodename,
+        "started_at": datetime.now(timezone.utc).isoformat(),
+        "command": " ".join(sys.argv),
+    }
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(me).encode(), 0)
     return fd

@@ -35,8 +35,15 @@ console = Console(stderr=True, soft_wrap=True)  # long lines stay whole in logs
 
 def _progress() -> Progress:
     """The progress bar of every long command: description, bar, done/total, elapsed time, time left."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
 
 
 def _parse_params(values: list[str]) -> dict:
@@ -82,27 +89,52 @@ def report(
 
 @app.command()
 def sweep(
-    experiments: Annotated[list[Path], typer.Argument(help="experiment YAML file(s), e.g. data/experiments/cpu_long_context.yaml")],
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the exact commands and runs; launch nothing")] = False,
+    experiments: Annotated[
+        list[Path], typer.Argument(help="experiment YAML file(s), e.g. data/experiments/cpu_long_context.yaml")
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the exact commands and runs; launch nothing")
+    ] = False,
     fresh: Annotated[bool, typer.Option(help="re-run finished runs instead of reusing them")] = False,
-    quick: Annotated[bool, typer.Option(
-        "--quick", help="run each experiment's quick form (its `quick:` points and repeats; a subset of the full study)"
-    )] = False,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="run each experiment's quick form (its `quick:` points and repeats; a subset of the full study)",
+        ),
+    ] = False,
     data_dir: Annotated[Path, typer.Option(help="data folder; results go to DATA_DIR/runs/<experiment>")] = DATA_DIR,
-    ray: Annotated[str | None, typer.Option(
-        "--ray", metavar="ADDRESS",
-        help="run each server group as a task on a Ray cluster: auto (join this host's cluster), local (start one "
-             "here), ray://host:port or host:port; results still go to DATA_DIR (needs the cluster extra)")] = None,
-    ray_resource: Annotated[str | None, typer.Option(
-        help="with --ray: custom Ray resource a CPU experiment's server group asks one unit of (default: 1 CPU)")] = None,
-    ray_insecure: Annotated[bool, typer.Option(
-        "--ray-insecure",
-        help="with --ray: use a Ray cluster that runs without authentication (refused otherwise: anyone who reaches "
-             "its ports can run code on its nodes), and leave --ray local's authentication to RAY_AUTH_MODE")] = False,
-    sequential_starts: Annotated[bool, typer.Option(
-        "--sequential-starts",
-        help="start each server only when the previous group is done (default: on CPU, with explicit KV budgets, "
-             "the next group's server starts beside the current one's and is paused while it is measured)")] = False,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="run each server group as a task on a Ray cluster: auto (join this host's cluster), local (start one "
+            "here), ray://host:port or host:port; results still go to DATA_DIR (needs the cluster extra)",
+        ),
+    ] = None,
+    ray_resource: Annotated[
+        str | None,
+        typer.Option(
+            help="with --ray: custom Ray resource a CPU experiment's server group asks one unit of (default: 1 CPU)"
+        ),
+    ] = None,
+    ray_insecure: Annotated[
+        bool,
+        typer.Option(
+            "--ray-insecure",
+            help="with --ray: use a Ray cluster that runs without authentication (refused otherwise: anyone who reaches "
+            "its ports can run code on its nodes), and leave --ray local's authentication to RAY_AUTH_MODE",
+        ),
+    ] = False,
+    sequential_starts: Annotated[
+        bool,
+        typer.Option(
+            "--sequential-starts",
+            help="start each server only when the previous group is done (default: on CPU, with explicit KV budgets, "
+            "the next group's server starts beside the current one's and is paused while it is measured)",
+        ),
+    ] = False,
 ) -> None:
     """Run experiments for real: every unfinished run, resumable, results under data/runs/.
 
@@ -125,8 +157,10 @@ def sweep(
     first: dict[str, Path] = {}
     for experiment, spec in zip(experiments, specs):
         if spec.name in first:  # their runs would share one folder (kvlab.campaign refuses it too)
-            console.print(f"[red]invalid experiment[/red]\n{escape(str(experiment))}: name: {spec.name!r} is also the "
-                          f"name of {escape(str(first[spec.name]))}: one sweep takes each experiment once")
+            console.print(
+                f"[red]invalid experiment[/red]\n{escape(str(experiment))}: name: {spec.name!r} is also the "
+                f"name of {escape(str(first[spec.name]))}: one sweep takes each experiment once"
+            )
             raise typer.Exit(2)
         first[spec.name] = experiment
     if dry_run:
@@ -147,16 +181,21 @@ def sweep(
         except cluster.ClusterError as exc:
             console.print(f"[red]cannot sweep[/red]: {escape(str(exc))}")
             raise typer.Exit(1) from None
-    res = _sweep(specs, data_dir, fresh, ray, ray_resource, overlap_starts=not sequential_starts,
-                 ray_insecure=ray_insecure)
+    res = _sweep(
+        specs, data_dir, fresh, ray, ray_resource, overlap_starts=not sequential_starts, ray_insecure=ray_insecure
+    )
     if res.failed:  # failed runs are results (the memory study counts them), not a failed sweep
-        console.print(f"[yellow]{res.failed} run(s) failed[/yellow]: each is recorded with its cause "
-                      f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports")
+        console.print(
+            f"[yellow]{res.failed} run(s) failed[/yellow]: each is recorded with its cause "
+            f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports"
+        )
 
 
 @app.command()
 def check(
-    experiments: Annotated[list[Path], typer.Argument(help="experiment YAML file(s), e.g. data/experiments/b300_long_context.yaml")],
+    experiments: Annotated[
+        list[Path], typer.Argument(help="experiment YAML file(s), e.g. data/experiments/b300_long_context.yaml")
+    ],
     quick: Annotated[bool, typer.Option("--quick", help="check each experiment's quick form")] = False,
     data_dir: Annotated[Path, typer.Option(help="data folder the sweep would write to")] = DATA_DIR,
 ) -> None:
@@ -184,8 +223,10 @@ def _preflight(pairs, data_dir: Path, verbose: bool = False) -> None:
     for path, spec in pairs:
         report = preflight.check(path, spec, data_dir)
         if verbose or not report.ok:
-            console.print(f"{'[green]ready[/green]' if report.ok else '[red]not ready[/red]'} {escape(str(path))}"
-                          + "".join(f"\n  {escape(line)}" for line in (report.found if verbose else [])))
+            console.print(
+                f"{'[green]ready[/green]' if report.ok else '[red]not ready[/red]'} {escape(str(path))}"
+                + "".join(f"\n  {escape(line)}" for line in (report.found if verbose else []))
+            )
         for problem in report.problems:
             console.print(f"  [red]✗[/red] {escape(str(problem))}")
         bad += len(report.problems)
@@ -194,8 +235,15 @@ def _preflight(pairs, data_dir: Path, verbose: bool = False) -> None:
         raise typer.Exit(2)
 
 
-def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resource: str | None = None,
-           overlap_starts: bool = True, ray_insecure: bool = False):
+def _sweep(
+    specs,
+    data_dir: Path,
+    fresh: bool,
+    ray: str | None = None,
+    ray_resource: str | None = None,
+    overlap_starts: bool = True,
+    ray_insecure: bool = False,
+):
     """One sweep over every experiment given: runs that need the same server share one start (``ray``: one
     Ray task per server configuration, see kvlab.cluster)."""
     from kvlab import plan, runner  # this command's own stack: +0.7 s CPU on every other command (see the top)
@@ -214,8 +262,10 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
         t, s = campaign.pending_in(spec)
         console.print(f"{spec.name}: {len(t)} run(s) to do, {s} finished run(s) reused")
     if todo:
-        console.print(f"{len(groups)} server configuration(s) for {len(todo)} run(s)"
-                      + (f"; {shared} shared by runs of different experiments" if shared else ""))
+        console.print(
+            f"{len(groups)} server configuration(s) for {len(todo)} run(s)"
+            + (f"; {shared} shared by runs of different experiments" if shared else "")
+        )
     many = len(specs) > 1
     with _progress() as progress:
         task = progress.add_task("sweep " + (f"{len(specs)} experiments" if many else specs[0].name), total=len(todo))
@@ -225,8 +275,10 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
             w = run.workload
             varies = " ".join(_point_text(axis, v) for axis, v in run.point.items() if axis != "engine")
             where = f"{run.experiment} " if many else ""
-            progress.console.print(f"  [{colour}]{status:6}[/{colour}] {where}{run.key} {run.engine_label} {varies} "
-                                   f"({w.prompt_len}+{w.output_tokens} tok × {w.n_requests}) repeat={run.repeat}")
+            progress.console.print(
+                f"  [{colour}]{status:6}[/{colour}] {where}{run.key} {run.engine_label} {varies} "
+                f"({w.prompt_len}+{w.output_tokens} tok × {w.n_requests}) repeat={run.repeat}"
+            )
             progress.advance(task)
 
         campaign.on_run = on_run
@@ -245,12 +297,22 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
                 console.print(f"[red]cluster sweep stopped[/red]: {escape(str(exc))}")
                 raise typer.Exit(1) from None
     for name, r in res.experiments.items():
-        aside = (f"; {r.superseded} run(s) of an earlier version of the experiment set aside in "
-                 f"{data_dir / 'runs' / name / 'superseded'}") if r.superseded else ""
-        climb = (f", {r.not_climbed} rung(s) of a load ladder not climbed (a lower rung was past saturation or its goodput fell)"
-                 if r.not_climbed else "")
-        console.print(f"{name}: {r.ok} ok, {r.failed} failed, {r.skipped} reused{climb} → "
-                      f"{data_dir / 'runs' / name}{aside}")
+        aside = (
+            (
+                f"; {r.superseded} run(s) of an earlier version of the experiment set aside in "
+                f"{data_dir / 'runs' / name / 'superseded'}"
+            )
+            if r.superseded
+            else ""
+        )
+        climb = (
+            f", {r.not_climbed} rung(s) of a load ladder not climbed (a lower rung was past saturation or its goodput fell)"
+            if r.not_climbed
+            else ""
+        )
+        console.print(
+            f"{name}: {r.ok} ok, {r.failed} failed, {r.skipped} reused{climb} → {data_dir / 'runs' / name}{aside}"
+        )
     console.print(f"{res.server_starts} server start(s), {res.attempts} attempt(s), {res.wall_s:.0f} s")
     return res
 
@@ -258,8 +320,10 @@ def _sweep(specs, data_dir: Path, fresh: bool, ray: str | None = None, ray_resou
 def _point_text(axis: str, value) -> str:
     """What a matrix axis chose for one run, as `field=value` (a linked axis: each of its fields)."""
     pairs = value.items() if isinstance(value, dict) else [(axis, value)]
-    return " ".join(f"{path.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{path.rsplit('.', 1)[-1]}={v}"
-                    for path, v in pairs)
+    return " ".join(
+        f"{path.rsplit('.', 1)[-1]}={v:g}" if isinstance(v, float) else f"{path.rsplit('.', 1)[-1]}={v}"
+        for path, v in pairs
+    )
 
 
 @app.command()
@@ -280,9 +344,18 @@ def model(
     from kvlab.spec import SpecError  # (the same stack: the report reads experiments with kvlab.spec)
 
     try:
-        text = model_command(target, gpu=gpu, model=model_name, engine=engine, tp=tp, dcp=dcp,
-                             context_tokens=context or None, batch_size=batch_size,
-                             output_tokens=output_tokens, mem_util=mem_util)
+        text = model_command(
+            target,
+            gpu=gpu,
+            model=model_name,
+            engine=engine,
+            tp=tp,
+            dcp=dcp,
+            context_tokens=context or None,
+            batch_size=batch_size,
+            output_tokens=output_tokens,
+            mem_util=mem_util,
+        )
     except SpecError as exc:
         console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from None
@@ -293,7 +366,9 @@ def model(
 
 
 @app.command("make-model")
-def make_model(out: Annotated[Path | None, typer.Option(help="folder (default data/models/tiny-llama)")] = None) -> None:
+def make_model(
+    out: Annotated[Path | None, typer.Option(help="folder (default data/models/tiny-llama)")] = None,
+) -> None:
     """Generate kvlab's tiny local model (deterministic; nothing is downloaded)."""
     from kvlab.tinymodel import ensure_tiny_model  # this command's own stack: +0.12 s CPU (see the top)
 
@@ -304,8 +379,15 @@ def lab_argv(port: int = 8888, open_browser: bool = True) -> list[str]:
     """JupyterLab on the notebooks, bound to this machine only and behind Jupyter's token (JUPYTER_TOKEN, else one
     Jupyter makes and prints). As root (containers, these build machines) Jupyter refuses to start without
     --allow-root; kvlab passes it only then."""
-    argv = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={NOTEBOOKS_DIR}", "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}", "--ServerApp.port_retries=0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        f"--ServerApp.root_dir={NOTEBOOKS_DIR}",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+    ]
     if not open_browser:
         argv.append("--no-browser")
     if os.geteuid() == 0:
@@ -314,8 +396,10 @@ def lab_argv(port: int = 8888, open_browser: bool = True) -> list[str]:
 
 
 @app.command()
-def lab(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8888,
-        browser: Annotated[bool, typer.Option(help="open a browser tab")] = True) -> None:
+def lab(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 8888,
+    browser: Annotated[bool, typer.Option(help="open a browser tab")] = True,
+) -> None:
     """Open the notebooks in JupyterLab (localhost only, with Jupyter's token; works as root too)."""
     argv = lab_argv(port, browser)
     os.execv(argv[0], argv)

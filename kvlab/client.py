@@ -69,8 +69,10 @@ ERROR_KINDS: dict[str, str] = {
     CLIENT_ERROR: "client",
 }
 if set(ERROR_KINDS.values()) != set(REQUEST_ERROR_KINDS):  # "client": an exception the checks did not foresee
-    raise ImportError(f"client error kinds {sorted(set(ERROR_KINDS.values()))} do not match the schema's "
-                      f"{sorted(REQUEST_ERROR_KINDS)}")
+    raise ImportError(
+        f"client error kinds {sorted(set(ERROR_KINDS.values()))} do not match the schema's "
+        f"{sorted(REQUEST_ERROR_KINDS)}"
+    )
 
 
 def error_kind(error: str | None) -> str | None:
@@ -81,6 +83,8 @@ def error_kind(error: str | None) -> str | None:
         if error.startswith(prefix):
             return kind
     return "client"
+
+
 #: The timing hook of :func:`run_requests`: (request index, bytes of one network read, perf_counter stamp).
 OnRead = Callable[[int, bytes, float], None]
 
@@ -159,8 +163,10 @@ class BatchResult:
         # Short on purpose: Python 3.11's asyncio.run formats the main task's result (this object)
         # when it restores the SIGINT handler; a full repr of every chunk time cost ~5% of a big batch.
         failed = sum(r.status != "ok" for r in self.records)
-        return (f"BatchResult(<{len(self.records)} records, {failed} failed>, t0={self.t0!r}, "
-                f"t_end={self.t_end!r}, batch_time_s={self.batch_time_s!r}, started_at={self.started_at!r})")
+        return (
+            f"BatchResult(<{len(self.records)} records, {failed} failed>, t0={self.t0!r}, "
+            f"t_end={self.t_end!r}, batch_time_s={self.batch_time_s!r}, started_at={self.started_at!r})"
+        )
 
 
 # ----------------------------------------------------------------- per-request definitions
@@ -225,9 +231,25 @@ class _Acc:
     """Mutable per-request state while the stream is read (kept small: touched per chunk)."""
 
     __slots__ = (
-        "index", "t_send", "t_end", "http_status", "error", "done", "chunk_times", "usage",
-        "reasoning_chunks", "t_first_answer", "text", "reasoning", "error_event_next",
-        "t_first_chunk", "empty_chunks", "max_chunks", "max_bytes", "deadline", "deadline_s",
+        "index",
+        "t_send",
+        "t_end",
+        "http_status",
+        "error",
+        "done",
+        "chunk_times",
+        "usage",
+        "reasoning_chunks",
+        "t_first_answer",
+        "text",
+        "reasoning",
+        "error_event_next",
+        "t_first_chunk",
+        "empty_chunks",
+        "max_chunks",
+        "max_bytes",
+        "deadline",
+        "deadline_s",
     )
 
     def __init__(self, index: int) -> None:
@@ -301,7 +323,8 @@ def _record_error(acc: _Acc, message: str) -> None:
 
 def _type_name(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
 
 
 def _malformed(acc: _Acc, where: str, value: Any, expected: str) -> None:
@@ -353,8 +376,11 @@ def _handle_obj(acc: _Acc, obj: Any, now: float, chat: bool) -> None:
         elif not isinstance(delta, dict):
             _malformed(acc, "choices[0].delta", delta, "an object")
             return
-        fields = (("delta.content", delta.get("content")), ("delta.reasoning_content", delta.get("reasoning_content")),
-                  ("delta.reasoning", delta.get("reasoning")))
+        fields = (
+            ("delta.content", delta.get("content")),
+            ("delta.reasoning_content", delta.get("reasoning_content")),
+            ("delta.reasoning", delta.get("reasoning")),
+        )
     else:
         fields = (("text", choice.get("text")),)
     for name, value in fields:
@@ -462,8 +488,9 @@ def _handle_block_fast(acc: _Acc, block: bytes, now: float) -> bytes:
     return block[cut:]
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat: bool,
-                       on_read: OnRead | None = None) -> None:
+async def _read_stream(
+    resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat: bool, on_read: OnRead | None = None
+) -> None:
     # Split SSE lines ourselves from raw reads: no line-length limit, one clock read per network read.
     # A read's complete lines are handled together; an unfinished line waits for the next read.
     perf = time.perf_counter
@@ -481,12 +508,18 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
         # The stream's bounds, checked at every read (aiohttp's total timeout holds the deadline too, between reads)
         total += len(data)
         if len(acc.chunk_times) > acc.max_chunks:
-            _record_error(acc, f"{TOO_MANY_CHUNKS} max_tokens + {CHUNK_SLACK} ({acc.max_chunks}): "
-                               f"{len(acc.chunk_times)} received, the rest of the stream was not read")
+            _record_error(
+                acc,
+                f"{TOO_MANY_CHUNKS} max_tokens + {CHUNK_SLACK} ({acc.max_chunks}): "
+                f"{len(acc.chunk_times)} received, the rest of the stream was not read",
+            )
             return
         if total > acc.max_bytes:
-            _record_error(acc, f"{STREAM_TOO_LARGE} {acc.max_bytes / 2**20:g} MiB (the cap for its max_tokens): the "
-                               "rest of the stream was not read")
+            _record_error(
+                acc,
+                f"{STREAM_TOO_LARGE} {acc.max_bytes / 2**20:g} MiB (the cap for its max_tokens): the "
+                "rest of the stream was not read",
+            )
             return
         if now > acc.deadline:
             _record_error(acc, f"timeout after {acc.deadline_s:g} s (the request's deadline)")
@@ -496,8 +529,9 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
             pending.append(data)
             held += len(data)
             if held > MAX_LINE_BYTES:
-                _record_error(acc, f"{LINE_TOO_LONG} {MAX_LINE_BYTES // 2**20} MiB: the rest of the stream was not "
-                                   "read")
+                _record_error(
+                    acc, f"{LINE_TOO_LONG} {MAX_LINE_BYTES // 2**20} MiB: the rest of the stream was not read"
+                )
                 return
             continue
         if pending and held + data.find(b"\n") > MAX_LINE_BYTES:
@@ -523,8 +557,9 @@ async def _read_stream(resp: aiohttp.ClientResponse, acc: _Acc, fast: bool, chat
     if rest.strip():
         _handle_line(acc, rest, perf(), fast, chat)
     if len(acc.chunk_times) > acc.max_chunks:  # the last read's chunks
-        _record_error(acc, f"{TOO_MANY_CHUNKS} max_tokens + {CHUNK_SLACK} ({acc.max_chunks}): "
-                           f"{len(acc.chunk_times)} received")
+        _record_error(
+            acc, f"{TOO_MANY_CHUNKS} max_tokens + {CHUNK_SLACK} ({acc.max_chunks}): {len(acc.chunk_times)} received"
+        )
 
 
 async def _send_one(
@@ -554,8 +589,11 @@ async def _send_one(
             acc.http_status = resp.status
             if resp.status != 200:
                 detail = (await _read_capped(resp.content, MAX_ERROR_BODY_BYTES)).decode(errors="replace")
-                where = f" (redirect to {resp.headers.get('Location', '?')!r} not followed)" \
-                    if 300 <= resp.status < 400 else ""
+                where = (
+                    f" (redirect to {resp.headers.get('Location', '?')!r} not followed)"
+                    if 300 <= resp.status < 400
+                    else ""
+                )
                 _record_error(acc, f"HTTP {resp.status}{where}: {detail}")
                 return
             await _read_stream(resp, acc, fast, chat, on_read)
@@ -590,9 +628,12 @@ async def _read_capped(content: aiohttp.StreamReader, limit: int) -> bytes:
 
 #: usage fields the client reads: (path, where it sits, must be >= 0). completion_tokens may be any integer
 #: (a negative one is flagged, not failed: see count_flag).
-_USAGE_INTS = (("prompt_tokens", (), True), ("completion_tokens", (), False),
-               ("cached_tokens", ("prompt_tokens_details",), True),
-               ("reasoning_tokens", ("completion_tokens_details",), True))
+_USAGE_INTS = (
+    ("prompt_tokens", (), True),
+    ("completion_tokens", (), False),
+    ("cached_tokens", ("prompt_tokens_details",), True),
+    ("reasoning_tokens", ("completion_tokens_details",), True),
+)
 
 
 def _usage_counts(acc: _Acc) -> dict[str, int | None]:
@@ -610,8 +651,9 @@ def _usage_counts(acc: _Acc) -> dict[str, int | None]:
                 _malformed(acc, where, node, "an object or null")
                 return dict.fromkeys(n for n, _, _ in _USAGE_INTS)
         value = node.get(name) if isinstance(node, dict) else None
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or (non_negative and value < 0)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or (non_negative and value < 0)
+        ):
             _malformed(acc, f"{where}.{name}", value, "a non-negative integer" if non_negative else "an integer")
             return dict.fromkeys(n for n, _, _ in _USAGE_INTS)
         out[name] = value
@@ -628,8 +670,11 @@ def count_flag(completion_tokens: int | None, chunks: int, max_tokens: int, igno
     """
     n = completion_tokens
     if n is None:
-        return (f"{chunks} token-bearing chunks received is above max_tokens {max_tokens}, with no completion_tokens"
-                if chunks > max_tokens else None)
+        return (
+            f"{chunks} token-bearing chunks received is above max_tokens {max_tokens}, with no completion_tokens"
+            if chunks > max_tokens
+            else None
+        )
     why = []
     if n < 0:
         why.append(f"completion_tokens {n} is negative")
@@ -734,8 +779,10 @@ async def run_requests(
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    built = {p.index: build_body(p, model, ignore_eos=ignore_eos, temperature=temperature, seed=seed,
-                                 extra_body=extra_body) for p in prompts}
+    built = {
+        p.index: build_body(p, model, ignore_eos=ignore_eos, temperature=temperature, seed=seed, extra_body=extra_body)
+        for p in prompts
+    }
     bodies = {i: json.dumps(b, separators=(",", ":")).encode() for i, b in built.items()}
     ignores = {i: b.get("ignore_eos") is True for i, b in built.items()}  # what each request asked for
     if len(bodies) != len(prompts):
@@ -782,11 +829,22 @@ async def run_requests(
                     first_send_wall.append(time.time())
                 sent.add(p.index)
                 acc = accs[p.index]
-                await _send_one(session, base + p.endpoint, bodies[p.index], headers, acc,
-                                p.messages is not None, keep_text, timeouts[p.index], on_read)
+                await _send_one(
+                    session,
+                    base + p.endpoint,
+                    bodies[p.index],
+                    headers,
+                    acc,
+                    p.messages is not None,
+                    keep_text,
+                    timeouts[p.index],
+                    on_read,
+                )
                 if on_finish is not None:
-                    on_finish(p.index, ttft_ms(acc.t_send, acc.chunk_times[0])
-                              if acc.error is None and acc.chunk_times else None)
+                    on_finish(
+                        p.index,
+                        ttft_ms(acc.t_send, acc.chunk_times[0]) if acc.error is None and acc.chunk_times else None,
+                    )
             finally:
                 if sem is not None:
                     sem.release()
@@ -854,8 +912,9 @@ def within_slo(r: RequestRecord, ttft_ms: float | None, tpot_ms: float | None) -
     return True
 
 
-def summarize(records: Sequence[RequestRecord], batch_time_s: float | None,
-              slo: Mapping[str, float | None] | None = None) -> dict:
+def summarize(
+    records: Sequence[RequestRecord], batch_time_s: float | None, slo: Mapping[str, float | None] | None = None
+) -> dict:
     """The RUNS columns a batch of request records determines.
 
     Latency means and percentiles cover successful requests only (a failed request has no meaningful
@@ -886,8 +945,11 @@ def summarize(records: Sequence[RequestRecord], batch_time_s: float | None,
         **percentiles_ms("e2e", e2es),
         "slo_ttft_ms": slo_ttft,
         "slo_tpot_ms": slo_tpot,
-        "requests_within_slo": (sum(within_slo(r, slo_ttft, slo_tpot) for r in records)
-                                if slo_ttft is not None or slo_tpot is not None else None),
+        "requests_within_slo": (
+            sum(within_slo(r, slo_ttft, slo_tpot) for r in records)
+            if slo_ttft is not None or slo_tpot is not None
+            else None
+        ),
         "requests_ok": len(ok),
         "requests_failed": len(records) - len(ok),
         "served_prompt_tokens": sum_reported([r.prompt_tokens for r in records]),

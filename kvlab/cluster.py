@@ -87,8 +87,10 @@ def connect(address: str, insecure: bool = False):
         try:
             socket.create_connection((host_, int(port)), timeout=5).close()
         except OSError as exc:
-            raise ClusterError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); "
-                               "start one with `ray start --head` or use --ray local") from None
+            raise ClusterError(
+                f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                "start one with `ray start --head` or use --ray local"
+            ) from None
     try:
         if local:  # Ray 2.60 still listens on every interface for some of its servers (docs/experiments.md)
             ray.init(address=None, log_to_driver=False, _node_ip_address="127.0.0.1", include_dashboard=False)
@@ -115,8 +117,10 @@ def auth_mode(environ=os.environ) -> str:
         from ray._raylet import AuthenticationMode, get_authentication_mode
 
         mode = get_authentication_mode()
-        return next((name.lower() for name in ("TOKEN", "K8S") if mode == getattr(AuthenticationMode, name, object())),
-                    "disabled")
+        return next(
+            (name.lower() for name in ("TOKEN", "K8S") if mode == getattr(AuthenticationMode, name, object())),
+            "disabled",
+        )
     except Exception:  # no Ray, or a Ray without token auth (before 2.52)
         return (environ.get("RAY_AUTH_MODE") or "disabled").strip().lower()
 
@@ -125,10 +129,12 @@ def auth_off_warning(address: str, environ=os.environ) -> str | None:
     """What ``--ray`` warns when the cluster it joined runs without authentication; None when it checks a token."""
     if auth_mode(environ) in ("token", "k8s"):
         return None
-    return (f"--ray {address}: this Ray cluster runs without authentication (RAY_AUTH_MODE is not 'token'): anyone "
-            "who can reach its ports can run code on its nodes, and kvlab starts engines there. Start every node and "
-            "the driver with RAY_AUTH_MODE=token and one token (RAY_AUTH_TOKEN, or the file `ray get-auth-token "
-            "--generate` writes), as docs/experiments.md shows.")
+    return (
+        f"--ray {address}: this Ray cluster runs without authentication (RAY_AUTH_MODE is not 'token'): anyone "
+        "who can reach its ports can run code on its nodes, and kvlab starts engines there. Start every node and "
+        "the driver with RAY_AUTH_MODE=token and one token (RAY_AUTH_TOKEN, or the file `ray get-auth-token "
+        "--generate` writes), as docs/experiments.md shows."
+    )
 
 
 def resources_for(group: list[RunSpec], resource: str | None = None) -> dict:
@@ -150,18 +156,25 @@ def check_capacity(nodes: list[dict], groups: list[tuple[str, list[RunSpec]]], r
     alive = [n.get("Resources") or {} for n in nodes if n.get("Alive")]
     for _, group in groups:
         need = resources_for(group, resource)
-        demand = {k: v for k, v in {"GPU": need.get("num_gpus", 0), "CPU": need.get("num_cpus", 0),
-                                    **need.get("resources", {})}.items() if v}
+        demand = {
+            k: v
+            for k, v in {
+                "GPU": need.get("num_gpus", 0),
+                "CPU": need.get("num_cpus", 0),
+                **need.get("resources", {}),
+            }.items()
+            if v
+        }
         if any(all(res.get(k, 0) >= v for k, v in demand.items()) for res in alive):
             continue
         run = group[0]
-        has = max(({k: res.get(k, 0) for k in demand} for res in alive), default={},
-                  key=lambda r: tuple(r.values()))
+        has = max(({k: res.get(k, 0) for k in demand} for res in alive), default={}, key=lambda r: tuple(r.values()))
         raise ClusterError(
             f"{run.experiment}: the {run.engine_label} server group ({len(group)} run(s)) needs "
             f"{_amounts(demand)} on one node, and no node of the cluster has that "
             f"({len(alive)} live node(s), the largest {_amounts(has) or 'nothing'}); nothing was dispatched. "
-            "A server spanning nodes is started outside kvlab and given as the engine's url.")
+            "A server spanning nodes is started outside kvlab and given as the engine's url."
+        )
 
 
 def _amounts(resources: dict) -> str:
@@ -198,9 +211,12 @@ def run_group(specs: list[ExperimentSpec], keys: list[tuple[str, str]]) -> Itera
         while (run := finished.get()) is not None:
             if not (campaign.exp_dir(run.experiment) / run.key).is_dir():
                 continue  # counted failed but not stored (the node's disk filled up): the thread's error follows
-            yield {"experiment": run.experiment, "key": run.key,
-                   "servers": [replace(s, experiments=list(s.experiments)) for s in local.servers],
-                   "tar": _pack(campaign.exp_dir(run.experiment) / run.key)}
+            yield {
+                "experiment": run.experiment,
+                "key": run.key,
+                "servers": [replace(s, experiments=list(s.experiments)) for s in local.servers],
+                "tar": _pack(campaign.exp_dir(run.experiment) / run.key),
+            }
         thread.join()
         if error:
             raise error[0]
@@ -222,7 +238,9 @@ def _pack(folder: Path) -> bytes:
 def _publish(exp_dir: Path, key: str, data: bytes, lost: list[dict]) -> Path:
     """Unpack a run folder next to its final place and move it there by one rename; attempts lost with their
     node come first in its attempts table (and count in its row's ``attempts``)."""
-    tmp = Path(tempfile.mkdtemp(dir=exp_dir, prefix=temp_prefix(key)))  # kvlab's temporary name: clean_partial removes it
+    tmp = Path(
+        tempfile.mkdtemp(dir=exp_dir, prefix=temp_prefix(key))
+    )  # kvlab's temporary name: clean_partial removes it
     try:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(tmp, filter="data")
@@ -230,13 +248,14 @@ def _publish(exp_dir: Path, key: str, data: bytes, lost: list[dict]) -> Path:
         if lost:
             att_path, run_path = folder / store.ATTEMPTS_FILE, folder / store.RUN_FILE
             att = pl.read_parquet(att_path)
-            att = pl.concat([pl.DataFrame(lost, schema=att.schema),
-                             att.with_columns(pl.col("attempt") + len(lost))])
+            att = pl.concat([pl.DataFrame(lost, schema=att.schema), att.with_columns(pl.col("attempt") + len(lost))])
             att.write_parquet(att_path)
             row = pl.read_parquet(run_path)
             cause = row["failure_cause"][0] or "node_lost"  # the cause of the last attempt retried
-            row.with_columns(pl.lit(att.height).cast(row.schema["attempts"]).alias("attempts"),
-                             pl.lit(cause).cast(pl.String).alias("failure_cause")).write_parquet(run_path)
+            row.with_columns(
+                pl.lit(att.height).cast(row.schema["attempts"]).alias("attempts"),
+                pl.lit(cause).cast(pl.String).alias("failure_cause"),
+            ).write_parquet(run_path)
         for f in folder.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -263,7 +282,9 @@ class RayExecutor:
     def run(self, campaign: Campaign, todo: list[RunSpec], result: SweepResult) -> None:
         """Dispatch the pending runs, one task per server group, until every one is stored."""
         if todo:
-            _dispatch(connect(self.address, self.insecure), campaign, plan.by_server(todo), self.resource, result, self.nodes)
+            _dispatch(
+                connect(self.address, self.insecure), campaign, plan.by_server(todo), self.resource, result, self.nodes
+            )
 
     @property
     def servers(self) -> list[ServerRecord]:
@@ -272,14 +293,26 @@ class RayExecutor:
 
     def manifest_extra(self, experiment: str) -> dict:
         """The nodes that ran the experiment's runs: host facts, runs and server starts of each."""
-        mine = [{"node_id": n, "host": node["host"], "runs": [k for e, k in node["runs"] if e == experiment],
-                 "server_starts": sum(experiment in s.experiments for s in node["servers"])}
-                for n, node in self.nodes.items()]
+        mine = [
+            {
+                "node_id": n,
+                "host": node["host"],
+                "runs": [k for e, k in node["runs"] if e == experiment],
+                "server_starts": sum(experiment in s.experiments for s in node["servers"]),
+            }
+            for n, node in self.nodes.items()
+        ]
         return {"ray": {"address": self.address, "nodes": [m for m in mine if m["runs"]]}}
 
 
-def _dispatch(ray, campaign: Campaign, groups: list[tuple[str, list[RunSpec]]], resource: str | None,
-              result: SweepResult, nodes: dict[str, dict]) -> None:
+def _dispatch(
+    ray,
+    campaign: Campaign,
+    groups: list[tuple[str, list[RunSpec]]],
+    resource: str | None,
+    result: SweepResult,
+    nodes: dict[str, dict],
+) -> None:
     """Run the groups as Ray tasks until every run is stored (or Ctrl-C cancels them all)."""
     check_capacity(ray.nodes(), groups, resource)
     remote = ray.remote(num_returns="streaming", max_retries=0)(run_group)
@@ -291,7 +324,8 @@ def _dispatch(ray, campaign: Campaign, groups: list[tuple[str, list[RunSpec]]], 
 
     def submit(group: list[RunSpec]) -> None:
         gen = remote.options(**resources_for(group, resource), name=f"kvlab-group-{group[0].server_key}").remote(
-            specs, [(r.experiment, r.key) for r in group])
+            specs, [(r.experiment, r.key) for r in group]
+        )
         tasks.append({"gen": gen, "left": list(group), "node": None, "servers": [], "t0": time.perf_counter()})
         running.add(len(tasks) - 1)
         threading.Thread(target=_drain, args=(ray, len(tasks) - 1, gen, events), daemon=True).start()
@@ -351,12 +385,15 @@ def _node_disk_full(campaign: Campaign, node: str | None, exc: DiskFullError, re
         campaign.on_run(run, "failed")
     exp_dir = campaign.exp_dir(run.experiment) if run is not None else campaign.data_dir / "runs"
     what = f"run {run.experiment}/{run.key}" if run is not None else "a run"
-    done = sum(len(store.finished_run_keys(campaign.exp_dir(n))) for n in campaign.specs
-               if campaign.exp_dir(n).is_dir())
-    msg = (f"disk full on node {node or '(not yet known)'} while it stored {what} in its temporary folder: "
-           f"{exc.free_bytes / 2**20:.1f} MiB ({exc.free_bytes:,} bytes) free there ({exc.failure.detail}). Nothing "
-           f"of it was published; the {done} finished run(s) under {exp_dir.parent} are intact. Free some space on "
-           "that node and sweep again: it resumes from this run.")
+    done = sum(
+        len(store.finished_run_keys(campaign.exp_dir(n))) for n in campaign.specs if campaign.exp_dir(n).is_dir()
+    )
+    msg = (
+        f"disk full on node {node or '(not yet known)'} while it stored {what} in its temporary folder: "
+        f"{exc.free_bytes / 2**20:.1f} MiB ({exc.free_bytes:,} bytes) free there ({exc.failure.detail}). Nothing "
+        f"of it was published; the {done} finished run(s) under {exp_dir.parent} are intact. Free some space on "
+        "that node and sweep again: it resumes from this run."
+    )
     return DiskFullError(msg, exc.failure, run, exc.free_bytes)
 
 
@@ -370,8 +407,14 @@ def _drain(ray, n: int, gen, events: queue.Queue) -> None:
         events.put((n, exc))
 
 
-def _on_lost(campaign: Campaign, task: dict, exc: BaseException, lost: dict[tuple[str, str], list[dict]],
-             result: SweepResult, submit) -> None:
+def _on_lost(
+    campaign: Campaign,
+    task: dict,
+    exc: BaseException,
+    lost: dict[tuple[str, str], list[dict]],
+    result: SweepResult,
+    submit,
+) -> None:
     """A task's node or worker died: charge the run in flight one node_lost attempt, store it failed when its
     attempts are spent, and dispatch the group's other unreturned runs again."""
     left = task["left"]
@@ -381,11 +424,17 @@ def _on_lost(campaign: Campaign, task: dict, exc: BaseException, lost: dict[tupl
     run = left[0]
     history = lost.setdefault((run.experiment, run.key), [])
     detail = f"node {task['node'] or '(not yet known)'} lost: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    history.append(attempt_row(run, len(history) + 1, Failure("node_lost", detail),
-                               time.perf_counter() - task["t0"], None))
+    history.append(
+        attempt_row(run, len(history) + 1, Failure("node_lost", detail), time.perf_counter() - task["t0"], None)
+    )
     if len(history) >= campaign.specs[run.experiment].retry.max_attempts:
-        campaign.record_unsent(run, "node_lost", lost.pop((run.experiment, run.key)),
-                               f"its node was lost in each of {len(history)} attempt(s)", result)
+        campaign.record_unsent(
+            run,
+            "node_lost",
+            lost.pop((run.experiment, run.key)),
+            f"its node was lost in each of {len(history)} attempt(s)",
+            result,
+        )
         left = left[1:]
     if left:
         submit(left)

@@ -26,8 +26,12 @@ class Device(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: DeviceKind = Field(description="cpu | gpu: what computes the runs")
-    accelerator: str | None = Field(None, min_length=1, description="the GPU model as NVIDIA names it (e.g. 'NVIDIA "
-                                    "B300'); the host's GPUs must be this model. None: any GPU (or a CPU)")
+    accelerator: str | None = Field(
+        None,
+        min_length=1,
+        description="the GPU model as NVIDIA names it (e.g. 'NVIDIA "
+        "B300'); the host's GPUs must be this model. None: any GPU (or a CPU)",
+    )
     count: int | None = Field(None, ge=1, description="GPUs the experiment's host has; None: not stated (or a CPU)")
 
     @model_validator(mode="before")
@@ -62,5 +66,6 @@ def shown(row: Mapping[str, Any]) -> str:
     """How a title names the device a results row ran on (a RUNS row, or a study frame's): its typed device's short
     name (:func:`device_name` of ``device_kind``, ``accelerator``, ``gpu_count``); where the row has no device kind (a
     hand-built frame), its hardware label whole, as the experiment or document wrote it."""
-    return (device_name(row.get("device_kind"), row.get("accelerator"), row.get("gpu_count"))
-            or str(row.get("hardware") or ""))
+    return device_name(row.get("device_kind"), row.get("accelerator"), row.get("gpu_count")) or str(
+        row.get("hardware") or ""
+    )

@@ -78,9 +78,21 @@ def _display_all(items: list) -> list:
 # --------------------------------------------------------------------------- report 04: the what-if model
 
 
-def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: str, model: str, tp: int,
-                dcp: int, context: int, max_context: int = 1 << 20, points: int = 24,
-                sens: pl.DataFrame | None = None) -> list:
+def whatif_view(
+    fit,
+    published: pl.DataFrame | None,
+    workload,
+    assumptions,
+    *,
+    gpu: str,
+    model: str,
+    tp: int,
+    dcp: int,
+    context: int,
+    max_context: int = 1 << 20,
+    points: int = 24,
+    sens: pl.DataFrame | None = None,
+) -> list:
     """What 04's controls redraw: the modelled batch-time curves (vLLM TP without DCP against SGLang TP+DCP) with
     their caption, and one sentence on the chosen context (times, fit in memory, crossover).
 
@@ -89,27 +101,55 @@ def whatif_view(fit, published: pl.DataFrame | None, workload, assumptions, *, g
     fitted parameters, re-evaluated for the chosen configuration (milliseconds; no refit per control change)."""
     if dcp < 1 or tp % dcp:
         return [Markdown(f"*DCP {dcp} must divide TP {tp}: choose another DCP size.*")]
-    cfgs = [Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util),
-            Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)]
+    cfgs = [
+        Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util),
+        Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util),
+    ]
     grid = sorted(set(context_grid(max(max_context, context), points=points)) | {context})
     df = curves(cfgs, grid, workload, fit.params, assumptions, sens=sens)
     x = crossover_context(cfgs[0], cfgs[1], workload, fit.params, assumptions, hi_tokens=max(grid))
     fig = plot_curves(df, published, title=f"modelled: {narrative.setup_phrase(model, gpu, tp)}")
     at = df.filter(pl.col("context_tokens") == context).sort("batch_time_s")
     fast, slow = at.row(0, named=True), at.row(-1, named=True)
-    fits = "; ".join(f"{narrative.config_name(r['config'])} does not fit in memory" for r in at.iter_rows(named=True)
-                     if not r["fits"])
-    sentence = (f"At {tokens_label(context)} ({context:,} tokens), {narrative.config_name(fast['config'])} takes "
-                f"{number(fast['batch_time_s'])} s per batch against {number(slow['batch_time_s'])} s for "
-                f"{narrative.config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
-                + (f"; {fits}" if fits else "") + ".")
-    caption = " ".join(filter(None, (narrative.curves_caption(df.to_dicts(), x, calibrated_ranges(df, published)),
-                                     narrative.band_sentence(df.to_dicts(), context=context))))
+    fits = "; ".join(
+        f"{narrative.config_name(r['config'])} does not fit in memory"
+        for r in at.iter_rows(named=True)
+        if not r["fits"]
+    )
+    sentence = (
+        f"At {tokens_label(context)} ({context:,} tokens), {narrative.config_name(fast['config'])} takes "
+        f"{number(fast['batch_time_s'])} s per batch against {number(slow['batch_time_s'])} s for "
+        f"{narrative.config_name(slow['config'])} ({slow['batch_time_s'] / fast['batch_time_s']:.2f}×)"
+        + (f"; {fits}" if fits else "")
+        + "."
+    )
+    caption = " ".join(
+        filter(
+            None,
+            (
+                narrative.curves_caption(df.to_dicts(), x, calibrated_ranges(df, published)),
+                narrative.band_sentence(df.to_dicts(), context=context),
+            ),
+        )
+    )
     return [plots.show(fig, caption, data=df), Markdown(sentence)]
 
 
-def whatif(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: str, model: str, tp: int, dcp: int,
-           context: int = 204800, max_context: int = 1 << 20, points: int = 24, sens: pl.DataFrame | None = None):
+def whatif(
+    fit,
+    published: pl.DataFrame | None,
+    workload,
+    assumptions,
+    *,
+    gpu: str,
+    model: str,
+    tp: int,
+    dcp: int,
+    context: int = 204800,
+    max_context: int = 1 << 20,
+    points: int = 24,
+    sens: pl.DataFrame | None = None,
+):
     """04's controls (GPU, model, TP, DCP, context) as an ``ipywidgets.interactive``; None in a static build.
     ``sens``: the report's sensitivity table, so every redraw shows the curves' bands (see :func:`whatif_view`)."""
     if not interactive_enabled():
@@ -119,8 +159,22 @@ def whatif(fit, published: pl.DataFrame | None, workload, assumptions, *, gpu: s
     gpus, models = _catalog_options()
 
     def draw(gpu: str, model: str, tp: int, dcp: int, context: int) -> list:
-        return _display_all(whatif_view(fit, published, workload, assumptions, gpu=gpu, model=model, tp=tp, dcp=dcp,
-                                        context=context, max_context=max_context, points=points, sens=sens))
+        return _display_all(
+            whatif_view(
+                fit,
+                published,
+                workload,
+                assumptions,
+                gpu=gpu,
+                model=model,
+                tp=tp,
+                dcp=dcp,
+                context=context,
+                max_context=max_context,
+                points=points,
+                sens=sens,
+            )
+        )
 
     return widgets.interactive(
         draw,
@@ -139,9 +193,11 @@ def engine_choice_view(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame) -> lis
     """What 06's controls redraw: the tree with this workload's path, the evidence, and the answer."""
     tree = w.tree()
     ev = guide.from_evidence(w, fit, sharing, conc)
-    return [plots.show(plots.decision_tree_figure(tree.path, tree.engine), narrative.tree_caption(tree)),
-            Markdown(narrative.tree_sentence(tree) + "\n" + narrative.evidence_sentences(ev)),
-            Markdown(narrative.recommendation_sentence(w, tree, ev, sharing.to_dicts()))]
+    return [
+        plots.show(plots.decision_tree_figure(tree.path, tree.engine), narrative.tree_caption(tree)),
+        Markdown(narrative.tree_sentence(tree) + "\n" + narrative.evidence_sentences(ev)),
+        Markdown(narrative.recommendation_sentence(w, tree, ev, sharing.to_dicts())),
+    ]
 
 
 def engine_choice(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame):
@@ -152,25 +208,40 @@ def engine_choice(w, fit, sharing: pl.DataFrame, conc: pl.DataFrame):
 
     gpus, models = _catalog_options()
 
-    def draw(context_tokens: int, shared_fraction: float, concurrency: int, model: str, gpu: str,
-             mixed_hardware_or_frequent_model_changes: bool, priority: str) -> list:
-        user = replace(w, context_tokens=context_tokens, shared_fraction=shared_fraction, concurrency=concurrency,
-                       model=model, gpu=gpu,
-                       mixed_hardware_or_frequent_model_changes=mixed_hardware_or_frequent_model_changes,
-                       priority=priority)
+    def draw(
+        context_tokens: int,
+        shared_fraction: float,
+        concurrency: int,
+        model: str,
+        gpu: str,
+        mixed_hardware_or_frequent_model_changes: bool,
+        priority: str,
+    ) -> list:
+        user = replace(
+            w,
+            context_tokens=context_tokens,
+            shared_fraction=shared_fraction,
+            concurrency=concurrency,
+            model=model,
+            gpu=gpu,
+            mixed_hardware_or_frequent_model_changes=mixed_hardware_or_frequent_model_changes,
+            priority=priority,
+        )
         return _display_all(engine_choice_view(user, fit, sharing, conc))
 
     return widgets.interactive(
         draw,
-        context_tokens=widgets.Dropdown(options=_context_options(w.context_tokens), value=w.context_tokens,
-                                        description="context"),
-        shared_fraction=widgets.FloatSlider(value=w.shared_fraction, min=0.0, max=1.0, step=0.05,
-                                            description="shared"),
-        concurrency=widgets.Dropdown(options=sorted(set(IN_FLIGHT) | {w.concurrency}), value=w.concurrency,
-                                     description="in flight"),
+        context_tokens=widgets.Dropdown(
+            options=_context_options(w.context_tokens), value=w.context_tokens, description="context"
+        ),
+        shared_fraction=widgets.FloatSlider(value=w.shared_fraction, min=0.0, max=1.0, step=0.05, description="shared"),
+        concurrency=widgets.Dropdown(
+            options=sorted(set(IN_FLIGHT) | {w.concurrency}), value=w.concurrency, description="in flight"
+        ),
         model=widgets.Dropdown(options=_with(models, w.model), value=w.model, description="model"),
         gpu=widgets.Dropdown(options=_with(gpus, w.gpu), value=w.gpu, description="GPU"),
         mixed_hardware_or_frequent_model_changes=widgets.Checkbox(
-            value=w.mixed_hardware_or_frequent_model_changes, description="mixed hardware / model churn"),
+            value=w.mixed_hardware_or_frequent_model_changes, description="mixed hardware / model churn"
+        ),
         priority=widgets.Dropdown(options=list(PRIORITIES), value=w.priority, description="priority"),
     )

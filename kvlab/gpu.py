@@ -67,8 +67,13 @@ class GpuSampler:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
                 name = nvml.nvmlDeviceGetName(h)
                 self._handles.append(h)
-                self.devices.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                                     "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(h).total)})
+                self.devices.append(
+                    {
+                        "index": i,
+                        "name": name.decode() if isinstance(name, bytes) else name,
+                        "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(h).total),
+                    }
+                )
         except nvml.NVMLError as exc:
             self.reason = f"NVML answered but its devices could not be read ({type(exc).__name__}: {exc})"
             self._handles, self.devices = [], []
@@ -119,8 +124,14 @@ class GpuSampler:
 
     def describe(self) -> dict:
         """What telemetry.json says of the GPU columns: available, reason (why not), source, devices, unsupported."""
-        return {"available": self.available, "reason": self.reason, "source": SOURCE,
-                "fields": list(GPU_FIELDS), "devices": self.devices, "unsupported": dict(self.unsupported)}
+        return {
+            "available": self.available,
+            "reason": self.reason,
+            "source": SOURCE,
+            "fields": list(GPU_FIELDS),
+            "devices": self.devices,
+            "unsupported": dict(self.unsupported),
+        }
 
 
 def memory_outside_kv_pool(samples: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
@@ -133,29 +144,56 @@ def memory_outside_kv_pool(samples: pl.DataFrame, runs: pl.DataFrame) -> pl.Data
     has at least one memory sample: ``run_id``, ``gpu``, ``memory_total_bytes``, ``memory_used_max_bytes``,
     ``left_bytes`` (and ``left_gib``), ``left_fraction`` (of the total), ``samples``; no row for a run whose GPU columns are empty (a
     host without NVML), so a CPU-only store gives an empty frame."""
-    schema = {"run_id": pl.String, "gpu": pl.Int64, "memory_total_bytes": pl.Float64,
-              "memory_used_max_bytes": pl.Float64, "left_bytes": pl.Float64, "left_fraction": pl.Float64,
-              "samples": pl.UInt32}
-    gpus = sorted({int(c[3:].split("_", 1)[0]) for c in samples.columns
-                   if c.startswith("gpu") and c.endswith("_memory_used_bytes")})
+    schema = {
+        "run_id": pl.String,
+        "gpu": pl.Int64,
+        "memory_total_bytes": pl.Float64,
+        "memory_used_max_bytes": pl.Float64,
+        "left_bytes": pl.Float64,
+        "left_fraction": pl.Float64,
+        "samples": pl.UInt32,
+    }
+    gpus = sorted(
+        {
+            int(c[3:].split("_", 1)[0])
+            for c in samples.columns
+            if c.startswith("gpu") and c.endswith("_memory_used_bytes")
+        }
+    )
     frames = []
     for i in gpus:
         used, total = column(i, "memory_used_bytes"), column(i, "memory_total_bytes")
         if total not in samples.columns:
             continue
-        frames.append(samples.filter(pl.col(used).is_not_null() & pl.col(total).is_not_null())
-                      .group_by("run_id")
-                      .agg(pl.col(total).max().alias("memory_total_bytes"),
-                           pl.col(used).max().alias("memory_used_max_bytes"), pl.len().alias("samples"))
-                      .with_columns(pl.lit(i, pl.Int64).alias("gpu")))
+        frames.append(
+            samples.filter(pl.col(used).is_not_null() & pl.col(total).is_not_null())
+            .group_by("run_id")
+            .agg(
+                pl.col(total).max().alias("memory_total_bytes"),
+                pl.col(used).max().alias("memory_used_max_bytes"),
+                pl.len().alias("samples"),
+            )
+            .with_columns(pl.lit(i, pl.Int64).alias("gpu"))
+        )
     cols = ["run_id", "gpu", "memory_total_bytes", "memory_used_max_bytes", "samples"]
-    out = (pl.concat(frames).select(cols) if frames
-           else pl.DataFrame(schema={k: schema[k] for k in cols}))
+    out = pl.concat(frames).select(cols) if frames else pl.DataFrame(schema={k: schema[k] for k in cols})
     out = out.with_columns((pl.col("memory_total_bytes") - pl.col("memory_used_max_bytes")).alias("left_bytes"))
-    out = out.with_columns((pl.col("left_bytes") / pl.col("memory_total_bytes")).alias("left_fraction"),
-                           (pl.col("left_bytes") / 2**30).alias("left_gib"))
+    out = out.with_columns(
+        (pl.col("left_bytes") / pl.col("memory_total_bytes")).alias("left_fraction"),
+        (pl.col("left_bytes") / 2**30).alias("left_gib"),
+    )
     keep = [c for c in ("run_id", "engine", "mem_util", "context_tokens") if c in runs.columns]
-    return (out.join(runs.select(keep), on="run_id", how="left")
-            .select(*keep, "gpu", "memory_total_bytes", "memory_used_max_bytes", "left_bytes", "left_gib",
-                    "left_fraction", "samples")
-            .sort(*[c for c in ("engine", "mem_util", "context_tokens") if c in keep], "run_id", "gpu"))
+    return (
+        out.join(runs.select(keep), on="run_id", how="left")
+        .select(
+            *keep,
+            "gpu",
+            "memory_total_bytes",
+            "memory_used_max_bytes",
+            "left_bytes",
+            "left_gib",
+            "left_fraction",
+            "samples",
+        )
+        .sort(*[c for c in ("engine", "mem_util", "context_tokens") if c in keep], "run_id", "gpu")
+    )

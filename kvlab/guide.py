@@ -16,7 +16,13 @@ import polars as pl
 
 from kvlab.analysis import nearest
 from kvlab.claims import (
-    Grade, Repeats, engine_difference, held_out_error, held_out_passes, model_factor_decides, model_margin,
+    Grade,
+    Repeats,
+    engine_difference,
+    held_out_error,
+    held_out_passes,
+    model_factor_decides,
+    model_margin,
     winners_held_out,
 )
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
@@ -77,18 +83,19 @@ def decision_tree(
     if shared_prefix:
         q_frac = f"Fixed context ≥ {FIXED_CONTEXT_THRESHOLD:.0%} of the prompt?"
         if fixed_context_fraction >= FIXED_CONTEXT_THRESHOLD:
-            return Recommendation(SGLANG, "RadixAttention's effect at its greatest",
-                                  ((q_shared, "yes"), (q_frac, f"yes ({fixed_context_fraction:.0%})")))
+            return Recommendation(
+                SGLANG,
+                "RadixAttention's effect at its greatest",
+                ((q_shared, "yes"), (q_frac, f"yes ({fixed_context_fraction:.0%})")),
+            )
         q_ds = "DeepSeek-family model?"
         path = ((q_shared, "yes"), (q_frac, f"no ({fixed_context_fraction:.0%})"))
         if deepseek_family:
-            return Recommendation(SGLANG, "dedicated optimisations built in",
-                                  (*path, (q_ds, "yes")))
+            return Recommendation(SGLANG, "dedicated optimisations built in", (*path, (q_ds, "yes")))
         return Recommendation(VLLM, "about equal; vLLM is easier to operate", (*path, (q_ds, "no")), "equal")
     q_conc = f"≥ {CONCURRENCY_THRESHOLD} concurrent requests?"
     if concurrency >= CONCURRENCY_THRESHOLD:
-        return Recommendation(VLLM, "C++ routing stability",
-                              ((q_shared, "no"), (q_conc, f"yes ({concurrency})")))
+        return Recommendation(VLLM, "C++ routing stability", ((q_shared, "no"), (q_conc, f"yes ({concurrency})")))
     q_mixed = "Mixed GPU/TPU hardware or frequent model changes?"
     path = ((q_shared, "no"), (q_conc, f"no ({concurrency})"))
     if mixed_hardware_or_frequent_model_changes:
@@ -126,8 +133,14 @@ class UserWorkload:
         return m.attention_type in ("mla", "hybrid") or "deepseek" in m.model.lower()
 
     def tree(self) -> Recommendation:
-        return decision_tree(self.shared_prefix, self.shared_fraction, self.deepseek_family(), self.concurrency,
-                             self.mixed_hardware_or_frequent_model_changes, self.priority)
+        return decision_tree(
+            self.shared_prefix,
+            self.shared_fraction,
+            self.deepseek_family(),
+            self.concurrency,
+            self.mixed_hardware_or_frequent_model_changes,
+            self.priority,
+        )
 
 
 #: Document 003's three worked examples and the shipped experiment that sets each up (data/experiments/).
@@ -160,8 +173,9 @@ def experiment_workload(spec) -> UserWorkload:
 def document_examples(experiments_dir=None) -> list[tuple[str, UserWorkload]]:
     """Document 003's examples as (label, tree inputs), each read from its shipped experiment."""
     folder = EXPERIMENTS_DIR if experiments_dir is None else experiments_dir
-    return [(label, experiment_workload(ExperimentSpec.load(folder / f"{name}.yaml")))
-            for label, name in DOCUMENT_EXAMPLES]
+    return [
+        (label, experiment_workload(ExperimentSpec.load(folder / f"{name}.yaml"))) for label, name in DOCUMENT_EXAMPLES
+    ]
 
 
 @dataclass(frozen=True)
@@ -232,8 +246,9 @@ def engine_configs(w: UserWorkload):
     return Config.of(w.gpu, w.model, VLLM, w.tp, 1), Config.of(w.gpu, w.model, SGLANG, w.tp, w.dcp)
 
 
-def _within_error_range(a, b, fit, error: float, lo: int = 4096, hi: int = 1 << 20,
-                        points: int = 81) -> tuple[float, float] | None:
+def _within_error_range(
+    a, b, fit, error: float, lo: int = 4096, hi: int = 1 << 20, points: int = 81
+) -> tuple[float, float] | None:
     """The contexts (log grid ``lo``..``hi``) where configurations ``a`` and ``b``'s modelled batch times are within
     ``error`` of each other (slower ÷ faster ≤ 1 + error): (first, last), or None where they never are."""
     inside = []
@@ -272,8 +287,14 @@ def context_factor(w: UserWorkload, fit) -> Factor:
     contexts = sorted(fit.residuals["context_tokens"].unique().to_list())
     passes = held_out_passes(*winners_held_out(fit), model_margin(fit, contexts) or 0.0, error)
     if not passes or not model_factor_decides(ratio, max(error, 0.001)):
-        return Factor("context", "modelled", None, crossover=x,
-                      crossover_range=_within_error_range(a, b, fit, max(error, 0.001)), **facts)
+        return Factor(
+            "context",
+            "modelled",
+            None,
+            crossover=x,
+            crossover_range=_within_error_range(a, b, fit, max(error, 0.001)),
+            **facts,
+        )
     return Factor("context", "modelled", faster, crossover=x, **facts)
 
 
@@ -285,20 +306,47 @@ def _two_engine_slice(df: pl.DataFrame) -> pl.DataFrame:
     return df
 
 
-def _graded(name: str, rows: tuple[dict, ...], n: int, margin: float, metric: str, better: str,
-            baseline: float | None, baseline_at: str, **extra) -> Factor:
+def _graded(
+    name: str,
+    rows: tuple[dict, ...],
+    n: int,
+    margin: float,
+    metric: str,
+    better: str,
+    baseline: float | None,
+    baseline_at: str,
+    **extra,
+) -> Factor:
     """A measured factor of two or more engines, its lead graded as the verdicts grade a cross-engine difference
     (:func:`kvlab.claims.engine_difference`); it favours the leader's family only when the grade is *reproduced*."""
     best, second = rows[0], rows[1]
-    grade = engine_difference(best["engine"], second["engine"], [r.get("device_kind") for r in (best, second)],
-                              Repeats.of_row(best, metric), Repeats.of_row(second, metric), better,
-                              baseline=baseline, baseline_at=baseline_at,
-                              scope=best.get("hardware") or "",
-                              what=f"{engine_label(best['engine'])} against {engine_label(second['engine'])}")
+    grade = engine_difference(
+        best["engine"],
+        second["engine"],
+        [r.get("device_kind") for r in (best, second)],
+        Repeats.of_row(best, metric),
+        Repeats.of_row(second, metric),
+        better,
+        baseline=baseline,
+        baseline_at=baseline_at,
+        scope=best.get("hardware") or "",
+        what=f"{engine_label(best['engine'])} against {engine_label(second['engine'])}",
+    )
     if grade.outcome != "reproduced":
         return Factor(name, "measured", None, rows, n, margin, grade, **extra)
-    return Factor(name, "measured", registry.family(best["engine"]), rows, n, margin, grade, best["engine"],
-                  second["engine"], best["experiment"], **extra)
+    return Factor(
+        name,
+        "measured",
+        registry.family(best["engine"]),
+        rows,
+        n,
+        margin,
+        grade,
+        best["engine"],
+        second["engine"],
+        best["experiment"],
+        **extra,
+    )
 
 
 def prefix_factor(w: UserWorkload, sharing: pl.DataFrame) -> Factor:
@@ -324,9 +372,17 @@ def prefix_factor(w: UserWorkload, sharing: pl.DataFrame) -> Factor:
         z = {r["engine"]: r["batch_time_s"] for r in zero.iter_rows(named=True)}
         zero_ratio = z[second["engine"]] / z[best["engine"]]  # > 1: the same engine is faster with nothing to share
     baseline = margin if best["shared_fraction"] == 0 else zero_ratio
-    return _graded("prefix", rows, n, margin, "batch_time_s", "lower", baseline,
-                   "0% shared (nothing to reuse)" if baseline is not None
-                   else "no run of both engines at 0% shared", zero_ratio=zero_ratio)
+    return _graded(
+        "prefix",
+        rows,
+        n,
+        margin,
+        "batch_time_s",
+        "lower",
+        baseline,
+        "0% shared (nothing to reuse)" if baseline is not None else "no run of both engines at 0% shared",
+        zero_ratio=zero_ratio,
+    )
 
 
 def concurrency_factor(w: UserWorkload, conc: pl.DataFrame) -> Factor:
@@ -345,8 +401,9 @@ def concurrency_factor(w: UserWorkload, conc: pl.DataFrame) -> Factor:
         return Factor("concurrency", "measured", None, rows, n)
     best, second = rows[0], rows[1]
     margin = best["requests_per_s"] / second["requests_per_s"]
-    lower = pair.filter(pl.col("engine").is_in([best["engine"], second["engine"]])
-                        & (pl.col("in_flight") < best["in_flight"]))
+    lower = pair.filter(
+        pl.col("engine").is_in([best["engine"], second["engine"]]) & (pl.col("in_flight") < best["in_flight"])
+    )
     baseline, at = None, f"no load below {best['in_flight']} in flight measured with both engines"
     if not lower.is_empty():
         low = lower.filter(pl.col("in_flight") == lower["in_flight"].min())

@@ -80,8 +80,9 @@ def interface_of(host: str) -> str | None:
             except ValueError:  # a link-layer address
                 continue
     if ip.is_loopback:  # 127.0.0.2 and the like, which no interface lists but the loopback answers
-        return next((nic for nic, addrs in interfaces.items()
-                     for a in addrs if a.address in ("127.0.0.1", "::1")), None)
+        return next(
+            (nic for nic, addrs in interfaces.items() for a in addrs if a.address in ("127.0.0.1", "::1")), None
+        )
     return None
 
 
@@ -96,12 +97,14 @@ def gpus() -> list[dict]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(h)
-            out.append({
-                "index": i,
-                "name": name.decode() if isinstance(name, bytes) else name,
-                "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-                "driver": pynvml.nvmlSystemGetDriverVersion(),
-            })
+            out.append(
+                {
+                    "index": i,
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                    "driver": pynvml.nvmlSystemGetDriverVersion(),
+                }
+            )
         return out
     finally:
         pynvml.nvmlShutdown()
@@ -129,10 +132,15 @@ def pinned_to_cpu(engine: Mapping) -> bool:
     the CPU whatever the host has: sglang-jax's ``--device cpu``, ``JAX_PLATFORMS=cpu``, or no visible CUDA device."""
     args = [str(a) for a in engine.get("extra_args") or []]
     env = {str(k): str(v) for k, v in (engine.get("env") or {}).items()}
-    device_arg = any(a == "--device" and i + 1 < len(args) and args[i + 1].lower() == "cpu" or a.lower() == "--device=cpu"
-                     for i, a in enumerate(args))
-    return (device_arg or env.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
-            or ("CUDA_VISIBLE_DEVICES" in env and env["CUDA_VISIBLE_DEVICES"].strip() in ("", "-1")))
+    device_arg = any(
+        a == "--device" and i + 1 < len(args) and args[i + 1].lower() == "cpu" or a.lower() == "--device=cpu"
+        for i, a in enumerate(args)
+    )
+    return (
+        device_arg
+        or env.get("JAX_PLATFORMS", "").strip().lower() == "cpu"
+        or ("CUDA_VISIBLE_DEVICES" in env and env["CUDA_VISIBLE_DEVICES"].strip() in ("", "-1"))
+    )
 
 
 def device_kind(engine: Mapping, facts: Mapping | None) -> str | None:
@@ -165,8 +173,13 @@ def git_commit() -> str | None:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
         if sha.returncode:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return sha.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -48,8 +48,16 @@ def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n // 2**10} KiB" if n % 2**10 == 0 else f"{n} bytes"
 
 
-async def request(method: str, url: str, *, deadline_s: float, max_bytes: int, headers: dict[str, str] | None = None,
-                  data: bytes | None = None, session: aiohttp.ClientSession | None = None) -> Answer:
+async def request(
+    method: str,
+    url: str,
+    *,
+    deadline_s: float,
+    max_bytes: int,
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> Answer:
     """``method url`` within ``deadline_s`` seconds in all, reading at most ``max_bytes`` of the body; no redirect is
     followed. Raises :class:`HttpLimitError` (deadline or size, named), or aiohttp's ``ClientError`` / ``OSError`` when
     the server cannot be reached or drops the connection. ``session``: an open one to reuse (else one of its own)."""
@@ -78,12 +86,20 @@ async def request(method: str, url: str, *, deadline_s: float, max_bytes: int, h
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), trust_env=False) as own:
                 return await exchange(own)
     except TimeoutError:
-        raise HttpLimitError(f"{DEADLINE_PASSED} no complete answer to {method} {url} within {deadline_s:g} s") \
-            from None
+        raise HttpLimitError(
+            f"{DEADLINE_PASSED} no complete answer to {method} {url} within {deadline_s:g} s"
+        ) from None
 
 
-def call(method: str, url: str, *, deadline_s: float, max_bytes: int, headers: dict[str, str] | None = None,
-         data: bytes | None = None) -> Answer:
+def call(
+    method: str,
+    url: str,
+    *,
+    deadline_s: float,
+    max_bytes: int,
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
+) -> Answer:
     """:func:`request` from synchronous code (in a thread of its own when the caller's thread runs an event loop, as
     a notebook kernel's does)."""
     coro = request(method, url, deadline_s=deadline_s, max_bytes=max_bytes, headers=headers, data=data)

@@ -30,41 +30,70 @@ class LoadSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
-    concurrency: int | None = Field(None, ge=1, description="closed loop: requests (conversations) in flight; with "
-                                    "rate_rps, the most in flight (a cap on the open loop)")
+    concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="closed loop: requests (conversations) in flight; with "
+        "rate_rps, the most in flight (a cap on the open loop)",
+    )
     rate_rps: float | None = Field(None, gt=0, description="open loop: mean arrivals per second")
-    burstiness: float = Field(1.0, gt=0, description="open loop: shape of the gamma inter-arrival times (mean "
-                              "1/rate_rps); 1 is Poisson, below 1 burstier, above 1 more regular (vLLM bench's "
-                              "--burstiness)")
+    burstiness: float = Field(
+        1.0,
+        gt=0,
+        description="open loop: shape of the gamma inter-arrival times (mean "
+        "1/rate_rps); 1 is Poisson, below 1 burstier, above 1 more regular (vLLM bench's "
+        "--burstiness)",
+    )
     arrival_seed: int = Field(0, ge=0, description="seed of the arrival times (the same seed, the same schedule)")
     warmup_requests: int = Field(0, ge=0, description="the first requests sent, left out of every count")
-    duration_s: float | None = Field(None, gt=0, description="send no request later than this many seconds after "
-                                     "the first send (the request-count limit is batch_size)")
-    stop_ttft_factor: float | None = Field(3.0, gt=0, description="stop sending once the p90 TTFT of the finished "
-                                           "measured requests exceeds this times the SLO's ttft_ms (no SLO TTFT: "
-                                           "rule off; null: off)")
+    duration_s: float | None = Field(
+        None,
+        gt=0,
+        description="send no request later than this many seconds after "
+        "the first send (the request-count limit is batch_size)",
+    )
+    stop_ttft_factor: float | None = Field(
+        3.0,
+        gt=0,
+        description="stop sending once the p90 TTFT of the finished "
+        "measured requests exceeds this times the SLO's ttft_ms (no SLO TTFT: "
+        "rule off; null: off)",
+    )
     stop_min_requests: int = Field(8, ge=1, description="finished measured requests the TTFT rule waits for")
-    stop_queue_rising: int | None = Field(5, ge=2, description="stop sending once the server's waiting queue "
-                                          "rose over this many consecutive telemetry samples (null: off)")
-    stop_climbing: bool = Field(True, description="on a ladder (the same run at several load levels), skip the "
-                                "levels above one that stopped past saturation or whose goodput fell from the level "
-                                "below")
+    stop_queue_rising: int | None = Field(
+        5,
+        ge=2,
+        description="stop sending once the server's waiting queue "
+        "rose over this many consecutive telemetry samples (null: off)",
+    )
+    stop_climbing: bool = Field(
+        True,
+        description="on a ladder (the same run at several load levels), skip the "
+        "levels above one that stopped past saturation or whose goodput fell from the level "
+        "below",
+    )
     # How a figure is defined where kvlab and the peers' benchmarks (`vllm bench serve`, SGLang's
     # sglang.benchmark.serving) differ; the defaults are what kvlab always did, and leave the run key as it was
     # (kvlab.spec.KEY_OMITTED_AT_DEFAULT). docs/design.md, "Load definitions"; docs/performance.md, agreement.
     prompt_form: Literal["token_ids", "text"] = Field(
-        "token_ids", description="token_ids: send each prompt as token ids (the server's prompt length is exact, "
+        "token_ids",
+        description="token_ids: send each prompt as token ids (the server's prompt length is exact, "
         "TTFT holds no tokenisation); text: send the ids decoded to text by the model's tokenizer.json, tokenised "
-        "by the server inside TTFT (the peers' random datasets); chat prompts are text either way")
+        "by the server inside TTFT (the peers' random datasets); chat prompts are text either way",
+    )
     phase: Literal["together", "staggered"] = Field(
-        "together", description="closed loop: together sends the first `concurrency` requests at once and each "
+        "together",
+        description="closed loop: together sends the first `concurrency` requests at once and each "
         "later one as a slot frees (kvlab's loop and the peers' semaphore; equal requests then run in waves); "
         "staggered sends each of the first wave once the one before it has its first token, so the requests in "
-        "flight are at different points of their decode")
+        "flight are at different points of their decode",
+    )
     window: Literal["steady", "span"] = Field(
-        "steady", description="steady: the counts and rates cover the requests sent and finished between the "
+        "steady",
+        description="steady: the counts and rates cover the requests sent and finished between the "
         "first measured send and the last send (no ramp-down); span: every measured request, over the first "
-        "measured send to the last completion (the peers' benchmark duration)")
+        "measured send to the last completion (the peers' benchmark duration)",
+    )
 
     @model_validator(mode="after")
     def _some_load(self) -> LoadSpec:
@@ -115,11 +144,15 @@ class SaturationWatch:
     """The stop rule of one load point: :meth:`finished` is told each measured request's TTFT as it ends,
     :meth:`reason` (asked before each send) says why to stop sending, or None."""
 
-    def __init__(self, load: LoadSpec, slo_ttft_ms: float | None,
-                 samples: list[tuple[float, dict, str | None]] | None = None):
+    def __init__(
+        self, load: LoadSpec, slo_ttft_ms: float | None, samples: list[tuple[float, dict, str | None]] | None = None
+    ):
         self.load = load
-        self.limit_ms = (load.stop_ttft_factor * slo_ttft_ms
-                         if load.stop_ttft_factor is not None and slo_ttft_ms is not None else None)
+        self.limit_ms = (
+            load.stop_ttft_factor * slo_ttft_ms
+            if load.stop_ttft_factor is not None and slo_ttft_ms is not None
+            else None
+        )
         self.samples = samples if samples is not None else []
         self.ttfts: list[float] = []
         self.stopped: str | None = None
@@ -137,8 +170,10 @@ class SaturationWatch:
         if self.limit_ms is not None and len(self.ttfts) >= self.load.stop_min_requests:
             q = p90(self.ttfts)
             if q > self.limit_ms:
-                return (f"past saturation: p90 TTFT {q:.0f} ms of {len(self.ttfts)} finished requests > "
-                        f"{self.load.stop_ttft_factor:g} x the SLO's {self.limit_ms / self.load.stop_ttft_factor:g} ms")
+                return (
+                    f"past saturation: p90 TTFT {q:.0f} ms of {len(self.ttfts)} finished requests > "
+                    f"{self.load.stop_ttft_factor:g} x the SLO's {self.limit_ms / self.load.stop_ttft_factor:g} ms"
+                )
         k = self.load.stop_queue_rising
         if k is not None and queue_rising(self.samples, k):
             return f"past saturation: the server's waiting queue rose over {k} consecutive telemetry samples"
@@ -176,8 +211,9 @@ def steady_window(records: Sequence[Any], warmup_requests: int) -> Window:
     for r in measured:
         finish_s = r.t_send_s + (r.t_end - r.t_send)
         (counted if start <= r.t_send_s and finish_s <= end else outside).append(r.request_index)
-    return Window(start, end, tuple(sorted(counted)), tuple(sorted(r.request_index for r in warm)),
-                  tuple(sorted(outside)))
+    return Window(
+        start, end, tuple(sorted(counted)), tuple(sorted(r.request_index for r in warm)), tuple(sorted(outside))
+    )
 
 
 def span_window(records: Sequence[Any], warmup_requests: int) -> Window:
@@ -189,8 +225,13 @@ def span_window(records: Sequence[Any], warmup_requests: int) -> Window:
     if not measured:
         return Window(0.0, 0.0, (), tuple(r.request_index for r in warm), ())
     end = max(r.t_send_s + (r.t_end - r.t_send) for r in measured)
-    return Window(measured[0].t_send_s, end, tuple(sorted(r.request_index for r in measured)),
-                  tuple(sorted(r.request_index for r in warm)), ())
+    return Window(
+        measured[0].t_send_s,
+        end,
+        tuple(sorted(r.request_index for r in measured)),
+        tuple(sorted(r.request_index for r in warm)),
+        (),
+    )
 
 
 def window_of(records: Sequence[Any], load: LoadSpec) -> Window:
@@ -213,8 +254,10 @@ def as_text(prompts: Sequence[Any], tokenizer_file: str | Path) -> list[Any]:
 
     path = Path(tokenizer_file)
     if not path.is_file():
-        raise ValueError(f"load.prompt_form 'text' decodes the prompts with the model's tokenizer.json: {path} does "
-                         "not exist (a local model folder has one)")
+        raise ValueError(
+            f"load.prompt_form 'text' decodes the prompts with the model's tokenizer.json: {path} does "
+            "not exist (a local model folder has one)"
+        )
     tok = Tokenizer.from_file(str(path))
     special = len(tok.encode("", add_special_tokens=True).ids) - len(tok.encode("", add_special_tokens=False).ids)
 
@@ -226,18 +269,21 @@ def as_text(prompts: Sequence[Any], tokenizer_file: str | Path) -> list[Any]:
             enc = tok.encode(text, add_special_tokens=False).ids
             if len(enc) == target:
                 break
-            cur = enc[:target] if len(enc) > target else enc + ids[len(enc):target]
+            cur = enc[:target] if len(enc) > target else enc + ids[len(enc) : target]
             text = tok.decode(cur, skip_special_tokens=False)
         return text
 
-    return [replace(p, token_ids=None, text=text_of(list(p.token_ids)), shared_prefix_tokens=None)
-            if p.token_ids is not None else p for p in prompts]
+    return [
+        replace(p, token_ids=None, text=text_of(list(p.token_ids)), shared_prefix_tokens=None)
+        if p.token_ids is not None
+        else p
+        for p in prompts
+    ]
 
 
 def prompt_form(prompts: Sequence[Any]) -> str | None:
     """What a run sent (RUNS.prompt_form): token_ids, text or chat, from its prompts; None for none."""
-    forms = {"chat" if p.messages is not None else "token_ids" if p.token_ids is not None else "text"
-             for p in prompts}
+    forms = {"chat" if p.messages is not None else "token_ids" if p.token_ids is not None else "text" for p in prompts}
     return forms.pop() if len(forms) == 1 else ("+".join(sorted(forms)) if forms else None)
 
 
@@ -259,11 +305,17 @@ def client_args(load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch) 
     ``load``: open-loop send offsets, the duration limit, and the saturation watch (the TTFT rule reads the
     requests that finish after the first ``warmup_requests`` finishes)."""
     firsts = chain_starts(prompts)
-    offsets = (dict(zip(firsts, arrival_times(len(firsts), load.rate_rps, load.burstiness, load.arrival_seed)))
-               if load.rate_rps is not None else None)
+    offsets = (
+        dict(zip(firsts, arrival_times(len(firsts), load.rate_rps, load.burstiness, load.arrival_seed)))
+        if load.rate_rps is not None
+        else None
+    )
     finished = [0]
-    stagger = Stagger(firsts, load.concurrency, watch.reason, load.duration_s) \
-        if load.phase == "staggered" and load.concurrency is not None else None
+    stagger = (
+        Stagger(firsts, load.concurrency, watch.reason, load.duration_s)
+        if load.phase == "staggered" and load.concurrency is not None
+        else None
+    )
 
     def on_finish(index: int, ttft_ms: float | None) -> None:
         finished[0] += 1
@@ -272,8 +324,12 @@ def client_args(load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch) 
         if finished[0] > load.warmup_requests:
             watch.finished(ttft_ms)
 
-    args: dict[str, Any] = {"start_offsets": offsets, "send_until_s": load.duration_s, "stop": watch.reason,
-                            "on_finish": on_finish}
+    args: dict[str, Any] = {
+        "start_offsets": offsets,
+        "send_until_s": load.duration_s,
+        "stop": watch.reason,
+        "on_finish": on_finish,
+    }
     if stagger is not None:
         args |= {"before_send": stagger.wait, "on_read": stagger.on_read}
     return args
@@ -288,8 +344,9 @@ class Stagger:
 
     POLL_S = 0.05  # how often a waiting chain checks that sending has not stopped meanwhile
 
-    def __init__(self, firsts: Sequence[int], concurrency: int, stop: Callable[[], str | None],
-                 send_until_s: float | None):
+    def __init__(
+        self, firsts: Sequence[int], concurrency: int, stop: Callable[[], str | None], send_until_s: float | None
+    ):
         self.after: dict[int, int] = {}
         for k, index in enumerate(firsts):
             if k:
@@ -317,8 +374,9 @@ class Stagger:
             return
         ev = self._event(before)
         while not ev.is_set():
-            if self.stop() is not None or (self.send_until_s is not None
-                                           and time.perf_counter() - self.t0 > self.send_until_s):
+            if self.stop() is not None or (
+                self.send_until_s is not None and time.perf_counter() - self.t0 > self.send_until_s
+            ):
                 return
             try:
                 await asyncio.wait_for(ev.wait(), self.POLL_S)
@@ -341,25 +399,32 @@ class LoadOutcome:
         end = f"stopped early, {self.stopped}" if self.stopped else "ran to its limit"
         window = "steady-state window" if self.load.window == "steady" else "window from first send to last completion"
         how = f"{self.load.phase} phase, " if self.load.mode == "closed" else ""
-        return (f"load {self.load.label()}: {sent} of {n_prompts} requests sent, {len(w.warmup)} warm-up, "
-                f"{len(w.counted)} inside the {w.length_s:.3g} s {window}, {len(w.outside)} outside; {end}; "
-                f"{how}prompts as {self.load.prompt_form.replace('_', ' ')}")
+        return (
+            f"load {self.load.label()}: {sent} of {n_prompts} requests sent, {len(w.warmup)} warm-up, "
+            f"{len(w.counted)} inside the {w.length_s:.3g} s {window}, {len(w.outside)} outside; {end}; "
+            f"{how}prompts as {self.load.prompt_form.replace('_', ' ')}"
+        )
 
     def columns(self) -> dict[str, Any]:
         """The RUNS columns of a load point (kvlab.schema RUNS, 'load_*', 'requests_warmup', ...)."""
-        return {"load_mode": self.load.mode, "load_concurrency": self.load.concurrency,
-                "load_rate_rps": self.load.rate_rps,
-                "load_burstiness": self.load.burstiness if self.load.rate_rps is not None else None,
-                "requests_warmup": len(self.window.warmup), "requests_outside_window": len(self.window.outside),
-                "window_s": self.window.length_s or None, "load_stop": self.stopped,
-                "load_phase": self.load.phase if self.load.mode == "closed" else None, "load_window": self.load.window}
+        return {
+            "load_mode": self.load.mode,
+            "load_concurrency": self.load.concurrency,
+            "load_rate_rps": self.load.rate_rps,
+            "load_burstiness": self.load.burstiness if self.load.rate_rps is not None else None,
+            "requests_warmup": len(self.window.warmup),
+            "requests_outside_window": len(self.window.outside),
+            "window_s": self.window.length_s or None,
+            "load_stop": self.stopped,
+            "load_phase": self.load.phase if self.load.mode == "closed" else None,
+            "load_window": self.load.window,
+        }
 
 
 # ----------------------------------------------------------------------------- what a figure under load means
 
 #: How each definition reads in a label (RUNS.prompt_form, load_phase, load_window values).
-FORM_WORDS = {"token_ids": "token-id prompts", "text": "text prompts (tokenised by the server)",
-              "chat": "chat prompts"}
+FORM_WORDS = {"token_ids": "token-id prompts", "text": "text prompts (tokenised by the server)", "chat": "chat prompts"}
 PHASE_WORDS = {"together": "first wave sent together", "staggered": "first wave staggered"}
 WINDOW_WORDS = {"steady": "steady-state window", "span": "first send to last completion"}
 
@@ -410,9 +475,15 @@ def ladder_key(run: Any) -> str | None:
         return None
     w.pop("batch_size")
     rest = {k: v for k, v in load.items() if k not in RUNG_FIELDS} | {"mode": run.workload.load.mode}
-    payload = {"experiment": run.experiment, "engine_label": run.engine_label,
-               "engine": run.engine.model_dump(mode="json"), "workload": w, "load": rest, "repeat": run.repeat,
-               "slo": run.slo.model_dump(mode="json") if run.slo else None}
+    payload = {
+        "experiment": run.experiment,
+        "engine_label": run.engine_label,
+        "engine": run.engine.model_dump(mode="json"),
+        "workload": w,
+        "load": rest,
+        "repeat": run.repeat,
+        "slo": run.slo.model_dump(mode="json") if run.slo else None,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -445,6 +516,8 @@ def not_climbed(rungs: Sequence[Rung], at: float) -> str | None:
             return f"not climbed: the rung at {r.level:g} stopped past saturation"
     for lo, hi in zip(below, below[1:]):
         if lo.goodput is not None and hi.goodput is not None and hi.goodput < lo.goodput * (1 - GOODPUT_FALL):
-            return (f"not climbed: goodput fell from {lo.goodput:.3g} req/s at {lo.level:g} to {hi.goodput:.3g} "
-                    f"at {hi.level:g}")
+            return (
+                f"not climbed: goodput fell from {lo.goodput:.3g} req/s at {lo.level:g} to {hi.goodput:.3g} "
+                f"at {hi.level:g}"
+            )
     return None

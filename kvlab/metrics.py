@@ -57,8 +57,7 @@ async def scrape(base_url: str, api_key: str | None = None, timeout_s: float = S
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     url = base_url.rstrip("/") + "/metrics"
     try:
-        answer = await httpcall.request("GET", url, deadline_s=timeout_s, max_bytes=MAX_METRICS_BYTES,
-                                        headers=headers)
+        answer = await httpcall.request("GET", url, deadline_s=timeout_s, max_bytes=MAX_METRICS_BYTES, headers=headers)
     except httpcall.HttpLimitError as exc:
         if str(exc).startswith(httpcall.DEADLINE_PASSED):
             raise TimeoutError(str(exc)) from None
@@ -66,7 +65,9 @@ async def scrape(base_url: str, api_key: str | None = None, timeout_s: float = S
     if answer.status == 404:
         return {}
     if answer.status != 200:
-        raise RuntimeError(f"GET {base_url}/metrics: HTTP {answer.status}: {answer.body[:2000].decode(errors='replace')[:500]}")
+        raise RuntimeError(
+            f"GET {base_url}/metrics: HTTP {answer.status}: {answer.body[:2000].decode(errors='replace')[:500]}"
+        )
     body = answer.text()
     return parse_metrics(body)
 
@@ -104,8 +105,7 @@ def counter_deltas(
             out[canonical] = None
             continue
         end = _lookup(after, engine_name)
-        if end is None and counting and canonical in counted_once_incremented \
-                and _lookup(before, engine_name) is None:
+        if end is None and counting and canonical in counted_once_incremented and _lookup(before, engine_name) is None:
             out[canonical] = 0.0
             continue
         if end is None or not before:
@@ -128,8 +128,9 @@ TELEMETRY_INTERVAL_S = 0.5
 TELEMETRY_WITNESS = "generation_tokens_total"
 
 
-def telemetry_values(parsed: Mapping[str, float], names: Mapping[str, str],
-                     counted_once_incremented: tuple[str, ...] = ()) -> dict[str, float | None]:
+def telemetry_values(
+    parsed: Mapping[str, float], names: Mapping[str, str], counted_once_incremented: tuple[str, ...] = ()
+) -> dict[str, float | None]:
     """One telemetry sample's {canonical: value or None} for ``names`` ({canonical: Prometheus name}) from a parsed
     /metrics body: None where the body lacks the series, except a series of ``counted_once_incremented`` (the
     adapter's ``telemetry_counted_once_incremented``: a labelled counter the engine exports only after its first
@@ -140,9 +141,15 @@ def telemetry_values(parsed: Mapping[str, float], names: Mapping[str, str],
     return values
 
 
-async def sample_during(base_url: str, names: Mapping[str, str], samples: list[tuple[float, dict, str | None]],
-                        api_key: str | None = None, interval_s: float = TELEMETRY_INTERVAL_S,
-                        counted_once_incremented: tuple[str, ...] = (), gpus: GpuSampler | None = None) -> None:
+async def sample_during(
+    base_url: str,
+    names: Mapping[str, str],
+    samples: list[tuple[float, dict, str | None]],
+    api_key: str | None = None,
+    interval_s: float = TELEMETRY_INTERVAL_S,
+    counted_once_incremented: tuple[str, ...] = (),
+    gpus: GpuSampler | None = None,
+) -> None:
     """Sample ``{base_url}/metrics`` every ``interval_s`` until cancelled, appending ``(t, values, error)`` to
     ``samples``: ``t`` the ``time.perf_counter()`` stamp the GET was sent at (the client's clock), ``values``
     {canonical: value or None} for ``names`` ({canonical: Prometheus name}; :func:`telemetry_values`, with
@@ -159,8 +166,14 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), trust_env=False) as session:
 
         async def take() -> tuple[dict, str | None]:
-            answer = await httpcall.request("GET", url, deadline_s=max(4 * interval_s, 2.0),
-                                            max_bytes=MAX_METRICS_BYTES, headers=headers, session=session)
+            answer = await httpcall.request(
+                "GET",
+                url,
+                deadline_s=max(4 * interval_s, 2.0),
+                max_bytes=MAX_METRICS_BYTES,
+                headers=headers,
+                session=session,
+            )
             if answer.status != 200:
                 raise RuntimeError(f"HTTP {answer.status}")
             raw = answer.body
@@ -171,8 +184,9 @@ async def sample_during(base_url: str, names: Mapping[str, str], samples: list[t
         await _on_grid(take, samples, interval_s, gpus)
 
 
-async def sample_gpus_during(samples: list[tuple[float, dict, str | None]], gpus: GpuSampler,
-                             interval_s: float = TELEMETRY_INTERVAL_S) -> None:
+async def sample_gpus_during(
+    samples: list[tuple[float, dict, str | None]], gpus: GpuSampler, interval_s: float = TELEMETRY_INTERVAL_S
+) -> None:
     """The GPUs alone on the telemetry grid, for a run whose engine series are not sampled (no /metrics, no log)."""
 
     async def nothing() -> tuple[dict, str | None]:
@@ -181,8 +195,9 @@ async def sample_gpus_during(samples: list[tuple[float, dict, str | None]], gpus
     await _on_grid(nothing, samples, interval_s, gpus)
 
 
-async def _on_grid(take, samples: list[tuple[float, dict, str | None]], interval_s: float,
-                   gpus: GpuSampler | None = None) -> None:
+async def _on_grid(
+    take, samples: list[tuple[float, dict, str | None]], interval_s: float, gpus: GpuSampler | None = None
+) -> None:
     """Append ``(t, *await take())`` to ``samples`` every ``interval_s`` until cancelled, ``t`` the
     ``time.perf_counter()`` stamp taken just before ``take`` runs; a ``take`` that raises is kept as a sample with
     its error (the run goes on). The first sample comes half an interval in, not at the first send: a GET /metrics
@@ -213,15 +228,18 @@ async def _on_grid(take, samples: list[tuple[float, dict, str | None]], interval
 
 #: What telemetry.json says a log-tailed series is, and how old its values can be.
 LOG_TELEMETRY_SOURCE = "server log (scheduler lines), tailed during the batch"
-LOG_TELEMETRY_AS_OF = ("each sample holds the values of the engine's last scheduler log line before the read (its "
-                       "t_s is the read's time): the scheduler logs every prefill batch and only every "
-                       "decode_log_interval-th decode step (40 by default), so a value may be older than its sample; "
-                       "token usage is logged to 2 decimals")
+LOG_TELEMETRY_AS_OF = (
+    "each sample holds the values of the engine's last scheduler log line before the read (its "
+    "t_s is the read's time): the scheduler logs every prefill batch and only every "
+    "decode_log_interval-th decode step (40 by default), so a value may be older than its sample; "
+    "token usage is logged to 2 decimals"
+)
 #: A read of the log that found no scheduler line written since the one before: a gap, not a value.
 NO_NEW_LOG_LINE = "no new scheduler line in the server log since the last read"
 #: The most of a log's new bytes one read looks at: only the latest scheduler line is wanted, so a read that finds
 #: more (a progress bar, a traceback) looks at the newest this many bytes only.
 LOG_TAIL_WINDOW_BYTES = 256 * 1024
+
 
 def log_size(path: str | Path) -> int:
     """The log's size in bytes now: where a run's own lines begin (0 when there is no log yet)."""
@@ -231,9 +249,14 @@ def log_size(path: str | Path) -> int:
         return 0
 
 
-async def tail_log_during(path: str | Path, start: int, samples: list[tuple[float, dict, str | None]],
-                          parse_line: Callable[[str], dict[str, float | None] | None],
-                          interval_s: float = TELEMETRY_INTERVAL_S, gpus: GpuSampler | None = None) -> None:
+async def tail_log_during(
+    path: str | Path,
+    start: int,
+    samples: list[tuple[float, dict, str | None]],
+    parse_line: Callable[[str], dict[str, float | None] | None],
+    interval_s: float = TELEMETRY_INTERVAL_S,
+    gpus: GpuSampler | None = None,
+) -> None:
     """Read the lines appended to the server log ``path`` after byte ``start`` every ``interval_s`` until
     cancelled, appending ``(t, values, error)`` to ``samples`` as :func:`sample_during` does: ``t`` the
     ``time.perf_counter()`` stamp of the read, ``values`` the newest scheduler line's among those written since the
@@ -258,8 +281,9 @@ async def tail_log_during(path: str | Path, start: int, samples: list[tuple[floa
             pos = size
         lines = (partial + chunk).split(b"\n")
         partial = lines.pop()  # a line still being written is read whole next time
-        latest = next((v for v in (parse_line(line.decode(errors="replace")) for line in reversed(lines))
-                       if v is not None), None)
+        latest = next(
+            (v for v in (parse_line(line.decode(errors="replace")) for line in reversed(lines)) if v is not None), None
+        )
         return (latest, None) if latest is not None else ({}, NO_NEW_LOG_LINE)
 
     await _on_grid(take, samples, interval_s, gpus)

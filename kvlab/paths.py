@@ -63,19 +63,25 @@ def check_inside(folder: Path, root: Path) -> None:
             raise UnsafeFolderError(
                 f"{here}: a symbolic link (to {os.readlink(here)}); kvlab writes and deletes only inside real "
                 f"folders of the data folder {root}. Remove the link, or give the folder it points to as the "
-                "data folder (--data-dir). Nothing was written or removed")
+                "data folder (--data-dir). Nothing was written or removed"
+            )
         if not stat.S_ISDIR(st.st_mode):
             raise UnsafeFolderError(f"{here}: not a folder; nothing was written or removed")
         if st.st_uid != os.geteuid():
-            raise UnsafeFolderError(f"{here}: owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}); "
-                                    "kvlab writes only into its user's folders. Nothing was written or removed")
+            raise UnsafeFolderError(
+                f"{here}: owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}); "
+                "kvlab writes only into its user's folders. Nothing was written or removed"
+            )
 
 
 def remove_temp_entries(folder: Path, extra: re.Pattern[str] | None = None) -> list[Path]:
     """Remove the temporary entries kvlab left in ``folder`` (names matching TEMP_NAME, or ``extra``: older
     releases' exact patterns) and return them. A link is unlinked, never followed; every other entry stays."""
-    removed = [p for p in Path(folder).iterdir()
-               if TEMP_NAME.fullmatch(p.name) or (extra is not None and extra.fullmatch(p.name))]
+    removed = [
+        p
+        for p in Path(folder).iterdir()
+        if TEMP_NAME.fullmatch(p.name) or (extra is not None and extra.fullmatch(p.name))
+    ]
     for p in removed:
         remove_entry(p)
     return removed

@@ -62,13 +62,17 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
         port = e.port or 0
         env = adapter.env_overrides(e)
         if e.external:
-            lines.append(f"\n# server {server_key} ({e.name}) at {e.url}: external, kvlab does not start or "
-                         f"stop it; {len(group)} run(s)")
+            lines.append(
+                f"\n# server {server_key} ({e.name}) at {e.url}: external, kvlab does not start or "
+                f"stop it; {len(group)} run(s)"
+            )
         else:
             early = overlap_starts and i > 0 and starts_may_overlap(groups[i - 1][1][0], group[0])
-            lines.append(f"\n# server {server_key} ({e.name}); port {'{free port}' if not e.port else port}; "
-                         f"{len(group)} run(s)" + ("; launched while the previous server starts, paused while "
-                                                   "its runs are measured" if early else ""))
+            lines.append(
+                f"\n# server {server_key} ({e.name}); port {'{free port}' if not e.port else port}; "
+                f"{len(group)} run(s)"
+                + ("; launched while the previous server starts, paused while its runs are measured" if early else "")
+            )
         if not e.external:
             # the API key as the server is given it (server.EngineServer.argv and _env), by reference only
             key_ref = f"${e.api_key_env}" if e.api_key_env else None
@@ -78,18 +82,23 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
             bind = adapter.bind_env(e, port, "$RENDEZVOUS")
             env |= {k: "$PORT" if not e.port and v == str(port) else v for k, v in bind.items() if k not in e.env}
             if any("$RENDEZVOUS" in v for v in env.values()):
-                lines.append("# RENDEZVOUS: a new file name in kvlab's private state folder, where the engine's workers "
-                             "meet instead of a TCP store on every interface; removed when the server stops")
+                lines.append(
+                    "# RENDEZVOUS: a new file name in kvlab's private state folder, where the engine's workers "
+                    "meet instead of a TCP store on every interface; removed when the server stops"
+                )
             if route == "env":
                 env[adapter.api_key_env_var] = key_ref
             argv = adapter.command(e, port, key_ref if route == "argv" else None)
             if route == "config_file":
                 argv += ["--config", "$KEYFILE"]
-                lines.append(f"# KEYFILE: a new file of mode 0600 holding 'api-key: {key_ref}', removed once the "
-                             "server is up")
+                lines.append(
+                    f"# KEYFILE: a new file of mode 0600 holding 'api-key: {key_ref}', removed once the server is up"
+                )
             elif route == "argv":
-                lines.append(f"# warning: {e.name} reads its API key only from --api-key: while this server runs, "
-                             "`ps` shows the key to every user of this machine")
+                lines.append(
+                    f"# warning: {e.name} reads its API key only from --api-key: while this server runs, "
+                    "`ps` shows the key to every user of this machine"
+                )
             if env:
                 lines.append("env " + " ".join(f"{k}={_shell_quote(v)}" for k, v in sorted(env.items())) + " \\")
             if not e.port:  # the port is chosen at launch
@@ -98,8 +107,10 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
         for r in group:
             w = r.workload
             run_id = f"{r.experiment}/{r.key}" if many else r.key
-            lines.append(f"#   run {run_id}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
-                         f"{w.batch_size} {w.kind}{_detail(w)}, repeat {r.repeat}")
+            lines.append(
+                f"#   run {run_id}: {r.context_label} ({w.prompt_len}+{w.output_tokens} tokens) × "
+                f"{w.batch_size} {w.kind}{_detail(w)}, repeat {r.repeat}"
+            )
     return "\n".join(lines)
 
 

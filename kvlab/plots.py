@@ -105,11 +105,21 @@ def drawable(frame: pl.DataFrame | None, y: str | None = None, few: int = FEW_PO
 def _ranges(ax, x, values, lows, highs, counts, color: str, **kw) -> bool:
     """A whisker from the least to the most of the repeats at each point that has repeats (count > 1) and a
     range; nothing at a point of one run. True when any was drawn."""
-    pts = [(xi, v, lo, hi) for xi, v, lo, hi, n in zip(x, values, lows, highs, counts)
-           if (n or 0) > 1 and v is not None and lo is not None and hi is not None]
+    pts = [
+        (xi, v, lo, hi)
+        for xi, v, lo, hi, n in zip(x, values, lows, highs, counts)
+        if (n or 0) > 1 and v is not None and lo is not None and hi is not None
+    ]
     if pts:
-        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
-                    fmt="none", ecolor=color, capsize=3, **({"lw": 1} | kw))
+        ax.errorbar(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
+            fmt="none",
+            ecolor=color,
+            capsize=3,
+            **({"lw": 1} | kw),
+        )
     return bool(pts)
 
 
@@ -165,8 +175,15 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
                 ax.bar(x, y, width, color=color, label=engine_label(e))
             spread |= _ranges(ax, x, y, lo, hi, n, "#222222", zorder=4)
             for xi, yi in zip(x, y):
-                ax.annotate(f"{yi:.3g}", (xi, yi), textcoords="offset points", xytext=(0, 4 if not wide else 7),
-                            ha="center", fontsize=9, color="#222222")
+                ax.annotate(
+                    f"{yi:.3g}",
+                    (xi, yi),
+                    textcoords="offset points",
+                    xytext=(0, 4 if not wide else 7),
+                    ha="center",
+                    fontsize=9,
+                    color="#222222",
+                )
         ax.set_xticks(range(len(order)), [scaled_context(lab, c, "\n") for c, lab in ticks.iter_rows()])
         ax.set_xlim(-0.6, len(order) - 0.4)
         ax.xaxis.set_minor_locator(NullLocator())
@@ -178,8 +195,9 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
 
 
 @styled
-def throughput_vs_context(tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None,
-                          relative: bool = False) -> Figure:
+def throughput_vs_context(
+    tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None, relative: bool = False
+) -> Figure:
     """Throughput against context per engine (log-log), one panel per source. With ``relative``, two panels per
     source: the absolute throughput (left; where the engines' lines cross, one overtakes the other) beside each
     engine's ``{y}_rel`` (right; :func:`kvlab.analysis.relative_to_context`: its own value at the reference
@@ -207,11 +225,18 @@ def _absolute_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | Non
         color = ENGINE_COLORS.get(e)
         ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
         if (span := _span(g, y)) is not None and "n_runs" in g.columns:
-            spread |= _ranges(ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(),
-                              color or "#777777")
+            spread |= _ranges(
+                ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(), color or "#777777"
+            )
         for c, v, lab in zip(g["context_tokens"], g[y], g["context_label"]):  # 1st engine above, 2nd below
-            ax.annotate(_num(v), (c, v), textcoords="offset points",
-                        xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8, color=color)
+            ax.annotate(
+                _num(v),
+                (c, v),
+                textcoords="offset points",
+                xytext=(4, 4 if i % 2 == 0 else -12),
+                fontsize=8,
+                color=color,
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
@@ -222,11 +247,13 @@ def _absolute_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | Non
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
     lo, hi = ax.get_ylim()
     few = hi / lo < 10  # less than a decade: label every minor tick, else only 2s and 5s (never "6×10²")
-    ax.yaxis.set_minor_formatter(FuncFormatter(
-        lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
     ax.tick_params(axis="y", which="minor", labelsize=7)
-    ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
-           ylabel=ylabel or y)
+    ax.set(
+        title=title,
+        xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+        ylabel=ylabel or y,
+    )
     ax.title.set_fontsize(10)
     ax.legend()
 
@@ -246,13 +273,18 @@ def _relative_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | Non
         color = ENGINE_COLORS.get(e, "#777777")
         ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
         if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
-            spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(),
-                              color)
+            spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(), color)
         for c, v in zip(g["context_tokens"], g[col]):  # 1st engine above, 2nd below
             if v == 1.0:  # the reference point, where every engine's line starts: the line at 1 says it
                 continue
-            ax.annotate(f"{v:.2f}", (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -12),
-                        fontsize=8, color=color)
+            ax.annotate(
+                f"{v:.2f}",
+                (c, v),
+                textcoords="offset points",
+                xytext=(4, 4 if i % 2 == 0 else -12),
+                fontsize=8,
+                color=color,
+            )
     ax.axhline(1, color="#222222", lw=0.9)
     ax.set_xscale("log", base=2)
     ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
@@ -262,23 +294,34 @@ def _relative_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | Non
     ax.set_ylim(0, max(1.0, part[col].max() or 1.0) * 1.15)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     refs = part.select("reference_context", "reference_tokens").unique()
-    ref = (scaled_context(refs["reference_context"][0], refs["reference_tokens"][0])
-           if refs.height == 1 else "each engine's shortest context")
-    ax.set(title=title, xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
-           ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)")
+    ref = (
+        scaled_context(refs["reference_context"][0], refs["reference_tokens"][0])
+        if refs.height == 1
+        else "each engine's shortest context"
+    )
+    ax.set(
+        title=title,
+        xlabel="context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""),
+        ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)",
+    )
     ax.title.set_fontsize(10)
     ax.yaxis.label.set_fontsize(10)
     ax.legend()
 
 
 #: Colours of the definitions a stated ratio is checked under (none of them an engine's colour).
-DEFINITION_COLORS = {"time_ratio": "#029e73", "percent_less_time": "#cc78bc", "batch_time_ratio": "#7b3294",
-                     "prompt_tokens_per_s_ratio": "#8c6d31"}
+DEFINITION_COLORS = {
+    "time_ratio": "#029e73",
+    "percent_less_time": "#cc78bc",
+    "batch_time_ratio": "#7b3294",
+    "prompt_tokens_per_s_ratio": "#8c6d31",
+}
 
 
 @styled
-def claims_vs_table(check: pl.DataFrame, names: Mapping[str, str] | None = None,
-                    definition_names: Mapping[str, str] | None = None) -> Figure:
+def claims_vs_table(
+    check: pl.DataFrame, names: Mapping[str, str] | None = None, definition_names: Mapping[str, str] | None = None
+) -> Figure:
     """Each stated ratio (dark grey) beside the values the document's own table implies under each definition that
     applies to it (one colour per definition, never an engine's), ✓ where they agree, hatched ✗ where not; the
     legend names every definition drawn. The words come from the caller, so figures do not depend on prose:
@@ -301,21 +344,34 @@ def claims_vs_table(check: pl.DataFrame, names: Mapping[str, str] | None = None,
             ok = bool(r["consistent"])
             any_bad |= not ok
             d = r["definition"]
-            bar = ax.bar(i + (j + 1) * width, r["implied_value"], width, color=DEFINITION_COLORS.get(d, "#999999"),
-                         hatch="" if ok else "//", edgecolor="white")
+            bar = ax.bar(
+                i + (j + 1) * width,
+                r["implied_value"],
+                width,
+                color=DEFINITION_COLORS.get(d, "#999999"),
+                hatch="" if ok else "//",
+                edgecolor="white",
+            )
             ax.bar_label(bar, labels=["✓" if ok else "✗"], padding=2)
             if d not in drawn:
                 drawn.append(d)
-    ax.set_xticks([i + width * (part_all.filter(pl.col("claim_id") == c).height) / 2 for i, c in enumerate(ids)],
-                  [textwrap.fill(names.get(c, c), 13) for c in ids], fontsize=9)
+    ax.set_xticks(
+        [i + width * (part_all.filter(pl.col("claim_id") == c).height) / 2 for i, c in enumerate(ids)],
+        [textwrap.fill(names.get(c, c), 13) for c in ids],
+        fontsize=9,
+    )
     handles = [Patch(color="#444444", label="stated by the article")]
-    handles += [Patch(color=DEFINITION_COLORS.get(d, "#999999"), label=f"table implies: {definition_names.get(d, d)}")
-                for d in drawn]
+    handles += [
+        Patch(color=DEFINITION_COLORS.get(d, "#999999"), label=f"table implies: {definition_names.get(d, d)}")
+        for d in drawn
+    ]
     if any_bad:
         handles.append(Patch(facecolor="white", hatch="//", edgecolor="#555555", label="✗ hatched: does not match"))
     top = max([*part_all["stated_value"].to_list(), *part_all["implied_value"].to_list(), 1.0])
     ax.set_ylim(min(0.0, part_all["implied_value"].min() or 0.0), top * 1.15)
-    ax.set(ylabel="ratio (×)", title="published: stated ratios vs what the article's own table implies (✓ match, ✗ not)")
+    ax.set(
+        ylabel="ratio (×)", title="published: stated ratios vs what the article's own table implies (✓ match, ✗ not)"
+    )
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     ax.title.set_fontsize(10)
     fig.tight_layout()
@@ -348,8 +404,17 @@ def memory_ratio_figure(ratios: pl.DataFrame) -> Figure:
             x = [order.index(t) - 0.4 + (j + 0.5) * width for t in g["context_tokens"]]
             y = g[col].to_list()
             ax.plot(x, y, ls="none", marker="o", ms=8, color=c, zorder=3)
-            if _ranges(ax, x, y, g[f"{col}_min"].to_list(), g[f"{col}_max"].to_list(), g["n_runs"].to_list(), c,
-                       lw=1.2, zorder=2):
+            if _ranges(
+                ax,
+                x,
+                y,
+                g[f"{col}_min"].to_list(),
+                g[f"{col}_max"].to_list(),
+                g["n_runs"].to_list(),
+                c,
+                lw=1.2,
+                zorder=2,
+            ):
                 spread = True
                 values += [v for v in g[f"{col}_max"].to_list() if v is not None]
             values += y
@@ -364,17 +429,20 @@ def memory_ratio_figure(ratios: pl.DataFrame) -> Figure:
         ax.grid(axis="x", visible=False)
         ax.set_xlabel("context")
         ax.set_ylabel(f"{what}, {lo:g} ÷ {hi:g}" if lo is not None else what)
-        ax.set_title(f"measured: {what} at {lo:g} ÷ at {hi:g}" if lo is not None else f"measured: {what}",
-                     fontsize=10)
-    handles = [Line2D([], [], ls="none", marker="o", ms=8, color=ENGINE_COLORS.get(e, "#777777"),
-                      label=engine_label(e)) for e in engines]
+        ax.set_title(f"measured: {what} at {lo:g} ÷ at {hi:g}" if lo is not None else f"measured: {what}", fontsize=10)
+    handles = [
+        Line2D([], [], ls="none", marker="o", ms=8, color=ENGINE_COLORS.get(e, "#777777"), label=engine_label(e))
+        for e in engines
+    ]
     handles.append(Line2D([], [], color="#222222", lw=0.9, label="1×: the setting changes nothing"))
     if spread:
-        handles.append(Line2D([], [], color="#555555", marker="|", ms=10, lw=1.2,
-                              label="whisker: least to most over the repeats"))
+        handles.append(
+            Line2D([], [], color="#555555", marker="|", ms=10, lw=1.2, label="whisker: least to most over the repeats")
+        )
     if lo is not None:
-        fig.suptitle(f"each engine against itself, never one engine against another; above 1×: slower at {lo:g}",
-                     fontsize=10)
+        fig.suptitle(
+            f"each engine against itself, never one engine against another; above 1×: slower at {lo:g}", fontsize=10
+        )
     return _legend_below(fig, handles, ncol=len(handles))
 
 
@@ -426,8 +494,14 @@ class FigureView:
     """A figure as the reports show it: a 2×-density PNG with alt text, its number (None: unnumbered), the one
     computed sentence that says what to see in it, and (with ``data``) a link to the numbers behind it as CSV."""
 
-    def __init__(self, fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None,
-                 number: int | None = None):
+    def __init__(
+        self,
+        fig: Figure,
+        caption: str,
+        data: pl.DataFrame | None = None,
+        alt: str | None = None,
+        number: int | None = None,
+    ):
         if not caption or not caption.strip():
             raise ValueError("show(): every figure needs a caption, the sentence that says what to see in it")
         self.number, self.fig, self.caption, self.data = number, fig, caption.strip(), data
@@ -442,20 +516,27 @@ class FigureView:
     def _repr_html_(self) -> str:
         png = self.png()
         width = struct.unpack(">I", png[16:20])[0] * SCREEN_DPI // SHOW_DPI  # PNG IHDR width in pixels
-        img = (f'<img alt="{html.escape(self.alt)}" style="width: {width}px; max-width: 100%; height: auto;" '
-               f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+        img = (
+            f'<img alt="{html.escape(self.alt)}" style="width: {width}px; max-width: 100%; height: auto;" '
+            f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        )
         link = ""
         if self.data is not None:
             folder = os.environ.get(FIGURE_DIR_ENV)
-            href = (f"{folder}/{self.data_file}" if folder else
-                    f"data:text/csv;base64,{base64.b64encode(self.csv().encode()).decode()}")
-            link = (f' <a class="kvlab-figure-data" download="{self.data_file}" '
-                    f'href="{html.escape(href)}">data (CSV)</a>')
-        return (f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
-                f'<figcaption style="max-width: {max(width, 480)}px;">'
-                + (f"<b>Figure {self.number}.</b> " if self.number is not None else "") +
-                f"{markdown_inline(self.caption)}{link}</figcaption></figure>")
-
+            href = (
+                f"{folder}/{self.data_file}"
+                if folder
+                else f"data:text/csv;base64,{base64.b64encode(self.csv().encode()).decode()}"
+            )
+            link = (
+                f' <a class="kvlab-figure-data" download="{self.data_file}" href="{html.escape(href)}">data (CSV)</a>'
+            )
+        return (
+            f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
+            f'<figcaption style="max-width: {max(width, 480)}px;">'
+            + (f"<b>Figure {self.number}.</b> " if self.number is not None else "")
+            + f"{markdown_inline(self.caption)}{link}</figcaption></figure>"
+        )
 
     @property
     def data_file(self) -> str:
@@ -469,8 +550,14 @@ class FigureView:
         """The figure's data as typed JSON (None without data): what the report build writes beside the notebook."""
         if self.data is None:
             return None
-        return {"number": self.number, "caption": self.caption, "file": self.data_file,
-                "columns": self.data.columns, "rows": self.data.height, "csv": self.csv()}
+        return {
+            "number": self.number,
+            "caption": self.caption,
+            "file": self.data_file,
+            "columns": self.data.columns,
+            "rows": self.data.height,
+            "csv": self.csv(),
+        }
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         bundle = {"text/html": self._repr_html_()}
@@ -479,8 +566,13 @@ class FigureView:
         return bundle
 
 
-def show(fig: Figure, caption: str, data: pl.DataFrame | None = None, alt: str | None = None,
-         numbers: FigureNumbers | None = None) -> FigureView:
+def show(
+    fig: Figure,
+    caption: str,
+    data: pl.DataFrame | None = None,
+    alt: str | None = None,
+    numbers: FigureNumbers | None = None,
+) -> FigureView:
     """``display(show(fig, caption, data))``: the report's way to show a figure (see :class:`FigureView`), numbered
     by ``numbers`` (a notebook's: ``wb.show``), else unnumbered."""
     view = FigureView(fig, caption, data, alt)  # refuses a figure without a caption before it takes a number
@@ -505,8 +597,15 @@ def _cache_style(engine: str, caching) -> dict:
     off = dashed line, hollow marker (so the two read apart even where the lines are short)."""
     c = ENGINE_COLORS.get(engine, "#777777")
     on = caching is None or bool(caching)
-    return dict(color=c, linestyle=CACHE_STYLES[on], marker="o", markersize=6, markeredgecolor=c,
-                markerfacecolor=c if on else "white", label=_config_label(engine, on))
+    return dict(
+        color=c,
+        linestyle=CACHE_STYLES[on],
+        marker="o",
+        markersize=6,
+        markeredgecolor=c,
+        markerfacecolor=c if on else "white",
+        label=_config_label(engine, on),
+    )
 
 
 def _ordered_engines(frame: pl.DataFrame) -> list[str]:
@@ -517,18 +616,35 @@ def _ordered_engines(frame: pl.DataFrame) -> list[str]:
 def _config_handles(engines: list[str], settings) -> list:
     """Legend handles in two groups: one colour per engine, then one line style per cache setting (grey), so
     'on' and 'off' differ in the handle itself (solid with a filled dot against dashed with a hollow one)."""
-    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), linewidth=5, label=engine_label(e))
-               for e in engines]
+    handles = [
+        Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), linewidth=5, label=engine_label(e)) for e in engines
+    ]
     for on in sorted({bool(s) for s in settings}, reverse=True):
-        handles.append(Line2D([], [], color="#555555", linestyle=CACHE_STYLES[on], marker="o", markersize=6,
-                              markeredgecolor="#555555", markerfacecolor="#555555" if on else "white",
-                              label=f"prefix cache {'on: solid line, filled dot' if on else 'off: dashed line, open dot'}"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="#555555",
+                linestyle=CACHE_STYLES[on],
+                marker="o",
+                markersize=6,
+                markeredgecolor="#555555",
+                markerfacecolor="#555555" if on else "white",
+                label=f"prefix cache {'on: solid line, filled dot' if on else 'off: dashed line, open dot'}",
+            )
+        )
     return handles
 
 
 def _threshold_handle(threshold: float):
-    return Line2D([], [], color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7,
-                  label=f"the article's threshold: {threshold:.0%} of the prompt shared")
+    return Line2D(
+        [],
+        [],
+        color=THRESHOLD_COLOR,
+        linewidth=1.2,
+        alpha=0.7,
+        label=f"the article's threshold: {threshold:.0%} of the prompt shared",
+    )
 
 
 def _fraction_axis(ax, frame: pl.DataFrame) -> None:
@@ -537,8 +653,11 @@ def _fraction_axis(ax, frame: pl.DataFrame) -> None:
     ax.set_xticks(fracs, [f"{f:.0%}" for f in fracs])
     ax.xaxis.set_minor_locator(NullLocator())
     prompt = frame["prompt_tokens"].unique().to_list() if "prompt_tokens" in frame.columns else []
-    ax.set_xlabel(f"shared prefix, share of each {prompt[0]:,}-token prompt" if len(prompt) == 1
-                  else "shared prefix, share of each prompt")
+    ax.set_xlabel(
+        f"shared prefix, share of each {prompt[0]:,}-token prompt"
+        if len(prompt) == 1
+        else "shared prefix, share of each prompt"
+    )
     if fracs:
         ax.set_xlim(min(fracs) - 0.04, max(fracs) + 0.04)
 
@@ -570,17 +689,32 @@ def _legend_below(fig: Figure, handles, ncol: int) -> Figure:
     anchor = axes[len(axes) // 2]
     x, _ = anchor.transAxes.inverted().transform(fig.transFigure.transform((0.5, 0)))
     _, y = anchor.transAxes.inverted().transform((0, bottom))
-    anchor.legend(handles=handles, loc="upper center", bbox_to_anchor=(x, y - 0.02), ncol=ncol, fontsize=9,
-                  frameon=False, handlelength=3.5)
+    anchor.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(x, y - 0.02),
+        ncol=ncol,
+        fontsize=9,
+        frameon=False,
+        handlelength=3.5,
+    )
     return fig
 
 
 def _zero_note(ax, engines: list[str], what: str) -> None:
     """Say in the panel, instead of drawing lines on top of each other at 0, which cache-off lines are all 0."""
     if engines:
-        ax.text(0.98, 0.03, f"cache off: {what} 0 at every point ({', '.join(engine_label(e) for e in engines)})",
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="#444444",
-                bbox=dict(facecolor="white", edgecolor="#cccccc", pad=2))
+        ax.text(
+            0.98,
+            0.03,
+            f"cache off: {what} 0 at every point ({', '.join(engine_label(e) for e in engines)})",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=8,
+            color="#444444",
+            bbox=dict(facecolor="white", edgecolor="#cccccc", pad=2),
+        )
 
 
 def _all_zero(values) -> bool:
@@ -596,8 +730,15 @@ def _whiskers(ax, g: pl.DataFrame, x: str, y: str, span: tuple[str, str], color:
         return False
     rep = g.filter((pl.col("n_runs") > 1) & pl.col(lo).is_not_null() & pl.col(hi).is_not_null())
     if rep.height:
-        ax.errorbar(rep[x], rep[y], yerr=[(rep[y] - rep[lo]).to_list(), (rep[hi] - rep[y]).to_list()], fmt="none",
-                    ecolor=color, capsize=3, lw=1)
+        ax.errorbar(
+            rep[x],
+            rep[y],
+            yerr=[(rep[y] - rep[lo]).to_list(), (rep[hi] - rep[y]).to_list()],
+            fmt="none",
+            ecolor=color,
+            capsize=3,
+            lw=1,
+        )
     return rep.height > 0
 
 
@@ -605,28 +746,57 @@ def _hit_rate_axis(ax, s: pl.DataFrame, zero_off: list[str]) -> None:
     """The ideal hit rates on the hit-rate panel, its percent axis and the note on all-zero cache-off lines."""
     col = "cache_hit_rate"
     ideal = s.group_by("shared_fraction", maintain_order=True).agg(
-        pl.col("ideal_hit_rate", "block_ideal_hit_rate").first())
-    ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], color="#222222", linestyle=":", linewidth=1.4,
-            zorder=5)
-    ax.plot(ideal["shared_fraction"], ideal["block_ideal_hit_rate"], color="#8c6bb1", linestyle="-.",
-            linewidth=1.2, marker="s", markersize=12, markerfacecolor="none", markeredgewidth=1.5, zorder=5)
+        pl.col("ideal_hit_rate", "block_ideal_hit_rate").first()
+    )
+    ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], color="#222222", linestyle=":", linewidth=1.4, zorder=5)
+    ax.plot(
+        ideal["shared_fraction"],
+        ideal["block_ideal_hit_rate"],
+        color="#8c6bb1",
+        linestyle="-.",
+        linewidth=1.2,
+        marker="s",
+        markersize=12,
+        markerfacecolor="none",
+        markeredgewidth=1.5,
+        zorder=5,
+    )
     ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-    ax.set_ylim(0, max([v for v in s[col].to_list() + ideal["ideal_hit_rate"].to_list() if v is not None],
-                       default=1) * 1.1 or 1)
+    ax.set_ylim(
+        0, max([v for v in s[col].to_list() + ideal["ideal_hit_rate"].to_list() if v is not None], default=1) * 1.1 or 1
+    )
     ax.set_ylabel("share of prompt tokens")
     _zero_note(ax, zero_off, "hit rate")
 
 
 def _ideal_handles(block_tokens: int) -> list:
-    return [Line2D([], [], color="#222222", linestyle=":", linewidth=1.4,
-                   label="ideal, token-exact: the whole prefix reused by every request after the first"),
-            Line2D([], [], color="#8c6bb1", linestyle="-.", linewidth=1.2, marker="s", markersize=9,
-                   markerfacecolor="none", markeredgewidth=1.5,
-                   label=f"ideal in whole {block_tokens}-token blocks (vLLM's granularity)")]
+    return [
+        Line2D(
+            [],
+            [],
+            color="#222222",
+            linestyle=":",
+            linewidth=1.4,
+            label="ideal, token-exact: the whole prefix reused by every request after the first",
+        ),
+        Line2D(
+            [],
+            [],
+            color="#8c6bb1",
+            linestyle="-.",
+            linewidth=1.2,
+            marker="s",
+            markersize=9,
+            markerfacecolor="none",
+            markeredgewidth=1.5,
+            label=f"ideal in whole {block_tokens}-token blocks (vLLM's granularity)",
+        ),
+    ]
 
 
-def _prefix_ratio_figure(sharing: pl.DataFrame, gain: pl.DataFrame, threshold: float, block_tokens: int,
-                         min_gain: float) -> Figure:
+def _prefix_ratio_figure(
+    sharing: pl.DataFrame, gain: pl.DataFrame, threshold: float, block_tokens: int, min_gain: float
+) -> Figure:
     """Report 05's measured figure: the hit rate per engine and cache setting, then each engine's TTFT and batch
     time with its cache off ÷ on (see :func:`prefix_sharing_figure`)."""
     fig = Figure(figsize=(16, 5.0))
@@ -643,18 +813,26 @@ def _prefix_ratio_figure(sharing: pl.DataFrame, gain: pl.DataFrame, threshold: f
             if not caching and _all_zero(g["cache_hit_rate"].to_list()):
                 zero_off.append(e)
                 continue
-            axes[0].plot(g["shared_fraction"], g["cache_hit_rate"],
-                         **(_cache_style(e, caching) | dict(linewidth=3, markersize=7)))
+            axes[0].plot(
+                g["shared_fraction"],
+                g["cache_hit_rate"],
+                **(_cache_style(e, caching) | dict(linewidth=3, markersize=7)),
+            )
             if {"cache_hit_rate_min", "cache_hit_rate_max", "n_runs"} <= set(g.columns):
-                _ranges(axes[0], g["shared_fraction"].to_list(), g["cache_hit_rate"].to_list(),
-                        g["cache_hit_rate_min"].to_list(), g["cache_hit_rate_max"].to_list(), g["n_runs"].to_list(),
-                        ENGINE_COLORS.get(e, "#777777"))
+                _ranges(
+                    axes[0],
+                    g["shared_fraction"].to_list(),
+                    g["cache_hit_rate"].to_list(),
+                    g["cache_hit_rate_min"].to_list(),
+                    g["cache_hit_rate_max"].to_list(),
+                    g["n_runs"].to_list(),
+                    ENGINE_COLORS.get(e, "#777777"),
+                )
     _hit_rate_axis(axes[0], s, zero_off)
     axes[0].set_title("measured: prompt tokens served from the prefix cache", fontsize=10)
     spread = False
     g_all = gain.sort("shared_fraction")
-    for ax, col, what in ((axes[1], "ttft_speedup", "mean TTFT"),
-                          (axes[2], "batch_speedup", "median batch time")):
+    for ax, col, what in ((axes[1], "ttft_speedup", "mean TTFT"), (axes[2], "batch_speedup", "median batch time")):
         values = [1 / (1 - min_gain)]
         for e in engines:
             g = g_all.filter((pl.col("engine") == e) & pl.col(col).is_not_null())
@@ -664,8 +842,14 @@ def _prefix_ratio_figure(sharing: pl.DataFrame, gain: pl.DataFrame, threshold: f
             ax.plot(g["shared_fraction"], g[col], marker="o", color=c, markerfacecolor=c, linestyle="-")
             values += g[col].to_list()
             if {f"{col}_min", f"{col}_max", "n_runs"} <= set(g.columns) and _ranges(
-                    ax, g["shared_fraction"].to_list(), g[col].to_list(), g[f"{col}_min"].to_list(),
-                    g[f"{col}_max"].to_list(), g["n_runs"].to_list(), c):
+                ax,
+                g["shared_fraction"].to_list(),
+                g[col].to_list(),
+                g[f"{col}_min"].to_list(),
+                g[f"{col}_max"].to_list(),
+                g["n_runs"].to_list(),
+                c,
+            ):
                 spread = True
                 values += [v for v in g[f"{col}_max"].to_list() if v is not None]
         ax.axhline(1, color="#222222", linewidth=0.9)
@@ -680,22 +864,34 @@ def _prefix_ratio_figure(sharing: pl.DataFrame, gain: pl.DataFrame, threshold: f
         _fraction_axis(ax, s)
     handles = _config_handles(engines, sharing["prefix_caching"].unique().to_list() if sharing.height else [])
     handles += _ideal_handles(block_tokens)
-    handles += [Line2D([], [], color="#222222", linewidth=0.9, label="1×: the cache changes nothing (right panels)"),
-                Line2D([], [], color="#777777", linewidth=1, linestyle=":",
-                       label=f"{min_gain:.0%} of batch time saved ({1 / (1 - min_gain):.2f}×)"),
-                _threshold_handle(threshold)]
+    handles += [
+        Line2D([], [], color="#222222", linewidth=0.9, label="1×: the cache changes nothing (right panels)"),
+        Line2D(
+            [],
+            [],
+            color="#777777",
+            linewidth=1,
+            linestyle=":",
+            label=f"{min_gain:.0%} of batch time saved ({1 / (1 - min_gain):.2f}×)",
+        ),
+        _threshold_handle(threshold),
+    ]
     if spread:
-        handles.append(Line2D([], [], color="#555555", marker="|", ms=10, lw=1,
-                              label="whisker: least to most over the repeats"))
+        handles.append(
+            Line2D([], [], color="#555555", marker="|", ms=10, lw=1, label="whisker: least to most over the repeats")
+        )
     fig.suptitle(f"measured on {hw}; right: each engine against itself (above 1× its cache helps)", fontsize=10)
     return _legend_below(fig, handles, ncol=4)
 
 
 @styled
 def prefix_sharing_figure(
-sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
-                          block_tokens: int = VLLM_CPU_BLOCK_TOKENS, gain: pl.DataFrame | None = None,
-                          min_gain: float = 0.10) -> Figure:
+    sharing: pl.DataFrame,
+    threshold: float = FIXED_CONTEXT_THRESHOLD,
+    block_tokens: int = VLLM_CPU_BLOCK_TOKENS,
+    gain: pl.DataFrame | None = None,
+    min_gain: float = 0.10,
+) -> Figure:
     """Cache-hit rate, mean TTFT and median batch time against the shared fraction, per engine and cache setting.
 
     Engine = colour; prefix cache on = solid line and filled dots, off = dashed line and open dots. A configuration
@@ -713,9 +909,11 @@ sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
         return _prefix_ratio_figure(sharing, gain, threshold, block_tokens, min_gain)
     fig = Figure(figsize=(16, 5.0))
     axes = fig.subplots(1, 3)
-    panels = [("cache_hit_rate", ("cache_hit_rate_min", "cache_hit_rate_max"), "prompt tokens served from the prefix cache"),
-              ("ttft_mean_ms", ("ttft_min_ms", "ttft_max_ms"), "mean time to first token (ms)"),
-              ("batch_time_s", ("batch_time_min_s", "batch_time_max_s"), "median batch time (s)")]
+    panels = [
+        ("cache_hit_rate", ("cache_hit_rate_min", "cache_hit_rate_max"), "prompt tokens served from the prefix cache"),
+        ("ttft_mean_ms", ("ttft_min_ms", "ttft_max_ms"), "mean time to first token (ms)"),
+        ("batch_time_s", ("batch_time_min_s", "batch_time_max_s"), "median batch time (s)"),
+    ]
     hw = ", ".join(sharing["hardware"].unique(maintain_order=True).to_list())
     engines = _ordered_engines(sharing)
     settings = sharing["prefix_caching"].unique().to_list() if sharing.height else []
@@ -751,7 +949,9 @@ sharing: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
 
 
 @styled
-def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD, min_gain: float = 0.10) -> Figure:
+def caching_gain_figure(
+    gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD, min_gain: float = 0.10
+) -> Figure:
     """Speed-up from the prefix cache (off ÷ on) against the shared fraction, per engine: batch time (solid,
     filled dots) and mean TTFT (dashed, open squares); 1× (no gain), the saving that counts and the tree's
     threshold marked; y from 0, the legend below the axes."""
@@ -762,8 +962,15 @@ def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
         g = gain.filter(pl.col("engine") == e).sort("shared_fraction")
         c = ENGINE_COLORS.get(e, "#777777")
         ax.plot(g["shared_fraction"], g["batch_speedup"], marker="o", color=c, markerfacecolor=c, linestyle="-")
-        ax.plot(g["shared_fraction"], g["ttft_speedup"], marker="s", color=c, markerfacecolor="white",
-                markeredgecolor=c, linestyle=CACHE_STYLES[False])
+        ax.plot(
+            g["shared_fraction"],
+            g["ttft_speedup"],
+            marker="s",
+            color=c,
+            markerfacecolor="white",
+            markeredgecolor=c,
+            linestyle=CACHE_STYLES[False],
+        )
     ax.axhline(1, color="#222222", linewidth=0.9)
     ax.axhline(1 / (1 - min_gain), color="#777777", linewidth=1, linestyle=":")
     ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7)
@@ -771,17 +978,36 @@ def caching_gain_figure(gain: pl.DataFrame, threshold: float = FIXED_CONTEXT_THR
     ax.set_ylim(0, max(top, 1 / (1 - min_gain)) * 1.12)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
     _fraction_axis(ax, gain)
-    ax.set(ylabel="speed-up from the prefix cache, off ÷ on",
-           title="measured: what the prefix cache buys, by shared fraction (above 1× it helps)")
+    ax.set(
+        ylabel="speed-up from the prefix cache, off ÷ on",
+        title="measured: what the prefix cache buys, by shared fraction (above 1× it helps)",
+    )
     ax.title.set_fontsize(10)
-    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), linewidth=5, label=engine_label(e)) for e in engines]
-    handles += [Line2D([], [], color="#555555", marker="o", linestyle="-", label="batch time, off ÷ on"),
-                Line2D([], [], color="#555555", marker="s", markerfacecolor="white", linestyle=CACHE_STYLES[False],
-                       label="mean TTFT, off ÷ on"),
-                Line2D([], [], color="#222222", linewidth=0.9, label="1×: the cache changes nothing"),
-                Line2D([], [], color="#777777", linewidth=1, linestyle=":",
-                       label=f"{min_gain:.0%} of batch time saved ({1 / (1 - min_gain):.2f}×)"),
-                _threshold_handle(threshold)]
+    handles = [
+        Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), linewidth=5, label=engine_label(e)) for e in engines
+    ]
+    handles += [
+        Line2D([], [], color="#555555", marker="o", linestyle="-", label="batch time, off ÷ on"),
+        Line2D(
+            [],
+            [],
+            color="#555555",
+            marker="s",
+            markerfacecolor="white",
+            linestyle=CACHE_STYLES[False],
+            label="mean TTFT, off ÷ on",
+        ),
+        Line2D([], [], color="#222222", linewidth=0.9, label="1×: the cache changes nothing"),
+        Line2D(
+            [],
+            [],
+            color="#777777",
+            linewidth=1,
+            linestyle=":",
+            label=f"{min_gain:.0%} of batch time saved ({1 / (1 - min_gain):.2f}×)",
+        ),
+        _threshold_handle(threshold),
+    ]
     return _legend_below(fig, handles, ncol=3)
 
 
@@ -795,8 +1021,12 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
     axes = fig.subplots(1, 2)
     engines = _ordered_engines(by_turn)
     settings = by_turn["prefix_caching"].unique().to_list() if by_turn.height else []
-    configs = [(e, c) for e in engines for c in (True, False)
-               if by_turn.filter((pl.col("engine") == e) & (pl.col("prefix_caching") == c)).height]
+    configs = [
+        (e, c)
+        for e in engines
+        for c in (True, False)
+        if by_turn.filter((pl.col("engine") == e) & (pl.col("prefix_caching") == c)).height
+    ]
     zero_off = []
     for i, (engine, caching) in enumerate(configs):
         g = by_turn.filter((pl.col("engine") == engine) & (pl.col("prefix_caching") == caching)).sort("turn")
@@ -809,8 +1039,17 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
         if requests is not None and requests.height:
             r = requests.filter((pl.col("engine") == engine) & (pl.col("prefix_caching") == caching))
             dx = (i - (len(configs) - 1) / 2) * 0.05  # each configuration's dots a little apart
-            axes[1].scatter(r["turn"] + dx, r["ttft_ms"], s=12, color=style["color"], alpha=0.45, linewidths=0.8,
-                            facecolors=style["color"] if caching else "white", edgecolors=style["color"], zorder=3)
+            axes[1].scatter(
+                r["turn"] + dx,
+                r["ttft_ms"],
+                s=12,
+                color=style["color"],
+                alpha=0.45,
+                linewidths=0.8,
+                facecolors=style["color"] if caching else "white",
+                edgecolors=style["color"],
+                zorder=3,
+            )
     if by_turn.height:
         lengths = by_turn.group_by("turn").agg(pl.col("prompt_tokens").mean()).sort("turn")
         axes[0].plot(lengths["turn"], lengths["prompt_tokens"], color="#222222", linestyle=":", linewidth=1.6)
@@ -821,8 +1060,10 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
     if requests is not None and requests.height:
         ttft += [v for v in requests["ttft_ms"].to_list() if v is not None]
     _study_y(axes[1], ttft, "TTFT (ms)")
-    axes[1].set_title("measured: time to first token by turn (line: mean" +
-                      ("; dots: each conversation)" if requests is not None and requests.height else ")"))
+    axes[1].set_title(
+        "measured: time to first token by turn (line: mean"
+        + ("; dots: each conversation)" if requests is not None and requests.height else ")")
+    )
     turns = sorted(by_turn["turn"].unique().to_list()) if by_turn.height else []
     for ax in axes:
         ax.set_xticks(turns, [str(int(t)) for t in turns])  # turns are whole numbers: no 0.5 ticks
@@ -832,8 +1073,18 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
     handles = _config_handles(engines, settings)
     handles.append(Line2D([], [], color="#222222", linestyle=":", linewidth=1.6, label="prompt length (tokens)"))
     if requests is not None and requests.height:
-        handles.append(Line2D([], [], color="#555555", marker="o", markersize=4, alpha=0.6, linestyle="none",
-                              label="small dots: one request each (TTFT)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="#555555",
+                marker="o",
+                markersize=4,
+                alpha=0.6,
+                linestyle="none",
+                label="small dots: one request each (TTFT)",
+            )
+        )
     return _legend_below(fig, handles, ncol=3)
 
 
@@ -871,14 +1122,19 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
         ax.set_xlabel("requests in flight")
         ax.title.set_fontsize(10)
     value_axis(axes[0], conc["requests_per_s"].to_list() if conc.height else [], "completed requests/s")
-    value_axis(axes[1], (conc["ttft_mean_ms"].to_list() + conc["ttft_p99_ms"].to_list()) if conc.height else [],
-               "TTFT (ms)")
+    value_axis(
+        axes[1], (conc["ttft_mean_ms"].to_list() + conc["ttft_p99_ms"].to_list()) if conc.height else [], "TTFT (ms)"
+    )
     axes[0].set_title("measured: throughput (labels: completed/sent requests)")
     axes[1].set_title("measured: time to first token")
-    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), marker="o", label=engine_label(e)) for e in engines]
-    handles += [Line2D([], [], color="#555555", marker="o", label="mean TTFT (right)"),
-                Line2D([], [], color="#555555", marker="^", linestyle="--", label="p99 TTFT (right)"),
-                Line2D([], [], color="#aa3333", alpha=0.7, label=f"tree threshold: ≥ {threshold} in flight → vLLM")]
+    handles = [
+        Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), marker="o", label=engine_label(e)) for e in engines
+    ]
+    handles += [
+        Line2D([], [], color="#555555", marker="o", label="mean TTFT (right)"),
+        Line2D([], [], color="#555555", marker="^", linestyle="--", label="p99 TTFT (right)"),
+        Line2D([], [], color="#aa3333", alpha=0.7, label=f"tree threshold: ≥ {threshold} in flight → vLLM"),
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
@@ -897,15 +1153,33 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
         "prio": ("Priority?", 0.75, 0.24),
     }
     # leaves: (the engine family the document recommends, x, y), each drawn in its engine's colour
-    leaves = {"L_frac": (SGLANG, 0.1, 0.46), "L_ds": (SGLANG, 0.27, 0.24), "L_eq": (VLLM, 0.49, 0.24),
-              "L_conc": (VLLM, 0.93, 0.46), "L_mixed": (VLLM, 0.93, 0.24), "L_tp": (SGLANG, 0.62, 0.04),
-              "L_st": (VLLM, 0.88, 0.04)}
-    nodes |= {k: (f"≈ equal:\n{engine_label(e)} easier" if k == "L_eq" else engine_label(e), x, y)
-              for k, (e, x, y) in leaves.items()}
-    edges = [("shared", "frac", "yes"), ("shared", "conc", "no"), ("frac", "L_frac", "yes"), ("frac", "ds", "no"),
-             ("ds", "L_ds", "yes"), ("ds", "L_eq", "no"), ("conc", "L_conc", "yes"), ("conc", "mixed", "no"),
-             ("mixed", "L_mixed", "yes"), ("mixed", "prio", "no"), ("prio", "L_tp", "throughput"),
-             ("prio", "L_st", "stability")]
+    leaves = {
+        "L_frac": (SGLANG, 0.1, 0.46),
+        "L_ds": (SGLANG, 0.27, 0.24),
+        "L_eq": (VLLM, 0.49, 0.24),
+        "L_conc": (VLLM, 0.93, 0.46),
+        "L_mixed": (VLLM, 0.93, 0.24),
+        "L_tp": (SGLANG, 0.62, 0.04),
+        "L_st": (VLLM, 0.88, 0.04),
+    }
+    nodes |= {
+        k: (f"≈ equal:\n{engine_label(e)} easier" if k == "L_eq" else engine_label(e), x, y)
+        for k, (e, x, y) in leaves.items()
+    }
+    edges = [
+        ("shared", "frac", "yes"),
+        ("shared", "conc", "no"),
+        ("frac", "L_frac", "yes"),
+        ("frac", "ds", "no"),
+        ("ds", "L_ds", "yes"),
+        ("ds", "L_eq", "no"),
+        ("conc", "L_conc", "yes"),
+        ("conc", "mixed", "no"),
+        ("mixed", "L_mixed", "yes"),
+        ("mixed", "prio", "no"),
+        ("prio", "L_tp", "throughput"),
+        ("prio", "L_st", "stability"),
+    ]
     # Walk the tree with the given answers to find the highlighted edges.
     answers = [a.split(" ")[0] for _, a in path]
     taken, node = set(), "shared"
@@ -922,43 +1196,88 @@ def decision_tree_figure(path: tuple[tuple[str, str], ...], engine: str) -> Figu
     for p, c, lab in edges:
         (_, x0, y0), (_, x1, y1) = nodes[p], nodes[c]
         on = (p, c) in taken
-        ax.annotate("", (x1, y1 + 0.05), (x0, y0 - 0.05), arrowprops=dict(arrowstyle="->", color=hot if on else "#999999",
-                                                                          linewidth=2.2 if on else 1))
-        ax.text((x0 + x1) / 2, (y0 + y1) / 2, lab, fontsize=8, color=hot if on else "#666666", ha="center",
-                bbox=dict(facecolor="white", edgecolor="none", pad=0.5))
+        ax.annotate(
+            "",
+            (x1, y1 + 0.05),
+            (x0, y0 - 0.05),
+            arrowprops=dict(arrowstyle="->", color=hot if on else "#999999", linewidth=2.2 if on else 1),
+        )
+        ax.text(
+            (x0 + x1) / 2,
+            (y0 + y1) / 2,
+            lab,
+            fontsize=8,
+            color=hot if on else "#666666",
+            ha="center",
+            bbox=dict(facecolor="white", edgecolor="none", pad=0.5),
+        )
     for key, (text, x, y) in nodes.items():
         leaf = key.startswith("L_")
         on = key == node or any(key in e for e in taken)
         colour = ENGINE_COLORS[leaves[key][0]] if leaf else "#f4f4f4"
-        ax.text(x, y, text, ha="center", va="center", fontsize=8.5, color="white" if leaf else "#222222",
-                fontweight="bold" if on else "normal",
-                bbox=dict(boxstyle="round,pad=0.4", facecolor=colour, edgecolor=hot if on else "#bbbbbb",
-                          linewidth=2.5 if on else 1))
+        ax.text(
+            x,
+            y,
+            text,
+            ha="center",
+            va="center",
+            fontsize=8.5,
+            color="white" if leaf else "#222222",
+            fontweight="bold" if on else "normal",
+            bbox=dict(
+                boxstyle="round,pad=0.4",
+                facecolor=colour,
+                edgecolor=hot if on else "#bbbbbb",
+                linewidth=2.5 if on else 1,
+            ),
+        )
     ax.set(xlim=(0, 1), ylim=(-0.04, 1.0))
-    ax.set_title(f"the KV-cache design article's decision tree: this workload → {engine_label(engine)} "
-                 "(highlighted path)", fontsize=10)
+    ax.set_title(
+        f"the KV-cache design article's decision tree: this workload → {engine_label(engine)} (highlighted path)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
 
 @styled
-def ideal_reuse_figure(ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD,
-                       block_tokens: int | None = None) -> Figure:
+def ideal_reuse_figure(
+    ideal: pl.DataFrame, threshold: float = FIXED_CONTEXT_THRESHOLD, block_tokens: int | None = None
+) -> Figure:
     """Modelled: the share of prompt tokens a perfect prefix cache could serve, against the shared fraction,
     token-exact and in whole KV blocks (no engine colour: nothing here is an engine's measurement)."""
     fig = Figure(figsize=(7, 4.4))
     ax = fig.subplots()
-    ax.plot(ideal["shared_fraction"], ideal["ideal_hit_rate"], marker="o", color="#222222",
-            label="token-exact: the whole prefix reused by every request after the first")
-    ax.plot(ideal["shared_fraction"], ideal["block_hit_rate"], marker="s", markerfacecolor="white", linestyle="-.",
-            color="#8c6bb1", label=f"in whole {block_tokens}-token KV blocks" if block_tokens else "in whole KV blocks")
-    ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7,
-               label=f"the article's threshold: {threshold:.0%} of the prompt shared")
+    ax.plot(
+        ideal["shared_fraction"],
+        ideal["ideal_hit_rate"],
+        marker="o",
+        color="#222222",
+        label="token-exact: the whole prefix reused by every request after the first",
+    )
+    ax.plot(
+        ideal["shared_fraction"],
+        ideal["block_hit_rate"],
+        marker="s",
+        markerfacecolor="white",
+        linestyle="-.",
+        color="#8c6bb1",
+        label=f"in whole {block_tokens}-token KV blocks" if block_tokens else "in whole KV blocks",
+    )
+    ax.axvline(
+        threshold,
+        color=THRESHOLD_COLOR,
+        linewidth=1.2,
+        alpha=0.7,
+        label=f"the article's threshold: {threshold:.0%} of the prompt shared",
+    )
     ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     ax.set_ylim(0, max(ideal["ideal_hit_rate"].max() or 1, 0.1) * 1.1)
     _fraction_axis(ax, ideal)
-    ax.set(ylabel="share of prompt tokens servable from cache",
-           title="modelled: the most a prefix cache can reuse (no engine measured)")
+    ax.set(
+        ylabel="share of prompt tokens servable from cache",
+        title="modelled: the most a prefix cache can reuse (no engine measured)",
+    )
     ax.title.set_fontsize(10)
     return _legend_below(fig, ax, ncol=1)
 
@@ -998,7 +1317,7 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     hw = device_of(curve)
     slo = curve["slo_tpot_ms"].drop_nulls().unique().to_list() if "slo_tpot_ms" in curve.columns else []
     slo_x = 1000 / slo[0] if len(slo) == 1 and slo[0] else None  # one TPOT bound: tokens/s per user at it
-    for (ctx, label) in contexts:
+    for ctx, label in contexts:
         for mem in mems:
             ax = grid[(ctx, mem)]
             part = curve.filter((pl.col("context_tokens") == ctx) & (pl.col("mem_util") == mem))
@@ -1006,45 +1325,89 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
                 g = g.sort("load_level")
                 colour = ENGINE_COLORS.get(key[0], "#777777")
                 # the line is the configuration's Pareto front (its points by interactivity); every run is a dot
-                front = g.filter(pl.col("on_front")).sort("output_tokens_per_s_per_user") if "on_front" in g.columns \
+                front = (
+                    g.filter(pl.col("on_front")).sort("output_tokens_per_s_per_user")
+                    if "on_front" in g.columns
                     else g.clear()
-                ax.plot(front["output_tokens_per_s_per_user"], front["output_tokens_per_s_per_device"], color=colour,
-                        linewidth=1.6, label=_capacity_config(*key))
+                )
+                ax.plot(
+                    front["output_tokens_per_s_per_user"],
+                    front["output_tokens_per_s_per_device"],
+                    color=colour,
+                    linewidth=1.6,
+                    label=_capacity_config(*key),
+                )
                 for r in g.iter_rows(named=True):
                     within = bool(r["within_slo"])
-                    ax.plot(r["output_tokens_per_s_per_user"], r["output_tokens_per_s_per_device"], marker="o",
-                            markersize=6, color=colour, markerfacecolor=colour if within else "white",
-                            markeredgecolor=colour, linestyle="none")
-                mid = g.group_by("load_level").agg(pl.col("output_tokens_per_s_per_user", "output_tokens_per_s_per_device")
-                                                   .median()).sort("load_level")
+                    ax.plot(
+                        r["output_tokens_per_s_per_user"],
+                        r["output_tokens_per_s_per_device"],
+                        marker="o",
+                        markersize=6,
+                        color=colour,
+                        markerfacecolor=colour if within else "white",
+                        markeredgecolor=colour,
+                        linestyle="none",
+                    )
+                mid = (
+                    g.group_by("load_level")
+                    .agg(pl.col("output_tokens_per_s_per_user", "output_tokens_per_s_per_device").median())
+                    .sort("load_level")
+                )
                 for r in mid.iter_rows(named=True):  # each load labelled once, at its median
-                    ax.annotate(f"{r['load_level']:g}", (r["output_tokens_per_s_per_user"],
-                                                          r["output_tokens_per_s_per_device"]),
-                                textcoords="offset points", xytext=(5, 4), fontsize=8, color=colour,
-                                annotation_clip=False)
+                    ax.annotate(
+                        f"{r['load_level']:g}",
+                        (r["output_tokens_per_s_per_user"], r["output_tokens_per_s_per_device"]),
+                        textcoords="offset points",
+                        xytext=(5, 4),
+                        fontsize=8,
+                        color=colour,
+                        annotation_clip=False,
+                    )
             if slo_x is not None:  # left of it a run's TPOT is past the SLO's bound
                 ax.axvline(slo_x, color="#555555", linestyle="--", linewidth=1.0)
-            ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
-                   xlabel="output tokens/s per user (interactivity)", ylabel="output tokens/s per device")
+            ax.set(
+                title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
+                xlabel="output tokens/s per user (interactivity)",
+                ylabel="output tokens/s per device",
+            )
             ax.set_xlim(left=0)
             ax.set_ylim(bottom=0)
             ax.title.set_fontsize(10)
-    handles = [Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), marker="o", label=_capacity_config(e, t, d))
-               for e, t, d in curve.select("engine", "tp", "dcp").unique().sort("engine").rows()]
-    handles += [Line2D([], [], color="#555555", marker="o", linestyle="none", markerfacecolor="white",
-                       label="hollow: missed the SLO"),
-                Line2D([], [], color="#555555", linewidth=1.6, label="line: the Pareto front")]
+    handles = [
+        Line2D([], [], color=ENGINE_COLORS.get(e, "#777777"), marker="o", label=_capacity_config(e, t, d))
+        for e, t, d in curve.select("engine", "tp", "dcp").unique().sort("engine").rows()
+    ]
+    handles += [
+        Line2D(
+            [],
+            [],
+            color="#555555",
+            marker="o",
+            linestyle="none",
+            markerfacecolor="white",
+            label="hollow: missed the SLO",
+        ),
+        Line2D([], [], color="#555555", linewidth=1.6, label="line: the Pareto front"),
+    ]
     if slo_x is not None:
-        handles.append(Line2D([], [], color="#555555", linestyle="--", linewidth=1.0,
-                              label=f"dashed: SLO's TPOT ≤ {slo[0]:g} ms ({slo_x:g} tokens/s per user)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="#555555",
+                linestyle="--",
+                linewidth=1.0,
+                label=f"dashed: SLO's TPOT ≤ {slo[0]:g} ms ({slo_x:g} tokens/s per user)",
+            )
+        )
     axes = list(grid.values())
     top = max((a.get_ylim()[1] for a in axes), default=1)
     right = max((a.get_xlim()[1] for a in axes), default=1)
     for a in axes:  # panels compared side by side share their scales
         a.set_ylim(0, top)
         a.set_xlim(0, max(right, (slo_x or 0) * 1.05))
-    fig.suptitle(f"measured on {hw}: throughput against interactivity (labels: requests in flight)",
-                 fontsize=11)
+    fig.suptitle(f"measured on {hw}: throughput against interactivity (labels: requests in flight)", fontsize=11)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.07, 1, 0.96))
     return fig
@@ -1059,7 +1422,7 @@ def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
     (:func:`_unoverlapped_xticks`: the ladder's levels first; a ceiling its dashed line and legend name anyway)."""
     fig, grid, contexts, mems = _capacity_grid(points)
     ladders: dict = {}
-    for (ctx, label) in contexts:
+    for ctx, label in contexts:
         for mem in mems:
             ax = grid[(ctx, mem)]
             part = points.filter((pl.col("context_tokens") == ctx) & (pl.col("mem_util") == mem))
@@ -1070,16 +1433,33 @@ def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
                 colour = ENGINE_COLORS.get(engine, "#777777")
                 seen = g.filter(pl.col("kv_usage_peak").is_not_null())
                 if seen.height:
-                    ax.plot(seen["load_level"], seen["kv_usage_peak"], marker="o", color=colour,
-                            label=f"{engine_label(engine)}: peak KV usage")
+                    ax.plot(
+                        seen["load_level"],
+                        seen["kv_usage_peak"],
+                        marker="o",
+                        color=colour,
+                        label=f"{engine_label(engine)}: peak KV usage",
+                    )
                 q = g.filter(pl.col("queued").fill_null(False))
                 if q.height:
-                    ax.plot(q["load_level"], q["kv_usage_peak"].fill_null(0.0), marker="X", markersize=11,
-                            linestyle="none", color="#aa3333", label="requests waited (queue > 0)")
+                    ax.plot(
+                        q["load_level"],
+                        q["kv_usage_peak"].fill_null(0.0),
+                        marker="X",
+                        markersize=11,
+                        linestyle="none",
+                        color="#aa3333",
+                        label="requests waited (queue > 0)",
+                    )
                 ceiling = g["concurrency_ceiling"].drop_nulls().min()
                 if ceiling is not None:
-                    ax.axvline(ceiling, color=colour, linestyle=(0, (4, 2)), linewidth=1.3,
-                               label=f"{engine_label(engine)} ceiling: {ceiling}")
+                    ax.axvline(
+                        ceiling,
+                        color=colour,
+                        linestyle=(0, (4, 2)),
+                        linewidth=1.3,
+                        label=f"{engine_label(engine)} ceiling: {ceiling}",
+                    )
                     levels.append(float(ceiling))
             ax.set_xscale("log", base=2)
             ticks = sorted({v for v in levels if v and v > 0})
@@ -1088,8 +1468,11 @@ def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
             ladders[ax] = set(part["load_level"].drop_nulls().to_list())
             ax.set_ylim(0, 1.1)
             ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-            ax.set(title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
-                   xlabel="requests in flight (log scale)", ylabel="peak KV-pool usage (telemetry)")
+            ax.set(
+                title=f"measured: {scaled_context(label, ctx)}, {_setting(mem)}",
+                xlabel="requests in flight (log scale)",
+                ylabel="peak KV-pool usage (telemetry)",
+            )
             ax.title.set_fontsize(10)
             handles, labels = ax.get_legend_handles_labels()
             keep = dict(zip(labels, handles))  # one entry per label
@@ -1119,8 +1502,11 @@ def _unoverlapped_xticks(ax, first: set, pad_px: float = 3.0) -> None:
 
 
 #: The telemetry-over-time figure's gauges: (column of kvlab.studies.capacity.telemetry_over_time, y label).
-_TELEMETRY_GAUGES = (("kv_cache_usage", "KV-pool usage"), ("requests_running", "requests running"),
-                     ("requests_waiting", "requests waiting"))
+_TELEMETRY_GAUGES = (
+    ("kv_cache_usage", "KV-pool usage"),
+    ("requests_running", "requests running"),
+    ("requests_waiting", "requests waiting"),
+)
 
 
 @styled
@@ -1129,16 +1515,20 @@ def capacity_telemetry_figure(telemetry: pl.DataFrame) -> Figure:
     requests waiting (columns) against seconds into the run, one series per load point (its load level in flight,
     darker the higher), its answered sample count in the legend. A series with ``line`` false (fewer samples than
     kvlab.studies.capacity.MIN_LINE_SAMPLES) is drawn as dots only, never joined into a line."""
-    configs = telemetry.select("engine", "context_tokens", "context_label", "mem_util").unique(
-        maintain_order=True).rows() if telemetry.height else []
+    configs = (
+        telemetry.select("engine", "context_tokens", "context_label", "mem_util").unique(maintain_order=True).rows()
+        if telemetry.height
+        else []
+    )
     fig = Figure(figsize=(11.0, 2.3 * max(len(configs), 1)))
     axes = fig.subplots(max(len(configs), 1), len(_TELEMETRY_GAUGES), squeeze=False)
     levels = sorted(telemetry["load_level"].drop_nulls().unique().to_list()) if telemetry.height else []
     cmap = colormaps["viridis"]
     shade = {lv: cmap(0.85 - 0.75 * i / max(len(levels) - 1, 1)) for i, lv in enumerate(levels)}
     for row, (engine, ctx, label, mem) in enumerate(configs):
-        part = telemetry.filter((pl.col("engine") == engine) & (pl.col("context_tokens") == ctx)
-                                & (pl.col("mem_util").eq_missing(mem)))
+        part = telemetry.filter(
+            (pl.col("engine") == engine) & (pl.col("context_tokens") == ctx) & (pl.col("mem_util").eq_missing(mem))
+        )
         for col, (series, ylabel) in enumerate(_TELEMETRY_GAUGES):
             ax = axes[row][col]
             for (level, _rid), g in part.group_by("load_level", "run_id", maintain_order=True):
@@ -1146,8 +1536,12 @@ def capacity_telemetry_figure(telemetry: pl.DataFrame) -> Figure:
                 if not g.height:
                     continue
                 n = g["samples"][0]
-                kw = {"color": shade.get(level, "#777777"), "marker": "o", "markersize": 3,
-                      "label": f"{_num(level)} in flight ({n} sample{'s' if n != 1 else ''})"}
+                kw = {
+                    "color": shade.get(level, "#777777"),
+                    "marker": "o",
+                    "markersize": 3,
+                    "label": f"{_num(level)} in flight ({n} sample{'s' if n != 1 else ''})",
+                }
                 if g["line"][0]:
                     ax.plot(g["t_s"], g[series], linewidth=1.2, **kw)
                 else:
@@ -1162,8 +1556,13 @@ def capacity_telemetry_figure(telemetry: pl.DataFrame) -> Figure:
             ax.tick_params(labelsize=7)
             if row == len(configs) - 1:
                 ax.set_xlabel("seconds into the run", fontsize=8)
-            ax.set_title(f"measured: {engine_label(engine)}, {scaled_context(label, ctx)}, {_setting(mem)}"
-                         if col == 0 else ylabel, fontsize=8, loc="left")
+            ax.set_title(
+                f"measured: {engine_label(engine)}, {scaled_context(label, ctx)}, {_setting(mem)}"
+                if col == 0
+                else ylabel,
+                fontsize=8,
+                loc="left",
+            )
         handles, labels = axes[row][0].get_legend_handles_labels()
         if handles:
             axes[row][0].legend(handles, labels, fontsize=6, loc="upper left")
@@ -1191,8 +1590,7 @@ def capacity_map_figure(gmap: pl.DataFrame) -> Figure:
         elif r.get("margin") is None:
             text = f"{engine_label(w)}\nonly one within the SLO"
         else:
-            spread = ("" if r["margin_lo"] == r["margin_hi"] else
-                      f"\n({_num(r['margin_lo'])}–{_num(r['margin_hi'])}×)")
+            spread = "" if r["margin_lo"] == r["margin_hi"] else f"\n({_num(r['margin_lo'])}–{_num(r['margin_hi'])}×)"
             text = f"{engine_label(w)}\n{_num(r['margin'])}× goodput{spread}\nn={r['n']}"
         if w and r.get("winner_differs"):  # fast but wrong: the accuracy probe's difference, on the cell itself
             text += f"\noutput differs (probe,\nfrom token {r['winner_probe_first_diff']})"
@@ -1203,8 +1601,9 @@ def capacity_map_figure(gmap: pl.DataFrame) -> Figure:
     ax.set_xticks([j + 0.5 for j in range(len(mems))], [f"{m:g}" for m in mems])
     ax.set_yticks([i + 0.5 for i in range(len(contexts))], [scaled_context(lab, c, "\n") for c, lab in contexts])
     ax.grid(False)
-    ax.set(xlabel="memory setting", ylabel="context",
-           title="measured: the engine with the higher goodput within the SLO")
+    ax.set(
+        xlabel="memory setting", ylabel="context", title="measured: the engine with the higher goodput within the SLO"
+    )
     ax.title.set_fontsize(10)
     fig.tight_layout()
     return fig
@@ -1228,23 +1627,33 @@ def modelled_ceiling_figure(modelled: pl.DataFrame) -> Figure:
             if row.is_empty():
                 continue
             r = row.row(0, named=True)
-            bar = ax.bar(i + (k - (len(configs) - 1) / 2) * width, r["concurrency_ceiling"], width,
-                         color=ENGINE_COLORS.get(engine, "#777777"), alpha=0.55 if mem == lowest else 1.0,
-                         hatch="" if r["fits"] else "//", edgecolor="white",
-                         label=f"{_capacity_config(engine, tp, dcp)} at {mem:g}" if i == 0 else None)
+            bar = ax.bar(
+                i + (k - (len(configs) - 1) / 2) * width,
+                r["concurrency_ceiling"],
+                width,
+                color=ENGINE_COLORS.get(engine, "#777777"),
+                alpha=0.55 if mem == lowest else 1.0,
+                hatch="" if r["fits"] else "//",
+                edgecolor="white",
+                label=f"{_capacity_config(engine, tp, dcp)} at {mem:g}" if i == 0 else None,
+            )
             ax.bar_label(bar, labels=[f"{r['concurrency_ceiling']:,}"], padding=2, fontsize=7)
     ax.set_xticks(range(len(ctxs)), [f"{c // 1024}K" for c in ctxs])
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
     first = modelled.row(0, named=True)
-    ax.set(xlabel="context (tokens per request)", ylabel="requests that fit at once (log scale)",
-           title=f"modelled: {first['model']} on {first['tp']}× {first['gpu']}, concurrency ceiling "
-                 "(sequences the KV pool holds)")
+    ax.set(
+        xlabel="context (tokens per request)",
+        ylabel="requests that fit at once (log scale)",
+        title=f"modelled: {first['model']} on {first['tp']}× {first['gpu']}, concurrency ceiling "
+        "(sequences the KV pool holds)",
+    )
     ax.title.set_fontsize(10)
     handles = ax.get_legend_handles_labels()[0]
     if not modelled["fits"].all():
-        handles.append(Patch(facecolor="white", hatch="//", edgecolor="#555555", label="hatched: fails the model's "
-                                                                                        "memory check"))
+        handles.append(
+            Patch(facecolor="white", hatch="//", edgecolor="#555555", label="hatched: fails the model's memory check")
+        )
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     fig.tight_layout()
     return fig

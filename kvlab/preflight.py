@@ -32,14 +32,16 @@ CATALOG = ROOT / "data" / "catalog" / "gpus.csv"
 MEMORY_SLACK = 0.9
 VERSION_TIMEOUT_S = 120
 
-_SCRIPT = ("import importlib.metadata as m, json, sys\n"
-           "out = {}\n"
-           "for d in sys.argv[1:]:\n"
-           "    try:\n"
-           "        out[d] = m.version(d)\n"
-           "    except m.PackageNotFoundError:\n"
-           "        pass\n"
-           "print('KVLAB-VERSIONS ' + json.dumps(out))\n")
+_SCRIPT = (
+    "import importlib.metadata as m, json, sys\n"
+    "out = {}\n"
+    "for d in sys.argv[1:]:\n"
+    "    try:\n"
+    "        out[d] = m.version(d)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        pass\n"
+    "print('KVLAB-VERSIONS ' + json.dumps(out))\n"
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,13 @@ def _versions(launch: list[str], distributions: tuple[str, ...]) -> tuple[dict[s
     """{distribution: version} the engine's interpreter reports (importlib.metadata: nothing is imported), or None
     and why it could not answer."""
     try:
-        proc = subprocess.run([*launch, "-c", _SCRIPT, *distributions], capture_output=True, text=True,
-                              timeout=VERSION_TIMEOUT_S, cwd=ROOT)
+        proc = subprocess.run(
+            [*launch, "-c", _SCRIPT, *distributions],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            cwd=ROOT,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{type(exc).__name__}: {exc}"
     for line in proc.stdout.splitlines():
@@ -114,8 +121,10 @@ def _env_fix(launch0: str) -> str:
 def hub_snapshot(model: str) -> Path | None:
     """A local copy of hub model ``org/name`` in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or
     ~/.cache/huggingface/hub) holding a config.json; None when there is none."""
-    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME") or
-                                                          Path.home() / ".cache" / "huggingface") / "hub")
+    cache = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub"
+    )
     found = sorted((cache / f"models--{model.replace('/', '--')}" / "snapshots").glob("*/config.json"))
     return found[-1].parent if found else None
 
@@ -127,15 +136,21 @@ def _model_problem(file: str, key: str, e: EngineSpec) -> tuple[Problem | None, 
     else:
         folder = hub_snapshot(e.model)
         if folder is None:
-            return Problem(file, field, f"{e.model!r} is a hub id with no local copy here: the engine would "
-                                        "download it after its start, and a wrong id or a missing token fails there",
-                           f"download it first (`huggingface-cli download {e.model}`) or give the local folder "
-                           "that holds it"), ""
+            return Problem(
+                file,
+                field,
+                f"{e.model!r} is a hub id with no local copy here: the engine would "
+                "download it after its start, and a wrong id or a missing token fails there",
+                f"download it first (`huggingface-cli download {e.model}`) or give the local folder that holds it",
+            ), ""
     cfg = folder / "config.json"
     if not cfg.is_file():
-        return Problem(file, field, f"{folder} holds no config.json" if folder.exists()
-                       else f"the model folder {folder} does not exist",
-                       "give the folder that holds the model's config.json and weights"), ""
+        return Problem(
+            file,
+            field,
+            f"{folder} holds no config.json" if folder.exists() else f"the model folder {folder} does not exist",
+            "give the folder that holds the model's config.json and weights",
+        ), ""
     try:
         config = json.loads(cfg.read_text())
         if not isinstance(config, dict) or not (config.get("model_type") or config.get("architectures")):
@@ -143,8 +158,12 @@ def _model_problem(file: str, key: str, e: EngineSpec) -> tuple[Problem | None, 
         if e.kv_cache_bytes is not None and e.name != VLLM:  # SGLang's budget is in tokens: kvlab needs the shape
             kv_bytes_per_token(config)
     except (ValueError, KeyError, TypeError) as exc:
-        return Problem(file, field, f"{cfg} is not a config the {e.name} adapter can read ({exc})",
-                       "give the model folder as the model's publisher ships it"), ""
+        return Problem(
+            file,
+            field,
+            f"{cfg} is not a config the {e.name} adapter can read ({exc})",
+            "give the model folder as the model's publisher ships it",
+        ), ""
     return None, f"model {folder} ({config.get('model_type') or config['architectures'][0]})"
 
 
@@ -155,13 +174,18 @@ def _port_problem(file: str, key: str, e: EngineSpec) -> Problem | None:
         try:
             s.bind((e.host, e.port))
         except OSError as exc:
-            return Problem(file, f"engines.{key}.port", f"port {e.port} on {e.host} cannot be bound ({exc.strerror})",
-                           "stop what holds it, or leave port out: kvlab then takes a free port")
+            return Problem(
+                file,
+                f"engines.{key}.port",
+                f"port {e.port} on {e.host} cannot be bound ({exc.strerror})",
+                "stop what holds it, or leave port out: kvlab then takes a free port",
+            )
     return None
 
 
-def check(path: str | Path, spec: ExperimentSpec, data_dir: Path = DATA_DIR,
-          sampler: gpu.GpuSampler | None = None) -> Report:
+def check(
+    path: str | Path, spec: ExperimentSpec, data_dir: Path = DATA_DIR, sampler: gpu.GpuSampler | None = None
+) -> Report:
     """Everything a sweep of ``spec`` (read from ``path``) needs here, checked before any engine starts.
     ``sampler``: NVML opened (a stand-in in tests); default: this host's."""
     file = str(path)
@@ -179,26 +203,35 @@ def check(path: str | Path, spec: ExperimentSpec, data_dir: Path = DATA_DIR,
             s.close()
         sizes = {k: f"tp {e.tp} × dp {e.dp}" for k, e in launched.items()}
         asked = f"the experiment asks for {label} (" + ", ".join(f"engines.{k}: {v}" for k, v in sizes.items()) + ")"
-        host_fix = (f"run it on a host with {label} and the NVIDIA driver (nvidia-smi lists them); on a CPU "
-                    "machine, sweep the cpu_*.yaml experiments")
+        host_fix = (
+            f"run it on a host with {label} and the NVIDIA driver (nvidia-smi lists them); on a CPU "
+            "machine, sweep the cpu_*.yaml experiments"
+        )
         if not s.available:
             problems.append(Problem(file, "device", f"{asked}; {s.reason}", host_fix))
         else:
             seen = s.devices
             names = sorted({d["name"] for d in seen})
             if len(seen) < need:
-                problems.append(Problem(file, "device", f"{asked}; NVML sees {len(seen)} ({', '.join(names)})",
-                                        host_fix))
+                problems.append(
+                    Problem(file, "device", f"{asked}; NVML sees {len(seen)} ({', '.join(names)})", host_fix)
+                )
             matching = [d for d in seen if word is None or word.lower() in d["name"].lower()]
             if len(seen) >= need and word and len(matching) < need:
                 problems.append(Problem(file, "device", f"{asked}; NVML sees {', '.join(names)}", host_fix))
             if want:
                 low = [d for d in matching if d["memory_total_bytes"] < MEMORY_SLACK * _catalog()[want][1]]
                 if low:
-                    problems.append(Problem(
-                        file, "device", f"GPU {low[0]['index']} ({low[0]['name']}) has "
-                        f"{low[0]['memory_total_bytes'] / 1e9:.1f} GB, below the {_catalog()[want][1] / 1e9:.0f} GB "
-                        f"of a {want} in kvlab's catalog (a MIG slice, or another model)", host_fix))
+                    problems.append(
+                        Problem(
+                            file,
+                            "device",
+                            f"GPU {low[0]['index']} ({low[0]['name']}) has "
+                            f"{low[0]['memory_total_bytes'] / 1e9:.1f} GB, below the {_catalog()[want][1] / 1e9:.0f} GB "
+                            f"of a {want} in kvlab's catalog (a MIG slice, or another model)",
+                            host_fix,
+                        )
+                    )
             found.append(f"GPUs: {len(seen)} × {', '.join(names)} (needs {need})")
     checked: dict[tuple[str, ...], tuple[dict | None, str]] = {}
     for key, e in launched.items():
@@ -206,24 +239,43 @@ def check(path: str | Path, spec: ExperimentSpec, data_dir: Path = DATA_DIR,
         launch = adapter.launch_prefix(e)
         version, dists = RELEASES[e.name]
         if len(launch) == 1 and not Path(launch[0]).exists():
-            problems.append(Problem(file, f"engines.{key}.launch", f"{e.launch[0]} does not exist",
-                                    _env_fix(e.launch[0])))
+            problems.append(
+                Problem(file, f"engines.{key}.launch", f"{e.launch[0]} does not exist", _env_fix(e.launch[0]))
+            )
         else:
             if tuple(launch) not in checked:
                 checked[tuple(launch)] = _versions(launch, dists)
             got, why = checked[tuple(launch)]
             if got is None:
-                problems.append(Problem(file, f"engines.{key}.launch",
-                                        f"{' '.join(e.launch)} does not run a Python that answers ({why})",
-                                        _env_fix(e.launch[0])))
+                problems.append(
+                    Problem(
+                        file,
+                        f"engines.{key}.launch",
+                        f"{' '.join(e.launch)} does not run a Python that answers ({why})",
+                        _env_fix(e.launch[0]),
+                    )
+                )
             elif not got:
-                problems.append(Problem(file, f"engines.{key}.launch", f"{' '.join(e.launch)} has no "
-                                        f"{' or '.join(dists)} installed", _env_fix(e.launch[0])))
+                problems.append(
+                    Problem(
+                        file,
+                        f"engines.{key}.launch",
+                        f"{' '.join(e.launch)} has no {' or '.join(dists)} installed",
+                        _env_fix(e.launch[0]),
+                    )
+                )
             elif version not in got.values():
-                problems.append(Problem(
-                    file, f"engines.{key}.launch", f"{' '.join(e.launch)} holds "
-                    + ", ".join(f"{d} {v}" for d, v in got.items()) + f"; kvlab's {adapter.label} adapter is "
-                    f"written against {version}", _env_fix(e.launch[0])))
+                problems.append(
+                    Problem(
+                        file,
+                        f"engines.{key}.launch",
+                        f"{' '.join(e.launch)} holds "
+                        + ", ".join(f"{d} {v}" for d, v in got.items())
+                        + f"; kvlab's {adapter.label} adapter is "
+                        f"written against {version}",
+                        _env_fix(e.launch[0]),
+                    )
+                )
             else:
                 found.append(f"engines.{key}: {', '.join(f'{d} {v}' for d, v in got.items())} at {e.launch[0]}")
         problem, model = _model_problem(file, key, e)
@@ -233,12 +285,19 @@ def check(path: str | Path, spec: ExperimentSpec, data_dir: Path = DATA_DIR,
         problems += [port] if port else []
     for key, e in spec.engines.items():
         if e.external:
-            found.append(f"engines.{key}: a server kvlab does not start, at {e.url} (checked when the sweep reaches it)")
+            found.append(
+                f"engines.{key}: a server kvlab does not start, at {e.url} (checked when the sweep reaches it)"
+            )
     where, free = free_near(Path(data_dir) / "runs" / spec.name)
     if free < MIN_FREE_BYTES:
-        problems.append(Problem(file, f"(data folder {where})", f"{free / 2**20:.0f} MiB free, a sweep needs at "
-                                f"least {MIN_FREE_BYTES / 2**20:.0f} MiB", "free disk space or give --data-dir "
-                                "on a disk with room"))
+        problems.append(
+            Problem(
+                file,
+                f"(data folder {where})",
+                f"{free / 2**20:.0f} MiB free, a sweep needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB",
+                "free disk space or give --data-dir on a disk with room",
+            )
+        )
     else:
         found.append(f"disk: {free / 1e9:.1f} GB free at {where}")
     return Report(file, problems, found)

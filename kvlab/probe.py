@@ -103,8 +103,9 @@ def compare(reference: ProbeOutput, other: ProbeOutput, k: int = PROBE_TOKENS) -
     return Comparison(reference.prompt, n, first, margin)
 
 
-def compare_configs(outputs: Mapping[str, Sequence[ProbeOutput]], reference: str,
-                    k: int = PROBE_TOKENS) -> list[dict[str, Any]]:
+def compare_configs(
+    outputs: Mapping[str, Sequence[ProbeOutput]], reference: str, k: int = PROBE_TOKENS
+) -> list[dict[str, Any]]:
     """Each configuration's outputs (``outputs``: config name -> outputs in probe order) against ``reference``'s,
     prompt by prompt: rows of config, prompt, outcome, first_diff, compared, margin_at_diff, k."""
     ref = {o.prompt: o for o in outputs[reference]}
@@ -114,12 +115,30 @@ def compare_configs(outputs: Mapping[str, Sequence[ProbeOutput]], reference: str
             continue
         for o in outs:
             if o.error or ref[o.prompt].error:
-                rows.append({"config": name, "prompt": o.prompt, "outcome": "not compared: a request failed",
-                             "first_diff": None, "compared": 0, "margin_at_diff": None, "k": k})
+                rows.append(
+                    {
+                        "config": name,
+                        "prompt": o.prompt,
+                        "outcome": "not compared: a request failed",
+                        "first_diff": None,
+                        "compared": 0,
+                        "margin_at_diff": None,
+                        "k": k,
+                    }
+                )
                 continue
             c = compare(ref[o.prompt], o, k)
-            rows.append({"config": name, "prompt": o.prompt, "outcome": c.outcome, "first_diff": c.first_diff,
-                         "compared": c.compared, "margin_at_diff": c.margin_at_diff, "k": k})
+            rows.append(
+                {
+                    "config": name,
+                    "prompt": o.prompt,
+                    "outcome": c.outcome,
+                    "first_diff": c.first_diff,
+                    "compared": c.compared,
+                    "margin_at_diff": c.margin_at_diff,
+                    "k": k,
+                }
+            )
     return rows
 
 
@@ -149,18 +168,34 @@ PROBE_TOKEN_SLACK = 16
 PROBE_REQUEST_TIMEOUT_S = 60.0
 
 
-async def greedy_output(session: aiohttp.ClientSession, base_url: str, model: str, index: int, prompt: str, *,
-                        max_tokens: int = PROBE_TOKENS, api_key: str | None = None,
-                        extra_body: Mapping[str, Any] | None = None,
-                        deadline_s: float = PROBE_REQUEST_TIMEOUT_S) -> ProbeOutput:
+async def greedy_output(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    model: str,
+    index: int,
+    prompt: str,
+    *,
+    max_tokens: int = PROBE_TOKENS,
+    api_key: str | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+    deadline_s: float = PROBE_REQUEST_TIMEOUT_S,
+) -> ProbeOutput:
     """One prompt's greedy output (temperature 0, exactly ``max_tokens`` tokens, top-2 log-probabilities asked for)
     from ``{base_url}/v1/completions``, streamed; never raises for a failed request (its ``error`` says why).
 
     The request goes through kvlab.httpcall: ``deadline_s`` in all, at most :data:`MAX_PROBE_BYTES`, and no redirect
     followed (a 3xx is a failed prompt: ``HTTP 307 (redirect to ... not followed)``); more than ``max_tokens`` +
     :data:`PROBE_TOKEN_SLACK` tokens fail it too."""
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-            "ignore_eos": True, "logprobs": TOP_LOGPROBS, **(extra_body or {})}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "ignore_eos": True,
+        "logprobs": TOP_LOGPROBS,
+        **(extra_body or {}),
+    }
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -168,8 +203,15 @@ async def greedy_output(session: aiohttp.ClientSession, base_url: str, model: st
     margins: list[float | None] = []
     url = base_url.rstrip("/") + "/v1/completions"
     try:
-        answer = await httpcall.request("POST", url, deadline_s=deadline_s, max_bytes=MAX_PROBE_BYTES,
-                                        headers=headers, data=json.dumps(body).encode(), session=session)
+        answer = await httpcall.request(
+            "POST",
+            url,
+            deadline_s=deadline_s,
+            max_bytes=MAX_PROBE_BYTES,
+            headers=headers,
+            data=json.dumps(body).encode(),
+            session=session,
+        )
         if answer.redirect:
             return ProbeOutput(index, (), (), f"HTTP {answer.status} (redirect to {answer.location!r} not followed)")
         if answer.status != 200:
@@ -189,8 +231,13 @@ async def greedy_output(session: aiohttp.ClientSession, base_url: str, model: st
                     tokens.append(choice["text"])
                     margins.append(None)
             if len(tokens) > max_tokens + PROBE_TOKEN_SLACK:
-                return ProbeOutput(index, (), (), f"more than {max_tokens + PROBE_TOKEN_SLACK} tokens for max_tokens "
-                                                  f"{max_tokens}: the answer is not an output to compare")
+                return ProbeOutput(
+                    index,
+                    (),
+                    (),
+                    f"more than {max_tokens + PROBE_TOKEN_SLACK} tokens for max_tokens "
+                    f"{max_tokens}: the answer is not an output to compare",
+                )
     except httpcall.HttpLimitError as exc:
         return ProbeOutput(index, (), (), str(exc))
     except (aiohttp.ClientError, OSError, ValueError, AttributeError, TypeError) as exc:
@@ -198,51 +245,96 @@ async def greedy_output(session: aiohttp.ClientSession, base_url: str, model: st
     return ProbeOutput(index, tuple(tokens), tuple(margins))
 
 
-async def probe(base_url: str, model: str, prompts: Sequence[str] = PROBE_PROMPTS, *, max_tokens: int = PROBE_TOKENS,
-                api_key: str | None = None, extra_body: Mapping[str, Any] | None = None,
-                timeout_s: float = 600.0) -> list[ProbeOutput]:
+async def probe(
+    base_url: str,
+    model: str,
+    prompts: Sequence[str] = PROBE_PROMPTS,
+    *,
+    max_tokens: int = PROBE_TOKENS,
+    api_key: str | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+    timeout_s: float = 600.0,
+) -> list[ProbeOutput]:
     """The probe set's greedy outputs from one server configuration, one request at a time (alone in the server,
     so no batching can change its numerics between configurations). Each request has PROBE_REQUEST_TIMEOUT_S, and
     the set ``timeout_s`` in all (a prompt sent after that fails as past its deadline)."""
     end = time.monotonic() + timeout_s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), trust_env=False) as session:
-        return [await greedy_output(session, base_url, model, i, p, max_tokens=max_tokens, api_key=api_key,
-                                    extra_body=extra_body,
-                                    deadline_s=max(0.0, min(PROBE_REQUEST_TIMEOUT_S, end - time.monotonic())))
-                for i, p in enumerate(prompts)]
+        return [
+            await greedy_output(
+                session,
+                base_url,
+                model,
+                i,
+                p,
+                max_tokens=max_tokens,
+                api_key=api_key,
+                extra_body=extra_body,
+                deadline_s=max(0.0, min(PROBE_REQUEST_TIMEOUT_S, end - time.monotonic())),
+            )
+            for i, p in enumerate(prompts)
+        ]
 
 
 # --------------------------------------------------------------------------- the record a server start keeps
+
 
 def configuration(run: RunSpec) -> dict[str, Any]:
     """The server configuration ``run`` needs, in RUNS' terms (:data:`kvlab.store.PROBE_CONFIG_FIELDS`, as
     :func:`kvlab.rows.run_row` names them, so that a report joins a configuration's probe to its runs:
     :func:`kvlab.analysis.probe_summary`, ``goodput_map``)."""
     e = run.engine
-    return {"engine": e.name, "engine_label": run.engine_label, "model": e.served_model_name or Path(e.model).name,
-            "tp": e.tp, "dcp": e.dcp, "dp": e.dp, "mem_util": e.mem_util, "kv_budget_bytes": e.kv_cache_bytes,
-            "prefix_caching": e.prefix_caching}
+    return {
+        "engine": e.name,
+        "engine_label": run.engine_label,
+        "model": e.served_model_name or Path(e.model).name,
+        "tp": e.tp,
+        "dcp": e.dcp,
+        "dp": e.dp,
+        "mem_util": e.mem_util,
+        "kv_budget_bytes": e.kv_cache_bytes,
+        "prefix_caching": e.prefix_caching,
+    }
 
 
-def record(outputs: Sequence[ProbeOutput], config: Mapping[str, Any], *, prompts: Sequence[str] = PROBE_PROMPTS,
-           max_tokens: int = PROBE_TOKENS, sent_at: str | None = None, wall_s: float | None = None,
-           error: str | None = None) -> dict[str, Any]:
+def record(
+    outputs: Sequence[ProbeOutput],
+    config: Mapping[str, Any],
+    *,
+    prompts: Sequence[str] = PROBE_PROMPTS,
+    max_tokens: int = PROBE_TOKENS,
+    sent_at: str | None = None,
+    wall_s: float | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
     """What a server start keeps of its probe (the manifest's server entry, ``probe``): the prompts, k, the
     configuration (:func:`configuration`), when it was sent and each prompt's tokens, margins and error; ``error``:
     why the probe as a whole failed (then ``outputs`` is empty)."""
-    return {"k": PROBE_TOKENS, "max_tokens": max_tokens, "temperature": 0.0, "prompts": list(prompts),
-            "configuration": dict(config), "sent_at": sent_at, "wall_s": wall_s, "error": error,
-            "outputs": [{"prompt": o.prompt, "tokens": list(o.tokens), "margins": list(o.margins), "error": o.error}
-                        for o in outputs]}
+    return {
+        "k": PROBE_TOKENS,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "prompts": list(prompts),
+        "configuration": dict(config),
+        "sent_at": sent_at,
+        "wall_s": wall_s,
+        "error": error,
+        "outputs": [
+            {"prompt": o.prompt, "tokens": list(o.tokens), "margins": list(o.margins), "error": o.error}
+            for o in outputs
+        ],
+    }
 
 
-def run_probe(base_url: str, model: str, config: Mapping[str, Any], *, api_key: str | None = None,
-              timeout_s: float = 600.0) -> dict[str, Any]:
+def run_probe(
+    base_url: str, model: str, config: Mapping[str, Any], *, api_key: str | None = None, timeout_s: float = 600.0
+) -> dict[str, Any]:
     """Send the probe set to a ready server and return its :func:`record`; never raises (a failure is recorded)."""
     sent_at, t = datetime.now(timezone.utc).isoformat(), time.perf_counter()
     try:
         outs = asyncio.run(probe(base_url, model, api_key=api_key, timeout_s=timeout_s))
     except Exception as exc:  # noqa: BLE001 - a failed probe is recorded, it never costs the sweep a run
-        return record([], config, sent_at=sent_at, wall_s=time.perf_counter() - t,
-                      error=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return record(
+            [], config, sent_at=sent_at, wall_s=time.perf_counter() - t, error=f"{type(exc).__name__}: {str(exc)[:200]}"
+        )
     return record(outs, config, sent_at=sent_at, wall_s=time.perf_counter() - t)

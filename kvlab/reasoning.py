@@ -45,10 +45,10 @@ def split_think(text: str, open_tag: str = "<think>", close_tag: str = "</think>
         reasoning = text[:end]
         start = reasoning.find(open_tag)
         if start >= 0:
-            reasoning = reasoning[start + len(open_tag):]
-        return reasoning, text[end + len(close_tag):]
+            reasoning = reasoning[start + len(open_tag) :]
+        return reasoning, text[end + len(close_tag) :]
     if stripped.startswith(open_tag):
-        return stripped[len(open_tag):], ""
+        return stripped[len(open_tag) :], ""
     return "", text
 
 

@@ -81,7 +81,6 @@ def with_k_note(panel: str, page: str) -> str:
     return panel.replace("</table>", f"<tr><th>token counts</th><td>{html.escape(note)}</td></tr></table>", 1)
 
 
-
 @dataclass(frozen=True)
 class Report:
     """One built report, as ``index.json`` keeps it: ``answer`` and ``verdicts`` come from the report's study
@@ -125,7 +124,9 @@ def notebooks(selected: list[str] | None = None, notebooks_dir: Path = NOTEBOOKS
         chosen = [p for p in found if any(p.stem.startswith(s) or p.name == s for s in selected)]
         unknown = [s for s in selected if not any(p.stem.startswith(s) or p.name == s for p in found)]
         if unknown:
-            raise FileNotFoundError(f"no notebook matches {unknown} in {notebooks_dir} (have: {[p.name for p in found]})")
+            raise FileNotFoundError(
+                f"no notebook matches {unknown} in {notebooks_dir} (have: {[p.name for p in found]})"
+            )
         return chosen
     return found
 
@@ -181,6 +182,7 @@ def _exporter():
     output (``display(Markdown(...))``) is a sentence computed from data (a model name, a host, a reference
     CSV's statement, an engine's reported version), so raw HTML in it is shown as text, not made an element,
     and links with a harmful protocol (``javascript:``) are not made links."""
+
     class Exporter(HTMLExporter):
         @pass_context
         def markdown2html(self, context, source):
@@ -188,9 +190,15 @@ def _exporter():
             if cell.get("cell_type") == "markdown":  # a template's own prose
                 return HTMLExporter.markdown2html(self, context, source)
             path = context.get("resources", {}).get("metadata", {}).get("path", "")
-            renderer = IPythonRenderer(escape=True, allow_harmful_protocols=False, embed_images=False, path=path,
-                                       anchor_link_text=self.anchor_link_text,
-                                       exclude_anchor_links=self.exclude_anchor_links, **self.lexer_options)
+            renderer = IPythonRenderer(
+                escape=True,
+                allow_harmful_protocols=False,
+                embed_images=False,
+                path=path,
+                anchor_link_text=self.anchor_link_text,
+                exclude_anchor_links=self.exclude_anchor_links,
+                **self.lexer_options,
+            )
             return MarkdownWithMath(renderer=renderer).render(source)
 
     return Exporter
@@ -209,31 +217,58 @@ GLOSSARY = "glossary.html"
 
 #: The terms every page uses, defined once (:func:`write_glossary`): term, definition (inline Markdown).
 GLOSSARY_TERMS = [
-    ("TP (tensor parallelism)", "each layer's weights are split across TP GPUs, which compute every step together; "
-     "TP 8 is one model served by 8 GPUs."),
-    ("DCP (decode context parallelism)", "the KV cache of one long sequence is split across DCP GPUs, each "
-     "attending over its share of the context and exchanging partial results once per layer and step. DCP 1 is no "
-     "split (vLLM's default); larger DCP sizes trade that exchange for room to hold longer contexts."),
-    ("MLA (multi-head latent attention)", "DeepSeek's attention that caches one compressed latent vector per token "
-     "instead of full keys and values, so a token's KV entry is several times smaller (\"DeepSeek-V2: A Strong, "
-     "Economical, and Efficient Mixture-of-Experts Language Model\", DeepSeek-AI, May 2024, "
-     "https://arxiv.org/abs/2405.04434)."),
-    ("KV pool", "the memory an engine reserves for the KV cache, in tokens it can hold at once; requests past it "
-     "wait (queue) or are pre-empted."),
-    ("memory setting", "the share of the accelerator's memory the engine may use (vLLM's `gpu_memory_utilization`, "
-     "SGLang's `mem_fraction_static`), 0.92 or 0.95 here; what is left after the weights and activations becomes "
-     "the KV pool, so a small change of the setting can be a large change of the pool (report 03 gives it in MiB "
-     "and tokens for this host)."),
-    ("TTFT (time to first token)", "from sending a request to receiving its first output token: queueing plus "
-     "prefill."),
-    ("TPOT (time per output token)", "the mean time between output tokens after the first: the decode speed one "
-     "request sees."),
-    ("SLO (service-level objective)", "a latency target a load must meet, here on TTFT and TPOT at the 99th "
-     "percentile (report 07)."),
-    ("goodput", "the requests per second completed within the SLO: throughput that counts only the requests that "
-     "met the target."),
-    ("published, measured, modelled", "where a number comes from: a document (cited by title, publisher and "
-     "date), a real engine run on a named host, or kvlab's physical model with its stated assumptions."),
+    (
+        "TP (tensor parallelism)",
+        "each layer's weights are split across TP GPUs, which compute every step together; "
+        "TP 8 is one model served by 8 GPUs.",
+    ),
+    (
+        "DCP (decode context parallelism)",
+        "the KV cache of one long sequence is split across DCP GPUs, each "
+        "attending over its share of the context and exchanging partial results once per layer and step. DCP 1 is no "
+        "split (vLLM's default); larger DCP sizes trade that exchange for room to hold longer contexts.",
+    ),
+    (
+        "MLA (multi-head latent attention)",
+        "DeepSeek's attention that caches one compressed latent vector per token "
+        "instead of full keys and values, so a token's KV entry is several times smaller (\"DeepSeek-V2: A Strong, "
+        'Economical, and Efficient Mixture-of-Experts Language Model", DeepSeek-AI, May 2024, '
+        "https://arxiv.org/abs/2405.04434).",
+    ),
+    (
+        "KV pool",
+        "the memory an engine reserves for the KV cache, in tokens it can hold at once; requests past it "
+        "wait (queue) or are pre-empted.",
+    ),
+    (
+        "memory setting",
+        "the share of the accelerator's memory the engine may use (vLLM's `gpu_memory_utilization`, "
+        "SGLang's `mem_fraction_static`), 0.92 or 0.95 here; what is left after the weights and activations becomes "
+        "the KV pool, so a small change of the setting can be a large change of the pool (report 03 gives it in MiB "
+        "and tokens for this host).",
+    ),
+    (
+        "TTFT (time to first token)",
+        "from sending a request to receiving its first output token: queueing plus prefill.",
+    ),
+    (
+        "TPOT (time per output token)",
+        "the mean time between output tokens after the first: the decode speed one request sees.",
+    ),
+    (
+        "SLO (service-level objective)",
+        "a latency target a load must meet, here on TTFT and TPOT at the 99th percentile (report 07).",
+    ),
+    (
+        "goodput",
+        "the requests per second completed within the SLO: throughput that counts only the requests that "
+        "met the target.",
+    ),
+    (
+        "published, measured, modelled",
+        "where a number comes from: a document (cited by title, publisher and "
+        "date), a real engine run on a named host, or kvlab's physical model with its stated assumptions.",
+    ),
     ("K", "1,024 tokens: 64K is 65,536 tokens, 200K is 204,800."),
 ]
 
@@ -285,14 +320,20 @@ def topbar_html(here: str, previous: tuple[str, str] | None = None, following: t
     e = html.escape
     links = ['<a href="index.html">kvlab reports (index)</a>']
     if previous:  # the number on the bar, the whole title on hover: the bar stays one line
-        links.append(f'<a href="{e(previous[0])}" rel="prev" title="{e(previous[1])}">← previous: {e(previous[1][:2])}</a>')
+        links.append(
+            f'<a href="{e(previous[0])}" rel="prev" title="{e(previous[1])}">← previous: {e(previous[1][:2])}</a>'
+        )
     if following:
-        links.append(f'<a href="{e(following[0])}" rel="next" title="{e(following[1])}">next: {e(following[1][:2])} →</a>')
+        links.append(
+            f'<a href="{e(following[0])}" rel="next" title="{e(following[1])}">next: {e(following[1][:2])} →</a>'
+        )
     links.append(f'<a href="{GLOSSARY}">glossary</a>')
     # a <div role="navigation">, not a <nav>: the provenance panel is the page's <nav>, which readers of a page
     # (tests/test_notebooks.py among them) find as its first
-    return (f'<div class="kvlab-topbar" role="navigation" aria-label="reports">{"".join(links)}'
-            f'<span class="kvlab-here">{e(here)}</span></div>')
+    return (
+        f'<div class="kvlab-topbar" role="navigation" aria-label="reports">{"".join(links)}'
+        f'<span class="kvlab-here">{e(here)}</span></div>'
+    )
 
 
 def neighbours(nb_path: Path) -> tuple[tuple[str, str] | None, tuple[str, str] | None]:
@@ -317,8 +358,9 @@ def toc_html(page: str) -> str:
     found = H2_RE.findall(page)
     if len(found) < TOC_MIN_SECTIONS:
         return ""
-    items = "".join(f'<li><a href="#{anchor}">{re.sub(r"<[^>]+>", "", text).strip()}</a></li>'
-                    for anchor, text in found)
+    items = "".join(
+        f'<li><a href="#{anchor}">{re.sub(r"<[^>]+>", "", text).strip()}</a></li>' for anchor, text in found
+    )
     return f'<div class="kvlab-toc" role="navigation" aria-label="contents"><b>On this page</b><ol>{items}</ol></div>'
 
 
@@ -353,8 +395,9 @@ def _html_cell(markup: str):
     return nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={"text/html": markup})])
 
 
-def to_html(executed: Path, out: Path, title: str | None = None, panel: str = "",
-            topbar: str = "") -> tuple[int, list[dict]]:
+def to_html(
+    executed: Path, out: Path, title: str | None = None, panel: str = "", topbar: str = ""
+) -> tuple[int, list[dict]]:
     """Export an executed notebook to standalone HTML without code, titled ``title``; write each figure's data
     beside it. The page's first screen: the report's title (its first heading), the verdict box (which opens with
     the three headline sentences), then ``panel`` (the provenance panel), then the rest of the title's cell (the
@@ -365,15 +408,21 @@ def to_html(executed: Path, out: Path, title: str | None = None, panel: str = ""
     nb.cells = [c for c in nb.cells if JUPYTERLAB_ONLY not in (c.get("metadata", {}).get("tags") or [])]
     title_cell = next((c for c in nb.cells if c.cell_type == "markdown" and c.source.lstrip().startswith("# ")), None)
     if title_cell is not None:
-        title_cell.source = numbered(title_cell.source.lstrip().partition("\n")[0], out.stem) + \
-            "\n" + title_cell.source.lstrip().partition("\n")[2]
+        title_cell.source = (
+            numbered(title_cell.source.lstrip().partition("\n")[0], out.stem)
+            + "\n"
+            + title_cell.source.lstrip().partition("\n")[2]
+        )
     write_figure_data(nb, out)
     found = vd.extract(nb)
     answer = extract_answer(nb)
     extract_sources(nb)  # read by run_one for the panel; nothing to show
-    top = ([_html_cell(answer_html(answer[studies.ANSWER_MIME]))] if answer else []) \
-        + ([_html_cell(vd.box_html(found))] if found else []) + ([_html_cell(PANEL_SLOT)] if panel else []) \
+    top = (
+        ([_html_cell(answer_html(answer[studies.ANSWER_MIME]))] if answer else [])
+        + ([_html_cell(vd.box_html(found))] if found else [])
+        + ([_html_cell(PANEL_SLOT)] if panel else [])
         + [_html_cell(TOC_SLOT)]
+    )
     if top:  # right under the title: the first markdown cell's heading, split from the introduction after it
         first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
         at = 0
@@ -418,8 +467,7 @@ def changed_parameters(nb_path: Path, parameters: dict | None) -> dict:
     return out
 
 
-def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None,
-               sources: Sources | None = None) -> dict:
+def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None, sources: Sources | None = None) -> dict:
     """What a report rests on: the measured runs (engines with versions, models, hosts, dates, experiments),
     the published documents (by title, publisher and date), the code that built it and the parameters that differ
     from the template's.
@@ -431,8 +479,10 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None,
     measured = runs.filter(pl.col("source") == "measured")
     if sources is None:
         experiments = sorted(measured["experiment"].unique())
-        documents = sorted(set(runs.filter(pl.col("source") == "published")["experiment"].unique())
-                           | set(store.load_claims(data_dir)["experiment"].unique()))
+        documents = sorted(
+            set(runs.filter(pl.col("source") == "published")["experiment"].unique())
+            | set(store.load_claims(data_dir)["experiment"].unique())
+        )
     else:
         experiments, documents = list(sources.measured), list(sources.documents)
         measured = measured.filter(pl.col("experiment").is_in(experiments))
@@ -443,14 +493,21 @@ def provenance(data_dir: Path, nb_path: Path | None, parameters: dict | None,
             cpu_flags = h.get("cpu_flags") or []  # empty where unknown: then nothing is claimed
             flags = ", ".join(cpu_flags)
             without_bf16 |= bool(cpu_flags) and not h.get("gpus") and not host.NATIVE_BF16_FLAGS.intersection(cpu_flags)
-            hosts.add(h.get("accelerator") if h.get("gpus") else
-                      f"{h.get('cpu')}, {h.get('cpu_cores')} cores{f' ({flags})' if flags else ''}")
+            hosts.add(
+                h.get("accelerator")
+                if h.get("gpus")
+                else f"{h.get('cpu')}, {h.get('cpu_cores')} cores{f' ({flags})' if flags else ''}"
+            )
             sweep_commits.add((sweep.get("git_commit") or "unknown")[:12])
     started = measured["started_at"].drop_nulls().sort()
     return {
-        "engines": [_engine_line(e, v, d, k, without_bf16) for e, v, d, k in
-                    measured.select("engine", "engine_version", "dtype", "device_kind").unique()
-                    .sort("engine", "dtype", nulls_last=True).iter_rows()],
+        "engines": [
+            _engine_line(e, v, d, k, without_bf16)
+            for e, v, d, k in measured.select("engine", "engine_version", "dtype", "device_kind")
+            .unique()
+            .sort("engine", "dtype", nulls_last=True)
+            .iter_rows()
+        ],
         "models": sorted({tinymodel.describe(m) for m in measured["model"].drop_nulls().unique()}),
         "hosts": sorted(h for h in hosts if h),
         "runs": measured.height,
@@ -476,14 +533,17 @@ def document_names(register: pl.DataFrame, documents: list[str]) -> list[str]:
         if r is None:
             names.append(f"{doc} (not in the document register)")
             continue
-        facts = ([f"‘{r['title_en']}’"] if r["title_en"] else []) \
-            + [", ".join(f for f in (r["language"], r["published"]) if f), r["publisher"] or "no publisher named"]
+        facts = ([f"‘{r['title_en']}’"] if r["title_en"] else []) + [
+            ", ".join(f for f in (r["language"], r["published"]) if f),
+            r["publisher"] or "no publisher named",
+        ]
         names.append(f"{r['kind']} ‘{r['title']}’ ({'; '.join(f for f in facts if f)})")
     return names
 
 
-def _engine_line(engine: str, version: str | None, dtype: str | None, device_kind: str | None,
-                 without_bf16: bool = False) -> str:
+def _engine_line(
+    engine: str, version: str | None, dtype: str | None, device_kind: str | None, without_bf16: bool = False
+) -> str:
     """How a provenance line names what ran: display name, version, and in brackets where it ran (on a CPU, the
     adapter's note, e.g. 'CPU, torch-native kernels') and the compute dtype (runs stored before it was recorded have
     none); float32 on a CPU without native bfloat16 says why (EngineSpec.dtype bfloat16-if-native)."""
@@ -513,19 +573,30 @@ def panel_html(prov: dict) -> str:
         ("measured with", joined(prov["engines"], "; ") or "nothing yet (run <code>make report</code>)"),
         ("model", joined(prov["models"], ", ") or "–"),
         ("hardware", joined(prov["hosts"], "; ") or "–"),
-        ("runs", f"{e(str(prov['runs']))} measured" + (f", {e(str(dates[0]))} to {e(str(dates[1]))} UTC"
-                                                       if dates else "")),
+        (
+            "runs",
+            f"{e(str(prov['runs']))} measured" + (f", {e(str(dates[0]))} to {e(str(dates[1]))} UTC" if dates else ""),
+        ),
         ("experiments", ", ".join(f"<code>data/experiments/{e(x)}.yaml</code>" for x in prov["experiments"]) or "–"),
         ("documents", joined(prov["published"], "; ") or "–"),
-        ("built", f"{e(str(prov['built']))} by kvlab {e(prov['kvlab'])}; runs measured at commit(s) "
-                  f"{joined(prov['sweep_commits'], ', ') or '–'}"),
-        ("parameters", ", ".join(f"<code>{e(str(k))} = {e(repr(v))}</code>" for k, v in prov["parameters"].items())
-         or "the template's defaults"),
+        (
+            "built",
+            f"{e(str(prov['built']))} by kvlab {e(prov['kvlab'])}; runs measured at commit(s) "
+            f"{joined(prov['sweep_commits'], ', ') or '–'}",
+        ),
+        (
+            "parameters",
+            ", ".join(f"<code>{e(str(k))} = {e(repr(v))}</code>" for k, v in prov["parameters"].items())
+            or "the template's defaults",
+        ),
     ]
     cells = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
-    links = (f'<a href="index.html">← all reports</a> · <a href="{e(prov["notebook"])}">this report as a notebook '
-             f'(.ipynb)</a> · <a href="{RUNS_CSV}">the run data behind it (CSV)</a>' if prov["notebook"] else
-             f'<a href="{RUNS_CSV}">every run row the reports read (CSV)</a>')
+    links = (
+        f'<a href="index.html">← all reports</a> · <a href="{e(prov["notebook"])}">this report as a notebook '
+        f'(.ipynb)</a> · <a href="{RUNS_CSV}">the run data behind it (CSV)</a>'
+        if prov["notebook"]
+        else f'<a href="{RUNS_CSV}">every run row the reports read (CSV)</a>'
+    )
     return f"""<nav class="kvlab-provenance" style="font: 13px system-ui, sans-serif; background: #f4f6f8;
 border: 1px solid #d0d7de; border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 <div style="margin-bottom: .3rem;">{links}</div>
@@ -555,8 +626,12 @@ def kernel_config():
     """Kernel-manager settings for executing notebooks: CurveZMQ keys for the kernel's sockets where this
     pyzmq supports them. Without keys ipykernel (7.4) warns on every start that its TCP traffic is
     unencrypted; with ``auto`` the manager provisions keys only for kernelspecs that declare support."""
-    return Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"},
-                   "NotebookClient": {"kernel_manager_class": QuietShutdownKernelManager}})
+    return Config(
+        {
+            "KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"},
+            "NotebookClient": {"kernel_manager_class": QuietShutdownKernelManager},
+        }
+    )
 
 
 def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel_name: str = "python3") -> Report:
@@ -569,8 +644,14 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     executed = out_dir / nb_path.name
     try:
         pm.execute_notebook(
-            str(nb_path), str(executed), parameters=parameters or {}, kernel_name=kernel_name,
-            cwd=str(nb_path.parent), progress_bar=False, log_output=False, config=kernel_config(),
+            str(nb_path),
+            str(executed),
+            parameters=parameters or {},
+            kernel_name=kernel_name,
+            cwd=str(nb_path.parent),
+            progress_bar=False,
+            log_output=False,
+            config=kernel_config(),
         )
     finally:  # this process may build another report, or be a test's
         if before is None:
@@ -583,14 +664,30 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     sources = extract_sources(nbformat.read(executed, as_version=4))  # what the notebook read: its panel covers that
     previous, following = neighbours(nb_path)
     prov = provenance(data_dir, nb_path, parameters, sources)
-    figures, _ = to_html(executed, html_path, title, panel_html(prov),
-                         topbar=topbar_html(f"{nb_path.stem[:2]} · {title}", previous, following))
+    figures, _ = to_html(
+        executed,
+        html_path,
+        title,
+        panel_html(prov),
+        topbar=topbar_html(f"{nb_path.stem[:2]} · {title}", previous, following),
+    )
     # the index's answer and verdicts: the study computed again here with the notebook's parameters, never read
     # back from the notebook's outputs (tests/test_studies_results.py checks the two agree)
     result = studies.compute_report(nb_path.stem, data_dir, {**_defaults(nb_path), **(parameters or {})})
     as_json = result.to_json()
-    return Report(nb_path.name, title, summary, html_path, time.perf_counter() - start, figures,
-                  tuple(as_json["verdicts"]), as_json["answer"], result.experiments, result.documents, prov)
+    return Report(
+        nb_path.name,
+        title,
+        summary,
+        html_path,
+        time.perf_counter() - start,
+        figures,
+        tuple(as_json["verdicts"]),
+        as_json["answer"],
+        result.experiments,
+        result.documents,
+        prov,
+    )
 
 
 def _defaults(nb_path: Path) -> dict:
@@ -656,8 +753,9 @@ def run_tables_html(runs) -> str:
     """Every measured run in one table for the index: per run its experiment, engine, context, memory setting,
     status, TTFT p50/p99, TPOT p50, output tokens/s, n (completed requests) and run id; sortable by any column and
     filterable by text (:data:`RUNS_SCRIPT`), folded under a summary so the printed index stays short."""
-    measured = runs.filter(pl.col("source") == "measured").sort("experiment", "engine", "context_tokens", "mem_util",
-                                                                 nulls_last=True)
+    measured = runs.filter(pl.col("source") == "measured").sort(
+        "experiment", "engine", "context_tokens", "mem_util", nulls_last=True
+    )
     if not measured.height:
         return ""
     e = html.escape
@@ -676,8 +774,10 @@ def run_tables_html(runs) -> str:
         return f"<td>{e(str(v))}</td>"
 
     head = "".join(f'<th scope="col">{e(h)}</th>' for _, h, _ in RUN_COLUMNS)
-    body = "".join("<tr>" + "".join(cell(k, r.get(c), c) for c, _, k in RUN_COLUMNS) + "</tr>"
-                   for r in measured.iter_rows(named=True))
+    body = "".join(
+        "<tr>" + "".join(cell(k, r.get(c), c) for c, _, k in RUN_COLUMNS) + "</tr>"
+        for r in measured.iter_rows(named=True)
+    )
     return f"""<details class="kvlab-runs"><summary>{measured.height} measured runs: TTFT, TPOT, throughput and n per run
 (show; sort by a header, filter by any text)</summary>
 <p><label>Filter: <input id="kvlab-runs-filter" type="search" placeholder="vLLM, cpu_capacity, failed…"></label>
@@ -696,9 +796,12 @@ def figure_links_html(reports: list[Report], out_dir: Path) -> str:
         figs = json.loads(listing.read_text()) if listing.exists() else []
         if figs:
             folder = f"{Path(r.html.name).stem}{FIGURES_SUFFIX}"
-            links = ", ".join(f'<a href="{html.escape(folder)}/{html.escape(f["file"])}">Figure {f["number"]}</a>'
-                              if f.get("number") else f'<a href="{html.escape(folder)}/{html.escape(f["file"])}">figure</a>'
-                              for f in figs)
+            links = ", ".join(
+                f'<a href="{html.escape(folder)}/{html.escape(f["file"])}">Figure {f["number"]}</a>'
+                if f.get("number")
+                else f'<a href="{html.escape(folder)}/{html.escape(f["file"])}">figure</a>'
+                for f in figs
+            )
             lines.append(f"<li>{html.escape(Path(r.html.name).stem[:2])} · {html.escape(r.title)}: {links}</li>")
     return f'<ul class="kvlab-figure-data">{"".join(lines)}</ul>' if lines else ""
 
@@ -713,10 +816,13 @@ def quarantined_html(found: list[store.Quarantined], data_dir: Path) -> str:
     data folder, and why; empty where there is none."""
     if not found:
         return ""
-    items = "\n".join(f"<li><code>{html.escape(_under(q.path, data_dir))}</code>: {html.escape(q.reason)}</li>"
-                       for q in found)
-    return (f'<h2>Quarantined</h2>\n<p>{len(found)} stored run folder(s) or manifest(s) could not be read; every report '
-            f"above was built without them.</p>\n<ul class=\"kvlab-quarantined\">\n{items}\n</ul>\n")
+    items = "\n".join(
+        f"<li><code>{html.escape(_under(q.path, data_dir))}</code>: {html.escape(q.reason)}</li>" for q in found
+    )
+    return (
+        f"<h2>Quarantined</h2>\n<p>{len(found)} stored run folder(s) or manifest(s) could not be read; every report "
+        f'above was built without them.</p>\n<ul class="kvlab-quarantined">\n{items}\n</ul>\n'
+    )
 
 
 def _under(path: Path, data_dir: Path) -> str:
@@ -736,8 +842,10 @@ def answer_html(answer: dict) -> str:
     """A report's answer (:meth:`kvlab.studies.Answer.to_json`) as the first thing under its title: its sentences
     after a bold 'Answer.', then its table with the evidence kind of every row (a badge)."""
     text = " ".join(markdown_inline(t) for t in answer.get("sentences") or [])
-    return (f'<div class="kvlab-answer" style="font-size: 15px; line-height: 1.5; margin: .5rem 0 1rem;">'
-            f"<p><b>Answer.</b> {text}</p>{answer_table_html(answer, None)}</div>")
+    return (
+        f'<div class="kvlab-answer" style="font-size: 15px; line-height: 1.5; margin: .5rem 0 1rem;">'
+        f"<p><b>Answer.</b> {text}</p>{answer_table_html(answer, None)}</div>"
+    )
 
 
 def answer_table_html(answer: dict | None, href: str | None) -> str:
@@ -772,16 +880,20 @@ def host_sentence(every: list[dict]) -> str:
         return "Nothing was measured on this host yet: `make report` measures the embedded default."
     decided = {v.get("claim_id") for v in measured if v.get("outcome") in vd.DECIDING_OUTCOMES}
     cannot = {v.get("claim_id") for v in measured if v.get("outcome") == "cannot be tested here"}
+
     def claims(n: int, what: str = "claim") -> str:
         return f"{n or 'no'} {what}{'' if n == 1 else 's'}"
 
-    return (f"This host's runs (real engines on a CPU, a tiny model) decide {claims(len(decided))} about mechanisms "
-            f"(prefix-cache reuse, queueing past a KV budget) and cannot test {claims(len(cannot), 'speed claim')}: a "
-            "CPU run of two different engine implementations is not evidence about B300 speed.")
+    return (
+        f"This host's runs (real engines on a CPU, a tiny model) decide {claims(len(decided))} about mechanisms "
+        f"(prefix-cache reuse, queueing past a KV budget) and cannot test {claims(len(cannot), 'speed claim')}: a "
+        "CPU run of two different engine implementations is not evidence about B300 speed."
+    )
 
 
-def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "",
-                quarantine: str = "") -> Path:
+def write_index(
+    reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "", quarantine: str = ""
+) -> Path:
     """An index page that answers first: the reference host's answer table (report 01's answer: engine by context,
     each row with its evidence kind), what the memory setting means (report 03's answer), what this host's runs
     add; then one line per report (title, answer, link); then the verdicts counted by family
@@ -794,12 +906,16 @@ def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str
     every = [v for r in reports for v in r.verdicts]
     answer = ""
     if main is not None and main.answer:
-        answer = (f'<section class="kvlab-answer"><h2>Which engine, at which context (reference host)</h2>'
-                  f'{answer_table_html(main.answer, main.html.name)}'
-                  f'<p>{markdown_inline(main.answer["sentences"][0])}</p>')
+        answer = (
+            f'<section class="kvlab-answer"><h2>Which engine, at which context (reference host)</h2>'
+            f"{answer_table_html(main.answer, main.html.name)}"
+            f"<p>{markdown_inline(main.answer['sentences'][0])}</p>"
+        )
         if memory is not None and memory.answer:
-            answer += (f'<p><b>Memory setting.</b> {markdown_inline(" ".join(memory.answer["sentences"][:2]))} '
-                       f'<a href="{html.escape(memory.html.name)}">report</a></p>')
+            answer += (
+                f"<p><b>Memory setting.</b> {markdown_inline(' '.join(memory.answer['sentences'][:2]))} "
+                f'<a href="{html.escape(memory.html.name)}">report</a></p>'
+            )
         answer += f"<p>{markdown_inline(host_sentence(every))}</p></section>"
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(Path(r.html.name).stem[:2])} · {html.escape(r.title)}</a>'
@@ -807,8 +923,12 @@ def write_index(reports: list[Report], out_dir: Path, note: str = "", panel: str
         f"<small>{r.figures} figure(s), built in {r.seconds:.1f} s</small></li>"
         for r in reports
     )
-    lead = (f'<h2>Verdicts, counted by kind</h2><p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
-            f'{" ".join(markdown_inline(t) for t in vd.headline(every))}</p>' if every else "")
+    lead = (
+        f'<h2>Verdicts, counted by kind</h2><p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
+        f"{' '.join(markdown_inline(t) for t in vd.headline(every))}</p>"
+        if every
+        else ""
+    )
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     figures_html = figure_links_html(reports, out_dir)
     panel = with_k_note(panel, answer + lead + items + runs_html) if panel else panel
@@ -831,8 +951,13 @@ table.kvlab-runs td[data-v] {{ text-align: right; }}
 details.kvlab-runs summary {{ cursor: pointer; color: #0550ae; }}
 .kvlab-figure-data {{ font-size: 14px; }}
 </style></head><body>
-{topbar_html("Index", None, (reports[0].html.name, Path(reports[0].html.name).stem[:2] + " · " + reports[0].title)
-             if reports else None)}
+{
+        topbar_html(
+            "Index",
+            None,
+            (reports[0].html.name, Path(reports[0].html.name).stem[:2] + " · " + reports[0].title) if reports else None,
+        )
+    }
 <h1>kvlab reports</h1>
 {answer}
 <h2>The reports</h2>
@@ -842,9 +967,12 @@ details.kvlab-runs summary {{ cursor: pointer; color: #0550ae; }}
 {lead}<p class="legend">Every figure is labelled <b>published</b> (a document's number, cited),
 <b>measured</b> (a real engine run, with the host it ran on) or <b>modelled</b> (kvlab's physical model).</p>
 {panel}<h2>Runs measured</h2>
-{"<p>Every column of every run is in <a href='runs.csv'>runs.csv</a>; each report's answer and verdicts in "
- "<a href='index.json'>index.json</a>.</p>" + runs_html if runs_html else
- "<p><i>No measured run yet: <code>make report</code> measures the embedded default on this machine.</i></p>"}
+{
+        "<p>Every column of every run is in <a href='runs.csv'>runs.csv</a>; each report's answer and verdicts in "
+        "<a href='index.json'>index.json</a>.</p>" + runs_html
+        if runs_html
+        else "<p><i>No measured run yet: <code>make report</code> measures the embedded default on this machine.</i></p>"
+    }
 {quarantine}{"<h2>Figure data (CSV)</h2>" + figures_html if figures_html else ""}
 <p><small>Built {stamp}. {html.escape(note)}</small></p>
 </body></html>
@@ -867,9 +995,17 @@ def _with_earlier(reports: list[Report], out_dir: Path) -> list[Report]:
         for e in json.loads(index.read_text()):
             if e["notebook"] not in built and (out_dir / e["html"]).exists():
                 e = {k: v for k, v in e.items() if k in Report.__dataclass_fields__}  # an older index's fields
-                earlier.append(Report(**{**e, "html": out_dir / e["html"], "verdicts": tuple(e.get("verdicts", ())),
-                                         "experiments": tuple(e.get("experiments", ())),
-                                         "documents": tuple(e.get("documents", ()))}))
+                earlier.append(
+                    Report(
+                        **{
+                            **e,
+                            "html": out_dir / e["html"],
+                            "verdicts": tuple(e.get("verdicts", ())),
+                            "experiments": tuple(e.get("experiments", ())),
+                            "documents": tuple(e.get("documents", ())),
+                        }
+                    )
+                )
     return sorted([*reports, *earlier], key=lambda r: r.notebook)
 
 
@@ -911,10 +1047,17 @@ def build(
         runs = store.load_runs(data_dir)
         store.write_csv(runs, out_dir / RUNS_CSV)
         found = store.quarantined(data_dir)
-        (out_dir / QUARANTINED_JSON).write_text(json.dumps(
-            [{"path": _under(q.path, data_dir), "reason": q.reason} for q in found], indent=2), encoding="utf-8")
-        write_index(_with_earlier(reports, out_dir), out_dir, panel=panel_html(provenance(data_dir, None, parameters)),
-                    runs_html=run_tables_html(runs), quarantine=quarantined_html(found, data_dir))
+        (out_dir / QUARANTINED_JSON).write_text(
+            json.dumps([{"path": _under(q.path, data_dir), "reason": q.reason} for q in found], indent=2),
+            encoding="utf-8",
+        )
+        write_index(
+            _with_earlier(reports, out_dir),
+            out_dir,
+            panel=panel_html(provenance(data_dir, None, parameters)),
+            runs_html=run_tables_html(runs),
+            quarantine=quarantined_html(found, data_dir),
+        )
     if errors:
         raise RuntimeError("report build failed for:\n" + "\n".join(errors))
     return reports

@@ -35,9 +35,19 @@ def vocab_size(run: RunSpec) -> int:
     return int(cfg["vocab_size"]) if cfg else 1000
 
 
-def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cause: str | None,
-             version: str | None, batch: BatchResult | None, deltas: dict, notes: str,
-             kv_pool_tokens: int | None = None, load: LoadOutcome | None = None) -> pl.DataFrame:
+def run_row(
+    run: RunSpec,
+    prompts: list[Prompt],
+    status: str,
+    attempts: int,
+    cause: str | None,
+    version: str | None,
+    batch: BatchResult | None,
+    deltas: dict,
+    notes: str,
+    kv_pool_tokens: int | None = None,
+    load: LoadOutcome | None = None,
+) -> pl.DataFrame:
     """The run's RUNS row; ``prompts`` are what it sends (or would have sent), whose shared tokens it records;
     ``kv_pool_tokens``, the KV pool its server reported (:class:`kvlab.campaign.ServerRecord`). Under a load
     (``load``, kvlab.load) the latencies, counts and SLO count cover the requests inside its steady-state window
@@ -51,8 +61,10 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
         summary = summarize([r for r in batch.records if r.request_index in inside], batch.batch_time_s, slo)
         summary |= load.columns()
     if batch:  # the whole batch, whatever the window counts: what the server's counter deltas cover
-        summary |= {"batch_prompt_tokens": sum_reported([r.prompt_tokens for r in batch.records]),
-                    "batch_output_tokens": sum_reported([r.output_tokens for r in batch.records])}
+        summary |= {
+            "batch_prompt_tokens": sum_reported([r.prompt_tokens for r in batch.records]),
+            "batch_output_tokens": sum_reported([r.output_tokens for r in batch.records]),
+        }
     if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
         summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
     facts = host.describe()
@@ -62,26 +74,49 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
     else:  # what computed it here, from this host's facts (the manifest's)
         accelerator, count = (host.gpu_model(facts), host.gpu_count()) if kind == "gpu" else (None, None)
     row = {
-        "source": "measured", "experiment": run.experiment, "run_id": run.key, "hardware": run.hardware,
-        "gpu_count": count, "device_kind": kind, "accelerator": accelerator,
-        "model": e.served_model_name or Path(e.model).name, "engine": e.name,
-        "engine_version": version, "tp": e.tp, "dcp": e.dcp, "dp": e.dp,
-        "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"), "mem_util": e.mem_util,
-        "kv_budget_bytes": e.kv_cache_bytes, "kv_pool_tokens": kv_pool_tokens,
-        "prefix_caching": e.prefix_caching, "context_label": run.context_label,
-        "context_tokens": run.context_tokens, "scale_factor": run.scale_factor, "mode": w.kind,
+        "source": "measured",
+        "experiment": run.experiment,
+        "run_id": run.key,
+        "hardware": run.hardware,
+        "gpu_count": count,
+        "device_kind": kind,
+        "accelerator": accelerator,
+        "model": e.served_model_name or Path(e.model).name,
+        "engine": e.name,
+        "engine_version": version,
+        "tp": e.tp,
+        "dcp": e.dcp,
+        "dp": e.dp,
+        "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"),
+        "mem_util": e.mem_util,
+        "kv_budget_bytes": e.kv_cache_bytes,
+        "kv_pool_tokens": kv_pool_tokens,
+        "prefix_caching": e.prefix_caching,
+        "context_label": run.context_label,
+        "context_tokens": run.context_tokens,
+        "scale_factor": run.scale_factor,
+        "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
-        "shared_prefix_tokens": shared_tokens(prompts), "prompt_form": prompt_form(prompts),
-        "reasoning_tokens": (sum_reported([r.reasoning_tokens for r in batch.records])
-                             if batch and w.splits_reasoning else None),
-        "prompt_tokens": w.prompt_len, "output_tokens": w.output_tokens, "repeat": run.repeat,
-        "attempts": attempts, "status": status, "failure_cause": cause,
+        "shared_prefix_tokens": shared_tokens(prompts),
+        "prompt_form": prompt_form(prompts),
+        "reasoning_tokens": (
+            sum_reported([r.reasoning_tokens for r in batch.records]) if batch and w.splits_reasoning else None
+        ),
+        "prompt_tokens": w.prompt_len,
+        "output_tokens": w.output_tokens,
+        "repeat": run.repeat,
+        "attempts": attempts,
+        "status": status,
+        "failure_cause": cause,
         "started_at": batch.started_at if batch else datetime.now(timezone.utc).isoformat(),
         "notes": notes or None,
         **summary,
         # the server's counter deltas that have a RUNS column (cached_tokens duplicates prefix hits)
-        **{f"server_{k}": (None if v is None else int(v)) for k, v in deltas.items()
-           if f"server_{k}" in RUNS.polars_schema},
+        **{
+            f"server_{k}": (None if v is None else int(v))
+            for k, v in deltas.items()
+            if f"server_{k}" in RUNS.polars_schema
+        },
     }
     if status != "ok":
         row["batch_time_s"] = None
@@ -92,7 +127,12 @@ def run_row(run: RunSpec, prompts: list[Prompt], status: str, attempts: int, cau
 def attempt_row(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:
     """One row of a run's ATTEMPTS table: attempt ``n`` (1-based), ok or failed with ``failure``'s cause."""
     return {
-        "run_id": run.key, "attempt": n, "status": "failed" if failure else "ok",
-        "failure_cause": failure.cause if failure else None, "detail": failure.detail if failure else None,
-        "fits_max_len": failure.fits_max_len if failure else None, "elapsed_s": elapsed_s, "backoff_s": backoff_s,
+        "run_id": run.key,
+        "attempt": n,
+        "status": "failed" if failure else "ok",
+        "failure_cause": failure.cause if failure else None,
+        "detail": failure.detail if failure else None,
+        "fits_max_len": failure.fits_max_len if failure else None,
+        "elapsed_s": elapsed_s,
+        "backoff_s": backoff_s,
     }

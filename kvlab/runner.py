@@ -41,8 +41,16 @@ from kvlab.workloads import Prompt, fixed_batch
 
 __all__ = [  # what tests, benchmarks and kvlab.cluster use; the rows' names are kept here (a campaign's come
     # from kvlab.campaign, where they are defined)
-    "STARTUP_CAUSES", "LocalExecutor", "Measurement", "NotStarted", "RunOutcome", "ServerStarts", "attempt_row",
-    "prompts_for", "run_row", "vocab_size",
+    "STARTUP_CAUSES",
+    "LocalExecutor",
+    "Measurement",
+    "NotStarted",
+    "RunOutcome",
+    "ServerStarts",
+    "attempt_row",
+    "prompts_for",
+    "run_row",
+    "vocab_size",
 ]
 
 #: Failure causes that happen before a server is ready: the same argv will fail the same way.
@@ -61,8 +69,11 @@ def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str
     """The batch with each record's reasoning tokens filled in, and a note saying how they were counted."""
     counter = reasoning.local_token_counter(run.engine.model_arg)  # None for hub ids: no local tokenizer.json
     records, method = reasoning.account(batch.records, counter)
-    parser = f"server reasoning parser {run.engine.reasoning_parser!r}" if run.engine.reasoning_parser \
+    parser = (
+        f"server reasoning parser {run.engine.reasoning_parser!r}"
+        if run.engine.reasoning_parser
         else "no server reasoning parser: split at </think> in the text"
+    )
     return replace(batch, records=records), f"{reasoning.describe(method)} ({parser})"
 
 
@@ -75,8 +86,12 @@ def _engine_failure(server: EngineServer, wait_s: float | None = None) -> Failur
         if failure is not None:
             return failure
         if not server.running():
-            return Failure("crash", "the external server stopped answering its health check during the run"
-                           if server.external else "server exited during the run")
+            return Failure(
+                "crash",
+                "the external server stopped answering its health check during the run"
+                if server.external
+                else "server exited during the run",
+            )
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.2)
@@ -92,14 +107,18 @@ def _hung(batch: BatchResult, run: RunSpec) -> Failure | None:
     stalled = _stalled(batch)
     if not stalled:
         return None
-    return Failure("timeout", f"{len(stalled)} request(s) got no data for {run.engine.stall_timeout_s:g} s while "
-                              "the engine process was alive (hung or stopped): server killed")
+    return Failure(
+        "timeout",
+        f"{len(stalled)} request(s) got no data for {run.engine.stall_timeout_s:g} s while "
+        "the engine process was alive (hung or stopped): server killed",
+    )
 
 
 def _zero_missing_cached(batch: BatchResult) -> BatchResult:
     """Successful requests without a cached-token count had none cached (the engine omits a 0)."""
-    records = [replace(r, cached_tokens=0) if r.status == "ok" and r.cached_tokens is None else r
-               for r in batch.records]
+    records = [
+        replace(r, cached_tokens=0) if r.status == "ok" and r.cached_tokens is None else r for r in batch.records
+    ]
     return replace(batch, records=records)
 
 
@@ -108,8 +127,9 @@ def _zero_missing_cached(batch: BatchResult) -> BatchResult:
 STALLED_SCRAPE_TIMEOUT_S = 2.0
 
 
-def _scrape(server: EngineServer, why: list[str] | None = None,
-            timeout_s: float = metrics.SCRAPE_TIMEOUT_S) -> dict[str, float]:
+def _scrape(
+    server: EngineServer, why: list[str] | None = None, timeout_s: float = metrics.SCRAPE_TIMEOUT_S
+) -> dict[str, float]:
     """The server's counters, or {} when they cannot be had: unreachable (it may be dying), an HTTP error, a body
     that is not Prometheus text, no answer within ``timeout_s``, anything else. Never raises: the run records its
     counters as not available, and ``why`` gets the reason."""
@@ -117,8 +137,11 @@ def _scrape(server: EngineServer, why: list[str] | None = None,
         return asyncio.run(metrics.scrape(server.base_url, server.api_key, timeout_s=timeout_s))
     except Exception as exc:  # noqa: BLE001 - a bad /metrics answer costs the run its counters, not the sweep
         if why is not None:
-            why.append(f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError)
-                       else f"{type(exc).__name__}: {str(exc)[:200]}")
+            why.append(
+                f"no answer within {timeout_s:g} s"
+                if isinstance(exc, TimeoutError)
+                else f"{type(exc).__name__}: {str(exc)[:200]}"
+            )
         return {}
 
 
@@ -146,26 +169,46 @@ def write_telemetry(folder: Path, m: Measurement) -> dict[str, Path]:
     samples = m.telemetry or []
     got = sum(err is None for _, _, err in samples)
     available = m.telemetry_missing is None
-    note = None if got or not available else (
-        f"no sample answered ({samples[0][2]})" if samples else
-        f"no sample was taken: the run ended before its first sample, {metrics.TELEMETRY_INTERVAL_S / 2:g} s after "
-        "its first send")
+    note = (
+        None
+        if got or not available
+        else (
+            f"no sample answered ({samples[0][2]})"
+            if samples
+            else f"no sample was taken: the run ended before its first sample, {metrics.TELEMETRY_INTERVAL_S / 2:g} s after "
+            "its first send"
+        )
+    )
     from_log = m.telemetry_source == "log"
-    info = {"available": available, "reason": m.telemetry_missing, "note": note,
-            "source": metrics.LOG_TELEMETRY_SOURCE if from_log else "GET /metrics, sampled during the batch",
-            **({"values_as_of": metrics.LOG_TELEMETRY_AS_OF} if from_log else {}),
-            "interval_s": metrics.TELEMETRY_INTERVAL_S, "samples": len(samples), "samples_ok": got,
-            "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()",
-            "gpu": m.gpus or {"available": False, "reason": "GPUs were not sampled for this run", "source": gpu.SOURCE}}
+    info = {
+        "available": available,
+        "reason": m.telemetry_missing,
+        "note": note,
+        "source": metrics.LOG_TELEMETRY_SOURCE if from_log else "GET /metrics, sampled during the batch",
+        **({"values_as_of": metrics.LOG_TELEMETRY_AS_OF} if from_log else {}),
+        "interval_s": metrics.TELEMETRY_INTERVAL_S,
+        "samples": len(samples),
+        "samples_ok": got,
+        "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()",
+        "gpu": m.gpus or {"available": False, "reason": "GPUs were not sampled for this run", "source": gpu.SOURCE},
+    }
     (folder / TELEMETRY_INFO_FILE).write_text(json.dumps(info, indent=2))
     out = {TELEMETRY_INFO_FILE: folder / TELEMETRY_INFO_FILE}
     if samples:
-        series = sorted({k for _, values, _ in samples for k in values}
-                        | (set() if (m.gpus or {}).get("available") else set(gpu.UNAVAILABLE_COLUMNS)))
-        store.write_csv(pl.DataFrame([{"t_s": t - m.batch.t0, **{k: values.get(k) for k in series}, "error": err}
-                                      for t, values, err in samples],
-                                     schema={"t_s": pl.Float64, **{k: pl.Float64 for k in series}, "error": pl.String}),
-                        folder / TELEMETRY_FILE)
+        series = sorted(
+            {k for _, values, _ in samples for k in values}
+            | (set() if (m.gpus or {}).get("available") else set(gpu.UNAVAILABLE_COLUMNS))
+        )
+        store.write_csv(
+            pl.DataFrame(
+                [
+                    {"t_s": t - m.batch.t0, **{k: values.get(k) for k in series}, "error": err}
+                    for t, values, err in samples
+                ],
+                schema={"t_s": pl.Float64, **{k: pl.Float64 for k in series}, "error": pl.String},
+            ),
+            folder / TELEMETRY_FILE,
+        )
         out[TELEMETRY_FILE] = folder / TELEMETRY_FILE
     return out
 
@@ -180,8 +223,10 @@ def _why_no_telemetry(server: EngineServer, has_metrics: bool) -> str:
     tailed)."""
     label = server.adapter.label
     if server.adapter.log_telemetry:  # it would have been tailed, had kvlab launched it
-        return (f"{label} serves no /metrics, and kvlab did not launch this server: its log, whose scheduler lines "
-                "kvlab reads instead, is not here")
+        return (
+            f"{label} serves no /metrics, and kvlab did not launch this server: its log, whose scheduler lines "
+            "kvlab reads instead, is not here"
+        )
     return f"{label} serves no /metrics" if not has_metrics else f"kvlab samples no {label} series during a run"
 
 
@@ -283,7 +328,9 @@ class ServerStarts:
     def server(self, run: RunSpec, attempt: int) -> EngineServer:
         """The server for ``run``'s attempt: the one launched early for this group serves its first start; later
         ones are new."""
-        server = self._handed or EngineServer(run.engine, self.log_dir / f"server-{run.server_key}-attempt{attempt}.log")
+        server = self._handed or EngineServer(
+            run.engine, self.log_dir / f"server-{run.server_key}-attempt{attempt}.log"
+        )
         self._handed = None
         return server
 
@@ -298,17 +345,25 @@ class ServerStarts:
                 server.start()
             server.wait_ready()
         finally:
-            self.records.append(ServerRecord(
-                server_key=run.server_key, engine=run.engine.name, argv=server.recorded_argv,
-                launched_by_kvlab=not server.external, url=run.engine.url,
-                env=None if server.external else server.adapter.env_overrides(run.engine),
-                experiments=[run.experiment], log=server.log_path.name,
-                started_at=datetime.now(timezone.utc).isoformat(),
-                ready_s=server.ready_after_s if server.ready_after_s is not None else time.perf_counter() - t,
-                start_overlapped=early or (self._ahead is not None and not self._ahead.paused),
-                paused_s=server.paused_s,
-                kv_pool_tokens=None if server.external else server.adapter.kv_pool_tokens(
-                    server.log_text(this_start=True))))
+            self.records.append(
+                ServerRecord(
+                    server_key=run.server_key,
+                    engine=run.engine.name,
+                    argv=server.recorded_argv,
+                    launched_by_kvlab=not server.external,
+                    url=run.engine.url,
+                    env=None if server.external else server.adapter.env_overrides(run.engine),
+                    experiments=[run.experiment],
+                    log=server.log_path.name,
+                    started_at=datetime.now(timezone.utc).isoformat(),
+                    ready_s=server.ready_after_s if server.ready_after_s is not None else time.perf_counter() - t,
+                    start_overlapped=early or (self._ahead is not None and not self._ahead.paused),
+                    paused_s=server.paused_s,
+                    kv_pool_tokens=None
+                    if server.external
+                    else server.adapter.kv_pool_tokens(server.log_text(this_start=True)),
+                )
+            )
         if self._ahead is not None:
             self._ahead.pause()
 
@@ -339,8 +394,10 @@ class LocalExecutor:
         """Run every pending run, grouped by server; a load ladder's rungs in order of level, leaving out those
         above a rung past saturation (kvlab.load.not_climbed)."""
         ladders = _stored_rungs(campaign, todo)
-        with tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp, \
-                ServerStarts(Path(tmp), self.overlap_starts, self.servers) as starts:
+        with (
+            tempfile.TemporaryDirectory(prefix="kvlab-logs-") as tmp,
+            ServerStarts(Path(tmp), self.overlap_starts, self.servers) as starts,
+        ):
             groups = [_climbing_order(g) for _, g in by_server(todo)]
             for i, group in enumerate(groups):
                 vocab = vocab_size(group[0])
@@ -350,10 +407,16 @@ class LocalExecutor:
                 with starts.group(group[0], groups[i + 1][0] if i + 1 < len(groups) else None):
                     try:
                         for run in group:
-                            ladder = loads.ladder_key(run) if run.workload.load is not None \
-                                and run.workload.load.stop_climbing else None
-                            why = loads.not_climbed(ladders.get(ladder, []), loads.level(run.workload.load)) \
-                                if ladder else None
+                            ladder = (
+                                loads.ladder_key(run)
+                                if run.workload.load is not None and run.workload.load.stop_climbing
+                                else None
+                            )
+                            why = (
+                                loads.not_climbed(ladders.get(ladder, []), loads.level(run.workload.load))
+                                if ladder
+                                else None
+                            )
                             if not_started is not None:
                                 # Same argv, same failure: record it instead of relaunching max_attempts times.
                                 self._record_not_started(campaign, run, not_started, result)
@@ -370,41 +433,48 @@ class LocalExecutor:
 
     def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
         prompts = fixed_batch.prompts(1, 16, 2, vocab, seed=987_654)
-        asyncio.run(run_requests(server.base_url, _served_name(run), prompts,
-                                 api_key=server.api_key, timeout_s=300))
+        asyncio.run(run_requests(server.base_url, _served_name(run), prompts, api_key=server.api_key, timeout_s=300))
 
     def _probe(self, starts: ServerStarts, server: EngineServer, run: RunSpec) -> None:
         """Send kvlab.probe's probe set to the just-started ``server`` (after its warm-up, before its first measured
         run: no run's requests, counters or telemetry include it) and keep its outputs on the start's record."""
-        starts.current.probe = probes.run_probe(server.base_url, _served_name(run), probes.configuration(run),
-                                                api_key=server.api_key)
+        starts.current.probe = probes.run_probe(
+            server.base_url, _served_name(run), probes.configuration(run), api_key=server.api_key
+        )
 
     # ------------------------------------------------------------------ one run
-    def _measure(self, server: EngineServer, run: RunSpec,
-                 prompts: list[Prompt]) -> Measurement:
+    def _measure(self, server: EngineServer, run: RunSpec, prompts: list[Prompt]) -> Measurement:
         """Send the run's prompts to the ready ``server`` (after isolating or flushing its prefix cache), and
         read the server's counters around them."""
         notes = []
         if server.external:
-            notes.append(f"server at {run.engine.url} not launched by kvlab: its settings are as the experiment "
-                         "file states them, unchecked")
+            notes.append(
+                f"server at {run.engine.url} not launched by kvlab: its settings are as the experiment "
+                "file states them, unchecked"
+            )
         extra_body = None
         if run.engine.prefix_caching and server.adapter.cache_salt:
             # vLLM: every request of this run carries one new salt, which its prefix cache hashes into every
             # block: requests of the run share their prefixes, and none hits a block an earlier run left (no
             # development endpoint needed; the old blocks are evicted as any unused ones)
             extra_body = {"cache_salt": secrets.token_hex(16)}
-            notes.append(f"prefix cache isolated from earlier runs by a per-run cache_salt ({server.adapter.label}): "
-                         "hits are this run's own")
+            notes.append(
+                f"prefix cache isolated from earlier runs by a per-run cache_salt ({server.adapter.label}): "
+                "hits are this run's own"
+            )
         elif run.engine.prefix_caching:
             flushed = server.flush_cache()
             deadline = time.monotonic() + FLUSH_WAIT_S
-            while flushed is False and server.adapter.flush_refused_while_busy and time.monotonic() < deadline:  # SGLang refuses while a request finishes
+            while (
+                flushed is False and server.adapter.flush_refused_while_busy and time.monotonic() < deadline
+            ):  # SGLang refuses while a request finishes
                 time.sleep(0.25)
                 flushed = server.flush_cache()
             if not flushed:
-                notes.append("prefix cache not flushed before the run (engine refused or endpoint disabled); "
-                             "cache hits may include earlier runs' prompts")
+                notes.append(
+                    "prefix cache not flushed before the run (engine refused or endpoint disabled); "
+                    "cache hits may include earlier runs' prompts"
+                )
         has_metrics = server.adapter.metrics_path is not None
         why_before: list[str] = []
         before = _scrape(server, why_before) if has_metrics else {}
@@ -420,21 +490,41 @@ class LocalExecutor:
 
         async def measured() -> BatchResult:
             lazy = server.adapter.telemetry_counted_once_incremented
-            sampler = (asyncio.create_task(metrics.sample_during(server.base_url, names, samples, server.api_key,
-                                                                 counted_once_incremented=lazy, gpus=gpus))
-                       if names else
-                       # from the log's end now, just before the first send: earlier runs' lines are never read
-                       asyncio.create_task(metrics.tail_log_during(server.log_path, metrics.log_size(server.log_path),
-                                                                   samples, parse_line=server.adapter.telemetry_from_log,
-                                                                   gpus=gpus))
-                       if tails_log else
-                       asyncio.create_task(metrics.sample_gpus_during(samples, gpus)) if gpus.available else None)
+            sampler = (
+                asyncio.create_task(
+                    metrics.sample_during(
+                        server.base_url, names, samples, server.api_key, counted_once_incremented=lazy, gpus=gpus
+                    )
+                )
+                if names
+                # from the log's end now, just before the first send: earlier runs' lines are never read
+                else asyncio.create_task(
+                    metrics.tail_log_during(
+                        server.log_path,
+                        metrics.log_size(server.log_path),
+                        samples,
+                        parse_line=server.adapter.telemetry_from_log,
+                        gpus=gpus,
+                    )
+                )
+                if tails_log
+                else asyncio.create_task(metrics.sample_gpus_during(samples, gpus))
+                if gpus.available
+                else None
+            )
             try:
                 return await run_requests(
-                    server.base_url, _served_name(run), prompts,
-                    concurrency=load.concurrency if load else w.concurrency, api_key=server.api_key,
-                    stall_s=run.engine.stall_timeout_s, ignore_eos=w.ignore_eos, temperature=w.temperature,
-                    seed=w.seed, keep_text=w.splits_reasoning, extra_body=extra_body,
+                    server.base_url,
+                    _served_name(run),
+                    prompts,
+                    concurrency=load.concurrency if load else w.concurrency,
+                    api_key=server.api_key,
+                    stall_s=run.engine.stall_timeout_s,
+                    ignore_eos=w.ignore_eos,
+                    temperature=w.temperature,
+                    seed=w.seed,
+                    keep_text=w.splits_reasoning,
+                    extra_body=extra_body,
                     **(loads.client_args(load, prompts, watch) if load else {}),
                 )
             finally:
@@ -449,8 +539,7 @@ class LocalExecutor:
         gpu_info = gpus.describe()
         missing = None if names or tails_log else _why_no_telemetry(server, has_metrics)
         source = "log" if tails_log else "metrics"
-        outcome = loads.LoadOutcome(load, loads.window_of(batch.records, load),
-                                    watch.stopped) if load else None
+        outcome = loads.LoadOutcome(load, loads.window_of(batch.records, load), watch.stopped) if load else None
         if outcome is not None:
             notes.append(outcome.note(len(prompts)))
         if w.splits_reasoning:
@@ -458,37 +547,60 @@ class LocalExecutor:
             notes.append(how)
         miscounted = [r for r in batch.records if r.status == "ok" and r.count_flag]
         if miscounted:
-            notes.append(f"{len(miscounted)} request(s) reported a completion_tokens that cannot be right (first: "
-                         f"{miscounted[0].count_flag}): kept in requests.parquet with its count_flag, left out of "
-                         "served_output_tokens and TPOT")
+            notes.append(
+                f"{len(miscounted)} request(s) reported a completion_tokens that cannot be right (first: "
+                f"{miscounted[0].count_flag}): kept in requests.parquet with its count_flag, left out of "
+                "served_output_tokens and TPOT"
+            )
         if server.adapter.cached_tokens_omitted_when_zero and run.engine.report_cached_tokens:
             batch = _zero_missing_cached(batch)
         if not has_metrics:
-            return Measurement(batch, metrics.counter_deltas({}, {}, server.adapter.metric_names), notes + [
-                f"{server.adapter.label} serves no /metrics: server-side counters not available"],
-                samples if tails_log or gpus.available else None, missing, outcome, source, gpu_info)
+            return Measurement(
+                batch,
+                metrics.counter_deltas({}, {}, server.adapter.metric_names),
+                notes + [f"{server.adapter.label} serves no /metrics: server-side counters not available"],
+                samples if tails_log or gpus.available else None,
+                missing,
+                outcome,
+                source,
+                gpu_info,
+            )
         served = sum(r.prompt_tokens or 0 for r in batch.records)
         deadline = time.monotonic() + COUNTER_SETTLE_S
         why_after: list[str] = []
         timeout_s = STALLED_SCRAPE_TIMEOUT_S if _stalled(batch) else metrics.SCRAPE_TIMEOUT_S
         while True:  # the server's counters trail the last streamed chunk by a scheduler step
             after = _scrape(server, why_after, timeout_s) if server.running() else {}
-            deltas = metrics.counter_deltas(before, after, server.adapter.metric_names,
-                                            server.adapter.counted_once_incremented)
+            deltas = metrics.counter_deltas(
+                before, after, server.adapter.metric_names, server.adapter.counted_once_incremented
+            )
             if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         if not before:
-            notes.append("server metrics unavailable before the run: no counter deltas"
-                         + (f" ({why_before[-1]})" if why_before else ""))
+            notes.append(
+                "server metrics unavailable before the run: no counter deltas"
+                + (f" ({why_before[-1]})" if why_before else "")
+            )
         elif not after:
-            notes.append("server metrics unavailable after the run: no counter deltas"
-                         + (f" ({why_after[-1]})" if why_after else ""))
-        return Measurement(batch, deltas, notes, samples if names or gpus.available else None, missing, outcome,
-                           gpus=gpu_info)
+            notes.append(
+                "server metrics unavailable after the run: no counter deltas"
+                + (f" ({why_after[-1]})" if why_after else "")
+            )
+        return Measurement(
+            batch, deltas, notes, samples if names or gpus.available else None, missing, outcome, gpus=gpu_info
+        )
 
-    def _run_one(self, campaign: Campaign, starts: ServerStarts, run: RunSpec, server: EngineServer | None,
-                 vocab: int, result: SweepResult, probing: bool = False) -> RunOutcome:
+    def _run_one(
+        self,
+        campaign: Campaign,
+        starts: ServerStarts,
+        run: RunSpec,
+        server: EngineServer | None,
+        vocab: int,
+        result: SweepResult,
+        probing: bool = False,
+    ) -> RunOutcome:
         """Measure one run with its retries on ``server`` (None: start one) and store it; ``probing``: each server it
         starts gets the accuracy probe after its warm-up (:meth:`_probe`)."""
         spec = campaign.specs[run.experiment]
@@ -542,19 +654,28 @@ class LocalExecutor:
                 break
             self.sleep(retry.backoff(n))
         status = "ok" if failure is None else "failed"
-        row = run_row(run, prompts, status, len(attempts), failure.cause if failure else
-                       (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
-                       version, batch, deltas, "; ".join(notes),
-                       kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None,
-                       load=measured.load if measured is not None else None)
+        row = run_row(
+            run,
+            prompts,
+            status,
+            len(attempts),
+            failure.cause if failure else (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
+            version,
+            batch,
+            deltas,
+            "; ".join(notes),
+            kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None,
+            load=measured.load if measured is not None else None,
+        )
         requests = request_rows(batch.records, run.key) if batch else None
         try:
             recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}
             files = {name: path for name, path in recorded.items() if path}
             if measured is not None:
                 files |= write_telemetry(starts.log_dir / f"telemetry-{run.key}", measured)
-            path = campaign.write_run(run, row, requests, pl.DataFrame(attempts), files,
-                                      argv=starts.current.argv if starts.current else None)
+            path = campaign.write_run(
+                run, row, requests, pl.DataFrame(attempts), files, argv=starts.current.argv if starts.current else None
+            )
         except Exception as exc:  # ENOSPC/EDQUOT: the run fails with cause disk_full, is not stored, the sweep stops
             if not is_disk_full(exc):
                 raise
@@ -563,14 +684,20 @@ class LocalExecutor:
             raise campaign.disk_full(run, exc, result) from None
         campaign.stored(run, path, status, result)
         # a run killed mid-way also leaves server None: only start failures stop the group's relaunches
-        never_started = server is None and all(start_failed) and all(
-            a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES for a in attempts)
-        return RunOutcome(path, status, server,
-                          NotStarted(attempts[-1]["failure_cause"], path.name) if never_started else None)
+        never_started = (
+            server is None
+            and all(start_failed)
+            and all(a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES for a in attempts)
+        )
+        return RunOutcome(
+            path, status, server, NotStarted(attempts[-1]["failure_cause"], path.name) if never_started else None
+        )
 
     def _record_not_started(self, campaign: Campaign, run: RunSpec, start: NotStarted, result: SweepResult) -> Path:
-        note = (f"not launched: the same server configuration failed to start in every attempt of run "
-                f"{start.source_run} ({start.cause})")
+        note = (
+            f"not launched: the same server configuration failed to start in every attempt of run "
+            f"{start.source_run} ({start.cause})"
+        )
         return campaign.record_unsent(run, start.cause, [], note, result)
 
 
@@ -608,4 +735,5 @@ def _climbing_order(group: list[RunSpec]) -> list[RunSpec]:
         if r.workload.load is None:
             return (i, 0.0)
         return (firsts[loads.ladder_key(r)], loads.level(r.workload.load))
+
     return [r for _, r in sorted(enumerate(group), key=place)]

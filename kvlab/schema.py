@@ -21,8 +21,20 @@ SOURCES = ("published", "measured", "modelled")
 ENGINES = ENGINE_NAMES
 STATUSES = ("ok", "failed")
 #: How a failed request's error is classified (kvlab.client.ERROR_KINDS maps error prefixes to these).
-REQUEST_ERROR_KINDS = ("http_status", "error_event", "aborted", "incomplete", "stalled", "timeout", "dropped",
-                       "connection", "unparseable", "malformed", "oversized", "client")
+REQUEST_ERROR_KINDS = (
+    "http_status",
+    "error_event",
+    "aborted",
+    "incomplete",
+    "stalled",
+    "timeout",
+    "dropped",
+    "connection",
+    "unparseable",
+    "malformed",
+    "oversized",
+    "client",
+)
 
 
 class SchemaError(ValueError):
@@ -112,49 +124,97 @@ Str, Int, Float = pl.String(), pl.Int64(), pl.Float64()
 #: :func:`kvlab.schema.run_rates`, the one definition, and stored beside them (runs stored
 #: before get them on reading, kvlab.store.load_runs).
 #: What a claim measures (CLAIMS.metric).
-CLAIM_METRICS = ("batch_time", "throughput", "oom_retries", "batch_time_spread", "e2e_latency", "cache_hit_share",
-                 "requests_reusing_prefix", "requests_per_s", "dcp")
+CLAIM_METRICS = (
+    "batch_time",
+    "throughput",
+    "oom_retries",
+    "batch_time_spread",
+    "e2e_latency",
+    "cache_hit_share",
+    "requests_reusing_prefix",
+    "requests_per_s",
+    "dcp",
+)
 
 RUNS = Table(
     "runs",
     (
         _c("source", Str, "published | measured | modelled", required=True, allowed=SOURCES),
         _c("experiment", Str, "experiment or document this row belongs to", required=True),
-        _c("run_id", Str, "unique within (source, experiment); for measured runs a hash of the full run spec", required=True),
-        _c("hardware", Str, "the hardware label, free text for readers (the experiment's ``hardware:``, the "
-           "document's words); never read to decide CPU or GPU: device_kind says that", required=True),
+        _c(
+            "run_id",
+            Str,
+            "unique within (source, experiment); for measured runs a hash of the full run spec",
+            required=True,
+        ),
+        _c(
+            "hardware",
+            Str,
+            "the hardware label, free text for readers (the experiment's ``hardware:``, the "
+            "document's words); never read to decide CPU or GPU: device_kind says that",
+            required=True,
+        ),
         _c("gpu_count", Int, "number of GPUs serving (null on CPU)"),
-        _c("device_kind", Str, "what computed the run: cpu | gpu (kvlab.device). Measured: from the host's facts (the "
-           "GPUs NVML sees where the run was measured) and the engine spec (an engine pinned to the CPU: sglang-jax's "
-           "--device cpu, JAX_PLATFORMS=cpu); for a server kvlab did not start, the experiment's ``device``. "
-           "Published: the document's (gpu where it states GPUs). Modelled: the catalog entry's kind. Runs stored "
-           "before it was recorded get it on reading (kvlab.store)", allowed=DEVICE_KINDS),
-        _c("accelerator", Str, "the GPU model that computed the run (measured: the name NVML reports, e.g. 'NVIDIA "
-           "H100 80GB HBM3'; for a server kvlab did not start, the experiment's device.accelerator; published: the "
-           "document's; modelled: the catalog GPU's name); null on CPU or where not known"),
+        _c(
+            "device_kind",
+            Str,
+            "what computed the run: cpu | gpu (kvlab.device). Measured: from the host's facts (the "
+            "GPUs NVML sees where the run was measured) and the engine spec (an engine pinned to the CPU: sglang-jax's "
+            "--device cpu, JAX_PLATFORMS=cpu); for a server kvlab did not start, the experiment's ``device``. "
+            "Published: the document's (gpu where it states GPUs). Modelled: the catalog entry's kind. Runs stored "
+            "before it was recorded get it on reading (kvlab.store)",
+            allowed=DEVICE_KINDS,
+        ),
+        _c(
+            "accelerator",
+            Str,
+            "the GPU model that computed the run (measured: the name NVML reports, e.g. 'NVIDIA "
+            "H100 80GB HBM3'; for a server kvlab did not start, the experiment's device.accelerator; published: the "
+            "document's; modelled: the catalog GPU's name); null on CPU or where not known",
+        ),
         _c("model", Str, "served model", required=True),
         _c("engine", Str, "inference engine", required=True, allowed=ENGINES),
         _c("engine_version", Str, "engine version reported by the server"),
         _c("tp", Int, "tensor-parallel size"),
         _c("dcp", Int, "decode-context-parallel size (1 = off)"),
         _c("dp", Int, "data-parallel size: engine replicas behind one server (1 = off)"),
-        _c("dtype", Str, "compute and KV dtype the engine ran in (its --dtype, else the local model's own; float32 "
-           "where a CPU lacks native bfloat16 and the spec says bfloat16-if-native)"),
+        _c(
+            "dtype",
+            Str,
+            "compute and KV dtype the engine ran in (its --dtype, else the local model's own; float32 "
+            "where a CPU lacks native bfloat16 and the spec says bfloat16-if-native)",
+        ),
         _c("mem_util", Float, "memory-utilisation setting (vLLM gpu-memory-utilization, SGLang mem-fraction-static)"),
-        _c("kv_budget_bytes", Int, "KV-cache budget the experiment configures (its engine's kv_cache_bytes, in the "
-           "model's dtype; the engine is given twice this where bfloat16-if-native computes in float32); null where "
-           "the engine sizes its cache itself. What was asked for, not the pool the engine reports"),
-        _c("kv_pool_tokens", Int, "KV pool in tokens as the serving engine reported it at start-up (vLLM's 'KV cache "
-           "size: N tokens', SGLang's max_total_num_tokens; the smallest where replicas report several); null where "
-           "it reported none or for runs stored before it was recorded. What the engine made, beside kv_budget_bytes"),
+        _c(
+            "kv_budget_bytes",
+            Int,
+            "KV-cache budget the experiment configures (its engine's kv_cache_bytes, in the "
+            "model's dtype; the engine is given twice this where bfloat16-if-native computes in float32); null where "
+            "the engine sizes its cache itself. What was asked for, not the pool the engine reports",
+        ),
+        _c(
+            "kv_pool_tokens",
+            Int,
+            "KV pool in tokens as the serving engine reported it at start-up (vLLM's 'KV cache "
+            "size: N tokens', SGLang's max_total_num_tokens; the smallest where replicas report several); null where "
+            "it reported none or for runs stored before it was recorded. What the engine made, beside kv_budget_bytes",
+        ),
         _c("prefix_caching", pl.Boolean(), "prefix / radix cache enabled"),
         _c("context_label", Str, "context as the source names it, e.g. '64K'", required=True),
         _c("context_tokens", Int, "nominal context length in tokens (K = 1024)", required=True),
         _c("scale_factor", Float, "full-scale context / this row's context (1 at full scale, e.g. 32 on CPU)"),
         _c("mode", Str, "workload kind: " + " | ".join(KINDS), allowed=KINDS),
-        _c("batch_size", Int, "requests in the batch (fixed batch) or most in flight (other kinds; multi_turn: conversations)"),
-        _c("shared_prefix_tokens", Int, "prompt tokens every request shares by construction (shared_prefix: the common "
-           "prefix; multi_turn: the document); what a prefix cache could reuse across requests"),
+        _c(
+            "batch_size",
+            Int,
+            "requests in the batch (fixed batch) or most in flight (other kinds; multi_turn: conversations)",
+        ),
+        _c(
+            "shared_prefix_tokens",
+            Int,
+            "prompt tokens every request shares by construction (shared_prefix: the common "
+            "prefix; multi_turn: the document); what a prefix cache could reuse across requests",
+        ),
         _c("reasoning_tokens", Int, "sum over the run of output tokens in the reasoning part (reasoning kind)"),
         _c("prompt_tokens", Int, "prompt tokens per request"),
         _c("output_tokens", Int, "requested output tokens per request"),
@@ -163,30 +223,61 @@ RUNS = Table(
         _c("status", Str, "ok | failed", required=True, allowed=STATUSES),
         _c("failure_cause", Str, "classified cause when failed (or of the last retried attempt)"),
         _c("batch_time_s", Float, "first send to last completion of the batch"),
-        _c("load_mode", Str, "under a load (workload.load, kvlab.load): closed (a concurrency kept in flight) or open "
-           "(arrivals at a rate); null: no load, the batch was sent at once or at workload.concurrency",
-           allowed=("closed", "open")),
+        _c(
+            "load_mode",
+            Str,
+            "under a load (workload.load, kvlab.load): closed (a concurrency kept in flight) or open "
+            "(arrivals at a rate); null: no load, the batch was sent at once or at workload.concurrency",
+            allowed=("closed", "open"),
+        ),
         _c("load_concurrency", Int, "closed loop: requests kept in flight; open loop: the cap on them, if any"),
         _c("load_rate_rps", Float, "open loop: mean arrivals per second"),
         _c("load_burstiness", Float, "open loop: shape of the gamma inter-arrival times (1: Poisson)"),
         _c("requests_warmup", Int, "under a load: the first requests sent, left out of every latency and count"),
-        _c("requests_outside_window", Int, "under a load: measured requests that started or finished outside the "
-           "steady-state window, left out of every latency and count"),
-        _c("window_s", Float, "under a load: the window the counts cover (load_window: steady, first measured send to "
-           "last send; span, first measured send to last completion); the rates divide by it instead of "
-           "batch_time_s (kvlab.schema.run_rates)"),
-        _c("load_stop", Str, "under a load: why sending stopped early past saturation (kvlab.load.SaturationWatch); "
-           "null: the point ran to its request-count or duration limit"),
-        _c("load_phase", Str, "closed loop: together (the first wave sent at once, kvlab's loop and the peers') or "
-           "staggered (each of the first wave sent once the one before has its first token); workload.load.phase. "
-           "Null: no closed loop, or stored before it was recorded (then together)", allowed=("together", "staggered")),
-        _c("load_window", Str, "under a load: steady (window_s from the first measured send to the last send, "
-           "requests finished inside it) or span (first measured send to the last completion, every measured "
-           "request: the peers' benchmark duration); workload.load.window. Null: no load, or stored before it was "
-           "recorded (then steady)", allowed=("steady", "span")),
-        _c("prompt_form", Str, "how the prompts were sent: token_ids (the server's prompt length is exact), text "
-           "(tokenised by the server, inside TTFT; workload.load.prompt_form) or chat; null for runs stored before "
-           "it was recorded", allowed=("token_ids", "text", "chat", "chat+token_ids", "text+token_ids")),
+        _c(
+            "requests_outside_window",
+            Int,
+            "under a load: measured requests that started or finished outside the "
+            "steady-state window, left out of every latency and count",
+        ),
+        _c(
+            "window_s",
+            Float,
+            "under a load: the window the counts cover (load_window: steady, first measured send to "
+            "last send; span, first measured send to last completion); the rates divide by it instead of "
+            "batch_time_s (kvlab.schema.run_rates)",
+        ),
+        _c(
+            "load_stop",
+            Str,
+            "under a load: why sending stopped early past saturation (kvlab.load.SaturationWatch); "
+            "null: the point ran to its request-count or duration limit",
+        ),
+        _c(
+            "load_phase",
+            Str,
+            "closed loop: together (the first wave sent at once, kvlab's loop and the peers') or "
+            "staggered (each of the first wave sent once the one before has its first token); workload.load.phase. "
+            "Null: no closed loop, or stored before it was recorded (then together)",
+            allowed=("together", "staggered"),
+        ),
+        _c(
+            "load_window",
+            Str,
+            "under a load: steady (window_s from the first measured send to the last send, "
+            "requests finished inside it) or span (first measured send to the last completion, every measured "
+            "request: the peers' benchmark duration); workload.load.window. Null: no load, or stored before it was "
+            "recorded (then steady)",
+            allowed=("steady", "span"),
+        ),
+        _c(
+            "prompt_form",
+            Str,
+            "how the prompts were sent: token_ids (the server's prompt length is exact), text "
+            "(tokenised by the server, inside TTFT; workload.load.prompt_form) or chat; null for runs stored before "
+            "it was recorded",
+            allowed=("token_ids", "text", "chat", "chat+token_ids", "text+token_ids"),
+        ),
         _c("prefill_time_s", Float, "modelled prefill part of batch time"),
         _c("decode_time_s", Float, "modelled decode part of batch time"),
         _c("ttft_mean_ms", Float, "mean time to first token"),
@@ -197,8 +288,12 @@ RUNS = Table(
         _c("tpot_p50_ms", Float, "50th percentile time per output token after the first"),
         _c("tpot_p90_ms", Float, "90th percentile time per output token after the first"),
         _c("tpot_p99_ms", Float, "99th percentile time per output token after the first"),
-        _c("itl_p50_ms", Float, "50th percentile inter-token latency, per network read (every gap of every "
-           "successful request, kvlab.client.itl_gaps_ms); null for runs stored before it was recorded"),
+        _c(
+            "itl_p50_ms",
+            Float,
+            "50th percentile inter-token latency, per network read (every gap of every "
+            "successful request, kvlab.client.itl_gaps_ms); null for runs stored before it was recorded",
+        ),
         _c("itl_p90_ms", Float, "90th percentile inter-token latency, per network read"),
         _c("itl_p99_ms", Float, "99th percentile inter-token latency, per network read"),
         _c("e2e_mean_ms", Float, "mean request latency, send to last token"),
@@ -207,36 +302,68 @@ RUNS = Table(
         _c("e2e_p99_ms", Float, "99th percentile request latency, send to last token"),
         _c("slo_ttft_ms", Float, "the experiment's SLO bound on TTFT (spec slo.ttft_ms); null when it states none"),
         _c("slo_tpot_ms", Float, "the experiment's SLO bound on TPOT (spec slo.tpot_ms); null when it states none"),
-        _c("requests_within_slo", Int, "successful requests meeting every bound of the SLO (kvlab.client.within_slo); "
-           "goodput_requests_per_s = this / T (window_s under a load, else batch_time_s); null when the experiment "
-           "states no SLO"),
+        _c(
+            "requests_within_slo",
+            Int,
+            "successful requests meeting every bound of the SLO (kvlab.client.within_slo); "
+            "goodput_requests_per_s = this / T (window_s under a load, else batch_time_s); null when the experiment "
+            "states no SLO",
+        ),
         _c("requests_ok", Int, "requests that completed"),
         _c("requests_failed", Int, "requests that failed (never dropped)"),
         _c("served_prompt_tokens", Int, "sum of usage.prompt_tokens over the run"),
-        _c("served_output_tokens", Int, "sum of usage.completion_tokens over the run, requests whose count cannot be "
-           "right (requests.count_flag) left out"),
-        _c("batch_prompt_tokens", Int, "sum of usage.prompt_tokens over every request the run sent: under a load "
-           "the warm-up and the requests outside the steady-state window too (served_prompt_tokens counts the window "
-           "only); what the server's counter delta (server_prompt_tokens) covers. Equal to served_prompt_tokens "
-           "without a load; null for runs stored before it was recorded"),
-        _c("batch_output_tokens", Int, "sum of usage.completion_tokens over every request the run sent (warm-up, "
-           "outside the window, and miscounted requests as reported): what server_generation_tokens covers; null "
-           "for runs stored before it was recorded"),
-        _c("requests_miscounted", Int, "successful requests whose usage.completion_tokens cannot be right (negative, "
-           "below their token-bearing chunks, above max_tokens, or not max_tokens under ignore_eos): kept in "
-           "requests, left out of served_output_tokens and TPOT"),
+        _c(
+            "served_output_tokens",
+            Int,
+            "sum of usage.completion_tokens over the run, requests whose count cannot be "
+            "right (requests.count_flag) left out",
+        ),
+        _c(
+            "batch_prompt_tokens",
+            Int,
+            "sum of usage.prompt_tokens over every request the run sent: under a load "
+            "the warm-up and the requests outside the steady-state window too (served_prompt_tokens counts the window "
+            "only); what the server's counter delta (server_prompt_tokens) covers. Equal to served_prompt_tokens "
+            "without a load; null for runs stored before it was recorded",
+        ),
+        _c(
+            "batch_output_tokens",
+            Int,
+            "sum of usage.completion_tokens over every request the run sent (warm-up, "
+            "outside the window, and miscounted requests as reported): what server_generation_tokens covers; null "
+            "for runs stored before it was recorded",
+        ),
+        _c(
+            "requests_miscounted",
+            Int,
+            "successful requests whose usage.completion_tokens cannot be right (negative, "
+            "below their token-bearing chunks, above max_tokens, or not max_tokens under ignore_eos): kept in "
+            "requests, left out of served_output_tokens and TPOT",
+        ),
         _c("cached_prompt_tokens", Int, "sum of usage.prompt_tokens_details.cached_tokens, when reported"),
         _c("server_prompt_tokens", Int, "delta of the server's prompt-token counter over the run"),
         _c("server_generation_tokens", Int, "delta of the server's generation-token counter"),
         _c("server_prefix_cache_queries", Int, "delta of the server's prefix-cache query counter (tokens)"),
         _c("server_prefix_cache_hits", Int, "delta of the server's prefix-cache hit counter (tokens)"),
         _c("server_preemptions", Int, "delta of the server's preemption counter"),
-        _c("requests_per_s", Float, "completed requests per second: requests_ok / T, T = window_s under a load, else "
-           "batch_time_s (kvlab.schema.run_rates); null without a batch time (a failed run)"),
-        _c("output_tokens_per_s", Float, "output tokens per second: served_output_tokens / T (as requests_per_s); a "
-           "published row's figure where its source states one without a batch time"),
-        _c("goodput_requests_per_s", Float, "goodput: requests_within_slo / T (as requests_per_s), successful requests "
-           "meeting the experiment's SLO per second; null where it states no SLO"),
+        _c(
+            "requests_per_s",
+            Float,
+            "completed requests per second: requests_ok / T, T = window_s under a load, else "
+            "batch_time_s (kvlab.schema.run_rates); null without a batch time (a failed run)",
+        ),
+        _c(
+            "output_tokens_per_s",
+            Float,
+            "output tokens per second: served_output_tokens / T (as requests_per_s); a "
+            "published row's figure where its source states one without a batch time",
+        ),
+        _c(
+            "goodput_requests_per_s",
+            Float,
+            "goodput: requests_within_slo / T (as requests_per_s), successful requests "
+            "meeting the experiment's SLO per second; null where it states no SLO",
+        ),
         _c("started_at", Str, "ISO-8601 UTC start time"),
         _c("citation", Str, "where a published figure comes from"),
         _c("notes", Str, "free text: assumptions, scaling, caveats"),
@@ -252,7 +379,12 @@ REQUESTS = Table(
         _c("request_index", Int, "index within the run", required=True),
         _c("status", Str, "ok | failed", required=True, allowed=STATUSES),
         _c("error", Str, "HTTP status / error event / dropped connection, when failed"),
-        _c("error_kind", Str, "class of the error, from its text (kvlab.client.ERROR_KINDS)", allowed=REQUEST_ERROR_KINDS),
+        _c(
+            "error_kind",
+            Str,
+            "class of the error, from its text (kvlab.client.ERROR_KINDS)",
+            allowed=REQUEST_ERROR_KINDS,
+        ),
         _c("http_status", Int, "HTTP status code"),
         _c("prompt_tokens", Int, "usage.prompt_tokens from the server"),
         _c("output_tokens", Int, "usage.completion_tokens from the server"),
@@ -265,11 +397,17 @@ REQUESTS = Table(
         _c("ttft_ms", Float, "t_first - t_send"),
         _c("tpot_ms", Float, "(t_last - t_first) / (output_tokens - 1)"),
         _c("e2e_ms", Float, "t_last - t_send"),
-        _c("itl_max_ms", Float, "largest ITL gap: between two network reads bringing token chunks (per read, "
-           "not per token or SSE event; kvlab.client.itl_gaps_ms)"),
+        _c(
+            "itl_max_ms",
+            Float,
+            "largest ITL gap: between two network reads bringing token chunks (per read, "
+            "not per token or SSE event; kvlab.client.itl_gaps_ms)",
+        ),
         _c("conversation", Int, "conversation the request belongs to, 0-based (multi_turn; null for other kinds)"),
         _c("turn", Int, "turn within its conversation, 0-based (multi_turn; null for other kinds)"),
-        _c("count_flag", Str, "why usage.completion_tokens cannot be right (kvlab.client.count_flag); null when it can"),
+        _c(
+            "count_flag", Str, "why usage.completion_tokens cannot be right (kvlab.client.count_flag); null when it can"
+        ),
     ),
 )
 
@@ -294,29 +432,59 @@ CLAIMS = Table(
     (
         _c("experiment", Str, "document the claim comes from (matches runs.experiment)", required=True),
         _c("claim_id", Str, "short unique name", required=True),
-        _c("kind", Str, "relative_speed | throughput_decay | memory | engine_choice | mechanism (why the engines "
-           "differ: prefill or decode, communication or KV reads) | operations (how an engine behaves in service, "
-           "or a recommended setting) | setup (what the document says it held constant)", required=True,
-           allowed=("relative_speed", "throughput_decay", "memory", "engine_choice", "mechanism", "operations",
-                    "setup")),
+        _c(
+            "kind",
+            Str,
+            "relative_speed | throughput_decay | memory | engine_choice | mechanism (why the engines "
+            "differ: prefill or decode, communication or KV reads) | operations (how an engine behaves in service, "
+            "or a recommended setting) | setup (what the document says it held constant)",
+            required=True,
+            allowed=(
+                "relative_speed",
+                "throughput_decay",
+                "memory",
+                "engine_choice",
+                "mechanism",
+                "operations",
+                "setup",
+            ),
+        ),
         _c("engine", Str, "engine the claim is about (the faster one for relative_speed)", allowed=ENGINES),
         _c("context_from", Str, "context label the ratio starts from"),
         _c("context_to", Str, "context label the ratio ends at"),
-        _c("setting", Float, "the configuration the claim is about, where it names one (memory: the "
-           "memory-utilisation target)"),
+        _c(
+            "setting",
+            Float,
+            "the configuration the claim is about, where it names one (memory: the memory-utilisation target)",
+        ),
         _c("metric", Str, "what the claim measures", allowed=CLAIM_METRICS),
-        _c("direction", Str, "which way the claim says ``metric`` goes: lower | higher (than the other engine, "
-           "setting or context), none (not at all: no retries, no sharing), some (at least once), all (every case)",
-           allowed=("lower", "higher", "none", "some", "all")),
-        _c("threshold", Float, "where a decision claim's condition starts (engine_choice: the shared fraction, the "
-           "requests in flight)"),
+        _c(
+            "direction",
+            Str,
+            "which way the claim says ``metric`` goes: lower | higher (than the other engine, "
+            "setting or context), none (not at all: no retries, no sharing), some (at least once), all (every case)",
+            allowed=("lower", "higher", "none", "some", "all"),
+        ),
+        _c(
+            "threshold",
+            Float,
+            "where a decision claim's condition starts (engine_choice: the shared fraction, the requests in flight)",
+        ),
         _c("stated_value", Float, "the ratio as stated; empty for prose-only claims"),
-        _c("stated_precision", Float, "the precision the document wrote ``stated_value`` to (1.5 → 0.1, 3.29 → "
-           "0.01): a ratio agrees within half of it"),
+        _c(
+            "stated_precision",
+            Float,
+            "the precision the document wrote ``stated_value`` to (1.5 → 0.1, 3.29 → "
+            "0.01): a ratio agrees within half of it",
+        ),
         _c("statement", Str, "the claim in words", required=True),
         _c("citation", Str, "where it is stated", required=True),
-        _c("decided_by", Str, "the experiment file (data/experiments/<name>.yaml) whose runs on a GPU host would "
-           "decide the claim; empty where none does yet"),
+        _c(
+            "decided_by",
+            Str,
+            "the experiment file (data/experiments/<name>.yaml) whose runs on a GPU host would "
+            "decide the claim; empty where none does yet",
+        ),
     ),
 )
 
@@ -363,8 +531,11 @@ def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
     - ``goodput_requests_per_s`` = requests_within_slo / T: successful requests meeting the experiment's SLO
       per second; null where the experiment states no SLO (or the run has no batch time).
     """
-    t = pl.coalesce(pl.col("window_s"), pl.col("batch_time_s")) if "window_s" in runs.columns \
+    t = (
+        pl.coalesce(pl.col("window_s"), pl.col("batch_time_s"))
+        if "window_s" in runs.columns
         else pl.col("batch_time_s")
+    )
     t = pl.when(pl.col("batch_time_s").is_not_null()).then(t)
     output = pl.col("served_output_tokens") / t
     if "output_tokens_per_s" in runs.columns:

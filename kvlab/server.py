@@ -49,6 +49,8 @@ def _within(deadline: float) -> float:
     """A health check's deadline inside a wait that ends at ``deadline`` (monotonic): at most HEALTH_TIMEOUT_S, at
     least 0.05 s (one last check when the wait is over)."""
     return min(HEALTH_TIMEOUT_S, max(0.05, deadline - time.monotonic()))
+
+
 _MARKERS = tuple(dict.fromkeys(m for name in ENGINE_NAMES for m in get_adapter(name).cmdline_markers))
 
 
@@ -88,14 +90,23 @@ def _own_dir(path: Path, create: bool) -> bool:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
-    why = ("is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a folder" if not stat.S_ISDIR(st.st_mode)
-           else f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})" if st.st_uid != os.getuid()
-           else f"has mode {stat.S_IMODE(st.st_mode):04o}: other users can write to it"
-           if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else None)
+    why = (
+        "is a symbolic link"
+        if stat.S_ISLNK(st.st_mode)
+        else "is not a folder"
+        if not stat.S_ISDIR(st.st_mode)
+        else f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+        if st.st_uid != os.getuid()
+        else f"has mode {stat.S_IMODE(st.st_mode):04o}: other users can write to it"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        else None
+    )
     if why:
-        raise StateDirError(f"{path}: kvlab's server state folder {why}; another user could plant or redirect its "
-                            "registry files. Remove it, or set KVLAB_STATE_DIR to a folder of your own. "
-                            "Nothing was launched.")
+        raise StateDirError(
+            f"{path}: kvlab's server state folder {why}; another user could plant or redirect its "
+            "registry files. Remove it, or set KVLAB_STATE_DIR to a folder of your own. "
+            "Nothing was launched."
+        )
     return True
 
 
@@ -303,8 +314,13 @@ class EngineServer:
         """The server's environment: kvlab's own, then what keeps the engine's ports on the spec's host
         (adapter.bind_env), then the spec's env (which wins), then the API key where the engine reads it there."""
         env = self.adapter.env(self.spec)
-        env.update({k: v for k, v in self.adapter.bind_env(self.spec, self.port, str(self._rendezvous)).items()
-                    if k not in self.spec.env})
+        env.update(
+            {
+                k: v
+                for k, v in self.adapter.bind_env(self.spec, self.port, str(self._rendezvous)).items()
+                if k not in self.spec.env
+            }
+        )
         if self._api_key and self.adapter.api_key_route == "env":
             env[self.adapter.api_key_env_var] = self._api_key
         return env
@@ -346,8 +362,10 @@ class EngineServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.external:
             with open(self.log_path, "a") as log:
-                log.write(f"# kvlab: did not launch this server: it uses {self.base_url}, started by someone else, "
-                          "and neither starts nor stops it (its own log is wherever it runs)\n")
+                log.write(
+                    f"# kvlab: did not launch this server: it uses {self.base_url}, started by someone else, "
+                    "and neither starts nor stops it (its own log is wherever it runs)\n"
+                )
             self.started_at = time.monotonic()
             self._attached = True
             return self
@@ -359,15 +377,23 @@ class EngineServer:
             self._write_key_file()
             ensure_state_dir(self.registry_dir)  # the rendezvous file's folder, before any worker looks for it
             self._proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self._env(), cwd=ROOT, start_new_session=True,  # own group: one killpg stops all workers
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self._env(),
+                cwd=ROOT,
+                start_new_session=True,  # own group: one killpg stops all workers
             )
         self.started_at = time.monotonic()
         _LIVE.add(self)
         self._register()
         self._watchdog = subprocess.Popen(  # own session: a terminal's signals to the harness do not reach it
             [sys.executable, str(WATCHDOG), str(self._proc.pid), str(WATCHDOG_GRACE_S)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         return self
 
@@ -414,9 +440,14 @@ class EngineServer:
         ensure_state_dir(self.registry_dir)
         me = psutil.Process()
         rec = {
-            "pid": self._proc.pid, "pgid": self._proc.pid, "port": self.port, "engine": self.spec.name,
-            "argv": self.recorded_argv, "log": str(self.log_path),
-            "owner_pid": me.pid, "owner_started": me.create_time(),
+            "pid": self._proc.pid,
+            "pgid": self._proc.pid,
+            "port": self.port,
+            "engine": self.spec.name,
+            "argv": self.recorded_argv,
+            "log": str(self.log_path),
+            "owner_pid": me.pid,
+            "owner_started": me.create_time(),
             "rendezvous": self._rendezvous.name,  # removed by reap_orphans when no stop() could
         }
         self._pid_file = self.registry_dir / f"{self._proc.pid}.json"
@@ -475,15 +506,23 @@ class EngineServer:
             # A free port can be taken by another sweep's server before ours binds it: only
             # a 200 from a socket our own process group listens on means *we* are ready.
             healthy = status == 200 and self._owns_port()
-            if healthy and (not self.adapter.health_before_warmup  # the log is read only once /health answers
-                            or self.adapter.ready_marker in self.log_text(this_start=True)):
+            if healthy and (
+                not self.adapter.health_before_warmup  # the log is read only once /health answers
+                or self.adapter.ready_marker in self.log_text(this_start=True)
+            ):
                 self.ready_after_s = time.monotonic() - self.started_at - self.paused_s
                 self._remove_key_file()  # read at start-up: not needed any more
                 return self.ready_after_s
             if time.monotonic() > deadline:
                 self.stop()
-                why = (f"{self.adapter.health_path} answered 200 but the log never said {self.adapter.ready_marker!r} "
-                       "(the engine's own warm-up)") if healthy else f"no 200 from {self.adapter.health_path}"
+                why = (
+                    (
+                        f"{self.adapter.health_path} answered 200 but the log never said {self.adapter.ready_marker!r} "
+                        "(the engine's own warm-up)"
+                    )
+                    if healthy
+                    else f"no 200 from {self.adapter.health_path}"
+                )
                 raise ServerError(Failure("timeout", f"{why} within {timeout_s:g} s", None, None), self.log_path)
             time.sleep(poll_s)
 
@@ -493,21 +532,38 @@ class EngineServer:
         while not self._healthy(_within(deadline)):
             if time.monotonic() > deadline:
                 self._attached = False
-                raise ServerError(Failure("timeout", f"the external server at {self.base_url} did not answer "
-                                          f"{self.adapter.health_path} with 200 within {timeout_s:g} s"), self.log_path)
+                raise ServerError(
+                    Failure(
+                        "timeout",
+                        f"the external server at {self.base_url} did not answer "
+                        f"{self.adapter.health_path} with 200 within {timeout_s:g} s",
+                    ),
+                    self.log_path,
+                )
             time.sleep(poll_s)
         status, body = http_json(self.base_url + "/v1/models", timeout=MODELS_TIMEOUT_S, headers=self.headers)
         data = body.get("data") if status == 200 and isinstance(body, dict) else None
-        served = sorted(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)) \
-            if isinstance(data, list) else None
+        served = (
+            sorted(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
+            if isinstance(data, list)
+            else None
+        )
         if served is not None and self.spec.served_name not in served:
             self._attached = False
-            raise ServerError(Failure("http_error", f"the external server at {self.base_url} serves "
-                                      f"{', '.join(map(repr, served)) or 'no model'}, not {self.spec.served_name!r} "
-                                      "(set served_model_name to the name it serves)"), self.log_path)
+            raise ServerError(
+                Failure(
+                    "http_error",
+                    f"the external server at {self.base_url} serves "
+                    f"{', '.join(map(repr, served)) or 'no model'}, not {self.spec.served_name!r} "
+                    "(set served_model_name to the name it serves)",
+                ),
+                self.log_path,
+            )
         with open(self.log_path, "a") as log:
-            log.write(f"# kvlab: {self.base_url} answers and serves "
-                      f"{', '.join(served) if served else '(GET /v1/models did not answer)'}\n")
+            log.write(
+                f"# kvlab: {self.base_url} answers and serves "
+                f"{', '.join(served) if served else '(GET /v1/models did not answer)'}\n"
+            )
         self.ready_after_s = time.monotonic() - self.started_at
         return self.ready_after_s
 

@@ -18,8 +18,18 @@ from pathlib import Path
 from typing import Annotated, Any, Union
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, StrictBool, TypeAdapter,
-                      ValidationError, field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from kvlab.device import Device
 from kvlab.engines import FAILURE_CAUSES, adapter_class, get_adapter
@@ -30,16 +40,28 @@ from kvlab.workloads import KINDS, WorkloadArgs
 
 #: EngineSpec fields that change how kvlab reaches a server but not what it measures:
 #: left out of RunSpec.key so that, e.g., a longer startup timeout does not re-run a sweep.
-KEY_EXCLUDED_ENGINE_FIELDS = ("host", "port", "startup_timeout_s", "stall_timeout_s", "api_key_env",
-                              "allow_insecure_key")
+KEY_EXCLUDED_ENGINE_FIELDS = (
+    "host",
+    "port",
+    "startup_timeout_s",
+    "stall_timeout_s",
+    "api_key_env",
+    "allow_insecure_key",
+)
 
 #: Fields added after runs were first stored, with the value that reproduces the earlier behaviour:
 #: at that value they are left out of RunSpec.key, so runs measured before they existed keep their
 #: keys (a sweep resumes instead of re-running them). Any other value is part of the key.
 KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
     "engine": {"report_cached_tokens": True, "reasoning_parser": None, "url": None, "dp": 1, "dtype": "auto"},
-    "workload": {"shared_fraction": None, "turns": None, "document_tokens": None, "question_tokens": None,
-                 "reasoning_questions": None, "load": None},
+    "workload": {
+        "shared_fraction": None,
+        "turns": None,
+        "document_tokens": None,
+        "question_tokens": None,
+        "reasoning_questions": None,
+        "load": None,
+    },
     # inside workload.load: the definitions added for agreement with the peers' benchmarks (kvlab.load.LoadSpec)
     "load": {"prompt_form": "token_ids", "phase": "together", "window": "steady"},
 }
@@ -116,7 +138,7 @@ def _read_text(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start:,} is {data[exc.start:exc.start + 1]!r})") from None
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start:,} is {data[exc.start : exc.start + 1]!r})") from None
 
 
 def _load_yaml(path: Path) -> Any:
@@ -160,8 +182,10 @@ def _check_nodes(path: Path, root: yaml.Node) -> None:
             sizes[id(node)] = 1 + sum(sizes[id(c)] for _, c in children)
             open_.discard(id(node))
             if sizes[id(node)] > MAX_YAML_NODES:
-                raise SpecError(f"{path}: {where or '<top level>'}: {sizes[id(node)]:,} YAML nodes once its aliases "
-                                f"are expanded, over the limit of {MAX_YAML_NODES:,}")
+                raise SpecError(
+                    f"{path}: {where or '<top level>'}: {sizes[id(node)]:,} YAML nodes once its aliases "
+                    f"are expanded, over the limit of {MAX_YAML_NODES:,}"
+                )
             continue
         if id(node) in sizes:
             continue
@@ -179,12 +203,16 @@ def _check_nodes(path: Path, root: yaml.Node) -> None:
                 name = _key_text(key)
                 _check_chars(path, f"{where}.{name}" if where else name, name, False, key=True)
                 if isinstance(key, yaml.ScalarNode) and name in seen:
-                    raise SpecError(f"{path}: {f'{where}.{name}' if where else name}: key given twice in one mapping "
-                                    f"(line {key.start_mark.line + 1}): YAML allows a key once")
+                    raise SpecError(
+                        f"{path}: {f'{where}.{name}' if where else name}: key given twice in one mapping "
+                        f"(line {key.start_mark.line + 1}): YAML allows a key once"
+                    )
                 seen.add(name)
         stack.append((node, where, True))
-        stack.extend((child, f"{where}{part}" if part.startswith("[") or not where else f"{where}.{part}", False)
-                     for part, child in reversed(_children(node)))
+        stack.extend(
+            (child, f"{where}{part}" if part.startswith("[") or not where else f"{where}.{part}", False)
+            for part, child in reversed(_children(node))
+        )
 
 
 def _children(node: yaml.Node) -> list[tuple[str, yaml.Node]]:
@@ -200,9 +228,11 @@ def _check_chars(path: Path, where: str, value: str, text: bool, key: bool = Fal
     bad = (_CONTROL_IN_TEXT_RE if text else _CONTROL_RE).search(value)
     if bad is not None:
         what = "key" if key else "value"
-        raise SpecError(f"{path}: {where or '<top level>'}: the {what} holds the control character "
-                        f"U+{ord(bad.group(0)):04X} at position {bad.start()}: labels and values are plain text"
-                        + ("" if text else " (tab and newline only in description and assumptions)"))
+        raise SpecError(
+            f"{path}: {where or '<top level>'}: the {what} holds the control character "
+            f"U+{ord(bad.group(0)):04X} at position {bad.start()}: labels and values are plain text"
+            + ("" if text else " (tab and newline only in description and assumptions)")
+        )
 
 
 class _Strict(BaseModel):
@@ -268,10 +298,14 @@ class RepeatsAt(_Strict):
     """More repeats at some points of the matrix: the points whose numbers decide a verdict need n >= 3 per side
     (docs/verdicts.md), the rest of a quick form can stay at one."""
 
-    where: dict[str, Any] = Field(min_length=1, description="the points it applies to: matrix axis or field path "
-                                  "(e.g. workload.shared_fraction, engine) -> the value they must have")
-    repeats: int = Field(ge=1, le=MAX_REPEATS,
-                         description="runs per matching point (the most of every rule that matches)")
+    where: dict[str, Any] = Field(
+        min_length=1,
+        description="the points it applies to: matrix axis or field path "
+        "(e.g. workload.shared_fraction, engine) -> the value they must have",
+    )
+    repeats: int = Field(
+        ge=1, le=MAX_REPEATS, description="runs per matching point (the most of every rule that matches)"
+    )
 
 
 class SloSpec(_Strict):
@@ -299,24 +333,32 @@ class QuickSpec(_Strict):
     )
     repeats: int | None = Field(None, ge=1, le=MAX_REPEATS, description="runs per matrix point in the quick form")
     repeats_at: list[RepeatsAt] | None = Field(
-        None, description="more repeats at the quick form's deciding points; None keeps the experiment's")
+        None, description="more repeats at the quick form's deciding points; None keeps the experiment's"
+    )
 
 
 class ExperimentSpec(_Strict):
     """A whole experiment: engines, a base workload, the matrix to sweep, repeats and retries."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="experiment name (folder under data/runs): letters, digits, "
-                      "'_', '.', '-', not starting with '.' or '-' (so never '.', '..' or a hidden folder)")
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="experiment name (folder under data/runs): letters, digits, "
+        "'_', '.', '-', not starting with '.' or '-' (so never '.', '..' or a hidden folder)",
+    )
     _full_form: ExperimentSpec | None = PrivateAttr(default=None)  # set on a quick form
     description: str = Field("", description="what the experiment asks")
     assumptions: dict[str, Any] | str = Field(
         default_factory=dict, description="what the experiment assumes where its source is silent"
     )
     scale_factor: float = Field(1.0, gt=0, description="full-scale context / this experiment's context")
-    hardware: str = Field(description="hardware label recorded in every run, e.g. 'NVIDIA B300' or 'CPU x86_64': "
-                          "free text for readers, never read to decide CPU or GPU (``device`` says that)")
-    device: Device = Field(description="what the runs compute on: `cpu`, `gpu`, or a mapping {kind: gpu, accelerator: "
-                           "'NVIDIA B300', count: 8} with the GPU model and count where known (kvlab.device)")
+    hardware: str = Field(
+        description="hardware label recorded in every run, e.g. 'NVIDIA B300' or 'CPU x86_64': "
+        "free text for readers, never read to decide CPU or GPU (``device`` says that)"
+    )
+    device: Device = Field(
+        description="what the runs compute on: `cpu`, `gpu`, or a mapping {kind: gpu, accelerator: "
+        "'NVIDIA B300', count: 8} with the GPU model and count where known (kvlab.device)"
+    )
     engines: dict[str, EngineSpec] = Field(
         min_length=1, description="engine label -> engine spec (a list is keyed by engine name)"
     )
@@ -328,15 +370,22 @@ class ExperimentSpec(_Strict):
         "are mappings of such paths to values (e.g. mem_util with its KV budget)",
     )
     repeats: int = Field(1, ge=1, le=MAX_REPEATS, description="runs per matrix point")
-    repeats_at: list[RepeatsAt] = Field(default_factory=list,
-                                        description="more repeats at some points (e.g. those that decide a verdict)")
+    repeats_at: list[RepeatsAt] = Field(
+        default_factory=list, description="more repeats at some points (e.g. those that decide a verdict)"
+    )
     warmup: bool = Field(True, description="send one small request after each server start, not recorded")
-    probe: StrictBool = Field(False, description="send kvlab.probe's fixed probe set (greedy, temperature 0) once "
-                              "per server start, after the warm-up and before the first measured run, and store its "
-                              "outputs with the server's record in the manifest (never counted in a run); the "
-                              "report compares them across the experiment's configurations. Not part of run keys")
-    slo: SloSpec | None = Field(None, description="latency target goodput is counted against ({ttft_ms, tpot_ms}); "
-                                "None: no goodput. Part of the run keys when set (a new SLO re-measures)")
+    probe: StrictBool = Field(
+        False,
+        description="send kvlab.probe's fixed probe set (greedy, temperature 0) once "
+        "per server start, after the warm-up and before the first measured run, and store its "
+        "outputs with the server's record in the manifest (never counted in a run); the "
+        "report compares them across the experiment's configurations. Not part of run keys",
+    )
+    slo: SloSpec | None = Field(
+        None,
+        description="latency target goodput is counted against ({ttft_ms, tpot_ms}); "
+        "None: no goodput. Part of the run keys when set (a new SLO re-measures)",
+    )
     retry: RetrySpec = Field(default_factory=RetrySpec, description="relaunch policy on classified failures")
     quick: QuickSpec | None = Field(
         None, description="the quick form `kvlab sweep --quick` (and `make report` without FULL=1) runs"
@@ -346,11 +395,14 @@ class ExperimentSpec(_Strict):
         """This experiment as its quick form runs it (itself when it declares none)."""
         if self.quick is None:
             return self
-        quick = self.model_copy(update={
-            "matrix": self.matrix if self.quick.matrix is None else self.quick.matrix,
-            "repeats": self.quick.repeats or self.repeats, "quick": None,
-            "repeats_at": self.repeats_at if self.quick.repeats_at is None else self.quick.repeats_at,
-        })
+        quick = self.model_copy(
+            update={
+                "matrix": self.matrix if self.quick.matrix is None else self.quick.matrix,
+                "repeats": self.quick.repeats or self.repeats,
+                "quick": None,
+                "repeats_at": self.repeats_at if self.quick.repeats_at is None else self.quick.repeats_at,
+            }
+        )
         quick._full_form = self
         return quick
 
@@ -372,8 +424,10 @@ class ExperimentSpec(_Strict):
         if isinstance(v, dict):
             bad = [k for k in v if not re.match(NAME_PATTERN, str(k))]
             if bad:
-                raise ValueError(f"engine label {bad[0]!r} must match {NAME_PATTERN} (letters, digits, '_', '.', '-', "
-                                 "not starting with '.' or '-')")
+                raise ValueError(
+                    f"engine label {bad[0]!r} must match {NAME_PATTERN} (letters, digits, '_', '.', '-', "
+                    "not starting with '.' or '-')"
+                )
         return v
 
     @field_validator("matrix")
@@ -420,18 +474,25 @@ class ExperimentSpec(_Strict):
                 continue
             seen.add((r.engine_label, e.api_key_env, e.launch and tuple(e.launch)))
             if e.api_key_env and not os.environ.get(e.api_key_env):
-                raise SpecError(f"{origin}: engines.{r.engine_label}.api_key_env: environment variable "
-                                f"{e.api_key_env!r} is not set (the server's API key is read from it): set it, or "
-                                "remove api_key_env if the server takes no key")
+                raise SpecError(
+                    f"{origin}: engines.{r.engine_label}.api_key_env: environment variable "
+                    f"{e.api_key_env!r} is not set (the server's API key is read from it): set it, or "
+                    "remove api_key_env if the server takes no key"
+                )
             if launchers and not e.external:
                 program = get_adapter(e.name).launch_prefix(e)[0]
-                found = shutil.which(program) if "/" not in program else \
-                    (os.path.isfile(program) and os.access(program, os.X_OK))
+                found = (
+                    shutil.which(program)
+                    if "/" not in program
+                    else (os.path.isfile(program) and os.access(program, os.X_OK))
+                )
                 if not found:
                     where = "found on PATH" if "/" not in program else "an executable file"
-                    raise SpecError(f"{origin}: engines.{r.engine_label}.launch[0]: {program!r} is not {where} on "
-                                    "this machine (a relative path resolves against the repository root): build the "
-                                    "engine's environment (make engines) or give the launch prefix of this host")
+                    raise SpecError(
+                        f"{origin}: engines.{r.engine_label}.launch[0]: {program!r} is not {where} on "
+                        "this machine (a relative path resolves against the repository root): build the "
+                        "engine's environment (make engines) or give the launch prefix of this host"
+                    )
 
     @classmethod
     def load(cls, path: str | Path) -> ExperimentSpec:
@@ -457,8 +518,10 @@ def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         elif err["type"] == "missing" and parts == ["device"]:  # a file written before the device was typed
-            msg = ("Field required: say what the runs compute on, `device: cpu` or `device: gpu` (or {kind: gpu, "
-                   "accelerator: NVIDIA B300, count: 8}); the hardware label is free text and is not read for it")
+            msg = (
+                "Field required: say what the runs compute on, `device: cpu` or `device: gpu` (or {kind: gpu, "
+                "accelerator: NVIDIA B300, count: 8}); the hardware label is free text and is not read for it"
+            )
         elif err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the workload's kind
             where += ".kind"
             names = [repr(k) for k in KINDS]
@@ -516,8 +579,9 @@ class RunSpec(_Strict):
         """What this run needs the server started with: argv (port 0) and environment overrides; for an
         external server, what it would be launched with (the same fields, a placeholder interpreter)."""
         adapter = get_adapter(self.engine.name)
-        engine = self.engine.model_copy(update={"launch": ["python"], "url": None}) if self.engine.external \
-            else self.engine
+        engine = (
+            self.engine.model_copy(update={"launch": ["python"], "url": None}) if self.engine.external else self.engine
+        )
         return {"argv": adapter.command(engine, port=0), "env": adapter.env_overrides(engine)}
 
     @property
@@ -643,7 +707,9 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
             try:
                 engine = EngineSpec.model_validate(engines[label])
             except ValidationError as exc:
-                raise SpecError(_format_errors(origin, exc, prefix=f"matrix point [{where}]: engines.{label}")) from None
+                raise SpecError(
+                    _format_errors(origin, exc, prefix=f"matrix point [{where}]: engines.{label}")
+                ) from None
             _check_run(origin, where, label, engine, workload_spec)
             if engine.dtype == "bfloat16-if-native" and not spec.device.on_cpu:
                 raise SpecError(
@@ -659,9 +725,16 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
             for r in range(_repeats(spec, point | {"engine": label}, matched)):
                 runs.append(
                     RunSpec(
-                        experiment=spec.name, engine_label=label, engine=engine, workload=workload_spec,
-                        repeat=r, point=point | {"engine": label}, scale_factor=spec.scale_factor,
-                        hardware=spec.hardware, device=spec.device, slo=spec.slo,
+                        experiment=spec.name,
+                        engine_label=label,
+                        engine=engine,
+                        workload=workload_spec,
+                        repeat=r,
+                        point=point | {"engine": label},
+                        scale_factor=spec.scale_factor,
+                        hardware=spec.hardware,
+                        device=spec.device,
+                        slo=spec.slo,
                     )
                 )
     unused = [i for i in range(len(spec.repeats_at)) if i not in matched]
@@ -694,17 +767,22 @@ def check_size(spec: ExperimentSpec, origin: str | Path = "<spec>") -> None:
     points = math.prod(lengths)
     shape = " x ".join(f"{n:,}" for n in lengths)
     if points > MAX_RUNS:
-        raise SpecError(f"{origin}: matrix: {points:,} points ({shape}, the product of its axes' lengths), over the "
-                        f"limit of {MAX_RUNS:,} runs per experiment")
+        raise SpecError(
+            f"{origin}: matrix: {points:,} points ({shape}, the product of its axes' lengths), over the "
+            f"limit of {MAX_RUNS:,} runs per experiment"
+        )
     picks_one = "engine" in spec.matrix or any(
-        values and all(isinstance(v, dict) and "engine" in v for v in values) for values in spec.matrix.values())
+        values and all(isinstance(v, dict) and "engine" in v for v in values) for values in spec.matrix.values()
+    )
     engines = 1 if picks_one else len(spec.engines)
     repeats = max([spec.repeats, *(r.repeats for r in spec.repeats_at)])
     runs = points * engines * repeats
     if runs > MAX_RUNS:
         field = "repeats" if spec.repeats == repeats else "repeats_at"
-        raise SpecError(f"{origin}: {field}: up to {runs:,} runs ({points:,} matrix points x {engines} engine(s) x "
-                        f"{repeats:,} repeats), over the limit of {MAX_RUNS:,} runs per experiment")
+        raise SpecError(
+            f"{origin}: {field}: up to {runs:,} runs ({points:,} matrix points x {engines} engine(s) x "
+            f"{repeats:,} repeats), over the limit of {MAX_RUNS:,} runs per experiment"
+        )
 
 
 def _check_external(origin: str | Path, runs: list[RunSpec]) -> None:
@@ -735,11 +813,15 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
         raise SpecError(f"{wat}.batch_size: {w.batch_size:,} requests, over the limit of {MAX_BATCH_SIZE:,} per run")
     if w.total_tokens > MAX_CONTEXT_TOKENS:
         field = "context_tokens" if w.context_tokens is not None else "prompt_tokens"
-        raise SpecError(f"{wat}.{field}: prompt ({w.prompt_len:,}) + output ({w.output_tokens:,}) = "
-                        f"{w.total_tokens:,} tokens per request, over the limit of {MAX_CONTEXT_TOKENS:,}")
+        raise SpecError(
+            f"{wat}.{field}: prompt ({w.prompt_len:,}) + output ({w.output_tokens:,}) = "
+            f"{w.total_tokens:,} tokens per request, over the limit of {MAX_CONTEXT_TOKENS:,}"
+        )
     if w.n_requests * w.total_tokens > MAX_RUN_TOKENS:
-        raise SpecError(f"{wat}.batch_size: {w.n_requests:,} requests x {w.total_tokens:,} tokens = "
-                        f"{w.n_requests * w.total_tokens:,} tokens in one run, over the limit of {MAX_RUN_TOKENS:,}")
+        raise SpecError(
+            f"{wat}.batch_size: {w.n_requests:,} requests x {w.total_tokens:,} tokens = "
+            f"{w.n_requests * w.total_tokens:,} tokens in one run, over the limit of {MAX_RUN_TOKENS:,}"
+        )
     if e.max_model_len > MAX_CONTEXT_TOKENS:
         raise SpecError(f"{at}.max_model_len: {e.max_model_len:,} tokens, over the limit of {MAX_CONTEXT_TOKENS:,}")
     adapter = adapter_class(e.name)  # what the engine can do
@@ -765,9 +847,11 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
     except ValueError as exc:
         raise SpecError(f"{at}.model: {exc} (got {e.model!r})") from None
     if w.load is not None and w.load.prompt_form == "text" and not (Path(e.model_arg) / "tokenizer.json").is_file():
-        raise SpecError(f"{origin}: matrix point [{where}]: workload.load.prompt_form: 'text' decodes the prompts with "
-                        f"the model's tokenizer.json, which engines.{label}.model ({e.model!r}) has not: give a local "
-                        "model folder")
+        raise SpecError(
+            f"{origin}: matrix point [{where}]: workload.load.prompt_form: 'text' decodes the prompts with "
+            f"the model's tokenizer.json, which engines.{label}.model ({e.model!r}) has not: give a local "
+            "model folder"
+        )
     native = e.native_context()
     if native is not None and e.max_model_len > native and not e.allow_long_context:
         raise SpecError(

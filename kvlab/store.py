@@ -38,8 +38,15 @@ import polars as pl
 
 from kvlab import host
 from kvlab.engines.spec import redact_secrets
-from kvlab.paths import (DATA_DIR, check_inside, publish_dir, remove_entry, remove_temp_entries, temp_prefix,
-                         write_text_atomic)
+from kvlab.paths import (
+    DATA_DIR,
+    check_inside,
+    publish_dir,
+    remove_entry,
+    remove_temp_entries,
+    temp_prefix,
+    write_text_atomic,
+)
 from kvlab.schema import ATTEMPTS, CLAIMS, DOCUMENTS, REQUESTS, RUNS, SchemaError, Table, percentiles_ms, run_rates
 
 RUN_FILE = "run.parquet"
@@ -59,8 +66,13 @@ MAX_JSON_BYTES = 64 << 20
 
 
 def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
         if test(mode):
             return kind
     return "not a regular file"
@@ -263,9 +275,13 @@ def load_runs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) ->
         frames.append(df.drop("_file"))
     runs = _concat(frames, RUNS)
     # a document that states its GPU count ran on GPUs (the reference tables carry no device_kind of their own)
-    runs = runs.with_columns(device_kind=pl.when(pl.col("device_kind").is_null() & (pl.col("source") == "published")
-                                                 & (pl.col("gpu_count").fill_null(0) > 0))
-                             .then(pl.lit("gpu")).otherwise(pl.col("device_kind")))
+    runs = runs.with_columns(
+        device_kind=pl.when(
+            pl.col("device_kind").is_null() & (pl.col("source") == "published") & (pl.col("gpu_count").fill_null(0) > 0)
+        )
+        .then(pl.lit("gpu"))
+        .otherwise(pl.col("device_kind"))
+    )
     # rates of runs stored before they were (kvlab.schema.run_rates, the definition the runner stores them by)
     derived = run_rates(runs)
     runs = runs.with_columns(pl.coalesce(pl.col(c), derived[c]).alias(c) for c in RATES)
@@ -300,8 +316,7 @@ def _recorded_facts(path: Path, df: pl.DataFrame, manifests: dict) -> pl.DataFra
     exp_dir = path.parent.parent
     if exp_dir not in manifests:
         manifests[exp_dir] = read_manifest(exp_dir)
-    hosts = _sweep_hosts(manifests[exp_dir], spec.get("key") or path.parent.name, df["started_at"][0]) \
-        if spec else []
+    hosts = _sweep_hosts(manifests[exp_dir], spec.get("key") or path.parent.name, df["started_at"][0]) if spec else []
     kinds = {host.device_kind(engine, facts) for facts in hosts}
     models = {host.gpu_model(facts) for facts in hosts}
     # one answer from every host that may have run it, else not known
@@ -314,7 +329,8 @@ def _recorded_facts(path: Path, df: pl.DataFrame, manifests: dict) -> pl.DataFra
     kind_col = pl.coalesce(pl.col("device_kind"), pl.lit(stated, pl.String), _kind_from_label(pl.col("hardware")))
     model = models.pop() if len(models) == 1 else None
     return df.with_columns(device_kind=kind_col).with_columns(
-        accelerator=pl.when((pl.col("device_kind") == "gpu") & pl.lit(kind == "gpu")).then(pl.lit(model, pl.String)))
+        accelerator=pl.when((pl.col("device_kind") == "gpu") & pl.lit(kind == "gpu")).then(pl.lit(model, pl.String))
+    )
 
 
 def _kind_from_label(hardware: pl.Expr) -> pl.Expr:
@@ -349,11 +365,16 @@ def _sweep_hosts(manifest: dict, key: str, started_at: str | None) -> list[dict]
     """The host facts of the sweep(s) that may have measured run ``key``: the Ray node that lists it, else the
     sweeps whose time window holds its start, else every sweep of the manifest."""
     sweeps = manifest.get("sweeps") or []
-    nodes = [n.get("host") or {} for s in sweeps for n in (s.get("ray") or {}).get("nodes", []) if key in n.get("runs", [])]
+    nodes = [
+        n.get("host") or {} for s in sweeps for n in (s.get("ray") or {}).get("nodes", []) if key in n.get("runs", [])
+    ]
     if nodes:
         return nodes
-    within = [s for s in sweeps if started_at and s.get("started_at") and s.get("ended_at")
-              and s["started_at"] <= started_at <= s["ended_at"]]
+    within = [
+        s
+        for s in sweeps
+        if started_at and s.get("started_at") and s.get("ended_at") and s["started_at"] <= started_at <= s["ended_at"]
+    ]
     return [s.get("host") or {} for s in (within or sweeps)]
 
 
@@ -369,9 +390,7 @@ def load_documents(data_dir: str | Path = DATA_DIR) -> pl.DataFrame:
 
 
 def _load_per_run(data_dir: str | Path, experiment: str | None, file: str, table: Table) -> pl.DataFrame:
-    return _concat(
-        (read_table(d / file, table) for d in run_dirs(data_dir, experiment) if (d / file).exists()), table
-    )
+    return _concat((read_table(d / file, table) for d in run_dirs(data_dir, experiment) if (d / file).exists()), table)
 
 
 def load_requests(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
@@ -402,8 +421,11 @@ def load_telemetry(data_dir: str | Path = DATA_DIR, experiment: str | None = Non
             continue
         run_id = pl.read_parquet(d / RUN_FILE, columns=["run_id"])["run_id"][0]
         df = pl.read_csv(io.BytesIO(read_bytes_capped(f)), infer_schema=False)
-        frames.append(df.with_columns(pl.col(c).cast(pl.Float64) for c in df.columns if c != "error")
-                      .with_columns(pl.lit(run_id).alias("run_id"), pl.lit(d.parent.name).alias("experiment")))
+        frames.append(
+            df.with_columns(pl.col(c).cast(pl.Float64) for c in df.columns if c != "error").with_columns(
+                pl.lit(run_id).alias("run_id"), pl.lit(d.parent.name).alias("experiment")
+            )
+        )
     base = {"run_id": pl.String, "experiment": pl.String, "t_s": pl.Float64, "error": pl.String}
     if not frames:
         return pl.DataFrame(schema=base)
@@ -428,13 +450,31 @@ def load_telemetry_info(data_dir: str | Path = DATA_DIR, experiment: str | None 
         available, reason, note = bool(info.get("available")), info.get("reason"), info.get("note")
         if "note" not in info and not available and (reason or "").startswith(OLD_NO_SAMPLE):
             available, reason, note = True, None, reason
-        rows.append({"run_id": pl.read_parquet(d / RUN_FILE, columns=["run_id"])["run_id"][0],
-                     "experiment": d.parent.name, "available": available, "reason": reason, "note": note,
-                     "interval_s": info.get("interval_s"), "samples": info.get("samples"),
-                     "samples_ok": info.get("samples_ok")})
-    return pl.DataFrame(rows, schema={"run_id": pl.String, "experiment": pl.String, "available": pl.Boolean,
-                                      "reason": pl.String, "note": pl.String, "interval_s": pl.Float64,
-                                      "samples": pl.Int64, "samples_ok": pl.Int64})
+        rows.append(
+            {
+                "run_id": pl.read_parquet(d / RUN_FILE, columns=["run_id"])["run_id"][0],
+                "experiment": d.parent.name,
+                "available": available,
+                "reason": reason,
+                "note": note,
+                "interval_s": info.get("interval_s"),
+                "samples": info.get("samples"),
+                "samples_ok": info.get("samples_ok"),
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "run_id": pl.String,
+            "experiment": pl.String,
+            "available": pl.Boolean,
+            "reason": pl.String,
+            "note": pl.String,
+            "interval_s": pl.Float64,
+            "samples": pl.Int64,
+            "samples_ok": pl.Int64,
+        },
+    )
 
 
 #: How an older telemetry.json began the reason it gave an engine's telemetry that got no sample (load_telemetry_info).
@@ -442,14 +482,38 @@ OLD_NO_SAMPLE = ("no sample was taken", "no sample answered")
 
 
 #: The configuration fields a probe record names (kvlab.probe.configuration), as RUNS names them.
-PROBE_CONFIG_FIELDS = ("engine", "engine_label", "model", "tp", "dcp", "dp", "mem_util", "kv_budget_bytes",
-                       "prefix_caching")
+PROBE_CONFIG_FIELDS = (
+    "engine",
+    "engine_label",
+    "model",
+    "tp",
+    "dcp",
+    "dp",
+    "mem_util",
+    "kv_budget_bytes",
+    "prefix_caching",
+)
 #: The accuracy probe's frame (:func:`load_probes`): one row per prompt of each probed configuration.
-PROBE_SCHEMA = {"experiment": pl.String, "server_key": pl.String, "order": pl.Int64, "started_at": pl.String,
-                "engine": pl.String, "engine_label": pl.String, "model": pl.String, "tp": pl.Int64, "dcp": pl.Int64,
-                "dp": pl.Int64, "mem_util": pl.Float64, "kv_budget_bytes": pl.Int64, "prefix_caching": pl.Boolean,
-                "k": pl.Int64, "prompt": pl.Int64, "tokens": pl.List(pl.String), "margins": pl.List(pl.Float64),
-                "error": pl.String}
+PROBE_SCHEMA = {
+    "experiment": pl.String,
+    "server_key": pl.String,
+    "order": pl.Int64,
+    "started_at": pl.String,
+    "engine": pl.String,
+    "engine_label": pl.String,
+    "model": pl.String,
+    "tp": pl.Int64,
+    "dcp": pl.Int64,
+    "dp": pl.Int64,
+    "mem_util": pl.Float64,
+    "kv_budget_bytes": pl.Int64,
+    "prefix_caching": pl.Boolean,
+    "k": pl.Int64,
+    "prompt": pl.Int64,
+    "tokens": pl.List(pl.String),
+    "margins": pl.List(pl.Float64),
+    "error": pl.String,
+}
 
 
 def load_probes(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> pl.DataFrame:
@@ -469,22 +533,35 @@ def load_probes(data_dir: str | Path = DATA_DIR, experiment: str | None = None) 
         latest: dict[str, dict] = {}
         for sweep in manifest.get("sweeps") or []:
             for server in sweep.get("servers") or []:
-                if server.get("probe") and (server["server_key"] not in latest or (server.get("started_at") or "")
-                                            >= (latest[server["server_key"]].get("started_at") or "")):
+                if server.get("probe") and (
+                    server["server_key"] not in latest
+                    or (server.get("started_at") or "") >= (latest[server["server_key"]].get("started_at") or "")
+                ):
                     latest[server["server_key"]] = server
         for key, server in latest.items():
             rec = server["probe"]
             config = rec.get("configuration") or {}
             outputs = rec.get("outputs") or []
             if rec.get("error") and not outputs:  # the probe failed as a whole: every prompt failed with it
-                outputs = [{"prompt": i, "tokens": [], "margins": [], "error": rec["error"]}
-                           for i in range(len(rec.get("prompts") or []))]
+                outputs = [
+                    {"prompt": i, "tokens": [], "margins": [], "error": rec["error"]}
+                    for i in range(len(rec.get("prompts") or []))
+                ]
             for o in outputs:
-                rows.append({"experiment": m.parent.name, "server_key": key, "order": order.get(key),
-                             "started_at": server.get("started_at"), **{c: config.get(c) for c in PROBE_CONFIG_FIELDS},
-                             "k": rec.get("k"), "prompt": o["prompt"], "tokens": list(o.get("tokens") or []),
-                             "margins": [None if v is None else float(v) for v in o.get("margins") or []],
-                             "error": o.get("error")})
+                rows.append(
+                    {
+                        "experiment": m.parent.name,
+                        "server_key": key,
+                        "order": order.get(key),
+                        "started_at": server.get("started_at"),
+                        **{c: config.get(c) for c in PROBE_CONFIG_FIELDS},
+                        "k": rec.get("k"),
+                        "prompt": o["prompt"],
+                        "tokens": list(o.get("tokens") or []),
+                        "margins": [None if v is None else float(v) for v in o.get("margins") or []],
+                        "error": o.get("error"),
+                    }
+                )
     return pl.DataFrame(rows, schema=PROBE_SCHEMA)
 
 
@@ -507,9 +584,13 @@ def neutralise(frame: pl.DataFrame) -> pl.DataFrame:
     start so."""
     text = [c for c, t in frame.schema.items() if t == pl.String or isinstance(t, (pl.Categorical, pl.Enum))]
     pattern = "^[" + "".join(re.escape(c) for c in FORMULA_START) + "]"
-    out = frame.with_columns(pl.when(pl.col(c).cast(pl.String).str.contains(pattern))
-                             .then(pl.lit("'") + pl.col(c).cast(pl.String))
-                             .otherwise(pl.col(c).cast(pl.String)).alias(c) for c in text)
+    out = frame.with_columns(
+        pl.when(pl.col(c).cast(pl.String).str.contains(pattern))
+        .then(pl.lit("'") + pl.col(c).cast(pl.String))
+        .otherwise(pl.col(c).cast(pl.String))
+        .alias(c)
+        for c in text
+    )
     return out.rename({c: _neutral(c) for c in out.columns if _neutral(c) != c})
 
 

@@ -39,10 +39,12 @@ def theme():
 
 def styled(make: F) -> F:
     """``make`` (a function that returns a Figure) run inside :func:`theme`."""
+
     @functools.wraps(make)
     def wrapper(*args, **kwargs):
         with theme():
             return make(*args, **kwargs)
+
     return wrapper  # type: ignore[return-value]
 
 

@@ -128,12 +128,30 @@ LABELS = {
 }
 
 #: Unit suffixes of kvlab's column names and how a header states them.
-SUFFIXES = {"_s": "s", "_ms": "ms", "_us": "µs", "_gib": "GiB", "_gb": "GB", "_mib": "MiB", "_tokens": "tokens",
-            "_pct": "%", "_tok_s": "tokens/s", "_per_s": "per s"}
+SUFFIXES = {
+    "_s": "s",
+    "_ms": "ms",
+    "_us": "µs",
+    "_gib": "GiB",
+    "_gb": "GB",
+    "_mib": "MiB",
+    "_tokens": "tokens",
+    "_pct": "%",
+    "_tok_s": "tokens/s",
+    "_per_s": "per s",
+}
 
 #: Columns whose values name engines: shown by their display names ('vLLM', 'sglang-jax (CPU)'), never 'vllm'.
-ENGINE_COLUMNS = {"engine", "other_engine", "faster", "winner_64k", "winner_200k", "phys_winner_64k",
-                  "phys_winner_200k", "tree"}
+ENGINE_COLUMNS = {
+    "engine",
+    "other_engine",
+    "faster",
+    "winner_64k",
+    "winner_200k",
+    "phys_winner_64k",
+    "phys_winner_200k",
+    "tree",
+}
 
 #: Columns of shares (0-1) shown as whole percentages, as every sentence gives them: hit rates are % everywhere.
 PERCENT_COLUMNS = {"hit_rate", "cache_hit_rate", "ideal_hit_rate", "block_ideal_hit_rate"}
@@ -216,8 +234,14 @@ def _numeric_text(column: pl.Series) -> bool:
 class Table:
     """A frame shown as a reader's table (see the module docstring); ``.frame`` is the data it shows."""
 
-    def __init__(self, frame: pl.DataFrame, columns: dict[str, str] | None = None, digits: int = 3,
-                 caption: str | None = None, fold: bool | None = None):
+    def __init__(
+        self,
+        frame: pl.DataFrame,
+        columns: dict[str, str] | None = None,
+        digits: int = 3,
+        caption: str | None = None,
+        fold: bool | None = None,
+    ):
         shown = [c for c in (columns or frame.columns) if c not in HIDDEN or (columns and c in columns)]
         missing = [c for c in shown if c not in frame.columns]
         if missing:
@@ -232,9 +256,16 @@ class Table:
         self.summary: str | None = None
         rows = []
         for row in self.frame.iter_rows(named=True):
-            rows.append([engine_label(v) if c in ENGINE_COLUMNS and isinstance(v, str) else
-                         f"{v:.0%}" if c in PERCENT_COLUMNS and isinstance(v, float) else _cell(v, digits)
-                         for c, v in row.items()])
+            rows.append(
+                [
+                    engine_label(v)
+                    if c in ENGINE_COLUMNS and isinstance(v, str)
+                    else f"{v:.0%}"
+                    if c in PERCENT_COLUMNS and isinstance(v, float)
+                    else _cell(v, digits)
+                    for c, v in row.items()
+                ]
+            )
         self.rows = rows
 
     def to_pandas(self):
@@ -247,32 +278,45 @@ class Table:
         """The table as HTML (what a notebook shows, and what reports embed)."""
         # cells and headers are data (an engine's reported version, a reference CSV's statement, a host's name):
         # escaped here, where they become HTML (pandas' Styler does not escape by default)
-        styler = (self.to_pandas().style.hide(axis="index").set_table_attributes('class="kvlab-table"')
-                  .format(escape="html").format_index(escape="html", axis=1))
+        styler = (
+            self.to_pandas()
+            .style.hide(axis="index")
+            .set_table_attributes('class="kvlab-table"')
+            .format(escape="html")
+            .format_index(escape="html", axis=1)
+        )
         if self.caption:
             styler = styler.set_caption(html.escape(self.caption))
         styles = [
-            {"selector": "th", "props": "text-align: right; padding: 2px 8px; white-space: normal; "
-                                        "font-weight: 600; border-bottom: 1px solid #888;"},
+            {
+                "selector": "th",
+                "props": "text-align: right; padding: 2px 8px; white-space: normal; "
+                "font-weight: 600; border-bottom: 1px solid #888;",
+            },
             {"selector": "td", "props": "text-align: right; padding: 2px 8px;"},
             {"selector": "caption", "props": "caption-side: top; text-align: left; color: #555;"},
         ]
         for i, column in enumerate(self.frame.columns):  # text reads from the left, numbers line up on the right
-            if (self.frame[column].dtype == pl.String and not _numeric_text(self.frame[column])) \
-                    or column in ENGINE_COLUMNS:
+            if (
+                self.frame[column].dtype == pl.String and not _numeric_text(self.frame[column])
+            ) or column in ENGINE_COLUMNS:
                 nowrap = " white-space: nowrap;" if column in ENGINE_COLUMNS else ""
-                styles += [{"selector": f"td.col{i}", "props": f"text-align: left !important;{nowrap}"},
-                           {"selector": f"th.col{i}", "props": "text-align: left !important;"}]
+                styles += [
+                    {"selector": f"td.col{i}", "props": f"text-align: left !important;{nowrap}"},
+                    {"selector": f"th.col{i}", "props": "text-align: left !important;"},
+                ]
         styler = styler.set_table_styles(styles)
         wrapped = f'<div class="kvlab-table-wrap" style="overflow-x: auto; max-width: 100%;">{styler.to_html()}</div>'
         if not self.rows or (len(self.rows) <= FOLD_ROWS if self.fold is None else not self.fold):
             return wrapped
         # a long table is folded: the page stays short, the rows are one click away and in a CSV beside them
         what = html.escape(self.summary or self.caption or "the table")
-        return (f'<details class="kvlab-fold"><summary>{what}: {len(self.rows)} rows (show)</summary>{wrapped}'
-                f'</details><p class="kvlab-fold-csv" style="font-size: 13px; margin: .2rem 0 1rem;">'
-                f'<a download="{html.escape(self.csv_name())}" href="{self.csv_uri()}">these {len(self.rows)} rows '
-                f'as CSV</a></p>')
+        return (
+            f'<details class="kvlab-fold"><summary>{what}: {len(self.rows)} rows (show)</summary>{wrapped}'
+            f'</details><p class="kvlab-fold-csv" style="font-size: 13px; margin: .2rem 0 1rem;">'
+            f'<a download="{html.escape(self.csv_name())}" href="{self.csv_uri()}">these {len(self.rows)} rows '
+            f"as CSV</a></p>"
+        )
 
     def csv_name(self) -> str:
         """The file name the folded table's CSV link saves as: its caption as a slug, else 'table.csv'."""
@@ -292,18 +336,25 @@ class Table:
         return self.to_pandas().to_string(index=False)
 
 
-def table(frame: pl.DataFrame | list[dict], columns: dict[str, str] | list[str] | None = None, digits: int = 3,
-          caption: str | None = None, fold: bool | None = None) -> Table:
+def table(
+    frame: pl.DataFrame | list[dict],
+    columns: dict[str, str] | list[str] | None = None,
+    digits: int = 3,
+    caption: str | None = None,
+    fold: bool | None = None,
+) -> Table:
     """``frame`` as a reader's table. ``columns``: the columns to show, in order (a dict also renames them).
     ``frame`` may be a list of row dicts (how the narrative layer, which imports no polars, hands its rows over);
     an empty list becomes an empty frame of ``columns``."""
     if isinstance(columns, list):
         columns = dict.fromkeys(columns, None)
     if isinstance(frame, list):
-        frame = pl.DataFrame(frame, infer_schema_length=None) if frame else \
-            pl.DataFrame(schema=dict.fromkeys(columns or [], pl.String))
+        frame = (
+            pl.DataFrame(frame, infer_schema_length=None)
+            if frame
+            else pl.DataFrame(schema=dict.fromkeys(columns or [], pl.String))
+        )
     return Table(frame, columns, digits, caption, fold)
-
 
 
 def folded(shown: Table, summary: str) -> Table:
@@ -321,9 +372,14 @@ def non_empty(frame: pl.DataFrame, columns: list[str]) -> list[str]:
 
 #: Experiments and published tables named in words where a reader sees them (panel titles); others by
 #: :func:`experiment_words`' rule.
-EXPERIMENT_WORDS = {"article_b300": "the B300 article's table", "cpu_long_context": "long-context runs",
-                    "cpu_capacity": "load-ladder runs", "cpu_prefix_sharing": "shared-prefix runs",
-                    "cpu_multi_turn": "multi-turn runs", "cpu_classification": "classification runs"}
+EXPERIMENT_WORDS = {
+    "article_b300": "the B300 article's table",
+    "cpu_long_context": "long-context runs",
+    "cpu_capacity": "load-ladder runs",
+    "cpu_prefix_sharing": "shared-prefix runs",
+    "cpu_multi_turn": "multi-turn runs",
+    "cpu_classification": "classification runs",
+}
 
 
 #: The KV cache's number formats the model compares, named as the pages name them.

@@ -189,7 +189,9 @@ def build_files() -> dict[str, bytes]:
         "generation_config.json": _dump(generation),
         "tokenizer.json": tok_json.encode(),
         "tokenizer_config.json": _dump(tok_config),
-        "special_tokens_map.json": _dump({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}),
+        "special_tokens_map.json": _dump(
+            {"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[2]}
+        ),
         "model.safetensors": _safetensors(_weights(vocab)),
     }
 
@@ -205,16 +207,29 @@ def describe(model: str) -> str:
     other model by its name as given."""
     if Path(str(model)).name != DEFAULT_PATH.name:
         return str(model)
-    return (f"kvlab's tiny Llama ({DEFAULT_PATH.name}): {LAYERS} layers, {parameter_count() / 1e6:.1f}M parameters, "
-            "random weights, made locally")
+    return (
+        f"kvlab's tiny Llama ({DEFAULT_PATH.name}): {LAYERS} layers, {parameter_count() / 1e6:.1f}M parameters, "
+        "random weights, made locally"
+    )
 
 
 def recipe_hash() -> str:
     """Hash of the parameters that decide the model (what the stamp file records)."""
     recipe = dict(
-        v=GENERATOR_VERSION, seed=SEED, vocab=TARGET_VOCAB, hidden=HIDDEN, heads=HEADS, kv=KV_HEADS,
-        layers=LAYERS, inter=INTERMEDIATE, pos=MAX_POSITIONS, theta=ROPE_THETA, std=INIT_STD,
-        specials=SPECIALS, chat=CHAT_TEMPLATE, words=_WORDS,
+        v=GENERATOR_VERSION,
+        seed=SEED,
+        vocab=TARGET_VOCAB,
+        hidden=HIDDEN,
+        heads=HEADS,
+        kv=KV_HEADS,
+        layers=LAYERS,
+        inter=INTERMEDIATE,
+        pos=MAX_POSITIONS,
+        theta=ROPE_THETA,
+        std=INIT_STD,
+        specials=SPECIALS,
+        chat=CHAT_TEMPLATE,
+        words=_WORDS,
     )
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -58,7 +58,7 @@ def nominal_tokens(label: str) -> set[int]:
         if text[-1:] in "Kk":
             return {int(float(text[:-1]) * K), int(float(text[:-1]) * 1000)}
         if text[-1:] in "Mm":
-            return {int(float(text[:-1]) * M), int(float(text[:-1]) * 1000 ** 2)}
+            return {int(float(text[:-1]) * M), int(float(text[:-1]) * 1000**2)}
         return {int(float(text))}
     except ValueError:
         return set()

@@ -22,13 +22,30 @@ MIME = "application/vnd.kvlab.verdicts+json"
 OWN_QUESTION_KINDS = frozenset({"capacity", "model_held_out", "model_plausibility"})
 #: Claim ids of kvlab's own questions and self-checks (no document states them): family *own*.
 #: (crossover_modelled is the model's own answer, fitted to the very table it would check: not independent evidence.)
-OWN_CLAIM_IDS = frozenset({"crossover_published", "crossover_measured", "crossover_modelled", "crossover_range",
-                           "model_held_out",
-                           "model_plausible", "shared_prefix_threshold_jump", "multi_turn_reuse",
-                           "engine_choice_recommendation"})
+OWN_CLAIM_IDS = frozenset(
+    {
+        "crossover_published",
+        "crossover_measured",
+        "crossover_modelled",
+        "crossover_range",
+        "model_held_out",
+        "model_plausible",
+        "shared_prefix_threshold_jump",
+        "multi_turn_reuse",
+        "engine_choice_recommendation",
+    }
+)
 
-Outcome = Literal["reproduced", "contradicted", "consistent", "inconsistent", "inconclusive", "cannot be tested here",
-                  "configured", "found"]
+Outcome = Literal[
+    "reproduced",
+    "contradicted",
+    "consistent",
+    "inconsistent",
+    "inconclusive",
+    "cannot be tested here",
+    "configured",
+    "found",
+]
 Evidence = Literal["published", "measured", "modelled"]
 #: The three families of verdicts, counted apart everywhere (docs/verdicts.md): *document* — a document's claim
 #: graded on evidence independent of that document; *consistency* — a document checked against its own figures (or
@@ -40,9 +57,16 @@ FAMILIES = ("document", "consistency", "own")
 #: evidence kinds never share a colour, and the two kinds of badge differ in shape too (square outcome, round
 #: evidence). Text is black or white, whichever contrasts more with the fill. A consistency outcome takes the colour
 #: of its document counterpart (consistent as reproduced, inconsistent as contradicted).
-OUTCOME_COLORS = {"reproduced": "#009E73", "contradicted": "#D55E00", "consistent": "#009E73",
-                  "inconsistent": "#D55E00", "inconclusive": "#E69F00", "cannot be tested here": "#6e7781",
-                  "configured": "#000000", "found": "#0072B2"}
+OUTCOME_COLORS = {
+    "reproduced": "#009E73",
+    "contradicted": "#D55E00",
+    "consistent": "#009E73",
+    "inconsistent": "#D55E00",
+    "inconclusive": "#E69F00",
+    "cannot be tested here": "#6e7781",
+    "configured": "#000000",
+    "found": "#0072B2",
+}
 EVIDENCE_COLORS = {"published": "#CC79A7", "measured": "#56B4E9", "modelled": "#F0E442"}
 #: Fills that take white text (the rest take black).
 _WHITE_TEXT = frozenset({"#6e7781", "#0072B2", "#000000"})
@@ -99,12 +123,15 @@ class Verdict:
                 # figures was "reproduced" where it agrees with them
                 object.__setattr__(self, "outcome", "consistent" if self.outcome == "reproduced" else "inconsistent")
         if self.family not in FAMILIES:
-            raise ValueError(f"Verdict {self.claim_id or self.claim!r}: family {self.family!r}: expected one of "
-                             f"{list(FAMILIES)}")
-        wrong = (("reproduced", "contradicted") if self.family == "consistency" else ("consistent", "inconsistent"))
+            raise ValueError(
+                f"Verdict {self.claim_id or self.claim!r}: family {self.family!r}: expected one of {list(FAMILIES)}"
+            )
+        wrong = ("reproduced", "contradicted") if self.family == "consistency" else ("consistent", "inconsistent")
         if self.outcome in wrong:
-            raise ValueError(f"Verdict {self.claim_id or self.claim!r}: a {self.family} verdict cannot be "
-                             f"{self.outcome!r} (consistency verdicts say consistent / inconsistent; the others never do)")
+            raise ValueError(
+                f"Verdict {self.claim_id or self.claim!r}: a {self.family} verdict cannot be "
+                f"{self.outcome!r} (consistency verdicts say consistent / inconsistent; the others never do)"
+            )
         if self.spread is not None:
             object.__setattr__(self, "spread", tuple(self.spread))  # a list from JSON reads back as the tuple
 
@@ -120,9 +147,11 @@ def family_of(claim_id: str, kind: str, evidence: str, outcome: str = "") -> str
 
 def _badge(text: str, color: str, radius: str = "3px") -> str:
     ink = "#fff" if color in _WHITE_TEXT else "#000"
-    return (f'<span class="kvlab-badge" style="display: inline-block; padding: 0 .5em; border-radius: {radius}; '
-            f'color: {ink}; background: {color}; font-size: 12px; font-weight: 600; line-height: 1.5; '
-            f'white-space: nowrap;">{html.escape(text)}</span>')
+    return (
+        f'<span class="kvlab-badge" style="display: inline-block; padding: 0 .5em; border-radius: {radius}; '
+        f"color: {ink}; background: {color}; font-size: 12px; font-weight: 600; line-height: 1.5; "
+        f'white-space: nowrap;">{html.escape(text)}</span>'
+    )
 
 
 #: Inline cell style (the notebook HTML template right-aligns table cells with a rule a <style> here cannot beat).
@@ -146,8 +175,16 @@ def claim_keys(v: Verdict) -> tuple[str, ...]:
 
 #: Which verdict of a claim counts when a family holds several (two reports, two kinds of evidence): a deciding
 #: outcome first, then inconclusive, cannot be tested here, configured, found; ties go to the first listed.
-_RANK = {"reproduced": 0, "contradicted": 0, "consistent": 0, "inconsistent": 0, "inconclusive": 1,
-         "cannot be tested here": 2, "configured": 3, "found": 4}
+_RANK = {
+    "reproduced": 0,
+    "contradicted": 0,
+    "consistent": 0,
+    "inconsistent": 0,
+    "inconclusive": 1,
+    "cannot be tested here": 2,
+    "configured": 3,
+    "found": 4,
+}
 
 
 def _as_verdicts(verdicts) -> list[Verdict]:
@@ -233,10 +270,13 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     if documents:
         firsts = list(dict.fromkeys(documents.values()))
         claim = f"**The documents claim** {quoted(firsts, len(documents), 'claim')}." + (
-            f" The page also asks {_count(len(own), 'question')} of its own." if own else "")
+            f" The page also asks {_count(len(own), 'question')} of its own." if own else ""
+        )
     elif asked:
-        claim = (f"**The documents make no claim this page tests**; it asks its own: "
-                 f"{quoted(list(dict.fromkeys(asked)), len(asked), 'question')}.")
+        claim = (
+            f"**The documents make no claim this page tests**; it asks its own: "
+            f"{quoted(list(dict.fromkeys(asked)), len(asked), 'question')}."
+        )
     else:
         claim = "**The documents make no claim this page tests**; it answers its own question."
     parts = []
@@ -250,8 +290,10 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     else:
         holds = "**What holds:** no claim is reproduced or contradicted by evidence independent of the documents."
     if checked:
-        holds += (f" Checked against the documents' own figures, "
-                  f"{_count(len(of(cons, 'consistent', 'inconsistent')), 'claim')}: {' and '.join(checked)}.")
+        holds += (
+            f" Checked against the documents' own figures, "
+            f"{_count(len(of(cons, 'consistent', 'inconsistent')), 'claim')}: {' and '.join(checked)}."
+        )
     own_decided = {o: of(own, o) for o in ("reproduced", "contradicted")}
     if any(own_decided.values()):
         said = [f"{len(c)} {'passed' if o == 'reproduced' else 'failed'}" for o, c in own_decided.items() if c]
@@ -260,10 +302,16 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     if found:
         holds += f" The page's own answer: {found[0].claim} — {found[0].number}."
     limits = []
-    for name, claims in (("claim", {**of(doc, "cannot be tested here", "inconclusive"),
-                                    **{k: v for k, v in of(cons, "cannot be tested here", "inconclusive").items()
-                                       if k not in doc}}),
-                         ("own question", of(own, "cannot be tested here", "inconclusive"))):
+    for name, claims in (
+        (
+            "claim",
+            {
+                **of(doc, "cannot be tested here", "inconclusive"),
+                **{k: v for k, v in of(cons, "cannot be tested here", "inconclusive").items() if k not in doc},
+            },
+        ),
+        ("own question", of(own, "cannot be tested here", "inconclusive")),
+    ):
         cannot, open_ = of(claims, "cannot be tested here"), of(claims, "inconclusive")
         if cannot:
             limits.append(f"{_count(len(cannot), name)} cannot be tested on this host ({_why(cannot)})")
@@ -272,8 +320,10 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
             limits.append(f"{_count(k, name)} {'is' if k == 1 else 'are'} inconclusive ({_why(open_)})")
     configured = {**of(doc, "configured"), **of(own, "configured")}
     if configured:
-        limits.append(f"{_count(len(configured), 'value')} the experiment file sets "
-                      f"{'is' if len(configured) == 1 else 'are'} shown as configuration, not graded")
+        limits.append(
+            f"{_count(len(configured), 'value')} the experiment file sets "
+            f"{'is' if len(configured) == 1 else 'are'} shown as configuration, not graded"
+        )
     if limits:
         limits_ = "**What this host cannot say:** " + "; ".join(limits) + "."
     else:
@@ -281,8 +331,7 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     return [claim, holds, limits_]
 
 
-def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found",
-             lead: bool = True) -> str:
+def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found", lead: bool = True) -> str:
     """The verdict box: the three headline sentences (``lead``), then one row per claim: its outcome and evidence as
     coloured badges (one over the other), the claim, then the number."""
     rows = []
@@ -292,14 +341,17 @@ def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this rep
             # the two badges share one narrow cell (outcome over evidence): the claim and the number keep the width,
             # so a row stays a few lines deep on a printed page too
             f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}'
-            f'<br>{evidence_badge(v.evidence)}</td>'
+            f"<br>{evidence_badge(v.evidence)}</td>"
             f'<td style="{_TD} width: 50%;">{markdown_inline(v.claim)}</td>'
             f'<td style="{_TD}" class="kvlab-number"><b>{markdown_inline(v.number)}</b></td></tr>'
         )
     body = "".join(rows) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
     sentences = " ".join(markdown_inline(t) for t in headline(verdicts)) if lead and verdicts else ""
-    top = (f'<p class="kvlab-headline" style="margin: 0 0 .5rem; font-size: 15px; line-height: 1.45;">{sentences}</p>'
-           if sentences else "")
+    top = (
+        f'<p class="kvlab-headline" style="margin: 0 0 .5rem; font-size: 15px; line-height: 1.45;">{sentences}</p>'
+        if sentences
+        else ""
+    )
     return f"""<section class="kvlab-verdicts" style="font: 14px system-ui, sans-serif; border: 2px solid #0969da;
 border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 {top}<div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
@@ -315,8 +367,11 @@ class Box:
         self.verdicts = list(verdicts)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/html": box_html(self.verdicts), MIME: [asdict(v) for v in self.verdicts],
-                "text/plain": "\n".join(f"[{v.outcome} · {v.evidence}] {v.claim}: {v.number}" for v in self.verdicts)}
+        return {
+            "text/html": box_html(self.verdicts),
+            MIME: [asdict(v) for v in self.verdicts],
+            "text/plain": "\n".join(f"[{v.outcome} · {v.evidence}] {v.claim}: {v.number}" for v in self.verdicts),
+        }
 
 
 def box(verdicts: list[Verdict]) -> Box:
@@ -343,8 +398,12 @@ def extract(nb) -> list[dict]:
                 kept.append(out)
         cell["outputs"] = kept
         before = nb.cells[i - 1] if i else None
-        if had and before is not None and before.get("cell_type") == "markdown" \
-                and before.get("source", "").lstrip().startswith("## Verdict"):
+        if (
+            had
+            and before is not None
+            and before.get("cell_type") == "markdown"
+            and before.get("source", "").lstrip().startswith("## Verdict")
+        ):
             drop.append(i - 1)
     for i in reversed(drop):
         del nb.cells[i]
@@ -375,10 +434,15 @@ class Sources:
     documents: tuple[str, ...]
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        line = (f"Read by this notebook: measured experiments {', '.join(self.measured) or 'none'}; "
-                f"documents {', '.join(self.documents) or 'none'}.")
-        return {"text/html": f'<p style="font-size: 12px; color: #555;">{html.escape(line)}</p>', "text/plain": line,
-                SOURCES_MIME: {"measured": list(self.measured), "documents": list(self.documents)}}
+        line = (
+            f"Read by this notebook: measured experiments {', '.join(self.measured) or 'none'}; "
+            f"documents {', '.join(self.documents) or 'none'}."
+        )
+        return {
+            "text/html": f'<p style="font-size: 12px; color: #555;">{html.escape(line)}</p>',
+            "text/plain": line,
+            SOURCES_MIME: {"measured": list(self.measured), "documents": list(self.documents)},
+        }
 
 
 def extract_sources(nb) -> Sources | None:

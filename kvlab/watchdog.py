@@ -36,7 +36,7 @@ def group_alive(pgid: int) -> bool:
                 stat = fh.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # state ppid pgrp ...
+        fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid pgrp ...
         if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             return True
     return False

@@ -104,17 +104,24 @@ class Workbook:
         have it: published rows, claims or the register; else a measured experiment)."""
         measured, documents = list(self.read_measured), list(self.read_documents)
         runs = self.runs
-        known = set(runs.filter(pl.col("source") == "published")["experiment"].to_list()) \
-            | set(self._table("claims", store.load_claims)["experiment"].to_list()) \
+        known = (
+            set(runs.filter(pl.col("source") == "published")["experiment"].to_list())
+            | set(self._table("claims", store.load_claims)["experiment"].to_list())
             | set(store.load_documents(self.data)["experiment"].to_list())
+        )
         for item in read:
             if isinstance(item, str):
                 _add(documents if item in known else measured, [item])
             elif "experiment" in item.columns:
                 rows = item.filter(pl.col("experiment").is_not_null())
                 if "source" in rows.columns:
-                    _add(measured, rows.filter(pl.col("source") == "measured")["experiment"].unique(maintain_order=True))
-                    _add(documents, rows.filter(pl.col("source") == "published")["experiment"].unique(maintain_order=True))
+                    _add(
+                        measured, rows.filter(pl.col("source") == "measured")["experiment"].unique(maintain_order=True)
+                    )
+                    _add(
+                        documents,
+                        rows.filter(pl.col("source") == "published")["experiment"].unique(maintain_order=True),
+                    )
                 else:
                     _add(measured, rows["experiment"].unique(maintain_order=True))
         return Sources(tuple(measured), tuple(documents))
@@ -138,9 +145,12 @@ def check_parameters(namespace: Mapping[str, object]) -> None:
     calls it with ``globals()``."""
     old = [name for name in RENAMED_PARAMETERS if name in namespace]
     if old:
-        raise NameError("renamed notebook parameter" + ("s" if len(old) > 1 else "") + ": "
-                        + "; ".join(f"{name} is now {RENAMED_PARAMETERS[name]} (-p {RENAMED_PARAMETERS[name]}=…)"
-                                    for name in old))
+        raise NameError(
+            "renamed notebook parameter"
+            + ("s" if len(old) > 1 else "")
+            + ": "
+            + "; ".join(f"{name} is now {RENAMED_PARAMETERS[name]} (-p {RENAMED_PARAMETERS[name]}=…)" for name in old)
+        )
 
 
 def open_workbook(data_dir: str | Path = "", fig_format: str = "png") -> Workbook:

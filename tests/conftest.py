@@ -31,6 +31,7 @@ def pytest_unconfigure(config):
     if _FIT_CACHE_DIR is not None:
         shutil.rmtree(_FIT_CACHE_DIR, ignore_errors=True)
 
+
 ENGINE_PYTHON = ENGINES_DIR / "vllm" / "bin" / "python"
 SGLANG_JAX_PYTHON = ENGINES_DIR / "sglang-jax" / "bin" / "python"
 SGLANG_PYTHON = ENGINES_DIR / "sglang" / "bin" / "python"
@@ -135,8 +136,12 @@ def study():
     sharing = analysis.prefix_sharing(runs)
     gain = analysis.caching_gain(sharing)
     mt_runs, mt_reqs = multi_turn_frames()
-    return dict(claims=store.load_claims().filter(pl.col("experiment") == "article_kv_design"), sharing=sharing,
-                reuse=analysis.prefix_reuse_by_request(runs, sharing_requests(runs)), gain=gain,
-                thresholds=analysis.sharing_thresholds(gain),
-                by_turn=with_turn_runs(analysis.multi_turn_by_turn(mt_runs, mt_reqs), mt_runs),  # as report 05 does
-                turn_requests=analysis.multi_turn_requests(mt_runs, mt_reqs))
+    return dict(
+        claims=store.load_claims().filter(pl.col("experiment") == "article_kv_design"),
+        sharing=sharing,
+        reuse=analysis.prefix_reuse_by_request(runs, sharing_requests(runs)),
+        gain=gain,
+        thresholds=analysis.sharing_thresholds(gain),
+        by_turn=with_turn_runs(analysis.multi_turn_by_turn(mt_runs, mt_reqs), mt_runs),  # as report 05 does
+        turn_requests=analysis.multi_turn_requests(mt_runs, mt_reqs),
+    )

@@ -16,8 +16,11 @@ if "--config" in sys.argv:  # like SGLang: reads its --config YAML at start-up a
         print("fake engine config:", f.read().strip(), flush=True)
 if mode == "kvsmall":
     time.sleep(0.3)
-    print("ValueError: To serve at least one request with the model's max seq len (8192), (0.01 GiB KV cache is "
-          "needed ...). Based on the available memory, the estimated maximum model length is 1024.", flush=True)
+    print(
+        "ValueError: To serve at least one request with the model's max seq len (8192), (0.01 GiB KV cache is "
+        "needed ...). Based on the available memory, the estimated maximum model length is 1024.",
+        flush=True,
+    )
     sys.exit(1)
 if mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # forces stop() to escalate to SIGKILL

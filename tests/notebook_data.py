@@ -25,10 +25,14 @@ def copy_reference(data: Path) -> Path:
 #: Fixed measured runs of both engines: (engine, mem_util, context tokens, batch time s, failed attempts before ok,
 #: vLLM preemptions). vllm wins at 32K and 64K, sglang-jax at 200K (6 s vs 8 s): a crossover between 64K and 200K.
 TWO_ENGINES = [
-    ("vllm", 0.92, 1024, 1.0, 0, 0), ("vllm", 0.92, 2048, 2.0, 0, 0), ("vllm", 0.92, 6400, 8.0, 0, 2),
+    ("vllm", 0.92, 1024, 1.0, 0, 0),
+    ("vllm", 0.92, 2048, 2.0, 0, 0),
+    ("vllm", 0.92, 6400, 8.0, 0, 2),
     ("vllm", 0.95, 6400, 6.0, 0, 0),
-    ("sglang-jax", 0.92, 1024, 3.0, 0, None), ("sglang-jax", 0.92, 2048, 4.0, 0, None),
-    ("sglang-jax", 0.92, 6400, 6.0, 0, None), ("sglang-jax", 0.95, 6400, 5.0, 1, None),
+    ("sglang-jax", 0.92, 1024, 3.0, 0, None),
+    ("sglang-jax", 0.92, 2048, 4.0, 0, None),
+    ("sglang-jax", 0.92, 6400, 6.0, 0, None),
+    ("sglang-jax", 0.95, 6400, 5.0, 1, None),
 ]
 LABELS = {1024: "32K", 2048: "64K", 6400: "200K"}
 
@@ -38,23 +42,51 @@ def write_two_engine_runs(data):
     copy_reference(data)
     for i, (engine, mem, ctx, t, failed, preempt) in enumerate(TWO_ENGINES):
         run_id = f"r{i}"
-        counters = {} if engine == "sglang-jax" else {  # sglang-jax serves no /metrics: every counter null
-            "server_preemptions": [preempt], "server_prompt_tokens": [4 * (ctx - 64)],
-            "server_generation_tokens": [256], "server_prefix_cache_queries": [4 * (ctx - 64)],
-            "server_prefix_cache_hits": [0]}
-        run = pl.DataFrame({
-            "source": ["measured"], "experiment": ["cpu_long_context"], "run_id": [run_id],
-            "hardware": ["CPU x86_64 (test)"], "model": ["tiny-llama"], "engine": [engine], "mem_util": [mem],
-            "kv_budget_bytes": [8388608 if mem == 0.92 else 20971520],  # cpu_long_context's budgets, as recorded
-            "context_label": [LABELS[ctx]], "context_tokens": [ctx], "scale_factor": [32.0],
-            "mode": ["fixed_batch"], "batch_size": [4], "prompt_tokens": [ctx - 64], "output_tokens": [64],
-            "repeat": [0], "attempts": [failed + 1], "status": ["ok"], "batch_time_s": [t],
-            "ttft_mean_ms": [100.0 * t], "e2e_mean_ms": [1000.0 * t], **counters,
-        })
-        attempts = pl.DataFrame({
-            "run_id": [run_id] * (failed + 1), "attempt": list(range(1, failed + 2)),
-            "status": ["failed"] * failed + ["ok"], "failure_cause": ["runtime_oom"] * failed + [None],
-        })
+        counters = (
+            {}
+            if engine == "sglang-jax"
+            else {  # sglang-jax serves no /metrics: every counter null
+                "server_preemptions": [preempt],
+                "server_prompt_tokens": [4 * (ctx - 64)],
+                "server_generation_tokens": [256],
+                "server_prefix_cache_queries": [4 * (ctx - 64)],
+                "server_prefix_cache_hits": [0],
+            }
+        )
+        run = pl.DataFrame(
+            {
+                "source": ["measured"],
+                "experiment": ["cpu_long_context"],
+                "run_id": [run_id],
+                "hardware": ["CPU x86_64 (test)"],
+                "model": ["tiny-llama"],
+                "engine": [engine],
+                "mem_util": [mem],
+                "kv_budget_bytes": [8388608 if mem == 0.92 else 20971520],  # cpu_long_context's budgets, as recorded
+                "context_label": [LABELS[ctx]],
+                "context_tokens": [ctx],
+                "scale_factor": [32.0],
+                "mode": ["fixed_batch"],
+                "batch_size": [4],
+                "prompt_tokens": [ctx - 64],
+                "output_tokens": [64],
+                "repeat": [0],
+                "attempts": [failed + 1],
+                "status": ["ok"],
+                "batch_time_s": [t],
+                "ttft_mean_ms": [100.0 * t],
+                "e2e_mean_ms": [1000.0 * t],
+                **counters,
+            }
+        )
+        attempts = pl.DataFrame(
+            {
+                "run_id": [run_id] * (failed + 1),
+                "attempt": list(range(1, failed + 2)),
+                "status": ["failed"] * failed + ["ok"],
+                "failure_cause": ["runtime_oom"] * failed + [None],
+            }
+        )
         store.write_run(data / "runs" / "cpu_long_context", run_id, run, attempts=attempts)
     return data
 
@@ -103,7 +135,8 @@ def write_fixture_data(data: Path) -> Path:
     claims.with_columns(pl.lit("article_b300_alt").alias("experiment")).write_csv(ref / "article_b300_alt_claims.csv")
     design = pl.read_csv(ref / "article_kv_design_claims.csv")
     design.head(len(design) - 1).with_columns(pl.lit("article_kv_design_alt").alias("experiment")).write_csv(
-        ref / "article_kv_design_alt_claims.csv")
+        ref / "article_kv_design_alt_claims.csv"
+    )
     return data
 
 
@@ -116,16 +149,39 @@ def write_fixture_data(data: Path) -> Path:
 #: vLLM carries the more goodput at 64K (2.0 vs 1.0 req/s at 4 in flight) and at 200K/0.92 (0.4 vs 0.25 req/s at
 #: 2), sglang at 200K/0.95 (1.0 vs 0.8 req/s at 4): the map's winner changes.
 CAPACITY = [
-    *[("vllm", 1024, m, c, 4.0, 2 * c, t, None, 0.1 * c, 0, 0) for m in (0.92, 0.95) for c, t in ((1, 20.0), (2, 30.0), (4, 50.0))],
-    *[("sglang", 1024, m, c, 8.0, 2 * c, t, None, 0.1 * c, 0, 0) for m in (0.92, 0.95) for c, t in ((1, 40.0), (2, 60.0), (4, 100.0))],
-    ("vllm", 3200, 0.92, 1, 10.0, 2, 50.0, None, 0.39, 0, 0), ("vllm", 3200, 0.92, 2, 10.0, 4, 80.0, None, 0.78, 0, 0),
+    *[
+        ("vllm", 1024, m, c, 4.0, 2 * c, t, None, 0.1 * c, 0, 0)
+        for m in (0.92, 0.95)
+        for c, t in ((1, 20.0), (2, 30.0), (4, 50.0))
+    ],
+    *[
+        ("sglang", 1024, m, c, 8.0, 2 * c, t, None, 0.1 * c, 0, 0)
+        for m in (0.92, 0.95)
+        for c, t in ((1, 40.0), (2, 60.0), (4, 100.0))
+    ],
+    ("vllm", 3200, 0.92, 1, 10.0, 2, 50.0, None, 0.39, 0, 0),
+    ("vllm", 3200, 0.92, 2, 10.0, 4, 80.0, None, 0.78, 0, 0),
     ("vllm", 3200, 0.92, 4, 10.0, 4, 150.0, None, 1.0, 2, 3),
-    ("vllm", 3200, 0.95, 1, 10.0, 2, 50.0, None, 0.16, 0, 0), ("vllm", 3200, 0.95, 2, 10.0, 4, 80.0, None, 0.31, 0, 0),
+    ("vllm", 3200, 0.95, 1, 10.0, 2, 50.0, None, 0.16, 0, 0),
+    ("vllm", 3200, 0.95, 2, 10.0, 4, 80.0, None, 0.31, 0, 0),
     ("vllm", 3200, 0.95, 4, 10.0, 8, 120.0, None, 0.62, 0, 0),
-    ("sglang", 3200, 0.92, 1, 16.0, 2, 90.0, None, 0.39, 0, 0), ("sglang", 3200, 0.92, 2, 16.0, 4, 120.0, None, 0.78, 0, 0),
-    ("sglang", 3200, 0.92, 4, 16.0, 2, 250.0,
-     "past saturation: p90 TTFT 16000 ms of 8 finished requests > 3 x the SLO's 5000 ms", 0.98, 2, 1),
-    ("sglang", 3200, 0.95, 1, 16.0, 2, 90.0, None, 0.16, 0, 0), ("sglang", 3200, 0.95, 2, 16.0, 4, 120.0, None, 0.31, 0, 0),
+    ("sglang", 3200, 0.92, 1, 16.0, 2, 90.0, None, 0.39, 0, 0),
+    ("sglang", 3200, 0.92, 2, 16.0, 4, 120.0, None, 0.78, 0, 0),
+    (
+        "sglang",
+        3200,
+        0.92,
+        4,
+        16.0,
+        2,
+        250.0,
+        "past saturation: p90 TTFT 16000 ms of 8 finished requests > 3 x the SLO's 5000 ms",
+        0.98,
+        2,
+        1,
+    ),
+    ("sglang", 3200, 0.95, 1, 16.0, 2, 90.0, None, 0.16, 0, 0),
+    ("sglang", 3200, 0.95, 2, 16.0, 4, 120.0, None, 0.31, 0, 0),
     ("sglang", 3200, 0.95, 4, 8.0, 8, 110.0, None, 0.62, 0, 0),
 ]
 CAPACITY_LABELS = {1024: "64K", 3200: "200K"}
@@ -139,25 +195,59 @@ def capacity_frames() -> list[tuple[pl.DataFrame, pl.DataFrame]]:
     out = []
     for i, (engine, ctx, mem, c, window, within, tpot, stop, kv, waiting, preempt) in enumerate(CAPACITY):
         counted = 2 * c
-        run = pl.DataFrame({
-            "source": ["measured"], "experiment": ["cpu_capacity"], "run_id": [f"cap{i:02d}"],
-            "hardware": ["CPU x86_64 (test)"], "device_kind": ["cpu"], "model": ["tiny-llama"], "engine": [engine],
-            "tp": [1], "dcp": [1], "mem_util": [mem], "kv_budget_bytes": [8388608 if mem == 0.92 else 20971520],
-            "kv_pool_tokens": [8192 if mem == 0.92 else 20480], "context_label": [CAPACITY_LABELS[ctx]],
-            "context_tokens": [ctx], "scale_factor": [64.0], "mode": ["fixed_batch"], "batch_size": [3 * c],
-            "prompt_tokens": [ctx - 64], "output_tokens": [64], "repeat": [0], "attempts": [1], "status": ["ok"],
-            "batch_time_s": [window + 2.0], "load_mode": ["closed"], "load_concurrency": [c],
-            "requests_warmup": [c], "requests_outside_window": [0], "window_s": [window], "load_stop": [stop],
-            "tpot_p50_ms": [tpot], "ttft_p50_ms": [100.0 * c], "slo_ttft_ms": [5000.0], "slo_tpot_ms": [200.0],
-            "requests_within_slo": [within], "requests_ok": [counted], "requests_failed": [0],
-            "served_output_tokens": [64 * counted], "started_at": [f"2026-12-01T10:{i:02d}:00"],
-        })
-        samples = pl.DataFrame({
-            "t_s": [0.0, 0.5, 1.0, 1.5, 2.0], "kv_cache_usage": [round(kv * k / 5, 6) for k in range(1, 6)],
-            "preemptions_total": [10.0, 10.0, 10.0, 10.0 + preempt, 10.0 + preempt],
-            "requests_running": [float(min(c, 8192 // ctx if mem == 0.92 else 20480 // ctx))] * 5,
-            "requests_waiting": [0.0, float(waiting), float(waiting), 0.0, 0.0], "error": [None] * 5,
-        }, schema_overrides={"error": pl.String})
+        run = pl.DataFrame(
+            {
+                "source": ["measured"],
+                "experiment": ["cpu_capacity"],
+                "run_id": [f"cap{i:02d}"],
+                "hardware": ["CPU x86_64 (test)"],
+                "device_kind": ["cpu"],
+                "model": ["tiny-llama"],
+                "engine": [engine],
+                "tp": [1],
+                "dcp": [1],
+                "mem_util": [mem],
+                "kv_budget_bytes": [8388608 if mem == 0.92 else 20971520],
+                "kv_pool_tokens": [8192 if mem == 0.92 else 20480],
+                "context_label": [CAPACITY_LABELS[ctx]],
+                "context_tokens": [ctx],
+                "scale_factor": [64.0],
+                "mode": ["fixed_batch"],
+                "batch_size": [3 * c],
+                "prompt_tokens": [ctx - 64],
+                "output_tokens": [64],
+                "repeat": [0],
+                "attempts": [1],
+                "status": ["ok"],
+                "batch_time_s": [window + 2.0],
+                "load_mode": ["closed"],
+                "load_concurrency": [c],
+                "requests_warmup": [c],
+                "requests_outside_window": [0],
+                "window_s": [window],
+                "load_stop": [stop],
+                "tpot_p50_ms": [tpot],
+                "ttft_p50_ms": [100.0 * c],
+                "slo_ttft_ms": [5000.0],
+                "slo_tpot_ms": [200.0],
+                "requests_within_slo": [within],
+                "requests_ok": [counted],
+                "requests_failed": [0],
+                "served_output_tokens": [64 * counted],
+                "started_at": [f"2026-12-01T10:{i:02d}:00"],
+            }
+        )
+        samples = pl.DataFrame(
+            {
+                "t_s": [0.0, 0.5, 1.0, 1.5, 2.0],
+                "kv_cache_usage": [round(kv * k / 5, 6) for k in range(1, 6)],
+                "preemptions_total": [10.0, 10.0, 10.0, 10.0 + preempt, 10.0 + preempt],
+                "requests_running": [float(min(c, 8192 // ctx if mem == 0.92 else 20480 // ctx))] * 5,
+                "requests_waiting": [0.0, float(waiting), float(waiting), 0.0, 0.0],
+                "error": [None] * 5,
+            },
+            schema_overrides={"error": pl.String},
+        )
         out.append((run, samples))
     return out
 
@@ -176,11 +266,24 @@ def write_capacity_runs(data: Path) -> Path:
             folder = Path(tmp) / rid
             folder.mkdir()
             samples.write_csv(folder / store.TELEMETRY_FILE)
-            (folder / store.TELEMETRY_INFO_FILE).write_text(json.dumps({
-                "available": True, "reason": None, "source": "GET /metrics, sampled during the batch (SYNTHETIC)",
-                "interval_s": 0.5, "samples": samples.height, "samples_ok": samples.height}))
-            store.write_run(data / "runs" / "cpu_capacity", rid, run,
-                            files={f: folder / f for f in (store.TELEMETRY_FILE, store.TELEMETRY_INFO_FILE)})
+            (folder / store.TELEMETRY_INFO_FILE).write_text(
+                json.dumps(
+                    {
+                        "available": True,
+                        "reason": None,
+                        "source": "GET /metrics, sampled during the batch (SYNTHETIC)",
+                        "interval_s": 0.5,
+                        "samples": samples.height,
+                        "samples_ok": samples.height,
+                    }
+                )
+            )
+            store.write_run(
+                data / "runs" / "cpu_capacity",
+                rid,
+                run,
+                files={f: folder / f for f in (store.TELEMETRY_FILE, store.TELEMETRY_INFO_FILE)},
+            )
     return data
 
 
@@ -202,15 +305,38 @@ def write_capacity_probes(data: Path) -> Path:
 
     servers = []
     for i, (engine, mem, diverge) in enumerate(PROBED):
-        tokens = PROBE_REF_TOKENS if diverge is None else \
-            PROBE_REF_TOKENS[:diverge] + [f" u{j}" for j in range(diverge, 16)]
+        tokens = (
+            PROBE_REF_TOKENS if diverge is None else PROBE_REF_TOKENS[:diverge] + [f" u{j}" for j in range(diverge, 16)]
+        )
         outs = [probe.ProbeOutput(p, tuple(tokens), tuple(PROBE_REF_MARGINS)) for p in range(len(probe.PROBE_PROMPTS))]
-        config = {"engine": engine, "engine_label": engine, "model": "tiny-llama", "tp": 1, "dcp": 1, "dp": 1,
-                  "mem_util": mem, "kv_budget_bytes": 8388608 if mem == 0.92 else 20971520, "prefix_caching": True}
-        servers.append({"server_key": f"{engine}{mem}", "engine": engine, "experiments": ["cpu_capacity"],
-                        "started_at": f"2026-12-01T10:0{i}", "probe": probe.record(outs, config)})
+        config = {
+            "engine": engine,
+            "engine_label": engine,
+            "model": "tiny-llama",
+            "tp": 1,
+            "dcp": 1,
+            "dp": 1,
+            "mem_util": mem,
+            "kv_budget_bytes": 8388608 if mem == 0.92 else 20971520,
+            "prefix_caching": True,
+        }
+        servers.append(
+            {
+                "server_key": f"{engine}{mem}",
+                "engine": engine,
+                "experiments": ["cpu_capacity"],
+                "started_at": f"2026-12-01T10:0{i}",
+                "probe": probe.record(outs, config),
+            }
+        )
     path = data / "runs" / "cpu_capacity" / store.MANIFEST_FILE
     old = json.loads(path.read_text()) if path.exists() else {"experiment": "cpu_capacity"}
-    store.write_json_atomic(path, old | {"configurations": [s["server_key"] for s in servers],
-                                         "sweeps": [{"servers": servers[:2]}, {"servers": servers[2:]}]})
+    store.write_json_atomic(
+        path,
+        old
+        | {
+            "configurations": [s["server_key"] for s in servers],
+            "sweeps": [{"servers": servers[:2]}, {"servers": servers[2:]}],
+        },
+    )
     return data

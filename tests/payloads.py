@@ -45,6 +45,7 @@ def assert_no_live_payload(page: str):
     assert not [e for e in p.elements if e[0] == "img" and e[1].get("src") == "x"], "a payload <img> is live"
     assert not [e for e in p.elements if any(a.startswith("on") and "alert" in (v or "") for a, v in e[1].items())]
     assert not [s for s in p.scripts if "alert(" in s], "a payload <script> is live"
-    assert not [e for e in p.elements if e[0] == "a" and (e[1].get("href") or "").strip().lower().startswith(
-        "javascript:")], "a javascript: link is live"
+    assert not [
+        e for e in p.elements if e[0] == "a" and (e[1].get("href") or "").strip().lower().startswith("javascript:")
+    ], "a javascript: link is live"
     assert IMG not in page and SCRIPT not in page

@@ -55,8 +55,12 @@ def _write(data: Path, spec: dict) -> Path:
 
 def _kill_harness_after_first_run(path: Path, data: Path, tag: str) -> tuple[set[str], dict[str, int], float]:
     exp_dir = data / "runs" / "resume"
-    harness = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(data)],
-                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(data)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 240
     while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -76,40 +80,89 @@ def shared_sweep(data: Path) -> RealVllmSweep:
     engine = {**BASE_ENGINE, "served_model_name": tag, "max_model_len": 4096}
     study = [
         *({"workload.kind": "shared_prefix", "workload.shared_fraction": f} for f in (0.0, 0.5, 0.9)),
-        {"workload.kind": "multi_turn", "workload.context_tokens": None, "workload.shared_fraction": None,
-         "workload.batch_size": 3,
-         "workload.turns": 3, "workload.document_tokens": 1024, "workload.question_tokens": 32,
-         "workload.output_tokens": 16},
-        {"workload.kind": "classification", "workload.context_tokens": None, "workload.shared_fraction": None,
-         "workload.prompt_tokens": 48,
-         "workload.output_tokens": 10, "workload.batch_size": 160, "workload.concurrency": 128},
+        {
+            "workload.kind": "multi_turn",
+            "workload.context_tokens": None,
+            "workload.shared_fraction": None,
+            "workload.batch_size": 3,
+            "workload.turns": 3,
+            "workload.document_tokens": 1024,
+            "workload.question_tokens": 32,
+            "workload.output_tokens": 16,
+        },
+        {
+            "workload.kind": "classification",
+            "workload.context_tokens": None,
+            "workload.shared_fraction": None,
+            "workload.prompt_tokens": 48,
+            "workload.output_tokens": 10,
+            "workload.batch_size": 160,
+            "workload.concurrency": 128,
+        },
     ]
     studies = {
-        "name": "studies", "hardware": "CPU (test)", "device": "cpu",
+        "name": "studies",
+        "hardware": "CPU (test)",
+        "device": "cpu",
         "engines": {"apc": {**engine, "prefix_caching": True}, "no_apc": {**engine, "prefix_caching": False}},
-        "workload": {"kind": "shared_prefix", "batch_size": 8, "concurrency": 4, "context_tokens": 2048,
-                     "output_tokens": 8, "shared_fraction": 0.0},
-        "matrix": {"engine": ["apc", "no_apc"], "study": study}, "warmup": True,
+        "workload": {
+            "kind": "shared_prefix",
+            "batch_size": 8,
+            "concurrency": 4,
+            "context_tokens": 2048,
+            "output_tokens": 8,
+            "shared_fraction": 0.0,
+        },
+        "matrix": {"engine": ["apc", "no_apc"], "study": study},
+        "warmup": True,
         "retry": {"max_attempts": 1, "retry_on": []},
     }
     # experiments on the cache-on server's configuration
-    small = {"hardware": "CPU (test)", "device": "cpu", "scale_factor": 32,
-             "engines": {"vllm": {**engine, "prefix_caching": True}}, "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
-    resume = _write(data, {**small, "name": "resume", "repeats": 3,
-                           "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024,
-                                        "output_tokens": 400}})
+    small = {
+        "hardware": "CPU (test)",
+        "device": "cpu",
+        "scale_factor": 32,
+        "engines": {"vllm": {**engine, "prefix_caching": True}},
+        "warmup": True,
+        "retry": {"max_attempts": 1, "retry_on": []},
+    }
+    resume = _write(
+        data,
+        {
+            **small,
+            "name": "resume",
+            "repeats": 3,
+            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 400},
+        },
+    )
     first, mtimes, orphan_s = _kill_harness_after_first_run(resume, data, tag)
-    paths = [_write(data, studies), resume,
-             # 2 x 992 against 2 x 4,064 prompt tokens (four times the prefill), and one single run
-             _write(data, {**small, "name": "two_contexts", "matrix": {"workload.context_tokens": [1024, 4096]},
-                           "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024,
-                                        "output_tokens": 32}}),
-             _write(data, {**small, "name": "study_b",
-                           "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256,
-                                        "output_tokens": 16}}),
-             # the studies' 90%-shared point, twice: the repeats must not hit each other's (nor that run's) cache
-             _write(data, {**small, "name": "repeats", "repeats": 2,
-                           "workload": {**studies["workload"], "shared_fraction": 0.9}})]
+    paths = [
+        _write(data, studies),
+        resume,
+        # 2 x 992 against 2 x 4,064 prompt tokens (four times the prefill), and one single run
+        _write(
+            data,
+            {
+                **small,
+                "name": "two_contexts",
+                "matrix": {"workload.context_tokens": [1024, 4096]},
+                "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 32},
+            },
+        ),
+        _write(
+            data,
+            {
+                **small,
+                "name": "study_b",
+                "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},
+            },
+        ),
+        # the studies' 90%-shared point, twice: the repeats must not hit each other's (nor that run's) cache
+        _write(
+            data,
+            {**small, "name": "repeats", "repeats": 2, "workload": {**studies["workload"], "shared_fraction": 0.9}},
+        ),
+    ]
     seen: list[tuple[str, bool, set[str]]] = []
 
     def on_run(run, status):

@@ -31,11 +31,22 @@ def test_throughput_definitions():
     tp = analysis.throughput(PUB).sort("context_tokens", "engine")
     assert tp["batches_per_s"].to_list() == pytest.approx([1 / 150.8, 1 / 100.5, 1 / 225.3, 1 / 295.2])
     assert tp["requests_per_s"].null_count() == 4  # the article gives no batch size
-    measured = pl.DataFrame({
-        "source": ["measured"], "experiment": ["e"], "hardware": ["CPU"], "context_label": ["2K"],
-        "context_tokens": [2048], "engine": ["vllm"], "status": ["ok"], "batch_time_s": [2.0],
-        "batch_size": [4], "output_tokens": [32], "prompt_tokens": [2000], "scale_factor": [32.0],
-    })
+    measured = pl.DataFrame(
+        {
+            "source": ["measured"],
+            "experiment": ["e"],
+            "hardware": ["CPU"],
+            "context_label": ["2K"],
+            "context_tokens": [2048],
+            "engine": ["vllm"],
+            "status": ["ok"],
+            "batch_time_s": [2.0],
+            "batch_size": [4],
+            "output_tokens": [32],
+            "prompt_tokens": [2000],
+            "scale_factor": [32.0],
+        }
+    )
     row = analysis.throughput(measured).row(0, named=True)
     assert (row["requests_per_s"], row["output_tokens_per_s"], row["prompt_tokens_per_s"]) == (2.0, 64.0, 4000.0)
 
@@ -76,8 +87,11 @@ def test_consistency_check_reports_each_claim():
     assert round(verdict["decay_vllm"]["implied_by_time_ratio"], 2) == 2.94
     assert round(verdict["decay_sglang"]["implied_by_time_ratio"], 2) == 1.49
     assert {c: (r["kind"], r["engine"]) for c, r in verdict.items()} == {
-        "speedup_64K": ("relative_speed", "vllm"), "speedup_200K": ("relative_speed", "sglang"),
-        "decay_vllm": ("throughput_decay", "vllm"), "decay_sglang": ("throughput_decay", "sglang")}
+        "speedup_64K": ("relative_speed", "vllm"),
+        "speedup_200K": ("relative_speed", "sglang"),
+        "decay_vllm": ("throughput_decay", "vllm"),
+        "decay_sglang": ("throughput_decay", "sglang"),
+    }
     # every numeric claim is checked under every definition of its kind
     assert check.height == 2 * len(analysis.SPEED_DEFINITIONS) + 2 * len(analysis.DECAY_DEFINITIONS)
 
@@ -91,65 +105,118 @@ def test_consistency_flags_a_claim_naming_the_slower_engine():
 
 
 def test_memory_study_counts_retries_and_causes():
-    runs = pl.DataFrame({
-        "source": ["measured"] * 3, "experiment": ["e"] * 3, "run_id": ["a", "b", "c"],
-        "hardware": ["CPU"] * 3, "engine": ["vllm"] * 3, "mem_util": [0.95, 0.95, 0.92],
-        "context_label": ["2K"] * 3, "context_tokens": [2048] * 3, "status": ["ok", "failed", "ok"],
-        "batch_time_s": [2.0, None, 3.0],
-        "attempts": [3, 3, 1], "ttft_mean_ms": [10.0, None, 12.0], "e2e_mean_ms": [100.0, None, 120.0],
-        "server_preemptions": [0, None, 0],
-    })
-    attempts = pl.DataFrame({
-        "run_id": ["a", "a", "a", "b", "b", "b", "c"], "attempt": [1, 2, 3, 1, 2, 3, 1],
-        "status": ["failed", "failed", "ok", "failed", "failed", "failed", "ok"],
-        "failure_cause": ["kv_cache_too_small"] * 2 + [None] + ["runtime_oom"] * 3 + [None],
-    })
+    runs = pl.DataFrame(
+        {
+            "source": ["measured"] * 3,
+            "experiment": ["e"] * 3,
+            "run_id": ["a", "b", "c"],
+            "hardware": ["CPU"] * 3,
+            "engine": ["vllm"] * 3,
+            "mem_util": [0.95, 0.95, 0.92],
+            "context_label": ["2K"] * 3,
+            "context_tokens": [2048] * 3,
+            "status": ["ok", "failed", "ok"],
+            "batch_time_s": [2.0, None, 3.0],
+            "attempts": [3, 3, 1],
+            "ttft_mean_ms": [10.0, None, 12.0],
+            "e2e_mean_ms": [100.0, None, 120.0],
+            "server_preemptions": [0, None, 0],
+        }
+    )
+    attempts = pl.DataFrame(
+        {
+            "run_id": ["a", "a", "a", "b", "b", "b", "c"],
+            "attempt": [1, 2, 3, 1, 2, 3, 1],
+            "status": ["failed", "failed", "ok", "failed", "failed", "failed", "ok"],
+            "failure_cause": ["kv_cache_too_small"] * 2 + [None] + ["runtime_oom"] * 3 + [None],
+        }
+    )
     stats = {r["mem_util"]: r for r in analysis.memory_study(runs, attempts).iter_rows(named=True)}
     assert (stats[0.95]["runs"], stats[0.95]["runs_failed"], stats[0.95]["retries"]) == (2, 1, 4)
     assert (stats[0.92]["runs_failed"], stats[0.92]["retries"]) == (0, 0)
     assert stats[0.95]["batch_time_mean_s"] == 2.0
     causes = analysis.failure_causes(attempts, runs).filter(pl.col("mem_util") == 0.95)
     assert dict(causes.select("failure_cause", "failed_attempts").iter_rows()) == {
-        "kv_cache_too_small": 2, "runtime_oom": 3,
+        "kv_cache_too_small": 2,
+        "runtime_oom": 3,
     }
 
 
 def _two_engines(times: dict[tuple[str, int], float]) -> pl.DataFrame:
     """Measured fixed-batch runs, one per (engine, context tokens) -> batch time."""
-    rows = [{"source": "measured", "experiment": "e", "hardware": "CPU", "engine": e, "context_tokens": c,
-             "context_label": f"{c * 32 // 1024}K", "status": "ok", "batch_time_s": t, "batch_size": 4,
-             "output_tokens": 64, "prompt_tokens": c - 64, "scale_factor": 32.0} for (e, c), t in times.items()]
+    rows = [
+        {
+            "source": "measured",
+            "experiment": "e",
+            "hardware": "CPU",
+            "engine": e,
+            "context_tokens": c,
+            "context_label": f"{c * 32 // 1024}K",
+            "status": "ok",
+            "batch_time_s": t,
+            "batch_size": 4,
+            "output_tokens": 64,
+            "prompt_tokens": c - 64,
+            "scale_factor": 32.0,
+        }
+        for (e, c), t in times.items()
+    ]
     return pl.DataFrame(rows)
 
 
 def test_relative_speed_and_crossover_between_measured_engines():
-    runs = _two_engines({("vllm", 2048): 2.0, ("vllm", 6400): 8.0,
-                         ("sglang-jax", 2048): 4.0, ("sglang-jax", 6400): 6.0})
+    runs = _two_engines(
+        {("vllm", 2048): 2.0, ("vllm", 6400): 8.0, ("sglang-jax", 2048): 4.0, ("sglang-jax", 6400): 6.0}
+    )
     rel = analysis.relative_speed(runs, "vllm", "sglang-jax")
-    assert rel.select("context_label", "engine", "batch_time_s", "other_engine", "other_batch_time_s", "faster",
-                      "speedup").rows() == [("64K", "vllm", 2.0, "sglang-jax", 4.0, "vllm", 2.0),
-                                            ("200K", "vllm", 8.0, "sglang-jax", 6.0, "sglang-jax", 8.0 / 6.0)]
+    assert rel.select(
+        "context_label", "engine", "batch_time_s", "other_engine", "other_batch_time_s", "faster", "speedup"
+    ).rows() == [
+        ("64K", "vllm", 2.0, "sglang-jax", 4.0, "vllm", 2.0),
+        ("200K", "vllm", 8.0, "sglang-jax", 6.0, "sglang-jax", 8.0 / 6.0),
+    ]
     # contexts pair on their tokens: a label written another way names the same context
-    relabelled = runs.with_columns(pl.when(pl.col("engine") == "sglang-jax").then(pl.lit("65,536"))
-                                   .otherwise(pl.col("context_label")).alias("context_label"))
+    relabelled = runs.with_columns(
+        pl.when(pl.col("engine") == "sglang-jax")
+        .then(pl.lit("65,536"))
+        .otherwise(pl.col("context_label"))
+        .alias("context_label")
+    )
     assert analysis.relative_speed(relabelled, "vllm", "sglang-jax")["speedup"].to_list() == [2.0, 8.0 / 6.0]
     x = analysis.crossover(runs, "vllm", "sglang-jax")
     assert (x.context_tokens, x.faster_below, x.faster_above) == (2048 + 4352 / 2, "vllm", "sglang-jax")
     # with sglang-jax slower everywhere the estimate says so instead of extrapolating
-    slow = runs.with_columns(pl.when(pl.col("engine") == "sglang-jax").then(pl.col("batch_time_s") * 3)
-                             .otherwise(pl.col("batch_time_s")).alias("batch_time_s"))
+    slow = runs.with_columns(
+        pl.when(pl.col("engine") == "sglang-jax")
+        .then(pl.col("batch_time_s") * 3)
+        .otherwise(pl.col("batch_time_s"))
+        .alias("batch_time_s")
+    )
     none = analysis.crossover(slow, "vllm", "sglang-jax")
     assert none.context_tokens is None
     assert none.note == "vLLM is faster at every measured context (2,048–6,400 tokens): no crossover inside the range"
-    fast = runs.with_columns(pl.when(pl.col("engine") == "sglang-jax").then(pl.col("batch_time_s") / 10)
-                             .otherwise(pl.col("batch_time_s")).alias("batch_time_s"))
+    fast = runs.with_columns(
+        pl.when(pl.col("engine") == "sglang-jax")
+        .then(pl.col("batch_time_s") / 10)
+        .otherwise(pl.col("batch_time_s"))
+        .alias("batch_time_s")
+    )
     assert analysis.crossover(fast, "vllm", "sglang-jax").note.startswith(
-        "sglang-jax (CPU) is faster at every measured context")  # the engine's label, never its id
+        "sglang-jax (CPU) is faster at every measured context"
+    )  # the engine's label, never its id
 
 
 def test_batch_time_growth_fits_a_power_law_per_engine():
-    runs = _two_engines({("vllm", 1024): 1.0, ("vllm", 2048): 2.0, ("vllm", 4096): 4.0,
-                         ("sglang-jax", 1024): 3.0, ("sglang-jax", 4096): 6.0, ("sglang-jax", 2048): 3.0})
+    runs = _two_engines(
+        {
+            ("vllm", 1024): 1.0,
+            ("vllm", 2048): 2.0,
+            ("vllm", 4096): 4.0,
+            ("sglang-jax", 1024): 3.0,
+            ("sglang-jax", 4096): 6.0,
+            ("sglang-jax", 2048): 3.0,
+        }
+    )
     g = {r["engine"]: r for r in analysis.batch_time_growth(runs).iter_rows(named=True)}
     v = g["vllm"]
     assert (v["growth"], v["n_contexts"], v["c_from"], v["c_to"]) == (4.0, 3, 1024, 4096)
@@ -161,17 +228,32 @@ def test_batch_time_growth_fits_a_power_law_per_engine():
 
 
 def test_memory_study_keeps_missing_counters_null_and_compares_settings():
-    runs = pl.DataFrame({
-        "source": ["measured"] * 4, "experiment": ["e"] * 4, "run_id": ["a", "b", "c", "d"],
-        "hardware": ["CPU"] * 4, "engine": ["vllm", "vllm", "sglang-jax", "sglang-jax"],
-        "mem_util": [0.92, 0.95, 0.92, 0.95], "context_label": ["200K"] * 4, "context_tokens": [3200] * 4,
-        "status": ["ok"] * 4,
-        "batch_time_s": [8.0, 6.0, 6.0, 5.0], "attempts": [1, 1, 1, 2], "ttft_mean_ms": [1.0] * 4,
-        "e2e_mean_ms": [2.0] * 4, "server_preemptions": [2, 0, None, None],
-    })
-    attempts = pl.DataFrame({"run_id": ["a", "b", "c", "d", "d"], "attempt": [1, 1, 1, 1, 2],
-                             "status": ["ok", "ok", "ok", "failed", "ok"],
-                             "failure_cause": [None, None, None, "runtime_oom", None]})
+    runs = pl.DataFrame(
+        {
+            "source": ["measured"] * 4,
+            "experiment": ["e"] * 4,
+            "run_id": ["a", "b", "c", "d"],
+            "hardware": ["CPU"] * 4,
+            "engine": ["vllm", "vllm", "sglang-jax", "sglang-jax"],
+            "mem_util": [0.92, 0.95, 0.92, 0.95],
+            "context_label": ["200K"] * 4,
+            "context_tokens": [3200] * 4,
+            "status": ["ok"] * 4,
+            "batch_time_s": [8.0, 6.0, 6.0, 5.0],
+            "attempts": [1, 1, 1, 2],
+            "ttft_mean_ms": [1.0] * 4,
+            "e2e_mean_ms": [2.0] * 4,
+            "server_preemptions": [2, 0, None, None],
+        }
+    )
+    attempts = pl.DataFrame(
+        {
+            "run_id": ["a", "b", "c", "d", "d"],
+            "attempt": [1, 1, 1, 1, 2],
+            "status": ["ok", "ok", "ok", "failed", "ok"],
+            "failure_cause": [None, None, None, "runtime_oom", None],
+        }
+    )
     stats = analysis.memory_study(runs, attempts)
     pre = {(r["engine"], r["mem_util"]): r["preemptions"] for r in stats.iter_rows(named=True)}
     assert pre == {("vllm", 0.92): 2, ("vllm", 0.95): 0, ("sglang-jax", 0.92): None, ("sglang-jax", 0.95): None}
@@ -185,57 +267,129 @@ def test_memory_study_keeps_missing_counters_null_and_compares_settings():
 
 def test_memory_ratios_set_each_engine_against_itself_with_the_range_of_its_repeats():
     """0.92 ÷ 0.95 within each engine: the ratio of the means, and least ÷ most to most ÷ least over the repeats."""
-    rows = [("vllm", 0.92, 8.0), ("vllm", 0.95, 6.0), ("vllm", 0.95, 4.0), ("vllm", 0.92, 10.0), ("vllm", 0.95, 5.0),
-            ("vllm", 0.92, 9.0), ("sglang-jax", 0.92, 6.0), ("sglang-jax", 0.95, 5.0)]
-    runs = pl.DataFrame({
-        "source": "measured", "experiment": "e", "hardware": "CPU", "run_id": [f"r{i}" for i in range(len(rows))],
-        "engine": [r[0] for r in rows], "mem_util": [r[1] for r in rows], "context_label": "200K",
-        "context_tokens": 3200, "status": "ok", "batch_time_s": [r[2] for r in rows], "attempts": 1,
-        "ttft_mean_ms": 1.0, "e2e_mean_ms": [r[2] * 100 for r in rows], "server_preemptions": None})
+    rows = [
+        ("vllm", 0.92, 8.0),
+        ("vllm", 0.95, 6.0),
+        ("vllm", 0.95, 4.0),
+        ("vllm", 0.92, 10.0),
+        ("vllm", 0.95, 5.0),
+        ("vllm", 0.92, 9.0),
+        ("sglang-jax", 0.92, 6.0),
+        ("sglang-jax", 0.95, 5.0),
+    ]
+    runs = pl.DataFrame(
+        {
+            "source": "measured",
+            "experiment": "e",
+            "hardware": "CPU",
+            "run_id": [f"r{i}" for i in range(len(rows))],
+            "engine": [r[0] for r in rows],
+            "mem_util": [r[1] for r in rows],
+            "context_label": "200K",
+            "context_tokens": 3200,
+            "status": "ok",
+            "batch_time_s": [r[2] for r in rows],
+            "attempts": 1,
+            "ttft_mean_ms": 1.0,
+            "e2e_mean_ms": [r[2] * 100 for r in rows],
+            "server_preemptions": None,
+        }
+    )
     attempts = pl.DataFrame({"run_id": [f"r{i}" for i in range(len(rows))], "status": "ok", "failure_cause": None})
-    ratios = {r["engine"]: r for r in analysis.memory_ratios(analysis.memory_study(runs, attempts)).iter_rows(named=True)}
+    ratios = {
+        r["engine"]: r for r in analysis.memory_ratios(analysis.memory_study(runs, attempts)).iter_rows(named=True)
+    }
     v, s = ratios["vllm"], ratios["sglang-jax"]
     # vLLM: means 9 s (8, 9, 10) against 5 s (4, 5, 6); the range 8 ÷ 6 to 10 ÷ 4
     assert (v["mem_low"], v["mem_high"], v["n_runs"]) == (0.92, 0.95, 3)
-    assert (v["batch_time_ratio"], v["batch_time_ratio_min"], v["batch_time_ratio_max"]) == \
-        (pytest.approx(1.8), pytest.approx(8 / 6), pytest.approx(2.5))
-    assert (v["e2e_ratio"], v["e2e_ratio_min"], v["e2e_ratio_max"]) == \
-        (pytest.approx(1.8), pytest.approx(8 / 6), pytest.approx(2.5))
+    assert (v["batch_time_ratio"], v["batch_time_ratio_min"], v["batch_time_ratio_max"]) == (
+        pytest.approx(1.8),
+        pytest.approx(8 / 6),
+        pytest.approx(2.5),
+    )
+    assert (v["e2e_ratio"], v["e2e_ratio_min"], v["e2e_ratio_max"]) == (
+        pytest.approx(1.8),
+        pytest.approx(8 / 6),
+        pytest.approx(2.5),
+    )
     # sglang-jax: one run a side, so its range is the ratio itself
-    assert (s["batch_time_ratio"], s["batch_time_ratio_min"], s["batch_time_ratio_max"], s["n_runs"]) == \
-        (pytest.approx(1.2), pytest.approx(1.2), pytest.approx(1.2), 1)
+    assert (s["batch_time_ratio"], s["batch_time_ratio_min"], s["batch_time_ratio_max"], s["n_runs"]) == (
+        pytest.approx(1.2),
+        pytest.approx(1.2),
+        pytest.approx(1.2),
+        1,
+    )
     assert analysis.memory_ratios(analysis.memory_study(runs, attempts).filter(pl.col("mem_util") == 0.92)).height == 0
 
 
 def test_relative_to_context_sets_each_engine_to_1_at_the_reference():
-    frame = pl.DataFrame({"source": "published", "experiment": "a", "hardware": "B300",
-                          "engine": ["vllm", "vllm", "sglang", "sglang", "sglang"],
-                          "context_label": ["64K", "200K", "32K", "64K", "200K"],
-                          "context_tokens": [65536, 204800, 32768, 65536, 204800],
-                          "batches_per_s": [0.01, 0.0034, 0.02, 0.008, 0.0052]})
-    at64 = {(r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
-            for r in analysis.relative_to_context(frame, "batches_per_s", "64K").iter_rows(named=True)}
-    assert at64 == {("vllm", "64K"): (1.0, "64K"), ("vllm", "200K"): (pytest.approx(0.34), "64K"),
-                    ("sglang", "32K"): (2.5, "64K"), ("sglang", "64K"): (1.0, "64K"),
-                    ("sglang", "200K"): (pytest.approx(0.65), "64K")}
+    frame = pl.DataFrame(
+        {
+            "source": "published",
+            "experiment": "a",
+            "hardware": "B300",
+            "engine": ["vllm", "vllm", "sglang", "sglang", "sglang"],
+            "context_label": ["64K", "200K", "32K", "64K", "200K"],
+            "context_tokens": [65536, 204800, 32768, 65536, 204800],
+            "batches_per_s": [0.01, 0.0034, 0.02, 0.008, 0.0052],
+        }
+    )
+    at64 = {
+        (r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
+        for r in analysis.relative_to_context(frame, "batches_per_s", "64K").iter_rows(named=True)
+    }
+    assert at64 == {
+        ("vllm", "64K"): (1.0, "64K"),
+        ("vllm", "200K"): (pytest.approx(0.34), "64K"),
+        ("sglang", "32K"): (2.5, "64K"),
+        ("sglang", "64K"): (1.0, "64K"),
+        ("sglang", "200K"): (pytest.approx(0.65), "64K"),
+    }
     # no reference named: each engine's shortest context (sglang's 32K, vLLM's 64K)
-    short = {(r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
-             for r in analysis.relative_to_context(frame, "batches_per_s").iter_rows(named=True)}
+    short = {
+        (r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
+        for r in analysis.relative_to_context(frame, "batches_per_s").iter_rows(named=True)
+    }
     assert short[("sglang", "64K")] == (pytest.approx(0.4), "32K") and short[("vllm", "200K")][1] == "64K"
 
 
 def test_caching_gain_carries_the_range_of_each_speed_up_over_the_repeats():
     rows = [(True, 2.0, 100.0), (True, 3.0, 150.0), (False, 6.0, 300.0), (False, 9.0, 600.0)]
-    sharing = pl.DataFrame({"experiment": "e", "hardware": "CPU", "engine": "vllm", "shared_fraction": 0.5,
-                            "prefix_caching": [r[0] for r in rows], "ideal_hit_rate": 0.4, "cache_hit_rate": 0.3,
-                            "prompt_tokens_per_s": 1.0, "batch_time_s": [r[1] for r in rows],
-                            "ttft_mean_ms": [r[2] for r in rows], "n_runs": 3})
+    sharing = pl.DataFrame(
+        {
+            "experiment": "e",
+            "hardware": "CPU",
+            "engine": "vllm",
+            "shared_fraction": 0.5,
+            "prefix_caching": [r[0] for r in rows],
+            "ideal_hit_rate": 0.4,
+            "cache_hit_rate": 0.3,
+            "prompt_tokens_per_s": 1.0,
+            "batch_time_s": [r[1] for r in rows],
+            "ttft_mean_ms": [r[2] for r in rows],
+            "n_runs": 3,
+        }
+    )
     # one row per setting, each with its repeats' range: on 2-3 s (median 2.5), off 6-9 s (median 7.5)
-    folded = pl.DataFrame({"experiment": ["e", "e"], "hardware": "CPU", "engine": "vllm", "shared_fraction": 0.5,
-                           "prefix_caching": [True, False], "ideal_hit_rate": 0.4, "cache_hit_rate": [0.3, 0.0],
-                           "prompt_tokens_per_s": 1.0, "batch_time_s": [2.5, 7.5], "batch_time_min_s": [2.0, 6.0],
-                           "batch_time_max_s": [3.0, 9.0], "ttft_mean_ms": [125.0, 450.0],
-                           "ttft_min_ms": [100.0, 300.0], "ttft_max_ms": [150.0, 600.0], "n_runs": [3, 3]})
+    folded = pl.DataFrame(
+        {
+            "experiment": ["e", "e"],
+            "hardware": "CPU",
+            "engine": "vllm",
+            "shared_fraction": 0.5,
+            "prefix_caching": [True, False],
+            "ideal_hit_rate": 0.4,
+            "cache_hit_rate": [0.3, 0.0],
+            "prompt_tokens_per_s": 1.0,
+            "batch_time_s": [2.5, 7.5],
+            "batch_time_min_s": [2.0, 6.0],
+            "batch_time_max_s": [3.0, 9.0],
+            "ttft_mean_ms": [125.0, 450.0],
+            "ttft_min_ms": [100.0, 300.0],
+            "ttft_max_ms": [150.0, 600.0],
+            "n_runs": [3, 3],
+        }
+    )
     g = analysis.caching_gain(folded).row(0, named=True)
     assert (g["batch_speedup"], g["batch_speedup_min"], g["batch_speedup_max"], g["n_runs"]) == (3.0, 2.0, 4.5, 3)
     assert (g["ttft_speedup"], g["ttft_speedup_min"], g["ttft_speedup_max"]) == (3.6, 2.0, 6.0)
@@ -243,20 +397,40 @@ def test_caching_gain_carries_the_range_of_each_speed_up_over_the_repeats():
 
 
 def _turn_runs():
-    return pl.DataFrame({"source": ["measured"], "experiment": ["mt"], "hardware": ["CPU"], "engine": ["vllm"],
-                         "prefix_caching": [True], "mode": ["multi_turn"], "status": ["ok"], "run_id": ["r"]})
+    return pl.DataFrame(
+        {
+            "source": ["measured"],
+            "experiment": ["mt"],
+            "hardware": ["CPU"],
+            "engine": ["vllm"],
+            "prefix_caching": [True],
+            "mode": ["multi_turn"],
+            "status": ["ok"],
+            "run_id": ["r"],
+        }
+    )
 
 
 def test_multi_turn_reads_the_stored_turn_and_rebuilds_it_only_for_old_runs():
     # two conversations of three turns (100, 150, 200 prompt tokens); both turn-1 requests failed
-    reqs = pl.DataFrame({
-        "run_id": ["r"] * 6, "request_index": list(range(6)), "status": ["ok", "failed", "ok"] * 2,
-        "conversation": [0, 0, 0, 1, 1, 1], "turn": [0, 1, 2] * 2, "prompt_tokens": [100, None, 200] * 2,
-        "cached_tokens": [0, None, 150] * 2, "ttft_ms": [10.0, None, 20.0] * 2,
-    }, schema_overrides={"prompt_tokens": pl.Int64, "cached_tokens": pl.Int64, "ttft_ms": pl.Float64})
+    reqs = pl.DataFrame(
+        {
+            "run_id": ["r"] * 6,
+            "request_index": list(range(6)),
+            "status": ["ok", "failed", "ok"] * 2,
+            "conversation": [0, 0, 0, 1, 1, 1],
+            "turn": [0, 1, 2] * 2,
+            "prompt_tokens": [100, None, 200] * 2,
+            "cached_tokens": [0, None, 150] * 2,
+            "ttft_ms": [10.0, None, 20.0] * 2,
+        },
+        schema_overrides={"prompt_tokens": pl.Int64, "cached_tokens": pl.Int64, "ttft_ms": pl.Float64},
+    )
     stored = analysis.multi_turn_by_turn(_turn_runs(), reqs)
-    assert stored.select("turn", "requests", "prompt_tokens", "cached_share").rows() == [(0, 2, 100.0, 0.0),
-                                                                                         (2, 2, 200.0, 0.75)]
+    assert stored.select("turn", "requests", "prompt_tokens", "cached_share").rows() == [
+        (0, 2, 100.0, 0.0),
+        (2, 2, 200.0, 0.75),
+    ]
     assert analysis.multi_turn_requests(_turn_runs(), reqs)["turn"].to_list() == [0, 0, 2, 2]
     # a run stored before requests.parquet had the column: the rank of prompt length stands in for the turn
     # (here it cannot see the failed turn: turn 2 becomes 1)
@@ -269,7 +443,9 @@ def test_multi_turn_reads_the_stored_turn_and_rebuilds_it_only_for_old_runs():
 
 
 def test_each_engine_counts_its_own_hits(sharing):
-    on = {(r["engine"], r["shared_fraction"]): r for r in sharing.filter(pl.col("prefix_caching")).iter_rows(named=True)}
+    on = {
+        (r["engine"], r["shared_fraction"]): r for r in sharing.filter(pl.col("prefix_caching")).iter_rows(named=True)
+    }
     assert on[("vllm", 0.5)]["cache_hit_rate"] == pytest.approx(7 * 128 * 15 / (16 * 2032))
     assert on[("sglang-jax", 0.5)]["cache_hit_rate"] == pytest.approx(1016 * 15 / (16 * 2032))
     assert on[("vllm", 0.5)]["hit_source"] == "server counter"
@@ -280,8 +456,11 @@ def test_each_engine_counts_its_own_hits(sharing):
 
 def test_hit_count_not_reported_is_null_not_zero():
     runs = sharing_runs().with_columns(
-        pl.when(pl.col("engine") == "sglang-jax").then(None).otherwise(pl.col("cached_prompt_tokens"))
-        .alias("cached_prompt_tokens"))
+        pl.when(pl.col("engine") == "sglang-jax")
+        .then(None)
+        .otherwise(pl.col("cached_prompt_tokens"))
+        .alias("cached_prompt_tokens")
+    )
     jax = analysis.prefix_sharing(runs).filter(pl.col("engine") == "sglang-jax")
     assert jax["cache_hit_rate"].null_count() == jax.height and jax["hit_source"].null_count() == jax.height
 
@@ -303,19 +482,25 @@ def test_a_saving_where_nothing_is_reused_makes_the_threshold_test_inconclusive(
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": f, "time_saved": [0.31, 0.12, 0.46, 0.65]})
     th = analysis.sharing_threshold(gain)
     assert (th.verdict, th.gain_at_zero) == ("inconclusive", 0.31)
-    assert analysis.sharing_threshold(gain.with_columns(pl.Series("time_saved", [0.09, 0.12, 0.46, 0.65]))).verdict \
-        != "inconclusive"  # under min_gain (10%) at 0: the test stands
+    assert (
+        analysis.sharing_threshold(gain.with_columns(pl.Series("time_saved", [0.09, 0.12, 0.46, 0.65]))).verdict
+        != "inconclusive"
+    )  # under min_gain (10%) at 0: the test stands
 
 
 def test_prefix_reuse_counts_requests_and_the_first_wave(study):
-    on = {(r["engine"], r["shared_fraction"]): r for r in study["reuse"].filter(pl.col("prefix_caching")).iter_rows(named=True)}
+    on = {
+        (r["engine"], r["shared_fraction"]): r
+        for r in study["reuse"].filter(pl.col("prefix_caching")).iter_rows(named=True)
+    }
     jax, vllm = on[("sglang-jax", 0.9)], on[("vllm", 0.9)]
     assert (jax["requests"], jax["requests_hit"], jax["first_wave"], jax["first_wave_hit"]) == (16, 12, 4, 0)
     assert (vllm["requests_hit"], vllm["first_wave_hit"], vllm["cached_tokens_per_hit"]) == (15, 3, 1792)
     assert jax["cached_tokens_per_hit"] == jax["shared_prefix_tokens"] == 1829
     runs = sharing_runs().with_columns(batch_size=pl.lit(4))
-    unreported = analysis.prefix_reuse_by_request(runs, sharing_requests(runs).with_columns(
-        cached_tokens=pl.lit(None, pl.Int64)))
+    unreported = analysis.prefix_reuse_by_request(
+        runs, sharing_requests(runs).with_columns(cached_tokens=pl.lit(None, pl.Int64))
+    )
     assert unreported["requests_hit"].null_count() == unreported.height  # not reported: null, never 0
 
 
@@ -323,8 +508,11 @@ def test_multi_turn_requests_number_turns_like_the_means(study):
     r = study["turn_requests"]
     assert r.height == 2 * 2 * 3 * 2 and sorted(r["turn"].unique().to_list()) == [0, 1, 2]
     means = r.group_by("engine", "prefix_caching", "turn").agg(pl.col("ttft_ms").mean())
-    assert means.join(study["by_turn"], on=["engine", "prefix_caching", "turn"]).filter(
-        pl.col("ttft_ms") != pl.col("ttft_mean_ms")).is_empty()
+    assert (
+        means.join(study["by_turn"], on=["engine", "prefix_caching", "turn"])
+        .filter(pl.col("ttft_ms") != pl.col("ttft_mean_ms"))
+        .is_empty()
+    )
 
 
 # ----------------------------------------------------------------------------- KV capacity (issue 23)
@@ -336,26 +524,68 @@ def test_the_concurrency_ceiling_is_the_reported_pool_over_the_tokens_per_reques
     assert analysis.concurrency_ceiling(None, 8_192) is None  # no pool reported: unknown, never 0
     with pytest.raises(ValueError):
         analysis.concurrency_ceiling(100, 0)
-    runs = pl.DataFrame({"kv_pool_tokens": [100_000, None, 4_000], "context_tokens": [8_192, 1_024, 1_024]},
-                        schema={"kv_pool_tokens": pl.Int64, "context_tokens": pl.Int64})
+    runs = pl.DataFrame(
+        {"kv_pool_tokens": [100_000, None, 4_000], "context_tokens": [8_192, 1_024, 1_024]},
+        schema={"kv_pool_tokens": pl.Int64, "context_tokens": pl.Int64},
+    )
     assert analysis.run_ceilings(runs)["concurrency_ceiling"].to_list() == [12, None, 3]
 
 
 def _load_runs() -> pl.DataFrame:
     from kvlab.schema import RUNS
 
-    base = dict(source="measured", experiment="cap", hardware="CPU", model="tiny", engine="vllm", tp=1, dp=1, dcp=1,
-                mem_util=0.92, context_tokens=1024, context_label="64K", status="ok", load_mode="closed",
-                requests_failed=0, window_s=2.0, batch_time_s=3.0)
+    base = dict(
+        source="measured",
+        experiment="cap",
+        hardware="CPU",
+        model="tiny",
+        engine="vllm",
+        tp=1,
+        dp=1,
+        dcp=1,
+        mem_util=0.92,
+        context_tokens=1024,
+        context_label="64K",
+        status="ok",
+        load_mode="closed",
+        requests_failed=0,
+        window_s=2.0,
+        batch_time_s=3.0,
+    )
     rows = [  # concurrency, ok, within SLO, output tokens, median TPOT (ms), stopped
-        (1, 4, 4, 256, 20.0, None), (2, 6, 6, 384, 25.0, None), (4, 8, 6, 512, 50.0, None),
+        (1, 4, 4, 256, 20.0, None),
+        (2, 6, 6, 384, 25.0, None),
+        (4, 8, 6, 512, 50.0, None),
         (8, 8, 2, 480, 60.0, "past saturation: ..."),
     ]
-    df = pl.DataFrame([base | dict(run_id=f"r{c}", load_concurrency=c, batch_size=c, requests_ok=ok,
-                                   requests_within_slo=w, served_output_tokens=out, tpot_p50_ms=tpot, load_stop=stop)
-                       for c, ok, w, out, tpot, stop in rows]
-                      + [base | dict(run_id="plain", load_mode=None, batch_size=4, requests_ok=4,
-                                     requests_within_slo=4, served_output_tokens=256, tpot_p50_ms=10.0)])
+    df = pl.DataFrame(
+        [
+            base
+            | dict(
+                run_id=f"r{c}",
+                load_concurrency=c,
+                batch_size=c,
+                requests_ok=ok,
+                requests_within_slo=w,
+                served_output_tokens=out,
+                tpot_p50_ms=tpot,
+                load_stop=stop,
+            )
+            for c, ok, w, out, tpot, stop in rows
+        ]
+        + [
+            base
+            | dict(
+                run_id="plain",
+                load_mode=None,
+                batch_size=4,
+                requests_ok=4,
+                requests_within_slo=4,
+                served_output_tokens=256,
+                tpot_p50_ms=10.0,
+            )
+        ]
+    )
     return RUNS.conform(df)
 
 
@@ -377,14 +607,28 @@ def test_a_load_curve_gives_each_point_its_throughput_interactivity_and_slo_atta
 def test_memory_study_leaves_out_load_points():
     """A capacity ladder's runs (load_mode set) vary by load, not by memory setting: 03's memory study leaves them
     to report 07 and counts only the fixed batches."""
-    runs = pl.DataFrame({
-        "source": ["measured"] * 4, "experiment": ["long", "cap", "cap", "cap"], "run_id": list("abcd"),
-        "hardware": ["CPU"] * 4, "engine": ["vllm"] * 4, "mem_util": [0.92] * 4, "context_label": ["200K"] * 4,
-        "context_tokens": [3200] * 4, "status": ["ok"] * 4, "batch_time_s": [1.0, 0.4, 0.6, 1.2], "attempts": [1] * 4,
-        "ttft_mean_ms": [10.0] * 4, "e2e_mean_ms": [100.0] * 4, "server_preemptions": [0] * 4,
-        "load_mode": [None, "closed", "closed", "closed"],
-    })
-    attempts = pl.DataFrame({"run_id": list("abcd"), "attempt": [1] * 4, "status": ["ok"] * 4,
-                             "failure_cause": [None] * 4}, schema_overrides={"failure_cause": pl.Utf8})
+    runs = pl.DataFrame(
+        {
+            "source": ["measured"] * 4,
+            "experiment": ["long", "cap", "cap", "cap"],
+            "run_id": list("abcd"),
+            "hardware": ["CPU"] * 4,
+            "engine": ["vllm"] * 4,
+            "mem_util": [0.92] * 4,
+            "context_label": ["200K"] * 4,
+            "context_tokens": [3200] * 4,
+            "status": ["ok"] * 4,
+            "batch_time_s": [1.0, 0.4, 0.6, 1.2],
+            "attempts": [1] * 4,
+            "ttft_mean_ms": [10.0] * 4,
+            "e2e_mean_ms": [100.0] * 4,
+            "server_preemptions": [0] * 4,
+            "load_mode": [None, "closed", "closed", "closed"],
+        }
+    )
+    attempts = pl.DataFrame(
+        {"run_id": list("abcd"), "attempt": [1] * 4, "status": ["ok"] * 4, "failure_cause": [None] * 4},
+        schema_overrides={"failure_cause": pl.Utf8},
+    )
     study = analysis.memory_study(runs, attempts)
     assert study.select("experiment", "runs", "batch_time_mean_s").rows() == [("long", 1, 1.0)]

@@ -165,8 +165,9 @@ def test_driver_measures_ttft_error_through_the_timing_hook():
     assert len(out["ttft_error_ms"]) == 4 and all(0 <= e < 1000 for e in out["ttft_error_ms"])
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in bt.BENCH_DIR.glob("*.py") if p.stem != "__init__")
-                         + ["drivers.kvlab_driver"])
+@pytest.mark.parametrize(
+    "name", sorted(p.stem for p in bt.BENCH_DIR.glob("*.py") if p.stem != "__init__") + ["drivers.kvlab_driver"]
+)
 def test_every_benchmark_imports_as_a_module_of_the_package(name):
     module = importlib.import_module(f"benchmarks.{name}")
     assert module.__name__ == f"benchmarks.{name}"
@@ -180,8 +181,13 @@ def test_the_vllm_driver_imports_in_the_engine_venv(engine_python):
 
     from kvlab.paths import ROOT
 
-    out = subprocess.run([str(engine_python), "-c", "import benchmarks.drivers.vllm_driver as m; print(m.__name__)"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(engine_python), "-c", "import benchmarks.drivers.vllm_driver as m; print(m.__name__)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "benchmarks.drivers.vllm_driver"
 
@@ -202,8 +208,11 @@ def test_sweep_planning_prices_each_server_group_at_its_own_engines_start():
     from benchmarks.sweep_planning import parse_startups, plan_all
 
     plans = {e["experiment"]: e for e in plan_all({"vllm": 10.0, "sglang": 1.0, "sglang-jax": 1.0})}
-    assert [plans[n]["saved_s"] for n in ("cpu_classification", "cpu_long_context", "cpu_prefix_sharing")] == \
-        [55.0, 308.0, 506.0]  # 2 x 5, 4 x 28 (two servers per engine) and 4 x 23 runs beyond the first
+    assert [plans[n]["saved_s"] for n in ("cpu_classification", "cpu_long_context", "cpu_prefix_sharing")] == [
+        55.0,
+        308.0,
+        506.0,
+    ]  # 2 x 5, 4 x 28 (two servers per engine) and 4 x 23 runs beyond the first
     assert plans["b300_long_context"]["saved_s"] == 20 * 900.0  # 24 runs on 4 servers, 15 min assumed per start
     assert parse_startups(["vllm=34", "sglang-jax=20.5"], {"vllm", "sglang-jax"}) == {"vllm": 34.0, "sglang-jax": 20.5}
     with pytest.raises(SystemExit, match="no start-up given for sglang-jax"):
@@ -217,14 +226,17 @@ def test_avx2_cap_summary_reads_its_medians_and_ratios():
     the sweep row meets its target only within 480 s."""
     from benchmarks import avx2_cap
 
-    raw = {"batches": [
-        {"capped": False, "dtype": "bfloat16", "batches_s": [0.8, 0.9, 1.0], "startup_s": 40.0},
-        {"capped": False, "dtype": "float32", "batches_s": [1.2, 1.1, 1.3], "startup_s": 41.0},
-        {"capped": True, "dtype": "bfloat16", "batches_s": [4.0, 3.6, 4.4], "startup_s": 35.0, "failed": 0},
-        {"capped": True, "dtype": "float32", "batches_s": [1.6, 1.7, 1.5], "startup_s": 36.0},
-        {"engine": "sglang", "capped": True, "dtype": "bfloat16", "batches_s": [9.0, 8.0, 10.0], "startup_s": 70.0},
-        {"engine": "sglang", "capped": True, "dtype": "float32", "batches_s": [6.0, 6.4, 5.0], "startup_s": 71.0},
-    ], "sweep": {"wall_s": 482.0, "exit": 0, "jax_cache_bytes_before": 4e6}}
+    raw = {
+        "batches": [
+            {"capped": False, "dtype": "bfloat16", "batches_s": [0.8, 0.9, 1.0], "startup_s": 40.0},
+            {"capped": False, "dtype": "float32", "batches_s": [1.2, 1.1, 1.3], "startup_s": 41.0},
+            {"capped": True, "dtype": "bfloat16", "batches_s": [4.0, 3.6, 4.4], "startup_s": 35.0, "failed": 0},
+            {"capped": True, "dtype": "float32", "batches_s": [1.6, 1.7, 1.5], "startup_s": 36.0},
+            {"engine": "sglang", "capped": True, "dtype": "bfloat16", "batches_s": [9.0, 8.0, 10.0], "startup_s": 70.0},
+            {"engine": "sglang", "capped": True, "dtype": "float32", "batches_s": [6.0, 6.4, 5.0], "startup_s": 71.0},
+        ],
+        "sweep": {"wall_s": 482.0, "exit": 0, "jax_cache_bytes_before": 4e6},
+    }
     rows = {r.figure: r for r in avx2_cap.summarise(raw)}
     assert rows["vLLM batch time, bfloat16, ISA capped at AVX2"].value == pytest.approx(4.0)
     assert "4.1-4.3 s on a real AVX2-only EPYC" in rows["vLLM batch time, bfloat16, ISA capped at AVX2"].note
@@ -263,8 +275,9 @@ def test_the_isa_shim_makes_kvlab_see_no_native_bf16():
     code = "import kvlab.host as h; print(h.native_bf16())"
     capped = subprocess.run([sys.executable, "-c", code], env=os.environ | CAP_ENV, capture_output=True, text=True)
     assert capped.stdout.strip() == "False", capped.stderr
-    off = subprocess.run([sys.executable, "-c", code], env=os.environ | CAP_ENV | {"KVLAB_AVX2_CAP": "0"},
-                         capture_output=True, text=True)
+    off = subprocess.run(
+        [sys.executable, "-c", code], env=os.environ | CAP_ENV | {"KVLAB_AVX2_CAP": "0"}, capture_output=True, text=True
+    )
     from kvlab import host
 
     assert off.stdout.strip() == str(host.native_bf16())

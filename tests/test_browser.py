@@ -42,10 +42,25 @@ def built(built_reports):
 
 def _chromium(browser, page, profile, *args):
     return subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--hide-scrollbars", *args, page.as_uri()],
-        check=True, capture_output=True, timeout=120, text=True,
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--hide-scrollbars",
+            *args,
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        text=True,
     )
 
 
@@ -119,8 +134,14 @@ def _dump(browser, page, tmp_path, size: tuple[int, int], top: str = "", end: st
     probe = page.with_name(f"probe_{page.name}")
     probe.write_text(text.replace("</body>", end + "</body>"))
     try:
-        return _chromium(browser, probe, tmp_path / "profile", f"--window-size={size[0]},{size[1]}",
-                         "--virtual-time-budget=5000", "--dump-dom").stdout
+        return _chromium(
+            browser,
+            probe,
+            tmp_path / "profile",
+            f"--window-size={size[0]},{size[1]}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+        ).stdout
     finally:
         probe.unlink()
 
@@ -129,8 +150,9 @@ def _read(dom: str, probe_id: str) -> dict:
     """The JSON a probe wrote into its <pre id=probe_id>."""
     found = re.search(rf'<pre id="{probe_id}"[^>]*>(.*?)</pre>', dom, re.S)
     assert found, f"the {probe_id} probe did not run"
-    return json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
-                      .replace("&amp;", "&"))
+    return json.loads(
+        found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    )
 
 
 def _probe(browser, page, tmp_path, script: str, probe_id: str, size: tuple[int, int]) -> dict:
@@ -165,8 +187,14 @@ def probed(browser, built, tmp_path_factory):
 
     def dom(name: str) -> str:
         if name not in doms:
-            doms[name] = _dump(browser, built / f"{name}.html", tmp_path_factory.mktemp("probe"), (1280, 800),
-                               top=DIALOG_PROBE, end=OVERFLOW_PROBE + ANSWER_PROBE)
+            doms[name] = _dump(
+                browser,
+                built / f"{name}.html",
+                tmp_path_factory.mktemp("probe"),
+                (1280, 800),
+                top=DIALOG_PROBE,
+                end=OVERFLOW_PROBE + ANSWER_PROBE,
+            )
         return doms[name]
 
     return dom
@@ -183,8 +211,12 @@ def test_the_answer_is_on_the_first_screen_with_the_top_bar(probed, name):
     found = _read(probed(name), "kvlab-answer-probe")
     assert found["answer"] is not None and found["answer"] < 800, found
     at = PAGES.index(name) if name != "index" else -1
-    expected = ["index.html"] + ([f"{NOTEBOOKS[at - 1]}.html"] if at > 0 else []) + \
-        ([f"{NOTEBOOKS[at + 1]}.html"] if at + 1 < len(NOTEBOOKS) else []) + ["glossary.html"]
+    expected = (
+        ["index.html"]
+        + ([f"{NOTEBOOKS[at - 1]}.html"] if at > 0 else [])
+        + ([f"{NOTEBOOKS[at + 1]}.html"] if at + 1 < len(NOTEBOOKS) else [])
+        + ["glossary.html"]
+    )
     assert found["topbar"] == expected, found
     if name != "index":
         assert (len(found["toc"]) == found["sections"]) if found["sections"] > 4 else not found["toc"], found
@@ -276,14 +308,23 @@ def fonts_with_glyphs() -> list[set[int]]:
         out = subprocess.run(["fc-list", "--format", "%{file}\n"], capture_output=True, text=True, check=True).stdout
         files = sorted({Path(f) for f in out.splitlines() if f.strip()})
     else:  # fontconfig's default folders
-        for d in (Path("/usr/share/fonts"), Path("/usr/local/share/fonts"), Path.home() / ".local/share/fonts",
-                  Path.home() / ".fonts"):
-            files += [f for f in d.rglob("*") if f.suffix.lower() in (".ttf", ".otf", ".ttc", ".otc")] if d.is_dir() else []
+        for d in (
+            Path("/usr/share/fonts"),
+            Path("/usr/local/share/fonts"),
+            Path.home() / ".local/share/fonts",
+            Path.home() / ".fonts",
+        ):
+            files += (
+                [f for f in d.rglob("*") if f.suffix.lower() in (".ttf", ".otf", ".ttc", ".otc")] if d.is_dir() else []
+            )
     covered = []
     for f in files:
         try:
-            fonts = TTCollection(str(f), lazy=True).fonts if f.suffix.lower() in (".ttc", ".otc") else \
-                [TTFont(str(f), lazy=True)]
+            fonts = (
+                TTCollection(str(f), lazy=True).fonts
+                if f.suffix.lower() in (".ttc", ".otc")
+                else [TTFont(str(f), lazy=True)]
+            )
             covered += [set((font.getBestCmap() or {}).keys()) for font in fonts]
         except Exception:  # a font fontTools cannot read (a bitmap .pcf.gz, a Type 1): not what Chromium uses
             continue
@@ -292,8 +333,9 @@ def fonts_with_glyphs() -> list[set[int]]:
 
 def missing_glyphs(text: str, fonts: list[set[int]]) -> list[str]:
     """The characters of ``text`` that no font covers: what a browser draws as tofu (an empty box)."""
-    return sorted(ch for ch in set(text) if ch.isprintable() and not ch.isspace()
-                  and not any(ord(ch) in f for f in fonts))
+    return sorted(
+        ch for ch in set(text) if ch.isprintable() and not ch.isspace() and not any(ord(ch) in f for f in fonts)
+    )
 
 
 class _Page(HTMLParser):
@@ -345,7 +387,9 @@ def test_report_reads_without_the_code(built, name):
     page = built / f"{name}.html"
     p = parse(page)
     for raw in ("Traceback", "dtype", "shape: (", "┌─", "Warning:", "null", "NaN"):
-        assert raw not in p.visible, f"{name}: {raw!r} on the page: …{p.visible[max(0, p.visible.find(raw) - 80):][:200]}…"
+        assert raw not in p.visible, (
+            f"{name}: {raw!r} on the page: …{p.visible[max(0, p.visible.find(raw) - 80) :][:200]}…"
+        )
     assert p.stderr == 0, f"{name}: {p.stderr} stderr output block(s) on the page"
     assert p.imgs and all(p.imgs), f"{name}: an image without alt text"
     assert len(p.figures) == len(p.imgs), f"{name}: an image outside a <figure> with a caption"
@@ -386,12 +430,19 @@ def test_the_dialog_probe_sees_a_live_payload(browser, tmp_path):
 
     page = tmp_path / "live.html"
     link = '<a href="javascript:alert(3)">a link</a>'
-    page.write_text(f"<!DOCTYPE html><html><head><title>t</title></head><body><p>{IMG}</p>{SCRIPT}{link}"
-                    f"<p>{html.escape(IMG)} {html.escape(SCRIPT)} {html.escape(LINK)}</p></body></html>")
+    page.write_text(
+        f"<!DOCTYPE html><html><head><title>t</title></head><body><p>{IMG}</p>{SCRIPT}{link}"
+        f"<p>{html.escape(IMG)} {html.escape(SCRIPT)} {html.escape(LINK)}</p></body></html>"
+    )
     found = _read(_dump(browser, page, tmp_path, (WIDTH, 900), top=DIALOG_PROBE), "kvlab-dialogs")
     assert sorted(found["calls"]) == ["alert(1)", "alert(2)"], found
-    assert (found["img"], found["scripts"], found["handlers"], found["links"], found["shown"]) == \
-        (1, 1, ["IMG"], 1, [True, True]), found
+    assert (found["img"], found["scripts"], found["handlers"], found["links"], found["shown"]) == (
+        1,
+        1,
+        ["IMG"],
+        1,
+        [True, True],
+    ), found
 
 
 def test_index_answers_first_and_links_every_report_and_its_data(built):
@@ -401,8 +452,10 @@ def test_index_answers_first_and_links_every_report_and_its_data(built):
     index = (built / "index.html").read_text()
     links = set(re.findall(r"""href=["']([^"']+)["']""", index))
     assert links >= {f"{name}.html" for name in NOTEBOOKS} | {"runs.csv", "index.json"} | {
-        f"{name}.figures/{f['file']}" for name in NOTEBOOKS
-        for f in json.loads((built / f"{name}.figures" / "figures.json").read_text())}
+        f"{name}.figures/{f['file']}"
+        for name in NOTEBOOKS
+        for f in json.loads((built / f"{name}.figures" / "figures.json").read_text())
+    }
     assert 'class="kvlab-verdicts"' not in index
     assert index.index('class="kvlab-answer"') < index.index("<h2>The reports</h2>") < index.index("kvlab-headline")
     assert "`" not in parse(built / "index.html").visible  # no Markdown left raw
@@ -414,10 +467,16 @@ def test_index_and_report_render_with_figures(browser, built, tmp_path):
     page = screenshot(browser, built / "01_context_scaling.html", tmp_path / "report.png", tmp_path, height=4000)
     rgb = page[..., :3]
     # the engines' bar colours (vLLM blue #3b75af, SGLang orange #e1812c) are on screen: the figure rendered
-    blue = ((abs(rgb[..., 0] - 0x3B / 255) < 0.04) & (abs(rgb[..., 1] - 0x75 / 255) < 0.04)
-            & (abs(rgb[..., 2] - 0xAF / 255) < 0.04)).sum()
-    orange = ((abs(rgb[..., 0] - 0xE1 / 255) < 0.04) & (abs(rgb[..., 1] - 0x81 / 255) < 0.04)
-              & (abs(rgb[..., 2] - 0x2C / 255) < 0.04)).sum()
+    blue = (
+        (abs(rgb[..., 0] - 0x3B / 255) < 0.04)
+        & (abs(rgb[..., 1] - 0x75 / 255) < 0.04)
+        & (abs(rgb[..., 2] - 0xAF / 255) < 0.04)
+    ).sum()
+    orange = (
+        (abs(rgb[..., 0] - 0xE1 / 255) < 0.04)
+        & (abs(rgb[..., 1] - 0x81 / 255) < 0.04)
+        & (abs(rgb[..., 2] - 0x2C / 255) < 0.04)
+    ).sum()
     assert blue > 2000 and orange > 2000, (blue, orange)
 
 
@@ -432,8 +491,10 @@ def test_every_character_on_the_page_has_a_glyph(fonts, built, name):
     `make browser` installs Noto Sans CJK from PyPI for the Korean."""
     text = parse(built / f"{name}.html").visible
     missing = missing_glyphs(text, fonts)
-    assert not missing, (f"{name}: no installed font has a glyph for {''.join(missing)!r} "
-                         f"({', '.join(f'U+{ord(c):04X}' for c in missing[:12])}): run `make browser`")
+    assert not missing, (
+        f"{name}: no installed font has a glyph for {''.join(missing)!r} "
+        f"({', '.join(f'U+{ord(c):04X}' for c in missing[:12])}): run `make browser`"
+    )
 
 
 def test_the_glyph_check_finds_tofu():

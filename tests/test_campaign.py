@@ -18,14 +18,37 @@ from tests.support.sse_fixture import SSEServer
 from test_runner import tag_of, write_spec
 
 #: The keys of a server in a manifest, as kvlab wrote them before servers were typed (plus ``node`` on Ray).
-MANIFEST_SERVER_KEYS = {"server_key", "engine", "argv", "launched_by_kvlab", "url", "env", "experiments", "log",
-                        "started_at", "ready_s", "start_overlapped", "paused_s"}
+MANIFEST_SERVER_KEYS = {
+    "server_key",
+    "engine",
+    "argv",
+    "launched_by_kvlab",
+    "url",
+    "env",
+    "experiments",
+    "log",
+    "started_at",
+    "ready_s",
+    "start_overlapped",
+    "paused_s",
+}
 
 
 def _record(**kw) -> ServerRecord:
-    base = dict(server_key="abc", engine="vllm", argv=["python", "-m", "x"], launched_by_kvlab=True, url=None,
-                env={}, experiments=["e"], log="server-abc-attempt1.log", started_at="2026-12-02T00:00:00+00:00",
-                ready_s=1.5, start_overlapped=False, paused_s=0.0)
+    base = dict(
+        server_key="abc",
+        engine="vllm",
+        argv=["python", "-m", "x"],
+        launched_by_kvlab=True,
+        url=None,
+        env={},
+        experiments=["e"],
+        log="server-abc-attempt1.log",
+        started_at="2026-12-02T00:00:00+00:00",
+        ready_s=1.5,
+        start_overlapped=False,
+        paused_s=0.0,
+    )
     return ServerRecord(**base | kw)
 
 
@@ -49,8 +72,12 @@ def test_a_server_shared_with_a_probed_experiment_is_probed_once_and_both_manife
     with SSEServer() as srv:
         engine = {"launch": None, "url": srv.url, "model": "org/m"}
         a = write_spec(tmp_path, "study_a", engine=engine, workload={"batch_size": 1, "context_tokens": 256})
-        b = write_spec(tmp_path, "study_b", engine=engine | {"served_model_name": tag_of(a)},
-                       workload={"batch_size": 2, "context_tokens": 256})
+        b = write_spec(
+            tmp_path,
+            "study_b",
+            engine=engine | {"served_model_name": tag_of(a)},
+            workload={"batch_size": 2, "context_tokens": 256},
+        )
         b.write_text(b.read_text() + "probe: true\n")
         res = Campaign([ExperimentSpec.load(a), ExperimentSpec.load(b)], tmp_path).execute(runner.LocalExecutor())
         texts = [s.prompt_tokens for s in srv.served]
@@ -68,12 +95,19 @@ def test_two_experiments_on_one_external_server_share_one_typed_start(tmp_path):
     with SSEServer() as srv:
         engine = {"launch": None, "url": srv.url, "model": "org/m"}
         a = write_spec(tmp_path, "study_a", engine=engine, workload={"batch_size": 1, "context_tokens": 256})
-        b = write_spec(tmp_path, "study_b", engine=engine | {"served_model_name": tag_of(a)},
-                       workload={"batch_size": 2, "context_tokens": 256})
+        b = write_spec(
+            tmp_path,
+            "study_b",
+            engine=engine | {"served_model_name": tag_of(a)},
+            workload={"batch_size": 2, "context_tokens": 256},
+        )
         seen = []
         local = runner.LocalExecutor()
-        res = Campaign([ExperimentSpec.load(a), ExperimentSpec.load(b)], tmp_path,
-                       on_run=lambda run, status: seen.append((run.experiment, status))).execute(local)
+        res = Campaign(
+            [ExperimentSpec.load(a), ExperimentSpec.load(b)],
+            tmp_path,
+            on_run=lambda run, status: seen.append((run.experiment, status)),
+        ).execute(local)
     assert isinstance(res, SweepResult) and (res.ok, res.failed, res.server_starts) == (2, 0, 1)
     assert seen == [("study_a", "ok"), ("study_b", "ok")]
     assert [type(s) for s in local.servers] == [ServerRecord]
@@ -89,15 +123,20 @@ def test_two_experiments_on_one_external_server_share_one_typed_start(tmp_path):
 
 
 def test_a_server_that_never_starts_is_not_relaunched_for_the_rest_of_its_group(tmp_path):
-    path = write_spec(tmp_path, "down", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m",
-                                                "startup_timeout_s": 1}, repeats=2)
+    path = write_spec(
+        tmp_path,
+        "down",
+        engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m", "startup_timeout_s": 1},
+        repeats=2,
+    )
     res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
     assert (res.ok, res.failed, res.server_starts, res.attempts) == (0, 2, 1, 1)
     runs = store.load_runs(tmp_path).sort("repeat")
     first = runs["run_id"][0]
     assert runs["attempts"].to_list() == [1, 0] and runs["failure_cause"].to_list() == ["timeout", "timeout"]
-    assert runs["notes"][1] == ("not launched: the same server configuration failed to start in every attempt of "
-                                f"run {first} (timeout)")
+    assert runs["notes"][1] == (
+        f"not launched: the same server configuration failed to start in every attempt of run {first} (timeout)"
+    )
     servers = _manifest(tmp_path, "down")["sweeps"][-1]["servers"]
     assert len(servers) == 1 and servers[0]["launched_by_kvlab"] is False  # the failed start is listed too
 
@@ -162,11 +201,17 @@ def test_a_campaign_stores_a_run_it_could_not_send_and_counts_its_attempts(tmp_p
     result = SweepResult("unsent", 1, 0, experiments={"unsent": SweepResult("unsent", 1, 0)})
     lost = [runner.attempt_row(run, 1, runner.Failure("node_lost", "gone"), 2.0, None)]
     path = camp.record_unsent(run, "node_lost", lost, "its node was lost", result)
-    assert path == tmp_path / "runs" / "unsent" / run.key and result.run_dirs == [path] and seen == [(run.key, "failed")]
+    assert (
+        path == tmp_path / "runs" / "unsent" / run.key and result.run_dirs == [path] and seen == [(run.key, "failed")]
+    )
     assert (result.failed, result.attempts, result.experiments["unsent"].attempts) == (1, 1, 1)
     row = store.load_runs(tmp_path).row(0, named=True)
-    assert (row["status"], row["failure_cause"], row["attempts"], row["notes"]) == ("failed", "node_lost", 1,
-                                                                                  "its node was lost")
+    assert (row["status"], row["failure_cause"], row["attempts"], row["notes"]) == (
+        "failed",
+        "node_lost",
+        1,
+        "its node was lost",
+    )
     assert "argv" not in json.loads((path / store.SPEC_FILE).read_text())  # as before: an unsent run has none
 
 
@@ -246,7 +291,9 @@ def test_the_next_groups_server_starts_beside_this_one_paused_and_is_handed_to_i
             starts.start(ahead, second)
             assert ahead.events == ["start", "pause", "resume", "ready"]  # launched early: not started again
     assert [(r.server_key, r.start_overlapped, r.argv, r.env) for r in starts.records] == [
-        (first.server_key, True, ["engine", "vllm"], {"X": "1"}), (second.server_key, True, ["engine", "vllm"], {"X": "1"})]
+        (first.server_key, True, ["engine", "vllm"], {"X": "1"}),
+        (second.server_key, True, ["engine", "vllm"], {"X": "1"}),
+    ]
     assert starts.current is starts.records[-1]
     assert "stop" not in ahead.events  # the executor stops the servers it used, not ServerStarts
 
@@ -279,13 +326,18 @@ def test_early_launches_never_used_are_stopped_on_leaving(tmp_path, monkeypatch)
 
 def test_the_ray_executor_reports_each_nodes_servers_and_runs(tmp_path):
     ex = cluster.RayExecutor("ray://head:10001")
-    ex.nodes = {"n1": {"host": {"cpu": "a"}, "runs": [("a", "k1"), ("b", "k2")],
-                       "servers": [_record(experiments=["a", "b"])]},
-                "n2": {"host": {"cpu": "b"}, "runs": [("a", "k3")], "servers": [_record(experiments=["a"])]}}
+    ex.nodes = {
+        "n1": {"host": {"cpu": "a"}, "runs": [("a", "k1"), ("b", "k2")], "servers": [_record(experiments=["a", "b"])]},
+        "n2": {"host": {"cpu": "b"}, "runs": [("a", "k3")], "servers": [_record(experiments=["a"])]},
+    }
     assert [(s.node, s.experiments) for s in ex.servers] == [("n1", ["a", "b"]), ("n2", ["a"])]
     assert ex.nodes["n1"]["servers"][0].node is None  # the node is added to a copy
-    assert ex.manifest_extra("b") == {"ray": {"address": "ray://head:10001", "nodes": [
-        {"node_id": "n1", "host": {"cpu": "a"}, "runs": ["k2"], "server_starts": 1}]}}
+    assert ex.manifest_extra("b") == {
+        "ray": {
+            "address": "ray://head:10001",
+            "nodes": [{"node_id": "n1", "host": {"cpu": "a"}, "runs": ["k2"], "server_starts": 1}],
+        }
+    }
     assert [n["server_starts"] for n in ex.manifest_extra("a")["ray"]["nodes"]] == [1, 1]
 
 
@@ -326,16 +378,20 @@ def test_a_campaign_is_the_one_way_a_sweep_runs():
     of kvlab returns a sweep's result (runner.sweep, runner.Sweep, cluster.sweep and cluster.execute are gone)."""
     from kvlab.paths import ROOT
 
-    assert sweep_doors(ROOT / "kvlab") == ["kvlab/campaign.py: Campaign._execute",
-                                           "kvlab/campaign.py: Campaign.execute"]
+    assert sweep_doors(ROOT / "kvlab") == [
+        "kvlab/campaign.py: Campaign._execute",
+        "kvlab/campaign.py: Campaign.execute",
+    ]
     assert not [n for n in ("Sweep", "sweep") if hasattr(runner, n)] and not hasattr(cluster, "sweep")
 
 
 def test_the_door_check_sees_another_entry_point(tmp_path):
     pkg = tmp_path / "kvlab"
     pkg.mkdir()
-    (pkg / "runner.py").write_text("class Sweep:\n    def execute(self) -> SweepResult: ...\n\n\n"
-                                   "def sweep(specs) -> 'SweepResult': ...\n\n\ndef other() -> int: ...\n")
+    (pkg / "runner.py").write_text(
+        "class Sweep:\n    def execute(self) -> SweepResult: ...\n\n\n"
+        "def sweep(specs) -> 'SweepResult': ...\n\n\ndef other() -> int: ...\n"
+    )
     assert sweep_doors(pkg) == ["kvlab/runner.py: Sweep.execute", "kvlab/runner.py: sweep"]
 
 
@@ -392,6 +448,7 @@ def _stand_in_ray(monkeypatch):
                         yield pickle.loads(pickle.dumps(item))
                 except Exception as exc:
                     raise _RayTaskError(pickle.loads(pickle.dumps(exc))) from None
+
             return gen()
 
     ray = types.ModuleType("ray")
@@ -419,7 +476,8 @@ def test_a_disk_full_error_travels_pickled_with_its_run_and_free_space(tmp_path)
 
 @pytest.mark.parametrize("where", ["node", "driver"])
 def test_a_disk_that_fills_up_in_a_cluster_campaign_stops_it_with_one_message_and_a_rerun_resumes(
-        tmp_path, monkeypatch, where):
+    tmp_path, monkeypatch, where
+):
     """ENOSPC while the second of three runs is stored: on the node, in its temporary folder (the run writer; the
     node's error comes back pickled inside Ray's task error), or on the driver, as the run is published. The
     campaign stops with one DiskFullError naming the run (and the node), nothing half-written is left, the run
@@ -433,8 +491,9 @@ def test_a_disk_that_fills_up_in_a_cluster_campaign_stops_it_with_one_message_an
 
     _stand_in_ray(monkeypatch)
     with SSEServer() as srv:
-        path = write_spec(tmp_path, "cluster_full", engine={"launch": None, "url": srv.url, "model": "org/m"},
-                          repeats=3)
+        path = write_spec(
+            tmp_path, "cluster_full", engine={"launch": None, "url": srv.url, "model": "org/m"}, repeats=3
+        )
         spec = ExperimentSpec.load(path)
         keys = [r.key for r in Campaign(spec, tmp_path).pending()[0]]
         exp = tmp_path / "runs" / "cluster_full"
@@ -451,8 +510,9 @@ def test_a_disk_that_fills_up_in_a_cluster_campaign_stops_it_with_one_message_an
                         seen.append(file)
                         if len(seen) == 2:  # the node's second run
                             Path(file).write_bytes(b"PAR1 half a file")
-                            raise pl.exceptions.ComputeError("parquet: underlying IO error: No space left on "
-                                                             "device (os error 28)")
+                            raise pl.exceptions.ComputeError(
+                                "parquet: underlying IO error: No space left on device (os error 28)"
+                            )
                     return real_parquet(df, file, *a, **k)
 
                 m.setattr(pl.DataFrame, "write_parquet", write_parquet)
@@ -474,8 +534,9 @@ def test_a_disk_that_fills_up_in_a_cluster_campaign_stops_it_with_one_message_an
         said = " ".join(str(err.value).split())
         assert err.value.run.key == keys[1] and err.value.failure.cause == "disk_full"
         if where == "node":
-            assert said.startswith(f"disk full on node node-1 while it stored run cluster_full/{keys[1]} in its "
-                                   "temporary folder: ")
+            assert said.startswith(
+                f"disk full on node node-1 while it stored run cluster_full/{keys[1]} in its temporary folder: "
+            )
             assert "Nothing of it was published; the 1 finished run(s)" in said
         else:
             assert said.startswith(f"disk full while storing run cluster_full/{keys[1]}: ")

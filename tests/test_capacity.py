@@ -43,8 +43,16 @@ def _row(frame: pl.DataFrame, engine: str, ctx: int, mem: float, level: float | 
 def test_telemetry_is_read_back_per_run_on_the_requests_time_origin(data):
     samples, info = store.load_telemetry(data), store.load_telemetry_info(data)
     assert samples.height == 24 * 5 and info.height == 24
-    assert samples.columns == ["run_id", "experiment", "t_s", "kv_cache_usage", "preemptions_total",
-                               "requests_running", "requests_waiting", "error"]
+    assert samples.columns == [
+        "run_id",
+        "experiment",
+        "t_s",
+        "kv_cache_usage",
+        "preemptions_total",
+        "requests_running",
+        "requests_waiting",
+        "error",
+    ]
     last = samples.filter(pl.col("run_id") == "cap14").sort("t_s")  # vllm, 3,200 tokens, 0.92, 4 in flight
     assert last["t_s"].to_list() == [0.0, 0.5, 1.0, 1.5, 2.0]
     assert last["kv_cache_usage"].to_list() == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
@@ -63,10 +71,16 @@ def test_each_load_point_against_its_ceiling_and_what_telemetry_saw(frames):
     assert (r["concurrency_ceiling"], r["past_ceiling"], r["queued"], r["kv_saturated"]) == (6, False, False, False)
     assert points.filter(pl.col("past_ceiling"))["run_id"].sort().to_list() == ["cap14", "cap20"]
     onset = analysis.saturation_onset(points)
-    got = {(r["engine"], r["context_tokens"], r["mem_util"]): (r["concurrency_ceiling"], r["first_past_ceiling"],
-                                                                r["first_queued"], r["first_kv_saturated"],
-                                                                r["first_preempted"])
-           for r in onset.iter_rows(named=True)}
+    got = {
+        (r["engine"], r["context_tokens"], r["mem_util"]): (
+            r["concurrency_ceiling"],
+            r["first_past_ceiling"],
+            r["first_queued"],
+            r["first_kv_saturated"],
+            r["first_preempted"],
+        )
+        for r in onset.iter_rows(named=True)
+    }
     assert got[("vllm", 3200, 0.92)] == (2, 4.0, 4.0, 4.0, 4.0)
     assert got[("sglang", 3200, 0.92)] == (2, 4.0, 4.0, 4.0, 4.0)
     assert got[("vllm", 1024, 0.95)] == (20, None, None, None, None)
@@ -79,15 +93,21 @@ def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemptio
     from kvlab import narrative
 
     _, points, _, _ = frames
-    no_series = points.with_columns(pl.when(pl.col("engine") == "sglang").then(None).otherwise(pl.col("preemptions"))
-                                    .alias("preemptions"))
+    no_series = points.with_columns(
+        pl.when(pl.col("engine") == "sglang").then(None).otherwise(pl.col("preemptions")).alias("preemptions")
+    )
     onset = analysis.saturation_onset(no_series)
     r = _row(onset, "sglang", 1024, 0.95)
-    assert (r["telemetry"], r["preemptions_seen"], r["queue_seen"], r["first_preempted"]) == ("sampled", False, True,
-                                                                                            None)
+    assert (r["telemetry"], r["preemptions_seen"], r["queue_seen"], r["first_preempted"]) == (
+        "sampled",
+        False,
+        True,
+        None,
+    )
     assert _row(onset, "vllm", 1024, 0.95)["preemptions_seen"] is True
-    shown = narrative.onset_table(onset.to_dicts()).frame.select("configuration", "context", "memory setting",
-                                                      "requests waited from", "preempted from")
+    shown = narrative.onset_table(onset.to_dicts()).frame.select(
+        "configuration", "context", "memory setting", "requests waited from", "preempted from"
+    )
     assert shown.rows() == [
         ("SGLang TP1", "64K (1,024 tok)", 0.92, "none", "not available"),
         ("vLLM TP1", "64K (1,024 tok)", 0.92, "none", "none"),
@@ -96,31 +116,65 @@ def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemptio
         ("SGLang TP1", "200K (3,200 tok)", 0.92, "4 in flight", "not available"),
         ("vLLM TP1", "200K (3,200 tok)", 0.92, "4 in flight", "4 in flight"),
         ("SGLang TP1", "200K (3,200 tok)", 0.95, "none", "not available"),
-        ("vLLM TP1", "200K (3,200 tok)", 0.95, "none", "none")]
+        ("vLLM TP1", "200K (3,200 tok)", 0.95, "none", "none"),
+    ]
 
 
 def test_the_figure_data_report_07_hands_its_reader(frames):
     """The CSVs beside 07's Pareto and ceiling figures: every load point, the columns each figure draws."""
     curve, points, _, _ = frames
     pareto, ceiling = analysis.pareto_figure_data(curve), analysis.ceiling_figure_data(points)
-    assert pareto.columns[:7] == ceiling.columns[:7] == ["engine", "tp", "dcp", "context_tokens", "context_label",
-                                                         "mem_util", "load_level"]
-    assert pareto.columns[7:] == ["output_tokens_per_s_per_device", "output_tokens_per_s_per_user", "slo_attainment",
-                                  "within_slo", "goodput_requests_per_s", "on_front", "load_stop"]
-    assert ceiling.columns[7:] == ["kv_pool_tokens", "concurrency_ceiling", "past_ceiling", "telemetry", "samples_ok",
-                                   "kv_usage_peak", "running_peak", "waiting_peak", "preemptions", "queued",
-                                   "kv_saturated"]
+    assert (
+        pareto.columns[:7]
+        == ceiling.columns[:7]
+        == ["engine", "tp", "dcp", "context_tokens", "context_label", "mem_util", "load_level"]
+    )
+    assert pareto.columns[7:] == [
+        "output_tokens_per_s_per_device",
+        "output_tokens_per_s_per_user",
+        "slo_attainment",
+        "within_slo",
+        "goodput_requests_per_s",
+        "on_front",
+        "load_stop",
+    ]
+    assert ceiling.columns[7:] == [
+        "kv_pool_tokens",
+        "concurrency_ceiling",
+        "past_ceiling",
+        "telemetry",
+        "samples_ok",
+        "kv_usage_peak",
+        "running_peak",
+        "waiting_peak",
+        "preemptions",
+        "queued",
+        "kv_saturated",
+    ]
     assert pareto.height == ceiling.height == 24
     r = _row(ceiling, "vllm", 3200, 0.92, 4.0)  # as the test above reads it from capacity_points
     assert (r["kv_pool_tokens"], r["concurrency_ceiling"], r["past_ceiling"], r["waiting_peak"], r["preemptions"]) == (
-        8192, 2, True, 2.0, 3.0)
+        8192,
+        2,
+        True,
+        2.0,
+        3.0,
+    )
 
 
 def test_a_run_without_telemetry_says_why_never_zero(frames):
     curve, _, _, _ = frames
-    info = pl.DataFrame({"run_id": ["cap00"], "experiment": ["cpu_capacity"], "available": [False],
-                         "reason": ["the engine serves no /metrics"], "interval_s": [0.5], "samples": [0],
-                         "samples_ok": [0]})
+    info = pl.DataFrame(
+        {
+            "run_id": ["cap00"],
+            "experiment": ["cpu_capacity"],
+            "available": [False],
+            "reason": ["the engine serves no /metrics"],
+            "interval_s": [0.5],
+            "samples": [0],
+            "samples_ok": [0],
+        }
+    )
     points = analysis.capacity_points(curve, NO_SAMPLES, info)
     a, b = _row(points, "vllm", 1024, 0.92, 1.0), _row(points, "vllm", 1024, 0.92, 2.0)
     assert a["telemetry"] == "not available: the engine serves no /metrics" and b["telemetry"] == "not recorded"
@@ -128,11 +182,17 @@ def test_a_run_without_telemetry_says_why_never_zero(frames):
     onset = analysis.saturation_onset(points)
     assert _row(onset, "vllm", 1024, 0.92)["telemetry"] == "not available: the engine serves no /metrics"
     # an engine that exposes telemetry, on a run too short for a sample: its note, not "sampled" nor "not available"
-    short = info.with_columns(available=pl.lit(True), reason=pl.lit(None, pl.String),
-                              note=pl.lit("no sample was taken: the run ended before its first sample"))
+    short = info.with_columns(
+        available=pl.lit(True),
+        reason=pl.lit(None, pl.String),
+        note=pl.lit("no sample was taken: the run ended before its first sample"),
+    )
     a = _row(analysis.capacity_points(curve, NO_SAMPLES, short), "vllm", 1024, 0.92, 1.0)
     assert (a["telemetry"], a["samples_ok"], a["queued"]) == (
-        "no sample was taken: the run ended before its first sample", None, None)
+        "no sample was taken: the run ended before its first sample",
+        None,
+        None,
+    )
 
 
 def test_the_highest_load_within_the_slo_and_the_map(frames):
@@ -141,16 +201,29 @@ def test_the_highest_load_within_the_slo_and_the_map(frames):
     # 4 requests / 10 s = 0.4 req/s; sglang's 4 stopped past saturation
     r = _row(best, "vllm", 3200, 0.92)
     assert (r["max_load_within_slo"], r["goodput_requests_per_s"], r["first_load_past_slo"]) == (2.0, 0.4, 4.0)
-    cells = [(r["context_tokens"], r["mem_util"], r["winner"], r["runner_up"], r["winner_load"], r["margin"], r["n"])
-             for r in gmap.iter_rows(named=True)]
-    assert cells == [(1024, 0.92, "vllm", "sglang", 4.0, 2.0, 1), (1024, 0.95, "vllm", "sglang", 4.0, 2.0, 1),
-                     (3200, 0.92, "vllm", "sglang", 2.0, pytest.approx(1.6), 1),
-                     (3200, 0.95, "sglang", "vllm", 4.0, pytest.approx(1.25), 1)]
+    cells = [
+        (r["context_tokens"], r["mem_util"], r["winner"], r["runner_up"], r["winner_load"], r["margin"], r["n"])
+        for r in gmap.iter_rows(named=True)
+    ]
+    assert cells == [
+        (1024, 0.92, "vllm", "sglang", 4.0, 2.0, 1),
+        (1024, 0.95, "vllm", "sglang", 4.0, 2.0, 1),
+        (3200, 0.92, "vllm", "sglang", 2.0, pytest.approx(1.6), 1),
+        (3200, 0.95, "sglang", "vllm", 4.0, pytest.approx(1.25), 1),
+    ]
     # an engine with no load within the SLO carries no goodput within it: the other wins, without a margin
-    one = best.with_columns(pl.when((pl.col("engine") == "sglang") & (pl.col("context_tokens") == 1024))
-                            .then(None).otherwise(pl.col(c)).alias(c) for c in
-                            ("max_load_within_slo", "goodput_requests_per_s", "goodput_min_requests_per_s",
-                             "goodput_max_requests_per_s"))
+    one = best.with_columns(
+        pl.when((pl.col("engine") == "sglang") & (pl.col("context_tokens") == 1024))
+        .then(None)
+        .otherwise(pl.col(c))
+        .alias(c)
+        for c in (
+            "max_load_within_slo",
+            "goodput_requests_per_s",
+            "goodput_min_requests_per_s",
+            "goodput_max_requests_per_s",
+        )
+    )
     r = analysis.goodput_map(one).row(0, named=True)
     assert (r["winner"], r["margin"], r["only_winner_within"], r["n"]) == ("vllm", None, True, 1)
 
@@ -172,15 +245,21 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
         # 2,370,790 // 204,800; one assumption set; the model fails its held-out test (0 of 4), so an illustration
         ("capacity_modelled_ceiling", "inconclusive", "modelled", 11.0, 1, None),
     ]
-    assert got[0].reason == ("the experiment file sets each memory setting's KV budget (0.92: 8 MiB, 0.95: 20 MiB), so "
-                             "the ceiling follows the configuration by construction: shown, not graded")
+    assert got[0].reason == (
+        "the experiment file sets each memory setting's KV budget (0.92: 8 MiB, 0.95: 20 MiB), so "
+        "the ceiling follows the configuration by construction: shown, not graded"
+    )
     assert got[3].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
     assert {v.family for v in got} == {"own"}
-    assert got[1].number == ("2 of 2 load points past the ceiling queued (e.g. SGLang at 200K (3,200 tok), 4 in "
-                             "flight against a ceiling of 2: up to 2 waiting); 0 of 22 below or at it")
+    assert got[1].number == (
+        "2 of 2 load points past the ceiling queued (e.g. SGLang at 200K (3,200 tok), 4 in "
+        "flight against a ceiling of 2: up to 2 waiting); 0 of 22 below or at it"
+    )
     assert got[2].number.endswith("vLLM ahead at 3 of 4 context × memory settings")
-    assert got[3].number == ("vLLM TP8 at 0.92: 11; vLLM TP8 at 0.95: 12 (fails the memory check); SGLang TP8+DCP8 "
-                             "at 0.92: 51; SGLang TP8+DCP8 at 0.95: 58 (fails the memory check) requests at 200K")
+    assert got[3].number == (
+        "vLLM TP8 at 0.92: 11; vLLM TP8 at 0.95: 12 (fails the memory check); SGLang TP8+DCP8 "
+        "at 0.92: 51; SGLang TP8+DCP8 at 0.95: 58 (fails the memory check) requests at 200K"
+    )
     # on GPU runs the map is graded by rule 2: its cells' winners differ, so inconclusive (signs mixed)
     gpu = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
     v = capacity.map_verdict(gpu, gmap.with_columns(pl.lit("8x B300").alias("hardware")))
@@ -188,12 +267,17 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
     # nothing stored: nothing measured can be decided, and says why
     empty = curve.clear()
     no_info = pl.DataFrame(schema={"run_id": pl.String, "available": pl.Boolean, "reason": pl.String})
-    none = capacity.capacity_verdicts(empty, analysis.capacity_points(empty, NO_SAMPLES, no_info),
-                                      analysis.goodput_map(analysis.highest_load_within_slo(empty)),
-                                      capacity.modelled_ceilings())
+    none = capacity.capacity_verdicts(
+        empty,
+        analysis.capacity_points(empty, NO_SAMPLES, no_info),
+        analysis.goodput_map(analysis.highest_load_within_slo(empty)),
+        capacity.modelled_ceilings(),
+    )
     assert [(v.outcome, v.reason) for v in none[:3]] == [
         ("cannot be tested here", "no engine measured at two memory settings with a reported KV pool"),
-        ("cannot be tested here", "no capacity run stored"), ("cannot be tested here", "no capacity run stored")]
+        ("cannot be tested here", "no capacity run stored"),
+        ("cannot be tested here", "no capacity run stored"),
+    ]
 
 
 def test_the_ceiling_against_the_memory_setting_counts_repeats_not_load_steps(frames):
@@ -201,8 +285,11 @@ def test_the_ceiling_against_the_memory_setting_counts_repeats_not_load_steps(fr
     repeat never do, however many there are."""
     _, points, _, _ = frames
     # on GPUs the pool is the engine's own (no KV budget configured): a measured difference, graded
-    gpu = points.with_columns(pl.lit(None, pl.Int64).alias("kv_budget_bytes"), pl.lit("gpu").alias("device_kind"),
-                              pl.lit("8x B300").alias("hardware"))
+    gpu = points.with_columns(
+        pl.lit(None, pl.Int64).alias("kv_budget_bytes"),
+        pl.lit("gpu").alias("device_kind"),
+        pl.lit("8x B300").alias("hardware"),
+    )
     three = pl.concat([gpu.with_columns(pl.lit(k, dtype=points["repeat"].dtype).alias("repeat")) for k in range(3)])
     v = capacity.ceiling_verdict(three)
     assert (v.outcome, v.value, v.n, v.spread) == ("reproduced", 2.5, 3, (2.5, 2.5))
@@ -217,25 +304,35 @@ def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(fra
     curve, points, _, gmap = frames
     got = capacity.capacity_verdicts(curve, points, gmap, capacity.modelled_ceilings())
     first, holds, cannot = verdicts.headline(got)
-    assert first.startswith("**The documents make no claim this page tests**; it asks its own: “A higher memory "
-                            "setting raises") and first.endswith("and 2 more questions.")  # 2 quoted + 2 = 4 asked
+    assert first.startswith(
+        "**The documents make no claim this page tests**; it asks its own: “A higher memory setting raises"
+    ) and first.endswith("and 2 more questions.")  # 2 quoted + 2 = 4 asked
     assert holds == "**What holds:** no claim is reproduced or contradicted by evidence independent of the documents."
     # 1 + 2 own questions held back (1 + 1 by cause) and 1 configured value: the 4 questions, each counted once
-    assert cannot == ("**What this host cannot say:** 1 own question cannot be tested on this host (CPU runs of two "
-                      "different engine implementations cannot decide a speed claim about a GPU host); 2 own questions "
-                      "are inconclusive (fewer than 3 repeats — 1; the model fails its held-out test — 1); 1 value the "
-                      "experiment file sets is shown as configuration, not graded.")
+    assert cannot == (
+        "**What this host cannot say:** 1 own question cannot be tested on this host (CPU runs of two "
+        "different engine implementations cannot decide a speed claim about a GPU host); 2 own questions "
+        "are inconclusive (fewer than 3 repeats — 1; the model fails its held-out test — 1); 1 value the "
+        "experiment file sets is shown as configuration, not graded."
+    )
     assert verdicts.family_counts(got)["own"] == {"configured": 1, "inconclusive": 2, "cannot be tested here": 1}
     doc = verdicts.Verdict("a document's claim", "reproduced", "measured", "1×", kind="speedup", n=3)
-    assert verdicts.headline([doc, *got])[0] == ("**The documents claim** “a document's claim”. The page also asks "
-                                                 "4 questions of its own.")
+    assert verdicts.headline([doc, *got])[0] == (
+        "**The documents claim** “a document's claim”. The page also asks 4 questions of its own."
+    )
 
 
 def test_the_capacity_figures_say_measured_or_modelled(frames):
     curve, points, _, gmap = frames
-    alts = [plots.alt_text(f) for f in (plots.capacity_pareto_figure(curve), plots.capacity_ceiling_figure(points),
-                                        plots.capacity_map_figure(gmap),
-                                        plots.modelled_ceiling_figure(capacity.modelled_ceilings()))]
+    alts = [
+        plots.alt_text(f)
+        for f in (
+            plots.capacity_pareto_figure(curve),
+            plots.capacity_ceiling_figure(points),
+            plots.capacity_map_figure(gmap),
+            plots.modelled_ceiling_figure(capacity.modelled_ceilings()),
+        )
+    ]
     assert all(a.count("measured: ") == 4 for a in alts[:2])  # one panel per context x memory setting
     assert alts[2].startswith("measured: the engine with the higher goodput within the SLO")
     assert alts[3].startswith("modelled: Kimi-K3 on 8× B300, concurrency ceiling (sequences the KV pool holds)")
@@ -250,6 +347,7 @@ def test_the_synthetic_capacity_frames_are_labelled_and_consistent():
 
 # --------------------------------------------------------------------------- the accuracy probe on the map (item 7)
 
+
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory):
     """The SYNTHETIC probe records of tests/notebook_data.py (PROBED) as a sweep's manifest keeps them, read back."""
@@ -263,23 +361,51 @@ def test_the_probe_summary_compares_each_configuration_with_its_engines_first(pr
         ("sglang", 0.92, "reference", "sglang0.92", "reference", None, 0),
         ("sglang", 0.95, "compared", "sglang0.92", "differs from token 3 (8 of 8 prompts)", 3, 0),
         ("vllm", 0.92, "reference", "vllm0.92", "reference", None, 0),
-        ("vllm", 0.95, "compared", "vllm0.92", "differs only at near-ties (8 of 8 prompts)", None, 8)]
+        ("vllm", 0.95, "compared", "vllm0.92", "differs only at near-ties (8 of 8 prompts)", None, 8),
+    ]
     cmp = analysis.probe_comparison(probes).filter(pl.col("server_key") == "vllm0.95").row(0, named=True)
     assert (cmp["outcome"], cmp["first_diff"], cmp["margin_at_diff"], cmp["compared"], cmp["k"]) == (
-        "differs at a near-tie", 7, 0.05, 16, 16)
+        "differs at a near-tie",
+        7,
+        0.05,
+        16,
+        16,
+    )
 
 
 def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(frames, probes):
     curve, _, best, plain = frames
     gmap = analysis.goodput_map(best, analysis.probe_summary(probes))
-    assert gmap.select("context_tokens", "mem_util", "winner", "winner_probe", "winner_differs",
-                       "winner_probe_first_diff", "runner_up_probe").rows() == [
+    assert gmap.select(
+        "context_tokens",
+        "mem_util",
+        "winner",
+        "winner_probe",
+        "winner_differs",
+        "winner_probe_first_diff",
+        "runner_up_probe",
+    ).rows() == [
         (1024, 0.92, "vllm", "reference", False, None, "reference"),
-        (1024, 0.95, "vllm", "differs only at near-ties (8 of 8 prompts)", False, None,
-         "differs from token 3 (8 of 8 prompts)"),
+        (
+            1024,
+            0.95,
+            "vllm",
+            "differs only at near-ties (8 of 8 prompts)",
+            False,
+            None,
+            "differs from token 3 (8 of 8 prompts)",
+        ),
         (3200, 0.92, "vllm", "reference", False, None, "reference"),
-        (3200, 0.95, "sglang", "differs from token 3 (8 of 8 prompts)", True, 3,
-         "differs only at near-ties (8 of 8 prompts)")]
+        (
+            3200,
+            0.95,
+            "sglang",
+            "differs from token 3 (8 of 8 prompts)",
+            True,
+            3,
+            "differs only at near-ties (8 of 8 prompts)",
+        ),
+    ]
     # without probe data every configuration says so; the winners and margins are the map's as before
     assert set(plain["winner_probe"]) == set(plain["runner_up_probe"]) == {"not probed"}
     assert gmap.select("winner", "margin").equals(plain.select("winner", "margin"))
@@ -288,37 +414,53 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
 
     cell = narrative.map_table(gmap.to_dicts()).frame.row(3, named=True)
     assert cell["higher goodput"] == "SGLang TP1 — its output differs (probe: differs from token 3 (8 of 8 prompts))"
-    assert cell["accuracy probe (winner / runner-up)"] == ("differs from token 3 (8 of 8 prompts) / differs only at "
-                                                            "near-ties (8 of 8 prompts)")
-    said = ("the winner at 200K (3,200 tok), 0.95 (SGLang TP1) differs from token 3 (8 of 8 prompts)")
-    assert f"**Accuracy probe: {said}** of its engine's reference configuration" in narrative.map_caption(gmap.to_dicts())
+    assert cell["accuracy probe (winner / runner-up)"] == (
+        "differs from token 3 (8 of 8 prompts) / differs only at near-ties (8 of 8 prompts)"
+    )
+    said = "the winner at 200K (3,200 tok), 0.95 (SGLang TP1) differs from token 3 (8 of 8 prompts)"
+    assert f"**Accuracy probe: {said}** of its engine's reference configuration" in narrative.map_caption(
+        gmap.to_dicts()
+    )
     v = capacity.map_verdict(curve, gmap)
     assert v.outcome == "cannot be tested here" and v.reason.startswith(
         f"{said} in the accuracy probe against its engine's reference configuration: fast, but not computing what the "
-        "reference computes, so the map does not stand on it; ")
+        "reference computes, so the map does not stand on it; "
+    )
     unprobed = capacity.map_verdict(curve, plain)
-    assert unprobed.reason.endswith("; the winners' greedy outputs were not probed (probe: true in the experiment file "
-                                    "compares them)")
+    assert unprobed.reason.endswith(
+        "; the winners' greedy outputs were not probed (probe: true in the experiment file compares them)"
+    )
     assert "not probed" in narrative.map_caption(plain.to_dicts())
     assert plots.alt_text(plots.capacity_map_figure(gmap)).startswith("measured: the engine with the higher goodput")
     # on GPU runs a map that would stand is inconclusive while a winner's output differs
     gpu_curve = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
     three = gmap.filter(pl.col("winner") == "vllm").with_columns(
-        pl.lit("8x B300").alias("hardware"), pl.lit(3).alias("winner_repeats"), pl.lit(3).alias("runner_up_repeats"),
+        pl.lit("8x B300").alias("hardware"),
+        pl.lit(3).alias("winner_repeats"),
+        pl.lit(3).alias("runner_up_repeats"),
         (pl.col("winner_goodput_requests_per_s") * 0.98).alias("winner_goodput_min"),
         (pl.col("winner_goodput_requests_per_s") * 1.02).alias("winner_goodput_max"),
         (pl.col("runner_up_goodput_requests_per_s") * 0.98).alias("runner_up_goodput_min"),
-        (pl.col("runner_up_goodput_requests_per_s") * 1.02).alias("runner_up_goodput_max"))
+        (pl.col("runner_up_goodput_requests_per_s") * 1.02).alias("runner_up_goodput_max"),
+    )
     stands = capacity.map_verdict(gpu_curve, three)
-    flagged = capacity.map_verdict(gpu_curve, three.with_columns(
-        (pl.col("mem_util") == 0.95).alias("winner_differs"),
-        pl.when(pl.col("mem_util") == 0.95).then(pl.lit("differs from token 2 (1 of 8 prompts)"))
-        .otherwise(pl.col("winner_probe")).alias("winner_probe")))
+    flagged = capacity.map_verdict(
+        gpu_curve,
+        three.with_columns(
+            (pl.col("mem_util") == 0.95).alias("winner_differs"),
+            pl.when(pl.col("mem_util") == 0.95)
+            .then(pl.lit("differs from token 2 (1 of 8 prompts)"))
+            .otherwise(pl.col("winner_probe"))
+            .alias("winner_probe"),
+        ),
+    )
     assert (stands.outcome, flagged.outcome) == ("reproduced", "inconclusive")
-    assert flagged.reason.startswith("the winner at 64K (1,024 tok), 0.95 (vLLM TP1) differs from token 2 (1 of 8 "
-                                     "prompts) in the accuracy probe")
-    assert stands.reason.endswith("; no winner's greedy output differed clearly from its engine's reference "
-                                  "configuration in the accuracy probe")
+    assert flagged.reason.startswith(
+        "the winner at 64K (1,024 tok), 0.95 (vLLM TP1) differs from token 2 (1 of 8 prompts) in the accuracy probe"
+    )
+    assert stands.reason.endswith(
+        "; no winner's greedy output differed clearly from its engine's reference configuration in the accuracy probe"
+    )
 
 
 def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data, frames):
@@ -336,9 +478,15 @@ def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data
     assert v["kv_cache_usage"].to_list() == [0.2, 0.4, 0.6, 0.8, 1.0]
     assert v.select("engine", "context_tokens", "mem_util", "load_level").unique().rows() == [("vllm", 3200, 0.92, 4.0)]
     # cap00 keeps 2 answered samples (one more failed), cap01 1: both too short for a line
-    short = samples.with_columns(pl.when((pl.col("run_id") == "cap00") & (pl.col("t_s") == 1.0))
-                                 .then(pl.lit("timeout")).otherwise(pl.col("error")).alias("error")).filter(
-        ~((pl.col("run_id") == "cap00") & (pl.col("t_s") > 1.0)) & ~((pl.col("run_id") == "cap01") & (pl.col("t_s") > 0.0)))
+    short = samples.with_columns(
+        pl.when((pl.col("run_id") == "cap00") & (pl.col("t_s") == 1.0))
+        .then(pl.lit("timeout"))
+        .otherwise(pl.col("error"))
+        .alias("error")
+    ).filter(
+        ~((pl.col("run_id") == "cap00") & (pl.col("t_s") > 1.0))
+        & ~((pl.col("run_id") == "cap01") & (pl.col("t_s") > 0.0))
+    )
     tel = telemetry_over_time(points, short)
     per_run = tel.unique("run_id").sort("run_id")
     assert per_run.filter(~pl.col("line"))[["run_id", "samples"]].rows() == [("cap00", 2), ("cap01", 1)]

@@ -9,8 +9,17 @@ from prefix_frames import conc_runs, sharing_runs
 
 from kvlab import analysis, guide, narrative
 from kvlab.claims import (
-    ILLUSTRATION_SCOPE, MIN_REPEATS, Repeats, combined, cpu_cross_engine, held_out_grade, held_out_passes,
-    measured_difference, model_factor_decides, modelled_claim, on_cpu,
+    ILLUSTRATION_SCOPE,
+    MIN_REPEATS,
+    Repeats,
+    combined,
+    cpu_cross_engine,
+    held_out_grade,
+    held_out_passes,
+    measured_difference,
+    model_factor_decides,
+    modelled_claim,
+    on_cpu,
 )
 
 
@@ -19,10 +28,24 @@ def _speed_runs(device_kind: str | None, times: dict[tuple[str, int], list[float
     rows = []
     for (engine, tokens), values in times.items():
         for i, t in enumerate(values):
-            rows.append(dict(source="measured", experiment="cpu_long_context", hardware="CPU x86_64",
-                             context_label={1024: "64K", 3200: "200K"}[tokens], context_tokens=tokens, engine=engine,
-                             status="ok", batch_time_s=t, batch_size=8, output_tokens=16, prompt_tokens=tokens,
-                             scale_factor=64.0, device_kind=device_kind, run_id=f"{engine}-{tokens}-{i}"))
+            rows.append(
+                dict(
+                    source="measured",
+                    experiment="cpu_long_context",
+                    hardware="CPU x86_64",
+                    context_label={1024: "64K", 3200: "200K"}[tokens],
+                    context_tokens=tokens,
+                    engine=engine,
+                    status="ok",
+                    batch_time_s=t,
+                    batch_size=8,
+                    output_tokens=16,
+                    prompt_tokens=tokens,
+                    scale_factor=64.0,
+                    device_kind=device_kind,
+                    run_id=f"{engine}-{tokens}-{i}",
+                )
+            )
     return pl.DataFrame(rows, schema_overrides={"device_kind": pl.String})
 
 
@@ -38,7 +61,9 @@ def test_on_cpu_reads_the_device_kind_only():
 def test_cpu_runs_of_two_engines_cannot_decide_a_speed_claim():
     g = cpu_cross_engine("vllm", "sglang-jax", ["cpu", "cpu"], baseline=13.5, baseline_at="0% shared", n=1)
     assert (g.outcome, g.evidence, g.value, g.unit, g.n) == ("cannot be tested here", "measured", 13.5, "×", 1)
-    assert g.reason.startswith("vLLM and sglang-jax (CPU) are different implementations run on a CPU: vLLM is already 14×")
+    assert g.reason.startswith(
+        "vLLM and sglang-jax (CPU) are different implementations run on a CPU: vLLM is already 14×"
+    )
     flipped = cpu_cross_engine("vllm", "sglang-jax", ["cpu"], baseline=0.5, baseline_at="64K", spread=(0.4, 0.8))
     assert (flipped.value, flipped.spread) == (2.0, (1.25, 2.5))  # slower ÷ faster, sglang-jax named the faster
     assert flipped.reason.startswith("sglang-jax (CPU) and vLLM")
@@ -52,18 +77,39 @@ def test_cpu_runs_of_two_engines_cannot_decide_a_speed_claim():
 
 
 def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():
-    claims = pl.DataFrame([dict(claim_id="speedup_64K", kind="relative_speed", engine="vllm", context_from="64K",
-                                stated_value=1.5, statement="vLLM ≈ 1.5× faster than SGLang at 64K"),
-                           dict(claim_id="speedup_200K", kind="relative_speed", engine="sglang", context_from="200K",
-                                stated_value=1.31, statement="SGLang ≈ 1.31× faster than vLLM at 200K")])
+    claims = pl.DataFrame(
+        [
+            dict(
+                claim_id="speedup_64K",
+                kind="relative_speed",
+                engine="vllm",
+                context_from="64K",
+                stated_value=1.5,
+                statement="vLLM ≈ 1.5× faster than SGLang at 64K",
+            ),
+            dict(
+                claim_id="speedup_200K",
+                kind="relative_speed",
+                engine="sglang",
+                context_from="200K",
+                stated_value=1.31,
+                statement="SGLang ≈ 1.31× faster than vLLM at 200K",
+            ),
+        ]
+    )
     times = {("vllm", 1024): [1.0], ("sglang-jax", 1024): [2.5], ("vllm", 3200): [2.0], ("sglang-jax", 3200): [19.0]}
     rel_m = analysis.relative_speed(_speed_runs("cpu", times), "vllm", "sglang-jax")
-    got = [v for v in narrative.speed_claim_verdicts(claims, rel_m.head(0), rel_m, {"sglang": "sglang-jax"})
-           if v.evidence == "measured"]
+    got = [
+        v
+        for v in narrative.speed_claim_verdicts(claims, rel_m.head(0), rel_m, {"sglang": "sglang-jax"})
+        if v.evidence == "measured"
+    ]
     # value: the speed-up each claim names, the other engine's time ÷ the claimed one's at the claim's context
     # (64K: sglang-jax 2.5 s ÷ vLLM 1.0 s; 200K: vLLM 2.0 s ÷ sglang-jax 19.0 s); the 64K baseline is in the number
     assert [(v.claim_id, v.outcome, v.value, v.n) for v in got] == [
-        ("speedup_64K", "cannot be tested here", 2.5, 1), ("speedup_200K", "cannot be tested here", 2.0 / 19.0, 1)]
+        ("speedup_64K", "cannot be tested here", 2.5, 1),
+        ("speedup_200K", "cannot be tested here", 2.0 / 19.0, 1),
+    ]
     assert [v.spread for v in got] == [(2.5, 2.5), (2.0 / 19.0, 2.0 / 19.0)]  # one repeat a side: min = max
     assert got[1].number == "vLLM already 2.5× faster at 64K (1,024 tokens); at 200K (3,200 tokens): vLLM 9.5×"
     assert got[0].number == "vLLM 2.5× faster at 64K (1,024 tokens), the shortest context measured"
@@ -71,14 +117,28 @@ def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():
 
 
 def test_context_scaling_on_gpus_decides_by_the_repeats():
-    claims = pl.DataFrame([dict(claim_id="speedup_64K", kind="relative_speed", engine="vllm", context_from="64K",
-                                stated_value=1.5, statement="vLLM ≈ 1.5× faster than SGLang at 64K")])
+    claims = pl.DataFrame(
+        [
+            dict(
+                claim_id="speedup_64K",
+                kind="relative_speed",
+                engine="vllm",
+                context_from="64K",
+                stated_value=1.5,
+                statement="vLLM ≈ 1.5× faster than SGLang at 64K",
+            )
+        ]
+    )
     apart = {("vllm", 1024): [1.0, 1.1, 1.2], ("sglang", 1024): [1.5, 1.6, 1.7]}
     rel = analysis.relative_speed(_speed_runs("gpu", apart), "vllm", "sglang")
     (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
     # value: vLLM's speed-up, SGLang's median time ÷ vLLM's; spread: its min–max over the repeats
-    assert (v.outcome, v.n, v.value, v.spread) == ("reproduced", 3, pytest.approx(1.6 / 1.1),
-                                                   (pytest.approx(1.5 / 1.2), pytest.approx(1.7 / 1.0)))
+    assert (v.outcome, v.n, v.value, v.spread) == (
+        "reproduced",
+        3,
+        pytest.approx(1.6 / 1.1),
+        (pytest.approx(1.5 / 1.2), pytest.approx(1.7 / 1.0)),
+    )
     once = {("vllm", 1024): [1.0], ("sglang", 1024): [1.5]}
     rel = analysis.relative_speed(_speed_runs("gpu", once), "vllm", "sglang")
     (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
@@ -91,8 +151,12 @@ def test_context_scaling_on_gpus_decides_by_the_repeats():
 def test_a_measured_difference_needs_three_repeats_and_ranges_apart():
     a, b = Repeats.of([1.0, 1.1, 1.2]), Repeats.of([1.5, 1.6, 1.7])
     g = measured_difference(a, b, "lower")
-    assert (g.outcome, g.n, g.value, g.spread) == ("reproduced", 3, pytest.approx(1.1 / 1.6),
-                                                   (pytest.approx(1 / 1.7), pytest.approx(1.2 / 1.5)))
+    assert (g.outcome, g.n, g.value, g.spread) == (
+        "reproduced",
+        3,
+        pytest.approx(1.1 / 1.6),
+        (pytest.approx(1 / 1.7), pytest.approx(1.2 / 1.5)),
+    )
     assert measured_difference(a, b, "higher").outcome == "contradicted"
     overlap = measured_difference(Repeats.of([1.0, 1.4, 1.6]), b, "lower")
     assert (overlap.outcome, overlap.n) == ("inconclusive", 3) and "overlap" in overlap.reason
@@ -117,8 +181,9 @@ def test_repeats_count_distinct_repeat_indices_not_rows():
     three = Repeats.per_repeat([8, 9, 7, 10, None], [0, 1, 2, 2, 3])
     assert (three.n, three.values) == (3, (8.0, 9.0, 8.5))
     assert Repeats.per_repeat([1.0, 2.0], [None, None]).n == 2  # rows without an index are their own
-    g = measured_difference(Repeats.per_repeat([20, 20, 20], [0, 0, 0]), Repeats.per_repeat([8, 8, 8], [0, 0, 0]),
-                            "higher")
+    g = measured_difference(
+        Repeats.per_repeat([20, 20, 20], [0, 0, 0]), Repeats.per_repeat([8, 8, 8], [0, 0, 0]), "higher"
+    )
     assert (g.outcome, g.n, g.value) == ("inconclusive", 1, 2.5)
 
 
@@ -135,15 +200,40 @@ def test_mixed_signs_across_engines_or_metrics_are_inconclusive():
 
 
 def test_memory_latency_claim_at_n1_with_mixed_signs_is_inconclusive():
-    claims = pl.DataFrame([dict(claim_id="memory_092_latency", kind="memory", setting=0.92, metric="e2e_latency",
-                                direction="higher", statement="Lowering the target to 0.92 came at slightly higher latency")])
+    claims = pl.DataFrame(
+        [
+            dict(
+                claim_id="memory_092_latency",
+                kind="memory",
+                setting=0.92,
+                metric="e2e_latency",
+                direction="higher",
+                statement="Lowering the target to 0.92 came at slightly higher latency",
+            )
+        ]
+    )
     rows = []
     for engine, lat in (("vllm", {0.92: 103.2, 0.95: 100.0}), ("sglang-jax", {0.92: 77.0, 0.95: 100.0})):
         for u, e2e in lat.items():
-            rows.append(dict(source="measured", experiment="cpu_long_context", hardware="CPU", engine=engine,
-                             mem_util=u, context_tokens=3200, context_label="200K", status="ok", run_id=f"{engine}{u}",
-                             attempts=1, batch_time_s=1.0, ttft_mean_ms=e2e / 2, e2e_mean_ms=e2e,
-                             server_preemptions=None, device_kind="cpu"))
+            rows.append(
+                dict(
+                    source="measured",
+                    experiment="cpu_long_context",
+                    hardware="CPU",
+                    engine=engine,
+                    mem_util=u,
+                    context_tokens=3200,
+                    context_label="200K",
+                    status="ok",
+                    run_id=f"{engine}{u}",
+                    attempts=1,
+                    batch_time_s=1.0,
+                    ttft_mean_ms=e2e / 2,
+                    e2e_mean_ms=e2e,
+                    server_preemptions=None,
+                    device_kind="cpu",
+                )
+            )
     runs = pl.DataFrame(rows, schema_overrides={"server_preemptions": pl.Int64})
     stats = analysis.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
     got = narrative.memory_claim_verdicts(claims, stats, analysis.memory_comparison(stats), None, simulated=True)
@@ -181,7 +271,9 @@ def test_the_calibrated_models_crossover_is_an_illustration_with_a_red_held_out_
     assert (right, total) == (0, 4) and fit.loo_mean_abs_pct > 40  # the published fit fails its held-out test
     got = narrative.crossover_verdicts([], 179999.0, None, (110000.0, 190000.0), fit)
     assert [(v.claim_id, v.outcome, v.evidence) for v in got] == [
-        ("crossover_modelled", "inconclusive", "modelled"), ("model_held_out", "contradicted", "modelled")]
+        ("crossover_modelled", "inconclusive", "modelled"),
+        ("model_held_out", "contradicted", "modelled"),
+    ]
     assert got[0].scope == ILLUSTRATION_SCOPE and got[1].value == 0.0
     assert not any(v.outcome == "reproduced" for v in got)
 
@@ -200,19 +292,31 @@ def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
     x = crossover_from_fit(fit)
     plain = narrative.crossover_verdicts([], x, None, x_range, fit)
     got = narrative.crossover_verdicts([], x, None, x_range, fit, cons)
-    assert got[0].number == ("≈173K tokens, 108K–746K over the assumptions the article leaves open; 122K–149K "
-                             "tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals (not an "
-                             "independent check)")
-    assert plain[0].number == "≈173K tokens, 108K–746K over the assumptions the article leaves open (not an independent check)"
+    assert got[0].number == (
+        "≈173K tokens, 108K–746K over the assumptions the article leaves open; 122K–149K "
+        "tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals (not an "
+        "independent check)"
+    )
+    assert (
+        plain[0].number
+        == "≈173K tokens, 108K–746K over the assumptions the article leaves open (not an independent check)"
+    )
     assert [(v.claim_id, v.outcome, v.value, v.spread) for v in got] == [
-        (v.claim_id, v.outcome, v.value, v.spread) for v in plain]
+        (v.claim_id, v.outcome, v.value, v.spread) for v in plain
+    ]
     # report 04's crossover row gives the very same consistent-fits range
-    claims = pl.DataFrame([dict(claim_id=c, kind="relative_speed", context_from=k, engine=e, statement=f"{e} at {k}")
-                           for c, k, e in (("a", "64K", "vllm"), ("b", "200K", "sglang"))])
+    claims = pl.DataFrame(
+        [
+            dict(claim_id=c, kind="relative_speed", context_from=k, engine=e, statement=f"{e} at {k}")
+            for c, k, e in (("a", "64K", "vllm"), ("b", "200K", "sglang"))
+        ]
+    )
     from kvlab.perfmodel.figures import headroom_table
 
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
-    row04 = next(v for v in model_verdicts(fit, sens, head, claims, consistent=cons) if v.claim_id == "crossover_modelled")
+    row04 = next(
+        v for v in model_verdicts(fit, sens, head, claims, consistent=cons) if v.claim_id == "crossover_modelled"
+    )
     assert "122K–149K tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals" in row04.number
 
 
@@ -233,11 +337,22 @@ def test_a_modelled_factor_decides_only_past_the_held_out_error(fit):
 
 
 def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
-    claims = pl.DataFrame([
-        dict(claim_id="shared_prefix_threshold", kind="engine_choice", threshold=0.3,
-             statement="With a shared system prompt or document making up 30% or more of the prompt, choose SGLang"),
-        dict(claim_id="high_concurrency", kind="engine_choice", threshold=100.0,
-             statement="Without a shared prefix and with 100 or more concurrent requests, choose vLLM")])
+    claims = pl.DataFrame(
+        [
+            dict(
+                claim_id="shared_prefix_threshold",
+                kind="engine_choice",
+                threshold=0.3,
+                statement="With a shared system prompt or document making up 30% or more of the prompt, choose SGLang",
+            ),
+            dict(
+                claim_id="high_concurrency",
+                kind="engine_choice",
+                threshold=100.0,
+                statement="Without a shared prefix and with 100 or more concurrent requests, choose vLLM",
+            ),
+        ]
+    )
     sharing = analysis.prefix_sharing(sharing_runs())
     conc = analysis.concurrency_study(conc_runs())
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
@@ -247,16 +362,22 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
         ("shared_prefix_threshold", "cannot be tested here", 2.0),  # vLLM 2 s against 4 s at 0 shared
         # one level, 128 in flight, above the claim's 100: no baseline below it was measured, so no value
         ("high_concurrency", "cannot be tested here", None),
-        ("engine_choice_recommendation", "cannot be tested here", 2.0)]
+        ("engine_choice_recommendation", "cannot be tested here", 2.0),
+    ]
     assert all(v.n == 1 and v.scope and v.reason for v in got)
-    assert got[1].reason.startswith("sglang-jax (CPU) and vLLM are different implementations run on a CPU, and no "
-                                    "baseline was measured (no load below the claim's 100 in flight measured with "
-                                    "both engines)")
+    assert got[1].reason.startswith(
+        "sglang-jax (CPU) and vLLM are different implementations run on a CPU, and no "
+        "baseline was measured (no load below the claim's 100 in flight measured with "
+        "both engines)"
+    )
     # with a load below the threshold measured, its ratio is the baseline: sglang-jax 60 against 30 requests/s at 8
     low = conc_runs(30.0, 60.0).with_columns(pl.lit(8, pl.Int64).alias("batch_size"), pl.col("run_id") + "-8")
     conc2 = analysis.concurrency_study(pl.concat([conc_runs(), low]))
-    v = next(v for v in narrative.engine_choice_verdicts(claims, sharing, conc2, w, w.tree(), ev)
-             if v.claim_id == "high_concurrency")
+    v = next(
+        v
+        for v in narrative.engine_choice_verdicts(claims, sharing, conc2, w, w.tree(), ev)
+        if v.claim_id == "high_concurrency"
+    )
     assert (v.outcome, v.value, v.unit) == ("cannot be tested here", 2.0, "×")
     assert v.number.startswith("sglang-jax (CPU) already 2.0× ahead at 8 in flight (the lowest load measured)")
 
@@ -264,20 +385,29 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
 def test_hit_shares_cache_on_against_off_decide_only_over_three_runs():
     from kvlab.claims import cache_shares, counted, negated
 
-    on = dict(engine="vllm", hardware="CPU", cache_hit_rate=0.78, cache_hit_rate_min=0.75, cache_hit_rate_max=0.8,
-              n_runs=3)
-    off = dict(engine="vllm", hardware="CPU", cache_hit_rate=0.0, cache_hit_rate_min=0.0, cache_hit_rate_max=0.0,
-               n_runs=3)
+    on = dict(
+        engine="vllm", hardware="CPU", cache_hit_rate=0.78, cache_hit_rate_min=0.75, cache_hit_rate_max=0.8, n_runs=3
+    )
+    off = dict(
+        engine="vllm", hardware="CPU", cache_hit_rate=0.0, cache_hit_rate_min=0.0, cache_hit_rate_max=0.0, n_runs=3
+    )
     g = cache_shares(on, off)
-    assert (g.outcome, g.value, g.unit, g.spread, g.n) == ("reproduced", 0.78, "fraction of prompt tokens, cache on − off",
-                                                           (0.75, 0.8), 3)
+    assert (g.outcome, g.value, g.unit, g.spread, g.n) == (
+        "reproduced",
+        0.78,
+        "fraction of prompt tokens, cache on − off",
+        (0.75, 0.8),
+        3,
+    )
     assert negated(g).outcome == "contradicted"  # "vLLM shares no prefixes"
     once = cache_shares(on | {"n_runs": 1, "cache_hit_rate_min": None, "cache_hit_rate_max": None}, None)
     assert (once.outcome, once.n, once.value) == ("inconclusive", 1, 0.78)
     assert once.reason.startswith("vLLM's cache-hit share, cache on against off: n=1")  # the display name
     assert negated(once).outcome == "inconclusive"
-    assert (counted(True, 2, reason="r").outcome, counted(False, 3, reason="r").outcome) == ("inconclusive",
-                                                                                               "contradicted")
+    assert (counted(True, 2, reason="r").outcome, counted(False, 3, reason="r").outcome) == (
+        "inconclusive",
+        "contradicted",
+    )
 
 
 def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
@@ -288,14 +418,17 @@ def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
     from kvlab import analysis
     from kvlab.claims.sharing import _threshold_shape
 
-    gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9],
-                         "time_saved": [0.02, 0.11, -0.15, 0.40]})
+    gain = pl.DataFrame(
+        {"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9], "time_saved": [0.02, 0.11, -0.15, 0.40]}
+    )
     th = analysis.sharing_threshold(gain)
     assert th.verdict == "threshold" and th.slope_above > 2 * th.slope_below
     assert _threshold_shape(gain, th) == (
-        "saving +2.0% at 0%, +11% at 20%, −15% at 50%, +40% at 90% shared: it rises more steeply from 30% up than below")
-    step = pl.DataFrame({"engine": ["x"] * 5, "shared_fraction": [0.0, 0.1, 0.2, 0.5, 0.9],
-                         "time_saved": [0.0, 0.01, 0.02, 0.50, 0.52]})
+        "saving +2.0% at 0%, +11% at 20%, −15% at 50%, +40% at 90% shared: it rises more steeply from 30% up than below"
+    )
+    step = pl.DataFrame(
+        {"engine": ["x"] * 5, "shared_fraction": [0.0, 0.1, 0.2, 0.5, 0.9], "time_saved": [0.0, 0.01, 0.02, 0.50, 0.52]}
+    )
     th = analysis.sharing_threshold(step)
     assert th.verdict == "threshold"
     assert _threshold_shape(step, th).endswith(f"a step of {th.step_at:+.0%} across 30%")
@@ -325,16 +458,23 @@ def test_every_verdict_on_the_fixed_frames_carries_its_typed_fields(fit, study):
     conc = analysis.concurrency_study(conc_runs())
     w = guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B")
     kv = store.load_claims().filter(pl.col("experiment") == "article_kv_design")
-    got = [*narrative.engine_choice_verdicts(kv, study["sharing"], conc, w, w.tree(),
-                                             guide.from_evidence(w, fit, study["sharing"], conc)),
-           *narrative.prefix_verdicts(study["claims"], study["sharing"], study["gain"], study["thresholds"],
-                                      study["by_turn"], study["reuse"])]
+    got = [
+        *narrative.engine_choice_verdicts(
+            kv, study["sharing"], conc, w, w.tree(), guide.from_evidence(w, fit, study["sharing"], conc)
+        ),
+        *narrative.prefix_verdicts(
+            study["claims"], study["sharing"], study["gain"], study["thresholds"], study["by_turn"], study["reuse"]
+        ),
+    ]
     empty = study["sharing"].head(0)  # nothing measured: every row still says n = 0 runs
-    got += narrative.engine_choice_verdicts(kv, empty, conc.head(0), w, w.tree(),
-                                            guide.from_evidence(w, fit, empty, conc.head(0)))
+    got += narrative.engine_choice_verdicts(
+        kv, empty, conc.head(0), w, w.tree(), guide.from_evidence(w, fit, empty, conc.head(0))
+    )
     assert len(got) == 16  # 5 + 6 from the frames, 5 with nothing measured
     assert typed_field_gaps(got) == []
     # the last turn's cached share, vLLM first: 2,176 of 2,304 prompt tokens (whole 128-token blocks of 2,240 shared)
     multi = next(v for v in got if v.claim_id == "multi_turn_reuse")
-    assert (multi.value, multi.unit.split(" (")[0]) == (pytest.approx(2176 / 2304),
-                                                        "fraction of the last turn's prompt from the cache")
+    assert (multi.value, multi.unit.split(" (")[0]) == (
+        pytest.approx(2176 / 2304),
+        "fraction of the last turn's prompt from the cache",
+    )

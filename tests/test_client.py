@@ -68,8 +68,9 @@ def test_bulk_server_many_events_per_read_counted_exactly():
         srv = BulkSSEServer(FixtureConfig())
         await srv.start_async()
         try:
-            res = await client.run_requests(srv.url, "m", workloads.fixed_batch.prompts(6, 10, 700, vocab_size=512),
-                                            concurrency=2)
+            res = await client.run_requests(
+                srv.url, "m", workloads.fixed_batch.prompts(6, 10, 700, vocab_size=512), concurrency=2
+            )
             return res, srv.requests_served
         finally:
             await srv.stop_async()
@@ -166,8 +167,16 @@ def test_every_failure_kind_recorded_per_request(server):
     assert recs[5].error == "stream ended without [DONE] (incomplete)" and recs[5].output_tokens == 10
     assert recs[6].error.startswith("timeout") and recs[6].chunks == 0
     assert recs[6].t_end - recs[6].t_send == pytest.approx(1.5, abs=0.5)
-    assert [r.error_kind for r in recs] == [None, "http_status", "http_status", "error_event", "dropped",
-                                            "incomplete", "timeout", None]
+    assert [r.error_kind for r in recs] == [
+        None,
+        "http_status",
+        "http_status",
+        "error_event",
+        "dropped",
+        "incomplete",
+        "timeout",
+        None,
+    ]
     s = client.summarize(recs, res.batch_time_s)
     assert (s["requests_ok"], s["requests_failed"]) == (2, 6)
     rows = client.request_rows(recs, "r")
@@ -297,7 +306,7 @@ def test_error_event_with_sse_event_field():
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         await resp.write(b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n')
-        await resp.write(b': keep-alive comment\r\n\r\n')
+        await resp.write(b": keep-alive comment\r\n\r\n")
         await resp.write(b'event: error\ndata: {"message":"engine died"}\n\n')
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -320,7 +329,7 @@ def _stream_events(rng) -> list[bytes]:
     """A completions stream as vLLM writes it: token chunks (some with empty text), a comment, usage, [DONE]."""
     events = []
     for i in range(rng.randint(1, 40)):
-        text = "" if rng.random() < 0.2 else rng.choice([f" t{i}", "data: quoted \\\"text\\\":\\\"", "é"])
+        text = "" if rng.random() < 0.2 else rng.choice([f" t{i}", 'data: quoted \\"text\\":\\"', "é"])
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
         events.append(b"data: " + json.dumps({"id": "c", "choices": [choice]}, separators=(",", ":")).encode())
         if rng.random() < 0.1:
@@ -386,23 +395,32 @@ def test_whole_read_fast_path_matches_line_by_line_parsing(seed, monkeypatch):
 # ----------------------------------------------------------------- one bad response fails one request
 
 
-@pytest.mark.parametrize("knobs, where", [
-    ({"garbage": '{"choices":"abc"}'}, "choices is a string"),
-    ({"garbage": '{"choices":[7]}'}, "choices[0] is a number"),
-    ({"garbage": '{"choices":[{"text":5}]}'}, "choices[0].text is a number"),
-    ({"garbage": '{"choices":[{"text":"a","finish_reason":["x"]}]}'}, "choices[0].finish_reason is a list"),
-    ({"usage_json": "5"}, "usage is a number"),
-    ({"usage_json": '"x"'}, "usage is a string"),
-    ({"usage_json": '{"prompt_tokens":3,"completion_tokens":"3"}'}, "usage.completion_tokens is a string"),
-    ({"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":"x"}'},
-     "usage.prompt_tokens_details is a string"),
-    ({"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":-1}}'},
-     "usage.prompt_tokens_details.cached_tokens is a number (-1), expected a non-negative integer"),
-    ({"usage_json": '{"prompt_tokens":true,"completion_tokens":4}'}, "usage.prompt_tokens is a boolean"),
-    ({"usage_json": '{"prompt_tokens":3.5,"completion_tokens":4}'}, "usage.prompt_tokens is a number (3.5)"),
-    ({"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"completion_tokens_details":[1]}'},
-     "usage.completion_tokens_details is a list"),
-])
+@pytest.mark.parametrize(
+    "knobs, where",
+    [
+        ({"garbage": '{"choices":"abc"}'}, "choices is a string"),
+        ({"garbage": '{"choices":[7]}'}, "choices[0] is a number"),
+        ({"garbage": '{"choices":[{"text":5}]}'}, "choices[0].text is a number"),
+        ({"garbage": '{"choices":[{"text":"a","finish_reason":["x"]}]}'}, "choices[0].finish_reason is a list"),
+        ({"usage_json": "5"}, "usage is a number"),
+        ({"usage_json": '"x"'}, "usage is a string"),
+        ({"usage_json": '{"prompt_tokens":3,"completion_tokens":"3"}'}, "usage.completion_tokens is a string"),
+        (
+            {"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":"x"}'},
+            "usage.prompt_tokens_details is a string",
+        ),
+        (
+            {"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":-1}}'},
+            "usage.prompt_tokens_details.cached_tokens is a number (-1), expected a non-negative integer",
+        ),
+        ({"usage_json": '{"prompt_tokens":true,"completion_tokens":4}'}, "usage.prompt_tokens is a boolean"),
+        ({"usage_json": '{"prompt_tokens":3.5,"completion_tokens":4}'}, "usage.prompt_tokens is a number (3.5)"),
+        (
+            {"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"completion_tokens_details":[1]}'},
+            "usage.completion_tokens_details is a list",
+        ),
+    ],
+)
 @pytest.mark.parametrize("keep_text", [False, True])  # the fast path and the parsing path
 def test_a_field_of_the_wrong_type_fails_that_request_only(server, knobs, where, keep_text):
     if "finish_reason" in where and not keep_text:
@@ -428,15 +446,22 @@ def test_count_flag_rules():
     assert client.count_flag(-50, 3, 16, True) == "completion_tokens -50 is negative"
     assert client.count_flag(1000, 3, 16, False) == "completion_tokens 1000 is above max_tokens 16"
     assert client.count_flag(2, 3, 16, False) == "completion_tokens 2 is below the 3 token-bearing chunks received"
-    assert client.count_flag(2, 3, 16, True) == ("completion_tokens 2 is below the 3 token-bearing chunks received; "
-                                                 "completion_tokens 2 is not max_tokens 16 under ignore_eos")
+    assert client.count_flag(2, 3, 16, True) == (
+        "completion_tokens 2 is below the 3 token-bearing chunks received; "
+        "completion_tokens 2 is not max_tokens 16 under ignore_eos"
+    )
     assert client.count_flag(12, 3, 16, True) == "completion_tokens 12 is not max_tokens 16 under ignore_eos"
 
 
 def test_implausible_counts_are_flagged_kept_and_left_out_of_the_token_sum(server):
     base = workloads.fixed_batch.prompts(5, 20, 8, vocab_size=512, seed=6)
-    prompts = [base[0], _with(base[1], completion_tokens=-50), _with(base[2], completion_tokens=1000),
-               _with(base[3], chunks=3, completion_tokens=1000), _with(base[4], completion_tokens=2)]
+    prompts = [
+        base[0],
+        _with(base[1], completion_tokens=-50),
+        _with(base[2], completion_tokens=1000),
+        _with(base[3], chunks=3, completion_tokens=1000),
+        _with(base[4], completion_tokens=2),
+    ]
     res = _run(server.url, prompts)
     recs = res.records
     assert all(r.status == "ok" for r in recs)  # the requests completed; their counts are what is wrong
@@ -479,8 +504,9 @@ def test_an_endless_error_body_is_read_only_up_to_its_cap():
 
     async def go():
         async with serve_app({"POST /v1/completions": endless}) as url:
-            return await client.run_requests(url, "m", workloads.fixed_batch.prompts(1, 4, 2, vocab_size=512),
-                                             timeout_s=20)
+            return await client.run_requests(
+                url, "m", workloads.fixed_batch.prompts(1, 4, 2, vocab_size=512), timeout_s=20
+            )
 
     r = asyncio.run(go()).records[0]
     assert r.status == "failed" and r.error_kind == "http_status" and r.error.startswith("HTTP 500: xxx")
@@ -499,12 +525,14 @@ def test_a_redirect_is_not_followed_and_the_key_stays_with_its_host():
 
     async def go():
         async with serve_app({"POST /v1/completions": elsewhere}) as other:
+
             async def redirect(request):
                 raise web.HTTPFound(other + "/v1/completions")
 
             async with serve_app({"POST /v1/completions": redirect}) as url:
-                return await client.run_requests(url, "m", workloads.fixed_batch.prompts(1, 4, 2, vocab_size=512),
-                                                 api_key="s3cret")
+                return await client.run_requests(
+                    url, "m", workloads.fixed_batch.prompts(1, 4, 2, vocab_size=512), api_key="s3cret"
+                )
 
     r = asyncio.run(go()).records[0]
     assert r.status == "failed" and r.http_status == 302 and "not followed" in r.error

@@ -41,20 +41,29 @@ def test_ray_missing_or_cluster_unreachable_fails_with_what_to_do(tmp_path, monk
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    with pytest.raises(cluster.ClusterError, match=r"needs Ray, which is not installed here: pip install 'kvlab\[cluster\]'"):
+    with pytest.raises(
+        cluster.ClusterError, match=r"needs Ray, which is not installed here: pip install 'kvlab\[cluster\]'"
+    ):
         Campaign(ExperimentSpec.load(path), tmp_path).execute(cluster.RayExecutor("auto"))
     assert not (tmp_path / "runs" / "no_ray").exists() or not store.run_dirs(tmp_path)
     monkeypatch.setattr(builtins, "__import__", real_import)
 
     # a subprocess without ray on its path: the CLI says how to install it and launches nothing
-    code = ("import builtins, sys; real = builtins.__import__\n"
-            "def imp(n, *a, **k):\n"
-            "    if n == 'ray' or n.startswith('ray.'): raise ImportError(n)\n"
-            "    return real(n, *a, **k)\n"
-            "builtins.__import__ = imp\n"
-            "from kvlab.cli import app; sys.argv = ['kvlab'] + sys.argv[1:]; app()")
-    out = subprocess.run([sys.executable, "-c", code, "sweep", str(path), "--data-dir", str(tmp_path), "--ray", "auto"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    code = (
+        "import builtins, sys; real = builtins.__import__\n"
+        "def imp(n, *a, **k):\n"
+        "    if n == 'ray' or n.startswith('ray.'): raise ImportError(n)\n"
+        "    return real(n, *a, **k)\n"
+        "builtins.__import__ = imp\n"
+        "from kvlab.cli import app; sys.argv = ['kvlab'] + sys.argv[1:]; app()"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "sweep", str(path), "--data-dir", str(tmp_path), "--ray", "auto"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 1, out.stderr
     assert "needs Ray, which is not installed here: pip install 'kvlab[cluster]'" in out.stderr
     assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))
@@ -77,11 +86,18 @@ def _fake_ray(monkeypatch, mode: int | None):
     monkeypatch.setitem(sys.modules, "ray._raylet", raylet)
 
 
-@pytest.mark.parametrize(("mode", "env", "warned"), [
-    (None, None, True), (None, "disabled", True), (None, "token", False), (None, " Token ", False),
-    (0, "token", True),  # Ray's own answer wins over the variable
-    (1, None, False), (2, None, False),
-])
+@pytest.mark.parametrize(
+    ("mode", "env", "warned"),
+    [
+        (None, None, True),
+        (None, "disabled", True),
+        (None, "token", False),
+        (None, " Token ", False),
+        (0, "token", True),  # Ray's own answer wins over the variable
+        (1, None, False),
+        (2, None, False),
+    ],
+)
 def test_ray_warns_when_the_cluster_it_joins_has_auth_off(monkeypatch, mode, env, warned):
     _fake_ray(monkeypatch, mode)
     environ = {} if env is None else {"RAY_AUTH_MODE": env}
@@ -93,7 +109,8 @@ def test_ray_warns_when_the_cluster_it_joins_has_auth_off(monkeypatch, mode, env
 
 
 def test_local_starts_with_token_auth_on_the_loopback_and_a_cluster_without_auth_is_refused_unless_insecure(
-        monkeypatch, caplog):
+    monkeypatch, caplog
+):
     """--ray local: Ray started with RAY_AUTH_MODE=token (whatever the environment said), node address 127.0.0.1,
     no dashboard. A cluster that runs without authentication is left again (ray.shutdown) and refused, naming
     --ray-insecure; with it, joined with the warning, and local's authentication is the environment's own."""
@@ -106,8 +123,9 @@ def test_local_starts_with_token_auth_on_the_loopback_and_a_cluster_without_auth
     with caplog.at_level("WARNING", logger="kvlab.cluster"):
         cluster.connect("local")
     assert os.environ["RAY_AUTH_MODE"] == "token" and caplog.records == []
-    assert calls == [("init", {"address": None, "log_to_driver": False, "_node_ip_address": "127.0.0.1",
-                               "include_dashboard": False})]
+    assert calls == [
+        ("init", {"address": None, "log_to_driver": False, "_node_ip_address": "127.0.0.1", "include_dashboard": False})
+    ]
 
     calls.clear()
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
@@ -132,35 +150,54 @@ def test_the_cli_refuses_a_cluster_without_auth_before_anything_launches(tmp_pat
     path = write_spec(tmp_path, "no_auth")
     fake = tmp_path / "fake" / "ray"
     fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("def is_initialized(): return False\ndef init(**kw): pass\n"
-                                      "def shutdown(): pass\n")
-    (fake / "_raylet.py").write_text("class AuthenticationMode: DISABLED, TOKEN, K8S = 0, 1, 2\n"
-                                     "def get_authentication_mode(): return 0\n")
+    (fake / "__init__.py").write_text(
+        "def is_initialized(): return False\ndef init(**kw): pass\ndef shutdown(): pass\n"
+    )
+    (fake / "_raylet.py").write_text(
+        "class AuthenticationMode: DISABLED, TOKEN, K8S = 0, 1, 2\ndef get_authentication_mode(): return 0\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(fake.parent)}
-    out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
-                          "--ray", "auto"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path), "--ray", "auto"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
     assert out.returncode == 1, out.stderr
     assert "runs without authentication" in out.stderr and "--ray-insecure" in out.stderr
     assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))
 
 
 @pytest.mark.cluster  # needs Ray (kvlab[cluster]): make test-cluster installs it
-@pytest.mark.xfail(strict=True, reason="Ray 2.60's GCS server, raylet, driver and workers listen on every interface "
-                   "whatever node address they are given, its runtime-env agent on the host's address "
-                   "(docs/experiments.md): kvlab cannot confine them; strict, so a Ray that binds the loopback passes")
+@pytest.mark.xfail(
+    strict=True,
+    reason="Ray 2.60's GCS server, raylet, driver and workers listen on every interface "
+    "whatever node address they are given, its runtime-env agent on the host's address "
+    "(docs/experiments.md): kvlab cannot confine them; strict, so a Ray that binds the loopback passes",
+)
 def test_ray_local_checks_a_token_and_listens_on_the_loopback_only():
     """`--ray local` (in a subprocess: Ray reads RAY_AUTH_MODE when imported): token authentication on, and every
     socket Ray's processes listen on (the driver's and its descendants', and any other process of Ray's own
     programs) bound to the loopback."""
-    code = ("import json, os, psutil; from kvlab import cluster\n"
-            "os.environ.pop('RAY_AUTH_MODE', None); ray = cluster.connect('local')\n"
-            "me = psutil.Process(); mine = {me.pid, *(c.pid for c in me.children(recursive=True))}\n"
-            "ray_pids = [p.pid for p in psutil.process_iter(['cmdline']) if p.pid not in mine and any("
-            "w.startswith('ray::') or '/site-packages/ray/' in w for w in p.info['cmdline'] or [])]\n"
-            "print(json.dumps({'auth': cluster.auth_mode(), 'pids': [me.pid, *ray_pids]}))\n"
-            "import sys; sys.stdout.flush(); input(); ray.shutdown()")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
+    code = (
+        "import json, os, psutil; from kvlab import cluster\n"
+        "os.environ.pop('RAY_AUTH_MODE', None); ray = cluster.connect('local')\n"
+        "me = psutil.Process(); mine = {me.pid, *(c.pid for c in me.children(recursive=True))}\n"
+        "ray_pids = [p.pid for p in psutil.process_iter(['cmdline']) if p.pid not in mine and any("
+        "w.startswith('ray::') or '/site-packages/ray/' in w for w in p.info['cmdline'] or [])]\n"
+        "print(json.dumps({'auth': cluster.auth_mode(), 'pids': [me.pid, *ray_pids]}))\n"
+        "import sys; sys.stdout.flush(); input(); ray.shutdown()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+    )
     try:
         facts = json.loads(proc.stdout.readline())
         sockets = [s for pid in facts["pids"] for s in listening_sockets(pid)]
@@ -176,12 +213,29 @@ def test_a_bad_ray_address_fails_before_anything_launches(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for address, says in ((f"127.0.0.1:{port}", "no Ray cluster answers there"),
-                          ("not-an-address", "not auto, local, ray://host:port or host:port")):
+    for address, says in (
+        (f"127.0.0.1:{port}", "no Ray cluster answers there"),
+        ("not-an-address", "not auto, local, ray://host:port or host:port"),
+    ):
         with pytest.raises(cluster.ClusterError, match=says):
             cluster.connect(address)
-    out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
-                          "--ray", f"ray://127.0.0.1:{port}"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvlab.cli",
+            "sweep",
+            str(path),
+            "--data-dir",
+            str(tmp_path),
+            "--ray",
+            f"ray://127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 1 and "no Ray cluster answers there" in out.stderr, out.stderr
     assert not store.run_dirs(tmp_path) and not engine_processes(tag_of(path))
 
@@ -205,9 +259,12 @@ def test_a_group_no_node_can_hold_is_refused_before_dispatch():
 
     groups = plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / "gpu_reasoning_r1.yaml")))
     eight = {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0}}
-    with pytest.raises(cluster.ClusterError, match=r"gpu_reasoning_r1: the sglang server group \(4 run\(s\)\) needs "
-                       r"16 GPU, 1 CPU on one node, and no node of the cluster has that \(2 live node\(s\), "
-                       r"the largest 8 GPU, 64 CPU\)"):
+    with pytest.raises(
+        cluster.ClusterError,
+        match=r"gpu_reasoning_r1: the sglang server group \(4 run\(s\)\) needs "
+        r"16 GPU, 1 CPU on one node, and no node of the cluster has that \(2 live node\(s\), "
+        r"the largest 8 GPU, 64 CPU\)",
+    ):
         cluster.check_capacity([eight, eight, {"Alive": False, "Resources": {"GPU": 16.0, "CPU": 8.0}}], groups)
     cluster.check_capacity([eight, {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 16.0}}], groups)  # fits
     cpu = plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml")))
@@ -240,18 +297,22 @@ def _raylet_of(pid: int, c) -> object | None:
     return None
 
 
-
 @pytest.mark.cluster
 @pytest.mark.engine
 def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_cluster, engine_python, tiny_model):
-    path = write_spec(tmp_path, "split", matrix={"engine.prefix_caching": [True, False]},
-                      workload={"batch_size": 2, "context_tokens": 768, "output_tokens": 512})
+    path = write_spec(
+        tmp_path,
+        "split",
+        matrix={"engine.prefix_caching": [True, False]},
+        workload={"batch_size": 2, "context_tokens": 768, "output_tokens": 512},
+    )
     spec = ExperimentSpec.load(path)
     local = Campaign(spec, tmp_path / "local").execute(runner.LocalExecutor())
     t = time.perf_counter()
     res = Campaign(spec, tmp_path / "ray").execute(cluster.RayExecutor(ray_cluster.address, RESOURCE))
     wall = time.perf_counter() - t
     assert (res.ok, res.failed, res.server_starts) == (local.ok, local.failed, local.server_starts) == (2, 0, 2)
+
     # the same files as the local sweep's, but for telemetry.csv, which a run has where a sample fell inside it
     def files(where: str) -> dict:
         return {k: [f for f in v if f != "telemetry.csv"] for k, v in _folders(tmp_path / where, "split").items()}
@@ -263,12 +324,22 @@ def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_c
     for key, files in _folders(tmp_path / "ray", "split").items():
         info = json.loads((tmp_path / "ray" / "runs" / "split" / key / "telemetry.json").read_text())
         assert info["available"] and files == [
-            "attempts.parquet", "requests.parquet", "run.parquet", "server-attempt1.log", "spec.json",
-            *(["telemetry.csv"] if info["samples"] else []), "telemetry.json"], (key, info)
+            "attempts.parquet",
+            "requests.parquet",
+            "run.parquet",
+            "server-attempt1.log",
+            "spec.json",
+            *(["telemetry.csv"] if info["samples"] else []),
+            "telemetry.json",
+        ], (key, info)
     assert any("telemetry.csv" in files for files in _folders(tmp_path / "ray", "split").values())
     cols = ["run_id", "status", "attempts", "served_prompt_tokens", "served_output_tokens", "server_prompt_tokens"]
-    assert store.load_runs(tmp_path / "ray").sort("run_id").select(cols).equals(
-        store.load_runs(tmp_path / "local").sort("run_id").select(cols))
+    assert (
+        store.load_runs(tmp_path / "ray")
+        .sort("run_id")
+        .select(cols)
+        .equals(store.load_runs(tmp_path / "local").sort("run_id").select(cols))
+    )
     sweep = json.loads((tmp_path / "ray" / "runs" / "split" / "manifest.json").read_text())["sweeps"][-1]
     nodes = sweep["ray"]["nodes"]
     assert len(nodes) == 2 and sorted(len(n["runs"]) for n in nodes) == [1, 1]  # one group per node
@@ -292,13 +363,30 @@ def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_c
 
 @pytest.mark.cluster
 @pytest.mark.engine
-def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(tmp_path, ray_cluster, engine_python,
-                                                                           tiny_model):
+def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(
+    tmp_path, ray_cluster, engine_python, tiny_model
+):
     path = write_spec(tmp_path, "interrupted", matrix={"engine.prefix_caching": [True, False]})
     tag = tag_of(path)
-    driver = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
-                               "--ray", ray_cluster.address, "--ray-resource", RESOURCE],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvlab.cli",
+            "sweep",
+            str(path),
+            "--data-dir",
+            str(tmp_path),
+            "--ray",
+            ray_cluster.address,
+            "--ray-resource",
+            RESOURCE,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 240
     while len(engine_processes(tag)) < 2 and time.monotonic() < deadline:  # both groups' engines launched
         time.sleep(0.2)
@@ -316,13 +404,29 @@ def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(tmp_
 
 @pytest.mark.cluster
 @pytest.mark.engine
-def test_a_killed_driver_leaves_no_engine_and_its_resume_redoes_nothing(tmp_path, ray_cluster, engine_python,
-                                                                        tiny_model):
+def test_a_killed_driver_leaves_no_engine_and_its_resume_redoes_nothing(
+    tmp_path, ray_cluster, engine_python, tiny_model
+):
     path = write_spec(tmp_path, "driver_killed", repeats=3, workload={"context_tokens": 256, "output_tokens": 200})
     tag, exp_dir = tag_of(path), tmp_path / "runs" / "driver_killed"
-    driver = subprocess.Popen([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path),
-                               "--ray", ray_cluster.address, "--ray-resource", RESOURCE],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvlab.cli",
+            "sweep",
+            str(path),
+            "--data-dir",
+            str(tmp_path),
+            "--ray",
+            ray_cluster.address,
+            "--ray-resource",
+            RESOURCE,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -350,9 +454,13 @@ def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_clust
     """Last in this file: it removes a node from the module's cluster. The runs are long enough (1,600 output tokens)
     that the group's second run is still in flight when the node goes (with 8 it once finished first; with 800, about
     2 s, it did once more on 2026-12-04, while the driver published the first run)."""
-    path = write_spec(tmp_path, "lost", repeats=2,
-                      workload={"batch_size": 2, "context_tokens": 2048, "output_tokens": 1600},
-                      retry={"max_attempts": 2, "retry_on": []})
+    path = write_spec(
+        tmp_path,
+        "lost",
+        repeats=2,
+        workload={"batch_size": 2, "context_tokens": 2048, "output_tokens": 1600},
+        retry={"max_attempts": 2, "retry_on": []},
+    )
     tag = tag_of(path)
     removed: list = []
 
@@ -377,4 +485,3 @@ def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_clust
     nodes = json.loads((tmp_path / "runs" / "lost" / "manifest.json").read_text())["sweeps"][-1]["ray"]["nodes"]
     assert len(nodes) == 2 and [len(n["runs"]) for n in nodes] == [1, 1]
     assert not engine_processes(tag), "an engine outlived its lost node"
-

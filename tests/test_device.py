@@ -19,14 +19,25 @@ def test_a_device_is_a_kind_or_a_mapping():
 
 
 def test_short_names_come_from_the_typed_fields():
-    assert [device_name("cpu"), device_name("gpu", "NVIDIA B300", 8), device_name("gpu", "NVIDIA H100"),
-            device_name("gpu", None, 4), device_name("gpu", None, 1), device_name(None, "NVIDIA B300", 8)] == [
-        "CPU", "8× NVIDIA B300", "NVIDIA H100", "4 GPUs", "GPU", None]
+    assert [
+        device_name("cpu"),
+        device_name("gpu", "NVIDIA B300", 8),
+        device_name("gpu", "NVIDIA H100"),
+        device_name("gpu", None, 4),
+        device_name("gpu", None, 1),
+        device_name(None, "NVIDIA B300", 8),
+    ] == ["CPU", "8× NVIDIA B300", "NVIDIA H100", "4 GPUs", "GPU", None]
     # a row without a kind (a hand-built frame) is named by its label whole, never cut
     assert shown({"hardware": "CPU x86_64 (vLLM CPU build)", "device_kind": None}) == "CPU x86_64 (vLLM CPU build)"
     assert shown({"hardware": "CPU x86_64 (vLLM CPU build)", "device_kind": "cpu"}) == "CPU"
-    frame = pl.DataFrame({"hardware": ["NVIDIA B300 x8"] * 2, "device_kind": [None, "gpu"],
-                          "accelerator": ["NVIDIA B300 SXM6 AC", None], "gpu_count": [None, 8]})
+    frame = pl.DataFrame(
+        {
+            "hardware": ["NVIDIA B300 x8"] * 2,
+            "device_kind": [None, "gpu"],
+            "accelerator": ["NVIDIA B300 SXM6 AC", None],
+            "gpu_count": [None, 8],
+        }
+    )
     assert device_of(frame) == "8× NVIDIA B300 SXM6 AC" and device_of(frame.clear()) == ""
 
 

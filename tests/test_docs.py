@@ -50,8 +50,11 @@ def test_the_example_experiment_is_the_shipped_file_trimmed(tmp_path):
     shipped = ROOT / "data" / "experiments" / "cpu_long_context.yaml"
 
     def points(spec, origin):
-        return sorted((r.engine.name, r.engine.mem_util, r.engine.kv_cache_bytes, r.workload.context_tokens)
-                      for r in expand(spec, origin=origin) if r.engine.name == "vllm")
+        return sorted(
+            (r.engine.name, r.engine.mem_util, r.engine.kv_cache_bytes, r.workload.context_tokens)
+            for r in expand(spec, origin=origin)
+            if r.engine.name == "vllm"
+        )
 
     mine = points(ExperimentSpec.load(path), path)
     assert len(mine) == 30 and len(set(mine)) == 10

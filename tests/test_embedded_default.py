@@ -18,8 +18,9 @@ EXPERIMENT = EXPERIMENTS_DIR / "cpu_long_context.yaml"
 
 
 def kvlab(*args, timeout=900):
-    out = subprocess.run([sys.executable, "-m", "kvlab.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                         timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-m", "kvlab.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out.stdout + out.stderr
 
@@ -55,9 +56,11 @@ def test_every_run_of_the_embedded_experiment_succeeds(measured):
     # the run's rates: its requests over the batch time, the output tokens over the same time
     assert (runs["requests_ok"] == runs["batch_size"]).all()
     assert runs["requests_per_s"].to_list() == pytest.approx(
-        (runs["batch_size"] / runs["batch_time_s"]).to_list(), rel=1e-9)
+        (runs["batch_size"] / runs["batch_time_s"]).to_list(), rel=1e-9
+    )
     assert runs["output_tokens_per_s"].to_list() == pytest.approx(
-        (runs["batch_size"] * runs["output_tokens"] / runs["batch_time_s"]).to_list(), rel=1e-9)
+        (runs["batch_size"] * runs["output_tokens"] / runs["batch_time_s"]).to_list(), rel=1e-9
+    )
     # both compute in bfloat16 only where this CPU does so natively (dtype: bfloat16-if-native)
     native = {"bfloat16" if host.native_bf16() else "float32"}
     assert set(vllm["dtype"]) == native and set(sgl["dtype"]) == native
@@ -84,8 +87,9 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     kvlab("report", "--out", str(tmp_path), "--only", "02", "-p", f"data_dir={measured}")
     listed = {r["notebook"]: r for r in json.loads((tmp_path / "index.json").read_text())}
     assert listed["02_throughput_decay.ipynb"]["answer"]["sentences"] and (tmp_path / "index.html").exists()
-    result = {p: studies.compute_report(p, measured, reports._defaults(reports.notebooks([p])[0]))
-              for p in ("01", "02", "03")}
+    result = {
+        p: studies.compute_report(p, measured, reports._defaults(reports.notebooks([p])[0])) for p in ("01", "02", "03")
+    }
     for p, r in result.items():  # answered from the runs, not the no-runs sentence
         assert not any("No run was measured" in t or "No run on this host" in t for t in r.answer.sentences), p
     # both engines' measured growth from 64K to 200K (02), each engine's run at each setting (03): one run a side
@@ -93,7 +97,11 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     assert sorted(decay["engine"]) == ["sglang", "vllm"] and set(decay["n_from"]) == set(decay["n_to"]) == {1}
     mem = result["03"].frames["stats"].filter(pl.col("context_tokens") == 3200)
     assert sorted(mem.select("engine", "mem_util", "runs", "runs_ok").rows()) == [
-        ("sglang", 0.92, 1, 1), ("sglang", 0.95, 1, 1), ("vllm", 0.92, 1, 1), ("vllm", 0.95, 1, 1)]
+        ("sglang", 0.92, 1, 1),
+        ("sglang", 0.95, 1, 1),
+        ("vllm", 0.92, 1, 1),
+        ("vllm", 0.95, 1, 1),
+    ]
     # the provenance says what ran, and sglang-jax's note appears only where sglang-jax ran
     prov = reports.provenance(measured, reports.notebooks(["01"])[0], None)
     assert any(e.startswith("SGLang 0.5.23 (CPU, torch-native kernels") for e in prov["engines"]), prov["engines"]

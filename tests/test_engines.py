@@ -24,13 +24,25 @@ def _variants(name: str) -> list[EngineSpec]:
     for tp, dcp, caching, eager in itertools.product((1, 8), (1, 8), (True, False), (True, False)):
         if tp % dcp:
             continue
-        kw = dict(tp=tp, dcp=dcp, dp=2 if caching == eager else 1, dtype="float16" if eager else "auto", mem_util=0.95, prefix_caching=caching, max_model_len=204800,
-                  trust_remote_code=eager, served_model_name="kimi" if eager else None,
-                  report_cached_tokens=caching != eager,
-                  reasoning_parser=({"vllm": "deepseek_r1"}.get(name, "deepseek-r1") if eager else None))
+        kw = dict(
+            tp=tp,
+            dcp=dcp,
+            dp=2 if caching == eager else 1,
+            dtype="float16" if eager else "auto",
+            mem_util=0.95,
+            prefix_caching=caching,
+            max_model_len=204800,
+            trust_remote_code=eager,
+            served_model_name="kimi" if eager else None,
+            report_cached_tokens=caching != eager,
+            reasoning_parser=({"vllm": "deepseek_r1"}.get(name, "deepseek-r1") if eager else None),
+        )
         if name == "vllm":
-            kw |= dict(enforce_eager=eager, kv_cache_bytes=16777216 if caching else None,
-                       extra_args=["--attention-backend", "CUTLASS_MLA"] if dcp > 1 else [])
+            kw |= dict(
+                enforce_eager=eager,
+                kv_cache_bytes=16777216 if caching else None,
+                extra_args=["--attention-backend", "CUTLASS_MLA"] if dcp > 1 else [],
+            )
         out.append(_spec(name, **kw))
     return out
 
@@ -78,9 +90,11 @@ def parser_answers(request, tmp_path_factory):
             srv = None
             if engine == "sglang":
                 mp.setenv("KVLAB_TEST_KEY", KEY)
-                srv = EngineServer(_spec("sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path_factory.mktemp("key") / "s.log")
+                srv = EngineServer(
+                    _spec("sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path_factory.mktemp("key") / "s.log"
+                )
                 srv._write_key_file()
-                argvs = [srv.argv[srv.argv.index("sglang.launch_server") + 1:], *argvs]
+                argvs = [srv.argv[srv.argv.index("sglang.launch_server") + 1 :], *argvs]
             try:
                 answers[engine] = (argvs, *ask_parser(engine, python, argvs))
             finally:
@@ -107,7 +121,9 @@ def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, p
 
     found = {o: s for o, s in parser_answers(engine)[2].items() if s}
     assert "--api-key" in found
-    assert set(found) <= set(SECRET_OPTIONS), f"{engine}: secret options kvlab does not know: {set(found) - set(SECRET_OPTIONS)}"
+    assert set(found) <= set(SECRET_OPTIONS), (
+        f"{engine}: secret options kvlab does not know: {set(found) - set(SECRET_OPTIONS)}"
+    )
     missed = [s for spellings in found.values() for s in spellings if secret_option(s) is None]
     assert not missed, missed
     for option, spellings in found.items():
@@ -127,15 +143,33 @@ def test_sglang_reads_the_key_file_kvlab_writes(parser_answers):
 
 def test_vllm_command():
     a = get_adapter("vllm")
-    s = _spec("vllm", tp=8, dcp=8, dp=2, mem_util=0.92, prefix_caching=False, kv_cache_bytes=1024,
-              enforce_eager=True, served_model_name="k")
+    s = _spec(
+        "vllm",
+        tp=8,
+        dcp=8,
+        dp=2,
+        mem_util=0.92,
+        prefix_caching=False,
+        kv_cache_bytes=1024,
+        enforce_eager=True,
+        served_model_name="k",
+    )
     cmd = a.command(s, 1234)
     assert cmd[:3] == [str(ROOT / ".engines/vllm/bin/python"), "-m", "vllm.entrypoints.openai.api_server"]
     joined = " ".join(cmd)
-    for part in ("--tensor-parallel-size 8", "--decode-context-parallel-size 8", "--data-parallel-size 2",
-                 "--gpu-memory-utilization 0.92",
-                 "--max-model-len 8192", "--no-enable-prefix-caching", "--kv-cache-memory-bytes 1024",
-                 "--enforce-eager", "--served-model-name k", "--port 1234", "--host 127.0.0.1"):
+    for part in (
+        "--tensor-parallel-size 8",
+        "--decode-context-parallel-size 8",
+        "--data-parallel-size 2",
+        "--gpu-memory-utilization 0.92",
+        "--max-model-len 8192",
+        "--no-enable-prefix-caching",
+        "--kv-cache-memory-bytes 1024",
+        "--enforce-eager",
+        "--served-model-name k",
+        "--port 1234",
+        "--host 127.0.0.1",
+    ):
         assert part in joined
     assert s.gpus == 16
     plain = " ".join(a.command(_spec("vllm", tp=8), 1))
@@ -144,26 +178,55 @@ def test_vllm_command():
 
 def test_sglang_command_and_prefix():
     a = get_adapter("sglang")
-    s = _spec("sglang", launch=["conda", "run", "--no-capture-output", "-n", "sglang", "python"], tp=8, dcp=8,
-              dp=2, mem_util=0.95, prefix_caching=False)
+    s = _spec(
+        "sglang",
+        launch=["conda", "run", "--no-capture-output", "-n", "sglang", "python"],
+        tp=8,
+        dcp=8,
+        dp=2,
+        mem_util=0.95,
+        prefix_caching=False,
+    )
     cmd = a.command(s, 30000)
     assert cmd[:8] == ["conda", "run", "--no-capture-output", "-n", "sglang", "python", "-m", "sglang.launch_server"]
     joined = " ".join(cmd)
-    for part in ("--model-path org/model", "--tp-size 8", "--dcp-size 8", "--dp-size 2", "--mem-fraction-static 0.95",
-                 "--context-length 8192", "--disable-radix-cache", "--enable-metrics", "--enable-cache-report"):
+    for part in (
+        "--model-path org/model",
+        "--tp-size 8",
+        "--dcp-size 8",
+        "--dp-size 2",
+        "--mem-fraction-static 0.95",
+        "--context-length 8192",
+        "--disable-radix-cache",
+        "--enable-metrics",
+        "--enable-cache-report",
+    ):
         assert part in joined
 
 
 def test_sglang_jax_command_turns_the_kv_budget_into_tokens(tiny_model):
     a = get_adapter("sglang-jax")
-    s = _spec("sglang-jax", launch=[".engines/sglang-jax/bin/python"], model="data/models/tiny-llama",
-              mem_util=0.92, kv_cache_bytes=16777216, prefix_caching=False, extra_args=["--device", "cpu"])
+    s = _spec(
+        "sglang-jax",
+        launch=[".engines/sglang-jax/bin/python"],
+        model="data/models/tiny-llama",
+        mem_util=0.92,
+        kv_cache_bytes=16777216,
+        prefix_caching=False,
+        extra_args=["--device", "cpu"],
+    )
     cmd = a.command(s, 30000)
     assert cmd[1:3] == ["-m", "sgl_jax.launch_server"]
     joined = " ".join(cmd)
     # 16 MiB / 1,024 B per token (2 layers x K,V x 1 KV head x 128 x 2 B) = 16,384 tokens
-    for part in ("--mem-fraction-static 0.92", "--max-total-tokens 16384", "--disable-radix-cache",
-                 "--enable-cache-report", "--context-length 8192", "--device cpu"):
+    for part in (
+        "--mem-fraction-static 0.92",
+        "--max-total-tokens 16384",
+        "--disable-radix-cache",
+        "--enable-cache-report",
+        "--context-length 8192",
+        "--device cpu",
+    ):
         assert part in joined
     assert "--enable-metrics" not in joined  # it would be ignored: sglang-jax serves no /metrics
     assert a.metrics_path is None and all(v is None for v in a.metric_names.values())
@@ -174,11 +237,19 @@ def test_sglang_jax_command_turns_the_kv_budget_into_tokens(tiny_model):
 def test_sglang_jax_kv_bytes_per_token_pads_head_dim():
     from kvlab.engines.sglang_jax import kv_bytes_per_token
 
-    assert kv_bytes_per_token({"num_attention_heads": 2, "hidden_size": 256, "num_key_value_heads": 1,
-                               "num_hidden_layers": 2}) == 1024
+    assert (
+        kv_bytes_per_token(
+            {"num_attention_heads": 2, "hidden_size": 256, "num_key_value_heads": 1, "num_hidden_layers": 2}
+        )
+        == 1024
+    )
     # head_dim 64 is padded to 128: twice the bytes of the unpadded cache
-    assert kv_bytes_per_token({"num_attention_heads": 4, "hidden_size": 256, "num_key_value_heads": 2,
-                               "num_hidden_layers": 2}) == 2 * 2 * 2 * 128 * 2
+    assert (
+        kv_bytes_per_token(
+            {"num_attention_heads": 4, "hidden_size": 256, "num_key_value_heads": 2, "num_hidden_layers": 2}
+        )
+        == 2 * 2 * 2 * 128 * 2
+    )
 
 
 def test_sglang_kv_budget_becomes_max_total_tokens_without_padding(tiny_model):
@@ -186,10 +257,13 @@ def test_sglang_kv_budget_becomes_max_total_tokens_without_padding(tiny_model):
     bf16) takes 2 x 2 x 1 x 128 x 2 = 1,024 B per token, so 8 MiB is 8,192 tokens; without a local config the
     budget is refused with the field named."""
     g = get_adapter("sglang")
-    assert g.kv_bytes_per_token({"num_attention_heads": 4, "hidden_size": 256, "num_key_value_heads": 2,
-                                 "num_hidden_layers": 2}, 2) == 2 * 2 * 2 * 64 * 2  # 64 stays 64
-    args = g.server_args(_spec("sglang", model="data/models/tiny-llama", kv_cache_bytes=8 * 2**20,
-                               dtype="bfloat16"), 1)
+    assert (
+        g.kv_bytes_per_token(
+            {"num_attention_heads": 4, "hidden_size": 256, "num_key_value_heads": 2, "num_hidden_layers": 2}, 2
+        )
+        == 2 * 2 * 2 * 64 * 2
+    )  # 64 stays 64
+    args = g.server_args(_spec("sglang", model="data/models/tiny-llama", kv_cache_bytes=8 * 2**20, dtype="bfloat16"), 1)
     assert args[args.index("--max-total-tokens") + 1] == "8192"
     with pytest.raises(ValueError, match="kv_cache_bytes .* needs a local model"):
         g.server_args(_spec("sglang", model="org/hub-model", kv_cache_bytes=1024), 1)
@@ -203,8 +277,13 @@ def test_local_model_resolved_against_root(tiny_model):
 def test_env_overrides():
     v, g = get_adapter("vllm"), get_adapter("sglang")
     assert v.env_overrides(_spec("vllm", dev_mode=True, allow_long_context=True, env={"X": "1"})) == {
-        "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "X": "1"}
-    assert g.env_overrides(_spec("sglang", allow_long_context=True)) == {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+        "VLLM_SERVER_DEV_MODE": "1",
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
+        "X": "1",
+    }
+    assert g.env_overrides(_spec("sglang", allow_long_context=True)) == {
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"
+    }
     assert v.env(_spec("vllm", env={"A": "b"}), base={"PATH": "/bin"}) == {"PATH": "/bin", "A": "b"}
 
 
@@ -238,30 +317,87 @@ CPU_RESERVE = (
     ("engine", "code", "log", "cause", "fits"),
     [
         ("vllm", 1, KV_TOO_SMALL, "kv_cache_too_small", 1792),
-        ("vllm", 1, "ValueError: No available memory for the cache blocks. Try increasing ...", "kv_cache_too_small", None),
-        ("vllm", 1, "ValueError: Free memory on device (70.1/79.2 GiB) on startup is less than desired GPU memory "
-                    "utilization (0.95, 75.2 GiB).", "startup_oom", None),
+        (
+            "vllm",
+            1,
+            "ValueError: No available memory for the cache blocks. Try increasing ...",
+            "kv_cache_too_small",
+            None,
+        ),
+        (
+            "vllm",
+            1,
+            "ValueError: Free memory on device (70.1/79.2 GiB) on startup is less than desired GPU memory "
+            "utilization (0.95, 75.2 GiB).",
+            "startup_oom",
+            None,
+        ),
         ("vllm", 1, CPU_RESERVE, "startup_oom", None),
-        ("vllm", 1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
-                    "RuntimeError: Engine core initialization failed.", "startup_oom", None),
-        ("vllm", 1, "INFO: Application startup complete.\ntorch.OutOfMemoryError: CUDA out of memory.\n"
-                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.", "runtime_oom", None),
-        ("vllm", 1, "INFO: Application startup complete.\nEngineDeadError: EngineCore encountered an issue.", "crash", None),
+        (
+            "vllm",
+            1,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+            "RuntimeError: Engine core initialization failed.",
+            "startup_oom",
+            None,
+        ),
+        (
+            "vllm",
+            1,
+            "INFO: Application startup complete.\ntorch.OutOfMemoryError: CUDA out of memory.\n"
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+            "runtime_oom",
+            None,
+        ),
+        (
+            "vllm",
+            1,
+            "INFO: Application startup complete.\nEngineDeadError: EngineCore encountered an issue.",
+            "crash",
+            None,
+        ),
         ("vllm", 1, "RuntimeError: Engine core initialization failed. See root cause above.", "crash", None),
         ("vllm", -9, "", "crash", None),
-        ("sglang", 1, "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
-         "kv_cache_too_small", None),
+        (
+            "sglang",
+            1,
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            "kv_cache_too_small",
+            None,
+        ),
         ("sglang", 1, "torch.OutOfMemoryError: CUDA out of memory.", "startup_oom", None),
-        ("sglang", 1, "The server is fired up and ready to roll!\nScheduler hit an exception: CUDA out of memory",
-         "runtime_oom", None),
-        ("sglang", -3, "The server is fired up and ready to roll!\nScheduler hit an exception: Traceback ...\n"
-                       "Received sigquit from a child process. It usually means the child failed.", "crash", None),
+        (
+            "sglang",
+            1,
+            "The server is fired up and ready to roll!\nScheduler hit an exception: CUDA out of memory",
+            "runtime_oom",
+            None,
+        ),
+        (
+            "sglang",
+            -3,
+            "The server is fired up and ready to roll!\nScheduler hit an exception: Traceback ...\n"
+            "Received sigquit from a child process. It usually means the child failed.",
+            "crash",
+            None,
+        ),
         # sglang-jax 0.1.0rc0 without kvlab's patch: a request fails inside the scheduler (seen on CPU)
-        ("sglang-jax", None, "The server is fired up and ready to roll!\njax._src.core.ShardingTypeError: All operands "
-                             "should have the same sharding.\nReceived sigquit from a child process. It usually "
-                             "means the child failed.", "crash", None),
-        ("sglang-jax", 1, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating "
-                          "2147483648 bytes.", "startup_oom", None),
+        (
+            "sglang-jax",
+            None,
+            "The server is fired up and ready to roll!\njax._src.core.ShardingTypeError: All operands "
+            "should have the same sharding.\nReceived sigquit from a child process. It usually "
+            "means the child failed.",
+            "crash",
+            None,
+        ),
+        (
+            "sglang-jax",
+            1,
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating 2147483648 bytes.",
+            "startup_oom",
+            None,
+        ),
     ],
 )
 def test_classify_failure(engine, code, log, cause, fits):
@@ -331,11 +467,17 @@ def test_data_parallel_is_given_once():
 #: The engines' own start-up reports of their KV pool, as they appear in real server logs (vLLM 0.32 CPU build,
 #: SGLang 0.5.23 with torch-native CPU kernels, and sglang-jax's model runner; vLLM's GPU build writes "GPU").
 KV_POOL_LOGS = {
-    "vllm": ("(EngineCore pid=14515) INFO 12-02 13:28:49 [kv_cache_utils.py:2327] CPU KV cache size: 8,067 tokens, "
-             "Maximum concurrency for 4,160 tokens per request: 1.94x", 8067),
-    "sglang": ("[2026-12-02 13:29:47] KV Cache is allocated. dtype: torch.float32, #tokens: 8192, K size: 0.01 GB\n"
-               "[2026-12-02 13:29:47] max_total_num_tokens=8192, chunked_prefill_size=2048, max_prefill_tokens=2048, "
-               "max_running_requests=4, context_len=4160, available_cpu_mem=19.77 GB", 8192),
+    "vllm": (
+        "(EngineCore pid=14515) INFO 12-02 13:28:49 [kv_cache_utils.py:2327] CPU KV cache size: 8,067 tokens, "
+        "Maximum concurrency for 4,160 tokens per request: 1.94x",
+        8067,
+    ),
+    "sglang": (
+        "[2026-12-02 13:29:47] KV Cache is allocated. dtype: torch.float32, #tokens: 8192, K size: 0.01 GB\n"
+        "[2026-12-02 13:29:47] max_total_num_tokens=8192, chunked_prefill_size=2048, max_prefill_tokens=2048, "
+        "max_running_requests=4, context_len=4160, available_cpu_mem=19.77 GB",
+        8192,
+    ),
     "sglang-jax": ("[2026-12-02 13:29:47] ModelRunner final max_total_num_tokens: 20480", 20480),
 }
 
@@ -348,13 +490,18 @@ def test_each_adapter_reads_the_kv_pool_its_engine_reports(engine):
     line, tokens = KV_POOL_LOGS[engine]
     assert adapter.kv_pool_tokens("noise\n" + line + "\nmore noise") == tokens
     assert adapter.kv_pool_tokens("INFO Application startup complete.") is None  # none reported: None, never 0
-    assert adapter.kv_pool_tokens(line + "\n" + line.replace(f"{tokens:,}" if engine == "vllm" else str(tokens),
-                                                              "999999999")) == tokens  # replicas: the smallest
+    assert (
+        adapter.kv_pool_tokens(
+            line + "\n" + line.replace(f"{tokens:,}" if engine == "vllm" else str(tokens), "999999999")
+        )
+        == tokens
+    )  # replicas: the smallest
     if engine == "vllm":
         assert adapter.kv_pool_tokens("INFO GPU KV cache size: 1,234,567 tokens, Maximum concurrency") == 1234567
 
 
 # ---------------------------------------------------------------------------- http_json and redirects (issue 25)
+
 
 def _serve(address: str, handler):
     """A threaded HTTP server on ``address`` (any free port) running in the background."""
@@ -412,8 +559,9 @@ def test_http_json_returns_a_redirect_and_the_key_never_reaches_the_host_it_name
 
     first = _serve("127.0.0.1", Redirect)
     try:
-        status, _ = http_json(f"http://127.0.0.1:{first.server_port}/version", method=method,
-                              headers={"Authorization": "Bearer s3cret"})
+        status, _ = http_json(
+            f"http://127.0.0.1:{first.server_port}/version", method=method, headers={"Authorization": "Bearer s3cret"}
+        )
         assert status == 302
         assert seen == []  # not followed: the other host never got the request, let alone the key
         # the recorder works: a request sent to it directly is seen

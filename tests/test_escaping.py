@@ -24,11 +24,20 @@ def _payload_data(tmp_path: Path) -> Path:
     exp = data / "runs" / "cpu_long_context"
     for f in exp.glob("*/run.parquet"):
         pl.read_parquet(f).with_columns(
-            pl.lit(f"tiny {IMG}").alias("model"), pl.lit(f"0.1{SCRIPT}").alias("engine_version"),
-            pl.lit(f"2026-01-01T00:00{SCRIPT}").alias("started_at"), pl.lit(IMG).alias("hardware"),
+            pl.lit(f"tiny {IMG}").alias("model"),
+            pl.lit(f"0.1{SCRIPT}").alias("engine_version"),
+            pl.lit(f"2026-01-01T00:00{SCRIPT}").alias("started_at"),
+            pl.lit(IMG).alias("hardware"),
         ).write_parquet(f)
-    (exp / "manifest.json").write_text(json.dumps({"sweeps": [{
-        "git_commit": SCRIPT, "host": {"cpu": IMG, "cpu_cores": SCRIPT, "cpu_flags": [IMG], "gpus": []}}]}))
+    (exp / "manifest.json").write_text(
+        json.dumps(
+            {
+                "sweeps": [
+                    {"git_commit": SCRIPT, "host": {"cpu": IMG, "cpu_cores": SCRIPT, "cpu_flags": [IMG], "gpus": []}}
+                ]
+            }
+        )
+    )
     return data
 
 
@@ -43,8 +52,20 @@ def test_provenance_panel_escapes_every_value(tmp_path):
 
 
 def test_empty_panel_keeps_its_own_markup():
-    prov = {"engines": [], "models": [], "hosts": [], "runs": 0, "run_dates": None, "experiments": [],
-            "published": [], "sweep_commits": [], "kvlab": "0", "built": "now", "parameters": {}, "notebook": None}
+    prov = {
+        "engines": [],
+        "models": [],
+        "hosts": [],
+        "runs": 0,
+        "run_dates": None,
+        "experiments": [],
+        "published": [],
+        "sweep_commits": [],
+        "kvlab": "0",
+        "built": "now",
+        "parameters": {},
+        "notebook": None,
+    }
     assert "nothing yet (run <code>make report</code>)" in reports.panel_html(prov)
 
 
@@ -68,15 +89,31 @@ def _executed(tmp_path: Path) -> Path:
     hostile data, a table and a verdict box carrying it."""
     nb = nbformat.v4.new_notebook()
     table = tables.table(pl.DataFrame({"statement": [IMG]}))
-    box = verdicts.box([verdicts.Verdict(claim=f"the document says {SCRIPT}", outcome="found", evidence="published",
-                                         number=f"**1.5×** on {IMG}")])
+    box = verdicts.box(
+        [
+            verdicts.Verdict(
+                claim=f"the document says {SCRIPT}", outcome="found", evidence="published", number=f"**1.5×** on {IMG}"
+            )
+        ]
+    )
     nb.cells = [
         nbformat.v4.new_markdown_cell("# Title\n\nThe template's own <b>markup</b>."),
-        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={
-            "text/markdown": f"Measured on **{IMG}** with `{SCRIPT}`; {SCRIPT} [a link](javascript:alert(3))",
-            "text/plain": "sentence"})]),
-        nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={
-            "text/html": table._repr_html_(), "text/plain": "table"})]),
+        nbformat.v4.new_code_cell(
+            outputs=[
+                nbformat.v4.new_output(
+                    "display_data",
+                    data={
+                        "text/markdown": f"Measured on **{IMG}** with `{SCRIPT}`; {SCRIPT} [a link](javascript:alert(3))",
+                        "text/plain": "sentence",
+                    },
+                )
+            ]
+        ),
+        nbformat.v4.new_code_cell(
+            outputs=[
+                nbformat.v4.new_output("display_data", data={"text/html": table._repr_html_(), "text/plain": "table"})
+            ]
+        ),
         nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data=box._repr_mimebundle_())]),
     ]
     path = tmp_path / "nb.ipynb"
@@ -86,8 +123,12 @@ def _executed(tmp_path: Path) -> Path:
 
 def test_exported_page_shows_hostile_markdown_outputs_as_text(tmp_path):
     out = tmp_path / "nb.html"
-    reports.to_html(_executed(tmp_path), out, f"T {SCRIPT}", panel=reports.panel_html(
-        reports.provenance(_payload_data(tmp_path), None, None)))
+    reports.to_html(
+        _executed(tmp_path),
+        out,
+        f"T {SCRIPT}",
+        panel=reports.panel_html(reports.provenance(_payload_data(tmp_path), None, None)),
+    )
     page = out.read_text()
     assert_no_live_payload(page)
     assert "Measured on <strong>&lt;img src=x onerror=alert(1)&gt;</strong>" in page

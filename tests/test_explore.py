@@ -26,8 +26,19 @@ def _caption(result) -> str:
 
 
 def test_whatif_controls_redraw_with_the_new_value(live, fit):
-    w = explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8,
-                       context=204800, max_context=262144, points=6)
+    w = explore.whatif(
+        fit,
+        None,
+        Workload(),
+        Assumptions(),
+        gpu="B300",
+        model="Kimi-K3",
+        tp=8,
+        dcp=8,
+        context=204800,
+        max_context=262144,
+        points=6,
+    )
     controls = {c.description: c for c in w.children[:-1]}
     assert list(controls) == ["GPU", "model", "TP", "DCP (SGLang)", "context"]
     assert _caption(w.result).startswith("Modelled for Kimi-K3 on 8× B300:")  # drawn once with the defaults
@@ -53,15 +64,31 @@ def test_whatif_controls_draw_bands_from_the_sensitivity_computed_once(live, fit
         raise AssertionError("a control change refitted the model")
 
     monkeypatch.setattr(calibrate, "_fit", no_refit)
-    w = explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8,
-                       context=204800, max_context=262144, points=6, sens=sens)
+    w = explore.whatif(
+        fit,
+        None,
+        Workload(),
+        Assumptions(),
+        gpu="B300",
+        model="Kimi-K3",
+        tp=8,
+        dcp=8,
+        context=204800,
+        max_context=262144,
+        points=6,
+        sens=sens,
+    )
     for gpu in ("B300", "H200"):
         {c.description: c for c in w.children[:-1]}["GPU"].value = gpu
         df = w.result[0].data
         assert set(df["gpu"]) == {gpu}
-        assert {"batch_time_s_lo", "batch_time_s_hi", "output_tokens_per_s_lo", "output_tokens_per_s_hi"} <= set(df.columns)
+        assert {"batch_time_s_lo", "batch_time_s_hi", "output_tokens_per_s_lo", "output_tokens_per_s_hi"} <= set(
+            df.columns
+        )
         assert df["assumption_sets"].max() == 2
-        assert (df["batch_time_s_lo"] <= df["batch_time_s"]).all() and (df["batch_time_s"] <= df["batch_time_s_hi"]).all()
+        assert (df["batch_time_s_lo"] <= df["batch_time_s"]).all() and (
+            df["batch_time_s"] <= df["batch_time_s_hi"]
+        ).all()
         assert (df["batch_time_s_hi"] > df["batch_time_s_lo"]).any()  # the sets disagree: a band, not a line
         assert "Bands: the lowest to highest over the 2 assumption sets" in _caption(w.result)
         if gpu == "B300":  # the two sets' times at 200K, read at the context the controls chose
@@ -74,8 +101,15 @@ def test_engine_choice_controls_redraw_with_the_new_value(live, fit):
     sharing, conc = analysis.prefix_sharing(RUNS.empty()), analysis.concurrency_study(RUNS.empty())  # nothing measured
     w = explore.engine_choice(guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B"), fit, sharing, conc)
     controls = {c.description: c for c in w.children[:-1]}
-    assert list(controls) == ["context", "shared", "in flight", "model", "GPU", "mixed hardware / model churn",
-                              "priority"]
+    assert list(controls) == [
+        "context",
+        "shared",
+        "in flight",
+        "model",
+        "GPU",
+        "mixed hardware / model churn",
+        "priority",
+    ]
     assert "⇒ SGLang" in _caption(w.result)
     controls["shared"].value = 0.0  # no shared prefix, 128 in flight: the tree's concurrency branch
     assert w.kwargs["shared_fraction"] == 0.0 and "≥ 100 concurrent requests? yes (128) ⇒ vLLM" in _caption(w.result)

@@ -13,9 +13,11 @@ def test_a_fault_soak_ends_every_request_ok_or_classified_and_loses_no_run(tmp_p
     monkeypatch.setattr(runner, "ENGINE_DEATH_WAIT_S", 0.0)  # the fixture never dies: no need to wait for it
     raw = fault_soak.soak(tmp_path, runs=10, batch=20, fault_rate=0.3, metrics_fault_rate=0.2, seed=0)
     with capsys.disabled():  # the figures, in the test log
-        print(f"\nfault soak: {raw['requests_stored']} requests in {raw['runs_stored']} runs, {raw['wall_s']:.1f} s; "
-              f"faults drawn {raw['faults_drawn']}; outcomes {raw['request_outcomes']}; run causes {raw['run_causes']}; "
-              f"/metrics faults {raw['metrics_faults']}")
+        print(
+            f"\nfault soak: {raw['requests_stored']} requests in {raw['runs_stored']} runs, {raw['wall_s']:.1f} s; "
+            f"faults drawn {raw['faults_drawn']}; outcomes {raw['request_outcomes']}; run causes {raw['run_causes']}; "
+            f"/metrics faults {raw['metrics_faults']}"
+        )
     assert fault_soak.problems(raw) == []
     assert raw["escaped"] is None and raw["requests_stored"] == 200 and raw["runs_stored"] == 10
     assert set(raw["faults_drawn"]) == set(FAULTS) - set(HOSTILE_FAULTS)  # every plain fault served at least once
@@ -31,13 +33,17 @@ def test_a_hostile_soak_ends_every_request_within_its_bounds_and_loses_no_run(tm
     monkeypatch.setattr(runner, "ENGINE_DEATH_WAIT_S", 0.0)
     raw = fault_soak.soak(tmp_path, runs=6, batch=20, fault_rate=0.25, metrics_fault_rate=0.0, seed=1, hostile=True)
     with capsys.disabled():
-        print(f"\nhostile soak: {raw['requests_stored']} requests in {raw['runs_stored']} runs, {raw['wall_s']:.1f} s; "
-              f"faults drawn {raw['faults_drawn']}; outcomes {raw['request_outcomes']}; run causes {raw['run_causes']}; "
-              f"peak RSS {raw['rss_peak_before_mib']:.0f} -> {raw['rss_peak_mib']:.0f} MiB")
+        print(
+            f"\nhostile soak: {raw['requests_stored']} requests in {raw['runs_stored']} runs, {raw['wall_s']:.1f} s; "
+            f"faults drawn {raw['faults_drawn']}; outcomes {raw['request_outcomes']}; run causes {raw['run_causes']}; "
+            f"peak RSS {raw['rss_peak_before_mib']:.0f} -> {raw['rss_peak_mib']:.0f} MiB"
+        )
     assert fault_soak.problems(raw) == []
     assert raw["escaped"] is None and raw["requests_stored"] == 120 and raw["runs_stored"] == 6
     assert set(raw["faults_drawn"]) == set(HOSTILE_FAULTS)
-    assert raw["request_outcomes"]["oversized"] == raw["faults_drawn"]["endless"] + raw["faults_drawn"]["huge_chunk_count"]
+    assert (
+        raw["request_outcomes"]["oversized"] == raw["faults_drawn"]["endless"] + raw["faults_drawn"]["huge_chunk_count"]
+    )
     assert raw["request_outcomes"]["timeout"] == raw["faults_drawn"]["drip"]
     assert raw["request_outcomes"]["http_status"] == raw["faults_drawn"]["redirect"]
     assert raw["rss_peak_mib"] - raw["rss_peak_before_mib"] < 300
@@ -45,11 +51,27 @@ def test_a_hostile_soak_ends_every_request_within_its_bounds_and_loses_no_run(tm
 
 def test_the_soak_sees_what_it_checks():
     """problems() reports a lost run, an unclassified request and outcomes that do not match the faults served."""
-    run = {"key": "k", "status": "failed", "cause": "http_error", "requests_ok": 1, "requests_failed": 1,
-           "requests_miscounted": 0, "stored_requests": 2, "expected": {"ok": 1, "dropped": 1},
-           "got": {"ok": 1, "client": 1}}
-    raw = {"escaped": None, "runs_planned": 2, "batch": 2, "served": 4, "requests_stored": 4, "runs_stored": 1,
-           "result": {"planned": 2, "ok": 0, "failed": 1}, "per_run": [run]}
+    run = {
+        "key": "k",
+        "status": "failed",
+        "cause": "http_error",
+        "requests_ok": 1,
+        "requests_failed": 1,
+        "requests_miscounted": 0,
+        "stored_requests": 2,
+        "expected": {"ok": 1, "dropped": 1},
+        "got": {"ok": 1, "client": 1},
+    }
+    raw = {
+        "escaped": None,
+        "runs_planned": 2,
+        "batch": 2,
+        "served": 4,
+        "requests_stored": 4,
+        "runs_stored": 1,
+        "result": {"planned": 2, "ok": 0, "failed": 1},
+        "per_run": [run],
+    }
     found = fault_soak.problems(raw)
     assert any(p.startswith("runs lost") for p in found)
     assert any("unforeseen exception: {'client'}" in p for p in found)

@@ -45,8 +45,15 @@ def fits() -> list[dict[str, str]]:
 
 
 def _in_subprocess(cache: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _FITS], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, fitcache.ENV: cache}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _FITS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, fitcache.ENV: cache},
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

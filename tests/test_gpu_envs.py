@@ -19,8 +19,10 @@ from kvlab.engines.parsecheck import ask_parser
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
 from kvlab.spec import ExperimentSpec, expand
 
-pytestmark = pytest.mark.skipif(os.environ.get("KVLAB_TEST_GPU_ENVS") != "1",
-                                reason="opt-in: `make test-gpu-envs` builds the CUDA environments and runs these")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("KVLAB_TEST_GPU_ENVS") != "1",
+    reason="opt-in: `make test-gpu-envs` builds the CUDA environments and runs these",
+)
 
 CUDA_ENVS = {"vllm": ROOT / ".engines/vllm-cuda", "sglang": ROOT / ".engines/sglang-cuda"}
 PINNED = {"vllm": "0.32.0", "sglang": "0.5.23"}
@@ -32,8 +34,12 @@ NO_GPU_ENV = {"vllm": {"VLLM_TARGET_DEVICE": "cpu"}, "sglang": {}}
 
 def _gpu_runs(engine: str):
     """Every run of every shipped experiment whose ``engine`` launches from that engine's CUDA environment."""
-    runs = [r for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")) for r in expand(ExperimentSpec.load(path))
-            if r.engine.name == engine and r.engine.launch and "-cuda/" in r.engine.launch[0]]
+    runs = [
+        r
+        for path in sorted(EXPERIMENTS_DIR.glob("*.yaml"))
+        for r in expand(ExperimentSpec.load(path))
+        if r.engine.name == engine and r.engine.launch and "-cuda/" in r.engine.launch[0]
+    ]
     return runs
 
 
@@ -51,9 +57,17 @@ def test_each_cuda_environment_holds_the_pinned_engine_and_a_cuda_torch(engine):
     python = CUDA_ENVS[engine] / "bin/python"
     assert (CUDA_ENVS[engine] / ".installed").exists(), f"{CUDA_ENVS[engine]} is not built: make engines GPU=1"
     out = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m, torch; "
-         f"print(m.version('{engine}'), torch.__version__, torch.version.cuda)"],
-        capture_output=True, text=True, timeout=300, check=True).stdout.split()
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m, torch; "
+            f"print(m.version('{engine}'), torch.__version__, torch.version.cuda)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout.split()
     version, torch_version, cuda = out
     assert version == PINNED[engine]
     assert "+cpu" not in torch_version and cuda not in ("None", ""), (torch_version, cuda)
@@ -75,10 +89,16 @@ def test_every_gpu_experiments_argv_parses_with_the_cuda_builds_own_parser(engin
 # The failure texts kvlab classifies are read out of the CPU builds' sources (tests/test_engines.py
 # test_gpu_failure_texts_*); these files hold them, and must be the same in the CUDA builds.
 SAME_SOURCE = {
-    "vllm": ["vllm/v1/core/kv_cache_utils.py", "vllm/v1/worker/utils.py",
-             "vllm/distributed/device_communicators/pynccl_wrapper.py"],
-    "sglang": ["sglang/srt/model_executor/pool_configurator.py", "sglang/srt/distributed/bootstrap.py",
-               "sglang/srt/distributed/device_communicators/pynccl_wrapper.py"],
+    "vllm": [
+        "vllm/v1/core/kv_cache_utils.py",
+        "vllm/v1/worker/utils.py",
+        "vllm/distributed/device_communicators/pynccl_wrapper.py",
+    ],
+    "sglang": [
+        "sglang/srt/model_executor/pool_configurator.py",
+        "sglang/srt/distributed/bootstrap.py",
+        "sglang/srt/distributed/device_communicators/pynccl_wrapper.py",
+    ],
 }
 
 

@@ -15,7 +15,12 @@ from kvlab import analysis, guide
 
 def test_prefix_factor_keeps_the_margin_and_the_runs(sharing):
     f = guide.prefix_factor(guide.UserWorkload(shared_fraction=0.4), sharing)
-    assert (f.favours, f.winner, round(f.margin, 4), f.n_engines) == (None, None, round(2.5 / (2 * (1 - 0.8 * 13440 / 32512)), 4), 2)
+    assert (f.favours, f.winner, round(f.margin, 4), f.n_engines) == (
+        None,
+        None,
+        round(2.5 / (2 * (1 - 0.8 * 13440 / 32512)), 4),
+        2,
+    )
     assert [(r["engine"], r["shared_fraction"]) for r in f.rows] == [("vllm", 0.5), ("sglang-jax", 0.5)]
     assert f.zero_ratio == 4.0 / 2.0  # with nothing to share: sglang-jax's 4 s over vLLM's 2 s
     # CPU runs of two implementations (rule 1): the lead is a baseline, never a choice; its value the 0%-shared ratio
@@ -35,7 +40,10 @@ def test_a_cpu_baseline_never_favours_an_engine_even_over_three_repeats(fit, sha
     ev = guide.from_evidence(w, fit, cpu3, conc3)
     assert [f.favours for f in ev.factors] == [None, None, None]
     assert [f.grade.outcome for f in ev.factors[1:]] == ["cannot be tested here"] * 2
-    assert [(f.grade.value, f.grade.n) for f in ev.factors[1:]] == [(2.0, 3), (None, 3)]  # no load below 128: no baseline
+    assert [(f.grade.value, f.grade.n) for f in ev.factors[1:]] == [
+        (2.0, 3),
+        (None, 3),
+    ]  # no load below 128: no baseline
     assert (ev.engine, ev.decided_by, ev.deciding) == ("sglang", "tree", None)  # the tree's answer for 40% shared
 
 
@@ -64,13 +72,15 @@ def test_differences_the_grading_rules_do_not_pass_decide_nothing(fit):
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     sh = analysis.prefix_sharing(sharing_runs(vllm_time=2.0, jax_time=2.0 * 1.03))  # 3% apart everywhere
     conc = analysis.concurrency_study(conc_runs(40.0, 41.0))
-    once = guide.from_evidence(w, fit, repeated(sh, "batch_time_s", n=1, spread=0.0),
-                               repeated(conc, "requests_per_s", n=1, spread=0.0))
+    once = guide.from_evidence(
+        w, fit, repeated(sh, "batch_time_s", n=1, spread=0.0), repeated(conc, "requests_per_s", n=1, spread=0.0)
+    )
     assert [f.favours for f in once.factors] == [None, None, None]
     assert [(f.grade.outcome, f.grade.n) for f in once.factors[1:]] == [("inconclusive", 1)] * 2
     assert (once.engine, once.decided_by) == ("sglang", "tree")
-    overlap = guide.from_evidence(w, fit, repeated(sh, "batch_time_s", spread=0.05),
-                                  repeated(conc, "requests_per_s", spread=0.05))
+    overlap = guide.from_evidence(
+        w, fit, repeated(sh, "batch_time_s", spread=0.05), repeated(conc, "requests_per_s", spread=0.05)
+    )
     assert [f.favours for f in overlap.factors] == [None, None, None]
     assert all("overlap" in f.grade.reason for f in overlap.factors[1:])
     # at 0.5 sglang-jax's token-exact hits make it 1.339 / 1.2875 = 1.04× faster

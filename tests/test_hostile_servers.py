@@ -36,9 +36,14 @@ def test_each_hostile_stream_ends_within_its_bounds_with_a_named_cause_and_the_b
     assert client.request_bounds(2, 3600.0, 1.5) == (18, 64 * 2**20 + 2 * 64 * 2**10, 6.0)
     assert client.request_bounds(2, 3600.0, None)[2] == 3600.0 and client.request_bounds(10**6, 60.0, 1.0)[2] == 60.0
     base = workloads.fixed_batch.prompts(6, 10, 2, vocab_size=512, seed=3)
-    prompts = [base[0], _with(base[1], endless=True), _with(base[2], endless=True, drip_s=1.0),
-               _with(base[3], chunks=10**6, usage=False), _with(base[4], redirect="http://127.0.0.2:9/v1/completions"),
-               _with(base[5], chunks=7, usage=False)]
+    prompts = [
+        base[0],
+        _with(base[1], endless=True),
+        _with(base[2], endless=True, drip_s=1.0),
+        _with(base[3], chunks=10**6, usage=False),
+        _with(base[4], redirect="http://127.0.0.2:9/v1/completions"),
+        _with(base[5], chunks=7, usage=False),
+    ]
     rss_before = _peak_rss_mib()
     with SSEServer() as srv:
         res = asyncio.run(client.run_requests(srv.url, "m", prompts, stall_s=1.5))
@@ -60,8 +65,9 @@ def test_each_hostile_stream_ends_within_its_bounds_with_a_named_cause_and_the_b
 
 def test_a_count_less_stream_is_flagged_only_past_max_tokens():
     assert client.count_flag(None, 16, 16, True) is None
-    assert client.count_flag(None, 17, 16, False) == ("17 token-bearing chunks received is above max_tokens 16, with "
-                                                      "no completion_tokens")
+    assert client.count_flag(None, 17, 16, False) == (
+        "17 token-bearing chunks received is above max_tokens 16, with no completion_tokens"
+    )
 
 
 def test_a_stream_over_its_byte_cap_fails_naming_it(monkeypatch):
@@ -71,8 +77,9 @@ def test_a_stream_over_its_byte_cap_fails_naming_it(monkeypatch):
     p = _with(workloads.fixed_batch.prompts(1, 10, 2, vocab_size=512)[0], empty_first=10**6)
     with SSEServer() as srv:
         rec = asyncio.run(client.run_requests(srv.url, "m", [p], stall_s=5.0)).records[0]
-    assert rec.error_kind == "oversized" and rec.error.startswith("response larger than 1 MiB (the cap for its "
-                                                                  "max_tokens)")
+    assert rec.error_kind == "oversized" and rec.error.startswith(
+        "response larger than 1 MiB (the cap for its max_tokens)"
+    )
 
 
 class _Drip:
@@ -99,14 +106,14 @@ class _Drip:
         end = time.monotonic() + self.limit_s
         with conn:
             try:
-                conn.sendall(self.answer[:self.at_once])
+                conn.sendall(self.answer[: self.at_once])
             except OSError:
                 return
             for i in range(self.at_once, len(self.answer)):
                 if time.monotonic() > end:
                     return
                 try:
-                    conn.sendall(self.answer[i:i + 1])
+                    conn.sendall(self.answer[i : i + 1])
                 except OSError:
                     return
                 time.sleep(self.every_s)
@@ -173,8 +180,9 @@ def test_the_probe_follows_no_redirect_and_bounds_each_answer(monkeypatch):
         redirected = asyncio.run(probe.probe(srv.url, "m", prompts, extra_body={"fixture": {"redirect": target}}))
         endless = asyncio.run(probe.probe(srv.url, "m", prompts[:1], extra_body={"fixture": {"endless": True}}))
         t = time.monotonic()
-        dripped = asyncio.run(probe.probe(srv.url, "m", prompts[:1],
-                                          extra_body={"fixture": {"endless": True, "drip_s": 0.2}}))
+        dripped = asyncio.run(
+            probe.probe(srv.url, "m", prompts[:1], extra_body={"fixture": {"endless": True, "drip_s": 0.2}})
+        )
         took = time.monotonic() - t
         reached = len(elsewhere.served)
     assert [o.error for o in redirected] == [f"HTTP 307 (redirect to {target!r} not followed)"] * 2

@@ -27,9 +27,14 @@ LABEL_WORDS = 4
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
-    return {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
-            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
 
 
 def _outside_engines(package: Path) -> list[Path]:
@@ -64,14 +69,16 @@ def engine_literals(package=PACKAGE, root=ROOT, names=ENGINE_NAMES) -> list[str]
     CPU build reserves host memory, SGLang's radix cache) is a statement about that product, not a label.
     Docstrings, and names inside a word, a metric (``vllm:``), a path or a package (``sglang.srt``), are no
     engine identity."""
-    spelled = sorted({n.lower() for n in names} | {registry.adapter_class(n).label.lower() for n in names},
-                     key=len, reverse=True)
+    spelled = sorted(
+        {n.lower() for n in names} | {registry.adapter_class(n).label.lower() for n in names}, key=len, reverse=True
+    )
     name_in_text = re.compile(_NAME_IN_TEXT.format("|".join(re.escape(n) for n in spelled)), re.IGNORECASE)
     found = []
     for path in _outside_engines(package):
         tree = ast.parse(path.read_text(), filename=str(path))
-        skip = _docstrings(tree) | {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
-                                    for v in node.values}
+        skip = _docstrings(tree) | {
+            id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values
+        }
         for node in ast.walk(tree):
             if id(node) in skip:
                 continue
@@ -85,8 +92,11 @@ def engine_literals(package=PACKAGE, root=ROOT, names=ENGINE_NAMES) -> list[str]
             if not name_in_text.search(text):
                 continue
             words = len(name_in_text.sub("E", text.replace("{}", " ")).split())
-            if (text.strip().lower() in spelled or words <= LABEL_WORDS
-                    or any(_ENGINE_VALUE.search(f) for f in formatted)):
+            if (
+                text.strip().lower() in spelled
+                or words <= LABEL_WORDS
+                or any(_ENGINE_VALUE.search(f) for f in formatted)
+            ):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {text!r}")
     return found
 
@@ -108,10 +118,15 @@ def test_the_literal_check_sees_what_it_looks_for(tmp_path):
         'P = "vLLM\'s CPU build reserves its share of host memory when it starts"\n'
         'Q = f"{n} requests found the prefix in SGLang\'s radix cache at the start"\n'
         'R = "vllm:num_requests_running"\nS = "import sglang.srt"\n',
-        'N = "vllm"\n')
+        'N = "vllm"\n',
+    )
     assert engine_literals(pkg, tmp_path) == [
-        "kvlab/a.py:2: 'SGLang'", "kvlab/a.py:3: '{}vllm'", "kvlab/a.py:4: 'vllm or sglang'",
-        "kvlab/a.py:5: 'DCP (SGLang)'", "kvlab/a.py:6: '{}: SGLang rejects a request that fills its context length'"]
+        "kvlab/a.py:2: 'SGLang'",
+        "kvlab/a.py:3: '{}vllm'",
+        "kvlab/a.py:4: 'vllm or sglang'",
+        "kvlab/a.py:5: 'DCP (SGLang)'",
+        "kvlab/a.py:6: '{}: SGLang rejects a request that fills its context length'",
+    ]
 
 
 def test_identity_lives_on_the_adapter():
@@ -135,10 +150,17 @@ def test_identity_lives_on_the_adapter():
         registry.adapter_class("other")
 
 
-@pytest.mark.parametrize(("engine", "device_kind", "label"), [
-    (VLLM, None, "vLLM"), (SGLANG, "gpu", "SGLang"), (SGLANG, "cpu", "SGLang (CPU)"),
-    (SGLANG_JAX, "cpu", "sglang-jax (CPU)"), (SGLANG_JAX, None, "sglang-jax (CPU)"), ("other", "cpu", "other"),
-])
+@pytest.mark.parametrize(
+    ("engine", "device_kind", "label"),
+    [
+        (VLLM, None, "vLLM"),
+        (SGLANG, "gpu", "SGLang"),
+        (SGLANG, "cpu", "SGLang (CPU)"),
+        (SGLANG_JAX, "cpu", "sglang-jax (CPU)"),
+        (SGLANG_JAX, None, "sglang-jax (CPU)"),
+        ("other", "cpu", "other"),
+    ],
+)
 def test_a_label_says_what_ran(engine, device_kind, label):
     """A run's record (its device kind) can change how its engine is named: a CPU run of SGLang says so."""
     assert engine_label(engine, device_kind) == label
@@ -177,15 +199,23 @@ def engine_knowledge_outside(package=PACKAGE, root=ROOT) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 a = node.args
                 positional = [*a.posonlyargs, *a.args]
-                pairs = [*zip(positional[len(positional) - len(a.defaults):], a.defaults),
-                         *zip(a.kwonlyargs, a.kw_defaults)]
-                found += [f"{rel}:{d.lineno}: {arg.arg} = {d.value}" for arg, d in pairs
-                          if _BLOCK_NAME.search(arg.arg) and _int_literal(d)]
+                pairs = [
+                    *zip(positional[len(positional) - len(a.defaults) :], a.defaults),
+                    *zip(a.kwonlyargs, a.kw_defaults),
+                ]
+                found += [
+                    f"{rel}:{d.lineno}: {arg.arg} = {d.value}"
+                    for arg, d in pairs
+                    if _BLOCK_NAME.search(arg.arg) and _int_literal(d)
+                ]
             elif isinstance(node, (ast.Assign, ast.AnnAssign)) and _int_literal(node.value):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 value = node.value.value  # type: ignore[union-attr]
-                found += [f"{rel}:{node.lineno}: {t.id} = {value}" for t in targets
-                          if isinstance(t, ast.Name) and _BLOCK_NAME.search(t.id)]
+                found += [
+                    f"{rel}:{node.lineno}: {t.id} = {value}"
+                    for t in targets
+                    if isinstance(t, ast.Name) and _BLOCK_NAME.search(t.id)
+                ]
     return found
 
 
@@ -193,8 +223,9 @@ def test_no_engine_knowledge_outside_the_engines_package():
     """Issue 44: the cache-off flag a report quotes and the block size a report models come from the adapters
     (registry.flag, VLLM_CPU_BLOCK_TOKENS), never spelt again beside them."""
     found = engine_knowledge_outside()
-    assert not found, "engine knowledge spelt outside kvlab/engines/ (ask the adapter or the registry):\n" + \
-        "\n".join(found)
+    assert not found, "engine knowledge spelt outside kvlab/engines/ (ask the adapter or the registry):\n" + "\n".join(
+        found
+    )
 
 
 def test_the_engine_knowledge_check_sees_what_it_looks_for(tmp_path):
@@ -203,14 +234,19 @@ def test_the_engine_knowledge_check_sees_what_it_looks_for(tmp_path):
     pkg = _package(
         tmp_path,
         'X = "with it off (--no-enable-prefix-caching)"\n# SGLang: --disable-radix-cache\n'
-        'def f(rows, block_tokens: int = 128, n=4):\n    pass\n'
-        'def g(*, block_size=16, batch=128):\n    pass\n'
-        'def h(block_tokens=VLLM_CPU_BLOCK_TOKENS):\n    pass\n'
-        'BLOCK_TOKENS = 128\nPROMPT_TOKENS = 128\n',
-        'F = "--no-enable-prefix-caching"\nBLOCK = 128\n')
+        "def f(rows, block_tokens: int = 128, n=4):\n    pass\n"
+        "def g(*, block_size=16, batch=128):\n    pass\n"
+        "def h(block_tokens=VLLM_CPU_BLOCK_TOKENS):\n    pass\n"
+        "BLOCK_TOKENS = 128\nPROMPT_TOKENS = 128\n",
+        'F = "--no-enable-prefix-caching"\nBLOCK = 128\n',
+    )
     assert engine_knowledge_outside(pkg, tmp_path) == [
-        "kvlab/a.py:1: --no-enable-prefix-caching", "kvlab/a.py:2: --disable-radix-cache",
-        "kvlab/a.py:3: block_tokens = 128", "kvlab/a.py:5: block_size = 16", "kvlab/a.py:9: BLOCK_TOKENS = 128"]
+        "kvlab/a.py:1: --no-enable-prefix-caching",
+        "kvlab/a.py:2: --disable-radix-cache",
+        "kvlab/a.py:3: block_tokens = 128",
+        "kvlab/a.py:5: block_size = 16",
+        "kvlab/a.py:9: BLOCK_TOKENS = 128",
+    ]
 
 
 # --------------------------------------------------------------------------- no dead declarations
@@ -233,8 +269,10 @@ def declarations(package: Path, root: Path) -> list[tuple[str, str, int]]:
         for node in ast.parse(path.read_text(), filename=str(path)).body:
             names = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                registered = any(isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
-                                 and d.func.attr == "command" for d in node.decorator_list)
+                registered = any(
+                    isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "command"
+                    for d in node.decorator_list
+                )
                 names = [] if registered else [node.name]
             elif isinstance(node, ast.Assign):
                 names = [t.id for t in node.targets if isinstance(t, ast.Name)]
@@ -272,8 +310,9 @@ def used_names(root: Path, users=USERS) -> set[str]:
             for cell in json.loads(path.read_text())["cells"]:
                 if cell["cell_type"] == "code":
                     lines = "".join(cell["source"]).splitlines()
-                    used |= _used_names(ast.parse("\n".join("" if ln.lstrip().startswith(("%", "!")) else ln
-                                                             for ln in lines)))
+                    used |= _used_names(
+                        ast.parse("\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in lines))
+                    )
     return used
 
 
@@ -300,27 +339,46 @@ def test_the_dead_declaration_check_sees_what_it_looks_for(tmp_path):
     (pkg / "engines" / "envs").mkdir(parents=True)
     (tmp_path / "notebooks").mkdir()
     (pkg / "a.py").write_text(
-        'import typer\napp = typer.Typer()\nLIMIT = 3\nDEAD = 4\nDEAD = 5\n\n\n'
+        "import typer\napp = typer.Typer()\nLIMIT = 3\nDEAD = 4\nDEAD = 5\n\n\n"
         'def helper():\n    """Uses :data:`DEAD` in prose only."""\n    return LIMIT\n\n\n'
-        'def gone():\n    return 1\n\n\n@app.command()\ndef cmd():\n    pass\n\n\nclass Kept:\n    pass\n')
-    (pkg / "b.py").write_text('from kvlab.a import helper\nimport kvlab.a\n__all__ = ["Kept"]\n'
-                              'print(getattr(kvlab.a, "by_string"))\n')
+        "def gone():\n    return 1\n\n\n@app.command()\ndef cmd():\n    pass\n\n\nclass Kept:\n    pass\n"
+    )
+    (pkg / "b.py").write_text(
+        'from kvlab.a import helper\nimport kvlab.a\n__all__ = ["Kept"]\nprint(getattr(kvlab.a, "by_string"))\n'
+    )
     (pkg / "c.py").write_text("def by_string():\n    pass\n\n\ndef in_notebook():\n    pass\n")
     (pkg / "engines" / "envs" / "site.py").write_text("UNUSED = 1\n")
-    (tmp_path / "notebooks" / "n.ipynb").write_text(json.dumps({"cells": [
-        {"cell_type": "code", "source": ["%matplotlib inline\n", "from kvlab.c import in_notebook\n"]},
-        {"cell_type": "markdown", "source": ["x"]}]}))
+    (tmp_path / "notebooks" / "n.ipynb").write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {"cell_type": "code", "source": ["%matplotlib inline\n", "from kvlab.c import in_notebook\n"]},
+                    {"cell_type": "markdown", "source": ["x"]},
+                ]
+            }
+        )
+    )
     assert unused_declarations(pkg, tmp_path, ("kvlab", "notebooks")) == [
-        "kvlab/a.py:4: DEAD", "kvlab/a.py:5: DEAD", "kvlab/a.py:13: gone"]
+        "kvlab/a.py:4: DEAD",
+        "kvlab/a.py:5: DEAD",
+        "kvlab/a.py:13: gone",
+    ]
 
 
 def test_the_notebooks_only_call_their_study_and_display_it():
     """Issue 38: the seven notebooks' code cells, the parameters cells included, hold at most 150 non-blank,
     non-comment lines: a notebook computes its study once and displays what kvlab.pages returns."""
     root = Path(__file__).resolve().parents[1]
-    lines = {p.name: sum(1 for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code"
-                         for ln in "".join(c["source"]).splitlines() if ln.strip() and not ln.strip().startswith("#"))
-             for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
+    lines = {
+        p.name: sum(
+            1
+            for c in json.loads(p.read_text())["cells"]
+            if c["cell_type"] == "code"
+            for ln in "".join(c["source"]).splitlines()
+            if ln.strip() and not ln.strip().startswith("#")
+        )
+        for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    }
     assert sum(lines.values()) <= 150, lines
 
 
@@ -329,13 +387,18 @@ def test_every_notebook_cell_past_the_parameters_is_one_pages_call():
     displays sections, each cell one ``pages.…(r…)`` expression: no arithmetic, no prose, no figure code in a
     notebook."""
     root = Path(__file__).resolve().parents[1]
-    setup = re.compile(r'from kvlab import pages\n+wb, r = pages\.open_report\("\d\d", globals\(\)\)\n'
-                       r'(r\.answer|pages\.\w+\.opening\(r, wb\))$')
+    setup = re.compile(
+        r'from kvlab import pages\n+wb, r = pages\.open_report\("\d\d", globals\(\)\)\n'
+        r"(r\.answer|pages\.\w+\.opening\(r, wb\))$"
+    )
     section = re.compile(r"pages\.(\w+\.)?\w+\(r(, wb)?\)")
     bad = []
     for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        cells = [c for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code"
-                 and "parameters" not in c.get("metadata", {}).get("tags", [])]
+        cells = [
+            c
+            for c in json.loads(p.read_text())["cells"]
+            if c["cell_type"] == "code" and "parameters" not in c.get("metadata", {}).get("tags", [])
+        ]
         sources = ["".join(c["source"]).strip() for c in cells]
         if not setup.fullmatch(sources[0]):
             bad.append(f"{p.name}: first cell is not the setup:\n{sources[0]}")
@@ -352,8 +415,12 @@ FRAME_CALL = re.compile(r"\.(filter|iter_rows|unique|group_by|agg)\(")
 
 def frame_calls(folder: Path, root: Path = ROOT) -> list[str]:
     """Every line of ``folder``'s modules that calls a frame operation (:data:`FRAME_CALL`): 'path:line: text'."""
-    return [f"{p.relative_to(root)}:{i}: {line.strip()}" for p in sorted(folder.glob("*.py"))
-            for i, line in enumerate(p.read_text().splitlines(), 1) if FRAME_CALL.search(line)]
+    return [
+        f"{p.relative_to(root)}:{i}: {line.strip()}"
+        for p in sorted(folder.glob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if FRAME_CALL.search(line)
+    ]
 
 
 def test_the_narrative_makes_no_frame_calls():
@@ -364,12 +431,16 @@ def test_the_narrative_makes_no_frame_calls():
 
 
 def test_frame_calls_names_each_file_and_line(tmp_path):
-    (tmp_path / "a.py").write_text('x = 1\nrows = frame.filter(pl.col("a") > 1)\nfor r in f.iter_rows(named=True):\n'
-                                   '    pass\nkeys = sorted(set(r["engine"] for r in rows))\n')
+    (tmp_path / "a.py").write_text(
+        'x = 1\nrows = frame.filter(pl.col("a") > 1)\nfor r in f.iter_rows(named=True):\n'
+        '    pass\nkeys = sorted(set(r["engine"] for r in rows))\n'
+    )
     (tmp_path / "b.py").write_text("g = df.group_by('e').agg(pl.len())\n")
-    assert frame_calls(tmp_path, tmp_path) == ['a.py:2: rows = frame.filter(pl.col("a") > 1)',
-                                               "a.py:3: for r in f.iter_rows(named=True):",
-                                               "b.py:1: g = df.group_by('e').agg(pl.len())"]
+    assert frame_calls(tmp_path, tmp_path) == [
+        'a.py:2: rows = frame.filter(pl.col("a") > 1)',
+        "a.py:3: for r in f.iter_rows(named=True):",
+        "b.py:1: g = df.group_by('e').agg(pl.len())",
+    ]
 
 
 # --------------------------------------------------------------------------- the kind of device is typed (issue 44)
@@ -399,27 +470,48 @@ def label_parses(package: Path = PACKAGE, root: Path = ROOT) -> list[str]:
     for path in sorted(package.rglob("*.py")):
         rel = str(path.relative_to(root))
         tree = ast.parse(path.read_text(), filename=str(path))
-        allowed = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                   and (rel, f.name) in LABEL_READERS for n in ast.walk(f)}
+        allowed = {
+            id(n)
+            for f in ast.walk(tree)
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and (rel, f.name) in LABEL_READERS
+            for n in ast.walk(f)
+        }
         for node in ast.walk(tree):
             if id(node) in allowed:
                 continue
             bad = False
-            if isinstance(node, ast.Name) and node.id == "is_cpu_hardware" or \
-                    isinstance(node, ast.Attribute) and node.attr == "is_cpu_hardware":
+            if (
+                isinstance(node, ast.Name)
+                and node.id == "is_cpu_hardware"
+                or isinstance(node, ast.Attribute)
+                and node.attr == "is_cpu_hardware"
+            ):
                 bad = True
-            elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) \
-                    and isinstance(node.left.value, str) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            elif (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Constant)
+                and isinstance(node.left.value, str)
+                and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+            ):
                 searched = " ".join(ast.unparse(c) for c in node.comparators)
-                bad = bool(_DEVICE_WORD.match(node.left.value)
-                           or _ANY_CASE_WORD.match(node.left.value) and _LABEL_NAME.search(searched))
+                bad = bool(
+                    _DEVICE_WORD.match(node.left.value)
+                    or _ANY_CASE_WORD.match(node.left.value)
+                    and _LABEL_NAME.search(searched)
+                )
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
                 name, receiver = node.func.attr, ast.unparse(node.func.value)
-                bad = (name == "split" and " (" in args
-                       or name in _PART_TESTS and any(_DEVICE_WORD.match(a) or _ANY_CASE_WORD.match(a)
-                                                      and _LABEL_NAME.search(receiver) for a in args)
-                       or receiver == "re" and any(re.search(r"CPU|GPU|NVIDIA", a) for a in args))
+                bad = (
+                    name == "split"
+                    and " (" in args
+                    or name in _PART_TESTS
+                    and any(
+                        _DEVICE_WORD.match(a) or _ANY_CASE_WORD.match(a) and _LABEL_NAME.search(receiver) for a in args
+                    )
+                    or receiver == "re"
+                    and any(re.search(r"CPU|GPU|NVIDIA", a) for a in args)
+                )
             if bad:
                 found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     return sorted(set(found), key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
@@ -430,22 +522,31 @@ def test_no_function_reads_a_label_for_the_kind_of_device():
     ``accelerator``, ``gpu_count``), never read out of a hardware label; titles name a device from its typed fields
     (kvlab.device.shown). Only the migration of old runs reads a label, once (kvlab.store)."""
     found = label_parses()
-    assert not found, "a label read for the kind of device (use kvlab.device / the device columns):\n" + "\n".join(found)
+    assert not found, "a label read for the kind of device (use kvlab.device / the device columns):\n" + "\n".join(
+        found
+    )
 
 
 def test_the_label_parse_check_sees_what_it_looks_for(tmp_path):
     pkg = tmp_path / "kvlab"
     pkg.mkdir()
-    (pkg / "store.py").write_text("def _kind_from_label(h):\n    return h.startswith('CPU')\n"
-                                  "def other(h):\n    return h.startswith('CPU')\n")
+    (pkg / "store.py").write_text(
+        "def _kind_from_label(h):\n    return h.startswith('CPU')\ndef other(h):\n    return h.startswith('CPU')\n"
+    )
     (pkg / "a.py").write_text(
         "from kvlab.spec import is_cpu_hardware\nx = is_cpu_hardware(h)\nshort = hw.split(' (')[0]\n"
         "on_cpu = 'cpu' in hardware.lower()\ngpu = 'GPU' not in label\nm = re.match(r'\\s*NVIDIA\\s+(\\S+)', h)\n"
         "c = runs['hardware'].str.contains('CPU')\nok = kind == 'cpu' and g.gpu == 'CPU'\n"
         "fine = 'vllm' in name and text.split(' ') and 'gpu' in table.columns and c.startswith('gpu')\n"
-        "words = v.split(' (e.g.')\nhw_cpu = hw.lower().startswith('cpu')\n")
+        "words = v.split(' (e.g.')\nhw_cpu = hw.lower().startswith('cpu')\n"
+    )
     assert label_parses(pkg, tmp_path) == [
-        "kvlab/a.py:2: is_cpu_hardware", "kvlab/a.py:3: hw.split(' (')", "kvlab/a.py:4: 'cpu' in hardware.lower()",
-        "kvlab/a.py:5: 'GPU' not in label", "kvlab/a.py:6: re.match('\\\\s*NVIDIA\\\\s+(\\\\S+)', h)",
-        "kvlab/a.py:7: runs['hardware'].str.contains('CPU')", "kvlab/a.py:11: hw.lower().startswith('cpu')",
-        "kvlab/store.py:4: h.startswith('CPU')"]
+        "kvlab/a.py:2: is_cpu_hardware",
+        "kvlab/a.py:3: hw.split(' (')",
+        "kvlab/a.py:4: 'cpu' in hardware.lower()",
+        "kvlab/a.py:5: 'GPU' not in label",
+        "kvlab/a.py:6: re.match('\\\\s*NVIDIA\\\\s+(\\\\S+)', h)",
+        "kvlab/a.py:7: runs['hardware'].str.contains('CPU')",
+        "kvlab/a.py:11: hw.lower().startswith('cpu')",
+        "kvlab/store.py:4: h.startswith('CPU')",
+    ]

@@ -138,8 +138,7 @@ def test_graph_reads_every_kind_of_import(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from .sub import b\n")  # b is a submodule: an edge to kvlab.sub.b
     (pkg / "sub" / "__init__.py").write_text("X = 1\n")
-    (pkg / "sub" / "b.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..c import C\n")
+    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..c import C\n")
     (pkg / "sub" / "d.py").write_text("from . import X\n")  # X is a name: an edge to the package kvlab.sub
     (pkg / "c.py").write_text("def f():\n    import kvlab.a\n    import os\n")
     known = {}
@@ -147,8 +146,14 @@ def test_graph_reads_every_kind_of_import(tmp_path):
         parts = list(path.relative_to(tmp_path).with_suffix("").parts)
         known[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = {name: imports(name, path, known) for name, path in known.items()}
-    assert graph == {"kvlab": {}, "kvlab.a": {"kvlab.sub.b": 1}, "kvlab.c": {"kvlab.a": 2},
-                     "kvlab.sub": {}, "kvlab.sub.b": {"kvlab.c": 3}, "kvlab.sub.d": {"kvlab.sub": 1}}
+    assert graph == {
+        "kvlab": {},
+        "kvlab.a": {"kvlab.sub.b": 1},
+        "kvlab.c": {"kvlab.a": 2},
+        "kvlab.sub": {},
+        "kvlab.sub.b": {"kvlab.c": 3},
+        "kvlab.sub.d": {"kvlab.sub": 1},
+    }
     assert cycles(graph) == [["kvlab.a", "kvlab.sub.b", "kvlab.c", "kvlab.a"]]
     assert knots(graph) == [{"kvlab.a", "kvlab.sub.b", "kvlab.c"}]
 
@@ -198,13 +203,18 @@ print(json.dumps(changed))
 def test_imports_leave_matplotlib_settings_alone():
     """Importing any kvlab module changes no matplotlib rcParams (styles are applied by the code that draws)."""
     order = _import_order(import_graph())
-    out = subprocess.run([sys.executable, "-c", _RCPARAMS_PROBE, json.dumps(order)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _RCPARAMS_PROBE, json.dumps(order)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     changed = json.loads(out.stdout.strip().splitlines()[-1])
-    assert changed == {}, "\n".join(f"{m} changes rcParams {keys[:8]}{' ...' if len(keys) > 8 else ''}"
-                                    for m, keys in changed.items())
-
+    assert changed == {}, "\n".join(
+        f"{m} changes rcParams {keys[:8]}{' ...' if len(keys) > 8 else ''}" for m, keys in changed.items()
+    )
 
 
 #: kvlab's layers, from the ground up (docs/design.md, "Architecture: layers"). A module may import modules of lower
@@ -266,9 +276,15 @@ def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
             if ga == gb:
                 continue
             (la, side_a), (lb, _) = layers[ga], layers[gb]
-            why = ("imports a higher layer" if lb > la else "imports another group of its own layer" if lb == la
-                   else "reporting imports measuring's machinery" if side_a == "reporting" and gb in MEASURING_MACHINERY
-                   else "")
+            why = (
+                "imports a higher layer"
+                if lb > la
+                else "imports another group of its own layer"
+                if lb == la
+                else "reporting imports measuring's machinery"
+                if side_a == "reporting" and gb in MEASURING_MACHINERY
+                else ""
+            )
             if why:
                 bad.append(f"{known[a].relative_to(ROOT)}:{line}: {a} imports {b} ({why})")
     return bad
@@ -289,9 +305,14 @@ def test_nothing_imports_upward():
 
 
 def test_the_layer_check_sees_an_upward_import():
-    graph = {"kvlab.plots": {"kvlab.narrative.common": 3}, "kvlab.narrative.common": {},
-             "kvlab.perfmodel.figures": {"kvlab.guide": 7}, "kvlab.guide": {}, "kvlab.analysis": {"kvlab.runner": 1},
-             "kvlab.runner": {}}
+    graph = {
+        "kvlab.plots": {"kvlab.narrative.common": 3},
+        "kvlab.narrative.common": {},
+        "kvlab.perfmodel.figures": {"kvlab.guide": 7},
+        "kvlab.guide": {},
+        "kvlab.analysis": {"kvlab.runner": 1},
+        "kvlab.runner": {},
+    }
     found = upward_imports(graph)
     assert [line.split(": ", 1)[1] for line in found] == [
         "kvlab.analysis imports kvlab.runner (reporting imports measuring's machinery)",
@@ -330,21 +351,29 @@ def test_imports_are_at_the_top_unless_a_comment_says_why():
         if lazy := unexplained_lazy_imports(path):
             over[rel] = lazy
     assert not over, "imports inside functions with no comment saying why (move them to the top):\n" + "\n".join(
-        f"{rel}: lines {lines}" for rel, lines in over.items())
+        f"{rel}: lines {lines}" for rel, lines in over.items()
+    )
 
 
 def test_the_lazy_import_check_sees_an_unexplained_one(tmp_path):
     path = tmp_path / "m.py"
-    path.write_text("def f():\n    import os\n\n\ndef g():\n    import ray  # optional extra\n\n\n"
-                    "def h():\n    # nbformat: seconds a caller must not pay\n    import nbformat\n    import json\n")
+    path.write_text(
+        "def f():\n    import os\n\n\ndef g():\n    import ray  # optional extra\n\n\n"
+        "def h():\n    # nbformat: seconds a caller must not pay\n    import nbformat\n    import json\n"
+    )
     assert unexplained_lazy_imports(path) == [2, 12]
 
 
 def _runtime_imports(path: Path) -> set[str]:
     """Top-level package names a module imports anywhere, except under ``if TYPE_CHECKING:`` (never run)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for stmt in node.body for n in ast.walk(stmt)}
+    skip = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
     found = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -375,8 +404,11 @@ def test_no_test_support_in_the_package():
     assert [n for n in modules() if n.split(".")[1:2] == ["testing"]] == []
     assert not (PACKAGE / "testing").exists() and (ROOT / "tests/support/sse_fixture.py").is_file()
     find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    shipped = [name for name in ("tests", "tests.support", "benchmarks", "kvlab", "kvlab.engines")
-               if any(fnmatch.fnmatchcase(name, p) for p in find.get("include", ["*"]))
-               and not any(fnmatch.fnmatchcase(name, p) for p in find.get("exclude", []))]
+    shipped = [
+        name
+        for name in ("tests", "tests.support", "benchmarks", "kvlab", "kvlab.engines")
+        if any(fnmatch.fnmatchcase(name, p) for p in find.get("include", ["*"]))
+        and not any(fnmatch.fnmatchcase(name, p) for p in find.get("exclude", []))
+    ]
     assert shipped == ["kvlab", "kvlab.engines"], f"the wheel would ship {shipped}"
     assert sorted(n for n, p in modules().items() if {"tests", "benchmarks"} & _runtime_imports(p)) == []

@@ -27,11 +27,21 @@ def _get(url: str):
 
 def test_lab_starts_as_this_user_and_lists_the_notebooks(tmp_path):
     port, token = _free_port(), secrets.token_hex(16)
-    env = os.environ | {"JUPYTER_TOKEN": token, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
-                        "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "set"),
-                        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
-    proc = subprocess.Popen(lab_argv(port, open_browser=False), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = os.environ | {
+        "JUPYTER_TOKEN": token,
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "set"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"),
+    }
+    proc = subprocess.Popen(
+        lab_argv(port, open_browser=False),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         base, listing = f"http://127.0.0.1:{port}/api/contents", None
         deadline = time.monotonic() + 120

@@ -23,13 +23,20 @@ ENGINE = {"name": "vllm", "launch": None, "model": "org/remote-model", "max_mode
 
 
 def spec(workload: dict, url: str = "http://127.0.0.1:9", **extra) -> ExperimentSpec:
-    return ExperimentSpec.model_validate({
-        "name": "load", "hardware": "CPU (test)", "device": "cpu", "engines": {"vllm": {**ENGINE, "url": url}},
-        "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}, **extra})
+    return ExperimentSpec.model_validate(
+        {
+            "name": "load",
+            "hardware": "CPU (test)",
+            "device": "cpu",
+            "engines": {"vllm": {**ENGINE, "url": url}},
+            "workload": workload,
+            "retry": {"max_attempts": 1, "retry_on": []},
+            **extra,
+        }
+    )
 
 
-SHARED = {"kind": "shared_prefix", "batch_size": 8, "context_tokens": 1024, "output_tokens": 16,
-          "shared_fraction": 0.5}
+SHARED = {"kind": "shared_prefix", "batch_size": 8, "context_tokens": 1024, "output_tokens": 16, "shared_fraction": 0.5}
 
 
 # ----------------------------------------------------------------------------- the schedule
@@ -37,7 +44,8 @@ SHARED = {"kind": "shared_prefix", "batch_size": 8, "context_tokens": 1024, "out
 
 def test_the_arrival_schedule_of_a_seed_is_fixed_and_its_gaps_are_gamma_with_the_stated_mean():
     assert loads.arrival_times(5, 2.0, 1.0, seed=0) == pytest.approx(
-        [0.0, 0.33996595, 0.84976450, 0.85966783, 0.86080250], abs=1e-8)
+        [0.0, 0.33996595, 0.84976450, 0.85966783, 0.86080250], abs=1e-8
+    )
     assert loads.arrival_times(5, 2.0, 1.0, seed=0) == loads.arrival_times(5, 2.0, 1.0, seed=0)
     assert loads.arrival_times(5, 2.0, 1.0, seed=1) != loads.arrival_times(5, 2.0, 1.0, seed=0)
     assert loads.arrival_times(1, 2.0) == [0.0] and loads.arrival_times(0, 2.0) == []
@@ -59,8 +67,9 @@ def test_a_conversation_arrives_as_one_chain():
 def test_a_run_without_load_keeps_its_key_and_each_load_level_is_a_run_of_its_own():
     # the key main computed for this run before load existed: stored runs without a load keep theirs
     assert [r.key for r in expand(spec(SHARED, slo={"ttft_ms": 500}))] == ["0910ac7fd4c0"]
-    ladder = spec(SHARED | {"load": {"concurrency": 1, "warmup_requests": 2}},
-                  matrix={"workload.load.concurrency": [1, 2, 4]})
+    ladder = spec(
+        SHARED | {"load": {"concurrency": 1, "warmup_requests": 2}}, matrix={"workload.load.concurrency": [1, 2, 4]}
+    )
     runs = expand(ladder)
     assert [r.workload.load.concurrency for r in runs] == [1, 2, 4]
     assert len({r.key for r in runs} | {"0910ac7fd4c0"}) == 4
@@ -108,8 +117,9 @@ def test_the_ttft_rule_fires_on_the_p90_of_finished_requests_past_its_minimum():
         watch.finished(t)
     assert watch.reason() is None  # 3 finished, the rule waits for 4
     watch.finished(400)
-    assert watch.reason() is not None and "p90 TTFT 400 ms of 4 finished requests > 3 x the SLO's 100 ms" \
-        in watch.reason()
+    assert (
+        watch.reason() is not None and "p90 TTFT 400 ms of 4 finished requests > 3 x the SLO's 100 ms" in watch.reason()
+    )
     assert loads.SaturationWatch(loads.LoadSpec(concurrency=4), slo_ttft_ms=None).limit_ms is None
 
 
@@ -121,8 +131,9 @@ def test_a_closed_loop_never_has_more_in_flight_than_its_concurrency_and_keeps_i
     load = loads.LoadSpec(concurrency=3, warmup_requests=3)
     watch = loads.SaturationWatch(load, None)
     with SSEServer(FixtureConfig(first_delay_s=0.02, delay_s=0.005)) as srv:
-        batch = asyncio.run(client.run_requests(srv.url, "m", prompts, concurrency=3,
-                                                **loads.client_args(load, prompts, watch)))
+        batch = asyncio.run(
+            client.run_requests(srv.url, "m", prompts, concurrency=3, **loads.client_args(load, prompts, watch))
+        )
         assert srv.max_running == 3 and len(srv.served) == 12
     assert [r.request_index for r in sorted(batch.records, key=lambda r: r.t_send_s)] == list(range(12))
     w = loads.steady_window(batch.records, 3)
@@ -134,8 +145,11 @@ def test_an_open_loop_sends_each_request_no_earlier_than_its_arrival():
     prompts = fixed_batch.prompts(6, 8, 2, 1000)
     load = loads.LoadSpec(rate_rps=10, arrival_seed=3)
     with SSEServer() as srv:
-        batch = asyncio.run(client.run_requests(srv.url, "m", prompts,
-                                                **loads.client_args(load, prompts, loads.SaturationWatch(load, None))))
+        batch = asyncio.run(
+            client.run_requests(
+                srv.url, "m", prompts, **loads.client_args(load, prompts, loads.SaturationWatch(load, None))
+            )
+        )
     due = loads.arrival_times(6, 10, 1.0, seed=3)
     sent = [r.t_send_s for r in batch.records]
     assert all(s >= d - 0.002 for s, d in zip(sent, due))  # never early (t0 is the first send, a hair after start)
@@ -151,8 +165,9 @@ def test_a_saturating_server_stops_the_load_point_by_its_queue():
     watch = loads.SaturationWatch(load, None, samples)
 
     async def go(url):
-        sampler = asyncio.create_task(metrics.sample_during(url, {"requests_waiting": "vllm:num_requests_waiting"},
-                                                            samples, interval_s=0.05))
+        sampler = asyncio.create_task(
+            metrics.sample_during(url, {"requests_waiting": "vllm:num_requests_waiting"}, samples, interval_s=0.05)
+        )
         try:
             return await client.run_requests(url, "m", prompts, **loads.client_args(load, prompts, watch))
         finally:
@@ -168,21 +183,41 @@ def test_a_saturating_server_stops_the_load_point_by_its_queue():
 def _sweep(tmp_path, workload, fixture, **extra):
     with SSEServer(fixture) as srv:
         path = tmp_path / "load.yaml"
-        raw = {"name": "load", "hardware": "CPU (test)", "device": "cpu",
-               "engines": {"vllm": {**ENGINE, "url": srv.url}}, "workload": workload, "retry": {"max_attempts": 1, "retry_on": []}, **extra}
+        raw = {
+            "name": "load",
+            "hardware": "CPU (test)",
+            "device": "cpu",
+            "engines": {"vllm": {**ENGINE, "url": srv.url}},
+            "workload": workload,
+            "retry": {"max_attempts": 1, "retry_on": []},
+            **extra,
+        }
         path.write_text(yaml.safe_dump(raw))
         res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         return res, srv
 
 
 def test_a_stored_load_point_counts_only_its_window_and_says_how_it_was_sent(tmp_path):
-    res, srv = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 10, "context_tokens": 64, "output_tokens": 4,
-                                 "load": {"concurrency": 2, "warmup_requests": 2}},
-                      FixtureConfig(first_delay_s=0.02, delay_s=0.01), slo={"ttft_ms": 10_000})
+    res, srv = _sweep(
+        tmp_path,
+        {
+            "kind": "fixed_batch",
+            "batch_size": 10,
+            "context_tokens": 64,
+            "output_tokens": 4,
+            "load": {"concurrency": 2, "warmup_requests": 2},
+        },
+        FixtureConfig(first_delay_s=0.02, delay_s=0.01),
+        slo={"ttft_ms": 10_000},
+    )
     assert res.ok == 1 and srv.max_running == 2
     run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
-    assert (run["load_mode"], run["load_concurrency"], run["load_rate_rps"], run["batch_size"]) == \
-        ("closed", 2, None, 2)
+    assert (run["load_mode"], run["load_concurrency"], run["load_rate_rps"], run["batch_size"]) == (
+        "closed",
+        2,
+        None,
+        2,
+    )
     assert run["requests_warmup"] == 2 and run["load_stop"] is None
     assert run["requests_ok"] + run["requests_outside_window"] == 8  # every measured request, inside or not
     assert run["requests_outside_window"] >= 1 and run["requests_within_slo"] == run["requests_ok"]
@@ -194,9 +229,17 @@ def test_a_stored_load_point_counts_only_its_window_and_says_how_it_was_sent(tmp
 def test_a_load_points_whole_batch_token_sums_equal_the_servers_counters(tmp_path):
     """The window's sums count its requests only; batch_prompt/output_tokens count every request sent (warm-up and
     outside the window too), as the server's /metrics deltas do: the two agree exactly."""
-    res, srv = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 10, "context_tokens": 64, "output_tokens": 4,
-                                 "load": {"concurrency": 2, "warmup_requests": 2}},
-                      FixtureConfig(first_delay_s=0.02, delay_s=0.01))
+    res, srv = _sweep(
+        tmp_path,
+        {
+            "kind": "fixed_batch",
+            "batch_size": 10,
+            "context_tokens": 64,
+            "output_tokens": 4,
+            "load": {"concurrency": 2, "warmup_requests": 2},
+        },
+        FixtureConfig(first_delay_s=0.02, delay_s=0.01),
+    )
     assert res.ok == 1
     run = store.load_runs(tmp_path).row(0, named=True)
     sent = srv.served[1:]  # the first is kvlab's warm-up request after the server start, before the counters' read
@@ -217,12 +260,16 @@ def test_a_load_points_whole_batch_token_sums_equal_the_servers_counters(tmp_pat
 
 
 def test_a_run_without_load_has_whole_batch_sums_equal_to_its_served_sums(tmp_path):
-    res, srv = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 3, "context_tokens": 64, "output_tokens": 4},
-                      FixtureConfig())
+    res, srv = _sweep(
+        tmp_path, {"kind": "fixed_batch", "batch_size": 3, "context_tokens": 64, "output_tokens": 4}, FixtureConfig()
+    )
     run = store.load_runs(tmp_path).row(0, named=True)
-    assert (run["batch_prompt_tokens"], run["batch_output_tokens"]) == \
-        (run["served_prompt_tokens"], run["served_output_tokens"]) == \
-        (run["server_prompt_tokens"], run["server_generation_tokens"]) == (180, 12)
+    assert (
+        (run["batch_prompt_tokens"], run["batch_output_tokens"])
+        == (run["served_prompt_tokens"], run["served_output_tokens"])
+        == (run["server_prompt_tokens"], run["server_generation_tokens"])
+        == (180, 12)
+    )
 
 
 def test_runs_stored_before_the_whole_batch_sums_read_them_as_not_recorded():
@@ -236,10 +283,18 @@ def test_runs_stored_before_the_whole_batch_sums_read_them_as_not_recorded():
 def test_a_load_point_past_its_slo_stops_early_and_records_why(tmp_path):
     """One slot at 50 ms a request, 6 kept in flight: each waits for the five before it (TTFT ~300 ms), 3 x the
     20 ms SLO is passed by the first finished requests, and the point stops well short of its 60."""
-    res, srv = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 60, "context_tokens": 64, "output_tokens": 2,
-                                 "load": {"concurrency": 6, "warmup_requests": 1, "stop_min_requests": 4,
-                                          "stop_queue_rising": None}},
-                      FixtureConfig(first_delay_s=0.05, slots=1), slo={"ttft_ms": 20})
+    res, srv = _sweep(
+        tmp_path,
+        {
+            "kind": "fixed_batch",
+            "batch_size": 60,
+            "context_tokens": 64,
+            "output_tokens": 2,
+            "load": {"concurrency": 6, "warmup_requests": 1, "stop_min_requests": 4, "stop_queue_rising": None},
+        },
+        FixtureConfig(first_delay_s=0.05, slots=1),
+        slo={"ttft_ms": 20},
+    )
     assert res.ok == 1
     run = store.load_runs(tmp_path).row(0, named=True)
     assert run["load_stop"].startswith("past saturation: p90 TTFT") and "3 x the SLO's 20 ms" in run["load_stop"]
@@ -257,9 +312,17 @@ def test_stored_runs_from_before_load_still_load(tmp_path):
 
 def test_a_load_on_a_kind_that_is_sent_at_once_is_accepted_and_a_bad_one_named(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"name": "bad", "hardware": "CPU (test)", "device": "cpu",
-                                   "engines": {"vllm": {**ENGINE, "url": "http://127.0.0.1:9"}},
-                                   "workload": SHARED | {"load": {"rate_rps": -1}}}))
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bad",
+                "hardware": "CPU (test)",
+                "device": "cpu",
+                "engines": {"vllm": {**ENGINE, "url": "http://127.0.0.1:9"}},
+                "workload": SHARED | {"load": {"rate_rps": -1}},
+            }
+        )
+    )
     with pytest.raises(SpecError, match=r"workload\.load\.rate_rps"):
         ExperimentSpec.load(bad)
 
@@ -283,7 +346,8 @@ def test_the_b300_capacity_plan_dry_runs_with_a_ladder_per_engine_context_and_me
     points: dict = {}
     for r in runs:
         points.setdefault((r.engine.name, r.engine.tp, r.engine.dcp, r.engine.mem_util, r.context_tokens), []).append(
-            r.workload.load.concurrency)
+            r.workload.load.concurrency
+        )
         assert r.workload.n_requests >= 3 * r.workload.load.concurrency > r.workload.load.warmup_requests
     assert sorted({k[:3] for k in points}) == [("sglang", 8, 8), ("vllm", 8, 1)]
     assert {(k[3], k[4]) for k in points} == {(u, c) for u in (0.92, 0.95) for c in (65536, 131072, 204800)}
@@ -312,8 +376,11 @@ def test_the_cpu_capacity_quick_form_is_two_engines_by_two_contexts_by_two_setti
     # three runs of 4 in flight at 200K and 0.92, past its ceiling of 2: the queueing verdict's n (28 runs in all)
     past = {(e, 0.92, 3200) for e in ("vllm", "sglang")}
     assert len(quick) == 28 and all(v == ([1, 2, 4, 4, 4] if k in past else [1, 2, 4]) for k, v in ladders.items())
-    assert sorted(r.repeat for r in quick if (r.engine.name, r.engine.mem_util, r.context_tokens) in past
-                  and r.workload.load.concurrency == 4) == [0, 0, 1, 1, 2, 2]
+    assert sorted(
+        r.repeat
+        for r in quick
+        if (r.engine.name, r.engine.mem_util, r.context_tokens) in past and r.workload.load.concurrency == 4
+    ) == [0, 0, 1, 1, 2, 2]
     assert set(ladders) == {(e, u, c) for e in ("vllm", "sglang") for u in (0.92, 0.95) for c in (1024, 3200)}
     assert {r.workload.load.concurrency for r in expand(spec)} == {1, 2, 4, 8}
     long_context = expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_long_context.yaml"))
@@ -328,8 +395,21 @@ def make_experiments(*args: str) -> list[str]:
 
     from kvlab.paths import ROOT
 
-    out = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "show-experiments: ; @echo $(EXPERIMENTS)",
-                          "show-experiments", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "--eval",
+            "show-experiments: ; @echo $(EXPERIMENTS)",
+            "show-experiments",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return sorted(Path(p).name for p in out.split())
 
 
@@ -340,13 +420,19 @@ def test_a_ladder_stops_climbing_above_a_rung_past_saturation_or_where_goodput_f
     rungs = [loads.Rung(1, 2.0, None), loads.Rung(2, 3.0, None), loads.Rung(4, 2.5, None)]
     assert loads.not_climbed(rungs, 4) is None  # judged only from the rungs below it
     assert loads.not_climbed(rungs, 8) == "not climbed: goodput fell from 3 req/s at 2 to 2.5 at 4"
-    assert loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, "past saturation: ...")], 4) == \
-        "not climbed: the rung at 2 stopped past saturation"
+    assert (
+        loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, "past saturation: ...")], 4)
+        == "not climbed: the rung at 2 stopped past saturation"
+    )
     assert loads.not_climbed([loads.Rung(1, None, None), loads.Rung(2, None, None)], 4) is None  # no SLO: climbs
     assert loads.not_climbed([loads.Rung(1, 3.0, None), loads.Rung(2, 2.75, None)], 4) is None  # 8% : noise
     assert loads.not_climbed([loads.Rung(1, 3.0, None), loads.Rung(2, 2.6, None)], 4) is not None  # 13%
-    ladder = expand(spec(SHARED | {"load": {"concurrency": 1}}, matrix={"workload.load.concurrency": [1, 2],
-                                                                         "workload.batch_size": [8, 16]}))
+    ladder = expand(
+        spec(
+            SHARED | {"load": {"concurrency": 1}},
+            matrix={"workload.load.concurrency": [1, 2], "workload.batch_size": [8, 16]},
+        )
+    )
     keys = {(r.workload.load.concurrency, r.workload.batch_size): loads.ladder_key(r) for r in ladder}
     assert len(set(keys.values())) == 1  # level and request count: the same ladder
     other = expand(spec(SHARED | {"load": {"rate_rps": 1}}))[0]
@@ -357,19 +443,34 @@ def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_sti
     """One slot at 100 ms a request under a 150 ms TTFT SLO: alone a request meets it, two in flight wait for each
     other (about 200 ms; 50 ms either side of the bound, so a loaded machine does not flip it), so goodput falls from the rung at 1 to the rung at 2 and 4 and 8 are not sent (nor
     stored); a second sweep reuses 1 and 2 and again leaves 4 and 8, judged from the stored rungs."""
-    work = {"kind": "fixed_batch", "batch_size": 24, "context_tokens": 64, "output_tokens": 2,
-            "load": {"concurrency": 1, "warmup_requests": 0, "stop_min_requests": 3, "stop_queue_rising": None}}
+    work = {
+        "kind": "fixed_batch",
+        "batch_size": 24,
+        "context_tokens": 64,
+        "output_tokens": 2,
+        "load": {"concurrency": 1, "warmup_requests": 0, "stop_min_requests": 3, "stop_queue_rising": None},
+    }
     matrix = {"workload.load.concurrency": [8, 4, 2, 1]}  # listed top down: the sweep climbs them bottom up
     seen: list = []
     with SSEServer(FixtureConfig(first_delay_s=0.1, slots=1)) as srv:
         path = tmp_path / "climb.yaml"
-        path.write_text(yaml.safe_dump({"name": "climb", "hardware": "CPU (test)", "device": "cpu",
-                                        "engines": {"vllm": {**ENGINE, "url": srv.url}}, "workload": work,
-                                        "matrix": matrix, "slo": {"ttft_ms": 150},
-                                        "retry": {"max_attempts": 1, "retry_on": []}}))
-        res = Campaign(ExperimentSpec.load(path), tmp_path,
-                       on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute(
-            runner.LocalExecutor())
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "climb",
+                    "hardware": "CPU (test)",
+                    "device": "cpu",
+                    "engines": {"vllm": {**ENGINE, "url": srv.url}},
+                    "workload": work,
+                    "matrix": matrix,
+                    "slo": {"ttft_ms": 150},
+                    "retry": {"max_attempts": 1, "retry_on": []},
+                }
+            )
+        )
+        res = Campaign(
+            ExperimentSpec.load(path), tmp_path, on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))
+        ).execute(runner.LocalExecutor())
         assert seen == [(1, "ok"), (2, "ok"), (4, "not climbed"), (8, "not climbed")]
         assert (res.ok, res.not_climbed) == (2, 2)
         stored = analysis.run_rates(store.load_runs(tmp_path)).sort("load_concurrency")
@@ -379,9 +480,9 @@ def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_sti
         assert good[1] < good[0] and stored["requests_ok"][0] > 0
         assert stored["requests_within_slo"][0] >= stored["requests_ok"][0] - 1
         seen.clear()
-        again = Campaign(ExperimentSpec.load(path), tmp_path,
-                         on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))).execute(
-            runner.LocalExecutor())
+        again = Campaign(
+            ExperimentSpec.load(path), tmp_path, on_run=lambda r, s: seen.append((r.workload.load.concurrency, s))
+        ).execute(runner.LocalExecutor())
     assert seen == [(4, "not climbed"), (8, "not climbed")] and (again.skipped, again.not_climbed) == (2, 2)
 
 
@@ -395,7 +496,10 @@ def test_the_models_ceiling_for_kimi_k3_on_eight_b300_by_hand():
     df = capacity.modelled_ceilings()
     assert df.height == 12 and set(df["source"]) == {"modelled"}
     weights = 2.7795e12 * 0.56159 / 8
-    for u in (0.92, 0.95):  # vLLM (DCP 1): activations inside its memory fraction (SGLang's pools: test_perfmodel_terms)
+    for u in (
+        0.92,
+        0.95,
+    ):  # vLLM (DCP 1): activations inside its memory fraction (SGLang's pools: test_perfmodel_terms)
         pool = u * 288e9 - weights - 4 * 2**30
         tokens = int(pool // 27_648)
         rows = df.filter((pl.col("mem_util") == u) & (pl.col("dcp") == 1)).sort("context_tokens")
@@ -403,8 +507,11 @@ def test_the_models_ceiling_for_kimi_k3_on_eight_b300_by_hand():
         assert rows["pool_ceiling"].to_list() == [tokens // c for c in (65536, 131072, 204800)]
         # the ceiling every page prints is the model's own count, which also charges each sequence its KDA state
         # (434,110,464 B / 8 GPUs)
-        assert rows["concurrency_ceiling"].to_list() == rows["max_concurrent_seqs"].to_list() == [
-            int(pool // (c * 27_648 + 434_110_464 / 8)) for c in (65536, 131072, 204800)]
+        assert (
+            rows["concurrency_ceiling"].to_list()
+            == rows["max_concurrent_seqs"].to_list()
+            == [int(pool // (c * 27_648 + 434_110_464 / 8)) for c in (65536, 131072, 204800)]
+        )
     at = {(r["dcp"], r["mem_util"], r["context_tokens"]): r for r in df.iter_rows(named=True)}
     assert at[1, 0.92, 131072]["kv_pool_tokens"] == 2_370_790 and at[1, 0.92, 131072]["concurrency_ceiling"] == 17
     assert at[8, 0.92, 131072]["concurrency_ceiling"] == 81 and at[8, 0.95, 204800]["concurrency_ceiling"] == 58
@@ -421,23 +528,35 @@ def test_the_peers_options_default_to_kvlabs_behaviour_and_leave_the_run_key_as_
     assert [r.key for r in expand(spec(SHARED | {"load": load}))] == ["9c4d1bdf0931"]
     default = loads.LoadSpec(**load)
     assert (default.prompt_form, default.phase, default.window) == ("token_ids", "together", "steady")
-    others = [expand(spec(SHARED | {"load": load | {k: v}}))[0].key for k, v in (("phase", "staggered"),
-                                                                                  ("window", "span"))]
+    others = [
+        expand(spec(SHARED | {"load": load | {k: v}}))[0].key for k, v in (("phase", "staggered"), ("window", "span"))
+    ]
     assert len(set(others) | {"9c4d1bdf0931"}) == 3  # each other choice is another run
     from kvlab.tinymodel import ensure_tiny_model
 
     local = {**ENGINE, "model": str(ensure_tiny_model()), "url": "http://127.0.0.1:9"}
-    forms = [ExperimentSpec.model_validate({"name": "load", "hardware": "CPU (test)", "device": "cpu",
-                                            "engines": {"vllm": local},
-                                            "workload": SHARED | {"load": load | form}}) for form in
-             ({}, {"prompt_form": "text"})]
+    forms = [
+        ExperimentSpec.model_validate(
+            {
+                "name": "load",
+                "hardware": "CPU (test)",
+                "device": "cpu",
+                "engines": {"vllm": local},
+                "workload": SHARED | {"load": load | form},
+            }
+        )
+        for form in ({}, {"prompt_form": "text"})
+    ]
     assert len({expand(f)[0].key for f in forms}) == 2
     with pytest.raises(ValueError, match="staggered.*closed loop"):
         expand(spec(SHARED | {"load": {"rate_rps": 2.0, "phase": "staggered"}}))
     with pytest.raises(ValueError, match="window"):
         expand(spec(SHARED | {"load": load | {"window": "whole"}}))
-    with pytest.raises(SpecError, match=r"workload\.load\.prompt_form: 'text' .* engines\.vllm\.model "
-                                        r"\('org/remote-model'\) has not"):
+    with pytest.raises(
+        SpecError,
+        match=r"workload\.load\.prompt_form: 'text' .* engines\.vllm\.model "
+        r"\('org/remote-model'\) has not",
+    ):
         expand(spec(SHARED | {"load": load | {"prompt_form": "text"}}))
 
 
@@ -446,8 +565,9 @@ def test_the_span_window_runs_from_the_first_measured_send_to_the_last_completio
     w = loads.span_window(recs, warmup_requests=2)
     assert (w.start_s, w.end_s, w.length_s) == (1.0, 3.5, 2.5)
     assert (w.warmup, w.counted, w.outside) == ((0, 1), (2, 3, 4, 5), ())
-    assert loads.window_of(recs, loads.LoadSpec(concurrency=2, warmup_requests=2)) == \
-        loads.steady_window(recs, 2)  # the default: the steady-state window
+    assert loads.window_of(recs, loads.LoadSpec(concurrency=2, warmup_requests=2)) == loads.steady_window(
+        recs, 2
+    )  # the default: the steady-state window
 
 
 def test_prompts_as_text_are_the_ids_decoded_by_the_models_tokenizer(tmp_path):
@@ -473,8 +593,15 @@ def _first_sends(phase: str) -> list[float]:
     prompts = fixed_batch.prompts(6, 8, 4, 1000)
     load = loads.LoadSpec(concurrency=3, phase=phase)
     with SSEServer(FixtureConfig(first_delay_s=0.1, delay_s=0.005)) as srv:
-        batch = asyncio.run(client.run_requests(srv.url, "m", prompts, concurrency=3,
-                                                **loads.client_args(load, prompts, loads.SaturationWatch(load, None))))
+        batch = asyncio.run(
+            client.run_requests(
+                srv.url,
+                "m",
+                prompts,
+                concurrency=3,
+                **loads.client_args(load, prompts, loads.SaturationWatch(load, None)),
+            )
+        )
         assert srv.max_running == 3 and len(srv.served) == 6 and batch.ok
     return sorted(r.t_send_s for r in batch.records)
 
@@ -488,24 +615,36 @@ def test_a_staggered_closed_loop_sends_each_of_its_first_wave_after_the_ones_fir
 
 
 def test_the_conditions_label_names_prompt_form_phase_and_window_and_reads_older_runs_as_they_were_measured():
-    rows = pl.DataFrame([
-        {"load_mode": "closed", "prompt_form": "token_ids", "load_phase": "together", "load_window": "steady"},
-        {"load_mode": "closed", "prompt_form": "text", "load_phase": "staggered", "load_window": "span"},
-        {"load_mode": "open", "prompt_form": "token_ids", "load_phase": None, "load_window": "span"},
-        {"load_mode": "closed", "prompt_form": None, "load_phase": None, "load_window": None},
-        {"load_mode": None, "prompt_form": "token_ids", "load_phase": None, "load_window": None}])
+    rows = pl.DataFrame(
+        [
+            {"load_mode": "closed", "prompt_form": "token_ids", "load_phase": "together", "load_window": "steady"},
+            {"load_mode": "closed", "prompt_form": "text", "load_phase": "staggered", "load_window": "span"},
+            {"load_mode": "open", "prompt_form": "token_ids", "load_phase": None, "load_window": "span"},
+            {"load_mode": "closed", "prompt_form": None, "load_phase": None, "load_window": None},
+            {"load_mode": None, "prompt_form": "token_ids", "load_phase": None, "load_window": None},
+        ]
+    )
     assert loads.conditions_label(rows) == (
         "token-id prompts, first wave sent together, steady-state window; "
         "text prompts (tokenised by the server), first wave staggered, first send to last completion; "
         "token-id prompts, first send to last completion; "
-        "prompt form not recorded, first wave sent together, steady-state window")
+        "prompt form not recorded, first wave sent together, steady-state window"
+    )
     assert loads.conditions_label(rows.tail(1)) is None  # no load: nothing to name
 
 
 def test_a_stored_span_load_point_records_its_options_and_counts_every_measured_request(tmp_path):
-    res, _ = _sweep(tmp_path, {"kind": "fixed_batch", "batch_size": 8, "context_tokens": 64, "output_tokens": 4,
-                               "load": {"concurrency": 2, "warmup_requests": 2, "window": "span"}},
-                    FixtureConfig(first_delay_s=0.02, delay_s=0.01))
+    res, _ = _sweep(
+        tmp_path,
+        {
+            "kind": "fixed_batch",
+            "batch_size": 8,
+            "context_tokens": 64,
+            "output_tokens": 4,
+            "load": {"concurrency": 2, "warmup_requests": 2, "window": "span"},
+        },
+        FixtureConfig(first_delay_s=0.02, delay_s=0.01),
+    )
     assert res.ok == 1
     run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
     assert (run["prompt_form"], run["load_phase"], run["load_window"]) == ("token_ids", "together", "span")

@@ -80,9 +80,10 @@ def test_parse_metrics_sums_label_sets_exactly():
 
 def test_counter_deltas_exact_and_none_when_absent():
     before = metrics.parse_metrics(VLLM_METRICS)
-    after_text = (VLLM_METRICS.replace("} 8000.0", "} 16000.0")  # engine 0 prompt tokens and queries +8000
-                  .replace("vllm:generation_tokens_total{engine=\"0\",model_name=\"/tmp/tiny\"} 128.0",
-                           "vllm:generation_tokens_total{engine=\"0\",model_name=\"/tmp/tiny\"} 256.0"))
+    after_text = VLLM_METRICS.replace("} 8000.0", "} 16000.0").replace(  # engine 0 prompt tokens and queries +8000
+        'vllm:generation_tokens_total{engine="0",model_name="/tmp/tiny"} 128.0',
+        'vllm:generation_tokens_total{engine="0",model_name="/tmp/tiny"} 256.0',
+    )
     after = metrics.parse_metrics(after_text)
     d = metrics.counter_deltas(before, after, {**VLLM_NAMES, "server_unknown": "vllm:not_there", "server_none": None})
     assert d == {
@@ -101,31 +102,38 @@ def test_counter_deltas_exact_and_none_when_absent():
     assert metrics.counter_deltas({"x_total": 1.0}, {"x_total": 1.0, "y_total": 5.0}, {"y": "y"}) == {"y": 5.0}
 
 
-def _sglang_body(prompt: float, generated: float, cached: dict[str, float] | None = None,
-                 retracted: float | None = None) -> str:
+def _sglang_body(
+    prompt: float, generated: float, cached: dict[str, float] | None = None, retracted: float | None = None
+) -> str:
     """A /metrics body shaped like SGLang 0.5.23's (srt/observability/metrics_collector.py): labelled counters, the
     prompt and generation ones split by is_streaming, cached tokens by cache_source; a counter never incremented has
     no sample at all (prometheus_client multiprocess mode)."""
     lab = 'model_name="tiny",engine_type="unified",tp_rank="0",pp_rank="0"'
-    lines = ["# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
-             "# TYPE sglang:prompt_tokens_total counter",
-             f'sglang:prompt_tokens_total{{{lab},is_streaming="false"}} 4.0',
-             f'sglang:prompt_tokens_total{{{lab},is_streaming="true"}} {prompt - 4.0}',
-             "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
-             "# TYPE sglang:generation_tokens_total counter",
-             f'sglang:generation_tokens_total{{{lab},is_streaming="false"}} 8.0',
-             f'sglang:generation_tokens_total{{{lab},is_streaming="true"}} {generated - 8.0}',
-             "# HELP sglang:num_running_reqs The number of running requests.",
-             "# TYPE sglang:num_running_reqs gauge",
-             f"sglang:num_running_reqs{{{lab}}} 0.0"]
+    lines = [
+        "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
+        "# TYPE sglang:prompt_tokens_total counter",
+        f'sglang:prompt_tokens_total{{{lab},is_streaming="false"}} 4.0',
+        f'sglang:prompt_tokens_total{{{lab},is_streaming="true"}} {prompt - 4.0}',
+        "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+        "# TYPE sglang:generation_tokens_total counter",
+        f'sglang:generation_tokens_total{{{lab},is_streaming="false"}} 8.0',
+        f'sglang:generation_tokens_total{{{lab},is_streaming="true"}} {generated - 8.0}',
+        "# HELP sglang:num_running_reqs The number of running requests.",
+        "# TYPE sglang:num_running_reqs gauge",
+        f"sglang:num_running_reqs{{{lab}}} 0.0",
+    ]
     if cached:
-        lines += ["# HELP sglang:cached_tokens_total Number of cached prompt tokens by source (device/host/storage).",
-                  "# TYPE sglang:cached_tokens_total counter"]
+        lines += [
+            "# HELP sglang:cached_tokens_total Number of cached prompt tokens by source (device/host/storage).",
+            "# TYPE sglang:cached_tokens_total counter",
+        ]
         lines += [f'sglang:cached_tokens_total{{{lab},cache_source="{src}"}} {v}' for src, v in cached.items()]
     if retracted is not None:
-        lines += ["# HELP sglang:num_retracted_requests_total Total number of retracted requests.",
-                  "# TYPE sglang:num_retracted_requests_total counter",
-                  f"sglang:num_retracted_requests_total{{{lab}}} {retracted}"]
+        lines += [
+            "# HELP sglang:num_retracted_requests_total Total number of retracted requests.",
+            "# TYPE sglang:num_retracted_requests_total counter",
+            f"sglang:num_retracted_requests_total{{{lab}}} {retracted}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -140,8 +148,13 @@ def test_sglangs_counters_exported_once_incremented_are_0_while_absent_beside_it
     before = metrics.parse_metrics(_sglang_body(36.0, 16.0))
     after = metrics.parse_metrics(_sglang_body(4036.0, 80.0))
     assert metrics.counter_deltas(before, after, names, lazy) == {
-        "prompt_tokens": 4000.0, "generation_tokens": 64.0, "prefix_cache_queries": 4000.0,
-        "prefix_cache_hits": 0.0, "preemptions": 0.0, "cached_tokens": 0.0}
+        "prompt_tokens": 4000.0,
+        "generation_tokens": 64.0,
+        "prefix_cache_queries": 4000.0,
+        "prefix_cache_hits": 0.0,
+        "preemptions": 0.0,
+        "cached_tokens": 0.0,
+    }
     # without the adapter's list (as before this fix) the absent counters were unknown
     plain = metrics.counter_deltas(before, after, names)
     assert (plain["prefix_cache_hits"], plain["preemptions"]) == (None, None)
@@ -155,8 +168,9 @@ def test_sglangs_counters_exported_once_incremented_are_0_while_absent_beside_it
     assert (d["prefix_cache_hits"], d["preemptions"]) == (2000.0, 0.0)
     # not counting: no baseline, or an after-body without the prompt counter (metrics off): unknown, never 0
     assert metrics.counter_deltas({}, after, names, lazy)["preemptions"] is None
-    gauges_only = metrics.parse_metrics(_sglang_body(1.0, 1.0).split("# HELP sglang:num_running_reqs")[0]
-                                        .replace("prompt_tokens_total", "other_total"))
+    gauges_only = metrics.parse_metrics(
+        _sglang_body(1.0, 1.0).split("# HELP sglang:num_running_reqs")[0].replace("prompt_tokens_total", "other_total")
+    )
     assert metrics.counter_deltas(before, gauges_only, names, lazy)["preemptions"] is None
     # present before, gone after (a restarted server): unknown
     assert metrics.counter_deltas(hit, after, names, lazy)["prefix_cache_hits"] is None
@@ -172,8 +186,12 @@ def test_sglangs_sampled_retraction_counter_is_0_while_absent_beside_its_generat
     assert lazy == ("preemptions_total",) and names["preemptions_total"] == "sglang:num_retracted_requests_total"
     none_yet = metrics.parse_metrics(_sglang_body(4036.0, 80.0))
     assert metrics.telemetry_values(none_yet, names, lazy) == {
-        "kv_cache_usage": None, "requests_running": 0.0, "requests_waiting": None, "preemptions_total": 0.0,
-        "generation_tokens_total": 80.0}
+        "kv_cache_usage": None,
+        "requests_running": 0.0,
+        "requests_waiting": None,
+        "preemptions_total": 0.0,
+        "generation_tokens_total": 80.0,
+    }
     assert metrics.telemetry_values(none_yet, names)["preemptions_total"] is None  # without the adapter's list
     retracted = metrics.parse_metrics(_sglang_body(4036.0, 80.0, retracted=2.0))
     assert metrics.telemetry_values(retracted, names, lazy)["preemptions_total"] == 2.0
@@ -266,7 +284,8 @@ def test_the_scheduler_lines_of_a_real_sglang_jax_log_parse_to_exact_values():
     # scheduler itself takes, and "#running-req per DP" is not the running count
     hybrid = parse_line(
         "[2026-12-03 12:00:00] Decode batch. #running-req: 4, #full token: 900, full token usage: 0.05, #swa token: "
-        "2000, swa token usage: 0.12, #running-req per DP: [4], gen throughput (token/s): 9.00, #queue-req: 2, ")
+        "2000, swa token usage: 0.12, #running-req per DP: [4], gen throughput (token/s): 9.00, #queue-req: 2, "
+    )
     assert hybrid == {"requests_running": 4, "requests_waiting": 2, "kv_cache_usage": 0.12, "kv_tokens_used": 2000}
 
 
@@ -278,12 +297,12 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
     sched = [i for i, line in enumerate(lines) if b" batch. " in line]
     assert len(sched) == 10
     log = tmp_path / "server.log"
-    log.write_bytes(b"".join(lines[:sched[3] + 1]))  # up to "#running-req: 1": before the run, never read
+    log.write_bytes(b"".join(lines[: sched[3] + 1]))  # up to "#running-req: 1": before the run, never read
     start = metrics.log_size(log)
     decode = lines[sched[9]]
     steps = [  # (samples taken before it, bytes appended)
-        (1, b"".join(lines[sched[3] + 1:sched[4] + 1])),  # an access line, then "#running-req: 3 ... usage 0.18"
-        (3, b"".join(lines[sched[4] + 1:sched[9]]) + decode[:40]),  # prefills; the decode line cut mid-way
+        (1, b"".join(lines[sched[3] + 1 : sched[4] + 1])),  # an access line, then "#running-req: 3 ... usage 0.18"
+        (3, b"".join(lines[sched[4] + 1 : sched[9]]) + decode[:40]),  # prefills; the decode line cut mid-way
         (4, decode[40:]),
     ]
     samples: list = []
@@ -324,8 +343,9 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
 def test_a_log_read_that_fails_is_a_sample_with_its_error(tmp_path):
     async def go():
         samples: list = []
-        task = asyncio.create_task(metrics.tail_log_during(tmp_path / "absent.log", 0, samples, parse_line,
-                                                           interval_s=0.05))
+        task = asyncio.create_task(
+            metrics.tail_log_during(tmp_path / "absent.log", 0, samples, parse_line, interval_s=0.05)
+        )
         while not samples:
             await asyncio.sleep(0.01)
         task.cancel()

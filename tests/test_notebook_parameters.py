@@ -22,37 +22,118 @@ DISPLAY_ONLY = {"fig_format"}
 #: data_dir (small where the notebook draws many points), and a non-default value for every other parameter.
 #: data_dir's own variant is a folder without measured runs.
 CASES = {
-    "01": ("two_engines", {}, {
-        "published_experiment": "article_b300_alt", "measured_experiment": "", "mem_util": 0.95,
-        "engine_a": "sglang", "engine_b": "vllm", "context_from": "200K", "context_to": "64K",
-        "crossover_methods": ["linear"], "measured_engine_a": "sglang-jax", "measured_engine_b": "vllm"}),
-    "02": ("two_engines", {}, {
-        "published_experiment": "article_b300_alt", "measured_experiment": "", "mem_util": 0.95,
-        "context_from": "200K", "context_to": "64K"}),
-    "03": ("two_engines", {}, {
-        "published_experiment": "article_b300_alt", "measured_experiment": "cpu_prefix_sharing",
-        "gpu": "H200", "model": "DeepSeek-V3", "mem_utils": [0.9, 0.95],
-        "headroom_contexts": [65536, 131072], "dcp": 4}),
-    "04": ("fixture", {"max_context": 262144, "curve_points": 8, "sensitivity_batches": [8],
-                       "sensitivity_outputs": [1024]}, {
-        "published_experiment": "article_b300_alt", "gpu": "H200", "model": "DeepSeek-V3", "tp": 16, "dcp": 4,
-        "gpus": ["B300", "H100"], "dcp_sizes": [2, 8], "max_context": 524288, "curve_points": 10,
-        "batch_size": 16, "output_tokens": 2048, "sensitivity_batches": [32], "sensitivity_outputs": [4096],
-        "mem_utils": [0.9, 0.95], "headroom_contexts": [65536, 131072], "kv_layers": 93, "fig_format": "svg"}),
-    "05": ("fixture", {}, {
-        "sharing_experiment": "cpu_multi_turn", "multi_turn_experiment": "cpu_prefix_sharing",
-        "claims_experiment": "article_kv_design_alt", "threshold": 0.5, "min_gain": 0.4,
-        "ideal_prompt_tokens": 2016, "ideal_requests": 16, "block_tokens": 16}),
+    "01": (
+        "two_engines",
+        {},
+        {
+            "published_experiment": "article_b300_alt",
+            "measured_experiment": "",
+            "mem_util": 0.95,
+            "engine_a": "sglang",
+            "engine_b": "vllm",
+            "context_from": "200K",
+            "context_to": "64K",
+            "crossover_methods": ["linear"],
+            "measured_engine_a": "sglang-jax",
+            "measured_engine_b": "vllm",
+        },
+    ),
+    "02": (
+        "two_engines",
+        {},
+        {
+            "published_experiment": "article_b300_alt",
+            "measured_experiment": "",
+            "mem_util": 0.95,
+            "context_from": "200K",
+            "context_to": "64K",
+        },
+    ),
+    "03": (
+        "two_engines",
+        {},
+        {
+            "published_experiment": "article_b300_alt",
+            "measured_experiment": "cpu_prefix_sharing",
+            "gpu": "H200",
+            "model": "DeepSeek-V3",
+            "mem_utils": [0.9, 0.95],
+            "headroom_contexts": [65536, 131072],
+            "dcp": 4,
+        },
+    ),
+    "04": (
+        "fixture",
+        {"max_context": 262144, "curve_points": 8, "sensitivity_batches": [8], "sensitivity_outputs": [1024]},
+        {
+            "published_experiment": "article_b300_alt",
+            "gpu": "H200",
+            "model": "DeepSeek-V3",
+            "tp": 16,
+            "dcp": 4,
+            "gpus": ["B300", "H100"],
+            "dcp_sizes": [2, 8],
+            "max_context": 524288,
+            "curve_points": 10,
+            "batch_size": 16,
+            "output_tokens": 2048,
+            "sensitivity_batches": [32],
+            "sensitivity_outputs": [4096],
+            "mem_utils": [0.9, 0.95],
+            "headroom_contexts": [65536, 131072],
+            "kv_layers": 93,
+            "fig_format": "svg",
+        },
+    ),
+    "05": (
+        "fixture",
+        {},
+        {
+            "sharing_experiment": "cpu_multi_turn",
+            "multi_turn_experiment": "cpu_prefix_sharing",
+            "claims_experiment": "article_kv_design_alt",
+            "threshold": 0.5,
+            "min_gain": 0.4,
+            "ideal_prompt_tokens": 2016,
+            "ideal_requests": 16,
+            "block_tokens": 16,
+        },
+    ),
     # Kimi-K3 at the base: a fit to the published table applies to that model only (another gets the uncalibrated
     # roofline), so the published experiment reaches the study only there
-    "06": ("fixture", {"curve_points": 8, "max_context": 262144, "model": "Kimi-K3"}, {
-        "claims_experiment": "article_kv_design_alt", "published_experiment": "article_b300_alt",
-        "context_tokens": 131072, "shared_fraction": 0.0, "concurrency": 16, "model": "Llama-3.1-8B", "gpu": "H200",
-        "tp": 16, "dcp": 4, "mixed_hardware_or_frequent_model_changes": True, "priority": "throughput",
-        "max_context": 524288, "curve_points": 10}),
-    "07": ("capacity", {}, {
-        "measured_experiment": "cpu_long_context", "slo_share": 0.5, "gpu": "H200", "model": "DeepSeek-V3", "tp": 16,
-        "dcp_sizes": [2, 8], "mem_utils": [0.9, 0.95], "headroom_contexts": [65536, 131072]}),
+    "06": (
+        "fixture",
+        {"curve_points": 8, "max_context": 262144, "model": "Kimi-K3"},
+        {
+            "claims_experiment": "article_kv_design_alt",
+            "published_experiment": "article_b300_alt",
+            "context_tokens": 131072,
+            "shared_fraction": 0.0,
+            "concurrency": 16,
+            "model": "Llama-3.1-8B",
+            "gpu": "H200",
+            "tp": 16,
+            "dcp": 4,
+            "mixed_hardware_or_frequent_model_changes": True,
+            "priority": "throughput",
+            "max_context": 524288,
+            "curve_points": 10,
+        },
+    ),
+    "07": (
+        "capacity",
+        {},
+        {
+            "measured_experiment": "cpu_long_context",
+            "slo_share": 0.5,
+            "gpu": "H200",
+            "model": "DeepSeek-V3",
+            "tp": 16,
+            "dcp_sizes": [2, 8],
+            "mem_utils": [0.9, 0.95],
+            "headroom_contexts": [65536, 131072],
+        },
+    ),
 }
 
 #: What a study's answer says without measured runs (the data_dir variant: a folder without runs).
@@ -75,9 +156,12 @@ def fingerprint(result: studies.StudyResult) -> list:
 @pytest.fixture(scope="module")
 def data_dirs(tmp_path_factory, fixture_data):
     root = tmp_path_factory.mktemp("notebook-parameters")
-    return {"fixture": fixture_data, "two_engines": write_two_engine_runs(root / "two"),
-            "capacity": write_capacity_runs(root / "capacity"),
-            "no_runs": copy_reference(root / "no_runs")}
+    return {
+        "fixture": fixture_data,
+        "two_engines": write_two_engine_runs(root / "two"),
+        "capacity": write_capacity_runs(root / "capacity"),
+        "no_runs": copy_reference(root / "no_runs"),
+    }
 
 
 def test_every_parameter_has_a_case():
@@ -132,8 +216,9 @@ def test_every_study_computes_with_the_notebooks_defaults():
         sig = {n: p.default for n, p in inspect.signature(mod.compute).parameters.items() if p.kind is p.KEYWORD_ONLY}
         defaults = reports._defaults(nb)
         assert set(defaults) - DISPLAY_ONLY == set(sig), nb.name
-        assert {n: (list(v) if isinstance(v, tuple) else v) for n, v in sig.items()} == \
-            {n: v for n, v in defaults.items() if n not in DISPLAY_ONLY}, nb.name
+        assert {n: (list(v) if isinstance(v, tuple) else v) for n, v in sig.items()} == {
+            n: v for n, v in defaults.items() if n not in DISPLAY_ONLY
+        }, nb.name
 
 
 def test_the_notebooks_share_one_vocabulary():
@@ -146,12 +231,17 @@ def test_the_notebooks_share_one_vocabulary():
 
 def test_an_old_parameter_name_is_refused_naming_the_new_one():
     check_parameters({"gpu": "H200", "mem_util": 0.95})
-    with pytest.raises(NameError, match=r"renamed notebook parameters: model_gpu is now gpu \(-p gpu=…\); "
-                                        r"model_dcp is now dcp"):
+    with pytest.raises(
+        NameError,
+        match=r"renamed notebook parameters: model_gpu is now gpu \(-p gpu=…\); "
+        r"model_dcp is now dcp",
+    ):
         check_parameters({"model_gpu": "H200", "model_dcp": 4, "data_dir": ""})
 
 
-@pytest.mark.parametrize(("prefix", "old", "new"), [("01", "measured_mem_util", "mem_util"), ("03", "model_gpu", "gpu")])
+@pytest.mark.parametrize(
+    ("prefix", "old", "new"), [("01", "measured_mem_util", "mem_util"), ("03", "model_gpu", "gpu")]
+)
 def test_a_notebook_given_an_old_name_fails_naming_the_new_one(prefix, old, new, data_dirs):
     """A notebook's first cell (studies.notebook) refuses a parameter under its old name, naming the new one."""
     with pytest.raises(NameError, match=f"{old} is now {new}"):

@@ -10,27 +10,58 @@ from benchmarks import peer_agreement as pa
 
 def _runs(point, arm, **figures):
     n = len(next(iter(figures.values())))
-    return [{"point": point, "arm": arm, "repeat": i, "failed": 0, **{k: v[i] for k, v in figures.items()}}
-            for i in range(n)]
+    return [
+        {"point": point, "arm": arm, "repeat": i, "failed": 0, **{k: v[i] for k, v in figures.items()}}
+        for i in range(n)
+    ]
 
 
 RAW = {
-    "host": "2 cores", "repeats": 3, "prompt_tokens": 256, "output_tokens": 32, "engine_cpus": [0],
+    "host": "2 cores",
+    "repeats": 3,
+    "prompt_tokens": 256,
+    "output_tokens": 32,
+    "engine_cpus": [0],
     "client_cpus": [1],
-    "points": [{"label": "c=4", "requests": 16, "concurrency": 4, "rate_rps": None},
-               {"label": "batch 8", "requests": 8, "concurrency": None, "rate_rps": None}],
-    "engines": {"vllm": {"engine_version": "0.32.0", "runs": [
-        *_runs("c=4", "kvlab", output_tokens_per_s=[110, 120, 115], ttft_p50_ms=[20, 22, 30],
-               tpot_p50_ms=[5.0, 5.2, 5.1], duration_s=[1.0, 1.2, 1.1]),
-        *_runs("c=4", "kvlab-peer-options", output_tokens_per_s=[95, 93, 97], ttft_p50_ms=[40, 42, 41],
-               tpot_p50_ms=[5.0, 5.2, 5.1], duration_s=[1.5, 1.4, 1.6]),
-        *_runs("c=4", "kvlab-staggered", ttft_p50_ms=[30, 33, 31]),
-        *_runs("c=4", "peer", output_tokens_per_s=[96, 100, 94], ttft_p50_ms=[44, 40, 42],
-               tpot_p50_ms=[5.0, 5.1, 5.2], duration_s=[1.5, 1.6, 1.4]),
-        *_runs("batch 8", "kvlab", ttft_p50_ms=[10, 10, 10]),
-        *_runs("batch 8", "kvlab-peer-options", ttft_p50_ms=[12, 11, 13]),
-        *_runs("batch 8", "peer", ttft_p50_ms=[15, 14, 16]),
-    ]}},
+    "points": [
+        {"label": "c=4", "requests": 16, "concurrency": 4, "rate_rps": None},
+        {"label": "batch 8", "requests": 8, "concurrency": None, "rate_rps": None},
+    ],
+    "engines": {
+        "vllm": {
+            "engine_version": "0.32.0",
+            "runs": [
+                *_runs(
+                    "c=4",
+                    "kvlab",
+                    output_tokens_per_s=[110, 120, 115],
+                    ttft_p50_ms=[20, 22, 30],
+                    tpot_p50_ms=[5.0, 5.2, 5.1],
+                    duration_s=[1.0, 1.2, 1.1],
+                ),
+                *_runs(
+                    "c=4",
+                    "kvlab-peer-options",
+                    output_tokens_per_s=[95, 93, 97],
+                    ttft_p50_ms=[40, 42, 41],
+                    tpot_p50_ms=[5.0, 5.2, 5.1],
+                    duration_s=[1.5, 1.4, 1.6],
+                ),
+                *_runs("c=4", "kvlab-staggered", ttft_p50_ms=[30, 33, 31]),
+                *_runs(
+                    "c=4",
+                    "peer",
+                    output_tokens_per_s=[96, 100, 94],
+                    ttft_p50_ms=[44, 40, 42],
+                    tpot_p50_ms=[5.0, 5.1, 5.2],
+                    duration_s=[1.5, 1.6, 1.4],
+                ),
+                *_runs("batch 8", "kvlab", ttft_p50_ms=[10, 10, 10]),
+                *_runs("batch 8", "kvlab-peer-options", ttft_p50_ms=[12, 11, 13]),
+                *_runs("batch 8", "peer", ttft_p50_ms=[15, 14, 16]),
+            ],
+        }
+    },
 }
 
 
@@ -40,8 +71,11 @@ def _get(point, figure):
 
 def test_medians_ranges_and_ratios_of_each_arm():
     c = _get("c=4", "output_tokens_per_s")
-    assert (c.kvlab, c.kvlab_peer, c.peer) == (pa.Stat(115, 110, 120, 3), pa.Stat(95, 93, 97, 3),
-                                               pa.Stat(96, 94, 100, 3))
+    assert (c.kvlab, c.kvlab_peer, c.peer) == (
+        pa.Stat(115, 110, 120, 3),
+        pa.Stat(95, 93, 97, 3),
+        pa.Stat(96, 94, 100, 3),
+    )
     assert c.ratio == pytest.approx(115 / 96) and c.ratio_peer_options == pytest.approx(95 / 96)
     assert c.agrees is True  # -1.04% within 5%
     t = _get("c=4", "ttft_p50_ms")
@@ -60,20 +94,25 @@ def test_each_difference_beyond_its_bound_gets_one_line_that_names_its_cause():
     assert win == (pa.Stat(1.1, 1.0, 1.2, 3), pa.Stat(1.5, 1.4, 1.6, 3))
     assert _get("c=4", "output_tokens_per_s").explanation("closed", win) == (
         "kvlab's defaults +20%; with the peers' options (text prompts, first send to last completion) -1%: the "
-        "difference is the definition (kvlab's steady window median 1.1 s, the peer's duration 1.5 s)")
+        "difference is the definition (kvlab's steady window median 1.1 s, the peer's duration 1.5 s)"
+    )
     assert _get("c=4", "ttft_p50_ms").explanation("closed", win) == (
         "kvlab's defaults -48%; with the peers' options (text prompts, first send to last completion) -2%: the "
-        "difference is the definition")
+        "difference is the definition"
+    )
     assert _get("c=4", "tpot_p50_ms").explanation("closed", win) == ""  # within 5% already
     assert _get("batch 8", "ttft_p50_ms").explanation("batch", win) == (
         "kvlab's defaults -33%, the peers' options -20%: not explained by the prompt form or window; see the "
-        "per-repeat figures in reports/bench/peer_agreement.json")
+        "per-repeat figures in reports/bench/peer_agreement.json"
+    )
     assert _get("batch 8", "e2e_p50_ms").explanation("batch", win) == "no ratio (a median is missing)"
-    spread = pa.Comparison("vllm", "c=1", "tpot_p50_ms", pa.stat([6, 9, 12]), pa.stat([6, 9, 12]), pa.stat([]),
-                           pa.stat([7, 7.5, 11]), 0.05)
+    spread = pa.Comparison(
+        "vllm", "c=1", "tpot_p50_ms", pa.stat([6, 9, 12]), pa.stat([6, 9, 12]), pa.stat([]), pa.stat([7, 7.5, 11]), 0.05
+    )
     assert spread.explanation("closed", win) == (
         "kvlab's defaults +20%, the peers' options +20%, but kvlab's repeats (6–12) overlap the peer's (7–11): "
-        "within the run-to-run spread, no difference shown")
+        "within the run-to-run spread, no difference shown"
+    )
     assert pa.overlap(pa.stat([1, 2]), pa.stat([2, 3])) and not pa.overlap(pa.stat([1, 2]), pa.stat([2.5, 3]))
 
 
@@ -86,19 +125,29 @@ def test_the_rows_and_the_docs_table_carry_the_same_figures():
     assert "failed requests 0" in rows["vllm, conditions"].note
     table = pa.markdown(RAW).splitlines()
     assert len(table) == 2 + 2 * len(pa.FIGURES)
-    assert table[2] == ("| vllm | c=4 | output throughput (tok/s) | 115 (110–120) | 95 (93–97) | 96 (94–100) | 1.198 | "
-                        "0.990 |  | yes (±5%) | kvlab's defaults +20%; with the peers' options (text prompts, first send "
-                        "to last completion) -1%: the difference is the definition (kvlab's steady window median "
-                        "1.1 s, the peer's duration 1.5 s) |")
+    assert table[2] == (
+        "| vllm | c=4 | output throughput (tok/s) | 115 (110–120) | 95 (93–97) | 96 (94–100) | 1.198 | "
+        "0.990 |  | yes (±5%) | kvlab's defaults +20%; with the peers' options (text prompts, first send "
+        "to last completion) -1%: the difference is the definition (kvlab's steady window median "
+        "1.1 s, the peer's duration 1.5 s) |"
+    )
 
 
 def test_kvlabs_workloads_for_each_arm():
     closed = pa.Point("c=4", 16, concurrency=4)
     assert pa.kvlab_workload(closed, 256, 32, 1000, False)["load"] == {
-        "concurrency": 4, "stop_queue_rising": None, "stop_ttft_factor": None}
+        "concurrency": 4,
+        "stop_queue_rising": None,
+        "stop_ttft_factor": None,
+    }
     assert pa.kvlab_workload(closed, 256, 32, 1000, True)["load"] == {
-        "concurrency": 4, "stop_queue_rising": None, "stop_ttft_factor": None, "prompt_form": "text",
-        "phase": "together", "window": "span"}
+        "concurrency": 4,
+        "stop_queue_rising": None,
+        "stop_ttft_factor": None,
+        "prompt_form": "text",
+        "phase": "together",
+        "window": "span",
+    }
     batch = pa.Point("batch 8", 8)
     assert "load" not in pa.kvlab_workload(batch, 256, 32, 1000, False)  # kvlab's fixed batch: all at once
     assert pa.kvlab_workload(batch, 256, 32, 1000, True)["load"]["concurrency"] == 8

@@ -136,11 +136,21 @@ def test_dcp_lowers_kv_bytes_per_gpu_and_adds_communication(m):
 
 def test_dcp_gains_nothing_for_gqa_with_tp_at_kv_heads():
     """FACTS §3: for GQA the useful DCP is at most tp / num_kv_heads; Llama-3.1 at TP8 gains nothing."""
-    assert kv_split(Config.of("B300", "Llama-3.1-8B", "vllm", 8, 1)) == kv_split(Config.of("B300", "Llama-3.1-8B", "vllm", 8, 8)) == 8
-    assert kv_split(Config.of("B300", "Kimi-K3", "vllm", 8, 8)) == 8 and kv_split(Config.of("B300", "Kimi-K3", "vllm", 8, 1)) == 1
+    assert (
+        kv_split(Config.of("B300", "Llama-3.1-8B", "vllm", 8, 1))
+        == kv_split(Config.of("B300", "Llama-3.1-8B", "vllm", 8, 8))
+        == 8
+    )
+    assert (
+        kv_split(Config.of("B300", "Kimi-K3", "vllm", 8, 8)) == 8
+        and kv_split(Config.of("B300", "Kimi-K3", "vllm", 8, 1)) == 1
+    )
 
 
-@pytest.mark.parametrize(("g", "m", "dcp"), [("B300", "Kimi-K3", 1), ("B300", "Kimi-K3", 8), ("H200", "Kimi-K2", 1), ("H100", "Llama-3.1-70B", 1)])
+@pytest.mark.parametrize(
+    ("g", "m", "dcp"),
+    [("B300", "Kimi-K3", 1), ("B300", "Kimi-K3", 8), ("H200", "Kimi-K2", 1), ("H100", "Llama-3.1-70B", 1)],
+)
 def test_higher_utilisation_never_lowers_kv_capacity(g, m, dcp):
     utils = [0.80, 0.85, 0.90, 0.92, 0.95, 0.98]
     caps = [memory(Config.of(g, m, "vllm", 8, dcp, u), 65536) for u in utils]
@@ -187,7 +197,7 @@ def test_holdout_calibrate_on_three_predict_the_fourth(fit):
     points = _setup(rows, Workload(), Assumptions())
     errors = []
     for i, (cfg, ctx, w, observed) in enumerate(points):
-        rest = points[:i] + points[i + 1:]
+        rest = points[:i] + points[i + 1 :]
         p = _fit(rest, Assumptions(), free=tuple(n for n in _free(points) if n in _free(rest)))
         errors.append(100 * (batch_time(cfg, ctx, w, p, Assumptions()).batch_time_s / observed - 1))
     assert errors == pytest.approx(fit.loo["loo_error_pct"].to_list(), rel=1e-6)
@@ -206,8 +216,10 @@ def test_kimi_k3_row_is_the_released_configuration():
     assert model("Kimi-K2").compute_dtype == "bf16"  # INT4 weights, BF16 activations (W4A16)
 
 
-@pytest.mark.parametrize(("batch", "distinct", "read_gb"),
-                         [(1, 16.00, 136.95), (8, 120.28, 305.29), (32, 392.62, 744.94), (64, 613.20, 1101.03)])
+@pytest.mark.parametrize(
+    ("batch", "distinct", "read_gb"),
+    [(1, 16.00, 136.95), (8, 120.28, 305.29), (32, 392.62, 744.94), (64, 613.20, 1101.03)],
+)
 def test_decode_reads_the_experts_a_whole_batch_touches(batch, distinct, read_gb):
     """E·(1 − (1 − k/E)^B) distinct experts per layer under uniform routing (E 896, k 16), read as MXFP4,
     plus the 55.6B BF16 parameters every step reads."""
@@ -228,9 +240,13 @@ def test_crossover_is_a_range_over_what_the_data_cannot_pin():
     assert not table["physical"].any()  # every fit needs a DCP latency far above NVLink's microseconds
 
     def at(batch, fmt, output=1024, reads="uniform", width=576):
-        return table.filter((pl.col("batch_size") == batch) & (pl.col("kv_format") == fmt)
-                            & (pl.col("output_tokens") == output) & (pl.col("expert_reads") == reads)
-                            & (pl.col("mla_width") == width)).row(0, named=True)
+        return table.filter(
+            (pl.col("batch_size") == batch)
+            & (pl.col("kv_format") == fmt)
+            & (pl.col("output_tokens") == output)
+            & (pl.col("expert_reads") == reads)
+            & (pl.col("mla_width") == width)
+        ).row(0, named=True)
 
     # the issue's figures: FP8 KV and batches below 8 move the crossover past 200K, where vLLM then wins
     assert at(8, "fp8")["crossover_tokens"] == pytest.approx(251_899, abs=5)
@@ -252,12 +268,16 @@ def test_crossover_between_64k_and_200k(fit):
     from kvlab.perfmodel.roofline import Config, batch_time
 
     a = Assumptions()
-    cfg = {VLLM: Config.of("B300", "Kimi-K3", VLLM, 8, 1, a.default_mem_util),
-           SGLANG: Config.of("B300", "Kimi-K3", SGLANG, 8, 8, a.default_mem_util)}
+    cfg = {
+        VLLM: Config.of("B300", "Kimi-K3", VLLM, 8, 1, a.default_mem_util),
+        SGLANG: Config.of("B300", "Kimi-K3", SGLANG, 8, 8, a.default_mem_util),
+    }
 
     def vllm_minus_sglang(c: int) -> float:
-        return (batch_time(cfg[VLLM], c, Workload(), fit.params, a).batch_time_s
-                - batch_time(cfg[SGLANG], c, Workload(), fit.params, a).batch_time_s)
+        return (
+            batch_time(cfg[VLLM], c, Workload(), fit.params, a).batch_time_s
+            - batch_time(cfg[SGLANG], c, Workload(), fit.params, a).batch_time_s
+        )
 
     assert x == int(x) == 177_652
     assert vllm_minus_sglang(int(x) - 1) <= 0 < vllm_minus_sglang(int(x))
@@ -315,8 +335,12 @@ def test_predict_frame_is_modelled_rows_in_the_runs_schema(fit):
 def test_predict_like_mirrors_published_rows(fit):
     pub = load_runs(DATA_DIR, experiment="article_b300").filter(pl.col("source") == "published")
     mod = predict_like(pub, {"B300": fit.params})
-    joined = pub.select("run_id", "batch_time_s").join(mod.select("run_id", pl.col("batch_time_s").alias("m")), on="run_id")
-    assert joined.height == 4 and ((joined["m"] / joined["batch_time_s"] - 1).abs() < 0.13).all()  # the fit's 12.2% worst
+    joined = pub.select("run_id", "batch_time_s").join(
+        mod.select("run_id", pl.col("batch_time_s").alias("m")), on="run_id"
+    )
+    assert (
+        joined.height == 4 and ((joined["m"] / joined["batch_time_s"] - 1).abs() < 0.13).all()
+    )  # the fit's 12.2% worst
 
 
 def test_achieved_fraction_of_published_rows_is_below_one():
@@ -329,30 +353,53 @@ def test_bound_summary_gives_measured_shares_two_significant_figures():
     """A measured run is n=1: its shares of the bound to two significant figures; published rows keep theirs."""
     from kvlab.perfmodel.figures import bound_summary
 
-    rows = [("published", "vllm", 0.09148078, 0.0542), ("published", "vllm", 0.10440358, 0.0543),
-            ("measured", "vllm", 0.02766811, 0.067918), ("measured", "vllm", 0.09606883, 0.07),
-            ("measured", "vllm", 0.06623058, 0.0612)]
-    frac = pl.DataFrame([{"source": s, "experiment": "e_" + s, "hardware": "h", "engine": e,
-                          "batch_fraction_of_bound": f, "bandwidth_fraction_of_peak": b} for s, e, f, b in rows])
+    rows = [
+        ("published", "vllm", 0.09148078, 0.0542),
+        ("published", "vllm", 0.10440358, 0.0543),
+        ("measured", "vllm", 0.02766811, 0.067918),
+        ("measured", "vllm", 0.09606883, 0.07),
+        ("measured", "vllm", 0.06623058, 0.0612),
+    ]
+    frac = pl.DataFrame(
+        [
+            {
+                "source": s,
+                "experiment": "e_" + s,
+                "hardware": "h",
+                "engine": e,
+                "batch_fraction_of_bound": f,
+                "bandwidth_fraction_of_peak": b,
+            }
+            for s, e, f, b in rows
+        ]
+    )
     out = bound_summary(frac)
     assert out["source"].to_list() == ["published", "measured"] and out["runs"].to_list() == [2, 3]
     pub, mea = out.row(0, named=True), out.row(1, named=True)
     assert [pub["least_of_bound_pct"], pub["most_of_bound_pct"]] == pytest.approx([9.148078, 10.440358], abs=1e-9)
-    assert (mea["least_of_bound_pct"], mea["median_of_bound_pct"], mea["most_of_bound_pct"],
-            mea["median_of_peak_bandwidth_pct"]) == (2.8, 6.6, 9.6, 6.8)
+    assert (
+        mea["least_of_bound_pct"],
+        mea["median_of_bound_pct"],
+        mea["most_of_bound_pct"],
+        mea["median_of_peak_bandwidth_pct"],
+    ) == (2.8, 6.6, 9.6, 6.8)
 
 
 def test_model_command_text():
     out = model_command()
     assert "vllm TP8" in out and "sglang TP8+DCP8" in out and "crossover" in out and "leave-one-out" in out
     # the crossover as the range over what the four published points cannot pin, with its plausibility
-    assert ("KV format BF16/FP8/packed FP8 MLA, 96 refits): free fits 108K–746K tokens (K = 1,024), crossing in "
-            "96 of 96; SGLang wins at 200K in 44 of 96; 0 of 96 free fits physically plausible: read the "
-            "model as an illustration, not a forecast") in out
+    assert (
+        "KV format BF16/FP8/packed FP8 MLA, 96 refits): free fits 108K–746K tokens (K = 1,024), crossing in "
+        "96 of 96; SGLang wins at 200K in 44 of 96; 0 of 96 free fits physically plausible: read the "
+        "model as an illustration, not a forecast"
+    ) in out
     assert "physics-only fits over the same 96 sets: 70K–0.99M tokens (K = 1,024)" in out
     # the physics-only fit beside the free fit, each with its predictions
     assert "physics-only fit: vLLM wins at 64K" in out and "free fit (NON-PHYSICAL): vLLM wins at 64K" in out
-    out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10)
+    out = model_command(
+        gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10
+    )
     assert "Llama-3.1-70B on H200" in out and "8K" in out
 
 
@@ -421,11 +468,22 @@ def test_curves_are_dashed_beyond_the_published_contexts_and_legend_only_what_is
     assert calibrated_ranges(kimi_curves, pub) == {"vllm TP8": (65536, 204800), "sglang TP8+DCP8": (65536, 204800)}
     ax = plot_curves(kimi_curves, pub).axes[0]
     styles = [(ln.get_color(), ln.get_linestyle()) for ln in ax.get_lines()]
-    assert styles == [("#3b75af", "--"), ("#3b75af", "-"), ("#3b75af", "--"),
-                      ("#e1812c", "--"), ("#e1812c", "-"), ("#e1812c", "--")]
+    assert styles == [
+        ("#3b75af", "--"),
+        ("#3b75af", "-"),
+        ("#3b75af", "--"),
+        ("#e1812c", "--"),
+        ("#e1812c", "-"),
+        ("#e1812c", "--"),
+    ]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["vLLM TP8", "SGLang TP8+DCP8", "modelled, calibrated contexts (64K–200K)",
-                      "modelled, extrapolated", "published"]  # every config fits: no 'does not fit' entry
+    assert legend == [
+        "vLLM TP8",
+        "SGLang TP8+DCP8",
+        "modelled, calibrated contexts (64K–200K)",
+        "modelled, extrapolated",
+        "published",
+    ]  # every config fits: no 'does not fit' entry
     assert [t.get_text() for t in ax.get_xticklabels()] == ["4K", "8K", "16K", "32K", "64K", "200K"]
     assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0  # 32 s to 368 s: under 20×, linear from 0
     # another GPU: no published point belongs to it, so no circle and every line dashed
@@ -450,7 +508,9 @@ def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     ax = plot_headroom(head).axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[-2] == "flagged: less left outside the target than the assumed need:\nan assumption, not a predicted OOM"
+    assert (
+        legend[-2] == "flagged: less left outside the target than the assumed need:\nan assumption, not a predicted OOM"
+    )
     assert legend[-1] == "range over KV format BF16/FP8/packed FP8 MLA × MLA width 576/512"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64K", "200K"]
     # no DCP is vLLM's configuration, DCP 8 SGLang's: their engines' colours; green and purple are the GPUs' (04)
@@ -458,8 +518,11 @@ def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
     summary = headroom_summary(head)
     assert summary.columns[-4:] == ["sequences at 64K", "range at 64K", "sequences at 200K", "range at 200K"]
     assert summary.select("mem_util", "dcp", "under_assumed_need", "sequences at 200K", "range at 200K").rows() == [
-        (0.92, 1, False, 11, "11–25"), (0.92, 8, False, 51, "51–116"), (0.95, 1, True, 12, "12–28"),
-        (0.95, 8, True, 58, "58–131")]  # SGLang: activations outside its fraction, the KDA state in a pool of its own
+        (0.92, 1, False, 11, "11–25"),
+        (0.92, 8, False, 51, "51–116"),
+        (0.95, 1, True, 12, "12–28"),
+        (0.95, 8, True, 58, "58–131"),
+    ]  # SGLang: activations outside its fraction, the KDA state in a pool of its own
 
 
 def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
@@ -472,31 +535,47 @@ def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
     assert narrative.curves_caption(kimi_curves.to_dicts(), x, calibrated_ranges(kimi_curves, pub)) == (
         "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 1.81× faster at 4K; the curves cross at ≈173K tokens; "
         "SGLang TP8+DCP8 is 1.08× faster at 256K; solid lines span the published 64K–200K the fit rests on "
-        "(circles: the article's times), dashed lines are extrapolations.")
-    assert narrative.whatif_setup(fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8,
-                                  published=pub.to_dicts()).endswith(
+        "(circles: the article's times), dashed lines are extrapolations."
+    )
+    assert narrative.whatif_setup(
+        fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8, published=pub.to_dicts()
+    ).endswith(
         "Kimi-K3 on 8× H200 is not what the article measured: every curve for it is an extrapolation of the "
-        "efficiencies fitted on Kimi-K3 on 8× B300.")
+        "efficiencies fitted on Kimi-K3 on 8× B300."
+    )
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
     assert narrative.whatif_headroom_caption(head.to_dicts(), flag_kinds(head)).startswith(
         "Modelled for Kimi-K3 on 8× B300 at 200K: 0.95 fits 12 sequences against 0.92's 11 with DCP 1 (1.09×), "
-        "and 58 against 51 with DCP 8 (1.14×)")
+        "and 58 against 51 with DCP 8 (1.14×)"
+    )
     note = narrative.oom_flag_note(head.to_dicts())
     assert "needs **6.5%** of each GPU's memory outside the target (17.4 GiB per B300)" in note
     assert "At 0.95 only 13.4 GiB is left outside the target" in note and "does not predict an out-of-memory" in note
     xo = crossover_table(["B300", "B200"], "Kimi-K3", [2, 8], Workload(), fit.params)
     assert narrative.crossover_caption(xo.to_dicts()) == (
         "Modelled context from which SGLang TP8+DCP beats vLLM TP8 for Kimi-K3: on B300 it falls from 287K at DCP 2 "
-        "to 173K at DCP 8; no crossover in the modelled range for B200 at DCP 2, 8.")
+        "to 173K at DCP 8; no crossover in the modelled range for B200 at DCP 2, 8."
+    )
     sens = sensitivity([Workload(8, n) for n in (1024, 4096, 8192)])
-    text = narrative.model_conclusions(fit, sens, x, kimi_curves.filter(pl.col("context_tokens") == 262144).to_dicts(),
-                                       head.to_dicts(),
-                                       Workload(), gpu="B300", tp=8, dcp=8, published_contexts=[65536, 204800])
+    text = narrative.model_conclusions(
+        fit,
+        sens,
+        x,
+        kimi_curves.filter(pl.col("context_tokens") == 262144).to_dicts(),
+        head.to_dicts(),
+        Workload(),
+        gpu="B300",
+        tp=8,
+        dcp=8,
+        published_contexts=[65536, 204800],
+    )
     assert "bandwidth_efficiency" not in text and "dcp_layer_latency" not in text  # values, never parameter names
-    assert ("- **Fit:** the 4 published times are reproduced within 12.2%; held out in turn, each is predicted within "
-            "52.0% (mean 40.5%), with the right winner at its context in 0 of 4: four points do not pin it — held out, "
-            "they are missed by 40% on average and the winner is wrong at 4 of 4, so its figures are illustrations "
-            "under stated assumptions, not forecasts.") in text  # the confidence follows the held-out errors
+    assert (
+        "- **Fit:** the 4 published times are reproduced within 12.2%; held out in turn, each is predicted within "
+        "52.0% (mean 40.5%), with the right winner at its context in 0 of 4: four points do not pin it — held out, "
+        "they are missed by 40% on average and the winner is wrong at 4 of 4, so its figures are illustrations "
+        "under stated assumptions, not forecasts."
+    ) in text  # the confidence follows the held-out errors
     assert "— an extrapolation 1.3× beyond the largest published context (200K)." in text
 
 
@@ -540,21 +619,32 @@ def test_whatif_verdicts(fit):
     assert [v.number for v in narrative.model_verdicts(fit, sens, h200, claims)] == [v.number for v in found]
     # with the fits consistent with the totals (a fixed summary), both crossover rows give both ranges; the grades
     # and values stay: the model still fails its held-out test, so its crossover only illustrates
-    cons = {"candidates": 1248, "kept": 22, "tolerance_pct": 5.0, "batches": "32", "winners": [],
-            "crossover": (86_578.0, 151_182.0)}
+    cons = {
+        "candidates": 1248,
+        "kept": 22,
+        "tolerance_pct": 5.0,
+        "batches": "32",
+        "winners": [],
+        "crossover": (86_578.0, 151_182.0),
+    }
     both = narrative.model_verdicts(fit, sens, head, claims, consistent=cons)
     assert [(v.claim_id, v.outcome, v.value, v.spread) for v in both] == [
-        (v.claim_id, v.outcome, v.value, v.spread) for v in found]
+        (v.claim_id, v.outcome, v.value, v.spread) for v in found
+    ]
     assert both[0].number.startswith(
         "crossover ≈173K tokens; range 108K–746K tokens (K = 1,024) over all 96 assumption "
-        "sets, 85K–148K tokens (K = 1,024) over the 22 of 1,248 fits consistent with the published totals; vLLM ")
-    assert both[2].number == ("108K–746K tokens (K = 1,024) over all 96 assumption sets; "
-                              "85K–148K tokens (K = 1,024) over the 22 of 1,248 fits consistent with the "
-                              "published totals")
+        "sets, 85K–148K tokens (K = 1,024) over the 22 of 1,248 fits consistent with the published totals; vLLM "
+    )
+    assert both[2].number == (
+        "108K–746K tokens (K = 1,024) over all 96 assumption sets; "
+        "85K–148K tokens (K = 1,024) over the 22 of 1,248 fits consistent with the "
+        "published totals"
+    )
     assert both[2].reason.endswith("within 5 points of the best fit's (value and spread: all sets)")
     none = dict(cons, kept=0, crossover=None)  # nothing consistent: the all-sets range alone, as without a summary
     assert [v.number for v in narrative.model_verdicts(fit, sens, head, claims, consistent=none)] == [
-        v.number for v in found]
+        v.number for v in found
+    ]
     assert found[2].number == "108K–746K tokens (K = 1,024) over all 96 assumption sets"
 
 
@@ -585,9 +675,16 @@ def test_what_if_figures_carry_their_range_over_the_assumption_sets():
     row = xo.row(0, named=True)
     assert (row["crossover_low_tokens"], row["crossover_high_tokens"]) == pytest.approx((lo, hi), rel=1e-9)
     assert row["crosses_in"] == "96 of 96"
-    two = pl.DataFrame({"config": ["vllm TP8", "sglang TP8+DCP8"], "engine": ["vllm", "sglang"],
-                        "context_tokens": [1 << 20] * 2, "batch_time_s": [2355.0, 2041.0], "fits": [True, True],
-                        "waves": [4, 1]})
+    two = pl.DataFrame(
+        {
+            "config": ["vllm TP8", "sglang TP8+DCP8"],
+            "engine": ["vllm", "sglang"],
+            "context_tokens": [1 << 20] * 2,
+            "batch_time_s": [2355.0, 2041.0],
+            "fits": [True, True],
+            "waves": [4, 1],
+        }
+    )
     text = narrative.at_max_sentence(two.to_dicts(), 204800, (0.9, 1.67))
     assert "it ranges from vLLM 1.11× faster to SGLang 1.67× faster — the winner itself is not pinned" in text
 
@@ -595,8 +692,13 @@ def test_what_if_figures_carry_their_range_over_the_assumption_sets():
 # --------------------------------------------------------------------------- per-engine step model and physics
 
 
-STEP_PARAMS = Params(prefill_efficiency=0.5, bandwidth_efficiency=0.5, dcp_layer_latency_s=50e-6,
-                     vllm_step_overhead_s=0.010, sglang_step_overhead_s=0.020)
+STEP_PARAMS = Params(
+    prefill_efficiency=0.5,
+    bandwidth_efficiency=0.5,
+    dcp_layer_latency_s=50e-6,
+    vllm_step_overhead_s=0.010,
+    sglang_step_overhead_s=0.020,
+)
 
 
 def test_decode_step_against_hand_computed_values():
@@ -624,18 +726,23 @@ def test_decode_step_against_hand_computed_values():
     fp8 = 2 * (104.18e9 - 55.56e9) * 64512
     bf16 = 2 * 55.56e9 * 64512 + 64512 * 64513 / 2 * 1_474_560
     assert prefill_time_s(Config.of("B300", "Kimi-K3", "vllm", 8, 1), 64512, 8, STEP_PARAMS) == pytest.approx(
-        8 * (fp8 / 4.5e15 + bf16 / 2.25e15) / (8 * 0.5), rel=1e-12)
+        8 * (fp8 / 4.5e15 + bf16 / 2.25e15) / (8 * 0.5), rel=1e-12
+    )
     # all at the FP8 rate it was 1.62x shorter here (the peak overstated 1.6-1.7x, as issue 41 found)
     all_fp8 = 8 * (fp8 + bf16) / 4.5e15 / (8 * 0.5)
     assert prefill_time_s(Config.of("B300", "Kimi-K3", "vllm", 8, 1), 64512, 8, STEP_PARAMS) / all_fp8 == pytest.approx(
-        1.620, abs=0.001)
+        1.620, abs=0.001
+    )
 
 
 def test_kv_number_formats():
     """BF16 2 B per value, FP8 1 B, FlashMLA's packed FP8 MLA: 512 FP8 + 4 FP32 scales + 64 BF16 rope = 656 B."""
     k3 = model("Kimi-K3")
     assert [k3.kv_bytes_per_token(kv_format=f) for f in ("bf16", "fp8", "fp8_packed_mla")] == [
-        24 * 1152, 24 * 576, 24 * 656]
+        24 * 1152,
+        24 * 576,
+        24 * 656,
+    ]
     assert k3.kv_bytes_per_token(mla_width=512, kv_format="fp8_packed_mla") == 24 * 528
     assert model("Llama-3.1-8B").kv_bytes_per_token(kv_format="fp8") == 65_536
     with pytest.raises(ValueError, match="kv_format"):
@@ -693,12 +800,17 @@ def test_overhead_is_a_named_parameter_and_not_hidden_in_the_dcp_latency():
     """Per batch total, 24 x DCP latency and c(SGLang) are the same term when only SGLang runs DCP: a fit with
     c(SGLang) in place of the free fit's latency reproduces its times."""
     free = published_fit(DATA_DIR).params
-    moved = Params(prefill_efficiency=free.prefill_efficiency, bandwidth_efficiency=free.bandwidth_efficiency,
-                   dcp_layer_latency_s=0.0, sglang_step_overhead_s=24 * free.dcp_layer_latency_s)
+    moved = Params(
+        prefill_efficiency=free.prefill_efficiency,
+        bandwidth_efficiency=free.bandwidth_efficiency,
+        dcp_layer_latency_s=0.0,
+        sglang_step_overhead_s=24 * free.dcp_layer_latency_s,
+    )
     cfg = Config.of("B300", "Kimi-K3", "sglang", 8, 8)
     for c in (65536, 204800):
-        assert batch_time(cfg, c, p=moved).batch_time_s == pytest.approx(batch_time(cfg, c, p=free).batch_time_s,
-                                                                         rel=1e-12)
+        assert batch_time(cfg, c, p=moved).batch_time_s == pytest.approx(
+            batch_time(cfg, c, p=free).batch_time_s, rel=1e-12
+        )
     assert "c(SGLang)" in model_command()
 
 
@@ -720,8 +832,15 @@ def test_the_b300_step_fit_plan_dry_runs_and_says_what_each_run_pins():
     pins = run_pins(path)
     assert len(pins) == 22
     joined = "\n".join(pins)
-    for name in ("bandwidth_efficiency", "prefill_efficiency", "dcp_layer_latency_s", "kv_format", "c(vLLM)",
-                 "c(SGLang)", "expert reads"):
+    for name in (
+        "bandwidth_efficiency",
+        "prefill_efficiency",
+        "dcp_layer_latency_s",
+        "kv_format",
+        "c(vLLM)",
+        "c(SGLang)",
+        "expert reads",
+    ):
         assert name in joined, name
     assert "which of the model's parameters each run pins" in model_command(str(path))
     assert run_pins(DATA_DIR / "experiments" / "b300_long_context.yaml") == []  # two contexts: no step fit
@@ -737,11 +856,27 @@ def test_step_time_fit_from_measured_tpot_recovers_slope_interval_and_bandwidth(
     x = [c - out + (out - 1) / 2 for c in contexts]
     wobble = [0.02, -0.03, 0.03, -0.02]
     slope_ms, icpt = 2e-3, 5.0  # 2 us per token of context, 5 ms at none
-    rows = [{"source": "measured", "experiment": "e", "hardware": "CPU x86_64 (2 cores)",
-             "device_kind": "cpu", "engine": "vllm",
-             "model": "kvlab-tiny", "tp": 1, "dcp": 1, "mem_util": 0.92, "kv_budget_bytes": 8388608,
-             "batch_size": batch, "output_tokens": out, "context_tokens": c, "status": "ok", "run_id": f"r{i}",
-             "tpot_mean_ms": icpt + slope_ms * xi + e} for i, (c, xi, e) in enumerate(zip(contexts, x, wobble))]
+    rows = [
+        {
+            "source": "measured",
+            "experiment": "e",
+            "hardware": "CPU x86_64 (2 cores)",
+            "device_kind": "cpu",
+            "engine": "vllm",
+            "model": "kvlab-tiny",
+            "tp": 1,
+            "dcp": 1,
+            "mem_util": 0.92,
+            "kv_budget_bytes": 8388608,
+            "batch_size": batch,
+            "output_tokens": out,
+            "context_tokens": c,
+            "status": "ok",
+            "run_id": f"r{i}",
+            "tpot_mean_ms": icpt + slope_ms * xi + e,
+        }
+        for i, (c, xi, e) in enumerate(zip(contexts, x, wobble))
+    ]
     fits, points = step_fits(pl.DataFrame(rows))
     assert fits.height == 1 and points.height == 4
     f = fits.row(0, named=True)
@@ -779,8 +914,10 @@ def test_modelled_curves_carry_their_range_over_the_assumption_sets_as_lo_hi_col
     df = curves(cfgs, [65536, 204800, 1 << 20], Workload(), published_fit(DATA_DIR).params, sens=sens)
     assert set(df["assumption_sets"]) == {96}
     assert (df["batch_time_s_lo"] <= df["batch_time_s"]).all() and (df["batch_time_s"] <= df["batch_time_s_hi"]).all()
-    got = {(r["config"], r["context_tokens"]): (round(r["batch_time_s_lo"], 1), round(r["batch_time_s_hi"], 1))
-           for r in df.iter_rows(named=True)}
+    got = {
+        (r["config"], r["context_tokens"]): (round(r["batch_time_s_lo"], 1), round(r["batch_time_s_hi"], 1))
+        for r in df.iter_rows(named=True)
+    }
     assert got[("vllm TP8", 204800)] == (248.4, 315.3) and got[("sglang TP8+DCP8", 204800)] == (220.3, 270.9)
     assert got[("vllm TP8", 65536)] == (94.7, 109.7) and got[("sglang TP8+DCP8", 1 << 20)] == (1517.6, 2732.5)
     direct = [batch_time(cfgs[0], 204800, w, p, a).batch_time_s for w, a, p in refits(sens)]
@@ -791,7 +928,8 @@ def test_modelled_curves_carry_their_range_over_the_assumption_sets_as_lo_hi_col
     pub = published_throughput(load_runs(DATA_DIR, experiment="article_b300"), Workload(), sens)
     row = pub.filter(pl.col("run_id") == "article_b300-200K-vllm").row(0, named=True)
     assert (row["output_tokens_per_s"], row["output_tokens_per_s_lo"], row["output_tokens_per_s_hi"]) == pytest.approx(
-        (8192 / 295.2, 1024 / 295.2, 131072 / 295.2), rel=1e-12)
+        (8192 / 295.2, 1024 / 295.2, 131072 / 295.2), rel=1e-12
+    )
     ax = plot_curves(df, pub, y="output_tokens_per_s", ylabel="output tokens/s", band=x_range).axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "modelled range over the 96 assumption sets (lowest–highest)" in legend
@@ -808,7 +946,9 @@ def test_headroom_range_over_kv_format_and_mla_width_by_hand():
     assert r["max_concurrent_seqs_hi"] == int(pool // (204800 * 12288 + 434_110_464 / 8)) == 25
     assert r["max_concurrent_seqs_lo"] == r["max_concurrent_seqs"] == 11
     assert r["kv_capacity_tokens_hi"] == int(pool // 12288) == 5_334_277
-    assert "max_concurrent_seqs_lo" not in headroom_table("B300", "Kimi-K3", [0.92], [1], [204800], ranged=False).columns
+    assert (
+        "max_concurrent_seqs_lo" not in headroom_table("B300", "Kimi-K3", [0.92], [1], [204800], ranged=False).columns
+    )
 
 
 def _crossovers() -> list[float]:
@@ -818,8 +958,13 @@ def _crossovers() -> list[float]:
 
     sens, rng = crossover_range(physics=True)
     kept = consistent_fits(sens)["crossover_tokens"].drop_nulls()
-    return [crossover_from_fit(published_fit()), forecast(published_fit(physics=True), (65536, 204800)).crossover,
-            *rng, kept.min(), kept.max()]
+    return [
+        crossover_from_fit(published_fit()),
+        forecast(published_fit(physics=True), (65536, 204800)).crossover,
+        *rng,
+        kept.min(),
+        kept.max(),
+    ]
 
 
 def test_the_model_s_crossovers_do_not_depend_on_the_cpu_s_simd_paths():
@@ -839,10 +984,19 @@ def test_the_model_s_crossovers_do_not_depend_on_the_cpu_s_simd_paths():
     assert here == [177_652, 294_387, 110_224, 764_133, 124_644, 152_406]
     off = " ".join(f for f in __cpu_dispatch__ if __cpu_features__.get(f))
     script = "from tests.test_perfmodel import _crossovers; print(_crossovers())"
-    elsewhere = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
-                               cwd=Path(__file__).resolve().parents[1],
-                               env={**os.environ, "NPY_DISABLE_CPU_FEATURES": off, "OPENBLAS_CORETYPE": "Sandybridge",
-                                    "KVLAB_FIT_CACHE": "off"})
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env={
+            **os.environ,
+            "NPY_DISABLE_CPU_FEATURES": off,
+            "OPENBLAS_CORETYPE": "Sandybridge",
+            "KVLAB_FIT_CACHE": "off",
+        },
+    )
     assert elsewhere.stdout.strip().splitlines()[-1] == str(here)
 
 
@@ -884,11 +1038,15 @@ def test_the_set_of_fits_consistent_with_the_four_totals():
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
     v = narrative.model_verdicts(published_fit(), sens, head, claims, consistent=consistent_summary(cons))
     assert (v[0].claim_id, v[0].outcome) == ("crossover_modelled", "inconclusive")
-    assert ("over all 96 assumption sets, 122K–149K tokens (K = 1,024) over the 16 of 1,248 fits consistent with "
-            "the published totals") in v[0].number
-    assert bullet.startswith("- **Consistent with the totals** (largest residual within 5 points of the best): 16 of "
-                             "1,248 candidate fits, at batch 32; vLLM faster at 64K in 16 of 16; SGLang faster at "
-                             "200K in 16 of 16; crossover **122K–149K tokens (K = 1,024)**")
+    assert (
+        "over all 96 assumption sets, 122K–149K tokens (K = 1,024) over the 16 of 1,248 fits consistent with "
+        "the published totals"
+    ) in v[0].number
+    assert bullet.startswith(
+        "- **Consistent with the totals** (largest residual within 5 points of the best): 16 of "
+        "1,248 candidate fits, at batch 32; vLLM faster at 64K in 16 of 16; SGLang faster at "
+        "200K in 16 of 16; crossover **122K–149K tokens (K = 1,024)**"
+    )
 
 
 def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
@@ -900,34 +1058,57 @@ def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
     rows = []
     for eng, tpot in (("vllm", [10.0, 11.0, 12.1]), ("sglang", [20.0, 19.2, 19.9])):
         for i, (c, t) in enumerate(zip([1024, 2048, 3072], tpot)):
-            rows.append({"source": "measured", "experiment": "cpu_long_context", "hardware": "CPU x86_64 (2 cores)",
-                         "device_kind": "cpu",
-                         "engine": eng, "model": "kvlab-tiny", "tp": 1, "dcp": 1, "mem_util": None,
-                         "kv_budget_bytes": 8388608, "batch_size": 4, "output_tokens": 64, "context_tokens": c,
-                         "status": "ok", "run_id": f"{eng}{i}", "tpot_mean_ms": t})
+            rows.append(
+                {
+                    "source": "measured",
+                    "experiment": "cpu_long_context",
+                    "hardware": "CPU x86_64 (2 cores)",
+                    "device_kind": "cpu",
+                    "engine": eng,
+                    "model": "kvlab-tiny",
+                    "tp": 1,
+                    "dcp": 1,
+                    "mem_util": None,
+                    "kv_budget_bytes": 8388608,
+                    "batch_size": 4,
+                    "output_tokens": 64,
+                    "context_tokens": c,
+                    "status": "ok",
+                    "run_id": f"{eng}{i}",
+                    "tpot_mean_ms": t,
+                }
+            )
     fits, points = step_fits(pl.DataFrame(rows))
     s = fits.filter(pl.col("engine") == "sglang").row(0, named=True)
     # by hand: x = 992.5, 2016.5, 3040.5 (mean decode context); slope = sum(dx dy) / sum(dx^2) = -0.1 x 1024 / (2 x
     # 1024^2) ms per token = -48.83 us per 1,000 tokens x 1,000
     assert s["slope_us_per_1k_tokens"] == pytest.approx(-0.1 * 1024 / (2 * 1024**2) * 1e6, rel=1e-9)
     direct = line_fit([992.5, 2016.5, 3040.5], [20.0, 19.2, 19.9])
-    assert s["slope_ci_low"] == pytest.approx(direct["slope_ci"][0] * 1e6) and s["slope_ci_low"] < 0 < s["slope_ci_high"]
+    assert (
+        s["slope_ci_low"] == pytest.approx(direct["slope_ci"][0] * 1e6) and s["slope_ci_low"] < 0 < s["slope_ci_high"]
+    )
     fig = plot_step_fits(fits, points)
     ax, rx = fig.axes
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend[1].startswith("SGLang: -0.049 ms per 1,000 tokens (95% ") and legend[1].endswith(", includes 0)")
     assert not legend[0].endswith("includes 0)")
     assert sorted(round(v, 6) for ln in rx.get_lines()[1:] for v in ln.get_ydata()) == sorted(
-        round(v, 6) for v in points["residual_ms"].to_list())
+        round(v, 6) for v in points["residual_ms"].to_list()
+    )
     cap = step_fit_caption(fits)
-    assert "SGLang: its 95% interval includes zero, so these runs do not show step time changing with context " \
-           "(the fitted slope is negative)" in cap
+    assert (
+        "SGLang: its 95% interval includes zero, so these runs do not show step time changing with context "
+        "(the fitted slope is negative)" in cap
+    )
     assert "vLLM: step time grows with context, the 95% interval excluding zero" in cap
     # the tables show the measured numbers to two significant figures (one run per context); contexts stay whole
     from kvlab.perfmodel.stepfit import as_shown
 
     shown = as_shown(fits).filter(pl.col("engine") == "sglang").row(0, named=True)
-    assert (shown["slope_us_per_1k_tokens"], shown["intercept_ms"]) == (-49.0, 20.0)  # -48.83; 19.7 + 4.883e-5 x 2,015.5 = 19.80
+    assert (shown["slope_us_per_1k_tokens"], shown["intercept_ms"]) == (
+        -49.0,
+        20.0,
+    )  # -48.83; 19.7 + 4.883e-5 x 2,015.5 = 19.80
     assert shown["contexts"] == 3 and shown["runs"] == 3  # counts untouched
     pts = as_shown(points).filter(pl.col("engine") == "vllm")
     assert pts["mean_decode_context"].to_list() == [991.5, 2015.5, 3039.5]  # token counts (C - 64 + 63/2), kept
@@ -955,5 +1136,9 @@ def test_an_implausible_parameter_says_how_far_outside_its_prior_it_lies(fit):
 
     assert implausible(fit) == [
         "decode at 8.5% of peak memory bandwidth (3.5× below the plausible minimum; plausible: 30%–90%)",
-        "DCP at 2,091 µs per layer and step (21× the plausible maximum; plausible for NVLink collectives: 1–100 µs)"]
-    assert implausible(fit, short=True) == ["decode at 8.5% of peak memory bandwidth", "DCP at 2,091 µs per layer and step"]
+        "DCP at 2,091 µs per layer and step (21× the plausible maximum; plausible for NVLink collectives: 1–100 µs)",
+    ]
+    assert implausible(fit, short=True) == [
+        "decode at 8.5% of peak memory bandwidth",
+        "DCP at 2,091 µs per layer and step",
+    ]

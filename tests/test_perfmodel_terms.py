@@ -12,7 +12,13 @@ import yaml
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel import Assumptions, Config, Workload, batch_time, memory, published_fit
 from kvlab.perfmodel.calibrate import (
-    PRIOR_CENTRE, PRIORS, crossover_from_fit, crossover_range, consistent_fits, fit_for_model, step_costs,
+    PRIOR_CENTRE,
+    PRIORS,
+    crossover_from_fit,
+    crossover_range,
+    consistent_fits,
+    fit_for_model,
+    step_costs,
 )
 from kvlab.perfmodel.catalog import CatalogError
 from kvlab.perfmodel.roofline import crossover_context
@@ -66,8 +72,12 @@ def test_reports_03_and_07_read_their_ceilings_from_one_function():
     one = concurrency_ceilings(*args).sort("mem_util", "dcp", "context_tokens")
     r03 = headroom_table(*args).sort("mem_util", "dcp", "context_tokens")
     r07 = modelled_ceilings(mem_utils=(0.92, 0.95), dcp_sizes=(1, 8)).sort("mem_util", "dcp", "context_tokens")
-    assert r03["max_concurrent_seqs"].to_list() == r07["max_concurrent_seqs"].to_list() == \
-        one["max_concurrent_seqs"].to_list() == [35, 17, 11, 162, 81, 51, 39, 20, 12, 182, 91, 58]
+    assert (
+        r03["max_concurrent_seqs"].to_list()
+        == r07["max_concurrent_seqs"].to_list()
+        == one["max_concurrent_seqs"].to_list()
+        == [35, 17, 11, 162, 81, 51, 39, 20, 12, 182, 91, 58]
+    )
     assert r07["engine"].to_list() == ["vllm"] * 3 + ["sglang"] * 3 + ["vllm"] * 3 + ["sglang"] * 3
 
 
@@ -92,10 +102,22 @@ def test_per_step_costs_per_engine_with_their_ranges(sens):
         assert c.unexplained_ms.hi == pytest.approx(max(max(t - cap, 0) for t in totals), rel=1e-9)
         assert c.unexplained_ms.lo == pytest.approx(min(max(t - cap, 0) for t in totals), rel=1e-9)
         assert c.fitted_overhead_ms.hi <= cap and c.unexplained_ms.sets == 96
-    assert [round(x, 1) for x in (costs["sglang"].unexplained_ms.lo, costs["sglang"].unexplained_ms.hi,
-                                  costs["sglang"].unexplained_ms.default)] == [1.9, 122.7, 74.4]
-    assert [round(x, 1) for x in (costs["vllm"].unexplained_ms.lo, costs["vllm"].unexplained_ms.hi,
-                                  costs["vllm"].unexplained_ms.default)] == [0.0, 104.1, 42.4]
+    assert [
+        round(x, 1)
+        for x in (
+            costs["sglang"].unexplained_ms.lo,
+            costs["sglang"].unexplained_ms.hi,
+            costs["sglang"].unexplained_ms.default,
+        )
+    ] == [1.9, 122.7, 74.4]
+    assert [
+        round(x, 1)
+        for x in (
+            costs["vllm"].unexplained_ms.lo,
+            costs["vllm"].unexplained_ms.hi,
+            costs["vllm"].unexplained_ms.default,
+        )
+    ] == [0.0, 104.1, 42.4]
     default = step_costs(published_fit(DATA_DIR, physics=True).params)
     assert costs["sglang"].unexplained_ms.default == pytest.approx(default["sglang"].unexplained_s * 1e3, rel=1e-9)
 
@@ -104,8 +126,10 @@ def test_kvlab_model_prints_per_engine_costs_held_out_and_bounds():
     from kvlab.perfmodel.report import model_command
 
     out = model_command()
-    assert ("    SGLang: fitted per-step overhead 5.00 ms (range 5.00-5.00); unexplained per-step cost 74.4 ms (range "
-            "1.9-122.7) that nothing in the model explains") in out
+    assert (
+        "    SGLang: fitted per-step overhead 5.00 ms (range 5.00-5.00); unexplained per-step cost 74.4 ms (range "
+        "1.9-122.7) that nothing in the model explains"
+    ) in out
     assert "    vLLM: fitted per-step overhead 5.00 ms (range 0.00-5.00); unexplained per-step cost 42.4 ms" in out
     assert "0 of 4 at the default; 4 of 4 in 15 of 96 sets, all at batch 32" in out
     assert "lmsys_gb300_longctx: DeepSeek-R1-NVFP4 on GB300, 128,000 in: bound 1,650 >= published 226.2" in out
@@ -123,8 +147,11 @@ def test_held_out_per_assumption_set(sens):
     assert (h.default, h.all_right, h.sets, h.batch_sizes) == ((0, 4), 15, 96, (32,))
     assert h.text() == "0 of 4 at the default; 4 of 4 in 15 of 96 sets, all at batch 32"
     row = h.per_set.filter(pl.col("right") == 4).row(0, named=True)  # recomputed from the set's own fit
-    a = Assumptions(expert_reads=row["expert_reads"], mla_width=None if row["mla_width"] == 576 else row["mla_width"],
-                    kv_format=row["kv_format"])
+    a = Assumptions(
+        expert_reads=row["expert_reads"],
+        mla_width=None if row["mla_width"] == 576 else row["mla_width"],
+        kv_format=row["kv_format"],
+    )
     assert winners_held_out(published_fit(DATA_DIR, Workload(row["batch_size"], row["output_tokens"]), a)) == (4, 4)
 
 
@@ -135,7 +162,11 @@ def test_model_ranges_speed_ratios_and_crossovers(sens):
     r64, r200 = m.ratios
     assert (r64.context_tokens, r64.sglang_faster, r200.sglang_faster) == (65536, 0, 44)
     assert (round(r64.ratio.lo, 3), round(r64.ratio.hi, 3), round(r200.ratio.lo, 3), round(r200.ratio.hi, 3)) == (
-        0.618, 0.795, 0.917, 1.432)
+        0.618,
+        0.795,
+        0.917,
+        1.432,
+    )
     assert sum(w == "SGLang" for w in sens["winner_200k"]) == r200.sglang_faster  # the table's own winners
     assert (m.crossover.lo, m.crossover.hi, m.crossover.counted, m.crossover.default) == (110224, 764133, 96, 177652)
     assert m.crossover.default == crossover_from_fit(published_fit(DATA_DIR))
@@ -156,13 +187,19 @@ def test_no_report_applies_a_kimi_k3_fitted_term_to_another_model():
     w = guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B", "B300", 8, 8, False, "stability")
     ta, tb = guide.context_factor(w, fit).times
     va, vb = guide.engine_configs(w)
-    assert (ta, tb) == (batch_time(va, 8192, p=PRIOR_CENTRE).batch_time_s, batch_time(vb, 8192, p=PRIOR_CENTRE).batch_time_s)
+    assert (ta, tb) == (
+        batch_time(va, 8192, p=PRIOR_CENTRE).batch_time_s,
+        batch_time(vb, 8192, p=PRIOR_CENTRE).batch_time_s,
+    )
     msg = 7 / 8 * 8 * 32 * 129 * 4  # partial outputs + LSE of 8 sequences, 32 heads, FP32, to 7 of 8 ranks
     assert tb - ta == pytest.approx(1024 * 32 * (PRIOR_CENTRE.dcp_layer_latency_s + msg / 0.9e12), rel=1e-9)
     # the crossover and the ranges for another model: never from the Kimi-K3 fits
     assert crossover_from_fit(fit, model="Llama-3.1-8B") == crossover_context(
-        Config.of("B300", "Llama-3.1-8B", "vllm", 8, 1), Config.of("B300", "Llama-3.1-8B", "sglang", 8, 8), Workload(),
-        PRIOR_CENTRE)
+        Config.of("B300", "Llama-3.1-8B", "vllm", 8, 1),
+        Config.of("B300", "Llama-3.1-8B", "sglang", 8, 8),
+        Workload(),
+        PRIOR_CENTRE,
+    )
     table, _ = crossover_range(DATA_DIR, workloads=[Workload()], model="Llama-3.1-8B")
     assert set(table["fit"]) == {"prior centre", "prior fast end", "prior slow end"}
     # report 06's study (what its notebook shows) passes its fit through fit_for_model for the model it is given
@@ -238,18 +275,28 @@ def test_the_step_fit_dry_run_prints_its_gpu_minutes():
     assert (est["runs"], est["servers"], est["gpus"]) == (44, 5, 8)
     # independent: every run's modelled batch time under the free fit x its 8 GPUs, plus 5 starts of 8 GPUs
     fit = published_fit(DATA_DIR)
-    total = sum(batch_time(Config.of("B300", "Kimi-K3", r.engine.name, r.engine.tp, r.engine.dcp, r.engine.mem_util),
-                           r.workload.context_tokens, Workload(r.workload.batch_size, r.workload.output_tokens),
-                           fit.params).batch_time_s * r.engine.tp for r in expand(spec))
-    assert total / 60 + 5 * SERVER_START_S * 8 / 60 in (pytest.approx(est["gpu_minutes"][0], rel=1e-9),
-                                                       pytest.approx(est["gpu_minutes"][1], rel=1e-9))
+    total = sum(
+        batch_time(
+            Config.of("B300", "Kimi-K3", r.engine.name, r.engine.tp, r.engine.dcp, r.engine.mem_util),
+            r.workload.context_tokens,
+            Workload(r.workload.batch_size, r.workload.output_tokens),
+            fit.params,
+        ).batch_time_s
+        * r.engine.tp
+        for r in expand(spec)
+    )
+    assert total / 60 + 5 * SERVER_START_S * 8 / 60 in (
+        pytest.approx(est["gpu_minutes"][0], rel=1e-9),
+        pytest.approx(est["gpu_minutes"][1], rel=1e-9),
+    )
     from typer.testing import CliRunner
 
     from kvlab.cli import app
 
     out = CliRunner().invoke(app, ["sweep", str(DATA_DIR / "experiments" / "b300_step_fit.yaml"), "--dry-run"]).output
-    assert out.splitlines()[-1].startswith(f"# estimate: {est['gpu_minutes'][0]:,.0f}-{est['gpu_minutes'][1]:,.0f} "
-                                           "GPU-minutes on 8 GPUs (44 runs")
+    assert out.splitlines()[-1].startswith(
+        f"# estimate: {est['gpu_minutes'][0]:,.0f}-{est['gpu_minutes'][1]:,.0f} GPU-minutes on 8 GPUs (44 runs"
+    )
     assert gpu_minutes(plan.load(DATA_DIR / "experiments" / "cpu_long_context.yaml")) is None  # a CPU plan: none
 
 
@@ -257,9 +304,12 @@ def test_kvlab_model_never_predicts_another_model_with_the_kimi_k3_fit():
     from kvlab.perfmodel.calibrate import PRIOR_FAST, PRIOR_SLOW
     from kvlab.perfmodel.report import model_command
 
-    out = model_command(gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4,
-                        output_tokens=10)
-    assert "params (uncalibrated roofline at the centre of its priors" in out and "the available fit is Kimi-K3's" in out
+    out = model_command(
+        gpu="H200", model="Llama-3.1-70B", engine="vllm", tp=8, context_tokens=[8192], batch_size=4, output_tokens=10
+    )
+    assert (
+        "params (uncalibrated roofline at the centre of its priors" in out and "the available fit is Kimi-K3's" in out
+    )
     assert "prefill_efficiency 0.525, bandwidth_efficiency 0.600" in out and "calibration on" not in out
     cfg = Config.of("H200", "Llama-3.1-70B", "vllm", 8, 1, 0.92)
     fast, slow = (batch_time(cfg, 8192, Workload(4, 10), p).batch_time_s for p in (PRIOR_FAST, PRIOR_SLOW))

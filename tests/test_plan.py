@@ -14,9 +14,13 @@ from kvlab.spec import ExperimentSpec, SpecError
 
 def _spec(tmp_path, model: str) -> str:
     data = {
-        "name": "planned", "hardware": "CPU", "device": "cpu", "scale_factor": 1,
-        "engines": {"vllm": {"name": "vllm", "launch": [".engines/vllm/bin/python"], "model": model,
-                             "max_model_len": 1024}},
+        "name": "planned",
+        "hardware": "CPU",
+        "device": "cpu",
+        "scale_factor": 1,
+        "engines": {
+            "vllm": {"name": "vllm", "launch": [".engines/vllm/bin/python"], "model": model, "max_model_len": 1024}
+        },
         "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},
     }
     path = tmp_path / "planned.yaml"
@@ -60,16 +64,30 @@ def test_starts_overlap_only_on_cpu_with_explicit_kv_budgets():
     text = plan.dry_run_text(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml"))
     assert text.count("launched while the previous server starts, paused while its runs are measured") == 1
     assert "launched while" not in plan.dry_run_text(
-        ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml"), overlap_starts=False)
+        ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_classification.yaml"), overlap_starts=False
+    )
 
 
 def _keyed(engine: str, env: dict | None = None) -> ExperimentSpec:
-    return ExperimentSpec.model_validate({
-        "name": "keyed", "hardware": "CPU", "device": "cpu", "scale_factor": 1,
-        "engines": {engine: {"name": engine, "launch": ["python"], "model": "org/m", "max_model_len": 1024,
-                             "api_key_env": "KVLAB_KEY", "env": {"JAX_PLATFORMS": "cpu", **(env or {})}}},
-        "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},
-    })
+    return ExperimentSpec.model_validate(
+        {
+            "name": "keyed",
+            "hardware": "CPU",
+            "device": "cpu",
+            "scale_factor": 1,
+            "engines": {
+                engine: {
+                    "name": engine,
+                    "launch": ["python"],
+                    "model": "org/m",
+                    "max_model_len": 1024,
+                    "api_key_env": "KVLAB_KEY",
+                    "env": {"JAX_PLATFORMS": "cpu", **(env or {})},
+                }
+            },
+            "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 256, "output_tokens": 16},
+        }
+    )
 
 
 def test_the_dry_run_shows_how_each_engine_is_given_its_key():
@@ -82,8 +100,10 @@ def test_the_dry_run_shows_how_each_engine_is_given_its_key():
     assert "# KEYFILE: a new file of mode 0600 holding 'api-key: $KVLAB_KEY', removed once the server is up" in sglang
     jax = plan.dry_run_text(_keyed("sglang-jax"))
     assert "--api-key $KVLAB_KEY" in jax
-    assert ("# warning: sglang-jax reads its API key only from --api-key: while this server runs, `ps` shows the key "
-            "to every user of this machine") in jax
+    assert (
+        "# warning: sglang-jax reads its API key only from --api-key: while this server runs, `ps` shows the key "
+        "to every user of this machine"
+    ) in jax
 
 
 def test_the_dry_run_redacts_secret_looking_env_values(monkeypatch):
@@ -105,8 +125,10 @@ def test_the_dry_run_shows_what_keeps_each_engines_own_ports_on_its_host():
     gloo, nccl = f"GLOO_SOCKET_IFNAME={lo} JAX_PLATFORMS=cpu", f"NCCL_SOCKET_IFNAME={shlex.quote('=' + lo)}"
     vllm, sglang, jax = (plan.dry_run_text(_keyed(e)) for e in ("vllm", "sglang", "sglang-jax"))
     assert f"env {gloo} {nccl} VLLM_API_KEY=$KVLAB_KEY VLLM_HOST_IP=127.0.0.1 \\\n" in vllm
-    assert (f"env {gloo} MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT {nccl} "
-            "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE=file://$RENDEZVOUS \\\n") in sglang
+    assert (
+        f"env {gloo} MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT {nccl} "
+        "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE=file://$RENDEZVOUS \\\n"
+    ) in sglang
     assert "# RENDEZVOUS: a new file name in kvlab's private state folder" in sglang
     assert f"env {gloo} {nccl} \\\n" in jax and "RENDEZVOUS" not in jax
     spec = _keyed("sglang").engines["sglang"]
@@ -115,7 +137,10 @@ def test_the_dry_run_shows_what_keeps_each_engines_own_ports_on_its_host():
     assert "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE" not in adapter.bind_env(several, 30000, "/x")
     # a wildcard host: no interface to name; SGLang's workers still meet through the file (a port fewer)
     assert adapter.bind_env(spec.model_copy(update={"host": "0.0.0.0"}), 30000, "/x") == {
-        "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": "file:///x", "MASTER_ADDR": "0.0.0.0", "MASTER_PORT": "30000"}
+        "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": "file:///x",
+        "MASTER_ADDR": "0.0.0.0",
+        "MASTER_PORT": "30000",
+    }
     assert get_adapter("vllm").bind_env(spec.model_copy(update={"name": "vllm", "host": "0.0.0.0"}), 1, "/x") == {}
     own = plan.dry_run_text(_keyed("vllm", {"GLOO_SOCKET_IFNAME": "x"}))
     assert "GLOO_SOCKET_IFNAME=x " in own and f"GLOO_SOCKET_IFNAME={lo}" not in own

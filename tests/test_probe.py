@@ -19,8 +19,9 @@ def test_probe_outputs_compared_across_configurations_on_the_fixture():
             # a configuration whose output differs from token 5 on (the fixture writes " u5" for " t5")
             "wrong": asyncio.run(probe.probe(srv.url, "fixture", prompts, extra_body={"fixture": {"diverge_at": 5}})),
             # differs only past the window: the first 16 tokens agree
-            "late": asyncio.run(probe.probe(srv.url, "fixture", prompts, max_tokens=20,
-                                            extra_body={"fixture": {"diverge_at": 16}})),
+            "late": asyncio.run(
+                probe.probe(srv.url, "fixture", prompts, max_tokens=20, extra_body={"fixture": {"diverge_at": 16}})
+            ),
         }
     ref = outputs["reference"][0]
     assert ref.tokens == tuple(f" t{i}" for i in range(16)) and ref.margins == (None,) * 16 and ref.error is None

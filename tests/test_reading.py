@@ -64,7 +64,11 @@ def test_unreadable_run_folders_and_manifests_are_quarantined_and_the_rest_is_re
     measured = runs.filter(pl.col("source") == "measured")
     assert measured.height == MEASURED - 2 and runs.height == MEASURED - 2 + PUBLISHED
     assert measured.group_by("experiment").len().sort("experiment").rows() == [
-        ("cpu_classification", 2), ("cpu_long_context", 5), ("cpu_multi_turn", 3), ("cpu_prefix_sharing", 16)]
+        ("cpu_classification", 2),
+        ("cpu_long_context", 5),
+        ("cpu_multi_turn", 3),
+        ("cpu_prefix_sharing", 16),
+    ]
     assert _bounded(lambda: store.load_requests(data)).height == REQUESTS - 16 - 4
     assert _bounded(lambda: store.load_attempts(data)).height == MEASURED - 2
     assert _bounded(lambda: store.load_probes(data)).height == 0  # the FIFO manifest is not opened
@@ -74,8 +78,9 @@ def test_unreadable_run_folders_and_manifests_are_quarantined_and_the_rest_is_re
     assert [q.path.relative_to(data / "runs").as_posix() for q in found] == [FIFO_MANIFEST, ZERO_LINK, CORRUPT]
     fifo, zero, corrupt = (q.reason for q in found)
     assert fifo == f"{data / 'runs' / FIFO_MANIFEST}: a FIFO, not a regular file: not read"
-    assert zero == (f"{data / 'runs' / ZERO_LINK / store.REQUESTS_FILE}: a character device, not a regular file: "
-                    "not read")
+    assert zero == (
+        f"{data / 'runs' / ZERO_LINK / store.REQUESTS_FILE}: a character device, not a regular file: not read"
+    )
     assert corrupt.startswith(f"{data / 'runs' / CORRUPT / store.RUN_FILE}: cannot be parsed as parquet: ")
 
 
@@ -85,7 +90,8 @@ def test_a_manifest_or_table_over_its_cap_is_not_read(data, monkeypatch):
     found = store.quarantined(data)
     manifest = data / "runs" / "cpu_long_context" / store.MANIFEST_FILE
     assert [(q.path, q.reason) for q in found] == [
-        (manifest, f"{manifest}: 18,698 bytes, over the 16,384-byte cap for this file: not read")]
+        (manifest, f"{manifest}: 18,698 bytes, over the 16,384-byte cap for this file: not read")
+    ]
     assert store.read_manifest(manifest.parent) == {}
     assert store.load_runs(data).filter(pl.col("source") == "measured").height == MEASURED  # its runs are read
     monkeypatch.setattr(store, "MAX_TABLE_BYTES", 1024)
@@ -116,21 +122,27 @@ def test_a_model_missing_from_the_catalog_is_said_and_its_modelled_bound_skipped
         achieved_fraction(runs, Workload(8, 1024), Assumptions(), sources=("published", "measured"))
     kept, missing = catalogued(runs)
     assert kept.height == runs.height - 6
-    assert narrative.not_catalogued_note(missing) == ("*Not in the model's catalog (data/catalog): model `Qwen/Qwen2.5-0.5B-Instruct` (experiment "
-                    "`cpu_long_context`). Their modelled bound is skipped; what was measured is still shown.*")
+    assert narrative.not_catalogued_note(missing) == (
+        "*Not in the model's catalog (data/catalog): model `Qwen/Qwen2.5-0.5B-Instruct` (experiment "
+        "`cpu_long_context`). Their modelled bound is skipped; what was measured is still shown.*"
+    )
     frac = achieved_fraction(kept, Workload(8, 1024), Assumptions(), sources=("published", "measured"))
     assert frac.group_by("source").len().sort("source").rows() == [("measured", 22), ("published", 4)]
     assert catalogued(kept) == (kept, {}) and narrative.not_catalogued_note({}) == ""
 
 
-@pytest.mark.parametrize("exc", [
-    pl.exceptions.ComputeError("parquet: File out of specification: underlying IO error: No space left on device "
-                               "(os error 28)"),
-    pl.exceptions.ComputeError("parquet: File out of specification: Invalid thrift: transport error"),
-    OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device"),  # pyarrow
-    OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)),
-    RuntimeError("could not store the run"),  # raised from one of the above
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        pl.exceptions.ComputeError(
+            "parquet: File out of specification: underlying IO error: No space left on device (os error 28)"
+        ),
+        pl.exceptions.ComputeError("parquet: File out of specification: Invalid thrift: transport error"),
+        OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device"),  # pyarrow
+        OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)),
+        RuntimeError("could not store the run"),  # raised from one of the above
+    ],
+)
 def test_disk_full_is_recognised_in_every_form_polars_and_pyarrow_give(exc):
     if isinstance(exc, RuntimeError):
         try:
@@ -140,16 +152,26 @@ def test_disk_full_is_recognised_in_every_form_polars_and_pyarrow_give(exc):
     assert campaign.is_disk_full(exc)
 
 
-@pytest.mark.parametrize("exc", [OSError(errno.EACCES, os.strerror(errno.EACCES)),
-                                 pl.exceptions.ComputeError("parquet: File out of specification: bad magic"),
-                                 ValueError("28 requests")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OSError(errno.EACCES, os.strerror(errno.EACCES)),
+        pl.exceptions.ComputeError("parquet: File out of specification: bad magic"),
+        ValueError("28 requests"),
+    ],
+)
 def test_other_errors_are_not_disk_full(exc):
     assert not campaign.is_disk_full(exc)
 
 
 def test_csv_cells_that_start_a_formula_are_neutralised_and_numbers_left_alone(tmp_path):
-    frame = pl.DataFrame({"version": [HOSTILE, "-1", "@SUM(A1)", "\tx", "\rx", "+1", "0.19.1", None],
-                          "delta": [-1, 2, -3, 4, -5, 6, 7, 8], "ratio": [-1.5, 0.0, 1.0, -0.25, 2.0, 3.0, -4.0, None]})
+    frame = pl.DataFrame(
+        {
+            "version": [HOSTILE, "-1", "@SUM(A1)", "\tx", "\rx", "+1", "0.19.1", None],
+            "delta": [-1, 2, -3, 4, -5, 6, 7, 8],
+            "ratio": [-1.5, 0.0, 1.0, -0.25, 2.0, 3.0, -4.0, None],
+        }
+    )
     frame = frame.with_columns(engine=pl.col("version").cast(pl.Categorical))
     store.write_csv(frame, tmp_path / "t.csv")
     back = pl.read_csv(tmp_path / "t.csv", infer_schema=False)

@@ -17,16 +17,35 @@ def _record(index, t_send, chunk_times, n_out, *, status="ok", prompt=1000, cach
     t_first = chunk_times[0] if chunk_times else None
     t_last = chunk_times[-1] if chunk_times else None
     return RequestRecord(
-        request_index=index, status=status, error=None if status == "ok" else "HTTP 500: boom",
-        http_status=200 if status == "ok" else 500, prompt_tokens=prompt if status == "ok" else None,
-        output_tokens=n_out, reasoning_tokens=None, cached_tokens=cached, chunks=len(chunk_times),
-        t_send_s=t_send - t0, t_first_s=None if t_first is None else t_first - t0,
+        request_index=index,
+        status=status,
+        error=None if status == "ok" else "HTTP 500: boom",
+        http_status=200 if status == "ok" else 500,
+        prompt_tokens=prompt if status == "ok" else None,
+        output_tokens=n_out,
+        reasoning_tokens=None,
+        cached_tokens=cached,
+        chunks=len(chunk_times),
+        t_send_s=t_send - t0,
+        t_first_s=None if t_first is None else t_first - t0,
         t_last_s=None if t_last is None else t_last - t0,
-        ttft_ms=client.ttft_ms(t_send, t_first), tpot_ms=client.tpot_ms(t_first, t_last, n_out),
-        e2e_ms=client.e2e_ms(t_send, t_last), itl_max_ms=client.itl_max_ms(chunk_times),
-        t_send=t_send, t_first=t_first, t_last=t_last, t_end=t_last or t_send, chunk_times=tuple(chunk_times),
-        reasoning_chunks=0, t_first_answer=t_first, t_first_chunk=t_first, empty_chunks=0, requested_prompt_tokens=prompt, requested_output_tokens=n_out or 0,
-        text=None, reasoning_text=None,
+        ttft_ms=client.ttft_ms(t_send, t_first),
+        tpot_ms=client.tpot_ms(t_first, t_last, n_out),
+        e2e_ms=client.e2e_ms(t_send, t_last),
+        itl_max_ms=client.itl_max_ms(chunk_times),
+        t_send=t_send,
+        t_first=t_first,
+        t_last=t_last,
+        t_end=t_last or t_send,
+        chunk_times=tuple(chunk_times),
+        reasoning_chunks=0,
+        t_first_answer=t_first,
+        t_first_chunk=t_first,
+        empty_chunks=0,
+        requested_prompt_tokens=prompt,
+        requested_output_tokens=n_out or 0,
+        text=None,
+        reasoning_text=None,
     )
 
 
@@ -82,8 +101,15 @@ def test_summarize_all_failed_and_no_usage_gives_nulls_not_zeros():
     recs = [dataclasses.replace(_record(i, 0.0, [], None, status="failed"), prompt_tokens=None) for i in range(3)]
     s = client.summarize(recs, batch_time_s=1.0)
     assert s["requests_ok"] == 0 and s["requests_failed"] == 3
-    for k in ("ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms", "e2e_mean_ms",
-              "served_prompt_tokens", "served_output_tokens", "cached_prompt_tokens"):
+    for k in (
+        "ttft_mean_ms",
+        "ttft_p99_ms",
+        "tpot_mean_ms",
+        "e2e_mean_ms",
+        "served_prompt_tokens",
+        "served_output_tokens",
+        "cached_prompt_tokens",
+    ):
         assert s[k] is None, k
 
 
@@ -133,20 +159,54 @@ def test_within_slo_and_goodput_count():
 
 
 def test_run_rates_divide_by_the_window_under_a_load_and_leave_failed_runs_and_stated_figures_alone():
-    rows = pl.DataFrame([
-        # a load point: 10 requests inside its 2.5 s window of a 4 s batch, 5 within the SLO
-        {"source": "measured", "status": "ok", "batch_time_s": 4.0, "window_s": 2.5, "requests_ok": 10,
-         "served_output_tokens": 40, "requests_within_slo": 5, "output_tokens_per_s": None},
-        # a fixed batch: 4 requests in 2 s, no SLO
-        {"source": "measured", "status": "ok", "batch_time_s": 2.0, "window_s": None, "requests_ok": 4,
-         "served_output_tokens": 64, "requests_within_slo": None, "output_tokens_per_s": None},
-        # a failed run has no batch time, so no rates, even under a load
-        {"source": "measured", "status": "failed", "batch_time_s": None, "window_s": 1.5, "requests_ok": 3,
-         "served_output_tokens": 12, "requests_within_slo": 3, "output_tokens_per_s": None},
-        # a published figure stated without counts keeps its value
-        {"source": "published", "status": "ok", "batch_time_s": None, "window_s": None, "requests_ok": None,
-         "served_output_tokens": None, "requests_within_slo": None, "output_tokens_per_s": 123.0},
-    ])
+    rows = pl.DataFrame(
+        [
+            # a load point: 10 requests inside its 2.5 s window of a 4 s batch, 5 within the SLO
+            {
+                "source": "measured",
+                "status": "ok",
+                "batch_time_s": 4.0,
+                "window_s": 2.5,
+                "requests_ok": 10,
+                "served_output_tokens": 40,
+                "requests_within_slo": 5,
+                "output_tokens_per_s": None,
+            },
+            # a fixed batch: 4 requests in 2 s, no SLO
+            {
+                "source": "measured",
+                "status": "ok",
+                "batch_time_s": 2.0,
+                "window_s": None,
+                "requests_ok": 4,
+                "served_output_tokens": 64,
+                "requests_within_slo": None,
+                "output_tokens_per_s": None,
+            },
+            # a failed run has no batch time, so no rates, even under a load
+            {
+                "source": "measured",
+                "status": "failed",
+                "batch_time_s": None,
+                "window_s": 1.5,
+                "requests_ok": 3,
+                "served_output_tokens": 12,
+                "requests_within_slo": 3,
+                "output_tokens_per_s": None,
+            },
+            # a published figure stated without counts keeps its value
+            {
+                "source": "published",
+                "status": "ok",
+                "batch_time_s": None,
+                "window_s": None,
+                "requests_ok": None,
+                "served_output_tokens": None,
+                "requests_within_slo": None,
+                "output_tokens_per_s": 123.0,
+            },
+        ]
+    )
     r = analysis.run_rates(rows)
     assert r["requests_per_s"].to_list() == [4.0, 2.0, None, None]
     assert r["output_tokens_per_s"].to_list() == [16.0, 32.0, None, 123.0]

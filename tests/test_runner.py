@@ -29,21 +29,43 @@ from kvlab.spec import ExperimentSpec, expand
 from kvlab.tinymodel import vocab_size
 
 BASE_ENGINE = {
-    "name": "vllm", "launch": [".engines/vllm/bin/python"], "model": "data/models/tiny-llama",
-    "max_model_len": 8192, "enforce_eager": True, "kv_cache_bytes": 64 * 2**20,
+    "name": "vllm",
+    "launch": [".engines/vllm/bin/python"],
+    "model": "data/models/tiny-llama",
+    "max_model_len": 8192,
+    "enforce_eager": True,
+    "kv_cache_bytes": 64 * 2**20,
     "startup_timeout_s": 300,
 }
 
 
-def write_spec(tmp_path: Path, name: str, *, engine: dict | None = None, workload: dict | None = None,
-               matrix: dict | None = None, repeats: int = 1, retry: dict | None = None) -> Path:
+def write_spec(
+    tmp_path: Path,
+    name: str,
+    *,
+    engine: dict | None = None,
+    workload: dict | None = None,
+    matrix: dict | None = None,
+    repeats: int = 1,
+    retry: dict | None = None,
+) -> Path:
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"  # a served name unique to this test, to find its processes
     spec = {
-        "name": name, "hardware": "CPU (test)", "device": "cpu", "scale_factor": 32,
+        "name": name,
+        "hardware": "CPU (test)",
+        "device": "cpu",
+        "scale_factor": 32,
         "engines": {"vllm": {**BASE_ENGINE, "served_model_name": tag, **(engine or {})}},
-        "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 16,
-                     **(workload or {})},
-        "matrix": matrix or {}, "repeats": repeats, "warmup": True,
+        "workload": {
+            "kind": "fixed_batch",
+            "batch_size": 2,
+            "context_tokens": 1024,
+            "output_tokens": 16,
+            **(workload or {}),
+        },
+        "matrix": matrix or {},
+        "repeats": repeats,
+        "warmup": True,
         "retry": retry or {"max_attempts": 1, "retry_on": []},
     }
     path = tmp_path / f"{name}.yaml"
@@ -83,8 +105,11 @@ def listening_sockets(pid: int) -> list[tuple[str, int, str]]:
     out = []
     for p in [root, *root.children(recursive=True)]:
         with contextlib.suppress(psutil.NoSuchProcess):  # a helper process that ended meanwhile
-            out += [(c.laddr.ip, c.laddr.port, p.name()) for c in p.net_connections(kind="tcp")
-                    if c.status == psutil.CONN_LISTEN]
+            out += [
+                (c.laddr.ip, c.laddr.port, p.name())
+                for c in p.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN
+            ]
     return out
 
 
@@ -92,7 +117,7 @@ def assert_listens_on_loopback_only(tag: str) -> None:
     """Every socket the running server of ``tag`` (launched with the default host, 127.0.0.1) and its children
     listen on is bound to the loopback (issue 40): its HTTP port, and its workers' own (collective groups,
     rendezvous) too, which the check must see for it to mean anything."""
-    rec, = server_records(tag)
+    (rec,) = server_records(tag)
     sockets = listening_sockets(rec["pid"])
     assert ("127.0.0.1", rec["port"]) in [(ip, port) for ip, port, _ in sockets], sockets
     root = psutil.Process(rec["pid"]).name()
@@ -116,8 +141,9 @@ def test_plan_starts_one_server_per_configuration(name):
     assert len(groups) == len({r.server_key for r in runs}) < len(runs)
     assert sum(len(g) for _, g in groups) == len(runs)
     text = plan.dry_run_text(spec)
-    assert sum(text.count(f"-m {m}") for m in ("vllm.entrypoints", "sglang.launch_server", "sgl_jax.launch_server")) \
-        == len(groups)
+    assert sum(
+        text.count(f"-m {m}") for m in ("vllm.entrypoints", "sglang.launch_server", "sgl_jax.launch_server")
+    ) == len(groups)
 
 
 def test_the_embedded_studies_share_servers_across_experiments():
@@ -127,13 +153,23 @@ def test_the_embedded_studies_share_servers_across_experiments():
     specs = [ExperimentSpec.load(p).quick_form() for p in sorted(EXPERIMENTS_DIR.glob("cpu_*.yaml"))]
     todo, _ = Campaign(specs, Path("/nonexistent"), fresh=True).pending()
     groups = plan.by_server(todo)
-    shared = sorted((g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
-                    for _, g in groups if len({r.experiment for r in g}) > 1)
+    shared = sorted(
+        (g[0].engine.name, g[0].engine.prefix_caching, sorted({r.experiment for r in g}))
+        for _, g in groups
+        if len({r.experiment for r in g}) > 1
+    )
     assert (len(todo), len(groups)) == (68, 8)
     both, load = ["cpu_multi_turn", "cpu_prefix_sharing"], ["cpu_capacity", "cpu_long_context"]
-    assert shared == [("sglang", False, both), ("sglang", True, load), ("sglang", True, load),
-                      ("sglang", True, ["cpu_classification", *both]), ("vllm", False, both), ("vllm", True, load),
-                      ("vllm", True, load), ("vllm", True, ["cpu_classification", *both])]
+    assert shared == [
+        ("sglang", False, both),
+        ("sglang", True, load),
+        ("sglang", True, load),
+        ("sglang", True, ["cpu_classification", *both]),
+        ("vllm", False, both),
+        ("vllm", True, load),
+        ("vllm", True, load),
+        ("vllm", True, ["cpu_classification", *both]),
+    ]
     text = plan.dry_run_text(specs)
     assert text.count("-m vllm.entrypoints") == 4 and text.count("-m sglang.launch_server") == 4
 
@@ -165,8 +201,13 @@ def test_a_second_sweep_of_a_running_experiment_refuses_naming_the_first(tmp_pat
     try:
         with pytest.raises(SweepError, match=rf"locked: another sweep is running it \(pid {os.getpid()} "):
             Campaign(ExperimentSpec.load(path), tmp_path).prepare()
-        out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)],
-                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
         assert out.returncode == 1 and f"pid {os.getpid()}" in out.stderr and "Nothing was launched" in out.stderr
         assert not engine_processes(tag_of(path))
     finally:
@@ -187,8 +228,13 @@ def test_unwritable_or_full_data_folder_fails_before_launching(tmp_path, monkeyp
 
 
 def test_dry_run_cli_prints_commands_and_launches_nothing():
-    out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(EXPERIMENTS_DIR / "b300_long_context.yaml"),
-                          "--dry-run"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "kvlab.cli", "sweep", str(EXPERIMENTS_DIR / "b300_long_context.yaml"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert "--decode-context-parallel-size 8" in out.stdout or "--dcp-size 8" in out.stdout
     assert "--tensor-parallel-size 8" in out.stdout
@@ -196,8 +242,13 @@ def test_dry_run_cli_prints_commands_and_launches_nothing():
 
 def test_invalid_experiment_names_field(tmp_path):
     bad = write_spec(tmp_path, "bad", engine={"mem_util": 1.5})
-    out = subprocess.run([sys.executable, "-m", "kvlab.cli", "sweep", str(bad), "--dry-run"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "kvlab.cli", "sweep", str(bad), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 2
     assert "mem_util" in out.stderr and "1.5" in out.stderr
 
@@ -208,13 +259,17 @@ def test_a_start_that_fails_on_too_small_a_kv_cache_is_retried_as_configured(tmp
     vLLM 0.32 does when its KV cache cannot hold one request of max_model_len; real vLLM's own failure is classified
     by the probe test (its third KV budget)."""
     fake = Path(__file__).with_name("fake_engine.py")
-    path = write_spec(tmp_path, "too_small", repeats=2,
-                      engine={"launch": [sys.executable, str(fake)], "env": {"FAKE_MODE": "kvsmall"}},
-                      retry={"max_attempts": 2, "backoff_s": 0.5, "backoff_factor": 1,
-                             "retry_on": ["kv_cache_too_small"]})
+    path = write_spec(
+        tmp_path,
+        "too_small",
+        repeats=2,
+        engine={"launch": [sys.executable, str(fake)], "env": {"FAKE_MODE": "kvsmall"}},
+        retry={"max_attempts": 2, "backoff_s": 0.5, "backoff_factor": 1, "retry_on": ["kv_cache_too_small"]},
+    )
     slept: list[float] = []
     res = Campaign(ExperimentSpec.load(path), tmp_path).execute(
-        runner.LocalExecutor(sleep=lambda s: (slept.append(s), time.sleep(s))))
+        runner.LocalExecutor(sleep=lambda s: (slept.append(s), time.sleep(s)))
+    )
     assert (res.ok, res.failed, res.server_starts, res.attempts) == (0, 2, 2, 2)
     assert slept == [0.5]  # one backoff between the two configured attempts
     att = store.load_attempts(tmp_path)
@@ -238,8 +293,12 @@ def test_two_experiments_share_one_start_count_exact_tokens_and_longer_context_i
     counters, and the longer context is the slower run (2 x 4,064 prompt tokens against 2 x 992)."""
     tmp_path, res, tag = real_vllm.data, real_vllm.result, real_vllm.tag
     assert {n: (r.ok, r.server_starts) for n, r in res.experiments.items()} == {
-        "studies": (10, 2), "two_contexts": (2, 1), "study_b": (1, 1), "repeats": (2, 1),
-        "resume": (3 - len(real_vllm.finished_before_kill), 1)}
+        "studies": (10, 2),
+        "two_contexts": (2, 1),
+        "study_b": (1, 1),
+        "repeats": (2, 1),
+        "resume": (3 - len(real_vllm.finished_before_kill), 1),
+    }
     names = {"studies", "resume", "two_contexts", "study_b", "repeats"}
     for name in ("two_contexts", "study_b"):
         sweep = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())["sweeps"][-1]
@@ -275,11 +334,16 @@ def _serves_token_prompts_with_its_key(tag: str, key: str) -> None:
     """While this test's keyed vLLM server runs: a prompt of token ids is served with exact usage counts, a request
     without the key is refused, an id outside the vocabulary is a 400, the development endpoints are closed (no
     dev mode) and a cache_salt isolates one run's prefix cache from another's."""
-    port, = [rec["port"] for rec in server_records(tag)]
+    (port,) = [rec["port"] for rec in server_records(tag)]
     url, headers = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
     vocab = vocab_size(ROOT / BASE_ENGINE["model"])
-    body = {"model": tag, "prompt": [(7 * i + 3) % vocab for i in range(1000)], "max_tokens": 16,
-            "ignore_eos": True, "temperature": 0}
+    body = {
+        "model": tag,
+        "prompt": [(7 * i + 3) % vocab for i in range(1000)],
+        "max_tokens": 16,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
     status, out = _post(url + "/v1/completions", body, headers)
     assert status == 200, out
     assert out["usage"] == out["usage"] | {"prompt_tokens": 1000, "completion_tokens": 16}
@@ -287,7 +351,9 @@ def _serves_token_prompts_with_its_key(tag: str, key: str) -> None:
     assert _post(url + "/v1/completions", body | {"prompt": [vocab]}, headers)[0] == 400
     assert _post(url + "/reset_prefix_cache", {}, headers)[0] == 404  # dev_mode off: no development endpoint
     cached = lambda out: (out["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0  # noqa: E731
-    salted = [_post(url + "/v1/completions", body | {"cache_salt": salt}, headers) for salt in ("run-a", "run-a", "run-b")]
+    salted = [
+        _post(url + "/v1/completions", body | {"cache_salt": salt}, headers) for salt in ("run-a", "run-a", "run-b")
+    ]
     assert all(status == 200 for status, _ in salted), salted
     # the same prompt: a hit under the same salt, none under another run's (nor after the unsalted request)
     assert cached(salted[0][1]) == 0 and cached(salted[1][1]) > 0 and cached(salted[2][1]) == 0
@@ -295,7 +361,8 @@ def _serves_token_prompts_with_its_key(tag: str, key: str) -> None:
 
 @pytest.mark.engine
 def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_two_kv_budgets_agree_a_third_is_too_small(
-        tmp_path, monkeypatch, engine_python, tiny_model):
+    tmp_path, monkeypatch, engine_python, tiny_model
+):
     """probe: true on a real engine: each start answers the 8 probe prompts with 16 tokens and a top-2 margin per
     token (vLLM reports log-probabilities), no run counts them (the server's own counters match the client's), and
     two KV budgets of one model compute the same greedy tokens. The servers are keyed, and while the first runs it
@@ -307,9 +374,13 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_two_kv_budge
 
     key = "k-" + os.urandom(8).hex()
     monkeypatch.setenv("KVLAB_TEST_KEY", key)
-    path = write_spec(tmp_path, "probe_real", workload={"batch_size": 1, "context_tokens": 256},
-                      engine={"api_key_env": "KVLAB_TEST_KEY"},
-                      matrix={"engine.kv_cache_bytes": [64 * 2**20, 32 * 2**20, 2**20]})
+    path = write_spec(
+        tmp_path,
+        "probe_real",
+        workload={"batch_size": 1, "context_tokens": 256},
+        engine={"api_key_env": "KVLAB_TEST_KEY"},
+        matrix={"engine.kv_cache_bytes": [64 * 2**20, 32 * 2**20, 2**20]},
+    )
     path.write_text(path.read_text() + "probe: true\n")
     tag = tag_of(path)
     groups: list[set[int]] = []  # per run: the process groups of this test's engines alive while it was stored
@@ -325,7 +396,8 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_two_kv_budge
     # group's runs, so while a run is measured no other server of the sweep exists (overlapped starts: the real-vLLM
     # test in test_studies)
     res = Campaign(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute(
-        runner.LocalExecutor(overlap_starts=False))
+        runner.LocalExecutor(overlap_starts=False)
+    )
     assert (res.ok, res.failed, res.server_starts) == (2, 1, 3)
     assert [len(g) for g in groups] == [1, 1, 0] and groups[0] != groups[1], groups
     servers = json.loads((tmp_path / "runs" / "probe_real" / "manifest.json").read_text())["sweeps"][-1]["servers"]
@@ -350,8 +422,13 @@ def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_two_kv_budge
     assert not engine_processes(tag) and not server_records(tag)
 
 
-def _kill_engine_when_streaming(monkeypatch: pytest.MonkeyPatch, tag: str, output_tokens: int,
-                                sig: signal.Signals = signal.SIGKILL, only: str | None = None) -> list[int]:
+def _kill_engine_when_streaming(
+    monkeypatch: pytest.MonkeyPatch,
+    tag: str,
+    output_tokens: int,
+    sig: signal.Signals = signal.SIGKILL,
+    only: str | None = None,
+) -> list[int]:
     """Send ``sig`` (SIGKILL) to this test's engine process group (``only``: to its processes whose command
     line holds that, e.g. vLLM's EngineCore) from inside the client, as soon as the first token chunk of a
     request of the run asking for ``output_tokens`` arrives (the pgids, with ``only`` the pids, signalled are
@@ -386,6 +463,7 @@ def _kill_engine_when_streaming(monkeypatch: pytest.MonkeyPatch, tag: str, outpu
             out = fn(acc, *args, **kwargs)
             kill_if_due(acc)
             return out
+
         return wrapped
 
     real_run_requests = runner.run_requests
@@ -411,7 +489,8 @@ LONG = 1000  # output tokens of the run that is killed (prompt + output stay und
 
 @pytest.mark.engine
 def test_a_hung_engine_is_a_timeout_and_a_killed_engine_or_engine_core_a_crash_retried_on_a_new_server(
-        tmp_path, monkeypatch, engine_python, tiny_model):
+    tmp_path, monkeypatch, engine_python, tiny_model
+):
     """One sweep, one fault per server, each fault fired at the first chunk of the run it is for (recognised by its
     output length, so a fault never lands on another run):
 
@@ -430,8 +509,14 @@ def test_a_hung_engine_is_a_timeout_and_a_killed_engine_or_engine_core_a_crash_r
     # its 900 steps (the other pass busy beside it, 2026-12-05), so the killed EngineCore had already finished it; the
     # retried attempt's 3,000 steps cost about 5 s more alone
     steps = [{"workload.output_tokens": n, "workload.context_tokens": n + 1000} for n in (hung, crashed, core, 16)]
-    path = write_spec(tmp_path, "faults", engine={"stall_timeout_s": 10}, workload={"batch_size": 2},
-                      matrix={"step": steps}, retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]})
+    path = write_spec(
+        tmp_path,
+        "faults",
+        engine={"stall_timeout_s": 10},
+        workload={"batch_size": 2},
+        matrix={"step": steps},
+        retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]},
+    )
     tag = tag_of(path)
     stopped = _kill_engine_when_streaming(monkeypatch, tag, hung, sig=signal.SIGSTOP)
     killed = _kill_engine_when_streaming(monkeypatch, tag, crashed)
@@ -448,10 +533,12 @@ def test_a_hung_engine_is_a_timeout_and_a_killed_engine_or_engine_core_a_crash_r
     # 1. hung: a timeout, not retried; its stopped server's /metrics is given 2 s after the stall, not the usual 30
     assert (runs[hung]["status"], runs[hung]["failure_cause"], runs[hung]["attempts"]) == ("failed", "timeout", 1)
     assert runs[hung]["requests_ok"] + runs[hung]["requests_failed"] == 2  # no request vanishes
-    (_, _, detail), = tries(hung)
+    ((_, _, detail),) = tries(hung)
     assert "no data for 10 s" in detail and "server killed" in detail, detail
     assert "server metrics unavailable after the run: no counter deltas (no answer within 2 s)" in runs[hung]["notes"]
-    failed = store.load_requests(tmp_path).filter((pl.col("run_id") == runs[hung]["run_id"]) & (pl.col("status") != "ok"))
+    failed = store.load_requests(tmp_path).filter(
+        (pl.col("run_id") == runs[hung]["run_id"]) & (pl.col("status") != "ok")
+    )
     assert failed.height >= 1 and failed["error"].null_count() == 0
     # 2. and 3. crashes, each retried once on a new server, ok the second time with every request served
     for n, line in ((crashed, None), (core, "EngineDead")):
@@ -514,8 +601,12 @@ def test_an_external_server_is_measured_never_launched_or_stopped(tmp_path):
     from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
-        path = write_spec(tmp_path, "external", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
-                          workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 16})
+        path = write_spec(
+            tmp_path,
+            "external",
+            engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+            workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 16},
+        )
         res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         assert (res.ok, res.failed) == (1, 0)
         assert urllib.request.urlopen(srv.url + "/health", timeout=5).status == 200  # still serving: not stopped
@@ -537,8 +628,12 @@ def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiment
     from kvlab import analysis
 
     with SSEServer(FixtureConfig(first_delay_s=0.05, delay_s=0.02)) as srv:
-        path = write_spec(tmp_path, "slo", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
-                          workload={"batch_size": 3, "context_tokens": 1024, "output_tokens": 6})
+        path = write_spec(
+            tmp_path,
+            "slo",
+            engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+            workload={"batch_size": 3, "context_tokens": 1024, "output_tokens": 6},
+        )
         spec = yaml.safe_load(path.read_text()) | {"slo": {"ttft_ms": 10_000, "tpot_ms": 1}}  # TPOT 1 ms: none meet
         path.write_text(yaml.safe_dump(spec))
         assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
@@ -560,12 +655,25 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
-        path = write_spec(tmp_path, "tele", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
-                          workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 40})
+        path = write_spec(
+            tmp_path,
+            "tele",
+            engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+            workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 40},
+        )
         assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
-        jax = write_spec(tmp_path, "tele_jax", engine={"name": "sglang-jax", "launch": None, "url": srv.url,
-                                                        "kv_cache_bytes": None, "model": "org/remote-model"},
-                         workload={"batch_size": 1, "context_tokens": 1024, "output_tokens": 4})
+        jax = write_spec(
+            tmp_path,
+            "tele_jax",
+            engine={
+                "name": "sglang-jax",
+                "launch": None,
+                "url": srv.url,
+                "kv_cache_bytes": None,
+                "model": "org/remote-model",
+            },
+            workload={"batch_size": 1, "context_tokens": 1024, "output_tokens": 4},
+        )
         assert Campaign(ExperimentSpec.load(jax), tmp_path).execute(runner.LocalExecutor()).ok == 1
     run_dir = store.run_dirs(tmp_path, "tele")[0]
     info = json.loads((run_dir / "telemetry.json").read_text())
@@ -584,8 +692,10 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     jax_dir = store.run_dirs(tmp_path, "tele_jax")[0]
     jax_info = json.loads((jax_dir / "telemetry.json").read_text())
     assert not jax_info["available"] and jax_info["samples"] == 0
-    assert jax_info["reason"] == ("sglang-jax (CPU) serves no /metrics, and kvlab did not launch this server: its log, "
-                                  "whose scheduler lines kvlab reads instead, is not here")
+    assert jax_info["reason"] == (
+        "sglang-jax (CPU) serves no /metrics, and kvlab did not launch this server: its log, "
+        "whose scheduler lines kvlab reads instead, is not here"
+    )
     assert not (jax_dir / "telemetry.csv").exists()
     # the store reads both back by run id: the samples as written, and why the other run has none
     runs = store.load_runs(tmp_path).select("experiment", "run_id")
@@ -593,8 +703,10 @@ def test_a_run_folder_has_its_servers_telemetry_on_the_requests_time_origin(tmp_
     assert set(back["run_id"]) == {runs.filter(pl.col("experiment") == "tele")["run_id"][0]}
     assert back["t_s"].to_list() == tele["t_s"].to_list() and back["kv_cache_usage"].null_count() == back.height
     why = store.load_telemetry_info(tmp_path).sort("experiment")
-    assert why.select("experiment", "available", "samples").rows() == [("tele", True, tele.height),
-                                                                       ("tele_jax", False, 0)]
+    assert why.select("experiment", "available", "samples").rows() == [
+        ("tele", True, tele.height),
+        ("tele_jax", False, 0),
+    ]
     assert "serves no /metrics" in why["reason"][1]
 
 
@@ -602,13 +714,28 @@ def test_a_server_start_records_the_kv_pool_its_engine_reported(tmp_path, monkey
     """The KV pool the engine logs at start-up lands in the start's ServerRecord (and from it in the run's row)."""
     monkeypatch.setenv("KVLAB_STATE_DIR", str(tmp_path / "servers"))
     fake = Path(__file__).with_name("fake_engine.py")
-    line = ("(EngineCore pid=1) INFO 12-02 13:26:04 [kv_cache_utils.py:2327] CPU KV cache size: 61,895 tokens, "
-            "Maximum concurrency for 1,088 tokens per request: 56.89x")
-    spec = ExperimentSpec.model_validate({
-        "name": "pool", "hardware": "CPU (test)", "device": "cpu",
-        "engines": {"vllm": {"name": "vllm", "launch": [sys.executable, str(fake)], "model": "org/fake",
-                             "max_model_len": 1024, "startup_timeout_s": 20, "env": {"FAKE_KV_POOL_LINE": line}}},
-        "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 512, "output_tokens": 4}})
+    line = (
+        "(EngineCore pid=1) INFO 12-02 13:26:04 [kv_cache_utils.py:2327] CPU KV cache size: 61,895 tokens, "
+        "Maximum concurrency for 1,088 tokens per request: 56.89x"
+    )
+    spec = ExperimentSpec.model_validate(
+        {
+            "name": "pool",
+            "hardware": "CPU (test)",
+            "device": "cpu",
+            "engines": {
+                "vllm": {
+                    "name": "vllm",
+                    "launch": [sys.executable, str(fake)],
+                    "model": "org/fake",
+                    "max_model_len": 1024,
+                    "startup_timeout_s": 20,
+                    "env": {"FAKE_KV_POOL_LINE": line},
+                }
+            },
+            "workload": {"kind": "fixed_batch", "batch_size": 1, "context_tokens": 512, "output_tokens": 4},
+        }
+    )
     run = expand(spec)[0]
     with runner.ServerStarts(tmp_path, overlap=False) as starts:
         server = starts.server(run, 1)
@@ -625,12 +752,13 @@ def test_vllm_runs_are_isolated_from_earlier_runs_by_a_cache_salt_of_their_own(t
     from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
-        path = write_spec(tmp_path, "salted", engine={"launch": None, "url": srv.url, "model": "org/m",
-                                                      "dev_mode": False}, repeats=3)
+        path = write_spec(
+            tmp_path, "salted", engine={"launch": None, "url": srv.url, "model": "org/m", "dev_mode": False}, repeats=3
+        )
         assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 3
         salts = [s.cache_salt for s in srv.served]
     assert salts[0] is None and len(salts) == 1 + 3 * 2  # the warm-up, then 3 runs of 2 requests
-    runs = [salts[1 + 2 * i: 3 + 2 * i] for i in range(3)]
+    runs = [salts[1 + 2 * i : 3 + 2 * i] for i in range(3)]
     assert all(len(set(r)) == 1 and isinstance(r[0], str) and len(r[0]) == 32 for r in runs)
     assert len({r[0] for r in runs}) == 3  # one salt per run, never reused
     for note in store.load_runs(tmp_path)["notes"]:
@@ -642,8 +770,9 @@ def test_a_run_without_prefix_caching_carries_no_salt(tmp_path):
     from tests.support.sse_fixture import SSEServer
 
     with SSEServer() as srv:
-        path = write_spec(tmp_path, "unsalted", engine={"launch": None, "url": srv.url, "model": "org/m",
-                                                        "prefix_caching": False})
+        path = write_spec(
+            tmp_path, "unsalted", engine={"launch": None, "url": srv.url, "model": "org/m", "prefix_caching": False}
+        )
         assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
         assert [s.cache_salt for s in srv.served] == [None] * 3
 
@@ -652,8 +781,7 @@ def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_th
     from tests.support.sse_fixture import FixtureConfig, SSEServer
 
     with SSEServer(FixtureConfig(metrics_fault_rate=1.0, fault_seed=3)) as srv:
-        path = write_spec(tmp_path, "badmetrics", engine={"launch": None, "url": srv.url, "model": "org/m"},
-                          repeats=4)
+        path = write_spec(tmp_path, "badmetrics", engine={"launch": None, "url": srv.url, "model": "org/m"}, repeats=4)
         res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         faults = sorted(set(srv.metrics_faults))
     assert (res.ok, res.failed) == (4, 0) and faults == ["garbage", "http_500"]  # both kinds were served
@@ -669,16 +797,30 @@ def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_t
 
     from kvlab import analysis
 
-    workload = {"kind": "multi_turn", "context_tokens": None, "batch_size": 2, "turns": 3, "document_tokens": 200,
-                "question_tokens": 8, "output_tokens": 4}
+    workload = {
+        "kind": "multi_turn",
+        "context_tokens": None,
+        "batch_size": 2,
+        "turns": 3,
+        "document_tokens": 200,
+        "question_tokens": 8,
+        "output_tokens": 4,
+    }
     with SSEServer() as srv:
-        path = write_spec(tmp_path, "mt", engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
-                          workload=workload)
+        path = write_spec(
+            tmp_path, "mt", engine={"launch": None, "url": srv.url, "model": "org/remote-model"}, workload=workload
+        )
         assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
     runs, reqs = store.load_runs(tmp_path), store.load_requests(tmp_path)
     assert runs["shared_prefix_tokens"].to_list() == [200]  # the document, as the prompts of turn 0 say
     assert reqs.sort("request_index").select("conversation", "turn", "prompt_tokens").rows() == [
-        (0, 0, 208), (0, 1, 220), (0, 2, 232), (1, 0, 208), (1, 1, 220), (1, 2, 232)]
+        (0, 0, 208),
+        (0, 1, 220),
+        (0, 2, 232),
+        (1, 0, 208),
+        (1, 1, 220),
+        (1, 2, 232),
+    ]
     assert analysis.multi_turn_by_turn(runs, reqs)["turn"].to_list() == [0, 1, 2]
 
 
@@ -687,8 +829,11 @@ def test_a_missing_api_key_stops_the_sweep_before_anything_is_sent(tmp_path, mon
 
     monkeypatch.delenv("KVLAB_TEST_UNSET_KEY", raising=False)
     with SSEServer() as srv:
-        path = write_spec(tmp_path, "keyed", engine={"launch": None, "url": srv.url, "model": "org/remote-model",
-                                                     "api_key_env": "KVLAB_TEST_UNSET_KEY"})
+        path = write_spec(
+            tmp_path,
+            "keyed",
+            engine={"launch": None, "url": srv.url, "model": "org/remote-model", "api_key_env": "KVLAB_TEST_UNSET_KEY"},
+        )
         with pytest.raises(RuntimeError) as err:
             Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
         assert srv.served == []
@@ -712,10 +857,21 @@ def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_w
     http = ThreadingHTTPServer(("127.0.0.1", 0), Models)
     threading.Thread(target=http.serve_forever, daemon=True).start()
     try:
-        wrong = write_spec(tmp_path, "wrong_model", engine={"launch": None, "url": f"http://127.0.0.1:{http.server_port}",
-                                                            "model": "org/remote-model", "startup_timeout_s": 5})
-        down = write_spec(tmp_path, "down", engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m",
-                                                    "startup_timeout_s": 1})
+        wrong = write_spec(
+            tmp_path,
+            "wrong_model",
+            engine={
+                "launch": None,
+                "url": f"http://127.0.0.1:{http.server_port}",
+                "model": "org/remote-model",
+                "startup_timeout_s": 5,
+            },
+        )
+        down = write_spec(
+            tmp_path,
+            "down",
+            engine={"launch": None, "url": "http://127.0.0.1:9", "model": "org/m", "startup_timeout_s": 1},
+        )
         Campaign([ExperimentSpec.load(wrong), ExperimentSpec.load(down)], tmp_path).execute(runner.LocalExecutor())
     finally:
         http.shutdown()
@@ -727,11 +883,16 @@ def test_an_external_server_that_is_down_or_serves_another_model_fails_the_run_w
     assert down_try["failure_cause"] == "timeout" and "did not answer /health with 200 within 1 s" in down_try["detail"]
 
 
-@pytest.mark.parametrize("gpus, kinds", [
-    ([], {"vllm": ("cpu", None, None), "sglang": ("cpu", None, None)}),
-    ([{"index": 0, "name": "NVIDIA H100"}, {"index": 1, "name": "NVIDIA H100"}],
-     {"vllm": ("gpu", "NVIDIA H100", 2), "sglang": ("cpu", None, None)}),  # SGLang pinned to the CPU by --device cpu
-])
+@pytest.mark.parametrize(
+    "gpus, kinds",
+    [
+        ([], {"vllm": ("cpu", None, None), "sglang": ("cpu", None, None)}),
+        (
+            [{"index": 0, "name": "NVIDIA H100"}, {"index": 1, "name": "NVIDIA H100"}],
+            {"vllm": ("gpu", "NVIDIA H100", 2), "sglang": ("cpu", None, None)},
+        ),  # SGLang pinned to the CPU by --device cpu
+    ],
+)
 def test_a_run_row_records_its_kv_budget_and_device(monkeypatch, gpus, kinds):
     """The row says what computed it from the host's facts and the engine spec, whatever the hardware label and the
     experiment's device say, and the KV budget the spec configured."""
@@ -753,8 +914,10 @@ def test_a_server_kvlab_did_not_start_records_the_device_the_experiment_states(m
     monkeypatch.setattr(host, "describe", lambda: {"gpus": []})  # this host's facts say nothing of that server's
     path = write_spec(tmp_path, "remote", engine={"launch": None, "url": "http://10.0.0.5:8000", "model": "org/m"})
     raw = yaml.safe_load(path.read_text())
-    for device, want in (("cpu", ("cpu", None, None)),
-                         ({"kind": "gpu", "accelerator": "NVIDIA B300", "count": 8}, ("gpu", "NVIDIA B300", 8))):
+    for device, want in (
+        ("cpu", ("cpu", None, None)),
+        ({"kind": "gpu", "accelerator": "NVIDIA B300", "count": 8}, ("gpu", "NVIDIA B300", 8)),
+    ):
         path.write_text(yaml.safe_dump(raw | {"device": device}))
         (run,) = expand(ExperimentSpec.load(path))
         row = runner.run_row(run, [], "failed", 1, "crash", None, None, {}, "").row(0, named=True)
@@ -783,8 +946,11 @@ def test_a_sweep_lock_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("keep me")
     (exp / campaign.LOCK_FILE).symlink_to(victim)
-    with pytest.raises(SweepError, match=r"sweep.lock: cannot open the sweep lock .*symbolic link.*"
-                                                r"Nothing was launched"):
+    with pytest.raises(
+        SweepError,
+        match=r"sweep.lock: cannot open the sweep lock .*symbolic link.*"
+        r"Nothing was launched",
+    ):
         Campaign(ExperimentSpec.load(path), tmp_path).prepare()
     assert victim.read_text() == "keep me"
 
@@ -875,8 +1041,13 @@ def test_the_partial_run_cleanup_removes_only_kvlabs_temporary_entries(tmp_path)
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "f").write_text("keep")
-    leftovers = [f".kvlab-tmp.{key}.ab_12cde", ".kvlab-tmp.manifest.json.x1y2z3w4.tmp", f".{key}.abcd1234",
-                 ".manifest.json.abcd1234.tmp", ".kvlab-tmp.link.qwertyui"]
+    leftovers = [
+        f".kvlab-tmp.{key}.ab_12cde",
+        ".kvlab-tmp.manifest.json.x1y2z3w4.tmp",
+        f".{key}.abcd1234",
+        ".manifest.json.abcd1234.tmp",
+        ".kvlab-tmp.link.qwertyui",
+    ]
     (exp / leftovers[0]).mkdir()
     (exp / leftovers[0] / "run.parquet").write_bytes(b"PAR1 half")
     (exp / leftovers[1]).write_text("{")
@@ -932,9 +1103,11 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
                 if full() and Path(file).name == store.REQUESTS_FILE:
                     Path(file).write_bytes(b"PAR1 half a file")
                     raise pl.exceptions.ComputeError(
-                        "parquet: File out of specification: Invalid thrift: transport error" if where.endswith(
-                            "footer") else "parquet: File out of specification: underlying IO error: "
-                                           "No space left on device (os error 28)")
+                        "parquet: File out of specification: Invalid thrift: transport error"
+                        if where.endswith("footer")
+                        else "parquet: File out of specification: underlying IO error: "
+                        "No space left on device (os error 28)"
+                    )
                 return real_parquet(df, file, *a, **k)
 
             monkeypatch.setattr(pl.DataFrame, "write_parquet", write_parquet)
@@ -989,10 +1162,18 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
 
 def _probe_spec(tmp_path: Path, name: str, urls: list[str], probe: bool) -> ExperimentSpec:
     """Two configurations of one engine and model (memory settings 0.92 and 0.95), each its own external fixture."""
-    path = write_spec(tmp_path, name, engine={"launch": None, "url": urls[0], "model": "org/m"},
-                      workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 4},
-                      matrix={"memory": [{"engine.mem_util": 0.92, "engine.url": urls[0]},
-                                         {"engine.mem_util": 0.95, "engine.url": urls[1]}]})
+    path = write_spec(
+        tmp_path,
+        name,
+        engine={"launch": None, "url": urls[0], "model": "org/m"},
+        workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 4},
+        matrix={
+            "memory": [
+                {"engine.mem_util": 0.92, "engine.url": urls[0]},
+                {"engine.mem_util": 0.95, "engine.url": urls[1]},
+            ]
+        },
+    )
     raw = yaml.safe_load(path.read_text()) | ({"probe": True} if probe else {})
     path.write_text(yaml.safe_dump(raw))
     return ExperimentSpec.load(path)
@@ -1013,8 +1194,16 @@ def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one
     n = len(probe.PROBE_PROMPTS)
     # each server: the warm-up (16 tokens), the 8 probe prompts (text), then the run's 2 requests of 1,020 tokens
     words = [len(p.split()) for p in probe.PROBE_PROMPTS]
-    assert sent[0] == sent[1] == [("/v1/completions", 16), *[("/v1/completions", w) for w in words],
-                                  ("/v1/completions", 1020), ("/v1/completions", 1020)]
+    assert (
+        sent[0]
+        == sent[1]
+        == [
+            ("/v1/completions", 16),
+            *[("/v1/completions", w) for w in words],
+            ("/v1/completions", 1020),
+            ("/v1/completions", 1020),
+        ]
+    )
     for run in store.load_runs(tmp_path, "probed").iter_rows(named=True):  # the probe is in no run's counters
         assert run["served_prompt_tokens"] == run["server_prompt_tokens"] == 2 * 1020
     manifest = json.loads((tmp_path / "runs" / "probed" / "manifest.json").read_text())
@@ -1025,12 +1214,14 @@ def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one
     assert servers[0]["probe"]["outputs"][0]["tokens"] == [f" t{i}" for i in range(16)]
     probes = store.load_probes(tmp_path)
     assert probes.height == 2 * n and probes["order"].unique().sort().to_list() == [0, 1]
-    assert probes.filter(pl.col("mem_util") == 0.95)["tokens"][0].to_list() == \
-        [f" t{i}" for i in range(5)] + [f" u{i}" for i in range(5, 16)]
+    assert probes.filter(pl.col("mem_util") == 0.95)["tokens"][0].to_list() == [f" t{i}" for i in range(5)] + [
+        f" u{i}" for i in range(5, 16)
+    ]
     summary = analysis.probe_summary(probes)
     assert summary.select("mem_util", "role", "probe", "first_diff", "prompts", "differs").rows() == [
         (0.92, "reference", "reference", None, n, 0),
-        (0.95, "compared", f"differs from token 5 ({n} of {n} prompts)", 5, n, n)]
+        (0.95, "compared", f"differs from token 5 ({n} of {n} prompts)", 5, n, n),
+    ]
     assert summary["reference_key"].to_list() == [keys[0], keys[0]]
 
 
@@ -1057,28 +1248,53 @@ def test_telemetry_tailed_from_the_server_log_says_so_and_keeps_its_gaps(tmp_pat
     batch = BatchResult(records=[], t0=100.0, t_end=101.5, batch_time_s=1.5, started_at="2026-12-03T11:56:29Z")
     line = {"requests_running": 3.0, "requests_waiting": 0.0, "kv_cache_usage": 0.18, "kv_tokens_used": None}
     decode = {"requests_running": 1.0, "requests_waiting": 0.0, "kv_cache_usage": 0.06, "kv_tokens_used": 1005.0}
-    m = runner.Measurement(batch, {}, [], telemetry=[(100.25, {}, metrics.NO_NEW_LOG_LINE), (100.75, line, None),
-                                                     (101.25, decode, None)], telemetry_source="log")
+    m = runner.Measurement(
+        batch,
+        {},
+        [],
+        telemetry=[(100.25, {}, metrics.NO_NEW_LOG_LINE), (100.75, line, None), (101.25, decode, None)],
+        telemetry_source="log",
+    )
     files = runner.write_telemetry(tmp_path, m)
     assert set(files) == {"telemetry.json", "telemetry.csv"}
     info = json.loads((tmp_path / "telemetry.json").read_text())
-    assert info == {"available": True, "reason": None, "note": None,
-                    "source": "server log (scheduler lines), tailed during the batch",
-                    "values_as_of": metrics.LOG_TELEMETRY_AS_OF, "interval_s": 0.5, "samples": 3, "samples_ok": 2,
-                    "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()",
-                    "gpu": {"available": False, "reason": "GPUs were not sampled for this run",
-                            "source": gpu.SOURCE}}
+    assert info == {
+        "available": True,
+        "reason": None,
+        "note": None,
+        "source": "server log (scheduler lines), tailed during the batch",
+        "values_as_of": metrics.LOG_TELEMETRY_AS_OF,
+        "interval_s": 0.5,
+        "samples": 3,
+        "samples_ok": 2,
+        "time_origin": "the run's first send (requests' t_send_s = 0), time.perf_counter()",
+        "gpu": {"available": False, "reason": "GPUs were not sampled for this run", "source": gpu.SOURCE},
+    }
     assert "last scheduler log line" in info["values_as_of"] and "every prefill batch" in info["values_as_of"]
     tele = pl.read_csv(tmp_path / "telemetry.csv")
-    assert tele.columns == ["t_s", *sorted(gpu.UNAVAILABLE_COLUMNS), "kv_cache_usage", "kv_tokens_used",
-                            "requests_running", "requests_waiting", "error"]
-    assert tele.drop(gpu.UNAVAILABLE_COLUMNS).rows() == [(0.25, None, None, None, None, metrics.NO_NEW_LOG_LINE),
-                                                         (0.75, 0.18, None, 3.0, 0.0, None),
-                                                         (1.25, 0.06, 1005.0, 1.0, 0.0, None)]
+    assert tele.columns == [
+        "t_s",
+        *sorted(gpu.UNAVAILABLE_COLUMNS),
+        "kv_cache_usage",
+        "kv_tokens_used",
+        "requests_running",
+        "requests_waiting",
+        "error",
+    ]
+    assert tele.drop(gpu.UNAVAILABLE_COLUMNS).rows() == [
+        (0.25, None, None, None, None, metrics.NO_NEW_LOG_LINE),
+        (0.75, 0.18, None, 3.0, 0.0, None),
+        (1.25, 0.06, 1005.0, 1.0, 0.0, None),
+    ]
     assert tele.select(gpu.UNAVAILABLE_COLUMNS).null_count().row(0) == (3,) * 5  # no GPU sampled: empty, not 0
     # a /metrics measurement keeps its own source and no values_as_of
-    plain = json.loads((runner.write_telemetry(tmp_path / "m", runner.Measurement(batch, {}, [], telemetry=[
-        (100.25, {"requests_running": 1.0}, None)]))["telemetry.json"]).read_text())
+    plain = json.loads(
+        (
+            runner.write_telemetry(
+                tmp_path / "m", runner.Measurement(batch, {}, [], telemetry=[(100.25, {"requests_running": 1.0}, None)])
+            )["telemetry.json"]
+        ).read_text()
+    )
     assert plain["source"] == "GET /metrics, sampled during the batch" and "values_as_of" not in plain
 
 
@@ -1100,10 +1316,18 @@ def test_telemetry_that_got_no_sample_is_still_available_and_says_why_it_has_non
     assert not (tmp_path / "short" / "telemetry.csv").exists()
     failed = info("failed", telemetry=[(100.25, {}, "HTTP 500")])
     assert (failed["available"], failed["samples"], failed["samples_ok"], failed["note"]) == (
-        True, 1, 0, "no sample answered (HTTP 500)")
+        True,
+        1,
+        0,
+        "no sample answered (HTTP 500)",
+    )
     none = info("none", telemetry=None, telemetry_missing="vLLM serves no /metrics")
     assert (none["available"], none["reason"], none["note"], none["samples"]) == (
-        False, "vLLM serves no /metrics", None, 0)
+        False,
+        "vLLM serves no /metrics",
+        None,
+        0,
+    )
 
 
 def test_a_measured_sglang_jax_run_tails_its_server_log_from_its_first_send(tmp_path, monkeypatch):
@@ -1119,11 +1343,15 @@ def test_a_measured_sglang_jax_run_tails_its_server_log_from_its_first_send(tmp_
     from kvlab import metrics
 
     log = tmp_path / "server.log"
-    earlier = ("[2026-12-03 11:56:29] Prefill batch. #new-seq: 2, #new-token: 2000, #cached-token: 0, token usage: 0.06, "
-               "#running-req: 1, #queue-req: 0, \n")
+    earlier = (
+        "[2026-12-03 11:56:29] Prefill batch. #new-seq: 2, #new-token: 2000, #cached-token: 0, token usage: 0.06, "
+        "#running-req: 1, #queue-req: 0, \n"
+    )
     log.write_text(earlier * 3)
-    during = ("[2026-12-03 11:56:31] Decode batch. #running-req: 2, #token: 1005, token usage: 0.06, gen throughput "
-              "(token/s): 3.75, #queue-req: 1, \n")
+    during = (
+        "[2026-12-03 11:56:31] Decode batch. #running-req: 2, #token: 1005, token usage: 0.06, gen throughput "
+        "(token/s): 3.75, #queue-req: 1, \n"
+    )
     stop = threading.Event()
     tail, starts = metrics.tail_log_during, []
 
@@ -1139,12 +1367,28 @@ def test_a_measured_sglang_jax_run_tails_its_server_log_from_its_first_send(tmp_
                 f.write(during)
 
     with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
-        path = write_spec(tmp_path, "tail", engine={"name": "sglang-jax", "launch": None, "url": srv.url,
-                                                    "kv_cache_bytes": None, "model": "org/remote-model"},
-                          workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 30})
+        path = write_spec(
+            tmp_path,
+            "tail",
+            engine={
+                "name": "sglang-jax",
+                "launch": None,
+                "url": srv.url,
+                "kv_cache_bytes": None,
+                "model": "org/remote-model",
+            },
+            workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 30},
+        )
         run = expand(ExperimentSpec.load(path))[0]
-        server = types.SimpleNamespace(adapter=SGLangJaxAdapter(), base_url=srv.url, api_key=None, external=False,
-                                       log_path=log, flush_cache=lambda: True, running=lambda: True)
+        server = types.SimpleNamespace(
+            adapter=SGLangJaxAdapter(),
+            base_url=srv.url,
+            api_key=None,
+            external=False,
+            log_path=log,
+            flush_cache=lambda: True,
+            running=lambda: True,
+        )
         thread = threading.Thread(target=engine_logs)
         thread.start()
         try:
@@ -1157,7 +1401,8 @@ def test_a_measured_sglang_jax_run_tails_its_server_log_from_its_first_send(tmp_
     assert starts[0] >= 3 * len(earlier) and (starts[0] - 3 * len(earlier)) % len(during) == 0
     ok = [v for _, v, err in m.telemetry if err is None]
     assert len(m.telemetry) >= 2 and ok  # a 1.5 s batch, read every 0.5 s
-    assert all(v == {"requests_running": 2, "requests_waiting": 1, "kv_cache_usage": 0.06, "kv_tokens_used": 1005}
-               for v in ok)  # never the earlier run's "#running-req: 1"
+    assert all(
+        v == {"requests_running": 2, "requests_waiting": 1, "kv_cache_usage": 0.06, "kv_tokens_used": 1005} for v in ok
+    )  # never the earlier run's "#running-req: 1"
     assert all(err in (None, metrics.NO_NEW_LOG_LINE) for _, _, err in m.telemetry)
     assert m.deltas["prompt_tokens"] is None and any("serves no /metrics" in n for n in m.notes)

@@ -22,8 +22,9 @@ FAKE = Path(__file__).with_name("fake_engine.py")
 
 
 def _fake_spec(**kw) -> EngineSpec:
-    base = dict(name="vllm", launch=[sys.executable, str(FAKE)], model="org/fake", max_model_len=1024,
-                startup_timeout_s=20)
+    base = dict(
+        name="vllm", launch=[sys.executable, str(FAKE)], model="org/fake", max_model_len=1024, startup_timeout_s=20
+    )
     return EngineSpec(**(base | kw))
 
 
@@ -69,14 +70,18 @@ def test_an_engine_that_answers_health_before_its_warm_up_is_ready_only_after_it
     with EngineServer(_fake_spec(name="sglang", env={"FAKE_MODE": "warmup"}), tmp_path / "w.log") as srv:
         assert srv.ready_after_s >= 1.5 and time.monotonic() - t >= 1.5
         assert "fired up and ready to roll" in srv.log_text()
-    with pytest.raises(ServerError) as err, \
-            EngineServer(_fake_spec(name="sglang", startup_timeout_s=3, env={"FAKE_MODE": "silent"}), tmp_path / "n.log"):
+    with (
+        pytest.raises(ServerError) as err,
+        EngineServer(_fake_spec(name="sglang", startup_timeout_s=3, env={"FAKE_MODE": "silent"}), tmp_path / "n.log"),
+    ):
         pass
     assert err.value.failure.cause == "timeout"
     assert "answered 200 but the log never said 'The server is fired up and ready to roll'" in str(err.value)
     # the log is appended to: the ready line of the earlier start in it is not this start's
-    with pytest.raises(ServerError) as err, \
-            EngineServer(_fake_spec(name="sglang", startup_timeout_s=3, env={"FAKE_MODE": "silent"}), tmp_path / "w.log"):
+    with (
+        pytest.raises(ServerError) as err,
+        EngineServer(_fake_spec(name="sglang", startup_timeout_s=3, env={"FAKE_MODE": "silent"}), tmp_path / "w.log"),
+    ):
         pass
     assert err.value.failure.cause == "timeout" and "fired up" in (tmp_path / "w.log").read_text()
     with EngineServer(_fake_spec(env={"FAKE_MODE": "ok"}), tmp_path / "v.log") as srv:  # vLLM: /health is enough
@@ -209,24 +214,30 @@ def test_reap_orphans_only_kills_engines(tmp_path, registry):
     # be reused by then; make test's engine pass starts enough processes to wrap the pids within a run)
     dead_pid, dead_started = subprocess.run(
         [sys.executable, "-c", "import psutil; me = psutil.Process(); print(me.pid, me.create_time())"],
-        capture_output=True, text=True).stdout.split()
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     dead_owner = {"owner_pid": int(dead_pid), "owner_started": float(dead_started)}
-    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "vllm.entrypoints.fake"],
-                              start_new_session=True)
+    engine = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", "vllm.entrypoints.fake"], start_new_session=True
+    )
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
         for p in (engine, other):
-            (registry / f"{p.pid}.json").write_text(json.dumps({"pid": p.pid, "pgid": p.pid, **dead_owner,
-                                                                "rendezvous": f"rendezvous-{p.pid}"}))
+            (registry / f"{p.pid}.json").write_text(
+                json.dumps({"pid": p.pid, "pgid": p.pid, **dead_owner, "rendezvous": f"rendezvous-{p.pid}"})
+            )
             (registry / f"rendezvous-{p.pid}").write_text("")  # torch's FileStore, left by a killed engine
         outside = tmp_path / "rendezvous-outside"  # a record that names a path: nothing outside the folder goes
         outside.write_text("")
-        (registry / "path.json").write_text(json.dumps({"pid": other.pid, "pgid": other.pid, **dead_owner,
-                                                        "rendezvous": str(outside)}))
+        (registry / "path.json").write_text(
+            json.dumps({"pid": other.pid, "pgid": other.pid, **dead_owner, "rendezvous": str(outside)})
+        )
         # A live owner protects its servers.
         me = psutil.Process()
-        (registry / "live.json").write_text(json.dumps({"pid": engine.pid, "pgid": engine.pid,
-                                                        "owner_pid": me.pid, "owner_started": me.create_time()}))
+        (registry / "live.json").write_text(
+            json.dumps({"pid": engine.pid, "pgid": engine.pid, "owner_pid": me.pid, "owner_started": me.create_time()})
+        )
         assert reap_orphans(registry) == [engine.pid]
         engine.wait(timeout=10)
         assert other.poll() is None  # not an engine command line: pid may have been reused
@@ -240,20 +251,26 @@ def test_reap_orphans_only_kills_engines(tmp_path, registry):
 
 # ------------------------------------------------------------------ real vLLM (CPU build)
 
+
 def _engine_procs(model: Path, port: int) -> list[psutil.Process]:
     """Engine processes serving ``model`` on ``port`` (the port keeps other sessions' servers out)."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if "vllm.entrypoints" in " ".join(cmd) and str(model) in cmd and "--port" in cmd \
-                and cmd[cmd.index("--port") + 1] == str(port):
+        if (
+            "vllm.entrypoints" in " ".join(cmd)
+            and str(model) in cmd
+            and "--port" in cmd
+            and cmd[cmd.index("--port") + 1] == str(port)
+        ):
             out.append(p)
     return out
 
 
 def _post(url, body, headers=None):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, json.load(r)
@@ -270,8 +287,12 @@ def _harness(spec_src: str, log: Path, registry: Path) -> tuple[subprocess.Popen
         print(srv.pid, srv.port, srv.watchdog_pid, flush=True)
         import time; time.sleep(600)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env=os.environ | {"KVLAB_STATE_DIR": str(registry)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"KVLAB_STATE_DIR": str(registry)},
+    )
     pid, port, watchdog = map(int, proc.stdout.readline().split())
     return proc, pid, port, watchdog
 
@@ -340,9 +361,12 @@ def test_a_normal_stop_also_ends_the_watchdog(tmp_path, registry):
 
 @pytest.mark.engine
 def test_sigkilled_harness_leaves_no_engine_and_the_reaper_is_the_second_line(
-        tmp_path, registry, engine_python, tiny_model):
-    spec = (f"EngineSpec(name='vllm', launch=[{str(engine_python)!r}], model={str(tiny_model)!r}, "
-            "max_model_len=1024, kv_cache_bytes=2**22, enforce_eager=True)")
+    tmp_path, registry, engine_python, tiny_model
+):
+    spec = (
+        f"EngineSpec(name='vllm', launch=[{str(engine_python)!r}], model={str(tiny_model)!r}, "
+        "max_model_len=1024, kv_cache_bytes=2**22, enforce_eager=True)"
+    )
     proc, pid, port, _ = _harness(spec, tmp_path / "a.log", registry)
     try:
         time.sleep(3)  # let it spawn workers
@@ -401,8 +425,11 @@ def test_the_state_folder_is_made_0700_and_must_be_this_users_alone(tmp_path, mo
     d.chmod(0o700)
     real = os.getuid()
     monkeypatch.setattr(os, "getuid", lambda: real + 4242)  # the folder now belongs to "another" user
-    with pytest.raises(server.StateDirError, match=rf"{d}: .*belongs to uid {real}, not to this user "
-                                                   rf"\(uid {real + 4242}\).*KVLAB_STATE_DIR"):
+    with pytest.raises(
+        server.StateDirError,
+        match=rf"{d}: .*belongs to uid {real}, not to this user "
+        rf"\(uid {real + 4242}\).*KVLAB_STATE_DIR",
+    ):
         server.ensure_state_dir(d)
     monkeypatch.undo()
     monkeypatch.delenv("KVLAB_STATE_DIR", raising=False)
@@ -427,8 +454,7 @@ def test_a_sweep_refuses_a_state_folder_that_is_not_its_users(tmp_path, monkeypa
         Campaign(spec, tmp_path / "data").prepare()
 
 
-def test_registry_and_redacted_log_are_replaced_by_rename_never_written_through_a_link(tmp_path, registry,
-                                                                                         monkeypatch):
+def test_registry_and_redacted_log_are_replaced_by_rename_never_written_through_a_link(tmp_path, registry, monkeypatch):
     from kvlab.paths import write_text_atomic
 
     victim = tmp_path / "victim"
@@ -440,8 +466,9 @@ def test_registry_and_redacted_log_are_replaced_by_rename_never_written_through_
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
     # the registry: written through a random mkstemp name, so no predictable <pid>.tmp a link could redirect
     monkeypatch.setenv("KVLAB_TEST_KEY", "topsecret-123")
-    srv = EngineServer(_fake_spec(name="sglang", env={"FAKE_MODE": "ok"}, api_key_env="KVLAB_TEST_KEY"),
-                       tmp_path / "s.log")
+    srv = EngineServer(
+        _fake_spec(name="sglang", env={"FAKE_MODE": "ok"}, api_key_env="KVLAB_TEST_KEY"), tmp_path / "s.log"
+    )
     calls = []
     import kvlab.server as server_mod
 

@@ -24,10 +24,23 @@ from kvlab.spec import ExperimentSpec
 COMPAT = "kvlab/engines/envs/sglang-cpu-compat"
 #: The CPU launch: only experiment-file differences from a GPU host's (device, backend, env).
 SGLANG = {
-    "name": "sglang", "launch": [".engines/sglang/bin/python"], "model": "data/models/tiny-llama",
-    "max_model_len": 1024, "kv_cache_bytes": 16 * 2**20, "dtype": "bfloat16", "startup_timeout_s": 300,
-    "extra_args": ["--device", "cpu", "--attention-backend", "torch_native", "--disable-cuda-graph",
-                   "--disable-overlap-schedule", "--max-running-requests", "4"],
+    "name": "sglang",
+    "launch": [".engines/sglang/bin/python"],
+    "model": "data/models/tiny-llama",
+    "max_model_len": 1024,
+    "kv_cache_bytes": 16 * 2**20,
+    "dtype": "bfloat16",
+    "startup_timeout_s": 300,
+    "extra_args": [
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "torch_native",
+        "--disable-cuda-graph",
+        "--disable-overlap-schedule",
+        "--max-running-requests",
+        "4",
+    ],
     "env": {"SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": COMPAT, "OMP_NUM_THREADS": "1"},
 }
 
@@ -45,24 +58,37 @@ def test_the_compat_fix_is_still_needed_and_still_applies(sglang_python):
     or ships the op makes the first half fail: then the fix is to be dropped."""
     bare = _probe(sglang_python, "import sgl_kernel", compat=False)
     assert bare.returncode != 0 and "libcuda.so.1" in bare.stderr, "sgl_kernel imports on a CPU: drop the fix"
-    versions = _probe(sglang_python, "from importlib.metadata import version as v; "
-                      "print(v('sglang'), v('sglang-kernel'))", compat=False)
+    versions = _probe(
+        sglang_python,
+        "from importlib.metadata import version as v; print(v('sglang'), v('sglang-kernel'))",
+        compat=False,
+    )
     assert versions.stdout.split() == ["0.5.23", "0.4.10"], "the fix was written for sglang 0.5.23 / kernel 0.4.10"
-    code = ("import torch, sgl_kernel\n"
-            "assert sgl_kernel.common_ops is None\n"
-            "rt = torch.zeros(3, 8, dtype=torch.int32)\n"
-            "torch.ops.sgl_kernel.assign_req_to_token_pool_cpu(torch.tensor([2, 0]), rt, torch.tensor([1, 0]),"
-            " torch.tensor([3, 1]), torch.tensor([7, 8, 9]), 8)\n"
-            "print(rt.tolist())\n"
-            "from sglang.srt.mem_cache import allocation\n")
+    code = (
+        "import torch, sgl_kernel\n"
+        "assert sgl_kernel.common_ops is None\n"
+        "rt = torch.zeros(3, 8, dtype=torch.int32)\n"
+        "torch.ops.sgl_kernel.assign_req_to_token_pool_cpu(torch.tensor([2, 0]), rt, torch.tensor([1, 0]),"
+        " torch.tensor([3, 1]), torch.tensor([7, 8, 9]), 8)\n"
+        "print(rt.tolist())\n"
+        "from sglang.srt.mem_cache import allocation\n"
+    )
     fixed = _probe(sglang_python, code, compat=True)
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert fixed.stdout.strip() == str([[9, 0, 0, 0, 0, 0, 0, 0], [0] * 8, [0, 7, 8, 0, 0, 0, 0, 0]])
 
 
 def _write(tmp_path, name: str, engines: dict, workload: dict, matrix: dict, retry: dict | None = None):
-    spec = {"name": name, "hardware": "CPU (test)", "device": "cpu", "engines": engines, "workload": workload,
-            "matrix": matrix, "warmup": True, "retry": retry or {"max_attempts": 1, "retry_on": []}}
+    spec = {
+        "name": name,
+        "hardware": "CPU (test)",
+        "device": "cpu",
+        "engines": engines,
+        "workload": workload,
+        "matrix": matrix,
+        "warmup": True,
+        "retry": retry or {"max_attempts": 1, "retry_on": []},
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -78,7 +104,7 @@ def _keyed_server_checks(tag: str, key: str) -> None:
     assert not shown, f"the key is on the command line of {shown}"
     left = [f for f in Path(tempfile.gettempdir()).glob("kvlab-key-*") if holds_secret(f.read_text(), key)]
     assert not left, left  # the key file is removed once the server is up
-    port, = [rec["port"] for rec in server_records(tag)]
+    (port,) = [rec["port"] for rec in server_records(tag)]
     url, body = f"http://127.0.0.1:{port}/v1/completions", {"model": tag, "prompt": [1, 2, 3], "max_tokens": 2}
     assert (_post(url, body)[0], _post(url, body, {"Authorization": f"Bearer {key}"})[0]) == (401, 200)
 
@@ -104,7 +130,8 @@ LONG = 300  # output tokens of the run whose scheduler is killed at its first ch
 
 @pytest.mark.engine
 def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_scheduler_is_retried(
-        tmp_path, monkeypatch, sglang_python, tiny_model):
+    tmp_path, monkeypatch, sglang_python, tiny_model
+):
     """Per run, SGLang's /metrics deltas equal the client's token counts exactly; with a 500-token shared prefix
     sent one request at a time, every request after the first reuses exactly 500 tokens (client and server
     agree); the distinct-prompt run that follows hits nothing, so the cache was flushed in between. The server is
@@ -115,7 +142,7 @@ def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_sc
     quote and a slash (issue 40): SGLang logs its arguments as a dict, so the key's repr() with the backslash doubled,
     and no form of it (raw, repr, JSON, URL-encoded) is in any file under the data folder."""
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
-    key = f"sk-kvlab-{uuid.uuid4().hex}\\path\"q/x"
+    key = f'sk-kvlab-{uuid.uuid4().hex}\\path"q/x'
     monkeypatch.setenv("KVLAB_TEST_SGLANG_KEY", key)
     batch = {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None}
     study = [
@@ -123,10 +150,14 @@ def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_sc
         batch,
         {**batch, "workload.batch_size": 2, "workload.prompt_tokens": 64, "workload.output_tokens": LONG},
     ]
-    path = _write(tmp_path, "sgl", {"sglang": {**SGLANG, "served_model_name": tag,
-                                               "api_key_env": "KVLAB_TEST_SGLANG_KEY"}},
-                  {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
-                  {"study": study}, retry={"max_attempts": 2, "retry_on": ["crash"], "backoff_s": 0})
+    path = _write(
+        tmp_path,
+        "sgl",
+        {"sglang": {**SGLANG, "served_model_name": tag, "api_key_env": "KVLAB_TEST_SGLANG_KEY"}},
+        {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
+        {"study": study},
+        retry={"max_attempts": 2, "retry_on": ["crash"], "backoff_s": 0},
+    )
     checked: list[str] = []
 
     def on_run(run, status):
@@ -157,8 +188,10 @@ def test_counters_equal_client_counts_radix_hits_are_token_exact_and_a_killed_sc
     assert runs["kv_budget_bytes"].to_list() == [16 * 2**20] * 2
     for r in runs.iter_rows(named=True):
         assert r["server_prompt_tokens"] == 4000 and r["server_generation_tokens"] == 48, r
-    cached = {m: reqs.filter(pl.col("mode") == m).sort("request_index")["cached_tokens"].to_list()
-              for m in ("shared_prefix", "fixed_batch")}
+    cached = {
+        m: reqs.filter(pl.col("mode") == m).sort("request_index")["cached_tokens"].to_list()
+        for m in ("shared_prefix", "fixed_batch")
+    }
     assert cached["shared_prefix"] == [0, 500, 500, 500]
     assert cached["fixed_batch"] == [0, 0, 0, 0]  # flushed: nothing left from the shared-prefix run
     by_mode = {r["mode"]: r for r in runs.iter_rows(named=True)}

@@ -25,16 +25,24 @@ PATCH = ROOT / "kvlab" / "engines" / "envs" / "sglang-jax-cpu.patch"
 PATCHED_FILE = "sgl_jax/srt/mem_cache/memory_pool.py"
 
 SGLANG_JAX = {
-    "name": "sglang-jax", "launch": [".engines/sglang-jax/bin/python"], "model": "data/models/tiny-llama",
-    "max_model_len": 1024, "kv_cache_bytes": 16 * 2**20, "startup_timeout_s": 300,
+    "name": "sglang-jax",
+    "launch": [".engines/sglang-jax/bin/python"],
+    "model": "data/models/tiny-llama",
+    "max_model_len": 1024,
+    "kv_cache_bytes": 16 * 2**20,
+    "startup_timeout_s": 300,
     "extra_args": ["--device", "cpu", "--max-running-requests", "4"],
     "env": {"JAX_PLATFORMS": "cpu", "JAX_COMPILATION_CACHE_DIR": ".engines/sglang-jax/jax-cache"},
 }
 
 
 def _site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -53,8 +61,12 @@ def test_the_patch_is_applied_and_still_needed(sglang_jax_python, tmp_path):
     copy = tmp_path / PATCHED_FILE
     copy.parent.mkdir(parents=True)
     copy.write_bytes(installed.read_bytes())
-    rev = subprocess.run(["patch", "-p1", "-R", "--batch", "--no-backup-if-mismatch", "-d", str(tmp_path)],
-                         stdin=PATCH.open("rb"), capture_output=True, text=True)
+    rev = subprocess.run(
+        ["patch", "-p1", "-R", "--batch", "--no-backup-if-mismatch", "-d", str(tmp_path)],
+        stdin=PATCH.open("rb"),
+        capture_output=True,
+        text=True,
+    )
     assert rev.returncode == 0, f"kvlab's patch is not applied to {installed}: {rev.stdout}{rev.stderr}"
     original = copy.read_bytes()
 
@@ -74,8 +86,16 @@ def test_the_patch_is_applied_and_still_needed(sglang_jax_python, tmp_path):
 
 
 def _write(tmp_path: Path, name: str, engines: dict, workload: dict, matrix: dict) -> Path:
-    spec = {"name": name, "hardware": "CPU (test)", "device": "cpu", "engines": engines, "workload": workload,
-            "matrix": matrix, "warmup": True, "retry": {"max_attempts": 1, "retry_on": []}}
+    spec = {
+        "name": name,
+        "hardware": "CPU (test)",
+        "device": "cpu",
+        "engines": engines,
+        "workload": workload,
+        "matrix": matrix,
+        "warmup": True,
+        "retry": {"max_attempts": 1, "retry_on": []},
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -92,8 +112,9 @@ LONG = 900  # output tokens of the run that is killed at its first chunk; sglang
 
 
 @pytest.mark.engine
-def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(tmp_path, monkeypatch, engine_python,
-                                                                         sglang_jax_python, tiny_model):
+def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(
+    tmp_path, monkeypatch, engine_python, sglang_jax_python, tiny_model
+):
     """Exact usage counts; one shared 500-token prefix: sglang-jax reuses all 500 tokens, vLLM 3 blocks of 128.
     Then sglang-jax is SIGKILLed at the first chunk of a 900-token run: a crash (not retried) with every request
     recorded, and the next run gets a new server; nothing of it is left, not even a zombie."""
@@ -101,21 +122,32 @@ def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(tmp_pat
     engines = {
         # a decode line at every step: prefill lines count only the batch already running (0 when all 4 requests
         # are admitted in one prefill, as a CI run found), and every 40th step alone may never come in 12 tokens
-        "sglang-jax": {**SGLANG_JAX, "served_model_name": f"{tag}-sgljax",
-                       "extra_args": [*SGLANG_JAX["extra_args"], "--decode-log-interval", "1"]},
+        "sglang-jax": {
+            **SGLANG_JAX,
+            "served_model_name": f"{tag}-sgljax",
+            "extra_args": [*SGLANG_JAX["extra_args"], "--decode-log-interval", "1"],
+        },
         # a name of its own: vLLM's server starts while sglang-jax runs (overlapped), and the kill is for sglang-jax
         "vllm": {**BASE_ENGINE, "served_model_name": f"{tag}-vllm", "max_model_len": 1024},
     }
     batch = {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None}
     shared = {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1}
     short = {**batch, "workload.batch_size": 2, "workload.prompt_tokens": 64}
-    steps = [{"engine": "sglang-jax", **batch}, {"engine": "sglang-jax", **shared},
-             {"engine": "sglang-jax", **short, "workload.output_tokens": LONG},
-             {"engine": "sglang-jax", **short, "workload.output_tokens": 8},
-             {"engine": "vllm", **batch}, {"engine": "vllm", **shared}]
-    path = _write(tmp_path, "sgljax", engines,
-                  {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
-                  {"step": steps})
+    steps = [
+        {"engine": "sglang-jax", **batch},
+        {"engine": "sglang-jax", **shared},
+        {"engine": "sglang-jax", **short, "workload.output_tokens": LONG},
+        {"engine": "sglang-jax", **short, "workload.output_tokens": 8},
+        {"engine": "vllm", **batch},
+        {"engine": "vllm", **shared},
+    ]
+    path = _write(
+        tmp_path,
+        "sgljax",
+        engines,
+        {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
+        {"step": steps},
+    )
     killed = _kill_engine_when_streaming(monkeypatch, f"{tag}-sgljax", LONG)
     res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
     assert killed, "no request of the long run streamed a token"
@@ -164,8 +196,12 @@ def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(tmp_pat
 
 def test_the_sglang_jax_environment_is_separate(sglang_jax_python):
     """kvlab never imports an engine: sgl_jax lives only in its own venv (Python >= 3.12)."""
-    out = subprocess.run([str(sglang_jax_python), "-c", "import sys, sgl_jax; print(sys.version_info[:2] >= (3, 12))"],
-                         capture_output=True, text=True, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [str(sglang_jax_python), "-c", "import sys, sgl_jax; print(sys.version_info[:2] >= (3, 12))"],
+        capture_output=True,
+        text=True,
+        env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "True", out.stderr[-2000:]
     here = subprocess.run([sys.executable, "-c", "import sgl_jax"], capture_output=True, text=True)
     assert here.returncode != 0

@@ -13,13 +13,26 @@ from kvlab.spec import EngineSpec, ExperimentSpec, RetrySpec, SpecError, expand,
 
 BASE = {
     "name": "t",
-    "hardware": "CPU", "device": "cpu",
+    "hardware": "CPU",
+    "device": "cpu",
     "scale_factor": 32,
     "engines": {
-        "vllm": {"name": "vllm", "launch": [".engines/vllm/bin/python"], "model": "org/some-model",
-                 "max_model_len": 8192, "tp": 2, "dcp": 1},
-        "sglang": {"name": "sglang", "launch": ["conda", "run", "-n", "sglang", "python"], "model": "org/some-model",
-                   "max_model_len": 8192, "tp": 2, "dcp": 2},
+        "vllm": {
+            "name": "vllm",
+            "launch": [".engines/vllm/bin/python"],
+            "model": "org/some-model",
+            "max_model_len": 8192,
+            "tp": 2,
+            "dcp": 1,
+        },
+        "sglang": {
+            "name": "sglang",
+            "launch": ["conda", "run", "-n", "sglang", "python"],
+            "model": "org/some-model",
+            "max_model_len": 8192,
+            "tp": 2,
+            "dcp": 2,
+        },
     },
     "workload": {"kind": "fixed_batch", "batch_size": 4, "context_tokens": 2048, "output_tokens": 64},
     "matrix": {"engine.mem_util": [0.92, 0.95], "workload.context_tokens": [2048, 6400]},
@@ -67,31 +80,42 @@ def test_an_experiment_states_its_device_typed(tmp_path):
     missing = copy.deepcopy(BASE)
     del missing["device"]
     msg = _load_error(tmp_path, missing)
-    assert msg.endswith(": device: Field required: say what the runs compute on, `device: cpu` or `device: gpu` "
-                        "(or {kind: gpu, accelerator: NVIDIA B300, count: 8}); the hardware label is free text and is "
-                        "not read for it")
+    assert msg.endswith(
+        ": device: Field required: say what the runs compute on, `device: cpu` or `device: gpu` "
+        "(or {kind: gpu, accelerator: NVIDIA B300, count: 8}); the hardware label is free text and is "
+        "not read for it"
+    )
     gpu = ExperimentSpec.load(_write(tmp_path, BASE | {"hardware": "CPU x86_64", "device": "gpu"}))
     assert (gpu.device.kind, gpu.device.accelerator, gpu.device.count) == ("gpu", None, None)
     assert {(r.device.kind, r.on_cpu) for r in expand(gpu)} == {("gpu", False)}  # the label says CPU: not read
-    b300 = ExperimentSpec.load(_write(tmp_path, BASE | {"device": {"kind": "gpu", "accelerator": "NVIDIA B300",
-                                                                   "count": 8}}))
+    b300 = ExperimentSpec.load(
+        _write(tmp_path, BASE | {"device": {"kind": "gpu", "accelerator": "NVIDIA B300", "count": 8}})
+    )
     assert (b300.device.accelerator, b300.device.count) == ("NVIDIA B300", 8)
-    assert "device.kind: Input should be 'cpu' or 'gpu' (got 'tpu')" in _load_error(tmp_path,
-                                                                                   BASE | {"device": "tpu"})
+    assert "device.kind: Input should be 'cpu' or 'gpu' (got 'tpu')" in _load_error(tmp_path, BASE | {"device": "tpu"})
     assert "device: a cpu device has no accelerator or count" in _load_error(
-        tmp_path, BASE | {"device": {"kind": "cpu", "count": 2}})
+        tmp_path, BASE | {"device": {"kind": "cpu", "count": 2}}
+    )
     assert "device.count: Input should be greater than or equal to 1 (got 0)" in _load_error(
-        tmp_path, BASE | {"device": {"kind": "gpu", "count": 0}})
+        tmp_path, BASE | {"device": {"kind": "gpu", "count": 0}}
+    )
     few = _load_error(tmp_path, BASE | {"device": {"kind": "gpu", "count": 1}})
-    assert few.endswith(": matrix point [engine.mem_util=0.92, workload.context_tokens=2048]: engines.sglang: tp 2 × "
-                        "dp 1 = 2 GPUs, more than the 1 of device.count")
+    assert few.endswith(
+        ": matrix point [engine.mem_util=0.92, workload.context_tokens=2048]: engines.sglang: tp 2 × "
+        "dp 1 = 2 GPUs, more than the 1 of device.count"
+    )
 
 
 def test_every_shipped_experiment_states_its_device():
     kinds = {p.stem: ExperimentSpec.read(p).device for p in sorted(EXPERIMENTS_DIR.glob("*.yaml"))}
     assert {k for k, d in kinds.items() if d.kind == "gpu"} == {
-        "b300_capacity", "b300_long_context", "b300_step_fit", "gpu_classification_70b", "gpu_multi_turn_rag",
-        "gpu_reasoning_r1"}
+        "b300_capacity",
+        "b300_long_context",
+        "b300_step_fit",
+        "gpu_classification_70b",
+        "gpu_multi_turn_rag",
+        "gpu_reasoning_r1",
+    }
     assert {(d.accelerator, d.count) for k, d in kinds.items() if k.startswith("b300")} == {("NVIDIA B300", 8)}
     assert [kinds[k].count for k in ("gpu_classification_70b", "gpu_multi_turn_rag", "gpu_reasoning_r1")] == [4, 1, 16]
 
@@ -213,8 +237,15 @@ def test_unreadable_and_bad_yaml(tmp_path):
 
 
 def test_linked_axis_changes_fields_together(tmp_path):
-    data = _with("matrix", {"memory": [{"engine.mem_util": 0.92, "workload.batch_size": 2},
-                                       {"engine.mem_util": 0.95, "workload.batch_size": 8}]})
+    data = _with(
+        "matrix",
+        {
+            "memory": [
+                {"engine.mem_util": 0.92, "workload.batch_size": 2},
+                {"engine.mem_util": 0.95, "workload.batch_size": 8},
+            ]
+        },
+    )
     runs = expand(ExperimentSpec.load(_write(tmp_path, data)))
     assert {(r.engine.mem_util, r.workload.batch_size) for r in runs} == {(0.92, 2), (0.95, 8)}
     bad = _with("matrix", {"memory": [0.92]})
@@ -266,8 +297,15 @@ def test_cpu_experiment_is_scaled_from_the_article():
     assert len({r.server_key for r in runs}) == 2 * 2
     quick = expand(spec.quick_form())
     assert sorted((r.engine.name, r.engine.mem_util, r.context_label) for r in quick) == [
-        ("sglang", 0.92, "128K"), ("sglang", 0.92, "200K"), ("sglang", 0.92, "64K"), ("sglang", 0.95, "200K"),
-        ("vllm", 0.92, "128K"), ("vllm", 0.92, "200K"), ("vllm", 0.92, "64K"), ("vllm", 0.95, "200K")]
+        ("sglang", 0.92, "128K"),
+        ("sglang", 0.92, "200K"),
+        ("sglang", 0.92, "64K"),
+        ("sglang", 0.95, "200K"),
+        ("vllm", 0.92, "128K"),
+        ("vllm", 0.92, "200K"),
+        ("vllm", 0.92, "64K"),
+        ("vllm", 0.95, "200K"),
+    ]
     # the quick form's runs are the full study's runs (same keys), so FULL=1 later reuses them
     assert {r.key for r in quick} <= {r.key for r in runs}
     # every budget holds at least one request of the longest length the server accepts (vLLM refuses to start otherwise)
@@ -275,11 +313,16 @@ def test_cpu_experiment_is_scaled_from_the_article():
 
 
 def test_quick_form_replaces_matrix_and_repeats_and_is_validated(tmp_path):
-    data = {"name": "q", "hardware": "CPU", "device": "cpu",
-            "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "org/m", "max_model_len": 4096}},
-            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8},
-            "matrix": {"workload.context_tokens": [1024, 2048, 4096]}, "repeats": 3,
-            "quick": {"matrix": {"workload.context_tokens": [2048]}, "repeats": 1}}
+    data = {
+        "name": "q",
+        "hardware": "CPU",
+        "device": "cpu",
+        "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "org/m", "max_model_len": 4096}},
+        "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8},
+        "matrix": {"workload.context_tokens": [1024, 2048, 4096]},
+        "repeats": 3,
+        "quick": {"matrix": {"workload.context_tokens": [2048]}, "repeats": 1},
+    }
     path = tmp_path / "q.yaml"
     path.write_text(yaml.safe_dump(data))
     spec = ExperimentSpec.load(path)
@@ -294,13 +337,20 @@ def test_quick_form_replaces_matrix_and_repeats_and_is_validated(tmp_path):
 
 
 def test_sglang_engines_need_room_below_their_context_length(tmp_path):
-    data = {"name": "s", "hardware": "CPU", "device": "cpu",
-            "engines": {"j": {"name": "sglang-jax", "launch": ["python"], "model": "org/m", "max_model_len": 1024}},
-            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
+    data = {
+        "name": "s",
+        "hardware": "CPU",
+        "device": "cpu",
+        "engines": {"j": {"name": "sglang-jax", "launch": ["python"], "model": "org/m", "max_model_len": 1024}},
+        "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8},
+    }
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(SpecError, match=r"engines.j.max_model_len: .* = 1024 tokens must be below max_model_len "
-                                        r"\(1024\) for sglang-jax"):
+    with pytest.raises(
+        SpecError,
+        match=r"engines.j.max_model_len: .* = 1024 tokens must be below max_model_len "
+        r"\(1024\) for sglang-jax",
+    ):
         ExperimentSpec.load(path)
     data["engines"]["j"]["max_model_len"] = 1025
     path.write_text(yaml.safe_dump(data))
@@ -309,10 +359,15 @@ def test_sglang_engines_need_room_below_their_context_length(tmp_path):
 
 def test_an_engine_is_asked_only_for_what_it_can_do(tmp_path):
     """dev_mode opens development endpoints only an engine that has them (EngineAdapter.dev_endpoints) can open."""
-    data = {"name": "d", "hardware": "CPU", "device": "cpu",
-            "engines": {"j": {"name": "sglang-jax", "launch": ["python"], "model": "org/m", "max_model_len": 1024,
-                              "dev_mode": True}},
-            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 512, "output_tokens": 8}}
+    data = {
+        "name": "d",
+        "hardware": "CPU",
+        "device": "cpu",
+        "engines": {
+            "j": {"name": "sglang-jax", "launch": ["python"], "model": "org/m", "max_model_len": 1024, "dev_mode": True}
+        },
+        "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 512, "output_tokens": 8},
+    }
     path = tmp_path / "d.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match=r"engines.j.dev_mode: sglang-jax has no development endpoints to open"):
@@ -324,9 +379,13 @@ def test_run_key_changes_with_a_local_models_config(tmp_path):
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text('{"num_attention_heads": 4, "num_key_value_heads": 2}')
-    data = {"name": "k", "hardware": "CPU", "device": "cpu",
-            "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": str(model), "max_model_len": 4096}},
-            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
+    data = {
+        "name": "k",
+        "hardware": "CPU",
+        "device": "cpu",
+        "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": str(model), "max_model_len": 4096}},
+        "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8},
+    }
     spec = ExperimentSpec.model_validate(data)
     before = expand(spec)[0].key
     assert expand(spec)[0].key == before  # stable while the model is the same
@@ -338,8 +397,9 @@ def test_run_key_changes_with_a_local_models_config(tmp_path):
 
 def _external(url="http://gpu-node-3:8000", **engine):
     data = copy.deepcopy(BASE)
-    data["engines"] = {"remote": {"name": "vllm", "url": url, "model": "org/some-model", "max_model_len": 8192,
-                                  "tp": 8, **engine}}
+    data["engines"] = {
+        "remote": {"name": "vllm", "url": url, "model": "org/some-model", "max_model_len": 8192, "tp": 8, **engine}
+    }
     data["matrix"] = {"workload.context_tokens": [2048, 6400]}
     return data
 
@@ -349,7 +409,8 @@ def test_an_external_server_is_one_server_for_every_run_that_names_it(tmp_path):
     assert len(runs) == 4 and len({r.server_key for r in runs}) == 1
     assert all(r.engine.external and r.engine.served_name == "org/some-model" for r in runs)
     assert "external, kvlab does not start or stop it" in __import__("kvlab.plan").plan.dry_run_text(
-        ExperimentSpec.load(_write(tmp_path, _external())))
+        ExperimentSpec.load(_write(tmp_path, _external()))
+    )
 
 
 def test_runs_needing_different_settings_from_one_external_server_are_refused(tmp_path):
@@ -361,10 +422,14 @@ def test_runs_needing_different_settings_from_one_external_server_are_refused(tm
     assert "kvlab does not start or restart a server it did not launch" in msg
 
 
-@pytest.mark.parametrize("launch, url, says", [
-    ([".engines/vllm/bin/python"], "http://h:8000", "not both"), (None, None, "not neither"),
-    (None, "gpu-node:8000", "url"),
-])
+@pytest.mark.parametrize(
+    "launch, url, says",
+    [
+        ([".engines/vllm/bin/python"], "http://h:8000", "not both"),
+        (None, None, "not neither"),
+        (None, "gpu-node:8000", "url"),
+    ],
+)
 def test_an_engine_is_launched_or_external_not_both(tmp_path, launch, url, says):
     data = _external(url=url)
     data["engines"]["remote"]["launch"] = launch
@@ -373,14 +438,22 @@ def test_an_engine_is_launched_or_external_not_both(tmp_path, launch, url, says)
 
 # ---------------------------------------------------------------------------- secrets (issue 25, item 2)
 
-@pytest.mark.parametrize("args, option", [
-    (["--api-key", "k"], "--api-key"), (["--api-key=k"], "--api-key"),
-    (["--api_key", "k"], "--api-key"),  # vLLM's parser reads '_' as '-'
-    (["--api-k", "k"], "--api-key"), (["--api_k=k"], "--api-key"), (["--ap", "k"], "--api-key"),  # argparse abbreviations
-    (["--admin-api-key", "k"], "--admin-api-key"), (["--hf-token", "t"], "--hf-token"),
-    (["--ssl-keyfile-password", "p"], "--ssl-keyfile-password"),
-    (["--disaggregation-shared-secret=s"], "--disaggregation-shared-secret"),
-])
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--api-key", "k"], "--api-key"),
+        (["--api-key=k"], "--api-key"),
+        (["--api_key", "k"], "--api-key"),  # vLLM's parser reads '_' as '-'
+        (["--api-k", "k"], "--api-key"),
+        (["--api_k=k"], "--api-key"),
+        (["--ap", "k"], "--api-key"),  # argparse abbreviations
+        (["--admin-api-key", "k"], "--admin-api-key"),
+        (["--hf-token", "t"], "--hf-token"),
+        (["--ssl-keyfile-password", "p"], "--ssl-keyfile-password"),
+        (["--disaggregation-shared-secret=s"], "--disaggregation-shared-secret"),
+    ],
+)
 def test_a_secret_option_in_extra_args_is_refused_in_any_spelling(tmp_path, args, option):
     msg = _load_error(tmp_path, _with("engines.vllm.extra_args", args))
     assert "engines.vllm: extra_args: " + option in msg and "carries a secret" in msg
@@ -392,16 +465,43 @@ def test_options_that_only_look_like_secret_ones_are_kept(tmp_path, args):
     ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.extra_args", args)))
 
 
-@pytest.mark.parametrize("name", [
-    "VLLM_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "my_api_key",
-    # KEY, TOKEN, SECRET or PASS inside a word, not only as a word of its own
-    "MYKEY", "SSHKEY", "ACCESSKEY", "KEYFILE", "APIKEYS", "GITHUBTOKEN", "MYTOKENS", "PASSPHRASE", "DB_PASS",
-    "PASSWD", "MYSECRET", "SECRETS", "CREDENTIALS_FILE",
-    # an allow-listed word does not hide a secret beside it, nor one that overlaps it (issue 40)
-    "HF_TOKENIZER_TOKEN", "KEYBOARD_KEY", "BYPASS_PASSWORD", "BYPASSWORD", "BYPASSWD", "TOKENIZERSECRET",
-    # PWD, DSN, AUTH and COOKIE (issue 40)
-    "MYSQL_PWD", "SENTRY_DSN", "OAUTH_CLIENT", "GH_AUTH", "SESSION_COOKIE",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "VLLM_API_KEY",
+        "HF_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "DB_PASSWORD",
+        "my_api_key",
+        # KEY, TOKEN, SECRET or PASS inside a word, not only as a word of its own
+        "MYKEY",
+        "SSHKEY",
+        "ACCESSKEY",
+        "KEYFILE",
+        "APIKEYS",
+        "GITHUBTOKEN",
+        "MYTOKENS",
+        "PASSPHRASE",
+        "DB_PASS",
+        "PASSWD",
+        "MYSECRET",
+        "SECRETS",
+        "CREDENTIALS_FILE",
+        # an allow-listed word does not hide a secret beside it, nor one that overlaps it (issue 40)
+        "HF_TOKENIZER_TOKEN",
+        "KEYBOARD_KEY",
+        "BYPASS_PASSWORD",
+        "BYPASSWORD",
+        "BYPASSWD",
+        "TOKENIZERSECRET",
+        # PWD, DSN, AUTH and COOKIE (issue 40)
+        "MYSQL_PWD",
+        "SENTRY_DSN",
+        "OAUTH_CLIENT",
+        "GH_AUTH",
+        "SESSION_COOKIE",
+    ],
+)
 def test_a_secret_looking_env_name_is_refused(tmp_path, name):
     msg = _load_error(tmp_path, _with("engines.sglang.env", {"JAX_PLATFORMS": "cpu", name: "s3cret"}))
     assert f"engines.sglang: env.{name}: a name that looks like a secret" in msg and "s3cret" not in msg
@@ -409,11 +509,22 @@ def test_a_secret_looking_env_name_is_refused(tmp_path, name):
 
 def test_ordinary_env_names_are_kept(tmp_path):
     """Names without KEY, TOKEN, SECRET, PASS or CREDENTIAL, and the allow-list's harmless words that contain one."""
-    env = {"TOKENIZERS_PARALLELISM": "false", "JAX_COMPILATION_CACHE_DIR": "x", "KEYBOARD": "us",
-           "XKB_KEYBOARD_LAYOUT": "us", "CACHE_BYPASS": "1", "PASSTHROUGH_MODE": "1", "HF_TOKENIZER_DIR": "t",
-           "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": "p",
-           # the shell's working folders, and proxies without credentials
-           "PWD": "/w", "OLDPWD": "/", "HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost,127.0.0.1"}
+    env = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "JAX_COMPILATION_CACHE_DIR": "x",
+        "KEYBOARD": "us",
+        "XKB_KEYBOARD_LAYOUT": "us",
+        "CACHE_BYPASS": "1",
+        "PASSTHROUGH_MODE": "1",
+        "HF_TOKENIZER_DIR": "t",
+        "SGLANG_USE_CPU_ENGINE": "1",
+        "PYTHONPATH": "p",
+        # the shell's working folders, and proxies without credentials
+        "PWD": "/w",
+        "OLDPWD": "/",
+        "HTTPS_PROXY": "http://proxy:3128",
+        "no_proxy": "localhost,127.0.0.1",
+    }
     ExperimentSpec.load(_write(tmp_path, _with("engines.sglang.env", env)))
 
 
@@ -421,18 +532,30 @@ def test_no_shipped_experiment_sets_a_secret_looking_env_name():
     """Every env: name the shipped experiments set passes the check (they also load: test_shipped_experiments_load)."""
     from kvlab.engines.spec import is_secret_env
 
-    names = {name for path in sorted(EXPERIMENTS_DIR.glob("*.yaml"))
-             for engine in ExperimentSpec.load(path).engines.values() for name in engine.env}
+    names = {
+        name
+        for path in sorted(EXPERIMENTS_DIR.glob("*.yaml"))
+        for engine in ExperimentSpec.load(path).engines.values()
+        for name in engine.env
+    }
     assert {"SGLANG_USE_CPU_ENGINE", "PYTHONPATH"} <= names
     assert [n for n in names if is_secret_env(n)] == []
 
 
-@pytest.mark.parametrize("where, value, refused", [
-    ("url", "http://gpu-node-3:8000", "to gpu-node-3"), ("url", "http://10.0.0.7:8000", "to 10.0.0.7"),
-    ("url", "https://gpu-node-3:8000", None), ("url", "http://127.0.0.1:8000", None),
-    ("url", "http://localhost:8000", None), ("url", "http://[::1]:8000", None),
-    ("host", "10.0.0.7", "to 10.0.0.7"), ("host", "127.0.0.1", None), ("host", "0.0.0.0", None),
-])
+@pytest.mark.parametrize(
+    "where, value, refused",
+    [
+        ("url", "http://gpu-node-3:8000", "to gpu-node-3"),
+        ("url", "http://10.0.0.7:8000", "to 10.0.0.7"),
+        ("url", "https://gpu-node-3:8000", None),
+        ("url", "http://127.0.0.1:8000", None),
+        ("url", "http://localhost:8000", None),
+        ("url", "http://[::1]:8000", None),
+        ("host", "10.0.0.7", "to 10.0.0.7"),
+        ("host", "127.0.0.1", None),
+        ("host", "0.0.0.0", None),
+    ],
+)
 def test_a_key_over_http_to_another_host_needs_the_opt_in(tmp_path, where, value, refused):
     engine = dict(BASE["engines"]["vllm"], api_key_env="KVLAB_KEY", **{where: value})
     if where == "url":
@@ -487,14 +610,18 @@ def test_the_cli_refuses_a_key_like_env_name_with_exit_2_naming_file_and_field(t
 def test_secret_looking_env_values_are_redacted_in_what_is_stored():
     from kvlab.engines.spec import redact_secrets
 
-    dumped = {"engine": {"env": {"HF_TOKEN": "hf_x", "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}},
-              "sweeps": [{"servers": [{"env": {"MY_SECRET": "s", "A": "b", "SSHKEY": "k", "DBPASS": "p"}}]}]}
+    dumped = {
+        "engine": {"env": {"HF_TOKEN": "hf_x", "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}},
+        "sweeps": [{"servers": [{"env": {"MY_SECRET": "s", "A": "b", "SSHKEY": "k", "DBPASS": "p"}}]}],
+    }
     assert redact_secrets(dumped) == {
         "engine": {"env": {"HF_TOKEN": "***", "JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"}},
-        "sweeps": [{"servers": [{"env": {"MY_SECRET": "***", "A": "b", "SSHKEY": "***", "DBPASS": "***"}}]}]}
+        "sweeps": [{"servers": [{"env": {"MY_SECRET": "***", "A": "b", "SSHKEY": "***", "DBPASS": "***"}}]}],
+    }
 
 
 # ---------------------------------------------------------------------------- names (issue 25, files item 1)
+
 
 @pytest.mark.parametrize("name", [".", "..", ".x", "-x", "a/b", "", "a b"])
 def test_an_experiment_name_that_is_no_plain_folder_name_is_refused(tmp_path, name):
@@ -525,7 +652,9 @@ def test_the_cli_refuses_a_dot_dot_experiment_with_exit_2(tmp_path):
     res = CliRunner().invoke(app, ["sweep", str(path), "--dry-run"])
     assert res.exit_code == 2
     out = "".join(res.output.split())  # rich wraps long lines
-    assert "".join(f"{path}: name: String should match pattern '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' (got '..')".split()) in out
+    assert (
+        "".join(f"{path}: name: String should match pattern '^[A-Za-z0-9_][A-Za-z0-9_.-]*$' (got '..')".split()) in out
+    )
 
 
 def test_no_shipped_experiment_opens_vllms_development_endpoints():
@@ -539,9 +668,13 @@ def test_no_shipped_experiment_opens_vllms_development_endpoints():
 
 
 def test_repeats_at_gives_the_deciding_points_more_repeats_and_stays_a_subset_of_the_full_study(tmp_path):
-    data = copy.deepcopy(BASE) | {"repeats": 3, "quick": {
-        "repeats": 1, "repeats_at": [{"where": {"workload.context_tokens": 6400, "engine.mem_util": 0.95},
-                                      "repeats": 3}]}}
+    data = copy.deepcopy(BASE) | {
+        "repeats": 3,
+        "quick": {
+            "repeats": 1,
+            "repeats_at": [{"where": {"workload.context_tokens": 6400, "engine.mem_util": 0.95}, "repeats": 3}],
+        },
+    }
     spec = ExperimentSpec.load(_write(tmp_path, data))
     quick = expand(spec.quick_form())
     per_point = {}
@@ -549,20 +682,36 @@ def test_repeats_at_gives_the_deciding_points_more_repeats_and_stays_a_subset_of
         k = (r.engine_label, r.point["engine.mem_util"], r.point["workload.context_tokens"])
         per_point[k] = per_point.get(k, 0) + 1
     # 2 engines x 4 points; only (0.95, 6400) runs three times, per engine
-    assert per_point == {(e, m, c): 3 if (m, c) == (0.95, 6400) else 1
-                         for e in ("vllm", "sglang") for m in (0.92, 0.95) for c in (2048, 6400)}
+    assert per_point == {
+        (e, m, c): 3 if (m, c) == (0.95, 6400) else 1
+        for e in ("vllm", "sglang")
+        for m in (0.92, 0.95)
+        for c in (2048, 6400)
+    }
     assert {r.key for r in quick} <= {r.key for r in expand(spec)}
 
 
 def test_repeats_at_matches_fields_inside_a_linked_axis_and_engines(tmp_path):
-    data = copy.deepcopy(BASE) | {"matrix": {"point": [
-        {"engine.mem_util": 0.92, "workload.context_tokens": 2048},
-        {"engine.mem_util": 0.95, "workload.context_tokens": 6400}]},
-        "repeats": 1, "repeats_at": [{"where": {"engine.mem_util": 0.95, "engine": "sglang"}, "repeats": 4}]}
+    data = copy.deepcopy(BASE) | {
+        "matrix": {
+            "point": [
+                {"engine.mem_util": 0.92, "workload.context_tokens": 2048},
+                {"engine.mem_util": 0.95, "workload.context_tokens": 6400},
+            ]
+        },
+        "repeats": 1,
+        "repeats_at": [{"where": {"engine.mem_util": 0.95, "engine": "sglang"}, "repeats": 4}],
+    }
     runs = expand(ExperimentSpec.load(_write(tmp_path, data)))
     assert sorted((r.engine_label, r.point["point"]["engine.mem_util"], r.repeat) for r in runs) == [
-        ("sglang", 0.92, 0), ("sglang", 0.95, 0), ("sglang", 0.95, 1), ("sglang", 0.95, 2), ("sglang", 0.95, 3),
-        ("vllm", 0.92, 0), ("vllm", 0.95, 0)]
+        ("sglang", 0.92, 0),
+        ("sglang", 0.95, 0),
+        ("sglang", 0.95, 1),
+        ("sglang", 0.95, 2),
+        ("sglang", 0.95, 3),
+        ("vllm", 0.92, 0),
+        ("vllm", 0.95, 0),
+    ]
 
 
 def test_a_repeats_at_rule_that_matches_nothing_names_itself(tmp_path):
@@ -573,9 +722,13 @@ def test_a_repeats_at_rule_that_matches_nothing_names_itself(tmp_path):
 def test_slo_is_part_of_the_key_only_when_set():
     """An experiment without an slo keeps the run keys it had before slo existed (pinned); one with an slo gets
     other keys (its goodput is counted against it), carried by every run."""
-    data = {"name": "k", "hardware": "CPU", "device": "cpu",
-            "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "org/m", "max_model_len": 4096}},
-            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8}}
+    data = {
+        "name": "k",
+        "hardware": "CPU",
+        "device": "cpu",
+        "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "org/m", "max_model_len": 4096}},
+        "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 8},
+    }
     plain = expand(ExperimentSpec.model_validate(data))[0]
     assert plain.key == "945158227cb6" and plain.slo is None  # the key before slo existed
     with_slo = expand(ExperimentSpec.model_validate(data | {"slo": {"ttft_ms": 2000, "tpot_ms": 100}}))[0]

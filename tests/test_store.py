@@ -21,7 +21,10 @@ def test_reference_table_is_the_articles(data):
     runs = store.load_runs(data)
     pub = runs.filter(pl.col("source") == "published").sort("context_tokens", "engine")
     assert pub.select("context_label", "engine", "batch_time_s").rows() == [
-        ("64K", "sglang", 150.8), ("64K", "vllm", 100.5), ("200K", "sglang", 225.3), ("200K", "vllm", 295.2),
+        ("64K", "sglang", 150.8),
+        ("64K", "vllm", 100.5),
+        ("200K", "sglang", 225.3),
+        ("200K", "vllm", 295.2),
     ]
     # unknowns stay empty, never guessed
     assert pub["batch_size"].null_count() == 4 and pub["output_tokens"].null_count() == 4
@@ -35,8 +38,9 @@ def test_every_document_is_in_the_register_and_the_register_is_no_table_of_figur
     docs = store.load_documents(data)
     cited = set(store.load_runs(data)["experiment"]) | set(store.load_claims(data)["experiment"])
     assert sorted(docs["experiment"]) == sorted(cited) == ["article_b300", "article_kv_design"]
-    assert docs.filter(pl.col("experiment") == "article_kv_design").select("title_en", "language", "published").row(0) \
-        == ("vLLM vs SGLang performance: choosing an inference engine by its KV-cache design", "Korean", "2026")
+    assert docs.filter(pl.col("experiment") == "article_kv_design").select("title_en", "language", "published").row(
+        0
+    ) == ("vLLM vs SGLang performance: choosing an inference engine by its KV-cache design", "Korean", "2026")
     assert docs["publisher"].null_count() == 2  # neither names a publisher: empty, never guessed
     assert store.load_documents(data / "elsewhere").height == 0  # a data folder without a register
 
@@ -101,11 +105,20 @@ def test_duplicate_rows_are_an_error(data):
 
 
 def _row(run_id="r1"):
-    return pl.DataFrame({
-        "source": ["measured"], "experiment": ["exp"], "run_id": [run_id], "hardware": ["CPU"],
-        "model": ["tiny"], "engine": ["vllm"], "context_label": ["2K"], "context_tokens": [2048],
-        "status": ["ok"], "batch_time_s": [1.5],
-    })
+    return pl.DataFrame(
+        {
+            "source": ["measured"],
+            "experiment": ["exp"],
+            "run_id": [run_id],
+            "hardware": ["CPU"],
+            "model": ["tiny"],
+            "engine": ["vllm"],
+            "context_label": ["2K"],
+            "context_tokens": [2048],
+            "status": ["ok"],
+            "batch_time_s": [1.5],
+        }
+    )
 
 
 def test_write_run_is_atomic_and_loaded(data):
@@ -185,9 +198,13 @@ def test_older_stored_runs_get_their_kv_budget_and_device_kind_from_spec_and_man
     assert runs.height == 28 and runs["device_kind"].to_list() == ["cpu"] * 28  # 2-vCPU host, no GPU
     assert runs["gpu_count"].null_count() == 28
     budgets = runs.group_by("experiment", "kv_budget_bytes").len().sort("experiment", "kv_budget_bytes").rows()
-    assert budgets == [("cpu_classification", 67108864, 2), ("cpu_long_context", 8388608, 4),
-                       ("cpu_long_context", 20971520, 2), ("cpu_multi_turn", 67108864, 4),
-                       ("cpu_prefix_sharing", 67108864, 16)]
+    assert budgets == [
+        ("cpu_classification", 67108864, 2),
+        ("cpu_long_context", 8388608, 4),
+        ("cpu_long_context", 20971520, 2),
+        ("cpu_multi_turn", 67108864, 4),
+        ("cpu_prefix_sharing", 67108864, 16),
+    ]
     for d in store.run_dirs(tmp_path):  # each row's budget is its own spec's
         spec = json.loads((d / "spec.json").read_text())
         row = runs.filter(pl.col("run_id") == d.name)
@@ -223,27 +240,55 @@ def test_backfilled_device_kind_comes_from_the_host_that_measured_the_run(tmp_pa
 def test_a_run_stored_before_the_typed_device_keeps_the_kind_it_recorded(data):
     """A run that recorded device_kind (null: a server kvlab did not start) but no accelerator: a recorded kind is
     kept, a null one is derived once on reading (its spec.json's device, else its label)."""
-    base = {"source": ["measured"], "experiment": ["e"], "model": ["m"], "engine": ["vllm"],
-            "context_label": ["1K"], "context_tokens": [1024], "status": ["ok"], "started_at": [None]}
-    for run_id, label, kind, spec in (("r1", "NVIDIA B300 x8", "cpu", {}), ("r2", "CPU (test)", None, {}),
-                                      ("r3", "NVIDIA B300 x8", None, {}),
-                                      ("r4", "CPU (test)", None, {"device": {"kind": "gpu", "count": 2}})):
+    base = {
+        "source": ["measured"],
+        "experiment": ["e"],
+        "model": ["m"],
+        "engine": ["vllm"],
+        "context_label": ["1K"],
+        "context_tokens": [1024],
+        "status": ["ok"],
+        "started_at": [None],
+    }
+    for run_id, label, kind, spec in (
+        ("r1", "NVIDIA B300 x8", "cpu", {}),
+        ("r2", "CPU (test)", None, {}),
+        ("r3", "NVIDIA B300 x8", None, {}),
+        ("r4", "CPU (test)", None, {"device": {"kind": "gpu", "count": 2}}),
+    ):
         d = data / "runs" / "e" / run_id
         d.mkdir(parents=True)
-        pl.DataFrame(base | {"run_id": [run_id], "hardware": [label], "device_kind": [kind]},
-                     schema_overrides={"device_kind": pl.String, "started_at": pl.String}
-                     ).write_parquet(d / "run.parquet")
+        pl.DataFrame(
+            base | {"run_id": [run_id], "hardware": [label], "device_kind": [kind]},
+            schema_overrides={"device_kind": pl.String, "started_at": pl.String},
+        ).write_parquet(d / "run.parquet")
         (d / "spec.json").write_text(json.dumps({"engine": {"url": "http://10.0.0.5:8000"}} | spec))
     got = store.load_runs(data).filter(pl.col("source") == "measured").sort("run_id")
     assert got.select("run_id", "device_kind", "accelerator").rows() == [
-        ("r1", "cpu", None), ("r2", "cpu", None), ("r3", "gpu", None), ("r4", "gpu", None)]
+        ("r1", "cpu", None),
+        ("r2", "cpu", None),
+        ("r3", "gpu", None),
+        ("r4", "gpu", None),
+    ]
 
 
 def test_runs_stored_with_the_new_columns_are_read_as_written(data):
-    run = pl.DataFrame({"source": ["measured"], "experiment": ["e"], "run_id": ["r1"], "hardware": ["CPU (test)"],
-                        "model": ["m"], "engine": ["vllm"], "context_label": ["1K"], "context_tokens": [1024],
-                        "status": ["ok"], "device_kind": [None], "kv_budget_bytes": [None]},
-                       schema_overrides={"device_kind": pl.String, "kv_budget_bytes": pl.Int64})
+    run = pl.DataFrame(
+        {
+            "source": ["measured"],
+            "experiment": ["e"],
+            "run_id": ["r1"],
+            "hardware": ["CPU (test)"],
+            "model": ["m"],
+            "engine": ["vllm"],
+            "context_label": ["1K"],
+            "context_tokens": [1024],
+            "status": ["ok"],
+            "device_kind": [None],
+            "kv_budget_bytes": [None],
+        },
+        schema_overrides={"device_kind": pl.String, "kv_budget_bytes": pl.Int64},
+    )
     store.write_run(data / "runs" / "e", "r1", run, spec={"engine": {"kv_cache_bytes": 1024, "extra_args": []}})
     row = store.load_runs(data).filter(pl.col("source") == "measured")
     assert row.select("device_kind", "kv_budget_bytes").rows() == [(None, None)]  # recorded null: not refilled
@@ -255,13 +300,25 @@ def test_published_rows_that_state_gpus_ran_on_gpus(data):
 
 
 def test_a_retired_column_is_dropped_and_an_unknown_device_kind_refused():
-    df = RUNS.conform(pl.DataFrame({"source": ["published"], "experiment": ["e"], "run_id": ["r"], "hardware": ["h"],
-                                    "model": ["m"], "engine": ["vllm"], "context_label": ["1K"],
-                                    "context_tokens": [1024], "status": ["ok"], "kv_cache_tokens": [5]}))
+    df = RUNS.conform(
+        pl.DataFrame(
+            {
+                "source": ["published"],
+                "experiment": ["e"],
+                "run_id": ["r"],
+                "hardware": ["h"],
+                "model": ["m"],
+                "engine": ["vllm"],
+                "context_label": ["1K"],
+                "context_tokens": [1024],
+                "status": ["ok"],
+                "kv_cache_tokens": [5],
+            }
+        )
+    )
     assert "kv_cache_tokens" not in df.columns
     with pytest.raises(SchemaError, match="column 'device_kind' has value 'tpu'"):
         RUNS.conform(df.with_columns(device_kind=pl.lit("tpu")))
-
 
 
 def test_spec_json_redacts_secret_looking_env_values(tmp_path):
@@ -270,7 +327,9 @@ def test_spec_json_redacts_secret_looking_env_values(tmp_path):
     exp = tmp_path / "e"
     store.write_run(exp, "k1", _row("k1"), spec={"engine": {"env": {"HF_TOKEN": "hf_x", "JAX_PLATFORMS": "cpu"}}})
     assert json.loads((exp / "k1" / store.SPEC_FILE).read_text())["engine"]["env"] == {
-        "HF_TOKEN": "***", "JAX_PLATFORMS": "cpu"}
+        "HF_TOKEN": "***",
+        "JAX_PLATFORMS": "cpu",
+    }
 
 
 def test_older_stored_runs_get_latency_percentiles_from_their_requests(tmp_path):
@@ -322,15 +381,26 @@ def test_telemetry_info_reads_an_older_no_sample_file_as_available_with_a_note(t
     dirs = store.run_dirs(tmp_path)
     base = {"interval_s": 0.5, "samples": 0, "samples_ok": 0}
     (dirs[0] / "telemetry.json").write_text(json.dumps({"available": False, "reason": "no sample was taken", **base}))
-    (dirs[1] / "telemetry.json").write_text(json.dumps({"available": False, "reason": "vLLM serves no /metrics",
-                                                        **base}))
-    (dirs[2] / "telemetry.json").write_text(json.dumps({"available": True, "reason": None, "note": "no sample was "
-                                                        "taken: the run ended before its first sample", **base}))
+    (dirs[1] / "telemetry.json").write_text(
+        json.dumps({"available": False, "reason": "vLLM serves no /metrics", **base})
+    )
+    (dirs[2] / "telemetry.json").write_text(
+        json.dumps(
+            {
+                "available": True,
+                "reason": None,
+                "note": "no sample was taken: the run ended before its first sample",
+                **base,
+            }
+        )
+    )
     info = store.load_telemetry_info(tmp_path).sort("run_id")
     got = {r["run_id"]: (r["available"], r["reason"], r["note"], r["samples"]) for r in info.iter_rows(named=True)}
-    assert got == {dirs[0].name: (True, None, "no sample was taken", 0),
-                   dirs[1].name: (False, "vLLM serves no /metrics", None, 0),
-                   dirs[2].name: (True, None, "no sample was taken: the run ended before its first sample", 0)}
+    assert got == {
+        dirs[0].name: (True, None, "no sample was taken", 0),
+        dirs[1].name: (False, "vLLM serves no /metrics", None, 0),
+        dirs[2].name: (True, None, "no sample was taken: the run ended before its first sample", 0),
+    }
 
 
 def test_runs_and_manifests_stored_before_the_probe_still_load_and_are_not_probed(tmp_path):

@@ -24,15 +24,34 @@ from kvlab.spec import ExperimentSpec
     [
         (dict(shared_prefix=True, fixed_context_fraction=0.3), "sglang", ["yes", "yes (30%)"]),
         (dict(shared_prefix=True, fixed_context_fraction=0.9), "sglang", ["yes", "yes (90%)"]),
-        (dict(shared_prefix=True, fixed_context_fraction=0.29, deepseek_family=True), "sglang", ["yes", "no (29%)", "yes"]),
-        (dict(shared_prefix=True, fixed_context_fraction=0.1, deepseek_family=False), "vllm", ["yes", "no (10%)", "no"]),
+        (
+            dict(shared_prefix=True, fixed_context_fraction=0.29, deepseek_family=True),
+            "sglang",
+            ["yes", "no (29%)", "yes"],
+        ),
+        (
+            dict(shared_prefix=True, fixed_context_fraction=0.1, deepseek_family=False),
+            "vllm",
+            ["yes", "no (10%)", "no"],
+        ),
         (dict(shared_prefix=False, concurrency=100), "vllm", ["no", "yes (100)"]),
-        (dict(shared_prefix=False, concurrency=99, mixed_hardware_or_frequent_model_changes=True), "vllm",
-         ["no", "no (99)", "yes"]),
-        (dict(shared_prefix=False, concurrency=8, priority="throughput"), "sglang", ["no", "no (8)", "no", "throughput"]),
+        (
+            dict(shared_prefix=False, concurrency=99, mixed_hardware_or_frequent_model_changes=True),
+            "vllm",
+            ["no", "no (99)", "yes"],
+        ),
+        (
+            dict(shared_prefix=False, concurrency=8, priority="throughput"),
+            "sglang",
+            ["no", "no (8)", "no", "throughput"],
+        ),
         (dict(shared_prefix=False, concurrency=8, priority="stability"), "vllm", ["no", "no (8)", "no", "stability"]),
         # questions off the path do not matter
-        (dict(shared_prefix=False, concurrency=500, deepseek_family=True, priority="throughput"), "vllm", ["no", "yes (500)"]),
+        (
+            dict(shared_prefix=False, concurrency=500, deepseek_family=True, priority="throughput"),
+            "vllm",
+            ["no", "yes (500)"],
+        ),
     ],
 )
 def test_decision_tree_every_branch(kwargs, engine, answers):
@@ -80,9 +99,18 @@ def test_experiment_workload_names_the_experiment_with_an_unknown_model(tmp_path
 
 def test_evidence_names_the_contradicted_premise():
     w = guide.UserWorkload(shared_fraction=0.5, concurrency=16, model="Llama-3.1-8B")
-    sharing = pl.DataFrame({"experiment": ["e"] * 2, "hardware": ["CPU"] * 2, "engine": ["vllm"] * 2,
-                            "prefix_caching": [True, False], "shared_fraction": [0.5, 0.5],
-                            "cache_hit_rate": [0.45, 0.0], "ideal_hit_rate": [0.47, 0.47], "batch_time_s": [1.0, 1.5]})
+    sharing = pl.DataFrame(
+        {
+            "experiment": ["e"] * 2,
+            "hardware": ["CPU"] * 2,
+            "engine": ["vllm"] * 2,
+            "prefix_caching": [True, False],
+            "shared_fraction": [0.5, 0.5],
+            "cache_hit_rate": [0.45, 0.0],
+            "ideal_hit_rate": [0.47, 0.47],
+            "batch_time_s": [1.0, 1.5],
+        }
+    )
     from kvlab.perfmodel import published_fit
 
     ev = guide.from_evidence(w, published_fit(), sharing, pl.DataFrame())
@@ -165,7 +193,7 @@ def test_repeats_do_not_hit_each_others_cache_by_the_servers_counters(real_vllm)
     for every run, as a first run's; a run that reused an earlier run's prefix would count its first request's
     prefix as hits too."""
     runs = store.load_runs(real_vllm.data).filter(pl.col("prefix_caching") & (pl.col("mode") == "shared_prefix"))
-    shared, = runs.filter(pl.col("experiment") == "repeats")["shared_prefix_tokens"].unique()
+    (shared,) = runs.filter(pl.col("experiment") == "repeats")["shared_prefix_tokens"].unique()
     point = runs.filter(pl.col("shared_prefix_tokens") == shared).sort("experiment", "repeat")
     assert point.select("experiment", "repeat").rows() == [("repeats", 0), ("repeats", 1), ("studies", 0)]
     hits = point["server_prefix_cache_hits"].to_list()
@@ -183,7 +211,9 @@ def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(real_vllm):
     assert (res.experiments["studies"].ok, res.failed, res.server_starts) == (10, 0, 2)
     # overlapped starts: while the first group ran, the second group's engine existed, every process of it stopped
     # (the cache-on group holds the three small experiments' five runs too); then the first's was stopped
-    apc_runs = 10 + 3 - len(real_vllm.finished_before_kill)  # the studies' 5, the small experiments' 5, what resume had left
+    apc_runs = (
+        10 + 3 - len(real_vllm.finished_before_kill)
+    )  # the studies' 5, the small experiments' 5, what resume had left
     assert [(c, states) for _, c, states in seen] == [(True, {psutil.STATUS_STOPPED})] * apc_runs + [(False, set())] * 5
     servers = json.loads((tmp_path / "runs" / "studies" / "manifest.json").read_text())["sweeps"][-1]["servers"]
     assert [s["start_overlapped"] for s in servers] == [True, True]

@@ -37,8 +37,10 @@ def test_report_01_answers_the_reference_host_by_context_with_the_models_range(r
     over every assumption set (its range; the count of sets SGLang wins), fixed figures of the article's table."""
     t = results["01"].answer.table
     pub = t.filter(pl.col("evidence") == "published")
-    assert pub.select("context", "engine", "margin").rows() == [("64K", "vllm", "1.50× faster"),
-                                                                ("200K", "sglang", "1.31× faster")]
+    assert pub.select("context", "engine", "margin").rows() == [
+        ("64K", "vllm", "1.50× faster"),
+        ("200K", "sglang", "1.31× faster"),
+    ]
     mod = results["01"]["modelled_ratios"]
     assert mod["context_tokens"].to_list() == [65536, 131072, 204800]
     assert (mod["sets"] == 96).all()
@@ -57,8 +59,13 @@ def test_index_json_carries_each_reports_answer_and_the_verdicts_its_page_shows(
     for entry in listed:
         assert entry["answer"]["sentences"], entry["notebook"]
         executed = nbformat.read(out / entry["notebook"], as_version=4)
-        on_page = [v for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                   for v in (o.get("data") or {}).get(VERDICTS_MIME, [])]
+        on_page = [
+            v
+            for c in executed.cells
+            if c.cell_type == "code"
+            for o in c.get("outputs", [])
+            for v in (o.get("data") or {}).get(VERDICTS_MIME, [])
+        ]
         assert on_page == entry["verdicts"], entry["notebook"]
         page = (out / entry["html"]).read_text()
         assert page.index("Answer.") < page.index("What this report found"), entry["notebook"]
@@ -77,8 +84,9 @@ def test_a_quantity_two_pages_print_is_one_computation(results):
     # Kimi-K3's concurrency ceilings on 8× B300: report 03's headroom and report 07's modelled ceilings (and the
     # number 07's verdict prints) are one count at every context and setting both show
     c7 = results["07"]["modelled"].select("mem_util", "dcp", "context_tokens", "concurrency_ceiling")
-    c3 = results["03"]["headroom"].select("mem_util", "dcp", "context_tokens",
-                                          pl.col("max_concurrent_seqs").alias("concurrency_ceiling"))
+    c3 = results["03"]["headroom"].select(
+        "mem_util", "dcp", "context_tokens", pl.col("max_concurrent_seqs").alias("concurrency_ceiling")
+    )
     both = c7.join(c3, on=["mem_util", "dcp", "context_tokens"], suffix="_03")
     assert both.height == 8 and (both["concurrency_ceiling"] == both["concurrency_ceiling_03"]).all(), both
     number = next(v.number for v in results["07"].verdicts if v.claim_id == "capacity_modelled_ceiling")

@@ -21,23 +21,33 @@ def test_shared_prefix_needs_a_fraction_in_0_1():
 
 
 def test_bad_shared_fraction_in_matrix_names_field_point_and_value(tmp_path):
-    data = _with("workload", {"kind": "shared_prefix", "batch_size": 4, "context_tokens": 2048, "output_tokens": 64,
-                              "shared_fraction": 0.0})
+    data = _with(
+        "workload",
+        {"kind": "shared_prefix", "batch_size": 4, "context_tokens": 2048, "output_tokens": 64, "shared_fraction": 0.0},
+    )
     data["matrix"] = {"workload.shared_fraction": [0.5, 1.2]}
     msg = _load_error(tmp_path, data)
     assert "workload.shared_fraction=1.2" in msg and "shared_fraction must be in [0, 1)" in msg and "1.2" in msg
 
 
 def test_multi_turn_derives_lengths_and_rejects_context():
-    w = workload_spec(kind="multi_turn", batch_size=3, turns=4, document_tokens=1000, question_tokens=10,
-                     output_tokens=20)
+    w = workload_spec(
+        kind="multi_turn", batch_size=3, turns=4, document_tokens=1000, question_tokens=10, output_tokens=20
+    )
     assert w.prompt_len == 1000 + 4 * 10 + 3 * 20 and w.total_tokens == w.prompt_len + 20
     assert w.n_requests == 12 and w.in_flight == 3
     with pytest.raises(ValueError, match="needs \\['turns'\\]"):
         workload_spec(kind="multi_turn", batch_size=3, document_tokens=1000, question_tokens=10, output_tokens=20)
     with pytest.raises(ValueError, match="leave context_tokens and prompt_tokens out"):
-        workload_spec(kind="multi_turn", batch_size=3, turns=2, document_tokens=1000, question_tokens=10,
-                     output_tokens=20, prompt_tokens=100)
+        workload_spec(
+            kind="multi_turn",
+            batch_size=3,
+            turns=2,
+            document_tokens=1000,
+            question_tokens=10,
+            output_tokens=20,
+            prompt_tokens=100,
+        )
 
 
 def test_kind_specific_fields_rejected_elsewhere():
@@ -63,12 +73,18 @@ def test_runs_of_old_specs_keep_their_keys(tmp_path):
     from kvlab.spec import _omit_defaults
 
     dumped = _omit_defaults(runs[0].engine.model_dump(mode="json"), "engine") | _omit_defaults(
-        runs[0].workload.model_dump(mode="json"), "workload")
+        runs[0].workload.model_dump(mode="json"), "workload"
+    )
     assert not payload_fields & set(dumped)
-    for field, value in (("report_cached_tokens", False), ("dp", 2), ("dtype", "float32")):  # any other value is another run
+    for field, value in (
+        ("report_cached_tokens", False),
+        ("dp", 2),
+        ("dtype", "float32"),
+    ):  # any other value is another run
         other = expand(ExperimentSpec.load(_write(tmp_path, _with(f"engines.vllm.{field}", value), "off.yaml")))
         assert {r.key for r in runs if r.engine_label == "vllm"}.isdisjoint(
-            {r.key for r in other if r.engine_label == "vllm"})
+            {r.key for r in other if r.engine_label == "vllm"}
+        )
 
 
 def _run(tmp_path, workload: dict):
@@ -79,26 +95,61 @@ def _run(tmp_path, workload: dict):
 
 def test_prompts_for_dispatches_on_kind(tmp_path):
     vocab = 512
-    sp = runner.prompts_for(_run(tmp_path, {"kind": "shared_prefix", "batch_size": 4, "context_tokens": 1024,
-                                            "output_tokens": 24, "shared_fraction": 0.5}), vocab)
+    sp = runner.prompts_for(
+        _run(
+            tmp_path,
+            {
+                "kind": "shared_prefix",
+                "batch_size": 4,
+                "context_tokens": 1024,
+                "output_tokens": 24,
+                "shared_fraction": 0.5,
+            },
+        ),
+        vocab,
+    )
     assert len(sp) == 4 and {len(p.token_ids) for p in sp} == {1000} and {p.shared_prefix_tokens for p in sp} == {500}
     assert len({p.token_ids[:500] for p in sp}) == 1 and len({p.token_ids[500] for p in sp}) == 4
-    mt_run = _run(tmp_path, {"kind": "multi_turn", "batch_size": 2, "turns": 3, "document_tokens": 100,
-                             "question_tokens": 10, "output_tokens": 5})
+    mt_run = _run(
+        tmp_path,
+        {
+            "kind": "multi_turn",
+            "batch_size": 2,
+            "turns": 3,
+            "document_tokens": 100,
+            "question_tokens": 10,
+            "output_tokens": 5,
+        },
+    )
     mt = runner.prompts_for(mt_run, vocab)
     assert len(mt) == 6 and max(len(p.token_ids) for p in mt) == mt_run.workload.prompt_len
     assert [(p.conversation, p.turn) for p in mt] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
-    cl = runner.prompts_for(_run(tmp_path, {"kind": "classification", "batch_size": 128, "concurrency": 100,
-                                            "prompt_tokens": 32, "output_tokens": 10}), vocab)
+    cl = runner.prompts_for(
+        _run(
+            tmp_path,
+            {"kind": "classification", "batch_size": 128, "concurrency": 100, "prompt_tokens": 32, "output_tokens": 10},
+        ),
+        vocab,
+    )
     assert len(cl) == 128 and {p.max_tokens for p in cl} == {10} and len({p.token_ids for p in cl}) == 128
-    rs = runner.prompts_for(_run(tmp_path, {"kind": "reasoning", "batch_size": 3, "prompt_tokens": 200,
-                                            "output_tokens": 100}), vocab)
+    rs = runner.prompts_for(
+        _run(tmp_path, {"kind": "reasoning", "batch_size": 3, "prompt_tokens": 200, "output_tokens": 100}), vocab
+    )
     assert all(p.messages and p.endpoint == "/v1/chat/completions" for p in rs)
 
 
 def test_dry_run_describes_the_new_kinds(tmp_path):
-    data = _with("workload", {"kind": "shared_prefix", "batch_size": 4, "concurrency": 2, "context_tokens": 2048,
-                              "output_tokens": 48, "shared_fraction": 0.3})
+    data = _with(
+        "workload",
+        {
+            "kind": "shared_prefix",
+            "batch_size": 4,
+            "concurrency": 2,
+            "context_tokens": 2048,
+            "output_tokens": 48,
+            "shared_fraction": 0.3,
+        },
+    )
     data["matrix"] = {}
     text = plan.dry_run_text(ExperimentSpec.load(_write(tmp_path, data)))
     assert "shared 0.3 = 600 tokens; ≤2 in flight" in text
@@ -127,4 +178,6 @@ def test_cached_token_report_and_reasoning_parser_flags():
     # SGLang's prefix-cache counters: prompt tokens looked up, cached tokens hit
     names = get_adapter("sglang").metric_names
     assert (names["prefix_cache_queries"], names["prefix_cache_hits"]) == (
-        "sglang:prompt_tokens_total", "sglang:cached_tokens_total")
+        "sglang:prompt_tokens_total",
+        "sglang:cached_tokens_total",
+    )

@@ -9,16 +9,34 @@ from kvlab import tables
 
 
 def test_numbers_read_as_a_reader_expects():
-    cases = {None: "–", float("nan"): "–", 1.500498: "1.50", 0.434768: "0.435", 14.01178: "14.0", 100.5: "100.5",
-             0.92: "0.92", 2199617: "2,199,617", 10440.0: "10,440", True: "yes", 3: "3"}
+    cases = {
+        None: "–",
+        float("nan"): "–",
+        1.500498: "1.50",
+        0.434768: "0.435",
+        14.01178: "14.0",
+        100.5: "100.5",
+        0.92: "0.92",
+        2199617: "2,199,617",
+        10440.0: "10,440",
+        True: "yes",
+        3: "3",
+    }
     assert {v: tables.number(v) for v in cases if v == v} == {v: s for v, s in cases.items() if v == v}
     assert tables.number(float("nan")) == "–"
 
 
 def test_headers_carry_units_and_rows_are_formatted():
-    frame = pl.DataFrame({"context_label": ["64K", "200K"], "engine": ["vllm", "sglang-jax"],
-                          "batch_time_s": [0.434768, 14.01178], "ttft_mean_ms": [1044.2, None],
-                          "run_id": ["6ee02ffe94c4", "55813f97ce92"], "batch_time_std_s": [None, 0.0123]})
+    frame = pl.DataFrame(
+        {
+            "context_label": ["64K", "200K"],
+            "engine": ["vllm", "sglang-jax"],
+            "batch_time_s": [0.434768, 14.01178],
+            "ttft_mean_ms": [1044.2, None],
+            "run_id": ["6ee02ffe94c4", "55813f97ce92"],
+            "batch_time_std_s": [None, 0.0123],
+        }
+    )
     t = tables.table(frame)
     assert t.headers == ["context", "engine", "batch time (s)", "ttft mean (ms)", "batch time spread, std (s)"]
     assert t.rows == [["64K", "vLLM", "0.435", "1,044", "–"], ["200K", "sglang-jax (CPU)", "14.0", "–", "0.0123"]]
@@ -39,10 +57,24 @@ def test_a_missing_column_is_named():
 
 def test_engine_names_and_hit_rates_read_the_same_in_every_table():
     """Columns that name engines show display names; hit rates show as whole percentages, as every sentence does."""
-    t = tables.table(pl.DataFrame({"engine": ["vllm"], "faster": ["sglang-jax"], "winner_200k": ["sglang"],
-                                   "cache_hit_rate": [0.835], "ideal_hit_rate": [0.875], "block_ideal_hit_rate": [None]}))
+    t = tables.table(
+        pl.DataFrame(
+            {
+                "engine": ["vllm"],
+                "faster": ["sglang-jax"],
+                "winner_200k": ["sglang"],
+                "cache_hit_rate": [0.835],
+                "ideal_hit_rate": [0.875],
+                "block_ideal_hit_rate": [None],
+            }
+        )
+    )
     assert t.rows == [["vLLM", "sglang-jax (CPU)", "SGLang", "84%", "88%", "–"]]
-    assert t.headers[3:] == ["cache-hit rate (%)", "ideal hit rate, token-exact (%)", "ideal hit rate, whole blocks (%)"]
+    assert t.headers[3:] == [
+        "cache-hit rate (%)",
+        "ideal hit rate, token-exact (%)",
+        "ideal hit rate, whole blocks (%)",
+    ]
 
 
 def test_a_range_reads_least_to_most_and_formatted_numbers_line_up_right():
@@ -73,15 +105,18 @@ def test_a_long_table_is_folded_with_its_rows_as_csv():
     assert name == "residuals-per-point.csv"
     lines = unquote(uri).splitlines()
     assert lines[0] == "engine,residual (ms)" and lines[1] == "vLLM,< 0.001" and len(lines) == 14
-    assert "<details" not in tables.table(rows[:tables.FOLD_ROWS]).html()
+    assert "<details" not in tables.table(rows[: tables.FOLD_ROWS]).html()
 
 
 def test_a_short_table_is_folded_when_asked_and_an_empty_one_never():
     """fold=True folds a table of any length (its rows said beside it); fold=False keeps a long one open;
     tables.folded() names the summary line apart from the caption; a table with no rows is never folded."""
     rows = [{"engine": "sglang", "tpot_ms": 7.5}, {"engine": "vllm", "tpot_ms": 3.8}]
-    assert tables.table(rows, caption="Step-time points", fold=True).html().startswith(
-        '<details class="kvlab-fold"><summary>Step-time points: 2 rows (show)')
+    assert (
+        tables.table(rows, caption="Step-time points", fold=True)
+        .html()
+        .startswith('<details class="kvlab-fold"><summary>Step-time points: 2 rows (show)')
+    )
     assert "<details" not in tables.table(rows * 10, fold=False).html()
     shown = tables.folded(tables.table(rows, caption="one run a side"), "Per point <cache on>").html()
     assert shown.startswith('<details class="kvlab-fold"><summary>Per point &lt;cache on&gt;: 2 rows (show)')
@@ -90,10 +125,17 @@ def test_a_short_table_is_folded_when_asked_and_an_empty_one_never():
 
 
 def test_kv_formats_are_named_in_words():
-    assert [tables.kv_format_words(f) for f in ("bf16", "fp8", "fp8_packed_mla", "int4")] == \
-        ["BF16", "FP8", "packed FP8 MLA", "int4"]
+    assert [tables.kv_format_words(f) for f in ("bf16", "fp8", "fp8_packed_mla", "int4")] == [
+        "BF16",
+        "FP8",
+        "packed FP8 MLA",
+        "int4",
+    ]
 
 
 def test_experiments_are_named_in_words():
-    assert [tables.experiment_words(e) for e in ("cpu_long_context", "article_b300", "gpu_multi_turn_rag")] == \
-        ["long-context runs", "the B300 article's table", "gpu multi turn rag"]
+    assert [tables.experiment_words(e) for e in ("cpu_long_context", "article_b300", "gpu_multi_turn_rag")] == [
+        "long-context runs",
+        "the B300 article's table",
+        "gpu multi turn rag",
+    ]

@@ -46,7 +46,9 @@ def test_config_matches_tokenizer_and_weights(tmp_path):
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + n])
     assert header["model.embed_tokens.weight"] == {
-        "dtype": "BF16", "shape": [vocab, 256], "data_offsets": header["model.embed_tokens.weight"]["data_offsets"]
+        "dtype": "BF16",
+        "shape": [vocab, 256],
+        "data_offsets": header["model.embed_tokens.weight"]["data_offsets"],
     }
     end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
     assert len(raw) == 8 + n + end
@@ -91,9 +93,12 @@ def test_the_model_is_described_in_words_with_its_real_parameter_count(tiny_mode
     from kvlab import tinymodel
 
     raw = (tiny_model / "model.safetensors").read_bytes()
-    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    header = json.loads(raw[8 : 8 + struct.unpack("<Q", raw[:8])[0]])
     stored = sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
     assert tinymodel.parameter_count() == stored == 1_443_072
-    assert tinymodel.describe(str(tiny_model)) == tinymodel.describe("tiny-llama") == (
-        "kvlab's tiny Llama (tiny-llama): 2 layers, 1.4M parameters, random weights, made locally")
+    assert (
+        tinymodel.describe(str(tiny_model))
+        == tinymodel.describe("tiny-llama")
+        == ("kvlab's tiny Llama (tiny-llama): 2 layers, 1.4M parameters, random weights, made locally")
+    )
     assert tinymodel.describe("moonshotai/Kimi-K3") == "moonshotai/Kimi-K3"

@@ -4,13 +4,26 @@ from kvlab import units
 
 
 def test_stored_labels_are_whole_k_or_the_plain_count():
-    assert [units.context_label(t) for t in (74, 1024, 65536, 204800, 1 << 20, 3000, 65536.0)] == \
-        ["74", "1K", "64K", "200K", "1024K", "3000", "64K"]
+    assert [units.context_label(t) for t in (74, 1024, 65536, 204800, 1 << 20, 3000, 65536.0)] == [
+        "74",
+        "1K",
+        "64K",
+        "200K",
+        "1024K",
+        "3000",
+        "64K",
+    ]
 
 
 def test_contexts_are_named_in_k_never_in_powers_of_two():
-    assert [units.tokens_label(t) for t in (4096, 65536, 131072, 204800, 1 << 20, 3000)] == \
-        ["4K", "64K", "128K", "200K", "1M", "3,000"]
+    assert [units.tokens_label(t) for t in (4096, 65536, 131072, 204800, 1 << 20, 3000)] == [
+        "4K",
+        "64K",
+        "128K",
+        "200K",
+        "1M",
+        "3,000",
+    ]
 
 
 def test_estimates_are_rounded_to_whole_k():
@@ -37,7 +50,14 @@ def test_measured_numbers_have_two_significant_figures_at_n1_and_never_e_notatio
     from kvlab.units import measured
 
     assert [measured(x, 1) for x in (1290.4, 464.2, 11.3, 5.74, 1.97, 0.4, 0.0523)] == [
-        "1,300", "460", "11", "5.7", "2.0", "0.40", "0.052"]
+        "1,300",
+        "460",
+        "11",
+        "5.7",
+        "2.0",
+        "0.40",
+        "0.052",
+    ]
     assert [measured(x, 3) for x in (1290.4, 464.2, 20.2, 5.74, 0.0523)] == ["1,290", "464", "20.2", "5.74", "0.0523"]
     assert measured(0.0, 1) == measured(0.0, 3) == "0"
 
@@ -45,6 +65,9 @@ def test_measured_numbers_have_two_significant_figures_at_n1_and_never_e_notatio
 def test_a_time_twice_as_long_or_more_is_a_factor_not_hundreds_of_percent():
     # 1 - on/off: the cache on saved 32%, cost 21% more, or took 5.74× as long (not "474% more")
     assert [units.time_against(s) for s in (0.32, -0.21, -4.74)] == [
-        "32% less batch time than", "21% more batch time than", "5.7× as much batch time as"]
+        "32% less batch time than",
+        "21% more batch time than",
+        "5.7× as much batch time as",
+    ]
     assert units.time_against(-1.0, "TTFT") == "2.0× as much TTFT as"
     assert [units.apart(s) for s in (0.2, -0.31, -0.99, -4.74)] == ["20%", "31%", "99%", "5.7×"]

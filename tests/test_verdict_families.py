@@ -16,13 +16,29 @@ from prefix_frames import conc_runs, sharing_runs
 
 from kvlab import analysis, guide, narrative, store, verdicts
 from kvlab.claims import (
-    MIN_REPEATS, Repeats, cache_shares, combined, counted, cpu_cross_engine, finding, held_out_gate,
-    measured_difference, on_cpu,
+    MIN_REPEATS,
+    Repeats,
+    cache_shares,
+    combined,
+    counted,
+    cpu_cross_engine,
+    finding,
+    held_out_gate,
+    measured_difference,
+    on_cpu,
 )
 from kvlab.claims import capacity, documents
 from kvlab.claims.grading import (
-    CONFIGURED, CPU_IMPLEMENTATIONS, FAILS_HELD_OUT, FEW_REPEATS, MIXED_SIGNS, NO_GPU_MEMORY, NO_RANGE,
-    WITHIN_SPREAD, ASSUMED_FROM_CLAIM, configured,
+    CONFIGURED,
+    CPU_IMPLEMENTATIONS,
+    FAILS_HELD_OUT,
+    FEW_REPEATS,
+    MIXED_SIGNS,
+    NO_GPU_MEMORY,
+    NO_RANGE,
+    WITHIN_SPREAD,
+    ASSUMED_FROM_CLAIM,
+    configured,
 )
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.verdicts import Verdict
@@ -38,15 +54,25 @@ def test_a_consistency_verdict_never_reproduces_and_the_others_never_say_consist
     with pytest.raises(ValueError, match="family 'mine'"):
         Verdict("x", "found", "measured", "1", family="mine")
     # a verdict without a family gets one from its id, kind, evidence and outcome
-    assert [Verdict("x", o, e, "1", claim_id=c, kind=k).family for c, k, e, o in (
-        ("speedup_64K", "relative_speed", "published", "consistent"),
-        ("speedup_64K", "relative_speed", "measured", "cannot be tested here"),
-        ("model_held_out", "model_held_out", "modelled", "contradicted"),
-        ("capacity_goodput_map", "capacity", "measured", "inconclusive"),
-        ("", "", "measured", "found"))] == ["consistency", "document", "own", "own", "own"]
+    assert [
+        Verdict("x", o, e, "1", claim_id=c, kind=k).family
+        for c, k, e, o in (
+            ("speedup_64K", "relative_speed", "published", "consistent"),
+            ("speedup_64K", "relative_speed", "measured", "cannot be tested here"),
+            ("model_held_out", "model_held_out", "modelled", "contradicted"),
+            ("capacity_goodput_map", "capacity", "measured", "inconclusive"),
+            ("", "", "measured", "found"),
+        )
+    ] == ["consistency", "document", "own", "own", "own"]
     # an index.json written before the families reads back: the article against its own table was "reproduced"
-    old = {"claim": "vLLM ≈ 1.5× faster at 64K", "outcome": "reproduced", "evidence": "published", "number": "1.50×",
-           "claim_id": "speedup_64K", "kind": "relative_speed"}
+    old = {
+        "claim": "vLLM ≈ 1.5× faster at 64K",
+        "outcome": "reproduced",
+        "evidence": "published",
+        "number": "1.50×",
+        "claim_id": "speedup_64K",
+        "kind": "relative_speed",
+    }
     assert (Verdict(**old).outcome, Verdict(**old).family) == ("consistent", "consistency")
 
 
@@ -59,43 +85,138 @@ def _index_like() -> list[Verdict]:
     V = Verdict
     return [
         V("vLLM ≈ 1.5× faster at 64K", "consistent", "published", "1.50×", claim_id="speedup_64K", n=2),
-        V("vLLM ≈ 1.5× faster at 64K — on this host", "cannot be tested here", number="4.9×", claim_id="speedup_64K",
-          n=1, **cpu),
+        V(
+            "vLLM ≈ 1.5× faster at 64K — on this host",
+            "cannot be tested here",
+            number="4.9×",
+            claim_id="speedup_64K",
+            n=1,
+            **cpu,
+        ),
         V("SGLang ≈ 1.31× faster at 200K", "consistent", "published", "1.31×", claim_id="speedup_200K", n=2),
-        V("SGLang ≈ 1.31× faster at 200K — on this host", "cannot be tested here", number="0.07×",
-          claim_id="speedup_200K", n=1, **cpu),
-        V("The winner changes (the table, interpolated)", "found", "published", "124K–130K",
-          claim_id="crossover_published", n=4),
-        V("Does the model pass its held-out test?", "contradicted", "modelled", "0 of 4", claim_id="model_held_out",
-          kind="model_held_out", n=4),
+        V(
+            "SGLang ≈ 1.31× faster at 200K — on this host",
+            "cannot be tested here",
+            number="0.07×",
+            claim_id="speedup_200K",
+            n=1,
+            **cpu,
+        ),
+        V(
+            "The winner changes (the table, interpolated)",
+            "found",
+            "published",
+            "124K–130K",
+            claim_id="crossover_published",
+            n=4,
+        ),
+        V(
+            "Does the model pass its held-out test?",
+            "contradicted",
+            "modelled",
+            "0 of 4",
+            claim_id="model_held_out",
+            kind="model_held_out",
+            n=4,
+        ),
         V("vLLM drops 3.29×", "inconsistent", "published", "2.94×", claim_id="decay_vllm", n=2),
         V("SGLang drops 1.25×", "inconsistent", "published", "1.49×", claim_id="decay_sglang", n=2),
         V("SGLang holds up better", "consistent", "published", "1.97×", claim_id="decay_vllm,decay_sglang", n=4),
-        V("SGLang holds up better — on this host", "cannot be tested here", number="4.9×",
-          claim_id="decay_vllm,decay_sglang", n=1, **cpu),
-        V("0.95 caused OOM retries", "cannot be tested here", "measured", "0 retries", claim_id="memory_095", n=1,
-          limit=NO_GPU_MEMORY),
-        V("0.95 caused OOM retries — kvlab's model", "cannot be tested here", "modelled", "13.4 GiB",
-          claim_id="memory_095", n=1, limit=ASSUMED_FROM_CLAIM),
-        V("0.92 removed the retries", "cannot be tested here", "measured", "0", claim_id="memory_092_retries", n=1,
-          limit=NO_GPU_MEMORY),
-        V("0.92 stabilised run time", "cannot be tested here", "measured", "–", claim_id="memory_092_stability", n=1,
-          limit=NO_GPU_MEMORY),
-        V("0.92 came at higher latency", "inconclusive", number="+1.6%", claim_id="memory_092_latency", n=1,
-          **(few | {"limit": MIXED_SIGNS})),
-        V("The crossover range", "inconclusive", "modelled", "108K–777K", claim_id="crossover_range", n=96,
-          limit=FAILS_HELD_OUT),
-        V("The fit is plausible", "contradicted", "modelled", "no", claim_id="model_plausible",
-          kind="model_plausibility", n=4),
-        *[V(f"design claim {c}", "inconclusive", number="78%", claim_id=c, n=1, **few)
-          for c in ("vllm_no_prefix_sharing", "sglang_radix_sharing", "sglang_radix_suffix")],
+        V(
+            "SGLang holds up better — on this host",
+            "cannot be tested here",
+            number="4.9×",
+            claim_id="decay_vllm,decay_sglang",
+            n=1,
+            **cpu,
+        ),
+        V(
+            "0.95 caused OOM retries",
+            "cannot be tested here",
+            "measured",
+            "0 retries",
+            claim_id="memory_095",
+            n=1,
+            limit=NO_GPU_MEMORY,
+        ),
+        V(
+            "0.95 caused OOM retries — kvlab's model",
+            "cannot be tested here",
+            "modelled",
+            "13.4 GiB",
+            claim_id="memory_095",
+            n=1,
+            limit=ASSUMED_FROM_CLAIM,
+        ),
+        V(
+            "0.92 removed the retries",
+            "cannot be tested here",
+            "measured",
+            "0",
+            claim_id="memory_092_retries",
+            n=1,
+            limit=NO_GPU_MEMORY,
+        ),
+        V(
+            "0.92 stabilised run time",
+            "cannot be tested here",
+            "measured",
+            "–",
+            claim_id="memory_092_stability",
+            n=1,
+            limit=NO_GPU_MEMORY,
+        ),
+        V(
+            "0.92 came at higher latency",
+            "inconclusive",
+            number="+1.6%",
+            claim_id="memory_092_latency",
+            n=1,
+            **(few | {"limit": MIXED_SIGNS}),
+        ),
+        V(
+            "The crossover range",
+            "inconclusive",
+            "modelled",
+            "108K–777K",
+            claim_id="crossover_range",
+            n=96,
+            limit=FAILS_HELD_OUT,
+        ),
+        V(
+            "The fit is plausible",
+            "contradicted",
+            "modelled",
+            "no",
+            claim_id="model_plausible",
+            kind="model_plausibility",
+            n=4,
+        ),
+        *[
+            V(f"design claim {c}", "inconclusive", number="78%", claim_id=c, n=1, **few)
+            for c in ("vllm_no_prefix_sharing", "sglang_radix_sharing", "sglang_radix_suffix")
+        ],
         V("≥30% shared: SGLang", "cannot be tested here", number="19×", claim_id="shared_prefix_threshold", n=1, **cpu),
-        V("Does the saving jump at 30%?", "inconclusive", number="a steady rise", claim_id="shared_prefix_threshold_jump",
-          n=1, **few),
+        V(
+            "Does the saving jump at 30%?",
+            "inconclusive",
+            number="a steady rise",
+            claim_id="shared_prefix_threshold_jump",
+            n=1,
+            **few,
+        ),
         V("≥30% shared: SGLang", "cannot be tested here", number="19×", claim_id="shared_prefix_threshold", n=1, **cpu),
         V("≥100 in flight: vLLM", "cannot be tested here", number="–", claim_id="high_concurrency", n=1, **cpu),
-        V("A higher memory setting raises the ceiling", "configured", "measured", "8 → 20", kind="capacity",
-          claim_id="capacity_ceiling_memory", n=1, limit=CONFIGURED),
+        V(
+            "A higher memory setting raises the ceiling",
+            "configured",
+            "measured",
+            "8 → 20",
+            kind="capacity",
+            claim_id="capacity_ceiling_memory",
+            n=1,
+            limit=CONFIGURED,
+        ),
     ]
 
 
@@ -105,26 +226,36 @@ def test_the_headline_counts_each_family_apart_and_every_count_adds_up():
     one cause."""
     vs = _index_like()
     claim, holds, limits = verdicts.headline(vs)
-    assert claim == ("**The documents claim** “vLLM ≈ 1.5× faster at 64K”; “SGLang ≈ 1.31× faster at 200K” and 11 more "
-                     "claims. The page also asks 6 questions of its own.")  # 13 claims; 6 own ids
-    assert holds == ("**What holds:** no claim is reproduced or contradicted by evidence independent of the documents. "
-                     "Checked against the documents' own figures, 4 claims: 2 consistent and 2 inconsistent. kvlab's own "
-                     "checks: 2 failed. The page's own answer: The winner changes (the table, interpolated) — 124K–130K.")
+    assert claim == (
+        "**The documents claim** “vLLM ≈ 1.5× faster at 64K”; “SGLang ≈ 1.31× faster at 200K” and 11 more "
+        "claims. The page also asks 6 questions of its own."
+    )  # 13 claims; 6 own ids
+    assert holds == (
+        "**What holds:** no claim is reproduced or contradicted by evidence independent of the documents. "
+        "Checked against the documents' own figures, 4 claims: 2 consistent and 2 inconsistent. kvlab's own "
+        "checks: 2 failed. The page's own answer: The winner changes (the table, interpolated) — 124K–130K."
+    )
     assert limits == (
         "**What this host cannot say:** 9 claims cannot be tested on this host (CPU runs of two different engine "
         "implementations cannot decide a speed claim about a GPU host — 6; no GPU memory outside the KV pool on this "
         "host, where the claimed OOMs arise — 3); 4 claims are inconclusive (fewer than 3 repeats — 3; signs mixed "
         "across engines or metrics — 1); 2 own questions are inconclusive (the model fails its held-out test — 1; "
-        "fewer than 3 repeats — 1); 1 value the experiment file sets is shown as configuration, not graded.")
+        "fewer than 3 repeats — 1); 1 value the experiment file sets is shown as configuration, not graded."
+    )
     counts = verdicts.family_counts(vs)
-    assert counts == {"document": {"cannot be tested here": 9, "inconclusive": 4},
-                      "consistency": {"consistent": 2, "inconsistent": 2},
-                      "own": {"found": 1, "contradicted": 2, "inconclusive": 2, "configured": 1}}
+    assert counts == {
+        "document": {"cannot be tested here": 9, "inconclusive": 4},
+        "consistency": {"consistent": 2, "inconsistent": 2},
+        "own": {"found": 1, "contradicted": 2, "inconclusive": 2, "configured": 1},
+    }
     # the sums: 13 document claims (each in the document family here), 4 checked against their own figures, 6 own
     assert sum(counts["document"].values()) == 13 and sum(counts["own"].values()) == 6
     for sentence in (limits,):  # every parenthesised cause count adds up to the count it explains
-        for total, causes in re.findall(r"(\d+) (?:claims?|own questions?) (?:cannot be tested on this host|are "
-                                        r"inconclusive|is inconclusive) \(((?:[^()]|\([^()]*\))*)\)", sentence):
+        for total, causes in re.findall(
+            r"(\d+) (?:claims?|own questions?) (?:cannot be tested on this host|are "
+            r"inconclusive|is inconclusive) \(((?:[^()]|\([^()]*\))*)\)",
+            sentence,
+        ):
             parts = [int(k) for k in re.findall(r" — (\d+)", causes)] or [int(total)]
             assert sum(parts) == int(total), (total, causes)
 
@@ -141,8 +272,10 @@ def test_the_headline_reads_index_json_dicts_as_verdicts():
 
 
 def test_found_rows_pass_the_cpu_rule_and_the_repeats_rule():
-    assert finding(5, engines=("vllm", "sglang"), device_kinds=["cpu", "cpu"])[::2] == ("cannot be tested here",
-                                                                                         CPU_IMPLEMENTATIONS)
+    assert finding(5, engines=("vllm", "sglang"), device_kinds=["cpu", "cpu"])[::2] == (
+        "cannot be tested here",
+        CPU_IMPLEMENTATIONS,
+    )
     # no device kind: counted as CPU; a GPU kind passes to the repeats rule
     assert finding(5, cross_engine=True)[0] == "cannot be tested here"
     assert finding(5, cross_engine=True, device_kinds=["gpu", "gpu"])[0] == "found"
@@ -154,7 +287,13 @@ def test_found_rows_pass_the_cpu_rule_and_the_repeats_rule():
     x = analysis.Crossover(4224.0, "vllm", "sglang-jax", "linear", "", "", n_runs=1)
     (v,) = narrative.crossover_verdicts([], None, [x])
     assert (v.claim_id, v.outcome, v.n, v.value, v.limit, v.family) == (
-        "crossover_measured", "cannot be tested here", 1, 4224.0, CPU_IMPLEMENTATIONS, "own")
+        "crossover_measured",
+        "cannot be tested here",
+        1,
+        4224.0,
+        CPU_IMPLEMENTATIONS,
+        "own",
+    )
     (g,) = narrative.crossover_verdicts([], None, [x], device_kinds=["gpu", "gpu"])
     assert (g.outcome, g.limit) == ("inconclusive", FEW_REPEATS)
 
@@ -195,12 +334,20 @@ def test_the_shared_prefix_threshold_row_has_one_n_in_reports_05_and_06(study):
     at_claim = sharing.filter(pl.col("shared_fraction") == sharing["shared_fraction"].max())
     assert at_claim["n_runs"].min() == 3 and sharing.filter(pl.col("shared_fraction") == 0)["n_runs"].max() == 1
     kv = study["claims"]
-    five = next(v for v in narrative.prefix_verdicts(kv, sharing, study["gain"], {}, pl.DataFrame())
-                if v.claim_id == "shared_prefix_threshold")
+    five = next(
+        v
+        for v in narrative.prefix_verdicts(kv, sharing, study["gain"], {}, pl.DataFrame())
+        if v.claim_id == "shared_prefix_threshold"
+    )
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     conc = analysis.concurrency_study(conc_runs())
-    six = next(v for v in narrative.engine_choice_verdicts(kv, sharing, conc, w, w.tree(), guide.from_evidence(
-        w, guide_fit(), sharing, conc)) if v.claim_id == "shared_prefix_threshold")
+    six = next(
+        v
+        for v in narrative.engine_choice_verdicts(
+            kv, sharing, conc, w, w.tree(), guide.from_evidence(w, guide_fit(), sharing, conc)
+        )
+        if v.claim_id == "shared_prefix_threshold"
+    )
     assert (five.outcome, five.value, five.n) == (six.outcome, six.value, six.n) == ("cannot be tested here", 2.0, 1)
 
 
@@ -237,10 +384,16 @@ def test_the_guide_never_lets_a_model_that_fails_its_held_out_test_pick_an_engin
     ev = guide.from_evidence(guide.UserWorkload(4096, model="Kimi-K3"), fit, empty, empty)
     assert ev.decided_by == "tree"
     # the tree's own words for each leaf (its parentheses, translated)
-    assert [guide.decision_tree(*a).reason for a in ((True, 0.4), (True, 0.1, True), (True, 0.1), (False, 0.0, False, 128),
-                                                     (False, 0.0, False, 8, True))] == [
-        "RadixAttention's effect at its greatest", "dedicated optimisations built in",
-        "about equal; vLLM is easier to operate", "C++ routing stability", "hardware and model diversity"]
+    assert [
+        guide.decision_tree(*a).reason
+        for a in ((True, 0.4), (True, 0.1, True), (True, 0.1), (False, 0.0, False, 128), (False, 0.0, False, 8, True))
+    ] == [
+        "RadixAttention's effect at its greatest",
+        "dedicated optimisations built in",
+        "about equal; vLLM is easier to operate",
+        "C++ routing stability",
+        "hardware and model diversity",
+    ]
 
 
 # --------------------------------------------------------------------------- the seed documents' claims
@@ -249,16 +402,24 @@ def test_the_guide_never_lets_a_model_that_fails_its_held_out_test_pick_an_engin
 def test_the_seed_claims_are_graded_each_naming_the_experiment_that_would_decide_it():
     claims = store.load_claims()
     pub = store.load_runs().filter(pl.col("experiment") == "article_b300")  # the article's own table
-    got = [(v.claim_id, v.outcome, v.family) for e in ("article_b300", "article_kv_design")
-           for v in documents.graded(claims.filter(pl.col("experiment") == e), claims, pub)]
+    got = [
+        (v.claim_id, v.outcome, v.family)
+        for e in ("article_b300", "article_kv_design")
+        for v in documents.graded(claims.filter(pl.col("experiment") == e), claims, pub)
+    ]
     untested = ("cannot be tested here", "document")
     assert got == [
-        ("decode_decides", *untested), ("communication_dominates_64K", *untested),
-        ("kv_reads_dominate_200K", *untested), ("larger_windows_widen_lead", *untested),
-        ("gpu_count_not_linear", *untested), ("sglang_timeout_utilisation", *untested),
+        ("decode_decides", *untested),
+        ("communication_dominates_64K", *untested),
+        ("kv_reads_dominate_200K", *untested),
+        ("larger_windows_widen_lead", *untested),
+        ("gpu_count_not_linear", *untested),
+        ("sglang_timeout_utilisation", *untested),
         ("only_engine_changed", "inconsistent", "consistency"),  # its own table: DCP 1 for vLLM, 8 for SGLang
-        ("deepseek_sglang", *untested), ("otherwise_equal_vllm_easier", *untested),
-        ("high_concurrency_routing", *untested), ("mixed_hardware_vllm", *untested),
+        ("deepseek_sglang", *untested),
+        ("otherwise_equal_vllm_easier", *untested),
+        ("high_concurrency_routing", *untested),
+        ("mixed_hardware_vllm", *untested),
         ("throughput_sglang_stability_vllm", *untested),
         ("memory_095_recommended", "inconsistent", "consistency"),  # 0.95 recommended; 0.95 caused OOM retries
     ]
@@ -313,10 +474,26 @@ def test_per_repeat_n_is_the_distinct_repeat_indices(seed):
 
 
 def _speed_frame(device: str, claimed: list[float], other: list[float]) -> pl.DataFrame:
-    rows = [dict(source="measured", experiment="x", hardware="8× NVIDIA B300" if device == "gpu" else "CPU",
-                 context_label="64K", context_tokens=1024, engine=e, status="ok", batch_time_s=t, batch_size=8,
-                 output_tokens=16, prompt_tokens=1000, scale_factor=64.0, device_kind=device, run_id=f"{e}{i}")
-            for e, ts in (("vllm", claimed), ("sglang", other)) for i, t in enumerate(ts)]
+    rows = [
+        dict(
+            source="measured",
+            experiment="x",
+            hardware="8× NVIDIA B300" if device == "gpu" else "CPU",
+            context_label="64K",
+            context_tokens=1024,
+            engine=e,
+            status="ok",
+            batch_time_s=t,
+            batch_size=8,
+            output_tokens=16,
+            prompt_tokens=1000,
+            scale_factor=64.0,
+            device_kind=device,
+            run_id=f"{e}{i}",
+        )
+        for e, ts in (("vllm", claimed), ("sglang", other))
+        for i, t in enumerate(ts)
+    ]
     return pl.DataFrame(rows)
 
 
@@ -327,8 +504,18 @@ def test_speed_verdicts_n_value_and_spread(seed, device):
     time ÷ its own), spread its min–max over the repeats, n the fewer runs — on GPUs (graded) and on a CPU (not)."""
     rng = random.Random(200 + seed)
     claimed, other = _times(rng, rng.randint(1, 5), 1.0), _times(rng, rng.randint(1, 5), rng.uniform(0.6, 1.6))
-    claims = pl.DataFrame([dict(claim_id="speedup_64K", kind="relative_speed", engine="vllm", context_from="64K",
-                                stated_value=1.5, statement="vLLM ≈ 1.5× faster at 64K")])
+    claims = pl.DataFrame(
+        [
+            dict(
+                claim_id="speedup_64K",
+                kind="relative_speed",
+                engine="vllm",
+                context_from="64K",
+                stated_value=1.5,
+                statement="vLLM ≈ 1.5× faster at 64K",
+            )
+        ]
+    )
     rel = analysis.relative_speed(_speed_frame(device, claimed, other), "vllm", "sglang")
     (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
     assert v.n == min(len(claimed), len(other))
@@ -348,8 +535,14 @@ def test_cache_share_n_value_and_spread(seed):
     off = [rng.uniform(0.0, 0.2) for _ in range(rng.randint(1, 5))]
 
     def row(xs):
-        return dict(engine="vllm", hardware="CPU", cache_hit_rate=statistics.median(xs), cache_hit_rate_min=min(xs),
-                    cache_hit_rate_max=max(xs), n_runs=len(xs))
+        return dict(
+            engine="vllm",
+            hardware="CPU",
+            cache_hit_rate=statistics.median(xs),
+            cache_hit_rate_min=min(xs),
+            cache_hit_rate_max=max(xs),
+            n_runs=len(xs),
+        )
 
     g = cache_shares(row(on), row(off))
     assert g.n == min(len(on), len(off))
@@ -367,20 +560,35 @@ def test_capacity_ceiling_n_is_the_repeats_and_the_cpu_form_is_configuration(see
     for r in range(k):
         for mem, pool in ((0.92, 8 + rng.randint(0, 1)), (0.95, 20 + rng.randint(0, 2))):
             for s in range(steps):
-                rows.append(dict(engine="vllm", context_tokens=1024, context_label="64K", mem_util=mem,
-                                 concurrency_ceiling=pool, repeat=r, device_kind="gpu", hardware="8× NVIDIA B300",
-                                 kv_budget_bytes=None, load_level=float(2 ** s)))
+                rows.append(
+                    dict(
+                        engine="vllm",
+                        context_tokens=1024,
+                        context_label="64K",
+                        mem_util=mem,
+                        concurrency_ceiling=pool,
+                        repeat=r,
+                        device_kind="gpu",
+                        hardware="8× NVIDIA B300",
+                        kv_budget_bytes=None,
+                        load_level=float(2**s),
+                    )
+                )
     points = pl.DataFrame(rows, schema_overrides={"kv_budget_bytes": pl.Int64})
     v = capacity.ceiling_verdict(points)
     assert v.n == k
     hi = {r["repeat"]: r["concurrency_ceiling"] for r in rows if r["mem_util"] == 0.95}
     lo = {r["repeat"]: r["concurrency_ceiling"] for r in rows if r["mem_util"] == 0.92}
     assert v.value == pytest.approx(statistics.median(hi.values()) / statistics.median(lo.values()))
-    assert v.spread == (pytest.approx(min(hi.values()) / max(lo.values())),
-                        pytest.approx(max(hi.values()) / min(lo.values())))
+    assert v.spread == (
+        pytest.approx(min(hi.values()) / max(lo.values())),
+        pytest.approx(max(hi.values()) / min(lo.values())),
+    )
     assert v.outcome == ("reproduced" if k >= MIN_REPEATS else "inconclusive")  # 20+ against 8–9: ranges apart
-    budgets = points.with_columns(pl.when(pl.col("mem_util") == 0.92).then(8 << 20).otherwise(20 << 20)
-                                  .alias("kv_budget_bytes"), pl.lit("cpu").alias("device_kind"))
+    budgets = points.with_columns(
+        pl.when(pl.col("mem_util") == 0.92).then(8 << 20).otherwise(20 << 20).alias("kv_budget_bytes"),
+        pl.lit("cpu").alias("device_kind"),
+    )
     c = capacity.ceiling_verdict(budgets)
     assert (c.outcome, c.n, c.value) == ("configured", k, v.value)
 
@@ -398,11 +606,28 @@ def test_the_decay_shape_on_gpus_never_decides_on_a_range_it_does_not_have():
     inconclusive with no spread — never a zero-width range that could decide."""
     claims = store.load_claims().filter(pl.col("experiment") == "article_b300")
     pub = store.load_runs().filter(pl.col("experiment") == "article_b300")
-    rows = [dict(source="measured", experiment="b300_long_context", hardware="NVIDIA B300 x8", run_id=f"{e}{c}{k}",
-                 engine=e, context_label=lab, context_tokens=c, status="ok", batch_time_s=t * (1 + k / 100),
-                 batch_size=8, output_tokens=1024, prompt_tokens=c - 1024, device_kind="gpu", gpu_count=8, scale_factor=1.0)
-            for e, times in (("vllm", (100.0, 300.0)), ("sglang", (150.0, 225.0)))
-            for (lab, c), t in zip((("64K", 65536), ("200K", 204800)), times) for k in range(3)]
+    rows = [
+        dict(
+            source="measured",
+            experiment="b300_long_context",
+            hardware="NVIDIA B300 x8",
+            run_id=f"{e}{c}{k}",
+            engine=e,
+            context_label=lab,
+            context_tokens=c,
+            status="ok",
+            batch_time_s=t * (1 + k / 100),
+            batch_size=8,
+            output_tokens=1024,
+            prompt_tokens=c - 1024,
+            device_kind="gpu",
+            gpu_count=8,
+            scale_factor=1.0,
+        )
+        for e, times in (("vllm", (100.0, 300.0)), ("sglang", (150.0, 225.0)))
+        for (lab, c), t in zip((("64K", 65536), ("200K", 204800)), times)
+        for k in range(3)
+    ]
     measured = analysis.decay_factors(pl.DataFrame(rows))
     check = analysis.consistency(pub, claims)
     got = narrative.decay_claim_verdicts(claims, check, analysis.decay_factors(pub), measured)[-1]
@@ -420,11 +645,27 @@ def test_memory_latency_n_value_and_spread_are_one_engine_one_metric(seed):
         for u in (0.92, 0.95):
             for i in range(k[e][u]):
                 e2e = rng.uniform(80, 120)
-                rows.append(dict(source="measured", experiment="b300_long_context", hardware="NVIDIA B300 x8",
-                                 engine=e, mem_util=u, context_tokens=204800, context_label="200K", status="ok",
-                                 run_id=f"{e}{u}{i}", attempts=1, batch_time_s=1.0, ttft_mean_ms=e2e / 2,
-                                 e2e_mean_ms=e2e, server_preemptions=0, device_kind="gpu", gpu_count=8,
-                                 kv_budget_bytes=None))
+                rows.append(
+                    dict(
+                        source="measured",
+                        experiment="b300_long_context",
+                        hardware="NVIDIA B300 x8",
+                        engine=e,
+                        mem_util=u,
+                        context_tokens=204800,
+                        context_label="200K",
+                        status="ok",
+                        run_id=f"{e}{u}{i}",
+                        attempts=1,
+                        batch_time_s=1.0,
+                        ttft_mean_ms=e2e / 2,
+                        e2e_mean_ms=e2e,
+                        server_preemptions=0,
+                        device_kind="gpu",
+                        gpu_count=8,
+                        kv_budget_bytes=None,
+                    )
+                )
     runs = pl.DataFrame(rows, schema_overrides={"kv_budget_bytes": pl.Int64})
     stats = analysis.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
     claims = store.load_claims().filter(pl.col("claim_id") == "memory_092_latency")

@@ -23,8 +23,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: What each shipped kind's example shares across its requests (RUNS.shared_prefix_tokens): shared_prefix
 #: half of its 60-token prompts, multi_turn its 32-token document, reasoning unknown (server-tokenised).
-EXAMPLE_SHARED = {"classification": 0, "concurrency": 0, "fixed_batch": 0, "multi_turn": 32, "reasoning": None,
-                  "shared_prefix": 30}
+EXAMPLE_SHARED = {
+    "classification": 0,
+    "concurrency": 0,
+    "fixed_batch": 0,
+    "multi_turn": 32,
+    "reasoning": None,
+    "shared_prefix": 30,
+}
 
 
 def test_the_shipped_kinds_are_the_package_modules():
@@ -51,11 +57,22 @@ def test_spec_schema_runner_and_guide_read_every_kind(kind):
     union = typing.get_args(WorkloadSpec)[0]  # Annotated[Union[...], discriminator]
     assert KINDS[kind] in typing.get_args(union)
     assert kind in next(c for c in RUNS.columns if c.name == "mode").allowed
-    spec = ExperimentSpec.model_validate({
-        "name": "t", "hardware": "CPU", "device": "cpu",
-        "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "meta-llama/Llama-3.1-8B-Instruct",
-                             "max_model_len": 4096}},
-        "workload": KINDS[kind].example})
+    spec = ExperimentSpec.model_validate(
+        {
+            "name": "t",
+            "hardware": "CPU",
+            "device": "cpu",
+            "engines": {
+                "vllm": {
+                    "name": "vllm",
+                    "launch": ["python"],
+                    "model": "meta-llama/Llama-3.1-8B-Instruct",
+                    "max_model_len": 4096,
+                }
+            },
+            "workload": KINDS[kind].example,
+        }
+    )
     assert guide.experiment_workload(spec).shared_fraction == spec.workload.sharing
     assert f"× {spec.workload.batch_size} {kind}" in plan.dry_run_text(spec)
 
@@ -101,7 +118,7 @@ class Args(WorkloadArgs):
         return fixed_batch.prompts(self.batch_size, self.prompt_len, self.output_tokens, vocab_size, seed)
 '''
 
-PROBE = '''\
+PROBE = """\
 import json, sys
 from pathlib import Path
 from kvlab import guide, plan, runner, workloads
@@ -122,7 +139,7 @@ for bad in ({"kind": "poisson", "batch_size": 3, "context_tokens": 40, "output_t
     except ValueError as exc:
         out.setdefault("errors", []).append(exc.errors()[0]["msg"])
 print(json.dumps(out))
-'''
+"""
 
 
 def test_a_new_kind_module_is_picked_up(tmp_path):
@@ -132,23 +149,51 @@ def test_a_new_kind_module_is_picked_up(tmp_path):
     (tmp_path / "kvlab" / "workloads" / "poisson.py").write_text(POISSON)
     (tmp_path / "data").symlink_to(REPO / "data")  # the copy's catalog (the guide reads it)
     exp = tmp_path / "poisson.yaml"
-    exp.write_text(json.dumps({
-        "name": "p", "hardware": "CPU", "device": "cpu",
-        "engines": {"vllm": {"name": "vllm", "launch": ["python"], "model": "meta-llama/Llama-3.1-8B-Instruct",
-                             "max_model_len": 4096}},
-        "workload": {"kind": "poisson", "batch_size": 3, "context_tokens": 40, "output_tokens": 4, "rate": 2.0},
-        "matrix": {"workload.rate": [2.0, 8.0]}}))
+    exp.write_text(
+        json.dumps(
+            {
+                "name": "p",
+                "hardware": "CPU",
+                "device": "cpu",
+                "engines": {
+                    "vllm": {
+                        "name": "vllm",
+                        "launch": ["python"],
+                        "model": "meta-llama/Llama-3.1-8B-Instruct",
+                        "max_model_len": 4096,
+                    }
+                },
+                "workload": {"kind": "poisson", "batch_size": 3, "context_tokens": 40, "output_tokens": 4, "rate": 2.0},
+                "matrix": {"workload.rate": [2.0, 8.0]},
+            }
+        )
+    )
     (tmp_path / "probe.py").write_text(textwrap.dedent(PROBE))
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run([sys.executable, str(tmp_path / "probe.py"), str(exp)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "probe.py"), str(exp)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert out["kinds"] == ["classification", "concurrency", "fixed_batch", "multi_turn", "poisson", "reasoning",
-                            "shared_prefix"]
+    assert out["kinds"] == [
+        "classification",
+        "concurrency",
+        "fixed_batch",
+        "multi_turn",
+        "poisson",
+        "reasoning",
+        "shared_prefix",
+    ]
     assert (out["runs"], out["rates"], out["prompts"]) == (2, [2.0, 8.0], [36, 36, 36])
     assert out["mode_allowed"] and out["tree_sharing"] == 0.0
     assert out["dry_run"] == "40 (36+4 tokens) × 3 poisson, repeat 0"
-    assert out["errors"] == ["Value error, kind 'poisson' needs rate",
-                             "Value error, rate applies to kind(s) ['poisson'] only, not 'fixed_batch'"]
+    assert out["errors"] == [
+        "Value error, kind 'poisson' needs rate",
+        "Value error, rate applies to kind(s) ['poisson'] only, not 'fixed_batch'",
+    ]
     assert "poisson" not in KINDS  # the copy's kind stays in the copy

@@ -57,7 +57,9 @@ def test_deterministic_from_seed():
     assert a != c
 
 
-@pytest.mark.parametrize(("fraction", "expected"), [(0.0, 0), (0.5, 500), (0.25, 250), (0.9995, 1000), (1.0, 1000), (0.0005, 1)])
+@pytest.mark.parametrize(
+    ("fraction", "expected"), [(0.0, 0), (0.5, 500), (0.25, 250), (0.9995, 1000), (1.0, 1000), (0.0005, 1)]
+)
 def test_shared_prefix_exact_lengths(fraction, expected):
     assert workloads.shared_prefix.shared_prefix_length(1000, fraction) == expected
     ps = workloads.shared_prefix.prompts(6, 1000, fraction, 8, vocab_size=512, seed=1)

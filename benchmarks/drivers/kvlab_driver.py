@@ -43,8 +43,9 @@ _HAS_HOOK = "on_read" in inspect.signature(client.run_requests).parameters
 
 def _prompts(job: dict) -> list[Prompt]:
     if "prompts" in job:
-        return [Prompt(index=i, max_tokens=job["max_tokens"], token_ids=tuple(ids))
-                for i, ids in enumerate(job["prompts"])]
+        return [
+            Prompt(index=i, max_tokens=job["max_tokens"], token_ids=tuple(ids)) for i, ids in enumerate(job["prompts"])
+        ]
     ids = tuple(range(16, 16 + job.get("prompt_tokens", 16)))
     return [Prompt(index=i, max_tokens=job["chunks"], token_ids=ids) for i in range(job["requests"])]
 
@@ -81,14 +82,18 @@ def handle(job: dict) -> dict:
     kw = {"extra_body": {"fixture": job["fixture"]}} if job.get("fixture") else {}
     if spy is not None and _HAS_HOOK:
         kw["on_read"] = spy
-    call = client.run_requests(job["url"], job.get("model", "fixture"), prompts, concurrency=conc,
-                               ignore_eos=True, temperature=0.0, **kw)
+    call = client.run_requests(
+        job["url"], job.get("model", "fixture"), prompts, concurrency=conc, ignore_eos=True, temperature=0.0, **kw
+    )
     u0, w0 = _usage(), time.perf_counter()
     batch = asyncio.run(call)
     u1, w1 = _usage(), time.perf_counter()
     recs = batch.records
     out = {
-        "client": "kvlab", "wall_s": w1 - w0, "cpu_s": u1[0] - u0[0], "involuntary_switches": u1[1] - u0[1],
+        "client": "kvlab",
+        "wall_s": w1 - w0,
+        "cpu_s": u1[0] - u0[0],
+        "involuntary_switches": u1[1] - u0[1],
         "chunks": sum(r.chunks + r.empty_chunks for r in recs),
         "token_chunks": sum(r.chunks for r in recs),
         "failed": sum(r.status != "ok" for r in recs),
@@ -111,12 +116,17 @@ def handle(job: dict) -> dict:
         # kvlab's stream end stands in (kvlab keeps no time for trailing empty-text chunks; the
         # usage chunk and [DONE] follow the last token chunk at once)
         out["tpot_vllm_def_mean_ms"] = _mean(
-            [(r.t_end - r.t_first_chunk) * 1e3 / (r.output_tokens - 1) for r in recs
-             if r.t_first_chunk and r.output_tokens and r.output_tokens > 1])
+            [
+                (r.t_end - r.t_first_chunk) * 1e3 / (r.output_tokens - 1)
+                for r in recs
+                if r.t_first_chunk and r.output_tokens and r.output_tokens > 1
+            ]
+        )
         gaps = [g for r in recs for g in chunk_gaps_ms(r.chunk_times)]
         out["itl_gaps_under_0_1_ms_share"] = sum(g < 0.1 for g in gaps) / len(gaps) if gaps else None
-        out["first_text_after_first_chunk_ms"] = _mean([(r.t_first - r.t_first_chunk) * 1e3 for r in recs
-                                                         if r.t_first and r.t_first_chunk])
+        out["first_text_after_first_chunk_ms"] = _mean(
+            [(r.t_first - r.t_first_chunk) * 1e3 for r in recs if r.t_first and r.t_first_chunk]
+        )
         out["empty_chunks"] = sum(r.empty_chunks for r in recs)
         out["send_spread_ms"] = (max(r.t_send for r in recs) - min(r.t_send for r in recs)) * 1e3
         out["output_tokens"] = [r.output_tokens for r in recs]

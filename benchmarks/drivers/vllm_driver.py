@@ -49,17 +49,35 @@ def _inputs(job: dict) -> list[RequestFuncInput]:
     else:
         prompts, out_len = [list(range(16, 16 + job.get("prompt_tokens", 16)))] * job["requests"], job["chunks"]
     extra = {"temperature": 0.0, **({"fixture": job["fixture"]} if job.get("fixture") else {})}
-    return [RequestFuncInput(prompt=list(p), api_url=url, prompt_len=len(p), output_len=out_len, model=model,
-                             ignore_eos=True, extra_body=extra) for p in prompts]
+    return [
+        RequestFuncInput(
+            prompt=list(p),
+            api_url=url,
+            prompt_len=len(p),
+            output_len=out_len,
+            model=model,
+            ignore_eos=True,
+            extra_body=extra,
+        )
+        for p in prompts
+    ]
 
 
 async def _bench(inputs: list[RequestFuncInput], concurrency: int | None, spy: bool, trust_env: bool = True):
     # as vllm.benchmarks.serve.benchmark builds them
-    connector = aiohttp.TCPConnector(limit=concurrency or 0, limit_per_host=concurrency or 0, ttl_dns_cache=300,
-                                     use_dns_cache=True, keepalive_timeout=60, enable_cleanup_closed=True,
-                                     force_close=False, ssl=False)
-    session = aiohttp.ClientSession(connector=connector, trust_env=trust_env,
-                                    timeout=aiohttp.ClientTimeout(total=6 * 3600))
+    connector = aiohttp.TCPConnector(
+        limit=concurrency or 0,
+        limit_per_host=concurrency or 0,
+        ttl_dns_cache=300,
+        use_dns_cache=True,
+        keepalive_timeout=60,
+        enable_cleanup_closed=True,
+        force_close=False,
+        ssl=False,
+    )
+    session = aiohttp.ClientSession(
+        connector=connector, trust_env=trust_env, timeout=aiohttp.ClientTimeout(total=6 * 3600)
+    )
     semaphore = asyncio.Semaphore(concurrency) if concurrency else None
     boxes: list[dict] = []
 
@@ -98,7 +116,10 @@ def handle(job: dict) -> dict:
     outs = [o for o, _ in results]
     ok = [o for o in outs if o.success]
     out = {
-        "client": "vllm", "wall_s": w1 - w0, "cpu_s": u1[0] - u0[0], "involuntary_switches": u1[1] - u0[1],
+        "client": "vllm",
+        "wall_s": w1 - w0,
+        "cpu_s": u1[0] - u0[0],
+        "involuntary_switches": u1[1] - u0[1],
         "chunks": sum(1 + len(o.itl) for o in ok),
         "failed": len(outs) - len(ok),
         "errors": sorted({o.error[-300:] for o in outs if o.error})[:3],
@@ -107,17 +128,35 @@ def handle(job: dict) -> dict:
     if ok:
         out["first_send_to_last_chunk_s"] = max(o.start_time + o.latency for o in ok) - min(o.start_time for o in ok)
     if spy:
-        out["ttft_error_ms"] = [(o.start_time + o.ttft - box["t_server"]) * 1e3 for o, box in results
-                                if o.success and box and box.get("t_server") is not None]
+        out["ttft_error_ms"] = [
+            (o.start_time + o.ttft - box["t_server"]) * 1e3
+            for o, box in results
+            if o.success and box and box.get("t_server") is not None
+        ]
     if job.get("per_request"):
         from vllm.benchmarks.serve import calculate_metrics
 
-        m, _ = calculate_metrics(input_requests=[], outputs=outs, dur_s=duration, tokenizer=None,
-                                 selected_percentiles=[50, 99], goodput_config_dict={})
-        out.update({"ttft_mean_ms": m.mean_ttft_ms, "tpot_mean_ms": m.mean_tpot_ms, "itl_mean_ms": m.mean_itl_ms,
-                    "itl_median_ms": m.median_itl_ms, "e2el_mean_ms": m.mean_e2el_ms, "completed": m.completed,
-                    "total_output": m.total_output, "output_tokens": [o.output_tokens for o in outs],
-                    "send_spread_ms": (max(o.start_time for o in outs) - min(o.start_time for o in outs)) * 1e3})
+        m, _ = calculate_metrics(
+            input_requests=[],
+            outputs=outs,
+            dur_s=duration,
+            tokenizer=None,
+            selected_percentiles=[50, 99],
+            goodput_config_dict={},
+        )
+        out.update(
+            {
+                "ttft_mean_ms": m.mean_ttft_ms,
+                "tpot_mean_ms": m.mean_tpot_ms,
+                "itl_mean_ms": m.mean_itl_ms,
+                "itl_median_ms": m.median_itl_ms,
+                "e2el_mean_ms": m.mean_e2el_ms,
+                "completed": m.completed,
+                "total_output": m.total_output,
+                "output_tokens": [o.output_tokens for o in outs],
+                "send_spread_ms": (max(o.start_time for o in outs) - min(o.start_time for o in outs)) * 1e3,
+            }
+        )
     return out
 
 

@@ -24,8 +24,13 @@ if os.environ.get("KVLAB_AVX2_CAP") == "1":
     except ImportError:  # kvlab's own environment, or sglang-jax's
         torch = None
     if torch is not None:
-        for _probe in ("_is_avx512_supported", "_is_avx512_vnni_supported", "_is_avx512_bf16_supported",
-                       "_is_amx_tile_supported", "_is_amx_fp16_supported"):
+        for _probe in (
+            "_is_avx512_supported",
+            "_is_avx512_vnni_supported",
+            "_is_avx512_bf16_supported",
+            "_is_amx_tile_supported",
+            "_is_amx_fp16_supported",
+        ):
             if hasattr(torch.cpu, _probe):
                 setattr(torch.cpu, _probe, lambda: False)
     try:

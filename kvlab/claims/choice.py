@@ -32,69 +32,143 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
     out = []
 
     def off_row(r: dict) -> dict | None:
-        o = sharing.filter((pl.col("engine") == r["engine"]) & ~pl.col("prefix_caching").fill_null(True)
-                           & (pl.col("shared_fraction") == r["shared_fraction"]) & pl.col("cache_hit_rate").is_not_null())
+        o = sharing.filter(
+            (pl.col("engine") == r["engine"])
+            & ~pl.col("prefix_caching").fill_null(True)
+            & (pl.col("shared_fraction") == r["shared_fraction"])
+            & pl.col("cache_hit_rate").is_not_null()
+        )
         return o.row(0, named=True) if o.height else None
 
     c = by_id.get("vllm_no_prefix_sharing")
     if c:
         r = _at_largest_fraction(on, [VLLM]) if not on.is_empty() else None
-        out.append(Verdict(f"{c['statement']} — vLLM as measured here, prefix cache on (its default)", "cannot be tested here", "measured",
-                           "no measured vLLM prefix-sharing run", claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
-                           reason="no measured vLLM prefix-sharing run") if r is None else
-                   negated(cache_shares(r, off_row(r))).verdict(
-                       f"{c['statement']} — vLLM as measured here ({shown(r)}), prefix cache on "
-                       "(its default)", f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared "
-                       f"fraction {r['shared_fraction']:g}", claim_id=c["claim_id"], kind="prefix_sharing"))
+        out.append(
+            Verdict(
+                f"{c['statement']} — vLLM as measured here, prefix cache on (its default)",
+                "cannot be tested here",
+                "measured",
+                "no measured vLLM prefix-sharing run",
+                claim_id=c["claim_id"],
+                kind="prefix_sharing",
+                n=0,
+                scope="nothing measured to test it",
+                limit=NOTHING_MEASURED,
+                reason="no measured vLLM prefix-sharing run",
+            )
+            if r is None
+            else negated(cache_shares(r, off_row(r))).verdict(
+                f"{c['statement']} — vLLM as measured here ({shown(r)}), prefix cache on (its default)",
+                f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared "
+                f"fraction {r['shared_fraction']:g}",
+                claim_id=c["claim_id"],
+                kind="prefix_sharing",
+            )
+        )
     c = by_id.get("sglang_radix_sharing")
     if c:
-        radix = [e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if registry.family(e) == SGLANG]
+        radix = [
+            e for e in (on["engine"].unique().to_list() if not on.is_empty() else []) if registry.family(e) == SGLANG
+        ]
         r = _at_largest_fraction(on, radix) if radix else None
-        out.append(Verdict(c["statement"], "cannot be tested here", "measured", "no measured SGLang-family run",
-                           claim_id=c["claim_id"], kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason="no measured SGLang-family run")
-                   if r is None else
-                   cache_shares(r, off_row(r)).verdict(
-                       f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
-                       "cache on; the gap to the ideal is what it recomputed",
-                       f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
-                       f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})",
-                       claim_id=c["claim_id"], kind="prefix_sharing"))
+        out.append(
+            Verdict(
+                c["statement"],
+                "cannot be tested here",
+                "measured",
+                "no measured SGLang-family run",
+                claim_id=c["claim_id"],
+                kind="prefix_sharing",
+                n=0,
+                scope="nothing measured to test it",
+                limit=NOTHING_MEASURED,
+                reason="no measured SGLang-family run",
+            )
+            if r is None
+            else cache_shares(r, off_row(r)).verdict(
+                f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
+                "cache on; the gap to the ideal is what it recomputed",
+                f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
+                f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})",
+                claim_id=c["claim_id"],
+                kind="prefix_sharing",
+            )
+        )
     c = by_id.get("shared_prefix_threshold")
     if c:
         at = c["threshold"]
         pairs = []
-        for f in sorted(on.filter(pl.col("shared_fraction") >= at)["shared_fraction"].unique().to_list()) \
-                if not on.is_empty() else []:
+        for f in (
+            sorted(on.filter(pl.col("shared_fraction") >= at)["shared_fraction"].unique().to_list())
+            if not on.is_empty()
+            else []
+        ):
             d = on.filter(pl.col("shared_fraction") == f).sort("batch_time_s")
             if d["engine"].n_unique() >= 2:
                 pairs.append((f, d.row(0, named=True), d.row(1, named=True)))
         if not pairs:
-            out.append(Verdict(c["statement"], "cannot be tested here", "measured",
-                               f"no shared fraction ≥ {at:g} measured with two engines", claim_id=c["claim_id"],
-                               kind="engine_choice", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED, reason=f"no shared fraction ≥ {at:g} measured with two engines"))
+            out.append(
+                Verdict(
+                    c["statement"],
+                    "cannot be tested here",
+                    "measured",
+                    f"no shared fraction ≥ {at:g} measured with two engines",
+                    claim_id=c["claim_id"],
+                    kind="engine_choice",
+                    n=0,
+                    scope="nothing measured to test it",
+                    limit=NOTHING_MEASURED,
+                    reason=f"no shared fraction ≥ {at:g} measured with two engines",
+                )
+            )
         else:
             f, best, other = pairs[-1]
             m = other["batch_time_s"] / best["batch_time_s"]
-            below = on.filter(pl.col("engine").is_in([best["engine"], other["engine"]]) & (pl.col("shared_fraction") < at))
+            below = on.filter(
+                pl.col("engine").is_in([best["engine"], other["engine"]]) & (pl.col("shared_fraction") < at)
+            )
             zero = nearest(below, "shared_fraction", 0.0) if not below.is_empty() else below
-            out.append(_measured_pair_verdict(
-                f"{c['statement']} — on this host: {engine_label(best['engine'])} against "
-                f"{engine_label(other['engine'])}, each with its prefix cache on", c["claim_id"], best, other,
-                zero, "shared_fraction", lambda v: f"{v:g} shared", "batch_time_s", lower_is_better=True,
-                missing=f"no shared fraction below the claim's {at:g} measured with both engines",
-                at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
-                claimed_family=SGLANG))
+            out.append(
+                _measured_pair_verdict(
+                    f"{c['statement']} — on this host: {engine_label(best['engine'])} against "
+                    f"{engine_label(other['engine'])}, each with its prefix cache on",
+                    c["claim_id"],
+                    best,
+                    other,
+                    zero,
+                    "shared_fraction",
+                    lambda v: f"{v:g} shared",
+                    "batch_time_s",
+                    lower_is_better=True,
+                    missing=f"no shared fraction below the claim's {at:g} measured with both engines",
+                    at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
+                    claimed_family=SGLANG,
+                )
+            )
     c = by_id.get("high_concurrency")
     if c:
         at = c["threshold"]
         hi = conc.filter(pl.col("in_flight") >= at) if not conc.is_empty() else conc
-        top = hi.filter(pl.col("in_flight") == hi["in_flight"].max()).sort("requests_per_s", descending=True) \
-            if not hi.is_empty() else hi
+        top = (
+            hi.filter(pl.col("in_flight") == hi["in_flight"].max()).sort("requests_per_s", descending=True)
+            if not hi.is_empty()
+            else hi
+        )
         if top.is_empty() or top["engine"].n_unique() < 2:
-            out.append(Verdict(c["statement"], "cannot be tested here", "measured",
-                               f"no run with ≥ {at:g} requests in flight measured with two engines",
-                               claim_id=c["claim_id"], kind="concurrency_threshold", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
-                               reason=f"no run with ≥ {at:g} requests in flight measured with two engines"))
+            out.append(
+                Verdict(
+                    c["statement"],
+                    "cannot be tested here",
+                    "measured",
+                    f"no run with ≥ {at:g} requests in flight measured with two engines",
+                    claim_id=c["claim_id"],
+                    kind="concurrency_threshold",
+                    n=0,
+                    scope="nothing measured to test it",
+                    limit=NOTHING_MEASURED,
+                    reason=f"no run with ≥ {at:g} requests in flight measured with two engines",
+                )
+            )
         else:
             a, b = top.row(0, named=True), top.row(1, named=True)
             m = a["requests_per_s"] / b["requests_per_s"]
@@ -102,19 +176,43 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
             below = pair.filter(pl.col("in_flight") < at)  # a baseline must lie below the claim's threshold
             low = below.filter(pl.col("in_flight") == below["in_flight"].min()) if not below.is_empty() else below
             levels = pair["in_flight"].n_unique()
-            out.append(_measured_pair_verdict(
-                f"{c['statement']} — on this host: {engine_label(a['engine'])} against {engine_label(b['engine'])}, "
-                f"distinct prompts ({levels} concurrency level{'' if levels == 1 else 's'} measured)", c["claim_id"],
-                a, b, low, "in_flight", lambda v: f"{v} in flight (the lowest load measured)", "requests_per_s",
-                lower_is_better=False, claimed_family=VLLM, kind="concurrency_threshold",
-                missing=f"no load below the claim's {at:g} in flight measured with both engines",
-                at_claim=f"{engine_label(a['engine'])} {sig2(m)}× the completed requests/s at {a['in_flight']} in flight"))
+            out.append(
+                _measured_pair_verdict(
+                    f"{c['statement']} — on this host: {engine_label(a['engine'])} against {engine_label(b['engine'])}, "
+                    f"distinct prompts ({levels} concurrency level{'' if levels == 1 else 's'} measured)",
+                    c["claim_id"],
+                    a,
+                    b,
+                    low,
+                    "in_flight",
+                    lambda v: f"{v} in flight (the lowest load measured)",
+                    "requests_per_s",
+                    lower_is_better=False,
+                    claimed_family=VLLM,
+                    kind="concurrency_threshold",
+                    missing=f"no load below the claim's {at:g} in flight measured with both engines",
+                    at_claim=f"{engine_label(a['engine'])} {sig2(m)}× the completed requests/s at {a['in_flight']} in flight",
+                )
+            )
     return out
 
 
-def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, base: pl.DataFrame, at_col: str,
-                           at_label, metric: str, *, lower_is_better: bool, at_claim: str, claimed_family: str,
-                           missing: str, kind: str = "engine_choice"):
+def _measured_pair_verdict(
+    claim: str,
+    claim_id: str,
+    best: dict,
+    other: dict,
+    base: pl.DataFrame,
+    at_col: str,
+    at_label,
+    metric: str,
+    *,
+    lower_is_better: bool,
+    at_claim: str,
+    claimed_family: str,
+    missing: str,
+    kind: str = "engine_choice",
+):
     """A claim that one engine family beats the other, graded by :mod:`kvlab.claims.grading`: CPU runs of two
     engines cannot decide it (rule 1; the ratio at ``base``, a setting below the claim's threshold where its
     mechanism is absent, quoted; with no such setting measured, ``missing`` says so and the value is null); GPU
@@ -130,10 +228,13 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
         ratio = tb / ta if lower_is_better else ta / tb  # > 1: ``a`` ahead where the mechanism is absent
         where = at_label(ra[at_col][0])
         # n: the repeats behind the value quoted, the baseline rows' (report 05 quotes the same rows, the same n)
-        ns = [(ra["n_runs"][0] if "n_runs" in ra.columns else None) or 1,
-              (rb["n_runs"][0] if "n_runs" in rb.columns else None) or 1]
-    grade = cpu_cross_engine(a, b, kinds, baseline=ratio, n=min(ns), baseline_at=where,
-                             scope=f"{best.get('hardware') or 'CPU'}")
+        ns = [
+            (ra["n_runs"][0] if "n_runs" in ra.columns else None) or 1,
+            (rb["n_runs"][0] if "n_runs" in rb.columns else None) or 1,
+        ]
+    grade = cpu_cross_engine(
+        a, b, kinds, baseline=ratio, n=min(ns), baseline_at=where, scope=f"{best.get('hardware') or 'CPU'}"
+    )
     if grade is not None:
         if ratio is None:
             number = f"{at_claim} ({missing}, so nothing shows the gap is the claim's mechanism)"
@@ -147,7 +248,11 @@ def _measured_pair_verdict(claim: str, claim_id: str, best: dict, other: dict, b
 
     fam = (registry.family(a) or a) == claimed_family
     claimed_side, other_side = (best, other) if fam else (other, best)
-    grade = measured_difference(reps(claimed_side), reps(other_side), "lower" if lower_is_better else "higher",
-                                what=f"{engine_label(claimed_side['engine'])} against {engine_label(other_side['engine'])}",
-                                scope=best.get("hardware") or "")
+    grade = measured_difference(
+        reps(claimed_side),
+        reps(other_side),
+        "lower" if lower_is_better else "higher",
+        what=f"{engine_label(claimed_side['engine'])} against {engine_label(other_side['engine'])}",
+        scope=best.get("hardware") or "",
+    )
     return grade.verdict(claim, at_claim, claim_id=claim_id, kind=kind)

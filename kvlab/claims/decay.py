@@ -56,8 +56,13 @@ def stand_in(engine: str, present: list[str], family: dict[str, str] | None = No
     return next((e for e in present if e.startswith(engine + "-")), None)
 
 
-def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_published: pl.DataFrame,
-                         decay_measured: pl.DataFrame | None = None, engine_family: dict[str, str] | None = None) -> list:
+def decay_claim_verdicts(
+    claims: pl.DataFrame,
+    check: pl.DataFrame,
+    decay_published: pl.DataFrame,
+    decay_measured: pl.DataFrame | None = None,
+    engine_family: dict[str, str] | None = None,
+) -> list:
     """Each throughput-decay claim against the document's own table (consistent under any definition checked), then
     the claims' shared shape — which engine's throughput holds up better — in the table and, where measured runs
     hold both engines (or their stand-ins) at the two contexts, on this host."""
@@ -68,20 +73,45 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
         rows = check.filter(pl.col("claim_id") == c["claim_id"])
         pub = decay_published.filter(pl.col("engine") == e)
         if pub.is_empty() or rows.is_empty():
-            out.append(Verdict(c["statement"], "cannot be tested here", "published",
-                               f"no table rows for {engine_label(e)} at {lo} and {hi}", claim_id=c["claim_id"],
-                               kind="throughput_decay", scope="published table", n=0, limit=NO_TABLE_ROW,
-                               family="consistency", reason=f"the table has no {engine_label(e)} rows at both contexts"))
+            out.append(
+                Verdict(
+                    c["statement"],
+                    "cannot be tested here",
+                    "published",
+                    f"no table rows for {engine_label(e)} at {lo} and {hi}",
+                    claim_id=c["claim_id"],
+                    kind="throughput_decay",
+                    scope="published table",
+                    n=0,
+                    limit=NO_TABLE_ROW,
+                    family="consistency",
+                    reason=f"the table has no {engine_label(e)} rows at both contexts",
+                )
+            )
             continue
         ok = bool(rows["consistent"].fill_null(False).any())
-        out.append(Verdict(f"{c['statement']} — against the article's own table", "consistent" if ok else "inconsistent",
-                           "published", f"table: {change(pub['batch_time_ratio'][0], 'requests/s')} from {lo} to {hi} "
-                                        f"(stated {c['stated_value']:g}×)", claim_id=c["claim_id"],
-                           kind="throughput_decay", value=pub["batch_time_ratio"][0], unit="×",
-                           n=2, scope="published table", family="consistency",  # its times at the two contexts
-                           reason=("the table gives the stated factor under " if ok else
-                                   "the table gives the stated factor under none of ")
-                           + "the definitions checked"))
+        out.append(
+            Verdict(
+                f"{c['statement']} — against the article's own table",
+                "consistent" if ok else "inconsistent",
+                "published",
+                f"table: {change(pub['batch_time_ratio'][0], 'requests/s')} from {lo} to {hi} "
+                f"(stated {c['stated_value']:g}×)",
+                claim_id=c["claim_id"],
+                kind="throughput_decay",
+                value=pub["batch_time_ratio"][0],
+                unit="×",
+                n=2,
+                scope="published table",
+                family="consistency",  # its times at the two contexts
+                reason=(
+                    "the table gives the stated factor under "
+                    if ok
+                    else "the table gives the stated factor under none of "
+                )
+                + "the definitions checked",
+            )
+        )
     if dec.height < 2:
         return out
     ranked = dec.sort("stated_value")  # the claimed-flatter engine first
@@ -95,13 +125,23 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
 
     f = factors(decay_published, better, worse)
     if f:
-        out.append(Verdict(f"{shape} — the two claims' shape, in the article's table",
-                           "consistent" if f[0] < f[1] else "inconsistent", "published",
-                           f"{engine_label(better)} falls {f[0]:.2f}×, {engine_label(worse)} {f[1]:.2f}×",
-                           claim_id=",".join(dec["claim_id"].to_list()), kind="throughput_decay",
-                           value=f[1] / f[0], unit="×", n=4, scope="published table", family="consistency",
-                           reason=f"{engine_label(better)}'s factor is {'smaller' if f[0] < f[1] else 'not smaller'} "
-                                  f"than {engine_label(worse)}'s in the table"))
+        out.append(
+            Verdict(
+                f"{shape} — the two claims' shape, in the article's table",
+                "consistent" if f[0] < f[1] else "inconsistent",
+                "published",
+                f"{engine_label(better)} falls {f[0]:.2f}×, {engine_label(worse)} {f[1]:.2f}×",
+                claim_id=",".join(dec["claim_id"].to_list()),
+                kind="throughput_decay",
+                value=f[1] / f[0],
+                unit="×",
+                n=4,
+                scope="published table",
+                family="consistency",
+                reason=f"{engine_label(better)}'s factor is {'smaller' if f[0] < f[1] else 'not smaller'} "
+                f"than {engine_label(worse)}'s in the table",
+            )
+        )
     if decay_measured is not None and not decay_measured.is_empty():
         present = decay_measured["engine"].unique(maintain_order=True).to_list()
         a, b = stand_in(better, present, engine_family), stand_in(worse, present, engine_family)
@@ -112,20 +152,32 @@ def decay_claim_verdicts(claims: pl.DataFrame, check: pl.DataFrame, decay_publis
             claim = f"{shape} — on this host ({lo} → {hi} run as {tokens})"
             number = f"{engine_label(a)} falls {sig2(m[0])}×, {engine_label(b)} {sig2(m[1])}× ({tokens})"
             ns = [x.get(k) or 1 for x in (ra, rb) for k in ("n_from", "n_to")]
-            grade = cpu_cross_engine(a, b, [ra.get("device_kind"), rb.get("device_kind")],
-                                     baseline=rb["t_from_s"] / ra["t_from_s"], n=min(ns),
-                                     baseline_at=f"the shorter context, {lo} ({ra['c_from']:,} tokens)",
-                                     scope=f"{ra.get('hardware') or 'CPU'}, contexts scaled")
+            grade = cpu_cross_engine(
+                a,
+                b,
+                [ra.get("device_kind"), rb.get("device_kind")],
+                baseline=rb["t_from_s"] / ra["t_from_s"],
+                n=min(ns),
+                baseline_at=f"the shorter context, {lo} ({ra['c_from']:,} tokens)",
+                scope=f"{ra.get('hardware') or 'CPU'}, contexts scaled",
+            )
             if grade is not None:
                 fast = a if rb["t_from_s"] >= ra["t_from_s"] else b
-                number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo} ({ra['c_from']:,} tokens); "
-                          + number)
+                number = (
+                    f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo} ({ra['c_from']:,} tokens); "
+                    + number
+                )
             else:  # GPU runs of both: the decay factors compared as measured differences (one value per pair)
-                grade = measured_difference(Repeats.summary(m[0], None, None, min(ns)),
-                                            Repeats.summary(m[1], None, None, min(ns)), "lower",
-                                            what="decay factors", scope=ra.get("hardware") or "")
-            out.append(grade.verdict(claim, number, claim_id=",".join(dec["claim_id"].to_list()),
-                                     kind="throughput_decay"))
+                grade = measured_difference(
+                    Repeats.summary(m[0], None, None, min(ns)),
+                    Repeats.summary(m[1], None, None, min(ns)),
+                    "lower",
+                    what="decay factors",
+                    scope=ra.get("hardware") or "",
+                )
+            out.append(
+                grade.verdict(claim, number, claim_id=",".join(dec["claim_id"].to_list()), kind="throughput_decay")
+            )
     return out
 
 

@@ -28,12 +28,16 @@ NEEDS_GPU_HOST = "a claim about a GPU host's mechanism or service that no run of
 
 def _where(c: dict) -> str:
     name = c.get("decided_by") or ""
-    return (f"data/experiments/{name}.yaml, run on the host the claim is about, would decide it" if name
-            else "no experiment file decides it yet")
+    return (
+        f"data/experiments/{name}.yaml, run on the host the claim is about, would decide it"
+        if name
+        else "no experiment file decides it yet"
+    )
 
 
-def graded(claims: pl.DataFrame, all_claims: pl.DataFrame | None = None,
-           published: pl.DataFrame | None = None) -> list[Verdict]:
+def graded(
+    claims: pl.DataFrame, all_claims: pl.DataFrame | None = None, published: pl.DataFrame | None = None
+) -> list[Verdict]:
     """The verdicts of ``claims``' rows of kind mechanism, operations or setup and of the engine-choice branches no
     study measures (:data:`UNTESTED_CHOICES`), in the table's order.
 
@@ -46,14 +50,31 @@ def graded(claims: pl.DataFrame, all_claims: pl.DataFrame | None = None,
         v = None
         if c["kind"] == "setup" and c.get("metric") == "dcp" and published is not None:
             v = _setup_against_table(c, published)
-        elif c.get("metric") == "oom_retries" and c.get("direction") == "none" and c.get("setting") is not None \
-                and all_claims is not None:
+        elif (
+            c.get("metric") == "oom_retries"
+            and c.get("direction") == "none"
+            and c.get("setting") is not None
+            and all_claims is not None
+        ):
             v = _setting_against_documents(c, all_claims)
-        out.append(v or Verdict(
-            c["statement"], "cannot be tested here", "measured",
-            f"decided by {c['decided_by']}.yaml on the host it is about" if c.get("decided_by") else
-            "no experiment file decides it yet", claim_id=c["claim_id"], kind=c["kind"], n=0, family="document", limit=NEEDS_GPU_HOST,
-            scope="nothing on this host exercises it", reason=f"nothing measured here exercises it; {_where(c)}"))
+        out.append(
+            v
+            or Verdict(
+                c["statement"],
+                "cannot be tested here",
+                "measured",
+                f"decided by {c['decided_by']}.yaml on the host it is about"
+                if c.get("decided_by")
+                else "no experiment file decides it yet",
+                claim_id=c["claim_id"],
+                kind=c["kind"],
+                n=0,
+                family="document",
+                limit=NEEDS_GPU_HOST,
+                scope="nothing on this host exercises it",
+                reason=f"nothing measured here exercises it; {_where(c)}",
+            )
+        )
     return out
 
 
@@ -64,31 +85,60 @@ def _setup_against_table(c: dict, published: pl.DataFrame) -> Verdict | None:
     if pub.is_empty() or "dcp" not in pub.columns or pub["dcp"].null_count() == pub.height:
         return None
     per_engine = pub.group_by("engine").agg(pl.col("dcp").unique().sort()).sort("engine")
-    said = "; ".join(f"{r['engine']}: DCP {', '.join(str(d) for d in r['dcp'])}" for r in per_engine.iter_rows(named=True))
+    said = "; ".join(
+        f"{r['engine']}: DCP {', '.join(str(d) for d in r['dcp'])}" for r in per_engine.iter_rows(named=True)
+    )
     lo, hi = int(pub["dcp"].min()), int(pub["dcp"].max())
     differs = lo != hi
     return Verdict(
-        f"{c['statement']} — against the article's own table", "inconsistent" if differs else "consistent", "published",
-        f"its table: {said}", claim_id=c["claim_id"], kind=c["kind"], value=hi / lo, unit="× DCP size, largest ÷ smallest "
-        "across the engines' rows", n=pub.height, family="consistency", scope="published table",
-        reason=(f"the document's own rows record DCP {hi} for one engine and {lo} for the other: the decode "
-                "parallelism changed with the engine, so the engine was not the only variable; "
-                if differs else "every row records the same DCP size; ") + _where(c))
+        f"{c['statement']} — against the article's own table",
+        "inconsistent" if differs else "consistent",
+        "published",
+        f"its table: {said}",
+        claim_id=c["claim_id"],
+        kind=c["kind"],
+        value=hi / lo,
+        unit="× DCP size, largest ÷ smallest across the engines' rows",
+        n=pub.height,
+        family="consistency",
+        scope="published table",
+        reason=(
+            f"the document's own rows record DCP {hi} for one engine and {lo} for the other: the decode "
+            "parallelism changed with the engine, so the engine was not the only variable; "
+            if differs
+            else "every row records the same DCP size; "
+        )
+        + _where(c),
+    )
 
 
 def _setting_against_documents(c: dict, all_claims: pl.DataFrame) -> Verdict | None:
     """A setting one document recommends (runs without OOM retries) against another document's claim that the same
     setting caused OOM retries: *inconsistent* where one says so, the two documents' words shown."""
-    other = all_claims.filter((pl.col("experiment") != c["experiment"]) & (pl.col("setting") == c["setting"])
-                              & (pl.col("metric") == "oom_retries") & (pl.col("direction") == "some"))
+    other = all_claims.filter(
+        (pl.col("experiment") != c["experiment"])
+        & (pl.col("setting") == c["setting"])
+        & (pl.col("metric") == "oom_retries")
+        & (pl.col("direction") == "some")
+    )
     if other.is_empty():
         return None
     o = other.row(0, named=True)
     return Verdict(
-        f"{c['statement']} — against {o['experiment']}'s “{o['statement']}”", "inconsistent", "published",
+        f"{c['statement']} — against {o['experiment']}'s “{o['statement']}”",
+        "inconsistent",
+        "published",
         f"{c['setting']:g} recommended by one document; {c['setting']:g} caused OOM retries in the other",
-        claim_id=c["claim_id"], kind=c["kind"], value=float(c["setting"]), unit="memory-utilisation target",
-        n=2, family="consistency", scope="the two documents' own words (different models, GPUs and contexts)",
-        reason=(f"one document recommends {c['setting']:g}, the other ({o['claim_id']}) says {c['setting']:g} caused OOM "
-                "retries with either engine; they describe different models, GPUs and contexts, so the conflict is "
-                f"one of advice, not of a measurement; {_where(c)}"))
+        claim_id=c["claim_id"],
+        kind=c["kind"],
+        value=float(c["setting"]),
+        unit="memory-utilisation target",
+        n=2,
+        family="consistency",
+        scope="the two documents' own words (different models, GPUs and contexts)",
+        reason=(
+            f"one document recommends {c['setting']:g}, the other ({o['claim_id']}) says {c['setting']:g} caused OOM "
+            "retries with either engine; they describe different models, GPUs and contexts, so the conflict is "
+            f"one of advice, not of a measurement; {_where(c)}"
+        ),
+    )

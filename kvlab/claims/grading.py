@@ -147,8 +147,11 @@ class Repeats:
         (``batch_time_s`` → ``batch_time_min_s``/``batch_time_max_s``; otherwise ``<metric>_min``/``_max``) and
         ``n_runs`` (1 where the row does not say)."""
         stem = metric.removesuffix("_s")
-        lo, hi = ((f"{stem}_min_s", f"{stem}_max_s") if metric.endswith("_s") and f"{stem}_min_s" in r
-                  else (f"{metric}_min", f"{metric}_max"))
+        lo, hi = (
+            (f"{stem}_min_s", f"{stem}_max_s")
+            if metric.endswith("_s") and f"{stem}_min_s" in r
+            else (f"{metric}_min", f"{metric}_max")
+        )
         return cls.summary(r.get(metric), r.get(lo), r.get(hi), r.get("n_runs") or 1)
 
     @property
@@ -194,9 +197,22 @@ class Grade:
 
     def verdict(self, claim: str, number: str, claim_id: str = "", kind: str = "", family: str = ""):
         """The :class:`kvlab.verdicts.Verdict` of this grade, with the narrative's wording."""
-        return Verdict(claim, self.outcome, self.evidence, number, claim_id=claim_id, kind=kind, value=self.value,
-                       unit=self.unit, n=self.n, spread=self.spread, scope=self.scope, reason=self.reason,
-                       limit=self.limit, family=family or self.family)
+        return Verdict(
+            claim,
+            self.outcome,
+            self.evidence,
+            number,
+            claim_id=claim_id,
+            kind=kind,
+            value=self.value,
+            unit=self.unit,
+            n=self.n,
+            spread=self.spread,
+            scope=self.scope,
+            reason=self.reason,
+            limit=self.limit,
+            family=family or self.family,
+        )
 
 
 # --------------------------------------------------------------------------- rule 1: CPU runs of two engines
@@ -214,9 +230,17 @@ def implementations_differ(engine_a: str, engine_b: str) -> bool:
     return engine_a != engine_b
 
 
-def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], *, baseline: float | None,
-                     baseline_at: str, n: int | None = None,
-                     spread: tuple[float, float] | None = None, scope: str = "") -> Grade | None:
+def cpu_cross_engine(
+    engine_a: str,
+    engine_b: str,
+    device_kinds: Iterable[str | None],
+    *,
+    baseline: float | None,
+    baseline_at: str,
+    n: int | None = None,
+    spread: tuple[float, float] | None = None,
+    scope: str = "",
+) -> Grade | None:
     """Rule 1: a *cannot be tested here* grade when ``engine_a`` and ``engine_b`` are different implementations
     and any of their runs (``device_kinds``) ran on a CPU; None when the rule does not apply (same engine, or
     GPU runs), so the caller grades the difference by rule 2.
@@ -231,32 +255,51 @@ def cpu_cross_engine(engine_a: str, engine_b: str, device_kinds: Iterable[str | 
         return None
     if baseline is None:
         return Grade(
-            "cannot be tested here", "measured",
+            "cannot be tested here",
+            "measured",
             f"{engine_label(engine_a)} and {engine_label(engine_b)} are different implementations run on a CPU, and "
             f"no baseline was measured ({baseline_at}), so nothing separates their implementations' gap from the "
             "claim's mechanism; their speed here says nothing about the claim on a GPU host",
-            value=None, unit="×", n=n, scope=scope or "CPU runs of two different engine implementations",
-            limit=CPU_IMPLEMENTATIONS)
+            value=None,
+            unit="×",
+            n=n,
+            scope=scope or "CPU runs of two different engine implementations",
+            limit=CPU_IMPLEMENTATIONS,
+        )
     faster, slower = (engine_a, engine_b) if baseline >= 1 else (engine_b, engine_a)
     ratio = baseline if baseline >= 1 else 1 / baseline
     if spread is not None:
         lo, hi = sorted(x if baseline >= 1 else 1 / x for x in spread)
         spread = (lo, hi)
     return Grade(
-        "cannot be tested here", "measured",
+        "cannot be tested here",
+        "measured",
         f"{engine_label(faster)} and {engine_label(slower)} are different implementations run on a CPU: "
         f"{engine_label(faster)} is already {sig2(ratio)}× faster "
         f"at {baseline_at}, where the claim's mechanism plays no part, so their speed here says nothing about the "
         "claim on a GPU host",
-        value=ratio, unit="×", n=n, spread=spread, scope=scope or "CPU runs of two different engine implementations",
-        limit=CPU_IMPLEMENTATIONS)
+        value=ratio,
+        unit="×",
+        n=n,
+        spread=spread,
+        scope=scope or "CPU runs of two different engine implementations",
+        limit=CPU_IMPLEMENTATIONS,
+    )
 
 
 # --------------------------------------------------------------------------- rule 2: a measured difference
 
 
-def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope: str = "",
-                        what: str = "", difference: bool = False, unit: str = "") -> Grade:
+def measured_difference(
+    first: Repeats,
+    second: Repeats,
+    claimed: str,
+    *,
+    scope: str = "",
+    what: str = "",
+    difference: bool = False,
+    unit: str = "",
+) -> Grade:
     """Rule 2 for one comparison: the claim says ``first`` is ``claimed`` ("higher" or "lower") than ``second``.
 
     value = first ÷ second (middles), spread = its range over the repeats (first.lo ÷ second.hi …
@@ -267,8 +310,14 @@ def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope:
     if claimed not in ("higher", "lower"):
         raise ValueError(f"claimed must be 'higher' or 'lower', got {claimed!r}")
     if not first.n or not second.n:
-        return Grade("cannot be tested here", "measured", f"{what or 'the comparison'}: no measured value on one side",
-                     n=min(first.n, second.n), scope=scope, limit=NOTHING_MEASURED)
+        return Grade(
+            "cannot be tested here",
+            "measured",
+            f"{what or 'the comparison'}: no measured value on one side",
+            n=min(first.n, second.n),
+            scope=scope,
+            limit=NOTHING_MEASURED,
+        )
     if difference:
         value, spread = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo)
     else:
@@ -280,21 +329,51 @@ def measured_difference(first: Repeats, second: Repeats, claimed: str, *, scope:
     if first.unranged or second.unranged:
         spread = None
     if n < MIN_REPEATS:
-        return Grade("inconclusive", "measured", f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} "
-                     "repeats a measured difference needs", value=value, unit=unit, n=n, spread=spread, scope=scope,
-                     limit=FEW_REPEATS)
+        return Grade(
+            "inconclusive",
+            "measured",
+            f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} repeats a measured difference needs",
+            value=value,
+            unit=unit,
+            n=n,
+            spread=spread,
+            scope=scope,
+            limit=FEW_REPEATS,
+        )
     if first.unranged or second.unranged:
-        return Grade("inconclusive", "measured", f"{label}n={n}, but the min–max range of the repeats is not "
-                     "recorded, so nothing shows the ranges apart", value=value, unit=unit, n=n, scope=scope,
-                     limit=NO_RANGE)
+        return Grade(
+            "inconclusive",
+            "measured",
+            f"{label}n={n}, but the min–max range of the repeats is not recorded, so nothing shows the ranges apart",
+            value=value,
+            unit=unit,
+            n=n,
+            scope=scope,
+            limit=NO_RANGE,
+        )
     if first.lo <= second.hi and second.lo <= first.hi:
-        return Grade("inconclusive", "measured", f"{label}the min–max ranges of the {n}+ repeats of each side "
-                     "overlap: the difference is within the spread", value=value, unit=unit, n=n, spread=spread,
-                     scope=scope, limit=WITHIN_SPREAD)
+        return Grade(
+            "inconclusive",
+            "measured",
+            f"{label}the min–max ranges of the {n}+ repeats of each side overlap: the difference is within the spread",
+            value=value,
+            unit=unit,
+            n=n,
+            spread=spread,
+            scope=scope,
+            limit=WITHIN_SPREAD,
+        )
     observed = "higher" if first.lo > second.hi else "lower"
-    return Grade("reproduced" if observed == claimed else "contradicted", "measured",
-                 f"{label}{observed} in every one of ≥{n} repeats per side (ranges do not overlap)",
-                 value=value, unit=unit, n=n, spread=spread, scope=scope)
+    return Grade(
+        "reproduced" if observed == claimed else "contradicted",
+        "measured",
+        f"{label}{observed} in every one of ≥{n} repeats per side (ranges do not overlap)",
+        value=value,
+        unit=unit,
+        n=n,
+        spread=spread,
+        scope=scope,
+    )
 
 
 def combined(grades: Sequence[Grade]) -> Grade:
@@ -313,27 +392,46 @@ def combined(grades: Sequence[Grade]) -> Grade:
     if len(signs) > 1:
         few = f"; n={n}" if n is not None and n < MIN_REPEATS else ""
         values = ", ".join(f"{g.value:.3g}{g.unit if g.unit == '×' else ''}" for g in grades if g.value is not None)
-        return replace(base, outcome="inconclusive", reason=f"signs mixed across engines or metrics ({values}){few}",
-                       limit=MIXED_SIGNS)
+        return replace(
+            base,
+            outcome="inconclusive",
+            reason=f"signs mixed across engines or metrics ({values}){few}",
+            limit=MIXED_SIGNS,
+        )
     for g in grades:
         if g.outcome in ("inconclusive", "cannot be tested here"):
             return replace(base, outcome=g.outcome, reason=g.reason, limit=g.limit)
     outcomes = {g.outcome for g in grades}
     if len(outcomes) > 1:
-        return replace(base, outcome="inconclusive", reason="the parts disagree: " + "; ".join(g.reason for g in grades),
-                       limit=MIXED_SIGNS)
+        return replace(
+            base,
+            outcome="inconclusive",
+            reason="the parts disagree: " + "; ".join(g.reason for g in grades),
+            limit=MIXED_SIGNS,
+        )
     return base
 
 
-def engine_difference(engine_a: str, engine_b: str, device_kinds: Iterable[str | None], a: Repeats, b: Repeats,
-                      claimed: str, *, baseline: float | None, baseline_at: str, scope: str = "",
-                      what: str = "") -> Grade:
+def engine_difference(
+    engine_a: str,
+    engine_b: str,
+    device_kinds: Iterable[str | None],
+    a: Repeats,
+    b: Repeats,
+    claimed: str,
+    *,
+    baseline: float | None,
+    baseline_at: str,
+    scope: str = "",
+    what: str = "",
+) -> Grade:
     """Rules 1 and 2 together, for which of two engines does better (``a``: ``engine_a``'s repeats, claimed
     ``claimed`` than ``engine_b``'s ``b``): CPU runs of two implementations cannot decide it (:func:`cpu_cross_engine`,
     ``baseline`` as there); otherwise :func:`measured_difference`. The engine-choice guide reads this before a
     measured factor may favour an engine, as the verdicts do."""
-    g = cpu_cross_engine(engine_a, engine_b, device_kinds, baseline=baseline, baseline_at=baseline_at,
-                         n=min(a.n, b.n), scope=scope)
+    g = cpu_cross_engine(
+        engine_a, engine_b, device_kinds, baseline=baseline, baseline_at=baseline_at, n=min(a.n, b.n), scope=scope
+    )
     return g if g is not None else measured_difference(a, b, claimed, scope=scope, what=what)
 
 
@@ -357,28 +455,60 @@ def held_out_grade(right: int, total: int, margin: float, error: float) -> Grade
     count; the margin and the error are in the reason, as fractions)."""
     ok = held_out_passes(right, total, margin, error)
     need = winners_needed(total) if total else 0
-    parts = [f"winner right in {right} of {total} leave-one-out fits (needs {need})",
-             f"margin {margin:.1%} {'above' if margin > error else 'within'} the {error:.1%} mean held-out error"]
-    return Grade("reproduced" if ok else "contradicted", "modelled",
-                 ("passes its held-out test: " if ok else "fails its held-out test: ") + "; ".join(parts),
-                 value=float(right), unit=f"of {total} winners", n=total, scope=MODEL_SCOPE, family="own")
+    parts = [
+        f"winner right in {right} of {total} leave-one-out fits (needs {need})",
+        f"margin {margin:.1%} {'above' if margin > error else 'within'} the {error:.1%} mean held-out error",
+    ]
+    return Grade(
+        "reproduced" if ok else "contradicted",
+        "modelled",
+        ("passes its held-out test: " if ok else "fails its held-out test: ") + "; ".join(parts),
+        value=float(right),
+        unit=f"of {total} winners",
+        n=total,
+        scope=MODEL_SCOPE,
+        family="own",
+    )
 
 
-def modelled_claim(agrees: bool, right: int, total: int, margin: float, error: float, *,
-                   value: float | None = None, unit: str = "", n: int | None = None) -> Grade:
+def modelled_claim(
+    agrees: bool,
+    right: int,
+    total: int,
+    margin: float,
+    error: float,
+    *,
+    value: float | None = None,
+    unit: str = "",
+    n: int | None = None,
+) -> Grade:
     """Rule 3 for a claim the model speaks to (``agrees``: the fitted model says what the claim says): decided
     only when :func:`held_out_passes`; otherwise an illustration, *inconclusive*. ``n``: the published points the
     model was fitted to (default ``total``, the points each held out once)."""
     n = total if n is None else n
     if held_out_passes(right, total, margin, error):
-        return Grade("reproduced" if agrees else "contradicted", "modelled",
-                     f"the model passes its held-out test ({right} of {total} winners, margin {margin:.1%} above "
-                     f"the {error:.1%} held-out error)", value=value, unit=unit, n=n, scope=MODEL_SCOPE)
-    return Grade("inconclusive", "modelled",
-                 f"an illustration, not a test: the model {'agrees' if agrees else 'disagrees'} with the claim but "
-                 f"fails its held-out test ({right} of {total} winners right, margin {margin:.1%} against a "
-                 f"{error:.1%} mean held-out error)", value=value, unit=unit, n=n,
-                 scope=ILLUSTRATION_SCOPE, limit=FAILS_HELD_OUT)
+        return Grade(
+            "reproduced" if agrees else "contradicted",
+            "modelled",
+            f"the model passes its held-out test ({right} of {total} winners, margin {margin:.1%} above "
+            f"the {error:.1%} held-out error)",
+            value=value,
+            unit=unit,
+            n=n,
+            scope=MODEL_SCOPE,
+        )
+    return Grade(
+        "inconclusive",
+        "modelled",
+        f"an illustration, not a test: the model {'agrees' if agrees else 'disagrees'} with the claim but "
+        f"fails its held-out test ({right} of {total} winners right, margin {margin:.1%} against a "
+        f"{error:.1%} mean held-out error)",
+        value=value,
+        unit=unit,
+        n=n,
+        scope=ILLUSTRATION_SCOPE,
+        limit=FAILS_HELD_OUT,
+    )
 
 
 # --------------------------------------------------------------------------- rule 4: the guide's modelled factor
@@ -397,23 +527,43 @@ def negated(grade: Grade) -> Grade:
     return replace(grade, outcome=swap.get(grade.outcome, grade.outcome))
 
 
-def counted(holds: bool, n: int, *, reason: str, value: float | None = None, unit: str = "",
-            scope: str = "") -> Grade:
+def counted(holds: bool, n: int, *, reason: str, value: float | None = None, unit: str = "", scope: str = "") -> Grade:
     """Rule 2 for a measured count or share that the claim bounds (no second side): it decides only over at least
     :data:`MIN_REPEATS` runs; with fewer it is *inconclusive*, whatever it shows."""
     if n < MIN_REPEATS:
-        return Grade("inconclusive", "measured", f"n={n} run{'' if n == 1 else 's'}, fewer than the {MIN_REPEATS} "
-                     f"repeats a measured verdict needs ({reason})", value=value, unit=unit, n=n, scope=scope,
-                     limit=FEW_REPEATS)
-    return Grade("reproduced" if holds else "contradicted", "measured", f"{reason}, over {n} runs", value=value,
-                 unit=unit, n=n, scope=scope)
+        return Grade(
+            "inconclusive",
+            "measured",
+            f"n={n} run{'' if n == 1 else 's'}, fewer than the {MIN_REPEATS} "
+            f"repeats a measured verdict needs ({reason})",
+            value=value,
+            unit=unit,
+            n=n,
+            scope=scope,
+            limit=FEW_REPEATS,
+        )
+    return Grade(
+        "reproduced" if holds else "contradicted",
+        "measured",
+        f"{reason}, over {n} runs",
+        value=value,
+        unit=unit,
+        n=n,
+        scope=scope,
+    )
 
 
 # --------------------------------------------------------------------------- findings and configured values
 
 
-def finding(n: int | None, *, engines: tuple[str | None, str | None] | None = None, cross_engine: bool | None = None,
-            device_kinds: Iterable[str | None] = (), apart: bool | None = None) -> tuple[str, str, str]:
+def finding(
+    n: int | None,
+    *,
+    engines: tuple[str | None, str | None] | None = None,
+    cross_engine: bool | None = None,
+    device_kinds: Iterable[str | None] = (),
+    apart: bool | None = None,
+) -> tuple[str, str, str]:
     """The one rule for a measured *found* row that states a direction (who is faster, where curves cross, how much
     a cache saves): (outcome, why, limit). A row comparing two different implementations (``engines``, or
     ``cross_engine`` True where the engines are not named) with any run counting as CPU (:func:`on_cpu`: no device
@@ -423,24 +573,43 @@ def finding(n: int | None, *, engines: tuple[str | None, str | None] | None = No
     if cross_engine is None:
         cross_engine = engines is not None and None not in engines and implementations_differ(*engines)
     if cross_engine and any(on_cpu(k) for k in (list(device_kinds) or [None])):
-        who = (f"{engine_label(engines[0])} and {engine_label(engines[1])}" if engines and None not in engines
-               else "the two engines")
-        return ("cannot be tested here", f"{who} are different implementations run on a CPU, so which is faster "
-                "here says nothing of the engines on a GPU host", CPU_IMPLEMENTATIONS)
+        who = (
+            f"{engine_label(engines[0])} and {engine_label(engines[1])}"
+            if engines and None not in engines
+            else "the two engines"
+        )
+        return (
+            "cannot be tested here",
+            f"{who} are different implementations run on a CPU, so which is faster "
+            "here says nothing of the engines on a GPU host",
+            CPU_IMPLEMENTATIONS,
+        )
     if n is None or n < MIN_REPEATS:
-        return ("inconclusive", f"n={n if n is not None else 'unknown'} repeat{'' if n == 1 else 's'} on the smaller "
-                f"side, fewer than the {MIN_REPEATS} a measured finding needs", FEW_REPEATS)
+        return (
+            "inconclusive",
+            f"n={n if n is not None else 'unknown'} repeat{'' if n == 1 else 's'} on the smaller "
+            f"side, fewer than the {MIN_REPEATS} a measured finding needs",
+            FEW_REPEATS,
+        )
     if apart is False:
         return "inconclusive", f"n={n}, but the min–max ranges of the two sides overlap", WITHIN_SPREAD
     return "found", "", ""
 
 
-def configured(value: float | None, unit: str, *, reason: str, n: int | None = None,
-               spread: tuple[float, float] | None = None, scope: str = "") -> Grade:
+def configured(
+    value: float | None,
+    unit: str,
+    *,
+    reason: str,
+    n: int | None = None,
+    spread: tuple[float, float] | None = None,
+    scope: str = "",
+) -> Grade:
     """A value the experiment file sets (a KV budget, a ceiling derived from it): shown as configuration, outcome
     *configured*, never graded — more repeats cannot change it."""
-    return Grade("configured", "measured", reason, value=value, unit=unit, n=n, spread=spread, scope=scope,
-                 limit=CONFIGURED)
+    return Grade(
+        "configured", "measured", reason, value=value, unit=unit, n=n, spread=spread, scope=scope, limit=CONFIGURED
+    )
 
 
 def held_out_gate(outcome: str, right: int, total: int, margin: float, error: float) -> tuple[str, str, str]:
@@ -449,5 +618,9 @@ def held_out_gate(outcome: str, right: int, total: int, margin: float, error: fl
     why, limit); why and limit are "" when the row stands."""
     if outcome not in ("found", "reproduced", "contradicted") or held_out_passes(right, total, margin, error):
         return outcome, "", ""
-    return ("inconclusive", f"an illustration: the model fails its held-out test ({right} of {total} winners right, "
-            f"margin {margin:.1%} against a {error:.1%} mean held-out error)", FAILS_HELD_OUT)
+    return (
+        "inconclusive",
+        f"an illustration: the model fails its held-out test ({right} of {total} winners right, "
+        f"margin {margin:.1%} against a {error:.1%} mean held-out error)",
+        FAILS_HELD_OUT,
+    )

@@ -10,7 +10,14 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab.claims.grading import (
-    ASSUMED_FROM_CLAIM, FEW_REPEATS, MIN_REPEATS, NO_GPU_MEMORY, NOTHING_MEASURED, UNRECORDED_DEVICE, Repeats, combined,
+    ASSUMED_FROM_CLAIM,
+    FEW_REPEATS,
+    MIN_REPEATS,
+    NO_GPU_MEMORY,
+    NOTHING_MEASURED,
+    UNRECORDED_DEVICE,
+    Repeats,
+    combined,
     measured_difference,
 )
 from kvlab.engines import engine_label, registry
@@ -73,10 +80,18 @@ def headroom_pairs(head: list[dict], by: str, first, second) -> list[dict]:
     and the context) with ``a`` (sequences at ``first``) and ``b`` (at ``second``), where ``a`` > 0."""
     other = "dcp" if by == "mem_util" else "mem_util"
     keys = (other, "context_tokens")
-    return [{other: a[other], "context_tokens": a["context_tokens"], "a": a["max_concurrent_seqs"],
-             "b": b["max_concurrent_seqs"]}
-            for a in head if a[by] == first for b in head
-            if b[by] == second and all(a[k] == b[k] for k in keys) and (a["max_concurrent_seqs"] or 0) > 0]
+    return [
+        {
+            other: a[other],
+            "context_tokens": a["context_tokens"],
+            "a": a["max_concurrent_seqs"],
+            "b": b["max_concurrent_seqs"],
+        }
+        for a in head
+        if a[by] == first
+        for b in head
+        if b[by] == second and all(a[k] == b[k] for k in keys) and (a["max_concurrent_seqs"] or 0) > 0
+    ]
 
 
 def headroom_by_config(head: list[dict]) -> list[dict]:
@@ -85,20 +100,36 @@ def headroom_by_config(head: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in head:
         groups.setdefault((r["dcp"], r["context_tokens"]), []).append(r)
-    return [{"dcp": dcp, "context_tokens": ctx,
-             "settings": [(r["mem_util"], r["max_concurrent_seqs"]) for r in sorted(g, key=lambda r: r["mem_util"])]}
-            for (dcp, ctx), g in groups.items()]
+    return [
+        {
+            "dcp": dcp,
+            "context_tokens": ctx,
+            "settings": [(r["mem_util"], r["max_concurrent_seqs"]) for r in sorted(g, key=lambda r: r["mem_util"])],
+        }
+        for (dcp, ctx), g in groups.items()
+    ]
 
 
 def stats_row(stats: list[dict], r: dict, mem_util: float) -> dict | None:
     """The memory-study row (``stats``: :func:`kvlab.analysis.memory_study`'s row dicts) of ``r``'s engine and
     context at ``mem_util``."""
-    return next((s for s in stats if s["engine"] == r["engine"] and s["context_tokens"] == r["context_tokens"]
-                 and s["mem_util"] == mem_util), None)
+    return next(
+        (
+            s
+            for s in stats
+            if s["engine"] == r["engine"] and s["context_tokens"] == r["context_tokens"] and s["mem_util"] == mem_util
+        ),
+        None,
+    )
 
 
-def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.DataFrame,
-                          head: pl.DataFrame | None = None, simulated: bool | str = True) -> list:
+def memory_claim_verdicts(
+    claims: pl.DataFrame,
+    stats: pl.DataFrame,
+    cmp: pl.DataFrame,
+    head: pl.DataFrame | None = None,
+    simulated: bool | str = True,
+) -> list:
     """The memory-setting claims (the B300 article's: at 0.95, OOM retries with either engine; lowering the target
     to 0.92 removed the retries, stabilised run time, and came at slightly higher latency) against the measured
     memory study and, for the retries claim, the physical model. Each claim row says what it is about in its
@@ -114,33 +145,60 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
     stats_rows = stats.to_dicts()
     us = sorted(stats["mem_util"].unique().to_list()) if stats.height else []
     lo, hi = (us[0], us[-1]) if us else (None, None)
-    setting = (simulated if isinstance(simulated, str) else "unknown" if simulated is None
-               else "kv_budget" if simulated else "gpu")  # None: runs that record neither budget nor device
+    setting = (
+        simulated
+        if isinstance(simulated, str)
+        else "unknown"
+        if simulated is None
+        else "kv_budget"
+        if simulated
+        else "gpu"
+    )  # None: runs that record neither budget nor device
     simulated = setting != "gpu"  # the OOM parts need GPU memory outside the KV pool
-    what = {"kv_budget": "a simulated KV-cache budget",
-            "host_reserve": "vLLM's CPU memory reserve, checked at start-up against this host's free memory",
-            "mixed": "not one thing across these runs (KV budgets and host-memory reserves)",
-            "unknown": "not recorded for these runs (neither a KV budget nor the device they ran on)"}.get(setting, "")
-    host = (f"on this host the setting is {what}, so the GPU memory outside the KV pool, where those OOMs arise, is "
-            "not exercised" if simulated else "measured on this host's GPUs")
-    scope = {"kv_budget": "CPU, simulated KV-cache budget", "host_reserve": "CPU, host-memory reserve",
-             "mixed": "CPU, mixed memory settings", "unknown": "runs without a recorded device or KV budget"}.get(
-                 setting, "this host's GPUs")
-    untestable = (f"the setting here is {what}: the GPU memory outside the KV pool, where the claimed OOMs arise, is "
-                  "not exercised")
-    less = {"kv_budget": "a smaller simulated KV budget, so fewer requests run at once",
-            "host_reserve": "a smaller host-memory reserve", "mixed": "a lower setting",
-            "unknown": "a lower setting"}.get(setting, "")
-    none_here = {"kv_budget": "simulated KV budget", "host_reserve": "host-memory reserve",
-                 "mixed": "no GPU", "unknown": "device not recorded"}.get(setting, "")
+    what = {
+        "kv_budget": "a simulated KV-cache budget",
+        "host_reserve": "vLLM's CPU memory reserve, checked at start-up against this host's free memory",
+        "mixed": "not one thing across these runs (KV budgets and host-memory reserves)",
+        "unknown": "not recorded for these runs (neither a KV budget nor the device they ran on)",
+    }.get(setting, "")
+    host = (
+        f"on this host the setting is {what}, so the GPU memory outside the KV pool, where those OOMs arise, is "
+        "not exercised"
+        if simulated
+        else "measured on this host's GPUs"
+    )
+    scope = {
+        "kv_budget": "CPU, simulated KV-cache budget",
+        "host_reserve": "CPU, host-memory reserve",
+        "mixed": "CPU, mixed memory settings",
+        "unknown": "runs without a recorded device or KV budget",
+    }.get(setting, "this host's GPUs")
+    untestable = (
+        f"the setting here is {what}: the GPU memory outside the KV pool, where the claimed OOMs arise, is "
+        "not exercised"
+    )
+    less = {
+        "kv_budget": "a smaller simulated KV budget, so fewer requests run at once",
+        "host_reserve": "a smaller host-memory reserve",
+        "mixed": "a lower setting",
+        "unknown": "a lower setting",
+    }.get(setting, "")
+    none_here = {
+        "kv_budget": "simulated KV budget",
+        "host_reserve": "host-memory reserve",
+        "mixed": "no GPU",
+        "unknown": "device not recorded",
+    }.get(setting, "")
     no_gpu = UNRECORDED_DEVICE if setting == "unknown" else NO_GPU_MEMORY  # the cause of an untestable OOM part
 
     def retries(u: float) -> tuple[int, int, list[str]]:
         s = stats.filter(pl.col("mem_util") == u)
-        per = s.group_by("engine").agg(pl.col("retries").sum()).sort(pl.col("engine").map_elements(
-            engine_rank, return_dtype=pl.Int64))
-        return (int(s["retries"].sum()), int(s["runs"].sum()),
-                [f"{engine_label(e)} {n}" for e, n in per.iter_rows()])
+        per = (
+            s.group_by("engine")
+            .agg(pl.col("retries").sum())
+            .sort(pl.col("engine").map_elements(engine_rank, return_dtype=pl.Int64))
+        )
+        return (int(s["retries"].sum()), int(s["runs"].sum()), [f"{engine_label(e)} {n}" for e, n in per.iter_rows()])
 
     def two_settings() -> bool:
         return lo is not None and lo != hi
@@ -149,8 +207,11 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
         cid, statement = c["claim_id"], c["statement"]
         u, metric, direction = c.get("setting"), c.get("metric"), c.get("direction")
         caused = metric == "oom_retries" and direction == "some"  # the setting causes retries
-        lowered = ((metric == "oom_retries" and direction == "none") or metric == "batch_time_spread"
-                   or metric == "e2e_latency")  # what lowering the target to ``setting`` does
+        lowered = (
+            (metric == "oom_retries" and direction == "none")
+            or metric == "batch_time_spread"
+            or metric == "e2e_latency"
+        )  # what lowering the target to ``setting`` does
 
         def V(claim, outcome, evidence, number, reason, **kw):  # noqa: N802 - a verdict of this claim
             kw.setdefault("scope", scope if evidence == "measured" else "model fitted to the published table")
@@ -160,53 +221,110 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             return Verdict(claim, outcome, evidence, number, claim_id=cid, kind="memory_setting", reason=reason, **kw)
 
         if stats.is_empty() and (caused or lowered):
-            out.append(V(statement, "cannot be tested here", "measured", "no measured run with a memory setting",
-                         "no measured run with a memory setting", limit=NOTHING_MEASURED))
+            out.append(
+                V(
+                    statement,
+                    "cannot be tested here",
+                    "measured",
+                    "no measured run with a memory setting",
+                    "no measured run with a memory setting",
+                    limit=NOTHING_MEASURED,
+                )
+            )
             if lowered:
                 continue
         if caused:
             u = u or hi
             if u not in us:
                 if us:
-                    out.append(V(statement, "cannot be tested here", "measured", f"no measured run at {u:g}",
-                                 f"no measured run at {u:g}", limit=NOTHING_MEASURED))
+                    out.append(
+                        V(
+                            statement,
+                            "cannot be tested here",
+                            "measured",
+                            f"no measured run at {u:g}",
+                            f"no measured run at {u:g}",
+                            limit=NOTHING_MEASURED,
+                        )
+                    )
             else:
                 n, runs, per = retries(u)
                 every = stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("retries").sum())
-                fewest = int(stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("runs").sum())
-                             ["runs"].min())
-                outcome = ("cannot be tested here" if simulated else "inconclusive" if fewest < MIN_REPEATS else
-                           "reproduced" if (every["retries"] > 0).all() else "contradicted")
-                out.append(V(f"{statement} — {host}", outcome, "measured",
-                             f"{n} retr{'y' if n == 1 else 'ies'} in {runs} run{'' if runs == 1 else 's'} at {u:g} "
-                             f"({', '.join(per)})",
-                             untestable if simulated else
-                             f"n={fewest} runs for one engine, fewer than the {MIN_REPEATS} repeats a measured "
-                             "verdict needs" if fewest < MIN_REPEATS else "retries counted at the claimed setting on GPUs",
-                             value=float(n), unit="retries", n=fewest,
-                             limit=no_gpu if simulated else FEW_REPEATS if fewest < MIN_REPEATS else ""))
+                fewest = int(
+                    stats.filter(pl.col("mem_util") == u).group_by("engine").agg(pl.col("runs").sum())["runs"].min()
+                )
+                outcome = (
+                    "cannot be tested here"
+                    if simulated
+                    else "inconclusive"
+                    if fewest < MIN_REPEATS
+                    else "reproduced"
+                    if (every["retries"] > 0).all()
+                    else "contradicted"
+                )
+                out.append(
+                    V(
+                        f"{statement} — {host}",
+                        outcome,
+                        "measured",
+                        f"{n} retr{'y' if n == 1 else 'ies'} in {runs} run{'' if runs == 1 else 's'} at {u:g} "
+                        f"({', '.join(per)})",
+                        untestable
+                        if simulated
+                        else f"n={fewest} runs for one engine, fewer than the {MIN_REPEATS} repeats a measured "
+                        "verdict needs"
+                        if fewest < MIN_REPEATS
+                        else "retries counted at the claimed setting on GPUs",
+                        value=float(n),
+                        unit="retries",
+                        n=fewest,
+                        limit=no_gpu if simulated else FEW_REPEATS if fewest < MIN_REPEATS else "",
+                    )
+                )
             if head is not None and head.height and u in head["mem_util"].to_list():
                 h = head.filter(pl.col("mem_util") == u)
                 bad = [r for r in h.iter_rows(named=True) if fails_outside_pool(r)]
                 value = None
                 if bad:
                     r = bad[0]
-                    need = r.get("outside_need_gib_per_gpu") or \
-                        Assumptions().outside_pool_fraction * r["outside_pool_gib_per_gpu"] / (1 - u)
+                    need = r.get("outside_need_gib_per_gpu") or Assumptions().outside_pool_fraction * r[
+                        "outside_pool_gib_per_gpu"
+                    ] / (1 - u)
                     value = r["outside_pool_gib_per_gpu"]
-                    number = (f"{r['outside_pool_gib_per_gpu']:.1f} GiB/GPU left outside the target at {u:g} < {need:.1f} "
-                              "GiB assumed need — an assumption taken from this claim")
+                    number = (
+                        f"{r['outside_pool_gib_per_gpu']:.1f} GiB/GPU left outside the target at {u:g} < {need:.1f} "
+                        "GiB assumed need — an assumption taken from this claim"
+                    )
                 elif h["fits"].all():
-                    number = (f"every configuration fits at {u:g}; the model's memory check rests on an assumed need "
-                              "set from this claim")
+                    number = (
+                        f"every configuration fits at {u:g}; the model's memory check rests on an assumed need "
+                        "set from this claim"
+                    )
                 else:
                     number = f"at {u:g}: {h.filter(~pl.col('fits'))['reason'][0]}"
-                out.append(V(f"{statement} — kvlab's physical model", "cannot be tested here", "modelled", number,
-                             "the model's memory check rests on a need outside the pool chosen from this very claim",
-                             value=value, unit="GiB/GPU" if value is not None else "", limit=ASSUMED_FROM_CLAIM))
+                out.append(
+                    V(
+                        f"{statement} — kvlab's physical model",
+                        "cannot be tested here",
+                        "modelled",
+                        number,
+                        "the model's memory check rests on a need outside the pool chosen from this very claim",
+                        value=value,
+                        unit="GiB/GPU" if value is not None else "",
+                        limit=ASSUMED_FROM_CLAIM,
+                    )
+                )
         elif lowered and not two_settings():
-            out.append(V(statement, "cannot be tested here", "measured", "no engine measured at two settings",
-                         "no engine measured at two settings", limit=NOTHING_MEASURED))
+            out.append(
+                V(
+                    statement,
+                    "cannot be tested here",
+                    "measured",
+                    "no engine measured at two settings",
+                    "no engine measured at two settings",
+                    limit=NOTHING_MEASURED,
+                )
+            )
         elif metric == "oom_retries":  # lowering the target removed the retries
             n_lo, _, _ = retries(lo)
             n_hi, _, _ = retries(hi)
@@ -214,17 +332,51 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
             fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())  # per engine, context, setting
             counts = dict(value=float(n_lo), unit="retries", n=fewest)
             if simulated:
-                out.append(V(f"{statement} — on this host there is no GPU OOM to remove ({none_here})",
-                             "cannot be tested here", "measured", number, untestable, limit=no_gpu, **counts))
+                out.append(
+                    V(
+                        f"{statement} — on this host there is no GPU OOM to remove ({none_here})",
+                        "cannot be tested here",
+                        "measured",
+                        number,
+                        untestable,
+                        limit=no_gpu,
+                        **counts,
+                    )
+                )
             elif n_hi == 0:
-                out.append(V(f"{statement} — measured on this host's GPUs", "cannot be tested here", "measured",
-                             number + f" (no retry at {hi:g} to remove)", f"no retry at {hi:g} to remove", **counts))
+                out.append(
+                    V(
+                        f"{statement} — measured on this host's GPUs",
+                        "cannot be tested here",
+                        "measured",
+                        number + f" (no retry at {hi:g} to remove)",
+                        f"no retry at {hi:g} to remove",
+                        **counts,
+                    )
+                )
             elif fewest < MIN_REPEATS:
-                out.append(V(f"{statement} — measured on this host's GPUs", "inconclusive", "measured", number,
-                             f"fewer than {MIN_REPEATS} runs per engine and setting", limit=FEW_REPEATS, **counts))
+                out.append(
+                    V(
+                        f"{statement} — measured on this host's GPUs",
+                        "inconclusive",
+                        "measured",
+                        number,
+                        f"fewer than {MIN_REPEATS} runs per engine and setting",
+                        limit=FEW_REPEATS,
+                        **counts,
+                    )
+                )
             else:
-                out.append(V(f"{statement} — measured on this host's GPUs", "reproduced" if n_lo == 0 else
-                             "contradicted", "measured", number, f"retries counted at {lo:g} and {hi:g}", **counts))
+                out.append(
+                    V(
+                        f"{statement} — measured on this host's GPUs",
+                        "reproduced" if n_lo == 0 else "contradicted",
+                        "measured",
+                        number,
+                        f"retries counted at {lo:g} and {hi:g}",
+                        **counts,
+                    )
+                )
         elif metric == "batch_time_spread":  # lowering the target stabilised run time
             spreads = []
             for r in cmp.iter_rows(named=True):
@@ -232,24 +384,53 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                 if a and b and (a["runs_ok"] or 0) > 1 and (b["runs_ok"] or 0) > 1:
                     spreads.append((r, a["batch_time_cv"], b["batch_time_cv"]))
             lower = sum(x < y for _, x, y in spreads)
-            number = ("spread: one run per setting" if not spreads else
-                      f"spread (CV) {spreads[0][1]:.1%} at {lo:g} vs {spreads[0][2]:.1%} at {hi:g}" if len(spreads) == 1
-                      else f"spread (CV) lower at {lo:g} in {lower} of {len(spreads)} engine–context pairs")
+            number = (
+                "spread: one run per setting"
+                if not spreads
+                else f"spread (CV) {spreads[0][1]:.1%} at {lo:g} vs {spreads[0][2]:.1%} at {hi:g}"
+                if len(spreads) == 1
+                else f"spread (CV) lower at {lo:g} in {lower} of {len(spreads)} engine–context pairs"
+            )
             fewest = int(stats.filter(pl.col("mem_util").is_in([lo, hi]))["runs"].min())
-            counts = dict(value=float(lower) if spreads else None, unit="pairs with a lower CV" if spreads else "",
-                          n=fewest)
+            counts = dict(
+                value=float(lower) if spreads else None, unit="pairs with a lower CV" if spreads else "", n=fewest
+            )
             no_value = "" if spreads else "; one run per setting, so no spread to compare (no value)"
             if simulated:
-                out.append(V(f"{statement} — on this host there is no GPU OOM whose retries unsettle run time "
-                             f"({none_here})", "cannot be tested here", "measured", number, untestable + no_value,
-                             limit=no_gpu, **counts))
+                out.append(
+                    V(
+                        f"{statement} — on this host there is no GPU OOM whose retries unsettle run time ({none_here})",
+                        "cannot be tested here",
+                        "measured",
+                        number,
+                        untestable + no_value,
+                        limit=no_gpu,
+                        **counts,
+                    )
+                )
             elif not spreads or fewest < MIN_REPEATS:
-                out.append(V(f"{statement} — measured on this host's GPUs", "inconclusive", "measured", number,
-                             f"fewer than {MIN_REPEATS} runs per engine and setting", limit=FEW_REPEATS, **counts))
+                out.append(
+                    V(
+                        f"{statement} — measured on this host's GPUs",
+                        "inconclusive",
+                        "measured",
+                        number,
+                        f"fewer than {MIN_REPEATS} runs per engine and setting",
+                        limit=FEW_REPEATS,
+                        **counts,
+                    )
+                )
             else:
-                out.append(V(f"{statement} — measured on this host's GPUs",
-                             "reproduced" if lower > len(spreads) / 2 else "contradicted", "measured", number,
-                             f"run-time spread over repeats compared at {lo:g} and {hi:g}", **counts))
+                out.append(
+                    V(
+                        f"{statement} — measured on this host's GPUs",
+                        "reproduced" if lower > len(spreads) / 2 else "contradicted",
+                        "measured",
+                        number,
+                        f"run-time spread over repeats compared at {lo:g} and {hi:g}",
+                        **counts,
+                    )
+                )
         elif metric == "e2e_latency":  # lowering the target came at higher latency
             lat, parts = [], []
             at = cmp.filter(pl.col("context_tokens") == cmp["context_tokens"].max()) if cmp.height else cmp
@@ -260,34 +441,61 @@ def memory_claim_verdicts(claims: pl.DataFrame, stats: pl.DataFrame, cmp: pl.Dat
                 lat.append((r, a["e2e_mean_ms"] / b["e2e_mean_ms"]))
                 for m, what in (("e2e", "mean request latency"), ("ttft", "mean TTFT")):
                     if a[f"{m}_mean_ms"] and b[f"{m}_mean_ms"]:
-                        parts.append(measured_difference(
-                            *(Repeats.summary(x[f"{m}_mean_ms"], x.get(f"{m}_min_ms"),
-                                              x.get(f"{m}_max_ms"), x["runs_ok"]) for x in (a, b)),
-                            direction or "higher", what=f"{engine_label(r['engine'])} {what}, {lo:g} against {hi:g}",
-                            scope=scope))
-            claim = (f"{statement} — "
-                     + (f"on this host {lo:g} is {less}: each engine against itself" if simulated
-                        else "measured on this host's GPUs"))
+                        parts.append(
+                            measured_difference(
+                                *(
+                                    Repeats.summary(
+                                        x[f"{m}_mean_ms"], x.get(f"{m}_min_ms"), x.get(f"{m}_max_ms"), x["runs_ok"]
+                                    )
+                                    for x in (a, b)
+                                ),
+                                direction or "higher",
+                                what=f"{engine_label(r['engine'])} {what}, {lo:g} against {hi:g}",
+                                scope=scope,
+                            )
+                        )
+            claim = f"{statement} — " + (
+                f"on this host {lo:g} is {less}: each engine against itself"
+                if simulated
+                else "measured on this host's GPUs"
+            )
             if not lat:
-                out.append(V(claim, "cannot be tested here", "measured", "no latency measured at both settings",
-                             "no latency measured at both settings", limit=NOTHING_MEASURED))
+                out.append(
+                    V(
+                        claim,
+                        "cannot be tested here",
+                        "measured",
+                        "no latency measured at both settings",
+                        "no latency measured at both settings",
+                        limit=NOTHING_MEASURED,
+                    )
+                )
                 continue
             r0 = lat[0][0]
             grade = combined(parts)
-            number = (f"mean request latency at {lo:g} against {hi:g}, "
-                      f"{scaled_context(r0['context_label'], r0.get('context_tokens'))}: "
-                      + ", ".join(f"{engine_label(r['engine'])} {signed_pct(x - 1)}"
-                                  for r, x in sorted(lat, key=lambda t: engine_rank(t[0]["engine"])))
-                      + (f" (n={grade.n} per setting)" if grade.n is not None else ""))
+            number = (
+                f"mean request latency at {lo:g} against {hi:g}, "
+                f"{scaled_context(r0['context_label'], r0.get('context_tokens'))}: "
+                + ", ".join(
+                    f"{engine_label(r['engine'])} {signed_pct(x - 1)}"
+                    for r, x in sorted(lat, key=lambda t: engine_rank(t[0]["engine"]))
+                )
+                + (f" (n={grade.n} per setting)" if grade.n is not None else "")
+            )
             out.append(replace(grade.verdict(claim, number, claim_id=cid, kind="memory_setting"), scope=scope))
         else:
-            out.append(V(statement, "cannot be tested here", "measured", "no test of this claim in this report",
-                         "no test of this claim in this report"))
+            out.append(
+                V(
+                    statement,
+                    "cannot be tested here",
+                    "measured",
+                    "no test of this claim in this report",
+                    "no test of this claim in this report",
+                )
+            )
     return out
 
 
 def engine_rank(engine: str) -> int:
     """Engines in the order every report lists them (vLLM, SGLang, sglang-jax), unknown ones last."""
     return registry.order(engine)
-
-

@@ -38,8 +38,10 @@ def grade_model_claim(fit, agrees: bool, contexts, *, value: float | None = None
     claim says; ``contexts``: where the claim is decided (its margin is the model's smallest lead there)."""
     right, total = winners_held_out(fit)
     margin, error = model_margin(fit, contexts) or 0.0, held_out_error(fit)
-    return (modelled_claim(agrees, right, total, margin, error, value=value, unit=unit, n=fit.residuals.height),
-            held_out_grade(right, total, margin, error))
+    return (
+        modelled_claim(agrees, right, total, margin, error, value=value, unit=unit, n=fit.residuals.height),
+        held_out_grade(right, total, margin, error),
+    )
 
 
 def consistent_phrase(consistent: dict | None) -> str:

@@ -14,8 +14,12 @@ SHARE_UNIT = "fraction of prompt tokens, cache on − off"
 def _side(row: dict | None, n_default: int = 1) -> Repeats:
     if row is None:
         return Repeats(())
-    return Repeats.summary(row["cache_hit_rate"], row.get("cache_hit_rate_min"), row.get("cache_hit_rate_max"),
-                           row.get("n_runs") or n_default)
+    return Repeats.summary(
+        row["cache_hit_rate"],
+        row.get("cache_hit_rate_min"),
+        row.get("cache_hit_rate_max"),
+        row.get("n_runs") or n_default,
+    )
 
 
 def cache_shares(on: dict, off: dict | None) -> Grade:
@@ -26,6 +30,12 @@ def cache_shares(on: dict, off: dict | None) -> Grade:
     first = _side(on)
     second = _side(off) if off is not None else Repeats.summary(0.0, 0.0, 0.0, first.n)
     engine = engine_label(on["engine"]) if on.get("engine") else "the engine"
-    return measured_difference(first, second, "higher", difference=True, unit=SHARE_UNIT,
-                               what=f"{engine}'s cache-hit share, cache on against off",
-                               scope=f"{on.get('hardware') or 'this host'}, one engine's own cache on against off")
+    return measured_difference(
+        first,
+        second,
+        "higher",
+        difference=True,
+        unit=SHARE_UNIT,
+        what=f"{engine}'s cache-hit share, cache on against off",
+        scope=f"{on.get('hardware') or 'this host'}, one engine's own cache on against off",
+    )

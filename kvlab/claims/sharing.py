@@ -10,7 +10,14 @@ import polars as pl
 from dataclasses import replace
 
 from kvlab.claims.grading import (
-    NOT_REUSABLE, NOTHING_MEASURED, Repeats, combined, counted, cpu_cross_engine, finding, measured_difference,
+    NOT_REUSABLE,
+    NOTHING_MEASURED,
+    Repeats,
+    combined,
+    counted,
+    cpu_cross_engine,
+    finding,
+    measured_difference,
     negated,
 )
 from kvlab.claims.prefix import cache_shares
@@ -21,8 +28,9 @@ from kvlab.verdicts import Verdict
 
 def _prefix_engine_order() -> pl.Expr:
     """Engines in display order (kvlab.engines.registry.order), unknown ones last."""
-    return pl.col("engine").replace_strict({e: registry.order(e) for e in registry.ENGINE_NAMES},
-                                           default=len(registry.ENGINE_NAMES), return_dtype=pl.Int64)
+    return pl.col("engine").replace_strict(
+        {e: registry.order(e) for e in registry.ENGINE_NAMES}, default=len(registry.ENGINE_NAMES), return_dtype=pl.Int64
+    )
 
 
 def _prefix_times(x: float, more: str = "shorter", less: str = "longer", n: int | None = None) -> str:
@@ -67,18 +75,30 @@ def _threshold_shape(g: pl.DataFrame, th) -> str:
     """What makes one engine's saving curve a threshold, with every measured point: a step across ``th.at`` or a
     slope above it more than twice the one below (analysis.sharing_threshold's rule), never called a jump where the
     saving falls across it."""
-    points = ", ".join(f"{signed_pct(r['time_saved'])} at {r['shared_fraction']:.0%}"
-                       for r in g.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction").iter_rows(named=True))
-    if th.step_at is not None and th.step_at > 0 and (th.slope_above is None or th.slope_below is None
-                                                      or th.slope_above <= 2 * max(th.slope_below, 1e-9)):
+    points = ", ".join(
+        f"{signed_pct(r['time_saved'])} at {r['shared_fraction']:.0%}"
+        for r in g.filter(pl.col("time_saved").is_not_null()).sort("shared_fraction").iter_rows(named=True)
+    )
+    if (
+        th.step_at is not None
+        and th.step_at > 0
+        and (th.slope_above is None or th.slope_below is None or th.slope_above <= 2 * max(th.slope_below, 1e-9))
+    ):
         shape = f"a step of {signed_pct(th.step_at)} across {th.at:.0%}"
     else:
         shape = f"it rises more steeply from {th.at:.0%} up than below"
     return f"saving {points} shared: {shape}"
 
 
-def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFrame, thresholds: dict,
-                    by_turn: pl.DataFrame, reuse: pl.DataFrame | None = None, threshold: float = 0.3) -> list:
+def prefix_verdicts(
+    claims: pl.DataFrame,
+    sharing: pl.DataFrame,
+    gain: pl.DataFrame,
+    thresholds: dict,
+    by_turn: pl.DataFrame,
+    reuse: pl.DataFrame | None = None,
+    threshold: float = 0.3,
+) -> list:
     """Report 05's verdicts: each of the article's claims in :data:`PREFIX_CLAIMS` against the measured runs, the
     threshold test, and multi-turn reuse (found). Computed from the frames the report shows; the claims are found
     by id, their parts (sharing, suffix-only) are rows of their own (:mod:`kvlab.schema` CLAIMS)."""
@@ -88,8 +108,12 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
     out = []
 
     def off_row(engine: str, f: float) -> dict | None:
-        o = sharing.filter((pl.col("engine") == engine) & ~pl.col("prefix_caching") & (pl.col("shared_fraction") == f)
-                           & pl.col("cache_hit_rate").is_not_null())
+        o = sharing.filter(
+            (pl.col("engine") == engine)
+            & ~pl.col("prefix_caching")
+            & (pl.col("shared_fraction") == f)
+            & pl.col("cache_hit_rate").is_not_null()
+        )
         return o.row(0, named=True) if o.height else None
 
     def off_hit(engine: str, f: float) -> str:
@@ -100,44 +124,92 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         claim = f"“{s}” — vLLM's CPU build, automatic prefix caching on (its default)"
         v = hits.filter(pl.col("engine") == VLLM) if hits.height else hits
         if v.is_empty():
-            out.append(Verdict(claim, "cannot be tested here", "measured", "no vLLM run with its prefix cache on",
-                               claim_id="vllm_no_prefix_sharing", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
-                               reason="no vLLM run with its prefix cache on"))
+            out.append(
+                Verdict(
+                    claim,
+                    "cannot be tested here",
+                    "measured",
+                    "no vLLM run with its prefix cache on",
+                    claim_id="vllm_no_prefix_sharing",
+                    kind="prefix_sharing",
+                    n=0,
+                    scope="nothing measured to test it",
+                    limit=NOTHING_MEASURED,
+                    reason="no vLLM run with its prefix cache on",
+                )
+            )
         else:
             r = v.sort("shared_fraction").row(-1, named=True)
             grade = negated(cache_shares(r, off_row(VLLM, r["shared_fraction"])))  # the claim: it shares nothing
-            out.append(grade.verdict(claim, f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
-                                            f"{r['shared_fraction']:.0%} shared{off_hit(VLLM, r['shared_fraction'])}",
-                                     claim_id="vllm_no_prefix_sharing", kind="prefix_sharing"))
+            out.append(
+                grade.verdict(
+                    claim,
+                    f"{r['cache_hit_rate']:.0%} of prompt tokens served from vLLM's cache at "
+                    f"{r['shared_fraction']:.0%} shared{off_hit(VLLM, r['shared_fraction'])}",
+                    claim_id="vllm_no_prefix_sharing",
+                    kind="prefix_sharing",
+                )
+            )
 
-    radix = [e for e in (hits["engine"].unique(maintain_order=True).to_list() if hits.height else [])
-             if registry.family(e) == SGLANG]
+    radix = [
+        e
+        for e in (hits["engine"].unique(maintain_order=True).to_list() if hits.height else [])
+        if registry.family(e) == SGLANG
+    ]
     if s := stmt.get("sglang_radix_sharing"):
         suffix = stmt.get("sglang_radix_suffix")  # its own row: "… computes only each request's own suffix"
         if not radix:
-            out.append(Verdict(f"“{s}”", "cannot be tested here", "measured",
-                               "no SGLang-family run with its radix cache on reported a hit count",
-                               claim_id="sglang_radix_sharing", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
-                               reason="no SGLang-family run with its radix cache on reported a hit count"))
+            out.append(
+                Verdict(
+                    f"“{s}”",
+                    "cannot be tested here",
+                    "measured",
+                    "no SGLang-family run with its radix cache on reported a hit count",
+                    claim_id="sglang_radix_sharing",
+                    kind="prefix_sharing",
+                    n=0,
+                    scope="nothing measured to test it",
+                    limit=NOTHING_MEASURED,
+                    reason="no SGLang-family run with its radix cache on reported a hit count",
+                )
+            )
             if suffix:
-                out.append(Verdict(f"“{suffix}”", "cannot be tested here", "measured",
-                                   "no SGLang-family run with its radix cache on reported a hit count",
-                                   claim_id="sglang_radix_suffix", kind="prefix_sharing", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
-                                   reason="no SGLang-family run with its radix cache on reported a hit count"))
+                out.append(
+                    Verdict(
+                        f"“{suffix}”",
+                        "cannot be tested here",
+                        "measured",
+                        "no SGLang-family run with its radix cache on reported a hit count",
+                        claim_id="sglang_radix_suffix",
+                        kind="prefix_sharing",
+                        n=0,
+                        scope="nothing measured to test it",
+                        limit=NOTHING_MEASURED,
+                        reason="no SGLang-family run with its radix cache on reported a hit count",
+                    )
+                )
         else:
             e = radix[0]
             lab = engine_label(e)
             r = hits.filter(pl.col("engine") == e).sort("shared_fraction").row(-1, named=True)
-            out.append(cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
-                f"“{s}” — {lab}" + (", SGLang's JAX runtime with the same radix cache" if registry.is_stand_in(e) else ""),
-                f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
-                f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
-                claim_id="sglang_radix_sharing", kind="prefix_sharing"))
+            out.append(
+                cache_shares(r, off_row(e, r["shared_fraction"])).verdict(
+                    f"“{s}” — {lab}"
+                    + (", SGLang's JAX runtime with the same radix cache" if registry.is_stand_in(e) else ""),
+                    f"{r['cache_hit_rate']:.0%} of prompt tokens served from its radix cache at "
+                    f"{r['shared_fraction']:.0%} shared{off_hit(e, r['shared_fraction'])}",
+                    claim_id="sglang_radix_sharing",
+                    kind="prefix_sharing",
+                )
+            )
             if suffix:
                 rr = None
                 if reuse is not None and reuse.height:
-                    q = reuse.filter((pl.col("engine") == e) & pl.col("prefix_caching")
-                                     & (pl.col("shared_fraction") == r["shared_fraction"]))
+                    q = reuse.filter(
+                        (pl.col("engine") == e)
+                        & pl.col("prefix_caching")
+                        & (pl.col("shared_fraction") == r["shared_fraction"])
+                    )
                     rr = q.row(0, named=True) if q.height and q["requests_hit"][0] is not None else None
                 if rr is not None:
                     # a request sent in a run's first wave (together with its first request) arrives before anyone
@@ -146,41 +218,81 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                     reused = rr["requests_hit"] - rr["first_wave_hit"]
                     ok = reused >= possible
                     first = "none" if rr["first_wave_hit"] == 0 else f"{rr['first_wave_hit']}"
-                    number = (f"{reused} of the {possible} requests sent after each run's first wave reused the "
-                              f"{rr['shared_prefix_tokens']:,}-token prefix at {r['shared_fraction']:.0%} shared; "
-                              f"{first} of the {rr['first_wave']} sent together first (before it could be cached)")
+                    number = (
+                        f"{reused} of the {possible} requests sent after each run's first wave reused the "
+                        f"{rr['shared_prefix_tokens']:,}-token prefix at {r['shared_fraction']:.0%} shared; "
+                        f"{first} of the {rr['first_wave']} sent together first (before it could be cached)"
+                    )
                     setting = f", requests arriving {rr['first_wave'] // rr['n_runs']} at a time"
                 else:
                     ok = r["cache_hit_rate"] >= 0.95 * r["ideal_hit_rate"]
-                    number = (f"{r['cache_hit_rate']:.0%} of prompt tokens from the cache at {r['shared_fraction']:.0%} "
-                              f"shared against {r['ideal_hit_rate']:.0%} if every request after the first reused it")
+                    number = (
+                        f"{r['cache_hit_rate']:.0%} of prompt tokens from the cache at {r['shared_fraction']:.0%} "
+                        f"shared against {r['ideal_hit_rate']:.0%} if every request after the first reused it"
+                    )
                     setting = ""
                 n = (rr or r).get("n_runs") or 1
-                share_of = (reused / possible if rr is not None and possible else r["cache_hit_rate"])
-                grade = counted(ok, n, reason=("every request that could reuse the prefix did" if ok else
-                                               "requests that could reuse the prefix computed it again"),
-                                value=share_of, unit=("fraction of the requests that could reuse the prefix"
-                                                      if rr is not None and possible else
-                                                      "fraction of prompt tokens from the cache"),
-                                scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache")
+                share_of = reused / possible if rr is not None and possible else r["cache_hit_rate"]
+                grade = counted(
+                    ok,
+                    n,
+                    reason=(
+                        "every request that could reuse the prefix did"
+                        if ok
+                        else "requests that could reuse the prefix computed it again"
+                    ),
+                    value=share_of,
+                    unit=(
+                        "fraction of the requests that could reuse the prefix"
+                        if rr is not None and possible
+                        else "fraction of prompt tokens from the cache"
+                    ),
+                    scope=f"{r.get('hardware') or 'this host'}, {lab}'s own cache",
+                )
                 if rr is not None and not possible:
-                    grade = replace(grade, outcome="cannot be tested here", value=None, unit="", limit=NOT_REUSABLE,
-                                    reason="every request was sent in a run's first wave, before the prefix could be "
-                                           "cached: none could reuse it")
-                out.append(grade.verdict(f"“{suffix}” — {lab}{setting}", number,
-                                         claim_id="sglang_radix_suffix", kind="prefix_sharing"))
+                    grade = replace(
+                        grade,
+                        outcome="cannot be tested here",
+                        value=None,
+                        unit="",
+                        limit=NOT_REUSABLE,
+                        reason="every request was sent in a run's first wave, before the prefix could be "
+                        "cached: none could reuse it",
+                    )
+                out.append(
+                    grade.verdict(
+                        f"“{suffix}” — {lab}{setting}", number, claim_id="sglang_radix_suffix", kind="prefix_sharing"
+                    )
+                )
 
     if s := stmt.get("shared_prefix_threshold"):
-        both = {f: g for (f,), g in on.group_by(["shared_fraction"])
-                if g["engine"].n_unique() >= 2 and g["batch_time_s"].null_count() == 0} if on.height else {}
+        both = (
+            {
+                f: g
+                for (f,), g in on.group_by(["shared_fraction"])
+                if g["engine"].n_unique() >= 2 and g["batch_time_s"].null_count() == 0
+            }
+            if on.height
+            else {}
+        )
         above = {f: g for f, g in both.items() if f >= threshold}
         engines = _prefix_ordered(on) if on.height else []
         claim = f"“{s}” — on this host: {' against '.join(engine_label(e) for e in engines)}, caches on"
         if not above:
-            out.append(Verdict(claim, "cannot be tested here", "measured",
-                               f"no shared fraction ≥ {threshold:.0%} measured with two engines",
-                               claim_id="shared_prefix_threshold", kind="engine_choice", n=0, scope="nothing measured to test it", limit=NOTHING_MEASURED,
-                               reason=f"no shared fraction ≥ {threshold:.0%} measured with two engines"))
+            out.append(
+                Verdict(
+                    claim,
+                    "cannot be tested here",
+                    "measured",
+                    f"no shared fraction ≥ {threshold:.0%} measured with two engines",
+                    claim_id="shared_prefix_threshold",
+                    kind="engine_choice",
+                    n=0,
+                    scope="nothing measured to test it",
+                    limit=NOTHING_MEASURED,
+                    reason=f"no shared fraction ≥ {threshold:.0%} measured with two engines",
+                )
+            )
         else:
             ratios = {f: g["batch_time_s"].max() / g["batch_time_s"].min() for f, g in above.items()}
             wins = {f: g.sort("batch_time_s")["engine"][0] for f, g in above.items()}
@@ -190,19 +302,31 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             z = (both[lo_f] if lo_f is not None else both[min(above)]).sort(_prefix_engine_order())
             a, b = z.row(0, named=True), z.row(1, named=True)
             missing = f"no shared fraction below the claim's {threshold:.0%} measured with both engines"
-            grade = cpu_cross_engine(a["engine"], b["engine"], z["device_kind"].to_list() if "device_kind" in z.columns
-                                     else [], baseline=b["batch_time_s"] / a["batch_time_s"] if lo_f is not None
-                                     else None, n=int(z["n_runs"].min()),
-                                     baseline_at=f"{lo_f:.0%} shared" if lo_f is not None else missing,
-                                     scope=f"{a['hardware']}, each engine's prefix cache on")
+            grade = cpu_cross_engine(
+                a["engine"],
+                b["engine"],
+                z["device_kind"].to_list() if "device_kind" in z.columns else [],
+                baseline=b["batch_time_s"] / a["batch_time_s"] if lo_f is not None else None,
+                n=int(z["n_runs"].min()),
+                baseline_at=f"{lo_f:.0%} shared" if lo_f is not None else missing,
+                scope=f"{a['hardware']}, each engine's prefix cache on",
+            )
             at = "; ".join(f"{engine_label(wins[f])} {sig2(ratios[f])}× sooner at {f:.0%}" for f in sorted(above))
             if grade is not None and lo_f is None:
-                out.append(grade.verdict(claim, f"{at} ({missing}, so nothing shows the gap is the cache's)",
-                                         claim_id="shared_prefix_threshold", kind="engine_choice"))
+                out.append(
+                    grade.verdict(
+                        claim,
+                        f"{at} ({missing}, so nothing shows the gap is the cache's)",
+                        claim_id="shared_prefix_threshold",
+                        kind="engine_choice",
+                    )
+                )
             elif grade is not None:
                 fast = a["engine"] if b["batch_time_s"] >= a["batch_time_s"] else b["engine"]
-                number = (f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
-                          "the cache saves within each engine is the fair comparison (the threshold row below)")
+                number = (
+                    f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
+                    "the cache saves within each engine is the fair comparison (the threshold row below)"
+                )
                 out.append(grade.verdict(claim, number, claim_id="shared_prefix_threshold", kind="engine_choice"))
             else:  # GPU runs: the engines' speed decides, by rule 2, at every fraction from the threshold up
                 parts = []
@@ -212,22 +336,33 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
                     if sg.is_empty() or other.is_empty():
                         continue
                     x, y = sg.row(0, named=True), other.row(0, named=True)
-                    parts.append(measured_difference(
-                        *(Repeats.summary(r["batch_time_s"], r.get("batch_time_min_s"), r.get("batch_time_max_s"),
-                                          r["n_runs"]) for r in (x, y)),
-                        "lower", what=f"{engine_label(x['engine'])}'s batch time against {engine_label(y['engine'])}'s at {f:.0%}",
-                        scope=a["hardware"]))
+                    parts.append(
+                        measured_difference(
+                            *(
+                                Repeats.summary(
+                                    r["batch_time_s"], r.get("batch_time_min_s"), r.get("batch_time_max_s"), r["n_runs"]
+                                )
+                                for r in (x, y)
+                            ),
+                            "lower",
+                            what=f"{engine_label(x['engine'])}'s batch time against {engine_label(y['engine'])}'s at {f:.0%}",
+                            scope=a["hardware"],
+                        )
+                    )
                 if parts:
-                    out.append(combined(parts).verdict(claim, at, claim_id="shared_prefix_threshold",
-                                                       kind="engine_choice"))
+                    out.append(
+                        combined(parts).verdict(claim, at, claim_id="shared_prefix_threshold", kind="engine_choice")
+                    )
         parts = []
         for engine, th in thresholds.items():
             if th.verdict == "no data":
                 continue
             b = _prefix_bracket(gain.filter(pl.col("engine") == engine), th.at)
             if th.verdict == "inconclusive":
-                parts.append(f"{engine_label(engine)}: inconclusive (on vs off already {apart(th.gain_at_zero)} "
-                             "apart at 0%, where nothing is reused)")
+                parts.append(
+                    f"{engine_label(engine)}: inconclusive (on vs off already {apart(th.gain_at_zero)} "
+                    "apart at 0%, where nothing is reused)"
+                )
             elif th.verdict == "threshold" and b:
                 parts.append(f"{engine_label(engine)}: {_threshold_shape(gain.filter(pl.col('engine') == engine), th)}")
             elif th.verdict == "threshold":
@@ -237,14 +372,25 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
         if parts:
             n = int(sharing["n_runs"].min()) if sharing.height else 0
             outcome, why, limit = finding(n)  # within each engine; a shape from one run a point is noise
-            out.append(Verdict(f"Does what the prefix cache saves jump at {threshold:.0%} shared, as the article's "
-                               "threshold implies?", outcome, "measured", "; ".join(parts),
-                               claim_id="shared_prefix_threshold_jump", kind="prefix_sharing", n=n, limit=limit,
-                               scope="each engine's own cache on against off", family="own",
-                               reason=(f"{why} (run-to-run noise can make or hide a jump); " if why else "")
-                               + "the report's own question: what the cache saves within each engine, by "
-                                 "fraction; its answer is a shape per engine (a jump or a steady rise), not one "
-                                 "number, so the row has no value"))
+            out.append(
+                Verdict(
+                    f"Does what the prefix cache saves jump at {threshold:.0%} shared, as the article's "
+                    "threshold implies?",
+                    outcome,
+                    "measured",
+                    "; ".join(parts),
+                    claim_id="shared_prefix_threshold_jump",
+                    kind="prefix_sharing",
+                    n=n,
+                    limit=limit,
+                    scope="each engine's own cache on against off",
+                    family="own",
+                    reason=(f"{why} (run-to-run noise can make or hide a jump); " if why else "")
+                    + "the report's own question: what the cache saves within each engine, by "
+                    "fraction; its answer is a shape per engine (a jump or a steady rise), not one "
+                    "number, so the row has no value",
+                )
+            )
 
     if by_turn is not None and by_turn.height:
         parts, ns, shares = [], [], []
@@ -256,22 +402,36 @@ def prefix_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, gain: pl.DataFr
             f = g.filter(~pl.col("prefix_caching") & (pl.col("turn") == last["turn"]))
             n = turn_n(last, f.row(0, named=True)) if f.height else turn_n(last)
             ns.append(n)
-            ttft = (f", TTFT {_prefix_times(f['ttft_mean_ms'][0] / last['ttft_mean_ms'], n=n)}"
-                    if f.height and last["ttft_mean_ms"] else "")
+            ttft = (
+                f", TTFT {_prefix_times(f['ttft_mean_ms'][0] / last['ttft_mean_ms'], n=n)}"
+                if f.height and last["ttft_mean_ms"]
+                else ""
+            )
             parts.append(f"{engine_label(engine)} {last['cached_share']:.0%}{ttft}")
             shares.append(last["cached_share"])
         if parts:
             n_turn = None if None in ns else min(ns)
             outcome, why, limit = finding(n_turn)  # one engine's cache on against off, per turn
-            out.append(Verdict("Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
-                               "serves, and its time to first token against the cache off", outcome, "measured",
-                               f"turn {last['turn']}: " + "; ".join(parts), claim_id="multi_turn_reuse",
-                               kind="prefix_sharing", scope="each engine's own cache on against off",
-                               value=shares[0], unit="fraction of the last turn's prompt from the cache (the first "
-                               "engine named)", spread=None,  # one configuration's share: no range over repeats
-                               n=n_turn, limit=limit, family="own",
-                               reason=(f"{why}: one turn's time to first token from one run can be an outlier; "
-                                       if why else "") + "the report's own question about the article's example 1"))
+            out.append(
+                Verdict(
+                    "Multi-turn RAG (the article's example 1): how much of the last turn's prompt the cache "
+                    "serves, and its time to first token against the cache off",
+                    outcome,
+                    "measured",
+                    f"turn {last['turn']}: " + "; ".join(parts),
+                    claim_id="multi_turn_reuse",
+                    kind="prefix_sharing",
+                    scope="each engine's own cache on against off",
+                    value=shares[0],
+                    unit="fraction of the last turn's prompt from the cache (the first engine named)",
+                    spread=None,  # one configuration's share: no range over repeats
+                    n=n_turn,
+                    limit=limit,
+                    family="own",
+                    reason=(f"{why}: one turn's time to first token from one run can be an outlier; " if why else "")
+                    + "the report's own question about the article's example 1",
+                )
+            )
     return out
 
 
@@ -291,25 +451,36 @@ def sharing_points(sharing: pl.DataFrame) -> pl.DataFrame:
 
     def side(on: bool, sfx: str) -> pl.DataFrame:
         return sharing.filter(pl.col("prefix_caching") == on).select(
-            *keys, (pl.col("cache_hit_rate") * 100).round(1).alias(f"hit_{sfx}"), pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"),
-            pl.col("batch_time_s").alias(f"batch_{sfx}"), pl.col("batch_time_min_s").alias(f"lo_{sfx}"),
-            pl.col("batch_time_max_s").alias(f"hi_{sfx}"), pl.col("n_runs").alias(f"runs_{sfx}"))
+            *keys,
+            (pl.col("cache_hit_rate") * 100).round(1).alias(f"hit_{sfx}"),
+            pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"),
+            pl.col("batch_time_s").alias(f"batch_{sfx}"),
+            pl.col("batch_time_min_s").alias(f"lo_{sfx}"),
+            pl.col("batch_time_max_s").alias(f"hi_{sfx}"),
+            pl.col("n_runs").alias(f"runs_{sfx}"),
+        )
 
-    base = sharing.group_by(keys).agg(pl.col("shared_prefix_tokens").first(),
-                                      (pl.col("ideal_hit_rate").first() * 100).round(1).alias("ideal"),
-                                      (pl.col("block_ideal_hit_rate").first() * 100).round(1).alias("block"))
-    return (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
-            .with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"))
-            .sort(_prefix_engine_order(), "shared_fraction"))
+    base = sharing.group_by(keys).agg(
+        pl.col("shared_prefix_tokens").first(),
+        (pl.col("ideal_hit_rate").first() * 100).round(1).alias("ideal"),
+        (pl.col("block_ideal_hit_rate").first() * 100).round(1).alias("block"),
+    )
+    return (
+        base.join(side(True, "on"), on=keys, how="left")
+        .join(side(False, "off"), on=keys, how="left")
+        .with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"))
+        .sort(_prefix_engine_order(), "shared_fraction")
+    )
 
 
 def gain_points(gain: pl.DataFrame) -> pl.DataFrame:
     """:func:`kvlab.analysis.caching_gain`'s rows with the fraction, the hit rate and the time saved in %, engines
     in the report's order."""
-    return gain.with_columns((pl.col("shared_fraction") * 100).alias("fraction_pct"),
-                             (pl.col("cache_hit_rate_on") * 100).round(1).alias("hit_on"),
-                             (pl.col("time_saved") * 100).round(1).alias("saved")).sort(_prefix_engine_order(),
-                                                                                        "shared_fraction")
+    return gain.with_columns(
+        (pl.col("shared_fraction") * 100).alias("fraction_pct"),
+        (pl.col("cache_hit_rate_on") * 100).round(1).alias("hit_on"),
+        (pl.col("time_saved") * 100).round(1).alias("saved"),
+    ).sort(_prefix_engine_order(), "shared_fraction")
 
 
 def turn_points(by_turn: pl.DataFrame) -> pl.DataFrame:
@@ -320,15 +491,23 @@ def turn_points(by_turn: pl.DataFrame) -> pl.DataFrame:
 
     def side(on: bool, sfx: str) -> pl.DataFrame:
         return by_turn.filter(pl.col("prefix_caching") == on).select(
-            *keys, pl.col("cached_tokens").alias(f"cached_{sfx}"), (pl.col("cached_share") * 100).round(1).alias(f"share_{sfx}"),
-            pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"), pl.col("cached_reported").alias(f"reported_{sfx}"))
+            *keys,
+            pl.col("cached_tokens").alias(f"cached_{sfx}"),
+            (pl.col("cached_share") * 100).round(1).alias(f"share_{sfx}"),
+            pl.col("ttft_mean_ms").alias(f"ttft_{sfx}"),
+            pl.col("cached_reported").alias(f"reported_{sfx}"),
+        )
 
     base = by_turn.group_by(keys).agg(pl.col("prompt_tokens").first(), pl.col("requests").first())
     ratio_ = pl.col("ttft_off") / pl.col("ttft_on")
     if "n_runs" in by_turn.columns and by_turn["n_runs"].max() == 1:  # one run a side: two significant figures
         ratio_ = ratio_.round_sig_figs(2)
-    return (base.join(side(True, "on"), on=keys, how="left").join(side(False, "off"), on=keys, how="left")
-            .with_columns(ratio_.alias("ratio")).sort(_prefix_engine_order(), "turn"))
+    return (
+        base.join(side(True, "on"), on=keys, how="left")
+        .join(side(False, "off"), on=keys, how="left")
+        .with_columns(ratio_.alias("ratio"))
+        .sort(_prefix_engine_order(), "turn")
+    )
 
 
 def radix_paged_pairs(sharing: pl.DataFrame) -> tuple[str, list[dict]] | None:
@@ -339,8 +518,18 @@ def radix_paged_pairs(sharing: pl.DataFrame) -> tuple[str, list[dict]] | None:
     radix_engines = [e for e in on["engine"].unique(maintain_order=True).to_list() if registry.family(e) == SGLANG]
     if paged.is_empty() or not radix_engines:
         return None
-    cols = ["shared_fraction", "shared_prefix_tokens", "cache_hit_rate", "ideal_hit_rate", "block_ideal_hit_rate",
-            "ttft_mean_ms", "batch_time_s"]
-    both = paged.select(cols).join(on.filter(pl.col("engine") == radix_engines[0]).select(cols), on="shared_fraction",
-                                   suffix="_r").sort("shared_fraction")
+    cols = [
+        "shared_fraction",
+        "shared_prefix_tokens",
+        "cache_hit_rate",
+        "ideal_hit_rate",
+        "block_ideal_hit_rate",
+        "ttft_mean_ms",
+        "batch_time_s",
+    ]
+    both = (
+        paged.select(cols)
+        .join(on.filter(pl.col("engine") == radix_engines[0]).select(cols), on="shared_fraction", suffix="_r")
+        .sort("shared_fraction")
+    )
     return radix_engines[0], both.to_dicts()

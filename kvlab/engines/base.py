@@ -19,22 +19,49 @@ from kvlab.paths import ROOT
 # node_lost: a cluster sweep's node (or its worker process) died with the run in flight (kvlab.cluster).
 # disk_full: the run could not be stored (ENOSPC or EDQUOT); it stops the sweep and is not stored, so the next
 # sweep measures it again (kvlab.campaign.DiskFullError).
-FailureCause = Literal["startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error",
-                       "node_lost", "disk_full"]
-FAILURE_CAUSES: tuple[str, ...] = ("startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error",
-                                   "node_lost", "disk_full")
+FailureCause = Literal[
+    "startup_oom", "kv_cache_too_small", "runtime_oom", "crash", "timeout", "http_error", "node_lost", "disk_full"
+]
+FAILURE_CAUSES: tuple[str, ...] = (
+    "startup_oom",
+    "kv_cache_too_small",
+    "runtime_oom",
+    "crash",
+    "timeout",
+    "http_error",
+    "node_lost",
+    "disk_full",
+)
 
 #: Canonical counter names every adapter maps to its engine's Prometheus names.
 CANONICAL_METRICS = (
-    "prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits", "preemptions", "cached_tokens",
+    "prompt_tokens",
+    "generation_tokens",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "preemptions",
+    "cached_tokens",
 )
 
 _FITS_RE = re.compile(r"estimated maximum model length is (\d+)")
 
 #: A setting kvlab gives an engine on its command line: an adapter's ``flags`` spell the ones its engine takes,
 #: :meth:`EngineAdapter.setting` says each one's value for a spec.
-Setting = Literal["model", "host", "port", "tp", "dcp", "dp", "memory", "context", "metrics", "prefix_cache_off",
-                  "kv_budget", "enforce_eager", "cache_report"]
+Setting = Literal[
+    "model",
+    "host",
+    "port",
+    "tp",
+    "dcp",
+    "dp",
+    "memory",
+    "context",
+    "metrics",
+    "prefix_cache_off",
+    "kv_budget",
+    "enforce_eager",
+    "cache_report",
+]
 #: The settings every engine spells alike, given after an adapter's own ``flags`` (EngineAdapter.server_args).
 SharedSetting = Literal["dtype", "trust_remote_code", "reasoning_parser", "served_model_name", "api_key"]
 SHARED_FLAGS: dict[SharedSetting, str] = {
@@ -82,8 +109,14 @@ def http_json(url: str, method: str = "GET", timeout: float = 5.0, headers: dict
     host; no proxy is taken from the environment.
     """
     try:
-        answer = httpcall.call(method, url, deadline_s=timeout, max_bytes=MAX_HTTP_JSON_BYTES, headers=headers,
-                               data=b"" if method == "POST" else None)
+        answer = httpcall.call(
+            method,
+            url,
+            deadline_s=timeout,
+            max_bytes=MAX_HTTP_JSON_BYTES,
+            headers=headers,
+            data=b"" if method == "POST" else None,
+        )
     except (httpcall.HttpLimitError, aiohttp.ClientError, OSError, ValueError) as exc:
         return None, str(exc) or type(exc).__name__
     body = answer.text()
@@ -228,8 +261,9 @@ class EngineAdapter(ABC):
                 args += [flag, value]
         return args + list(spec.extra_args)
 
-    def setting(self, name: Setting | SharedSetting, spec: EngineSpec, port: int,
-                api_key: str | None = None) -> str | bool | None:
+    def setting(
+        self, name: Setting | SharedSetting, spec: EngineSpec, port: int, api_key: str | None = None
+    ) -> str | bool | None:
         """One setting's value for ``spec`` served on ``port``: a string, given after its flag; True, the flag
         alone; None or False, the flag left out."""
         match name:
@@ -355,8 +389,11 @@ class EngineAdapter(ABC):
 
     def classify_failure(self, exit_code: int | None, log_text: str) -> Failure | None:
         """Failure from an exit code (None: still running) and the server log; None when nothing failed."""
-        patterns = ([*COMMON_RUNTIME_PATTERNS, *self.runtime_patterns] if self.ready_marker in log_text
-                    else [*self.startup_patterns, *COMMON_STARTUP_PATTERNS])
+        patterns = (
+            [*COMMON_RUNTIME_PATTERNS, *self.runtime_patterns]
+            if self.ready_marker in log_text
+            else [*self.startup_patterns, *COMMON_STARTUP_PATTERNS]
+        )
         hit = self._first_match(log_text, patterns)
         if hit:
             cause, line = hit

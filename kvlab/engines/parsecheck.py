@@ -61,15 +61,24 @@ print("KVLAB-RESULT " + json.dumps({"errors": errors, "spellings": spellings}))
 """
 
 
-def ask_parser(engine: str, python: str | Path, argvs: list[list[str]], timeout_s: float = 300,
-               env: dict[str, str] | None = None) -> tuple[list[str | None], dict[str, list[str]]]:
+def ask_parser(
+    engine: str, python: str | Path, argvs: list[list[str]], timeout_s: float = 300, env: dict[str, str] | None = None
+) -> tuple[list[str | None], dict[str, list[str]]]:
     """Ask ``engine``'s own parser, in one process of its interpreter: one error or None per server argv (the part
     after ``-m module``), and every option whose destination names a secret (``*key``, ``*token``, ``*secret``,
     ``*password``) with each spelling of it the parser accepts (abbreviations, '_' for '-'). ``env``: more
     variables for the engine's process (tests/test_gpu_envs.py: a CUDA build asked on a host without a GPU)."""
-    env = os.environ | {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"} | (env or {})  # sglang-jax: no accelerator probe, no hub
-    proc = subprocess.run([str(python), "-c", _SCRIPT], input=json.dumps({"engine": engine, "argvs": argvs}),
-                          capture_output=True, text=True, timeout=timeout_s, env=env)
+    env = (
+        os.environ | {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"} | (env or {})
+    )  # sglang-jax: no accelerator probe, no hub
+    proc = subprocess.run(
+        [str(python), "-c", _SCRIPT],
+        input=json.dumps({"engine": engine, "argvs": argvs}),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("KVLAB-RESULT "):
             out = json.loads(line.removeprefix("KVLAB-RESULT "))

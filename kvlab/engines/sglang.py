@@ -127,7 +127,7 @@ class SGLangAdapter(EngineAdapter):
         m = SCHEDULER_LINE.search(line)
         if m is None:
             return None
-        rest = line[m.end():]
+        rest = line[m.end() :]
         out: dict[str, float | None] = {}
         for name, pattern in LOG_FIELDS.items():
             found = [float(v) for v in pattern.findall(rest)]
@@ -171,8 +171,11 @@ class SGLangAdapter(EngineAdapter):
         env = super().bind_env(spec, port, rendezvous)
         if any(a.split("=", 1)[0] in ("--nnodes", "--dist-init-addr") for a in spec.extra_args):
             return env
-        return env | {"SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": f"file://{rendezvous}",
-                      "MASTER_ADDR": spec.host, "MASTER_PORT": str(port)}
+        return env | {
+            "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": f"file://{rendezvous}",
+            "MASTER_ADDR": spec.host,
+            "MASTER_PORT": str(port),
+        }
 
     def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
         for path in ("/server_info", "/get_server_info"):  # the second is the pre-rename name

@@ -48,11 +48,15 @@ class SGLangJaxAdapter(SGLangAdapter):
     label = "sglang-jax (CPU)"
     # family "sglang" (inherited): evidence about SGLang's family, never a measurement of PyTorch SGLang
     colour_key = "dark orange"
-    note = ("SGLang's JAX runtime (`sgl_jax`) on JAX's CPU backend, **not PyTorch SGLang** (the engine the article "
-            "measured): its kernels and speed differ, so its results are labelled sglang-jax and never stand for sglang")
-    stand_in = ("SGLang's JAX runtime, run here on CPU: it keeps SGLang's radix-tree prefix cache (RadixAttention, page "
-                "size 1, so a hit is token-exact), and its results are evidence about the SGLang family on CPU, never "
-                "SGLang on a GPU")
+    note = (
+        "SGLang's JAX runtime (`sgl_jax`) on JAX's CPU backend, **not PyTorch SGLang** (the engine the article "
+        "measured): its kernels and speed differ, so its results are labelled sglang-jax and never stand for sglang"
+    )
+    stand_in = (
+        "SGLang's JAX runtime, run here on CPU: it keeps SGLang's radix-tree prefix cache (RadixAttention, page "
+        "size 1, so a hit is token-exact), and its results are evidence about the SGLang family on CPU, never "
+        "SGLang on a GPU"
+    )
     cpu_note = ""  # the label says it
     module = "sgl_jax.launch_server"
     health_path = "/health"

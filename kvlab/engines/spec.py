@@ -25,8 +25,13 @@ DTYPES = ("auto", "bfloat16", "float16", "float32", "bfloat16-if-native")
 
 #: Engine options that carry a secret (vLLM 0.32, SGLang 0.5.23, sglang-jax 0.1.0rc0 parsers): never in
 #: extra_args, where the spec stores them and ``ps`` shows them. The API key goes through api_key_env.
-SECRET_OPTIONS = ("--api-key", "--admin-api-key", "--hf-token", "--ssl-keyfile-password",
-                  "--disaggregation-shared-secret")
+SECRET_OPTIONS = (
+    "--api-key",
+    "--admin-api-key",
+    "--hf-token",
+    "--ssl-keyfile-password",
+    "--disaggregation-shared-secret",
+)
 #: Options an engine defines that are prefixes of a secret option but carry none (argparse matches an exact
 #: option before it tries abbreviations).
 _NOT_SECRET_EXACT = ("--ssl-keyfile",)
@@ -36,8 +41,19 @@ _NOT_SECRET_EXACT = ("--ssl-keyfile",)
 #: (HF_TOKEN, VLLM_API_KEY, MYKEY, SSHKEY, ACCESSKEY, KEYFILE, DB_PASS, OAUTH_CLIENT), unless every such word in it
 #: lies inside one of the harmless words of :data:`NOT_SECRET_ENV_WORDS`. PASSWORD and PASSWD are words of their own so
 #: that an allow-listed word cannot hide one that overlaps it (BYPASSWORD: BYPASS holds PASS, not PASSWORD).
-SECRET_ENV_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "DSN", "AUTH", "COOKIE",
-                    "CREDENTIAL")
+SECRET_ENV_WORDS = (
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASS",
+    "PWD",
+    "DSN",
+    "AUTH",
+    "COOKIE",
+    "CREDENTIAL",
+)
 SECRET_ENV_RE = re.compile("|".join(SECRET_ENV_WORDS), re.I)
 #: The allow-list: words that contain one of those and name no secret (TOKENIZERS_PARALLELISM, which Hugging Face
 #: tokenizers read; KEYBOARD; a BYPASS or PASSTHROUGH switch). A secret word is excused only where it lies wholly inside
@@ -109,7 +125,7 @@ def launch_assignment(word: str) -> str | None:
     m = _ASSIGNMENT_RE.match(word)
     if m is None:
         return None
-    name, value = m.group(1), word[m.end():]
+    name, value = m.group(1), word[m.end() :]
     return name if is_secret_env(name) or secret_env_value(name, value) else None
 
 
@@ -205,40 +221,48 @@ class EngineSpec(BaseModel):
         description="engine: vllm | sglang | sglang-jax (SGLang's JAX runtime, the SGLang engine that serves on CPU)"
     )
     launch: list[str] | None = Field(
-        None, min_length=1,
+        None,
+        min_length=1,
         description="command prefix that runs the engine's python, e.g. ['.engines/vllm/bin/python'], "
         "['conda', 'run', '--no-capture-output', '-n', 'sglang', 'python'] or a container command; "
         "a relative interpreter path resolves against the repository root; no word that assigns a secret "
         "(env HF_TOKEN=…: stored with every run and shown by `ps`). Give this or url",
     )
     url: str | None = Field(
-        None, pattern=r"^https?://[^/\s]+/?$",
+        None,
+        pattern=r"^https?://[^/\s]+/?$",
         description="base URL of a server kvlab did not start (a systemd unit, a Kubernetes pod, a shared "
         "endpoint), e.g. http://gpu-node-3:8000; kvlab checks it answers and serves the model, never starts "
         "or stops it, and records that it did not launch it; no credentials in it (user:password@: use "
         "api_key_env). The other fields state how it was started "
         "(they are recorded, and checked against the workload). Give this or launch",
     )
-    model: str = Field(min_length=1,
-                       description="local model folder (relative to the repository root or absolute) or a hub id")
+    model: str = Field(
+        min_length=1, description="local model folder (relative to the repository root or absolute) or a hub id"
+    )
     served_model_name: str | None = Field(None, description="name the server exposes (default: the model string)")
     tp: int = Field(1, ge=1, description="tensor-parallel size")
     dcp: int = Field(1, ge=1, description="decode-context-parallel size; must divide tp (1 = off)")
     dp: int = Field(
-        1, ge=1,
+        1,
+        ge=1,
         description="data-parallel size: engine replicas behind the one server, each over tp GPUs "
         "(vLLM --data-parallel-size, SGLang --dp-size; 1 = off); the server uses tp × dp GPUs",
     )
     mem_util: float = Field(
-        0.9, gt=0, le=1,
+        0.9,
+        gt=0,
+        le=1,
         description="vLLM --gpu-memory-utilization (on the CPU build: fraction of host memory reserved) / "
         "SGLang --mem-fraction-static",
     )
     max_model_len: int = Field(ge=16, description="vLLM --max-model-len / SGLang --context-length")
     prefix_caching: bool = Field(True, description="prefix cache (vLLM) / radix cache (SGLang) enabled")
     kv_cache_bytes: int | None = Field(
-        None, gt=0, description="explicit KV budget in bytes (overrides mem_util for KV): vLLM "
-        "--kv-cache-memory-bytes; SGLang and sglang-jax --max-total-tokens = bytes / the local model's KV bytes per token"
+        None,
+        gt=0,
+        description="explicit KV budget in bytes (overrides mem_util for KV): vLLM "
+        "--kv-cache-memory-bytes; SGLang and sglang-jax --max-total-tokens = bytes / the local model's KV bytes per token",
     )
     dtype: Literal[DTYPES] = Field(
         "auto",
@@ -257,32 +281,42 @@ class EngineSpec(BaseModel):
     host: str = Field("127.0.0.1", description="address the server binds and kvlab connects to")
     port: int | None = Field(None, ge=1, le=65535, description="server port; None picks a free one")
     api_key_env: str | None = Field(
-        None, description="name of the environment variable holding the API key (the key is never stored). "
+        None,
+        description="name of the environment variable holding the API key (the key is never stored). "
         "vLLM is given it as VLLM_API_KEY, SGLang in a private --config file removed once the server is up; "
-        "sglang-jax takes it only as --api-key, where `ps` shows it to every user of the machine while it runs"
+        "sglang-jax takes it only as --api-key, where `ps` shows it to every user of the machine while it runs",
     )
     allow_insecure_key: bool = Field(
-        False, description="allow sending the API key over http:// to a host that is not this machine (in "
-        "clear text, to anyone on the network path); without it such a spec is refused"
+        False,
+        description="allow sending the API key over http:// to a host that is not this machine (in "
+        "clear text, to anyone on the network path); without it such a spec is refused",
     )
     extra_args: list[str] = Field(
-        default_factory=list, description="more engine arguments, appended verbatim; no secret option "
-        f"({', '.join(SECRET_OPTIONS)}, in any spelling the engine's parser accepts)")
+        default_factory=list,
+        description="more engine arguments, appended verbatim; no secret option "
+        f"({', '.join(SECRET_OPTIONS)}, in any spelling the engine's parser accepts)",
+    )
     env: dict[str, str] = Field(
-        default_factory=dict, description="extra environment variables for the server; no secret-looking "
+        default_factory=dict,
+        description="extra environment variables for the server; no secret-looking "
         "name (*KEY*, *TOKEN*, *SECRET*, *PASS*, *PWD*, *DSN*, *AUTH*, *COOKIE*, *CREDENTIAL*, less an allow-list: "
         "KEYBOARD, TOKENIZERS, BYPASS, PASSTHROUGH, which hides no other secret word) and no value with credentials "
         "(scheme://user:pw@host; a *PROXY* variable's user:pw@host too): the spec is stored with every run, so a "
-        "secret comes from the environment kvlab runs in (the server inherits it) or api_key_env")
+        "secret comes from the environment kvlab runs in (the server inherits it) or api_key_env",
+    )
     startup_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for /health before giving up")
     stall_timeout_s: float = Field(
-        600.0, gt=0, description="seconds a streaming request may wait for its next byte (first token included) "
+        600.0,
+        gt=0,
+        description="seconds a streaming request may wait for its next byte (first token included) "
         "before the engine counts as hung: the run fails with cause timeout and the server is killed. It also sets "
-        "each request's deadline: stall_timeout_s x (max_tokens + 2), at most 3600 s (kvlab.client.request_bounds)")
+        "each request's deadline: stall_timeout_s x (max_tokens + 2), at most 3600 s (kvlab.client.request_bounds)",
+    )
     dev_mode: bool = Field(
-        False, description="vLLM VLLM_SERVER_DEV_MODE=1: opens its development endpoints (/reset_prefix_cache, "
+        False,
+        description="vLLM VLLM_SERVER_DEV_MODE=1: opens its development endpoints (/reset_prefix_cache, "
         "/sleep, /collective_rpc), which vLLM does not guard with the API key. kvlab does not need them: it isolates "
-        "each run from earlier runs' prefix cache with a per-run cache_salt. Leave it off"
+        "each run from earlier runs' prefix cache with a per-run cache_salt. Leave it off",
     )
     report_cached_tokens: bool = Field(
         True,
@@ -298,45 +332,71 @@ class EngineSpec(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
         if (self.launch is None) == (self.url is None):
-            raise ValueError("give either launch (kvlab starts the server) or url (a server already running), "
-                             f"not {'both' if self.launch else 'neither'}")
+            raise ValueError(
+                "give either launch (kvlab starts the server) or url (a server already running), "
+                f"not {'both' if self.launch else 'neither'}"
+            )
         secret = next((a for a in self.extra_args if secret_option(a)), None)
         if secret is not None:
             opt, given = secret_option(secret), secret.split("=", 1)[0]
             spelt = "" if given == opt else f" (given as {given!r}, which the engine's parser reads as {opt})"
-            how = ("give the API key through api_key_env (kvlab never stores it), not --api-key" if opt == "--api-key"
-                   else "set it in the environment kvlab runs in (the server inherits it)")
-            raise ValueError(f"extra_args: {opt}{spelt} carries a secret, which the spec would store and `ps` "
-                             f"would show: {how}")
-        if self.api_key_env and self.name == "sglang" and any(a.split("=", 1)[0] == "--config" for a in self.extra_args):
-            raise ValueError("extra_args: --config with api_key_env: kvlab gives SGLang its key in a --config file "
-                             "of its own, and SGLang reads one only")
+            how = (
+                "give the API key through api_key_env (kvlab never stores it), not --api-key"
+                if opt == "--api-key"
+                else "set it in the environment kvlab runs in (the server inherits it)"
+            )
+            raise ValueError(
+                f"extra_args: {opt}{spelt} carries a secret, which the spec would store and `ps` would show: {how}"
+            )
+        if (
+            self.api_key_env
+            and self.name == "sglang"
+            and any(a.split("=", 1)[0] == "--config" for a in self.extra_args)
+        ):
+            raise ValueError(
+                "extra_args: --config with api_key_env: kvlab gives SGLang its key in a --config file "
+                "of its own, and SGLang reads one only"
+            )
         secret_env = sorted(k for k in self.env if is_secret_env(k))
         if secret_env:
-            raise ValueError(f"env.{secret_env[0]}: a name that looks like a secret ({_SECRET_WORDS_TEXT}): the spec "
-                             "is stored with every run and printed by the dry run; set it in the environment kvlab "
-                             "runs in (the server inherits it), or give the API key through api_key_env")
+            raise ValueError(
+                f"env.{secret_env[0]}: a name that looks like a secret ({_SECRET_WORDS_TEXT}): the spec "
+                "is stored with every run and printed by the dry run; set it in the environment kvlab "
+                "runs in (the server inherits it), or give the API key through api_key_env"
+            )
         secret_value = sorted(k for k, v in self.env.items() if secret_env_value(k, v))
         if secret_value:
-            raise ValueError(f"env.{secret_value[0]}: the value carries credentials (user:password@ in a URL or proxy "
-                             "setting), which the spec would store and the dry run print; set it in the environment "
-                             "kvlab runs in (the server inherits it)")
+            raise ValueError(
+                f"env.{secret_value[0]}: the value carries credentials (user:password@ in a URL or proxy "
+                "setting), which the spec would store and the dry run print; set it in the environment "
+                "kvlab runs in (the server inherits it)"
+            )
         assigned = next(((i, n) for i, w in enumerate(self.launch or []) if (n := launch_assignment(w))), None)
         if assigned is not None:
-            raise ValueError(f"launch[{assigned[0]}]: assigns {assigned[1]}, which looks like a secret (a "
-                             "secret-looking name, or credentials in its value): the launch prefix is stored with "
-                             "every run, printed by the dry run and shown by `ps`; set it in the environment kvlab "
-                             "runs in (the server inherits it), or give the API key through api_key_env")
+            raise ValueError(
+                f"launch[{assigned[0]}]: assigns {assigned[1]}, which looks like a secret (a "
+                "secret-looking name, or credentials in its value): the launch prefix is stored with "
+                "every run, printed by the dry run and shown by `ps`; set it in the environment kvlab "
+                "runs in (the server inherits it), or give the API key through api_key_env"
+            )
         if self.url is not None and has_userinfo(self.url):
-            raise ValueError("url: credentials in the url (user:password@host), which the spec, the manifest and every "
-                             "run would store: give the server's API key through api_key_env, and the url without them")
+            raise ValueError(
+                "url: credentials in the url (user:password@host), which the spec, the manifest and every "
+                "run would store: give the server's API key through api_key_env, and the url without them"
+            )
         # kvlab reaches a server it launches over http:// at host, an external one at its url
         to = _url_host(self.url) if self.url else self.host
-        if self.api_key_env and not (self.url or "").startswith("https://") and not self.allow_insecure_key \
-                and not is_loopback(to):
-            raise ValueError(f"{'url' if self.url else 'host'}: the API key ({self.api_key_env}) would go in clear "
-                             f"text over http:// to {to}, which is not this machine: use an https:// url, or set "
-                             "allow_insecure_key: true to accept that")
+        if (
+            self.api_key_env
+            and not (self.url or "").startswith("https://")
+            and not self.allow_insecure_key
+            and not is_loopback(to)
+        ):
+            raise ValueError(
+                f"{'url' if self.url else 'host'}: the API key ({self.api_key_env}) would go in clear "
+                f"text over http:// to {to}, which is not this machine: use an https:// url, or set "
+                "allow_insecure_key: true to accept that"
+            )
         dp_flags = ("--dp-size", "--dp", "--data-parallel-size", "-dp")
         if self.dp > 1 and any(a in dp_flags or a.split("=")[0] in dp_flags for a in self.extra_args):
             raise ValueError(f"dp ({self.dp}) and a data-parallel flag in extra_args: give it once, as dp")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kvlab.engines import VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
 
+
 def measured_engines_note(runs: list[dict]) -> str:
     """Which engines the measured rows (``runs``: row dicts) hold, with what each one is (said once per report)."""
     m = [r for r in runs if r["source"] == "measured"]
@@ -51,8 +52,12 @@ def _ratio_at(model_rows: list[dict], context: int, y: str = "batch_time_s") -> 
     return d[0]["config"], d[1][y] / d[0][y]
 
 
-def curves_caption(model_rows: list[dict], crossover: float | None, ranges: dict[str, tuple[int, int]],
-                   xrange: tuple[float, float] | None = None) -> str:
+def curves_caption(
+    model_rows: list[dict],
+    crossover: float | None,
+    ranges: dict[str, tuple[int, int]],
+    xrange: tuple[float, float] | None = None,
+) -> str:
     """One sentence for the modelled batch-time curves (``model_rows``: the curves' row dicts): who is faster at
     each end, where they cross (and the shaded range of the crossover over the unpinned assumptions, ``xrange``),
     which parts are extrapolations (``ranges``: per curve, the published contexts the fit rests on,
@@ -66,15 +71,24 @@ def curves_caption(model_rows: list[dict], crossover: float | None, ranges: dict
         if r:
             ends.append(f"{config_name(r[0])} is {r[1]:.2f}× faster at {tokens_label(c)}")
             winners.add(r[0])
-    band = (f" (shaded: {k_label(xrange[0])}–{k_label(xrange[1])} over the assumptions the data cannot pin)"
-            if xrange else "")
-    cross = (f"the curves cross at {approx_tokens(crossover)}{band}" if crossover is not None and lo <= crossover <= hi
-             else f"the curves cross between {tokens_label(lo)} and {tokens_label(hi)}" if len(winners) > 1
-             else f"the curves do not cross between {tokens_label(lo)} and {tokens_label(hi)}")
+    band = (
+        f" (shaded: {k_label(xrange[0])}–{k_label(xrange[1])} over the assumptions the data cannot pin)"
+        if xrange
+        else ""
+    )
+    cross = (
+        f"the curves cross at {approx_tokens(crossover)}{band}"
+        if crossover is not None and lo <= crossover <= hi
+        else f"the curves cross between {tokens_label(lo)} and {tokens_label(hi)}"
+        if len(winners) > 1
+        else f"the curves do not cross between {tokens_label(lo)} and {tokens_label(hi)}"
+    )
     if ranges:
         spans = ", ".join(sorted({f"{tokens_label(a)}–{tokens_label(b)}" for a, b in ranges.values()}))
-        lines = (f"solid lines span the published {spans} the fit rests on (circles: the article's times), dashed "
-                 "lines are extrapolations")
+        lines = (
+            f"solid lines span the published {spans} the fit rests on (circles: the article's times), dashed "
+            "lines are extrapolations"
+        )
     else:
         lines = "every line is dashed: no published point for this configuration, so all of it is an extrapolation"
     body = "; ".join(ends[:1] + [cross] + ends[1:])
@@ -85,16 +99,24 @@ def curves_caption(model_rows: list[dict], crossover: float | None, ranges: dict
     for cfg, g in per_config.items():
         bad = [r for r in g if r["fits"] is False]
         if bad:
-            misfits.append(f"{config_name(cfg)} " + ("at every context" if len(bad) == len(g) else
-                                                      f"from {tokens_label(min(r['context_tokens'] for r in bad))}"))
+            misfits.append(
+                f"{config_name(cfg)} "
+                + (
+                    "at every context"
+                    if len(bad) == len(g)
+                    else f"from {tokens_label(min(r['context_tokens'] for r in bad))}"
+                )
+            )
     flags = f"; crosses: does not fit in memory ({', '.join(misfits)})" if misfits else ""
     return f"Modelled for {who}: {body}; {lines}{flags}."
 
 
 def scaled_span(r: dict) -> str:
     """' (scaled contexts: 1,024 → 3,200 tokens)' for a decay row whose contexts were scaled down, else ''."""
-    scaled = scaled_context(r["context_from"], r.get("c_from")) != r["context_from"] or \
-        scaled_context(r["context_to"], r.get("c_to")) != r["context_to"]
+    scaled = (
+        scaled_context(r["context_from"], r.get("c_from")) != r["context_from"]
+        or scaled_context(r["context_to"], r.get("c_to")) != r["context_to"]
+    )
     return f" (scaled contexts: {r['c_from']:,} → {r['c_to']:,} tokens)" if scaled else ""
 
 
@@ -106,11 +128,16 @@ def stand_in_note(engines, block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> str | N
     if not stand_ins:
         return None
     e = stand_ins[0]
-    metrics = ("" if registry.adapter_class(e).serves_metrics() else
-               f" {engine_label(e)} serves no /metrics: its cache hits are its requests' usage `cached_tokens`, and server counters "
-               "it lacks show as not available, never as 0.")
-    return (f"**{engine_label(e)} is not PyTorch {engine_label(registry.family(e))}.** It is {registry.stand_in(e)}. "
-            f"{engine_label(VLLM)}'s CPU backend caches whole {block_tokens}-token blocks.{metrics}")
+    metrics = (
+        ""
+        if registry.adapter_class(e).serves_metrics()
+        else f" {engine_label(e)} serves no /metrics: its cache hits are its requests' usage `cached_tokens`, and server counters "
+        "it lacks show as not available, never as 0."
+    )
+    return (
+        f"**{engine_label(e)} is not PyTorch {engine_label(registry.family(e))}.** It is {registry.stand_in(e)}. "
+        f"{engine_label(VLLM)}'s CPU backend caches whole {block_tokens}-token blocks.{metrics}"
+    )
 
 
 def answer_markdown(answer) -> str:
@@ -122,6 +149,7 @@ def answer_markdown(answer) -> str:
         return text
     cols = [c for c in rows[0] if not c.endswith("_tokens")]
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
-    body = "\n".join("| " + " | ".join(engine_label(str(r[c])) if c == "engine" else str(r[c]) for c in cols) + " |"
-                     for r in rows)
+    body = "\n".join(
+        "| " + " | ".join(engine_label(str(r[c])) if c == "engine" else str(r[c]) for c in cols) + " |" for r in rows
+    )
     return f"{text}\n\n{head}\n{body}"

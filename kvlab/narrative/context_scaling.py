@@ -39,8 +39,10 @@ def relative_speed_sentences(rel: list[dict], label: str) -> str:
         )
     winners = list(dict.fromkeys(r["faster"] for r in rel))
     if len(winners) > 1:
-        lines.append(f"- The winner changes with context: {', '.join(engine_label(r['faster']) for r in rel)} "
-                     f"at {', '.join(r['context_label'] for r in rel)}.")
+        lines.append(
+            f"- The winner changes with context: {', '.join(engine_label(r['faster']) for r in rel)} "
+            f"at {', '.join(r['context_label'] for r in rel)}."
+        )
     else:
         lines.append(f"- {engine_label(winners[0])} wins at every context shown.")
     return "\n".join(lines)
@@ -76,16 +78,28 @@ def growth_sentences(growth: list[dict], label: str) -> str:
 def model_crossover_sentence(crossover_tokens: float | None, fit, xrange: tuple[float, float] | None = None) -> str:
     """The physical model's crossover, with its range over what the data cannot pin (``xrange``), its fit
     quality and, when a fitted parameter is outside its physical range, that flag — in the sentence itself."""
-    quality = (f"fit to the {fit.residuals.height} published points: max residual {fit.max_abs_residual_pct:.1f}%, "
-               f"leave-one-out mean error {fit.loo_mean_abs_pct:.1f}%")
-    flag = (f"; **non-physical fit** ({'; '.join(implausible(fit, short=True))}), so read it as a description of "
-            "the four points, not as physics" if implausible(fit) else "")
-    spread = (f"; **{k_label(xrange[0])}–{k_label(xrange[1])}** over the batch sizes, output lengths, expert-read "
-              "models and MLA cache widths the article leaves open (report 04)" if xrange else "")
+    quality = (
+        f"fit to the {fit.residuals.height} published points: max residual {fit.max_abs_residual_pct:.1f}%, "
+        f"leave-one-out mean error {fit.loo_mean_abs_pct:.1f}%"
+    )
+    flag = (
+        f"; **non-physical fit** ({'; '.join(implausible(fit, short=True))}), so read it as a description of "
+        "the four points, not as physics"
+        if implausible(fit)
+        else ""
+    )
+    spread = (
+        f"; **{k_label(xrange[0])}–{k_label(xrange[1])}** over the batch sizes, output lengths, expert-read "
+        "models and MLA cache widths the article leaves open (report 04)"
+        if xrange
+        else ""
+    )
     if crossover_tokens is None:
         return f"- modelled: no crossover within the modelled range ({quality}{flag})."
-    return (f"- modelled: the batch times meet at **{approx_tokens(crossover_tokens)}** under the default "
-            f"assumptions{spread} ({quality}{flag}).")
+    return (
+        f"- modelled: the batch times meet at **{approx_tokens(crossover_tokens)}** under the default "
+        f"assumptions{spread} ({quality}{flag})."
+    )
 
 
 def growth_comparison(measured: list[dict], published: list[dict]) -> str:
@@ -98,12 +112,19 @@ def growth_comparison(measured: list[dict], published: list[dict]) -> str:
     for r in measured:
         ref = pub.get(r["engine"])
         name = engine_label(r["engine"])
-        cmp = (f"; the article's {name} grew {ref:.2f}×" if ref is not None
-               else f"; the article has no {name} figure" if pub else "")
+        cmp = (
+            f"; the article's {name} grew {ref:.2f}×"
+            if ref is not None
+            else f"; the article has no {name} figure"
+            if pub
+            else ""
+        )
         span = scaled_span(r).strip().removeprefix("(").removesuffix(")")
         n = _n(r, "n_from", "n_to") if r.get("source") == "measured" else None
-        lines.append(f"- measured: {name} batch time grows **{ratio(r['batch_time_ratio'], n)}×** "
-                     f"from {r['context_from']} to {r['context_to']} ({span or 'full-scale contexts'}){cmp}.")
+        lines.append(
+            f"- measured: {name} batch time grows **{ratio(r['batch_time_ratio'], n)}×** "
+            f"from {r['context_from']} to {r['context_to']} ({span or 'full-scale contexts'}){cmp}."
+        )
     return "\n".join(lines)
 
 
@@ -112,10 +133,14 @@ def speed_caption(rel: list[dict], label: str) -> str:
     how much."""
     if not rel:
         return f"{label}: no context holds runs of both engines."
-    parts = [f"{engine_label(r['faster'])} is {r['speedup']:.2f}× faster at {r['context_label']}"
-             for r in sorted(rel, key=lambda r: r["context_tokens"])]
+    parts = [
+        f"{engine_label(r['faster'])} is {r['speedup']:.2f}× faster at {r['context_label']}"
+        for r in sorted(rel, key=lambda r: r["context_tokens"])
+    ]
     winners = list(dict.fromkeys(r["faster"] for r in rel))
-    tail = "the winner changes with context" if len(winners) > 1 else f"{engine_label(winners[0])} wins at every context"
+    tail = (
+        "the winner changes with context" if len(winners) > 1 else f"{engine_label(winners[0])} wins at every context"
+    )
     return f"{label.capitalize()}: {'; '.join(parts)} — {tail}."
 
 
@@ -125,28 +150,53 @@ def growth_caption(growth: list[dict], label: str) -> str:
     g = sorted((r for r in growth if r["growth"] is not None), key=lambda r: -r["growth"])
     if not g:
         return f"{label.capitalize()}: no engine has runs at two contexts."
-    parts = [f"{engine_label(r['engine'])}'s batch time grows {r['growth']:.2f}× from {r['context_from']} to "
-             f"{r['context_to']}" for r in g]
+    parts = [
+        f"{engine_label(r['engine'])}'s batch time grows {r['growth']:.2f}× from {r['context_from']} to "
+        f"{r['context_to']}"
+        for r in g
+    ]
     return f"{label.capitalize()}: {'; '.join(parts)} — the steeper line is the engine whose speed falls most with context."
 
 
-def context_answer(published: list[dict], modelled: list[dict], x_range: tuple[float, float] | None,
-                   nothing_measured: bool) -> tuple[str, ...]:
+def context_answer(
+    published: list[dict], modelled: list[dict], x_range: tuple[float, float] | None, nothing_measured: bool
+) -> tuple[str, ...]:
     """Report 01's answer: the article's winner at each of its contexts (``published``: its relative-speed rows),
     where the model puts the change of winner (modelled, with its range; ``modelled``: the answer table's modelled
     rows; the model fails its held-out test, so it illustrates), and what this host can add."""
-    pub = [f"{engine_label(r['faster'])} at {r['context_label']} ({r['speedup']:.2f}× faster)"
-           for r in published if r["faster"]]
-    first = ("On the reference host (Kimi-K3 on 8× B300) the article's table has " + " and ".join(pub)
-             + ": published, one run per cell, no repeats.") if pub else "The article's table gives no winner."
+    pub = [
+        f"{engine_label(r['faster'])} at {r['context_label']} ({r['speedup']:.2f}× faster)"
+        for r in published
+        if r["faster"]
+    ]
+    first = (
+        (
+            "On the reference host (Kimi-K3 on 8× B300) the article's table has "
+            + " and ".join(pub)
+            + ": published, one run per cell, no repeats."
+        )
+        if pub
+        else "The article's table gives no winner."
+    )
     either = [r for r in modelled if r["engine"] == "either"]
-    second = ((f"Where the winner changes is not pinned: the physical model puts it anywhere from "
-               f"{k_label(x_range[0])} to {k_label(x_range[1])} tokens over what the article leaves open"
-               if x_range else "The physical model finds no change of winner")
-              + (f"; at {' and '.join(r['context'] for r in either)} it names no winner over those assumptions"
-                 if either else "")
-              + "; it fails its held-out test, so it illustrates, it does not decide.")
-    third = ("No run was measured on this host." if nothing_measured else
-             "This CPU host cannot test either speed claim: its runs compare two different CPU implementations of "
-             "the engines on a tiny model, which tests mechanisms, not B300 speed.")
+    second = (
+        (
+            f"Where the winner changes is not pinned: the physical model puts it anywhere from "
+            f"{k_label(x_range[0])} to {k_label(x_range[1])} tokens over what the article leaves open"
+            if x_range
+            else "The physical model finds no change of winner"
+        )
+        + (
+            f"; at {' and '.join(r['context'] for r in either)} it names no winner over those assumptions"
+            if either
+            else ""
+        )
+        + "; it fails its held-out test, so it illustrates, it does not decide."
+    )
+    third = (
+        "No run was measured on this host."
+        if nothing_measured
+        else "This CPU host cannot test either speed claim: its runs compare two different CPU implementations of "
+        "the engines on a tiny model, which tests mechanisms, not B300 speed."
+    )
     return (first, second, third)

@@ -5,7 +5,12 @@ from __future__ import annotations
 from kvlab import tables
 from kvlab.claims.memory import engine_rank as _engine_rank
 from kvlab.claims.memory import (
-    fails_outside_pool, headroom_by_config, headroom_pairs, kv_budget_simulated, memory_claim_verdicts, memory_setting,
+    fails_outside_pool,
+    headroom_by_config,
+    headroom_pairs,
+    kv_budget_simulated,
+    memory_claim_verdicts,
+    memory_setting,
 )
 from kvlab.claims.memory import stats_row as _stats_row
 from kvlab.engines import SGLANG, VLLM, engine_label
@@ -31,13 +36,24 @@ def memory_study_summary(stats: list[dict], causes: list[dict]) -> str:
         why = ", ".join(by_point.get(tuple(r[k] for k in keys), []))
         mean, std = r["batch_time_mean_s"], r["batch_time_std_s"]
         one = r["runs_ok"] == 1  # one run: two significant figures
-        time_txt = "no successful run" if mean is None else (
-            f"batch time {sig2(mean) if one else f'{mean:.3g}'} s"
-            + (f" ± {std:.2g} s (CV {r['batch_time_cv']:.1%})" if std is not None else "")
+        time_txt = (
+            "no successful run"
+            if mean is None
+            else (
+                f"batch time {sig2(mean) if one else f'{mean:.3g}'} s"
+                + (f" ± {std:.2g} s (CV {r['batch_time_cv']:.1%})" if std is not None else "")
+            )
         )
         t_ms = r["ttft_mean_ms"]
-        ttft = ("" if t_ms is None else f", mean TTFT {sig2(t_ms)} ms" if one else
-                f", mean TTFT {t_ms:,.0f} ms" if t_ms >= 1000 else f", mean TTFT {t_ms:.4g} ms")
+        ttft = (
+            ""
+            if t_ms is None
+            else f", mean TTFT {sig2(t_ms)} ms"
+            if one
+            else f", mean TTFT {t_ms:,.0f} ms"
+            if t_ms >= 1000
+            else f", mean TTFT {t_ms:.4g} ms"
+        )
         pre = r.get("preemptions")
         pre_txt = "; preemptions not available" if pre is None else f"; {pre} preemption{'' if pre == 1 else 's'}"
         lines.append(
@@ -94,22 +110,33 @@ def memory_conclusion(cmp: list[dict], stats: list[dict]) -> str:
                 else:  # one successful run a side: its times to two significant figures (units.sig2)
                     one = bool(low and high and low["runs_ok"] == 1 and high["runs_ok"] == 1)
                     secs = (lambda t: sig2(t)) if one else (lambda t: f"{t:.3g}")
-                    t_parts.append(f"{ctx} {_relative(t_lo, t_hi, 'longer', 'shorter')} "
-                                   f"({secs(t_lo)} s vs {secs(t_hi)} s)")
+                    t_parts.append(
+                        f"{ctx} {_relative(t_lo, t_hi, 'longer', 'shorter')} ({secs(t_lo)} s vs {secs(t_hi)} s)"
+                    )
                 if low and high and (low["runs_ok"] or 0) > 1 and (high["runs_ok"] or 0) > 1:
                     s_parts.append(f"{ctx} {low['batch_time_cv']:.1%} → {high['batch_time_cv']:.1%}")
                 if low and high and low["e2e_mean_ms"] and high["e2e_mean_ms"]:
                     has_ttft = bool(low["ttft_mean_ms"] and high["ttft_mean_ms"])
                     if compact:
-                        l_parts.append(f"{ctx} {signed_pct(low['e2e_mean_ms'] / high['e2e_mean_ms'] - 1)}"
-                                       + (f" (TTFT {signed_pct(low['ttft_mean_ms'] / high['ttft_mean_ms'] - 1)})"
-                                          if has_ttft else ""))
+                        l_parts.append(
+                            f"{ctx} {signed_pct(low['e2e_mean_ms'] / high['e2e_mean_ms'] - 1)}"
+                            + (
+                                f" (TTFT {signed_pct(low['ttft_mean_ms'] / high['ttft_mean_ms'] - 1)})"
+                                if has_ttft
+                                else ""
+                            )
+                        )
                     else:
                         l_parts.append(
                             f"{ctx} mean request latency {_relative(low['e2e_mean_ms'], high['e2e_mean_ms'])} "
                             f"({ms(low['e2e_mean_ms'])} vs {ms(high['e2e_mean_ms'])})"
-                            + (f", mean TTFT {_relative(low['ttft_mean_ms'], high['ttft_mean_ms'])} "
-                               f"({ms(low['ttft_mean_ms'])} vs {ms(high['ttft_mean_ms'])})" if has_ttft else ""))
+                            + (
+                                f", mean TTFT {_relative(low['ttft_mean_ms'], high['ttft_mean_ms'])} "
+                                f"({ms(low['ttft_mean_ms'])} vs {ms(high['ttft_mean_ms'])})"
+                                if has_ttft
+                                else ""
+                            )
+                        )
             sep = ", " if compact else "; "
             join = ": " if compact else " at "
             name = engine_label(engine)
@@ -120,12 +147,19 @@ def memory_conclusion(cmp: list[dict], stats: list[dict]) -> str:
                 lat.append(f"{name}{join}{sep.join(l_parts)}")
         change = " (change in mean batch time)" if compact else ""
         lines.append(f"- **Run time** at {lo:g} against {hi:g}{change}: " + "; ".join(times) + ".")
-        lines.append(f"- **Spread** of batch time over repeats (coefficient of variation, {lo:g} → {hi:g}): " + (
-            "; ".join(spreads) + "." if spreads else
-            "not measured — one successful run per engine, setting and context, so run-time stability cannot be "
-            "compared."))
+        lines.append(
+            f"- **Spread** of batch time over repeats (coefficient of variation, {lo:g} → {hi:g}): "
+            + (
+                "; ".join(spreads) + "."
+                if spreads
+                else "not measured — one successful run per engine, setting and context, so run-time stability cannot be "
+                "compared."
+            )
+        )
         what = " (change in mean request latency, and in mean TTFT)" if compact else ""
-        lines.append(f"- **Latency** at {lo:g} against {hi:g}{what}: " + ("; ".join(lat) if lat else "not measured") + ".")
+        lines.append(
+            f"- **Latency** at {lo:g} against {hi:g}{what}: " + ("; ".join(lat) if lat else "not measured") + "."
+        )
     return "\n".join(lines)
 
 
@@ -137,8 +171,11 @@ def headroom_sentences(head: list[dict]) -> str:
     for row in headroom_by_config(head):
         dcp, ctx, settings = row["dcp"], row["context_tokens"], row["settings"]
         parts = ", ".join(f"{seqs:,} at {mu:g}" for mu, seqs in settings)
-        more = (f" ({_relative(settings[-1][1], settings[0][1], 'more', 'fewer')} at {settings[-1][0]:g})"
-                if len(settings) > 1 and settings[0][1] else "")
+        more = (
+            f" ({_relative(settings[-1][1], settings[0][1], 'more', 'fewer')} at {settings[-1][0]:g})"
+            if len(settings) > 1 and settings[0][1]
+            else ""
+        )
         path = f" ({engine_label(VLLM if dcp == 1 else SGLANG)}'s path)"
         lines.append(f"- modelled, DCP {dcp}{path}, {tokens_label(ctx)} context: sequences that fit — {parts}{more}.")
     lines.append("")
@@ -160,11 +197,17 @@ def _retries_by_setting(rows: list[dict], settings: list[float]) -> str:
     parts, failed = [], []
     for u in settings:
         s = [r for r in rows if r["mem_util"] == u]
-        where = [f"{engine_label(r['engine'])} at {scaled_context(r['context_label'], r.get('context_tokens'))}"
-                 for r in s if (r["retries"] or 0) > 0]
+        where = [
+            f"{engine_label(r['engine'])} at {scaled_context(r['context_label'], r.get('context_tokens'))}"
+            for r in s
+            if (r["retries"] or 0) > 0
+        ]
         runs = sum(r["runs"] or 0 for r in s)
-        parts.append(f"{sum(r['retries'] or 0 for r in s)} at {u:g} ({runs} run{'' if runs == 1 else 's'}"
-                     + (f": {', '.join(where)}" if where else "") + ")")
+        parts.append(
+            f"{sum(r['retries'] or 0 for r in s)} at {u:g} ({runs} run{'' if runs == 1 else 's'}"
+            + (f": {', '.join(where)}" if where else "")
+            + ")"
+        )
         n_failed = sum(r["runs_failed"] or 0 for r in s)
         if n_failed:
             failed.append(f"{n_failed} at {u:g}")
@@ -183,10 +226,14 @@ def headroom_intro(head: list[dict], gpu: str, model: str, article: list[dict] |
     (its published row dicts) when it differs."""
     tp = head[0]["tp"] if head and "tp" in head[0] else 8
     dcps = sorted({r["dcp"] for r in head})
-    paths = " and ".join(f"without DCP ({engine_label(VLLM)}'s path)" if d == 1 else f"with DCP {d} ({engine_label(SGLANG)}'s)"
-                         for d in dcps)
-    text = (f"KV-cache room that each memory setting leaves for {model} on {tp}× {gpu}, {paths}, from kvlab's physical "
-            f"model (the model of report 04).")
+    paths = " and ".join(
+        f"without DCP ({engine_label(VLLM)}'s path)" if d == 1 else f"with DCP {d} ({engine_label(SGLANG)}'s)"
+        for d in dcps
+    )
+    text = (
+        f"KV-cache room that each memory setting leaves for {model} on {tp}× {gpu}, {paths}, from kvlab's physical "
+        f"model (the model of report 04)."
+    )
     if article:
         a = article[0]
         a_gpu = str(a.get("hardware") or "").removeprefix("NVIDIA ").strip()
@@ -214,18 +261,22 @@ def fits_sentence(head: list[dict]) -> str:
         if fails_outside_pool(r):  # short outside the pool, not of KV room or of room for the weights
             outside = r["outside_pool_gib_per_gpu"]
             need = r.get("outside_need_gib_per_gpu") or frac * outside / (1 - u)
-            parts.append(f"at {u:g} it marks {n} as not fitting — not for lack of KV room, but because {u:g} leaves "
-                         f"{outside:.1f} GiB per GPU outside the target, less than the {need:.1f} GiB ({frac:.1%} of "
-                         f"the GPU) the model assumes activations, CUDA graphs and communication buffers need there")
+            parts.append(
+                f"at {u:g} it marks {n} as not fitting — not for lack of KV room, but because {u:g} leaves "
+                f"{outside:.1f} GiB per GPU outside the target, less than the {need:.1f} GiB ({frac:.1%} of "
+                f"the GPU) the model assumes activations, CUDA graphs and communication buffers need there"
+            )
             restated = True
         else:
             parts.append(f"at {u:g} {n} do not fit: {r['reason']}")
     text = "The model's *fits* column: " + "; ".join(parts) + "."
     if restated:
-        text += (f" That {frac:.1%} is not derived: it was chosen between what the article's two settings leave "
-                 "outside the target (the one that failed and the one that worked), so *fits = false* there restates "
-                 "the article's OOM claim rather than predicting it — report 04's table shows the same flag for the same "
-                 "reason. What the model does derive is the KV room above.")
+        text += (
+            f" That {frac:.1%} is not derived: it was chosen between what the article's two settings leave "
+            "outside the target (the one that failed and the one that worked), so *fits = false* there restates "
+            "the article's OOM claim rather than predicting it — report 04's table shows the same flag for the same "
+            "reason. What the model does derive is the KV room above."
+        )
     return text
 
 
@@ -241,13 +292,20 @@ def headroom_caption(head: list[dict]) -> str:
         w = sorted(headroom_pairs(head, "mem_util", lo, hi), key=lambda r: (r["dcp"], r["context_tokens"]))
         gain = [r["b"] / r["a"] - 1 for r in w]
         if not gain:
-            return (f"Modelled: not one sequence fits at {lo:g} in any configuration shown "
-                    f"({head[0]['reason']}), so there is no room to compare.")
-        g_txt = (f"{min(gain):.0%}" if round(min(gain), 2) == round(max(gain), 2)
-                 else f"{min(gain) * 100:.0f}–{max(gain):.0%}")
+            return (
+                f"Modelled: not one sequence fits at {lo:g} in any configuration shown "
+                f"({head[0]['reason']}), so there is no room to compare."
+            )
+        g_txt = (
+            f"{min(gain):.0%}"
+            if round(min(gain), 2) == round(max(gain), 2)
+            else f"{min(gain) * 100:.0f}–{max(gain):.0%}"
+        )
         ex = [r for r in w if r["dcp"] == min(x["dcp"] for x in w)][-1]
-        text += (f": {hi:g} fits {g_txt} more sequences than {lo:g} at every context and DCP size shown "
-                 f"(DCP {ex['dcp']}, {tokens_label(ex['context_tokens'])}: {ex['b']:,} vs {ex['a']:,})")
+        text += (
+            f": {hi:g} fits {g_txt} more sequences than {lo:g} at every context and DCP size shown "
+            f"(DCP {ex['dcp']}, {tokens_label(ex['context_tokens'])}: {ex['b']:,} vs {ex['a']:,})"
+        )
     dcps = sorted({r["dcp"] for r in head})
     if len(dcps) > 1:
         r = [x["b"] / x["a"] for x in headroom_pairs(head, "dcp", dcps[0], dcps[-1])]
@@ -256,7 +314,9 @@ def headroom_caption(head: list[dict]) -> str:
             text += f"{';' if lo != hi else ':'} DCP {dcps[-1]} fits {r_txt} as many as DCP {dcps[0]}"
     if text == "Modelled":
         r = head[0]
-        text += f": {r['max_concurrent_seqs']:,} sequences of {tokens_label(r['context_tokens'])} fit at {r['mem_util']:g}"
+        text += (
+            f": {r['max_concurrent_seqs']:,} sequences of {tokens_label(r['context_tokens'])} fit at {r['mem_util']:g}"
+        )
     return text + "."
 
 
@@ -265,13 +325,23 @@ def memory_table(stats: list[dict]):
     per engine, context and setting (settings of one context side by side), with the spread and counters only where
     some run has them."""
     several = len({r["experiment"] for r in stats}) > 1
-    s = [r | {"batch_time_cv_pct": None if r["batch_time_cv"] is None else r["batch_time_cv"] * 100}
-         for r in stats]
-    s.sort(key=lambda r: ((r["experiment"],) if several else ()) + (_engine_rank(r["engine"]), r["engine"],
-                                                                      r["context_tokens"], r["mem_util"]))
+    s = [r | {"batch_time_cv_pct": None if r["batch_time_cv"] is None else r["batch_time_cv"] * 100} for r in stats]
+    s.sort(
+        key=lambda r: (
+            ((r["experiment"],) if several else ())
+            + (_engine_rank(r["engine"]), r["engine"], r["context_tokens"], r["mem_util"])
+        )
+    )
     cols = {"experiment": "experiment"} if several else {}
-    cols |= {"engine": "engine", "context_label": "context", "context_tokens": "context (tokens)",
-             "mem_util": "memory utilisation", "runs": "runs", "runs_ok": "runs succeeded", "retries": "retries"}
+    cols |= {
+        "engine": "engine",
+        "context_label": "context",
+        "context_tokens": "context (tokens)",
+        "mem_util": "memory utilisation",
+        "runs": "runs",
+        "runs_ok": "runs succeeded",
+        "retries": "retries",
+    }
     if sum(r["runs_failed"] or 0 for r in s):
         cols["runs_failed"] = "runs failed"
     cols["batch_time_mean_s"] = "batch time, mean (s)"
@@ -291,10 +361,16 @@ def memory_caption(stats: list[dict], cmp: list[dict]) -> str:
     us = sorted({r["mem_util"] for r in stats})
     retries = {u: sum(r["retries"] or 0 for r in stats if r["mem_util"] == u) for u in us}
     failed = int(sum(r["runs_failed"] or 0 for r in stats))
-    text = ("Measured: " + ("no retry" if not any(retries.values()) else
-                           ", ".join(f"{n} retr{'y' if n == 1 else 'ies'} at {u:g}" for u, n in retries.items()))
-            + ("" if any(retries.values()) else " at any setting")
-            + (f", {failed} failed run{'s' if failed != 1 else ''}" if failed else ", no failed run"))
+    text = (
+        "Measured: "
+        + (
+            "no retry"
+            if not any(retries.values())
+            else ", ".join(f"{n} retr{'y' if n == 1 else 'ies'} at {u:g}" for u, n in retries.items())
+        )
+        + ("" if any(retries.values()) else " at any setting")
+        + (f", {failed} failed run{'s' if failed != 1 else ''}" if failed else ", no failed run")
+    )
     ok = [r for r in cmp if r["time_ratio"] is not None]
     if ok:
         top = max(r["context_tokens"] for r in ok) if "context_tokens" in ok[0] else None
@@ -302,15 +378,20 @@ def memory_caption(stats: list[dict], cmp: list[dict]) -> str:
         at = sorted(at, key=lambda r: _engine_rank(r["engine"]))
         r0 = at[0]
         lo, hi = r0["mem_low"], r0["mem_high"]
-        times = " and ".join(f"{_relative(r['batch_time_mean_s_low'], r['batch_time_mean_s_high'], 'longer', 'shorter')} "
-                             f"for {engine_label(r['engine'])}" for r in at)
+        times = " and ".join(
+            f"{_relative(r['batch_time_mean_s_low'], r['batch_time_mean_s_high'], 'longer', 'shorter')} "
+            f"for {engine_label(r['engine'])}"
+            for r in at
+        )
         lat = []
         for r in at:
             a, b = _stats_row(stats, r, lo), _stats_row(stats, r, hi)
             if a and b and a["e2e_mean_ms"] and b["e2e_mean_ms"]:
                 lat.append(f"{_relative(a['e2e_mean_ms'], b['e2e_mean_ms'])} for {engine_label(r['engine'])}")
-        text += (f"; at {scaled_context(r0['context_label'], r0.get('context_tokens'))}, {lo:g} against {hi:g}: batch time "
-                 f"{times}" + (f", mean request latency {' and '.join(lat)}" if lat else ""))
+        text += (
+            f"; at {scaled_context(r0['context_label'], r0.get('context_tokens'))}, {lo:g} against {hi:g}: batch time "
+            f"{times}" + (f", mean request latency {' and '.join(lat)}" if lat else "")
+        )
     return text + "."
 
 
@@ -321,37 +402,51 @@ def memory_scope(runs: list[dict], setting: str | None) -> str:
     if not m:
         return ""
     if setting == "host_reserve":
-        return ("**What this host tests.** These runs had no GPU and no explicit KV-cache budget: each memory setting "
-                "is the share of host memory vLLM's CPU build reserves, and it refuses to start when that much is not "
-                "free. Retries here are those start-up refusals on this host's free memory — the CPU twin of a GPU's "
-                "start-up memory check. They do not test the article's OOM retries, which on a GPU come from "
-                "activations, CUDA graphs and communication buffers overflowing the memory left outside the KV pool. "
-                "The verdicts at the top say so claim by claim.")
+        return (
+            "**What this host tests.** These runs had no GPU and no explicit KV-cache budget: each memory setting "
+            "is the share of host memory vLLM's CPU build reserves, and it refuses to start when that much is not "
+            "free. Retries here are those start-up refusals on this host's free memory — the CPU twin of a GPU's "
+            "start-up memory check. They do not test the article's OOM retries, which on a GPU come from "
+            "activations, CUDA graphs and communication buffers overflowing the memory left outside the KV pool. "
+            "The verdicts at the top say so claim by claim."
+        )
     if setting is None:
-        return ("**What this host tests.** These runs record neither a KV-cache budget nor the device they ran on, so "
-                "what their memory setting meant is not known here: the verdicts at the top do not take the article's "
-                "OOM claims as tested.")
+        return (
+            "**What this host tests.** These runs record neither a KV-cache budget nor the device they ran on, so "
+            "what their memory setting meant is not known here: the verdicts at the top do not take the article's "
+            "OOM claims as tested."
+        )
     if setting == "mixed":
-        return ("**What this host tests.** These runs mix memory settings of different meaning (explicit KV-cache "
-                "budgets and host-memory reserves, or CPU and GPU runs): read each experiment on its own. The "
-                "verdicts at the top do not take the article's OOM claims as tested.")
+        return (
+            "**What this host tests.** These runs mix memory settings of different meaning (explicit KV-cache "
+            "budgets and host-memory reserves, or CPU and GPU runs): read each experiment on its own. The "
+            "verdicts at the top do not take the article's OOM claims as tested."
+        )
     if setting == "kv_budget":
-        return ("**What this host tests.** These runs had no GPU: kvlab maps each memory setting to an explicit "
-                "KV-cache budget (a simulated device), so the lower setting only means less KV room — fewer requests "
-                "held at once. That tests the capacity side of the trade-off (run time, latency). It does not test the "
-                "article's OOM retries: on a GPU they come from activations, CUDA graphs and communication buffers "
-                "overflowing the memory left outside the KV pool, which a CPU run does not carve up. The verdicts at "
-                "the top say so claim by claim.")
+        return (
+            "**What this host tests.** These runs had no GPU: kvlab maps each memory setting to an explicit "
+            "KV-cache budget (a simulated device), so the lower setting only means less KV room — fewer requests "
+            "held at once. That tests the capacity side of the trade-off (run time, latency). It does not test the "
+            "article's OOM retries: on a GPU they come from activations, CUDA graphs and communication buffers "
+            "overflowing the memory left outside the KV pool, which a CPU run does not carve up. The verdicts at "
+            "the top say so claim by claim."
+        )
     gpus = ", ".join(sorted({str(r["gpu_count"]) for r in m if r.get("gpu_count") is not None}))
-    return (f"**What this host tests.** These runs were served on GPUs ({gpus} per run): each memory setting is the "
-            "engine's own memory-utilisation target, so retries, run time and latency test the article's claims "
-            "directly, for this hardware and model.")
+    return (
+        f"**What this host tests.** These runs were served on GPUs ({gpus} per run): each memory setting is the "
+        "engine's own memory-utilisation target, so retries, run time and latency test the article's claims "
+        "directly, for this hardware and model."
+    )
 
 
 #: What each server counter is, as a reader names it.
-COUNTER_NAMES = {"server_preemptions": "preemptions", "server_prompt_tokens": "prompt tokens",
-                 "server_generation_tokens": "generated tokens", "server_prefix_cache_queries": "prefix-cache queries",
-                 "server_prefix_cache_hits": "prefix-cache hits"}
+COUNTER_NAMES = {
+    "server_preemptions": "preemptions",
+    "server_prompt_tokens": "prompt tokens",
+    "server_generation_tokens": "generated tokens",
+    "server_prefix_cache_queries": "prefix-cache queries",
+    "server_prefix_cache_hits": "prefix-cache hits",
+}
 
 
 def counters_note(runs: list[dict]) -> str:
@@ -368,11 +463,15 @@ def counters_note(runs: list[dict]) -> str:
         names = ", ".join(COUNTER_NAMES.get(c, c.removeprefix("server_").replace("_", " ")) for c in missing)
         runs_txt = f"{len(g)} run{'' if len(g) == 1 else 's'}"
         if missing and len(missing) == len(cols):
-            lines.append(f"- {engine_label(engine)} reported no server counters ({names}) in any of its {runs_txt}: "
-                         "tables show them empty (–, not available), never as 0.")
+            lines.append(
+                f"- {engine_label(engine)} reported no server counters ({names}) in any of its {runs_txt}: "
+                "tables show them empty (–, not available), never as 0."
+            )
         elif missing:
-            lines.append(f"- {engine_label(engine)} did not report {names} in any of its {runs_txt}: shown empty (–, not "
-                         "available), never as 0.")
+            lines.append(
+                f"- {engine_label(engine)} did not report {names} in any of its {runs_txt}: shown empty (–, not "
+                "available), never as 0."
+            )
     return "\n".join(lines)
 
 
@@ -380,22 +479,28 @@ def memory_answer(budgets: list[dict], outside: list[dict], totals: dict, gpu: s
     """Report 03's answer: whether 0.95 runs out of memory on the reference host cannot be measured without its GPUs;
     what the documents say (published prose, in conflict); what the setting means on this host (a KV budget the
     experiment file sets: configuration) and what the runs here saw; the model's memory left outside the pool."""
-    first = (f"Whether 0.95 runs out of memory on {gpu} cannot be tested here: this host has no GPU memory to run out "
-             "of. The 8×B300 article says 0.95 caused out-of-memory retries for both engines and 0.92 removed them "
-             "(published, no figures given); the KV-cache design article's own example runs vLLM at 0.95, so the two "
-             "documents conflict.")
+    first = (
+        f"Whether 0.95 runs out of memory on {gpu} cannot be tested here: this host has no GPU memory to run out "
+        "of. The 8×B300 article says 0.95 caused out-of-memory retries for both engines and 0.92 removed them "
+        "(published, no figures given); the KV-cache design article's own example runs vLLM at 0.95, so the two "
+        "documents conflict."
+    )
     if len(budgets) >= 2:
         lo, hi = budgets[0], budgets[-1]
-        second = (f"On this host the setting is configuration, not a finding: {lo['mem_util']:g} and {hi['mem_util']:g} "
-                  f"are KV budgets of {lo['kv_budget_mib']:.1f} MiB and {hi['kv_budget_mib']:.1f} MiB "
-                  f"({hi['ratio_to_lowest']:.2f}×) that the experiment file sets; its {totals['runs']} runs needed "
-                  f"{totals['retries']} retries.")
+        second = (
+            f"On this host the setting is configuration, not a finding: {lo['mem_util']:g} and {hi['mem_util']:g} "
+            f"are KV budgets of {lo['kv_budget_mib']:.1f} MiB and {hi['kv_budget_mib']:.1f} MiB "
+            f"({hi['ratio_to_lowest']:.2f}×) that the experiment file sets; its {totals['runs']} runs needed "
+            f"{totals['retries']} retries."
+        )
     else:
         second = "No run on this host compares two memory settings."
     third = ""
     if len(outside) >= 2:
-        third = (f"The model leaves {outside[0]['outside_pool_gib_per_gpu']:.1f} GiB per GPU outside the KV pool at "
-                 f"{outside[0]['mem_util']:g} and {outside[-1]['outside_pool_gib_per_gpu']:.1f} GiB at "
-                 f"{outside[-1]['mem_util']:g} for {model} on {gpu} (modelled; the need it is compared with, "
-                 f"{outside[-1]['outside_need_gib_per_gpu']:.1f} GiB, is an assumption).")
+        third = (
+            f"The model leaves {outside[0]['outside_pool_gib_per_gpu']:.1f} GiB per GPU outside the KV pool at "
+            f"{outside[0]['mem_util']:g} and {outside[-1]['outside_pool_gib_per_gpu']:.1f} GiB at "
+            f"{outside[-1]['mem_util']:g} for {model} on {gpu} (modelled; the need it is compared with, "
+            f"{outside[-1]['outside_need_gib_per_gpu']:.1f} GiB, is an assumption)."
+        )
     return tuple(s for s in (first, second, third) if s)

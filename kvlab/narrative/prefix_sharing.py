@@ -28,21 +28,24 @@ def _groups(rows, *keys: str) -> dict:
 #: The article's claims report 05 tests, each with how it tests them (the article's other claims are 06's).
 PREFIX_CLAIMS = {
     "vllm_no_prefix_sharing": "vLLM's CPU build with automatic prefix caching on (its default) and off: the share of "
-                              "prompt tokens it served from its cache",
+    "prompt tokens it served from its cache",
     "sglang_radix_sharing": "SGLang (on a CPU host, PyTorch SGLang with torch-native kernels; sglang-jax, its JAX "
-                            "runtime, keeps the same radix cache): the share of prompt tokens served from the cache",
+    "runtime, keeps the same radix cache): the share of prompt tokens served from the cache",
     "sglang_radix_suffix": "the same runs: which requests found the prefix in the radix cache (each request after "
-                           "the first should compute only its own suffix)",
+    "the first should compute only its own suffix)",
     "shared_prefix_threshold": "both engines below and above 30% shared: which finishes the batch first, and "
-                               "whether what the cache saves jumps at 30%",
+    "whether what the cache saves jumps at 30%",
 }
 
 
 def prefix_claims_table(claims: list[dict]):
     """The claims (row dicts) this report tests, each beside how it tests them (the source is said once, below the
     table)."""
-    c = [{"statement": r["statement"], "tested_by": PREFIX_CLAIMS[r["claim_id"]]}
-         for r in claims if r["claim_id"] in PREFIX_CLAIMS]
+    c = [
+        {"statement": r["statement"], "tested_by": PREFIX_CLAIMS[r["claim_id"]]}
+        for r in claims
+        if r["claim_id"] in PREFIX_CLAIMS
+    ]
     return tables.table(c, {"statement": "what the article says", "tested_by": "how this report tests it"})
 
 
@@ -50,11 +53,19 @@ def sharing_table(rows: list[dict], block_tokens: int = VLLM_CPU_BLOCK_TOKENS):
     """One row per engine and shared fraction (``rows``: :func:`kvlab.claims.sharing.sharing_points`' row dicts):
     the cache on beside off (hit rate, mean TTFT, median batch time) and the two ideals, rates in %; spread columns
     only where points have repeats."""
-    cols = {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)", "shared_prefix_tokens": "shared prefix (tokens)",
-            "hit_on": "cache-hit rate, cache on (%)", "hit_off": "cache-hit rate, cache off (%)",
-            "ideal": "ideal, token-exact (%)", "block": f"ideal in whole {block_tokens}-token blocks (%)",
-            "ttft_on": "mean TTFT, cache on (ms)", "ttft_off": "mean TTFT, cache off (ms)",
-            "batch_on": "median batch time, cache on (s)", "batch_off": "median batch time, cache off (s)"}
+    cols = {
+        "engine": "engine",
+        "fraction_pct": "shared prefix (% of prompt)",
+        "shared_prefix_tokens": "shared prefix (tokens)",
+        "hit_on": "cache-hit rate, cache on (%)",
+        "hit_off": "cache-hit rate, cache off (%)",
+        "ideal": "ideal, token-exact (%)",
+        "block": f"ideal in whole {block_tokens}-token blocks (%)",
+        "ttft_on": "mean TTFT, cache on (ms)",
+        "ttft_off": "mean TTFT, cache off (ms)",
+        "batch_on": "median batch time, cache on (s)",
+        "batch_off": "median batch time, cache off (s)",
+    }
     notes = []
     off = [r["hit_off"] for r in rows if r["hit_off"] is not None]
     if off and max(off) == 0:  # said once instead of a column of zeros
@@ -62,11 +73,16 @@ def sharing_table(rows: list[dict], block_tokens: int = VLLM_CPU_BLOCK_TOKENS):
         notes.append("with the prefix cache off every cache-hit rate is 0%")
     runs = [v for v in [r["runs_on"] for r in rows] + [r["runs_off"] for r in rows] if v is not None]
     if runs and max(runs) > 1:  # the spread the figure's whiskers draw: least to most over the runs, not a std
-        cols |= {"range_on": "batch time, cache on: least–most over the runs (s)",
-                 "range_off": "batch time, cache off: least–most over the runs (s)",
-                 "runs_on": "runs, on", "runs_off": "runs, off"}
-        rows = [r | {"range_on": tables.span(r["lo_on"], r["hi_on"]), "range_off": tables.span(r["lo_off"], r["hi_off"])}
-                for r in rows]
+        cols |= {
+            "range_on": "batch time, cache on: least–most over the runs (s)",
+            "range_off": "batch time, cache off: least–most over the runs (s)",
+            "runs_on": "runs, on",
+            "runs_off": "runs, off",
+        }
+        rows = [
+            r | {"range_on": tables.span(r["lo_on"], r["hi_on"]), "range_off": tables.span(r["lo_off"], r["hi_off"])}
+            for r in rows
+        ]
         notes.insert(0, "median over the runs of each point; spread: least to most over them, as the figure's whiskers")
     else:
         notes.insert(0, "one run per point (no repeats)")
@@ -84,13 +100,19 @@ def gain_table(rows: list[dict]):
     shown = []
     for r in rows:
         n = r.get("n_runs")
-        row = {"engine": r["engine"], "fraction_pct": r["fraction_pct"], "hit_on": r["hit_on"],
-               "ttft_speedup": _measured_ratio(r["ttft_speedup"], n),
-               "batch_speedup": _measured_ratio(r["batch_speedup"], n),
-               "saved": "–" if r["saved"] is None else ratio(r["saved"], 1) if n == 1 else tables.number(r["saved"])}
+        row = {
+            "engine": r["engine"],
+            "fraction_pct": r["fraction_pct"],
+            "hit_on": r["hit_on"],
+            "ttft_speedup": _measured_ratio(r["ttft_speedup"], n),
+            "batch_speedup": _measured_ratio(r["batch_speedup"], n),
+            "saved": "–" if r["saved"] is None else ratio(r["saved"], 1) if n == 1 else tables.number(r["saved"]),
+        }
         if spread:
-            row |= {"ttft_range": tables.span(r["ttft_speedup_min"], r["ttft_speedup_max"], lambda x: ratio(x, n)),
-                    "batch_range": tables.span(r["batch_speedup_min"], r["batch_speedup_max"], lambda x: ratio(x, n))}
+            row |= {
+                "ttft_range": tables.span(r["ttft_speedup_min"], r["ttft_speedup_max"], lambda x: ratio(x, n)),
+                "batch_range": tables.span(r["batch_speedup_min"], r["batch_speedup_max"], lambda x: ratio(x, n)),
+            }
         shown.append(row)
     ttft = {"ttft_speedup": "mean TTFT, off ÷ on (×)"}
     batch = {"batch_speedup": "median batch time, off ÷ on (×)"}
@@ -100,9 +122,18 @@ def gain_table(rows: list[dict]):
         caption = "median over the runs of each point; spread: least to most over them, as the figure's whiskers"
     else:
         caption = "one run a side per point (no repeats): ratios to two significant figures" if runs else None
-    return tables.table(shown, {"engine": "engine", "fraction_pct": "shared prefix (% of prompt)",
-                                "hit_on": "cache-hit rate, cache on (%)", **ttft, **batch,
-                                "saved": "batch time saved by the cache (%)"}, caption=caption)
+    return tables.table(
+        shown,
+        {
+            "engine": "engine",
+            "fraction_pct": "shared prefix (% of prompt)",
+            "hit_on": "cache-hit rate, cache on (%)",
+            **ttft,
+            **batch,
+            "saved": "batch time saved by the cache (%)",
+        },
+        caption=caption,
+    )
 
 
 def _measured_ratio(x: float | None, n: int | None) -> str:
@@ -113,14 +144,27 @@ def _measured_ratio(x: float | None, n: int | None) -> str:
 def turns_table(t: list[dict]):
     """Per engine and turn (``t``: :func:`kvlab.claims.sharing.turn_points`' row dicts): prompt length, tokens
     served from the cache and mean TTFT with the cache on beside off."""
-    cols = {"engine": "engine", "turn": "turn", "prompt_tokens": "prompt (tokens)", "requests": "conversations",
-            "cached_on": "cached per request, cache on (tokens)", "share_on": "share of prompt cached, cache on (%)",
-            "cached_off": "cached per request, cache off (tokens)", "ttft_on": "mean TTFT, cache on (ms)",
-            "ttft_off": "mean TTFT, cache off (ms)", "ratio": "mean TTFT, off ÷ on (×)"}
-    if any((r["reported_on"] is not None and r["reported_on"] != r["requests"])
-           or (r["reported_off"] is not None and r["reported_off"] != r["requests"]) for r in t):
-        cols |= {"reported_on": "requests reporting a cached count, cache on",
-                 "reported_off": "requests reporting a cached count, cache off"}
+    cols = {
+        "engine": "engine",
+        "turn": "turn",
+        "prompt_tokens": "prompt (tokens)",
+        "requests": "conversations",
+        "cached_on": "cached per request, cache on (tokens)",
+        "share_on": "share of prompt cached, cache on (%)",
+        "cached_off": "cached per request, cache off (tokens)",
+        "ttft_on": "mean TTFT, cache on (ms)",
+        "ttft_off": "mean TTFT, cache off (ms)",
+        "ratio": "mean TTFT, off ÷ on (×)",
+    }
+    if any(
+        (r["reported_on"] is not None and r["reported_on"] != r["requests"])
+        or (r["reported_off"] is not None and r["reported_off"] != r["requests"])
+        for r in t
+    ):
+        cols |= {
+            "reported_on": "requests reporting a cached count, cache on",
+            "reported_off": "requests reporting a cached count, cache off",
+        }
     off = [r["cached_off"] for r in t]
     caption = None
     if off and None not in off and max(off) == 0:  # said once instead of a column of zeros
@@ -129,19 +173,22 @@ def turns_table(t: list[dict]):
     return tables.table(t, cols, caption=caption)
 
 
-def ideal_reuse_caption(rows: list[dict], prompt_tokens: int, requests: int, block_tokens: int,
-                        threshold: float) -> str:
+def ideal_reuse_caption(
+    rows: list[dict], prompt_tokens: int, requests: int, block_tokens: int, threshold: float
+) -> str:
     """What the modelled ideal-reuse figure (``rows``: :func:`kvlab.analysis.ideal_sharing`'s row dicts) shows: the
     straight token-exact line, and where whole blocks lose most."""
     if not rows:
         return "Modelled: no shared fraction given."
     top = max(rows, key=lambda r: r["shared_fraction"])
     gap = max(({**r, "d": r["ideal_hit_rate"] - r["block_hit_rate"]} for r in rows), key=lambda r: r["d"])
-    return (f"Modelled for {requests} requests of {prompt_tokens:,} tokens: a token-exact cache could serve at most "
-            f"{top['ideal_hit_rate']:.0%} of prompt tokens at {top['shared_fraction']:.0%} shared, on a straight line "
-            f"(shared fraction × {requests - 1}/{requests}) with no step at the article's {threshold:.0%}; a cache of "
-            f"whole {block_tokens}-token blocks falls short of it by up to {gap['d'] * 100:.1f} percentage points "
-            f"({gap['block_hit_rate']:.0%} against {gap['ideal_hit_rate']:.0%} at {gap['shared_fraction']:.0%} shared).")
+    return (
+        f"Modelled for {requests} requests of {prompt_tokens:,} tokens: a token-exact cache could serve at most "
+        f"{top['ideal_hit_rate']:.0%} of prompt tokens at {top['shared_fraction']:.0%} shared, on a straight line "
+        f"(shared fraction × {requests - 1}/{requests}) with no step at the article's {threshold:.0%}; a cache of "
+        f"whole {block_tokens}-token blocks falls short of it by up to {gap['d'] * 100:.1f} percentage points "
+        f"({gap['block_hit_rate']:.0%} against {gap['ideal_hit_rate']:.0%} at {gap['shared_fraction']:.0%} shared)."
+    )
 
 
 def prefix_sharing_caption(rows: list[dict], compare_engines: bool = True) -> str:
@@ -155,30 +202,46 @@ def prefix_sharing_caption(rows: list[dict], compare_engines: bool = True) -> st
     top = max(r["shared_fraction"] for r in on)
     parts = []
     for r in sorted((r for r in on if r["shared_fraction"] == top), key=lambda r: _rank(r["engine"])):
-        ideal = (f"its whole-block ideal {r['block_ideal_hit_rate']:.0%}" if registry.family(r["engine"]) == VLLM
-                 else f"token-exact ideal {r['ideal_hit_rate']:.0%}")
+        ideal = (
+            f"its whole-block ideal {r['block_ideal_hit_rate']:.0%}"
+            if registry.family(r["engine"]) == VLLM
+            else f"token-exact ideal {r['ideal_hit_rate']:.0%}"
+        )
         parts.append(f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%} ({ideal})")
-    text = f"At {top:.0%} shared, with its prefix cache on, " + " and ".join(parts) + " of prompt tokens came from the cache"
+    text = (
+        f"At {top:.0%} shared, with its prefix cache on, "
+        + " and ".join(parts)
+        + " of prompt tokens came from the cache"
+    )
     off = [r["cache_hit_rate"] for r in rows if r["prefix_caching"] is False and r["cache_hit_rate"] is not None]
     if off:
-        text += ("; with the caches off every hit rate is 0%" if max(off) == 0 else
-                 f"; with the caches off at most {max(off):.0%}")
-    pair = {f: sorted(g, key=lambda r: r["batch_time_s"])
-            for f, g in _groups((r for r in rows if r["prefix_caching"]), "shared_fraction").items()
-            if compare_engines and len({r["engine"] for r in g}) >= 2 and all(r["batch_time_s"] is not None for r in g)}
+        text += (
+            "; with the caches off every hit rate is 0%"
+            if max(off) == 0
+            else f"; with the caches off at most {max(off):.0%}"
+        )
+    pair = {
+        f: sorted(g, key=lambda r: r["batch_time_s"])
+        for f, g in _groups((r for r in rows if r["prefix_caching"]), "shared_fraction").items()
+        if compare_engines and len({r["engine"] for r in g}) >= 2 and all(r["batch_time_s"] is not None for r in g)
+    }
     if top in pair:
         g = pair[top]
         fast, slow = g[0], g[-1]
-        text += (f". {engine_label(fast['engine'])} finishes the batch {slow['batch_time_s'] / fast['batch_time_s']:.1f}× "
-                 f"sooner than {engine_label(slow['engine'])} there")
+        text += (
+            f". {engine_label(fast['engine'])} finishes the batch {slow['batch_time_s'] / fast['batch_time_s']:.1f}× "
+            f"sooner than {engine_label(slow['engine'])} there"
+        )
         zero = pair.get(0.0)
         if zero is not None and top != 0.0:
             z = zero[0]
             ratio = zero[-1]["batch_time_s"] / zero[0]["batch_time_s"]
-            text += (f" and {ratio:.1f}× sooner with nothing shared, so sharing does not change which engine is faster"
-                     if z["engine"] == fast["engine"] else
-                     f", but {engine_label(z['engine'])} is {ratio:.1f}× faster with nothing shared: sharing changes "
-                     "which engine is faster")
+            text += (
+                f" and {ratio:.1f}× sooner with nothing shared, so sharing does not change which engine is faster"
+                if z["engine"] == fast["engine"]
+                else f", but {engine_label(z['engine'])} is {ratio:.1f}× faster with nothing shared: sharing changes "
+                "which engine is faster"
+            )
     return text + "."
 
 
@@ -191,16 +254,22 @@ def caching_gain_caption(gain: list[dict], thresholds: dict) -> str:
     for engine, g in _groups(rows, "engine").items():
         first, last = g[0], g[-1]
         th = thresholds.get(engine)
-        s = (f"{engine_label(engine)}: batch time {_prefix_times(first['batch_speedup'], n=first.get('n_runs'))} with "
-             f"the cache at {first['shared_fraction']:.0%} shared, "
-             f"{_prefix_times(last['batch_speedup'], n=last.get('n_runs'))} at {last['shared_fraction']:.0%}")
+        s = (
+            f"{engine_label(engine)}: batch time {_prefix_times(first['batch_speedup'], n=first.get('n_runs'))} with "
+            f"the cache at {first['shared_fraction']:.0%} shared, "
+            f"{_prefix_times(last['batch_speedup'], n=last.get('n_runs'))} at {last['shared_fraction']:.0%}"
+        )
         if th is not None and th.verdict == "inconclusive":
-            s += (f" — but at {first['shared_fraction']:.0%} nothing can be reused, so a difference that size is not "
-                  "the cache's doing")
+            s += (
+                f" — but at {first['shared_fraction']:.0%} nothing can be reused, so a difference that size is not "
+                "the cache's doing"
+            )
         elif th is not None and th.verdict == "threshold" and (b := _prefix_bracket(g, th.at)):
-            s += (f", the saving {'jumping' if b[1]['time_saved'] > b[0]['time_saved'] else 'falling'} from "
-                  f"{signed_pct(b[0]['time_saved'])} at {b[0]['shared_fraction']:.0%} to "
-                  f"{signed_pct(b[1]['time_saved'])} at {b[1]['shared_fraction']:.0%}")
+            s += (
+                f", the saving {'jumping' if b[1]['time_saved'] > b[0]['time_saved'] else 'falling'} from "
+                f"{signed_pct(b[0]['time_saved'])} at {b[0]['shared_fraction']:.0%} to "
+                f"{signed_pct(b[1]['time_saved'])} at {b[1]['shared_fraction']:.0%}"
+            )
         elif th is not None and th.verdict == "smooth":
             s += ", rising with no jump"
         parts.append(s)
@@ -219,8 +288,11 @@ def multi_turn_caption(by_turn: list[dict]) -> str:
             continue
         last = on[-1]
         last_turn = last["turn"]
-        share = ("no cached-token count" if last["cached_share"] is None else
-                 f"{last['cached_share']:.0%} of its prompt cached")
+        share = (
+            "no cached-token count"
+            if last["cached_share"] is None
+            else f"{last['cached_share']:.0%} of its prompt cached"
+        )
         o = [r for r in off if r["turn"] == last["turn"]]
         ttft = ""
         if o and last["ttft_mean_ms"]:
@@ -237,29 +309,38 @@ def multi_turn_caption(by_turn: list[dict]) -> str:
 def reuse_sentences(reuse: list[dict]) -> str:
     """Per engine with its cache on: how many requests found the prefix cached at each shared fraction, in all and
     among the first wave sent together at the start; then, computed, what that says about when each cache shares."""
-    on = [r for r in reuse
-          if r["prefix_caching"] and r["shared_fraction"] > 0 and r["requests_hit"] is not None]
+    on = [r for r in reuse if r["prefix_caching"] and r["shared_fraction"] > 0 and r["requests_hit"] is not None]
     if not on:
         return "*No per-request cached-token counts with the cache on: which requests reused the prefix is not known.*"
     lines, first_wave = [], {}
     on.sort(key=lambda r: (_rank(r["engine"]), r["shared_fraction"]))
     for engine, g in _groups(on, "engine").items():
-        pts = ", ".join(f"{r['shared_fraction']:.0%} shared: {r['requests_hit']} of {r['requests']} "
-                        f"({r['first_wave_hit']} of the {r['first_wave']} sent first)" for r in g)
+        pts = ", ".join(
+            f"{r['shared_fraction']:.0%} shared: {r['requests_hit']} of {r['requests']} "
+            f"({r['first_wave_hit']} of the {r['first_wave']} sent first)"
+            for r in g
+        )
         lines.append(f"- {engine_label(engine)}, cache on — requests that found the prefix in the cache: {pts}.")
         first_wave[engine] = g[-1]
     radix = [e for e in first_wave if registry.family(e) == SGLANG]
     if radix and VLLM in first_wave:
         r, v = first_wave[radix[0]], first_wave[VLLM]
         if r["first_wave_hit"] < v["first_wave_hit"]:
-            later_all = (r["requests_hit"] - r["first_wave_hit"] == r["requests"] - r["first_wave"]
-                         and r["cached_tokens_per_hit"] == r["shared_prefix_tokens"])
+            later_all = (
+                r["requests_hit"] - r["first_wave_hit"] == r["requests"] - r["first_wave"]
+                and r["cached_tokens_per_hit"] == r["shared_prefix_tokens"]
+            )
             lines.append(
                 f"- At {r['shared_fraction']:.0%} shared, {r['first_wave_hit']} of the {r['first_wave']} requests "
                 f"{engine_label(radix[0])} received together at the start found the prefix in its radix cache; "
                 f"{engine_label(VLLM)} reused its blocks for {v['first_wave_hit']} of {v['first_wave']}. In these runs the requests that "
                 f"reached {engine_label(radix[0])} while the prefix was still being computed computed it again"
-                + (f"; every later request reused all {r['shared_prefix_tokens']:,} prefix tokens." if later_all else "."))
+                + (
+                    f"; every later request reused all {r['shared_prefix_tokens']:,} prefix tokens."
+                    if later_all
+                    else "."
+                )
+            )
     return "\n".join(lines)
 
 
@@ -273,8 +354,13 @@ def prefix_citation_note(claims: list[dict]) -> str:
         head, sep, tail = c.rpartition("), ")
         doc, part = (head + ")", tail) if sep else (c, "")
         docs.setdefault(doc, []).append(part)
-    return "Source: " + "; ".join(f"{d}" + (f" — {', '.join(p for p in parts if p)}" if any(parts) else "")
-                                  for d, parts in docs.items()) + "."
+    return (
+        "Source: "
+        + "; ".join(
+            f"{d}" + (f" — {', '.join(p for p in parts if p)}" if any(parts) else "") for d, parts in docs.items()
+        )
+        + "."
+    )
 
 
 def prefix_claim_verdict(sharing: list[dict], engine: str = VLLM) -> str:
@@ -286,15 +372,24 @@ def prefix_claim_verdict(sharing: list[dict], engine: str = VLLM) -> str:
         return f"*No measured {engine_label(engine)} runs with its prefix cache on: the claim is untested here.*"
     top = sorted(on, key=lambda r: r["shared_fraction"])[-1]
     off_top = [r for r in off if r["shared_fraction"] == top["shared_fraction"]]
-    off_txt = (f"; with it off (`{registry.flag(engine, 'prefix_cache_off')}`, what the document describes) "
-               f"{off_top[0]['cache_hit_rate']:.0%}" if off_top else "")
+    off_txt = (
+        f"; with it off (`{registry.flag(engine, 'prefix_cache_off')}`, what the document describes) "
+        f"{off_top[0]['cache_hit_rate']:.0%}"
+        if off_top
+        else ""
+    )
     shares = top["cache_hit_rate"] > 0
-    verdict = ("**The claim does not hold for current vLLM**: with automatic prefix caching (on by default) requests "
-               "do share the common prefix's KV blocks." if shares else
-               "**The data agree with the claim**: no prompt token came from the cache.")
-    return (f"- measured ({top['hardware']}): at shared fraction {top['shared_fraction']:g}, {engine_label(engine)} with its prefix "
-            f"cache on served **{top['cache_hit_rate']:.0%}** of prompt tokens from the cache (ideal "
-            f"{top['ideal_hit_rate']:.0%}){off_txt}.\n- {verdict}")
+    verdict = (
+        "**The claim does not hold for current vLLM**: with automatic prefix caching (on by default) requests "
+        "do share the common prefix's KV blocks."
+        if shares
+        else "**The data agree with the claim**: no prompt token came from the cache."
+    )
+    return (
+        f"- measured ({top['hardware']}): at shared fraction {top['shared_fraction']:g}, {engine_label(engine)} with its prefix "
+        f"cache on served **{top['cache_hit_rate']:.0%}** of prompt tokens from the cache (ideal "
+        f"{top['ideal_hit_rate']:.0%}){off_txt}.\n- {verdict}"
+    )
 
 
 def _sources(g: list[dict]) -> str:
@@ -309,8 +404,10 @@ def hit_rate_sentence(sharing: list[dict]) -> str:
     rows = sorted(sharing, key=lambda r: r["shared_fraction"])
     for (engine, caching), g in _groups(rows, "engine", "prefix_caching").items():
         pts = ", ".join(f"{r['shared_fraction']:g} → {percent(r['cache_hit_rate'])}" for r in g)
-        lines.append(f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: cache-hit rate by shared "
-                     f"fraction {pts}{_sources(g)}.")
+        lines.append(
+            f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: cache-hit rate by shared "
+            f"fraction {pts}{_sources(g)}."
+        )
     return "\n".join(lines)
 
 
@@ -335,14 +432,20 @@ def radix_vs_paged_sentence(found: tuple[str, list[dict]] | None, block_tokens: 
             f"{r['ideal_hit_rate']:.0%}), {lp} **{percent(r['cache_hit_rate'])}** from its paged cache (whole "
             f"{block_tokens}-token-block ideal {r['block_ideal_hit_rate']:.0%}); mean TTFT {ms(r['ttft_mean_ms_r'])} "
             f"vs {ms(r['ttft_mean_ms'])}, median batch time {measured(r['batch_time_s_r'], r.get('n_runs_r', r.get('n_runs')))} s vs "
-            f"{measured(r['batch_time_s'], r.get('n_runs'))} s.")
-    gaps = [{**r, "gap": r["cache_hit_rate_r"] - r["cache_hit_rate"]} for r in both
-            if r["cache_hit_rate"] is not None and r["cache_hit_rate_r"] is not None]
+            f"{measured(r['batch_time_s'], r.get('n_runs'))} s."
+        )
+    gaps = [
+        {**r, "gap": r["cache_hit_rate_r"] - r["cache_hit_rate"]}
+        for r in both
+        if r["cache_hit_rate"] is not None and r["cache_hit_rate_r"] is not None
+    ]
     if gaps:
         g = max(gaps, key=lambda r: abs(r["gap"]))
         more, less = (lr, lp) if g["gap"] >= 0 else (lp, lr)
-        lines.append(f"- Largest hit-rate gap: at shared fraction {g['shared_fraction']:g}, {more} served "
-                     f"**{abs(g['gap']) * 100:.1f} percentage points** more of the prompt from its cache than {less}.")
+        lines.append(
+            f"- Largest hit-rate gap: at shared fraction {g['shared_fraction']:g}, {more} served "
+            f"**{abs(g['gap']) * 100:.1f} percentage points** more of the prompt from its cache than {less}."
+        )
     return "\n".join(lines)
 
 
@@ -351,41 +454,61 @@ def threshold_sentence(th, gain: list[dict]) -> str:
     words, with the numbers that decide it."""
     if th.verdict == "no data":
         return "*Fewer than three shared fractions with the cache both on and off: the threshold cannot be tested.*"
-    pts = ", ".join(f"{r['shared_fraction']:g} → {signed_pct(r['time_saved'])}"
-                    for r in sorted(gain, key=lambda r: r["shared_fraction"]))
-    first = (f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is "
-             f"**{th.first_fraction:g}**" if th.first_fraction is not None else
-             f"no measured fraction saves {th.min_gain:.0%} of batch time")
-    slopes = (f"fitted slope below {th.at:g}: {th.slope_below:.2f}, from {th.at:g} up: {th.slope_above:.2f} "
-              f"(time saved per unit of shared fraction); one straight line through all points has R² {th.r2_linear:.2f}")
+    pts = ", ".join(
+        f"{r['shared_fraction']:g} → {signed_pct(r['time_saved'])}"
+        for r in sorted(gain, key=lambda r: r["shared_fraction"])
+    )
+    first = (
+        f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is **{th.first_fraction:g}**"
+        if th.first_fraction is not None
+        else f"no measured fraction saves {th.min_gain:.0%} of batch time"
+    )
+    slopes = (
+        f"fitted slope below {th.at:g}: {th.slope_below:.2f}, from {th.at:g} up: {th.slope_above:.2f} "
+        f"(time saved per unit of shared fraction); one straight line through all points has R² {th.r2_linear:.2f}"
+    )
     losses = ""
     if th.losses:
-        losses = ("; below it the cache did not pay: " + ", ".join(f"{f:g} → {signed_pct(v)}" for f, v in th.losses)
-                  + " (the cache cost more batch time than it saved)")
-    even = (f"- the cache saves time at every measured fraction from **{th.break_even:g}** up{losses}."
-            if th.break_even is not None else "- no range of measured fractions where the cache always saves time.")
+        losses = (
+            "; below it the cache did not pay: "
+            + ", ".join(f"{f:g} → {signed_pct(v)}" for f, v in th.losses)
+            + " (the cache cost more batch time than it saved)"
+        )
+    even = (
+        f"- the cache saves time at every measured fraction from **{th.break_even:g}** up{losses}."
+        if th.break_even is not None
+        else "- no range of measured fractions where the cache always saves time."
+    )
     if th.verdict == "inconclusive":
-        say = (f"**The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the "
-               f"runs with the cache on took {time_against(th.gain_at_zero)} with it off, a difference the "
-               f"prefix cache cannot explain and as large as the {th.min_gain:.0%} saving the test looks for. More "
-               "repeats per point (the full sweep) are needed to test it.")
+        say = (
+            f"**The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the "
+            f"runs with the cache on took {time_against(th.gain_at_zero)} with it off, a difference the "
+            f"prefix cache cannot explain and as large as the {th.min_gain:.0%} saving the test looks for. More "
+            "repeats per point (the full sweep) are needed to test it."
+        )
     elif th.verdict == "smooth":
-        say = (f"**No jump at {th.at:.0%} shows in these runs**: past the break-even the saving grows steadily with the "
-               f"shared fraction, so {th.at:.0%} reads as a rule of thumb for 'enough sharing to matter', not a property "
-               "of the cache.")
+        say = (
+            f"**No jump at {th.at:.0%} shows in these runs**: past the break-even the saving grows steadily with the "
+            f"shared fraction, so {th.at:.0%} reads as a rule of thumb for 'enough sharing to matter', not a property "
+            "of the cache."
+        )
     else:
-        g = sorted((r for r in gain if r["time_saved"] is not None),
-                   key=lambda r: r["shared_fraction"])
+        g = sorted((r for r in gain if r["time_saved"] is not None), key=lambda r: r["shared_fraction"])
         lo, hi = [r for r in g if r["shared_fraction"] < th.at], [r for r in g if r["shared_fraction"] >= th.at]
         if lo and hi and hi[0]["time_saved"] <= lo[-1]["time_saved"]:  # a threshold by the slope above, not a step
-            say = (f"**The saving rises more steeply from {th.at:.0%} up than below it**, but it does not jump at the "
-                   f"threshold: it falls between shared fractions {lo[-1]['shared_fraction']:g} and "
-                   f"{hi[0]['shared_fraction']:g} ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])}).")
+            say = (
+                f"**The saving rises more steeply from {th.at:.0%} up than below it**, but it does not jump at the "
+                f"threshold: it falls between shared fractions {lo[-1]['shared_fraction']:g} and "
+                f"{hi[0]['shared_fraction']:g} ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])})."
+            )
         else:
-            say = (f"**The saving jumps between shared fractions {lo[-1]['shared_fraction']:g} and "
-                   f"{hi[0]['shared_fraction']:g}** ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])}), where the "
-                   f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
-                   if lo and hi else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests.")
+            say = (
+                f"**The saving jumps between shared fractions {lo[-1]['shared_fraction']:g} and "
+                f"{hi[0]['shared_fraction']:g}** ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])}), where the "
+                f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
+                if lo and hi
+                else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests."
+            )
     return f"- batch time saved by the prefix cache, by shared fraction: {pts}.\n- {first}; {slopes}.\n{even}\n- {say}"
 
 
@@ -394,15 +517,25 @@ def _threshold_detail(th, min_gain: float) -> str:
     inconclusive (a factor from twice as long on), or where the cache first saves ``min_gain``."""
     if th.verdict == "inconclusive":
         far = apart(th.gain_at_zero)  # units.apart decides when a difference reads as a factor
-        differ = f"a factor of {far[:-1]} in batch time" if far.endswith("×") else f"{signed_pct(th.gain_at_zero)} of batch time"
+        differ = (
+            f"a factor of {far[:-1]} in batch time"
+            if far.endswith("×")
+            else f"{signed_pct(th.gain_at_zero)} of batch time"
+        )
         return f" (at shared fraction 0, with nothing to reuse, cache on vs off already differ by {differ})."
     if th.first_fraction is not None:
         return f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction {th.first_fraction:g}."
     return "."
 
 
-def prefix_conclusions(sharing: list[dict], thresholds: dict, by_turn: list[dict], threshold: float,
-                       min_gain: float, radix_pairs: tuple[str, list[dict]] | None) -> str:
+def prefix_conclusions(
+    sharing: list[dict],
+    thresholds: dict,
+    by_turn: list[dict],
+    threshold: float,
+    min_gain: float,
+    radix_pairs: tuple[str, list[dict]] | None,
+) -> str:
     """The prefix-sharing report's conclusions: the vLLM claim, radix vs paged, each engine's threshold test,
     multi-turn reuse per engine.
 
@@ -411,27 +544,39 @@ def prefix_conclusions(sharing: list[dict], thresholds: dict, by_turn: list[dict
     """
     lines = []
     if not sharing:
-        lines.append("- No measured prefix-sharing runs: only the modelled ideal above is shown; the document's "
-                     "claims stay untested here.")
+        lines.append(
+            "- No measured prefix-sharing runs: only the modelled ideal above is shown; the document's "
+            "claims stay untested here."
+        )
     else:
         lines.append(prefix_claim_verdict(sharing))
-        gap = [ln for ln in radix_vs_paged_sentence(radix_pairs).splitlines() if ln.startswith("- Largest hit-rate gap")]
+        gap = [
+            ln for ln in radix_vs_paged_sentence(radix_pairs).splitlines() if ln.startswith("- Largest hit-rate gap")
+        ]
         lines += gap
         for engine, th in thresholds.items():
-            lines.append(f"- {engine_label(engine)}: threshold test at {threshold:.0%} → **{th.verdict}**"
-                         + _threshold_detail(th, min_gain))
+            lines.append(
+                f"- {engine_label(engine)}: threshold test at {threshold:.0%} → **{th.verdict}**"
+                + _threshold_detail(th, min_gain)
+            )
     on = sorted((r for r in by_turn if r["prefix_caching"]), key=lambda r: r["turn"])
     for engine, g in _groups(on, "engine").items():
         share = g[-1]["cached_share"]
-        lines.append(f"- Multi-turn, {engine_label(engine)}: with the cache on, the last turn found "
-                     + (f"{share:.0%} of its prompt cached." if share is not None else
-                        "no cached-token count reported (not available, not 0)."))
+        lines.append(
+            f"- Multi-turn, {engine_label(engine)}: with the cache on, the last turn found "
+            + (
+                f"{share:.0%} of its prompt cached."
+                if share is not None
+                else "no cached-token count reported (not available, not 0)."
+            )
+        )
     return "\n".join(lines)
 
 
 def multi_turn_sentence(by_turn: list[dict]) -> str:
     """Turn by turn, per engine and cache setting (``by_turn``: row dicts); then, per engine, the last turn with the
     cache on against off."""
+
     def cached(r):
         if r["cached_tokens"] is None:
             return f"cached tokens not reported of {r['prompt_tokens']:,.0f}"
@@ -447,12 +592,17 @@ def multi_turn_sentence(by_turn: list[dict]) -> str:
         off = sorted((r for r in g if r["prefix_caching"] is False), key=lambda r: r["turn"])
         if len(on) > 1 and len(off) == len(on):
             last_on, last_off = on[-1], off[-1]
-            share = ("its share of the prompt served from the cache is not reported" if last_on["cached_share"] is None
-                     else f"the cache serves **{last_on['cached_share']:.0%}** of the prompt")
-            lines.append(f"- {engine_label(engine)}, last turn (turn {last_on['turn']}): {share} and TTFT is "
-                         f"**{ratio(last_off['ttft_mean_ms'] / last_on['ttft_mean_ms'], turn_n(last_on, last_off))}×** "
-                         "shorter than without it "
-                         f"({ms(last_on['ttft_mean_ms'])} vs {ms(last_off['ttft_mean_ms'])}).")
+            share = (
+                "its share of the prompt served from the cache is not reported"
+                if last_on["cached_share"] is None
+                else f"the cache serves **{last_on['cached_share']:.0%}** of the prompt"
+            )
+            lines.append(
+                f"- {engine_label(engine)}, last turn (turn {last_on['turn']}): {share} and TTFT is "
+                f"**{ratio(last_off['ttft_mean_ms'] / last_on['ttft_mean_ms'], turn_n(last_on, last_off))}×** "
+                "shorter than without it "
+                f"({ms(last_on['ttft_mean_ms'])} vs {ms(last_off['ttft_mean_ms'])})."
+            )
     lines += _turns_radix_vs_paged(by_turn)
     return "\n".join(lines)
 
@@ -467,15 +617,25 @@ def _turns_radix_vs_paged(by_turn: list[dict]) -> list[str]:
             paged.setdefault(r["turn"], []).append(r["cached_tokens"])
     if not radix or not paged:
         return []
-    both = sorted(({"turn": r["turn"], "cached_tokens": v, "radix": r["cached_tokens"], "d": r["cached_tokens"] - v}
-                   for r in on if r["engine"] == radix[0] for v in paged.get(r["turn"], [])), key=lambda r: r["turn"])
+    both = sorted(
+        (
+            {"turn": r["turn"], "cached_tokens": v, "radix": r["cached_tokens"], "d": r["cached_tokens"] - v}
+            for r in on
+            if r["engine"] == radix[0]
+            for v in paged.get(r["turn"], [])
+        ),
+        key=lambda r: r["turn"],
+    )
     lr, diff = engine_label(radix[0]), [r for r in both if r["d"] != 0]
     if not diff:
         return [f"- Radix vs paged, turn by turn: {lr} and vLLM cached the same tokens per request at every turn."]
     parts = ", ".join(f"turn {r['turn']}: {r['radix']:,.0f} vs {r['cached_tokens']:,.0f}" for r in diff)
     same = [r["turn"] for r in both if r["d"] == 0]
-    return [f"- Radix vs paged, turn by turn (cache on, mean cached tokens per request, {lr} vs vLLM): {parts}"
-            + (f"; the same at turn{'s' if len(same) > 1 else ''} {', '.join(map(str, same))}" if same else "") + "."]
+    return [
+        f"- Radix vs paged, turn by turn (cache on, mean cached tokens per request, {lr} vs vLLM): {parts}"
+        + (f"; the same at turn{'s' if len(same) > 1 else ''} {', '.join(map(str, same))}" if same else "")
+        + "."
+    ]
 
 
 def prefix_answer(hits: list[dict], found: list, threshold: float) -> tuple[str, ...]:
@@ -491,18 +651,27 @@ def prefix_answer(hits: list[dict], found: list, threshold: float) -> tuple[str,
             return f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%} (one run)"
         if f"{lo:.0%}" == f"{hi:.0%}":
             return f"{engine_label(r['engine'])} {r['cache_hit_rate']:.0%} in each of {r['n_runs']} runs"
-        return (f"{engine_label(r['engine'])} {lo:.0%}–{hi:.0%} over {r['n_runs']} runs "
-                f"(median {r['cache_hit_rate']:.0%})")
+        return (
+            f"{engine_label(r['engine'])} {lo:.0%}–{hi:.0%} over {r['n_runs']} runs (median {r['cache_hit_rate']:.0%})"
+        )
 
-    first = (f"With its prefix cache on, each engine served this share of prompt tokens from its cache at "
-             f"{hits[0]['shared_fraction']:.0%} shared: " + "; ".join(rate(r) for r in hits) + " (measured).")
+    first = (
+        f"With its prefix cache on, each engine served this share of prompt tokens from its cache at "
+        f"{hits[0]['shared_fraction']:.0%} shared: " + "; ".join(rate(r) for r in hits) + " (measured)."
+    )
     said = []
     if (v := by_id.get("vllm_no_prefix_sharing")) is not None:
-        said.append(f"the article's \"vLLM shares no prefixes\" is {v.outcome} here")
+        said.append(f'the article\'s "vLLM shares no prefixes" is {v.outcome} here')
     if (v := by_id.get("sglang_radix_sharing")) is not None:
-        said.append(f"its \"SGLang shares a common prefix\" is {v.outcome}")
+        said.append(f'its "SGLang shares a common prefix" is {v.outcome}')
     second = ("So " + " and ".join(said) + ".") if said else ""
     t = by_id.get("shared_prefix_threshold")
-    third = (f"Whether {threshold:.0%} shared is the point to choose SGLang: {t.outcome}"
-             + (f", since {t.reason.split(':')[0]}." if t.reason else ".")) if t is not None else ""
+    third = (
+        (
+            f"Whether {threshold:.0%} shared is the point to choose SGLang: {t.outcome}"
+            + (f", since {t.reason.split(':')[0]}." if t.reason else ".")
+        )
+        if t is not None
+        else ""
+    )
     return tuple(s for s in (first, second, third) if s)

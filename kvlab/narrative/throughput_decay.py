@@ -25,8 +25,11 @@ def decay_sentences(decay: list[dict], label: str) -> str:
     for r in decay:
         bt = r["batch_time_ratio"]
         n = _n(r)
-        grows = (f"batch time grows **{ratio(bt, n)}×** (so requests/s falls {ratio(bt, n)}×)" if bt >= 1 else
-                 f"batch time shrinks **{ratio(1 / bt, n)}×** (so requests/s rises {ratio(1 / bt, n)}×)")
+        grows = (
+            f"batch time grows **{ratio(bt, n)}×** (so requests/s falls {ratio(bt, n)}×)"
+            if bt >= 1
+            else f"batch time shrinks **{ratio(1 / bt, n)}×** (so requests/s rises {ratio(1 / bt, n)}×)"
+        )
         lines.append(
             f"- {label}, {engine_label(r['engine'])}: from {r['context_from']} to {r['context_to']} {grows}, while "
             f"{_change(r['prompt_tokens_per_s_ratio'], 'prompt tokens/s', n=n)}{scaled_span(r)}."
@@ -47,8 +50,10 @@ def decay_comparison(extremes: list[DecayExtremes], label: str) -> str:
     for x in extremes:
         best, worst = x.best, x.worst
         if x.tied:
-            lines.append(f"- {label}: every engine's batch time grows {ratio(best['batch_time_ratio'], _n(best))}× from "
-                         f"{best['context_from']} to {best['context_to']}.")
+            lines.append(
+                f"- {label}: every engine's batch time grows {ratio(best['batch_time_ratio'], _n(best))}× from "
+                f"{best['context_from']} to {best['context_to']}."
+            )
             continue
         lines.append(
             f"- {label}: from {best['context_from']} to {best['context_to']}, {engine_label(best['engine'])}'s "
@@ -71,8 +76,10 @@ def consistency_sentences(verdicts: list[dict], check: list[dict] | None = None)
             lines.append(f"- ✓ “{r['statement']}” — consistent with the table ({how}).")
         elif rows:
             gives = " and ".join(_implied_phrase(x) for x in rows)
-            lines.append(f"- ✗ “{r['statement']}” — **not** what the table implies under any definition checked: "
-                         f"by its batch times {gives}; the text says {r['stated_value']:g}×.")
+            lines.append(
+                f"- ✗ “{r['statement']}” — **not** what the table implies under any definition checked: "
+                f"by its batch times {gives}; the text says {r['stated_value']:g}×."
+            )
         else:
             lines.append(
                 f"- ✗ “{r['statement']}” — **not** what the table implies under any definition checked: "
@@ -111,16 +118,30 @@ def decay_table(decay: list[dict]):
         return tables.table([], ["engine"])
     r0 = decay[0]
     lo, hi = r0["context_from"], r0["context_to"]
-    frame = [{"engine": r["engine"], "t_from_s": r["t_from_s"], "t_to_s": r["t_to_s"],
-              "requests_per_s": None if r["batch_time_ratio"] is None else _direction(r["batch_time_ratio"], n=_n(r)),
-              "prompt_tokens_per_s": None if r["prompt_tokens_per_s_ratio"] is None
-              else _direction(r["prompt_tokens_per_s_ratio"], n=_n(r))}
-             for r in decay]
+    frame = [
+        {
+            "engine": r["engine"],
+            "t_from_s": r["t_from_s"],
+            "t_to_s": r["t_to_s"],
+            "requests_per_s": None if r["batch_time_ratio"] is None else _direction(r["batch_time_ratio"], n=_n(r)),
+            "prompt_tokens_per_s": None
+            if r["prompt_tokens_per_s_ratio"] is None
+            else _direction(r["prompt_tokens_per_s_ratio"], n=_n(r)),
+        }
+        for r in decay
+    ]
     span = scaled_span(r0).strip()
-    return tables.table(frame, {"engine": "engine", "t_from_s": f"batch time at {lo} (s)",
-                                "t_to_s": f"batch time at {hi} (s)", "requests_per_s": f"requests/s, {lo} → {hi}",
-                                "prompt_tokens_per_s": f"prompt tokens/s, {lo} → {hi}"},
-                        caption=span.strip("()").capitalize() if span else None)
+    return tables.table(
+        frame,
+        {
+            "engine": "engine",
+            "t_from_s": f"batch time at {lo} (s)",
+            "t_to_s": f"batch time at {hi} (s)",
+            "requests_per_s": f"requests/s, {lo} → {hi}",
+            "prompt_tokens_per_s": f"prompt tokens/s, {lo} → {hi}",
+        },
+        caption=span.strip("()").capitalize() if span else None,
+    )
 
 
 def decay_caption(decay: list[dict], label: str, measure: str) -> str:
@@ -144,11 +165,16 @@ def decay_caption(decay: list[dict], label: str, measure: str) -> str:
         best = d[-1]["engine"]
         first = min(d, key=lambda r: r["t_from_s"])["engine"]
         last = min(d, key=lambda r: r["t_to_s"])["engine"]
-        ahead = (f"in absolute throughput (left) {engine_label(first)} is ahead at both ends" if first == last else
-                 f"in absolute throughput (left) the lines cross: {engine_label(first)} ahead at "
-                 f"{r0['context_from']}, {engine_label(last)} at {r0['context_to']}")
-        text += (f" — {engine_label(best)}'s throughput holds up better; {ahead}; relative to its own value at "
-                 f"{r0['context_from']} (right) each engine's line starts at 1, so those lines never cross")
+        ahead = (
+            f"in absolute throughput (left) {engine_label(first)} is ahead at both ends"
+            if first == last
+            else f"in absolute throughput (left) the lines cross: {engine_label(first)} ahead at "
+            f"{r0['context_from']}, {engine_label(last)} at {r0['context_to']}"
+        )
+        text += (
+            f" — {engine_label(best)}'s throughput holds up better; {ahead}; relative to its own value at "
+            f"{r0['context_from']} (right) each engine's line starts at 1, so those lines never cross"
+        )
     return text + "."
 
 
@@ -158,8 +184,9 @@ def claim_labels(check: list[dict], claims: list[dict] | None = None) -> dict[st
     not given."""
     out = {}
     rows = {r["claim_id"]: r for r in claims} if claims is not None else {}
-    for cid, kind, engine, v in dict.fromkeys((r["claim_id"], r["kind"], r["engine"], r["stated_value"])
-                                              for r in check):
+    for cid, kind, engine, v in dict.fromkeys(
+        (r["claim_id"], r["kind"], r["engine"], r["stated_value"]) for r in check
+    ):
         c = rows.get(cid)
         if c is None:
             out[cid] = cid
@@ -176,13 +203,26 @@ def consistency_table(check: list[dict], claims: list[dict] | None = None):
     """Each stated ratio beside what the table implies under each definition, as a reader's table; a decay factor
     (a throughput at the short context ÷ at the long one) with its direction ('rises 1.06×', never 0.940)."""
     names = claim_labels(check, claims)
-    frame = [{"claim": names.get(r["claim_id"], r["claim_id"]),
-              "definition": DEFINITION_NAMES.get(r["definition"], r["definition"]),
-              "stated_value": r["stated_value"], "implied_value": _implied_cell(r["definition"], r["implied_value"]),
-              "consistent": r["consistent"]}
-             for r in check]
-    return tables.table(frame, {"claim": "claim", "definition": "definition", "stated_value": "stated (×)",
-                                "implied_value": "the table implies", "consistent": "consistent"})
+    frame = [
+        {
+            "claim": names.get(r["claim_id"], r["claim_id"]),
+            "definition": DEFINITION_NAMES.get(r["definition"], r["definition"]),
+            "stated_value": r["stated_value"],
+            "implied_value": _implied_cell(r["definition"], r["implied_value"]),
+            "consistent": r["consistent"],
+        }
+        for r in check
+    ]
+    return tables.table(
+        frame,
+        {
+            "claim": "claim",
+            "definition": "definition",
+            "stated_value": "stated (×)",
+            "implied_value": "the table implies",
+            "consistent": "consistent",
+        },
+    )
 
 
 #: The definitions whose value is a decay factor: stated with a direction.
@@ -209,10 +249,10 @@ def claims_caption(check: list[dict], verdicts: list[dict], claims: list[dict] |
             by_def.setdefault(how, []).append(names[r["claim_id"]])
         text += " — " + "; ".join(f"{' and '.join(c)}, read as {how}" for how, c in by_def.items())
     if bad:
-        text += (f"; {len(bad)} match under no definition checked (hatched, ✗): "
-                 + ", ".join(f"{names[r['claim_id']]} (table: {r['implied_by_time_ratio']:.2f}×)" for r in bad))
+        text += f"; {len(bad)} match under no definition checked (hatched, ✗): " + ", ".join(
+            f"{names[r['claim_id']]} (table: {r['implied_by_time_ratio']:.2f}×)" for r in bad
+        )
     return text + "."
-
 
 
 def measured_table_caption(scaled: tuple[float | None, list[tuple[str, int]]], mem_util: float | None = None) -> str:
@@ -232,17 +272,31 @@ def decay_answer(stated: list[dict], context_from: str, context_to: str, nothing
     follows from the table under one of the definitions checked)."""
     if not stated:
         return ("The article states no decay factor this report can check.",)
-    pairs = [f"{engine_label(r['engine'])} {r['batch_time_ratio']:.2f}× (stated {r['stated_value']:g}×)"
-             for r in stated]
+    pairs = [
+        f"{engine_label(r['engine'])} {r['batch_time_ratio']:.2f}× (stated {r['stated_value']:g}×)" for r in stated
+    ]
     off = [r for r in stated if not r.get("consistent_under_any")]
-    first = (f"The article's own table does not give the decay factors it states from {context_from} to "
-             f"{context_to} under any definition checked: its batch times give " + " and ".join(pairs)
-             + ", so the text and the table are inconsistent." if off else
-             f"The article's decay factors follow from its own table ({'; '.join(pairs)}).")
+    first = (
+        f"The article's own table does not give the decay factors it states from {context_from} to "
+        f"{context_to} under any definition checked: its batch times give "
+        + " and ".join(pairs)
+        + ", so the text and the table are inconsistent."
+        if off
+        else f"The article's decay factors follow from its own table ({'; '.join(pairs)})."
+    )
     flatter = min(stated, key=lambda r: r["batch_time_ratio"])
-    second = (f"Both agree on the shape: {engine_label(flatter['engine'])}'s throughput holds up better as the "
-              "context grows (published, one run per cell).") if len(stated) > 1 else ""
-    third = ("No run was measured on this host." if nothing_measured else
-             "The decay measured on this CPU host compares two different CPU implementations on a tiny model "
-             "and cannot test the B300 figures.")
+    second = (
+        (
+            f"Both agree on the shape: {engine_label(flatter['engine'])}'s throughput holds up better as the "
+            "context grows (published, one run per cell)."
+        )
+        if len(stated) > 1
+        else ""
+    )
+    third = (
+        "No run was measured on this host."
+        if nothing_measured
+        else "The decay measured on this CPU host compares two different CPU implementations on a tiny model "
+        "and cannot test the B300 figures."
+    )
     return tuple(s for s in (first, second, third) if s)

@@ -13,13 +13,30 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kvlab import studies, verdicts
-from kvlab.pages import (capacity, context_scaling, engine_choice, memory_utilisation, prefix_sharing,
-                         throughput_decay, whatif_model)
+from kvlab.pages import (
+    capacity,
+    context_scaling,
+    engine_choice,
+    memory_utilisation,
+    prefix_sharing,
+    throughput_decay,
+    whatif_model,
+)
 from kvlab.pages.section import Section
 from kvlab.studies import StudyResult
 
-__all__ = ["Section", "capacity", "context_scaling", "engine_choice", "memory_utilisation", "open_report",
-           "prefix_sharing", "throughput_decay", "verdicts_and_sources", "whatif_model"]
+__all__ = [
+    "Section",
+    "capacity",
+    "context_scaling",
+    "engine_choice",
+    "memory_utilisation",
+    "open_report",
+    "prefix_sharing",
+    "throughput_decay",
+    "verdicts_and_sources",
+    "whatif_model",
+]
 
 
 def open_report(report: str, namespace: Mapping[str, Any]):

@@ -23,8 +23,12 @@ def opening(r: StudyResult, wb) -> Section:
     else:
         out.add(Markdown(narrative.measured_engines_note(r["runs"].to_dicts())))
         conditions = r["load_conditions"]
-        out.add(Markdown(narrative.slo_note(curve.to_dicts())
-                         + (f" TTFT and rates under load were measured with {conditions}." if conditions else "")))
+        out.add(
+            Markdown(
+                narrative.slo_note(curve.to_dicts())
+                + (f" TTFT and rates under load were measured with {conditions}." if conditions else "")
+            )
+        )
     return out
 
 
@@ -35,7 +39,11 @@ def pareto(r: StudyResult, wb) -> Section:
     if curve.is_empty():
         out.add(Markdown(NOT_YET))
     else:
-        out.add(wb.show(plots.capacity_pareto_figure(curve), narrative.pareto_caption(curve.to_dicts()), data=r["pareto_figure"]))
+        out.add(
+            wb.show(
+                plots.capacity_pareto_figure(curve), narrative.pareto_caption(curve.to_dicts()), data=r["pareto_figure"]
+            )
+        )
     return out
 
 
@@ -66,11 +74,20 @@ def pool_fills(r: StudyResult, wb) -> Section:
         if note:
             out.add(Markdown(note))
         out.add(narrative.onset_table(onset))
-        out.add(wb.show(plots.capacity_ceiling_figure(points), narrative.ceiling_caption(point_rows, onset),
-                        data=r["ceiling_figure"]))
-        out.add(wb.show(plots.capacity_telemetry_figure(r["telemetry"]),
-                        narrative.telemetry_caption(r["telemetry_series"].to_dicts(), r["min_line_samples"]),
-                        data=r["telemetry"]))
+        out.add(
+            wb.show(
+                plots.capacity_ceiling_figure(points),
+                narrative.ceiling_caption(point_rows, onset),
+                data=r["ceiling_figure"],
+            )
+        )
+        out.add(
+            wb.show(
+                plots.capacity_telemetry_figure(r["telemetry"]),
+                narrative.telemetry_caption(r["telemetry_series"].to_dicts(), r["min_line_samples"]),
+                data=r["telemetry"],
+            )
+        )
     return out
 
 
@@ -85,7 +102,9 @@ def engine_map(r: StudyResult, wb) -> Section:
         out.add(Markdown("*No context × memory setting was measured with two engines: there is no map to draw.*"))
     else:
         out.add(tables.folded(narrative.map_table(gmap.to_dicts()), "The map's cells"))
-        out.add(wb.show(plots.capacity_map_figure(gmap), narrative.map_caption(gmap.to_dicts()), data=gmap.drop("engines")))
+        out.add(
+            wb.show(plots.capacity_map_figure(gmap), narrative.map_caption(gmap.to_dicts()), data=gmap.drop("engines"))
+        )
     return out
 
 
@@ -104,6 +123,8 @@ def modelled_ceiling(r: StudyResult, wb) -> Section:
     """The ceiling on the GPU host (modelled, not measured)."""
     modelled = r["modelled"]
     out = Section()
-    out.add(wb.show(plots.modelled_ceiling_figure(modelled), narrative.modelled_caption(modelled.to_dicts()), data=modelled))
+    out.add(
+        wb.show(plots.modelled_ceiling_figure(modelled), narrative.modelled_caption(modelled.to_dicts()), data=modelled)
+    )
     out.add(tables.folded(narrative.modelled_table(modelled.to_dicts()), "The modelled ceilings"))
     return out

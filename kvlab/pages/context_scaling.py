@@ -14,11 +14,19 @@ from kvlab.studies import StudyResult
 def published_table(r: StudyResult, wb) -> Section:
     """The published table."""
     out = Section()
-    out.add(tables.table(r["published"], ["context_label", "engine", "dcp", "batch_time_s", "gpu_count", "hardware",
-                                          "model"]))
+    out.add(
+        tables.table(
+            r["published"], ["context_label", "engine", "dcp", "batch_time_s", "gpu_count", "hardware", "model"]
+        )
+    )
     out.add(Markdown(narrative.citation_note(r["published"].to_dicts())))
-    out.add(wb.show(plots.batch_time_bars(r["published_means"]), narrative.speed_caption(r["relative"].to_dicts(), "published"),
-                    data=r["published_means"]))
+    out.add(
+        wb.show(
+            plots.batch_time_bars(r["published_means"]),
+            narrative.speed_caption(r["relative"].to_dicts(), "published"),
+            data=r["published_means"],
+        )
+    )
     return out
 
 
@@ -27,9 +35,18 @@ def relative_speed(r: StudyResult, wb) -> Section:
     engine_a = r.parameters["engine_a"]
     engine_b = r.parameters["engine_b"]
     out = Section()
-    out.add(tables.table(r["relative"], {"context_label": None, "batch_time_s": f"{engine_label(engine_a)} (s)",
-                                         "other_batch_time_s": f"{engine_label(engine_b)} (s)", "faster": None,
-                                         "speedup": None}))
+    out.add(
+        tables.table(
+            r["relative"],
+            {
+                "context_label": None,
+                "batch_time_s": f"{engine_label(engine_a)} (s)",
+                "other_batch_time_s": f"{engine_label(engine_b)} (s)",
+                "faster": None,
+                "speedup": None,
+            },
+        )
+    )
     out.add(Markdown(narrative.relative_speed_sentences(r["relative"].to_dicts(), "published")))
     return out
 
@@ -55,13 +72,25 @@ def measured(r: StudyResult, wb) -> Section:
     if not measured_opening(r, wb, out):
         return out
     mt = r["measured_means"]
-    out.add(tables.table(mt, ["context_label", "context_tokens", "engine", "batch_time_s", "batch_time_std_s",
-                              "n_runs"],
-                         caption=f"memory utilisation {mem_util}; contexts scaled ÷{mt['scale_factor'].max():g}"))
-    out.add(wb.show(plots.batch_time_bars(mt), narrative.speed_caption(r["measured_relative"].to_dicts(), "measured"),
-                    data=mt))
-    out.add(wb.show(plots.throughput_vs_context(mt, "batch_time_s", "batch time (s)"),
-                    narrative.growth_caption(r["growth"].to_dicts(), "measured"), data=mt))
+    out.add(
+        tables.table(
+            mt,
+            ["context_label", "context_tokens", "engine", "batch_time_s", "batch_time_std_s", "n_runs"],
+            caption=f"memory utilisation {mem_util}; contexts scaled ÷{mt['scale_factor'].max():g}",
+        )
+    )
+    out.add(
+        wb.show(
+            plots.batch_time_bars(mt), narrative.speed_caption(r["measured_relative"].to_dicts(), "measured"), data=mt
+        )
+    )
+    out.add(
+        wb.show(
+            plots.throughput_vs_context(mt, "batch_time_s", "batch time (s)"),
+            narrative.growth_caption(r["growth"].to_dicts(), "measured"),
+            data=mt,
+        )
+    )
     return out
 
 
@@ -81,10 +110,19 @@ def measured_relative(r: StudyResult, wb) -> Section:
     out = Section()
     if "measured" in r.frames:
         b = r["measured_engine_b"]
-        out.add(tables.table(r["measured_relative"], {"context_label": None, "context_tokens": None,
-                                                      "batch_time_s": f"{engine_label(measured_engine_a)} (s)",
-                                                      "other_batch_time_s": f"{engine_label(b)} (s)", "faster": None,
-                                                      "speedup": None}))
+        out.add(
+            tables.table(
+                r["measured_relative"],
+                {
+                    "context_label": None,
+                    "context_tokens": None,
+                    "batch_time_s": f"{engine_label(measured_engine_a)} (s)",
+                    "other_batch_time_s": f"{engine_label(b)} (s)",
+                    "faster": None,
+                    "speedup": None,
+                },
+            )
+        )
         out.add(Markdown(narrative.relative_speed_sentences(r["measured_relative"].to_dicts(), "measured")))
         out.add(Markdown("\n".join(narrative.crossover_sentence(x, "measured") for x in r["x_measured"])))
     return out

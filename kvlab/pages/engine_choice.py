@@ -33,8 +33,11 @@ def decision_tree(r: StudyResult, wb) -> Section:
 def examples(r: StudyResult, wb) -> Section:
     """The article's decision tree."""
     out = Section()
-    out.add(tables.table(r["examples"], ["example", "model", "context_tokens", "shared_fraction", "in_flight", "tree",
-                                         "path"]))
+    out.add(
+        tables.table(
+            r["examples"], ["example", "model", "context_tokens", "shared_fraction", "in_flight", "tree", "path"]
+        )
+    )
     return out
 
 
@@ -45,9 +48,15 @@ def context_length(r: StudyResult, wb) -> Section:
     tp = r.parameters["tp"]
     out = Section()
     # one refit per assumption set the four published totals cannot pin (report 04): each curve is a band over them
-    out.add(wb.show(plot_curves(r["curves"], None, title=narrative.model_title(model, gpu, tp), band=r["x_range"]),
-                    narrative.curves_caption(r["curves"].to_dicts(), r["x_model"], r["calibrated"], xrange=r["x_range"]) + " "
-                    + narrative.band_sentence(r["curves"].to_dicts()), data=r["curves"]))
+    out.add(
+        wb.show(
+            plot_curves(r["curves"], None, title=narrative.model_title(model, gpu, tp), band=r["x_range"]),
+            narrative.curves_caption(r["curves"].to_dicts(), r["x_model"], r["calibrated"], xrange=r["x_range"])
+            + " "
+            + narrative.band_sentence(r["curves"].to_dicts()),
+            data=r["curves"],
+        )
+    )
     out.add(Markdown(narrative.factor_line(r["context_factor"])))
     return out
 
@@ -57,17 +66,34 @@ def shared_prefix(r: StudyResult, wb) -> Section:
     sharing = r["sharing"]
     out = Section()
     if sharing.is_empty():
-        out.add(Markdown(narrative.no_runs_note("prefix-sharing runs", wb.data,
-                                                "kvlab sweep data/experiments/cpu_prefix_sharing.yaml")))
+        out.add(
+            Markdown(
+                narrative.no_runs_note(
+                    "prefix-sharing runs", wb.data, "kvlab sweep data/experiments/cpu_prefix_sharing.yaml"
+                )
+            )
+        )
     else:
-        out.add(tables.table(r["sharing_by_engine"],
-                             {"engine": None, "prefix_caching": None, "shared_fraction": None, "cache_hit_rate": None,
-                              "ideal_hit_rate": None, "block_ideal_hit_rate": None,
-                              "ttft_mean_ms": "mean TTFT (ms)", "batch_time_s": "median batch time (s)",
-                              "n_runs": None},
-                             caption=f"measured: {', '.join(r['sharing_experiments'])}"))
-        out.add(wb.show(plots.prefix_sharing_figure(sharing), narrative.prefix_caption(sharing.to_dicts()),
-                        data=sharing))
+        out.add(
+            tables.table(
+                r["sharing_by_engine"],
+                {
+                    "engine": None,
+                    "prefix_caching": None,
+                    "shared_fraction": None,
+                    "cache_hit_rate": None,
+                    "ideal_hit_rate": None,
+                    "block_ideal_hit_rate": None,
+                    "ttft_mean_ms": "mean TTFT (ms)",
+                    "batch_time_s": "median batch time (s)",
+                    "n_runs": None,
+                },
+                caption=f"measured: {', '.join(r['sharing_experiments'])}",
+            )
+        )
+        out.add(
+            wb.show(plots.prefix_sharing_figure(sharing), narrative.prefix_caption(sharing.to_dicts()), data=sharing)
+        )
     out.add(Markdown(narrative.factor_line(r["prefix_factor"])))
     return out
 
@@ -77,17 +103,33 @@ def concurrency(r: StudyResult, wb) -> Section:
     conc = r["concurrency"]
     out = Section()
     if conc.is_empty():
-        out.add(Markdown(narrative.no_runs_note("classification runs", wb.data,
-                                                "kvlab sweep data/experiments/cpu_classification.yaml")))
+        out.add(
+            Markdown(
+                narrative.no_runs_note(
+                    "classification runs", wb.data, "kvlab sweep data/experiments/cpu_classification.yaml"
+                )
+            )
+        )
     else:
-        out.add(tables.table(r["concurrency_by_in_flight"],
-                             {"engine": None, "in_flight": None, "n_runs": None, "requests_sent": None,
-                              "requests_ok": None, "requests_failed": None, "requests_per_s": None,
-                              "ttft_mean_ms": "mean TTFT (ms)", "ttft_p99_ms": "p99 TTFT (ms)"},
-                             caption=f"measured: {', '.join(r['concurrency_experiments'])}"))
+        out.add(
+            tables.table(
+                r["concurrency_by_in_flight"],
+                {
+                    "engine": None,
+                    "in_flight": None,
+                    "n_runs": None,
+                    "requests_sent": None,
+                    "requests_ok": None,
+                    "requests_failed": None,
+                    "requests_per_s": None,
+                    "ttft_mean_ms": "mean TTFT (ms)",
+                    "ttft_p99_ms": "p99 TTFT (ms)",
+                },
+                caption=f"measured: {', '.join(r['concurrency_experiments'])}",
+            )
+        )
         if plots.drawable(conc, "requests_per_s"):  # one or two points: the table above says it all
-            out.add(wb.show(plots.concurrency_figure(conc), narrative.concurrency_caption(conc.to_dicts()),
-                            data=conc))
+            out.add(wb.show(plots.concurrency_figure(conc), narrative.concurrency_caption(conc.to_dicts()), data=conc))
         else:
             out.add(Markdown(narrative.concurrency_caption(conc.to_dicts())))
         out.add(Markdown(narrative.concurrency_sentence(conc.to_dicts())))

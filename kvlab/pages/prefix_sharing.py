@@ -36,10 +36,15 @@ def ideal_reuse(r: StudyResult, wb) -> Section:
     ideal_requests = r.parameters["ideal_requests"]
     block_tokens = r.parameters["block_tokens"]
     out = Section()
-    out.add(wb.show(plots.ideal_reuse_figure(r["ideal"], threshold, block_tokens),
-                    narrative.ideal_reuse_caption(r["ideal"].to_dicts(), ideal_prompt_tokens, ideal_requests, block_tokens,
-                                                  threshold),
-                    data=r["ideal"]))
+    out.add(
+        wb.show(
+            plots.ideal_reuse_figure(r["ideal"], threshold, block_tokens),
+            narrative.ideal_reuse_caption(
+                r["ideal"].to_dicts(), ideal_prompt_tokens, ideal_requests, block_tokens, threshold
+            ),
+            data=r["ideal"],
+        )
+    )
     return out
 
 
@@ -53,16 +58,31 @@ def measured(r: StudyResult, wb) -> Section:
     gain = r["gain"]
     out = Section()
     if sharing.is_empty():
-        out.add(Markdown(narrative.no_runs_note(f"runs of `{sharing_experiment}`", wb.data,
-                                                f"kvlab sweep data/experiments/{sharing_experiment}.yaml")))
+        out.add(
+            Markdown(
+                narrative.no_runs_note(
+                    f"runs of `{sharing_experiment}`",
+                    wb.data,
+                    f"kvlab sweep data/experiments/{sharing_experiment}.yaml",
+                )
+            )
+        )
     else:
         # the bullets below and the figure give each point: the table is one click away
-        out.add(tables.folded(narrative.sharing_table(r["sharing_points"].to_dicts(), block_tokens),
-                              "Cache-hit rate, TTFT and batch time per shared fraction"))
-        out.add(wb.show(plots.prefix_sharing_figure(sharing, threshold, block_tokens, gain=gain, min_gain=min_gain),
-                        narrative.prefix_sharing_caption(sharing.to_dicts(), compare_engines=False)
-                        + (" " + narrative.caching_gain_caption(gain.to_dicts(), r["thresholds"]) if gain.height else ""),
-                        data=r["sharing_figure"]))
+        out.add(
+            tables.folded(
+                narrative.sharing_table(r["sharing_points"].to_dicts(), block_tokens),
+                "Cache-hit rate, TTFT and batch time per shared fraction",
+            )
+        )
+        out.add(
+            wb.show(
+                plots.prefix_sharing_figure(sharing, threshold, block_tokens, gain=gain, min_gain=min_gain),
+                narrative.prefix_sharing_caption(sharing.to_dicts(), compare_engines=False)
+                + (" " + narrative.caching_gain_caption(gain.to_dicts(), r["thresholds"]) if gain.height else ""),
+                data=r["sharing_figure"],
+            )
+        )
         out.add(Markdown(narrative.hit_rate_sentence(sharing.to_dicts())))
     return out
 
@@ -91,13 +111,23 @@ def threshold(r: StudyResult, wb) -> Section:
     gain = r["gain"]
     out = Section()
     if gain.is_empty():
-        out.add(Markdown("*No shared fraction was measured with the prefix cache both on and off: the threshold cannot"
-                         " be tested here.*"))
+        out.add(
+            Markdown(
+                "*No shared fraction was measured with the prefix cache both on and off: the threshold cannot"
+                " be tested here.*"
+            )
+        )
     else:
-        out.add(tables.folded(narrative.gain_table(r["gain_points"].to_dicts()), "What the cache buys per shared fraction"))
+        out.add(
+            tables.folded(narrative.gain_table(r["gain_points"].to_dicts()), "What the cache buys per shared fraction")
+        )
         for engine, threshold_found in r["thresholds"].items():
-            out.add(Markdown(f"**{engine_label(engine)}**\n\n"
-                             + narrative.threshold_sentence(threshold_found, r["gain_by_engine"][engine])))
+            out.add(
+                Markdown(
+                    f"**{engine_label(engine)}**\n\n"
+                    + narrative.threshold_sentence(threshold_found, r["gain_by_engine"][engine])
+                )
+            )
     return out
 
 
@@ -107,12 +137,24 @@ def multi_turn(r: StudyResult, wb) -> Section:
     by_turn = r["by_turn"]
     out = Section()
     if by_turn.is_empty():
-        out.add(Markdown(narrative.no_runs_note(f"runs of `{multi_turn_experiment}`", wb.data,
-                                                f"kvlab sweep data/experiments/{multi_turn_experiment}.yaml")))
+        out.add(
+            Markdown(
+                narrative.no_runs_note(
+                    f"runs of `{multi_turn_experiment}`",
+                    wb.data,
+                    f"kvlab sweep data/experiments/{multi_turn_experiment}.yaml",
+                )
+            )
+        )
     else:
         out.add(tables.folded(narrative.turns_table(r["turn_points"].to_dicts()), "Per turn, cache on and off"))
-        out.add(wb.show(plots.multi_turn_figure(by_turn, r["turn_requests"]), narrative.multi_turn_caption(by_turn.to_dicts()),
-                        data=by_turn.drop("hardware")))
+        out.add(
+            wb.show(
+                plots.multi_turn_figure(by_turn, r["turn_requests"]),
+                narrative.multi_turn_caption(by_turn.to_dicts()),
+                data=by_turn.drop("hardware"),
+            )
+        )
         out.add(Markdown(narrative.multi_turn_sentence(by_turn.to_dicts())))
     return out
 

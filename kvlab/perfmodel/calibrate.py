@@ -63,14 +63,14 @@ PRIORS: dict[str, tuple[float, float]] = {
 PRIOR_SOURCES: dict[str, str] = {
     "prefill_efficiency": "loose; no public kernel result pins it on B300",
     "bandwidth_efficiency": '"FlashMLA: Efficient MLA decoding kernels" (DeepSeek, GitHub, 2025): up to 3,000 GB/s '
-                            "memory-bound on H800 SXM5 (0.9 of 3.35 TB/s)",
+    "memory-bound on H800 SXM5 (0.9 of 3.35 TB/s)",
     "dcp_layer_latency_s": '"NCCL Tests" (NVIDIA, GitHub): small-message NVLink collectives take microseconds to tens '
-                           "of microseconds",
+    "of microseconds",
     "vllm_step_overhead_s": '"vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction" (vLLM Team, vLLM blog, '
-                            "2024-09-05): scheduling 29% of a 13 ms Llama-3-8B step on H100 before it was overlapped, "
-                            "about 3.8 ms; rounded up to 5 ms",
+    "2024-09-05): scheduling 29% of a 13 ms Llama-3-8B step on H100 before it was overlapped, "
+    "about 3.8 ms; rounded up to 5 ms",
     "sglang_step_overhead_s": '"SGLang v0.4: Zero-Overhead Batch Scheduler" (LMSYS Org, 2024-12-04): CPU scheduling '
-                              "overlapped with the GPU (0 at the low end); 5 ms, the vLLM figure, at the high end",
+    "overlapped with the GPU (0 at the low end); 5 ms, the vLLM figure, at the high end",
 }
 #: Bounds of the bounded ("physics-only") fit: every named term inside its prior, and each engine's per-step cost
 #: unbounded above, so the fit can reproduce the table; what it needs beyond c(engine)'s prior is reported as the
@@ -116,9 +116,12 @@ class Fit:
 
     def summary(self) -> str:
         p = self.params
-        what = ("physics-only fit (every named term inside its prior; what the table needs beyond them is the "
-                "unexplained per-step cost)" if self.kind == "physics" else
-                "free fit" + ("" if self.physical else " — NON-PHYSICAL (outside its priors)"))
+        what = (
+            "physics-only fit (every named term inside its prior; what the table needs beyond them is the "
+            "unexplained per-step cost)"
+            if self.kind == "physics"
+            else "free fit" + ("" if self.physical else " — NON-PHYSICAL (outside its priors)")
+        )
         lines = [
             f"calibration on {self.hardware}, {what}: {self.residuals.height} points, free {list(self.free)}",
             f"  prefill_efficiency   = {p.prefill_efficiency:.3f}",
@@ -127,12 +130,18 @@ class Fit:
             "layer per step)",
         ]
         if self.kind == "physics":
-            lines += [f"  c({e:<6})            = {c.fitted_overhead_s * 1e3:.2f} ms per decode step (prior "
-                      f"0-{PRIORS[OVERHEADS[e]][1] * 1e3:g} ms) + unexplained per-step cost {c.unexplained_s * 1e3:.2f} ms"
-                      for e, c in step_costs(p).items() if OVERHEADS[e] in self.free]
+            lines += [
+                f"  c({e:<6})            = {c.fitted_overhead_s * 1e3:.2f} ms per decode step (prior "
+                f"0-{PRIORS[OVERHEADS[e]][1] * 1e3:g} ms) + unexplained per-step cost {c.unexplained_s * 1e3:.2f} ms"
+                for e, c in step_costs(p).items()
+                if OVERHEADS[e] in self.free
+            ]
         else:
-            lines += [f"  c({e:<6})            = {getattr(p, n) * 1e3:.2f} ms per decode step"
-                      for e, n in OVERHEADS.items() if n in self.free or getattr(p, n)]
+            lines += [
+                f"  c({e:<6})            = {getattr(p, n) * 1e3:.2f} ms per decode step"
+                for e, n in OVERHEADS.items()
+                if n in self.free or getattr(p, n)
+            ]
         lines += [
             f"  residuals: max |{self.max_abs_residual_pct:.1f}|%, rms {self.rms_residual_pct:.1f}%",
             f"  leave-one-out error: mean |{self.loo_mean_abs_pct:.1f}|%, max |{self.loo_max_abs_pct:.1f}|%",
@@ -211,16 +220,25 @@ def _free(points: list[tuple[Config, int, Workload, float]], physics: bool = Fal
 
 #: Wide bounds of the free fit (natural units).
 WIDE: dict[str, tuple[float, float]] = {
-    "prefill_efficiency": (1e-4, 10.0), "bandwidth_efficiency": (1e-4, 10.0), "dcp_layer_latency_s": (0.0, 0.1),
-    "vllm_step_overhead_s": (0.0, 10.0), "sglang_step_overhead_s": (0.0, 10.0),
+    "prefill_efficiency": (1e-4, 10.0),
+    "bandwidth_efficiency": (1e-4, 10.0),
+    "dcp_layer_latency_s": (0.0, 0.1),
+    "vllm_step_overhead_s": (0.0, 10.0),
+    "sglang_step_overhead_s": (0.0, 10.0),
 }
 #: Starting point of the physics-only fit (inside every prior).
-PHYSICS_START = Params(prefill_efficiency=0.4, bandwidth_efficiency=0.6, dcp_layer_latency_s=30e-6,
-                       vllm_step_overhead_s=5e-3, sglang_step_overhead_s=5e-3)
+PHYSICS_START = Params(
+    prefill_efficiency=0.4,
+    bandwidth_efficiency=0.6,
+    dcp_layer_latency_s=30e-6,
+    vllm_step_overhead_s=5e-3,
+    sglang_step_overhead_s=5e-3,
+)
 
 
-def _fit(points, a: Assumptions, base: Params = Params(), free: tuple[str, ...] | None = None,
-         physics: bool = False) -> Params:
+def _fit(
+    points, a: Assumptions, base: Params = Params(), free: tuple[str, ...] | None = None, physics: bool = False
+) -> Params:
     """The least-squares fit of ``free`` to ``points`` (the physics-only fit with ``physics``), kept between processes
     by :mod:`kvlab.perfmodel.fitcache`: a fit this code has made for these inputs before is read, not refitted."""
     free = free or _free(points, physics)
@@ -236,8 +254,11 @@ def _solve(points, a: Assumptions, base: Params, free: tuple[str, ...], physics:
 
     lo = [_to_theta(n, bounds[n][0]) for n in free]
     hi = [_to_theta(n, bounds[n][1]) for n in free]
-    x0 = np.clip(_theta0(free, base), [v + 1e-9 if math.isfinite(v) else v for v in lo],
-                 [v - 1e-9 if math.isfinite(v) else v for v in hi])
+    x0 = np.clip(
+        _theta0(free, base),
+        [v + 1e-9 if math.isfinite(v) else v for v in lo],
+        [v - 1e-9 if math.isfinite(v) else v for v in hi],
+    )
     sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale="jac")
     p = _params(sol.x, free, base)
     return _dcp_at_its_bound(p, points, free) if physics else p
@@ -253,14 +274,21 @@ def _dcp_at_its_bound(p: Params, points, free: tuple[str, ...]) -> Params:
         return p
     sg = [cfg for cfg, *_ in points if FAMILY_OF.get(cfg.engine, cfg.engine) == SGLANG]
     layers = {cfg.model.full_attention_layers for cfg in sg}
-    if not sg or any(cfg.dcp < 2 for cfg in sg) or len(layers) != 1 or any(
-            cfg.dcp > 1 for cfg, *_ in points if FAMILY_OF.get(cfg.engine, cfg.engine) != SGLANG):
+    if (
+        not sg
+        or any(cfg.dcp < 2 for cfg in sg)
+        or len(layers) != 1
+        or any(cfg.dcp > 1 for cfg, *_ in points if FAMILY_OF.get(cfg.engine, cfg.engine) != SGLANG)
+    ):
         return p
     n = layers.pop()
     room = n * max(0.0, PRIORS["dcp_layer_latency_s"][1] - p.dcp_layer_latency_s)
     moved = min(p.sglang_step_overhead_s, room)
-    return replace(p, dcp_layer_latency_s=p.dcp_layer_latency_s + moved / n,
-                   sglang_step_overhead_s=p.sglang_step_overhead_s - moved)
+    return replace(
+        p,
+        dcp_layer_latency_s=p.dcp_layer_latency_s + moved / n,
+        sglang_step_overhead_s=p.sglang_step_overhead_s - moved,
+    )
 
 
 @dataclass(frozen=True)
@@ -325,7 +353,13 @@ def calibrate(
         res, loo = [], []
         for i, (r, (cfg, ctx, w, obs)) in enumerate(zip(rows, points)):
             mod = batch_time(cfg, ctx, w, p, assumptions).batch_time_s
-            key = {"source": r["source"], "run_id": r["run_id"], "engine": cfg.engine, "dcp": cfg.dcp, "context_tokens": ctx}
+            key = {
+                "source": r["source"],
+                "run_id": r["run_id"],
+                "engine": cfg.engine,
+                "dcp": cfg.dcp,
+                "context_tokens": ctx,
+            }
             res.append(key | {"observed_s": obs, "modelled_s": mod, "residual_pct": 100 * (mod / obs - 1)})
             if leave_one_out and len(points) > 1:
                 rest = points[:i] + points[i + 1 :]
@@ -337,15 +371,28 @@ def calibrate(
                       "context_tokens": pl.Int64, "observed_s": pl.Float64, "loo_modelled_s": pl.Float64,
                       "loo_error_pct": pl.Float64}  # fmt: skip
         models = {row_config(r, assumptions).model.model for r in rows}
-        fits[hw] = Fit(hw, p, free, pl.DataFrame(res), pl.DataFrame(loo, schema=loo_schema),
-                       _sanity(p, hw, free, physics), "physics" if physics else "free",
-                       models.pop() if len(models) == 1 else "")
+        fits[hw] = Fit(
+            hw,
+            p,
+            free,
+            pl.DataFrame(res),
+            pl.DataFrame(loo, schema=loo_schema),
+            _sanity(p, hw, free, physics),
+            "physics" if physics else "free",
+            models.pop() if len(models) == 1 else "",
+        )
     return fits
 
 
 @lru_cache(maxsize=512)
-def _published_fit(data_dir: str, workload: Workload, assumptions: Assumptions, experiment: str,
-                   physics: bool = False, loo: bool = True) -> Fit:
+def _published_fit(
+    data_dir: str,
+    workload: Workload,
+    assumptions: Assumptions,
+    experiment: str,
+    physics: bool = False,
+    loo: bool = True,
+) -> Fit:
     runs = _published_runs(data_dir, experiment)
     fits = calibrate(runs, workload, assumptions, sources=("published",), physics=physics, leave_one_out=loo)
     if len(fits) != 1:
@@ -383,42 +430,68 @@ class Forecast:
     crossover: float | None
 
     def text(self) -> str:
-        parts = [f"{w} wins at {k_label(c)} (vLLM/SGLang time {r:.2f})" for c, w, r in
-                 zip(self.contexts, self.winners, self.ratios)]
+        parts = [
+            f"{w} wins at {k_label(c)} (vLLM/SGLang time {r:.2f})"
+            for c, w, r in zip(self.contexts, self.winners, self.ratios)
+        ]
         xo = f"crossover {approx_tokens(self.crossover)}" if self.crossover else "no crossover up to 1M tokens"
         return "; ".join(parts) + f"; {xo}"
 
 
-def forecast(fit: Fit, contexts: tuple[int, ...] = (65536, 204800), gpu: str = "B300", model: str = "Kimi-K3",
-             tp: int = 8, dcp: int = 8, workload: Workload = Workload(),
-             assumptions: Assumptions = Assumptions()) -> Forecast:
+def forecast(
+    fit: Fit,
+    contexts: tuple[int, ...] = (65536, 204800),
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    tp: int = 8,
+    dcp: int = 8,
+    workload: Workload = Workload(),
+    assumptions: Assumptions = Assumptions(),
+) -> Forecast:
     """Winner at each of ``contexts`` and the crossover under ``fit``'s parameters (vLLM TP ``tp`` against
     SGLang TP ``tp`` + DCP ``dcp``; for another model than the fit's, the uncalibrated roofline: :func:`fit_for_model`)."""
     fit = fit_for_model(fit, model)
     a = Config.of(gpu, model, VLLM, tp, 1, assumptions.default_mem_util)
     b = Config.of(gpu, model, SGLANG, tp, dcp, assumptions.default_mem_util)
-    ratios = tuple(batch_time(a, c, workload, fit.params, assumptions).batch_time_s
-                   / batch_time(b, c, workload, fit.params, assumptions).batch_time_s for c in contexts)
+    ratios = tuple(
+        batch_time(a, c, workload, fit.params, assumptions).batch_time_s
+        / batch_time(b, c, workload, fit.params, assumptions).batch_time_s
+        for c in contexts
+    )
     winners = tuple(engine_label(SGLANG) if r > 1 else engine_label(VLLM) for r in ratios)
-    return Forecast(tuple(contexts), winners, ratios, crossover_from_fit(fit, gpu, model, dcp, tp, workload, assumptions))
+    return Forecast(
+        tuple(contexts), winners, ratios, crossover_from_fit(fit, gpu, model, dcp, tp, workload, assumptions)
+    )
 
 
-def fits_frame(free: Fit, phys: Fit, contexts: tuple[int, ...] = (65536, 204800), workload: Workload = Workload(),
-               assumptions: Assumptions = Assumptions()) -> pl.DataFrame:
+def fits_frame(
+    free: Fit,
+    phys: Fit,
+    contexts: tuple[int, ...] = (65536, 204800),
+    workload: Workload = Workload(),
+    assumptions: Assumptions = Assumptions(),
+) -> pl.DataFrame:
     """The free fit and the physics-only fit side by side: one row each with its parameters, residual, held-out
     error, whether every parameter is inside its prior, and what it predicts (winners at ``contexts``, crossover)."""
     rows = []
     for f in (free, phys):
         fc = forecast(f, contexts, workload=workload, assumptions=assumptions)
         p = f.params
-        rows.append({
-            "fit": "physics-only" if f.kind == "physics" else "free", "physical": f.physical,
-            "prefill_efficiency": p.prefill_efficiency, "bandwidth_efficiency": p.bandwidth_efficiency,
-            "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6, "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
-            "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3, "max_abs_residual_pct": f.max_abs_residual_pct,
-            "loo_mean_abs_pct": f.loo_mean_abs_pct,
-            **{f"winner_{c // 1024}k": w for c, w in zip(fc.contexts, fc.winners)}, "crossover_tokens": fc.crossover,
-        })
+        rows.append(
+            {
+                "fit": "physics-only" if f.kind == "physics" else "free",
+                "physical": f.physical,
+                "prefill_efficiency": p.prefill_efficiency,
+                "bandwidth_efficiency": p.bandwidth_efficiency,
+                "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6,
+                "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
+                "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3,
+                "max_abs_residual_pct": f.max_abs_residual_pct,
+                "loo_mean_abs_pct": f.loo_mean_abs_pct,
+                **{f"winner_{c // 1024}k": w for c, w in zip(fc.contexts, fc.winners)},
+                "crossover_tokens": fc.crossover,
+            }
+        )
     return pl.DataFrame(rows)
 
 
@@ -426,31 +499,49 @@ def _attn_layers(model: str = "Kimi-K3") -> int:
     return find_model(model).full_attention_layers
 
 
-def physics_check(free: Fit, phys: Fit, contexts: tuple[int, ...] = (65536, 204800), workload: Workload = Workload(),
-                  assumptions: Assumptions = Assumptions()) -> str:
+def physics_check(
+    free: Fit,
+    phys: Fit,
+    contexts: tuple[int, ...] = (65536, 204800),
+    workload: Workload = Workload(),
+    assumptions: Assumptions = Assumptions(),
+) -> str:
     """The free fit beside the physics-only fit, each with what it predicts; a free fit outside its priors is
     labelled non-physical together with its consequence (what the model would say held to physics)."""
-    f, p = forecast(free, contexts, workload=workload, assumptions=assumptions), forecast(
-        phys, contexts, workload=workload, assumptions=assumptions)
-    lines = [f"  free fit ({'physical' if free.physical else 'NON-PHYSICAL'}): {f.text()}; residuals max "
-             f"|{free.max_abs_residual_pct:.1f}|%",
-             f"  physics-only fit: {p.text()}; residuals max |{phys.max_abs_residual_pct:.1f}|%; "
-             f"c(vLLM) {phys.params.vllm_step_overhead_s * 1e3:.1f} ms, c(SGLang) "
-             f"{phys.params.sglang_step_overhead_s * 1e3:.1f} ms per step, DCP "
-             f"{phys.params.dcp_layer_latency_s * 1e6:.0f} us per collective, bandwidth "
-             f"{phys.params.bandwidth_efficiency:.2f} of peak",
-             f"  (the four totals pin only c(SGLang) + {_attn_layers()} x DCP latency = "
-             f"{(phys.params.sglang_step_overhead_s + _attn_layers() * phys.params.dcp_layer_latency_s) * 1e3:.1f} ms "
-             "per step, not its split: any DCP latency inside 1-100 us with c(SGLang) taking the rest fits as well)"]
+    f, p = (
+        forecast(free, contexts, workload=workload, assumptions=assumptions),
+        forecast(phys, contexts, workload=workload, assumptions=assumptions),
+    )
+    lines = [
+        f"  free fit ({'physical' if free.physical else 'NON-PHYSICAL'}): {f.text()}; residuals max "
+        f"|{free.max_abs_residual_pct:.1f}|%",
+        f"  physics-only fit: {p.text()}; residuals max |{phys.max_abs_residual_pct:.1f}|%; "
+        f"c(vLLM) {phys.params.vllm_step_overhead_s * 1e3:.1f} ms, c(SGLang) "
+        f"{phys.params.sglang_step_overhead_s * 1e3:.1f} ms per step, DCP "
+        f"{phys.params.dcp_layer_latency_s * 1e6:.0f} us per collective, bandwidth "
+        f"{phys.params.bandwidth_efficiency:.2f} of peak",
+        f"  (the four totals pin only c(SGLang) + {_attn_layers()} x DCP latency = "
+        f"{(phys.params.sglang_step_overhead_s + _attn_layers() * phys.params.dcp_layer_latency_s) * 1e3:.1f} ms "
+        "per step, not its split: any DCP latency inside 1-100 us with c(SGLang) taking the rest fits as well)",
+    ]
     if not free.physical:
         bad = "; ".join(free.warnings)
         same = f.winners == p.winners
-        lines.append(f"  non-physical: {bad}. Consequence: the free fit's winners ("
-                     + ", ".join(f"{w} at {c:,}" for c, w in zip(f.contexts, f.winners)) + ") "
-                     + ("survive" if same else "do NOT survive") + " when every parameter is held to its prior ("
-                     + ", ".join(f"{w} at {c:,}" for c, w in zip(p.contexts, p.winners)) + ")"
-                     + (f", and the crossover moves to {approx_tokens(p.crossover)}" if p.crossover else
-                        ", and no crossover remains") + ".")
+        lines.append(
+            f"  non-physical: {bad}. Consequence: the free fit's winners ("
+            + ", ".join(f"{w} at {c:,}" for c, w in zip(f.contexts, f.winners))
+            + ") "
+            + ("survive" if same else "do NOT survive")
+            + " when every parameter is held to its prior ("
+            + ", ".join(f"{w} at {c:,}" for c, w in zip(p.contexts, p.winners))
+            + ")"
+            + (
+                f", and the crossover moves to {approx_tokens(p.crossover)}"
+                if p.crossover
+                else ", and no crossover remains"
+            )
+            + "."
+        )
     return "\n".join(lines)
 
 
@@ -473,6 +564,7 @@ def crossover_from_fit(
 
 # --------------------------------------------------------------------------- fitted terms stay with their model
 
+
 def _mid(name: str) -> float:
     lo, hi = PRIORS[name]
     return (lo + hi) / 2
@@ -482,17 +574,24 @@ def _mid(name: str) -> float:
 #: efficiencies at their maximum, latency and per-step costs at their minimum; the slow end the other way round).
 #: What the reports use for a model no published or measured point was fitted on.
 PRIOR_CENTRE = Params(**{n: _mid(n) for n in PRIORS})
-PRIOR_FAST = Params(prefill_efficiency=PRIORS["prefill_efficiency"][1],
-                    bandwidth_efficiency=PRIORS["bandwidth_efficiency"][1],
-                    dcp_layer_latency_s=PRIORS["dcp_layer_latency_s"][0], vllm_step_overhead_s=0.0,
-                    sglang_step_overhead_s=0.0)
-PRIOR_SLOW = Params(prefill_efficiency=PRIORS["prefill_efficiency"][0],
-                    bandwidth_efficiency=PRIORS["bandwidth_efficiency"][0],
-                    dcp_layer_latency_s=PRIORS["dcp_layer_latency_s"][1],
-                    vllm_step_overhead_s=PRIORS["vllm_step_overhead_s"][1],
-                    sglang_step_overhead_s=PRIORS["sglang_step_overhead_s"][1])
-UNCALIBRATED_NOTE = ("uncalibrated roofline at the centre of its priors, with their range (no published or measured "
-                     "point of this model was fitted; a fit to another model's points is never applied to it)")
+PRIOR_FAST = Params(
+    prefill_efficiency=PRIORS["prefill_efficiency"][1],
+    bandwidth_efficiency=PRIORS["bandwidth_efficiency"][1],
+    dcp_layer_latency_s=PRIORS["dcp_layer_latency_s"][0],
+    vllm_step_overhead_s=0.0,
+    sglang_step_overhead_s=0.0,
+)
+PRIOR_SLOW = Params(
+    prefill_efficiency=PRIORS["prefill_efficiency"][0],
+    bandwidth_efficiency=PRIORS["bandwidth_efficiency"][0],
+    dcp_layer_latency_s=PRIORS["dcp_layer_latency_s"][1],
+    vllm_step_overhead_s=PRIORS["vllm_step_overhead_s"][1],
+    sglang_step_overhead_s=PRIORS["sglang_step_overhead_s"][1],
+)
+UNCALIBRATED_NOTE = (
+    "uncalibrated roofline at the centre of its priors, with their range (no published or measured "
+    "point of this model was fitted; a fit to another model's points is never applied to it)"
+)
 
 
 def same_model(a: str, b: str) -> bool:
@@ -509,36 +608,79 @@ def fit_for_model(fit: Fit, model: str) -> Fit:
     applied to another model. Every report that models another model goes through here."""
     if not fit.model or same_model(fit.model, model):
         return fit
-    empty = pl.DataFrame(schema={"observed_s": pl.Float64, "modelled_s": pl.Float64, "residual_pct": pl.Float64,
-                                 "engine": pl.String, "context_tokens": pl.Int64})
-    loo = pl.DataFrame(schema={"engine": pl.String, "context_tokens": pl.Int64, "observed_s": pl.Float64,
-                               "loo_modelled_s": pl.Float64, "loo_error_pct": pl.Float64})
+    empty = pl.DataFrame(
+        schema={
+            "observed_s": pl.Float64,
+            "modelled_s": pl.Float64,
+            "residual_pct": pl.Float64,
+            "engine": pl.String,
+            "context_tokens": pl.Int64,
+        }
+    )
+    loo = pl.DataFrame(
+        schema={
+            "engine": pl.String,
+            "context_tokens": pl.Int64,
+            "observed_s": pl.Float64,
+            "loo_modelled_s": pl.Float64,
+            "loo_error_pct": pl.Float64,
+        }
+    )
     return Fit(fit.hardware, PRIOR_CENTRE, (), empty, loo, (), "uncalibrated", find_model(model).model)
 
 
-def uncalibrated_rows(w: Workload, a: Assumptions, gpu: str, model: str, tp: int, dcp: int,
-                      physics: bool = False) -> list[dict]:
+def uncalibrated_rows(
+    w: Workload, a: Assumptions, gpu: str, model: str, tp: int, dcp: int, physics: bool = False
+) -> list[dict]:
     """:func:`sensitivity`'s rows for a model no point was fitted on: the priors' centre, fast end and slow end
     (``fit``: "prior centre", "prior fast end", "prior slow end"), each with what it predicts, in the free fit's
     columns (and, with ``physics``, the same figures in the ``phys_*`` columns: there is no separate bounded fit)."""
     rows = []
     for label, p in (("prior centre", PRIOR_CENTRE), ("prior fast end", PRIOR_FAST), ("prior slow end", PRIOR_SLOW)):
-        fc = forecast(Fit(gpu, p, (), pl.DataFrame(), pl.DataFrame(), (), "uncalibrated", model), gpu=gpu,
-                      model=model, tp=tp, dcp=dcp, workload=w, assumptions=a)
-        row = {"batch_size": w.batch_size, "output_tokens": w.output_tokens, "expert_reads": a.expert_reads,
-               "mla_width": a.mla_width or 576, "kv_format": a.kv_format, "fit": label,
-               "prefill_efficiency": p.prefill_efficiency, "bandwidth_efficiency": p.bandwidth_efficiency,
-               "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6, "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
-               "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3, "max_abs_residual_pct": None,
-               "loo_mean_abs_pct": None, "loo_max_abs_pct": None, "crossover_tokens": fc.crossover, "physical": True,
-               "implausible": "", "winner_64k": fc.winners[0], "winner_200k": fc.winners[1]}
+        fc = forecast(
+            Fit(gpu, p, (), pl.DataFrame(), pl.DataFrame(), (), "uncalibrated", model),
+            gpu=gpu,
+            model=model,
+            tp=tp,
+            dcp=dcp,
+            workload=w,
+            assumptions=a,
+        )
+        row = {
+            "batch_size": w.batch_size,
+            "output_tokens": w.output_tokens,
+            "expert_reads": a.expert_reads,
+            "mla_width": a.mla_width or 576,
+            "kv_format": a.kv_format,
+            "fit": label,
+            "prefill_efficiency": p.prefill_efficiency,
+            "bandwidth_efficiency": p.bandwidth_efficiency,
+            "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6,
+            "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
+            "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3,
+            "max_abs_residual_pct": None,
+            "loo_mean_abs_pct": None,
+            "loo_max_abs_pct": None,
+            "crossover_tokens": fc.crossover,
+            "physical": True,
+            "implausible": "",
+            "winner_64k": fc.winners[0],
+            "winner_200k": fc.winners[1],
+        }
         if physics:
-            row |= {"phys_prefill_efficiency": p.prefill_efficiency, "phys_bandwidth_efficiency": p.bandwidth_efficiency,
-                    "phys_dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6,
-                    "phys_vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
-                    "phys_sglang_overhead_ms": p.sglang_step_overhead_s * 1e3, "phys_max_abs_residual_pct": None,
-                    "phys_crossover_tokens": fc.crossover, "phys_winner_64k": fc.winners[0],
-                    "phys_winner_200k": fc.winners[1], "phys_vllm_unexplained_ms": 0.0, "phys_sglang_unexplained_ms": 0.0}
+            row |= {
+                "phys_prefill_efficiency": p.prefill_efficiency,
+                "phys_bandwidth_efficiency": p.bandwidth_efficiency,
+                "phys_dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6,
+                "phys_vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
+                "phys_sglang_overhead_ms": p.sglang_step_overhead_s * 1e3,
+                "phys_max_abs_residual_pct": None,
+                "phys_crossover_tokens": fc.crossover,
+                "phys_winner_64k": fc.winners[0],
+                "phys_winner_200k": fc.winners[1],
+                "phys_vllm_unexplained_ms": 0.0,
+                "phys_sglang_unexplained_ms": 0.0,
+            }
         rows.append(row)
     return rows
 
@@ -611,47 +753,79 @@ UNPINNED_EXPERT_READS = ("uniform", "active")
 UNPINNED_MLA_WIDTHS = (None, 512)
 UNPINNED_KV_FORMATS = ("bf16", "fp8", "fp8_packed_mla")
 #: The axes of the range in words (for the CLI and the reports).
-UNPINNED_AXES = ("batch 1/4/8/32 x output 1,024/4,096 x expert reads uniform/active x MLA width 576/512 x KV format "
-                 "BF16/FP8/packed FP8 MLA")
+UNPINNED_AXES = (
+    "batch 1/4/8/32 x output 1,024/4,096 x expert reads uniform/active x MLA width 576/512 x KV format "
+    "BF16/FP8/packed FP8 MLA"
+)
 
 
-def crossover_range(data_dir: str | Path = DATA_DIR, assumptions: Assumptions = Assumptions(),
-                    experiment: str = "article_b300", workloads: list[Workload] | None = None,
-                    gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8, physics: bool = False,
-                    ) -> tuple[pl.DataFrame, tuple[float, float] | None]:
+def crossover_range(
+    data_dir: str | Path = DATA_DIR,
+    assumptions: Assumptions = Assumptions(),
+    experiment: str = "article_b300",
+    workloads: list[Workload] | None = None,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    tp: int = 8,
+    dcp: int = 8,
+    physics: bool = False,
+) -> tuple[pl.DataFrame, tuple[float, float] | None]:
     """The crossover over every combination of ``workloads`` (default :data:`UNPINNED_WORKLOADS`),
     :data:`UNPINNED_EXPERT_READS`, :data:`UNPINNED_MLA_WIDTHS` and :data:`UNPINNED_KV_FORMATS` (96 refits by
     default): the table, and (lowest, highest) crossover over the fits that cross (None when none does).
     Non-physical fits are kept in the range and flagged in the table's ``physical``; with ``physics`` the table
     also holds each set's physics-only fit (:func:`sensitivity`).
     ``gpu``/``model``/``tp``/``dcp``: the configuration whose crossover is sought (see :func:`sensitivity`)."""
-    sens = sensitivity(list(workloads or UNPINNED_WORKLOADS), data_dir, assumptions, experiment,
-                       UNPINNED_EXPERT_READS, UNPINNED_MLA_WIDTHS, gpu, model, tp, dcp, UNPINNED_KV_FORMATS, physics)
+    sens = sensitivity(
+        list(workloads or UNPINNED_WORKLOADS),
+        data_dir,
+        assumptions,
+        experiment,
+        UNPINNED_EXPERT_READS,
+        UNPINNED_MLA_WIDTHS,
+        gpu,
+        model,
+        tp,
+        dcp,
+        UNPINNED_KV_FORMATS,
+        physics,
+    )
     xs = sens["crossover_tokens"].drop_nulls()
     return sens, ((float(xs.min()), float(xs.max())) if len(xs) else None)
 
 
-def refits(sens: pl.DataFrame, base: Assumptions = Assumptions(), physics: bool = False,
-           ) -> list[tuple[Workload, Assumptions, Params]]:
+def refits(
+    sens: pl.DataFrame,
+    base: Assumptions = Assumptions(),
+    physics: bool = False,
+) -> list[tuple[Workload, Assumptions, Params]]:
     """The (workload, assumptions, fitted parameters) of every row of a :func:`sensitivity` table, so any
     modelled figure can be recomputed under each assumption set and given as a range (``base``: the assumptions
     the table did not vary; ``physics``: the rows' physics-only fits instead of their free fits)."""
     out = []
     for r in sens.iter_rows(named=True):
-        a = replace(base, expert_reads=r.get("expert_reads") or "uniform",
-                    mla_width=None if r.get("mla_width") in (None, 576) else int(r["mla_width"]),
-                    kv_format=r.get("kv_format") or base.kv_format)
+        a = replace(
+            base,
+            expert_reads=r.get("expert_reads") or "uniform",
+            mla_width=None if r.get("mla_width") in (None, 576) else int(r["mla_width"]),
+            kv_format=r.get("kv_format") or base.kv_format,
+        )
         if physics:
-            p = Params(prefill_efficiency=r["phys_prefill_efficiency"],
-                       bandwidth_efficiency=r["phys_bandwidth_efficiency"],
-                       dcp_layer_latency_s=r["phys_dcp_layer_latency_us"] * 1e-6,
-                       vllm_step_overhead_s=r["phys_vllm_overhead_ms"] * 1e-3,
-                       sglang_step_overhead_s=r["phys_sglang_overhead_ms"] * 1e-3)
+            p = Params(
+                prefill_efficiency=r["phys_prefill_efficiency"],
+                bandwidth_efficiency=r["phys_bandwidth_efficiency"],
+                dcp_layer_latency_s=r["phys_dcp_layer_latency_us"] * 1e-6,
+                vllm_step_overhead_s=r["phys_vllm_overhead_ms"] * 1e-3,
+                sglang_step_overhead_s=r["phys_sglang_overhead_ms"] * 1e-3,
+            )
         else:  # a free fit has no per-step overheads; an uncalibrated row (another model) has its priors' ones
-            p = Params(prefill_efficiency=r["prefill_efficiency"], bandwidth_efficiency=r["bandwidth_efficiency"],
-                       dcp_layer_latency_s=r["dcp_layer_latency_us"] * 1e-6,
-                       vllm_step_overhead_s=(r.get("vllm_overhead_ms") or 0.0) * 1e-3,
-                       sglang_step_overhead_s=(r.get("sglang_overhead_ms") or 0.0) * 1e-3)
+            p = Params(
+                prefill_efficiency=r["prefill_efficiency"],
+                bandwidth_efficiency=r["bandwidth_efficiency"],
+                dcp_layer_latency_s=r["dcp_layer_latency_us"] * 1e-6,
+                vllm_step_overhead_s=(r.get("vllm_overhead_ms") or 0.0) * 1e-3,
+                sglang_step_overhead_s=(r.get("sglang_overhead_ms") or 0.0) * 1e-3,
+            )
         out.append((Workload(int(r["batch_size"]), int(r["output_tokens"])), a, p))
     return out
 
@@ -659,8 +833,11 @@ def refits(sens: pl.DataFrame, base: Assumptions = Assumptions(), physics: bool 
 def speed_ratio_range(sens: pl.DataFrame, cfg_a: Config, cfg_b: Config, context_tokens: int) -> tuple[float, float]:
     """T(cfg_a) / T(cfg_b) at ``context_tokens`` under every assumption set of ``sens``: (lowest, highest);
     above 1 means ``cfg_b`` is faster."""
-    ratios = [batch_time(cfg_a, context_tokens, w, p, a).batch_time_s / batch_time(cfg_b, context_tokens, w, p, a).batch_time_s
-              for w, a, p in refits(sens)]
+    ratios = [
+        batch_time(cfg_a, context_tokens, w, p, a).batch_time_s
+        / batch_time(cfg_b, context_tokens, w, p, a).batch_time_s
+        for w, a, p in refits(sens)
+    ]
     return min(ratios), max(ratios)
 
 
@@ -699,10 +876,19 @@ def _within_priors(p: Params, names: tuple[str, ...]) -> bool:
     return all(PRIORS[n][0] * (1 - 1e-6) <= getattr(p, n) <= PRIORS[n][1] * (1 + 1e-6) for n in names)
 
 
-def consistent_fits(sens: pl.DataFrame, data_dir: str | Path = DATA_DIR, experiment: str = "article_b300",
-                    tolerance_pct: float = CONSISTENT_TOLERANCE_PCT, bandwidths: tuple[float, ...] = BANDWIDTH_GRID,
-                    gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8,
-                    contexts: tuple[int, ...] = (65536, 204800), base: Assumptions = Assumptions()) -> pl.DataFrame:
+def consistent_fits(
+    sens: pl.DataFrame,
+    data_dir: str | Path = DATA_DIR,
+    experiment: str = "article_b300",
+    tolerance_pct: float = CONSISTENT_TOLERANCE_PCT,
+    bandwidths: tuple[float, ...] = BANDWIDTH_GRID,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    tp: int = 8,
+    dcp: int = 8,
+    contexts: tuple[int, ...] = (65536, 204800),
+    base: Assumptions = Assumptions(),
+) -> pl.DataFrame:
     """Where the published totals are under-determined: the family of fits they allow, not one fit.
 
     For every assumption set of ``sens`` (a :func:`sensitivity` table with ``physics=True``), the candidates are
@@ -717,14 +903,37 @@ def consistent_fits(sens: pl.DataFrame, data_dir: str | Path = DATA_DIR, experim
     Each table is computed once per process for its inputs (the sensitivity table by its rows): a notebook re-run in
     one kernel (JupyterLab, or papermill's parameter variants) with the same published data refits nothing. Like
     :func:`_published_runs`, this assumes a reference table does not change under a running kernel."""
-    return _consistent_fits(tuple(sens.rows()), tuple(sens.schema.items()), str(Path(data_dir).resolve()), experiment,
-                            tolerance_pct, tuple(bandwidths), gpu, model, tp, dcp, tuple(contexts), base).clone()
+    return _consistent_fits(
+        tuple(sens.rows()),
+        tuple(sens.schema.items()),
+        str(Path(data_dir).resolve()),
+        experiment,
+        tolerance_pct,
+        tuple(bandwidths),
+        gpu,
+        model,
+        tp,
+        dcp,
+        tuple(contexts),
+        base,
+    ).clone()
 
 
 @lru_cache(maxsize=16)
-def _consistent_fits(sens_rows: tuple, sens_schema: tuple, data_dir: str, experiment: str, tolerance_pct: float,
-                     bandwidths: tuple[float, ...], gpu: str, model: str, tp: int, dcp: int, contexts: tuple[int, ...],
-                     base: Assumptions) -> pl.DataFrame:
+def _consistent_fits(
+    sens_rows: tuple,
+    sens_schema: tuple,
+    data_dir: str,
+    experiment: str,
+    tolerance_pct: float,
+    bandwidths: tuple[float, ...],
+    gpu: str,
+    model: str,
+    tp: int,
+    dcp: int,
+    contexts: tuple[int, ...],
+    base: Assumptions,
+) -> pl.DataFrame:
     sens = pl.DataFrame(list(sens_rows), schema=dict(sens_schema), orient="row")
     rows = usable_rows(_published_runs(str(Path(data_dir).resolve()), experiment), ("published",)).to_dicts()
     out = []
@@ -736,22 +945,39 @@ def _consistent_fits(sens_rows: tuple, sens_schema: tuple, data_dir: str, experi
         if "phys_max_abs_residual_pct" in r:
             cands.append(("physics-only", refits(pl.DataFrame([r]), base, physics=True)[0][2]))
         for bw in bandwidths:
-            cands.append(("free, bandwidth fixed", _fit(points, a, base=replace(Params(), bandwidth_efficiency=bw),
-                                                  free=tuple(n for n in _free(points) if n != "bandwidth_efficiency"))))
+            cands.append(
+                (
+                    "free, bandwidth fixed",
+                    _fit(
+                        points,
+                        a,
+                        base=replace(Params(), bandwidth_efficiency=bw),
+                        free=tuple(n for n in _free(points) if n != "bandwidth_efficiency"),
+                    ),
+                )
+            )
         names = ("prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_s")
         for kind, p in cands:
             mod = [(batch_time(c, x, wl, p, a).batch_time_s, obs) for c, x, wl, obs in points]
             res = max(abs(100 * (m / o - 1)) for m, o in mod)
-            out.append(s | {"fit": kind, "prefill_efficiency": p.prefill_efficiency,
-                            "bandwidth_efficiency": p.bandwidth_efficiency,
-                            "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6,
-                            "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
-                            "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3,
-                            "max_abs_residual_pct": float(res),
-                            "max_abs_error_s": max(abs(m - o) for m, o in mod),
-                            "within_precision": all(abs(m - o) <= PUBLISHED_PRECISION_S for m, o in mod),
-                            "physical": _within_priors(p, names),
-                            "_w": w, "_a": a, "_p": p})
+            out.append(
+                s
+                | {
+                    "fit": kind,
+                    "prefill_efficiency": p.prefill_efficiency,
+                    "bandwidth_efficiency": p.bandwidth_efficiency,
+                    "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6,
+                    "vllm_overhead_ms": p.vllm_step_overhead_s * 1e3,
+                    "sglang_overhead_ms": p.sglang_step_overhead_s * 1e3,
+                    "max_abs_residual_pct": float(res),
+                    "max_abs_error_s": max(abs(m - o) for m, o in mod),
+                    "within_precision": all(abs(m - o) <= PUBLISHED_PRECISION_S for m, o in mod),
+                    "physical": _within_priors(p, names),
+                    "_w": w,
+                    "_a": a,
+                    "_p": p,
+                }
+            )
     best = min(o["max_abs_residual_pct"] for o in out)
     threshold = best + tolerance_pct
     final = []

@@ -46,12 +46,15 @@ class GPU(_Row):
     """One accelerator (or the CPU host): per-device figures."""
 
     gpu: str = Field(description="short key, e.g. 'B300'")
-    name: str = Field(description="the GPU's name as NVIDIA writes it; a run's accelerator (RUNS) matches when it "
-                      "starts with it")
+    name: str = Field(
+        description="the GPU's name as NVIDIA writes it; a run's accelerator (RUNS) matches when it starts with it"
+    )
     memory_bytes: float = Field(gt=0)
     mem_bandwidth_bytes_per_s: float = Field(gt=0)
     interconnect_bytes_per_s: float = Field(
-        ge=0, description="per-GPU NVLink bandwidth per direction (half the datasheet's bidirectional total); 0 when none")
+        ge=0,
+        description="per-GPU NVLink bandwidth per direction (half the datasheet's bidirectional total); 0 when none",
+    )
     bf16_flops_per_s: float = Field(gt=0, description="dense BF16")
     fp8_flops_per_s: float = Field(gt=0, description="dense FP8")
 
@@ -100,9 +103,11 @@ class Model(_Row):
     experts_per_token: int | None = Field(default=None, gt=0, description="routed experts each token uses (top-k)")
     params_per_expert: float | None = Field(default=None, gt=0, description="parameters of one routed expert")
     expert_bytes_per_param: float | None = Field(
-        default=None, gt=0, description="stored bytes per routed-expert parameter (MXFP4 0.53125, INT4 g32 0.5625)")
+        default=None, gt=0, description="stored bytes per routed-expert parameter (MXFP4 0.53125, INT4 g32 0.5625)"
+    )
     dense_bytes_per_param: float | None = Field(
-        default=None, gt=0, description="stored bytes per parameter outside the routed experts (read every step)")
+        default=None, gt=0, description="stored bytes per parameter outside the routed experts (read every step)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -119,11 +124,19 @@ class Model(_Row):
             raise ValueError("active_params exceeds total_params")
         if self.bf16_active_params is not None and self.bf16_active_params > self.active_params:
             raise ValueError("bf16_active_params exceeds active_params")
-        moe = (self.moe_layers, self.routed_experts, self.experts_per_token, self.params_per_expert,
-               self.expert_bytes_per_param, self.dense_bytes_per_param)
+        moe = (
+            self.moe_layers,
+            self.routed_experts,
+            self.experts_per_token,
+            self.params_per_expert,
+            self.expert_bytes_per_param,
+            self.dense_bytes_per_param,
+        )
         if any(v is not None for v in moe) and None in moe:
-            raise ValueError("a MoE row needs all of moe_layers, routed_experts, experts_per_token, params_per_expert, "
-                             "expert_bytes_per_param and dense_bytes_per_param (a dense row none)")
+            raise ValueError(
+                "a MoE row needs all of moe_layers, routed_experts, experts_per_token, params_per_expert, "
+                "expert_bytes_per_param and dense_bytes_per_param (a dense row none)"
+            )
         if self.is_moe and self.experts_per_token > self.routed_experts:
             raise ValueError("experts_per_token exceeds routed_experts")
         if self.is_moe and self.routed_active_params > self.active_params:
@@ -165,8 +178,9 @@ class Model(_Row):
 
     # ------------------------------------------------------------------ structure
 
-    def kv_bytes_per_token(self, kv_layers: int | None = None, mla_width: int | None = None,
-                           kv_format: str | None = None) -> int:
+    def kv_bytes_per_token(
+        self, kv_layers: int | None = None, mla_width: int | None = None, kv_format: str | None = None
+    ) -> int:
         """KV-cache bytes one token costs over all layers (whole model, before any split).
 
         ``kv_layers`` replaces the number of MLA layers holding KV (Kimi-K3: 24, or 93 in
@@ -212,8 +226,11 @@ class Model(_Row):
         at ``compute_dtype``), causal attention pairs x :meth:`attn_flops_per_pair` at ``attention_dtype``."""
         bf16 = self.bf16_active_params or 0.0
         pairs = tokens * (tokens + 1) / 2
-        parts = [(2 * (self.active_params - bf16) * tokens, self.compute_dtype), (2 * bf16 * tokens, "bf16"),
-                 (pairs * self.attn_flops_per_pair(), self.attention_dtype or self.compute_dtype)]
+        parts = [
+            (2 * (self.active_params - bf16) * tokens, self.compute_dtype),
+            (2 * bf16 * tokens, "bf16"),
+            (pairs * self.attn_flops_per_pair(), self.attention_dtype or self.compute_dtype),
+        ]
         return [(f, d) for f, d in parts if f > 0]
 
     def weight_bytes(self) -> float:
@@ -304,8 +321,9 @@ def gpu(name: str, catalog_dir: str | Path = CATALOG_DIR) -> GPU:
     raise KeyError(f"hardware '{name}' is not in {Path(catalog_dir) / GPUS_FILE} (known: {sorted(gpus)})")
 
 
-def device_gpu(kind: str | None, accelerator: str | None, hardware: str | None = None,
-               catalog_dir: str | Path = CATALOG_DIR) -> GPU:
+def device_gpu(
+    kind: str | None, accelerator: str | None, hardware: str | None = None, catalog_dir: str | Path = CATALOG_DIR
+) -> GPU:
     """The catalog entry of a typed device (kvlab.device; a run record's ``device_kind`` and ``accelerator``): the
     CPU host's for a cpu device, the GPU its accelerator names for a gpu device. KeyError, naming ``hardware`` (the
     label, for the reader) where the kind is not known, a GPU device names no accelerator, or the catalog lacks it."""
@@ -314,8 +332,10 @@ def device_gpu(kind: str | None, accelerator: str | None, hardware: str | None =
     if kind == "gpu" and accelerator:
         return gpu(accelerator, catalog_dir)
     what = "no device kind" if kind is None else "a GPU of no stated model"
-    raise KeyError(f"hardware '{hardware or accelerator or kind}' has {what}: the catalog "
-                   f"({Path(catalog_dir) / GPUS_FILE}) is looked up by a run's device_kind and accelerator")
+    raise KeyError(
+        f"hardware '{hardware or accelerator or kind}' has {what}: the catalog "
+        f"({Path(catalog_dir) / GPUS_FILE}) is looked up by a run's device_kind and accelerator"
+    )
 
 
 def row_gpu(row, catalog_dir: str | Path = CATALOG_DIR) -> GPU:

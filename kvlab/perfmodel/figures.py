@@ -33,8 +33,9 @@ def _context_ticks(lo: float, hi: float, extra: Iterable[float] = ()) -> list[in
     """Powers of two from ``lo`` to ``hi`` plus ``extra`` (e.g. the published contexts), dropping a power of two
     that sits closer than 0.75 octave to an extra tick, so two labels never overlap."""
     extra = sorted({int(e) for e in extra if lo <= e <= hi})
-    powers = [1 << k for k in range(int(np.floor(np.log2(max(lo, 1)))), int(np.ceil(np.log2(hi))) + 1)
-              if lo <= 1 << k <= hi]
+    powers = [
+        1 << k for k in range(int(np.floor(np.log2(max(lo, 1)))), int(np.ceil(np.log2(hi))) + 1) if lo <= 1 << k <= hi
+    ]
     keep = [t for t in powers if all(abs(np.log2(t / e)) >= 0.75 for e in extra)]
     return sorted(set(keep) | set(extra))
 
@@ -49,8 +50,8 @@ def value_axis(ax, values: Iterable[float], label: str, spread: float = 20.0) ->
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: number_label(y)))
         ax.yaxis.set_minor_locator(NullLocator())
-        unit = label[label.rindex("(") + 1:-1] if label.endswith(")") else ""
-        ax.set_ylabel(f"{label[:label.rindex('(')].rstrip()} ({unit}, log scale)" if unit else f"{label} (log scale)")
+        unit = label[label.rindex("(") + 1 : -1] if label.endswith(")") else ""
+        ax.set_ylabel(f"{label[: label.rindex('(')].rstrip()} ({unit}, log scale)" if unit else f"{label} (log scale)")
     else:
         ax.set_ylim(bottom=0, top=max(v) * 1.08 if v else None)
         ax.set_ylabel(label)
@@ -75,7 +76,11 @@ RANGED = ("batch_time_s", "output_tokens_per_s")
 
 
 def curves(
-    configs: Iterable[Config], contexts: Iterable[int], w: Workload, p: Params, a: Assumptions = Assumptions(),
+    configs: Iterable[Config],
+    contexts: Iterable[int],
+    w: Workload,
+    p: Params,
+    a: Assumptions = Assumptions(),
     sens: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Modelled batch time, its parts, throughput and memory fit for every configuration x context.
@@ -106,8 +111,11 @@ def curves(
                 hi[col][i] = max(hi[col][i], r[col])
     # a model no point was fitted on: the sets are the priors' centre and ends under each assumption set (uncalibrated)
     uncalibrated = "fit" in sens.columns and sens["fit"].str.starts_with("prior").any()
-    return df.with_columns(*(pl.Series(f"{col}_{end}", v[col]) for col in RANGED for end, v in (("lo", lo), ("hi", hi))),
-                           pl.Series("assumption_sets", counted), pl.lit(uncalibrated).alias("uncalibrated"))
+    return df.with_columns(
+        *(pl.Series(f"{col}_{end}", v[col]) for col in RANGED for end, v in (("lo", lo), ("hi", hi))),
+        pl.Series("assumption_sets", counted),
+        pl.lit(uncalibrated).alias("uncalibrated"),
+    )
 
 
 def _curve_rows(configs: list[Config], contexts: list[int], w: Workload, p: Params, a: Assumptions) -> list:
@@ -145,9 +153,13 @@ def matched_published(model_df: pl.DataFrame, published: pl.DataFrame | None) ->
     """The published rows whose configuration (engine, GPU, model, TP, DCP) is one of ``model_df``'s curves, with
     that curve's ``config`` label; empty when none is (e.g. another GPU or model than the article's)."""
     if published is None or published.is_empty():
-        return pl.DataFrame({"config": [], "context_tokens": []}, schema={"config": pl.String, "context_tokens": pl.Int64})
-    keys = {(r["engine"], r["gpu"], r["model"], r["tp"], r["dcp"]): r["config"]
-            for r in model_df.unique(["config"], maintain_order=True).iter_rows(named=True)}
+        return pl.DataFrame(
+            {"config": [], "context_tokens": []}, schema={"config": pl.String, "context_tokens": pl.Int64}
+        )
+    keys = {
+        (r["engine"], r["gpu"], r["model"], r["tp"], r["dcp"]): r["config"]
+        for r in model_df.unique(["config"], maintain_order=True).iter_rows(named=True)
+    }
     labels = []
     for r in published.iter_rows(named=True):
         cfg = row_config(r)
@@ -164,16 +176,23 @@ def published_throughput(published: pl.DataFrame, w: Workload, sens: pl.DataFram
     if sens is None or sens.is_empty():
         return out
     tokens = (sens["batch_size"] * sens["output_tokens"]).cast(pl.Float64)
-    lo, hi = min(float(tokens.min()), w.batch_size * w.output_tokens), max(float(tokens.max()), w.batch_size * w.output_tokens)
-    return out.with_columns((pl.lit(lo) / t).alias("output_tokens_per_s_lo"), (pl.lit(hi) / t).alias("output_tokens_per_s_hi"))
+    lo, hi = (
+        min(float(tokens.min()), w.batch_size * w.output_tokens),
+        max(float(tokens.max()), w.batch_size * w.output_tokens),
+    )
+    return out.with_columns(
+        (pl.lit(lo) / t).alias("output_tokens_per_s_lo"), (pl.lit(hi) / t).alias("output_tokens_per_s_hi")
+    )
 
 
 def calibrated_ranges(model_df: pl.DataFrame, published: pl.DataFrame | None) -> dict[str, tuple[int, int]]:
     """Per curve, the contexts the fit has published points for (first to last): outside them, or for a curve
     with no published point, the curve is an extrapolation."""
     m = matched_published(model_df, published)
-    return {cfg: (int(g["context_tokens"].min()), int(g["context_tokens"].max()))
-            for (cfg,), g in m.group_by(["config"], maintain_order=True)}
+    return {
+        cfg: (int(g["context_tokens"].min()), int(g["context_tokens"].max()))
+        for (cfg,), g in m.group_by(["config"], maintain_order=True)
+    }
 
 
 def _segments(d: pl.DataFrame, rng: tuple[int, int] | None) -> list[tuple[pl.DataFrame, bool]]:
@@ -187,9 +206,14 @@ def _segments(d: pl.DataFrame, rng: tuple[int, int] | None) -> list[tuple[pl.Dat
 
 
 @styled
-def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str = "batch_time_s",
-                ylabel: str = "batch time (s)", title: str | None = None,
-                band: tuple[float, float] | None = None) -> Figure:
+def plot_curves(
+    model_df: pl.DataFrame,
+    published: pl.DataFrame | None,
+    y: str = "batch_time_s",
+    ylabel: str = "batch time (s)",
+    title: str | None = None,
+    band: tuple[float, float] | None = None,
+) -> Figure:
     """Modelled curves against context, one colour per engine: solid over the contexts the fit has published
     points for, dashed where the curve extrapolates (beyond those contexts, or a configuration with no published
     point at all); the published points as open circles; an x where a configuration does not fit in memory.
@@ -213,38 +237,79 @@ def plot_curves(model_df: pl.DataFrame, published: pl.DataFrame | None, y: str =
             ax.fill_between(d["context_tokens"], d[f"{y}_lo"], d[f"{y}_hi"], color=color, alpha=0.18, lw=0, zorder=1)
         for part, cal in _segments(d, ranges.get(cfg)):
             ax.plot(part["context_tokens"], part[y], color=color, lw=2, ls="-" if cal else "--")
-        handles.append(Line2D([], [], color=color, lw=2, label=f"{engine_label(d['engine'][0])} {cfg.split(' ', 1)[1]}"))
+        handles.append(
+            Line2D([], [], color=color, lw=2, label=f"{engine_label(d['engine'][0])} {cfg.split(' ', 1)[1]}")
+        )
     bad = model_df.filter(~pl.col("fits"))
     for cfg, g in bad.group_by("config", maintain_order=True):
-        ax.plot(g["context_tokens"], g[y], ls="none", marker="x", ms=7, mew=2,
-                color=ENGINE_COLORS.get(g["engine"][0], "#777777"))
+        ax.plot(
+            g["context_tokens"],
+            g[y],
+            ls="none",
+            marker="x",
+            ms=7,
+            mew=2,
+            color=ENGINE_COLORS.get(g["engine"][0], "#777777"),
+        )
     pub = matched_published(model_df, published)
     if pub.height and y in pub.columns:
         for cfg, g in pub.group_by("config", maintain_order=True):
             eng = g["engine"][0]
-            ax.scatter(g["context_tokens"], g[y], s=70, marker="o", facecolor="white", linewidths=2, zorder=5,
-                       edgecolor=ENGINE_COLORS.get(eng, "#777777"))
+            ax.scatter(
+                g["context_tokens"],
+                g[y],
+                s=70,
+                marker="o",
+                facecolor="white",
+                linewidths=2,
+                zorder=5,
+                edgecolor=ENGINE_COLORS.get(eng, "#777777"),
+            )
             if f"{y}_lo" in g.columns and f"{y}_hi" in g.columns:
-                ax.vlines(g["context_tokens"], g[f"{y}_lo"], g[f"{y}_hi"], color=ENGINE_COLORS.get(eng, "#777777"),
-                          lw=1.5, zorder=4)
+                ax.vlines(
+                    g["context_tokens"],
+                    g[f"{y}_lo"],
+                    g[f"{y}_hi"],
+                    color=ENGINE_COLORS.get(eng, "#777777"),
+                    lw=1.5,
+                    zorder=4,
+                )
     grey = "#666666"
     if ranges:
         spans = sorted(set(ranges.values()))
         where = ", ".join(f"{tokens_label(lo)}–{tokens_label(hi)}" for lo, hi in spans)
         handles.append(Line2D([], [], color=grey, lw=2, label=f"modelled, calibrated contexts ({where})"))
-    handles.append(Line2D([], [], color=grey, lw=2, ls="--",
-                          label="modelled, extrapolated" if ranges else "modelled, extrapolated (no published point)"))
+    handles.append(
+        Line2D(
+            [],
+            [],
+            color=grey,
+            lw=2,
+            ls="--",
+            label="modelled, extrapolated" if ranges else "modelled, extrapolated (no published point)",
+        )
+    )
     if pub.height and y in pub.columns:
         handles.append(Line2D([], [], ls="none", marker="o", ms=8, mfc="white", mec=grey, mew=2, label="published"))
     if bad.height:
         handles.append(Line2D([], [], ls="none", marker="x", ms=7, mew=2, color=grey, label="does not fit in memory"))
     if banded:
         n = model_df["assumption_sets"].max() if "assumption_sets" in model_df.columns else None
-        handles.append(Patch(color=grey, alpha=0.3, label="modelled range over the " + (f"{n} " if n else "")
-                             + "assumption sets (lowest–highest)"))
+        handles.append(
+            Patch(
+                color=grey,
+                alpha=0.3,
+                label="modelled range over the " + (f"{n} " if n else "") + "assumption sets (lowest–highest)",
+            )
+        )
     if band:
-        handles.append(Patch(color="#bbbbbb", alpha=0.5, label=f"crossover range over unpinned assumptions "
-                                                              f"(≈{k_label(band[0])}–{k_label(band[1])})"))
+        handles.append(
+            Patch(
+                color="#bbbbbb",
+                alpha=0.5,
+                label=f"crossover range over unpinned assumptions (≈{k_label(band[0])}–{k_label(band[1])})",
+            )
+        )
     ax.set_xscale("log", base=2)
     lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
     context_axis(ax.xaxis, lo, hi, extra=[c for r in ranges.values() for c in r])
@@ -288,12 +353,25 @@ def crossover_table(
             other = Config.of(g, model, SGLANG, tp, d, a.default_mem_util)
             x = crossover_context(base, other, w, p, a, hi_tokens=max_tokens)
             weights_fit = memory(base, 1, a).weights_bytes_per_gpu < base.gpu.memory_bytes * a.default_mem_util
-            xs = [v for v in (crossover_context(base, other, w_i, p_i, a_i, hi_tokens=max_tokens)
-                              for w_i, a_i, p_i in sets) if v is not None]
-            rows.append({"source": "modelled", "model": base.model.model, "gpu": g, "tp": tp, "dcp": d,
-                         "crossover_tokens": x, "crossover_low_tokens": min(xs) if xs else None,
-                         "crossover_high_tokens": max(xs) if xs else None,
-                         "crosses_in": f"{len(xs)} of {len(sets)}" if sets else None, "weights_fit": weights_fit})
+            xs = [
+                v
+                for v in (crossover_context(base, other, w_i, p_i, a_i, hi_tokens=max_tokens) for w_i, a_i, p_i in sets)
+                if v is not None
+            ]
+            rows.append(
+                {
+                    "source": "modelled",
+                    "model": base.model.model,
+                    "gpu": g,
+                    "tp": tp,
+                    "dcp": d,
+                    "crossover_tokens": x,
+                    "crossover_low_tokens": min(xs) if xs else None,
+                    "crossover_high_tokens": max(xs) if xs else None,
+                    "crosses_in": f"{len(xs)} of {len(sets)}" if sets else None,
+                    "weights_fit": weights_fit,
+                }
+            )
     return pl.DataFrame(rows, schema={"source": pl.String, "model": pl.String, "gpu": pl.String, "tp": pl.Int64,
                                       "dcp": pl.Int64, "crossover_tokens": pl.Float64,
                                       "crossover_low_tokens": pl.Float64, "crossover_high_tokens": pl.Float64,
@@ -312,16 +390,32 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
         d = t.filter(pl.col("gpu") == g).sort("dcp")
         fits = bool(d["weights_fit"].all())
         color = SERIES_COLORS[i % len(SERIES_COLORS)]
-        ax.plot(d["dcp"], d["crossover_tokens"], marker="o", ms=7, ls="-" if fits else ":", lw=2, color=color,
-                label=g if fits else f"{g} (weights do not fit: hypothetical)")
+        ax.plot(
+            d["dcp"],
+            d["crossover_tokens"],
+            marker="o",
+            ms=7,
+            ls="-" if fits else ":",
+            lw=2,
+            color=color,
+            label=g if fits else f"{g} (weights do not fit: hypothetical)",
+        )
         if "crossover_low_tokens" in d.columns:  # the range over the assumption sets the data cannot choose among
             r = d.filter(pl.col("crossover_low_tokens").is_not_null())
             if r.height:
-                ax.fill_between(r["dcp"], r["crossover_low_tokens"], r["crossover_high_tokens"], color=color,
-                                alpha=0.15, lw=0)
+                ax.fill_between(
+                    r["dcp"], r["crossover_low_tokens"], r["crossover_high_tokens"], color=color, alpha=0.15, lw=0
+                )
     if "crossover_low_tokens" in t.columns and t["crossover_low_tokens"].is_not_null().any():
-        ax.add_artist(ax.legend(handles=[Patch(color="#888888", alpha=0.3, label="range over the unpinned assumptions")],
-                                fontsize=8, loc="lower left", bbox_to_anchor=(1.01, 0), borderaxespad=0))
+        ax.add_artist(
+            ax.legend(
+                handles=[Patch(color="#888888", alpha=0.3, label="range over the unpinned assumptions")],
+                fontsize=8,
+                loc="lower left",
+                bbox_to_anchor=(1.01, 0),
+                borderaxespad=0,
+            )
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     dcps = sorted(table["dcp"].unique().to_list())
@@ -338,8 +432,9 @@ def plot_crossover(table: pl.DataFrame) -> Figure:
     model = table["model"][0] if "model" in table.columns and table.height else ""
     ax.set_xlabel(f"DCP size of {engine_label(SGLANG)}" + (f" (TP {tp})" if tp else ""))
     ax.set_ylabel("crossover context (tokens, log scale)")
-    ax.set_title(f"modelled: context from which SGLang TP+DCP is faster than vLLM TP ({model})".replace(" ()", ""),
-                 fontsize=10)
+    ax.set_title(
+        f"modelled: context from which SGLang TP+DCP is faster than vLLM TP ({model})".replace(" ()", ""), fontsize=10
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, title="GPU", title_fontsize=8)
     fig.tight_layout()
@@ -376,18 +471,32 @@ def headroom_table(
     sets = memory_sets(a) if ranged else []
     if not sets:
         return table
-    alt = [concurrency_ceilings(gpu, model, sorted(set(table["mem_util"])), sorted(set(table["dcp"])),
-                                sorted(set(table["context_tokens"])), a_i, tp) for a_i in sets]
+    alt = [
+        concurrency_ceilings(
+            gpu,
+            model,
+            sorted(set(table["mem_util"])),
+            sorted(set(table["dcp"])),
+            sorted(set(table["context_tokens"])),
+            a_i,
+            tp,
+        )
+        for a_i in sets
+    ]
     keys = ["mem_util", "dcp", "context_tokens"]
-    both = pl.concat([table.select(*keys, "max_concurrent_seqs", "kv_capacity_tokens")]
-                     + [t.select(*keys, "max_concurrent_seqs", "kv_capacity_tokens") for t in alt])
+    both = pl.concat(
+        [table.select(*keys, "max_concurrent_seqs", "kv_capacity_tokens")]
+        + [t.select(*keys, "max_concurrent_seqs", "kv_capacity_tokens") for t in alt]
+    )
     ranges = both.group_by(keys).agg(
         pl.col("max_concurrent_seqs").min().alias("max_concurrent_seqs_lo"),
         pl.col("max_concurrent_seqs").max().alias("max_concurrent_seqs_hi"),
         pl.col("kv_capacity_tokens").min().alias("kv_capacity_tokens_lo"),
-        pl.col("kv_capacity_tokens").max().alias("kv_capacity_tokens_hi"))
+        pl.col("kv_capacity_tokens").max().alias("kv_capacity_tokens_hi"),
+    )
     return table.join(ranges, on=keys, how="left", maintain_order="left").with_columns(
-        pl.lit(MEMORY_AXES).alias("assumption_sets"))
+        pl.lit(MEMORY_AXES).alias("assumption_sets")
+    )
 
 
 def _headroom_colour(dcp: int, dcps: list[int]) -> str:
@@ -419,32 +528,69 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
         seqs = grp["max_concurrent_seqs"].cast(pl.Float64).clip(lower_bound=0.5)
         who = "vLLM-style, no DCP" if d == 1 else "SGLang-style"
         if "max_concurrent_seqs_lo" in grp.columns:
-            ax.fill_between(grp["context_tokens"], grp["max_concurrent_seqs_lo"].cast(pl.Float64).clip(lower_bound=0.5),
-                            grp["max_concurrent_seqs_hi"].cast(pl.Float64).clip(lower_bound=0.5), color=color,
-                            alpha=0.12, lw=0, zorder=1)
-        ax.plot(grp["context_tokens"], seqs, color=color, lw=2, ls=styles[utils.index(u) % len(styles)],
-                label=f"memory {u:g}, DCP {d} ({who})")
+            ax.fill_between(
+                grp["context_tokens"],
+                grp["max_concurrent_seqs_lo"].cast(pl.Float64).clip(lower_bound=0.5),
+                grp["max_concurrent_seqs_hi"].cast(pl.Float64).clip(lower_bound=0.5),
+                color=color,
+                alpha=0.12,
+                lw=0,
+                zorder=1,
+            )
+        ax.plot(
+            grp["context_tokens"],
+            seqs,
+            color=color,
+            lw=2,
+            ls=styles[utils.index(u) % len(styles)],
+            label=f"memory {u:g}, DCP {d} ({who})",
+        )
         ok = grp["fits"].to_list()
         xs, ys = grp["context_tokens"].to_list(), seqs.to_list()
-        ax.plot([x for x, f in zip(xs, ok) if f], [v for v, f in zip(ys, ok) if f], ls="none", marker="o", ms=6,
-                color=color)
-        ax.plot([x for x, f in zip(xs, ok) if not f], [v for v, f in zip(ys, ok) if not f], ls="none", marker="x",
-                ms=8, mew=2, color=color)
+        ax.plot(
+            [x for x, f in zip(xs, ok) if f], [v for v, f in zip(ys, ok) if f], ls="none", marker="o", ms=6, color=color
+        )
+        ax.plot(
+            [x for x, f in zip(xs, ok) if not f],
+            [v for v, f in zip(ys, ok) if not f],
+            ls="none",
+            marker="x",
+            ms=8,
+            mew=2,
+            color=color,
+        )
     handles, _ = ax.get_legend_handles_labels()
     handles = [h for h in handles if h.get_label() and not h.get_label().startswith("_")]
     if table["fits"].any():
         handles.append(Line2D([], [], ls="none", marker="o", ms=6, color="#666666", label="fits (modelled)"))
     if not table["fits"].all():
-        handles.append(Line2D([], [], ls="none", marker="x", ms=8, mew=2, color="#666666",
-                              label="flagged: " + "; ".join(flag_kinds(table))))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                ls="none",
+                marker="x",
+                ms=8,
+                mew=2,
+                color="#666666",
+                label="flagged: " + "; ".join(flag_kinds(table)),
+            )
+        )
     if "max_concurrent_seqs_lo" in table.columns:
         handles.append(Patch(color="#666666", alpha=0.25, label=f"range over {table['assumption_sets'][0]}"))
     ax.set_xscale("log", base=2)
-    context_axis(ax.xaxis, table["context_tokens"].min(), table["context_tokens"].max(),
-                 extra=table["context_tokens"].unique().to_list())
+    context_axis(
+        ax.xaxis,
+        table["context_tokens"].min(),
+        table["context_tokens"].max(),
+        extra=table["context_tokens"].unique().to_list(),
+    )
     ax.set_yscale("log", base=2)
-    top = max(1, int(table["max_concurrent_seqs"].max() or 1),
-              int(table["max_concurrent_seqs_hi"].max() or 1) if "max_concurrent_seqs_hi" in table.columns else 1)
+    top = max(
+        1,
+        int(table["max_concurrent_seqs"].max() or 1),
+        int(table["max_concurrent_seqs_hi"].max() or 1) if "max_concurrent_seqs_hi" in table.columns else 1,
+    )
     yt = [1 << k for k in range(0, int(np.ceil(np.log2(top))) + 1)]
     if (table["max_concurrent_seqs"] < 1).any():
         yt = [0.5] + yt
@@ -468,9 +614,13 @@ def flag_kinds(head: pl.DataFrame) -> list[str]:
     """Why the memory check flags rows of a headroom table, in a reader's words (one phrase per kind)."""
     kinds = []
     for reason in head.filter(~pl.col("fits"))["reason"].unique(maintain_order=True).to_list():
-        kind = ("weights do not fit" if reason.startswith("weights") else
-                "not one sequence fits" if reason.startswith("one ") else
-                "less left outside the target than the assumed need:\nan assumption, not a predicted OOM")
+        kind = (
+            "weights do not fit"
+            if reason.startswith("weights")
+            else "not one sequence fits"
+            if reason.startswith("one ")
+            else "less left outside the target than the assumed need:\nan assumption, not a predicted OOM"
+        )
         if kind not in kinds:
             kinds.append(kind)
     return kinds
@@ -484,18 +634,33 @@ def headroom_summary(head: pl.DataFrame) -> pl.DataFrame:
     keys = ["mem_util", "dcp"]
     ranged = "max_concurrent_seqs_lo" in head.columns
     base = head.group_by(keys, maintain_order=True).agg(
-        pl.col("kv_pool_gib_per_gpu", "kv_capacity_tokens", "outside_pool_gib_per_gpu", "outside_need_gib_per_gpu").first(),
-        (pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu")).any().alias("under_assumed_need"))
+        pl.col(
+            "kv_pool_gib_per_gpu", "kv_capacity_tokens", "outside_pool_gib_per_gpu", "outside_need_gib_per_gpu"
+        ).first(),
+        (pl.col("outside_pool_gib_per_gpu") < pl.col("outside_need_gib_per_gpu")).any().alias("under_assumed_need"),
+    )
     if ranged:
         cap = head.group_by(keys, maintain_order=True).agg(
-            pl.format("{}–{}", pl.col("kv_capacity_tokens_lo").first().map_elements(lambda v: f"{v:,}", return_dtype=pl.String),
-                      pl.col("kv_capacity_tokens_hi").first().map_elements(lambda v: f"{v:,}", return_dtype=pl.String))
-            .alias("kv_capacity_range"))
-        base = base.join(cap, on=keys, how="left").select(*keys, "kv_pool_gib_per_gpu", "kv_capacity_tokens",
-                                                          "kv_capacity_range", "outside_pool_gib_per_gpu",
-                                                          "outside_need_gib_per_gpu", "under_assumed_need")
-    seqs = head.with_columns(pl.col("context_tokens").map_elements(lambda c: f"sequences at {tokens_label(c)}",
-                                                                   return_dtype=pl.String).alias("ctx"))
+            pl.format(
+                "{}–{}",
+                pl.col("kv_capacity_tokens_lo").first().map_elements(lambda v: f"{v:,}", return_dtype=pl.String),
+                pl.col("kv_capacity_tokens_hi").first().map_elements(lambda v: f"{v:,}", return_dtype=pl.String),
+            ).alias("kv_capacity_range")
+        )
+        base = base.join(cap, on=keys, how="left").select(
+            *keys,
+            "kv_pool_gib_per_gpu",
+            "kv_capacity_tokens",
+            "kv_capacity_range",
+            "outside_pool_gib_per_gpu",
+            "outside_need_gib_per_gpu",
+            "under_assumed_need",
+        )
+    seqs = head.with_columns(
+        pl.col("context_tokens")
+        .map_elements(lambda c: f"sequences at {tokens_label(c)}", return_dtype=pl.String)
+        .alias("ctx")
+    )
     ctxs = sorted(head["context_tokens"].unique().to_list())
     wide = seqs.pivot(on="ctx", index=keys, values="max_concurrent_seqs")
     order = []
@@ -504,8 +669,10 @@ def headroom_summary(head: pl.DataFrame) -> pl.DataFrame:
         if ranged:
             order.append(f"range at {tokens_label(c)}")
     if ranged:
-        rng = seqs.with_columns(pl.format("{}–{}", "max_concurrent_seqs_lo", "max_concurrent_seqs_hi").alias("r"),
-                                pl.col("ctx").str.replace("sequences at ", "range at ", literal=True))
+        rng = seqs.with_columns(
+            pl.format("{}–{}", "max_concurrent_seqs_lo", "max_concurrent_seqs_hi").alias("r"),
+            pl.col("ctx").str.replace("sequences at ", "range at ", literal=True),
+        )
         wide = wide.join(rng.pivot(on="ctx", index=keys, values="r"), on=keys, how="left")
     return base.join(wide.select(*keys, *order), on=keys, how="left").sort(keys)
 
@@ -522,13 +689,18 @@ def bound_summary(frac: pl.DataFrame) -> pl.DataFrame:
     # narrative.bound_sentence quotes them); a published row's time is the article's stated value, not an n=1
     # measurement, so it keeps the table's three significant figures.
     measured = pl.col("source") == "measured"
-    return (frac.group_by(keys, maintain_order=True)
-            .agg(pl.len().alias("runs"), share.min().alias(shares[0]), share.median().alias(shares[1]),
-                 share.max().alias(shares[2]),
-                 (pl.col("bandwidth_fraction_of_peak") * 100).median().alias(shares[3]))
-            .with_columns(pl.when(measured).then(pl.col(c).round_sig_figs(2)).otherwise(pl.col(c)).alias(c)
-                          for c in shares)
-            .sort("source", "experiment", "engine", descending=[True, False, False]))
+    return (
+        frac.group_by(keys, maintain_order=True)
+        .agg(
+            pl.len().alias("runs"),
+            share.min().alias(shares[0]),
+            share.median().alias(shares[1]),
+            share.max().alias(shares[2]),
+            (pl.col("bandwidth_fraction_of_peak") * 100).median().alias(shares[3]),
+        )
+        .with_columns(pl.when(measured).then(pl.col(c).round_sig_figs(2)).otherwise(pl.col(c)).alias(c) for c in shares)
+        .sort("source", "experiment", "engine", descending=[True, False, False])
+    )
 
 
 def _step_key(row: dict) -> tuple:
@@ -552,16 +724,26 @@ def plot_step_fits(fits: pl.DataFrame, points: pl.DataFrame) -> Figure:
         color = ENGINE_COLORS.get(f["engine"], "#777777")
         xs = [p["mean_decode_context"] for p in pts]
         ax.plot(xs, [p["tpot_ms"] for p in pts], ls="none", marker="o", ms=7, color=color, zorder=3)
-        ax.plot([min(xs), max(xs)], [f["intercept_ms"] + f["slope_us_per_1k_tokens"] * 1e-6 * x for x in
-                                     (min(xs), max(xs))], color=color, lw=1.5)
+        ax.plot(
+            [min(xs), max(xs)],
+            [f["intercept_ms"] + f["slope_us_per_1k_tokens"] * 1e-6 * x for x in (min(xs), max(xs))],
+            color=color,
+            lw=1.5,
+        )
         rx.plot(xs, [p["residual_ms"] for p in pts], ls="none", marker="o", ms=7, color=color)
         slope, lo, hi = (f["slope_us_per_1k_tokens"] / 1000, f["slope_ci_low"] / 1000, f["slope_ci_high"] / 1000)
-        ci = ("no interval: two contexts" if not np.isfinite(lo) else
-              f"95% {sig2(lo)} to {sig2(hi)}" + (", includes 0" if lo <= 0 <= hi else ""))
+        ci = (
+            "no interval: two contexts"
+            if not np.isfinite(lo)
+            else f"95% {sig2(lo)} to {sig2(hi)}" + (", includes 0" if lo <= 0 <= hi else "")
+        )
         many = per_engine is not None and per_engine.filter(pl.col("engine") == f["engine"])["len"][0] > 1
         who = engine_label(f["engine"]) + (f" ({f['experiment']}, batch {f['batch_size']})" if many else "")
-        handles.append(Line2D([], [], color=color, lw=1.5, marker="o", ms=6,
-                              label=f"{who}: {sig2(slope)} ms per 1,000 tokens ({ci})"))
+        handles.append(
+            Line2D(
+                [], [], color=color, lw=1.5, marker="o", ms=6, label=f"{who}: {sig2(slope)} ms per 1,000 tokens ({ci})"
+            )
+        )
     handles.append(Line2D([], [], color="#666666", ls="none", marker="o", ms=6, label="measured (mean TPOT of a run)"))
     handles.append(Line2D([], [], color="#666666", lw=1.5, label="least-squares line"))
     ax.set_xlabel("mean context over the decode (tokens)")

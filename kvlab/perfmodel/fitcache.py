@@ -85,6 +85,7 @@ def _simd_paths() -> str:
     OpenBLAS's forced kernels, if any: both move a fit's last digits."""
     try:
         from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__  # private: may move
+
         paths = " ".join(f for f in __cpu_dispatch__ if __cpu_features__.get(f))
     except ImportError:  # another numpy layout: its version (in the key) stands for it
         paths = "?"
@@ -99,8 +100,15 @@ def code_version() -> str:
     h = hashlib.sha256()
     for path in sorted(_HERE.glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    env = (sorted(FAMILY_OF.items()), sys.version, platform.machine(), np.__version__, scipy.__version__,
-           _cpu_model(), _simd_paths())
+    env = (
+        sorted(FAMILY_OF.items()),
+        sys.version,
+        platform.machine(),
+        np.__version__,
+        scipy.__version__,
+        _cpu_model(),
+        _simd_paths(),
+    )
     h.update(repr(env).encode())
     return h.hexdigest()
 
@@ -164,8 +172,12 @@ def _folder_refused(folder: Path) -> str | None:
 
 
 def _unusable(path: Path, why: str) -> None:
-    warnings.warn(f"{path}: kvlab's fit cache {why}; the model's fits are computed without it (delete the file, or "
-                  f"set {ENV} to another file or to '{OFF}')", RuntimeWarning, stacklevel=4)
+    warnings.warn(
+        f"{path}: kvlab's fit cache {why}; the model's fits are computed without it (delete the file, or "
+        f"set {ENV} to another file or to '{OFF}')",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def _connect(path: Path) -> sqlite3.Connection | None:

@@ -68,7 +68,9 @@ def _notes(pred: Prediction, p: Params, a: Assumptions, extra: str = "") -> str:
     return "; ".join(parts)
 
 
-def prediction_row(pred: Prediction, experiment: str, p: Params, a: Assumptions, run_id: str | None = None, notes: str = "") -> dict:
+def prediction_row(
+    pred: Prediction, experiment: str, p: Params, a: Assumptions, run_id: str | None = None, notes: str = ""
+) -> dict:
     cfg = pred.config
     is_cpu = cfg.gpu.gpu == "CPU"
     label = context_label(pred.context_tokens)
@@ -121,7 +123,9 @@ def predict_frame(
     for engine, tp, dcp in configs:
         cfg = Config.of(gpu, model, engine, tp, dcp, mem_util)
         for c in contexts:
-            rows.append(prediction_row(batch_time(cfg, int(c), workload, params, assumptions), experiment, params, assumptions))
+            rows.append(
+                prediction_row(batch_time(cfg, int(c), workload, params, assumptions), experiment, params, assumptions)
+            )
     return RUNS.conform(pl.DataFrame(rows, infer_schema_length=None), origin=f"modelled {experiment}")
 
 

@@ -22,9 +22,16 @@ def engine_for_dcp(dcp: int) -> str:
     return SGLANG if dcp > 1 else VLLM
 
 
-def concurrency_ceilings(gpu: str, model: str, mem_utils: Iterable[float], dcp_sizes: Iterable[int],
-                         contexts: Iterable[int], a: Assumptions = Assumptions(), tp: int = 8,
-                         engines: dict[int, str] | None = None) -> pl.DataFrame:
+def concurrency_ceilings(
+    gpu: str,
+    model: str,
+    mem_utils: Iterable[float],
+    dcp_sizes: Iterable[int],
+    contexts: Iterable[int],
+    a: Assumptions = Assumptions(),
+    tp: int = 8,
+    engines: dict[int, str] | None = None,
+) -> pl.DataFrame:
     """One row per memory target x DCP size x context: the engine's pools and the sequences that fit at once.
 
     Columns: ``source`` ("modelled"), ``gpu``, ``model``, ``engine`` (``engines[dcp]``, default

@@ -18,8 +18,13 @@ from kvlab.perfmodel.calibrate import OVERHEADS, PRIORS, held_out_winners, publi
 from kvlab.perfmodel.roofline import Assumptions, Config, Workload, batch_time
 
 #: The assumption set the reports call the default (kvlab.perfmodel.Workload and Assumptions' own values).
-DEFAULT_SET = {"batch_size": Workload().batch_size, "output_tokens": Workload().output_tokens,
-               "expert_reads": Assumptions().expert_reads, "mla_width": 576, "kv_format": Assumptions().kv_format}
+DEFAULT_SET = {
+    "batch_size": Workload().batch_size,
+    "output_tokens": Workload().output_tokens,
+    "expert_reads": Assumptions().expert_reads,
+    "mla_width": 576,
+    "kv_format": Assumptions().kv_format,
+}
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,11 @@ def per_step_costs(sens: pl.DataFrame) -> dict[str, EngineStepCost]:
         total = sens[f"phys_{engine}_overhead_ms"].to_list()
         fitted = [min(t, cap_ms) for t in total]
         unexplained = sens[f"phys_{engine}_unexplained_ms"].to_list()
-        out[engine] = EngineStepCost(engine, _span(fitted, fitted[d] if d is not None else None),
-                                     _span(unexplained, unexplained[d] if d is not None else None))
+        out[engine] = EngineStepCost(
+            engine,
+            _span(fitted, fitted[d] if d is not None else None),
+            _span(unexplained, unexplained[d] if d is not None else None),
+        )
     return out
 
 
@@ -86,12 +94,17 @@ class HeldOutBySet:
 
     def text(self) -> str:
         r, t = self.default
-        return (f"{r} of {t} at the default; {t} of {t} in {self.all_right} of {self.sets} sets"
-                + (f", all at batch {', '.join(map(str, self.batch_sizes))}" if self.all_right else ""))
+        return f"{r} of {t} at the default; {t} of {t} in {self.all_right} of {self.sets} sets" + (
+            f", all at batch {', '.join(map(str, self.batch_sizes))}" if self.all_right else ""
+        )
 
 
-def held_out_by_set(sens: pl.DataFrame, data_dir: str | Path = DATA_DIR, experiment: str = "article_b300",
-                    base: Assumptions = Assumptions()) -> HeldOutBySet:
+def held_out_by_set(
+    sens: pl.DataFrame,
+    data_dir: str | Path = DATA_DIR,
+    experiment: str = "article_b300",
+    base: Assumptions = Assumptions(),
+) -> HeldOutBySet:
     """:class:`HeldOutBySet` for every set of ``sens`` (the fits are cached: the sensitivity table made them)."""
     rows = []
     for r, (w, a, _p) in zip(sens.iter_rows(named=True), refits(sens, base)):
@@ -100,8 +113,13 @@ def held_out_by_set(sens: pl.DataFrame, data_dir: str | Path = DATA_DIR, experim
     per = pl.DataFrame(rows)
     d = _default_index(sens)
     good = per.filter((pl.col("right") == pl.col("held_out")) & (pl.col("held_out") > 0))
-    return HeldOutBySet((per["right"][d], per["held_out"][d]) if d is not None else (0, 0), good.height, per.height,
-                        tuple(sorted(set(good["batch_size"].to_list()))), per)
+    return HeldOutBySet(
+        (per["right"][d], per["held_out"][d]) if d is not None else (0, 0),
+        good.height,
+        per.height,
+        tuple(sorted(set(good["batch_size"].to_list()))),
+        per,
+    )
 
 
 @dataclass(frozen=True)
@@ -139,8 +157,15 @@ class ModelRanges:
     physics_crossover: Span
 
 
-def model_ranges(sens: pl.DataFrame, gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8,
-                 contexts: tuple[int, ...] = (65536, 204800), base: Assumptions = Assumptions()) -> ModelRanges:
+def model_ranges(
+    sens: pl.DataFrame,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    tp: int = 8,
+    dcp: int = 8,
+    contexts: tuple[int, ...] = (65536, 204800),
+    base: Assumptions = Assumptions(),
+) -> ModelRanges:
     """:class:`ModelRanges` over every set of ``sens`` (vLLM TP ``tp`` against SGLang TP ``tp`` + DCP ``dcp``)."""
     d = _default_index(sens)
     ratios = []
@@ -153,13 +178,24 @@ def model_ranges(sens: pl.DataFrame, gpu: str = "B300", model: str = "Kimi-K3", 
         ratios.append(RatioSpan(c, _span(vals, vals[d] if d is not None else None), sum(v > 1 for v in vals)))
     xs = sens["crossover_tokens"].to_list()
     px = sens["phys_crossover_tokens"].to_list() if "phys_crossover_tokens" in sens.columns else [None] * len(xs)
-    return ModelRanges(tuple(ratios), _span(xs, xs[d] if d is not None else None),
-                       _span(px, px[d] if d is not None else None))
+    return ModelRanges(
+        tuple(ratios), _span(xs, xs[d] if d is not None else None), _span(px, px[d] if d is not None else None)
+    )
 
 
 def faster_label(ratio: float) -> str:
     return engine_label(SGLANG) if ratio > 1 else engine_label(VLLM)
 
 
-__all__ = ["DEFAULT_SET", "EngineStepCost", "HeldOutBySet", "ModelRanges", "RatioSpan", "Span", "faster_label",
-           "held_out_by_set", "model_ranges", "per_step_costs"]
+__all__ = [
+    "DEFAULT_SET",
+    "EngineStepCost",
+    "HeldOutBySet",
+    "ModelRanges",
+    "RatioSpan",
+    "Span",
+    "faster_label",
+    "held_out_by_set",
+    "model_ranges",
+    "per_step_costs",
+]

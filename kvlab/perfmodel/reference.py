@@ -37,8 +37,10 @@ class PublishedRun(BaseModel):
     model: str = Field(description="catalog model (data/catalog/models.csv)")
     gpu: str = Field(description="catalog GPU (data/catalog/gpus.csv)")
     engine: str
-    attention: Literal["dp", "tp"] = Field(description="dp: attention data-parallel (each GPU its own sequences and "
-                                                       "KV, experts spread over `gpus`); tp: one TP replica")
+    attention: Literal["dp", "tp"] = Field(
+        description="dp: attention data-parallel (each GPU its own sequences and "
+        "KV, experts spread over `gpus`); tp: one TP replica"
+    )
     gpus: int = Field(gt=0, description="GPUs of one decode instance (dp: the expert-parallel group)")
     tp: int = Field(gt=0)
     dcp: int = Field(gt=0)
@@ -118,17 +120,24 @@ class BoundCheck:
     def wrong_term(self) -> str:
         """Which term of the model a contradiction points at ('' when consistent)."""
         if not self.capacity_ok:
-            return (f"the KV capacity: {self.capacity_per_gpu:,.1f} sequences per GPU modelled, "
-                    f"{self.run.concurrency_per_gpu:g} published (KV bytes per token "
-                    f"{self.kv_bytes_per_token_per_gpu:,.0f} B per GPU or weights {self.weights_per_gpu_bytes / 1e9:,.1f} "
-                    "GB per GPU too large)")
+            return (
+                f"the KV capacity: {self.capacity_per_gpu:,.1f} sequences per GPU modelled, "
+                f"{self.run.concurrency_per_gpu:g} published (KV bytes per token "
+                f"{self.kv_bytes_per_token_per_gpu:,.0f} B per GPU or weights {self.weights_per_gpu_bytes / 1e9:,.1f} "
+                "GB per GPU too large)"
+            )
         if self.margin >= 1:
             return ""
-        part = (f"the KV bytes read per step ({self.kv_bytes_per_token_per_gpu:,.0f} B per token per GPU in "
-                f"{self.run.kv_format})" if self.kv_read_share >= 0.5 else
-                f"the weight bytes read per step ({self.weights_per_gpu_bytes / 1e9:,.1f} GB stored per GPU)")
-        return f"{part}, or the peak bandwidth, is too large for the published rate: {self.kv_read_share:.0%} of the " \
-               "bound step's bytes are KV"
+        part = (
+            f"the KV bytes read per step ({self.kv_bytes_per_token_per_gpu:,.0f} B per token per GPU in "
+            f"{self.run.kv_format})"
+            if self.kv_read_share >= 0.5
+            else f"the weight bytes read per step ({self.weights_per_gpu_bytes / 1e9:,.1f} GB stored per GPU)"
+        )
+        return (
+            f"{part}, or the peak bandwidth, is too large for the published rate: {self.kv_read_share:.0%} of the "
+            "bound step's bytes are KV"
+        )
 
 
 def bound_check(run: PublishedRun) -> BoundCheck:

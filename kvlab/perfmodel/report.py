@@ -13,10 +13,26 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel.calibrate import (
-    BANDWIDTH_GRID, PUBLISHED_PRECISION_S, PRIOR_SOURCES, PRIORS, UNPINNED_AXES, Fit, calibrate,
-    PRIOR_CENTRE, PRIOR_FAST, PRIOR_SLOW, UNCALIBRATED_NOTE, consistent_fits, crossover_from_fit, crossover_range, fit_for_model, forecast,
-    implausible, physics_check,
-    published_fit, refits,
+    BANDWIDTH_GRID,
+    PUBLISHED_PRECISION_S,
+    PRIOR_SOURCES,
+    PRIORS,
+    UNPINNED_AXES,
+    Fit,
+    calibrate,
+    PRIOR_CENTRE,
+    PRIOR_FAST,
+    PRIOR_SLOW,
+    UNCALIBRATED_NOTE,
+    consistent_fits,
+    crossover_from_fit,
+    crossover_range,
+    fit_for_model,
+    forecast,
+    implausible,
+    physics_check,
+    published_fit,
+    refits,
 )
 from kvlab.perfmodel.catalog import CatalogError, device_gpu, gpu as find_gpu, model as find_model, row_gpu
 from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
@@ -30,7 +46,10 @@ DEFAULT_CONTEXTS = (65536, 204800)
 
 
 def params_for(
-    gpu_key: str, data_dir: str | Path = DATA_DIR, workload: Workload = Workload(), assumptions: Assumptions = Assumptions(),
+    gpu_key: str,
+    data_dir: str | Path = DATA_DIR,
+    workload: Workload = Workload(),
+    assumptions: Assumptions = Assumptions(),
     model: str | None = None,
 ) -> tuple[Params, str, Fit | None]:
     """Parameters to predict ``model`` with on ``gpu_key`` and where they come from.
@@ -46,8 +65,12 @@ def params_for(
     return params, where, fit
 
 
-def _params_for(gpu_key: str, data_dir: str | Path, workload: Workload, assumptions: Assumptions,
-                ) -> tuple[Params, str, Fit | None]:
+def _params_for(
+    gpu_key: str,
+    data_dir: str | Path,
+    workload: Workload,
+    assumptions: Assumptions,
+) -> tuple[Params, str, Fit | None]:
     try:
         runs = load_runs(data_dir)
     except FileNotFoundError:
@@ -180,9 +203,13 @@ def model_command(
     ]
     if params is PRIOR_CENTRE:  # uncalibrated: the priors' range beside the centre
         out.append("batch time over the priors' range (fast end - slow end), uncalibrated:")
-        out += [f"  {cfg.label()} at {context_label(int(c))}: "
-                f"{batch_time(cfg, int(c), w, PRIOR_FAST, a).batch_time_s:,.1f}-"
-                f"{batch_time(cfg, int(c), w, PRIOR_SLOW, a).batch_time_s:,.1f} s" for cfg in configs for c in contexts]
+        out += [
+            f"  {cfg.label()} at {context_label(int(c))}: "
+            f"{batch_time(cfg, int(c), w, PRIOR_FAST, a).batch_time_s:,.1f}-"
+            f"{batch_time(cfg, int(c), w, PRIOR_SLOW, a).batch_time_s:,.1f} s"
+            for cfg in configs
+            for c in contexts
+        ]
     if fit is not None:
         out += ["", fit.summary()]
         if fit.hardware == g.gpu and any(d > 1 for *_, d in engines):
@@ -194,19 +221,37 @@ def model_command(
                 + " under the assumptions above"
             )
             if fit.kind == "free" and "published" in provenance:
-                out += ["", *physics_lines(fit, data_dir, tuple(int(c) for c in contexts), w, a, g.gpu,
-                                           configs[0].model.model, tp, dcp or tp)]
+                out += [
+                    "",
+                    *physics_lines(
+                        fit,
+                        data_dir,
+                        tuple(int(c) for c in contexts),
+                        w,
+                        a,
+                        g.gpu,
+                        configs[0].model.model,
+                        tp,
+                        dcp or tp,
+                    ),
+                ]
             sens, _ = crossover_range(data_dir, a, physics=True)
             out += step_cost_lines(sens)
-            out.append(crossover_range_line(configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util),
-                                            data_dir, a, sens))
+            out.append(
+                crossover_range_line(
+                    configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util), data_dir, a, sens
+                )
+            )
             if "published" in provenance:
-                out.append("  held-out winners (each published point left out in turn, per assumption set): "
-                           + held_out_by_set(sens, data_dir, base=a).text())
+                out.append(
+                    "  held-out winners (each published point left out in turn, per assumption set): "
+                    + held_out_by_set(sens, data_dir, base=a).text()
+                )
                 out += bound_lines(data_dir)
             if "published" in provenance:
-                cons = consistent_fits(sens, data_dir, gpu=g.gpu, model=configs[0].model.model, tp=tp,
-                                       dcp=dcp or tp, base=a)
+                cons = consistent_fits(
+                    sens, data_dir, gpu=g.gpu, model=configs[0].model.model, tp=tp, dcp=dcp or tp, base=a
+                )
                 out.append("  " + consistent_text(cons))
     return "\n".join(out)
 
@@ -220,12 +265,19 @@ def consistent_summary(cons) -> dict:
     candidates, kept, tolerance, the batch sizes they assume, their winners per context and crossover range."""
     k = cons.filter(cons["consistent"])
     xo = k["crossover_tokens"].drop_nulls()
-    winners = [(int(col[7:-1]) * 1024, k[col].value_counts(sort=True).rows())
-               for col in cons.columns if col.startswith("winner_")]
-    return {"candidates": cons.height, "kept": k.height,
-            "tolerance_pct": float(cons["threshold_pct"][0] - cons["max_abs_residual_pct"].min()),
-            "batches": "/".join(str(b) for b in sorted(k["batch_size"].unique().to_list())),
-            "winners": winners, "crossover": (float(xo.min()), float(xo.max())) if xo.len() else None}
+    winners = [
+        (int(col[7:-1]) * 1024, k[col].value_counts(sort=True).rows())
+        for col in cons.columns
+        if col.startswith("winner_")
+    ]
+    return {
+        "candidates": cons.height,
+        "kept": k.height,
+        "tolerance_pct": float(cons["threshold_pct"][0] - cons["max_abs_residual_pct"].min()),
+        "batches": "/".join(str(b) for b in sorted(k["batch_size"].unique().to_list())),
+        "winners": winners,
+        "crossover": (float(xo.min()), float(xo.max())) if xo.len() else None,
+    }
 
 
 def consistent_text(cons) -> str:
@@ -237,11 +289,13 @@ def consistent_text(cons) -> str:
     best = float(cons["max_abs_residual_pct"].min())
     tol = thr - best
     exact = int(cons["within_precision"].sum())
-    head = (f"fits consistent with the published totals (rule: largest residual within {tol:g} points of the best "
-            f"fit's {best:.1f}%, i.e. at most {thr:.1f}%): {k.height:,} of {cons.height:,} candidates ({sets} "
-            f"assumption sets x the free fit, the physics-only fit and {len(BANDWIDTH_GRID)} fixed decode bandwidths "
-            f"{BANDWIDTH_GRID[0]:g}-{BANDWIDTH_GRID[-1]:g} of peak); {exact} of them meet every total within its "
-            f"stated precision (±{PUBLISHED_PRECISION_S:g} s)")
+    head = (
+        f"fits consistent with the published totals (rule: largest residual within {tol:g} points of the best "
+        f"fit's {best:.1f}%, i.e. at most {thr:.1f}%): {k.height:,} of {cons.height:,} candidates ({sets} "
+        f"assumption sets x the free fit, the physics-only fit and {len(BANDWIDTH_GRID)} fixed decode bandwidths "
+        f"{BANDWIDTH_GRID[0]:g}-{BANDWIDTH_GRID[-1]:g} of peak); {exact} of them meet every total within its "
+        f"stated precision (±{PUBLISHED_PRECISION_S:g} s)"
+    )
     if not k.height:
         return head + "."
 
@@ -254,24 +308,38 @@ def consistent_text(cons) -> str:
     for col in [c for c in k.columns if c.startswith("winner_")]:
         counts = k[col].value_counts(sort=True).rows()
         wins.append(" and ".join(f"{w} faster at {col[7:].upper()} in {n} of {k.height}" for w, n in counts))
-    text = (head + f". They assume batch {vals('batch_size')}, output {vals('output_tokens', lambda v: f'{v:,}')}, "
-            f"expert reads {vals('expert_reads')}, KV format {vals('kv_format', kv_format_words)}, MLA width {vals('mla_width')}; "
-            f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}-{k['bandwidth_efficiency'].max():.1%} of peak. "
-            f"{'; '.join(wins)}; crossover "
-            + (token_range(xo.min(), xo.max()) if xo.len() else "none up to 1M tokens")
-            + (f" (crossing in {xo.len()} of {k.height})" if 0 < xo.len() < k.height else "") + ".")
+    text = (
+        head + f". They assume batch {vals('batch_size')}, output {vals('output_tokens', lambda v: f'{v:,}')}, "
+        f"expert reads {vals('expert_reads')}, KV format {vals('kv_format', kv_format_words)}, MLA width {vals('mla_width')}; "
+        f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}-{k['bandwidth_efficiency'].max():.1%} of peak. "
+        f"{'; '.join(wins)}; crossover "
+        + (token_range(xo.min(), xo.max()) if xo.len() else "none up to 1M tokens")
+        + (f" (crossing in {xo.len()} of {k.height})" if 0 < xo.len() < k.height else "")
+        + "."
+    )
     if phys.height:
-        text += (f" {phys.height} of them are physics-only fits with every parameter inside its prior, but they need "
-                 f"c(SGLang) {phys['sglang_overhead_ms'].min():.0f}-{phys['sglang_overhead_ms'].max():.0f} ms and "
-                 f"c(vLLM) {phys['vllm_overhead_ms'].min():.0f}-{phys['vllm_overhead_ms'].max():.0f} ms per decode "
-                 "step, which no prior bounds.")
+        text += (
+            f" {phys.height} of them are physics-only fits with every parameter inside its prior, but they need "
+            f"c(SGLang) {phys['sglang_overhead_ms'].min():.0f}-{phys['sglang_overhead_ms'].max():.0f} ms and "
+            f"c(vLLM) {phys['vllm_overhead_ms'].min():.0f}-{phys['vllm_overhead_ms'].max():.0f} ms per decode "
+            "step, which no prior bounds."
+        )
     else:
         text += " None of them is a physics-only fit: no fit inside every prior reproduces the totals this closely."
     return text
 
 
-def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...], w: Workload, a: Assumptions,
-                  gpu: str = "B300", model: str = "Kimi-K3", tp: int = 8, dcp: int = 8) -> list[str]:
+def physics_lines(
+    free_fit: Fit,
+    data_dir: str | Path,
+    contexts: tuple[int, ...],
+    w: Workload,
+    a: Assumptions,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    tp: int = 8,
+    dcp: int = 8,
+) -> list[str]:
     """The physics-only fit (every parameter inside its prior) beside the free fit, each with its winners at
     ``contexts`` and its crossover, and the priors with their sources."""
     phys = published_fit(data_dir, Workload(), Assumptions(kv_layers=a.kv_layers), physics=True)
@@ -284,20 +352,28 @@ def physics_lines(free_fit: Fit, data_dir: str | Path, contexts: tuple[int, ...]
         else:
             rng = f"{lo:g}-{hi:g}"
         priors.append(f"    {name}: {rng} ({PRIOR_SOURCES[name]})")
-    return [phys.summary(), "  priors:", *priors,
-            f"  free fit beside physics-only fit (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}):",
-            physics_check(free_fit, phys, contexts, w, a)]
+    return [
+        phys.summary(),
+        "  priors:",
+        *priors,
+        f"  free fit beside physics-only fit (vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}):",
+        physics_check(free_fit, phys, contexts, w, a),
+    ]
 
 
 def step_cost_lines(sens) -> list[str]:
     """Per engine, the fitted per-step overhead and the unexplained per-step cost of the bounded fits, with their
     ranges over the assumption sets (:func:`kvlab.perfmodel.ranges.per_step_costs`)."""
-    out = [f"  per-step cost per engine (bounded fits, every named term inside its prior; {sens.height} assumption sets):"]
+    out = [
+        f"  per-step cost per engine (bounded fits, every named term inside its prior; {sens.height} assumption sets):"
+    ]
     for e, c in per_step_costs(sens).items():
         f, u = c.fitted_overhead_ms, c.unexplained_ms
-        out.append(f"    {engine_label(e)}: fitted per-step overhead {f.default:.2f} ms (range {f.lo:.2f}-{f.hi:.2f}); "
-                   f"unexplained per-step cost {u.default:.1f} ms (range {u.lo:.1f}-{u.hi:.1f}) that nothing in the "
-                   "model explains")
+        out.append(
+            f"    {engine_label(e)}: fitted per-step overhead {f.default:.2f} ms (range {f.lo:.2f}-{f.hi:.2f}); "
+            f"unexplained per-step cost {u.default:.1f} ms (range {u.lo:.1f}-{u.hi:.1f}) that nothing in the "
+            "model explains"
+        )
     return out
 
 
@@ -310,10 +386,13 @@ def bound_lines(data_dir: str | Path = DATA_DIR) -> list[str]:
     out = ["  bound vs published measured GPU runs (a published figure above the bound contradicts the model):"]
     for c in checks:
         r = c.run
-        out.append(f"    {r.run_id}: {r.model} on {r.gpu}, {r.input_tokens:,} in: bound {c.bound:,.0f} >= published "
-                   f"{r.value:,.1f} tok/s/GPU, margin {c.margin:.2f}x" if c.consistent else
-                   f"    {r.run_id}: CONTRADICTED — bound {c.bound:,.0f} < published {r.value:,.1f} tok/s/GPU "
-                   f"(margin {c.margin:.2f}x): {c.wrong_term()}")
+        out.append(
+            f"    {r.run_id}: {r.model} on {r.gpu}, {r.input_tokens:,} in: bound {c.bound:,.0f} >= published "
+            f"{r.value:,.1f} tok/s/GPU, margin {c.margin:.2f}x"
+            if c.consistent
+            else f"    {r.run_id}: CONTRADICTED — bound {c.bound:,.0f} < published {r.value:,.1f} tok/s/GPU "
+            f"(margin {c.margin:.2f}x): {c.wrong_term()}"
+        )
         if r.concurrency_per_gpu:
             out[-1] += f"; KV capacity {c.capacity_per_gpu:,.1f} sequences/GPU for {r.concurrency_per_gpu:g} published"
         out.append(f"      source: {r.citation()}")
@@ -328,21 +407,31 @@ def crossover_range_line(vllm: Config, sglang: Config, data_dir: str | Path, a: 
         sens, _ = crossover_range(data_dir, a, physics=True)
 
     def span(physics: bool) -> str:
-        xs = [v for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a, physics))
-              if v is not None]
-        return (f"{token_range(min(xs), max(xs))}, crossing in {len(xs)} of {sens.height}" if xs else f"no crossover up to 1M tokens in any of the {sens.height}")
+        xs = [
+            v
+            for v in (crossover_context(vllm, sglang, w, p, ai) for w, ai, p in refits(sens, a, physics))
+            if v is not None
+        ]
+        return (
+            f"{token_range(min(xs), max(xs))}, crossing in {len(xs)} of {sens.height}"
+            if xs
+            else f"no crossover up to 1M tokens in any of the {sens.height}"
+        )
 
     plausible = int(sens["physical"].sum())
     w200 = sens["winner_200k"].to_list()
     p200 = sens["phys_winner_200k"].to_list()
-    return (f"  crossover range over what the published points cannot pin ({UNPINNED_AXES}, {sens.height} refits): "
-            f"free fits {span(False)}; {engine_label(SGLANG)} wins at 200K in {w200.count(engine_label(SGLANG))} of "
-            f"{sens.height}; "
-            f"{plausible} of {sens.height} free fits physically plausible"
-            + ("" if plausible else ": read the model as an illustration, not a forecast") + "\n"
-            f"  physics-only fits over the same {sens.height} sets: {span(True)}; {engine_label(SGLANG)} wins at 200K in "
-            f"{p200.count(engine_label(SGLANG))} of {sens.height}; residuals up to "
-            f"{sens['phys_max_abs_residual_pct'].max():.0f}%")
+    return (
+        f"  crossover range over what the published points cannot pin ({UNPINNED_AXES}, {sens.height} refits): "
+        f"free fits {span(False)}; {engine_label(SGLANG)} wins at 200K in {w200.count(engine_label(SGLANG))} of "
+        f"{sens.height}; "
+        f"{plausible} of {sens.height} free fits physically plausible"
+        + ("" if plausible else ": read the model as an illustration, not a forecast")
+        + "\n"
+        f"  physics-only fits over the same {sens.height} sets: {span(True)}; {engine_label(SGLANG)} wins at 200K in "
+        f"{p200.count(engine_label(SGLANG))} of {sens.height}; residuals up to "
+        f"{sens['phys_max_abs_residual_pct'].max():.0f}%"
+    )
 
 
 def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path) -> str:
@@ -363,7 +452,10 @@ def _model_command_spec(target: str, kv_layers: int | None, data_dir: str | Path
         cfgs = list(dict.fromkeys(c for c, _ in members))
         prompts = sorted({p for _, p in members})
         budget = f", KV budget {kvb:,.0f} B" if kvb else ""
-        out += ["", f"batch_size {w.batch_size}, output_tokens {w.output_tokens}, mem_util {util}{budget}; prompt tokens {prompts}"]
+        out += [
+            "",
+            f"batch_size {w.batch_size}, output_tokens {w.output_tokens}, mem_util {util}{budget}; prompt tokens {prompts}",
+        ]
         out.append(describe(cfgs, prompts, w, params, a))
     if fit is not None:
         out += ["", fit.summary()]
@@ -412,10 +504,14 @@ def gpu_minutes(spec, data_dir: str | Path = DATA_DIR) -> dict | None:
         totals.append((wall, gpu_s))
     servers = plan.by_server(runs)
     start_gpu_s = sum(SERVER_START_S * group[0].engine.tp for _, group in servers)
-    return {"runs": len(runs), "servers": len(servers), "gpus": max(r.engine.tp for r in runs),
-            "run_minutes": (min(t[0] for t in totals) / 60, max(t[0] for t in totals) / 60),
-            "start_minutes": len(servers) * SERVER_START_S / 60,
-            "gpu_minutes": tuple((start_gpu_s + t[1]) / 60 for t in sorted(totals, key=lambda t: t[1]))}
+    return {
+        "runs": len(runs),
+        "servers": len(servers),
+        "gpus": max(r.engine.tp for r in runs),
+        "run_minutes": (min(t[0] for t in totals) / 60, max(t[0] for t in totals) / 60),
+        "start_minutes": len(servers) * SERVER_START_S / 60,
+        "gpu_minutes": tuple((start_gpu_s + t[1]) / 60 for t in sorted(totals, key=lambda t: t[1])),
+    }
 
 
 def gpu_minutes_line(spec, data_dir: str | Path = DATA_DIR) -> str:
@@ -425,9 +521,11 @@ def gpu_minutes_line(spec, data_dir: str | Path = DATA_DIR) -> str:
         return ""
     lo, hi = est["gpu_minutes"]
     rl, rh = est["run_minutes"]
-    return (f"# estimate: {lo:,.0f}-{hi:,.0f} GPU-minutes on {est['gpus']} GPUs ({est['runs']} runs, modelled "
-            f"{rl:,.0f}-{rh:,.0f} min of batch time under the free and the physics-only fit; {est['servers']} server "
-            f"starts at an assumed {SERVER_START_S / 60:g} min each; retries and warm-up not counted)")
+    return (
+        f"# estimate: {lo:,.0f}-{hi:,.0f} GPU-minutes on {est['gpus']} GPUs ({est['runs']} runs, modelled "
+        f"{rl:,.0f}-{rh:,.0f} min of batch time under the free and the physics-only fit; {est['servers']} server "
+        f"starts at an assumed {SERVER_START_S / 60:g} min each; retries and warm-up not counted)"
+    )
 
 
 def run_pins(target: str | Path) -> list[str]:
@@ -460,25 +558,38 @@ def run_pins(target: str | Path) -> list[str]:
         if fmt:
             what = f"kv_format ({fmt} KV: its slope against context beside the BF16 runs gives the bytes a token costs)"
         elif e.dcp == 1 and len(dcp_of.get(e.name, ())) > 1:
-            what = (f"dcp_layer_latency_s (DCP off beside DCP {max(dcp_of[e.name])} in the same engine at the same "
-                    f"context: the difference is DCP's KV split and collectives; {c} cancels)")
+            what = (
+                f"dcp_layer_latency_s (DCP off beside DCP {max(dcp_of[e.name])} in the same engine at the same "
+                f"context: the difference is DCP's KV split and collectives; {c} cancels)"
+            )
         elif w.batch_size != base.batch_size:
-            what = (f"{c} and expert reads (TPOT against batch size at a fixed context: the overhead reads no bytes, "
-                    "the routed experts grow with the batch)")
+            what = (
+                f"{c} and expert reads (TPOT against batch size at a fixed context: the overhead reads no bytes, "
+                "the routed experts grow with the batch)"
+            )
         elif w.output_tokens != base.output_tokens:
             what = "linearity of the KV term (step time as the context grows by the output within one run)"
         elif len(ctx_at_base.get(r.engine_label, ())) >= 3:
-            what = (f"bandwidth_efficiency (slope of TPOT against context), {c} + weights (its intercept), "
-                    "prefill_efficiency (TTFT against prompt)")
+            what = (
+                f"bandwidth_efficiency (slope of TPOT against context), {c} + weights (its intercept), "
+                "prefill_efficiency (TTFT against prompt)"
+            )
         else:
             what = "a point of the context slope (fewer than three contexts: no slope on its own)"
-        out.append(f"  {r.engine_label:<13} {w.context_tokens:>7,} tokens  batch {w.batch_size:>2}  output "
-                   f"{w.output_tokens:>5,}: {what}")
+        out.append(
+            f"  {r.engine_label:<13} {w.context_tokens:>7,} tokens  batch {w.batch_size:>2}  output "
+            f"{w.output_tokens:>5,}: {what}"
+        )
     return out
 
 
-def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumptions = Assumptions(),
-                     contexts: tuple[int, ...] = (65536, 204800)) -> str:
+def physics_markdown(
+    free: Fit,
+    phys: Fit,
+    w: Workload = Workload(),
+    a: Assumptions = Assumptions(),
+    contexts: tuple[int, ...] = (65536, 204800),
+) -> str:
     """Report 04's paragraph on the two fits: what each predicts, the non-physical label with its consequence, the
     priors with their sources, and what four totals cannot separate."""
     f, p = forecast(free, contexts, workload=w, assumptions=a), forecast(phys, contexts, workload=w, assumptions=a)
@@ -486,7 +597,9 @@ def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumpti
     def says(fc) -> str:
         wins = ", ".join(f"{win} faster at {k_label(c)}" for c, win in zip(fc.contexts, fc.winners))
         # the page's one notation for a modelled crossover: '≈173K (177,652 tokens)', as in the verdict table
-        return wins + (f", crossover {approx_tokens(fc.crossover)}" if fc.crossover else ", no crossover up to 1M tokens")
+        return wins + (
+            f", crossover {approx_tokens(fc.crossover)}" if fc.crossover else ", no crossover up to 1M tokens"
+        )
 
     label = "**non-physical**" if not free.physical else "inside every prior"
     lines = [
@@ -502,12 +615,20 @@ def physics_markdown(free: Fit, phys: Fit, w: Workload = Workload(), a: Assumpti
             f"- **Consequence:** the free fit reproduces the table only with {'; '.join(implausible(free, short=True))} "
             f"(implausible: see the calibration above). Held to the "
             f"priors, the model " + ("keeps its winners" if same else "names other winners") + f" ({says(p)}): the "
-            "article's reversal " + ("survives" if p.winners[-1] == engine_label(SGLANG) else "does not follow from the physics")
-            + " under the assumed workload.")
+            "article's reversal "
+            + ("survives" if p.winners[-1] == engine_label(SGLANG) else "does not follow from the physics")
+            + " under the assumed workload."
+        )
     lines.append(
         "- Four totals cannot tell the engines' per-step overheads apart from the DCP latency (with DCP only on "
         "SGLang both are one constant per step); the B300 step-fit plan (data/experiments/b300_step_fit.yaml) "
-        "names the runs that would.")
-    lines.append("- Priors: decode bandwidth 0.3–0.9 of peak (" + PRIOR_SOURCES["bandwidth_efficiency"]
-                 + "); DCP collective 1–100 µs (" + PRIOR_SOURCES["dcp_layer_latency_s"] + ").")
+        "names the runs that would."
+    )
+    lines.append(
+        "- Priors: decode bandwidth 0.3–0.9 of peak ("
+        + PRIOR_SOURCES["bandwidth_efficiency"]
+        + "); DCP collective 1–100 µs ("
+        + PRIOR_SOURCES["dcp_layer_latency_s"]
+        + ")."
+    )
     return "\n".join(lines)

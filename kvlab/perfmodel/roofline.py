@@ -207,7 +207,11 @@ def memory(cfg: Config, context_tokens: int, a: Assumptions = Assumptions()) -> 
     if cfg.kv_cache_bytes is not None:
         pool = cfg.kv_cache_bytes
         seqs = int(pool // per_seq)
-        reason = "fits" if seqs >= 1 else f"one {context_tokens}-token sequence needs {per_seq:,.0f} B of KV, budget {pool:,.0f} B"
+        reason = (
+            "fits"
+            if seqs >= 1
+            else f"one {context_tokens}-token sequence needs {per_seq:,.0f} B of KV, budget {pool:,.0f} B"
+        )
         return Memory(weights, pool, per_tok, int(pool // per_tok), seqs, math.inf, seqs >= 1, reason)
     if cfg.mem_util is None:
         return Memory(weights, math.inf, per_tok, 2**62, 2**62, math.inf, True, "no memory limit modelled")
@@ -378,8 +382,12 @@ def crossover_context(
     the CPU's SIMD paths (docs/testing.md, "The model's figures on other CPUs").
     Cached per process for its arguments (all immutable): a notebook re-run in one kernel, or report 04's ranges over
     every assumption set, solves each crossing once."""
+
     def diff(c: float) -> float:
-        return batch_time(cfg_a, int(round(c)), w, p, a).batch_time_s - batch_time(cfg_b, int(round(c)), w, p, a).batch_time_s
+        return (
+            batch_time(cfg_a, int(round(c)), w, p, a).batch_time_s
+            - batch_time(cfg_b, int(round(c)), w, p, a).batch_time_s
+        )
 
     lo_tokens = max(lo_tokens, 2 * w.output_tokens)  # a context holds its output: at least as much prompt
     grid = [lo_tokens * (hi_tokens / lo_tokens) ** (i / 64) for i in range(65)]

@@ -25,8 +25,18 @@ from kvlab.perfmodel.frames import row_config
 from kvlab.units import sig2
 from kvlab.perfmodel.roofline import Assumptions, kv_bytes_per_token_per_gpu
 
-GROUP = ("experiment", "hardware", "engine", "model", "tp", "dcp", "mem_util", "kv_budget_bytes", "batch_size",
-         "output_tokens")
+GROUP = (
+    "experiment",
+    "hardware",
+    "engine",
+    "model",
+    "tp",
+    "dcp",
+    "mem_util",
+    "kv_budget_bytes",
+    "batch_size",
+    "output_tokens",
+)
 
 
 def line_fit(x: np.ndarray, y: np.ndarray, level: float = 0.95) -> dict:
@@ -59,11 +69,15 @@ def line_fit(x: np.ndarray, y: np.ndarray, level: float = 0.95) -> dict:
         se = math.sqrt(qcov[2, 2]) if qcov[2, 2] > 0 else math.nan
         curvature_t = float(qc[2] / se) if se and se > 0 else math.inf
     return {
-        "intercept": float(coef[0]), "slope": float(coef[1]),
+        "intercept": float(coef[0]),
+        "slope": float(coef[1]),
         "intercept_ci": (float(coef[0] - half[0]), float(coef[0] + half[0])),
         "slope_ci": (float(coef[1] - half[1]), float(coef[1] + half[1])),
         "r2": 1 - float(resid @ resid) / ss_tot if ss_tot > 0 else 1.0,
-        "residuals": resid.tolist(), "fitted": fitted.tolist(), "curvature_t": curvature_t, "dof": dof,
+        "residuals": resid.tolist(),
+        "fitted": fitted.tolist(),
+        "curvature_t": curvature_t,
+        "dof": dof,
     }
 
 
@@ -76,7 +90,9 @@ def step_fits(runs: pl.DataFrame, min_contexts: int = 3) -> tuple[pl.DataFrame, 
     fit_rows, point_rows = [], []
     if runs.is_empty() or not need <= set(runs.columns):
         return pl.DataFrame(), pl.DataFrame()
-    m = runs.filter((pl.col("source") == "measured") & (pl.col("status") == "ok") & pl.col("tpot_mean_ms").is_not_null())
+    m = runs.filter(
+        (pl.col("source") == "measured") & (pl.col("status") == "ok") & pl.col("tpot_mean_ms").is_not_null()
+    )
     keys = [k for k in GROUP if k in m.columns]
     for key, g in m.group_by(keys, maintain_order=True):
         g = g.sort("context_tokens")
@@ -89,23 +105,41 @@ def step_fits(runs: pl.DataFrame, min_contexts: int = 3) -> tuple[pl.DataFrame, 
         bw = achieved_bandwidth(g.row(0, named=True), f["slope"] / 1e3, row_config)
         lo_bw = achieved_bandwidth(g.row(0, named=True), f["slope_ci"][1] / 1e3, row_config)
         hi_bw = achieved_bandwidth(g.row(0, named=True), f["slope_ci"][0] / 1e3, row_config)
-        linear = ("linear" if not math.isfinite(f["curvature_t"]) or abs(f["curvature_t"]) < 2 else "curved")
+        linear = "linear" if not math.isfinite(f["curvature_t"]) or abs(f["curvature_t"]) < 2 else "curved"
         if math.isnan(f["curvature_t"]):
             linear = "untested (needs 4 contexts)"
-        fit_rows.append(row | {
-            "contexts": g["context_tokens"].n_unique(), "runs": g.height,
-            # ms per token x 1,000 tokens x 1,000 us per ms
-            "slope_us_per_1k_tokens": f["slope"] * 1e6,
-            "slope_ci_low": f["slope_ci"][0] * 1e6, "slope_ci_high": f["slope_ci"][1] * 1e6,
-            "intercept_ms": f["intercept"], "intercept_ci_low": f["intercept_ci"][0],
-            "intercept_ci_high": f["intercept_ci"][1], "r2": f["r2"],
-            "max_abs_residual_ms": float(np.max(np.abs(f["residuals"]))), "linearity": linear,
-            "bandwidth_efficiency": bw, "bandwidth_efficiency_low": lo_bw, "bandwidth_efficiency_high": hi_bw,
-        })
+        fit_rows.append(
+            row
+            | {
+                "contexts": g["context_tokens"].n_unique(),
+                "runs": g.height,
+                # ms per token x 1,000 tokens x 1,000 us per ms
+                "slope_us_per_1k_tokens": f["slope"] * 1e6,
+                "slope_ci_low": f["slope_ci"][0] * 1e6,
+                "slope_ci_high": f["slope_ci"][1] * 1e6,
+                "intercept_ms": f["intercept"],
+                "intercept_ci_low": f["intercept_ci"][0],
+                "intercept_ci_high": f["intercept_ci"][1],
+                "r2": f["r2"],
+                "max_abs_residual_ms": float(np.max(np.abs(f["residuals"]))),
+                "linearity": linear,
+                "bandwidth_efficiency": bw,
+                "bandwidth_efficiency_low": lo_bw,
+                "bandwidth_efficiency_high": hi_bw,
+            }
+        )
         for r, xi, fi, ri in zip(g.iter_rows(named=True), x, f["fitted"], f["residuals"]):
-            point_rows.append(row | {"run_id": r.get("run_id"), "context_tokens": r["context_tokens"],
-                                     "mean_decode_context": xi, "tpot_ms": r["tpot_mean_ms"], "fitted_ms": fi,
-                                     "residual_ms": ri})
+            point_rows.append(
+                row
+                | {
+                    "run_id": r.get("run_id"),
+                    "context_tokens": r["context_tokens"],
+                    "mean_decode_context": xi,
+                    "tpot_ms": r["tpot_mean_ms"],
+                    "fitted_ms": fi,
+                    "residual_ms": ri,
+                }
+            )
     return pl.DataFrame(fit_rows), pl.DataFrame(point_rows)
 
 
@@ -140,13 +174,21 @@ def step_fit_note(runs: pl.DataFrame, fits: pl.DataFrame, min_contexts: int = 3)
             return f"*No measured runs: a per-step fit needs TPOT at {min_contexts} or more contexts per engine.*"
         keys = [k for k in GROUP if k in m.columns]
         ok = m.filter(pl.col("tpot_mean_ms").is_not_null()) if "tpot_mean_ms" in m.columns else m.clear()
-        most = (ok.group_by(keys).agg(pl.col("context_tokens").n_unique().alias("n"))
-                .group_by("engine").agg(pl.col("n").max()).sort("engine")
-                if "engine" in keys and ok.height else pl.DataFrame())
+        most = (
+            ok.group_by(keys)
+            .agg(pl.col("context_tokens").n_unique().alias("n"))
+            .group_by("engine")
+            .agg(pl.col("n").max())
+            .sort("engine")
+            if "engine" in keys and ok.height
+            else pl.DataFrame()
+        )
         have = ", ".join(f"{engine_label(r['engine'])} {r['n']}" for r in most.iter_rows(named=True)) or "none"
-        return (f"*No per-step fit: it needs TPOT at {min_contexts} or more contexts of one configuration (engine, "
-                f"memory setting, batch and output length) per engine; the most any one configuration has here: {have}. "
-                "The long-context study's full form (or its quick form with a third context) gives them.*")
+        return (
+            f"*No per-step fit: it needs TPOT at {min_contexts} or more contexts of one configuration (engine, "
+            f"memory setting, batch and output length) per engine; the most any one configuration has here: {have}. "
+            "The long-context study's full form (or its quick form with a third context) gives them.*"
+        )
     parts = []
     for r in fits.iter_rows(named=True):
         bw = r["bandwidth_efficiency"]
@@ -159,7 +201,9 @@ def step_fit_note(runs: pl.DataFrame, fits: pl.DataFrame, min_contexts: int = 3)
             f"{r['runs']} runs): step time {verb} **{sig2(abs(ms))} ms per 1,000 tokens** of context (95% interval "
             f"{sig2(lo)} to {sig2(hi)} ms, which {sign}), from {sig2(r['intercept_ms'])} ms at no context; "
             f"R² {r['r2']:.2f}, largest residual {sig2(r['max_abs_residual_ms'])} ms, {r['linearity']}"
-            + (f"; the slope implies {sig2(bw)}× the catalog's nominal bandwidth" if math.isfinite(bw) else "") + ".")
+            + (f"; the slope implies {sig2(bw)}× the catalog's nominal bandwidth" if math.isfinite(bw) else "")
+            + "."
+        )
     return "\n".join(parts)
 
 
@@ -172,11 +216,16 @@ def step_fit_caption(fits: pl.DataFrame) -> str:
         if not (math.isfinite(lo) and math.isfinite(hi)):
             verdict = "two contexts, so no interval"
         elif lo <= 0 <= hi:
-            verdict = ("its 95% interval includes zero, so these runs do not show step time changing with context"
-                       + (" (the fitted slope is negative)" if r["slope_us_per_1k_tokens"] < 0 else ""))
+            verdict = "its 95% interval includes zero, so these runs do not show step time changing with context" + (
+                " (the fitted slope is negative)" if r["slope_us_per_1k_tokens"] < 0 else ""
+            )
         else:
-            verdict = ("step time " + ("grows" if lo > 0 else "falls") + " with context, the 95% interval excluding zero")
-        parts.append(f"{engine_label(r['engine'])}: {verdict}; residuals up to {sig2(r['max_abs_residual_ms'])} ms over "
-                     f"{r['runs']} runs at {r['contexts']} contexts")
-    return ("Measured on this host: mean decode step time (TPOT) of each run against its mean context, a least-squares "
-            "line per engine (left) and what the line leaves (right). " + "; ".join(parts) + ".")
+            verdict = "step time " + ("grows" if lo > 0 else "falls") + " with context, the 95% interval excluding zero"
+        parts.append(
+            f"{engine_label(r['engine'])}: {verdict}; residuals up to {sig2(r['max_abs_residual_ms'])} ms over "
+            f"{r['runs']} runs at {r['contexts']} contexts"
+        )
+    return (
+        "Measured on this host: mean decode step time (TPOT) of each run against its mean context, a least-squares "
+        "line per engine (left) and what the line leaves (right). " + "; ".join(parts) + "."
+    )

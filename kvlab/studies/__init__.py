@@ -62,9 +62,12 @@ class Answer:
 
     def to_json(self) -> dict:
         """Its sentences, and its table as columns (in order: a notebook's JSON sorts an object's keys) and rows."""
-        return {"sentences": list(self.sentences),
-                "table": None if self.table is None else {"columns": self.table.columns,
-                                                          "rows": [list(r) for r in self.table.rows()]}}
+        return {
+            "sentences": list(self.sentences),
+            "table": None
+            if self.table is None
+            else {"columns": self.table.columns, "rows": [list(r) for r in self.table.rows()]},
+        }
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         md = narrative.answer_markdown(self)
@@ -106,16 +109,22 @@ class StudyResult:
             return self.frames[name]
         if name in self.values:
             return self.values[name]
-        raise KeyError(f"{self.report} has no frame or value {name!r} (frames: {sorted(self.frames)}, "
-                       f"values: {sorted(self.values)})")
+        raise KeyError(
+            f"{self.report} has no frame or value {name!r} (frames: {sorted(self.frames)}, "
+            f"values: {sorted(self.values)})"
+        )
 
     def to_json(self) -> dict:
         """What ``reports/index.json`` keeps of it: the answer, the verdicts (with their family), what it read and
         the parameters."""
-        return {"report": self.report, "answer": json.loads(json.dumps(self.answer.to_json(), default=str)),
-                "verdicts": json.loads(json.dumps([asdict(v) for v in self.verdicts], default=str)), "experiments": list(self.experiments),
-                "documents": list(self.documents),
-                "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in self.parameters.items()}}
+        return {
+            "report": self.report,
+            "answer": json.loads(json.dumps(self.answer.to_json(), default=str)),
+            "verdicts": json.loads(json.dumps([asdict(v) for v in self.verdicts], default=str)),
+            "experiments": list(self.experiments),
+            "documents": list(self.documents),
+            "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in self.parameters.items()},
+        }
 
 
 def module(report: str):
@@ -138,13 +147,15 @@ def run(mod, wb, namespace: Mapping[str, Any]) -> StudyResult:
     the defaults included (what :mod:`kvlab.pages` reads, what the provenance panel lists)."""
     given = parameters(mod.compute, namespace)
     result = mod.compute(wb, **given)
-    defaults = {p.name: p.default for p in inspect.signature(mod.compute).parameters.values()
-                if p.kind is p.KEYWORD_ONLY}
+    defaults = {
+        p.name: p.default for p in inspect.signature(mod.compute).parameters.values() if p.kind is p.KEYWORD_ONLY
+    }
     return replace(result, parameters={**defaults, **given})
 
 
-def compute_report(report: str, data_dir: str | Path | None = None, params: Mapping[str, Any] | None = None,
-                   workbook=None) -> StudyResult:
+def compute_report(
+    report: str, data_dir: str | Path | None = None, params: Mapping[str, Any] | None = None, workbook=None
+) -> StudyResult:
     """One report's result outside a notebook (what ``kvlab report`` writes to index.json): ``params`` may hold
     names of other notebooks' parameters too (ignored, as papermill does)."""
     mod = module(report)

@@ -28,10 +28,27 @@ def modelled_ratios(sens: pl.DataFrame, contexts=ANSWER_CONTEXTS) -> pl.DataFram
     lowest and highest ratio, and in how many sets SGLang is the faster (:func:`kvlab.perfmodel.ranges.model_ranges`,
     which report 04's claims row reads too). Above 1: SGLang faster."""
     spans = model_ranges(sens, contexts=tuple(contexts)).ratios
-    return pl.DataFrame([{"context_tokens": r.context_tokens, "ratio_low": r.ratio.lo, "ratio_high": r.ratio.hi,
-                          "sets": r.ratio.sets, "sglang_faster_sets": r.sglang_faster, "span": r} for r in spans],
-                        schema={"context_tokens": pl.Int64, "ratio_low": pl.Float64, "ratio_high": pl.Float64,
-                                "sets": pl.Int64, "sglang_faster_sets": pl.Int64, "span": pl.Object})
+    return pl.DataFrame(
+        [
+            {
+                "context_tokens": r.context_tokens,
+                "ratio_low": r.ratio.lo,
+                "ratio_high": r.ratio.hi,
+                "sets": r.ratio.sets,
+                "sglang_faster_sets": r.sglang_faster,
+                "span": r,
+            }
+            for r in spans
+        ],
+        schema={
+            "context_tokens": pl.Int64,
+            "ratio_low": pl.Float64,
+            "ratio_high": pl.Float64,
+            "sets": pl.Int64,
+            "sglang_faster_sets": pl.Int64,
+            "span": pl.Object,
+        },
+    )
 
 
 def answer_table(rel: pl.DataFrame, ratios: pl.DataFrame, engine_a: str, engine_b: str) -> pl.DataFrame:
@@ -43,24 +60,56 @@ def answer_table(rel: pl.DataFrame, ratios: pl.DataFrame, engine_a: str, engine_
         pub = rel.filter(pl.col("context_tokens") == ctx)
         if pub.height:
             p = pub.row(0, named=True)
-            rows.append({"context": k_label(ctx), "context_tokens": ctx, "engine": p["faster"],
-                         "margin": f"{p['speedup']:.2f}× faster", "evidence": "published",
-                         "basis": "the article's table, one run per cell"})
+            rows.append(
+                {
+                    "context": k_label(ctx),
+                    "context_tokens": ctx,
+                    "engine": p["faster"],
+                    "margin": f"{p['speedup']:.2f}× faster",
+                    "evidence": "published",
+                    "basis": "the article's table, one run per cell",
+                }
+            )
         span, b = r["span"], engine_label(engine_b)
-        rows.append({"context": k_label(ctx), "context_tokens": ctx, "engine": span.winner or "either",
-                     "margin": span.margin(engine_label(engine_a), b),
-                     "evidence": "modelled",
-                     "basis": f"{b} faster in {r['sglang_faster_sets']} of {r['sets']} assumption sets; the model "
-                              "fails its held-out test"})
-    return pl.DataFrame(rows, schema={"context": pl.String, "context_tokens": pl.Int64, "engine": pl.String,
-                                      "margin": pl.String, "evidence": pl.String, "basis": pl.String})
+        rows.append(
+            {
+                "context": k_label(ctx),
+                "context_tokens": ctx,
+                "engine": span.winner or "either",
+                "margin": span.margin(engine_label(engine_a), b),
+                "evidence": "modelled",
+                "basis": f"{b} faster in {r['sglang_faster_sets']} of {r['sets']} assumption sets; the model "
+                "fails its held-out test",
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "context": pl.String,
+            "context_tokens": pl.Int64,
+            "engine": pl.String,
+            "margin": pl.String,
+            "evidence": pl.String,
+            "basis": pl.String,
+        },
+    )
 
 
-def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300",
-            measured_experiment: str = "cpu_long_context", mem_util: float = 0.92, engine_a: str = VLLM,
-            engine_b: str = SGLANG, context_from: str = "64K", context_to: str = "200K",
-            crossover_methods: list = ("linear", "power"), measured_engine_a: str = VLLM,
-            measured_engine_b: str = "auto") -> StudyResult:
+def compute(
+    wb,
+    *,
+    data_dir: str = "",
+    published_experiment: str = "article_b300",
+    measured_experiment: str = "cpu_long_context",
+    mem_util: float = 0.92,
+    engine_a: str = VLLM,
+    engine_b: str = SGLANG,
+    context_from: str = "64K",
+    context_to: str = "200K",
+    crossover_methods: list = ("linear", "power"),
+    measured_engine_a: str = VLLM,
+    measured_engine_b: str = "auto",
+) -> StudyResult:
     data = wb.data
     published = wb.published(published_experiment)
     measured = wb.measured(measured_experiment, mem_util)
@@ -73,11 +122,22 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     sens, x_model_range = crossover_range(data, physics=True)
     consistent = consistent_summary(consistent_fits(sens, data))
     ratios = modelled_ratios(sens)
-    frames = {"published": published, "published_means": means, "relative": rel,
-              "modelled_ratios": ratios.drop("span"),
-              "sensitivity": sens}
-    values = {"estimates": estimates, "fit": fit, "x_model": x_model, "x_model_range": x_model_range,
-              "consistent": consistent, "x_measured": None, "measured_engine_b": measured_engine_b}
+    frames = {
+        "published": published,
+        "published_means": means,
+        "relative": rel,
+        "modelled_ratios": ratios.drop("span"),
+        "sensitivity": sens,
+    }
+    values = {
+        "estimates": estimates,
+        "fit": fit,
+        "x_model": x_model,
+        "x_model_range": x_model_range,
+        "consistent": consistent,
+        "x_measured": None,
+        "measured_engine_b": measured_engine_b,
+    }
     rel_m = None
     if measured_engine_b == "auto":  # PyTorch SGLang where it ran, else sglang-jax (opt-in on a CPU)
         measured_engine_b = guide.measured_member(SGLANG, [] if measured.is_empty() else measured["engine"].unique())
@@ -85,17 +145,28 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     if not measured.is_empty():
         pair = measured.filter(pl.col("engine").is_in([measured_engine_a, measured_engine_b]))
         rel_m = analysis.relative_speed(pair, measured_engine_a, measured_engine_b)
-        frames |= {"measured": pair, "measured_means": analysis.mean_batch_times(pair).sort("context_tokens", "engine"), "measured_relative": rel_m,
-                   "growth": analysis.batch_time_growth(pair),
-                   "decay_measured": analysis.decay_factors(pair, context_from, context_to),
-                   "decay_published": analysis.decay_factors(published, context_from, context_to)}
-        values["x_measured"] = [analysis.crossover(pair, measured_engine_a, measured_engine_b, method=m)
-                                for m in crossover_methods]
+        frames |= {
+            "measured": pair,
+            "measured_means": analysis.mean_batch_times(pair).sort("context_tokens", "engine"),
+            "measured_relative": rel_m,
+            "growth": analysis.batch_time_growth(pair),
+            "decay_measured": analysis.decay_factors(pair, context_from, context_to),
+            "decay_published": analysis.decay_factors(published, context_from, context_to),
+        }
+        values["x_measured"] = [
+            analysis.crossover(pair, measured_engine_a, measured_engine_b, method=m) for m in crossover_methods
+        ]
     found = narrative.speed_claim_verdicts(claims, rel, rel_m, {engine_b: measured_engine_b})
     found += narrative.crossover_verdicts(estimates, x_model, values["x_measured"], x_model_range, fit, consistent)
     found += document_claim_verdicts(claims, wb.all_claims(), published)  # the article's mechanisms and set-up
     table = answer_table(rel, ratios, engine_a, engine_b)
-    answer = Answer(narrative.context_answer(rel.sort("context_tokens").to_dicts(),
-                                             table.filter(pl.col("evidence") == "modelled").to_dicts(),
-                                             x_model_range, measured.is_empty()), table)
+    answer = Answer(
+        narrative.context_answer(
+            rel.sort("context_tokens").to_dicts(),
+            table.filter(pl.col("evidence") == "modelled").to_dicts(),
+            x_model_range,
+            measured.is_empty(),
+        ),
+        table,
+    )
     return sourced(REPORT, wb, answer, found, frames, values)

@@ -17,18 +17,34 @@ REPORT = "03_memory_utilisation"
 def budgets(measured: pl.DataFrame) -> pl.DataFrame:
     """What each memory setting configures on the host that measured it: the KV budget (bytes, MiB) the experiment
     file sets per setting, and its ratio to the lowest setting's. Configuration, not a finding."""
-    b = (measured.filter(pl.col("kv_budget_bytes").is_not_null())
-         .group_by("mem_util").agg(pl.col("kv_budget_bytes").min().alias("kv_budget_bytes"),
-                                   pl.col("kv_budget_bytes").n_unique().alias("distinct_budgets"))
-         .sort("mem_util"))
-    return b.with_columns((pl.col("kv_budget_bytes") / 2**20).alias("kv_budget_mib"),
-                          (pl.col("kv_budget_bytes") / pl.col("kv_budget_bytes").first()).alias("ratio_to_lowest"),
-                          pl.lit("configuration").alias("evidence"))
+    b = (
+        measured.filter(pl.col("kv_budget_bytes").is_not_null())
+        .group_by("mem_util")
+        .agg(
+            pl.col("kv_budget_bytes").min().alias("kv_budget_bytes"),
+            pl.col("kv_budget_bytes").n_unique().alias("distinct_budgets"),
+        )
+        .sort("mem_util")
+    )
+    return b.with_columns(
+        (pl.col("kv_budget_bytes") / 2**20).alias("kv_budget_mib"),
+        (pl.col("kv_budget_bytes") / pl.col("kv_budget_bytes").first()).alias("ratio_to_lowest"),
+        pl.lit("configuration").alias("evidence"),
+    )
 
 
-def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300", measured_experiment: str = "",
-            gpu: str = "B300", model: str = "Kimi-K3", mem_utils: list = (0.92, 0.95),
-            headroom_contexts: list = (65536, 204800), dcp: int = 8) -> StudyResult:
+def compute(
+    wb,
+    *,
+    data_dir: str = "",
+    published_experiment: str = "article_b300",
+    measured_experiment: str = "",
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    mem_utils: list = (0.92, 0.95),
+    headroom_contexts: list = (65536, 204800),
+    dcp: int = 8,
+) -> StudyResult:
     claims = wb.claims(published_experiment, kind="memory")
     article = wb.published(published_experiment)
     measured = wb.measured(measured_experiment or analysis.memory_experiments(wb.runs))
@@ -36,24 +52,46 @@ def compute(wb, *, data_dir: str = "", published_experiment: str = "article_b300
     stats = analysis.memory_study(measured, attempts)
     cmp = analysis.memory_comparison(stats)
     head = headroom_table(gpu, model, list(mem_utils), sorted({1, dcp}), list(headroom_contexts))
-    frames = {"claims": claims, "article": article, "measured": measured, "attempts": attempts, "stats": stats,
-              "comparison": cmp, "headroom": head, "budgets": budgets(measured),
-              "gpu_left": memory_outside_kv_pool(wb.telemetry, measured)}  # NVML samples: GPU runs only, else empty
+    frames = {
+        "claims": claims,
+        "article": article,
+        "measured": measured,
+        "attempts": attempts,
+        "stats": stats,
+        "comparison": cmp,
+        "headroom": head,
+        "budgets": budgets(measured),
+        "gpu_left": memory_outside_kv_pool(wb.telemetry, measured),
+    }  # NVML samples: GPU runs only, else empty
     if not measured.is_empty():
         frames["ratios"] = analysis.memory_ratios(stats)  # each engine against itself: lower setting ÷ higher
         frames["causes"] = analysis.failure_causes(attempts, measured)
     setting = narrative.memory_setting(measured)
     found = narrative.memory_claim_verdicts(claims, stats, cmp, head, setting)
     # the documents against each other on 0.95: a recommended setting another document says caused OOM retries
-    found += [v for v in document_claim_verdicts(wb.all_claims().filter(pl.col("metric") == "oom_retries"),
-                                                 wb.all_claims()) if v.family == "consistency"]
-    outside = (head.filter(pl.col("dcp") == 1).group_by("mem_util")
-               .agg(pl.col("outside_pool_gib_per_gpu").first(), pl.col("outside_need_gib_per_gpu").first())
-               .sort("mem_util"))
+    found += [
+        v
+        for v in document_claim_verdicts(wb.all_claims().filter(pl.col("metric") == "oom_retries"), wb.all_claims())
+        if v.family == "consistency"
+    ]
+    outside = (
+        head.filter(pl.col("dcp") == 1)
+        .group_by("mem_util")
+        .agg(pl.col("outside_pool_gib_per_gpu").first(), pl.col("outside_need_gib_per_gpu").first())
+        .sort("mem_util")
+    )
     totals = {"runs": int(stats["runs"].sum() or 0), "retries": int(stats["retries"].sum() or 0)}
-    answer = Answer(narrative.memory_answer(frames["budgets"].to_dicts(), outside.to_dicts(), totals, gpu, model),
-                    frames["budgets"].select(pl.col("mem_util").alias("memory setting"),
-                                             pl.col("kv_budget_mib").round(1).alias("KV budget (MiB)"),
-                                             pl.col("ratio_to_lowest").round(2).alias("× the lowest"), "evidence")
-                    if frames["budgets"].height else None)
-    return sourced(REPORT, wb, answer, found, frames, {"gpu": gpu, "model": model, "totals": totals, "setting": setting})
+    answer = Answer(
+        narrative.memory_answer(frames["budgets"].to_dicts(), outside.to_dicts(), totals, gpu, model),
+        frames["budgets"].select(
+            pl.col("mem_util").alias("memory setting"),
+            pl.col("kv_budget_mib").round(1).alias("KV budget (MiB)"),
+            pl.col("ratio_to_lowest").round(2).alias("× the lowest"),
+            "evidence",
+        )
+        if frames["budgets"].height
+        else None,
+    )
+    return sourced(
+        REPORT, wb, answer, found, frames, {"gpu": gpu, "model": model, "totals": totals, "setting": setting}
+    )

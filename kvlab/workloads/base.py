@@ -133,8 +133,9 @@ class WorkloadArgs(BaseModel):
     batch_size: int = Field(ge=1, description="requests per run")
     concurrency: int | None = Field(None, ge=1, description="requests in flight (kind concurrency only)")
     context_tokens: int | None = Field(
-        None, ge=2, description="prompt + output tokens per request (the context the study names); "
-        "give this or prompt_tokens"
+        None,
+        ge=2,
+        description="prompt + output tokens per request (the context the study names); give this or prompt_tokens",
     )
     prompt_tokens: int | None = Field(None, ge=1, description="prompt tokens per request (instead of context_tokens)")
     output_tokens: int = Field(ge=1, description="output tokens per request (max_tokens)")
@@ -142,21 +143,24 @@ class WorkloadArgs(BaseModel):
     temperature: float = Field(0.0, ge=0, description="sampling temperature")
     seed: int = Field(0, ge=0, description="seed for prompt generation and sampling")
     distinct_prompts: bool = Field(True, description="every request gets different tokens (no shared prefix)")
-    load: LoadSpec | None = Field(None, description="send the run's requests under this load (kvlab.load: closed-loop "
-                                  "concurrency or open-loop rate, warm-up, duration, saturation stop); None: all at "
-                                  "once, or `concurrency` in flight. Part of the run key only when set")
+    load: LoadSpec | None = Field(
+        None,
+        description="send the run's requests under this load (kvlab.load: closed-loop "
+        "concurrency or open-loop rate, warm-up, duration, saturation stop); None: all at "
+        "once, or `concurrency` in flight. Part of the run key only when set",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadArgs:
         self.check_lengths()
         if self.context_tokens is not None and self.context_tokens <= self.output_tokens:
-            raise ValueError(
-                f"context_tokens ({self.context_tokens}) must exceed output_tokens ({self.output_tokens})"
-            )
+            raise ValueError(f"context_tokens ({self.context_tokens}) must exceed output_tokens ({self.output_tokens})")
         self.check()
         if self.load is not None and self.load.warmup_requests >= self.n_requests:
-            raise ValueError(f"load.warmup_requests ({self.load.warmup_requests}) leaves none of the "
-                             f"{self.n_requests} requests to measure")
+            raise ValueError(
+                f"load.warmup_requests ({self.load.warmup_requests}) leaves none of the "
+                f"{self.n_requests} requests to measure"
+            )
         return self
 
     def check_lengths(self) -> None:

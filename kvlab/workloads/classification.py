@@ -17,8 +17,9 @@ class Classification(WorkloadArgs):
     kind: Literal["classification"]
 
     def generate(self, vocab_size: int, seed: int) -> list[Prompt]:
-        return prompts(self.batch_size, vocab_size, seed=seed, prompt_tokens=self.prompt_len,
-                       max_tokens=self.output_tokens)
+        return prompts(
+            self.batch_size, vocab_size, seed=seed, prompt_tokens=self.prompt_len, max_tokens=self.output_tokens
+        )
 
 
 Args = Classification
@@ -36,6 +37,5 @@ def prompts(
     """``n`` short distinct prompts asking for ``max_tokens`` (10) tokens each: a label-sized answer."""
     batch = fixed_batch.prompts(n, prompt_tokens, max_tokens, vocab_size, seed, distinct=True, low_id=low_id)
     return [
-        Prompt(index=p.index, max_tokens=p.max_tokens, token_ids=p.token_ids, workload="classification")
-        for p in batch
+        Prompt(index=p.index, max_tokens=p.max_tokens, token_ids=p.token_ids, workload="classification") for p in batch
     ]

@@ -21,8 +21,9 @@ class Concurrency(WorkloadArgs):
             raise ValueError("kind 'concurrency' needs a concurrency value")
 
     def generate(self, vocab_size: int, seed: int) -> list[Prompt]:
-        return fixed_batch.prompts(self.batch_size, self.prompt_len, self.output_tokens, vocab_size, seed=seed,
-                                   distinct=self.distinct_prompts)
+        return fixed_batch.prompts(
+            self.batch_size, self.prompt_len, self.output_tokens, vocab_size, seed=seed, distinct=self.distinct_prompts
+        )
 
 
 Args = Concurrency

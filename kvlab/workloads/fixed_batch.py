@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, random_ids,
-                                  sampler, stamp)
+from kvlab.workloads.base import (
+    DEFAULT_LOW_ID,
+    Prompt,
+    WorkloadArgs,
+    can_be_distinct,
+    check_counts,
+    random_ids,
+    sampler,
+    stamp,
+)
 
 
 class FixedBatch(WorkloadArgs):
@@ -21,8 +29,9 @@ class FixedBatch(WorkloadArgs):
             raise ValueError("concurrency applies to kind 'concurrency' only (a fixed batch sends all at once)")
 
     def generate(self, vocab_size: int, seed: int) -> list[Prompt]:
-        return prompts(self.batch_size, self.prompt_len, self.output_tokens, vocab_size, seed=seed,
-                       distinct=self.distinct_prompts)
+        return prompts(
+            self.batch_size, self.prompt_len, self.output_tokens, vocab_size, seed=seed, distinct=self.distinct_prompts
+        )
 
 
 Args = FixedBatch
@@ -48,7 +57,9 @@ def prompts(
     """
     check_counts(vocab_size, low_id, n, prompt_tokens)
     if distinct and not can_be_distinct(n, prompt_tokens, vocab_size, low_id):
-        raise ValueError(f"cannot make {n} distinct prompts of {prompt_tokens} tokens from ids [{low_id}, {vocab_size})")
+        raise ValueError(
+            f"cannot make {n} distinct prompts of {prompt_tokens} tokens from ids [{low_id}, {vocab_size})"
+        )
     rng, offset, n_digits = sampler(seed, n, vocab_size, low_id)
     base = random_ids(rng, prompt_tokens, vocab_size, low_id)
     out = []

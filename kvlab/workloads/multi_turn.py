@@ -7,17 +7,32 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, random_ids,
-                                  sampler, stamp)
+from kvlab.workloads.base import (
+    DEFAULT_LOW_ID,
+    Prompt,
+    WorkloadArgs,
+    can_be_distinct,
+    check_counts,
+    random_ids,
+    sampler,
+    stamp,
+)
 
 
 class MultiTurn(WorkloadArgs):
     """batch_size conversations; prompt lengths follow from the document, questions and answers."""
 
-    description = ("batch_size conversations of `turns` questions about one shared document, each turn "
-                   "carrying the history")
-    example = {"kind": "multi_turn", "batch_size": 2, "turns": 2, "document_tokens": 32, "question_tokens": 4,
-               "output_tokens": 4}
+    description = (
+        "batch_size conversations of `turns` questions about one shared document, each turn carrying the history"
+    )
+    example = {
+        "kind": "multi_turn",
+        "batch_size": 2,
+        "turns": 2,
+        "document_tokens": 32,
+        "question_tokens": 4,
+        "output_tokens": 4,
+    }
 
     kind: Literal["multi_turn"]
     turns: int | None = Field(None, ge=1, description="multi_turn: questions per conversation")
@@ -29,12 +44,21 @@ class MultiTurn(WorkloadArgs):
         if missing:
             raise ValueError(f"kind 'multi_turn' needs {missing} (output_tokens is each answer's length)")
         if self.context_tokens is not None or self.prompt_tokens is not None:
-            raise ValueError("kind 'multi_turn' derives its prompt lengths from document_tokens, question_tokens, "
-                             "turns and output_tokens: leave context_tokens and prompt_tokens out")
+            raise ValueError(
+                "kind 'multi_turn' derives its prompt lengths from document_tokens, question_tokens, "
+                "turns and output_tokens: leave context_tokens and prompt_tokens out"
+            )
 
     def generate(self, vocab_size: int, seed: int) -> list[Prompt]:
-        return prompts(self.batch_size, self.turns, self.document_tokens, self.question_tokens, self.output_tokens,
-                       vocab_size, seed=seed)
+        return prompts(
+            self.batch_size,
+            self.turns,
+            self.document_tokens,
+            self.question_tokens,
+            self.output_tokens,
+            vocab_size,
+            seed=seed,
+        )
 
     def detail(self) -> list[str]:
         return [f"{self.turns} turns over a {self.document_tokens}-token document, {self.n_requests} requests"]

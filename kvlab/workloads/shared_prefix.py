@@ -8,17 +8,29 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from kvlab.workloads.base import (DEFAULT_LOW_ID, Prompt, WorkloadArgs, can_be_distinct, check_counts, random_ids,
-                                  sampler, stamp)
+from kvlab.workloads.base import (
+    DEFAULT_LOW_ID,
+    Prompt,
+    WorkloadArgs,
+    can_be_distinct,
+    check_counts,
+    random_ids,
+    sampler,
+    stamp,
+)
 
 
 class SharedPrefix(WorkloadArgs):
     """batch_size prompts sharing a common prefix (system prompt + document), distinct after it."""
 
-    description = ("batch_size prompts whose first shared_fraction is one common prefix (system prompt + "
-                   "document)")
-    example = {"kind": "shared_prefix", "batch_size": 2, "context_tokens": 64, "output_tokens": 4,
-               "shared_fraction": 0.5}
+    description = "batch_size prompts whose first shared_fraction is one common prefix (system prompt + document)"
+    example = {
+        "kind": "shared_prefix",
+        "batch_size": 2,
+        "context_tokens": 64,
+        "output_tokens": 4,
+        "shared_fraction": 0.5,
+    }
 
     kind: Literal["shared_prefix"]
     shared_fraction: float | None = Field(
@@ -33,12 +45,14 @@ class SharedPrefix(WorkloadArgs):
             raise ValueError(f"shared_fraction must be in [0, 1), got {self.shared_fraction}")
 
     def generate(self, vocab_size: int, seed: int) -> list[Prompt]:
-        return prompts(self.batch_size, self.prompt_len, self.shared_fraction, self.output_tokens, vocab_size,
-                       seed=seed)
+        return prompts(
+            self.batch_size, self.prompt_len, self.shared_fraction, self.output_tokens, vocab_size, seed=seed
+        )
 
     def detail(self) -> list[str]:
-        return [f"shared {self.shared_fraction:g} = {shared_prefix_length(self.prompt_len, self.shared_fraction)} "
-                "tokens"]
+        return [
+            f"shared {self.shared_fraction:g} = {shared_prefix_length(self.prompt_len, self.shared_fraction)} tokens"
+        ]
 
     @property
     def sharing(self) -> float:

@@ -72,13 +72,23 @@ class FixtureConfig:
 #: soak, benchmarks/fault_soak.py, uses 2 s: a 17 MiB line takes about a second of the interpreter the in-thread
 #: fixture shares with the client, which must not stall the other requests of its batch).
 FAULTS: dict[str, tuple[Callable[[random.Random], dict[str, Any]], str | None]] = {
-    "garbage_line": (lambda r: {"garbage": r.choice([b"\xff\xfe not json", b'{"usage":{"prompt_tokens":', b"42"])},
-                     None),  # kind depends on the bytes: see fault_kind
-    "wrong_type": (lambda r: r.choice([
-        {"garbage": b'{"choices":"abc"}'}, {"garbage": b'{"choices":[{"text":5}]}'},
-        {"usage_json": "5"}, {"usage_json": '{"prompt_tokens":3,"completion_tokens":"3"}'},
-        {"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":"x"}'},
-        {"usage_json": '{"prompt_tokens":true,"completion_tokens":4}'}]), "malformed"),
+    "garbage_line": (
+        lambda r: {"garbage": r.choice([b"\xff\xfe not json", b'{"usage":{"prompt_tokens":', b"42"])},
+        None,
+    ),  # kind depends on the bytes: see fault_kind
+    "wrong_type": (
+        lambda r: r.choice(
+            [
+                {"garbage": b'{"choices":"abc"}'},
+                {"garbage": b'{"choices":[{"text":5}]}'},
+                {"usage_json": "5"},
+                {"usage_json": '{"prompt_tokens":3,"completion_tokens":"3"}'},
+                {"usage_json": '{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":"x"}'},
+                {"usage_json": '{"prompt_tokens":true,"completion_tokens":4}'},
+            ]
+        ),
+        "malformed",
+    ),
     "http_500": (lambda r: {"http_status": 500}, "http_status"),
     "error_mid_stream": (lambda r: {"error_after": r.randint(0, 3)}, "error_event"),
     "disconnect": (lambda r: {"drop_after": r.randint(0, 3)}, "dropped"),
@@ -149,12 +159,22 @@ class Events:
             if i < 0:
                 delta = {"role": "assistant", "content": ""}
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            obj = {"id": "chatcmpl-fixture", "object": "chat.completion.chunk", "created": self.created,
-                   "model": self.model, "choices": [choice]}
+            obj = {
+                "id": "chatcmpl-fixture",
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice],
+            }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-            obj = {"id": "cmpl-fixture", "object": "text_completion", "created": self.created, "model": self.model,
-                   "choices": [choice]}
+            obj = {
+                "id": "cmpl-fixture",
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [choice],
+            }
         if self.cfg.server_timestamps:
             obj["t_server"] = time.perf_counter()
         return self._event(obj)
@@ -162,27 +182,55 @@ class Events:
     def usage(self, n_prompt: int, n_out: int) -> bytes:
         if self.cfg.completion_tokens is not None:
             n_out = self.cfg.completion_tokens
-        usage: dict[str, Any] = {"prompt_tokens": n_prompt, "completion_tokens": n_out,
-                                 "total_tokens": n_prompt + n_out}
+        usage: dict[str, Any] = {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n_out,
+            "total_tokens": n_prompt + n_out,
+        }
         if self.cfg.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": self.cfg.cached_tokens}
-        event = self._event({"id": "cmpl-fixture", "object": "text_completion", "created": self.created,
-                             "model": self.model, "choices": [], "usage": usage})
+        event = self._event(
+            {
+                "id": "cmpl-fixture",
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": usage,
+            }
+        )
         if self.cfg.usage_json is None:
             return event
-        return b'data: {"id":"cmpl-fixture","object":"text_completion","choices":[],"usage":' + \
-            self.cfg.usage_json.encode() + b"}\n\n"
+        return (
+            b'data: {"id":"cmpl-fixture","object":"text_completion","choices":[],"usage":'
+            + self.cfg.usage_json.encode()
+            + b"}\n\n"
+        )
 
     def error(self) -> bytes:
-        return self._event({"error": {"object": "error", "message": "fixture mid-stream error",
-                                      "type": "InternalServerError", "code": 500}})
+        return self._event(
+            {
+                "error": {
+                    "object": "error",
+                    "message": "fixture mid-stream error",
+                    "type": "InternalServerError",
+                    "code": 500,
+                }
+            }
+        )
 
 
 class SSEServer:
     """The fixture server; a context manager that serves from a background thread."""
 
-    def __init__(self, config: FixtureConfig | None = None, host: str = "127.0.0.1", port: int = 0,
-                 keep_log: bool = True, collect_when_idle: bool = False) -> None:
+    def __init__(
+        self,
+        config: FixtureConfig | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keep_log: bool = True,
+        collect_when_idle: bool = False,
+    ) -> None:
         self.config = config or FixtureConfig()
         self.host, self.port = host, port
         #: keep a :class:`Served` per request (tests read them); a long-running standalone server does not
@@ -230,9 +278,15 @@ class SSEServer:
                 return web.Response(status=500, text="fixture metrics failure")
             return web.Response(text="vllm:prompt_tokens_total{ not prometheus \x00\n", content_type="text/plain")
         lines = []
-        for name, value in (("prompt_tokens", self.prompt_tokens_total), ("generation_tokens", self.generation_tokens_total)):
-            lines += [f"# HELP vllm:{name}_total fixture counter", f"# TYPE vllm:{name}_total counter",
-                      f'vllm:{name}_total{{model_name="fixture"}} {float(value)}']
+        for name, value in (
+            ("prompt_tokens", self.prompt_tokens_total),
+            ("generation_tokens", self.generation_tokens_total),
+        ):
+            lines += [
+                f"# HELP vllm:{name}_total fixture counter",
+                f"# TYPE vllm:{name}_total counter",
+                f'vllm:{name}_total{{model_name="fixture"}} {float(value)}',
+            ]
         if self.config.slots is not None:
             for name, value in (("num_requests_running", self.running), ("num_requests_waiting", self.waiting)):
                 lines += [f"# TYPE vllm:{name} gauge", f'vllm:{name}{{model_name="fixture"}} {float(value)}']
@@ -285,7 +339,13 @@ class SSEServer:
             return web.Response(status=307, headers={"Location": cfg.redirect})
         if cfg.http_status != 200:
             return web.json_response(
-                {"error": {"message": f"fixture error {cfg.http_status}", "type": "BadRequestError", "code": cfg.http_status}},
+                {
+                    "error": {
+                        "message": f"fixture error {cfg.http_status}",
+                        "type": "BadRequestError",
+                        "code": cfg.http_status,
+                    }
+                },
                 status=cfg.http_status,
             )
         n_chunks = cfg.chunks if cfg.chunks is not None else int(body.get("max_tokens", 16))
@@ -299,7 +359,7 @@ class SSEServer:
                 await resp.write(data)
                 return
             for i in range(len(data)):
-                await resp.write(data[i:i + 1])
+                await resp.write(data[i : i + 1])
                 await asyncio.sleep(cfg.drip_s)
 
         if cfg.first_delay_s:
@@ -321,8 +381,14 @@ class SSEServer:
             if i == 0 and cfg.line_bytes:
                 text = text + "x" * max(0, cfg.line_bytes - len(text))
             served.chunk_times.append(time.perf_counter())
-            await send(chunk(text, i, "length" if i == n_chunks - 1 and not cfg.endless else None,
-                             reasoning=chat and i < cfg.reasoning_chunks))
+            await send(
+                chunk(
+                    text,
+                    i,
+                    "length" if i == n_chunks - 1 and not cfg.endless else None,
+                    reasoning=chat and i < cfg.reasoning_chunks,
+                )
+            )
         if cfg.garbage is not None:  # bytes, or text (a per-request override comes as JSON)
             garbage = cfg.garbage.encode() if isinstance(cfg.garbage, str) else cfg.garbage
             await send(b"data: " + garbage + b"\n\n")
@@ -426,8 +492,10 @@ class BulkSSEServer:
             out.append(events.usage(n_prompt, n_chunks * cfg.tokens_per_chunk))
         out.append(DONE)
         framed = b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in out)
-        response = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                    b"Transfer-Encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n")
+        response = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n"
+        )
         if not cfg.server_timestamps:
             if len(self._rendered) >= 64:
                 self._rendered.clear()
@@ -436,8 +504,7 @@ class BulkSSEServer:
 
     async def start_async(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _BulkProtocol(self), self.host, self.port,
-                                                reuse_address=True)
+        self._server = await loop.create_server(lambda: _BulkProtocol(self), self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop_async(self) -> None:
@@ -473,8 +540,8 @@ class _BulkProtocol(asyncio.Protocol):
             length = int(headers.get(b"content-length", b"0"))
             if len(self.buf) < end + 4 + length:
                 return
-            body = self.buf[end + 4:end + 4 + length]
-            self.buf = self.buf[end + 4 + length:]
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
             method, path = head[0].split(b" ")[:2]
             self.transport.write(self.server.response(method, path, body))
             if headers.get(b"connection", b"").lower() == b"close":
@@ -508,8 +575,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8123)
-    parser.add_argument("--bulk", action=argparse.BooleanOptionalAction, default=False,
-                        help="serve with BulkSSEServer: each stream in one write, as fast as the machine allows")
+    parser.add_argument(
+        "--bulk",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="serve with BulkSSEServer: each stream in one write, as fast as the machine allows",
+    )
     for f in fields(FixtureConfig):
         if f.name in ("tag", "fault_names"):
             continue
@@ -517,8 +588,15 @@ def main(argv: list[str] | None = None) -> None:
         flag = "--" + f.name.replace("_", "-")
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif f.name in ("chunks", "error_after", "drop_after", "cached_tokens", "completion_tokens", "slots",
-                        "diverge_at"):
+        elif f.name in (
+            "chunks",
+            "error_after",
+            "drop_after",
+            "cached_tokens",
+            "completion_tokens",
+            "slots",
+            "diverge_at",
+        ):
             parser.add_argument(flag, type=int, default=default)
         elif f.name in ("usage_json", "redirect"):
             parser.add_argument(flag, type=str, default=default)

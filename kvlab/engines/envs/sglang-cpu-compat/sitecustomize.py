@@ -35,8 +35,10 @@ import sys
 #: The releases this fix was written for (checked by tests/test_sglang.py against the environment).
 FOR_RELEASES = {"sglang": "0.5.23", "sglang-kernel": "0.4.10"}
 _OP = "sgl_kernel::assign_req_to_token_pool_cpu"
-_SCHEMA = ("(Tensor req_pool_indices, Tensor(a!) req_to_token, Tensor start_offset, Tensor end_offset, "
-           "Tensor out_cache_loc, int pool_len) -> ()")
+_SCHEMA = (
+    "(Tensor req_pool_indices, Tensor(a!) req_to_token, Tensor start_offset, Tensor end_offset, "
+    "Tensor out_cache_loc, int pool_len) -> ()"
+)
 
 
 def _libcuda_loads() -> bool:
@@ -49,8 +51,9 @@ def _libcuda_loads() -> bool:
         return False
 
 
-def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc,
-                             pool_len: int) -> None:
+def assign_req_to_token_pool(
+    req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, pool_len: int
+) -> None:
     """The CPU kernel's semantics in plain torch (see the module docstring, item 2)."""
     starts = start_offset.tolist()
     ends = end_offset.tolist()
@@ -59,7 +62,7 @@ def assign_req_to_token_pool(req_pool_indices, req_to_token, start_offset, end_o
     for row, start, end in zip(rows, starts, ends):
         n = end - start
         if n > 0:
-            req_to_token[row, start:end] = out_cache_loc[pos:pos + n].to(req_to_token.dtype)
+            req_to_token[row, start:end] = out_cache_loc[pos : pos + n].to(req_to_token.dtype)
         pos += n
 
 
