@@ -1,17 +1,8 @@
 """The `kvlab` command: build reports, run experiments, query the model."""
 
 # Each command imports the stack it runs inside its function, so that `kvlab --help` and every command load only what
-# they use. Measured 2026-12-03 on 2 vCPUs of an AMD EPYC with AVX-512 (CPU seconds of the whole process, median of 5;
-# the machine was shared, so wall time varied 2-3x): `import kvlab.cli` takes 0.36-0.40 s, and each stack adds
-#   report     kvlab.reports (papermill, nbconvert, matplotlib, polars)            +4.8 s
-#   model      kvlab.perfmodel.report (scipy, polars, the spec)                    +1.3 s
-#   sweep      kvlab.plan + kvlab.spec (pydantic, numpy, tokenizers), to validate  +0.2 s
-#              then kvlab.runner + kvlab.campaign (client, store, polars)          +0.7 s in all
-#   --ray      kvlab.cluster (the runner's stack; Ray itself, an optional extra,   +0.7 s
-#              only when it joins a cluster)
-#   make-model kvlab.tinymodel (numpy, tokenizers)                                 +0.12 s
-# All of them at the top: `kvlab --help` 4.4 s instead of 0.38 s. To measure again:
-# `python -X importtime -c "import kvlab.cli, kvlab.reports"` (or /usr/bin/time on each import).
+# they use: the report stack (papermill, nbconvert, matplotlib) costs several seconds of CPU that `kvlab sweep` and
+# `kvlab --help` should not pay. What each stack costs is measured in docs/performance.md ("The command's start-up").
 
 from __future__ import annotations
 
@@ -69,7 +60,7 @@ def report(
 ) -> None:
     """Execute every notebook with papermill into OUT, export HTML, and write OUT/index.html."""
     params = _parse_params(param)  # a bad -p is refused before the report stack loads
-    from kvlab import reports  # this command's own stack: +4.8 s CPU on every other command (see the top)
+    from kvlab import reports  # this command's own stack (see the top)
 
     paths = reports.notebooks(only or None)
     with _progress() as progress:
@@ -140,7 +131,7 @@ def sweep(
 
     Every file is validated before anything launches (exit status 2 when one is invalid).
     """
-    from kvlab import plan  # this command's own stack: +0.2 s CPU on every other command (see the top)
+    from kvlab import plan  # this command's own stack (see the top)
     from kvlab.spec import SpecError  # (the same stack: plan imports spec)
 
     specs = []
@@ -166,7 +157,7 @@ def sweep(
     if dry_run:
         typer.echo(plan.dry_run_text(specs, overlap_starts=not sequential_starts))
         if any(not s.device.on_cpu for s in specs):
-            from kvlab.perfmodel.report import gpu_minutes_line  # a GPU plan's estimate: +1.3 s CPU (see the top)
+            from kvlab.perfmodel.report import gpu_minutes_line  # a GPU plan's estimate (see the top)
 
             for line in filter(None, (gpu_minutes_line(s) for s in specs)):
                 typer.echo(line)
@@ -174,7 +165,7 @@ def sweep(
     if ray is None:  # on a Ray cluster the engines start on its nodes: what this host has says nothing of theirs
         _preflight(list(zip(experiments, specs)), data_dir)
     if ray is not None:
-        from kvlab import cluster  # --ray's own stack: +0.7 s CPU (see the top)
+        from kvlab import cluster  # --ray's own stack (see the top)
 
         try:
             cluster.connect(ray, ray_insecure)
@@ -201,7 +192,7 @@ def check(
 ) -> None:
     """The preflight `kvlab sweep` runs first: this host's GPUs (NVML), each engine's environment and release, the
     models, fixed ports and disk, before any engine starts. Exit status 2 with the file, field and fix of each problem."""
-    from kvlab import plan  # the sweep's validation stack (+0.2 s CPU, see the top)
+    from kvlab import plan  # the sweep's validation stack (see the top)
     from kvlab.spec import SpecError  # (the same stack: plan imports spec)
 
     pairs = []
@@ -246,7 +237,7 @@ def _sweep(
 ):
     """One sweep over every experiment given: runs that need the same server share one start (``ray``: one
     Ray task per server configuration, see kvlab.cluster)."""
-    from kvlab import plan, runner  # this command's own stack: +0.7 s CPU on every other command (see the top)
+    from kvlab import plan, runner  # this command's own stack (see the top)
     from kvlab.campaign import Campaign, SweepError, UnsafeDataFolder  # (the same stack: runner imports campaign)
 
     campaign = Campaign(specs, data_dir, fresh)
@@ -289,7 +280,7 @@ def _sweep(
                 console.print(f"[red]sweep stopped[/red]: {escape(str(exc))}")
                 raise typer.Exit(1) from None
         else:
-            from kvlab import cluster  # --ray's own stack: +0.7 s CPU (see the top)
+            from kvlab import cluster  # --ray's own stack (see the top)
 
             try:
                 res = campaign.execute(cluster.RayExecutor(ray, ray_resource, ray_insecure))
@@ -340,7 +331,7 @@ def model(
     mem_util: Annotated[float, typer.Option(help="memory-utilisation setting")] = 0.92,
 ) -> None:
     """Print the physical model's predictions (modelled, calibrated on the published table)."""
-    from kvlab.perfmodel.report import model_command  # this command's own stack: +1.3 s CPU (see the top)
+    from kvlab.perfmodel.report import model_command  # this command's own stack (see the top)
     from kvlab.spec import SpecError  # (the same stack: the report reads experiments with kvlab.spec)
 
     try:
@@ -370,7 +361,7 @@ def make_model(
     out: Annotated[Path | None, typer.Option(help="folder (default data/models/tiny-llama)")] = None,
 ) -> None:
     """Generate kvlab's tiny local model (deterministic; nothing is downloaded)."""
-    from kvlab.tinymodel import ensure_tiny_model  # this command's own stack: +0.12 s CPU (see the top)
+    from kvlab.tinymodel import ensure_tiny_model  # this command's own stack (see the top)
 
     typer.echo(ensure_tiny_model(out))
 

@@ -274,7 +274,7 @@ class ServerStarts:
     early and never used.
 
     With ``overlap``, as each group begins the next group's server is launched beside this group's start (two
-    starts on 2 cores took 28 s against 57 s one after the other, vLLM beside sglang-jax) where
+    starts side by side take about half the time of two one after the other: docs/performance.md) where
     plan.starts_may_overlap allows; it is paused once this group's server is ready and resumed when its own
     group begins. ``records`` gets a ServerRecord for every start, failed or not."""
 

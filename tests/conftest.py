@@ -65,6 +65,15 @@ def sglang_python() -> Path:
     return _required(SGLANG_PYTHON)
 
 
+#: The engine test that computes most (the embedded default's sweep: four servers, eight runs) runs last: under `make
+#: test` the engine-free pass beside it has then usually ended, so it has both cores. No test waits for that.
+LAST_MODULES = ("test_embedded_default.py",)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name in LAST_MODULES)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def tiny_model() -> Path:
     """kvlab's tiny local model, generated once (deterministic, no download) before any test: the shipped
