@@ -39,7 +39,7 @@ from kvlab import host
 from kvlab.client import run_requests
 from kvlab.server import EngineServer
 from kvlab.engines import SGLANG, VLLM, engine_label
-from kvlab.spec import EngineSpec, ExperimentSpec
+from kvlab.experiment import EngineSpec, ExperimentSpec
 from kvlab.tinymodel import ensure_tiny_model
 from kvlab.workloads import fixed_batch
 

@@ -32,7 +32,7 @@ from benchmarks.bench_tools import RAY_NODE_RESOURCE, Row, host_note, print_tabl
 from benchmarks.engine_agreement import engine_spec
 from kvlab import runner, store
 from kvlab.campaign import Campaign
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 from kvlab.tinymodel import ensure_tiny_model
 
 NAME = "cluster_sweep"

@@ -36,7 +36,7 @@ from benchmarks.bench_tools import (
 )
 
 from kvlab.server import EngineServer
-from kvlab.spec import EngineSpec
+from kvlab.experiment import EngineSpec
 from kvlab.tinymodel import ensure_tiny_model
 from kvlab.workloads import fixed_batch
 

@@ -39,7 +39,7 @@ import yaml
 from kvlab import runner, store
 from kvlab.campaign import Campaign
 from kvlab.schema import REQUEST_ERROR_KINDS
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 from tests.support.sse_fixture import HOSTILE_FAULTS, FixtureConfig, SSEServer, fault_kind
 
 NAME = "fault_soak"

@@ -198,7 +198,7 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
     from kvlab.campaign import Campaign
     from kvlab.load import conditions_label
     from kvlab.schema import run_rates
-    from kvlab.spec import ExperimentSpec
+    from kvlab.experiment import ExperimentSpec
 
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         path = Path(tmp) / "agreement.yaml"

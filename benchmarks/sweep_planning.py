@@ -20,7 +20,7 @@ from benchmarks.bench_tools import OUT_DIR, Row, host_note, print_table, write_r
 
 from kvlab import plan
 from kvlab.paths import EXPERIMENTS_DIR
-from kvlab.spec import EngineSpec, ExperimentSpec, expand
+from kvlab.experiment import EngineSpec, ExperimentSpec, expand
 
 NAME = "sweep_planning"
 SECTION = "3 sweep planning"

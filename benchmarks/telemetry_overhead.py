@@ -37,7 +37,7 @@ from kvlab.client import run_requests
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.server import EngineServer
-from kvlab.spec import EngineSpec, ExperimentSpec
+from kvlab.experiment import EngineSpec, ExperimentSpec
 from kvlab.tinymodel import ensure_tiny_model
 from kvlab.workloads import fixed_batch
 

@@ -33,7 +33,7 @@ from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR, UnsafeFolderError, check_inside, temp_prefix
 from kvlab.rows import prompts_for, run_row, vocab_size
 from kvlab.server import StateDirError, ensure_state_dir
-from kvlab.spec import ExperimentSpec, RunSpec, expand
+from kvlab.experiment import ExperimentSpec, RunSpec, expand
 
 #: A sweep refuses to start with less free space than this where its runs go (a run folder with its logs
 #: is a few MB; a full disk mid-run would lose the run in flight).

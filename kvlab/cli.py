@@ -132,7 +132,7 @@ def sweep(
     Every file is validated before anything launches (exit status 2 when one is invalid).
     """
     from kvlab import plan  # this command's own stack (see the top)
-    from kvlab.spec import SpecError  # (the same stack: plan imports spec)
+    from kvlab.experiment import SpecError  # (the same stack: plan imports spec)
 
     specs = []
     for experiment in experiments:
@@ -193,7 +193,7 @@ def check(
     """The preflight `kvlab sweep` runs first: this host's GPUs (NVML), each engine's environment and release, the
     models, fixed ports and disk, before any engine starts. Exit status 2 with the file, field and fix of each problem."""
     from kvlab import plan  # the sweep's validation stack (see the top)
-    from kvlab.spec import SpecError  # (the same stack: plan imports spec)
+    from kvlab.experiment import SpecError  # (the same stack: plan imports spec)
 
     pairs = []
     for experiment in experiments:
@@ -332,7 +332,7 @@ def model(
 ) -> None:
     """Print the physical model's predictions (modelled, calibrated on the published table)."""
     from kvlab.perfmodel.report import model_command  # this command's own stack (see the top)
-    from kvlab.spec import SpecError  # (the same stack: the report reads experiments with kvlab.spec)
+    from kvlab.experiment import SpecError  # (the same stack: the report reads experiments with kvlab.experiment)
 
     try:
         text = model_command(

@@ -44,7 +44,7 @@ from kvlab.engines.base import Failure
 from kvlab.paths import publish_dir, temp_prefix
 from kvlab.rows import attempt_row
 from kvlab.runner import LocalExecutor
-from kvlab.spec import ExperimentSpec, RunSpec
+from kvlab.experiment import ExperimentSpec, RunSpec
 
 #: How to get Ray (the pinned version is in pyproject.toml's ``cluster`` extra).
 INSTALL_HINT = "pip install 'kvlab[cluster]' (or `make test-cluster`)"

@@ -30,7 +30,7 @@ from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.perfmodel import Config, batch_time, model as catalog_model
 from kvlab.perfmodel.calibrate import crossover_from_fit, fit_for_model
 from kvlab.perfmodel.roofline import kv_split
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 
 #: An engine family (kvlab.engines.FAMILIES): the tree and the evidence name families, measured rows engines.
 Engine = str
@@ -152,7 +152,7 @@ DOCUMENT_EXAMPLES = (
 
 
 def experiment_workload(spec) -> UserWorkload:
-    """The tree's inputs for an experiment spec (:class:`kvlab.spec.ExperimentSpec`), read from its fields.
+    """The tree's inputs for an experiment spec (:class:`kvlab.experiment.ExperimentSpec`), read from its fields.
 
     - context: prompt + output tokens per request (multi_turn: of the last, longest turn);
     - shared fraction: the workload kind's ``sharing`` (multi_turn, the document's share of the longest

@@ -74,7 +74,7 @@ class LoadSpec(BaseModel):
     )
     # How a figure is defined where kvlab and the peers' benchmarks (`vllm bench serve`, SGLang's
     # sglang.benchmark.serving) differ; the defaults are what kvlab always did, and leave the run key as it was
-    # (kvlab.spec.KEY_OMITTED_AT_DEFAULT). docs/design.md, "Load definitions"; docs/performance.md, agreement.
+    # (kvlab.experiment.KEY_OMITTED_AT_DEFAULT). docs/design.md, "Load definitions"; docs/performance.md, agreement.
     prompt_form: Literal["token_ids", "text"] = Field(
         "token_ids",
         description="token_ids: send each prompt as token ids (the server's prompt length is exact, "
@@ -467,7 +467,7 @@ def level(load: LoadSpec) -> float:
 
 
 def ladder_key(run: Any) -> str | None:
-    """What the rungs of one ladder share (kvlab.spec.RunSpec ``run``): everything but the load level and the request
+    """What the rungs of one ladder share (kvlab.experiment.RunSpec ``run``): everything but the load level and the request
     count and warm-up that come with it, per experiment, engine and repeat; None for a run without a load."""
     w = run.workload.model_dump(mode="json")
     load = w.pop("load")

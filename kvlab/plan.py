@@ -1,6 +1,6 @@
 """The plan step of a sweep, between validation and execution: make what the runs need on this machine
 (kvlab's tiny model), then validate every run, and group the runs by the server they need; the dry run prints
-that plan. Validation itself (kvlab.spec) writes nothing."""
+that plan. Validation itself (kvlab.experiment) writes nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from kvlab import tinymodel
 from kvlab.engines import get_adapter
 from kvlab.engines.spec import redact_env
-from kvlab.spec import ExperimentSpec, RunSpec, expand
+from kvlab.experiment import ExperimentSpec, RunSpec, expand
 
 
 def make_local_models(spec: ExperimentSpec) -> list[Path]:

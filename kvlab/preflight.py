@@ -21,7 +21,7 @@ from kvlab.engines.registry import RELEASES
 from kvlab.engines.sglang import kv_bytes_per_token
 from kvlab.engines.spec import EngineSpec, is_local_path
 from kvlab.paths import DATA_DIR, ROOT
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 
 #: The GPUs kvlab's catalog knows, as an experiment's ``device.accelerator`` names them ('NVIDIA B300', or its key
 #: 'B300'): NVML's device name must hold the same word, and the memory is checked against the catalog's

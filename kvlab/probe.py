@@ -39,7 +39,7 @@ import aiohttp
 from kvlab import httpcall
 
 if TYPE_CHECKING:
-    from kvlab.spec import RunSpec
+    from kvlab.experiment import RunSpec
 
 #: Tokens of each output compared (see the module docstring for why 16).
 PROBE_TOKENS = 16

@@ -16,7 +16,7 @@ from kvlab.client import BatchResult, sum_reported, summarize
 from kvlab.engines.base import Failure
 from kvlab.load import LoadOutcome, as_text, prompt_form
 from kvlab.schema import RUNS, run_rates
-from kvlab.spec import RunSpec
+from kvlab.experiment import RunSpec
 from kvlab.workloads import Prompt, shared_tokens
 
 

@@ -29,14 +29,14 @@ import polars as pl
 from kvlab import load as loads
 from kvlab import gpu, metrics, store
 from kvlab import probe as probes
-from kvlab import reasoning
+from kvlab import reasoning_tokens
 from kvlab.campaign import Campaign, ServerRecord, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
 from kvlab.plan import by_server, starts_may_overlap
 from kvlab.rows import attempt_row, prompts_for, run_row, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
-from kvlab.spec import RunSpec, expand
+from kvlab.experiment import RunSpec, expand
 from kvlab.workloads import Prompt, fixed_batch
 
 __all__ = [  # what tests, benchmarks and kvlab.cluster use; the rows' names are kept here (a campaign's come
@@ -67,14 +67,14 @@ FLUSH_WAIT_S = 5.0
 
 def _split_reasoning(batch: BatchResult, run: RunSpec) -> tuple[BatchResult, str]:
     """The batch with each record's reasoning tokens filled in, and a note saying how they were counted."""
-    counter = reasoning.local_token_counter(run.engine.model_arg)  # None for hub ids: no local tokenizer.json
-    records, method = reasoning.account(batch.records, counter)
+    counter = reasoning_tokens.local_token_counter(run.engine.model_arg)  # None for hub ids: no local tokenizer.json
+    records, method = reasoning_tokens.account(batch.records, counter)
     parser = (
         f"server reasoning parser {run.engine.reasoning_parser!r}"
         if run.engine.reasoning_parser
         else "no server reasoning parser: split at </think> in the text"
     )
-    return replace(batch, records=records), f"{reasoning.describe(method)} ({parser})"
+    return replace(batch, records=records), f"{reasoning_tokens.describe(method)} ({parser})"
 
 
 def _engine_failure(server: EngineServer, wait_s: float | None = None) -> Failure | None:

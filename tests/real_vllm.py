@@ -30,7 +30,7 @@ from test_runner import BASE_ENGINE, engine_processes
 from kvlab import runner, store
 from kvlab.campaign import Campaign, SweepResult
 from kvlab.paths import ROOT
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 
 #: How long the killed harness's engine may outlive it before the test fails (the watchdog's grace is shorter).
 ORPHAN_LIMIT_S = 10.0

@@ -13,7 +13,7 @@ import pytest
 
 from kvlab import campaign, cluster, runner, store
 from kvlab.campaign import Campaign, ServerRecord, SweepError, SweepResult
-from kvlab.spec import ExperimentSpec, expand
+from kvlab.experiment import ExperimentSpec, expand
 from tests.support.sse_fixture import SSEServer
 from test_runner import tag_of, write_spec
 

@@ -22,7 +22,7 @@ from benchmarks import bench_tools as bt
 from kvlab import cluster, plan, runner, store
 from kvlab.campaign import Campaign
 from kvlab.paths import ROOT
-from kvlab.spec import ExperimentSpec, expand
+from kvlab.experiment import ExperimentSpec, expand
 from test_runner import engine_processes, listening_sockets, tag_of, write_spec
 
 RESOURCE = bt.RAY_NODE_RESOURCE  # one unit per node: one server group per node at a time

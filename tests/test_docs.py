@@ -6,7 +6,7 @@ import re
 import pytest
 
 from kvlab.paths import ROOT
-from kvlab.spec import ExperimentSpec, expand
+from kvlab.experiment import ExperimentSpec, expand
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

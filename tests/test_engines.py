@@ -10,7 +10,7 @@ from kvlab import host
 from kvlab.engines import CANONICAL_METRICS, get_adapter
 from kvlab.engines.parsecheck import ask_parser
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
-from kvlab.spec import EngineSpec, ExperimentSpec, expand
+from kvlab.experiment import EngineSpec, ExperimentSpec, expand
 
 
 def _spec(name, **kw):

@@ -17,7 +17,7 @@ import pytest
 from kvlab.engines import get_adapter
 from kvlab.engines.parsecheck import ask_parser
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
-from kvlab.spec import ExperimentSpec, expand
+from kvlab.experiment import ExperimentSpec, expand
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("KVLAB_TEST_GPU_ENVS") != "1",

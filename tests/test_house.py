@@ -534,7 +534,7 @@ def test_the_label_parse_check_sees_what_it_looks_for(tmp_path):
         "def _kind_from_label(h):\n    return h.startswith('CPU')\ndef other(h):\n    return h.startswith('CPU')\n"
     )
     (pkg / "a.py").write_text(
-        "from kvlab.spec import is_cpu_hardware\nx = is_cpu_hardware(h)\nshort = hw.split(' (')[0]\n"
+        "from kvlab.experiment import is_cpu_hardware\nx = is_cpu_hardware(h)\nshort = hw.split(' (')[0]\n"
         "on_cpu = 'cpu' in hardware.lower()\ngpu = 'GPU' not in label\nm = re.match(r'\\s*NVIDIA\\s+(\\S+)', h)\n"
         "c = runs['hardware'].str.contains('CPU')\nok = kind == 'cpu' and g.gpu == 'CPU'\n"
         "fine = 'vllm' in name and text.split(' ') and 'gpu' in table.columns and c.startswith('gpu')\n"

@@ -7,7 +7,7 @@ import pytest
 
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.perfmodel.roofline import Config, memory
-from kvlab.spec import ExperimentSpec, expand
+from kvlab.experiment import ExperimentSpec, expand
 
 KV_BYTES_PER_TOKEN = 1_024  # the tiny Llama: 2 layers x 1 KV head x 128 x 2 (K, V) x 2 B
 

@@ -820,7 +820,7 @@ def test_the_b300_step_fit_plan_dry_runs_and_says_what_each_run_pins():
     in tests/test_engines.py, which reads every shipped experiment)."""
     from kvlab import plan
     from kvlab.perfmodel.report import run_pins
-    from kvlab.spec import expand
+    from kvlab.experiment import expand
 
     path = DATA_DIR / "experiments" / "b300_step_fit.yaml"
     spec = plan.load(path)

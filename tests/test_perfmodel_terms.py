@@ -140,7 +140,7 @@ def test_kvlab_model_prints_per_engine_costs_held_out_and_bounds():
 
 
 def test_held_out_per_assumption_set(sens):
-    from kvlab.claims.model import winners_held_out
+    from kvlab.claims.held_out import winners_held_out
     from kvlab.perfmodel.ranges import held_out_by_set
 
     h = held_out_by_set(sens, DATA_DIR)
@@ -268,7 +268,7 @@ def test_a_bad_published_run_names_the_file_and_field(tmp_path):
 def test_the_step_fit_dry_run_prints_its_gpu_minutes():
     from kvlab import plan
     from kvlab.perfmodel.report import SERVER_START_S, gpu_minutes
-    from kvlab.spec import expand
+    from kvlab.experiment import expand
 
     spec = plan.load(DATA_DIR / "experiments" / "b300_step_fit.yaml")
     est = gpu_minutes(spec)

@@ -9,7 +9,7 @@ import yaml
 
 from kvlab import plan, tinymodel
 from kvlab.engines import get_adapter
-from kvlab.spec import ExperimentSpec, SpecError
+from kvlab.experiment import ExperimentSpec, SpecError
 
 
 def _spec(tmp_path, model: str) -> str:
@@ -50,7 +50,7 @@ def test_the_plan_step_leaves_other_models_alone(tmp_path, monkeypatch):
 
 def test_starts_overlap_only_on_cpu_with_explicit_kv_budgets():
     from kvlab.paths import EXPERIMENTS_DIR
-    from kvlab.spec import expand
+    from kvlab.experiment import expand
 
     def groups(name):
         return [g[0] for _, g in plan.by_server(expand(ExperimentSpec.load(EXPERIMENTS_DIR / f"{name}.yaml")))]

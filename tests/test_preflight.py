@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from kvlab import gpu, host, preflight
 from kvlab.cli import app
 from kvlab.paths import EXPERIMENTS_DIR, ROOT
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 from tests.test_gpu import H100_TOTAL, fake_nvml
 
 GIB = 2**30

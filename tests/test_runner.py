@@ -25,7 +25,7 @@ from kvlab import campaign, client, plan, runner, store
 from kvlab.campaign import Campaign, SweepError
 from kvlab.paths import EXPERIMENTS_DIR, ROOT, UnsafeFolderError
 from kvlab.server import state_dir
-from kvlab.spec import ExperimentSpec, expand
+from kvlab.experiment import ExperimentSpec, expand
 from kvlab.tinymodel import vocab_size
 
 BASE_ENGINE = {

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from kvlab.server import EngineServer, ServerError, free_port, read_api_key, reap_orphans, redact
-from kvlab.spec import EngineSpec
+from kvlab.experiment import EngineSpec
 
 FAKE = Path(__file__).with_name("fake_engine.py")
 
@@ -282,7 +282,7 @@ def _harness(spec_src: str, log: Path, registry: Path) -> tuple[subprocess.Popen
     """A harness process that starts a server and sleeps; (the process, engine pgid, port, watchdog pid)."""
     code = textwrap.dedent(f"""
         from kvlab.server import EngineServer
-        from kvlab.spec import EngineSpec
+        from kvlab.experiment import EngineSpec
         srv = EngineServer({spec_src}, {str(log)!r}).start()
         print(srv.pid, srv.port, srv.watchdog_pid, flush=True)
         import time; time.sleep(600)
@@ -443,7 +443,7 @@ def test_the_state_folder_is_made_0700_and_must_be_this_users_alone(tmp_path, mo
 def test_a_sweep_refuses_a_state_folder_that_is_not_its_users(tmp_path, monkeypatch):
     from kvlab.campaign import Campaign, SweepError
     from kvlab.paths import EXPERIMENTS_DIR
-    from kvlab.spec import ExperimentSpec
+    from kvlab.experiment import ExperimentSpec
 
     d = tmp_path / "servers"
     d.mkdir(mode=0o777)

@@ -19,7 +19,7 @@ from kvlab import runner, store
 from kvlab.campaign import Campaign
 from kvlab.engines.spec import holds_secret, secret_forms
 from kvlab.paths import ROOT
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 
 COMPAT = "kvlab/engines/envs/sglang-cpu-compat"
 #: The CPU launch: only experiment-file differences from a GPU host's (device, backend, env).

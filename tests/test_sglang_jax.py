@@ -19,7 +19,7 @@ from test_runner import BASE_ENGINE, _kill_engine_when_streaming, engine_process
 from kvlab import runner, store
 from kvlab.campaign import Campaign
 from kvlab.paths import ROOT
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 
 PATCH = ROOT / "kvlab" / "engines" / "envs" / "sglang-jax-cpu.patch"
 PATCHED_FILE = "sgl_jax/srt/mem_cache/memory_pool.py"

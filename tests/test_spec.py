@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from kvlab.paths import EXPERIMENTS_DIR
-from kvlab.spec import EngineSpec, ExperimentSpec, RetrySpec, SpecError, expand, workload_spec
+from kvlab.experiment import EngineSpec, ExperimentSpec, RetrySpec, SpecError, expand, workload_spec
 
 BASE = {
     "name": "t",
@@ -125,7 +125,7 @@ def test_the_device_is_no_part_of_a_run_key():
     whatever device their run states: a sweep resumes them instead of measuring them again."""
     import json
 
-    from kvlab.spec import RunSpec
+    from kvlab.experiment import RunSpec
 
     stored = sorted((EXPERIMENTS_DIR.parent.parent / "tests" / "fixtures" / "runs").glob("*/*/spec.json"))
     assert len(stored) == 28

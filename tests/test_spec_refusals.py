@@ -23,7 +23,7 @@ from kvlab.engines.spec import (
     secret_env_value,
     secret_forms,
 )
-from kvlab.spec import MAX_FILE_BYTES, ExperimentSpec, SpecError
+from kvlab.experiment import MAX_FILE_BYTES, ExperimentSpec, SpecError
 
 BASE = {
     "name": "t",

@@ -12,9 +12,9 @@ import pytest
 from tests.support.sse_fixture import FixtureConfig, SSEServer
 from test_runner import engine_processes
 
-from kvlab import analysis, guide, narrative, reasoning, store, workloads
+from kvlab import analysis, guide, narrative, reasoning_tokens, store, workloads
 from kvlab.client import run_requests
-from kvlab.spec import ExperimentSpec
+from kvlab.experiment import ExperimentSpec
 
 # ----------------------------------------------------------------------------- decision tree
 
@@ -141,44 +141,44 @@ def _chat_batch(cfg: FixtureConfig, n: int = 3):
 
 def test_reasoning_parser_stream_is_split_by_chunks_and_by_tokenizer():
     batch = _chat_batch(FixtureConfig(reasoning_chunks=5, tokens_per_chunk=1))
-    records, method = reasoning.account(batch.records)
+    records, method = reasoning_tokens.account(batch.records)
     assert method == "chunks"
     assert [r.reasoning_tokens for r in records] == [5, 5, 5]
     assert all(r.output_tokens - r.reasoning_tokens == 3 for r in records)  # answer tokens
     words = lambda text: len(text.split())  # noqa: E731  (the fixture's tokens are ' t0', ' t1', ...)
-    records, method = reasoning.account(batch.records, words)
+    records, method = reasoning_tokens.account(batch.records, words)
     assert method == "tokenizer" and [r.reasoning_tokens for r in records] == [5, 5, 5]
 
 
 def test_usage_reasoning_count_wins():
     batch = _chat_batch(FixtureConfig(reasoning_chunks=5))
     rec = dataclasses.replace(batch.records[0], reasoning_tokens=6)
-    assert reasoning.split_record(rec) == reasoning.Split(6, 2, "usage")
+    assert reasoning_tokens.split_record(rec) == reasoning_tokens.Split(6, 2, "usage")
 
 
 def test_think_tags_in_text_are_split_without_a_parser():
     batch = _chat_batch(FixtureConfig(reasoning_chunks=0))
     rec = dataclasses.replace(batch.records[0], text="<think> t0 t1 t2 t3 t4 t5</think> t6 t7")
     words = lambda text: len(text.split())  # noqa: E731
-    assert reasoning.split_record(rec, words) == reasoning.Split(6, 2, "tokenizer")
-    s = reasoning.split_record(rec)  # no tokenizer: share of characters
+    assert reasoning_tokens.split_record(rec, words) == reasoning_tokens.Split(6, 2, "tokenizer")
+    s = reasoning_tokens.split_record(rec)  # no tokenizer: share of characters
     assert s.method == "chars" and s.reasoning_tokens + s.answer_tokens == 8 and s.reasoning_tokens > 4
 
 
 def test_split_think():
-    assert reasoning.split_think("<think>plan it</think>The answer") == ("plan it", "The answer")
-    assert reasoning.split_think("plan it</think>answer") == ("plan it", "answer")  # template opened the tag
-    assert reasoning.split_think("  <think>still thinking") == ("still thinking", "")
-    assert reasoning.split_think("no tags here") == ("", "no tags here")
+    assert reasoning_tokens.split_think("<think>plan it</think>The answer") == ("plan it", "The answer")
+    assert reasoning_tokens.split_think("plan it</think>answer") == ("plan it", "answer")  # template opened the tag
+    assert reasoning_tokens.split_think("  <think>still thinking") == ("still thinking", "")
+    assert reasoning_tokens.split_think("no tags here") == ("", "no tags here")
 
 
 def test_failed_request_has_no_split():
     batch = _chat_batch(FixtureConfig(http_status=500), n=1)
-    assert reasoning.split_record(batch.records[0]) == reasoning.Split(None, None, "none")
+    assert reasoning_tokens.split_record(batch.records[0]) == reasoning_tokens.Split(None, None, "none")
 
 
 def test_tiny_model_tokenizer_counts(tiny_model):
-    count = reasoning.local_token_counter(tiny_model)
+    count = reasoning_tokens.local_token_counter(tiny_model)
     assert count("") == 0 and count("hello world") >= 1
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvlab import plan, runner
-from kvlab.spec import ExperimentSpec, SpecError, expand, workload_spec
+from kvlab.experiment import ExperimentSpec, SpecError, expand, workload_spec
 
 from test_spec import BASE, _load_error, _with, _write
 
@@ -70,7 +70,7 @@ def test_runs_of_old_specs_keep_their_keys(tmp_path):
     """Fields added for these studies are left out of the key at their default: stored runs still resume."""
     runs = expand(ExperimentSpec.load(_write(tmp_path, BASE)))
     payload_fields = {"report_cached_tokens", "reasoning_parser", "shared_fraction", "turns", "dp", "dtype"}
-    from kvlab.spec import _omit_defaults
+    from kvlab.experiment import _omit_defaults
 
     dumped = _omit_defaults(runs[0].engine.model_dump(mode="json"), "engine") | _omit_defaults(
         runs[0].workload.model_dump(mode="json"), "workload"
@@ -163,7 +163,7 @@ def test_unknown_kind_is_named(tmp_path):
 
 def test_cached_token_report_and_reasoning_parser_flags():
     from kvlab.engines import get_adapter
-    from kvlab.spec import EngineSpec
+    from kvlab.experiment import EngineSpec
 
     def argv(name, **kw):
         spec = EngineSpec(name=name, launch=["python"], model="org/m", max_model_len=4096, **kw)

@@ -16,7 +16,7 @@ import pytest
 
 from kvlab import guide, plan, workloads
 from kvlab.schema import RUNS
-from kvlab.spec import ExperimentSpec, WorkloadSpec, workload_spec
+from kvlab.experiment import ExperimentSpec, WorkloadSpec, workload_spec
 from kvlab.workloads import KINDS, WorkloadArgs, shared_tokens
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,7 +123,7 @@ import json, sys
 from pathlib import Path
 from kvlab import guide, plan, runner, workloads
 from kvlab.schema import RUNS
-from kvlab.spec import ExperimentSpec, expand, workload_spec
+from kvlab.experiment import ExperimentSpec, expand, workload_spec
 
 exp = Path(sys.argv[1])
 runs = expand(ExperimentSpec.load(exp))

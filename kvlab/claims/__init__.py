@@ -1,5 +1,5 @@
 """kvlab's claims layer: what evidence can decide a claim (:mod:`kvlab.claims.grading`, the rules) and the
-model's held-out facts the modelled rules read (:mod:`kvlab.claims.model`), and one checker module per claim kind
+model's held-out facts the modelled rules read (:mod:`kvlab.claims.held_out`), and one checker module per claim kind
 (:mod:`kvlab.claims.speed`, :mod:`kvlab.claims.decay`, :mod:`kvlab.claims.memory`, :mod:`kvlab.claims.prefix`,
 :mod:`kvlab.claims.sharing`, :mod:`kvlab.claims.choice`, :mod:`kvlab.claims.modelled`, and
 :mod:`kvlab.claims.documents` for the documents' mechanism, operations and set-up claims). The narrative modules word the
@@ -31,7 +31,7 @@ from kvlab.claims.grading import (
 )
 from kvlab.claims.documents import graded as document_claim_verdicts
 from kvlab.claims.prefix import cache_shares
-from kvlab.claims.model import grade_model_claim, held_out_error, model_margin, winners_held_out
+from kvlab.claims.held_out import grade_model_claim, held_out_error, model_margin, winners_held_out
 
 __all__ = [
     "ILLUSTRATION_SCOPE",

@@ -20,7 +20,7 @@ from kvlab.claims.grading import (
     measured_difference,
     on_cpu,
 )
-from kvlab.claims.model import held_out_error, model_margin, winners_held_out
+from kvlab.claims.held_out import held_out_error, model_margin, winners_held_out
 from kvlab.engines import engine_label
 from kvlab.perfmodel.calibrate import published_fit
 from kvlab.perfmodel.pools import concurrency_ceilings

@@ -10,7 +10,7 @@ from dataclasses import replace
 import polars as pl
 
 from kvlab.claims.grading import ASSUMED_FROM_CLAIM, held_out_gate, held_out_grade
-from kvlab.claims.model import (
+from kvlab.claims.held_out import (
     consistent_phrase,
     grade_model_claim,
     held_out_error,

@@ -11,7 +11,7 @@ from kvlab.analysis import stated_tolerance
 from dataclasses import replace
 
 from kvlab.claims.grading import FAILS_HELD_OUT, NO_TABLE_ROW, Repeats, cpu_cross_engine, finding, measured_difference
-from kvlab.claims.model import consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out
+from kvlab.claims.held_out import consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out
 from kvlab.engines import engine_label
 from kvlab.units import k_label, sig2
 from kvlab.verdicts import Verdict
@@ -184,7 +184,7 @@ def crossover_verdicts(
 
     ``consistent``: :func:`kvlab.perfmodel.report.consistent_summary` of the fits consistent with the published
     totals; with it the model's row also gives their (narrower) crossover range, worded as report 04's verdicts give
-    it (:func:`kvlab.claims.model.consistent_phrase`). Words only: the grade, value and spread stay.
+    it (:func:`kvlab.claims.held_out.consistent_phrase`). Words only: the grade, value and spread stay.
 
     The measured row compares two engines, so it passes :func:`kvlab.claims.grading.finding`: runs that count as
     CPU (``device_kinds`` of the compared runs; none recorded: CPU) cannot be tested

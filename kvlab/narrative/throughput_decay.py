@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from kvlab import tables
 from kvlab.claims.decay import DecayExtremes, consistency_rows, decay_claim_verdicts
-from kvlab.claims.decay import stand_in as _stand_in
 from kvlab.engines import engine_label
 from kvlab.narrative.common import scaled_span
 from kvlab.units import change as _change
@@ -12,7 +11,7 @@ from kvlab.units import direction as _direction
 from kvlab.units import ratio
 from kvlab.units import scaled_context
 
-__all__ = ["decay_claim_verdicts", "_stand_in"]
+__all__ = ["decay_claim_verdicts"]
 
 
 def decay_sentences(decay: list[dict], label: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvlab.claims import model as claims_model
+from kvlab.claims import held_out as claims_model
 from kvlab.claims.memory import short_outside_pool
 from kvlab.claims.modelled import model_verdicts
 from kvlab.engines import SGLANG, VLLM, engine_label
@@ -257,7 +257,7 @@ def confidence(fit) -> str:
 
 
 def winners_held_out(fit) -> tuple[int, int]:
-    """Held-out fits that still name the published winner at their point's context (:mod:`kvlab.claims.model`)."""
+    """Held-out fits that still name the published winner at their point's context (:mod:`kvlab.claims.held_out`)."""
     return claims_model.winners_held_out(fit)
 
 

@@ -860,7 +860,7 @@ BANDWIDTH_GRID = (0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.9)
 def held_out_winners(fit: Fit) -> tuple[int, int]:
     """Held-out fits that still name the published winner at their point's context: (right, held-out points that
     have another engine's published time at the same context). The rule the verdicts grade by
-    (:func:`kvlab.claims.model.winners_held_out`)."""
+    (:func:`kvlab.claims.held_out.winners_held_out`)."""
     obs = {(r["engine"], r["context_tokens"]): r["observed_s"] for r in fit.residuals.iter_rows(named=True)}
     right = total = 0
     for r in fit.loo.iter_rows(named=True):

@@ -38,7 +38,7 @@ from kvlab.perfmodel.catalog import CatalogError, device_gpu, gpu as find_gpu, m
 from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
 from kvlab.perfmodel.reference import bound_checks
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
-from kvlab.spec import expand
+from kvlab.experiment import expand
 from kvlab.store import load_runs
 from kvlab.units import approx_tokens, context_label, k_label, token_range
 
@@ -132,7 +132,7 @@ def describe(
 
 
 def spec_configs(target: str | Path, a: Assumptions = Assumptions()) -> tuple[list[tuple[Config, int, Workload]], str]:
-    """Every distinct (configuration, prompt length, workload) of an experiment file, via kvlab.spec."""
+    """Every distinct (configuration, prompt length, workload) of an experiment file, via kvlab.experiment."""
     spec = plan.load(target)  # as a sweep would plan it: kvlab's tiny model made when the spec names it
     g = device_gpu(spec.device.kind, spec.device.accelerator, spec.hardware)
     seen, out = set(), []

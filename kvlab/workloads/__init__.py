@@ -5,7 +5,7 @@ subclass with ``kind: Literal["<module name>"]``, the kind's own fields and chec
 generator (``generate``), its one-line ``description`` and a valid ``example``; each prompt it
 generates carries the tokens it shares with the others (``Prompt.shared_prefix_tokens``), and a run's
 shared-token count is :func:`~kvlab.workloads.base.shared_tokens` of them. :data:`KINDS` holds every
-kind; kvlab.spec, kvlab.runner, kvlab.schema and kvlab.guide read it, so adding a kind is adding a module.
+kind; kvlab.experiment, kvlab.runner, kvlab.schema and kvlab.guide read it, so adding a kind is adding a module.
 """
 
 from __future__ import annotations

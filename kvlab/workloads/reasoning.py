@@ -1,4 +1,4 @@
-"""reasoning: chat questions whose answers are split into reasoning and answer tokens (kvlab.reasoning)."""
+"""reasoning: chat questions whose answers are split into reasoning and answer tokens (kvlab.reasoning_tokens)."""
 
 from __future__ import annotations
 
