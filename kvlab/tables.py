@@ -176,7 +176,13 @@ def label(column: str) -> str:
 def number(v, digits: int = 3) -> str:
     """A number as a reader reads it: '–' when missing, whole with separators from 1,000 up, a value with at
     most two decimals as it is (a setting such as 0.92, a published 100.5 s), else ``digits`` significant
-    figures kept even when they are zeros (1.500498 → '1.50', 0.434768 → '0.435')."""
+    figures kept even when they are zeros (1.500498 → '1.50', 0.434768 → '0.435'); a negative one with a true
+    minus sign ('−5.96')."""
+    text = _number(v, digits)
+    return "−" + text[1:] if text.startswith("-") else text
+
+
+def _number(v, digits: int) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if isinstance(v, bool):

@@ -656,8 +656,8 @@ def prefix_answer(hits: list[dict], found: list, threshold: float) -> tuple[str,
         )
 
     first = (
-        f"With its prefix cache on, each engine served this share of prompt tokens from its cache at "
-        f"{hits[0]['shared_fraction']:.0%} shared: " + "; ".join(rate(r) for r in hits) + " (measured)."
+        f"Measured with its prefix cache on, each engine served this share of prompt tokens from its cache at "
+        f"{hits[0]['shared_fraction']:.0%} shared: " + "; ".join(rate(r) for r in hits) + "."
     )
     said = []
     if (v := by_id.get("vllm_no_prefix_sharing")) is not None:
