@@ -16,7 +16,8 @@ from kvlab import __version__
 from kvlab.paths import ROOT
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform says."""
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
@@ -118,7 +119,7 @@ def describe() -> dict:
         "hostname": platform.node(),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_flags": _cpu_flags(),
         "cpu_cores": os.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,

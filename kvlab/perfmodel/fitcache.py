@@ -40,6 +40,7 @@ import numpy as np
 import scipy
 from pydantic import BaseModel
 
+from kvlab.host import cpu_model
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.perfmodel.roofline import Params
 
@@ -71,15 +72,6 @@ def location() -> Path | None:
     return Path(value).expanduser() if value else default_location()
 
 
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def _simd_paths() -> str:
     """numpy's dispatched SIMD paths this process uses (``NPY_DISABLE_CPU_FEATURES`` switches some off) and
     OpenBLAS's forced kernels, if any: both move a fit's last digits."""
@@ -106,7 +98,7 @@ def code_version() -> str:
         platform.machine(),
         np.__version__,
         scipy.__version__,
-        _cpu_model(),
+        cpu_model(),
         _simd_paths(),
     )
     h.update(repr(env).encode())
