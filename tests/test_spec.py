@@ -460,6 +460,23 @@ def test_a_secret_option_in_extra_args_is_refused_in_any_spelling(tmp_path, args
     assert "(got" not in msg  # the value is never echoed
 
 
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--host", "0.0.0.0"], "--host"),
+        (["--host=::"], "--host"),
+        (["--ho", "0.0.0.0"], "--host"),  # an argparse abbreviation
+        (["--port", "8000"], "--port"),
+        (["--po=8000"], "--port"),
+    ],
+)
+def test_an_option_that_moves_the_servers_listening_address_is_refused(tmp_path, args, option):
+    """Issue 40 item 7: extra_args come last on the engine's command line, so `--host 0.0.0.0` there would make a
+    server kvlab launches listen on every interface whatever `host` says."""
+    msg = _load_error(tmp_path, _with("engines.vllm.extra_args", args))
+    assert f"engines.vllm: extra_args: {option}" in msg and "give the address as host" in msg
+
+
 @pytest.mark.parametrize("args", [["--ssl-keyfile", "k.pem"], ["--api-server-count", "2"], ["--max-num-seqs", "4"]])
 def test_options_that_only_look_like_secret_ones_are_kept(tmp_path, args):
     ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.extra_args", args)))

@@ -69,17 +69,33 @@ _SECRET_WORDS_TEXT = ", ".join(f"*{w}*" for w in SECRET_ENV_WORDS if w not in ("
 REDACTED = "***"
 
 
-def secret_option(arg: str) -> str | None:
-    """The secret option ``arg`` spells (``--api-key``, ``--api_key``, ``--api-k=…``: argparse accepts any
-    unambiguous prefix of a long option, and vLLM's parser reads '_' as '-'), else None. Checked against each
-    engine's own parser by tests/test_engines.py (kvlab.engines.parsecheck.ask_parser)."""
+#: Options that choose where the engine's API server listens: kvlab gives them itself (``host``, and a port it picked
+#: free), and one in extra_args, last on the command line, would override them (``--host 0.0.0.0``: every interface).
+BIND_OPTIONS = ("--host", "--port")
+
+
+def _option_spelt(arg: str, options: tuple[str, ...], exact_exempt: tuple[str, ...] = ()) -> str | None:
+    """The option of ``options`` that ``arg`` spells (``--api-key``, ``--api_key``, ``--api-k=…``: argparse accepts
+    any unambiguous prefix of a long option, and vLLM's parser reads '_' as '-'), else None. ``exact_exempt``: the
+    engines' own options that are prefixes of one of ``options`` (argparse matches an exact option first)."""
     if not arg.startswith("--"):
         return None
     # vLLM's parser also reads '--opt.field value' as a JSON value of --opt
     name = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
-    if len(name) < 3 or name in _NOT_SECRET_EXACT:  # '--' alone ends the options
+    if len(name) < 3 or name in exact_exempt:  # '--' alone ends the options
         return None
-    return next((opt for opt in SECRET_OPTIONS if opt.startswith(name)), None)
+    return next((opt for opt in options if opt.startswith(name)), None)
+
+
+def secret_option(arg: str) -> str | None:
+    """The secret option ``arg`` spells, in any spelling the engine's parser accepts, else None. Checked against each
+    engine's own parser by tests/test_engines.py (kvlab.engines.parsecheck.ask_parser)."""
+    return _option_spelt(arg, SECRET_OPTIONS, _NOT_SECRET_EXACT)
+
+
+def bind_option(arg: str) -> str | None:
+    """The listening-address option (:data:`BIND_OPTIONS`) ``arg`` spells, in any spelling the parser accepts."""
+    return _option_spelt(arg, BIND_OPTIONS)
 
 
 def _spans(pattern: re.Pattern, name: str) -> list[tuple[int, int]]:
@@ -347,6 +363,14 @@ class EngineSpec(BaseModel):
             )
             raise ValueError(
                 f"extra_args: {opt}{spelt} carries a secret, which the spec would store and `ps` would show: {how}"
+            )
+        bind = next((a for a in self.extra_args if bind_option(a)), None)
+        if bind is not None:
+            opt, given = bind_option(bind), bind.split("=", 1)[0]
+            spelt = "" if given == opt else f" (given as {given!r}, which the engine's parser reads as {opt})"
+            raise ValueError(
+                f"extra_args: {opt}{spelt} would override where kvlab makes the server listen (host "
+                f"{self.host!r} and a port it picks free): give the address as host, and leave the port to kvlab"
             )
         if (
             self.api_key_env
