@@ -94,6 +94,12 @@ VLLM_BENCH_SERVE = (
 ARMS = ("kvlab", "kvlab-peer-options", "kvlab-staggered", "peer")
 #: kvlab's load options that give the peers' definitions (kvlab's defaults: token_ids, together, steady)
 PEER_OPTIONS = {"prompt_form": "text", "phase": "together", "window": "span"}
+#: each peer's open-loop schedule (kvlab.load.LoadSpec.arrivals): vLLM scales its gaps so the last send falls at
+#: n / rate (benchmarks/serve.py get_request), SGLang sends the first at once and each later one after its drawn gap
+PEER_ARRIVALS = {"vllm": "scaled", "sglang": "drawn"}
+#: each peer's HTTP connections (LoadSpec.connections): vLLM's benchmark keeps one session's connections open, SGLang's
+#: opens a new session, so a new connection, per request (sglang/benchmark/serving.py _create_bench_client_session)
+PEER_CONNECTIONS = {"vllm": "kept", "sglang": "per_request"}
 
 
 @dataclass(frozen=True)
@@ -158,12 +164,13 @@ def engine_spec(engine: str, tag: str, cpus: set[int] | None, max_running: int):
 
 
 def kvlab_workload(
-    point: Point, prompt: int, output: int, seed: int, peer_options: bool, staggered: bool = False
+    point: Point, prompt: int, output: int, seed: int, peer_options: bool, staggered: bool = False, engine: str = "vllm"
 ) -> dict:
     """The experiment file's workload of one kvlab measurement. kvlab's defaults: a fixed batch is sent at once
     (no load), a loop under ``load`` with its default options; the peers' options: every point as a load with
     :data:`PEER_OPTIONS` (a fixed batch as a closed loop of its size); ``staggered``: the defaults with
-    ``phase: staggered`` (a closed loop). The saturation stop is off in all (the peers have none; it is a guard,
+    ``phase: staggered`` (a closed loop); an open loop with the peers' options takes ``engine``'s peer's arrival
+    schedule (:data:`PEER_ARRIVALS`). The saturation stop is off in all (the peers have none; it is a guard,
     not a definition)."""
     w = {
         "kind": "fixed_batch",
@@ -183,6 +190,9 @@ def kvlab_workload(
         load |= {"stop_queue_rising": None, "stop_ttft_factor": None}
         if peer_options:
             load |= {k: v for k, v in PEER_OPTIONS.items() if not (k == "phase" and point.kind == "open")}
+            if point.kind == "open":
+                load["arrivals"] = PEER_ARRIVALS[engine]
+            load["connections"] = PEER_CONNECTIONS[engine]
         if staggered and point.kind == "closed":
             load["phase"] = "staggered"
         w["load"] = load
@@ -401,7 +411,13 @@ def measure(
                                 url,
                                 tag,
                                 kvlab_workload(
-                                    point, prompt, output, seed, arm == "kvlab-peer-options", arm == "kvlab-staggered"
+                                    point,
+                                    prompt,
+                                    output,
+                                    seed,
+                                    arm == "kvlab-peer-options",
+                                    arm == "kvlab-staggered",
+                                    engine,
                                 ),
                             )
                         r.update(point=point.label, arm=arm, repeat=rep)
@@ -492,7 +508,7 @@ class Comparison:
         bound = self.bound if self.bound is not None else 0.10
         if abs(r - 1) <= bound + 1e-12:
             return ""
-        changed = ["text prompts"] + (["first send to last completion"] if point_kind != "batch" else [])
+        changed = peer_option_words(self.engine, point_kind)
         window = (
             f" (kvlab's steady window median {windows[0].median:.3g} s, the peer's duration {windows[1].median:.3g} s)"
             if self.figure == "output_tokens_per_s"
@@ -513,9 +529,19 @@ class Comparison:
                 f"{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
             )
         return (
-            f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the prompt form "
-            f"or window{window}; " + _residual_hint(self.figure, point_kind)
+            f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the peer's options "
+            f"({', '.join(changed)}){window}; " + _residual_hint(self.figure, point_kind, self.engine)
         )
+
+
+def peer_option_words(engine: str, point_kind: str) -> list[str]:
+    """The peer's options that change kvlab's figures at a point of this kind, in the words of a table line."""
+    words = ["text prompts"] + (["first send to last completion"] if point_kind != "batch" else [])
+    if point_kind == "open" and PEER_ARRIVALS[engine] == "scaled":
+        words.append("arrivals scaled to the exact rate")
+    if PEER_CONNECTIONS[engine] == "per_request":
+        words.append("a new connection per request")
+    return words
 
 
 def overlap(a: Stat, b: Stat) -> bool:
@@ -525,9 +551,14 @@ def overlap(a: Stat, b: Stat) -> bool:
     return a.low <= b.high and b.low <= a.high
 
 
-def _residual_hint(figure: str, point_kind: str) -> str:
+def _residual_hint(figure: str, point_kind: str, engine: str = "vllm") -> str:
     if point_kind == "open":
         return "the arrival times are different draws (kvlab's numpy generator, the peer's own) of few requests"
+    if engine == "sglang" and figure in ("ttft_p50_ms", "output_tokens_per_s"):
+        return (
+            "checked and ruled out: the prompts' lengths (the server re-tokenises the peer's random-ids text to "
+            "247–264 tokens, kvlab's to 256) and the connection per request (the option moves nothing measurable)"
+        )
     if figure == "itl_p50_ms":
         return "kvlab's ITL is per network read (chunks read together count one gap), the peer's per chunk"
     if figure == "ttft_p99_ms":

@@ -750,6 +750,7 @@ async def run_requests(
     stop: Callable[[], str | None] | None = None,
     on_finish: Callable[[int, float | None], None] | None = None,
     before_send: Callable[[int], Awaitable[None]] | None = None,
+    new_connection_per_request: bool = False,
 ) -> BatchResult:
     """Send ``prompts`` as streaming requests and record each one; never raises for a failed request.
 
@@ -801,7 +802,9 @@ async def run_requests(
         acc = accs[p.index]
         acc.max_chunks, acc.max_bytes, deadline_s = request_bounds(p.max_tokens, timeout_s, stall_s)
         timeouts[p.index] = aiohttp.ClientTimeout(total=deadline_s, sock_read=stall_s)
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
+    # new_connection_per_request: the connection closes after each response, so each request connects anew (inside
+    # its TTFT), as SGLang's benchmark does with a session per request (kvlab.load.LoadSpec.connections)
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, force_close=new_connection_per_request)
     first_send_wall: list[float] = []
 
     sent: set[int] = set()

@@ -63,7 +63,13 @@ KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
         "load": None,
     },
     # inside workload.load: the definitions added for agreement with the peers' benchmarks (kvlab.load.LoadSpec)
-    "load": {"prompt_form": "token_ids", "phase": "together", "window": "steady"},
+    "load": {
+        "prompt_form": "token_ids",
+        "phase": "together",
+        "window": "steady",
+        "arrivals": "drawn",
+        "connections": "kept",
+    },
 }
 
 

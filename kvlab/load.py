@@ -88,6 +88,19 @@ class LoadSpec(BaseModel):
         "staggered sends each of the first wave once the one before it has its first token, so the requests in "
         "flight are at different points of their decode",
     )
+    arrivals: Literal["drawn", "scaled"] = Field(
+        "drawn",
+        description="open loop: drawn sends the first request at once and each later one after its drawn gap "
+        "(kvlab's and SGLang's benchmark; the n sends span a random time, mean (n-1)/rate_rps); scaled draws a gap "
+        "before the first send too and scales all n so the last send falls exactly n/rate_rps seconds after the "
+        "load starts (`vllm bench serve`), and a `span` window then starts where the load starts",
+    )
+    connections: Literal["kept", "per_request"] = Field(
+        "kept",
+        description="kept: requests reuse the client's open HTTP connections (kvlab's, `vllm bench serve`'s); "
+        "per_request: each request opens a new connection, inside its TTFT (SGLang's benchmark opens a new "
+        "session per request)",
+    )
     window: Literal["steady", "span"] = Field(
         "steady",
         description="steady: the counts and rates cover the requests sent and finished between the "
@@ -101,6 +114,8 @@ class LoadSpec(BaseModel):
             raise ValueError("a load states concurrency (closed loop) or rate_rps (open loop)")
         if self.phase == "staggered" and self.rate_rps is not None:
             raise ValueError("phase 'staggered' applies to a closed loop (concurrency without rate_rps) only")
+        if self.arrivals == "scaled" and self.rate_rps is None:
+            raise ValueError("arrivals 'scaled' applies to an open loop (rate_rps) only")
         return self
 
     @property
@@ -117,15 +132,33 @@ class LoadSpec(BaseModel):
         return f"{self.rate_rps:g} req/s{gamma}{cap}"
 
 
-def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
-    """Send offsets in seconds from the first send of ``n`` open-loop arrivals: the first at 0, then cumulative
+def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 0, scaled: bool = False) -> list[float]:
+    """Send offsets in seconds from the load's start of ``n`` open-loop arrivals: the first at 0, then cumulative
     gamma(shape=burstiness, scale=1/(rate_rps*burstiness)) gaps, mean 1/rate_rps (burstiness 1: exponential gaps,
-    a Poisson process). Deterministic from ``seed`` (numpy's default_rng)."""
+    a Poisson process). Deterministic from ``seed`` (numpy's default_rng).
+
+    ``scaled`` (``arrivals: scaled``, `vllm bench serve`'s schedule): n gaps, the first before the first send, their
+    cumulative sums scaled so the last send falls exactly at n / rate_rps, so the offered rate is exact whatever the
+    draw (vLLM 0.32 benchmarks/serve.py get_request; its own generator, so not its draw)."""
     if n <= 0:
         return []
     rng = np.random.default_rng(seed)
+    if scaled:
+        cum = np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (rate_rps * burstiness), size=n))
+        return (cum * ((n / rate_rps) / cum[-1])).tolist()
     gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate_rps * burstiness), size=n - 1)
     return [0.0, *np.cumsum(gaps).tolist()]
+
+
+def schedule_lead_s(load: LoadSpec, prompts: Sequence[Any]) -> float:
+    """How long after the load's start its first request is sent: the first offset of a scaled open loop, else 0.
+    The requests' clock starts at the first send, so a ``span`` window of a scaled load starts this much before it."""
+    if load.rate_rps is None or load.arrivals != "scaled":
+        return 0.0
+    firsts = chain_starts(prompts)
+    return (
+        arrival_times(len(firsts), load.rate_rps, load.burstiness, load.arrival_seed, scaled=True)[0] if firsts else 0.0
+    )
 
 
 def p90(values: Sequence[float]) -> float:
@@ -216,17 +249,19 @@ def steady_window(records: Sequence[Any], warmup_requests: int) -> Window:
     )
 
 
-def span_window(records: Sequence[Any], warmup_requests: int) -> Window:
+def span_window(records: Sequence[Any], warmup_requests: int, lead_s: float = 0.0) -> Window:
     """The peers' window of a load point's ``records`` (``window: span``): from the first measured send to the last
     measured completion; every measured (not warm-up) request counts, the ramp-up and ramp-down included, as
-    `vllm bench serve` and SGLang's benchmark divide by their whole duration."""
+    `vllm bench serve` and SGLang's benchmark divide by their whole duration. ``lead_s``: how long before the first
+    send the load started (:func:`schedule_lead_s`; without warm-up requests the window starts there, as vLLM's
+    duration does under its scaled schedule)."""
     by_send = sorted(records, key=lambda r: (r.t_send_s, r.request_index))
     warm, measured = by_send[:warmup_requests], by_send[warmup_requests:]
     if not measured:
         return Window(0.0, 0.0, (), tuple(r.request_index for r in warm), ())
     end = max(r.t_send_s + (r.t_end - r.t_send) for r in measured)
     return Window(
-        measured[0].t_send_s,
+        measured[0].t_send_s - (lead_s if not warm else 0.0),
         end,
         tuple(sorted(r.request_index for r in measured)),
         tuple(sorted(r.request_index for r in warm)),
@@ -234,9 +269,11 @@ def span_window(records: Sequence[Any], warmup_requests: int) -> Window:
     )
 
 
-def window_of(records: Sequence[Any], load: LoadSpec) -> Window:
-    """The window ``load.window`` names: :func:`steady_window` or :func:`span_window`."""
-    return (span_window if load.window == "span" else steady_window)(records, load.warmup_requests)
+def window_of(records: Sequence[Any], load: LoadSpec, lead_s: float = 0.0) -> Window:
+    """The window ``load.window`` names: :func:`steady_window` or :func:`span_window` (``lead_s``: see there)."""
+    if load.window == "span":
+        return span_window(records, load.warmup_requests, lead_s)
+    return steady_window(records, load.warmup_requests)
 
 
 #: Rounds of decode and re-encode :func:`as_text` tries to reach a prompt's length in tokens.
@@ -306,7 +343,14 @@ def client_args(load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch) 
     requests that finish after the first ``warmup_requests`` finishes)."""
     firsts = chain_starts(prompts)
     offsets = (
-        dict(zip(firsts, arrival_times(len(firsts), load.rate_rps, load.burstiness, load.arrival_seed)))
+        dict(
+            zip(
+                firsts,
+                arrival_times(
+                    len(firsts), load.rate_rps, load.burstiness, load.arrival_seed, scaled=load.arrivals == "scaled"
+                ),
+            )
+        )
         if load.rate_rps is not None
         else None
     )
@@ -325,6 +369,7 @@ def client_args(load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch) 
             watch.finished(ttft_ms)
 
     args: dict[str, Any] = {
+        "new_connection_per_request": load.connections == "per_request",
         "start_offsets": offsets,
         "send_until_s": load.duration_s,
         "stop": watch.reason,
@@ -418,6 +463,8 @@ class LoadOutcome:
             "load_stop": self.stopped,
             "load_phase": self.load.phase if self.load.mode == "closed" else None,
             "load_window": self.load.window,
+            "load_arrivals": self.load.arrivals if self.load.mode == "open" else None,
+            "load_connections": self.load.connections,
         }
 
 
@@ -427,6 +474,8 @@ class LoadOutcome:
 FORM_WORDS = {"token_ids": "token-id prompts", "text": "text prompts (tokenised by the server)", "chat": "chat prompts"}
 PHASE_WORDS = {"together": "first wave sent together", "staggered": "first wave staggered"}
 WINDOW_WORDS = {"steady": "steady-state window", "span": "first send to last completion"}
+ARRIVAL_WORDS = {"drawn": "arrival gaps as drawn", "scaled": "arrivals scaled to the exact rate"}
+CONNECTION_WORDS = {"kept": "connections kept open", "per_request": "a new connection per request"}
 
 
 def conditions_label(rows: Any) -> str | None:
@@ -445,6 +494,10 @@ def conditions_label(rows: Any) -> str | None:
         parts = [FORM_WORDS.get(r.get("prompt_form") or "", "prompt form not recorded")]
         if mode == "closed":
             parts.append(PHASE_WORDS[r.get("load_phase") or "together"])
+        elif r.get("load_arrivals") == "scaled":  # drawn, kvlab's only schedule before it was recorded, goes unsaid
+            parts.append(ARRIVAL_WORDS["scaled"])
+        if r.get("load_connections") == "per_request":  # kept, kvlab's only way before it was recorded, goes unsaid
+            parts.append(CONNECTION_WORDS["per_request"])
         parts.append(WINDOW_WORDS[r.get("load_window") or "steady"])
         label = ", ".join(parts)
         if label not in labels:

@@ -539,7 +539,13 @@ class LocalExecutor:
         gpu_info = gpus.describe()
         missing = None if names or tails_log else _why_no_telemetry(server, has_metrics)
         source = "log" if tails_log else "metrics"
-        outcome = loads.LoadOutcome(load, loads.window_of(batch.records, load), watch.stopped) if load else None
+        outcome = (
+            loads.LoadOutcome(
+                load, loads.window_of(batch.records, load, loads.schedule_lead_s(load, prompts)), watch.stopped
+            )
+            if load
+            else None
+        )
         if outcome is not None:
             notes.append(outcome.note(len(prompts)))
         if w.splits_reasoning:

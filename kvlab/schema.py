@@ -271,6 +271,22 @@ RUNS = Table(
             allowed=("steady", "span"),
         ),
         _c(
+            "load_arrivals",
+            Str,
+            "open loop: drawn (the first request at once, each later one after its drawn gap: kvlab's and SGLang's "
+            "benchmark) or scaled (the n gaps scaled so the last send falls at n / rate_rps: `vllm bench serve`); "
+            "workload.load.arrivals. Null: no open loop, or stored before it was recorded (then drawn)",
+            allowed=("drawn", "scaled"),
+        ),
+        _c(
+            "load_connections",
+            Str,
+            "under a load: kept (requests reuse the client's open HTTP connections: kvlab's and `vllm bench serve`'s) "
+            "or per_request (each request connects anew, inside its TTFT: SGLang's benchmark); "
+            "workload.load.connections. Null: no load, or stored before it was recorded (then kept)",
+            allowed=("kept", "per_request"),
+        ),
+        _c(
             "prompt_form",
             Str,
             "how the prompts were sent: token_ids (the server's prompt length is exact), text "

@@ -631,6 +631,42 @@ def test_the_conditions_label_names_prompt_form_phase_and_window_and_reads_older
         "prompt form not recorded, first wave sent together, steady-state window"
     )
     assert loads.conditions_label(rows.tail(1)) is None  # no load: nothing to name
+    scaled = {"load_mode": "open", "prompt_form": "text", "load_window": "span", "load_arrivals": "scaled"}
+    assert loads.conditions_label([scaled]) == (
+        "text prompts (tokenised by the server), arrivals scaled to the exact rate, first send to last completion"
+    )
+
+
+@pytest.mark.parametrize("burstiness", [1.0, 0.5, 4.0])
+def test_scaled_arrivals_put_the_last_send_at_n_over_the_rate_and_a_drawn_gap_before_the_first(burstiness):
+    """`vllm bench serve`'s schedule (arrivals: scaled): n gaps, the first before the first send, scaled so the n-th
+    send falls at exactly n / rate whatever the draw; kvlab's own (drawn) starts at 0 and is left as drawn."""
+    for seed in range(5):
+        scaled = loads.arrival_times(16, 4.0, burstiness, seed, scaled=True)
+        assert len(scaled) == 16 and scaled[-1] == pytest.approx(4.0, rel=1e-12) and scaled[0] > 0
+        assert all(b >= a for a, b in zip(scaled, scaled[1:]))
+        drawn = loads.arrival_times(16, 4.0, burstiness, seed)
+        assert drawn[0] == 0.0 and drawn == loads.arrival_times(16, 4.0, burstiness, seed)
+    assert len({round(loads.arrival_times(16, 4.0, 1.0, seed, scaled=True)[-1], 9) for seed in range(5)}) == 1
+    assert len({round(loads.arrival_times(16, 4.0, 1.0, seed)[-1], 9) for seed in range(5)}) == 5
+
+
+def test_a_scaled_open_loops_span_window_starts_where_the_load_starts():
+    """With arrivals: scaled the requests' clock still starts at the first send, so the span window reaches back
+    by the schedule's lead (its first offset): the load's whole duration, as vLLM's benchmark divides by."""
+    from types import SimpleNamespace
+
+    load = loads.LoadSpec(rate_rps=4.0, arrivals="scaled", window="span")
+    prompts = [SimpleNamespace(index=i, conversation=None) for i in range(8)]
+    lead = loads.schedule_lead_s(load, prompts)
+    assert lead == loads.arrival_times(8, 4.0, 1.0, 0, scaled=True)[0] > 0
+    recs = [SimpleNamespace(request_index=i, t_send_s=0.5 * i, t_send=0.0, t_end=0.1) for i in range(8)]
+    w = loads.window_of(recs, load, lead)
+    assert (w.start_s, w.end_s) == (pytest.approx(-lead), pytest.approx(3.6)) and len(w.counted) == 8
+    assert loads.window_of(recs, load.model_copy(update={"window": "steady"}), lead).start_s == 0.0
+    assert loads.schedule_lead_s(loads.LoadSpec(rate_rps=4.0), prompts) == 0.0
+    with pytest.raises(ValueError, match="arrivals 'scaled' applies to an open loop"):
+        loads.LoadSpec(concurrency=4, arrivals="scaled")
 
 
 def test_a_stored_span_load_point_records_its_options_and_counts_every_measured_request(tmp_path):

@@ -102,8 +102,8 @@ def test_each_difference_beyond_its_bound_gets_one_line_that_names_its_cause():
     )
     assert _get("c=4", "tpot_p50_ms").explanation("closed", win) == ""  # within 5% already
     assert _get("batch 8", "ttft_p50_ms").explanation("batch", win) == (
-        "kvlab's defaults -33%, the peers' options -20%: not explained by the prompt form or window; see the "
-        "per-repeat figures in reports/bench/peer_agreement.json"
+        "kvlab's defaults -33%, the peers' options -20%: not explained by the peer's options (text prompts); see "
+        "the per-repeat figures in reports/bench/peer_agreement.json"
     )
     assert _get("batch 8", "e2e_p50_ms").explanation("batch", win) == "no ratio (a median is missing)"
     spread = pa.Comparison(
@@ -147,6 +147,7 @@ def test_kvlabs_workloads_for_each_arm():
         "prompt_form": "text",
         "phase": "together",
         "window": "span",
+        "connections": "kept",  # vllm bench serve keeps its session's connections open
     }
     batch = pa.Point("batch 8", 8)
     assert "load" not in pa.kvlab_workload(batch, 256, 32, 1000, False)  # kvlab's fixed batch: all at once
@@ -155,3 +156,7 @@ def test_kvlabs_workloads_for_each_arm():
     assert "load" not in pa.kvlab_workload(batch, 256, 32, 1000, False, staggered=True)  # closed loops only
     open_ = pa.kvlab_workload(pa.Point("4 req/s", 16, rate_rps=4.0), 256, 32, 1001, True)["load"]
     assert open_["rate_rps"] == 4.0 and open_["arrival_seed"] == 1001 and "phase" not in open_
+    assert open_["arrivals"] == "scaled"  # vllm bench serve's schedule
+    sglang = pa.kvlab_workload(pa.Point("4 req/s", 16, rate_rps=4.0), 256, 32, 1001, True, engine="sglang")["load"]
+    assert sglang["arrivals"] == "drawn"  # SGLang's benchmark sends the first at once, as kvlab does
+    assert sglang["connections"] == "per_request"  # and opens a new session per request
