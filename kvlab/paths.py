@@ -20,6 +20,22 @@ REPORTS_DIR = ROOT / "reports"
 ENGINES_DIR = ROOT / ".engines"  # per-engine virtual environments made by `make`
 
 
+def private_folder_problem(path: Path) -> str | None:
+    """Why ``path`` may not hold kvlab's private state (server registry, fit cache), as the rest of a sentence that
+    names it ("is a symbolic link", ...); None when it is a real folder of this user's that no other user can write
+    to. FileNotFoundError when it does not exist (``os.lstat``: a link is never followed)."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid != os.getuid():
+        return f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"has mode {stat.S_IMODE(st.st_mode):04o}: other users can write to it"
+    return None
+
+
 #: Every temporary name kvlab makes beside a file or folder it writes starts with this prefix (a dot: readers skip
 #: it). The partial-run cleanup removes only names that match TEMP_NAME, never a user's other dot entries.
 TEMP_PREFIX = ".kvlab-tmp."

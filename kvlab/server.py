@@ -16,7 +16,6 @@ import os
 import secrets
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import psutil
 from kvlab.engines import ENGINE_NAMES, Failure, get_adapter
 from kvlab import watchdog
 from kvlab.engines.base import http_json
-from kvlab.paths import ROOT, write_text_atomic
+from kvlab.paths import ROOT, private_folder_problem, write_text_atomic
 from kvlab.engines import EngineSpec
 from kvlab.engines.spec import holds_secret, redact_text
 
@@ -87,20 +86,9 @@ def _own_dir(path: Path, create: bool) -> bool:
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
     try:
-        st = os.lstat(path)
+        why = private_folder_problem(path)
     except FileNotFoundError:
         return False
-    why = (
-        "is a symbolic link"
-        if stat.S_ISLNK(st.st_mode)
-        else "is not a folder"
-        if not stat.S_ISDIR(st.st_mode)
-        else f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
-        if st.st_uid != os.getuid()
-        else f"has mode {stat.S_IMODE(st.st_mode):04o}: other users can write to it"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        else None
-    )
     if why:
         raise StateDirError(
             f"{path}: kvlab's server state folder {why}; another user could plant or redirect its "

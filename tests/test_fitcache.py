@@ -145,7 +145,7 @@ def test_where_the_cache_lives(monkeypatch, tmp_path):
 def test_a_folder_others_can_write_to_is_not_used(cache_at, monkeypatch):
     cache_at.parent.mkdir(mode=0o700)
     os.chmod(cache_at.parent, 0o777)
-    with pytest.warns(RuntimeWarning, match="open to other users' writes"):
+    with pytest.warns(RuntimeWarning, match="has mode 0777: other users can write to it"):
         calibrate._fit(_points(), Assumptions())
     assert not cache_at.exists() and fitcache.counts == {"hit": 0, "miss": 0}
 

@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import sqlite3
-import stat
 import sys
 import threading
 import warnings
@@ -41,6 +40,7 @@ import scipy
 from pydantic import BaseModel
 
 from kvlab.host import cpu_model
+from kvlab.paths import private_folder_problem
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.perfmodel.roofline import Params
 
@@ -152,15 +152,14 @@ def key(*inputs) -> str:
 
 def _folder_refused(folder: Path) -> str | None:
     """Create ``folder`` mode 0700 (its parents as usual); why it may not hold the cache (None: it may): it must be a
-    real folder of this user's that no other user can write to (the server state folder's rule, kvlab.server)."""
+    real folder of this user's that no other user can write to (kvlab.paths.private_folder_problem, the server
+    state folder's rule too)."""
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(folder)
+        why = private_folder_problem(folder)
     except OSError as e:
         return f"folder cannot be made ({e.strerror})"
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return "folder is a link, not this user's, or open to other users' writes"
-    return None
+    return None if why is None else f"folder {folder} {why}"
 
 
 def _unusable(path: Path, why: str) -> None:
