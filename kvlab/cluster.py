@@ -63,20 +63,39 @@ def import_ray():
     return ray
 
 
+#: Ray's environment switch for clusters of one machine (ray._private.ray_constants.ENABLE_RAY_CLUSTER); 0 keeps a
+#: `--ray local` cluster on the loopback.
+RAY_ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
 def connect(address: str, insecure: bool = False):
     """Join the cluster at ``address``: ``auto`` (the one this host belongs to), ``local`` (start one on this
     host), or ``[ray://]host:port``; an already connected process keeps its connection.
 
     ``local`` starts Ray with token authentication on (RAY_AUTH_MODE=token, set in this process for Ray and the
-    nodes it starts; Ray writes a token to ~/.ray/auth_token when none is given), its node address 127.0.0.1 and no
-    dashboard. A cluster that runs without authentication is left again and refused (ClusterError) unless
+    nodes it starts; Ray writes a token to ~/.ray/auth_token when none is given), as a cluster of this one machine
+    whose every server listens on the loopback (:data:`RAY_ONE_MACHINE_ENV`), and no dashboard. A cluster that runs without authentication is left again and refused (ClusterError) unless
     ``insecure`` (``--ray-insecure``): anyone who reaches its ports could run code where kvlab starts engines.
     ``insecure`` also leaves a ``local`` cluster's authentication to RAY_AUTH_MODE as the environment sets it."""
     local = address == "local"
     if local and not insecure:
         # read once, when Ray is imported, by this driver, and by every process of the cluster ray.init starts
         os.environ["RAY_AUTH_MODE"] = "token"
+    if local:
+        # Ray's switch for a cluster of one machine (named for the platforms where it is the default): Ray then takes
+        # the loopback as the node's address instead of the host's, and Ray 2.60 binds every server (GCS, raylet,
+        # workers, agents) to the node's address; without it they listen on every interface (`::`) whatever
+        # _node_ip_address says (ray.init resolves 127.0.0.1 to the host's address). Read by Ray's processes when
+        # they import it; this process's own copy is set below too, in case Ray was imported already.
+        os.environ[RAY_ONE_MACHINE_ENV] = "0"
     ray = import_ray()
+    if local:
+        try:
+            import ray._private.ray_constants as ray_constants
+        except ImportError:  # a Ray without it (or a stand-in): the environment variable is all there is
+            pass
+        else:
+            ray_constants.ENABLE_RAY_CLUSTER = False
     if ray.is_initialized():
         return ray
     if address not in ("auto", "local"):
@@ -92,7 +111,7 @@ def connect(address: str, insecure: bool = False):
                 "start one with `ray start --head` or use --ray local"
             ) from None
     try:
-        if local:  # Ray 2.60 still listens on every interface for some of its servers (docs/experiments.md)
+        if local:  # every server on the loopback (RAY_ONE_MACHINE_ENV above)
             ray.init(address=None, log_to_driver=False, _node_ip_address="127.0.0.1", include_dashboard=False)
         else:
             ray.init(address=address, log_to_driver=False)

@@ -113,6 +113,13 @@ def listening_sockets(pid: int) -> list[tuple[str, int, str]]:
     return out
 
 
+def bound_to_loopback(addr: str) -> bool:
+    """Whether a listening socket's address is the loopback: 127.0.0.0/8, ::1, or the IPv4 loopback on an IPv6
+    socket (::ffff:127.0.0.1, as gRPC binds it); never the unspecified address, which listens everywhere."""
+    ip = ipaddress.ip_address(addr.split("%", 1)[0])
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
+
+
 def assert_listens_on_loopback_only(tag: str) -> None:
     """Every socket the running server of ``tag`` (launched with the default host, 127.0.0.1) and its children
     listen on is bound to the loopback (issue 40): its HTTP port, and its workers' own (collective groups,
@@ -122,7 +129,7 @@ def assert_listens_on_loopback_only(tag: str) -> None:
     assert ("127.0.0.1", rec["port"]) in [(ip, port) for ip, port, _ in sockets], sockets
     root = psutil.Process(rec["pid"]).name()
     assert any(port != rec["port"] for _, port, _ in sockets), sockets  # a child's listener was seen
-    beyond = [s for s in sockets if not ipaddress.ip_address(s[0].split("%", 1)[0]).is_loopback]
+    beyond = [s for s in sockets if not bound_to_loopback(s[0])]
     assert not beyond, f"{root} (pid {rec['pid']}) and its children listen beyond the loopback: {beyond}"
 
 
