@@ -160,3 +160,20 @@ def test_kvlabs_workloads_for_each_arm():
     sglang = pa.kvlab_workload(pa.Point("4 req/s", 16, rate_rps=4.0), 256, 32, 1001, True, engine="sglang")["load"]
     assert sglang["arrivals"] == "drawn"  # SGLang's benchmark sends the first at once, as kvlab does
     assert sglang["connections"] == "per_request"  # and opens a new session per request
+
+
+def test_each_peers_options_are_named_in_the_words_of_its_table_line():
+    """The options that make kvlab send as each peer does, per kind of point: vLLM's open loop scales its arrival
+    gaps, SGLang's benchmark connects anew per request; both send text and divide by their whole span."""
+    assert pa.peer_option_words("vllm", "batch") == ["text prompts"]
+    assert pa.peer_option_words("vllm", "open") == [
+        "text prompts",
+        "first send to last completion",
+        "arrivals scaled to the exact rate",
+    ]
+    assert pa.peer_option_words("sglang", "open") == [
+        "text prompts",
+        "first send to last completion",
+        "a new connection per request",
+    ]
+    assert pa.peer_option_words("sglang", "closed")[-1] == "a new connection per request"
