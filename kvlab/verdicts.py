@@ -331,21 +331,53 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     return [claim, holds, limits_]
 
 
+#: A verdict box folds its rows with nothing here to test them (:func:`split_rows`) from this many on.
+FOLD_UNTESTED = 2
+
+
+def untested(v: Verdict) -> bool:
+    """A row with nothing behind it here: *cannot be tested here* on no run or table row at all (``n`` = 0), e.g.
+    a GPU host's mechanism no run of this host exercises. Its number only names what would decide it."""
+    return v.outcome == "cannot be tested here" and v.n == 0
+
+
+def split_rows(verdicts: list[Verdict] | list[dict]) -> tuple[list[Verdict], list[Verdict]]:
+    """A verdict box's rows: (shown, folded). The rows with nothing here to test them (:func:`untested`) are folded
+    under one line when there are at least :data:`FOLD_UNTESTED` of them and another row remains: the headline above
+    counts them with their cause, and report 01's box, six such rows of fifteen, stays one screen shorter (issue 39)."""
+    vs = _as_verdicts(verdicts)
+    folded = [v for v in vs if untested(v)]
+    if len(folded) < FOLD_UNTESTED or len(folded) == len(vs):
+        return vs, []
+    return [v for v in vs if not untested(v)], folded
+
+
+def _rows_html(vs: list[Verdict]) -> str:
+    return "".join(
+        # the two badges share one narrow cell (outcome over evidence): the claim and the number keep the width,
+        # so a row stays a few lines deep on a printed page too
+        f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}'
+        f"<br>{evidence_badge(v.evidence)}</td>"
+        f'<td style="{_TD} width: 50%;">{markdown_inline(v.claim)}</td>'
+        f'<td style="{_TD}" class="kvlab-number"><b>{markdown_inline(v.number)}</b></td></tr>'
+        for v in vs
+    )
+
+
 def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found", lead: bool = True) -> str:
     """The verdict box: the three headline sentences (``lead``), then one row per claim: its outcome and evidence as
-    coloured badges (one over the other), the claim, then the number."""
-    rows = []
-    for v in verdicts:
-        v = v if isinstance(v, Verdict) else Verdict(**v)
-        rows.append(
-            # the two badges share one narrow cell (outcome over evidence): the claim and the number keep the width,
-            # so a row stays a few lines deep on a printed page too
-            f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}'
-            f"<br>{evidence_badge(v.evidence)}</td>"
-            f'<td style="{_TD} width: 50%;">{markdown_inline(v.claim)}</td>'
-            f'<td style="{_TD}" class="kvlab-number"><b>{markdown_inline(v.number)}</b></td></tr>'
-        )
-    body = "".join(rows) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
+    coloured badges (one over the other), the claim, then the number; the rows with nothing here to test them
+    folded under one line (:func:`split_rows`)."""
+    shown, folded = split_rows(verdicts)
+    body = _rows_html(shown) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
+    table = '<table class="kvlab-verdict-rows" style="border-collapse: collapse; width: 100%; table-layout: auto;">'
+    more = (
+        f'<details class="kvlab-fold kvlab-verdicts-untested"><summary>{_count(len(folded), "more claim")} with '
+        f"nothing here to test {'it' if len(folded) == 1 else 'them'} (show)</summary>"
+        f"{table}{_rows_html(folded)}</table></details>"
+        if folded
+        else ""
+    )
     sentences = " ".join(markdown_inline(t) for t in headline(verdicts)) if lead and verdicts else ""
     top = (
         f'<p class="kvlab-headline" style="margin: 0 0 .5rem; font-size: 15px; line-height: 1.45;">{sentences}</p>'
@@ -355,7 +387,7 @@ def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this rep
     return f"""<section class="kvlab-verdicts" style="font: 14px system-ui, sans-serif; border: 2px solid #0969da;
 border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 {top}<div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
-<table class="kvlab-verdict-rows" style="border-collapse: collapse; width: 100%; table-layout: auto;">{body}</table>
+{table}{body}</table>{more}
 </section>
 """
 

@@ -272,6 +272,20 @@ def test_headline_when_everything_is_decided_or_nothing_is_tested():
     assert 'class="kvlab-headline"' not in verdicts.box_html([])
 
 
+def test_the_box_folds_the_rows_with_nothing_here_to_test_them():
+    """Issue 39: report 01's box listed six GPU-host mechanisms no run here exercises among its fifteen rows; rows
+    with nothing behind them (cannot be tested here, n = 0) are folded under one line once there are two, while a
+    row with runs behind it, and a box of nothing else, stay as they are."""
+    gpu = dict(evidence="measured", n=0, limit="a claim about a GPU host's mechanism")
+    decided = verdicts.Verdict("a", "reproduced", "measured", "x", n=3)
+    on_runs = verdicts.Verdict("b", "cannot be tested here", "measured", "1.6×", n=1)
+    mechanisms = [verdicts.Verdict(f"m{i}", "cannot be tested here", number="needs a GPU host", **gpu) for i in (1, 2)]
+    shown, folded = verdicts.split_rows([decided, mechanisms[0], on_runs, mechanisms[1]])
+    assert (shown, folded) == ([decided, on_runs], mechanisms)
+    assert verdicts.split_rows([decided, mechanisms[0]]) == ([decided, mechanisms[0]], [])  # one: not worth a fold
+    assert verdicts.split_rows(mechanisms) == (mechanisms, [])  # nothing else: the box shows them
+
+
 def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
     import json
     from dataclasses import asdict
