@@ -112,7 +112,9 @@ def step_cost_bullet(sens: DataFrame, fit=None) -> str:
     costs = per_step_costs(sens)
 
     def ms(span) -> str:
-        at = f" (default set {span.default:.1f})" if span.default is not None else ""
+        if f"{span.lo:.1f}" == f"{span.hi:.1f}":  # the same in every set: one value, not '5.0–5.0 ms (default set 5.0)'
+            return f"{span.lo:.1f} ms in every set"
+        at = f", default set {span.default:.1f}" if span.default is not None else ""
         return f"{span.lo:.1f}–{span.hi:.1f} ms{at}"
 
     parts = [
