@@ -246,7 +246,8 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
         ("capacity_modelled_ceiling", "inconclusive", "modelled", 11.0, 1, None),
     ]
     assert got[0].reason == (
-        "the experiment file sets each memory setting's KV budget (0.92: 8 MiB, 0.95: 20 MiB), so "
+        "the experiment file sets each memory setting's KV budget (0.92: 8 MiB, 8,192 tokens; 0.95: 20 MiB, 20,480 "
+        "tokens; 2.50× the lowest), so "
         "the ceiling follows the configuration by construction: shown, not graded"
     )
     assert got[3].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
