@@ -325,3 +325,24 @@ def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
         "family": "document",
     }
     assert Verdict(**got) == v  # reads back as the same typed verdict
+
+
+def test_the_index_counts_speed_claims_apart_from_a_gpu_hosts_other_claims():
+    """Issue 39: the index said this host 'cannot test 22 speed claims' where 8 were speed claims and 14 a GPU host's
+    mechanisms, service or memory: each cannot-be-tested claim is counted under its own cause, once."""
+    from kvlab.claims.documents import NEEDS_GPU_HOST
+    from kvlab.claims.grading import CPU_IMPLEMENTATIONS, NO_GPU_MEMORY
+
+    def v(cid, outcome, limit="", evidence="measured"):
+        return {"claim_id": cid, "outcome": outcome, "evidence": evidence, "limit": limit}
+
+    every = [
+        v("speedup_64K", "cannot be tested here", CPU_IMPLEMENTATIONS),
+        v("speedup_64K", "cannot be tested here", CPU_IMPLEMENTATIONS),  # a second report: one claim
+        v("decode_decides", "cannot be tested here", NEEDS_GPU_HOST),
+        v("memory_095", "cannot be tested here", NO_GPU_MEMORY),
+        v("radix_sharing", "reproduced"),
+        v("speedup_200K", "consistent", evidence="published"),
+    ]
+    assert reports.host_counts(every) == {"measured": 5, "decided": 1, "speed": 1, "gpu_only": 2}
+    assert reports.host_counts([]) == {"measured": 0, "decided": 0, "speed": 0, "gpu_only": 0}
