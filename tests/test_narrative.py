@@ -83,9 +83,9 @@ def test_captions_state_direction_and_size():
     )
     growth = analysis.batch_time_growth(_measured([1.0, 2.0, 4.0, 3.0]))
     assert narrative.growth_caption(growth.to_dicts(), "measured") == (
-        "Measured: vLLM's batch time grows 4.00× from 64K to 200K; sglang-jax (CPU)'s batch time grows 1.50× "
+        "Measured: vLLM's batch time grows 4.0× from 64K to 200K; sglang-jax (CPU)'s batch time grows 1.5× "
         "from 64K to 200K — the steeper line is the engine whose speed falls most with context."
-    )
+    )  # one run per context: two significant figures, as the sentences and verdicts give them (issue 39)
 
 
 # --------------------------------------------------------------------------- throughput decay (02), memory study (03)
