@@ -972,3 +972,26 @@ def test_a_cache_on_run_several_times_slower_where_nothing_is_reused_reads_as_a_
     )
     assert "cache on vs off already differ by a factor of 5.7 in batch time)." in text
     assert "474%" not in text
+
+
+def test_a_saving_that_falls_with_the_shared_fraction_is_never_called_a_rise():
+    """Issue 39: report 05 called SGLang's saving 'a steady rise' and 'rising with no jump' where it went from +6.6%
+    at 0% to −205% at 90% shared (fitted slopes −0.49 and −5.21): a smooth curve is a rise or a fall by its ends."""
+    from kvlab.claims.sharing import saving_trend
+    from kvlab.narrative.prefix_sharing import caching_gain_caption, threshold_sentence
+
+    f = [0.0, 0.2, 0.5, 0.9]
+    falls = pl.DataFrame(
+        {
+            "engine": ["sglang"] * 4,
+            "shared_fraction": f,
+            "time_saved": [0.066, -0.032, 0.039, -2.05],
+            "batch_speedup": [1.07, 0.97, 1.04, 0.33],
+        }
+    )
+    th = analysis.sharing_threshold(falls)
+    assert th.verdict == "smooth" and saving_trend(falls) == "fall"
+    assert saving_trend(falls.with_columns(pl.Series("time_saved", [0.0, 0.1, 0.2, 0.4]))) == "rise"
+    assert "falling with no jump" in caching_gain_caption(falls.to_dicts(), {"sglang": th})
+    said = threshold_sentence(th, falls.to_dicts())
+    assert "the saving falls as the shared fraction grows" in said and "grows steadily" not in said

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvlab import tables
-from kvlab.claims.sharing import _prefix_bracket, _prefix_times, prefix_verdicts, turn_n
+from kvlab.claims.sharing import _prefix_bracket, _prefix_times, prefix_verdicts, saving_trend, turn_n
 from kvlab.engines import SGLANG, VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.tables import ms, percent
 from kvlab.units import apart, measured, minus, ratio, signed_pct, time_against
@@ -271,7 +271,7 @@ def caching_gain_caption(gain: list[dict], thresholds: dict) -> str:
                 f"{signed_pct(b[1]['time_saved'])} at {b[1]['shared_fraction']:.0%}"
             )
         elif th is not None and th.verdict == "smooth":
-            s += ", rising with no jump"
+            s += f", {'falling' if saving_trend(g) == 'fall' else 'rising'} with no jump"
         parts.append(s)
     if not parts:
         return "Measured: no shared fraction was run with the prefix cache both on and off."
@@ -487,6 +487,11 @@ def threshold_sentence(th, gain: list[dict]) -> str:
             f"runs with the cache on took {time_against(th.gain_at_zero)} with it off, a difference the "
             f"prefix cache cannot explain and as large as the {th.min_gain:.0%} saving the test looks for. More "
             "repeats per point (the full sweep) are needed to test it."
+        )
+    elif th.verdict == "smooth" and saving_trend(gain) == "fall":
+        say = (
+            f"**No jump at {th.at:.0%} shows in these runs**: the saving falls as the shared fraction grows, so "
+            f"these runs give {th.at:.0%} no support as a point where the cache starts to pay."
         )
     elif th.verdict == "smooth":
         say = (
