@@ -190,7 +190,7 @@ def ceiling_caption(points: list[dict], onset: list[dict]) -> str:
     early = [r for r in queued if r["first_past_ceiling"] is None or r["first_queued"] < r["first_past_ceiling"]]
     if early:
         parts.append(
-            "queueing below the ceiling (a scheduler limit, not the KV pool) at "
+            "queueing at or below the ceiling (a scheduler limit, not the KV pool) at "
             + "; ".join(f"{config_label(r)} {_where(r)} from {_level(r['first_queued'])}" for r in early)
         )
     return "; ".join(parts) + "."

@@ -379,7 +379,7 @@ def band_sentence(
         ).replace("the  assumption", "the assumption")
     if few != n and first_full:
         text += (
-            f" Below {tokens_label(first_full)} only {few} of the sets count: the others' output is as long as "
+            f" Below {tokens_label(first_full)} tokens only {few} of the sets count: the others' output is as long as "
             "the context, leaving no prompt."
         )
     if tokens_per_batch:

@@ -292,7 +292,7 @@ def consistent_text(cons) -> str:
     head = (
         f"fits consistent with the published totals (rule: largest residual within {tol:g} points of the best "
         f"fit's {best:.1f}%, i.e. at most {thr:.1f}%): {k.height:,} of {cons.height:,} candidates ({sets} "
-        f"assumption sets x the free fit, the physics-only fit and {len(BANDWIDTH_GRID)} fixed decode bandwidths "
+        f"assumption sets × the free fit, the physics-only fit and {len(BANDWIDTH_GRID)} fixed decode bandwidths "
         f"{BANDWIDTH_GRID[0]:g}–{BANDWIDTH_GRID[-1]:g} of peak); {exact} of them meet every total within its "
         f"stated precision (±{PUBLISHED_PRECISION_S:g} s)"
     )
