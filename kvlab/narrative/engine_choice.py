@@ -44,7 +44,8 @@ def _context_finding(f: Factor) -> str:
             f"nothing and only adds synchronisation: at {w.context_tokens:,} tokens on {w.gpu} the model gives "
             f"SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch against vLLM TP{w.tp}'s {number(ta)} s ({slower}). "
             "Without DCP the model times both engines alike, so context length does not separate the "
-            f"engines for {w.model}; it only says not to turn DCP on for it.{caveat}"
+            f"engines for {w.model}; it only says not to turn DCP on for it{'.' + caveat if caveat else ''}"
+            # no closing full stop: every caller ends the finding with its own (one read 'for it..')
         )
     faster = VLLM if ta <= tb else SGLANG
     ratio = max(ta, tb) / min(ta, tb)
