@@ -956,7 +956,7 @@ def write_index(
     )
     lead = (
         f'<h2>Verdicts, counted by kind</h2><p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
-        f"{' '.join(markdown_inline(t) for t in vd.headline(every))}</p>"
+        f"{' '.join(markdown_inline(t) for t in vd.headline(every, index=True))}</p>"
         if every
         else ""
     )

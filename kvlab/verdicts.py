@@ -240,14 +240,15 @@ def _why(vs: dict[str, Verdict]) -> str:
     return "; ".join(f"{c} — {k}" for c, k in sorted(causes.items(), key=lambda kv: -kv[1]))
 
 
-def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
+def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[str]:
     """The three sentences a page opens with, computed from its verdicts (a list of :class:`Verdict` or of their
     dicts, as ``index.json`` holds them): what the documents claim; what holds, and on what evidence; what this host
     cannot say, and why (markdown, inline).
 
     The three families are counted apart (:func:`by_family`): a document claim once in the first sentence however
     many reports or families test it; in the others, once per family, under one outcome and one cause, so every
-    count adds up (the *document* family's outcomes to its claims, each group's causes to the group)."""
+    count adds up (the *document* family's outcomes to its claims, each group's causes to the group). With ``index``
+    the sentences speak of the reports (the index counts every report's verdicts), not of one page."""
     vs = _as_verdicts(verdicts)
     fam = by_family(vs)
     doc, cons, own = fam["document"], fam["consistency"], fam["own"]
@@ -270,7 +271,13 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     if documents:
         firsts = list(dict.fromkeys(documents.values()))
         claim = f"**The documents claim** {quoted(firsts, len(documents), 'claim')}." + (
-            f" The page also asks {_count(len(own), 'question')} of its own." if own else ""
+            (
+                f" The reports also ask {_count(len(own), 'question')} of their own."
+                if index
+                else f" The page also asks {_count(len(own), 'question')} of its own."
+            )
+            if own
+            else ""
         )
     elif asked:
         claim = (
@@ -300,7 +307,8 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
         holds += f" kvlab's own checks: {' and '.join(said)}."
     found = [v for v in own.values() if v.outcome == "found"]
     if found:
-        holds += f" The page's own answer: {found[0].claim} — {found[0].number}."
+        said = "Among the reports' own answers" if index else "The page's own answer"
+        holds += f" {said}: {found[0].claim} — {found[0].number}."
     limits = []
     for name, claims in (
         (

@@ -346,3 +346,15 @@ def test_the_index_counts_speed_claims_apart_from_a_gpu_hosts_other_claims():
     ]
     assert reports.host_counts(every) == {"measured": 5, "decided": 1, "speed": 1, "gpu_only": 2}
     assert reports.host_counts([]) == {"measured": 0, "decided": 0, "speed": 0, "gpu_only": 0}
+
+
+def test_the_index_headline_speaks_of_the_reports_not_of_a_page():
+    vs = [
+        verdicts.Verdict("vLLM wins at 64K", "consistent", "published", "1.50×", claim_id="speedup_64K"),
+        verdicts.Verdict("where the winner changes", "found", "published", "121K–127K", claim_id="crossover_published"),
+    ]
+    page, index = verdicts.headline(vs), verdicts.headline(vs, index=True)
+    assert page[0].endswith("The page also asks 1 question of its own.")
+    assert index[0].endswith("The reports also ask 1 question of their own.")
+    assert "The page's own answer: where the winner changes — 121K–127K." in page[1]
+    assert "Among the reports' own answers: where the winner changes — 121K–127K." in index[1]
