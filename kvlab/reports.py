@@ -30,6 +30,7 @@ from traitlets.config import Config
 
 from kvlab import __version__, host, store, studies, tables, tinymodel
 from kvlab import verdicts as vd
+from kvlab.analysis import SLO_SHARE
 from kvlab.claims.grading import CPU_IMPLEMENTATIONS
 from kvlab.units import count
 from kvlab.engines import engine_label, registry
@@ -259,7 +260,8 @@ GLOSSARY_TERMS = [
     ),
     (
         "SLO (service-level objective)",
-        "a latency target a load must meet, here on TTFT and TPOT at the 99th percentile (report 07).",
+        f"a latency target a load must meet: here a bound on TTFT and one on TPOT that at least {SLO_SHARE:.0%} of a "
+        f"load point's requests must both meet (the SLO held at p{SLO_SHARE * 100:.0f}; report 07).",
     ),
     (
         "goodput",
