@@ -82,7 +82,7 @@ def pareto_caption(curve: list[dict]) -> str:
         f"(filled), {front} on their configuration's Pareto front (the line; other points are dots), the SLO's TPOT bound dashed. The most output per device: "
         f"{config_label(top)} at {_where(top)}, {measured(top['output_tokens_per_s_per_device'], 1)} tokens/s at "
         f"{measured(top['output_tokens_per_s_per_user'], 1)} tokens/s per user ({_level(top['load_level'], top['load_mode'])}"
-        f"{', within the SLO' if top['within_slo'] else ', missing the SLO'}). Down and to the right is more "
+        f"{', within the SLO' if top['within_slo'] else ', missing the SLO'}). To the right is more "
         "interactive, up is more throughput."
     )
 
