@@ -30,6 +30,9 @@ from traitlets.config import Config
 
 from kvlab import __version__, host, store, studies, tables, tinymodel
 from kvlab import verdicts as vd
+from kvlab.analysis import SLO_SHARE
+from kvlab.claims.grading import CPU_IMPLEMENTATIONS
+from kvlab.units import count
 from kvlab.engines import engine_label, registry
 from kvlab.markup import markdown_inline
 from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
@@ -257,7 +260,8 @@ GLOSSARY_TERMS = [
     ),
     (
         "SLO (service-level objective)",
-        "a latency target a load must meet, here on TTFT and TPOT at the 99th percentile (report 07).",
+        f"a latency target a load must meet: here a bound on TTFT and one on TPOT that at least {SLO_SHARE:.0%} of a "
+        f"load point's requests must both meet (the SLO held at p{SLO_SHARE * 100:.0f}; report 07).",
     ),
     (
         "goodput",
@@ -581,8 +585,8 @@ def panel_html(prov: dict) -> str:
         ("documents", joined(prov["published"], "; ") or "–"),
         (
             "built",
-            f"{e(str(prov['built']))} by kvlab {e(prov['kvlab'])}; runs measured at commit(s) "
-            f"{joined(prov['sweep_commits'], ', ') or '–'}",
+            f"{e(str(prov['built']))} by kvlab {e(prov['kvlab'])}; runs measured at "
+            f"{'commit' if len(prov['sweep_commits']) == 1 else 'commits'} {joined(prov['sweep_commits'], ', ') or '–'}",
         ),
         (
             "parameters",
@@ -820,8 +824,9 @@ def quarantined_html(found: list[store.Quarantined], data_dir: Path) -> str:
         f"<li><code>{html.escape(_under(q.path, data_dir))}</code>: {html.escape(q.reason)}</li>" for q in found
     )
     return (
-        f"<h2>Quarantined</h2>\n<p>{len(found)} stored run folder(s) or manifest(s) could not be read; every report "
-        f'above was built without them.</p>\n<ul class="kvlab-quarantined">\n{items}\n</ul>\n'
+        f"<h2>Quarantined</h2>\n<p>{count(len(found), 'stored run folder or manifest', 'stored run folders or manifests')} "
+        f"could not be read; every report above was built without {'it' if len(found) == 1 else 'them'}.</p>\n"
+        f'<ul class="kvlab-quarantined">\n{items}\n</ul>\n'
     )
 
 
@@ -859,7 +864,14 @@ def answer_table_html(answer: dict | None, href: str | None) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
 
     def cell(c, v):
-        text = engine_label(str(v)) if c == "engine" else str(v)
+        # a number as every table gives it (13.6, not 13.625; 12, not 12.0); an engine by its name
+        text = (
+            engine_label(str(v))
+            if c == "engine"
+            else tables.number(v)
+            if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+            else str(v)
+        )
         if c == "evidence":
             return f"<td>{vd.evidence_badge(text)}</td>"
         return f"<td>{html.escape(text)}</td>"
@@ -872,22 +884,43 @@ def answer_table_html(answer: dict | None, href: str | None) -> str:
     return table.replace("<th>", f'<th style="{td}">').replace("<td>", f'<td style="{td}">')
 
 
+def host_counts(every: list[dict]) -> dict[str, int]:
+    """What this host's measured verdicts (index.json's dicts) decide and cannot: ``decided`` (claims a run here
+    reproduced, contradicted or answered), ``speed`` (speed claims two CPU implementations cannot decide) and
+    ``gpu_only`` (the other claims it cannot test: a GPU host's mechanisms, service or memory), each claim once."""
+    measured = [v for v in every if v.get("evidence") == "measured"]
+    decided = {v.get("claim_id") for v in measured if v.get("outcome") in vd.DECIDING_OUTCOMES}
+    cannot = {v.get("claim_id"): v.get("limit") for v in measured if v.get("outcome") == "cannot be tested here"}
+    speed = {c for c, limit in cannot.items() if limit == CPU_IMPLEMENTATIONS}
+    return {
+        "measured": len(measured),
+        "decided": len(decided),
+        "speed": len(speed),
+        "gpu_only": len(cannot) - len(speed),
+    }
+
+
 def host_sentence(every: list[dict]) -> str:
     """What this host's measurements add, counted from every report's measured verdicts (index.json's dicts): the
-    mechanisms they decide and the claims they cannot test."""
-    measured = [v for v in every if v.get("evidence") == "measured"]
-    if not measured:
+    mechanisms they decide, the speed claims they cannot test and the GPU host's claims no run here exercises
+    (:func:`host_counts`)."""
+    n = host_counts(every)
+    if not n["measured"]:
         return "Nothing was measured on this host yet: `make report` measures the embedded default."
-    decided = {v.get("claim_id") for v in measured if v.get("outcome") in vd.DECIDING_OUTCOMES}
-    cannot = {v.get("claim_id") for v in measured if v.get("outcome") == "cannot be tested here"}
 
-    def claims(n: int, what: str = "claim") -> str:
-        return f"{n or 'no'} {what}{'' if n == 1 else 's'}"
+    def claims(k: int, what: str = "claim") -> str:
+        return f"{k or 'no'} {what}{'' if k == 1 else 's'}"
 
+    gpu = (
+        f", nor {claims(n['gpu_only'], 'other claim')} about a GPU host's mechanisms, service or memory, which no run "
+        "here exercises"
+        if n["gpu_only"]
+        else ""
+    )
     return (
-        f"This host's runs (real engines on a CPU, a tiny model) decide {claims(len(decided))} about mechanisms "
-        f"(prefix-cache reuse, queueing past a KV budget) and cannot test {claims(len(cannot), 'speed claim')}: a "
-        "CPU run of two different engine implementations is not evidence about B300 speed."
+        f"This host's runs (real engines on a CPU, a tiny model) decide {claims(n['decided'])} about mechanisms "
+        f"(prefix-cache reuse, queueing past a KV budget). They cannot test {claims(n['speed'], 'speed claim')} (a CPU "
+        f"run of two different engine implementations is not evidence about B300 speed){gpu}."
     )
 
 
@@ -920,12 +953,12 @@ def write_index(
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(Path(r.html.name).stem[:2])} · {html.escape(r.title)}</a>'
         f"<p>{markdown_inline(' '.join((r.answer or {}).get('sentences', [])[:1]) or r.summary)}</p>"
-        f"<small>{r.figures} figure(s), built in {r.seconds:.1f} s</small></li>"
+        f"<small>{count(r.figures, 'figure')}, built in {r.seconds:.0f} s</small></li>"
         for r in reports
     )
     lead = (
         f'<h2>Verdicts, counted by kind</h2><p class="kvlab-headline" style="font-size: 16px; line-height: 1.5;">'
-        f"{' '.join(markdown_inline(t) for t in vd.headline(every))}</p>"
+        f"{' '.join(markdown_inline(t) for t in vd.headline(every, index=True))}</p>"
         if every
         else ""
     )

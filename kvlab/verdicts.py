@@ -240,14 +240,15 @@ def _why(vs: dict[str, Verdict]) -> str:
     return "; ".join(f"{c} — {k}" for c, k in sorted(causes.items(), key=lambda kv: -kv[1]))
 
 
-def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
+def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[str]:
     """The three sentences a page opens with, computed from its verdicts (a list of :class:`Verdict` or of their
     dicts, as ``index.json`` holds them): what the documents claim; what holds, and on what evidence; what this host
     cannot say, and why (markdown, inline).
 
     The three families are counted apart (:func:`by_family`): a document claim once in the first sentence however
     many reports or families test it; in the others, once per family, under one outcome and one cause, so every
-    count adds up (the *document* family's outcomes to its claims, each group's causes to the group)."""
+    count adds up (the *document* family's outcomes to its claims, each group's causes to the group). With ``index``
+    the sentences speak of the reports (the index counts every report's verdicts), not of one page."""
     vs = _as_verdicts(verdicts)
     fam = by_family(vs)
     doc, cons, own = fam["document"], fam["consistency"], fam["own"]
@@ -270,7 +271,13 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     if documents:
         firsts = list(dict.fromkeys(documents.values()))
         claim = f"**The documents claim** {quoted(firsts, len(documents), 'claim')}." + (
-            f" The page also asks {_count(len(own), 'question')} of its own." if own else ""
+            (
+                f" The reports also ask {_count(len(own), 'question')} of their own."
+                if index
+                else f" The page also asks {_count(len(own), 'question')} of its own."
+            )
+            if own
+            else ""
         )
     elif asked:
         claim = (
@@ -300,7 +307,8 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
         holds += f" kvlab's own checks: {' and '.join(said)}."
     found = [v for v in own.values() if v.outcome == "found"]
     if found:
-        holds += f" The page's own answer: {found[0].claim} — {found[0].number}."
+        said = "Among the reports' own answers" if index else "The page's own answer"
+        holds += f" {said}: {found[0].claim} — {found[0].number}."
     limits = []
     for name, claims in (
         (
@@ -331,21 +339,53 @@ def headline(verdicts: list[Verdict] | list[dict]) -> list[str]:
     return [claim, holds, limits_]
 
 
+#: A verdict box folds its rows with nothing here to test them (:func:`split_rows`) from this many on.
+FOLD_UNTESTED = 2
+
+
+def untested(v: Verdict) -> bool:
+    """A row with nothing behind it here: *cannot be tested here* on no run or table row at all (``n`` = 0), e.g.
+    a GPU host's mechanism no run of this host exercises. Its number only names what would decide it."""
+    return v.outcome == "cannot be tested here" and v.n == 0
+
+
+def split_rows(verdicts: list[Verdict] | list[dict]) -> tuple[list[Verdict], list[Verdict]]:
+    """A verdict box's rows: (shown, folded). The rows with nothing here to test them (:func:`untested`) are folded
+    under one line when there are at least :data:`FOLD_UNTESTED` of them and another row remains: the headline above
+    counts them with their cause, and report 01's box, six such rows of fifteen, stays one screen shorter (issue 39)."""
+    vs = _as_verdicts(verdicts)
+    folded = [v for v in vs if untested(v)]
+    if len(folded) < FOLD_UNTESTED or len(folded) == len(vs):
+        return vs, []
+    return [v for v in vs if not untested(v)], folded
+
+
+def _rows_html(vs: list[Verdict]) -> str:
+    return "".join(
+        # the two badges share one narrow cell (outcome over evidence): the claim and the number keep the width,
+        # so a row stays a few lines deep on a printed page too
+        f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}'
+        f"<br>{evidence_badge(v.evidence)}</td>"
+        f'<td style="{_TD} width: 50%;">{markdown_inline(v.claim)}</td>'
+        f'<td style="{_TD}" class="kvlab-number"><b>{markdown_inline(v.number)}</b></td></tr>'
+        for v in vs
+    )
+
+
 def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this report found", lead: bool = True) -> str:
     """The verdict box: the three headline sentences (``lead``), then one row per claim: its outcome and evidence as
-    coloured badges (one over the other), the claim, then the number."""
-    rows = []
-    for v in verdicts:
-        v = v if isinstance(v, Verdict) else Verdict(**v)
-        rows.append(
-            # the two badges share one narrow cell (outcome over evidence): the claim and the number keep the width,
-            # so a row stays a few lines deep on a printed page too
-            f'<tr style="background: none;"><td style="{_TD} width: 1%;">{_badge(v.outcome, OUTCOME_COLORS[v.outcome])}'
-            f"<br>{evidence_badge(v.evidence)}</td>"
-            f'<td style="{_TD} width: 50%;">{markdown_inline(v.claim)}</td>'
-            f'<td style="{_TD}" class="kvlab-number"><b>{markdown_inline(v.number)}</b></td></tr>'
-        )
-    body = "".join(rows) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
+    coloured badges (one over the other), the claim, then the number; the rows with nothing here to test them
+    folded under one line (:func:`split_rows`)."""
+    shown, folded = split_rows(verdicts)
+    body = _rows_html(shown) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
+    table = '<table class="kvlab-verdict-rows" style="border-collapse: collapse; width: 100%; table-layout: auto;">'
+    more = (
+        f'<details class="kvlab-fold kvlab-verdicts-untested"><summary>{_count(len(folded), "more claim")} with '
+        f"nothing here to test {'it' if len(folded) == 1 else 'them'} (show)</summary>"
+        f"{table}{_rows_html(folded)}</table></details>"
+        if folded
+        else ""
+    )
     sentences = " ".join(markdown_inline(t) for t in headline(verdicts)) if lead and verdicts else ""
     top = (
         f'<p class="kvlab-headline" style="margin: 0 0 .5rem; font-size: 15px; line-height: 1.45;">{sentences}</p>'
@@ -355,7 +395,7 @@ def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this rep
     return f"""<section class="kvlab-verdicts" style="font: 14px system-ui, sans-serif; border: 2px solid #0969da;
 border-radius: 6px; padding: .5rem .9rem; margin: 0 0 1rem;">
 {top}<div style="font-weight: 700; margin-bottom: .3rem;">{html.escape(heading)}</div>
-<table class="kvlab-verdict-rows" style="border-collapse: collapse; width: 100%; table-layout: auto;">{body}</table>
+{table}{body}</table>{more}
 </section>
 """
 

@@ -246,7 +246,8 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
         ("capacity_modelled_ceiling", "inconclusive", "modelled", 11.0, 1, None),
     ]
     assert got[0].reason == (
-        "the experiment file sets each memory setting's KV budget (0.92: 8 MiB, 0.95: 20 MiB), so "
+        "the experiment file sets each memory setting's KV budget (0.92: 8 MiB, 8,192 tokens; 0.95: 20 MiB, 20,480 "
+        "tokens; 2.50× the lowest), so "
         "the ceiling follows the configuration by construction: shown, not graded"
     )
     assert got[3].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
@@ -505,3 +506,13 @@ def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data
     caption = narrative.telemetry_caption(series.to_dicts(), MIN_LINE_SAMPLES)
     assert "24 drawn" in caption and "2 series with fewer than 3 samples" in caption
     assert "fewer than" not in narrative.telemetry_caption(full.unique("run_id").to_dicts(), MIN_LINE_SAMPLES)
+
+
+def test_the_glossary_states_the_slo_share_report_07_grades_by():
+    """Issue 39: the glossary said the SLO holds 'at the 99th percentile' where report 07 grades a load point within
+    it when 90% of its requests met both bounds (analysis.SLO_SHARE)."""
+    from kvlab import reports
+    from kvlab.analysis import SLO_SHARE
+
+    slo = dict(reports.GLOSSARY_TERMS)["SLO (service-level objective)"]
+    assert f"at least {SLO_SHARE:.0%}" in slo and f"p{SLO_SHARE * 100:.0f}" in slo and "99th" not in slo

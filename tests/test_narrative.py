@@ -83,9 +83,9 @@ def test_captions_state_direction_and_size():
     )
     growth = analysis.batch_time_growth(_measured([1.0, 2.0, 4.0, 3.0]))
     assert narrative.growth_caption(growth.to_dicts(), "measured") == (
-        "Measured: vLLM's batch time grows 4.00× from 64K to 200K; sglang-jax (CPU)'s batch time grows 1.50× "
+        "Measured: vLLM's batch time grows 4.0× from 64K to 200K; sglang-jax (CPU)'s batch time grows 1.5× "
         "from 64K to 200K — the steeper line is the engine whose speed falls most with context."
-    )
+    )  # one run per context: two significant figures, as the sentences and verdicts give them (issue 39)
 
 
 # --------------------------------------------------------------------------- throughput decay (02), memory study (03)
@@ -344,20 +344,20 @@ def test_hit_count_not_reported_is_not_available_not_zero():
     )
     text = narrative.hit_rate_sentence(analysis.prefix_sharing(runs).to_dicts())
     assert (
-        "- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → not available, "
-        "0.2 → not available, 0.5 → not available, 0.9 → not available."
+        "- sglang-jax (CPU), prefix cache on: cache-hit rate not available, not available, not available, not "
+        "available at 0%, 20%, 50%, 90% shared."
     ) in text
 
 
 def test_hit_rate_sentence_names_engine_label_and_count(sharing):
     assert narrative.hit_rate_sentence(sharing.to_dicts()).splitlines() == [
-        "- sglang-jax (CPU), prefix cache off: cache-hit rate by shared fraction 0 → 0%, 0.2 → 0%, 0.5 → 0%, 0.9 → 0% "
+        "- sglang-jax (CPU), prefix cache off: cache-hit rate 0%, 0%, 0%, 0% at 0%, 20%, 50%, 90% shared "
         "(counted from its usage cached_tokens).",
-        "- sglang-jax (CPU), prefix cache on: cache-hit rate by shared fraction 0 → 0%, 0.2 → 19%, 0.5 → 47%, 0.9 → 84% "
+        "- sglang-jax (CPU), prefix cache on: cache-hit rate 0%, 19%, 47%, 84% at 0%, 20%, 50%, 90% shared "
         "(counted from its usage cached_tokens).",
-        "- vLLM, prefix cache off: cache-hit rate by shared fraction 0 → 0%, 0.2 → 0%, 0.5 → 0%, 0.9 → 0% "
+        "- vLLM, prefix cache off: cache-hit rate 0%, 0%, 0%, 0% at 0%, 20%, 50%, 90% shared "
         "(counted from its server counter).",
-        "- vLLM, prefix cache on: cache-hit rate by shared fraction 0 → 0%, 0.2 → 18%, 0.5 → 41%, 0.9 → 83% "
+        "- vLLM, prefix cache on: cache-hit rate 0%, 18%, 41%, 83% at 0%, 20%, 50%, 90% shared "
         "(counted from its server counter).",
     ]
 
@@ -365,13 +365,13 @@ def test_hit_rate_sentence_names_engine_label_and_count(sharing):
 def test_radix_vs_paged(sharing):
     lines = narrative.radix_vs_paged_sentence(radix_paged_pairs(sharing)).splitlines()
     assert lines[2] == (
-        "- shared fraction 0.5 (1,016 prefix tokens): sglang-jax (CPU) served **47%** of prompt tokens from its radix "
+        "- 50% shared (1,016 prefix tokens): sglang-jax (CPU) served **47%** of prompt tokens from its radix "
         "cache (token-exact ideal 47%), vLLM **41%** from its paged cache (whole 128-token-block ideal 41%); mean TTFT "
         "250 ms vs 134 ms, median batch time 2.50 s vs 1.34 s."
     )
     # 1016 − 896 = 120 tokens × 15 requests of 32,512: 5.5 points
     assert lines[-1] == (
-        "- Largest hit-rate gap: at shared fraction 0.5, sglang-jax (CPU) served **5.5 percentage "
+        "- Largest hit-rate gap: at 50% shared, sglang-jax (CPU) served **5.5 percentage "
         "points** more of the prompt from its cache than vLLM."
     )
     only_vllm = sharing.filter(pl.col("engine") == "vllm")
@@ -418,10 +418,10 @@ def test_threshold_and_conclusions_per_engine(sharing):
     )
     assert (
         "- sglang-jax (CPU): threshold test at 30% → **smooth**; the cache first saves ≥10% of batch time at "
-        "shared fraction 0.2." in text
+        "20% shared." in text
     )
     assert "- vLLM: threshold test at 30% → **smooth**" in text
-    assert "at shared fraction 0.9, vLLM with its prefix cache on served **83%** of prompt tokens" in text
+    assert "at 90% shared, vLLM with its prefix cache on served **83%** of prompt tokens" in text
     # per engine, never mixed: (2048 + 192) / 2304 for sglang-jax; 2176 / 2304 for vLLM's whole blocks
     assert "- Multi-turn, sglang-jax (CPU): with the cache on, the last turn found 97% of its prompt cached." in text
     assert "- Multi-turn, vLLM: with the cache on, the last turn found 94% of its prompt cached." in text
@@ -475,14 +475,14 @@ def test_a_saving_where_nothing_is_reused_is_called_inconclusive():
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": f, "time_saved": [0.31, 0.12, 0.46, 0.65]})
     th = analysis.sharing_threshold(gain)
     assert narrative.threshold_sentence(th, gain.to_dicts()).endswith(
-        "- **The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the runs "
+        "- **The threshold test is inconclusive on these runs**: at 0% shared nothing is reused, yet the runs "
         "with the cache on took 31% less batch time than with it off, a difference the prefix cache cannot explain "
         "and as large as the 10% saving the test looks for. More repeats per point (the full sweep) are needed to test it."
     )
     sharing = analysis.prefix_sharing(sharing_runs())
     text = narrative.prefix_conclusions(sharing.to_dicts(), {"vllm": th}, [], 0.3, 0.1, radix_paged_pairs(sharing))
     assert (
-        "- vLLM: threshold test at 30% → **inconclusive** (at shared fraction 0, with nothing to reuse, cache on "
+        "- vLLM: threshold test at 30% → **inconclusive** (at 0% shared, with nothing to reuse, cache on "
         "vs off already differ by +31% of batch time)."
     ) in text
 
@@ -671,12 +671,12 @@ def test_prefix_tables_give_spread_as_least_to_most_as_the_figure_draws_it():
 def test_prefix_factor_says_by_how_much_and_on_what(sharing):
     f = guide.prefix_factor(guide.UserWorkload(shared_fraction=0.4), sharing)
     assert narrative.factor_evidence(f) == (
-        "prefix: vLLM, median batch time 1.9× shorter than sglang-jax (CPU)'s at shared fraction 0.5, each engine's "
+        "prefix: vLLM, median batch time 1.9× shorter than sglang-jax (CPU)'s at 50% shared, each engine's "
         "prefix cache on (shared-prefix runs)"
     )
     # CPU runs of two implementations: the lead is said, and said not to decide
     assert narrative.factor_finding(f).endswith(
-        "With nothing to share (shared fraction 0) vLLM is 2.0× faster, so sharing the prefix narrows vLLM's lead. "
+        "With nothing to share (0% shared) vLLM is 2.0× faster, so sharing the prefix narrows vLLM's lead. "
         "Shorter batch time: vLLM, 1.9× shorter than sglang-jax (CPU) (shared-prefix runs); it is a CPU baseline of "
         "two different engine implementations, which cannot decide which engine is faster on a GPU host"
     )
@@ -693,7 +693,7 @@ def test_sglang_jax_win_counts_for_the_sglang_family_and_says_so(fit):
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(w, fit, sh, repeated(analysis.concurrency_study(conc_runs()), "requests_per_s"))
     assert narrative.evidence_basis(ev) == (
-        "measured — prefix: sglang-jax (CPU), median batch time 2.14× shorter than vLLM's at shared fraction 0.5, each "
+        "measured — prefix: sglang-jax (CPU), median batch time 2.14× shorter than vLLM's at 50% shared, each "
         "engine's prefix cache on (shared-prefix runs); concurrency: sglang-jax (CPU), 1.25× the completed "
         "requests/s of vLLM at 128 requests in flight (classification runs); the SGLang side of these measurements is "
         "sglang-jax (CPU): evidence about the SGLang family on CPU, not PyTorch SGLang on a GPU"
@@ -718,7 +718,7 @@ def test_split_factors_say_the_trees_first_question_decides(fit, sharing):
         "measured data say **vLLM** (prefix: vLLM, median batch time 1.87× shorter"
     )
     assert (
-        "measured, vLLM's automatic prefix caching reused 41% of prompt tokens at shared fraction 0.5 "
+        "measured, vLLM's automatic prefix caching reused 41% of prompt tokens at 50% shared "
         "(sglang-jax (CPU)'s radix cache: 47%)"
     ) in why
     distinct = guide.UserWorkload(shared_fraction=0.0, concurrency=128)
@@ -748,7 +748,7 @@ def test_cpu_baselines_are_said_to_decide_nothing_and_the_guide_follows_the_tree
         "concurrency comparisons are CPU baselines of two different engine implementations, which cannot decide "
         "which engine is faster on a GPU host; the model does not separate the engines here. The tree's "
         "shared-prefix branch assumes vLLM shares no prefixes; measured, vLLM's automatic prefix caching reused 41% "
-        "of prompt tokens at shared fraction 0.5 (sglang-jax (CPU)'s radix cache: 47%), so a shared prefix alone "
+        "of prompt tokens at 50% shared (sglang-jax (CPU)'s radix cache: 47%), so a shared prefix alone "
         "does not separate the engines."
     )
     assert narrative.evidence_gap_sentence(ev) == (
@@ -812,9 +812,9 @@ def test_with_nothing_measured_the_guide_follows_the_tree_and_says_so(fit, shari
 
 def test_engine_choice_captions(sharing):
     assert narrative.prefix_caption(sharing.to_dicts()) == (
-        "Measured on CPU, prefix cache on, at shared fraction 0.9: prompt tokens served from the cache — vLLM 83% "
+        "Measured on CPU, prefix cache on, at 90% shared: prompt tokens served from the cache — vLLM 83% "
         "(whole-block ideal 83%), sglang-jax (CPU) 84% (token-exact ideal 84%); vLLM's median batch time is 2.0× "
-        "shorter at 0 and 1.9× shorter at 0.9."
+        "shorter at 0% and 1.9× shorter at 90% shared."
     )
     assert narrative.concurrency_caption(analysis.concurrency_study(conc_runs()).to_dicts()) == (
         "Measured on CPU at 128 requests in flight: sglang-jax (CPU) completes 50 requests/s (mean TTFT 100 ms) and "
@@ -843,14 +843,14 @@ def test_engine_choice_verdicts(fit, sharing):
             "inconclusive",
             "measured",
             1,
-            "83% of prompt tokens from vLLM's cache at shared fraction 0.9",
+            "83% of prompt tokens from vLLM's cache at 90% shared",
         ),
         (
             "sglang_radix_sharing",
             "inconclusive",
             "measured",
             1,
-            "84% of prompt tokens from its cache at shared fraction 0.9 (token-exact ideal 84%)",
+            "84% of prompt tokens from its cache at 90% shared (token-exact ideal 84%)",
         ),
     ]
     # the cross-engine claims, on CPU runs of two engines: cannot be tested here, the baseline ratio as the value
@@ -929,7 +929,7 @@ def test_a_saving_that_falls_across_the_threshold_is_not_said_to_jump():
     assert "jumps" not in said
     assert (
         "**The saving rises more steeply from 30% up than below it**, but it does not jump at the threshold: it "
-        "falls between shared fractions 0.2 and 0.5 (+11% → −15%)."
+        "falls between 20% and 50% shared (+11% → −15%)."
     ) in said
 
 
@@ -972,3 +972,26 @@ def test_a_cache_on_run_several_times_slower_where_nothing_is_reused_reads_as_a_
     )
     assert "cache on vs off already differ by a factor of 5.7 in batch time)." in text
     assert "474%" not in text
+
+
+def test_a_saving_that_falls_with_the_shared_fraction_is_never_called_a_rise():
+    """Issue 39: report 05 called SGLang's saving 'a steady rise' and 'rising with no jump' where it went from +6.6%
+    at 0% to −205% at 90% shared (fitted slopes −0.49 and −5.21): a smooth curve is a rise or a fall by its ends."""
+    from kvlab.claims.sharing import saving_trend
+    from kvlab.narrative.prefix_sharing import caching_gain_caption, threshold_sentence
+
+    f = [0.0, 0.2, 0.5, 0.9]
+    falls = pl.DataFrame(
+        {
+            "engine": ["sglang"] * 4,
+            "shared_fraction": f,
+            "time_saved": [0.066, -0.032, 0.039, -2.05],
+            "batch_speedup": [1.07, 0.97, 1.04, 0.33],
+        }
+    )
+    th = analysis.sharing_threshold(falls)
+    assert th.verdict == "smooth" and saving_trend(falls) == "fall"
+    assert saving_trend(falls.with_columns(pl.Series("time_saved", [0.0, 0.1, 0.2, 0.4]))) == "rise"
+    assert "falling with no jump" in caching_gain_caption(falls.to_dicts(), {"sglang": th})
+    said = threshold_sentence(th, falls.to_dicts())
+    assert "the saving falls as the shared fraction grows" in said and "grows steadily" not in said

@@ -1090,7 +1090,7 @@ def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():
     fig = plot_step_fits(fits, points)
     ax, rx = fig.axes
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert legend[1].startswith("SGLang: -0.049 ms per 1,000 tokens (95% ") and legend[1].endswith(", includes 0)")
+    assert legend[1].startswith("SGLang: −0.049 ms per 1,000 tokens (95% ") and legend[1].endswith(", includes 0)")
     assert not legend[0].endswith("includes 0)")
     assert sorted(round(v, 6) for ln in rx.get_lines()[1:] for v in ln.get_ydata()) == sorted(
         round(v, 6) for v in points["residual_ms"].to_list()

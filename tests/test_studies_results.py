@@ -94,6 +94,49 @@ def test_a_quantity_two_pages_print_is_one_computation(results):
         assert f"at {r['mem_util']:g}: {r['concurrency_ceiling']:,}" in number, (r, number)
 
 
+def test_report_04s_tables_give_each_modelled_crossover_in_whole_k(results):
+    """Issue 39: the sentences round a modelled crossover to whole K (a model whose crossover moves over 108K–746K
+    supports no more digits); the tables' frames do too, never '177,652 tokens', and name a KV number format in words.
+    The frames behind the figures and the verdicts keep the exact tokens."""
+    from kvlab.perfmodel.figures import crossover_columns
+    from kvlab.units import approx_label
+
+    r = results["04"]
+    cons = r["consistent_fits"].filter(pl.col("consistent")).sort("max_abs_residual_pct")
+    for shown, raw in (
+        (r["sensitivity_shown"], r["sensitivity"]),
+        (r["crossovers_shown"], r["crossovers"]),
+        (r["consistent_fits_shown"], cons),
+    ):
+        cols = crossover_columns(raw)
+        words = [c for c in ("kv_format",) if c in raw.columns]
+        assert cols and shown.drop(cols + words).equals(raw.drop(cols + words))
+        for c in cols:
+            assert shown[c].dtype == pl.String and raw[c].dtype.is_numeric(), c
+            assert shown[c].to_list() == [None if v is None else approx_label(v) for v in raw[c].to_list()], c
+    assert set(crossover_columns(r["sensitivity"])) == {"crossover_tokens", "phys_crossover_tokens"}
+    assert set(r["sensitivity_shown"]["kv_format"]) == {"BF16", "FP8", "packed FP8 MLA"}
+    assert r["crossovers_shown"]["crossover_tokens"].drop_nulls().str.contains(r"^\d+K$|^\d(\.\d+)?M$").all()
+
+
+def test_modelled_kv_capacities_are_shown_to_three_significant_figures(results):
+    """Issue 39: a modelled KV capacity ('2,370,790 tokens' from a model that misses its held-out points by 40%) is
+    shown to three significant figures in 03's and 04's tables; the frames the figures and sentences read keep it."""
+    from kvlab.units import modelled_count
+
+    head = results["03"]["headroom"]
+    shown = results["03"]["headroom_shown"]
+    assert shown["kv_capacity_tokens"].to_list() == [modelled_count(v) for v in head["kv_capacity_tokens"].to_list()]
+    assert shown.drop("kv_capacity_tokens", "kv_capacity_tokens_lo", "kv_capacity_tokens_hi", strict=False).equals(
+        head.drop("kv_capacity_tokens", "kv_capacity_tokens_lo", "kv_capacity_tokens_hi", strict=False)
+    )
+    summary = results["04"]["headroom_summary"]
+    assert all(v == modelled_count(v) for v in summary["kv_capacity_tokens"].to_list())
+    budgets = results["03"]["budgets"]  # what 0.92 and 0.95 configure on this host, with the pools the engines made
+    assert {"kv_budget_mib", "ratio_to_lowest", "pool_tokens_low", "pool_tokens_high"} <= set(budgets.columns)
+    assert budgets["ratio_to_lowest"][0] == 1.0
+
+
 def test_a_study_result_is_read_only_and_names_what_it_lacks(results):
     r = results["02"]
     with pytest.raises(TypeError):

@@ -71,3 +71,24 @@ def test_a_time_twice_as_long_or_more_is_a_factor_not_hundreds_of_percent():
     ]
     assert units.time_against(-1.0, "TTFT") == "2.0× as much TTFT as"
     assert [units.apart(s) for s in (0.2, -0.31, -0.99, -4.74)] == ["20%", "31%", "99%", "5.7×"]
+
+
+def test_a_count_gives_its_noun_in_the_right_number():
+    assert [units.count(n, "figure") for n in (0, 1, 3, 1200)] == [
+        "0 figures",
+        "1 figure",
+        "3 figures",
+        "1,200 figures",
+    ]
+    assert units.count(2, "folder or manifest", "folders or manifests") == "2 folders or manifests"
+
+
+def test_a_modelled_count_has_three_significant_figures():
+    assert [units.modelled_count(x) for x in (2_370_790, 10_636_356, 5_334_277, 999, 0, None)] == [
+        2_370_000,
+        10_600_000,
+        5_330_000,
+        999,
+        0,
+        None,
+    ]

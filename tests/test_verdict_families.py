@@ -428,9 +428,10 @@ def test_the_seed_claims_are_graded_each_naming_the_experiment_that_would_decide
     for c in claims.filter(pl.col("claim_id").is_in([v.claim_id for v in every])).iter_rows(named=True):
         assert c["decided_by"] in experiments, c  # each names the experiment file that would decide it, which exists
     setup = next(v for v in every if v.claim_id == "only_engine_changed")
-    assert (setup.value, setup.n, setup.number) == (8.0, 4, "its table: sglang: DCP 8; vllm: DCP 1")
+    assert (setup.value, setup.n, setup.number) == (8.0, 4, "its table: vLLM DCP 1; SGLang DCP 8")
     conflict = next(v for v in every if v.claim_id == "memory_095_recommended")
     assert (conflict.value, conflict.n, conflict.evidence) == (0.95, 2, "published")
+    assert "the 8×B300 article: “" in conflict.claim and "article_b300" not in conflict.claim  # the document in words
     assert "memory_095" in conflict.reason and "caused OOM retries" in conflict.reason
     # without the other documents or the table, nothing is invented: cannot be tested here
     alone = documents.graded(claims.filter(pl.col("claim_id") == "memory_095_recommended"))

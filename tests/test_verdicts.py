@@ -272,6 +272,20 @@ def test_headline_when_everything_is_decided_or_nothing_is_tested():
     assert 'class="kvlab-headline"' not in verdicts.box_html([])
 
 
+def test_the_box_folds_the_rows_with_nothing_here_to_test_them():
+    """Issue 39: report 01's box listed six GPU-host mechanisms no run here exercises among its fifteen rows; rows
+    with nothing behind them (cannot be tested here, n = 0) are folded under one line once there are two, while a
+    row with runs behind it, and a box of nothing else, stay as they are."""
+    gpu = dict(evidence="measured", n=0, limit="a claim about a GPU host's mechanism")
+    decided = verdicts.Verdict("a", "reproduced", "measured", "x", n=3)
+    on_runs = verdicts.Verdict("b", "cannot be tested here", "measured", "1.6×", n=1)
+    mechanisms = [verdicts.Verdict(f"m{i}", "cannot be tested here", number="needs a GPU host", **gpu) for i in (1, 2)]
+    shown, folded = verdicts.split_rows([decided, mechanisms[0], on_runs, mechanisms[1]])
+    assert (shown, folded) == ([decided, on_runs], mechanisms)
+    assert verdicts.split_rows([decided, mechanisms[0]]) == ([decided, mechanisms[0]], [])  # one: not worth a fold
+    assert verdicts.split_rows(mechanisms) == (mechanisms, [])  # nothing else: the box shows them
+
+
 def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
     import json
     from dataclasses import asdict
@@ -311,3 +325,36 @@ def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
         "family": "document",
     }
     assert Verdict(**got) == v  # reads back as the same typed verdict
+
+
+def test_the_index_counts_speed_claims_apart_from_a_gpu_hosts_other_claims():
+    """Issue 39: the index said this host 'cannot test 22 speed claims' where 8 were speed claims and 14 a GPU host's
+    mechanisms, service or memory: each cannot-be-tested claim is counted under its own cause, once."""
+    from kvlab.claims.documents import NEEDS_GPU_HOST
+    from kvlab.claims.grading import CPU_IMPLEMENTATIONS, NO_GPU_MEMORY
+
+    def v(cid, outcome, limit="", evidence="measured"):
+        return {"claim_id": cid, "outcome": outcome, "evidence": evidence, "limit": limit}
+
+    every = [
+        v("speedup_64K", "cannot be tested here", CPU_IMPLEMENTATIONS),
+        v("speedup_64K", "cannot be tested here", CPU_IMPLEMENTATIONS),  # a second report: one claim
+        v("decode_decides", "cannot be tested here", NEEDS_GPU_HOST),
+        v("memory_095", "cannot be tested here", NO_GPU_MEMORY),
+        v("radix_sharing", "reproduced"),
+        v("speedup_200K", "consistent", evidence="published"),
+    ]
+    assert reports.host_counts(every) == {"measured": 5, "decided": 1, "speed": 1, "gpu_only": 2}
+    assert reports.host_counts([]) == {"measured": 0, "decided": 0, "speed": 0, "gpu_only": 0}
+
+
+def test_the_index_headline_speaks_of_the_reports_not_of_a_page():
+    vs = [
+        verdicts.Verdict("vLLM wins at 64K", "consistent", "published", "1.50×", claim_id="speedup_64K"),
+        verdicts.Verdict("where the winner changes", "found", "published", "121K–127K", claim_id="crossover_published"),
+    ]
+    page, index = verdicts.headline(vs), verdicts.headline(vs, index=True)
+    assert page[0].endswith("The page also asks 1 question of its own.")
+    assert index[0].endswith("The reports also ask 1 question of their own.")
+    assert "The page's own answer: where the winner changes — 121K–127K." in page[1]
+    assert "Among the reports' own answers: where the winner changes — 121K–127K." in index[1]

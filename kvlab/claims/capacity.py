@@ -105,6 +105,30 @@ def _per_repeat(g: pl.DataFrame) -> Repeats:
     return Repeats.per_repeat(g["concurrency_ceiling"].to_list(), reps)
 
 
+def _budgets_said(d: pl.DataFrame, budgets: pl.DataFrame) -> str:
+    """Each memory setting's KV budget as the experiment file sets it, in MiB and in the tokens the engines' pools
+    held (their reported KV pools, a range over the engines), and the ratio of the highest to the lowest: '0.92:
+    12 MiB, 12,101–12,288 tokens; 0.95: 13.6 MiB, 13,740–13,952 tokens; 1.14× the lowest' (issue 39: what 0.92
+    against 0.95 means on this host)."""
+    pools = (
+        d.group_by("mem_util").agg(
+            pl.col("kv_pool_tokens").min().alias("lo"), pl.col("kv_pool_tokens").max().alias("hi")
+        )
+        if "kv_pool_tokens" in d.columns
+        else pl.DataFrame(schema={"mem_util": pl.Float64, "lo": pl.Int64, "hi": pl.Int64})
+    )
+    tokens = {r["mem_util"]: (r["lo"], r["hi"]) for r in pools.iter_rows(named=True) if r["lo"] is not None}
+    parts = []
+    for r in budgets.iter_rows(named=True):
+        mib = ", ".join(f"{b / 2**20:.3g} MiB" for b in sorted(r["kv_budget_bytes"]))
+        lo, hi = tokens.get(r["mem_util"], (None, None))
+        pool = "" if lo is None else f", {lo:,} tokens" if lo == hi else f", {lo:,}–{hi:,} tokens"
+        parts.append(f"{r['mem_util']:g}: {mib}{pool}")
+    least = [min(b) for b in budgets["kv_budget_bytes"].to_list()]
+    ratio = f"; {least[-1] / least[0]:.2f}× the lowest" if len(least) > 1 and least[0] else ""
+    return "; ".join(parts) + ratio
+
+
 def ceiling_verdict(points: pl.DataFrame) -> Verdict:
     """Whether the measured ceiling moves with the memory setting, within each engine (rule 2): per engine x
     context measured at two or more memory settings, the ceilings at the highest setting against those at the
@@ -159,10 +183,7 @@ def ceiling_verdict(points: pl.DataFrame) -> Verdict:
     if budgets is not None and d["kv_budget_bytes"].null_count() == 0:
         # every run's KV pool is a budget the experiment file sets per memory setting: the ceiling follows it by
         # construction, so it is shown as configuration, not graded (more repeats cannot change it)
-        said = ", ".join(
-            f"{r['mem_util']:g}: {', '.join(f'{b / 2**20:.3g} MiB' for b in sorted(r['kv_budget_bytes']))}"
-            for r in budgets.iter_rows(named=True)
-        )
+        said = _budgets_said(d, budgets)
         g = replace(
             g,
             outcome="configured",

@@ -59,8 +59,7 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
             if r is None
             else negated(cache_shares(r, off_row(r))).verdict(
                 f"{c['statement']} — vLLM as measured here ({shown(r)}), prefix cache on (its default)",
-                f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at shared "
-                f"fraction {r['shared_fraction']:g}",
+                f"{r['cache_hit_rate']:.0%} of prompt tokens from vLLM's cache at {r['shared_fraction']:.0%} shared",
                 claim_id=c["claim_id"],
                 kind="prefix_sharing",
             )
@@ -88,8 +87,8 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
             else cache_shares(r, off_row(r)).verdict(
                 f"{c['statement']} — does it share? Measured on {engine_label(r['engine'])}, its radix "
                 "cache on; the gap to the ideal is what it recomputed",
-                f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at shared fraction "
-                f"{r['shared_fraction']:g} (token-exact ideal {r['ideal_hit_rate']:.0%})",
+                f"{r['cache_hit_rate']:.0%} of prompt tokens from its cache at {r['shared_fraction']:.0%} shared "
+                f"(token-exact ideal {r['ideal_hit_rate']:.0%})",
                 claim_id=c["claim_id"],
                 kind="prefix_sharing",
             )
@@ -112,13 +111,13 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
                     c["statement"],
                     "cannot be tested here",
                     "measured",
-                    f"no shared fraction ≥ {at:g} measured with two engines",
+                    f"no shared fraction ≥ {at:.0%} measured with two engines",
                     claim_id=c["claim_id"],
                     kind="engine_choice",
                     n=0,
                     scope="nothing measured to test it",
                     limit=NOTHING_MEASURED,
-                    reason=f"no shared fraction ≥ {at:g} measured with two engines",
+                    reason=f"no shared fraction ≥ {at:.0%} measured with two engines",
                 )
             )
         else:
@@ -137,11 +136,11 @@ def claim_verdicts(claims: pl.DataFrame, sharing: pl.DataFrame, conc: pl.DataFra
                     other,
                     zero,
                     "shared_fraction",
-                    lambda v: f"{v:g} shared",
+                    lambda v: f"{v:.0%} shared",
                     "batch_time_s",
                     lower_is_better=True,
-                    missing=f"no shared fraction below the claim's {at:g} measured with both engines",
-                    at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:g}"),
+                    missing=f"no shared fraction below the claim's {at:.0%} measured with both engines",
+                    at_claim=(f"{engine_label(best['engine'])} {sig2(m)}× shorter median batch time at {f:.0%} shared"),
                     claimed_family=SGLANG,
                 )
             )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kvlab.engines import engine_label, registry
 from kvlab.verdicts import Verdict
 
 #: The claim kinds this module grades (the other kinds have their own checkers).
@@ -24,6 +25,13 @@ KINDS = ("mechanism", "operations", "setup")
 UNTESTED_CHOICES = ("deepseek_sglang", "mixed_hardware_vllm", "throughput_sglang_stability_vllm")
 #: The cause of every *cannot be tested here* verdict of this module (the headline groups by it).
 NEEDS_GPU_HOST = "a claim about a GPU host's mechanism or service that no run of this host exercises"
+#: The seed documents as a sentence names them (their ids stay in the provenance panel and index.json).
+DOCUMENT_NAMES = {"article_b300": "the 8×B300 article", "article_kv_design": "the KV-cache design article"}
+
+
+def document_name(experiment: str) -> str:
+    """A document's id in words ('article_b300' → 'the 8×B300 article'); another document as 'the other document'."""
+    return DOCUMENT_NAMES.get(experiment, "the other document")
 
 
 def _where(c: dict) -> str:
@@ -63,7 +71,7 @@ def graded(
                 c["statement"],
                 "cannot be tested here",
                 "measured",
-                f"decided by {c['decided_by']}.yaml on the host it is about"
+                f"needs runs on the GPU host it is about ({c['decided_by']}.yaml)"
                 if c.get("decided_by")
                 else "no experiment file decides it yet",
                 claim_id=c["claim_id"],
@@ -84,9 +92,10 @@ def _setup_against_table(c: dict, published: pl.DataFrame) -> Verdict | None:
     pub = published.filter(pl.col("experiment") == c["experiment"]) if "experiment" in published.columns else published
     if pub.is_empty() or "dcp" not in pub.columns or pub["dcp"].null_count() == pub.height:
         return None
-    per_engine = pub.group_by("engine").agg(pl.col("dcp").unique().sort()).sort("engine")
+    per_engine = pub.group_by("engine").agg(pl.col("dcp").unique().sort())
     said = "; ".join(
-        f"{r['engine']}: DCP {', '.join(str(d) for d in r['dcp'])}" for r in per_engine.iter_rows(named=True)
+        f"{engine_label(r['engine'])} DCP {', '.join(str(d) for d in r['dcp'])}"
+        for r in sorted(per_engine.iter_rows(named=True), key=lambda r: (registry.order(r["engine"]), r["engine"]))
     )
     lo, hi = int(pub["dcp"].min()), int(pub["dcp"].max())
     differs = lo != hi
@@ -125,7 +134,7 @@ def _setting_against_documents(c: dict, all_claims: pl.DataFrame) -> Verdict | N
         return None
     o = other.row(0, named=True)
     return Verdict(
-        f"{c['statement']} — against {o['experiment']}'s “{o['statement']}”",
+        f"{c['statement']} — against {document_name(o['experiment'])}: “{o['statement']}”",
         "inconsistent",
         "published",
         f"{c['setting']:g} recommended by one document; {c['setting']:g} caused OOM retries in the other",

@@ -69,7 +69,7 @@ def bound_verdicts(checks) -> list:
         )
         out.append(
             Verdict(
-                f"A published measured run stays under the model's throughput bound: {r.model} on {r.gpu} ({r.engine}, "
+                f"A published measured run stays under the model's throughput bound: {r.model} on {r.gpu} ({engine_label(r.engine)}, "
                 f"{r.input_tokens:,} input tokens, {r.kv_format.upper()} KV), {r.value:,.1f} output tokens/s per GPU — "
                 f"{r.citation()}",
                 "reproduced" if c.consistent else "contradicted",

@@ -71,6 +71,17 @@ def _prefix_bracket(g: pl.DataFrame | list[dict], at: float) -> tuple[dict, dict
     return (lo[-1], hi[0]) if lo and hi else None
 
 
+def saving_trend(g: pl.DataFrame | list[dict]) -> str:
+    """Which way one engine's saving goes from its least to its most shared point: 'rise', or 'fall' where the cache
+    saves less (or costs more) at the most shared point than at the least; a smooth curve is called a steady rise only
+    where it rises (issue 39: SGLang's saving went from +6.6% at 0% to −205% at 90% and was called a rise)."""
+    rows = sorted(
+        (r for r in (g if isinstance(g, list) else g.to_dicts()) if r.get("time_saved") is not None),
+        key=lambda r: r["shared_fraction"],
+    )
+    return "fall" if len(rows) >= 2 and rows[-1]["time_saved"] < rows[0]["time_saved"] else "rise"
+
+
 def _threshold_shape(g: pl.DataFrame, th) -> str:
     """What makes one engine's saving curve a threshold, with every measured point: a step across ``th.at`` or a
     slope above it more than twice the one below (analysis.sharing_threshold's rule), never called a jump where the
@@ -368,7 +379,8 @@ def prefix_verdicts(
             elif th.verdict == "threshold":
                 parts.append(f"{engine_label(engine)}: a jump near {th.at:.0%}")
             else:
-                parts.append(f"{engine_label(engine)}: no jump, a steady rise (R² {th.r2_linear:.2f})")
+                trend = saving_trend(gain.filter(pl.col("engine") == engine))
+                parts.append(f"{engine_label(engine)}: no jump, a steady {trend} (R² {th.r2_linear:.2f})")
         if parts:
             n = int(sharing["n_runs"].min()) if sharing.height else 0
             outcome, why, limit = finding(n)  # within each engine; a shape from one run a point is noise

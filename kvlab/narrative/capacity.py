@@ -8,7 +8,7 @@ from kvlab import tables
 from kvlab.analysis import KV_SATURATED, NOT_PROBED, SLO_SHARE
 from kvlab.claims.capacity import capacity_verdicts
 from kvlab.engines import engine_label
-from kvlab.units import measured, scaled_context, tokens_label
+from kvlab.units import count, measured, modelled_count, scaled_context, tokens_label
 
 __all__ = ["capacity_verdicts"]
 
@@ -45,7 +45,8 @@ def no_capacity_runs_note(experiment: str, data_dir) -> str:
 
 
 def slo_note(curve: list[dict]) -> str:
-    """The SLO the runs were held to (as stored per run) and what 'within the SLO' means."""
+    """The SLO the runs were held to (as stored per run) and what 'within the SLO' means (the hardware is said by
+    :func:`kvlab.narrative.measured_engines_note` before it)."""
     slos = sorted(
         {(r["slo_ttft_ms"], r["slo_tpot_ms"]) for r in curve},
         key=lambda s: tuple(x if x is not None else -1 for x in s),
@@ -59,9 +60,9 @@ def slo_note(curve: list[dict]) -> str:
         or "none stated"
         for t, p in slos
     )
-    hw = ", ".join(sorted({r["hardware"] for r in curve}))
+    # the hardware is said once, by the measured-engines note before it
     return (
-        f"Measured on {hw}, under the SLO stated in the experiment file ({said}, an assumption of the file, not a "
+        f"The SLO is the one the experiment file states ({said}: an assumption of the file, not a "
         f"measurement). A load point is **within the SLO** when at least {SLO_SHARE:.0%} of its counted requests "
         "met both bounds (the SLO held at p90) and it was not stopped past saturation; **goodput** is those "
         "requests per second of its steady-state window."
@@ -81,7 +82,7 @@ def pareto_caption(curve: list[dict]) -> str:
         f"(filled), {front} on their configuration's Pareto front (the line; other points are dots), the SLO's TPOT bound dashed. The most output per device: "
         f"{config_label(top)} at {_where(top)}, {measured(top['output_tokens_per_s_per_device'], 1)} tokens/s at "
         f"{measured(top['output_tokens_per_s_per_user'], 1)} tokens/s per user ({_level(top['load_level'], top['load_mode'])}"
-        f"{', within the SLO' if top['within_slo'] else ', missing the SLO'}). Down and to the right is more "
+        f"{', within the SLO' if top['within_slo'] else ', missing the SLO'}). To the right is more "
         "interactive, up is more throughput."
     )
 
@@ -189,7 +190,7 @@ def ceiling_caption(points: list[dict], onset: list[dict]) -> str:
     early = [r for r in queued if r["first_past_ceiling"] is None or r["first_queued"] < r["first_past_ceiling"]]
     if early:
         parts.append(
-            "queueing below the ceiling (a scheduler limit, not the KV pool) at "
+            "queueing at or below the ceiling (a scheduler limit, not the KV pool) at "
             + "; ".join(f"{config_label(r)} {_where(r)} from {_level(r['first_queued'])}" for r in early)
         )
     return "; ".join(parts) + "."
@@ -292,7 +293,7 @@ def map_caption(gmap: list[dict]) -> str:
         f"Measured: {change}: "
         + "; ".join(f"{e} at {', '.join(w)}" for e, w in wins.items())
         + f" (margin = winner's goodput ÷ runner-up's, each at its own highest load within the SLO; "
-        f"n = {', '.join(map(str, ns))} run(s) per side, so the range over the repeats is "
+        f"n = {', '.join(map(str, ns))} {'run' if ns == [1] else 'runs'} per side, so the range over the repeats is "
         + ("a single value" if ns == [1] else "shown in the table")
         + "). "
         + probe_sentence(cells)
@@ -364,7 +365,7 @@ def modelled_table(modelled: list[dict]):
             "configuration": config_label(r),
             "memory setting": r["mem_util"],
             "context": tokens_label(r["context_tokens"]),
-            "KV pool (tokens)": r["kv_pool_tokens"],
+            "KV pool (tokens)": modelled_count(r["kv_pool_tokens"]),  # modelled: three significant figures
             "pool ÷ context": r["pool_ceiling"],
             "ceiling: sequences the model fits (with their linear-attention state)": r["concurrency_ceiling"],
             "memory check": "fits" if r["fits"] else r["reason"],
@@ -417,7 +418,8 @@ def probe_intro(summary: list[dict], experiment: str) -> str:
         + "; ".join(f"{config_label(r)} at {r['mem_util']:g}" for r in refs)
         + ". "
         + (
-            f"{len(differ)} configuration(s) differ clearly from their reference: "
+            f"{count(len(differ), 'configuration')} {'differs' if len(differ) == 1 else 'differ'} clearly from "
+            f"{'its' if len(differ) == 1 else 'their'} reference: "
             + "; ".join(f"{config_label(r)} at {r['mem_util']:g} ({r['probe']})" for r in differ)
             if differ
             else "No configuration differs clearly from its reference"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvlab.engines import VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
+from kvlab.tables import number
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
 
 
@@ -14,7 +15,8 @@ def measured_engines_note(runs: list[dict]) -> str:
     engines = sorted({r["engine"] for r in m}, key=lambda e: (registry.order(e), e))
     hw = ", ".join(dict.fromkeys(r["hardware"] for r in m))
     parts = [engine_label(e) + (f": {registry.note(e)}" if registry.note(e) else "") for e in engines]
-    return f"Measured engines ({len(engines)}, on {hw}): " + "; ".join(parts) + "."
+    # 'Measured on CPU x86_64 (vLLM CPU build; …): vLLM and SGLang.' — no bracket inside a bracket
+    return f"Measured on {hw}: " + ("; ".join(parts) if any(":" in p for p in parts) else " and ".join(parts)) + "."
 
 
 def citation_note(published: list[dict]) -> str:
@@ -150,6 +152,16 @@ def answer_markdown(answer) -> str:
     cols = [c for c in rows[0] if not c.endswith("_tokens")]
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
     body = "\n".join(
-        "| " + " | ".join(engine_label(str(r[c])) if c == "engine" else str(r[c]) for c in cols) + " |" for r in rows
+        "| "
+        + " | ".join(
+            engine_label(str(r[c]))
+            if c == "engine"
+            else number(r[c])
+            if r[c] is None or (isinstance(r[c], (int, float)) and not isinstance(r[c], bool))
+            else str(r[c])
+            for c in cols
+        )
+        + " |"
+        for r in rows
     )
     return f"{text}\n\n{head}\n{body}"

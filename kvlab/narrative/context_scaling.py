@@ -133,8 +133,10 @@ def speed_caption(rel: list[dict], label: str) -> str:
     how much."""
     if not rel:
         return f"{label}: no context holds runs of both engines."
-    parts = [
-        f"{engine_label(r['faster'])} is {r['speedup']:.2f}× faster at {r['context_label']}"
+    parts = [  # measured numbers of one run a side to two significant figures, as the sentences and verdicts give them
+        f"{engine_label(r['faster'])} is "
+        f"{ratio(r['speedup'], _n(r, 'n_runs', 'other_n_runs') if r.get('source') == 'measured' else None)}× "
+        f"faster at {r['context_label']}"
         for r in sorted(rel, key=lambda r: r["context_tokens"])
     ]
     winners = list(dict.fromkeys(r["faster"] for r in rel))
@@ -151,8 +153,9 @@ def growth_caption(growth: list[dict], label: str) -> str:
     if not g:
         return f"{label.capitalize()}: no engine has runs at two contexts."
     parts = [
-        f"{engine_label(r['engine'])}'s batch time grows {r['growth']:.2f}× from {r['context_from']} to "
-        f"{r['context_to']}"
+        f"{engine_label(r['engine'])}'s batch time grows "
+        f"{ratio(r['growth'], r.get('n_runs') if r.get('source') == 'measured' else None)}× from {r['context_from']} "
+        f"to {r['context_to']}"
         for r in g
     ]
     return f"{label.capitalize()}: {'; '.join(parts)} — the steeper line is the engine whose speed falls most with context."

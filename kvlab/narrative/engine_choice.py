@@ -14,7 +14,7 @@ from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import CONCURRENCY_THRESHOLD, Evidence, Factor, Recommendation, UserWorkload
 from kvlab.tables import experiment_words, ms, number, percent
 from kvlab.units import ratio as _ratio
-from kvlab.units import approx_tokens, k_label, measured, sig2
+from kvlab.units import approx_tokens, count, k_label, measured, sig2
 from kvlab.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ def _context_finding(f: Factor) -> str:
             f"nothing and only adds synchronisation: at {w.context_tokens:,} tokens on {w.gpu} the model gives "
             f"SGLang TP{w.tp}+DCP{w.dcp} {number(tb)} s per batch against vLLM TP{w.tp}'s {number(ta)} s ({slower}). "
             "Without DCP the model times both engines alike, so context length does not separate the "
-            f"engines for {w.model}; it only says not to turn DCP on for it.{caveat}"
+            f"engines for {w.model}; it only says not to turn DCP on for it{'.' + caveat if caveat else ''}"
+            # no closing full stop: every caller ends the finding with its own (one read 'for it..')
         )
     faster = VLLM if ta <= tb else SGLANG
     ratio = max(ta, tb) / min(ta, tb)
@@ -77,8 +78,8 @@ def _context_finding(f: Factor) -> str:
 
 def _prefix_run(r: dict) -> str:
     return (
-        f"{engine_label(r['engine'])} reuses {percent(r['cache_hit_rate'])} of prompt tokens at shared fraction "
-        f"{r['shared_fraction']:g} (ideal {r['ideal_hit_rate']:.0%}), median batch time {measured(r['batch_time_s'], r.get('n_runs'))} s"
+        f"{engine_label(r['engine'])} reuses {percent(r['cache_hit_rate'])} of prompt tokens at "
+        f"{r['shared_fraction']:.0%} shared (ideal {r['ideal_hit_rate']:.0%}), median batch time {measured(r['batch_time_s'], r.get('n_runs'))} s"
     )
 
 
@@ -112,7 +113,7 @@ def _prefix_comparison(f: Factor) -> str:
     if f.zero_ratio is not None:
         z = f.zero_ratio
         faster0, r0 = (best, z) if z >= 1 else (second, 1 / z)
-        text += f". With nothing to share (shared fraction 0) {engine_label(faster0)} is {_ratio(r0, _runs(f))}× faster"
+        text += f". With nothing to share (0% shared) {engine_label(faster0)} is {_ratio(r0, _runs(f))}× faster"
         if abs(margin / z - 1) >= _SAME_GAP:
             text += (
                 f", so sharing the prefix {'widens' if margin > z else 'narrows'} {engine_label(best)}'s lead"
@@ -169,16 +170,16 @@ def factor_finding(f: Factor) -> str:
 
 
 def factor_metric(f: Factor) -> str:
-    """The leader's lead and on what: 'median batch time 1.87× shorter than sglang-jax (CPU)'s at shared fraction
-    0.5, each engine's prefix cache on'; '' without two engines compared. Whether the lead decides is the
+    """The leader's lead and on what: 'median batch time 1.87× shorter than sglang-jax (CPU)'s at 50% shared,
+    each engine's prefix cache on'; '' without two engines compared. Whether the lead decides is the
     factor's ``favours``."""
     if f.margin is None or len(f.rows) < 2:
         return ""
     second = f.rows[1]["engine"]
     if f.name == "prefix":
         return (
-            f"median batch time {_ratio(f.margin, _runs(f))}× shorter than {engine_label(second)}'s at shared fraction "
-            f"{f.rows[0]['shared_fraction']:g}, each engine's prefix cache on"
+            f"median batch time {_ratio(f.margin, _runs(f))}× shorter than {engine_label(second)}'s at "
+            f"{f.rows[0]['shared_fraction']:.0%} shared, each engine's prefix cache on"
         )
     return (
         f"{_ratio(f.margin, _runs(f))}× the completed requests/s of {engine_label(second)} at {f.rows[0]['in_flight']} "
@@ -274,7 +275,7 @@ def prefix_caption(sharing: list[dict]) -> str:
         hit = "not available" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.0%}"
         hits.append(f"{engine_label(r['engine'])} {hit} ({kind} {ideal:.0%})")
     text = (
-        f"Measured on {hw}, prefix cache on, at shared fraction {top:g}: prompt tokens served from the cache — "
+        f"Measured on {hw}, prefix cache on, at {top:.0%} shared: prompt tokens served from the cache — "
         + ", ".join(hits)
     )
     times = []
@@ -283,11 +284,13 @@ def prefix_caption(sharing: list[dict]) -> str:
         if len({r["engine"] for r in d}) >= 2:
             times.append((engine_label(d[0]["engine"]), d[1]["batch_time_s"] / d[0]["batch_time_s"], f))
     if len({t[0] for t in times}) == 1:  # one engine shorter at both: say so once
-        tail = f"{times[0][0]}'s median batch time is " + " and ".join(
-            f"{r:.1f}× shorter at {f:g}" for _, r, f in times
+        tail = (
+            f"{times[0][0]}'s median batch time is "
+            + " and ".join(f"{r:.1f}× shorter at {f:.0%}" for _, r, f in times)
+            + " shared"
         )
     else:
-        tail = " and ".join(f"{e}'s median batch time is {r:.1f}× shorter at {f:g}" for e, r, f in times)
+        tail = " and ".join(f"{e}'s median batch time is {r:.1f}× shorter at {f:.0%} shared" for e, r, f in times)
     return text + (f"; {tail}" if times else "") + "."
 
 
@@ -506,8 +509,8 @@ def premises(w: UserWorkload, tree: Recommendation, ev: Evidence, sharing: list[
         beside = "".join(f" ({engine_label(r['engine'])}'s radix cache: {r['cache_hit_rate']:.0%})" for r in radix)
         why.append(
             f"The tree's shared-prefix branch assumes vLLM shares no prefixes; measured, vLLM's automatic "
-            f"prefix caching reused {near['cache_hit_rate']:.0%} of prompt tokens at shared fraction "
-            f"{near['shared_fraction']:g}{beside}, so a shared prefix alone does not separate the engines."
+            f"prefix caching reused {near['cache_hit_rate']:.0%} of prompt tokens at "
+            f"{near['shared_fraction']:.0%} shared{beside}, so a shared prefix alone does not separate the engines."
         )
     conc = ev.factors[2]
     if (
@@ -559,11 +562,13 @@ def _total(rows: list[dict], col: str) -> int:
 def concurrency_sentence(conc: list[dict]) -> str:
     """Per engine and in-flight count (``conc``: row dicts of :func:`kvlab.analysis.concurrency_study`): how many
     requests completed, the throughput and the TTFT."""
-    lines = []
+    hosts = list(dict.fromkeys(r["hardware"] for r in conc))
+    lines = [f"Measured on {hosts[0]}:\n"] if len(hosts) == 1 else []  # one host: said once, not on every line
     for r in conc:
+        where = "" if len(hosts) == 1 else f" ({r['hardware']})"
         lines.append(
-            f"- {engine_label(r['engine'])}, {r['in_flight']} in flight ({r['hardware']}): **{r['requests_ok']} of "
-            f"{r['requests_sent']}** requests completed, {r['requests_failed']} failed over {r['n_runs']} run(s); "
+            f"- {engine_label(r['engine'])}, {r['in_flight']} in flight{where}: **{r['requests_ok']} of "
+            f"{r['requests_sent']}** requests completed, {r['requests_failed']} failed over {count(r['n_runs'], 'run')}; "
             f"{measured(r['requests_per_s'], r.get('n_runs'))} requests/s, mean TTFT {ms(r['ttft_mean_ms'])} (p99 {ms(r['ttft_p99_ms'])})."
         )
     all_ok = len(conc) and _total(conc, "requests_failed") == 0
@@ -596,7 +601,7 @@ def choice_answer(w: UserWorkload, tree: Recommendation, ev: Evidence) -> tuple[
     it, contradict it or cannot say (and why)."""
     first = (
         f"For your workload ({w.context_tokens:,}-token context, {w.shared_fraction:.0%} shared prefix, "
-        f"{w.concurrency} in flight, {w.model}) the KV-design article's decision tree says "
+        f"{w.concurrency} in flight, {w.model}) the KV-cache design article's decision tree says "
         f"{engine_label(tree.engine)} ({tree.reason})."
     )
     if ev.decided_by == "tree":

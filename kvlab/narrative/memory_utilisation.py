@@ -487,11 +487,22 @@ def memory_answer(budgets: list[dict], outside: list[dict], totals: dict, gpu: s
     )
     if len(budgets) >= 2:
         lo, hi = budgets[0], budgets[-1]
+
+        def pool(r: dict) -> str:
+            a, b = r.get("pool_tokens_low"), r.get("pool_tokens_high")
+            return f"{a:,}" if a == b else f"{a:,}–{b:,}"
+
+        pools = (
+            f"; the engines made KV pools of {pool(lo)} and {pool(hi)} tokens of them"
+            if lo.get("pool_tokens_low") is not None and hi.get("pool_tokens_low") is not None
+            else ""
+        )
+        retries = totals["retries"]
         second = (
             f"On this host the setting is configuration, not a finding: {lo['mem_util']:g} and {hi['mem_util']:g} "
-            f"are KV budgets of {lo['kv_budget_mib']:.1f} MiB and {hi['kv_budget_mib']:.1f} MiB "
-            f"({hi['ratio_to_lowest']:.2f}×) that the experiment file sets; its {totals['runs']} runs needed "
-            f"{totals['retries']} retries."
+            f"are KV budgets of {lo['kv_budget_mib']:.3g} MiB and {hi['kv_budget_mib']:.3g} MiB "
+            f"({hi['ratio_to_lowest']:.2f}×) that the experiment file sets{pools}; its {totals['runs']} runs needed "
+            f"{'no' if retries == 0 else retries} {'retry' if retries == 1 else 'retries'}."
         )
     else:
         second = "No run on this host compares two memory settings."

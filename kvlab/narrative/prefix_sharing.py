@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from kvlab import tables
-from kvlab.claims.sharing import _prefix_bracket, _prefix_times, prefix_verdicts, turn_n
+from kvlab.claims.sharing import _prefix_bracket, _prefix_times, prefix_verdicts, saving_trend, turn_n
 from kvlab.engines import SGLANG, VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.tables import ms, percent
-from kvlab.units import apart, measured, ratio, signed_pct, time_against
+from kvlab.units import apart, measured, minus, ratio, signed_pct, time_against
 
 __all__ = ["prefix_verdicts"]
 
@@ -271,7 +271,7 @@ def caching_gain_caption(gain: list[dict], thresholds: dict) -> str:
                 f"{signed_pct(b[1]['time_saved'])} at {b[1]['shared_fraction']:.0%}"
             )
         elif th is not None and th.verdict == "smooth":
-            s += ", rising with no jump"
+            s += f", {'falling' if saving_trend(g) == 'fall' else 'rising'} with no jump"
         parts.append(s)
     if not parts:
         return "Measured: no shared fraction was run with the prefix cache both on and off."
@@ -386,7 +386,7 @@ def prefix_claim_verdict(sharing: list[dict], engine: str = VLLM) -> str:
         else "**The data agree with the claim**: no prompt token came from the cache."
     )
     return (
-        f"- measured ({top['hardware']}): at shared fraction {top['shared_fraction']:g}, {engine_label(engine)} with its prefix "
+        f"- measured ({top['hardware']}): at {top['shared_fraction']:.0%} shared, {engine_label(engine)} with its prefix "
         f"cache on served **{top['cache_hit_rate']:.0%}** of prompt tokens from the cache (ideal "
         f"{top['ideal_hit_rate']:.0%}){off_txt}.\n- {verdict}"
     )
@@ -403,10 +403,11 @@ def hit_rate_sentence(sharing: list[dict]) -> str:
     lines = []
     rows = sorted(sharing, key=lambda r: r["shared_fraction"])
     for (engine, caching), g in _groups(rows, "engine", "prefix_caching").items():
-        pts = ", ".join(f"{r['shared_fraction']:g} → {percent(r['cache_hit_rate'])}" for r in g)
+        rates = ", ".join(percent(r["cache_hit_rate"]) for r in g)
+        shared = ", ".join(f"{r['shared_fraction']:.0%}" for r in g)
         lines.append(
-            f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: cache-hit rate by shared "
-            f"fraction {pts}{_sources(g)}."
+            f"- {engine_label(engine)}, prefix cache {'on' if caching else 'off'}: cache-hit rate {rates} at "
+            f"{shared} shared{_sources(g)}."
         )
     return "\n".join(lines)
 
@@ -427,7 +428,7 @@ def radix_vs_paged_sentence(found: tuple[str, list[dict]] | None, block_tokens: 
     lines = []
     for r in both:
         lines.append(
-            f"- shared fraction {r['shared_fraction']:g} ({r['shared_prefix_tokens']:,} prefix tokens): {lr} served "
+            f"- {r['shared_fraction']:.0%} shared ({r['shared_prefix_tokens']:,} prefix tokens): {lr} served "
             f"**{percent(r['cache_hit_rate_r'])}** of prompt tokens from its radix cache (token-exact ideal "
             f"{r['ideal_hit_rate']:.0%}), {lp} **{percent(r['cache_hit_rate'])}** from its paged cache (whole "
             f"{block_tokens}-token-block ideal {r['block_ideal_hit_rate']:.0%}); mean TTFT {ms(r['ttft_mean_ms_r'])} "
@@ -443,7 +444,7 @@ def radix_vs_paged_sentence(found: tuple[str, list[dict]] | None, block_tokens: 
         g = max(gaps, key=lambda r: abs(r["gap"]))
         more, less = (lr, lp) if g["gap"] >= 0 else (lp, lr)
         lines.append(
-            f"- Largest hit-rate gap: at shared fraction {g['shared_fraction']:g}, {more} served "
+            f"- Largest hit-rate gap: at {g['shared_fraction']:.0%} shared, {more} served "
             f"**{abs(g['gap']) * 100:.1f} percentage points** more of the prompt from its cache than {less}."
         )
     return "\n".join(lines)
@@ -455,36 +456,42 @@ def threshold_sentence(th, gain: list[dict]) -> str:
     if th.verdict == "no data":
         return "*Fewer than three shared fractions with the cache both on and off: the threshold cannot be tested.*"
     pts = ", ".join(
-        f"{r['shared_fraction']:g} → {signed_pct(r['time_saved'])}"
+        f"{r['shared_fraction']:.0%} → {signed_pct(r['time_saved'])}"
         for r in sorted(gain, key=lambda r: r["shared_fraction"])
     )
     first = (
-        f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is **{th.first_fraction:g}**"
+        f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is **{th.first_fraction:.0%} shared**"
         if th.first_fraction is not None
         else f"no measured fraction saves {th.min_gain:.0%} of batch time"
     )
     slopes = (
-        f"fitted slope below {th.at:g}: {th.slope_below:.2f}, from {th.at:g} up: {th.slope_above:.2f} "
+        f"fitted slope below {th.at:.0%}: {minus(f'{th.slope_below:.2f}')}, from {th.at:.0%} up: "
+        f"{minus(f'{th.slope_above:.2f}')} "
         f"(time saved per unit of shared fraction); one straight line through all points has R² {th.r2_linear:.2f}"
     )
     losses = ""
     if th.losses:
         losses = (
             "; below it the cache did not pay: "
-            + ", ".join(f"{f:g} → {signed_pct(v)}" for f, v in th.losses)
+            + ", ".join(f"{f:.0%} → {signed_pct(v)}" for f, v in th.losses)
             + " (the cache cost more batch time than it saved)"
         )
     even = (
-        f"- the cache saves time at every measured fraction from **{th.break_even:g}** up{losses}."
+        f"- the cache saves time at every measured fraction from **{th.break_even:.0%} shared** up{losses}."
         if th.break_even is not None
         else "- no range of measured fractions where the cache always saves time."
     )
     if th.verdict == "inconclusive":
         say = (
-            f"**The threshold test is inconclusive on these runs**: at shared fraction 0 nothing is reused, yet the "
+            f"**The threshold test is inconclusive on these runs**: at 0% shared nothing is reused, yet the "
             f"runs with the cache on took {time_against(th.gain_at_zero)} with it off, a difference the "
             f"prefix cache cannot explain and as large as the {th.min_gain:.0%} saving the test looks for. More "
             "repeats per point (the full sweep) are needed to test it."
+        )
+    elif th.verdict == "smooth" and saving_trend(gain) == "fall":
+        say = (
+            f"**No jump at {th.at:.0%} shows in these runs**: the saving falls as the shared fraction grows, so "
+            f"these runs give {th.at:.0%} no support as a point where the cache starts to pay."
         )
     elif th.verdict == "smooth":
         say = (
@@ -498,13 +505,13 @@ def threshold_sentence(th, gain: list[dict]) -> str:
         if lo and hi and hi[0]["time_saved"] <= lo[-1]["time_saved"]:  # a threshold by the slope above, not a step
             say = (
                 f"**The saving rises more steeply from {th.at:.0%} up than below it**, but it does not jump at the "
-                f"threshold: it falls between shared fractions {lo[-1]['shared_fraction']:g} and "
-                f"{hi[0]['shared_fraction']:g} ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])})."
+                f"threshold: it falls between {lo[-1]['shared_fraction']:.0%} and "
+                f"{hi[0]['shared_fraction']:.0%} shared ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])})."
             )
         else:
             say = (
-                f"**The saving jumps between shared fractions {lo[-1]['shared_fraction']:g} and "
-                f"{hi[0]['shared_fraction']:g}** ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])}), where the "
+                f"**The saving jumps between {lo[-1]['shared_fraction']:.0%} and "
+                f"{hi[0]['shared_fraction']:.0%} shared** ({signed_pct(lo[-1]['time_saved'])} → {signed_pct(hi[0]['time_saved'])}), where the "
                 f"tree puts its {th.at:.0%} threshold; the measured fractions cannot place the jump more closely."
                 if lo and hi
                 else f"**The saving jumps near {th.at:.0%}**, as the tree's threshold suggests."
@@ -522,9 +529,9 @@ def _threshold_detail(th, min_gain: float) -> str:
             if far.endswith("×")
             else f"{signed_pct(th.gain_at_zero)} of batch time"
         )
-        return f" (at shared fraction 0, with nothing to reuse, cache on vs off already differ by {differ})."
+        return f" (at 0% shared, with nothing to reuse, cache on vs off already differ by {differ})."
     if th.first_fraction is not None:
-        return f"; the cache first saves ≥{min_gain:.0%} of batch time at shared fraction {th.first_fraction:g}."
+        return f"; the cache first saves ≥{min_gain:.0%} of batch time at {th.first_fraction:.0%} shared."
     return "."
 
 

@@ -112,7 +112,9 @@ def step_cost_bullet(sens: DataFrame, fit=None) -> str:
     costs = per_step_costs(sens)
 
     def ms(span) -> str:
-        at = f" (default set {span.default:.1f})" if span.default is not None else ""
+        if f"{span.lo:.1f}" == f"{span.hi:.1f}":  # the same in every set: one value, not '5.0–5.0 ms (default set 5.0)'
+            return f"{span.lo:.1f} ms in every set"
+        at = f", default set {span.default:.1f}" if span.default is not None else ""
         return f"{span.lo:.1f}–{span.hi:.1f} ms{at}"
 
     parts = [
@@ -377,7 +379,7 @@ def band_sentence(
         ).replace("the  assumption", "the assumption")
     if few != n and first_full:
         text += (
-            f" Below {tokens_label(first_full)} only {few} of the sets count: the others' output is as long as "
+            f" Below {tokens_label(first_full)} tokens only {few} of the sets count: the others' output is as long as "
             "the context, leaving no prompt."
         )
     if tokens_per_batch:

@@ -34,7 +34,7 @@ def modelled_headroom(r: StudyResult, wb) -> Section:
     out.add(wb.show(plot_headroom(head), narrative.headroom_caption(head_rows), data=head))
     out.add(
         tables.table(
-            head,
+            r["headroom_shown"],
             tables.non_empty(
                 head,
                 [

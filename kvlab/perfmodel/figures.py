@@ -23,7 +23,8 @@ from kvlab.perfmodel.pools import concurrency_ceilings
 from kvlab.perfmodel.roofline import Assumptions, Config, Params, Workload, batch_time, crossover_context, memory
 from kvlab.perfmodel.stepfit import GROUP
 from kvlab.style import ENGINE_COLORS, number_label, styled
-from kvlab.units import k_label, sig2, tokens_label
+from kvlab.tables import kv_format_words
+from kvlab.units import approx_label, k_label, modelled_count, sig2, tokens_label
 
 #: Colours of series that are not engines (GPUs, memory targets): none of them reads as vLLM blue or SGLang orange.
 SERIES_COLORS = ("#029e73", "#7b3294", "#555555", "#cc78bc", "#8c6d31", "#56b4e9")
@@ -378,6 +379,29 @@ def crossover_table(
                                       "crosses_in": pl.String, "weights_fit": pl.Boolean})  # fmt: skip
 
 
+def crossover_columns(frame: pl.DataFrame) -> list[str]:
+    """The columns of ``frame`` that hold a modelled crossover in tokens (``crossover_tokens``,
+    ``phys_crossover_tokens``, ``crossover_low_tokens``, ``crossover_high_tokens``)."""
+    return [c for c in frame.columns if "crossover" in c and c.endswith("_tokens")]
+
+
+def as_shown(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` as its table shows it: every modelled crossover in whole K ('173K' for 177,652 tokens, '0.98M' past
+    0.9M: :func:`kvlab.units.approx_label`), the notation of every sentence that gives one, since a model whose
+    crossover moves over 108K–746K with the assumptions supports no more digits (issue 39; null, no crossing, stays
+    null); a KV number format in words ('packed FP8 MLA', not 'fp8_packed_mla')."""
+    cols = crossover_columns(frame)
+    out = frame.with_columns(
+        pl.Series(c, [None if v is None or v != v else approx_label(v) for v in frame[c].to_list()], dtype=pl.String)
+        for c in cols
+    )
+    if "kv_format" in out.columns:
+        out = out.with_columns(
+            pl.Series("kv_format", [None if v is None else kv_format_words(v) for v in out["kv_format"].to_list()])
+        )
+    return out
+
+
 @styled
 def plot_crossover(table: pl.DataFrame) -> Figure:
     """Modelled crossover context against SGLang's DCP size, one line per GPU (colours that are not engines');
@@ -626,6 +650,16 @@ def flag_kinds(head: pl.DataFrame) -> list[str]:
     return kinds
 
 
+def headroom_as_shown(head: pl.DataFrame) -> pl.DataFrame:
+    """A :func:`headroom_table` as its tables show it: each modelled KV capacity (and its range's ends) to three
+    significant figures (:func:`kvlab.units.modelled_count`: 2,370,000, not 2,370,790 tokens), what a model that
+    misses its held-out points by 40% supports; the sequences that fit are counts of whole sequences, kept."""
+    cols = [c for c in ("kv_capacity_tokens", "kv_capacity_tokens_lo", "kv_capacity_tokens_hi") if c in head.columns]
+    return head.with_columns(
+        pl.Series(c, [modelled_count(v) for v in head[c].to_list()], dtype=head.schema[c]) for c in cols
+    )
+
+
 def headroom_summary(head: pl.DataFrame) -> pl.DataFrame:
     """The headroom table as a reader reads it: one row per memory target and DCP size (KV pool, capacity, memory
     left outside the target, whether that is under the assumed need) and one column of sequences per context; with
@@ -633,6 +667,7 @@ def headroom_summary(head: pl.DataFrame) -> pl.DataFrame:
     assumption sets ('range at 200K': '11–23'), and the capacity by its range."""
     keys = ["mem_util", "dcp"]
     ranged = "max_concurrent_seqs_lo" in head.columns
+    head = headroom_as_shown(head)
     base = head.group_by(keys, maintain_order=True).agg(
         pl.col(
             "kv_pool_gib_per_gpu", "kv_capacity_tokens", "outside_pool_gib_per_gpu", "outside_need_gib_per_gpu"

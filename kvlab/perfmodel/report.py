@@ -292,8 +292,8 @@ def consistent_text(cons) -> str:
     head = (
         f"fits consistent with the published totals (rule: largest residual within {tol:g} points of the best "
         f"fit's {best:.1f}%, i.e. at most {thr:.1f}%): {k.height:,} of {cons.height:,} candidates ({sets} "
-        f"assumption sets x the free fit, the physics-only fit and {len(BANDWIDTH_GRID)} fixed decode bandwidths "
-        f"{BANDWIDTH_GRID[0]:g}-{BANDWIDTH_GRID[-1]:g} of peak); {exact} of them meet every total within its "
+        f"assumption sets × the free fit, the physics-only fit and {len(BANDWIDTH_GRID)} fixed decode bandwidths "
+        f"{BANDWIDTH_GRID[0]:g}–{BANDWIDTH_GRID[-1]:g} of peak); {exact} of them meet every total within its "
         f"stated precision (±{PUBLISHED_PRECISION_S:g} s)"
     )
     if not k.height:
@@ -311,7 +311,7 @@ def consistent_text(cons) -> str:
     text = (
         head + f". They assume batch {vals('batch_size')}, output {vals('output_tokens', lambda v: f'{v:,}')}, "
         f"expert reads {vals('expert_reads')}, KV format {vals('kv_format', kv_format_words)}, MLA width {vals('mla_width')}; "
-        f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}-{k['bandwidth_efficiency'].max():.1%} of peak. "
+        f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}–{k['bandwidth_efficiency'].max():.1%} of peak. "
         f"{'; '.join(wins)}; crossover "
         + (token_range(xo.min(), xo.max()) if xo.len() else "none up to 1M tokens")
         + (f" (crossing in {xo.len()} of {k.height})" if 0 < xo.len() < k.height else "")

@@ -8,7 +8,7 @@ import polars as pl
 from kvlab import analysis, narrative
 from kvlab.claims import document_claim_verdicts
 from kvlab.gpu import memory_outside_kv_pool
-from kvlab.perfmodel.figures import headroom_table
+from kvlab.perfmodel.figures import headroom_as_shown, headroom_table
 from kvlab.studies import Answer, StudyResult, sourced
 
 REPORT = "03_memory_utilisation"
@@ -16,13 +16,18 @@ REPORT = "03_memory_utilisation"
 
 def budgets(measured: pl.DataFrame) -> pl.DataFrame:
     """What each memory setting configures on the host that measured it: the KV budget (bytes, MiB) the experiment
-    file sets per setting, and its ratio to the lowest setting's. Configuration, not a finding."""
+    file sets per setting, its ratio to the lowest setting's, and the KV pool in tokens the engines reported making of
+    it (``pool_tokens_low``–``pool_tokens_high`` over the engines; null where none reported one). Configuration, not
+    a finding."""
+    pool = pl.col("kv_pool_tokens") if "kv_pool_tokens" in measured.columns else pl.lit(None, pl.Int64)
     b = (
         measured.filter(pl.col("kv_budget_bytes").is_not_null())
         .group_by("mem_util")
         .agg(
             pl.col("kv_budget_bytes").min().alias("kv_budget_bytes"),
             pl.col("kv_budget_bytes").n_unique().alias("distinct_budgets"),
+            pool.min().alias("pool_tokens_low"),
+            pool.max().alias("pool_tokens_high"),
         )
         .sort("mem_util")
     )
@@ -30,6 +35,23 @@ def budgets(measured: pl.DataFrame) -> pl.DataFrame:
         (pl.col("kv_budget_bytes") / 2**20).alias("kv_budget_mib"),
         (pl.col("kv_budget_bytes") / pl.col("kv_budget_bytes").first()).alias("ratio_to_lowest"),
         pl.lit("configuration").alias("evidence"),
+    )
+
+
+def budget_table(b: pl.DataFrame) -> pl.DataFrame:
+    """The answer's table of :func:`budgets`: per memory setting its KV budget (MiB, three significant figures, as
+    every sentence gives it), the pool the engines reported in tokens (a range over the engines: '12,101–12,288'),
+    and its ratio to the lowest setting's."""
+    pools = [
+        None if lo is None else f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+        for lo, hi in zip(b["pool_tokens_low"].to_list(), b["pool_tokens_high"].to_list())
+    ]
+    return b.select(
+        pl.col("mem_util").alias("memory setting"),
+        pl.col("kv_budget_mib").round_sig_figs(3).alias("KV budget (MiB)"),
+        pl.Series("KV pool (tokens)", pools, dtype=pl.String),
+        pl.col("ratio_to_lowest").round(2).alias("× the lowest"),
+        "evidence",
     )
 
 
@@ -60,6 +82,7 @@ def compute(
         "stats": stats,
         "comparison": cmp,
         "headroom": head,
+        "headroom_shown": headroom_as_shown(head),  # its table: modelled capacities to three significant figures
         "budgets": budgets(measured),
         "gpu_left": memory_outside_kv_pool(wb.telemetry, measured),
     }  # NVML samples: GPU runs only, else empty
@@ -83,14 +106,7 @@ def compute(
     totals = {"runs": int(stats["runs"].sum() or 0), "retries": int(stats["retries"].sum() or 0)}
     answer = Answer(
         narrative.memory_answer(frames["budgets"].to_dicts(), outside.to_dicts(), totals, gpu, model),
-        frames["budgets"].select(
-            pl.col("mem_util").alias("memory setting"),
-            pl.col("kv_budget_mib").round(1).alias("KV budget (MiB)"),
-            pl.col("ratio_to_lowest").round(2).alias("× the lowest"),
-            "evidence",
-        )
-        if frames["budgets"].height
-        else None,
+        budget_table(frames["budgets"]) if frames["budgets"].height else None,
     )
     return sourced(
         REPORT, wb, answer, found, frames, {"gpu": gpu, "model": model, "totals": totals, "setting": setting}
