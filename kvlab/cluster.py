@@ -91,7 +91,7 @@ def connect(address: str, insecure: bool = False):
     ray = import_ray()
     if local:
         try:
-            import ray._private.ray_constants as ray_constants
+            import ray._private.ray_constants as ray_constants  # Ray is optional (kvlab[cluster]): not at the top
         except ImportError:  # a Ray without it (or a stand-in): the environment variable is all there is
             pass
         else:
