@@ -67,6 +67,8 @@ def mean_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
             pl.col("batch_time_s").max().alias("batch_time_max_s"),
             pl.len().alias("n_runs"),
             pl.col("device_kind").drop_nulls().first(),
+            pl.col("accelerator").drop_nulls().first(),  # with the kind and count: the device's short name
+            pl.col("gpu_count").drop_nulls().first(),
             pl.col("batch_size").first(),
             pl.col("output_tokens").first(),
             pl.col("prompt_tokens").first(),

@@ -632,3 +632,12 @@ def test_memory_study_leaves_out_load_points():
     )
     study = analysis.memory_study(runs, attempts)
     assert study.select("experiment", "runs", "batch_time_mean_s").rows() == [("long", 1, 1.0)]
+
+
+def test_mean_batch_times_keep_the_device_a_title_names():
+    """A published table's panel is titled by its device (8× NVIDIA B300), not 'GPU': the mean keeps the accelerator
+    and the count beside the kind (issue 39: figure titles read '(GPU)' after the typed device landed)."""
+    from kvlab.plots import device_of
+
+    means = analysis.mean_batch_times(RUNS.filter(pl.col("source") == "published"))  # the shipped reference tables
+    assert device_of(means) == "8× NVIDIA B300"
