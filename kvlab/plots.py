@@ -1305,6 +1305,48 @@ def _setting(mem) -> str:
     return "memory setting –" if mem is None else f"memory setting {mem:g}"
 
 
+#: Where a point's label may go, in points from the point (x right, y up), in the order they are tried.
+LABEL_OFFSETS = ((5, 4), (5, -12), (-11, 4), (-11, -12), (5, 14), (-11, -20))
+#: A label's box and a marker's, in points (an 8-point digit or two; a 6-point marker and its edge).
+_LABEL_BOX, _MARKER_BOX = (11.0, 9.0), 7.0
+
+
+def _place_labels(ax, wanted: list[tuple[str, float, float, str]]) -> None:
+    """Annotate each (text, x, y, colour) at the first of :data:`LABEL_OFFSETS` whose box overlaps no marker of the
+    axis and no label placed before it (the first offset where every one overlaps): labels beside their points,
+    never over another engine's points or labels (issue 39). Call it once the axis's scales and size are final."""
+    to_pt = 72.0 / ax.figure.dpi
+    markers = [
+        (px * to_pt, py * to_pt)
+        for line in ax.get_lines()
+        if line.get_marker() not in (None, "None", "")
+        for px, py in ax.transData.transform(list(zip(line.get_xdata(), line.get_ydata())))
+    ]
+    w, h = _LABEL_BOX
+    half = _MARKER_BOX / 2
+    placed: list[tuple[float, float, float, float]] = []
+
+    def free(box: tuple[float, float, float, float]) -> bool:
+        x0, y0, x1, y1 = box
+        hits_marker = any(x0 < mx + half and mx - half < x1 and y0 < my + half and my - half < y1 for mx, my in markers)
+        return not hits_marker and not any(x0 < b[2] and b[0] < x1 and y0 < b[3] and b[1] < y1 for b in placed)
+
+    for text, x, y, colour in wanted:
+        px, py = (v * to_pt for v in ax.transData.transform((x, y)))
+        boxes = [((px + dx, py + dy, px + dx + w, py + dy + h), (dx, dy)) for dx, dy in LABEL_OFFSETS]
+        box, offset = next(((b, o) for b, o in boxes if free(b)), boxes[0])
+        placed.append(box)
+        ax.annotate(
+            text,
+            (x, y),
+            textcoords="offset points",
+            xytext=offset,
+            fontsize=8,
+            color=colour,
+            annotation_clip=False,
+        )
+
+
 @styled
 def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     """Measured: per context x memory setting, each engine's load points as output tokens/s per device (y,
@@ -1315,6 +1357,7 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     where the runs share one; every panel has the same scales, so panels compare at a glance."""
     fig, grid, contexts, mems = _capacity_grid(curve)
     hw = device_of(curve)
+    labels: dict = {}  # per axis: (text, x, y, colour) of each load's label, placed once the scales are final
     slo = curve["slo_tpot_ms"].drop_nulls().unique().to_list() if "slo_tpot_ms" in curve.columns else []
     slo_x = 1000 / slo[0] if len(slo) == 1 and slo[0] else None  # one TPOT bound: tokens/s per user at it
     for ctx, label in contexts:
@@ -1355,14 +1398,13 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
                     .sort("load_level")
                 )
                 for r in mid.iter_rows(named=True):  # each load labelled once, at its median
-                    ax.annotate(
-                        f"{r['load_level']:g}",
-                        (r["output_tokens_per_s_per_user"], r["output_tokens_per_s_per_device"]),
-                        textcoords="offset points",
-                        xytext=(5, 4),
-                        fontsize=8,
-                        color=colour,
-                        annotation_clip=False,
+                    labels.setdefault(ax, []).append(
+                        (
+                            f"{r['load_level']:g}",
+                            r["output_tokens_per_s_per_user"],
+                            r["output_tokens_per_s_per_device"],
+                            colour,
+                        )
                     )
             if slo_x is not None:  # left of it a run's TPOT is past the SLO's bound
                 ax.axvline(slo_x, color="#555555", linestyle="--", linewidth=1.0)
@@ -1410,6 +1452,8 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     fig.suptitle(f"measured on {hw}: throughput against interactivity (labels: requests in flight)", fontsize=11)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    for ax, wanted in labels.items():  # on the final scales, so a label's place is known in points
+        _place_labels(ax, wanted)
     return fig
 
 

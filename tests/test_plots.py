@@ -457,3 +457,52 @@ def test_the_pareto_panels_draw_the_front_as_the_line_share_scales_and_mark_the_
         assert sum(line.get_marker() == "o" and line.get_linestyle() == "None" for line in ax.get_lines()) == 3
         slo = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
         assert len(slo) == 1 and list(slo[0].get_xdata()) == [50.0, 50.0]
+
+
+def test_pareto_labels_keep_off_every_marker_and_each_other():
+    """Issue 39: a load's label sits beside its point, never over another point or label of its panel. Two engines
+    whose loads crowd one corner (a vLLM point where SGLang's first label would go): every label's box, as the Agg
+    renderer draws it, is clear of every marker's centre and of every other label."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rows = []
+    for engine, points in (
+        ("sglang", [(150, 250), (140, 260), (118, 230)]),
+        ("vllm", [(157, 262), (205, 320), (210, 322)]),
+    ):
+        for load, (user, device) in enumerate(points, 1):
+            rows.append(
+                {
+                    "hardware": "CPU x86_64",
+                    "engine": engine,
+                    "tp": 1,
+                    "dcp": 1,
+                    "mem_util": 0.92,
+                    "context_tokens": 3200,
+                    "context_label": "200K",
+                    "load_level": load,
+                    "load_mode": "closed",
+                    "output_tokens_per_s_per_user": float(user),
+                    "output_tokens_per_s_per_device": float(device),
+                    "within_slo": True,
+                    "on_front": True,
+                    "slo_tpot_ms": 20.0,
+                }
+            )
+    fig = plots.capacity_pareto_figure(pl.DataFrame(rows))
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    (ax,) = [a for a in fig.axes if a.get_lines()]
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) == 6
+    centres = [
+        ax.transData.transform(xy)
+        for line in ax.get_lines()
+        if line.get_linestyle() == "None"
+        for xy in zip(line.get_xdata(), line.get_ydata())
+    ]
+    assert len(centres) == 6
+    r = 3.5 * fig.dpi / 72  # a 6-point marker's half width and its edge, in pixels
+    for i, b in enumerate(boxes):
+        near = [c for c in centres if b.x0 < c[0] + r and c[0] - r < b.x1 and b.y0 < c[1] + r and c[1] - r < b.y1]
+        assert not near, (ax.texts[i].get_text(), b)
+        assert not [o for j, o in enumerate(boxes) if j != i and b.overlaps(o)], ax.texts[i].get_text()
