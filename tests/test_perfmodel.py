@@ -1142,3 +1142,19 @@ def test_an_implausible_parameter_says_how_far_outside_its_prior_it_lies(fit):
         "decode at 8.5% of peak memory bandwidth",
         "DCP at 2,091 µs per layer and step",
     ]
+
+
+def test_a_tables_crossover_column_keeps_one_notation():
+    """Issue 39 item 2, one notation per quantity: a column whose crossovers would mix K and M ('869K' above
+    '0.98M', which reads as the smaller) is given in whole K throughout; a column in one unit keeps approx_label's."""
+    from kvlab.perfmodel.figures import as_shown
+
+    mixed = as_shown(pl.DataFrame({"crossover_tokens": [890_000.0, 1_027_165.0, None], "tp": [8, 8, 8]}))
+    assert mixed["crossover_tokens"].to_list() == ["869K", "1,003K", None] and mixed["tp"].to_list() == [8, 8, 8]
+    assert as_shown(pl.DataFrame({"crossover_tokens": [177_652.0, 121_000.0]}))["crossover_tokens"].to_list() == [
+        "173K",
+        "118K",
+    ]
+    assert as_shown(pl.DataFrame({"crossover_low_tokens": [1_027_165.0]}))["crossover_low_tokens"].to_list() == [
+        "0.98M"
+    ]

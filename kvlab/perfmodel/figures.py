@@ -24,7 +24,7 @@ from kvlab.perfmodel.roofline import Assumptions, Config, Params, Workload, batc
 from kvlab.perfmodel.stepfit import GROUP
 from kvlab.style import ENGINE_COLORS, number_label, styled
 from kvlab.tables import kv_format_words
-from kvlab.units import approx_label, k_label, modelled_count, sig2, tokens_label
+from kvlab.units import K, approx_label, k_label, modelled_count, sig2, tokens_label
 
 #: Colours of series that are not engines (GPUs, memory targets): none of them reads as vLLM blue or SGLang orange.
 SERIES_COLORS = ("#029e73", "#7b3294", "#555555", "#cc78bc", "#8c6d31", "#56b4e9")
@@ -385,15 +385,22 @@ def crossover_columns(frame: pl.DataFrame) -> list[str]:
     return [c for c in frame.columns if "crossover" in c and c.endswith("_tokens")]
 
 
+def _column_labels(values: list) -> list[str | None]:
+    """One column's crossovers in one notation: :func:`kvlab.units.approx_label`'s, or whole K throughout ('869K',
+    '1,003K') where it would mix K and M in the column ('869K' above '0.98M' reads as the smaller)."""
+    shown = [None if v is None or v != v else approx_label(v) for v in values]
+    if len({label[-1] for label in shown if label}) > 1:
+        return [None if v is None or v != v else f"{round(v / K):,}K" for v in values]
+    return shown
+
+
 def as_shown(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` as its table shows it: every modelled crossover in whole K ('173K' for 177,652 tokens, '0.98M' past
     0.9M: :func:`kvlab.units.approx_label`), the notation of every sentence that gives one, since a model whose
     crossover moves over 108K–746K with the assumptions supports no more digits (issue 39; null, no crossing, stays
     null); a KV number format in words ('packed FP8 MLA', not 'fp8_packed_mla')."""
-    cols = crossover_columns(frame)
     out = frame.with_columns(
-        pl.Series(c, [None if v is None or v != v else approx_label(v) for v in frame[c].to_list()], dtype=pl.String)
-        for c in cols
+        pl.Series(c, _column_labels(frame[c].to_list()), dtype=pl.String) for c in crossover_columns(frame)
     )
     if "kv_format" in out.columns:
         out = out.with_columns(
