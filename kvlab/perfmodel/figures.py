@@ -385,7 +385,7 @@ def crossover_columns(frame: pl.DataFrame) -> list[str]:
     return [c for c in frame.columns if "crossover" in c and c.endswith("_tokens")]
 
 
-def _column_labels(values: list) -> list[str | None]:
+def column_labels(values: list) -> list[str | None]:
     """One column's crossovers in one notation: :func:`kvlab.units.approx_label`'s, or whole K throughout ('869K',
     '1,003K') where it would mix K and M in the column ('869K' above '0.98M' reads as the smaller)."""
     shown = [None if v is None or v != v else approx_label(v) for v in values]
@@ -400,7 +400,7 @@ def as_shown(frame: pl.DataFrame) -> pl.DataFrame:
     crossover moves over 108K–746K with the assumptions supports no more digits (issue 39; null, no crossing, stays
     null); a KV number format in words ('packed FP8 MLA', not 'fp8_packed_mla')."""
     out = frame.with_columns(
-        pl.Series(c, _column_labels(frame[c].to_list()), dtype=pl.String) for c in crossover_columns(frame)
+        pl.Series(c, column_labels(frame[c].to_list()), dtype=pl.String) for c in crossover_columns(frame)
     )
     if "kv_format" in out.columns:
         out = out.with_columns(
