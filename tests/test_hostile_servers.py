@@ -59,7 +59,7 @@ def test_each_hostile_stream_ends_within_its_bounds_with_a_named_cause_and_the_b
     assert r[4].error.startswith("HTTP 307 (redirect to 'http://127.0.0.2:9/v1/completions' not followed)")
     assert r[5].count_flag == "7 token-bearing chunks received is above max_tokens 2, with no completion_tokens"
     assert r[0].count_flag is None and r[0].output_tokens == 2
-    assert res.batch_time_s < 7.5
+    assert res.batch_time_s < 12.0  # the whole batch ends with its slowest request, the drip's (the same room)
     assert _peak_rss_mib() - rss_before < 300
 
 
