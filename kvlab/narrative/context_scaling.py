@@ -40,8 +40,9 @@ def relative_speed_sentences(rel: list[dict], label: str) -> str:
     winners = list(dict.fromkeys(r["faster"] for r in rel))
     if len(winners) > 1:
         lines.append(
-            f"- The winner changes with context: {', '.join(engine_label(r['faster']) for r in rel)} "
-            f"at {', '.join(r['context_label'] for r in rel)}."
+            "- The winner changes with context: "
+            + ", ".join(f"{engine_label(r['faster'])} at {r['context_label']}" for r in rel)
+            + "."
         )
     else:
         lines.append(f"- {engine_label(winners[0])} wins at every context shown.")
