@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -150,15 +150,11 @@ def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 
     return [0.0, *np.cumsum(gaps).tolist()]
 
 
-def schedule_lead_s(load: LoadSpec, prompts: Sequence[Any]) -> float:
-    """How long after the load's start its first request is sent: the first offset of a scaled open loop, else 0.
-    The requests' clock starts at the first send, so a ``span`` window of a scaled load starts this much before it."""
-    if load.rate_rps is None or load.arrivals != "scaled":
-        return 0.0
-    firsts = chain_starts(prompts)
-    return (
-        arrival_times(len(firsts), load.rate_rps, load.burstiness, load.arrival_seed, scaled=True)[0] if firsts else 0.0
-    )
+def schedule_lead_s(offsets: Mapping[int, float] | None) -> float:
+    """How long after the load's start its first request is sent: the earliest of the send offsets
+    :func:`client_args` gave the client (0 for a drawn schedule or a closed loop; a scaled one draws a gap before
+    its first send). The requests' clock starts at the first send, so a ``span`` window starts this much before it."""
+    return min(offsets.values(), default=0.0) if offsets else 0.0
 
 
 def p90(values: Sequence[float]) -> float:

@@ -488,6 +488,8 @@ class LocalExecutor:
 
         gpus = gpu.GpuSampler().open()  # NVML: every GPU on the same grid (or why not: a host without NVML)
 
+        sending = loads.client_args(load, prompts, watch) if load else {}
+
         async def measured() -> BatchResult:
             lazy = server.adapter.telemetry_counted_once_incremented
             sampler = (
@@ -525,7 +527,7 @@ class LocalExecutor:
                     seed=w.seed,
                     keep_text=w.splits_reasoning,
                     extra_body=extra_body,
-                    **(loads.client_args(load, prompts, watch) if load else {}),
+                    **sending,
                 )
             finally:
                 if sampler is not None:
@@ -541,7 +543,9 @@ class LocalExecutor:
         source = "log" if tails_log else "metrics"
         outcome = (
             loads.LoadOutcome(
-                load, loads.window_of(batch.records, load, loads.schedule_lead_s(load, prompts)), watch.stopped
+                load,
+                loads.window_of(batch.records, load, loads.schedule_lead_s(sending.get("start_offsets"))),
+                watch.stopped,
             )
             if load
             else None

@@ -359,6 +359,14 @@ def test_two_groups_on_two_nodes_store_what_a_local_sweep_stores(tmp_path, ray_c
     assert len(json.loads((tmp_path / "ray" / "runs" / "split" / "manifest.json").read_text())["sweeps"]) == 2
 
 
+def _sweep_driver(path: Path, data_dir: Path, ray_cluster, stderr: int) -> subprocess.Popen:
+    """`kvlab sweep` of ``path`` on the test cluster, in a process of its own (its stdout discarded)."""
+    argv = [sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(data_dir)]
+    argv += ["--ray", ray_cluster.address, "--ray-resource", RESOURCE]
+    argv += ["--ray-insecure"]  # the test cluster (bench_tools.ray_local_cluster) runs without authentication
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+
+
 @pytest.mark.cluster
 @pytest.mark.engine
 def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(
@@ -366,26 +374,7 @@ def test_ctrl_c_on_the_driver_cancels_the_tasks_and_no_engine_outlives_them(
 ):
     path = write_spec(tmp_path, "interrupted", matrix={"engine.prefix_caching": [True, False]})
     tag = tag_of(path)
-    driver = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kvlab.cli",
-            "sweep",
-            str(path),
-            "--data-dir",
-            str(tmp_path),
-            "--ray",
-            ray_cluster.address,
-            "--ray-resource",
-            RESOURCE,
-            "--ray-insecure",  # the test cluster (bench_tools.ray_local_cluster) runs without authentication
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    driver = _sweep_driver(path, tmp_path, ray_cluster, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
     while len(engine_processes(tag)) < 2 and time.monotonic() < deadline:  # both groups' engines launched
         time.sleep(0.2)
@@ -408,25 +397,7 @@ def test_a_killed_driver_leaves_no_engine_and_its_resume_redoes_nothing(
 ):
     path = write_spec(tmp_path, "driver_killed", repeats=3, workload={"context_tokens": 256, "output_tokens": 200})
     tag, exp_dir = tag_of(path), tmp_path / "runs" / "driver_killed"
-    driver = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kvlab.cli",
-            "sweep",
-            str(path),
-            "--data-dir",
-            str(tmp_path),
-            "--ray",
-            ray_cluster.address,
-            "--ray-resource",
-            RESOURCE,
-            "--ray-insecure",  # the test cluster (bench_tools.ray_local_cluster) runs without authentication
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    driver = _sweep_driver(path, tmp_path, ray_cluster, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
         time.sleep(0.2)

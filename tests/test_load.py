@@ -658,13 +658,18 @@ def test_a_scaled_open_loops_span_window_starts_where_the_load_starts():
 
     load = loads.LoadSpec(rate_rps=4.0, arrivals="scaled", window="span")
     prompts = [SimpleNamespace(index=i, conversation=None) for i in range(8)]
-    lead = loads.schedule_lead_s(load, prompts)
+    lead = loads.schedule_lead_s(loads.client_args(load, prompts, loads.SaturationWatch(load, None))["start_offsets"])
     assert lead == loads.arrival_times(8, 4.0, 1.0, 0, scaled=True)[0] > 0
     recs = [SimpleNamespace(request_index=i, t_send_s=0.5 * i, t_send=0.0, t_end=0.1) for i in range(8)]
     w = loads.window_of(recs, load, lead)
     assert (w.start_s, w.end_s) == (pytest.approx(-lead), pytest.approx(3.6)) and len(w.counted) == 8
     assert loads.window_of(recs, load.model_copy(update={"window": "steady"}), lead).start_s == 0.0
-    assert loads.schedule_lead_s(loads.LoadSpec(rate_rps=4.0), prompts) == 0.0
+    drawn = loads.LoadSpec(rate_rps=4.0)
+    assert (
+        loads.schedule_lead_s(loads.client_args(drawn, prompts, loads.SaturationWatch(drawn, None))["start_offsets"])
+        == 0.0
+    )
+    assert loads.schedule_lead_s(None) == 0.0  # a closed loop has no schedule
     with pytest.raises(ValueError, match="arrivals 'scaled' applies to an open loop"):
         loads.LoadSpec(concurrency=4, arrivals="scaled")
 
