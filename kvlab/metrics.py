@@ -263,7 +263,9 @@ async def tail_log_during(
     read before, as ``parse_line`` reads one (the engine's grammar: its adapter's ``telemetry_from_log``, None for a
     line that is not a scheduler line). A read that finds no new scheduler line is a sample with
     ``error`` :data:`NO_NEW_LOG_LINE` (a gap, never a repeated or made-up value); lines before ``start`` (earlier
-    runs', the warm-up's) are never read. Never raises but for cancellation: a failed read is kept with its error.
+    runs', the warm-up's) are never read. When cancelled (the batch has ended) it reads once more and keeps that
+    read's newest line, if one was written since the read before. Never raises but for cancellation: a failed read is
+    kept with its error.
     """
     pos, partial = start, b""
 
@@ -286,4 +288,19 @@ async def tail_log_during(
         )
         return (latest, None) if latest is not None else ({}, NO_NEW_LOG_LINE)
 
-    await _on_grid(take, samples, interval_s, gpus)
+    try:
+        await _on_grid(take, samples, interval_s, gpus)
+    except asyncio.CancelledError:
+        # the batch has ended: one last read keeps the lines written since the grid's last read (a short batch's
+        # decode lines can fall between two reads of the 0.5 s grid, leaving a read that saw only a prefill line as
+        # all the run had); ``take`` never suspends, so it runs whole inside the cancellation
+        t = time.perf_counter()
+        try:
+            values, error = await take()
+        except Exception:  # noqa: BLE001 - the grid's samples stand; a failed last read adds nothing
+            raise asyncio.CancelledError from None
+        if error is None:
+            if gpus is not None and gpus.available:
+                values = {**values, **gpus.sample()}
+            samples.append((t, values, None))
+        raise

@@ -318,6 +318,8 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
         task = asyncio.create_task(metrics.tail_log_during(log, start, samples, parse_line, interval_s=0.2))
         while len(samples) < 6:
             await asyncio.sleep(0.01)
+        with open(log, "ab") as f:  # the batch's last line, written after the grid's last read
+            f.write(lines[sched[3]])
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
@@ -338,6 +340,9 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
     ]
     gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:6])]
     assert all(0.1 < g < 0.4 for g in gaps)  # on the interval's grid, stamped with time.perf_counter()
+    # the cancellation (the batch has ended) reads once more: the line written since the last grid read is kept
+    assert len(samples) == 7 and samples[6][1:] == ({**parse_line(lines[sched[3]].decode())}, None)
+    assert samples[6][0] > samples[5][0]
 
 
 def test_a_log_read_that_fails_is_a_sample_with_its_error(tmp_path):
