@@ -13,6 +13,11 @@ and 10% (TTFT p50); where kvlab's defaults differ by more, the row says which op
 On a host with 2+ cores the engine runs under ``taskset`` on one core and the clients (kvlab in this process, the
 peer's command) on the others.
 
+Then the clients alone: the same arms at the fixed batch and c=4 against a fixed-time server (the SSE fixture, each
+first token 50 ms after its request arrived, one every 5 ms after), where every difference is a client's own; and
+on SGLang, the GET /server_info that SGLang's benchmark times into its duration after the last completion, timed on
+the real server.
+
     .venv/bin/python -m benchmarks.peer_agreement [--quick] [--repeats N] [--engine vllm sglang] [--points ...]
 """
 
@@ -356,11 +361,92 @@ def peer_measure(
 # ----------------------------------------------------------------------------- measuring
 
 
+#: the fixed-time server of the clients-only pass (tests/support/sse_fixture.py): each stream's first token 50 ms
+#: after its request arrived, then one every 5 ms, whatever the load, so two clients measured against it differ only
+#: by their own send and read lags
+FIXTURE_KNOBS = {"first_delay_s": 0.05, "delay_s": 0.005}
+#: the points of the clients-only pass (where the real servers' TTFT differed) and the figures its rows show
+FIXTURE_POINTS = ("batch 8", "c=4")
+FIXTURE_FIGURES = ("output_tokens_per_s", "ttft_p50_ms", "e2e_p50_ms")
+#: SGLang's benchmark ends its duration after a GET /server_info that follows the last completion (serving.py
+#: benchmark(): ``if "sglang" in backend``, which sglang-oai is): timed this many times on the real server
+SERVER_INFO_READS = 5
+
+
+def time_server_info(url: str, reads: int = SERVER_INFO_READS) -> list[float]:
+    """Milliseconds of each of ``reads`` GET /server_info on an idle server, as SGLang's benchmark makes it (a new
+    connection each, the `requests` library's default)."""
+    import httpx
+
+    out = []
+    for _ in range(reads):
+        t = time.perf_counter()
+        with httpx.Client(timeout=30.0) as c:
+            c.get(url + "/server_info")
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def measure_arms(
+    engine: str,
+    url: str,
+    tag: str,
+    points: list[Point],
+    repeats: int,
+    prompt: int,
+    output: int,
+    client_cpus: set[int] | None,
+    log: Path,
+    label: str,
+) -> list[dict]:
+    """Every arm at every point, ``repeats`` times in alternating order, against the server at ``url``; each run's
+    figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run)."""
+    kvlab_measure(engine, url, tag, kvlab_workload(Point("warm", 2), 32, 4, 999, False))
+    peer_measure(engine, url, tag, Point("warm", 2), 32, 4, 999, client_cpus, log)
+    runs = []
+    for point in points:
+        for rep in range(repeats):
+            order = list(ARMS) if rep % 2 == 0 else list(ARMS)[::-1]
+            for arm in order:
+                seed = 1000 + rep
+                if arm == "kvlab-staggered" and point.kind != "closed":
+                    continue
+                if arm == "peer":
+                    r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log)
+                else:
+                    r = kvlab_measure(
+                        engine,
+                        url,
+                        tag,
+                        kvlab_workload(
+                            point, prompt, output, seed, arm == "kvlab-peer-options", arm == "kvlab-staggered", engine
+                        ),
+                    )
+                r.update(point=point.label, arm=arm, repeat=rep)
+                runs.append(r)
+                print(
+                    f"  {label} {point.label:<8} rep {rep} {arm:<18} out {_f(r['output_tokens_per_s'])} "
+                    f"tok/s  TTFT p50 {_f(r['ttft_p50_ms'])} ms  TPOT p50 {_f(r['tpot_p50_ms'])} ms  "
+                    f"failed {r['failed']}",
+                    flush=True,
+                )
+    return runs
+
+
 def measure(
-    engines: Iterable[str], repeats: int, quick: bool, points: list[str] | None = None, pin: bool = True
+    engines: Iterable[str],
+    repeats: int,
+    quick: bool,
+    points: list[str] | None = None,
+    pin: bool = True,
+    clients_only: bool = True,
 ) -> dict:
+    """The agreement runs on one real server per engine; then (``clients_only``) the same arms at
+    :data:`FIXTURE_POINTS` against the fixed-time fixture (:data:`FIXTURE_KNOBS`), under ``raw["fixture"]``."""
     from kvlab.server import EngineServer
     from kvlab.tinymodel import ensure_tiny_model
+
+    from benchmarks.bench_tools import Fixture
 
     ensure_tiny_model()
     prompt, output, all_points = QUICK if quick else FULL
@@ -392,44 +478,34 @@ def measure(
             rec["startup_s"] = server.wait_ready()
             rec["engine_version"] = server.version()
             print(f"  {engine} ready after {rec['startup_s']:.1f} s", flush=True)
-            url = server.base_url
-            # warm both paths once (first requests compile and allocate): one small kvlab batch, one peer run
-            kvlab_measure(engine, url, tag, kvlab_workload(Point("warm", 2), 32, 4, 999, False))
-            peer_measure(engine, url, tag, Point("warm", 2), 32, 4, 999, client_cpus, log)
-            for point in chosen:
-                for rep in range(repeats):
-                    order = list(ARMS) if rep % 2 == 0 else list(ARMS)[::-1]
-                    for arm in order:
-                        seed = 1000 + rep
-                        if arm == "kvlab-staggered" and point.kind != "closed":
-                            continue
-                        if arm == "peer":
-                            r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log)
-                        else:
-                            r = kvlab_measure(
-                                engine,
-                                url,
-                                tag,
-                                kvlab_workload(
-                                    point,
-                                    prompt,
-                                    output,
-                                    seed,
-                                    arm == "kvlab-peer-options",
-                                    arm == "kvlab-staggered",
-                                    engine,
-                                ),
-                            )
-                        r.update(point=point.label, arm=arm, repeat=rep)
-                        rec["runs"].append(r)
-                        print(
-                            f"  {engine} {point.label:<8} rep {rep} {arm:<18} out {_f(r['output_tokens_per_s'])} "
-                            f"tok/s  TTFT p50 {_f(r['ttft_p50_ms'])} ms  TPOT p50 {_f(r['tpot_p50_ms'])} ms  "
-                            f"failed {r['failed']}",
-                            flush=True,
-                        )
+            rec["runs"] = measure_arms(
+                engine, server.base_url, tag, chosen, repeats, prompt, output, client_cpus, log, engine
+            )
+            if engine == "sglang":
+                rec["server_info_ms"] = time_server_info(server.base_url)
         finally:
             server.stop()
+    fixture_points = [p for p in chosen if p.label in FIXTURE_POINTS]
+    if clients_only and fixture_points:
+        raw["fixture"] = {"knobs": FIXTURE_KNOBS, "engines": {}}
+        for engine in engines:
+            tag = f"kvlab-bench-{uuid.uuid4().hex[:8]}"
+            log = OUT_DIR / f"{NAME}-{engine}-fixture-peer.log"
+            log.write_text("")
+            with Fixture(knobs={**FIXTURE_KNOBS, "served_model": tag}, cpus=engine_cpus) as fx:
+                runs = measure_arms(
+                    engine,
+                    fx.url,
+                    tag,
+                    fixture_points,
+                    repeats,
+                    prompt,
+                    output,
+                    client_cpus,
+                    log,
+                    f"{engine} (fixture)",
+                )
+            raw["fixture"]["engines"][engine] = {"runs": runs, "engine_version": "fixed-time fixture"}
     return raw
 
 
@@ -472,6 +548,9 @@ class Comparison:
     kvlab_staggered: Stat
     peer: Stat
     bound: float | None
+    #: milliseconds the peer's duration holds beyond its requests (SGLang's GET /server_info after the last
+    #: completion, timed on the server: :func:`time_server_info`); output throughput only, None elsewhere
+    peer_extra_ms: float | None = None
 
     def _to_peer(self, arm: Stat) -> float | None:
         """An arm's median ÷ the peer's; None where either is missing."""
@@ -522,12 +601,23 @@ class Comparison:
                 f"kvlab's defaults {r - 1:+.0%}; with the peers' options ({', '.join(changed)}) {rp - 1:+.0%}: "
                 f"the difference is the definition{window}"
             )
-        if overlap(self.kvlab, self.peer):
+        duration = windows[1].median
+        if self.peer_extra_ms and duration and duration * 1000 > self.peer_extra_ms:
+            # the peer's throughput over its duration less the call it times after the last completion
+            rc = self.kvlab_peer.median / (self.peer.median * duration / (duration - self.peer_extra_ms / 1000))
             return (
-                f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but kvlab's repeats "
-                f"({self.kvlab.low:.4g}–{self.kvlab.high:.4g}) overlap the peer's ({self.peer.low:.4g}–"
-                f"{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
+                f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: the peer's duration "
+                f"({duration * 1000:.0f} ms) also holds its GET /server_info after the last completion "
+                f"({self.peer_extra_ms:.0f} ms here); without it the peers' options give {rc - 1:+.0%}"
+                + (", within the bound" if abs(rc - 1) <= bound + 1e-12 else "")
             )
+        for arm, words in ((self.kvlab_peer, "with the peers' options kvlab's"), (self.kvlab, "kvlab's")):
+            if overlap(arm, self.peer):
+                return (
+                    f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but {words} repeats "
+                    f"({arm.low:.4g}–{arm.high:.4g}) overlap the peer's ({self.peer.low:.4g}–"
+                    f"{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
+                )
         return (
             f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the peer's options "
             f"({', '.join(changed)}){window}; " + _residual_hint(self.figure, point_kind, self.engine)
@@ -566,21 +656,31 @@ def _residual_hint(figure: str, point_kind: str, engine: str = "vllm") -> str:
     return "see the per-repeat figures in reports/bench/peer_agreement.json"
 
 
-def compare(raw: dict) -> list[Comparison]:
-    """Every (engine, point, figure) comparison of a :func:`measure` result, in measuring order."""
+def _measured(raw: dict, fixture: bool) -> dict:
+    """The engines' records of the real servers, or (``fixture``) of the clients-only pass ({} where none ran)."""
+    return (raw.get("fixture") or {}).get("engines", {}) if fixture else raw["engines"]
+
+
+def compare(raw: dict, fixture: bool = False) -> list[Comparison]:
+    """Every (engine, point, figure) comparison of a :func:`measure` result, in measuring order: against the real
+    servers, or (``fixture``) against the fixed-time fixture, at the points that pass measured."""
     out = []
-    points = [p["label"] for p in raw["points"]]
-    for engine, rec in raw["engines"].items():
-        for point in points:
+    for engine, rec in _measured(raw, fixture).items():
+        measured_points = {r["point"] for r in rec["runs"]}
+        extra = median(rec["server_info_ms"]) if rec.get("server_info_ms") else None
+        for point in (p["label"] for p in raw["points"] if p["label"] in measured_points):
             arms = {a: [r for r in rec["runs"] if r["point"] == point and r["arm"] == a] for a in ARMS}
             for fig, (_, _, bound) in FIGURES.items():
-                out.append(Comparison(engine, point, fig, *(stat(r.get(fig) for r in arms[a]) for a in ARMS), bound))
+                stats = (stat(r.get(fig) for r in arms[a]) for a in ARMS)
+                out.append(
+                    Comparison(engine, point, fig, *stats, bound, extra if fig == "output_tokens_per_s" else None)
+                )
     return out
 
 
-def windows(raw: dict, engine: str, point: str) -> tuple[Stat, Stat]:
+def windows(raw: dict, engine: str, point: str, fixture: bool = False) -> tuple[Stat, Stat]:
     """(kvlab's defaults, the peer's) measurement time at one point: window_s or batch time, and duration."""
-    runs = raw["engines"][engine]["runs"]
+    runs = _measured(raw, fixture)[engine]["runs"]
     return (
         stat(r.get("duration_s") for r in runs if r["point"] == point and r["arm"] == "kvlab"),
         stat(r.get("duration_s") for r in runs if r["point"] == point and r["arm"] == "peer"),
@@ -611,6 +711,28 @@ def summarise(raw: dict) -> list[Row]:
                 + (f"; {why}" if why else ""),
             )
         )
+    first_ms = (raw.get("fixture") or {}).get("knobs", FIXTURE_KNOBS)["first_delay_s"] * 1000
+    for c in compare(raw, fixture=True):
+        if c.figure not in FIXTURE_FIGURES:
+            continue
+        label, unit, _ = FIGURES[c.figure]
+        own = (
+            f"; each client's own share of TTFT over the fixture's {first_ms:.0f} ms: kvlab's defaults "
+            f"{c.kvlab.median - first_ms:+.1f} ms, the peers' options {c.kvlab_peer.median - first_ms:+.1f} ms, the "
+            f"peer {c.peer.median - first_ms:+.1f} ms"
+            if c.figure == "ttft_p50_ms" and None not in (c.kvlab.median, c.kvlab_peer.median, c.peer.median)
+            else ""
+        )
+        rows.append(
+            Row(
+                SECTION,
+                f"{c.engine} {c.point}, {label}: kvlab ÷ {PEER_NAMES[c.engine]}, clients only (fixed-time server)",
+                c.ratio_peer_options,
+                "×",
+                note=f"kvlab {c.kvlab_peer.text()}, peer {c.peer.text()} {unit}, n={c.peer.n}; kvlab's defaults "
+                f"{c.kvlab.text()}{own}",
+            )
+        )
     for engine, rec in raw["engines"].items():
         failed = sum(r.get("failed") or 0 for r in rec["runs"])
         rows.append(
@@ -627,15 +749,16 @@ def summarise(raw: dict) -> list[Row]:
     return rows
 
 
-def markdown(raw: dict) -> str:
-    """The agreement table for docs/performance.md: one line per engine, point and figure."""
+def markdown(raw: dict, fixture: bool = False) -> str:
+    """The agreement table for docs/performance.md: one line per engine, point and figure (``fixture``: of the
+    clients-only pass against the fixed-time server)."""
     kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
     lines = [
         "| engine | load | figure | kvlab, defaults | kvlab, peers' options | peer | ÷ peer, defaults | "
         "÷ peer, peers' options | ÷ peer, staggered | bound met | the difference with kvlab's defaults |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in compare(raw):
+    for c in compare(raw, fixture):
         label, unit, bound = FIGURES[c.figure]
         met = "" if c.agrees is None else ("yes" if c.agrees else "**no**") + f" (±{bound:.0%})"
         ratio = "n/a" if c.ratio is None else f"{c.ratio:.3f}"
@@ -644,7 +767,7 @@ def markdown(raw: dict) -> str:
         lines.append(
             f"| {c.engine} | {c.point} | {label} ({unit}) | {c.kvlab.text()} | {c.kvlab_peer.text()} | "
             f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
-            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point))} |"
+            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -656,6 +779,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", nargs="+", choices=("vllm", "sglang"), default=["vllm", "sglang"])
     parser.add_argument("--points", nargs="+", help="only these load points (labels as printed, e.g. c=4)")
     parser.add_argument("--no-pin", action="store_true", help="let the engine and the clients share every core")
+    parser.add_argument(
+        "--no-clients-only", action="store_true", help="skip the clients-only pass against the fixed-time server"
+    )
     parser.add_argument("--from-json", type=Path, help="measure nothing: the tables of a result this wrote before")
     args = parser.parse_args(argv)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
@@ -663,11 +789,22 @@ def main(argv: list[str] | None = None) -> int:
         raw = json.loads(args.from_json.read_text())["raw"]
     else:
         t = time.perf_counter()
-        raw = measure(args.engine, args.repeats, args.quick, args.points, pin=not args.no_pin)
+        raw = measure(
+            args.engine,
+            args.repeats,
+            args.quick,
+            args.points,
+            pin=not args.no_pin,
+            clients_only=not args.no_clients_only,
+        )
         raw["wall_s"] = time.perf_counter() - t
     rows = summarise(raw)
     print_table(rows, title=f"Agreement with the peers' own benchmarks ({raw['wall_s']:.0f} s)")
-    (OUT_DIR / f"{NAME}.md").write_text(markdown(raw))
+    clients_only = markdown(raw, fixture=True) if raw.get("fixture") else ""
+    (OUT_DIR / f"{NAME}.md").write_text(
+        markdown(raw)
+        + (f"\nThe clients only, against the fixed-time server:\n\n{clients_only}" if clients_only else "")
+    )
     print(f"wrote {write_result(NAME, rows, raw)} and {OUT_DIR / (NAME + '.md')}")
     return 0
 

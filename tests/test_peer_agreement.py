@@ -110,9 +110,31 @@ def test_each_difference_beyond_its_bound_gets_one_line_that_names_its_cause():
         "vllm", "c=1", "tpot_p50_ms", pa.stat([6, 9, 12]), pa.stat([6, 9, 12]), pa.stat([]), pa.stat([7, 7.5, 11]), 0.05
     )
     assert spread.explanation("closed", win) == (
-        "kvlab's defaults +20%, the peers' options +20%, but kvlab's repeats (6–12) overlap the peer's (7–11): "
-        "within the run-to-run spread, no difference shown"
+        "kvlab's defaults +20%, the peers' options +20%, but with the peers' options kvlab's repeats (6–12) overlap "
+        "the peer's (7–11): within the run-to-run spread, no difference shown"
     )
+    # the arm the bound is on overlaps the peer's, kvlab's defaults do not: the spread is still what it shows
+    peer_arm = pa.Comparison(
+        "vllm", "c=1", "tpot_p50_ms", pa.stat([5, 5]), pa.stat([6, 9, 12]), pa.stat([]), pa.stat([7, 7.5, 11]), 0.05
+    )
+    assert "with the peers' options kvlab's repeats (6–12) overlap" in peer_arm.explanation("closed", win)
+    # SGLang's benchmark times a GET /server_info into its duration: 700 tok/s over 360 ms, 35 ms of it the call
+    info = pa.Comparison(
+        "sglang",
+        "batch 8",
+        "output_tokens_per_s",
+        pa.stat([800]),
+        pa.stat([790]),
+        pa.stat([]),
+        pa.stat([700]),
+        0.05,
+        peer_extra_ms=35.0,
+    )
+    assert info.explanation("batch", (pa.stat([0.32]), pa.stat([0.36]))) == (
+        "kvlab's defaults +14%, the peers' options +13%: the peer's duration (360 ms) also holds its GET "
+        "/server_info after the last completion (35 ms here); without it the peers' options give +2%, within the bound"
+    )
+    assert 790 / (700 * 0.36 / 0.325) == pytest.approx(1.019, abs=1e-3)
     assert pa.overlap(pa.stat([1, 2]), pa.stat([2, 3])) and not pa.overlap(pa.stat([1, 2]), pa.stat([2.5, 3]))
 
 
@@ -131,6 +153,42 @@ def test_the_rows_and_the_docs_table_carry_the_same_figures():
         "to last completion) -1%: the difference is the definition (kvlab's steady window median "
         "1.1 s, the peer's duration 1.5 s) |"
     )
+
+
+def test_the_clients_only_pass_gets_its_own_rows_and_table_and_the_server_info_time_reaches_the_throughput():
+    fixture_runs = [
+        *_runs("batch 8", "kvlab", ttft_p50_ms=[52.7, 53.0, 52.8], output_tokens_per_s=[1227, 1229, 1230]),
+        *_runs("batch 8", "kvlab-peer-options", ttft_p50_ms=[53.2, 53.3, 53.6], output_tokens_per_s=[1220, 1217, 1220]),
+        *_runs("batch 8", "peer", ttft_p50_ms=[54.5, 54.6, 54.4], output_tokens_per_s=[1194, 1199, 1193]),
+    ]
+    raw = {
+        **RAW,
+        "engines": {
+            **RAW["engines"],
+            "sglang": {"engine_version": "0.5.23", "runs": [], "server_info_ms": [30, 40, 35]},
+        },
+        "fixture": {"knobs": pa.FIXTURE_KNOBS, "engines": {"sglang": {"runs": fixture_runs}}},
+    }
+    assert [c.point for c in pa.compare(raw, fixture=True)] == ["batch 8"] * len(pa.FIGURES)  # only what it measured
+    assert all(c.peer_extra_ms is None for c in pa.compare(raw, fixture=True))
+    assert pa.compare(raw)[-1].engine == "vllm"  # no sglang runs on the real server here: no comparisons
+    rows = {r.figure: r for r in pa.summarise(raw)}
+    ttft = rows["sglang batch 8, TTFT p50: kvlab ÷ sglang.benchmark.serving, clients only (fixed-time server)"]
+    assert ttft.value == pytest.approx(53.3 / 54.5) and ttft.met is None
+    assert ttft.note.endswith(
+        "each client's own share of TTFT over the fixture's 50 ms: kvlab's defaults +2.8 ms, the peers' options "
+        "+3.3 ms, the peer +4.5 ms"
+    )
+    assert not any("TPOT" in f and "clients only" in f for f in rows)  # the pass's rows: FIXTURE_FIGURES only
+    table = pa.markdown(raw, fixture=True).splitlines()
+    assert len(table) == 2 + len(pa.FIGURES) and table[3].startswith("| sglang | batch 8 | TTFT p50 (ms) | 52.8 ")
+    server = {
+        "engines": {
+            "sglang": {"runs": _runs("batch 8", "peer", output_tokens_per_s=[1]), "server_info_ms": [30, 40, 35]}
+        }
+    }
+    assert pa.compare({**RAW, **server})[0].peer_extra_ms == 35  # the median of the reads, on throughput only
+    assert pa.compare({**RAW, **server})[1].peer_extra_ms is None
 
 
 def test_kvlabs_workloads_for_each_arm():

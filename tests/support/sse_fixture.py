@@ -62,6 +62,7 @@ class FixtureConfig:
     endless: bool = False  # token chunks without end (no finish_reason, no usage, no [DONE]) until the client leaves
     drip_s: float = 0.0  # write the response one byte at a time, this many seconds apart (headers go at once)
     redirect: str | None = None  # answer 307 with this Location instead of a stream
+    served_model: str | None = None  # GET /v1/models lists this one model (None: no /v1/models, 404)
     #: SSEServer with fault_rate: draw only these faults (names of FAULTS; None: every one)
     fault_names: tuple[str, ...] | None = None
 
@@ -265,7 +266,13 @@ class SSEServer:
         app.router.add_post("/v1/chat/completions", self._stream)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
         return app
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if self.config.served_model is None:
+            raise web.HTTPNotFound()
+        return web.json_response({"object": "list", "data": [{"id": self.config.served_model, "object": "model"}]})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
@@ -598,7 +605,7 @@ def main(argv: list[str] | None = None) -> None:
             "diverge_at",
         ):
             parser.add_argument(flag, type=int, default=default)
-        elif f.name in ("usage_json", "redirect"):
+        elif f.name in ("usage_json", "redirect", "served_model"):
             parser.add_argument(flag, type=str, default=default)
         else:
             parser.add_argument(flag, type=type(default), default=default)
