@@ -98,6 +98,69 @@ def bind_option(arg: str) -> str | None:
     return _option_spelt(arg, BIND_OPTIONS)
 
 
+#: The option whose JSON value sets up a ZeroMQ publisher of KV-cache events, in vLLM and SGLang alike (each engine's
+#: KVEventsConfig): its ``endpoint`` defaults to tcp://*:5557, which binds every interface, and ``replay_endpoint``
+#: opens a second socket.
+KV_EVENTS_OPTION = "--kv-events-config"
+KV_EVENTS_DEFAULT_ENDPOINT = "tcp://*:5557"
+#: tcp hosts that name every interface in a ZeroMQ bind address
+_EVERY_INTERFACE = ("*", "0.0.0.0", "::", "")
+
+
+def kv_events_config(extra_args: list[str]) -> dict | None:
+    """The KV-events publisher configuration ``extra_args`` give (``--kv-events-config JSON``, ``=JSON``, in any
+    spelling the parser accepts, and vLLM's ``--kv-events-config.field value``), merged; None where none is given.
+    A value that is not a JSON object raises ValueError."""
+    config: dict | None = None
+    for i, arg in enumerate(extra_args):
+        if _option_spelt(arg, (KV_EVENTS_OPTION,)) is None:
+            continue
+        name, eq, value = arg.partition("=")
+        if not eq:
+            value = extra_args[i + 1] if i + 1 < len(extra_args) else ""
+        config = config or {}
+        if "." in name:  # vLLM's '--kv-events-config.endpoint tcp://…'
+            config[name.split(".", 1)[1].replace("-", "_")] = value
+            continue
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise ValueError(
+                f"extra_args: {KV_EVENTS_OPTION} takes a JSON object, which kvlab reads to check where its "
+                "publisher listens"
+            )
+        config |= parsed
+    return config
+
+
+def kv_events_endpoint_problem(config: dict, host: str) -> str | None:
+    """Why a KV-events publisher configured by ``config`` (:func:`kv_events_config`) would listen beyond ``host``,
+    the interface the server is given, or None: a publisher that publishes (``publisher: zmq``, or vLLM's
+    ``enable_kv_cache_events`` with no publisher named) at a tcp endpoint on every interface (``*``, the default) or
+    on another address. ipc:// and inproc:// endpoints open no network socket."""
+    if host.strip("[]") in _EVERY_INTERFACE:  # the server itself is given every interface
+        return None
+    publisher = config.get("publisher")
+    if publisher == "null" or (publisher is None and not config.get("enable_kv_cache_events")):
+        return None
+    for field in ("endpoint", "replay_endpoint"):
+        endpoint = config.get(field, KV_EVENTS_DEFAULT_ENDPOINT if field == "endpoint" else None)
+        if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+            continue
+        where = endpoint[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
+        ours = where == host.strip("[]") or (is_loopback(host) and is_loopback(where) and where not in _EVERY_INTERFACE)
+        if not ours:
+            given = "" if field in config else " (its default, when no endpoint is given)"
+            every = " (every interface)" if where in _EVERY_INTERFACE else ""
+            return (
+                f"extra_args: {KV_EVENTS_OPTION} {field} {endpoint!r}{given} would listen beyond {host!r}{every}: "
+                f"give tcp://{host}:<port>, or an ipc:// endpoint"
+            )
+    return None
+
+
 def _spans(pattern: re.Pattern, name: str) -> list[tuple[int, int]]:
     """Every match of ``pattern`` in ``name``, overlapping ones included, as (start, end)."""
     return [(i, i + len(m.group(0))) for i in range(len(name)) if (m := pattern.match(name, i))]
@@ -372,6 +435,10 @@ class EngineSpec(BaseModel):
                 f"extra_args: {opt}{spelt} would override where kvlab makes the server listen (host "
                 f"{self.host!r} and a port it picks free): give the address as host, and leave the port to kvlab"
             )
+        events = kv_events_config(self.extra_args)
+        problem = kv_events_endpoint_problem(events, self.host) if events is not None else None
+        if problem:
+            raise ValueError(problem)
         if (
             self.api_key_env
             and self.name == "sglang"
