@@ -26,6 +26,7 @@ import io
 import logging
 import os
 import queue
+import secrets
 import shutil
 import socket
 import tarfile
@@ -63,6 +64,10 @@ def import_ray():
     return ray
 
 
+#: Where Ray reads a token (its AuthenticationTokenLoader): the token itself, or a file holding it; with neither,
+#: ~/.ray/auth_token.
+RAY_TOKEN_ENV = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
 #: Ray's environment switch for clusters of one machine (ray._private.ray_constants.ENABLE_RAY_CLUSTER); 0 keeps a
 #: `--ray local` cluster on the loopback.
 RAY_ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -73,7 +78,8 @@ def connect(address: str, insecure: bool = False):
     host), or ``[ray://]host:port``; an already connected process keeps its connection.
 
     ``local`` starts Ray with token authentication on (RAY_AUTH_MODE=token, set in this process for Ray and the
-    nodes it starts; Ray writes a token to ~/.ray/auth_token when none is given), as a cluster of this one machine
+    nodes it starts) and, unless the environment gives one (:data:`RAY_TOKEN_ENV`), a new token in RAY_AUTH_TOKEN
+    (so Ray writes none to ~/.ray/auth_token), as a cluster of this one machine
     whose every server listens on the loopback (:data:`RAY_ONE_MACHINE_ENV`), and no dashboard. A cluster that runs without authentication is left again and refused (ClusterError) unless
     ``insecure`` (``--ray-insecure``): anyone who reaches its ports could run code where kvlab starts engines.
     ``insecure`` also leaves a ``local`` cluster's authentication to RAY_AUTH_MODE as the environment sets it."""
@@ -81,6 +87,11 @@ def connect(address: str, insecure: bool = False):
     if local and not insecure:
         # read once, when Ray is imported, by this driver, and by every process of the cluster ray.init starts
         os.environ["RAY_AUTH_MODE"] = "token"
+        if not any(os.environ.get(name) for name in RAY_TOKEN_ENV):
+            # this cluster's own token, as Ray makes one (secrets.token_hex(32)), in the environment its processes
+            # inherit: without one Ray writes a token to ~/.ray/auth_token, a file outside the data folder that
+            # outlives the cluster
+            os.environ[RAY_TOKEN_ENV[0]] = secrets.token_hex(32)
     if local:
         # Ray's switch for a cluster of one machine (named for the platforms where it is the default): Ray then takes
         # the loopback as the node's address instead of the host's, and Ray 2.60 binds every server (GCS, raylet,

@@ -121,9 +121,22 @@ def test_local_starts_with_token_auth_on_the_loopback_and_a_cluster_without_auth
     ray.shutdown = lambda: calls.append(("shutdown", {}))
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # restored after the test: connect sets it for local
     monkeypatch.delenv(cluster.RAY_ONE_MACHINE_ENV, raising=False)  # so is Ray's one-machine switch
+    for name in cluster.RAY_TOKEN_ENV:  # and the token kvlab makes
+        monkeypatch.delenv(name, raising=False)
     with caplog.at_level("WARNING", logger="kvlab.cluster"):
         cluster.connect("local")
     assert os.environ["RAY_AUTH_MODE"] == "token" and caplog.records == []
+    # a token of this cluster's own in the environment Ray's processes inherit, so Ray writes none to ~/.ray
+    token = os.environ["RAY_AUTH_TOKEN"]
+    assert len(token) == 64 and int(token, 16) >= 0 and "RAY_AUTH_TOKEN_PATH" not in os.environ
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/some/where/token")  # one the user gives is Ray's to read
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
+    cluster.connect("local")
+    assert "RAY_AUTH_TOKEN" not in os.environ
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "users-own")
+    cluster.connect("local")
+    assert os.environ["RAY_AUTH_TOKEN"] == "users-own"
+    calls[1:] = []
     assert os.environ[cluster.RAY_ONE_MACHINE_ENV] == "0"  # every Ray server on the loopback
     assert calls == [
         ("init", {"address": None, "log_to_driver": False, "_node_ip_address": "127.0.0.1", "include_dashboard": False})
@@ -173,10 +186,10 @@ def test_the_cli_refuses_a_cluster_without_auth_before_anything_launches(tmp_pat
 
 
 @pytest.mark.cluster  # needs Ray (kvlab[cluster]): make test-cluster installs it
-def test_ray_local_checks_a_token_and_listens_on_the_loopback_only():
-    """`--ray local` (in a subprocess: Ray reads RAY_AUTH_MODE when imported): token authentication on, and every
-    socket Ray's processes listen on (the driver's and its descendants', and any other process of Ray's own
-    programs) bound to the loopback."""
+def test_ray_local_checks_a_token_and_listens_on_the_loopback_only(tmp_path):
+    """`--ray local` (in a subprocess: Ray reads RAY_AUTH_MODE when imported): token authentication on, with a
+    token kvlab made (nothing written to ~/.ray), and every socket Ray's processes listen on (the driver's and its
+    descendants', and any other process of Ray's own programs) bound to the loopback."""
     code = (
         "import json, os, psutil; from kvlab import cluster\n"
         "os.environ.pop('RAY_AUTH_MODE', None); ray = cluster.connect('local')\n"
@@ -192,14 +205,18 @@ def test_ray_local_checks_a_token_and_listens_on_the_loopback_only():
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+        env={
+            **{k: v for k, v in os.environ.items() if k not in cluster.RAY_TOKEN_ENV},
+            "PYTHONPATH": str(ROOT / "tests"),
+            "HOME": str(tmp_path),  # where Ray would write its token file
+        },
     )
     try:
         facts = json.loads(proc.stdout.readline())
         sockets = [s for pid in facts["pids"] for s in listening_sockets(pid)]
     finally:
         proc.communicate("\n", timeout=120)
-    assert facts["auth"] == "token"
+    assert facts["auth"] == "token" and not (tmp_path / ".ray").exists()
     # Ray's gRPC servers listen on IPv6 sockets bound to the IPv4 loopback (::ffff:127.0.0.1); without kvlab's
     # one-machine switch they listened on '::' and '0.0.0.0', and the runtime-env agent on the host's address
     assert len(sockets) >= 4 and not [s for s in sockets if not bound_to_loopback(s[0])], sockets
