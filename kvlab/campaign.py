@@ -32,6 +32,7 @@ from kvlab.engines.base import Failure
 from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR, UnsafeFolderError, check_inside, temp_prefix
 from kvlab.rows import prompts_for, run_row, vocab_size
+from kvlab.units import count
 from kvlab.server import StateDirError, ensure_state_dir
 from kvlab.experiment import ExperimentSpec, RunSpec, expand
 
@@ -359,7 +360,7 @@ class Campaign:
         msg = (
             f"disk full while storing {what}: {free / 2**20:.1f} MiB ({free:,} bytes) free on the disk of {where} "
             f"({getattr(exc, 'strerror', None) or exc}). Nothing of it was stored (no half-written folder); "
-            f"the {done} finished run(s) in {exp_dir} are intact. Free some space and sweep again: it resumes "
+            f"{count(done, 'finished run')} in {exp_dir} {'is' if done == 1 else 'are'} intact. Free some space and sweep again: it resumes "
             "from this run."
         )
         return DiskFullError(msg, Failure("disk_full", str(exc)[:500]), run, free)

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from kvlab.engines import FAMILIES
 from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
+from kvlab.units import count
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, pretty_exceptions_show_locals=False)
 console = Console(stderr=True, soft_wrap=True)  # long lines stay whole in logs
@@ -67,7 +68,7 @@ def report(
         task = progress.add_task("executing notebooks", total=len(paths))
 
         def done(r):
-            progress.console.print(f"  {r.notebook}: {r.figures} figure(s), {r.seconds:.1f} s")
+            progress.console.print(f"  {r.notebook}: {count(r.figures, 'figure')}, {r.seconds:.1f} s")
             progress.advance(task)
 
         try:
@@ -75,7 +76,7 @@ def report(
         except RuntimeError as exc:
             console.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None
-    console.print(f"[green]{len(built)} report(s)[/green] → {out / 'index.html'}")
+    console.print(f"[green]{count(len(built), 'report')}[/green] → {out / 'index.html'}")
 
 
 @app.command()
@@ -177,7 +178,7 @@ def sweep(
     )
     if res.failed:  # failed runs are results (the memory study counts them), not a failed sweep
         console.print(
-            f"[yellow]{res.failed} run(s) failed[/yellow]: each is recorded with its cause "
+            f"[yellow]{count(res.failed, 'run')} failed[/yellow]: each is recorded with its cause "
             f"(data/runs/<experiment>/<run>/attempts.parquet) and shown in the reports"
         )
 
@@ -222,7 +223,7 @@ def _preflight(pairs, data_dir: Path, verbose: bool = False) -> None:
             console.print(f"  [red]✗[/red] {escape(str(problem))}")
         bad += len(report.problems)
     if bad:
-        console.print(f"[red]{bad} problem(s)[/red]: nothing was launched")
+        console.print(f"[red]{count(bad, 'problem')}[/red]: nothing was launched")
         raise typer.Exit(2)
 
 
@@ -251,10 +252,10 @@ def _sweep(
     shared = sum(len({r.experiment for r in group}) > 1 for _, group in groups)
     for spec in specs:
         t, s = campaign.pending_in(spec)
-        console.print(f"{spec.name}: {len(t)} run(s) to do, {s} finished run(s) reused")
+        console.print(f"{spec.name}: {count(len(t), 'run')} to do, {count(s, 'finished run')} reused")
     if todo:
         console.print(
-            f"{len(groups)} server configuration(s) for {len(todo)} run(s)"
+            f"{count(len(groups), 'server configuration')} for {count(len(todo), 'run')}"
             + (f"; {shared} shared by runs of different experiments" if shared else "")
         )
     many = len(specs) > 1
@@ -290,21 +291,21 @@ def _sweep(
     for name, r in res.experiments.items():
         aside = (
             (
-                f"; {r.superseded} run(s) of an earlier version of the experiment set aside in "
+                f"; {count(r.superseded, 'run')} of an earlier version of the experiment set aside in "
                 f"{data_dir / 'runs' / name / 'superseded'}"
             )
             if r.superseded
             else ""
         )
         climb = (
-            f", {r.not_climbed} rung(s) of a load ladder not climbed (a lower rung was past saturation or its goodput fell)"
+            f", {count(r.not_climbed, 'rung')} of a load ladder not climbed (a lower rung was past saturation or its goodput fell)"
             if r.not_climbed
             else ""
         )
         console.print(
             f"{name}: {r.ok} ok, {r.failed} failed, {r.skipped} reused{climb} → {data_dir / 'runs' / name}{aside}"
         )
-    console.print(f"{res.server_starts} server start(s), {res.attempts} attempt(s), {res.wall_s:.0f} s")
+    console.print(f"{count(res.server_starts, 'server start')}, {count(res.attempts, 'attempt')}, {res.wall_s:.0f} s")
     return res
 
 

@@ -45,6 +45,7 @@ from kvlab.engines.base import Failure
 from kvlab.paths import publish_dir, temp_prefix
 from kvlab.rows import attempt_row
 from kvlab.runner import LocalExecutor
+from kvlab.units import count
 from kvlab.experiment import ExperimentSpec, RunSpec
 
 #: How to get Ray (the pinned version is in pyproject.toml's ``cluster`` extra).
@@ -200,9 +201,9 @@ def check_capacity(nodes: list[dict], groups: list[tuple[str, list[RunSpec]]], r
         run = group[0]
         has = max(({k: res.get(k, 0) for k in demand} for res in alive), default={}, key=lambda r: tuple(r.values()))
         raise ClusterError(
-            f"{run.experiment}: the {run.engine_label} server group ({len(group)} run(s)) needs "
+            f"{run.experiment}: the {run.engine_label} server group ({count(len(group), 'run')}) needs "
             f"{_amounts(demand)} on one node, and no node of the cluster has that "
-            f"({len(alive)} live node(s), the largest {_amounts(has) or 'nothing'}); nothing was dispatched. "
+            f"({count(len(alive), 'live node')}, the largest {_amounts(has) or 'nothing'}); nothing was dispatched. "
             "A server spanning nodes is started outside kvlab and given as the engine's url."
         )
 
@@ -421,7 +422,7 @@ def _node_disk_full(campaign: Campaign, node: str | None, exc: DiskFullError, re
     msg = (
         f"disk full on node {node or '(not yet known)'} while it stored {what} in its temporary folder: "
         f"{exc.free_bytes / 2**20:.1f} MiB ({exc.free_bytes:,} bytes) free there ({exc.failure.detail}). Nothing "
-        f"of it was published; the {done} finished run(s) under {exp_dir.parent} are intact. Free some space on "
+        f"of it was published; {count(done, 'finished run')} under {exp_dir.parent} {'is' if done == 1 else 'are'} intact. Free some space on "
         "that node and sweep again: it resumes from this run."
     )
     return DiskFullError(msg, exc.failure, run, exc.free_bytes)
@@ -462,7 +463,7 @@ def _on_lost(
             run,
             "node_lost",
             lost.pop((run.experiment, run.key)),
-            f"its node was lost in each of {len(history)} attempt(s)",
+            f"its node was lost in each of {count(len(history), 'attempt')}",
             result,
         )
         left = left[1:]

@@ -11,6 +11,7 @@ from kvlab import tinymodel
 from kvlab.engines import get_adapter
 from kvlab.engines.spec import redact_env
 from kvlab.experiment import ExperimentSpec, RunSpec, expand
+from kvlab.units import count
 
 
 def make_local_models(spec: ExperimentSpec) -> list[Path]:
@@ -53,7 +54,9 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
     (a server whose runs come from several experiments is listed once, as it is started once)."""
     specs = [specs] if isinstance(specs, ExperimentSpec) else list(specs)
     runs = [r for spec in specs for r in expand(spec)]
-    lines = [f"# experiment {spec.name}: {sum(r.experiment == spec.name for r in runs)} run(s)" for spec in specs]
+    lines = [
+        f"# experiment {spec.name}: {count(sum(r.experiment == spec.name for r in runs), 'run')}" for spec in specs
+    ]
     many = len(specs) > 1
     groups = by_server(runs)
     for i, (server_key, group) in enumerate(groups):
@@ -64,13 +67,13 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
         if e.external:
             lines.append(
                 f"\n# server {server_key} ({e.name}) at {e.url}: external, kvlab does not start or "
-                f"stop it; {len(group)} run(s)"
+                f"stop it; {count(len(group), 'run')}"
             )
         else:
             early = overlap_starts and i > 0 and starts_may_overlap(groups[i - 1][1][0], group[0])
             lines.append(
                 f"\n# server {server_key} ({e.name}); port {'{free port}' if not e.port else port}; "
-                f"{len(group)} run(s)"
+                f"{count(len(group), 'run')}"
                 + ("; launched while the previous server starts, paused while its runs are measured" if early else "")
             )
         if not e.external:

@@ -37,6 +37,7 @@ from kvlab.plan import by_server, starts_may_overlap
 from kvlab.rows import attempt_row, prompts_for, run_row, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
 from kvlab.experiment import RunSpec, expand
+from kvlab.units import count
 from kvlab.workloads import Prompt, fixed_batch
 
 __all__ = [  # what tests, benchmarks and kvlab.cluster use; the rows' names are kept here (a campaign's come
@@ -109,7 +110,7 @@ def _hung(batch: BatchResult, run: RunSpec) -> Failure | None:
         return None
     return Failure(
         "timeout",
-        f"{len(stalled)} request(s) got no data for {run.engine.stall_timeout_s:g} s while "
+        f"{count(len(stalled), 'request')} got no data for {run.engine.stall_timeout_s:g} s while "
         "the engine process was alive (hung or stopped): server killed",
     )
 
@@ -558,7 +559,7 @@ class LocalExecutor:
         miscounted = [r for r in batch.records if r.status == "ok" and r.count_flag]
         if miscounted:
             notes.append(
-                f"{len(miscounted)} request(s) reported a completion_tokens that cannot be right (first: "
+                f"{count(len(miscounted), 'request')} reported a completion_tokens that cannot be right (first: "
                 f"{miscounted[0].count_flag}): kept in requests.parquet with its count_flag, left out of "
                 "served_output_tokens and TPOT"
             )
@@ -647,7 +648,7 @@ class LocalExecutor:
                     if failure is None:
                         first = next(r for r in batch.records if r.status != "ok")
                         n_failed = sum(r.status != "ok" for r in batch.records)
-                        failure = Failure("http_error", f"{n_failed} request(s) failed; first: {first.error}")
+                        failure = Failure("http_error", f"{count(n_failed, 'request')} failed; first: {first.error}")
             except ServerError as exc:
                 failure = exc.failure
                 server, at_start = None, True

@@ -408,9 +408,9 @@ def test_kvlab_sweep_runs_a_campaign_with_the_local_executor(tmp_path):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert out.returncode == 0, out.stderr
         again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert "by_cli: 2 run(s) to do, 0 finished run(s) reused" in out.stderr
-    assert "by_cli: 2 ok, 0 failed, 0 reused" in out.stderr and "1 server start(s), 2 attempt(s)" in out.stderr
-    assert "by_cli: 0 run(s) to do, 2 finished run(s) reused" in again.stderr and "0 server start(s)" in again.stderr
+    assert "by_cli: 2 runs to do, 0 finished runs reused" in out.stderr
+    assert "by_cli: 2 ok, 0 failed, 0 reused" in out.stderr and "1 server start, 2 attempts" in out.stderr
+    assert "by_cli: 0 runs to do, 2 finished runs reused" in again.stderr and "0 server starts" in again.stderr
     sweeps = _manifest(tmp_path, "by_cli")["sweeps"]
     assert [(s["ok"], s["skipped"], len(s["servers"])) for s in sweeps] == [(2, 0, 1), (0, 2, 0)]
     assert "ray" not in sweeps[0]
@@ -537,10 +537,10 @@ def test_a_disk_that_fills_up_in_a_cluster_campaign_stops_it_with_one_message_an
             assert said.startswith(
                 f"disk full on node node-1 while it stored run cluster_full/{keys[1]} in its temporary folder: "
             )
-            assert "Nothing of it was published; the 1 finished run(s)" in said
+            assert "Nothing of it was published; 1 finished run" in said
         else:
             assert said.startswith(f"disk full while storing run cluster_full/{keys[1]}: ")
-            assert "the 1 finished run(s)" in said
+            assert "; 1 finished run in " in said and " is intact." in said
         assert "sweep again: it resumes from this run" in said
         assert store.finished_run_keys(exp) == {keys[0]}
         assert [p.name for p in exp.iterdir() if p.name.startswith(".")] == []  # nothing half-written

@@ -276,8 +276,8 @@ def test_a_group_no_node_can_hold_is_refused_before_dispatch():
     eight = {"Alive": True, "Resources": {"CPU": 64.0, "GPU": 8.0}}
     with pytest.raises(
         cluster.ClusterError,
-        match=r"gpu_reasoning_r1: the sglang server group \(4 run\(s\)\) needs "
-        r"16 GPU, 1 CPU on one node, and no node of the cluster has that \(2 live node\(s\), "
+        match=r"gpu_reasoning_r1: the sglang server group \(4 runs\) needs "
+        r"16 GPU, 1 CPU on one node, and no node of the cluster has that \(2 live nodes, "
         r"the largest 8 GPU, 64 CPU\)",
     ):
         cluster.check_capacity([eight, eight, {"Alive": False, "Resources": {"GPU": 16.0, "CPU": 8.0}}], groups)

@@ -76,7 +76,7 @@ def test_every_run_of_the_embedded_experiment_succeeds(measured):
 
 def test_second_sweep_reuses_finished_runs(measured):
     out = kvlab("sweep", "--quick", str(EXPERIMENT), "--data-dir", str(measured))
-    assert "0 run(s) to do, 8 finished run(s) reused" in out
+    assert "0 runs to do, 8 finished runs reused" in out
 
 
 def test_reports_show_the_measured_runs(measured, tmp_path):

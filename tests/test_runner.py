@@ -1155,7 +1155,7 @@ def test_a_disk_that_fills_up_mid_sweep_stops_it_with_one_message_and_a_rerun_re
         assert out.count("sweep stopped") == out.count("disk full") == 1 and "Traceback" not in res.output
         assert f"disk full while storing run filling/{keys[2]}: " in out and " bytes) free on the disk of " in out
         assert f"failed {keys[2]}" in out  # the run, counted failed
-        assert "the 2 finished run(s)" in out and "sweep again: it resumes from this run" in out
+        assert "2 finished runs" in out and "sweep again: it resumes from this run" in out
         assert store.finished_run_keys(exp) == set(keys[:2])
 
         monkeypatch.undo()  # space freed
