@@ -578,14 +578,21 @@ class Comparison:
         r = self.ratio_peer_options
         return None if self.bound is None or r is None else abs(r - 1) <= self.bound + 1e-12
 
-    def explanation(self, point_kind: str, windows: tuple[Stat, Stat]) -> str:
+    def explanation(self, point_kind: str, windows: tuple[Stat, Stat], clients_only: float | None = None) -> str:
         """One line on the difference with kvlab's defaults, where it is beyond the bound (10% for the informative
-        figures): which of the peers' options moves it, from the measured ratios; '' where nothing needs one."""
+        figures): which of the peers' options moves it, from the measured ratios; '' where nothing needs one.
+        ``clients_only``: the same figure's ratio (the peers' options) against the fixed-time server, where measured."""
         r, rp = self.ratio, self.ratio_peer_options
         if r is None or rp is None:
             return "no ratio (a median is missing)"
         bound = self.bound if self.bound is not None else 0.10
         if abs(r - 1) <= bound + 1e-12:
+            if self.agrees is False and overlap(self.kvlab_peer, self.peer):  # only the peers' options arm is out
+                return (
+                    f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but with the peers' options "
+                    f"kvlab's repeats ({self.kvlab_peer.low:.4g}–{self.kvlab_peer.high:.4g}) overlap the peer's "
+                    f"({self.peer.low:.4g}–{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
+                )
             return ""
         changed = peer_option_words(self.engine, point_kind)
         window = (
@@ -620,7 +627,14 @@ class Comparison:
                 )
         return (
             f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the peer's options "
-            f"({', '.join(changed)}){window}; " + _residual_hint(self.figure, point_kind, self.engine)
+            f"({', '.join(changed)}){window}; "
+            + (
+                f"the two clients alone agree ({clients_only:.3f}× against a fixed-time server), so it arises in the "
+                "engine, from what the two clients send; "
+                if clients_only is not None and abs(clients_only - 1) <= bound + 1e-12
+                else ""
+            )
+            + _residual_hint(self.figure, point_kind, self.engine)
         )
 
 
@@ -646,8 +660,8 @@ def _residual_hint(figure: str, point_kind: str, engine: str = "vllm") -> str:
         return "the arrival times are different draws (kvlab's numpy generator, the peer's own) of few requests"
     if engine == "sglang" and figure in ("ttft_p50_ms", "output_tokens_per_s"):
         return (
-            "checked and ruled out: the prompts' lengths (the server re-tokenises the peer's random-ids text to "
-            "247–264 tokens, kvlab's to 256) and the connection per request (the option moves nothing measurable)"
+            "what differs in what they send: the peer's random-ids text reaches the server as 247–264 tokens, "
+            "kvlab's as exactly 256 (the connection per request, the peer's, is among the options above)"
         )
     if figure == "itl_p50_ms":
         return "kvlab's ITL is per network read (chunks read together count one gap), the peer's per chunk"
@@ -678,6 +692,11 @@ def compare(raw: dict, fixture: bool = False) -> list[Comparison]:
     return out
 
 
+def clients_only_ratios(raw: dict) -> dict[tuple[str, str, str], float | None]:
+    """(engine, point, figure) → kvlab (the peers' options) ÷ the peer against the fixed-time server."""
+    return {(c.engine, c.point, c.figure): c.ratio_peer_options for c in compare(raw, fixture=True)}
+
+
 def windows(raw: dict, engine: str, point: str, fixture: bool = False) -> tuple[Stat, Stat]:
     """(kvlab's defaults, the peer's) measurement time at one point: window_s or batch time, and duration."""
     runs = _measured(raw, fixture)[engine]["runs"]
@@ -689,10 +708,11 @@ def windows(raw: dict, engine: str, point: str, fixture: bool = False) -> tuple[
 
 def summarise(raw: dict) -> list[Row]:
     kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
+    alone = clients_only_ratios(raw)
     rows: list[Row] = []
     for c in compare(raw):
         label, unit, bound = FIGURES[c.figure]
-        why = c.explanation(kinds[c.point], windows(raw, c.engine, c.point))
+        why = c.explanation(kinds[c.point], windows(raw, c.engine, c.point), alone.get((c.engine, c.point, c.figure)))
         rows.append(
             Row(
                 SECTION,
@@ -753,6 +773,7 @@ def markdown(raw: dict, fixture: bool = False) -> str:
     """The agreement table for docs/performance.md: one line per engine, point and figure (``fixture``: of the
     clients-only pass against the fixed-time server)."""
     kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
+    alone = {} if fixture else clients_only_ratios(raw)
     lines = [
         "| engine | load | figure | kvlab, defaults | kvlab, peers' options | peer | ÷ peer, defaults | "
         "÷ peer, peers' options | ÷ peer, staggered | bound met | the difference with kvlab's defaults |",
@@ -767,7 +788,7 @@ def markdown(raw: dict, fixture: bool = False) -> str:
         lines.append(
             f"| {c.engine} | {c.point} | {label} ({unit}) | {c.kvlab.text()} | {c.kvlab_peer.text()} | "
             f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
-            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture))} |"
+            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture), alone.get((c.engine, c.point, c.figure)))} |"
         )
     return "\n".join(lines) + "\n"
 

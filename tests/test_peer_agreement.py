@@ -191,6 +191,34 @@ def test_the_clients_only_pass_gets_its_own_rows_and_table_and_the_server_info_t
     assert pa.compare({**RAW, **server})[1].peer_extra_ms is None
 
 
+def test_a_difference_the_clients_alone_do_not_show_is_placed_in_the_engine():
+    """A TTFT difference beyond the bound with the peers' options, where the same arms agree against the fixed-time
+    server: the line says the clients alone agree, so the difference arises in the engine."""
+    c = pa.Comparison(
+        "sglang", "c=4", "ttft_p50_ms", pa.stat([30]), pa.stat([37, 38, 40]), pa.stat([]), pa.stat([48, 50, 52]), 0.10
+    )
+    win = (pa.stat([0.7]), pa.stat([0.9]))
+    line = c.explanation("closed", win, clients_only=0.994)
+    assert "the two clients alone agree (0.994× against a fixed-time server), so it arises in the engine" in line
+    assert "clients alone" not in c.explanation("closed", win, clients_only=0.85)  # they do not agree: no such claim
+    assert "clients alone" not in c.explanation("closed", win)  # not measured
+    # kvlab's defaults within the bound, the peers' options out of it but inside the peer's spread: said so
+    out = pa.Comparison(
+        "sglang",
+        "c=1",
+        "output_tokens_per_s",
+        pa.stat([218]),
+        pa.stat([206, 207, 220]),
+        pa.stat([]),
+        pa.stat([206, 218, 223]),
+        0.05,
+    )
+    assert out.agrees is False and out.explanation("closed", win) == (
+        "kvlab's defaults +0%, the peers' options -5%, but with the peers' options kvlab's repeats (206–220) overlap "
+        "the peer's (206–223): within the run-to-run spread, no difference shown"
+    )
+
+
 def test_kvlabs_workloads_for_each_arm():
     closed = pa.Point("c=4", 16, concurrency=4)
     assert pa.kvlab_workload(closed, 256, 32, 1000, False)["load"] == {
