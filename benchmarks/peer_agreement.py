@@ -375,15 +375,25 @@ SERVER_INFO_READS = 5
 
 def time_server_info(url: str, reads: int = SERVER_INFO_READS) -> list[float]:
     """Milliseconds of each of ``reads`` GET /server_info on an idle server, as SGLang's benchmark makes it (a new
-    connection each, the `requests` library's default)."""
-    import httpx
+    connection each, as `requests.get` opens one): from the request's send to its whole answer read, no client set-up
+    counted. An answer other than 200 raises."""
+    from http.client import HTTPConnection
+    from urllib.parse import urlsplit
 
+    where = urlsplit(url)
     out = []
     for _ in range(reads):
-        t = time.perf_counter()
-        with httpx.Client(timeout=30.0) as c:
-            c.get(url + "/server_info")
-        out.append((time.perf_counter() - t) * 1000)
+        conn = HTTPConnection(where.hostname, where.port, timeout=60)
+        try:
+            t = time.perf_counter()
+            conn.request("GET", "/server_info")
+            answer = conn.getresponse()
+            answer.read()
+            out.append((time.perf_counter() - t) * 1000)
+        finally:
+            conn.close()
+        if answer.status != 200:
+            raise RuntimeError(f"GET /server_info answered {answer.status}")
     return out
 
 
@@ -482,7 +492,10 @@ def measure(
                 engine, server.base_url, tag, chosen, repeats, prompt, output, client_cpus, log, engine
             )
             if engine == "sglang":
-                rec["server_info_ms"] = time_server_info(server.base_url)
+                try:
+                    rec["server_info_ms"] = time_server_info(server.base_url)
+                except (OSError, RuntimeError) as exc:  # the runs stand; the explanation goes without it
+                    rec["server_info_error"] = f"{type(exc).__name__}: {exc}"
         finally:
             server.stop()
     fixture_points = [p for p in chosen if p.label in FIXTURE_POINTS]
@@ -580,19 +593,15 @@ class Comparison:
 
     def explanation(self, point_kind: str, windows: tuple[Stat, Stat], clients_only: float | None = None) -> str:
         """One line on the difference with kvlab's defaults, where it is beyond the bound (10% for the informative
-        figures): which of the peers' options moves it, from the measured ratios; '' where nothing needs one.
-        ``clients_only``: the same figure's ratio (the peers' options) against the fixed-time server, where measured."""
+        figures), or with the peers' options, where only that arm misses its bound: which of the peers' options
+        moves it, from the measured ratios; '' where nothing needs one. ``clients_only``: the same figure's ratio
+        (the peers' options) against the fixed-time server, where measured."""
         r, rp = self.ratio, self.ratio_peer_options
         if r is None or rp is None:
             return "no ratio (a median is missing)"
         bound = self.bound if self.bound is not None else 0.10
-        if abs(r - 1) <= bound + 1e-12:
-            if self.agrees is False and overlap(self.kvlab_peer, self.peer):  # only the peers' options arm is out
-                return (
-                    f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but with the peers' options "
-                    f"kvlab's repeats ({self.kvlab_peer.low:.4g}–{self.kvlab_peer.high:.4g}) overlap the peer's "
-                    f"({self.peer.low:.4g}–{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
-                )
+        within = abs(r - 1) <= bound + 1e-12
+        if within and self.agrees is not False:
             return ""
         changed = peer_option_words(self.engine, point_kind)
         window = (
@@ -603,31 +612,33 @@ class Comparison:
             and windows[1].median is not None
             else ""
         )
+        head = f"kvlab's defaults {_pct(r - 1)}, the peers' options {_pct(rp - 1)}"
         if abs(rp - 1) <= bound + 1e-12:
             return (
-                f"kvlab's defaults {r - 1:+.0%}; with the peers' options ({', '.join(changed)}) {rp - 1:+.0%}: "
+                f"kvlab's defaults {_pct(r - 1)}; with the peers' options ({', '.join(changed)}) {_pct(rp - 1)}: "
                 f"the difference is the definition{window}"
             )
-        duration = windows[1].median
+        duration, part = windows[1].median, ""
         if self.peer_extra_ms and duration and duration * 1000 > self.peer_extra_ms:
             # the peer's throughput over its duration less the call it times after the last completion
             rc = self.kvlab_peer.median / (self.peer.median * duration / (duration - self.peer_extra_ms / 1000))
-            return (
-                f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: the peer's duration "
-                f"({duration * 1000:.0f} ms) also holds its GET /server_info after the last completion "
-                f"({self.peer_extra_ms:.0f} ms here); without it the peers' options give {rc - 1:+.0%}"
-                + (", within the bound" if abs(rc - 1) <= bound + 1e-12 else "")
+            said = (
+                f"the peer's duration ({duration * 1000:.0f} ms) also holds its GET /server_info after the last "
+                f"completion ({self.peer_extra_ms:.0f} ms here); without it the peers' options give {_pct(rc - 1)}"
             )
-        for arm, words in ((self.kvlab_peer, "with the peers' options kvlab's"), (self.kvlab, "kvlab's")):
+            if abs(rc - 1) <= bound + 1e-12:
+                return f"{head}: {said}, within the bound"
+            part = f"; {said}, still beyond the bound"
+        arms = [(self.kvlab_peer, "with the peers' options kvlab's")] + ([] if within else [(self.kvlab, "kvlab's")])
+        for arm, words in arms:
             if overlap(arm, self.peer):
                 return (
-                    f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}, but {words} repeats "
-                    f"({arm.low:.4g}–{arm.high:.4g}) overlap the peer's ({self.peer.low:.4g}–"
-                    f"{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
+                    f"{head}, but {words} repeats ({arm.low:.4g}–{arm.high:.4g}) overlap the peer's "
+                    f"({self.peer.low:.4g}–{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
+                    f"{part}"
                 )
         return (
-            f"kvlab's defaults {r - 1:+.0%}, the peers' options {rp - 1:+.0%}: not explained by the peer's options "
-            f"({', '.join(changed)}){window}; "
+            f"{head}: not explained by the peer's options ({', '.join(changed)}){window}{part}; "
             + (
                 f"the two clients alone agree ({clients_only:.3f}× against a fixed-time server), so it arises in the "
                 "engine, from what the two clients send; "
@@ -636,6 +647,11 @@ class Comparison:
             )
             + _residual_hint(self.figure, point_kind, self.engine)
         )
+
+
+def _pct(x: float) -> str:
+    """A signed difference, one decimal below 10% (a ratio near a 5% bound reads '-5.1%', not '-5%')."""
+    return f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
 
 
 def peer_option_words(engine: str, point_kind: str) -> list[str]:
@@ -677,7 +693,8 @@ def _measured(raw: dict, fixture: bool) -> dict:
 
 def compare(raw: dict, fixture: bool = False) -> list[Comparison]:
     """Every (engine, point, figure) comparison of a :func:`measure` result, in measuring order: against the real
-    servers, or (``fixture``) against the fixed-time fixture, at the points that pass measured."""
+    servers, or (``fixture``) against the fixed-time fixture, at the points that pass measured (an engine with no
+    runs there gives no rows)."""
     out = []
     for engine, rec in _measured(raw, fixture).items():
         measured_points = {r["point"] for r in rec["runs"]}

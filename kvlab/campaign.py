@@ -198,7 +198,8 @@ class Campaign:
         names = [s.name for s in specs]
         if dupes := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(
-                f"experiment name(s) given twice in one sweep: {', '.join(dupes)} (their runs would share one folder)"
+                f"{'an experiment name' if len(dupes) == 1 else 'experiment names'} given twice in one sweep: "
+                f"{', '.join(dupes)} (their runs would share one folder)"
             )
         self.specs = {s.name: s for s in specs}
         self.data_dir = Path(data_dir)

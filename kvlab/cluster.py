@@ -463,7 +463,9 @@ def _on_lost(
             run,
             "node_lost",
             lost.pop((run.experiment, run.key)),
-            f"its node was lost in each of {count(len(history), 'attempt')}",
+            "its node was lost in its only attempt"
+            if len(history) == 1
+            else f"its node was lost in each of {count(len(history), 'attempt')}",
             result,
         )
         left = left[1:]

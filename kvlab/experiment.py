@@ -749,7 +749,8 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
         raise SpecError(f"{origin}: repeats_at[{unused[0]}].where: {rule.where!r} matches no point of the matrix")
     dupes = sorted(k for k, n in Counter(r.key for r in runs).items() if n > 1)
     if dupes:
-        raise SpecError(f"{origin}: matrix: {len(dupes)} run(s) are identical after overrides (key {dupes[0]})")
+        what = "a run is" if len(dupes) == 1 else f"{len(dupes):,} runs are"
+        raise SpecError(f"{origin}: matrix: {what} identical to another after overrides (key {dupes[0]})")
     _check_external(origin, runs)
     return runs
 
@@ -786,7 +787,8 @@ def check_size(spec: ExperimentSpec, origin: str | Path = "<spec>") -> None:
     if runs > MAX_RUNS:
         field = "repeats" if spec.repeats == repeats else "repeats_at"
         raise SpecError(
-            f"{origin}: {field}: up to {runs:,} runs ({points:,} matrix points x {engines} engine(s) x "
+            f"{origin}: {field}: up to {runs:,} runs ({points:,} matrix points x "
+            f"{engines} {'engine' if engines == 1 else 'engines'} x "
             f"{repeats:,} repeats), over the limit of {MAX_RUNS:,} runs per experiment"
         )
 

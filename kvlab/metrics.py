@@ -218,7 +218,11 @@ async def _on_grid(
         except Exception as exc:  # noqa: BLE001 - a failed sample is recorded, the run goes on
             values, error = {}, f"{type(exc).__name__}: {str(exc)[:200]}"
         if reads_gpus:
-            values = {**values, **await asyncio.to_thread(gpus.sample)}
+            try:
+                values = {**values, **await asyncio.to_thread(gpus.sample)}
+            except asyncio.CancelledError:  # the engine's reading is taken (a log tail has moved past it): keep it
+                samples.append((t, values, error))
+                raise
         samples.append((t, values, error))
         due += interval_s
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
@@ -264,8 +268,8 @@ async def tail_log_during(
     line that is not a scheduler line). A read that finds no new scheduler line is a sample with
     ``error`` :data:`NO_NEW_LOG_LINE` (a gap, never a repeated or made-up value); lines before ``start`` (earlier
     runs', the warm-up's) are never read. When cancelled (the batch has ended) it reads once more and keeps that
-    read's newest line, if one was written since the read before. Never raises but for cancellation: a failed read is
-    kept with its error.
+    read's newest line, if one was written since the read before (a failed or empty last read adds nothing). Never
+    raises but for cancellation: a failed grid read is kept with its error.
     """
     pos, partial = start, b""
 

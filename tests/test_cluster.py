@@ -133,6 +133,7 @@ def test_local_starts_with_token_auth_on_the_loopback_and_a_cluster_without_auth
     monkeypatch.delenv("RAY_AUTH_TOKEN")
     cluster.connect("local")
     assert "RAY_AUTH_TOKEN" not in os.environ
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")  # the token alone, as the user exported it
     monkeypatch.setenv("RAY_AUTH_TOKEN", "users-own")
     cluster.connect("local")
     assert os.environ["RAY_AUTH_TOKEN"] == "users-own"

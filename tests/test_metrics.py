@@ -345,6 +345,35 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
     assert samples[6][0] > samples[5][0]
 
 
+def test_a_cancel_during_the_gpu_read_keeps_the_engine_reading_it_took(tmp_path):
+    """The batch ends while a sample's GPU reading is under way: the log line that sample read (the tail has moved
+    past it) is kept without the GPU values, not lost, and the last read finds nothing newer."""
+    lines = _log_lines()
+    decode = next(line for line in lines if b"Decode batch." in line)
+
+    class SlowGpus:
+        available = True
+
+        def sample(self):
+            time.sleep(0.4)
+            return {"gpu0_memory_used_bytes": 1.0}
+
+    log = tmp_path / "server.log"
+    log.write_bytes(decode)
+    samples: list = []
+
+    async def go():
+        task = asyncio.create_task(
+            metrics.tail_log_during(log, 0, samples, parse_line, interval_s=0.2, gpus=SlowGpus())
+        )
+        await asyncio.sleep(0.2)  # the first read at 0.1 s has taken the line; its GPU reading runs until 0.5 s
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(go())
+    assert [(v, err) for _, v, err in samples] == [(parse_line(decode.decode()), None)]
+
+
 def test_a_log_read_that_fails_is_a_sample_with_its_error(tmp_path):
     async def go():
         samples: list = []

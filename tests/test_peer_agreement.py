@@ -93,11 +93,11 @@ def test_each_difference_beyond_its_bound_gets_one_line_that_names_its_cause():
     win = pa.windows(RAW, "vllm", "c=4")
     assert win == (pa.Stat(1.1, 1.0, 1.2, 3), pa.Stat(1.5, 1.4, 1.6, 3))
     assert _get("c=4", "output_tokens_per_s").explanation("closed", win) == (
-        "kvlab's defaults +20%; with the peers' options (text prompts, first send to last completion) -1%: the "
+        "kvlab's defaults +20%; with the peers' options (text prompts, first send to last completion) -1.0%: the "
         "difference is the definition (kvlab's steady window median 1.1 s, the peer's duration 1.5 s)"
     )
     assert _get("c=4", "ttft_p50_ms").explanation("closed", win) == (
-        "kvlab's defaults -48%; with the peers' options (text prompts, first send to last completion) -2%: the "
+        "kvlab's defaults -48%; with the peers' options (text prompts, first send to last completion) -2.4%: the "
         "difference is the definition"
     )
     assert _get("c=4", "tpot_p50_ms").explanation("closed", win) == ""  # within 5% already
@@ -132,9 +132,14 @@ def test_each_difference_beyond_its_bound_gets_one_line_that_names_its_cause():
     )
     assert info.explanation("batch", (pa.stat([0.32]), pa.stat([0.36]))) == (
         "kvlab's defaults +14%, the peers' options +13%: the peer's duration (360 ms) also holds its GET "
-        "/server_info after the last completion (35 ms here); without it the peers' options give +2%, within the bound"
+        "/server_info after the last completion (35 ms here); without it the peers' options give +1.9%, within the bound"
     )
     assert 790 / (700 * 0.36 / 0.325) == pytest.approx(1.019, abs=1e-3)
+    # a call too short to close the gap is named as part of it, and the line goes on to what remains
+    short = pa.Comparison(**{**info.__dict__, "peer_extra_ms": 5.0})
+    line = short.explanation("batch", (pa.stat([0.32]), pa.stat([0.36])))
+    assert line.startswith("kvlab's defaults +14%, the peers' options +13%: not explained by the peer's options")
+    assert "(5 ms here); without it the peers' options give +11%, still beyond the bound;" in line
     assert pa.overlap(pa.stat([1, 2]), pa.stat([2, 3])) and not pa.overlap(pa.stat([1, 2]), pa.stat([2.5, 3]))
 
 
@@ -150,7 +155,7 @@ def test_the_rows_and_the_docs_table_carry_the_same_figures():
     assert table[2] == (
         "| vllm | c=4 | output throughput (tok/s) | 115 (110–120) | 95 (93–97) | 96 (94–100) | 1.198 | "
         "0.990 |  | yes (±5%) | kvlab's defaults +20%; with the peers' options (text prompts, first send "
-        "to last completion) -1%: the difference is the definition (kvlab's steady window median "
+        "to last completion) -1.0%: the difference is the definition (kvlab's steady window median "
         "1.1 s, the peer's duration 1.5 s) |"
     )
 
@@ -213,8 +218,12 @@ def test_a_difference_the_clients_alone_do_not_show_is_placed_in_the_engine():
         pa.stat([206, 218, 223]),
         0.05,
     )
+    apart = pa.Comparison(**{**out.__dict__, "kvlab_peer": pa.stat([200, 201, 202])})  # no overlap: not spread
+    assert apart.explanation("closed", win).startswith(
+        "kvlab's defaults +0.0%, the peers' options -7.8%: not explained by the peer's options"
+    )
     assert out.agrees is False and out.explanation("closed", win) == (
-        "kvlab's defaults +0%, the peers' options -5%, but with the peers' options kvlab's repeats (206–220) overlap "
+        "kvlab's defaults +0.0%, the peers' options -5.0%, but with the peers' options kvlab's repeats (206–220) overlap "
         "the peer's (206–223): within the run-to-run spread, no difference shown"
     )
 

@@ -482,17 +482,32 @@ def test_an_option_that_moves_the_servers_listening_address_is_refused(tmp_path,
     [
         (["--kv-events-config", '{"publisher": "zmq"}'], "endpoint 'tcp://*:5557' (its default, when no endpoint"),
         (['--kv-events-config={"enable_kv_cache_events": true}'], "endpoint 'tcp://*:5557' (its default"),
-        (["--kv-events-c", '{"publisher": "zmq", "endpoint": "tcp://0.0.0.0:6000"}'], "'tcp://0.0.0.0:6000'"),
-        (["--kv_events_config", '{"publisher": "zmq", "endpoint": "tcp://10.1.2.3:6000"}'], "'tcp://10.1.2.3:6000'"),
+        (
+            ["--kv-events-c", '{"publisher": "zmq", "endpoint": "tcp://0.0.0.0:6000"}'],
+            "would listen on every interface",
+        ),
+        (["--kv_events_config", '{"publisher": "zmq", "endpoint": "tcp://[::0]:6000"}'], "on every interface"),
+        (
+            ["--kv-events-config", '{"publisher": "zmq", "endpoint": "tcp://10.1.2.3:6000", "bind": true}'],
+            "would listen on 10.1.2.3, beyond '127.0.0.1'",
+        ),
         (
             ["--kv-events-config", '{"publisher": "zmq", "endpoint": "ipc:///tmp/e", "replay_endpoint": "tcp://*:1"}'],
-            "replay_endpoint 'tcp://*:1' would listen beyond '127.0.0.1' (every interface)",
+            "replay_endpoint 'tcp://*:1' would listen on every interface",
+        ),
+        (
+            [
+                "--kv-events-config",
+                '{"publisher": "zmq", "endpoint": "ipc:///e", "replay_endpoint": "tcp://10.0.0.9:1"}',
+            ],
+            "replay_endpoint 'tcp://10.0.0.9:1' would listen on 10.0.0.9",  # the replay socket always binds
         ),
         (["--kv-events-config.publisher", "zmq"], "endpoint 'tcp://*:5557'"),  # vLLM's dotted form
+        (["--kv-events-config.enable_kv_cache_events", "true"], "endpoint 'tcp://*:5557'"),
         (["--kv-events-config", "zmq"], "takes a JSON object"),
     ],
 )
-def test_a_kv_events_publisher_beyond_the_servers_host_is_refused(tmp_path, args, says):
+def test_a_kv_events_publisher_listening_beyond_the_servers_host_is_refused(tmp_path, args, says):
     """Issue 40 item 7: vLLM's and SGLang's KV-events publisher binds tcp://*:5557 unless told otherwise."""
     msg = _load_error(tmp_path, _with("engines.vllm.extra_args", args))
     assert "engines.vllm: extra_args: --kv-events-config" in msg and says in msg
@@ -501,17 +516,20 @@ def test_a_kv_events_publisher_beyond_the_servers_host_is_refused(tmp_path, args
 @pytest.mark.parametrize(
     "args",
     [
-        ["--kv-events-config", '{"publisher": "zmq", "endpoint": "tcp://127.0.0.1:5557"}'],
+        ["--kv-events-config", '{"publisher": "zmq", "endpoint": "tcp://127.0.0.1:5557", "bind": true}'],
         [
             "--kv-events-config",
             '{"publisher": "zmq", "endpoint": "tcp://localhost:5557", "replay_endpoint": "ipc://r"}',
         ],
+        # a concrete address the publisher connects to (no wildcard, no bind): it listens nowhere
+        ["--kv-events-config", '{"publisher": "zmq", "endpoint": "tcp://10.1.2.3:6000"}'],
         ["--kv-events-config", '{"publisher": "null"}'],  # publishes nothing, opens nothing
         ["--kv-events-config", '{"endpoint": "tcp://*:5557"}'],  # no publisher named, events off: nothing opens
-        ["--kv-events-config.publisher", "zmq", "--kv-events-config.endpoint", "tcp://127.0.0.1:7000"],
+        ["--kv-events-config.publisher", "zmq", "--kv-events-config.endpoint", "ipc:///tmp/kv"],
+        ["--kv-events-config.enable_kv_cache_events", "false"],  # a JSON false, not the string 'false'
     ],
 )
-def test_a_kv_events_publisher_on_the_servers_host_is_kept(tmp_path, args):
+def test_a_kv_events_publisher_on_the_servers_host_or_connecting_is_kept(tmp_path, args):
     ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.extra_args", args)))
 
 
@@ -520,8 +538,10 @@ def test_a_kv_events_publisher_follows_the_servers_own_interface():
 
     zmq = {"publisher": "zmq"}
     assert kv_events_endpoint_problem(zmq, "0.0.0.0") is None  # the user gave the server every interface
-    assert kv_events_endpoint_problem(zmq | {"endpoint": "tcp://10.0.0.5:1"}, "10.0.0.5") is None
-    assert "beyond '10.0.0.5'" in kv_events_endpoint_problem(zmq | {"endpoint": "tcp://127.0.0.1:1"}, "10.0.0.5")
+    bound = zmq | {"bind": True}
+    assert kv_events_endpoint_problem(bound | {"endpoint": "tcp://10.0.0.5:1"}, "10.0.0.5") is None
+    assert kv_events_endpoint_problem(bound | {"endpoint": "tcp://127.0.0.1:1"}, "10.0.0.5") is None  # loopback
+    assert "beyond '10.0.0.5'" in kv_events_endpoint_problem(bound | {"endpoint": "tcp://10.0.0.6:1"}, "10.0.0.5")
 
 
 @pytest.mark.parametrize("args", [["--ssl-keyfile", "k.pem"], ["--api-server-count", "2"], ["--max-num-seqs", "4"]])

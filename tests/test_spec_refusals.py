@@ -233,14 +233,14 @@ def test_stored_specs_and_manifests_hold_no_credentials():
         ),
         (
             {"matrix": {"workload.seed": list(range(50)), "workload.output_tokens": list(range(1, 21))}, "repeats": 6},
-            "repeats: up to 12,000 runs (1,000 matrix points x 2 engine(s) x 6 repeats), over the limit of 10,000",
+            "repeats: up to 12,000 runs (1,000 matrix points x 2 engines x 6 repeats), over the limit of 10,000",
         ),
         (
             {
                 "matrix": {"engine": ["vllm", "sglang"], "workload.seed": list(range(1000))},
                 "repeats_at": [{"where": {"engine": "vllm"}, "repeats": 6}],
             },
-            "repeats_at: up to 12,000 runs (2,000 matrix points x 1 engine(s) x 6 repeats)",
+            "repeats_at: up to 12,000 runs (2,000 matrix points x 1 engine x 6 repeats)",
         ),
         (
             {"workload": {**BASE["workload"], "batch_size": 100_000_000}},

@@ -100,17 +100,15 @@ def bind_option(arg: str) -> str | None:
 
 #: The option whose JSON value sets up a ZeroMQ publisher of KV-cache events, in vLLM and SGLang alike (each engine's
 #: KVEventsConfig): its ``endpoint`` defaults to tcp://*:5557, which binds every interface, and ``replay_endpoint``
-#: opens a second socket.
+#: opens a second socket, always bound.
 KV_EVENTS_OPTION = "--kv-events-config"
 KV_EVENTS_DEFAULT_ENDPOINT = "tcp://*:5557"
-#: tcp hosts that name every interface in a ZeroMQ bind address
-_EVERY_INTERFACE = ("*", "0.0.0.0", "::", "")
 
 
 def kv_events_config(extra_args: list[str]) -> dict | None:
     """The KV-events publisher configuration ``extra_args`` give (``--kv-events-config JSON``, ``=JSON``, in any
-    spelling the parser accepts, and vLLM's ``--kv-events-config.field value``), merged; None where none is given.
-    A value that is not a JSON object raises ValueError."""
+    spelling the parser accepts, and vLLM's ``--kv-events-config.field value``, a JSON value where it parses as one),
+    merged; None where none is given. A value that is not a JSON object raises ValueError."""
     config: dict | None = None
     for i, arg in enumerate(extra_args):
         if _option_spelt(arg, (KV_EVENTS_OPTION,)) is None:
@@ -120,7 +118,11 @@ def kv_events_config(extra_args: list[str]) -> dict | None:
             value = extra_args[i + 1] if i + 1 < len(extra_args) else ""
         config = config or {}
         if "." in name:  # vLLM's '--kv-events-config.endpoint tcp://…'
-            config[name.split(".", 1)[1].replace("-", "_")] = value
+            try:
+                field_value = json.loads(value)
+            except ValueError:
+                field_value = value
+            config[name.split(".", 1)[1].replace("-", "_")] = field_value
             continue
         try:
             parsed = json.loads(value)
@@ -135,12 +137,34 @@ def kv_events_config(extra_args: list[str]) -> dict | None:
     return config
 
 
+def _every_interface(where: str) -> bool:
+    """Whether a ZeroMQ tcp address binds every interface (``*``, an empty host, 0.0.0.0, ::)."""
+    if where in ("*", ""):
+        return True
+    try:
+        return ipaddress.ip_address(where).is_unspecified
+    except ValueError:
+        return False
+
+
+def _kv_events_binds(field: str, endpoint: str, config: dict) -> bool:
+    """Whether the engine listens on ``endpoint`` rather than connecting to it: the replay socket always binds; the
+    publisher binds a wildcard address (vLLM: ``*`` or ``::`` in it; SGLang also 0.0.0.0, and its ``bind`` field
+    decides where given) and connects to any other."""
+    if field == "replay_endpoint":
+        return True
+    if config.get("bind") is not None:
+        return bool(config["bind"])
+    return "*" in endpoint or "::" in endpoint or "0.0.0.0" in endpoint
+
+
 def kv_events_endpoint_problem(config: dict, host: str) -> str | None:
     """Why a KV-events publisher configured by ``config`` (:func:`kv_events_config`) would listen beyond ``host``,
     the interface the server is given, or None: a publisher that publishes (``publisher: zmq``, or vLLM's
-    ``enable_kv_cache_events`` with no publisher named) at a tcp endpoint on every interface (``*``, the default) or
-    on another address. ipc:// and inproc:// endpoints open no network socket."""
-    if host.strip("[]") in _EVERY_INTERFACE:  # the server itself is given every interface
+    ``enable_kv_cache_events`` with no publisher named) and binds a tcp address on every interface (``*``, the
+    default) or on an address that is neither ``host`` nor a loopback one. An endpoint the publisher connects to
+    opens no listening socket; ipc:// and inproc:// endpoints open no network socket."""
+    if _every_interface(host.strip("[]")):  # the server itself is given every interface
         return None
     publisher = config.get("publisher")
     if publisher == "null" or (publisher is None and not config.get("enable_kv_cache_events")):
@@ -149,15 +173,22 @@ def kv_events_endpoint_problem(config: dict, host: str) -> str | None:
         endpoint = config.get(field, KV_EVENTS_DEFAULT_ENDPOINT if field == "endpoint" else None)
         if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
             continue
+        if not _kv_events_binds(field, endpoint, config):
+            continue
         where = endpoint[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
-        ours = where == host.strip("[]") or (is_loopback(host) and is_loopback(where) and where not in _EVERY_INTERFACE)
-        if not ours:
-            given = "" if field in config else " (its default, when no endpoint is given)"
-            every = " (every interface)" if where in _EVERY_INTERFACE else ""
-            return (
-                f"extra_args: {KV_EVENTS_OPTION} {field} {endpoint!r}{given} would listen beyond {host!r}{every}: "
-                f"give tcp://{host}:<port>, or an ipc:// endpoint"
+        if not _every_interface(where) and (where == host.strip("[]") or is_loopback(where)):
+            continue
+        given = "" if field in config else " (its default, when no endpoint is given)"
+        beyond = "on every interface" if _every_interface(where) else f"on {where}, beyond {host!r}"
+        return (
+            f"extra_args: {KV_EVENTS_OPTION} {field} {endpoint!r}{given} would listen {beyond}: give an ipc:// "
+            f"endpoint, or a tcp:// one on {host!r} or the loopback"
+            + (
+                ' (a publisher binds it with SGLang\'s "bind": true, and connects to it otherwise)'
+                if field == "endpoint"
+                else ""
             )
+        )
     return None
 
 
