@@ -294,10 +294,10 @@ def test_a_start_that_fails_on_too_small_a_kv_cache_is_retried_as_configured(tmp
 
 
 @pytest.mark.engine
-def test_two_experiments_share_one_start_count_exact_tokens_and_longer_context_is_slower(real_vllm):
+def test_two_experiments_share_one_start_and_count_exact_tokens_at_two_contexts(real_vllm):
     """Two experiments that need the same server (one of two contexts, one of a single run) share its one start
     (with the studies' cache-on group and the other experiments of tests/real_vllm.py); every run's tokens agree exactly between client, request and server
-    counters, and the longer context is the slower to its first token (2 x 4,064 prompt tokens against 2 x 992)."""
+    counters (2 x 4,064 prompt tokens and 2 x 992)."""
     tmp_path, res, tag = real_vllm.data, real_vllm.result, real_vllm.tag
     assert {n: (r.ok, r.server_starts) for n, r in res.experiments.items()} == {
         "studies": (10, 2),
@@ -325,9 +325,10 @@ def test_two_experiments_share_one_start_count_exact_tokens_and_longer_context_i
     # TPOT is timed per network read (docs/design.md): a stream that reaches the client in one read, as a short one
     # can beside the other pass's load, has a TPOT of 0 (seen in CI, 2026-12-04), never a negative or missing one
     assert (runs["tpot_mean_ms"] >= 0).all() and runs["tpot_mean_ms"].null_count() == 0
-    # the longer context is the slower: its time to first token, the prefill of 4.1x the prompt tokens (not the batch
-    # time, where 32 decode steps weigh as much as either prefill: 0.278 s against 0.289 s once, beside the other pass)
-    assert runs["ttft_mean_ms"][1] > runs["ttft_mean_ms"][0]
+    # Not asserted here: that the longer context is the slower to its first token. One run a side beside the other
+    # pass cannot carry a direction: under make test (2026-12-06 00:39) the 2 x 992-token run took 289 ms to its
+    # first token and the 2 x 4,064-token run 126 ms. The embedded default's test checks vLLM's growth over 3.3x the
+    # tokens, and `make report` measures it alone (report 01).
     assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
     reqs = store.load_requests(tmp_path).filter(pl.col("run_id").is_in(runs["run_id"].to_list()))
     assert reqs.height == 4 and (reqs["status"] == "ok").all() and (reqs["output_tokens"] == 32).all()
