@@ -35,7 +35,7 @@ from kvlab.device import Device
 from kvlab.engines import FAILURE_CAUSES, adapter_class, get_adapter
 from kvlab.engines.spec import REDACTED, EngineSpec, is_secret_env, redact_url, secret_env_value
 from kvlab.paths import CATALOG_DIR
-from kvlab.units import context_label
+from kvlab.units import context_label, count
 from kvlab.workloads import KINDS, WorkloadArgs
 
 #: EngineSpec fields that change how kvlab reaches a server but not what it measures:
@@ -787,8 +787,7 @@ def check_size(spec: ExperimentSpec, origin: str | Path = "<spec>") -> None:
     if runs > MAX_RUNS:
         field = "repeats" if spec.repeats == repeats else "repeats_at"
         raise SpecError(
-            f"{origin}: {field}: up to {runs:,} runs ({points:,} matrix points x "
-            f"{engines} {'engine' if engines == 1 else 'engines'} x "
+            f"{origin}: {field}: up to {runs:,} runs ({points:,} matrix points x {count(engines, 'engine')} x "
             f"{repeats:,} repeats), over the limit of {MAX_RUNS:,} runs per experiment"
         )
 
