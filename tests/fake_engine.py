@@ -1,5 +1,5 @@
 """A stand-in engine for fast server tests: serves /health, or fails like vLLM, chosen by FAKE_MODE (ok, kvsmall,
-stubborn, hang, warmup: ready line 1.5 s after /health answers, silent: /health but no ready line)."""
+stubborn, hang, warmup: ready line 1.5 s (FAKE_WARMUP_S) after /health answers, silent: /health but no ready line)."""
 
 import http.server
 import os
@@ -47,7 +47,7 @@ if mode == "warmup":  # like SGLang: /health answers at once, its own warm-up en
     import threading
 
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    time.sleep(1.5)
+    time.sleep(float(os.environ.get("FAKE_WARMUP_S", "1.5")))
     print("The server is fired up and ready to roll!", flush=True)
     time.sleep(600)
 if mode != "silent":  # "silent": answers /health but never says it is ready
