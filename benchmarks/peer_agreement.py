@@ -373,6 +373,23 @@ FIXTURE_FIGURES = ("output_tokens_per_s", "ttft_p50_ms", "e2e_p50_ms")
 SERVER_INFO_READS = 5
 
 
+def wave_spreads(arrivals: list[float], requests: int, wave: int) -> list[float]:
+    """Milliseconds from the first to the last arrival of each wave of a run at the fixed-time server: the last
+    ``requests`` arrivals in time order (a peer's own test request, sent before its run, falls before them), in
+    waves of ``wave`` (a closed loop's concurrency, a batch's size). Against that server every stream of a wave
+    ends at the same moment, so a client that sends the next wave slowly shows it here."""
+    ordered = sorted(arrivals)[-requests:] if requests else []
+    return [(w[-1] - w[0]) * 1000 for w in (ordered[i : i + wave] for i in range(0, len(ordered), wave))]
+
+
+def take_arrivals(url: str) -> list[float]:
+    """The fixed-time server's arrival times since the last call (GET /arrivals, which starts a new list)."""
+    from urllib.request import urlopen
+
+    with urlopen(url + "/arrivals", timeout=30) as answer:
+        return json.loads(answer.read())
+
+
 def time_server_info(url: str, reads: int = SERVER_INFO_READS) -> list[float]:
     """Milliseconds of each of ``reads`` GET /server_info on an idle server, as SGLang's benchmark makes it (a new
     connection each, as `requests.get` opens one): from the request's send to its whole answer read, no client set-up
@@ -408,11 +425,16 @@ def measure_arms(
     client_cpus: set[int] | None,
     log: Path,
     label: str,
+    arrivals: bool = False,
 ) -> list[dict]:
     """Every arm at every point, ``repeats`` times in alternating order, against the server at ``url``; each run's
-    figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run)."""
+    figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run).
+    ``arrivals`` (the fixed-time server, which records them): each run also gets ``wave_spread_ms``, the widest
+    of its waves' arrival spreads (:func:`wave_spreads`)."""
     kvlab_measure(engine, url, tag, kvlab_workload(Point("warm", 2), 32, 4, 999, False))
     peer_measure(engine, url, tag, Point("warm", 2), 32, 4, 999, client_cpus, log)
+    if arrivals:
+        take_arrivals(url)
     runs = []
     for point in points:
         for rep in range(repeats):
@@ -433,6 +455,9 @@ def measure_arms(
                         ),
                     )
                 r.update(point=point.label, arm=arm, repeat=rep)
+                if arrivals:
+                    spreads = wave_spreads(take_arrivals(url), point.requests, point.concurrency or point.requests)
+                    r["wave_spread_ms"] = max(spreads, default=None)
                 runs.append(r)
                 print(
                     f"  {label} {point.label:<8} rep {rep} {arm:<18} out {_f(r['output_tokens_per_s'])} "
@@ -517,6 +542,7 @@ def measure(
                     client_cpus,
                     log,
                     f"{engine} (fixture)",
+                    arrivals=True,
                 )
             raw["fixture"]["engines"][engine] = {"runs": runs, "engine_version": "fixed-time fixture"}
     return raw
@@ -591,11 +617,18 @@ class Comparison:
         r = self.ratio_peer_options
         return None if self.bound is None or r is None else abs(r - 1) <= self.bound + 1e-12
 
-    def explanation(self, point_kind: str, windows: tuple[Stat, Stat], clients_only: float | None = None) -> str:
+    def explanation(
+        self,
+        point_kind: str,
+        windows: tuple[Stat, Stat],
+        clients_only: float | None = None,
+        waves: tuple[float, float] | None = None,
+    ) -> str:
         """One line on the difference with kvlab's defaults, where it is beyond the bound (10% for the informative
         figures), or with the peers' options, where only that arm misses its bound: which of the peers' options
         moves it, from the measured ratios; '' where nothing needs one. ``clients_only``: the same figure's ratio
-        (the peers' options) against the fixed-time server, where measured."""
+        (the peers' options) against the fixed-time server, where measured; ``waves``: the widest arrival spread of
+        a wave there, kvlab's with the peers' options and the peer's (:func:`wave_spread`)."""
         r, rp = self.ratio, self.ratio_peer_options
         if r is None or rp is None:
             return "no ratio (a median is missing)"
@@ -640,8 +673,15 @@ class Comparison:
         return (
             f"{head}: not explained by the peer's options ({', '.join(changed)}){window}{part}; "
             + (
-                f"the two clients alone agree ({clients_only:.3f}× against a fixed-time server), so it arises in the "
-                "engine, from what the two clients send; "
+                f"the two clients alone agree ({clients_only:.3f}× against a fixed-time server)"
+                + (
+                    f" and send each wave within {waves[0]:.1f} ms (kvlab) and {waves[1]:.1f} ms (the peer)"
+                    if waves is not None
+                    else ""
+                )
+                + ", so it arises in the engine, from what the two clients send"
+                + (", not when" if waves is not None else "")
+                + "; "
                 if clients_only is not None and abs(clients_only - 1) <= bound + 1e-12
                 else ""
             )
@@ -714,6 +754,23 @@ def clients_only_ratios(raw: dict) -> dict[tuple[str, str, str], float | None]:
     return {(c.engine, c.point, c.figure): c.ratio_peer_options for c in compare(raw, fixture=True)}
 
 
+def wave_spread(raw: dict, engine: str, point: str) -> tuple[float, float] | None:
+    """The widest arrival spread of a wave in the clients-only pass at one point (ms): kvlab's with the peers'
+    options and the peer's, each the largest over its runs; None where that pass recorded none."""
+    runs = _measured(raw, True).get(engine, {}).get("runs", [])
+    widest = []
+    for arm in ("kvlab-peer-options", "peer"):
+        got = [
+            r["wave_spread_ms"]
+            for r in runs
+            if r["point"] == point and r["arm"] == arm and r.get("wave_spread_ms") is not None
+        ]
+        if not got:
+            return None
+        widest.append(max(got))
+    return widest[0], widest[1]
+
+
 def windows(raw: dict, engine: str, point: str, fixture: bool = False) -> tuple[Stat, Stat]:
     """(kvlab's defaults, the peer's) measurement time at one point: window_s or batch time, and duration."""
     runs = _measured(raw, fixture)[engine]["runs"]
@@ -729,7 +786,12 @@ def summarise(raw: dict) -> list[Row]:
     rows: list[Row] = []
     for c in compare(raw):
         label, unit, bound = FIGURES[c.figure]
-        why = c.explanation(kinds[c.point], windows(raw, c.engine, c.point), alone.get((c.engine, c.point, c.figure)))
+        why = c.explanation(
+            kinds[c.point],
+            windows(raw, c.engine, c.point),
+            alone.get((c.engine, c.point, c.figure)),
+            wave_spread(raw, c.engine, c.point),
+        )
         rows.append(
             Row(
                 SECTION,
@@ -760,6 +822,9 @@ def summarise(raw: dict) -> list[Row]:
             if c.figure == "ttft_p50_ms" and None not in (c.kvlab.median, c.kvlab_peer.median, c.peer.median)
             else ""
         )
+        waves = wave_spread(raw, c.engine, c.point)
+        if c.figure == "ttft_p50_ms" and waves is not None:
+            own += f"; the widest wave's arrivals spanned {waves[0]:.2f} ms (kvlab) and {waves[1]:.2f} ms (the peer)"
         rows.append(
             Row(
                 SECTION,
@@ -805,7 +870,7 @@ def markdown(raw: dict, fixture: bool = False) -> str:
         lines.append(
             f"| {c.engine} | {c.point} | {label} ({unit}) | {c.kvlab.text()} | {c.kvlab_peer.text()} | "
             f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
-            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture), alone.get((c.engine, c.point, c.figure)))} |"
+            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture), alone.get((c.engine, c.point, c.figure)), None if fixture else wave_spread(raw, c.engine, c.point))} |"
         )
     return "\n".join(lines) + "\n"
 

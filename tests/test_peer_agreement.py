@@ -3,9 +3,13 @@ that explains a difference (issue 43). The measuring itself needs real servers: 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from benchmarks import peer_agreement as pa
+from kvlab import client, workloads
+from tests.support.sse_fixture import SSEServer
 
 
 def _runs(point, arm, **figures):
@@ -205,6 +209,11 @@ def test_a_difference_the_clients_alone_do_not_show_is_placed_in_the_engine():
     win = (pa.stat([0.7]), pa.stat([0.9]))
     line = c.explanation("closed", win, clients_only=0.994)
     assert "the two clients alone agree (0.994× against a fixed-time server), so it arises in the engine" in line
+    # with the arrival spreads the clients-only pass measured: not when they send it either
+    assert "agree (0.994× against a fixed-time server) and send each wave within 0.6 ms (kvlab) and 0.8 ms (the peer), "
+    "so it arises in the engine, from what the two clients send, not when; " in c.explanation(
+        "closed", win, clients_only=0.994, waves=(0.61, 0.84)
+    )
     assert "clients alone" not in c.explanation("closed", win, clients_only=0.85)  # they do not agree: no such claim
     assert "clients alone" not in c.explanation("closed", win)  # not measured
     # kvlab's defaults within the bound, the peers' options out of it but inside the peer's spread: said so
@@ -226,6 +235,20 @@ def test_a_difference_the_clients_alone_do_not_show_is_placed_in_the_engine():
         "kvlab's defaults +0.0%, the peers' options -5.0%, but with the peers' options kvlab's repeats (206–220) overlap "
         "the peer's (206–223): within the run-to-run spread, no difference shown"
     )
+
+
+def test_a_runs_waves_and_their_arrival_spreads():
+    """The peer's own test request comes first and is left out; the rest falls in waves of the loop's concurrency."""
+    t = [10.0, 11.2, 11.2003, 11.2001, 11.2008, 11.4, 11.4002, 11.4, 11.4005]  # s: a test request, then 2 waves of 4
+    assert pa.wave_spreads(t, 8, 4) == pytest.approx([0.8, 0.5])
+    assert pa.wave_spreads(t, 8, 8) == pytest.approx([200.5])  # one batch of 8: first to last
+    assert pa.wave_spreads(t[1:4], 3, 4) == pytest.approx([0.3]) and pa.wave_spreads([], 0, 4) == []
+    runs = [{"point": "c=4", "arm": "kvlab-peer-options", "wave_spread_ms": v} for v in (0.5, 0.7, 0.6)] + [
+        {"point": "c=4", "arm": "peer", "wave_spread_ms": v} for v in (0.8, 0.4, 0.5)
+    ]
+    raw = {**RAW, "fixture": {"engines": {"sglang": {"runs": runs}}}}
+    assert pa.wave_spread(raw, "sglang", "c=4") == (0.7, 0.8)  # the widest of each arm's runs
+    assert pa.wave_spread(raw, "sglang", "batch 8") is None and pa.wave_spread(RAW, "vllm", "c=4") is None
 
 
 def test_kvlabs_workloads_for_each_arm():
@@ -272,3 +295,12 @@ def test_each_peers_options_are_named_in_the_words_of_its_table_line():
         "a new connection per request",
     ]
     assert pa.peer_option_words("sglang", "closed")[-1] == "a new connection per request"
+
+
+def test_the_fixed_time_server_answers_its_arrivals_once():
+    prompts = workloads.fixed_batch.prompts(3, 10, 2, vocab_size=512)
+    with SSEServer() as srv:
+        asyncio.run(client.run_requests(srv.url, "m", prompts))
+        first, again = pa.take_arrivals(srv.url), pa.take_arrivals(srv.url)
+    assert len(first) == 3 and again == [] and first == sorted(first)
+    assert [s.t_recv for s in srv.served] == first  # the moments the bodies were read

@@ -242,6 +242,9 @@ class SSEServer:
         self.collect_when_idle = collect_when_idle
         self.open_streams = 0
         self.served: list[Served] = []
+        #: when each completion request's body was read (perf_counter), kept whatever keep_log says; GET /arrivals
+        #: answers them and starts a new list (benchmarks/peer_agreement.py: how spread a client's first wave arrives)
+        self.arrivals: list[float] = []
         self.faults = random.Random(self.config.fault_seed)  # draws for fault_rate / metrics_fault_rate
         self.metrics_faults: list[str] = []  # what each faulty /metrics answer was
         self.prompt_tokens_total = 0
@@ -267,7 +270,12 @@ class SSEServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/arrivals", self._arrivals)
         return app
+
+    async def _arrivals(self, request: web.Request) -> web.Response:
+        taken, self.arrivals = self.arrivals, []
+        return web.json_response(taken)
 
     async def _models(self, request: web.Request) -> web.Response:
         if self.config.served_model is None:
@@ -331,6 +339,7 @@ class SSEServer:
     async def _respond(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         t_recv = time.perf_counter()
+        self.arrivals.append(t_recv)
         body = json.loads(raw)
         cfg = replace(self.config, **body.get("fixture", {}))
         chat = request.path.endswith("/chat/completions")
