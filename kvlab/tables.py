@@ -20,6 +20,7 @@ import polars as pl
 import pandas as pd
 
 from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.units import minus
 
 #: Column names as a reader sees them (units in parentheses). Columns not listed get a name derived from
 #: their unit suffix (:data:`SUFFIXES`), underscores as spaces.
@@ -178,8 +179,7 @@ def number(v, digits: int = 3) -> str:
     most two decimals as it is (a setting such as 0.92, a published 100.5 s), else ``digits`` significant
     figures kept even when they are zeros (1.500498 → '1.50', 0.434768 → '0.435'); a negative one with a true
     minus sign ('−5.96')."""
-    text = _number(v, digits)
-    return "−" + text[1:] if text.startswith("-") else text
+    return minus(_number(v, digits))
 
 
 def _number(v, digits: int) -> str:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from kvlab.markup import markdown_inline
+from kvlab.units import count
 
 #: The MIME type under which a verdict box carries its verdicts in a notebook output (read back by reports).
 MIME = "application/vnd.kvlab.verdicts+json"
@@ -158,10 +159,6 @@ def _badge(text: str, color: str, radius: str = "3px") -> str:
 _TD = "padding: 3px .6rem 3px 0; vertical-align: top; text-align: left; border: none;"
 
 
-def _count(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"
-
-
 def _first_clause(text: str) -> str:
     """A reason's first clause (up to its first ';' or ':'), for a sentence that quotes one."""
     return text.split(";")[0].split(":")[0].strip().rstrip(".")
@@ -262,7 +259,7 @@ def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[
         # the statement only: a row's claim may go on, after " — ", with where it was tested ("— on this host: …")
         said = list(dict.fromkeys(v.claim.split(" — ")[0].strip() for v in vs))[:2]
         first = "; ".join(c if c[:1] in "“\"'" else f"“{c}”" for c in said)
-        return first + (f" and {_count(total - len(said), 'more ' + noun)}" if total > len(said) else "")
+        return first + (f" and {count(total - len(said), 'more ' + noun)}" if total > len(said) else "")
 
     def of(claims: dict[str, Verdict], *outcomes: str) -> dict[str, Verdict]:
         return {k: v for k, v in claims.items() if v.outcome in outcomes}
@@ -272,9 +269,9 @@ def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[
         firsts = list(dict.fromkeys(documents.values()))
         claim = f"**The documents claim** {quoted(firsts, len(documents), 'claim')}." + (
             (
-                f" The reports also ask {_count(len(own), 'question')} of their own."
+                f" The reports also ask {count(len(own), 'question')} of their own."
                 if index
-                else f" The page also asks {_count(len(own), 'question')} of its own."
+                else f" The page also asks {count(len(own), 'question')} of its own."
             )
             if own
             else ""
@@ -290,7 +287,7 @@ def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[
     for outcome in ("reproduced", "contradicted"):
         these = of(doc, outcome)
         if these:
-            parts.append(f"{_count(len(these), 'claim')} {outcome} {_by_evidence(these)}")
+            parts.append(f"{count(len(these), 'claim')} {outcome} {_by_evidence(these)}")
     checked = [f"{len(of(cons, o))} {o}" for o in ("consistent", "inconsistent") if of(cons, o)]
     if parts:
         holds = "**What holds:** " + ", ".join(parts) + "."
@@ -299,7 +296,7 @@ def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[
     if checked:
         holds += (
             f" Checked against the documents' own figures, "
-            f"{_count(len(of(cons, 'consistent', 'inconsistent')), 'claim')}: {' and '.join(checked)}."
+            f"{count(len(of(cons, 'consistent', 'inconsistent')), 'claim')}: {' and '.join(checked)}."
         )
     own_decided = {o: of(own, o) for o in ("reproduced", "contradicted")}
     if any(own_decided.values()):
@@ -322,14 +319,14 @@ def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[
     ):
         cannot, open_ = of(claims, "cannot be tested here"), of(claims, "inconclusive")
         if cannot:
-            limits.append(f"{_count(len(cannot), name)} cannot be tested on this host ({_why(cannot)})")
+            limits.append(f"{count(len(cannot), name)} cannot be tested on this host ({_why(cannot)})")
         if open_:
             k = len(open_)
-            limits.append(f"{_count(k, name)} {'is' if k == 1 else 'are'} inconclusive ({_why(open_)})")
+            limits.append(f"{count(k, name)} {'is' if k == 1 else 'are'} inconclusive ({_why(open_)})")
     configured = {**of(doc, "configured"), **of(own, "configured")}
     if configured:
         limits.append(
-            f"{_count(len(configured), 'value')} the experiment file sets "
+            f"{count(len(configured), 'value')} the experiment file sets "
             f"{'is' if len(configured) == 1 else 'are'} shown as configuration, not graded"
         )
     if limits:
@@ -380,7 +377,7 @@ def box_html(verdicts: list[Verdict] | list[dict], heading: str = "What this rep
     body = _rows_html(shown) or '<tr><td colspan="4"><i>This report tests no claim.</i></td></tr>'
     table = '<table class="kvlab-verdict-rows" style="border-collapse: collapse; width: 100%; table-layout: auto;">'
     more = (
-        f'<details class="kvlab-fold kvlab-verdicts-untested"><summary>{_count(len(folded), "more claim")} with '
+        f'<details class="kvlab-fold kvlab-verdicts-untested"><summary>{count(len(folded), "more claim")} with '
         f"nothing here to test {'it' if len(folded) == 1 else 'them'} (show)</summary>"
         f"{table}{_rows_html(folded)}</table></details>"
         if folded

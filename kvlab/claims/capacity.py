@@ -25,6 +25,7 @@ from kvlab.engines import engine_label
 from kvlab.perfmodel.calibrate import published_fit
 from kvlab.perfmodel.pools import concurrency_ceilings
 from kvlab.perfmodel.roofline import Assumptions
+from kvlab.tables import span
 from kvlab.units import scaled_context, sig2, tokens_label
 from kvlab.verdicts import Verdict
 
@@ -122,7 +123,7 @@ def _budgets_said(d: pl.DataFrame, budgets: pl.DataFrame) -> str:
     for r in budgets.iter_rows(named=True):
         mib = ", ".join(f"{b / 2**20:.3g} MiB" for b in sorted(r["kv_budget_bytes"]))
         lo, hi = tokens.get(r["mem_util"], (None, None))
-        pool = "" if lo is None else f", {lo:,} tokens" if lo == hi else f", {lo:,}–{hi:,} tokens"
+        pool = "" if lo is None else f", {span(lo, hi, '{:,}'.format)} tokens"
         parts.append(f"{r['mem_util']:g}: {mib}{pool}")
     least = [min(b) for b in budgets["kv_budget_bytes"].to_list()]
     ratio = f"; {least[-1] / least[0]:.2f}× the lowest" if len(least) > 1 and least[0] else ""

@@ -489,8 +489,7 @@ def memory_answer(budgets: list[dict], outside: list[dict], totals: dict, gpu: s
         lo, hi = budgets[0], budgets[-1]
 
         def pool(r: dict) -> str:
-            a, b = r.get("pool_tokens_low"), r.get("pool_tokens_high")
-            return f"{a:,}" if a == b else f"{a:,}–{b:,}"
+            return tables.span(r.get("pool_tokens_low"), r.get("pool_tokens_high"), "{:,}".format)
 
         pools = (
             f"; the engines made KV pools of {pool(lo)} and {pool(hi)} tokens of them"

@@ -10,6 +10,7 @@ from kvlab.claims import document_claim_verdicts
 from kvlab.gpu import memory_outside_kv_pool
 from kvlab.perfmodel.figures import headroom_as_shown, headroom_table
 from kvlab.studies import Answer, StudyResult, sourced
+from kvlab.tables import span
 
 REPORT = "03_memory_utilisation"
 
@@ -43,7 +44,7 @@ def budget_table(b: pl.DataFrame) -> pl.DataFrame:
     every sentence gives it), the pool the engines reported in tokens (a range over the engines: '12,101–12,288'),
     and its ratio to the lowest setting's."""
     pools = [
-        None if lo is None else f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+        None if lo is None else span(lo, hi, "{:,}".format)
         for lo, hi in zip(b["pool_tokens_low"].to_list(), b["pool_tokens_high"].to_list())
     ]
     return b.select(
