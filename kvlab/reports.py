@@ -864,14 +864,7 @@ def answer_table_html(answer: dict | None, href: str | None) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
 
     def cell(c, v):
-        # a number as every table gives it (13.6, not 13.625; 12, not 12.0); an engine by its name
-        text = (
-            engine_label(str(v))
-            if c == "engine"
-            else tables.number(v)
-            if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-            else str(v)
-        )
+        text = tables.answer_cell(c, v)
         if c == "evidence":
             return f"<td>{vd.evidence_badge(text)}</td>"
         return f"<td>{html.escape(text)}</td>"

@@ -200,6 +200,17 @@ def _number(v, digits: int) -> str:
     return f"{v:#.{digits}g}".rstrip(".")
 
 
+def answer_cell(column: str, v) -> str:
+    """One cell of a report's answer table as text, the same on the page and on the index: an engine by its name,
+    a number as :func:`number` gives it (13.6, not 13.625; 12, not 12.0; '–' when missing), anything else as it
+    is."""
+    if column == "engine":
+        return engine_label(str(v))
+    if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+        return number(v)
+    return str(v)
+
+
 def span(lo, hi, fmt=number) -> str:
     """A range as a table cell, each end as ``fmt`` gives it (:func:`number`, or e.g. :func:`kvlab.units.ratio`):
     '1.20–1.45'; one value where the ends are equal; '–' when either end is missing."""

@@ -139,3 +139,11 @@ def test_experiments_are_named_in_words():
         "the B300 article's table",
         "gpu multi turn rag",
     ]
+
+
+def test_an_answer_cell_reads_the_same_on_the_page_and_on_the_index():
+    assert tables.answer_cell("engine", "sglang") == "SGLang"
+    assert tables.answer_cell("KV budget (MiB)", 13.625) == "13.6"
+    assert tables.answer_cell("ceiling", 12.0) == "12" and tables.answer_cell("ceiling", 12_288) == "12,288"
+    assert tables.answer_cell("ratio", None) == "–" and tables.answer_cell("winner", True) == "True"
+    assert tables.answer_cell("evidence", "modelled") == "modelled"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvlab.engines import VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
-from kvlab.tables import number
+from kvlab.tables import answer_cell
 from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
 
 
@@ -151,17 +151,5 @@ def answer_markdown(answer) -> str:
         return text
     cols = [c for c in rows[0] if not c.endswith("_tokens")]
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
-    body = "\n".join(
-        "| "
-        + " | ".join(
-            engine_label(str(r[c]))
-            if c == "engine"
-            else number(r[c])
-            if r[c] is None or (isinstance(r[c], (int, float)) and not isinstance(r[c], bool))
-            else str(r[c])
-            for c in cols
-        )
-        + " |"
-        for r in rows
-    )
+    body = "\n".join("| " + " | ".join(answer_cell(c, r[c]) for c in cols) + " |" for r in rows)
     return f"{text}\n\n{head}\n{body}"
