@@ -544,6 +544,69 @@ def test_a_kv_events_publisher_follows_the_servers_own_interface():
     assert "beyond '10.0.0.5'" in kv_events_endpoint_problem(bound | {"endpoint": "tcp://10.0.0.6:1"}, "10.0.0.5")
 
 
+@pytest.mark.parametrize(
+    "args, connector",
+    [
+        (["--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'], "'NixlConnector'"),
+        (['--kv-transfer-config={"kv_connector": "P2pNcclConnector"}'], "'P2pNcclConnector'"),
+        (["--kv_transfer_c", '{"kv_connector": "LMCacheConnectorV1"}'], "'LMCacheConnectorV1'"),
+        (["--kv-transfer-config.kv_connector", "MooncakeConnector"], "'MooncakeConnector'"),  # vLLM's dotted form
+        (  # a MultiConnector is judged by each connector it holds
+            [
+                "--kv-transfer-config",
+                '{"kv_connector": "MultiConnector", "kv_connector_extra_config": {"connectors": '
+                '[{"kv_connector": "OffloadingConnector"}, {"kv_connector": "NixlConnector"}]}}',
+            ],
+            "'NixlConnector'",
+        ),
+        (  # a connector loaded from a module kvlab has not read: refused whatever its name
+            ["--kv-transfer-config", '{"kv_connector": "ExampleConnector", "kv_connector_module_path": "my.mod"}'],
+            "'ExampleConnector'",
+        ),
+    ],
+)
+def test_a_kv_connector_that_opens_ports_of_its_own_is_refused(tmp_path, args, connector):
+    """Issue 40 item 7: a KV connector listens where its library decides (NIXL's side channel, Mooncake's ZeroMQ
+    sockets), not where the spec's host says."""
+    msg = _load_error(tmp_path, _with("engines.vllm.extra_args", args))
+    assert f"engines.vllm: extra_args: --kv-transfer-config sets up the KV connector {connector}" in msg
+    assert "start such a server outside kvlab and give its url" in msg
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--kv-transfer-config", '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}'],
+        ["--kv-transfer-config.kv_connector", "SimpleCPUOffloadConnector"],
+        [
+            "--kv-transfer-config",
+            '{"kv_connector": "MultiConnector", "kv_connector_extra_config": {"connectors": '
+            '[{"kv_connector": "OffloadingConnector"}, {"kv_connector": "ExampleConnector"}]}}',
+        ],
+    ],
+)
+def test_a_kv_connector_that_keeps_kv_on_the_server_is_kept(tmp_path, args):
+    ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.extra_args", args)))
+
+
+def test_sglangs_kv_transfer_options_are_refused_unless_they_keep_kv_on_the_server():
+    from kvlab.engines.spec import kv_connector_problem
+
+    def said(*args, host="127.0.0.1"):
+        return kv_connector_problem("sglang", list(args), host)
+
+    assert said("--disaggregation-mode", "prefill").startswith(
+        "extra_args: --disaggregation-mode prefill moves KV over the network with sockets of its own (only null "
+        "keeps KV on this server)"
+    )
+    assert "--hicache-storage-backend mooncake moves KV" in said("--hicache-storage-backend=mooncake")
+    assert "--enable-lmcache moves KV" in said("--enable-lmcache")
+    assert said("--disaggregation-mode", "null") is None and said("--hicache-storage-backend", "file") is None
+    assert said("--enable-lmcache", host="0.0.0.0") is None  # the server was given every interface
+    assert kv_connector_problem("sglang-jax", ["--enable-lmcache"], "127.0.0.1") is None  # not SGLang's parser
+    assert kv_connector_problem("vllm", ["--enable-lmcache"], "127.0.0.1") is None
+
+
 @pytest.mark.parametrize("args", [["--ssl-keyfile", "k.pem"], ["--api-server-count", "2"], ["--max-num-seqs", "4"]])
 def test_options_that_only_look_like_secret_ones_are_kept(tmp_path, args):
     ExperimentSpec.load(_write(tmp_path, _with("engines.vllm.extra_args", args)))

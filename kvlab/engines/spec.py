@@ -109,13 +109,23 @@ def kv_events_config(extra_args: list[str]) -> dict | None:
     """The KV-events publisher configuration ``extra_args`` give (``--kv-events-config JSON``, ``=JSON``, in any
     spelling the parser accepts, and vLLM's ``--kv-events-config.field value``, a JSON value where it parses as one),
     merged; None where none is given. A value that is not a JSON object raises ValueError."""
+    return _json_option(extra_args, KV_EVENTS_OPTION, "where its publisher listens")
+
+
+def _option_value(extra_args: list[str], i: int) -> str:
+    """The value of the option at ``extra_args[i]``: after its '=', else the next word ('' where none)."""
+    name, eq, value = extra_args[i].partition("=")
+    return value if eq else extra_args[i + 1] if i + 1 < len(extra_args) else ""
+
+
+def _json_option(extra_args: list[str], option: str, checked: str) -> dict | None:
+    """The JSON object ``option`` is given in ``extra_args`` (:func:`kv_events_config`'s spellings), merged; None
+    where it is not given. ``checked``: what kvlab reads it for, in the error a value that is no object raises."""
     config: dict | None = None
     for i, arg in enumerate(extra_args):
-        if _option_spelt(arg, (KV_EVENTS_OPTION,)) is None:
+        if _option_spelt(arg, (option,)) is None:
             continue
-        name, eq, value = arg.partition("=")
-        if not eq:
-            value = extra_args[i + 1] if i + 1 < len(extra_args) else ""
+        name, value = arg.partition("=")[0], _option_value(extra_args, i)
         config = config or {}
         if "." in name:  # vLLM's '--kv-events-config.endpoint tcp://…'
             try:
@@ -129,10 +139,7 @@ def kv_events_config(extra_args: list[str]) -> dict | None:
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict):
-            raise ValueError(
-                f"extra_args: {KV_EVENTS_OPTION} takes a JSON object, which kvlab reads to check where its "
-                "publisher listens"
-            )
+            raise ValueError(f"extra_args: {option} takes a JSON object, which kvlab reads to check {checked}")
         config |= parsed
     return config
 
@@ -189,6 +196,73 @@ def kv_events_endpoint_problem(config: dict, host: str) -> str | None:
                 else ""
             )
         )
+    return None
+
+
+#: vLLM's option that sets up a KV connector (KVTransferConfig), a JSON object naming it in ``kv_connector``.
+KV_TRANSFER_OPTION = "--kv-transfer-config"
+#: vLLM's KV connectors that open no listening socket (read from vLLM 0.32.0's sources: they keep KV in this
+#: server's CPU memory or in local files, or only time a decode): every other one opens ports of its own (NIXL's
+#: side channel, Mooncake's, MoRIIO's and LMCache's sockets and servers), on addresses kvlab cannot give them.
+LOCAL_KV_CONNECTORS = frozenset(
+    {
+        "ExampleConnector",
+        "ExampleHiddenStatesConnector",
+        "OffloadingConnector",
+        "SimpleCPUOffloadConnector",
+        "DecodeBenchConnector",
+    }
+)
+#: SGLang's options that move KV to another server or to a networked store, each opening sockets of its own (the
+#: disaggregation bootstrap server and transfer engine, the storage backends' clients and servers, LMCache's): the
+#: values that keep it on this server (None: a flag, on whenever given).
+SGLANG_KV_TRANSFER_OPTIONS: dict[str, frozenset[str] | None] = {
+    "--disaggregation-mode": frozenset({"null"}),
+    "--hicache-storage-backend": frozenset({"file"}),
+    "--enable-lmcache": None,
+    "--enable-unified-cache-external-linker": None,
+}
+
+
+def kv_connector_problem(engine: str, extra_args: list[str], host: str) -> str | None:
+    """Why ``extra_args`` would make a server that kvlab launches at ``host`` open ports of a KV connector beyond it,
+    or None. vLLM: a ``--kv-transfer-config`` whose connector is not one of :data:`LOCAL_KV_CONNECTORS` (a
+    ``MultiConnector`` is judged by each it holds; one loaded from ``kv_connector_module_path`` is unknown, so
+    refused). SGLang: :data:`SGLANG_KV_TRANSFER_OPTIONS`. Nothing is refused where ``host`` is itself every
+    interface."""
+    if _every_interface(host.strip("[]")):
+        return None
+    fix = (
+        "kvlab gives every port a server it launches the address host names, and cannot give these theirs: start "
+        "such a server outside kvlab and give its url"
+    )
+    if engine == "vllm":
+        config = _json_option(extra_args, KV_TRANSFER_OPTION, "which KV connector it sets up")
+        if not config or not config.get("kv_connector"):
+            return None
+        held = [config]
+        if config["kv_connector"] == "MultiConnector":
+            held = list((config.get("kv_connector_extra_config") or {}).get("connectors") or [])
+        for c in held:
+            name = c.get("kv_connector") if isinstance(c, dict) else None
+            if name not in LOCAL_KV_CONNECTORS or (isinstance(c, dict) and c.get("kv_connector_module_path")):
+                return (
+                    f"extra_args: {KV_TRANSFER_OPTION} sets up the KV connector {name!r}, which opens ports of its "
+                    f"own (only {', '.join(sorted(LOCAL_KV_CONNECTORS))} open none): {fix}"
+                )
+        return None
+    if engine != "sglang":
+        return None
+    for i, arg in enumerate(extra_args):
+        option = _option_spelt(arg, tuple(SGLANG_KV_TRANSFER_OPTIONS))
+        if option is None:
+            continue
+        local = SGLANG_KV_TRANSFER_OPTIONS[option]
+        value = None if local is None else _option_value(extra_args, i)
+        if local is None or value not in local:
+            given = option if value is None else f"{option} {value}"
+            keeps = "" if local is None else f" (only {', '.join(sorted(local))} keeps KV on this server)"
+            return f"extra_args: {given} moves KV over the network with sockets of its own{keeps}: {fix}"
     return None
 
 
@@ -470,6 +544,10 @@ class EngineSpec(BaseModel):
         problem = kv_events_endpoint_problem(events, self.host) if events is not None else None
         if problem:
             raise ValueError(problem)
+        if not self.external:
+            problem = kv_connector_problem(self.name, self.extra_args, self.host)
+            if problem:
+                raise ValueError(problem)
         if (
             self.api_key_env
             and self.name == "sglang"
