@@ -12,6 +12,7 @@ engine environments, never typed here, so an engine (or PyTorch, CUDA, NCCL) upg
 from __future__ import annotations
 
 import ast
+import mmap
 from functools import cache
 from pathlib import Path
 
@@ -54,16 +55,18 @@ def engine_text(env: str, module: str, fragment: str, field: str = "0") -> str:
     return max(hits, key=len).replace("{}", field)
 
 
+@cache
 def library_text(pattern: str, fragment: str) -> str:
     """The NUL-terminated string holding ``fragment`` in the CUDA wheels' library ``pattern`` (a glob under the
-    SGLang environment's site-packages)."""
+    SGLang environment's site-packages). Searched in place (mmap: libtorch_cuda.so is 500 MB, read whole it cost
+    about a second a case), once per fragment."""
     files = sorted(_site("sglang").glob(pattern))
     assert files, f"no {pattern} in .engines/sglang"
-    data = files[0].read_bytes()
-    at = data.find(fragment.encode())
-    assert at >= 0, f"{fragment!r} is no longer in {files[0].name}: reworded upstream; update kvlab's patterns"
-    start, end = data.rfind(b"\0", 0, at) + 1, data.find(b"\0", at)
-    return data[start:end].decode()
+    with open(files[0], "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        at = data.find(fragment.encode())
+        assert at >= 0, f"{fragment!r} is no longer in {files[0].name}: reworded upstream; update kvlab's patterns"
+        start, end = data.rfind(b"\0", 0, at) + 1, data.find(b"\0", at)
+        return data[start:end].decode()
 
 
 C10, TORCH_CUDA = "torch/lib/libc10_cuda.so", "torch/lib/libtorch_cuda.so"

@@ -507,7 +507,7 @@ def test_a_killed_engine_core_is_a_crash_retried_on_a_new_server_and_a_hung_engi
     1. vLLM's EngineCore alone SIGKILLed in a 3,000-token run (its API server lives on and logs EngineDeadError):
        a crash with that line, retried on a new server;
     2. a 16-token run on that second server;
-    3. the engine stopped (SIGSTOP) in a 3,001-token run, the group's last: 10 s without data is a timeout, the
+    3. the engine stopped (SIGSTOP) in a 7,001-token run, the group's last: 10 s without data is a timeout, the
        stopped server is killed, and the run fails (the policy retries crashes only) with both its requests
        recorded. Last, so no server is started after it.
 
@@ -515,11 +515,13 @@ def test_a_killed_engine_core_is_a_crash_retried_on_a_new_server_and_a_hung_engi
     cost two more starts (about 45 s of make test's critical path). 10 s of silence, not 20: each run's first token
     follows its prefill of 2 x 1,000 tokens (2 x 6,984 tokens once took more than 5 s on a 2-core EPYC without
     AVX-512 in float32; 2 x 1,000 is a seventh of that). The killed run is about 3,000 decode steps long after its
-    trigger, so the engine cannot stream it to its end ahead of a slow client before the kill lands; so is the
-    stopped one."""
-    core, hung = 3 * LONG, 3 * LONG + 1  # 3,000: make test once read the first chunk of a 900-token run after its
-    # 900 steps (the other pass busy beside it, 2026-12-05), so the killed EngineCore had already finished it; the
-    # stopped run as long, for the same reason (a 200-token run once streamed to its end before its SIGSTOP landed)
+    trigger, so the engine cannot stream it to its end ahead of a slow client before the kill lands; the stopped
+    one about 7,000."""
+    core, hung = 3 * LONG, 7 * LONG + 1  # 3,000: make test once read the first chunk of a 900-token run after its
+    # 900 steps (the other pass busy beside it, 2026-12-05), so the killed EngineCore had already finished it. The
+    # stopped run longer still: a 3,001-token run once streamed to its end before its SIGSTOP landed (make test,
+    # 2026-12-06, every test a fifth slower than the day before), and it is never retried, so its length costs
+    # nothing when the stop lands in time (7,001 + 1,000 tokens stay under BASE_ENGINE's max_model_len of 8,192)
     steps = [{"workload.output_tokens": n, "workload.context_tokens": n + 1000} for n in (core, 16, hung)]
     path = write_spec(
         tmp_path,
