@@ -31,15 +31,17 @@ def _with(prompt, **fixture):
 
 def test_each_hostile_stream_ends_within_its_bounds_with_a_named_cause_and_the_batch_goes_on():
     """One batch of max_tokens 2 under a 1.5 s stall limit (deadline 1.5 s x (2 + 2) = 6 s): a plain request, an
-    endless stream, an endless stream dripping 1 byte/s (each byte within the stall limit), 10^6 chunks without
-    usage, a 307, and 2 + 5 chunks without usage (more than max_tokens, within the slack: flagged, not failed)."""
+    endless stream, an endless stream dripping a byte every 0.25 s (each byte well within the stall limit: at 1 byte/s
+    make test once read a gap of over 1.5 s, the in-thread server sharing its interpreter with the 10^6-chunk stream),
+    10^6 chunks without usage, a 307, and 2 + 5 chunks without usage (more than max_tokens, within the slack:
+    flagged, not failed)."""
     assert client.request_bounds(2, 3600.0, 1.5) == (18, 64 * 2**20 + 2 * 64 * 2**10, 6.0)
     assert client.request_bounds(2, 3600.0, None)[2] == 3600.0 and client.request_bounds(10**6, 60.0, 1.0)[2] == 60.0
     base = workloads.fixed_batch.prompts(6, 10, 2, vocab_size=512, seed=3)
     prompts = [
         base[0],
         _with(base[1], endless=True),
-        _with(base[2], endless=True, drip_s=1.0),
+        _with(base[2], endless=True, drip_s=0.25),
         _with(base[3], chunks=10**6, usage=False),
         _with(base[4], redirect="http://127.0.0.2:9/v1/completions"),
         _with(base[5], chunks=7, usage=False),
