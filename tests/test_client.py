@@ -166,7 +166,7 @@ def test_every_failure_kind_recorded_per_request(server):
     assert recs[4].error.startswith("connection dropped") and recs[4].chunks == 3
     assert recs[5].error == "stream ended without [DONE] (incomplete)" and recs[5].output_tokens == 10
     assert recs[6].error.startswith("timeout") and recs[6].chunks == 0
-    assert recs[6].t_end - recs[6].t_send == pytest.approx(1.5, abs=0.5)
+    assert 1.4 < recs[6].t_end - recs[6].t_send < 4.0  # its 1.5 s timeout, not the first token 5 s away
     assert [r.error_kind for r in recs] == [
         None,
         "http_status",
@@ -189,7 +189,8 @@ def test_a_silent_server_is_a_stall_not_a_slow_request(server):
     res = _run(server.url, prompts, timeout_s=30, stall_s=1.0)
     recs = res.records
     assert recs[1].status == "failed" and recs[1].error == f"{client.STALLED} 1 s" and recs[1].chunks == 0
-    assert recs[1].t_end - recs[1].t_send == pytest.approx(1.0, abs=0.5)
+    # ended by the 1 s stall limit, not by the first token 4 s away (the upper bound leaves a loaded machine room)
+    assert 0.9 < recs[1].t_end - recs[1].t_send < 3.0
     # a request slower in total than the stall limit, but never silent for that long, is fine
     assert recs[0].status == recs[2].status == "ok" and recs[2].t_end - recs[2].t_send > 1.0
 
