@@ -125,8 +125,9 @@ def _assert_no_form_of(key: str, data_dir) -> None:
 
 LONG = 600  # output tokens of the run whose scheduler is killed at its first chunk (64 + 600 fit max_model_len
 # 1,024): ~600 steps remain when the kill is sent from the client at that chunk, and the retry decodes them all (900
-# cost ~12 s more than 300). 600, not 300: vLLM's engine once finished 900 steps before a client starved by the other
-# pass read its first chunk, and PyTorch SGLang decodes this batch at about the same speed
+# cost ~12 s more than 300). 600, not 300: vLLM's engine once finished 900 steps (about 3 s) before a client starved
+# by the other pass read its first chunk; PyTorch SGLang takes about 1.5 times vLLM's time per step here (TPOT 4.2
+# against 2.8 ms, docs/performance.md), so 600 of its steps last about as long
 
 
 @pytest.mark.engine
