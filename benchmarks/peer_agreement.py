@@ -97,6 +97,17 @@ VLLM_BENCH_SERVE = (
 #: the arms measured at every point: kvlab with its defaults, kvlab with the peers' options, kvlab with its defaults
 #: but the first wave staggered (``phase: staggered``; closed loops only), the peer
 ARMS = ("kvlab", "kvlab-peer-options", "kvlab-staggered", "peer")
+#: SGLang's benchmark once more, with ``--backend vllm``: the same request function and requests as ``sglang-oai``
+#: but no GET /server_info after the last completion (its duration then holds only the requests): the call's share
+#: of the peer's throughput measured, not subtracted (real servers only)
+BARE_ARM = "peer-no-server-info"
+
+
+def arms_for(engine: str) -> tuple[str, ...]:
+    """The arms measured against a real server of ``engine``: :data:`ARMS`, and for SGLang :data:`BARE_ARM`."""
+    return ARMS + ((BARE_ARM,) if engine == "sglang" else ())
+
+
 #: kvlab's load options that give the peers' definitions (kvlab's defaults: token_ids, together, steady)
 PEER_OPTIONS = {"prompt_form": "text", "phase": "together", "window": "span"}
 #: each peer's open-loop schedule (kvlab.load.LoadSpec.arrivals): vLLM scales its gaps so the last send falls at
@@ -260,9 +271,10 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
 
 
 def peer_argv(
-    engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int, result: Path
+    engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int, result: Path, bare: bool = False
 ) -> list[str]:
-    """The peer's own command line for one point (run with the engine venv's interpreter)."""
+    """The peer's own command line for one point (run with the engine venv's interpreter); ``bare``: SGLang's with
+    ``--backend vllm`` (:data:`BARE_ARM`)."""
     common = [
         "--base-url",
         url,
@@ -322,7 +334,7 @@ def peer_argv(
         "-m",
         "sglang.benchmark.serving",
         "--backend",
-        "sglang-oai",
+        "vllm" if bare else "sglang-oai",
         "--dataset-name",
         "random-ids",
         "--random-range-ratio",
@@ -334,12 +346,21 @@ def peer_argv(
 
 
 def peer_measure(
-    engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int, cpus: set[int] | None, log: Path
+    engine: str,
+    url: str,
+    tag: str,
+    point: Point,
+    prompt: int,
+    output: int,
+    seed: int,
+    cpus: set[int] | None,
+    log: Path,
+    bare: bool = False,
 ) -> dict:
-    """One run of the peer's command; its figures from the result file it writes."""
+    """One run of the peer's command (``bare``: :data:`BARE_ARM`'s); its figures from the result file it writes."""
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         result = Path(tmp) / ("result.json" if engine == "vllm" else "result.jsonl")
-        argv = peer_argv(engine, url, tag, point, prompt, output, seed, result)
+        argv = peer_argv(engine, url, tag, point, prompt, output, seed, result, bare)
         if cpus and shutil.which("taskset"):
             argv = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost"}
@@ -426,6 +447,7 @@ def measure_arms(
     log: Path,
     label: str,
     arrivals: bool = False,
+    arms: tuple[str, ...] = ARMS,
 ) -> list[dict]:
     """Every arm at every point, ``repeats`` times in alternating order, against the server at ``url``; each run's
     figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run).
@@ -438,13 +460,13 @@ def measure_arms(
     runs = []
     for point in points:
         for rep in range(repeats):
-            order = list(ARMS) if rep % 2 == 0 else list(ARMS)[::-1]
+            order = list(arms) if rep % 2 == 0 else list(arms)[::-1]
             for arm in order:
                 seed = 1000 + rep
                 if arm == "kvlab-staggered" and point.kind != "closed":
                     continue
-                if arm == "peer":
-                    r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log)
+                if arm in ("peer", BARE_ARM):
+                    r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log, arm == BARE_ARM)
                 else:
                     r = kvlab_measure(
                         engine,
@@ -514,7 +536,17 @@ def measure(
             rec["engine_version"] = server.version()
             print(f"  {engine} ready after {rec['startup_s']:.1f} s", flush=True)
             rec["runs"] = measure_arms(
-                engine, server.base_url, tag, chosen, repeats, prompt, output, client_cpus, log, engine
+                engine,
+                server.base_url,
+                tag,
+                chosen,
+                repeats,
+                prompt,
+                output,
+                client_cpus,
+                log,
+                engine,
+                arms=arms_for(engine),
             )
             if engine == "sglang":
                 try:
@@ -590,6 +622,8 @@ class Comparison:
     #: milliseconds the peer's duration holds beyond its requests (SGLang's GET /server_info after the last
     #: completion, timed on the server: :func:`time_server_info`); output throughput only, None elsewhere
     peer_extra_ms: float | None = None
+    #: the peer without that call (:data:`BARE_ARM`), where measured; output throughput only
+    peer_bare: Stat | None = None
 
     def _to_peer(self, arm: Stat) -> float | None:
         """An arm's median ÷ the peer's; None where either is missing."""
@@ -652,7 +686,18 @@ class Comparison:
                 f"the difference is the definition{window}"
             )
         duration, part = windows[1].median, ""
-        if self.peer_extra_ms and duration and duration * 1000 > self.peer_extra_ms:
+        bare = self.peer_bare
+        if bare is not None and bare.median is not None and self.kvlab_peer.median is not None:
+            # the peer measured without the call: what the call's share is, not an estimate of it
+            rb = self.kvlab_peer.median / bare.median
+            said = (
+                f"the peer without its GET /server_info after the last completion (--backend vllm, the same "
+                f"requests: {bare.text()}) puts the peers' options at {_pct(rb - 1)}"
+            )
+            if abs(rb - 1) <= bound + 1e-12:
+                return f"{head}: {said}, within the bound"
+            part = f"; {said}, still beyond the bound"
+        elif self.peer_extra_ms and duration and duration * 1000 > self.peer_extra_ms:
             # the peer's throughput over its duration less the call it times after the last completion
             rc = self.kvlab_peer.median / (self.peer.median * duration / (duration - self.peer_extra_ms / 1000))
             said = (
@@ -740,12 +785,12 @@ def compare(raw: dict, fixture: bool = False) -> list[Comparison]:
         measured_points = {r["point"] for r in rec["runs"]}
         extra = median(rec["server_info_ms"]) if rec.get("server_info_ms") else None
         for point in (p["label"] for p in raw["points"] if p["label"] in measured_points):
-            arms = {a: [r for r in rec["runs"] if r["point"] == point and r["arm"] == a] for a in ARMS}
+            arms = {a: [r for r in rec["runs"] if r["point"] == point and r["arm"] == a] for a in (*ARMS, BARE_ARM)}
             for fig, (_, _, bound) in FIGURES.items():
                 stats = (stat(r.get(fig) for r in arms[a]) for a in ARMS)
-                out.append(
-                    Comparison(engine, point, fig, *stats, bound, extra if fig == "output_tokens_per_s" else None)
-                )
+                throughput = fig == "output_tokens_per_s"
+                bare = stat(r.get(fig) for r in arms[BARE_ARM]) if throughput and arms[BARE_ARM] else None
+                out.append(Comparison(engine, point, fig, *stats, bound, extra if throughput else None, bare))
     return out
 
 

@@ -4,6 +4,7 @@ that explains a difference (issue 43). The measuring itself needs real servers: 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -304,3 +305,42 @@ def test_the_fixed_time_server_answers_its_arrivals_once():
         first, again = pa.take_arrivals(srv.url), pa.take_arrivals(srv.url)
     assert len(first) == 3 and again == [] and first == sorted(first)
     assert [s.t_recv for s in srv.served] == first  # the moments the bodies were read
+
+
+def test_the_peer_measured_without_its_server_info_call_decides_the_throughput_line():
+    """SGLang's benchmark run again with --backend vllm (no GET /server_info): the line compares kvlab with that
+    measurement and claims the bound only where it holds; the timed call's subtraction is the fallback."""
+    assert pa.arms_for("sglang") == (*pa.ARMS, pa.BARE_ARM) and pa.arms_for("vllm") == pa.ARMS
+    argv = pa.peer_argv("sglang", "http://h", "t", pa.Point("c=4", 16, concurrency=4), 256, 32, 1, Path("r"), True)
+    assert argv[argv.index("--backend") + 1] == "vllm"
+    assert pa.peer_argv("sglang", "http://h", "t", pa.Point("c=4", 16, 4), 256, 32, 1, Path("r"))[4] == "sglang-oai"
+    win = (pa.stat([0.6]), pa.stat([0.9]))
+    base = dict(
+        engine="sglang",
+        point="batch 8",
+        figure="output_tokens_per_s",
+        kvlab=pa.stat([937]),
+        kvlab_peer=pa.stat([1017, 874, 1043]),
+        kvlab_staggered=pa.stat([]),
+        peer=pa.stat([890, 819, 895]),
+        bound=0.05,
+        peer_extra_ms=23.5,
+    )
+    close = pa.Comparison(**base, peer_bare=pa.stat([990, 960, 1000]))
+    assert close.explanation("batch", win).endswith(
+        "the peer without its GET /server_info after the last completion (--backend vllm, the same requests: "
+        "990 (960–1000)) puts the peers' options at +2.7%, within the bound"
+    )
+    far = pa.Comparison(**base, peer_bare=pa.stat([900, 880, 910]))
+    line = far.explanation("batch", win)
+    assert "puts the peers' options at +13%, still beyond the bound" in line and "23.5 ms" not in line
+    assert "(24 ms here)" in pa.Comparison(**base).explanation("batch", win)  # no bare arm: the timed call
+    runs = [
+        *_runs("batch 8", "kvlab-peer-options", output_tokens_per_s=[1017, 874, 1043], ttft_p50_ms=[60, 58, 64]),
+        *_runs("batch 8", "peer", output_tokens_per_s=[890, 819, 895], ttft_p50_ms=[79, 80, 88]),
+        *_runs("batch 8", pa.BARE_ARM, output_tokens_per_s=[990, 960, 1000], ttft_p50_ms=[70, 71, 72]),
+    ]
+    raw = {**RAW, "engines": {"sglang": {"engine_version": "0.5.23", "runs": runs}}}
+    by_figure = {c.figure: c for c in pa.compare(raw)}
+    assert by_figure["output_tokens_per_s"].peer_bare == pa.stat([990, 960, 1000])
+    assert by_figure["ttft_p50_ms"].peer_bare is None  # the call moves the duration only
