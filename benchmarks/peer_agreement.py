@@ -404,11 +404,14 @@ def wave_spreads(arrivals: list[float], requests: int, wave: int) -> list[float]
 
 
 def take_arrivals(url: str) -> list[float]:
-    """The fixed-time server's arrival times since the last call (GET /arrivals, which starts a new list)."""
-    from urllib.request import urlopen
+    """The fixed-time server's arrival times since the last call (GET /arrivals, which starts a new list), through
+    kvlab's one control-call helper; an answer other than 200 raises."""
+    from kvlab.engines.base import http_json
 
-    with urlopen(url + "/arrivals", timeout=30) as answer:
-        return json.loads(answer.read())
+    status, body = http_json(url + "/arrivals", timeout=30.0)
+    if status != 200:
+        raise RuntimeError(f"GET /arrivals: {body}")
+    return body
 
 
 def time_server_info(url: str, reads: int = SERVER_INFO_READS) -> list[float]:
@@ -649,7 +652,26 @@ class Comparison:
     def agrees(self) -> bool | None:
         """With the peers' options, within the bound (None: informative figure, or no ratio)."""
         r = self.ratio_peer_options
-        return None if self.bound is None or r is None else abs(r - 1) <= self.bound + 1e-12
+        return None if self.bound is None or r is None else _within(r, self.bound)
+
+    def _without_server_info(self, duration: float | None) -> tuple[float, str] | None:
+        """kvlab (the peers' options) ÷ the peer without SGLang's GET /server_info, and the words that say how it
+        was had: measured (:data:`BARE_ARM`) where it ran, else the peer's duration less the separately timed call;
+        None where neither is known."""
+        bare = self.peer_bare
+        if bare is not None and bare.median is not None and self.kvlab_peer.median is not None:
+            ratio = self.kvlab_peer.median / bare.median
+            return ratio, (
+                f"the peer without its GET /server_info after the last completion (--backend vllm, the same "
+                f"requests: {bare.text()}) puts the peers' options at {_pct(ratio - 1)}"
+            )
+        if self.peer_extra_ms and duration and duration * 1000 > self.peer_extra_ms:
+            ratio = self.kvlab_peer.median / (self.peer.median * duration / (duration - self.peer_extra_ms / 1000))
+            return ratio, (
+                f"the peer's duration ({duration * 1000:.0f} ms) also holds its GET /server_info after the last "
+                f"completion ({self.peer_extra_ms:.0f} ms here); without it the peers' options give {_pct(ratio - 1)}"
+            )
+        return None
 
     def explanation(
         self,
@@ -667,7 +689,7 @@ class Comparison:
         if r is None or rp is None:
             return "no ratio (a median is missing)"
         bound = self.bound if self.bound is not None else 0.10
-        within = abs(r - 1) <= bound + 1e-12
+        within = _within(r, bound)
         if within and self.agrees is not False:
             return ""
         changed = peer_option_words(self.engine, point_kind)
@@ -680,31 +702,16 @@ class Comparison:
             else ""
         )
         head = f"kvlab's defaults {_pct(r - 1)}, the peers' options {_pct(rp - 1)}"
-        if abs(rp - 1) <= bound + 1e-12:
+        if _within(rp, bound):
             return (
                 f"kvlab's defaults {_pct(r - 1)}; with the peers' options ({', '.join(changed)}) {_pct(rp - 1)}: "
                 f"the difference is the definition{window}"
             )
-        duration, part = windows[1].median, ""
-        bare = self.peer_bare
-        if bare is not None and bare.median is not None and self.kvlab_peer.median is not None:
-            # the peer measured without the call: what the call's share is, not an estimate of it
-            rb = self.kvlab_peer.median / bare.median
-            said = (
-                f"the peer without its GET /server_info after the last completion (--backend vllm, the same "
-                f"requests: {bare.text()}) puts the peers' options at {_pct(rb - 1)}"
-            )
-            if abs(rb - 1) <= bound + 1e-12:
-                return f"{head}: {said}, within the bound"
-            part = f"; {said}, still beyond the bound"
-        elif self.peer_extra_ms and duration and duration * 1000 > self.peer_extra_ms:
-            # the peer's throughput over its duration less the call it times after the last completion
-            rc = self.kvlab_peer.median / (self.peer.median * duration / (duration - self.peer_extra_ms / 1000))
-            said = (
-                f"the peer's duration ({duration * 1000:.0f} ms) also holds its GET /server_info after the last "
-                f"completion ({self.peer_extra_ms:.0f} ms here); without it the peers' options give {_pct(rc - 1)}"
-            )
-            if abs(rc - 1) <= bound + 1e-12:
+        part = ""
+        without = self._without_server_info(windows[1].median)
+        if without is not None:
+            ratio, said = without
+            if _within(ratio, bound):
                 return f"{head}: {said}, within the bound"
             part = f"; {said}, still beyond the bound"
         arms = [(self.kvlab_peer, "with the peers' options kvlab's")] + ([] if within else [(self.kvlab, "kvlab's")])
@@ -727,11 +734,16 @@ class Comparison:
                 + ", so it arises in the engine, from what the two clients send"
                 + (", not when" if waves is not None else "")
                 + "; "
-                if clients_only is not None and abs(clients_only - 1) <= bound + 1e-12
+                if clients_only is not None and _within(clients_only, bound)
                 else ""
             )
             + _residual_hint(self.figure, point_kind, self.engine)
         )
+
+
+def _within(ratio: float, bound: float) -> bool:
+    """Whether a ratio to the peer is within ``bound`` of 1 (a ratio at the bound itself counts as within)."""
+    return abs(ratio - 1) <= bound + 1e-12
 
 
 def _pct(x: float) -> str:
