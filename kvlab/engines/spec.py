@@ -243,9 +243,9 @@ def kv_connector_problem(engine: str, extra_args: list[str], host: str) -> str |
         held = [config]
         if config["kv_connector"] == "MultiConnector":
             held = list((config.get("kv_connector_extra_config") or {}).get("connectors") or [])
-        for c in held:
-            name = c.get("kv_connector") if isinstance(c, dict) else None
-            if name not in LOCAL_KV_CONNECTORS or (isinstance(c, dict) and c.get("kv_connector_module_path")):
+        for c in (c if isinstance(c, dict) else {} for c in held):
+            name = c.get("kv_connector")
+            if name not in LOCAL_KV_CONNECTORS or c.get("kv_connector_module_path"):
                 return (
                     f"extra_args: {KV_TRANSFER_OPTION} sets up the KV connector {name!r}, which opens ports of its "
                     f"own (only {', '.join(sorted(LOCAL_KV_CONNECTORS))} open none): {fix}"
