@@ -356,9 +356,10 @@ def batch_time(
     mean_ctx = prompt + (w.output_tokens - 1) / 2
     prefill = prefill_time_s(cfg, prompt, w.batch_size, p)
     decode, left, first = 0.0, w.batch_size, None
+    steps: dict[int, Step] = {}  # every wave but the last holds conc sequences: one step computed per wave size
     while left > 0:
         n = min(conc, left)
-        step = decode_step(cfg, n, mean_ctx, p, a)
+        step = steps.get(n) or steps.setdefault(n, decode_step(cfg, n, mean_ctx, p, a))
         first = first or step
         decode += w.output_tokens * step.total_s
         left -= n
