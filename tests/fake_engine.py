@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 mode = os.environ.get("FAKE_MODE", "ok")
 port = int(sys.argv[sys.argv.index("--port") + 1])
@@ -14,13 +15,10 @@ print("fake engine argv:", sys.argv[1:], flush=True)
 if "--config" in sys.argv:  # like SGLang: reads its --config YAML at start-up and prints the settings, key included
     with open(sys.argv[sys.argv.index("--config") + 1]) as f:
         print("fake engine config:", f.read().strip(), flush=True)
-if mode == "kvsmall":
+if mode == "kvsmall":  # vLLM 0.32.0's own start-up failure at a 1 MiB KV budget, as its server logged it
     time.sleep(0.3)
-    print(
-        "ValueError: To serve at least one request with the model's max seq len (8192), (0.01 GiB KV cache is "
-        "needed ...). Based on the available memory, the estimated maximum model length is 1024.",
-        flush=True,
-    )
+    log = Path(__file__).with_name("fixtures") / "logs" / "vllm-cpu-kv-cache-too-small.log"
+    print(log.read_text().split("\n", 1)[1], end="", flush=True)  # without the fixture's own '#' line
     sys.exit(1)
 if mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # forces stop() to escalate to SIGKILL

@@ -10,7 +10,9 @@ The sweep, in order:
 2. One sweep of every experiment below in one process: ``studies`` on two servers (prefix caching on / off: shared
    fractions, multi-turn, 128 in flight; tests/test_studies.py), and on the cache-on server's exact configuration,
    sharing its one start: ``two_contexts`` and ``study_b`` (exact token counts, one start for two experiments),
-   ``repeats`` (the 90%-shared point twice: no run hits another's cache) and what ``resume`` has left. The second
+   ``repeats`` (the 90%-shared point twice: no run hits another's cache), ``blocks`` (vLLM's side of the
+   sglang-jax test: its prefix hits in whole blocks; a start of its own cost that test about 30 s) and what
+   ``resume`` has left. The second
    server's start overlaps the first's (the default), and it is paused (SIGSTOP, every process) while each run of
    the first group is measured; the sequential form is checked by the probe test (tests/test_runner.py).
 """
@@ -31,6 +33,12 @@ from kvlab import runner, store
 from kvlab.campaign import Campaign, SweepResult
 from kvlab.paths import ROOT
 from kvlab.experiment import ExperimentSpec
+
+#: The workload and steps of the ``blocks`` experiment, which tests/test_sglang_jax.py runs on sglang-jax too.
+BLOCKS_WORKLOAD = {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12}
+_BATCH = {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None}
+_SHARED = {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1}
+BLOCKS_STEPS = [_BATCH, _SHARED]
 
 #: How long the killed harness's engine may outlive it before the test fails (the watchdog's grace is shorter).
 ORPHAN_LIMIT_S = 10.0
@@ -162,6 +170,9 @@ def shared_sweep(data: Path) -> RealVllmSweep:
             data,
             {**small, "name": "repeats", "repeats": 2, "workload": {**studies["workload"], "shared_fraction": 0.9}},
         ),
+        # vLLM's side of tests/test_sglang_jax.py: 4 distinct 1,000-token prompts, then a 500-token shared prefix sent
+        # one request at a time (vLLM reuses whole 128-token blocks of it, sglang-jax every token)
+        _write(data, {**small, "name": "blocks", "matrix": {"step": BLOCKS_STEPS}, "workload": BLOCKS_WORKLOAD}),
     ]
     seen: list[tuple[str, bool, set[str]]] = []
 

@@ -262,9 +262,9 @@ def test_invalid_experiment_names_field(tmp_path):
 
 def test_a_start_that_fails_on_too_small_a_kv_cache_is_retried_as_configured(tmp_path):
     """The retry policy for a start failure: two configured attempts with one backoff between them, and the second
-    repeat of the same server not relaunched into the same failure. The engine is tests/fake_engine.py failing as
-    vLLM 0.32 does when its KV cache cannot hold one request of max_model_len; real vLLM's own failure is classified
-    by the probe test (its third KV budget)."""
+    repeat of the same server not relaunched into the same failure. The engine is tests/fake_engine.py printing
+    what vLLM 0.32.0's CPU build logged when its 1 MiB KV cache could not hold one request of max_model_len 8,192
+    (tests/fixtures/logs; that vLLM still raises the message: the next test)."""
     fake = Path(__file__).with_name("fake_engine.py")
     path = write_spec(
         tmp_path,
@@ -282,12 +282,29 @@ def test_a_start_that_fails_on_too_small_a_kv_cache_is_retried_as_configured(tmp
     att = store.load_attempts(tmp_path)
     assert att["attempt"].to_list() == [1, 2]
     assert att["failure_cause"].to_list() == ["kv_cache_too_small"] * 2
-    assert att["fits_max_len"].to_list() == [1024, 1024]  # what the engine said would fit
+    assert att["fits_max_len"].to_list() == [896, 896]  # what vLLM said would fit in 1 MiB
     runs = store.load_runs(tmp_path).sort("repeat")
     assert runs["attempts"].to_list() == [2, 0]  # the second repeat is not relaunched into the same failure
     assert runs["failure_cause"].to_list() == ["kv_cache_too_small"] * 2
     assert "not launched" in runs["notes"][1]
     assert not engine_processes(tag_of(path))
+
+
+def test_the_recorded_kv_cache_failure_is_the_installed_vllm_s_own_message(engine_python):
+    """The start-up failure the fake engine replays (tests/fixtures/logs/vllm-cpu-kv-cache-too-small.log, a real
+    vLLM 0.32.0 log) is still what the installed vLLM raises, and kvlab's vLLM adapter reads it as a KV cache too
+    small for one request, with the length vLLM said would fit. A real start into the failure is what this replaced:
+    it cost make test a whole vLLM start (docs/testing.md)."""
+    from kvlab.engines import get_adapter
+
+    log = (Path(__file__).parent / "fixtures" / "logs" / "vllm-cpu-kv-cache-too-small.log").read_text()
+    (site,) = (engine_python.parent.parent / "lib").glob("python3.*/site-packages")
+    source = (site / "vllm" / "v1" / "core" / "kv_cache_utils.py").read_text()
+    assert "To serve at least one request with the model's max seq len " in source
+    assert "the estimated maximum model length is" in source
+    failure = get_adapter("vllm").classify_failure(1, log)
+    assert (failure.cause, failure.fits_max_len, failure.exit_code) == ("kv_cache_too_small", 896, 1)
+    assert "To serve at least one request with the model's max seq len (8192)" in failure.detail
 
 
 # ----------------------------------------------------------------------------- real vLLM
@@ -304,9 +321,10 @@ def test_two_experiments_share_one_start_and_count_exact_tokens_at_two_contexts(
         "two_contexts": (2, 1),
         "study_b": (1, 1),
         "repeats": (2, 1),
+        "blocks": (2, 1),
         "resume": (3 - len(real_vllm.finished_before_kill), 1),
     }
-    names = {"studies", "resume", "two_contexts", "study_b", "repeats"}
+    names = {"studies", "resume", "two_contexts", "study_b", "repeats", "blocks"}
     for name in ("two_contexts", "study_b"):
         sweep = json.loads((tmp_path / "runs" / name / "manifest.json").read_text())["sweeps"][-1]
         assert [sorted(s["experiments"]) for s in sweep["servers"]] == [sorted(names)]
@@ -367,69 +385,6 @@ def _serves_token_prompts_with_its_key(tag: str, key: str) -> None:
     assert all(status == 200 for status, _ in salted), salted
     # the same prompt: a hit under the same salt, none under another run's (nor after the unsalted request)
     assert cached(salted[0][1]) == 0 and cached(salted[1][1]) > 0 and cached(salted[2][1]) == 0
-
-
-@pytest.mark.engine
-def test_the_probe_on_the_vllm_cpu_build_reports_tokens_and_margins_two_kv_budgets_agree_a_third_is_too_small(
-    tmp_path, monkeypatch, engine_python, tiny_model
-):
-    """probe: true on a real engine: each start answers the 8 probe prompts with 16 tokens and a top-2 margin per
-    token (vLLM reports log-probabilities), no run counts them (the server's own counters match the client's), and
-    two KV budgets of one model compute the same greedy tokens. The servers are keyed, and while the first runs it
-    serves token prompts as kvlab sends them (_serves_token_prompts_with_its_key); the key is on no command line
-    and in no log. A third budget, 1 MiB (1,024 tokens of the tiny model, far below max_model_len 8,192), is vLLM's
-    own start-up failure: classified kv_cache_too_small with the length vLLM says would fit, the run failed and not
-    retried (the policy retries nothing; the retry itself: the fake-engine test above)."""
-    from kvlab import analysis, probe
-
-    key = "k-" + os.urandom(8).hex()
-    monkeypatch.setenv("KVLAB_TEST_KEY", key)
-    path = write_spec(
-        tmp_path,
-        "probe_real",
-        workload={"batch_size": 1, "context_tokens": 256},
-        engine={"api_key_env": "KVLAB_TEST_KEY"},
-        matrix={"engine.kv_cache_bytes": [64 * 2**20, 32 * 2**20, 2**20]},
-    )
-    path.write_text(path.read_text() + "probe: true\n")
-    tag = tag_of(path)
-    groups: list[set[int]] = []  # per run: the process groups of this test's engines alive while it was stored
-
-    def on_run(run, status):
-        groups.append({os.getpgid(p.pid) for p in engine_processes(tag) if p.is_running()})
-        if len(groups) == 1:
-            assert not engine_processes(key), "the key is on a command line"
-            _serves_token_prompts_with_its_key(tag, key)
-            assert_listens_on_loopback_only(tag)
-
-    # sequential starts (`kvlab sweep --sequential-starts`): the second server is launched only after the first
-    # group's runs, so while a run is measured no other server of the sweep exists (overlapped starts: the real-vLLM
-    # test in test_studies)
-    res = Campaign(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute(
-        runner.LocalExecutor(overlap_starts=False)
-    )
-    assert (res.ok, res.failed, res.server_starts) == (2, 1, 3)
-    assert [len(g) for g in groups] == [1, 1, 0] and groups[0] != groups[1], groups
-    servers = json.loads((tmp_path / "runs" / "probe_real" / "manifest.json").read_text())["sweeps"][-1]["servers"]
-    assert [s["start_overlapped"] for s in servers] == [False, False, False]
-    assert all("vllm.entrypoints" in " ".join(s["argv"]) for s in servers)
-    att = store.load_attempts(tmp_path).filter(pl.col("status") != "ok")
-    assert att["failure_cause"].to_list() == ["kv_cache_too_small"]
-    assert 0 < att["fits_max_len"][0] <= 1024, att["fits_max_len"][0]  # what vLLM says would fit in 1 MiB
-    runs = store.load_runs(tmp_path)
-    failed = runs.filter(pl.col("status") != "ok")
-    assert (failed["failure_cause"].to_list(), failed["attempts"].to_list()) == (["kv_cache_too_small"], [1])
-    runs = runs.filter(pl.col("status") == "ok").sort("kv_budget_bytes", descending=True)
-    assert runs["engine_version"].to_list() == ["0.32.0", "0.32.0"]
-    assert runs["server_prompt_tokens"].to_list() == runs["served_prompt_tokens"].to_list() == [240, 240]
-    probes = store.load_probes(tmp_path)
-    assert probes.height == 2 * len(probe.PROBE_PROMPTS) and probes["error"].null_count() == probes.height
-    assert probes["tokens"].list.len().to_list() == [16] * probes.height
-    assert all(m is not None for ms in probes["margins"].to_list() for m in ms)
-    assert analysis.probe_summary(probes)["probe"].to_list() == ["reference", "identical"]
-    for log in (tmp_path / "runs").rglob("server*.log"):
-        assert key not in log.read_text(), log
-    assert not engine_processes(tag) and not server_records(tag)
 
 
 def _kill_engine_when_streaming(
@@ -498,69 +453,122 @@ LONG = 1000  # output tokens of the run that is killed (prompt + output stay und
 
 
 @pytest.mark.engine
-def test_a_killed_engine_core_is_a_crash_retried_on_a_new_server_and_a_hung_engine_a_timeout(
+def test_probe_faults_and_kv_budgets_on_the_vllm_cpu_build_in_one_sequential_sweep(
     tmp_path, monkeypatch, engine_python, tiny_model
 ):
-    """One sweep on the real vLLM CPU build, each fault fired at the first chunk of the run it is for (recognised by
-    its output length, so a fault never lands on another run), two starts in all:
+    """One keyed sweep on the real vLLM CPU build with ``probe: true`` and sequential starts (`kvlab sweep
+    --sequential-starts`: a server is launched only after the previous group's runs, so while a run is measured no
+    other server of the sweep exists; overlapped starts: the shared sweep, tests/real_vllm.py), its runs in the file's
+    order, three starts in all (until 2026-12-06 the probe's three budgets and the faults were two sweeps of five
+    starts; each vLLM start costs make test about 30 s):
 
-    1. vLLM's EngineCore alone SIGKILLed in a 3,000-token run (its API server lives on and logs EngineDeadError):
-       a crash with that line, retried on a new server;
-    2. a 16-token run on that second server;
-    3. the engine stopped (SIGSTOP) in a 7,001-token run, the group's last: 10 s without data is a timeout, the
-       stopped server is killed, and the run fails (the policy retries crashes only) with both its requests
-       recorded. Last, so no server is started after it.
+    1. 64 MiB of KV: vLLM's EngineCore alone SIGKILLed at the first chunk of a 3,000-token run (its API server lives
+       on and logs EngineDeadError): a crash with that line, retried on a new server (the policy retries crashes);
+    2. a 16-token run on that second server; while it is the one running, it serves token prompts as kvlab sends
+       them with its key (_serves_token_prompts_with_its_key) and listens on the loopback only;
+    3. the engine stopped (SIGSTOP) at the first chunk of a 7,001-token run, the group's last: 10 s without data is a
+       timeout, the stopped server is killed, and the run fails (not retried) with both its requests recorded;
+    4. 32 MiB: a short run. Each start answers the 8 probe prompts with 16 tokens and a top-2 margin per token (vLLM
+       reports log-probabilities), no run counts them (the server's counters match the client's), and the two
+       budgets compute the same greedy tokens (the latest start of a configuration counts: the second 64 MiB one).
 
-    A whole engine group SIGKILLed is the same crash path, on a real engine in tests/test_sglang_jax.py; here it
-    cost two more starts (about 45 s of make test's critical path). 10 s of silence, not 20: each run's first token
-    follows its prefill of 2 x 1,000 tokens (2 x 6,984 tokens once took more than 5 s on a 2-core EPYC without
-    AVX-512 in float32; 2 x 1,000 is a seventh of that). The killed run is about 3,000 decode steps long after its
-    trigger, so the engine cannot stream it to its end ahead of a slow client before the kill lands; the stopped
-    one about 7,000."""
-    core, hung = 3 * LONG, 7 * LONG + 1  # 3,000: make test once read the first chunk of a 900-token run after its
-    # 900 steps (the other pass busy beside it, 2026-12-05), so the killed EngineCore had already finished it. The
-    # stopped run longer still: a 3,001-token run once streamed to its end before its SIGSTOP landed (make test,
-    # 2026-12-06, every test a fifth slower than the day before), and it is never retried, so its length costs
-    # nothing when the stop lands in time (7,001 + 1,000 tokens stay under BASE_ENGINE's max_model_len of 8,192)
-    steps = [{"workload.output_tokens": n, "workload.context_tokens": n + 1000} for n in (core, 16, hung)]
+    A third budget of 1 MiB, vLLM's own start-up failure (kv_cache_too_small), was a fourth start until 2026-12-06:
+    its log is a fixture now, replayed by the fake engine (test_the_recorded_kv_cache_failure_is_the_installed_...).
+
+    The key is on no command line and in no log. Each fault fires at the first chunk of the run it is for
+    (recognised by its output length, so a fault never lands on another run or on the probe). 10 s of silence, not
+    20: each long run's first token follows its prefill of 2 x 1,000 tokens (2 x 6,984 tokens once took more than 5
+    s on a 2-core EPYC without AVX-512 in float32; 2 x 1,000 is a seventh of that). The killed run is about 3,000
+    decode steps long after its trigger, so the engine cannot stream it to its end ahead of a slow client before the
+    kill lands: make test once read the first chunk of a 900-token run after its 900 steps (the other pass busy
+    beside it, 2026-12-05). The stopped one longer still: a 3,001-token run once streamed to its end before its
+    SIGSTOP landed (make test, 2026-12-06), and it is never retried, so its length costs nothing when the stop lands
+    in time (7,001 + 1,000 tokens stay under BASE_ENGINE's max_model_len of 8,192). A whole engine group SIGKILLed is
+    the same crash path, on a real engine in tests/test_sglang.py and tests/test_sglang_jax.py."""
+    from kvlab import analysis, probe
+
+    key = "k-" + os.urandom(8).hex()
+    monkeypatch.setenv("KVLAB_TEST_KEY", key)
+    core, hung = 3 * LONG, 7 * LONG + 1
+    big, small = 64 * 2**20, 32 * 2**20
+    short = {"workload.batch_size": 1, "workload.context_tokens": 256, "workload.output_tokens": 16}
+    steps = [
+        *(
+            {"engine.kv_cache_bytes": big, "workload.output_tokens": n, "workload.context_tokens": n + 1000}
+            for n in (core, 16, hung)
+        ),
+        {"engine.kv_cache_bytes": small, **short},
+    ]
     path = write_spec(
         tmp_path,
-        "faults",
-        engine={"stall_timeout_s": 10},
+        "probe_faults",
+        engine={"api_key_env": "KVLAB_TEST_KEY", "stall_timeout_s": 10},
         workload={"batch_size": 2},
         matrix={"step": steps},
         retry={"max_attempts": 2, "backoff_s": 0.1, "retry_on": ["crash"]},
     )
+    path.write_text(path.read_text() + "probe: true\n")
     tag = tag_of(path)
+    groups: list[set[int]] = []  # per run: the process groups of this test's engines alive while it was stored
+
+    def on_run(run, status):
+        groups.append({os.getpgid(p.pid) for p in engine_processes(tag) if p.is_running()})
+        if len(groups) == 2:  # the 16-token run, on the second 64 MiB server
+            assert not engine_processes(key), "the key is on a command line"
+            _serves_token_prompts_with_its_key(tag, key)
+            assert_listens_on_loopback_only(tag)
+
     core_killed = _kill_engine_when_streaming(monkeypatch, tag, core, only="EngineCore")
     stopped = _kill_engine_when_streaming(monkeypatch, tag, hung, sig=signal.SIGSTOP)
-    res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
+    res = Campaign(ExperimentSpec.load(path), tmp_path, on_run=on_run).execute(
+        runner.LocalExecutor(overlap_starts=False)
+    )
     assert stopped and core_killed, f"no token streamed: {stopped=} {core_killed=}"
-    runs = {r["output_tokens"]: r for r in store.load_runs(tmp_path).iter_rows(named=True)}
+    runs = store.load_runs(tmp_path)
     attempts = store.load_attempts(tmp_path)
+    by = {(r["kv_budget_bytes"], r["output_tokens"]): r for r in runs.iter_rows(named=True)}
 
-    def tries(n: int) -> list[tuple]:
-        sel = attempts.filter(pl.col("run_id") == runs[n]["run_id"]).sort("attempt")
+    def tries(budget: int, n: int) -> list[tuple]:
+        sel = attempts.filter(pl.col("run_id") == by[budget, n]["run_id"]).sort("attempt")
         return sel.select("status", "failure_cause", "detail").rows()
 
+    outcomes = runs.select("kv_budget_bytes", "output_tokens", "status", "failure_cause", "attempts").rows()
+    assert (res.ok, res.failed, res.server_starts) == (3, 1, 3), outcomes
+    # one server at a time: the crashed run's retry and the 16-token run on one server, the 32 MiB run on another
+    assert [len(g) for g in groups[:2]] == [1, 1] and groups[0] == groups[1], groups
+    assert len(groups[3]) == 1 and groups[3] != groups[0], groups
+    servers = json.loads((tmp_path / "runs" / "probe_faults" / "manifest.json").read_text())["sweeps"][-1]["servers"]
+    assert [s["start_overlapped"] for s in servers] == [False] * 3
+    assert all("vllm.entrypoints" in " ".join(s["argv"]) for s in servers)
+
     # 1. a crash, retried once on a new server, ok the second time with every request served
-    assert (runs[core]["status"], runs[core]["attempts"], runs[core]["requests_ok"]) == ("ok", 2, 2), tries(core)
-    (first, cause, detail), _ = tries(core)
+    assert (by[big, core]["status"], by[big, core]["attempts"], by[big, core]["requests_ok"]) == ("ok", 2, 2)
+    (first, cause, detail), _ = tries(big, core)
     assert (first, cause) == ("failed", "crash") and "EngineDead" in detail, detail
     # 2. the new server serves the rest of the group
-    assert runs[16]["status"] == "ok", tries(16)
+    assert by[big, 16]["status"] == "ok", tries(big, 16)
     # 3. hung: a timeout, not retried; its stopped server's /metrics is given 2 s after the stall, not the usual 30
-    assert (runs[hung]["status"], runs[hung]["failure_cause"], runs[hung]["attempts"]) == ("failed", "timeout", 1)
-    assert runs[hung]["requests_ok"] + runs[hung]["requests_failed"] == 2  # no request vanishes
-    ((_, _, detail),) = tries(hung)
+    h = by[big, hung]
+    assert (h["status"], h["failure_cause"], h["attempts"]) == ("failed", "timeout", 1), tries(big, hung)
+    assert h["requests_ok"] + h["requests_failed"] == 2  # no request vanishes
+    ((_, _, detail),) = tries(big, hung)
     assert "no data for 10 s" in detail and "server killed" in detail, detail
-    assert "server metrics unavailable after the run: no counter deltas (no answer within 2 s)" in runs[hung]["notes"]
-    failed = store.load_requests(tmp_path).filter(
-        (pl.col("run_id") == runs[hung]["run_id"]) & (pl.col("status") != "ok")
-    )
+    assert "server metrics unavailable after the run: no counter deltas (no answer within 2 s)" in h["notes"]
+    failed = store.load_requests(tmp_path).filter((pl.col("run_id") == h["run_id"]) & (pl.col("status") != "ok"))
     assert failed.height >= 1 and failed["error"].null_count() == 0
-    assert res.server_starts == 2
-    assert not engine_processes(tag)
+    # 4. the probe: no run counts it (the server's counters equal the client's), both budgets compute the same tokens
+    ok = runs.filter(pl.col("status") == "ok")
+    assert ok["engine_version"].to_list() == ["0.32.0"] * 3
+    assert ok["server_prompt_tokens"].to_list() == ok["served_prompt_tokens"].to_list()
+    assert by[small, 16]["served_prompt_tokens"] == 240
+    probes = store.load_probes(tmp_path)
+    assert probes.height == 2 * len(probe.PROBE_PROMPTS) and probes["error"].null_count() == probes.height
+    assert probes["tokens"].list.len().to_list() == [16] * probes.height
+    assert all(m is not None for ms in probes["margins"].to_list() for m in ms)
+    assert analysis.probe_summary(probes)["probe"].to_list() == ["reference", "identical"]
+    for log in (tmp_path / "runs").rglob("server*.log"):
+        assert key not in log.read_text(), log
+    assert not engine_processes(tag) and not server_records(tag)
 
 
 @pytest.mark.engine

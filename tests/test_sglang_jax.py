@@ -14,7 +14,7 @@ import polars as pl
 import psutil
 import pytest
 import yaml
-from test_runner import BASE_ENGINE, _kill_engine_when_streaming, engine_processes
+from test_runner import _kill_engine_when_streaming, engine_processes
 
 from kvlab import runner, store
 from kvlab.campaign import Campaign
@@ -113,11 +113,15 @@ LONG = 900  # output tokens of the run that is killed at its first chunk; sglang
 
 @pytest.mark.engine
 def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(
-    tmp_path, monkeypatch, engine_python, sglang_jax_python, tiny_model
+    tmp_path, monkeypatch, sglang_jax_python, tiny_model, real_vllm
 ):
-    """Exact usage counts; one shared 500-token prefix: sglang-jax reuses all 500 tokens, vLLM 3 blocks of 128.
-    Then sglang-jax is SIGKILLed at the first chunk of a 900-token run: a crash (not retried) with every request
-    recorded, and the next run gets a new server; nothing of it is left, not even a zombie."""
+    """Exact usage counts; one shared 500-token prefix: sglang-jax reuses all 500 tokens, vLLM 3 blocks of 128 (its
+    side: the ``blocks`` experiment of the shared real-vLLM sweep, the same workload and steps on a server with
+    prefix caching on: tests/real_vllm.py). Then sglang-jax is SIGKILLed at the first chunk of a 900-token run: a
+    crash (not retried) with every request recorded, and the next run gets a new server; nothing of it is left, not
+    even a zombie."""
+    from real_vllm import BLOCKS_STEPS, BLOCKS_WORKLOAD
+
     tag = f"kvlab-test-{uuid.uuid4().hex[:8]}"
     engines = {
         # a decode line at every step: prefill lines count only the batch already running (0 when all 4 requests
@@ -127,33 +131,17 @@ def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(
             "served_model_name": f"{tag}-sgljax",
             "extra_args": [*SGLANG_JAX["extra_args"], "--decode-log-interval", "1"],
         },
-        # a name of its own: vLLM's server starts while sglang-jax runs (overlapped), and the kill is for sglang-jax
-        "vllm": {**BASE_ENGINE, "served_model_name": f"{tag}-vllm", "max_model_len": 1024},
     }
-    batch = {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "workload.concurrency": None}
-    shared = {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1}
+    batch, shared = BLOCKS_STEPS
     short = {**batch, "workload.batch_size": 2, "workload.prompt_tokens": 64}
-    steps = [
-        {"engine": "sglang-jax", **batch},
-        {"engine": "sglang-jax", **shared},
-        {"engine": "sglang-jax", **short, "workload.output_tokens": LONG},
-        {"engine": "sglang-jax", **short, "workload.output_tokens": 8},
-        {"engine": "vllm", **batch},
-        {"engine": "vllm", **shared},
-    ]
-    path = _write(
-        tmp_path,
-        "sgljax",
-        engines,
-        {"kind": "fixed_batch", "batch_size": 4, "prompt_tokens": 1000, "output_tokens": 12},
-        {"step": steps},
-    )
+    steps = [batch, shared, {**short, "workload.output_tokens": LONG}, {**short, "workload.output_tokens": 8}]
+    path = _write(tmp_path, "sgljax", engines, BLOCKS_WORKLOAD, {"step": steps})
     killed = _kill_engine_when_streaming(monkeypatch, f"{tag}-sgljax", LONG)
     res = Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor())
     assert killed, "no request of the long run streamed a token"
     runs = store.load_runs(tmp_path)
     outcomes = runs.select("engine", "mode", "output_tokens", "status", "failure_cause", "notes").rows()
-    assert (res.ok, res.failed, res.server_starts) == (5, 1, 3), outcomes  # sglang-jax twice (the kill), vLLM once
+    assert (res.ok, res.failed, res.server_starts) == (3, 1, 2), outcomes  # twice: the kill
     by_tokens = {r["output_tokens"]: r for r in runs.iter_rows(named=True)}
     # the killed run: a crash, both requests recorded, at least one failed; the next run on a new server
     assert (by_tokens[LONG]["status"], by_tokens[LONG]["failure_cause"]) == ("failed", "crash")
@@ -161,8 +149,12 @@ def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(
     assert by_tokens[LONG]["requests_failed"] >= 1
     assert by_tokens[8]["status"] == "ok"
 
-    runs = runs.filter(pl.col("output_tokens") == 12)
-    reqs = store.load_requests(tmp_path).join(runs.select("run_id", "engine", "mode"), on="run_id")
+    vllm = store.load_runs(real_vllm.data).filter(pl.col("experiment") == "blocks")
+    runs = pl.concat([runs.filter(pl.col("output_tokens") == 12), vllm], how="diagonal_relaxed")
+    reqs = pl.concat([store.load_requests(tmp_path), store.load_requests(real_vllm.data)], how="diagonal_relaxed").join(
+        runs.select("run_id", "engine", "mode"), on="run_id"
+    )
+    assert sorted(runs["engine"]) == ["sglang-jax", "sglang-jax", "vllm", "vllm"]
     assert reqs.height == 16 and (reqs["status"] == "ok").all()
     assert reqs["prompt_tokens"].to_list() == [1000] * 16 and reqs["output_tokens"].to_list() == [12] * 16
     # token-bearing chunks: at most one per token (an engine may put several tokens in one chunk)
