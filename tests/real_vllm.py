@@ -1,27 +1,22 @@
 """One sweep on the real vLLM CPU build that several engine tests read (conftest's session fixture ``real_vllm``):
-each vLLM start costs about 35 s of the suite's time on a 2-core machine, so experiments that need the same server
+each vLLM start costs about 30 s of the suite's time on a 2-core machine, so experiments that need the same server
 configuration share one start, as kvlab's own sweeps do.
 
-The sweep, in order:
+One sweep of every experiment below in one process: ``studies`` on two servers (prefix caching on / off: shared
+fractions, multi-turn, 128 in flight; tests/test_studies.py), and on the cache-on server's exact configuration,
+sharing its one start: ``two_contexts`` and ``study_b`` (exact token counts, one start for two experiments),
+``repeats`` (the 90%-shared point twice: no run hits another's cache) and ``blocks`` (vLLM's side of the sglang-jax
+test: its prefix hits in whole blocks; a start of its own cost that test about 30 s). The second server's start
+overlaps the first's (the default), and it is paused (SIGSTOP, every process) while each run of the first group is
+measured; the sequential form is checked by the probe test (tests/test_runner.py).
 
-1. ``resume`` (3 repeats of a 400-token run) is swept by a ``kvlab sweep`` subprocess that is SIGKILLed as soon as
-   one run is finished: no cleanup handler runs, so the engine must be stopped by the server's watchdog, and the
-   runs it finished must be reused, not redone (tests/test_runner.py).
-2. One sweep of every experiment below in one process: ``studies`` on two servers (prefix caching on / off: shared
-   fractions, multi-turn, 128 in flight; tests/test_studies.py), and on the cache-on server's exact configuration,
-   sharing its one start: ``two_contexts`` and ``study_b`` (exact token counts, one start for two experiments),
-   ``repeats`` (the 90%-shared point twice: no run hits another's cache), ``blocks`` (vLLM's side of the
-   sglang-jax test: its prefix hits in whole blocks; a start of its own cost that test about 30 s) and what
-   ``resume`` has left. The second
-   server's start overlaps the first's (the default), and it is paused (SIGSTOP, every process) while each run of
-   the first group is measured; the sequential form is checked by the probe test (tests/test_runner.py).
+Until 2026-12-06 a third start came first: a `kvlab sweep` SIGKILLed after one finished run, resumed here. The
+resume needs no engine of its own (tests/test_runner.py resumes a killed sweep of an external fixture server), and a
+SIGKILLed harness's real vLLM going with it is tests/test_server.py's test.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +24,8 @@ from pathlib import Path
 import yaml
 from test_runner import BASE_ENGINE, engine_processes
 
-from kvlab import runner, store
+from kvlab import runner
 from kvlab.campaign import Campaign, SweepResult
-from kvlab.paths import ROOT
 from kvlab.experiment import ExperimentSpec
 
 #: The workload and steps of the ``blocks`` experiment, which tests/test_sglang_jax.py runs on sglang-jax too.
@@ -40,9 +34,6 @@ _BATCH = {"workload.kind": "fixed_batch", "workload.shared_fraction": None, "wor
 _SHARED = {"workload.kind": "shared_prefix", "workload.shared_fraction": 0.5, "workload.concurrency": 1}
 BLOCKS_STEPS = [_BATCH, _SHARED]
 
-#: How long the killed harness's engine may outlive it before the test fails (the watchdog's grace is shorter).
-ORPHAN_LIMIT_S = 10.0
-
 
 @dataclass
 class RealVllmSweep:
@@ -50,37 +41,12 @@ class RealVllmSweep:
     tag: str  # the served model name, on every engine's command line
     result: SweepResult  # the one-process sweep (step 2)
     seen: list[tuple[str, bool, set[str]]]  # per run: its experiment, its caching, the other group's process states
-    finished_before_kill: set[str]  # the run keys of resume that the killed harness had finished
-    mtimes: dict[str, int]  # their run.parquet's mtime, right after the kill
-    orphan_s: float  # how long an engine of the killed harness outlived it (ORPHAN_LIMIT_S if it did not go)
 
 
 def _write(data: Path, spec: dict) -> Path:
     path = data / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
-
-
-def _kill_harness_after_first_run(path: Path, data: Path, tag: str) -> tuple[set[str], dict[str, int], float]:
-    exp_dir = data / "runs" / "resume"
-    harness = subprocess.Popen(
-        [sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(data)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 240
-    while not store.finished_run_keys(exp_dir) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    harness.kill()  # SIGKILL: no cleanup handler runs; the server's watchdog stops the engine
-    harness.wait()
-    killed = time.monotonic()
-    first = store.finished_run_keys(exp_dir)
-    mtimes = {k: (exp_dir / k / "run.parquet").stat().st_mtime_ns for k in first}
-    while engine_processes(tag) and time.monotonic() - killed < ORPHAN_LIMIT_S:
-        time.sleep(0.2)
-    orphan_s = ORPHAN_LIMIT_S if engine_processes(tag) else time.monotonic() - killed
-    return first, mtimes, orphan_s
 
 
 def shared_sweep(data: Path) -> RealVllmSweep:
@@ -134,19 +100,8 @@ def shared_sweep(data: Path) -> RealVllmSweep:
         "warmup": True,
         "retry": {"max_attempts": 1, "retry_on": []},
     }
-    resume = _write(
-        data,
-        {
-            **small,
-            "name": "resume",
-            "repeats": 3,
-            "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 1024, "output_tokens": 400},
-        },
-    )
-    first, mtimes, orphan_s = _kill_harness_after_first_run(resume, data, tag)
     paths = [
         _write(data, studies),
-        resume,
         # 2 x 992 against 2 x 4,064 prompt tokens (four times the prefill), and one single run
         _write(
             data,
@@ -183,4 +138,4 @@ def shared_sweep(data: Path) -> RealVllmSweep:
 
     # overlapped starts: the default
     result = Campaign([ExperimentSpec.load(p) for p in paths], data, on_run=on_run).execute(runner.LocalExecutor())
-    return RealVllmSweep(data, tag, result, seen, first, mtimes, orphan_s)
+    return RealVllmSweep(data, tag, result, seen)
