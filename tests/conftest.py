@@ -66,7 +66,8 @@ def sglang_python() -> Path:
 
 
 #: The engine test that computes most (the embedded default's sweep: four servers, eight runs) runs last: under `make
-#: test` the engine-free pass beside it has then usually ended, so it has both cores. No test waits for that.
+#: test` it then has both cores if the engine-free pass beside it has ended (since the passes were balanced, 2026-12-06,
+#: both end within about a minute of each other, so it rarely has). No test waits for that.
 LAST_MODULES = ("test_embedded_default.py",)
 
 

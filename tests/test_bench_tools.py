@@ -173,6 +173,7 @@ def test_every_benchmark_imports_as_a_module_of_the_package(name):
     assert module.__name__ == f"benchmarks.{name}"
 
 
+@pytest.mark.engine_env
 def test_the_vllm_driver_imports_in_the_engine_venv(engine_python):
     """vLLM's driver imports vLLM's own request function, so it runs in the engine venv (which has no kvlab). It
     starts no server, so it runs with the engine-free tests (as the engines' parser checks do), not in the engine

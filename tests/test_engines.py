@@ -105,6 +105,7 @@ def parser_answers(request, tmp_path_factory):
     return answer
 
 
+@pytest.mark.engine_env
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
 def test_every_argv_parses_with_the_engines_own_parser(engine, parser_answers):
     argvs, errors, _ = parser_answers(engine)
@@ -113,6 +114,7 @@ def test_every_argv_parses_with_the_engines_own_parser(engine, parser_answers):
     assert not bad, bad[:3]
 
 
+@pytest.mark.engine_env
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
 def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, parser_answers):
     """Each engine's own parser, asked which options carry a secret (destination *key, *token, *secret, *password)
@@ -132,6 +134,7 @@ def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, p
                 _spec(engine, extra_args=[s, "k"])
 
 
+@pytest.mark.engine_env
 def test_sglang_reads_the_key_file_kvlab_writes(parser_answers):
     """SGLang's own parser takes the --config file EngineServer writes for the key (its keys are spelt as the
     flags are: 'api_key' would be refused as an unknown --api_key); the key is on no argv."""

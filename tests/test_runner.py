@@ -290,6 +290,7 @@ def test_a_start_that_fails_on_too_small_a_kv_cache_is_retried_as_configured(tmp
     assert not engine_processes(tag_of(path))
 
 
+@pytest.mark.engine_env
 def test_the_recorded_kv_cache_failure_is_the_installed_vllm_s_own_message(engine_python):
     """The start-up failure the fake engine replays (tests/fixtures/logs/vllm-cpu-kv-cache-too-small.log, a real
     vLLM 0.32.0 log) is still what the installed vLLM raises, and kvlab's vLLM adapter reads it as a KV cache too

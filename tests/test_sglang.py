@@ -52,6 +52,7 @@ def _probe(python, code: str, compat: bool) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
 
 
+@pytest.mark.engine_env
 def test_the_compat_fix_is_still_needed_and_still_applies(sglang_python):
     """Without the fix the CUDA kernel wheel does not import (no libcuda) and the CPU op is missing; with it,
     the wheel imports, the op exists and does what SGLang's C++ kernel does. A release that imports on a CPU

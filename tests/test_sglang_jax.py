@@ -49,6 +49,7 @@ def _site_packages(python: Path) -> Path:
 # ----------------------------------------------------------------------------- the patch
 
 
+@pytest.mark.engine_env
 def test_the_patch_is_applied_and_still_needed(sglang_jax_python, tmp_path):
     """The installed file is the pinned wheel's file plus exactly kvlab's patch, and the wheel still lacks the fix.
 
@@ -186,6 +187,7 @@ def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(
     _no_process_left(tag)
 
 
+@pytest.mark.engine_env
 def test_the_sglang_jax_environment_is_separate(sglang_jax_python):
     """kvlab never imports an engine: sgl_jax lives only in its own venv (Python >= 3.12)."""
     out = subprocess.run(
