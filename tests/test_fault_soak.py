@@ -31,7 +31,7 @@ def test_a_hostile_soak_ends_every_request_within_its_bounds_and_loses_no_run(tm
     and 10^6 chunks: oversized; a drip: timeout at its deadline, 1 s x (2 + 2) = 4 s; a 307: http_status, not
     followed), every run stored, and the process's peak RSS grows by less than 300 MiB."""
     monkeypatch.setattr(runner, "ENGINE_DEATH_WAIT_S", 0.0)
-    raw = fault_soak.soak(tmp_path, runs=6, batch=20, fault_rate=0.25, metrics_fault_rate=0.0, seed=1, hostile=True)
+    raw = fault_soak.soak(tmp_path, runs=3, batch=40, fault_rate=0.25, metrics_fault_rate=0.0, seed=1, hostile=True)
     with capsys.disabled():
         print(
             f"\nhostile soak: {raw['requests_stored']} requests in {raw['runs_stored']} runs, {raw['wall_s']:.1f} s; "
@@ -39,7 +39,7 @@ def test_a_hostile_soak_ends_every_request_within_its_bounds_and_loses_no_run(tm
             f"peak RSS {raw['rss_peak_before_mib']:.0f} -> {raw['rss_peak_mib']:.0f} MiB"
         )
     assert fault_soak.problems(raw) == []
-    assert raw["escaped"] is None and raw["requests_stored"] == 120 and raw["runs_stored"] == 6
+    assert raw["escaped"] is None and raw["requests_stored"] == 120 and raw["runs_stored"] == 3
     assert set(raw["faults_drawn"]) == set(HOSTILE_FAULTS)
     assert (
         raw["request_outcomes"]["oversized"] == raw["faults_drawn"]["endless"] + raw["faults_drawn"]["huge_chunk_count"]
