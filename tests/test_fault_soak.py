@@ -1,5 +1,5 @@
 """The fault soak (benchmarks/fault_soak.py), seeded and fast: 200 requests in 10 runs through the runner and client
-against the SSE fixture serving every plain fault it knows, and 120 in 6 runs against its hostile modes (an endless
+against the SSE fixture serving every plain fault it knows, and 120 in 3 runs against its hostile modes (an endless
 stream, a drip, 10^6 chunks, a redirect); no engine."""
 
 from __future__ import annotations
