@@ -673,18 +673,44 @@ class Comparison:
             )
         return None
 
+    def _split_differently(self, parts: tuple[Comparison, Comparison] | None) -> str:
+        """For TPOT with the peers' options: where the E2E p50 agrees (the repeats overlap, or within 10%) and the
+        TTFT p50 moved the other way, the words that say so ('' otherwise). A request's TPOT is (E2E - TTFT) over
+        its tokens after the first, so with the same span from send to last token a first token that comes earlier
+        leaves more of the span to the decode: the TPOT difference is the TTFT difference, moved."""
+        if self.figure != "tpot_p50_ms" or parts is None:
+            return ""
+        ttft, e2e = parts
+        rt, re_, rp = ttft.ratio_peer_options, e2e.ratio_peer_options, self.ratio_peer_options
+        if rt is None or re_ is None or rp is None or (rt - 1) * (rp - 1) >= 0:
+            return ""
+        if overlap(e2e.kvlab_peer, e2e.peer):
+            same = f"kvlab's E2E p50 repeats ({e2e.kvlab_peer.low:.4g}–{e2e.kvlab_peer.high:.4g} ms) overlap the peer's"
+        elif _within(re_, 0.10):
+            same = f"kvlab's E2E p50 is {re_:.3f}× the peer's"
+        else:
+            return ""
+        when = "earlier" if rt < 1 else "later"
+        return (
+            f"TPOT is (E2E - TTFT) over the tokens after the first: {same}, while its first token comes {when} "
+            f"(TTFT p50 {rt:.3f}× the peer's), so the same span from send to last token leaves "
+            f"{'more' if rt < 1 else 'less'} of it to the decode; the TPOT difference is the TTFT difference, moved"
+        )
+
     def explanation(
         self,
         point_kind: str,
         windows: tuple[Stat, Stat],
         clients_only: float | None = None,
         waves: tuple[float, float] | None = None,
+        parts: tuple[Comparison, Comparison] | None = None,
     ) -> str:
         """One line on the difference with kvlab's defaults, where it is beyond the bound (10% for the informative
         figures), or with the peers' options, where only that arm misses its bound: which of the peers' options
         moves it, from the measured ratios; '' where nothing needs one. ``clients_only``: the same figure's ratio
         (the peers' options) against the fixed-time server, where measured; ``waves``: the widest arrival spread of
-        a wave there, kvlab's with the peers' options and the peer's (:func:`wave_spread`)."""
+        a wave there, kvlab's with the peers' options and the peer's (:func:`wave_spread`); ``parts``: for TPOT, the
+        TTFT p50 and E2E p50 comparisons of the same point (:meth:`_split_differently`)."""
         r, rp = self.ratio, self.ratio_peer_options
         if r is None or rp is None:
             return "no ratio (a median is missing)"
@@ -722,6 +748,9 @@ class Comparison:
                     f"({self.peer.low:.4g}–{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
                     f"{part}"
                 )
+        split = self._split_differently(parts)
+        if split:
+            return f"{head}: {split}{part}"
         return (
             f"{head}: not explained by the peer's options ({', '.join(changed)}){window}{part}; "
             + (
@@ -841,13 +870,17 @@ def summarise(raw: dict) -> list[Row]:
     kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
     alone = clients_only_ratios(raw)
     rows: list[Row] = []
-    for c in compare(raw):
+    measured = compare(raw)
+    by = {(c.engine, c.point, c.figure): c for c in measured}
+    for c in measured:
         label, unit, bound = FIGURES[c.figure]
+        parts = (by.get((c.engine, c.point, "ttft_p50_ms")), by.get((c.engine, c.point, "e2e_p50_ms")))
         why = c.explanation(
             kinds[c.point],
             windows(raw, c.engine, c.point),
             alone.get((c.engine, c.point, c.figure)),
             wave_spread(raw, c.engine, c.point),
+            parts if None not in parts else None,
         )
         rows.append(
             Row(

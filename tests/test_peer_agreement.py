@@ -344,3 +344,36 @@ def test_the_peer_measured_without_its_server_info_call_decides_the_throughput_l
     by_figure = {c.figure: c for c in pa.compare(raw)}
     assert by_figure["output_tokens_per_s"].peer_bare == pa.stat([990, 960, 1000])
     assert by_figure["ttft_p50_ms"].peer_bare is None  # the call moves the duration only
+
+
+def test_a_tpot_gap_that_is_the_ttft_gap_moved_is_said_so():
+    """TPOT is (E2E - TTFT) over the tokens after the first: where kvlab's E2E agrees with the peer's and its first
+    token comes earlier, its longer TPOT is that earlier first token (SGLang at batch 8, 2026-12-06: TPOT +8.3%,
+    TTFT 0.66×, E2E repeats overlapping); where TTFT moved the same way as TPOT, or E2E does not agree, it is not."""
+
+    def cmp(figure, kvlab_peer, peer, bound):
+        return pa.Comparison(
+            "sglang", "batch 8", figure, pa.stat(kvlab_peer), pa.stat(kvlab_peer), pa.stat([]), pa.stat(peer), bound
+        )
+
+    tpot = cmp("tpot_p50_ms", [11.96, 12.35, 14.16], [9.82, 11.4, 11.52], 0.05)
+    ttft = cmp("ttft_p50_ms", [100, 110, 120], [200, 210, 220], 0.10)
+    e2e = cmp("e2e_p50_ms", [514.4, 520, 668], [513.1, 583, 653.2], None)
+    win = (pa.stat([0.5]), pa.stat([0.6]))
+    assert tpot.explanation("batch", win, parts=(ttft, e2e)) == (
+        "kvlab's defaults +8.3%, the peers' options +8.3%: TPOT is (E2E - TTFT) over the tokens after the first: "
+        "kvlab's E2E p50 repeats (514.4–668 ms) overlap the peer's, while its first token comes earlier (TTFT p50 "
+        "0.524× the peer's), so the same span from send to last token leaves more of it to the decode; the TPOT "
+        "difference is the TTFT difference, moved"
+    )
+    # E2E apart but within 10%: said with its ratio
+    near = cmp("e2e_p50_ms", [540, 545, 550], [580, 590, 600], None)
+    assert "kvlab's E2E p50 is 0.924× the peer's, while its first token comes earlier" in tpot.explanation(
+        "batch", win, parts=(ttft, near)
+    )
+    # TTFT moved the same way as TPOT, or E2E 20% apart: not this explanation
+    later = cmp("ttft_p50_ms", [230, 240, 250], [200, 210, 220], 0.10)
+    apart = cmp("e2e_p50_ms", [400, 410, 420], [500, 510, 520], None)
+    for parts in ((later, e2e), (ttft, apart), None):
+        assert "TPOT is (E2E - TTFT)" not in tpot.explanation("batch", win, parts=parts)
+    assert ttft.explanation("batch", win, parts=(ttft, e2e)).startswith("kvlab's defaults -48%")  # TPOT only
