@@ -83,7 +83,11 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
             env = redact_env(env)
             # what keeps the engine's own ports on its host, given at launch (server.EngineServer._env)
             bind = adapter.bind_env(e, port, "$RENDEZVOUS")
-            env |= {k: "$PORT" if not e.port and v == str(port) else v for k, v in bind.items() if k not in e.env}
+            env |= {
+                k: "$PORT" if not e.port and v == str(port) else v
+                for k, v in bind.items()
+                if k not in e.env or k == "PYTHONPATH"  # a path bind_env adds before the spec's (engines/sglang.py)
+            }
             if any("$RENDEZVOUS" in v for v in env.values()):
                 lines.append(
                     "# RENDEZVOUS: a new file name in kvlab's private state folder, where the engine's workers "

@@ -306,7 +306,7 @@ class EngineServer:
             {
                 k: v
                 for k, v in self.adapter.bind_env(self.spec, self.port, str(self._rendezvous)).items()
-                if k not in self.spec.env
+                if k not in self.spec.env or k == "PYTHONPATH"  # a path bind_env adds before the spec's (sglang.py)
             }
         )
         if self._api_key and self.adapter.api_key_route == "env":

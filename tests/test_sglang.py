@@ -6,6 +6,7 @@ mid-run is a crash retried on a new server, with no process left."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 import uuid
 
 import polars as pl
@@ -77,6 +78,57 @@ def test_the_compat_fix_is_still_needed_and_still_applies(sglang_python):
     fixed = _probe(sglang_python, code, compat=True)
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert fixed.stdout.strip() == str([[9, 0, 0, 0, 0, 0, 0, 0], [0] * 8, [0, 7, 8, 0, 0, 0, 0, 0]])
+
+
+def test_data_parallel_sglang_gets_the_bind_host_fix_before_its_own_pythonpath(monkeypatch):
+    """dp > 1 (or --dp-size in extra_args) on an address of this machine: kvlab's fix first on PYTHONPATH, the
+    spec's path (the CPU fix) after it, and the host to bind; the launch keeps both (the one bind_env variable the
+    spec's env extends, not replaces). dp 1, a wildcard host and a host name: nothing."""
+    from kvlab.engines import get_adapter
+    from kvlab.engines.sglang import BIND_HOST_ENV, BIND_HOST_SHIM, bind_host_env
+    from kvlab.engines.spec import EngineSpec
+    from kvlab.server import EngineServer
+
+    monkeypatch.setenv("PYTHONPATH", "/inherited")
+    spec = EngineSpec(**{**SGLANG, "dp": 2})
+    env = bind_host_env(spec)
+    assert env == {"PYTHONPATH": f"{BIND_HOST_SHIM}:{COMPAT}", BIND_HOST_ENV: "127.0.0.1"}
+    assert get_adapter("sglang").bind_env(spec, 30000, "/tmp/r")["PYTHONPATH"] == env["PYTHONPATH"]
+    flag = EngineSpec(**{**SGLANG, "env": {}, "extra_args": [*SGLANG["extra_args"], "--dp-size=2"]})
+    assert bind_host_env(flag)["PYTHONPATH"] == f"{BIND_HOST_SHIM}:/inherited"
+    for other in ({}, {"dp": 2, "host": "0.0.0.0"}, {"dp": 2, "host": "::"}, {"dp": 2, "host": "example.org"}):
+        assert bind_host_env(EngineSpec(**{**SGLANG, **other})) == {}
+    server = EngineServer(spec, Path("/nonexistent/s.log"))
+    server.port = 30000
+    launched = server._env()
+    assert (launched["PYTHONPATH"], launched[BIND_HOST_ENV]) == (env["PYTHONPATH"], "127.0.0.1")
+
+
+@pytest.mark.engine_env
+def test_the_bind_host_fix_binds_the_dp_controller_s_port_placeholder_on_the_served_host(sglang_python):
+    """In the SGLang environment, the bind_port the data-parallel controller calls (its own import of it) binds
+    every interface without kvlab's fix and the served host with it, and the CPU fix after it on the path still
+    applies (sgl_kernel imports on a machine without libcuda)."""
+    from kvlab.engines.sglang import BIND_HOST_ENV, BIND_HOST_SHIM
+
+    code = (
+        "from sglang.srt.managers import data_parallel_controller as d\n"
+        "s = d.bind_port(0); print(s.getsockname()[0]); s.close()\n"
+        "import sgl_kernel\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": f"{BIND_HOST_SHIM}:{COMPAT}"}
+    fixed = subprocess.run(
+        [str(sglang_python), "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**env, BIND_HOST_ENV: "127.0.0.1"},
+    )
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert fixed.stdout.split()[-1] == "127.0.0.1"
+    bare = _probe(sglang_python, code, compat=True)  # the CPU fix alone: SGLang's own placeholder
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    assert bare.stdout.split()[-1] in ("0.0.0.0", "::"), "SGLang binds its placeholder on one host now: drop the fix"
 
 
 def _write(tmp_path, name: str, engines: dict, workload: dict, matrix: dict, retry: dict | None = None):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 
+from kvlab import host
 from kvlab.engines.base import EngineAdapter, http_json
 from kvlab.engines.spec import EngineSpec
+from kvlab.paths import ROOT
 
 
 READY_MARKER = "The server is fired up and ready to roll"
@@ -48,6 +51,26 @@ def kv_bytes_per_token(config: dict, element_bytes: int = 2, head_dim_multiple: 
     padded = -(-head_dim // head_dim_multiple) * head_dim_multiple
     kv_heads = int(config.get("num_key_value_heads") or heads)
     return int(config["num_hidden_layers"]) * 2 * kv_heads * padded * element_bytes
+
+
+#: kvlab's fix that binds SGLang's data-parallel port placeholders on the served host (its docstring says why).
+BIND_HOST_SHIM = ROOT / "kvlab" / "engines" / "envs" / "sglang-bind-host"
+BIND_HOST_ENV = "KVLAB_SGLANG_BIND_HOST"
+
+
+def bind_host_env(spec: EngineSpec) -> dict[str, str]:
+    """PYTHONPATH (BIND_HOST_SHIM first, then the spec's PYTHONPATH, else the one kvlab runs with)
+    and BIND_HOST_ENV for an SGLang server with data parallelism on a host of this machine; {} otherwise (dp 1, a
+    wildcard host: every interface as asked, a host name). The one variable of bind_env a spec's env does not
+    replace but extends (server.EngineServer._env, plan.py)."""
+    dp = spec.dp > 1 or any(a.split("=", 1)[0] in ("--dp-size", "--dp") for a in spec.extra_args)
+    if not dp or host.interface_of(spec.host) is None:
+        return {}
+    rest = spec.env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
+    return {
+        "PYTHONPATH": os.pathsep.join([str(BIND_HOST_SHIM), *([rest] if rest else [])]),
+        BIND_HOST_ENV: spec.host.strip("[]"),
+    }
 
 
 class SGLangAdapter(EngineAdapter):
@@ -167,15 +190,24 @@ class SGLangAdapter(EngineAdapter):
         MASTER_PORT: what SGLang otherwise derives from the tcp:// address for the names of its CPU kernels'
         shared-memory segments (bootstrap._set_shm_master_env, setdefault), distinct per server by its port. Not
         where the spec's extra_args make it one node of several (--nnodes, --dist-init-addr): their ranks meet over
-        the network, where a file on this machine cannot reach."""
+        the network, where a file on this machine cannot reach.
+
+        With data parallelism (``dp`` > 1, or ``--dp-size`` in extra_args) and a host that is an address of this
+        machine, also kvlab's fix for the controller's port placeholders (envs/sglang-bind-host: SGLang binds them
+        on every interface, with no option for it), first on PYTHONPATH before the spec's own (or the inherited)
+        PYTHONPATH, which it runs on: :func:`bind_host_env`."""
         env = super().bind_env(spec, port, rendezvous)
         if any(a.split("=", 1)[0] in ("--nnodes", "--dist-init-addr") for a in spec.extra_args):
             return env
-        return env | {
-            "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": f"file://{rendezvous}",
-            "MASTER_ADDR": spec.host,
-            "MASTER_PORT": str(port),
-        }
+        return (
+            env
+            | {
+                "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE": f"file://{rendezvous}",
+                "MASTER_ADDR": spec.host,
+                "MASTER_PORT": str(port),
+            }
+            | bind_host_env(spec)
+        )
 
     def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
         for path in ("/server_info", "/get_server_info"):  # the second is the pre-rename name
