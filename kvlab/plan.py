@@ -82,12 +82,8 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
             route = adapter.api_key_route if key_ref else None
             env = redact_env(env)
             # what keeps the engine's own ports on its host, given at launch (server.EngineServer._env)
-            bind = adapter.bind_env(e, port, "$RENDEZVOUS")
-            env |= {
-                k: "$PORT" if not e.port and v == str(port) else v
-                for k, v in bind.items()
-                if k not in e.env or k == "PYTHONPATH"  # a path bind_env adds before the spec's (engines/sglang.py)
-            }
+            bind = adapter.launch_bind_env(e, port, "$RENDEZVOUS")
+            env |= {k: "$PORT" if not e.port and v == str(port) else v for k, v in bind.items()}
             if any("$RENDEZVOUS" in v for v in env.values()):
                 lines.append(
                     "# RENDEZVOUS: a new file name in kvlab's private state folder, where the engine's workers "

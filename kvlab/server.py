@@ -302,13 +302,7 @@ class EngineServer:
         """The server's environment: kvlab's own, then what keeps the engine's ports on the spec's host
         (adapter.bind_env), then the spec's env (which wins), then the API key where the engine reads it there."""
         env = self.adapter.env(self.spec)
-        env.update(
-            {
-                k: v
-                for k, v in self.adapter.bind_env(self.spec, self.port, str(self._rendezvous)).items()
-                if k not in self.spec.env or k == "PYTHONPATH"  # a path bind_env adds before the spec's (sglang.py)
-            }
-        )
+        env.update(self.adapter.launch_bind_env(self.spec, self.port, str(self._rendezvous)))
         if self._api_key and self.adapter.api_key_route == "env":
             env[self.adapter.api_key_env_var] = self._api_key
         return env

@@ -348,6 +348,19 @@ class EngineAdapter(ABC):
         # NCCL matches an interface name as a prefix unless it starts with '='; Gloo takes the exact name
         return {"GLOO_SOCKET_IFNAME": nic, "NCCL_SOCKET_IFNAME": f"={nic}"} if nic else {}
 
+    #: bind_env variables that already hold the spec's own value (a path put before the spec's PYTHONPATH), so the
+    #: spec's env extends them rather than replaces them
+    BIND_EXTENDS_SPEC_ENV: ClassVar[tuple[str, ...]] = ("PYTHONPATH",)
+
+    def launch_bind_env(self, spec: EngineSpec, port: int, rendezvous: str) -> dict[str, str]:
+        """What of :meth:`bind_env` a launch sets: all of it but what the spec's env sets itself (which wins),
+        except :attr:`BIND_EXTENDS_SPEC_ENV`. The server's start (server.EngineServer._env) and the dry run (plan.py)."""
+        return {
+            k: v
+            for k, v in self.bind_env(spec, port, rendezvous).items()
+            if k not in spec.env or k in self.BIND_EXTENDS_SPEC_ENV
+        }
+
     # ------------------------------------------------------------------ HTTP
     def base_url(self, spec: EngineSpec, port: int | None) -> str:
         """Where the server answers: the spec's url for an external server, else host:port."""

@@ -61,10 +61,9 @@ BIND_HOST_ENV = "KVLAB_SGLANG_BIND_HOST"
 def bind_host_env(spec: EngineSpec) -> dict[str, str]:
     """PYTHONPATH (BIND_HOST_SHIM first, then the spec's PYTHONPATH, else the one kvlab runs with)
     and BIND_HOST_ENV for an SGLang server with data parallelism on a host of this machine; {} otherwise (dp 1, a
-    wildcard host: every interface as asked, a host name). The one variable of bind_env a spec's env does not
-    replace but extends (server.EngineServer._env, plan.py)."""
-    dp = spec.dp > 1 or any(a.split("=", 1)[0] in ("--dp-size", "--dp") for a in spec.extra_args)
-    if not dp or host.interface_of(spec.host) is None:
+    wildcard host: every interface as asked, a host name). The spec's env extends PYTHONPATH rather than replaces
+    it (EngineAdapter.launch_bind_env)."""
+    if not spec.data_parallel or host.interface_of(spec.host) is None:
         return {}
     rest = spec.env.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
     return {
@@ -192,7 +191,7 @@ class SGLangAdapter(EngineAdapter):
         where the spec's extra_args make it one node of several (--nnodes, --dist-init-addr): their ranks meet over
         the network, where a file on this machine cannot reach.
 
-        With data parallelism (``dp`` > 1, or ``--dp-size`` in extra_args) and a host that is an address of this
+        With data parallelism (``spec.data_parallel``) and a host that is an address of this
         machine, also kvlab's fix for the controller's port placeholders (envs/sglang-bind-host: SGLang binds them
         on every interface, with no option for it), first on PYTHONPATH before the spec's own (or the inherited)
         PYTHONPATH, which it runs on: :func:`bind_host_env`."""

@@ -21,6 +21,8 @@ ENGINE_NAMES: tuple[str, ...] = ("vllm", "sglang", "sglang-jax")
 #: The compute dtypes an engine spec may ask for: "auto" (the model's own) and the engines' own names, plus
 #: "bfloat16-if-native", which this host resolves (EngineSpec.served_dtype).
 DTYPES = ("auto", "bfloat16", "float16", "float32", "bfloat16-if-native")
+#: The engines' own data-parallel flags (vLLM --data-parallel-size / -dp, SGLang --dp-size / --dp): what ``dp`` sets.
+DP_FLAGS = ("--dp-size", "--dp", "--data-parallel-size", "-dp")
 
 
 #: Engine options that carry a secret (vLLM 0.32, SGLang 0.5.23, sglang-jax 0.1.0rc0 parsers): never in
@@ -597,8 +599,7 @@ class EngineSpec(BaseModel):
                 f"text over http:// to {to}, which is not this machine: use an https:// url, or set "
                 "allow_insecure_key: true to accept that"
             )
-        dp_flags = ("--dp-size", "--dp", "--data-parallel-size", "-dp")
-        if self.dp > 1 and any(a in dp_flags or a.split("=")[0] in dp_flags for a in self.extra_args):
+        if self.dp > 1 and self._dp_flag_given:
             raise ValueError(f"dp ({self.dp}) and a data-parallel flag in extra_args: give it once, as dp")
         if self.dtype != "auto" and any(a.split("=")[0] == "--dtype" for a in self.extra_args):
             raise ValueError(f"dtype ({self.dtype}) and a dtype flag in extra_args: give it once, as dtype")
@@ -622,6 +623,16 @@ class EngineSpec(BaseModel):
             return None
         widened = self.dtype == "bfloat16-if-native" and self.served_dtype() == "float32"
         return self.kv_cache_bytes * (2 if widened else 1)
+
+    @property
+    def _dp_flag_given(self) -> bool:
+        """Whether extra_args hold an engine's own data-parallel flag (DP_FLAGS, any spelling with '=')."""
+        return any(a.split("=")[0] in DP_FLAGS for a in self.extra_args)
+
+    @property
+    def data_parallel(self) -> bool:
+        """Whether the server runs data-parallel replicas: ``dp`` > 1, or an engine's own flag in extra_args."""
+        return self.dp > 1 or self._dp_flag_given
 
     @property
     def gpus(self) -> int:

@@ -359,7 +359,9 @@ def batch_time(
     steps: dict[int, Step] = {}  # every wave but the last holds conc sequences: one step computed per wave size
     while left > 0:
         n = min(conc, left)
-        step = steps.get(n) or steps.setdefault(n, decode_step(cfg, n, mean_ctx, p, a))
+        if n not in steps:
+            steps[n] = decode_step(cfg, n, mean_ctx, p, a)
+        step = steps[n]
         first = first or step
         decode += w.output_tokens * step.total_s
         left -= n
