@@ -116,6 +116,10 @@ PEER_ARRIVALS = {"vllm": "scaled", "sglang": "drawn"}
 #: each peer's HTTP connections (LoadSpec.connections): vLLM's benchmark keeps one session's connections open, SGLang's
 #: opens a new session, so a new connection, per request (sglang/benchmark/serving.py _create_bench_client_session)
 PEER_CONNECTIONS = {"vllm": "kept", "sglang": "per_request"}
+#: each peer's text prompts (LoadSpec.text_lengths): vLLM's random dataset re-encodes its decoded ids to the exact
+#: length (datasets.py gen_prompt_decode_to_target_len), SGLang's random-ids sends them as decoded
+#: (sglang/benchmark/datasets/random.py sample_random_requests), 247-264 tokens for 256 on the tiny model
+PEER_TEXT_LENGTHS = {"vllm": "exact", "sglang": "decoded"}
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,7 @@ def kvlab_workload(
             if point.kind == "open":
                 load["arrivals"] = PEER_ARRIVALS[engine]
             load["connections"] = PEER_CONNECTIONS[engine]
+            load["text_lengths"] = PEER_TEXT_LENGTHS[engine]
         if staggered and point.kind == "closed":
             load["phase"] = "staggered"
         w["load"] = load
@@ -787,6 +792,8 @@ def peer_option_words(engine: str, point_kind: str) -> list[str]:
         words.append("arrivals scaled to the exact rate")
     if PEER_CONNECTIONS[engine] == "per_request":
         words.append("a new connection per request")
+    if PEER_TEXT_LENGTHS[engine] == "decoded":
+        words.append("text as decoded")
     return words
 
 
@@ -802,8 +809,8 @@ def _residual_hint(figure: str, point_kind: str, engine: str = "vllm") -> str:
         return "the arrival times are different draws (kvlab's numpy generator, the peer's own) of few requests"
     if engine == "sglang" and figure in ("ttft_p50_ms", "output_tokens_per_s"):
         return (
-            "what differs in what they send: the peer's random-ids text reaches the server as 247–264 tokens, "
-            "kvlab's as exactly 256 (the connection per request, the peer's, is among the options above)"
+            "with text as decoded both send prompts of varying length, but different draws: which prefill token "
+            "counts a run meets for the first time (each one costs SGLang's CPU build more the first time) differs"
         )
     if figure == "itl_p50_ms":
         return "kvlab's ITL is per network read (chunks read together count one gap), the peer's per chunk"

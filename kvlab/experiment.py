@@ -69,6 +69,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
         "window": "steady",
         "arrivals": "drawn",
         "connections": "kept",
+        "text_lengths": "exact",
     },
 }
 

@@ -81,6 +81,13 @@ class LoadSpec(BaseModel):
         "TTFT holds no tokenisation); text: send the ids decoded to text by the model's tokenizer.json, tokenised "
         "by the server inside TTFT (the peers' random datasets); chat prompts are text either way",
     )
+    text_lengths: Literal["exact", "decoded"] = Field(
+        "exact",
+        description="prompt_form text: exact re-encodes the decoded text until the server counts the prompt's "
+        "length (kvlab's, as `vllm bench serve`'s random dataset); decoded sends the ids decoded once, as SGLang's "
+        "benchmark's random-ids does, so the server's counts vary around it (247-264 tokens for 256 on kvlab's "
+        "tiny model) and prefills take token counts the engine may not have run before",
+    )
     phase: Literal["together", "staggered"] = Field(
         "together",
         description="closed loop: together sends the first `concurrency` requests at once and each "
@@ -116,6 +123,8 @@ class LoadSpec(BaseModel):
             raise ValueError("phase 'staggered' applies to a closed loop (concurrency without rate_rps) only")
         if self.arrivals == "scaled" and self.rate_rps is None:
             raise ValueError("arrivals 'scaled' applies to an open loop (rate_rps) only")
+        if self.text_lengths == "decoded" and self.prompt_form != "text":
+            raise ValueError("text_lengths 'decoded' applies to prompt_form 'text' only (token ids are exact)")
         return self
 
     @property
@@ -276,12 +285,14 @@ def window_of(records: Sequence[Any], load: LoadSpec, lead_s: float = 0.0) -> Wi
 TEXT_ROUNDS = 10
 
 
-def as_text(prompts: Sequence[Any], tokenizer_file: str | Path) -> list[Any]:
+def as_text(prompts: Sequence[Any], tokenizer_file: str | Path, exact: bool = True) -> list[Any]:
     """``prompts`` with each token-id prompt replaced by text from ``tokenizer_file`` (a Hugging Face
     tokenizer.json, the model's), for ``prompt_form: text``: the server tokenises it again, inside TTFT, as for the
-    peers' random datasets. As theirs, the ids are decoded, the text re-encoded and cut or topped up from the ids
-    until it encodes to as many tokens as the ids less the special tokens the server adds (a BOS), at most
-    :data:`TEXT_ROUNDS` rounds; the server's count (usage.prompt_tokens) is what the run records. Shared-prefix
+    peers' random datasets. The ids less the special tokens the server adds (a BOS) are decoded; ``exact``
+    (``text_lengths: exact``, as `vllm bench serve`'s random dataset) then re-encodes the text and cuts or tops it up
+    from the ids until it encodes to that many tokens, at most :data:`TEXT_ROUNDS` rounds; otherwise
+    (``text_lengths: decoded``, as SGLang's benchmark's random-ids) the decoded text goes as it is and the server's
+    count varies around the length. The server's count (usage.prompt_tokens) is what the run records. Shared-prefix
     counts become unknown (None). Text and chat prompts are returned as they are."""
     from tokenizers import Tokenizer  # only prompt_form text needs it: the client's import stays light
 
@@ -298,7 +309,7 @@ def as_text(prompts: Sequence[Any], tokenizer_file: str | Path) -> list[Any]:
         target = max(1, len(ids) - special)
         cur = ids[:target]
         text = tok.decode(cur, skip_special_tokens=False)
-        for _ in range(TEXT_ROUNDS):
+        for _ in range(TEXT_ROUNDS if exact else 0):
             enc = tok.encode(text, add_special_tokens=False).ids
             if len(enc) == target:
                 break
@@ -461,6 +472,7 @@ class LoadOutcome:
             "load_window": self.load.window,
             "load_arrivals": self.load.arrivals if self.load.mode == "open" else None,
             "load_connections": self.load.connections,
+            "load_text_lengths": self.load.text_lengths if self.load.prompt_form == "text" else None,
         }
 
 
@@ -472,6 +484,7 @@ PHASE_WORDS = {"together": "first wave sent together", "staggered": "first wave 
 WINDOW_WORDS = {"steady": "steady-state window", "span": "first send to last completion"}
 ARRIVAL_WORDS = {"drawn": "arrival gaps as drawn", "scaled": "arrivals scaled to the exact rate"}
 CONNECTION_WORDS = {"kept": "connections kept open", "per_request": "a new connection per request"}
+LENGTH_WORDS = {"exact": "text re-encoded to exact length", "decoded": "text as decoded (the server's lengths vary)"}
 
 
 def conditions_label(rows: Any) -> str | None:
@@ -488,6 +501,8 @@ def conditions_label(rows: Any) -> str | None:
         if mode is None:
             continue
         parts = [FORM_WORDS.get(r.get("prompt_form") or "", "prompt form not recorded")]
+        if r.get("load_text_lengths") == "decoded":  # exact, kvlab's only way before it was recorded, goes unsaid
+            parts.append(LENGTH_WORDS["decoded"])
         if mode == "closed":
             parts.append(PHASE_WORDS[r.get("load_phase") or "together"])
         elif r.get("load_arrivals") == "scaled":  # drawn, kvlab's only schedule before it was recorded, goes unsaid

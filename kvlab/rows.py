@@ -25,7 +25,9 @@ def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
     seed and repeat)."""
     prompts = run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
     if run.workload.load is not None and run.workload.load.prompt_form == "text":  # decoded by the model's tokenizer
-        prompts = as_text(prompts, Path(run.engine.model_arg) / "tokenizer.json")
+        prompts = as_text(
+            prompts, Path(run.engine.model_arg) / "tokenizer.json", exact=run.workload.load.text_lengths == "exact"
+        )
     return prompts
 
 

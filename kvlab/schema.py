@@ -287,6 +287,15 @@ RUNS = Table(
             allowed=("kept", "per_request"),
         ),
         _c(
+            "load_text_lengths",
+            Str,
+            "text prompts under a load: exact (the decoded text re-encoded until the server counts the prompt's "
+            "length: kvlab's and `vllm bench serve`'s) or decoded (sent as decoded, the server's counts varying "
+            "around it: SGLang's benchmark's random-ids); workload.load.text_lengths. Null: token ids, no load, or "
+            "stored before it was recorded (then exact)",
+            allowed=("exact", "decoded"),
+        ),
+        _c(
             "prompt_form",
             Str,
             "how the prompts were sent: token_ids (the server's prompt length is exact), text "

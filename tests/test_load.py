@@ -180,14 +180,14 @@ def test_a_saturating_server_stops_the_load_point_by_its_queue():
     assert 5 < len(batch.records) < 60 and batch.ok  # what was sent still finished
 
 
-def _sweep(tmp_path, workload, fixture, **extra):
+def _sweep(tmp_path, workload, fixture, engine: dict | None = None, **extra):
     with SSEServer(fixture) as srv:
         path = tmp_path / "load.yaml"
         raw = {
             "name": "load",
             "hardware": "CPU (test)",
             "device": "cpu",
-            "engines": {"vllm": {**ENGINE, "url": srv.url}},
+            "engines": {"vllm": {**ENGINE, **(engine or {}), "url": srv.url}},
             "workload": workload,
             "retry": {"max_attempts": 1, "retry_on": []},
             **extra,
@@ -545,9 +545,12 @@ def test_the_peers_options_default_to_kvlabs_behaviour_and_leave_the_run_key_as_
                 "workload": SHARED | {"load": load | form},
             }
         )
-        for form in ({}, {"prompt_form": "text"})
+        for form in ({}, {"prompt_form": "text"}, {"prompt_form": "text", "text_lengths": "decoded"})
     ]
-    assert len({expand(f)[0].key for f in forms}) == 2
+    assert len({expand(f)[0].key for f in forms}) == 3
+    assert loads.LoadSpec(**load).text_lengths == "exact"  # left out of the key at its default, as the others
+    with pytest.raises(ValueError, match="text_lengths 'decoded' applies to prompt_form 'text' only"):
+        loads.LoadSpec(**load, text_lengths="decoded")
     with pytest.raises(ValueError, match="staggered.*closed loop"):
         expand(spec(SHARED | {"load": {"rate_rps": 2.0, "phase": "staggered"}}))
     with pytest.raises(ValueError, match="window"):
@@ -585,6 +588,11 @@ def test_prompts_as_text_are_the_ids_decoded_by_the_models_tokenizer(tmp_path):
     assert text[0].text.startswith(tok.decode(list(ids[0].token_ids[:8])))  # the ids' own text, cut to length
     assert all(p.token_ids is None and p.shared_prefix_tokens is None and p.max_tokens == 4 for p in text)
     assert (loads.prompt_form(ids), loads.prompt_form(text)) == ("token_ids", "text")
+    # text_lengths: decoded (SGLang's benchmark's random-ids): the 255 ids decoded once, not corrected, so the
+    # server counts other lengths than 256, different for each prompt
+    decoded = loads.as_text(ids, Path(folder) / "tokenizer.json", exact=False)
+    assert [len(tok.encode(p.text).ids) for p in decoded] == [259, 263, 262, 265]
+    assert decoded[0].text == tok.decode(list(ids[0].token_ids[:255]), skip_special_tokens=False)
     with pytest.raises(ValueError, match=r"nothing/tokenizer\.json does not exist"):
         loads.as_text(ids, tmp_path / "nothing" / "tokenizer.json")
 
@@ -634,6 +642,12 @@ def test_the_conditions_label_names_prompt_form_phase_and_window_and_reads_older
     scaled = {"load_mode": "open", "prompt_form": "text", "load_window": "span", "load_arrivals": "scaled"}
     assert loads.conditions_label([scaled]) == (
         "text prompts (tokenised by the server), arrivals scaled to the exact rate, first send to last completion"
+    )
+    decoded = {"load_mode": "closed", "prompt_form": "text", "load_window": "span", "load_text_lengths": "decoded"}
+    assert loads.conditions_label([decoded, decoded | {"load_text_lengths": "exact"}]) == (
+        "text prompts (tokenised by the server), text as decoded (the server's lengths vary), first wave sent "
+        "together, first send to last completion; "
+        "text prompts (tokenised by the server), first wave sent together, first send to last completion"
     )
 
 
@@ -695,3 +709,30 @@ def test_a_stored_span_load_point_records_its_options_and_counts_every_measured_
     end = (measured["t_send_s"] + measured["e2e_ms"] / 1000).max()
     assert run["window_s"] == pytest.approx(end - measured["t_send_s"][0], abs=2e-3)
     assert "window from first send to last completion" in run["notes"] and "together phase" in run["notes"]
+
+
+def test_a_stored_text_load_point_as_decoded_sends_the_decoded_ids_and_records_it(tmp_path):
+    """text_lengths: decoded (SGLang's benchmark's random-ids) reaches the run's prompts (kvlab.rows.prompts_for)
+    and its RUNS row; at its default (exact) the texts are re-encoded to length and the column says exact."""
+    from kvlab import rows
+    from kvlab.tinymodel import ensure_tiny_model
+
+    folder = ensure_tiny_model()
+    workload = {
+        "kind": "fixed_batch",
+        "batch_size": 4,
+        "context_tokens": 64,
+        "output_tokens": 4,
+        "load": {"concurrency": 2, "prompt_form": "text", "text_lengths": "decoded"},
+    }
+    res, _ = _sweep(tmp_path, workload, FixtureConfig(), engine={"model": str(folder), "max_model_len": 2048})
+    assert res.ok == 1
+    run = store.load_runs(tmp_path).row(0, named=True)
+    assert (run["prompt_form"], run["load_text_lengths"]) == ("text", "decoded")
+    assert "text as decoded" in loads.conditions_label([run])
+    (spec_run,) = expand(ExperimentSpec.load(tmp_path / "load.yaml"))
+    vocab = rows.vocab_size(spec_run)
+    ids = spec_run.workload.generate(vocab, seed=spec_run.workload.seed * 1000 + spec_run.repeat)
+    sent = rows.prompts_for(spec_run, vocab)
+    assert [p.text for p in sent] == [p.text for p in loads.as_text(ids, folder / "tokenizer.json", exact=False)]
+    assert [p.text for p in sent] != [p.text for p in loads.as_text(ids, folder / "tokenizer.json")]

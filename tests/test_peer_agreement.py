@@ -267,6 +267,7 @@ def test_kvlabs_workloads_for_each_arm():
         "phase": "together",
         "window": "span",
         "connections": "kept",  # vllm bench serve keeps its session's connections open
+        "text_lengths": "exact",  # and re-encodes its random text to the exact length
     }
     batch = pa.Point("batch 8", 8)
     assert "load" not in pa.kvlab_workload(batch, 256, 32, 1000, False)  # kvlab's fixed batch: all at once
@@ -279,11 +280,12 @@ def test_kvlabs_workloads_for_each_arm():
     sglang = pa.kvlab_workload(pa.Point("4 req/s", 16, rate_rps=4.0), 256, 32, 1001, True, engine="sglang")["load"]
     assert sglang["arrivals"] == "drawn"  # SGLang's benchmark sends the first at once, as kvlab does
     assert sglang["connections"] == "per_request"  # and opens a new session per request
+    assert sglang["text_lengths"] == "decoded"  # and sends its random-ids text as decoded
 
 
 def test_each_peers_options_are_named_in_the_words_of_its_table_line():
     """The options that make kvlab send as each peer does, per kind of point: vLLM's open loop scales its arrival
-    gaps, SGLang's benchmark connects anew per request; both send text and divide by their whole span."""
+    gaps, SGLang's benchmark connects anew per request and sends its text as decoded; both send text and divide by their whole span."""
     assert pa.peer_option_words("vllm", "batch") == ["text prompts"]
     assert pa.peer_option_words("vllm", "open") == [
         "text prompts",
@@ -294,8 +296,9 @@ def test_each_peers_options_are_named_in_the_words_of_its_table_line():
         "text prompts",
         "first send to last completion",
         "a new connection per request",
+        "text as decoded",
     ]
-    assert pa.peer_option_words("sglang", "closed")[-1] == "a new connection per request"
+    assert pa.peer_option_words("sglang", "closed")[-2:] == ["a new connection per request", "text as decoded"]
 
 
 def test_the_fixed_time_server_answers_its_arrivals_once():
