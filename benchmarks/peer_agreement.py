@@ -101,11 +101,18 @@ ARMS = ("kvlab", "kvlab-peer-options", "kvlab-staggered", "peer")
 #: but no GET /server_info after the last completion (its duration then holds only the requests): the call's share
 #: of the peer's throughput measured, not subtracted (real servers only)
 BARE_ARM = "peer-no-server-info"
+#: SGLang's benchmark sending kvlab's own text prompts (its `custom` dataset, a JSONL of kvlab's exact-length texts of
+#: the same point and repeat) with ``--backend vllm`` (no GET /server_info): its client and definitions, kvlab's
+#: workload. SGLang's random-ids text reaches the server as 246-264 tokens for 256, kvlab's as exactly 256, and a
+#: prefill at a token count the engine has not run before costs it more (:func:`prefill_shapes`), so this arm
+#: measures what the prompt set alone does (real servers only)
+PROMPTS_ARM = "peer-kvlab-prompts"
 
 
 def arms_for(engine: str) -> tuple[str, ...]:
-    """The arms measured against a real server of ``engine``: :data:`ARMS`, and for SGLang :data:`BARE_ARM`."""
-    return ARMS + ((BARE_ARM,) if engine == "sglang" else ())
+    """The arms measured against a real server of ``engine``: :data:`ARMS`, and for SGLang :data:`BARE_ARM` and
+    :data:`PROMPTS_ARM`."""
+    return ARMS + ((BARE_ARM, PROMPTS_ARM) if engine == "sglang" else ())
 
 
 #: kvlab's load options that give the peers' definitions (kvlab's defaults: token_ids, together, steady)
@@ -116,10 +123,6 @@ PEER_ARRIVALS = {"vllm": "scaled", "sglang": "drawn"}
 #: each peer's HTTP connections (LoadSpec.connections): vLLM's benchmark keeps one session's connections open, SGLang's
 #: opens a new session, so a new connection, per request (sglang/benchmark/serving.py _create_bench_client_session)
 PEER_CONNECTIONS = {"vllm": "kept", "sglang": "per_request"}
-#: each peer's text prompts (LoadSpec.text_lengths): vLLM's random dataset re-encodes its decoded ids to the exact
-#: length (datasets.py gen_prompt_decode_to_target_len), SGLang's random-ids sends them as decoded
-#: (sglang/benchmark/datasets/random.py sample_random_requests), 247-264 tokens for 256 on the tiny model
-PEER_TEXT_LENGTHS = {"vllm": "exact", "sglang": "decoded"}
 
 
 @dataclass(frozen=True)
@@ -213,11 +216,43 @@ def kvlab_workload(
             if point.kind == "open":
                 load["arrivals"] = PEER_ARRIVALS[engine]
             load["connections"] = PEER_CONNECTIONS[engine]
-            load["text_lengths"] = PEER_TEXT_LENGTHS[engine]
         if staggered and point.kind == "closed":
             load["phase"] = "staggered"
         w["load"] = load
     return w
+
+
+def kvlab_experiment(engine: str, url: str, tag: str, workload: dict) -> dict:
+    """The one-run experiment file of a kvlab measurement against the running server at ``url``."""
+    return {
+        "name": "agreement",
+        "hardware": "CPU (benchmark)",
+        "device": "cpu",
+        "warmup": False,
+        "engines": {
+            engine: {
+                "name": engine,
+                "launch": None,
+                "model": MODEL,
+                "served_model_name": tag,
+                "url": url,
+                "max_model_len": 2048,
+                "prefix_caching": False,
+            }
+        },
+        "workload": workload,
+        "retry": {"max_attempts": 1, "retry_on": []},
+    }
+
+
+def kvlab_texts(engine: str, workload: dict) -> list[str]:
+    """The text prompts kvlab sends for ``workload`` (one with ``prompt_form: text``), made as its run makes them
+    (the workload's generator and seed, then kvlab.load.as_text: kvlab.rows.prompts_for)."""
+    from kvlab import rows
+    from kvlab.experiment import ExperimentSpec, expand
+
+    (run,) = expand(ExperimentSpec.model_validate(kvlab_experiment(engine, "http://127.0.0.1:9", "t", workload)))
+    return [p.text for p in rows.prompts_for(run, rows.vocab_size(run))]
 
 
 def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
@@ -233,29 +268,7 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         path = Path(tmp) / "agreement.yaml"
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "name": "agreement",
-                    "hardware": "CPU (benchmark)",
-                    "device": "cpu",
-                    "warmup": False,
-                    "engines": {
-                        engine: {
-                            "name": engine,
-                            "launch": None,
-                            "model": MODEL,
-                            "served_model_name": tag,
-                            "url": url,
-                            "max_model_len": 2048,
-                            "prefix_caching": False,
-                        }
-                    },
-                    "workload": workload,
-                    "retry": {"max_attempts": 1, "retry_on": []},
-                }
-            )
-        )
+        path.write_text(yaml.safe_dump(kvlab_experiment(engine, url, tag, workload)))
         res = Campaign(ExperimentSpec.load(path), Path(tmp) / "data").execute(runner.LocalExecutor())
         runs = run_rates(store.load_runs(Path(tmp) / "data"))
     row = runs.row(0, named=True)
@@ -276,10 +289,20 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
 
 
 def peer_argv(
-    engine: str, url: str, tag: str, point: Point, prompt: int, output: int, seed: int, result: Path, bare: bool = False
+    engine: str,
+    url: str,
+    tag: str,
+    point: Point,
+    prompt: int,
+    output: int,
+    seed: int,
+    result: Path,
+    bare: bool = False,
+    prompts_file: Path | None = None,
 ) -> list[str]:
     """The peer's own command line for one point (run with the engine venv's interpreter); ``bare``: SGLang's with
-    ``--backend vllm`` (:data:`BARE_ARM`)."""
+    ``--backend vllm`` (:data:`BARE_ARM`); ``prompts_file``: SGLang's sending that JSONL's prompts (its `custom`
+    dataset, :data:`PROMPTS_ARM`), with ``--backend vllm`` too."""
     common = [
         "--base-url",
         url,
@@ -334,20 +357,28 @@ def peer_argv(
         ]
     # sglang-oai: the same /v1/completions endpoint kvlab uses (the benchmark's default `sglang` backend posts
     # to SGLang's native /generate); random-ids: random token ids, no ShareGPT download; range ratio 1: exact lengths
+    dataset = (
+        ["--dataset-name", "random-ids", "--random-range-ratio", "1"]
+        if prompts_file is None
+        else ["--dataset-name", "custom", "--dataset-path", str(prompts_file), "--sharegpt-output-len", str(output)]
+    )
     return [
         str(ROOT / ".engines/sglang/bin/python"),
         "-m",
         "sglang.benchmark.serving",
         "--backend",
-        "vllm" if bare else "sglang-oai",
-        "--dataset-name",
-        "random-ids",
-        "--random-range-ratio",
-        "1",
+        "vllm" if bare or prompts_file is not None else "sglang-oai",
+        *dataset,
         "--output-file",
         str(result),
         *common,
     ]
+
+
+def custom_dataset(texts: list[str]) -> str:
+    """SGLang's benchmark's `custom` dataset (sglang/benchmark/datasets/custom.py): one JSON line per prompt, a
+    conversation of the prompt and a placeholder answer (its length is not used: ``--sharegpt-output-len`` sets it)."""
+    return "".join(json.dumps({"conversations": [{"value": t}, {"value": "ok"}]}) + "\n" for t in texts)
 
 
 def peer_measure(
@@ -361,11 +392,17 @@ def peer_measure(
     cpus: set[int] | None,
     log: Path,
     bare: bool = False,
+    texts: list[str] | None = None,
 ) -> dict:
-    """One run of the peer's command (``bare``: :data:`BARE_ARM`'s); its figures from the result file it writes."""
+    """One run of the peer's command (``bare``: :data:`BARE_ARM`'s; ``texts``: :data:`PROMPTS_ARM`'s, sending them);
+    its figures from the result file it writes."""
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         result = Path(tmp) / ("result.json" if engine == "vllm" else "result.jsonl")
-        argv = peer_argv(engine, url, tag, point, prompt, output, seed, result, bare)
+        prompts_file = None
+        if texts is not None:
+            prompts_file = Path(tmp) / "prompts.jsonl"
+            prompts_file.write_text(custom_dataset(texts))
+        argv = peer_argv(engine, url, tag, point, prompt, output, seed, result, bare, prompts_file)
         if cpus and shutil.which("taskset"):
             argv = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost"}
@@ -443,6 +480,52 @@ def time_server_info(url: str, reads: int = SERVER_INFO_READS) -> list[float]:
     return out
 
 
+#: The prefill-shape pass (:func:`prefill_shapes`): single prefills (one token out) of these prompt lengths, which the
+#: server meets again and again ("seen", sent first to warm them), against lengths from NEW_LENGTHS it meets once
+#: each ("new"; the same mean); far from the agreement runs' lengths, so none of them was run before the pass.
+SEEN_LENGTHS = (352, 408)
+NEW_LENGTHS = range(320, 441)
+SHAPE_TRIALS = 20
+
+
+def prefill_shapes(url: str, tag: str, trials: int = SHAPE_TRIALS, seed: int = 7) -> dict[str, list[float]]:
+    """Milliseconds of one request at a time, one output token, token-id prompts (exact lengths): ``seen``, at one of
+    :data:`SEEN_LENGTHS` (each warmed once first), ``new``, at a length of :data:`NEW_LENGTHS` not sent before, in
+    alternating order, ``trials`` each. What a prefill at a token count the engine has not run before costs: the
+    peer's prompts as decoded have such counts, kvlab's exact ones do not (``load.text_lengths``). Send to whole
+    answer, no connection set-up (one kept connection). An answer other than 200 raises."""
+    import random
+    from http.client import HTTPConnection
+    from urllib.parse import urlsplit
+
+    rng = random.Random(seed)
+    fresh = [n for n in NEW_LENGTHS if n not in SEEN_LENGTHS]
+    rng.shuffle(fresh)
+    where = urlsplit(url)
+    conn = HTTPConnection(where.hostname, where.port, timeout=120)
+
+    def one(n: int) -> float:
+        body = {"model": tag, "prompt": [rng.randrange(3, 500) for _ in range(n)], "max_tokens": 1, "temperature": 0}
+        t = time.perf_counter()
+        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        answer.read()
+        if answer.status != 200:
+            raise RuntimeError(f"POST /v1/completions answered {answer.status}")
+        return (time.perf_counter() - t) * 1000
+
+    out: dict[str, list[float]] = {"seen": [], "new": []}
+    try:
+        for n in SEEN_LENGTHS:
+            one(n)
+        for i in range(trials):
+            for kind in ("seen", "new") if i % 2 == 0 else ("new", "seen"):
+                out[kind].append(one(SEEN_LENGTHS[i % len(SEEN_LENGTHS)] if kind == "seen" else fresh[i]))
+    finally:
+        conn.close()
+    return out
+
+
 def measure_arms(
     engine: str,
     url: str,
@@ -473,7 +556,10 @@ def measure_arms(
                 seed = 1000 + rep
                 if arm == "kvlab-staggered" and point.kind != "closed":
                     continue
-                if arm in ("peer", BARE_ARM):
+                if arm == PROMPTS_ARM:
+                    texts = kvlab_texts(engine, kvlab_workload(point, prompt, output, seed, True, engine=engine))
+                    r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log, texts=texts)
+                elif arm in ("peer", BARE_ARM):
                     r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log, arm == BARE_ARM)
                 else:
                     r = kvlab_measure(
@@ -556,6 +642,7 @@ def measure(
                 engine,
                 arms=arms_for(engine),
             )
+            rec["prefill_shapes_ms"] = prefill_shapes(server.base_url, tag)
             if engine == "sglang":
                 try:
                     rec["server_info_ms"] = time_server_info(server.base_url)
@@ -632,6 +719,8 @@ class Comparison:
     peer_extra_ms: float | None = None
     #: the peer without that call (:data:`BARE_ARM`), where measured; output throughput only
     peer_bare: Stat | None = None
+    #: the peer sending kvlab's own prompts, without that call (:data:`PROMPTS_ARM`), where measured
+    peer_prompts: Stat | None = None
 
     def _to_peer(self, arm: Stat) -> float | None:
         """An arm's median ÷ the peer's; None where either is missing."""
@@ -677,6 +766,18 @@ class Comparison:
                 f"completion ({self.peer_extra_ms:.0f} ms here); without it the peers' options give {_pct(ratio - 1)}"
             )
         return None
+
+    def _with_kvlabs_prompts(self) -> tuple[float, str] | None:
+        """kvlab (the peers' options) ÷ the peer sending kvlab's own prompts (:data:`PROMPTS_ARM`), and the words
+        that say so; None where that arm did not run."""
+        arm = self.peer_prompts
+        if arm is None or arm.median is None or self.kvlab_peer.median is None:
+            return None
+        ratio = self.kvlab_peer.median / arm.median
+        return ratio, (
+            f"the peer sending kvlab's own prompts (its custom dataset, no GET /server_info: {arm.text()}) puts the "
+            f"peers' options at {_pct(ratio - 1)}"
+        )
 
     def _split_differently(self, parts: tuple[Comparison, Comparison] | None) -> str:
         """For TPOT with the peers' options: where the E2E p50 agrees (the repeats overlap, or within 10%) and the
@@ -745,6 +846,12 @@ class Comparison:
             if _within(ratio, bound):
                 return f"{head}: {said}, within the bound"
             part = f"; {said}, still beyond the bound"
+        prompts = self._with_kvlabs_prompts()
+        if prompts is not None:
+            ratio, said = prompts
+            if _within(ratio, bound):
+                return f"{head}: {said}, within the bound: the difference is the peer's prompt set ({PROMPT_SET_WORDS})"
+            part += f"; {said}, still beyond the bound"
         arms = [(self.kvlab_peer, "with the peers' options kvlab's")] + ([] if within else [(self.kvlab, "kvlab's")])
         for arm, words in arms:
             if overlap(arm, self.peer):
@@ -792,8 +899,6 @@ def peer_option_words(engine: str, point_kind: str) -> list[str]:
         words.append("arrivals scaled to the exact rate")
     if PEER_CONNECTIONS[engine] == "per_request":
         words.append("a new connection per request")
-    if PEER_TEXT_LENGTHS[engine] == "decoded":
-        words.append("text as decoded")
     return words
 
 
@@ -804,14 +909,18 @@ def overlap(a: Stat, b: Stat) -> bool:
     return a.low <= b.high and b.low <= a.high
 
 
+#: What differs between SGLang's benchmark's random-ids prompts and kvlab's, and why it moves the engine's figures
+PROMPT_SET_WORDS = (
+    "its random-ids text reaches the server as 246–264 tokens for 256, kvlab's as exactly 256, and a prefill at a "
+    "token count the server has not run before costs more: the prefill-shape line"
+)
+
+
 def _residual_hint(figure: str, point_kind: str, engine: str = "vllm") -> str:
     if point_kind == "open":
         return "the arrival times are different draws (kvlab's numpy generator, the peer's own) of few requests"
     if engine == "sglang" and figure in ("ttft_p50_ms", "output_tokens_per_s"):
-        return (
-            "with text as decoded both send prompts of varying length, but different draws: which prefill token "
-            "counts a run meets for the first time (each one costs SGLang's CPU build more the first time) differs"
-        )
+        return f"what differs in what they send: {PROMPT_SET_WORDS}"
     if figure == "itl_p50_ms":
         return "kvlab's ITL is per network read (chunks read together count one gap), the peer's per chunk"
     if figure == "ttft_p99_ms":
@@ -833,12 +942,16 @@ def compare(raw: dict, fixture: bool = False) -> list[Comparison]:
         measured_points = {r["point"] for r in rec["runs"]}
         extra = median(rec["server_info_ms"]) if rec.get("server_info_ms") else None
         for point in (p["label"] for p in raw["points"] if p["label"] in measured_points):
-            arms = {a: [r for r in rec["runs"] if r["point"] == point and r["arm"] == a] for a in (*ARMS, BARE_ARM)}
+            arms = {
+                a: [r for r in rec["runs"] if r["point"] == point and r["arm"] == a]
+                for a in (*ARMS, BARE_ARM, PROMPTS_ARM)
+            }
             for fig, (_, _, bound) in FIGURES.items():
                 stats = (stat(r.get(fig) for r in arms[a]) for a in ARMS)
                 throughput = fig == "output_tokens_per_s"
                 bare = stat(r.get(fig) for r in arms[BARE_ARM]) if throughput and arms[BARE_ARM] else None
-                out.append(Comparison(engine, point, fig, *stats, bound, extra if throughput else None, bare))
+                prompts = stat(r.get(fig) for r in arms[PROMPTS_ARM]) if arms[PROMPTS_ARM] else None
+                out.append(Comparison(engine, point, fig, *stats, bound, extra if throughput else None, bare, prompts))
     return out
 
 
@@ -933,6 +1046,19 @@ def summarise(raw: dict) -> list[Row]:
             )
         )
     for engine, rec in raw["engines"].items():
+        line = shapes_line(rec.get("prefill_shapes_ms"))
+        if line:
+            new, seen = (stat(rec["prefill_shapes_ms"][k]) for k in ("new", "seen"))
+            rows.append(
+                Row(
+                    SECTION,
+                    f"{engine}, one prefill at a new token count ÷ at a count run before",
+                    new.median / seen.median,
+                    "×",
+                    note=line,
+                )
+            )
+    for engine, rec in raw["engines"].items():
         failed = sum(r.get("failed") or 0 for r in rec["runs"])
         rows.append(
             Row(
@@ -946,6 +1072,19 @@ def summarise(raw: dict) -> list[Row]:
             )
         )
     return rows
+
+
+def shapes_line(shapes: dict[str, list[float]] | None) -> str:
+    """The prefill-shape pass in words (:func:`prefill_shapes`), '' where it did not run."""
+    if not shapes or not shapes.get("new") or not shapes.get("seen"):
+        return ""
+    new, seen = stat(shapes["new"]), stat(shapes["seen"])
+    return (
+        f"one request at a time, one token out: at a prompt length the server had run before "
+        f"({' or '.join(map(str, SEEN_LENGTHS))} tokens) {seen.text()} ms, at one it had not "
+        f"({NEW_LENGTHS.start}–{NEW_LENGTHS.stop - 1}, each once) {new.text()} ms, median {new.median - seen.median:+.1f} ms "
+        f"({new.median / seen.median:.2f}×), {seen.n} each"
+    )
 
 
 def markdown(raw: dict, fixture: bool = False) -> str:
@@ -969,7 +1108,12 @@ def markdown(raw: dict, fixture: bool = False) -> str:
             f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
             f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture), alone.get((c.engine, c.point, c.figure)), None if fixture else wave_spread(raw, c.engine, c.point))} |"
         )
-    return "\n".join(lines) + "\n"
+    shapes = [
+        f"- {engine}, prefill shapes: {shapes_line(rec.get('prefill_shapes_ms'))}"
+        for engine, rec in ({} if fixture else raw["engines"]).items()
+        if shapes_line(rec.get("prefill_shapes_ms"))
+    ]
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(shapes) + "\n" if shapes else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ that explains a difference (issue 43). The measuring itself needs real servers: 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -267,7 +268,6 @@ def test_kvlabs_workloads_for_each_arm():
         "phase": "together",
         "window": "span",
         "connections": "kept",  # vllm bench serve keeps its session's connections open
-        "text_lengths": "exact",  # and re-encodes its random text to the exact length
     }
     batch = pa.Point("batch 8", 8)
     assert "load" not in pa.kvlab_workload(batch, 256, 32, 1000, False)  # kvlab's fixed batch: all at once
@@ -280,12 +280,12 @@ def test_kvlabs_workloads_for_each_arm():
     sglang = pa.kvlab_workload(pa.Point("4 req/s", 16, rate_rps=4.0), 256, 32, 1001, True, engine="sglang")["load"]
     assert sglang["arrivals"] == "drawn"  # SGLang's benchmark sends the first at once, as kvlab does
     assert sglang["connections"] == "per_request"  # and opens a new session per request
-    assert sglang["text_lengths"] == "decoded"  # and sends its random-ids text as decoded
+    assert "text_lengths" not in sglang  # kvlab's exact lengths: the peer's prompt set has its own arm
 
 
 def test_each_peers_options_are_named_in_the_words_of_its_table_line():
     """The options that make kvlab send as each peer does, per kind of point: vLLM's open loop scales its arrival
-    gaps, SGLang's benchmark connects anew per request and sends its text as decoded; both send text and divide by their whole span."""
+    gaps, SGLang's benchmark connects anew per request; both send text and divide by their whole span."""
     assert pa.peer_option_words("vllm", "batch") == ["text prompts"]
     assert pa.peer_option_words("vllm", "open") == [
         "text prompts",
@@ -296,9 +296,8 @@ def test_each_peers_options_are_named_in_the_words_of_its_table_line():
         "text prompts",
         "first send to last completion",
         "a new connection per request",
-        "text as decoded",
     ]
-    assert pa.peer_option_words("sglang", "closed")[-2:] == ["a new connection per request", "text as decoded"]
+    assert pa.peer_option_words("sglang", "closed")[-1] == "a new connection per request"
 
 
 def test_the_fixed_time_server_answers_its_arrivals_once():
@@ -313,7 +312,7 @@ def test_the_fixed_time_server_answers_its_arrivals_once():
 def test_the_peer_measured_without_its_server_info_call_decides_the_throughput_line():
     """SGLang's benchmark run again with --backend vllm (no GET /server_info): the line compares kvlab with that
     measurement and claims the bound only where it holds; the timed call's subtraction is the fallback."""
-    assert pa.arms_for("sglang") == (*pa.ARMS, pa.BARE_ARM) and pa.arms_for("vllm") == pa.ARMS
+    assert pa.arms_for("sglang") == (*pa.ARMS, pa.BARE_ARM, pa.PROMPTS_ARM) and pa.arms_for("vllm") == pa.ARMS
     argv = pa.peer_argv("sglang", "http://h", "t", pa.Point("c=4", 16, concurrency=4), 256, 32, 1, Path("r"), True)
     assert argv[argv.index("--backend") + 1] == "vllm"
     assert pa.peer_argv("sglang", "http://h", "t", pa.Point("c=4", 16, 4), 256, 32, 1, Path("r"))[4] == "sglang-oai"
@@ -380,3 +379,68 @@ def test_a_tpot_gap_that_is_the_ttft_gap_moved_is_said_so():
     for parts in ((later, e2e), (ttft, apart), None):
         assert "TPOT is (E2E - TTFT)" not in tpot.explanation("batch", win, parts=parts)
     assert ttft.explanation("batch", win, parts=(ttft, e2e)).startswith("kvlab's defaults -48%")  # TPOT only
+
+
+def test_the_prefill_shape_pass_sends_seen_and_new_prompt_lengths_and_reads_as_a_line_and_a_row():
+    """Each new length is sent once and none is a seen one; the seen lengths are warmed first; the line and the row
+    carry the medians of the measured times (the fixture times them, it does not prefill: the figures here are its)."""
+    with SSEServer() as srv:
+        got = pa.prefill_shapes(srv.url, "m", trials=4)
+        sent = [s.prompt_tokens for s in srv.served]
+    assert sent[:2] == list(pa.SEEN_LENGTHS)  # warmed
+    order = sent[2:]
+    assert len(order) == 8 and len(got["seen"]) == len(got["new"]) == 4
+    news = [n for n in order if n not in pa.SEEN_LENGTHS]
+    assert len(news) == 4 == len(set(news)) and all(n in pa.NEW_LENGTHS for n in news)
+    assert all(sorted(order[i] in pa.SEEN_LENGTHS for i in (j, j + 1)) == [False, True] for j in (0, 2, 4, 6))
+    shapes = {"seen": [10.0, 11.0, 10.5], "new": [16.0, 17.5, 16.8]}
+    assert pa.shapes_line(shapes) == (
+        "one request at a time, one token out: at a prompt length the server had run before (352 or 408 tokens) "
+        "10.5 (10–11) ms, at one it had not (320–440, each once) 16.8 (16–17.5) ms, median +6.3 ms (1.60×), 3 each"
+    )
+    assert pa.shapes_line(None) == "" and pa.shapes_line({"seen": [], "new": []}) == ""
+    raw = {**RAW, "engines": {"vllm": {**RAW["engines"]["vllm"], "prefill_shapes_ms": shapes}}}
+    row = next(r for r in pa.summarise(raw) if r.figure.startswith("vllm, one prefill at a new token count"))
+    assert row.value == pytest.approx(16.8 / 10.5) and row.note == pa.shapes_line(shapes)
+    assert pa.markdown(raw).endswith(f"\n- vllm, prefill shapes: {pa.shapes_line(shapes)}\n")
+
+
+def test_the_peer_sending_kvlabs_own_prompts_gets_kvlabs_exact_texts_and_can_explain_a_row():
+    """PROMPTS_ARM: SGLang's benchmark with its custom dataset holding the texts kvlab's peers'-options arm sends (the
+    same point and seed), no GET /server_info; where kvlab agrees with that arm the line says the prompt set is the
+    difference, where not it says so and goes on."""
+    from tokenizers import Tokenizer
+
+    from kvlab.tinymodel import ensure_tiny_model
+
+    assert pa.arms_for("sglang")[-1] == pa.PROMPTS_ARM and pa.PROMPTS_ARM not in pa.arms_for("vllm")
+    point = pa.Point("c=4", 16, concurrency=4)
+    texts = pa.kvlab_texts("sglang", pa.kvlab_workload(point, 256, 32, 1000, True, engine="sglang"))
+    tok = Tokenizer.from_file(str(ensure_tiny_model() / "tokenizer.json"))
+    assert len(texts) == 16 == len(set(texts)) and {len(tok.encode(t).ids) for t in texts} == {256}
+    lines = pa.custom_dataset(texts).splitlines()
+    assert [json.loads(line)["conversations"][0]["value"] for line in lines] == texts
+    argv = pa.peer_argv("sglang", "http://h", "t", point, 256, 32, 1000, Path("r"), prompts_file=Path("p.jsonl"))
+    at = argv.index("--dataset-name")
+    assert argv[at : at + 5] == ["--dataset-name", "custom", "--dataset-path", "p.jsonl", "--sharegpt-output-len"]
+    assert argv[at + 5] == "32" and argv[argv.index("--backend") + 1] == "vllm" and "random-ids" not in argv
+    base = dict(
+        engine="sglang",
+        point="c=4",
+        figure="ttft_p50_ms",
+        kvlab=pa.stat([31, 28, 36]),
+        kvlab_peer=pa.stat([39, 37.5, 41.5]),
+        kvlab_staggered=pa.stat([]),
+        peer=pa.stat([48, 47.9, 49.8]),
+        bound=0.10,
+    )
+    win = (pa.stat([0.6]), pa.stat([0.9]))
+    explained = pa.Comparison(**base, peer_prompts=pa.stat([38, 40, 41])).explanation("closed", win)
+    assert explained == (
+        "kvlab's defaults -35%, the peers' options -19%: the peer sending kvlab's own prompts (its custom dataset, "
+        "no GET /server_info: 40 (38–41)) puts the peers' options at -2.5%, within the bound: the difference is the "
+        f"peer's prompt set ({pa.PROMPT_SET_WORDS})"
+    )
+    beyond = pa.Comparison(**base, peer_prompts=pa.stat([30, 31, 32])).explanation("closed", win)
+    assert "puts the peers' options at +26%, still beyond the bound" in beyond
+    assert pa.Comparison(**base).explanation("closed", win).endswith(pa.PROMPT_SET_WORDS)  # not measured: the hint
