@@ -810,13 +810,15 @@ class Comparison:
         clients_only: float | None = None,
         waves: tuple[float, float] | None = None,
         parts: tuple[Comparison, Comparison] | None = None,
+        fixture: bool = False,
     ) -> str:
         """One line on the difference with kvlab's defaults, where it is beyond the bound (10% for the informative
         figures), or with the peers' options, where only that arm misses its bound: which of the peers' options
         moves it, from the measured ratios; '' where nothing needs one. ``clients_only``: the same figure's ratio
         (the peers' options) against the fixed-time server, where measured; ``waves``: the widest arrival spread of
         a wave there, kvlab's with the peers' options and the peer's (:func:`wave_spread`); ``parts``: for TPOT, the
-        TTFT p50 and E2E p50 comparisons of the same point (:meth:`_split_differently`)."""
+        TTFT p50 and E2E p50 comparisons of the same point (:meth:`_split_differently`); ``fixture``: a comparison
+        against the fixed-time server, where what is left is the clients' own."""
         r, rp = self.ratio, self.ratio_peer_options
         if r is None or rp is None:
             return "no ratio (a median is missing)"
@@ -846,12 +848,6 @@ class Comparison:
             if _within(ratio, bound):
                 return f"{head}: {said}, within the bound"
             part = f"; {said}, still beyond the bound"
-        prompts = self._with_kvlabs_prompts()
-        if prompts is not None:
-            ratio, said = prompts
-            if _within(ratio, bound):
-                return f"{head}: {said}, within the bound: the difference is the peer's prompt set ({PROMPT_SET_WORDS})"
-            part += f"; {said}, still beyond the bound"
         arms = [(self.kvlab_peer, "with the peers' options kvlab's")] + ([] if within else [(self.kvlab, "kvlab's")])
         for arm, words in arms:
             if overlap(arm, self.peer):
@@ -860,9 +856,20 @@ class Comparison:
                     f"({self.peer.low:.4g}–{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
                     f"{part}"
                 )
+        prompts = self._with_kvlabs_prompts()
+        if prompts is not None:
+            ratio, said = prompts
+            if _within(ratio, bound):
+                return f"{head}: {said}, within the bound: the difference is the peer's prompt set ({PROMPT_SET_WORDS})"
+            part += f"; {said}, still beyond the bound"
         split = self._split_differently(parts)
         if split:
             return f"{head}: {split}{part}"
+        if fixture:
+            return (
+                f"{head}: not explained by the peer's options ({', '.join(changed)}){window}; the server's timing is "
+                "fixed, so this is the clients' own: the time each takes to send and read"
+            )
         return (
             f"{head}: not explained by the peer's options ({', '.join(changed)}){window}{part}; "
             + (
@@ -1106,7 +1113,7 @@ def markdown(raw: dict, fixture: bool = False) -> str:
         lines.append(
             f"| {c.engine} | {c.point} | {label} ({unit}) | {c.kvlab.text()} | {c.kvlab_peer.text()} | "
             f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
-            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture), alone.get((c.engine, c.point, c.figure)), None if fixture else wave_spread(raw, c.engine, c.point))} |"
+            f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture), alone.get((c.engine, c.point, c.figure)), None if fixture else wave_spread(raw, c.engine, c.point), fixture=fixture)} |"
         )
     shapes = [
         f"- {engine}, prefill shapes: {shapes_line(rec.get('prefill_shapes_ms'))}"

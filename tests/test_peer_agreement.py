@@ -444,3 +444,24 @@ def test_the_peer_sending_kvlabs_own_prompts_gets_kvlabs_exact_texts_and_can_exp
     beyond = pa.Comparison(**base, peer_prompts=pa.stat([30, 31, 32])).explanation("closed", win)
     assert "puts the peers' options at +26%, still beyond the bound" in beyond
     assert pa.Comparison(**base).explanation("closed", win).endswith(pa.PROMPT_SET_WORDS)  # not measured: the hint
+
+
+def test_a_difference_against_the_fixed_time_server_is_called_the_clients_own_not_the_engines():
+    """Against the fixture the server's timing is fixed, so a line there never names the engine or the prompt set."""
+    c = pa.Comparison(
+        engine="sglang",
+        point="batch 8",
+        figure="output_tokens_per_s",
+        kvlab=pa.stat([1144, 1130, 1153]),
+        kvlab_peer=pa.stat([1156, 1152, 1157]),
+        kvlab_staggered=pa.stat([]),
+        peer=pa.stat([1075, 1051, 1098]),
+        bound=0.05,
+    )
+    win = (pa.stat([0.2]), pa.stat([0.2]))
+    assert c.explanation("batch", win, fixture=True) == (
+        "kvlab's defaults +6.4%, the peers' options +7.5%: not explained by the peer's options (text prompts, a new "
+        "connection per request); the server's timing is fixed, so this is the clients' own: the time each takes "
+        "to send and read"
+    )
+    assert pa.PROMPT_SET_WORDS in c.explanation("batch", win)  # against the real server: the prompt set
