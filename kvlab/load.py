@@ -455,6 +455,11 @@ class LoadOutcome:
             f"load {self.load.label()}: {sent} of {n_prompts} requests sent, {len(w.warmup)} warm-up, "
             f"{len(w.counted)} inside the {w.length_s:.3g} s {window}, {len(w.outside)} outside; {end}; "
             f"{how}prompts as {self.load.prompt_form.replace('_', ' ')}"
+            + (
+                " as decoded (lengths vary)"
+                if self.load.prompt_form == "text" and self.load.text_lengths == "decoded"
+                else ""
+            )
         )
 
     def columns(self) -> dict[str, Any]:

@@ -730,6 +730,7 @@ def test_a_stored_text_load_point_as_decoded_sends_the_decoded_ids_and_records_i
     run = store.load_runs(tmp_path).row(0, named=True)
     assert (run["prompt_form"], run["load_text_lengths"]) == ("text", "decoded")
     assert "text as decoded" in loads.conditions_label([run])
+    assert run["notes"].endswith("prompts as text as decoded (lengths vary)")
     (spec_run,) = expand(ExperimentSpec.load(tmp_path / "load.yaml"))
     vocab = rows.vocab_size(spec_run)
     ids = spec_run.workload.generate(vocab, seed=spec_run.workload.seed * 1000 + spec_run.repeat)
