@@ -780,6 +780,11 @@ async def run_requests(
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    if new_connection_per_request:
+        # The client closes each connection once its response is read (force_close below); without this header
+        # aiohttp would send 'Connection: close' and the server would close it, on the engine's side, inside the
+        # run. SGLang's benchmark asks for keep-alive and closes its session from the client.
+        headers["Connection"] = "keep-alive"
     built = {
         p.index: build_body(p, model, ignore_eos=ignore_eos, temperature=temperature, seed=seed, extra_body=extra_body)
         for p in prompts
@@ -802,8 +807,8 @@ async def run_requests(
         acc = accs[p.index]
         acc.max_chunks, acc.max_bytes, deadline_s = request_bounds(p.max_tokens, timeout_s, stall_s)
         timeouts[p.index] = aiohttp.ClientTimeout(total=deadline_s, sock_read=stall_s)
-    # new_connection_per_request: the connection closes after each response, so each request connects anew (inside
-    # its TTFT), as SGLang's benchmark does with a session per request (kvlab.load.LoadSpec.connections)
+    # new_connection_per_request: the client closes the connection after each response, so each request connects
+    # anew (inside its TTFT), as SGLang's benchmark does with a session per request (kvlab.load.LoadSpec.connections)
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, force_close=new_connection_per_request)
     first_send_wall: list[float] = []
 

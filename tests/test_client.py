@@ -538,3 +538,35 @@ def test_a_redirect_is_not_followed_and_the_key_stays_with_its_host():
     r = asyncio.run(go()).records[0]
     assert r.status == "failed" and r.http_status == 302 and "not followed" in r.error
     assert seen == []  # the other host never saw the request, let alone the key
+
+
+@pytest.mark.parametrize("per_request", [False, True])
+def test_connections_per_request_open_one_each_and_the_client_closes_them_as_sglangs_benchmark_does(per_request):
+    """load.connections: per_request opens a new connection for every request and closes it from the client once
+    the response is read, asking the server for keep-alive as SGLang's benchmark does (a session per request, no
+    'Connection: close'), so the server does not close it inside the run; kept reuses the open connections."""
+    from aiohttp import web
+
+    seen: list[tuple[int, str | None]] = []
+
+    async def handler(request):
+        seen.append((request.transport.get_extra_info("peername")[1], request.headers.get("Connection")))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices":[{"index":0,"text":"a","finish_reason":"length"}]}\n\n')
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def go():
+        async with serve_app({"POST /v1/completions": handler}) as url:
+            prompts = workloads.fixed_batch.prompts(6, 4, 1, vocab_size=512)
+            return await client.run_requests(url, "m", prompts, concurrency=2, new_connection_per_request=per_request)
+
+    res = asyncio.run(go())
+    assert [r.status for r in res.records] == ["ok"] * 6 and len(seen) == 6
+    ports = {port for port, _ in seen}
+    if per_request:
+        assert len(ports) == 6 and {header for _, header in seen} == {"keep-alive"}
+    else:
+        assert len(ports) == 2 and {header for _, header in seen} == {None}
