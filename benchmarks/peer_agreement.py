@@ -498,6 +498,9 @@ def prefill_shapes(url: str, tag: str, trials: int = SHAPE_TRIALS, seed: int = 7
     from http.client import HTTPConnection
     from urllib.parse import urlsplit
 
+    from kvlab.tinymodel import TARGET_VOCAB
+    from kvlab.workloads import fixed_batch
+
     rng = random.Random(seed)
     fresh = [n for n in NEW_LENGTHS if n not in SEEN_LENGTHS]
     rng.shuffle(fresh)
@@ -505,7 +508,8 @@ def prefill_shapes(url: str, tag: str, trials: int = SHAPE_TRIALS, seed: int = 7
     conn = HTTPConnection(where.hostname, where.port, timeout=120)
 
     def one(n: int) -> float:
-        body = {"model": tag, "prompt": [rng.randrange(3, 500) for _ in range(n)], "max_tokens": 1, "temperature": 0}
+        (prompt,) = fixed_batch.prompts(1, n, 1, TARGET_VOCAB, seed=rng.randrange(2**31))
+        body = {"model": tag, "prompt": list(prompt.token_ids), "max_tokens": 1, "temperature": 0}
         t = time.perf_counter()
         conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
         answer = conn.getresponse()
@@ -1053,16 +1057,16 @@ def summarise(raw: dict) -> list[Row]:
             )
         )
     for engine, rec in raw["engines"].items():
-        line = shapes_line(rec.get("prefill_shapes_ms"))
-        if line:
-            new, seen = (stat(rec["prefill_shapes_ms"][k]) for k in ("new", "seen"))
+        both = shapes_stats(rec.get("prefill_shapes_ms"))
+        if both is not None:
+            new, seen = both
             rows.append(
                 Row(
                     SECTION,
                     f"{engine}, one prefill at a new token count ÷ at a count run before",
                     new.median / seen.median,
                     "×",
-                    note=line,
+                    note=shapes_line(rec["prefill_shapes_ms"]),
                 )
             )
     for engine, rec in raw["engines"].items():
@@ -1081,11 +1085,19 @@ def summarise(raw: dict) -> list[Row]:
     return rows
 
 
+def shapes_stats(shapes: dict[str, list[float]] | None) -> tuple[Stat, Stat] | None:
+    """The prefill-shape pass (:func:`prefill_shapes`) as (new, seen) statistics; None where it did not run."""
+    if not shapes or not shapes.get("new") or not shapes.get("seen"):
+        return None
+    return stat(shapes["new"]), stat(shapes["seen"])
+
+
 def shapes_line(shapes: dict[str, list[float]] | None) -> str:
     """The prefill-shape pass in words (:func:`prefill_shapes`), '' where it did not run."""
-    if not shapes or not shapes.get("new") or not shapes.get("seen"):
+    both = shapes_stats(shapes)
+    if both is None:
         return ""
-    new, seen = stat(shapes["new"]), stat(shapes["seen"])
+    new, seen = both
     return (
         f"one request at a time, one token out: at a prompt length the server had run before "
         f"({' or '.join(map(str, SEEN_LENGTHS))} tokens) {seen.text()} ms, at one it had not "
@@ -1115,11 +1127,10 @@ def markdown(raw: dict, fixture: bool = False) -> str:
             f"{c.peer.text()} | {ratio} | {ratio_p} | {ratio_s} | {met} | "
             f"{c.explanation(kinds[c.point], windows(raw, c.engine, c.point, fixture), alone.get((c.engine, c.point, c.figure)), None if fixture else wave_spread(raw, c.engine, c.point), fixture=fixture)} |"
         )
-    shapes = [
-        f"- {engine}, prefill shapes: {shapes_line(rec.get('prefill_shapes_ms'))}"
-        for engine, rec in ({} if fixture else raw["engines"]).items()
-        if shapes_line(rec.get("prefill_shapes_ms"))
-    ]
+    said = {
+        engine: shapes_line(rec.get("prefill_shapes_ms")) for engine, rec in ({} if fixture else raw["engines"]).items()
+    }
+    shapes = [f"- {engine}, prefill shapes: {line}" for engine, line in said.items() if line]
     return "\n".join(lines) + "\n" + ("\n" + "\n".join(shapes) + "\n" if shapes else "")
 
 
