@@ -70,6 +70,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
         "arrivals": "drawn",
         "connections": "kept",
         "text_lengths": "exact",
+        "draws": "kvlab",
     },
 }
 

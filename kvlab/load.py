@@ -88,6 +88,15 @@ class LoadSpec(BaseModel):
         "benchmark's random-ids does, so the server's counts vary around it (247-264 tokens for 256 on kvlab's "
         "tiny model) and prefills take token counts the engine may not have run before",
     )
+    draws: Literal["kvlab", "sglang"] = Field(
+        "kvlab",
+        description="whose random draws make the prompts (kind fixed_batch) and an open loop's gaps: kvlab's own "
+        "generators, or SGLang's benchmark's random-ids (`sglang.benchmark.serving --dataset-name random-ids "
+        "--random-range-ratio 1 --seed S`): numpy's legacy generator seeded with the workload's seed plus the repeat, "
+        "each prompt a window of consecutive token ids from a random offset, then each exponential gap, in its order, "
+        "so the same seed, lengths and vocabulary give its very prompts and schedule (arrival_seed is not used). "
+        "With prompt_form text and text_lengths decoded, the very texts it sends",
+    )
     phase: Literal["together", "staggered"] = Field(
         "together",
         description="closed loop: together sends the first `concurrency` requests at once and each "
@@ -125,6 +134,12 @@ class LoadSpec(BaseModel):
             raise ValueError("arrivals 'scaled' applies to an open loop (rate_rps) only")
         if self.text_lengths == "decoded" and self.prompt_form != "text":
             raise ValueError("text_lengths 'decoded' applies to prompt_form 'text' only (token ids are exact)")
+        if self.draws == "sglang" and self.burstiness != 1.0:
+            raise ValueError(
+                "draws 'sglang' draws exponential gaps (SGLang's benchmark has no burstiness): burstiness 1"
+            )
+        if self.draws == "sglang" and self.arrivals == "scaled":
+            raise ValueError("draws 'sglang' sends as SGLang's benchmark draws (arrivals 'drawn'), not scaled")
         return self
 
     @property
@@ -344,23 +359,19 @@ def chain_starts(prompts: Sequence[Any]) -> list[int]:
     return firsts
 
 
-def client_args(load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch) -> dict[str, Any]:
+def client_args(
+    load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch, schedule: Sequence[float] | None = None
+) -> dict[str, Any]:
     """The keyword arguments of kvlab.client.run_requests (besides ``concurrency``) that send ``prompts`` under
-    ``load``: open-loop send offsets, the duration limit, and the saturation watch (the TTFT rule reads the
-    requests that finish after the first ``warmup_requests`` finishes)."""
+    ``load``: open-loop send offsets (``schedule``, one per chain start in order, where the run's draws gave them:
+    ``draws: sglang``; else :func:`arrival_times`), the duration limit, and the saturation watch (the TTFT rule
+    reads the requests that finish after the first ``warmup_requests`` finishes)."""
     firsts = chain_starts(prompts)
-    offsets = (
-        dict(
-            zip(
-                firsts,
-                arrival_times(
-                    len(firsts), load.rate_rps, load.burstiness, load.arrival_seed, scaled=load.arrivals == "scaled"
-                ),
-            )
+    if load.rate_rps is not None and schedule is None:
+        schedule = arrival_times(
+            len(firsts), load.rate_rps, load.burstiness, load.arrival_seed, scaled=load.arrivals == "scaled"
         )
-        if load.rate_rps is not None
-        else None
-    )
+    offsets = dict(zip(firsts, schedule, strict=True)) if load.rate_rps is not None else None
     finished = [0]
     stagger = (
         Stagger(firsts, load.concurrency, watch.reason, load.duration_s)
@@ -460,6 +471,7 @@ class LoadOutcome:
                 if self.load.prompt_form == "text" and self.load.text_lengths == "decoded"
                 else ""
             )
+            + ("; SGLang's benchmark's random-ids draws" if self.load.draws == "sglang" else "")
         )
 
     def columns(self) -> dict[str, Any]:
@@ -478,6 +490,7 @@ class LoadOutcome:
             "load_arrivals": self.load.arrivals if self.load.mode == "open" else None,
             "load_connections": self.load.connections,
             "load_text_lengths": self.load.text_lengths if self.load.prompt_form == "text" else None,
+            "load_draws": self.load.draws,
         }
 
 
@@ -490,6 +503,7 @@ WINDOW_WORDS = {"steady": "steady-state window", "span": "first send to last com
 ARRIVAL_WORDS = {"drawn": "arrival gaps as drawn", "scaled": "arrivals scaled to the exact rate"}
 CONNECTION_WORDS = {"kept": "connections kept open", "per_request": "a new connection per request"}
 LENGTH_WORDS = {"exact": "text re-encoded to exact length", "decoded": "text as decoded (the server's lengths vary)"}
+DRAW_WORDS = {"kvlab": "kvlab's draws", "sglang": "SGLang's benchmark's random-ids draws"}
 
 
 def conditions_label(rows: Any) -> str | None:
@@ -508,6 +522,8 @@ def conditions_label(rows: Any) -> str | None:
         parts = [FORM_WORDS.get(r.get("prompt_form") or "", "prompt form not recorded")]
         if r.get("load_text_lengths") == "decoded":  # exact, kvlab's only way before it was recorded, goes unsaid
             parts.append(LENGTH_WORDS["decoded"])
+        if r.get("load_draws") == "sglang":  # kvlab, its only draws before they were recorded, goes unsaid
+            parts.append(DRAW_WORDS["sglang"])
         if mode == "closed":
             parts.append(PHASE_WORDS[r.get("load_phase") or "together"])
         elif r.get("load_arrivals") == "scaled":  # drawn, kvlab's only schedule before it was recorded, goes unsaid

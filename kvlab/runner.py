@@ -34,7 +34,7 @@ from kvlab.campaign import Campaign, ServerRecord, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
 from kvlab.plan import by_server, starts_may_overlap
-from kvlab.rows import attempt_row, prompts_for, run_row, vocab_size
+from kvlab.rows import attempt_row, prompts_for, run_row, sglang_draws, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
 from kvlab.experiment import RunSpec, expand
 from kvlab.units import count
@@ -444,9 +444,12 @@ class LocalExecutor:
         )
 
     # ------------------------------------------------------------------ one run
-    def _measure(self, server: EngineServer, run: RunSpec, prompts: list[Prompt]) -> Measurement:
+    def _measure(
+        self, server: EngineServer, run: RunSpec, prompts: list[Prompt], schedule: list[float] | None = None
+    ) -> Measurement:
         """Send the run's prompts to the ready ``server`` (after isolating or flushing its prefix cache), and
-        read the server's counters around them."""
+        read the server's counters around them; ``schedule``: the open-loop send offsets the run's draws gave
+        (``load.draws: sglang``), else kvlab.load draws them."""
         notes = []
         if server.external:
             notes.append(
@@ -489,7 +492,7 @@ class LocalExecutor:
 
         gpus = gpu.GpuSampler().open()  # NVML: every GPU on the same grid (or why not: a host without NVML)
 
-        sending = loads.client_args(load, prompts, watch) if load else {}
+        sending = loads.client_args(load, prompts, watch, schedule) if load else {}
 
         async def measured() -> BatchResult:
             lazy = server.adapter.telemetry_counted_once_incremented
@@ -617,6 +620,8 @@ class LocalExecutor:
         spec = campaign.specs[run.experiment]
         retry = spec.retry
         prompts = prompts_for(run, vocab)
+        load = run.workload.load
+        schedule = sglang_draws(run, vocab)[1] if load is not None and load.draws == "sglang" else None
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
         measured = None
@@ -641,7 +646,7 @@ class LocalExecutor:
                     starts.current.experiments.append(run.experiment)
                 logs[f"server-attempt{n}.log"] = server
                 version = version or server.version()
-                measured = self._measure(server, run, prompts)
+                measured = self._measure(server, run, prompts, schedule)
                 batch, deltas, notes = measured.batch, measured.deltas, measured.notes
                 if not batch.ok:
                     failure = _engine_failure(server) or _hung(batch, run)

@@ -296,6 +296,14 @@ RUNS = Table(
             allowed=("exact", "decoded"),
         ),
         _c(
+            "load_draws",
+            Str,
+            "under a load: whose random draws made the prompts and an open loop's gaps: kvlab (its own generators) or "
+            "sglang (SGLang's benchmark's random-ids, drawn as it draws them for the seed); workload.load.draws. "
+            "Null: no load, or stored before it was recorded (then kvlab)",
+            allowed=("kvlab", "sglang"),
+        ),
+        _c(
             "prompt_form",
             Str,
             "how the prompts were sent: token_ids (the server's prompt length is exact), text "

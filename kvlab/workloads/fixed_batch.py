@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
+
 from kvlab.workloads.base import (
     DEFAULT_LOW_ID,
     Prompt,
@@ -79,3 +81,35 @@ def prompts(
             )
         )
     return out
+
+
+def sglang_draws(
+    n: int, prompt_tokens: int, output_tokens: int, vocab_size: int, seed: int, rate_rps: float | None = None
+) -> tuple[list[Prompt], list[float] | None]:
+    """SGLang's benchmark's random-ids workload (``load.draws: sglang``): its prompts as token ids and, at
+    ``rate_rps``, its send offsets in seconds (None without a rate), drawn as it draws them. SGLang 0.5.23
+    (sglang/benchmark/serving.py and datasets/random.py, ``--dataset-name random-ids --random-range-ratio 1``) seeds
+    numpy's legacy generator with ``--seed``, draws the input lengths, the output lengths and one offset per prompt
+    below the tokenizer's vocabulary size, makes prompt ``i`` the ids ``(offset_i + i + j) % vocab_size``, and after
+    each send draws an exponential gap of mean ``1 / rate``. The same ``seed``, lengths and ``vocab_size`` give its
+    very ids (it decodes them less the one BOS the server adds, as :func:`kvlab.load.as_text` does with
+    ``text_lengths: decoded``) and schedule. Prompts that start at the same id are the same prompt: their
+    ``shared_prefix_tokens`` say so."""
+    rs = np.random.RandomState(seed)
+    rs.randint(prompt_tokens, prompt_tokens + 1, size=n)  # its input lengths: range ratio 1, all equal
+    rs.randint(output_tokens, output_tokens + 1, size=n)  # its output lengths
+    starts = [(int(o) + i) % vocab_size for i, o in enumerate(rs.randint(0, vocab_size, size=n))]
+    out = [
+        Prompt(
+            index=i,
+            max_tokens=output_tokens,
+            token_ids=tuple((s + j) % vocab_size for j in range(prompt_tokens)),
+            workload="fixed_batch",
+            shared_prefix_tokens=prompt_tokens if starts.count(s) > 1 else 0,
+        )
+        for i, s in enumerate(starts)
+    ]
+    if rate_rps is None:
+        return out, None
+    gaps = [float(rs.exponential(1.0 / rate_rps)) for _ in range(n)]  # one after every send, the last unused
+    return out, [0.0, *np.cumsum(gaps[: n - 1]).tolist()]
