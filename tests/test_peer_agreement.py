@@ -371,6 +371,16 @@ def test_the_peer_measured_without_its_server_info_call_decides_the_throughput_l
     by_figure = {c.figure: c for c in pa.compare(raw)}
     assert by_figure["output_tokens_per_s"].peer_bare == pa.stat([990, 960, 1000])
     assert by_figure["ttft_p50_ms"].peer_bare is None  # the call moves the duration only
+    # the bound column: met against the peer without the call, said so; not where that is beyond it too
+    assert (close.agrees, close.agrees_without_server_info, close.met) == (
+        False,
+        True,
+        "yes, without its GET /server_info",
+    )
+    assert (far.met, pa.Comparison(**base).met) == ("no", "no")  # no bare arm: the timed call explains, not meets
+    assert "| yes, without its GET /server_info (±5%) |" in pa.markdown(raw)
+    row = next(r for r in pa.summarise(raw) if r.figure.startswith("sglang batch 8, output throughput"))
+    assert row.met is True
 
 
 def test_a_tpot_gap_that_is_the_ttft_gap_moved_is_said_so():
