@@ -1228,24 +1228,28 @@ def shapes_line(shapes: dict[str, list[float]] | None) -> str:
 
 
 def prompt_set_line(raw: dict, engine: str) -> str:
-    """What the prompt set alone does to the peer (:data:`PROMPTS_ARM`): the peer sending kvlab's exact-length texts
-    ÷ the peer with its own prompts, TTFT p50 and output throughput per point (medians; an open loop's throughput
-    is its schedule's, which differs between the two datasets' draws: left out); '' where that arm did not run."""
+    """What the prompt set alone does to the peer: its run sending kvlab's exact-length texts (:data:`PROMPTS_ARM`)
+    ÷ its run with its own prompts (:data:`BARE_ARM`), both with ``--backend vllm`` (no GET /server_info), TTFT p50
+    and output throughput per point (medians; an open loop's throughput is its schedule's, which differs between the
+    two datasets' draws: left out); '' where those arms did not run."""
+    runs = raw["engines"].get(engine, {}).get("runs", [])
     parts = []
-    kinds = {p["label"]: Point(**p).kind for p in raw["points"]}
-    for c in compare(raw):
-        if c.engine != engine or c.figure not in ("ttft_p50_ms", "output_tokens_per_s") or c.peer_prompts is None:
-            continue
-        if c.figure == "output_tokens_per_s" and kinds[c.point] == "open":
-            continue  # its custom dataset draws no lengths first, so its gaps are other draws: the schedule's rate
-        d = rel_diff(c.peer_prompts.median, c.peer.median)
-        if d is not None:
-            parts.append(f"{c.point} {FIGURES[c.figure][0]} {1 + d:.2f}×")
+    for p in raw["points"]:
+        for fig in ("output_tokens_per_s", "ttft_p50_ms"):
+            if fig == "output_tokens_per_s" and Point(**p).kind == "open":
+                continue  # its custom dataset draws no lengths first, so its gaps are other draws
+            own, kvlabs = (
+                stat(r.get(fig) for r in runs if r["point"] == p["label"] and r["arm"] == arm)
+                for arm in (BARE_ARM, PROMPTS_ARM)
+            )
+            d = rel_diff(kvlabs.median, own.median)
+            if d is not None:
+                parts.append(f"{p['label']} {FIGURES[fig][0]} {1 + d:.2f}×")
     if not parts:
         return ""
     return (
-        f"{PEER_NAMES[engine]} sending kvlab's exact-length texts (its custom dataset, no GET /server_info) ÷ itself "
-        f"with its own random-ids prompts ({PROMPT_SET_WORDS}): " + ", ".join(parts)
+        f"{PEER_NAMES[engine]} sending kvlab's exact-length texts (its custom dataset) ÷ itself with its own random-ids "
+        f"prompts, both with --backend vllm (no GET /server_info) ({PROMPT_SET_WORDS}): " + ", ".join(parts)
     )
 
 

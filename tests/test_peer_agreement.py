@@ -461,7 +461,10 @@ def test_the_peer_sending_kvlabs_own_prompts_gets_kvlabs_exact_texts_and_its_lin
     assert argv[at + 5] == "32" and argv[argv.index("--backend") + 1] == "vllm" and "random-ids" not in argv
     # what the prompt set alone does to the peer: its medians with kvlab's texts ÷ with its own, per point
     runs = [
-        *_runs("c=4", "peer", output_tokens_per_s=[520, 540, 541], ttft_p50_ms=[54, 48.8, 41.2], tpot_p50_ms=[6, 6, 6]),
+        *_runs("c=4", "peer", output_tokens_per_s=[500, 510, 520], ttft_p50_ms=[60, 61, 62], tpot_p50_ms=[6, 6, 6]),
+        *_runs(
+            "c=4", pa.BARE_ARM, output_tokens_per_s=[520, 540, 541], ttft_p50_ms=[54, 48.8, 41.2], tpot_p50_ms=[6] * 3
+        ),
         *_runs(
             "c=4",
             pa.PROMPTS_ARM,
@@ -472,9 +475,9 @@ def test_the_peer_sending_kvlabs_own_prompts_gets_kvlabs_exact_texts_and_its_lin
     ]
     raw = {**RAW, "points": RAW["points"][:1], "engines": {"sglang": {"runs": runs}}}
     assert pa.prompt_set_line(raw, "sglang") == (
-        "sglang.benchmark.serving sending kvlab's exact-length texts (its custom dataset, no GET /server_info) ÷ "
-        f"itself with its own random-ids prompts ({pa.PROMPT_SET_WORDS}): c=4 output throughput 1.06×, c=4 TTFT p50 "
-        "0.86×"
+        "sglang.benchmark.serving sending kvlab's exact-length texts (its custom dataset) ÷ itself with its own "
+        f"random-ids prompts, both with --backend vllm (no GET /server_info) ({pa.PROMPT_SET_WORDS}): c=4 output "
+        "throughput 1.06×, c=4 TTFT p50 0.86×"
     )
     assert pa.prompt_set_line(RAW, "vllm") == ""  # no prompts arm, no line
     assert pa.markdown(raw).rstrip().endswith(pa.prompt_set_line(raw, "sglang"))
