@@ -121,6 +121,14 @@ BARE_ARM = "peer-no-server-info"
 PROMPTS_ARM = "peer-kvlab-prompts"
 
 
+#: before the arms of each point and repeat, the peer's own command once with the same seed, untimed (kept in the
+#: result, not compared): the arms then meet a server that has run these prompts' shapes. Without it the first arm
+#: to send a repeat's prompts pays SGLang's cost of a prefill at a token count it has not run before and the arms
+#: after it do not (2026-12-06 09:07 run, batch 8 TTFT p50 with the same prompts: 229-293 ms for whichever of kvlab
+#: and the peer went first, 87-135 ms for the one after), so the arm order, not the client, decided the medians
+WARM_ARM = "warm-up"
+
+
 def arms_for(engine: str) -> tuple[str, ...]:
     """The arms measured against a real server of ``engine``: :data:`ARMS`, and for SGLang :data:`BARE_ARM` and
     :data:`PROMPTS_ARM`."""
@@ -637,7 +645,8 @@ def measure_arms(
     driver: Driver | None = None,
 ) -> list[dict]:
     """Every arm at every point, ``repeats`` times in alternating order, against the server at ``url``; each run's
-    figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run).
+    figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run),
+    and each point and repeat by the peer's run of its prompts (:data:`WARM_ARM`).
     ``arrivals`` (the fixed-time server, which records them): each run also gets ``wave_spread_ms``, the widest
     of its waves' arrival spreads (:func:`wave_spreads`). ``driver``: the kept peer process every peer run goes to
     (:func:`peer_driver`; None: each its own process)."""
@@ -649,7 +658,7 @@ def measure_arms(
     for point in points:
         for rep in range(repeats):
             order = list(arms) if rep % 2 == 0 else list(arms)[::-1]
-            for arm in order:
+            for arm in [WARM_ARM, *order]:
                 seed = 1000 + rep
                 if arm == "kvlab-staggered" and point.kind != "closed":
                     continue
@@ -659,7 +668,7 @@ def measure_arms(
                     r = peer_measure(
                         engine, url, tag, point, prompt, output, seed, client_cpus, log, texts=texts, driver=driver
                     )
-                elif arm in ("peer", BARE_ARM):
+                elif arm in ("peer", BARE_ARM, WARM_ARM):
                     r = peer_measure(
                         engine, url, tag, point, prompt, output, seed, client_cpus, log, arm == BARE_ARM, driver=driver
                     )

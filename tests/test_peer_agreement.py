@@ -607,3 +607,45 @@ def test_a_kept_peer_run_past_its_time_stops_the_process(fake_peer, tmp_path):
     with pytest.raises(RuntimeError, match="^fake failed \\(timed out after 1 s\\); see x$"):
         pa.run_kept(fake_peer, job, "fake failed", Path("x"), timeout_s=1)
     fake_peer.proc.wait(10)  # gone, its group with it
+
+
+def test_each_point_and_repeat_starts_with_the_peers_untimed_run_of_the_same_prompts(monkeypatch):
+    """WARM_ARM: before the arms of a point's repeat the peer sends that repeat's prompts once (same seed), so no arm
+    is the first to meet their prefill shapes; the arms then alternate their order from one repeat to the next."""
+    calls = []
+
+    def fake_peer(engine, url, tag, point, prompt, output, seed, cpus, log, bare=False, texts=None, driver=None):
+        calls.append((point.label, seed, "texts" if texts else "bare" if bare else "peer"))
+        return {"output_tokens_per_s": 1.0, "ttft_p50_ms": 1.0, "tpot_p50_ms": 1.0, "failed": 0}
+
+    def fake_kvlab(engine, url, tag, workload):
+        calls.append(("kvlab", workload["seed"], workload.get("load", {}).get("prompt_form", "token_ids")))
+        return {"output_tokens_per_s": 1.0, "ttft_p50_ms": 1.0, "tpot_p50_ms": 1.0, "failed": 0}
+
+    monkeypatch.setattr(pa, "peer_measure", fake_peer)
+    monkeypatch.setattr(pa, "kvlab_measure", fake_kvlab)
+    runs = pa.measure_arms("vllm", "http://h", "t", [pa.Point("batch 8", 8)], 2, 256, 32, None, Path("log"), "vllm")
+    assert [(r["arm"], r["repeat"]) for r in runs] == [
+        (pa.WARM_ARM, 0),
+        ("kvlab", 0),
+        ("kvlab-peer-options", 0),
+        ("peer", 0),
+        (pa.WARM_ARM, 1),
+        ("peer", 1),
+        ("kvlab-peer-options", 1),
+        ("kvlab", 1),
+    ]
+    # after the two path warm-ups (seed 999): each repeat's warm-up is the peer's own run at that repeat's seed
+    assert calls[2:] == [
+        ("batch 8", 1000, "peer"),
+        ("kvlab", 1000, "token_ids"),
+        ("kvlab", 1000, "text"),
+        ("batch 8", 1000, "peer"),
+        ("batch 8", 1001, "peer"),
+        ("batch 8", 1001, "peer"),
+        ("kvlab", 1001, "text"),
+        ("kvlab", 1001, "token_ids"),
+    ]
+    raw = {**RAW, "points": [{"label": "batch 8", "requests": 8}], "engines": {"vllm": {"runs": runs}}}
+    c = next(c for c in pa.compare(raw) if c.figure == "output_tokens_per_s")
+    assert (c.kvlab.n, c.kvlab_peer.n, c.peer.n) == (2, 2, 2)  # the warm-ups are not compared
