@@ -389,6 +389,13 @@ class ExperimentSpec(_Strict):
         "outputs with the server's record in the manifest (never counted in a run); the "
         "report compares them across the experiment's configurations. Not part of run keys",
     )
+    telemetry: StrictBool = Field(
+        True,
+        description="sample the server's /metrics (or tail its log) during each run; false: no samples during a "
+        "run (its counters before and after are still read), for a server whose cores also serve the requests: on "
+        "SGLang's CPU build on one core a sample every 0.5 s cost TPOT 4-5% and TTFT up to 10% (docs/performance.md). "
+        "A load's queue rule needs the samples (set stop_queue_rising: null). Part of the run key only when false",
+    )
     slo: SloSpec | None = Field(
         None,
         description="latency target goodput is counted against ({ttft_ms, tpot_ms}); "
@@ -558,6 +565,7 @@ class RunSpec(_Strict):
     hardware: str = Field(description="hardware label (free text for readers)")
     device: Device = Field(description="what the experiment says its runs compute on (kvlab.device)")
     slo: SloSpec | None = Field(None, description="the experiment's SLO (goodput), None when it states none")
+    telemetry: bool = Field(True, description="the experiment's telemetry: sample the server during the run")
 
     @property
     def key(self) -> str:
@@ -570,6 +578,8 @@ class RunSpec(_Strict):
         payload = {"engine": engine, "workload": workload, "repeat": self.repeat}
         if self.slo is not None:  # only when set: the keys of experiments without an SLO stay as they were
             payload["slo"] = self.slo.model_dump(mode="json")
+        if not self.telemetry:  # only when off: a run measured without samples is measured again with them
+            payload["telemetry"] = False
         config = self.engine.local_config()
         if config is not None:  # a local model whose config changes (kvlab's tiny model did) is another model
             payload["model_config"] = _short_hash(config)
@@ -730,6 +740,12 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
                     f"{origin}: matrix point [{where}]: engines.{label}: tp {engine.tp} × dp {engine.dp} = "
                     f"{engine.gpus} GPUs, more than the {spec.device.count} of device.count"
                 )
+            load = workload_spec.load
+            if not spec.telemetry and load is not None and load.stop_queue_rising is not None:
+                raise SpecError(
+                    f"{origin}: matrix point [{where}]: telemetry: false leaves workload.load.stop_queue_rising "
+                    f"({load.stop_queue_rising}) without the samples it reads: set it to null"
+                )
             for r in range(_repeats(spec, point | {"engine": label}, matched)):
                 runs.append(
                     RunSpec(
@@ -743,6 +759,7 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
                         hardware=spec.hardware,
                         device=spec.device,
                         slo=spec.slo,
+                        telemetry=spec.telemetry,
                     )
                 )
     unused = [i for i in range(len(spec.repeats_at)) if i not in matched]

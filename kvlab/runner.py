@@ -483,9 +483,9 @@ class LocalExecutor:
         why_before: list[str] = []
         before = _scrape(server, why_before) if has_metrics else {}
         w = run.workload
-        names = server.adapter.telemetry_names if has_metrics else {}
+        names = server.adapter.telemetry_names if has_metrics and run.telemetry else {}
         # no /metrics: an engine that logs its scheduler's lines is read from the log kvlab launched it with
-        tails_log = not names and server.adapter.log_telemetry and not server.external
+        tails_log = run.telemetry and not names and server.adapter.log_telemetry and not server.external
         samples: list[tuple[float, dict, str | None]] = []
         load = w.load
         watch = loads.SaturationWatch(load, run.slo.ttft_ms if run.slo else None, samples) if load else None
@@ -543,7 +543,13 @@ class LocalExecutor:
         finally:
             gpus.close()
         gpu_info = gpus.describe()
-        missing = None if names or tails_log else _why_no_telemetry(server, has_metrics)
+        missing = (
+            None
+            if names or tails_log
+            else _why_no_telemetry(server, has_metrics)
+            if run.telemetry
+            else "not sampled: the experiment sets telemetry: false"
+        )
         source = "log" if tails_log else "metrics"
         outcome = (
             loads.LoadOutcome(
@@ -556,6 +562,8 @@ class LocalExecutor:
         )
         if outcome is not None:
             notes.append(outcome.note(len(prompts)))
+        if not run.telemetry:
+            notes.append("the server was not sampled during the run (telemetry: false)")
         if w.splits_reasoning:
             batch, how = _split_reasoning(batch, run)
             notes.append(how)

@@ -25,7 +25,7 @@ from kvlab import campaign, client, plan, runner, store
 from kvlab.campaign import Campaign, SweepError
 from kvlab.paths import EXPERIMENTS_DIR, ROOT, UnsafeFolderError
 from kvlab.server import state_dir
-from kvlab.experiment import ExperimentSpec, expand
+from kvlab.experiment import ExperimentSpec, SpecError, expand
 from kvlab.tinymodel import vocab_size
 
 BASE_ENGINE = {
@@ -1280,6 +1280,45 @@ def test_a_sweep_without_probe_sends_no_probe_request(tmp_path):
     manifest = json.loads((tmp_path / "runs" / "unprobed" / "manifest.json").read_text())
     assert "configurations" not in manifest and all("probe" not in s for s in manifest["sweeps"][-1]["servers"])
     assert store.load_probes(tmp_path).is_empty()
+
+
+def test_an_experiment_without_telemetry_samples_nothing_during_its_runs_and_says_so(tmp_path):
+    """telemetry: false (for a server whose one core also serves the requests): no /metrics sample during the run,
+    telemetry.json and the run's note say why, the counters around the run are still read, and the run key differs
+    from the sampled run's (it is measured again with samples); a load's queue rule, which reads the samples, is
+    refused."""
+    import yaml
+
+    from tests.support.sse_fixture import FixtureConfig, SSEServer
+
+    with SSEServer(FixtureConfig(delay_s=0.05)) as srv:
+        path = write_spec(
+            tmp_path,
+            "quiet",
+            engine={"launch": None, "url": srv.url, "model": "org/remote-model"},
+            workload={"batch_size": 2, "context_tokens": 1024, "output_tokens": 40},
+        )
+        raw = yaml.safe_load(path.read_text())
+        path.write_text(yaml.safe_dump(raw | {"telemetry": False}))
+        assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
+    run_dir = store.run_dirs(tmp_path, "quiet")[0]
+    info = json.loads((run_dir / "telemetry.json").read_text())
+    assert (info["available"], info["samples"], info["reason"]) == (
+        False,
+        0,
+        "not sampled: the experiment sets telemetry: false",
+    )
+    run = store.load_runs(tmp_path).row(0, named=True)
+    assert "the server was not sampled during the run (telemetry: false)" in run["notes"]
+    assert run["server_generation_tokens"] == 80  # the counters before and after the run: read as ever
+    (quiet,) = expand(ExperimentSpec.load(path))
+    (sampled,) = expand(ExperimentSpec.model_validate(raw))
+    assert quiet.key != sampled.key and not quiet.telemetry and sampled.telemetry
+    loaded = raw | {"telemetry": False, "workload": raw["workload"] | {"load": {"concurrency": 2}}}
+    with pytest.raises(SpecError, match=r"telemetry: false leaves workload\.load\.stop_queue_rising \(5\)"):
+        expand(ExperimentSpec.model_validate(loaded))
+    off = loaded | {"workload": loaded["workload"] | {"load": {"concurrency": 2, "stop_queue_rising": None}}}
+    assert not expand(ExperimentSpec.model_validate(off))[0].telemetry
 
 
 def test_telemetry_tailed_from_the_server_log_says_so_and_keeps_its_gaps(tmp_path):
