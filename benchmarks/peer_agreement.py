@@ -143,6 +143,10 @@ PEER_ARRIVALS = {"vllm": "scaled", "sglang": "drawn"}
 #: each peer's HTTP connections (LoadSpec.connections): vLLM's benchmark keeps one session's connections open, SGLang's
 #: opens a new session, so a new connection, per request (sglang/benchmark/serving.py _create_bench_client_session)
 PEER_CONNECTIONS = {"vllm": "kept", "sglang": "per_request"}
+#: the experiment's ``telemetry`` with the peers' options: the peers sample nothing during a run, and kvlab's /metrics
+#: sample every 0.5 s costs a server whose one core also serves the requests time (SGLang's CPU build, batch 8 and
+#: c=4, 8 alternating repeats each, 2026-12-06: TPOT p50 +4.9% and +3.6%, TTFT p50 at c=4 +9.7%)
+PEER_TELEMETRY = False
 #: each peer's prompt set (and open-loop draws): `vllm bench serve`'s random dataset re-encodes its text to exact
 #: lengths, as kvlab's text prompts are (kvlab's draws, other ids: not its draw); SGLang's random-ids are windows of
 #: consecutive ids decoded once, which kvlab draws as it does (``draws: sglang``, ``text_lengths: decoded``: the very
@@ -256,13 +260,15 @@ def kvlab_workload(
     return w
 
 
-def kvlab_experiment(engine: str, url: str, tag: str, workload: dict) -> dict:
-    """The one-run experiment file of a kvlab measurement against the running server at ``url``."""
+def kvlab_experiment(engine: str, url: str, tag: str, workload: dict, telemetry: bool = True) -> dict:
+    """The one-run experiment file of a kvlab measurement against the running server at ``url``; ``telemetry``
+    False: no /metrics samples during the run (:data:`PEER_TELEMETRY`)."""
     return {
         "name": "agreement",
         "hardware": "CPU (benchmark)",
         "device": "cpu",
         "warmup": False,
+        "telemetry": telemetry,
         "engines": {
             engine: {
                 "name": engine,
@@ -289,9 +295,10 @@ def kvlab_texts(engine: str, workload: dict) -> list[str]:
     return [p.text for p in rows.prompts_for(run, rows.vocab_size(run))]
 
 
-def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
+def kvlab_measure(engine: str, url: str, tag: str, workload: dict, telemetry: bool = True) -> dict:
     """One kvlab measurement as a user makes it: a one-run experiment swept by kvlab.runner against the running
-    server (no warm-up request: the server is warm), its stored RUNS row read back."""
+    server (no warm-up request: the server is warm), its stored RUNS row read back; ``telemetry``: the
+    experiment's (:data:`PEER_TELEMETRY`)."""
     import yaml
 
     from kvlab import runner, store
@@ -302,7 +309,7 @@ def kvlab_measure(engine: str, url: str, tag: str, workload: dict) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="kvlab-peer-") as tmp:
         path = Path(tmp) / "agreement.yaml"
-        path.write_text(yaml.safe_dump(kvlab_experiment(engine, url, tag, workload)))
+        path.write_text(yaml.safe_dump(kvlab_experiment(engine, url, tag, workload, telemetry)))
         res = Campaign(ExperimentSpec.load(path), Path(tmp) / "data").execute(runner.LocalExecutor())
         runs = run_rates(store.load_runs(Path(tmp) / "data"))
     row = runs.row(0, named=True)
@@ -680,6 +687,7 @@ def measure_arms(
                         kvlab_workload(
                             point, prompt, output, seed, arm == "kvlab-peer-options", arm == "kvlab-staggered", engine
                         ),
+                        telemetry=PEER_TELEMETRY if arm == "kvlab-peer-options" else True,
                     )
                 r.update(point=point.label, arm=arm, repeat=rep)
                 if arrivals:
@@ -1038,6 +1046,8 @@ def peer_option_words(engine: str, point_kind: str) -> list[str]:
         words.append("a new connection per request")
     if PEER_PROMPTS[engine].get("draws"):
         words.append("its own random-ids prompts" + (" and gaps" if point_kind == "open" else ""))
+    if not PEER_TELEMETRY:
+        words.append("no /metrics samples during the run")
     return words
 
 

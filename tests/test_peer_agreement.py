@@ -15,6 +15,7 @@ import pytest
 from benchmarks import peer_agreement as pa
 from benchmarks.bench_tools import Driver
 from kvlab import client, workloads
+from kvlab.experiment import ExperimentSpec, expand
 from tests.support.sse_fixture import SSEServer
 
 
@@ -103,17 +104,18 @@ def test_each_difference_beyond_its_bound_gets_one_line_that_names_its_cause():
     win = pa.windows(RAW, "vllm", "c=4")
     assert win == (pa.Stat(1.1, 1.0, 1.2, 3), pa.Stat(1.5, 1.4, 1.6, 3))
     assert _get("c=4", "output_tokens_per_s").explanation("closed", win) == (
-        "kvlab's defaults +20%; with the peers' options (text prompts, first send to last completion) -1.0%: the "
-        "difference is the definition (kvlab's steady window median 1.1 s, the peer's duration 1.5 s)"
+        "kvlab's defaults +20%; with the peers' options (text prompts, first send to last completion, no /metrics "
+        "samples during the run) -1.0%: the difference is the definition (kvlab's steady window median 1.1 s, the "
+        "peer's duration 1.5 s)"
     )
     assert _get("c=4", "ttft_p50_ms").explanation("closed", win) == (
-        "kvlab's defaults -48%; with the peers' options (text prompts, first send to last completion) -2.4%: the "
-        "difference is the definition"
+        "kvlab's defaults -48%; with the peers' options (text prompts, first send to last completion, no /metrics "
+        "samples during the run) -2.4%: the difference is the definition"
     )
     assert _get("c=4", "tpot_p50_ms").explanation("closed", win) == ""  # within 5% already
     assert _get("batch 8", "ttft_p50_ms").explanation("batch", win) == (
-        "kvlab's defaults -33%, the peers' options -20%: not explained by the peer's options (text prompts); see "
-        "the per-repeat figures in reports/bench/peer_agreement.json"
+        "kvlab's defaults -33%, the peers' options -20%: not explained by the peer's options (text prompts, no "
+        "/metrics samples during the run); see the per-repeat figures in reports/bench/peer_agreement.json"
     )
     assert _get("batch 8", "e2e_p50_ms").explanation("batch", win) == "no ratio (a median is missing)"
     spread = pa.Comparison(
@@ -165,8 +167,8 @@ def test_the_rows_and_the_docs_table_carry_the_same_figures():
     assert table[2] == (
         "| vllm | c=4 | output throughput (tok/s) | 115 (110–120) | 95 (93–97) | 96 (94–100) | 1.198 | "
         "0.990 |  | yes (±5%) | kvlab's defaults +20%; with the peers' options (text prompts, first send "
-        "to last completion) -1.0%: the difference is the definition (kvlab's steady window median "
-        "1.1 s, the peer's duration 1.5 s) |"
+        "to last completion, no /metrics samples during the run) -1.0%: the difference is the definition (kvlab's "
+        "steady window median 1.1 s, the peer's duration 1.5 s) |"
     )
 
 
@@ -286,6 +288,11 @@ def test_kvlabs_workloads_for_each_arm():
     assert sglang["connections"] == "per_request"  # and opens a new session per request
     # the peer's own prompt set and gaps, drawn as it draws them (kvlab.workloads.fixed_batch.sglang_draws)
     assert (sglang["draws"], sglang["text_lengths"]) == ("sglang", "decoded")
+    # the peers' options run without telemetry: every point's experiment expands so (no queue rule left to feed)
+    for point in pa.QUICK[2]:
+        workload = pa.kvlab_workload(point, 256, 32, 1000, True)
+        experiment = pa.kvlab_experiment("sglang", "http://h", "t", workload, pa.PEER_TELEMETRY)
+        assert [r.telemetry for r in expand(ExperimentSpec.model_validate(experiment))] == [False]
     own = pa.kvlab_workload(
         pa.Point("c=4", 16, concurrency=4), 256, 32, 1000, True, engine="sglang", peer_prompts=False
     )
@@ -306,22 +313,25 @@ def test_kvlab_with_sglangs_peer_options_sends_the_very_texts_sglangs_benchmark_
 def test_each_peers_options_are_named_in_the_words_of_its_table_line():
     """The options that make kvlab send as each peer does, per kind of point: vLLM's open loop scales its arrival
     gaps, SGLang's benchmark connects anew per request and kvlab draws its random-ids prompts (and an open loop's
-    gaps) as it does; both send text and divide by their whole span."""
-    assert pa.peer_option_words("vllm", "batch") == ["text prompts"]
+    gaps) as it does; both send text, divide by their whole span and sample nothing during a run."""
+    assert pa.peer_option_words("vllm", "batch") == ["text prompts", "no /metrics samples during the run"]
     assert pa.peer_option_words("vllm", "open") == [
         "text prompts",
         "first send to last completion",
         "arrivals scaled to the exact rate",
+        "no /metrics samples during the run",
     ]
     assert pa.peer_option_words("sglang", "open") == [
         "text prompts",
         "first send to last completion",
         "a new connection per request",
         "its own random-ids prompts and gaps",
+        "no /metrics samples during the run",
     ]
-    assert pa.peer_option_words("sglang", "closed")[-2:] == [
+    assert pa.peer_option_words("sglang", "closed")[-3:] == [
         "a new connection per request",
         "its own random-ids prompts",
+        "no /metrics samples during the run",
     ]
 
 
@@ -498,8 +508,8 @@ def test_a_difference_against_the_fixed_time_server_is_called_the_clients_own_no
     win = (pa.stat([0.2]), pa.stat([0.2]))
     assert c.explanation("batch", win, fixture=True) == (
         "kvlab's defaults +6.4%, the peers' options +7.5%: not explained by the peer's options (text prompts, a new "
-        "connection per request, its own random-ids prompts); the server's timing is fixed, so this is the clients' "
-        "own: the time each takes to send and read"
+        "connection per request, its own random-ids prompts, no /metrics samples during the run); the server's "
+        "timing is fixed, so this is the clients' own: the time each takes to send and read"
     )
     # against the real server nothing is left to name: the same prompts, so the per-repeat figures
     assert c.explanation("batch", win).endswith("see the per-repeat figures in reports/bench/peer_agreement.json")
@@ -611,15 +621,17 @@ def test_a_kept_peer_run_past_its_time_stops_the_process(fake_peer, tmp_path):
 
 def test_each_point_and_repeat_starts_with_the_peers_untimed_run_of_the_same_prompts(monkeypatch):
     """WARM_ARM: before the arms of a point's repeat the peer sends that repeat's prompts once (same seed), so no arm
-    is the first to meet their prefill shapes; the arms then alternate their order from one repeat to the next."""
+    is the first to meet their prefill shapes; the arms then alternate their order from one repeat to the next, and
+    only the peers'-options arm runs without telemetry (PEER_TELEMETRY)."""
     calls = []
 
     def fake_peer(engine, url, tag, point, prompt, output, seed, cpus, log, bare=False, texts=None, driver=None):
         calls.append((point.label, seed, "texts" if texts else "bare" if bare else "peer"))
         return {"output_tokens_per_s": 1.0, "ttft_p50_ms": 1.0, "tpot_p50_ms": 1.0, "failed": 0}
 
-    def fake_kvlab(engine, url, tag, workload):
-        calls.append(("kvlab", workload["seed"], workload.get("load", {}).get("prompt_form", "token_ids")))
+    def fake_kvlab(engine, url, tag, workload, telemetry=True):
+        form = workload.get("load", {}).get("prompt_form", "token_ids")
+        calls.append(("kvlab", workload["seed"], form + ("" if telemetry else ", no telemetry")))
         return {"output_tokens_per_s": 1.0, "ttft_p50_ms": 1.0, "tpot_p50_ms": 1.0, "failed": 0}
 
     monkeypatch.setattr(pa, "peer_measure", fake_peer)
@@ -639,11 +651,11 @@ def test_each_point_and_repeat_starts_with_the_peers_untimed_run_of_the_same_pro
     assert calls[2:] == [
         ("batch 8", 1000, "peer"),
         ("kvlab", 1000, "token_ids"),
-        ("kvlab", 1000, "text"),
+        ("kvlab", 1000, "text, no telemetry"),
         ("batch 8", 1000, "peer"),
         ("batch 8", 1001, "peer"),
         ("batch 8", 1001, "peer"),
-        ("kvlab", 1001, "text"),
+        ("kvlab", 1001, "text, no telemetry"),
         ("kvlab", 1001, "token_ids"),
     ]
     raw = {**RAW, "points": [{"label": "batch 8", "requests": 8}], "engines": {"vllm": {"runs": runs}}}
