@@ -149,9 +149,9 @@ PEER_CONNECTIONS = {"vllm": "kept", "sglang": "per_request"}
 PEER_TELEMETRY = False
 #: each peer's prompt set (and open-loop draws): `vllm bench serve`'s random dataset re-encodes its text to exact
 #: lengths, as kvlab's text prompts are (kvlab's draws, other ids: not its draw); SGLang's random-ids are windows of
-#: consecutive ids decoded once, which kvlab draws as it does (``draws: sglang``, ``text_lengths: decoded``: the very
+#: consecutive ids decoded once, which kvlab draws as it does (``draws: random_ids``, ``text_lengths: decoded``: the very
 #: texts and gaps it sends for the same seed)
-PEER_PROMPTS: dict[str, dict[str, str]] = {"vllm": {}, "sglang": {"draws": "sglang", "text_lengths": "decoded"}}
+PEER_PROMPTS: dict[str, dict[str, str]] = {"vllm": {}, "sglang": {"draws": "random_ids", "text_lengths": "decoded"}}
 
 
 @dataclass(frozen=True)

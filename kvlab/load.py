@@ -88,7 +88,7 @@ class LoadSpec(BaseModel):
         "benchmark's random-ids does, so the server's counts vary around it (247-264 tokens for 256 on kvlab's "
         "tiny model) and prefills take token counts the engine may not have run before",
     )
-    draws: Literal["kvlab", "sglang"] = Field(
+    draws: Literal["kvlab", "random_ids"] = Field(
         "kvlab",
         description="whose random draws make the prompts (kind fixed_batch) and an open loop's gaps: kvlab's own "
         "generators, or SGLang's benchmark's random-ids (`sglang.benchmark.serving --dataset-name random-ids "
@@ -134,12 +134,12 @@ class LoadSpec(BaseModel):
             raise ValueError("arrivals 'scaled' applies to an open loop (rate_rps) only")
         if self.text_lengths == "decoded" and self.prompt_form != "text":
             raise ValueError("text_lengths 'decoded' applies to prompt_form 'text' only (token ids are exact)")
-        if self.draws == "sglang" and self.burstiness != 1.0:
+        if self.draws == "random_ids" and self.burstiness != 1.0:
             raise ValueError(
-                "draws 'sglang' draws exponential gaps (SGLang's benchmark has no burstiness): burstiness 1"
+                "draws 'random_ids' draws exponential gaps (SGLang's benchmark has no burstiness): burstiness 1"
             )
-        if self.draws == "sglang" and self.arrivals == "scaled":
-            raise ValueError("draws 'sglang' sends as SGLang's benchmark draws (arrivals 'drawn'), not scaled")
+        if self.draws == "random_ids" and self.arrivals == "scaled":
+            raise ValueError("draws 'random_ids' sends as SGLang's benchmark draws (arrivals 'drawn'), not scaled")
         return self
 
     @property
@@ -364,7 +364,7 @@ def client_args(
 ) -> dict[str, Any]:
     """The keyword arguments of kvlab.client.run_requests (besides ``concurrency``) that send ``prompts`` under
     ``load``: open-loop send offsets (``schedule``, one per chain start in order, where the run's draws gave them:
-    ``draws: sglang``; else :func:`arrival_times`), the duration limit, and the saturation watch (the TTFT rule
+    ``draws: random_ids``; else :func:`arrival_times`), the duration limit, and the saturation watch (the TTFT rule
     reads the requests that finish after the first ``warmup_requests`` finishes)."""
     firsts = chain_starts(prompts)
     if load.rate_rps is not None and schedule is None:
@@ -471,7 +471,7 @@ class LoadOutcome:
                 if self.load.prompt_form == "text" and self.load.text_lengths == "decoded"
                 else ""
             )
-            + ("; SGLang's benchmark's random-ids draws" if self.load.draws == "sglang" else "")
+            + (f"; {DRAW_WORDS['random_ids']}" if self.load.draws == "random_ids" else "")
         )
 
     def columns(self) -> dict[str, Any]:
@@ -503,7 +503,10 @@ WINDOW_WORDS = {"steady": "steady-state window", "span": "first send to last com
 ARRIVAL_WORDS = {"drawn": "arrival gaps as drawn", "scaled": "arrivals scaled to the exact rate"}
 CONNECTION_WORDS = {"kept": "connections kept open", "per_request": "a new connection per request"}
 LENGTH_WORDS = {"exact": "text re-encoded to exact length", "decoded": "text as decoded (the server's lengths vary)"}
-DRAW_WORDS = {"kvlab": "kvlab's draws", "sglang": "SGLang's benchmark's random-ids draws"}
+DRAW_WORDS = {
+    "kvlab": "kvlab's draws",
+    "random_ids": "prompts and gaps drawn as a peer's random-ids dataset draws them",
+}
 
 
 def conditions_label(rows: Any) -> str | None:
@@ -522,8 +525,8 @@ def conditions_label(rows: Any) -> str | None:
         parts = [FORM_WORDS.get(r.get("prompt_form") or "", "prompt form not recorded")]
         if r.get("load_text_lengths") == "decoded":  # exact, kvlab's only way before it was recorded, goes unsaid
             parts.append(LENGTH_WORDS["decoded"])
-        if r.get("load_draws") == "sglang":  # kvlab, its only draws before they were recorded, goes unsaid
-            parts.append(DRAW_WORDS["sglang"])
+        if r.get("load_draws") == "random_ids":  # kvlab, its only draws before they were recorded, goes unsaid
+            parts.append(DRAW_WORDS["random_ids"])
         if mode == "closed":
             parts.append(PHASE_WORDS[r.get("load_phase") or "together"])
         elif r.get("load_arrivals") == "scaled":  # drawn, kvlab's only schedule before it was recorded, goes unsaid

@@ -20,20 +20,20 @@ from kvlab.experiment import RunSpec
 from kvlab.workloads import Prompt, fixed_batch, shared_tokens
 
 
-def sglang_draws(run: RunSpec, vocab_size: int) -> tuple[list[Prompt], list[float] | None]:
-    """A ``load.draws: sglang`` run's token-id prompts and open-loop send offsets, as SGLang's benchmark draws them
-    with ``--seed`` the workload's seed plus the repeat (kvlab.workloads.fixed_batch.sglang_draws)."""
+def random_ids_draws(run: RunSpec, vocab_size: int) -> tuple[list[Prompt], list[float] | None]:
+    """A ``load.draws: random_ids`` run's token-id prompts and open-loop send offsets, as SGLang's benchmark draws them
+    with ``--seed`` the workload's seed plus the repeat (kvlab.workloads.fixed_batch.random_ids_draws)."""
     w = run.workload
-    return fixed_batch.sglang_draws(
+    return fixed_batch.random_ids_draws(
         w.batch_size, w.prompt_len, w.output_tokens, vocab_size, w.seed + run.repeat, w.load.rate_rps
     )
 
 
 def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
     """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
-    seed and repeat), or SGLang's benchmark's draws (``load.draws: sglang``: :func:`sglang_draws`)."""
-    if run.workload.load is not None and run.workload.load.draws == "sglang":
-        prompts = sglang_draws(run, vocab_size)[0]
+    seed and repeat), or SGLang's benchmark's draws (``load.draws: random_ids``: :func:`random_ids_draws`)."""
+    if run.workload.load is not None and run.workload.load.draws == "random_ids":
+        prompts = random_ids_draws(run, vocab_size)[0]
     else:
         prompts = run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
     if run.workload.load is not None and run.workload.load.prompt_form == "text":  # decoded by the model's tokenizer

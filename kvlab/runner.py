@@ -34,7 +34,7 @@ from kvlab.campaign import Campaign, ServerRecord, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
 from kvlab.plan import by_server, starts_may_overlap
-from kvlab.rows import attempt_row, prompts_for, run_row, sglang_draws, vocab_size
+from kvlab.rows import attempt_row, prompts_for, run_row, random_ids_draws, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
 from kvlab.experiment import RunSpec, expand
 from kvlab.units import count
@@ -449,7 +449,7 @@ class LocalExecutor:
     ) -> Measurement:
         """Send the run's prompts to the ready ``server`` (after isolating or flushing its prefix cache), and
         read the server's counters around them; ``schedule``: the open-loop send offsets the run's draws gave
-        (``load.draws: sglang``), else kvlab.load draws them."""
+        (``load.draws: random_ids``), else kvlab.load draws them."""
         notes = []
         if server.external:
             notes.append(
@@ -629,7 +629,7 @@ class LocalExecutor:
         retry = spec.retry
         prompts = prompts_for(run, vocab)
         load = run.workload.load
-        schedule = sglang_draws(run, vocab)[1] if load is not None and load.draws == "sglang" else None
+        schedule = random_ids_draws(run, vocab)[1] if load is not None and load.draws == "random_ids" else None
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
         measured = None

@@ -299,9 +299,9 @@ RUNS = Table(
             "load_draws",
             Str,
             "under a load: whose random draws made the prompts and an open loop's gaps: kvlab (its own generators) or "
-            "sglang (SGLang's benchmark's random-ids, drawn as it draws them for the seed); workload.load.draws. "
+            "random_ids (SGLang's benchmark's random-ids, drawn as it draws them for the seed); workload.load.draws. "
             "Null: no load, or stored before it was recorded (then kvlab)",
-            allowed=("kvlab", "sglang"),
+            allowed=("kvlab", "random_ids"),
         ),
         _c(
             "prompt_form",

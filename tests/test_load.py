@@ -743,7 +743,7 @@ SGLANG_IDS = Path(__file__).parent / "fixtures" / "peers" / "sglang_random_ids.j
 
 
 def test_sglangs_draws_give_its_own_random_ids_prompts_and_gaps():
-    """load.draws: sglang against what SGLang 0.5.23's own code drew for two seeds on the tiny model
+    """load.draws: random_ids against what SGLang 0.5.23's own code drew for two seeds on the tiny model
     (tests/fixtures/peers/sglang_random_ids.json): the very texts, so the very server lengths, and the very gaps."""
     import json
 
@@ -756,7 +756,9 @@ def test_sglangs_draws_give_its_own_random_ids_prompts_and_gaps():
     vocab = tok.get_vocab_size(with_added_tokens=False)
     for case in json.loads(SGLANG_IDS.read_text())["cases"]:
         n, length = case["num_prompts"], case["input_len"]
-        ids, offsets = fixed_batch.sglang_draws(n, length, case["output_len"], vocab, case["seed"], case["rate_rps"])
+        ids, offsets = fixed_batch.random_ids_draws(
+            n, length, case["output_len"], vocab, case["seed"], case["rate_rps"]
+        )
         assert [len(p.token_ids) for p in ids] == [length] * n and {p.max_tokens for p in ids} == {case["output_len"]}
         assert [p.shared_prefix_tokens for p in ids] == [0] * n
         # consecutive ids from each prompt's own offset, the i-th shifted by i
@@ -769,23 +771,25 @@ def test_sglangs_draws_give_its_own_random_ids_prompts_and_gaps():
         [247, 256, 256, 264],
         [63, 64, 67],
     ]
-    ids, offsets = fixed_batch.sglang_draws(3, 8, 2, 512, seed=1)
+    ids, offsets = fixed_batch.random_ids_draws(3, 8, 2, 512, seed=1)
     assert offsets is None and [p.token_ids[0] for p in ids] == [
-        p.token_ids[0] for p in fixed_batch.sglang_draws(3, 8, 2, 512, seed=1, rate_rps=9.0)[0]
+        p.token_ids[0] for p in fixed_batch.random_ids_draws(3, 8, 2, 512, seed=1, rate_rps=9.0)[0]
     ]  # the gaps come after the prompts' draws: a rate changes no prompt
 
 
 def test_sglangs_draws_are_a_fixed_batch_option_of_exponential_drawn_gaps_left_out_of_the_key_at_kvlabs():
     load = {"concurrency": 2}
     fb = {"kind": "fixed_batch", "batch_size": 4, "context_tokens": 64, "output_tokens": 4}
-    keys = {expand(spec(fb | {"load": load | extra}))[0].key for extra in ({}, {"draws": "kvlab"}, {"draws": "sglang"})}
+    keys = {
+        expand(spec(fb | {"load": load | extra}))[0].key for extra in ({}, {"draws": "kvlab"}, {"draws": "random_ids"})
+    }
     assert len(keys) == 2  # kvlab's draws, the default, leave the key as it was
     with pytest.raises(ValueError, match="burstiness 1"):
-        loads.LoadSpec(rate_rps=2.0, burstiness=0.5, draws="sglang")
+        loads.LoadSpec(rate_rps=2.0, burstiness=0.5, draws="random_ids")
     with pytest.raises(ValueError, match="not scaled"):
-        loads.LoadSpec(rate_rps=2.0, arrivals="scaled", draws="sglang")
+        loads.LoadSpec(rate_rps=2.0, arrivals="scaled", draws="random_ids")
     with pytest.raises(ValueError, match="kind fixed_batch, not 'shared_prefix'"):
-        expand(spec(SHARED | {"load": load | {"draws": "sglang"}}))
+        expand(spec(SHARED | {"load": load | {"draws": "random_ids"}}))
 
 
 def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule_and_records_it(tmp_path):
@@ -799,19 +803,19 @@ def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule
         "prompt_tokens": 64,
         "output_tokens": 4,
         "seed": 1002,
-        "load": {"rate_rps": 20.0, "prompt_form": "text", "text_lengths": "decoded", "draws": "sglang"},
+        "load": {"rate_rps": 20.0, "prompt_form": "text", "text_lengths": "decoded", "draws": "random_ids"},
     }
     res, _ = _sweep(tmp_path, workload, FixtureConfig(), engine={"model": str(folder), "max_model_len": 2048})
     assert res.ok == 1
     run = store.load_runs(tmp_path).row(0, named=True)
-    assert (run["prompt_form"], run["load_text_lengths"], run["load_draws"]) == ("text", "decoded", "sglang")
+    assert (run["prompt_form"], run["load_text_lengths"], run["load_draws"]) == ("text", "decoded", "random_ids")
     assert loads.conditions_label([run]).startswith(
-        "text prompts (tokenised by the server), text as decoded (the server's lengths vary), SGLang's benchmark's "
-        "random-ids draws"
+        "text prompts (tokenised by the server), text as decoded (the server's lengths vary), prompts and gaps drawn "
+        "as a peer's random-ids dataset draws them"
     )
-    assert run["notes"].endswith("; SGLang's benchmark's random-ids draws")
+    assert run["notes"].endswith("; prompts and gaps drawn as a peer's random-ids dataset draws them")
     (spec_run,) = expand(ExperimentSpec.load(tmp_path / "load.yaml"))
-    ids, due = fixed_batch.sglang_draws(5, 64, 4, rows.vocab_size(spec_run), 1002, 20.0)
+    ids, due = fixed_batch.random_ids_draws(5, 64, 4, rows.vocab_size(spec_run), 1002, 20.0)
     sent = rows.prompts_for(spec_run, rows.vocab_size(spec_run))
     assert [p.text for p in sent] == [p.text for p in loads.as_text(ids, folder / "tokenizer.json", exact=False)]
     reqs = store.load_requests(tmp_path, "load").sort("request_index")

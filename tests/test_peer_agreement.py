@@ -286,8 +286,8 @@ def test_kvlabs_workloads_for_each_arm():
     sglang = pa.kvlab_workload(pa.Point("4 req/s", 16, rate_rps=4.0), 256, 32, 1001, True, engine="sglang")["load"]
     assert sglang["arrivals"] == "drawn"  # SGLang's benchmark sends the first at once, as kvlab does
     assert sglang["connections"] == "per_request"  # and opens a new session per request
-    # the peer's own prompt set and gaps, drawn as it draws them (kvlab.workloads.fixed_batch.sglang_draws)
-    assert (sglang["draws"], sglang["text_lengths"]) == ("sglang", "decoded")
+    # the peer's own prompt set and gaps, drawn as it draws them (kvlab.workloads.fixed_batch.random_ids_draws)
+    assert (sglang["draws"], sglang["text_lengths"]) == ("random_ids", "decoded")
     # the peers' options run without telemetry: every point's experiment expands so (no queue rule left to feed)
     for point in pa.QUICK[2]:
         workload = pa.kvlab_workload(point, 256, 32, 1000, True)

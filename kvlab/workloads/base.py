@@ -156,9 +156,9 @@ class WorkloadArgs(BaseModel):
         if self.context_tokens is not None and self.context_tokens <= self.output_tokens:
             raise ValueError(f"context_tokens ({self.context_tokens}) must exceed output_tokens ({self.output_tokens})")
         self.check()
-        if self.load is not None and self.load.draws == "sglang" and self.kind != "fixed_batch":
+        if self.load is not None and self.load.draws == "random_ids" and self.kind != "fixed_batch":
             raise ValueError(
-                f"load.draws 'sglang' makes SGLang's random-ids prompts: kind fixed_batch, not {self.kind!r}"
+                f"load.draws 'random_ids' makes SGLang's random-ids prompts: kind fixed_batch, not {self.kind!r}"
             )
         if self.load is not None and self.load.warmup_requests >= self.n_requests:
             raise ValueError(

@@ -83,10 +83,10 @@ def prompts(
     return out
 
 
-def sglang_draws(
+def random_ids_draws(
     n: int, prompt_tokens: int, output_tokens: int, vocab_size: int, seed: int, rate_rps: float | None = None
 ) -> tuple[list[Prompt], list[float] | None]:
-    """SGLang's benchmark's random-ids workload (``load.draws: sglang``): its prompts as token ids and, at
+    """SGLang's benchmark's random-ids workload (``load.draws: random_ids``): its prompts as token ids and, at
     ``rate_rps``, its send offsets in seconds (None without a rate), drawn as it draws them. SGLang 0.5.23
     (sglang/benchmark/serving.py and datasets/random.py, ``--dataset-name random-ids --random-range-ratio 1``) seeds
     numpy's legacy generator with ``--seed``, draws the input lengths, the output lengths and one offset per prompt
