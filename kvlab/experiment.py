@@ -391,10 +391,11 @@ class ExperimentSpec(_Strict):
     )
     telemetry: StrictBool = Field(
         True,
-        description="sample the server's /metrics (or tail its log) during each run; false: no samples during a "
-        "run (its counters before and after are still read), for a server whose cores also serve the requests: on "
-        "SGLang's CPU build on one core a sample every 0.5 s cost TPOT 4-5% and TTFT up to 10% (docs/performance.md). "
-        "A load's queue rule needs the samples (set stop_queue_rising: null). Part of the run key only when false",
+        description="sample the server's /metrics (or tail its log) during each run; false: no /metrics sample or "
+        "log tail during a run (its counters before and after are still read; GPU readings go on; RUNS' notes say "
+        "so), for a server whose cores also serve the requests: on SGLang's CPU build on one core a sample every "
+        "0.5 s cost TPOT 4-5% and TTFT up to 10% (docs/performance.md). A load's queue rule needs the samples (set "
+        "stop_queue_rising: null). Part of the run key only when false",
     )
     slo: SloSpec | None = Field(
         None,
@@ -877,6 +878,12 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
             f"{origin}: matrix point [{where}]: workload.load.prompt_form: 'text' decodes the prompts with "
             f"the model's tokenizer.json, which engines.{label}.model ({e.model!r}) has not: give a local "
             "model folder"
+        )
+    if w.load is not None and w.load.draws == "random_ids" and not (Path(e.model_arg) / "tokenizer.json").is_file():
+        raise SpecError(
+            f"{origin}: matrix point [{where}]: workload.load.draws: 'random_ids' draws its ids below the "
+            f"tokenizer's vocabulary size, from the model's tokenizer.json, which engines.{label}.model "
+            f"({e.model!r}) has not: give a local model folder"
         )
     native = e.native_context()
     if native is not None and e.max_model_len > native and not e.allow_long_context:

@@ -20,12 +20,19 @@ from kvlab.experiment import RunSpec
 from kvlab.workloads import Prompt, fixed_batch, shared_tokens
 
 
-def random_ids_draws(run: RunSpec, vocab_size: int) -> tuple[list[Prompt], list[float] | None]:
+def random_ids_draws(run: RunSpec) -> tuple[list[Prompt], list[float] | None]:
     """A ``load.draws: random_ids`` run's token-id prompts and open-loop send offsets, as SGLang's benchmark draws them
-    with ``--seed`` the workload's seed plus the repeat (kvlab.workloads.fixed_batch.random_ids_draws)."""
+    with ``--seed`` the workload's seed plus the repeat (kvlab.workloads.fixed_batch.random_ids_draws), below the
+    vocabulary size it draws from: its tokenizer's, less added tokens (HF's ``tokenizer.vocab_size``), which can
+    differ from the config's ``vocab_size`` (kvlab.experiment refuses the option without a local tokenizer.json)."""
+    from tokenizers import Tokenizer
+
     w = run.workload
+    vocab = Tokenizer.from_file(str(Path(run.engine.model_arg) / "tokenizer.json")).get_vocab_size(
+        with_added_tokens=False
+    )
     return fixed_batch.random_ids_draws(
-        w.batch_size, w.prompt_len, w.output_tokens, vocab_size, w.seed + run.repeat, w.load.rate_rps
+        w.batch_size, w.prompt_len, w.output_tokens, vocab, w.seed + run.repeat, w.load.rate_rps
     )
 
 
@@ -33,7 +40,7 @@ def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
     """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
     seed and repeat), or SGLang's benchmark's draws (``load.draws: random_ids``: :func:`random_ids_draws`)."""
     if run.workload.load is not None and run.workload.load.draws == "random_ids":
-        prompts = random_ids_draws(run, vocab_size)[0]
+        prompts = random_ids_draws(run)[0]
     else:
         prompts = run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
     if run.workload.load is not None and run.workload.load.prompt_form == "text":  # decoded by the model's tokenizer

@@ -629,7 +629,7 @@ class LocalExecutor:
         retry = spec.retry
         prompts = prompts_for(run, vocab)
         load = run.workload.load
-        schedule = random_ids_draws(run, vocab)[1] if load is not None and load.draws == "random_ids" else None
+        schedule = random_ids_draws(run)[1] if load is not None and load.draws == "random_ids" else None
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
         measured = None

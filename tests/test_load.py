@@ -778,10 +778,17 @@ def test_sglangs_draws_give_its_own_random_ids_prompts_and_gaps():
 
 
 def test_sglangs_draws_are_a_fixed_batch_option_of_exponential_drawn_gaps_left_out_of_the_key_at_kvlabs():
+    from kvlab.tinymodel import ensure_tiny_model
+
     load = {"concurrency": 2}
     fb = {"kind": "fixed_batch", "batch_size": 4, "context_tokens": 64, "output_tokens": 4}
+    tiny = {"engines": {"vllm": {**ENGINE, "url": "http://127.0.0.1:9", "model": str(ensure_tiny_model())}}}
+
+    def local(workload: dict) -> ExperimentSpec:
+        return ExperimentSpec.model_validate(spec(workload).model_dump() | tiny)
+
     keys = {
-        expand(spec(fb | {"load": load | extra}))[0].key for extra in ({}, {"draws": "kvlab"}, {"draws": "random_ids"})
+        expand(local(fb | {"load": load | extra}))[0].key for extra in ({}, {"draws": "kvlab"}, {"draws": "random_ids"})
     }
     assert len(keys) == 2  # kvlab's draws, the default, leave the key as it was
     with pytest.raises(ValueError, match="burstiness 1"):
@@ -789,7 +796,14 @@ def test_sglangs_draws_are_a_fixed_batch_option_of_exponential_drawn_gaps_left_o
     with pytest.raises(ValueError, match="not scaled"):
         loads.LoadSpec(rate_rps=2.0, arrivals="scaled", draws="random_ids")
     with pytest.raises(ValueError, match="kind fixed_batch, not 'shared_prefix'"):
-        expand(spec(SHARED | {"load": load | {"draws": "random_ids"}}))
+        expand(local(SHARED | {"load": load | {"draws": "random_ids"}}))
+    with pytest.raises(ValueError, match="distinct_prompts false is not one"):
+        spec(fb | {"distinct_prompts": False, "load": load | {"draws": "random_ids"}})
+    remote = {"engines": {"vllm": {**ENGINE, "url": "http://127.0.0.1:9", "model": "org/remote-model"}}}
+    with pytest.raises(
+        SpecError, match=r"workload\.load\.draws: 'random_ids' .* tokenizer\.json, which engines\.vllm\.model"
+    ):
+        expand(ExperimentSpec.model_validate(spec(fb | {"load": load | {"draws": "random_ids"}}).model_dump() | remote))
 
 
 def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule_and_records_it(tmp_path):

@@ -156,6 +156,10 @@ class WorkloadArgs(BaseModel):
         if self.context_tokens is not None and self.context_tokens <= self.output_tokens:
             raise ValueError(f"context_tokens ({self.context_tokens}) must exceed output_tokens ({self.output_tokens})")
         self.check()
+        if self.load is not None and self.load.draws == "random_ids" and not self.distinct_prompts:
+            raise ValueError(
+                "load.draws 'random_ids' draws a window of ids per prompt: distinct_prompts false is not one"
+            )
         if self.load is not None and self.load.draws == "random_ids" and self.kind != "fixed_batch":
             raise ValueError(
                 f"load.draws 'random_ids' makes SGLang's random-ids prompts: kind fixed_batch, not {self.kind!r}"
