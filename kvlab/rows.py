@@ -25,7 +25,7 @@ def random_ids_draws(run: RunSpec) -> tuple[list[Prompt], list[float] | None]:
     with ``--seed`` the workload's seed plus the repeat (kvlab.workloads.fixed_batch.random_ids_draws), below the
     vocabulary size it draws from: its tokenizer's, less added tokens (HF's ``tokenizer.vocab_size``), which can
     differ from the config's ``vocab_size`` (kvlab.experiment refuses the option without a local tokenizer.json)."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # only draws random_ids needs it: importing kvlab.rows stays light
 
     w = run.workload
     vocab = Tokenizer.from_file(str(Path(run.engine.model_arg) / "tokenizer.json")).get_vocab_size(
