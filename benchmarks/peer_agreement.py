@@ -416,31 +416,23 @@ def peer_program(engine: str) -> list[str]:
     return [str(PEER_PYTHON[engine]), *run]
 
 
-def peer_argv(
-    engine: str,
-    url: str,
-    tag: str,
-    point: Point,
-    prompt: int,
-    output: int,
-    seed: int,
-    result: Path,
-    bare: bool = False,
-    prompts_file: Path | None = None,
-) -> list[str]:
-    """The peer's own command line for one point (:func:`peer_program` and :func:`peer_args`)."""
-    return [
-        *peer_program(engine),
-        *peer_args(engine, url, tag, point, prompt, output, seed, result, bare, prompts_file),
-    ]
+def peer_argv(engine: str, *args, **kwargs) -> list[str]:
+    """The peer's own command line for one point: :func:`peer_program`, then :func:`peer_args` of the same
+    arguments."""
+    return [*peer_program(engine), *peer_args(engine, *args, **kwargs)]
 
 
-def peer_driver(engine: str, cpus: set[int] | None, log: Path | None = None) -> Driver:
+def peer_driver(engine: str, cpus: set[int] | None, log: Path) -> Driver:
     """The kept peer process of ``engine`` (benchmarks/drivers/peer_cli.py in the engine venv, on ``cpus``): the
-    peer's benchmark imported once (what the import prints appended to ``log``), then each job one run of its CLI
-    entry point (:func:`peer_measure`)."""
-    args = ["-m", "benchmarks.drivers.peer_cli", engine, *([str(log)] if log is not None else [])]
-    return Driver(PEER_PYTHON[engine], args, PEER_NAMES[engine], cpus, env=PEER_ENV)
+    peer's benchmark imported once (what the import prints appended to ``log``, after the line that starts it), then
+    each job one run of its CLI entry point (:func:`peer_measure`); says how long the import took."""
+    t = time.perf_counter()
+    with open(log, "a") as out:
+        out.write(f"\n$ {PEER_PYTHON[engine]} -m benchmarks.drivers.peer_cli {engine}  # the kept peer process\n")
+    args = ["-m", "benchmarks.drivers.peer_cli", engine, str(log)]
+    driver = Driver(PEER_PYTHON[engine], args, PEER_NAMES[engine], cpus, env=PEER_ENV)
+    print(f"  {PEER_NAMES[engine]} imported in its kept process in {time.perf_counter() - t:.1f} s", flush=True)
+    return driver
 
 
 def custom_dataset(texts: list[str]) -> str:
@@ -748,7 +740,7 @@ def measure(
             rec["startup_s"] = server.wait_ready()
             rec["engine_version"] = server.version()
             print(f"  {engine} ready after {rec['startup_s']:.1f} s", flush=True)
-            with open_peer_driver(engine, client_cpus, log) as driver:  # closed however the block is left
+            with peer_driver(engine, client_cpus, log) as driver:  # closed however the block is left
                 rec["runs"] = measure_arms(
                     engine,
                     server.base_url,
@@ -780,7 +772,7 @@ def measure(
             log.write_text("")
             with (
                 Fixture(knobs={**FIXTURE_KNOBS, "served_model": tag}, cpus=engine_cpus) as fx,
-                open_peer_driver(engine, client_cpus, log) as driver,  # closed however the block is left
+                peer_driver(engine, client_cpus, log) as driver,  # closed however the block is left
             ):
                 runs = measure_arms(
                     engine,
@@ -798,16 +790,6 @@ def measure(
                 )
             raw["fixture"]["engines"][engine] = {"runs": runs, "engine_version": "fixed-time fixture"}
     return raw
-
-
-def open_peer_driver(engine: str, cpus: set[int] | None, log: Path) -> Driver:
-    """:func:`peer_driver`, said with the seconds its start (the peer's import) took."""
-    t = time.perf_counter()
-    with open(log, "a") as out:
-        out.write(f"\n$ {PEER_PYTHON[engine]} -m benchmarks.drivers.peer_cli {engine}  # the kept peer process\n")
-    driver = peer_driver(engine, cpus, log)
-    print(f"  {PEER_NAMES[engine]} imported in its kept process in {time.perf_counter() - t:.1f} s", flush=True)
-    return driver
 
 
 def _f(v: float | None) -> str:

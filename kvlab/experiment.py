@@ -873,17 +873,20 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
         e.check_model_path()
     except ValueError as exc:
         raise SpecError(f"{at}.model: {exc} (got {e.model!r})") from None
-    if w.load is not None and w.load.prompt_form == "text" and not (Path(e.model_arg) / "tokenizer.json").is_file():
+    load = w.load  # the load options that read the model's tokenizer.json, and what each does with it
+    reads_tokenizer = (
+        None
+        if load is None
+        else "workload.load.prompt_form: 'text' decodes the prompts with"
+        if load.prompt_form == "text"
+        else "workload.load.draws: 'random_ids' draws its ids below the tokenizer's vocabulary size, from"
+        if load.draws == "random_ids"
+        else None
+    )
+    if reads_tokenizer and not (Path(e.model_arg) / "tokenizer.json").is_file():
         raise SpecError(
-            f"{origin}: matrix point [{where}]: workload.load.prompt_form: 'text' decodes the prompts with "
-            f"the model's tokenizer.json, which engines.{label}.model ({e.model!r}) has not: give a local "
-            "model folder"
-        )
-    if w.load is not None and w.load.draws == "random_ids" and not (Path(e.model_arg) / "tokenizer.json").is_file():
-        raise SpecError(
-            f"{origin}: matrix point [{where}]: workload.load.draws: 'random_ids' draws its ids below the "
-            f"tokenizer's vocabulary size, from the model's tokenizer.json, which engines.{label}.model "
-            f"({e.model!r}) has not: give a local model folder"
+            f"{origin}: matrix point [{where}]: {reads_tokenizer} the model's tokenizer.json, which "
+            f"engines.{label}.model ({e.model!r}) has not: give a local model folder"
         )
     native = e.native_context()
     if native is not None and e.max_model_len > native and not e.allow_long_context:

@@ -36,18 +36,23 @@ def random_ids_draws(run: RunSpec) -> tuple[list[Prompt], list[float] | None]:
     )
 
 
-def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
+def sending_for(run: RunSpec, vocab_size: int) -> tuple[list[Prompt], list[float] | None]:
     """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
-    seed and repeat), or SGLang's benchmark's draws (``load.draws: random_ids``: :func:`random_ids_draws`)."""
-    if run.workload.load is not None and run.workload.load.draws == "random_ids":
-        prompts = random_ids_draws(run)[0]
+    seed and repeat) or SGLang's benchmark's draws (``load.draws: random_ids``: :func:`random_ids_draws`), and the
+    open-loop send offsets those draws gave (None: kvlab.load draws them from the load's own seed)."""
+    load = run.workload.load
+    if load is not None and load.draws == "random_ids":
+        prompts, schedule = random_ids_draws(run)
     else:
-        prompts = run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
-    if run.workload.load is not None and run.workload.load.prompt_form == "text":  # decoded by the model's tokenizer
-        prompts = as_text(
-            prompts, Path(run.engine.model_arg) / "tokenizer.json", exact=run.workload.load.text_lengths == "exact"
-        )
-    return prompts
+        prompts, schedule = run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat), None
+    if load is not None and load.prompt_form == "text":  # decoded by the model's tokenizer
+        prompts = as_text(prompts, Path(run.engine.model_arg) / "tokenizer.json", exact=load.text_lengths == "exact")
+    return prompts, schedule
+
+
+def prompts_for(run: RunSpec, vocab_size: int) -> list[Prompt]:
+    """The exact prompts of one run (:func:`sending_for`)."""
+    return sending_for(run, vocab_size)[0]
 
 
 def vocab_size(run: RunSpec) -> int:

@@ -34,7 +34,7 @@ from kvlab.campaign import Campaign, ServerRecord, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
 from kvlab.plan import by_server, starts_may_overlap
-from kvlab.rows import attempt_row, prompts_for, run_row, random_ids_draws, vocab_size
+from kvlab.rows import attempt_row, prompts_for, run_row, sending_for, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
 from kvlab.experiment import RunSpec, expand
 from kvlab.units import count
@@ -627,9 +627,7 @@ class LocalExecutor:
         starts gets the accuracy probe after its warm-up (:meth:`_probe`)."""
         spec = campaign.specs[run.experiment]
         retry = spec.retry
-        prompts = prompts_for(run, vocab)
-        load = run.workload.load
-        schedule = random_ids_draws(run)[1] if load is not None and load.draws == "random_ids" else None
+        prompts, schedule = sending_for(run, vocab)
         attempts: list[dict] = []
         batch, deltas, notes, version, failure = None, {}, [], None, None
         measured = None
