@@ -95,7 +95,9 @@ class LoadSpec(BaseModel):
         "--random-range-ratio 1 --seed S`): numpy's legacy generator seeded with the workload's seed plus the repeat, "
         "each prompt a window of consecutive token ids from a random offset, then each exponential gap, in its order, "
         "so the same seed, lengths and vocabulary give its very prompts and schedule (arrival_seed is not used). "
-        "With prompt_form text and text_lengths decoded, the very texts it sends",
+        "With prompt_form text and text_lengths decoded, the very texts it sends. Its benchmark also sleeps the gap "
+        "it draws after the last send before its run ends, so with window span an open loop's window lasts at "
+        "least that gap past the last send, as its duration does",
     )
     phase: Literal["together", "staggered"] = Field(
         "together",
@@ -121,7 +123,8 @@ class LoadSpec(BaseModel):
         "steady",
         description="steady: the counts and rates cover the requests sent and finished between the "
         "first measured send and the last send (no ramp-down); span: every measured request, over the first "
-        "measured send to the last completion (the peers' benchmark duration)",
+        "measured send to the last completion (the peers' benchmark duration; under draws random_ids an open "
+        "loop's window ends no earlier than the gap drawn after the last send, as SGLang's benchmark's does)",
     )
 
     @model_validator(mode="after")
@@ -172,6 +175,17 @@ def arrival_times(n: int, rate_rps: float, burstiness: float = 1.0, seed: int = 
         return (cum * ((n / rate_rps) / cum[-1])).tolist()
     gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate_rps * burstiness), size=n - 1)
     return [0.0, *np.cumsum(gaps).tolist()]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An open loop's send offsets drawn with its prompts (``draws: random_ids``, kvlab.rows.sending_for): seconds
+    from the load's start, one per chain start in order, and ``tail_s``, the gap drawn after the last send. SGLang's
+    benchmark sleeps that gap before its run ends (its request generator sleeps after every send, the last too), so
+    its duration runs at least that long past the last send; a ``span`` window does the same (:func:`span_window`)."""
+
+    offsets: tuple[float, ...]
+    tail_s: float = 0.0
 
 
 def schedule_lead_s(offsets: Mapping[int, float] | None) -> float:
@@ -244,6 +258,9 @@ class Window:
     counted: tuple[int, ...]  # request_index of the requests inside
     warmup: tuple[int, ...]  # request_index of the warm-up requests
     outside: tuple[int, ...]  # measured requests that started or finished outside the window
+    #: a span window that ends at the end of the gap drawn after the last send, past the last completion
+    #: (:class:`Schedule`), not at the last completion
+    ends_with_tail: bool = False
 
     @property
     def length_s(self) -> float:
@@ -269,30 +286,34 @@ def steady_window(records: Sequence[Any], warmup_requests: int) -> Window:
     )
 
 
-def span_window(records: Sequence[Any], warmup_requests: int, lead_s: float = 0.0) -> Window:
+def span_window(records: Sequence[Any], warmup_requests: int, lead_s: float = 0.0, tail_s: float = 0.0) -> Window:
     """The peers' window of a load point's ``records`` (``window: span``): from the first measured send to the last
     measured completion; every measured (not warm-up) request counts, the ramp-up and ramp-down included, as
     `vllm bench serve` and SGLang's benchmark divide by their whole duration. ``lead_s``: how long before the first
     send the load started (:func:`schedule_lead_s`; without warm-up requests the window starts there, as vLLM's
-    duration does under its scaled schedule)."""
+    duration does under its scaled schedule). ``tail_s``: the gap drawn after the last send (:class:`Schedule`);
+    the window ends no earlier than the last send plus it, as SGLang's benchmark's duration does."""
     by_send = sorted(records, key=lambda r: (r.t_send_s, r.request_index))
     warm, measured = by_send[:warmup_requests], by_send[warmup_requests:]
     if not measured:
         return Window(0.0, 0.0, (), tuple(r.request_index for r in warm), ())
-    end = max(r.t_send_s + (r.t_end - r.t_send) for r in measured)
+    last_done = max(r.t_send_s + (r.t_end - r.t_send) for r in measured)
+    tail_end = by_send[-1].t_send_s + tail_s
     return Window(
         measured[0].t_send_s - (lead_s if not warm else 0.0),
-        end,
+        max(last_done, tail_end),
         tuple(sorted(r.request_index for r in measured)),
         tuple(sorted(r.request_index for r in warm)),
         (),
+        ends_with_tail=tail_end > last_done,
     )
 
 
-def window_of(records: Sequence[Any], load: LoadSpec, lead_s: float = 0.0) -> Window:
-    """The window ``load.window`` names: :func:`steady_window` or :func:`span_window` (``lead_s``: see there)."""
+def window_of(records: Sequence[Any], load: LoadSpec, lead_s: float = 0.0, tail_s: float = 0.0) -> Window:
+    """The window ``load.window`` names: :func:`steady_window` or :func:`span_window` (``lead_s``, ``tail_s``: see
+    there)."""
     if load.window == "span":
-        return span_window(records, load.warmup_requests, lead_s)
+        return span_window(records, load.warmup_requests, lead_s, tail_s)
     return steady_window(records, load.warmup_requests)
 
 
@@ -360,18 +381,22 @@ def chain_starts(prompts: Sequence[Any]) -> list[int]:
 
 
 def client_args(
-    load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch, schedule: Sequence[float] | None = None
+    load: LoadSpec, prompts: Sequence[Any], watch: SaturationWatch, schedule: Schedule | None = None
 ) -> dict[str, Any]:
     """The keyword arguments of kvlab.client.run_requests (besides ``concurrency``) that send ``prompts`` under
-    ``load``: open-loop send offsets (``schedule``, one per chain start in order, where the run's draws gave them:
+    ``load``: open-loop send offsets (``schedule``'s, one per chain start in order, where the run's draws gave them:
     ``draws: random_ids``; else :func:`arrival_times`), the duration limit, and the saturation watch (the TTFT rule
     reads the requests that finish after the first ``warmup_requests`` finishes)."""
     firsts = chain_starts(prompts)
-    if load.rate_rps is not None and schedule is None:
-        schedule = arrival_times(
-            len(firsts), load.rate_rps, load.burstiness, load.arrival_seed, scaled=load.arrivals == "scaled"
+    if load.rate_rps is not None:
+        times = (
+            schedule.offsets
+            if schedule is not None
+            else arrival_times(
+                len(firsts), load.rate_rps, load.burstiness, load.arrival_seed, scaled=load.arrivals == "scaled"
+            )
         )
-    offsets = dict(zip(firsts, schedule, strict=True)) if load.rate_rps is not None else None
+    offsets = dict(zip(firsts, times, strict=True)) if load.rate_rps is not None else None
     finished = [0]
     stagger = (
         Stagger(firsts, load.concurrency, watch.reason, load.duration_s)
@@ -460,7 +485,13 @@ class LoadOutcome:
         w = self.window
         sent = len(w.counted) + len(w.warmup) + len(w.outside)
         end = f"stopped early, {self.stopped}" if self.stopped else "ran to its limit"
-        window = "steady-state window" if self.load.window == "steady" else "window from first send to last completion"
+        window = (
+            "steady-state window"
+            if self.load.window == "steady"
+            else "window from first send to the end of the gap drawn after the last send (past the last completion)"
+            if w.ends_with_tail
+            else "window from first send to last completion"
+        )
         how = f"{self.load.phase} phase, " if self.load.mode == "closed" else ""
         return (
             f"load {self.load.label()}: {sent} of {n_prompts} requests sent, {len(w.warmup)} warm-up, "

@@ -14,14 +14,14 @@ import polars as pl
 from kvlab import host
 from kvlab.client import BatchResult, sum_reported, summarize
 from kvlab.engines.base import Failure
-from kvlab.load import LoadOutcome, as_text, prompt_form
+from kvlab.load import LoadOutcome, Schedule, as_text, prompt_form
 from kvlab.schema import RUNS, run_rates
 from kvlab.experiment import RunSpec
 from kvlab.workloads import Prompt, fixed_batch, shared_tokens
 
 
-def random_ids_draws(run: RunSpec) -> tuple[list[Prompt], list[float] | None]:
-    """A ``load.draws: random_ids`` run's token-id prompts and open-loop send offsets, as SGLang's benchmark draws them
+def random_ids_draws(run: RunSpec) -> tuple[list[Prompt], Schedule | None]:
+    """A ``load.draws: random_ids`` run's token-id prompts and open-loop schedule, as SGLang's benchmark draws them
     with ``--seed`` the workload's seed plus the repeat (kvlab.workloads.fixed_batch.random_ids_draws), below the
     vocabulary size it draws from: its tokenizer's, less added tokens (HF's ``tokenizer.vocab_size``), which can
     differ from the config's ``vocab_size`` (kvlab.experiment refuses the option without a local tokenizer.json)."""
@@ -36,10 +36,10 @@ def random_ids_draws(run: RunSpec) -> tuple[list[Prompt], list[float] | None]:
     )
 
 
-def sending_for(run: RunSpec, vocab_size: int) -> tuple[list[Prompt], list[float] | None]:
+def sending_for(run: RunSpec, vocab_size: int) -> tuple[list[Prompt], Schedule | None]:
     """The exact prompts of one run, from its workload kind's generator (deterministic from the workload
     seed and repeat) or SGLang's benchmark's draws (``load.draws: random_ids``: :func:`random_ids_draws`), and the
-    open-loop send offsets those draws gave (None: kvlab.load draws them from the load's own seed)."""
+    open-loop schedule those draws gave (None: kvlab.load draws the send offsets from the load's own seed)."""
     load = run.workload.load
     if load is not None and load.draws == "random_ids":
         prompts, schedule = random_ids_draws(run)

@@ -445,11 +445,12 @@ class LocalExecutor:
 
     # ------------------------------------------------------------------ one run
     def _measure(
-        self, server: EngineServer, run: RunSpec, prompts: list[Prompt], schedule: list[float] | None = None
+        self, server: EngineServer, run: RunSpec, prompts: list[Prompt], schedule: loads.Schedule | None = None
     ) -> Measurement:
         """Send the run's prompts to the ready ``server`` (after isolating or flushing its prefix cache), and
-        read the server's counters around them; ``schedule``: the open-loop send offsets the run's draws gave
-        (``load.draws: random_ids``), else kvlab.load draws them."""
+        read the server's counters around them; ``schedule``: the open-loop send offsets, and the gap after the last
+        send that a span window waits out, the run's draws gave (``load.draws: random_ids``), else kvlab.load draws
+        the offsets."""
         notes = []
         if server.external:
             notes.append(
@@ -554,7 +555,12 @@ class LocalExecutor:
         outcome = (
             loads.LoadOutcome(
                 load,
-                loads.window_of(batch.records, load, loads.schedule_lead_s(sending.get("start_offsets"))),
+                loads.window_of(
+                    batch.records,
+                    load,
+                    loads.schedule_lead_s(sending.get("start_offsets")),
+                    schedule.tail_s if schedule is not None else 0.0,
+                ),
                 watch.stopped,
             )
             if load

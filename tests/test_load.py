@@ -688,6 +688,27 @@ def test_a_scaled_open_loops_span_window_starts_where_the_load_starts():
         loads.LoadSpec(concurrency=4, arrivals="scaled")
 
 
+def test_a_span_window_waits_out_the_gap_drawn_after_the_last_send_as_sglangs_benchmark_does():
+    """SGLang's benchmark's request generator sleeps the gap it draws after every send, the last too, before its run
+    can end, so its duration is at least the last send plus that gap: a span window given the schedule's tail_s
+    ends there when that is past the last completion (and says so in the run's note), at the last completion when
+    not; a steady window ignores it."""
+    from types import SimpleNamespace
+
+    load = loads.LoadSpec(rate_rps=4.0, window="span")
+    recs = [SimpleNamespace(request_index=i, t_send_s=0.5 * i, t_send=0.0, t_end=0.1) for i in range(4)]
+    plain = loads.window_of(recs, load)
+    assert (plain.start_s, plain.end_s, plain.ends_with_tail) == (0.0, pytest.approx(1.6), False)
+    long_tail = loads.window_of(recs, load, tail_s=0.35)
+    assert (long_tail.end_s, long_tail.ends_with_tail) == (pytest.approx(1.85), True)
+    assert long_tail.counted == plain.counted == (0, 1, 2, 3) and long_tail.outside == ()
+    assert loads.window_of(recs, load, tail_s=0.05) == plain  # the last request outlasts the gap: its completion
+    assert loads.window_of(recs, load.model_copy(update={"window": "steady"}), tail_s=0.35).end_s == 1.5
+    note = loads.LoadOutcome(load, long_tail, None).note(4)
+    assert "inside the 1.85 s window from first send to the end of the gap drawn after the last send" in note
+    assert "window from first send to last completion" in loads.LoadOutcome(load, plain, None).note(4)
+
+
 def test_a_stored_span_load_point_records_its_options_and_counts_every_measured_request(tmp_path):
     res, _ = _sweep(
         tmp_path,
@@ -756,7 +777,7 @@ def test_sglangs_draws_give_its_own_random_ids_prompts_and_gaps():
     vocab = tok.get_vocab_size(with_added_tokens=False)
     for case in json.loads(SGLANG_IDS.read_text())["cases"]:
         n, length = case["num_prompts"], case["input_len"]
-        ids, offsets = fixed_batch.random_ids_draws(
+        ids, schedule = fixed_batch.random_ids_draws(
             n, length, case["output_len"], vocab, case["seed"], case["rate_rps"]
         )
         assert [len(p.token_ids) for p in ids] == [length] * n and {p.max_tokens for p in ids} == {case["output_len"]}
@@ -766,13 +787,14 @@ def test_sglangs_draws_give_its_own_random_ids_prompts_and_gaps():
         texts = [p.text for p in loads.as_text(ids, folder / "tokenizer.json", exact=False)]
         assert texts == case["texts"]
         assert [len(tok.encode(t).ids) for t in texts] == case["server_prompt_tokens"]
-        assert offsets == pytest.approx([0.0, *np.cumsum(case["gaps_s"][: n - 1])], abs=1e-12)
+        assert schedule.offsets == pytest.approx([0.0, *np.cumsum(case["gaps_s"][: n - 1])], abs=1e-12)
+        assert len(case["gaps_s"]) == n and schedule.tail_s == pytest.approx(case["gaps_s"][-1], abs=1e-12)
     assert [c["server_prompt_tokens"] for c in json.loads(SGLANG_IDS.read_text())["cases"]] == [
         [247, 256, 256, 264],
         [63, 64, 67],
     ]
-    ids, offsets = fixed_batch.random_ids_draws(3, 8, 2, 512, seed=1)
-    assert offsets is None and [p.token_ids[0] for p in ids] == [
+    ids, schedule = fixed_batch.random_ids_draws(3, 8, 2, 512, seed=1)
+    assert schedule is None and [p.token_ids[0] for p in ids] == [
         p.token_ids[0] for p in fixed_batch.random_ids_draws(3, 8, 2, 512, seed=1, rate_rps=9.0)[0]
     ]  # the gaps come after the prompts' draws: a rate changes no prompt
 
@@ -817,7 +839,13 @@ def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule
         "prompt_tokens": 64,
         "output_tokens": 4,
         "seed": 1002,
-        "load": {"rate_rps": 20.0, "prompt_form": "text", "text_lengths": "decoded", "draws": "random_ids"},
+        "load": {
+            "rate_rps": 20.0,
+            "prompt_form": "text",
+            "text_lengths": "decoded",
+            "draws": "random_ids",
+            "window": "span",
+        },
     }
     res, _ = _sweep(tmp_path, workload, FixtureConfig(), engine={"model": str(folder), "max_model_len": 2048})
     assert res.ok == 1
@@ -829,10 +857,16 @@ def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule
     )
     assert run["notes"].endswith("; prompts and gaps drawn as a peer's random-ids dataset draws them")
     (spec_run,) = expand(ExperimentSpec.load(tmp_path / "load.yaml"))
-    ids, due = fixed_batch.random_ids_draws(5, 64, 4, rows.vocab_size(spec_run), 1002, 20.0)
+    ids, schedule = fixed_batch.random_ids_draws(5, 64, 4, rows.vocab_size(spec_run), 1002, 20.0)
+    due = schedule.offsets
     sent = rows.prompts_for(spec_run, rows.vocab_size(spec_run))
     assert [p.text for p in sent] == [p.text for p in loads.as_text(ids, folder / "tokenizer.json", exact=False)]
     reqs = store.load_requests(tmp_path, "load").sort("request_index")
     at = np.array(reqs["t_send_s"]) - reqs["t_send_s"][0]
     assert np.all(at >= np.array(due) - 0.002) and np.all(at - np.array(due) < 0.05)  # its schedule, not kvlab's
     assert store.load_runs(tmp_path).select("load_draws").dtypes == [pl.String]
+    # the span window lasts at least the gap drawn after the last send, as SGLang's benchmark's duration does
+    # (the window ends at a request's stream end, a moment after its last token: t_last is what RUNS keeps)
+    last_token = (np.array(reqs["t_send_s"]) + np.array(reqs["e2e_ms"]) / 1000 - reqs["t_send_s"][0]).max()
+    assert at[-1] + schedule.tail_s - 1e-6 <= run["window_s"] and last_token - 1e-6 <= run["window_s"]
+    assert run["window_s"] <= max(last_token, at[-1] + schedule.tail_s) + 0.05

