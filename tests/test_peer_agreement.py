@@ -490,7 +490,28 @@ def test_the_peer_sending_kvlabs_own_prompts_gets_kvlabs_exact_texts_and_its_lin
         "throughput 1.06×, c=4 TTFT p50 0.86×"
     )
     assert pa.prompt_set_line(RAW, "vllm") == ""  # no prompts arm, no line
-    assert pa.markdown(raw).rstrip().endswith(pa.prompt_set_line(raw, "sglang"))
+    assert pa.prompt_set_line(raw, "sglang") in pa.markdown(raw)
+
+
+def test_the_peer_against_itself_says_how_far_two_runs_of_one_client_fall_apart_at_each_bounded_latency():
+    """SGLang's benchmark as run ÷ the same benchmark without its GET /server_info (the same client and requests;
+    that call is in no request's latency): TTFT p50 and TPOT p50 per point, medians over the repeats, and where it
+    would miss the bound kvlab is held to."""
+    runs = [
+        *_runs("c=4", "peer", output_tokens_per_s=[500, 510, 520], ttft_p50_ms=[60, 66, 62], tpot_p50_ms=[6, 6.3, 6]),
+        *_runs(
+            "c=4", pa.BARE_ARM, output_tokens_per_s=[520, 540, 541], ttft_p50_ms=[54, 55, 50], tpot_p50_ms=[6, 6, 6]
+        ),
+    ]
+    raw = {**RAW, "points": RAW["points"][:1], "engines": {"sglang": {"runs": runs}}}
+    # TTFT p50 62 ÷ 54 = 1.148, beyond 10%; TPOT p50 6 ÷ 6; throughput, which the call is inside, left out
+    assert pa.self_agreement_line(raw, "sglang") == (
+        "sglang.benchmark.serving against itself, as run ÷ with --backend vllm (the same client and requests in the "
+        "same repeat; only its GET /server_info after the last completion differs, which no latency includes): c=4 "
+        "TTFT p50 1.148×, c=4 TPOT p50 1.000×; beyond the bound kvlab is held to at 1 of 2 (c=4 TTFT p50 (±10%))"
+    )
+    assert pa.self_agreement_line(RAW, "vllm") == ""  # one peer arm only, no line
+    assert pa.markdown(raw).rstrip().endswith(pa.self_agreement_line(raw, "sglang"))
 
 
 def test_a_difference_against_the_fixed_time_server_is_called_the_clients_own_not_the_engines():
@@ -661,3 +682,21 @@ def test_each_point_and_repeat_starts_with_the_peers_untimed_run_of_the_same_pro
     raw = {**RAW, "points": [{"label": "batch 8", "requests": 8}], "engines": {"vllm": {"runs": runs}}}
     c = next(c for c in pa.compare(raw) if c.figure == "output_tokens_per_s")
     assert (c.kvlab.n, c.kvlab_peer.n, c.peer.n) == (2, 2, 2)  # the warm-ups are not compared
+
+
+def test_the_fixed_batch_runs_three_times_the_repeats_and_the_conditions_say_so(monkeypatch):
+    """BATCH_REPEAT_FACTOR: a fixed batch's TTFT p50 is one prefill's timing, so its point runs 3x the repeats (new
+    seeds, the order still alternating); the other points the run's repeats; the conditions line names both."""
+    monkeypatch.setattr(pa, "peer_measure", lambda *a, **k: dict.fromkeys(pa.FIGURES, 1.0) | {"failed": 0})
+    monkeypatch.setattr(pa, "kvlab_measure", lambda *a, **k: dict.fromkeys(pa.FIGURES, 1.0) | {"failed": 0})
+    points = [p for p in pa.QUICK[2] if p.label in ("batch 8", "c=4")]
+    assert [p.repeat_factor for p in points] == [pa.BATCH_REPEAT_FACTOR, 1] == [3, 1]
+    assert [p.repeat_factor for p in pa.FULL[2]] == [3, 1, 1, 1, 1]
+    runs = pa.measure_arms("vllm", "http://h", "t", points, 2, 256, 32, None, Path("log"), "vllm")
+    peer = {
+        label: [r["repeat"] for r in runs if r["point"] == label and r["arm"] == "peer"] for label in ("batch 8", "c=4")
+    }
+    assert peer == {"batch 8": [0, 1, 2, 3, 4, 5], "c=4": [0, 1]}
+    raw = {**RAW, "repeats": 2, "points": [p.__dict__ for p in points]}
+    assert pa.repeats_words(raw) == "2 repeats (6 at batch 8)"
+    assert pa.repeats_words({**raw, "points": [{"label": "c=4", "requests": 16}]}) == "2 repeats"  # older results
