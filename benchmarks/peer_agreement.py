@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.bench_tools import (
@@ -175,8 +175,9 @@ class Point:
 #: TTFT p50 is a single timing: on SGLang's one-core server SGLang's own benchmark, sending the same requests in
 #: 10 runs (as run and without its GET /server_info, 5 repeats), spread 54.8-71.0 ms (2026-12-06 12:10 run), and
 #: kvlab's ratio at 5 repeats missed its 10% bound in two runs of that day (0.816x at 09:51, 0.899x at 12:10) and met
-#: it in others (0.961x at 10:29). A batch run is also the cheapest (8 requests): 10 more repeats add about a minute
-#: per engine to the quick pass.
+#: it in others (0.961x at 10:29). A batch run is also the cheapest (8 requests): 10 more repeats took the quick pass
+#: from 18.5 to 23.7 minutes with the clients-only pass's batch repeated too (12:32), which no longer is (its
+#: fixed-time server does not vary): half of those added runs.
 BATCH_REPEAT_FACTOR = 3
 
 #: (prompt tokens, output tokens, points) of the full run and of --quick
@@ -774,7 +775,8 @@ def measure(
                     rec["server_info_error"] = f"{type(exc).__name__}: {exc}"
         finally:
             server.stop()
-    fixture_points = [p for p in chosen if p.label in FIXTURE_POINTS]
+    # the fixed-time server's timings do not vary: no point needs more repeats there
+    fixture_points = [replace(p, repeat_factor=1) for p in chosen if p.label in FIXTURE_POINTS]
     if clients_only and fixture_points:
         raw["fixture"] = {"knobs": FIXTURE_KNOBS, "engines": {}}
         for engine in engines:
