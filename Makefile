@@ -124,7 +124,12 @@ browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and
 # measured on the 2-vCPU EPYC), which the other pass fills. The engines compute on the other cores: vLLM's CPU build
 # binds its compute threads there itself (it keeps one core back, VLLM_CPU_OMP_THREADS_BIND=auto), and the engine pass
 # gives SGLang the same cores (SGLANG_CPU_OMP_THREADS_BIND), so a measured time is never taken on the busy core and
-# no test waits for the other pass. With one core, or without taskset, the passes run one after the other. make fails
+# no test waits for the other pass. The engine-free pass runs at nice 10: where both passes want the last core, the
+# engine pass's client and API servers go first. A fault test signals an engine at the first token chunk its client
+# reads, and with both at the same priority a busy moment of the other pass (a report in Chromium) once held that
+# read back until vLLM's EngineCore, computing unhindered on core 0, had decoded a whole 3,000-token run: the client's
+# first read held 298 chunks, the kill landed after the run, and the next run was the one that crashed (make test,
+# 2026-12-06 12:57-13:03). With one core, or without taskset, the passes run one after the other. make fails
 # if either fails. Both passes share one fit cache (kvlab.perfmodel.fitcache), a fresh file of this run's own removed
 # at the end: a fit one pass's notebook kernel made is read, not refitted, by the other's, and no developer's
 # ~/.cache/kvlab is read or written.
@@ -137,7 +142,7 @@ test: install engines engines-sglang-jax browser ## run the whole test suite (re
 	$(BIN)/ruff check --quiet . || status=$$?; $(BIN)/ruff format --check --quiet . || status=$$?; \
 	if [ "$(LAST_CORE)" -gt 0 ] && command -v taskset >/dev/null; then \
 	  log=$$(mktemp); echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE); their report follows"; \
-	  taskset -c $(LAST_CORE) $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
+	  taskset -c $(LAST_CORE) nice -n 10 $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
 	  SGLANG_CPU_OMP_THREADS_BIND=$(ENGINE_CORES) $(BIN)/pytest -m "(engine or engine_env) and not cluster" $(PYTEST_ARGS) || status=$$?; \
 	  wait $$free || status=$$?; echo "---------------- the engine-free tests ----------------"; cat $$log; rm -f $$log; \
 	else \
