@@ -177,7 +177,7 @@ class Point:
 #: kvlab's ratio at 5 repeats missed its 10% bound in two runs of that day (0.816x at 09:51, 0.899x at 12:10) and met
 #: it in others (0.961x at 10:29). A batch run is also the cheapest (8 requests): 10 more repeats took the quick pass
 #: from 18.5 to 23.7 minutes with the clients-only pass's batch repeated too (12:32), which no longer is (its
-#: fixed-time server does not vary): half of those added runs.
+#: fixed-time server does not vary): half of those added runs (21.0 minutes at 13:17 without them).
 BATCH_REPEAT_FACTOR = 3
 
 #: (prompt tokens, output tokens, points) of the full run and of --quick
