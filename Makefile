@@ -129,7 +129,7 @@ browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and
 # reads, and with both at the same priority a busy moment of the other pass (a report in Chromium) once held that
 # read back until vLLM's EngineCore, computing unhindered on core 0, had decoded a whole 3,000-token run: the client's
 # first read held 298 chunks, the kill landed after the run, and the next run was the one that crashed (make test,
-# 2026-12-06 12:57-13:03). With one core, or without taskset, the passes run one after the other. make fails
+# 2026-12-06 12:56-13:03). With one core, or without taskset, the passes run one after the other. make fails
 # if either fails. Both passes share one fit cache (kvlab.perfmodel.fitcache), a fresh file of this run's own removed
 # at the end: a fit one pass's notebook kernel made is read, not refitted, by the other's, and no developer's
 # ~/.cache/kvlab is read or written.

@@ -775,8 +775,7 @@ def measure(
                     rec["server_info_error"] = f"{type(exc).__name__}: {exc}"
         finally:
             server.stop()
-    # the fixed-time server's timings do not vary: no point needs more repeats there
-    fixture_points = [replace(p, repeat_factor=1) for p in chosen if p.label in FIXTURE_POINTS]
+    fixture_points = clients_only_points(chosen)
     if clients_only and fixture_points:
         raw["fixture"] = {"knobs": FIXTURE_KNOBS, "engines": {}}
         for engine in engines:
@@ -803,6 +802,13 @@ def measure(
                 )
             raw["fixture"]["engines"][engine] = {"runs": runs, "engine_version": "fixed-time fixture"}
     return raw
+
+
+def clients_only_points(points: Iterable[Point]) -> list[Point]:
+    """The points of the clients-only pass (:data:`FIXTURE_POINTS`), each at the run's repeats: the fixed-time
+    server's timings do not vary, so no point needs more repeats there (:data:`BATCH_REPEAT_FACTOR` is for the real
+    servers)."""
+    return [replace(p, repeat_factor=1) for p in points if p.label in FIXTURE_POINTS]
 
 
 def _f(v: float | None) -> str:

@@ -182,10 +182,21 @@ class Schedule:
     """An open loop's send offsets drawn with its prompts (``draws: random_ids``, kvlab.rows.sending_for): seconds
     from the load's start, one per chain start in order, and ``tail_s``, the gap drawn after the last send. SGLang's
     benchmark sleeps that gap before its run ends (its request generator sleeps after every send, the last too), so
-    its duration runs at least that long past the last send; a ``span`` window does the same (:func:`span_window`)."""
+    its duration runs at least that long past the last send; a ``span`` window does the same (:meth:`until_s`)."""
 
     offsets: tuple[float, ...]
     tail_s: float = 0.0
+
+    def until_s(self, records: Sequence[Any], stopped: str | None) -> float:
+        """Where this schedule ends on the requests' clock (seconds from the first send): its last send offset plus
+        the gap drawn after it, which a ``span`` window lasts at least until (:func:`span_window`); 0 (no such end)
+        where sending stopped early (``stopped``: the saturation stop's reason, or fewer ``records`` sent than
+        offsets drawn: the duration limit), since the gap follows a send that never happened. The scheduled time,
+        not the last send's: SGLang's benchmark starts that sleep as it hands out its last request, on its
+        schedule, before any limit on requests in flight holds the request back."""
+        if stopped is not None or len(records) < len(self.offsets):
+            return 0.0
+        return self.offsets[-1] - self.offsets[0] + self.tail_s
 
 
 def schedule_lead_s(offsets: Mapping[int, float] | None) -> float:
@@ -258,8 +269,8 @@ class Window:
     counted: tuple[int, ...]  # request_index of the requests inside
     warmup: tuple[int, ...]  # request_index of the warm-up requests
     outside: tuple[int, ...]  # measured requests that started or finished outside the window
-    #: a span window that ends at the end of the gap drawn after the last send, past the last completion
-    #: (:class:`Schedule`), not at the last completion
+    #: a span window that ends where its drawn schedule ends, the gap after the last send, past the last completion
+    #: (:meth:`Schedule.until_s`), not at the last completion
     ends_with_tail: bool = False
 
     @property
@@ -286,34 +297,34 @@ def steady_window(records: Sequence[Any], warmup_requests: int) -> Window:
     )
 
 
-def span_window(records: Sequence[Any], warmup_requests: int, lead_s: float = 0.0, tail_s: float = 0.0) -> Window:
+def span_window(records: Sequence[Any], warmup_requests: int, lead_s: float = 0.0, until_s: float = 0.0) -> Window:
     """The peers' window of a load point's ``records`` (``window: span``): from the first measured send to the last
     measured completion; every measured (not warm-up) request counts, the ramp-up and ramp-down included, as
     `vllm bench serve` and SGLang's benchmark divide by their whole duration. ``lead_s``: how long before the first
     send the load started (:func:`schedule_lead_s`; without warm-up requests the window starts there, as vLLM's
-    duration does under its scaled schedule). ``tail_s``: the gap drawn after the last send (:class:`Schedule`);
-    the window ends no earlier than the last send plus it, as SGLang's benchmark's duration does."""
+    duration does under its scaled schedule). ``until_s``: where the drawn schedule ends on the requests' clock, its
+    last send plus the gap drawn after it (:meth:`Schedule.until_s`); the window ends no earlier, as SGLang's
+    benchmark's duration does."""
     by_send = sorted(records, key=lambda r: (r.t_send_s, r.request_index))
     warm, measured = by_send[:warmup_requests], by_send[warmup_requests:]
     if not measured:
         return Window(0.0, 0.0, (), tuple(r.request_index for r in warm), ())
     last_done = max(r.t_send_s + (r.t_end - r.t_send) for r in measured)
-    tail_end = by_send[-1].t_send_s + tail_s
     return Window(
         measured[0].t_send_s - (lead_s if not warm else 0.0),
-        max(last_done, tail_end),
+        max(last_done, until_s),
         tuple(sorted(r.request_index for r in measured)),
         tuple(sorted(r.request_index for r in warm)),
         (),
-        ends_with_tail=tail_end > last_done,
+        ends_with_tail=until_s > last_done,
     )
 
 
-def window_of(records: Sequence[Any], load: LoadSpec, lead_s: float = 0.0, tail_s: float = 0.0) -> Window:
-    """The window ``load.window`` names: :func:`steady_window` or :func:`span_window` (``lead_s``, ``tail_s``: see
+def window_of(records: Sequence[Any], load: LoadSpec, lead_s: float = 0.0, until_s: float = 0.0) -> Window:
+    """The window ``load.window`` names: :func:`steady_window` or :func:`span_window` (``lead_s``, ``until_s``: see
     there)."""
     if load.window == "span":
-        return span_window(records, load.warmup_requests, lead_s, tail_s)
+        return span_window(records, load.warmup_requests, lead_s, until_s)
     return steady_window(records, load.warmup_requests)
 
 

@@ -559,7 +559,7 @@ class LocalExecutor:
                     batch.records,
                     load,
                     loads.schedule_lead_s(sending.get("start_offsets")),
-                    schedule.tail_s if schedule is not None else 0.0,
+                    schedule.until_s(batch.records, watch.stopped) if schedule is not None else 0.0,
                 ),
                 watch.stopped,
             )

@@ -690,20 +690,30 @@ def test_a_scaled_open_loops_span_window_starts_where_the_load_starts():
 
 def test_a_span_window_waits_out_the_gap_drawn_after_the_last_send_as_sglangs_benchmark_does():
     """SGLang's benchmark's request generator sleeps the gap it draws after every send, the last too, before its run
-    can end, so its duration is at least the last send plus that gap: a span window given the schedule's tail_s
-    ends there when that is past the last completion (and says so in the run's note), at the last completion when
-    not; a steady window ignores it."""
+    can end, so its duration is at least its schedule's last send plus that gap: a span window given where the
+    schedule ends (Schedule.until_s, on the requests' clock) ends there when that is past the last completion (and
+    says so in the run's note), at the last completion when not; a steady window ignores it. A schedule whose
+    sending stopped early (the saturation stop, or fewer requests sent than drawn) has no such end: its gap follows
+    a send that never happened."""
     from types import SimpleNamespace
 
     load = loads.LoadSpec(rate_rps=4.0, window="span")
     recs = [SimpleNamespace(request_index=i, t_send_s=0.5 * i, t_send=0.0, t_end=0.1) for i in range(4)]
     plain = loads.window_of(recs, load)
     assert (plain.start_s, plain.end_s, plain.ends_with_tail) == (0.0, pytest.approx(1.6), False)
-    long_tail = loads.window_of(recs, load, tail_s=0.35)
+    schedule = loads.Schedule((0.0, 0.5, 1.0, 1.5), tail_s=0.35)
+    assert schedule.until_s(recs, None) == pytest.approx(1.85)
+    long_tail = loads.window_of(recs, load, until_s=schedule.until_s(recs, None))
     assert (long_tail.end_s, long_tail.ends_with_tail) == (pytest.approx(1.85), True)
     assert long_tail.counted == plain.counted == (0, 1, 2, 3) and long_tail.outside == ()
-    assert loads.window_of(recs, load, tail_s=0.05) == plain  # the last request outlasts the gap: its completion
-    assert loads.window_of(recs, load.model_copy(update={"window": "steady"}), tail_s=0.35).end_s == 1.5
+    short = loads.Schedule((0.0, 0.5, 1.0, 1.5), tail_s=0.05)
+    assert loads.window_of(recs, load, until_s=short.until_s(recs, None)) == plain  # the last request outlasts it
+    assert loads.window_of(recs, load.model_copy(update={"window": "steady"}), until_s=1.85).end_s == 1.5
+    # stopped early: by the saturation rule, or before every drawn request was sent (the duration limit)
+    assert schedule.until_s(recs, "past saturation: ...") == 0.0 and schedule.until_s(recs[:3], None) == 0.0
+    # the scheduled end, not the last send's: a send held back (a limit on requests in flight) does not move it
+    late = [*recs[:3], SimpleNamespace(request_index=3, t_send_s=1.7, t_send=0.0, t_end=0.1)]
+    assert schedule.until_s(late, None) == pytest.approx(1.85)
     note = loads.LoadOutcome(load, long_tail, None).note(4)
     assert "inside the 1.85 s window from first send to the end of the gap drawn after the last send" in note
     assert "window from first send to last completion" in loads.LoadOutcome(load, plain, None).note(4)
@@ -838,7 +848,7 @@ def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule
         "batch_size": 5,
         "prompt_tokens": 64,
         "output_tokens": 4,
-        "seed": 1002,
+        "seed": 1044,  # its gap after the last send (223 ms) outlasts the last request by far
         "load": {
             "rate_rps": 20.0,
             "prompt_form": "text",
@@ -857,7 +867,7 @@ def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule
     )
     assert run["notes"].endswith("; prompts and gaps drawn as a peer's random-ids dataset draws them")
     (spec_run,) = expand(ExperimentSpec.load(tmp_path / "load.yaml"))
-    ids, schedule = fixed_batch.random_ids_draws(5, 64, 4, rows.vocab_size(spec_run), 1002, 20.0)
+    ids, schedule = fixed_batch.random_ids_draws(5, 64, 4, rows.vocab_size(spec_run), 1044, 20.0)
     due = schedule.offsets
     sent = rows.prompts_for(spec_run, rows.vocab_size(spec_run))
     assert [p.text for p in sent] == [p.text for p in loads.as_text(ids, folder / "tokenizer.json", exact=False)]
@@ -868,5 +878,6 @@ def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule
     # the span window lasts at least the gap drawn after the last send, as SGLang's benchmark's duration does
     # (the window ends at a request's stream end, a moment after its last token: t_last is what RUNS keeps)
     last_token = (np.array(reqs["t_send_s"]) + np.array(reqs["e2e_ms"]) / 1000 - reqs["t_send_s"][0]).max()
-    assert at[-1] + schedule.tail_s - 1e-6 <= run["window_s"] and last_token - 1e-6 <= run["window_s"]
-    assert run["window_s"] <= max(last_token, at[-1] + schedule.tail_s) + 0.05
+    end = due[-1] + schedule.tail_s  # this seed's gap outlasts the last request, so the window must reach it
+    assert end > last_token + 0.01 and "end of the gap drawn after the last send" in run["notes"]
+    assert run["window_s"] == pytest.approx(end, abs=1e-9)

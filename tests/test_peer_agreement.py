@@ -700,3 +700,5 @@ def test_the_fixed_batch_runs_three_times_the_repeats_and_the_conditions_say_so(
     raw = {**RAW, "repeats": 2, "points": [p.__dict__ for p in points]}
     assert pa.repeats_words(raw) == "2 repeats (6 at batch 8)"
     assert pa.repeats_words({**raw, "points": [{"label": "c=4", "requests": 16}]}) == "2 repeats"  # older results
+    # the clients-only pass: its fixed-time server does not vary, so its batch runs the run's repeats
+    assert [(p.label, p.repeat_factor) for p in pa.clients_only_points(pa.QUICK[2])] == [("batch 8", 1), ("c=4", 1)]
