@@ -125,11 +125,9 @@ browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and
 # binds its compute threads there itself (it keeps one core back, VLLM_CPU_OMP_THREADS_BIND=auto), and the engine pass
 # gives SGLang the same cores (SGLANG_CPU_OMP_THREADS_BIND), so a measured time is never taken on the busy core and
 # no test waits for the other pass. The engine-free pass runs at nice 10: where both passes want the last core, the
-# engine pass's client and API servers go first. A fault test signals an engine at the first token chunk its client
-# reads, and with both at the same priority a busy moment of the other pass (a report in Chromium) once held that
-# read back until vLLM's EngineCore, computing unhindered on core 0, had decoded a whole 3,000-token run: the client's
-# first read held 298 chunks, the kill landed after the run, and the next run was the one that crashed (make test,
-# 2026-12-06 12:56-13:03). With one core, or without taskset, the passes run one after the other. make fails
+# engine pass's clients and API servers go first (it costs the engine-free pass nothing measurable: 5 min 49-59 s
+# against 5 min 51 s). It was meant to stop a fault test's signal landing late, and did not (tests/test_runner.py
+# LATE_READ). With one core, or without taskset, the passes run one after the other. make fails
 # if either fails. Both passes share one fit cache (kvlab.perfmodel.fitcache), a fresh file of this run's own removed
 # at the end: a fit one pass's notebook kernel made is read, not refitted, by the other's, and no developer's
 # ~/.cache/kvlab is read or written.
