@@ -655,8 +655,7 @@ def measure_arms(
     driver: Driver | None = None,
 ) -> list[dict]:
     """Every arm at every point, ``repeats`` times (a point's ``repeat_factor`` times that) in alternating order,
-    against the server at ``url``; each run's
-    figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run),
+    against the server at ``url``; each run's figures with its point, arm and repeat. Both paths are warmed once first (a small kvlab batch, one peer run),
     and each point and repeat by the peer's run of its prompts (:data:`WARM_ARM`).
     ``arrivals`` (the fixed-time server, which records them): each run also gets ``wave_spread_ms``, the widest
     of its waves' arrival spreads (:func:`wave_spreads`). ``driver``: the kept peer process every peer run goes to
@@ -1255,24 +1254,37 @@ def shapes_line(shapes: dict[str, list[float]] | None) -> str:
     )
 
 
+def arm_ratios(raw: dict, engine: str, arm: str, base: str, figures: Iterable[str]) -> list[tuple[str, str, float]]:
+    """(point, figure, ratio) of one arm's median ÷ another's over the repeats, per point and figure, where both
+    have one."""
+    runs = raw["engines"].get(engine, {}).get("runs", [])
+    out = []
+    for p in raw["points"]:
+        for fig in figures:
+            num, den = (
+                stat(r.get(fig) for r in runs if r["point"] == p["label"] and r["arm"] == a) for a in (arm, base)
+            )
+            d = rel_diff(num.median, den.median)
+            if d is not None:
+                out.append((p["label"], fig, 1 + d))
+    return out
+
+
+def _open_labels(raw: dict) -> set[str]:
+    return {p["label"] for p in raw["points"] if Point(**p).kind == "open"}
+
+
 def prompt_set_line(raw: dict, engine: str) -> str:
     """What the prompt set alone does to the peer: its run sending kvlab's exact-length texts (:data:`PROMPTS_ARM`)
     ÷ its run with its own prompts (:data:`BARE_ARM`), both with ``--backend vllm`` (no GET /server_info), TTFT p50
     and output throughput per point (medians; an open loop's throughput is its schedule's, which differs between the
     two datasets' draws: left out); '' where those arms did not run."""
-    runs = raw["engines"].get(engine, {}).get("runs", [])
-    parts = []
-    for p in raw["points"]:
-        for fig in ("output_tokens_per_s", "ttft_p50_ms"):
-            if fig == "output_tokens_per_s" and Point(**p).kind == "open":
-                continue  # its custom dataset draws no lengths first, so its gaps are other draws
-            own, kvlabs = (
-                stat(r.get(fig) for r in runs if r["point"] == p["label"] and r["arm"] == arm)
-                for arm in (BARE_ARM, PROMPTS_ARM)
-            )
-            d = rel_diff(kvlabs.median, own.median)
-            if d is not None:
-                parts.append(f"{p['label']} {FIGURES[fig][0]} {1 + d:.2f}×")
+    parts = [
+        f"{label} {FIGURES[fig][0]} {ratio:.2f}×"
+        for label, fig, ratio in arm_ratios(raw, engine, PROMPTS_ARM, BARE_ARM, ("output_tokens_per_s", "ttft_p50_ms"))
+        # an open loop's throughput: its custom dataset draws no lengths first, so its gaps are other draws
+        if not (fig == "output_tokens_per_s" and label in _open_labels(raw))
+    ]
     if not parts:
         return ""
     return (
@@ -1292,29 +1304,20 @@ def self_agreement_line(raw: dict, engine: str) -> str:
     is in no request's latency), medians over the repeats of the bounded latency figures (:data:`SELF_FIGURES`)
     per point, and at how many of them the peer would miss the bound kvlab is held to: how far apart two runs of
     one client fall on this server, the resolution the bound is asked at; '' where that arm did not run."""
-    runs = raw["engines"].get(engine, {}).get("runs", [])
-    parts, beyond, counted = [], [], 0
-    for p in raw["points"]:
-        for fig in SELF_FIGURES:
-            as_run, bare = (
-                stat(r.get(fig) for r in runs if r["point"] == p["label"] and r["arm"] == arm)
-                for arm in ("peer", BARE_ARM)
-            )
-            d = rel_diff(as_run.median, bare.median)
-            if d is None:
-                continue
-            counted += 1
-            bound = FIGURES[fig][2]
-            parts.append(f"{p['label']} {FIGURES[fig][0]} {1 + d:.3f}×")
-            if not _within(1 + d, bound):
-                beyond.append(f"{p['label']} {FIGURES[fig][0]} (±{bound:.0%})")
-    if not parts:
+    ratios = arm_ratios(raw, engine, "peer", BARE_ARM, SELF_FIGURES)
+    if not ratios:
         return ""
+    parts = [f"{label} {FIGURES[fig][0]} {ratio:.3f}×" for label, fig, ratio in ratios]
+    beyond = [
+        f"{label} {FIGURES[fig][0]} (±{FIGURES[fig][2]:.0%})"
+        for label, fig, ratio in ratios
+        if not _within(ratio, FIGURES[fig][2])
+    ]
     return (
         f"{PEER_NAMES[engine]} against itself, as run ÷ with --backend vllm (the same client and requests in the "
         f"same repeat; only its GET /server_info after the last completion differs, which no latency includes): "
         + ", ".join(parts)
-        + f"; beyond the bound kvlab is held to at {len(beyond)} of {counted}"
+        + f"; beyond the bound kvlab is held to at {len(beyond)} of {len(ratios)}"
         + (f" ({', '.join(beyond)})" if beyond else "")
     )
 

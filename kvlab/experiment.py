@@ -873,16 +873,11 @@ def _check_run(origin: str | Path, where: str, label: str, e: EngineSpec, w: Wor
         e.check_model_path()
     except ValueError as exc:
         raise SpecError(f"{at}.model: {exc} (got {e.model!r})") from None
-    load = w.load  # the load options that read the model's tokenizer.json, and what each does with it
-    reads_tokenizer = (
-        None
-        if load is None
-        else "workload.load.prompt_form: 'text' decodes the prompts with"
-        if load.prompt_form == "text"
-        else "workload.load.draws: 'random_ids' draws its ids below the tokenizer's vocabulary size, from"
-        if load.draws == "random_ids"
-        else None
-    )
+    reads_tokenizer = None  # the load option that reads the model's tokenizer.json, and what it does with it
+    if w.load is not None and w.load.prompt_form == "text":
+        reads_tokenizer = "workload.load.prompt_form: 'text' decodes the prompts with"
+    elif w.load is not None and w.load.draws == "random_ids":
+        reads_tokenizer = "workload.load.draws: 'random_ids' draws its ids below the tokenizer's vocabulary size, from"
     if reads_tokenizer and not (Path(e.model_arg) / "tokenizer.json").is_file():
         raise SpecError(
             f"{origin}: matrix point [{where}]: {reads_tokenizer} the model's tokenizer.json, which "

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -332,6 +333,21 @@ def window_of(records: Sequence[Any], load: LoadSpec, lead_s: float = 0.0, until
 TEXT_ROUNDS = 10
 
 
+def tokenizer_of(path: str | Path) -> Any:
+    """The Hugging Face tokenizer in ``path`` (a tokenizer.json), parsed once per file and version: every run of a
+    sweep that sends text (:func:`as_text`) or draws below its vocabulary (``draws: random_ids``) reads the same
+    file, a real model's of several MB."""
+    path = Path(path)
+    return _parsed_tokenizer(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=4)
+def _parsed_tokenizer(path: str, mtime_ns: int) -> Any:
+    from tokenizers import Tokenizer  # only text prompts and random_ids draws need it: the client's import stays light
+
+    return Tokenizer.from_file(path)
+
+
 def as_text(prompts: Sequence[Any], tokenizer_file: str | Path, exact: bool = True) -> list[Any]:
     """``prompts`` with each token-id prompt replaced by text from ``tokenizer_file`` (a Hugging Face
     tokenizer.json, the model's), for ``prompt_form: text``: the server tokenises it again, inside TTFT, as for the
@@ -341,15 +357,13 @@ def as_text(prompts: Sequence[Any], tokenizer_file: str | Path, exact: bool = Tr
     (``text_lengths: decoded``, as SGLang's benchmark's random-ids) the decoded text goes as it is and the server's
     count varies around the length. The server's count (usage.prompt_tokens) is what the run records. Shared-prefix
     counts become unknown (None). Text and chat prompts are returned as they are."""
-    from tokenizers import Tokenizer  # only prompt_form text needs it: the client's import stays light
-
     path = Path(tokenizer_file)
     if not path.is_file():
         raise ValueError(
             f"load.prompt_form 'text' decodes the prompts with the model's tokenizer.json: {path} does "
             "not exist (a local model folder has one)"
         )
-    tok = Tokenizer.from_file(str(path))
+    tok = tokenizer_of(path)
     special = len(tok.encode("", add_special_tokens=True).ids) - len(tok.encode("", add_special_tokens=False).ids)
 
     def text_of(ids: list[int]) -> str:
@@ -399,6 +413,7 @@ def client_args(
     ``draws: random_ids``; else :func:`arrival_times`), the duration limit, and the saturation watch (the TTFT rule
     reads the requests that finish after the first ``warmup_requests`` finishes)."""
     firsts = chain_starts(prompts)
+    offsets = None
     if load.rate_rps is not None:
         times = (
             schedule.offsets
@@ -407,7 +422,7 @@ def client_args(
                 len(firsts), load.rate_rps, load.burstiness, load.arrival_seed, scaled=load.arrivals == "scaled"
             )
         )
-    offsets = dict(zip(firsts, times, strict=True)) if load.rate_rps is not None else None
+        offsets = dict(zip(firsts, times, strict=True))
     finished = [0]
     stagger = (
         Stagger(firsts, load.concurrency, watch.reason, load.duration_s)

@@ -14,7 +14,7 @@ import polars as pl
 from kvlab import host
 from kvlab.client import BatchResult, sum_reported, summarize
 from kvlab.engines.base import Failure
-from kvlab.load import LoadOutcome, Schedule, as_text, prompt_form
+from kvlab.load import LoadOutcome, Schedule, as_text, prompt_form, tokenizer_of
 from kvlab.schema import RUNS, run_rates
 from kvlab.experiment import RunSpec
 from kvlab.workloads import Prompt, fixed_batch, shared_tokens
@@ -25,12 +25,8 @@ def random_ids_draws(run: RunSpec) -> tuple[list[Prompt], Schedule | None]:
     with ``--seed`` the workload's seed plus the repeat (kvlab.workloads.fixed_batch.random_ids_draws), below the
     vocabulary size it draws from: its tokenizer's, less added tokens (HF's ``tokenizer.vocab_size``), which can
     differ from the config's ``vocab_size`` (kvlab.experiment refuses the option without a local tokenizer.json)."""
-    from tokenizers import Tokenizer  # only draws random_ids needs it: importing kvlab.rows stays light
-
     w = run.workload
-    vocab = Tokenizer.from_file(str(Path(run.engine.model_arg) / "tokenizer.json")).get_vocab_size(
-        with_added_tokens=False
-    )
+    vocab = tokenizer_of(Path(run.engine.model_arg) / "tokenizer.json").get_vocab_size(with_added_tokens=False)
     return fixed_batch.random_ids_draws(
         w.batch_size, w.prompt_len, w.output_tokens, vocab, w.seed + run.repeat, w.load.rate_rps
     )

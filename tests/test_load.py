@@ -881,3 +881,20 @@ def test_a_stored_open_loop_with_sglangs_draws_sends_its_prompts_on_its_schedule
     end = due[-1] + schedule.tail_s  # this seed's gap outlasts the last request, so the window must reach it
     assert end > last_token + 0.01 and "end of the gap drawn after the last send" in run["notes"]
     assert run["window_s"] == pytest.approx(end, abs=1e-9)
+
+
+def test_a_tokenizer_json_is_parsed_once_per_file_and_version(tmp_path):
+    """kvlab.load.tokenizer_of: every run of a sweep with text prompts or random_ids draws asks for the same file;
+    it is parsed once, and again only when the file changes."""
+    import os
+    import shutil
+
+    from kvlab.tinymodel import ensure_tiny_model
+
+    path = tmp_path / "tokenizer.json"
+    shutil.copy(ensure_tiny_model() / "tokenizer.json", path)
+    first = loads.tokenizer_of(path)
+    assert loads.tokenizer_of(str(path)) is first and first.get_vocab_size(with_added_tokens=False) == 512
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert loads.tokenizer_of(path) is not first
