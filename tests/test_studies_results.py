@@ -146,4 +146,6 @@ def test_a_study_result_is_read_only_and_names_what_it_lacks(results):
     with pytest.raises(ValueError, match="at least one non-empty sentence"):
         studies.Answer(())
     with pytest.raises(TypeError, match=r"frames \['x'\] are not polars DataFrames"):
-        studies.StudyResult("02_throughput_decay", studies.Answer(("a",)), (), frames={"x": [1]})
+        studies.BagResult(
+            report_name="02_throughput_decay", answer=studies.Answer(("a",)), verdicts=(), frames_by_name={"x": [1]}
+        )

@@ -26,7 +26,7 @@ import polars as pl
 
 from kvlab import narrative
 from kvlab.paths import DATA_DIR
-from kvlab.verdicts import Sources, Verdict
+from kvlab.studies.result import SCHEMA_VERSION, Answer, StudyResult
 from kvlab.workbook import Workbook, check_parameters, open_workbook
 
 #: Each report's notebook stem -> the module under kvlab.studies that computes it.
@@ -44,73 +44,49 @@ STUDIES: dict[str, str] = {
 ANSWER_MIME = "application/vnd.kvlab.answer+json"
 
 
-@dataclass(frozen=True)
-class Answer:
-    """A report's bottom line: ``sentences`` (plain Markdown-inline sentences, the first the answer itself) and,
-    where it fits, ``table``: a small typed frame (e.g. context × memory setting → engine) whose ``evidence``
-    column says the kind of every row (published, measured, modelled, configuration)."""
-
-    sentences: tuple[str, ...]
-    table: pl.DataFrame | None = None
-
-    def __post_init__(self):
-        if not self.sentences or not all(isinstance(s, str) and s.strip() for s in self.sentences):
-            raise ValueError("an Answer needs at least one non-empty sentence")
-        if self.table is not None and "evidence" not in self.table.columns:
-            raise ValueError(f"an Answer's table needs an 'evidence' column (has {self.table.columns})")
-        object.__setattr__(self, "sentences", tuple(self.sentences))
-
-    def to_json(self) -> dict:
-        """Its sentences, and its table as columns (in order: a notebook's JSON sorts an object's keys) and rows."""
-        return {
-            "sentences": list(self.sentences),
-            "table": None
-            if self.table is None
-            else {"columns": self.table.columns, "rows": [list(r) for r in self.table.rows()]},
-        }
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        md = narrative.answer_markdown(self)
-        return {"text/markdown": md, "text/plain": " ".join(self.sentences), ANSWER_MIME: self.to_json()}
+def _answer_bundle(self, include=None, exclude=None):
+    md = narrative.answer_markdown(self)
+    return {"text/markdown": md, "text/plain": " ".join(self.sentences), ANSWER_MIME: self.to_json()}
 
 
-@dataclass(frozen=True)
-class StudyResult:
-    """Everything one report shows (see the module docstring). ``frames`` and ``values`` are read-only mappings;
-    ``result["name"]`` reads either."""
+Answer._repr_mimebundle_ = _answer_bundle
 
-    report: str
-    answer: Answer
-    verdicts: tuple[Verdict, ...]
-    frames: Mapping[str, pl.DataFrame] = field(default_factory=dict)
+
+@dataclass(frozen=True, kw_only=True)
+class BagResult(StudyResult):
+    """A study not yet moved into its folder (``kvlab/studies/<study>/``): its frames and values in two read-only
+    mappings, ``result["name"]`` reading either. Transitional: each study's own typed class replaces it."""
+
+    report_name: str
+    frames_by_name: Mapping[str, pl.DataFrame] = field(default_factory=dict)
     values: Mapping[str, Any] = field(default_factory=dict)
-    experiments: tuple[str, ...] = ()
-    documents: tuple[str, ...] = ()
-    parameters: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.report not in STUDIES:
-            raise ValueError(f"StudyResult.report {self.report!r}: expected one of {list(STUDIES)}")
-        for name in ("frames", "values", "parameters"):
+        super().__post_init__()
+        if self.report_name not in STUDIES:
+            raise ValueError(f"StudyResult.report {self.report_name!r}: expected one of {list(STUDIES)}")
+        for name in ("frames_by_name", "values", "parameters"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
-        object.__setattr__(self, "verdicts", tuple(self.verdicts))
-        if bad := [n for n, f in self.frames.items() if not isinstance(f, pl.DataFrame)]:
-            raise TypeError(f"StudyResult {self.report}: frames {bad} are not polars DataFrames (put them in values)")
-        if clash := set(self.frames) & set(self.values):
-            raise ValueError(f"StudyResult {self.report}: {sorted(clash)} both a frame and a value")
+        if bad := [n for n, f in self.frames_by_name.items() if not isinstance(f, pl.DataFrame)]:
+            raise TypeError(
+                f"StudyResult {self.report_name}: frames {bad} are not polars DataFrames (put them in values)"
+            )
+        if clash := set(self.frames_by_name) & set(self.values):
+            raise ValueError(f"StudyResult {self.report_name}: {sorted(clash)} both a frame and a value")
 
     @property
-    def sources(self):
-        """What it read, as the report's provenance panel takes it (``display(result.sources)``)."""
-        return Sources(self.experiments, self.documents)
+    def frames(self):
+        return self.frames_by_name
+
+    report = property(lambda self: self.report_name)  # type: ignore[assignment]
 
     def __getitem__(self, name: str):
-        if name in self.frames:
-            return self.frames[name]
+        if name in self.frames_by_name:
+            return self.frames_by_name[name]
         if name in self.values:
             return self.values[name]
         raise KeyError(
-            f"{self.report} has no frame or value {name!r} (frames: {sorted(self.frames)}, "
+            f"{self.report_name} has no frame or value {name!r} (frames: {sorted(self.frames_by_name)}, "
             f"values: {sorted(self.values)})"
         )
 
@@ -118,7 +94,8 @@ class StudyResult:
         """What ``reports/index.json`` keeps of it: the answer, the verdicts (with their family), what it read and
         the parameters."""
         return {
-            "report": self.report,
+            "schema_version": SCHEMA_VERSION,
+            "report": self.report_name,
             "answer": json.loads(json.dumps(self.answer.to_json(), default=str)),
             "verdicts": json.loads(json.dumps([asdict(v) for v in self.verdicts], default=str)),
             "experiments": list(self.experiments),
@@ -164,10 +141,18 @@ def compute_report(
 
 
 def sourced(report: str, wb, answer: Answer, verdicts, frames=None, values=None, read=()) -> StudyResult:
-    """A StudyResult recording what ``wb`` was asked for (its measured experiments and documents) and ``read``,
+    """A (transitional) BagResult recording what ``wb`` was asked for (its measured experiments and documents) and ``read``,
     what the study read past the workbook's filters (see :meth:`kvlab.workbook.Workbook.sources`)."""
     src = wb.sources(*read)
-    return StudyResult(report, answer, tuple(verdicts), frames or {}, values or {}, src.measured, src.documents)
+    return BagResult(
+        report_name=report,
+        answer=answer,
+        verdicts=tuple(verdicts),
+        frames_by_name=frames or {},
+        values=values or {},
+        experiments=src.measured,
+        documents=src.documents,
+    )
 
 
 def notebook(report: str, namespace: Mapping[str, Any]):
