@@ -137,6 +137,26 @@ class Verdict:
             object.__setattr__(self, "spread", tuple(self.spread))  # a list from JSON reads back as the tuple
 
 
+#: Outcomes that let a page name a winner, a direction or a threshold: the evidence decided the claim (or, for
+#: *found*, answered the report's own question). Any other outcome lets a figure or sentence show the measurement
+#: with its label, never a winner (:func:`decides`).
+DECIDING = frozenset({"reproduced", "contradicted", "consistent", "inconsistent", "found"})
+
+
+def decides(verdict: Verdict | None) -> bool:
+    """Whether ``verdict`` lets a page name a winner or direction: it exists and its outcome is in :data:`DECIDING`.
+    Every caption, title, annotation and map cell that names one asks this first."""
+    return verdict is not None and verdict.outcome in DECIDING
+
+
+def undecided_label(verdict: Verdict | None) -> str:
+    """What a figure says in place of a winner its verdict does not allow: 'not decidable on this host' for *cannot
+    be tested here* (or no verdict), else the outcome itself with its cause ('inconclusive: inside the spread')."""
+    if verdict is None or verdict.outcome == "cannot be tested here":
+        return "not decidable on this host"
+    return f"{verdict.outcome}: {verdict.limit}" if verdict.limit else verdict.outcome
+
+
 def family_of(claim_id: str, kind: str, evidence: str, outcome: str = "") -> str:
     """The family of a verdict that does not state one: *own* for kvlab's own questions and self-checks
     (:data:`OWN_CLAIM_IDS`, :data:`OWN_QUESTION_KINDS`, or a *found* row, the report's own answer), *consistency* for

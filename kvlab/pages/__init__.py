@@ -13,30 +13,23 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kvlab import studies, verdicts
-from kvlab.pages import (
-    capacity,
-    context_scaling,
-    engine_choice,
-    memory_utilisation,
-    prefix_sharing,
-    throughput_decay,
-    whatif_model,
-)
 from kvlab.pages.section import Section
 from kvlab.studies import StudyResult
 
-__all__ = [
-    "Section",
-    "capacity",
-    "context_scaling",
-    "engine_choice",
-    "memory_utilisation",
-    "open_report",
-    "prefix_sharing",
-    "throughput_decay",
-    "verdicts_and_sources",
-    "whatif_model",
-]
+__all__ = ["Section", "open_report", "verdicts_and_sources"]
+
+
+def __getattr__(name: str):
+    """A report's page module, imported when first read (``pages.prefix_sharing``): being moved into the study
+    folders (``kvlab/studies/<study>/page.py``), each is read from there once moved."""
+    from importlib import import_module
+    from importlib.util import find_spec
+
+    if find_spec(f"kvlab.pages.{name}") is not None:
+        return import_module(f"kvlab.pages.{name}")
+    if name in studies.STUDIES.values() and find_spec(f"kvlab.studies.{name}.page") is not None:
+        return import_module(f"kvlab.studies.{name}.page")
+    raise AttributeError(f"module 'kvlab.pages' has no attribute {name!r}")
 
 
 def open_report(report: str, namespace: Mapping[str, Any]):
