@@ -52,6 +52,9 @@ FIGURE_RE = re.compile(r'<img[^>]*src="data:image/(?:png|jpeg|svg\+xml);base64,'
 #: FIGURES_JSON listing them (number, caption, file, columns, rows).
 FIGURES_SUFFIX = ".figures"
 FIGURES_JSON = "figures.json"
+#: A report's result file beside its HTML (``05_prefix_sharing.result.json``): the study's typed result as JSON,
+#: written by the notebook (:func:`kvlab.studies.notebook`); ``index.json`` is assembled from these files.
+RESULT_SUFFIX = ".result.json"
 
 #: A <script> the notebook template loads from a CDN.
 CDN_SCRIPT_RE = re.compile(r'<script[^>]*\ssrc="https?://[^"]*"[^>]*>\s*</script>\n?')
@@ -86,8 +89,8 @@ def with_k_note(panel: str, page: str) -> str:
 
 @dataclass(frozen=True)
 class Report:
-    """One built report, as ``index.json`` keeps it: ``answer`` and ``verdicts`` come from the report's study
-    (:func:`kvlab.studies.compute_report`), computed with the notebook's parameters, not read from its outputs."""
+    """One built report, as ``index.json`` keeps it: ``answer`` and ``verdicts`` come from the result file its
+    notebook wrote (:data:`RESULT_SUFFIX`): the study computed once, never again for the index."""
 
     notebook: str
     title: str
@@ -274,7 +277,61 @@ GLOSSARY_TERMS = [
         "date), a real engine run on a named host, or kvlab's physical model with its stated assumptions.",
     ),
     ("K", "1,024 tokens: 64K is 65,536 tokens, 200K is 204,800."),
+    (
+        "stands in for",
+        "a CPU run's context scaled down by a stated factor: 1,024 tokens on this host stands in for 64K on the "
+        "reference host. The run tests a mechanism at that size, not the reference host's speed.",
+    ),
+    ("reproduced", "a document's claim that evidence independent of the document agrees with."),
+    ("contradicted", "a document's claim that evidence independent of the document disagrees with."),
+    (
+        "consistent, inconsistent",
+        "a document checked against its own figures (or another document's): its claim does or does not follow "
+        "from them. Never called reproduced: the figures are the document's own.",
+    ),
+    (
+        "inconclusive",
+        "the evidence here cannot tell: a difference inside the spread of its repeats, one run only, or a model "
+        "that fails its held-out test.",
+    ),
+    (
+        "cannot be tested here",
+        "no evidence this host can produce decides the claim: a B300 speed claim measured on a CPU, or a GPU's "
+        "memory behaviour on a machine without one.",
+    ),
+    ("configured", "a value the experiment file sets (a KV budget, a ceiling derived from it): shown, not graded."),
+    ("found", "kvlab's answer to a question of its own that no document states."),
+    (
+        "document, consistency, own",
+        "the three families verdicts are counted in, never mixed: documents' claims on independent evidence, "
+        "documents against their own figures, and kvlab's own questions and self-checks.",
+    ),
+    (
+        "held-out test",
+        "the model is fitted without one published point and then predicts it; a model whose prediction misses "
+        "illustrates, it does not decide.",
+    ),
+    (
+        "roofline",
+        "the model's bound on a step's time: the larger of its arithmetic at the GPU's peak rate and its memory "
+        "traffic at the GPU's bandwidth, each scaled by a fitted efficiency.",
+    ),
+    (
+        "crossover",
+        "the context length at which the faster engine changes; the model gives it as a range over its "
+        "assumption sets, never as a point.",
+    ),
+    (
+        "concurrency ceiling",
+        "how many sequences of a given context the KV pool holds at once (modelled from the memory setting, the "
+        "weights and the KV bytes per token; a range over the KV format and MLA width).",
+    ),
 ]
+
+#: Every standalone page's head opens with these (index and glossary; nbconvert's template has its own): the
+#: page is laid out for the device's width, so a phone at 390 px reads it without zooming.
+VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">'
+
 
 #: The style every built page gets (reports and index): the top bar, the table of contents, figures at the text
 #: column's width, folded tables.
@@ -380,7 +437,7 @@ def write_glossary(out_dir: Path) -> Path:
     """``glossary.html``: the terms the pages use (:data:`GLOSSARY_TERMS`), linked from every page's top bar."""
     items = "".join(f"<dt>{html.escape(t)}</dt><dd>{markdown_inline(d)}</dd>" for t, d in GLOSSARY_TERMS)
     page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Glossary — kvlab</title>{PAGE_CSS}
+<html lang="en"><head><meta charset="utf-8">{VIEWPORT}<title>Glossary — kvlab</title>{PAGE_CSS}
 <style>body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 1rem auto; padding: 0 1rem; color: #222; }}
 dt {{ font-weight: 600; margin-top: .7rem; }} dd {{ margin: .15rem 0 0 1.2rem; line-height: 1.45; }}</style>
 </head><body>
@@ -400,7 +457,12 @@ def _html_cell(markup: str):
 
 
 def to_html(
-    executed: Path, out: Path, title: str | None = None, panel: str = "", topbar: str = ""
+    executed: Path,
+    out: Path,
+    title: str | None = None,
+    panel: str = "",
+    topbar: str = "",
+    summary: dict | None = None,
 ) -> tuple[int, list[dict]]:
     """Export an executed notebook to standalone HTML without code, titled ``title``; write each figure's data
     beside it. The page's first screen: the report's title (its first heading), the verdict box (which opens with
@@ -418,11 +480,16 @@ def to_html(
             + title_cell.source.lstrip().partition("\n")[2]
         )
     write_figure_data(nb, out)
+    # the notebook's answer, verdict box and sources outputs come off the page: the answer and the verdicts stand
+    # under the title, taken from the result file (``summary``, :func:`kvlab.studies.read_summary`) where given
     found = vd.extract(nb)
-    answer = extract_answer(nb)
+    shown = extract_answer(nb)
     extract_sources(nb)  # read by run_one for the panel; nothing to show
+    answer = summary["answer"] if summary else (shown or {}).get(studies.ANSWER_MIME)
+    if summary:
+        found = list(summary["verdicts"])
     top = (
-        ([_html_cell(answer_html(answer[studies.ANSWER_MIME]))] if answer else [])
+        ([_html_cell(answer_html(answer))] if answer else [])
         + ([_html_cell(vd.box_html(found))] if found else [])
         + ([_html_cell(PANEL_SLOT)] if panel else [])
         + [_html_cell(TOC_SLOT)]
@@ -646,6 +713,9 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     before = os.environ.get(FIGURE_DIR_ENV)
     os.environ[FIGURE_DIR_ENV] = f"{nb_path.stem}{FIGURES_SUFFIX}"  # where its figures link their data
     executed = out_dir / nb_path.name
+    result_path = out_dir / f"{nb_path.stem}{RESULT_SUFFIX}"
+    result_path.unlink(missing_ok=True)  # an earlier build's file must not stand in for this one's
+    os.environ[studies.RESULT_ENV] = str(result_path.resolve())  # the notebook writes its result there
     try:
         pm.execute_notebook(
             str(nb_path),
@@ -658,14 +728,22 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
             config=kernel_config(),
         )
     finally:  # this process may build another report, or be a test's
+        os.environ.pop(studies.RESULT_ENV, None)
         if before is None:
             os.environ.pop(FIGURE_DIR_ENV, None)
         else:
             os.environ[FIGURE_DIR_ENV] = before
     html_path = out_dir / f"{nb_path.stem}.html"
-    title, summary = describe(nb_path)
+    title, page_summary = describe(nb_path)
     data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
-    sources = extract_sources(nbformat.read(executed, as_version=4))  # what the notebook read: its panel covers that
+    if not result_path.exists():
+        raise RuntimeError(
+            f"{nb_path.name} ran without writing its result ({result_path.name}): its first code cell must call "
+            "kvlab.studies.notebook(...)"
+        )
+    # the study computed once, in the notebook: the page, the result file beside it and the index read the same
+    summary = studies.read_summary(result_path)
+    sources = Sources(summary["experiments"], summary["documents"])  # what the notebook read: its panel covers that
     previous, following = neighbours(nb_path)
     prov = provenance(data_dir, nb_path, parameters, sources)
     figures, _ = to_html(
@@ -674,22 +752,19 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
         title,
         panel_html(prov),
         topbar=topbar_html(f"{nb_path.stem[:2]} · {title}", previous, following),
+        summary=summary,
     )
-    # the index's answer and verdicts: the study computed again here with the notebook's parameters, never read
-    # back from the notebook's outputs (tests/test_studies_results.py checks the two agree)
-    result = studies.compute_report(nb_path.stem, data_dir, {**_defaults(nb_path), **(parameters or {})})
-    as_json = result.to_json()
     return Report(
         nb_path.name,
         title,
-        summary,
+        page_summary,
         html_path,
         time.perf_counter() - start,
         figures,
-        tuple(as_json["verdicts"]),
-        as_json["answer"],
-        result.experiments,
-        result.documents,
+        tuple(summary["verdicts"]),
+        summary["answer"],
+        summary["experiments"],
+        summary["documents"],
         prov,
     )
 
@@ -878,43 +953,50 @@ def answer_table_html(answer: dict | None, href: str | None) -> str:
 
 
 def host_counts(every: list[dict]) -> dict[str, int]:
-    """What this host's measured verdicts (index.json's dicts) decide and cannot: ``decided`` (claims a run here
-    reproduced, contradicted or answered), ``speed`` (speed claims two CPU implementations cannot decide) and
-    ``gpu_only`` (the other claims it cannot test: a GPU host's mechanisms, service or memory), each claim once."""
+    """What this host's measured verdicts (index.json's dicts) decide and cannot, each claim once and the families
+    apart (docs/verdicts.md: kvlab's own questions are never counted as the documents' claims): ``decided`` and
+    ``decided_own`` (document claims, own questions a run here reproduced, contradicted or answered), ``speed`` and
+    ``speed_own`` (speed claims and questions two CPU implementations cannot decide), ``gpu_only`` and
+    ``gpu_only_own`` (the rest it cannot test: a GPU host's mechanisms, service or memory)."""
     measured = [v for v in every if v.get("evidence") == "measured"]
-    decided = {v.get("claim_id") for v in measured if v.get("outcome") in vd.DECIDING_OUTCOMES}
-    cannot = {v.get("claim_id"): v.get("limit") for v in measured if v.get("outcome") == "cannot be tested here"}
-    speed = {c for c, limit in cannot.items() if limit == CPU_IMPLEMENTATIONS}
-    return {
-        "measured": len(measured),
-        "decided": len(decided),
-        "speed": len(speed),
-        "gpu_only": len(cannot) - len(speed),
-    }
+    out = {"measured": len(measured)}
+
+    def family(v: dict) -> str:
+        got = v.get("family") or vd.family_of(
+            v.get("claim_id", ""), v.get("kind", ""), "measured", v.get("outcome", "")
+        )
+        return "own" if got == "own" else "document"
+
+    for suffix, fam in (("", "document"), ("_own", "own")):
+        these = [v for v in measured if family(v) == fam]
+        decided = {v.get("claim_id") for v in these if v.get("outcome") in vd.DECIDING_OUTCOMES}
+        cannot = {v.get("claim_id"): v.get("limit") for v in these if v.get("outcome") == "cannot be tested here"}
+        speed = {c for c, limit in cannot.items() if limit == CPU_IMPLEMENTATIONS}
+        out |= {f"decided{suffix}": len(decided), f"speed{suffix}": len(speed)}
+        out[f"gpu_only{suffix}"] = len(cannot) - len(speed)
+    return out
 
 
 def host_sentence(every: list[dict]) -> str:
-    """What this host's measurements add, counted from every report's measured verdicts (index.json's dicts): the
-    mechanisms they decide, the speed claims they cannot test and the GPU host's claims no run here exercises
-    (:func:`host_counts`)."""
+    """What this host's measurements add, counted from every report's measured verdicts (index.json's dicts), the
+    documents' claims apart from kvlab's own questions (:func:`host_counts`): two short sentences."""
     n = host_counts(every)
     if not n["measured"]:
         return "Nothing was measured on this host yet: `make report` measures the embedded default."
 
-    def claims(k: int, what: str = "claim") -> str:
-        return f"{k or 'no'} {what}{'' if k == 1 else 's'}"
+    def both(key: str, what: str) -> str:
+        doc, own = n[key], n[f"{key}_own"]
+        said = [count(doc, f"document {what}")] if doc or not own else []
+        return " and ".join(said + ([count(own, "own question")] if own else []))
 
-    gpu = (
-        f", nor {claims(n['gpu_only'], 'other claim')} about a GPU host's mechanisms, service or memory, which no run "
-        "here exercises"
-        if n["gpu_only"]
-        else ""
+    decided = (
+        f"This host's runs (real engines on a CPU, a tiny model) decide {both('decided', 'claim')} about mechanisms "
+        "(prefix-cache reuse, queueing past a KV budget)."
     )
-    return (
-        f"This host's runs (real engines on a CPU, a tiny model) decide {claims(n['decided'])} about mechanisms "
-        f"(prefix-cache reuse, queueing past a KV budget). They cannot test {claims(n['speed'], 'speed claim')} (a CPU "
-        f"run of two different engine implementations is not evidence about B300 speed){gpu}."
-    )
+    cannot = [f"{both('speed', 'speed claim')} (CPU runs are no evidence about B300 speed)"]
+    if n["gpu_only"] or n["gpu_only_own"]:
+        cannot.append(f"{both('gpu_only', 'claim')} about a GPU host's memory or service")
+    return f"{decided} They cannot test {' or '.join(cannot)}."
 
 
 def write_index(
@@ -959,12 +1041,13 @@ def write_index(
     figures_html = figure_links_html(reports, out_dir)
     panel = with_k_note(panel, answer + lead + items + runs_html) if panel else panel
     page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>kvlab reports</title>{PAGE_CSS}
+<html lang="en"><head><meta charset="utf-8">{VIEWPORT}<title>kvlab reports</title>{PAGE_CSS}
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #222; }}
 li {{ margin: .6rem 0; }} li p {{ margin: .2rem 0; }} small {{ color: #666; }}
 .legend {{ background: #f4f4f4; padding: .5rem 1rem; border-radius: 6px; }}
-table.answer {{ border-collapse: collapse; margin: .5rem 0; }}
+table.answer {{ border-collapse: collapse; margin: .5rem 0; display: block; overflow-x: auto; max-width: 100%; }}
+table.kvlab-runs {{ display: block; overflow-x: auto; max-width: 100%; }}
 table.answer th, table.answer td {{ text-align: left; padding: 4px 10px; border-bottom: 1px solid #ddd; }}
 .kvlab-answer {{ border-left: 4px solid #0969da; padding: .2rem 1rem; background: #f6f8fa; }}
 table.kvlab-runs {{ border-collapse: collapse; font-size: 13px; }}
@@ -1006,10 +1089,19 @@ details.kvlab-runs summary {{ cursor: pointer; color: #0550ae; }}
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
     write_glossary(out_dir)
-    (out_dir / "index.json").write_text(
-        json.dumps([{**r.__dict__, "html": r.html.name} for r in reports], indent=2, default=str)
-    )
+    listed = {
+        "schema_version": studies.SCHEMA_VERSION,
+        "reports": [{**r.__dict__, "html": r.html.name} for r in reports],
+    }
+    (out_dir / "index.json").write_text(json.dumps(listed, indent=2, default=str))
     return index
+
+
+def read_index(path: Path) -> list[dict]:
+    """The report entries of an ``index.json``: ``{"schema_version": …, "reports": [...]}``, or the bare list an
+    index written before schema_version holds."""
+    data = json.loads(Path(path).read_text())
+    return data if isinstance(data, list) else list(data["reports"])
 
 
 def _with_earlier(reports: list[Report], out_dir: Path) -> list[Report]:
@@ -1018,7 +1110,7 @@ def _with_earlier(reports: list[Report], out_dir: Path) -> list[Report]:
     earlier = []
     index = out_dir / "index.json"
     if index.exists():
-        for e in json.loads(index.read_text()):
+        for e in read_index(index):
             if e["notebook"] not in built and (out_dir / e["html"]).exists():
                 e = {k: v for k, v in e.items() if k in Report.__dataclass_fields__}  # an older index's fields
                 earlier.append(

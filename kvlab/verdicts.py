@@ -257,6 +257,23 @@ def _why(vs: dict[str, Verdict]) -> str:
     return "; ".join(f"{c} — {k}" for c, k in sorted(causes.items(), key=lambda kv: -kv[1]))
 
 
+def by_row(verdicts: list[Verdict] | list[dict]) -> dict[str, dict[str, Verdict]]:
+    """Each verdict row on its own, by family ({family: {key: verdict}}, rows in order): what a page's headline
+    counts, so its counts are the counts of the very rows in the box under it (:func:`by_family` counts claims,
+    for the index, where the rows are not shown)."""
+    out: dict[str, dict[str, Verdict]] = {f: {} for f in FAMILIES}
+    for i, v in enumerate(_as_verdicts(verdicts)):
+        out[v.family][f"{i}:{','.join(claim_keys(v))}"] = v
+    return out
+
+
+def _noun(rows: dict[str, Verdict], noun: str = "claim") -> str:
+    """``noun`` where each row of ``rows`` is a claim of its own; 'check' where a claim has several rows (two kinds
+    of evidence), so a count of rows never calls itself a count of claims."""
+    claims = {k.split(":", 1)[-1] for k in rows}
+    return noun if len(claims) == len(rows) else "check"
+
+
 def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[str]:
     """The three sentences a page opens with, computed from its verdicts (a list of :class:`Verdict` or of their
     dicts, as ``index.json`` holds them): what the documents claim; what holds, and on what evidence; what this host
@@ -267,7 +284,7 @@ def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[
     count adds up (the *document* family's outcomes to its claims, each group's causes to the group). With ``index``
     the sentences speak of the reports (the index counts every report's verdicts), not of one page."""
     vs = _as_verdicts(verdicts)
-    fam = by_family(vs)
+    fam = by_family(vs) if index else by_row(vs)
     doc, cons, own = fam["document"], fam["consistency"], fam["own"]
     documents: dict[str, Verdict] = {}
     for v in vs:  # quoted as first listed (the document's own wording, before a row that says where it was tested)
@@ -307,16 +324,16 @@ def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[
     for outcome in ("reproduced", "contradicted"):
         these = of(doc, outcome)
         if these:
-            parts.append(f"{count(len(these), 'claim')} {outcome} {_by_evidence(these)}")
+            parts.append(f"{count(len(these), _noun(these))} {outcome} {_by_evidence(these)}")
     checked = [f"{len(of(cons, o))} {o}" for o in ("consistent", "inconsistent") if of(cons, o)]
     if parts:
         holds = "**What holds:** " + ", ".join(parts) + "."
     else:
-        holds = "**What holds:** no claim is reproduced or contradicted by evidence independent of the documents."
+        holds = "**What holds:** no document claim is reproduced or contradicted by independent evidence."
     if checked:
+        both = of(cons, "consistent", "inconsistent")
         holds += (
-            f" Checked against the documents' own figures, "
-            f"{count(len(of(cons, 'consistent', 'inconsistent')), 'claim')}: {' and '.join(checked)}."
+            f" Checked against the documents' own figures, {count(len(both), _noun(both))}: {' and '.join(checked)}."
         )
     own_decided = {o: of(own, o) for o in ("reproduced", "contradicted")}
     if any(own_decided.values()):
@@ -339,10 +356,10 @@ def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[
     ):
         cannot, open_ = of(claims, "cannot be tested here"), of(claims, "inconclusive")
         if cannot:
-            limits.append(f"{count(len(cannot), name)} cannot be tested on this host ({_why(cannot)})")
+            limits.append(f"{count(len(cannot), _noun(cannot, name))} cannot be tested on this host ({_why(cannot)})")
         if open_:
             k = len(open_)
-            limits.append(f"{count(k, name)} {'is' if k == 1 else 'are'} inconclusive ({_why(open_)})")
+            limits.append(f"{count(k, _noun(open_, name))} {'is' if k == 1 else 'are'} inconclusive ({_why(open_)})")
     configured = {**of(doc, "configured"), **of(own, "configured")}
     if configured:
         limits.append(

@@ -2,7 +2,6 @@
 sweeps) for real with both engines, vLLM's CPU build and PyTorch SGLang on CPU, then the reports built from it (and a
 second sweep reuses every finished run)."""
 
-import json
 import shutil
 import subprocess
 import sys
@@ -83,7 +82,7 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     from kvlab import reports, studies
 
     kvlab("report", "--out", str(tmp_path), "--only", "02", "-p", f"data_dir={measured}")
-    listed = {r["notebook"]: r for r in json.loads((tmp_path / "index.json").read_text())}
+    listed = {r["notebook"]: r for r in reports.read_index(tmp_path / "index.json")}
     assert listed["02_throughput_decay.ipynb"]["answer"]["sentences"] and (tmp_path / "index.html").exists()
     result = {
         p: studies.compute_report(p, measured, reports._defaults(reports.notebooks([p])[0])) for p in ("01", "02", "03")

@@ -441,11 +441,10 @@ def test_every_verdict_in_index_json_carries_its_typed_fields(built_reports):
     """Every verdict of every report built from the fixture data, as reports/index.json lists it: claim_id, kind,
     scope; a unit wherever it has a value; n for every kind of evidence (runs, published points, points fitted or
     assumption sets: docs/verdicts.md)."""
-    import json
 
     from test_claims import typed_field_gaps
 
-    listed = json.loads((built_reports[0] / "index.json").read_text())
+    listed = reports.read_index(built_reports[0] / "index.json")
     verdicts = [v for r in listed for v in r["verdicts"]]
     assert len(verdicts) > 20 and typed_field_gaps(verdicts) == []
     plausible = next(v for v in verdicts if v["claim_id"] == "model_plausible")  # 2,091 µs against 100 µs at most

@@ -3,7 +3,6 @@ quantity that two pages print is one computation (issue 38)."""
 
 from __future__ import annotations
 
-import json
 
 import nbformat
 import polars as pl
@@ -54,7 +53,7 @@ def test_index_json_carries_each_reports_answer_and_the_verdicts_its_page_shows(
     """index.json's answers and verdicts come from compute() in the report builder; the page's verdict box from the
     notebook's own compute(): the two agree, verdict for verdict."""
     out, _ = built_reports
-    listed = json.loads((out / "index.json").read_text())
+    listed = reports.read_index(out / "index.json")
     assert len(listed) == 7
     for entry in listed:
         assert entry["answer"]["sentences"], entry["notebook"]

@@ -220,20 +220,35 @@ def _index_like() -> list[Verdict]:
     ]
 
 
+def test_a_pages_headline_counts_the_very_rows_under_it():
+    """Issue 53: 02 said "Checked against the documents' own figures, 2 claims: 2 inconsistent" above three rows,
+    one of them consistent. On a page (not the index) every count is a count of the rows in the box under it, and a
+    claim with several rows makes the count say checks, not claims."""
+    V = Verdict
+    rows = [
+        V("decay as claimed", "inconsistent", "published", "2.1×", claim_id="decay_vllm"),
+        V("decay as claimed", "consistent", "published", "1.1×", claim_id="decay_vllm"),
+        V("other decay", "inconsistent", "published", "3×", claim_id="decay_sglang"),
+    ]
+    holds = verdicts.headline(rows)[1]
+    assert "own figures, 3 checks: 1 consistent and 2 inconsistent." in holds
+    assert "own figures, 2 claims: 2 inconsistent" in verdicts.headline(rows, index=True)[1]
+
+
 def test_the_headline_counts_each_family_apart_and_every_count_adds_up():
     """Issue 38: 'the documents claim … and 16 more' while the claim tables held 13, and '3 claims cannot be tested
     ((3); (1))' adding to 4. Each claim counts once in the first sentence and once per family, under one outcome and
     one cause."""
     vs = _index_like()
-    claim, holds, limits = verdicts.headline(vs)
+    claim, holds, limits = verdicts.headline(vs, index=True)
     assert claim == (
         "**The documents claim** “vLLM ≈ 1.5× faster at 64K”; “SGLang ≈ 1.31× faster at 200K” and 11 more "
-        "claims. The page also asks 6 questions of its own."
+        "claims. The reports also ask 6 questions of their own."
     )  # 13 claims; 6 own ids
     assert holds == (
-        "**What holds:** no claim is reproduced or contradicted by evidence independent of the documents. "
+        "**What holds:** no document claim is reproduced or contradicted by independent evidence. "
         "Checked against the documents' own figures, 4 claims: 2 consistent and 2 inconsistent. kvlab's own "
-        "checks: 2 failed. The page's own answer: The winner changes (the table, interpolated) — 124K–130K."
+        "checks: 2 failed. Among the reports' own answers: The winner changes (the table, interpolated) — 124K–130K."
     )
     assert limits == (
         "**What this host cannot say:** 9 claims cannot be tested on this host (CPU runs of two different engine "

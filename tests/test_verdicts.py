@@ -287,7 +287,6 @@ def test_the_box_folds_the_rows_with_nothing_here_to_test_them():
 
 
 def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
-    import json
     from dataclasses import asdict
 
     v = Verdict(
@@ -307,7 +306,7 @@ def test_index_json_lists_every_verdict_with_its_typed_fields(tmp_path):
     page.write_text("<html></html>")
     rep = reports.Report("01_x.ipynb", "X", "What it shows.", page, 1.0, 1, (asdict(v),))
     reports.write_index([rep], tmp_path)
-    entry = json.loads((tmp_path / "index.json").read_text())[0]
+    entry = reports.read_index(tmp_path / "index.json")[0]
     got = entry["verdicts"][0]
     assert {
         k: got[k]
@@ -344,8 +343,20 @@ def test_the_index_counts_speed_claims_apart_from_a_gpu_hosts_other_claims():
         v("radix_sharing", "reproduced"),
         v("speedup_200K", "consistent", evidence="published"),
     ]
-    assert reports.host_counts(every) == {"measured": 5, "decided": 1, "speed": 1, "gpu_only": 2}
-    assert reports.host_counts([]) == {"measured": 0, "decided": 0, "speed": 0, "gpu_only": 0}
+    zero = {"decided_own": 0, "speed_own": 0, "gpu_only_own": 0}
+    assert reports.host_counts(every) == {"measured": 5, "decided": 1, "speed": 1, "gpu_only": 2} | zero
+    assert reports.host_counts([]) == {"measured": 0, "decided": 0, "speed": 0, "gpu_only": 0} | zero
+    # issue 53: kvlab's own questions are counted apart from the documents' claims, in both sentences
+    own = [
+        v("crossover_measured", "cannot be tested here", CPU_IMPLEMENTATIONS),
+        v("multi_turn_reuse", "reproduced"),
+    ]
+    n = reports.host_counts(every + own)
+    assert (n["decided"], n["decided_own"], n["speed"], n["speed_own"]) == (1, 1, 1, 1)
+    said = reports.host_sentence(every + own)
+    assert "decide 1 document claim and 1 own question about mechanisms" in said
+    assert "cannot test 1 document speed claim and 1 own question (CPU runs" in said
+    assert all(len(s.split()) <= 45 for s in said.split(". "))
 
 
 def test_the_index_headline_speaks_of_the_reports_not_of_a_page():

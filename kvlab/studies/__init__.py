@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from importlib import import_module
@@ -155,11 +156,59 @@ def sourced(report: str, wb, answer: Answer, verdicts, frames=None, values=None,
     )
 
 
+#: Where a notebook run by the report builder writes its result's JSON (:func:`notebook`): set by
+#: :func:`kvlab.reports.run_one` for the kernel papermill starts; unset in JupyterLab, where nothing is written.
+RESULT_ENV = "KVLAB_RESULT_JSON"
+
+
 def notebook(report: str, namespace: Mapping[str, Any]):
     """A report notebook's first code cell: refuse renamed parameters, open the workbook (inline figures in the
-    notebook's ``fig_format`` where it has one) and compute the report's study with the notebook's parameters.
-    Returns (workbook, result); the workbook numbers the figures the notebook shows."""
+    notebook's ``fig_format`` where it has one) and compute the report's study with the notebook's parameters, once.
+    Returns (workbook, result); the workbook numbers the figures the notebook shows. Run by the report builder
+    (:data:`RESULT_ENV` set), it writes the result's JSON there: the index is assembled from that file."""
     check_parameters(namespace)  # a parameter under its old name fails, naming the new one
     wb = open_workbook(namespace.get("data_dir", ""), namespace.get("fig_format", "png"))
     mod = module(report)
-    return wb, run(mod, wb, namespace)
+    result = run(mod, wb, namespace)
+    if target := os.environ.get(RESULT_ENV):
+        write_result(result, Path(target))
+    return wb, result
+
+
+def write_result(result: StudyResult, path: Path) -> Path:
+    """``result.to_json()`` written to ``path`` atomically (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result.to_json(), default=str), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _answer_json(answer: Mapping[str, Any]) -> dict:
+    """An answer as the index shows it (sentences, and a table as columns and rows), from either stored form."""
+    table = answer.get("table")
+    if isinstance(table, Mapping) and "schema" in table:  # a typed result stores a frame with its schema
+        columns = list(table["columns"])
+        table = {"columns": columns, "rows": [list(r) for r in zip(*table["columns"].values(), strict=True)]}
+    return {"sentences": list(answer["sentences"]), "table": table}
+
+
+def read_summary(path: Path) -> dict:
+    """What the index keeps of a report, read from its result file (:func:`write_result`): ``report``,
+    ``schema_version``, ``answer`` (sentences and a columns/rows table), ``verdicts`` (dicts), ``experiments``,
+    ``documents`` and ``parameters``. Refuses a file of another schema version, naming both."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: result file of schema_version {data.get('schema_version')!r}; this kvlab writes "
+            f"{SCHEMA_VERSION} (build the report again)"
+        )
+    return {
+        "report": data["report"],
+        "schema_version": data["schema_version"],
+        "answer": _answer_json(data["answer"]),
+        "verdicts": list(data["verdicts"]),
+        "experiments": tuple(data.get("experiments", ())),
+        "documents": tuple(data.get("documents", ())),
+        "parameters": dict(data.get("parameters", {})),
+    }
