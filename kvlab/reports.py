@@ -52,12 +52,20 @@ FIGURE_RE = re.compile(r'<img[^>]*src="data:image/(?:png|jpeg|svg\+xml);base64,'
 #: FIGURES_JSON listing them (number, caption, file, columns, rows).
 FIGURES_SUFFIX = ".figures"
 FIGURES_JSON = "figures.json"
+#: kvlab's page template (nbconvert, package data): kvlab/templates/kvlab/index.html.j2 on nbconvert's lab page.
+TEMPLATES_DIR = Path(__file__).parent / "templates"
+ASSETS_DIR = Path(__file__).parent / "assets"
+
+
+def asset(name: str) -> str:
+    """A file of the pages' style or scripts (kvlab/assets/, package data), as text."""
+    return (ASSETS_DIR / name).read_text(encoding="utf-8")
+
+
 #: A report's result file beside its HTML (``05_prefix_sharing.result.json``): the study's typed result as JSON,
 #: written by the notebook (:func:`kvlab.studies.notebook`); ``index.json`` is assembled from these files.
 RESULT_SUFFIX = ".result.json"
 
-#: A <script> the notebook template loads from a CDN.
-CDN_SCRIPT_RE = re.compile(r'<script[^>]*\ssrc="https?://[^"]*"[^>]*>\s*</script>\n?')
 #: A token count abbreviated with K ('64K', '200K') in a page's text; :func:`k_note` says what K is.
 K_ABBREV_RE = re.compile(r"(?<![\w.,])\d+(?:\.\d+)?K(?![\w])")
 #: What K is, said once per page: in its provenance panel where the page abbreviates token counts and does not
@@ -335,44 +343,8 @@ VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">
 
 #: The style every built page gets (reports and index): the top bar, the table of contents, figures at the text
 #: column's width, folded tables.
-PAGE_CSS = """<style id="kvlab-page-css">
-.kvlab-topbar { font: 14px system-ui, sans-serif; display: flex; flex-wrap: wrap; gap: .3rem 1.2rem;
-  padding: .45rem .9rem; margin: 0 0 .6rem; background: #24292f; border-radius: 6px; }
-.kvlab-topbar a { color: #fff !important; text-decoration: none; }
-.kvlab-topbar a:hover { text-decoration: underline; }
-.kvlab-topbar .kvlab-here { color: #d0d7de; }
-.kvlab-toc { font: 14px system-ui, sans-serif; margin: 0 0 1rem; padding: .3rem .9rem; border-left: 3px solid #d0d7de; }
-.kvlab-toc ol { margin: .2rem 0; padding-left: 1.4rem; columns: 2; }
-/* a figure fills the text column (its inline width is the size it was drawn at); a tall one keeps its shape */
-figure.kvlab-figure img, .jp-RenderedImage img { width: 100% !important; max-width: 100% !important;
-  height: auto !important; max-height: 85vh; object-fit: contain; object-position: left top; }
-details.kvlab-fold summary { cursor: pointer; color: #0550ae; font: 14px system-ui, sans-serif; margin: .3rem 0; }
-@page { size: A4; }
-@media print {
-  /* paper: navigation is for the screen; type at 10 pt and no figure taller than about a third of an A4 page, so a
-     report prints on at most 8 pages and the index on 4 (tests/test_browser.py) */
-  .kvlab-topbar, .kvlab-toc { display: none !important; }
-  body, .jp-RenderedHTMLCommon, .jp-RenderedMarkdown, .kvlab-verdicts { font-size: 10pt !important; }
-  :root { --jp-content-font-size1: 10pt; --jp-ui-font-size1: 10pt; --jp-code-font-size: 9pt; }
-  .jp-RenderedHTMLCommon h1 { font-size: 18pt; } .jp-RenderedHTMLCommon h2 { font-size: 13pt; margin-top: 1em; }
-  .jp-RenderedHTMLCommon h3 { font-size: 11pt; }
-  figure.kvlab-figure img, .jp-RenderedImage img { width: auto !important; max-width: 100% !important;
-    max-height: 30vh; }
-  .jp-OutputArea-child { break-inside: auto !important; }  /* nbconvert keeps each output whole: gaps of half a page */
-  /* a figure's image stays whole and its caption may run on to the next page: a whole figure with a long caption
-     left the rest of a page blank; a heading stays with what follows it */
-  figure.kvlab-figure img, .jp-RenderedImage img, .kvlab-verdicts tr { break-inside: avoid; }
-  .jp-RenderedHTMLCommon h2, .jp-RenderedHTMLCommon h3 { break-after: avoid; }
-  /* JupyterLab's cell padding and output margins, tightened: a report of some sixty outputs loses most of a page */
-  .jp-Cell { padding-top: 0 !important; padding-bottom: 0 !important; } .jp-OutputArea-output { margin-top: 0 !important; }
-  .jp-RenderedHTMLCommon > *:last-child { margin-bottom: .3em !important; }
-  /* a verdict's number under its claim, across the column: three narrow columns on paper ran a row to 20 lines */
-  .kvlab-verdict-rows td:nth-child(2) { width: auto !important; }
-  .kvlab-verdict-rows tr { display: grid; grid-template-columns: max-content 1fr; column-gap: .6rem; }
-  .kvlab-verdict-rows td:first-child { grid-row: span 2; }
-  .kvlab-verdict-rows td.kvlab-number { grid-column: 2; padding-top: 0 !important; }
-}
-</style>"""
+PAGE_CSS_TEXT = asset("page.css")
+PAGE_CSS = f'<style id="kvlab-page-css">\n{PAGE_CSS_TEXT}</style>'
 
 
 def topbar_html(here: str, previous: tuple[str, str] | None = None, following: tuple[str, str] | None = None) -> str:
@@ -452,10 +424,6 @@ dt {{ font-weight: 600; margin-top: .7rem; }} dd {{ margin: .15rem 0 0 1.2rem; l
     return path
 
 
-def _html_cell(markup: str):
-    return nbformat.v4.new_code_cell(outputs=[nbformat.v4.new_output("display_data", data={"text/html": markup})])
-
-
 def to_html(
     executed: Path,
     out: Path,
@@ -489,35 +457,37 @@ def to_html(
     if summary:
         found = list(summary["verdicts"])
     top = (
-        ([_html_cell(answer_html(answer))] if answer else [])
-        + ([_html_cell(vd.box_html(found))] if found else [])
-        + ([_html_cell(PANEL_SLOT)] if panel else [])
-        + [_html_cell(TOC_SLOT)]
+        (answer_html(answer) if answer else "")
+        + (vd.box_html(found) if found else "")
+        + (PANEL_SLOT if panel else "")
+        + TOC_SLOT
     )
-    if top:  # right under the title: the first markdown cell's heading, split from the introduction after it
-        first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
-        at = 0
-        if first is not None:
-            heading, _, intro = nb.cells[first].source.lstrip().partition("\n")
-            if heading.startswith("# ") and intro.strip():
-                nb.cells[first].source = heading
-                nb.cells.insert(first + 1, nbformat.v4.new_markdown_cell(intro.strip()))
-            at = first + 1
-        nb.cells[at:at] = top
-    exporter = _exporter()(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    body, _ = exporter.from_notebook_node(nb)
+    # right under the title: the first markdown cell's heading (the template puts ``top`` after the cell it marks),
+    # split from the introduction after it
+    first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
+    if first is not None:
+        heading, _, intro = nb.cells[first].source.lstrip().partition("\n")
+        if heading.startswith("# ") and intro.strip():
+            nb.cells[first].source = heading
+            nb.cells.insert(first + 1, nbformat.v4.new_markdown_cell(intro.strip()))
+        nb.cells[first].metadata["kvlab"] = "title"
+    else:
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell("", metadata={"kvlab": "title"}))
+    exporter = _exporter()(
+        exclude_input=True,
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        template_name="kvlab",
+        extra_template_basedirs=[str(TEMPLATES_DIR)],
+    )
     if title:
-        body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(title)} — kvlab</title>", body, count=1, flags=re.S)
+        nb.metadata["title"] = f"{title} — kvlab"  # the page's <title>
+    page = {"top": top, "topbar": topbar, "css": PAGE_CSS_TEXT}
+    body, _ = exporter.from_notebook_node(nb, resources={"kvlab": page})
+    # two slots filled once the page's text is known: the panel's K note reads the page, the contents its headings
     if panel:
         body = body.replace(PANEL_SLOT, with_k_note(panel, body), 1)
     body = body.replace(TOC_SLOT, toc_html(body), 1)
-    # at the end of the body, not in the head: the page's own elements come first in its source
-    body = re.sub(r"</body>", lambda m: PAGE_CSS + m.group(0), body, count=1)
-    if topbar:
-        body = re.sub(r"<main>", lambda m: m.group(0) + topbar, body, count=1)
-    # nbconvert's template loads require.js and MathJax from a CDN; the reports use neither (no widgets, no
-    # math): dropped, so a page reads the same offline and fetches nothing
-    body = CDN_SCRIPT_RE.sub("", body)
     out.write_text(body, encoding="utf-8")
     return len(FIGURE_RE.findall(body)), found
 
@@ -797,35 +767,7 @@ RUN_COLUMNS = [
 
 #: The runs table's inline script: click a header to sort by it (again to reverse), type to keep only the rows
 #: that contain the text. No library, nothing fetched: it works from file://.
-RUNS_SCRIPT = """<script>
-(() => {
-  const table = document.getElementById('kvlab-runs');
-  if (!table) return;
-  const body = table.tBodies[0], rows = () => [...body.rows];
-  table.querySelectorAll('th').forEach((th, i) => {
-    th.tabIndex = 0;
-    const sort = () => {
-      const dir = th.getAttribute('aria-sort') === 'ascending' ? -1 : 1;
-      table.querySelectorAll('th').forEach(h => h.removeAttribute('aria-sort'));
-      th.setAttribute('aria-sort', dir > 0 ? 'ascending' : 'descending');
-      const key = r => { const c = r.cells[i]; return c.dataset.v !== undefined ? c.dataset.v : c.textContent; };
-      const num = rows().every(r => r.cells[i].dataset.v !== undefined);
-      rows().sort((a, b) => { const x = key(a), y = key(b);
-        if (num) { const p = x === '' ? Infinity : +x, q = y === '' ? Infinity : +y;
-                   return p === q ? 0 : (p < q ? -dir : dir); }
-        return dir * x.localeCompare(y); }).forEach(r => body.appendChild(r));
-    };
-    th.addEventListener('click', sort);
-    th.addEventListener('keydown', e => { if (e.key === 'Enter') sort(); });
-  });
-  const filter = document.getElementById('kvlab-runs-filter'), count = document.getElementById('kvlab-runs-count');
-  const apply = () => { const q = filter.value.trim().toLowerCase(); let shown = 0;
-    rows().forEach(r => { const on = !q || r.textContent.toLowerCase().includes(q); r.hidden = !on; shown += on; });
-    count.textContent = `${shown} of ${rows().length} runs`; };
-  filter.addEventListener('input', apply);
-  apply();
-})();
-</script>"""
+RUNS_SCRIPT = f"<script>\n{asset('runs.js')}</script>"
 
 
 def run_tables_html(runs) -> str:

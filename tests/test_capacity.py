@@ -308,7 +308,7 @@ def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(fra
     assert first.startswith(
         "**The documents make no claim this page tests**; it asks its own: “A higher memory setting raises"
     ) and first.endswith("and 2 more questions.")  # 2 quoted + 2 = 4 asked
-    assert holds == "**What holds:** no claim is reproduced or contradicted by evidence independent of the documents."
+    assert holds == "**What holds:** no document claim is reproduced or contradicted by independent evidence."
     # 1 + 2 own questions held back (1 + 1 by cause) and 1 configured value: the 4 questions, each counted once
     assert cannot == (
         "**What this host cannot say:** 1 own question cannot be tested on this host (CPU runs of two "

@@ -210,8 +210,10 @@ def test_headline_counts_each_claim_once_and_gives_each_cause():
             for k in ("095", "092_retries")
         ],
     ]
-    claim, holds, limits = verdicts.headline(vs)
+    claim, holds, limits = verdicts.headline(vs, index=True)  # the index counts each claim once
     assert claim.endswith("and 3 more claims.")
+    # a page counts the rows of its box: one claim has two rows here, so the count says checks (issue 53)
+    assert verdicts.headline(vs)[2].startswith("**What this host cannot say:** 6 checks cannot be tested")
     # a claim is quoted in the document's words, its first row's, not as a later row says where it was tested
     on_host = verdicts.Verdict(
         "vLLM ≈ 1.5× faster at 64K — on this host",
@@ -235,7 +237,7 @@ def test_headline_counts_each_claim_once_and_gives_each_cause():
     # the published rows check the article against its own table: consistency, never "reproduced"
     assert [v.family for v in vs[:2]] == ["consistency", "document"] and vs[0].outcome == "consistent"
     assert holds == (
-        "**What holds:** no claim is reproduced or contradicted by evidence independent of the documents. "
+        "**What holds:** no document claim is reproduced or contradicted by independent evidence. "
         "Checked against the documents' own figures, 2 claims: 2 consistent."
     )
     assert limits == (
@@ -255,8 +257,8 @@ def test_headline_when_everything_is_decided_or_nothing_is_tested():
         verdicts.Verdict("b", "reproduced", "published", "y"),
     ]
     assert verdicts.headline(decided)[1] == (
-        "**What holds:** no claim is reproduced or contradicted by evidence "
-        "independent of the documents. Checked against the documents' own "
+        "**What holds:** no document claim is reproduced or contradicted by "
+        "independent evidence. Checked against the documents' own "
         "figures, 2 claims: 1 consistent and 1 inconsistent."
     )
     measured = [
