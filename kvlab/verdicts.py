@@ -274,103 +274,112 @@ def _noun(rows: dict[str, Verdict], noun: str = "claim") -> str:
     return noun if len(claims) == len(rows) else "check"
 
 
-def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[str]:
-    """The three sentences a page opens with, computed from its verdicts (a list of :class:`Verdict` or of their
-    dicts, as ``index.json`` holds them): what the documents claim; what holds, and on what evidence; what this host
-    cannot say, and why (markdown, inline).
+def _of(claims: dict[str, Verdict], *outcomes: str) -> dict[str, Verdict]:
+    return {k: v for k, v in claims.items() if v.outcome in outcomes}
 
-    The three families are counted apart (:func:`by_family`): a document claim once in the first sentence however
-    many reports or families test it; in the others, once per family, under one outcome and one cause, so every
-    count adds up (the *document* family's outcomes to its claims, each group's causes to the group). With ``index``
-    the sentences speak of the reports (the index counts every report's verdicts), not of one page."""
-    vs = _as_verdicts(verdicts)
-    fam = by_family(vs) if index else by_row(vs)
-    doc, cons, own = fam["document"], fam["consistency"], fam["own"]
+
+def _quoted(vs: list[Verdict], total: int, noun: str) -> str:
+    """The first two statements of ``vs`` in quotes (a row's claim may go on, after " — ", with where it was
+    tested: the statement only), and how many more."""
+    said = list(dict.fromkeys(v.claim.split(" — ")[0].strip() for v in vs))[:2]
+    first = "; ".join(c if c[:1] in "“\"'" else f"“{c}”" for c in said)
+    return first + (f" and {count(total - len(said), 'more ' + noun)}" if total > len(said) else "")
+
+
+def _claim_sentence(vs: list[Verdict], own: dict[str, Verdict], index: bool) -> str:
+    """What the documents claim (each claim once, in the document's words: its first row's), and how many
+    questions of its own the page (or, with ``index``, the reports) asks."""
     documents: dict[str, Verdict] = {}
     for v in vs:  # quoted as first listed (the document's own wording, before a row that says where it was tested)
         if v.family != "own":
             for k in claim_keys(v):
                 documents.setdefault(k, v)
-
-    def quoted(vs: list[Verdict], total: int, noun: str) -> str:
-        # the statement only: a row's claim may go on, after " — ", with where it was tested ("— on this host: …")
-        said = list(dict.fromkeys(v.claim.split(" — ")[0].strip() for v in vs))[:2]
-        first = "; ".join(c if c[:1] in "“\"'" else f"“{c}”" for c in said)
-        return first + (f" and {count(total - len(said), 'more ' + noun)}" if total > len(said) else "")
-
-    def of(claims: dict[str, Verdict], *outcomes: str) -> dict[str, Verdict]:
-        return {k: v for k, v in claims.items() if v.outcome in outcomes}
-
     asked = [v for v in own.values() if v.outcome != "found"]
     if documents:
-        firsts = list(dict.fromkeys(documents.values()))
-        claim = f"**The documents claim** {quoted(firsts, len(documents), 'claim')}." + (
-            (
+        also = ""
+        if own:
+            also = (
                 f" The reports also ask {count(len(own), 'question')} of their own."
                 if index
                 else f" The page also asks {count(len(own), 'question')} of its own."
             )
-            if own
-            else ""
+        return (
+            f"**The documents claim** {_quoted(list(dict.fromkeys(documents.values())), len(documents), 'claim')}."
+            + also
         )
-    elif asked:
-        claim = (
+    if asked:
+        return (
             f"**The documents make no claim this page tests**; it asks its own: "
-            f"{quoted(list(dict.fromkeys(asked)), len(asked), 'question')}."
+            f"{_quoted(list(dict.fromkeys(asked)), len(asked), 'question')}."
         )
-    else:
-        claim = "**The documents make no claim this page tests**; it answers its own question."
-    parts = []
-    for outcome in ("reproduced", "contradicted"):
-        these = of(doc, outcome)
-        if these:
-            parts.append(f"{count(len(these), _noun(these))} {outcome} {_by_evidence(these)}")
-    checked = [f"{len(of(cons, o))} {o}" for o in ("consistent", "inconsistent") if of(cons, o)]
+    return "**The documents make no claim this page tests**; it answers its own question."
+
+
+def _holds_sentence(doc: dict, cons: dict, own: dict, index: bool) -> str:
+    """What holds: the document claims reproduced or contradicted (with their evidence), the checks against the
+    documents' own figures, kvlab's own checks, and (on a page) its own answer. The index quotes no own answer: its
+    answer table stands above, with the ranges a single quoted answer would leave out."""
+    parts = [
+        f"{count(len(these), _noun(these))} {outcome} {_by_evidence(these)}"
+        for outcome in ("reproduced", "contradicted")
+        if (these := _of(doc, outcome))
+    ]
     if parts:
         holds = "**What holds:** " + ", ".join(parts) + "."
     else:
         holds = "**What holds:** no document claim is reproduced or contradicted by independent evidence."
+    checked = [f"{len(_of(cons, o))} {o}" for o in ("consistent", "inconsistent") if _of(cons, o)]
     if checked:
-        both = of(cons, "consistent", "inconsistent")
+        both = _of(cons, "consistent", "inconsistent")
         holds += (
             f" Checked against the documents' own figures, {count(len(both), _noun(both))}: {' and '.join(checked)}."
         )
-    own_decided = {o: of(own, o) for o in ("reproduced", "contradicted")}
+    own_decided = {o: _of(own, o) for o in ("reproduced", "contradicted")}
     if any(own_decided.values()):
         said = [f"{len(c)} {'passed' if o == 'reproduced' else 'failed'}" for o, c in own_decided.items() if c]
         holds += f" kvlab's own checks: {' and '.join(said)}."
     found = [v for v in own.values() if v.outcome == "found"]
-    if found:
-        said = "Among the reports' own answers" if index else "The page's own answer"
-        holds += f" {said}: {found[0].claim} — {found[0].number}."
+    if found and not index:
+        holds += f" The page's own answer: {found[0].claim} — {found[0].number}."
+    return holds
+
+
+def _limits_sentence(doc: dict, cons: dict, own: dict) -> str:
+    """What this host cannot say: the claims and own questions it cannot test or that stay inconclusive, each
+    group with its causes (which add up to it), and the values the experiment file sets."""
     limits = []
-    for name, claims in (
-        (
-            "claim",
-            {
-                **of(doc, "cannot be tested here", "inconclusive"),
-                **{k: v for k, v in of(cons, "cannot be tested here", "inconclusive").items() if k not in doc},
-            },
-        ),
-        ("own question", of(own, "cannot be tested here", "inconclusive")),
-    ):
-        cannot, open_ = of(claims, "cannot be tested here"), of(claims, "inconclusive")
+    undecided = ("cannot be tested here", "inconclusive")
+    claims = {**_of(doc, *undecided), **{k: v for k, v in _of(cons, *undecided).items() if k not in doc}}
+    for name, these in (("claim", claims), ("own question", _of(own, *undecided))):
+        cannot, open_ = _of(these, "cannot be tested here"), _of(these, "inconclusive")
         if cannot:
             limits.append(f"{count(len(cannot), _noun(cannot, name))} cannot be tested on this host ({_why(cannot)})")
         if open_:
             k = len(open_)
             limits.append(f"{count(k, _noun(open_, name))} {'is' if k == 1 else 'are'} inconclusive ({_why(open_)})")
-    configured = {**of(doc, "configured"), **of(own, "configured")}
+    configured = {**_of(doc, "configured"), **_of(own, "configured")}
     if configured:
-        limits.append(
-            f"{count(len(configured), 'value')} the experiment file sets "
-            f"{'is' if len(configured) == 1 else 'are'} shown as configuration, not graded"
-        )
+        k = len(configured)
+        are = "is" if k == 1 else "are"
+        limits.append(f"{count(k, 'value')} the experiment file sets {are} shown as configuration, not graded")
     if limits:
-        limits_ = "**What this host cannot say:** " + "; ".join(limits) + "."
-    else:
-        limits_ = "**What this host cannot say:** nothing on this page; every claim it tests was decided."
-    return [claim, holds, limits_]
+        return "**What this host cannot say:** " + "; ".join(limits) + "."
+    return "**What this host cannot say:** nothing on this page; every claim it tests was decided."
+
+
+def headline(verdicts: list[Verdict] | list[dict], index: bool = False) -> list[str]:
+    """The three sentences a page opens with, computed from its verdicts (a list of :class:`Verdict` or of their
+    dicts, as ``index.json`` holds them): what the documents claim; what holds, and on what evidence; what this host
+    cannot say, and why (markdown, inline).
+
+    The three families are counted apart. On a page every count is a count of the rows in the box under it
+    (:func:`by_row`); on the index (``index``), which shows no rows, each claim once per family (:func:`by_family`),
+    under one outcome and one cause, and the sentences speak of the reports, not of one page. Every count adds up
+    (each group's causes to the group)."""
+    vs = _as_verdicts(verdicts)
+    fam = by_family(vs) if index else by_row(vs)
+    doc, cons, own = fam["document"], fam["consistency"], fam["own"]
+    return [_claim_sentence(vs, own, index), _holds_sentence(doc, cons, own, index), _limits_sentence(doc, cons, own)]
 
 
 #: A verdict box folds its rows with nothing here to test them (:func:`split_rows`) from this many on.

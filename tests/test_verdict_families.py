@@ -27,7 +27,8 @@ from kvlab.claims import (
     measured_difference,
     on_cpu,
 )
-from kvlab.claims import capacity, documents
+from kvlab.claims import documents
+from kvlab.studies.capacity import checks as capacity, frames as capacity_frames
 from kvlab.claims.grading import (
     CONFIGURED,
     CPU_IMPLEMENTATIONS,
@@ -248,7 +249,7 @@ def test_the_headline_counts_each_family_apart_and_every_count_adds_up():
     assert holds == (
         "**What holds:** no document claim is reproduced or contradicted by independent evidence. "
         "Checked against the documents' own figures, 4 claims: 2 consistent and 2 inconsistent. kvlab's own "
-        "checks: 2 failed. Among the reports' own answers: The winner changes (the table, interpolated) — 124K–130K."
+        "checks: 2 failed."
     )
     assert limits == (
         "**What this host cannot say:** 9 claims cannot be tested on this host (CPU runs of two different engine "
@@ -299,8 +300,10 @@ def test_found_rows_pass_the_cpu_rule_and_the_repeats_rule():
     assert finding(3, apart=False)[::2] == ("inconclusive", WITHIN_SPREAD)
     assert finding(3, apart=True) == ("found", "", "")
     # the crossover of two engines measured once each on a CPU: cannot be tested here, n shown
+    from kvlab.studies.context_scaling.checks import crossover_measured
+
     x = analysis.Crossover(4224.0, "vllm", "sglang-jax", "linear", "", "", n_runs=1)
-    (v,) = narrative.crossover_verdicts([], None, [x])
+    (v,) = crossover_measured([x])
     assert (v.claim_id, v.outcome, v.n, v.value, v.limit, v.family) == (
         "crossover_measured",
         "cannot be tested here",
@@ -309,7 +312,7 @@ def test_found_rows_pass_the_cpu_rule_and_the_repeats_rule():
         CPU_IMPLEMENTATIONS,
         "own",
     )
-    (g,) = narrative.crossover_verdicts([], None, [x], device_kinds=["gpu", "gpu"])
+    (g,) = crossover_measured([x], device_kinds=["gpu", "gpu"])
     assert (g.outcome, g.limit) == ("inconclusive", FEW_REPEATS)
 
 
@@ -384,7 +387,7 @@ def test_modelled_answers_stand_only_while_the_model_passes_its_held_out_test():
     assert (out, limit) == ("inconclusive", FAILS_HELD_OUT) and why.startswith("an illustration")
     assert held_out_gate("inconclusive", 0, 4, 0.0, 1.0)[0] == "inconclusive"
     # the B300 ceiling of report 07, with the published fit (0 of 4 held-out winners): an illustration
-    v = capacity.modelled_verdict(capacity.modelled_ceilings())
+    v = capacity.modelled_check(capacity.Evidence(*[pl.DataFrame()] * 3, capacity_frames.modelled_ceilings()))
     assert (v.outcome, v.value, v.limit, v.family) == ("inconclusive", 11.0, FAILS_HELD_OUT, "own")
 
 
@@ -532,8 +535,10 @@ def test_speed_verdicts_n_value_and_spread(seed, device):
             )
         ]
     )
+    from kvlab.studies.context_scaling.checks import speed_verdicts
+
     rel = analysis.relative_speed(_speed_frame(device, claimed, other), "vllm", "sglang")
-    (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
+    (v,) = [v for v in speed_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
     assert v.n == min(len(claimed), len(other))
     assert v.value == pytest.approx(statistics.mean(other) / statistics.mean(claimed)) and v.unit == "×"
     assert v.spread == (pytest.approx(min(other) / max(claimed)), pytest.approx(max(other) / min(claimed)))
@@ -591,7 +596,7 @@ def test_capacity_ceiling_n_is_the_repeats_and_the_cpu_form_is_configuration(see
                     )
                 )
     points = pl.DataFrame(rows, schema_overrides={"kv_budget_bytes": pl.Int64})
-    v = capacity.ceiling_verdict(points)
+    v = capacity.ceiling_check(capacity.Evidence(pl.DataFrame(), points, pl.DataFrame(), pl.DataFrame()))
     assert v.n == k
     hi = {r["repeat"]: r["concurrency_ceiling"] for r in rows if r["mem_util"] == 0.95}
     lo = {r["repeat"]: r["concurrency_ceiling"] for r in rows if r["mem_util"] == 0.92}
@@ -605,7 +610,7 @@ def test_capacity_ceiling_n_is_the_repeats_and_the_cpu_form_is_configuration(see
         pl.when(pl.col("mem_util") == 0.92).then(8 << 20).otherwise(20 << 20).alias("kv_budget_bytes"),
         pl.lit("cpu").alias("device_kind"),
     )
-    c = capacity.ceiling_verdict(budgets)
+    c = capacity.ceiling_check(capacity.Evidence(pl.DataFrame(), budgets, pl.DataFrame(), pl.DataFrame()))
     assert (c.outcome, c.n, c.value) == ("configured", k, v.value)
 
 
@@ -644,9 +649,12 @@ def test_the_decay_shape_on_gpus_never_decides_on_a_range_it_does_not_have():
         for (lab, c), t in zip((("64K", 65536), ("200K", 204800)), times)
         for k in range(3)
     ]
-    measured = analysis.decay_factors(pl.DataFrame(rows))
+    from kvlab.studies.measured_frames import decay_factors
+    from kvlab.studies.throughput_decay.checks import Inputs, verdicts as decay_verdicts
+
+    measured = decay_factors(pl.DataFrame(rows))
     check = analysis.consistency(pub, claims)
-    got = narrative.decay_claim_verdicts(claims, check, analysis.decay_factors(pub), measured)[-1]
+    got = decay_verdicts(Inputs(claims, check, decay_factors(pub), measured))[-1]
     assert (got.evidence, got.outcome, got.n, got.spread, got.limit) == ("measured", "inconclusive", 3, None, NO_RANGE)
 
 
@@ -654,6 +662,8 @@ def test_the_decay_shape_on_gpus_never_decides_on_a_range_it_does_not_have():
 def test_memory_latency_n_value_and_spread_are_one_engine_one_metric(seed):
     """The latency claim tested on two engines and two metrics: value, spread and n are its first part's — the first
     engine's mean request latency at 0.92 ÷ 0.95, min–max over its repeats — never a range mixing engines or metrics."""
+    from kvlab.studies.memory_utilisation import checks, frames as mf
+
     rng = random.Random(600 + seed)
     k = {e: {u: rng.randint(1, 4) for u in (0.92, 0.95)} for e in ("vllm", "sglang")}
     rows = []
@@ -683,9 +693,9 @@ def test_memory_latency_n_value_and_spread_are_one_engine_one_metric(seed):
                     )
                 )
     runs = pl.DataFrame(rows, schema_overrides={"kv_budget_bytes": pl.Int64})
-    stats = analysis.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
+    stats = mf.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
     claims = store.load_claims().filter(pl.col("claim_id") == "memory_092_latency")
-    (v,) = narrative.memory_claim_verdicts(claims, stats, analysis.memory_comparison(stats), None, simulated=False)
+    (v,) = checks.memory_claim_verdicts(claims, stats, mf.memory_comparison(stats), None, simulated=False)
     e2e = {u: [r["e2e_mean_ms"] for r in rows if r["engine"] == "vllm" and r["mem_util"] == u] for u in (0.92, 0.95)}
     assert v.n == min(min(x.values()) for x in k.values())  # the fewest repeats of any engine and setting
     assert v.value == pytest.approx(statistics.mean(e2e[0.92]) / statistics.mean(e2e[0.95]))

@@ -370,4 +370,6 @@ def test_the_index_headline_speaks_of_the_reports_not_of_a_page():
     assert page[0].endswith("The page also asks 1 question of its own.")
     assert index[0].endswith("The reports also ask 1 question of their own.")
     assert "The page's own answer: where the winner changes — 121K–127K." in page[1]
-    assert "Among the reports' own answers: where the winner changes — 121K–127K." in index[1]
+    # the index quotes no own answer: its answer table, with the ranges, stands above (issue 53: a two-point
+    # interpolation was quoted there as what holds, beside a table saying the crossover is not pinned)
+    assert "own answer" not in index[1] and "121K" not in index[1]
