@@ -410,8 +410,7 @@ def write_glossary(out_dir: Path) -> Path:
     items = "".join(f"<dt>{html.escape(t)}</dt><dd>{markdown_inline(d)}</dd>" for t, d in GLOSSARY_TERMS)
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">{VIEWPORT}<title>Glossary — kvlab</title>{PAGE_CSS}
-<style>body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 1rem auto; padding: 0 1rem; color: #222; }}
-dt {{ font-weight: 600; margin-top: .7rem; }} dd {{ margin: .15rem 0 0 1.2rem; line-height: 1.45; }}</style>
+<style>{asset("glossary.css")}</style>
 </head><body>
 {topbar_html("Glossary")}
 <h1>Glossary</h1>
@@ -941,6 +940,27 @@ def host_sentence(every: list[dict]) -> str:
     return f"{decided} They cannot test {' or '.join(cannot)}."
 
 
+def answer_section(reports: list[Report], every: list[dict]) -> str:
+    """The index's first section: the reference host's answer table (report 01's answer: engine by context, each
+    row with its evidence kind), what the memory setting means (report 03's answer) and what this host's runs add
+    (:func:`host_sentence`); '' where report 01 was not built."""
+    by_nb = {r.notebook: r for r in reports}
+    main, memory = by_nb.get(ANSWER_REPORT), by_nb.get(MEMORY_REPORT)
+    if main is None or not main.answer:
+        return ""
+    answer = (
+        f'<section class="kvlab-answer"><h2>Which engine, at which context (reference host)</h2>'
+        f"{answer_table_html(main.answer, main.html.name)}"
+        f"<p>{markdown_inline(main.answer['sentences'][0])}</p>"
+    )
+    if memory is not None and memory.answer:
+        answer += (
+            f"<p><b>Memory setting.</b> {markdown_inline(' '.join(memory.answer['sentences'][:2]))} "
+            f'<a href="{html.escape(memory.html.name)}">report</a></p>'
+        )
+    return answer + f"<p>{markdown_inline(host_sentence(every))}</p></section>"
+
+
 def write_index(
     reports: list[Report], out_dir: Path, note: str = "", panel: str = "", runs_html: str = "", quarantine: str = ""
 ) -> Path:
@@ -950,23 +970,8 @@ def write_index(
     (:func:`kvlab.verdicts.headline`), the provenance ``panel`` (the whole build's), the run tables (``runs_html``)
     and the ``quarantine`` list (:func:`quarantined_html`). ``reports/index.json`` holds each report's answer and
     verdicts (from its study)."""
-    by_nb = {r.notebook: r for r in reports}
-    main = by_nb.get(ANSWER_REPORT)
-    memory = by_nb.get(MEMORY_REPORT)
     every = [v for r in reports for v in r.verdicts]
-    answer = ""
-    if main is not None and main.answer:
-        answer = (
-            f'<section class="kvlab-answer"><h2>Which engine, at which context (reference host)</h2>'
-            f"{answer_table_html(main.answer, main.html.name)}"
-            f"<p>{markdown_inline(main.answer['sentences'][0])}</p>"
-        )
-        if memory is not None and memory.answer:
-            answer += (
-                f"<p><b>Memory setting.</b> {markdown_inline(' '.join(memory.answer['sentences'][:2]))} "
-                f'<a href="{html.escape(memory.html.name)}">report</a></p>'
-            )
-        answer += f"<p>{markdown_inline(host_sentence(every))}</p></section>"
+    answer = answer_section(reports, every)
     items = "\n".join(
         f'<li><a href="{html.escape(r.html.name)}">{html.escape(Path(r.html.name).stem[:2])} · {html.escape(r.title)}</a>'
         f"<p>{markdown_inline(' '.join((r.answer or {}).get('sentences', [])[:1]) or r.summary)}</p>"
@@ -985,23 +990,7 @@ def write_index(
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">{VIEWPORT}<title>kvlab reports</title>{PAGE_CSS}
 <style>
-body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; color: #222; }}
-li {{ margin: .6rem 0; }} li p {{ margin: .2rem 0; }} small {{ color: #666; }}
-.legend {{ background: #f4f4f4; padding: .5rem 1rem; border-radius: 6px; }}
-table.answer {{ border-collapse: collapse; margin: .5rem 0; display: block; overflow-x: auto; max-width: 100%; }}
-table.kvlab-runs {{ display: block; overflow-x: auto; max-width: 100%; }}
-table.answer th, table.answer td {{ text-align: left; padding: 4px 10px; border-bottom: 1px solid #ddd; }}
-.kvlab-answer {{ border-left: 4px solid #0969da; padding: .2rem 1rem; background: #f6f8fa; }}
-table.kvlab-runs {{ border-collapse: collapse; font-size: 13px; }}
-table.kvlab-runs th {{ cursor: pointer; text-align: left; padding: 3px 8px; border-bottom: 1px solid #888;
-  white-space: nowrap; background: #f6f8fa; }}
-table.kvlab-runs th[aria-sort=ascending]::after {{ content: " ▲"; }}
-table.kvlab-runs th[aria-sort=descending]::after {{ content: " ▼"; }}
-table.kvlab-runs td {{ padding: 2px 8px; border-bottom: 1px solid #eee; }}
-table.kvlab-runs td[data-v] {{ text-align: right; }}
-details.kvlab-runs summary {{ cursor: pointer; color: #0550ae; }}
-.kvlab-figure-data {{ font-size: 14px; }}
-</style></head><body>
+{asset("index.css")}</style></head><body>
 {
         topbar_html(
             "Index",
