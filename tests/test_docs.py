@@ -59,3 +59,47 @@ def test_the_example_experiment_is_the_shipped_file_trimmed(tmp_path):
     mine = points(ExperimentSpec.load(path), path)
     assert len(mine) == 30 and len(set(mine)) == 10
     assert mine == points(ExperimentSpec.load(shipped), shipped)
+
+
+LIST_ITEM = re.compile(r"\s*([-*+]|\d+[.)])\s")
+
+
+def paragraphs(text: str) -> list[tuple[int, str]]:
+    """(first line, text) of each paragraph: a block of consecutive non-blank lines that is not a table, a code
+    block, a heading or a list (a block's lines before its first list item are a paragraph; an indented block is a
+    list item's continuation)."""
+    blocks: list[tuple[int, list[str]]] = []
+    fenced = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            blocks.append((number, []))  # a fence ends the block before it
+        elif fenced or not line.strip():
+            blocks.append((number, []))
+        elif blocks and blocks[-1][1]:
+            blocks[-1][1].append(line)
+        else:
+            blocks.append((number, [line]))
+    found = []
+    for start, lines in blocks:
+        if not lines or lines[0][:1] in (" ", "\t") or lines[0].lstrip().startswith(("#", "|")):
+            continue
+        prose = []
+        for line in lines:
+            if LIST_ITEM.match(line):
+                break
+            prose.append(line)
+        if prose:
+            found.append((start, " ".join(prose)))
+    return found
+
+
+def test_no_docs_paragraph_is_over_150_words():
+    """Issue 53, item 6: the docs state what is, in paragraphs a reader can take in (lists and tables aside)."""
+    long = [
+        f"{page.relative_to(ROOT)}:{start} ({len(text.split())} words)"
+        for page in PAGES
+        for start, text in paragraphs(page.read_text())
+        if len(text.split()) > 150
+    ]
+    assert not long, f"{len(long)} paragraph(s) over 150 words: {long}"
