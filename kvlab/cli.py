@@ -52,18 +52,32 @@ def _parse_params(values: list[str]) -> dict:
     return out
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 def report(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="folder for executed notebooks and HTML")] = REPORTS_DIR,
     only: Annotated[list[str], typer.Option(help="notebook name prefix, e.g. 01 (repeatable)")] = [],  # noqa: B006
     param: Annotated[list[str], typer.Option("--param", "-p", help="notebook parameter name=value (repeatable)")] = [],  # noqa: B006
     workers: Annotated[int, typer.Option(help="notebooks executed at once (0 = one per core)")] = 0,
 ) -> None:
-    """Execute every notebook with papermill into OUT, export HTML, and write OUT/index.html."""
+    """Execute every notebook with papermill into OUT, export HTML, and write OUT/index.html. A run with parameters
+    other than the defaults writes its own files (their names carry the parameters), never over the default report."""
+    if ctx.args:  # papermill's form, `-p name value`, leaves the value over
+        given = " ".join(ctx.args)
+        console.print(
+            f"[red]unexpected {given!r}[/red]: kvlab takes `-p name=value` (papermill's `-p name value` form: write "
+            f"`-p {param[-1] if param else 'name'}={ctx.args[0]}`)"
+        )
+        raise typer.Exit(2)
     params = _parse_params(param)  # a bad -p is refused before the report stack loads
     from kvlab import reports  # this command's own stack (see the top)
 
     paths = reports.notebooks(only or None)
+    try:
+        reports.checked_parameters(paths, params)
+    except reports.ParameterError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
     with _progress() as progress:
         task = progress.add_task("executing notebooks", total=len(paths))
 

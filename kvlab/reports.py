@@ -7,6 +7,7 @@ Templates in ``notebooks/`` are never modified: every execution writes a new not
 from __future__ import annotations
 
 import ast
+import difflib
 import html
 import json
 import multiprocessing
@@ -491,6 +492,71 @@ def to_html(
     return len(FIGURE_RE.findall(body)), found
 
 
+class ParameterError(ValueError):
+    """A ``-p`` parameter no selected notebook has, or a value of the wrong type: the message names the parameter,
+    the notebooks' parameters and the closest name."""
+
+
+#: Parameters that say where things are, not what a report computes: a build with another value is the same
+#: report of other data, written under the report's own name (every other changed parameter makes a variant).
+LOCATION_PARAMETERS = frozenset({"data_dir", "fig_format"})
+
+
+def _expected(info: dict) -> type | None:
+    try:
+        return type(ast.literal_eval(info["default"]))
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
+def _typed(name: str, value, info: dict, where: str):
+    """``value`` as the type of the notebook's default for ``name`` (an int given for a float is a float); a value
+    that is not that type is refused, naming the parameter, the type and where it is declared."""
+    want = _expected(info)
+    if want is None or value is None or isinstance(value, want) and not (want is int and isinstance(value, bool)):
+        return value
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if want is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ParameterError(
+        f"parameter {name}={value!r}: expected {want.__name__} ({where} declares {name} = {info['default']})"
+    )
+
+
+def checked_parameters(paths: list[Path], parameters: dict | None) -> dict[Path, dict]:
+    """Each notebook's own parameters from ``parameters`` (papermill passes a name a notebook lacks with only a
+    warning): a name none of ``paths`` declares is refused with the closest names and every name they declare, and
+    each value must have its default's type."""
+    declared = {p: pm.inspect_notebook(str(p)) for p in paths}
+    known: dict[str, tuple[dict, str]] = {}
+    for p, names in declared.items():
+        for name, info in names.items():
+            known.setdefault(name, (info, p.name))
+    unknown = [n for n in (parameters or {}) if n not in known]
+    if unknown:
+        hints = []
+        for n in unknown:
+            close = difflib.get_close_matches(n, list(known), n=2, cutoff=0.6)
+            hints.append(f"{n!r}" + (f" (did you mean {' or '.join(close)}?)" if close else ""))
+        raise ParameterError(
+            f"unknown parameter {', '.join(hints)}: the selected notebooks declare {', '.join(sorted(known))}"
+        )
+    typed = {n: _typed(n, v, *known[n]) for n, v in (parameters or {}).items()}
+    return {p: {n: v for n, v in typed.items() if n in declared[p]} for p in paths}
+
+
+def variant_stem(nb_path: Path, parameters: dict | None) -> str:
+    """The file stem a build of ``nb_path`` with ``parameters`` writes: the notebook's own where every parameter that
+    changes what it computes is its default, else the stem with those parameters (``01_context_scaling--mem_util-0.95``),
+    so a re-run with other parameters never overwrites the default report."""
+    changed = {k: v for k, v in changed_parameters(nb_path, parameters).items() if k not in LOCATION_PARAMETERS}
+    if not changed:
+        return nb_path.stem
+    parts = [f"{k}-{v}" for k, v in sorted(changed.items())]
+    return nb_path.stem + "--" + "--".join(re.sub(r"[^A-Za-z0-9_.+-]+", "-", p).strip("-") for p in parts)[:120]
+
+
 def changed_parameters(nb_path: Path, parameters: dict | None) -> dict:
     """The parameters given that differ from the template's defaults (its ``parameters`` cell)."""
     defaults = pm.inspect_notebook(str(nb_path))
@@ -679,10 +745,11 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ[STATIC_ENV] = "1"  # inherited by the kernel papermill starts
+    stem = variant_stem(nb_path, parameters)  # a re-run with other parameters writes its own files
     before = os.environ.get(FIGURE_DIR_ENV)
-    os.environ[FIGURE_DIR_ENV] = f"{nb_path.stem}{FIGURES_SUFFIX}"  # where its figures link their data
-    executed = out_dir / nb_path.name
-    result_path = out_dir / f"{nb_path.stem}{RESULT_SUFFIX}"
+    os.environ[FIGURE_DIR_ENV] = f"{stem}{FIGURES_SUFFIX}"  # where its figures link their data
+    executed = out_dir / f"{stem}.ipynb"
+    result_path = out_dir / f"{stem}{RESULT_SUFFIX}"
     result_path.unlink(missing_ok=True)  # an earlier build's file must not stand in for this one's
     os.environ[studies.RESULT_ENV] = str(result_path.resolve())  # the notebook writes its result there
     try:
@@ -702,8 +769,10 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
             os.environ.pop(FIGURE_DIR_ENV, None)
         else:
             os.environ[FIGURE_DIR_ENV] = before
-    html_path = out_dir / f"{nb_path.stem}.html"
+    html_path = out_dir / f"{stem}.html"
     title, page_summary = describe(nb_path)
+    if changed := {k: v for k, v in changed_parameters(nb_path, parameters).items() if k not in LOCATION_PARAMETERS}:
+        title += " (" + ", ".join(f"{k} = {v}" for k, v in changed.items()) + ")"
     data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
     if not result_path.exists():
         raise RuntimeError(
@@ -944,7 +1013,7 @@ def answer_section(reports: list[Report], every: list[dict]) -> str:
     """The index's first section: the reference host's answer table (report 01's answer: engine by context, each
     row with its evidence kind), what the memory setting means (report 03's answer) and what this host's runs add
     (:func:`host_sentence`); '' where report 01 was not built."""
-    by_nb = {r.notebook: r for r in reports}
+    by_nb = {r.notebook: r for r in reports if r.html.stem == Path(r.notebook).stem}  # the default pages only
     main, memory = by_nb.get(ANSWER_REPORT), by_nb.get(MEMORY_REPORT)
     if main is None or not main.answer:
         return ""
@@ -1036,13 +1105,14 @@ def read_index(path: Path) -> list[dict]:
 
 
 def _with_earlier(reports: list[Report], out_dir: Path) -> list[Report]:
-    """The reports just built plus earlier ones still in ``out_dir`` (a partial rebuild keeps the index whole)."""
-    built = {r.notebook for r in reports}
+    """The reports just built plus earlier ones still in ``out_dir`` (a partial rebuild keeps the index whole), each
+    page once: a variant (other parameters) is a page of its own beside its report's default page."""
+    built = {r.html.name for r in reports}
     earlier = []
     index = out_dir / "index.json"
     if index.exists():
         for e in read_index(index):
-            if e["notebook"] not in built and (out_dir / e["html"]).exists():
+            if e["html"] not in built and (out_dir / e["html"]).exists():
                 e = {k: v for k, v in e.items() if k in Report.__dataclass_fields__}  # an older index's fields
                 earlier.append(
                     Report(
@@ -1055,7 +1125,7 @@ def _with_earlier(reports: list[Report], out_dir: Path) -> list[Report]:
                         }
                     )
                 )
-    return sorted([*reports, *earlier], key=lambda r: r.notebook)
+    return sorted([*reports, *earlier], key=lambda r: r.html.name)
 
 
 def build(
@@ -1081,8 +1151,9 @@ def build(
 
     # spawn, not fork: the workers use polars (provenance), whose thread pool does not survive a fork of a
     # parent that already used it (a test, a notebook session)
+    per_notebook = checked_parameters(paths, parameters)  # refuses an unknown name or a mistyped value first
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, p, out_dir, parameters): p for p in paths}
+        futures = {pool.submit(run_one, p, out_dir, per_notebook[p]): p for p in paths}
         for fut in as_completed(futures):
             try:
                 r = fut.result()
