@@ -93,7 +93,13 @@ def curves(
     have no prompt and say nothing). Each set is computed under its own workload: its batch time is that of
     the article's batch as the set models it, its throughput its own batch x output tokens over that time."""
     configs = list(configs)
-    contexts = [int(c) for c in contexts]
+    # a context no longer than the output leaves no prompt: the curves start past it (what exists is drawn)
+    contexts = [int(c) for c in contexts if int(c) > w.output_tokens]
+    if not contexts:
+        raise ValueError(
+            f"output_tokens {w.output_tokens:,} leaves no prompt at any context drawn: every context must exceed "
+            "output_tokens (lower output_tokens, or raise max_context)"
+        )
     rows = _curve_rows(configs, contexts, w, p, a)
     df = pl.DataFrame(rows)
     if sens is None:
