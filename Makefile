@@ -25,7 +25,12 @@ TORCH_SOURCE := $(if $(FIND_LINKS),--find-links $(FIND_LINKS),) $(if $(TORCH_CPU
 # FULL=1: the full study (more context points, repeats); default: the quick form that finishes in minutes.
 # cpu_capacity (issue 23's load ladder, report 07) is part of both forms: its quick ladder (1, 2, 4 in flight) runs on
 # cpu_long_context's four servers and added about 100 s to the sweep on the 2-vCPU EPYC (docs/performance.md).
-EXPERIMENTS ?= $(sort $(wildcard data/experiments/cpu_*.yaml))
+# GPU=1 (a GPU host, `make report GPU=1`): the GPU host's experiments instead, swept with the CUDA environments
+# (`engines` builds them with GPU=1), in the order docs/experiments.md gives: the article's setup (reports 01, 02, 03),
+# the step-fit runs (report 04), the capacity ladder (report 07). EXPERIMENTS=… picks other files either way.
+GPU_ON := $(filter 1 yes true,$(GPU))
+GPU_EXPERIMENTS := $(addprefix data/experiments/,b300_long_context.yaml b300_step_fit.yaml b300_capacity.yaml)
+EXPERIMENTS ?= $(if $(GPU_ON),$(GPU_EXPERIMENTS),$(sort $(wildcard data/experiments/cpu_*.yaml)))
 SWEEP_FLAGS := $(if $(filter 1 yes true,$(FULL)),,--quick)
 PYTEST_ARGS ?=
 
@@ -88,14 +93,14 @@ $(eval $(call ENGINE_ENV,$(SGLANG_CUDA_ENV),$(ENVS)/sglang-cuda.lock))
 
 engines: ## create the engine environments (.engines/vllm: vLLM CPU build; .engines/sglang: PyTorch SGLang on CPU), side by side; GPU=1: the GPU host's .engines/vllm-cuda and .engines/sglang-cuda instead
 	@# two installs at once: with a cold cache each waits on its downloads
-	$(MAKE) --no-print-directory -j2 $(if $(filter 1 yes true,$(GPU)),$(GPU_ENVS),$(VLLM_ENV)/.installed $(SGLANG_ENV)/.installed)
+	$(MAKE) --no-print-directory -j2 $(if $(GPU_ON),$(GPU_ENVS),$(VLLM_ENV)/.installed $(SGLANG_ENV)/.installed)
 
 engines-sglang-jax: $(SGLANG_JAX_ENV)/.installed ## opt-in: .engines/sglang-jax (SGLang's JAX runtime; its adapter's tests use it)
 
-sweep: install engines ## run the embedded CPU experiments for real (finished runs are reused; FULL=1 for the full study)
-	$(BIN)/kvlab sweep $(SWEEP_FLAGS) $(EXPERIMENTS)
+sweep: install engines ## run the embedded CPU experiments for real (finished runs are reused; FULL=1 for the full study; GPU=1: the b300_*.yaml files with the CUDA environments)
+	$(BIN)/kvlab sweep $(strip $(SWEEP_FLAGS) $(EXPERIMENTS))
 
-report: sweep cjk-font ## MAIN: measure on this machine, then build reports/index.html and the HTML reports
+report: sweep cjk-font ## MAIN: measure on this machine, then build reports/index.html and the HTML reports (GPU=1 on a GPU host: its b300_*.yaml experiments)
 	$(BIN)/kvlab report
 
 # The CJK font the reports' Korean document title needs (Debian's Chromium brings none): Noto Sans CJK from PyPI, by
@@ -155,8 +160,10 @@ TEST_WORKERS ?= 2
 test-fast: install ## the suite without engine and browser tests (for development)
 	$(BIN)/pytest -m "not engine and not browser and not cluster" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
-# Opt-in, not part of `make test`: builds both CUDA environments here (a large download, docs/environments.md) and
-# parses every GPU experiment's command lines with the CUDA builds' own argument parsers.
+# Opt-in, not part of `make test`: builds both CUDA environments here (a large download, docs/environments.md), starts
+# kvlab's entry points in them, parses every GPU experiment's command lines with the CUDA builds' own argument parsers
+# and classifies the failure texts read out of them. Needs nothing else built: the one comparison with the CPU
+# environments runs where `make engines` built them, and says why it skips where not.
 test-gpu-envs: install ## opt-in: build .engines/vllm-cuda and .engines/sglang-cuda here and check every GPU experiment's argv with their parsers
 	$(MAKE) --no-print-directory -j2 $(GPU_ENVS)
 	KVLAB_TEST_GPU_ENVS=1 $(BIN)/pytest tests/test_gpu_envs.py $(PYTEST_ARGS)

@@ -1,14 +1,16 @@
 """The preflight: what a sweep of an experiment needs on this host, checked before any engine starts (`kvlab check`,
-and the start of `kvlab sweep`). A GPU experiment needs its GPUs (count, model and memory, from NVML); every engine
-kvlab launches needs its environment to exist and report the release kvlab's adapters were written against, its
-model folder (or a local copy of a hub model) with a config the adapter reads, and its fixed port free; the data
-folder needs room. Each problem names the experiment file, the field and the fix.
+and the start of `kvlab sweep`). A GPU experiment needs its GPUs (count, model and memory, from NVML) and, where its
+engines run from kvlab's CUDA builds, an NVIDIA driver they run on; every engine kvlab launches needs its environment
+to exist and report the release kvlab's adapters were written against, its model folder (or a local copy of a hub
+model, and room in the Hugging Face cache to download one) with a config the adapter reads, and its fixed port free;
+the data folder needs room. Each problem names the experiment file, the field and the fix.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -31,6 +33,22 @@ CATALOG = ROOT / "data" / "catalog" / "gpus.csv"
 #: what the driver reserves: a 288 GB B300 reports about 268 GiB = 288 GB).
 MEMORY_SLACK = 0.9
 VERSION_TIMEOUT_S = 120
+
+#: What kvlab's CUDA builds are: both locks (kvlab/engines/envs/vllm-cuda.lock, sglang-cuda.lock) hold torch's cu130
+#: wheels with nvidia-cuda-runtime 13.0.96, the CUDA 13.0 runtime.
+CUDA_BUILD = "CUDA 13.0 (cu130)"
+#: The least NVIDIA driver a CUDA 13.0 build runs on, on Linux x86-64: >= 580.65.06, NVIDIA's CUDA Toolkit 13.0
+#: release notes, section "CUDA Driver", table "CUDA Toolkit and Corresponding Driver Versions" (row CUDA 13.0 GA;
+#: https://docs.nvidia.com/cuda/archive/13.0.0/cuda-toolkit-release-notes/). NVIDIA's data-center driver matrix
+#: (https://docs.nvidia.com/datacenter/tesla/drivers/supported-drivers-and-cuda-toolkit-versions.html) lists R580 as
+#: the first branch that supports CUDA 13.x, every 13.x release through minor version compatibility. An older driver
+#: passes NVML's checks and fails when the engine starts.
+MIN_DRIVER = "580.65.06"
+DRIVER_FIX = (
+    f"install NVIDIA driver {MIN_DRIVER} or newer (the R580 data-center branch or a later one; `nvidia-smi` prints "
+    "the version in use), then reload the driver or reboot"
+)
+NVIDIA_SMI_TIMEOUT_S = 30
 
 _SCRIPT = (
     "import importlib.metadata as m, json, sys\n"
@@ -118,15 +136,98 @@ def _env_fix(launch0: str) -> str:
     return "build the engine environments: `make engines` (docs/environments.md)"
 
 
+def hf_cache() -> Path:
+    """The Hugging Face hub cache the engines read a hub model from and `hf download` fills: HF_HUB_CACHE, else
+    HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub (huggingface_hub's order)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface" / "hub"
+
+
 def hub_snapshot(model: str) -> Path | None:
-    """A local copy of hub model ``org/name`` in the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or
-    ~/.cache/huggingface/hub) holding a config.json; None when there is none."""
-    cache = Path(
-        os.environ.get("HF_HUB_CACHE")
-        or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "hub"
-    )
-    found = sorted((cache / f"models--{model.replace('/', '--')}" / "snapshots").glob("*/config.json"))
+    """A local copy of hub model ``org/name`` in the Hugging Face cache (:func:`hf_cache`) holding a config.json; None
+    when there is none."""
+    found = sorted((hf_cache() / f"models--{model.replace('/', '--')}" / "snapshots").glob("*/config.json"))
     return found[-1].parent if found else None
+
+
+def checkpoint_size(model: str) -> tuple[float, str] | None:
+    """(bytes, how they are counted) of the weights of a model kvlab's catalog holds (data/catalog/models.csv, by
+    key or alias: Kimi-K3 is 2.78 × 10¹² parameters × 0.5616 bytes, 1.56 TB); None for one it does not."""
+    from kvlab.perfmodel import catalog  # the model stack: only where a hub model must be downloaded
+
+    try:
+        m = catalog.model(model)
+    except (KeyError, catalog.CatalogError):
+        return None
+    how = f"the catalog's {m.total_params / 1e12:.2f} × 10¹² parameters × {m.weight_bytes_per_param:.4f} bytes"
+    return m.weight_bytes(), how
+
+
+def download_fix(model: str, size: float | None) -> str:
+    """How to put hub model ``model`` into the cache a sweep reads: the licence, the login, the download command."""
+    room = f"at least {_size(size)} free" if size else "room"
+    return (
+        f"accept the model's licence on its hub page (https://huggingface.co/{model}) and log in once "
+        f"(`.venv/bin/hf auth login`), then download it into the cache the engines read: `export HF_HOME=<a folder "
+        f"on a disk with {room}>; .venv/bin/hf download {model}`, and sweep with the same HF_HOME (or give the local "
+        "folder that holds the model)"
+    )
+
+
+def driver_version(nvml=None) -> tuple[str | None, str]:
+    """This host's NVIDIA driver version and what told it ('NVML', 'nvidia-smi'); None and why, where neither
+    answers. ``nvml``: the pynvml module (nvidia-ml-py; a stand-in in tests), default the installed one."""
+    why = []
+    try:
+        nvml = nvml or gpu._nvml()
+        nvml.nvmlInit()
+        try:
+            version = nvml.nvmlSystemGetDriverVersion()
+        finally:
+            nvml.nvmlShutdown()
+        return (version.decode() if isinstance(version, bytes) else str(version)), "NVML"
+    except Exception as exc:  # ImportError, NVMLError (no library, no driver loaded)
+        why.append(f"NVML: {type(exc).__name__}: {exc}")
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+        )
+        if out.returncode == 0 and out.stdout.split():
+            return out.stdout.split()[0], "nvidia-smi"
+        why.append(f"nvidia-smi: exit {out.returncode}")
+    except FileNotFoundError:
+        why.append("nvidia-smi: not found")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why.append(f"nvidia-smi: {type(exc).__name__}: {exc}")
+    return None, "; ".join(why)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """'580.65.06' → (580, 65, 6): the leading digits of each part ('03-open' → 3, none → 0)."""
+    return tuple(int(re.match(r"\d*", part).group() or 0) for part in version.strip().split("."))
+
+
+def driver_problem(file: str, launches: list[str], driver) -> tuple[Problem | None, str]:
+    """The driver ``launches`` (kvlab's CUDA builds, by interpreter) need against what ``driver()`` reads."""
+    envs = ", ".join(sorted({str(Path(python).parent.parent) for python in launches}))
+    version, source = driver()
+    need = f"the CUDA builds it launches ({envs}) are {CUDA_BUILD} and need NVIDIA driver {MIN_DRIVER} or newer"
+    if version is None:
+        return Problem(file, "(NVIDIA driver)", f"{need}; no driver answers here ({source})", DRIVER_FIX), ""
+    if _release(version) < _release(MIN_DRIVER):
+        return Problem(
+            file,
+            "(NVIDIA driver)",
+            f"driver {version} ({source}) is older: {need}, and their engines would fail at start",
+            DRIVER_FIX,
+        ), ""
+    return None, f"NVIDIA driver {version} ({source}; the {CUDA_BUILD} builds need {MIN_DRIVER} or newer)"
 
 
 def _model_problem(file: str, key: str, e: EngineSpec) -> tuple[Problem | None, str]:
@@ -136,12 +237,15 @@ def _model_problem(file: str, key: str, e: EngineSpec) -> tuple[Problem | None, 
     else:
         folder = hub_snapshot(e.model)
         if folder is None:
+            size = checkpoint_size(e.model)
+            weighs = f" ({_size(size[0])}: {size[1]})" if size else ""
             return Problem(
                 file,
                 field,
-                f"{e.model!r} is a hub id with no local copy here: the engine would "
-                "download it after its start, and a wrong id or a missing token fails there",
-                f"download it first (`huggingface-cli download {e.model}`) or give the local folder that holds it",
+                f"{e.model!r} is a hub id with no local copy here (Hugging Face cache {hf_cache()}): the engine "
+                f"would download it after its start{weighs}, and a wrong id, a licence not accepted or a missing "
+                "token fails there",
+                download_fix(e.model, size[0] if size else None),
             ), ""
     cfg = folder / "config.json"
     if not cfg.is_file():
@@ -183,11 +287,40 @@ def _port_problem(file: str, key: str, e: EngineSpec) -> Problem | None:
     return None
 
 
+def _size(n: float) -> str:
+    """Bytes as a datasheet writes them: '1.56 TB', '69.6 GB'."""
+    return f"{n / 1e12:.2f} TB" if n >= 1e12 else f"{n / 1e9:.1f} GB"
+
+
+def cache_problem(file: str, models: list[str]) -> tuple[Problem | None, str]:
+    """Room in the Hugging Face cache for the hub models, not there yet, whose size kvlab's catalog knows."""
+    sizes = {m: size[0] for m in dict.fromkeys(models) if (size := checkpoint_size(m))}
+    if not sizes:
+        return None, ""
+    need = sum(sizes.values())
+    where, free = free_near(hf_cache())
+    what = " and ".join(f"{m} ({_size(size)})" for m, size in sizes.items())
+    if free < need:
+        return Problem(
+            file,
+            f"(Hugging Face cache {hf_cache()})",
+            f"{_size(free)} free at {where}; the download of {what} needs {_size(need)}",
+            f"point HF_HOME at a disk with {_size(need)} free (`export HF_HOME=/a/large/disk/huggingface`) for "
+            "`.venv/bin/hf download` and the sweep alike",
+        ), ""
+    return None, f"Hugging Face cache {hf_cache()}: {_size(free)} free at {where}, room for {what}"
+
+
 def check(
-    path: str | Path, spec: ExperimentSpec, data_dir: Path = DATA_DIR, sampler: gpu.GpuSampler | None = None
+    path: str | Path,
+    spec: ExperimentSpec,
+    data_dir: Path = DATA_DIR,
+    sampler: gpu.GpuSampler | None = None,
+    driver=driver_version,
 ) -> Report:
     """Everything a sweep of ``spec`` (read from ``path``) needs here, checked before any engine starts.
-    ``sampler``: NVML opened (a stand-in in tests); default: this host's."""
+    ``sampler``: NVML opened (a stand-in in tests); default: this host's. ``driver``: what reads the NVIDIA driver's
+    version (:func:`driver_version`; a stand-in in tests)."""
     file = str(path)
     problems: list[Problem] = []
     found: list[str] = []
@@ -233,6 +366,11 @@ def check(
                         )
                     )
             found.append(f"GPUs: {len(seen)} × {', '.join(names)} (needs {need})")
+        cuda = [e.launch[0] for e in launched.values() if e.launch and "-cuda/" in e.launch[0]]
+        if cuda:  # kvlab's locked CUDA builds (make engines GPU=1): the driver they need
+            problem, line = driver_problem(file, cuda, driver)
+            problems += [problem] if problem else []
+            found += [line] if line else []
     checked: dict[tuple[str, ...], tuple[dict | None, str]] = {}
     for key, e in launched.items():
         adapter = get_adapter(e.name)
@@ -283,6 +421,10 @@ def check(
         found += [model] if model else []
         port = _port_problem(file, key, e)
         problems += [port] if port else []
+    missing = [e.model for e in launched.values() if not is_local_path(e.model) and hub_snapshot(e.model) is None]
+    problem, line = cache_problem(file, missing)
+    problems += [problem] if problem else []
+    found += [line] if line else []
     for key, e in spec.engines.items():
         if e.external:
             found.append(

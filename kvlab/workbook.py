@@ -20,6 +20,11 @@ from kvlab.verdicts import Sources
 from kvlab.verdicts import add_names as _add
 
 
+#: The host prefix of the reference host's experiment files (data/experiments/b300_*.yaml: 8× NVIDIA B300), whose
+#: measured runs a study shows first (:meth:`Workbook.measured_experiment`).
+REFERENCE_HOST = "b300"
+
+
 @dataclass
 class Workbook:
     """The tables under one data folder (``reference/`` and ``runs/``), read once each, on first use."""
@@ -84,6 +89,25 @@ class Workbook:
         _add(self.read_measured, names)
         rows = self.runs.filter((pl.col("source") == "measured") & pl.col("experiment").is_in([n for n in names if n]))
         return rows if mem_util is None else rows.filter(pl.col("mem_util") == mem_util)
+
+    def measured_experiment(self, study_default: str) -> str:
+        """The experiment a study shows measured runs of: a GPU host's counterpart of ``study_default`` where one has
+        measured runs under this data folder, else ``study_default`` itself (empty stays empty: every experiment).
+
+        Nothing in an experiment file names its study, so counterparts are matched by name: the part after the
+        host prefix (``cpu_long_context`` and ``b300_long_context`` are both ``long_context``). A counterpart counts
+        where its measured runs ran on GPUs (``device_kind`` gpu); the reference host's (``b300_*``) comes first,
+        then any other in name order. Records nothing as read: the study's :meth:`measured` call on the name does.
+        A study calls it on its default, e.g. ``wb.measured(wb.measured_experiment("cpu_long_context"))``."""
+        _, sep, study = study_default.partition("_")
+        if not sep or not study:
+            return study_default
+        runs = self.runs.filter((pl.col("source") == "measured") & (pl.col("device_kind") == "gpu"))
+        names = {n for n in runs["experiment"].unique().to_list() if n and n != study_default}
+        found = sorted(
+            (n for n in names if n.partition("_")[2] == study), key=lambda n: (n.partition("_")[0] != REFERENCE_HOST, n)
+        )
+        return found[0] if found else study_default
 
     def claims(self, experiment: str, kind: str | None = None) -> pl.DataFrame:
         """One document's claims (``reference/*claims*``), of one kind when ``kind`` is given."""

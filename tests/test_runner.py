@@ -148,9 +148,10 @@ def test_plan_starts_one_server_per_configuration(name):
     assert len(groups) == len({r.server_key for r in runs}) < len(runs)
     assert sum(len(g) for _, g in groups) == len(runs)
     text = plan.dry_run_text(spec)
-    assert sum(
-        text.count(f"-m {m}") for m in ("vllm.entrypoints", "sglang.launch_server", "sgl_jax.launch_server")
-    ) == len(groups)
+    # each engine's entry point (`vllm serve` or the CPU build's module, `sglang serve`, sglang-jax's module)
+    assert sum(text.count(m) for m in ("-m vllm.entrypoints", "sglang.cli.main", "-m sgl_jax.launch_server")) == len(
+        groups
+    )
 
 
 def test_the_embedded_studies_share_servers_across_experiments():
@@ -178,7 +179,7 @@ def test_the_embedded_studies_share_servers_across_experiments():
         ("vllm", True, ["cpu_classification", *both]),
     ]
     text = plan.dry_run_text(specs)
-    assert text.count("-m vllm.entrypoints") == 4 and text.count("-m sglang.launch_server") == 4
+    assert text.count("-m vllm.entrypoints.openai.api_server") == 4 and text.count("sglang.cli.main") == 4
 
 
 def test_one_experiment_name_twice_in_a_sweep_is_refused():

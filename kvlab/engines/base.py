@@ -188,7 +188,7 @@ class EngineAdapter(ABC):
     #: What ran when the engine serves on a CPU, for provenance lines ('SGLang 0.5.23 (CPU, torch-native
     #: kernels; …)'); empty where the label already says it.
     cpu_note: ClassVar[str] = "CPU"
-    module: ClassVar[str]  # run as `python -m <module>`
+    module: ClassVar[str]  # run as `python -m <module>` unless :meth:`entry` says otherwise
     health_path: ClassVar[str] = "/health"
     metric_names: ClassVar[dict[str, str | None]]  # canonical -> Prometheus name (None: not exported)
     #: Counters (canonical names of metric_names) the engine exports only once they were first incremented: a
@@ -249,9 +249,9 @@ class EngineAdapter(ABC):
         return cls.flags.get(setting)
 
     def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
-        """The arguments after ``-m module``: what the engine's own parser checks. The adapter's ``flags`` in its
-        order, then the flags every engine spells alike (:data:`SHARED_FLAGS`), each with its :meth:`setting`, then
-        the spec's extra arguments (last, so they can override)."""
+        """The arguments after the entry point (:meth:`entry`): what the engine's own parser checks. The adapter's
+        ``flags`` in its order, then the flags every engine spells alike (:data:`SHARED_FLAGS`), each with its
+        :meth:`setting`, then the spec's extra arguments (last, so they can override)."""
         args: list[str] = []
         for setting, flag in [*self.flags.items(), *SHARED_FLAGS.items()]:
             value = self.setting(setting, spec, port, api_key)
@@ -317,9 +317,14 @@ class EngineAdapter(ABC):
             first = str(ROOT / first)
         return [first, *rest]
 
+    def entry(self, spec: EngineSpec) -> list[str]:
+        """What the launch prefix runs to start the server, before the server args: ``-m module`` unless the adapter
+        names the engine's own command line (vLLM's ``vllm serve``, SGLang's ``sglang serve``)."""
+        return ["-m", self.module]
+
     def command(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
-        """Full argv: launch prefix + ``-m module`` + server args."""
-        return [*self.launch_prefix(spec), "-m", self.module, *self.server_args(spec, port, api_key)]
+        """Full argv: launch prefix + entry point (:meth:`entry`) + server args."""
+        return [*self.launch_prefix(spec), *self.entry(spec), *self.server_args(spec, port, api_key)]
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         """Variables kvlab sets for this engine (the spec's env wins); what server_key hashes."""

@@ -65,9 +65,11 @@ def ask_parser(
     engine: str, python: str | Path, argvs: list[list[str]], timeout_s: float = 300, env: dict[str, str] | None = None
 ) -> tuple[list[str | None], dict[str, list[str]]]:
     """Ask ``engine``'s own parser, in one process of its interpreter: one error or None per server argv (the part
-    after ``-m module``), and every option whose destination names a secret (``*key``, ``*token``, ``*secret``,
-    ``*password``) with each spelling of it the parser accepts (abbreviations, '_' for '-'). ``env``: more
-    variables for the engine's process (tests/test_gpu_envs.py: a CUDA build asked on a host without a GPU)."""
+    after the adapter's entry point: `vllm serve`'s and the vLLM module's parser alike, ``make_arg_parser``; SGLang's
+    ``prepare_server_args``, which `sglang serve` runs on what follows ``--model-type``), and every option whose
+    destination names a secret (``*key``, ``*token``, ``*secret``, ``*password``) with each spelling of it the parser
+    accepts (abbreviations, '_' for '-'). ``env``: more variables for the engine's process (tests/test_gpu_envs.py:
+    a CUDA build asked on a host without a GPU)."""
     env = (
         os.environ | {"JAX_PLATFORMS": "cpu", "HF_HUB_OFFLINE": "1"} | (env or {})
     )  # sglang-jax: no accelerator probe, no hub

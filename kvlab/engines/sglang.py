@@ -1,4 +1,4 @@
-"""SGLang adapter: argv for `python -m sglang.launch_server`, its endpoints, metrics and failure messages."""
+"""SGLang adapter: argv for `sglang serve`, its endpoints, metrics and failure messages."""
 
 from __future__ import annotations
 
@@ -53,6 +53,14 @@ def kv_bytes_per_token(config: dict, element_bytes: int = 2, head_dim_multiple: 
     return int(config["num_hidden_layers"]) * 2 * kv_heads * padded * element_bytes
 
 
+#: `sglang serve` through the launch prefix's interpreter: what SGLang 0.5.23's `sglang` script runs (its console entry
+#: point, sglang.cli.main:main, which has no ``__main__`` block to `python -m`). ``launch_server`` still works but warns
+#: "'sglang serve' is the recommended entrypoint". ``--model-type llm`` picks the language-model backend, which serve
+#: otherwise detects by looking for a diffusion model (for a hub id, a download of its model_index.json); serve removes
+#: it before its server parser (``prepare_server_args``, the one launch_server runs) reads the rest.
+SERVE_SCRIPT = "import sys; from sglang.cli.main import main; sys.exit(main())"
+SERVE = ("-c", SERVE_SCRIPT, "serve", "--model-type", "llm")
+
 #: kvlab's fix that binds SGLang's data-parallel port placeholders on the served host (its docstring says why).
 BIND_HOST_SHIM = ROOT / "kvlab" / "engines" / "envs" / "sglang-bind-host"
 BIND_HOST_ENV = "KVLAB_SGLANG_BIND_HOST"
@@ -80,7 +88,7 @@ class SGLangAdapter(EngineAdapter):
     # its tokenizer manager rejects input + max_new_tokens >= context_len
     strict_context = True
     cpu_note = "CPU, torch-native kernels"  # PyPI has no build of SGLang's AMX CPU kernels (envs/sglang-cpu-compat)
-    module = "sglang.launch_server"
+    module = "sglang.launch_server"  # the pre-`sglang serve` entry (:meth:`entry` runs `sglang serve`)
     health_path = "/health"
     metric_names = {
         "prompt_tokens": "sglang:prompt_tokens_total",
@@ -111,7 +119,7 @@ class SGLangAdapter(EngineAdapter):
         "preemptions_total": "sglang:num_retracted_requests_total",
         "generation_tokens_total": "sglang:generation_tokens_total",
     }
-    cmdline_markers = ("sglang.launch_server", "sglang::")
+    cmdline_markers = ("sglang.cli.main", "sglang.launch_server", "sglang::")
     ready_marker = READY_MARKER
     # /health answers as soon as HTTP is up; its warm-up /generate request ends with READY_MARKER.
     health_before_warmup = True
@@ -137,6 +145,10 @@ class SGLangAdapter(EngineAdapter):
         "cache_report": "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens
         "prefix_cache_off": "--disable-radix-cache",
     }
+
+    def entry(self, spec: EngineSpec) -> list[str]:
+        """`sglang serve --model-type llm` (:data:`SERVE`)."""
+        return list(SERVE)
 
     def kv_budget_arg(self, spec: EngineSpec) -> int:
         """``--max-total-tokens`` takes the budget in tokens: :meth:`kv_budget_tokens`."""

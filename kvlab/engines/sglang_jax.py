@@ -90,6 +90,10 @@ class SGLangJaxAdapter(SGLangAdapter):
         "prefix_cache_off": "--disable-radix-cache",
     }
 
+    def entry(self, spec: EngineSpec) -> list[str]:
+        """``-m sgl_jax.launch_server``: sglang-jax 0.1.0rc0 has no `serve` command line (no ``sgl_jax.cli``)."""
+        return EngineAdapter.entry(self, spec)
+
     def kv_bytes_per_token(self, config: dict, element_bytes: int) -> int:
         return kv_bytes_per_token(config, element_bytes)  # head_dim padded to 128 (module function)
 

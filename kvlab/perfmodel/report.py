@@ -480,8 +480,9 @@ def gpu_minutes(spec, data_dir: str | Path = DATA_DIR) -> dict | None:
     :data:`SERVER_START_S` per server start, times the GPUs each server holds (tp). Retries and warm-up requests are
     not counted. None for a CPU experiment or hardware/models the catalog does not know.
 
-    Returns ``runs``, ``servers``, ``gpus`` (most held at once), ``run_minutes`` (lo, hi) of wall time, ``start_minutes``
-    and ``gpu_minutes`` (lo, hi)."""
+    Returns ``runs``, ``servers``, ``gpus`` (most held at once), ``run_minutes`` (lo, hi) of wall time,
+    ``start_minutes``, ``gpu_minutes`` (lo, hi) and ``wall_minutes`` (lo, hi): the runs' batch time plus the server
+    starts, one after the other as a sweep on one host runs them (its servers never overlap on GPUs)."""
     if spec.device.on_cpu:
         return None
     try:
@@ -511,6 +512,7 @@ def gpu_minutes(spec, data_dir: str | Path = DATA_DIR) -> dict | None:
         "run_minutes": (min(t[0] for t in totals) / 60, max(t[0] for t in totals) / 60),
         "start_minutes": len(servers) * SERVER_START_S / 60,
         "gpu_minutes": tuple((start_gpu_s + t[1]) / 60 for t in sorted(totals, key=lambda t: t[1])),
+        "wall_minutes": tuple((len(servers) * SERVER_START_S + t) / 60 for t in sorted(t[0] for t in totals)),
     }
 
 
@@ -521,8 +523,10 @@ def gpu_minutes_line(spec, data_dir: str | Path = DATA_DIR) -> str:
         return ""
     lo, hi = est["gpu_minutes"]
     rl, rh = est["run_minutes"]
+    wl, wh = (f"{m / 60:,.1f}" for m in est["wall_minutes"])
     return (
-        f"# estimate: {lo:,.0f}-{hi:,.0f} GPU-minutes on {est['gpus']} GPUs ({est['runs']} runs, modelled "
+        f"# estimate: {lo:,.0f}-{hi:,.0f} GPU-minutes on {est['gpus']} GPUs ≈ {wl if wl == wh else f'{wl}-{wh}'} h "
+        f"wall ({est['runs']} runs, modelled "
         f"{rl:,.0f}-{rh:,.0f} min of batch time under the free and the physics-only fit; {est['servers']} server "
         f"starts at an assumed {SERVER_START_S / 60:g} min each; retries and warm-up not counted)"
     )
