@@ -1,0 +1,342 @@
+"""What reports 01 (context scaling) and 02 (throughput decay) both read: mean batch times, the decay between two
+contexts, whether a measured batch fits its engine's KV pool, CPU contexts named by their real token counts, the
+throughput-against-context figure and the opening of a "Measured here" section.
+
+Neither study folder imports the other; both import this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+from IPython.display import Markdown
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullLocator
+
+from kvlab.analysis import CONFIG_KEYS, ok_batch_times, with_device_kind
+from kvlab.engines import engine_label, registry
+from kvlab.narrative.common import no_runs_note
+from kvlab.pages.section import Section
+from kvlab.plots import _panels, _ranges, _span, _subplots
+from kvlab.style import ENGINE_COLORS, styled
+from kvlab.style import number_label as _num
+from kvlab.units import nominal_tokens
+
+# -- contexts -------------------------------------------------------------------------------------------------------
+
+
+def context_name(label: str, tokens: int | None, sep: str = " ") -> str:
+    """A context as a reader should read it: its label where the run had that many tokens ('64K'); a scaled
+    (CPU) run by its real token count with the context it stands in for ('1,024 tokens (stands in for 64K)';
+    ``sep`` before the bracket, a newline on an axis)."""
+    named = nominal_tokens(label)
+    if tokens is None or not named or tokens in named:
+        return str(label)
+    return f"{tokens:,} tokens{sep}(stands in for {label})"
+
+
+def with_context_names(frame: pl.DataFrame, label: str = "context_label", tokens: str = "context_tokens"):
+    """``frame`` with ``context``: :func:`context_name` of each row (what tables and sentences print)."""
+    if frame.is_empty() or label not in frame.columns:
+        return frame.with_columns(pl.lit(None, pl.String).alias("context"))
+    names = [context_name(lab, tok) for lab, tok in zip(frame[label], frame[tokens])]
+    return frame.with_columns(pl.Series("context", names, pl.String))
+
+
+def span_name(r: dict) -> tuple[str, str]:
+    """A decay or growth row's two contexts by :func:`context_name` (its ``context_from``/``c_from`` and
+    ``context_to``/``c_to``)."""
+    return context_name(r["context_from"], r.get("c_from")), context_name(r["context_to"], r.get("c_to"))
+
+
+# -- frames ---------------------------------------------------------------------------------------------------------
+
+
+def mean_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
+    """Mean, spread (std, min, max) and count of batch time per configuration and engine (repeats folded), with
+    the runs' ``device_kind`` (cpu / gpu; what the grading rules of :mod:`kvlab.claims.grading` read)."""
+    keys = [*CONFIG_KEYS, "engine"]
+    return (
+        with_device_kind(ok_batch_times(runs))
+        .group_by(keys)
+        .agg(
+            pl.col("batch_time_s").mean().alias("batch_time_s"),
+            pl.col("batch_time_s").std().alias("batch_time_std_s"),
+            pl.col("batch_time_s").min().alias("batch_time_min_s"),
+            pl.col("batch_time_s").max().alias("batch_time_max_s"),
+            pl.len().alias("n_runs"),
+            pl.col("device_kind").drop_nulls().first(),
+            pl.col("accelerator").drop_nulls().first(),
+            pl.col("gpu_count").drop_nulls().first(),
+            pl.col("batch_size").first(),
+            pl.col("output_tokens").first(),
+            pl.col("prompt_tokens").first(),
+            pl.col("scale_factor").first(),
+        )
+        .sort([*CONFIG_KEYS, "engine"])
+    )
+
+
+def _pair(m: pl.DataFrame, context_from: str, context_to: str) -> pl.DataFrame:
+    keys = ["source", "experiment", "hardware", "engine"]
+    prompt = pl.coalesce(pl.col("prompt_tokens"), pl.col("context_tokens"))  # as analysis.throughput counts them
+    lo = m.filter(pl.col("context_label") == context_from).select(
+        *keys,
+        pl.col("batch_time_s").alias("t_from_s"),
+        pl.col("context_tokens").alias("c_from"),
+        prompt.alias("p_from"),
+        pl.col("n_runs").alias("n_from"),
+        "device_kind",
+    )
+    hi = m.filter(pl.col("context_label") == context_to).select(
+        *keys,
+        pl.col("batch_time_s").alias("t_to_s"),
+        pl.col("context_tokens").alias("c_to"),
+        prompt.alias("p_to"),
+        pl.col("n_runs").alias("n_to"),
+    )
+    return lo.join(hi, on=keys, how="inner")
+
+
+def decay_factors(runs: pl.DataFrame, context_from: str = "64K", context_to: str = "200K") -> pl.DataFrame:
+    """Throughput decay from ``context_from`` to ``context_to`` per engine, under each definition: a factor > 1
+    means throughput fell by that factor; < 1 means it rose."""
+    p = _pair(mean_batch_times(runs), context_from, context_to)
+    return (
+        p.with_columns(
+            pl.lit(context_from).alias("context_from"),
+            pl.lit(context_to).alias("context_to"),
+            (pl.col("t_to_s") / pl.col("t_from_s")).alias("batch_time_ratio"),
+            ((pl.col("p_from") / pl.col("t_from_s")) / (pl.col("p_to") / pl.col("t_to_s"))).alias(
+                "prompt_tokens_per_s_ratio"
+            ),
+        )
+        .drop("p_from", "p_to")
+        .sort(["source", "experiment", "engine"])
+    )
+
+
+# -- does the batch fit the KV pool? --------------------------------------------------------------------------------
+
+POOL_SCHEMA = {
+    "engine": pl.String,
+    "context_label": pl.String,
+    "context_tokens": pl.Int64,
+    "batch_size": pl.Int64,
+    "batch_tokens": pl.Int64,
+    "kv_pool_tokens": pl.Int64,
+    "fits_at_once": pl.Int64,
+    "fits": pl.Boolean,
+}
+
+
+def pool_fit(runs: pl.DataFrame) -> pl.DataFrame:
+    """Per engine and context of measured runs: the batch's tokens (``batch_size`` × ``context_tokens``), the KV
+    pool the engine reported (``kv_pool_tokens``, the smallest over the runs; null where none was recorded), how
+    many requests of that context the pool holds at once (pool // context) and ``fits``: all of the batch at once
+    (null where the pool is unknown). Where it is False, the last requests wait for a whole wave, so the batch time
+    at that context measures the pool, not the engine's scaling with context."""
+    need = {"engine", "context_label", "context_tokens", "batch_size", "kv_pool_tokens"}
+    if runs.is_empty() or not need <= set(runs.columns):
+        return pl.DataFrame(schema=POOL_SCHEMA)
+    g = (
+        ok_batch_times(runs)
+        .group_by("engine", "context_label", "context_tokens")
+        .agg(pl.col("batch_size").max(), pl.col("kv_pool_tokens").min())
+        .with_columns((pl.col("batch_size") * pl.col("context_tokens")).alias("batch_tokens"))
+        .with_columns((pl.col("kv_pool_tokens") // pl.col("context_tokens")).alias("fits_at_once"))
+        .with_columns((pl.col("fits_at_once") >= pl.col("batch_size")).alias("fits"))
+    )
+    return g.select([pl.col(c).cast(t) for c, t in POOL_SCHEMA.items()]).sort("engine", "context_tokens")
+
+
+@dataclass(frozen=True)
+class PoolExcess:
+    """One engine at one context where its batch did not fit its KV pool at once (a row of :func:`pool_fit`)."""
+
+    engine: str
+    context: str
+    batch_size: int
+    batch_tokens: int
+    kv_pool_tokens: int
+    fits_at_once: int
+
+
+def pool_excesses(pool: pl.DataFrame) -> tuple[PoolExcess, ...]:
+    """The rows of a :func:`pool_fit` frame where the batch exceeded the pool (``fits`` False), shortest first."""
+    rows = pool.filter(pl.col("fits").fill_null(True).not_()).sort("context_tokens", "engine")
+    return tuple(
+        PoolExcess(
+            r["engine"],
+            context_name(r["context_label"], r["context_tokens"]),
+            r["batch_size"],
+            r["batch_tokens"],
+            r["kv_pool_tokens"],
+            r["fits_at_once"],
+        )
+        for r in rows.iter_rows(named=True)
+    )
+
+
+def pool_phrase(x: PoolExcess) -> str:
+    """'at 3,200 tokens (stands in for 200K) vLLM's KV pool of 12,101 tokens holds 3 of the batch's 4 requests, so
+    the 4th waits for a whole wave'."""
+    return (
+        f"at {x.context} {engine_label(x.engine)}'s KV pool of {x.kv_pool_tokens:,} tokens holds {x.fits_at_once} of "
+        f"the batch's {x.batch_size} requests ({x.batch_tokens:,} tokens), so the rest wait for a wave"
+    )
+
+
+def pool_note(excesses: tuple[PoolExcess, ...]) -> str:
+    """The sentence every measured growth or speed-up at a context where a batch exceeded its pool stands beside;
+    '' where every batch fitted (or no pool was recorded)."""
+    if not excesses:
+        return ""
+    return (
+        "The batch exceeded the KV pool: "
+        + "; ".join(pool_phrase(x) for x in excesses)
+        + ". The growth there is the pool's waiting, not the engine's scaling with context."
+    )
+
+
+def pool_recorded(pool: pl.DataFrame) -> bool:
+    """Whether any measured run recorded its KV pool (runs stored before kvlab read it have none)."""
+    return not pool.is_empty() and pool["fits"].null_count() < pool.height
+
+
+#: Said once in a measured section whose runs recorded no KV pool.
+POOL_UNKNOWN = "These runs recorded no KV pool size, so whether each batch fitted the pool at once is unknown."
+
+
+def engine_excesses(excesses: tuple[PoolExcess, ...], engine: str) -> tuple[PoolExcess, ...]:
+    """The contexts where ``engine``'s batch exceeded its pool."""
+    return tuple(x for x in excesses if x.engine == engine)
+
+
+# -- the figure both reports draw -----------------------------------------------------------------------------------
+
+
+def _ticks(part: pl.DataFrame):
+    ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
+    return ticks["context_tokens"].to_list(), [context_name(lab, c, "\n") for c, lab in ticks.iter_rows()]
+
+
+def _engines(part: pl.DataFrame) -> list[str]:
+    present = part["engine"].unique(maintain_order=True).to_list()
+    return [e for e in ENGINE_COLORS if e in present] + [e for e in present if e not in ENGINE_COLORS]
+
+
+@styled
+def throughput_vs_context(
+    tp: pl.DataFrame, y: str = "batches_per_s", ylabel: str | None = None, relative: bool = False
+) -> Figure:
+    """Throughput against context per engine (log-log), one panel per source; with ``relative`` each engine's
+    ``{y}_rel`` beside it (its own value at the reference context = 1: a within-engine change, lines that start
+    together and never cross). A scaled (CPU) context is labelled by its real tokens (:func:`context_name`)."""
+    col = f"{y}_rel"
+    keep = pl.col(y).is_not_null() & (pl.col(col).is_not_null() if relative else True)
+    panels = _panels(tp.filter(keep).sort("context_tokens"))
+    fig, axes = _subplots(len(panels) * (2 if relative else 1), width=5.5 if not relative else 4.8)
+    for i, (title, part) in enumerate(panels):
+        if relative:
+            _absolute_axis(axes[2 * i], f"{title}\nabsolute", part, y, ylabel)
+            _relative_axis(axes[2 * i + 1], f"{title}\nrelative, each engine its own", part, y, ylabel)
+        else:
+            _absolute_axis(axes[i], title, part, y, ylabel)
+    fig.tight_layout()
+    return fig
+
+
+def _x_axis(ax, part: pl.DataFrame, spread: bool) -> None:
+    contexts, labels = _ticks(part)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(contexts, labels, minor=False)
+    ax.tick_params(axis="x", labelrotation=30 if len(contexts) > 3 else 0)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("context (log scale)" + ("  (whiskers: least to most of the repeats)" if spread else ""))
+
+
+def _absolute_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | None) -> None:
+    spread = False
+    for i, e in enumerate(_engines(part)):
+        g = part.filter(pl.col("engine") == e)
+        color = ENGINE_COLORS.get(e)
+        ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
+        if (span := _span(g, y)) is not None and "n_runs" in g.columns:
+            spread |= _ranges(
+                ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(), color or "#777777"
+            )
+        for c, v in zip(g["context_tokens"], g[y]):  # 1st engine above, 2nd below
+            ax.annotate(
+                _num(v),
+                (c, v),
+                textcoords="offset points",
+                xytext=(4, 4 if i % 2 == 0 else -12),
+                fontsize=8,
+                color=color,
+            )
+    ax.set_yscale("log")
+    _x_axis(ax, part, spread)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _num(v)))
+    lo, hi = ax.get_ylim()
+    few = hi / lo < 10  # less than a decade: label every minor tick, else only 2s and 5s
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _, few=few: _num(v) if few or f"{v:e}"[0] in "25" else ""))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
+    ax.set(title=title, ylabel=ylabel or y)
+    ax.title.set_fontsize(10)
+    ax.legend()
+
+
+def _relative_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | None) -> None:
+    col = f"{y}_rel"
+    spread = False
+    for i, e in enumerate(_engines(part)):
+        g = part.filter(pl.col("engine") == e).sort("context_tokens")
+        color = ENGINE_COLORS.get(e, "#777777")
+        ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
+        if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
+            spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(), color)
+        for c, v in zip(g["context_tokens"], g[col]):
+            if v != 1.0:  # the reference point, where every line starts: the line at 1 says it
+                ax.annotate(
+                    f"{v:.2f}", (c, v), textcoords="offset points", xytext=(4, 4 if i % 2 == 0 else -12), fontsize=8
+                )
+    ax.axhline(1, color="#222222", lw=0.9)
+    _x_axis(ax, part, spread)
+    ax.set_ylim(0, max(1.0, part[col].max() or 1.0) * 1.15)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    refs = part.select("reference_context", "reference_tokens").unique()
+    ref = (
+        context_name(refs["reference_context"][0], refs["reference_tokens"][0])
+        if refs.height == 1
+        else "each engine's shortest context"
+    )
+    ax.set(title=title, ylabel=f"{ylabel or y}\nrelative to {ref} = 1 (each engine its own)")
+    ax.title.set_fontsize(10)
+    ax.yaxis.label.set_fontsize(10)
+    ax.legend()
+
+
+# -- a "Measured here" section's first lines ------------------------------------------------------------------------
+
+
+def engines_note(runs: list[dict]) -> str:
+    """'Measured on CPU x86_64 (…).' then, one sentence each, what a stand-in engine is (never one long sentence)."""
+    m = [r for r in runs if r["source"] == "measured"]
+    if not m:
+        return ""
+    engines = sorted({r["engine"] for r in m}, key=lambda e: (registry.order(e), e))
+    hw = ", ".join(dict.fromkeys(r["hardware"] for r in m))
+    head = f"Measured on {hw}: " + " and ".join(engine_label(e) for e in engines) + "."
+    return "\n\n".join([head, *(f"{engine_label(e)}: {registry.note(e)}." for e in engines if registry.note(e))])
+
+
+def measured_opening(measured: pl.DataFrame | None, experiment: str, wb, out: Section) -> bool:
+    """A "Measured here" section's first line: the note naming the engines measured, and True; or, without runs of
+    the report's measured experiment, the note saying how to make them, and False."""
+    if measured is None or measured.is_empty():
+        out.add(Markdown(no_runs_note(f"runs of `{experiment}`", wb.data, "make report")))
+        return False
+    out.add(Markdown(engines_note(measured.to_dicts())))
+    return True
