@@ -278,10 +278,16 @@ def _of(claims: dict[str, Verdict], *outcomes: str) -> dict[str, Verdict]:
     return {k: v for k, v in claims.items() if v.outcome in outcomes}
 
 
+#: The most words the headline's first sentence quotes of the documents' statements (two when they fit, else one).
+QUOTED_WORDS = 24
+
+
 def _quoted(vs: list[Verdict], total: int, noun: str) -> str:
     """The first two statements of ``vs`` in quotes (a row's claim may go on, after " — ", with where it was
     tested: the statement only), and how many more."""
     said = list(dict.fromkeys(v.claim.split(" — ")[0].strip() for v in vs))[:2]
+    if len(said) == 2 and len(" ".join(said).split()) > QUOTED_WORDS:
+        said = said[:1]  # two long statements would make a sentence no one reads: the first, and how many more
     first = "; ".join(c if c[:1] in "“\"'" else f"“{c}”" for c in said)
     return first + (f" and {count(total - len(said), 'more ' + noun)}" if total > len(said) else "")
 
@@ -362,8 +368,8 @@ def _limits_sentence(doc: dict, cons: dict, own: dict) -> str:
         k = len(configured)
         are = "is" if k == 1 else "are"
         limits.append(f"{count(k, 'value')} the experiment file sets {are} shown as configuration, not graded")
-    if limits:
-        return "**What this host cannot say:** " + "; ".join(limits) + "."
+    if limits:  # one sentence a group, so no sentence runs past what a reader takes in at once
+        return "**What this host cannot say:** " + ". ".join(x[0].upper() + x[1:] for x in limits) + "."
     return "**What this host cannot say:** nothing on this page; every claim it tests was decided."
 
 

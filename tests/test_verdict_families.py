@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from prefix_frames import conc_runs, sharing_runs
 
-from kvlab import analysis, guide, narrative, store, verdicts
+from kvlab import analysis, guide, store, verdicts
 from kvlab.claims import (
     MIN_REPEATS,
     Repeats,
@@ -254,9 +254,9 @@ def test_the_headline_counts_each_family_apart_and_every_count_adds_up():
     assert limits == (
         "**What this host cannot say:** 9 claims cannot be tested on this host (CPU runs of two different engine "
         "implementations cannot decide a speed claim about a GPU host — 6; no GPU memory outside the KV pool on this "
-        "host, where the claimed OOMs arise — 3); 4 claims are inconclusive (fewer than 3 repeats — 3; signs mixed "
-        "across engines or metrics — 1); 2 own questions are inconclusive (the model fails its held-out test — 1; "
-        "fewer than 3 repeats — 1); 1 value the experiment file sets is shown as configuration, not graded."
+        "host, where the claimed OOMs arise — 3). 4 claims are inconclusive (fewer than 3 repeats — 3; signs mixed "
+        "across engines or metrics — 1). 2 own questions are inconclusive (the model fails its held-out test — 1; "
+        "fewer than 3 repeats — 1). 1 value the experiment file sets is shown as configuration, not graded."
     )
     counts = verdicts.family_counts(vs)
     assert counts == {
@@ -351,21 +351,18 @@ def test_the_shared_prefix_threshold_row_has_one_n_in_reports_05_and_06(study):
     sharing = analysis.prefix_sharing(three_at_90)
     at_claim = sharing.filter(pl.col("shared_fraction") == sharing["shared_fraction"].max())
     assert at_claim["n_runs"].min() == 3 and sharing.filter(pl.col("shared_fraction") == 0)["n_runs"].max() == 1
+    from kvlab.studies.engine_choice.checks import Inputs as ChoiceInputs
+    from kvlab.studies.engine_choice.checks import claim_verdicts
+    from kvlab.studies.prefix_sharing.checks import Inputs, verdicts
+
     kv = study["claims"]
     five = next(
         v
-        for v in narrative.prefix_verdicts(kv, sharing, study["gain"], {}, pl.DataFrame())
+        for v in verdicts(kv, Inputs(sharing, study["gain"], {}, pl.DataFrame(), None, 0.3))
         if v.claim_id == "shared_prefix_threshold"
     )
-    w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     conc = analysis.concurrency_study(conc_runs())
-    six = next(
-        v
-        for v in narrative.engine_choice_verdicts(
-            kv, sharing, conc, w, w.tree(), guide.from_evidence(w, guide_fit(), sharing, conc)
-        )
-        if v.claim_id == "shared_prefix_threshold"
-    )
+    six = next(v for v in claim_verdicts(kv, ChoiceInputs(sharing, conc)) if v.claim_id == "shared_prefix_threshold")
     assert (five.outcome, five.value, five.n) == (six.outcome, six.value, six.n) == ("cannot be tested here", 2.0, 1)
 
 

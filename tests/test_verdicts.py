@@ -166,7 +166,7 @@ def test_headline_says_what_is_claimed_what_holds_and_what_this_host_cannot_say(
     )
     assert limits == (
         "**What this host cannot say:** 1 claim cannot be tested on this host (CPU runs of two "
-        "implementations); 1 claim is inconclusive (the model fails its held-out test (0 of 4 winners))."
+        "implementations). 1 claim is inconclusive (the model fails its held-out test (0 of 4 winners))."
     )
     html = verdicts.box_html(vs)
     assert html.index('class="kvlab-headline"') < html.index("What this report found") < html.index("<table")
