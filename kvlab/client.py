@@ -7,7 +7,8 @@ import asyncio
 import gc
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -777,14 +778,52 @@ async def run_requests(
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
     base = base_url.rstrip("/")
+    headers = _headers(api_key, new_connection_per_request)
+    bodies, ignores = _bodies(prompts, model, ignore_eos, temperature, seed, extra_body)
+    chains = _chains(prompts)
+    accs = {p.index: _Acc(p.index) for p in prompts}
+    sending = _Sending(
+        base,
+        headers,
+        bodies,
+        accs,
+        _timeouts(prompts, accs, timeout_s, stall_s),
+        asyncio.Semaphore(concurrency) if concurrency is not None else None,
+        keep_text,
+        on_read,
+        start_offsets,
+        send_until_s,
+        stop,
+        on_finish,
+        before_send,
+    )
+    await sending.send_all(chains.values(), new_connection_per_request)
+    return _batch_result([p for p in prompts if p.index in sending.sent], accs, ignores, sending.first_send_wall)
+
+
+def _headers(api_key: str | None, new_connection_per_request: bool) -> dict[str, str]:
+    """The headers every request of a batch carries."""
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     if new_connection_per_request:
-        # The client closes each connection once its response is read (force_close below); without this header
-        # aiohttp would send 'Connection: close' and the server would close it, on the engine's side, inside the
-        # run. SGLang's benchmark asks for keep-alive and closes its session from the client.
+        # The client closes each connection once its response is read (force_close: _Sending.send_all); without
+        # this header aiohttp would send 'Connection: close' and the server would close it, on the engine's side,
+        # inside the run. SGLang's benchmark asks for keep-alive and closes its session from the client.
         headers["Connection"] = "keep-alive"
+    return headers
+
+
+def _bodies(
+    prompts: Sequence[Prompt],
+    model: str,
+    ignore_eos: bool,
+    temperature: float,
+    seed: int | None,
+    extra_body: Mapping[str, Any] | None,
+) -> tuple[dict[int, bytes], dict[int, bool]]:
+    """Each prompt's request body, serialised before the first send (prompt index -> bytes), and whether it asked
+    to ignore EOS; ValueError when two prompts share an index."""
     built = {
         p.index: build_body(p, model, ignore_eos=ignore_eos, temperature=temperature, seed=seed, extra_body=extra_body)
         for p in prompts
@@ -793,92 +832,139 @@ async def run_requests(
     ignores = {i: b.get("ignore_eos") is True for i, b in built.items()}  # what each request asked for
     if len(bodies) != len(prompts):
         raise ValueError("prompt indices must be unique within a batch")
-    # Independent prompts run alone; a conversation's turns run as one chain.
+    return bodies, ignores
+
+
+def _chains(prompts: Sequence[Prompt]) -> dict[Any, list[Prompt]]:
+    """The batch's chains: independent prompts run alone; a conversation's turns run as one chain, in turn order."""
     chains: dict[Any, list[Prompt]] = {}
     for p in prompts:
         key = ("conversation", p.conversation) if p.conversation is not None else ("prompt", p.index)
         chains.setdefault(key, []).append(p)
     for chain in chains.values():
         chain.sort(key=lambda p: (p.turn or 0, p.index))
-    accs = {p.index: _Acc(p.index) for p in prompts}
-    sem = asyncio.Semaphore(concurrency) if concurrency is not None else None
+    return chains
+
+
+def _timeouts(
+    prompts: Sequence[Prompt], accs: Mapping[int, _Acc], timeout_s: float, stall_s: float | None
+) -> dict[int, aiohttp.ClientTimeout]:
+    """Each request's timeout (prompt index -> deadline and stall limit), its chunk and byte caps set on its
+    ``accs`` entry (:func:`request_bounds`)."""
     timeouts: dict[int, aiohttp.ClientTimeout] = {}
     for p in prompts:
         acc = accs[p.index]
         acc.max_chunks, acc.max_bytes, deadline_s = request_bounds(p.max_tokens, timeout_s, stall_s)
         timeouts[p.index] = aiohttp.ClientTimeout(total=deadline_s, sock_read=stall_s)
-    # new_connection_per_request: the client closes the connection after each response, so each request connects
-    # anew (inside its TTFT), as SGLang's benchmark does with a session per request (kvlab.load.LoadSpec.connections)
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, force_close=new_connection_per_request)
-    first_send_wall: list[float] = []
+    return timeouts
 
-    sent: set[int] = set()
-    t_start: list[float] = []
 
-    def may_send() -> bool:
-        if send_until_s is not None and time.perf_counter() - t_start[0] > send_until_s:
+@dataclass
+class _Sending:
+    """What a batch's chains share while :func:`run_requests` sends them, and what they sent."""
+
+    base: str
+    headers: dict[str, str]
+    bodies: dict[int, bytes]
+    accs: dict[int, _Acc]
+    timeouts: dict[int, aiohttp.ClientTimeout]
+    sem: asyncio.Semaphore | None
+    keep_text: bool
+    on_read: OnRead | None
+    start_offsets: Mapping[int, float] | None
+    send_until_s: float | None
+    stop: Callable[[], str | None] | None
+    on_finish: Callable[[int, float | None], None] | None
+    before_send: Callable[[int], Awaitable[None]] | None
+    sent: set[int] = field(default_factory=set)
+    first_send_wall: list[float] = field(default_factory=list)
+    t_start: float = 0.0  # perf_counter when the batch starts (set just before the first chain runs)
+
+    async def send_all(self, chains: Iterable[list[Prompt]], new_connection_per_request: bool) -> None:
+        """Run every chain at once, on one session, garbage collection paused (:func:`_gc_paused`)."""
+        # new_connection_per_request: the client closes the connection after each response, so each request connects
+        # anew (inside its TTFT), as SGLang's benchmark does with a session per request
+        # (kvlab.load.LoadSpec.connections)
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, force_close=new_connection_per_request)
+        with _gc_paused():
+            async with aiohttp.ClientSession(
+                connector=connector, read_bufsize=READ_BUFSIZE, timeout=aiohttp.ClientTimeout(total=None)
+            ) as session:
+                self.t_start = time.perf_counter()
+                await asyncio.gather(*(self.run_chain(session, c) for c in chains))
+
+    def may_send(self) -> bool:
+        if self.send_until_s is not None and time.perf_counter() - self.t_start > self.send_until_s:
             return False
-        return stop is None or stop() is None
+        return self.stop is None or self.stop() is None
 
-    async def run_chain(chain: list[Prompt]) -> None:
-        if before_send is not None:
-            await before_send(chain[0].index)
-        if start_offsets is not None:
-            delay = t_start[0] + start_offsets.get(chain[0].index, 0.0) - time.perf_counter()
+    async def run_chain(self, session: aiohttp.ClientSession, chain: list[Prompt]) -> None:
+        if self.before_send is not None:
+            await self.before_send(chain[0].index)
+        if self.start_offsets is not None:
+            delay = self.t_start + self.start_offsets.get(chain[0].index, 0.0) - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
         for p in chain:
-            if sem is not None:
-                await sem.acquire()
+            if self.sem is not None:
+                await self.sem.acquire()
             try:
-                if not may_send():
+                if not self.may_send():
                     return
-                if not first_send_wall:
-                    first_send_wall.append(time.time())
-                sent.add(p.index)
-                acc = accs[p.index]
-                await _send_one(
-                    session,
-                    base + p.endpoint,
-                    bodies[p.index],
-                    headers,
-                    acc,
-                    p.messages is not None,
-                    keep_text,
-                    timeouts[p.index],
-                    on_read,
-                )
-                if on_finish is not None:
-                    on_finish(
-                        p.index,
-                        ttft_ms(acc.t_send, acc.chunk_times[0]) if acc.error is None and acc.chunk_times else None,
-                    )
+                await self._send(session, p)
             finally:
-                if sem is not None:
-                    sem.release()
+                if self.sem is not None:
+                    self.sem.release()
 
-    # No garbage-collection pass while requests are in flight, as timeit does: a pass over the
-    # process's objects (0.5-6 ms measured in benchmarks/client_overhead.py's driver) would land
-    # in whichever chunks arrive meanwhile and show up as TTFT/ITL tail. Restored afterwards. The cost
-    # is small: 4,000 requests left 1,024 objects of cyclic garbage (0.3 per request) for the next pass.
+    async def _send(self, session: aiohttp.ClientSession, p: Prompt) -> None:
+        """Send ``p`` (its slot held) and read its stream; then tell ``on_finish``."""
+        if not self.first_send_wall:
+            self.first_send_wall.append(time.time())
+        self.sent.add(p.index)
+        acc = self.accs[p.index]
+        await _send_one(
+            session,
+            self.base + p.endpoint,
+            self.bodies[p.index],
+            self.headers,
+            acc,
+            p.messages is not None,
+            self.keep_text,
+            self.timeouts[p.index],
+            self.on_read,
+        )
+        if self.on_finish is not None:
+            self.on_finish(
+                p.index,
+                ttft_ms(acc.t_send, acc.chunk_times[0]) if acc.error is None and acc.chunk_times else None,
+            )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No garbage-collection pass while requests are in flight, as timeit does: a pass over the
+    process's objects (0.5-6 ms measured in benchmarks/client_overhead.py's driver) would land
+    in whichever chunks arrive meanwhile and show up as TTFT/ITL tail. Restored afterwards. The cost
+    is small: 4,000 requests left 1,024 objects of cyclic garbage (0.3 per request) for the next pass."""
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        async with aiohttp.ClientSession(
-            connector=connector, read_bufsize=READ_BUFSIZE, timeout=aiohttp.ClientTimeout(total=None)
-        ) as session:
-            t_start.append(time.perf_counter())
-            await asyncio.gather(*(run_chain(c) for c in chains.values()))
+        yield
     finally:
         if gc_was_enabled:
             gc.enable()
-    prompts = [p for p in prompts if p.index in sent]
-    if not prompts:
+
+
+def _batch_result(
+    sent: list[Prompt], accs: Mapping[int, _Acc], ignores: Mapping[int, bool], first_send_wall: list[float]
+) -> BatchResult:
+    """The batch of the prompts ``sent``: one record each, in index order, timed from the first send."""
+    if not sent:
         now = time.perf_counter()
         return BatchResult([], now, now, 0.0, datetime.now(timezone.utc).isoformat())
-    t0 = min(accs[p.index].t_send for p in prompts)
-    t_end = max(accs[p.index].t_end for p in prompts)
-    records = [_finish(accs[p.index], p, t0, ignores[p.index]) for p in sorted(prompts, key=lambda p: p.index)]
+    t0 = min(accs[p.index].t_send for p in sent)
+    t_end = max(accs[p.index].t_end for p in sent)
+    records = [_finish(accs[p.index], p, t0, ignores[p.index]) for p in sorted(sent, key=lambda p: p.index)]
     started = datetime.fromtimestamp(first_send_wall[0], timezone.utc).isoformat()
     return BatchResult(records=records, t0=t0, t_end=t_end, batch_time_s=t_end - t0, started_at=started)
 

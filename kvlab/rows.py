@@ -75,45 +75,10 @@ def run_row(
     (``load``, kvlab.load) the latencies, counts and SLO count cover the requests inside its steady-state window
     only, and ``window_s`` is the time the rates divide by (kvlab.schema.run_rates); ``batch_prompt_tokens`` and
     ``batch_output_tokens`` sum every request sent, as the server's counter deltas do."""
-    e, w = run.engine, run.workload
-    slo = run.slo.model_dump() if run.slo else None
-    summary = summarize(batch.records, batch.batch_time_s, slo) if batch else {}
-    if batch and load is not None:
-        inside = set(load.window.counted)
-        summary = summarize([r for r in batch.records if r.request_index in inside], batch.batch_time_s, slo)
-        summary |= load.columns()
-    if batch:  # the whole batch, whatever the window counts: what the server's counter deltas cover
-        summary |= {
-            "batch_prompt_tokens": sum_reported([r.prompt_tokens for r in batch.records]),
-            "batch_output_tokens": sum_reported([r.output_tokens for r in batch.records]),
-        }
-    if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
-        summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
-    facts = host.describe()
-    kind = host.device_kind(e.model_dump(mode="json"), facts)
-    if kind is None:  # a server kvlab did not start, on a host it does not see: the device the experiment states
-        kind, accelerator, count = run.device.kind, run.device.accelerator, run.device.count
-    else:  # what computed it here, from this host's facts (the manifest's)
-        accelerator, count = (host.gpu_model(facts), host.gpu_count()) if kind == "gpu" else (None, None)
+    w = run.workload
+    summary = _summary(run, batch, load)
     row = {
-        "source": "measured",
-        "experiment": run.experiment,
-        "run_id": run.key,
-        "hardware": run.hardware,
-        "gpu_count": count,
-        "device_kind": kind,
-        "accelerator": accelerator,
-        "model": e.served_model_name or Path(e.model).name,
-        "engine": e.name,
-        "engine_version": version,
-        "tp": e.tp,
-        "dcp": e.dcp,
-        "dp": e.dp,
-        "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"),
-        "mem_util": e.mem_util,
-        "kv_budget_bytes": e.kv_cache_bytes,
-        "kv_pool_tokens": kv_pool_tokens,
-        "prefix_caching": e.prefix_caching,
+        **_server_columns(run, version, kv_pool_tokens),
         "context_label": run.context_label,
         "context_tokens": run.context_tokens,
         "scale_factor": run.scale_factor,
@@ -144,6 +109,63 @@ def run_row(
         row["batch_time_s"] = None
     # its rates beside its counts, by the one definition (a failed run, without a batch time, has none)
     return run_rates(RUNS.conform(pl.DataFrame([row]), f"run {run.key}"))
+
+
+def _summary(run: RunSpec, batch: BatchResult | None, load: LoadOutcome | None) -> dict:
+    """The run's latency, count and SLO columns (:func:`kvlab.client.summarize`): under a load, of the requests inside
+    its steady-state window, with the load's own columns; the batch's token sums over every request sent."""
+    slo = run.slo.model_dump() if run.slo else None
+    summary = summarize(batch.records, batch.batch_time_s, slo) if batch else {}
+    if batch and load is not None:
+        inside = set(load.window.counted)
+        summary = summarize([r for r in batch.records if r.request_index in inside], batch.batch_time_s, slo)
+        summary |= load.columns()
+    if batch:  # the whole batch, whatever the window counts: what the server's counter deltas cover
+        summary |= {
+            "batch_prompt_tokens": sum_reported([r.prompt_tokens for r in batch.records]),
+            "batch_output_tokens": sum_reported([r.output_tokens for r in batch.records]),
+        }
+    if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
+        summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
+    return summary
+
+
+def _device(run: RunSpec) -> tuple[str | None, str | None, int | None]:
+    """(device kind, accelerator, GPU count) of the run, from this host's facts (the manifest's)."""
+    e = run.engine
+    facts = host.describe()
+    kind = host.device_kind(e.model_dump(mode="json"), facts)
+    if kind is None:  # a server kvlab did not start, on a host it does not see: the device the experiment states
+        return run.device.kind, run.device.accelerator, run.device.count
+    # what computed it here, from this host's facts (the manifest's)
+    accelerator, count = (host.gpu_model(facts), host.gpu_count()) if kind == "gpu" else (None, None)
+    return kind, accelerator, count
+
+
+def _server_columns(run: RunSpec, version: str | None, kv_pool_tokens: int | None) -> dict:
+    """The RUNS columns that say what served the run: its device, model, engine and the engine's settings."""
+    e = run.engine
+    kind, accelerator, count = _device(run)
+    return {
+        "source": "measured",
+        "experiment": run.experiment,
+        "run_id": run.key,
+        "hardware": run.hardware,
+        "gpu_count": count,
+        "device_kind": kind,
+        "accelerator": accelerator,
+        "model": e.served_model_name or Path(e.model).name,
+        "engine": e.name,
+        "engine_version": version,
+        "tp": e.tp,
+        "dcp": e.dcp,
+        "dp": e.dp,
+        "dtype": e.served_dtype() or (e.local_config() or {}).get("torch_dtype"),
+        "mem_util": e.mem_util,
+        "kv_budget_bytes": e.kv_cache_bytes,
+        "kv_pool_tokens": kv_pool_tokens,
+        "prefix_caching": e.prefix_caching,
+    }
 
 
 def attempt_row(run: RunSpec, n: int, failure: Failure | None, elapsed_s: float, backoff_s: float | None) -> dict:

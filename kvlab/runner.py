@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from kvlab.engines.base import Failure
 from kvlab.plan import by_server, starts_may_overlap
 from kvlab.rows import attempt_row, prompts_for, run_row, sending_for, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
-from kvlab.experiment import RunSpec, expand
+from kvlab.experiment import ExperimentSpec, RunSpec, expand
 from kvlab.units import count
 from kvlab.workloads import Prompt, fixed_batch
 
@@ -231,6 +231,221 @@ def _why_no_telemetry(server: EngineServer, has_metrics: bool) -> str:
     return f"{label} serves no /metrics" if not has_metrics else f"kvlab samples no {label} series during a run"
 
 
+def _isolate_prefix_cache(server: EngineServer, run: RunSpec, notes: list[str]) -> dict | None:
+    """Keep earlier runs' prompts out of this run's prefix-cache hits: the extra request body that salts the cache
+    (None: none), or the cache flushed; ``notes`` gets how (or that the flush was refused)."""
+    extra_body = None
+    if run.engine.prefix_caching and server.adapter.cache_salt:
+        # vLLM: every request of this run carries one new salt, which its prefix cache hashes into every
+        # block: requests of the run share their prefixes, and none hits a block an earlier run left (no
+        # development endpoint needed; the old blocks are evicted as any unused ones)
+        extra_body = {"cache_salt": secrets.token_hex(16)}
+        notes.append(
+            f"prefix cache isolated from earlier runs by a per-run cache_salt ({server.adapter.label}): "
+            "hits are this run's own"
+        )
+    elif run.engine.prefix_caching:
+        flushed = server.flush_cache()
+        deadline = time.monotonic() + FLUSH_WAIT_S
+        while (
+            flushed is False and server.adapter.flush_refused_while_busy and time.monotonic() < deadline
+        ):  # SGLang refuses while a request finishes
+            time.sleep(0.25)
+            flushed = server.flush_cache()
+        if not flushed:
+            notes.append(
+                "prefix cache not flushed before the run (engine refused or endpoint disabled); "
+                "cache hits may include earlier runs' prompts"
+            )
+    return extra_body
+
+
+def _telemetry_plan(server: EngineServer, run: RunSpec, has_metrics: bool) -> tuple[dict, bool]:
+    """What a run samples during its batch: (the /metrics series, {} for none; whether the server log is tailed)."""
+    names = server.adapter.telemetry_names if has_metrics and run.telemetry else {}
+    # no /metrics: an engine that logs its scheduler's lines is read from the log kvlab launched it with
+    tails_log = run.telemetry and not names and server.adapter.log_telemetry and not server.external
+    return names, tails_log
+
+
+@dataclass
+class _Sampling:
+    """How a run's telemetry is sampled during its batch (:func:`_telemetry_plan`), and the samples it gets."""
+
+    names: dict  # the /metrics series sampled ({}: none)
+    tails_log: bool  # the server log's scheduler lines are tailed instead
+    gpus: gpu.GpuSampler
+    samples: list[tuple[float, dict, str | None]]
+
+    def start(self, server: EngineServer) -> asyncio.Task | None:
+        """The task that samples ``server`` (and the GPUs) while the batch runs; None: nothing to sample. Called in
+        the batch's event loop, just before the first send."""
+        lazy = server.adapter.telemetry_counted_once_incremented
+        if self.names:
+            return asyncio.create_task(
+                metrics.sample_during(
+                    server.base_url,
+                    self.names,
+                    self.samples,
+                    server.api_key,
+                    counted_once_incremented=lazy,
+                    gpus=self.gpus,
+                )
+            )
+        if self.tails_log:
+            # from the log's end now, just before the first send: earlier runs' lines are never read
+            return asyncio.create_task(
+                metrics.tail_log_during(
+                    server.log_path,
+                    metrics.log_size(server.log_path),
+                    self.samples,
+                    parse_line=server.adapter.telemetry_from_log,
+                    gpus=self.gpus,
+                )
+            )
+        if self.gpus.available:
+            return asyncio.create_task(metrics.sample_gpus_during(self.samples, self.gpus))
+        return None
+
+
+async def _send_sampled(
+    server: EngineServer,
+    run: RunSpec,
+    prompts: list[Prompt],
+    extra_body: dict | None,
+    sending: dict,
+    sampling: _Sampling,
+) -> BatchResult:
+    """Send the run's ``prompts`` to ``server`` (``sending``: the load's client arguments) while ``sampling``
+    samples it; the sampler is stopped when the batch ends, however it ends."""
+    w = run.workload
+    load = w.load
+    sampler = sampling.start(server)
+    try:
+        return await run_requests(
+            server.base_url,
+            _served_name(run),
+            prompts,
+            concurrency=load.concurrency if load else w.concurrency,
+            api_key=server.api_key,
+            stall_s=run.engine.stall_timeout_s,
+            ignore_eos=w.ignore_eos,
+            temperature=w.temperature,
+            seed=w.seed,
+            keep_text=w.splits_reasoning,
+            extra_body=extra_body,
+            **sending,
+        )
+    finally:
+        if sampler is not None:
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+
+
+def _telemetry_missing(server: EngineServer, run: RunSpec, sampling: _Sampling, has_metrics: bool) -> str | None:
+    """Why the run has no telemetry; None when it was sampled."""
+    if sampling.names or sampling.tails_log:
+        return None
+    if run.telemetry:
+        return _why_no_telemetry(server, has_metrics)
+    return "not sampled: the experiment sets telemetry: false"
+
+
+def _load_outcome(
+    batch: BatchResult,
+    load: loads.LoadSpec | None,
+    sending: dict,
+    schedule: loads.Schedule | None,
+    watch: loads.SaturationWatch | None,
+) -> loads.LoadOutcome | None:
+    """Under a load: its steady-state window over the batch and why sending stopped early; None without a load."""
+    if not load:
+        return None
+    return loads.LoadOutcome(
+        load,
+        loads.window_of(
+            batch.records,
+            load,
+            loads.schedule_lead_s(sending.get("start_offsets")),
+            schedule.until_s(batch.records, watch.stopped) if schedule is not None else 0.0,
+        ),
+        watch.stopped,
+    )
+
+
+def _as_stored(
+    batch: BatchResult,
+    run: RunSpec,
+    server: EngineServer,
+    outcome: loads.LoadOutcome | None,
+    n_prompts: int,
+    notes: list[str],
+) -> BatchResult:
+    """The batch as the run stores it (reasoning tokens split out, omitted cached counts as 0), ``notes`` told of
+    the load's window, unsampled telemetry, how reasoning was counted and completion counts that cannot be right."""
+    w = run.workload
+    if outcome is not None:
+        notes.append(outcome.note(n_prompts))
+    if not run.telemetry:
+        notes.append("the server was not sampled during the run (telemetry: false)")
+    if w.splits_reasoning:
+        batch, how = _split_reasoning(batch, run)
+        notes.append(how)
+    miscounted = [r for r in batch.records if r.status == "ok" and r.count_flag]
+    if miscounted:
+        notes.append(
+            f"{count(len(miscounted), 'request')} reported a completion_tokens that cannot be right (first: "
+            f"{miscounted[0].count_flag}): kept in requests.parquet with its count_flag, left out of "
+            "served_output_tokens and TPOT"
+        )
+    if server.adapter.cached_tokens_omitted_when_zero and run.engine.report_cached_tokens:
+        batch = _zero_missing_cached(batch)
+    return batch
+
+
+def _counters_after(server: EngineServer, before: dict, batch: BatchResult) -> tuple[dict, dict, list[str]]:
+    """The server's counters once they have caught up with the batch (up to COUNTER_SETTLE_S): (the counters read,
+    {} when none; their deltas from ``before``; why a read failed)."""
+    served = sum(r.prompt_tokens or 0 for r in batch.records)
+    deadline = time.monotonic() + COUNTER_SETTLE_S
+    why_after: list[str] = []
+    timeout_s = STALLED_SCRAPE_TIMEOUT_S if _stalled(batch) else metrics.SCRAPE_TIMEOUT_S
+    while True:  # the server's counters trail the last streamed chunk by a scheduler step
+        after = _scrape(server, why_after, timeout_s) if server.running() else {}
+        deltas = metrics.counter_deltas(
+            before, after, server.adapter.metric_names, server.adapter.counted_once_incremented
+        )
+        if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return after, deltas, why_after
+
+
+def _counter_notes(before: dict, after: dict, why_before: list[str], why_after: list[str]) -> list[str]:
+    """The run's note when its counters could not be read before or after it (none when both were)."""
+    if not before:
+        return [
+            "server metrics unavailable before the run: no counter deltas"
+            + (f" ({why_before[-1]})" if why_before else "")
+        ]
+    if not after:
+        return [
+            "server metrics unavailable after the run: no counter deltas" + (f" ({why_after[-1]})" if why_after else "")
+        ]
+    return []
+
+
+def _batch_failure(server: EngineServer, batch: BatchResult, run: RunSpec) -> Failure:
+    """The failure behind a batch with failed requests: the engine's own (it died or logged a fatal error), a hang,
+    else an HTTP error naming the first failed request."""
+    failure = _engine_failure(server) or _hung(batch, run)
+    if failure is None:
+        first = next(r for r in batch.records if r.status != "ok")
+        n_failed = sum(r.status != "ok" for r in batch.records)
+        failure = Failure("http_error", f"{count(n_failed, 'request')} failed; first: {first.error}")
+    return failure
+
+
 @dataclass
 class Measurement:
     """One measured batch: its requests, the server's counter deltas around it, and notes on how it was taken."""
@@ -268,6 +483,55 @@ class RunOutcome:
     status: str  # "ok" or "failed"
     server: EngineServer | None  # still serving, kept for the group's next run; None when stopped or never up
     not_started: NotStarted | None = None  # set when no attempt got a server started
+
+
+@dataclass
+class _RunAttempts:
+    """One run's attempts (LocalExecutor._run_one): what every attempt needs, and what they leave for the next one
+    and for the stored run."""
+
+    run: RunSpec
+    spec: ExperimentSpec
+    prompts: list[Prompt]
+    schedule: loads.Schedule | None
+    vocab: int
+    probing: bool  # each server started gets the accuracy probe after its warm-up
+    server: EngineServer | None  # the server the next attempt runs on (None: it starts one)
+    rows: list[dict] = field(default_factory=list)  # the ATTEMPTS rows (attempt_row)
+    logs: dict[str, EngineServer] = field(default_factory=dict)  # per attempt, the server whose log the run keeps
+    start_failed: list[bool] = field(default_factory=list)  # per attempt: did the server fail to start (not the run)?
+    measured: Measurement | None = None  # the latest attempt's measurement
+    version: str | None = None
+    failure: Failure | None = None  # the latest attempt's (None: it succeeded)
+
+    @property
+    def never_started(self) -> bool:
+        """No attempt got a server started: every one failed to start it, with a startup cause."""
+        # a run killed mid-way also leaves server None: only start failures stop the group's relaunches
+        return (
+            self.server is None
+            and all(self.start_failed)
+            and all(a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES for a in self.rows)
+        )
+
+
+def _stored_row(tries: _RunAttempts, status: str, server: ServerRecord | None) -> pl.DataFrame:
+    """The RUNS row of the run ``tries`` made (``server``: the record of its latest server start)."""
+    measured = tries.measured
+    rows = tries.rows
+    return run_row(
+        tries.run,
+        tries.prompts,
+        status,
+        len(rows),
+        tries.failure.cause if tries.failure else (rows[-2]["failure_cause"] if len(rows) > 1 else None),
+        tries.version,
+        measured.batch if measured is not None else None,
+        measured.deltas if measured is not None else {},
+        "; ".join(measured.notes if measured is not None else []),
+        kv_pool_tokens=server.kv_pool_tokens if server else None,
+        load=measured.load if measured is not None else None,
+    )
 
 
 class ServerStarts:
@@ -457,131 +721,27 @@ class LocalExecutor:
                 f"server at {run.engine.url} not launched by kvlab: its settings are as the experiment "
                 "file states them, unchecked"
             )
-        extra_body = None
-        if run.engine.prefix_caching and server.adapter.cache_salt:
-            # vLLM: every request of this run carries one new salt, which its prefix cache hashes into every
-            # block: requests of the run share their prefixes, and none hits a block an earlier run left (no
-            # development endpoint needed; the old blocks are evicted as any unused ones)
-            extra_body = {"cache_salt": secrets.token_hex(16)}
-            notes.append(
-                f"prefix cache isolated from earlier runs by a per-run cache_salt ({server.adapter.label}): "
-                "hits are this run's own"
-            )
-        elif run.engine.prefix_caching:
-            flushed = server.flush_cache()
-            deadline = time.monotonic() + FLUSH_WAIT_S
-            while (
-                flushed is False and server.adapter.flush_refused_while_busy and time.monotonic() < deadline
-            ):  # SGLang refuses while a request finishes
-                time.sleep(0.25)
-                flushed = server.flush_cache()
-            if not flushed:
-                notes.append(
-                    "prefix cache not flushed before the run (engine refused or endpoint disabled); "
-                    "cache hits may include earlier runs' prompts"
-                )
+        extra_body = _isolate_prefix_cache(server, run, notes)
         has_metrics = server.adapter.metrics_path is not None
         why_before: list[str] = []
         before = _scrape(server, why_before) if has_metrics else {}
-        w = run.workload
-        names = server.adapter.telemetry_names if has_metrics and run.telemetry else {}
-        # no /metrics: an engine that logs its scheduler's lines is read from the log kvlab launched it with
-        tails_log = run.telemetry and not names and server.adapter.log_telemetry and not server.external
+        names, tails_log = _telemetry_plan(server, run, has_metrics)
         samples: list[tuple[float, dict, str | None]] = []
-        load = w.load
+        load = run.workload.load
         watch = loads.SaturationWatch(load, run.slo.ttft_ms if run.slo else None, samples) if load else None
 
         gpus = gpu.GpuSampler().open()  # NVML: every GPU on the same grid (or why not: a host without NVML)
+        sampling = _Sampling(names, tails_log, gpus, samples)
 
         sending = loads.client_args(load, prompts, watch, schedule) if load else {}
-
-        async def measured() -> BatchResult:
-            lazy = server.adapter.telemetry_counted_once_incremented
-            sampler = (
-                asyncio.create_task(
-                    metrics.sample_during(
-                        server.base_url, names, samples, server.api_key, counted_once_incremented=lazy, gpus=gpus
-                    )
-                )
-                if names
-                # from the log's end now, just before the first send: earlier runs' lines are never read
-                else asyncio.create_task(
-                    metrics.tail_log_during(
-                        server.log_path,
-                        metrics.log_size(server.log_path),
-                        samples,
-                        parse_line=server.adapter.telemetry_from_log,
-                        gpus=gpus,
-                    )
-                )
-                if tails_log
-                else asyncio.create_task(metrics.sample_gpus_during(samples, gpus))
-                if gpus.available
-                else None
-            )
-            try:
-                return await run_requests(
-                    server.base_url,
-                    _served_name(run),
-                    prompts,
-                    concurrency=load.concurrency if load else w.concurrency,
-                    api_key=server.api_key,
-                    stall_s=run.engine.stall_timeout_s,
-                    ignore_eos=w.ignore_eos,
-                    temperature=w.temperature,
-                    seed=w.seed,
-                    keep_text=w.splits_reasoning,
-                    extra_body=extra_body,
-                    **sending,
-                )
-            finally:
-                if sampler is not None:
-                    sampler.cancel()
-                    await asyncio.gather(sampler, return_exceptions=True)
-
         try:
-            batch = asyncio.run(measured())
+            batch = asyncio.run(_send_sampled(server, run, prompts, extra_body, sending, sampling))
         finally:
             gpus.close()
         gpu_info = gpus.describe()
-        missing = (
-            None
-            if names or tails_log
-            else _why_no_telemetry(server, has_metrics)
-            if run.telemetry
-            else "not sampled: the experiment sets telemetry: false"
-        )
-        source = "log" if tails_log else "metrics"
-        outcome = (
-            loads.LoadOutcome(
-                load,
-                loads.window_of(
-                    batch.records,
-                    load,
-                    loads.schedule_lead_s(sending.get("start_offsets")),
-                    schedule.until_s(batch.records, watch.stopped) if schedule is not None else 0.0,
-                ),
-                watch.stopped,
-            )
-            if load
-            else None
-        )
-        if outcome is not None:
-            notes.append(outcome.note(len(prompts)))
-        if not run.telemetry:
-            notes.append("the server was not sampled during the run (telemetry: false)")
-        if w.splits_reasoning:
-            batch, how = _split_reasoning(batch, run)
-            notes.append(how)
-        miscounted = [r for r in batch.records if r.status == "ok" and r.count_flag]
-        if miscounted:
-            notes.append(
-                f"{count(len(miscounted), 'request')} reported a completion_tokens that cannot be right (first: "
-                f"{miscounted[0].count_flag}): kept in requests.parquet with its count_flag, left out of "
-                "served_output_tokens and TPOT"
-            )
-        if server.adapter.cached_tokens_omitted_when_zero and run.engine.report_cached_tokens:
-            batch = _zero_missing_cached(batch)
+        missing = _telemetry_missing(server, run, sampling, has_metrics)
+        outcome = _load_outcome(batch, load, sending, schedule, watch)
+        batch = _as_stored(batch, run, server, outcome, len(prompts), notes)
         if not has_metrics:
             return Measurement(
                 batch,
@@ -590,31 +750,11 @@ class LocalExecutor:
                 samples if tails_log or gpus.available else None,
                 missing,
                 outcome,
-                source,
+                "log" if tails_log else "metrics",
                 gpu_info,
             )
-        served = sum(r.prompt_tokens or 0 for r in batch.records)
-        deadline = time.monotonic() + COUNTER_SETTLE_S
-        why_after: list[str] = []
-        timeout_s = STALLED_SCRAPE_TIMEOUT_S if _stalled(batch) else metrics.SCRAPE_TIMEOUT_S
-        while True:  # the server's counters trail the last streamed chunk by a scheduler step
-            after = _scrape(server, why_after, timeout_s) if server.running() else {}
-            deltas = metrics.counter_deltas(
-                before, after, server.adapter.metric_names, server.adapter.counted_once_incremented
-            )
-            if not after or (deltas.get("prompt_tokens") or 0) >= served or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        if not before:
-            notes.append(
-                "server metrics unavailable before the run: no counter deltas"
-                + (f" ({why_before[-1]})" if why_before else "")
-            )
-        elif not after:
-            notes.append(
-                "server metrics unavailable after the run: no counter deltas"
-                + (f" ({why_after[-1]})" if why_after else "")
-            )
+        after, deltas, why_after = _counters_after(server, before, batch)
+        notes += _counter_notes(before, after, why_before, why_after)
         return Measurement(
             batch, deltas, notes, samples if names or gpus.available else None, missing, outcome, gpus=gpu_info
         )
@@ -632,94 +772,105 @@ class LocalExecutor:
         """Measure one run with its retries on ``server`` (None: start one) and store it; ``probing``: each server it
         starts gets the accuracy probe after its warm-up (:meth:`_probe`)."""
         spec = campaign.specs[run.experiment]
-        retry = spec.retry
         prompts, schedule = sending_for(run, vocab)
-        attempts: list[dict] = []
-        batch, deltas, notes, version, failure = None, {}, [], None, None
-        measured = None
-        logs: dict[str, EngineServer] = {}  # per attempt, the server whose log the run keeps
-        start_failed: list[bool] = []  # per attempt: did the server fail to start (not the run on it)?
-        for n in range(1, retry.max_attempts + 1):
-            t = time.perf_counter()
-            failure, at_start = None, False
-            try:
-                if server is None or not server.running():
-                    if server is not None:
-                        server.stop()
-                    result.server_starts += 1
-                    server = starts.server(run, n)
-                    logs[f"server-attempt{n}.log"] = server
-                    starts.start(server, run)
-                    if spec.warmup:
-                        self._warmup(server, run, vocab)
-                    if probing:
-                        self._probe(starts, server, run)
-                elif run.experiment not in starts.current.experiments:  # a server shared across experiments
-                    starts.current.experiments.append(run.experiment)
-                logs[f"server-attempt{n}.log"] = server
-                version = version or server.version()
-                measured = self._measure(server, run, prompts, schedule)
-                batch, deltas, notes = measured.batch, measured.deltas, measured.notes
-                if not batch.ok:
-                    failure = _engine_failure(server) or _hung(batch, run)
-                    if failure is None:
-                        first = next(r for r in batch.records if r.status != "ok")
-                        n_failed = sum(r.status != "ok" for r in batch.records)
-                        failure = Failure("http_error", f"{count(n_failed, 'request')} failed; first: {first.error}")
-            except ServerError as exc:
-                failure = exc.failure
-                server, at_start = None, True
-            start_failed.append(at_start)
-            elapsed = time.perf_counter() - t
-            result.attempts += 1
-            result.experiments[run.experiment].attempts += 1
-            retrying = failure is not None and failure.cause in retry.retry_on and n < retry.max_attempts
-            attempts.append(attempt_row(run, n, failure, elapsed, retry.backoff(n) if retrying else None))
-            if server is not None and failure is not None and failure.cause != "http_error":
-                server.stop()  # a crashed or hung engine serves no further run: the next one starts a new server
-                server = None
-            if failure is None or not retrying:
+        tries = _RunAttempts(run, spec, prompts, schedule, vocab, probing, server)
+        for n in range(1, spec.retry.max_attempts + 1):
+            if not self._attempt(tries, n, starts, result):
                 break
-            self.sleep(retry.backoff(n))
-        status = "ok" if failure is None else "failed"
-        row = run_row(
-            run,
-            prompts,
+        path, status = self._store(campaign, starts, tries, result)
+        return RunOutcome(
+            path,
             status,
-            len(attempts),
-            failure.cause if failure else (attempts[-2]["failure_cause"] if len(attempts) > 1 else None),
-            version,
-            batch,
-            deltas,
-            "; ".join(notes),
-            kv_pool_tokens=starts.current.kv_pool_tokens if starts.current else None,
-            load=measured.load if measured is not None else None,
+            tries.server,
+            NotStarted(tries.rows[-1]["failure_cause"], path.name) if tries.never_started else None,
         )
+
+    def _attempt(self, tries: _RunAttempts, n: int, starts: ServerStarts, result: SweepResult) -> bool:
+        """Make attempt ``n`` of ``tries``' run and record it; True when the run is to be tried again (after the
+        retry's backoff, slept here)."""
+        retry = tries.spec.retry
+        t = time.perf_counter()
+        at_start = False
+        try:
+            failure = self._try(tries, n, starts, result)
+        except ServerError as exc:
+            failure = exc.failure
+            tries.server, at_start = None, True
+        tries.failure = failure
+        tries.start_failed.append(at_start)
+        elapsed = time.perf_counter() - t
+        result.attempts += 1
+        result.experiments[tries.run.experiment].attempts += 1
+        retrying = failure is not None and failure.cause in retry.retry_on and n < retry.max_attempts
+        tries.rows.append(attempt_row(tries.run, n, failure, elapsed, retry.backoff(n) if retrying else None))
+        if tries.server is not None and failure is not None and failure.cause != "http_error":
+            tries.server.stop()  # a crashed or hung engine serves no further run: the next one starts a new server
+            tries.server = None
+        if failure is None or not retrying:
+            return False
+        self.sleep(retry.backoff(n))
+        return True
+
+    def _try(self, tries: _RunAttempts, n: int, starts: ServerStarts, result: SweepResult) -> Failure | None:
+        """Attempt ``n``'s measurement on a ready server, and its failure (None: every request succeeded); a server
+        that fails to start raises ServerError."""
+        server = self._ready_server(tries, n, starts, result)
+        tries.logs[f"server-attempt{n}.log"] = server
+        tries.version = tries.version or server.version()
+        tries.measured = self._measure(server, tries.run, tries.prompts, tries.schedule)
+        batch = tries.measured.batch
+        return None if batch.ok else _batch_failure(server, batch, tries.run)
+
+    def _ready_server(self, tries: _RunAttempts, n: int, starts: ServerStarts, result: SweepResult) -> EngineServer:
+        """The server attempt ``n`` runs on: the one ``tries`` holds while it runs, else a new one, started, warmed
+        up and probed as the run's experiment asks (``tries.server`` is set as soon as it is launched)."""
+        server = tries.server
+        if server is None or not server.running():
+            if server is not None:
+                server.stop()
+            result.server_starts += 1
+            server = tries.server = starts.server(tries.run, n)
+            tries.logs[f"server-attempt{n}.log"] = server
+            starts.start(server, tries.run)
+            if tries.spec.warmup:
+                self._warmup(server, tries.run, tries.vocab)
+            if tries.probing:
+                self._probe(starts, server, tries.run)
+        elif tries.run.experiment not in starts.current.experiments:  # a server shared across experiments
+            starts.current.experiments.append(tries.run.experiment)
+        return server
+
+    def _store(
+        self, campaign: Campaign, starts: ServerStarts, tries: _RunAttempts, result: SweepResult
+    ) -> tuple[Path, str]:
+        """Store the run its attempts measured (its row, requests, attempts, server logs and telemetry) as one
+        folder: (its path, its status). A full disk stops the sweep (campaign.disk_full), the run not stored."""
+        run, measured = tries.run, tries.measured
+        status = "ok" if tries.failure is None else "failed"
+        row = _stored_row(tries, status, starts.current)
+        batch = measured.batch if measured is not None else None
         requests = request_rows(batch.records, run.key) if batch else None
         try:
-            recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in logs.items()}
+            recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in tries.logs.items()}
             files = {name: path for name, path in recorded.items() if path}
             if measured is not None:
                 files |= write_telemetry(starts.log_dir / f"telemetry-{run.key}", measured)
             path = campaign.write_run(
-                run, row, requests, pl.DataFrame(attempts), files, argv=starts.current.argv if starts.current else None
+                run,
+                row,
+                requests,
+                pl.DataFrame(tries.rows),
+                files,
+                argv=starts.current.argv if starts.current else None,
             )
         except Exception as exc:  # ENOSPC/EDQUOT: the run fails with cause disk_full, is not stored, the sweep stops
             if not is_disk_full(exc):
                 raise
-            if server is not None:
-                server.stop()
+            if tries.server is not None:
+                tries.server.stop()
             raise campaign.disk_full(run, exc, result) from None
         campaign.stored(run, path, status, result)
-        # a run killed mid-way also leaves server None: only start failures stop the group's relaunches
-        never_started = (
-            server is None
-            and all(start_failed)
-            and all(a["status"] == "failed" and a["failure_cause"] in STARTUP_CAUSES for a in attempts)
-        )
-        return RunOutcome(
-            path, status, server, NotStarted(attempts[-1]["failure_cause"], path.name) if never_started else None
-        )
+        return path, status
 
     def _record_not_started(self, campaign: Campaign, run: RunSpec, start: NotStarted, result: SweepResult) -> Path:
         note = (

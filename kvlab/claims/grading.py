@@ -318,50 +318,15 @@ def measured_difference(
             scope=scope,
             limit=NOTHING_MEASURED,
         )
-    if difference:
-        value, spread = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo)
-    else:
-        value = first.mid / second.mid if second.mid else math.inf
-        spread = (first.lo / second.hi, first.hi / second.lo) if second.lo > 0 else None
-        unit = "×"
+    value, spread, unit = _compared(first, second, difference, unit)
     n = min(first.n, second.n)
     label = f"{what}: " if what else ""
-    if first.unranged or second.unranged:
-        spread = None
-    if n < MIN_REPEATS:
+    undecided = _undecided(first, second, n, label)
+    if undecided is not None:
+        reason, limit = undecided
+        # an unranged side has no spread (_compared), so a NO_RANGE grade carries none
         return Grade(
-            "inconclusive",
-            "measured",
-            f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} repeats a measured difference needs",
-            value=value,
-            unit=unit,
-            n=n,
-            spread=spread,
-            scope=scope,
-            limit=FEW_REPEATS,
-        )
-    if first.unranged or second.unranged:
-        return Grade(
-            "inconclusive",
-            "measured",
-            f"{label}n={n}, but the min–max range of the repeats is not recorded, so nothing shows the ranges apart",
-            value=value,
-            unit=unit,
-            n=n,
-            scope=scope,
-            limit=NO_RANGE,
-        )
-    if first.lo <= second.hi and second.lo <= first.hi:
-        return Grade(
-            "inconclusive",
-            "measured",
-            f"{label}the min–max ranges of the {n}+ repeats of each side overlap: the difference is within the spread",
-            value=value,
-            unit=unit,
-            n=n,
-            spread=spread,
-            scope=scope,
-            limit=WITHIN_SPREAD,
+            "inconclusive", "measured", reason, value=value, unit=unit, n=n, spread=spread, scope=scope, limit=limit
         )
     observed = "higher" if first.lo > second.hi else "lower"
     return Grade(
@@ -374,6 +339,43 @@ def measured_difference(
         spread=spread,
         scope=scope,
     )
+
+
+def _compared(
+    first: Repeats, second: Repeats, difference: bool, unit: str
+) -> tuple[float, tuple[float, float] | None, str]:
+    """(value, spread, unit) of ``first`` against ``second`` (both measured), as :func:`measured_difference` states
+    them: their difference in ``unit``, or their ratio in "×"; no spread where either side is unranged."""
+    if difference:
+        value, spread = first.mid - second.mid, (first.lo - second.hi, first.hi - second.lo)
+    else:
+        value = first.mid / second.mid if second.mid else math.inf
+        spread = (first.lo / second.hi, first.hi / second.lo) if second.lo > 0 else None
+        unit = "×"
+    if first.unranged or second.unranged:
+        spread = None
+    return value, spread, unit
+
+
+def _undecided(first: Repeats, second: Repeats, n: int, label: str) -> tuple[str, str] | None:
+    """Why rule 2 cannot decide between ``first`` and ``second`` (``n``: the fewer repeats; ``label``: the reason's
+    lead), as (reason, limit): too few repeats, a range not recorded, ranges that overlap; None when it decides."""
+    if n < MIN_REPEATS:
+        return (
+            f"{label}n={n} on the smaller side, fewer than the {MIN_REPEATS} repeats a measured difference needs",
+            FEW_REPEATS,
+        )
+    if first.unranged or second.unranged:
+        return (
+            f"{label}n={n}, but the min–max range of the repeats is not recorded, so nothing shows the ranges apart",
+            NO_RANGE,
+        )
+    if first.lo <= second.hi and second.lo <= first.hi:
+        return (
+            f"{label}the min–max ranges of the {n}+ repeats of each side overlap: the difference is within the spread",
+            WITHIN_SPREAD,
+        )
+    return None
 
 
 def combined(grades: Sequence[Grade]) -> Grade:
