@@ -1,17 +1,39 @@
-"""Report 07's reductions and verdicts on the SYNTHETIC capacity runs of tests/notebook_data.py (CAPACITY: made up,
-with hand-computable numbers; not measured): telemetry read back from the run folders, each load point against its
-concurrency ceiling, where queueing begins, the map, the verdicts and their headline, the figures' labels."""
+"""Report 07 in its folder (kvlab/studies/capacity/): its reductions and verdicts on the SYNTHETIC capacity runs of
+tests/notebook_data.py (CAPACITY: made up, with hand-computable numbers; not measured): telemetry read back from the
+run folders, each load point against its concurrency ceiling, where queueing begins, the map, the verdicts and their
+headline, the figures' labels; its typed result's JSON round trip; and the words and figures drawn from its verdicts
+(issue 53: no leader where the verdict does not decide, modelled numbers with their ranges, runs counted as runs,
+CPU contexts by their real tokens, a telemetry figure legible on a phone, the page within the prose limits)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 import pytest
 from notebook_data import capacity_frames, write_capacity_probes, write_capacity_runs
 
-from kvlab import analysis, narrative, plots, store, verdicts
-from kvlab.claims import capacity
+from kvlab import plots, store, verdicts
+from kvlab.analysis import probe_comparison, probe_summary
+from kvlab.studies.capacity import checks as capacity
+from kvlab.studies.capacity import figures, words
+from kvlab.studies.capacity import frames as analysis
+
+
+EMPTY = pl.DataFrame()
+
+
+def verdicts_of(curve: pl.DataFrame, points: pl.DataFrame, gmap: pl.DataFrame) -> tuple:
+    return capacity.capacity_verdicts(capacity.Evidence(curve, points, gmap, analysis.modelled_ceilings()))
+
+
+def map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame):
+    return capacity.map_check(capacity.Evidence(curve, EMPTY, gmap, EMPTY))
+
+
+def ceiling_verdict(points: pl.DataFrame):
+    return capacity.ceiling_check(capacity.Evidence(EMPTY, points, EMPTY, EMPTY))
 
 
 #: Telemetry of no run (the store's frame when no run folder holds a telemetry.csv).
@@ -90,8 +112,6 @@ def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemptio
     """A sampled run whose engine exported no preemption counter (SGLang's appears only after its first retraction)
     has no preemption series: 07 says "not available" there, never "none"; where the series was sampled and never
     rose it says "none"."""
-    from kvlab import narrative
-
     _, points, _, _ = frames
     no_series = points.with_columns(
         pl.when(pl.col("engine") == "sglang").then(None).otherwise(pl.col("preemptions")).alias("preemptions")
@@ -105,18 +125,18 @@ def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemptio
         None,
     )
     assert _row(onset, "vllm", 1024, 0.95)["preemptions_seen"] is True
-    shown = narrative.onset_table(onset.to_dicts()).frame.select(
+    shown = words.onset_table(onset.to_dicts()).frame.select(
         "configuration", "context", "memory setting", "requests waited from", "preempted from"
     )
     assert shown.rows() == [
-        ("SGLang TP1", "64K (1,024 tok)", 0.92, "none", "not available"),
-        ("vLLM TP1", "64K (1,024 tok)", 0.92, "none", "none"),
-        ("SGLang TP1", "64K (1,024 tok)", 0.95, "none", "not available"),
-        ("vLLM TP1", "64K (1,024 tok)", 0.95, "none", "none"),
-        ("SGLang TP1", "200K (3,200 tok)", 0.92, "4 in flight", "not available"),
-        ("vLLM TP1", "200K (3,200 tok)", 0.92, "4 in flight", "4 in flight"),
-        ("SGLang TP1", "200K (3,200 tok)", 0.95, "none", "not available"),
-        ("vLLM TP1", "200K (3,200 tok)", 0.95, "none", "none"),
+        ("SGLang TP1", "1,024 tokens (scaled 64K)", 0.92, "none", "not available"),
+        ("vLLM TP1", "1,024 tokens (scaled 64K)", 0.92, "none", "none"),
+        ("SGLang TP1", "1,024 tokens (scaled 64K)", 0.95, "none", "not available"),
+        ("vLLM TP1", "1,024 tokens (scaled 64K)", 0.95, "none", "none"),
+        ("SGLang TP1", "3,200 tokens (scaled 200K)", 0.92, "4 in flight", "not available"),
+        ("vLLM TP1", "3,200 tokens (scaled 200K)", 0.92, "4 in flight", "4 in flight"),
+        ("SGLang TP1", "3,200 tokens (scaled 200K)", 0.95, "none", "not available"),
+        ("vLLM TP1", "3,200 tokens (scaled 200K)", 0.95, "none", "none"),
     ]
 
 
@@ -230,7 +250,7 @@ def test_the_highest_load_within_the_slo_and_the_map(frames):
 
 def test_the_capacity_verdicts_follow_the_grading_rules(frames):
     curve, points, _, gmap = frames
-    got = capacity.capacity_verdicts(curve, points, gmap, capacity.modelled_ceilings())
+    got = verdicts_of(curve, points, gmap)
     assert [(v.claim_id, v.outcome, v.evidence, v.value, v.n, v.spread) for v in got] == [
         # each run records its server's pool: 20,480 // 1,024 = 20 against 8 (2.5x), 6 against 2 (3x); but the pool is
         # the KV budget the experiment file sets per memory setting (8 MiB at 0.92, 20 MiB at 0.95): configuration,
@@ -253,26 +273,31 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
     assert got[3].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
     assert {v.family for v in got} == {"own"}
     assert got[1].number == (
-        "2 of 2 load points past the ceiling queued (e.g. SGLang at 200K (3,200 tok), 4 in "
-        "flight against a ceiling of 2: up to 2 waiting); 0 of 22 below or at it"
+        "2 of 2 runs past the ceiling queued (e.g. SGLang at 3,200 tokens (scaled 200K), 4 in "
+        "flight against a ceiling of 2: up to 2 waiting); 0 of 22 at or under it"
     )
-    assert got[2].number.endswith("vLLM ahead at 3 of 4 context × memory settings")
+    # a verdict that cannot decide names no leader: the ratio where load plays no part, not "vLLM ahead at 3 of 4"
+    assert (
+        got[2].number == "goodput ratio 2.0× at 1 in flight (the lowest load measured), 1,024 tokens (scaled 64K), 0.92"
+    )
+    # every modelled ceiling with its range over the KV format and MLA width (report 04's 11–25 / 12–28 / 51–116 /
+    # 58–131)
     assert got[3].number == (
-        "vLLM TP8 at 0.92: 11; vLLM TP8 at 0.95: 12 (fails the memory check); SGLang TP8+DCP8 "
-        "at 0.92: 51; SGLang TP8+DCP8 at 0.95: 58 (fails the memory check) requests at 200K"
+        "vLLM TP8 at 0.92: 11–25; vLLM TP8 at 0.95: 12–28 (flagged by the memory check); SGLang TP8+DCP8 "
+        "at 0.92: 51–116; SGLang TP8+DCP8 at 0.95: 58–131 (flagged by the memory check) requests at 200K (ranges "
+        "over KV format BF16/FP8/packed FP8 MLA × MLA width 576/512)"
     )
     # on GPU runs the map is graded by rule 2: its cells' winners differ, so inconclusive (signs mixed)
     gpu = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
-    v = capacity.map_verdict(gpu, gmap.with_columns(pl.lit("8x B300").alias("hardware")))
+    v = map_verdict(gpu, gmap.with_columns(pl.lit("8x B300").alias("hardware")))
     assert (v.outcome, v.reason.split(" (")[0]) == ("inconclusive", "signs mixed across engines or metrics")
     # nothing stored: nothing measured can be decided, and says why
     empty = curve.clear()
     no_info = pl.DataFrame(schema={"run_id": pl.String, "available": pl.Boolean, "reason": pl.String})
-    none = capacity.capacity_verdicts(
+    none = verdicts_of(
         empty,
         analysis.capacity_points(empty, NO_SAMPLES, no_info),
         analysis.goodput_map(analysis.highest_load_within_slo(empty)),
-        capacity.modelled_ceilings(),
     )
     assert [(v.outcome, v.reason) for v in none[:3]] == [
         ("cannot be tested here", "no engine measured at two memory settings with a reported KV pool"),
@@ -292,18 +317,18 @@ def test_the_ceiling_against_the_memory_setting_counts_repeats_not_load_steps(fr
         pl.lit("8x B300").alias("hardware"),
     )
     three = pl.concat([gpu.with_columns(pl.lit(k, dtype=points["repeat"].dtype).alias("repeat")) for k in range(3)])
-    v = capacity.ceiling_verdict(three)
+    v = ceiling_verdict(three)
     assert (v.outcome, v.value, v.n, v.spread) == ("reproduced", 2.5, 3, (2.5, 2.5))
     # the same repeats on the CPU form, whose pools are the file's KV budgets: configuration, whatever the repeats
     cpu = pl.concat([points.with_columns(pl.lit(k, dtype=points["repeat"].dtype).alias("repeat")) for k in range(3)])
-    assert (capacity.ceiling_verdict(cpu).outcome, capacity.ceiling_verdict(cpu).n) == ("configured", 3)
+    assert (ceiling_verdict(cpu).outcome, ceiling_verdict(cpu).n) == ("configured", 3)
     two = three.filter(pl.col("repeat") < 2)  # six rows a side, two repeats
-    assert (capacity.ceiling_verdict(two).outcome, capacity.ceiling_verdict(two).n) == ("inconclusive", 2)
+    assert (ceiling_verdict(two).outcome, ceiling_verdict(two).n) == ("inconclusive", 2)
 
 
 def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(frames):
     curve, points, _, gmap = frames
-    got = capacity.capacity_verdicts(curve, points, gmap, capacity.modelled_ceilings())
+    got = verdicts_of(curve, points, gmap)
     first, holds, cannot = verdicts.headline(got)
     assert first.startswith(
         "**The documents make no claim this page tests**; it asks its own: “A higher memory setting raises"
@@ -328,15 +353,15 @@ def test_the_capacity_figures_say_measured_or_modelled(frames):
     alts = [
         plots.alt_text(f)
         for f in (
-            plots.capacity_pareto_figure(curve),
-            plots.capacity_ceiling_figure(points),
-            plots.capacity_map_figure(gmap),
-            plots.modelled_ceiling_figure(capacity.modelled_ceilings()),
+            figures.capacity_pareto_figure(curve),
+            figures.capacity_ceiling_figure(points),
+            figures.capacity_map_figure(gmap, map_verdict(curve, gmap)),
+            figures.modelled_ceiling_figure(analysis.modelled_ceilings()),
         )
     ]
     assert all(a.count("measured: ") == 4 for a in alts[:2])  # one panel per context x memory setting
-    assert alts[2].startswith("measured: the engine with the higher goodput within the SLO")
-    assert alts[3].startswith("modelled: Kimi-K3 on 8× B300, concurrency ceiling (sequences the KV pool holds)")
+    assert alts[2].startswith("measured: goodput within the SLO (not decidable on this host)")  # CPU: no leader
+    assert alts[3].startswith("modelled: Kimi-K3 on 8× B300, concurrency ceiling")
 
 
 def test_the_synthetic_capacity_frames_are_labelled_and_consistent():
@@ -357,14 +382,14 @@ def probes(tmp_path_factory):
 
 def test_the_probe_summary_compares_each_configuration_with_its_engines_first(probes):
     assert probes.height == 4 * 8 and probes["order"].unique().sort().to_list() == [0, 1, 2, 3]
-    summary = analysis.probe_summary(probes)
+    summary = probe_summary(probes)
     assert summary.select("engine", "mem_util", "role", "reference_key", "probe", "first_diff", "near_ties").rows() == [
         ("sglang", 0.92, "reference", "sglang0.92", "reference", None, 0),
         ("sglang", 0.95, "compared", "sglang0.92", "differs from token 3 (8 of 8 prompts)", 3, 0),
         ("vllm", 0.92, "reference", "vllm0.92", "reference", None, 0),
         ("vllm", 0.95, "compared", "vllm0.92", "differs only at near-ties (8 of 8 prompts)", None, 8),
     ]
-    cmp = analysis.probe_comparison(probes).filter(pl.col("server_key") == "vllm0.95").row(0, named=True)
+    cmp = probe_comparison(probes).filter(pl.col("server_key") == "vllm0.95").row(0, named=True)
     assert (cmp["outcome"], cmp["first_diff"], cmp["margin_at_diff"], cmp["compared"], cmp["k"]) == (
         "differs at a near-tie",
         7,
@@ -376,7 +401,7 @@ def test_the_probe_summary_compares_each_configuration_with_its_engines_first(pr
 
 def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(frames, probes):
     curve, _, best, plain = frames
-    gmap = analysis.goodput_map(best, analysis.probe_summary(probes))
+    gmap = analysis.goodput_map(best, probe_summary(probes))
     assert gmap.select(
         "context_tokens",
         "mem_util",
@@ -410,29 +435,32 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
     # without probe data every configuration says so; the winners and margins are the map's as before
     assert set(plain["winner_probe"]) == set(plain["runner_up_probe"]) == {"not probed"}
     assert gmap.select("winner", "margin").equals(plain.select("winner", "margin"))
-    # the map's table names the configuration in its cell, its caption and the verdict say why it cannot stand on it
-    from kvlab import narrative
-
-    cell = narrative.map_table(gmap.to_dicts()).frame.row(3, named=True)
-    assert cell["higher goodput"] == "SGLang TP1 — its output differs (probe: differs from token 3 (8 of 8 prompts))"
-    assert cell["accuracy probe (winner / runner-up)"] == (
+    # the map's verdict cannot decide on a CPU: its table names no engine with more goodput, only both sides' goodput,
+    # and its caption and the verdict name the configuration whose output differs
+    v = map_verdict(curve, gmap)
+    cell = words.map_table(gmap.to_dicts(), v).frame.row(3, named=True)
+    assert "higher goodput" not in cell
+    assert cell["goodput (req/s) at each engine's highest load within the SLO"] == (
+        "SGLang TP1 1.0 at 4 in flight; vLLM TP1 0.80 at 4 in flight"
+    )
+    assert cell["accuracy probe (higher / lower)"] == (
         "differs from token 3 (8 of 8 prompts) / differs only at near-ties (8 of 8 prompts)"
     )
-    said = "the winner at 200K (3,200 tok), 0.95 (SGLang TP1) differs from token 3 (8 of 8 prompts)"
-    assert f"**Accuracy probe: {said}** of its engine's reference configuration" in narrative.map_caption(
-        gmap.to_dicts()
+    said = "SGLang TP1 at 3,200 tokens (scaled 200K), memory setting 0.95 differs from token 3 (8 of 8 prompts)"
+    assert f"**Accuracy probe: {said}** from its engine's reference configuration" in words.map_caption(
+        gmap.to_dicts(), v
     )
-    v = capacity.map_verdict(curve, gmap)
+    named = "the configuration with more goodput at 3,200 tokens (scaled 200K), 0.95 (SGLang TP1)"
     assert v.outcome == "cannot be tested here" and v.reason.startswith(
-        f"{said} in the accuracy probe against its engine's reference configuration: fast, but not computing what the "
-        "reference computes, so the map does not stand on it; "
+        f"{named} differs from token 3 (8 of 8 prompts) in the accuracy probe against its engine's reference "
+        "configuration: fast, but not computing what the reference computes, so the map does not stand on it; "
     )
-    unprobed = capacity.map_verdict(curve, plain)
+    unprobed = map_verdict(curve, plain)
     assert unprobed.reason.endswith(
-        "; the winners' greedy outputs were not probed (probe: true in the experiment file compares them)"
+        "; the configurations' greedy outputs were not probed (probe: true in the experiment file compares them)"
     )
-    assert "not probed" in narrative.map_caption(plain.to_dicts())
-    assert plots.alt_text(plots.capacity_map_figure(gmap)).startswith("measured: the engine with the higher goodput")
+    assert "not probed" in words.map_caption(plain.to_dicts(), unprobed)
+    assert plots.alt_text(figures.capacity_map_figure(gmap, v)).startswith("measured: goodput within the SLO")
     # on GPU runs a map that would stand is inconclusive while a winner's output differs
     gpu_curve = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
     three = gmap.filter(pl.col("winner") == "vllm").with_columns(
@@ -444,8 +472,8 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
         (pl.col("runner_up_goodput_requests_per_s") * 0.98).alias("runner_up_goodput_min"),
         (pl.col("runner_up_goodput_requests_per_s") * 1.02).alias("runner_up_goodput_max"),
     )
-    stands = capacity.map_verdict(gpu_curve, three)
-    flagged = capacity.map_verdict(
+    stands = map_verdict(gpu_curve, three)
+    flagged = map_verdict(
         gpu_curve,
         three.with_columns(
             (pl.col("mem_util") == 0.95).alias("winner_differs"),
@@ -457,15 +485,17 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
     )
     assert (stands.outcome, flagged.outcome) == ("reproduced", "inconclusive")
     assert flagged.reason.startswith(
-        "the winner at 64K (1,024 tok), 0.95 (vLLM TP1) differs from token 2 (1 of 8 prompts) in the accuracy probe"
+        "the configuration with more goodput at 1,024 tokens (scaled 64K), 0.95 (vLLM TP1) differs from token 2 (1 of "
+        "8 prompts) in the accuracy probe"
     )
     assert stands.reason.endswith(
-        "; no winner's greedy output differed clearly from its engine's reference configuration in the accuracy probe"
+        "; no configuration's greedy output differed clearly from its engine's reference configuration in the "
+        "accuracy probe"
     )
 
 
 def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data, frames):
-    from kvlab.studies.capacity import MIN_LINE_SAMPLES, telemetry_over_time
+    from kvlab.studies.capacity.frames import MIN_LINE_SAMPLES, telemetry_over_time
 
     _, points, _, _ = frames
     samples = store.load_telemetry(data)
@@ -492,20 +522,31 @@ def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data
     per_run = tel.unique("run_id").sort("run_id")
     assert per_run.filter(~pl.col("line"))[["run_id", "samples"]].rows() == [("cap00", 2), ("cap01", 1)]
     assert MIN_LINE_SAMPLES == 3
-    fig = plots.capacity_telemetry_figure(tel)
-    axes = fig.get_axes()
-    assert len(axes) == 8 * 3  # 2 engines x 2 contexts x 2 settings, 3 gauges each
-    drawn = [ln for ax in axes for ln in ax.get_lines()]
+    # one small figure per context x memory setting (issue 53: 24 panels printed 4.8 cm wide), 3 gauges stacked
+    settings = figures.telemetry_settings(tel)
+    assert [(c, m) for c, _, m in settings] == [(1024, 0.92), (1024, 0.95), (3200, 0.92), (3200, 0.95)]
+    figs = [
+        figures.capacity_telemetry_figure(tel.filter((pl.col("context_tokens") == c) & (pl.col("mem_util") == m)))
+        for c, _, m in settings
+    ]
+    assert all(len(f.get_axes()) == 3 for f in figs)
+    # legible at 390 px: drawn at most 5 inches (500 px) wide and taller than wide, so a phone shrinks it at most
+    # to ~0.78 and the 7.5-pt legend stays ~8 px; at 1280 px it is shown at its natural 480 px
+    assert all(f.get_size_inches()[0] <= 5.0 < f.get_size_inches()[1] for f in figs)
+    drawn = [ln for f in figs for ax in f.get_axes() for ln in ax.get_lines()]
     dots = [ln for ln in drawn if ln.get_linestyle() == "None"]
     assert len(drawn) == 24 * 3 and len(dots) == 2 * 3 and len(drawn) - len(dots) == 66
     assert sorted(len(ln.get_xdata()) for ln in dots) == [1, 1, 1, 2, 2, 2]
-    legend = [t.get_text() for ax in axes if ax.get_legend() for t in ax.get_legend().get_texts()]
-    assert "1 in flight (2 samples)" in legend and "2 in flight (1 sample)" in legend
-    assert legend.count("4 in flight (5 samples)") == 8  # one legend per configuration
+    legend = [t.get_text() for f in figs for lg in f.legends for t in lg.get_texts()]
+    assert "vLLM, 1 in flight (2 samples)" in legend and "vLLM, 2 in flight (1 sample)" in legend
+    assert legend.count("SGLang, 4 in flight (5 samples)") == 4  # one legend per figure
+    titles = [f.get_axes()[0].get_title(loc="left") for f in figs]
+    assert titles[0] == "measured: 1,024 tokens (scaled 64K), memory setting 0.92"  # the real tokens first
     series = tel.unique("run_id", maintain_order=True)
-    caption = narrative.telemetry_caption(series.to_dicts(), MIN_LINE_SAMPLES)
-    assert "24 drawn" in caption and "2 series with fewer than 3 samples" in caption
-    assert "fewer than" not in narrative.telemetry_caption(full.unique("run_id").to_dicts(), MIN_LINE_SAMPLES)
+    first = words.telemetry_caption(series.filter(pl.col("mem_util") == 0.92).filter(
+        pl.col("context_tokens") == 1024).to_dicts(), MIN_LINE_SAMPLES)  # fmt: skip
+    assert "6 drawn" in first and "2 with fewer than 3 samples drawn as dots only" in first
+    assert "fewer than" not in words.telemetry_caption(full.unique("run_id").to_dicts(), MIN_LINE_SAMPLES)
 
 
 def test_the_glossary_states_the_slo_share_report_07_grades_by():
@@ -516,3 +557,145 @@ def test_the_glossary_states_the_slo_share_report_07_grades_by():
 
     slo = dict(reports.GLOSSARY_TERMS)["SLO (service-level objective)"]
     assert f"at least {SLO_SHARE:.0%}" in slo and f"p{SLO_SHARE * 100:.0f}" in slo and "99th" not in slo
+
+
+# --------------------------------------------------------------------------- the folder's typed result and its words
+
+
+@pytest.fixture(scope="module")
+def computed(data, probes):
+    """(workbook, result) as the notebook's first cell makes them, on the SYNTHETIC capacity runs with probes."""
+    from kvlab import studies
+
+    write_capacity_probes(data)
+    return studies.notebook("07", {"data_dir": str(data)})
+
+
+def test_the_result_is_typed_and_round_trips_through_json(computed, fixture_data):
+    from kvlab import studies
+    from kvlab.studies.capacity import CapacityResult
+
+    for r in (computed[1], studies.notebook("07", {"data_dir": str(fixture_data)})[1]):
+        assert isinstance(r, CapacityResult)
+        back = CapacityResult.from_json(json.loads(json.dumps(r.to_json())))
+        assert back.to_json() == r.to_json()
+        assert all(back.frames[k].equals(f) for k, f in r.frames.items())
+        assert back.queueing == r.queueing and back.verdicts == r.verdicts
+    r = computed[1]
+    assert r.queueing == capacity.QueueCount(past=2, queued=2, below=22, below_queued=0, repeats=1, engines=2)
+    assert (r.curve.height, r.goodput_map.height, r.modelled.height, r.telemetry.height) == (24, 4, 12, 120)
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.get_axes() for t in ax.texts] + [ax.get_title() for ax in fig.get_axes()]
+
+
+def test_the_map_names_no_engine_where_its_verdict_does_not_decide(computed):
+    """Issue 53: the map was solid blue, 'vLLM 2.15× goodput' in every cell, under 'cannot be tested here'."""
+    from kvlab.style import ENGINE_COLORS
+    from matplotlib.colors import to_hex
+
+    r = computed[1]
+    v = capacity.by_id(r.verdicts)["capacity_goodput_map"]
+    assert v.outcome == "cannot be tested here" and not verdicts.decides(v)
+    fig = figures.capacity_map_figure(r.goodput_map, v)
+    said = " ".join(_texts(fig))
+    assert "not decidable on this host" in said and "× goodput" not in said and "higher goodput" not in said
+    fills = {to_hex(c.get_facecolor()[0]) for c in fig.get_axes()[0].collections if len(c.get_facecolor())}
+    assert not fills & {to_hex(c) for c in ENGINE_COLORS.values()}  # no cell in an engine's colour
+    caption = words.map_caption(r.goodput_map.to_dicts(), v)
+    assert "not decidable on this host" in caption and not re.search(r"\b(leads?|wins?|winner changes)\b", caption)
+    assert "higher goodput" not in words.map_table(r.goodput_map.to_dicts(), v).frame.columns
+    said = next(s for s in r.answer.sentences if "goodput" in s)
+    assert "not decidable on this host" in said and not re.search(r"vLLM|SGLang", said)
+    assert "ahead" not in v.number
+    # where the verdict decides (GPU runs, three repeats a side, ranges apart), the leader is named
+    gpu = r.curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
+    three = r.goodput_map.filter(pl.col("winner") == "vllm").with_columns(
+        pl.lit("8x B300").alias("hardware"),
+        pl.lit(False).alias("winner_differs"),
+        *[pl.lit(3).alias(f"{s}_repeats") for s in ("winner", "runner_up")],
+        *[(pl.col(f"{s}_goodput_requests_per_s") * f).alias(f"{s}_goodput_{e}")
+          for s in ("winner", "runner_up") for e, f in (("min", 0.98), ("max", 1.02))],
+    )  # fmt: skip
+    stands = map_verdict(gpu, three)
+    assert stands.outcome == "reproduced"
+    assert "vLLM" in " ".join(_texts(figures.capacity_map_figure(three, stands)))
+    assert "vLLM leads at" in words.map_caption(three.to_dicts(), stands)
+
+
+def test_every_modelled_ceiling_prints_with_its_range(computed):
+    """Issue 53: 07 gave Kimi-K3's 200K ceilings as 11 / 12 / 51 / 58; over the KV format and MLA width the model
+    gives 11–25 / 12–28 / 51–116 / 58–131 (report 04's ranges, from the same headroom_table)."""
+    from kvlab.perfmodel.figures import headroom_table
+
+    r = computed[1]
+    at = r.modelled.filter(pl.col("context_tokens") == 204800).sort("dcp", "mem_util")
+    got = at.select("concurrency_ceiling", "concurrency_ceiling_lo", "concurrency_ceiling_hi").rows()
+    assert got == [(11, 11, 25), (12, 12, 28), (51, 51, 116), (58, 58, 131)]
+    h = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [204800]).sort("dcp", "mem_util")
+    assert h.select("max_concurrent_seqs", "max_concurrent_seqs_lo", "max_concurrent_seqs_hi").rows() == got
+    spans = ["11–25", "12–28", "51–116", "58–131"]
+    answer = " ".join(r.answer.sentences)
+    caption = words.modelled_caption(r.modelled.to_dicts(), capacity.by_id(r.verdicts)["capacity_modelled_ceiling"])
+    table = words.modelled_table(r.modelled.to_dicts()).frame
+    shown = table.filter(pl.col("context") == "200K")["ceiling (with linear-attention state)"].to_list()
+    labels = [t.get_text() for ax in figures.modelled_ceiling_figure(r.modelled).get_axes() for t in ax.texts]
+    assert all(s in answer and s in caption and s in labels for s in spans) and shown == spans
+    assert not re.search(r"\b(11|12|51|58) requests", answer)
+
+
+def test_the_memory_flag_is_worded_as_reports_03_and_04_word_it(computed):
+    r = computed[1]
+    caption = words.modelled_caption(r.modelled.to_dicts(), None)
+    table = words.modelled_table(r.modelled.to_dicts()).frame
+    fig = figures.modelled_ceiling_figure(r.modelled)
+    legend = [t.get_text() for ax in fig.get_axes() for t in ax.get_legend().get_texts()]
+    everything = " ".join([caption, *table["memory check"].to_list(), *legend, *r.modelled["reason"].to_list()])
+    assert "OOM risk" not in everything and "an assumption, not a predicted OOM" in caption
+    assert any("an assumption, not a predicted OOM" in t for t in legend)
+
+
+def test_the_queueing_verdict_counts_runs_not_repeats(frames):
+    """Issue 53: 07's queueing verdict said 'over 3 runs' where 6 runs (3 repeats of 2 engines) were past it."""
+    _, points, _, _ = frames
+    three = pl.concat([points.with_columns(pl.lit(k, dtype=points["repeat"].dtype).alias("repeat")) for k in range(3)])
+    v = capacity.queueing_check(capacity.Evidence(EMPTY, three, EMPTY, EMPTY))
+    q = capacity.queue_count(three)
+    assert q == capacity.QueueCount(past=6, queued=6, below=66, below_queued=0, repeats=3, engines=2)
+    assert (v.outcome, v.n) == ("reproduced", 3)
+    assert v.reason == "6 of 6 runs past the ceiling queued, over 2 engines and 3 repeats per engine"
+    assert "over 3 runs" not in v.reason and v.number.startswith("6 of 6 runs past the ceiling queued")
+    assert words._queue_sentence(v, q).endswith("reproduced: 6 of 6 runs past it queued (3 repeats per engine).")
+
+
+def _page_html(r, wb) -> str:
+    """The page's prose as the built HTML carries it: the notebook's Markdown cells and every section's Markdown,
+    captions and tables (as cells), so kvlab.prose reads what a reader reads."""
+    import mistune
+    import nbformat
+
+    from kvlab.paths import ROOT
+    from kvlab.studies.capacity import page
+
+    nb = nbformat.read(ROOT / "notebooks" / "07_capacity.ipynb", as_version=4)
+    parts = [mistune.html(c.source) for c in nb.cells if c.cell_type == "markdown"]
+    parts += [f"<p>{s}</p>" for s in r.answer.sentences]
+    for name in ("opening", "pareto", "highest_load", "pool_fills", "engine_map", "probe", "modelled_ceiling"):
+        for item in getattr(page, name)(r, wb):
+            if hasattr(item, "caption") and hasattr(item, "fig"):
+                parts.append(f"<figcaption>{item.caption}</figcaption>")
+            elif isinstance(getattr(item, "data", None), str):
+                parts.append(mistune.html(item.data))
+            elif hasattr(item, "frame"):
+                f = item.frame
+                parts.append("<table>" + " ".join(f"<td>{v}</td>" for row in f.rows() for v in row) + "</table>")
+    return "\n".join(parts)
+
+
+def test_the_page_keeps_the_prose_limits(computed, fixture_data):
+    from kvlab import prose, studies
+
+    for wb, r in (computed, studies.notebook("07", {"data_dir": str(fixture_data)})):
+        found = prose.problems(_page_html(r, wb))
+        assert found.words <= prose.MAX_WORDS and not found.long_sentences and not found.repeated, str(found)
