@@ -140,7 +140,7 @@ def study():
     from prefix_frames import multi_turn_frames, sharing_requests, sharing_runs
 
     from kvlab import analysis, store
-    from kvlab.claims.sharing import with_turn_runs
+    from kvlab.studies.prefix_sharing.frames import with_turn_runs
 
     runs = sharing_runs().with_columns(batch_size=pl.lit(4))
     sharing = analysis.prefix_sharing(runs)

@@ -105,6 +105,7 @@ def test_consistency_flags_a_claim_naming_the_slower_engine():
 
 
 def test_memory_study_counts_retries_and_causes():
+    from kvlab.studies.memory_utilisation import frames as mf
     runs = pl.DataFrame(
         {
             "source": ["measured"] * 3,
@@ -131,11 +132,11 @@ def test_memory_study_counts_retries_and_causes():
             "failure_cause": ["kv_cache_too_small"] * 2 + [None] + ["runtime_oom"] * 3 + [None],
         }
     )
-    stats = {r["mem_util"]: r for r in analysis.memory_study(runs, attempts).iter_rows(named=True)}
+    stats = {r["mem_util"]: r for r in mf.memory_study(runs, attempts).iter_rows(named=True)}
     assert (stats[0.95]["runs"], stats[0.95]["runs_failed"], stats[0.95]["retries"]) == (2, 1, 4)
     assert (stats[0.92]["runs_failed"], stats[0.92]["retries"]) == (0, 0)
     assert stats[0.95]["batch_time_mean_s"] == 2.0
-    causes = analysis.failure_causes(attempts, runs).filter(pl.col("mem_util") == 0.95)
+    causes = mf.failure_causes(attempts, runs).filter(pl.col("mem_util") == 0.95)
     assert dict(causes.select("failure_cause", "failed_attempts").iter_rows()) == {
         "kv_cache_too_small": 2,
         "runtime_oom": 3,
@@ -228,6 +229,7 @@ def test_batch_time_growth_fits_a_power_law_per_engine():
 
 
 def test_memory_study_keeps_missing_counters_null_and_compares_settings():
+    from kvlab.studies.memory_utilisation import frames as mf
     runs = pl.DataFrame(
         {
             "source": ["measured"] * 4,
@@ -254,19 +256,20 @@ def test_memory_study_keeps_missing_counters_null_and_compares_settings():
             "failure_cause": [None, None, None, "runtime_oom", None],
         }
     )
-    stats = analysis.memory_study(runs, attempts)
+    stats = mf.memory_study(runs, attempts)
     pre = {(r["engine"], r["mem_util"]): r["preemptions"] for r in stats.iter_rows(named=True)}
     assert pre == {("vllm", 0.92): 2, ("vllm", 0.95): 0, ("sglang-jax", 0.92): None, ("sglang-jax", 0.95): None}
-    cmp = {r["engine"]: r for r in analysis.memory_comparison(stats).iter_rows(named=True)}
+    cmp = {r["engine"]: r for r in mf.memory_comparison(stats).iter_rows(named=True)}
     assert (cmp["vllm"]["mem_low"], cmp["vllm"]["mem_high"], cmp["vllm"]["time_ratio"]) == (0.92, 0.95, 0.75)
     assert (cmp["sglang-jax"]["retries_low"], cmp["sglang-jax"]["retries_high"]) == (0, 1)
     assert cmp["sglang-jax"]["time_ratio"] == pytest.approx(5 / 6) and cmp["sglang-jax"]["preemptions_high"] is None
-    assert analysis.memory_comparison(stats.filter(pl.col("mem_util") == 0.92)).height == 0  # one setting: nothing
-    assert analysis.memory_comparison(stats.clear()).height == 0
+    assert mf.memory_comparison(stats.filter(pl.col("mem_util") == 0.92)).height == 0  # one setting: nothing
+    assert mf.memory_comparison(stats.clear()).height == 0
 
 
 def test_memory_ratios_set_each_engine_against_itself_with_the_range_of_its_repeats():
     """0.92 ÷ 0.95 within each engine: the ratio of the means, and least ÷ most to most ÷ least over the repeats."""
+    from kvlab.studies.memory_utilisation import frames as mf
     rows = [
         ("vllm", 0.92, 8.0),
         ("vllm", 0.95, 6.0),
@@ -297,7 +300,7 @@ def test_memory_ratios_set_each_engine_against_itself_with_the_range_of_its_repe
     )
     attempts = pl.DataFrame({"run_id": [f"r{i}" for i in range(len(rows))], "status": "ok", "failure_cause": None})
     ratios = {
-        r["engine"]: r for r in analysis.memory_ratios(analysis.memory_study(runs, attempts)).iter_rows(named=True)
+        r["engine"]: r for r in mf.memory_ratios(mf.memory_study(runs, attempts)).iter_rows(named=True)
     }
     v, s = ratios["vllm"], ratios["sglang-jax"]
     # vLLM: means 9 s (8, 9, 10) against 5 s (4, 5, 6); the range 8 ÷ 6 to 10 ÷ 4
@@ -319,7 +322,7 @@ def test_memory_ratios_set_each_engine_against_itself_with_the_range_of_its_repe
         pytest.approx(1.2),
         1,
     )
-    assert analysis.memory_ratios(analysis.memory_study(runs, attempts).filter(pl.col("mem_util") == 0.92)).height == 0
+    assert mf.memory_ratios(mf.memory_study(runs, attempts).filter(pl.col("mem_util") == 0.92)).height == 0
 
 
 def test_relative_to_context_sets_each_engine_to_1_at_the_reference():
@@ -607,6 +610,7 @@ def test_a_load_curve_gives_each_point_its_throughput_interactivity_and_slo_atta
 def test_memory_study_leaves_out_load_points():
     """A capacity ladder's runs (load_mode set) vary by load, not by memory setting: 03's memory study leaves them
     to report 07 and counts only the fixed batches."""
+    from kvlab.studies.memory_utilisation import frames as mf
     runs = pl.DataFrame(
         {
             "source": ["measured"] * 4,
@@ -630,7 +634,7 @@ def test_memory_study_leaves_out_load_points():
         {"run_id": list("abcd"), "attempt": [1] * 4, "status": ["ok"] * 4, "failure_cause": [None] * 4},
         schema_overrides={"failure_cause": pl.Utf8},
     )
-    study = analysis.memory_study(runs, attempts)
+    study = mf.memory_study(runs, attempts)
     assert study.select("experiment", "runs", "batch_time_mean_s").rows() == [("long", 1, 1.0)]
 
 

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from prefix_frames import conc_runs, sharing_runs
 
-from kvlab import analysis, guide, narrative
+from kvlab import analysis, guide
 from kvlab.claims import (
     ILLUSTRATION_SCOPE,
     MIN_REPEATS,
@@ -98,11 +98,11 @@ def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():
         ]
     )
     times = {("vllm", 1024): [1.0], ("sglang-jax", 1024): [2.5], ("vllm", 3200): [2.0], ("sglang-jax", 3200): [19.0]}
+    from kvlab.studies.context_scaling.checks import speed_verdicts
+
     rel_m = analysis.relative_speed(_speed_runs("cpu", times), "vllm", "sglang-jax")
     got = [
-        v
-        for v in narrative.speed_claim_verdicts(claims, rel_m.head(0), rel_m, {"sglang": "sglang-jax"})
-        if v.evidence == "measured"
+        v for v in speed_verdicts(claims, rel_m.head(0), rel_m, {"sglang": "sglang-jax"}) if v.evidence == "measured"
     ]
     # value: the speed-up each claim names, the other engine's time ÷ the claimed one's at the claim's context
     # (64K: sglang-jax 2.5 s ÷ vLLM 1.0 s; 200K: vLLM 2.0 s ÷ sglang-jax 19.0 s); the 64K baseline is in the number
@@ -111,8 +111,10 @@ def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():
         ("speedup_200K", "cannot be tested here", 2.0 / 19.0, 1),
     ]
     assert [v.spread for v in got] == [(2.5, 2.5), (2.0 / 19.0, 2.0 / 19.0)]  # one repeat a side: min = max
-    assert got[1].number == "vLLM already 2.5× faster at 64K (1,024 tokens); at 200K (3,200 tokens): vLLM 9.5×"
-    assert got[0].number == "vLLM 2.5× faster at 64K (1,024 tokens), the shortest context measured"
+    assert got[1].number == (
+        "vLLM already 2.5× faster at 1,024 tokens (stands in for 64K); at 3,200 tokens (stands in for 200K): vLLM 9.5×"
+    )  # CPU contexts by their real token counts, the scaled context beside them
+    assert got[0].number == "vLLM 2.5× faster at 1,024 tokens (stands in for 64K), the shortest context measured"
     assert all(v.kind == "relative_speed" and v.scope and v.reason for v in got)
 
 
@@ -129,9 +131,11 @@ def test_context_scaling_on_gpus_decides_by_the_repeats():
             )
         ]
     )
+    from kvlab.studies.context_scaling.checks import speed_verdicts
+
     apart = {("vllm", 1024): [1.0, 1.1, 1.2], ("sglang", 1024): [1.5, 1.6, 1.7]}
     rel = analysis.relative_speed(_speed_runs("gpu", apart), "vllm", "sglang")
-    (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
+    (v,) = [v for v in speed_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
     # value: vLLM's speed-up, SGLang's median time ÷ vLLM's; spread: its min–max over the repeats
     assert (v.outcome, v.n, v.value, v.spread) == (
         "reproduced",
@@ -141,7 +145,7 @@ def test_context_scaling_on_gpus_decides_by_the_repeats():
     )
     once = {("vllm", 1024): [1.0], ("sglang", 1024): [1.5]}
     rel = analysis.relative_speed(_speed_runs("gpu", once), "vllm", "sglang")
-    (v,) = [v for v in narrative.speed_claim_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
+    (v,) = [v for v in speed_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
     assert (v.outcome, v.n) == ("inconclusive", 1)
 
 
@@ -200,6 +204,8 @@ def test_mixed_signs_across_engines_or_metrics_are_inconclusive():
 
 
 def test_memory_latency_claim_at_n1_with_mixed_signs_is_inconclusive():
+    from kvlab.studies.memory_utilisation import checks, frames as mf
+
     claims = pl.DataFrame(
         [
             dict(
@@ -235,8 +241,8 @@ def test_memory_latency_claim_at_n1_with_mixed_signs_is_inconclusive():
                 )
             )
     runs = pl.DataFrame(rows, schema_overrides={"server_preemptions": pl.Int64})
-    stats = analysis.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
-    got = narrative.memory_claim_verdicts(claims, stats, analysis.memory_comparison(stats), None, simulated=True)
+    stats = mf.memory_study(runs, pl.DataFrame(schema={"run_id": pl.String, "status": pl.String}))
+    got = checks.memory_claim_verdicts(claims, stats, mf.memory_comparison(stats), None, simulated=True)
     lat = got[-1]
     assert (lat.outcome, lat.n, lat.kind, lat.claim_id) == ("inconclusive", 1, "memory_setting", "memory_092_latency")
     assert lat.spread == (pytest.approx(1.032), pytest.approx(1.032))  # vLLM's mean latency, 0.92 ÷ 0.95, one run
@@ -266,10 +272,11 @@ def test_a_model_that_fails_its_held_out_test_only_illustrates():
 
 def test_the_calibrated_models_crossover_is_an_illustration_with_a_red_held_out_row(fit):
     from kvlab.claims import winners_held_out
+    from kvlab.studies.context_scaling.checks import crossover_modelled
 
     right, total = winners_held_out(fit)
     assert (right, total) == (0, 4) and fit.loo_mean_abs_pct > 40  # the published fit fails its held-out test
-    got = narrative.crossover_verdicts([], 179999.0, None, (110000.0, 190000.0), fit)
+    got = crossover_modelled(179999.0, (110000.0, 190000.0), fit, None)
     assert [(v.claim_id, v.outcome, v.evidence) for v in got] == [
         ("crossover_modelled", "inconclusive", "modelled"),
         ("model_held_out", "contradicted", "modelled"),
@@ -282,41 +289,36 @@ def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
     """01's crossover row quotes the range of the fits consistent with the published totals, from the same summary
     report 04 computes (consistent_fits over the physics-refitted assumption sets) and in 04's words; the grade, value
     and spread stay those of the model's illustration."""
-    from kvlab.claims.modelled import model_verdicts
     from kvlab.paths import DATA_DIR
     from kvlab.perfmodel.calibrate import consistent_fits, crossover_from_fit, crossover_range
     from kvlab.perfmodel.report import consistent_summary
+    from kvlab.studies.context_scaling.checks import crossover_modelled
 
     sens, x_range = crossover_range(DATA_DIR, physics=True)
     cons = consistent_summary(consistent_fits(sens, DATA_DIR))
     x = crossover_from_fit(fit)
-    plain = narrative.crossover_verdicts([], x, None, x_range, fit)
-    got = narrative.crossover_verdicts([], x, None, x_range, fit, cons)
+    plain = crossover_modelled(x, x_range, fit, None)
+    got = crossover_modelled(x, x_range, fit, cons)
+    # the range first, always; the default assumptions' value only beside it
     assert got[0].number == (
-        "≈173K tokens, 108K–746K over the assumptions the article leaves open; 122K–149K "
+        "108K–746K over the assumptions the article leaves open (≈173K under the defaults); 122K–149K "
         "tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals (not an "
         "independent check)"
     )
     assert (
         plain[0].number
-        == "≈173K tokens, 108K–746K over the assumptions the article leaves open (not an independent check)"
+        == "108K–746K over the assumptions the article leaves open (≈173K under the defaults) (not an independent check)"
     )
     assert [(v.claim_id, v.outcome, v.value, v.spread) for v in got] == [
         (v.claim_id, v.outcome, v.value, v.spread) for v in plain
     ]
-    # report 04's crossover row gives the very same consistent-fits range
-    claims = pl.DataFrame(
-        [
-            dict(claim_id=c, kind="relative_speed", context_from=k, engine=e, statement=f"{e} at {k}")
-            for c, k, e in (("a", "64K", "vllm"), ("b", "200K", "sglang"))
-        ]
-    )
+    # report 04's crossover-range row gives the very same consistent-fits range
     from kvlab.perfmodel.figures import headroom_table
+    from kvlab.studies.whatif_model import checks
+    from kvlab.studies.whatif_model.frames import consistent
 
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
-    row04 = next(
-        v for v in model_verdicts(fit, sens, head, claims, consistent=cons) if v.claim_id == "crossover_modelled"
-    )
+    (row04,) = checks.check_crossover_range(checks.evidence(fit, sens, head, x, consistent(cons), ()))
     assert "122K–149K tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals" in row04.number
 
 
@@ -336,18 +338,27 @@ def test_a_modelled_factor_decides_only_past_the_held_out_error(fit):
 # --------------------------------------------------------------------------- the engine-choice verdicts on a CPU
 
 
+def _choice_verdicts(claims, sharing, conc, w, ev):
+    """Report 06's claim verdicts and its recommendation (kvlab.studies.engine_choice.checks)."""
+    from kvlab.studies.engine_choice.checks import Inputs, claim_verdicts, recommendation_verdict
+
+    return [*claim_verdicts(claims, Inputs(sharing, conc)), recommendation_verdict(w, w.tree(), ev)]
+
+
 def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
     claims = pl.DataFrame(
         [
             dict(
                 claim_id="shared_prefix_threshold",
                 kind="engine_choice",
+                metric="batch_time",
                 threshold=0.3,
                 statement="With a shared system prompt or document making up 30% or more of the prompt, choose SGLang",
             ),
             dict(
                 claim_id="high_concurrency",
                 kind="engine_choice",
+                metric="requests_per_s",
                 threshold=100.0,
                 statement="Without a shared prefix and with 100 or more concurrent requests, choose vLLM",
             ),
@@ -357,7 +368,7 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
     conc = analysis.concurrency_study(conc_runs())
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(w, fit, sharing, conc)
-    got = narrative.engine_choice_verdicts(claims, sharing, conc, w, w.tree(), ev)
+    got = _choice_verdicts(claims, sharing, conc, w, ev)
     assert [(v.claim_id, v.outcome, v.value) for v in got] == [
         ("shared_prefix_threshold", "cannot be tested here", 2.0),  # vLLM 2 s against 4 s at 0 shared
         # one level, 128 in flight, above the claim's 100: no baseline below it was measured, so no value
@@ -373,11 +384,7 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
     # with a load below the threshold measured, its ratio is the baseline: sglang-jax 60 against 30 requests/s at 8
     low = conc_runs(30.0, 60.0).with_columns(pl.lit(8, pl.Int64).alias("batch_size"), pl.col("run_id") + "-8")
     conc2 = analysis.concurrency_study(pl.concat([conc_runs(), low]))
-    v = next(
-        v
-        for v in narrative.engine_choice_verdicts(claims, sharing, conc2, w, w.tree(), ev)
-        if v.claim_id == "high_concurrency"
-    )
+    v = next(v for v in _choice_verdicts(claims, sharing, conc2, w, ev) if v.claim_id == "high_concurrency")
     assert (v.outcome, v.value, v.unit) == ("cannot be tested here", 2.0, "×")
     assert v.number.startswith("sglang-jax (CPU) already 2.0× ahead at 8 in flight (the lowest load measured)")
 
@@ -416,7 +423,7 @@ def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
     import polars as pl
 
     from kvlab import analysis
-    from kvlab.claims.sharing import _threshold_shape
+    from kvlab.studies.prefix_sharing.checks import _shape as _threshold_shape
 
     gain = pl.DataFrame(
         {"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9], "time_saved": [0.02, 0.11, -0.15, 0.40]}
@@ -458,18 +465,17 @@ def test_every_verdict_on_the_fixed_frames_carries_its_typed_fields(fit, study):
     conc = analysis.concurrency_study(conc_runs())
     w = guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B")
     kv = store.load_claims().filter(pl.col("experiment") == "article_kv_design")
+    from kvlab.studies.prefix_sharing.checks import Inputs, verdicts
+
     got = [
-        *narrative.engine_choice_verdicts(
-            kv, study["sharing"], conc, w, w.tree(), guide.from_evidence(w, fit, study["sharing"], conc)
-        ),
-        *narrative.prefix_verdicts(
-            study["claims"], study["sharing"], study["gain"], study["thresholds"], study["by_turn"], study["reuse"]
+        *_choice_verdicts(kv, study["sharing"], conc, w, guide.from_evidence(w, fit, study["sharing"], conc)),
+        *verdicts(
+            study["claims"],
+            Inputs(study["sharing"], study["gain"], study["thresholds"], study["by_turn"], study["reuse"], 0.3),
         ),
     ]
     empty = study["sharing"].head(0)  # nothing measured: every row still says n = 0 runs
-    got += narrative.engine_choice_verdicts(
-        kv, empty, conc.head(0), w, w.tree(), guide.from_evidence(w, fit, empty, conc.head(0))
-    )
+    got += _choice_verdicts(kv, empty, conc.head(0), w, guide.from_evidence(w, fit, empty, conc.head(0)))
     assert len(got) == 16  # 5 + 6 from the frames, 5 with nothing measured
     assert typed_field_gaps(got) == []
     # the last turn's cached share, vLLM first: 2,176 of 2,304 prompt tokens (whole 128-token blocks of 2,240 shared)

@@ -113,7 +113,7 @@ def test_engine_choice_controls_redraw_with_the_new_value(live, fit):
     assert "⇒ SGLang" in _caption(w.result)
     controls["shared"].value = 0.0  # no shared prefix, 128 in flight: the tree's concurrency branch
     assert w.kwargs["shared_fraction"] == 0.0 and "≥ 100 concurrent requests? yes (128) ⇒ vLLM" in _caption(w.result)
-    assert w.result[2].data.startswith("**The tree says vLLM; the data here can neither confirm nor contradict it**")
+    assert w.result[2].data.startswith("**The tree says vLLM; the data here can neither confirm nor contradict it.**")
 
 
 def test_no_widget_in_a_report_build(monkeypatch, fit):

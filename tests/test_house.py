@@ -390,8 +390,11 @@ def test_every_notebook_cell_past_the_parameters_is_one_pages_call():
     setup = re.compile(
         r'from kvlab import pages\n+wb, r = pages\.open_report\("\d\d", globals\(\)\)\n'
         r"(r\.answer|pages\.\w+\.opening\(r, wb\))$"
+        # a study moved into its folder (kvlab/studies/<study>/): its page module, the study computed once
+        r'|from kvlab import (pages, )?studies\nfrom kvlab\.studies\.\w+ import page\n+'
+        r'wb, r = studies\.notebook\("\d\d", globals\(\)\)(\n(r\.answer|page\.opening\(r, wb\)))?$'
     )
-    section = re.compile(r"pages\.(\w+\.)?\w+\(r(, wb)?\)")
+    section = re.compile(r"(pages\.(\w+\.)?|page\.)\w+\(r(, wb)?\)")
     bad = []
     for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         cells = [

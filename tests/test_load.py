@@ -14,7 +14,7 @@ import yaml
 from kvlab import analysis, client, metrics, runner, store
 from kvlab import load as loads
 from kvlab.campaign import Campaign
-from kvlab.claims import capacity
+from kvlab.studies.capacity import frames as capacity
 from kvlab.experiment import ExperimentSpec, SpecError, expand
 from kvlab.workloads import fixed_batch, multi_turn
 from tests.support.sse_fixture import FixtureConfig, SSEServer

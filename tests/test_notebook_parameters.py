@@ -107,8 +107,9 @@ CASES = {
         {
             "claims_experiment": "article_kv_design_alt",
             "published_experiment": "article_b300_alt",
+            "context_low_tokens": 32768,
             "context_tokens": 131072,
-            "shared_fraction": 0.0,
+            "shared_fraction": 0.4,
             "concurrency": 16,
             "model": "Llama-3.1-8B",
             "gpu": "H200",
@@ -149,7 +150,13 @@ NO_RUNS = {
 def fingerprint(result: studies.StudyResult) -> list:
     """What a reader of the report is shown, as data: the answer, the verdicts, every frame and every value."""
     frames = [(name, f.shape, f.to_dicts()) for name, f in sorted(result.frames.items())]
-    values = [(name, repr(v)) for name, v in sorted(result.values.items())]
+    if hasattr(result, "values"):  # a study not yet in its folder (BagResult)
+        values = [(name, repr(v)) for name, v in sorted(result.values.items())]
+    else:  # a typed result: its declared fields that are not frames, past what every result holds
+        common = {"answer", "verdicts", "experiments", "documents", "parameters"}
+        data = result.to_json()
+        values = [(k, repr(v)) for k, v in sorted(data.items()) if k in result.__dataclass_fields__ and k not in common]
+        values = [(k, v) for k, v in values if k not in result.frames]
     return [result.to_json()["answer"], result.to_json()["verdicts"], frames, values]
 
 

@@ -86,7 +86,8 @@ VERDICT_VALUES = {
         ),
         ("shared_prefix_threshold", "measured"): (pytest.approx(18.506001, **APPROX), 1, None),
         ("high_concurrency", "measured"): (None, 1, None),  # 128 in flight only: no baseline below 100
-        ("engine_choice_recommendation", "measured"): (pytest.approx(18.506001, **APPROX), 1, None),
+        # the reference host's question (distinct prompts, 8 in flight): the concurrency runs speak to it, 128 only
+        ("engine_choice_recommendation", "measured"): (None, 1, None),
     },
     # no capacity run: nothing measured (n=0); the modelled ceiling of vLLM TP8 at 0.92 and 200K
     "07": {
@@ -197,6 +198,7 @@ def test_notebook_executes_and_exports(nb, built_reports):
 
 def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     """Measured sections of 01-03 name both engines and compute every sentence from the fixed runs."""
+    from kvlab.studies.memory_utilisation import frames as mf
     import numpy as np
 
     data = write_two_engine_runs(tmp_path / "data")
@@ -244,6 +246,8 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     ]
     # the frames behind the measured sentences, by the notebooks' own calls on the same data folder
     from kvlab import analysis
+    from kvlab.studies.context_scaling.frames import batch_time_growth
+    from kvlab.studies.measured_frames import decay_factors
     from kvlab.workbook import open_workbook
 
     wb = open_workbook(data)
@@ -270,21 +274,21 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     # 01 and 02: batch time from 64K to 200K (2,048 -> 6,400 tokens) grows 4.0x for vLLM (the article's 2.94x) and
     # 1.5x for sglang-jax; prompt tokens/s = 4 x prompt / T with prompt = context - 64 output tokens: (1,984/2) /
     # (6,336/8) = 1.2525 for vLLM (falls), (1,984/4) / (6,336/6) = 0.470 for sglang-jax (rises 2.1x)
-    decay = analysis.decay_factors(pair, "64K", "200K")
+    decay = decay_factors(pair, "64K", "200K")
     assert decay.select(
         "engine", "c_from", "c_to", "batch_time_ratio", "prompt_tokens_per_s_ratio", "n_from", "n_to"
     ).rows() == [
         ("sglang-jax", 2048, 6400, 1.5, pytest.approx((1984 / 4) / (6336 / 6)), 1, 1),
         ("vllm", 2048, 6400, 4.0, pytest.approx((1984 / 2) / (6336 / 8)), 1, 1),
     ]
-    published = analysis.decay_factors(wb.published("article_b300"), "64K", "200K").filter(pl.col("engine") == "vllm")
+    published = decay_factors(wb.published("article_b300"), "64K", "200K").filter(pl.col("engine") == "vllm")
     assert (round(published["batch_time_ratio"][0], 2), round(1 / published["prompt_tokens_per_s_ratio"][0], 2)) == (
         2.94,
         1.06,
     )  # the article's vLLM: batch time 2.94x, prompt tokens/s rises 1.06x
     # 01: over all three contexts: growth last/first and the log-log least-squares slope
     k = [np.polyfit(np.log([1024, 2048, 6400]), np.log(t), 1)[0] for t in ([1, 2, 8], [3, 4, 6])]
-    growth = analysis.batch_time_growth(pair).sort("engine", descending=True)
+    growth = batch_time_growth(pair).sort("engine", descending=True)
     assert growth.select("engine", "c_from", "c_to", "n_contexts", "growth", "exponent", "n_runs").rows() == [
         ("vllm", 1024, 6400, 3, 8.0, pytest.approx(k[0]), 1),
         ("sglang-jax", 1024, 6400, 3, 2.0, pytest.approx(k[1]), 1),
@@ -300,9 +304,9 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     assert not [v for v in reps["02"].verdicts if "standing for SGLang" in f"{v['claim']} {v['number']} {v['reason']}"]
     # 03: per engine and setting: runs, retries (from the attempts), batch time, TTFT, preemptions (sglang-jax serves
     # no counters: not available, never 0), contexts in order of size
-    mem = wb.measured(analysis.memory_experiments(wb.runs))
+    mem = wb.measured(mf.memory_experiments(wb.runs))
     attempts = wb.attempts.filter(pl.col("run_id").is_in(mem["run_id"].implode()))
-    stats = analysis.memory_study(mem, attempts)
+    stats = mf.memory_study(mem, attempts)
     assert stats.select(
         "engine",
         "mem_util",
@@ -328,11 +332,11 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     # retries at each setting: 0 at 0.92 (6 runs), 1 at 0.95 (2 runs: sglang-jax at 200K, one runtime_oom)
     per = stats.group_by("mem_util").agg(pl.col("runs").sum(), pl.col("retries").sum(), pl.col("runs_failed").sum())
     assert sorted(per.rows()) == [(0.92, 6, 0, 0), (0.95, 2, 1, 0)]
-    assert analysis.failure_causes(attempts, mem).select(
+    assert mf.failure_causes(attempts, mem).select(
         "engine", "mem_util", "context_tokens", "failure_cause", "failed_attempts"
     ).rows() == [("sglang-jax", 0.95, 6400, "runtime_oom", 1)]
     # run time and latency at 0.92 against 0.95: vLLM 33% longer (8 s vs 6 s), sglang-jax 20% (6 s vs 5 s)
-    ratios = analysis.memory_ratios(stats)
+    ratios = mf.memory_ratios(stats)
     assert ratios.select("engine", "context_tokens", "batch_time_ratio", "e2e_ratio", "n_runs").rows() == [
         ("sglang-jax", 6400, pytest.approx(1.2), pytest.approx(1.2), 1),
         ("vllm", 6400, pytest.approx(4 / 3), pytest.approx(4 / 3), 1),
@@ -345,8 +349,9 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("memory_092_retries", "cannot be tested here", "measured", 0.0, 1),
         ("memory_092_stability", "cannot be tested here", "measured", None, 1),  # one run per setting: no spread
         ("memory_092_latency", "inconclusive", "measured", pytest.approx(4 / 3), 1),
-        # the documents against each other: seed 003 recommends 0.95, seed 000 says 0.95 caused OOM retries
-        ("memory_095_recommended", "inconsistent", "published", 0.95, 2),
+        # seed 003's 0.95 graded on evidence independent of it (seed 000: 0.95 caused OOM retries, on another
+        # model and GPUs): family document, and nothing here decides it
+        ("memory_095_recommended", "cannot be tested here", "published", 0.95, 2),
     ]
     # the modelled 0.95 verdict restates the article's OOM claim (its need is taken from the claim), as in 04
     modelled = next(v for v in reps["03"].verdicts if v["evidence"] == "modelled")
@@ -590,7 +595,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         assert text.index('class="kvlab-verdicts"') < text.index("<h2")  # the verdicts, first on the page
     # the frames behind the sentences, by the notebooks' own calls on the same data folder
     from kvlab import analysis, guide, plots
-    from kvlab.claims.sharing import with_turn_runs
+    from kvlab.studies.prefix_sharing.frames import with_turn_runs
     from kvlab.perfmodel import published_fit
     from kvlab.workbook import open_workbook
 
@@ -678,7 +683,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         ("sglang_radix_sharing", "inconclusive", hit[1], 1),
         ("shared_prefix_threshold", "cannot be tested here", 2.0, 1),
         ("high_concurrency", "cannot be tested here", None, 1),  # 128 in flight only: no baseline below 100
-        ("engine_choice_recommendation", "cannot be tested here", 2.0, 1),
+        ("engine_choice_recommendation", "cannot be tested here", None, 1),  # no load below 128 measured
         # the tree's branches no study measures (issue 38 item 5), then seed 003's 0.95 against seed 000's
         *[
             (c, "cannot be tested here", None, 0)
@@ -708,7 +713,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
     assert {"batch_time_s_lo", "batch_time_s_hi", "output_tokens_per_s_lo", "output_tokens_per_s_hi"} <= set(
         curve.columns
     )
-    assert curve["assumption_sets"].max() == 96 * 3 and set(curve["source"]) == {"modelled"}
+    assert curve["assumption_sets"].max() == 96 and set(curve["source"]) == {"modelled"}  # Kimi-K3: fitted
     assert (
         (curve["batch_time_s_lo"] <= curve["batch_time_s"]) & (curve["batch_time_s"] <= curve["batch_time_s_hi"])
     ).all()
@@ -823,14 +828,20 @@ def test_report_07_on_capacity_runs(tmp_path):
     assert [(f["number"], f["file"], f["rows"]) for f in listing] == [
         (1, "figure1.csv", 24),
         (2, "figure2.csv", 24),
-        (3, "figure3.csv", 120),
-        (4, "figure4.csv", 4),
-        (5, "figure5.csv", 12),
+        (3, "figure3.csv", 30),
+        (4, "figure4.csv", 30),
+        (5, "figure5.csv", 30),
+        (6, "figure6.csv", 30),
+        (7, "figure7.csv", 4),
+        (8, "figure8.csv", 12),
     ]
-    assert rep.figures == 5
-    # figure 3: telemetry over time, the 5 samples of each of the 24 load points, each drawn as a line
-    over = pl.read_csv(folder / "figure3.csv")
+    assert rep.figures == 8
+    # figures 3-6: telemetry over time, one figure per context x memory setting (legible on a phone), the 5 samples
+    # of each of the 24 load points, each drawn as a line
+    over = pl.concat([pl.read_csv(folder / f"figure{i}.csv") for i in (3, 4, 5, 6)])
     assert over["run_id"].n_unique() == 24 and over["samples"].unique().to_list() == [5] and over["line"].all()
+    assert [pl.read_csv(folder / f"figure{i}.csv").select("context_tokens", "mem_util").unique().rows() for i in (
+        3, 4, 5, 6)] == [[(1024, 0.92)], [(1024, 0.95)], [(3200, 0.92)], [(3200, 0.95)]]  # fmt: skip
     # figure 1: per load point, output tokens/s per device = 64 x 2c tokens / window and per user = 1,000 / TPOT
     curve = pl.read_csv(folder / "figure1.csv")
     r = curve.filter(
@@ -856,7 +867,7 @@ def test_report_07_on_capacity_runs(tmp_path):
     ]
     assert set(tele["telemetry"]) == {"sampled"}
     # figure 3: the map, vLLM 2x at 64K, 1.6x at 200K / 0.92; SGLang 1.25x at 200K / 0.95
-    gmap = pl.read_csv(folder / "figure4.csv").sort("context_tokens", "mem_util")
+    gmap = pl.read_csv(folder / "figure7.csv").sort("context_tokens", "mem_util")
     assert gmap.select("context_tokens", "mem_util", "winner", "margin", "n").rows() == [
         (1024, 0.92, "vllm", 2.0, 1),
         (1024, 0.95, "vllm", 2.0, 1),
@@ -871,7 +882,7 @@ def test_report_07_on_capacity_runs(tmp_path):
         ("differs from token 3 (8 of 8 prompts)", True),
     ]
     # figure 4: the modelled B300 ceilings, labelled modelled
-    modelled = pl.read_csv(folder / "figure5.csv")
+    modelled = pl.read_csv(folder / "figure8.csv")
     assert set(modelled["source"]) == {"modelled"} and modelled.filter(
         (pl.col("dcp") == 8) & (pl.col("mem_util") == 0.92) & (pl.col("context_tokens") == 204800)
     )["concurrency_ceiling"].to_list() == [51]  # SGLang's KV pool: what its fraction leaves, less the KDA state's pool
@@ -933,15 +944,16 @@ def test_report_07_on_capacity_runs(tmp_path):
 
 def _fixture_frames(data):
     """The frames the reports compute from the fixture data folder, by the calls their notebooks make."""
+    from kvlab.studies.memory_utilisation import frames as mf
     from kvlab import analysis, guide
-    from kvlab.claims.sharing import with_turn_runs
+    from kvlab.studies.prefix_sharing.frames import with_turn_runs
     from kvlab.workbook import open_workbook
 
     wb = open_workbook(data)
     runs, requests = wb.runs, wb.requests
     long = wb.measured("cpu_long_context", 0.92)
-    mem = wb.measured(analysis.memory_experiments(runs))
-    stats = analysis.memory_study(mem, wb.attempts.filter(pl.col("run_id").is_in(mem["run_id"].implode())))
+    mem = wb.measured(mf.memory_experiments(runs))
+    stats = mf.memory_study(mem, wb.attempts.filter(pl.col("run_id").is_in(mem["run_id"].implode())))
     sharing_runs = runs.filter(pl.col("experiment") == "cpu_prefix_sharing")
     turn_runs = runs.filter(pl.col("experiment") == "cpu_multi_turn")
     sharing = analysis.prefix_sharing(sharing_runs)
@@ -971,12 +983,14 @@ def test_fixture_findings_are_the_numbers_the_reports_state(fixture_data):
     """The typed findings behind the reports' sentences, on the real measured runs of tests/fixtures (one run per
     point) and the published tables: the same calls as the notebooks, so a wrong number fails here whatever the
     wording (the pages' verdicts: VERDICT_VALUES; a few rendered forms: SMOKE)."""
+    from kvlab.studies.memory_utilisation import frames as mf
     from kvlab import analysis, guide
-    from kvlab.claims.capacity import modelled_ceilings
+    from kvlab.studies.capacity.frames import modelled_ceilings
     from kvlab.perfmodel import published_fit
     from kvlab.perfmodel.figures import headroom_table
     from kvlab.perfmodel.report import forecast
     from kvlab.perfmodel.stepfit import step_fits
+    from kvlab.studies.measured_frames import decay_factors
 
     f = _fixture_frames(fixture_data)
     pub, long, stats = f["published"], f["long"], f["stats"]
@@ -996,17 +1010,17 @@ def test_fixture_findings_are_the_numbers_the_reports_state(fixture_data):
     assert analysis.crossover(long, "vllm", "sglang-jax").context_tokens is None  # vLLM faster at every context
     # 02: the table's decay (batch time 2.94x for vLLM, 1.49x for SGLang; prompt tokens/s rises 1.06x for vLLM),
     # and the measured one: sglang-jax falls 6.5x, vLLM 2.3x from 1,024 to 3,200 tokens
-    assert analysis.decay_factors(pub).select("engine", "batch_time_ratio", "prompt_tokens_per_s_ratio").rows() == [
+    assert decay_factors(pub).select("engine", "batch_time_ratio", "prompt_tokens_per_s_ratio").rows() == [
         ("sglang", pytest.approx(1.494032, abs=1e-6), pytest.approx(0.478090, abs=1e-6)),
         ("vllm", pytest.approx(2.937313, abs=1e-6), pytest.approx(0.939940, abs=1e-6)),
     ]
-    assert analysis.decay_factors(long).select("engine", "c_from", "c_to", "batch_time_ratio", "n_from").rows() == [
+    assert decay_factors(long).select("engine", "c_from", "c_to", "batch_time_ratio", "n_from").rows() == [
         ("sglang-jax", 1024, 3200, pytest.approx(6.549100, abs=1e-6), 1),
         ("vllm", 1024, 3200, pytest.approx(2.313145, abs=1e-6), 1),
     ]
     # 03: no retry at either setting; mean request latency at 0.92 against 0.95: vLLM +1.6%, sglang-jax -35%
     assert stats["retries"].sum() == 0 and stats["runs_failed"].sum() == 0 and stats["runs"].to_list() == [1] * 6
-    assert analysis.memory_ratios(stats).select("engine", "context_tokens", "e2e_ratio", "n_runs").rows() == [
+    assert mf.memory_ratios(stats).select("engine", "context_tokens", "e2e_ratio", "n_runs").rows() == [
         ("sglang-jax", 3200, pytest.approx(0.651348, abs=1e-6), 1),
         ("vllm", 3200, pytest.approx(1.016071, abs=1e-6), 1),
     ]

@@ -527,8 +527,7 @@ def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
 
 def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
     from kvlab import narrative
-    from kvlab.perfmodel.calibrate import sensitivity
-    from kvlab.perfmodel.figures import calibrated_ranges, crossover_table, flag_kinds, headroom_table
+    from kvlab.perfmodel.figures import calibrated_ranges
 
     x = crossover_from_fit(fit)
     pub = load_runs(DATA_DIR).filter(pl.col("source") == "published")
@@ -537,115 +536,73 @@ def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
         "SGLang TP8+DCP8 is 1.08× faster at 256K; solid lines span the published 64K–200K the fit rests on "
         "(circles: the article's times), dashed lines are extrapolations."
     )
-    assert narrative.whatif_setup(
-        fit, Workload(), gpu="H200", model="Kimi-K3", tp=8, dcp=8, published=pub.to_dicts()
-    ).endswith(
-        "Kimi-K3 on 8× H200 is not what the article measured: every curve for it is an extrapolation of the "
-        "efficiencies fitted on Kimi-K3 on 8× B300."
-    )
-    head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
-    assert narrative.whatif_headroom_caption(head.to_dicts(), flag_kinds(head)).startswith(
-        "Modelled for Kimi-K3 on 8× B300 at 200K: 0.95 fits 12 sequences against 0.92's 11 with DCP 1 (1.09×), "
-        "and 58 against 51 with DCP 8 (1.14×)"
-    )
-    note = narrative.oom_flag_note(head.to_dicts())
-    assert "needs **6.5%** of each GPU's memory outside the target (17.4 GiB per B300)" in note
-    assert "At 0.95 only 13.4 GiB is left outside the target" in note and "does not predict an out-of-memory" in note
-    xo = crossover_table(["B300", "B200"], "Kimi-K3", [2, 8], Workload(), fit.params)
-    assert narrative.crossover_caption(xo.to_dicts()) == (
-        "Modelled context from which SGLang TP8+DCP beats vLLM TP8 for Kimi-K3: on B300 it falls from 287K at DCP 2 "
-        "to 173K at DCP 8; no crossover in the modelled range for B200 at DCP 2, 8."
-    )
-    sens = sensitivity([Workload(8, n) for n in (1024, 4096, 8192)])
-    text = narrative.model_conclusions(
-        fit,
-        sens,
-        x,
-        kimi_curves.filter(pl.col("context_tokens") == 262144).to_dicts(),
-        head.to_dicts(),
-        Workload(),
-        gpu="B300",
-        tp=8,
-        dcp=8,
-        published_contexts=[65536, 204800],
-    )
-    assert "bandwidth_efficiency" not in text and "dcp_layer_latency" not in text  # values, never parameter names
-    assert (
-        "- **Fit:** the 4 published times are reproduced within 12.2%; held out in turn, each is predicted within "
-        "52.0% (mean 40.5%), with the right winner at its context in 0 of 4: four points do not pin it — held out, "
-        "they are missed by 40% on average and the winner is wrong at 4 of 4, so its figures are illustrations "
-        "under stated assumptions, not forecasts."
-    ) in text  # the confidence follows the held-out errors
-    assert "— an extrapolation 1.3× beyond the largest published context (200K)." in text
+    # report 04's own sentences (set-up, headroom, crossover and held-out words, each modelled number with its
+    # range): tests/studies/test_whatif_model.py
 
 
 def test_whatif_verdicts(fit):
-    from kvlab import narrative
-    from kvlab.perfmodel.calibrate import crossover_range
+    from kvlab.perfmodel.calibrate import crossover_from_fit, crossover_range
     from kvlab.perfmodel.figures import headroom_table
     from kvlab.store import load_claims
+    from kvlab.studies.whatif_model import checks
+    from kvlab.studies.whatif_model.result import Consistent
 
     claims = load_claims(DATA_DIR).filter(pl.col("experiment") == "article_b300")
     sens, _ = crossover_range()
-    head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
-    found = narrative.model_verdicts(fit, sens, head, claims)
+    head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
+    x = crossover_from_fit(fit)
+    found = checks.verdicts(checks.evidence(fit, sens, head, x), claims)
     got = [(v.claim_id, v.outcome, v.evidence) for v in found]
-    # held out, the model predicts the wrong winner at all four points with a 3.1% margin against a 40.5% error: its
+    # held out, the model predicts the wrong winner at all four points with a 3% margin against a 40% error: its
     # crossover is an illustration (inconclusive), its crossover range too (a modelled answer stands only while the
-    # model passes its held-out test), and the failed held-out test and implausible fit are red rows (family own)
+    # model passes its held-out test), and the failed held-out test and implausible fit are red rows (family own);
+    # the document claims first (one checker per kind), then kvlab's own checks
     assert got == [
         ("crossover_modelled", "inconclusive", "modelled"),
+        ("memory_095", "cannot be tested here", "modelled"),
         ("model_held_out", "contradicted", "modelled"),
         ("crossover_range", "inconclusive", "modelled"),
         ("model_plausible", "contradicted", "modelled"),
-        ("memory_095", "cannot be tested here", "modelled"),
         # the model's own check against published measured GPU runs: both bounds are above their figures
         ("published_bound_lmsys_gb300_longctx", "reproduced", "published"),
         ("published_bound_lmsys_gb200_part2_decode", "reproduced", "published"),
     ]
-    assert found[0].scope == "model fitted to the published table; fails its held-out test"
-    assert found[0].value == pytest.approx(177652, abs=1) and found[1].value == 0.0
+    xo, mem, held, rng = found[0], found[1], found[2], found[3]
+    assert xo.scope == "model fitted to the published table; fails its held-out test"
+    assert xo.value == pytest.approx(177652, abs=1) and held.value == 0.0
     # the model's crossover is its own answer, fitted to the table it would check: family own, never a document
     # claim; so are its bounds against published GPU runs (its own check)
-    assert [v.family for v in found] == ["own", "own", "own", "own", "document", "own", "own"]
+    assert [v.family for v in found] == ["own", "document", "own", "own", "own", "own", "own"]
     # spreads in each value's unit: the crossover's range over the 96 assumption sets (tokens); the held-out count
     # has none (its margin and error are in the reason)
-    assert found[1].spread is None and "margin 3.1% within the 40.5% mean held-out error" in found[1].reason
-    assert found[0].spread == found[2].spread == (pytest.approx(110_224, abs=1), pytest.approx(764_133, abs=1))
-    assert found[2].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
-    assert found[0].number.startswith("crossover ≈173K tokens; range 108K–746K tokens (K = 1,024)")
-    # shown for another GPU, the verdicts stay about the article's configuration (Kimi-K3 on 8× B300)
-    h200 = headroom_table("H200", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])
-    assert [v.number for v in narrative.model_verdicts(fit, sens, h200, claims)] == [v.number for v in found]
-    # with the fits consistent with the totals (a fixed summary), both crossover rows give both ranges; the grades
-    # and values stay: the model still fails its held-out test, so its crossover only illustrates
-    cons = {
-        "candidates": 1248,
-        "kept": 22,
-        "tolerance_pct": 5.0,
-        "batches": "32",
-        "winners": [],
-        "crossover": (86_578.0, 151_182.0),
-    }
-    both = narrative.model_verdicts(fit, sens, head, claims, consistent=cons)
+    assert held.spread is None and "margin 3.1% within the 40.5% mean held-out error" in held.reason
+    assert xo.spread == rng.spread == (pytest.approx(110_224, abs=1), pytest.approx(764_133, abs=1))
+    assert rng.reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
+    assert xo.number == (
+        "crossover ≈173K tokens (108K–746K tokens over all 96 assumption sets); vLLM ÷ SGLang modelled time 0.77 at "
+        "64K (0.62–0.79), 1.03 at 200K (0.92–1.43)"
+    )
+    assert mem.number.startswith("0.95 leaves 13.4 GiB/GPU outside the target")
+    # with the fits consistent with the totals (a fixed summary), the range row gives both ranges; the grades and
+    # values stay: the model still fails its held-out test, so its crossover only illustrates
+    cons = Consistent(
+        candidates=1248, kept=22, tolerance_pct=5.0, batches="32", winners=(), crossover=(86_578.0, 151_182.0)
+    )
+    both = checks.verdicts(checks.evidence(fit, sens, head, x, cons), claims)
     assert [(v.claim_id, v.outcome, v.value, v.spread) for v in both] == [
         (v.claim_id, v.outcome, v.value, v.spread) for v in found
     ]
-    assert both[0].number.startswith(
-        "crossover ≈173K tokens; range 108K–746K tokens (K = 1,024) over all 96 assumption "
-        "sets, 85K–148K tokens (K = 1,024) over the 22 of 1,248 fits consistent with the published totals; vLLM "
-    )
-    assert both[2].number == (
-        "108K–746K tokens (K = 1,024) over all 96 assumption sets; "
+    assert both[3].number == (
+        "108K–746K tokens over all 96 assumption sets; "
         "85K–148K tokens (K = 1,024) over the 22 of 1,248 fits consistent with the "
         "published totals"
     )
-    assert both[2].reason.endswith("within 5 points of the best fit's (value and spread: all sets)")
-    none = dict(cons, kept=0, crossover=None)  # nothing consistent: the all-sets range alone, as without a summary
-    assert [v.number for v in narrative.model_verdicts(fit, sens, head, claims, consistent=none)] == [
+    assert both[3].reason.endswith("within 5 points of the best fit's (value and spread: all sets)")
+    none = dataclasses.replace(cons, kept=0, crossover=None)  # nothing consistent: the all-sets range alone
+    assert [v.number for v in checks.verdicts(checks.evidence(fit, sens, head, x, none), claims)] == [
         v.number for v in found
     ]
-    assert found[2].number == "108K–746K tokens (K = 1,024) over all 96 assumption sets"
+    assert rng.number == "108K–746K tokens over all 96 assumption sets"
 
 
 def test_a_wide_range_of_values_gets_a_labelled_log_axis():
@@ -663,7 +620,6 @@ def test_a_wide_range_of_values_gets_a_labelled_log_axis():
 
 def test_what_if_figures_carry_their_range_over_the_assumption_sets():
     """The 1M comparison and the crossover by GPU are given over the same 96 refits as the crossover itself."""
-    from kvlab import narrative
     from kvlab.perfmodel.calibrate import crossover_range, speed_ratio_range
     from kvlab.perfmodel.figures import crossover_table
 
@@ -675,18 +631,7 @@ def test_what_if_figures_carry_their_range_over_the_assumption_sets():
     row = xo.row(0, named=True)
     assert (row["crossover_low_tokens"], row["crossover_high_tokens"]) == pytest.approx((lo, hi), rel=1e-9)
     assert row["crosses_in"] == "96 of 96"
-    two = pl.DataFrame(
-        {
-            "config": ["vllm TP8", "sglang TP8+DCP8"],
-            "engine": ["vllm", "sglang"],
-            "context_tokens": [1 << 20] * 2,
-            "batch_time_s": [2355.0, 2041.0],
-            "fits": [True, True],
-            "waves": [4, 1],
-        }
-    )
-    text = narrative.at_max_sentence(two.to_dicts(), 204800, (0.9, 1.67))
-    assert "it ranges from vLLM 1.11× faster to SGLang 1.67× faster — the winner itself is not pinned" in text
+    # report 04 words the 1M ratio with this range: tests/studies/test_whatif_model.py
 
 
 # --------------------------------------------------------------------------- per-engine step model and physics
@@ -1025,28 +970,23 @@ def test_the_set_of_fits_consistent_with_the_four_totals():
     assert "16 of 1,248 candidates" in text and "0 of them meet every total within its stated precision" in text
     assert "crossover 122K–149K tokens (K = 1,024)" in text
     assert "vLLM faster at 64K in 16 of 16; SGLang faster at 200K in 16 of 16" in text
-    from kvlab import narrative
-    from kvlab.perfmodel.report import consistent_summary
-
-    bullet = narrative.whatif_model.consistent_bullet(consistent_summary(cons))
-    # report 04's crossover verdict from the real consistent set: both ranges, and still an illustration
+    # report 04's crossover-range verdict from the real consistent set: both ranges, and still an illustration
     from kvlab.perfmodel import published_fit
     from kvlab.perfmodel.figures import headroom_table
-    from kvlab.store import load_claims
+    from kvlab.perfmodel.report import consistent_summary
+    from kvlab.studies.whatif_model import checks
+    from kvlab.studies.whatif_model.frames import consistent
 
-    claims = load_claims(DATA_DIR).filter(pl.col("experiment") == "article_b300")
+    fit = published_fit()
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
-    v = narrative.model_verdicts(published_fit(), sens, head, claims, consistent=consistent_summary(cons))
-    assert (v[0].claim_id, v[0].outcome) == ("crossover_modelled", "inconclusive")
-    assert (
-        "over all 96 assumption sets, 122K–149K tokens (K = 1,024) over the 16 of 1,248 fits consistent with "
-        "the published totals"
-    ) in v[0].number
-    assert bullet.startswith(
-        "- **Consistent with the totals** (largest residual within 5 points of the best): 16 of "
-        "1,248 candidate fits, at batch 32; vLLM faster at 64K in 16 of 16; SGLang faster at "
-        "200K in 16 of 16; crossover **122K–149K tokens (K = 1,024)**"
+    summary = consistent(consistent_summary(cons))
+    (v,) = checks.check_crossover_range(checks.evidence(fit, sens, head, None, summary, ()))
+    assert (v.claim_id, v.outcome) == ("crossover_range", "inconclusive")
+    assert v.number == (
+        "108K–746K tokens over all 96 assumption sets; 122K–149K tokens (K = 1,024) over the 16 of 1,248 fits "
+        "consistent with the published totals"
     )
+    assert summary.winners == ((65536, (("vLLM", 16),)), (204800, (("SGLang", 16),)))
 
 
 def test_step_fit_figure_shows_residuals_and_an_interval_that_includes_zero():

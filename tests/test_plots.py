@@ -142,6 +142,7 @@ def test_throughput_relative_to_a_context_says_which_on_its_axis():
 
 
 def test_memory_ratio_figure_draws_each_engine_against_itself():
+    from kvlab.studies.memory_utilisation.figures import memory_ratio_figure
     ratios = pl.DataFrame(
         {
             "experiment": "e",
@@ -160,7 +161,7 @@ def test_memory_ratio_figure_draws_each_engine_against_itself():
             "e2e_ratio_max": [1.2, 1.5, None],
         }
     )
-    fig = plots.memory_ratio_figure(ratios)
+    fig = memory_ratio_figure(ratios)
     left, right = fig.axes
     assert (
         left.get_title() == "measured: batch time at 0.92 ÷ at 0.95" and left.get_ylabel() == "batch time, 0.92 ÷ 0.95"
@@ -232,14 +233,14 @@ def test_engine_colours_mean_engines_only():
 
 
 def test_claims_figure_names_every_definition_in_colours_that_are_not_engines():
-    from kvlab import analysis, narrative, store
+    from kvlab import analysis, store
+    from kvlab.studies.throughput_decay import figures, frames, words
 
     claims = store.load_claims().filter(pl.col("experiment") == "article_b300")
     runs = store.load_runs().filter(pl.col("source") == "published")
     check = analysis.consistency(runs, claims)
-    fig = plots.claims_vs_table(
-        check, narrative.claim_labels(check.to_dicts(), claims.to_dicts()), narrative.DEFINITION_NAMES
-    )
+    names = words.claim_labels(frames.stated_ratios(check), claims.to_dicts())
+    fig = figures.claims_vs_table(check, names, words.DEFINITION_NAMES)
     ax = fig.axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == [

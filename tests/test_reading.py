@@ -14,8 +14,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvlab import campaign, narrative, reports, store
-from kvlab.studies.whatif_model import catalogued
+from kvlab import campaign, reports, store
+from kvlab.studies.whatif_model.frames import catalogued
+from kvlab.studies.whatif_model.words import not_catalogued
 from notebook_data import FIXTURE_RUNS, copy_reference
 
 #: The fixture runs (tests/fixtures/runs): 28 measured runs, 728 requests, 28 attempts; the published tables: 4 rows.
@@ -122,13 +123,13 @@ def test_a_model_missing_from_the_catalog_is_said_and_its_modelled_bound_skipped
         achieved_fraction(runs, Workload(8, 1024), Assumptions(), sources=("published", "measured"))
     kept, missing = catalogued(runs)
     assert kept.height == runs.height - 6
-    assert narrative.not_catalogued_note(missing) == (
-        "*Not in the model's catalog (data/catalog): model `Qwen/Qwen2.5-0.5B-Instruct` (experiment "
-        "`cpu_long_context`). Their modelled bound is skipped; what was measured is still shown.*"
+    assert not_catalogued(missing) == (
+        "*Not in the model's catalog: model `Qwen/Qwen2.5-0.5B-Instruct` (experiment `cpu_long_context`). Their "
+        "modelled bound is skipped; what was measured is shown.*"
     )
     frac = achieved_fraction(kept, Workload(8, 1024), Assumptions(), sources=("published", "measured"))
     assert frac.group_by("source").len().sort("source").rows() == [("measured", 22), ("published", 4)]
-    assert catalogued(kept) == (kept, {}) and narrative.not_catalogued_note({}) == ""
+    assert catalogued(kept) == (kept, {}) and not_catalogued({}) == ""
 
 
 @pytest.mark.parametrize(

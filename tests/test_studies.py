@@ -12,7 +12,7 @@ import pytest
 from tests.support.sse_fixture import FixtureConfig, SSEServer
 from test_runner import engine_processes
 
-from kvlab import analysis, guide, narrative, reasoning_tokens, store, workloads
+from kvlab import analysis, guide, reasoning_tokens, store, workloads
 from kvlab.client import run_requests
 from kvlab.experiment import ExperimentSpec
 
@@ -116,7 +116,9 @@ def test_evidence_names_the_contradicted_premise():
     ev = guide.from_evidence(w, published_fit(), sharing, pl.DataFrame())
     # GQA at TP8: DCP changes nothing; one engine measured: nothing decides, and the guide follows the tree
     assert (ev.engine, ev.decided_by, ev.factors[0].favours) == ("sglang", "tree", None)
-    why = narrative.recommendation_sentence(w, w.tree(), ev, sharing.to_dicts())
+    from kvlab.studies.engine_choice.words import recommendation_sentence
+
+    why = recommendation_sentence(w, w.tree(), ev, sharing.to_dicts())
     assert "assumes vLLM shares no prefixes" in why and "45%" in why
 
 

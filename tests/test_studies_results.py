@@ -40,7 +40,7 @@ def test_report_01_answers_the_reference_host_by_context_with_the_models_range(r
         ("64K", "vllm", "1.50× faster"),
         ("200K", "sglang", "1.31× faster"),
     ]
-    mod = results["01"]["modelled_ratios"]
+    mod = results["01"].modelled_ratios
     assert mod["context_tokens"].to_list() == [65536, 131072, 204800]
     assert (mod["sets"] == 96).all()
     # at 64K every set has vLLM faster; at 200K the sets split (the model cannot name a winner)
@@ -73,17 +73,18 @@ def test_index_json_carries_each_reports_answer_and_the_verdicts_its_page_shows(
 def test_a_quantity_two_pages_print_is_one_computation(results):
     """The crossover range over the assumption sets (01 and 04) and the KV headroom of Kimi-K3 on B300 (03 and 04,
     at the contexts and settings both show) are the same numbers on both pages."""
-    assert results["01"]["x_model_range"] == results["04"]["x_range"]
+    x4 = getattr(results["04"], "x_range", None) or results["04"].x_range
+    assert (results["01"].model.lo, results["01"].model.hi) == tuple(x4)
     keys = ["mem_util", "dcp", "context_tokens"]
     cols = keys + ["kv_pool_gib_per_gpu", "kv_capacity_tokens", "max_concurrent_seqs", "outside_pool_gib_per_gpu"]
-    h3 = results["03"]["headroom"].select(cols)
-    h4 = results["04"]["headroom"].select(cols).join(h3.select(keys), on=keys, how="semi")
+    h3 = results["03"].headroom.select(cols)
+    h4 = results["04"].headroom.select(cols).join(h3.select(keys), on=keys, how="semi")
     assert h4.height == h3.height > 0
     assert h3.sort(keys).equals(h4.sort(keys))
     # Kimi-K3's concurrency ceilings on 8× B300: report 03's headroom and report 07's modelled ceilings (and the
     # number 07's verdict prints) are one count at every context and setting both show
-    c7 = results["07"]["modelled"].select("mem_util", "dcp", "context_tokens", "concurrency_ceiling")
-    c3 = results["03"]["headroom"].select(
+    c7 = results["07"].modelled.select("mem_util", "dcp", "context_tokens", "concurrency_ceiling")
+    c3 = results["03"].headroom.select(
         "mem_util", "dcp", "context_tokens", pl.col("max_concurrent_seqs").alias("concurrency_ceiling")
     )
     both = c7.join(c3, on=["mem_util", "dcp", "context_tokens"], suffix="_03")
@@ -100,11 +101,11 @@ def test_report_04s_tables_give_each_modelled_crossover_in_whole_k(results):
     from kvlab.perfmodel.figures import column_labels, crossover_columns
 
     r = results["04"]
-    cons = r["consistent_fits"].filter(pl.col("consistent")).sort("max_abs_residual_pct")
+    cons = r.consistent_fits.filter(pl.col("consistent")).sort("max_abs_residual_pct")
     for shown, raw in (
-        (r["sensitivity_shown"], r["sensitivity"]),
-        (r["crossovers_shown"], r["crossovers"]),
-        (r["consistent_fits_shown"], cons),
+        (r.sensitivity_shown, r.sensitivity),
+        (r.crossovers_shown, r.crossovers),
+        (r.consistent_fits_shown, cons),
     ):
         cols = crossover_columns(raw)
         words = [c for c in ("kv_format",) if c in raw.columns]
@@ -113,9 +114,9 @@ def test_report_04s_tables_give_each_modelled_crossover_in_whole_k(results):
             assert shown[c].dtype == pl.String and raw[c].dtype.is_numeric(), c
             assert shown[c].to_list() == column_labels(raw[c].to_list()), c  # whole K, or M, one per column
             assert len({label[-1] for label in shown[c].drop_nulls()}) <= 1, c
-    assert set(crossover_columns(r["sensitivity"])) == {"crossover_tokens", "phys_crossover_tokens"}
-    assert set(r["sensitivity_shown"]["kv_format"]) == {"BF16", "FP8", "packed FP8 MLA"}
-    assert r["crossovers_shown"]["crossover_tokens"].drop_nulls().str.contains(r"^[\d,]+K$|^\d(\.\d+)?M$").all()
+    assert set(crossover_columns(r.sensitivity)) == {"crossover_tokens", "phys_crossover_tokens"}
+    assert set(r.sensitivity_shown["kv_format"]) == {"BF16", "FP8", "packed FP8 MLA"}
+    assert r.crossovers_shown["crossover_tokens"].drop_nulls().str.contains(r"^[\d,]+K$|^\d(\.\d+)?M$").all()
 
 
 def test_modelled_kv_capacities_are_shown_to_three_significant_figures(results):
@@ -123,21 +124,23 @@ def test_modelled_kv_capacities_are_shown_to_three_significant_figures(results):
     shown to three significant figures in 03's and 04's tables; the frames the figures and sentences read keep it."""
     from kvlab.units import modelled_count
 
-    head = results["03"]["headroom"]
-    shown = results["03"]["headroom_shown"]
+    head = results["03"].headroom
+    shown = results["03"].headroom_shown
     assert shown["kv_capacity_tokens"].to_list() == [modelled_count(v) for v in head["kv_capacity_tokens"].to_list()]
     assert shown.drop("kv_capacity_tokens", "kv_capacity_tokens_lo", "kv_capacity_tokens_hi", strict=False).equals(
         head.drop("kv_capacity_tokens", "kv_capacity_tokens_lo", "kv_capacity_tokens_hi", strict=False)
     )
-    summary = results["04"]["headroom_summary"]
+    summary = results["04"].headroom_summary
     assert all(v == modelled_count(v) for v in summary["kv_capacity_tokens"].to_list())
-    budgets = results["03"]["budgets"]  # what 0.92 and 0.95 configure on this host, with the pools the engines made
+    budgets = results["03"].budgets  # what 0.92 and 0.95 configure on this host, with the pools the engines made
     assert {"kv_budget_mib", "ratio_to_lowest", "pool_tokens_low", "pool_tokens_high"} <= set(budgets.columns)
     assert budgets["ratio_to_lowest"][0] == 1.0
 
 
 def test_a_study_result_is_read_only_and_names_what_it_lacks(results):
-    r = results["02"]
+    r = studies.BagResult(  # the transitional bag of a study not yet in its folder
+        report_name="02_throughput_decay", answer=studies.Answer(("a",)), verdicts=(), frames_by_name={"t": pl.DataFrame()}
+    )
     with pytest.raises(TypeError):
         r.frames["x"] = pl.DataFrame()
     with pytest.raises(KeyError, match="02_throughput_decay has no frame or value 'nope'"):
