@@ -438,7 +438,7 @@ class Campaign:
 def probe_order(spec: ExperimentSpec) -> list[str]:
     """The server configurations of a probed experiment (their server keys) in the order its file gives them (the
     full form's runs, first appearance): the accuracy probe's reference per engine and model is the first of them
-    that was probed (kvlab.analysis.probe_summary). The manifest keeps it as ``configurations``."""
+    that was probed (kvlab.probe.probe_summary). The manifest keeps it as ``configurations``."""
     seen: dict[str, None] = {}
     for r in expand(spec.full_form()):
         seen.setdefault(r.server_key, None)

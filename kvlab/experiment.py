@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import difflib
 import hashlib
 import itertools
 import json
@@ -12,10 +13,11 @@ import os
 import re
 import shutil
 import stat
+import types
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -149,8 +151,9 @@ def _read_text(path: Path) -> str:
         raise SpecError(f"{path}: not UTF-8 text (byte {exc.start:,} is {data[exc.start : exc.start + 1]!r})") from None
 
 
-def _load_yaml(path: Path) -> Any:
-    """The experiment file as Python data, refused (SpecError naming the file and field) when it is not a regular
+def _load_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
+    """The experiment file as Python data, with the composed YAML node it was constructed from (its marks give each
+    field's line to :func:`_format_errors`); refused (SpecError naming the file and field) when it is not a regular
     UTF-8 file within :data:`MAX_FILE_BYTES`, not valid YAML, has more than :data:`MAX_YAML_NODES` nodes once its
     aliases are expanded, a recursive alias, a key given twice in one mapping, or a control character
     (:func:`_check_nodes`)."""
@@ -159,9 +162,9 @@ def _load_yaml(path: Path) -> Any:
     try:
         node = loader.get_single_node()
         if node is None:
-            return None
+            return None, None
         _check_nodes(path, node)
-        return loader.construct_document(node)
+        return loader.construct_document(node), node
     except _TooLarge as exc:
         raise SpecError(f"{path}: <top level>: {exc}, over the limit of {MAX_YAML_NODES:,}") from None
     except yaml.YAMLError as exc:
@@ -458,13 +461,13 @@ class ExperimentSpec(_Strict):
     def read(cls, path: str | Path) -> ExperimentSpec:
         """Read a YAML experiment and validate its fields; its runs are checked by :meth:`check_runs`."""
         path = Path(path)
-        raw = _load_yaml(path)
+        raw, node = _load_yaml(path)
         if not isinstance(raw, dict):
             raise SpecError(f"{path}: top level must be a mapping of fields, got {type(raw).__name__}")
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            raise SpecError(_format_errors(path, exc)) from None
+            raise SpecError(_format_errors(path, exc, node=node, schema=cls)) from None
 
     def check_runs(self, origin: str | Path = "<spec>") -> None:
         """SpecError naming the field and value when a run of the full or the quick form is invalid
@@ -522,7 +525,12 @@ class ExperimentSpec(_Strict):
         return spec
 
 
-def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -> str:
+def _format_errors(
+    origin: Path | str, exc: ValidationError, prefix: str = "", node: yaml.Node | None = None, schema: Any = None
+) -> str:
+    """One line per error: ``file: field.path: message (got value)``, then where the file's YAML says it
+    (``node``, the composed document: `at line N`) and, for an unknown field, the field of ``schema`` (the type the
+    error's location starts from) it is closest to (`did you mean 'repeats'?`)."""
     lines = []
     for err in exc.errors():
         parts = [*prefix.split("."), *map(str, err["loc"])] if prefix else [str(p) for p in err["loc"]]
@@ -531,8 +539,10 @@ def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -
         where = ".".join(parts) or "<top level>"
         msg = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
+        hint = ""
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
+            hint = _did_you_mean(str(err["loc"][-1]), _fields_at(schema, err["loc"][:-1]))
         elif err["type"] == "missing" and parts == ["device"]:  # a file written before the device was typed
             msg = (
                 "Field required: say what the runs compute on, `device: cpu` or `device: gpu` (or {kind: gpu, "
@@ -549,8 +559,81 @@ def _format_errors(origin: Path | str, exc: ValidationError, prefix: str = "") -
             value = redact_url(value)  # credentials in a url are never echoed
         # an env entry's value is never echoed: its name may say it is a secret
         shown = "" if isinstance(value, dict) or "env" in parts[:-1] else f" (got {value!r})"
-        lines.append(f"{origin}: {where}: {msg}{shown}")
+        lines.append(f"{origin}: {where}: {msg}{shown}{_line_text(node, err['loc'])}{hint}")
     return "\n".join(lines)
+
+
+def _line_text(node: yaml.Node | None, loc: tuple) -> str:
+    """Where the YAML document ``node`` gives the field at ``loc`` (a pydantic location): ` at line N` (its key's
+    line), ` in the block at line N` (the line of the deepest key found) when the field is not in the file (missing,
+    or from an alias's merge), or nothing (no document, or a field of the top level that the file lacks)."""
+    if node is None:
+        return ""
+    found, line = True, None
+    for i, part in enumerate(loc):
+        if isinstance(part, str) and part in KINDS and i and loc[i - 1] == "workload":
+            continue  # the workload's kind tag is no key of the YAML
+        child = key = None
+        if isinstance(node, yaml.MappingNode):
+            key, child = next(((k, v) for k, v in node.value if _key_text(k) == str(part)), (None, None))
+        elif isinstance(node, yaml.SequenceNode):
+            if isinstance(part, int) and 0 <= part < len(node.value):
+                child = node.value[part]
+            else:  # engines given as a list: the entry whose name is the label
+                child = next((e for e in node.value if isinstance(e, yaml.MappingNode) and _name_of(e) == part), None)
+        if child is None:
+            found = False
+            break
+        node, line = child, (key or child).start_mark.line + 1
+    if line is None:  # the top level (a field missing from it, or the whole document)
+        return ""
+    return f" at line {line}" if found else f" in the block at line {line}"
+
+
+def _name_of(node: yaml.MappingNode) -> str | None:
+    return next((v.value for k, v in node.value if _key_text(k) == "name" and isinstance(v, yaml.ScalarNode)), None)
+
+
+def _fields_at(schema: Any, loc: tuple) -> list[str]:
+    """The field names the mapping at ``loc`` takes, reading the types from ``schema`` down (a model's field, a
+    dict's value, a list's item, a union's models, the workload kind a tag names); empty where no model is found."""
+    kinds = set(KINDS.values())
+    types_ = _types(schema)
+    for part in loc:
+        if isinstance(part, str) and part in KINDS and kinds & set(types_):
+            types_ = [KINDS[part]]
+            continue
+        nxt: list[Any] = []
+        for t in types_:
+            if _is_model(t):
+                if part in t.model_fields:
+                    nxt += _types(t.model_fields[part].annotation)
+            elif get_origin(t) in (dict, list, tuple) and get_args(t):  # a key or an index: the item's type
+                nxt += _types(get_args(t)[-1] if get_origin(t) is dict else get_args(t)[0])
+        types_ = nxt
+    return list(dict.fromkeys(n for t in types_ if _is_model(t) for n in t.model_fields))
+
+
+def _types(tp: Any) -> list[Any]:
+    """The types a value of ``tp`` may have: a union's members, an annotation's type (Optional's None left out)."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _types(get_args(tp)[0])
+    if origin in (Union, types.UnionType):
+        return [t for a in get_args(tp) for t in _types(a)]
+    return [] if tp is None or tp is type(None) else [tp]
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _did_you_mean(name: str, fields: list[str]) -> str:
+    """`; did you mean 'repeats'?` for the field ``name`` is closest to, else `; known fields: …` (or nothing)."""
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; known fields: {', '.join(sorted(fields))}" if fields else ""
 
 
 class RunSpec(_Strict):
@@ -696,57 +779,17 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
     runs: list[RunSpec] = []
     for combo in itertools.product(*(values for _, values in axes)):
         engines, workload = copy.deepcopy(base_engines), copy.deepcopy(base_workload)
-        chosen: list[str] = []
-        point: dict[str, Any] = {}
         where = ", ".join(f"{a}={_shown(a, v)!r}" for (a, _), v in zip(axes, combo)) or "base"
-        try:
-            for (axis, _), value in zip(axes, combo):
-                point[axis] = value
-                if axis == "engine" or "." in axis:
-                    label = _apply(spec, axis, value, engines, workload, axis)
-                    if label:
-                        chosen.append(label)
-                elif isinstance(value, dict):
-                    for path, v in value.items():
-                        label = _apply(spec, path, v, engines, workload, axis)
-                        if label:
-                            chosen.append(label)
-                else:
-                    raise KeyError(
-                        f"matrix.{axis}: a linked axis needs mappings of field paths to values, got {value!r}"
-                    )
-        except KeyError as exc:
-            raise SpecError(f"{origin}: {exc.args[0]}") from None
+        point, chosen = _apply_point(spec, axes, combo, engines, workload, origin)
         labels = chosen[-1:] or list(spec.engines)
         try:
             workload_spec = _WORKLOAD.validate_python(workload)
         except ValidationError as exc:
-            raise SpecError(_format_errors(origin, exc, prefix=f"matrix point [{where}]: workload")) from None
+            raise SpecError(
+                _format_errors(origin, exc, prefix=f"matrix point [{where}]: workload", schema=WorkloadSpec)
+            ) from None
         for label in labels:
-            try:
-                engine = EngineSpec.model_validate(engines[label])
-            except ValidationError as exc:
-                raise SpecError(
-                    _format_errors(origin, exc, prefix=f"matrix point [{where}]: engines.{label}")
-                ) from None
-            _check_run(origin, where, label, engine, workload_spec)
-            if engine.dtype == "bfloat16-if-native" and not spec.device.on_cpu:
-                raise SpecError(
-                    f"{origin}: matrix point [{where}]: engines.{label}.dtype: 'bfloat16-if-native' follows this "
-                    f"host's CPU flags, so it applies to CPU experiments only (device is {spec.device.kind!r}); "
-                    "give bfloat16, float16 or float32"
-                )
-            if spec.device.count is not None and not engine.external and engine.gpus > spec.device.count:
-                raise SpecError(
-                    f"{origin}: matrix point [{where}]: engines.{label}: tp {engine.tp} × dp {engine.dp} = "
-                    f"{engine.gpus} GPUs, more than the {spec.device.count} of device.count"
-                )
-            load = workload_spec.load
-            if not spec.telemetry and load is not None and load.stop_queue_rising is not None:
-                raise SpecError(
-                    f"{origin}: matrix point [{where}]: telemetry: false leaves workload.load.stop_queue_rising "
-                    f"({load.stop_queue_rising}) without the samples it reads: set it to null"
-                )
+            engine = _point_engine(spec, origin, where, label, engines[label], workload_spec)
             for r in range(_repeats(spec, point | {"engine": label}, matched)):
                 runs.append(
                     RunSpec(
@@ -763,6 +806,76 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
                         telemetry=spec.telemetry,
                     )
                 )
+    _check_expansion(spec, origin, matched, runs)
+    return runs
+
+
+def _apply_point(
+    spec: ExperimentSpec,
+    axes: list[tuple[str, list]],
+    combo: tuple,
+    engines: dict[str, dict],
+    workload: dict,
+    origin: str | Path,
+) -> tuple[dict[str, Any], list[str]]:
+    """One matrix point's overrides applied to ``engines`` and ``workload`` (in place): the point (axis: value)
+    and the engine labels its axes chose, in order."""
+    chosen: list[str] = []
+    point: dict[str, Any] = {}
+    try:
+        for (axis, _), value in zip(axes, combo):
+            point[axis] = value
+            if axis == "engine" or "." in axis:
+                label = _apply(spec, axis, value, engines, workload, axis)
+                if label:
+                    chosen.append(label)
+            elif isinstance(value, dict):
+                for path, v in value.items():
+                    label = _apply(spec, path, v, engines, workload, axis)
+                    if label:
+                        chosen.append(label)
+            else:
+                raise KeyError(f"matrix.{axis}: a linked axis needs mappings of field paths to values, got {value!r}")
+    except KeyError as exc:
+        raise SpecError(f"{origin}: {exc.args[0]}") from None
+    return point, chosen
+
+
+def _point_engine(
+    spec: ExperimentSpec, origin: str | Path, where: str, label: str, engine: dict, workload_spec: WorkloadArgs
+) -> EngineSpec:
+    """Engine ``label`` at one matrix point, validated with its workload (:func:`_check_run`) and against the
+    experiment's device and telemetry."""
+    try:
+        e = EngineSpec.model_validate(engine)
+    except ValidationError as exc:
+        raise SpecError(
+            _format_errors(origin, exc, prefix=f"matrix point [{where}]: engines.{label}", schema=EngineSpec)
+        ) from None
+    _check_run(origin, where, label, e, workload_spec)
+    if e.dtype == "bfloat16-if-native" and not spec.device.on_cpu:
+        raise SpecError(
+            f"{origin}: matrix point [{where}]: engines.{label}.dtype: 'bfloat16-if-native' follows this "
+            f"host's CPU flags, so it applies to CPU experiments only (device is {spec.device.kind!r}); "
+            "give bfloat16, float16 or float32"
+        )
+    if spec.device.count is not None and not e.external and e.gpus > spec.device.count:
+        raise SpecError(
+            f"{origin}: matrix point [{where}]: engines.{label}: tp {e.tp} × dp {e.dp} = "
+            f"{e.gpus} GPUs, more than the {spec.device.count} of device.count"
+        )
+    load = workload_spec.load
+    if not spec.telemetry and load is not None and load.stop_queue_rising is not None:
+        raise SpecError(
+            f"{origin}: matrix point [{where}]: telemetry: false leaves workload.load.stop_queue_rising "
+            f"({load.stop_queue_rising}) without the samples it reads: set it to null"
+        )
+    return e
+
+
+def _check_expansion(spec: ExperimentSpec, origin: str | Path, matched: set[int], runs: list[RunSpec]) -> None:
+    """The whole matrix expanded: every repeats_at rule matched a point, no two runs are the same run, and the
+    external servers agree (:func:`_check_external`)."""
     unused = [i for i in range(len(spec.repeats_at)) if i not in matched]
     if unused:
         rule = spec.repeats_at[unused[0]]
@@ -772,7 +885,6 @@ def expand(spec: ExperimentSpec, origin: str | Path = "<spec>") -> list[RunSpec]
         what = "a run is" if len(dupes) == 1 else f"{len(dupes):,} runs are"
         raise SpecError(f"{origin}: matrix: {what} identical to another after overrides (key {dupes[0]})")
     _check_external(origin, runs)
-    return runs
 
 
 def _shown(path: Any, value: Any) -> Any:
@@ -927,6 +1039,6 @@ def _catalog_contexts() -> dict[str, tuple[str, int]]:
 
 def catalog_context(model: str) -> tuple[str, int] | None:
     """(catalog model, native context in tokens) when the model catalog knows ``model`` by key or alias (a path
-    ending in one too, as kvlab.perfmodel.catalog.Model.matches reads it), else None."""
+    ending in one too, as kvlab.catalog.Model.matches reads it), else None."""
     names = _catalog_contexts()
     return names.get(model.strip().lower()) or names.get(Path(model.strip()).name.lower())

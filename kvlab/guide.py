@@ -5,7 +5,7 @@ not; vLLM for many concurrent requests and mixed hardware). :func:`from_evidence
 same question from kvlab's own numbers: the physical model for the context length, measured
 prefix-sharing runs for the shared fraction, measured concurrency runs for the load. It returns
 facts (engines, ratios, the runs compared, what decided); the sentences that say them (and, where the
-two disagree, which premise of the tree the data contradict) are in :mod:`kvlab.narrative.engine_choice`.
+two disagree, which premise of the tree the data contradict) are in :mod:`kvlab.studies.engine_choice.words`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvlab.analysis import nearest
 from kvlab.claims import (
     Grade,
     Repeats,
@@ -39,6 +38,15 @@ PRIORITIES = ("throughput", "stability")
 #: The tree's numbers, as the document states them.
 FIXED_CONTEXT_THRESHOLD = 0.30
 CONCURRENCY_THRESHOLD = 100
+
+
+def nearest(df: pl.DataFrame, col: str, value: float) -> pl.DataFrame:
+    """The rows of ``df`` whose ``col`` is nearest to ``value`` (every row at that distance)."""
+    if df.is_empty():
+        return df
+    return (
+        df.with_columns((pl.col(col) - value).abs().alias("_d")).filter(pl.col("_d") == pl.col("_d").min()).drop("_d")
+    )
 
 
 def measured_member(family: Engine, engines) -> str:

@@ -156,7 +156,7 @@ def hub_snapshot(model: str) -> Path | None:
 def checkpoint_size(model: str) -> tuple[float, str] | None:
     """(bytes, how they are counted) of the weights of a model kvlab's catalog holds (data/catalog/models.csv, by
     key or alias: Kimi-K3 is 2.78 × 10¹² parameters × 0.5616 bytes, 1.56 TB); None for one it does not."""
-    from kvlab.perfmodel import catalog  # the model stack: only where a hub model must be downloaded
+    from kvlab import catalog  # the model stack: only where a hub model must be downloaded
 
     try:
         m = catalog.model(model)
@@ -311,6 +311,96 @@ def cache_problem(file: str, models: list[str]) -> tuple[Problem | None, str]:
     return None, f"Hugging Face cache {hf_cache()}: {_size(free)} free at {where}, room for {what}"
 
 
+def _device_problems(
+    file: str, spec: ExperimentSpec, launched: dict[str, EngineSpec], sampler: gpu.GpuSampler | None
+) -> tuple[list[Problem], list[str]]:
+    """The GPUs the launched engines need against what NVML sees: their count, model and (for a catalog GPU) memory."""
+    problems: list[Problem] = []
+    found: list[str] = []
+    need = max(e.gpus for e in launched.values())
+    want = gpu_model(spec.device.accelerator)  # a catalog GPU: its memory is checked too
+    word = want or spec.device.accelerator  # what NVML's device name must hold (None: any NVIDIA GPU)
+    label = f"{need} {f'NVIDIA {want}' if want else word or 'NVIDIA GPU'}{'s' if need > 1 else ''}"
+    s = sampler or gpu.GpuSampler()
+    if sampler is None:
+        s.open()
+        s.close()
+    sizes = {k: f"tp {e.tp} × dp {e.dp}" for k, e in launched.items()}
+    asked = f"the experiment asks for {label} (" + ", ".join(f"engines.{k}: {v}" for k, v in sizes.items()) + ")"
+    host_fix = (
+        f"run it on a host with {label} and the NVIDIA driver (nvidia-smi lists them); on a CPU "
+        "machine, sweep the cpu_*.yaml experiments"
+    )
+    if not s.available:
+        problems.append(Problem(file, "device", f"{asked}; {s.reason}", host_fix))
+        return problems, found
+    seen = s.devices
+    names = sorted({d["name"] for d in seen})
+    if len(seen) < need:
+        problems.append(Problem(file, "device", f"{asked}; NVML sees {len(seen)} ({', '.join(names)})", host_fix))
+    matching = [d for d in seen if word is None or word.lower() in d["name"].lower()]
+    if len(seen) >= need and word and len(matching) < need:
+        problems.append(Problem(file, "device", f"{asked}; NVML sees {', '.join(names)}", host_fix))
+    if want:
+        low = [d for d in matching if d["memory_total_bytes"] < MEMORY_SLACK * _catalog()[want][1]]
+        if low:
+            problems.append(
+                Problem(
+                    file,
+                    "device",
+                    f"GPU {low[0]['index']} ({low[0]['name']}) has "
+                    f"{low[0]['memory_total_bytes'] / 1e9:.1f} GB, below the {_catalog()[want][1] / 1e9:.0f} GB "
+                    f"of a {want} in kvlab's catalog (a MIG slice, or another model)",
+                    host_fix,
+                )
+            )
+    found.append(f"GPUs: {len(seen)} × {', '.join(names)} (needs {need})")
+    return problems, found
+
+
+def _launch_problem(
+    file: str, key: str, e: EngineSpec, checked: dict[tuple[str, ...], tuple[dict | None, str]]
+) -> tuple[Problem | None, str]:
+    """Engine ``key``'s environment: it exists, its Python answers, and it holds the release kvlab's adapter is
+    written against. ``checked``: the versions each launch prefix reported, filled here (one question each)."""
+    adapter = get_adapter(e.name)
+    launch = adapter.launch_prefix(e)
+    version, dists = RELEASES[e.name]
+    field = f"engines.{key}.launch"
+    if len(launch) == 1 and not Path(launch[0]).exists():
+        return Problem(file, field, f"{e.launch[0]} does not exist", _env_fix(e.launch[0])), ""
+    if tuple(launch) not in checked:
+        checked[tuple(launch)] = _versions(launch, dists)
+    got, why = checked[tuple(launch)]
+    if got is None:
+        what = f"{' '.join(e.launch)} does not run a Python that answers ({why})"
+    elif not got:
+        what = f"{' '.join(e.launch)} has no {' or '.join(dists)} installed"
+    elif version not in got.values():
+        what = (
+            f"{' '.join(e.launch)} holds "
+            + ", ".join(f"{d} {v}" for d, v in got.items())
+            + f"; kvlab's {adapter.label} adapter is "
+            f"written against {version}"
+        )
+    else:
+        return None, f"engines.{key}: {', '.join(f'{d} {v}' for d, v in got.items())} at {e.launch[0]}"
+    return Problem(file, field, what, _env_fix(e.launch[0])), ""
+
+
+def _disk_problem(file: str, spec: ExperimentSpec, data_dir: Path) -> tuple[Problem | None, str]:
+    """Room in the data folder for the sweep's runs."""
+    where, free = free_near(Path(data_dir) / "runs" / spec.name)
+    if free < MIN_FREE_BYTES:
+        return Problem(
+            file,
+            f"(data folder {where})",
+            f"{free / 2**20:.0f} MiB free, a sweep needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB",
+            "free disk space or give --data-dir on a disk with room",
+        ), ""
+    return None, f"disk: {free / 1e9:.1f} GB free at {where}"
+
+
 def check(
     path: str | Path,
     spec: ExperimentSpec,
@@ -324,122 +414,30 @@ def check(
     file = str(path)
     problems: list[Problem] = []
     found: list[str] = []
+
+    def add(problem: Problem | None, line: str = "") -> None:
+        problems.extend([problem] if problem else [])
+        found.extend([line] if line else [])
+
     launched = {k: e for k, e in spec.engines.items() if not e.external}
     if not spec.device.on_cpu and launched:
-        need = max(e.gpus for e in launched.values())
-        want = gpu_model(spec.device.accelerator)  # a catalog GPU: its memory is checked too
-        word = want or spec.device.accelerator  # what NVML's device name must hold (None: any NVIDIA GPU)
-        label = f"{need} {f'NVIDIA {want}' if want else word or 'NVIDIA GPU'}{'s' if need > 1 else ''}"
-        s = sampler or gpu.GpuSampler()
-        if sampler is None:
-            s.open()
-            s.close()
-        sizes = {k: f"tp {e.tp} × dp {e.dp}" for k, e in launched.items()}
-        asked = f"the experiment asks for {label} (" + ", ".join(f"engines.{k}: {v}" for k, v in sizes.items()) + ")"
-        host_fix = (
-            f"run it on a host with {label} and the NVIDIA driver (nvidia-smi lists them); on a CPU "
-            "machine, sweep the cpu_*.yaml experiments"
-        )
-        if not s.available:
-            problems.append(Problem(file, "device", f"{asked}; {s.reason}", host_fix))
-        else:
-            seen = s.devices
-            names = sorted({d["name"] for d in seen})
-            if len(seen) < need:
-                problems.append(
-                    Problem(file, "device", f"{asked}; NVML sees {len(seen)} ({', '.join(names)})", host_fix)
-                )
-            matching = [d for d in seen if word is None or word.lower() in d["name"].lower()]
-            if len(seen) >= need and word and len(matching) < need:
-                problems.append(Problem(file, "device", f"{asked}; NVML sees {', '.join(names)}", host_fix))
-            if want:
-                low = [d for d in matching if d["memory_total_bytes"] < MEMORY_SLACK * _catalog()[want][1]]
-                if low:
-                    problems.append(
-                        Problem(
-                            file,
-                            "device",
-                            f"GPU {low[0]['index']} ({low[0]['name']}) has "
-                            f"{low[0]['memory_total_bytes'] / 1e9:.1f} GB, below the {_catalog()[want][1] / 1e9:.0f} GB "
-                            f"of a {want} in kvlab's catalog (a MIG slice, or another model)",
-                            host_fix,
-                        )
-                    )
-            found.append(f"GPUs: {len(seen)} × {', '.join(names)} (needs {need})")
+        device_problems, device_found = _device_problems(file, spec, launched, sampler)
+        problems += device_problems
+        found += device_found
         cuda = [e.launch[0] for e in launched.values() if e.launch and "-cuda/" in e.launch[0]]
         if cuda:  # kvlab's locked CUDA builds (make engines GPU=1): the driver they need
-            problem, line = driver_problem(file, cuda, driver)
-            problems += [problem] if problem else []
-            found += [line] if line else []
+            add(*driver_problem(file, cuda, driver))
     checked: dict[tuple[str, ...], tuple[dict | None, str]] = {}
     for key, e in launched.items():
-        adapter = get_adapter(e.name)
-        launch = adapter.launch_prefix(e)
-        version, dists = RELEASES[e.name]
-        if len(launch) == 1 and not Path(launch[0]).exists():
-            problems.append(
-                Problem(file, f"engines.{key}.launch", f"{e.launch[0]} does not exist", _env_fix(e.launch[0]))
-            )
-        else:
-            if tuple(launch) not in checked:
-                checked[tuple(launch)] = _versions(launch, dists)
-            got, why = checked[tuple(launch)]
-            if got is None:
-                problems.append(
-                    Problem(
-                        file,
-                        f"engines.{key}.launch",
-                        f"{' '.join(e.launch)} does not run a Python that answers ({why})",
-                        _env_fix(e.launch[0]),
-                    )
-                )
-            elif not got:
-                problems.append(
-                    Problem(
-                        file,
-                        f"engines.{key}.launch",
-                        f"{' '.join(e.launch)} has no {' or '.join(dists)} installed",
-                        _env_fix(e.launch[0]),
-                    )
-                )
-            elif version not in got.values():
-                problems.append(
-                    Problem(
-                        file,
-                        f"engines.{key}.launch",
-                        f"{' '.join(e.launch)} holds "
-                        + ", ".join(f"{d} {v}" for d, v in got.items())
-                        + f"; kvlab's {adapter.label} adapter is "
-                        f"written against {version}",
-                        _env_fix(e.launch[0]),
-                    )
-                )
-            else:
-                found.append(f"engines.{key}: {', '.join(f'{d} {v}' for d, v in got.items())} at {e.launch[0]}")
-        problem, model = _model_problem(file, key, e)
-        problems += [problem] if problem else []
-        found += [model] if model else []
-        port = _port_problem(file, key, e)
-        problems += [port] if port else []
+        add(*_launch_problem(file, key, e, checked))
+        add(*_model_problem(file, key, e))
+        add(_port_problem(file, key, e))
     missing = [e.model for e in launched.values() if not is_local_path(e.model) and hub_snapshot(e.model) is None]
-    problem, line = cache_problem(file, missing)
-    problems += [problem] if problem else []
-    found += [line] if line else []
+    add(*cache_problem(file, missing))
     for key, e in spec.engines.items():
         if e.external:
             found.append(
                 f"engines.{key}: a server kvlab does not start, at {e.url} (checked when the sweep reaches it)"
             )
-    where, free = free_near(Path(data_dir) / "runs" / spec.name)
-    if free < MIN_FREE_BYTES:
-        problems.append(
-            Problem(
-                file,
-                f"(data folder {where})",
-                f"{free / 2**20:.0f} MiB free, a sweep needs at least {MIN_FREE_BYTES / 2**20:.0f} MiB",
-                "free disk space or give --data-dir on a disk with room",
-            )
-        )
-    else:
-        found.append(f"disk: {free / 1e9:.1f} GB free at {where}")
+    add(*_disk_problem(file, spec, data_dir))
     return Report(file, problems, found)

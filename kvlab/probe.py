@@ -20,7 +20,7 @@ The comparison and its tolerance:
 
 Wiring: an experiment with ``probe: true`` has the runner send the set once per server start, after the warm-up and
 before the first measured run (:func:`run_probe`), and keep :func:`record` on the start's manifest entry;
-kvlab.store.load_probes reads it back and kvlab.analysis.probe_summary compares configurations for report 07's map.
+kvlab.store.load_probes reads it back and kvlab.probe.probe_summary compares configurations for report 07's map.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+import polars as pl
 
 from kvlab import httpcall
 
@@ -282,7 +283,7 @@ async def probe(
 def configuration(run: RunSpec) -> dict[str, Any]:
     """The server configuration ``run`` needs, in RUNS' terms (:data:`kvlab.store.PROBE_CONFIG_FIELDS`, as
     :func:`kvlab.rows.run_row` names them, so that a report joins a configuration's probe to its runs:
-    :func:`kvlab.analysis.probe_summary`, ``goodput_map``)."""
+    :func:`kvlab.probe.probe_summary`, ``goodput_map``)."""
     e = run.engine
     return {
         "engine": e.name,
@@ -338,3 +339,136 @@ def run_probe(
             [], config, sent_at=sent_at, wall_s=time.perf_counter() - t, error=f"{type(exc).__name__}: {str(exc)[:200]}"
         )
     return record(outs, config, sent_at=sent_at, wall_s=time.perf_counter() - t)
+
+
+#: Columns that identify one configuration apart from the engine (what two engines are compared on).
+def probe_comparison(probes: pl.DataFrame) -> pl.DataFrame:
+    """Each probed configuration's outputs against its reference's, prompt by prompt (kvlab.probe.compare_configs,
+    over the first k = 16 tokens), from :func:`kvlab.store.load_probes`. Per experiment, engine and model the
+    **reference** is the first configuration in the experiment file's order that was probed (the manifest's
+    ``configurations``; the earliest start where it lists none). Rows: experiment, engine, model, server_key,
+    reference_key, prompt, outcome ('identical', 'differs', 'differs at a near-tie', 'not compared: a request
+    failed'), first_diff (0-based), compared, margin_at_diff, k; the reference's own rows are 'reference'."""
+    rows = []
+    for (exp, engine, model), g in probes.group_by(["experiment", "engine", "model"], maintain_order=True):
+        configs = g.group_by("server_key", maintain_order=True).agg(
+            pl.col("order").first(), pl.col("started_at").first()
+        )
+        ref = configs.sort(["order", "started_at"], nulls_last=True)["server_key"][0]
+        outputs = {
+            key: [
+                ProbeOutput(r["prompt"], tuple(r["tokens"]), tuple(r["margins"]), r["error"])
+                for r in part.sort("prompt").iter_rows(named=True)
+            ]
+            for (key,), part in g.group_by(["server_key"], maintain_order=True)
+        }
+        k = int(g["k"].drop_nulls().first() or PROBE_TOKENS)
+        head = {"experiment": exp, "engine": engine, "model": model, "reference_key": ref}
+        rows += [
+            head
+            | {
+                "server_key": ref,
+                "prompt": o.prompt,
+                "outcome": "reference",
+                "first_diff": None,
+                "compared": None,
+                "margin_at_diff": None,
+                "k": k,
+            }
+            for o in outputs[ref]
+        ]
+        rows += [head | {"server_key": c.pop("config"), **c} for c in compare_configs(outputs, ref, k)]
+    schema = {
+        "experiment": pl.String,
+        "engine": pl.String,
+        "model": pl.String,
+        "reference_key": pl.String,
+        "server_key": pl.String,
+        "prompt": pl.Int64,
+        "outcome": pl.String,
+        "first_diff": pl.Int64,
+        "compared": pl.Int64,
+        "margin_at_diff": pl.Float64,
+        "k": pl.Int64,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def probe_summary(probes: pl.DataFrame) -> pl.DataFrame:
+    """One row per probed configuration (:func:`kvlab.store.load_probes`) with its configuration (RUNS' names), its
+    ``role`` (reference / compared, see :func:`probe_comparison`), ``reference_key``, the prompts and how many came
+    out identical, ``differs``, ``near_ties`` and ``not_compared``, ``first_diff`` (the earliest position of a clear
+    difference; null: none) and ``probe``, one label: 'reference', 'identical', 'differs from token N (x of n
+    prompts)', 'differs only at near-ties (x of n prompts)' or 'not compared: a probe request failed'. A clear
+    difference outranks the rest: a configuration that computes something else is said so even where some of its
+    prompts failed."""
+    schema = {
+        **_PROBE_CONFIG_SCHEMA,
+        "server_key": pl.String,
+        "role": pl.String,
+        "reference_key": pl.String,
+        "prompts": pl.Int64,
+        "identical": pl.Int64,
+        "differs": pl.Int64,
+        "near_ties": pl.Int64,
+        "not_compared": pl.Int64,
+        "first_diff": pl.Int64,
+        "k": pl.Int64,
+        "probe": pl.String,
+    }
+    if probes.is_empty():
+        return pl.DataFrame(schema=schema)
+    cmp = probe_comparison(probes)
+    rows = []
+    for (exp, key), g in cmp.group_by(["experiment", "server_key"], maintain_order=True):
+        config = probes.filter((pl.col("experiment") == exp) & (pl.col("server_key") == key)).row(0, named=True)
+        out = g["outcome"].to_list()
+        n, differs = len(out), out.count("differs")
+        near, failed = out.count("differs at a near-tie"), sum(o.startswith("not compared") for o in out)
+        first = g.filter(pl.col("outcome") == "differs")["first_diff"].min()
+        role = "reference" if out and out[0] == "reference" else "compared"
+        label = (
+            "reference"
+            if role == "reference"
+            else f"differs from token {first} ({differs} of {n} prompts)"
+            if differs
+            else f"differs only at near-ties ({near} of {n} prompts)"
+            if near
+            else "not compared: a probe request failed"
+            if failed
+            else "identical"
+        )
+        rows.append(
+            {
+                **{c: config[c] for c in _PROBE_CONFIG_SCHEMA},
+                "server_key": key,
+                "role": role,
+                "reference_key": g["reference_key"][0],
+                "prompts": n,
+                "identical": out.count("identical"),
+                "differs": differs,
+                "near_ties": near,
+                "not_compared": failed,
+                "first_diff": first,
+                "k": g["k"][0],
+                "probe": label,
+            }
+        )
+    return pl.DataFrame(rows, schema=schema).sort(
+        ["experiment", "engine", "model", "role", "server_key"], descending=[False, False, False, True, False]
+    )
+
+
+#: The configuration columns of :func:`probe_summary` (kvlab.store.PROBE_SCHEMA's).
+_PROBE_CONFIG_SCHEMA = {
+    "experiment": pl.String,
+    "engine": pl.String,
+    "engine_label": pl.String,
+    "model": pl.String,
+    "tp": pl.Int64,
+    "dcp": pl.Int64,
+    "dp": pl.Int64,
+    "mem_util": pl.Float64,
+    "kv_budget_bytes": pl.Int64,
+    "prefix_caching": pl.Boolean,
+}

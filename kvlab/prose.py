@@ -20,7 +20,6 @@ MAX_SENTENCE_WORDS = 45
 #: A repeated sentence shorter than this many words is a label ("Not measured here."), not prose said twice.
 MIN_REPEAT_WORDS = 8
 
-_DROP = re.compile(r"<(style|script|svg|table|pre|code|nav|header|footer)\b.*?</\1>", re.S | re.I)
 _BLOCK = re.compile(r"<(p|li|figcaption|caption|h[1-6]|dd|dt|blockquote|td|th)\b[^>]*>(.*?)</\1>", re.S | re.I)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z“\"(*0-9])")
 

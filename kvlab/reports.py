@@ -31,13 +31,13 @@ from traitlets.config import Config
 
 from kvlab import __version__, host, store, studies, tables, tinymodel
 from kvlab import verdicts as vd
-from kvlab.analysis import SLO_SHARE
+from kvlab.studies.capacity.frames import SLO_SHARE
 from kvlab.claims.grading import CPU_IMPLEMENTATIONS
 from kvlab.units import count
 from kvlab.engines import engine_label, registry
 from kvlab.markup import markdown_inline
 from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
-from kvlab.plots import FIGURE_DIR_ENV, FIGURE_MIME
+from kvlab.figures import FIGURE_DIR_ENV, FIGURE_MIME
 from kvlab.explore import STATIC_ENV
 from kvlab.verdicts import Sources, extract_sources
 
@@ -164,10 +164,10 @@ def figure_dir(html_path: Path) -> Path:
 
 
 def write_figure_data(nb, out: Path) -> list[dict]:
-    """Write each figure's data, carried as typed JSON in the executed notebook (:data:`kvlab.plots.FIGURE_MIME`),
+    """Write each figure's data, carried as typed JSON in the executed notebook (:data:`kvlab.figures.FIGURE_MIME`),
     as a CSV file in :func:`figure_dir` with :data:`FIGURES_JSON` listing them; return the listing (each figure
-    once, by number). The figures' links point there already: the build sets :data:`kvlab.plots.FIGURE_DIR_ENV`."""
-    found: dict[str, dict] = {}  # by file: an unnumbered figure (plots.show without numbers) is figure.csv
+    once, by number). The figures' links point there already: the build sets :data:`kvlab.figures.FIGURE_DIR_ENV`."""
+    found: dict[str, dict] = {}  # by file: an unnumbered figure (figures.show without numbers) is figure.csv
     for cell in nb.cells:
         for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
             data = (output.get("data") or {}).get(FIGURE_MIME)

@@ -578,3 +578,21 @@ def run_rates(runs: pl.DataFrame) -> pl.DataFrame:
         output.alias("output_tokens_per_s"),
         (pl.col("requests_within_slo") / t).alias("goodput_requests_per_s"),
     )
+
+
+# --------------------------------------------------------------------------- what every study reads of the runs
+
+#: Columns that identify one configuration apart from the engine (what two engines are compared on).
+CONFIG_KEYS = ("source", "experiment", "hardware", "context_label", "context_tokens")
+
+
+def ok_batch_times(runs: pl.DataFrame) -> pl.DataFrame:
+    """Rows that finished and carry a batch time."""
+    return runs.filter((pl.col("status") == "ok") & pl.col("batch_time_s").is_not_null())
+
+
+def with_device_kind(runs: pl.DataFrame) -> pl.DataFrame:
+    """``runs`` with the typed device's columns, ``device_kind``, ``accelerator`` and ``gpu_count`` (kvlab.device;
+    null where the frame has none: hand-built frames)."""
+    types = {"device_kind": pl.String, "accelerator": pl.String, "gpu_count": pl.Int64}
+    return runs.with_columns(pl.lit(None, t).alias(c) for c, t in types.items() if c not in runs.columns)

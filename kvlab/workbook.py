@@ -8,13 +8,14 @@ to build the report's provenance panel from what the report uses, not from every
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from kvlab import plots, store
+from kvlab import figures, store
 from kvlab.paths import DATA_DIR
 from kvlab.verdicts import Sources
 from kvlab.verdicts import add_names as _add
@@ -32,15 +33,17 @@ class Workbook:
     data: Path
     _cache: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
     #: Numbers the figures this notebook shows, from 1.
-    figures: plots.FigureNumbers = field(default_factory=plots.FigureNumbers, repr=False)
+    figures: figures.FigureNumbers = field(default_factory=figures.FigureNumbers, repr=False)
     #: The measured experiments and the documents this notebook asked for, in order (:meth:`sources`).
     read_measured: list[str] = field(default_factory=list, repr=False)
     read_documents: list[str] = field(default_factory=list, repr=False)
 
-    def show(self, fig, caption: str, data: pl.DataFrame | None = None, alt: str | None = None) -> plots.FigureView:
+    def show(self, fig, caption: str, data: pl.DataFrame | None = None, alt: str | None = None) -> figures.FigureView:
         """``display(wb.show(fig, caption, data))``: a figure as the reports show it, numbered in this notebook
-        (:func:`kvlab.plots.show`)."""
-        return plots.show(fig, caption, data, alt, self.figures)
+        (:func:`kvlab.figures.show`). A figure pyplot made (``plt.subplots()``, a re-plot in JupyterLab) is drawn once,
+        by the view: it is closed in pyplot, whose inline backend would draw it again at the end of the cell."""
+        _release_from_pyplot(fig)
+        return figures.show(fig, caption, data, alt, self.figures)
 
     def _table(self, name: str, load) -> pl.DataFrame:
         if name not in self._cache:
@@ -163,6 +166,14 @@ RENAMED_PARAMETERS: dict[str, str] = {
 }
 
 
+def _release_from_pyplot(fig) -> None:
+    """Close ``fig`` in pyplot when pyplot manages it (the figure itself stays whole and can still be saved); a
+    plain ``Figure`` (every figure kvlab draws) is left as it is, and pyplot is never imported here."""
+    pyplot = sys.modules.get("matplotlib.pyplot")  # a figure pyplot manages was made after pyplot was imported
+    if pyplot is not None and getattr(getattr(fig, "canvas", None), "manager", None) is not None:
+        pyplot.close(fig)
+
+
 def check_parameters(namespace: Mapping[str, object]) -> None:
     """Refuse a parameter given under its old name (:data:`RENAMED_PARAMETERS`), naming the new one: papermill sets
     whatever ``-p`` names, so an old name would otherwise change nothing, silently. A notebook's first code cell
@@ -180,5 +191,5 @@ def check_parameters(namespace: Mapping[str, object]) -> None:
 def open_workbook(data_dir: str | Path = "", fig_format: str = "png") -> Workbook:
     """A notebook's first call: figures inline in ``fig_format`` (numbered from 1), tables from ``data_dir``
     (empty: the repository's ``data/``)."""
-    plots.setup_notebook(fig_format)
+    figures.setup_notebook(fig_format)
     return Workbook(Path(data_dir) if data_dir else DATA_DIR)

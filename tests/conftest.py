@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from kvlab.paths import ENGINES_DIR
+from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
+from kvlab.studies import sharing_frames
 
 #: The model's fit cache (kvlab.perfmodel.fitcache) the session uses, when it made one (removed at its end).
 _FIT_CACHE_DIR: str | None = None
@@ -125,12 +127,10 @@ def fit():
 
 @pytest.fixture(scope="session")
 def sharing():
-    """analysis.prefix_sharing of prefix_frames.sharing_runs: vLLM and sglang-jax, cache on and off."""
+    """sharing_frames.prefix_sharing of prefix_frames.sharing_runs: vLLM and sglang-jax, cache on and off."""
     from prefix_frames import sharing_runs
 
-    from kvlab import analysis
-
-    return analysis.prefix_sharing(sharing_runs())
+    return sharing_frames.prefix_sharing(sharing_runs())
 
 
 @pytest.fixture(scope="session")
@@ -139,19 +139,21 @@ def study():
     import polars as pl
     from prefix_frames import multi_turn_frames, sharing_requests, sharing_runs
 
-    from kvlab import analysis, store
+    from kvlab import store
     from kvlab.studies.prefix_sharing.frames import with_turn_runs
 
     runs = sharing_runs().with_columns(batch_size=pl.lit(4))
-    sharing = analysis.prefix_sharing(runs)
-    gain = analysis.caching_gain(sharing)
+    sharing = sharing_frames.prefix_sharing(runs)
+    gain = prefix_sharing_frames.caching_gain(sharing)
     mt_runs, mt_reqs = multi_turn_frames()
     return dict(
         claims=store.load_claims().filter(pl.col("experiment") == "article_kv_design"),
         sharing=sharing,
-        reuse=analysis.prefix_reuse_by_request(runs, sharing_requests(runs)),
+        reuse=prefix_sharing_frames.prefix_reuse_by_request(runs, sharing_requests(runs)),
         gain=gain,
-        thresholds=analysis.sharing_thresholds(gain),
-        by_turn=with_turn_runs(analysis.multi_turn_by_turn(mt_runs, mt_reqs), mt_runs),  # as report 05 does
-        turn_requests=analysis.multi_turn_requests(mt_runs, mt_reqs),
+        thresholds=prefix_sharing_frames.sharing_thresholds(gain),
+        by_turn=with_turn_runs(
+            prefix_sharing_frames.multi_turn_by_turn(mt_runs, mt_reqs), mt_runs
+        ),  # as report 05 does
+        turn_requests=prefix_sharing_frames.multi_turn_requests(mt_runs, mt_reqs),
     )

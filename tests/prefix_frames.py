@@ -152,7 +152,7 @@ def repeated(
     n: int = 3,
     spread: float = 0.01,
 ) -> pl.DataFrame:
-    """An analysed study frame (analysis.prefix_sharing or concurrency_study) as if each point had ``n`` repeats on
+    """An analysed study frame (sharing_frames.prefix_sharing or concurrency_study) as if each point had ``n`` repeats on
     ``hardware``: ``metric`` ± ``spread`` (a share) as its least–most range, the columns the grading rules read
     (``batch_time_s`` → ``batch_time_min_s``/``_max_s``, else ``<metric>_min``/``_max``)."""
     stem = metric.removesuffix("_s")

@@ -4,7 +4,14 @@ import polars as pl
 import pytest
 from prefix_frames import conc_runs, multi_turn_frames, sharing_requests, sharing_runs
 
-from kvlab import analysis, store
+from kvlab import store
+from kvlab.studies.capacity import frames as capacity_frames
+from kvlab.studies.context_scaling import frames as context_scaling_frames
+from kvlab.studies.engine_choice import frames as engine_choice_frames
+from kvlab.studies import measured_frames
+from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
+from kvlab.studies import sharing_frames
+from kvlab.studies.throughput_decay import frames as throughput_decay_frames
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -12,14 +19,14 @@ CLAIMS = store.load_claims()
 
 
 def test_relative_speed_matches_article():
-    rel = analysis.relative_speed(PUB).select("context_label", "faster", "speedup").rows()
+    rel = measured_frames.relative_speed(PUB).select("context_label", "faster", "speedup").rows()
     assert [(c, f) for c, f, _ in rel] == [("64K", "vllm"), ("200K", "sglang")]
     assert rel[0][2] == pytest.approx(150.8 / 100.5) and round(rel[0][2], 2) == 1.50
     assert rel[1][2] == pytest.approx(295.2 / 225.3) and round(rel[1][2], 2) == 1.31
 
 
 def test_decay_batch_time_ratios():
-    dec = {r["engine"]: r for r in analysis.decay_factors(PUB).iter_rows(named=True)}
+    dec = {r["engine"]: r for r in measured_frames.decay_factors(PUB).iter_rows(named=True)}
     assert round(dec["vllm"]["batch_time_ratio"], 2) == 2.94
     assert round(dec["sglang"]["batch_time_ratio"], 2) == 1.49
     # prompt tokens/s per batch *rises* with context for both (ratio < 1)
@@ -28,7 +35,7 @@ def test_decay_batch_time_ratios():
 
 
 def test_throughput_definitions():
-    tp = analysis.throughput(PUB).sort("context_tokens", "engine")
+    tp = measured_frames.throughput(PUB).sort("context_tokens", "engine")
     assert tp["batches_per_s"].to_list() == pytest.approx([1 / 150.8, 1 / 100.5, 1 / 225.3, 1 / 295.2])
     assert tp["requests_per_s"].null_count() == 4  # the article gives no batch size
     measured = pl.DataFrame(
@@ -47,39 +54,39 @@ def test_throughput_definitions():
             "scale_factor": [32.0],
         }
     )
-    row = analysis.throughput(measured).row(0, named=True)
+    row = measured_frames.throughput(measured).row(0, named=True)
     assert (row["requests_per_s"], row["output_tokens_per_s"], row["prompt_tokens_per_s"]) == (2.0, 64.0, 4000.0)
 
 
 def test_crossover_between_contexts():
-    lin = analysis.crossover(PUB)
+    lin = measured_frames.crossover(PUB)
     assert (lin.faster_below, lin.faster_above) == ("vllm", "sglang")
     # linear: 65536 + 139264 * 50.3 / (50.3 + 69.9)
     assert lin.context_tokens == pytest.approx(65536 + 139264 * 50.3 / 120.2)
-    pw = analysis.crossover(PUB, method="power")
+    pw = measured_frames.crossover(PUB, method="power")
     assert 65536 < pw.context_tokens < 204800 and pw.context_tokens != pytest.approx(lin.context_tokens)
     assert "power law" in pw.assumption
 
 
 def test_crossover_none_outside_range():
     only_64k = PUB.filter(pl.col("context_label") == "64K")
-    assert analysis.crossover(only_64k).context_tokens is None
+    assert measured_frames.crossover(only_64k).context_tokens is None
     vllm_always = PUB.with_columns(
         pl.when(pl.col("engine") == "vllm").then(pl.col("batch_time_s") / 10).otherwise(pl.col("batch_time_s"))
     )
-    x = analysis.crossover(vllm_always)
+    x = measured_frames.crossover(vllm_always)
     assert x.context_tokens is None and "vLLM is faster at every measured context" in x.note
 
 
 def test_crossover_refuses_mixed_sources():
     mixed = pl.concat([PUB, PUB.with_columns(pl.lit("modelled").alias("source"))])
     with pytest.raises(ValueError, match="one source"):
-        analysis.crossover(mixed)
+        measured_frames.crossover(mixed)
 
 
 def test_consistency_check_reports_each_claim():
-    check = analysis.consistency(PUB, CLAIMS)
-    verdict = {r["claim_id"]: r for r in analysis.consistency_verdicts(check).iter_rows(named=True)}
+    check = measured_frames.consistency(PUB, CLAIMS)
+    verdict = {r["claim_id"]: r for r in throughput_decay_frames.consistency_verdicts(check).iter_rows(named=True)}
     assert verdict["speedup_64K"]["consistent_under_any"] is True
     assert verdict["speedup_200K"]["consistent_under_any"] is True
     assert verdict["decay_vllm"]["consistent_under_any"] is False
@@ -93,19 +100,20 @@ def test_consistency_check_reports_each_claim():
         "decay_sglang": ("throughput_decay", "sglang"),
     }
     # every numeric claim is checked under every definition of its kind
-    assert check.height == 2 * len(analysis.SPEED_DEFINITIONS) + 2 * len(analysis.DECAY_DEFINITIONS)
+    assert check.height == 2 * len(measured_frames.SPEED_DEFINITIONS) + 2 * len(measured_frames.DECAY_DEFINITIONS)
 
 
 def test_consistency_flags_a_claim_naming_the_slower_engine():
     wrong = CLAIMS.with_columns(
         pl.when(pl.col("claim_id") == "speedup_64K").then(pl.lit("sglang")).otherwise(pl.col("engine")).alias("engine")
     )
-    check = analysis.consistency(PUB, wrong).filter(pl.col("claim_id") == "speedup_64K")
+    check = measured_frames.consistency(PUB, wrong).filter(pl.col("claim_id") == "speedup_64K")
     assert not check["consistent"].any()
 
 
 def test_memory_study_counts_retries_and_causes():
     from kvlab.studies.memory_utilisation import frames as mf
+
     runs = pl.DataFrame(
         {
             "source": ["measured"] * 3,
@@ -169,7 +177,7 @@ def test_relative_speed_and_crossover_between_measured_engines():
     runs = _two_engines(
         {("vllm", 2048): 2.0, ("vllm", 6400): 8.0, ("sglang-jax", 2048): 4.0, ("sglang-jax", 6400): 6.0}
     )
-    rel = analysis.relative_speed(runs, "vllm", "sglang-jax")
+    rel = measured_frames.relative_speed(runs, "vllm", "sglang-jax")
     assert rel.select(
         "context_label", "engine", "batch_time_s", "other_engine", "other_batch_time_s", "faster", "speedup"
     ).rows() == [
@@ -183,8 +191,8 @@ def test_relative_speed_and_crossover_between_measured_engines():
         .otherwise(pl.col("context_label"))
         .alias("context_label")
     )
-    assert analysis.relative_speed(relabelled, "vllm", "sglang-jax")["speedup"].to_list() == [2.0, 8.0 / 6.0]
-    x = analysis.crossover(runs, "vllm", "sglang-jax")
+    assert measured_frames.relative_speed(relabelled, "vllm", "sglang-jax")["speedup"].to_list() == [2.0, 8.0 / 6.0]
+    x = measured_frames.crossover(runs, "vllm", "sglang-jax")
     assert (x.context_tokens, x.faster_below, x.faster_above) == (2048 + 4352 / 2, "vllm", "sglang-jax")
     # with sglang-jax slower everywhere the estimate says so instead of extrapolating
     slow = runs.with_columns(
@@ -193,7 +201,7 @@ def test_relative_speed_and_crossover_between_measured_engines():
         .otherwise(pl.col("batch_time_s"))
         .alias("batch_time_s")
     )
-    none = analysis.crossover(slow, "vllm", "sglang-jax")
+    none = measured_frames.crossover(slow, "vllm", "sglang-jax")
     assert none.context_tokens is None
     assert none.note == "vLLM is faster at every measured context (2,048–6,400 tokens): no crossover inside the range"
     fast = runs.with_columns(
@@ -202,7 +210,7 @@ def test_relative_speed_and_crossover_between_measured_engines():
         .otherwise(pl.col("batch_time_s"))
         .alias("batch_time_s")
     )
-    assert analysis.crossover(fast, "vllm", "sglang-jax").note.startswith(
+    assert measured_frames.crossover(fast, "vllm", "sglang-jax").note.startswith(
         "sglang-jax (CPU) is faster at every measured context"
     )  # the engine's label, never its id
 
@@ -218,18 +226,19 @@ def test_batch_time_growth_fits_a_power_law_per_engine():
             ("sglang-jax", 2048): 3.0,
         }
     )
-    g = {r["engine"]: r for r in analysis.batch_time_growth(runs).iter_rows(named=True)}
+    g = {r["engine"]: r for r in context_scaling_frames.batch_time_growth(runs).iter_rows(named=True)}
     v = g["vllm"]
     assert (v["growth"], v["n_contexts"], v["c_from"], v["c_to"]) == (4.0, 3, 1024, 4096)
     assert g["vllm"]["exponent"] == pytest.approx(1.0)  # doubling context doubles time: linear
     # log2 T = log2 3 + {0, 0, 1} at log2 C = {10, 11, 12}: least-squares slope 0.5
     assert g["sglang-jax"]["growth"] == 2.0 and g["sglang-jax"]["exponent"] == pytest.approx(0.5)
-    one = analysis.batch_time_growth(runs.filter(pl.col("context_tokens") == 1024))
+    one = context_scaling_frames.batch_time_growth(runs.filter(pl.col("context_tokens") == 1024))
     assert one["growth"].to_list() == [None, None] and one["exponent"].to_list() == [None, None]
 
 
 def test_memory_study_keeps_missing_counters_null_and_compares_settings():
     from kvlab.studies.memory_utilisation import frames as mf
+
     runs = pl.DataFrame(
         {
             "source": ["measured"] * 4,
@@ -270,6 +279,7 @@ def test_memory_study_keeps_missing_counters_null_and_compares_settings():
 def test_memory_ratios_set_each_engine_against_itself_with_the_range_of_its_repeats():
     """0.92 ÷ 0.95 within each engine: the ratio of the means, and least ÷ most to most ÷ least over the repeats."""
     from kvlab.studies.memory_utilisation import frames as mf
+
     rows = [
         ("vllm", 0.92, 8.0),
         ("vllm", 0.95, 6.0),
@@ -299,9 +309,7 @@ def test_memory_ratios_set_each_engine_against_itself_with_the_range_of_its_repe
         }
     )
     attempts = pl.DataFrame({"run_id": [f"r{i}" for i in range(len(rows))], "status": "ok", "failure_cause": None})
-    ratios = {
-        r["engine"]: r for r in mf.memory_ratios(mf.memory_study(runs, attempts)).iter_rows(named=True)
-    }
+    ratios = {r["engine"]: r for r in mf.memory_ratios(mf.memory_study(runs, attempts)).iter_rows(named=True)}
     v, s = ratios["vllm"], ratios["sglang-jax"]
     # vLLM: means 9 s (8, 9, 10) against 5 s (4, 5, 6); the range 8 ÷ 6 to 10 ÷ 4
     assert (v["mem_low"], v["mem_high"], v["n_runs"]) == (0.92, 0.95, 3)
@@ -339,7 +347,7 @@ def test_relative_to_context_sets_each_engine_to_1_at_the_reference():
     )
     at64 = {
         (r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
-        for r in analysis.relative_to_context(frame, "batches_per_s", "64K").iter_rows(named=True)
+        for r in throughput_decay_frames.relative_to_context(frame, "batches_per_s", "64K").iter_rows(named=True)
     }
     assert at64 == {
         ("vllm", "64K"): (1.0, "64K"),
@@ -351,7 +359,7 @@ def test_relative_to_context_sets_each_engine_to_1_at_the_reference():
     # no reference named: each engine's shortest context (sglang's 32K, vLLM's 64K)
     short = {
         (r["engine"], r["context_label"]): (r["batches_per_s_rel"], r["reference_context"])
-        for r in analysis.relative_to_context(frame, "batches_per_s").iter_rows(named=True)
+        for r in throughput_decay_frames.relative_to_context(frame, "batches_per_s").iter_rows(named=True)
     }
     assert short[("sglang", "64K")] == (pytest.approx(0.4), "32K") and short[("vllm", "200K")][1] == "64K"
 
@@ -393,10 +401,12 @@ def test_caching_gain_carries_the_range_of_each_speed_up_over_the_repeats():
             "n_runs": [3, 3],
         }
     )
-    g = analysis.caching_gain(folded).row(0, named=True)
+    g = prefix_sharing_frames.caching_gain(folded).row(0, named=True)
     assert (g["batch_speedup"], g["batch_speedup_min"], g["batch_speedup_max"], g["n_runs"]) == (3.0, 2.0, 4.5, 3)
     assert (g["ttft_speedup"], g["ttft_speedup_min"], g["ttft_speedup_max"]) == (3.6, 2.0, 6.0)
-    assert "batch_speedup_min" not in analysis.caching_gain(sharing).columns  # no range columns: none made up
+    assert (
+        "batch_speedup_min" not in prefix_sharing_frames.caching_gain(sharing).columns
+    )  # no range columns: none made up
 
 
 def _turn_runs():
@@ -429,16 +439,16 @@ def test_multi_turn_reads_the_stored_turn_and_rebuilds_it_only_for_old_runs():
         },
         schema_overrides={"prompt_tokens": pl.Int64, "cached_tokens": pl.Int64, "ttft_ms": pl.Float64},
     )
-    stored = analysis.multi_turn_by_turn(_turn_runs(), reqs)
+    stored = prefix_sharing_frames.multi_turn_by_turn(_turn_runs(), reqs)
     assert stored.select("turn", "requests", "prompt_tokens", "cached_share").rows() == [
         (0, 2, 100.0, 0.0),
         (2, 2, 200.0, 0.75),
     ]
-    assert analysis.multi_turn_requests(_turn_runs(), reqs)["turn"].to_list() == [0, 0, 2, 2]
+    assert prefix_sharing_frames.multi_turn_requests(_turn_runs(), reqs)["turn"].to_list() == [0, 0, 2, 2]
     # a run stored before requests.parquet had the column: the rank of prompt length stands in for the turn
     # (here it cannot see the failed turn: turn 2 becomes 1)
     for old in (reqs.drop("conversation", "turn"), reqs.with_columns(pl.lit(None, pl.Int64).alias("turn"))):
-        assert analysis.multi_turn_by_turn(_turn_runs(), old)["turn"].to_list() == [0, 1]
+        assert prefix_sharing_frames.multi_turn_by_turn(_turn_runs(), old)["turn"].to_list() == [0, 1]
 
 
 # --------------------------------------------------------------------------- prefix sharing, multi-turn, concurrency:
@@ -464,18 +474,20 @@ def test_hit_count_not_reported_is_null_not_zero():
         .otherwise(pl.col("cached_prompt_tokens"))
         .alias("cached_prompt_tokens")
     )
-    jax = analysis.prefix_sharing(runs).filter(pl.col("engine") == "sglang-jax")
+    jax = sharing_frames.prefix_sharing(runs).filter(pl.col("engine") == "sglang-jax")
     assert jax["cache_hit_rate"].null_count() == jax.height and jax["hit_source"].null_count() == jax.height
 
 
 def test_multi_turn_by_turn_per_engine_keeps_an_unreported_cached_share_null():
     runs, reqs = multi_turn_frames()
-    off = analysis.multi_turn_by_turn(runs, reqs).filter((pl.col("engine") == "vllm") & ~pl.col("prefix_caching"))
+    off = prefix_sharing_frames.multi_turn_by_turn(runs, reqs).filter(
+        (pl.col("engine") == "vllm") & ~pl.col("prefix_caching")
+    )
     assert off["cached_share"].null_count() == 3 and off["cached_reported"].to_list() == [0, 0, 0]
 
 
 def test_concurrency_preemptions_not_available_for_sglang_jax():
-    conc = analysis.concurrency_study(conc_runs())
+    conc = engine_choice_frames.concurrency_study(conc_runs())
     pre = dict(zip(conc["engine"], conc["preemptions"]))
     assert pre == {"vllm": 0, "sglang-jax": None}
 
@@ -483,10 +495,12 @@ def test_concurrency_preemptions_not_available_for_sglang_jax():
 def test_a_saving_where_nothing_is_reused_makes_the_threshold_test_inconclusive():
     f = [0.0, 0.2, 0.5, 0.9]
     gain = pl.DataFrame({"engine": ["vllm"] * 4, "shared_fraction": f, "time_saved": [0.31, 0.12, 0.46, 0.65]})
-    th = analysis.sharing_threshold(gain)
+    th = prefix_sharing_frames.sharing_threshold(gain)
     assert (th.verdict, th.gain_at_zero) == ("inconclusive", 0.31)
     assert (
-        analysis.sharing_threshold(gain.with_columns(pl.Series("time_saved", [0.09, 0.12, 0.46, 0.65]))).verdict
+        prefix_sharing_frames.sharing_threshold(
+            gain.with_columns(pl.Series("time_saved", [0.09, 0.12, 0.46, 0.65]))
+        ).verdict
         != "inconclusive"
     )  # under min_gain (10%) at 0: the test stands
 
@@ -501,7 +515,7 @@ def test_prefix_reuse_counts_requests_and_the_first_wave(study):
     assert (vllm["requests_hit"], vllm["first_wave_hit"], vllm["cached_tokens_per_hit"]) == (15, 3, 1792)
     assert jax["cached_tokens_per_hit"] == jax["shared_prefix_tokens"] == 1829
     runs = sharing_runs().with_columns(batch_size=pl.lit(4))
-    unreported = analysis.prefix_reuse_by_request(
+    unreported = prefix_sharing_frames.prefix_reuse_by_request(
         runs, sharing_requests(runs).with_columns(cached_tokens=pl.lit(None, pl.Int64))
     )
     assert unreported["requests_hit"].null_count() == unreported.height  # not reported: null, never 0
@@ -522,16 +536,19 @@ def test_multi_turn_requests_number_turns_like_the_means(study):
 
 
 def test_the_concurrency_ceiling_is_the_reported_pool_over_the_tokens_per_request():
-    assert analysis.concurrency_ceiling(100_000, 8_192) == 12  # 100,000 / 8,192 = 12.2
-    assert analysis.concurrency_ceiling(16_384, 8_192) == 2 and analysis.concurrency_ceiling(16_383, 8_192) == 1
-    assert analysis.concurrency_ceiling(None, 8_192) is None  # no pool reported: unknown, never 0
+    assert capacity_frames.concurrency_ceiling(100_000, 8_192) == 12  # 100,000 / 8,192 = 12.2
+    assert (
+        capacity_frames.concurrency_ceiling(16_384, 8_192) == 2
+        and capacity_frames.concurrency_ceiling(16_383, 8_192) == 1
+    )
+    assert capacity_frames.concurrency_ceiling(None, 8_192) is None  # no pool reported: unknown, never 0
     with pytest.raises(ValueError):
-        analysis.concurrency_ceiling(100, 0)
+        capacity_frames.concurrency_ceiling(100, 0)
     runs = pl.DataFrame(
         {"kv_pool_tokens": [100_000, None, 4_000], "context_tokens": [8_192, 1_024, 1_024]},
         schema={"kv_pool_tokens": pl.Int64, "context_tokens": pl.Int64},
     )
-    assert analysis.run_ceilings(runs)["concurrency_ceiling"].to_list() == [12, None, 3]
+    assert capacity_frames.run_ceilings(runs)["concurrency_ceiling"].to_list() == [12, None, 3]
 
 
 def _load_runs() -> pl.DataFrame:
@@ -593,17 +610,17 @@ def _load_runs() -> pl.DataFrame:
 
 
 def test_a_load_curve_gives_each_point_its_throughput_interactivity_and_slo_attainment():
-    curve = analysis.load_curve(_load_runs())
+    curve = capacity_frames.load_curve(_load_runs())
     assert curve["load_level"].to_list() == [1, 2, 4, 8]  # the run without a load is no load point
     assert curve["goodput_requests_per_s"].to_list() == [2.0, 3.0, 3.0, 1.0]  # within SLO / the 2 s window
     assert curve["output_tokens_per_s_per_device"].to_list() == [128.0, 192.0, 256.0, 240.0]
     assert curve["output_tokens_per_s_per_user"].to_list() == pytest.approx([50.0, 40.0, 20.0, 1000 / 60])
     assert curve["slo_attainment"].to_list() == [1.0, 1.0, 0.75, 0.25]
     assert curve["within_slo"].to_list() == [True, True, False, False]
-    best = analysis.highest_load_within_slo(curve).row(0, named=True)
+    best = capacity_frames.highest_load_within_slo(curve).row(0, named=True)
     assert (best["max_load_within_slo"], best["goodput_requests_per_s"], best["first_load_past_slo"]) == (2, 3.0, 4)
     assert best["levels"] == [1, 2, 4, 8]
-    front = analysis.pareto_front(curve)
+    front = capacity_frames.pareto_front(curve)
     assert front["on_front"].to_list() == [True, True, True, False]  # c=8: fewer tokens/s both per device and user
 
 
@@ -611,6 +628,7 @@ def test_memory_study_leaves_out_load_points():
     """A capacity ladder's runs (load_mode set) vary by load, not by memory setting: 03's memory study leaves them
     to report 07 and counts only the fixed batches."""
     from kvlab.studies.memory_utilisation import frames as mf
+
     runs = pl.DataFrame(
         {
             "source": ["measured"] * 4,
@@ -641,7 +659,9 @@ def test_memory_study_leaves_out_load_points():
 def test_mean_batch_times_keep_the_device_a_title_names():
     """A published table's panel is titled by its device (8× NVIDIA B300), not 'GPU': the mean keeps the accelerator
     and the count beside the kind (issue 39: figure titles read '(GPU)' after the typed device landed)."""
-    from kvlab.plots import device_of
+    from kvlab.figures import device_of
 
-    means = analysis.mean_batch_times(RUNS.filter(pl.col("source") == "published"))  # the shipped reference tables
+    means = measured_frames.mean_batch_times(
+        RUNS.filter(pl.col("source") == "published")
+    )  # the shipped reference tables
     assert device_of(means) == "8× NVIDIA B300"

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from prefix_frames import conc_runs, sharing_runs
 
-from kvlab import analysis, guide
+from kvlab import guide
 from kvlab.claims import (
     ILLUSTRATION_SCOPE,
     MIN_REPEATS,
@@ -21,6 +21,10 @@ from kvlab.claims import (
     modelled_claim,
     on_cpu,
 )
+from kvlab.studies.engine_choice import frames as engine_choice_frames
+from kvlab.studies import measured_frames
+from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
+from kvlab.studies import sharing_frames
 
 
 def _speed_runs(device_kind: str | None, times: dict[tuple[str, int], list[float]]) -> pl.DataFrame:
@@ -100,7 +104,7 @@ def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():
     times = {("vllm", 1024): [1.0], ("sglang-jax", 1024): [2.5], ("vllm", 3200): [2.0], ("sglang-jax", 3200): [19.0]}
     from kvlab.studies.context_scaling.checks import speed_verdicts
 
-    rel_m = analysis.relative_speed(_speed_runs("cpu", times), "vllm", "sglang-jax")
+    rel_m = measured_frames.relative_speed(_speed_runs("cpu", times), "vllm", "sglang-jax")
     got = [
         v for v in speed_verdicts(claims, rel_m.head(0), rel_m, {"sglang": "sglang-jax"}) if v.evidence == "measured"
     ]
@@ -134,7 +138,7 @@ def test_context_scaling_on_gpus_decides_by_the_repeats():
     from kvlab.studies.context_scaling.checks import speed_verdicts
 
     apart = {("vllm", 1024): [1.0, 1.1, 1.2], ("sglang", 1024): [1.5, 1.6, 1.7]}
-    rel = analysis.relative_speed(_speed_runs("gpu", apart), "vllm", "sglang")
+    rel = measured_frames.relative_speed(_speed_runs("gpu", apart), "vllm", "sglang")
     (v,) = [v for v in speed_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
     # value: vLLM's speed-up, SGLang's median time ÷ vLLM's; spread: its min–max over the repeats
     assert (v.outcome, v.n, v.value, v.spread) == (
@@ -144,7 +148,7 @@ def test_context_scaling_on_gpus_decides_by_the_repeats():
         (pytest.approx(1.5 / 1.2), pytest.approx(1.7 / 1.0)),
     )
     once = {("vllm", 1024): [1.0], ("sglang", 1024): [1.5]}
-    rel = analysis.relative_speed(_speed_runs("gpu", once), "vllm", "sglang")
+    rel = measured_frames.relative_speed(_speed_runs("gpu", once), "vllm", "sglang")
     (v,) = [v for v in speed_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
     assert (v.outcome, v.n) == ("inconclusive", 1)
 
@@ -364,8 +368,8 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
             ),
         ]
     )
-    sharing = analysis.prefix_sharing(sharing_runs())
-    conc = analysis.concurrency_study(conc_runs())
+    sharing = sharing_frames.prefix_sharing(sharing_runs())
+    conc = engine_choice_frames.concurrency_study(conc_runs())
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(w, fit, sharing, conc)
     got = _choice_verdicts(claims, sharing, conc, w, ev)
@@ -383,7 +387,7 @@ def test_engine_choice_cross_engine_claims_cannot_be_tested_on_a_cpu(fit):
     )
     # with a load below the threshold measured, its ratio is the baseline: sglang-jax 60 against 30 requests/s at 8
     low = conc_runs(30.0, 60.0).with_columns(pl.lit(8, pl.Int64).alias("batch_size"), pl.col("run_id") + "-8")
-    conc2 = analysis.concurrency_study(pl.concat([conc_runs(), low]))
+    conc2 = engine_choice_frames.concurrency_study(pl.concat([conc_runs(), low]))
     v = next(v for v in _choice_verdicts(claims, sharing, conc2, w, ev) if v.claim_id == "high_concurrency")
     assert (v.outcome, v.value, v.unit) == ("cannot be tested here", 2.0, "×")
     assert v.number.startswith("sglang-jax (CPU) already 2.0× ahead at 8 in flight (the lowest load measured)")
@@ -422,13 +426,12 @@ def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
     steeply above is described by every point and the steep rise, never as 'jumps from +11% to -15%'."""
     import polars as pl
 
-    from kvlab import analysis
     from kvlab.studies.prefix_sharing.checks import _shape as _threshold_shape
 
     gain = pl.DataFrame(
         {"engine": ["vllm"] * 4, "shared_fraction": [0.0, 0.2, 0.5, 0.9], "time_saved": [0.02, 0.11, -0.15, 0.40]}
     )
-    th = analysis.sharing_threshold(gain)
+    th = prefix_sharing_frames.sharing_threshold(gain)
     assert th.verdict == "threshold" and th.slope_above > 2 * th.slope_below
     assert _threshold_shape(gain, th) == (
         "saving +2.0% at 0%, +11% at 20%, −15% at 50%, +40% at 90% shared: it rises more steeply from 30% up than below"
@@ -436,7 +439,7 @@ def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
     step = pl.DataFrame(
         {"engine": ["x"] * 5, "shared_fraction": [0.0, 0.1, 0.2, 0.5, 0.9], "time_saved": [0.0, 0.01, 0.02, 0.50, 0.52]}
     )
-    th = analysis.sharing_threshold(step)
+    th = prefix_sharing_frames.sharing_threshold(step)
     assert th.verdict == "threshold"
     assert _threshold_shape(step, th).endswith(f"a step of {th.step_at:+.0%} across 30%")
 
@@ -462,7 +465,7 @@ def typed_field_gaps(verdicts) -> list[str]:
 def test_every_verdict_on_the_fixed_frames_carries_its_typed_fields(fit, study):
     from kvlab import store
 
-    conc = analysis.concurrency_study(conc_runs())
+    conc = engine_choice_frames.concurrency_study(conc_runs())
     w = guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B")
     kv = store.load_claims().filter(pl.col("experiment") == "article_kv_design")
     from kvlab.studies.prefix_sharing.checks import Inputs, verdicts

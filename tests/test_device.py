@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 
 from kvlab.device import Device, device_name, shown
-from kvlab.perfmodel.catalog import device_gpu, gpu, row_gpu
-from kvlab.plots import device_of
+from kvlab.catalog import device_gpu, gpu, row_gpu
+from kvlab.figures import device_of
 
 
 def test_a_device_is_a_kind_or_a_mapping():

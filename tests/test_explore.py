@@ -7,9 +7,13 @@ import importlib
 import polars as pl
 import pytest
 
-from kvlab import analysis, explore, guide
+from kvlab import explore, guide
+from kvlab.studies.engine_choice import explore as choice_explore
+from kvlab.studies.whatif_model import explore as whatif_explore
 from kvlab.perfmodel import Assumptions, Workload
 from kvlab.explore import STATIC_ENV
+from kvlab.studies.engine_choice import frames as engine_choice_frames
+from kvlab.studies import sharing_frames
 
 pytest.importorskip("ipywidgets")
 
@@ -26,7 +30,7 @@ def _caption(result) -> str:
 
 
 def test_whatif_controls_redraw_with_the_new_value(live, fit):
-    w = explore.whatif(
+    w = whatif_explore.whatif(
         fit,
         None,
         Workload(),
@@ -64,7 +68,7 @@ def test_whatif_controls_draw_bands_from_the_sensitivity_computed_once(live, fit
         raise AssertionError("a control change refitted the model")
 
     monkeypatch.setattr(calibrate, "_fit", no_refit)
-    w = explore.whatif(
+    w = whatif_explore.whatif(
         fit,
         None,
         Workload(),
@@ -98,8 +102,11 @@ def test_whatif_controls_draw_bands_from_the_sensitivity_computed_once(live, fit
 def test_engine_choice_controls_redraw_with_the_new_value(live, fit):
     from kvlab.schema import RUNS
 
-    sharing, conc = analysis.prefix_sharing(RUNS.empty()), analysis.concurrency_study(RUNS.empty())  # nothing measured
-    w = explore.engine_choice(guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B"), fit, sharing, conc)
+    sharing, conc = (
+        sharing_frames.prefix_sharing(RUNS.empty()),
+        engine_choice_frames.concurrency_study(RUNS.empty()),
+    )  # nothing measured
+    w = choice_explore.engine_choice(guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B"), fit, sharing, conc)
     controls = {c.description: c for c in w.children[:-1]}
     assert list(controls) == [
         "context",
@@ -120,8 +127,8 @@ def test_no_widget_in_a_report_build(monkeypatch, fit):
     monkeypatch.setenv(explore.SESSION_ENV, "notebooks/04_whatif_model.ipynb")  # even opened in a session
     monkeypatch.setenv(STATIC_ENV, "1")
     assert not explore.interactive_enabled()
-    assert explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8) is None
-    assert explore.engine_choice(guide.UserWorkload(), fit, pl.DataFrame(), pl.DataFrame()) is None
+    assert whatif_explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8) is None
+    assert choice_explore.engine_choice(guide.UserWorkload(), fit, pl.DataFrame(), pl.DataFrame()) is None
 
 
 def test_no_widget_in_a_batch_execution(monkeypatch, fit):
@@ -130,6 +137,6 @@ def test_no_widget_in_a_batch_execution(monkeypatch, fit):
     monkeypatch.delenv(STATIC_ENV, raising=False)
     monkeypatch.delenv(explore.SESSION_ENV, raising=False)
     assert not explore.interactive_enabled()
-    assert explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8) is None
+    assert whatif_explore.whatif(fit, None, Workload(), Assumptions(), gpu="B300", model="Kimi-K3", tp=8, dcp=8) is None
     monkeypatch.setenv(explore.SESSION_ENV, "notebooks/04_whatif_model.ipynb")
     assert explore.interactive_enabled()

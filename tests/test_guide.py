@@ -10,7 +10,9 @@ import polars as pl
 import pytest
 from prefix_frames import conc_runs, repeated, sharing_runs
 
-from kvlab import analysis, guide
+from kvlab import guide
+from kvlab.studies.engine_choice import frames as engine_choice_frames
+from kvlab.studies import sharing_frames
 
 
 def test_prefix_factor_keeps_the_margin_and_the_runs(sharing):
@@ -35,7 +37,9 @@ def test_a_cpu_baseline_never_favours_an_engine_even_over_three_repeats(fit, sha
     """Rule 1 before rule 2: three CPU repeats a side with ranges far apart still cannot decide which engine is
     faster on a GPU host; the guide then follows the tree."""
     cpu3 = repeated(sharing, "batch_time_s", device_kind="cpu", hardware="CPU")
-    conc3 = repeated(analysis.concurrency_study(conc_runs()), "requests_per_s", device_kind="cpu", hardware="CPU")
+    conc3 = repeated(
+        engine_choice_frames.concurrency_study(conc_runs()), "requests_per_s", device_kind="cpu", hardware="CPU"
+    )
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(w, fit, cpu3, conc3)
     assert [f.favours for f in ev.factors] == [None, None, None]
@@ -48,16 +52,22 @@ def test_a_cpu_baseline_never_favours_an_engine_even_over_three_repeats(fit, sha
 
 
 def test_sglang_jax_win_counts_for_the_sglang_family(fit):
-    sh = repeated(analysis.prefix_sharing(sharing_runs(vllm_time=4.0, jax_time=2.0)), "batch_time_s")  # 2.14× at 0.5
+    sh = repeated(
+        sharing_frames.prefix_sharing(sharing_runs(vllm_time=4.0, jax_time=2.0)), "batch_time_s"
+    )  # 2.14× at 0.5
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
-    ev = guide.from_evidence(w, fit, sh, repeated(analysis.concurrency_study(conc_runs()), "requests_per_s"))
+    ev = guide.from_evidence(
+        w, fit, sh, repeated(engine_choice_frames.concurrency_study(conc_runs()), "requests_per_s")
+    )
     assert ev.engine == "sglang"
     assert (ev.decided_by, ev.deciding.name, ev.split) == ("measured", "prefix", "")
     assert [(f.favours, f.winner) for f in ev.factors[1:]] == [("sglang", "sglang-jax"), ("sglang", "sglang-jax")]
 
 
 def test_split_factors_the_trees_first_question_decides(fit, sharing):
-    conc = repeated(analysis.concurrency_study(conc_runs()), "requests_per_s")  # sglang-jax 1.25× the requests/s
+    conc = repeated(
+        engine_choice_frames.concurrency_study(conc_runs()), "requests_per_s"
+    )  # sglang-jax 1.25× the requests/s
     sharing = repeated(sharing, "batch_time_s")  # vLLM wins the prefix factor
     shared = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
     ev = guide.from_evidence(shared, fit, sharing, conc)
@@ -70,8 +80,8 @@ def test_split_factors_the_trees_first_question_decides(fit, sharing):
 def test_differences_the_grading_rules_do_not_pass_decide_nothing(fit):
     """On GPUs: one run a side (n=1), or three whose ranges overlap, favour no engine; the guide follows the tree."""
     w = guide.UserWorkload(shared_fraction=0.4, concurrency=128)
-    sh = analysis.prefix_sharing(sharing_runs(vllm_time=2.0, jax_time=2.0 * 1.03))  # 3% apart everywhere
-    conc = analysis.concurrency_study(conc_runs(40.0, 41.0))
+    sh = sharing_frames.prefix_sharing(sharing_runs(vllm_time=2.0, jax_time=2.0 * 1.03))  # 3% apart everywhere
+    conc = engine_choice_frames.concurrency_study(conc_runs(40.0, 41.0))
     once = guide.from_evidence(
         w, fit, repeated(sh, "batch_time_s", n=1, spread=0.0), repeated(conc, "requests_per_s", n=1, spread=0.0)
     )
@@ -101,7 +111,7 @@ def test_context_factor_times_both_engines_when_dcp_divides_nothing(fit):
 
 
 def test_with_nothing_that_decides_the_guide_follows_the_tree(fit, sharing):
-    empty_sh, empty_conc = sharing.head(0), analysis.concurrency_study(conc_runs()).head(0)
+    empty_sh, empty_conc = sharing.head(0), engine_choice_frames.concurrency_study(conc_runs()).head(0)
     ev = guide.from_evidence(guide.UserWorkload(shared_fraction=0.4, concurrency=128), fit, empty_sh, empty_conc)
     assert (ev.engine, ev.decided_by, ev.deciding) == ("sglang", "tree", None)
     ev = guide.from_evidence(guide.UserWorkload(shared_fraction=0.0, concurrency=16), fit, empty_sh, empty_conc)

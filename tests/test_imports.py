@@ -227,7 +227,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("kvlab", "paths")),
     ("tools", ("device",)),
     ("tools", ("gpu", "httpcall")),
-    ("tools", ("units", "markup", "host", "metrics", "reasoning_tokens", "watchdog", "tinymodel")),
+    ("tools", ("units", "markup", "host", "metrics", "reasoning_tokens", "watchdog", "tinymodel", "catalog")),
     ("measuring", ("load",)),
     ("measuring", ("workloads",)),
     ("measuring", ("engines",)),
@@ -239,16 +239,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("measuring", ("preflight",)),
     ("measuring", ("runner",)),
     ("measuring", ("cluster",)),
-    ("reporting", ("style", "tables")),
-    ("reporting", ("analysis", "verdicts")),
+    ("reporting", ("style", "tables", "prose")),
+    ("reporting", ("verdicts",)),
     ("reporting", ("perfmodel",)),
     ("reporting", ("claims",)),
     ("reporting", ("guide",)),
-    ("reporting", ("narrative", "plots")),
+    ("reporting", ("words", "figures")),
     ("reporting", ("workbook",)),
-    ("reporting", ("studies",)),
     ("reporting", ("explore",)),
-    ("reporting", ("pages",)),
+    ("reporting", ("studies",)),
     ("reporting", ("reports",)),
     ("entry", ("cli",)),
 )
@@ -257,7 +256,7 @@ MEASURING_MACHINERY = ("server", "client", "runner", "cluster")
 
 
 def group(module: str) -> str:
-    """A module's group: its top-level name under kvlab ('kvlab.narrative.common' → 'narrative')."""
+    """A module's group: its top-level name under kvlab ('kvlab.studies.capacity.page' → 'studies')."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -298,26 +297,27 @@ def test_every_module_has_a_layer():
 
 def test_nothing_imports_upward():
     """Measuring: workloads → engines → spec / server / schema → client / store / plan → runner → cluster; reporting:
-    style / tables → analysis / verdicts → perfmodel → claims → guide → narrative | plots → reports → workbook /
-    explore; cli over both. Figures do not import prose, nor prose figures; perfmodel does not import guide."""
+    style / tables → verdicts → perfmodel → claims → guide → words | figures → workbook → explore → studies (one
+    folder per report) → reports; cli over both. The figures' ground does not import the words', nor the words' the
+    figures'; perfmodel does not import guide."""
     bad = upward_imports(import_graph())
     assert not bad, f"{len(bad)} import(s) against the layers (docs/design.md):\n" + "\n".join(bad)
 
 
 def test_the_layer_check_sees_an_upward_import():
     graph = {
-        "kvlab.plots": {"kvlab.narrative.common": 3},
-        "kvlab.narrative.common": {},
+        "kvlab.figures": {"kvlab.words": 3},
+        "kvlab.words": {},
         "kvlab.perfmodel.figures": {"kvlab.guide": 7},
         "kvlab.guide": {},
-        "kvlab.analysis": {"kvlab.runner": 1},
+        "kvlab.verdicts": {"kvlab.runner": 1},
         "kvlab.runner": {},
     }
     found = upward_imports(graph)
     assert [line.split(": ", 1)[1] for line in found] == [
-        "kvlab.analysis imports kvlab.runner (reporting imports measuring's machinery)",
+        "kvlab.figures imports kvlab.words (imports another group of its own layer)",
         "kvlab.perfmodel.figures imports kvlab.guide (imports a higher layer)",
-        "kvlab.plots imports kvlab.narrative.common (imports another group of its own layer)",
+        "kvlab.verdicts imports kvlab.runner (reporting imports measuring's machinery)",
     ]
 
 
@@ -385,12 +385,13 @@ def _runtime_imports(path: Path) -> set[str]:
     return found
 
 
-def test_narrative_only_formats():
-    """kvlab.narrative turns findings and verdicts into sentences: it imports no polars (the reductions and the
-    judging live in kvlab.analysis and kvlab.claims; a type hint under ``if TYPE_CHECKING:`` never runs)."""
-    narrative = {n: p for n, p in modules().items() if n.startswith("kvlab.narrative")}
-    assert len(narrative) >= 8
-    assert sorted(n for n, p in narrative.items() if "polars" in _runtime_imports(p)) == []
+def test_words_only_format():
+    """The words (kvlab.words, each study's words.py) turn findings and verdicts into sentences: they import no
+    polars (the reductions live in the frames, the judging in the checks; a type hint under ``if TYPE_CHECKING:``
+    never runs)."""
+    said = {n: p for n, p in modules().items() if n == "kvlab.words" or n.endswith(".words")}
+    assert len(said) >= 8
+    assert sorted(n for n, p in said.items() if "polars" in _runtime_imports(p)) == []
 
 
 def test_no_test_support_in_the_package():

@@ -11,12 +11,13 @@ import polars as pl
 import pytest
 import yaml
 
-from kvlab import analysis, client, metrics, runner, store
+from kvlab import client, metrics, runner, store
 from kvlab import load as loads
 from kvlab.campaign import Campaign
 from kvlab.studies.capacity import frames as capacity
 from kvlab.experiment import ExperimentSpec, SpecError, expand
 from kvlab.workloads import fixed_batch, multi_turn
+from kvlab import schema
 from tests.support.sse_fixture import FixtureConfig, SSEServer
 
 ENGINE = {"name": "vllm", "launch": None, "model": "org/remote-model", "max_model_len": 4096}
@@ -211,7 +212,7 @@ def test_a_stored_load_point_counts_only_its_window_and_says_how_it_was_sent(tmp
         slo={"ttft_ms": 10_000},
     )
     assert res.ok == 1 and srv.max_running == 2
-    run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
+    run = schema.run_rates(store.load_runs(tmp_path)).row(0, named=True)
     assert (run["load_mode"], run["load_concurrency"], run["load_rate_rps"], run["batch_size"]) == (
         "closed",
         2,
@@ -252,7 +253,7 @@ def test_a_load_points_whole_batch_token_sums_equal_the_servers_counters(tmp_pat
     # the window's sums cover fewer requests than the server's counters
     assert run["served_prompt_tokens"] == run["requests_ok"] * 60 < run["server_prompt_tokens"]
     assert run["served_output_tokens"] == run["requests_ok"] * 4 < run["server_generation_tokens"]
-    # the run's rates are stored with it, over its window (analysis.run_rates), not filled on reading
+    # the run's rates are stored with it, over its window (schema.run_rates), not filled on reading
     stored = pl.read_parquet(next(tmp_path.glob(f"runs/load/*/{store.RUN_FILE}"))).row(0, named=True)
     assert stored["requests_per_s"] == run["requests_ok"] / run["window_s"] == run["requests_per_s"]
     assert stored["output_tokens_per_s"] == run["served_output_tokens"] / run["window_s"]
@@ -473,7 +474,7 @@ def test_a_sweep_leaves_the_rungs_above_where_goodput_fell_and_a_later_sweep_sti
         ).execute(runner.LocalExecutor())
         assert seen == [(1, "ok"), (2, "ok"), (4, "not climbed"), (8, "not climbed")]
         assert (res.ok, res.not_climbed) == (2, 2)
-        stored = analysis.run_rates(store.load_runs(tmp_path)).sort("load_concurrency")
+        stored = schema.run_rates(store.load_runs(tmp_path)).sort("load_concurrency")
         assert stored["load_concurrency"].to_list() == [1, 2]
         good = stored["goodput_requests_per_s"].to_list()
         # alone, every request meets the SLO; on a loaded core one may miss it (22 of 23 once, beside the engine pass)
@@ -732,7 +733,7 @@ def test_a_stored_span_load_point_records_its_options_and_counts_every_measured_
         FixtureConfig(first_delay_s=0.02, delay_s=0.01),
     )
     assert res.ok == 1
-    run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
+    run = schema.run_rates(store.load_runs(tmp_path)).row(0, named=True)
     assert (run["prompt_form"], run["load_phase"], run["load_window"]) == ("token_ids", "together", "span")
     assert run["requests_ok"] == 6 and run["requests_outside_window"] == 0
     reqs = store.load_requests(tmp_path, "load").sort("t_send_s")

@@ -2,7 +2,8 @@
 
 import polars as pl
 
-from kvlab import analysis, narrative, store
+from kvlab import words, store
+from kvlab.studies import sharing_frames
 
 
 RUNS = store.load_runs()
@@ -19,11 +20,12 @@ CLAIMS = store.load_claims().filter(pl.col("experiment") == "article_b300")
 
 
 def test_stand_in_note_only_with_sglang_jax_runs(sharing):
-    note = narrative.stand_in_note(analysis.engines_in(sharing))
+    note = words.stand_in_note(sharing_frames.engines_in(sharing))
     assert note.startswith("**sglang-jax (CPU) is not PyTorch SGLang.** It is SGLang's JAX runtime")
     assert "never as 0" in note
     assert (
-        narrative.stand_in_note(analysis.engines_in(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame())) is None
+        words.stand_in_note(sharing_frames.engines_in(sharing.filter(pl.col("engine") == "vllm"), pl.DataFrame()))
+        is None
     )
 
 

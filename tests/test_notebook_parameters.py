@@ -140,7 +140,7 @@ CASES = {
 #: What a study's answer says without measured runs (the data_dir variant: a folder without runs).
 NO_RUNS = {
     "01": "No run was measured on this host.",
-    "02": "No run was measured on this host.",
+    "02": "No run of both engines at both contexts was measured on this host.",
     "03": "No run on this host compares two memory settings.",
     "05": "No prefix-sharing run was measured",
     "07": "No load ladder was measured on this host",
@@ -150,13 +150,11 @@ NO_RUNS = {
 def fingerprint(result: studies.StudyResult) -> list:
     """What a reader of the report is shown, as data: the answer, the verdicts, every frame and every value."""
     frames = [(name, f.shape, f.to_dicts()) for name, f in sorted(result.frames.items())]
-    if hasattr(result, "values"):  # a study not yet in its folder (BagResult)
-        values = [(name, repr(v)) for name, v in sorted(result.values.items())]
-    else:  # a typed result: its declared fields that are not frames, past what every result holds
-        common = {"answer", "verdicts", "experiments", "documents", "parameters"}
-        data = result.to_json()
-        values = [(k, repr(v)) for k, v in sorted(data.items()) if k in result.__dataclass_fields__ and k not in common]
-        values = [(k, v) for k, v in values if k not in result.frames]
+    # its declared fields that are not frames, past what every result holds
+    common = {"answer", "verdicts", "experiments", "documents", "parameters"}
+    data = result.to_json()
+    values = [(k, repr(v)) for k, v in sorted(data.items()) if k in result.__dataclass_fields__ and k not in common]
+    values = [(k, v) for k, v in values if k not in result.frames]
     return [result.to_json()["answer"], result.to_json()["verdicts"], frames, values]
 
 
@@ -203,7 +201,7 @@ def test_each_parameter_changes_what_the_report_shows(prefix, data_dirs):
 
 def test_a_display_only_parameter_reaches_the_figures(fixture_data, monkeypatch):
     """04's fig_format: the notebook's first cell (studies.notebook) sets the inline figure format from it."""
-    from kvlab import plots
+    from kvlab import figures as plots
 
     calls = []
     monkeypatch.setattr(plots, "setup_notebook", lambda fig_format="png", dpi=110: calls.append(fig_format))

@@ -9,6 +9,13 @@ import pytest
 
 from kvlab import reports, store
 from kvlab.claims.grading import ASSUMED_FROM_CLAIM
+from kvlab.studies.capacity import frames as capacity_frames
+from kvlab.studies.engine_choice import frames as engine_choice_frames
+from kvlab import figures
+from kvlab.studies import measured_frames
+from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
+from kvlab.probe import probe_summary
+from kvlab.studies import sharing_frames
 from notebook_data import copy_reference, write_capacity_probes, write_capacity_runs, write_two_engine_runs
 from payloads import IMG_TEXT, SCRIPT_TEXT, assert_no_live_payload
 from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
@@ -245,7 +252,6 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("only_engine_changed", "inconsistent", "published", 8.0, 4),
     ]
     # the frames behind the measured sentences, by the notebooks' own calls on the same data folder
-    from kvlab import analysis
     from kvlab.studies.context_scaling.frames import batch_time_growth
     from kvlab.studies.measured_frames import decay_factors
     from kvlab.workbook import open_workbook
@@ -253,7 +259,7 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
     wb = open_workbook(data)
     pair = wb.measured("cpu_long_context", 0.92)
     # 01: who is faster at each context, by how much, one run a side (TWO_ENGINES: vLLM 1, 2, 8 s; sglang-jax 3, 4, 6)
-    rel = analysis.relative_speed(pair, "vllm", "sglang-jax")
+    rel = measured_frames.relative_speed(pair, "vllm", "sglang-jax")
     assert rel.select(
         "context_label",
         "context_tokens",
@@ -269,7 +275,7 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("200K", 6400, "sglang-jax", pytest.approx(4 / 3), 8.0, 6.0, 1, 1),
     ]
     # linear: the time difference goes from -2 s to +2 s, so the curves meet half way from 2,048 to 6,400 tokens
-    x = analysis.crossover(pair, "vllm", "sglang-jax", method="linear")
+    x = measured_frames.crossover(pair, "vllm", "sglang-jax", method="linear")
     assert (x.context_tokens, x.faster_below, x.faster_above, x.n_runs) == (4224.0, "vllm", "sglang-jax", 1)
     # 01 and 02: batch time from 64K to 200K (2,048 -> 6,400 tokens) grows 4.0x for vLLM (the article's 2.94x) and
     # 1.5x for sglang-jax; prompt tokens/s = 4 x prompt / T with prompt = context - 64 output tokens: (1,984/2) /
@@ -594,14 +600,14 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         assert text.count("<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>") == 1
         assert text.index('class="kvlab-verdicts"') < text.index("<h2")  # the verdicts, first on the page
     # the frames behind the sentences, by the notebooks' own calls on the same data folder
-    from kvlab import analysis, guide, plots
+    from kvlab import guide
     from kvlab.studies.prefix_sharing.frames import with_turn_runs
     from kvlab.perfmodel import published_fit
     from kvlab.workbook import open_workbook
 
     wb = open_workbook(data)
     runs = wb.runs
-    sharing = analysis.prefix_sharing(runs.filter(pl.col("experiment") == "cpu_prefix_sharing"))
+    sharing = sharing_frames.prefix_sharing(runs.filter(pl.col("experiment") == "cpu_prefix_sharing"))
     on = sharing.filter(pl.col("prefix_caching")).sort("shared_fraction", "engine")
     # hit rates with the cache on (0 with it off): the largest gap is at 0.5, sglang-jax 5.5 points above vLLM
     assert on.select(
@@ -628,7 +634,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
     half, top = (on.filter(pl.col("shared_fraction") == x)["batch_time_s"].to_list() for x in (0.5, 0.9))
     assert (round(half[0] / half[1], 2), round(top[0] / top[1], 2)) == (1.87, 1.92)
     # each engine's threshold test at 30% on its own cache on/off saving: a steady rise, no jump
-    th = analysis.sharing_thresholds(analysis.caching_gain(sharing))
+    th = prefix_sharing_frames.sharing_thresholds(prefix_sharing_frames.caching_gain(sharing))
     assert {e: (t.at, t.verdict, round(t.r2_linear, 2)) for e, t in th.items()} == {
         "sglang-jax": (0.3, "smooth", 1.0),
         "vllm": (0.3, "smooth", 1.0),
@@ -636,7 +642,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
     # multi-turn: the last turn found 94% (vLLM) and 97% (sglang-jax) of its prompt cached, TTFT 4x shorter;
     # vLLM with the cache off reports no cached tokens: not available (null), never 0
     turn_runs = runs.filter(pl.col("experiment") == "cpu_multi_turn")
-    by_turn = with_turn_runs(analysis.multi_turn_by_turn(turn_runs, wb.requests), turn_runs)
+    by_turn = with_turn_runs(prefix_sharing_frames.multi_turn_by_turn(turn_runs, wb.requests), turn_runs)
     last = by_turn.filter(pl.col("turn") == 2).sort("engine", "prefix_caching")
     assert last.select("engine", "prefix_caching", "cached_share", "ttft_mean_ms", "n_runs").rows() == [
         ("sglang-jax", False, 0.0, 120.0, 1),
@@ -659,16 +665,18 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         ("multi_turn_reuse", "inconclusive", pytest.approx(17 / 18), 1, None),
     ]
     # 06: one concurrency (128 in flight), sglang-jax 1.25x the completed requests/s of vLLM: a table, no figure
-    conc = analysis.concurrency_study(runs).sort("engine")
+    conc = engine_choice_frames.concurrency_study(runs).sort("engine")
     assert conc.select("experiment", "engine", "in_flight", "requests_per_s", "n_runs").rows() == [
         ("cpu_classification", "sglang-jax", 128, 50.0, 1),
         ("cpu_classification", "vllm", 128, 40.0, 1),
     ]
-    assert not plots.drawable(conc, "requests_per_s")
+    assert not figures.drawable(conc, "requests_per_s")
     # n=1 CPU runs of two implementations decide no engine and the model does not separate the engines here:
     # the guide follows the tree (SGLang for the default shared prompt)
     w = guide.UserWorkload(8192, 0.4, 128, "Llama-3.1-8B", "B300", 8, 8, False, "stability")
-    ev = guide.from_evidence(w, published_fit(data), analysis.prefix_sharing(runs), analysis.concurrency_study(runs))
+    ev = guide.from_evidence(
+        w, published_fit(data), sharing_frames.prefix_sharing(runs), engine_choice_frames.concurrency_study(runs)
+    )
     assert (ev.engine, ev.decided_by, w.tree().engine) == ("sglang", "tree", "sglang")
     assert [(f.name, f.source, f.favours) for f in ev.factors] == [
         ("context", "modelled", None),
@@ -895,16 +903,15 @@ def test_report_07_on_capacity_runs(tmp_path):
     ]  # the model fails its held-out test
     assert not any("No load ladder was measured" in t for t in rep.answer["sentences"])  # the measured answer
     # the frames behind the sentences, by the notebook's own calls on the same data folder
-    from kvlab import analysis
     from kvlab.verdicts import OWN_QUESTION_KINDS
     from kvlab.workbook import open_workbook
 
     wb = open_workbook(data)
-    curve = analysis.pareto_front(analysis.load_curve(wb.measured("cpu_capacity"), 0.9))
+    curve = capacity_frames.pareto_front(capacity_frames.load_curve(wb.measured("cpu_capacity"), 0.9))
     assert curve.select("slo_ttft_ms", "slo_tpot_ms").unique().rows() == [(5000.0, 200.0)]  # the SLO, as recorded
     # per configuration: the highest load within the SLO, its goodput (one repeat: n=1) and the first load past it;
     # vLLM TP1 at 200K / 0.92: 2 in flight, 0.40 req/s, missed at 4
-    best = analysis.highest_load_within_slo(curve).sort("engine", "context_tokens", "mem_util")
+    best = capacity_frames.highest_load_within_slo(curve).sort("engine", "context_tokens", "mem_util")
     assert best.select(
         "engine",
         "context_tokens",
@@ -924,14 +931,14 @@ def test_report_07_on_capacity_runs(tmp_path):
         ("vllm", 3200, 0.95, 4.0, 0.8, None, 1),
     ]
     # past the ceiling (2 at 3,200 tokens and 0.92) both engines queue from 4 in flight; nowhere else
-    onset = analysis.saturation_onset(analysis.capacity_points(curve, wb.telemetry, wb.telemetry_info))
+    onset = capacity_frames.saturation_onset(capacity_frames.capacity_points(curve, wb.telemetry, wb.telemetry_info))
     past = onset.filter(pl.col("first_past_ceiling").is_not_null()).sort("engine")
     assert past.select(
         "engine", "context_tokens", "mem_util", "concurrency_ceiling", "first_past_ceiling", "first_queued"
     ).rows() == [("sglang", 3200, 0.92, 2, 4.0, 4.0), ("vllm", 3200, 0.92, 2, 4.0, 4.0)]
     # the accuracy probe: each engine's 0.92 is its reference (first in the file's order); SGLang at 0.95 differs
     # from token 3 in 8 of 8 prompts, vLLM at 0.95 only at near-ties
-    probe = analysis.probe_summary(wb.probes("cpu_capacity")).sort("engine", "mem_util")
+    probe = probe_summary(wb.probes("cpu_capacity")).sort("engine", "mem_util")
     assert probe.select("engine", "mem_util", "role", "prompts", "differs", "near_ties", "first_diff").rows() == [
         ("sglang", 0.92, "reference", 8, 0, 0, None),
         ("sglang", 0.95, "compared", 8, 8, 0, 3),
@@ -945,7 +952,7 @@ def test_report_07_on_capacity_runs(tmp_path):
 def _fixture_frames(data):
     """The frames the reports compute from the fixture data folder, by the calls their notebooks make."""
     from kvlab.studies.memory_utilisation import frames as mf
-    from kvlab import analysis, guide
+    from kvlab import guide
     from kvlab.studies.prefix_sharing.frames import with_turn_runs
     from kvlab.workbook import open_workbook
 
@@ -956,18 +963,18 @@ def _fixture_frames(data):
     stats = mf.memory_study(mem, wb.attempts.filter(pl.col("run_id").is_in(mem["run_id"].implode())))
     sharing_runs = runs.filter(pl.col("experiment") == "cpu_prefix_sharing")
     turn_runs = runs.filter(pl.col("experiment") == "cpu_multi_turn")
-    sharing = analysis.prefix_sharing(sharing_runs)
+    sharing = sharing_frames.prefix_sharing(sharing_runs)
     return dict(
         wb=wb,
         published=wb.published("article_b300"),
         long=long,
         stats=stats,
         sharing=sharing,
-        reuse=analysis.prefix_reuse_by_request(sharing_runs, requests),
-        thresholds=analysis.sharing_thresholds(analysis.caching_gain(sharing)),
-        by_turn=with_turn_runs(analysis.multi_turn_by_turn(turn_runs, requests), turn_runs),
-        sharing_all=analysis.prefix_sharing(runs),
-        conc=analysis.concurrency_study(runs),
+        reuse=prefix_sharing_frames.prefix_reuse_by_request(sharing_runs, requests),
+        thresholds=prefix_sharing_frames.sharing_thresholds(prefix_sharing_frames.caching_gain(sharing)),
+        by_turn=with_turn_runs(prefix_sharing_frames.multi_turn_by_turn(turn_runs, requests), turn_runs),
+        sharing_all=sharing_frames.prefix_sharing(runs),
+        conc=engine_choice_frames.concurrency_study(runs),
         sglang_member=guide.measured_member("sglang", long["engine"].unique()),
     )
 
@@ -984,7 +991,7 @@ def test_fixture_findings_are_the_numbers_the_reports_state(fixture_data):
     point) and the published tables: the same calls as the notebooks, so a wrong number fails here whatever the
     wording (the pages' verdicts: VERDICT_VALUES; a few rendered forms: SMOKE)."""
     from kvlab.studies.memory_utilisation import frames as mf
-    from kvlab import analysis, guide
+    from kvlab import guide
     from kvlab.studies.capacity.frames import modelled_ceilings
     from kvlab.perfmodel import published_fit
     from kvlab.perfmodel.figures import headroom_table
@@ -995,19 +1002,19 @@ def test_fixture_findings_are_the_numbers_the_reports_state(fixture_data):
     f = _fixture_frames(fixture_data)
     pub, long, stats = f["published"], f["long"], f["stats"]
     # 01: the published table: vLLM 1.50x faster at 64K, SGLang 1.31x at 200K, so the winner changes with context
-    rel = analysis.relative_speed(pub, "vllm", "sglang").sort("context_tokens")
+    rel = measured_frames.relative_speed(pub, "vllm", "sglang").sort("context_tokens")
     assert rel.select("context_label", "faster", "speedup").rows() == [
         ("64K", "vllm", pytest.approx(1.500498, abs=1e-6)),
         ("200K", "sglang", pytest.approx(1.310253, abs=1e-6)),
     ]
     # 01: measured, one run a side: vLLM 4.9x faster at 64K (1,024 tokens), 14x at 200K (3,200 tokens)
     assert f["sglang_member"] == "sglang-jax"
-    rel_m = analysis.relative_speed(long, "vllm", "sglang-jax").sort("context_tokens")
+    rel_m = measured_frames.relative_speed(long, "vllm", "sglang-jax").sort("context_tokens")
     assert rel_m.select("context_label", "context_tokens", "faster", "speedup", "n_runs", "other_n_runs").rows() == [
         ("64K", 1024, "vllm", pytest.approx(4.921008, abs=1e-6), 1, 1),
         ("200K", 3200, "vllm", pytest.approx(13.932624, abs=1e-6), 1, 1),
     ]
-    assert analysis.crossover(long, "vllm", "sglang-jax").context_tokens is None  # vLLM faster at every context
+    assert measured_frames.crossover(long, "vllm", "sglang-jax").context_tokens is None  # vLLM faster at every context
     # 02: the table's decay (batch time 2.94x for vLLM, 1.49x for SGLang; prompt tokens/s rises 1.06x for vLLM),
     # and the measured one: sglang-jax falls 6.5x, vLLM 2.3x from 1,024 to 3,200 tokens
     assert decay_factors(pub).select("engine", "batch_time_ratio", "prompt_tokens_per_s_ratio").rows() == [

@@ -30,7 +30,7 @@ from kvlab.perfmodel import (
     prefill_time_s,
     published_fit,
 )
-from kvlab.perfmodel.catalog import _read, GPU
+from kvlab.catalog import _read, GPU
 from kvlab.perfmodel.report import model_command
 from kvlab.schema import RUNS
 from kvlab.store import load_runs
@@ -526,12 +526,12 @@ def test_headroom_figure_flags_only_what_the_assumption_flags_and_says_so():
 
 
 def test_whatif_sentences_name_values_not_parameters(fit, kimi_curves):
-    from kvlab import narrative
+    from kvlab import words
     from kvlab.perfmodel.figures import calibrated_ranges
 
     x = crossover_from_fit(fit)
     pub = load_runs(DATA_DIR).filter(pl.col("source") == "published")
-    assert narrative.curves_caption(kimi_curves.to_dicts(), x, calibrated_ranges(kimi_curves, pub)) == (
+    assert words.curves_caption(kimi_curves.to_dicts(), x, calibrated_ranges(kimi_curves, pub)) == (
         "Modelled for Kimi-K3 on 8× B300: vLLM TP8 is 1.81× faster at 4K; the curves cross at ≈173K tokens; "
         "SGLang TP8+DCP8 is 1.08× faster at 256K; solid lines span the published 64K–200K the fit rests on "
         "(circles: the article's times), dashed lines are extrapolations."

@@ -20,7 +20,7 @@ from kvlab.perfmodel.calibrate import (
     fit_for_model,
     step_costs,
 )
-from kvlab.perfmodel.catalog import CatalogError
+from kvlab.catalog import CatalogError
 from kvlab.perfmodel.roofline import crossover_context
 
 GIB = 1024**3
@@ -206,7 +206,7 @@ def test_no_report_applies_a_kimi_k3_fitted_term_to_another_model():
     from kvlab import studies
 
     r = studies.compute_report("06", DATA_DIR, {"model": "Llama-3.1-8B", "curve_points": 4})
-    assert (r["fit"].kind, r["fit"].model) == ("uncalibrated", "Llama-3.1-8B")
+    assert (r.fit_kind, r.fit_model) == ("uncalibrated", "Llama-3.1-8B")
 
 
 # --------------------------------------------------------------------------- the bound against published GPU runs

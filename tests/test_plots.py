@@ -7,8 +7,19 @@ import polars as pl
 import pytest
 from matplotlib.figure import Figure
 from prefix_frames import conc_runs, sharing_runs
-
-from kvlab import analysis, plots
+from kvlab.studies.capacity import figures as capacity_figures
+from kvlab.studies.context_scaling import figures as context_scaling_figures
+from kvlab.studies.engine_choice import figures as engine_choice_figures
+from kvlab.studies.engine_choice import frames as engine_choice_frames
+from kvlab import figures
+from kvlab.studies import measured_frames
+from kvlab.studies.prefix_sharing import figures as prefix_sharing_figures
+from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
+from kvlab.studies import sharing_figures
+from kvlab.studies import sharing_frames
+from kvlab import style
+from kvlab.studies.throughput_decay import figures as throughput_decay_figures
+from kvlab.studies.throughput_decay import frames as throughput_decay_frames
 
 
 def _fig():
@@ -31,13 +42,13 @@ def test_show_numbers_figures_and_needs_a_caption(tmp_path):
     assert Workbook(tmp_path).show(_fig(), "another notebook's first.").number == 1  # no count shared
     html = b._repr_html_()
     assert "<b>Figure 2.</b> second." in html
-    assert "<b>Figure" not in plots.show(_fig(), "unnumbered.")._repr_html_()
+    assert "<b>Figure" not in figures.show(_fig(), "unnumbered.")._repr_html_()
     assert 'alt="measured: x (y: batch time (s), x: context); series: vLLM"' in html
 
 
 def test_show_draws_at_twice_the_shown_density_and_links_its_data():
-    view = plots.show(
-        _fig(), "**bold** claim.", data=pl.DataFrame({"a": [1], "b": [2.5]}), numbers=plots.FigureNumbers()
+    view = figures.show(
+        _fig(), "**bold** claim.", data=pl.DataFrame({"a": [1], "b": [2.5]}), numbers=figures.FigureNumbers()
     )
     html = view._repr_html_()
     png_width = int.from_bytes(view.png()[16:20], "big")
@@ -60,8 +71,11 @@ def test_batch_time_bars_show_spread_only_where_there_are_repeats():
     }
     one = pl.DataFrame({**base, "batch_time_min_s": [1.0, 2.0], "batch_time_max_s": [1.0, 2.0], "n_runs": [1, 1]})
     three = pl.DataFrame({**base, "batch_time_min_s": [0.9, 1.5], "batch_time_max_s": [1.2, 2.1], "n_runs": [3, 3]})
-    ax1, ax3 = plots.batch_time_bars(one).axes[0], plots.batch_time_bars(three).axes[0]
-    assert [t.get_text() for t in ax1.get_xticklabels()] == ["64K\n(1,024 tok)"]
+    ax1, ax3 = (
+        context_scaling_figures.batch_time_bars(one).axes[0],
+        context_scaling_figures.batch_time_bars(three).axes[0],
+    )
+    assert [t.get_text() for t in ax1.get_xticklabels()] == ["1,024 tokens\n(stands in for 64K)"]
     assert "whiskers" not in ax1.get_xlabel() and "least to most of the repeats" in ax3.get_xlabel()
     # each whisker spans the least to the most of its repeats, around the mean
     spans = sorted(
@@ -89,12 +103,12 @@ def test_no_bars_on_a_log_axis():
             "n_runs": 1,
         }
     )
-    ax = plots.batch_time_bars(wide).axes[0]
+    ax = context_scaling_figures.batch_time_bars(wide).axes[0]
     assert ax.get_yscale() == "log" and "(log scale)" in ax.get_ylabel()
     assert not [p for p in ax.patches if type(p).__name__ == "Rectangle"]
     assert sorted(y for line in ax.get_lines() for y in line.get_ydata()) == [1.0, 2.0, 30.0, 60.0]
     # the measured prefix and concurrency figures: engines 20× apart on the fixed frames, still no bar on a log axis
-    slow = analysis.prefix_sharing(
+    slow = sharing_frames.prefix_sharing(
         sharing_runs().with_columns(
             pl.when(pl.col("engine") == "vllm")
             .then(pl.col("batch_time_s") * 40)
@@ -102,10 +116,13 @@ def test_no_bars_on_a_log_axis():
             .alias("batch_time_s")
         )
     )
-    for fig in (plots.prefix_sharing_figure(slow), plots.concurrency_figure(analysis.concurrency_study(conc_runs()))):
+    for fig in (
+        sharing_frames.prefix_sharing_figure(slow),
+        engine_choice_figures.concurrency_figure(engine_choice_frames.concurrency_study(conc_runs())),
+    ):
         logs = [a for a in fig.axes if a.get_yscale() == "log"]
         assert all(not [p for p in a.patches if type(p).__name__ == "Rectangle"] for a in logs)
-    assert [a.get_yscale() for a in plots.prefix_sharing_figure(slow).axes] == ["linear", "linear", "log"]
+    assert [a.get_yscale() for a in sharing_frames.prefix_sharing_figure(slow).axes] == ["linear", "linear", "log"]
 
 
 def test_throughput_relative_to_a_context_says_which_on_its_axis():
@@ -120,8 +137,11 @@ def test_throughput_relative_to_a_context_says_which_on_its_axis():
             "batches_per_s": [0.01, 0.0034, 0.008, 0.0052],
         }
     )
-    fig = plots.throughput_vs_context(
-        analysis.relative_to_context(tp, "batches_per_s", "64K"), "batches_per_s", "batches per second", relative=True
+    fig = measured_frames.throughput_vs_context(
+        throughput_decay_frames.relative_to_context(tp, "batches_per_s", "64K"),
+        "batches_per_s",
+        "batches per second",
+        relative=True,
     )
     # issue 39: the absolute throughput (left, log axis; its lines cross) beside the relative one (right)
     absolute, ax = fig.axes
@@ -143,6 +163,7 @@ def test_throughput_relative_to_a_context_says_which_on_its_axis():
 
 def test_memory_ratio_figure_draws_each_engine_against_itself():
     from kvlab.studies.memory_utilisation.figures import memory_ratio_figure
+
     ratios = pl.DataFrame(
         {
             "experiment": "e",
@@ -185,7 +206,7 @@ def test_memory_ratio_figure_draws_each_engine_against_itself():
 
 
 def test_prefix_figure_with_gain_draws_each_engine_against_itself(study):
-    fig = plots.prefix_sharing_figure(study["sharing"], gain=study["gain"])
+    fig = prefix_sharing_figures.prefix_ratio_figure(study["sharing"], study["gain"])
     hits, ttft, batch = fig.axes
     assert (
         ttft.get_ylabel() == "mean TTFT, cache off ÷ on" and batch.get_ylabel() == "median batch time, cache off ÷ on"
@@ -196,7 +217,7 @@ def test_prefix_figure_with_gain_draws_each_engine_against_itself(study):
     drawn = sorted(
         round(float(y), 4)
         for line in batch.get_lines()
-        if len(line.get_xdata()) > 1 and line.get_color() in plots.ENGINE_COLORS.values()
+        if len(line.get_xdata()) > 1 and line.get_color() in style.ENGINE_COLORS.values()
         for y in line.get_ydata()
     )
     assert drawn == sorted(round(v, 4) for v in gain["batch_speedup"].to_list())
@@ -204,10 +225,10 @@ def test_prefix_figure_with_gain_draws_each_engine_against_itself(study):
 
 
 def test_one_and_two_point_frames_are_tables_not_figures():
-    conc = analysis.concurrency_study(conc_runs())
-    assert not plots.drawable(conc, "requests_per_s")  # two engines at one setting: two dots, a table
-    assert plots.drawable(pl.concat([conc, conc.with_columns(pl.col("in_flight") * 2)]), "requests_per_s")
-    assert not plots.drawable(None) and not plots.drawable(pl.DataFrame({"y": [1.0, None, 2.0]}), "y")
+    conc = engine_choice_frames.concurrency_study(conc_runs())
+    assert not figures.drawable(conc, "requests_per_s")  # two engines at one setting: two dots, a table
+    assert figures.drawable(pl.concat([conc, conc.with_columns(pl.col("in_flight") * 2)]), "requests_per_s")
+    assert not figures.drawable(None) and not figures.drawable(pl.DataFrame({"y": [1.0, None, 2.0]}), "y")
 
 
 def test_engine_colours_mean_engines_only():
@@ -217,28 +238,33 @@ def test_engine_colours_mean_engines_only():
 
     from kvlab.perfmodel.figures import SERIES_COLORS, headroom_table, plot_headroom
 
-    engine = set(plots.ENGINE_COLORS.values())
-    assert not engine & {*SERIES_COLORS, *plots.DEFINITION_COLORS.values(), plots.THRESHOLD_COLOR, "#8c6bb1"}
+    engine = set(style.ENGINE_COLORS.values())
+    assert not engine & {
+        *SERIES_COLORS,
+        *throughput_decay_figures.DEFINITION_COLORS.values(),
+        sharing_figures.THRESHOLD_COLOR,
+        "#8c6bb1",
+    }
     ax = plot_headroom(headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1, 8], [65536, 204800])).axes[0]
     colours = {
         line.get_label(): to_hex(line.get_color()) for line in ax.get_lines() if not line.get_label().startswith("_")
     }
     assert colours == {
-        "memory 0.92, DCP 1 (vLLM-style, no DCP)": plots.ENGINE_COLORS["vllm"],
-        "memory 0.92, DCP 8 (SGLang-style)": plots.ENGINE_COLORS["sglang"],
-        "memory 0.95, DCP 1 (vLLM-style, no DCP)": plots.ENGINE_COLORS["vllm"],
-        "memory 0.95, DCP 8 (SGLang-style)": plots.ENGINE_COLORS["sglang"],
+        "memory 0.92, DCP 1 (vLLM-style, no DCP)": style.ENGINE_COLORS["vllm"],
+        "memory 0.92, DCP 8 (SGLang-style)": style.ENGINE_COLORS["sglang"],
+        "memory 0.95, DCP 1 (vLLM-style, no DCP)": style.ENGINE_COLORS["vllm"],
+        "memory 0.95, DCP 8 (SGLang-style)": style.ENGINE_COLORS["sglang"],
     }
     assert not set(colours.values()) & set(SERIES_COLORS[:2])  # green and purple are the GPUs' in 04
 
 
 def test_claims_figure_names_every_definition_in_colours_that_are_not_engines():
-    from kvlab import analysis, store
+    from kvlab import store
     from kvlab.studies.throughput_decay import figures, frames, words
 
     claims = store.load_claims().filter(pl.col("experiment") == "article_b300")
     runs = store.load_runs().filter(pl.col("source") == "published")
-    check = analysis.consistency(runs, claims)
+    check = measured_frames.consistency(runs, claims)
     names = words.claim_labels(frames.stated_ratios(check), claims.to_dicts())
     fig = figures.claims_vs_table(check, names, words.DEFINITION_NAMES)
     ax = fig.axes[0]
@@ -254,17 +280,17 @@ def test_claims_figure_names_every_definition_in_colours_that_are_not_engines():
     from matplotlib.colors import to_hex
 
     colours = {to_hex(p.get_facecolor()) for p in ax.patches}
-    assert not colours & set(plots.ENGINE_COLORS.values())
+    assert not colours & set(style.ENGINE_COLORS.values())
     assert [t.get_text() for t in ax.get_xticklabels()][2] == "vLLM falls\n3.29×\n64K→200K"
 
 
-def test_importing_plots_changes_no_matplotlib_setting_and_figures_still_get_the_theme():
+def test_importing_figures_changes_no_matplotlib_setting_and_figures_still_get_the_theme():
     import subprocess
     import sys
 
     code = (
         "import matplotlib as mpl; before = dict(mpl.rcParams)\n"
-        "import kvlab.plots, kvlab.perfmodel.figures, kvlab.narrative\n"
+        "import kvlab.figures, kvlab.perfmodel.figures, kvlab.words, kvlab.studies.context_scaling.figures\n"
         "print(sorted(k for k, v in mpl.rcParams.items() if before[k] != v))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -272,7 +298,7 @@ def test_importing_plots_changes_no_matplotlib_setting_and_figures_still_get_the
     import matplotlib as mpl
 
     grid = mpl.rcParams["axes.grid"]
-    fig = plots.batch_time_bars(
+    fig = context_scaling_figures.batch_time_bars(
         pl.DataFrame(
             {
                 "source": ["measured"] * 2,
@@ -301,7 +327,7 @@ def _legend_is_below_every_axis(fig) -> bool:
 
 
 def test_prefix_figures_legends_below_and_cache_settings_apart(study):
-    fig = plots.prefix_sharing_figure(study["sharing"])
+    fig = sharing_frames.prefix_sharing_figure(study["sharing"])
     assert _legend_is_below_every_axis(fig)
     legend = next(a.get_legend() for a in fig.axes if a.get_legend() is not None)
     handles = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
@@ -310,19 +336,21 @@ def test_prefix_figures_legends_below_and_cache_settings_apart(study):
     assert {"vLLM", "sglang-jax (CPU)", "the article's threshold: 30% of the prompt shared"} <= set(handles)
     assert not [t for a in fig.axes for t in a.texts if "threshold" in t.get_text()]  # said in the legend, not on data
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0%", "20%", "50%", "90%"]
-    gain = plots.caching_gain_figure(study["gain"])
+    gain = prefix_sharing_figures.caching_gain_figure(study["gain"])
     assert _legend_is_below_every_axis(gain) and gain.axes[0].get_ylim()[0] == 0
-    turns = plots.multi_turn_figure(study["by_turn"], study["turn_requests"])
+    turns = prefix_sharing_figures.multi_turn_figure(study["by_turn"], study["turn_requests"])
     assert _legend_is_below_every_axis(turns)
     for ax in turns.axes:  # whole turns only
         assert list(ax.get_xticks()) == [0, 1, 2] and [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2"]
-    assert "small dots: one request each (TTFT)" in plots.alt_text(turns)
-    ideal = plots.ideal_reuse_figure(analysis.ideal_sharing(1008, 8, [0.0, 0.3, 0.9], 128), 0.3, 128)
+    assert "small dots: one request each (TTFT)" in figures.alt_text(turns)
+    ideal = prefix_sharing_figures.ideal_reuse_figure(
+        prefix_sharing_frames.ideal_sharing(1008, 8, [0.0, 0.3, 0.9], 128), 0.3, 128
+    )
     assert _legend_is_below_every_axis(ideal)
 
 
 def test_concurrency_figure_legend_names_every_drawn_element():
-    fig = plots.concurrency_figure(analysis.concurrency_study(conc_runs()))
+    fig = engine_choice_figures.concurrency_figure(engine_choice_frames.concurrency_study(conc_runs()))
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
         "vLLM",
         "sglang-jax (CPU)",
@@ -365,13 +393,19 @@ def test_throughput_figures_draw_the_spread_of_repeats():
             for a, b in c.lines[2][0].get_segments()
         ]
 
-    ax = plots.throughput_vs_context(tp, "output_tokens_per_s", "output tokens/s").axes[0]
+    ax = measured_frames.throughput_vs_context(tp, "output_tokens_per_s", "output tokens/s").axes[0]
     assert spans(ax) == [(40.0, 66.667)] and "least to most of the repeats" in ax.get_xlabel()
-    rel = plots.throughput_vs_context(
-        analysis.relative_to_context(tp, "output_tokens_per_s"), "output_tokens_per_s", "output tokens/s", relative=True
+    rel = measured_frames.throughput_vs_context(
+        throughput_decay_frames.relative_to_context(tp, "output_tokens_per_s"),
+        "output_tokens_per_s",
+        "output tokens/s",
+        relative=True,
     ).axes[1]
     assert spans(rel) == [(0.4, 0.667)]
-    assert spans(plots.throughput_vs_context(tp.with_columns(n_runs=pl.lit(1)), "output_tokens_per_s").axes[0]) == []
+    assert (
+        spans(measured_frames.throughput_vs_context(tp.with_columns(n_runs=pl.lit(1)), "output_tokens_per_s").axes[0])
+        == []
+    )
 
 
 # --------------------------------------------------------------------------- report 07: the ceiling figure's ticks
@@ -405,7 +439,7 @@ def test_capacity_ceiling_tick_labels_never_overlap_on_a_dense_ladder():
         for e in ("vllm", "sglang")
         for v in ladder
     ]
-    fig = plots.capacity_ceiling_figure(pl.DataFrame(rows))
+    fig = capacity_figures.capacity_ceiling_figure(pl.DataFrame(rows))
     FigureCanvasAgg(fig)  # as the reports render it
     ax = fig.axes[0]
     labels = _drawn_xtick_labels(ax)
@@ -416,7 +450,7 @@ def test_capacity_ceiling_tick_labels_never_overlap_on_a_dense_ladder():
     assert [lab.get_text() for lab in labels] == ["1", "2", "3", "4", "6", "8", "12", "18", "28", "40", "64"]
     # a sparse ladder keeps every level; 20 gives way to 16 and the ceiling's 19 to both
     sparse = [r | {"load_level": float(v)} for r in rows[:1] for v in (1, 2, 4, 8, 16, 20, 24, 32)]
-    fig = plots.capacity_ceiling_figure(pl.DataFrame(sparse))
+    fig = capacity_figures.capacity_ceiling_figure(pl.DataFrame(sparse))
     FigureCanvasAgg(fig)
     assert [lab.get_text() for lab in _drawn_xtick_labels(fig.axes[0])] == ["1", "2", "4", "8", "16", "24", "32"]
 
@@ -446,7 +480,7 @@ def test_the_pareto_panels_draw_the_front_as_the_line_share_scales_and_mark_the_
                     "slo_tpot_ms": 20.0,
                 }
             )
-    fig = plots.capacity_pareto_figure(pl.DataFrame(rows))
+    fig = capacity_figures.capacity_pareto_figure(pl.DataFrame(rows))
     small, large = [a for a in fig.axes if a.get_lines()]
     assert small.get_ylim() == large.get_ylim() and small.get_xlim() == large.get_xlim()
     for ax, scale in ((small, 1.0), (large, 0.4)):
@@ -490,7 +524,7 @@ def test_pareto_labels_keep_off_every_marker_and_each_other():
                     "slo_tpot_ms": 20.0,
                 }
             )
-    fig = plots.capacity_pareto_figure(pl.DataFrame(rows))
+    fig = capacity_figures.capacity_pareto_figure(pl.DataFrame(rows))
     renderer = FigureCanvasAgg(fig).get_renderer()
     (ax,) = [a for a in fig.axes if a.get_lines()]
     boxes = [t.get_window_extent(renderer) for t in ax.texts]

@@ -246,7 +246,7 @@ def test_the_driver_version_is_read_from_nvml_else_nvidia_smi(tmp_path, monkeypa
 
 
 def _kimi():
-    from kvlab.perfmodel import catalog
+    from kvlab import catalog
 
     m = catalog.model("moonshotai/Kimi-K3")
     return (

@@ -8,9 +8,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kvlab import analysis, client
+from kvlab import client
 from kvlab.client import RequestRecord
 from kvlab.schema import REQUESTS, RUNS
+from kvlab import schema
 
 
 def _record(index, t_send, chunk_times, n_out, *, status="ok", prompt=1000, cached=None, t0=0.0):
@@ -152,7 +153,7 @@ def test_within_slo_and_goodput_count():
     assert [client.within_slo(r, 200.0, 150.0) for r in recs] == [True, False, False, True, False, False]
     assert (s["requests_within_slo"], s["slo_ttft_ms"], s["slo_tpot_ms"]) == (2, 200.0, 150.0)
     assert client.summarize(recs, 2.0, slo={"ttft_ms": 200.0, "tpot_ms": None})["requests_within_slo"] == 4
-    rates = analysis.run_rates(pl.DataFrame([{**s, "served_output_tokens": 12}]))
+    rates = schema.run_rates(pl.DataFrame([{**s, "served_output_tokens": 12}]))
     assert rates["goodput_requests_per_s"][0] == pytest.approx(1.0)
     assert rates["requests_per_s"][0] == pytest.approx(s["requests_ok"] / 2.0)
     assert rates["output_tokens_per_s"][0] == pytest.approx(6.0)
@@ -207,7 +208,7 @@ def test_run_rates_divide_by_the_window_under_a_load_and_leave_failed_runs_and_s
             },
         ]
     )
-    r = analysis.run_rates(rows)
+    r = schema.run_rates(rows)
     assert r["requests_per_s"].to_list() == [4.0, 2.0, None, None]
     assert r["output_tokens_per_s"].to_list() == [16.0, 32.0, None, 123.0]
     assert r["goodput_requests_per_s"].to_list() == [2.0, None, None, None]

@@ -27,6 +27,8 @@ from kvlab.paths import EXPERIMENTS_DIR, ROOT, UnsafeFolderError
 from kvlab.server import state_dir
 from kvlab.experiment import ExperimentSpec, SpecError, expand
 from kvlab.tinymodel import vocab_size
+from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
+from kvlab import schema
 
 BASE_ENGINE = {
     "name": "vllm",
@@ -509,7 +511,7 @@ def test_probe_faults_and_kv_budgets_on_the_vllm_cpu_build_in_one_sequential_swe
 
     Where a fault's trigger found the engine far ahead of the client (its first read held more than LATE_READ
     chunks), the sweep runs once more, in a fresh folder, and the assertions read that one."""
-    from kvlab import analysis, probe
+    from kvlab import probe
 
     key = "k-" + os.urandom(8).hex()
     monkeypatch.setenv("KVLAB_TEST_KEY", key)
@@ -596,7 +598,7 @@ def test_probe_faults_and_kv_budgets_on_the_vllm_cpu_build_in_one_sequential_swe
     assert probes.height == 2 * len(probe.PROBE_PROMPTS) and probes["error"].null_count() == probes.height
     assert probes["tokens"].list.len().to_list() == [16] * probes.height
     assert all(m is not None for ms in probes["margins"].to_list() for m in ms)
-    assert analysis.probe_summary(probes)["probe"].to_list() == ["reference", "identical"]
+    assert probe.probe_summary(probes)["probe"].to_list() == ["reference", "identical"]
     for log in (tmp_path / "runs").rglob("server*.log"):
         assert key not in log.read_text(), log
     assert not engine_processes(tag) and not server_records(tag)
@@ -700,8 +702,6 @@ def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiment
     goodput from them; every latency has its p50/p90/p99 (ITL per network read)."""
     from tests.support.sse_fixture import FixtureConfig, SSEServer
 
-    from kvlab import analysis
-
     with SSEServer(FixtureConfig(first_delay_s=0.05, delay_s=0.02)) as srv:
         path = write_spec(
             tmp_path,
@@ -712,7 +712,7 @@ def test_a_stored_run_has_latency_percentiles_and_goodput_against_its_experiment
         spec = yaml.safe_load(path.read_text()) | {"slo": {"ttft_ms": 10_000, "tpot_ms": 1}}  # TPOT 1 ms: none meet
         path.write_text(yaml.safe_dump(spec))
         assert Campaign(ExperimentSpec.load(path), tmp_path).execute(runner.LocalExecutor()).ok == 1
-    run = analysis.run_rates(store.load_runs(tmp_path)).row(0, named=True)
+    run = schema.run_rates(store.load_runs(tmp_path)).row(0, named=True)
     for metric in ("ttft", "tpot", "itl", "e2e"):
         p50, p90, p99 = (run[f"{metric}_p{q}_ms"] for q in (50, 90, 99))
         assert 0 < p50 <= p90 <= p99, metric
@@ -870,8 +870,6 @@ def test_a_garbage_or_failing_metrics_endpoint_costs_the_run_its_counters_not_th
 def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_tokens(tmp_path):
     from tests.support.sse_fixture import SSEServer
 
-    from kvlab import analysis
-
     workload = {
         "kind": "multi_turn",
         "context_tokens": None,
@@ -896,7 +894,7 @@ def test_multi_turn_requests_keep_conversation_and_turn_and_the_run_its_shared_t
         (1, 1, 220),
         (1, 2, 232),
     ]
-    assert analysis.multi_turn_by_turn(runs, reqs)["turn"].to_list() == [0, 1, 2]
+    assert prefix_sharing_frames.multi_turn_by_turn(runs, reqs)["turn"].to_list() == [0, 1, 2]
 
 
 def test_a_missing_api_key_stops_the_sweep_before_anything_is_sent(tmp_path, monkeypatch):
@@ -1260,7 +1258,7 @@ def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one
     whose server computes something else from token 5 on differs there, against the first configuration."""
     from tests.support.sse_fixture import FixtureConfig, SSEServer
 
-    from kvlab import analysis, probe
+    from kvlab import probe
 
     with SSEServer() as ref, SSEServer(FixtureConfig(diverge_at=5)) as wrong:
         spec = _probe_spec(tmp_path, "probed", [ref.url, wrong.url], probe=True)
@@ -1292,7 +1290,7 @@ def test_a_probed_sweep_records_each_configurations_greedy_outputs_and_where_one
     assert probes.filter(pl.col("mem_util") == 0.95)["tokens"][0].to_list() == [f" t{i}" for i in range(5)] + [
         f" u{i}" for i in range(5, 16)
     ]
-    summary = analysis.probe_summary(probes)
+    summary = probe.probe_summary(probes)
     assert summary.select("mem_util", "role", "probe", "first_diff", "prompts", "differs").rows() == [
         (0.92, "reference", "reference", None, n, 0),
         (0.95, "compared", f"differs from token 5 ({n} of {n} prompts)", 5, n, n),

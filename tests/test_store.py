@@ -6,6 +6,7 @@ import shutil
 import polars as pl
 import pytest
 
+from kvlab.probe import probe_summary
 from kvlab import store
 from kvlab.paths import DATA_DIR
 from kvlab.schema import RUNS, SchemaError
@@ -354,7 +355,7 @@ def test_older_stored_runs_get_latency_percentiles_from_their_requests(tmp_path)
 
 
 def test_older_stored_runs_get_their_rates_on_reading(tmp_path):
-    """Runs stored before the rate columns read with them derived by analysis.run_rates from their counts and batch
+    """Runs stored before the rate columns read with them derived by schema.run_rates from their counts and batch
     time (no load, no SLO: T is the batch time, no goodput)."""
     shutil.copytree(FIXTURE_RUNS, tmp_path / "runs")
     raw = pl.read_parquet(FIXTURE_RUNS / "cpu_classification" / "55813f97ce92" / "run.parquet")
@@ -406,10 +407,9 @@ def test_telemetry_info_reads_an_older_no_sample_file_as_available_with_a_note(t
 def test_runs_and_manifests_stored_before_the_probe_still_load_and_are_not_probed(tmp_path):
     """The fixture sweeps (no probe: their manifests' servers carry no ``probe``, list no ``configurations``) load
     as before; the probe loader finds none, so the capacity map says "not probed" for their configurations."""
-    from kvlab import analysis
 
     shutil.copytree(FIXTURE_RUNS, tmp_path / "runs")
     assert store.load_runs(tmp_path).height == 28
     probes = store.load_probes(tmp_path)
     assert probes.is_empty() and probes.schema == pl.Schema(store.PROBE_SCHEMA)
-    assert analysis.probe_summary(probes).is_empty()
+    assert probe_summary(probes).is_empty()

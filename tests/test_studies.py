@@ -12,9 +12,12 @@ import pytest
 from tests.support.sse_fixture import FixtureConfig, SSEServer
 from test_runner import engine_processes
 
-from kvlab import analysis, guide, reasoning_tokens, store, workloads
+from kvlab import guide, reasoning_tokens, store, workloads
 from kvlab.client import run_requests
 from kvlab.experiment import ExperimentSpec
+from kvlab.studies.engine_choice import frames as engine_choice_frames
+from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
+from kvlab.studies import sharing_frames
 
 # ----------------------------------------------------------------------------- decision tree
 
@@ -126,10 +129,10 @@ def test_threshold_verdicts():
     f = [0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9]
     smooth = pl.DataFrame({"shared_fraction": f, "time_saved": [0.6 * x for x in f]})
     step = pl.DataFrame({"shared_fraction": f, "time_saved": [0.0, 0.0, 0.01, 0.4, 0.45, 0.5, 0.55]})
-    assert analysis.sharing_threshold(smooth).verdict == "smooth"
-    assert analysis.sharing_threshold(smooth).first_fraction == 0.2
-    assert analysis.sharing_threshold(step).verdict == "threshold"
-    assert analysis.sharing_threshold(smooth.head(2)).verdict == "no data"
+    assert prefix_sharing_frames.sharing_threshold(smooth).verdict == "smooth"
+    assert prefix_sharing_frames.sharing_threshold(smooth).first_fraction == 0.2
+    assert prefix_sharing_frames.sharing_threshold(step).verdict == "threshold"
+    assert prefix_sharing_frames.sharing_threshold(smooth.head(2)).verdict == "no data"
 
 
 # ----------------------------------------------------------------------------- reasoning split (SSE fixture)
@@ -222,7 +225,7 @@ def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(real_vllm):
     runs = store.load_runs(tmp_path).filter(pl.col("experiment") == "studies")
 
     # shared prefix: hits rise with the shared fraction with caching on, and vanish with it off
-    sharing = analysis.prefix_sharing(runs)
+    sharing = sharing_frames.prefix_sharing(runs)
     on = sharing.filter(pl.col("prefix_caching")).sort("shared_fraction")
     off = sharing.filter(~pl.col("prefix_caching")).sort("shared_fraction")
     assert on["shared_fraction"].to_list() == [0.0, 0.5, 0.9]
@@ -240,7 +243,7 @@ def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(real_vllm):
         assert (note is not None and "per-run cache_salt (vLLM)" in note) if caching else note is None
 
     # multi-turn: each turn reuses the previous turn's prompt (up to a partial block)
-    by_turn = analysis.multi_turn_by_turn(runs, store.load_requests(tmp_path))
+    by_turn = prefix_sharing_frames.multi_turn_by_turn(runs, store.load_requests(tmp_path))
     mt_on = by_turn.filter(pl.col("prefix_caching")).sort("turn")
     assert mt_on["turn"].to_list() == [0, 1, 2]
     prompts, cached = mt_on["prompt_tokens"].to_list(), mt_on["cached_tokens"].to_list()
@@ -249,7 +252,7 @@ def test_prefix_cache_multi_turn_and_high_concurrency_on_real_vllm(real_vllm):
     assert by_turn.filter(~pl.col("prefix_caching"))["cached_tokens"].sum() == 0
 
     # classification at 128 in flight: every request accounted for
-    conc = analysis.concurrency_study(runs)
+    conc = engine_choice_frames.concurrency_study(runs)
     assert conc["in_flight"].to_list() == [128, 128]
     assert conc["requests_sent"].to_list() == [160, 160]
     assert (conc["requests_ok"] + conc["requests_failed"]).to_list() == [160, 160]

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from prefix_frames import conc_runs, sharing_runs
 
-from kvlab import analysis, guide, store, verdicts
+from kvlab import guide, store, verdicts
 from kvlab.claims import (
     MIN_REPEATS,
     Repeats,
@@ -43,6 +43,9 @@ from kvlab.claims.grading import (
 )
 from kvlab.paths import EXPERIMENTS_DIR
 from kvlab.verdicts import Verdict
+from kvlab.studies.engine_choice import frames as engine_choice_frames
+from kvlab.studies import measured_frames
+from kvlab.studies import sharing_frames
 
 # --------------------------------------------------------------------------- the families
 
@@ -302,7 +305,7 @@ def test_found_rows_pass_the_cpu_rule_and_the_repeats_rule():
     # the crossover of two engines measured once each on a CPU: cannot be tested here, n shown
     from kvlab.studies.context_scaling.checks import crossover_measured
 
-    x = analysis.Crossover(4224.0, "vllm", "sglang-jax", "linear", "", "", n_runs=1)
+    x = measured_frames.Crossover(4224.0, "vllm", "sglang-jax", "linear", "", "", n_runs=1)
     (v,) = crossover_measured([x])
     assert (v.claim_id, v.outcome, v.n, v.value, v.limit, v.family) == (
         "crossover_measured",
@@ -348,7 +351,7 @@ def test_the_shared_prefix_threshold_row_has_one_n_in_reports_05_and_06(study):
     runs = sharing_runs()
     top = runs.filter(pl.col("shared_prefix_tokens") == pl.col("shared_prefix_tokens").max())  # the 90% point
     three_at_90 = pl.concat([runs] + [top.with_columns(pl.col("run_id") + f"-{k}") for k in (1, 2)])
-    sharing = analysis.prefix_sharing(three_at_90)
+    sharing = sharing_frames.prefix_sharing(three_at_90)
     at_claim = sharing.filter(pl.col("shared_fraction") == sharing["shared_fraction"].max())
     assert at_claim["n_runs"].min() == 3 and sharing.filter(pl.col("shared_fraction") == 0)["n_runs"].max() == 1
     from kvlab.studies.engine_choice.checks import Inputs as ChoiceInputs
@@ -361,7 +364,7 @@ def test_the_shared_prefix_threshold_row_has_one_n_in_reports_05_and_06(study):
         for v in verdicts(kv, Inputs(sharing, study["gain"], {}, pl.DataFrame(), None, 0.3))
         if v.claim_id == "shared_prefix_threshold"
     )
-    conc = analysis.concurrency_study(conc_runs())
+    conc = engine_choice_frames.concurrency_study(conc_runs())
     six = next(v for v in claim_verdicts(kv, ChoiceInputs(sharing, conc)) if v.claim_id == "shared_prefix_threshold")
     assert (five.outcome, five.value, five.n) == (six.outcome, six.value, six.n) == ("cannot be tested here", 2.0, 1)
 
@@ -395,7 +398,7 @@ def test_the_guide_never_lets_a_model_that_fails_its_held_out_test_pick_an_engin
     right, total, error = f.held_out
     assert (right, total) == (0, 4) and max(ta, tb) / min(ta, tb) - 1 > error  # a margin far above the error ...
     assert f.favours is None  # ... and still no pick: the model fails its held-out test at these assumptions
-    empty = analysis.prefix_sharing(sharing_runs()).head(0)
+    empty = sharing_frames.prefix_sharing(sharing_runs()).head(0)
     ev = guide.from_evidence(guide.UserWorkload(4096, model="Kimi-K3"), fit, empty, empty)
     assert ev.decided_by == "tree"
     # the tree's own words for each leaf (its parentheses, translated)
@@ -534,7 +537,7 @@ def test_speed_verdicts_n_value_and_spread(seed, device):
     )
     from kvlab.studies.context_scaling.checks import speed_verdicts
 
-    rel = analysis.relative_speed(_speed_frame(device, claimed, other), "vllm", "sglang")
+    rel = measured_frames.relative_speed(_speed_frame(device, claimed, other), "vllm", "sglang")
     (v,) = [v for v in speed_verdicts(claims, rel.head(0), rel) if v.evidence == "measured"]
     assert v.n == min(len(claimed), len(other))
     assert v.value == pytest.approx(statistics.mean(other) / statistics.mean(claimed)) and v.unit == "×"
@@ -650,7 +653,7 @@ def test_the_decay_shape_on_gpus_never_decides_on_a_range_it_does_not_have():
     from kvlab.studies.throughput_decay.checks import Inputs, verdicts as decay_verdicts
 
     measured = decay_factors(pl.DataFrame(rows))
-    check = analysis.consistency(pub, claims)
+    check = measured_frames.consistency(pub, claims)
     got = decay_verdicts(Inputs(claims, check, decay_factors(pub), measured))[-1]
     assert (got.evidence, got.outcome, got.n, got.spread, got.limit) == ("measured", "inconclusive", 3, None, NO_RANGE)
 

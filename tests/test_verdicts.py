@@ -5,6 +5,7 @@ import pytest
 
 from kvlab import reports, verdicts
 from kvlab.verdicts import Verdict
+from kvlab import figures
 
 V = [
     Verdict("vLLM ≈ 1.5× faster at 64K", "consistent", "published", "vLLM 1.50× faster at 64K"),
@@ -51,19 +52,17 @@ def _executed(tmp_path, monkeypatch):
     import polars as pl
     from matplotlib.figure import Figure
 
-    from kvlab import plots
-
-    monkeypatch.setenv(plots.FIGURE_DIR_ENV, "07_test.figures")
+    monkeypatch.setenv(figures.FIGURE_DIR_ENV, "07_test.figures")
     fig = Figure(figsize=(3, 2))
     ax = fig.subplots()
     ax.plot([1, 2], [3, 4], label="vLLM")
     ax.set(title="measured: test", xlabel="context", ylabel="batch time (s)")
     ax.legend()
-    view = plots.show(
+    view = figures.show(
         fig,
         "vLLM's batch time grows 1.33× from 1 to 2.",
         data=pl.DataFrame({"x": [1, 2], "y": [3, 4]}),
-        numbers=plots.FigureNumbers(),
+        numbers=figures.FigureNumbers(),
     )  # figure numbers start at 1, as in a fresh notebook
     nb = nbformat.v4.new_notebook()
     nb.cells = [

@@ -58,3 +58,22 @@ def test_a_counterpart_measured_on_a_cpu_is_not_the_gpu_hosts(tmp_path):
     assert Workbook(tmp_path).measured_experiment("cpu_long_context") == "cpu_long_context"
     _stored(tmp_path, "h200_long_context", gpu=True)  # another GPU host's counterpart, when the reference's is absent
     assert Workbook(tmp_path).measured_experiment("cpu_long_context") == "h200_long_context"
+
+
+def test_reports_01_and_02_show_the_gpu_hosts_runs_without_a_parameter(tmp_path):
+    """Issue 57: with a GPU host's runs stored beside this host's, reports 01 and 02 show the GPU host's by default
+    (their measured_experiment parameter is "auto"), and a name given as the parameter still pins one."""
+    from kvlab import studies
+    from kvlab.paths import DATA_DIR
+
+    shutil.copytree(DATA_DIR / "reference", tmp_path / "reference")
+    shutil.copytree(DATA_DIR / "catalog", tmp_path / "catalog") if (DATA_DIR / "catalog").exists() else None
+    _stored(tmp_path, "cpu_long_context", gpu=False)
+    _stored(tmp_path, "b300_long_context", gpu=True)
+    for report in ("01", "02"):
+        shown = studies.compute_report(report, tmp_path)
+        assert shown.measured_experiment == "b300_long_context", report
+        assert "b300_long_context" in shown.experiments and "cpu_long_context" not in shown.experiments
+        assert set(shown.measured["device_kind"].unique().to_list()) == {"gpu"}
+        pinned = studies.compute_report(report, tmp_path, {"measured_experiment": "cpu_long_context"})
+        assert pinned.measured_experiment == "cpu_long_context" and "b300_long_context" not in pinned.experiments

@@ -1,9 +1,8 @@
 """kvlab's claims layer: what evidence can decide a claim (:mod:`kvlab.claims.grading`, the rules) and the
-model's held-out facts the modelled rules read (:mod:`kvlab.claims.held_out`), and one checker module per claim kind
-(:mod:`kvlab.claims.speed`, :mod:`kvlab.claims.decay`, :mod:`kvlab.claims.memory`, :mod:`kvlab.claims.prefix`,
-:mod:`kvlab.claims.sharing`, :mod:`kvlab.claims.choice`, :mod:`kvlab.claims.modelled`, and
-:mod:`kvlab.claims.documents` for the documents' mechanism, operations and set-up claims). The narrative modules word the
-verdicts; the outcomes, values, n, spread, scope and reason come from here."""
+model's held-out facts and verdict (:mod:`kvlab.claims.held_out`), the cache-share grading two studies read
+(:mod:`kvlab.claims.prefix`) and the documents' mechanism, operations and set-up claims (:mod:`kvlab.claims.documents`).
+Each study's own checks are in ``kvlab/studies/<study>/checks.py``, one checker per claim kind; its words module words
+the verdicts; the outcomes, values, n, spread, scope and reason come from the grading rules here."""
 
 from kvlab.claims.grading import (
     ILLUSTRATION_SCOPE,

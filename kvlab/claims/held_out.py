@@ -55,3 +55,17 @@ def consistent_phrase(consistent: dict | None) -> str:
     x = consistent.get("crossover")
     where = token_range(*x) if x else "no crossover"
     return f"{where} over the {kept:,} of {cands:,} fits consistent with the published totals"
+
+
+def held_out_verdict(grade, fit) -> object:
+    """The model's held-out test as a verdict row of its own (red when it fails: rule 3 of kvlab.claims.grading)."""
+    right, total = winners_held_out(fit)
+    margin = model_margin(fit, sorted(fit.residuals["context_tokens"].unique().to_list())) or 0.0
+    error = held_out_error(fit)
+    return grade.verdict(
+        f"Does kvlab's model pass its held-out test (each published point refitted from the other "
+        f"{max(fit.loo.height - 1, 0)}: winner right in at least 3 of 4, margin above the mean held-out error)?",
+        f"{right} of {total} winners right; margin {margin:.0%} against a {error:.0%} mean held-out error",
+        claim_id="model_held_out",
+        kind="model_held_out",
+    )

@@ -1,5 +1,5 @@
 """Prefix-cache claims that one engine's own runs can decide, on any host (a cache's hit share, cache on against
-off): graded by rule 2 of :mod:`kvlab.claims.grading` from :func:`kvlab.analysis.prefix_sharing`'s rows."""
+off): graded by rule 2 of :mod:`kvlab.claims.grading` from :func:`kvlab.studies.sharing_frames.prefix_sharing`'s rows."""
 
 from __future__ import annotations
 

@@ -9,9 +9,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-import aiohttp
-
-from kvlab import host, httpcall
+from kvlab import host
 from kvlab.engines.spec import EngineSpec
 from kvlab.paths import ROOT
 
@@ -108,6 +106,12 @@ def http_json(url: str, method: str = "GET", timeout: float = 5.0, headers: dict
     Redirects are not followed (a 3xx is the status returned), so the Authorization header never reaches another
     host; no proxy is taken from the environment.
     """
+    # aiohttp (through kvlab.httpcall too): loaded with the first request, not with every import of the adapters,
+    # which `kvlab --help` and each command's validation make (half of the help's start-up, issue 57)
+    import aiohttp
+
+    from kvlab import httpcall  # (the same stack)
+
     try:
         answer = httpcall.call(
             method,

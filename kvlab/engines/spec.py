@@ -522,6 +522,20 @@ class EngineSpec(BaseModel):
                 "give either launch (kvlab starts the server) or url (a server already running), "
                 f"not {'both' if self.launch else 'neither'}"
             )
+        self._check_extra_args()
+        self._check_stored_secrets()
+        self._check_key_transport()
+        if self.dp > 1 and self._dp_flag_given:
+            raise ValueError(f"dp ({self.dp}) and a data-parallel flag in extra_args: give it once, as dp")
+        if self.dtype != "auto" and any(a.split("=")[0] == "--dtype" for a in self.extra_args):
+            raise ValueError(f"dtype ({self.dtype}) and a dtype flag in extra_args: give it once, as dtype")
+        if self.tp % self.dcp:
+            raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
+        return self
+
+    def _check_extra_args(self) -> None:
+        """ValueError for extra_args kvlab cannot pass on: a secret, an address of the server's own, a KV events
+        endpoint or KV connector that is not safe on ``host``, or a second --config beside SGLang's key file."""
         secret = next((a for a in self.extra_args if secret_option(a)), None)
         if secret is not None:
             opt, given = secret_option(secret), secret.split("=", 1)[0]
@@ -559,6 +573,10 @@ class EngineSpec(BaseModel):
                 "extra_args: --config with api_key_env: kvlab gives SGLang its key in a --config file "
                 "of its own, and SGLang reads one only"
             )
+
+    def _check_stored_secrets(self) -> None:
+        """ValueError for a secret in what the spec stores and the dry run prints: env's names and values, an
+        assignment in the launch prefix, credentials in the url."""
         secret_env = sorted(k for k in self.env if is_secret_env(k))
         if secret_env:
             raise ValueError(
@@ -586,6 +604,10 @@ class EngineSpec(BaseModel):
                 "url: credentials in the url (user:password@host), which the spec, the manifest and every "
                 "run would store: give the server's API key through api_key_env, and the url without them"
             )
+
+    def _check_key_transport(self) -> None:
+        """ValueError where the API key would cross the network in clear text (http:// to another machine) without
+        allow_insecure_key."""
         # kvlab reaches a server it launches over http:// at host, an external one at its url
         to = _url_host(self.url) if self.url else self.host
         if (
@@ -599,13 +621,6 @@ class EngineSpec(BaseModel):
                 f"text over http:// to {to}, which is not this machine: use an https:// url, or set "
                 "allow_insecure_key: true to accept that"
             )
-        if self.dp > 1 and self._dp_flag_given:
-            raise ValueError(f"dp ({self.dp}) and a data-parallel flag in extra_args: give it once, as dp")
-        if self.dtype != "auto" and any(a.split("=")[0] == "--dtype" for a in self.extra_args):
-            raise ValueError(f"dtype ({self.dtype}) and a dtype flag in extra_args: give it once, as dtype")
-        if self.tp % self.dcp:
-            raise ValueError(f"dcp ({self.dcp}) must divide tp ({self.tp})")
-        return self
 
     def served_dtype(self) -> str | None:
         """The compute dtype the server is launched with on this host (``--dtype``); None: the engine's default,

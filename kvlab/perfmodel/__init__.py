@@ -1,7 +1,7 @@
 """Physical model of long-context serving: catalogs, roofline prefill/decode under TP and DCP, memory, calibration."""
 
 from kvlab.perfmodel.calibrate import Fit, calibrate, crossover_from_fit, published_fit
-from kvlab.perfmodel.catalog import GPU, CatalogError, Model, gpu, load_gpus, load_models, model
+from kvlab.catalog import GPU, CatalogError, Model, gpu, load_gpus, load_models, model
 from kvlab.perfmodel.frames import achieved_fraction, predict_frame, predict_like
 from kvlab.perfmodel.roofline import (
     BOUND,

@@ -20,7 +20,7 @@ from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.engines.registry import FAMILY_OF
 from kvlab.paths import DATA_DIR
 from kvlab.perfmodel import fitcache
-from kvlab.perfmodel.catalog import model as find_model
+from kvlab.catalog import model as find_model
 from kvlab.perfmodel.frames import row_config, row_context, row_workload, usable_rows
 from kvlab.perfmodel.roofline import (
     Assumptions,

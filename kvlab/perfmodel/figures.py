@@ -212,6 +212,119 @@ def _segments(d: pl.DataFrame, rng: tuple[int, int] | None) -> list[tuple[pl.Dat
     return [(part, cal) for part, cal in parts if part.height >= 2 or (cal and part.height)]
 
 
+def _draw_model_curves(ax, model_df: pl.DataFrame, y: str, ranges: dict, banded: bool) -> list:
+    """Each configuration's modelled curve (solid where calibrated, dashed where extrapolated; its band over the
+    assumption sets under it when ``banded``), then an x where it does not fit; its legend handles, one a curve."""
+    handles = []
+    for cfg in model_df["config"].unique(maintain_order=True).to_list():
+        d = model_df.filter(pl.col("config") == cfg).sort("context_tokens")
+        color = ENGINE_COLORS.get(d["engine"][0], "#777777")
+        if banded:
+            ax.fill_between(d["context_tokens"], d[f"{y}_lo"], d[f"{y}_hi"], color=color, alpha=0.18, lw=0, zorder=1)
+        for part, cal in _segments(d, ranges.get(cfg)):
+            ax.plot(part["context_tokens"], part[y], color=color, lw=2, ls="-" if cal else "--")
+        handles.append(
+            Line2D([], [], color=color, lw=2, label=f"{engine_label(d['engine'][0])} {cfg.split(' ', 1)[1]}")
+        )
+    for cfg, g in model_df.filter(~pl.col("fits")).group_by("config", maintain_order=True):
+        ax.plot(
+            g["context_tokens"],
+            g[y],
+            ls="none",
+            marker="x",
+            ms=7,
+            mew=2,
+            color=ENGINE_COLORS.get(g["engine"][0], "#777777"),
+        )
+    return handles
+
+
+def _draw_published(ax, pub: pl.DataFrame, y: str) -> None:
+    """The published points as open circles in their engine's colour, each with its bar over the assumption sets
+    where ``pub`` has ``<y>_lo`` and ``<y>_hi``."""
+    for cfg, g in pub.group_by("config", maintain_order=True):
+        eng = g["engine"][0]
+        ax.scatter(
+            g["context_tokens"],
+            g[y],
+            s=70,
+            marker="o",
+            facecolor="white",
+            linewidths=2,
+            zorder=5,
+            edgecolor=ENGINE_COLORS.get(eng, "#777777"),
+        )
+        if f"{y}_lo" in g.columns and f"{y}_hi" in g.columns:
+            ax.vlines(
+                g["context_tokens"],
+                g[f"{y}_lo"],
+                g[f"{y}_hi"],
+                color=ENGINE_COLORS.get(eng, "#777777"),
+                lw=1.5,
+                zorder=4,
+            )
+
+
+def _curve_key(
+    model_df: pl.DataFrame,
+    ranges: dict,
+    published: bool,
+    unfit: bool,
+    banded: bool,
+    band: tuple[float, float] | None,
+) -> list:
+    """The legend's entries for what the marks mean (grey, not an engine's): calibrated and extrapolated lines,
+    published points, points that do not fit, the assumption band, the crossover range."""
+    grey = "#666666"
+    handles = []
+    if ranges:
+        spans = sorted(set(ranges.values()))
+        where = ", ".join(f"{tokens_label(lo)}–{tokens_label(hi)}" for lo, hi in spans)
+        handles.append(Line2D([], [], color=grey, lw=2, label=f"modelled, calibrated contexts ({where})"))
+    handles.append(
+        Line2D(
+            [],
+            [],
+            color=grey,
+            lw=2,
+            ls="--",
+            label="modelled, extrapolated" if ranges else "modelled, extrapolated (no published point)",
+        )
+    )
+    if published:
+        handles.append(Line2D([], [], ls="none", marker="o", ms=8, mfc="white", mec=grey, mew=2, label="published"))
+    if unfit:
+        handles.append(Line2D([], [], ls="none", marker="x", ms=7, mew=2, color=grey, label="does not fit in memory"))
+    if banded:
+        n = model_df["assumption_sets"].max() if "assumption_sets" in model_df.columns else None
+        handles.append(
+            Patch(
+                color=grey,
+                alpha=0.3,
+                label="modelled range over the " + (f"{n} " if n else "") + "assumption sets (lowest–highest)",
+            )
+        )
+    if band:
+        handles.append(
+            Patch(
+                color="#bbbbbb",
+                alpha=0.5,
+                label=f"crossover range over unpinned assumptions (≈{k_label(band[0])}–{k_label(band[1])})",
+            )
+        )
+    return handles
+
+
+def _curve_values(model_df: pl.DataFrame, pub: pl.DataFrame, y: str, banded: bool) -> list:
+    """Every value the figure draws (curves, bands, published points and their bars): what the y axis must hold."""
+    shown = model_df[y].to_list() + (pub[y].to_list() if pub.height and y in pub.columns else [])
+    if banded:
+        shown += model_df[f"{y}_lo"].to_list() + model_df[f"{y}_hi"].to_list()
+    if pub.height and f"{y}_lo" in pub.columns and f"{y}_hi" in pub.columns:
+        shown += pub[f"{y}_lo"].to_list() + pub[f"{y}_hi"].to_list()
+    return shown
+
+
 @styled
 def plot_curves(
     model_df: pl.DataFrame,
@@ -236,97 +349,18 @@ def plot_curves(
     if band:
         ax.axvspan(band[0], band[1], color="#bbbbbb", alpha=0.35, lw=0, zorder=0)
     banded = f"{y}_lo" in model_df.columns and f"{y}_hi" in model_df.columns
-    handles = []
-    for cfg in model_df["config"].unique(maintain_order=True).to_list():
-        d = model_df.filter(pl.col("config") == cfg).sort("context_tokens")
-        color = ENGINE_COLORS.get(d["engine"][0], "#777777")
-        if banded:
-            ax.fill_between(d["context_tokens"], d[f"{y}_lo"], d[f"{y}_hi"], color=color, alpha=0.18, lw=0, zorder=1)
-        for part, cal in _segments(d, ranges.get(cfg)):
-            ax.plot(part["context_tokens"], part[y], color=color, lw=2, ls="-" if cal else "--")
-        handles.append(
-            Line2D([], [], color=color, lw=2, label=f"{engine_label(d['engine'][0])} {cfg.split(' ', 1)[1]}")
-        )
-    bad = model_df.filter(~pl.col("fits"))
-    for cfg, g in bad.group_by("config", maintain_order=True):
-        ax.plot(
-            g["context_tokens"],
-            g[y],
-            ls="none",
-            marker="x",
-            ms=7,
-            mew=2,
-            color=ENGINE_COLORS.get(g["engine"][0], "#777777"),
-        )
+    handles = _draw_model_curves(ax, model_df, y, ranges, banded)
     pub = matched_published(model_df, published)
-    if pub.height and y in pub.columns:
-        for cfg, g in pub.group_by("config", maintain_order=True):
-            eng = g["engine"][0]
-            ax.scatter(
-                g["context_tokens"],
-                g[y],
-                s=70,
-                marker="o",
-                facecolor="white",
-                linewidths=2,
-                zorder=5,
-                edgecolor=ENGINE_COLORS.get(eng, "#777777"),
-            )
-            if f"{y}_lo" in g.columns and f"{y}_hi" in g.columns:
-                ax.vlines(
-                    g["context_tokens"],
-                    g[f"{y}_lo"],
-                    g[f"{y}_hi"],
-                    color=ENGINE_COLORS.get(eng, "#777777"),
-                    lw=1.5,
-                    zorder=4,
-                )
-    grey = "#666666"
-    if ranges:
-        spans = sorted(set(ranges.values()))
-        where = ", ".join(f"{tokens_label(lo)}–{tokens_label(hi)}" for lo, hi in spans)
-        handles.append(Line2D([], [], color=grey, lw=2, label=f"modelled, calibrated contexts ({where})"))
-    handles.append(
-        Line2D(
-            [],
-            [],
-            color=grey,
-            lw=2,
-            ls="--",
-            label="modelled, extrapolated" if ranges else "modelled, extrapolated (no published point)",
-        )
-    )
-    if pub.height and y in pub.columns:
-        handles.append(Line2D([], [], ls="none", marker="o", ms=8, mfc="white", mec=grey, mew=2, label="published"))
-    if bad.height:
-        handles.append(Line2D([], [], ls="none", marker="x", ms=7, mew=2, color=grey, label="does not fit in memory"))
-    if banded:
-        n = model_df["assumption_sets"].max() if "assumption_sets" in model_df.columns else None
-        handles.append(
-            Patch(
-                color=grey,
-                alpha=0.3,
-                label="modelled range over the " + (f"{n} " if n else "") + "assumption sets (lowest–highest)",
-            )
-        )
-    if band:
-        handles.append(
-            Patch(
-                color="#bbbbbb",
-                alpha=0.5,
-                label=f"crossover range over unpinned assumptions (≈{k_label(band[0])}–{k_label(band[1])})",
-            )
-        )
+    has_pub = bool(pub.height and y in pub.columns)
+    if has_pub:
+        _draw_published(ax, pub, y)
+    unfit = bool(model_df.filter(~pl.col("fits")).height)
+    handles += _curve_key(model_df, ranges, has_pub, unfit, banded, band)
     ax.set_xscale("log", base=2)
     lo, hi = model_df["context_tokens"].min(), model_df["context_tokens"].max()
     context_axis(ax.xaxis, lo, hi, extra=[c for r in ranges.values() for c in r])
     ax.set_xlabel("context (tokens, log scale)")
-    shown = model_df[y].to_list() + (pub[y].to_list() if pub.height and y in pub.columns else [])
-    if banded:
-        shown += model_df[f"{y}_lo"].to_list() + model_df[f"{y}_hi"].to_list()
-    if pub.height and f"{y}_lo" in pub.columns and f"{y}_hi" in pub.columns:
-        shown += pub[f"{y}_lo"].to_list() + pub[f"{y}_hi"].to_list()
-    value_axis(ax, shown, ylabel)
+    value_axis(ax, _curve_values(model_df, pub, y, banded), ylabel)
     ax.grid(alpha=0.3)
     if title:
         ax.set_title(title, fontsize=10)
@@ -549,53 +583,53 @@ def _headroom_colour(dcp: int, dcps: list[int]) -> str:
     return rest[sglang_dcps.index(dcp) % len(rest)]
 
 
-@styled
-def plot_headroom(table: pl.DataFrame) -> Figure:
-    """Concurrent sequences that fit, by context, for each memory target (line style) and DCP size (colour: no DCP
-    in vLLM's, one DCP size in SGLang's, the engines whose configurations they are; never a GPU's). A cross marks a point the model flags: either no sequence fits, or less memory is left
-    outside the target than the assumed need (an assumption from the article, not a prediction of an OOM)."""
-    fig = Figure(figsize=(7.8, 4.8))
-    ax = fig.subplots()
-    utils = sorted(table["mem_util"].unique().to_list())
-    dcps = sorted(table["dcp"].unique().to_list())
-    styles = ["-", "--", ":", "-."]
-    for (u, d), grp in table.sort("mem_util", "dcp").group_by(["mem_util", "dcp"], maintain_order=True):
-        grp = grp.sort("context_tokens")
-        color = _headroom_colour(d, dcps)
-        seqs = grp["max_concurrent_seqs"].cast(pl.Float64).clip(lower_bound=0.5)
-        who = "vLLM-style, no DCP" if d == 1 else "SGLang-style"
-        if "max_concurrent_seqs_lo" in grp.columns:
-            ax.fill_between(
-                grp["context_tokens"],
-                grp["max_concurrent_seqs_lo"].cast(pl.Float64).clip(lower_bound=0.5),
-                grp["max_concurrent_seqs_hi"].cast(pl.Float64).clip(lower_bound=0.5),
-                color=color,
-                alpha=0.12,
-                lw=0,
-                zorder=1,
-            )
-        ax.plot(
+#: Line styles of the memory targets in :func:`plot_headroom`, in the targets' order.
+_HEADROOM_STYLES = ["-", "--", ":", "-."]
+
+
+def _draw_headroom_series(ax, grp: pl.DataFrame, u: float, d: int, utils: list, dcps: list[int]) -> None:
+    """One memory target ``u`` × DCP size ``d``: its line (its range over the assumption sets shaded under it), a
+    dot at each point that fits and a cross at each point the model flags."""
+    grp = grp.sort("context_tokens")
+    color = _headroom_colour(d, dcps)
+    seqs = grp["max_concurrent_seqs"].cast(pl.Float64).clip(lower_bound=0.5)
+    who = "vLLM-style, no DCP" if d == 1 else "SGLang-style"
+    if "max_concurrent_seqs_lo" in grp.columns:
+        ax.fill_between(
             grp["context_tokens"],
-            seqs,
+            grp["max_concurrent_seqs_lo"].cast(pl.Float64).clip(lower_bound=0.5),
+            grp["max_concurrent_seqs_hi"].cast(pl.Float64).clip(lower_bound=0.5),
             color=color,
-            lw=2,
-            ls=styles[utils.index(u) % len(styles)],
-            label=f"memory {u:g}, DCP {d} ({who})",
+            alpha=0.12,
+            lw=0,
+            zorder=1,
         )
-        ok = grp["fits"].to_list()
-        xs, ys = grp["context_tokens"].to_list(), seqs.to_list()
-        ax.plot(
-            [x for x, f in zip(xs, ok) if f], [v for v, f in zip(ys, ok) if f], ls="none", marker="o", ms=6, color=color
-        )
-        ax.plot(
-            [x for x, f in zip(xs, ok) if not f],
-            [v for v, f in zip(ys, ok) if not f],
-            ls="none",
-            marker="x",
-            ms=8,
-            mew=2,
-            color=color,
-        )
+    ax.plot(
+        grp["context_tokens"],
+        seqs,
+        color=color,
+        lw=2,
+        ls=_HEADROOM_STYLES[utils.index(u) % len(_HEADROOM_STYLES)],
+        label=f"memory {u:g}, DCP {d} ({who})",
+    )
+    ok = grp["fits"].to_list()
+    xs, ys = grp["context_tokens"].to_list(), seqs.to_list()
+    ax.plot(
+        [x for x, f in zip(xs, ok) if f], [v for v, f in zip(ys, ok) if f], ls="none", marker="o", ms=6, color=color
+    )
+    ax.plot(
+        [x for x, f in zip(xs, ok) if not f],
+        [v for v, f in zip(ys, ok) if not f],
+        ls="none",
+        marker="x",
+        ms=8,
+        mew=2,
+        color=color,
+    )
+
+
+def _headroom_legend(ax, table: pl.DataFrame) -> list:
+    """The series' own entries, then what a dot, a cross and a shaded range mean."""
     handles, _ = ax.get_legend_handles_labels()
     handles = [h for h in handles if h.get_label() and not h.get_label().startswith("_")]
     if table["fits"].any():
@@ -615,6 +649,12 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
         )
     if "max_concurrent_seqs_lo" in table.columns:
         handles.append(Patch(color="#666666", alpha=0.25, label=f"range over {table['assumption_sets'][0]}"))
+    return handles
+
+
+def _headroom_axes(ax, table: pl.DataFrame) -> None:
+    """Context on a log-2 x axis named in K; sequences on a log-2 y axis in powers of two (a '0' tick below 1 where
+    no sequence fits); the title names the model and the GPUs."""
     ax.set_xscale("log", base=2)
     context_axis(
         ax.xaxis,
@@ -641,6 +681,21 @@ def plot_headroom(table: pl.DataFrame) -> Figure:
     tp = table["tp"][0] if "tp" in table.columns and table.height else None
     if model:
         ax.set_title(f"modelled: KV room for {model} on {tp}× {gpu}", fontsize=10)
+
+
+@styled
+def plot_headroom(table: pl.DataFrame) -> Figure:
+    """Concurrent sequences that fit, by context, for each memory target (line style) and DCP size (colour: no DCP
+    in vLLM's, one DCP size in SGLang's, the engines whose configurations they are; never a GPU's). A cross marks a point the model flags: either no sequence fits, or less memory is left
+    outside the target than the assumed need (an assumption from the article, not a prediction of an OOM)."""
+    fig = Figure(figsize=(7.8, 4.8))
+    ax = fig.subplots()
+    utils = sorted(table["mem_util"].unique().to_list())
+    dcps = sorted(table["dcp"].unique().to_list())
+    for (u, d), grp in table.sort("mem_util", "dcp").group_by(["mem_util", "dcp"], maintain_order=True):
+        _draw_headroom_series(ax, grp, u, d, utils, dcps)
+    handles = _headroom_legend(ax, table)
+    _headroom_axes(ax, table)
     ax.grid(alpha=0.3)
     ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     fig.tight_layout()
@@ -734,7 +789,7 @@ def bound_summary(frac: pl.DataFrame) -> pl.DataFrame:
     shares = ["least_of_bound_pct", "median_of_bound_pct", "most_of_bound_pct", "median_of_peak_bandwidth_pct"]
     # Which precision rule applies: each share is one run's batch time against the modelled bound. A measured
     # run is n=1, so its shares get two significant figures (as units.sig2 gives every n=1 number, and as
-    # narrative.bound_sentence quotes them); a published row's time is the article's stated value, not an n=1
+    # words.bound_sentence quotes them); a published row's time is the article's stated value, not an n=1
     # measurement, so it keeps the table's three significant figures.
     measured = pl.col("source") == "measured"
     return (
@@ -806,3 +861,10 @@ def plot_step_fits(fits: pl.DataFrame, points: pl.DataFrame) -> Figure:
     fig.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False)
     fig.tight_layout(rect=(0, 0.04 + 0.045 * ((len(handles) + 1) // 2), 1, 1))
     return fig
+
+
+def short_outside_pool(row: dict) -> bool:
+    """Whether a headroom row (:func:`headroom_table`) leaves less memory outside the target than the model's assumed
+    need there (False where either is unknown): the 0.95 flag, an assumption and not a predicted OOM."""
+    left, need = row.get("outside_pool_gib_per_gpu"), row.get("outside_need_gib_per_gpu")
+    return left is not None and need is not None and left < need

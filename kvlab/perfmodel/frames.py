@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import polars as pl
 
-from kvlab.analysis import ok_batch_times
+from kvlab.schema import ok_batch_times
 from kvlab.engines import SGLANG, VLLM
-from kvlab.perfmodel.catalog import model as find_model, row_gpu
+from kvlab.catalog import model as find_model, row_gpu
 from kvlab.perfmodel.roofline import (
     BOUND,
     Assumptions,

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvlab.paths import DATA_DIR
-from kvlab.perfmodel.catalog import KV_FORMATS, CatalogError, gpu as find_gpu, model as find_model
+from kvlab.catalog import KV_FORMATS, CatalogError, gpu as find_gpu, model as find_model
 
 RUNS_FILE = "published_gpu_runs.yaml"
 

@@ -34,7 +34,7 @@ from kvlab.perfmodel.calibrate import (
     published_fit,
     refits,
 )
-from kvlab.perfmodel.catalog import CatalogError, device_gpu, gpu as find_gpu, model as find_model, row_gpu
+from kvlab.catalog import CatalogError, device_gpu, gpu as find_gpu, model as find_model, row_gpu
 from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
 from kvlab.perfmodel.reference import bound_checks
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
@@ -202,58 +202,58 @@ def model_command(
         describe(configs, contexts, w, params, a),
     ]
     if params is PRIOR_CENTRE:  # uncalibrated: the priors' range beside the centre
-        out.append("batch time over the priors' range (fast end - slow end), uncalibrated:")
-        out += [
+        out += _prior_range_lines(configs, contexts, w, a)
+    if fit is not None:
+        out += ["", fit.summary()]
+        if fit.hardware == g.gpu and any(d > 1 for *_, d in engines):
+            out += _crossover_lines(fit, provenance, data_dir, contexts, w, a, configs[0],
+                                    gpu=gpu, model=model, tp=tp, dcp=dcp or tp, mem_util=mem_util)  # fmt: skip
+    return "\n".join(out)
+
+
+def _prior_range_lines(configs: list[Config], contexts: list[int], w: Workload, a: Assumptions) -> list[str]:
+    """Uncalibrated: each configuration's batch time at each context at the priors' fast and slow ends."""
+    return [
+        "batch time over the priors' range (fast end - slow end), uncalibrated:",
+        *(
             f"  {cfg.label()} at {context_label(int(c))}: "
             f"{batch_time(cfg, int(c), w, PRIOR_FAST, a).batch_time_s:,.1f}-"
             f"{batch_time(cfg, int(c), w, PRIOR_SLOW, a).batch_time_s:,.1f} s"
             for cfg in configs
             for c in contexts
-        ]
-    if fit is not None:
-        out += ["", fit.summary()]
-        if fit.hardware == g.gpu and any(d > 1 for *_, d in engines):
-            x = crossover_from_fit(fit, gpu=g.gpu, model=configs[0].model.model, tp=tp, dcp=dcp or tp,
-                                   workload=w, assumptions=a)  # fmt: skip
-            out.append(
-                f"  crossover vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp or tp}: "
-                + (approx_tokens(x) if x else "none up to 1M tokens")
-                + " under the assumptions above"
-            )
-            if fit.kind == "free" and "published" in provenance:
-                out += [
-                    "",
-                    *physics_lines(
-                        fit,
-                        data_dir,
-                        tuple(int(c) for c in contexts),
-                        w,
-                        a,
-                        g.gpu,
-                        configs[0].model.model,
-                        tp,
-                        dcp or tp,
-                    ),
-                ]
-            sens, _ = crossover_range(data_dir, a, physics=True)
-            out += step_cost_lines(sens)
-            out.append(
-                crossover_range_line(
-                    configs[0], Config.of(gpu, model, SGLANG, tp, dcp or tp, mem_util), data_dir, a, sens
-                )
-            )
-            if "published" in provenance:
-                out.append(
-                    "  held-out winners (each published point left out in turn, per assumption set): "
-                    + held_out_by_set(sens, data_dir, base=a).text()
-                )
-                out += bound_lines(data_dir)
-            if "published" in provenance:
-                cons = consistent_fits(
-                    sens, data_dir, gpu=g.gpu, model=configs[0].model.model, tp=tp, dcp=dcp or tp, base=a
-                )
-                out.append("  " + consistent_text(cons))
-    return "\n".join(out)
+        ),
+    ]
+
+
+def _crossover_lines(
+    fit: Fit, provenance: str, data_dir: str | Path, contexts: list[int], w: Workload, a: Assumptions,
+    first: Config, *, gpu: str, model: str, tp: int, dcp: int, mem_util: float,
+) -> list[str]:  # fmt: skip
+    """A fit of this GPU, with DCP compared: where vLLM TP``tp`` and SGLang TP``tp``+DCP``dcp`` cross, what the
+    physics says of a free fit to the published points, the per-step costs and the crossover's range over the
+    assumption sets (from ``first``, the first configuration compared); and, for a fit to the published points,
+    the checks against them."""
+    hardware, name = fit.hardware, first.model.model
+    x = crossover_from_fit(fit, gpu=hardware, model=name, tp=tp, dcp=dcp, workload=w, assumptions=a)
+    out = [
+        f"  crossover vLLM TP{tp} vs SGLang TP{tp}+DCP{dcp}: "
+        + (approx_tokens(x) if x else "none up to 1M tokens")
+        + " under the assumptions above"
+    ]
+    if fit.kind == "free" and "published" in provenance:
+        out += ["", *physics_lines(fit, data_dir, tuple(int(c) for c in contexts), w, a, hardware, name, tp, dcp)]
+    sens, _ = crossover_range(data_dir, a, physics=True)
+    out += step_cost_lines(sens)
+    out.append(crossover_range_line(first, Config.of(gpu, model, SGLANG, tp, dcp, mem_util), data_dir, a, sens))
+    if "published" in provenance:
+        out.append(
+            "  held-out winners (each published point left out in turn, per assumption set): "
+            + held_out_by_set(sens, data_dir, base=a).text()
+        )
+        out += bound_lines(data_dir)
+        cons = consistent_fits(sens, data_dir, gpu=hardware, model=name, tp=tp, dcp=dcp, base=a)
+        out.append("  " + consistent_text(cons))
+    return out
 
 
 #: Every page that abbreviates a context says what K is (`kvlab model` prints it under its first line).

@@ -1,6 +1,6 @@
 """Roofline model of one engine configuration on one host: prefill, decode under TP/DCP, memory feasibility.
 
-Everything here is a closed-form function of catalog figures (:mod:`kvlab.perfmodel.catalog`),
+Everything here is a closed-form function of catalog figures (:mod:`kvlab.catalog`),
 a :class:`Workload` (the article's unknowns), :class:`Assumptions` (fixed, stated) and
 :class:`Params` (the few free parameters that :mod:`kvlab.perfmodel.calibrate` fits).
 """
@@ -14,7 +14,7 @@ from functools import lru_cache
 from scipy.optimize import brentq
 
 from kvlab.engines.registry import FAMILY_OF, SGLANG
-from kvlab.perfmodel.catalog import GPU, Model, gpu as find_gpu, model as find_model
+from kvlab.catalog import GPU, Model, gpu as find_gpu, model as find_model
 
 GIB = 1024**3
 
@@ -73,7 +73,7 @@ class Assumptions:
     #: uniform independent routing (an upper bound); "active" = one token's top-k only (perfectly correlated
     #: routing, the lower bound). Real routing lies between (:meth:`Model.decode_weight_bytes`).
     expert_reads: str = "uniform"
-    #: number format of the KV cache (:data:`~kvlab.perfmodel.catalog.KV_FORMATS`): "bf16" (the catalog's 2 B per
+    #: number format of the KV cache (:data:`~kvlab.catalog.KV_FORMATS`): "bf16" (the catalog's 2 B per
     #: value), "fp8" (1 B), or "fp8_packed_mla" (FlashMLA's FP8 MLA layout: the latent in FP8 with one FP32 scale
     #: per 128 values, the rope part kept in BF16; 656 B per layer and token at width 576). InferenceX's Kimi-K3 recipes
     #: default to FP8 KV; the article does not say, so this is an open assumption of the range.

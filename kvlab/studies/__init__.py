@@ -1,12 +1,12 @@
-"""One module per report: each study's whole answer, computed once, as a typed result.
+"""One folder per report (``kvlab/studies/<study>/``): each study's whole answer, computed once, as a typed result.
 
 ``compute(workbook, **parameters) -> StudyResult`` holds everything a report shows: the frames behind every figure
 and table, the other typed values its text quotes (a fit, a crossover), its verdicts, its **answer** (the report's
 bottom line: one or two plain sentences, and where it fits a small typed table with the evidence kind of every
 cell), what it read (experiments and documents) and the parameters it ran with. A notebook's code cells call
-``compute`` once and display what it returns; :mod:`kvlab.reports` writes ``reports/index.json`` (answers and
-verdicts) from the same ``compute`` results, never from notebook outputs, so the index and the pages cannot
-disagree.
+``compute`` once (:func:`notebook`) and display what it returns; run by the report build, the notebook writes the
+result's JSON beside its page, and :mod:`kvlab.reports` assembles ``reports/index.json`` from those files: no study
+is computed twice, and the index and the pages cannot disagree.
 
 The registry :data:`STUDIES` maps each report's notebook stem (``05_prefix_sharing``) to its module.
 """
@@ -25,9 +25,10 @@ from typing import Any
 
 import polars as pl
 
-from kvlab import narrative
+from kvlab import words
 from kvlab.paths import DATA_DIR
 from kvlab.studies.result import SCHEMA_VERSION, Answer, StudyResult
+from kvlab.studies.section import Section, verdicts_and_sources  # noqa: F401  (a notebook's last cell)
 from kvlab.workbook import Workbook, check_parameters, open_workbook
 
 #: Each report's notebook stem -> the module under kvlab.studies that computes it.
@@ -46,63 +47,23 @@ ANSWER_MIME = "application/vnd.kvlab.answer+json"
 
 
 def _answer_bundle(self, include=None, exclude=None):
-    md = narrative.answer_markdown(self)
+    md = words.answer_markdown(self)
     return {"text/markdown": md, "text/plain": " ".join(self.sentences), ANSWER_MIME: self.to_json()}
 
 
 Answer._repr_mimebundle_ = _answer_bundle
 
 
-@dataclass(frozen=True, kw_only=True)
-class BagResult(StudyResult):
-    """A study not yet moved into its folder (``kvlab/studies/<study>/``): its frames and values in two read-only
-    mappings, ``result["name"]`` reading either. Transitional: each study's own typed class replaces it."""
+#: A measured-experiment parameter's default (reports 01, 02, 05, 07): the GPU host's counterpart of the study's CPU
+#: experiment where one has measured runs under the data folder (:meth:`kvlab.workbook.Workbook.measured_experiment`),
+#: else the CPU experiment itself. A name given as the parameter pins that experiment.
+AUTO = "auto"
 
-    report_name: str
-    frames_by_name: Mapping[str, pl.DataFrame] = field(default_factory=dict)
-    values: Mapping[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self):
-        super().__post_init__()
-        if self.report_name not in STUDIES:
-            raise ValueError(f"StudyResult.report {self.report_name!r}: expected one of {list(STUDIES)}")
-        for name in ("frames_by_name", "values", "parameters"):
-            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
-        if bad := [n for n, f in self.frames_by_name.items() if not isinstance(f, pl.DataFrame)]:
-            raise TypeError(
-                f"StudyResult {self.report_name}: frames {bad} are not polars DataFrames (put them in values)"
-            )
-        if clash := set(self.frames_by_name) & set(self.values):
-            raise ValueError(f"StudyResult {self.report_name}: {sorted(clash)} both a frame and a value")
-
-    @property
-    def frames(self):
-        return self.frames_by_name
-
-    report = property(lambda self: self.report_name)  # type: ignore[assignment]
-
-    def __getitem__(self, name: str):
-        if name in self.frames_by_name:
-            return self.frames_by_name[name]
-        if name in self.values:
-            return self.values[name]
-        raise KeyError(
-            f"{self.report_name} has no frame or value {name!r} (frames: {sorted(self.frames_by_name)}, "
-            f"values: {sorted(self.values)})"
-        )
-
-    def to_json(self) -> dict:
-        """What ``reports/index.json`` keeps of it: the answer, the verdicts (with their family), what it read and
-        the parameters."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "report": self.report_name,
-            "answer": json.loads(json.dumps(self.answer.to_json(), default=str)),
-            "verdicts": json.loads(json.dumps([asdict(v) for v in self.verdicts], default=str)),
-            "experiments": list(self.experiments),
-            "documents": list(self.documents),
-            "parameters": {k: (str(v) if isinstance(v, Path) else v) for k, v in self.parameters.items()},
-        }
+def chosen_experiment(wb, given: str, cpu_default: str) -> str:
+    """The experiment a study shows: ``given``, or with :data:`AUTO` the GPU host's runs where measured, else
+    ``cpu_default``."""
+    return wb.measured_experiment(cpu_default) if given == AUTO else given
 
 
 def module(report: str):
@@ -122,7 +83,7 @@ def parameters(compute, namespace: Mapping[str, Any]) -> dict[str, Any]:
 
 def run(mod, wb, namespace: Mapping[str, Any]) -> StudyResult:
     """``mod.compute`` with the parameters ``namespace`` holds; the result records every parameter it ran with,
-    the defaults included (what :mod:`kvlab.pages` reads, what the provenance panel lists)."""
+    the defaults included (what the study's page reads, what the provenance panel lists)."""
     given = parameters(mod.compute, namespace)
     result = mod.compute(wb, **given)
     defaults = {
@@ -139,21 +100,6 @@ def compute_report(
     mod = module(report)
     wb = workbook if workbook is not None else Workbook(Path(data_dir) if data_dir else DATA_DIR)
     return run(mod, wb, dict(params or {}))
-
-
-def sourced(report: str, wb, answer: Answer, verdicts, frames=None, values=None, read=()) -> StudyResult:
-    """A (transitional) BagResult recording what ``wb`` was asked for (its measured experiments and documents) and ``read``,
-    what the study read past the workbook's filters (see :meth:`kvlab.workbook.Workbook.sources`)."""
-    src = wb.sources(*read)
-    return BagResult(
-        report_name=report,
-        answer=answer,
-        verdicts=tuple(verdicts),
-        frames_by_name=frames or {},
-        values=values or {},
-        experiments=src.measured,
-        documents=src.documents,
-    )
 
 
 #: Where a notebook run by the report builder writes its result's JSON (:func:`notebook`): set by

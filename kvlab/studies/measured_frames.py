@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import polars as pl
 from IPython.display import Markdown
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from kvlab.analysis import CONFIG_KEYS, ok_batch_times, with_device_kind
-from kvlab.engines import engine_label, registry
-from kvlab.narrative.common import no_runs_note
-from kvlab.pages.section import Section
-from kvlab.plots import _panels, _ranges, _span, _subplots
+from kvlab.schema import CONFIG_KEYS, ok_batch_times, with_device_kind
+from kvlab.engines import SGLANG, VLLM, engine_label, registry
+from kvlab.words import no_runs_note
+from kvlab.studies.section import Section
+from kvlab.figures import source_panels, repeat_whiskers, repeat_span, panel_row
 from kvlab.style import ENGINE_COLORS, styled
 from kvlab.style import number_label as _num
 from kvlab.units import nominal_tokens
@@ -236,8 +238,8 @@ def throughput_vs_context(
     together and never cross). A scaled (CPU) context is labelled by its real tokens (:func:`context_name`)."""
     col = f"{y}_rel"
     keep = pl.col(y).is_not_null() & (pl.col(col).is_not_null() if relative else True)
-    panels = _panels(tp.filter(keep).sort("context_tokens"))
-    fig, axes = _subplots(len(panels) * (2 if relative else 1), width=5.5 if not relative else 4.8)
+    panels = source_panels(tp.filter(keep).sort("context_tokens"))
+    fig, axes = panel_row(len(panels) * (2 if relative else 1), width=5.5 if not relative else 4.8)
     for i, (title, part) in enumerate(panels):
         if relative:
             _absolute_axis(axes[2 * i], f"{title}\nabsolute", part, y, ylabel)
@@ -263,8 +265,8 @@ def _absolute_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | Non
         g = part.filter(pl.col("engine") == e)
         color = ENGINE_COLORS.get(e)
         ax.plot(g["context_tokens"], g[y], marker="o", color=color, label=engine_label(e))
-        if (span := _span(g, y)) is not None and "n_runs" in g.columns:
-            spread |= _ranges(
+        if (span := repeat_span(g, y)) is not None and "n_runs" in g.columns:
+            spread |= repeat_whiskers(
                 ax, g["context_tokens"].to_list(), g[y].to_list(), *span, g["n_runs"].to_list(), color or "#777777"
             )
         for c, v in zip(g["context_tokens"], g[y]):  # 1st engine above, 2nd below
@@ -295,8 +297,10 @@ def _relative_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | Non
         g = part.filter(pl.col("engine") == e).sort("context_tokens")
         color = ENGINE_COLORS.get(e, "#777777")
         ax.plot(g["context_tokens"], g[col], marker="o", color=color, label=engine_label(e))
-        if (span := _span(g, col, base=y)) is not None and "n_runs" in g.columns:
-            spread |= _ranges(ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(), color)
+        if (span := repeat_span(g, col, base=y)) is not None and "n_runs" in g.columns:
+            spread |= repeat_whiskers(
+                ax, g["context_tokens"].to_list(), g[col].to_list(), *span, g["n_runs"].to_list(), color
+            )
         for c, v in zip(g["context_tokens"], g[col]):
             if v != 1.0:  # the reference point, where every line starts: the line at 1 says it
                 ax.annotate(
@@ -340,3 +344,225 @@ def measured_opening(measured: pl.DataFrame | None, experiment: str, wb, out: Se
         return False
     out.add(Markdown(engines_note(measured.to_dicts())))
     return True
+
+
+#: Plausible definitions of a "throughput decay" between two contexts, each as a function of
+#: (batch time, context tokens) at the two ends. Documents rarely say which one they mean.
+DECAY_DEFINITIONS: dict[str, str] = {
+    "batch_time_ratio": "T(to) / T(from): fall of requests/s, and of output tokens/s at a fixed output length",
+    "prompt_tokens_per_s_ratio": "(C(from)/T(from)) / (C(to)/T(to)): fall of prompt (context) tokens/s",
+}
+
+#: Plausible definitions of "X is N times faster" at one context.
+SPEED_DEFINITIONS: dict[str, str] = {
+    "time_ratio": "T(slower) / T(faster), equal to the ratio of throughputs",
+    "percent_less_time": "1 + (T(slower) - T(faster)) / T(slower): 'N× faster' read as '(N-1)·100% less time'",
+}
+
+#: Claim kinds a published table can imply, with the definitions each is checked under.
+CLAIM_DEFINITIONS: dict[str, dict[str, str]] = {
+    "relative_speed": SPEED_DEFINITIONS,
+    "throughput_decay": DECAY_DEFINITIONS,
+}
+
+
+def relative_speed(runs: pl.DataFrame, engine_a: str = VLLM, engine_b: str = SGLANG) -> pl.DataFrame:
+    """Per configuration that holds both engines: ``engine`` (= ``engine_a``) and its ``batch_time_s``,
+    ``other_engine`` (= ``engine_b``) and its ``other_batch_time_s``, which is ``faster``, and by how much.
+
+    ``speedup`` = T(slower) / T(faster) >= 1, the ratio the documents quote. Each side keeps its repeats'
+    ``batch_time_min_s`` / ``batch_time_max_s``, ``n_runs`` and ``device_kind`` (``other_*`` for ``engine_b``).
+    """
+    m = mean_batch_times(runs)
+    side = ("batch_time_min_s", "batch_time_max_s", "n_runs", "device_kind")
+    a = m.filter(pl.col("engine") == engine_a).select(*CONFIG_KEYS, "engine", "batch_time_s", *side)
+    on = [k for k in CONFIG_KEYS if k != "context_label"]  # contexts joined on tokens; the label is only shown
+    b = m.filter(pl.col("engine") == engine_b).select(
+        *on,
+        pl.col("engine").alias("other_engine"),
+        pl.col("batch_time_s").alias("other_batch_time_s"),
+        *[pl.col(c).alias(f"other_{c}") for c in side],
+    )
+    ta, tb = pl.col("batch_time_s"), pl.col("other_batch_time_s")
+    return (
+        a.join(b, on=on, how="inner")
+        .with_columns(
+            pl.when(ta <= tb).then(pl.lit(engine_a)).otherwise(pl.lit(engine_b)).alias("faster"),
+            (pl.max_horizontal(ta, tb) / pl.min_horizontal(ta, tb)).alias("speedup"),
+        )
+        .sort(["source", "experiment", "context_tokens"])
+    )
+
+
+def throughput(runs: pl.DataFrame) -> pl.DataFrame:
+    """Mean batch times with throughput under explicit definitions.
+
+    - ``batches_per_s`` = 1 / T: always defined, proportional to requests/s at a fixed batch size.
+    - ``requests_per_s`` = batch_size / T (null when the batch size is unknown).
+    - ``output_tokens_per_s`` = batch_size × output_tokens / T (null when either is unknown).
+    - ``prompt_tokens_per_s`` = batch_size × prompt_tokens / T (null when batch size unknown). Context is
+      prompt + output (:class:`kvlab.perfmodel.Workload`); a row that states its ``prompt_tokens`` (every measured
+      run) uses them; a published row gives only its context, so its context stands in for the prompt there — an
+      overcount by its unstated output length (1,024 of 65,536 tokens under the model's assumed workload, 1.6%).
+    """
+    m = mean_batch_times(runs)
+    t = pl.col("batch_time_s")
+    prompt = pl.coalesce(pl.col("prompt_tokens"), pl.col("context_tokens"))
+    return m.with_columns(
+        (1.0 / t).alias("batches_per_s"),
+        (pl.col("batch_size") / t).alias("requests_per_s"),
+        (pl.col("batch_size") * pl.col("output_tokens") / t).alias("output_tokens_per_s"),
+        (pl.col("batch_size") * prompt / t).alias("prompt_tokens_per_s"),
+    )
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where two engines' batch times meet, with the assumption that locates it."""
+
+    context_tokens: float | None
+    faster_below: str | None
+    faster_above: str | None
+    method: str
+    assumption: str
+    note: str
+    #: The fewest runs behind any point compared (either engine at any context); None where the frame does not say.
+    n_runs: int | None = None
+
+    @property
+    def context_k(self) -> float | None:
+        return None if self.context_tokens is None else self.context_tokens / 1024
+
+
+def crossover(
+    runs: pl.DataFrame,
+    engine_a: str = VLLM,
+    engine_b: str = SGLANG,
+    method: str = "linear",
+) -> Crossover:
+    """Estimate the context where ``engine_a`` and ``engine_b`` take equal batch time.
+
+    ``runs`` must hold one source/experiment/hardware. ``method``:
+    - ``"linear"``: batch time is linear in context between adjacent measured contexts;
+    - ``"power"``: batch time follows T = a·C^k between adjacent contexts (straight in log-log).
+    The estimate only interpolates: outside the measured range it says so and returns ``None``.
+    """
+    if method not in ("linear", "power"):
+        raise ValueError(f"method must be 'linear' or 'power', not {method!r}")
+    assumption = {
+        "linear": "batch time grows linearly with context between adjacent measured contexts",
+        "power": "batch time follows a power law of context (straight line in log-log) between adjacent measured contexts",
+    }[method]
+    groups = runs.select("source", "experiment", "hardware").unique()
+    if groups.height > 1:
+        raise ValueError(f"crossover needs one source/experiment/hardware, got {groups.height}: {groups.rows()}")
+    rel = relative_speed(runs, engine_a, engine_b).sort("context_tokens")
+    ns = [v for c in ("n_runs", "other_n_runs") for v in rel[c].to_list() if v is not None]
+    n = min(ns) if ns else None
+    if rel.height < 2:
+        return Crossover(None, None, None, method, assumption, "fewer than two contexts hold both engines", n)
+    c = rel["context_tokens"].to_list()
+    d = [x - y for x, y in zip(rel["batch_time_s"], rel["other_batch_time_s"])]  # <0: engine_a faster
+    fa = lambda diff: engine_a if diff < 0 else engine_b  # noqa: E731
+    for i in range(len(c) - 1):
+        if d[i] == 0:
+            return Crossover(float(c[i]), None, None, method, assumption, "equal batch times at a measured context", n)
+        if d[i] * d[i + 1] < 0:
+            if method == "linear":
+                x = c[i] + (c[i + 1] - c[i]) * d[i] / (d[i] - d[i + 1])
+            else:
+                ta = [math.log(v) for v in rel["batch_time_s"][i : i + 2]]
+                tb = [math.log(v) for v in rel["other_batch_time_s"][i : i + 2]]
+                lc = [math.log(v) for v in c[i : i + 2]]
+                ka, kb = (ta[1] - ta[0]) / (lc[1] - lc[0]), (tb[1] - tb[0]) / (lc[1] - lc[0])
+                x = math.exp(lc[0] + (tb[0] - ta[0]) / (ka - kb))
+            return Crossover(
+                float(x),
+                fa(d[i]),
+                fa(d[i + 1]),
+                method,
+                assumption,
+                f"between the measured contexts {c[i]:,} and {c[i + 1]:,} tokens",
+                n,
+            )
+    return Crossover(
+        None,
+        fa(d[0]),
+        fa(d[0]),
+        method,
+        assumption,
+        f"{engine_label(fa(d[0]))} is faster at every measured context ({c[0]:,}–{c[-1]:,} tokens): no crossover "
+        "inside the range",
+        n,
+    )
+
+
+def stated_tolerance(value: float, precision: float | None = None) -> float:
+    """Half the precision the document wrote the value to (the claims table's ``stated_precision``: 0.1 → 0.05,
+    0.01 → 0.005); without one (a hand-built claim), half a unit of the value's last digit (1.5 → 0.05,
+    3.29 → 0.005)."""
+    if precision:
+        return 0.5 * precision
+    text = repr(float(value)).rstrip("0")
+    decimals = len(text.split(".")[1]) if "." in text and not text.endswith(".") else 0
+    return 0.5 * 10 ** (-decimals)
+
+
+def consistency(runs: pl.DataFrame, claims: pl.DataFrame) -> pl.DataFrame:
+    """Check each stated ratio in ``claims`` against what the same document's table implies.
+
+    One row per (claim, definition): the implied value, the stated one, and ``consistent`` when
+    they agree to the precision the document wrote (half a unit of its last digit).
+    """
+    rows = []
+    # Only ratios a published table can imply; other kinds (e.g. engine_choice) are checked by their own studies.
+    numeric = claims.filter(pl.col("stated_value").is_not_null() & pl.col("kind").is_in(list(CLAIM_DEFINITIONS)))
+    for claim in numeric.iter_rows(named=True):
+        table = runs.filter((pl.col("experiment") == claim["experiment"]) & (pl.col("source") == "published"))
+        implied: dict[str, float] = {}
+        if claim["kind"] == "relative_speed":
+            rel = relative_speed(table).filter(pl.col("context_label") == claim["context_from"])
+            if rel.height == 1:
+                r = rel.row(0, named=True)
+                slow, fast = sorted((r["batch_time_s"], r["other_batch_time_s"]), reverse=True)
+                sign = 1.0 if r["faster"] == claim["engine"] else -1.0  # a claim naming the slower engine fails
+                implied = {
+                    "time_ratio": sign * slow / fast,
+                    "percent_less_time": sign * (1 + (slow - fast) / slow),
+                }
+        elif claim["kind"] == "throughput_decay":
+            dec = decay_factors(table, claim["context_from"], claim["context_to"]).filter(
+                pl.col("engine") == claim["engine"]
+            )
+            if dec.height == 1:
+                implied = {k: dec[k][0] for k in DECAY_DEFINITIONS}
+        tol = stated_tolerance(claim["stated_value"], claim.get("stated_precision"))
+        for name, text in CLAIM_DEFINITIONS[claim["kind"]].items():
+            value = implied.get(name)
+            rows.append(
+                {
+                    "claim_id": claim["claim_id"],
+                    "kind": claim["kind"],
+                    "engine": claim["engine"],
+                    "statement": claim["statement"],
+                    "stated_value": claim["stated_value"],
+                    "definition": name,
+                    "definition_text": text,
+                    "implied_value": value,
+                    "tolerance": tol,
+                    "consistent": None if value is None else abs(value - claim["stated_value"]) <= tol + 1e-12,
+                }
+            )
+    schema = {
+        "claim_id": pl.String,
+        "kind": pl.String,
+        "engine": pl.String,
+        "statement": pl.String,
+        "stated_value": pl.Float64,
+        "definition": pl.String,
+        "definition_text": pl.String,
+        "implied_value": pl.Float64,
+        "tolerance": pl.Float64,
+        "consistent": pl.Boolean,
+    }
+    return pl.DataFrame(rows, schema=schema)

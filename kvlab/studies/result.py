@@ -64,7 +64,7 @@ class Answer:
         }
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        from kvlab.narrative.common import answer_markdown
+        from kvlab.words import answer_markdown  # the words' ground sits above the result types it formats
 
         return {"text/markdown": answer_markdown(self), "text/plain": " ".join(self.sentences)}
 

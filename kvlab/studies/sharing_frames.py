@@ -10,23 +10,20 @@ from __future__ import annotations
 import polars as pl
 from matplotlib.figure import Figure
 
-from kvlab.analysis import with_device_kind
+from kvlab.schema import with_device_kind
 from kvlab.claims.grading import NOTHING_MEASURED, negated
 from kvlab.claims.prefix import cache_shares
 from kvlab.engines import VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.guide import FIXED_CONTEXT_THRESHOLD
-from kvlab.plots import (
-    _cache_style,
-    _config_handles,
-    _fraction_axis,
-    _hit_rate_axis,
-    _ideal_handles,
-    _legend_below,
-    _ordered_engines,
-    _study_y,
-    _threshold_handle,
-    _whiskers,
-    _all_zero,
+from kvlab.figures import legend_below, ordered_engines, column_whiskers, all_zero
+from kvlab.studies.sharing_figures import (
+    cache_style,
+    config_handles,
+    fraction_axis,
+    hit_rate_axis,
+    ideal_handles,
+    study_y,
+    threshold_handle,
     THRESHOLD_COLOR,
 )
 from kvlab.style import styled
@@ -231,18 +228,18 @@ def _panel(ax, s: pl.DataFrame, engines: list[str], col: str, span, label: str, 
             g = s.filter((pl.col("engine") == e) & (pl.col("prefix_caching") == caching))
             if g.is_empty():
                 continue
-            if col == "cache_hit_rate" and not caching and _all_zero(g[col].to_list()):
+            if col == "cache_hit_rate" and not caching and all_zero(g[col].to_list()):
                 zero_off.append(e)
                 continue
-            style = _cache_style(e, caching)
+            style = cache_style(e, caching)
             if col == "cache_hit_rate":  # wide, so the thin ideal lines drawn on top leave it visible
                 style |= dict(linewidth=3, markersize=7)
             ax.plot(g["shared_fraction"], g[col], **style)
-            repeats |= _whiskers(ax, g, "shared_fraction", col, span, style["color"])
+            repeats |= column_whiskers(ax, g, "shared_fraction", col, span, style["color"])
     if col == "cache_hit_rate":
-        _hit_rate_axis(ax, s, zero_off)
+        hit_rate_axis(ax, s, zero_off)
     else:
-        _study_y(ax, s[col].to_list(), label)
+        study_y(ax, s[col].to_list(), label)
     return repeats
 
 
@@ -256,19 +253,19 @@ def prefix_sharing_figure(
     fig = Figure(figsize=(16, 5.0))
     axes = fig.subplots(1, 3)
     hw = ", ".join(sharing["hardware"].unique(maintain_order=True).to_list())
-    engines = _ordered_engines(sharing)
+    engines = ordered_engines(sharing)
     settings = sharing["prefix_caching"].unique().to_list() if sharing.height else []
     s = sharing.sort("shared_fraction")
     repeats = False
     for ax, (col, span, label) in zip(axes, _PANELS):
         repeats |= _panel(ax, s, engines, col, span, label, block_tokens)
         ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7)
-        _fraction_axis(ax, s)
+        fraction_axis(ax, s)
         ax.set_title(f"measured: {label}", fontsize=10)
-    handles = _config_handles(engines, settings)
-    handles += [*_ideal_handles(block_tokens), _threshold_handle(threshold)]
+    handles = config_handles(engines, settings)
+    handles += [*ideal_handles(block_tokens), threshold_handle(threshold)]
     fig.suptitle(f"measured on {hw}" + ("  (whiskers: least to most over the repeats)" if repeats else ""), fontsize=10)
-    return _legend_below(fig, handles, ncol=4)
+    return legend_below(fig, handles, ncol=4)
 
 
 __all__ = [

@@ -14,18 +14,19 @@ import polars as pl
 import pytest
 from notebook_data import capacity_frames, write_capacity_probes, write_capacity_runs
 
-from kvlab import plots, store, verdicts
-from kvlab.analysis import probe_comparison, probe_summary
+from kvlab import store, verdicts
+from kvlab.probe import probe_comparison, probe_summary
 from kvlab.studies.capacity import checks as capacity
 from kvlab.studies.capacity import figures, words
-from kvlab.studies.capacity import frames as analysis
+from kvlab.studies.capacity import frames as study_frames
+from kvlab import figures as shared_figures
 
 
 EMPTY = pl.DataFrame()
 
 
 def verdicts_of(curve: pl.DataFrame, points: pl.DataFrame, gmap: pl.DataFrame) -> tuple:
-    return capacity.capacity_verdicts(capacity.Evidence(curve, points, gmap, analysis.modelled_ceilings()))
+    return capacity.capacity_verdicts(capacity.Evidence(curve, points, gmap, study_frames.modelled_ceilings()))
 
 
 def map_verdict(curve: pl.DataFrame, gmap: pl.DataFrame):
@@ -48,10 +49,10 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def frames(data):
     runs = store.load_runs(data, "cpu_capacity")
-    curve = analysis.pareto_front(analysis.load_curve(runs))
-    points = analysis.capacity_points(curve, store.load_telemetry(data), store.load_telemetry_info(data))
-    best = analysis.highest_load_within_slo(curve)
-    return curve, points, best, analysis.goodput_map(best)
+    curve = study_frames.pareto_front(study_frames.load_curve(runs))
+    points = study_frames.capacity_points(curve, store.load_telemetry(data), store.load_telemetry_info(data))
+    best = study_frames.highest_load_within_slo(curve)
+    return curve, points, best, study_frames.goodput_map(best)
 
 
 def _row(frame: pl.DataFrame, engine: str, ctx: int, mem: float, level: float | None = None) -> dict:
@@ -92,7 +93,7 @@ def test_each_load_point_against_its_ceiling_and_what_telemetry_saw(frames):
     r = _row(points, "sglang", 3200, 0.95, 4.0)  # 20,480 // 3,200 = 6: under it, no queue
     assert (r["concurrency_ceiling"], r["past_ceiling"], r["queued"], r["kv_saturated"]) == (6, False, False, False)
     assert points.filter(pl.col("past_ceiling"))["run_id"].sort().to_list() == ["cap14", "cap20"]
-    onset = analysis.saturation_onset(points)
+    onset = study_frames.saturation_onset(points)
     got = {
         (r["engine"], r["context_tokens"], r["mem_util"]): (
             r["concurrency_ceiling"],
@@ -116,7 +117,7 @@ def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemptio
     no_series = points.with_columns(
         pl.when(pl.col("engine") == "sglang").then(None).otherwise(pl.col("preemptions")).alias("preemptions")
     )
-    onset = analysis.saturation_onset(no_series)
+    onset = study_frames.saturation_onset(no_series)
     r = _row(onset, "sglang", 1024, 0.95)
     assert (r["telemetry"], r["preemptions_seen"], r["queue_seen"], r["first_preempted"]) == (
         "sampled",
@@ -143,7 +144,7 @@ def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemptio
 def test_the_figure_data_report_07_hands_its_reader(frames):
     """The CSVs beside 07's Pareto and ceiling figures: every load point, the columns each figure draws."""
     curve, points, _, _ = frames
-    pareto, ceiling = analysis.pareto_figure_data(curve), analysis.ceiling_figure_data(points)
+    pareto, ceiling = study_frames.pareto_figure_data(curve), study_frames.ceiling_figure_data(points)
     assert (
         pareto.columns[:7]
         == ceiling.columns[:7]
@@ -195,11 +196,11 @@ def test_a_run_without_telemetry_says_why_never_zero(frames):
             "samples_ok": [0],
         }
     )
-    points = analysis.capacity_points(curve, NO_SAMPLES, info)
+    points = study_frames.capacity_points(curve, NO_SAMPLES, info)
     a, b = _row(points, "vllm", 1024, 0.92, 1.0), _row(points, "vllm", 1024, 0.92, 2.0)
     assert a["telemetry"] == "not available: the engine serves no /metrics" and b["telemetry"] == "not recorded"
     assert (a["kv_usage_peak"], a["waiting_peak"], a["preemptions"], a["queued"]) == (None, None, None, None)
-    onset = analysis.saturation_onset(points)
+    onset = study_frames.saturation_onset(points)
     assert _row(onset, "vllm", 1024, 0.92)["telemetry"] == "not available: the engine serves no /metrics"
     # an engine that exposes telemetry, on a run too short for a sample: its note, not "sampled" nor "not available"
     short = info.with_columns(
@@ -207,7 +208,7 @@ def test_a_run_without_telemetry_says_why_never_zero(frames):
         reason=pl.lit(None, pl.String),
         note=pl.lit("no sample was taken: the run ended before its first sample"),
     )
-    a = _row(analysis.capacity_points(curve, NO_SAMPLES, short), "vllm", 1024, 0.92, 1.0)
+    a = _row(study_frames.capacity_points(curve, NO_SAMPLES, short), "vllm", 1024, 0.92, 1.0)
     assert (a["telemetry"], a["samples_ok"], a["queued"]) == (
         "no sample was taken: the run ended before its first sample",
         None,
@@ -244,7 +245,7 @@ def test_the_highest_load_within_the_slo_and_the_map(frames):
             "goodput_max_requests_per_s",
         )
     )
-    r = analysis.goodput_map(one).row(0, named=True)
+    r = study_frames.goodput_map(one).row(0, named=True)
     assert (r["winner"], r["margin"], r["only_winner_within"], r["n"]) == ("vllm", None, True, 1)
 
 
@@ -296,8 +297,8 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
     no_info = pl.DataFrame(schema={"run_id": pl.String, "available": pl.Boolean, "reason": pl.String})
     none = verdicts_of(
         empty,
-        analysis.capacity_points(empty, NO_SAMPLES, no_info),
-        analysis.goodput_map(analysis.highest_load_within_slo(empty)),
+        study_frames.capacity_points(empty, NO_SAMPLES, no_info),
+        study_frames.goodput_map(study_frames.highest_load_within_slo(empty)),
     )
     assert [(v.outcome, v.reason) for v in none[:3]] == [
         ("cannot be tested here", "no engine measured at two memory settings with a reported KV pool"),
@@ -337,8 +338,8 @@ def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(fra
     # 1 + 2 own questions held back (1 + 1 by cause) and 1 configured value: the 4 questions, each counted once
     assert cannot == (
         "**What this host cannot say:** 1 own question cannot be tested on this host (CPU runs of two "
-        "different engine implementations cannot decide a speed claim about a GPU host); 2 own questions "
-        "are inconclusive (fewer than 3 repeats — 1; the model fails its held-out test — 1); 1 value the "
+        "different engine implementations cannot decide a speed claim about a GPU host). 2 own questions "
+        "are inconclusive (fewer than 3 repeats — 1; the model fails its held-out test — 1). 1 value the "
         "experiment file sets is shown as configuration, not graded."
     )
     assert verdicts.family_counts(got)["own"] == {"configured": 1, "inconclusive": 2, "cannot be tested here": 1}
@@ -351,12 +352,12 @@ def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(fra
 def test_the_capacity_figures_say_measured_or_modelled(frames):
     curve, points, _, gmap = frames
     alts = [
-        plots.alt_text(f)
+        shared_figures.alt_text(f)
         for f in (
             figures.capacity_pareto_figure(curve),
             figures.capacity_ceiling_figure(points),
             figures.capacity_map_figure(gmap, map_verdict(curve, gmap)),
-            figures.modelled_ceiling_figure(analysis.modelled_ceilings()),
+            figures.modelled_ceiling_figure(study_frames.modelled_ceilings()),
         )
     ]
     assert all(a.count("measured: ") == 4 for a in alts[:2])  # one panel per context x memory setting
@@ -401,7 +402,7 @@ def test_the_probe_summary_compares_each_configuration_with_its_engines_first(pr
 
 def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(frames, probes):
     curve, _, best, plain = frames
-    gmap = analysis.goodput_map(best, probe_summary(probes))
+    gmap = study_frames.goodput_map(best, probe_summary(probes))
     assert gmap.select(
         "context_tokens",
         "mem_util",
@@ -460,7 +461,7 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
         "; the configurations' greedy outputs were not probed (probe: true in the experiment file compares them)"
     )
     assert "not probed" in words.map_caption(plain.to_dicts(), unprobed)
-    assert plots.alt_text(figures.capacity_map_figure(gmap, v)).startswith("measured: goodput within the SLO")
+    assert shared_figures.alt_text(figures.capacity_map_figure(gmap, v)).startswith("measured: goodput within the SLO")
     # on GPU runs a map that would stand is inconclusive while a winner's output differs
     gpu_curve = curve.with_columns(pl.lit("gpu").alias("device_kind"), pl.lit("8x B300").alias("hardware"))
     three = gmap.filter(pl.col("winner") == "vllm").with_columns(
@@ -551,9 +552,9 @@ def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data
 
 def test_the_glossary_states_the_slo_share_report_07_grades_by():
     """Issue 39: the glossary said the SLO holds 'at the 99th percentile' where report 07 grades a load point within
-    it when 90% of its requests met both bounds (analysis.SLO_SHARE)."""
+    it when 90% of its requests met both bounds (study_frames.SLO_SHARE)."""
     from kvlab import reports
-    from kvlab.analysis import SLO_SHARE
+    from kvlab.studies.capacity.frames import SLO_SHARE
 
     slo = dict(reports.GLOSSARY_TERMS)["SLO (service-level objective)"]
     assert f"at least {SLO_SHARE:.0%}" in slo and f"p{SLO_SHARE * 100:.0f}" in slo and "99th" not in slo

@@ -14,7 +14,7 @@ import nbformat
 import polars as pl
 import pytest
 
-from kvlab import analysis, prose, reports, store, studies, verdicts
+from kvlab import prose, reports, store, studies, verdicts
 from kvlab.studies.context_scaling import ContextScalingResult, checks, page, words
 from kvlab.studies.context_scaling.figures import batch_time_bars
 from kvlab.studies.context_scaling.frames import ModelCrossover, batch_time_growth
@@ -27,6 +27,7 @@ from kvlab.studies.measured_frames import (
     pool_note,
     with_context_names,
 )
+from kvlab.studies import measured_frames
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -76,8 +77,8 @@ def test_the_result_is_typed_and_its_json_reads_back_to_the_same_result(result):
 
 
 def test_speed_claims_against_the_table_and_on_this_host():
-    rel = analysis.relative_speed(PUB)
-    rel_m = analysis.relative_speed(measured_runs([1.0, 2.0, 4.0, 3.0]), "vllm", "sglang-jax")
+    rel = measured_frames.relative_speed(PUB)
+    rel_m = measured_frames.relative_speed(measured_runs([1.0, 2.0, 4.0, 3.0]), "vllm", "sglang-jax")
     got = checks.speed_verdicts(CLAIMS, rel, rel_m, {"sglang": "sglang-jax"})
     assert [(v.claim_id, v.outcome, v.evidence, round(v.value, 2), v.n) for v in got] == [
         ("speedup_64K", "consistent", "published", 1.5, 2),
@@ -85,28 +86,30 @@ def test_speed_claims_against_the_table_and_on_this_host():
         ("speedup_200K", "consistent", "published", 1.31, 2),
         ("speedup_200K", "cannot be tested here", "measured", 1.33, 1),  # vLLM 4 s ÷ sglang-jax 3 s at 200K
     ]
-    slow = analysis.relative_speed(measured_runs([1.0, 2.0, 1.0, 14.0]), "vllm", "sglang-jax")
+    slow = measured_frames.relative_speed(measured_runs([1.0, 2.0, 1.0, 14.0]), "vllm", "sglang-jax")
     last = checks.speed_verdicts(CLAIMS, rel, slow, {"sglang": "sglang-jax"})[-1]
     assert (last.outcome, last.value, last.unit) == ("cannot be tested here", 1 / 14, "×")
     assert last.number.startswith("vLLM already 2.0× faster at 1,024 tokens (stands in for 64K)")
 
 
 def test_the_interpolated_crossover_carries_the_models_range_and_the_measured_one_is_own():
-    pub = [analysis.crossover(PUB, method=m) for m in ("linear", "power")]
+    pub = [measured_frames.crossover(PUB, method=m) for m in ("linear", "power")]
     (v,) = checks.crossover_published(pub, (110224.0, 764133.0))
     assert v.number == (
         "121K–127K tokens by two-point interpolation (linear, power); not pinned: 108K–746K over the model's "
         "assumption sets"
     )
     assert (v.outcome, v.spread) == ("found", (pytest.approx(123813.7, abs=0.1), pytest.approx(129875.28, abs=0.1)))
-    meas = [analysis.crossover(measured_runs([1.0, 2.0, 4.0, 3.0]), "vllm", "sglang-jax", method="linear")]
+    meas = [measured_frames.crossover(measured_runs([1.0, 2.0, 4.0, 3.0]), "vllm", "sglang-jax", method="linear")]
     (m,) = checks.crossover_measured(meas)
     assert (m.number, m.outcome, m.family) == ("yes, at ≈2,112 tokens (linear)", "cannot be tested here", "own")
 
 
 def test_no_caption_or_sentence_names_a_winner_its_verdict_does_not_allow():
     """Issue 53 item 1: 01's Figure 2 said 'vLLM wins at every context' under a verdict 'cannot be tested here'."""
-    rel_m = with_context_names(analysis.relative_speed(measured_runs([0.43, 2.1, 1.0, 14.0]), "vllm", "sglang-jax"))
+    rel_m = with_context_names(
+        measured_frames.relative_speed(measured_runs([0.43, 2.1, 1.0, 14.0]), "vllm", "sglang-jax")
+    )
     rows = rel_m.to_dicts()
     cap = words.speed_caption(rows, "measured", lambda _: UNDECIDED, UNDECIDED)
     assert cap == (
@@ -114,12 +117,12 @@ def test_no_caption_or_sentence_names_a_winner_its_verdict_does_not_allow():
         "host); at 3,200 tokens (stands in for 200K): vLLM 1.0 s, sglang-jax (CPU) 14 s (not decidable on this host)."
     )
     said = words.relative_speed_sentences(rows, "measured", lambda _: UNDECIDED, UNDECIDED)
-    x = analysis.crossover(measured_runs([0.43, 2.1, 1.0, 14.0]), "vllm", "sglang-jax")
+    x = measured_frames.crossover(measured_runs([0.43, 2.1, 1.0, 14.0]), "vllm", "sglang-jax")
     said += words.crossover_sentence(x, "measured", UNDECIDED)
     for text in (cap, said):
         assert not any(w in text for w in ("faster", "wins", "winner")), text
     # where the verdicts decide (the published table, consistent; the interpolation, found), the winner is named
-    rel = analysis.relative_speed(PUB).to_dicts()
+    rel = measured_frames.relative_speed(PUB).to_dicts()
     decided = verdicts.Verdict("x", "consistent", "published", "", family="consistency")
     found = verdicts.Verdict("x", "found", "published", "")
     assert words.speed_caption(rel, "published", lambda _: decided, found) == (
@@ -140,7 +143,9 @@ def test_cpu_runs_are_labelled_by_their_real_tokens():
     """Issue 53 item 2: the CPU runs at 1,024 and 3,200 tokens were labelled '64K' and '200K'."""
     assert context_name("64K", 1024) == "1,024 tokens (stands in for 64K)"
     assert context_name("64K", 65536) == "64K"  # a full-scale run keeps its label
-    means = with_context_names(analysis.relative_speed(measured_runs([1.0, 2.0, 4.0, 3.0]), "vllm", "sglang-jax"))
+    means = with_context_names(
+        measured_frames.relative_speed(measured_runs([1.0, 2.0, 4.0, 3.0]), "vllm", "sglang-jax")
+    )
     assert means["context"].to_list() == ["1,024 tokens (stands in for 64K)", "3,200 tokens (stands in for 200K)"]
     from kvlab.studies.measured_frames import mean_batch_times
 

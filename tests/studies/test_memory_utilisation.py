@@ -10,7 +10,8 @@ import mistune
 import polars as pl
 import pytest
 
-from kvlab import narrative, prose, store, studies
+from kvlab import prose, store, studies
+from kvlab import words as shared_words
 from kvlab.perfmodel.figures import headroom_table
 from kvlab.studies.memory_utilisation import checks, page, words
 from kvlab.studies.memory_utilisation import frames as mf
@@ -268,9 +269,9 @@ def test_the_page_the_study_produces_keeps_the_prose_limits(result, built):
     """The answer and every section's words, tables and captions (the verdict box's headline is shared ground)."""
     wb = built[0]
     answer = "".join(f"<p>{s}</p>" for s in result.answer.sentences)
-    # the shared note on sglang-jax (kvlab.narrative.common, said once on every measured page 01-03) is shared
+    # the shared note on sglang-jax (kvlab.words, said once on every measured page 01-03) is shared
     # ground: on the fixture its hostile hardware label makes it 48 words, so it is left to its owner here
-    note = narrative.measured_engines_note(result.measured.to_dicts())
+    note = shared_words.measured_engines_note(result.measured.to_dicts())
     assert note in [x.data for x in page.measured(result, wb) if not hasattr(x, "_repr_html_")]
     sections = (page.article, page.modelled_headroom, page.measured)
     body = "\n".join(_html(f(result, wb), (note,)) for f in sections)

@@ -10,11 +10,13 @@ import polars as pl
 import pytest
 from prefix_frames import sharing_runs
 
-from kvlab import analysis, reports, studies
+from kvlab import reports, studies
 from kvlab.studies.prefix_sharing import PrefixSharingResult, frames, words
 from kvlab.studies.prefix_sharing.checks import Inputs, _shape, verdicts
 from kvlab.studies.sharing_frames import cache_share_verdicts, prefix_sharing
 from kvlab.verdicts import Verdict
+from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
+from kvlab.studies import sharing_frames
 
 ENGINES = ("vLLM", "sglang-jax", "SGLang")
 
@@ -192,8 +194,8 @@ def test_ideal_caption_and_tables(study):
 
 def test_the_frames_match_the_old_analysis_functions(study):
     """The copies in the study folder compute what kvlab.analysis computes (the originals go once all studies moved)."""
-    assert frames.caching_gain(study["sharing"]).equals(analysis.caching_gain(study["sharing"]))
-    assert prefix_sharing(sharing_runs()).equals(analysis.prefix_sharing(sharing_runs()))
+    assert frames.caching_gain(study["sharing"]).equals(prefix_sharing_frames.caching_gain(study["sharing"]))
+    assert prefix_sharing(sharing_runs()).equals(sharing_frames.prefix_sharing(sharing_runs()))
 
 
 def test_the_page_keeps_the_prose_limits(result):

@@ -12,9 +12,10 @@ import mistune
 import nbformat
 import polars as pl
 import pytest
-from kvlab import analysis, prose, reports, store, studies, verdicts
+from kvlab import prose, reports, store, studies, verdicts
 from kvlab.studies.measured_frames import decay_factors, pool_excesses, pool_fit
 from kvlab.studies.throughput_decay import ThroughputDecayResult, checks, frames, page, words
+from kvlab.studies import measured_frames
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -61,7 +62,7 @@ def test_the_result_is_typed_and_its_json_reads_back_to_the_same_result(result):
 
 
 def test_decay_claims_against_the_table_and_the_measured_shape():
-    check = analysis.consistency(PUB, CLAIMS)
+    check = measured_frames.consistency(PUB, CLAIMS)
     x = checks.Inputs(CLAIMS, check, decay_factors(PUB), decay_factors(measured_runs([1.0, 2.0, 4.0, 3.0])))
     got = checks.verdicts(x)
     assert [(v.claim_id, v.outcome, v.evidence, round(v.value, 2), v.n) for v in got] == [
@@ -79,7 +80,7 @@ def test_decay_claims_against_the_table_and_the_measured_shape():
 
 def test_every_count_counts_the_very_list_it_sits_above(result):
     """Issue 53 item 3: '2 claims: 2 inconsistent' sat above three rows, one consistent."""
-    check = analysis.consistency(PUB, CLAIMS)
+    check = measured_frames.consistency(PUB, CLAIMS)
     stated = frames.stated_ratios(check)
     lines = words.consistency_sentences(stated).splitlines()
     ok = sum(line.startswith("- ✓") for line in lines)
@@ -132,7 +133,7 @@ def test_cpu_contexts_by_their_real_tokens_and_the_kv_pool_beside_the_decay():
 
 
 def test_consistency_table_states_each_decay_factor_with_its_direction():
-    check = analysis.consistency(PUB, CLAIMS)
+    check = measured_frames.consistency(PUB, CLAIMS)
     rows = words.consistency_table(frames.stated_ratios(check), CLAIMS.to_dicts()).rows
     assert [r[3] for r in rows] == [
         "1.50",

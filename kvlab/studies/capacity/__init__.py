@@ -6,8 +6,9 @@ reference host with their ranges. Its frames (``frames``), checks (``checks``), 
 
 from __future__ import annotations
 
-from kvlab.analysis import probe_summary
+from kvlab.probe import probe_summary
 from kvlab.load import conditions_label
+from kvlab.studies import AUTO, chosen_experiment
 from kvlab.studies.capacity import checks, frames, words
 from kvlab.studies.capacity.result import REPORT, CapacityResult
 from kvlab.studies.result import Answer
@@ -19,7 +20,7 @@ def compute(
     wb,
     *,
     data_dir: str = "",
-    measured_experiment: str = "cpu_capacity",
+    measured_experiment: str = AUTO,
     slo_share: float = 0.9,
     gpu: str = "B300",
     model: str = "Kimi-K3",
@@ -28,6 +29,7 @@ def compute(
     mem_utils: list = (0.92, 0.95),
     headroom_contexts: list = (65536, 131072, 204800),
 ) -> CapacityResult:
+    measured_experiment = chosen_experiment(wb, measured_experiment, "cpu_capacity")
     runs = wb.measured(measured_experiment)
     curve = frames.pareto_front(frames.load_curve(runs, slo_share))
     best = frames.highest_load_within_slo(curve)

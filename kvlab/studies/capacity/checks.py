@@ -27,7 +27,7 @@ from kvlab.engines import engine_label
 from kvlab.perfmodel.calibrate import published_fit
 from kvlab.studies.capacity.frames import NOT_PROBED
 from kvlab.tables import span
-from kvlab.units import sig2, tokens_label
+from kvlab.units import nominal_tokens, sig2, tokens_label
 from kvlab.verdicts import Verdict
 
 #: Report 07's questions (claim id -> the question, as its verdict row states it).
@@ -68,7 +68,6 @@ class QueueCount:
 def context_words(label: str, tokens: int | None) -> str:
     """A context as report 07 names it: the real tokens first where a run was scaled ('1,024 tokens (scaled 64K)'),
     else its label ('200K')."""
-    from kvlab.units import nominal_tokens
 
     named = nominal_tokens(label)
     if tokens is None or not named or tokens in named:

@@ -1,4 +1,4 @@
-"""Report 07's figures: a frame in, a matplotlib Figure out, in the house style (kvlab.style, kvlab.plots' shared
+"""Report 07's figures: a frame in, a matplotlib Figure out, in the house style (kvlab.style, kvlab.figures' shared
 helpers). Every panel says measured (and on what) or modelled; contexts of scaled CPU runs are named by their real
 tokens, the scaled context beside them; the map names a leader only where its verdict decides
 (:func:`kvlab.verdicts.decides`), else it shows this host's measurement under the verdict's label."""
@@ -13,7 +13,7 @@ from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
 from kvlab.engines import engine_label
 from kvlab.perfmodel.figures import flag_kinds
-from kvlab.plots import _place_labels, _unoverlapped_xticks, device_of
+from kvlab.figures import place_labels, unoverlapped_xticks, device_of
 from kvlab.style import ENGINE_COLORS, number_label as _num, styled
 from kvlab.studies.capacity.checks import config_label, context_words, ranged
 from kvlab.verdicts import Verdict, decides, undecided_label
@@ -116,7 +116,7 @@ def capacity_pareto_figure(curve: pl.DataFrame) -> Figure:
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.09, 1, 0.96))
     for ax, wanted in labels.items():  # on the final scales, so a label's place is known in points
-        _place_labels(ax, wanted)
+        place_labels(ax, wanted)
     return fig
 
 
@@ -175,7 +175,7 @@ def capacity_ceiling_figure(points: pl.DataFrame) -> Figure:
             ax.legend(keep.values(), keep.keys(), fontsize=7, loc="upper left")
     fig.tight_layout()
     for ax, first in ladders.items():
-        _unoverlapped_xticks(ax, first)
+        unoverlapped_xticks(ax, first)
     return fig
 
 

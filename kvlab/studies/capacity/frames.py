@@ -1,7 +1,7 @@
 """Report 07's own frames (polars transforms): each load point's rates and SLO attainment, the highest load within the
 SLO, the Pareto front, each point against its concurrency ceiling with what telemetry saw, where queueing begins,
 the goodput map, telemetry over time and the model's ceilings on the GPU host with their ranges over the assumption
-sets the published points cannot pin. Moved from kvlab.analysis (report 07 alone read them)."""
+sets the published points cannot pin. Report 07 alone reads them."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import polars as pl
 from IPython.display import Markdown
 
 from kvlab import tables
-from kvlab.narrative.common import measured_engines_note
-from kvlab.pages.section import Section
+from kvlab.words import measured_engines_note
+from kvlab.studies.section import Section
 from kvlab.studies.capacity import figures, words
 from kvlab.studies.capacity.checks import by_id
 from kvlab.studies.capacity.result import CapacityResult

@@ -30,7 +30,7 @@ class CapacityResult(StudyResult):
     points: pl.DataFrame
     #: per configuration: where queueing, KV saturation and preemption begin (frames.saturation_onset)
     onset: pl.DataFrame
-    #: the accuracy probe per configuration (kvlab.analysis.probe_summary)
+    #: the accuracy probe per configuration (kvlab.probe.probe_summary)
     probe: pl.DataFrame
     #: per context x memory setting: both engines' goodput at their highest load within the SLO (frames.goodput_map)
     goodput_map: pl.DataFrame

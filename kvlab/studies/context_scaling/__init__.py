@@ -9,7 +9,8 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab import guide
-from kvlab.analysis import crossover, relative_speed
+from kvlab.studies import AUTO, chosen_experiment
+from kvlab.studies.measured_frames import crossover, relative_speed
 from kvlab.engines import SGLANG, VLLM
 from kvlab.perfmodel import published_fit
 from kvlab.perfmodel.calibrate import consistent_fits, crossover_from_fit, crossover_range
@@ -53,7 +54,7 @@ def compute(
     *,
     data_dir: str = "",
     published_experiment: str = "article_b300",
-    measured_experiment: str = "cpu_long_context",
+    measured_experiment: str = AUTO,
     mem_util: float = 0.92,
     engine_a: str = VLLM,
     engine_b: str = SGLANG,
@@ -64,6 +65,7 @@ def compute(
     measured_engine_b: str = "auto",
 ) -> ContextScalingResult:
     data = wb.data
+    measured_experiment = chosen_experiment(wb, measured_experiment, "cpu_long_context")
     published = wb.published(published_experiment)
     measured = wb.measured(measured_experiment, mem_util)
     claims = wb.claims(published_experiment)

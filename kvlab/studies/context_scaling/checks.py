@@ -11,7 +11,7 @@ import polars as pl
 from kvlab.claims import document_claim_verdicts
 from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, finding, measured_difference
 from kvlab.claims.held_out import consistent_phrase, grade_model_claim
-from kvlab.claims.speed import held_out_verdict
+from kvlab.claims.held_out import held_out_verdict
 from kvlab.engines import engine_label
 from kvlab.studies.measured_frames import context_name
 from kvlab.units import k_label, sig2

@@ -1,4 +1,4 @@
-"""Report 01's figures: a frame in, a matplotlib Figure out (house style from kvlab.style and kvlab.plots' helpers).
+"""Report 01's figures: a frame in, a matplotlib Figure out (house style from kvlab.style and kvlab.figures' helpers).
 The throughput-against-context figure both 01 and 02 draw is :func:`kvlab.studies.measured_frames.throughput_vs_context`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from kvlab.engines import engine_label
-from kvlab.plots import _finish, _is_wide, _log_if_wide, _panels, _ranges, _subplots
+from kvlab.figures import finish, is_wide, log_if_wide, source_panels, repeat_whiskers, panel_row
 from kvlab.studies.measured_frames import context_name, throughput_vs_context
 from kvlab.style import ENGINE_COLORS, styled
 
@@ -33,7 +33,7 @@ def _bars(ax, part: pl.DataFrame, order: list[int], wide: bool) -> bool:
             ax.plot(x, y, ls="none", marker="o", ms=8, color=color, label=engine_label(e), zorder=3)
         else:
             ax.bar(x, y, width, color=color, label=engine_label(e))
-        spread |= _ranges(ax, x, y, lo, hi, n, "#222222", zorder=4)
+        spread |= repeat_whiskers(ax, x, y, lo, hi, n, "#222222", zorder=4)
         for xi, yi in zip(x, y):
             ax.annotate(
                 f"{yi:.3g}",
@@ -53,17 +53,17 @@ def batch_time_bars(mean_times: pl.DataFrame) -> Figure:
     on a linear axis; where the engines are more than 20× apart the axis is logarithmic (said in its label) and
     the values are points. Where a configuration has repeats, a whisker spans the least to the most of them. A
     scaled (CPU) context is labelled by its real tokens, the context it stands in for beside them."""
-    panels = _panels(mean_times.sort("context_tokens"))
-    fig, axes = _subplots(len(panels))
+    panels = source_panels(mean_times.sort("context_tokens"))
+    fig, axes = panel_row(len(panels))
     for ax, (title, part) in zip(axes, panels):
         ticks = part.select("context_tokens", "context_label").unique().sort("context_tokens")
         order = ticks["context_tokens"].to_list()
-        spread = _bars(ax, part, order, _is_wide(part["batch_time_s"].to_list()))
+        spread = _bars(ax, part, order, is_wide(part["batch_time_s"].to_list()))
         ax.set_xticks(range(len(order)), [context_name(lab, c, "\n") for c, lab in ticks.iter_rows()])
         ax.set_xlim(-0.6, len(order) - 0.4)
         ax.xaxis.set_minor_locator(NullLocator())
         ax.grid(axis="x", visible=False)
         ax.set(title=title, xlabel="context" + ("  (whiskers: least to most of the repeats)" if spread else ""))
-        _log_if_wide(ax, part["batch_time_s"].to_list(), "batch time (s)")
+        log_if_wide(ax, part["batch_time_s"].to_list(), "batch time (s)")
         ax.legend(fontsize=8)
-    return _finish(fig, axes, legend_size=None)
+    return finish(fig, axes, legend_size=None)

@@ -7,8 +7,8 @@ from IPython.display import Markdown
 
 from kvlab import tables
 from kvlab.engines import engine_label
-from kvlab.narrative.common import citation_note
-from kvlab.pages.section import Section
+from kvlab.words import citation_note
+from kvlab.studies.section import Section
 from kvlab.studies.context_scaling import words
 from kvlab.studies.context_scaling.figures import batch_time_bars, throughput_vs_context
 from kvlab.studies.context_scaling.result import ContextScalingResult

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import polars as pl
 
-from kvlab.analysis import Crossover
+from kvlab.studies.measured_frames import Crossover
 from kvlab.studies.context_scaling.frames import ModelCrossover
 from kvlab.studies.measured_frames import PoolExcess
 from kvlab.studies.result import StudyResult

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvlab.analysis import Crossover
+from kvlab.studies.measured_frames import Crossover
 from kvlab.engines import engine_label
 from kvlab.studies.context_scaling.frames import ModelCrossover
 from kvlab.studies.measured_frames import PoolExcess, context_name, engine_excesses, pool_phrase, span_name

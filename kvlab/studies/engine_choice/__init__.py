@@ -25,10 +25,10 @@ __all__ = ["REPORT", "EngineChoiceResult", "compute"]
 REFERENCE = dict(model="Kimi-K3", gpu="B300", tp=8, dcp=8, context_low_tokens=65536, context_tokens=204800)
 
 
-def _asked(w: guide.UserWorkload, low: int) -> str:
+def _who(w: guide.UserWorkload, low: int) -> str:
+    """How the page names the workload asked: the reference host's question, or the workload a user gave."""
     given = dict(model=w.model, gpu=w.gpu, tp=w.tp, dcp=w.dcp, context_low_tokens=low, context_tokens=w.context_tokens)
-    who = "the reference host's question" if given == REFERENCE else "the workload asked"
-    return f"{who} ({workload_phrase(w, low)})"
+    return "the reference host's question" if given == REFERENCE else "the workload asked"
 
 
 def _answer_table(rows: list[dict]) -> pl.DataFrame:
@@ -101,8 +101,9 @@ def compute(
     rec = recommendation_verdict(w, tree, ev, low)
     found = [*claim_verdicts(claims, Inputs(sharing, conc)), rec]
     found += document_claim_verdicts(claims, wb.all_claims())  # the tree's branches and claims no study measures
-    asked = _asked(w, low)
-    examples = words.example_rows(guide.document_examples(), w, low, asked.split(" (")[0])
+    who = _who(w, low)
+    asked = f"{who} ({workload_phrase(w, low)})"
+    examples = words.example_rows(guide.document_examples(), w, low, who)
     answer = words.answer(asked, tree, examples[1:], ctx, x_model, x_range, rec)
     src = wb.sources(sharing, conc, published_experiment)
     return EngineChoiceResult(
@@ -125,6 +126,8 @@ def compute(
         context_factors=ctx,
         x_model=x_model,
         x_range=x_range,
+        fit_kind=fit.kind,
+        fit_model=fit.model,
         engines=engines_in(sharing, conc),
         sharing_experiments=experiments_in(sharing),
         concurrency_experiments=experiments_in(conc),

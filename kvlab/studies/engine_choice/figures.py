@@ -11,7 +11,7 @@ from matplotlib.ticker import NullLocator
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.guide import CONCURRENCY_THRESHOLD, FIXED_CONTEXT_THRESHOLD
 from kvlab.perfmodel.figures import value_axis
-from kvlab.plots import _ranges, _span
+from kvlab.figures import repeat_whiskers, repeat_span
 from kvlab.style import ENGINE_COLORS, styled
 
 
@@ -28,8 +28,10 @@ def concurrency_figure(conc: pl.DataFrame, threshold: int = CONCURRENCY_THRESHOL
         g = conc.filter(pl.col("engine") == engine).sort("in_flight")
         c = ENGINE_COLORS.get(engine, "#777777")
         axes[0].plot(g["in_flight"], g["requests_per_s"], marker="o", color=c)
-        if (span := _span(g, "requests_per_s")) is not None and "n_runs" in g.columns:
-            _ranges(axes[0], g["in_flight"].to_list(), g["requests_per_s"].to_list(), *span, g["n_runs"].to_list(), c)
+        if (span := repeat_span(g, "requests_per_s")) is not None and "n_runs" in g.columns:
+            repeat_whiskers(
+                axes[0], g["in_flight"].to_list(), g["requests_per_s"].to_list(), *span, g["n_runs"].to_list(), c
+            )
         for x, y, ok, sent in zip(g["in_flight"], g["requests_per_s"], g["requests_ok"], g["requests_sent"]):
             axes[0].annotate(f"{ok}/{sent}", (x, y), textcoords="offset points", xytext=(6, -4), fontsize=8, color=c)
         axes[1].plot(g["in_flight"], g["ttft_mean_ms"], marker="o", color=c)

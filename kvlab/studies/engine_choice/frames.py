@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.analysis import with_device_kind
+from kvlab.schema import with_device_kind
 from kvlab.studies.sharing_frames import STUDY_KEYS
 
 

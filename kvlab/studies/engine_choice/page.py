@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from IPython.display import Markdown
 
-from kvlab import explore, tables
+from kvlab import tables
 from kvlab.engines import engine_label
-from kvlab.narrative.common import citation_note, model_title, no_runs_note, stand_in_note
-from kvlab.pages.section import Section
+from kvlab.words import citation_note, model_title, no_runs_note, stand_in_note
+from kvlab.studies.engine_choice import explore
+from kvlab.studies.section import Section
 from kvlab.perfmodel import published_fit
 from kvlab.perfmodel.figures import plot_curves
-from kvlab.plots import drawable
+from kvlab.figures import drawable
 from kvlab.studies.engine_choice import words
 from kvlab.studies.engine_choice.figures import concurrency_figure, decision_tree_figure
 from kvlab.studies.engine_choice.result import EngineChoiceResult

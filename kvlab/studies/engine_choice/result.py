@@ -41,6 +41,10 @@ class EngineChoiceResult(StudyResult):
     #: The modelled crossover under the default assumptions, and its range over the assumption sets (tokens).
     x_model: float | None
     x_range: tuple[float, float] | None
+    #: the model fit the modelled factors rest on: its kind ('free', 'uncalibrated' for a model the article did not
+    #: measure: the priors' centre) and the catalog model it is for
+    fit_kind: str = ""
+    fit_model: str = ""
     engines: list[str]
     sharing_experiments: list[str]
     concurrency_experiments: list[str]

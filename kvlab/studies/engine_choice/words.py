@@ -49,7 +49,7 @@ def example_rows(
         doc = name.rpartition("(")[2].removesuffix(" in the document)") if name.endswith("in the document)") else None
         rows.append(
             {
-                "example": name.split(" (")[0] if doc else name,
+                "example": name.rpartition(" (")[0] if doc else name,
                 "model": ex.model.rpartition("/")[2],
                 "context": f"{k_label(lo)}–{k_label(ex.context_tokens)}" if lo else k_label(ex.context_tokens),
                 "context_tokens": ex.context_tokens,

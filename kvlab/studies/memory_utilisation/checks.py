@@ -35,7 +35,7 @@ from kvlab.claims.grading import (
     combined,
     measured_difference,
 )
-from kvlab.claims.memory import short_outside_pool  # shared with report 04
+from kvlab.perfmodel.figures import short_outside_pool
 from kvlab.engines import engine_label, registry
 from kvlab.units import nominal_tokens, signed_pct
 from kvlab.verdicts import Verdict

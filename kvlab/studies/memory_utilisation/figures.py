@@ -9,7 +9,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullLocator
 
 from kvlab.engines import engine_label
-from kvlab.plots import _legend_below, _ordered_engines, _ranges  # house helpers, shared until the lead moves them
+from kvlab.figures import legend_below, ordered_engines, repeat_whiskers
 from kvlab.studies.memory_utilisation.checks import context_words
 from kvlab.style import ENGINE_COLORS, styled
 from kvlab.verdicts import Verdict, decides, undecided_label
@@ -29,7 +29,7 @@ def _panel(ax, r: pl.DataFrame, col: str, what: str, engines: list[str], order: 
         y = g[col].to_list()
         ax.plot(x, y, ls="none", marker="o", ms=8, color=c, zorder=3)
         lows, highs = g[f"{col}_min"].to_list(), g[f"{col}_max"].to_list()
-        if _ranges(ax, x, y, lows, highs, g["n_runs"].to_list(), c, lw=1.2, zorder=2):
+        if repeat_whiskers(ax, x, y, lows, highs, g["n_runs"].to_list(), c, lw=1.2, zorder=2):
             spread = True
             values += [v for v in highs if v is not None]
         values += y
@@ -53,7 +53,7 @@ def memory_ratio_figure(ratios: pl.DataFrame, verdict: Verdict | None = None) ->
     r = ratios.sort("context_tokens")
     ticks = r.select("context_tokens", "context_label").unique().sort("context_tokens")
     order = ticks["context_tokens"].to_list()
-    engines = _ordered_engines(r)
+    engines = ordered_engines(r)
     lo = r["mem_low"][0] if r.height else None
     hi = r["mem_high"][0] if r.height else None
     spread = False
@@ -79,4 +79,4 @@ def memory_ratio_figure(ratios: pl.DataFrame, verdict: Verdict | None = None) ->
     if lo is not None:
         said = f"latency claim {verdict.outcome}" if decides(verdict) else undecided_label(verdict)
         fig.suptitle(f"each engine against itself, never one against another; {said}", fontsize=10)
-    return _legend_below(fig, handles, ncol=len(handles))
+    return legend_below(fig, handles, ncol=len(handles))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.analysis import with_device_kind  # shared ground (several studies tag runs by device)
+from kvlab.schema import with_device_kind  # shared ground (several studies tag runs by device)
 from kvlab.engines import engine_label
 from kvlab.studies.memory_utilisation.checks import context_words
 from kvlab.tables import span

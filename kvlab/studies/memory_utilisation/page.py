@@ -6,10 +6,11 @@ from __future__ import annotations
 import polars as pl
 from IPython.display import Markdown
 
-from kvlab import narrative, tables
-from kvlab.pages.section import Section
+from kvlab import tables
+from kvlab import words as shared_words
+from kvlab.studies.section import Section
 from kvlab.perfmodel.figures import plot_headroom
-from kvlab.plots import drawable
+from kvlab.figures import drawable
 from kvlab.studies.memory_utilisation import checks, words
 from kvlab.studies.memory_utilisation.figures import memory_ratio_figure
 from kvlab.studies.memory_utilisation.result import MemoryUtilisationResult
@@ -88,10 +89,10 @@ def measured(r: MemoryUtilisationResult, wb) -> Section:
     attempts' causes, counters not reported, and the conclusion with what its verdicts allow."""
     out = Section()
     if r.measured.is_empty():
-        out.add(Markdown(narrative.no_runs_note("runs with a memory setting", wb.data, "make report")))
+        out.add(Markdown(shared_words.no_runs_note("runs with a memory setting", wb.data, "make report")))
         return out
     latency = checks.verdict_of_kind(list(r.verdicts), r.claims, "latency")
-    out.add(Markdown(narrative.measured_engines_note(r.measured.to_dicts())))
+    out.add(Markdown(shared_words.measured_engines_note(r.measured.to_dicts())))
     out.add(Markdown(words.memory_scope(r.setting, r.gpus_per_run)))
     rank = pl.col("engine").map_elements(checks.engine_rank, return_dtype=pl.Int64)
     stats = r.stats.sort(rank, "engine", "context_tokens", "mem_util")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from kvlab.engines import VLLM_CPU_BLOCK_TOKENS
+from kvlab.studies import AUTO, chosen_experiment
 from kvlab.studies.prefix_sharing import frames as f
 from kvlab.studies.prefix_sharing import words
 from kvlab.studies.prefix_sharing.checks import PREFIX_CLAIM_IDS, Inputs, verdicts
@@ -23,8 +24,8 @@ def compute(
     wb,
     *,
     data_dir: str = "",
-    sharing_experiment: str = "cpu_prefix_sharing",
-    multi_turn_experiment: str = "cpu_multi_turn",
+    sharing_experiment: str = AUTO,
+    multi_turn_experiment: str = AUTO,
     claims_experiment: str = "article_kv_design",
     threshold: float = 0.3,
     min_gain: float = 0.1,
@@ -33,6 +34,8 @@ def compute(
     block_tokens: int = VLLM_CPU_BLOCK_TOKENS,
 ) -> PrefixSharingResult:
     runs, requests = wb.runs, wb.requests
+    sharing_experiment = chosen_experiment(wb, sharing_experiment, "cpu_prefix_sharing")
+    multi_turn_experiment = chosen_experiment(wb, multi_turn_experiment, "cpu_multi_turn")
     claims = wb.claims(claims_experiment)
     sharing_runs = runs.filter(pl.col("experiment") == sharing_experiment)
     turn_runs = runs.filter(pl.col("experiment") == multi_turn_experiment)

@@ -1,4 +1,4 @@
-"""Report 05's figures: a frame in, a matplotlib Figure out (house style from kvlab.style and kvlab.plots' helpers).
+"""Report 05's figures: a frame in, a matplotlib Figure out (house style from kvlab.style and kvlab.figures' helpers).
 
 The measured hit-rate figure both reports draw is :func:`kvlab.studies.sharing_frames.prefix_sharing_figure`; here,
 what only report 05 draws: each engine's cache off ÷ on beside its hit rate, what the cache buys, multi-turn reuse
@@ -12,23 +12,19 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter
 
-from kvlab.engines import engine_label
+from kvlab.engines import VLLM_CPU_BLOCK_TOKENS, engine_label
 from kvlab.guide import FIXED_CONTEXT_THRESHOLD
-from kvlab.plots import (
+from kvlab.figures import all_zero, legend_below, ordered_engines, repeat_whiskers, zero_note
+from kvlab.studies.sharing_figures import (
     CACHE_STYLES,
     THRESHOLD_COLOR,
-    _all_zero,
-    _cache_style,
-    _config_handles,
-    _fraction_axis,
-    _hit_rate_axis,
-    _ideal_handles,
-    _legend_below,
-    _ordered_engines,
-    _ranges,
-    _study_y,
-    _threshold_handle,
-    _zero_note,
+    cache_style,
+    config_handles,
+    fraction_axis,
+    hit_rate_axis,
+    ideal_handles,
+    study_y,
+    threshold_handle,
 )
 from kvlab.style import ENGINE_COLORS, styled
 
@@ -41,16 +37,16 @@ def _hit_panel(ax, s: pl.DataFrame, engines: list[str]) -> None:
             g = s.filter((pl.col("engine") == e) & (pl.col("prefix_caching") == caching))
             if g.is_empty():
                 continue
-            if not caching and _all_zero(g["cache_hit_rate"].to_list()):
+            if not caching and all_zero(g["cache_hit_rate"].to_list()):
                 zero_off.append(e)
                 continue
             ax.plot(
                 g["shared_fraction"],
                 g["cache_hit_rate"],
-                **(_cache_style(e, caching) | dict(linewidth=3, markersize=7)),
+                **(cache_style(e, caching) | dict(linewidth=3, markersize=7)),
             )
             if {"cache_hit_rate_min", "cache_hit_rate_max", "n_runs"} <= set(g.columns):
-                _ranges(
+                repeat_whiskers(
                     ax,
                     g["shared_fraction"].to_list(),
                     g["cache_hit_rate"].to_list(),
@@ -59,7 +55,7 @@ def _hit_panel(ax, s: pl.DataFrame, engines: list[str]) -> None:
                     g["n_runs"].to_list(),
                     ENGINE_COLORS.get(e, "#777777"),
                 )
-    _hit_rate_axis(ax, s, zero_off)
+    hit_rate_axis(ax, s, zero_off)
     ax.set_title("measured: prompt tokens served from the prefix cache", fontsize=10)
 
 
@@ -74,7 +70,7 @@ def _ratio_panel(ax, gain: pl.DataFrame, engines: list[str], col: str, what: str
         c = ENGINE_COLORS.get(e, "#777777")
         ax.plot(g["shared_fraction"], g[col], marker="o", color=c, markerfacecolor=c, linestyle="-")
         values += g[col].to_list()
-        if {f"{col}_min", f"{col}_max", "n_runs"} <= set(g.columns) and _ranges(
+        if {f"{col}_min", f"{col}_max", "n_runs"} <= set(g.columns) and repeat_whiskers(
             ax,
             g["shared_fraction"].to_list(),
             g[col].to_list(),
@@ -96,8 +92,8 @@ def _ratio_panel(ax, gain: pl.DataFrame, engines: list[str], col: str, what: str
 
 
 def _ratio_handles(engines, settings, block_tokens: int, min_gain: float, threshold: float, spread: bool) -> list:
-    handles = _config_handles(engines, settings)
-    handles += _ideal_handles(block_tokens)
+    handles = config_handles(engines, settings)
+    handles += ideal_handles(block_tokens)
     handles += [
         Line2D([], [], color="#222222", linewidth=0.9, label="1×: the cache changes nothing (right panels)"),
         Line2D(
@@ -108,7 +104,7 @@ def _ratio_handles(engines, settings, block_tokens: int, min_gain: float, thresh
             linestyle=":",
             label=f"{min_gain:.0%} of batch time saved ({1 / (1 - min_gain):.2f}×)",
         ),
-        _threshold_handle(threshold),
+        threshold_handle(threshold),
     ]
     if spread:
         handles.append(
@@ -122,7 +118,7 @@ def prefix_ratio_figure(
     sharing: pl.DataFrame,
     gain: pl.DataFrame,
     threshold: float = FIXED_CONTEXT_THRESHOLD,
-    block_tokens: int = 128,
+    block_tokens: int = VLLM_CPU_BLOCK_TOKENS,
     min_gain: float = 0.10,
 ) -> Figure:
     """Report 05's measured figure: the hit rate per engine and cache setting, then each engine's mean TTFT and
@@ -131,7 +127,7 @@ def prefix_ratio_figure(
     fig = Figure(figsize=(16, 5.0))
     axes = fig.subplots(1, 3)
     hw = ", ".join(sharing["hardware"].unique(maintain_order=True).to_list())
-    engines = _ordered_engines(sharing)
+    engines = ordered_engines(sharing)
     s = sharing.sort("shared_fraction")
     _hit_panel(axes[0], s, engines)
     g_all = gain.sort("shared_fraction")
@@ -139,10 +135,10 @@ def prefix_ratio_figure(
     spread |= _ratio_panel(axes[2], g_all, engines, "batch_speedup", "median batch time", min_gain)
     for ax in axes:
         ax.axvline(threshold, color=THRESHOLD_COLOR, linewidth=1.2, alpha=0.7)
-        _fraction_axis(ax, s)
+        fraction_axis(ax, s)
     settings = sharing["prefix_caching"].unique().to_list() if sharing.height else []
     fig.suptitle(f"measured on {hw}; right: each engine against itself (above 1× its cache helps)", fontsize=10)
-    return _legend_below(fig, _ratio_handles(engines, settings, block_tokens, min_gain, threshold, spread), ncol=4)
+    return legend_below(fig, _ratio_handles(engines, settings, block_tokens, min_gain, threshold, spread), ncol=4)
 
 
 @styled
@@ -154,7 +150,7 @@ def caching_gain_figure(
     threshold marked; y from 0, the legend below the axes."""
     fig = Figure(figsize=(8, 4.6))
     ax = fig.subplots()
-    engines = _ordered_engines(gain)
+    engines = ordered_engines(gain)
     for e in engines:
         g = gain.filter(pl.col("engine") == e).sort("shared_fraction")
         c = ENGINE_COLORS.get(e, "#777777")
@@ -174,7 +170,7 @@ def caching_gain_figure(
     top = max([v for c in ("batch_speedup", "ttft_speedup") for v in gain[c].to_list() if v is not None], default=2)
     ax.set_ylim(0, max(top, 1 / (1 - min_gain)) * 1.12)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
-    _fraction_axis(ax, gain)
+    fraction_axis(ax, gain)
     ax.set(
         ylabel="speed-up from the prefix cache, off ÷ on",
         title="measured: what the prefix cache buys, by shared fraction (above 1× it helps)",
@@ -203,20 +199,20 @@ def caching_gain_figure(
             linestyle=":",
             label=f"{min_gain:.0%} of batch time saved ({1 / (1 - min_gain):.2f}×)",
         ),
-        _threshold_handle(threshold),
+        threshold_handle(threshold),
     ]
-    return _legend_below(fig, handles, ncol=3)
+    return legend_below(fig, handles, ncol=3)
 
 
 @styled
 def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = None) -> Figure:
     """Per turn: prompt tokens served from the cache (mean per request) and mean TTFT, per engine with its prefix
     cache on (solid, filled dots) and off (dashed, open dots). Turns are whole numbers on the axis. With
-    ``requests`` (:func:`kvlab.analysis.multi_turn_requests`) each request's TTFT is a small dot beside its
+    ``requests`` (:func:`kvlab.studies.prefix_sharing.frames.multi_turn_requests`) each request's TTFT is a small dot beside its
     turn's mean, so the spread over conversations shows."""
     fig = Figure(figsize=(12, 4.8))
     axes = fig.subplots(1, 2)
-    engines = _ordered_engines(by_turn)
+    engines = ordered_engines(by_turn)
     settings = by_turn["prefix_caching"].unique().to_list() if by_turn.height else []
     configs = [
         (e, c)
@@ -227,8 +223,8 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
     zero_off = []
     for i, (engine, caching) in enumerate(configs):
         g = by_turn.filter((pl.col("engine") == engine) & (pl.col("prefix_caching") == caching)).sort("turn")
-        style = _cache_style(engine, caching)
-        if caching or not _all_zero(g["cached_tokens"].to_list()):
+        style = cache_style(engine, caching)
+        if caching or not all_zero(g["cached_tokens"].to_list()):
             axes[0].plot(g["turn"], g["cached_tokens"], **style)
         elif not caching:
             zero_off.append(engine)
@@ -251,12 +247,12 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
         lengths = by_turn.group_by("turn").agg(pl.col("prompt_tokens").mean()).sort("turn")
         axes[0].plot(lengths["turn"], lengths["prompt_tokens"], color="#222222", linestyle=":", linewidth=1.6)
         axes[0].set_ylim(0, lengths["prompt_tokens"].max() * 1.1)
-    _zero_note(axes[0], zero_off, "cached tokens")
+    zero_note(axes[0], zero_off, "cached tokens")
     axes[0].set(ylabel="tokens per request (mean)", title="measured: prompt tokens served from the cache")
     ttft = [v for v in by_turn["ttft_mean_ms"].to_list() if v is not None] if by_turn.height else []
     if requests is not None and requests.height:
         ttft += [v for v in requests["ttft_ms"].to_list() if v is not None]
-    _study_y(axes[1], ttft, "TTFT (ms)")
+    study_y(axes[1], ttft, "TTFT (ms)")
     axes[1].set_title(
         "measured: time to first token by turn (line: mean"
         + ("; dots: each conversation)" if requests is not None and requests.height else ")")
@@ -267,7 +263,7 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("turn (0 = the first question about the document)")
         ax.title.set_fontsize(10)
-    handles = _config_handles(engines, settings)
+    handles = config_handles(engines, settings)
     handles.append(Line2D([], [], color="#222222", linestyle=":", linewidth=1.6, label="prompt length (tokens)"))
     if requests is not None and requests.height:
         handles.append(
@@ -282,7 +278,7 @@ def multi_turn_figure(by_turn: pl.DataFrame, requests: pl.DataFrame | None = Non
                 label="small dots: one request each (TTFT)",
             )
         )
-    return _legend_below(fig, handles, ncol=3)
+    return legend_below(fig, handles, ncol=3)
 
 
 @styled
@@ -318,10 +314,10 @@ def ideal_reuse_figure(
     )
     ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
     ax.set_ylim(0, max(ideal["ideal_hit_rate"].max() or 1, 0.1) * 1.1)
-    _fraction_axis(ax, ideal)
+    fraction_axis(ax, ideal)
     ax.set(
         ylabel="share of prompt tokens servable from cache",
         title="modelled: the most a prefix cache can reuse (no engine measured)",
     )
     ax.title.set_fontsize(10)
-    return _legend_below(fig, ax, ncol=1)
+    return legend_below(fig, ax, ncol=1)

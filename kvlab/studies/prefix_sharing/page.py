@@ -8,8 +8,8 @@ from IPython.display import Markdown
 
 from kvlab import tables
 from kvlab.engines import engine_label
-from kvlab.narrative.common import no_runs_note, stand_in_note
-from kvlab.pages.section import Section
+from kvlab.words import no_runs_note, stand_in_note
+from kvlab.studies.section import Section
 from kvlab.studies.prefix_sharing import words
 from kvlab.studies.prefix_sharing.figures import ideal_reuse_figure, multi_turn_figure, prefix_ratio_figure
 from kvlab.studies.prefix_sharing.result import PrefixSharingResult

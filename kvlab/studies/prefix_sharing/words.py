@@ -42,11 +42,6 @@ def off_on(x: float, n: int | None = None) -> str:
     return f"{ratio(x, n)}×"
 
 
-def _label(v: Verdict | None) -> str:
-    """' (inconclusive: …)' after a measurement whose verdict does not decide; '' where it does."""
-    return "" if decides(v) else f" ({undecided_label(v)})"
-
-
 # -- tables ----------------------------------------------------------------------------------------------------------
 
 
@@ -504,7 +499,7 @@ def _turns_radix_vs_paged(by_turn: list[dict]) -> list[str]:
 
 #: The conclusions' name for each verdict's question.
 _ASKED = {
-    "vllm_no_prefix_sharing": "vLLM shares no prefixes",
+    "vllm_no_prefix_sharing": f"{engine_label(VLLM)} shares no prefixes",
     "sglang_radix_sharing": "SGLang's radix cache shares the prefix",
     "sglang_radix_suffix": "SGLang computes only each suffix",
     "shared_prefix_threshold": "choose SGLang from 30% shared",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.analysis import consistency, throughput
+from kvlab.studies import AUTO, chosen_experiment
+from kvlab.studies.measured_frames import consistency, throughput
 from kvlab.studies.measured_frames import decay_factors, pool_excesses, pool_fit
 from kvlab.studies.result import Answer
 from kvlab.studies.throughput_decay import checks, words
@@ -38,11 +39,12 @@ def compute(
     *,
     data_dir: str = "",
     published_experiment: str = "article_b300",
-    measured_experiment: str = "cpu_long_context",
+    measured_experiment: str = AUTO,
     mem_util: float = 0.92,
     context_from: str = "64K",
     context_to: str = "200K",
 ) -> ThroughputDecayResult:
+    measured_experiment = chosen_experiment(wb, measured_experiment, "cpu_long_context")
     claims = wb.claims(published_experiment)
     published = wb.published(published_experiment)
     measured = wb.measured(measured_experiment, mem_util)

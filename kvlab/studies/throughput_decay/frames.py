@@ -75,7 +75,7 @@ class StatedRatio:
 
 
 def stated_ratios(check: pl.DataFrame) -> tuple[StatedRatio, ...]:
-    """Each stated ratio of :func:`kvlab.analysis.consistency`'s ``check`` as a :class:`StatedRatio`."""
+    """Each stated ratio of :func:`kvlab.studies.measured_frames.consistency`'s ``check`` as a :class:`StatedRatio`."""
     out = []
     for r in consistency_verdicts(check).iter_rows(named=True):
         rows = check.filter(pl.col("claim_id") == r["claim_id"])

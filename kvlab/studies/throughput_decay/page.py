@@ -6,8 +6,8 @@ from __future__ import annotations
 from IPython.display import Markdown
 
 from kvlab import tables
-from kvlab.narrative.common import citation_note
-from kvlab.pages.section import Section
+from kvlab.words import citation_note
+from kvlab.studies.section import Section
 from kvlab.studies.measured_frames import POOL_UNKNOWN, measured_opening, pool_recorded
 from kvlab.studies.throughput_decay import words
 from kvlab.studies.throughput_decay.figures import claims_vs_table, throughput_vs_context

@@ -13,8 +13,8 @@ import polars as pl
 
 from kvlab.claims.grading import ASSUMED_FROM_CLAIM, held_out_gate, held_out_grade
 from kvlab.claims.held_out import consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out
-from kvlab.claims.speed import held_out_verdict
-from kvlab.engines import engine_label
+from kvlab.claims.held_out import held_out_verdict
+from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.calibrate import SANE_RANGES, implausible
 from kvlab.perfmodel.ranges import model_ranges
 from kvlab.perfmodel.reference import bound_checks
@@ -76,8 +76,8 @@ def _ratio_words(ev: Evidence, tokens: int, label: str) -> str | None:
     times = {r["engine"]: r["modelled_s"] for r in d.iter_rows(named=True)}
     if len(times) < 2:
         return None
-    vllm = next(t for e, t in times.items() if e.startswith("vllm"))
-    sglang = next(t for e, t in times.items() if e.startswith("sglang"))
+    vllm = next(t for e, t in times.items() if e.startswith(VLLM))
+    sglang = next(t for e, t in times.items() if e.startswith(SGLANG))
     span = next(iter(model_ranges(ev.sens, contexts=(tokens,)).ratios), None) if ev.sens.height else None
     rng = f" ({span.ratio.lo:.2f}–{span.ratio.hi:.2f})" if span and span.ratio.lo is not None else ""
     return f"{vllm / sglang:.2f} at {label}{rng}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 from matplotlib.figure import Figure
 
-from kvlab.narrative.common import model_title
+from kvlab.words import model_title
 from kvlab.perfmodel.figures import plot_crossover, plot_curves
 from kvlab.verdicts import Verdict, decides, undecided_label
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from kvlab.perfmodel.catalog import model as find_model
-from kvlab.perfmodel.catalog import row_gpu
+from kvlab.engines import SGLANG, engine_label
+
+from kvlab.catalog import model as find_model
+from kvlab.catalog import row_gpu
 from kvlab.studies.whatif_model.result import Consistent
 
 
@@ -68,9 +70,9 @@ def by_batch(sens: pl.DataFrame) -> pl.DataFrame:
             pl.col("crossover_tokens").min().alias("lo"),
             pl.col("crossover_tokens").max().alias("hi"),
             pl.col("crossover_tokens").is_not_null().sum().alias("crossing_sets"),
-            (pl.col("winner_200k") == "SGLang").sum().alias("sglang_faster_200k_sets"),
-            pl.col("loo_mean_abs_pct").min().round(0).alias("loo_low_pct"),
-            pl.col("loo_mean_abs_pct").max().round(0).alias("loo_high_pct"),
+            (pl.col("winner_200k") == engine_label(SGLANG)).sum().alias("sglang_faster_200k_sets"),
+            pl.col("loo_mean_abs_pct").cast(pl.Float64).min().round(0).alias("loo_low_pct"),
+            pl.col("loo_mean_abs_pct").cast(pl.Float64).max().round(0).alias("loo_high_pct"),
         )
         .sort("batch_size")
     )
@@ -96,4 +98,4 @@ def consistent(summary: dict) -> Consistent:
 
 def fits_shown(fits: pl.DataFrame) -> pl.DataFrame:
     """The two fits as tabled: the held-out error in whole percent, the one rounding the page gives it."""
-    return fits.with_columns(pl.col("loo_mean_abs_pct").round(0))
+    return fits.with_columns(pl.col("loo_mean_abs_pct").cast(pl.Float64).round(0))

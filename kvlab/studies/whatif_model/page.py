@@ -7,11 +7,12 @@ import html
 
 from IPython.display import HTML, Markdown
 
-from kvlab import explore, tables
+from kvlab import tables
 from kvlab.perfmodel.figures import plot_headroom, plot_step_fits
 from kvlab.perfmodel.stepfit import as_shown as step_shown
 from kvlab.perfmodel.stepfit import step_fit_note
-from kvlab.pages.section import Section
+from kvlab.studies.section import Section
+from kvlab.studies.whatif_model import explore
 from kvlab.perfmodel.figures import as_shown
 from kvlab.studies.whatif_model import figures, words
 from kvlab.studies.whatif_model.frames import fits_shown

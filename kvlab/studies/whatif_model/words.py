@@ -8,7 +8,7 @@ import math
 
 from kvlab import tables
 from kvlab.engines import SGLANG, VLLM, engine_label
-from kvlab.narrative.common import config_name, setup_phrase
+from kvlab.words import config_name, setup_phrase
 from kvlab.perfmodel.calibrate import PRIORS, implausible
 from kvlab.studies.whatif_model.formats import k_span, pct, ranged
 from kvlab.tables import experiment_words

@@ -1,10 +1,12 @@
-"""What several reports say alike: the measured engines, unavailable counters, citations, the modelled set-up, model curves."""
+"""The words' shared ground: what several reports say alike (the measured engines and what stands in for what,
+unavailable counters, citations, the modelled set-up, model curves and their bands). Each study's own sentences are in
+``kvlab/studies/<study>/words.py``, built from its verdicts and typed values."""
 
 from __future__ import annotations
 
 from kvlab.engines import VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.tables import answer_cell
-from kvlab.units import approx_tokens, k_label, scaled_context, tokens_label
+from kvlab.units import approx_tokens, k_label, tokens_label
 
 
 def measured_engines_note(runs: list[dict]) -> str:
@@ -113,18 +115,9 @@ def curves_caption(
     return f"Modelled for {who}: {body}; {lines}{flags}."
 
 
-def scaled_span(r: dict) -> str:
-    """' (scaled contexts: 1,024 → 3,200 tokens)' for a decay row whose contexts were scaled down, else ''."""
-    scaled = (
-        scaled_context(r["context_from"], r.get("c_from")) != r["context_from"]
-        or scaled_context(r["context_to"], r.get("c_to")) != r["context_to"]
-    )
-    return f" (scaled contexts: {r['c_from']:,} → {r['c_to']:,} tokens)" if scaled else ""
-
-
 def stand_in_note(engines, block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> str | None:
     """Says, once and plainly, what a stand-in engine (sglang-jax) is, when ``engines`` (the engines a report's
-    measured frames hold, :func:`kvlab.analysis.engines_in`) include one; None otherwise."""
+    measured frames hold, :func:`kvlab.studies.sharing_frames.engines_in`) include one; None otherwise."""
     present = registry.ordered(engines)
     stand_ins = [e for e in present if registry.is_stand_in(e)]
     if not stand_ins:
@@ -153,3 +146,58 @@ def answer_markdown(answer) -> str:
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
     body = "\n".join("| " + " | ".join(answer_cell(c, r[c]) for c in cols) + " |" for r in rows)
     return f"{text}\n\n{head}\n{body}"
+
+
+def band_sentence(
+    model_df: list[dict],
+    y: str = "batch_time_s",
+    unit: str = "s",
+    context: int | None = None,
+    tokens_per_batch: tuple[int, int] | None = None,
+) -> str:
+    """What a figure's bands (``model_df``: the curves' row dicts) are and how wide, read at ``context`` (default: 200K when drawn, else the largest
+    context): each configuration's value under the default assumptions with its lowest-highest over the assumption
+    sets. ``tokens_per_batch`` (a throughput figure): the sets' lowest and highest batch x output tokens, which
+    scale a throughput by themselves."""
+    cols = model_df[0] if model_df else {}
+    if f"{y}_lo" not in cols:
+        return ""
+    ctxs = sorted({r["context_tokens"] for r in model_df})
+    c = context if context in ctxs else (204800 if 204800 in ctxs else ctxs[-1])
+    n = max(r["assumption_sets"] for r in model_df) if "assumption_sets" in cols else None
+    few = min(r["assumption_sets"] for r in model_df) if "assumption_sets" in cols else n
+    first_full = min((r["context_tokens"] for r in model_df if r.get("assumption_sets") == n), default=None)
+    parts = []
+    for r in model_df:
+        if r["context_tokens"] == c:
+            parts.append(
+                f"{config_name(r['config'])} {r[y]:,.3g} {unit} ({r[y + '_lo']:,.3g}–{r[y + '_hi']:,.3g} {unit})"
+            )
+    if any(r.get("uncalibrated") for r in model_df):
+        text = (
+            f"Bands: uncalibrated (no published point of this model was fitted, and a fit to another model's is "
+            f"never applied): the lowest to highest over the priors' centre, fast end and slow end under each "
+            f"assumption set ({n or ''} in all), the line inside being the priors' centre; at {tokens_label(c)} "
+            + ", ".join(parts)
+            + "."
+        )
+    else:
+        text = (
+            f"Bands: the lowest to highest over the {n or ''} assumption sets the published points cannot choose "
+            f"among (each refitted to them), the line inside being the default set's; at {tokens_label(c)} "
+            + ", ".join(parts)
+            + "."
+        ).replace("the  assumption", "the assumption")
+    if few != n and first_full:
+        text += (
+            f" Below {tokens_label(first_full)} tokens only {few} of the sets count: the others' output is as long as "
+            "the context, leaving no prompt."
+        )
+    if tokens_per_batch:
+        lo, hi = tokens_per_batch
+        text += (
+            f" Most of a throughput band's width is the unstated batch: the sets' batches hold {lo:,}–{hi:,} "
+            f"output tokens ({hi / lo:.0f}×), and tokens/s scales with them; the published circles' bars are the "
+            "article's own times under the same sets. Which engine is faster is read in the batch-time figure."
+        )
+    return text
