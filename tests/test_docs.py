@@ -103,3 +103,17 @@ def test_no_docs_paragraph_is_over_150_words():
         if len(text.split()) > 150
     ]
     assert not long, f"{len(long)} paragraph(s) over 150 words: {long}"
+
+
+def test_the_readmes_exploring_snippet_runs_on_a_computed_report(fixture_data):
+    """Issue 57: the README's "Exploring a report" snippet runs as written, with the ``wb`` and ``r`` a notebook's
+    first cell gives (report 01 on the fixture data)."""
+    from kvlab import studies
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Exploring a report") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    wb, r = studies.notebook("01", {"data_dir": str(fixture_data)})
+    scope = {"wb": wb, "r": r}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102  (the README's own snippet, run as a user would)
+    assert len(scope["page"].measured(r, wb)) > 0 and "measured" in r.frames
