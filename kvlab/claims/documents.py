@@ -6,16 +6,18 @@ GPU host would decide it (CLAIMS ``decided_by``).
   routing stability, ease of operation) is *cannot be tested here*: no run of this host exercises it, and the claim
   table's ``decided_by`` names the experiment file that would (family *document*).
 - A claim a document's own figures can check is a *consistency* verdict: "the only variable changed was the engine"
-  against the document's own table, whose rows record DCP 1 for vLLM and DCP 8 for SGLang; a recommended setting
-  (CLAIMS ``setting``, metric ``oom_retries``, direction ``none``: it runs without OOM) against another document that
-  says the same setting caused OOM retries (direction ``some``) — seed 003's ``--gpu-memory-utilization 0.95`` against
-  seed 000's "0.95 caused OOM retries": *consistent* / *inconsistent*, never reproduced / contradicted.
+  against the document's own table, whose rows record DCP 1 for vLLM and DCP 8 for SGLang: *consistent* /
+  *inconsistent*, never reproduced / contradicted.
+- A setting one document recommends against another document that says the same setting caused OOM retries is
+  family *document* (one document set against another, not against its own figures): *cannot be tested here*, since
+  the two describe different models and GPUs without figures (:func:`setting_against_documents`).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from kvlab.claims.grading import NO_GPU_MEMORY
 from kvlab.engines import engine_label, registry
 from kvlab.verdicts import Verdict
 
@@ -64,7 +66,7 @@ def graded(
             and c.get("setting") is not None
             and all_claims is not None
         ):
-            v = _setting_against_documents(c, all_claims)
+            v = setting_against_documents(c, all_claims)
         out.append(
             v
             or Verdict(
@@ -121,9 +123,12 @@ def _setup_against_table(c: dict, published: pl.DataFrame) -> Verdict | None:
     )
 
 
-def _setting_against_documents(c: dict, all_claims: pl.DataFrame) -> Verdict | None:
-    """A setting one document recommends (runs without OOM retries) against another document's claim that the same
-    setting caused OOM retries: *inconsistent* where one says so, the two documents' words shown."""
+def setting_against_documents(c: dict, all_claims: pl.DataFrame) -> Verdict | None:
+    """A setting one document recommends (it runs without OOM retries) against another document that says the same
+    setting caused OOM retries (reports 03 and 06 show it; graded here once). It sets one document against another,
+    not against its own figures, so it is family *document*; the other document reports another model, GPUs and
+    context without figures, and no run here exercises the recommended set-up: *cannot be tested here*. None without
+    another document saying so."""
     other = all_claims.filter(
         (pl.col("experiment") != c["experiment"])
         & (pl.col("setting") == c["setting"])
@@ -132,22 +137,22 @@ def _setting_against_documents(c: dict, all_claims: pl.DataFrame) -> Verdict | N
     )
     if other.is_empty():
         return None
-    o = other.row(0, named=True)
+    o, u = other.row(0, named=True), c["setting"]
     return Verdict(
         f"{c['statement']} — against {document_name(o['experiment'])}: “{o['statement']}”",
-        "inconsistent",
+        "cannot be tested here",
         "published",
-        f"{c['setting']:g} recommended by one document; {c['setting']:g} caused OOM retries in the other",
+        f"{u:g} recommended by one document; {u:g} caused OOM retries in the other (another model and GPUs)",
         claim_id=c["claim_id"],
         kind=c["kind"],
-        value=float(c["setting"]),
+        value=float(u),
         unit="memory-utilisation target",
         n=2,
-        family="consistency",
+        family="document",
         scope="the two documents' own words (different models, GPUs and contexts)",
+        limit=NO_GPU_MEMORY,
         reason=(
-            f"one document recommends {c['setting']:g}, the other ({o['claim_id']}) says {c['setting']:g} caused OOM "
-            "retries with either engine; they describe different models, GPUs and contexts, so the conflict is "
-            f"one of advice, not of a measurement; {_where(c)}"
+            f"the other document ({o['claim_id']}) says {u:g} caused OOM retries, but for another model, GPUs and "
+            f"context and without figures, so it cannot decide this advice; {_where(c)}"
         ),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import Evidence, Factor, Recommendation, UserWorkload
 from kvlab.tables import ms, number, percent
-from kvlab.units import approx_tokens, count, k_label, measured, ratio, sig2
+from kvlab.units import approx_tokens, count, k_label, measured, ratio, sig2, tokens_label
 from kvlab.verdicts import Verdict, decides, undecided_label
 
 # -- the rule, the tree ------------------------------------------------------------------------------------------------
@@ -51,7 +51,8 @@ def example_rows(
             {
                 "example": name.rpartition(" (")[0] if doc else name,
                 "model": ex.model.rpartition("/")[2],
-                "context": f"{k_label(lo)}–{k_label(ex.context_tokens)}" if lo else k_label(ex.context_tokens),
+                # a context under 1K reads as its tokens, never "0K" (the batch-classification example's prompts)
+                "context": f"{k_label(lo)}–{k_label(ex.context_tokens)}" if lo else tokens_label(ex.context_tokens),
                 "context_tokens": ex.context_tokens,
                 "shared_fraction": round(ex.shared_fraction, 2),
                 "in_flight": ex.concurrency,

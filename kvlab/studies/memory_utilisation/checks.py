@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from kvlab.claims.documents import document_name
+from kvlab.claims.documents import setting_against_documents
 from kvlab.claims.grading import (
     ASSUMED_FROM_CLAIM,
     FEW_REPEATS,
@@ -422,44 +422,10 @@ def check_latency(c: dict, ev: Evidence) -> list[Verdict]:
 
 
 def check_recommended(c: dict, ev: Evidence) -> list[Verdict]:
-    """A setting one document recommends (it runs without OOM retries) against another document that says the same
-    setting caused OOM retries. Graded on evidence independent of the recommending document — family *document*,
-    set here, not left to :func:`kvlab.verdicts.family_of` (which files a published row as *consistency*). The
-    other document reports another model, GPUs and context and gives no figures, and no run here exercises the
-    recommended set-up: *cannot be tested here*. Without another document saying so, no verdict."""
-    if ev.all_claims is None:
-        return []
-    other = ev.all_claims.filter(
-        (pl.col("experiment") != c["experiment"])
-        & (pl.col("setting") == c["setting"])
-        & (pl.col("metric") == "oom_retries")
-        & (pl.col("direction") == "some")
-    )
-    if other.is_empty():
-        return []
-    o, u = other.row(0, named=True), c["setting"]
-    where = f"data/experiments/{c['decided_by']}.yaml" if c.get("decided_by") else "no experiment file yet"
-    return [
-        Verdict(
-            f"{c['statement']} — against {document_name(o['experiment'])}: “{o['statement']}”",
-            "cannot be tested here",
-            "published",
-            f"{u:g} recommended by one document; {u:g} caused OOM retries in the other (another model and GPUs)",
-            claim_id=c["claim_id"],
-            kind=c["kind"],
-            value=float(u),
-            unit="memory-utilisation target",
-            n=2,
-            family="document",
-            scope="the two documents' own words (different models, GPUs and contexts)",
-            limit=NO_GPU_MEMORY,
-            reason=(
-                f"the other document ({o['claim_id']}) says {u:g} caused OOM retries, but for another model, GPUs "
-                f"and context and without figures, so it cannot decide this advice; {where}, run on the host the "
-                "claim is about, would"
-            ),
-        )
-    ]
+    """A setting one document recommends against another that says it caused OOM retries: graded once, in
+    :func:`kvlab.claims.documents.setting_against_documents` (report 06 shows the same verdict)."""
+    found = setting_against_documents(c, ev.all_claims) if ev.all_claims is not None else None
+    return [found] if found else []
 
 
 def claim_kind(c: dict) -> str | None:
