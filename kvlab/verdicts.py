@@ -49,8 +49,8 @@ Outcome = Literal[
 ]
 Evidence = Literal["published", "measured", "modelled"]
 #: The three families of verdicts, counted apart everywhere (docs/verdicts.md): *document* — a document's claim
-#: graded on evidence independent of that document; *consistency* — a document checked against its own figures (or
-#: another document's); *own* — kvlab's own questions and self-checks, never counted as document claims.
+#: graded on evidence independent of that document (another document included); *consistency* — a document checked
+#: against its own figures; *own* — kvlab's own questions and self-checks, never counted as document claims.
 Family = Literal["document", "consistency", "own"]
 FAMILIES = ("document", "consistency", "own")
 #: Badge colours from the Okabe–Ito palette ("Color Universal Design", Masataka Okabe and Kei Ito, 2008,
