@@ -366,9 +366,8 @@ def test_the_dead_declaration_check_sees_what_it_looks_for(tmp_path):
 
 
 def test_the_notebooks_only_call_their_study_and_display_it():
-    """Issue 38: the seven notebooks' code cells, the parameters cells included, hold at most 157 non-blank,
-    non-comment lines (157 since the setup names its study folder's page module): a notebook computes its study once and
-    displays what its page module returns."""
+    """Issue 38: the seven notebooks' code cells, the parameters cells included, hold at most 150 non-blank,
+    non-comment lines: a notebook computes its study once and displays what its page module returns."""
     root = Path(__file__).resolve().parents[1]
     lines = {
         p.name: sum(
@@ -380,8 +379,7 @@ def test_the_notebooks_only_call_their_study_and_display_it():
         )
         for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     }
-    # 150 before the study folders; each notebook's setup now names its study's page module (one line each)
-    assert sum(lines.values()) <= 157, lines
+    assert sum(lines.values()) <= 150, lines
 
 
 def test_every_notebook_cell_past_the_parameters_is_one_page_call():
@@ -390,8 +388,8 @@ def test_every_notebook_cell_past_the_parameters_is_one_page_call():
     page module: no arithmetic, no prose, no figure code in a notebook."""
     root = Path(__file__).resolve().parents[1]
     setup = re.compile(
-        r"from kvlab import studies\nfrom kvlab\.studies\.\w+ import page\n+"
-        r'wb, r = studies\.notebook\("\d\d", globals\(\)\)(\n(r\.answer|page\.opening\(r, wb\)))?$'
+        r"from kvlab import studies\n+"
+        r'wb, r, page = studies\.open_page\("\d\d", globals\(\)\)(\n(r\.answer|page\.opening\(r, wb\)))?$'
     )
     section = re.compile(r"page\.\w+\(r(, wb)?\)")
     bad = []

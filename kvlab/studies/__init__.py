@@ -121,6 +121,14 @@ def notebook(report: str, namespace: Mapping[str, Any]):
     return wb, result
 
 
+def open_page(report: str, namespace: Mapping[str, Any]):
+    """A report notebook's one setup line: :func:`notebook` (the study computed once, its result file written where
+    the report build asks) and the study's page module, whose functions the notebook's cells call. Returns (workbook,
+    result, page)."""
+    wb, result = notebook(report, namespace)
+    return wb, result, import_module(f"{module(report).__name__}.page")
+
+
 def write_result(result: StudyResult, path: Path) -> Path:
     """``result.to_json()`` written to ``path`` atomically (a temporary file renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)

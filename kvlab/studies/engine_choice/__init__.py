@@ -54,6 +54,16 @@ def _context_factors(w: guide.UserWorkload, fit, low: int) -> list:
     ]
 
 
+def _modelled(data, published_experiment: str, w: guide.UserWorkload, fit, low: int, max_context: int, points: int):
+    """The model's side of the question: each engine's curve to ``max_context``, its values at the two contexts asked,
+    and the crossover with its range over the assumption sets."""
+    sens, x_range = crossover_range(data, experiment=published_experiment, gpu=w.gpu, model=w.model, tp=w.tp, dcp=w.dcp)
+    configs = list(guide.engine_configs(w))
+    model_df = curves(configs, context_grid(max_context, points=points), Workload(), fit.params, sens=sens)
+    at = curves(configs, sorted({low, w.context_tokens}), Workload(), fit.params, sens=sens)
+    return model_df, at, crossover_from_fit(fit, gpu=w.gpu, model=w.model, dcp=w.dcp, tp=w.tp), x_range
+
+
 def compute(
     wb,
     *,
@@ -91,11 +101,7 @@ def compute(
     )
     low = min(context_low_tokens, context_tokens)
     tree = w.tree()
-    sens, x_range = crossover_range(data, experiment=published_experiment, gpu=gpu, model=model, tp=tp, dcp=dcp)
-    configs = list(guide.engine_configs(w))
-    model_df = curves(configs, context_grid(max_context, points=curve_points), Workload(), fit.params, sens=sens)
-    points = curves(configs, sorted({low, context_tokens}), Workload(), fit.params, sens=sens)
-    x_model = crossover_from_fit(fit, gpu=gpu, model=model, dcp=dcp, tp=tp)
+    model_df, points, x_model, x_range = _modelled(data, published_experiment, w, fit, low, max_context, curve_points)
     ev = guide.from_evidence(w, fit, sharing, conc)
     ctx = _context_factors(w, fit, low)
     rec = recommendation_verdict(w, tree, ev, low)
