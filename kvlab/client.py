@@ -975,7 +975,7 @@ def _batch_result(
 def request_rows(records: Iterable[RequestRecord], run_id: str) -> pl.DataFrame:
     """One REQUESTS row per record (timestamps relative to the run's first send), conformed to the schema."""
     names = [n for n in REQUESTS.names if n != "run_id"]
-    rows = [{"run_id": run_id, **{n: getattr(r, n) for n in names}} for r in records]
+    rows = [{"run_id": run_id, **{n: getattr(r, n, None) for n in names}} for r in records]  # prompt-side: runner
     if not rows:
         return REQUESTS.empty()
     return REQUESTS.conform(pl.DataFrame(rows, schema=REQUESTS.polars_schema), origin=f"requests of {run_id}")

@@ -40,7 +40,8 @@ def sending_for(run: RunSpec, vocab_size: int) -> tuple[list[Prompt], Schedule |
     if load is not None and load.draws == "random_ids":
         prompts, schedule = random_ids_draws(run)
     else:
-        prompts, schedule = run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat), None
+        prompts = run.workload.generate(vocab_size, seed=run.workload.seed * 1000 + run.repeat)
+        schedule = run.workload.replay_schedule()  # a trace's own timestamps (kind trace without a load), else None
     if load is not None and load.prompt_form == "text":  # decoded by the model's tokenizer
         prompts = as_text(prompts, Path(run.engine.model_arg) / "tokenizer.json", exact=load.text_lengths == "exact")
     return prompts, schedule
@@ -85,6 +86,7 @@ def run_row(
         "mode": w.kind,
         "batch_size": w.in_flight,  # fixed_batch: all batch_size at once
         "shared_prefix_tokens": shared_tokens(prompts),
+        "reusable_prompt_tokens": _reusable(prompts, batch, load),
         "prompt_form": prompt_form(prompts),
         "reasoning_tokens": (
             sum_reported([r.reasoning_tokens for r in batch.records]) if batch and w.splits_reasoning else None
@@ -128,6 +130,17 @@ def _summary(run: RunSpec, batch: BatchResult | None, load: LoadOutcome | None) 
     if not batch and slo:  # a run stored failed without a batch still says what SLO it was to meet
         summary = {"slo_ttft_ms": slo["ttft_ms"], "slo_tpot_ms": slo["tpot_ms"]}
     return summary
+
+
+def _reusable(prompts: list[Prompt], batch: BatchResult | None, load: LoadOutcome | None) -> int | None:
+    """A trace run's reusable prompt tokens (RUNS.reusable_prompt_tokens) over the requests its cached tokens count:
+    the successful ones, inside the load's window where a load is set; None for other kinds or without a batch."""
+    if batch is None or not any(p.reusable_tokens is not None for p in prompts):
+        return None
+    reusable = {p.index: p.reusable_tokens or 0 for p in prompts}
+    inside = set(load.window.counted) if load is not None else None
+    ok = [r.request_index for r in batch.records if r.status == "ok" and (inside is None or r.request_index in inside)]
+    return sum(reusable.get(i, 0) for i in ok)
 
 
 def _device(run: RunSpec) -> tuple[str | None, str | None, int | None]:

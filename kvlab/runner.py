@@ -733,7 +733,7 @@ class LocalExecutor:
         gpus = gpu.GpuSampler().open()  # NVML: every GPU on the same grid (or why not: a host without NVML)
         sampling = _Sampling(names, tails_log, gpus, samples)
 
-        sending = loads.client_args(load, prompts, watch, schedule) if load else {}
+        sending = loads.client_args(load, prompts, watch, schedule) if load else _replay_args(prompts, schedule)
         try:
             batch = asyncio.run(_send_sampled(server, run, prompts, extra_body, sending, sampling))
         finally:
@@ -849,7 +849,7 @@ class LocalExecutor:
         status = "ok" if tries.failure is None else "failed"
         row = _stored_row(tries, status, starts.current)
         batch = measured.batch if measured is not None else None
-        requests = request_rows(batch.records, run.key) if batch else None
+        requests = _with_trace(request_rows(batch.records, run.key), tries.prompts) if batch else None
         try:
             recorded = {name: srv.recorded_log(starts.log_dir / f"recorded-{name}") for name, srv in tries.logs.items()}
             files = {name: path for name, path in recorded.items() if path}
@@ -878,6 +878,25 @@ class LocalExecutor:
             f"{start.source_run} ({start.cause})"
         )
         return campaign.record_unsent(run, start.cause, [], note, result)
+
+
+def _with_trace(requests: pl.DataFrame, prompts: list[Prompt]) -> pl.DataFrame:
+    """REQUESTS rows with what their prompts carry of a trace (trace_line, reusable_tokens), by request index."""
+    lines = {p.index: (p.trace_line, p.reusable_tokens) for p in prompts if p.trace_line is not None}
+    if not lines or requests.is_empty():
+        return requests
+    index = requests["request_index"].to_list()
+    return requests.with_columns(
+        pl.Series("trace_line", [lines.get(i, (None, None))[0] for i in index], dtype=pl.Int64),
+        pl.Series("reusable_tokens", [lines.get(i, (None, None))[1] for i in index], dtype=pl.Int64),
+    )
+
+
+def _replay_args(prompts: list[Prompt], schedule: loads.Schedule | None) -> dict:
+    """Without a load: the send offsets a workload's own schedule gives (kind trace: its timestamps), else none."""
+    if schedule is None:
+        return {}
+    return {"start_offsets": dict(zip(loads.chain_starts(prompts), schedule.offsets, strict=True))}
 
 
 def _rung(folder: Path) -> loads.Rung | None:

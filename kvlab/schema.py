@@ -374,6 +374,12 @@ RUNS = Table(
             "requests, left out of served_output_tokens and TPOT",
         ),
         _c("cached_prompt_tokens", Int, "sum of usage.prompt_tokens_details.cached_tokens, when reported"),
+        _c(
+            "reusable_prompt_tokens",
+            Int,
+            "kind trace: sum of the requests' reusable tokens (leading blocks an earlier request of the replay sent), "
+            "over the requests cached_prompt_tokens counts; null for other kinds",
+        ),
         _c("server_prompt_tokens", Int, "delta of the server's prompt-token counter over the run"),
         _c("server_generation_tokens", Int, "delta of the server's generation-token counter"),
         _c("server_prefix_cache_queries", Int, "delta of the server's prefix-cache query counter (tokens)"),
@@ -440,6 +446,12 @@ REQUESTS = Table(
         _c("turn", Int, "turn within its conversation, 0-based (multi_turn; null for other kinds)"),
         _c(
             "count_flag", Str, "why usage.completion_tokens cannot be right (kvlab.client.count_flag); null when it can"
+        ),
+        _c("trace_line", Int, "kind trace: the 1-based line of the trace file the request replays"),
+        _c(
+            "reusable_tokens",
+            Int,
+            "kind trace: leading prompt tokens whose blocks an earlier request of the replay sent (beside cached_tokens)",
         ),
     ),
 )

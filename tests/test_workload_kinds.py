@@ -30,11 +30,20 @@ EXAMPLE_SHARED = {
     "multi_turn": 32,
     "reasoning": None,
     "shared_prefix": 30,
+    "trace": 0,  # the first record has nothing earlier to reuse
 }
 
 
 def test_the_shipped_kinds_are_the_package_modules():
-    assert list(KINDS) == ["classification", "concurrency", "fixed_batch", "multi_turn", "reasoning", "shared_prefix"]
+    assert list(KINDS) == [
+        "classification",
+        "concurrency",
+        "fixed_batch",
+        "multi_turn",
+        "reasoning",
+        "shared_prefix",
+        "trace",
+    ]
     assert KINDS == workloads.discover()
 
 
@@ -188,6 +197,7 @@ def test_a_new_kind_module_is_picked_up(tmp_path):
         "poisson",
         "reasoning",
         "shared_prefix",
+        "trace",
     ]
     assert (out["runs"], out["rates"], out["prompts"]) == (2, [2.0, 8.0], [36, 36, 36])
     assert out["mode_allowed"] and out["tree_sharing"] == 0.0

@@ -40,6 +40,11 @@ class Prompt:
     turn: int | None = None
     #: Merged over the batch-wide ``extra_body`` of the request (per-request options).
     extra_body: Mapping[str, Any] | None = None
+    #: kind trace: the 1-based line of the trace file this request replays (REQUESTS.trace_line); None otherwise.
+    trace_line: int | None = None
+    #: kind trace: leading prompt tokens whose blocks an earlier request of the replay already sent (what a prefix
+    #: cache could serve, REQUESTS.reusable_tokens); None for other kinds.
+    reusable_tokens: int | None = None
 
     def __post_init__(self) -> None:
         given = sum(x is not None for x in (self.token_ids, self.text, self.messages))
@@ -183,6 +188,11 @@ class WorkloadArgs(BaseModel):
     def generate(self, vocab_size: int, seed: int) -> list[Prompt]:
         """The run's prompts, deterministic from ``seed``, with ids below ``vocab_size``."""
         raise NotImplementedError(f"workload kind {type(self).__name__} has no prompt generator")
+
+    def replay_schedule(self) -> Any:
+        """Send offsets the kind's own data gives (a kvlab.load.Schedule: seconds from the first send, one per chain
+        start in order), sent on without a ``load``; None (the default): no schedule of its own."""
+        return None
 
     def detail(self) -> list[str]:
         """What the dry run says about this workload beyond length, batch and requests in flight."""
