@@ -126,12 +126,12 @@ def stand_in_note(engines, block_tokens: int = VLLM_CPU_BLOCK_TOKENS) -> str | N
     metrics = (
         ""
         if registry.adapter_class(e).serves_metrics()
-        else f" {engine_label(e)} serves no /metrics: its cache hits are its requests' usage `cached_tokens`, and server counters "
+        else " It serves no /metrics: its cache hits are its requests' usage `cached_tokens`, and server counters "
         "it lacks show as not available, never as 0."
     )
     return (
         f"**{engine_label(e)} is not PyTorch {engine_label(registry.family(e))}.** It is {registry.stand_in(e)}. "
-        f"{engine_label(VLLM)}'s CPU backend caches whole {block_tokens}-token blocks.{metrics}"
+        f"The CPU backend of {engine_label(VLLM)} caches whole {block_tokens}-token blocks.{metrics}"
     )
 
 

@@ -172,6 +172,23 @@ def test_every_parameter_is_typed_and_documented(nb):
     assert all(p["inferred_type_name"] != "None" and p["help"] for p in declared.values())
 
 
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_the_notebook_names_every_frame_of_its_result_before_its_parameters(nb):
+    """A JupyterLab user finds `r`'s frames at the top: the cell after the title names each frame field of the
+    study's result class (studies.frames_note), so a frame added to the class without the cell fails here."""
+    import nbformat
+
+    from kvlab import studies
+
+    cells = nbformat.read(nb, as_version=4).cells
+    assert "jupyterlab-only" in cells[1].metadata.get("tags", []), (
+        f"{nb.name}: the cell after the title names r's frames"
+    )
+    assert cells[1].source == studies.frames_note(nb.stem), f"{nb.name}: paste studies.frames_note({nb.stem!r})"
+    names = studies.result_class(nb.stem).frame_names()
+    assert len(names) >= 7 and all(f"`r.{n}`" in cells[1].source for n in names)
+
+
 def test_every_numbered_notebook_is_found():
     assert [p.name[:2] for p in NOTEBOOKS][:3] == ["01", "02", "03"]
 
@@ -198,8 +215,9 @@ def test_notebook_executes_and_exports(nb, built_reports):
     assert_no_live_payload(html)
     if nb.name[:2] != "07":  # 07 reads only cpu_capacity's runs, which the fixture runs do not hold
         assert IMG_TEXT in html and SCRIPT_TEXT in html
-    # code is hidden for readers, but the template notebook stays untouched (no outputs)
-    assert "from kvlab import" not in html
+    # code is hidden for readers, but the template notebook stays untouched (no outputs); the explore cell is for
+    # JupyterLab only
+    assert "from kvlab import" not in html and "To explore:" not in html
     assert '"outputs": []' in nb.read_text() or '"outputs":[]' in nb.read_text()
 
 

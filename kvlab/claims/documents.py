@@ -26,7 +26,7 @@ KINDS = ("mechanism", "operations", "setup")
 #: Claim ids of kind engine_choice that no measured study tests (the tree's branches the CPU studies cannot reach).
 UNTESTED_CHOICES = ("deepseek_sglang", "mixed_hardware_vllm", "throughput_sglang_stability_vllm")
 #: The cause of every *cannot be tested here* verdict of this module (the headline groups by it).
-NEEDS_GPU_HOST = "a claim about a GPU host's mechanism or service that no run of this host exercises"
+NEEDS_GPU_HOST = "a GPU host's mechanism or service that no run here exercises"
 #: The seed documents as a sentence names them (their ids stay in the provenance panel and index.json).
 DOCUMENT_NAMES = {"article_b300": "the 8×B300 article", "article_kv_design": "the KV-cache design article"}
 

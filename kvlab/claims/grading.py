@@ -89,7 +89,7 @@ MODEL_SCOPE = "model fitted to the published table"
 
 #: Why evidence cannot decide a claim, in a few words: one constant per cause, the ``limit`` of every verdict of that
 #: cause (the headline groups by it; :class:`kvlab.verdicts.Verdict`).
-CPU_IMPLEMENTATIONS = "CPU runs of two different engine implementations cannot decide a speed claim about a GPU host"
+CPU_IMPLEMENTATIONS = "CPU runs of two engine implementations cannot decide a GPU host's speed"
 FEW_REPEATS = f"fewer than {MIN_REPEATS} repeats"
 WITHIN_SPREAD = "a difference within the spread of the repeats"
 MIXED_SIGNS = "signs mixed across engines or metrics"

@@ -53,8 +53,8 @@ class SGLangJaxAdapter(SGLangAdapter):
         "measured): its kernels and speed differ, so its results are labelled sglang-jax and never stand for sglang"
     )
     stand_in = (
-        "SGLang's JAX runtime, run here on CPU: it keeps SGLang's radix-tree prefix cache (RadixAttention, page "
-        "size 1, so a hit is token-exact), and its results are evidence about the SGLang family on CPU, never "
+        "SGLang's JAX runtime, run here on CPU. It keeps SGLang's radix-tree prefix cache (RadixAttention, page "
+        "size 1, so a hit is token-exact); its results are evidence about the SGLang family on CPU, never "
         "SGLang on a GPU"
     )
     cpu_note = ""  # the label says it

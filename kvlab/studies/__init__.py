@@ -129,6 +129,25 @@ def open_page(report: str, namespace: Mapping[str, Any]):
     return wb, result, import_module(f"{module(report).__name__}.page")
 
 
+def result_class(report: str) -> type[StudyResult]:
+    """The typed result class of a report (its notebook stem, or the stem's number)."""
+    mod = import_module(f"{module(report).__name__}.result")
+    found = [c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, StudyResult) and c.report]
+    if len(found) != 1:
+        raise LookupError(f"{mod.__name__} declares {len(found)} result classes, not one")
+    return found[0]
+
+
+def frames_note(report: str) -> str:
+    """The paragraph a report notebook's first cell ends with: ``r``'s class and every frame a user can explore."""
+    cls = result_class(report)
+    frames = ", ".join(f"`r.{n}`" for n in cls.frame_names())
+    return (
+        f"**To explore:** `r` is this page's typed result (`{cls.__name__}`). Its frames are polars DataFrames, "
+        f"`None` where nothing was measured: {frames}. `r.answer` and `r.verdicts` hold the answer and the verdicts."
+    )
+
+
 def write_result(result: StudyResult, path: Path) -> Path:
     """``result.to_json()`` written to ``path`` atomically (a temporary file renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -195,6 +195,17 @@ class StudyResult:
             if isinstance(getattr(self, f.name), pl.DataFrame)
         }
 
+    @classmethod
+    def frame_names(cls) -> tuple[str, ...]:
+        """The fields declared as frames (``pl.DataFrame``, or ``pl.DataFrame | None``), in declaration order: what
+        a notebook's first cell names for a user to explore."""
+        hints = _hints(cls)
+        return tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if hints[f.name] is pl.DataFrame or pl.DataFrame in typing.get_args(hints[f.name])
+        )
+
     def to_json(self) -> dict:
         """The whole result as plain JSON: ``schema_version``, ``report`` and every field."""
         body = {f.name: encode(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init}
