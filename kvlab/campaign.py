@@ -27,7 +27,7 @@ from typing import Protocol
 
 import polars as pl
 
-from kvlab import host, store
+from kvlab import host, search, store
 from kvlab.engines.base import Failure
 from kvlab.engines.spec import redact_secrets
 from kvlab.paths import DATA_DIR, UnsafeFolderError, check_inside, temp_prefix
@@ -236,6 +236,7 @@ class Campaign:
                 self._locks[name] = _lock(self.exp_dir(name))
         for name, spec in self.specs.items():
             defined = {r.key for r in expand(spec.full_form())}
+            defined |= search.probe_keys(self.exp_dir(name), defined)  # load.search's probes: runs of their own
             store.clean_partial(self.exp_dir(name), defined)
             self._superseded.setdefault(name, []).extend(store.set_aside_superseded(self.exp_dir(name), defined)[0])
         return self._superseded

@@ -73,6 +73,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, dict[str, Any]] = {
         "connections": "kept",
         "text_lengths": "exact",
         "draws": "kvlab",
+        "search": None,
     },
 }
 
@@ -865,6 +866,11 @@ def _point_engine(
             f"{e.gpus} GPUs, more than the {spec.device.count} of device.count"
         )
     load = workload_spec.load
+    if load is not None and load.search is not None and spec.slo is None:
+        raise SpecError(
+            f"{origin}: matrix point [{where}]: workload.load.search finds the highest load within the SLO: "
+            "the experiment states none (slo: {ttft_ms, tpot_ms})"
+        )
     if not spec.telemetry and load is not None and load.stop_queue_rising is not None:
         raise SpecError(
             f"{origin}: matrix point [{where}]: telemetry: false leaves workload.load.stop_queue_rising "

@@ -20,6 +20,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kvlab.search import SearchSpec
+
 #: The telemetry series the queue rule reads (kvlab.engines telemetry_names' canonical name).
 QUEUE_SERIES = "requests_waiting"
 
@@ -126,6 +128,13 @@ class LoadSpec(BaseModel):
         "first measured send and the last send (no ramp-down); span: every measured request, over the first "
         "measured send to the last completion (the peers' benchmark duration; under draws random_ids an open "
         "loop's window ends no earlier than the gap drawn after the last send, as SGLang's benchmark's does)",
+    )
+
+    search: SearchSpec | None = Field(
+        None,
+        description="find the highest level of this load (concurrency, or rate_rps for an open loop) whose SLO "
+        "attainment passes, by bracket and bisection (kvlab.search); each probe is a run of its own with its level; "
+        "the stated level is not measured. Needs the experiment's slo",
     )
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab import load as loads
+from kvlab import search
 from kvlab import gpu, metrics, store
 from kvlab import probe as probes
 from kvlab import reasoning_tokens
@@ -34,6 +35,7 @@ from kvlab.campaign import Campaign, ServerRecord, SweepResult, is_disk_full
 from kvlab.client import STALLED, BatchResult, request_rows, run_requests
 from kvlab.engines.base import Failure
 from kvlab.plan import by_server, starts_may_overlap
+from kvlab.schema import RUNS
 from kvlab.rows import attempt_row, prompts_for, run_row, sending_for, vocab_size
 from kvlab.server import EngineServer, ServerError, read_api_key, reap_orphans
 from kvlab.experiment import ExperimentSpec, RunSpec, expand
@@ -687,6 +689,9 @@ class LocalExecutor:
                                 self._record_not_started(campaign, run, not_started, result)
                             elif why is not None:
                                 campaign.leave_unclimbed(run, why, result)
+                            elif run.workload.load is not None and run.workload.load.search is not None:
+                                outcome = self._search(campaign, starts, run, server, vocab, result, probing)
+                                server, not_started = outcome.server, outcome.not_started
                             else:
                                 outcome = self._run_one(campaign, starts, run, server, vocab, result, probing)
                                 server, not_started = outcome.server, outcome.not_started
@@ -695,6 +700,46 @@ class LocalExecutor:
                     finally:
                         if server is not None:
                             server.stop()
+
+    def _search(
+        self,
+        campaign: Campaign,
+        starts: ServerStarts,
+        run: RunSpec,
+        server: EngineServer | None,
+        vocab: int,
+        result: SweepResult,
+        probing: bool = False,
+    ) -> RunOutcome:
+        """Run ``run``'s load.search (kvlab.search): each probe a run of its own at its level, measured on ``server``
+        (a probe stored already, by an earlier or killed sweep, is read back), the probes so far kept in the search
+        run's folder after each; then the search run's row with its result and the mechanism at the first failing
+        level, stored."""
+        exp_dir = campaign.exp_dir(run.experiment)
+        held: list = [server, None]  # the server the probes run on, and why it did not start
+        stored: dict[float, Path] = {}
+
+        def measure(level: float) -> dict:
+            probe = run.model_copy(update={"workload": search.probe_workload(run.workload, level)})
+            path = exp_dir / probe.key
+            if not (path / store.RUN_FILE).exists():
+                out = self._run_one(campaign, starts, probe, held[0], vocab, result, probing)
+                held[0], held[1], path = out.server, out.not_started, out.path
+            stored[level] = path
+            return pl.read_parquet(path / store.RUN_FILE).row(0, named=True)
+
+        def progress(b: search.Bracket) -> None:
+            search.write_progress(exp_dir / run.key, b)
+
+        bracket = search.search(run.workload.load.search, measure, run.workload.load.rate_rps is None, progress)
+        path = campaign.write_run(
+            run,
+            _search_row(run, bracket, stored),
+            files={search.PROGRESS_FILE: exp_dir / run.key / search.PROGRESS_FILE},
+        )
+        status = "ok" if any(p.run_id for p in bracket.probes) else "failed"
+        campaign.stored(run, path, status, result)
+        return RunOutcome(path, status, held[0], held[1])
 
     def _warmup(self, server: EngineServer, run: RunSpec, vocab: int) -> None:
         prompts = fixed_batch.prompts(1, 16, 2, vocab, seed=987_654)
@@ -878,6 +923,36 @@ class LocalExecutor:
             f"{start.source_run} ({start.cause})"
         )
         return campaign.record_unsent(run, start.cause, [], note, result)
+
+
+def _search_row(run: RunSpec, bracket: search.Bracket, stored: dict[float, Path]) -> pl.DataFrame:
+    """The search run's RUNS row: what served it (from its probes' rows), no measurement of its own, its result's
+    ``search_*`` columns and, at the first failing level, the mechanism from that run's telemetry."""
+    rows = {lvl: pl.read_parquet(p / store.RUN_FILE).row(0, named=True) for lvl, p in stored.items()}
+    first = rows[bracket.probes[0].level] if bracket.probes else {}
+    passing = rows.get(bracket.passing) if bracket.passing is not None else None
+    failing = rows.get(bracket.failing) if bracket.failing is not None else None
+    why = None
+    if failing is not None:
+        tele = stored[bracket.failing] / TELEMETRY_FILE
+        why = search.mechanism(failing, passing, pl.read_csv(tele) if tele.exists() else None)
+    ok = any(r.get("status") == "ok" for r in rows.values())
+    row = run_row(
+        run,
+        [],
+        "ok" if ok else "failed",
+        0,
+        None if ok else first.get("failure_cause"),
+        first.get("engine_version"),
+        None,
+        {},
+        f"load.search over {len(bracket.probes)} probes, each a run of its own: {bracket.stop}",
+        first.get("kv_pool_tokens"),
+    )
+    return row.with_columns(
+        pl.lit(v, dtype=RUNS.polars_schema[k]).alias(k)
+        for k, v in search.columns(run.workload.load.search, bracket, why).items()
+    )
 
 
 def _with_trace(requests: pl.DataFrame, prompts: list[Prompt]) -> pl.DataFrame:

@@ -136,6 +136,21 @@ CLAIM_METRICS = (
     "dcp",
 )
 
+#: A load.search run's result (kvlab.search.columns): null on every other run. The search run itself sends
+#: nothing; each probe is a run of its own, named in search_probes.
+SEARCH_COLUMNS = (
+    _c("search_share", Float, "load.search: the SLO attainment share the Wilson 95% lower bound must reach"),
+    _c("search_highest_passing", Float, "load.search: the highest level that passed (null: none passed)"),
+    _c("search_first_failing", Float, "load.search: the lowest level that failed (null: it passed at its limit)"),
+    _c("search_lower_bound", Float, "load.search: the Wilson 95% lower bound of attainment at the passing level"),
+    _c("search_n", Int, "load.search: requests counted at the passing level (failed ones included)"),
+    _c("search_goodput_requests_per_s", Float, "load.search: goodput of the passing level's run"),
+    _c("search_output_tokens_per_s", Float, "load.search: output tokens/s of the passing level's run"),
+    _c("search_probes", Str, "load.search: JSON list of the probes in order (level, run_id, within, n, lower, ...)"),
+    _c("search_stop", Str, "load.search: why the search ended"),
+    _c("search_mechanism", Str, "load.search: what broke the SLO at the first failing level, or 'not determined'"),
+)
+
 RUNS = Table(
     "runs",
     (
@@ -374,6 +389,7 @@ RUNS = Table(
             "requests, left out of served_output_tokens and TPOT",
         ),
         _c("cached_prompt_tokens", Int, "sum of usage.prompt_tokens_details.cached_tokens, when reported"),
+        *SEARCH_COLUMNS,
         _c(
             "reusable_prompt_tokens",
             Int,
