@@ -26,8 +26,8 @@ from pathlib import Path
 
 import polars as pl
 
+from kvlab import cost, search
 from kvlab import load as loads
-from kvlab import search
 from kvlab import gpu, metrics, store
 from kvlab import probe as probes
 from kvlab import reasoning_tokens
@@ -466,6 +466,8 @@ class Measurement:
     telemetry_source: str = "metrics"
     #: the GPU columns' description (kvlab.gpu.GpuSampler.describe: available, reason, devices); None: not sampled
     gpus: dict | None = None
+    #: the RUNS energy columns over the batch (kvlab.cost.columns); None: not read
+    energy: dict | None = None
 
 
 @dataclass
@@ -521,7 +523,7 @@ def _stored_row(tries: _RunAttempts, status: str, server: ServerRecord | None) -
     """The RUNS row of the run ``tries`` made (``server``: the record of its latest server start)."""
     measured = tries.measured
     rows = tries.rows
-    return run_row(
+    row = run_row(
         tries.run,
         tries.prompts,
         status,
@@ -534,6 +536,8 @@ def _stored_row(tries: _RunAttempts, status: str, server: ServerRecord | None) -
         kv_pool_tokens=server.kv_pool_tokens if server else None,
         load=measured.load if measured is not None else None,
     )
+    energy = measured.energy if measured is not None else None
+    return row.with_columns(pl.lit(v, dtype=RUNS.polars_schema[k]).alias(k) for k, v in (energy or {}).items())
 
 
 class ServerStarts:
@@ -779,10 +783,13 @@ class LocalExecutor:
         sampling = _Sampling(names, tails_log, gpus, samples)
 
         sending = loads.client_args(load, prompts, watch, schedule) if load else _replay_args(prompts, schedule)
+        on_gpu = not run.on_cpu
+        energy_before = cost.read_energy(gpu=on_gpu)
         try:
             batch = asyncio.run(_send_sampled(server, run, prompts, extra_body, sending, sampling))
         finally:
             gpus.close()
+        energy = cost.columns(energy_before, cost.read_energy(gpu=on_gpu))
         gpu_info = gpus.describe()
         missing = _telemetry_missing(server, run, sampling, has_metrics)
         outcome = _load_outcome(batch, load, sending, schedule, watch)
@@ -797,11 +804,19 @@ class LocalExecutor:
                 outcome,
                 "log" if tails_log else "metrics",
                 gpu_info,
+                energy,
             )
         after, deltas, why_after = _counters_after(server, before, batch)
         notes += _counter_notes(before, after, why_before, why_after)
         return Measurement(
-            batch, deltas, notes, samples if names or gpus.available else None, missing, outcome, gpus=gpu_info
+            batch,
+            deltas,
+            notes,
+            samples if names or gpus.available else None,
+            missing,
+            outcome,
+            gpus=gpu_info,
+            energy=energy,
         )
 
     def _run_one(

@@ -391,6 +391,14 @@ RUNS = Table(
         _c("cached_prompt_tokens", Int, "sum of usage.prompt_tokens_details.cached_tokens, when reported"),
         *SEARCH_COLUMNS,
         _c(
+            "energy_j",
+            Float,
+            "joules the run's devices drew over its batch (kvlab.cost: NVML total-energy counters on GPUs, powercap "
+            "RAPL packages on a CPU); null where no counter was readable (energy_note says why), never 0",
+        ),
+        _c("energy_source", Str, "the counters energy_j was read from"),
+        _c("energy_note", Str, "why energy_j is null: the counter missing or unreadable"),
+        _c(
             "reusable_prompt_tokens",
             Int,
             "kind trace: sum of the requests' reusable tokens (leading blocks an earlier request of the replay sent), "
