@@ -700,6 +700,8 @@ def test_no_shipped_experiment_sets_a_secret_looking_env_name():
         ("url", "http://[::1]:8000", None),
         ("host", "10.0.0.7", "to 10.0.0.7"),
         ("host", "127.0.0.1", None),
+        ("host", "localhost", None),
+        ("host", "::1", None),
         ("host", "0.0.0.0", None),
     ],
 )
@@ -718,6 +720,79 @@ def test_a_key_over_http_to_another_host_needs_the_opt_in(tmp_path, where, value
     ExperimentSpec.load(_write(tmp_path, data))
     del data["engines"]["vllm"]["api_key_env"]  # no key, nothing to refuse
     ExperimentSpec.load(_write(tmp_path, data))
+
+
+def _resolver(monkeypatch, answers: dict[str, list[str] | None]) -> None:
+    """``socket.getaddrinfo`` answering each name of ``answers`` with its addresses (None: no such name, as this
+    machine's resolver answers ``evil.localhost``), and every other name as the real one does."""
+    import socket
+
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host not in answers:
+            return real(host, *args, **kwargs)
+        if answers[host] is None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        family = lambda a: socket.AF_INET6 if ":" in a else socket.AF_INET  # noqa: E731
+        return [(family(a), socket.SOCK_STREAM, 6, "", (a, 0)) for a in answers[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.mark.parametrize("where", ["url", "host"])
+@pytest.mark.parametrize(
+    "addresses, refused",
+    [
+        (None, True),  # what this machine's resolver says of evil.localhost: no such name
+        (["192.0.2.7"], True),
+        (["127.0.0.1", "192.0.2.7"], True),  # one address elsewhere is enough
+        (["127.0.0.1"], False),
+        (["127.0.0.2", "::1"], False),
+    ],
+)
+def test_a_name_is_this_machine_only_where_every_address_it_resolves_to_is(
+    tmp_path, monkeypatch, where, addresses, refused
+):
+    """Issue 56, item 2: ``*.localhost`` used to pass by its spelling, though this machine's resolver does not map it
+    to the loopback (nsswitch: files, mdns, DNS): a hostile resolver would have been sent the key in clear text."""
+    from kvlab.engines.spec import is_loopback, loopback_address
+
+    _resolver(monkeypatch, {"evil.localhost": addresses})
+    value = "http://evil.localhost:8000" if where == "url" else "evil.localhost"
+    engine = dict(BASE["engines"]["vllm"], api_key_env="KVLAB_KEY", **{where: value})
+    if where == "url":
+        del engine["launch"]
+    data = _with("engines", {"vllm": engine})
+    data["matrix"] = {}
+    assert is_loopback("evil.localhost") is not refused
+    assert loopback_address("evil.localhost") == (None if refused else addresses[0])
+    if not refused:
+        ExperimentSpec.load(_write(tmp_path, data))
+        return
+    msg = _load_error(tmp_path, data)
+    assert f"{where}: the API key (KVLAB_KEY) would go in clear text over http:// to evil.localhost, which is" in msg
+
+
+def test_loopback_literals_need_no_resolver(monkeypatch):
+    """127.0.0.0/8, ::1 and the unspecified addresses are this machine whatever a resolver says; no other literal is."""
+    import socket
+
+    from kvlab.engines.spec import loopback_address
+
+    def no_resolver(*args, **kwargs):
+        raise AssertionError("a literal was resolved")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_resolver)
+    assert [loopback_address(h) for h in ("127.0.0.1", "127.9.9.9", "[::1]", "::1", "0.0.0.0", "::")] == [
+        "127.0.0.1",
+        "127.9.9.9",
+        "::1",
+        "::1",
+        "0.0.0.0",
+        "::",
+    ]
+    assert [loopback_address(h) for h in ("10.0.0.7", "192.0.2.7", "2001:db8::1", "")] == [None] * 4
 
 
 def test_allow_insecure_key_does_not_change_run_keys(tmp_path):

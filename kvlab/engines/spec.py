@@ -6,9 +6,10 @@ import ipaddress
 import json
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Literal
-from urllib.parse import quote, quote_plus, urlsplit
+from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -364,17 +365,45 @@ def holds_secret(text: str, secret: str | None) -> bool:
     return bool(secret) and any(form in text for form in secret_forms(secret))
 
 
-def is_loopback(host: str) -> bool:
-    """Whether connecting to ``host`` stays on this machine (localhost, 127.0.0.0/8, ::1, or the
-    unspecified address, which connects here)."""
-    host = host.strip("[]")
-    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
-        return True
+def _stays_here(address: str) -> bool:
+    """Whether an IP address connects to this machine: 127.0.0.0/8, ::1, or the unspecified address (0.0.0.0, ::),
+    which connects here. False for anything that is no address."""
     try:
-        ip = ipaddress.ip_address(host)
+        ip = ipaddress.ip_address(address)
     except ValueError:
         return False
     return ip.is_loopback or ip.is_unspecified
+
+
+def _resolved(host: str) -> list[str]:
+    """Every address this machine's resolver gives ``host`` for TCP, in its order ([] where it gives none)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):  # socket.gaierror: no such name; a label over 63 characters
+        return []
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def loopback_address(host: str) -> str | None:
+    """The address a connection to ``host`` stays on this machine at, else None: ``host`` itself where it is a
+    loopback or unspecified literal (127.0.0.1, ::1, 0.0.0.0), else the first address a name resolves to where
+    every address it resolves to is one, asked of this machine's resolver now. No name counts by its spelling:
+    ``evil.localhost`` is this machine only where the resolver says so (RFC 6761 asks resolvers to, and not all do:
+    one that passes it to DNS would be told anything)."""
+    host = host.strip("[]")
+    if not host:
+        return None
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        addresses = _resolved(host)
+        return addresses[0] if addresses and all(map(_stays_here, addresses)) else None
+    return host if _stays_here(host) else None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether connecting to ``host`` stays on this machine (:func:`loopback_address`)."""
+    return loopback_address(host) is not None
 
 
 def resolve_local(path_or_id: str) -> str:
@@ -605,22 +634,41 @@ class EngineSpec(BaseModel):
                 "run would store: give the server's API key through api_key_env, and the url without them"
             )
 
+    @property
+    def key_in_clear(self) -> bool:
+        """Whether an API key goes to the server over plain http:// and must therefore stay on this machine: a key,
+        no https:// url, no allow_insecure_key."""
+        return bool(self.api_key_env) and not (self.url or "").startswith("https://") and not self.allow_insecure_key
+
+    def _key_refusal(self, to: str) -> str:
+        return (
+            f"{'url' if self.url else 'host'}: the API key ({self.api_key_env}) would go in clear "
+            f"text over http:// to {to}, which is not this machine: use an https:// url, or set "
+            "allow_insecure_key: true to accept that"
+        )
+
     def _check_key_transport(self) -> None:
         """ValueError where the API key would cross the network in clear text (http:// to another machine) without
-        allow_insecure_key."""
+        allow_insecure_key. A host name is resolved: it is this machine only where every address it has is."""
         # kvlab reaches a server it launches over http:// at host, an external one at its url
         to = _url_host(self.url) if self.url else self.host
-        if (
-            self.api_key_env
-            and not (self.url or "").startswith("https://")
-            and not self.allow_insecure_key
-            and not is_loopback(to)
-        ):
-            raise ValueError(
-                f"{'url' if self.url else 'host'}: the API key ({self.api_key_env}) would go in clear "
-                f"text over http:// to {to}, which is not this machine: use an https:// url, or set "
-                "allow_insecure_key: true to accept that"
-            )
+        if self.key_in_clear and not is_loopback(to):
+            raise ValueError(self._key_refusal(to))
+
+    def connect_url(self, url: str) -> str:
+        """The url to connect to for ``url`` (the server's base url): ``url`` itself, unless the API key goes in clear
+        text (:attr:`key_in_clear`); then its host is resolved again and replaced by the loopback address it
+        resolves to (:func:`loopback_address`), so that the address connected to is the address just checked and a
+        resolver that answers otherwise later gets no say. ValueError (the load's refusal) where the host resolves
+        to any address that is not this machine now."""
+        if not self.key_in_clear:
+            return url
+        parts = urlsplit(url)
+        address = loopback_address(parts.hostname or "")
+        if address is None:
+            raise ValueError(self._key_refusal(parts.hostname or url))
+        netloc = f"[{address}]" if ":" in address else address
+        return urlunsplit(parts._replace(netloc=netloc if parts.port is None else f"{netloc}:{parts.port}"))
 
     def served_dtype(self) -> str | None:
         """The compute dtype the server is launched with on this host (``--dtype``); None: the engine's default,
