@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +38,13 @@ REDACTED = "***"
 WATCHDOG = Path(__file__).with_name("watchdog.py")
 #: How long the watchdog lets an orphaned engine shut down after SIGTERM before it sends SIGKILL.
 WATCHDOG_GRACE_S = 5.0
+#: How long stop() lets a server that serves requests shut down after SIGTERM before it sends SIGKILL. One still
+#: starting has none: it is killed at once (SIGTERM and SIGKILL together), so that SIGTERM or Ctrl-C during a
+#: start-up ends the sweep within a second or two (vLLM's CPU build, starting, took 15 s to act on SIGTERM).
+STOP_GRACE_S = 15.0
+#: How the name of each launched engine's own temporary folder starts (TMPDIR and the engine's IPC base path point
+#: there: adapter.scratch_env), in the harness's temporary folder; removed when the engine stops.
+SCRATCH_PREFIX = "kvlab-engine-"
 #: The deadline of one health check (kvlab.httpcall: a monotonic total, whatever the server drips); a start-up wait
 #: gives each check at most what is left of its startup_timeout_s.
 HEALTH_TIMEOUT_S = 2.0
@@ -231,8 +239,22 @@ def reap_orphans(directory: Path | None = None, grace_s: float = 10.0) -> list[i
         name = str(rec.get("rendezvous") or "")
         if name.startswith("rendezvous-") and name == Path(name).name:  # a name in this folder, never a path
             (directory / name).unlink(missing_ok=True)
+        _remove_scratch(rec.get("scratch"))
         f.unlink(missing_ok=True)
     return killed
+
+
+def _remove_scratch(folder: str | Path | None) -> None:
+    """Remove an engine's own temporary folder (EngineServer._scratch) and what its engine left in it: only a
+    folder named as kvlab names them, this user's alone (never through a link)."""
+    if not folder or not Path(folder).name.startswith(SCRATCH_PREFIX):
+        return
+    try:
+        if private_folder_problem(Path(folder)):
+            return
+    except FileNotFoundError:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _alive(pid: int | None, started: float | None) -> bool:
@@ -262,7 +284,8 @@ class EngineServer:
         self.registry_dir = registry_dir or state_dir()
         self.external = spec.external  # a server someone else started: checked and used, never started or stopped
         self.port = None if self.external else (spec.port or free_port(spec.host))
-        self.base_url = self.adapter.base_url(spec, self.port)
+        # a key in clear text: a host name resolved (again) here and the address checked is the one connected to
+        self.base_url = spec.connect_url(self.adapter.base_url(spec, self.port))
         self._attached = False  # external: start() checked it and stop() was not called yet
         self._api_key = read_api_key(spec)
         # SGLang reads its key from a --config YAML file: written (mode 0600, a name nobody can guess) at start,
@@ -273,6 +296,8 @@ class EngineServer:
         # where an engine's workers meet through a file instead of a TCP store on every interface (adapter.bind_env):
         # in the private state folder, a name no other start uses; removed at stop
         self._rendezvous = self.registry_dir / f"rendezvous-{secrets.token_hex(12)}"
+        # the engine's own temporary folder (its TMPDIR: IPC sockets, caches), made at start and removed at stop
+        self._scratch: Path | None = None
         self._proc: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
         self._pid_file: Path | None = None
@@ -300,9 +325,12 @@ class EngineServer:
 
     def _env(self) -> dict[str, str]:
         """The server's environment: kvlab's own, then what keeps the engine's ports on the spec's host
-        (adapter.bind_env), then the spec's env (which wins), then the API key where the engine reads it there."""
+        (adapter.bind_env) and its files in its own temporary folder (adapter.scratch_env), then the spec's env
+        (which wins), then the API key where the engine reads it there."""
         env = self.adapter.env(self.spec)
         env.update(self.adapter.launch_bind_env(self.spec, self.port, str(self._rendezvous)))
+        scratch = self.adapter.scratch_env(str(self._scratch)) if self._scratch else {}
+        env.update({k: v for k, v in scratch.items() if k not in self.spec.env})
         if self._api_key and self.adapter.api_key_route == "env":
             env[self.adapter.api_key_env_var] = self._api_key
         return env
@@ -358,20 +386,25 @@ class EngineServer:
             log.flush()
             self._write_key_file()
             ensure_state_dir(self.registry_dir)  # the rendezvous file's folder, before any worker looks for it
-            self._proc = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self._env(),
-                cwd=ROOT,
-                start_new_session=True,  # own group: one killpg stops all workers
-            )
+            self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))  # mode 0700
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self._env(),
+                    cwd=ROOT,
+                    start_new_session=True,  # own group: one killpg stops all workers
+                )
+            except BaseException:  # nothing launched (no such program): nothing left either
+                _remove_scratch(self._scratch)
+                raise
         self.started_at = time.monotonic()
         _LIVE.add(self)
         self._register()
         self._watchdog = subprocess.Popen(  # own session: a terminal's signals to the harness do not reach it
-            [sys.executable, str(WATCHDOG), str(self._proc.pid), str(WATCHDOG_GRACE_S)],
+            [sys.executable, str(WATCHDOG), str(self._proc.pid), str(WATCHDOG_GRACE_S), str(self._scratch)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -431,6 +464,7 @@ class EngineServer:
             "owner_pid": me.pid,
             "owner_started": me.create_time(),
             "rendezvous": self._rendezvous.name,  # removed by reap_orphans when no stop() could
+            "scratch": str(self._scratch),  # (and this folder, when no watchdog could either)
         }
         self._pid_file = self.registry_dir / f"{self._proc.pid}.json"
         write_text_atomic(self._pid_file, json.dumps(rec, indent=2))
@@ -559,13 +593,16 @@ class EngineServer:
                 return True
         return False
 
-    def stop(self, grace_s: float = 15.0) -> int | None:
-        """SIGTERM the whole process group, SIGKILL after ``grace_s``; returns the exit code. Idempotent.
-        An external server is left running: kvlab only stops using it."""
+    def stop(self, grace_s: float | None = None) -> int | None:
+        """SIGTERM the whole process group, SIGKILL after ``grace_s`` (default: :data:`STOP_GRACE_S` once it has
+        served, none while it starts: killed at once), then remove its temporary folder; returns the exit code.
+        Idempotent. An external server is left running: kvlab only stops using it."""
         self._attached = False
         self._remove_key_file()
         if self._proc is None:
             return None
+        if grace_s is None:
+            grace_s = STOP_GRACE_S if self.ready_after_s is not None else 0.0
         self._paused_at = None  # _kill_group sends SIGCONT with SIGTERM
         if self._proc.poll() is None or _group_members(self._proc.pid):
             _kill_group(self._proc.pid, grace_s)
@@ -575,6 +612,7 @@ class EngineServer:
             self.exit_code = None
         self._stop_watchdog()
         self._rendezvous.unlink(missing_ok=True)  # torch removes it when its last user closes it, unless killed
+        _remove_scratch(self._scratch)
         _LIVE.discard(self)
         if self._pid_file is not None:
             self._pid_file.unlink(missing_ok=True)

@@ -4,16 +4,18 @@
 harness as its stdin. The harness never writes to it: the watchdog blocks reading it and gets end
 of file only when every copy of the write end is closed, which the kernel does when the harness
 exits, including by SIGKILL (when no atexit or signal handler runs). It then sends SIGTERM to the
-engine's process group, waits ``grace_s`` and sends SIGKILL to what is left. A normal stop kills the
-group first and then closes the pipe, so the watchdog finds nothing to kill and exits.
+engine's process group, waits ``grace_s`` and sends SIGKILL to what is left, then removes the engine's own
+temporary folder (FOLDER, where given: its TMPDIR). A normal stop kills the group and removes the folder first
+and then closes the pipe, so the watchdog finds nothing to kill or remove and exits.
 
 Standard library only, run by file path, so it starts in tens of milliseconds and imports nothing
-of kvlab. Usage: ``python watchdog.py PGID GRACE_S``.
+of kvlab. Usage: ``python watchdog.py PGID GRACE_S [FOLDER]``.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -71,6 +73,8 @@ def main(argv: list[str]) -> int:
     except (SystemExit, OSError):
         pass
     kill_group(pgid, grace_s)
+    if len(argv) > 3:  # the engine's temporary folder, once nothing of the engine can write to it
+        shutil.rmtree(argv[3], ignore_errors=True)
     return 0
 
 

@@ -1,12 +1,17 @@
 """A stand-in engine for fast server tests: serves /health, or fails like vLLM, chosen by FAKE_MODE (ok, kvsmall,
-stubborn, hang, warmup: ready line 1.5 s (FAKE_WARMUP_S) after /health answers, silent: /health but no ready line)."""
+stubborn, hang, warmup: ready line 1.5 s (FAKE_WARMUP_S) after /health answers, silent: /health but no ready line,
+slowstart: ignores SIGTERM, as its worker does, and never gets ready). Like vLLM it leaves files in its temporary
+folder: a ZeroMQ-like ipc socket named by a UUID where VLLM_RPC_BASE_PATH says, and a tempfile of its own."""
 
 import http.server
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 mode = os.environ.get("FAKE_MODE", "ok")
@@ -20,11 +25,15 @@ if mode == "kvsmall":  # vLLM 0.32.0's own start-up failure at a 1 MiB KV budget
     log = Path(__file__).with_name("fixtures") / "logs" / "vllm-cpu-kv-cache-too-small.log"
     print(log.read_text().split("\n", 1)[1], end="", flush=True)  # without the fixture's own '#' line
     sys.exit(1)
-if mode == "stubborn":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # forces stop() to escalate to SIGKILL
+if mode in ("stubborn", "slowstart"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # forces stop() to escalate to SIGKILL (the worker inherits it)
 # A worker child in the same process group, like vLLM's EngineCore.
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "VLLM::EngineCore"])
-if mode == "hang":
+# Litter, as vLLM leaves it when killed (its ipc:// sockets: vllm.utils.network_utils.get_open_zmq_ipc_path)
+ipc = socket.socket(socket.AF_UNIX)
+ipc.bind(os.path.join(os.environ.get("VLLM_RPC_BASE_PATH", tempfile.gettempdir()), str(uuid.uuid4())))
+tempfile.mkstemp(prefix="fake-engine-")
+if mode in ("hang", "slowstart"):
     time.sleep(600)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from kvlab.server import EngineServer, ServerError, free_port, read_api_key, reap_orphans, redact
 from kvlab.experiment import EngineSpec
+from kvlab.paths import ROOT
 
 FAKE = Path(__file__).with_name("fake_engine.py")
 
@@ -225,15 +226,33 @@ def test_reap_orphans_only_kills_engines(tmp_path, registry):
     )
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
+        # each engine's own temporary folder (what the engine's watchdog removes, unless it was killed too); a
+        # record naming a folder kvlab did not make, or a link to one, has it left alone
+        kept = tmp_path / "not-an-engine-folder"
+        scratch = {engine.pid: tmp_path / "kvlab-engine-a1", other.pid: tmp_path / "kvlab-engine-link"}
+        for folder in (kept, scratch[engine.pid]):
+            folder.mkdir(mode=0o700)
+            (folder / "ipc-socket").write_text("")
+        scratch[other.pid].symlink_to(kept)
         for p in (engine, other):
             (registry / f"{p.pid}.json").write_text(
-                json.dumps({"pid": p.pid, "pgid": p.pid, **dead_owner, "rendezvous": f"rendezvous-{p.pid}"})
+                json.dumps(
+                    {
+                        "pid": p.pid,
+                        "pgid": p.pid,
+                        **dead_owner,
+                        "rendezvous": f"rendezvous-{p.pid}",
+                        "scratch": str(scratch[p.pid]),
+                    }
+                )
             )
             (registry / f"rendezvous-{p.pid}").write_text("")  # torch's FileStore, left by a killed engine
         outside = tmp_path / "rendezvous-outside"  # a record that names a path: nothing outside the folder goes
         outside.write_text("")
         (registry / "path.json").write_text(
-            json.dumps({"pid": other.pid, "pgid": other.pid, **dead_owner, "rendezvous": str(outside)})
+            json.dumps(
+                {"pid": other.pid, "pgid": other.pid, **dead_owner, "rendezvous": str(outside), "scratch": str(kept)}
+            )
         )
         # A live owner protects its servers.
         me = psutil.Process()
@@ -245,10 +264,219 @@ def test_reap_orphans_only_kills_engines(tmp_path, registry):
         assert other.poll() is None  # not an engine command line: pid may have been reused
         assert [p.name for p in registry.glob("*.json")] == ["live.json"]
         assert not list(registry.glob("rendezvous-*")) and outside.exists()
+        assert not scratch[engine.pid].exists() and scratch[other.pid].is_symlink()
+        assert [f.name for f in kept.iterdir()] == ["ipc-socket"]
     finally:
         for p in (engine, other):
             p.kill()
             p.wait()
+
+
+# ------------------------------------------------------------------ stopping during start-up, litter, the key's address
+
+
+@pytest.fixture
+def short_tmp():
+    """A new, empty folder of a short path to be a TMPDIR: an ipc socket's path holds at most 107 bytes, and an
+    engine's socket goes in a folder of its own (kvlab-engine-XXXXXXXX) and is named by a UUID, 59 bytes in all;
+    pytest's tmp_path is too long a start for that, as vLLM would find too."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="kvlab-t-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _litter(folder: Path) -> list[str]:
+    """What tests/fake_engine.py leaves in ``folder``: its ipc socket (named by a UUID) and its tempfile, by kind."""
+    return sorted(
+        "socket" if f.is_socket() else f.name.split("-")[0] + "-" + f.name.split("-")[1] for f in folder.iterdir()
+    )
+
+
+@pytest.mark.parametrize("mode", ["ok", "stubborn"])
+def test_an_engine_keeps_its_files_in_a_folder_of_its_own_removed_when_it_stops(
+    tmp_path, registry, monkeypatch, short_tmp, mode
+):
+    """Issue 56, item 6: vLLM left about 100 ipc socket files named by UUID in TMPDIR after the sweeps. Each start gets
+    a folder of its own (mode 0700) as its TMPDIR and vLLM's VLLM_RPC_BASE_PATH; stop() removes it, after a SIGTERM
+    the engine obeys or a SIGKILL it needed (stubborn), and nothing the engine wrote is left in the parent folder."""
+    import stat
+    import tempfile
+
+    parent = short_tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(parent))
+    srv = EngineServer(_fake_spec(env={"FAKE_MODE": mode}), tmp_path / "s.log")
+    try:
+        srv.start()
+        srv.wait_ready()
+        scratch = srv._scratch
+        assert scratch.parent == parent and scratch.name.startswith("kvlab-engine-")
+        assert stat.S_IMODE(scratch.stat().st_mode) == 0o700
+        env = psutil.Process(srv.pid).environ()
+        assert env["TMPDIR"] == env["VLLM_RPC_BASE_PATH"] == str(scratch)
+        assert _litter(scratch) == ["fake-engine", "socket"]  # the engine wrote there, and only there
+        assert [f.name for f in parent.iterdir()] == [scratch.name]
+    finally:
+        srv.stop(grace_s=1)
+    assert not scratch.exists() and not list(parent.iterdir())
+    assert not _group_alive(srv.pid)
+
+
+def test_the_specs_own_tmpdir_wins(tmp_path, registry, short_tmp):
+    """A TMPDIR the spec sets is the engine's (the spec's env wins over what kvlab sets), and is left alone."""
+    own = short_tmp
+    srv = EngineServer(_fake_spec(env={"FAKE_MODE": "ok", "TMPDIR": str(own)}), tmp_path / "s.log")
+    with srv:
+        env = psutil.Process(srv.pid).environ()
+        assert env["TMPDIR"] == str(own) and env["VLLM_RPC_BASE_PATH"] == str(srv._scratch)
+    assert _litter(own) == ["fake-engine"] and not srv._scratch.exists()
+
+
+def _sweep_file(tmp_path: Path, mode: str) -> Path:
+    """An experiment of one run on tests/fake_engine.py in FAKE_MODE ``mode`` (the tiny model's vocabulary)."""
+    import yaml
+
+    spec = {
+        "name": "stopping",
+        "hardware": "CPU (test)",
+        "device": "cpu",
+        "scale_factor": 32,
+        "engines": {
+            "vllm": {
+                "name": "vllm",
+                "launch": [sys.executable, str(FAKE)],
+                "model": "data/models/tiny-llama",
+                "max_model_len": 1024,
+                "startup_timeout_s": 300,
+                "env": {"FAKE_MODE": mode},
+            }
+        },
+        "workload": {"kind": "fixed_batch", "batch_size": 2, "context_tokens": 64, "output_tokens": 4},
+        "matrix": {},
+        "repeats": 1,
+        "warmup": True,
+        "retry": {"max_attempts": 1, "retry_on": []},
+    }
+    path = tmp_path / "stopping.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _processes_with_env(name: str, value: str) -> list[int]:
+    """Live processes of this user whose environment sets ``name`` to ``value``."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get(name) == value:
+                found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_sweep_signalled_while_its_engine_starts_ends_within_2_s_leaving_nothing(tmp_path, registry, short_tmp, sig):
+    """Issue 56, item 5: SIGTERM while vLLM was still starting ended the sweep only after 15.2 s, the grace before
+    SIGKILL. An engine that is not ready has served nothing: stop() kills its group at once. The engine here ignores
+    SIGTERM, and so does its worker, and never gets ready; the sweep is signalled once it is launched and has
+    written its files (SIGTERM as `kill` sends it, SIGINT as Ctrl-C does)."""
+    tmp = short_tmp  # the sweep's TMPDIR, which nothing else writes to
+    data = tmp_path / "data"
+    env = os.environ | {"KVLAB_STATE_DIR": str(registry), "TMPDIR": str(tmp)}
+    # what `kvlab sweep` runs once its preflight passed (which asks the launch prefix for the engine's release)
+    code = textwrap.dedent(f"""
+        from kvlab import runner
+        from kvlab.campaign import Campaign
+        from kvlab.experiment import ExperimentSpec
+        Campaign(ExperimentSpec.load({str(_sweep_file(tmp_path, "slowstart"))!r}), {str(data)!r}).execute(
+            runner.LocalExecutor()
+        )
+    """)
+    sweep = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    pgid = scratch = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and sweep.poll() is None:
+            records = list(registry.glob("*.json"))
+            if records:
+                rec = json.loads(records[0].read_text())
+                pgid, scratch = rec["pgid"], Path(rec["scratch"])
+                if scratch.exists() and len(_litter(scratch)) == 2 and len(_group_alive(pgid)) == 2:
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the engine did not start: {sweep.poll()}, {sweep.stderr.read() if sweep.poll() else ''}")
+        assert scratch.parent == tmp
+        t = time.monotonic()
+        sweep.send_signal(sig)
+        sweep.wait(timeout=30)
+        took = time.monotonic() - t
+        assert took < 2.0, f"the sweep took {took:.1f} s to end"
+        assert sweep.returncode != 0
+        assert not _group_alive(pgid)
+        assert not _processes_with_env("TMPDIR", str(scratch))  # nothing the engine started lives on
+        assert not list(registry.glob("*.json")) and not scratch.exists()
+        assert not list(tmp.iterdir())  # neither the engine's files nor the sweep's
+    finally:
+        sweep.kill()
+        sweep.wait()
+        if pgid and _group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def test_a_key_in_clear_goes_only_to_the_loopback_address_checked_when_connecting(tmp_path, registry, monkeypatch):
+    """Issue 56, item 2: a host name is resolved when the experiment is loaded and again when kvlab connects, and the
+    address checked then is the one connected to (the server's base url names it), so a resolver that changes its
+    answer afterwards gets no say; one that answers an address elsewhere by then is refused before any request."""
+    import http.server
+    import socket
+    import threading
+
+    seen: list[tuple[str, str | None]] = []
+
+    class Engine(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization")))
+            body = json.dumps({"data": [{"id": "org/fake"}]}).encode() if self.path == "/v1/models" else b"{}"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    answers = {"evil.localhost": "127.0.0.1"}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        if host in answers:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[host], 0))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setenv("KVLAB_TEST_KEY", "k-42")
+    engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    try:
+        url = f"http://evil.localhost:{engine.server_port}"
+        spec = EngineSpec(name="vllm", url=url, model="org/fake", max_model_len=1024, api_key_env="KVLAB_TEST_KEY")
+        srv = EngineServer(spec, tmp_path / "s.log")
+        assert srv.base_url == f"http://127.0.0.1:{engine.server_port}"
+        answers["evil.localhost"] = "192.0.2.7"  # the resolver answers otherwise now
+        srv.start()
+        assert srv.wait_ready() >= 0 and srv.version() is None  # (this stand-in reports no version)
+        assert [p for p, _ in seen] == ["/health", "/v1/models", "/version"]
+        assert {auth for _, auth in seen} == {"Bearer k-42"}  # reached the address checked, with the key
+        with pytest.raises(ValueError, match=r"to evil\.localhost, which is not this machine"):
+            EngineServer(spec, tmp_path / "t.log")  # the next connection resolves again: refused
+        assert EngineServer(spec.model_copy(update={"api_key_env": None}), tmp_path / "u.log").base_url == url
+    finally:
+        engine.shutdown()
 
 
 # ------------------------------------------------------------------ real vLLM (CPU build)
@@ -280,20 +508,23 @@ def _post(url, body, headers=None):
         return exc.code, exc.read().decode()
 
 
-def _harness(spec_src: str, log: Path, registry: Path) -> tuple[subprocess.Popen, int, int, int]:
-    """A harness process that starts a server and sleeps; (the process, engine pgid, port, watchdog pid)."""
+def _harness(
+    spec_src: str, log: Path, registry: Path, then: str = "import time; time.sleep(600)", env: dict | None = None
+) -> tuple[subprocess.Popen, int, int, int]:
+    """A harness process that starts a server and sleeps (or does ``then``, e.g. ``srv.wait_ready()``), in the
+    environment ``env`` adds to; (the process, engine pgid, port, watchdog pid)."""
     code = textwrap.dedent(f"""
         from kvlab.server import EngineServer
         from kvlab.experiment import EngineSpec
         srv = EngineServer({spec_src}, {str(log)!r}).start()
         print(srv.pid, srv.port, srv.watchdog_pid, flush=True)
-        import time; time.sleep(600)
+        {then}
     """)
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
         stdout=subprocess.PIPE,
         text=True,
-        env=os.environ | {"KVLAB_STATE_DIR": str(registry)},
+        env=os.environ | {"KVLAB_STATE_DIR": str(registry)} | (env or {}),
     )
     pid, port, watchdog = map(int, proc.stdout.readline().split())
     return proc, pid, port, watchdog
@@ -324,10 +555,15 @@ def test_sigkilled_harness_takes_its_engine_with_it(tmp_path, registry):
     try:
         time.sleep(1)
         assert len(_group_alive(pid)) == 2  # server + worker child
+        scratch = Path(json.loads((registry / f"{pid}.json").read_text())["scratch"])
+        assert scratch.is_dir() and any(scratch.iterdir())  # the engine's own temporary folder, with its files
         proc.kill()  # SIGKILL: no atexit, no signal handler runs in the harness
         proc.wait()
         assert _gone_within(pid, 10) is not None, "the watchdog should have killed the orphaned group"
-        deadline = time.monotonic() + 5  # and then exited itself (a zombie until init reaps it)
+        deadline = time.monotonic() + 5  # and removed its folder, and then exited itself (a zombie until init reaps it)
+        while scratch.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not scratch.exists()
         while psutil.pid_exists(watchdog) and _status(watchdog) != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not psutil.pid_exists(watchdog) or _status(watchdog) == psutil.STATUS_ZOMBIE
@@ -392,6 +628,38 @@ def test_sigkilled_harness_leaves_no_engine_and_the_reaper_is_the_second_line(
         assert reap_orphans(registry) == [pid]
         assert not _group_alive(pid)
         assert not _engine_procs(tiny_model, port)
+    finally:
+        proc.kill()
+        if _group_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.mark.engine
+def test_a_harness_signalled_while_vllm_starts_ends_within_2_s_leaving_nothing(
+    tmp_path, registry, short_tmp, engine_python, tiny_model
+):
+    """Issue 56, items 5 and 6 on the real vLLM CPU build: SIGTERM while it starts (its EngineCore is up and has made
+    its ipc sockets, in the engine's own folder) ends the harness within 2 s, with no process of the engine left
+    and nothing in TMPDIR. Before, the harness waited out the 15 s grace before SIGKILL (15.2 s in issue 56)."""
+    spec = (
+        f"EngineSpec(name='vllm', launch=[{str(engine_python)!r}], model={str(tiny_model)!r}, "
+        "max_model_len=1024, kv_cache_bytes=2**22, enforce_eager=True)"
+    )
+    proc, pid, port, _ = _harness(spec, tmp_path / "a.log", registry, "srv.wait_ready()", {"TMPDIR": str(short_tmp)})
+    try:
+        scratch = Path(json.loads((registry / f"{pid}.json").read_text())["scratch"])
+        deadline = time.monotonic() + 300  # vLLM's imports alone take minutes on a busy 2-core machine
+        while not any(f.is_socket() for f in scratch.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert any(f.is_socket() for f in scratch.iterdir()) and proc.poll() is None, (tmp_path / "a.log").read_text()
+        t = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        took = time.monotonic() - t
+        assert took < 2.0, f"the harness took {took:.1f} s to end"
+        assert not _group_alive(pid) and not _engine_procs(tiny_model, port)
+        assert not _processes_with_env("TMPDIR", str(scratch))  # nothing the engine started lives on
+        assert not list(short_tmp.iterdir())
     finally:
         proc.kill()
         if _group_alive(pid):

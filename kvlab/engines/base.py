@@ -357,6 +357,13 @@ class EngineAdapter(ABC):
         # NCCL matches an interface name as a prefix unless it starts with '='; Gloo takes the exact name
         return {"GLOO_SOCKET_IFNAME": nic, "NCCL_SOCKET_IFNAME": f"={nic}"} if nic else {}
 
+    def scratch_env(self, folder: str) -> dict[str, str]:
+        """Variables that keep the files an engine writes for itself (its IPC sockets, lock files, caches) in
+        ``folder``, a temporary folder of this start's own that kvlab removes when the server stops
+        (server.EngineServer): TMPDIR, which Python's tempfile and most libraries honour. Set at launch under the
+        spec's env (which wins); not part of the server key."""
+        return {"TMPDIR": folder}
+
     #: bind_env variables that already hold the spec's own value (a path put before the spec's PYTHONPATH), so the
     #: spec's env extends them rather than replaces them
     BIND_EXTENDS_SPEC_ENV: ClassVar[tuple[str, ...]] = ("PYTHONPATH",)

@@ -140,6 +140,12 @@ class VLLMAdapter(EngineAdapter):
         ip = "127.0.0.1" if spec.host.lower() == "localhost" else spec.host.strip("[]")
         return env | {"VLLM_HOST_IP": ip} if env else env
 
+    def scratch_env(self, folder: str) -> dict[str, str]:
+        """TMPDIR (EngineAdapter.scratch_env) and VLLM_RPC_BASE_PATH, where vLLM 0.32 makes its ZeroMQ ipc://
+        sockets, one file per socket named by a UUID (utils.network_utils.get_open_zmq_ipc_path; its default is
+        tempfile.gettempdir(), read when vllm.envs is first imported)."""
+        return super().scratch_env(folder) | {"VLLM_RPC_BASE_PATH": folder}
+
     def version(self, base_url: str, headers: dict[str, str] | None = None) -> str | None:
         status, body = http_json(base_url + "/version", headers=headers)
         return body.get("version") if status == 200 and isinstance(body, dict) else None
