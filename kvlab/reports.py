@@ -348,6 +348,35 @@ PAGE_CSS_TEXT = asset("page.css")
 PAGE_CSS = f'<style id="kvlab-page-css">\n{PAGE_CSS_TEXT}</style>'
 
 
+#: "report 04" / "reports 05" in a page's text (not in a tag, a link, a script, a style or a figure).
+_REPORT_MENTION = re.compile(r"\b([Rr]eports? )(0[1-9])\b")
+_TAG = re.compile(r"(<[^>]*>)")
+_NO_LINK_IN = ("a", "script", "style", "svg", "title", "textarea", "code")
+
+
+def reports_linked(page: str, here: str = "") -> str:
+    """``page`` with each mention of another report in its text ("report 04") a link to that report's page (the
+    study's own stem, :data:`kvlab.studies.STUDIES`); a mention of ``here`` (this page's stem) and text inside a
+    link, script, style, svg, title or code stays as it is."""
+    pages = {stem[:2]: f"{stem}.html" for stem in studies.STUDIES if stem[:2] != here[:2]}
+    inside: list[str] = []
+    parts = _TAG.split(page)
+    for i, part in enumerate(parts):
+        if i % 2:  # a tag: track the elements a link may not go in
+            m = re.match(r"<(/?)([a-zA-Z][\w-]*)", part)
+            name = m.group(2).lower() if m else ""
+            if name in _NO_LINK_IN and not part.endswith("/>"):
+                if not m.group(1):
+                    inside.append(name)
+                elif name in inside:
+                    inside.remove(name)
+        elif not inside and part:
+            parts[i] = _REPORT_MENTION.sub(
+                lambda m: f'<a href="{pages[m[2]]}">{m[1]}{m[2]}</a>' if m[2] in pages else m[0], part
+            )
+    return "".join(parts)
+
+
 def topbar_html(here: str, previous: tuple[str, str] | None = None, following: tuple[str, str] | None = None) -> str:
     """The bar at the top of every page: the index, the previous and next report (file, numbered title), the
     glossary; ``here`` names the page itself."""
@@ -488,7 +517,8 @@ def to_html(
     if panel:
         body = body.replace(PANEL_SLOT, with_k_note(panel, body), 1)
     body = body.replace(TOC_SLOT, toc_html(body), 1)
-    out.write_text(body, encoding="utf-8")
+    body = reports_linked(body, out.stem)
+    out.write_text(controls_shown(body), encoding="utf-8")  # a control from data reorders nothing (markup.py)
     return len(FIGURE_RE.findall(body)), found
 
 

@@ -150,3 +150,17 @@ def test_the_top_bar_and_contents_escape_titles_and_number_the_reports():
     assert re.findall(r'href="(#s\d)">Section \d<', reports.toc_html(five)) == [f"#s{i}" for i in range(5)]
     assert reports.numbered("# Title", "03_memory") == "# 03 · Title"
     assert reports.numbered("# 04 · Title", "04_whatif") == "# 04 · Title"
+
+
+def test_a_mention_of_another_report_links_to_its_page_and_nothing_else_changes():
+    """ "report 04" in a page's text becomes a link to report 04's page; this page's own number, a mention inside a
+    link, code, a script or an svg, and a number no report has stay as they were."""
+    page = (
+        '<p>As report 04 and Reports 05 show; this is report 01.</p><a href="x">report 06</a>'
+        '<code>report 02</code><script>"report 03"</script><svg><text>report 07</text></svg><p>report 09, report 07</p>'
+    )
+    assert reports.reports_linked(page, "01_context_scaling") == (
+        '<p>As <a href="04_whatif_model.html">report 04</a> and <a href="05_prefix_sharing.html">Reports 05</a> show;'
+        ' this is report 01.</p><a href="x">report 06</a><code>report 02</code><script>"report 03"</script>'
+        '<svg><text>report 07</text></svg><p>report 09, <a href="07_capacity.html">report 07</a></p>'
+    )

@@ -50,12 +50,28 @@ def test_a_variant_is_named_by_its_parameters_and_the_default_by_the_notebook():
     ],
 )
 def test_kvlab_report_refuses_a_bad_parameter_with_exit_2(args, said, tmp_path):
+    """The command itself, in this process (typer's runner: the same code as the console script, without a
+    process's imports; the console script's exit 2 is the first case's subprocess below)."""
+    from typer.testing import CliRunner
+
+    from kvlab import cli
+
+    done = CliRunner().invoke(cli.app, ["report", "--out", str(tmp_path), "--only", "01", *args])
+    assert done.exit_code == 2, done.output
+    assert said in " ".join(done.output.split())
+    assert not list(tmp_path.iterdir())  # refused before anything ran
+
+
+def test_the_console_script_exits_2_on_an_unknown_parameter(tmp_path):
     done = subprocess.run(
-        [KVLAB, "report", "--out", str(tmp_path), "--only", "01", *args], capture_output=True, text=True, timeout=120
+        [KVLAB, "report", "--out", str(tmp_path), "--only", "01", "-p", "mem_utl=0.95"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2, done.stdout + done.stderr
-    assert said in " ".join((done.stdout + done.stderr).split())
-    assert not list(tmp_path.iterdir())  # refused before anything ran
+    assert "did you mean mem_util?" in " ".join((done.stdout + done.stderr).split())
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_re_run_with_other_parameters_leaves_the_default_page_byte_for_byte(built_reports, fixture_data, tmp_path):
