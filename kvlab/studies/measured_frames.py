@@ -31,10 +31,10 @@ from kvlab.units import nominal_tokens
 def context_name(label: str, tokens: int | None, sep: str = " ") -> str:
     """A context as a reader should read it: its label where the run had that many tokens ('64K'); a scaled
     (CPU) run by its real token count with the context it stands in for ('1,024 tokens (stands in for 64K)';
-    ``sep`` before the bracket, a newline on an axis)."""
+    ``sep`` before the bracket, a newline on an axis); a label that is a bare count by that count ('3,000 tokens')."""
     named = nominal_tokens(label)
     if tokens is None or not named or tokens in named:
-        return str(label)
+        return f"{tokens:,} tokens" if str(label).isdigit() and tokens is not None else str(label)
     return f"{tokens:,} tokens{sep}(stands in for {label})"
 
 
@@ -117,6 +117,22 @@ def decay_factors(runs: pl.DataFrame, context_from: str = "64K", context_to: str
         .drop("p_from", "p_to")
         .sort(["source", "experiment", "engine"])
     )
+
+
+def measured_span(runs: pl.DataFrame, context_from: str = "64K", context_to: str = "200K") -> tuple[str, str]:
+    """The two context labels a measured growth or decay is read between: ``context_from`` and ``context_to`` (the
+    article's, by default) where the runs hold both; else the experiment's own shortest and longest context (of those
+    every engine measured, where there are two), so a page given another experiment speaks of the contexts it holds."""
+    ok = ok_batch_times(runs).select("engine", "context_label", "context_tokens")
+    labels = set(ok["context_label"].drop_nulls())
+    if {context_from, context_to} <= labels:
+        return context_from, context_to
+    per_engine = [set(g["context_label"]) for _, g in ok.group_by("engine")]
+    common = set.intersection(*per_engine) if per_engine else set()
+    chosen = ok.filter(pl.col("context_label").is_in(sorted(common if len(common) >= 2 else labels)))
+    ordered = chosen.group_by("context_label").agg(pl.col("context_tokens").min()).sort("context_tokens")
+    names = ordered["context_label"].to_list()
+    return (names[0], names[-1]) if len(names) >= 2 else (context_from, context_to)
 
 
 # -- does the batch fit the KV pool? --------------------------------------------------------------------------------

@@ -143,6 +143,7 @@ def test_cpu_runs_are_labelled_by_their_real_tokens():
     """Issue 53 item 2: the CPU runs at 1,024 and 3,200 tokens were labelled '64K' and '200K'."""
     assert context_name("64K", 1024) == "1,024 tokens (stands in for 64K)"
     assert context_name("64K", 65536) == "64K"  # a full-scale run keeps its label
+    assert context_name("3000", 3000) == "3,000 tokens"  # a bare count, as a reader reads it
     means = with_context_names(
         measured_frames.relative_speed(measured_runs([1.0, 2.0, 4.0, 3.0]), "vllm", "sglang-jax")
     )

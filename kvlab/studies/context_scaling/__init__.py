@@ -21,6 +21,7 @@ from kvlab.studies.context_scaling.result import REPORT, ContextScalingResult
 from kvlab.studies.measured_frames import (
     decay_factors,
     mean_batch_times,
+    measured_span,
     pool_excesses,
     pool_fit,
     with_context_names,
@@ -41,7 +42,7 @@ def _measured_part(measured: pl.DataFrame, a: str, b: str, context_from: str, co
         "measured_means": f.measured_means(pair),
         "measured_relative": with_context_names(relative_speed(pair, a, b)),
         "growth": f.batch_time_growth(pair),
-        "decay_measured": decay_factors(pair, context_from, context_to),
+        "decay_measured": decay_factors(pair, *measured_span(pair, context_from, context_to)),
         "x_measured": tuple(crossover(pair, a, b, method=m) for m in methods),
         "scale_factor": pair["scale_factor"].drop_nulls().max() if "scale_factor" in pair.columns else None,
         "pool": pool,
@@ -100,7 +101,7 @@ def compute(
         model,
         held,
         measured_speed,
-        measured.is_empty(),
+        None if not m else m["measured_means"]["context"].unique(maintain_order=True).to_list(),
     )
     src = wb.sources()
     speed_rows = claims.filter(pl.col("kind") == "relative_speed")

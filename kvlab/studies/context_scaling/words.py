@@ -149,11 +149,17 @@ def growth_line(r: dict, published: dict[str, float], excesses: tuple[PoolExcess
 
 
 def growth_comparison(measured: list[dict], published: list[dict], excesses: tuple[PoolExcess, ...]) -> str:
-    """How much batch time grows between the two contexts (``measured``, ``published``: decay row dicts)."""
+    """How much batch time grows between the two contexts the measured experiment holds (``measured``, ``published``:
+    decay row dicts); set beside the article's growth only where both span the same contexts."""
     if not measured:
-        return "*measured: no engine has runs at both contexts.*"
-    pub = {r["engine"]: r["batch_time_ratio"] for r in published}
-    return "\n".join(growth_line(r, pub, excesses) for r in measured)
+        return "*measured: no engine has runs at two contexts.*"
+    span = (measured[0]["context_from"], measured[0]["context_to"])
+    same = [r for r in published if (r["context_from"], r["context_to"]) == span]
+    lines = [growth_line(r, {r["engine"]: r["batch_time_ratio"] for r in same}, excesses) for r in measured]
+    if published and not same:
+        lo, hi = published[0]["context_from"], published[0]["context_to"]
+        lines.append(f"- The article's growth, from {lo} to {hi}, spans contexts these runs do not hold: not compared.")
+    return "\n".join(lines)
 
 
 def growth_sentences(growth: list[dict], label: str, excesses: tuple[PoolExcess, ...]) -> str:
@@ -196,11 +202,12 @@ def context_answer(
     model: ModelCrossover,
     held_out: Verdict | None,
     measured_speed: list[Verdict],
-    nothing_measured: bool,
+    measured_contexts: list[str] | None,
 ) -> tuple[str, ...]:
     """Report 01's answer: the article's winner at each of its contexts, where the model puts the change of winner
     (always as its range), whether the model passed its held-out test (``held_out``) and what this host's speed
-    verdicts (``measured_speed``) can say."""
+    verdicts (``measured_speed``) can say; where none, because the runs (at ``measured_contexts``, named by
+    :func:`context_name`; None: nothing measured) are at none of the article's contexts, that."""
     pub = [f"{engine_label(r['faster'])} at {r['context_label']} ({r['speedup']:.2f}× faster)" for r in published]
     first = (
         "On the reference host (Kimi-K3 on 8× B300) the article's table has "
@@ -223,8 +230,11 @@ def context_answer(
         else "The model fails its held-out test, so it illustrates; it does not decide."
     )
     open_ = [v for v in measured_speed if not decides(v)]
-    if nothing_measured:
+    if measured_contexts is None:
         fourth = "No run was measured on this host."
+    elif not measured_speed:
+        at = " and ".join(measured_contexts) if len(measured_contexts) < 3 else ", ".join(measured_contexts)
+        fourth = f"This host's runs, at {at}, include no context of a speed claim measured with both engines: they test none."
     elif open_:
         fourth = f"This host cannot decide {count(len(open_), 'speed claim')}: {open_[0].limit or undecided_label(open_[0])}."
     else:

@@ -7,7 +7,7 @@ import polars as pl
 
 from kvlab.studies import AUTO, chosen_experiment
 from kvlab.studies.measured_frames import consistency, throughput
-from kvlab.studies.measured_frames import decay_factors, pool_excesses, pool_fit
+from kvlab.studies.measured_frames import decay_factors, measured_span, pool_excesses, pool_fit
 from kvlab.studies.result import Answer
 from kvlab.studies.throughput_decay import checks, words
 from kvlab.studies.throughput_decay import frames as f
@@ -17,7 +17,8 @@ __all__ = ["REPORT", "ThroughputDecayResult", "compute"]
 
 
 def _measured_part(measured: pl.DataFrame, context_from: str, context_to: str) -> dict:
-    """The measured fields of the result (none where nothing was measured)."""
+    """The measured fields of the result (none where nothing was measured); the decay between ``context_from`` and
+    ``context_to`` where the runs hold both, else between the experiment's own shortest and longest context."""
     if measured.is_empty():
         return {}
     pool = pool_fit(measured)
@@ -26,7 +27,7 @@ def _measured_part(measured: pl.DataFrame, context_from: str, context_to: str) -
     return {
         "measured": measured,
         "throughput_measured": f.measured_throughput(throughput(measured)),
-        "decay_measured": decay_factors(measured, context_from, context_to),
+        "decay_measured": decay_factors(measured, *measured_span(measured, context_from, context_to)),
         "scale_factor": scale,
         "measured_contexts": tuple(contexts.iter_rows()),
         "pool": pool,
@@ -52,14 +53,24 @@ def compute(
     decay_pub = decay_factors(published, context_from, context_to)
     check = consistency(published, claims)
     m = _measured_part(measured, context_from, context_to)
-    found = checks.verdicts(checks.Inputs(claims, check, decay_pub, m.get("decay_measured")))
+    at_claims = decay_factors(measured, context_from, context_to) if m else None  # what the claims' contexts test
+    found = checks.verdicts(checks.Inputs(claims, check, decay_pub, at_claims))
     decay_v = [v for v in found if v.kind == "throughput_decay" and "," not in v.claim_id]
     shape = next((v for v in found if "," in v.claim_id and v.evidence == "published"), None)
     on_host = next((v for v in found if "," in v.claim_id and v.evidence == "measured"), None)
     src = wb.sources()
     stated = f.stated_ratios(check)
     return ThroughputDecayResult(
-        answer=Answer(words.decay_answer(decay_v, stated, shape, on_host if m else None)),
+        answer=Answer(
+            words.decay_answer(
+                decay_v,
+                stated,
+                shape,
+                on_host if m else None,
+                m["decay_measured"].to_dicts() if m else [],
+                (context_from, context_to),
+            )
+        ),
         verdicts=tuple(found),
         experiments=src.measured,
         documents=src.documents,

@@ -220,11 +220,17 @@ def measured_table_caption(mem_util: float, scale: float | None, contexts: list[
 
 
 def decay_answer(
-    decay_verdicts: list[Verdict], stated: tuple[StatedRatio, ...], shape: Verdict | None, measured: Verdict | None
+    decay_verdicts: list[Verdict],
+    stated: tuple[StatedRatio, ...],
+    shape: Verdict | None,
+    measured: Verdict | None,
+    own: list[dict] = (),
+    claimed: tuple[str, str] = ("64K", "200K"),
 ) -> tuple[str, ...]:
     """Report 02's answer from its verdicts: the stated decay factors against the article's own table (``stated``
     names each claim's engine and stated value), the shape (said only where its verdict decides) and what this
-    host's shape verdict (``measured``) can say."""
+    host's shape verdict (``measured``) can say; where there is none because the runs hold their decay (``own``,
+    measured decay row dicts) between other contexts than the claims' (``claimed``), which contexts those are."""
     if not decay_verdicts:
         return ("The article states no decay factor this report can check.",)
     off = [v for v in decay_verdicts if v.outcome == "inconsistent"]
@@ -249,7 +255,13 @@ def decay_answer(
             if decides(shape) and shape.outcome == "consistent"
             else f"The table does not bear out the claims' shape ({undecided_label(shape) if not decides(shape) else 'inconsistent'})."
         )
-    if measured is None:
+    if measured is None and own and (own[0]["context_from"], own[0]["context_to"]) != tuple(claimed):
+        lo, hi = span_name(own[0])
+        out.append(
+            f"This host's runs are not at {claimed[0]} and {claimed[1]}, so they test no decay claim; their own "
+            f"decay, from {lo} to {hi}, is shown under Measured here."
+        )
+    elif measured is None:
         out.append("No run of both engines at both contexts was measured on this host.")
     elif not decides(measured):
         out.append(
