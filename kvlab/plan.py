@@ -84,6 +84,14 @@ def dry_run_text(specs: ExperimentSpec | list[ExperimentSpec], overlap_starts: b
             # what keeps the engine's own ports on its host, given at launch (server.EngineServer._env)
             bind = adapter.launch_bind_env(e, port, "$RENDEZVOUS")
             env |= {k: "$PORT" if not e.port and v == str(port) else v for k, v in bind.items()}
+            # the engine's own temporary folder, made at launch and removed at stop (server.EngineServer._env)
+            scratch = {k: v for k, v in adapter.scratch_env("$ENGINE_TMPDIR").items() if k not in e.env}
+            env |= scratch
+            if scratch:
+                lines.append(
+                    "# ENGINE_TMPDIR: a new folder of this start's own (mode 0700) in kvlab's temporary folder, "
+                    "where the engine keeps its sockets and caches; removed when the server stops"
+                )
             if any("$RENDEZVOUS" in v for v in env.values()):
                 lines.append(
                     "# RENDEZVOUS: a new file name in kvlab's private state folder, where the engine's workers "

@@ -127,13 +127,17 @@ def test_the_dry_run_shows_what_keeps_each_engines_own_ports_on_its_host():
     assert lo is not None  # every machine kvlab runs on has a loopback
     gloo, nccl = f"GLOO_SOCKET_IFNAME={lo} JAX_PLATFORMS=cpu", f"NCCL_SOCKET_IFNAME={shlex.quote('=' + lo)}"
     vllm, sglang, jax = (plan.dry_run_text(_keyed(e)) for e in ("vllm", "sglang", "sglang-jax"))
-    assert f"env {gloo} {nccl} VLLM_API_KEY=$KVLAB_KEY VLLM_HOST_IP=127.0.0.1 \\\n" in vllm
+    assert (
+        f"env {gloo} {nccl} TMPDIR=$ENGINE_TMPDIR VLLM_API_KEY=$KVLAB_KEY VLLM_HOST_IP=127.0.0.1 "
+        "VLLM_RPC_BASE_PATH=$ENGINE_TMPDIR \\\n"
+    ) in vllm
     assert (
         f"env {gloo} MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT {nccl} "
-        "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE=file://$RENDEZVOUS \\\n"
+        "SGLANG_DISTRIBUTED_INIT_METHOD_OVERRIDE=file://$RENDEZVOUS TMPDIR=$ENGINE_TMPDIR \\\n"
     ) in sglang
     assert "# RENDEZVOUS: a new file name in kvlab's private state folder" in sglang
-    assert f"env {gloo} {nccl} \\\n" in jax and "RENDEZVOUS" not in jax
+    assert f"env {gloo} {nccl} TMPDIR=$ENGINE_TMPDIR \\\n" in jax and "RENDEZVOUS" not in jax
+    assert "# ENGINE_TMPDIR: a new folder of this start's own (mode 0700)" in jax  # issue 56, item 6
     spec = _keyed("sglang").engines["sglang"]
     adapter = get_adapter("sglang")
     several = spec.model_copy(update={"extra_args": ["--nnodes=2"]})
@@ -182,7 +186,7 @@ def test_make_report_gpu_builds_the_cuda_environments_sweeps_the_gpu_files_then_
     """`make report GPU=1`, the GPU host's one command: the two locked CUDA environments, then a sweep of the
     b300_*.yaml experiments (in the documented order: long context, step fit, capacity), then the reports; no CPU
     environment and no CPU experiment. Plain `make report` stays the embedded default: the CPU environments and
-    every cpu_*.yaml."""
+    every cpu_*.yaml but cpu_trace (FULL=1 only)."""
     gpu = _make_plan(tmp_path, "report", "GPU=1")
     files = ["b300_long_context.yaml", "b300_step_fit.yaml", "b300_capacity.yaml"]
     assert sorted(files) == sorted(p.name for p in EXPERIMENTS_DIR.glob("b300_*.yaml"))
@@ -201,7 +205,9 @@ def test_make_report_gpu_builds_the_cuda_environments_sweeps_the_gpu_files_then_
 
     cpu = _make_plan(tmp_path, "report")
     sweep = _at(cpu, ".venv/bin/kvlab sweep")
-    cpu_files = sorted(f"data/experiments/{p.name}" for p in EXPERIMENTS_DIR.glob("cpu_*.yaml"))
+    cpu_files = sorted(  # every cpu_*.yaml but cpu_trace, which runs with FULL=1 only
+        f"data/experiments/{p.name}" for p in EXPERIMENTS_DIR.glob("cpu_*.yaml") if p.name != "cpu_trace.yaml"
+    )
     assert cpu[sweep].partition(" || ")[0] == ".venv/bin/kvlab sweep --quick " + " ".join(cpu_files)
     assert (
         max(_at(cpu, "-r kvlab/engines/envs/vllm-cpu.lock"), _at(cpu, "-r kvlab/engines/envs/sglang-cpu.lock")) < sweep
