@@ -45,6 +45,19 @@ STOP_GRACE_S = 15.0
 #: How the name of each launched engine's own temporary folder starts (TMPDIR and the engine's IPC base path point
 #: there: adapter.scratch_env), in the harness's temporary folder; removed when the engine stops.
 SCRATCH_PREFIX = "kvlab-engine-"
+#: The longest parent folder the engine's own folder goes in: vLLM names its ZeroMQ sockets there by a UUID, and a Unix
+#: socket's path holds at most 107 bytes, which a longer TMPDIR (pytest's tmp_path, a deep home) broke ("AF_UNIX path
+#: too long"). Beyond it the folder goes under /tmp.
+SCRATCH_PARENT_MAX = 40
+
+
+def scratch_parent() -> str | None:
+    """Where an engine's own temporary folder is made: the harness's temporary folder, or /tmp where that path is
+    longer than :data:`SCRATCH_PARENT_MAX` (None: tempfile's own choice)."""
+    here = tempfile.gettempdir()
+    return "/tmp" if len(here) > SCRATCH_PARENT_MAX and os.path.isdir("/tmp") else None
+
+
 #: The deadline of one health check (kvlab.httpcall: a monotonic total, whatever the server drips); a start-up wait
 #: gives each check at most what is left of its startup_timeout_s.
 HEALTH_TIMEOUT_S = 2.0
@@ -386,7 +399,7 @@ class EngineServer:
             log.flush()
             self._write_key_file()
             ensure_state_dir(self.registry_dir)  # the rendezvous file's folder, before any worker looks for it
-            self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))  # mode 0700
+            self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=scratch_parent()))  # mode 0700
             try:
                 self._proc = subprocess.Popen(
                     self.argv,

@@ -324,6 +324,19 @@ def test_an_engine_keeps_its_files_in_a_folder_of_its_own_removed_when_it_stops(
     assert not _group_alive(srv.pid)
 
 
+def test_a_long_temporary_folder_sends_the_engines_own_folder_to_tmp(tmp_path, monkeypatch):
+    """vLLM's socket paths (a UUID in the engine's folder) fail past 107 bytes: under a TMPDIR longer than
+    SCRATCH_PARENT_MAX (pytest's tmp_path is one) the engine's folder goes under /tmp; a short one is kept."""
+    import tempfile
+
+    from kvlab import server
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert len(str(tmp_path)) > server.SCRATCH_PARENT_MAX and server.scratch_parent() == "/tmp"
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert server.scratch_parent() is None
+
+
 def test_the_specs_own_tmpdir_wins(tmp_path, registry, short_tmp):
     """A TMPDIR the spec sets is the engine's (the spec's env wins over what kvlab sets), and is left alone."""
     own = short_tmp
@@ -598,6 +611,7 @@ def test_a_normal_stop_also_ends_the_watchdog(tmp_path, registry):
 
 
 @pytest.mark.engine
+@pytest.mark.full  # the fake engine's test of the same path runs by default
 def test_sigkilled_harness_leaves_no_engine_and_the_reaper_is_the_second_line(
     tmp_path, registry, engine_python, tiny_model
 ):
@@ -635,6 +649,7 @@ def test_sigkilled_harness_leaves_no_engine_and_the_reaper_is_the_second_line(
 
 
 @pytest.mark.engine
+@pytest.mark.full  # the fake engine's test of the same path runs by default
 def test_a_harness_signalled_while_vllm_starts_ends_within_2_s_leaving_nothing(
     tmp_path, registry, short_tmp, engine_python, tiny_model
 ):
