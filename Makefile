@@ -140,21 +140,27 @@ browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and
 # at the end: a fit one pass's notebook kernel made is read, not refitted, by the other's, and no developer's
 # ~/.cache/kvlab is read or written.
 LAST_CORE := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n - 1)))
-ENGINE_FREE := -m "not cluster and not engine and not engine_env"
+# FULL=1 adds the tests marked `full` (pyproject.toml): slow checks whose mechanism a cheaper test of the default run
+# shows too (docs/testing.md lists them); without it make test says how many it left out
+NOT_FULL := $(if $(filter 1 yes true,$(FULL)),, and not full)
+ENGINE_FREE := -m "not cluster and not engine and not engine_env$(NOT_FULL)"
+ENGINE_PASS := -m "(engine or engine_env) and not cluster$(NOT_FULL)"
 # the cores below the last: "0" on two cores, "0-6" on eight
 ENGINE_CORES := $(shell c=$(LAST_CORE); if [ $$c -gt 1 ]; then echo 0-$$((c - 1)); else echo 0; fi)
-test: install engines engines-sglang-jax browser ## run the whole test suite (real engine tests included; the Ray cluster tests are `make test-cluster`)
+test: install engines engines-sglang-jax browser ## run the test suite (real engine tests included; FULL=1 adds the slow tests marked full; the Ray cluster tests are `make test-cluster`)
 	@status=0; fits=$$(mktemp -d); export KVLAB_FIT_CACHE=$$fits/fits.sqlite; \
 	$(BIN)/ruff check --quiet . || status=$$?; $(BIN)/ruff format --check --quiet . || status=$$?; \
 	if [ "$(LAST_CORE)" -gt 0 ] && command -v taskset >/dev/null; then \
 	  log=$$(mktemp); echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE); their report follows"; \
 	  taskset -c $(LAST_CORE) nice -n 10 $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
-	  SGLANG_CPU_OMP_THREADS_BIND=$(ENGINE_CORES) $(BIN)/pytest -m "(engine or engine_env) and not cluster" $(PYTEST_ARGS) || status=$$?; \
+	  SGLANG_CPU_OMP_THREADS_BIND=$(ENGINE_CORES) $(BIN)/pytest $(ENGINE_PASS) $(PYTEST_ARGS) || status=$$?; \
 	  wait $$free || status=$$?; echo "---------------- the engine-free tests ----------------"; cat $$log; rm -f $$log; \
 	else \
 	  $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) || status=$$?; \
-	  $(BIN)/pytest -m "(engine or engine_env) and not cluster" $(PYTEST_ARGS) || status=$$?; \
-	fi; rm -rf $$fits; exit $$status
+	  $(BIN)/pytest $(ENGINE_PASS) $(PYTEST_ARGS) || status=$$?; \
+	fi; rm -rf $$fits; \
+	$(if $(NOT_FULL),echo "make test: left out $$(grep -rl 'pytest.mark.full' tests | wc -l | tr -d ' ') files' tests marked full ($$(grep -rho 'pytest.mark.full' tests | wc -l | tr -d ' ') marks); make test FULL=1 runs them";) \
+	exit $$status
 
 format: install ## rewrite the code as `make test`'s lint step wants it (ruff format, then ruff check --fix)
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .

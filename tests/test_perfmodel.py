@@ -918,6 +918,7 @@ def test_the_model_s_crossovers_do_not_depend_on_the_cpu_s_simd_paths():
     stopping point by 0.6 tokens and three tests failed (2026-12-04). Where numpy dispatches nothing beyond its
     baseline, only OpenBLAS's kernels change. The other process refits everything: its fit cache is off (a cached fit
     would make the two trivially equal)."""
+@pytest.mark.full  # refits every assumption set with the cache off
     import os
     import subprocess
     import sys
