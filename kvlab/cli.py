@@ -500,6 +500,10 @@ def model(
     batch_size: Annotated[int | None, typer.Option(metavar="N", help="requests per batch")] = None,
     output_tokens: Annotated[int | None, typer.Option(metavar="N", help="output tokens per request")] = None,
     mem_util: Annotated[float, typer.Option(metavar="FRACTION", help="memory-utilisation setting")] = 0.92,
+    tpot_ms: Annotated[
+        float | None,
+        typer.Option(metavar="MS", help="TPOT target: print capacity-limited throughput per configuration first"),
+    ] = None,
 ) -> None:
     """Print the physical model's predictions (modelled, calibrated on the published table)."""
     from kvlab.perfmodel.report import model_command  # this command's own stack (see the top)
@@ -517,6 +521,7 @@ def model(
             batch_size=batch_size,
             output_tokens=output_tokens,
             mem_util=mem_util,
+            tpot_ms=tpot_ms,
         )
     except SpecError as exc:
         console.print(f"[red]invalid experiment[/red]\n{escape(str(exc))}")

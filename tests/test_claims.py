@@ -305,8 +305,8 @@ def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
     got = crossover_modelled(x, x_range, fit, cons)
     # the range first, always; the default assumptions' value only beside it
     assert got[0].number == (
-        "108K–746K over the assumptions the article leaves open (≈173K under the defaults); 122K–149K "
-        "tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals (not an "
+        "108K–746K over the assumptions the article leaves open (≈173K under the defaults); 70K–158K "
+        "tokens (K = 1,024) over the 36 of 1,248 fits consistent with the published totals (not an "
         "independent check)"
     )
     assert (
@@ -323,7 +323,7 @@ def test_report_01s_modelled_crossover_carries_04s_consistent_fits_range(fit):
 
     head = headroom_table("B300", "Kimi-K3", [0.92, 0.95], [1], [204800])
     (row04,) = checks.check_crossover_range(checks.evidence(fit, sens, head, x, consistent(cons), ()))
-    assert "122K–149K tokens (K = 1,024) over the 16 of 1,248 fits consistent with the published totals" in row04.number
+    assert "70K–158K tokens (K = 1,024) over the 36 of 1,248 fits consistent with the published totals" in row04.number
 
 
 # --------------------------------------------------------------------------- rule 4

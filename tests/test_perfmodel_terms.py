@@ -132,7 +132,7 @@ def test_kvlab_model_prints_per_engine_costs_held_out_and_bounds():
     ) in out
     assert "    vLLM: fitted per-step overhead 5.00 ms (range 0.00-5.00); unexplained per-step cost 42.4 ms" in out
     assert "0 of 4 at the default; 4 of 4 in 15 of 96 sets, all at batch 32" in out
-    assert "lmsys_gb300_longctx: DeepSeek-R1-NVFP4 on GB300, 128,000 in: bound 1,650 >= published 226.2" in out
+    assert "lmsys_gb300_longctx: DeepSeek-R1-NVFP4 on GB300, 128,000 in: bound 1,665 >= published 226.2" in out
     assert "free fit — NON-PHYSICAL" in out  # the free fit, with its DCP latency above the prior, is labelled
 
 
@@ -145,7 +145,10 @@ def test_held_out_per_assumption_set(sens):
 
     h = held_out_by_set(sens, DATA_DIR)
     assert (h.default, h.all_right, h.sets, h.batch_sizes) == ((0, 4), 15, 96, (32,))
-    assert h.text() == "0 of 4 at the default; 4 of 4 in 15 of 96 sets, all at batch 32"
+    assert h.text() == (
+        "0 of 4 at the default; 4 of 4 in 15 of 96 sets, all at batch 32, needing prefill at 111–171% of dense peak: "
+        "not physical"
+    )
     row = h.per_set.filter(pl.col("right") == 4).row(0, named=True)  # recomputed from the set's own fit
     a = Assumptions(
         expert_reads=row["expert_reads"],
@@ -224,17 +227,20 @@ def _runs_copy(tmp_path: Path, **changes) -> Path:
 def test_bounds_against_published_runs_by_hand():
     from kvlab.perfmodel.reference import bound_checks
 
-    gb300, gb200 = bound_checks(DATA_DIR)
-    # DeepSeek-R1-NVFP4, DEP8 on GB300: 17.07e9 non-routed params at 1 B + 653.9e9 routed at 0.5625 B over 8 GPUs;
-    # FP8 KV 61 x 576 = 35,136 B per token; 47 sequences of 136,000 tokens fit; each step reads the 16.57e9 active
-    # non-routed bytes and 47 x 128,000 tokens of KV at 8 TB/s
+    gb300, gb300_gb200, gb200 = bound_checks(DATA_DIR)
+    # DeepSeek-R1-NVFP4 on GB300, Wide-EP read at the 32 GPUs the post names (the reading that raises the bound):
+    # 17.07e9 non-routed params at 1 B + 653.9e9 routed at 0.5625 B over 32 GPUs; FP8 KV 61 x 576 = 35,136 B per
+    # token; 54 sequences of 136,000 tokens fit; each step reads the 16.57e9 active non-routed bytes and
+    # 54 x 128,000 tokens of KV at 8 TB/s
     routed = 58 * 256 * 44_040_192
-    stored = (671e9 - routed) * 1.0 + routed * 0.5625 / 8
+    stored = (671e9 - routed) * 1.0 + routed * 0.5625 / 32
     cap = (288e9 - stored) / (136_000 * 35_136)
-    step = ((37e9 - 58 * 8 * 44_040_192) + 47 * 128_000 * 35_136) / 8e12
-    assert (gb300.capacity_per_gpu, gb300.bound) == (pytest.approx(cap, rel=1e-12), pytest.approx(47 / step, rel=1e-12))
-    assert (round(gb300.bound, 1), round(gb300.margin, 2), gb300.consistent) == (1649.5, 7.29, True)
-    assert cap >= 40  # the published 40 requests per GPU fit the modelled KV capacity
+    step = ((37e9 - 58 * 8 * 44_040_192) + 54 * 128_000 * 35_136) / 8e12
+    assert (gb300.capacity_per_gpu, gb300.bound) == (pytest.approx(cap, rel=1e-12), pytest.approx(54 / step, rel=1e-12))
+    assert (round(gb300.bound, 1), round(gb300.margin, 2), gb300.consistent) == (1665.2, 7.36, True)
+    # the same post's GB200 baseline, at the post's 192 GB (the catalog's 186 GB is lower: the bound reads the larger)
+    assert gb300_gb200.capacity_per_gpu == pytest.approx((192e9 - stored) / (136_000 * 35_136), rel=1e-12)
+    assert (round(gb300_gb200.bound, 1), gb300_gb200.consistent) == (1604.9, True)
     assert (round(gb200.bound), gb200.consistent) == (103384, True)
 
 
@@ -242,15 +248,15 @@ def test_a_published_figure_above_the_bound_contradicts_the_model_and_names_the_
     from kvlab.perfmodel.reference import bound_checks
     from kvlab.studies.whatif_model.checks import bound_verdict
 
-    doctored = bound_checks(_runs_copy(tmp_path, value=2000.0))[0]  # above the 1,649.5 bound
-    assert not doctored.consistent and doctored.margin == pytest.approx(1649.5 / 2000, abs=1e-4)
+    doctored = bound_checks(_runs_copy(tmp_path, value=2000.0))[0]  # above the 1,665.2 bound
+    assert not doctored.consistent and doctored.margin == pytest.approx(1665.2 / 2000, abs=1e-4)
     assert doctored.wrong_term().startswith("the KV bytes read per step (35,136 B per token per GPU in fp8)")
     v = bound_verdict(doctored)
     assert (v.claim_id, v.outcome, v.evidence) == ("published_bound_lmsys_gb300_longctx", "contradicted", "published")
     assert "the model is contradicted: the KV bytes read per step" in v.reason
     # a published concurrency the modelled KV capacity cannot hold contradicts it too, naming the capacity
     crowded = bound_checks(_runs_copy(tmp_path / "b", concurrency_per_gpu=60.0))[0]
-    assert not crowded.consistent and crowded.wrong_term().startswith("the KV capacity: 47.1 sequences per GPU")
+    assert not crowded.consistent and crowded.wrong_term().startswith("the KV capacity: 54.3 sequences per GPU")
 
 
 def test_a_bad_published_run_names_the_file_and_field(tmp_path):

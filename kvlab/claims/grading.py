@@ -102,6 +102,7 @@ NOT_REUSABLE = "every request was sent before the prefix could be cached"
 NO_GPU_MEMORY = "no GPU memory outside the KV pool on this host, where the claimed OOMs arise"
 ASSUMED_FROM_CLAIM = "the model's memory check rests on an assumption taken from the claim itself"
 UNRECORDED_DEVICE = "the runs record neither a KV budget nor their device"
+UNSTATED_CONDITION = "the source does not state a condition the check needs"
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,19 @@ PRIOR_SOURCES: dict[str, str] = {
 BOUNDED = PRIORS | {"vllm_step_overhead_s": (0.0, math.inf), "sglang_step_overhead_s": (0.0, math.inf)}
 #: What counts as physically sane on a GPU host: the priors (the old name, kept for the reports).
 SANE_RANGES = PRIORS
+#: Hard physical limits, beside the priors: no fit can run prefill above the dense peak of its number format, nor
+#: read memory above the peak bandwidth. A fit past either (a fraction above 1) is *over peak*: flagged in every table
+#: (``over_peak``) and never counted consistent with the published totals (:func:`consistent_fits`).
+PEAK_LIMITED = {"prefill_efficiency": "prefill", "bandwidth_efficiency": "decode bandwidth"}
+
+
+def over_peak(prefill_efficiency: float, bandwidth_efficiency: float) -> str:
+    """Where a fit exceeds its hardware's peak, in words ('prefill 1.47× peak'; '' within peak): the physical
+    limits of :data:`PEAK_LIMITED`, whatever the priors say."""
+    values = {"prefill_efficiency": prefill_efficiency, "bandwidth_efficiency": bandwidth_efficiency}
+    return "; ".join(
+        f"{words} {values[name]:.2f}× peak" for name, words in PEAK_LIMITED.items() if values[name] > 1 + 1e-9
+    )
 
 
 @dataclass(frozen=True)
@@ -481,6 +494,7 @@ def fits_frame(
             {
                 "fit": "physics-only" if f.kind == "physics" else "free",
                 "physical": f.physical,
+                "over_peak": over_peak(p.prefill_efficiency, p.bandwidth_efficiency),
                 "prefill_efficiency": p.prefill_efficiency,
                 "bandwidth_efficiency": p.bandwidth_efficiency,
                 "dcp_layer_latency_us": p.dcp_layer_latency_s * 1e6,
@@ -664,6 +678,7 @@ def uncalibrated_rows(
             "crossover_tokens": fc.crossover,
             "physical": True,
             "implausible": "",
+            "over_peak": "",
             "winner_64k": fc.winners[0],
             "winner_200k": fc.winners[1],
         }
@@ -725,6 +740,7 @@ def sensitivity(
                         "max_abs_residual_pct": f.max_abs_residual_pct, "loo_mean_abs_pct": f.loo_mean_abs_pct,
                         "loo_max_abs_pct": f.loo_max_abs_pct, "crossover_tokens": fc.crossover, "physical": not f.warnings,
                         "implausible": "; ".join(f.warnings),
+                        "over_peak": over_peak(f.params.prefill_efficiency, f.params.bandwidth_efficiency),
                         "winner_64k": fc.winners[0], "winner_200k": fc.winners[1],
                     }  # fmt: skip
                     if physics:
@@ -845,7 +861,9 @@ def speed_ratio_range(sens: pl.DataFrame, cfg_a: Config, cfg_b: Config, context_
 
 #: The rule for "consistent with the published totals": a fit is consistent when its largest residual is within
 #: :data:`CONSISTENT_TOLERANCE_PCT` percentage points of the best fit's in the whole family (every assumption set,
-#: every bandwidth on :data:`BANDWIDTH_GRID`, the free and the physics-only fits). The stricter reading, every
+#: every bandwidth on :data:`BANDWIDTH_GRID`, the free and the physics-only fits) that stays within the hardware's
+#: peak, and it is within peak itself (:func:`over_peak`: a fit needing prefill or bandwidth above 100% of peak
+#: cannot happen, however well it matches the totals). The stricter reading, every
 #: modelled total within the totals' stated precision (:data:`PUBLISHED_PRECISION_S`: they are given to 0.1 s),
 #: is reported beside it (``within_precision``): with five parameters and four totals some fits meet it exactly,
 #: which says the totals are interpolated, not that the model is right to 0.05%.
@@ -872,6 +890,13 @@ def held_out_winners(fit: Fit) -> tuple[int, int]:
     return right, total
 
 
+def _consistent_threshold(candidates: list[dict], tolerance_pct: float) -> float:
+    """The largest residual a consistent fit may have: ``tolerance_pct`` points above the best candidate's among those
+    within peak (a fit over peak cannot happen, so it sets no bar: :func:`over_peak`); inf when every one is over."""
+    possible = [o["max_abs_residual_pct"] for o in candidates if not o["over_peak"]]
+    return min(possible) + tolerance_pct if possible else math.inf
+
+
 def _within_priors(p: Params, names: tuple[str, ...]) -> bool:
     return all(PRIORS[n][0] * (1 - 1e-6) <= getattr(p, n) <= PRIORS[n][1] * (1 + 1e-6) for n in names)
 
@@ -894,11 +919,12 @@ def consistent_fits(
     For every assumption set of ``sens`` (a :func:`sensitivity` table with ``physics=True``), the candidates are
     its free fit, its physics-only fit, and one fit per decode bandwidth efficiency in ``bandwidths`` (held fixed,
     the prefill efficiency and DCP latency refitted). Each row: the set, the kind of fit, its parameters, its largest
-    residual (% and s), whether every parameter is inside its prior (``physical``), whether every total is met
-    within the published precision (``within_precision``) and whether it is ``consistent`` with the totals (largest
-    residual within ``tolerance_pct`` points of the best in the table: the rule of
-    :data:`CONSISTENT_TOLERANCE_PCT`); for consistent fits also what they predict (crossover, winners at
-    ``contexts``). ``threshold_pct`` holds the cut-off.
+    residual (% and s), whether every parameter is inside its prior (``physical``), where it exceeds the hardware's
+    peak (``over_peak``, :func:`over_peak`: '' within it), whether every total is met within the published precision
+    (``within_precision``) and whether it is ``consistent`` with the totals (within peak, and its largest residual
+    within ``tolerance_pct`` points of the best fit within peak: the rule of :data:`CONSISTENT_TOLERANCE_PCT`); for
+    consistent fits also what they predict (crossover, winners at ``contexts``). ``threshold_pct`` holds the
+    cut-off.
 
     Each table is computed once per process for its inputs (the sensitivity table by its rows): a notebook re-run in
     one kernel (JupyterLab, or papermill's parameter variants) with the same published data refits nothing. Like
@@ -973,17 +999,17 @@ def _consistent_fits(
                     "max_abs_error_s": max(abs(m - o) for m, o in mod),
                     "within_precision": all(abs(m - o) <= PUBLISHED_PRECISION_S for m, o in mod),
                     "physical": _within_priors(p, names),
+                    "over_peak": over_peak(p.prefill_efficiency, p.bandwidth_efficiency),
                     "_w": w,
                     "_a": a,
                     "_p": p,
                 }
             )
-    best = min(o["max_abs_residual_pct"] for o in out)
-    threshold = best + tolerance_pct
+    threshold = _consistent_threshold(out, tolerance_pct)
     final = []
     for o in out:
         w, a, p = o.pop("_w"), o.pop("_a"), o.pop("_p")
-        o["consistent"] = o["max_abs_residual_pct"] <= threshold
+        o["consistent"] = o["max_abs_residual_pct"] <= threshold and not o["over_peak"]
         o["threshold_pct"] = threshold
         xo, wins = None, [None] * len(contexts)
         if o["consistent"]:

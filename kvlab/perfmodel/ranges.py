@@ -80,6 +80,62 @@ def per_step_costs(sens: pl.DataFrame) -> dict[str, EngineStepCost]:
 
 
 @dataclass(frozen=True)
+class UnexplainedShare:
+    """One engine's unexplained per-step cost as a share of its modelled batch time under the bounded fits (the cost
+    per step × the steps a batch takes ÷ the batch time), at the published contexts: ``share`` (a fraction) and
+    ``per_batch_s`` (seconds per batch), each lowest to highest over the sets and contexts, the default set's
+    lowest-to-highest over the contexts in ``default_lo``/``default_hi``."""
+
+    engine: str
+    share: Span
+    per_batch_s: Span
+    default_lo: float | None = None
+    default_hi: float | None = None
+
+
+def unexplained_shares(
+    sens: pl.DataFrame,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    tp: int = 8,
+    dcp: int = 8,
+    contexts: tuple[int, ...] = (65536, 204800),
+    base: Assumptions = Assumptions(),
+) -> dict[str, UnexplainedShare]:
+    """Per engine (vLLM TP ``tp``, SGLang TP ``tp`` + DCP ``dcp``), :class:`UnexplainedShare` over every set of
+    ``sens`` (``physics=True``): what the table needs that no bounded term explains, as a part of the batch."""
+    d = _default_index(sens)
+    out = {}
+    for engine, dcp_e in ((VLLM, 1), (SGLANG, dcp)):
+        cfg = Config.of(gpu, model, engine, tp, dcp_e, base.default_mem_util)
+        shares, seconds, default = [], [], []
+        for i, (w, a, p) in enumerate(refits(sens, base, physics=True)):
+            per_step = sens[f"phys_{engine}_unexplained_ms"][i] / 1e3
+            for c in contexts:
+                pred = batch_time(cfg, c, w, p, a)
+                s = per_step * w.output_tokens * pred.waves
+                shares.append(s / pred.batch_time_s)
+                seconds.append(s)
+                if i == d:
+                    default.append(s / pred.batch_time_s)
+        out[engine] = UnexplainedShare(
+            engine,
+            _span(shares, None),
+            _span(seconds, None),
+            min(default) if default else None,
+            max(default) if default else None,
+        )
+    return out
+
+
+def bounded_miss(sens: pl.DataFrame) -> Span:
+    """The bounded fits' largest residual against the table (%), over the sets, the default set's inside."""
+    d = _default_index(sens)
+    vals = sens["phys_max_abs_residual_pct"].to_list()
+    return _span(vals, vals[d] if d is not None else None)
+
+
+@dataclass(frozen=True)
 class HeldOutBySet:
     """The leave-one-out test per assumption set: each set's free fit refitted without each published point, and
     whether the held-out fit still names that context's published winner. ``default``: (right, held out) of the
@@ -91,11 +147,26 @@ class HeldOutBySet:
     sets: int
     batch_sizes: tuple[int, ...]
     per_set: pl.DataFrame
+    #: the lowest and highest prefill efficiency (fraction of dense peak) the all-right sets' free fits need
+    needs_prefill: tuple[float, float] | None = None
+    #: the all-right sets whose free fit stays within peak prefill and bandwidth (``over_peak`` empty), in words
+    within_peak: tuple[str, ...] = ()
+
+    def needs(self) -> str:
+        """What the all-right sets need, in words: 'needing prefill at 113–171% of dense peak: not physical', or the
+        sets within peak by name; '' without any all-right set."""
+        if not self.all_right or self.needs_prefill is None:
+            return ""
+        lo, hi = (round(100 * x) for x in self.needs_prefill)
+        need = f"needing prefill at {lo}–{hi}% of dense peak"
+        if not self.within_peak:
+            return need + ": not physical"
+        return need + f"; within peak: {', '.join(self.within_peak)}"
 
     def text(self) -> str:
         r, t = self.default
         return f"{r} of {t} at the default; {t} of {t} in {self.all_right} of {self.sets} sets" + (
-            f", all at batch {', '.join(map(str, self.batch_sizes))}" if self.all_right else ""
+            f", all at batch {', '.join(map(str, self.batch_sizes))}, {self.needs()}" if self.all_right else ""
         )
 
 
@@ -109,16 +180,29 @@ def held_out_by_set(
     rows = []
     for r, (w, a, _p) in zip(sens.iter_rows(named=True), refits(sens, base)):
         right, total = held_out_winners(published_fit(data_dir, w, a, experiment))
-        rows.append({k: r[k] for k in DEFAULT_SET} | {"right": right, "held_out": total})
+        peak = {k: r.get(k) for k in ("prefill_efficiency", "bandwidth_efficiency", "over_peak")}
+        rows.append({k: r[k] for k in DEFAULT_SET} | {"right": right, "held_out": total} | peak)
     per = pl.DataFrame(rows)
     d = _default_index(sens)
     good = per.filter((pl.col("right") == pl.col("held_out")) & (pl.col("held_out") > 0))
+    pre = good["prefill_efficiency"].drop_nulls()
+    possible = good.filter(pl.col("over_peak") == "") if "over_peak" in good.columns else good.clear()
     return HeldOutBySet(
         (per["right"][d], per["held_out"][d]) if d is not None else (0, 0),
         good.height,
         per.height,
         tuple(sorted(set(good["batch_size"].to_list()))),
         per,
+        (float(pre.min()), float(pre.max())) if pre.len() else None,
+        tuple(set_words(x) for x in possible.iter_rows(named=True)),
+    )
+
+
+def set_words(row: dict) -> str:
+    """An assumption set in words: 'batch 32, output 4,096, expert reads active, MLA width 512, KV fp8'."""
+    return (
+        f"batch {row['batch_size']}, output {row['output_tokens']:,}, expert reads {row['expert_reads']}, "
+        f"MLA width {row['mla_width']}, KV {row['kv_format']}"
     )
 
 
@@ -198,4 +282,8 @@ __all__ = [
     "held_out_by_set",
     "model_ranges",
     "per_step_costs",
+    "set_words",
+    "UnexplainedShare",
+    "bounded_miss",
+    "unexplained_shares",
 ]

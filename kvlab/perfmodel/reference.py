@@ -3,7 +3,7 @@
 concurrency). The runs, with their citations and conditions, are in ``data/reference/published_gpu_runs.yaml``.
 
 The bound at a run's conditions: the most sequences the GPU's memory holds at the run's context (all of its memory,
-weights as stored, the KV in the run's number format), each decode step reading at least the non-routed weights the
+the larger of the catalog's figure and the source's, weights as stored, the KV in the run's number format), each decode step reading at least the non-routed weights the
 step uses and every sequence's KV at the prompt's length, at 100% of peak bandwidth. Every choice raises the bound
 (no activations, no routed-expert reads, the shortest context), so a published figure above it is a contradiction.
 """
@@ -50,8 +50,21 @@ class PublishedRun(BaseModel):
     metric: Literal["output_tokens_per_s_per_gpu"]
     value: float = Field(gt=0)
     concurrency_per_gpu: float | None = Field(default=None, gt=0)
+    concurrency_gpus: int | None = Field(
+        default=None, gt=0, description="the expert-parallel group the concurrency is stated at (empty: `gpus`)"
+    )
     kv_usage: float | None = Field(default=None, gt=0, le=1)
     tokens_per_step: float = Field(default=1.0, gt=0, description="output tokens per request per decode step")
+    memory_gb: float | None = Field(
+        default=None, gt=0, description="GPU memory as the source states it (GB); empty: the catalog's"
+    )
+    ttft_s: float | None = Field(default=None, gt=0, description="published time to first token of one prompt")
+    prefill_gpus: int | None = Field(
+        default=None, gt=0, description="GPUs one prompt's prefill runs over (empty: the source does not state it)"
+    )
+    per_gpu: str = Field(
+        default="", description="what the per-GPU figure divides by, as the source states it or as read here"
+    )
     conditions: str = Field(min_length=1)
     verified: str = Field(min_length=1, description="how and when the figures were checked against the source")
 
@@ -140,27 +153,47 @@ class BoundCheck:
         )
 
 
-def bound_check(run: PublishedRun) -> BoundCheck:
-    """The upper bound on output tokens/s per GPU at ``run``'s conditions (see the module's docstring)."""
+@dataclass(frozen=True)
+class PerGpu:
+    """What one GPU of a published run holds and reads: KV bytes per token, stored weight bytes, the non-routed weight
+    bytes a step reads, the GPUs one replica spans and the memory read (the larger of the catalog's and the
+    source's: the reading that raises every bound)."""
+
+    kv_bytes_per_token: float
+    stored_bytes: float
+    read_weights_bytes: float
+    replica_gpus: int
+    memory_bytes: float
+
+
+def per_gpu_terms(run: PublishedRun) -> PerGpu:
+    """:class:`PerGpu` at ``run``'s parallelism: attention data-parallel (each GPU its own sequences, the whole
+    non-routed model, 1/gpus of the experts) or one TP (+DCP) replica over tp GPUs."""
     m, g = find_model(run.model), find_gpu(run.gpu)
     kv_tok = m.kv_bytes_per_token(kv_format=run.kv_format)
     routed_total = m.moe_layers * m.routed_experts * m.params_per_expert if m.is_moe else 0.0
     dense_bpp = m.dense_bytes_per_param if m.is_moe else m.weight_bytes_per_param
     dense_total = m.total_params - routed_total
     dense_active = m.active_params - m.routed_active_params
-    if run.attention == "dp":  # each GPU: its own sequences, the whole non-routed model, 1/gpus of the experts
-        per_tok, stored = kv_tok, dense_total * dense_bpp + routed_total * (m.expert_bytes_per_param or 0) / run.gpus
-        read_w, replica_gpus = dense_active * dense_bpp, 1
-    else:  # one TP (+DCP) replica over tp GPUs
-        split = min(run.tp, m.kv_heads * run.dcp)
-        per_tok, stored = kv_tok / split, m.weight_bytes() / run.tp
-        read_w, replica_gpus = dense_active * dense_bpp / run.tp, run.tp
+    memory = max(g.memory_bytes, (run.memory_gb or 0) * 1e9)
+    if run.attention == "dp":
+        stored = dense_total * dense_bpp + routed_total * (m.expert_bytes_per_param or 0) / run.gpus
+        return PerGpu(kv_tok, stored, dense_active * dense_bpp, 1, memory)
+    split = min(run.tp, m.kv_heads * run.dcp)
+    return PerGpu(kv_tok / split, m.weight_bytes() / run.tp, dense_active * dense_bpp / run.tp, run.tp, memory)
+
+
+def bound_check(run: PublishedRun) -> BoundCheck:
+    """The upper bound on output tokens/s per GPU at ``run``'s conditions (see the module's docstring)."""
+    g = find_gpu(run.gpu)
+    t = per_gpu_terms(run)
+    per_tok, stored, read_w = t.kv_bytes_per_token, t.stored_bytes, t.read_weights_bytes
     ctx_end = run.input_tokens + run.output_tokens
-    cap = max(0.0, (g.memory_bytes - stored) / (ctx_end * per_tok))
+    cap = max(0.0, (t.memory_bytes - stored) / (ctx_end * per_tok))
     seqs = math.floor(cap)
     kv_read = seqs * run.input_tokens * per_tok
     step = (read_w + kv_read) / g.mem_bandwidth_bytes_per_s
-    bound = seqs * run.tokens_per_step / step / replica_gpus if seqs else 0.0
+    bound = seqs * run.tokens_per_step / step / t.replica_gpus if seqs else 0.0
     return BoundCheck(run, bound, cap, kv_read / (read_w + kv_read) if seqs else 0.0, stored, per_tok)
 
 

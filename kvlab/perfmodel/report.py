@@ -37,6 +37,7 @@ from kvlab.perfmodel.calibrate import (
 from kvlab.catalog import CatalogError, device_gpu, gpu as find_gpu, model as find_model, row_gpu
 from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
 from kvlab.perfmodel.reference import bound_checks
+from kvlab.perfmodel.throughput import capacity_limited, capacity_limited_lines
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, Workload, batch_time, crossover_context
 from kvlab.experiment import expand
 from kvlab.store import load_runs
@@ -173,11 +174,13 @@ def model_command(
     mem_util: float = 0.92,
     kv_layers: int | None = None,
     data_dir: str | Path = DATA_DIR,
+    tpot_ms: float | None = None,
 ) -> str:
     """The text `kvlab model` prints.
 
     With no engine, compares vLLM TP (no DCP) against SGLang TP+DCP (dcp defaults to tp), as the article
-    did. ``target`` may be an experiment file; explicit arguments override it.
+    did. ``target`` may be an experiment file; explicit arguments override it. With ``tpot_ms``, it prints the
+    capacity-limited throughput at each context first (:mod:`kvlab.perfmodel.throughput`): the model's main answer.
     """
     if target:
         return _model_command_spec(target, kv_layers, data_dir)
@@ -193,6 +196,7 @@ def model_command(
     out = [
         f"kvlab model: {configs[0].model.model} on {g.gpu} ({g.name}), mem_util {mem_util if not is_cpu else 'n/a'}",
         K_NOTE,
+        *_capacity_limited_lines(tpot_ms, data_dir, a, engines, contexts, gpu=gpu, model=model, mem_util=mem_util),
         f"workload: batch_size {w.batch_size}, output_tokens {w.output_tokens}"
         + ("" if (batch_size and output_tokens) else " (assumed where not given: kvlab.perfmodel.Workload)"),
         f"params ({provenance}): prefill_efficiency {params.prefill_efficiency:.3f}, "
@@ -209,6 +213,23 @@ def model_command(
             out += _crossover_lines(fit, provenance, data_dir, contexts, w, a, configs[0],
                                     gpu=gpu, model=model, tp=tp, dcp=dcp or tp, mem_util=mem_util)  # fmt: skip
     return "\n".join(out)
+
+
+def _capacity_limited_lines(
+    tpot_ms: float | None, data_dir, a: Assumptions, engines, contexts, *, gpu: str, model: str, mem_util: float
+) -> list[str]:
+    """`kvlab model --tpot-ms`: the capacity-limited throughput per configuration at each context, then a blank line
+    ([] without a TPOT target)."""
+    if tpot_ms is None:
+        return []
+    tp = engines[0][1]
+    sens, _ = crossover_range(data_dir, a, gpu=gpu, model=model, tp=tp, dcp=max(d for *_, d in engines), physics=True)
+    cfgs = tuple((e, d) for e, _t, d in engines)
+    out = []
+    for c in contexts:
+        table = capacity_limited(sens, gpu, model, int(c), tpot_ms, mem_util, cfgs, tp, a)
+        out += capacity_limited_lines(table)
+    return out + [""]
 
 
 def _prior_range_lines(configs: list[Config], contexts: list[int], w: Workload, a: Assumptions) -> list[str]:
@@ -262,7 +283,8 @@ K_NOTE = "contexts in K are K = 1,024 tokens: 64K = 65,536, 200K = 204,800, 1024
 
 def consistent_summary(cons) -> dict:
     """What the fits consistent with the published totals share, as plain values (for the reports' prose):
-    candidates, kept, tolerance, the batch sizes they assume, their winners per context and crossover range."""
+    candidates, kept, those over the hardware's peak (never kept), tolerance, the batch sizes they assume, their
+    winners per context and crossover range."""
     k = cons.filter(cons["consistent"])
     xo = k["crossover_tokens"].drop_nulls()
     winners = [
@@ -270,10 +292,13 @@ def consistent_summary(cons) -> dict:
         for col in cons.columns
         if col.startswith("winner_")
     ]
+    possible = cons.filter(cons["over_peak"] == "")["max_abs_residual_pct"] if "over_peak" in cons.columns else None
+    best = float((possible if possible is not None and possible.len() else cons["max_abs_residual_pct"]).min())
     return {
         "candidates": cons.height,
         "kept": k.height,
-        "tolerance_pct": float(cons["threshold_pct"][0] - cons["max_abs_residual_pct"].min()),
+        "over_peak": int((cons["over_peak"] != "").sum()) if "over_peak" in cons.columns else 0,
+        "tolerance_pct": round(float(cons["threshold_pct"][0] - best), 9),
         "batches": "/".join(str(b) for b in sorted(k["batch_size"].unique().to_list())),
         "winners": winners,
         "crossover": (float(xo.min()), float(xo.max())) if xo.len() else None,
@@ -285,16 +310,19 @@ def consistent_text(cons) -> str:
     (:func:`~kvlab.perfmodel.calibrate.consistent_fits`) it keeps, what they assume and what they predict."""
     k = cons.filter(cons["consistent"])
     sets = cons.select("batch_size", "output_tokens", "expert_reads", "mla_width", "kv_format").n_unique()
+    summary = consistent_summary(cons)
     thr = float(cons["threshold_pct"][0])
-    best = float(cons["max_abs_residual_pct"].min())
-    tol = thr - best
-    exact = int(cons["within_precision"].sum())
+    tol = summary["tolerance_pct"]
+    over = cons.filter(cons["over_peak"] != "")
+    exact = int(k["within_precision"].sum())
     head = (
-        f"fits consistent with the published totals (rule: largest residual within {tol:g} points of the best "
-        f"fit's {best:.1f}%, i.e. at most {thr:.1f}%): {k.height:,} of {cons.height:,} candidates ({sets} "
-        f"assumption sets × the free fit, the physics-only fit and {len(BANDWIDTH_GRID)} fixed decode bandwidths "
-        f"{BANDWIDTH_GRID[0]:g}–{BANDWIDTH_GRID[-1]:g} of peak); {exact} of them meet every total within its "
-        f"stated precision (±{PUBLISHED_PRECISION_S:g} s)"
+        f"fits consistent with the published totals (rule: within the hardware's peak, and largest residual within "
+        f"{tol:g} points of the best such fit's {thr - tol:.1f}%, i.e. at most {thr:.1f}%): {k.height:,} of "
+        f"{cons.height:,} candidates ({sets} assumption sets × the free fit, the physics-only fit and "
+        f"{len(BANDWIDTH_GRID)} fixed decode bandwidths {BANDWIDTH_GRID[0]:g}–{BANDWIDTH_GRID[-1]:g} of peak); "
+        f"{over.height:,} candidates need prefill or bandwidth above 100% of peak and are excluded (not physical)"
+        + (f", the closest of them missing a total by {over['max_abs_residual_pct'].min():.1f}%" if over.height else "")
+        + f"; {exact} of the consistent meet every total within its stated precision (±{PUBLISHED_PRECISION_S:g} s)"
     )
     if not k.height:
         return head + "."
@@ -311,7 +339,8 @@ def consistent_text(cons) -> str:
     text = (
         head + f". They assume batch {vals('batch_size')}, output {vals('output_tokens', lambda v: f'{v:,}')}, "
         f"expert reads {vals('expert_reads')}, KV format {vals('kv_format', kv_format_words)}, MLA width {vals('mla_width')}; "
-        f"decode bandwidth {k['bandwidth_efficiency'].min():.1%}–{k['bandwidth_efficiency'].max():.1%} of peak. "
+        f"prefill {k['prefill_efficiency'].min():.1%}–{k['prefill_efficiency'].max():.1%} and decode bandwidth "
+        f"{k['bandwidth_efficiency'].min():.1%}–{k['bandwidth_efficiency'].max():.1%} of peak. "
         f"{'; '.join(wins)}; crossover "
         + (token_range(xo.min(), xo.max()) if xo.len() else "none up to 1M tokens")
         + (f" (crossing in {xo.len()} of {k.height})" if 0 < xo.len() < k.height else "")

@@ -27,7 +27,8 @@ from kvlab.perfmodel.figures import (
     headroom_table,
     published_throughput,
 )
-from kvlab.perfmodel.ranges import held_out_by_set, per_step_costs
+from kvlab.perfmodel.ranges import bounded_miss, held_out_by_set, per_step_costs, unexplained_shares
+from kvlab.perfmodel.throughput import capacity_limited, memory_constants
 from kvlab.perfmodel.report import consistent_summary
 from kvlab.perfmodel.stepfit import step_fits
 from kvlab.studies.result import Answer
@@ -72,6 +73,8 @@ def compute(
     mem_utils: list = (0.92, 0.95),
     headroom_contexts: list = (65536, 204800, 524288, 1048576),
     kv_layers: int = 0,
+    throughput_context: int = 204800,
+    tpot_targets_ms: list = (50, 100, 200),
 ) -> WhatifModelResult:
     data = wb.data
     workload = Workload(batch_size=batch_size, output_tokens=output_tokens)
@@ -94,7 +97,7 @@ def compute(
     top = int(model_df["context_tokens"].max())
     result = WhatifModelResult(
         answer=Answer(("…",)),  # replaced below: the answer's sentences read the typed result
-        verdicts=_verdicts(fit, sens, claims, consistent, mem_utils, workload, assume),
+        verdicts=_verdicts(fit, sens, claims, consistent, mem_utils, workload, assume, data),
         published=published,
         claims=claims,
         calibration=frames.calibration(fit),
@@ -121,12 +124,9 @@ def compute(
         held_out=held_out_by_set(sens, data, published_experiment, assume),
         held_out_error_pct=fit.loo_mean_abs_pct if fit.loo.height else 0.0,
         held_out_winners=winners_held_out(fit),
-        step_costs=per_step_costs(sens) if "phys_sglang_unexplained_ms" in sens.columns else {},
+        **_bounded(sens, gpu, model, tp, dcp, assume, throughput_context, tpot_targets_ms),
         calibrated=calibrated_ranges(model_df, published),
-        gpu=gpu,
-        model=model,
-        tp=tp,
-        dcp=dcp,
+        **{"gpu": gpu, "model": model, "tp": tp, "dcp": dcp},
         headroom_flags=tuple(flag_kinds(head)),
         published_contexts=tuple(published["context_tokens"].to_list()),
         **_measured(wb, workload, assume),
@@ -134,12 +134,33 @@ def compute(
     return replace(result, answer=Answer(words.answer(result)))
 
 
-def _verdicts(fit, sens, claims, consistent, mem_utils, workload: Workload, assume: Assumptions) -> tuple:
+def _bounded(sens, gpu, model, tp, dcp, assume, context, tpots) -> dict:
+    """What the bounded fits say beside the free fit's curves: the per-step costs per engine, the unexplained per-step
+    cost as a share of batch time,
+    their residual miss, the capacity-limited throughput at ``context`` per TPOT target (``tpots``, ms), and the memory
+    constants the ceilings rest on with their effect at ``context``."""
+    bounded = "phys_sglang_unexplained_ms" in sens.columns
+    return {
+        "step_costs": per_step_costs(sens) if bounded else {},
+        "unexplained": unexplained_shares(sens, gpu, model, tp, dcp, base=assume) if bounded else {},
+        "bounded_miss": bounded_miss(sens) if bounded else None,
+        "capacity_limited": capacity_limited(
+            sens, gpu, model, context, tuple(tpots), assume.default_mem_util, ((VLLM, 1), (SGLANG, dcp)), tp, assume
+        )
+        if bounded
+        else pl.DataFrame(),
+        "memory_constants": memory_constants(gpu, model, context, assume.default_mem_util, tp, dcp, assume),
+    }
+
+
+def _verdicts(fit, sens, claims, consistent, mem_utils, workload: Workload, assume: Assumptions, data) -> tuple:
     """The checks' verdicts: about the article's own configuration (Kimi-K3 on the fit's GPU, its crossover and
-    memory check at 200K without DCP), whatever configuration the page shows."""
+    memory check at 200K without DCP), whatever configuration the page shows; the checks that can fail read the data
+    folder's published runs and engine logs."""
     head = headroom_table(fit.hardware, "Kimi-K3", sorted(set(mem_utils)), [1], [204800], assume)
     crossover = crossover_from_fit(fit, gpu=fit.hardware, workload=workload, assumptions=assume)
-    return tuple(checks.verdicts(checks.evidence(fit, sens, head, crossover, consistent), claims))
+    ev = checks.evidence(fit, sens, head, crossover, consistent, data_dir=data)
+    return tuple(checks.verdicts(ev, claims))
 
 
 def _measured(wb, workload: Workload, assume: Assumptions) -> dict:

@@ -11,12 +11,13 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from kvlab.claims.grading import ASSUMED_FROM_CLAIM, held_out_gate, held_out_grade
+from kvlab.claims.grading import ASSUMED_FROM_CLAIM, UNSTATED_CONDITION, held_out_gate, held_out_grade
 from kvlab.claims.held_out import consistent_phrase, grade_model_claim, held_out_error, model_margin, winners_held_out
 from kvlab.claims.held_out import held_out_verdict
 from kvlab.engines import SGLANG, VLLM, engine_label
-from kvlab.perfmodel.calibrate import SANE_RANGES, implausible
-from kvlab.perfmodel.ranges import model_ranges
+from kvlab.perfmodel.calibrate import SANE_RANGES, implausible, refits
+from kvlab.perfmodel.outside import CAPACITY_FRACTIONS, OutsideChecks, outside_checks, terms_tokens_per_s
+from kvlab.perfmodel.ranges import _default_index, model_ranges
 from kvlab.perfmodel.reference import bound_checks
 from kvlab.studies.whatif_model.formats import k_span, pct
 from kvlab.studies.whatif_model.result import Consistent
@@ -45,6 +46,9 @@ class Evidence:
     crossover: float | None
     consistent: Consistent | None = None
     bounds: tuple = ()
+    #: the checks that can fail (kvlab.perfmodel.outside), and the runs the fitted terms are tested at
+    outside: OutsideChecks | None = None
+    terms_runs: tuple[str, ...] = ("lmsys_gb300_longctx",)
 
     @property
     def contexts(self) -> list[int]:
@@ -268,9 +272,9 @@ def bound_verdict(c) -> Verdict:
         else ""
     )
     return Verdict(
-        f"A published measured run stays under the model's throughput bound: {r.model} on {r.gpu} "
-        f"({engine_label(r.engine)}, {r.input_tokens:,} input tokens, {r.kv_format.upper()} KV), {r.value:,.1f} "
-        f"output tokens/s per GPU — {r.citation()}",
+        f"A published run stays under the model's throughput bound: {r.model} on {r.gpu} "
+        f"({engine_label(r.engine)}, {r.input_tokens:,} input tokens), {r.value:,.1f} output tokens/s per GPU — "
+        f"{r.publisher}, {r.published}",
         "reproduced" if c.consistent else "contradicted",
         "published",
         f"bound {float(f'{c.bound:.3g}'):,.0f} tokens/s per GPU, {c.margin:.2f}× the published {r.value:,.1f}{conc}",
@@ -282,9 +286,12 @@ def bound_verdict(c) -> Verdict:
         n=1,
         scope="the model's roofline bound at the published run's conditions (data/reference/published_gpu_runs.yaml)",
         reason=(
-            "the bound is above the published figure and the modelled KV capacity holds its concurrency"
+            "the bound is above the published figure"
+            + (" and the modelled KV capacity holds its concurrency" if r.concurrency_per_gpu else "")
+            + (f"; per GPU: {r.per_gpu}" if r.per_gpu else "")
+            + f"; {r.citation()}"
             if c.consistent
-            else f"the model is contradicted: {c.wrong_term()}"
+            else f"the model is contradicted: {c.wrong_term()}; {r.citation()}"
         ),
     )
 
@@ -294,10 +301,186 @@ def check_bounds(ev: Evidence) -> list[Verdict]:
     return [bound_verdict(c) for c in ev.bounds]
 
 
+# --------------------------------------------------------------------------- checked where it can fail (issue 55)
+
+OUTSIDE_SCOPE = "the model at a published run's or log's conditions (data/reference/published_gpu_runs.yaml)"
+
+
+def capacity_verdict(c) -> Verdict:
+    """A published concurrency against the modelled KV capacity (:class:`kvlab.perfmodel.outside.CapacityCheck`):
+    *contradicted* when the published requests per GPU need more than all of the GPU's memory for weights plus KV."""
+    r = c.run
+    ctx = r.input_tokens + r.output_tokens
+    at = ", ".join(f"{c.capacity(f):.1f}" for f in CAPACITY_FRACTIONS)
+    fr = "/".join(f"{f:.2f}" for f in CAPACITY_FRACTIONS)
+    mem = f"{c.memory_bytes / 1e9:g} GB"
+    other = (
+        f" ({c.capacity(memory_bytes=c.catalog_memory_bytes):.1f} in {c.catalog_memory_bytes / 1e9:g})"
+        if c.catalog_memory_bytes != c.memory_bytes
+        else ""
+    )
+    return Verdict(
+        f"{r.concurrency_per_gpu:g} requests per GPU fit the KV capacity: {r.gpu}, {ctx:,} tokens — {r.publisher}, "
+        f"{r.published}",
+        "reproduced" if c.consistent else "contradicted",
+        "published",
+        f"needs {c.fraction_needed:.2f} of HBM; {c.capacity():.1f} fit in {mem}{other}",
+        claim_id=f"published_capacity_{r.run_id}",
+        kind="model_capacity",
+        value=c.margin,
+        unit="× (modelled capacity at all of HBM ÷ published concurrency)",
+        n=1,
+        scope=OUTSIDE_SCOPE,
+        family="own",
+        reason=(
+            f"the published concurrency fits in {c.fraction_needed:.0%} of HBM (weights {c.weights_per_gpu_bytes / 1e9:.1f}"
+            f" GB per GPU, {c.kv_bytes_per_seq / 1e9:.2f} GB of KV per sequence; {at} sequences at {fr} of HBM); "
+            f"{r.citation()}"
+            if c.consistent
+            else f"the model is contradicted: {r.concurrency_per_gpu:g} requests need {c.fraction_needed:.2f} of HBM: "
+            "the KV bytes per token or the weight bytes per GPU are too large"
+        ),
+    )
+
+
+def prefill_verdict(c) -> Verdict:
+    """A published TTFT against the least time its prefill's FLOPs take at peak (:class:`kvlab.perfmodel.outside
+    .PrefillCheck`): it decides only where the source states the GPUs one prefill runs over."""
+    r = c.run
+    number = (
+        f"{c.flops / 1e16:.2f} × 10¹⁶ FLOPs, {c.one_gpu_s:.1f} s on one GPU at peak: {r.ttft_s:g} s needs ≥ "
+        f"{c.gpus_needed:.2f} GPUs"
+    )
+    if not c.decidable:
+        outcome, limit = "cannot be tested here", UNSTATED_CONDITION
+        reason = (
+            f"the source does not state the prefill's pipeline-parallel degree: {r.ttft_s:g} s contradicts the FLOPs only "
+            f"if the prefill ran on one GPU, and holds over two or more ({c.least_one_gpu_s:.1f} s on one GPU without "
+            f"the routed experts, which may run at FP4); {r.citation()}"
+        )
+    else:
+        outcome, limit = ("reproduced" if c.consistent else "contradicted"), ""
+        number += f"; over the stated {r.prefill_gpus}: at least {c.least_s:.1f} s"
+        reason = (
+            "the published TTFT is above the least prefill time over the stated GPUs"
+            if c.consistent
+            else "the model is contradicted: the prefill FLOPs (attention pairs and active parameters) are too many "
+            "for the published TTFT over the stated GPUs"
+        )
+    return Verdict(
+        f"A {r.input_tokens:,}-token prefill fits the {r.ttft_s:g} s TTFT: {r.gpu} — {r.publisher}, {r.published}",
+        outcome,
+        "published",
+        number,
+        claim_id=f"published_prefill_{r.run_id}",
+        kind="model_prefill",
+        value=c.gpus_needed,
+        unit="GPUs at 100% of peak the published TTFT needs",
+        n=1,
+        scope=OUTSIDE_SCOPE,
+        limit=limit,
+        family="own",
+        reason=reason,
+    )
+
+
+def pool_verdict(c) -> Verdict:
+    """An engine's logged KV pool against the model's KV bytes per token (:class:`kvlab.perfmodel.outside
+    .PoolCheck`): *contradicted* when the logged tokens differ from the modelled by more than the log's rounding."""
+    lg = c.log
+    cfg = f"{engine_label(lg.engine)} TP{lg.tp}" + (f"+DCP{lg.dcp}" if lg.dcp > 1 else "")
+    return Verdict(
+        f"The KV formula fills a logged pool: {lg.gpu}, {cfg}, {lg.kv_tokens:,} tokens — {lg.title}, {lg.published}",
+        "reproduced" if c.consistent else "contradicted",
+        "published",
+        f"{c.modelled_tokens:,.0f} modelled, {c.margin:.4f}× (±{c.tolerance:.2%}); "
+        f"{c.non_kv_inside_target_bytes / 2**30:.1f} GiB non-KV in the target",
+        claim_id=f"published_pool_{lg.log_id}",
+        kind="model_pool",
+        value=c.margin,
+        unit="× (logged tokens ÷ modelled tokens)",
+        n=1,
+        scope=OUTSIDE_SCOPE,
+        family="own",
+        reason=(
+            f"the KV formula holds within the log's rounding (its printed GiB and one block per rank); the log implies "
+            f"{c.implied_bytes_per_token:,.0f} B per token per GPU; {lg.citation()}"
+            if c.consistent
+            else "the model is contradicted: its KV bytes per token (or the DCP split) differ from the engine's log "
+            "by more than the log's rounding"
+        ),
+    )
+
+
+def terms_verdict(run, kind: str, preds: tuple[float, float, float], residual_pct: float, facts) -> Verdict:
+    """A hypothesis test: a fit's terms (fitted on the article's Kimi-K3 table) carried to a published run's model,
+    host and concurrency (:func:`kvlab.perfmodel.outside.terms_tokens_per_s`). ``preds``: the default set's
+    prediction and the lowest and highest over the sets. *Contradicted* when the default set predicts less than the
+    published figure by more than the fit misses its own table (``residual_pct``); otherwise rule 3 applies."""
+    default, lo, hi = preds
+    short = default < run.value * (1 - residual_pct / 100)
+    outcome, why, limit = ("contradicted", "", "") if short else held_out_gate("reproduced", *facts)
+    return Verdict(
+        f"Hypothesis test: the {kind} fit's terms reach {run.value:,.1f} tokens/s per GPU at {run.gpu}'s "
+        f"{run.concurrency_per_gpu:g} requests — {run.publisher}, {run.published}",
+        outcome,
+        "modelled",
+        f"{default:,.0f} ({lo:,.0f}–{hi:,.0f} over the sets), {default / run.value:.2f}×; own miss up to "
+        f"{residual_pct:.1f}%",
+        claim_id=f"published_terms_{kind.replace('-', '_')}_{run.run_id}",
+        kind="model_terms",
+        value=default / run.value,
+        unit="× (predicted ÷ published)",
+        spread=(lo / run.value, hi / run.value),
+        n=1,
+        scope=OUTSIDE_SCOPE + "; a hypothesis test: terms carried across models and hosts",
+        limit=limit,
+        family="own",
+        reason=(
+            "the terms do not carry: the prediction falls short of the published figure by more than the fit's own "
+            "miss on the table it was fitted to"
+            if short
+            else "within the fit's own miss of the published figure" + (f"; {why}" if why else "")
+        ),
+    )
+
+
+def check_outside(ev: Evidence) -> list[Verdict]:
+    """Every check that can fail, one verdict each: capacity against published concurrency, a published TTFT
+    against the prefill's FLOPs, the fitted terms at published conditions and the KV pool against engine logs."""
+    o = ev.outside
+    if o is None:
+        return []
+    out = [capacity_verdict(c) for c in o.capacity] + [prefill_verdict(c) for c in o.prefill]
+    out += _terms_verdicts(ev, [r for r in o.runs if r.concurrency_per_gpu and r.value and r.run_id in ev.terms_runs])
+    return out + [pool_verdict(c) for c in o.pools]
+
+
+def _terms_verdicts(ev: Evidence, runs) -> list[Verdict]:
+    """The free and the bounded fit's terms at each run's published concurrency, with their range over the sets."""
+    if not runs or not ev.sens.height:
+        return []
+    d = _default_index(ev.sens)
+    out = []
+    for physics, kind in ((False, "free"), (True, "bounded")):
+        if physics and "phys_max_abs_residual_pct" not in ev.sens.columns:
+            continue
+        params = [p for _w, _a, p in refits(ev.sens, physics=physics)]
+        col = "phys_max_abs_residual_pct" if physics else "max_abs_residual_pct"
+        residual = ev.sens[col][d] if d is not None else ev.fit.max_abs_residual_pct
+        p0 = params[d] if d is not None else ev.fit.params
+        for run in runs:
+            preds = [terms_tokens_per_s(run, p) for p in params]
+            out.append(
+                terms_verdict(run, kind, (terms_tokens_per_s(run, p0), min(preds), max(preds)), residual, ev.facts)
+            )
+    return out
+
+
 #: The checker of each claim kind this report grades: (its claims' row dicts, the evidence) -> verdicts.
 CLAIM_CHECKS = {"relative_speed": check_relative_speed, "memory": check_memory}
 #: kvlab's own checks of the model, in the order the verdict box lists them.
-OWN_CHECKS = (check_held_out, check_crossover_range, check_plausible, check_bounds)
+OWN_CHECKS = (check_held_out, check_crossover_range, check_plausible, check_bounds, check_outside)
 
 
 def verdicts(ev: Evidence, claims: pl.DataFrame) -> list[Verdict]:
@@ -313,6 +496,16 @@ def verdicts(ev: Evidence, claims: pl.DataFrame) -> list[Verdict]:
     return out
 
 
-def evidence(fit, sens, head, crossover, consistent: Consistent | None = None, bounds=None) -> Evidence:
-    """The :class:`Evidence` of the checks; ``bounds`` default to every run in data/reference/published_gpu_runs.yaml."""
-    return Evidence(fit, sens, head, crossover, consistent, tuple(bound_checks() if bounds is None else bounds))
+def evidence(fit, sens, head, crossover, consistent: Consistent | None = None, bounds=None, data_dir=None) -> Evidence:
+    """The :class:`Evidence` of the checks; ``bounds`` and the checks that can fail come from ``data_dir``'s
+    reference/published_gpu_runs.yaml (default: kvlab.paths.DATA_DIR's)."""
+    where = () if data_dir is None else (data_dir,)
+    return Evidence(
+        fit,
+        sens,
+        head,
+        crossover,
+        consistent,
+        tuple(bound_checks(*where) if bounds is None else bounds),
+        outside_checks(*where),
+    )

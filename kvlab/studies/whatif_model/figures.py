@@ -30,3 +30,34 @@ def crossover(xo: pl.DataFrame, v: Verdict | None) -> Figure:
         title = f"modelled: context from which SGLang TP+DCP is faster than vLLM TP ({model})"
     fig.axes[0].set_title(title.replace(" ()", ""), fontsize=10)
     return fig
+
+
+def capacity_limited(table: pl.DataFrame) -> Figure:
+    """Modelled capacity-limited throughput: per TPOT target (x) one bar per configuration (the default set), its
+    whisker the range over the sets (kvlab.perfmodel.throughput.capacity_limited)."""
+    import matplotlib.pyplot as plt
+
+    from kvlab.perfmodel.figures import SERIES_COLORS
+    from kvlab.words import config_name
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    targets = sorted(set(table["tpot_ms"].to_list()))
+    configs = table["config"].unique(maintain_order=True).to_list()
+    width = 0.8 / max(len(configs), 1)
+    for k, c in enumerate(configs):
+        d = table.filter(pl.col("config") == c).sort("tpot_ms")
+        xs = [targets.index(t) + (k - (len(configs) - 1) / 2) * width for t in d["tpot_ms"].to_list()]
+        y, lo, hi = (d[col].to_list() for col in ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu_lo",
+                                                  "tokens_per_s_per_gpu_hi"))  # fmt: skip
+        ax.bar(xs, y, width, color=SERIES_COLORS[k % len(SERIES_COLORS)], label=config_name(c))
+        ax.errorbar(xs, y, yerr=[[a - b for a, b in zip(y, lo)], [b - a for a, b in zip(y, hi)]], fmt="none",
+                    ecolor="#333333", capsize=3, lw=1)  # fmt: skip
+    ax.set_xticks(range(len(targets)), [f"{t:g} ms" for t in targets])
+    ax.set_xlabel("TPOT target")
+    ax.set_ylabel("output tokens/s per GPU")
+    ctx = int(table["context_tokens"][0]) if table.height else 0
+    ax.set_title(f"modelled: capacity-limited throughput at {ctx // 1024}K tokens", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig

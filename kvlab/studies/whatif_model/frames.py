@@ -60,7 +60,8 @@ def calibration(fit) -> pl.DataFrame:
 def by_batch(sens: pl.DataFrame) -> pl.DataFrame:
     """The assumption sets grouped by batch size (the assumption that moves the answer most): per batch, the sets,
     the crossover's lowest and highest (whole K, as every table gives it), the sets that cross, those in which SGLang
-    is faster at 200K, and the held-out error's range (whole percent)."""
+    is faster at 200K, the held-out error's range (whole percent) and the sets whose free fit needs prefill or
+    bandwidth above 100% of peak (``over_peak_sets``)."""
     from kvlab.perfmodel.figures import column_labels  # matplotlib: loaded where the frames are made
 
     g = (
@@ -73,6 +74,7 @@ def by_batch(sens: pl.DataFrame) -> pl.DataFrame:
             (pl.col("winner_200k") == engine_label(SGLANG)).sum().alias("sglang_faster_200k_sets"),
             pl.col("loo_mean_abs_pct").cast(pl.Float64).min().round(0).alias("loo_low_pct"),
             pl.col("loo_mean_abs_pct").cast(pl.Float64).max().round(0).alias("loo_high_pct"),
+            (pl.col("over_peak") != "").sum().alias("over_peak_sets"),
         )
         .sort("batch_size")
     )
@@ -80,7 +82,7 @@ def by_batch(sens: pl.DataFrame) -> pl.DataFrame:
     crossover = [None if a is None else f"{a}–{b}" for a, b in zip(lo, hi)]
     return g.with_columns(pl.Series("crossover_range", crossover, dtype=pl.String)).select(
         "batch_size", "sets", "crossing_sets", "crossover_range", "sglang_faster_200k_sets", "loo_low_pct",
-        "loo_high_pct",
+        "loo_high_pct", "over_peak_sets",
     )  # fmt: skip
 
 
@@ -93,9 +95,44 @@ def consistent(summary: dict) -> Consistent:
         batches=str(summary["batches"]),
         winners=tuple((int(c), tuple((str(w), int(n)) for w, n in counts)) for c, counts in summary["winners"]),
         crossover=None if summary["crossover"] is None else tuple(map(float, summary["crossover"])),
+        over_peak=int(summary.get("over_peak", 0)),
     )
 
 
 def fits_shown(fits: pl.DataFrame) -> pl.DataFrame:
     """The two fits as tabled: the held-out error in whole percent, the one rounding the page gives it."""
     return fits.with_columns(pl.col("loo_mean_abs_pct").cast(pl.Float64).round(0))
+
+
+#: The verdict kinds of the model's checks against published runs and engine logs, in the order the page lists them.
+OUTSIDE_KINDS = ("model_capacity", "model_prefill", "model_terms", "model_pool", "model_bound")
+#: Each kind in words (the table's ``check`` column).
+OUTSIDE_NAMES = {
+    "model_capacity": "capacity vs published concurrency",
+    "model_prefill": "prefill FLOPs vs published TTFT",
+    "model_terms": "fitted terms at published conditions (hypothesis test)",
+    "model_pool": "KV pool vs engine log",
+    "model_bound": "throughput bound vs published figure",
+}
+
+
+def outside(verdicts) -> pl.DataFrame:
+    """One row per check of the model against a published run or an engine log (its verdicts, kinds
+    :data:`OUTSIDE_KINDS`): the check, the source (the claim after its dash), the outcome, the margin and its unit,
+    and the deciding number as the verdict gives it."""
+    rows = [
+        {
+            "check": OUTSIDE_NAMES[v.kind],
+            "source": v.claim.rsplit(" — ", 1)[-1],
+            "outcome": v.outcome,
+            "margin": v.value,
+            "unit": v.unit,
+            "number": v.number,
+        }
+        for kind in OUTSIDE_KINDS
+        for v in verdicts
+        if v.kind == kind
+    ]
+    schema = {"check": pl.String, "source": pl.String, "outcome": pl.String, "margin": pl.Float64, "unit": pl.String,
+              "number": pl.String}  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)

@@ -16,6 +16,7 @@ from kvlab.studies.whatif_model import explore
 from kvlab.perfmodel.figures import as_shown
 from kvlab.studies.whatif_model import figures, words
 from kvlab.studies.whatif_model.frames import fits_shown
+from kvlab.studies.whatif_model.frames import outside as outside_frame
 from kvlab.studies.whatif_model.result import WhatifModelResult
 
 #: The verdict each figure speaks to, in order of preference (the modelled crossover, else its range).
@@ -29,6 +30,7 @@ BY_BATCH = {
     "sglang_faster_200k_sets": "sets with SGLang faster at 200K",
     "loo_low_pct": "held-out error, lowest (%)",
     "loo_high_pct": "held-out error, highest (%)",
+    "over_peak_sets": "sets over peak (not physical)",
 }
 
 
@@ -82,7 +84,7 @@ def physics_only(r: WhatifModelResult, wb) -> Section:
     out.add(Markdown(words.fits(r)))
     if text := words.step_cost(r):
         out.add(Markdown(text))
-    cols = ["fit", "physical", "prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_us",
+    cols = ["fit", "physical", "over_peak", "prefill_efficiency", "bandwidth_efficiency", "dcp_layer_latency_us",
             "vllm_overhead_ms", "sglang_overhead_ms", "max_abs_residual_pct", "loo_mean_abs_pct", "crossover_tokens"]  # fmt: skip
     out.add(tables.table(as_shown(fits_shown(r.fits)), cols, caption="Both fits' parameters", fold=True))
     return out
@@ -102,11 +104,13 @@ def sensitivity(r: WhatifModelResult, wb) -> Section:
                 "expert_reads",
                 "mla_width",
                 "kv_format",
+                "prefill_efficiency",
                 "bandwidth_efficiency",
                 "dcp_layer_latency_us",
                 "loo_mean_abs_pct",
                 "crossover_tokens",
                 "physical",
+                "over_peak",
                 "phys_bandwidth_efficiency",
                 "phys_sglang_overhead_ms",
                 "phys_max_abs_residual_pct",
@@ -127,10 +131,12 @@ def sensitivity(r: WhatifModelResult, wb) -> Section:
                 "mla_width",
                 "kv_format",
                 "fit",
+                "prefill_efficiency",
                 "bandwidth_efficiency",
                 "max_abs_residual_pct",
                 "within_precision",
                 "physical",
+                "over_peak",
                 "crossover_tokens",
             ],  # fmt: skip
             "The fits consistent with the published totals",
@@ -162,12 +168,22 @@ def headroom(r: WhatifModelResult, wb) -> Section:
     out.add(wb.show(plot_headroom(r.headroom), words.headroom_caption(r, v), data=r.headroom))
     out.add(tables.table(r.headroom_summary, caption="KV headroom by memory target", fold=True))
     out.add(Markdown(words.memory_note(r)))
+    cols = ["constant", "value", "source", "config", "ceiling_seqs", "limited_by", "fits"]
+    out.add(tables.table(r.memory_constants, cols, caption="Memory constants and the ceiling each gives", fold=True))
+    if r.capacity_limited.height:  # the rate the pools allow at a TPOT target (modelled)
+        out.add(wb.show(figures.capacity_limited(r.capacity_limited), words.capacity_caption(r),
+                        data=r.capacity_limited))  # fmt: skip
     return out
 
 
 def against_the_limit(r: WhatifModelResult, wb) -> Section:
-    """Against the limit: how much of the model's bound each run reached."""
+    """The model checked where it can fail (published concurrency, TTFT, fitted terms, engine logs), then how much of
+    its bound each run reached."""
     out = Section()
+    checked = outside_frame(r.verdicts)
+    out.add(Markdown(words.outside(checked)))
+    cols = ["check", "source", "outcome", "margin", "unit", "number"]
+    out.add(tables.table(checked, cols, caption="The model checked where it can fail", fold=True))
     if r.not_catalogued:  # a model or GPU the catalog lacks: said, its runs left out of the bound
         out.add(Markdown(r.not_catalogued))
     out.add(Markdown(words.bound(r.fraction)))

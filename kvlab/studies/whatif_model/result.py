@@ -8,7 +8,7 @@ from typing import ClassVar
 import polars as pl
 
 from kvlab.perfmodel.calibrate import Fit
-from kvlab.perfmodel.ranges import EngineStepCost, HeldOutBySet
+from kvlab.perfmodel.ranges import EngineStepCost, HeldOutBySet, Span, UnexplainedShare
 from kvlab.perfmodel.roofline import Assumptions, Workload
 from kvlab.studies.result import StudyResult
 
@@ -19,7 +19,7 @@ REPORT = "04_whatif_model"
 class Consistent:
     """What the fits consistent with the published totals share (:func:`kvlab.perfmodel.report.consistent_summary`,
     typed): candidates, how many the rule keeps, its tolerance, their batch sizes, per context the winners and how
-    many fits name each, and their crossover range (None: none crosses)."""
+    many fits name each, their crossover range (None: none crosses) and the candidates over peak (excluded)."""
 
     candidates: int
     kept: int
@@ -27,6 +27,8 @@ class Consistent:
     batches: str
     winners: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
     crossover: tuple[float, float] | None
+    #: candidates that need prefill or bandwidth above 100% of peak: never kept
+    over_peak: int = 0
 
     def as_dict(self) -> dict:
         """The summary as :mod:`kvlab.claims.held_out` reads it (``consistent_phrase``)."""
@@ -37,6 +39,7 @@ class Consistent:
             "batches": self.batches,
             "winners": [(c, list(w)) for c, w in self.winners],
             "crossover": self.crossover,
+            "over_peak": self.over_peak,
         }
 
 
@@ -95,6 +98,14 @@ class WhatifModelResult(StudyResult):
     held_out_winners: tuple[int, int]
     #: per engine, the per-step overhead and the unexplained per-step cost over the sets (ms)
     step_costs: dict[str, EngineStepCost]
+    #: per engine, the unexplained per-step cost as a share of the modelled batch time (bounded fits), and the bounded
+    #: fits' largest residual against the table (%), over the sets
+    unexplained: dict[str, UnexplainedShare]
+    bounded_miss: Span | None
+    #: capacity-limited throughput per configuration and TPOT target (kvlab.perfmodel.throughput.capacity_limited)
+    capacity_limited: pl.DataFrame
+    #: the memory constants the ceilings rest on, each value with its source and the ceiling under it
+    memory_constants: pl.DataFrame
     #: per curve, the published contexts the fit rests on
     calibrated: dict[str, tuple[int, int]]
     gpu: str

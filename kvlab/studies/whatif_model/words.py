@@ -10,6 +10,7 @@ from kvlab import tables
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.words import config_name, setup_phrase
 from kvlab.perfmodel.calibrate import PRIORS, implausible
+from kvlab.perfmodel.throughput import NON_KV_CONSTANT
 from kvlab.studies.whatif_model.formats import k_span, pct, ranged
 from kvlab.tables import experiment_words
 from kvlab.units import sig2, tokens_label
@@ -41,9 +42,11 @@ def answer(r) -> tuple[str, ...]:
         )
     )
     h = r.held_out
+    needs = h.needs()
     second = (
         f"All {total} are right in {h.all_right} of {h.sets} assumption sets, all at batch "
-        f"{' or '.join(str(b) for b in h.batch_sizes)}, a batch the article does not state."
+        f"{' or '.join(str(b) for b in h.batch_sizes)}, a batch the article does not state"
+        + (f", each fit {needs}." if needs else ".")
         if h.all_right and total
         else ""
     )
@@ -54,7 +57,49 @@ def answer(r) -> tuple[str, ...]:
         if r.x_range
         else f"Under none of the {sets} assumption sets does the winner change."
     )
-    return tuple(s for s in (first, second, third) if s)
+    return tuple(s for s in (first, second, unexplained(r), third) if s)
+
+
+def unexplained(r) -> str:
+    """The unexplained per-step cost as a share of each engine's modelled batch time under the bounded fits (the
+    default set at the published contexts, then the range over every set), with the bounded fit's residual miss."""
+    if not r.unexplained or r.bounded_miss is None:
+        return ""
+    parts = [
+        (f"{pct(100 * u.default_lo)}–{pct(100 * u.default_hi)} " if u.default_lo is not None else "")
+        + f"({pct(100 * u.share.lo)}–{pct(100 * u.share.hi)} over the sets) of {engine_label(e)}'s batch time"
+        for e, u in r.unexplained.items()
+    ]
+    m = r.bounded_miss
+    miss = f"{pct(m.default)} ({pct(m.lo)}–{pct(m.hi)})" if m.default is not None else f"{pct(m.lo)}–{pct(m.hi)}"
+    return (
+        "Held to its priors, the model leaves unexplained "
+        + " and ".join(parts)
+        + f"; the bounded fit still misses the table by up to {miss}."
+    )
+
+
+def capacity_caption(r) -> str:
+    """The capacity-limited throughput figure: what it draws and, per configuration at the middle TPOT target, the
+    pool's sequences and the rate with its range."""
+    t = r.capacity_limited
+    if not t.height:
+        return ""
+    mid = sorted(set(t["tpot_ms"].to_list()))[len(set(t["tpot_ms"].to_list())) // 2]
+    row0 = t.row(0, named=True)
+    parts = []
+    for x in t.filter(t["tpot_ms"] == mid).iter_rows(named=True):
+        rate = (
+            f"{x['tokens_per_s_per_gpu']:,.0f} ({x['tokens_per_s_per_gpu_lo']:,.0f}–{x['tokens_per_s_per_gpu_hi']:,.0f}) "
+            "tokens/s per GPU"
+            if x["batch"]
+            else f"out of reach at the default set (0–{x['tokens_per_s_per_gpu_hi']:,.0f} tokens/s per GPU)"
+        )
+        parts.append(f"{config_name(x['config'])} {ranged(x['seqs'], x['seqs_lo'], x['seqs_hi'])} sequences, {rate}")
+    return (
+        f"Modelled rate at the largest batch the pool and TPOT target allow ({tokens_label(row0['context_tokens'])}); "
+        f"whiskers: every set. At {mid:g} ms: " + "; ".join(parts) + "."
+    )
 
 
 def setup(r) -> str:
@@ -144,13 +189,15 @@ def sensitivity(r) -> str:
             shown = [tables.kv_format_words(v) if col == "kv_format" else f"{v:,}" if isinstance(v, int) else v
                      for v in values]  # fmt: skip
             varied.append(f"{name} {{{', '.join(map(str, shown))}}}")
-    bw, loo = sens["bandwidth_efficiency"], sens["loo_mean_abs_pct"]
+    bw, pre, loo = sens["bandwidth_efficiency"], sens["prefill_efficiency"], sens["loo_mean_abs_pct"]
     physical = int(sens["physical"].sum())
+    over = int((sens["over_peak"] != "").sum()) if "over_peak" in sens.columns else 0
     return (
         f"Refitting under every combination of {' × '.join(varied) or 'the assumed workload'} gives "
-        f"{sens.height} fits, of which {physical} are physically plausible. Over "
-        f"them decode bandwidth efficiency spans {bw.min():.1%}–{bw.max():.1%} and the held-out error "
-        f"{pct(loo.min())}–{pct(loo.max())}; the table groups them by batch size."
+        f"{sens.height} fits, of which {physical} are physically plausible and {over} over peak (not physical). Over "
+        f"them prefill efficiency spans "
+        f"{pre.min():.1%}–{pre.max():.1%} of dense peak, decode bandwidth efficiency {bw.min():.1%}–{bw.max():.1%} "
+        f"of peak and the held-out error {pct(loo.min())}–{pct(loo.max())}; the table groups them by batch size."
     )
 
 
@@ -159,7 +206,8 @@ def consistent(r) -> str:
     c = r.consistent
     head = (
         f"Of {c.candidates:,} candidate fits (each set's free fit, physics-only fit and fixed decode bandwidths), "
-        f"{c.kept:,} keep their largest residual within {c.tolerance_pct:g} points of the best fit's"
+        f"{c.over_peak:,} over peak are never counted. Of the rest, "
+        f"{c.kept:,} keep their largest residual within {c.tolerance_pct:g} points of the best"
     )
     if not c.kept:
         return head + "."
@@ -267,11 +315,20 @@ def headroom_caption(r, v: Verdict | None) -> str:
 def memory_note(r) -> str:
     """What the model's memory check rests on: an assumed need outside the pool, taken from the article."""
     a = r.assumptions
-    return (
+    text = (
         f"The memory check assumes the process needs {a.outside_pool_fraction:.1%} of each GPU's memory outside the "
         "target, the middle of the window the article implies, so a flag restates the article's claim rather than "
         "predicting an out-of-memory; report 03 measures it."
     )
+    mc = r.memory_constants
+    v = mc.filter(mc["constant"] == NON_KV_CONSTANT) if mc.height else mc
+    if v.height == 2:
+        (lo, hi), (c_lo, c_hi) = v["value"].to_list(), v["ceiling_seqs"].to_list()
+        text += (
+            f" The {NON_KV_CONSTANT}: {lo} assumed, {hi} logged; {c_lo} or {c_hi} sequences at "
+            f"{tokens_label(int(v['context_tokens'][0]))}."
+        )
+    return text
 
 
 def bound(frac) -> str:
@@ -344,3 +401,17 @@ def step_caption(step) -> str:
         "Measured on this host: each run's mean decode step time (TPOT) against its mean context, a least-squares "
         "line per engine (left) and what the line leaves (right). " + " ".join(parts)
     )
+
+
+def outside(table) -> str:
+    """The checks that can fail, counted by outcome, with every contradiction named (``table``:
+    :func:`kvlab.studies.whatif_model.frames.outside`)."""
+    if not table.height:
+        return "*No published run or engine log to check the model against.*"
+    counts = table["outcome"].value_counts(sort=True).rows()
+    said = ", ".join(f"{n} {o}" for o, n in counts)
+    text = f"**Checked where it can fail:** {table.height} checks ({said}), each read the way hardest to fail."
+    bad = table.filter(table["outcome"] == "contradicted")
+    for r in bad.iter_rows(named=True):
+        text += f" **Contradicted:** {r['check']} ({r['number']})."
+    return text
