@@ -114,6 +114,9 @@ class SweepResult:
     run_dirs: list[Path] = field(default_factory=list)
     wall_s: float = 0.0
     superseded: int = 0  # finished runs of an earlier version of the experiment, moved to superseded/
+    #: run folders it could not reuse (unreadable: measured again; a copy of another folder's run), moved to
+    #: quarantined/ with their reasons (store.set_aside_unusable)
+    quarantined: list[store.SetAside] = field(default_factory=list)
     not_climbed: int = 0  # rungs of a load ladder left out: a lower rung was past saturation (kvlab.load)
     experiments: dict[str, SweepResult] = field(default_factory=dict)
 
@@ -207,6 +210,8 @@ class Campaign:
         self.on_run = on_run or (lambda run, status: None)
         self.only = only
         self._superseded: dict[str, list[str]] = {}
+        #: run folders prepare set aside because they could not be reused, by experiment (store.set_aside_unusable)
+        self.quarantined: dict[str, list[store.SetAside]] = {}
         self._locks: dict[str, int] = {}  # experiment -> fd holding its flock while this campaign runs
 
     def exp_dir(self, experiment: str) -> Path:
@@ -217,9 +222,11 @@ class Campaign:
     def prepare(self) -> dict[str, list[str]]:
         """Make each experiment's folder ready before anything launches: check it is writable with room to
         spare, lock it against a second sweep (SweepError naming the holder), remove what a killed sweep left
-        half-written and set aside runs its file no longer defines (see store.set_aside_superseded).
+        half-written, set aside the run folders it cannot reuse (unreadable ones, which it then measures again, and
+        copies of another folder's run: store.set_aside_unusable, kept in :attr:`quarantined`) and runs its file no
+        longer defines (see store.set_aside_superseded).
 
-        Returns the keys set aside, by experiment; safe to call again (execute calls it)."""
+        Returns the keys set aside as superseded, by experiment; safe to call again (execute calls it)."""
         for name in self.specs:  # before anything is written or removed: no link, no other user's folder
             try:
                 check_inside(self.exp_dir(name), self.data_dir)
@@ -238,6 +245,7 @@ class Campaign:
             defined = {r.key for r in expand(spec.full_form())}
             defined |= search.probe_keys(self.exp_dir(name), defined)  # load.search's probes: runs of their own
             store.clean_partial(self.exp_dir(name), defined)
+            self.quarantined.setdefault(name, []).extend(store.set_aside_unusable(self.exp_dir(name)))
             self._superseded.setdefault(name, []).extend(store.set_aside_superseded(self.exp_dir(name), defined)[0])
         return self._superseded
 
@@ -285,13 +293,20 @@ class Campaign:
             t, s = self.pending_in(spec)
             todo += t
             skipped += s
-            per[name] = SweepResult(name, planned=len(t) + s, skipped=s, superseded=len(superseded[name]))
+            per[name] = SweepResult(
+                name,
+                planned=len(t) + s,
+                skipped=s,
+                superseded=len(superseded[name]),
+                quarantined=list(self.quarantined.get(name, [])),
+            )
         result = SweepResult(
             ", ".join(self.specs),
             planned=len(todo) + skipped,
             skipped=skipped,
             experiments=per,
             superseded=sum(map(len, superseded.values())),
+            quarantined=[q for name in self.specs for q in self.quarantined.get(name, [])],
         )
         executor.preflight(self, todo)
         try:
@@ -413,6 +428,21 @@ class Campaign:
                 "ok": result.ok,
                 "failed": result.failed,
                 **({"not_climbed": result.not_climbed} if result.not_climbed else {}),
+                **(
+                    {
+                        "quarantined": [
+                            {
+                                "folder": q.path.name,
+                                "reason": q.reason,
+                                "kept": q.kept.name if q.kept else None,
+                                "moved_to": f"{store.QUARANTINE_DIR}/{q.moved_to.name}",
+                            }
+                            for q in result.quarantined
+                        ]
+                    }
+                    if result.quarantined
+                    else {}
+                ),
                 "server_starts": result.server_starts,
                 "attempts": result.attempts,
                 "servers": [s.as_dict() for s in servers if spec.name in s.experiments],

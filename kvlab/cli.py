@@ -197,6 +197,12 @@ def report(
             console.print(f"[red]{exc}[/red]")
             raise typer.Exit(1) from None
     console.print(f"[green]{count(len(built), 'report')}[/green] → {out / 'index.html'}")
+    listed = out / reports.QUARANTINED_JSON
+    if built and listed.is_file() and (found := json.loads(listed.read_text(encoding="utf-8"))):
+        console.print(
+            f"[yellow]{count(len(found), 'stored run folder or manifest', 'stored run folders or manifests')} not "
+            f"read[/yellow] (unreadable, or a copy of another run folder): listed on the index with why, and in {escape(str(listed))}"
+        )
 
 
 #: `kvlab sweep`'s options for a Ray cluster, named here so that the command's signature stays readable.
@@ -405,6 +411,8 @@ def _sweep(
     except SweepError as exc:
         console.print(f"[red]cannot sweep[/red]: {exc}")
         raise typer.Exit(2 if isinstance(exc, UnsafeDataFolder) else 1) from None
+    for q in (q for found in campaign.quarantined.values() for q in found):
+        console.print(f"[yellow]warning[/yellow]: {escape(_set_aside_text(q))}")
     todo, _ = campaign.pending()
     groups = plan.by_server(todo)
     shared = sum(len({r.experiment for r in group}) > 1 for _, group in groups)
@@ -450,10 +458,37 @@ def _sweep(
     return res
 
 
+def _set_aside_text(q) -> str:
+    """One run folder a sweep did not reuse (kvlab.store.SetAside), in words: a copy of another folder's run names
+    both folders and the one kept; an unreadable one says why and that its run is measured again."""
+    from kvlab.markup import visible_controls  # a folder name's bidirectional controls would reorder the line
+
+    if q.kept is not None:
+        text = f"duplicate run folder: {q.path} {q.reason}; moved to {q.moved_to} (the reason beside it)"
+    else:
+        text = (
+            f"run folder {q.path} cannot be read, so it is not reused: {q.reason}; moved to {q.moved_to} (the "
+            "reason beside it) and measured again"
+        )
+    return visible_controls(text)
+
+
 def _print_results(res, data_dir: Path) -> None:
     """What a sweep did: per experiment its runs ok, failed and reused (and set aside, and rungs not climbed), then
     its server starts, attempts and wall time."""
     for name, r in res.experiments.items():
+        unread = sum(q.kept is None for q in r.quarantined)
+        copies = len(r.quarantined) - unread
+        quarantined = ", ".join(
+            part
+            for part in (
+                f"{count(unread, 'unreadable run folder')} not reused but measured again" if unread else "",
+                f"{count(copies, 'duplicate run folder')} (a copy of another's run) not read" if copies else "",
+            )
+            if part
+        )
+        if quarantined:
+            quarantined = f"; {quarantined}: set aside in {data_dir / 'runs' / name / 'quarantined'}"
         aside = (
             (
                 f"; {count(r.superseded, 'run')} of an earlier version of the experiment set aside in "
@@ -469,6 +504,7 @@ def _print_results(res, data_dir: Path) -> None:
         )
         console.print(
             f"{name}: {r.ok} ok, {r.failed} failed, {r.skipped} reused{climb} → {data_dir / 'runs' / name}{aside}"
+            f"{quarantined}"
         )
     console.print(f"{count(res.server_starts, 'server start')}, {count(res.attempts, 'attempt')}, {res.wall_s:.0f} s")
 

@@ -35,7 +35,7 @@ from kvlab.studies.capacity.frames import SLO_SHARE
 from kvlab.claims.grading import CPU_IMPLEMENTATIONS
 from kvlab.units import count
 from kvlab.engines import engine_label, registry
-from kvlab.markup import markdown_inline
+from kvlab.markup import controls_shown, markdown_inline, name_html
 from kvlab.paths import DATA_DIR, NOTEBOOKS_DIR, REPORTS_DIR
 from kvlab.figures import FIGURE_DIR_ENV, FIGURE_MIME
 from kvlab.explore import STATIC_ENV
@@ -449,7 +449,7 @@ def write_glossary(out_dir: Path) -> Path:
 </body></html>
 """
     path = out_dir / GLOSSARY
-    path.write_text(page, encoding="utf-8")
+    path.write_text(controls_shown(page), encoding="utf-8")
     return path
 
 
@@ -697,9 +697,10 @@ def _engine_line(
 def panel_html(prov: dict) -> str:
     """The provenance panel under a report's verdict box: where it comes from, in one screen-wide box. It stands in
     a notebook output, whose template right-aligns and stripes table cells: its rules say ``!important``. Every value is
-    data (a model name, a host's facts, an engine's reported version, a run's date) and is escaped here, where it
-    becomes HTML; only the panel's own markup is written raw."""
-    e = html.escape
+    data (a model name, a host's facts, an engine's reported version, a run's date, an experiment's name) and is
+    escaped and isolated here, where it becomes HTML (:func:`kvlab.markup.name_html`); only the panel's own markup is
+    written raw."""
+    e = name_html
 
     def joined(values, sep: str) -> str:
         return sep.join(e(str(v)) for v in values)
@@ -728,7 +729,7 @@ def panel_html(prov: dict) -> str:
     ]
     cells = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     links = (
-        f'<a href="index.html">← all reports</a> · <a href="{e(prov["notebook"])}">this report as a notebook '
+        f'<a href="index.html">← all reports</a> · <a href="{html.escape(prov["notebook"])}">this report as a notebook '
         f'(.ipynb)</a> · <a href="{RUNS_CSV}">the run data behind it (CSV)</a>'
         if prov["notebook"]
         else f'<a href="{RUNS_CSV}">every run row the reports read (CSV)</a>'
@@ -883,14 +884,14 @@ def run_tables_html(runs) -> str:
         if v is None or (isinstance(v, float) and v != v):
             return '<td data-v="">–</td>' if kind else "<td>–</td>"
         if column == "engine":
-            return f"<td>{e(engine_label(str(v)))}</td>"
+            return f"<td>{name_html(engine_label(str(v)))}</td>"
         if kind == "int":
             return f'<td data-v="{int(v)}">{int(v):,}</td>'
         if kind == "setting":
             return f'<td data-v="{float(v)}">{float(v):g}</td>'
         if kind == "num":
             return f'<td data-v="{float(v):.6g}">{e(tables.number(float(v)))}</td>'
-        return f"<td>{e(str(v))}</td>"
+        return f"<td>{name_html(v)}</td>"  # an experiment's name, a status, a run id: data, shown isolated
 
     head = "".join(f'<th scope="col">{e(h)}</th>' for _, h, _ in RUN_COLUMNS)
     body = "".join(
@@ -932,15 +933,29 @@ QUARANTINED_JSON = "quarantined.json"
 
 def quarantined_html(found: list[store.Quarantined], data_dir: Path) -> str:
     """The index's "Quarantined" list: each run folder or manifest the reports did not read, by its path under the
-    data folder, and why; empty where there is none."""
+    data folder, and why (a copy of another folder's run: that folder, kept, named too); empty where there is none.
+    Every path and reason is data, shown isolated (:func:`kvlab.markup.name_html`)."""
     if not found:
         return ""
-    items = "\n".join(
-        f"<li><code>{html.escape(_under(q.path, data_dir))}</code>: {html.escape(q.reason)}</li>" for q in found
-    )
+
+    def item(q: store.Quarantined) -> str:
+        kept = f" (read instead: <code>{name_html(_under(q.kept, data_dir))}</code>)" if q.kept is not None else ""
+        return f"<li><code>{name_html(_under(q.path, data_dir))}</code>{kept}: {name_html(q.reason)}</li>"
+
+    items = "\n".join(item(q) for q in found)
+    copies = sum(q.kept is not None for q in found)
+    unread = len(found) - copies
+    said = [
+        f"{count(unread, 'stored run folder or manifest', 'stored run folders or manifests')} could not be read"
+        if unread
+        else "",
+        f"{count(copies, 'run folder')} {'holds' if copies == 1 else 'hold'} a run another folder holds (a copy)"
+        if copies
+        else "",
+    ]
     return (
-        f"<h2>Quarantined</h2>\n<p>{count(len(found), 'stored run folder or manifest', 'stored run folders or manifests')} "
-        f"could not be read; every report above was built without {'it' if len(found) == 1 else 'them'}.</p>\n"
+        f"<h2>Quarantined</h2>\n<p>{' and '.join(t for t in said if t)}; every report above was built without "
+        f"{'it' if len(found) == 1 else 'them'}.</p>\n"
         f'<ul class="kvlab-quarantined">\n{items}\n</ul>\n'
     )
 
@@ -1117,7 +1132,7 @@ def write_index(
 </body></html>
 """
     index = out_dir / "index.html"
-    index.write_text(page, encoding="utf-8")
+    index.write_text(controls_shown(page), encoding="utf-8")
     write_glossary(out_dir)
     listed = {
         "schema_version": studies.SCHEMA_VERSION,
@@ -1198,7 +1213,14 @@ def build(
         store.write_csv(runs, out_dir / RUNS_CSV)
         found = store.quarantined(data_dir)
         (out_dir / QUARANTINED_JSON).write_text(
-            json.dumps([{"path": _under(q.path, data_dir), "reason": q.reason} for q in found], indent=2),
+            json.dumps(
+                [
+                    {"path": _under(q.path, data_dir), "reason": q.reason}
+                    | ({"kept": _under(q.kept, data_dir)} if q.kept is not None else {})
+                    for q in found
+                ],
+                indent=2,
+            ),
             encoding="utf-8",
         )
         write_index(

@@ -13,12 +13,17 @@ Layout (all paths from :mod:`kvlab.paths`):
   server start's accuracy probe: :func:`load_probes`).
 - ``data/runs/<experiment>/superseded/<run_key>/`` — finished runs the experiment file no longer
   defines (an earlier version of it), set aside by the next sweep so no report mixes them in.
+- ``data/runs/<experiment>/quarantined/<folder>/`` and ``<folder>.reason.txt`` beside it — run folders a sweep
+  found it could not reuse (unreadable, or a copy of another folder's run), set aside with the reason
+  (:func:`set_aside_unusable`); the sweep measures such a run again.
 - ``data/modelled/*.parquet`` — optional model predictions (``runs`` schema).
 
 Reading is bounded: a stored file is opened only when it is a regular file (a FIFO would block, a link to
 ``/dev/zero`` never ends) and no larger than its cap (:data:`MAX_TABLE_BYTES`, :data:`MAX_JSON_BYTES`). A run folder
 or manifest that cannot be read is quarantined (:func:`quarantined`): the loaders skip it, the report index lists it
-with its reason, and every report builds from the rest.
+with its reason, and every report builds from the rest. So is a run folder that holds the same run as another one
+(a copy: ``cp -a <run> backup-copy``): one of them is read (:func:`duplicate_runs` says which and why), the other is
+listed with both paths.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ ATTEMPTS_FILE = "attempts.parquet"
 SPEC_FILE = "spec.json"
 MANIFEST_FILE = "manifest.json"
 SUPERSEDED_DIR = "superseded"
+#: Where a sweep sets aside the run folders it cannot reuse (:func:`set_aside_unusable`), each with its reason beside it.
+QUARANTINE_DIR = "quarantined"
+REASON_SUFFIX = ".reason.txt"
 
 
 #: The largest table file (CSV or parquet) kvlab reads: 1 GiB, far above any run's (a run of 10,000 requests stores a
@@ -154,8 +162,12 @@ def _reference_files(data_dir: Path, claims: bool) -> list[Path]:
 
 def run_dirs(data_dir: str | Path = DATA_DIR, experiment: str | None = None) -> list[Path]:
     """Finished measured-run folders (those holding ``run.parquet``) that can be read: a quarantined one
-    (:func:`check_run_dir`) is left out, and :func:`quarantined` lists it."""
-    return [d for d in _candidate_run_dirs(Path(data_dir) / "runs", experiment) if check_run_dir(d) is None]
+    (:func:`check_run_dir`) is left out, and so is a copy of another folder's run (:func:`duplicate_runs`);
+    :func:`quarantined` lists both."""
+    root = Path(data_dir) / "runs"
+    readable = [d for d in _candidate_run_dirs(root, None) if check_run_dir(d) is None]
+    copies = {q.path for q in duplicate_runs(readable)}
+    return [d for d in readable if d not in copies and (experiment is None or d.parent.name == experiment)]
 
 
 def _candidate_run_dirs(root: Path, experiment: str | None) -> list[Path]:
@@ -165,17 +177,20 @@ def _candidate_run_dirs(root: Path, experiment: str | None) -> list[Path]:
 
 @dataclass(frozen=True)
 class Quarantined:
-    """A run folder or manifest kvlab does not read, and why (the first unreadable file, named)."""
+    """A run folder or manifest kvlab does not read, and why (the first unreadable file, named); for a run folder
+    that holds the same run as another (:func:`duplicate_runs`), ``kept`` is the folder read instead."""
 
     path: Path
     reason: str
+    kept: Path | None = None
 
 
 #: A run folder's JSON files, read as JSON objects by the loaders.
 _RUN_JSON = ("spec.json", "telemetry.json")
-#: What :func:`check_run_dir` found, by folder: the folder's file signature (names, sizes, times, kinds) and the
-#: reason (None: readable). A folder is read through once per process while its files stay the same.
-_CHECKED: dict[Path, tuple[tuple, str | None]] = {}
+#: What :func:`check_run_dir` found, by folder: the folder's file signature (names, sizes, times, kinds), the
+#: reason (None: readable) and the (source, experiment, run_id) of each row of its run.parquet. A folder is read
+#: through once per process while its files stay the same.
+_CHECKED: dict[Path, tuple[tuple, str | None, tuple[tuple, ...]]] = {}
 
 
 def _signature(d: Path) -> tuple:
@@ -193,16 +208,22 @@ def check_run_dir(d: str | Path) -> str | None:
     """Why a run folder cannot be read, or None where it can: each of its stored files (run, requests and attempts
     parquet, spec.json, telemetry.json and .csv) must be a regular file under its cap (:func:`read_bytes_capped`,
     never opened otherwise, so a FIFO does not block) that parses as its kind and conforms to its table."""
-    d = Path(d)
+    return _check(Path(d))[0]
+
+
+def _check(d: Path) -> tuple[str | None, tuple[tuple, ...]]:
+    """:func:`check_run_dir`'s reason and the keys (source, experiment, run_id) of the folder's run rows."""
     sig = _signature(d)
     if d in _CHECKED and _CHECKED[d][0] == sig:
-        return _CHECKED[d][1]
-    reason = None
+        return _CHECKED[d][1:]
+    reason, keys = None, ()
     try:
         for name, _, *_ in sig:
             f = d / name
             if name in (RUN_FILE, REQUESTS_FILE, ATTEMPTS_FILE):
-                read_table(f, {RUN_FILE: RUNS, REQUESTS_FILE: REQUESTS, ATTEMPTS_FILE: ATTEMPTS}[name])
+                df = read_table(f, {RUN_FILE: RUNS, REQUESTS_FILE: REQUESTS, ATTEMPTS_FILE: ATTEMPTS}[name])
+                if name == RUN_FILE:
+                    keys = tuple(df.select(*RUN_KEY).iter_rows())
             elif name in _RUN_JSON:
                 read_json_capped(f)
             else:
@@ -212,9 +233,61 @@ def check_run_dir(d: str | Path) -> str | None:
                 except Exception as exc:
                     raise SchemaError(f"{f}: cannot be parsed as csv: {exc}") from None
     except (SchemaError, OSError) as exc:
-        reason = " ".join(str(exc).split())[:500]
-    _CHECKED[d] = (sig, reason)
-    return reason
+        reason, keys = " ".join(str(exc).split())[:500], ()
+    _CHECKED[d] = (sig, reason, keys)
+    return reason, keys
+
+
+#: What names one run among all: RUNS rows are unique by these (:func:`load_runs`).
+RUN_KEY = ("source", "experiment", "run_id")
+
+
+def _kept_first(d: Path, keys: tuple[tuple, ...]) -> tuple:
+    """The order in which run folders holding the same run are preferred: the one whose folder name is its run id,
+    then the one inside its experiment's folder, then the first by path."""
+    own_name = any(d.name == run_id for _, _, run_id in keys)
+    own_experiment = any(d.parent.name == experiment for _, experiment, _ in keys)
+    return (not own_name, not own_experiment, str(d))
+
+
+def _why_kept(kept: Path, copy: Path, keys: tuple[tuple, ...]) -> str:
+    a, b = _kept_first(kept, keys), _kept_first(copy, keys)
+    if a[0] != b[0]:
+        return "its folder name is its run id"
+    if a[1] != b[1]:
+        return "it lies in its experiment's folder"
+    return "it comes first by path"
+
+
+def duplicate_runs(run_folders: Iterable[str | Path]) -> list[Quarantined]:
+    """The readable run folders among ``run_folders`` that hold a run (source, experiment, run_id) another folder
+    holds too (a copy: ``cp -a <run> backup-copy``), each with the folder read in its place (``kept``) and why: one
+    folder of each run is read, the one whose folder name is its run id (else the one inside its experiment's
+    folder, else the first by path), and each other is left out and named. By path; unreadable folders are no one's
+    copy (:func:`check_run_dir`)."""
+    readable = []
+    for d in map(Path, run_folders):
+        reason, keys = _check(d)
+        if reason is None:
+            readable.append((d, keys))
+    claimed: dict[tuple, Path] = {}
+    found = []
+    for d, keys in sorted(readable, key=lambda dk: _kept_first(*dk)):
+        clash = next((k for k in keys if k in claimed), None)
+        if clash is None:
+            claimed.update(dict.fromkeys(keys, d))
+            continue
+        kept = claimed[clash]
+        source, experiment, run_id = clash
+        found.append(
+            Quarantined(
+                d,
+                f"holds run {run_id} of {experiment} ({source}), as {kept} does: {kept} is kept "
+                f"({_why_kept(kept, d, keys)}), this copy is not read",
+                kept,
+            )
+        )
+    return sorted(found, key=lambda q: str(q.path))
 
 
 def read_manifest(exp_dir: str | Path) -> dict:
@@ -230,9 +303,12 @@ def read_manifest(exp_dir: str | Path) -> dict:
 
 
 def quarantined(data_dir: str | Path = DATA_DIR) -> list[Quarantined]:
-    """Every run folder and manifest under ``data_dir/runs`` that the loaders skip, with its reason, by path."""
+    """Every run folder and manifest under ``data_dir/runs`` that the loaders skip, with its reason, by path: the
+    unreadable ones and the copies of another folder's run (:func:`duplicate_runs`, each naming the folder kept)."""
     root = Path(data_dir) / "runs"
-    found = [Quarantined(d, r) for d in _candidate_run_dirs(root, None) if (r := check_run_dir(d)) is not None]
+    candidates = _candidate_run_dirs(root, None)
+    found = [Quarantined(d, r) for d in candidates if (r := check_run_dir(d)) is not None]
+    found += duplicate_runs(candidates)
     for m in sorted(root.glob(f"*/{MANIFEST_FILE}")):
         if _in_staging(m, root):
             continue
@@ -669,7 +745,8 @@ def finished_run_keys(exp_dir: str | Path) -> set[str]:
 
 def set_aside_superseded(exp_dir: str | Path, defined: set[str]) -> tuple[list[str], list[str]]:
     """Move finished runs whose key the experiment no longer defines into ``exp_dir/superseded/`` (reports
-    read only the runs directly under ``exp_dir``) and bring back set-aside runs it defines again.
+    read only the runs directly under ``exp_dir``) and bring back set-aside runs it defines again (those that can
+    be read: :func:`check_run_dir`).
 
     Returns (keys set aside, keys brought back). Each move is one rename: nothing is deleted.
     """
@@ -684,7 +761,45 @@ def set_aside_superseded(exp_dir: str | Path, defined: set[str]) -> tuple[list[s
         os.replace(exp_dir / key, target)
         moved.append(key)
     for key in sorted(finished_run_keys(aside) & defined if aside.is_dir() else set()):
-        if not (exp_dir / key).exists():
+        # one that cannot be read stays there: the sweep measures it again
+        if not (exp_dir / key).exists() and check_run_dir(aside / key) is None:
             os.replace(aside / key, exp_dir / key)
             restored.append(key)
     return moved, restored
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A run folder a sweep did not reuse (:func:`set_aside_unusable`): where it was, why, the folder kept in its
+    place where it was a copy of another's run, and where it went."""
+
+    path: Path
+    reason: str
+    kept: Path | None
+    moved_to: Path
+
+
+def set_aside_unusable(exp_dir: str | Path) -> list[SetAside]:
+    """Move the finished-run folders of ``exp_dir`` that a sweep must not reuse into ``exp_dir/quarantined/``, each
+    with ``<folder>.reason.txt`` beside it saying why, and return them: those that cannot be read
+    (:func:`check_run_dir`: a corrupt or truncated file, a FIFO...), which the sweep then measures again, and the
+    copies of another of its folders' run (:func:`duplicate_runs`: the folder kept is named). Each move is one rename:
+    nothing is deleted; a name already taken there gets a numbered suffix."""
+    exp_dir = Path(exp_dir)
+    aside = exp_dir / QUARANTINE_DIR
+    check_inside(aside, exp_dir)  # a link there would have the folders moved out of the data folder
+    candidates = [exp_dir / k for k in sorted(finished_run_keys(exp_dir))]
+    found = [Quarantined(d, r) for d in candidates if (r := check_run_dir(d)) is not None]
+    found += duplicate_runs(candidates)
+    out = []
+    for q in sorted(found, key=lambda q: str(q.path)):
+        aside.mkdir(exist_ok=True)
+        target, n = aside / q.path.name, 1
+        while os.path.lexists(target) or os.path.lexists(f"{target}{REASON_SUFFIX}"):
+            n += 1
+            target = aside / f"{q.path.name}.{n}"
+        os.replace(q.path, target)
+        kept = f"\nkept instead: {q.kept}" if q.kept else ""
+        write_text_atomic(Path(f"{target}{REASON_SUFFIX}"), f"set aside from: {q.path}\nreason: {q.reason}{kept}\n")
+        out.append(SetAside(q.path, q.reason, q.kept, target))
+    return out

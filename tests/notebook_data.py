@@ -9,10 +9,12 @@ import polars as pl
 
 from kvlab import store
 from kvlab.paths import DATA_DIR
-from payloads import PAYLOAD
+from payloads import PAYLOAD, SPOOFED_FOLDER
 
 #: Real measured runs of the four CPU experiments (see tests/fixtures/README.md).
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs"
+#: The fixture run the shared fixture data holds a copy of (:func:`write_fixture_data`).
+COPIED_RUN = "4ed47393244f"
 
 
 def copy_reference(data: Path) -> Path:
@@ -120,10 +122,13 @@ def write_fixture_data(data: Path) -> Path:
     two variants of the documents for parameters that choose one: ``article_b300_alt`` (the B300 table with
     every SGLang batch time 1.3x longer, and its claims) and ``article_kv_design_alt`` (the design article's claims
     without its last one). Hostile: its text carries tests/payloads.PAYLOAD (:func:`make_hostile`), so every page
-    built from it does too."""
+    built from it does too, and a copy of one run sits beside it (``cp -a``) in a folder whose name holds U+202E
+    (payloads.SPOOFED_FOLDER): every report builds without it, the index lists it (issue 56)."""
     copy_reference(data)
     shutil.copytree(FIXTURE_RUNS, data / "runs")
     make_hostile(data)
+    multi_turn = data / "runs" / "cpu_multi_turn"
+    shutil.copytree(multi_turn / COPIED_RUN, multi_turn / SPOOFED_FOLDER, symlinks=True)
     ref = data / "reference"
     table = pl.read_csv(ref / "article_b300.csv")
     table.with_columns(

@@ -16,6 +16,12 @@ PAYLOAD = f"{IMG} {SCRIPT} {LINK}"
 #: How a page shows the first two as text
 IMG_TEXT = "&lt;img src=x onerror=alert(1)&gt;"
 SCRIPT_TEXT = "&lt;script&gt;alert(2)&lt;/script&gt;"
+#: A run folder's name that U+202E (RIGHT-TO-LEFT OVERRIDE) would show as "run-exe.png" (issue 56): the shared fixture
+#: data holds a copy of a run under it, and a page shows it with the control written out, isolated in <bdi>
+SPOOFED_FOLDER = "run-\u202egnp.exe"
+SPOOFED_SHOWN = "<bdi>runs/cpu_multi_turn/run-[U+202E]gnp.exe</bdi>"
+#: The characters that reorder text around them (kvlab.markup.BIDI_CONTROLS): none is ever on a page as it is
+BIDI = ("\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A)))
 
 
 class _Elements(HTMLParser):
@@ -49,3 +55,4 @@ def assert_no_live_payload(page: str):
         e for e in p.elements if e[0] == "a" and (e[1].get("href") or "").strip().lower().startswith("javascript:")
     ], "a javascript: link is live"
     assert IMG not in page and SCRIPT not in page
+    assert not [c for c in BIDI if c in page], "a bidirectional control is on the page as it is"

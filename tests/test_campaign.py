@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import fields
 from pathlib import Path
 
@@ -414,6 +415,70 @@ def test_kvlab_sweep_runs_a_campaign_with_the_local_executor(tmp_path):
     sweeps = _manifest(tmp_path, "by_cli")["sweeps"]
     assert [(s["ok"], s["skipped"], len(s["servers"])) for s in sweeps] == [(2, 0, 1), (0, 2, 0)]
     assert "ray" not in sweeps[0]
+
+
+def test_a_sweep_measures_a_quarantined_run_again_and_sets_aside_a_copied_folder_naming_both(tmp_path):
+    """Issue 56, items 1 and 3: a re-sweep counted a corrupt and a truncated run among its "finished runs reused"
+    and never measured them again. Now it moves each into quarantined/ with its reason beside it, measures its run
+    again and says so; a copied run folder is set aside too, its warning naming both folders and the one kept."""
+    import subprocess
+    import sys
+
+    from kvlab.paths import ROOT
+
+    with SSEServer() as srv:
+        path = write_spec(
+            tmp_path,
+            "again",
+            engine={"launch": None, "url": srv.url, "model": "org/m"},
+            workload={"context_tokens": 256},
+            repeats=3,
+        )
+        spec = ExperimentSpec.load(path)
+        assert Campaign(spec, tmp_path).execute(runner.LocalExecutor()).ok == 3
+        exp = tmp_path / "runs" / "again"
+        corrupt, truncated, copied = (exp / r.key for r in expand(spec))
+        (corrupt / store.RUN_FILE).write_bytes(b"PAR1 not a parquet file PAR1")
+        requests = (truncated / store.REQUESTS_FILE).read_bytes()
+        (truncated / store.REQUESTS_FILE).write_bytes(requests[: len(requests) // 2])
+        copy = exp / "backup-copy"
+        shutil.copytree(copied, copy, symlinks=True)  # cp -a
+        mtime = (copied / store.RUN_FILE).stat().st_mtime_ns
+        cmd = [sys.executable, "-m", "kvlab.cli", "sweep", str(path), "--data-dir", str(tmp_path)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        again = Campaign(spec, tmp_path).execute(runner.LocalExecutor())
+    said = " ".join(out.stderr.split())  # rich wraps long lines
+    assert "again: 2 runs to do, 1 finished run reused" in said
+    aside = exp / store.QUARANTINE_DIR
+    for bad in (corrupt, truncated):
+        assert f"run folder {bad} cannot be read, so it is not reused: {bad}/" in said
+        assert f"moved to {aside / bad.name} (the reason beside it) and measured again" in said
+        assert (aside / bad.name / store.RUN_FILE).is_file()  # moved, not deleted
+        assert f"reason: {bad}/" in (aside / f"{bad.name}{store.REASON_SUFFIX}").read_text()
+        assert store.check_run_dir(bad) is None  # measured again
+    assert (
+        f"duplicate run folder: {copy} holds run {copied.name} of again (measured), as {copied} does: {copied} is "
+        f"kept (its folder name is its run id), this copy is not read; moved to {aside / copy.name}"
+    ) in said
+    assert (copied / store.RUN_FILE).stat().st_mtime_ns == mtime and (aside / copy.name).is_dir()
+    assert (
+        "again: 2 ok, 0 failed, 1 reused → "
+        f"{exp}; 2 unreadable run folders not reused but measured again, 1 duplicate run folder (a copy of another's "
+        f"run) not read: set aside in {aside}"
+    ) in said
+    first, entry, last = _manifest(tmp_path, "again")["sweeps"]
+    assert (entry["ok"], entry["skipped"]) == (2, 1) and "quarantined" not in first and "quarantined" not in last
+    assert [(q["folder"], q["kept"], q["moved_to"]) for q in entry["quarantined"]] == sorted(
+        [
+            (corrupt.name, None, f"quarantined/{corrupt.name}"),
+            (truncated.name, None, f"quarantined/{truncated.name}"),
+            ("backup-copy", copied.name, "quarantined/backup-copy"),
+        ]
+    )
+    assert store.quarantined(tmp_path) == [] and store.load_runs(tmp_path).height == 3
+    # the next sweep reuses all three and sets nothing aside
+    assert (again.skipped, again.ok, again.quarantined) == (3, 0, [])
 
 
 # ----------------------------------------------------------------------------- a full disk on the Ray path

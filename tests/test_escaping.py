@@ -48,7 +48,8 @@ def test_provenance_panel_escapes_every_value(tmp_path):
     assert_no_live_payload(panel)
     assert "&lt;img src=x onerror=alert(1)&gt;" in panel and "0.1&lt;script&gt;alert(2)&lt;/script&gt;" in panel
     # the panel's own markup is still markup
-    assert "<th>hardware</th><td>&lt;img" in panel and "<code>data/experiments/cpu_long_context.yaml</code>" in panel
+    assert "<th>hardware</th><td><bdi>&lt;img" in panel
+    assert "<code>data/experiments/<bdi>cpu_long_context</bdi>.yaml</code>" in panel
 
 
 def test_empty_panel_keeps_its_own_markup():
@@ -164,3 +165,64 @@ def test_a_mention_of_another_report_links_to_its_page_and_nothing_else_changes(
         ' this is report 01.</p><a href="x">report 06</a><code>report 02</code><script>"report 03"</script>'
         '<svg><text>report 07</text></svg><p>report 09, <a href="07_capacity.html">report 07</a></p>'
     )
+
+
+#: Issue 56, item 4: a folder named so that U+202E (RIGHT-TO-LEFT OVERRIDE) shows it as "run-exe.png".
+RLO = "\u202e"
+SPOOFED = f"run-{RLO}gnp.exe"
+#: How a page shows it: the control written out, the name isolated from the text around it.
+SPOOFED_SHOWN = "<bdi>runs/cpu_long_context/run-[U+202E]gnp.exe</bdi>"
+
+
+def test_a_bidirectional_control_in_a_name_is_shown_and_isolated():
+    from kvlab.markup import BIDI_CONTROLS, controls_shown, markdown_inline, name_html, visible_controls
+
+    assert name_html(SPOOFED) == "<bdi>run-[U+202E]gnp.exe</bdi>"
+    assert name_html("<b>x</b>") == "<bdi>&lt;b&gt;x&lt;/b&gt;</bdi>"
+    controls = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    assert visible_controls(controls) == "".join(f"[U+{ord(c):04X}]" for c in controls)
+    assert not BIDI_CONTROLS.search(controls_shown(f"<p>{controls}</p><script>x = '{RLO}'</script>"))
+    assert markdown_inline(f"**{SPOOFED}**") == "<b>run-[U+202E]gnp.exe</b>"
+    assert visible_controls("vLLM 0.19 · 한국어 ‘x’") == "vLLM 0.19 · 한국어 ‘x’"  # other text as it is
+
+
+def test_the_index_shows_a_quarantined_folder_named_with_a_right_to_left_override_isolated(tmp_path):
+    """The index's quarantine list, run table and panel and the page as written: the folder's name (and an
+    experiment's, a model's) is shown with its control written out and isolated; no U+202E is left on the page."""
+    from kvlab import store
+
+    data = _payload_data(tmp_path)
+    spoofed = data / "runs" / "cpu_long_context" / SPOOFED
+    spoofed.mkdir()
+    (spoofed / store.RUN_FILE).write_bytes(b"PAR1 not a parquet file PAR1")
+    found = store.quarantined(data)
+    assert [q.path for q in found] == [spoofed]
+    listed = reports.quarantined_html(found, data)
+    assert f"<li><code>{SPOOFED_SHOWN}</code>: <bdi>" in listed and RLO not in listed
+    run = next((data / "runs" / "cpu_long_context").glob("*/run.parquet"))
+    pl.read_parquet(run).with_columns(experiment=pl.lit(f"exp-{RLO}lmay")).write_parquet(run)
+    runs = store.load_runs(data)
+    table = reports.run_tables_html(runs)
+    assert "<td><bdi>exp-[U+202E]lmay</bdi></td>" in table and RLO not in table
+    prov = reports.provenance(data, None, None)
+    panel = reports.panel_html({**prov, "models": [f"tiny {RLO}ledom"]})
+    assert "<bdi>tiny [U+202E]ledom</bdi>" in panel and "<bdi>exp-[U+202E]lmay</bdi>" in panel and RLO not in panel
+    out = tmp_path / "reports"
+    out.mkdir()
+    page = reports.write_index([], out, panel=panel, runs_html=table, quarantine=listed).read_text()
+    assert SPOOFED_SHOWN in page and RLO not in page
+
+
+def test_a_control_in_a_notebook_output_is_shown_on_the_exported_page(tmp_path):
+    """What no renderer isolated (a notebook's own output) is still written out where the page is written."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Title"),
+        nbformat.v4.new_code_cell(
+            outputs=[nbformat.v4.new_output("display_data", data={"text/html": f"<p>{SPOOFED}</p>", "text/plain": "x"})]
+        ),
+    ]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    reports.to_html(tmp_path / "nb.ipynb", tmp_path / "nb.html", "T")
+    page = (tmp_path / "nb.html").read_text()
+    assert "run-[U+202E]gnp.exe" in page and RLO not in page

@@ -1,6 +1,7 @@
 """Every notebook runs under papermill with small parameters, and its HTML holds its figures."""
 
 import html
+import json
 import re
 import shutil
 
@@ -16,8 +17,14 @@ from kvlab.studies import measured_frames
 from kvlab.studies.prefix_sharing import frames as prefix_sharing_frames
 from kvlab.probe import probe_summary
 from kvlab.studies import sharing_frames
-from notebook_data import copy_reference, write_capacity_probes, write_capacity_runs, write_two_engine_runs
-from payloads import IMG_TEXT, SCRIPT_TEXT, assert_no_live_payload
+from notebook_data import (
+    COPIED_RUN,
+    copy_reference,
+    write_capacity_probes,
+    write_capacity_runs,
+    write_two_engine_runs,
+)
+from payloads import IMG_TEXT, SCRIPT_TEXT, SPOOFED_FOLDER, SPOOFED_SHOWN, assert_no_live_payload
 from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
 
 #: The one rendered pin per report beside its answer: 07's command, escaped where the page shows it. Every number is
@@ -218,6 +225,11 @@ def test_notebook_executes_and_exports(nb, built_reports):
     # code is hidden for readers, but the template notebook stays untouched (no outputs); the explore cell is for
     # JupyterLab only
     assert "from kvlab import" not in html and "To explore:" not in html
+    # a mention of another report is a link to it (reports.reports_linked)
+    mentions = re.findall(
+        r"[Rr]eports? 0[1-7]\b", re.sub(r"<(a|script|style|svg|code|title)\b.*?</\1>", "", html, flags=re.S)
+    )
+    assert all(m[-2:] == nb.name[:2] for m in mentions), f"{nb.name}: unlinked mentions {mentions}"
     assert '"outputs": []' in nb.read_text() or '"outputs":[]' in nb.read_text()
 
 
@@ -497,6 +509,13 @@ def test_build_writes_index_linking_every_report_and_a_partial_rebuild_keeps_it_
     assert_no_live_payload(index)  # hostile fixture data (tests/payloads.py), shown as text
     assert IMG_TEXT in index and SCRIPT_TEXT in index
     assert pl.read_csv(tmp_path / "runs.csv", infer_schema_length=0).height == store.load_runs(fixture_data).height
+    # the copied run folder (notebook_data.write_fixture_data) is listed, both folders named, its name isolated
+    [copy] = json.loads((tmp_path / reports.QUARANTINED_JSON).read_text())
+    assert (copy["path"], copy["kept"]) == (
+        f"runs/cpu_multi_turn/{SPOOFED_FOLDER}",
+        f"runs/cpu_multi_turn/{COPIED_RUN}",
+    )
+    assert f"<code>{SPOOFED_SHOWN}</code> (read instead: <code><bdi>runs/cpu_multi_turn/{COPIED_RUN}</bdi>" in index
     for r in built:  # each report: its title, linked, and its answer's first sentence
         assert f'href="{r.html.name}"' in index
         assert html.escape(r.title) in index and markdown_inline(r.answer["sentences"][0]) in index

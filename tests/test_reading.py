@@ -110,6 +110,71 @@ def test_a_run_folder_read_again_after_it_is_mended(data):
     assert len(store.run_dirs(data)) == MEASURED and store.quarantined(data) == []
 
 
+def _every_reader(data: Path) -> dict:
+    """What each reader of stored runs gives for ``data``: the loaders, the index's provenance and run tables."""
+    return {
+        "runs": store.load_runs(data).sort("source", "experiment", "run_id"),
+        "requests": store.load_requests(data).height,
+        "attempts": store.load_attempts(data).height,
+        "telemetry": store.load_telemetry(data).height,
+        "telemetry_info": store.load_telemetry_info(data).height,
+        "probes": store.load_probes(data).height,
+        "run_dirs": [d.relative_to(data).as_posix() for d in store.run_dirs(data)],
+        "multi_turn_runs": store.load_runs(data, "cpu_multi_turn").height,
+        "multi_turn_requests": store.load_requests(data, "cpu_multi_turn").height,
+        "provenance_runs": reports.provenance(data, None, None)["runs"],
+        "run_table": reports.run_tables_html(store.load_runs(data)),
+    }
+
+
+def test_a_copied_run_folder_is_quarantined_naming_both_and_every_reader_reads_the_rest(data):
+    """Issue 56, item 1: ``cp -a <run> backup-copy`` made every loader raise (duplicate row), so no report built.
+    Now the copy is left out and listed, naming both folders, the one read and why; every reader gives what it gave
+    without the copy (a copy into another experiment's folder too)."""
+    before = _every_reader(data)
+    original = data / "runs" / CORRUPT
+    copy = original.parent / "backup-copy"
+    shutil.copytree(original, copy, symlinks=True)  # cp -a
+    elsewhere = data / "runs" / "cpu_long_context" / original.name  # a copy of the same run, named as its run id
+    shutil.copytree(original, elsewhere, symlinks=True)
+    after = _every_reader(data)
+    assert after["runs"].equals(before["runs"])
+    assert {k: v for k, v in after.items() if k != "runs"} == {k: v for k, v in before.items() if k != "runs"}
+    found = store.quarantined(data)
+    assert [(q.path, q.kept) for q in found] == [(elsewhere, original), (copy, original)]  # by path
+    run = f"run {original.name} of cpu_multi_turn (measured)"
+    assert found[1].reason == (
+        f"holds {run}, as {original} does: {original} is kept (its folder name is its run id), this copy is not read"
+    )
+    assert found[0].reason == (
+        f"holds {run}, as {original} does: {original} is kept (it lies in its experiment's folder), this copy is not "
+        "read"
+    )
+    page = reports.quarantined_html(found, data)
+    assert "2 run folders hold a run another folder holds (a copy)" in page
+    assert (
+        f"<code><bdi>runs/{CORRUPT.split('/')[0]}/backup-copy</bdi></code> (read instead: <code><bdi>runs/{CORRUPT}"
+        in page
+    )
+
+
+def test_a_copy_of_a_run_whose_folder_cannot_be_read_is_read_in_its_place(data):
+    """The folder kept is one that can be read: where the original is corrupt, its copy is read and the original
+    quarantined as unreadable; where neither folder is named as its run id, the first by path is read."""
+    original = data / "runs" / CORRUPT
+    copy = original.parent / "backup-copy"
+    shutil.copytree(original, copy, symlinks=True)
+    good = (original / store.RUN_FILE).read_bytes()
+    (original / store.RUN_FILE).write_bytes(b"PAR1 truncated")
+    assert [(q.path, q.kept) for q in store.quarantined(data)] == [(original, None)]
+    assert copy in store.run_dirs(data) and store.load_runs(data, "cpu_multi_turn").height == 4
+    (original / store.RUN_FILE).write_bytes(good)
+    original.rename(original.parent / "renamed")
+    [q] = store.quarantined(data)
+    assert (q.path, q.kept) == (original.parent / "renamed", copy)
+    assert "is kept (it comes first by path), this copy is not read" in q.reason
+
+
 def test_a_model_missing_from_the_catalog_is_said_and_its_modelled_bound_skipped(data):
     """Report 04's path (studies.whatif_model.catalogued, then perfmodel.achieved_fraction): the 6 cpu_long_context runs of a
     model the catalog lacks are named and left out of the bound; the other 22 measured runs and the 4 published
@@ -212,7 +277,7 @@ def test_a_report_build_quarantines_a_corrupt_run_and_writes_no_formula_cell(dat
     listed = json.loads((out / reports.QUARANTINED_JSON).read_text())
     assert [q["path"] for q in listed] == [f"runs/{FIFO_MANIFEST}", f"runs/{ZERO_LINK}", f"runs/{CORRUPT}"]
     for q in listed:
-        assert f"<code>{q['path']}</code>: " in index
+        assert f"<code><bdi>{q['path']}</bdi></code>: <bdi>" in index  # isolated (issue 56)
     runs_csv = pl.read_csv(out / reports.RUNS_CSV, infer_schema=False)
     assert runs_csv.filter(pl.col("source") == "measured").height == MEASURED - 2
     assert set(runs_csv.filter(pl.col("source") == "measured")["engine_version"]) == {"'" + HOSTILE}

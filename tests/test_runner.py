@@ -196,8 +196,10 @@ def test_a_sweep_sets_aside_runs_its_file_no_longer_defines(tmp_path):
     full_only = next(r for r in expand(spec) if r.key not in {q.key for q in expand(spec.quick_form())})
     exp = tmp_path / "runs" / spec.name
     for key in ("0123456789ab", quick.key, full_only.key):  # an old design's run, a quick run, a full-study run
+    stored = pl.read_parquet(next((ROOT / "tests" / "fixtures" / "runs").glob("*/*/run.parquet")))
         (exp / key).mkdir(parents=True)
-        (exp / key / "run.parquet").write_bytes(b"")
+        # a run row that can be read (one that cannot is measured again: test_campaign.py)
+        stored.with_columns(run_id=pl.lit(key), experiment=pl.lit(spec.name)).write_parquet(exp / key / "run.parquet")
     sw = Campaign(spec.quick_form(), tmp_path)
     assert sw.prepare() == {spec.name: ["0123456789ab"]}  # the full study's runs stay: quick is a subset of it
     assert store.finished_run_keys(exp) == {quick.key, full_only.key}

@@ -175,6 +175,28 @@ def test_runs_the_experiment_no_longer_defines_are_set_aside_and_come_back(data)
     assert store.finished_run_keys(exp) == {"cur", "old"}
 
 
+def test_a_run_folder_that_cannot_be_read_is_set_aside_with_its_reason_never_reused(data):
+    """Issue 56, item 3: an unreadable run folder is moved to quarantined/ with its reason beside it (so the sweep
+    measures its run again), a second one of the same name gets a numbered name, and a superseded run that cannot be
+    read is not brought back when the experiment defines it again."""
+    exp = data / "runs" / "exp"
+    for key in ("bad", "good", "old"):
+        store.write_run(exp, key, _row(key))
+    (exp / "bad" / "run.parquet").write_bytes(b"PAR1 truncated")
+    [aside] = store.set_aside_unusable(exp)
+    assert (aside.path, aside.kept, aside.moved_to) == (exp / "bad", None, exp / "quarantined" / "bad")
+    assert aside.reason.startswith(f"{exp / 'bad' / 'run.parquet'}: cannot be parsed as parquet")
+    assert (exp / "quarantined" / "bad.reason.txt").read_text().startswith(f"set aside from: {exp / 'bad'}\nreason: ")
+    assert store.finished_run_keys(exp) == {"good", "old"} and store.set_aside_unusable(exp) == []
+    store.write_run(exp, "bad", _row("bad"))
+    (exp / "bad" / "requests.parquet").write_bytes(b"")  # measured again, and broken again
+    assert [a.moved_to.name for a in store.set_aside_unusable(exp)] == ["bad.2"]
+    assert store.set_aside_superseded(exp, {"good"}) == (["old"], [])
+    (exp / "superseded" / "old" / "run.parquet").write_bytes(b"garbage")
+    assert store.set_aside_superseded(exp, {"good", "old"}) == ([], [])  # not brought back: measured again
+    assert store.finished_run_keys(exp) == {"good"}
+
+
 def test_schema_conform_keeps_order_and_types():
     out = RUNS.conform(_row())
     assert out.columns == RUNS.names
