@@ -308,7 +308,16 @@ class RayExecutor:
         self.nodes: dict[str, dict] = {}  # node id -> host facts, runs, servers
 
     def preflight(self, campaign: Campaign, todo: list[RunSpec]) -> None:
-        """Nothing to check before the manifest entry opens: the cluster is joined when there is work for it."""
+        """Refuse a load search before the manifest entry opens (its probes are runs the search decides as it goes,
+        which a node's task, given its run keys up front, does not send back); the cluster is joined when there is
+        work for it."""
+        searches = [r for r in todo if r.workload.load is not None and r.workload.load.search is not None]
+        if searches:
+            names = ", ".join(sorted({f"{r.experiment}/{r.key}" for r in searches})[:3])
+            raise ClusterError(
+                f"workload.load.search runs on one machine, not under --ray ({len(searches)} search run(s): {names}"
+                f"{', ...' if len(searches) > 3 else ''}): sweep these without --ray"
+            )
 
     def run(self, campaign: Campaign, todo: list[RunSpec], result: SweepResult) -> None:
         """Dispatch the pending runs, one task per server group, until every one is stored."""

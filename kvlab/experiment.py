@@ -871,6 +871,13 @@ def _point_engine(
             f"{origin}: matrix point [{where}]: workload.load.search finds the highest load within the SLO: "
             "the experiment states none (slo: {ttft_ms, tpot_ms})"
         )
+    factor = getattr(workload_spec, "scale_factor", None) if workload_spec.kind == "trace" else None
+    if factor is not None and factor > 1 and factor != spec.scale_factor:
+        raise SpecError(
+            f"{origin}: matrix point [{where}]: workload.scale_factor ({factor}) divides the trace's lengths, but the "
+            f"experiment's scale_factor ({spec.scale_factor:g}) is what every page labels its contexts with: make "
+            "them the same (a trace file already scaled is replayed with workload.scale_factor 1)"
+        )
     if not spec.telemetry and load is not None and load.stop_queue_rising is not None:
         raise SpecError(
             f"{origin}: matrix point [{where}]: telemetry: false leaves workload.load.stop_queue_rising "

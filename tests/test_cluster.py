@@ -474,3 +474,19 @@ def test_a_node_lost_mid_group_has_its_runs_dispatched_again(tmp_path, ray_clust
     nodes = json.loads((tmp_path / "runs" / "lost" / "manifest.json").read_text())["sweeps"][-1]["ray"]["nodes"]
     assert len(nodes) == 2 and [len(n["runs"]) for n in nodes] == [1, 1]
     assert not engine_processes(tag), "an engine outlived its lost node"
+
+
+def test_a_load_search_is_refused_under_ray_before_anything_launches(tmp_path):
+    """load.search decides its probes as it goes, which a node's task (its run keys fixed up front) does not send
+    back: the Ray executor refuses it, naming the run, before it joins a cluster or writes a manifest entry."""
+    from kvlab.paths import EXPERIMENTS_DIR
+
+    spec = ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_trace.yaml")
+    campaign = Campaign(spec, tmp_path / "data")
+    todo, _ = campaign.pending()
+    searches = [r for r in todo if r.workload.load is not None and r.workload.load.search is not None]
+    with pytest.raises(cluster.ClusterError, match=r"load.search runs on one machine, not under --ray \(4 search"):
+        cluster.RayExecutor("ray://127.0.0.1:1").preflight(campaign, todo)
+    assert len(searches) == 4
+    cluster.RayExecutor("ray://127.0.0.1:1").preflight(campaign, [r for r in todo if r not in searches])  # no search
+    assert not (tmp_path / "data").exists()

@@ -154,3 +154,50 @@ def test_a_stored_trace_run_sends_exact_lengths_on_its_schedule_with_reusable_be
     run = store.load_runs(tmp_path).row(0, named=True)
     assert (run["mode"], run["reusable_prompt_tokens"], run["cached_prompt_tokens"]) == ("trace", 10, 12)
     assert (run["prompt_tokens"], run["output_tokens"], run["context_tokens"]) == (10, 3, 13)
+
+
+def _trace_spec(tmp_path, experiment_scale, workload_scale) -> None:
+    raw = {
+        "name": "tr",
+        "hardware": "CPU (test)",
+        "device": "cpu",
+        "scale_factor": experiment_scale,
+        "engines": {
+            "vllm": {"name": "vllm", "launch": None, "model": "org/m", "max_model_len": 16384, "url": "http://x"}
+        },
+        "workload": {"kind": "trace", "batch_size": 2, "trace_file": SLICE, "scale_factor": workload_scale},
+    }
+    (tmp_path / "tr.yaml").write_text(yaml.safe_dump(raw))
+    return ExperimentSpec.load(tmp_path / "tr.yaml")
+
+
+def test_a_trace_scaled_by_another_factor_than_its_experiments_is_refused(tmp_path):
+    """The workload's scale_factor divides the trace's lengths; the experiment's labels every context: a trace scaled
+    by 64 in an experiment that says 32 would be labelled at half its real length."""
+    with pytest.raises(
+        Exception,
+        match=r"workload.scale_factor \(64\) divides the trace's lengths, but the "
+        r"experiment's scale_factor \(32\)",
+    ):
+        _trace_spec(tmp_path, 32, 64)
+    assert _trace_spec(tmp_path, 64, 64).scale_factor == 64
+    assert _trace_spec(tmp_path, 64, 1).scale_factor == 64  # a trace file already scaled replays at factor 1
+
+
+def test_cpu_trace_runs_on_the_capacity_studys_servers_one_replay_and_one_search_each():
+    """data/experiments/cpu_trace.yaml (dry, no engine): per engine and memory setting one replay on the trace's
+    timestamps and one load search, on the very servers cpu_capacity and cpu_long_context start."""
+    from kvlab.experiment import expand
+    from kvlab.paths import EXPERIMENTS_DIR
+
+    runs = expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_trace.yaml"))
+    capacity = expand(ExperimentSpec.load(EXPERIMENTS_DIR / "cpu_capacity.yaml"))
+    assert {r.server_key for r in runs} == {r.server_key for r in capacity}
+    sends = sorted(
+        (r.engine.name, r.engine.mem_util, r.workload.load is not None and r.workload.load.search is not None)
+        for r in runs
+    )
+    assert sends == [(e, m, s) for e in ("sglang", "vllm") for m in (0.92, 0.95) for s in (False, True)]
+    assert {(r.workload.scale_factor, r.workload.batch_size, r.workload.prompt_tokens) for r in runs} == {
+        (64, 40, 1363)
+    }
