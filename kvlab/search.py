@@ -62,6 +62,16 @@ def wilson_lower(k: int, n: int, z: float = Z95) -> float:
     return max(0.0, (centre - spread) / (1 + z * z / n))
 
 
+def wilson_upper(k: int, n: int, z: float = Z95) -> float:
+    """Upper end of the same Wilson score interval as :func:`wilson_lower`: 1 for n = 0."""
+    if n <= 0:
+        return 1.0
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return min(1.0, (centre + spread) / (1 + z * z / n))
+
+
 @dataclass(frozen=True)
 class Probe:
     """One probe: its level, its run, requests within the SLO of those it counted (failed requests count against),
@@ -194,7 +204,8 @@ def mechanism(failing: dict[str, Any], passing: dict[str, Any] | None, telemetry
     """What broke the SLO at the first failing load, from that run's own telemetry and counters (``failing``: its
     RUNS row; ``passing``: the highest passing probe's row or None; ``telemetry``: its telemetry.csv): preemptions
     (the server's preemption counter rose), queueing past the KV pool's concurrency ceiling (requests waited while
-    the pool was at least 95% used, or the level is past pool / context), decode slowing with batch size (TPOT p90
+    the pool was at least 95% used, or, with no usage series, the level is past pool / context: where usage was
+    sampled and stayed lower, the nominal ceiling is not taken as the cause), decode slowing with batch size (TPOT p90
     more than 10% above the passing load's while nothing queued), else "not determined" with what was missing."""
     if failing.get("server_preemptions"):
         return f"preemptions: the server preempted {int(failing['server_preemptions'])} times"
@@ -205,9 +216,14 @@ def mechanism(failing: dict[str, Any], passing: dict[str, Any] | None, telemetry
     if waiting and max(waiting) > 0:
         full = usage and max(usage) >= KV_FULL
         past = ceiling is not None and failing.get("load_concurrency") and failing["load_concurrency"] > ceiling
-        if full or past:
+        if full or (past and not usage):  # the pool's own usage, where sampled, outweighs the nominal ceiling
             at = f"KV pool {max(usage):.0%} used" if usage else f"ceiling {ceiling} = {pool:,} / {context:,} tokens"
             return f"queueing past the KV pool's concurrency ceiling: up to {max(waiting):g} requests waited ({at})"
+        if past:  # requests of varied lengths (a trace): the ceiling from the longest one overstates what the pool held
+            return (
+                f"not determined: up to {max(waiting):g} requests waited past the nominal ceiling {ceiling} "
+                f"({pool:,} / {context:,} tokens), but the KV pool was at most {max(usage):.0%} used"
+            )
         return (
             f"not determined: up to {max(waiting):g} requests waited, but the KV pool was not full "
             f"({'no usage series' if not usage else f'{max(usage):.0%} at most'}) nor level {level:g} past its ceiling"

@@ -93,6 +93,12 @@ def test_the_mechanism_names_what_the_runs_telemetry_shows_or_says_not_determine
         "not determined: up to 1 requests waited, but the KV pool was not full (60% at most) nor level 2 past its "
         "ceiling"
     )
+    # past the nominal ceiling (pool / the longest request: a trace's mostly shorter requests) with the pool a third
+    # used: its usage, not the ceiling, says what held them (cpu_trace, vLLM at 16 in flight, KV pool 35% used)
+    assert search.mechanism(fail, None, half) == (
+        "not determined: up to 1 requests waited past the nominal ceiling 3 (12,288 / 3,200 tokens), but the KV "
+        "pool was at most 60% used"
+    )
     idle = pl.DataFrame({"requests_waiting": [0.0, 0.0]})
     assert search.mechanism(fail, {"tpot_p90_ms": 20.0}, idle) == (
         "decode slowing with batch size: TPOT p90 +50% on the passing load's while nothing queued"
@@ -160,3 +166,10 @@ def test_a_search_without_an_slo_is_refused(tmp_path):
         from kvlab.experiment import expand
 
         expand(ExperimentSpec.model_validate(spec))
+
+
+def test_the_wilson_upper_bound_mirrors_the_lower():
+    assert search.wilson_upper(0, 0) == 1.0 and search.wilson_upper(10, 10) == pytest.approx(1.0)
+    assert search.wilson_upper(0, 10) == pytest.approx(1 - search.wilson_lower(10, 10))
+    assert search.wilson_upper(8, 10) == pytest.approx(0.9433178, abs=1e-6)  # 80% of 10: [0.490, 0.943]
+    assert search.wilson_upper(39, 40) == pytest.approx(1 - search.wilson_lower(1, 40))

@@ -179,14 +179,10 @@ def prompts(
     record of these sent (a block id implies its prefix, so the run of seen ids from the first), the last block cut."""
     check_counts(vocab_size, low_id, block_size)
     cache: dict[int, np.ndarray] = {}
-    seen: set[int] = set()
     out = []
-    for i, rec in enumerate(records):
+    for i, (rec, reusable) in enumerate(zip(records, reusable_tokens(records, block_size), strict=True)):
         blocks = [cache.setdefault(h, block_tokens(h, block_size, vocab_size, seed, low_id)) for h in rec.hash_ids]
         ids = np.concatenate(blocks)[: rec.input_length]
-        lead = next((k for k, h in enumerate(rec.hash_ids) if h not in seen), len(rec.hash_ids))
-        seen.update(rec.hash_ids)
-        reusable = min(lead * block_size, rec.input_length)
         out.append(
             Prompt(
                 index=i,
@@ -198,6 +194,18 @@ def prompts(
                 reusable_tokens=reusable,
             )
         )
+    return out
+
+
+def reusable_tokens(records: tuple[TraceRecord, ...] | list[TraceRecord], block_size: int) -> list[int]:
+    """Each record's reusable tokens in replay order: its leading blocks an earlier record sent (a block id implies
+    its prefix, so the run of seen ids from the first), times ``block_size``, at most its ``input_length``."""
+    seen: set[int] = set()
+    out = []
+    for rec in records:
+        lead = next((k for k, h in enumerate(rec.hash_ids) if h not in seen), len(rec.hash_ids))
+        seen.update(rec.hash_ids)
+        out.append(min(lead * block_size, rec.input_length))
     return out
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import polars as pl
 import pytest
 from notebook_data import capacity_frames, write_capacity_probes, write_capacity_runs
 
-from kvlab import store, verdicts
+from kvlab import search, store, verdicts
 from kvlab.probe import probe_comparison, probe_summary
 from kvlab.studies.capacity import checks as capacity
 from kvlab.studies.capacity import figures, words
@@ -682,7 +683,8 @@ def _page_html(r, wb) -> str:
     nb = nbformat.read(ROOT / "notebooks" / "07_capacity.ipynb", as_version=4)
     parts = [mistune.html(c.source) for c in nb.cells if c.cell_type == "markdown"]
     parts += [f"<p>{s}</p>" for s in r.answer.sentences]
-    for name in ("opening", "pareto", "highest_load", "pool_fills", "engine_map", "probe", "modelled_ceiling"):
+    sections = ("opening", "pareto", "highest_load", "pool_fills", "engine_map", "real_traffic", "probe")
+    for name in (*sections, "modelled_ceiling"):
         for item in getattr(page, name)(r, wb):
             if hasattr(item, "caption") and hasattr(item, "fig"):
                 parts.append(f"<figcaption>{item.caption}</figcaption>")
@@ -694,9 +696,137 @@ def _page_html(r, wb) -> str:
     return "\n".join(parts)
 
 
-def test_the_page_keeps_the_prose_limits(computed, fixture_data):
+def test_the_page_keeps_the_prose_limits(computed, fixture_data, traffic):
     from kvlab import prose, studies
 
-    for wb, r in (computed, studies.notebook("07", {"data_dir": str(fixture_data)})):
+    for wb, r in (computed, studies.notebook("07", {"data_dir": str(fixture_data)}), traffic):
         found = prose.problems(_page_html(r, wb))
         assert found.words <= prose.MAX_WORDS and not found.long_sentences and not found.repeated, str(found)
+
+
+# --------------------------------------------------------------------------- real traffic: trace replay and search
+
+#: REAL runs of data/experiments/cpu_trace.yaml at memory setting 0.92 (tests/fixtures/README.md): per engine one
+#: replay on the trace's timestamps and one load search with its probes.
+TRACE_RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "trace" / "runs" / "cpu_trace"
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory):
+    """(workbook, result) of report 07 on the stored cpu_trace runs alone, priced at $2 per device-hour."""
+    import shutil
+
+    from notebook_data import copy_reference
+
+    from kvlab import studies
+
+    data = copy_reference(tmp_path_factory.mktemp("traffic") / "data")
+    shutil.copytree(TRACE_RUNS, data / "runs" / "cpu_trace")
+    return studies.notebook("07", {"data_dir": str(data), "price_per_device_hour": 2.0})
+
+
+def test_each_search_reads_back_as_stored_with_its_interval_cost_and_mechanism(traffic):
+    """The typed result on real runs: SGLang passed 1 in flight (40 of 40) and failed 2 (21 of 40), decode slowing
+    named from its own TPOT; vLLM passed every level up to the search's limit of 32. Goodput and tokens/s are the
+    passing probe's own; $ per million output tokens = 2 / (tokens/s x 3,600 / 10^6); no energy counter here."""
+    r = traffic[1]
+    assert r.trace_experiment == "cpu_trace" and r.price_per_device_hour == 2.0 and r.curve.is_empty()
+    got = {row["engine"]: row for row in r.search.to_dicts()}
+    assert set(got) == {"sglang", "vllm"} and {row["mem_util"] for row in got.values()} == {0.92}
+    sg, vl = got["sglang"], got["vllm"]
+    assert (sg["highest_passing"], sg["first_failing"], sg["probes"], sg["within"], sg["n"]) == (1.0, 2.0, 2, 40, 40)
+    assert (vl["highest_passing"], vl["first_failing"], vl["probes"], vl["within"], vl["n"]) == (32.0, None, 6, 40, 40)
+    assert sg["lower"] == pytest.approx(40 / (40 + search.Z95**2)) and sg["upper"] == pytest.approx(1.0)
+    assert sg["stop"] == "bracket [1, 2] within the precision" and vl["stop"] == "passes at the limit (32)"
+    assert (
+        sg["mechanism"] == "decode slowing with batch size: TPOT p90 +269% on the passing load's while nothing queued"
+    )
+    assert vl["mechanism"] is None and (sg["slo_ttft_ms"], sg["slo_tpot_ms"], sg["search_share"]) == (3000, 300, 0.85)
+    assert r.runs.is_empty()  # the capacity ladder (cpu_capacity) is not among these runs
+    stored = store.load_runs(TRACE_RUNS.parents[1], "cpu_trace")
+    for row in (sg, vl):
+        passing = next(
+            p
+            for p in search.probes_of(_row_of(stored, row["search_run"]))
+            if p.passed and p.level == row["highest_passing"]
+        )
+        probe = _row_of(stored, passing.run_id)
+        assert row["goodput_requests_per_s"] == pytest.approx(probe["requests_within_slo"] / probe["batch_time_s"])
+        tokens_s = probe["served_output_tokens"] / probe["batch_time_s"]
+        assert row["output_tokens_per_s_per_device"] == pytest.approx(tokens_s)
+        assert row["dollars_per_million_output_tokens"] == pytest.approx(2.0 / (tokens_s * 3600 / 1e6))
+        assert row["energy_j_per_output_token"] is None and "no /sys/class/powercap" in row["energy_note"]
+
+
+def _row_of(runs: pl.DataFrame, run_id: str) -> dict:
+    return runs.filter(pl.col("run_id") == run_id).row(0, named=True)
+
+
+def test_the_search_path_is_every_probe_in_order_with_its_own_run(traffic):
+    path = traffic[1].search_path
+    assert path.filter(pl.col("engine") == "vllm")["level"].to_list() == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    sg = path.filter(pl.col("engine") == "sglang").sort("probe")
+    assert (sg["level"].to_list(), sg["passed"].to_list(), sg["within"].to_list()) == (
+        [1.0, 2.0],
+        [True, False],
+        [40, 21],
+    )
+    assert sg["upper"][1] == pytest.approx(search.wilson_upper(21, 40)) and sg["lower"][1] == pytest.approx(
+        0.374974, abs=1e-6
+    )
+    assert path["ttft_p90_ms"].null_count() == 0 and path["load_mode"].unique().to_list() == ["closed"]
+    # SGLang's TPOT p90 at 2 in flight against 1: the +269% its mechanism names
+    assert sg["tpot_p90_ms"][1] / sg["tpot_p90_ms"][0] - 1 == pytest.approx(2.69, abs=0.005)
+
+
+def test_the_trace_shape_and_reusable_against_cached_per_engine(traffic):
+    """The shipped slice at scale 64 (40 requests over 12 s, 312 of 7,933 prompt tokens reusable); every served
+    prompt length is the trace's; SGLang's radix cache served about the reusable tokens, vLLM's 128-token blocks
+    none of the 8-token shared block."""
+    r = traffic[1]
+    s = r.trace_summary.row(0, named=True)
+    assert r.trace_summary.height == 1 and r.trace_shape.height == 40 and r.trace_notes == ()
+    assert (s["requests"], s["span_s"], s["prompt_tokens"], s["reusable_tokens"], s["block_tokens"]) == (
+        40,
+        12.0,
+        7933,
+        312,
+        8,
+    )
+    assert (s["input_tokens_min"], s["input_tokens_max"], s["output_tokens_max"]) == (15, 1363, 15)
+    reuse = {row["engine"]: row for row in r.trace_reuse.to_dicts()}
+    assert (reuse["vllm"]["runs"], reuse["vllm"]["requests"], reuse["vllm"]["cached_tokens"]) == (7, 280, 0)
+    assert (reuse["sglang"]["runs"], reuse["sglang"]["requests"], reuse["sglang"]["cached_tokens"]) == (3, 120, 939)
+    for row in reuse.values():
+        assert row["exact_lengths"] == row["checked"] == row["requests"]
+        assert row["reusable_tokens"] == 312 * row["runs"] and row["prompt_tokens"] == 7933 * row["runs"]
+
+
+def test_the_real_traffic_section_draws_both_figures_and_round_trips(traffic):
+    from kvlab.studies.capacity import CapacityResult
+    from kvlab.studies.capacity import page
+
+    wb, r = traffic
+    sec = page.real_traffic(r, wb)
+    captions = [item.caption for item in sec if hasattr(item, "caption") and hasattr(item, "fig")]
+    assert len(captions) == 2 and captions[0].startswith("Measured on this host's CPUs (this host's measurement, not")
+    assert "SGLang at 0.92: 1 in flight; vLLM at 0.92: 32 in flight (the search's limit" in captions[0]
+    assert (
+        captions[1].startswith("Published trace, as replayed:") and "312 of 7,933 prompt tokens (3.9%)" in captions[1]
+    )
+    texts = [t for item in sec for t in (getattr(item, "data", None),) if isinstance(t, str)]
+    assert texts[0].startswith("## On replayed traffic") and "not a verdict" in texts[1]
+    table = next(item.frame for item in sec if hasattr(item, "frame"))
+    assert table["$ per million output tokens"].to_list() == ["$104.19 at $2/device-h", "$3.16 at $2/device-h"]
+    back = CapacityResult.from_json(json.loads(json.dumps(r.to_json())))
+    assert all(back.frames[k].equals(f) for k, f in r.frames.items()) and back.trace_notes == r.trace_notes
+
+
+def test_without_search_or_trace_runs_the_section_is_one_line(computed):
+    from kvlab.studies.capacity import page
+
+    wb, r = computed
+    assert r.search.is_empty() and r.search_path.is_empty() and r.trace_shape.is_empty() and r.trace_reuse.is_empty()
+    sec = page.real_traffic(r, wb)
+    assert len(sec) == 1 and sec[0].data.startswith("*No load search or trace replay stored (`cpu_trace`)")
+    assert "make report FULL=1" in sec[0].data and "\n" not in sec[0].data

@@ -28,8 +28,13 @@ def compute(
     dcp_sizes: list = (1, 8),
     mem_utils: list = (0.92, 0.95),
     headroom_contexts: list = (65536, 131072, 204800),
+    price_per_device_hour: float = 0.0,
 ) -> CapacityResult:
     measured_experiment = chosen_experiment(wb, measured_experiment, "cpu_capacity")
+    trace_experiment = chosen_experiment(wb, AUTO, "cpu_trace")
+    traffic = wb.measured(trace_experiment)
+    workloads, trace_notes = frames.trace_workloads(wb.data, traffic)
+    shape = frames.trace_shape(workloads)
     runs = wb.measured(measured_experiment)
     curve = frames.pareto_front(frames.load_curve(runs, slo_share))
     best = frames.highest_load_within_slo(curve)
@@ -62,4 +67,12 @@ def compute(
         load_conditions=conditions_label(runs),
         min_line_samples=frames.MIN_LINE_SAMPLES,
         slo_share=slo_share,
+        search=frames.search_results(traffic, price_per_device_hour),
+        search_path=frames.search_path(traffic),
+        trace_shape=shape,
+        trace_summary=frames.trace_summary(shape),
+        trace_reuse=frames.trace_reuse(traffic, wb.requests if traffic.height else None, shape),
+        trace_experiment=trace_experiment,
+        trace_notes=tuple(trace_notes),
+        price_per_device_hour=price_per_device_hour,
     )

@@ -368,3 +368,79 @@ def modelled_ceiling_figure(modelled: pl.DataFrame) -> Figure:
     ax.legend(handles=handles, fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------- real traffic: the search and the trace
+
+
+def _search_panel(ax, part: pl.DataFrame, engines: list[str]) -> None:
+    """One memory setting: each engine's probes in the order probed (x, each engine a little apart so equal paths
+    stay visible) at their level (y), filled where the level passed, a cross where it failed, a line through them."""
+    for (engine,), g in part.sort("probe").group_by("engine", maintain_order=True):
+        colour, dx = _colour(engine), (engines.index(engine) - (len(engines) - 1) / 2) * 0.08
+        x = [p + dx for p in g["probe"].to_list()]
+        ax.plot(x, g["level"], color=colour, linewidth=1.2, label=engine_label(engine))
+        for xi, r in zip(x, g.iter_rows(named=True), strict=True):
+            marker, face = ("o", colour) if r["passed"] else ("X", "white")
+            ax.plot(xi, r["level"], marker=marker, markersize=7, color=colour, markerfacecolor=face)
+
+
+@styled
+def search_path_figure(path: pl.DataFrame) -> Figure:
+    """Measured: per memory setting (columns), each engine's load search as its probes in order (x) against the
+    level probed (y, log 2: the bracket doubles), filled dots for levels within the SLO, crosses for those past it."""
+    mems = sorted(path["mem_util"].unique().to_list(), key=lambda m: (m is None, m))
+    fig = Figure(figsize=(4.6 * max(len(mems), 1), 3.6))
+    axes = fig.subplots(1, max(len(mems), 1), squeeze=False)[0]
+    closed = "open" not in path["load_mode"].to_list()
+    top = max(path["level"].max() or 1, 2)
+    for ax, mem in zip(axes, mems, strict=False):
+        _search_panel(ax, path.filter(pl.col("mem_util").eq_missing(mem)), sorted(path["engine"].unique()))
+        ax.set_yscale("log", base=2)
+        ax.set_ylim(0.8 * path["level"].min(), top * 1.25)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(range(1, int(path["probe"].max()) + 1))
+        ax.set(title=_setting(mem), xlabel="probe, in the order run", ylabel="in flight" if closed else "req/s")
+        ax.title.set_fontsize(10)
+    handles = [
+        Line2D([], [], color=_colour(e), marker="o", label=engine_label(e)) for e in sorted(path["engine"].unique())
+    ]
+    handles += [
+        Line2D([], [], color=GREY, marker="o", linestyle="none", label="filled: within the SLO"),
+        Line2D([], [], color=GREY, marker="X", markerfacecolor="white", linestyle="none", label="cross: past it"),
+    ]
+    fig.suptitle(f"measured on {device_of(path)}: the load search, probe by probe", fontsize=11)
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 0.94))
+    return fig
+
+
+@styled
+def trace_shape_figure(shape: pl.DataFrame) -> Figure:
+    """Published (the trace file, lengths divided by its scale factor): its arrivals over trace time, its prompt and
+    output lengths sorted (each a share of the requests), and each request's reusable share of its prompt."""
+    fig = Figure(figsize=(13.2, 3.6))
+    arrivals, lengths, reuse = fig.subplots(1, 3)
+    for (name,), g in shape.group_by("trace_file", maintain_order=True):
+        n = g.height
+        arrivals.step(g["arrival_s"], range(1, n + 1), where="post", color=GREY, label=name.rsplit("/", 1)[-1])
+        share = [(i + 1) / n for i in range(n)]
+        lengths.step(g["input_tokens"].sort(), share, where="post", color="#1f77b4", label="prompt")
+        lengths.step(g["output_tokens"].sort(), share, where="post", color="#d62728", label="output")
+        reuse.bar(range(1, n + 1), g["reusable_share"], color=GREY, width=0.8)
+    arrivals.set(title="arrivals", xlabel="trace time (s)", ylabel="requests arrived")
+    lengths.set_xscale("log")
+    lengths.set(title="lengths (scaled)", xlabel="tokens", ylabel="share of requests at or below")
+    lengths.yaxis.set_major_formatter(PercentFormatter(1.0))
+    lengths.legend(fontsize=8, frameon=False)
+    reuse.set(title="reusable share of each prompt", xlabel="request, in trace order", ylabel="reusable")
+    reuse.yaxis.set_major_formatter(PercentFormatter(1.0))
+    reuse.set_ylim(0, 1)
+    for ax in (arrivals, lengths, reuse):
+        ax.title.set_fontsize(10)
+    factors = sorted({int(f) for f in shape["scale_factor"].to_list()})
+    scale = f", lengths ÷ {', '.join(map(str, factors))}" if factors != [1] else ""
+    fig.suptitle(f"published trace{scale}: what the replay sends", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig

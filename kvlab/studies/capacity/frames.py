@@ -9,7 +9,9 @@ import polars as pl
 
 from kvlab.perfmodel.figures import MEMORY_AXES, headroom_table
 from kvlab.perfmodel.roofline import Assumptions
-from kvlab.schema import run_rates
+from kvlab import cost, search, store
+from kvlab.schema import RUNS, run_rates
+from kvlab.workloads import trace
 
 
 def concurrency_ceiling(kv_pool_tokens: int | None, tokens_per_request: int) -> int | None:
@@ -454,4 +456,265 @@ def modelled_ceilings(
         "fits",
         pl.col("reason").str.replace(": OOM risk", f": {NOT_AN_OOM}", literal=True),
         pl.col("assumption_sets").fill_null(MEMORY_AXES),
+    )
+
+
+# --------------------------------------------------------------------------- real traffic: trace replay and search
+
+#: What one load search is (a search run's configuration): its probes form one path.
+SEARCH_KEYS = ("experiment", "hardware", "device_kind", "engine", "tp", "dp", "dcp", "mem_util", "kv_budget_bytes")
+#: One row per probe of each search (:func:`search_path`); its schema where no search is stored.
+SEARCH_PATH_SCHEMA = {
+    **{k: RUNS.polars_schema[k] for k in SEARCH_KEYS},
+    "load_mode": pl.String,
+    "search_run": pl.String,
+    "probe": pl.Int64,
+    "level": pl.Float64,
+    "probe_run": pl.String,
+    "within": pl.Int64,
+    "n": pl.Int64,
+    "lower": pl.Float64,
+    "upper": pl.Float64,
+    "passed": pl.Boolean,
+    "why": pl.String,
+}
+
+
+def search_runs(runs: pl.DataFrame) -> pl.DataFrame:
+    """The load searches among ``runs`` (a row with ``search_probes``: kvlab.search.columns), ok or failed."""
+    if "search_probes" not in runs.columns:
+        return runs.clear()
+    return runs.filter(pl.col("search_probes").is_not_null())
+
+
+def _search_mode(r: dict, modes: dict[str, str | None]) -> str | None:
+    """A search's loop, from its probes' runs (``modes``: run_id -> load_mode): the search row holds no load."""
+    return next((modes[p.run_id] for p in search.probes_of(r) if modes.get(p.run_id)), None)
+
+
+def _modes(runs: pl.DataFrame) -> dict[str, str | None]:
+    return dict(runs.select("run_id", "load_mode").iter_rows()) if "load_mode" in runs.columns else {}
+
+
+def search_path(runs: pl.DataFrame) -> pl.DataFrame:
+    """One row per probe of each search in ``runs``, in the order probed (``probe`` from 1): its level, whether it
+    passed and why not, requests within the SLO of those counted with their Wilson 95% interval
+    (``lower``, ``upper``), and its own run's TTFT and TPOT p90 (null where the probe's run is not among ``runs``)."""
+    rows, modes = [], _modes(runs)
+    for r in search_runs(runs).to_dicts():
+        for i, p in enumerate(search.probes_of(r), 1):
+            rows.append(
+                {k: r.get(k) for k in SEARCH_KEYS}
+                | {"load_mode": _search_mode(r, modes)}
+                | {"search_run": r["run_id"], "probe": i, "level": float(p.level), "probe_run": p.run_id}
+                | {"within": p.within, "n": p.n, "lower": p.lower, "upper": search.wilson_upper(p.within, p.n)}
+                | {"passed": p.passed, "why": p.why}
+            )
+    path = pl.DataFrame(rows, schema=SEARCH_PATH_SCHEMA)
+    own = runs.select(
+        pl.col("run_id").alias("probe_run"), *(pl.col(c) for c in ("ttft_p90_ms", "tpot_p90_ms") if c in runs.columns)
+    )
+    return path.join(own, on="probe_run", how="left") if own.width == 3 else path
+
+
+def _per_token(run: dict | None, price: float, devices: int) -> dict:
+    """Cost and energy per output token at a passing probe's run (``run``: its RUNS row, None where not stored)."""
+    r = run or {}
+    tokens_s = r.get("output_tokens_per_s")
+    served = r.get("served_output_tokens")
+    energy = r.get("energy_j")
+    return {
+        "dollars_per_million_output_tokens": (
+            cost.dollars_per_million_tokens(price, tokens_s, devices) if price > 0 and tokens_s else None
+        ),
+        "energy_j_per_output_token": energy / served if energy is not None and served else None,
+        "energy_note": None if energy is not None else (r.get("energy_note") or "no stored run at a passing load"),
+    }
+
+
+def search_results(runs: pl.DataFrame, price_per_device_hour: float = 0.0) -> pl.DataFrame:
+    """Per search: the highest load that passed and the first that failed, the attainment there as within / n with
+    its Wilson 95% interval, goodput and output tokens/s per device there, the $ per million output tokens at
+    ``price_per_device_hour`` (kvlab.cost, InferenceX's formula; null without a price), joules per output token
+    (null with ``energy_note`` where no counter was read), why the search stopped and what broke the next load."""
+    rated = run_rates(runs) if "served_output_tokens" in runs.columns else runs
+    by_id = {r["run_id"]: r for r in rated.to_dicts()}
+    rows, modes = [], _modes(runs)
+    for r in search_runs(runs).to_dicts():
+        probes = search.probes_of(r)
+        best = next((p for p in probes if p.passed and p.level == r["search_highest_passing"]), None)
+        devices = int(r.get("tp") or 1) * int(r.get("dp") or 1)
+        tokens_s = r.get("search_output_tokens_per_s")
+        rows.append(
+            {k: r.get(k) for k in (*SEARCH_KEYS, "slo_ttft_ms", "slo_tpot_ms", "search_share")}
+            | {"load_mode": _search_mode(r, modes)}
+            | {"search_run": r["run_id"], "probes": len(probes), "status": r.get("status")}
+            | {"highest_passing": r["search_highest_passing"], "first_failing": r["search_first_failing"]}
+            | {"within": best.within if best else None, "n": best.n if best else None}
+            | {
+                "lower": best.lower if best else None,
+                "upper": search.wilson_upper(best.within, best.n) if best else None,
+            }
+            | {"goodput_requests_per_s": r.get("search_goodput_requests_per_s"), "devices": devices}
+            | {"output_tokens_per_s_per_device": tokens_s / devices if tokens_s is not None else None}
+            | {"price_per_device_hour": price_per_device_hour if price_per_device_hour > 0 else None}
+            | _per_token(by_id.get(best.run_id) if best else None, price_per_device_hour, devices)
+            | {"stop": r.get("search_stop"), "mechanism": r.get("search_mechanism")}
+        )
+    schema = {**{k: RUNS.polars_schema[k] for k in SEARCH_KEYS}, **SEARCH_RESULT_SCHEMA}
+    return pl.DataFrame(rows, schema=schema).sort(["engine", "mem_util"], nulls_last=True)
+
+
+SEARCH_RESULT_SCHEMA = {
+    "load_mode": pl.String,
+    "slo_ttft_ms": pl.Float64,
+    "slo_tpot_ms": pl.Float64,
+    "search_share": pl.Float64,
+    "search_run": pl.String,
+    "probes": pl.Int64,
+    "status": pl.String,
+    "highest_passing": pl.Float64,
+    "first_failing": pl.Float64,
+    "within": pl.Int64,
+    "n": pl.Int64,
+    "lower": pl.Float64,
+    "upper": pl.Float64,
+    "goodput_requests_per_s": pl.Float64,
+    "devices": pl.Int64,
+    "output_tokens_per_s_per_device": pl.Float64,
+    "price_per_device_hour": pl.Float64,
+    "dollars_per_million_output_tokens": pl.Float64,
+    "energy_j_per_output_token": pl.Float64,
+    "energy_note": pl.String,
+    "stop": pl.String,
+    "mechanism": pl.String,
+}
+
+
+#: One row per replayed trace record (:func:`trace_shape`); its schema where no trace run is stored.
+TRACE_SHAPE_SCHEMA = {
+    "trace_file": pl.String,
+    "scale_factor": pl.Int64,
+    "block_tokens": pl.Int64,
+    "line": pl.Int64,
+    "arrival_s": pl.Float64,
+    "input_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "reusable_tokens": pl.Int64,
+    "reusable_share": pl.Float64,
+}
+
+
+def trace_workloads(data_dir, runs: pl.DataFrame) -> tuple[list[dict], list[str]]:
+    """The distinct trace workloads (their spec.json ``workload``) the trace runs among ``runs`` replayed, and a note
+    for each trace that cannot be read back as it ran (its file gone, or changed since: another digest)."""
+    ids = set(runs.filter(pl.col("mode") == "trace")["run_id"].to_list()) if "mode" in runs.columns else set()
+    exps = set(runs["experiment"].to_list()) if ids else set()
+    seen: dict[tuple, dict] = {}
+    notes: list[str] = []
+    for d in (d for e in sorted(exps) for d in store.run_dirs(data_dir, e) if d.name in ids):
+        if not (d / store.SPEC_FILE).is_file():
+            continue
+        w = dict(store.read_json_capped(d / store.SPEC_FILE).get("workload") or {})
+        fields = ("trace_file", "scale_factor", "block_size", "offset", "window_s", "batch_size", "trace_digest")
+        key = tuple(w.get(f) for f in fields)
+        if key in seen or not w.get("trace_file"):
+            continue
+        seen[key] = w
+        if not trace.resolve(w["trace_file"]).is_file():
+            notes.append(f"{w['trace_file']} is not on this machine")
+        elif w.get("trace_digest") and trace.digest(w["trace_file"]) != w["trace_digest"]:
+            notes.append(f"{w['trace_file']} changed since it was replayed (sha256 {w['trace_digest']} then)")
+    readable = [w for w in seen.values() if not any(n.startswith(f"{w['trace_file']} ") for n in notes)]
+    return readable, sorted(set(notes))
+
+
+def trace_shape(workloads: list[dict]) -> pl.DataFrame:
+    """One row per record each trace workload replayed (kvlab.workloads.trace, published lengths divided by its
+    ``scale_factor``): its arrival in trace seconds from the first replayed, prompt and output tokens, and the
+    tokens its hash ids made reusable (leading blocks an earlier record sent) with their share of the prompt."""
+    rows = []
+    for w in workloads:
+        factor, block = int(w.get("scale_factor") or 1), int(w.get("block_size") or trace.MOONCAKE_ID_TOKENS)
+        recs = trace.Trace.model_validate(w).records
+        reusable = trace.reusable_tokens(recs, block // factor)
+        for rec, re_ in zip(recs, reusable, strict=True):
+            rows.append(
+                {"trace_file": w["trace_file"], "scale_factor": factor, "block_tokens": block // factor}
+                | {"line": rec.line, "arrival_s": (rec.timestamp_ms - recs[0].timestamp_ms) / 1000}
+                | {"input_tokens": rec.input_length, "output_tokens": rec.output_length, "reusable_tokens": re_}
+                | {"reusable_share": re_ / rec.input_length}
+            )
+    return pl.DataFrame(rows, schema=TRACE_SHAPE_SCHEMA)
+
+
+def trace_reuse(runs: pl.DataFrame, requests: pl.DataFrame | None, shape: pl.DataFrame) -> pl.DataFrame:
+    """Per experiment x engine x memory setting, over its trace runs that sent requests (a search's probes, a
+    replay): runs, requests, the prompt tokens served, those the trace made reusable and those the engine counted as
+    cached (null where it reported none), and how many requests' served prompt length equals the trace's (scaled)
+    input_length, by trace line (``exact_lengths`` of ``checked``)."""
+    keys = ["experiment", "engine", "mem_util"]
+    sent = runs.filter((pl.col("mode") == "trace") & (pl.col("status") == "ok")) if "mode" in runs.columns else None
+    if sent is not None and "search_probes" in sent.columns:
+        sent = sent.filter(pl.col("search_probes").is_null())
+    if sent is None or sent.is_empty() or requests is None:
+        return pl.DataFrame(schema={**{k: RUNS.polars_schema[k] for k in keys}, **TRACE_REUSE_SCHEMA})
+    lengths = shape.select("line", "input_tokens").unique("line")  # one trace: a line is one record
+    per = (
+        requests.filter(pl.col("run_id").is_in(sent["run_id"].implode()) & (pl.col("status") == "ok"))
+        .join(lengths, left_on="trace_line", right_on="line", how="left")
+        .join(sent.select("run_id", *keys), on="run_id")
+        .group_by(keys)
+        .agg(
+            pl.col("input_tokens").is_not_null().sum().cast(pl.Int64).alias("checked"),
+            (pl.col("prompt_tokens") == pl.col("input_tokens")).sum().cast(pl.Int64).alias("exact_lengths"),
+        )
+    )
+    totals = sent.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("runs"),
+        pl.col("requests_ok").sum().cast(pl.Int64).alias("requests"),
+        pl.col("served_prompt_tokens").sum().cast(pl.Int64).alias("prompt_tokens"),
+        pl.col("reusable_prompt_tokens").sum().cast(pl.Int64).alias("reusable_tokens"),
+        pl.when(pl.col("cached_prompt_tokens").is_not_null().all())
+        .then(pl.col("cached_prompt_tokens").sum())
+        .cast(pl.Int64)
+        .alias("cached_tokens"),
+    )
+    out = totals.join(per, on=keys, how="left").with_columns(
+        (pl.col("reusable_tokens") / pl.col("prompt_tokens")).alias("reusable_share"),
+        (pl.col("cached_tokens") / pl.col("prompt_tokens")).alias("cached_share"),
+    )
+    return out.select(*keys, *TRACE_REUSE_SCHEMA).sort(keys, nulls_last=True)
+
+
+TRACE_REUSE_SCHEMA = {
+    "runs": pl.Int64,
+    "requests": pl.Int64,
+    "prompt_tokens": pl.Int64,
+    "reusable_tokens": pl.Int64,
+    "cached_tokens": pl.Int64,
+    "reusable_share": pl.Float64,
+    "cached_share": pl.Float64,
+    "checked": pl.Int64,
+    "exact_lengths": pl.Int64,
+}
+
+
+def trace_summary(shape: pl.DataFrame) -> pl.DataFrame:
+    """Per trace replayed (:func:`trace_shape`): requests, the trace seconds they arrive over, prompt and output
+    tokens (least, median, most), prompt tokens in all and those the hash ids made reusable, with their share."""
+    return (
+        shape.group_by("trace_file", "scale_factor", "block_tokens", maintain_order=True)
+        .agg(
+            pl.len().cast(pl.Int64).alias("requests"),
+            (pl.col("arrival_s").max() - pl.col("arrival_s").min()).alias("span_s"),
+            *(
+                getattr(pl.col(c), f)().cast(pl.Float64).alias(f"{c}_{f}")
+                for c in ("input_tokens", "output_tokens")
+                for f in ("min", "median", "max")
+            ),
+            pl.col("input_tokens").sum().cast(pl.Int64).alias("prompt_tokens"),
+            pl.col("reusable_tokens").sum().cast(pl.Int64).alias("reusable_tokens"),
+        )
+        .with_columns((pl.col("reusable_tokens") / pl.col("prompt_tokens")).alias("reusable_share"))
     )

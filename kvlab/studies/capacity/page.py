@@ -109,3 +109,27 @@ def modelled_ceiling(r: CapacityResult, wb) -> Section:
             tables.folded(words.modelled_table(rows), "The modelled ceilings"),
         ]
     )
+
+
+def real_traffic(r: CapacityResult, wb) -> Section:
+    """On replayed traffic (measured): per engine and memory setting the highest load within the SLO found by
+    search, the search path, cost and energy there and what broke the next load; the trace's shape; reusable
+    against cached tokens. One line where no search or trace run is stored (the default build)."""
+    if r.search.is_empty() and r.trace_shape.is_empty():
+        return Section([Markdown(words.no_traffic_note(r.trace_experiment, r.trace_notes))])
+    out = Section([Markdown("## On replayed traffic: the highest load within the SLO, found by search (measured)")])
+    on_cpu = "gpu" not in r.search["device_kind"].to_list() if not r.search.is_empty() else True
+    if not r.search.is_empty():
+        rows = r.search.to_dicts()
+        out.add(Markdown(words.search_intro(rows, on_cpu)))
+        out.add(words.search_table(rows))
+        out.add(wb.show(figures.search_path_figure(r.search_path), words.search_caption(rows, on_cpu), r.search_path))
+    if not r.trace_shape.is_empty():
+        caption = words.trace_caption(r.trace_summary.to_dicts())
+        out.add(wb.show(figures.trace_shape_figure(r.trace_shape), caption, data=r.trace_shape))
+    if r.trace_notes:
+        out.add(Markdown(f"*{'; '.join(r.trace_notes)}.*"))
+    if not r.trace_reuse.is_empty():
+        out.add(Markdown(words.reuse_caption()))
+        out.add(words.reuse_table(r.trace_reuse.to_dicts()))
+    return out

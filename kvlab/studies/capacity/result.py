@@ -39,6 +39,16 @@ class CapacityResult(StudyResult):
     #: every telemetry sample of each load point (frames.telemetry_over_time) and one row per drawn series
     telemetry: pl.DataFrame
     telemetry_series: pl.DataFrame
+    #: real traffic (issue 54), from the trace experiment: per load search its highest passing and first failing
+    #: load, attainment there with its Wilson interval and n, goodput, cost and energy per output token, mechanism
+    #: (frames.search_results); one row per probe in order (frames.search_path); the replayed trace's records
+    #: (frames.trace_shape) and per trace its sums (frames.trace_summary); per engine and memory setting reusable
+    #: against cached tokens (frames.trace_reuse). Empty where no search or trace run is stored.
+    search: pl.DataFrame
+    search_path: pl.DataFrame
+    trace_shape: pl.DataFrame
+    trace_summary: pl.DataFrame
+    trace_reuse: pl.DataFrame
     #: the CSVs beside the Pareto and ceiling figures (None: nothing measured)
     pareto_figure: pl.DataFrame | None = None
     ceiling_figure: pl.DataFrame | None = None
@@ -49,3 +59,8 @@ class CapacityResult(StudyResult):
     load_conditions: str = ""
     min_line_samples: int = 3
     slo_share: float = 0.9
+    trace_experiment: str = "cpu_trace"
+    #: a trace replayed that cannot be read back as it ran (its file gone or changed)
+    trace_notes: tuple[str, ...] = ()
+    #: $ per device-hour the cost per token is priced at (0: none stated, no cost shown)
+    price_per_device_hour: float = 0.0

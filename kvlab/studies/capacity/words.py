@@ -450,3 +450,161 @@ def modelled_table(modelled: list[dict]):
     ]
     over = modelled[0]["assumption_sets"] if modelled else ""
     return tables.table(rows, list(rows[0]), caption=f"modelled (kvlab's physical model; no run); ranges over {over}")
+
+
+# --------------------------------------------------------------------------- real traffic: the search and the trace
+
+#: The commands that measure the real-traffic part (not in the default `make report`: its budget is spent).
+TRAFFIC_COMMANDS = ("make report FULL=1", "kvlab sweep data/experiments/cpu_trace.yaml && kvlab report")
+
+
+def no_traffic_note(experiment: str, notes: tuple[str, ...] = ()) -> str:
+    """The one line the page says where no load search or trace replay is stored (the default build)."""
+    unread = f" ({'; '.join(notes)})" if notes else ""
+    return (
+        f"*No load search or trace replay stored (`{experiment}`){unread}: measure it with `{TRAFFIC_COMMANDS[0]}` "
+        f"or `{TRAFFIC_COMMANDS[1]}`.*"
+    )
+
+
+def _slo_words(r: dict) -> str:
+    said = [f"TTFT ≤ {r['slo_ttft_ms']:,.0f} ms" if r["slo_ttft_ms"] else "", ""]
+    said[1] = f"TPOT ≤ {r['slo_tpot_ms']:,.0f} ms" if r["slo_tpot_ms"] else ""
+    return " and ".join(s for s in said if s) or "none stated"
+
+
+def search_intro(results: list[dict], on_cpu: bool) -> str:
+    """How a search decides (its share, the SLO as stored, the Wilson rule) and what a CPU run can say."""
+    shares = sorted({r["search_share"] for r in results if r["search_share"] is not None})
+    slos = sorted({_slo_words(r) for r in results})
+    cpu = (
+        " A CPU run of a tiny model tests the search and the replay, not a GPU's capacity; the engines side by side "
+        "are this host's measurement, not a verdict."
+        if on_cpu
+        else ""
+    )
+    return (
+        f"Each search probes a load, then the next: double while it passes, then bisect between the highest that "
+        f"passed and the lowest that failed. Each probe is a stored run of the trace's requests. A load **passes** "
+        f"when the Wilson 95% lower bound of its requests within the SLO ({'; '.join(slos)}; failed requests count "
+        f"against) reaches {' / '.join(f'{s:.0%}' for s in shares)} and it did not stop past saturation.{cpu}"
+    )
+
+
+def _attainment(r: dict) -> str:
+    if r["n"] is None:
+        return "–"
+    return f"{r['within']} of {r['n']} (Wilson 95%: {r['lower']:.2f}–{r['upper']:.2f})"
+
+
+def _cost(r: dict) -> str:
+    if r["price_per_device_hour"] is None:
+        return "no price stated"
+    d = r["dollars_per_million_output_tokens"]
+    return "–" if d is None else f"${d:,.2f} at ${r['price_per_device_hour']:g}/device-h"
+
+
+def _energy(r: dict) -> str:
+    e, note = r["energy_j_per_output_token"], r["energy_note"] or "no counter"
+    if e is not None:
+        return f"{e:.3g} J"
+    return note if note.startswith("energy not available") else f"not available: {note}"
+
+
+def _highest(r: dict) -> str:
+    top = r["highest_passing"]
+    if top is None:
+        return "none passed"
+    limit = r["first_failing"] is None and (r["stop"] or "").startswith("passes at the limit")
+    return _level(top, r["load_mode"]) + (" (the search's limit: none probed above)" if limit else "")
+
+
+def search_table(results: list[dict]):
+    """Per search: the highest load within the SLO and the first past it, attainment there with its interval and
+    n, goodput, output tokens/s per device, $ per million output tokens (a stated price), energy per output token,
+    and what broke the next load."""
+    rows = []
+    for r in sorted(results, key=lambda r: (r["mem_util"] or 0, r["engine"])):
+        g, t = r["goodput_requests_per_s"], r["output_tokens_per_s_per_device"]
+        rows.append(
+            {
+                "engine": engine_label(r["engine"]),
+                "memory setting": r["mem_util"],
+                "highest load within the SLO": _highest(r),
+                "first load past it": _level(r["first_failing"], r["load_mode"]),
+                "within the SLO there": _attainment(r),
+                "goodput there (req/s)": "–" if g is None else measured(g),
+                "output tokens/s per device": "–" if t is None else measured(t),
+                "$ per million output tokens": _cost(r),
+                "energy per output token": _energy(r),
+                "what broke the next load": r["mechanism"] or "–",
+                "probes": f"{r['probes']}: {r['stop'] or '–'}",
+            }
+        )
+    return tables.table(rows, list(rows[0]) if rows else ["engine"])
+
+
+def search_caption(results: list[dict], on_cpu: bool) -> str:
+    """The search path figure's caption: what it draws and how far its result reaches."""
+    where = (
+        "on this host's CPUs (this host's measurement, not a verdict between the engines)"
+        if on_cpu
+        else "on the host named in the title"
+    )
+    found = "; ".join(
+        f"{engine_label(r['engine'])} at {r['mem_util']:g}: {_highest(r)}"
+        for r in sorted(results, key=lambda r: (r["mem_util"] or 0, r["engine"]))
+    )
+    return (
+        f"Measured {where}: each search's probes in the order run, at the load each probed (filled: within the SLO, "
+        f"cross: past it). Highest load within the SLO: {found}."
+    )
+
+
+def trace_caption(summary: list[dict]) -> str:
+    """The trace shape figure's caption, from each trace's sums (frames.trace_summary)."""
+    said = []
+    for s in summary:
+        scale = f", lengths and {s['block_tokens'] * s['scale_factor']}-token blocks ÷ {s['scale_factor']}"
+        said.append(
+            f"`{s['trace_file']}` ({s['requests']} requests over {s['span_s']:g} s of trace time"
+            f"{scale if s['scale_factor'] > 1 else ''}): prompts {s['input_tokens_min']:,.0f}–"
+            f"{s['input_tokens_max']:,.0f} tokens (median {s['input_tokens_median']:,.0f}), outputs "
+            f"{s['output_tokens_min']:,.0f}–{s['output_tokens_max']:,.0f}; {s['reusable_tokens']:,} of "
+            f"{s['prompt_tokens']:,} prompt tokens ({s['reusable_share']:.1%}) reusable: leading blocks whose hash ids "
+            "an earlier request sent"
+        )
+    return (
+        "Published trace, as replayed: " + "; ".join(said) + ". Under a load search the requests go at the load, "
+        "not on the trace's timestamps."
+    )
+
+
+def reuse_table(reuse: list[dict]):
+    """Per engine and memory setting over its trace runs: prompt tokens served, those the trace made reusable and
+    those the engine counted as cached, and the requests whose served length is the trace's."""
+    rows = []
+    for r in sorted(reuse, key=lambda r: (r["mem_util"] or 0, r["engine"])):
+        cached = r["cached_tokens"]
+        rows.append(
+            {
+                "engine": engine_label(r["engine"]),
+                "memory setting": r["mem_util"],
+                "runs": r["runs"],
+                "prompt tokens served": f"{r['prompt_tokens']:,}",
+                "reusable (trace)": f"{r['reusable_tokens']:,} ({r['reusable_share']:.1%})",
+                "cached (engine)": "not reported" if cached is None else f"{cached:,} ({r['cached_share']:.1%})",
+                "served length = trace's": f"{r['exact_lengths']} of {r['checked']} requests",
+            }
+        )
+    return tables.table(rows, list(rows[0]) if rows else ["engine"])
+
+
+def reuse_caption() -> str:
+    """What the reuse table compares (its numbers are in the table)."""
+    return (
+        "Measured: reusable tokens are what the trace's hash ids allow a prefix cache to serve; cached tokens are "
+        "what the engine says it served from its cache (usage.prompt_tokens_details.cached_tokens). A cache that "
+        "keeps whole blocks larger than the trace's shared prefix serves none of it; one that matches token by token "
+        "can serve it all. Each run starts from an empty cache."
+    )
