@@ -377,12 +377,12 @@ def _search_panel(ax, part: pl.DataFrame, engines: list[str]) -> None:
     """One memory setting: each engine's probes in the order probed (x, each engine a little apart so equal paths
     stay visible) at their level (y), filled where the level passed, a cross where it failed, a line through them."""
     for (engine,), g in part.sort("probe").group_by("engine", maintain_order=True):
-        colour, dx = _colour(engine), (engines.index(engine) - (len(engines) - 1) / 2) * 0.08
+        colour, dx = _colour(engine), (engines.index(engine) - (len(engines) - 1) / 2) * 0.18
         x = [p + dx for p in g["probe"].to_list()]
         ax.plot(x, g["level"], color=colour, linewidth=1.2, label=engine_label(engine))
         for xi, r in zip(x, g.iter_rows(named=True), strict=True):
             marker, face = ("o", colour) if r["passed"] else ("X", "white")
-            ax.plot(xi, r["level"], marker=marker, markersize=7, color=colour, markerfacecolor=face)
+            ax.plot(xi, r["level"], marker=marker, markersize=8, color=colour, markerfacecolor=face, zorder=3)
 
 
 @styled
