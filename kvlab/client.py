@@ -3,19 +3,24 @@ the per-request metric definitions, and a batch's records as REQUESTS rows and a
 
 from __future__ import annotations
 
+import array
 import asyncio
+import fcntl
+import functools
 import gc
 import json
+import termios
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
 import aiohttp
 import numpy as np
 import polars as pl
+from aiohttp.client_proto import ResponseHandler
 
 from kvlab.schema import REQUEST_ERROR_KINDS, REQUESTS, percentiles_ms
 from kvlab.workloads import Prompt
@@ -23,8 +28,13 @@ from kvlab.workloads import Prompt
 #: aiohttp's per-connection read buffer. Long-context streams must not go through a small
 #: line buffer (a 64 KB one collapses above ~50K context, vLLM issue 39963).
 READ_BUFSIZE = 4 * 1024 * 1024
-#: How a request that got no byte from the server for ``stall_s`` seconds is recorded (its error starts so).
+#: How a request that got no byte from the server for ``stall_s`` seconds is recorded (its error starts so). A stall is
+#: judged only once the socket is empty: a starved client whose stall timer fires while the server's bytes wait unread in
+#: its socket reads them first (:class:`_StallJudged`).
 STALLED = "stalled: no data from the server for"
+#: How often the client's own event loop is timed during a batch (:class:`_LoopLag`): the batch records how late its
+#: wake-ups came at most (``BatchResult.loop_lag_max_ms``), so a client too starved to read in time shows as such.
+LOOP_LAG_INTERVAL_S = 0.05
 ERROR_TEXT_CHARS = 2000  # how much of an error body or event a record keeps
 #: The longest SSE line the client holds while it waits for the line's newline (16 MiB: a 200K-token
 #: stream's lines are a few hundred bytes, a huge chat chunk a few MB); a longer one fails its request.
@@ -155,6 +165,8 @@ class BatchResult:
     t_end: float  # perf_counter of the last completion (success or failure)
     batch_time_s: float  # first send to last completion
     started_at: str  # ISO-8601 UTC wall time of the first send
+    #: The largest delay of the client's own event loop while the batch ran (:class:`_LoopLag`), in ms; None: not timed
+    loop_lag_max_ms: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -166,7 +178,8 @@ class BatchResult:
         failed = sum(r.status != "ok" for r in self.records)
         return (
             f"BatchResult(<{len(self.records)} records, {failed} failed>, t0={self.t0!r}, "
-            f"t_end={self.t_end!r}, batch_time_s={self.batch_time_s!r}, started_at={self.started_at!r})"
+            f"t_end={self.t_end!r}, batch_time_s={self.batch_time_s!r}, started_at={self.started_at!r}, "
+            f"loop_lag_max_ms={self.loop_lag_max_ms!r})"
         )
 
 
@@ -798,7 +811,8 @@ async def run_requests(
         before_send,
     )
     await sending.send_all(chains.values(), new_connection_per_request)
-    return _batch_result([p for p in prompts if p.index in sending.sent], accs, ignores, sending.first_send_wall)
+    batch = _batch_result([p for p in prompts if p.index in sending.sent], accs, ignores, sending.first_send_wall)
+    return replace(batch, loop_lag_max_ms=sending.loop_lag_max_s * 1e3)
 
 
 def _headers(api_key: str | None, new_connection_per_request: bool) -> dict[str, str]:
@@ -879,19 +893,21 @@ class _Sending:
     sent: set[int] = field(default_factory=set)
     first_send_wall: list[float] = field(default_factory=list)
     t_start: float = 0.0  # perf_counter when the batch starts (set just before the first chain runs)
+    loop_lag_max_s: float = 0.0  # the event loop's largest delay while the chains ran (:class:`_LoopLag`)
 
     async def send_all(self, chains: Iterable[list[Prompt]], new_connection_per_request: bool) -> None:
         """Run every chain at once, on one session, garbage collection paused (:func:`_gc_paused`)."""
         # new_connection_per_request: the client closes the connection after each response, so each request connects
         # anew (inside its TTFT), as SGLang's benchmark does with a session per request
         # (kvlab.load.LoadSpec.connections)
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, force_close=new_connection_per_request)
-        with _gc_paused():
+        connector = _Connector(limit=0, ttl_dns_cache=None, force_close=new_connection_per_request)
+        with _gc_paused(), _LoopLag() as lag:
             async with aiohttp.ClientSession(
                 connector=connector, read_bufsize=READ_BUFSIZE, timeout=aiohttp.ClientTimeout(total=None)
             ) as session:
                 self.t_start = time.perf_counter()
                 await asyncio.gather(*(self.run_chain(session, c) for c in chains))
+        self.loop_lag_max_s = lag.max_s
 
     def may_send(self) -> bool:
         if self.send_until_s is not None and time.perf_counter() - self.t_start > self.send_until_s:
@@ -938,6 +954,75 @@ class _Sending:
                 p.index,
                 ttft_ms(acc.t_send, acc.chunk_times[0]) if acc.error is None and acc.chunk_times else None,
             )
+
+
+def _socket_holds_bytes(transport: asyncio.BaseTransport | None) -> bool:
+    """Whether the connection's socket holds received bytes the event loop has not read yet (FIONREAD); False when
+    that cannot be told (no socket, or the call fails)."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    pending = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, pending)
+    except (OSError, ValueError):  # a closed socket (fileno -1), or no FIONREAD here
+        return False
+    return pending[0] > 0
+
+
+class _StallJudged(ResponseHandler):
+    """aiohttp's connection protocol with its stall limit (``sock_read``) judged after the socket is drained.
+
+    aiohttp arms a timer at every received byte; it fires ``sock_read`` seconds after the last one the event loop
+    read. A loop that ran late (a busy machine, a long callback) may run that timer while the server's next bytes
+    already wait in the socket: those bytes arrived, so the request has not stalled. The timer then waits another stall
+    limit, and the loop's next pass reads them (each read re-arms it). Only an empty socket makes a stall."""
+
+    def _on_read_timeout(self) -> None:
+        if _socket_holds_bytes(self.transport):
+            self._reschedule_timeout()
+            return
+        super()._on_read_timeout()
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's TCP connector, its connections judged by :class:`_StallJudged` (aiohttp is pinned:
+    ``tests/test_client.py`` checks that the connector still makes them)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(_StallJudged, loop=self._loop)
+
+
+class _LoopLag:
+    """How late the running event loop wakes, at most, while the ``with`` block runs: a task sleeps
+    :data:`LOOP_LAG_INTERVAL_S` again and again and keeps the largest overshoot (``max_s``, seconds; a wake-up still
+    due when the block ends counts too). A loop whose wake-ups come seconds late cannot read its sockets in time
+    either: beside a request called stalled it says the client, not only the server, was slow."""
+
+    def __init__(self) -> None:
+        self.max_s = 0.0
+        self._due = 0.0
+        self._task: asyncio.Task | None = None
+
+    def _woke(self) -> None:
+        self.max_s = max(self.max_s, time.perf_counter() - self._due)
+
+    async def _watch(self) -> None:
+        while True:
+            self._due = time.perf_counter() + LOOP_LAG_INTERVAL_S
+            await asyncio.sleep(LOOP_LAG_INTERVAL_S)
+            self._woke()
+
+    def __enter__(self) -> _LoopLag:
+        self._due = time.perf_counter() + LOOP_LAG_INTERVAL_S
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._woke()  # a wake-up overdue now (the loop blocked at the end) counts as well
+        if self._task is not None:
+            self._task.cancel()  # it only sleeps: cancelled at its sleep, nothing to wait for
 
 
 @contextmanager

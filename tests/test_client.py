@@ -570,3 +570,93 @@ def test_connections_per_request_open_one_each_and_the_client_closes_them_as_sgl
         assert len(ports) == 6 and {header for _, header in seen} == {"keep-alive"}
     else:
         assert len(ports) == 2 and {header for _, header in seen} == {None}
+
+
+class _SendWhenTold:
+    """A loopback server for one request: it reads the request, tells the client's event loop so (``on_request``, run
+    there), waits until ``release`` is set, then sends the whole response at once and idles with the connection open
+    until ``done`` is set."""
+
+    RESPONSE = b"".join(
+        b"%x\r\n%b\r\n" % (len(event), event)
+        for event in (
+            b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n',
+            b'data: {"choices":[{"index":0,"text":" b","finish_reason":"length"}]}\n\n',
+            b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}\n\n',
+            b"data: [DONE]\n\n",
+        )
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_request) -> None:
+        import socket
+        import threading
+
+        self.loop, self.on_request = loop, on_request
+        self.release, self.sent, self.done = threading.Event(), threading.Event(), threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += conn.recv(65536)
+            head, _, body = got.partition(b"\r\n\r\n")
+            length = next(int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length"))
+            while len(body) < length:
+                body += conn.recv(65536)
+            self.loop.call_soon_threadsafe(self.on_request)
+            self.release.wait(10)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + self.RESPONSE
+                + b"0\r\n\r\n"
+            )
+            self.sent.set()
+            self.done.wait(10)  # idle, the connection open, until the test ends
+
+
+@pytest.mark.parametrize("judged", [True, False], ids=["socket-drained-first", "aiohttp-alone"])
+def test_a_starved_client_reads_what_its_socket_holds_before_calling_a_stall(judged, monkeypatch):
+    """Issue 56: a client whose event loop wakes late must not call a stream stalled whose bytes already wait in its
+    socket. Made deterministic: once the server has the request, the client's loop blocks for 1 s (past the 0.5 s
+    stall limit); the pass that follows runs a second long callback, during which the server sends its whole response,
+    before aiohttp's stall timer (due in that same pass). Judged after draining the socket the request is ok;
+    aiohttp's own timer (``aiohttp-alone``) calls it stalled. The loop's recorded lag covers the block."""
+    if not judged:  # aiohttp's own judgement: the race this test sets up is real
+        monkeypatch.setattr(client._StallJudged, "_on_read_timeout", client.ResponseHandler._on_read_timeout)
+    block_s, stall_s = 1.0, 0.5
+    prompt = workloads.fixed_batch.prompts(1, 4, 2, vocab_size=512)[0]
+
+    async def go():
+        import time
+
+        loop = asyncio.get_running_loop()
+
+        def second_long_callback():  # collected with the overdue stall timer, and before it (it is due earlier)
+            srv.release.set()
+            srv.sent.wait(10)
+            time.sleep(0.1)  # the bytes are in the client's socket now
+
+        def starve():  # the server has the request: the stall timer runs (armed when it was written)
+            loop.call_later(0.1, second_long_callback)
+            time.sleep(block_s)
+
+        srv = _SendWhenTold(loop, starve)
+        try:
+            return await client.run_requests(srv.url, "m", [prompt], stall_s=stall_s)
+        finally:
+            srv.release.set()
+            srv.done.set()
+            srv.sock.close()
+
+    res = asyncio.run(go())
+    r = res.records[0]
+    if judged:
+        assert r.status == "ok" and r.output_tokens == 2 and r.chunks == 2, r.error
+    else:
+        assert r.error == f"{client.STALLED} 0.5 s"
+    # the loop's lag covers the block, less at most one interval of the lag timer (it may have been due just before)
+    assert res.loop_lag_max_ms >= (block_s - client.LOOP_LAG_INTERVAL_S) * 1e3
