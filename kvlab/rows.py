@@ -98,6 +98,7 @@ def run_row(
         "status": status,
         "failure_cause": cause,
         "started_at": batch.started_at if batch else datetime.now(timezone.utc).isoformat(),
+        "client_loop_lag_ms": batch.loop_lag_max_ms if batch else None,
         "notes": notes or None,
         **summary,
         # the server's counter deltas that have a RUNS column (cached_tokens duplicates prefix hits)

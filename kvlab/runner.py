@@ -110,10 +110,11 @@ def _hung(batch: BatchResult, run: RunSpec) -> Failure | None:
     stalled = _stalled(batch)
     if not stalled:
         return None
+    lag = f"; the client's own event loop lagged up to {batch.loop_lag_max_ms:.0f} ms" if batch.loop_lag_max_ms else ""
     return Failure(
         "timeout",
         f"{count(len(stalled), 'request')} got no data for {run.engine.stall_timeout_s:g} s while "
-        "the engine process was alive (hung or stopped): server killed",
+        f"the engine process was alive (hung or stopped): server killed{lag}",
     )
 
 

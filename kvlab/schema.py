@@ -239,6 +239,13 @@ RUNS = Table(
         _c("failure_cause", Str, "classified cause when failed (or of the last retried attempt)"),
         _c("batch_time_s", Float, "first send to last completion of the batch"),
         _c(
+            "client_loop_lag_ms",
+            Float,
+            "the largest delay of the benchmark client's own event loop while the batch ran (how late a timer of "
+            "kvlab.client.LOOP_LAG_INTERVAL_S woke, at most): a client too busy to read its sockets in time shows "
+            "here, beside any request it called stalled; null for runs stored before it was recorded",
+        ),
+        _c(
             "load_mode",
             Str,
             "under a load (workload.load, kvlab.load): closed (a concurrency kept in flight) or open "
