@@ -1,7 +1,8 @@
 """A local OpenAI-style SSE server for tests and client benchmarks, with knobs for every failure kind.
 
 Use in-process (``with SSEServer(FixtureConfig(...)) as srv: srv.url``; it runs in a
-thread with its own event loop) or standalone: ``python -m tests.support.sse_fixture --port 8123``.
+thread with its own event loop), in a process of its own (:class:`SSEProcess`, as the fault soak does) or
+standalone: ``python -m tests.support.sse_fixture --port 8123``.
 Each request may override any :class:`FixtureConfig` field with a ``"fixture": {...}``
 object in its JSON body. Timestamps are ``time.perf_counter()``, which on Linux is
 CLOCK_MONOTONIC and so comparable across processes on one host.
@@ -70,8 +71,8 @@ class FixtureConfig:
 #: The faults a fault-injecting SSEServer draws from (``fault_rate``): name -> (knobs for this request, the
 #: client's error kind it must produce, or None: the request succeeds, "flagged": it succeeds with a count_flag).
 #: The stall fault holds the first token back 4 s: a client with ``stall_s`` below that records a stall (the fault
-#: soak, benchmarks/fault_soak.py, uses 2 s: a 17 MiB line takes about a second of the interpreter the in-thread
-#: fixture shares with the client, which must not stall the other requests of its batch).
+#: soak, benchmarks/fault_soak.py, uses 2 s; its fixture serves from a process of its own, so the client's work and
+#: the fixture's do not take turns on one interpreter).
 FAULTS: dict[str, tuple[Callable[[random.Random], dict[str, Any]], str | None]] = {
     "garbage_line": (
         lambda r: {"garbage": r.choice([b"\xff\xfe not json", b'{"usage":{"prompt_tokens":', b"42"])},
@@ -139,6 +140,12 @@ def _count_prompt(body: dict) -> int:
 
 
 DONE = b"data: [DONE]\n\n"
+_PAD_MARK = "<fixture-pad>"  # where Events.padded_token cuts a token chunk for its padding (JSON leaves it as it is)
+PAD_PIECE_BYTES = 2**20  # a huge line goes out in writes of at most this many bytes of padding
+#: A stream gives its event loop to the other streams after this many writes at most: a write waits only when the
+#: socket is full, so an endless or 10^6-chunk stream whose client reads fast would otherwise hold the loop, and the
+#: server's other streams would stall behind it (a real engine's streams interleave).
+YIELD_EVERY_WRITES = 64
 
 
 class Events:
@@ -152,6 +159,19 @@ class Events:
 
     def _event(self, obj: dict) -> bytes:
         return b"data: " + self._encoder.encode(obj).encode() + b"\n\n"
+
+    def padded_token(
+        self, text: str, i: int, pad_to: int, finish: str | None = None, reasoning: bool = False
+    ) -> list[bytes]:
+        """Token chunk ``i`` with its text padded with "x" to ``pad_to`` characters (one huge SSE line), in pieces of
+        at most PAD_PIECE_BYTES to write one after another. Building the line whole (17 MiB of text JSON-encoded, then
+        copied by each write) held the fixture's event loop, and every other stream with it, for over 2 s on a busy
+        2-core machine."""
+        pad = max(0, pad_to - len(text))
+        head, tail = self.token(text + _PAD_MARK, i, finish, reasoning).split(_PAD_MARK.encode(), 1)
+        piece = b"x" * min(pad, PAD_PIECE_BYTES)
+        last = b"x" * (pad % PAD_PIECE_BYTES)
+        return [head, *[piece] * (pad // PAD_PIECE_BYTES), *([last] if last else []), tail]
 
     def token(self, text: str, i: int, finish: str | None = None, reasoning: bool = False) -> bytes:
         """Token chunk ``i`` (``i < 0``: a chat stream's opening role chunk)."""
@@ -370,9 +390,15 @@ class SSEServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
 
+        writes = 0
+
         async def send(data: bytes) -> None:
+            nonlocal writes
             if not cfg.drip_s:
                 await resp.write(data)
+                writes += 1
+                if writes % YIELD_EVERY_WRITES == 0:  # one stream never holds the loop for long
+                    await asyncio.sleep(0)
                 return
             for i in range(len(data)):
                 await resp.write(data[i : i + 1])
@@ -394,17 +420,14 @@ class SSEServer:
             if (i or cfg.empty_first) and cfg.delay_s:  # empty chunks are apart from the first token too
                 await asyncio.sleep(cfg.delay_s)
             text = f" u{i}" if cfg.diverge_at is not None and i >= cfg.diverge_at else f" t{i}"
-            if i == 0 and cfg.line_bytes:
-                text = text + "x" * max(0, cfg.line_bytes - len(text))
+            finish = "length" if i == n_chunks - 1 and not cfg.endless else None
             served.chunk_times.append(time.perf_counter())
-            await send(
-                chunk(
-                    text,
-                    i,
-                    "length" if i == n_chunks - 1 and not cfg.endless else None,
-                    reasoning=chat and i < cfg.reasoning_chunks,
-                )
-            )
+            reasoning = chat and i < cfg.reasoning_chunks
+            if i == 0 and cfg.line_bytes:
+                for piece in events.padded_token(text, i, cfg.line_bytes, finish, reasoning):
+                    await send(piece)
+                continue
+            await send(chunk(text, i, finish, reasoning=reasoning))
         if cfg.garbage is not None:  # bytes, or text (a per-request override comes as JSON)
             garbage = cfg.garbage.encode() if isinstance(cfg.garbage, str) else cfg.garbage
             await send(b"data: " + garbage + b"\n\n")
@@ -464,6 +487,78 @@ class SSEServer:
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(30)
+
+
+def _serve_in_child(config: FixtureConfig, conn: Any) -> None:
+    """SSEProcess's child: serve ``config`` on a free port, send the port, serve until told to stop, then send back
+    what was served (the request log and the /metrics faults)."""
+    import logging
+
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # writes to connections the client dropped
+
+    async def serve() -> None:
+        server = SSEServer(config)
+        await server.start_async()
+        conn.send(server.port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=lambda: (conn.recv(), loop.call_soon_threadsafe(stop.set)), daemon=True).start()
+        await stop.wait()
+        await server.stop_async()
+        conn.send((server.served, server.metrics_faults))
+
+    asyncio.run(serve())
+
+
+class SSEProcess:
+    """:class:`SSEServer` in a process of its own, as an engine is: its event loop and the client's do not share one
+    interpreter (in a thread of the client's process, a busy machine starved both at once, and the server's streams
+    went silent while the client waited on them). ``served`` and ``metrics_faults`` are there once the ``with`` block
+    has ended."""
+
+    def __init__(self, config: FixtureConfig | None = None, host: str = "127.0.0.1") -> None:
+        self.config, self.host = config or FixtureConfig(), host
+        self.port = 0
+        self.served: list[Served] = []
+        self.metrics_faults: list[str] = []
+        self._conn: Any = None
+        self._process: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> SSEProcess:
+        import multiprocessing
+
+        # fork: a spawned interpreter took 43 s to import its way to serving on a loaded 2-core machine. The child
+        # runs nothing but a new event loop of its own (no lock or thread of the parent's is used there)
+        ctx = multiprocessing.get_context("fork")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve_in_child, args=(self.config, child), daemon=True)
+        self._process.start()
+        child.close()
+        try:
+            if not self._conn.poll(120):
+                raise EOFError
+            self.port = self._conn.recv()
+        except EOFError:
+            self._process.kill()
+            raise RuntimeError(
+                f"the SSE fixture's process did not serve (exit code {self._process.exitcode})"
+            ) from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._conn.send("stop")
+            if self._conn.poll(60):
+                self.served, self.metrics_faults = self._conn.recv()
+        finally:
+            self._process.join(10)
+            if self._process.is_alive():
+                self._process.kill()
+            self._conn.close()
 
 
 class BulkSSEServer:
