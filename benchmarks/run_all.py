@@ -24,6 +24,7 @@ BENCHMARKS = [
     "client_overhead",
     "engine_agreement",
     "peer_agreement",
+    "trace_agreement",
     "sweep_planning",
     "report_build",
     "analysis_scale",
