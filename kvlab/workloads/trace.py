@@ -213,11 +213,12 @@ class Trace(WorkloadArgs):
     """A trace file's records replayed: exact lengths, prefix reuse from the hash ids, its schedule or a load."""
 
     description = "a trace file's requests (Mooncake JSONL) at their exact lengths and shared prefix blocks"
+    #: the scaled form as it stands (8-token blocks, scale 1), so any experiment's scale_factor labels it rightly
     example = {
         "kind": "trace",
         "batch_size": 2,
-        "trace_file": "data/traces/mooncake_conversation_40.jsonl",
-        "scale_factor": 64,
+        "trace_file": "data/traces/mooncake_conversation_40.scaled64.jsonl",
+        "block_size": 8,
     }
 
     kind: Literal["trace"]
