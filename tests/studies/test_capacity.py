@@ -830,3 +830,24 @@ def test_without_search_or_trace_runs_the_section_is_one_line(computed):
     sec = page.real_traffic(r, wb)
     assert len(sec) == 1 and sec[0].data.startswith("*No load search or trace replay stored (`cpu_trace`)")
     assert "make report FULL=1" in sec[0].data and "\n" not in sec[0].data
+
+
+def test_a_trace_that_changed_since_its_replay_is_named_not_drawn(tmp_path):
+    """Each run's spec.json keeps its trace file's digest: where the file now differs, the shape is not drawn from it
+    (it would not be what was sent), and the section says which file and why."""
+    import shutil
+
+    runs = tmp_path / "runs" / "cpu_trace"
+    shutil.copytree(TRACE_RUNS, runs)
+    for spec in runs.glob("*/spec.json"):
+        saved = json.loads(spec.read_text())
+        saved["workload"]["trace_digest"] = "0123456789ab"
+        spec.write_text(json.dumps(saved))
+    workloads, notes = study_frames.trace_workloads(tmp_path, store.load_runs(tmp_path, "cpu_trace"))
+    assert workloads == [] and notes == [
+        "data/traces/mooncake_conversation_40.jsonl changed since it was replayed (sha256 0123456789ab then)"
+    ]
+    assert (
+        study_frames.trace_shape(workloads).is_empty()
+        and study_frames.trace_summary(study_frames.trace_shape(workloads)).is_empty()
+    )
