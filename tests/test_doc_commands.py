@@ -113,7 +113,11 @@ MAKE_PLANS: dict[str, tuple[str, ...]] = {
         "kvlab report",
     ),
     "make ENGINE_PYTHON312=/path/to/python3.12 engines-sglang-jax": ("uv venv -q --python /path/to/python3.12",),
-    "make test": ("-r kvlab/engines/envs/sglang-jax-cpu.lock", 'pytest -m "(engine or engine_env) and not cluster"'),
+    "make test": (
+        "-r kvlab/engines/envs/sglang-jax-cpu.lock",
+        'pytest -m "(engine or engine_env) and not cluster and not full"',
+        "tests marked full",
+    ),
     "make test-fast": ('pytest -m "not engine and not browser and not cluster" -n 2',),
     "make test-gpu-envs": ("-r kvlab/engines/envs/sglang-cuda.lock", "KVLAB_TEST_GPU_ENVS=1 .venv/bin/pytest"),
     "make test-cluster": ("--extra cluster", ".venv/bin/pytest -m cluster"),

@@ -241,7 +241,7 @@ def test_headline_counts_each_claim_once_and_gives_each_cause():
     )
     assert limits == (
         "**What this host cannot say:** 5 claims cannot be tested on this host (CPU runs of two "
-        "different engine implementations cannot decide a speed claim about a GPU host — 3; no GPU memory "
+        "engine implementations cannot decide a GPU host's speed — 3; no GPU memory "
         "outside the KV pool on this host, where the claimed OOMs arise — 2)."
     )
     # a verdict without a cause of its own is quoted by its reason's first clause, as before
