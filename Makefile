@@ -151,6 +151,9 @@ LAST_CORE := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n - 1)))
 NOT_FULL := $(if $(filter 1 yes true,$(FULL)),, and not full)
 ENGINE_FREE := -m "not cluster and not engine and not engine_env$(NOT_FULL)"
 ENGINE_PASS := -m "(engine or engine_env) and not cluster$(NOT_FULL)"
+# engine-free tests run on core 0 once the engine pass is done there (fixture servers and clients; the pinned pass is
+# the longer one): the two passes end closer together
+AFTER_ENGINES := tests/test_fault_soak.py tests/test_hostile_servers.py tests/test_client.py tests/test_search.py tests/test_campaign.py
 # the cores below the last: "0" on two cores, "0-6" on eight
 ENGINE_CORES := $(shell c=$(LAST_CORE); if [ $$c -gt 1 ]; then echo 0-$$((c - 1)); else echo 0; fi)
 test: install engines engines-sglang-jax browser ## run the test suite (real engine tests included; FULL=1 adds the slow tests marked full; the Ray cluster tests are `make test-cluster`)
@@ -158,8 +161,9 @@ test: install engines engines-sglang-jax browser ## run the test suite (real eng
 	$(BIN)/ruff check --quiet . || status=$$?; $(BIN)/ruff format --check --quiet . || status=$$?; \
 	if [ "$(LAST_CORE)" -gt 0 ] && command -v taskset >/dev/null; then \
 	  log=$$(mktemp); echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE); their report follows"; \
-	  taskset -c $(LAST_CORE) nice -n 10 $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
+	  taskset -c $(LAST_CORE) nice -n 10 $(BIN)/pytest $(ENGINE_FREE) $(addprefix --ignore=,$(AFTER_ENGINES)) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
 	  SGLANG_CPU_OMP_THREADS_BIND=$(ENGINE_CORES) $(BIN)/pytest $(ENGINE_PASS) $(PYTEST_ARGS) || status=$$?; \
+	  $(BIN)/pytest $(ENGINE_FREE) $(AFTER_ENGINES) $(PYTEST_ARGS) || status=$$?; \
 	  wait $$free || status=$$?; echo "---------------- the engine-free tests ----------------"; cat $$log; rm -f $$log; \
 	else \
 	  $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) || status=$$?; \

@@ -93,7 +93,7 @@ def read_energy(nvml: ModuleType | None = None, powercap: Path | None = None, gp
     stand-in in tests), the powercap RAPL packages' otherwise; a reading without counters says why."""
     if gpu:
         if nvml is None:
-            from kvlab.gpu import _nvml
+            from kvlab.gpu import _nvml  # NVML is loaded only where a GPU run reads its counters
 
             nvml = _nvml()
         return _nvml_reading(nvml)

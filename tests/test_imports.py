@@ -228,6 +228,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tools", ("device",)),
     ("tools", ("gpu", "httpcall")),
     ("tools", ("units", "markup", "host", "metrics", "reasoning_tokens", "watchdog", "tinymodel", "catalog")),
+    ("measuring", ("search", "cost")),
     ("measuring", ("load",)),
     ("measuring", ("workloads",)),
     ("measuring", ("engines",)),

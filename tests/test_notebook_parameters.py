@@ -6,6 +6,9 @@ inline-figure setting it makes."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import papermill
 import pytest
 from notebook_data import copy_reference, write_capacity_runs, write_two_engine_runs
@@ -133,6 +136,7 @@ CASES = {
             "dcp_sizes": [2, 8],
             "mem_utils": [0.9, 0.95],
             "headroom_contexts": [65536, 131072],
+            "price_per_device_hour": 2.5,
         },
     ),
 }
@@ -158,13 +162,20 @@ def fingerprint(result: studies.StudyResult) -> list:
     return [result.to_json()["answer"], result.to_json()["verdicts"], frames, values]
 
 
+def _with_trace_runs(data: Path) -> Path:
+    """``data`` with the real cpu_trace runs of tests/fixtures/trace (report 07's replayed traffic: its search
+    results, which the device price prices)."""
+    shutil.copytree(Path(__file__).parent / "fixtures" / "trace" / "runs" / "cpu_trace", data / "runs" / "cpu_trace")
+    return data
+
+
 @pytest.fixture(scope="module")
 def data_dirs(tmp_path_factory, fixture_data):
     root = tmp_path_factory.mktemp("notebook-parameters")
     return {
         "fixture": fixture_data,
         "two_engines": write_two_engine_runs(root / "two"),
-        "capacity": write_capacity_runs(root / "capacity"),
+        "capacity": _with_trace_runs(write_capacity_runs(root / "capacity")),
         "no_runs": copy_reference(root / "no_runs"),
     }
 

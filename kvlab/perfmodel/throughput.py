@@ -19,6 +19,7 @@ import polars as pl
 
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.calibrate import OVERHEADS, PRIORS, refits
+from kvlab.perfmodel.ranges import _default_index
 from kvlab.perfmodel.roofline import GIB, Assumptions, Config, Params, decode_step, memory
 
 #: vLLM's memory inside its target besides weights and KV, per GPU (bytes): the model's assumed 4 GiB, and what vLLM's
@@ -87,7 +88,6 @@ def capacity_limited(
     ``tokens_per_s_per_gpu``, each with ``_lo``/``_hi`` over every set, its unexplained per-step cost left out (low end
     of the step, high end of the rate) or kept whole; ``batch_limited_by``: "pool", "TPOT" or "out of reach" (not one
     sequence meets the target at the default set)."""
-    from kvlab.perfmodel.ranges import _default_index
 
     sets = refits(sens, a, physics=True)
     d = _default_index(sens) or 0

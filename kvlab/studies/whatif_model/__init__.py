@@ -38,6 +38,12 @@ from kvlab.studies.whatif_model.result import REPORT, Consistent, WhatifModelRes
 __all__ = ["REPORT", "Consistent", "WhatifModelResult", "compute"]
 
 
+#: Capacity-limited throughput (issue 55, item 5) on report 04: at the reference host's longest context, per TPOT
+#: target; `kvlab model --context … --tpot-ms …` gives it at any other.
+THROUGHPUT_CONTEXT = 204800
+TPOT_TARGETS_MS = (50, 100, 200)
+
+
 def _refits(data, assume, published_experiment, gpu, model, tp, dcp, batches, outputs):
     """The refit per assumption set (batch x output x the model's unpinned axes) and the crossover's range."""
     return crossover_range(
@@ -73,8 +79,6 @@ def compute(
     mem_utils: list = (0.92, 0.95),
     headroom_contexts: list = (65536, 204800, 524288, 1048576),
     kv_layers: int = 0,
-    throughput_context: int = 204800,
-    tpot_targets_ms: list = (50, 100, 200),
 ) -> WhatifModelResult:
     data = wb.data
     workload = Workload(batch_size=batch_size, output_tokens=output_tokens)
@@ -124,7 +128,7 @@ def compute(
         held_out=held_out_by_set(sens, data, published_experiment, assume),
         held_out_error_pct=fit.loo_mean_abs_pct if fit.loo.height else 0.0,
         held_out_winners=winners_held_out(fit),
-        **_bounded(sens, gpu, model, tp, dcp, assume, throughput_context, tpot_targets_ms),
+        **_bounded(sens, gpu, model, tp, dcp, assume, THROUGHPUT_CONTEXT, TPOT_TARGETS_MS),
         calibrated=calibrated_ranges(model_df, published),
         **{"gpu": gpu, "model": model, "tp": tp, "dcp": dcp},
         headroom_flags=tuple(flag_kinds(head)),

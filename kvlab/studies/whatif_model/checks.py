@@ -418,15 +418,18 @@ def terms_verdict(run, kind: str, preds: tuple[float, float, float], residual_pc
     prediction and the lowest and highest over the sets. *Contradicted* when the default set predicts less than the
     published figure by more than the fit misses its own table (``residual_pct``); otherwise rule 3 applies."""
     default, lo, hi = preds
-    short = default < run.value * (1 - residual_pct / 100)
+    known = residual_pct is not None  # None: the set's fit left no residual to measure its miss by
+    short = known and default < run.value * (1 - residual_pct / 100)
     outcome, why, limit = ("contradicted", "", "") if short else held_out_gate("reproduced", *facts)
+    if not known:
+        outcome, why = "inconclusive", "the fit's own miss on its table is not known"
     return Verdict(
         f"Hypothesis test: the {kind} fit's terms reach {run.value:,.1f} tokens/s per GPU at {run.gpu}'s "
         f"{run.concurrency_per_gpu:g} requests — {run.publisher}, {run.published}",
         outcome,
         "modelled",
-        f"{default:,.0f} ({lo:,.0f}–{hi:,.0f} over the sets), {default / run.value:.2f}×; own miss up to "
-        f"{residual_pct:.1f}%",
+        f"{default:,.0f} ({lo:,.0f}–{hi:,.0f} over the sets), {default / run.value:.2f}×; own miss "
+        + (f"up to {residual_pct:.1f}%" if known else "not known"),
         claim_id=f"published_terms_{kind.replace('-', '_')}_{run.run_id}",
         kind="model_terms",
         value=default / run.value,
@@ -440,6 +443,8 @@ def terms_verdict(run, kind: str, preds: tuple[float, float, float], residual_pc
             "the terms do not carry: the prediction falls short of the published figure by more than the fit's own "
             "miss on the table it was fitted to"
             if short
+            else why
+            if not known
             else "within the fit's own miss of the published figure" + (f"; {why}" if why else "")
         ),
     )

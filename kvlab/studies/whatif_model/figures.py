@@ -6,8 +6,8 @@ from __future__ import annotations
 import polars as pl
 from matplotlib.figure import Figure
 
-from kvlab.words import model_title
-from kvlab.perfmodel.figures import plot_crossover, plot_curves
+from kvlab.words import config_name, model_title
+from kvlab.perfmodel.figures import SERIES_COLORS, plot_crossover, plot_curves
 from kvlab.verdicts import Verdict, decides, undecided_label
 
 
@@ -35,12 +35,8 @@ def crossover(xo: pl.DataFrame, v: Verdict | None) -> Figure:
 def capacity_limited(table: pl.DataFrame) -> Figure:
     """Modelled capacity-limited throughput: per TPOT target (x) one bar per configuration (the default set), its
     whisker the range over the sets (kvlab.perfmodel.throughput.capacity_limited)."""
-    import matplotlib.pyplot as plt
-
-    from kvlab.perfmodel.figures import SERIES_COLORS
-    from kvlab.words import config_name
-
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig = Figure(figsize=(7, 3.6))
+    ax = fig.subplots()
     targets = sorted(set(table["tpot_ms"].to_list()))
     configs = table["config"].unique(maintain_order=True).to_list()
     width = 0.8 / max(len(configs), 1)

@@ -65,17 +65,27 @@ def unexplained(r) -> str:
     default set at the published contexts, then the range over every set), with the bounded fit's residual miss."""
     if not r.unexplained or r.bounded_miss is None:
         return ""
-    parts = [
-        (f"{pct(100 * u.default_lo)}–{pct(100 * u.default_hi)} " if u.default_lo is not None else "")
-        + f"({pct(100 * u.share.lo)}–{pct(100 * u.share.hi)} over the sets) of {engine_label(e)}'s batch time"
-        for e, u in r.unexplained.items()
-    ]
+
+    def span(lo, hi, scale=1.0) -> str:  # '17–40%', or '' where a set's fit left no value
+        return "" if lo is None or hi is None else f"{pct(scale * lo)}–{pct(scale * hi)}"
+
+    parts = []
+    for e, u in r.unexplained.items():
+        default, over = span(u.default_lo, u.default_hi, 100), span(u.share.lo, u.share.hi, 100)
+        if default or over:
+            parts.append(
+                " ".join(p for p in (default, f"({over} over the sets)" if over else "") if p)
+                + f" of {engine_label(e)}'s batch time"
+            )
     m = r.bounded_miss
-    miss = f"{pct(m.default)} ({pct(m.lo)}–{pct(m.hi)})" if m.default is not None else f"{pct(m.lo)}–{pct(m.hi)}"
+    over = span(m.lo, m.hi)
+    miss = " ".join(p for p in (pct(m.default) if m.default is not None else "", f"({over})" if over else "") if p)
+    if not parts:
+        return ""
     return (
         "Held to its priors, the model leaves unexplained "
         + " and ".join(parts)
-        + f"; the bounded fit still misses the table by up to {miss}."
+        + (f"; the bounded fit still misses the table by up to {miss}." if miss else ".")
     )
 
 
