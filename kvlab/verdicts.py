@@ -350,6 +350,13 @@ def _holds_sentence(doc: dict, cons: dict, own: dict, index: bool) -> str:
     return holds
 
 
+def _with_causes(said: str, vs: dict[str, Verdict]) -> str:
+    """``said`` with its cause in brackets, or, where there are several, followed by a sentence of them (one
+    sentence with three long causes ran past 45 words)."""
+    why = _why(vs)
+    return f"{said}. Causes: {why}" if "; " in why else f"{said} ({why})"
+
+
 def _limits_sentence(doc: dict, cons: dict, own: dict) -> str:
     """What this host cannot say: the claims and own questions it cannot test or that stay inconclusive, each
     group with its causes (which add up to it), and the values the experiment file sets."""
@@ -359,10 +366,14 @@ def _limits_sentence(doc: dict, cons: dict, own: dict) -> str:
     for name, these in (("claim", claims), ("own question", _of(own, *undecided))):
         cannot, open_ = _of(these, "cannot be tested here"), _of(these, "inconclusive")
         if cannot:
-            limits.append(f"{count(len(cannot), _noun(cannot, name))} cannot be tested on this host ({_why(cannot)})")
+            limits.append(
+                _with_causes(f"{count(len(cannot), _noun(cannot, name))} cannot be tested on this host", cannot)
+            )
         if open_:
             k = len(open_)
-            limits.append(f"{count(k, _noun(open_, name))} {'is' if k == 1 else 'are'} inconclusive ({_why(open_)})")
+            limits.append(
+                _with_causes(f"{count(k, _noun(open_, name))} {'is' if k == 1 else 'are'} inconclusive", open_)
+            )
     configured = {**_of(doc, "configured"), **_of(own, "configured")}
     if configured:
         k = len(configured)

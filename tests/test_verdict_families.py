@@ -255,11 +255,11 @@ def test_the_headline_counts_each_family_apart_and_every_count_adds_up():
         "checks: 2 failed."
     )
     assert limits == (
-        "**What this host cannot say:** 9 claims cannot be tested on this host (CPU runs of two engine "
+        "**What this host cannot say:** 9 claims cannot be tested on this host. Causes: CPU runs of two engine "
         "implementations cannot decide a GPU host's speed — 6; no GPU memory outside the KV pool on this "
-        "host, where the claimed OOMs arise — 3). 4 claims are inconclusive (fewer than 3 repeats — 3; signs mixed "
-        "across engines or metrics — 1). 2 own questions are inconclusive (the model fails its held-out test — 1; "
-        "fewer than 3 repeats — 1). 1 value the experiment file sets is shown as configuration, not graded."
+        "host, where the claimed OOMs arise — 3. 4 claims are inconclusive. Causes: fewer than 3 repeats — 3; signs "
+        "mixed across engines or metrics — 1. 2 own questions are inconclusive. Causes: the model fails its held-out "
+        "test — 1; fewer than 3 repeats — 1. 1 value the experiment file sets is shown as configuration, not graded."
     )
     counts = verdicts.family_counts(vs)
     assert counts == {

@@ -240,9 +240,9 @@ def test_headline_counts_each_claim_once_and_gives_each_cause():
         "Checked against the documents' own figures, 2 claims: 2 consistent."
     )
     assert limits == (
-        "**What this host cannot say:** 5 claims cannot be tested on this host (CPU runs of two "
+        "**What this host cannot say:** 5 claims cannot be tested on this host. Causes: CPU runs of two "
         "engine implementations cannot decide a GPU host's speed — 3; no GPU memory "
-        "outside the KV pool on this host, where the claimed OOMs arise — 2)."
+        "outside the KV pool on this host, where the claimed OOMs arise — 2."
     )
     # a verdict without a cause of its own is quoted by its reason's first clause, as before
     assert verdicts.headline(vs[:2] + [verdicts.Verdict("x", "inconclusive", "measured", "1", reason="n=1: too few")])[

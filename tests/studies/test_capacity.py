@@ -339,9 +339,9 @@ def test_the_headline_does_not_give_the_pages_own_questions_to_the_documents(fra
     # 1 + 2 own questions held back (1 + 1 by cause) and 1 configured value: the 4 questions, each counted once
     assert cannot == (
         "**What this host cannot say:** 1 own question cannot be tested on this host (CPU runs of two "
-        "engine implementations cannot decide a GPU host's speed). 2 own questions "
-        "are inconclusive (fewer than 3 repeats — 1; the model fails its held-out test — 1). 1 value the "
-        "experiment file sets is shown as configuration, not graded."
+        "engine implementations cannot decide a GPU host's speed). 2 own questions are inconclusive. Causes: fewer "
+        "than 3 repeats — 1; the model fails its held-out test — 1. 1 value the experiment file sets is shown as "
+        "configuration, not graded."
     )
     assert verdicts.family_counts(got)["own"] == {"configured": 1, "inconclusive": 2, "cannot be tested here": 1}
     doc = verdicts.Verdict("a document's claim", "reproduced", "measured", "1×", kind="speedup", n=3)

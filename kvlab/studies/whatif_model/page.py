@@ -181,15 +181,20 @@ def against_the_limit(r: WhatifModelResult, wb) -> Section:
     its bound each run reached."""
     out = Section()
     checked = outside_frame(r.verdicts)
-    out.add(Markdown(words.outside(checked)))
-    cols = ["check", "source", "outcome", "margin", "unit", "number"]
-    out.add(tables.table(checked, cols, caption="The model checked where it can fail", fold=True))
+    out.add(Markdown(words.outside(checked)))  # each check's margin is its row in the verdict box
     if r.not_catalogued:  # a model or GPU the catalog lacks: said, its runs left out of the bound
         out.add(Markdown(r.not_catalogued))
     out.add(Markdown(words.bound(r.fraction)))
     cols = ["source", "experiment", "engine", "runs", "least_of_bound_pct", "median_of_bound_pct",
             "most_of_bound_pct", "median_of_peak_bandwidth_pct"]  # fmt: skip
-    out.add(tables.table(r.bound_summary, cols, caption="Share of the model's bound by source and engine", fold=True))
+    out.add(  # the two sentences above give its ranges: the rows are a download
+        csv_link(
+            r.bound_summary,
+            cols,
+            "Share of the model's bound by source and engine",
+            "Each source and engine's share of the bound as CSV",
+        )
+    )
     return out
 
 

@@ -420,7 +420,10 @@ def outside(table) -> str:
         return "*No published run or engine log to check the model against.*"
     counts = table["outcome"].value_counts(sort=True).rows()
     said = ", ".join(f"{n} {o}" for o, n in counts)
-    text = f"**Checked where it can fail:** {table.height} checks ({said}), each read the way hardest to fail."
+    text = (
+        f"**Checked where it can fail:** {table.height} checks ({said}), each read the way hardest to fail; each "
+        "check's margin is its row in the verdict box."
+    )
     bad = table.filter(table["outcome"] == "contradicted")
     for r in bad.iter_rows(named=True):
         text += f" **Contradicted:** {r['check']} ({r['number']})."
