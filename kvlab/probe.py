@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import polars as pl
 
-from kvlab import httpcall
+from kvlab import httpcall, store
 
 if TYPE_CHECKING:
     from kvlab.experiment import RunSpec
@@ -459,16 +459,6 @@ def probe_summary(probes: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-#: The configuration columns of :func:`probe_summary` (kvlab.store.PROBE_SCHEMA's).
-_PROBE_CONFIG_SCHEMA = {
-    "experiment": pl.String,
-    "engine": pl.String,
-    "engine_label": pl.String,
-    "model": pl.String,
-    "tp": pl.Int64,
-    "dcp": pl.Int64,
-    "dp": pl.Int64,
-    "mem_util": pl.Float64,
-    "kv_budget_bytes": pl.Int64,
-    "prefix_caching": pl.Boolean,
-}
+#: The configuration columns of :func:`probe_summary`: the experiment and the fields a probe record names, typed as
+#: kvlab.store.PROBE_SCHEMA types them.
+_PROBE_CONFIG_SCHEMA = {c: store.PROBE_SCHEMA[c] for c in ("experiment", *store.PROBE_CONFIG_FIELDS)}
