@@ -8,6 +8,7 @@ and never be mixed silently: the ``source`` column says which is which.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -83,33 +84,68 @@ class Table:
         missing = [c.name for c in self.columns if c.required and c.name not in df.columns]
         if missing:
             raise SchemaError(f"{origin}: missing required column(s) {missing} for table '{self.name}'")
-        exprs: list[pl.Series] = []
-        for col in self.columns:
-            if col.name not in df.columns:
-                exprs.append(pl.Series(col.name, [None] * df.height, dtype=col.dtype))
-                continue
+        # one select casts every column (and adds the missing ones as nulls); where it fails, the column-by-column
+        # pass below finds the column to name. A frame without any schema column gets its nulls from that pass too
+        # (a select of literals alone would make one row).
+        out = None
+        if any(c.name in df.columns for c in self.columns):
             try:
-                casted = df.get_column(col.name).cast(col.dtype, strict=True)
-            except Exception as exc:  # polars raises several kinds here
-                bad = df.get_column(col.name).head(3).to_list()
-                raise SchemaError(
-                    f"{origin}: column '{col.name}' cannot be read as {col.dtype} "
-                    f"(first values {bad}): {type(exc).__name__}"
-                ) from None
-            exprs.append(casted.alias(col.name))
-        out = pl.DataFrame(exprs)
+                out = df.select(_cast_exprs(self, tuple(df.columns)))
+            except Exception:  # polars raises several kinds here
+                out = None
+        if out is None:
+            out = pl.DataFrame([self._cast(df, col, origin) for col in self.columns])
+        # the checks in one pass over the frame; the first column (in schema order) that fails one is named
+        checks = _check_exprs(self)
+        flags = out.select(checks).row(0, named=True) if out.height and checks else {}
         for col in self.columns:
             series = out.get_column(col.name)
-            if col.required and series.null_count():
+            if flags.get(f"null:{col.name}"):
                 row = int(series.is_null().arg_true()[0])
                 raise SchemaError(f"{origin}: required column '{col.name}' is empty in row {row + 1}")
-            if col.allowed is not None:
+            if flags.get(f"in:{col.name}"):
                 bad = series.drop_nulls().filter(~series.drop_nulls().is_in(list(col.allowed)))
-                if bad.len():
-                    raise SchemaError(
-                        f"{origin}: column '{col.name}' has value {bad[0]!r}; allowed: {list(col.allowed)}"
-                    )
+                raise SchemaError(f"{origin}: column '{col.name}' has value {bad[0]!r}; allowed: {list(col.allowed)}")
         return out
+
+    @staticmethod
+    def _cast(df: pl.DataFrame, col: "Column", origin: str | Path) -> pl.Series:
+        """One column of ``df`` as ``col`` types it (nulls where ``df`` lacks it), or a :class:`SchemaError` naming
+        the column and its first values."""
+        if col.name not in df.columns:
+            return pl.Series(col.name, [None] * df.height, dtype=col.dtype)
+        try:
+            return df.get_column(col.name).cast(col.dtype, strict=True).alias(col.name)
+        except Exception as exc:  # polars raises several kinds here
+            bad = df.get_column(col.name).head(3).to_list()
+            raise SchemaError(
+                f"{origin}: column '{col.name}' cannot be read as {col.dtype} (first values {bad}): {type(exc).__name__}"
+            ) from None
+
+
+@lru_cache(maxsize=256)
+def _cast_exprs(table: Table, present: tuple[str, ...]) -> tuple[pl.Expr, ...]:
+    """:meth:`Table.conform`'s casts for a frame with the columns ``present``: each schema column cast (strict), or
+    nulls of its type where the frame lacks it. Built once per table and set of columns: a sweep's folder of runs
+    reads the same columns from every file."""
+    return tuple(
+        pl.col(c.name).cast(c.dtype, strict=True) if c.name in present else pl.lit(None, dtype=c.dtype).alias(c.name)
+        for c in table.columns
+    )
+
+
+@lru_cache(maxsize=64)
+def _check_exprs(table: Table) -> tuple[pl.Expr, ...]:
+    """:meth:`Table.conform`'s checks, one boolean each: a required column with a null (``null:<name>``), a value
+    outside a column's allowed set (``in:<name>``)."""
+    return (
+        *(pl.col(c.name).is_null().any().alias(f"null:{c.name}") for c in table.columns if c.required),
+        *(
+            (pl.col(c.name).is_not_null() & ~pl.col(c.name).is_in(list(c.allowed))).any().alias(f"in:{c.name}")
+            for c in table.columns
+            if c.allowed is not None
+        ),
+    )
 
 
 def _c(name: str, dtype: pl.DataType, doc: str, *, required: bool = False, allowed=None) -> Column:

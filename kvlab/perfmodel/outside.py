@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvlab.catalog import KV_FORMATS, CatalogError, gpu as find_gpu, model as find_model
 from kvlab.paths import DATA_DIR
-from kvlab.perfmodel.reference import RUNS_FILE, PublishedRun, load_published_runs, per_gpu_terms
+from kvlab.perfmodel.reference import RUNS_FILE, SAFE_LOADER, PublishedRun, load_published_runs, per_gpu_terms
 from kvlab.perfmodel.roofline import GIB, Config, Params, kv_split
 
 #: Memory fractions the capacity check prints the modelled concurrency at (beside all of memory).
@@ -179,7 +179,7 @@ class PoolLog(BaseModel):
 def load_pool_logs(data_dir: str | Path = DATA_DIR) -> list[PoolLog]:
     """Every ``pool_logs`` entry of ``data_dir``/reference/published_gpu_runs.yaml, validated (none: [])."""
     path = Path(data_dir) / "reference" / RUNS_FILE
-    doc = yaml.safe_load(path.read_text()) if path.is_file() else None
+    doc = yaml.load(path.read_text(), Loader=SAFE_LOADER) if path.is_file() else None
     out = []
     for i, row in enumerate((doc or {}).get("pool_logs") or [], start=1):
         where = f"{path}, pool log {i} ({row.get('log_id', '?') if isinstance(row, dict) else '?'})"

@@ -393,11 +393,15 @@ def crossover_context(
         )
 
     lo_tokens = max(lo_tokens, 2 * w.output_tokens)  # a context holds its output: at least as much prompt
+    # the grid is walked up to its first sign change (the answer is the first crossing): the contexts past it are
+    # never computed
     grid = [lo_tokens * (hi_tokens / lo_tokens) ** (i / 64) for i in range(65)]
-    vals = [diff(c) for c in grid]
-    for (c0, v0), (c1, v1) in zip(zip(grid, vals), zip(grid[1:], vals[1:])):
+    v1 = diff(grid[0])
+    for c0, c1 in zip(grid, grid[1:]):
+        v0 = v1
         if v0 == 0:
             return c0
+        v1 = diff(c1)
         if v0 * v1 < 0:
             n = math.floor(brentq(diff, c0, c1, xtol=1.0))
             while n > c0 and diff(n) * v1 > 0:
