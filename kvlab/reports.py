@@ -775,9 +775,9 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
     """Execute one notebook into ``out_dir`` with papermill and export it to HTML."""
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
-    os.environ[STATIC_ENV] = "1"  # inherited by the kernel papermill starts
     stem = variant_stem(nb_path, parameters)  # a re-run with other parameters writes its own files
-    before = os.environ.get(FIGURE_DIR_ENV)
+    before = {name: os.environ.get(name) for name in (STATIC_ENV, FIGURE_DIR_ENV)}
+    os.environ[STATIC_ENV] = "1"  # inherited by the kernel papermill starts
     os.environ[FIGURE_DIR_ENV] = f"{stem}{FIGURES_SUFFIX}"  # where its figures link their data
     executed = out_dir / f"{stem}.ipynb"
     result_path = out_dir / f"{stem}{RESULT_SUFFIX}"
@@ -794,12 +794,13 @@ def run_one(nb_path: Path, out_dir: Path, parameters: dict | None = None, kernel
             log_output=False,
             config=kernel_config(),
         )
-    finally:  # this process may build another report, or be a test's
+    finally:  # this process may build another report, or be a test's or a notebook session's
         os.environ.pop(studies.RESULT_ENV, None)
-        if before is None:
-            os.environ.pop(FIGURE_DIR_ENV, None)
-        else:
-            os.environ[FIGURE_DIR_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     html_path = out_dir / f"{stem}.html"
     title, page_summary = describe(nb_path)
     if changed := {k: v for k, v in changed_parameters(nb_path, parameters).items() if k not in LOCATION_PARAMETERS}:
@@ -1194,19 +1195,27 @@ def build(
     reports: list[Report] = []
     errors: list[str] = []
 
-    # spawn, not fork: the workers use polars (provenance), whose thread pool does not survive a fork of a
-    # parent that already used it (a test, a notebook session)
     per_notebook = checked_parameters(paths, parameters)  # refuses an unknown name or a mistyped value first
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, p, out_dir, per_notebook[p]): p for p in paths}
-        for fut in as_completed(futures):
-            try:
-                r = fut.result()
-                reports.append(r)
-                if progress:
-                    progress(r)
-            except Exception as exc:  # keep building the others, then fail naming each
-                errors.append(f"{futures[fut].name}: {type(exc).__name__}: {str(exc).strip()[-2000:]}")
+
+    def done(path: Path, outcome) -> None:
+        try:
+            r = outcome()
+            reports.append(r)
+            if progress:
+                progress(r)
+        except Exception as exc:  # keep building the others, then fail naming each
+            errors.append(f"{path.name}: {type(exc).__name__}: {str(exc).strip()[-2000:]}")
+
+    if workers == 1:  # one at a time: in this process (each notebook still runs in a kernel of its own)
+        for p in paths:
+            done(p, lambda p=p: run_one(p, out_dir, per_notebook[p]))
+    else:
+        # spawn, not fork: the workers use polars (provenance), whose thread pool does not survive a fork of a
+        # parent that already used it (a test, a notebook session)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(run_one, p, out_dir, per_notebook[p]): p for p in paths}
+            for fut in as_completed(futures):
+                done(futures[fut], fut.result)
     if reports:
         data_dir = Path((parameters or {}).get("data_dir") or DATA_DIR)
         runs = store.load_runs(data_dir)
