@@ -46,38 +46,69 @@ SGLANG = {
 }
 
 
-def _probe(python, code: str, compat: bool) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "SGLANG_USE_CPU_ENGINE": "1"}
-    if compat:
-        env["PYTHONPATH"] = str(ROOT / COMPAT)
-    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+def _probe(python, code: str, pythonpath: str | None, env: dict | None = None) -> subprocess.CompletedProcess:
+    base = {"PATH": "/usr/bin:/bin", "SGLANG_USE_CPU_ENGINE": "1"}
+    if pythonpath:
+        base["PYTHONPATH"] = pythonpath
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=base | (env or {}), cwd=ROOT)
+
+
+#: Run in the SGLang environment without kvlab's CPU fix: the versions the fix was written for, then the kernel
+#: wheel's import, whose failure is printed (it is expected to fail on a machine without libcuda).
+BARE = (
+    "from importlib.metadata import version as v\n"
+    "print(v('sglang'), v('sglang-kernel'))\n"
+    "try:\n"
+    "    import sgl_kernel\n"
+    "    print('IMPORTED')\n"
+    "except BaseException as exc:\n"
+    "    print('FAILED', exc)\n"
+)
+#: With the CPU fix: the wheel imports, its CPU op does what SGLang's C++ kernel does, and SGLang's memory module
+#: imports; then the port placeholder SGLang's data-parallel controller binds (its own import of bind_port).
+FIXED = (
+    "import torch, sgl_kernel\n"
+    "assert sgl_kernel.common_ops is None\n"
+    "rt = torch.zeros(3, 8, dtype=torch.int32)\n"
+    "torch.ops.sgl_kernel.assign_req_to_token_pool_cpu(torch.tensor([2, 0]), rt, torch.tensor([1, 0]),"
+    " torch.tensor([3, 1]), torch.tensor([7, 8, 9]), 8)\n"
+    "print(rt.tolist())\n"
+    "from sglang.srt.mem_cache import allocation\n"
+)
+BIND = (
+    "from sglang.srt.managers import data_parallel_controller as d\n"
+    "s = d.bind_port(0); print(s.getsockname()[0]); s.close()\n"
+    "import sgl_kernel\n"
+)
+
+
+@pytest.fixture(scope="module")
+def probes(sglang_python):
+    """The three processes the two tests below read, each an SGLang import of its own (about 15 s each on the
+    2-vCPU EPYC): the environment without the CPU fix, with it (the op, then the controller's placeholder), and
+    with kvlab's bind-host fix first on the path and its host set."""
+    from kvlab.engines.sglang import BIND_HOST_ENV, BIND_HOST_SHIM
+
+    return {
+        "bare": _probe(sglang_python, BARE, None),
+        "fixed": _probe(sglang_python, FIXED + BIND, str(ROOT / COMPAT)),
+        "bind": _probe(sglang_python, BIND, f"{BIND_HOST_SHIM}:{COMPAT}", {BIND_HOST_ENV: "127.0.0.1"}),
+    }
 
 
 @pytest.mark.engine_env
-def test_the_compat_fix_is_still_needed_and_still_applies(sglang_python):
+def test_the_compat_fix_is_still_needed_and_still_applies(probes):
     """Without the fix the CUDA kernel wheel does not import (no libcuda) and the CPU op is missing; with it,
     the wheel imports, the op exists and does what SGLang's C++ kernel does. A release that imports on a CPU
     or ships the op makes the first half fail: then the fix is to be dropped."""
-    bare = _probe(sglang_python, "import sgl_kernel", compat=False)
-    assert bare.returncode != 0 and "libcuda.so.1" in bare.stderr, "sgl_kernel imports on a CPU: drop the fix"
-    versions = _probe(
-        sglang_python,
-        "from importlib.metadata import version as v; print(v('sglang'), v('sglang-kernel'))",
-        compat=False,
-    )
-    assert versions.stdout.split() == ["0.5.23", "0.4.10"], "the fix was written for sglang 0.5.23 / kernel 0.4.10"
-    code = (
-        "import torch, sgl_kernel\n"
-        "assert sgl_kernel.common_ops is None\n"
-        "rt = torch.zeros(3, 8, dtype=torch.int32)\n"
-        "torch.ops.sgl_kernel.assign_req_to_token_pool_cpu(torch.tensor([2, 0]), rt, torch.tensor([1, 0]),"
-        " torch.tensor([3, 1]), torch.tensor([7, 8, 9]), 8)\n"
-        "print(rt.tolist())\n"
-        "from sglang.srt.mem_cache import allocation\n"
-    )
-    fixed = _probe(sglang_python, code, compat=True)
+    bare = probes["bare"]
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    versions, imported = bare.stdout.splitlines()[0], "\n".join(bare.stdout.splitlines()[1:])
+    assert versions.split() == ["0.5.23", "0.4.10"], "the fix was written for sglang 0.5.23 / kernel 0.4.10"
+    assert imported.startswith("FAILED") and "libcuda.so.1" in imported, "sgl_kernel imports on a CPU: drop the fix"
+    fixed = probes["fixed"]
     assert fixed.returncode == 0, fixed.stderr[-3000:]
-    assert fixed.stdout.strip() == str([[9, 0, 0, 0, 0, 0, 0, 0], [0] * 8, [0, 7, 8, 0, 0, 0, 0, 0]])
+    assert fixed.stdout.splitlines()[0] == str([[9, 0, 0, 0, 0, 0, 0, 0], [0] * 8, [0, 7, 8, 0, 0, 0, 0, 0]])
 
 
 def test_data_parallel_sglang_gets_the_bind_host_fix_before_its_own_pythonpath(monkeypatch):
@@ -105,28 +136,14 @@ def test_data_parallel_sglang_gets_the_bind_host_fix_before_its_own_pythonpath(m
 
 
 @pytest.mark.engine_env
-def test_the_bind_host_fix_binds_the_dp_controller_s_port_placeholder_on_the_served_host(sglang_python):
+def test_the_bind_host_fix_binds_the_dp_controller_s_port_placeholder_on_the_served_host(probes):
     """In the SGLang environment, the bind_port the data-parallel controller calls (its own import of it) binds
     every interface without kvlab's fix and the served host with it, and the CPU fix after it on the path still
     applies (sgl_kernel imports on a machine without libcuda)."""
-    from kvlab.engines.sglang import BIND_HOST_ENV, BIND_HOST_SHIM
-
-    code = (
-        "from sglang.srt.managers import data_parallel_controller as d\n"
-        "s = d.bind_port(0); print(s.getsockname()[0]); s.close()\n"
-        "import sgl_kernel\n"
-    )
-    env = {"PATH": "/usr/bin:/bin", "SGLANG_USE_CPU_ENGINE": "1", "PYTHONPATH": f"{BIND_HOST_SHIM}:{COMPAT}"}
-    fixed = subprocess.run(
-        [str(sglang_python), "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**env, BIND_HOST_ENV: "127.0.0.1"},
-    )
+    fixed = probes["bind"]
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert fixed.stdout.split()[-1] == "127.0.0.1"
-    bare = _probe(sglang_python, code, compat=True)  # the CPU fix alone: SGLang's own placeholder
+    bare = probes["fixed"]  # the CPU fix alone: SGLang's own placeholder
     assert bare.returncode == 0, bare.stderr[-3000:]
     assert bare.stdout.split()[-1] in ("0.0.0.0", "::"), "SGLang binds its placeholder on one host now: drop the fix"
 
