@@ -4,6 +4,7 @@ import html
 import json
 import re
 import shutil
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -26,6 +27,7 @@ from notebook_data import (
 )
 from payloads import IMG_TEXT, SCRIPT_TEXT, SPOOFED_FOLDER, SPOOFED_SHOWN, assert_no_live_payload
 from prefix_frames import conc_runs, multi_turn_frames, sharing_runs
+from support import pages
 
 #: The one rendered pin per report beside its answer: 07's command, escaped where the page shows it. Every number is
 #: tested on its typed source (VERDICT_VALUES, test_fixture_findings_are_the_numbers_the_reports_state), not on the page.
@@ -222,6 +224,9 @@ def test_notebook_executes_and_exports(nb, built_reports):
     assert_no_live_payload(html)
     if nb.name[:2] != "07":  # 07 reads only cpu_capacity's runs, which the fixture runs do not hold
         assert IMG_TEXT in html and SCRIPT_TEXT in html
+    if nb.name[:2] in ("01", "02", "03"):  # the fixture's long-context runs: vLLM and sglang-jax, contexts with K
+        assert html.count("sglang-jax (CPU): SGLang's JAX runtime") == 1, nb.name  # said once, in the panel
+        assert "<strong>not PyTorch SGLang</strong>" in html and html.count("K = 1,024") == 1, nb.name
     # code is hidden for readers, but the template notebook stays untouched (no outputs); the explore cell is for
     # JupyterLab only
     assert "from kvlab import" not in html and "To explore:" not in html
@@ -234,25 +239,18 @@ def test_notebook_executes_and_exports(nb, built_reports):
 
 
 def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
-    """Measured sections of 01-03 name both engines and compute every sentence from the fixed runs."""
+    """Measured sections of 01-03 name both engines and compute every sentence from the fixed runs: each study and
+    its page's sections, as the notebook computes and shows them (in this process: the notebooks' execution and
+    export, and the sglang-jax note and K = 1,024 on their pages, are test_notebook_executes_and_exports')."""
     from kvlab.studies.memory_utilisation import frames as mf
     import numpy as np
 
     data = write_two_engine_runs(tmp_path / "data")
-    reps = {
-        p: reports.run_one(reports.notebooks([p])[0], tmp_path / "out", {"data_dir": str(data)})
-        for p in ("01", "02", "03")
-    }
-    out = {p: rep.html.read_text() for p, rep in reps.items()}
+    reps = {p: pages.shown(p, {"data_dir": str(data)}) for p in ("01", "02", "03")}
     verdicts = {
-        p: [(v["claim_id"], v["outcome"], v["evidence"], v["value"], v["n"]) for v in rep.verdicts]
-        for p, rep in reps.items()
+        p: [(v["claim_id"], v["outcome"], v["evidence"], v["value"], v["n"]) for v in r.to_json()["verdicts"]]
+        for p, (r, _) in reps.items()
     }
-    note = "sglang-jax (CPU): SGLang's JAX runtime"
-    for prefix, text in out.items():
-        assert text.count(note) == 1 and "<strong>not PyTorch SGLang</strong>" in text, prefix
-    for prefix, text in out.items():  # every page that writes 64K says once what K is
-        assert "64K" in text and text.count("K = 1,024") == 1, prefix
     # CPU runs of two engines decide no GPU speed claim: each measured row quotes vLLM's 3× lead at 32K, the
     # shortest context, in its number; its value is the speed-up the claim names (sglang-jax 4 s ÷ vLLM 2 s at 64K,
     # vLLM 8 s ÷ sglang-jax 6 s at 200K); the model's crossover is an illustration beside its failed held-out test,
@@ -337,7 +335,11 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("decay_vllm,decay_sglang", "cannot be tested here", "measured"),
     ]  # vLLM 2× faster at 64K already
     assert verdicts["02"][-1][3:] == (2.0, 1)
-    assert not [v for v in reps["02"].verdicts if "standing for SGLang" in f"{v['claim']} {v['number']} {v['reason']}"]
+    assert not [
+        v
+        for v in reps["02"][0].to_json()["verdicts"]
+        if "standing for SGLang" in f"{v['claim']} {v['number']} {v['reason']}"
+    ]
     # 03: per engine and setting: runs, retries (from the attempts), batch time, TTFT, preemptions (sglang-jax serves
     # no counters: not available, never 0), contexts in order of size
     mem = wb.measured(mf.memory_experiments(wb.runs))
@@ -390,20 +392,17 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("memory_095_recommended", "cannot be tested here", "published", 0.95, 2),
     ]
     # the modelled 0.95 verdict restates the article's OOM claim (its need is taken from the claim), as in 04
-    modelled = next(v for v in reps["03"].verdicts if v["evidence"] == "modelled")
+    modelled = next(v for v in reps["03"][0].to_json()["verdicts"] if v["evidence"] == "modelled")
     assert modelled["limit"] == ASSUMED_FROM_CLAIM and modelled["unit"] == "GiB/GPU"
     # figures (#22 item 8): 02's throughput relative to 64K (published) and to the shortest measured context
-    fig02 = reports.figure_dir(reps["02"].html)
-    pub = {(r["engine"], r["context_label"]): r for r in pl.read_csv(fig02 / "figure1.csv").iter_rows(named=True)}
+    fig02 = pages.figure_data(reps["02"][1])
+    pub = {(r["engine"], r["context_label"]): r for r in fig02[1].iter_rows(named=True)}
     for e in ("vllm", "sglang"):
         assert pub[(e, "64K")]["batches_per_s_rel"] == 1.0 and pub[(e, "200K")]["reference_context"] == "64K"
         assert pub[(e, "200K")]["batches_per_s_rel"] == pytest.approx(
             pub[(e, "64K")]["batch_time_s"] / pub[(e, "200K")]["batch_time_s"]
         )
-    rel = {
-        (r["engine"], r["context_tokens"]): r["output_tokens_per_s_rel"]
-        for r in pl.read_csv(fig02 / "figure3.csv").iter_rows(named=True)
-    }
+    rel = {(r["engine"], r["context_tokens"]): r["output_tokens_per_s_rel"] for r in fig02[3].iter_rows(named=True)}
     assert rel == {
         ("vllm", 1024): 1.0,
         ("vllm", 2048): 0.5,
@@ -412,9 +411,9 @@ def test_reports_01_02_03_compare_both_measured_engines(tmp_path):
         ("sglang-jax", 2048): 0.75,
         ("sglang-jax", 6400): 0.5,
     }  # 3, 4, 6 s
-    assert {r["reference_context"] for r in pl.read_csv(fig02 / "figure3.csv").iter_rows(named=True)} == {"32K"}
+    assert {r["reference_context"] for r in fig02[3].iter_rows(named=True)} == {"32K"}
     # 03: each engine's 0.92 ÷ 0.95 at the one context measured at both: two points, so a table, not a figure
-    assert reps["03"].figures == 1  # the modelled headroom only
+    assert pages.figure_count(reps["03"][1]) == 1  # the modelled headroom only
 
 
 def test_every_report_opens_with_its_provenance(tmp_path):
@@ -629,13 +628,14 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
                 .with_row_index("request_index")
                 .with_columns(pl.col("request_index").cast(pl.Int64)),
             )
-    rep5 = reports.run_one(reports.notebooks(["05"])[0], tmp_path / "out", {"data_dir": str(data)})
-    r5 = rep5.html.read_text()
-    rep6 = reports.run_one(reports.notebooks(["06"])[0], tmp_path / "out", {"data_dir": str(data), "curve_points": 8})
-    r6 = rep6.html.read_text()
-    for text in (r5, r6):
-        assert text.count("<strong>sglang-jax (CPU) is not PyTorch SGLang.</strong>") == 1
-        assert text.index('class="kvlab-verdicts"') < text.index("<h2")  # the verdicts, first on the page
+    # each study and its page's sections as the notebook computes and shows them, in this process (the notebooks'
+    # execution, export and the verdicts-first order of their pages: test_notebook_executes_and_exports, test_browser)
+    r5, shown5 = pages.shown("05", {"data_dir": str(data)})
+    r6, shown6 = pages.shown("06", {"data_dir": str(data), "curve_points": 8})
+    for shown in (shown5, shown6):  # the stand-in's note, once on each page
+        text = " ".join(item.data for item in shown if isinstance(getattr(item, "data", None), str))
+        assert text.count("**sglang-jax (CPU) is not PyTorch SGLang.**") == 1, text[:500]
+    rep5, rep6 = (SimpleNamespace(verdicts=r.to_json()["verdicts"]) for r in (r5, r6))
     # the frames behind the sentences, by the notebooks' own calls on the same data folder
     from kvlab import guide
     from kvlab.studies.prefix_sharing.frames import with_turn_runs
@@ -743,7 +743,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
         ("memory_095_recommended", "cannot be tested here", 0.95, 2),
     ]
     # 05's measured figure: each engine's cache off ÷ on beside the hit rate, its data the ratios of its own rows
-    fig = pl.read_csv(reports.figure_dir(rep5.html) / "figure2.csv")
+    fig = pages.figure_data(shown5)[2]
     for (engine, frac), g in fig.group_by(["engine", "shared_fraction"]):
         on, off = (
             g.filter(pl.col("prefix_caching")).row(0, named=True),
@@ -754,7 +754,7 @@ def test_reports_05_06_compare_both_measured_engines(tmp_path):
     # 06's modelled curves (figure 2, after the tree) for Llama-3.1-8B, which no published point was fitted on: bands
     # over report 04's 96 assumption sets x the priors' centre, fast end and slow end (the uncalibrated roofline, never
     # the Kimi-K3 fit): the figure's data holds each curve's lowest and highest beside its centre line
-    curve = pl.read_csv(reports.figure_dir(rep6.html) / "figure2.csv")
+    curve = pages.figure_data(shown6)[2]
     assert {"batch_time_s_lo", "batch_time_s_hi", "output_tokens_per_s_lo", "output_tokens_per_s_hi"} <= set(
         curve.columns
     )
@@ -863,13 +863,15 @@ def test_a_page_that_abbreviates_tokens_with_k_says_what_k_is_once():
 
 def test_report_07_on_capacity_runs(tmp_path):
     """The SYNTHETIC capacity runs of tests/notebook_data.py (CAPACITY, not measured) as stored runs with telemetry:
-    report 07's figures are drawn from data written beside it (CSV), its numbers and verdicts computed from them."""
-    import json
-
+    report 07's figures are drawn from the data they link (figureN.csv on the page), its numbers and verdicts computed
+    from them."""
     data = write_capacity_probes(write_capacity_runs(tmp_path / "data"))
-    rep = reports.run_one(reports.notebooks(["07"])[0], tmp_path / "out", {"data_dir": str(data)})
-    folder = reports.figure_dir(rep.html)
-    listing = json.loads((folder / reports.FIGURES_JSON).read_text())
+    # the study and its page's sections as the notebook computes and shows them, in this process (the build writes
+    # each figure's data, FigureView.payload, as figureN.csv: test_notebook_executes_and_exports)
+    result, shown = pages.shown("07", {"data_dir": str(data)})
+    rep = SimpleNamespace(verdicts=result.to_json()["verdicts"], answer=result.to_json()["answer"])
+    data_of = pages.figure_data(shown)
+    listing = [v.payload() for v in shown if isinstance(v, figures.FigureView) and v.data is not None]
     assert [(f["number"], f["file"], f["rows"]) for f in listing] == [
         (1, "figure1.csv", 24),
         (2, "figure2.csv", 24),
@@ -880,15 +882,15 @@ def test_report_07_on_capacity_runs(tmp_path):
         (7, "figure7.csv", 4),
         (8, "figure8.csv", 12),
     ]
-    assert rep.figures == 8
+    assert pages.figure_count(shown) == 8
     # figures 3-6: telemetry over time, one figure per context x memory setting (legible on a phone), the 5 samples
     # of each of the 24 load points, each drawn as a line
-    over = pl.concat([pl.read_csv(folder / f"figure{i}.csv") for i in (3, 4, 5, 6)])
+    over = pl.concat([data_of[i].select("run_id", "samples", "line") for i in (3, 4, 5, 6)])
     assert over["run_id"].n_unique() == 24 and over["samples"].unique().to_list() == [5] and over["line"].all()
-    assert [pl.read_csv(folder / f"figure{i}.csv").select("context_tokens", "mem_util").unique().rows() for i in (
+    assert [data_of[i].select("context_tokens", "mem_util").unique().rows() for i in (
         3, 4, 5, 6)] == [[(1024, 0.92)], [(1024, 0.95)], [(3200, 0.92)], [(3200, 0.95)]]  # fmt: skip
     # figure 1: per load point, output tokens/s per device = 64 x 2c tokens / window and per user = 1,000 / TPOT
-    curve = pl.read_csv(folder / "figure1.csv")
+    curve = data_of[1]
     r = curve.filter(
         (pl.col("engine") == "vllm")
         & (pl.col("context_tokens") == 3200)
@@ -904,7 +906,7 @@ def test_report_07_on_capacity_runs(tmp_path):
     ) == (51.2, pytest.approx(1000 / 150), 0.5, False, 0.4)
     assert curve["within_slo"].sum() == 22 and curve["on_front"].sum() == 23
     # figure 2: telemetry against the ceiling (8,192 // 3,200 = 2)
-    tele = pl.read_csv(folder / "figure2.csv")
+    tele = data_of[2]
     past = tele.filter(pl.col("past_ceiling")).sort("engine")
     assert past.select("engine", "concurrency_ceiling", "kv_usage_peak", "waiting_peak", "preemptions").rows() == [
         ("sglang", 2, 0.98, 2.0, 1.0),
@@ -912,7 +914,7 @@ def test_report_07_on_capacity_runs(tmp_path):
     ]
     assert set(tele["telemetry"]) == {"sampled"}
     # figure 3: the map, vLLM 2x at 64K, 1.6x at 200K / 0.92; SGLang 1.25x at 200K / 0.95
-    gmap = pl.read_csv(folder / "figure7.csv").sort("context_tokens", "mem_util")
+    gmap = data_of[7].sort("context_tokens", "mem_util")
     assert gmap.select("context_tokens", "mem_util", "winner", "margin", "n").rows() == [
         (1024, 0.92, "vllm", 2.0, 1),
         (1024, 0.95, "vllm", 2.0, 1),
@@ -927,7 +929,7 @@ def test_report_07_on_capacity_runs(tmp_path):
         ("differs from token 3 (8 of 8 prompts)", True),
     ]
     # figure 4: the modelled B300 ceilings, labelled modelled
-    modelled = pl.read_csv(folder / "figure8.csv")
+    modelled = data_of[8]
     assert set(modelled["source"]) == {"modelled"} and modelled.filter(
         (pl.col("dcp") == 8) & (pl.col("mem_util") == 0.92) & (pl.col("context_tokens") == 204800)
     )["concurrency_ceiling"].to_list() == [51]  # SGLang's KV pool: what its fraction leaves, less the KDA state's pool

@@ -1,0 +1,46 @@
+"""A report as its notebook computes and shows it, in the test's own process: the typed result and what each of the
+notebook's ``page.<section>(r, wb)`` cells returns, in the notebook's order, so the figures are numbered as on the
+built page. No kernel starts and nothing is exported: a test that reads numbers, verdicts and figure data needs
+neither (conftest.built_reports executes and exports every notebook once, and the page tests read those pages)."""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib.pyplot as plt
+import nbformat
+import polars as pl
+
+from kvlab import reports, studies
+from kvlab.figures import FigureView
+
+#: A notebook line that shows a section of the study's page module
+SECTION_CALL = re.compile(r"^page\.(\w+)\(r, wb\)$", re.M)
+
+
+def shown(prefix: str, parameters: dict) -> tuple[studies.StudyResult, list]:
+    """``prefix``'s study computed with ``parameters`` over the notebook's defaults, as its first cell does, and every
+    item its page's cells show, in order."""
+    nb = reports.notebooks([prefix])[0]
+    wb, r, page = studies.open_page(prefix, reports._defaults(nb) | parameters)
+    items = []
+    try:
+        for cell in nbformat.read(nb, as_version=4).cells:
+            if cell.cell_type == "code":
+                for name in SECTION_CALL.findall(cell.source):
+                    items += list(getattr(page, name)(r, wb))
+    finally:
+        plt.close("all")  # the figures' data is what a test reads; their drawings are not kept
+    return r, items
+
+
+def figure_data(items: list) -> dict[int, pl.DataFrame]:
+    """The data each numbered figure links as its CSV (what the build writes as figureN.csv), by figure number."""
+    return {
+        v.number: v.data for v in items if isinstance(v, FigureView) and v.number is not None and v.data is not None
+    }
+
+
+def figure_count(items: list) -> int:
+    """How many figures the page shows."""
+    return sum(isinstance(v, FigureView) for v in items)
