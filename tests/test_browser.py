@@ -3,10 +3,16 @@
 The whole set is built once (conftest.built_reports: default parameters, the real measured runs of tests/fixtures,
 so the measured sections are on the page on every machine) and each page is checked for what
 issue #13 asks of every report: a verdict box first, then provenance (issue 22's order), no raw dataframe or error
-output, every figure with alt text and a sentence, nothing wider than the page. The fixture data is hostile
-(tests/payloads.py, issue #25): every page carries script payloads as data, and none may run.
+output, every figure with alt text and a sentence, nothing wider than the page, at a desktop's width and at a phone's
+(issue 53). The fixture data is hostile (tests/payloads.py, issue #25): every page carries script payloads as data, and
+none may run.
+
+One headless Chromium (the system's, never a downloaded one) serves the whole module, driven through Playwright: each
+check opens a page in a browser context of its own at the viewport it needs, loads the file:// URL and reads what its
+probes wrote; screenshots and the printed PDF come from the same browser.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -26,13 +32,50 @@ NOTEBOOKS = [p.stem for p in reports.notebooks()]
 WIDTH = 1200
 
 
+#: The flags every launch of Chromium had when each check started its own: no network of its own, no GPU, no sandbox
+#: (a container's root), no scrollbars taking width from the layout.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
+#: Milliseconds a launch, a load, a screenshot or a print may take (each check's own launch had 120 s)
+TIMEOUT_MS = 120_000
+
+
 @pytest.fixture(scope="module")
 def browser():
+    """The module's one headless Chromium: the system's (`make browser`), launched through Playwright (the `test`
+    extra, `make install`), which never downloads a browser of its own here. What the checks get is one browser
+    context in it (a fresh profile, for the module: the pages keep nothing in storage), in which each check opens a
+    page of its own."""
     if CHROMIUM is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed: `make test` installs it with apt (needs root)")
         pytest.skip("chromium not installed (run `make browser`)")
-    return CHROMIUM
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as e:
+        reason = f"the playwright library is not importable ({e}): run `make install` (the test extra installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    driver = sync_playwright().start()
+    try:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, timeout=TIMEOUT_MS)
+        try:
+            context = chromium.new_context()
+            context.set_default_timeout(TIMEOUT_MS)
+            yield context
+        finally:
+            chromium.close()
+    finally:
+        driver.stop()
 
 
 @pytest.fixture(scope="module")
@@ -40,32 +83,23 @@ def built(built_reports):
     return built_reports[0]
 
 
-def _chromium(browser, page, profile, *args):
-    return subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={profile}",
-            "--hide-scrollbars",
-            *args,
-            page.as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-        text=True,
-    )
+@contextlib.contextmanager
+def _open(browser, page, size: tuple[int, int]):
+    """``page`` (a file) in a new page of ``browser`` (the module's context) with a ``size`` viewport, once its load
+    event has fired; closed after."""
+    tab = browser.new_page()
+    try:
+        tab.set_viewport_size({"width": size[0], "height": size[1]})
+        tab.goto(page.as_uri(), wait_until="load")
+        yield tab
+    finally:
+        tab.close()
 
 
-def screenshot(browser, page, png, tmp_path, height=1400):
-    _chromium(browser, page, tmp_path / "profile", f"--window-size={WIDTH},{height}", f"--screenshot={png}")
+def screenshot(browser, page, png, height=1400):
+    """What the first ``height`` px of ``page`` show in a window ``WIDTH`` px wide."""
+    with _open(browser, page, (WIDTH, height)) as tab:
+        tab.screenshot(path=png)
     return mpimg.imread(png)
 
 
@@ -124,9 +158,27 @@ DIALOG_PROBE = """<script id="kvlab-dialog-probe">
 </script>""" % (_js(IMG), _js(SCRIPT))
 
 
-def _dump(browser, page, tmp_path, size: tuple[int, int], top: str = "", end: str = "") -> str:
-    """The DOM of a copy of ``page`` laid out at ``size``, with ``top`` injected first in its <head> (before any
-    script of the page) and ``end`` last in its <body>, after its scripts have run."""
+#: What the probes named (the ids of their <pre>) wrote, parsed, each once it has written it (the dialog probe: its
+#: report after the load event), and the page's named <meta> elements (name: content); and whether all had written.
+PROBES_READ = """ids => {
+  const found = {meta: Object.fromEntries([...document.querySelectorAll('meta[name]')].map(m => [m.name, m.content]))};
+  let done = true;
+  for (const id of ids) {
+    const out = document.getElementById(id);
+    let value = null;
+    try { value = out && JSON.parse(out.textContent); } catch (e) { value = null; }
+    if (value && value.shown !== null) found[id] = value; else done = false;
+  }
+  return [done, found];
+}"""
+
+
+def _load(browser, page, size: tuple[int, int], top: str = "", end: str = "", probes: tuple[str, ...] = ()) -> dict:
+    """What the ``probes`` (the ids of their <pre>) found in a copy of ``page`` laid out at ``size``, with ``top``
+    injected first in its <head> (before any script of the page) and ``end`` last in its <body>, after its scripts
+    have run; read once all have written (or 10 s have passed: `_read` then says which did not run)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     text = page.read_text()
     if top:
         text, n = re.subn(r"<head[^>]*>", lambda m: m.group(0) + top, text, count=1)
@@ -134,30 +186,23 @@ def _dump(browser, page, tmp_path, size: tuple[int, int], top: str = "", end: st
     probe = page.with_name(f"probe_{page.name}")
     probe.write_text(text.replace("</body>", end + "</body>"))
     try:
-        return _chromium(
-            browser,
-            probe,
-            tmp_path / "profile",
-            f"--window-size={size[0]},{size[1]}",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-        ).stdout
+        with _open(browser, probe, size) as tab:
+            with contextlib.suppress(PlaywrightTimeout):
+                tab.wait_for_function(f"ids => ({PROBES_READ})(ids)[0]", arg=list(probes), timeout=10_000)
+            return tab.evaluate(PROBES_READ, list(probes))[1]
     finally:
         probe.unlink()
 
 
-def _read(dom: str, probe_id: str) -> dict:
+def _read(found: dict, probe_id: str) -> dict:
     """The JSON a probe wrote into its <pre id=probe_id>."""
-    found = re.search(rf'<pre id="{probe_id}"[^>]*>(.*?)</pre>', dom, re.S)
-    assert found, f"the {probe_id} probe did not run"
-    return json.loads(
-        found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    )
+    assert probe_id in found, f"the {probe_id} probe did not run"
+    return found[probe_id]
 
 
-def _probe(browser, page, tmp_path, script: str, probe_id: str, size: tuple[int, int]) -> dict:
+def _probe(browser, page, script: str, probe_id: str, size: tuple[int, int]) -> dict:
     """Run ``script`` (it writes JSON into <pre id=probe_id>) in a copy of ``page`` laid out at ``size``."""
-    return _read(_dump(browser, page, tmp_path, size, end=script), probe_id)
+    return _read(_load(browser, page, size, end=script, probes=(probe_id,)), probe_id)
 
 
 #: Injected at the end of a copy of a page: where its answer starts (the index's answer section, a report's
@@ -179,25 +224,25 @@ window.addEventListener('load', () => {
 
 
 @pytest.fixture(scope="module")
-def probed(browser, built, tmp_path_factory):
+def probed(browser, built):
     """Each page (a report's name or "index") loaded once at 1280×800 (the first screen issue 39 asks about) with
-    the dialog probe at its top and the overflow and answer probes at its end: its DOM, kept for the tests that
-    read any probe."""
-    doms = {}
+    the dialog probe at its top and the overflow and answer probes at its end: what the three found, kept for the
+    tests that read any probe."""
+    pages = {}
 
-    def dom(name: str) -> str:
-        if name not in doms:
-            doms[name] = _dump(
+    def found(name: str) -> dict:
+        if name not in pages:
+            pages[name] = _load(
                 browser,
                 built / f"{name}.html",
-                tmp_path_factory.mktemp("probe"),
                 (1280, 800),
                 top=DIALOG_PROBE,
                 end=OVERFLOW_PROBE + ANSWER_PROBE,
+                probes=("kvlab-dialogs", "kvlab-overflow", "kvlab-answer-probe"),
             )
-        return doms[name]
+        return pages[name]
 
-    return dom
+    return found
 
 
 PAGES = NOTEBOOKS + ["index"]
@@ -224,6 +269,15 @@ def test_the_answer_is_on_the_first_screen_with_the_top_bar(probed, name):
 
 #: Issue 39's printed lengths: A4 pages at Chromium's default margins.
 MAX_PRINTED_PAGES = {"index": 4, **dict.fromkeys(NOTEBOOKS, 8)}
+#: Chromium's default print margins (what its --print-to-pdf used): 1 cm on every side
+PRINT_MARGINS = dict.fromkeys(("top", "right", "bottom", "left"), "1cm")
+
+
+def print_to_pdf(browser, page, pdf):
+    """``page`` printed to ``pdf`` as Chromium's --print-to-pdf printed it: A4 (the pages' own `@page { size: A4 }`,
+    honoured as that flag honoured it), Chromium's default margins, no header or footer."""
+    with _open(browser, page, (WIDTH, 900)) as tab:
+        tab.pdf(path=pdf, format="A4", prefer_css_page_size=True, margin=PRINT_MARGINS)
 
 
 def printed_pages(pdf) -> int:
@@ -238,7 +292,7 @@ def test_the_printed_page_is_short(browser, built, name, tmp_path):
     """Issue 39: a report prints on at most 8 A4 pages, the index on at most 4 (headless Chromium's print to PDF,
     its default margins)."""
     pdf = tmp_path / f"{name}.pdf"
-    _chromium(browser, built / f"{name}.html", tmp_path / "profile", f"--print-to-pdf={pdf}", "--no-pdf-header-footer")
+    print_to_pdf(browser, built / f"{name}.html", pdf)
     assert printed_pages(pdf) <= MAX_PRINTED_PAGES[name], f"{name}: {printed_pages(pdf)} A4 pages"
 
 
@@ -281,10 +335,10 @@ window.addEventListener('load', () => {
 </script>"""
 
 
-def test_the_runs_table_sorts_and_filters_from_file(browser, built, tmp_path):
+def test_the_runs_table_sorts_and_filters_from_file(browser, built):
     """The index's runs table, opened from file:// in Chromium: a click on TTFT p50 sorts the runs by it, a second
     reverses them; the filter keeps only the rows with its text and says how many."""
-    found = _probe(browser, built / "index.html", tmp_path, SORT_PROBE, "kvlab-sort", (1280, 800))
+    found = _probe(browser, built / "index.html", SORT_PROBE, "kvlab-sort", (1280, 800))
     assert found["up"] == sorted(found["before"]) and found["down"] == sorted(found["before"], reverse=True), found
     assert len(found["up"]) > 10 and found["up"] != found["down"], found
     assert all(found["kept"]) and found["count"] == f"{len(found['kept'])} of {found['rows']} runs", found
@@ -414,6 +468,21 @@ def test_nothing_is_wider_than_the_page(probed, name):
     assert found["page"] <= found["window"] and not found["bad"], found
 
 
+#: A phone held upright (issue 53): 390 CSS px wide
+PHONE = (390, 844)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS + ["index", "glossary"])
+def test_every_page_fits_a_phone(browser, built, name):
+    """Issue 53: every page, the index and the glossary included, at a 390×844 viewport: it declares the viewport
+    meta (so a phone lays it out at its own width, not a desktop's), and nothing is wider than the page except inside
+    a sideways-scrolling table wrapper (`.kvlab-table-wrap`: the overflow probe's rule, as at 1280 px)."""
+    loaded = _load(browser, built / f"{name}.html", PHONE, end=OVERFLOW_PROBE, probes=("kvlab-overflow",))
+    assert loaded["meta"].get("viewport", "").startswith("width=device-width"), f"{name}: no viewport meta"
+    found = _read(loaded, "kvlab-overflow")
+    assert found["page"] <= found["window"] and not found["bad"], f"{name} at {PHONE[0]} px: {found}"
+
+
 #: What the dialog probe finds on a page where the payloads are text only
 INERT = {"calls": [], "img": 0, "scripts": 0, "handlers": [], "links": 0, "shown": [True, True]}
 
@@ -442,7 +511,7 @@ def test_the_dialog_probe_sees_a_live_payload(browser, tmp_path):
         f"<!DOCTYPE html><html><head><title>t</title></head><body><p>{IMG}</p>{SCRIPT}{link}"
         f"<p>{html.escape(IMG)} {html.escape(SCRIPT)} {html.escape(LINK)}</p></body></html>"
     )
-    found = _read(_dump(browser, page, tmp_path, (WIDTH, 900), top=DIALOG_PROBE), "kvlab-dialogs")
+    found = _read(_load(browser, page, (WIDTH, 900), top=DIALOG_PROBE, probes=("kvlab-dialogs",)), "kvlab-dialogs")
     assert sorted(found["calls"]) == ["alert(1)", "alert(2)"], found
     assert (found["img"], found["scripts"], found["handlers"], found["links"], found["shown"]) == (
         1,
@@ -470,9 +539,9 @@ def test_index_answers_first_and_links_every_report_and_its_data(built):
 
 
 def test_index_and_report_render_with_figures(browser, built, tmp_path):
-    index = screenshot(browser, built / "index.html", tmp_path / "index.png", tmp_path, height=600)
+    index = screenshot(browser, built / "index.html", tmp_path / "index.png", height=600)
     assert index.shape[0] == 600 and index.std() > 0.01  # not a blank page
-    page = screenshot(browser, built / "01_context_scaling.html", tmp_path / "report.png", tmp_path, height=4000)
+    page = screenshot(browser, built / "01_context_scaling.html", tmp_path / "report.png", height=4000)
     rgb = page[..., :3]
     # the engines' bar colours (vLLM blue #3b75af, SGLang orange #e1812c) are on screen: the figure rendered
     blue = (
@@ -513,10 +582,10 @@ def test_the_glyph_check_finds_tofu():
 
 
 @pytest.mark.parametrize("name", ["index", "01_context_scaling", "05_prefix_sharing"])
-def test_the_answer_is_on_the_first_screen(browser, built, name, tmp_path):
+def test_the_answer_is_on_the_first_screen(browser, built, name):
     """At 1280×800 the answer is on the first screen, on every report above its verdict box (headline first), the
     provenance panel after the box; the index answers first and counts the verdicts after the reports."""
-    found = _probe(browser, built / f"{name}.html", tmp_path, FIRST_SCREEN_PROBE, "kvlab-first-screen", (1280, 800))
+    found = _probe(browser, built / f"{name}.html", FIRST_SCREEN_PROBE, "kvlab-first-screen", (1280, 800))
     assert found["answer"] is not None and found["answer"] < 800, found
     assert found["headline"] is not None and found["headline"] > found["answer"], found
     if name != "index":
