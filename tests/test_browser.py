@@ -104,13 +104,19 @@ def screenshot(browser, page, png, height=1400):
 
 
 #: Injected into a copy of a page: after layout, list every element that reaches past the window's right edge
-#: outside a sideways-scrolling table wrapper, and whether the page itself scrolls sideways.
+#: outside a box that scrolls sideways within the window (a table wrapper, a table shown as a scrolling block), and
+#: whether the page itself scrolls sideways.
 OVERFLOW_PROBE = """<script>
 window.addEventListener('load', () => {
   const w = document.documentElement.clientWidth, bad = [];
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX)
+                        && el.getBoundingClientRect().right <= w + 1;
+  const inScroller = el => { for (let a = el.parentElement; a && a !== document.body; a = a.parentElement)
+                               if (scrolls(a)) return true;
+                             return false; };
   for (const el of document.querySelectorAll('body *')) {
     const r = el.getBoundingClientRect();
-    if (r.width > 0 && r.right > w + 1 && !el.closest('.kvlab-table-wrap'))
+    if (r.width > 0 && r.right > w + 1 && !el.closest('.kvlab-table-wrap') && !inScroller(el))
       bad.push(`${el.tagName}.${el.className}: ${Math.round(r.right)}px "${(el.textContent || '').slice(0, 60)}"`);
   }
   const out = document.createElement('pre'); out.id = 'kvlab-overflow';
