@@ -215,6 +215,14 @@ class FigureView:
             f'<img alt="{html.escape(self.alt)}" style="width: {width}px; max-width: 100%; height: auto;" '
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
         )
+        return (
+            f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
+            f'<figcaption style="max-width: {max(width, 480)}px;">{self.caption_html()}</figcaption></figure>'
+        )
+
+    def caption_html(self) -> str:
+        """What the figure's caption shows: its number, its sentence and the link to its data (the page's text; the
+        image itself has none)."""
         link = ""
         if self.data is not None:
             folder = os.environ.get(FIGURE_DIR_ENV)
@@ -226,12 +234,8 @@ class FigureView:
             link = (
                 f' <a class="kvlab-figure-data" download="{self.data_file}" href="{html.escape(href)}">data (CSV)</a>'
             )
-        return (
-            f'<figure class="kvlab-figure" style="margin: .5rem 0 1rem;">{img}'
-            f'<figcaption style="max-width: {max(width, 480)}px;">'
-            + (f"<b>Figure {self.number}.</b> " if self.number is not None else "")
-            + f"{markdown_inline(self.caption)}{link}</figcaption></figure>"
-        )
+        number = f"<b>Figure {self.number}.</b> " if self.number is not None else ""
+        return f"{number}{markdown_inline(self.caption)}{link}"
 
     @property
     def data_file(self) -> str:

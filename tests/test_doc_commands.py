@@ -115,7 +115,8 @@ MAKE_PLANS: dict[str, tuple[str, ...]] = {
     "make ENGINE_PYTHON312=/path/to/python3.12 engines-sglang-jax": ("uv venv -q --python /path/to/python3.12",),
     "make test": (
         "-r kvlab/engines/envs/sglang-jax-cpu.lock",
-        'pytest -m "(engine or engine_env) and not cluster and not full"',
+        "chrt --idle 0",  # the computing tests on the engines' cores, idle-scheduled
+        'pytest -m "engine and not cluster and not full"',
         "tests marked full",
     ),
     "make test-fast": ('pytest -m "not engine and not browser and not cluster" -n 2',),

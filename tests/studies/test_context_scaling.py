@@ -28,6 +28,7 @@ from kvlab.studies.measured_frames import (
     with_context_names,
 )
 from kvlab.studies import measured_frames
+from support import pages
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -221,7 +222,7 @@ def _page_text(r, wb, box: bool = True) -> str:
         elif cell.source.startswith("page."):
             for item in getattr(page, cell.source.split("(")[0].removeprefix("page."))(r, wb):
                 parts.append(mistune.html(item.data) if hasattr(item, "data") and isinstance(item.data, str) else "")
-                parts.append(item._repr_html_() if hasattr(item, "_repr_html_") else "")
+                parts.append(pages.text_html(item))
     return "\n".join(parts)
 
 

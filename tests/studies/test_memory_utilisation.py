@@ -18,6 +18,7 @@ from kvlab.studies.memory_utilisation import frames as mf
 from kvlab.studies.memory_utilisation.figures import memory_ratio_figure
 from kvlab.studies.memory_utilisation.result import MemoryUtilisationResult
 from kvlab.verdicts import Verdict, family_of
+from support import pages
 
 CLAIMS = store.load_claims().filter(pl.col("experiment") == "article_b300")
 #: Words that name a direction of 0.92 against 0.95 (or a winner): none may appear where the verdict does not decide.
@@ -259,7 +260,7 @@ def _html(section, skip: tuple[str, ...] = ()) -> str:
         if isinstance(text, str):
             out.append(mistune.html(item.data))  # Markdown
         elif hasattr(item, "_repr_html_"):
-            out.append(item._repr_html_())
+            out.append(pages.text_html(item))
         else:
             out.append(item._repr_mimebundle_()["text/html"])
     return "\n".join(out)

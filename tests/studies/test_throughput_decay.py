@@ -16,6 +16,7 @@ from kvlab import prose, reports, store, studies, verdicts
 from kvlab.studies.measured_frames import decay_factors, pool_excesses, pool_fit
 from kvlab.studies.throughput_decay import ThroughputDecayResult, checks, frames, page, words
 from kvlab.studies import measured_frames
+from support import pages
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -156,7 +157,7 @@ def _page_text(r, wb, box: bool = True) -> str:
         elif cell.source.startswith("page."):
             for item in getattr(page, cell.source.split("(")[0].removeprefix("page."))(r, wb):
                 parts.append(mistune.html(item.data) if isinstance(getattr(item, "data", None), str) else "")
-                parts.append(item._repr_html_() if hasattr(item, "_repr_html_") else "")
+                parts.append(pages.text_html(item))
     return "\n".join(parts)
 
 

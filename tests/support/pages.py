@@ -44,3 +44,11 @@ def figure_data(items: list) -> dict[int, pl.DataFrame]:
 def figure_count(items: list) -> int:
     """How many figures the page shows."""
     return sum(isinstance(v, FigureView) for v in items)
+
+
+def text_html(item) -> str:
+    """One shown item as the page's text carries it, for the prose checks: a figure by its caption (its image holds
+    no text, and is not drawn here), anything else by its own HTML."""
+    if isinstance(item, FigureView):
+        return f"<figure><figcaption>{item.caption_html()}</figcaption></figure>"
+    return item._repr_html_() if hasattr(item, "_repr_html_") else ""
