@@ -81,7 +81,15 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     article's questions answer from the measured runs, as typed results (what the pages show: test_notebooks)."""
     from kvlab import reports, studies
 
-    kvlab("report", "--out", str(tmp_path), "--only", "02", "-p", f"data_dir={measured}")
+    from typer.testing import CliRunner
+
+    from kvlab import cli
+
+    built = CliRunner().invoke(
+        cli.app, ["report", "--out", str(tmp_path), "--only", "02", "-p", f"data_dir={measured}"]
+    )
+    assert built.exit_code == 0, built.output[-3000:]  # in this process: the console script is test_report_parameters'
+
     listed = {r["notebook"]: r for r in reports.read_index(tmp_path / "index.json")}
     assert listed["02_throughput_decay.ipynb"]["answer"]["sentences"] and (tmp_path / "index.html").exists()
     result = {

@@ -107,8 +107,13 @@ def parser_answers(request, tmp_path_factory):
     return answer
 
 
+#: The engines whose own parsers read kvlab's argvs: sglang-jax (the opt-in JAX runtime, whose engine test is left to
+#: `make test FULL=1` too) only with FULL=1, an 8-20 s import of its parser
+PARSED = ["vllm", "sglang", pytest.param("sglang-jax", marks=pytest.mark.full)]
+
+
 @pytest.mark.engine_env
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
+@pytest.mark.parametrize("engine", PARSED)
 def test_every_argv_parses_with_the_engines_own_parser(engine, parser_answers):
     argvs, errors, _ = parser_answers(engine)
     assert errors[-1] and "--no-such-flag" in errors[-1]  # the known-bad argv: the check can fail
@@ -117,7 +122,7 @@ def test_every_argv_parses_with_the_engines_own_parser(engine, parser_answers):
 
 
 @pytest.mark.engine_env
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "sglang-jax"])
+@pytest.mark.parametrize("engine", PARSED)
 def test_every_spelling_of_a_secret_option_the_parser_takes_is_refused(engine, parser_answers):
     """Each engine's own parser, asked which options carry a secret (destination *key, *token, *secret, *password)
     and which spellings it takes for each (abbreviations, '_' for '-'): kvlab refuses every one in extra_args."""

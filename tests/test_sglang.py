@@ -97,6 +97,8 @@ def probes(sglang_python):
 
 
 @pytest.mark.engine_env
+@pytest.mark.full  # the fix applying is what every SGLang start here shows (no CPU start without it); this test's
+# other half, that it is still needed, matters when the lock changes: three SGLang imports, about 40 s
 def test_the_compat_fix_is_still_needed_and_still_applies(probes):
     """Without the fix the CUDA kernel wheel does not import (no libcuda) and the CPU op is missing; with it,
     the wheel imports, the op exists and does what SGLang's C++ kernel does. A release that imports on a CPU
@@ -136,6 +138,8 @@ def test_data_parallel_sglang_gets_the_bind_host_fix_before_its_own_pythonpath(m
 
 
 @pytest.mark.engine_env
+@pytest.mark.full  # kvlab's side (the fix first on the path, its host set) is the default test above; this one, in
+# SGLang's own environment, matters when the lock changes
 def test_the_bind_host_fix_binds_the_dp_controller_s_port_placeholder_on_the_served_host(probes):
     """In the SGLang environment, the bind_port the data-parallel controller calls (its own import of it) binds
     every interface without kvlab's fix and the served host with it, and the CPU fix after it on the path still
