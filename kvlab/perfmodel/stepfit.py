@@ -102,9 +102,12 @@ def step_fits(runs: pl.DataFrame, min_contexts: int = 3) -> tuple[pl.DataFrame, 
         y = g["tpot_mean_ms"].to_numpy().astype(float)
         f = line_fit(x, y)
         row = dict(zip(keys, key))
-        bw = achieved_bandwidth(g.row(0, named=True), f["slope"] / 1e3, row_config)
-        lo_bw = achieved_bandwidth(g.row(0, named=True), f["slope_ci"][1] / 1e3, row_config)
-        hi_bw = achieved_bandwidth(g.row(0, named=True), f["slope_ci"][0] / 1e3, row_config)
+        # a slope its 95% interval cannot tell from zero implies no bandwidth: the runs do not show the KV read
+        resolved = f["slope_ci"][0] > 0
+        bw, lo_bw, hi_bw = (
+            achieved_bandwidth(g.row(0, named=True), s / 1e3, row_config) if resolved else math.nan
+            for s in (f["slope"], f["slope_ci"][1], f["slope_ci"][0])
+        )
         linear = "linear" if not math.isfinite(f["curvature_t"]) or abs(f["curvature_t"]) < 2 else "curved"
         if math.isnan(f["curvature_t"]):
             linear = "untested (needs 4 contexts)"

@@ -177,13 +177,16 @@ def memory_constants(
     for b, src in zip(NON_KV_INSIDE_VLLM_TARGET, log):
         rows.append((NON_KV_CONSTANT, f"{b / GIB:.1f} GiB", src, vllm,
                      replace(a, activation_bytes_per_gpu=b)))  # fmt: skip
+    # each source given once, on its constant's first row (a table row per value)
     if sglang.model.linear_state_bytes_per_seq:
-        for r in STATE_POOL_RATIOS:
+        for i, r in enumerate(STATE_POOL_RATIOS):
             src = "--mamba-full-memory-ratio (default 0.9: sgl-project/sglang server_args.py, GitHub, 2026)"
-            rows.append((STATE_RATIO_CONSTANT, f"{r:g}", src, sglang, replace(a, sglang_state_pool_ratio=r)))
-    for cfg in (vllm, sglang):
+            rows.append((STATE_RATIO_CONSTANT, f"{r:g}", src if not i else "the same setting",
+                         sglang, replace(a, sglang_state_pool_ratio=r)))  # fmt: skip
+    for i, cfg in enumerate((vllm, sglang)):
+        src = "the window the B300 article implies (0.95 failed, 0.92 ran)"
         rows.append(("need outside the target", f"{a.outside_pool_fraction:.1%} of memory",
-                     "the window the B300 article implies (0.95 failed, 0.92 ran)", cfg, a))  # fmt: skip
+                     src if not i else "the same window", cfg, a))  # fmt: skip
     out = []
     for name, value, src, cfg, ai in rows:
         m = memory(cfg, context_tokens, ai)

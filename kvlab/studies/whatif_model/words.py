@@ -396,17 +396,19 @@ def step_fits(step) -> str:
 
 
 def step_caption(step) -> str:
-    """The step-fit figure: what it draws, then per engine whether its slope's 95% interval excludes zero."""
-    parts = []
+    """The step-fit figure: what it draws, then whether each engine's slope's 95% interval excludes zero (engines
+    that say the same, said once)."""
+    said: dict[str, list[str]] = {}
     for x in step.iter_rows(named=True):
         lo, hi = x["slope_ci_low"], x["slope_ci_high"]
         if not (math.isfinite(lo) and math.isfinite(hi)):
-            said = "two contexts, so no interval"
+            what = "two contexts give no interval"
         elif lo <= 0 <= hi:
-            said = "its 95% interval includes zero, so these runs do not show step time changing with context"
+            what = "the 95% interval includes zero, so these runs do not show step time changing with context"
         else:
-            said = "step time " + ("grows" if lo > 0 else "falls") + " with context, the 95% interval excluding zero"
-        parts.append(f"{engine_label(x['engine'])}: {said}.")
+            what = "step time " + ("grows" if lo > 0 else "falls") + " with context, the 95% interval excluding zero"
+        said.setdefault(what, []).append(engine_label(x["engine"]))
+    parts = [f"For {' and '.join(engines)}, {what}." for what, engines in said.items()]
     return (
         "Measured on this host: each run's mean decode step time (TPOT) against its mean context, a least-squares "
         "line per engine (left) and what the line leaves (right). " + " ".join(parts)
