@@ -119,6 +119,7 @@ MAKE_PLANS: dict[str, tuple[str, ...]] = {
         'pytest -m "engine and not cluster and not full"',
         "tests marked full",
     ),
+    "make test FULL=1": ("chrt --idle 0", 'pytest -m "engine and not cluster"'),
     "make test-fast": ('pytest -m "not engine and not browser and not cluster" -n 2',),
     "make test-gpu-envs": ("-r kvlab/engines/envs/sglang-cuda.lock", "KVLAB_TEST_GPU_ENVS=1 .venv/bin/pytest"),
     "make test-cluster": ("--extra cluster", ".venv/bin/pytest -m cluster"),
