@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from pathlib import Path
 
@@ -305,14 +304,19 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
         (3, b"".join(lines[sched[4] + 1 : sched[9]]) + decode[:40]),  # prefills; the decode line cut mid-way
         (4, decode[40:]),
     ]
-    samples: list = []
 
-    def writer():
-        for wait_for, data in steps:
-            while len(samples) < wait_for:
-                time.sleep(0.005)
-            with open(log, "ab") as f:
-                f.write(data)
+    class Samples(list):
+        """The sampler's list: the other writer appends its next bytes as soon as the sample it waits for is taken
+        (in the sampler's turn, so a loaded machine cannot make a write miss the read it is meant for)."""
+
+        def append(self, item) -> None:
+            super().append(item)
+            for wait_for, data in steps:
+                if len(self) == wait_for:
+                    with open(log, "ab") as f:
+                        f.write(data)
+
+    samples = Samples()
 
     async def go():
         task = asyncio.create_task(metrics.tail_log_during(log, start, samples, parse_line, interval_s=0.2))
@@ -323,10 +327,7 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
-    thread = threading.Thread(target=writer)
-    thread.start()
     asyncio.run(go())
-    thread.join()
     gap = ({}, metrics.NO_NEW_LOG_LINE)
     values = [(v, err) for _, v, err in samples[:6]]
     assert values == [
