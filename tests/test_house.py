@@ -551,3 +551,20 @@ def test_the_label_parse_check_sees_what_it_looks_for(tmp_path):
         "kvlab/a.py:11: hw.lower().startswith('cpu')",
         "kvlab/store.py:4: h.startswith('CPU')",
     ]
+
+
+#: Issue 53: no function in kvlab longer than this many lines (its definition line to its last, docstring included)
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_in_kvlab_is_longer_than_80_lines():
+    import ast
+
+    long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for path in sorted((ROOT / "kvlab").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, long
