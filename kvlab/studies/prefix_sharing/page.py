@@ -95,7 +95,8 @@ def threshold(r: PrefixSharingResult, wb) -> Section:
     jump = r.verdict("shared_prefix_threshold_jump")
     for engine, found in r.thresholds.items():
         rows = r.gain.filter(pl.col("engine") == engine).to_dicts()
-        out.add(Markdown(f"**{engine_label(engine)}**\n\n" + words.threshold_lines(found, rows, jump)))
+        label = engine_label(engine)
+        out.add(Markdown(f"**{label}**\n\n" + words.threshold_lines(found, rows, jump, label)))
     return out
 
 

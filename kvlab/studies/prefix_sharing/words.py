@@ -427,15 +427,18 @@ def _shape_sentence(th, gain: list[dict], jump: Verdict | None) -> str:
     return _decided_shape(th, gain)
 
 
-def threshold_lines(th, gain: list[dict], jump: Verdict | None) -> str:
+def threshold_lines(th, gain: list[dict], jump: Verdict | None, engine: str = "") -> str:
     """One engine's threshold test in words (``gain``: its caching-gain row dicts), with the numbers that decide
-    it; the shape named only where the jump question's verdict decides."""
+    it; the shape named only where the jump question's verdict decides. ``engine`` (its label) names whose smallest
+    fraction it is, so two engines with the same numbers do not say the same sentence twice on a page."""
     if th.verdict == "no data":
         return "*Fewer than three shared fractions with the cache both on and off: the threshold cannot be tested.*"
+    whose = f"{engine}'s " if engine else "the "
     first = (
-        f"the smallest measured fraction saving at least {th.min_gain:.0%} of batch time is **{th.first_fraction:.0%} shared**"
+        f"{whose}smallest measured fraction saving at least {th.min_gain:.0%} of batch time is "
+        f"**{th.first_fraction:.0%} shared**"
         if th.first_fraction is not None
-        else f"no measured fraction saves {th.min_gain:.0%} of batch time"
+        else f"no measured fraction saves {th.min_gain:.0%} of batch time{f' on {engine}' if engine else ''}"
     )
     losses = (
         "; below it the cache cost time: " + ", ".join(f"{f:.0%} → {signed_pct(v)}" for f, v in th.losses)
@@ -447,9 +450,12 @@ def threshold_lines(th, gain: list[dict], jump: Verdict | None) -> str:
         if th.break_even is not None
         else "- no range of measured fractions where the cache always saves time."
     )
+    shape = _shape_sentence(th, gain, jump)
+    if engine and shape.startswith("Whether the saving jumps"):
+        shape = shape.replace("Whether the saving jumps", f"Whether {engine}'s saving jumps", 1)
     return (
         f"- batch time saved by the prefix cache, by shared fraction: {_saving_points(gain)}.\n- {first}.\n{even}\n"
-        f"- {_shape_sentence(th, gain, jump)}"
+        f"- {shape}"
     )
 
 
