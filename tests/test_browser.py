@@ -302,6 +302,17 @@ def test_the_printed_page_is_short(browser, built, name, tmp_path):
     assert printed_pages(pdf) <= MAX_PRINTED_PAGES[name], f"{name}: {printed_pages(pdf)} A4 pages"
 
 
+def test_the_print_rules_apply(browser, built):
+    """The pages' print stylesheet is read, not dropped: printed, the top bar is hidden (on screen it shows). A stray
+    brace before `@media print` once made Chromium drop the whole print block, and report 04 printed on 8 pages,
+    not 7, still within the length limit above."""
+    with _open(browser, built / "04_whatif_model.html", (WIDTH, 900)) as tab:
+        shown = "getComputedStyle(document.querySelector('.kvlab-topbar')).display"
+        assert tab.evaluate(shown) != "none"
+        tab.emulate_media(media="print")
+        assert tab.evaluate(shown) == "none"
+
+
 def test_the_glossary_defines_every_term_and_links_back(built):
     """The glossary page the build writes defines the terms the pages use and has the top bar."""
     page = (built / "glossary.html").read_text()
