@@ -415,15 +415,16 @@ def _decided_shape(th, gain: list[dict]) -> str:
     return f"**The saving jumps between {span}** {moves}, where the tree puts its {th.at:.0%} threshold."
 
 
-def _shape_sentence(th, gain: list[dict], jump: Verdict | None) -> str:
-    """The threshold test's reading of one engine's curve: its shape only where the jump question decides."""
+def _shape_sentence(th, gain: list[dict], jump: Verdict | None, whose: str = "the ") -> str:
+    """The threshold test's reading of one engine's curve: its shape only where the jump question decides
+    (``whose``: "the " or the engine's label with "'s ")."""
     if th.verdict == "inconclusive":
         return (
             f"**The threshold test is inconclusive on these runs**: at 0% shared nothing is reused, yet the runs "
             f"with the cache on took {time_against(th.gain_at_zero)} with it off."
         )
     if not decides(jump):
-        return f"Whether the saving jumps at {th.at:.0%}: **{undecided_label(jump)}**."
+        return f"Whether {whose}saving jumps at {th.at:.0%}: **{undecided_label(jump)}**."
     return _decided_shape(th, gain)
 
 
@@ -450,12 +451,9 @@ def threshold_lines(th, gain: list[dict], jump: Verdict | None, engine: str = ""
         if th.break_even is not None
         else "- no range of measured fractions where the cache always saves time."
     )
-    shape = _shape_sentence(th, gain, jump)
-    if engine and shape.startswith("Whether the saving jumps"):
-        shape = shape.replace("Whether the saving jumps", f"Whether {engine}'s saving jumps", 1)
     return (
         f"- batch time saved by the prefix cache, by shared fraction: {_saving_points(gain)}.\n- {first}.\n{even}\n"
-        f"- {shape}"
+        f"- {_shape_sentence(th, gain, jump, whose)}"
     )
 
 
