@@ -131,20 +131,16 @@ $(CJK_FONT): | $(UV)
 browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and a CJK font (from PyPI) for the report rendering test
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium missing and not root: the browser test will say so"; }
 
-# The suite in two passes, side by side: the engine tests (marker engine: real vLLM, SGLang and sglang-jax servers,
-# one at a time) in the foreground, and every other test (the notebooks, the reports in Chromium, the fixture servers)
-# beside them in one process pinned to the last core, its report held back and printed after the engine pass's. An
-# engine test leaves much of the machine idle while a server starts, waits or streams (0.83 of 2 cores on average,
-# measured on the 2-vCPU EPYC), which the other pass fills. The engines compute on the other cores: vLLM's CPU build
-# binds its compute threads there itself (it keeps one core back, VLLM_CPU_OMP_THREADS_BIND=auto), and the engine pass
-# gives SGLang the same cores (SGLANG_CPU_OMP_THREADS_BIND), so a measured time is never taken on the busy core and
-# no test waits for the other pass. The engine-free pass runs at nice 10: where both passes want the last core, the
-# engine pass's clients and API servers go first (it costs the engine-free pass nothing measurable: 5 min 49-59 s
-# against 5 min 51 s). It was meant to stop a fault test's signal landing late, and did not (tests/test_runner.py
-# LATE_READ). With one core, or without taskset, the passes run one after the other. make fails
-# if either fails. Both passes share one fit cache (kvlab.perfmodel.fitcache), a fresh file of this run's own removed
-# at the end: a fit one pass's notebook kernel made is read, not refitted, by the other's, and no developer's
-# ~/.cache/kvlab is read or written.
+# The suite in three streams, side by side (docs/testing.md, "Three streams side by side"): the engine tests (marker
+# engine: real vLLM and SGLang servers, one at a time) in the foreground, then AFTER_ENGINES; every other test but the
+# computing ones (the notebooks, the reports in Chromium, the fake engines, the engine_env tests) in one process pinned
+# to the last core at nice 10; and the computing tests (SCAVENGE) idle-scheduled on any core. The reports of the last
+# two are held back and printed after the engine pass's. The engines compute on the cores below the last: vLLM's CPU
+# build binds its compute threads there itself (VLLM_CPU_OMP_THREADS_BIND=auto keeps one core back), and the engine
+# pass gives SGLang the same cores (SGLANG_CPU_OMP_THREADS_BIND). With one core, or without taskset, the engine-free
+# tests and the engine tests run one after the other. make fails if any fails. All share one fit cache
+# (kvlab.perfmodel.fitcache), a fresh file of this run's own removed at the end: a fit one process made is read, not
+# refitted, by the others, and no developer's ~/.cache/kvlab is read or written.
 LAST_CORE := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n - 1)))
 # FULL=1 adds the tests marked `full` (pyproject.toml): slow checks whose mechanism a cheaper test of the default run
 # shows too (docs/testing.md lists them); without it make test says how many it left out

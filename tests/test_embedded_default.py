@@ -79,11 +79,9 @@ def test_second_sweep_reuses_finished_runs(measured):
 def test_reports_show_the_measured_runs(measured, tmp_path):
     """`kvlab report` builds from the measured folder (one report, 02, and the index), and the three studies of the
     article's questions answer from the measured runs, as typed results (what the pages show: test_notebooks)."""
-    from kvlab import reports, studies
-
     from typer.testing import CliRunner
 
-    from kvlab import cli
+    from kvlab import cli, reports, studies
 
     built = CliRunner().invoke(
         cli.app, ["report", "--out", str(tmp_path), "--only", "02", "-p", f"data_dir={measured}"]
