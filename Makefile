@@ -138,7 +138,8 @@ browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and
 # two are held back and printed after the engine pass's. The engines compute on the cores below the last: vLLM's CPU
 # build binds its compute threads there itself (VLLM_CPU_OMP_THREADS_BIND=auto keeps one core back), and the engine
 # pass gives SGLang the same cores (SGLANG_CPU_OMP_THREADS_BIND). With one core, or without taskset, the engine-free
-# tests and the engine tests run one after the other. make fails if any fails. All share one fit cache
+# tests and the engine tests run one after the other. make fails if any fails, and its last lines name each stream
+# that failed with its failing tests (a CI log's tail shows them, whichever stream it was). All share one fit cache
 # (kvlab.perfmodel.fitcache), a fresh file of this run's own removed at the end: a fit one process made is read, not
 # refitted, by the others, and no developer's ~/.cache/kvlab is read or written.
 LAST_CORE := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n - 1)))
@@ -160,23 +161,27 @@ SCAVENGE := tests/test_house.py tests/test_imports.py tests/test_plots.py tests/
 # the cores below the last: "0" on two cores, "0-6" on eight
 ENGINE_CORES := $(shell c=$(LAST_CORE); if [ $$c -gt 1 ]; then echo 0-$$((c - 1)); else echo 0; fi)
 test: install engines engines-sglang-jax browser ## run the test suite (real engine tests included; FULL=1 adds the slow tests marked full; the Ray cluster tests are `make test-cluster`)
-	@status=0; fits=$$(mktemp -d); export KVLAB_FIT_CACHE=$$fits/fits.sqlite; \
-	$(BIN)/ruff check --quiet . || status=$$?; $(BIN)/ruff format --check --quiet . || status=$$?; \
+	@status=0; tmp=$$(mktemp -d); export KVLAB_FIT_CACHE=$$tmp/fits.sqlite; \
+	stream() { name=$$1; shift; "$$@" > $$tmp/$$name.log 2>&1; echo $$? > $$tmp/$$name.rc; }; \
+	shown() { name=$$1; shift; { "$$@"; echo $$? > $$tmp/$$name.rc; } 2>&1 | tee $$tmp/$$name.log; }; \
+	shown ruff-check $(BIN)/ruff check --quiet .; shown ruff-format $(BIN)/ruff format --check --quiet .; \
 	if [ "$(LAST_CORE)" -gt 0 ] && command -v taskset >/dev/null; then \
-	  log=$$(mktemp); side=$$(mktemp); \
 	  echo "make test: the engine-free tests run beside the engine tests, on core $(LAST_CORE) and idle-scheduled; their reports follow"; \
-	  taskset -c $(LAST_CORE) nice -n 10 $(BIN)/pytest $(ENGINE_FREE) $(addprefix --ignore=,$(AFTER_ENGINES) $(SCAVENGE)) $(PYTEST_ARGS) > $$log 2>&1 & free=$$!; \
-	  $(IDLE_POLICY) $(BIN)/pytest $(ENGINE_FREE) $(SCAVENGE) $(PYTEST_ARGS) > $$side 2>&1 & scavenge=$$!; \
-	  SGLANG_CPU_OMP_THREADS_BIND=$(ENGINE_CORES) $(BIN)/pytest $(ENGINE_PASS) $(PYTEST_ARGS) || status=$$?; \
-	  $(BIN)/pytest $(ENGINE_FREE) $(AFTER_ENGINES) $(PYTEST_ARGS) || status=$$?; \
-	  wait $$scavenge || status=$$?; echo "---------------- the computing tests (idle-scheduled) ----------------"; cat $$side; \
-	  wait $$free || status=$$?; echo "---------------- the engine-free tests (core $(LAST_CORE)) ----------------"; cat $$log; rm -f $$log $$side; \
+	  stream pinned taskset -c $(LAST_CORE) nice -n 10 $(BIN)/pytest $(ENGINE_FREE) $(addprefix --ignore=,$(AFTER_ENGINES) $(SCAVENGE)) $(PYTEST_ARGS) & free=$$!; \
+	  stream computing $(IDLE_POLICY) $(BIN)/pytest $(ENGINE_FREE) $(SCAVENGE) $(PYTEST_ARGS) & scavenge=$$!; \
+	  shown engine env SGLANG_CPU_OMP_THREADS_BIND=$(ENGINE_CORES) $(BIN)/pytest $(ENGINE_PASS) $(PYTEST_ARGS); \
+	  shown after-engines $(BIN)/pytest $(ENGINE_FREE) $(AFTER_ENGINES) $(PYTEST_ARGS); \
+	  wait $$scavenge; echo "---------------- the computing tests (idle-scheduled) ----------------"; cat $$tmp/computing.log; \
+	  wait $$free; echo "---------------- the engine-free tests (core $(LAST_CORE)) ----------------"; cat $$tmp/pinned.log; \
 	else \
-	  $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS) || status=$$?; \
-	  $(BIN)/pytest $(ENGINE_PASS) $(PYTEST_ARGS) || status=$$?; \
-	fi; rm -rf $$fits; \
+	  shown engine-free $(BIN)/pytest $(ENGINE_FREE) $(PYTEST_ARGS); \
+	  shown engine $(BIN)/pytest $(ENGINE_PASS) $(PYTEST_ARGS); \
+	fi; \
 	$(if $(NOT_FULL),echo "make test: left out $$(grep -rl 'pytest.mark.full' tests | wc -l | tr -d ' ') files' tests marked full ($$(grep -rho 'pytest.mark.full' tests | wc -l | tr -d ' ') marks); make test FULL=1 runs them";) \
-	exit $$status
+	for rc in $$tmp/*.rc; do \
+	  n=$$(cat $$rc); [ "$$n" = 0 ] && continue; status=$$n; name=$$(basename $$rc .rc); \
+	  echo "make test: FAILED: $$name exited $$n"; grep -h -E '^(FAILED|ERROR) |^E +' $$tmp/$$name.log | head -40 || tail -20 $$tmp/$$name.log; \
+	done; rm -rf $$tmp; exit $$status
 
 format: install ## rewrite the code as `make test`'s lint step wants it (ruff format, then ruff check --fix)
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
