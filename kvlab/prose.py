@@ -21,7 +21,9 @@ MAX_SENTENCE_WORDS = 45
 MIN_REPEAT_WORDS = 8
 
 _BLOCK = re.compile(r"<(p|li|figcaption|caption|h[1-6]|dd|dt|blockquote|td|th)\b[^>]*>(.*?)</\1>", re.S | re.I)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z“\"(*0-9])")
+#: A sentence ends at '.', '!' or '?' before a capital, a quote, a bracket, a digit or a name written lower-camel
+#: ('vLLM')
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z“\"(*0-9]|[a-z][A-Z])")
 
 
 def _text(fragment: str) -> str:

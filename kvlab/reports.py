@@ -258,7 +258,7 @@ GLOSSARY_TERMS = [
     (
         "memory setting",
         "the share of the accelerator's memory the engine may use (vLLM's `gpu_memory_utilization`, "
-        "SGLang's `mem_fraction_static`), 0.92 or 0.95 here; what is left after the weights and activations becomes "
+        "SGLang's `mem_fraction_static`), 0.92 or 0.95 here. What is left after the weights and activations becomes "
         "the KV pool, so a small change of the setting can be a large change of the pool (report 03 gives it in MiB "
         "and tokens for this host).",
     ),

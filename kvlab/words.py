@@ -10,15 +10,15 @@ from kvlab.units import approx_tokens, k_label, tokens_label
 
 
 def measured_engines_note(runs: list[dict]) -> str:
-    """Which engines the measured rows (``runs``: row dicts) hold, with what each one is (said once per report)."""
+    """Which engines the measured rows (``runs``: row dicts) hold, said once per report: 'Measured on CPU x86_64
+    (…): vLLM and SGLang.', then, one paragraph each, what a stand-in engine is (never one long sentence)."""
     m = [r for r in runs if r["source"] == "measured"]
     if not m:
         return ""
     engines = sorted({r["engine"] for r in m}, key=lambda e: (registry.order(e), e))
     hw = ", ".join(dict.fromkeys(r["hardware"] for r in m))
-    parts = [engine_label(e) + (f": {registry.note(e)}" if registry.note(e) else "") for e in engines]
-    # 'Measured on CPU x86_64 (vLLM CPU build; …): vLLM and SGLang.' — no bracket inside a bracket
-    return f"Measured on {hw}: " + ("; ".join(parts) if any(":" in p for p in parts) else " and ".join(parts)) + "."
+    head = f"Measured on {hw}: " + " and ".join(engine_label(e) for e in engines) + "."
+    return "\n\n".join([head, *(f"{engine_label(e)}: {registry.note(e)}." for e in engines if registry.note(e))])
 
 
 def citation_note(published: list[dict]) -> str:

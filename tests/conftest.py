@@ -105,6 +105,16 @@ def fixture_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def three_contexts(tmp_path_factory) -> Path:
+    """A data folder with the reference tables, the catalog and the real cpu_long_context runs at three contexts of
+    tests/fixtures/long_context (measured by the current kvlab, KV pools recorded: at 3,200 tokens and 0.92 each
+    engine's batch of 4 exceeds its pool)."""
+    from notebook_data import write_long_context_data
+
+    return write_long_context_data(tmp_path_factory.mktemp("three-contexts") / "data")
+
+
+@pytest.fixture(scope="session")
 def built_reports(tmp_path_factory, fixture_data):
     """Every report built once, with its default parameters, from the fixture data folder (the real measured runs
     of every CPU study: what `kvlab report --data-dir` builds from them, the same on every machine, where a fresh

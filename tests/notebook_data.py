@@ -13,6 +13,8 @@ from payloads import PAYLOAD, SPOOFED_FOLDER
 
 #: Real measured runs of the four CPU experiments (see tests/fixtures/README.md).
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs"
+#: REAL runs of data/experiments/cpu_long_context.yaml at 1,024, 2,048 and 3,200 tokens (tests/fixtures/README.md)
+LONG_CONTEXT_RUNS = Path(__file__).parent / "fixtures" / "long_context" / "runs" / "cpu_long_context"
 #: The fixture run the shared fixture data holds a copy of (:func:`write_fixture_data`).
 COPIED_RUN = "4ed47393244f"
 
@@ -114,6 +116,13 @@ def make_hostile(data: Path) -> Path:
         frame = pl.read_csv(csv)
         text = [c for c in ("statement", "citation") if c in frame.columns]
         frame.with_columns(pl.col(text) + f" {PAYLOAD}").write_csv(csv)
+    return data
+
+
+def write_long_context_data(data: Path) -> Path:
+    """A data folder with the reference tables, the catalog and the real three-context cpu_long_context runs."""
+    copy_reference(data)
+    shutil.copytree(LONG_CONTEXT_RUNS, data / "runs" / "cpu_long_context")
     return data
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from kvlab import reports, store
+from kvlab import prose, reports, store
 from kvlab.claims.grading import ASSUMED_FROM_CLAIM
 from kvlab.studies.capacity import frames as capacity_frames
 from kvlab.studies.engine_choice import frames as engine_choice_frames
@@ -475,6 +475,16 @@ def test_every_report_opens_with_its_provenance(tmp_path):
     assert prov["published"] == [B300_ARTICLE]
     # only what differs from the template's defaults, with its value
     assert prov["parameters"] == {"data_dir": str(data), "gpu": "H100"}
+
+
+def test_every_built_page_keeps_the_prose_limits(built_reports):
+    """Issue 53 item 5 on what a user opens: each report, the index and the glossary, as built (the study tests
+    check each report's sections in-process; this reads the exported pages, where the index's and the glossary's
+    prose lives, and the verdict box, the provenance panel and the template's own text are on the page too)."""
+    out, built = built_reports
+    pages_ = [out / "index.html", out / "glossary.html", *(b.html for b in built)]
+    found = {p.name: prose.problems(p.read_text(encoding="utf-8")) for p in pages_}
+    assert len(found) == 9 and all(f.ok for f in found.values()), {n: str(f) for n, f in found.items() if not f.ok}
 
 
 def test_every_verdict_in_index_json_carries_its_typed_fields(built_reports):

@@ -17,8 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
 from kvlab.schema import CONFIG_KEYS, ok_batch_times, with_device_kind
-from kvlab.engines import SGLANG, VLLM, engine_label, registry
-from kvlab.words import no_runs_note
+from kvlab.engines import SGLANG, VLLM, engine_label
+from kvlab.words import measured_engines_note, no_runs_note
 from kvlab.studies.section import Section
 from kvlab.figures import source_panels, repeat_whiskers, repeat_span, panel_row
 from kvlab.style import ENGINE_COLORS, styled
@@ -197,24 +197,35 @@ def pool_excesses(pool: pl.DataFrame) -> tuple[PoolExcess, ...]:
     )
 
 
-def pool_phrase(x: PoolExcess) -> str:
-    """'at 3,200 tokens (stands in for 200K) vLLM's KV pool of 12,101 tokens holds 3 of the batch's 4 requests, so
-    the 4th waits for a whole wave'."""
-    return (
-        f"at {x.context} {engine_label(x.engine)}'s KV pool of {x.kv_pool_tokens:,} tokens holds {x.fits_at_once} of "
-        f"the batch's {x.batch_size} requests ({x.batch_tokens:,} tokens), so the rest wait for a wave"
-    )
+def pool_sentences(excesses: tuple[PoolExcess, ...]) -> str:
+    """One sentence per context and batch where a batch exceeded its pool, the engines that share it together:
+    'At 3,200 tokens (stands in for 200K), the KV pools of SGLang, 12,288 tokens, and vLLM, 12,101 tokens, each hold 3
+    of the batch's 4 requests (12,800 tokens), so the rest wait for a wave.'"""
+    groups: dict[tuple, list[PoolExcess]] = {}
+    for x in excesses:
+        groups.setdefault((x.context, x.batch_size, x.batch_tokens, x.fits_at_once), []).append(x)
+    out = []
+    for (context, size, tokens, fits), xs in groups.items():
+        if len(xs) == 1:
+            pools = f"{engine_label(xs[0].engine)}'s KV pool of {xs[0].kv_pool_tokens:,} tokens holds"
+        else:
+            each = " and ".join(f"{engine_label(x.engine)}, {x.kv_pool_tokens:,} tokens," for x in xs)
+            pools = f"the KV pools of {each} each hold"
+        out.append(
+            f"At {context}, {pools} {fits} of the batch's {size} requests ({tokens:,} tokens), so the rest wait for "
+            "a wave."
+        )
+    return " ".join(out)
 
 
 def pool_note(excesses: tuple[PoolExcess, ...]) -> str:
-    """The sentence every measured growth or speed-up at a context where a batch exceeded its pool stands beside;
+    """The sentences every measured growth or speed-up at a context where a batch exceeded its pool stands beside;
     '' where every batch fitted (or no pool was recorded)."""
     if not excesses:
         return ""
     return (
-        "The batch exceeded the KV pool: "
-        + "; ".join(pool_phrase(x) for x in excesses)
-        + ". The growth there is the pool's waiting, not the engine's scaling with context."
+        "The batch exceeded the KV pool, so the growth there is the pool's waiting, not the engine's scaling with "
+        f"context. {pool_sentences(excesses)}"
     )
 
 
@@ -341,24 +352,13 @@ def _relative_axis(ax, title: str, part: pl.DataFrame, y: str, ylabel: str | Non
 # -- a "Measured here" section's first lines ------------------------------------------------------------------------
 
 
-def engines_note(runs: list[dict]) -> str:
-    """'Measured on CPU x86_64 (…).' then, one sentence each, what a stand-in engine is (never one long sentence)."""
-    m = [r for r in runs if r["source"] == "measured"]
-    if not m:
-        return ""
-    engines = sorted({r["engine"] for r in m}, key=lambda e: (registry.order(e), e))
-    hw = ", ".join(dict.fromkeys(r["hardware"] for r in m))
-    head = f"Measured on {hw}: " + " and ".join(engine_label(e) for e in engines) + "."
-    return "\n\n".join([head, *(f"{engine_label(e)}: {registry.note(e)}." for e in engines if registry.note(e))])
-
-
 def measured_opening(measured: pl.DataFrame | None, experiment: str, wb, out: Section) -> bool:
     """A "Measured here" section's first line: the note naming the engines measured, and True; or, without runs of
     the report's measured experiment, the note saying how to make them, and False."""
     if measured is None or measured.is_empty():
         out.add(Markdown(no_runs_note(f"runs of `{experiment}`", wb.data, "make report")))
         return False
-    out.add(Markdown(engines_note(measured.to_dicts())))
+    out.add(Markdown(measured_engines_note(measured.to_dicts())))
     return True
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 
 import matplotlib.pyplot as plt
+import mistune
 import nbformat
 import polars as pl
 
-from kvlab import reports, studies
+from kvlab import reports, studies, verdicts
 from kvlab.figures import FigureView
 
 #: A notebook line that shows a section of the study's page module
@@ -52,3 +53,23 @@ def text_html(item) -> str:
     if isinstance(item, FigureView):
         return f"<figure><figcaption>{item.caption_html()}</figcaption></figure>"
     return item._repr_html_() if hasattr(item, "_repr_html_") else ""
+
+
+def page_text(prefix: str, parameters: dict, box: bool = True) -> str:
+    """``prefix``'s page prose as the built report shows it, for :func:`kvlab.prose.problems`: the answer, the verdict
+    box (with ``box``: its headline is kvlab.verdicts', outside the study, so sentence checks leave it out), the
+    notebook's markdown cells and every shown item (Markdown rendered, tables as their HTML, figures by caption)."""
+    nb = reports.notebooks([prefix])[0]
+    wb, r, page = studies.open_page(prefix, reports._defaults(nb) | parameters)
+    parts = ["".join(f"<p>{s}</p>" for s in r.answer.sentences), verdicts.box_html(list(r.verdicts)) if box else ""]
+    try:
+        for cell in nbformat.read(nb, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                parts.append(mistune.html(cell.source))
+            for name in SECTION_CALL.findall(cell.source) if cell.cell_type == "code" else ():
+                for item in getattr(page, name)(r, wb):
+                    parts.append(mistune.html(item.data) if isinstance(getattr(item, "data", None), str) else "")
+                    parts.append(text_html(item))
+    finally:
+        plt.close("all")
+    return "\n".join(parts)

@@ -82,8 +82,12 @@ def growth(r: ContextScalingResult, wb) -> Section:
         return out
     decay_m, decay_p = r.decay_measured.to_dicts(), r.decay_published.to_dicts()
     out.add(Markdown(words.growth_comparison(decay_m, decay_p, r.pool_excesses)))
+    if note := pool_note(r.pool_excesses):
+        out.add(Markdown(note))
+    said = frozenset((d["engine"], d["context_from"], d["context_to"]) for d in decay_m)
     if (r.growth["n_contexts"].max() or 0) > 2:  # more contexts than two: growth over the whole measured range
-        out.add(Markdown(words.growth_sentences(r.growth.to_dicts(), "measured", r.pool_excesses)))
+        if lines := words.growth_sentences(r.growth.to_dicts(), "measured", r.pool_excesses, said):
+            out.add(Markdown(lines))
     if not pool_recorded(r.pool):
         out.add(Markdown(POOL_UNKNOWN))
     return out
@@ -98,7 +102,7 @@ def measured_relative(r: ContextScalingResult, wb) -> Section:
     out.add(_relative_table(rel, r.measured_engine_a, r.measured_engine_b, context="context"))
     change = r.verdict("crossover_measured")
     out.add(Markdown(words.relative_speed_sentences(rel.to_dicts(), "measured", r.speed_verdict("measured"), change)))
-    if note := pool_note(r.pool_excesses):
-        out.add(Markdown(note))
+    if line := words.pool_wait_line(r.pool_excesses):
+        out.add(Markdown(line))
     out.add(Markdown("\n".join(words.crossover_sentence(x, "measured", change) for x in r.x_measured)))
     return out

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from kvlab.studies.measured_frames import Crossover
 from kvlab.engines import engine_label
 from kvlab.studies.context_scaling.frames import ModelCrossover
-from kvlab.studies.measured_frames import PoolExcess, context_name, engine_excesses, pool_phrase, span_name
+from kvlab.studies.measured_frames import PoolExcess, context_name, engine_excesses, span_name
 from kvlab.units import approx_tokens, count, ratio
 from kvlab.verdicts import Verdict, decides, undecided_label
 
@@ -81,13 +81,21 @@ def relative_speed_sentences(rel: list[dict], label: str, verdict_at: VerdictAt,
 
 
 def speed_caption(rel: list[dict], label: str, verdict_at: VerdictAt, change: Verdict | None) -> str:
-    """One sentence for a batch-time figure: each context as :func:`speed_phrase` words it, and who wins where
+    """A batch-time figure's caption: a sentence per context as :func:`speed_phrase` words it, then who wins where
     only when ``change`` (the crossover verdict) decides."""
     if not rel:
         return f"{label.capitalize()}: no context holds runs of both engines."
-    parts = [speed_phrase(r, verdict_at(r["context_label"])) for r in sorted(rel, key=lambda r: r["context_tokens"])]
+    rows = sorted(rel, key=lambda r: r["context_tokens"])
+    said = [speed_phrase(r, verdict_at(r["context_label"])) for r in rows]
     tail = winner_line(rel, change)
-    return f"{label.capitalize()}: {'; '.join(parts)}" + (f" — {tail}." if tail else ".")
+    return _sentences(label, [*said, tail] if tail else said)
+
+
+def _sentences(label: str, parts: list[str]) -> str:
+    """A caption of one sentence per part, the first led by the figure's source label ('Measured: at 1,024 tokens
+    ...: ... . At 3,200 tokens ...'): a caption over three contexts stays a run of short sentences."""
+    first, *rest = parts
+    return " ".join([f"{label.capitalize()}: {first}.", *(f"{p[0].upper()}{p[1:]}." for p in rest)])
 
 
 def crossover_sentence(x: Crossover, label: str, verdict: Verdict | None) -> str:
@@ -130,20 +138,30 @@ def model_crossover_sentence(m: ModelCrossover) -> str:
     )
 
 
-def _pool_clause(excesses: tuple[PoolExcess, ...]) -> str:
-    return "; ".join(pool_phrase(x) for x in excesses)
+def _contexts(excesses: tuple[PoolExcess, ...]) -> str:
+    return " and ".join(dict.fromkeys(x.context for x in excesses))
+
+
+def pool_wait_line(excesses: tuple[PoolExcess, ...]) -> str:
+    """Beside the relative speeds: the contexts whose batch times include waiting past a KV pool ('' where none)."""
+    if not excesses:
+        return ""
+    return f"- The batch times at {_contexts(excesses)} include waiting past the KV pool (see the growth above)."
 
 
 def growth_line(r: dict, published: dict[str, float], excesses: tuple[PoolExcess, ...]) -> str:
     """One engine's measured growth between the two contexts; where its batch exceeded its KV pool, said beside
-    it, and not compared with the article (the growth is then the pool's waiting, not the engine's scaling)."""
+    it, and not compared with the article (the growth is then the pool's waiting, not the engine's scaling; the
+    pools themselves are :func:`kvlab.studies.measured_frames.pool_note`'s, said once below the lines)."""
     name = engine_label(r["engine"])
     lo, hi = span_name(r)
     n = _n(r, "n_from", "n_to")
     text = f"- measured: {name} batch time grows **{ratio(r['batch_time_ratio'], n)}×** from {lo} to {hi}"
     mine = engine_excesses(excesses, r["engine"])
     if mine:
-        return text + f". The batch exceeded the KV pool: {_pool_clause(mine)}; this is not the engine's scaling."
+        return (
+            f"{text}. {name}'s batch exceeded its KV pool at {_contexts(mine)}, so this growth is not {name}'s scaling."
+        )
     ref = published.get(r["engine"])
     return text + (f"; the article's {name} grew {ref:.2f}×." if ref is not None else ".")
 
@@ -162,9 +180,15 @@ def growth_comparison(measured: list[dict], published: list[dict], excesses: tup
     return "\n".join(lines)
 
 
-def growth_sentences(growth: list[dict], label: str, excesses: tuple[PoolExcess, ...]) -> str:
+def growth_sentences(
+    growth: list[dict],
+    label: str,
+    excesses: tuple[PoolExcess, ...],
+    said: frozenset[tuple[str, str, str]] = frozenset(),
+) -> str:
     """Over every measured context, per engine: the growth and its power-law exponent; where the batch exceeded the
-    pool at any context, no exponent (it would describe the waiting, not the engine)."""
+    pool at any context, no exponent (it would describe the waiting, not the engine), and nothing at all where
+    ``said`` (engine, context_from, context_to) already holds that span: the line would repeat it."""
     lines = []
     for r in (r for r in growth if r["growth"] is not None):
         lo, hi = span_name(r)
@@ -173,16 +197,17 @@ def growth_sentences(growth: list[dict], label: str, excesses: tuple[PoolExcess,
             f"- {label}, {engine_label(r['engine'])}: batch time grows **{ratio(r['growth'], n)}×** from {lo} to {hi}"
         )
         if mine := engine_excesses(excesses, r["engine"]):
-            lines.append(text + f" ({_pool_clause(mine)}).")
+            if (r["engine"], r["context_from"], r["context_to"]) not in said:
+                lines.append(f"{text}, its batch over its KV pool at {_contexts(mine)} (no power law fitted).")
             continue
         k = r["exponent"]
         shape = "faster than linear" if k > 1.05 else "slower than linear" if k < 0.95 else "about linear"
         lines.append(text + f" over {r['n_contexts']} contexts, T ∝ C^{k:.2f} ({shape} in context).")
-    return "\n".join(lines) or f"*{label}: no engine has runs at two contexts.*"
+    return "\n".join(lines)
 
 
 def growth_caption(growth: list[dict], label: str, excesses: tuple[PoolExcess, ...]) -> str:
-    """One sentence for the batch-time-against-context figure: each engine's measured growth, and where a batch
+    """The batch-time-against-context figure's caption: a sentence per engine's measured growth, saying where a batch
     exceeded its KV pool (the growth there is not the engine's scaling)."""
     g = sorted((r for r in growth if r["growth"] is not None), key=lambda r: -r["growth"])
     if not g:
@@ -193,7 +218,7 @@ def growth_caption(growth: list[dict], label: str, excesses: tuple[PoolExcess, .
         n = r.get("n_runs") if r.get("source") == "measured" else None
         over = " (batch over its KV pool at the long end)" if engine_excesses(excesses, r["engine"]) else ""
         parts.append(f"{engine_label(r['engine'])}'s batch time grows {ratio(r['growth'], n)}× from {lo} to {hi}{over}")
-    return f"{label.capitalize()}: {'; '.join(parts)}."
+    return _sentences(label, parts)
 
 
 def context_answer(

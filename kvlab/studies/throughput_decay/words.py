@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kvlab import tables
 from kvlab.engines import engine_label
-from kvlab.studies.measured_frames import PoolExcess, context_name, engine_excesses, pool_phrase, span_name
+from kvlab.studies.measured_frames import PoolExcess, context_name, engine_excesses, pool_sentences, span_name
 from kvlab.studies.throughput_decay.frames import StatedRatio
 from kvlab.units import change, count, direction, ratio
 from kvlab.verdicts import Verdict, decides, undecided_label
@@ -43,10 +43,10 @@ def decay_sentences(decay: list[dict], label: str, excesses: tuple[PoolExcess, .
             else f"batch time shrinks **{ratio(1 / bt, n)}×** (so requests/s rises {ratio(1 / bt, n)}×)"
         )
         pool = engine_excesses(excesses, r["engine"])
-        tail = f"; the batch exceeded the KV pool ({'; '.join(pool_phrase(x) for x in pool)})" if pool else ""
+        tail = f" {pool_sentences(pool)}" if pool else ""
         lines.append(
             f"- {label}, {engine_label(r['engine'])}: from {lo} to {hi} {grows}, while "
-            f"{change(r['prompt_tokens_per_s_ratio'], 'prompt tokens/s', n=n)}{tail}."
+            f"{change(r['prompt_tokens_per_s_ratio'], 'prompt tokens/s', n=n)}.{tail}"
         )
     return "\n".join(lines)
 
