@@ -205,8 +205,10 @@ def mechanism(failing: dict[str, Any], passing: dict[str, Any] | None, telemetry
     RUNS row; ``passing``: the highest passing probe's row or None; ``telemetry``: its telemetry.csv): preemptions
     (the server's preemption counter rose), queueing past the KV pool's concurrency ceiling (requests waited while
     the pool was at least 95% used, or, with no usage series, the level is past pool / context: where usage was
-    sampled and stayed lower, the nominal ceiling is not taken as the cause), decode slowing with batch size (TPOT p90
-    more than 10% above the passing load's while nothing queued), else "not determined" with what was missing."""
+    sampled and stayed lower, the nominal ceiling is not taken as the cause), queueing under a scheduler limit (requests
+    waited while the pool had room and fewer ran at once than the level sent: a cap on running requests or batched
+    tokens), decode slowing with batch size (TPOT p90 more than 10% above the passing load's while nothing queued),
+    else "not determined" with what was missing."""
     if failing.get("server_preemptions"):
         return f"preemptions: the server preempted {int(failing['server_preemptions'])} times"
     waiting, usage = _series(telemetry, "requests_waiting"), _series(telemetry, "kv_cache_usage")
@@ -219,6 +221,12 @@ def mechanism(failing: dict[str, Any], passing: dict[str, Any] | None, telemetry
         if full or (past and not usage):  # the pool's own usage, where sampled, outweighs the nominal ceiling
             at = f"KV pool {max(usage):.0%} used" if usage else f"ceiling {ceiling} = {pool:,} / {context:,} tokens"
             return f"queueing past the KV pool's concurrency ceiling: up to {max(waiting):g} requests waited ({at})"
+        running = _series(telemetry, "requests_running")
+        if usage and running and level and max(running) < level:  # the pool had room, yet fewer ran than were sent
+            return (
+                f"queueing under a scheduler limit, not the KV pool: at most {max(running):g} requests ran at once "
+                f"while up to {max(waiting):g} waited (KV pool at most {max(usage):.0%} used)"
+            )
         if past:  # requests of varied lengths (a trace): the ceiling from the longest one overstates what the pool held
             return (
                 f"not determined: up to {max(waiting):g} requests waited past the nominal ceiling {ceiling} "

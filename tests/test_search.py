@@ -99,6 +99,20 @@ def test_the_mechanism_names_what_the_runs_telemetry_shows_or_says_not_determine
         "not determined: up to 1 requests waited past the nominal ceiling 3 (12,288 / 3,200 tokens), but the KV "
         "pool was at most 60% used"
     )
+    # the pool had room and fewer ran than were sent: a scheduler's cap (cpu_trace on 2026-12-07: SGLang's
+    # --max-running-requests 4 at 10 in flight, KV pool 9% used; vLLM at 32 in flight ran 13 with 12 waiting at 34%)
+    capped = half.with_columns(pl.Series("requests_running", [4.0, 4.0]))
+    assert search.mechanism(fail | {"load_concurrency": 10}, None, capped) == (
+        "queueing under a scheduler limit, not the KV pool: at most 4 requests ran at once while up to 1 waited (KV "
+        "pool at most 60% used)"
+    )
+    three = capped.with_columns(pl.lit(3.0).alias("requests_running"))  # level 4, past the nominal ceiling of 3
+    assert search.mechanism(fail, None, three).startswith(
+        "queueing under a scheduler limit, not the KV pool: at most 3 requests"
+    )
+    assert search.mechanism(within, None, capped.with_columns(pl.lit(2.0).alias("requests_running"))).startswith(
+        "not determined: up to 1 requests waited, but the KV pool was not full"  # as many ran as were sent
+    )
     idle = pl.DataFrame({"requests_waiting": [0.0, 0.0]})
     assert search.mechanism(fail, {"tpot_p90_ms": 20.0}, idle) == (
         "decode slowing with batch size: TPOT p90 +50% on the passing load's while nothing queued"

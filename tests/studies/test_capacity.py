@@ -641,7 +641,7 @@ def test_every_modelled_ceiling_prints_with_its_range(computed):
     answer = " ".join(r.answer.sentences)
     caption = words.modelled_caption(r.modelled.to_dicts(), capacity.by_id(r.verdicts)["capacity_modelled_ceiling"])
     table = words.modelled_table(r.modelled.to_dicts()).frame
-    shown = table.filter(pl.col("context") == "200K")["ceiling (with linear-attention state)"].to_list()
+    shown = table["ceiling at 200K"].to_list()  # a row per configuration and setting, by DCP then setting
     labels = [t.get_text() for ax in figures.modelled_ceiling_figure(r.modelled).get_axes() for t in ax.texts]
     assert all(s in answer and s in caption and s in labels for s in spans) and shown == spans
     assert not re.search(r"\b(11|12|51|58) requests", answer)
@@ -809,13 +809,15 @@ def test_the_real_traffic_section_draws_both_figures_and_round_trips(traffic):
     wb, r = traffic
     sec = page.real_traffic(r, wb)
     captions = [item.caption for item in sec if hasattr(item, "caption") and hasattr(item, "fig")]
-    assert len(captions) == 2 and captions[0].startswith("Measured on this host's CPUs (this host's measurement, not")
+    assert len(captions) == 2 and captions[0].startswith(
+        "Measured on this host's CPUs (not a verdict between the engines)"
+    )
     assert "SGLang at 0.92: 1 in flight; vLLM at 0.92: 32 in flight (the search's limit" in captions[0]
     assert (
         captions[1].startswith("Published trace, as replayed:") and "312 of 7,933 prompt tokens (3.9%)" in captions[1]
     )
     texts = [t for item in sec for t in (getattr(item, "data", None),) if isinstance(t, str)]
-    assert texts[0].startswith("## On replayed traffic") and "not a verdict" in texts[1]
+    assert texts[0].startswith("## On replayed traffic") and "not a GPU's capacity" in texts[1]
     table = next(item.frame for item in sec if hasattr(item, "frame"))
     assert table["$ per million output tokens"].to_list() == ["$104.19 at $2/device-h", "$3.16 at $2/device-h"]
     back = CapacityResult.from_json(json.loads(json.dumps(r.to_json())))
@@ -829,7 +831,7 @@ def test_without_search_or_trace_runs_the_section_is_one_line(computed):
     assert r.search.is_empty() and r.search_path.is_empty() and r.trace_shape.is_empty() and r.trace_reuse.is_empty()
     sec = page.real_traffic(r, wb)
     assert len(sec) == 1 and sec[0].data.startswith("*No load search or trace replay stored (`cpu_trace`)")
-    assert "make report FULL=1" in sec[0].data and "\n" not in sec[0].data
+    assert "measure it with `make report` or" in sec[0].data and "\n" not in sec[0].data
 
 
 def test_a_trace_that_changed_since_its_replay_is_named_not_drawn(tmp_path):

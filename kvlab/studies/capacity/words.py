@@ -433,29 +433,35 @@ def modelled_caption(modelled: list[dict], verdict: Verdict | None) -> str:
 
 
 def modelled_table(modelled: list[dict]):
-    """The modelled ceilings as a table, each number with its range over the assumption sets."""
-    rows = [
-        {
-            "configuration": _config(r),
-            "memory setting": r["mem_util"],
-            "context": tokens_label(r["context_tokens"]),
-            "KV pool (tokens)": f"{modelled_count(r['kv_pool_tokens_lo'])}–{modelled_count(r['kv_pool_tokens_hi'])}",
-            "pool ÷ context": ranged(r["pool_ceiling"], r["pool_ceiling_lo"], r["pool_ceiling_hi"]),
-            "ceiling (with linear-attention state)": ranged(
-                r["concurrency_ceiling"], r["concurrency_ceiling_lo"], r["concurrency_ceiling_hi"]
-            ),
-            "memory check": _check_words(r),
-        }
-        for r in sorted(modelled, key=lambda r: (r["dcp"], r["mem_util"], r["context_tokens"]))
-    ]
+    """The modelled ceilings as a table, a row per configuration and memory setting and a column per context (each
+    ceiling charged its linear-attention state, with its range over the assumption sets), beside the KV pool and
+    the memory check: the contexts read across a row. The pool ÷ context without the state is in the figure's CSV."""
+    keyed: dict[tuple, dict] = {}
+    for r in sorted(modelled, key=lambda r: (r["dcp"], r["mem_util"], r["context_tokens"])):
+        row = keyed.setdefault(
+            (r["dcp"], r["mem_util"], _config(r)),
+            {
+                "configuration": _config(r),
+                "memory setting": r["mem_util"],
+                "KV pool (tokens)": f"{modelled_count(r['kv_pool_tokens_lo']):,}–"
+                f"{modelled_count(r['kv_pool_tokens_hi']):,}",
+            },
+        )
+        row[f"ceiling at {tokens_label(r['context_tokens'])}"] = ranged(
+            r["concurrency_ceiling"], r["concurrency_ceiling_lo"], r["concurrency_ceiling_hi"]
+        )
+        row["memory check"] = _check_words(r) if row.get("memory check", "fits") == "fits" else row["memory check"]
+    rows = list(keyed.values())
     over = modelled[0]["assumption_sets"] if modelled else ""
-    return tables.table(rows, list(rows[0]), caption=f"modelled (kvlab's physical model; no run); ranges over {over}")
+    columns = list(dict.fromkeys(c for row in rows for c in row if c != "memory check")) + ["memory check"]
+    caption = f"modelled (kvlab's physical model; no run): requests in flight, ranges over {over}"
+    return tables.table(rows, columns if rows else ["configuration"], caption=caption)
 
 
 # --------------------------------------------------------------------------- real traffic: the search and the trace
 
-#: The commands that measure the real-traffic part (not in the default `make report`: its budget is spent).
-TRAFFIC_COMMANDS = ("make report FULL=1", "kvlab sweep data/experiments/cpu_trace.yaml && kvlab report")
+#: The commands that measure the real-traffic part (`make report` runs cpu_trace's quick form, at memory setting 0.92).
+TRAFFIC_COMMANDS = ("make report", "kvlab sweep data/experiments/cpu_trace.yaml && kvlab report")
 
 
 def no_traffic_note(experiment: str, notes: tuple[str, ...] = ()) -> str:
@@ -477,17 +483,12 @@ def search_intro(results: list[dict], on_cpu: bool) -> str:
     """How a search decides (its share, the SLO as stored, the Wilson rule) and what a CPU run can say."""
     shares = sorted({r["search_share"] for r in results if r["search_share"] is not None})
     slos = sorted({_slo_words(r) for r in results})
-    cpu = (
-        " A CPU run of a tiny model tests the search and the replay, not a GPU's capacity; the engines side by side "
-        "are this host's measurement, not a verdict."
-        if on_cpu
-        else ""
-    )
+    cpu = " A CPU run of a tiny model tests the search and the replay, not a GPU's capacity." if on_cpu else ""
     return (
-        f"Each search probes a load, then the next: double while it passes, then bisect between the highest that "
-        f"passed and the lowest that failed. Each probe is a stored run of the trace's requests. A load **passes** "
-        f"when the Wilson 95% lower bound of its requests within the SLO ({'; '.join(slos)}; failed requests count "
-        f"against) reaches {' / '.join(f'{s:.0%}' for s in shares)} and it did not stop past saturation.{cpu}"
+        "A search doubles the load while it passes, then bisects between the highest pass and the lowest fail; each "
+        f"probe is a stored run of the trace's requests. A load **passes** when the Wilson 95% lower bound of its "
+        f"requests within the SLO ({'; '.join(slos)}; failed requests count against) reaches "
+        f"{' / '.join(f'{s:.0%}' for s in shares)} and it did not stop past saturation.{cpu}"
     )
 
 
@@ -546,11 +547,7 @@ def search_table(results: list[dict]):
 
 def search_caption(results: list[dict], on_cpu: bool) -> str:
     """The search path figure's caption: what it draws and how far its result reaches."""
-    where = (
-        "on this host's CPUs (this host's measurement, not a verdict between the engines)"
-        if on_cpu
-        else "on the host named in the title"
-    )
+    where = "on this host's CPUs (not a verdict between the engines)" if on_cpu else "on the host named in the title"
     found = "; ".join(
         f"{engine_label(r['engine'])} at {r['mem_util']:g}: {_highest(r)}"
         for r in sorted(results, key=lambda r: (r["mem_util"] or 0, r["engine"]))
@@ -603,8 +600,6 @@ def reuse_table(reuse: list[dict]):
 def reuse_caption() -> str:
     """What the reuse table compares (its numbers are in the table)."""
     return (
-        "Measured: reusable tokens are what the trace's hash ids allow a prefix cache to serve; cached tokens are "
-        "what the engine says it served from its cache (usage.prompt_tokens_details.cached_tokens). A cache that "
-        "keeps whole blocks larger than the trace's shared prefix serves none of it; one that matches token by token "
-        "can serve it all. Each run starts from an empty cache."
+        "Measured: reusable tokens are what the trace's hash ids let a prefix cache serve; cached tokens, what the "
+        "engine reports it served (usage.prompt_tokens_details.cached_tokens), each run from an empty cache."
     )
