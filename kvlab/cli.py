@@ -428,10 +428,16 @@ def _sweep(
     with _progress() as progress:
         task = progress.add_task("sweep " + (f"{len(specs)} experiments" if many else specs[0].name), total=len(todo))
 
+        planned = {r.key for r in todo}
+
         def on_run(run, status):
             colour = {"ok": "green", "not climbed": "yellow"}.get(status, "red")
             w = run.workload
             varies = " ".join(_point_text(axis, v) for axis, v in run.point.items() if axis != "engine")
+            if run.key not in planned:  # a load search's probe: a run the search adds as it goes, at its own level
+                progress.update(task, total=progress.tasks[task].total + 1)
+                level = f"{w.load.concurrency:g} in flight" if w.load.concurrency else f"{w.load.rate_rps:g} req/s"
+                varies += f" → probe at {level}"
             where = f"{run.experiment} " if many else ""
             progress.console.print(
                 f"  [{colour}]{status:6}[/{colour}] {where}{run.key} {run.engine_label} {varies} "

@@ -110,6 +110,25 @@ def test_each_load_point_against_its_ceiling_and_what_telemetry_saw(frames):
     assert got[("vllm", 1024, 0.95)] == (20, None, None, None, None)
 
 
+def test_queueing_under_the_ceiling_is_said_a_sentence_per_setting():
+    """On a fresh clone's runs (2026-12-07) three configurations queued under their ceiling: one sentence of 57
+    words; now one per setting, its configurations together."""
+    from kvlab import prose
+
+    def early(engine, tokens, mem, level):
+        return {"engine": engine, "tp": 1, "dcp": 1, "context_label": "200K", "context_tokens": tokens,
+                "mem_util": mem, "first_queued": level, "first_past_ceiling": None}  # fmt: skip
+
+    onset = [early("sglang", 3200, 0.92, 2.0), early("sglang", 3200, 0.95, 4.0), early("vllm", 3200, 0.95, 4.0)]
+    text = words.ceiling_caption([], onset, None)
+    assert text.endswith(
+        "Queueing at or under the ceiling is a scheduler limit, not the KV pool. At 3,200 tokens (scaled 200K), "
+        "memory setting 0.92: SGLang TP1 from 2 in flight. At 3,200 tokens (scaled 200K), memory setting 0.95: "
+        "SGLang TP1 from 4 in flight, vLLM TP1 from 4 in flight."
+    )
+    assert prose.problems(f"<p>{text}</p>").long_sentences == []
+
+
 def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemption_series(frames):
     """A sampled run whose engine exported no preemption counter (SGLang's appears only after its first retraction)
     has no preemption series: 07 says "not available" there, never "none"; where the series was sampled and never
@@ -271,6 +290,11 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
         "the experiment file sets each memory setting's KV budget (0.92: 8 MiB, 8,192 tokens; 0.95: 20 MiB, 20,480 "
         "tokens; 2.50× the lowest), so "
         "the ceiling follows the configuration by construction: shown, not graded"
+    )
+    # each context once, its engines together (a fresh clone's four pairs ran to 60 words, each context per engine)
+    assert got[0].number == (
+        "1,024 tokens (scaled 64K): SGLang 8 → 20, vLLM 8 → 20 requests (0.92 → 0.95); 3,200 tokens (scaled 200K): "
+        "SGLang 2 → 6, vLLM 2 → 6 requests (0.92 → 0.95)"
     )
     assert got[3].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
     assert {v.family for v in got} == {"own"}
@@ -645,6 +669,41 @@ def test_every_modelled_ceiling_prints_with_its_range(computed):
     labels = [t.get_text() for ax in figures.modelled_ceiling_figure(r.modelled).get_axes() for t in ax.texts]
     assert all(s in answer and s in caption and s in labels for s in spans) and shown == spans
     assert not re.search(r"\b(11|12|51|58) requests", answer)
+
+
+def test_the_capacity_limited_rate_is_the_models_answer_as_kvlab_model_prints_it(computed):
+    """Issue 55 item 5: the modelled column of the capacity report is kvlab.perfmodel's capacity-limited throughput
+    (what `kvlab model --context 204800 --tpot-ms 100` and report 04's figure compute), per configuration and memory
+    setting at the longest context, each rate with its range; the answer gives it at the lower setting."""
+    from kvlab.engines import SGLANG, VLLM
+    from kvlab.perfmodel.calibrate import crossover_range
+    from kvlab.perfmodel.roofline import Assumptions
+    from kvlab.perfmodel.throughput import capacity_limited
+
+    wb, r = computed
+    t = r.modelled_throughput
+    assert t.select("config", "mem_util", "context_tokens", "tpot_ms").rows() == [
+        ("vllm TP8", 0.92, 204800, 100.0),
+        ("sglang TP8+DCP8", 0.92, 204800, 100.0),
+        ("vllm TP8", 0.95, 204800, 100.0),
+        ("sglang TP8+DCP8", 0.95, 204800, 100.0),
+    ]
+    sens, _ = crossover_range(wb.data, Assumptions(), physics=True)
+    direct = capacity_limited(sens, "B300", "Kimi-K3", 204800, 100.0, 0.92, ((VLLM, 1), (SGLANG, 8)), 8)
+    assert t.filter(pl.col("mem_util") == 0.92).equals(direct)
+    # every rate lies in its range, and a batch past the pool or a rate past the batch's is impossible
+    for x in t.iter_rows(named=True):
+        assert x["tokens_per_s_per_gpu_lo"] <= x["tokens_per_s_per_gpu"] <= x["tokens_per_s_per_gpu_hi"]
+        assert x["batch"] <= x["seqs"] and x["batch_lo"] <= x["batch"] <= x["batch_hi"] <= x["seqs_hi"]
+    low = t.filter(pl.col("mem_util") == 0.92).sort("dcp").to_dicts()
+    said = [f"{words._config(x)} {words.modelled_rate(x)}" for x in low]
+    sentence = next(s for s in r.answer.sentences if s.startswith("Within a TPOT of 100 ms there, at 0.92"))
+    assert all(s in sentence for s in said) and all("(" in words.modelled_rate(x) for x in low)
+    table = words.modelled_table(r.modelled.to_dicts(), t.to_dicts()).frame
+    rates = table["tokens/s per GPU at 200K, TPOT ≤ 100 ms"].to_list()
+    assert rates == [words.modelled_rate(x) for x in t.sort("dcp", "mem_util").to_dicts()]
+    gone = {"tokens_per_s_per_gpu": 0.0, "tokens_per_s_per_gpu_lo": 0.0, "tokens_per_s_per_gpu_hi": 136.2, "batch": 0}
+    assert words.modelled_rate(gone) == "out of reach at the default set (up to 140 over the others)"
 
 
 def test_the_memory_flag_is_worded_as_reports_03_and_04_word_it(computed):

@@ -28,6 +28,7 @@ def compute(
     dcp_sizes: list = (1, 8),
     mem_utils: list = (0.92, 0.95),
     headroom_contexts: list = (65536, 131072, 204800),
+    modelled_tpot_ms: float = 100.0,
     price_per_device_hour: float = 0.0,
 ) -> CapacityResult:
     measured_experiment = chosen_experiment(wb, measured_experiment, "cpu_capacity")
@@ -41,12 +42,15 @@ def compute(
     points = frames.capacity_points(curve, wb.telemetry, wb.telemetry_info)
     gmap = frames.goodput_map(best, probe := probe_summary(wb.probes(measured_experiment)))
     modelled = frames.modelled_ceilings(gpu, model, tp, tuple(dcp_sizes), tuple(mem_utils), tuple(headroom_contexts))
+    throughput = frames.modelled_throughput(
+        wb.data, gpu, model, tp, tuple(dcp_sizes), tuple(mem_utils), max(headroom_contexts), modelled_tpot_ms
+    )
     telemetry = frames.telemetry_over_time(points, wb.telemetry)
     found = checks.capacity_verdicts(checks.Evidence(curve, points, gmap, modelled))
     queueing = checks.queue_count(points)
     src = wb.sources()
     return CapacityResult(
-        answer=Answer(words.answer(found, queueing, modelled, curve.is_empty())),
+        answer=Answer(words.answer(found, queueing, modelled, curve.is_empty(), throughput)),
         verdicts=found,
         experiments=src.measured,
         documents=src.documents,
@@ -58,6 +62,7 @@ def compute(
         probe=probe,
         goodput_map=gmap,
         modelled=modelled,
+        modelled_throughput=throughput,
         telemetry=telemetry,
         telemetry_series=frames.telemetry_series(telemetry),
         pareto_figure=None if curve.is_empty() else frames.pareto_figure_data(curve),

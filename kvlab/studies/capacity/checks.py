@@ -153,8 +153,19 @@ def _ceiling_pairs(d: pl.DataFrame) -> tuple[list[Grade], list[tuple[int, str]]]
             )
         )
         a, b = lo["concurrency_ceiling"].min(), hi["concurrency_ceiling"].min()
-        parts.append((ctx, f"{where}: {a} → {b} requests ({mems[0]:g} → {mems[-1]:g})"))
+        parts.append(
+            (ctx, context_words(label, ctx), f"({mems[0]:g} → {mems[-1]:g})", f"{engine_label(engine)} {a} → {b}")
+        )
     return grades, parts
+
+
+def _ceiling_number(parts: list[tuple]) -> str:
+    """The pairs a context at a time, its engines together: '1,024 tokens (scaled 64K): SGLang 12 → 13, vLLM 11 → 13
+    requests (0.92 → 0.95); 3,200 tokens (scaled 200K): ...' (each engine's context said once, not per engine)."""
+    said: dict[tuple, list[str]] = {}
+    for ctx, where, mems, pair in sorted(parts, key=lambda p: p[0]):
+        said.setdefault((ctx, where, mems), []).append(pair)
+    return "; ".join(f"{where}: {', '.join(pairs)} requests {mems}" for (_, where, mems), pairs in said.items())
 
 
 def ceiling_check(ev: Evidence) -> Verdict:
@@ -168,7 +179,7 @@ def ceiling_check(ev: Evidence) -> Verdict:
     if not grades:
         return _untestable(cid, "no engine measured at two memory settings with a reported KV pool")
     g = combined(grades)
-    number = "; ".join(p for _, p in sorted(parts, key=lambda p: p[0]))
+    number = _ceiling_number(parts)
     if "kv_budget_bytes" in d.columns and d["kv_budget_bytes"].null_count() == 0:
         budgets = (
             d.filter(pl.col("mem_util").is_not_null())

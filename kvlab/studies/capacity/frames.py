@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from kvlab.engines import SGLANG, VLLM
+from kvlab.perfmodel.calibrate import crossover_range
 from kvlab.perfmodel.figures import MEMORY_AXES, headroom_table
+from kvlab.perfmodel.throughput import capacity_limited
 from kvlab.perfmodel.roofline import Assumptions
 from kvlab import cost, search, store
 from kvlab.schema import RUNS, run_rates
@@ -457,6 +460,28 @@ def modelled_ceilings(
         pl.col("reason").str.replace(": OOM risk", f": {NOT_AN_OOM}", literal=True),
         pl.col("assumption_sets").fill_null(MEMORY_AXES),
     )
+
+
+def modelled_throughput(
+    data_dir,
+    gpu: str = "B300",
+    model: str = "Kimi-K3",
+    tp: int = 8,
+    dcp_sizes: tuple[int, ...] = (1, 8),
+    mem_utils: tuple[float, ...] = (0.92, 0.95),
+    context: int = 204800,
+    tpot_ms: float = 100.0,
+    assumptions: Assumptions | None = None,
+) -> pl.DataFrame:
+    """The capacity-limited throughput on the GPU host (issue 55, what ``kvlab model --context --tpot-ms`` prints):
+    per DCP size (DCP 1 as vLLM, DCP > 1 as SGLang) and memory setting at ``context``, the sequences the pool holds,
+    the batch the TPOT target allows and the output tokens/s per GPU there, each with ``_lo``/``_hi`` over every
+    assumption set's bounded fit and the unexplained per-step cost as a band
+    (:func:`kvlab.perfmodel.throughput.capacity_limited`, the function report 04's figure draws)."""
+    a = assumptions or Assumptions()
+    sens, _ = crossover_range(data_dir, a, gpu=gpu, model=model, tp=tp, dcp=max(dcp_sizes), physics=True)
+    configs = tuple((VLLM if d == 1 else SGLANG, d) for d in dcp_sizes)
+    return pl.concat([capacity_limited(sens, gpu, model, context, tpot_ms, m, configs, tp, a) for m in mem_utils])
 
 
 # --------------------------------------------------------------------------- real traffic: trace replay and search

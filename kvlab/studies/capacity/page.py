@@ -98,6 +98,10 @@ def probe(r: CapacityResult, wb) -> Section:
     return out
 
 
+def _rows(frame) -> list[dict]:
+    return [] if frame is None else frame.to_dicts()
+
+
 def modelled_ceiling(r: CapacityResult, wb) -> Section:
     """The ceiling on the GPU host (modelled, not measured), every number with its range."""
     rows = r.modelled.to_dicts()
@@ -106,7 +110,7 @@ def modelled_ceiling(r: CapacityResult, wb) -> Section:
     return Section(
         [
             wb.show(fig, words.modelled_caption(rows, verdict), data=r.modelled),
-            tables.folded(words.modelled_table(rows), "The modelled ceilings"),
+            tables.folded(words.modelled_table(rows, _rows(r.modelled_throughput)), "The modelled ceilings"),
         ]
     )
 

@@ -49,6 +49,9 @@ class CapacityResult(StudyResult):
     trace_shape: pl.DataFrame
     trace_summary: pl.DataFrame
     trace_reuse: pl.DataFrame
+    #: the model's capacity-limited throughput on the GPU host at the longest context and its TPOT target, per DCP size
+    #: and memory setting, each with ``_lo``/``_hi`` (frames.modelled_throughput; None in a result written before it)
+    modelled_throughput: pl.DataFrame | None = None
     #: the CSVs beside the Pareto and ceiling figures (None: nothing measured)
     pareto_figure: pl.DataFrame | None = None
     ceiling_figure: pl.DataFrame | None = None

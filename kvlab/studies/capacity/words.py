@@ -8,7 +8,7 @@ from kvlab import tables
 from kvlab.engines import engine_label
 from kvlab.studies.capacity.checks import QueueCount, by_id, config_label, context_words, ranged
 from kvlab.studies.capacity.frames import KV_SATURATED, NOT_PROBED
-from kvlab.units import count, measured, modelled_count, tokens_label
+from kvlab.units import count, measured, modelled_count, sig2, tokens_label
 from kvlab.verdicts import Verdict, decides, undecided_label
 
 #: The commands that measure the capacity study on this machine (the default `make report` sweeps it: its quick
@@ -67,9 +67,34 @@ def _modelled_sentence(v: Verdict, modelled) -> str:
     )
 
 
-def answer(found, queueing: QueueCount | None, modelled, nothing_measured: bool) -> tuple[str, ...]:
+def modelled_rate(r: dict) -> str:
+    """A configuration's modelled capacity-limited rate in output tokens/s per GPU, to the two figures a model that
+    misses its held-out points supports, with its range over the sets: '110 (70–260)'; where not one sequence meets
+    the TPOT target at the default set, that, with the best of the other sets."""
+    lo, hi = sig2(r["tokens_per_s_per_gpu_lo"]), sig2(r["tokens_per_s_per_gpu_hi"])
+    if not r["batch"]:
+        return f"out of reach at the default set (up to {hi} over the others)"
+    return f"{sig2(r['tokens_per_s_per_gpu'])} ({lo}–{hi})"
+
+
+def throughput_sentence(t) -> str:
+    """The capacity-limited throughput at the lowest memory setting the page models, per configuration ('' without
+    it): the model's main answer for a user choosing an engine at a TPOT target (issue 55)."""
+    if t is None or t.is_empty():
+        return ""
+    m = min(t["mem_util"].to_list())
+    rows = t.filter(t["mem_util"] == m).sort("dcp").to_dicts()
+    said = "; ".join(f"{_config(r)} {modelled_rate(r)}" for r in rows)
+    return (
+        f"Within a TPOT of {rows[0]['tpot_ms']:g} ms there, at {m:g}, the pool and the target allow {said} output "
+        "tokens/s per GPU."
+    )
+
+
+def answer(found, queueing: QueueCount | None, modelled, nothing_measured: bool, throughput=None) -> tuple[str, ...]:
     """Report 07's answer from its verdicts: queueing past the ceiling (what a CPU run can test), whether one engine
-    carries more goodput (which it cannot), and the model's ceilings on the reference host with their ranges."""
+    carries more goodput (which it cannot), and the model's ceilings on the reference host with their ranges and the
+    capacity-limited throughput they allow at a TPOT target (``throughput``: frames.modelled_throughput)."""
     v = by_id(found)
     out = []
     if nothing_measured:
@@ -86,6 +111,8 @@ def answer(found, queueing: QueueCount | None, modelled, nothing_measured: bool)
         )
     if (mc := v.get("capacity_modelled_ceiling")) is not None and not modelled.is_empty():
         out.append(_modelled_sentence(mc, modelled))
+        if said := throughput_sentence(throughput):
+            out.append(said)
         if not decides(mc):
             out.append(f"They are an illustration only ({mc.limit or mc.outcome}).")
     return tuple(out) or ("This report has no verdict to answer with.",)
@@ -233,12 +260,12 @@ def ceiling_caption(points: list[dict], onset: list[dict], q: QueueCount | None)
         for r in onset
         if r["first_queued"] and (r["first_past_ceiling"] is None or r["first_queued"] < r["first_past_ceiling"])
     ]
-    if early:
-        text += (
-            " Queueing at or under the ceiling (a scheduler limit, not the KV pool): "
-            + "; ".join(f"{_config(r)} at {_where(r)} from {_level(r['first_queued'])}" for r in early)
-            + "."
-        )
+    if early:  # a sentence per setting, its configurations together: three settings ran to 57 words in one
+        text += " Queueing at or under the ceiling is a scheduler limit, not the KV pool."
+        by_where: dict[str, list[str]] = {}
+        for r in early:
+            by_where.setdefault(_where(r), []).append(f"{_config(r)} from {_level(r['first_queued'])}")
+        text += "".join(f" At {where}: {', '.join(said)}." for where, said in by_where.items())
     return text
 
 
@@ -432,14 +459,15 @@ def modelled_caption(modelled: list[dict], verdict: Verdict | None) -> str:
     )
 
 
-def modelled_table(modelled: list[dict]):
+def modelled_table(modelled: list[dict], throughput: list[dict] = ()):
     """The modelled ceilings as a table, a row per configuration and memory setting and a column per context (each
-    ceiling charged its linear-attention state, with its range over the assumption sets), beside the KV pool and
-    the memory check: the contexts read across a row. The pool ÷ context without the state is in the figure's CSV."""
+    ceiling charged its linear-attention state, with its range over the assumption sets), beside the KV pool, the
+    capacity-limited rate at the longest context (``throughput``: frames.modelled_throughput rows) and the memory
+    check: the contexts read across a row. The pool ÷ context without the state is in the figure's CSV."""
     keyed: dict[tuple, dict] = {}
     for r in sorted(modelled, key=lambda r: (r["dcp"], r["mem_util"], r["context_tokens"])):
         row = keyed.setdefault(
-            (r["dcp"], r["mem_util"], _config(r)),
+            (r["dcp"], r["mem_util"]),
             {
                 "configuration": _config(r),
                 "memory setting": r["mem_util"],
@@ -451,10 +479,21 @@ def modelled_table(modelled: list[dict]):
             r["concurrency_ceiling"], r["concurrency_ceiling_lo"], r["concurrency_ceiling_hi"]
         )
         row["memory check"] = _check_words(r) if row.get("memory check", "fits") == "fits" else row["memory check"]
+    rate = ""
+    for t in throughput:
+        rate = f"tokens/s per GPU at {tokens_label(t['context_tokens'])}, TPOT ≤ {t['tpot_ms']:g} ms"
+        if (t["dcp"], t["mem_util"]) in keyed:
+            keyed[(t["dcp"], t["mem_util"])][rate] = modelled_rate(t)
     rows = list(keyed.values())
     over = modelled[0]["assumption_sets"] if modelled else ""
-    columns = list(dict.fromkeys(c for row in rows for c in row if c != "memory check")) + ["memory check"]
-    caption = f"modelled (kvlab's physical model; no run): requests in flight, ranges over {over}"
+    columns = [c for c in dict.fromkeys(c for row in rows for c in row) if c not in ("memory check", rate)]
+    columns += [rate] * bool(rate) + ["memory check"]
+    caption = f"modelled (kvlab's physical model; no run): requests in flight, ranges over {over}" + (
+        "; the rate: the largest batch the pool and the TPOT target allow, over every set's bounded fit, the "
+        "unexplained per-step cost as a band (report 04)"
+        if rate
+        else ""
+    )
     return tables.table(rows, columns if rows else ["configuration"], caption=caption)
 
 
@@ -523,10 +562,15 @@ def _highest(r: dict) -> str:
 def search_table(results: list[dict]):
     """Per search: the highest load within the SLO and the first past it, attainment there with its interval and
     n, goodput, output tokens/s per device, $ per million output tokens (a stated price), energy per output token,
-    and what broke the next load."""
+    and what broke the next load. What every row lacks alike (no price stated; energy not available for one reason)
+    is said once, in the caption, not in every row."""
+    unpriced = all(r["price_per_device_hour"] is None for r in results)
+    missing = {_energy(r) for r in results if r["energy_j_per_output_token"] is None}
+    one_reason = len(missing) == 1
     rows = []
     for r in sorted(results, key=lambda r: (r["mem_util"] or 0, r["engine"])):
         g, t = r["goodput_requests_per_s"], r["output_tokens_per_s_per_device"]
+        no_energy = one_reason and r["energy_j_per_output_token"] is None
         rows.append(
             {
                 "engine": engine_label(r["engine"]),
@@ -536,13 +580,15 @@ def search_table(results: list[dict]):
                 "within the SLO there": _attainment(r),
                 "goodput there (req/s)": "–" if g is None else measured(g),
                 "output tokens/s per device": "–" if t is None else measured(t),
-                "$ per million output tokens": _cost(r),
-                "energy per output token": _energy(r),
+                "$ per million output tokens": "–" if unpriced else _cost(r),
+                "energy per output token": "not available" if no_energy else _energy(r),
                 "what broke the next load": r["mechanism"] or "–",
                 "probes": f"{r['probes']}: {r['stop'] or '–'}",
             }
         )
-    return tables.table(rows, list(rows[0]) if rows else ["engine"])
+    said = ["no device price stated (parameter price_per_device_hour), so no cost"] if unpriced else []
+    said += [next(iter(missing))] if one_reason else []
+    return tables.table(rows, list(rows[0]) if rows else ["engine"], caption="; ".join(said) or None)
 
 
 def search_caption(results: list[dict], on_cpu: bool) -> str:
