@@ -186,7 +186,7 @@ def test_make_report_gpu_builds_the_cuda_environments_sweeps_the_gpu_files_then_
     """`make report GPU=1`, the GPU host's one command: the two locked CUDA environments, then a sweep of the
     b300_*.yaml experiments (in the documented order: long context, step fit, capacity), then the reports; no CPU
     environment and no CPU experiment. Plain `make report` stays the embedded default: the CPU environments and
-    every cpu_*.yaml but cpu_trace (FULL=1 only)."""
+    every cpu_*.yaml (cpu_trace's quick form included)."""
     gpu = _make_plan(tmp_path, "report", "GPU=1")
     files = ["b300_long_context.yaml", "b300_step_fit.yaml", "b300_capacity.yaml"]
     assert sorted(files) == sorted(p.name for p in EXPERIMENTS_DIR.glob("b300_*.yaml"))
@@ -205,9 +205,7 @@ def test_make_report_gpu_builds_the_cuda_environments_sweeps_the_gpu_files_then_
 
     cpu = _make_plan(tmp_path, "report")
     sweep = _at(cpu, ".venv/bin/kvlab sweep")
-    cpu_files = sorted(  # every cpu_*.yaml but cpu_trace, which runs with FULL=1 only
-        f"data/experiments/{p.name}" for p in EXPERIMENTS_DIR.glob("cpu_*.yaml") if p.name != "cpu_trace.yaml"
-    )
+    cpu_files = sorted(f"data/experiments/{p.name}" for p in EXPERIMENTS_DIR.glob("cpu_*.yaml"))
     assert cpu[sweep].partition(" || ")[0] == ".venv/bin/kvlab sweep --quick " + " ".join(cpu_files)
     assert (
         max(_at(cpu, "-r kvlab/engines/envs/vllm-cpu.lock"), _at(cpu, "-r kvlab/engines/envs/sglang-cpu.lock")) < sweep

@@ -28,7 +28,6 @@ def compute(
     dcp_sizes: list = (1, 8),
     mem_utils: list = (0.92, 0.95),
     headroom_contexts: list = (65536, 131072, 204800),
-    modelled_tpot_ms: float = 100.0,
     price_per_device_hour: float = 0.0,
 ) -> CapacityResult:
     measured_experiment = chosen_experiment(wb, measured_experiment, "cpu_capacity")
@@ -43,7 +42,7 @@ def compute(
     gmap = frames.goodput_map(best, probe := probe_summary(wb.probes(measured_experiment)))
     modelled = frames.modelled_ceilings(gpu, model, tp, tuple(dcp_sizes), tuple(mem_utils), tuple(headroom_contexts))
     throughput = frames.modelled_throughput(
-        wb.data, gpu, model, tp, tuple(dcp_sizes), tuple(mem_utils), max(headroom_contexts), modelled_tpot_ms
+        wb.data, gpu, model, tp, tuple(dcp_sizes), tuple(mem_utils), max(headroom_contexts)
     )
     telemetry = frames.telemetry_over_time(points, wb.telemetry)
     found = checks.capacity_verdicts(checks.Evidence(curve, points, gmap, modelled))
