@@ -76,7 +76,7 @@ def vllm_side(url: str, tag: str, seed: int) -> dict:
         argv += ["--dataset-name", "timed_trace", "--dataset-path", SCALED, "--num-prompts", "40"]
         argv += ["--timed-trace-chunk-hash-size", "8", "--timed-trace-sec-multiplier", "0.001", "--temperature", "0"]
         argv += ["--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,90,99", "--disable-tqdm"]
-        argv += ["--save-result", "--result-dir", tmp, "--result-filename", "r.json"]
+        argv += ["--ignore-eos", "--save-result", "--result-dir", tmp, "--result-filename", "r.json"]
         env = {**__import__("os").environ, **PEER_ENV}
         done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:

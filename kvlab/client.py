@@ -893,6 +893,7 @@ class _Sending:
     sent: set[int] = field(default_factory=set)
     first_send_wall: list[float] = field(default_factory=list)
     t_start: float = 0.0  # perf_counter when the batch starts (set just before the first chain runs)
+    gates: dict[int, asyncio.Event] = field(default_factory=dict)  # with start offsets: each chain's (_open_gates)
     loop_lag_max_s: float = 0.0  # the event loop's largest delay while the chains ran (:class:`_LoopLag`)
 
     async def send_all(self, chains: Iterable[list[Prompt]], new_connection_per_request: bool) -> None:
@@ -905,9 +906,38 @@ class _Sending:
             async with aiohttp.ClientSession(
                 connector=connector, read_bufsize=READ_BUFSIZE, timeout=aiohttp.ClientTimeout(total=None)
             ) as session:
+                chains = list(chains)
                 self.t_start = time.perf_counter()
-                await asyncio.gather(*(self.run_chain(session, c) for c in chains))
+                opener = self._open_gates(chains)
+                try:
+                    await asyncio.gather(*(self.run_chain(session, c) for c in chains))
+                finally:
+                    if opener is not None:
+                        opener.cancel()
         self.loop_lag_max_s = lag.max_s
+
+    def _open_gates(self, chains: list[list[Prompt]]) -> asyncio.Task | None:
+        """With start offsets: one task opens each chain's gate at its offset, chains due at the same moment in the
+        order given (a trace's record order), so requests with equal timestamps reach the server in that order, as
+        the peers' replays send them. Each chain sleeping to its own offset woke in the event loop's timer order
+        instead: a replay's 16 simultaneous records reached vLLM scrambled, and which of them shared decode steps
+        with a long prefill changed from run to run (docs/performance.md, "Agreement on a replayed trace")."""
+        if self.start_offsets is None:
+            return None
+        due = sorted(
+            ((self.start_offsets.get(c[0].index, 0.0), k, c[0].index) for k, c in enumerate(chains)),
+            key=lambda d: d[:2],
+        )
+        self.gates = {index: asyncio.Event() for *_, index in due}
+
+        async def open_in_order() -> None:
+            for offset, _, index in due:
+                delay = self.t_start + offset - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                self.gates[index].set()
+
+        return asyncio.create_task(open_in_order())
 
     def may_send(self) -> bool:
         if self.send_until_s is not None and time.perf_counter() - self.t_start > self.send_until_s:
@@ -918,9 +948,7 @@ class _Sending:
         if self.before_send is not None:
             await self.before_send(chain[0].index)
         if self.start_offsets is not None:
-            delay = self.t_start + self.start_offsets.get(chain[0].index, 0.0) - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await self.gates[chain[0].index].wait()
         for p in chain:
             if self.sem is not None:
                 await self.sem.acquire()

@@ -660,3 +660,22 @@ def test_a_starved_client_reads_what_its_socket_holds_before_calling_a_stall(jud
         assert r.error == f"{client.STALLED} 0.5 s"
     # the loop's lag covers the block, less at most one interval of the lag timer (it may have been due just before)
     assert res.loop_lag_max_ms >= (block_s - client.LOOP_LAG_INTERVAL_S) * 1e3
+
+
+def test_requests_due_at_the_same_moment_are_sent_in_their_given_order(server):
+    """A replayed trace's records with one timestamp (the shipped slice has 16 at 3 s) leave in record order, as the
+    peers' replays send them: each chain sleeping to its own offset woke in the event loop's timer order, and on
+    2026-12-07 vLLM saw the 16 scrambled, so which of them shared decode steps with the slice's 1,363-token prefill
+    changed between kvlab's replay and `vllm bench serve`'s (docs/performance.md)."""
+    prompts = workloads.fixed_batch.prompts(24, 8, 2, vocab_size=512)
+    offsets = {p.index: (0.0 if p.index < 4 else 0.05) for p in prompts}  # 4 at once, then 20 at once
+    res = _run(server.url, prompts, start_offsets=offsets)
+    sent = sorted(res.records, key=lambda r: r.t_send_s)
+    assert [r.request_index for r in sent] == list(range(24))
+    assert all(r.t_send_s >= 0.045 for r in res.records if r.request_index >= 4)
+    assert all(r.status == "ok" for r in res.records)
+    # the order given, not the index: a caller's reversed list goes reversed
+    backwards = {p.index: 0.0 for p in prompts}
+    chains = list(reversed(prompts))
+    res = asyncio.run(client.run_requests(server.url, "fixture-model", chains, start_offsets=backwards))
+    assert [r.request_index for r in sorted(res.records, key=lambda r: r.t_send_s)] == list(reversed(range(24)))
