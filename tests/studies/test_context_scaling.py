@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kvlab import prose, reports, store, studies, verdicts
+from kvlab import reports, store, studies, verdicts
 from kvlab.studies.context_scaling import ContextScalingResult, checks, page, words
 from kvlab.studies.context_scaling.figures import batch_time_bars
 from kvlab.studies.context_scaling.frames import ModelCrossover, batch_time_growth
@@ -26,7 +26,6 @@ from kvlab.studies.measured_frames import (
     with_context_names,
 )
 from kvlab.studies import measured_frames
-from support import pages
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -220,14 +219,3 @@ def test_the_models_crossover_is_never_printed_without_its_range(result):
     assert v.number.startswith("108K–746K over the assumptions the article leaves open (≈173K under the defaults)")
     none = ModelCrossover(None, None, None, 4, 1.0, 2.0)
     assert words.model_crossover_sentence(none).startswith("- modelled: no crossover within the modelled range.")
-
-
-@pytest.mark.parametrize("data", ["fixture_data", "three_contexts"])
-def test_the_page_keeps_the_prose_limits(data, request):
-    """Issue 53 item 5: at most 3,000 words, no sentence over 45 words, none said twice (the verdict box's headline
-    is kvlab.verdicts', outside this study: left out of the sentence check). On the older quick runs and on the real
-    three-context CPU runs, where a batch exceeded the KV pool at 3,200 tokens (its sentences ran to 49-64 words)."""
-    params = {"data_dir": str(request.getfixturevalue(data))}
-    assert prose.problems(pages.page_text("01", params)).words <= prose.MAX_WORDS
-    got = prose.problems(pages.page_text("01", params, box=False))
-    assert got.long_sentences == [] and got.repeated == [], got

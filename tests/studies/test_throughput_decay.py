@@ -10,11 +10,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from kvlab import prose, reports, store, studies, verdicts
+from kvlab import reports, store, studies, verdicts
 from kvlab.studies.measured_frames import decay_factors, pool_excesses, pool_fit
 from kvlab.studies.throughput_decay import ThroughputDecayResult, checks, frames, words
 from kvlab.studies import measured_frames
-from support import pages
 
 RUNS = store.load_runs()
 PUB = RUNS.filter((pl.col("source") == "published") & (pl.col("experiment") == "article_b300"))
@@ -148,14 +147,3 @@ def test_consistency_table_states_each_decay_factor_with_its_direction():
         "falls 1.49×",
         "rises 2.09×",
     ]
-
-
-@pytest.mark.parametrize("data", ["fixture_data", "three_contexts"])
-def test_the_page_keeps_the_prose_limits(data, request):
-    """Issue 53 item 5: at most 3,000 words, no sentence over 45 words, none said twice (the verdict box's headline
-    is kvlab.verdicts', outside this study: left out of the sentence check). On the older quick runs and on the real
-    three-context CPU runs, where a batch exceeded the KV pool at 3,200 tokens (its sentences ran to 49-64 words)."""
-    params = {"data_dir": str(request.getfixturevalue(data))}
-    assert prose.problems(pages.page_text("02", params)).words <= prose.MAX_WORDS
-    got = prose.problems(pages.page_text("02", params, box=False))
-    assert got.long_sentences == [] and got.repeated == [], got

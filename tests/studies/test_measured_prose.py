@@ -1,0 +1,21 @@
+"""Reports 01 and 02's pages within the prose limits (issue 53 item 5: at most 3,000 words, no sentence over 45
+words, none said twice), on the older quick runs of tests/fixtures/runs and on the real three-context CPU runs of
+tests/fixtures/long_context, where a batch exceeded the KV pool at 3,200 tokens (their sentences ran to 49-64 words
+before they were split). The verdict box's headline is kvlab.verdicts', outside these studies: left out of the
+sentence check."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlab import prose
+from support import pages
+
+
+@pytest.mark.parametrize("data", ["fixture_data", "three_contexts"])
+@pytest.mark.parametrize("report", ["01", "02"])
+def test_the_page_keeps_the_prose_limits(report, data, request):
+    params = {"data_dir": str(request.getfixturevalue(data))}
+    assert prose.problems(pages.page_text(report, params)).words <= prose.MAX_WORDS
+    got = prose.problems(pages.page_text(report, params, box=False))
+    assert got.long_sentences == [] and got.repeated == [], got
