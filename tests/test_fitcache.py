@@ -50,7 +50,7 @@ def _in_subprocess(cache: str) -> dict:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         env={**os.environ, fitcache.ENV: cache},
         check=True,
     )

@@ -208,7 +208,7 @@ def test_imports_leave_matplotlib_settings_alone():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     changed = json.loads(out.stdout.strip().splitlines()[-1])
