@@ -588,6 +588,9 @@ def test_whatif_verdicts(fit):
     # the model's crossover is its own answer, fitted to the table it would check: family own, never a document
     # claim; so are its bounds against published GPU runs (its own check)
     assert [v.family for v in found] == ["own", "document"] + ["own"] * 12
+    # a published figure as its source states it: 13,386 output tokens/s per GPU, not '13,386.0'
+    decode = next(v for v in found if v.claim_id == "published_bound_lmsys_gb200_part2_decode")
+    assert "13,386 output tokens/s per GPU" in decode.claim and decode.number.endswith("the published 13,386")
     # spreads in each value's unit: the crossover's range over the 96 assumption sets (tokens); the held-out count
     # has none (its margin and error are in the reason)
     assert held.spread is None and "margin 3.1% within the 40.5% mean held-out error" in held.reason

@@ -417,9 +417,9 @@ def bound_lines(data_dir: str | Path = DATA_DIR) -> list[str]:
         r = c.run
         out.append(
             f"    {r.run_id}: {r.model} on {r.gpu}, {r.input_tokens:,} in: bound {c.bound:,.0f} >= published "
-            f"{r.value:,.1f} tok/s/GPU, margin {c.margin:.2f}x"
+            f"{r.value:,g} tok/s/GPU, margin {c.margin:.2f}x"
             if c.consistent
-            else f"    {r.run_id}: CONTRADICTED — bound {c.bound:,.0f} < published {r.value:,.1f} tok/s/GPU "
+            else f"    {r.run_id}: CONTRADICTED — bound {c.bound:,.0f} < published {r.value:,g} tok/s/GPU "
             f"(margin {c.margin:.2f}x): {c.wrong_term()}"
         )
         if r.concurrency_per_gpu:

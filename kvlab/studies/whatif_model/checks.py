@@ -273,11 +273,11 @@ def bound_verdict(c) -> Verdict:
     )
     return Verdict(
         f"A published run stays under the model's throughput bound: {r.model} on {r.gpu} "
-        f"({engine_label(r.engine)}, {r.input_tokens:,} input tokens), {r.value:,.1f} output tokens/s per GPU — "
+        f"({engine_label(r.engine)}, {r.input_tokens:,} input tokens), {r.value:,g} output tokens/s per GPU — "
         f"{r.publisher}, {r.published}",
         "reproduced" if c.consistent else "contradicted",
         "published",
-        f"bound {float(f'{c.bound:.3g}'):,.0f} tokens/s per GPU, {c.margin:.2f}× the published {r.value:,.1f}{conc}",
+        f"bound {float(f'{c.bound:.3g}'):,.0f} tokens/s per GPU, {c.margin:.2f}× the published {r.value:,g}{conc}",
         claim_id=f"published_bound_{r.run_id}",
         kind="model_bound",
         value=c.margin,
