@@ -150,7 +150,7 @@ ENGINE_PASS := -m "engine and not cluster$(NOT_FULL)"
 # search) run once the engine pass is done, unpinned at nice 0: the three streams end closer together
 AFTER_ENGINES := tests/test_fault_soak.py tests/test_hostile_servers.py tests/test_search.py
 # engine-free tests that only compute (the studies, the model, the notebooks' parameters, the docs' commands) run
-# under SCHED_IDLE (`chrt --idle 0`; nice 19 where chrt is missing), on any core, in the time the other passes leave
+# under SCHED_IDLE (`chrt --idle 0`; nice 19 where chrt is missing or refused), on any core, in the time the other passes leave
 # idle (a server starting, a client waiting on a stream, the pinned pass done): any other process that wakes
 # preempts them at once, so an engine's step is not delayed (at nice 19 it waits out a time slice)
 IDLE_POLICY := $(shell command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null && echo "chrt --idle 0" || echo "nice -n 19")
@@ -178,7 +178,7 @@ test: install engines engines-sglang-jax browser ## run the test suite (real eng
 	$(if $(NOT_FULL),echo "make test: left out $$(grep -rl 'pytest.mark.full' tests | wc -l | tr -d ' ') files' tests marked full ($$(grep -rho 'pytest.mark.full' tests | wc -l | tr -d ' ') marks); make test FULL=1 runs them";) \
 	for rc in $$tmp/*.rc; do \
 	  n=$$(cat $$rc); [ "$$n" = 0 ] && continue; status=$$n; name=$$(basename $$rc .rc); \
-	  echo "make test: FAILED: $$name exited $$n"; grep -h -E '^(FAILED|ERROR) |^E +' $$tmp/$$name.log | head -40 || tail -20 $$tmp/$$name.log; \
+	  echo "make test: FAILED: $$name exited $$n"; { grep -h -E '^(FAILED|ERROR) |^E +' $$tmp/$$name.log || tail -20 $$tmp/$$name.log; } | head -40; \
 	done; rm -rf $$tmp; exit $$status
 
 format: install ## rewrite the code as `make test`'s lint step wants it (ruff format, then ruff check --fix)

@@ -10,7 +10,6 @@ import glob
 import os
 import re
 import shlex
-import shutil
 import subprocess
 
 import pytest
@@ -93,13 +92,15 @@ def _shown(pattern: str) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ make: its dry run
 
-#: How make test schedules its computing tests here: the Makefile's IDLE_POLICY, SCHED_IDLE where this machine grants
-#: it, else nice 19 (a container may refuse SCHED_IDLE; the plan the docs describe is whichever make chose)
-IDLE_POLICY = (
-    "chrt --idle 0"
-    if shutil.which("chrt") and subprocess.run(["chrt", "--idle", "0", "true"], capture_output=True).returncode == 0
-    else "nice -n 19"
-)
+#: How make test schedules its computing tests here: the Makefile's own IDLE_POLICY, as make computes it on this
+#: machine (SCHED_IDLE where granted, else nice 19: a container may refuse SCHED_IDLE)
+IDLE_POLICY = subprocess.run(
+    ["make", "-s", "--no-print-directory", "--eval=print-idle-policy: ; @echo $(IDLE_POLICY)", "print-idle-policy"],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    check=True,
+).stdout.strip()
 GPU_FILES = "data/experiments/b300_long_context.yaml data/experiments/b300_step_fit.yaml "
 GPU_FILES += "data/experiments/b300_capacity.yaml"
 #: Per make command the docs show: what `make -n -B` must print, in this order (every environment's build shows, as
