@@ -19,20 +19,28 @@ from kvlab.figures import FigureView
 SECTION_CALL = re.compile(r"^page\.(\w+)\(r, wb\)$", re.M)
 
 
-def shown(prefix: str, parameters: dict) -> tuple[studies.StudyResult, list]:
-    """``prefix``'s study computed with ``parameters`` over the notebook's defaults, as its first cell does, and every
-    item its page's cells show, in order."""
+def _cells(prefix: str, parameters: dict) -> tuple[studies.StudyResult, list]:
+    """``prefix``'s study computed with ``parameters`` over the notebook's defaults, as its first cell does, and the
+    page in the notebook's order: each markdown cell's source (a str) and every item its ``page.<section>`` cells
+    show."""
     nb = reports.notebooks([prefix])[0]
     wb, r, page = studies.open_page(prefix, reports._defaults(nb) | parameters)
-    items = []
+    out: list = []
     try:
         for cell in nbformat.read(nb, as_version=4).cells:
-            if cell.cell_type == "code":
-                for name in SECTION_CALL.findall(cell.source):
-                    items += list(getattr(page, name)(r, wb))
+            if cell.cell_type == "markdown":
+                out.append(cell.source)
+            for name in SECTION_CALL.findall(cell.source) if cell.cell_type == "code" else ():
+                out += list(getattr(page, name)(r, wb))
     finally:
         plt.close("all")  # the figures' data is what a test reads; their drawings are not kept
-    return r, items
+    return r, out
+
+
+def shown(prefix: str, parameters: dict) -> tuple[studies.StudyResult, list]:
+    """``prefix``'s study as its first cell computes it, and every item its page's cells show, in order."""
+    r, cells = _cells(prefix, parameters)
+    return r, [c for c in cells if not isinstance(c, str)]
 
 
 def figure_data(items: list) -> dict[int, pl.DataFrame]:
@@ -59,17 +67,12 @@ def page_text(prefix: str, parameters: dict, box: bool = True) -> str:
     """``prefix``'s page prose as the built report shows it, for :func:`kvlab.prose.problems`: the answer, the verdict
     box (with ``box``: its headline is kvlab.verdicts', outside the study, so sentence checks leave it out), the
     notebook's markdown cells and every shown item (Markdown rendered, tables as their HTML, figures by caption)."""
-    nb = reports.notebooks([prefix])[0]
-    wb, r, page = studies.open_page(prefix, reports._defaults(nb) | parameters)
+    r, cells = _cells(prefix, parameters)
     parts = ["".join(f"<p>{s}</p>" for s in r.answer.sentences), verdicts.box_html(list(r.verdicts)) if box else ""]
-    try:
-        for cell in nbformat.read(nb, as_version=4).cells:
-            if cell.cell_type == "markdown":
-                parts.append(mistune.html(cell.source))
-            for name in SECTION_CALL.findall(cell.source) if cell.cell_type == "code" else ():
-                for item in getattr(page, name)(r, wb):
-                    parts.append(mistune.html(item.data) if isinstance(getattr(item, "data", None), str) else "")
-                    parts.append(text_html(item))
-    finally:
-        plt.close("all")
+    for c in cells:
+        if isinstance(c, str):
+            parts.append(mistune.html(c))
+            continue
+        parts.append(mistune.html(c.data) if isinstance(getattr(c, "data", None), str) else "")
+        parts.append(text_html(c))
     return "\n".join(parts)
