@@ -924,10 +924,7 @@ class _Sending:
         with a long prefill changed from run to run (docs/performance.md, "Agreement on a replayed trace")."""
         if self.start_offsets is None:
             return None
-        due = sorted(
-            ((self.start_offsets.get(c[0].index, 0.0), k, c[0].index) for k, c in enumerate(chains)),
-            key=lambda d: d[:2],
-        )
+        due = sorted((self.start_offsets.get(c[0].index, 0.0), k, c[0].index) for k, c in enumerate(chains))
         self.gates = {index: asyncio.Event() for *_, index in due}
 
         async def open_in_order() -> None:

@@ -478,10 +478,11 @@ def modelled_table(modelled: list[dict], throughput: list[dict] = ()):
         row[f"ceiling at {tokens_label(r['context_tokens'])}"] = ranged(
             r["concurrency_ceiling"], r["concurrency_ceiling_lo"], r["concurrency_ceiling_hi"]
         )
-        row["memory check"] = _check_words(r) if row.get("memory check", "fits") == "fits" else row["memory check"]
-    rate = ""
+        if row.get("memory check", "fits") == "fits":  # a setting's first flag, at whichever context
+            row["memory check"] = _check_words(r)
+    t0 = throughput[0] if throughput else None
+    rate = f"tokens/s per GPU at {tokens_label(t0['context_tokens'])}, TPOT ≤ {t0['tpot_ms']:g} ms" if t0 else ""
     for t in throughput:
-        rate = f"tokens/s per GPU at {tokens_label(t['context_tokens'])}, TPOT ≤ {t['tpot_ms']:g} ms"
         if (t["dcp"], t["mem_util"]) in keyed:
             keyed[(t["dcp"], t["mem_util"])][rate] = modelled_rate(t)
     rows = list(keyed.values())

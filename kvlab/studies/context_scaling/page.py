@@ -84,8 +84,8 @@ def growth(r: ContextScalingResult, wb) -> Section:
     out.add(Markdown(words.growth_comparison(decay_m, decay_p, r.pool_excesses)))
     if note := pool_note(r.pool_excesses):
         out.add(Markdown(note))
-    said = frozenset((d["engine"], d["context_from"], d["context_to"]) for d in decay_m)
     if (r.growth["n_contexts"].max() or 0) > 2:  # more contexts than two: growth over the whole measured range
+        said = frozenset((d["engine"], d["context_from"], d["context_to"]) for d in decay_m)
         if lines := words.growth_sentences(r.growth.to_dicts(), "measured", r.pool_excesses, said):
             out.add(Markdown(lines))
     if not pool_recorded(r.pool):
