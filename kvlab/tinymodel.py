@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import shutil
 import struct
 import tempfile
@@ -257,8 +260,29 @@ def ensure_tiny_model(path: str | Path | None = None) -> Path:
     path = Path(path) if path is not None else DEFAULT_PATH
     if _is_current(path):
         return path
-    files = build_files()
     path.parent.mkdir(parents=True, exist_ok=True)
+    with _building(path):
+        if not _is_current(path):  # another process may have made it while this one waited
+            _build(path)
+    return path
+
+
+@contextlib.contextmanager
+def _building(path: Path):
+    """Hold the lock that makes one process at a time build the model at ``path``: without it, processes that
+    start together (make test's three pytest streams on a fresh clone) each replaced the folder, and one of them
+    found it gone for the moment between two renames (CI, 2026-12-07: `local model folder does not exist`)."""
+    lock = path.parent / f"{temp_prefix(path.name)}lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _build(path: Path) -> None:
+    files = build_files()
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=temp_prefix(path.name)))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; the engine may run as another user
@@ -270,7 +294,6 @@ def ensure_tiny_model(path: str | Path | None = None) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return path
 
 
 def vocab_size(path: str | Path | None = None) -> int:

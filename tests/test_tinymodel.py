@@ -102,3 +102,25 @@ def test_the_model_is_described_in_words_with_its_real_parameter_count(tiny_mode
         == ("kvlab's tiny Llama (tiny-llama): 2 layers, 1.4M parameters, random weights, made locally")
     )
     assert tinymodel.describe("moonshotai/Kimi-K3") == "moonshotai/Kimi-K3"
+
+
+def _ensure_and_stat(path, start):
+    start.wait()
+    out = tinymodel.ensure_tiny_model(path)
+    return out.stat().st_ino
+
+
+def test_processes_that_start_together_build_it_once_and_never_replace_it(tmp_path):
+    """make test's three pytest streams each ensure the model on a fresh clone: one builds it and the others wait
+    and reuse it, so none finds the folder gone between two renames (CI, 2026-12-07). Every caller gets the same
+    folder (one inode), and no temporary folder is left beside it."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    path = tmp_path / "m"
+    with ctx.Manager() as manager:
+        start = manager.Barrier(4)
+        with ctx.Pool(4) as pool:
+            inodes = pool.starmap(_ensure_and_stat, [(path, start)] * 4)
+    assert len(set(inodes)) == 1 and inodes[0] == path.stat().st_ino
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".kvlab-tmp.m.lock", "m"]
