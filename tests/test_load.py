@@ -143,9 +143,13 @@ def test_a_closed_loop_never_has_more_in_flight_than_its_concurrency_and_keeps_i
 
 
 def test_an_open_loop_sends_each_request_no_earlier_than_its_arrival():
+    """Each request leaves at its own arrival time, not after the answer to the one before: the server takes 0.4 s
+    to a first token, so a closed loop would send the second request 0.3 s or more late. The lateness bound (0.2 s)
+    is a scheduling delay on a busy host: under make test, beside the engine pass on the same core, a send once
+    came more than 50 ms late."""
     prompts = fixed_batch.prompts(6, 8, 2, 1000)
     load = loads.LoadSpec(rate_rps=10, arrival_seed=3)
-    with SSEServer() as srv:
+    with SSEServer(FixtureConfig(first_delay_s=0.4)) as srv:
         batch = asyncio.run(
             client.run_requests(
                 srv.url, "m", prompts, **loads.client_args(load, prompts, loads.SaturationWatch(load, None))
@@ -154,7 +158,7 @@ def test_an_open_loop_sends_each_request_no_earlier_than_its_arrival():
     due = loads.arrival_times(6, 10, 1.0, seed=3)
     sent = [r.t_send_s for r in batch.records]
     assert all(s >= d - 0.002 for s, d in zip(sent, due))  # never early (t0 is the first send, a hair after start)
-    assert all(s - d < 0.05 for s, d in zip(sent, due))  # nor late by more than a scheduling delay
+    assert all(s - d < 0.2 for s, d in zip(sent, due))  # nor late by more than a scheduling delay
 
 
 def test_a_saturating_server_stops_the_load_point_by_its_queue():
