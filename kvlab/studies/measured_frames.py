@@ -28,11 +28,11 @@ from kvlab.units import nominal_tokens
 # -- contexts -------------------------------------------------------------------------------------------------------
 
 
-def context_name(label: str, tokens: int | None, sep: str = " ") -> str:
+def context_name(label: str | None, tokens: int | None, sep: str = " ") -> str:
     """A context as a reader should read it: its label where the run had that many tokens ('64K'); a scaled
     (CPU) run by its real token count with the context it stands in for ('1,024 tokens (stands in for 64K)';
     ``sep`` before the bracket, a newline on an axis); a label that is a bare count by that count ('3,000 tokens')."""
-    named = nominal_tokens(label)
+    named = nominal_tokens(label or "")
     if tokens is None or not named or tokens in named:
         return f"{tokens:,} tokens" if str(label).isdigit() and tokens is not None else str(label)
     return f"{tokens:,} tokens{sep}(stands in for {label})"

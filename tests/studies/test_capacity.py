@@ -122,8 +122,8 @@ def test_queueing_under_the_ceiling_is_said_a_sentence_per_setting():
     onset = [early("sglang", 3200, 0.92, 2.0), early("sglang", 3200, 0.95, 4.0), early("vllm", 3200, 0.95, 4.0)]
     text = words.ceiling_caption([], onset, None)
     assert text.endswith(
-        "Queueing at or under the ceiling is a scheduler limit, not the KV pool. At 3,200 tokens (scaled 200K), "
-        "memory setting 0.92: SGLang TP1 from 2 in flight. At 3,200 tokens (scaled 200K), memory setting 0.95: "
+        "Queueing at or under the ceiling is a scheduler limit, not the KV pool. At 3,200 tokens (stands in for 200K), "
+        "memory setting 0.92: SGLang TP1 from 2 in flight. At 3,200 tokens (stands in for 200K), memory setting 0.95: "
         "SGLang TP1 from 4 in flight, vLLM TP1 from 4 in flight."
     )
     assert prose.problems(f"<p>{text}</p>").long_sentences == []
@@ -150,14 +150,14 @@ def test_the_onset_table_says_not_available_where_telemetry_lacked_the_preemptio
         "configuration", "context", "memory setting", "requests waited from", "preempted from"
     )
     assert shown.rows() == [
-        ("SGLang TP1", "1,024 tokens (scaled 64K)", 0.92, "none", "not available"),
-        ("vLLM TP1", "1,024 tokens (scaled 64K)", 0.92, "none", "none"),
-        ("SGLang TP1", "1,024 tokens (scaled 64K)", 0.95, "none", "not available"),
-        ("vLLM TP1", "1,024 tokens (scaled 64K)", 0.95, "none", "none"),
-        ("SGLang TP1", "3,200 tokens (scaled 200K)", 0.92, "4 in flight", "not available"),
-        ("vLLM TP1", "3,200 tokens (scaled 200K)", 0.92, "4 in flight", "4 in flight"),
-        ("SGLang TP1", "3,200 tokens (scaled 200K)", 0.95, "none", "not available"),
-        ("vLLM TP1", "3,200 tokens (scaled 200K)", 0.95, "none", "none"),
+        ("SGLang TP1", "1,024 tokens (stands in for 64K)", 0.92, "none", "not available"),
+        ("vLLM TP1", "1,024 tokens (stands in for 64K)", 0.92, "none", "none"),
+        ("SGLang TP1", "1,024 tokens (stands in for 64K)", 0.95, "none", "not available"),
+        ("vLLM TP1", "1,024 tokens (stands in for 64K)", 0.95, "none", "none"),
+        ("SGLang TP1", "3,200 tokens (stands in for 200K)", 0.92, "4 in flight", "not available"),
+        ("vLLM TP1", "3,200 tokens (stands in for 200K)", 0.92, "4 in flight", "4 in flight"),
+        ("SGLang TP1", "3,200 tokens (stands in for 200K)", 0.95, "none", "not available"),
+        ("vLLM TP1", "3,200 tokens (stands in for 200K)", 0.95, "none", "none"),
     ]
 
 
@@ -293,18 +293,19 @@ def test_the_capacity_verdicts_follow_the_grading_rules(frames):
     )
     # each context once, its engines together (a fresh clone's four pairs ran to 60 words, each context per engine)
     assert got[0].number == (
-        "1,024 tokens (scaled 64K): SGLang 8 → 20, vLLM 8 → 20 requests (0.92 → 0.95); 3,200 tokens (scaled 200K): "
+        "1,024 tokens (stands in for 64K): SGLang 8 → 20, vLLM 8 → 20 requests (0.92 → 0.95); 3,200 tokens (stands in for 200K): "
         "SGLang 2 → 6, vLLM 2 → 6 requests (0.92 → 0.95)"
     )
     assert got[3].reason.startswith("an illustration: the model fails its held-out test (0 of 4 winners right")
     assert {v.family for v in got} == {"own"}
     assert got[1].number == (
-        "2 of 2 runs past the ceiling queued (e.g. SGLang at 3,200 tokens (scaled 200K), 4 in "
+        "2 of 2 runs past the ceiling queued (e.g. SGLang at 3,200 tokens (stands in for 200K), 4 in "
         "flight against a ceiling of 2: up to 2 waiting); 0 of 22 at or under it"
     )
     # a verdict that cannot decide names no leader: the ratio where load plays no part, not "vLLM ahead at 3 of 4"
     assert (
-        got[2].number == "goodput ratio 2.0× at 1 in flight (the lowest load measured), 1,024 tokens (scaled 64K), 0.92"
+        got[2].number
+        == "goodput ratio 2.0× at 1 in flight (the lowest load measured), 1,024 tokens (stands in for 64K), 0.92"
     )
     # every modelled ceiling with its range over the KV format and MLA width (report 04's 11–25 / 12–28 / 51–116 /
     # 58–131)
@@ -472,11 +473,11 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
     assert cell["accuracy probe (higher / lower)"] == (
         "differs from token 3 (8 of 8 prompts) / differs only at near-ties (8 of 8 prompts)"
     )
-    said = "SGLang TP1 at 3,200 tokens (scaled 200K), memory setting 0.95 differs from token 3 (8 of 8 prompts)"
+    said = "SGLang TP1 at 3,200 tokens (stands in for 200K), memory setting 0.95 differs from token 3 (8 of 8 prompts)"
     assert f"**Accuracy probe: {said}** from its engine's reference configuration" in words.map_caption(
         gmap.to_dicts(), v
     )
-    named = "the configuration with more goodput at 3,200 tokens (scaled 200K), 0.95 (SGLang TP1)"
+    named = "the configuration with more goodput at 3,200 tokens (stands in for 200K), 0.95 (SGLang TP1)"
     assert v.outcome == "cannot be tested here" and v.reason.startswith(
         f"{named} differs from token 3 (8 of 8 prompts) in the accuracy probe against its engine's reference "
         "configuration: fast, but not computing what the reference computes, so the map does not stand on it; "
@@ -511,7 +512,7 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
     )
     assert (stands.outcome, flagged.outcome) == ("reproduced", "inconclusive")
     assert flagged.reason.startswith(
-        "the configuration with more goodput at 1,024 tokens (scaled 64K), 0.95 (vLLM TP1) differs from token 2 (1 of "
+        "the configuration with more goodput at 1,024 tokens (stands in for 64K), 0.95 (vLLM TP1) differs from token 2 (1 of "
         "8 prompts) in the accuracy probe"
     )
     assert stands.reason.endswith(
@@ -567,7 +568,7 @@ def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data
     assert "vLLM, 1 in flight (2 samples)" in legend and "vLLM, 2 in flight (1 sample)" in legend
     assert legend.count("SGLang, 4 in flight (5 samples)") == 4  # one legend per figure
     titles = [f.get_axes()[0].get_title(loc="left") for f in figs]
-    assert titles[0] == "measured: 1,024 tokens (scaled 64K), memory setting 0.92"  # the real tokens first
+    assert titles[0] == "measured: 1,024 tokens (stands in for 64K), memory setting 0.92"  # the real tokens first
     series = tel.unique("run_id", maintain_order=True)
     first = words.telemetry_caption(series.filter(pl.col("mem_util") == 0.92).filter(
         pl.col("context_tokens") == 1024).to_dicts(), MIN_LINE_SAMPLES)  # fmt: skip

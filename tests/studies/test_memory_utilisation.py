@@ -18,6 +18,7 @@ from kvlab.studies.memory_utilisation import frames as mf
 from kvlab.studies.memory_utilisation.figures import memory_ratio_figure
 from kvlab.studies.memory_utilisation.result import MemoryUtilisationResult
 from kvlab.verdicts import Verdict, family_of
+from kvlab.studies.measured_frames import context_name
 from support import pages
 
 CLAIMS = store.load_claims().filter(pl.col("experiment") == "article_b300")
@@ -229,21 +230,21 @@ def test_the_095_flag_is_an_assumption_not_a_predicted_oom_wherever_it_is_said(r
 
 
 def test_cpu_runs_are_named_by_their_real_tokens_with_the_scaled_context_beside(result):
-    assert checks.context_words("200K", 3200) == "3,200 tokens (200K scaled)"
-    assert checks.context_words("64K", 65536) == "64K"
+    assert context_name("200K", 3200) == "3,200 tokens (stands in for 200K)"
+    assert context_name("64K", 65536) == "64K"
     lines = words.ratio_lines(result.ratios.to_dicts(), result.stats.to_dicts())
     assert lines == [
-        "vLLM at 3,200 tokens (200K scaled): batch time 1.29× (1.0 s vs 0.78 s), mean request latency 1.02× "
+        "vLLM at 3,200 tokens (stands in for 200K): batch time 1.29× (1.0 s vs 0.78 s), mean request latency 1.02× "
         "(779 ms vs 767 ms)",
-        "sglang-jax (CPU) at 3,200 tokens (200K scaled): batch time 0.90× (14 s vs 16 s), mean request latency "
+        "sglang-jax (CPU) at 3,200 tokens (stands in for 200K): batch time 0.90× (14 s vs 16 s), mean request latency "
         "0.65× (10,165 ms vs 15,607 ms)",
     ]
     latency = checks.verdict_of_kind(list(result.verdicts), result.claims, "latency")
-    assert "3,200 tokens (200K scaled)" in latency.number and "200K (3,200 tok)" not in latency.number
+    assert "3,200 tokens (stands in for 200K)" in latency.number and "200K (3,200 tok)" not in latency.number
     cols = list(page.STATS_COLUMNS.values())
     assert cols.index("context (tokens)") < cols.index("stands for")
     fig = memory_ratio_figure(result.ratios, latency)
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["3,200 tokens\n(200K scaled)"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["3,200 tokens\n(stands in for 200K)"]
 
 
 # -- drift 6: the page's prose within kvlab.prose's limits ---------------------------------------------------------------
@@ -374,12 +375,12 @@ def test_the_conclusion_counts_retries_and_shows_each_engine_against_itself():
     )
     assert text.splitlines() == [
         "### Conclusion (measured)",
-        "- **Retries**: 0 at 0.92 (2 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 3,200 tokens (200K scaled)); "
+        "- **Retries**: 0 at 0.92 (2 runs) and 1 at 0.95 (2 runs: sglang-jax (CPU) at 3,200 tokens (stands in for 200K)); "
         "no run failed.",
         "- **0.92 ÷ 0.95**, each engine against itself:",
-        "    - vLLM at 3,200 tokens (200K scaled): batch time 1.25× (1.0 s vs 0.80 s), mean request latency 1.03× "
+        "    - vLLM at 3,200 tokens (stands in for 200K): batch time 1.25× (1.0 s vs 0.80 s), mean request latency 1.03× "
         "(800 ms vs 780 ms).",
-        "    - sglang-jax (CPU) at 3,200 tokens (200K scaled): batch time 0.93× (14 s vs 15 s), mean request latency "
+        "    - sglang-jax (CPU) at 3,200 tokens (stands in for 200K): batch time 0.93× (14 s vs 15 s), mean request latency "
         "0.67× (10,000 ms vs 15,000 ms).",
         "- The latency verdict is inconclusive: signs mixed across engines or metrics, so these ratios name no "
         "direction.",

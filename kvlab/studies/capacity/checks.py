@@ -26,8 +26,9 @@ from kvlab.claims.held_out import held_out_error, model_margin, winners_held_out
 from kvlab.engines import engine_label
 from kvlab.perfmodel.calibrate import published_fit
 from kvlab.studies.capacity.frames import NOT_PROBED
+from kvlab.studies.measured_frames import context_name
 from kvlab.tables import span
-from kvlab.units import nominal_tokens, sig2, tokens_label
+from kvlab.units import sig2, tokens_label
 from kvlab.verdicts import Verdict
 
 #: Report 07's questions (claim id -> the question, as its verdict row states it).
@@ -65,23 +66,13 @@ class QueueCount:
     engines: int
 
 
-def context_words(label: str, tokens: int | None) -> str:
-    """A context as report 07 names it: the real tokens first where a run was scaled ('1,024 tokens (scaled 64K)'),
-    else its label ('200K')."""
-
-    named = nominal_tokens(label)
-    if tokens is None or not named or tokens in named:
-        return str(label)
-    return f"{tokens:,} tokens (scaled {label})"
-
-
 def config_label(engine: str, tp: int | None, dcp: int | None) -> str:
     """'vLLM TP1', 'SGLang TP8+DCP8': an engine configuration."""
     return f"{engine_label(engine)} TP{tp or 1}" + (f"+DCP{dcp}" if (dcp or 1) > 1 else "")
 
 
 def _where(r: dict) -> str:
-    return f"{engine_label(r['engine'])} at {context_words(r['context_label'], r['context_tokens'])}"
+    return f"{engine_label(r['engine'])} at {context_name(r['context_label'], r['context_tokens'])}"
 
 
 def _untestable(cid: str, why: str) -> Verdict:
@@ -154,7 +145,7 @@ def _ceiling_pairs(d: pl.DataFrame) -> tuple[list[Grade], list[tuple[int, str]]]
         )
         a, b = lo["concurrency_ceiling"].min(), hi["concurrency_ceiling"].min()
         parts.append(
-            (ctx, context_words(label, ctx), f"({mems[0]:g} → {mems[-1]:g})", f"{engine_label(engine)} {a} → {b}")
+            (ctx, context_name(label, ctx), f"({mems[0]:g} → {mems[-1]:g})", f"{engine_label(engine)} {a} → {b}")
         )
     return grades, parts
 
@@ -281,7 +272,7 @@ def probe_note(gmap: pl.DataFrame) -> tuple[str, bool]:
     flagged = [r for r in cells.iter_rows(named=True) if r["winner_differs"]]
     if flagged:
         named = "; ".join(
-            f"the configuration with more goodput at {context_words(r['context_label'], r['context_tokens'])}, {r['mem_util']:g} "
+            f"the configuration with more goodput at {context_name(r['context_label'], r['context_tokens'])}, {r['mem_util']:g} "
             f"({config_label(r['winner'], r['winner_tp'], r['winner_dcp'])}) {r['winner_probe']} in the accuracy "
             "probe against its engine's reference configuration"
             for r in flagged
@@ -332,7 +323,7 @@ def _cpu_map(ev: Evidence, cells: pl.DataFrame, lead: str, other: str, claim: st
         return None
     at = (
         f"{low['load_level'][0]:g} in flight (the lowest load measured), "
-        f"{context_words(first['context_label'], first['context_tokens'])}, {first['mem_util']:g}"
+        f"{context_name(first['context_label'], first['context_tokens'])}, {first['mem_util']:g}"
     )
     count = pl.col("repeat").n_unique() if "repeat" in low.columns else pl.len()
     grade = cpu_cross_engine(
@@ -366,7 +357,7 @@ def _cell_grades(cells: pl.DataFrame, lead: str) -> list[Grade]:
                 r[f"{side}_repeats"],
             )  # fmt: skip
 
-        what = f"{context_words(r['context_label'], r['context_tokens'])}, {r['mem_util']:g}"
+        what = f"{context_name(r['context_label'], r['context_tokens'])}, {r['mem_util']:g}"
         grades.append(measured_difference(reps(a), reps(b), "higher", what=what, scope=r["hardware"]))
     return grades
 

@@ -15,7 +15,8 @@ from kvlab.engines import engine_label
 from kvlab.perfmodel.figures import flag_kinds
 from kvlab.figures import place_labels, unoverlapped_xticks, device_of
 from kvlab.style import ENGINE_COLORS, number_label as _num, styled
-from kvlab.studies.capacity.checks import config_label, context_words, ranged
+from kvlab.studies.capacity.checks import config_label, ranged
+from kvlab.studies.measured_frames import context_name
 from kvlab.verdicts import Verdict, decides, undecided_label
 
 GREY = "#555555"
@@ -41,7 +42,7 @@ def _setting(mem) -> str:
 
 
 def _title(label: str, ctx: int, mem) -> str:
-    return f"measured: {context_words(label, ctx)}, {_setting(mem)}"
+    return f"measured: {context_name(label, ctx)}, {_setting(mem)}"
 
 
 # --------------------------------------------------------------------------- throughput against interactivity
@@ -294,7 +295,7 @@ def capacity_map_figure(gmap: pl.DataFrame, verdict: Verdict | None) -> Figure:
     ax.set_xlim(0, len(mems))
     ax.set_ylim(0, len(contexts))
     ax.set_xticks([j + 0.5 for j in range(len(mems))], [f"{m:g}" for m in mems])
-    ticks = [context_words(lab, c).replace(" (", "\n(") for c, lab in contexts]
+    ticks = [context_name(lab, c).replace(" (", "\n(") for c, lab in contexts]
     ax.set_yticks([i + 0.5 for i in range(len(contexts))], ticks)
     ax.grid(False)
     title = (

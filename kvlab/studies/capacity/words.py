@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from kvlab import tables
 from kvlab.engines import engine_label
-from kvlab.studies.capacity.checks import QueueCount, by_id, config_label, context_words, ranged
+from kvlab.studies.capacity.checks import QueueCount, by_id, config_label, ranged
+from kvlab.studies.measured_frames import context_name
 from kvlab.studies.capacity.frames import KV_SATURATED, NOT_PROBED
 from kvlab.units import count, measured, modelled_count, sig2, tokens_label
 from kvlab.verdicts import Verdict, decides, undecided_label
@@ -27,7 +28,7 @@ def _config(r: dict, side: str = "") -> str:
 
 
 def _where(r: dict) -> str:
-    return f"{context_words(r['context_label'], r['context_tokens'])}, memory setting {r['mem_util']:g}"
+    return f"{context_name(r['context_label'], r['context_tokens'])}, memory setting {r['mem_util']:g}"
 
 
 def _level(v: float | None, mode: str | None = "closed") -> str:
@@ -202,7 +203,7 @@ def capacity_table(best: list[dict]):
         rows.append(
             {
                 "configuration": _config(r),
-                "context": context_words(r["context_label"], r["context_tokens"]),
+                "context": context_name(r["context_label"], r["context_tokens"]),
                 "memory setting": r["mem_util"],
                 "loads measured": ", ".join(f"{v:g}" for v in r["levels"]),
                 "highest load within the SLO": "none" if top is None else _level(top, r["load_mode"]),
@@ -225,7 +226,7 @@ def _onset_row(r: dict) -> dict:
 
     return {
         "configuration": _config(r),
-        "context": context_words(r["context_label"], r["context_tokens"]),
+        "context": context_name(r["context_label"], r["context_tokens"]),
         "memory setting": r["mem_util"],
         "ceiling (requests)": r["concurrency_ceiling"],
         "first load past the ceiling": _level(r["first_past_ceiling"]) if r["first_past_ceiling"] else "none",
@@ -304,7 +305,7 @@ def _map_row(r: dict, decided: bool) -> dict:
     probe = "–" if not w else f"{r.get('winner_probe') or NOT_PROBED} / {r.get('runner_up_probe') or NOT_PROBED}"
     margin = "–" if not w or r.get("margin") is None else f"{measured(r['margin'], r.get('n'))}×"
     spread = "–" if margin == "–" else f"{measured(r['margin_lo'], 1)}–{measured(r['margin_hi'], 1)}×"
-    row = {"context": context_words(r["context_label"], r["context_tokens"]), "memory setting": r["mem_util"]}
+    row = {"context": context_name(r["context_label"], r["context_tokens"]), "memory setting": r["mem_util"]}
     if decided:
         row["higher goodput"] = (
             "no engine within the SLO"
@@ -354,7 +355,7 @@ def map_caption(gmap: list[dict], verdict: Verdict | None) -> str:
             else " (the only one within the SLO)"
         )
         wins.setdefault(engine_label(r["winner"]), []).append(
-            f"{context_words(r['context_label'], r['context_tokens'])} at {r['mem_util']:g}{m}"
+            f"{context_name(r['context_label'], r['context_tokens'])} at {r['mem_util']:g}{m}"
         )
     return (
         f"Measured, {verdict.outcome}: "

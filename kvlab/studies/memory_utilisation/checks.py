@@ -36,8 +36,9 @@ from kvlab.claims.grading import (
     measured_difference,
 )
 from kvlab.perfmodel.figures import short_outside_pool
+from kvlab.studies.measured_frames import context_name
 from kvlab.engines import engine_label, registry
-from kvlab.units import nominal_tokens, signed_pct
+from kvlab.units import signed_pct
 from kvlab.verdicts import Verdict
 
 KIND = "memory_setting"  # the kind every memory-setting verdict is filed under
@@ -46,17 +47,6 @@ KIND = "memory_setting"  # the kind every memory-setting verdict is filed under
 def engine_rank(engine: str) -> int:
     """Engines in the order every report lists them (vLLM, SGLang, sglang-jax), unknown ones last."""
     return registry.order(engine)
-
-
-def context_words(label: str | None, tokens: int | None) -> str:
-    """A run's context by its real tokens, the context it stands for beside it where it was scaled:
-    '3,200 tokens (200K scaled)'; an unscaled run by its label ('64K')."""
-    if tokens is None:
-        return str(label)
-    named = nominal_tokens(label or "")
-    if not named or tokens in named:
-        return str(label)
-    return f"{tokens:,} tokens ({label} scaled)"
 
 
 # -- what the setting means on the host that ran it ------------------------------------------------------------------
@@ -413,7 +403,7 @@ def check_latency(c: dict, ev: Evidence) -> list[Verdict]:
     grade = combined(parts)
     r0 = lat[0][0]
     number = (
-        f"mean request latency at {lo:g} against {hi:g}, {context_words(r0['context_label'], r0['context_tokens'])}: "
+        f"mean request latency at {lo:g} against {hi:g}, {context_name(r0['context_label'], r0['context_tokens'])}: "
         + ", ".join(f"{engine_label(r['engine'])} {signed_pct(x - 1)}" for r, x in lat)
         + (f" (n={grade.n} per setting)" if grade.n is not None else "")
     )

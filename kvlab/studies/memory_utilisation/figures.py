@@ -10,7 +10,7 @@ from matplotlib.ticker import FuncFormatter, NullLocator
 
 from kvlab.engines import engine_label
 from kvlab.figures import legend_below, ordered_engines, repeat_whiskers
-from kvlab.studies.memory_utilisation.checks import context_words
+from kvlab.studies.measured_frames import context_name
 from kvlab.style import ENGINE_COLORS, styled
 from kvlab.verdicts import Verdict, decides, undecided_label
 
@@ -59,7 +59,7 @@ def memory_ratio_figure(ratios: pl.DataFrame, verdict: Verdict | None = None) ->
     spread = False
     for ax, col, what in ((axes[0], "batch_time_ratio", "batch time"), (axes[1], "e2e_ratio", "mean request latency")):
         spread = _panel(ax, r, col, what, engines, order) or spread
-        labels = [context_words(lab, c).replace(" (", "\n(") for c, lab in ticks.iter_rows()]
+        labels = [context_name(lab, c).replace(" (", "\n(") for c, lab in ticks.iter_rows()]
         ax.set_xticks(range(len(order)), labels)
         ax.set_xlim(-0.6, len(order) - 0.4)
         ax.xaxis.set_minor_locator(NullLocator())

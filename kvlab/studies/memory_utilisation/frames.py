@@ -8,7 +8,7 @@ import polars as pl
 
 from kvlab.schema import with_device_kind  # shared ground (several studies tag runs by device)
 from kvlab.engines import engine_label
-from kvlab.studies.memory_utilisation.checks import context_words
+from kvlab.studies.measured_frames import context_name
 from kvlab.tables import span
 from kvlab.units import modelled_count
 
@@ -288,7 +288,7 @@ def retries_by_setting(stats: pl.DataFrame) -> pl.DataFrame:
     """Per memory setting: runs, retries and failed runs over every engine and context, and where the retries were
     (``retried``: 'engine at context' per row that retried, its real tokens first)."""
     where = [
-        f"{engine_label(r['engine'])} at {context_words(r['context_label'], r['context_tokens'])}"
+        f"{engine_label(r['engine'])} at {context_name(r['context_label'], r['context_tokens'])}"
         if (r["retries"] or 0) > 0
         else None
         for r in stats.iter_rows(named=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from kvlab import tables
 from kvlab.engines import SGLANG, VLLM, engine_label
 from kvlab.perfmodel.roofline import Assumptions
-from kvlab.studies.memory_utilisation.checks import context_words, engine_rank, fails_outside_pool
+from kvlab.studies.measured_frames import context_name
+from kvlab.studies.memory_utilisation.checks import engine_rank, fails_outside_pool
 from kvlab.studies.memory_utilisation.frames import with_range
 from kvlab.claims.grading import NO_GPU_MEMORY
 from kvlab.tables import ms
@@ -158,7 +159,7 @@ def ratio_lines(ratios: list[dict], stats: list[dict]) -> list[str]:
             parts.append(
                 f"mean request latency {r['e2e_ratio']:.2f}× ({ms(a['e2e_mean_ms'])} vs {ms(b['e2e_mean_ms'])})"
             )
-        where = context_words(r["context_label"], r["context_tokens"])
+        where = context_name(r["context_label"], r["context_tokens"])
         lines.append(f"{engine_label(r['engine'])} at {where}: " + (", ".join(parts) or "no successful run a side"))
     return lines
 
@@ -220,7 +221,7 @@ def memory_conclusion(
     lines += [f"    - {line}." for line in ratio_lines(ratios, stats)]
     lines.append("- " + conclusion_note(verdict))
     spread = [
-        f"{engine_label(c['engine'])} at {context_words(c['context_label'], c['context_tokens'])} "
+        f"{engine_label(c['engine'])} at {context_name(c['context_label'], c['context_tokens'])} "
         f"{c['cv_low']:.1%} at {lo:g}, {c['cv_high']:.1%} at {hi:g}"
         for c in cvs
     ]
