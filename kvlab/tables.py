@@ -374,6 +374,17 @@ def table(
     return Table(frame, columns, digits, caption, fold)
 
 
+def shared_columns(rows: list[dict], names: tuple[str, ...]) -> tuple[list[dict], str | None]:
+    """``rows`` without those of ``names`` whose value is the same in every row (of two or more), and a caption
+    that says each once ('every row: loads measured 1, 2, 4; repeats 1'); None when no column was lifted. A table
+    then repeats no cell the reader learns nothing from."""
+    same = [n for n in names if len(rows) > 1 and all(n in r for r in rows) and len({str(r[n]) for r in rows}) == 1]
+    if not same:
+        return rows, None
+    kept = [{k: v for k, v in r.items() if k not in same} for r in rows]
+    return kept, "every row: " + "; ".join(f"{n} {rows[0][n]}" for n in same)
+
+
 def folded(shown: Table, summary: str) -> Table:
     """``shown`` folded into a <details> whatever its length (its rows also said in the sentences or the figure
     beside it), its summary line ``summary``."""

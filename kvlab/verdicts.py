@@ -332,8 +332,10 @@ def _holds_sentence(doc: dict, cons: dict, own: dict, index: bool) -> str:
     ]
     if parts:
         holds = "**What holds:** " + ", ".join(parts) + "."
-    else:
+    elif doc or cons:
         holds = "**What holds:** no document claim is reproduced or contradicted by independent evidence."
+    else:  # the first sentence said the documents make no claim here: not said again
+        holds = "**What holds:**"
     checked = [f"{len(_of(cons, o))} {o}" for o in ("consistent", "inconsistent") if _of(cons, o)]
     if checked:
         both = _of(cons, "consistent", "inconsistent")
@@ -347,6 +349,8 @@ def _holds_sentence(doc: dict, cons: dict, own: dict, index: bool) -> str:
     found = [v for v in own.values() if v.outcome == "found"]
     if found and not index:
         holds += f" The page's own answer: {found[0].claim} — {found[0].number}."
+    if holds == "**What holds:**":  # nothing decided at all: the documents' side said plainly after all
+        holds += " no document claim is reproduced or contradicted by independent evidence."
     return holds
 
 

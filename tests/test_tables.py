@@ -147,3 +147,16 @@ def test_an_answer_cell_reads_the_same_on_the_page_and_on_the_index():
     assert tables.answer_cell("ceiling", 12.0) == "12" and tables.answer_cell("ceiling", 12_288) == "12,288"
     assert tables.answer_cell("ratio", None) == "–" and tables.answer_cell("winner", True) == "True"
     assert tables.answer_cell("evidence", "modelled") == "modelled"
+
+
+def test_a_column_every_row_shares_is_said_once_in_the_caption():
+    rows = [
+        {"engine": "vLLM", "loads": "1, 2, 4", "repeats": 1},
+        {"engine": "SGLang", "loads": "1, 2, 4", "repeats": 3},
+    ]
+    kept, caption = tables.shared_columns(rows, ("loads", "repeats"))
+    assert kept == [{"engine": "vLLM", "repeats": 1}, {"engine": "SGLang", "repeats": 3}]
+    assert caption == "every row: loads 1, 2, 4"
+    # one row, or no shared value, lifts nothing
+    assert tables.shared_columns(rows[:1], ("loads",)) == (rows[:1], None)
+    assert tables.shared_columns(rows, ("engine",)) == (rows, None)

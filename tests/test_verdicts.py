@@ -270,6 +270,14 @@ def test_headline_when_everything_is_decided_or_nothing_is_tested():
     assert verdicts.headline(decided)[2].endswith("every claim it tests was decided.")
     only = verdicts.headline([verdicts.Verdict("which engine for my load", "found", "measured", "vLLM")])
     assert only[0].startswith("**The documents make no claim this page tests**")
+    assert only[1] == "**What holds:** The page's own answer: which engine for my load — vLLM."
+    # where the documents make no claim the page tests, the first sentence said so: the second does not say it again
+    own = [verdicts.Verdict("a queue past the ceiling", "reproduced", "measured", "6 of 6", n=6, family="own")]
+    assert verdicts.headline(own)[1] == "**What holds:** kvlab's own checks: 1 passed."
+    untested = [verdicts.Verdict("b", "cannot be tested here", "measured", "1.8×", n=1, family="own")]
+    assert verdicts.headline(untested)[1] == (
+        "**What holds:** no document claim is reproduced or contradicted by independent evidence."
+    )
     assert 'class="kvlab-headline"' not in verdicts.box_html([])
 
 

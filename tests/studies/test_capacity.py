@@ -110,9 +110,10 @@ def test_each_load_point_against_its_ceiling_and_what_telemetry_saw(frames):
     assert got[("vllm", 1024, 0.95)] == (20, None, None, None, None)
 
 
-def test_queueing_under_the_ceiling_is_said_a_sentence_per_setting():
-    """On a fresh clone's runs (2026-12-07) three configurations queued under their ceiling: one sentence of 57
-    words; now one per setting, its configurations together."""
+def test_queueing_under_the_ceiling_is_counted_against_the_table_above():
+    """On a fresh clone's runs (2026-12-07) three configurations queued under their ceiling: once one sentence of 57
+    words, then one sentence per setting, repeating the onset table just above the figure; now counted, pointing to
+    the table's column."""
     from kvlab import prose
 
     def early(engine, tokens, mem, level):
@@ -120,11 +121,11 @@ def test_queueing_under_the_ceiling_is_said_a_sentence_per_setting():
                 "mem_util": mem, "first_queued": level, "first_past_ceiling": None}  # fmt: skip
 
     onset = [early("sglang", 3200, 0.92, 2.0), early("sglang", 3200, 0.95, 4.0), early("vllm", 3200, 0.95, 4.0)]
-    text = words.ceiling_caption([], onset, None)
+    late = {**early("vllm", 3200, 0.92, 4.0), "first_past_ceiling": 4.0}  # queued only past its ceiling
+    text = words.ceiling_caption([], [*onset, late], None)
     assert text.endswith(
-        "Queueing at or under the ceiling is a scheduler limit, not the KV pool. At 3,200 tokens (stands in for 200K), "
-        "memory setting 0.92: SGLang TP1 from 2 in flight. At 3,200 tokens (stands in for 200K), memory setting 0.95: "
-        "SGLang TP1 from 4 in flight, vLLM TP1 from 4 in flight."
+        " 3 configurations in 2 settings queued at or under the ceiling (the table's “requests waited from”): a "
+        "scheduler limit, not the KV pool."
     )
     assert prose.problems(f"<p>{text}</p>").long_sentences == []
 

@@ -144,8 +144,10 @@ def slo_note(curve: list[dict], slo_share: float) -> str:
         or "none stated"
         for t, p in slos
     )
+    exps = ", ".join(sorted({str(r["experiment"]) for r in curve if r.get("experiment")}))
     return (
-        f"The SLO is the experiment file's ({said}), an assumption, not a measurement. A load point is **within the "
+        f"The load ladder's SLO is set in its experiment file ({exps + ': ' if exps else ''}{said}): an assumption, "
+        "not a measurement. A load point is **within the "
         f"SLO** when at least {slo_share:.0%} of its counted requests met both bounds and it was not stopped past "
         "saturation; **goodput** is those requests per second of its steady-state window."
     )
@@ -212,7 +214,8 @@ def capacity_table(best: list[dict]):
                 "lowest load past the SLO": _level(r["first_load_past_slo"], r["load_mode"]),
             }
         )
-    return tables.table(rows, list(rows[0]) if rows else ["configuration"])
+    rows, caption = tables.shared_columns(rows, ("loads measured", "repeats"))
+    return tables.table(rows, list(rows[0]) if rows else ["configuration"], caption=caption)
 
 
 # --------------------------------------------------------------------------- the pool against the ceiling
@@ -243,8 +246,8 @@ def _onset_row(r: dict) -> dict:
 def onset_table(onset: list[dict]):
     """Per configuration: the ceiling, and the lowest load past it, at which requests queued, the KV pool saturated
     and the server preempted (telemetry)."""
-    rows = [_onset_row(r) for r in _by_setting(onset)]
-    return tables.table(rows, list(rows[0]) if rows else ["configuration"])
+    rows, caption = tables.shared_columns([_onset_row(r) for r in _by_setting(onset)], ("telemetry",))
+    return tables.table(rows, list(rows[0]) if rows else ["configuration"], caption=caption)
 
 
 def ceiling_caption(points: list[dict], onset: list[dict], q: QueueCount | None) -> str:
@@ -261,12 +264,12 @@ def ceiling_caption(points: list[dict], onset: list[dict], q: QueueCount | None)
         for r in onset
         if r["first_queued"] and (r["first_past_ceiling"] is None or r["first_queued"] < r["first_past_ceiling"])
     ]
-    if early:  # a sentence per setting, its configurations together: three settings ran to 57 words in one
-        text += " Queueing at or under the ceiling is a scheduler limit, not the KV pool."
-        by_where: dict[str, list[str]] = {}
-        for r in early:
-            by_where.setdefault(_where(r), []).append(f"{_config(r)} from {_level(r['first_queued'])}")
-        text += "".join(f" At {where}: {', '.join(said)}." for where, said in by_where.items())
+    if early:  # counted, not listed: the table above gives each configuration's load ("requests waited from")
+        settings = len({_where(r) for r in early})
+        text += (
+            f" {count(len(early), 'configuration')} in {count(settings, 'setting')} queued at or under the ceiling "
+            "(the table's “requests waited from”): a scheduler limit, not the KV pool."
+        )
     return text
 
 
@@ -280,9 +283,8 @@ def telemetry_caption(series: list[dict], min_line: int, first: bool = True) -> 
     if not first:
         return f"Measured: the same gauges at {where} ({len(series)} series{dots})."
     return (
-        f"Measured at {where}: the server's KV-pool usage, requests running and requests waiting, seconds from the "
-        f"run's first request; one series per load point ({len(series)} drawn{dots}), engines by colour, loads by "
-        "line style."
+        f"Measured at {where}: KV-pool usage and requests running and waiting, by seconds from the run's first "
+        f"request. One series per load point ({len(series)} drawn{dots}); engines by colour, loads by line style."
     )
 
 

@@ -447,9 +447,9 @@ def threshold_lines(th, gain: list[dict], jump: Verdict | None, engine: str = ""
         else ""
     )
     even = (
-        f"- the cache saves time at every measured fraction from **{th.break_even:.0%} shared** up{losses}."
+        f"- {whose}cache saves time at every measured fraction from **{th.break_even:.0%} shared** up{losses}."
         if th.break_even is not None
-        else "- no range of measured fractions where the cache always saves time."
+        else f"- no range of measured fractions where {whose}cache always saves time."
     )
     return (
         f"- batch time saved by the prefix cache, by shared fraction: {_saving_points(gain)}.\n- {first}.\n{even}\n"
