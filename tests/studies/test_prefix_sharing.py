@@ -125,6 +125,23 @@ def test_a_threshold_whose_saving_falls_across_it_is_not_called_a_jump():
     assert "the saving falling from +11% at 20% to −15% at 50%" in caption and "jumping" not in caption
 
 
+def test_two_engines_with_the_same_numbers_say_no_line_twice():
+    """On a fresh clone's runs (2026-12-07) both engines' caches saved time from 0% shared up, and the page said
+    "the cache saves time at every measured fraction from 0% shared up." twice: each engine's lines name it."""
+    gain = pl.DataFrame({"shared_fraction": [0.0, 0.2, 0.5, 0.9], "time_saved": [0.01, 0.05, 0.12, 0.40]})
+    jump = _decided("shared_prefix_threshold_jump")
+    said = {
+        e: words.threshold_lines(
+            frames.sharing_threshold(gain.with_columns(engine=pl.lit(e))), gain.to_dicts(), jump, e
+        )
+        for e in ("vLLM", "SGLang")
+    }
+    assert "- vLLM's cache saves time at every measured fraction from **0% shared** up." in said["vLLM"]
+    # the lines without a measured number in them (two runs rarely measure the same savings to the digit)
+    plain = [line for text in said.values() for line in text.splitlines() if "→" not in line]
+    assert len(plain) == 4 and len(set(plain)) == 4
+
+
 def test_a_falling_saving_is_never_called_a_rise():
     falls = pl.DataFrame(
         {
