@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import polars as pl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 import pytest
 from notebook_data import capacity_frames, write_capacity_probes, write_capacity_runs
 
@@ -388,6 +389,11 @@ def test_the_capacity_figures_say_measured_or_modelled(frames):
         )
     ]
     assert all(a.count("measured: ") == 4 for a in alts[:2])  # one panel per context x memory setting
+    # no panel's title runs into another's (a scaled context's name on one line with its setting once did)
+    for fig in (figures.capacity_pareto_figure(curve), figures.capacity_ceiling_figure(points)):
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
+        assert len(boxes) == 4 and not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
     assert alts[2].startswith("measured: goodput within the SLO (not decidable on this host)")  # CPU: no leader
     assert alts[3].startswith("modelled: Kimi-K3 on 8× B300, concurrency ceiling")
 
@@ -569,7 +575,7 @@ def test_the_telemetry_over_time_frame_and_figure_draw_short_series_as_dots(data
     assert "vLLM, 1 in flight (2 samples)" in legend and "vLLM, 2 in flight (1 sample)" in legend
     assert legend.count("SGLang, 4 in flight (5 samples)") == 4  # one legend per figure
     titles = [f.get_axes()[0].get_title(loc="left") for f in figs]
-    assert titles[0] == "measured: 1,024 tokens (stands in for 64K), memory setting 0.92"  # the real tokens first
+    assert titles[0] == "measured: 1,024 tokens (stands in for 64K)\nmemory setting 0.92"  # the real tokens first
     series = tel.unique("run_id", maintain_order=True)
     first = words.telemetry_caption(series.filter(pl.col("mem_util") == 0.92).filter(
         pl.col("context_tokens") == 1024).to_dicts(), MIN_LINE_SAMPLES)  # fmt: skip

@@ -42,7 +42,9 @@ def _setting(mem) -> str:
 
 
 def _title(label: str, ctx: int, mem) -> str:
-    return f"measured: {context_name(label, ctx)}, {_setting(mem)}"
+    """A panel's title, on two lines: a scaled context's name ('1,024 tokens (stands in for 64K)') and its setting
+    on one line ran into the next panel's title (2026-12-07)."""
+    return f"measured: {context_name(label, ctx)}\n{_setting(mem)}"
 
 
 # --------------------------------------------------------------------------- throughput against interactivity
