@@ -146,6 +146,14 @@ def modelled_count(x: float | None) -> int | None:
     return int(round(x, 2 - int(math.floor(math.log10(abs(x))))))
 
 
+def sentence_start(text: str) -> str:
+    """``text`` with its first letter capitalised to start a sentence, unless its first word is a name written
+    lower-camel ('vLLM's batch time …' stays, never 'VLLM's')."""
+    if not text or text[1:2].isupper():
+        return text
+    return text[0].upper() + text[1:]
+
+
 def count(n: int, one: str, many: str | None = None) -> str:
     """A count with its noun in the right number: '1 figure', '3 figures', '2 run folders' (``many``: an irregular
     plural); never 'figure(s)'."""

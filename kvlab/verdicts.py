@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from kvlab.markup import markdown_inline
-from kvlab.units import count
+from kvlab.units import count, sentence_start
 
 #: The MIME type under which a verdict box carries its verdicts in a notebook output (read back by reports).
 MIME = "application/vnd.kvlab.verdicts+json"
@@ -384,7 +384,7 @@ def _limits_sentence(doc: dict, cons: dict, own: dict) -> str:
         are = "is" if k == 1 else "are"
         limits.append(f"{count(k, 'value')} the experiment file sets {are} shown as configuration, not graded")
     if limits:  # one sentence a group, so no sentence runs past what a reader takes in at once
-        return "**What this host cannot say:** " + ". ".join(x[0].upper() + x[1:] for x in limits) + "."
+        return "**What this host cannot say:** " + ". ".join(sentence_start(x) for x in limits) + "."
     return "**What this host cannot say:** nothing on this page; every claim it tests was decided."
 
 

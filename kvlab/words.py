@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kvlab.engines import VLLM, VLLM_CPU_BLOCK_TOKENS, engine_label, registry
 from kvlab.tables import answer_cell
-from kvlab.units import approx_tokens, k_label, tokens_label
+from kvlab.units import approx_tokens, k_label, sig2, tokens_label
 
 
 def measured_engines_note(runs: list[dict]) -> str:
@@ -201,3 +201,13 @@ def band_sentence(
             "article's own times under the same sets. Which engine is faster is read in the batch-time figure."
         )
     return text
+
+
+def modelled_rate(r: dict) -> str:
+    """A configuration's modelled capacity-limited rate in output tokens/s per GPU (reports 04 and 07 alike), to the
+    two figures a model that misses its held-out points supports, with its range over the sets: '110 (70–260)';
+    where not one sequence meets the TPOT target at the default set, that, with the best of the other sets."""
+    lo, hi = sig2(r["tokens_per_s_per_gpu_lo"]), sig2(r["tokens_per_s_per_gpu_hi"])
+    if not r["batch"]:
+        return f"out of reach at the default set (up to {hi} over the others)"
+    return f"{sig2(r['tokens_per_s_per_gpu'])} ({lo}–{hi})"

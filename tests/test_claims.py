@@ -78,6 +78,18 @@ def test_cpu_runs_of_two_engines_cannot_decide_a_speed_claim():
     # the rule does not apply to GPU runs, nor to one engine against itself
     assert cpu_cross_engine("vllm", "sglang", ["gpu", "gpu"], baseline=2.0, baseline_at="64K") is None
     assert cpu_cross_engine("vllm", "vllm", ["cpu"], baseline=2.0, baseline_at="64K") is None
+    # a ratio that rounds to 1.0 names no engine ahead: 'vLLM already 1.0× faster' was printed on a fresh clone
+    level = cpu_cross_engine("vllm", "sglang", ["cpu"], baseline=1.03, baseline_at="64K", n=1)
+    assert level.reason.startswith("vLLM and SGLang are different implementations run on a CPU: they are level (1.0×)")
+
+
+def test_a_speed_gap_names_the_engine_ahead_only_where_it_is_ahead():
+    from kvlab.claims.grading import speed_gap
+
+    assert speed_gap("vLLM", "SGLang", 1.24) == "vLLM already 1.2× faster"
+    assert speed_gap("vLLM", "SGLang", 1.03) == speed_gap("vLLM", "SGLang", 0.97) == "vLLM and SGLang level (1.0×)"
+    assert speed_gap("SGLang", "vLLM", 2.4, "sooner", already=False) == "SGLang 2.4× sooner"
+    assert speed_gap("vLLM", "SGLang", 9.5, word="", already=False) == "vLLM 9.5×"
 
 
 def test_context_scaling_measured_speed_claims_read_cannot_be_tested_on_a_cpu():

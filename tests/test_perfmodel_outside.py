@@ -99,6 +99,11 @@ def test_prefill_against_the_published_ttft_says_why_it_cannot_decide(tmp_path):
     assert c.least_one_gpu_s == pytest.approx(least, rel=1e-12) and round(c.gpus_needed, 2) == 1.17
     v = prefill_verdict(c)
     assert (v.outcome, v.limit) == ("cannot be tested here", "the source does not state a condition the check needs")
+    # the GPUs needed follow from the time printed beside them (10.0 s ÷ 8.6 s), not from the 11.2 s before it
+    assert v.number == (
+        "5.04 × 10¹⁶ FLOPs, 11.2 s on one GPU at peak (10.0 s for all but the routed experts, which may run at FP4): "
+        "8.6 s needs ≥ 1.17 GPUs"
+    )
     # stated: one GPU contradicts the FLOPs, two do not
     one = prefill_verdict(outside_checks(_doctored(tmp_path / "a", "runs", 0, prefill_gpus=1)).prefill[0])
     two = prefill_verdict(outside_checks(_doctored(tmp_path / "b", "runs", 0, prefill_gpus=2)).prefill[0])

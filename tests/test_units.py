@@ -92,3 +92,32 @@ def test_a_modelled_count_has_three_significant_figures():
         0,
         None,
     ]
+
+
+def test_a_sentence_starting_with_vllm_keeps_its_name():
+    """Report 01's growth caption once began a sentence 'VLLM's batch time grows 2.5×' (seen on a fresh clone)."""
+    from kvlab.units import sentence_start
+
+    assert sentence_start("vLLM's batch time grows 2.5×") == "vLLM's batch time grows 2.5×"
+    assert sentence_start("the crossover is at 173K") == "The crossover is at 173K"
+    assert sentence_start("") == ""
+
+
+def test_the_growth_caption_never_capitalises_vllm():
+    from kvlab.studies.context_scaling.words import growth_caption
+
+    rows = [
+        {
+            "engine": e,
+            "growth": g,
+            "source": "measured",
+            "n_runs": 1,
+            "context_from": "64K",
+            "c_from": 1024,
+            "context_to": "200K",
+            "c_to": 3200,
+        }  # fmt: skip
+        for e, g in (("sglang", 2.9), ("vllm", 2.5))
+    ]
+    text = growth_caption(rows, "measured", ())
+    assert "VLLM" not in text and " vLLM's batch time grows 2.5× from 1,024 tokens" in text

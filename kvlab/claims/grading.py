@@ -79,6 +79,21 @@ from kvlab.engines import engine_label
 from kvlab.units import sig2
 from kvlab.verdicts import Verdict
 
+
+def speed_gap(fast: str, slow: str, ratio: float, word: str = "faster", already: bool = True) -> str:
+    """How far ahead the faster of two engines measured, in words: 'vLLM already 1.2× faster'; a ratio that rounds
+    to 1.0 names no engine ahead: 'vLLM and SGLang level (1.0×)' (never 'vLLM 1.0× faster'). ``word`` '' gives
+    'vLLM 1.2×'."""
+    if level(ratio):
+        return f"{fast} and {slow} level (1.0×)"
+    return f"{fast} {'already ' if already else ''}{sig2(ratio)}×" + (f" {word}" if word else "")
+
+
+def level(ratio: float) -> bool:
+    """Whether two engines' speed ratio (either way up) is 1.0 to the two figures a ratio is shown with."""
+    return ratio > 0 and sig2(max(ratio, 1 / ratio)) in ("1.0", "1")
+
+
 #: Repeats each side of a measured difference needs before it can decide a claim.
 MIN_REPEATS = 3
 #: Share of leave-one-out fits that must name the published winner (3 of 4).
@@ -276,8 +291,12 @@ def cpu_cross_engine(
         "cannot be tested here",
         "measured",
         f"{engine_label(faster)} and {engine_label(slower)} are different implementations run on a CPU: "
-        f"{engine_label(faster)} is already {sig2(ratio)}× faster "
-        f"at {baseline_at}, where the claim's mechanism plays no part, so their speed here says nothing about the "
+        + (
+            f"they are level ({sig2(ratio)}×)"
+            if level(ratio)
+            else f"{engine_label(faster)} is already {sig2(ratio)}× faster"
+        )
+        + f" at {baseline_at}, where the claim's mechanism plays no part, so their speed here says nothing about the "
         "claim on a GPU host",
         value=ratio,
         unit="×",

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import polars as pl
+from kvlab.words import modelled_rate
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 import pytest
 from notebook_data import capacity_frames, write_capacity_probes, write_capacity_runs
@@ -480,6 +481,8 @@ def test_a_winner_whose_probe_differs_is_named_in_its_cell_and_by_the_verdict(fr
     assert cell["accuracy probe (higher / lower)"] == (
         "differs from token 3 (8 of 8 prompts) / differs only at near-ties (8 of 8 prompts)"
     )
+    # one run a side has no spread over repeats: a dash, never '1.3–1.3×'
+    assert (cell["n"], cell["over the repeats"]) == (1, "–")
     said = "SGLang TP1 at 3,200 tokens (stands in for 200K), memory setting 0.95 differs from token 3 (8 of 8 prompts)"
     assert f"**Accuracy probe: {said}** from its engine's reference configuration" in words.map_caption(
         gmap.to_dicts(), v
@@ -704,14 +707,14 @@ def test_the_capacity_limited_rate_is_the_models_answer_as_kvlab_model_prints_it
         assert x["tokens_per_s_per_gpu_lo"] <= x["tokens_per_s_per_gpu"] <= x["tokens_per_s_per_gpu_hi"]
         assert x["batch"] <= x["seqs"] and x["batch_lo"] <= x["batch"] <= x["batch_hi"] <= x["seqs_hi"]
     low = t.filter(pl.col("mem_util") == 0.92).sort("dcp").to_dicts()
-    said = [f"{words._config(x)} {words.modelled_rate(x)}" for x in low]
+    said = [f"{words._config(x)} {modelled_rate(x)}" for x in low]
     sentence = next(s for s in r.answer.sentences if s.startswith("Within a TPOT of 100 ms there, at 0.92"))
-    assert all(s in sentence for s in said) and all("(" in words.modelled_rate(x) for x in low)
+    assert all(s in sentence for s in said) and all("(" in modelled_rate(x) for x in low)
     table = words.modelled_table(r.modelled.to_dicts(), t.to_dicts()).frame
     rates = table["tokens/s per GPU at 200K, TPOT ≤ 100 ms"].to_list()
-    assert rates == [words.modelled_rate(x) for x in t.sort("dcp", "mem_util").to_dicts()]
+    assert rates == [modelled_rate(x) for x in t.sort("dcp", "mem_util").to_dicts()]
     gone = {"tokens_per_s_per_gpu": 0.0, "tokens_per_s_per_gpu_lo": 0.0, "tokens_per_s_per_gpu_hi": 136.2, "batch": 0}
-    assert words.modelled_rate(gone) == "out of reach at the default set (up to 140 over the others)"
+    assert modelled_rate(gone) == "out of reach at the default set (up to 140 over the others)"
 
 
 def test_the_memory_flag_is_worded_as_reports_03_and_04_word_it(computed):

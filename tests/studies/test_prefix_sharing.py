@@ -178,6 +178,9 @@ def test_the_vllm_section_says_the_claims_fate_only_where_its_verdict_decides(st
     undecided = words.vllm_sharing(_undecided("vllm_no_prefix_sharing"), rows)
     assert "does not hold" not in undecided and "agree with the claim" not in undecided
     assert "**inconclusive: fewer than 3 repeats**" in undecided
+    # vLLM's hit rate beside vLLM's own ideal (whole blocks), never SGLang's token-exact one
+    top = max((r for r in rows if r["engine"] == "vllm" and r["prefix_caching"]), key=lambda r: r["shared_fraction"])
+    assert f"(whole-block ideal {top['block_ideal_hit_rate']:.0%})" in undecided
     decided = dataclasses.replace(_decided("vllm_no_prefix_sharing"), outcome="contradicted")
     assert "**The claim does not hold for current vLLM**" in words.vllm_sharing(decided, rows)
 

@@ -152,6 +152,9 @@ def test_every_modelled_number_prints_with_its_range(result):
     assert "vLLM 42.4 (0.0–104.1) ms, SGLang 74.4 (1.9–122.7) ms." in words.step_cost(r)
     assert "crossover ≈287K tokens (70K–1013K tokens over the sets)" in words.fits(r)
     assert ranged(12, 12, 12) == "12" and ranged(12, 12, 28) == "12 (12–28)"
+    # the capacity-limited rate as report 07 prints it (one formatter): '7.6 (0–660)', never '8 (0–655)' here
+    rates = words.capacity_caption(r)
+    assert "SGLang TP8+DCP8 51 (51–116) sequences, 7.6 (0–660) tokens/s per GPU" in rates
 
 
 def _deciding(v):

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from kvlab import tables
 from kvlab.engines import engine_label
+from kvlab.words import modelled_rate
 from kvlab.studies.capacity.checks import QueueCount, by_id, config_label, ranged
 from kvlab.studies.measured_frames import context_name
 from kvlab.studies.capacity.frames import KV_SATURATED, NOT_PROBED
-from kvlab.units import count, measured, modelled_count, sig2, tokens_label
+from kvlab.units import count, measured, modelled_count, tokens_label
 from kvlab.verdicts import Verdict, decides, undecided_label
 
 #: The commands that measure the capacity study on this machine (the default `make report` sweeps it: its quick
@@ -66,16 +67,6 @@ def _modelled_sentence(v: Verdict, modelled) -> str:
         f"{said} requests in flight. Each is a range over the KV format and MLA width, which the published points "
         "cannot pin."
     )
-
-
-def modelled_rate(r: dict) -> str:
-    """A configuration's modelled capacity-limited rate in output tokens/s per GPU, to the two figures a model that
-    misses its held-out points supports, with its range over the sets: '110 (70–260)'; where not one sequence meets
-    the TPOT target at the default set, that, with the best of the other sets."""
-    lo, hi = sig2(r["tokens_per_s_per_gpu_lo"]), sig2(r["tokens_per_s_per_gpu_hi"])
-    if not r["batch"]:
-        return f"out of reach at the default set (up to {hi} over the others)"
-    return f"{sig2(r['tokens_per_s_per_gpu'])} ({lo}–{hi})"
 
 
 def throughput_sentence(t) -> str:
@@ -306,7 +297,8 @@ def _map_row(r: dict, decided: bool) -> dict:
     w = r.get("winner")
     probe = "–" if not w else f"{r.get('winner_probe') or NOT_PROBED} / {r.get('runner_up_probe') or NOT_PROBED}"
     margin = "–" if not w or r.get("margin") is None else f"{measured(r['margin'], r.get('n'))}×"
-    spread = "–" if margin == "–" else f"{measured(r['margin_lo'], 1)}–{measured(r['margin_hi'], 1)}×"
+    one = (r.get("n") or 0) < 2 or r["margin_lo"] == r["margin_hi"]  # one run a side: no spread to show
+    spread = "–" if margin == "–" or one else f"{measured(r['margin_lo'], 1)}–{measured(r['margin_hi'], 1)}×"
     row = {"context": context_name(r["context_label"], r["context_tokens"]), "memory setting": r["mem_util"]}
     if decided:
         row["higher goodput"] = (

@@ -9,12 +9,12 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from kvlab.claims import document_claim_verdicts
-from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, finding, measured_difference
+from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, finding, measured_difference, speed_gap
 from kvlab.claims.held_out import consistent_phrase, grade_model_claim
 from kvlab.claims.held_out import held_out_verdict
 from kvlab.engines import engine_label
 from kvlab.studies.measured_frames import context_name
-from kvlab.units import k_label, sig2
+from kvlab.units import k_label
 from kvlab.verdicts import Verdict
 
 
@@ -118,11 +118,15 @@ def _cpu_grade(m: dict, base: dict):
 
 
 def _cpu_number(m: dict, base: dict, grade, ctx: str) -> str:
-    fast = m["engine"] if base["other_batch_time_s"] >= base["batch_time_s"] else m["other_engine"]
+    pair = (m["engine"], m["other_engine"])
+    fast, slow = pair if base["other_batch_time_s"] >= base["batch_time_s"] else pair[::-1]
+    fast, slow = engine_label(fast), engine_label(slow)
     at, first = context_name(ctx, m["context_tokens"]), context_name(base["context_label"], base["context_tokens"])
     if base["context_tokens"] == m["context_tokens"]:
-        return f"{engine_label(fast)} {sig2(grade.value)}× faster at {at}, the shortest context measured"
-    return f"{engine_label(fast)} already {sig2(grade.value)}× faster at {first}; at {at}: {engine_label(m['faster'])} {sig2(m['speedup'])}×"
+        return f"{speed_gap(fast, slow, grade.value, already=False)} at {at}, the shortest context measured"
+    there = pair if m["faster"] == m["engine"] else pair[::-1]
+    then = speed_gap(engine_label(there[0]), engine_label(there[1]), m["speedup"], word="", already=False)
+    return f"{speed_gap(fast, slow, grade.value)} at {first}; at {at}: {then}"
 
 
 def speed_on_this_host(c: dict, rel_m: pl.DataFrame, stands_for: str) -> Verdict | None:

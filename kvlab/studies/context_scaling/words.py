@@ -11,7 +11,7 @@ from kvlab.studies.measured_frames import Crossover
 from kvlab.engines import engine_label
 from kvlab.studies.context_scaling.frames import ModelCrossover
 from kvlab.studies.measured_frames import PoolExcess, context_name, engine_excesses, span_name
-from kvlab.units import approx_tokens, count, ratio
+from kvlab.units import approx_tokens, count, ratio, sentence_start
 from kvlab.verdicts import Verdict, decides, undecided_label
 
 #: A relative-speed row's verdict: (the row's context label) -> the verdict of the claim at that context, or None.
@@ -76,7 +76,7 @@ def relative_speed_sentences(rel: list[dict], label: str, verdict_at: VerdictAt,
             )
         lines.append(f"- {label}: {phrase}.")
     if line := winner_line(rel, change):
-        lines.append(f"- {line[0].upper()}{line[1:]}.")
+        lines.append(f"- {sentence_start(line)}.")
     return "\n".join(lines)
 
 
@@ -95,7 +95,7 @@ def _sentences(label: str, parts: list[str]) -> str:
     """A caption of one sentence per part, the first led by the figure's source label ('Measured: at 1,024 tokens
     ...: ... . At 3,200 tokens ...'): a caption over three contexts stays a run of short sentences."""
     first, *rest = parts
-    return " ".join([f"{label.capitalize()}: {first}.", *(f"{p[0].upper()}{p[1:]}." for p in rest)])
+    return " ".join([f"{label.capitalize()}: {first}.", *(f"{sentence_start(p)}." for p in rest)])
 
 
 def crossover_sentence(x: Crossover, label: str, verdict: Verdict | None) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from kvlab.claims import MODEL_SCOPE, modelled_claim
-from kvlab.claims.grading import NOTHING_MEASURED, Repeats, cpu_cross_engine, measured_difference
+from kvlab.claims.grading import NOTHING_MEASURED, Repeats, cpu_cross_engine, measured_difference, speed_gap
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import Evidence, Factor, Recommendation, UserWorkload
 from kvlab.studies.sharing_frames import cache_share_verdict
@@ -87,8 +87,9 @@ def pair_verdict(claim: str, cid: str, p: Pair, kind: str = "engine_choice") -> 
         if ratio is None:
             number = f"{p.at_claim} ({p.missing}, so nothing shows the gap is the claim's mechanism)"
         else:
+            fast, slow = (a, b) if ratio >= 1 else (b, a)
             number = (
-                f"{engine_label(a if ratio >= 1 else b)} already {sig2(grade.value)}× ahead at {where}; {p.at_claim}"
+                f"{speed_gap(engine_label(fast), engine_label(slow), grade.value, 'ahead')} at {where}; {p.at_claim}"
             )
         return grade.verdict(claim, number, claim_id=cid, kind=kind)
     claimed_first = (registry.family(a) or a) == p.claimed_family

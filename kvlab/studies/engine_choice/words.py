@@ -8,7 +8,7 @@ from __future__ import annotations
 from kvlab.engines import SGLANG, VLLM, engine_label, registry
 from kvlab.guide import Evidence, Factor, Recommendation, UserWorkload
 from kvlab.tables import ms, number, percent
-from kvlab.units import approx_tokens, count, k_label, measured, ratio, sig2, tokens_label
+from kvlab.units import approx_tokens, count, k_label, measured, ratio, sentence_start, sig2, tokens_label
 from kvlab.verdicts import Verdict, decides, undecided_label
 
 # -- the rule, the tree ------------------------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def curves_caption(
     )
     return (
         f"Modelled for {model} on {tp}× {gpu}: each curve is a band over the assumption sets, the line its default. "
-        f"{crossover_words(x, x_range)[0].upper()}{crossover_words(x, x_range)[1:]}; the model {who}."
+        f"{sentence_start(crossover_words(x, x_range))}; the model {who}."
     )
 
 
@@ -334,7 +334,7 @@ def answer(
         else f"the model picks no engine at {at}"
     )
     cross = crossover_words(x, x_range)
-    second = f"{cross[0].upper()}{cross[1:]}; {model}."
+    second = f"{sentence_start(cross)}; {model}."
     third = (
         f"The data here {'confirm' if rec.outcome == 'reproduced' else 'contradict'} the tree."
         if decides(rec)

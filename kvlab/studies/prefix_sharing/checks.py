@@ -17,6 +17,7 @@ from kvlab.claims.grading import (
     combined,
     counted,
     cpu_cross_engine,
+    speed_gap,
     finding,
     measured_difference,
 )
@@ -181,9 +182,11 @@ def check_threshold(claim: dict, x: Inputs) -> Verdict | None:
     if lo_f is None:
         number = f"{at} ({missing}, so nothing shows the gap is the cache's)"
     else:
-        fast = a["engine"] if b["batch_time_s"] >= a["batch_time_s"] else b["engine"]
+        fast, slow = (
+            (a["engine"], b["engine"]) if b["batch_time_s"] >= a["batch_time_s"] else (b["engine"], a["engine"])
+        )
         number = (
-            f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo_f:.0%} shared; {at}. What "
+            f"{speed_gap(engine_label(fast), engine_label(slow), grade.value)} at {lo_f:.0%} shared; {at}. What "
             "the cache saves within each engine is the fair comparison (the threshold row below)"
         )
     return grade.verdict(text, number, claim_id=cid, kind="engine_choice")

@@ -375,7 +375,7 @@ def vllm_sharing(v: Verdict | None, rows: list[dict]) -> str:
     )
     said = (
         f"- At {top['shared_fraction']:.0%} shared, vLLM with its prefix cache on served **{top['cache_hit_rate']:.0%}** "
-        f"of prompt tokens from the cache (ideal {top['ideal_hit_rate']:.0%}){off_txt}."
+        f"of prompt tokens from the cache (whole-block ideal {top['block_ideal_hit_rate']:.0%}){off_txt}."
     )
     if v.outcome == "contradicted":
         return (

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, measured_difference
+from kvlab.claims.grading import NO_TABLE_ROW, Repeats, cpu_cross_engine, measured_difference, speed_gap
 from kvlab.engines import engine_label
 from kvlab.studies.measured_frames import context_name
 from kvlab.studies.throughput_decay.frames import stand_in
@@ -156,8 +156,8 @@ def shape_on_this_host(s: Shape, decay: pl.DataFrame, family: dict[str, str] | N
         scope=f"{ra.get('hardware') or 'CPU'}, contexts scaled",
     )
     if grade is not None:
-        fast = a if rb["t_from_s"] >= ra["t_from_s"] else b
-        number = f"{engine_label(fast)} already {sig2(grade.value)}× faster at {lo}; " + number
+        fast, slow = (a, b) if rb["t_from_s"] >= ra["t_from_s"] else (b, a)
+        number = f"{speed_gap(engine_label(fast), engine_label(slow), grade.value)} at {lo}; " + number
     else:  # GPU runs of both: the decay factors compared as measured differences (one value per pair)
         first, second = Repeats.summary(m[0], None, None, n), Repeats.summary(m[1], None, None, n)
         grade = measured_difference(first, second, "lower", what="decay factors", scope=ra.get("hardware") or "")

@@ -348,8 +348,8 @@ def prefill_verdict(c) -> Verdict:
     .PrefillCheck`): it decides only where the source states the GPUs one prefill runs over."""
     r = c.run
     number = (
-        f"{c.flops / 1e16:.2f} × 10¹⁶ FLOPs, {c.one_gpu_s:.1f} s on one GPU at peak: {r.ttft_s:g} s needs ≥ "
-        f"{c.gpus_needed:.2f} GPUs"
+        f"{c.flops / 1e16:.2f} × 10¹⁶ FLOPs, {c.one_gpu_s:.1f} s on one GPU at peak ({c.least_one_gpu_s:.1f} s for all "
+        f"but the routed experts, which may run at FP4): {r.ttft_s:g} s needs ≥ {c.gpus_needed:.2f} GPUs"
     )
     if not c.decidable:
         outcome, limit = "cannot be tested here", UNSTATED_CONDITION

@@ -8,7 +8,7 @@ import math
 
 from kvlab import tables
 from kvlab.engines import SGLANG, VLLM, engine_label
-from kvlab.words import config_name, setup_phrase
+from kvlab.words import config_name, modelled_rate, setup_phrase
 from kvlab.perfmodel.calibrate import PRIORS, implausible
 from kvlab.perfmodel.throughput import NON_KV_CONSTANT
 from kvlab.studies.whatif_model.formats import k_span, pct, ranged
@@ -99,12 +99,7 @@ def capacity_caption(r) -> str:
     row0 = t.row(0, named=True)
     parts = []
     for x in t.filter(t["tpot_ms"] == mid).iter_rows(named=True):
-        rate = (
-            f"{x['tokens_per_s_per_gpu']:,.0f} ({x['tokens_per_s_per_gpu_lo']:,.0f}–{x['tokens_per_s_per_gpu_hi']:,.0f}) "
-            "tokens/s per GPU"
-            if x["batch"]
-            else f"out of reach at the default set (0–{x['tokens_per_s_per_gpu_hi']:,.0f} tokens/s per GPU)"
-        )
+        rate = f"{modelled_rate(x)} tokens/s per GPU"
         parts.append(f"{config_name(x['config'])} {ranged(x['seqs'], x['seqs_lo'], x['seqs_hi'])} sequences, {rate}")
     return (
         f"Modelled rate at the largest batch the pool and TPOT target allow ({tokens_label(row0['context_tokens'])}); "
