@@ -1024,9 +1024,13 @@ def host_counts(every: list[dict]) -> dict[str, int]:
         return "own" if got == "own" else "document"
 
     for suffix, fam in (("", "document"), ("_own", "own")):
-        these = [v for v in measured if family(v) == fam]
-        decided = {v.get("claim_id") for v in these if v.get("outcome") in vd.DECIDING_OUTCOMES}
-        cannot = {v.get("claim_id"): v.get("limit") for v in these if v.get("outcome") == "cannot be tested here"}
+        counted: dict[str, dict] = {}  # each claim once, by the verdict it counts by, as the headline counts it
+        for v in (v for v in measured if family(v) == fam):
+            for k in filter(None, (c.strip() for c in (v.get("claim_id") or v.get("claim", "")).split(","))):
+                if k not in counted or vd.outranks(v["outcome"], counted[k]["outcome"]):
+                    counted[k] = v
+        decided = {k for k, v in counted.items() if v["outcome"] in vd.DECIDING_OUTCOMES}
+        cannot = {k: v.get("limit") for k, v in counted.items() if v["outcome"] == "cannot be tested here"}
         speed = {c for c, limit in cannot.items() if limit == CPU_IMPLEMENTATIONS}
         out |= {f"decided{suffix}": len(decided), f"speed{suffix}": len(speed)}
         out[f"gpu_only{suffix}"] = len(cannot) - len(speed)

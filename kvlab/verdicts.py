@@ -204,6 +204,11 @@ _RANK = {
 }
 
 
+def outranks(outcome: str, other: str) -> bool:
+    """Whether a claim's verdict with ``outcome`` is the one it counts by over one with ``other`` (:data:`_RANK`)."""
+    return _RANK[outcome] < _RANK[other]
+
+
 def _as_verdicts(verdicts) -> list[Verdict]:
     return [v if isinstance(v, Verdict) else Verdict(**v) for v in verdicts]
 
@@ -216,7 +221,7 @@ def by_family(verdicts: list[Verdict] | list[dict]) -> dict[str, dict[str, Verdi
     for v in _as_verdicts(verdicts):
         for k in claim_keys(v):
             got = out[v.family].get(k)
-            if got is None or _RANK[v.outcome] < _RANK[got.outcome]:
+            if got is None or outranks(v.outcome, got.outcome):
                 out[v.family][k] = v
     return out
 

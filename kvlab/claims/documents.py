@@ -142,7 +142,7 @@ def setting_against_documents(c: dict, all_claims: pl.DataFrame) -> Verdict | No
         f"{c['statement']} — against {document_name(o['experiment'])}: “{o['statement']}”",
         "cannot be tested here",
         "published",
-        f"{u:g} recommended by one document; {u:g} caused OOM retries in the other (another model and GPUs)",
+        f"{u:g} recommended by one document; {u:g} caused OOM retries in the other, for another model on other GPUs",
         claim_id=c["claim_id"],
         kind=c["kind"],
         value=float(u),
