@@ -273,7 +273,8 @@ GLOSSARY_TERMS = [
     (
         "SLO (service-level objective)",
         f"a latency target a load must meet: here a bound on TTFT and one on TPOT that at least {SLO_SHARE:.0%} of a "
-        f"load point's requests must both meet (the SLO held at p{SLO_SHARE * 100:.0f}; report 07).",
+        f"load point's requests must both meet (the SLO held at p{SLO_SHARE * 100:.0f}; report 07's load ladder). "
+        "Report 07's search on a replayed trace judges a load by the Wilson 95% lower bound of that share instead.",
     ),
     (
         "goodput",
@@ -281,9 +282,10 @@ GLOSSARY_TERMS = [
         "met the target.",
     ),
     (
-        "published, measured, modelled",
+        "published, measured, modelled, configuration",
         "where a number comes from: a document (cited by title, publisher and "
-        "date), a real engine run on a named host, or kvlab's physical model with its stated assumptions.",
+        "date), a real engine run on a named host, kvlab's physical model with its stated assumptions, or the "
+        "experiment file's own setting (shown, not graded).",
     ),
     ("K", "1,024 tokens: 64K is 65,536 tokens, 200K is 204,800."),
     (
@@ -291,8 +293,16 @@ GLOSSARY_TERMS = [
         "a CPU run's context scaled down by a stated factor: 1,024 tokens on this host stands in for 64K on the "
         "reference host. The run tests a mechanism at that size, not the reference host's speed.",
     ),
-    ("reproduced", "a document's claim that evidence independent of the document agrees with."),
-    ("contradicted", "a document's claim that evidence independent of the document disagrees with."),
+    (
+        "reproduced",
+        "a document's claim that evidence independent of the document agrees with; for one of kvlab's own checks, "
+        "passed.",
+    ),
+    (
+        "contradicted",
+        "a document's claim that evidence independent of the document disagrees with; for one of kvlab's own "
+        "checks, failed.",
+    ),
     (
         "consistent, inconsistent",
         "a document checked against its own figures (or another document's): its claim does or does not follow "

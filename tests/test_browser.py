@@ -321,11 +321,13 @@ def test_the_glossary_defines_every_term_and_links_back(built):
         assert f"<dt>{term}" in page, term
     assert 'href="index.html"' in page and "Explore" not in text
     # issue 53: every verdict label a page can show is defined, and the page is laid out for a phone's width
-    from kvlab.verdicts import FAMILIES, OUTCOME_COLORS
+    from kvlab.verdicts import EVIDENCE_COLORS, FAMILIES, OUTCOME_COLORS
 
     terms = " ".join(re.findall(r"<dt>(.*?)</dt>", page))
     assert all(o.split()[0] in terms for o in OUTCOME_COLORS), terms
     assert all(f in terms for f in FAMILIES)
+    # ... and every evidence kind a badge names, configuration included (report 03's badge was defined nowhere)
+    assert all(e in terms for e in (*EVIDENCE_COLORS, "configuration")), terms
     for name in ("glossary.html", "index.html"):
         assert '<meta name="viewport" content="width=device-width' in (built / name).read_text(), name
 
