@@ -30,8 +30,8 @@ def tokens_label(tokens: float) -> str:
 
 
 def k_label(tokens: float) -> str:
-    """A context in whole K, rounded: 127,963 → '125K'; 1,048,576 → '1024K'."""
-    return f"{tokens / K:.0f}K"
+    """A context in whole K, rounded, grouped like every other count: 127,963 → '125K'; 1,048,576 → '1,024K'."""
+    return f"{tokens / K:,.0f}K"
 
 
 def token_range(lo: float, hi: float) -> str:

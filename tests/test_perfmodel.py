@@ -1083,7 +1083,7 @@ def test_kvlab_model_prints_the_range_with_kv_format_both_fits_the_consistent_se
     physics-only fit's predictions beside the free fit's, the fits consistent with the totals, and K = 1,024."""
     out = model_command(context_tokens=[65536, 204800])
     lines = out.splitlines()
-    assert lines[1] == "contexts in K are K = 1,024 tokens: 64K = 65,536, 200K = 204,800, 1024K = 1M = 1,048,576"
+    assert lines[1] == "contexts in K are K = 1,024 tokens: 64K = 65,536, 200K = 204,800, 1,024K = 1M = 1,048,576"
     assert "KV format BF16/FP8/packed FP8 MLA, 96 refits" in out
     free = next(ln for ln in lines if ln.startswith("  free fit (NON-PHYSICAL)"))
     phys = next(ln for ln in lines if ln.startswith("  physics-only fit:"))

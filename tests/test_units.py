@@ -27,7 +27,7 @@ def test_contexts_are_named_in_k_never_in_powers_of_two():
 
 
 def test_estimates_are_rounded_to_whole_k():
-    assert units.k_label(127963) == "125K" and units.k_label(1 << 20) == "1024K"
+    assert units.k_label(127963) == "125K" and units.k_label(1 << 20) == "1,024K"
     assert units.approx_label(127963) == "125K" and units.approx_label(1027165) == "0.98M"
     assert units.approx_tokens(127963) == "≈125K tokens"  # an estimate, not a count to the token
 

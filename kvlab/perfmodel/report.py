@@ -278,7 +278,7 @@ def _crossover_lines(
 
 
 #: Every page that abbreviates a context says what K is (`kvlab model` prints it under its first line).
-K_NOTE = "contexts in K are K = 1,024 tokens: 64K = 65,536, 200K = 204,800, 1024K = 1M = 1,048,576"
+K_NOTE = "contexts in K are K = 1,024 tokens: 64K = 65,536, 200K = 204,800, 1,024K = 1M = 1,048,576"
 
 
 def consistent_summary(cons) -> dict:

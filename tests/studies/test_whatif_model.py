@@ -149,8 +149,13 @@ def test_every_modelled_number_prints_with_its_range(result):
     assert "On B300 at DCP 8 they cross at ≈173K tokens (108K–746K tokens in 96 of 96 sets)." in (
         words.crossover_caption(r, _verdict(r, "crossover_modelled"))
     )
+    # a GPU with no crossing at the default set says which other sets cross, and where (the caption once said "No
+    # crossing up to 1M tokens at any DCP size: B200" above a table where 40 of 96 sets cross)
+    assert "No crossing up to 1M tokens at the default set at any DCP size: B200 (at DCP 8, 40 of 96 sets cross, " in (
+        words.crossover_caption(r, _verdict(r, "crossover_modelled"))
+    )
     assert "vLLM 42.4 (0.0–104.1) ms, SGLang 74.4 (1.9–122.7) ms." in words.step_cost(r)
-    assert "crossover ≈287K tokens (70K–1013K tokens over the sets)" in words.fits(r)
+    assert "crossover ≈287K tokens (70K–1,013K tokens over the sets)" in words.fits(r)
     assert ranged(12, 12, 12) == "12" and ranged(12, 12, 28) == "12 (12–28)"
     # the capacity-limited rate as report 07 prints it (one formatter): '7.6 (0–660)', never '8 (0–655)' here
     rates = words.capacity_caption(r)

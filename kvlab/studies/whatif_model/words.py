@@ -268,8 +268,16 @@ def crossover_caption(r, v: Verdict | None) -> str:
     parts, none = [], []
     for g in xo["gpu"].unique(maintain_order=True).to_list():
         d = xo.filter(xo["gpu"] == g).drop_nulls("crossover_tokens").sort("dcp")
-        if not d.height:
-            none.append(g)
+        if not d.height:  # not at the default set; some other sets may still cross (said, with their range)
+            some = xo.filter((xo["gpu"] == g) & xo["crossover_low_tokens"].is_not_null()).sort("dcp")
+            if some.height:
+                b = some.row(-1, named=True)
+                none.append(
+                    f"{g} (at DCP {b['dcp']}, {b['crosses_in']} sets cross, at "
+                    f"{k_span(b['crossover_low_tokens'], b['crossover_high_tokens'])})"
+                )
+            else:
+                none.append(g)
             continue
         b = d.row(-1, named=True)
         rng = (
@@ -283,7 +291,7 @@ def crossover_caption(r, v: Verdict | None) -> str:
     if parts:
         text += " " + " ".join(parts)
     if none:
-        text += f" No crossing up to 1M tokens at any DCP size: {', '.join(none)}."
+        text += f" No crossing up to 1M tokens at the default set at any DCP size: {', '.join(none)}."
     return text + f" Which engine is faster past it: {undecided_label(v) if not decides(v) else 'see the verdicts'}."
 
 
