@@ -146,14 +146,15 @@ def test_every_modelled_number_prints_with_its_range(result):
     head = words.headroom_caption(r, _verdict(r, "memory_095"))
     assert "At 0.92: 11 (11–25) with DCP 1 and 51 (51–116) with DCP 8." in head
     assert "At 0.95: 12 (12–28) with DCP 1 and 58 (58–131) with DCP 8." in head
-    assert "On B300 at DCP 8 they cross at ≈173K tokens (108K–746K tokens in 96 of 96 sets)." in (
+    assert "They cross on B300 at DCP 8 at ≈173K (108K–746K tokens in 96 of 96 sets)." in (
         words.crossover_caption(r, _verdict(r, "crossover_modelled"))
     )
     # a GPU with no crossing at the default set says which other sets cross, and where (the caption once said "No
     # crossing up to 1M tokens at any DCP size: B200" above a table where 40 of 96 sets cross)
-    assert "No crossing up to 1M tokens at the default set at any DCP size: B200 (at DCP 8, 40 of 96 sets cross, " in (
-        words.crossover_caption(r, _verdict(r, "crossover_modelled"))
-    )
+    assert (
+        "Hypothetical too, on B200 they do not cross up to 1M tokens at the default set; at DCP 8, 40 of 96 sets "
+        "cross at 364K–1,019K tokens."
+    ) in words.crossover_caption(r, _verdict(r, "crossover_modelled"))
     assert "vLLM 42.4 (0.0–104.1) ms, SGLang 74.4 (1.9–122.7) ms." in words.step_cost(r)
     assert "crossover ≈287K tokens (70K–1,013K tokens over the sets)" in words.fits(r)
     assert ranged(12, 12, 12) == "12" and ranged(12, 12, 28) == "12 (12–28)"

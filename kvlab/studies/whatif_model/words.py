@@ -13,7 +13,7 @@ from kvlab.perfmodel.calibrate import PRIORS, implausible
 from kvlab.perfmodel.throughput import NON_KV_CONSTANT
 from kvlab.studies.whatif_model.formats import k_span, pct, ranged
 from kvlab.tables import experiment_words
-from kvlab.units import sig2, tokens_label
+from kvlab.units import k_label, sig2, tokens_label
 from kvlab.verdicts import Verdict, decides, undecided_label
 
 
@@ -259,39 +259,49 @@ def winner_words(r, v: Verdict | None) -> str:
     )
 
 
-def crossover_caption(r, v: Verdict | None) -> str:
-    """The crossover-by-GPU figure: per GPU its crossover at the largest DCP size with the range over the sets;
-    no trend or winner is named unless ``v`` decides."""
-    xo = r.crossovers
-    if not xo.height:
-        return "No GPU and DCP size was modelled."
-    parts, none = [], []
-    for g in xo["gpu"].unique(maintain_order=True).to_list():
-        d = xo.filter(xo["gpu"] == g).drop_nulls("crossover_tokens").sort("dcp")
-        if not d.height:  # not at the default set; some other sets may still cross (said, with their range)
-            some = xo.filter((xo["gpu"] == g) & xo["crossover_low_tokens"].is_not_null()).sort("dcp")
-            if some.height:
-                b = some.row(-1, named=True)
-                none.append(
-                    f"{g} (at DCP {b['dcp']}, {b['crosses_in']} sets cross, at "
-                    f"{k_span(b['crossover_low_tokens'], b['crossover_high_tokens'])})"
-                )
-            else:
-                none.append(g)
-            continue
-        b = d.row(-1, named=True)
+def _crossing(g: str, d) -> tuple[bool, str]:
+    """One GPU's crossing (``d``: its rows) at its largest DCP size that crosses, the range over the sets beside it
+    ('H200 at DCP 8 at ≈830K (219K–888K tokens in 64 of 96 sets)'), and whether the default set crosses; where it does
+    not, how many other sets do, and where."""
+    at = d.drop_nulls("crossover_tokens").sort("dcp")
+    if at.height:
+        b = at.row(-1, named=True)
         rng = (
             f" ({k_span(b['crossover_low_tokens'], b['crossover_high_tokens'])} in {b['crosses_in']} sets)"
             if b.get("crossover_low_tokens") is not None
             else ""
         )
-        tag = "" if b["weights_fit"] else " (hypothetical: the weights do not fit)"
-        parts.append(f"On {g} at DCP {b['dcp']} they cross at {k_span(b['crossover_tokens'])}{rng}{tag}.")
+        return True, f"{g} at DCP {b['dcp']} at ≈{k_label(b['crossover_tokens'])}{rng}"
+    some = d.filter(d["crossover_low_tokens"].is_not_null()).sort("dcp")
+    if not some.height:
+        return False, f"On {g} they do not cross up to 1M tokens in any set"
+    b = some.row(-1, named=True)
+    return False, (
+        f"On {g} they do not cross up to 1M tokens at the default set; at DCP {b['dcp']}, {b['crosses_in']} sets cross "
+        f"at {k_span(b['crossover_low_tokens'], b['crossover_high_tokens'])}"
+    )
+
+
+def crossover_caption(r, v: Verdict | None) -> str:
+    """The crossover-by-GPU figure: per GPU its crossover at the largest DCP size with the range over the sets (those
+    whose weights do not fit together, as hypothetical); no trend or winner is named unless ``v`` decides."""
+    xo = r.crossovers
+    if not xo.height:
+        return "No GPU and DCP size was modelled."
+    said, hypothetical, apart = [], [], []
+    for g in xo["gpu"].unique(maintain_order=True).to_list():
+        d = xo.filter(xo["gpu"] == g)
+        crosses, text = _crossing(g, d)
+        fits = bool(d["weights_fit"].all())
+        if not crosses:
+            apart.append(f"{text}." if fits else f"Hypothetical too, {text[0].lower()}{text[1:]}.")
+        else:
+            (said if fits else hypothetical).append(text)
     text = f"Modelled context where vLLM TP{xo['tp'][0]} and SGLang TP{xo['tp'][0]}+DCP cross for {r.model}."
-    if parts:
-        text += " " + " ".join(parts)
-    if none:
-        text += f" No crossing up to 1M tokens at the default set at any DCP size: {', '.join(none)}."
+    text += "".join(f" They cross on {t}." for t in said)
+    if hypothetical:
+        text += f" Where the weights do not fit (hypothetical): {'; '.join(hypothetical)}."
+    text += "".join(f" {t}" for t in apart)
     return text + f" Which engine is faster past it: {undecided_label(v) if not decides(v) else 'see the verdicts'}."
 
 
