@@ -144,9 +144,9 @@ def test_a_closed_loop_never_has_more_in_flight_than_its_concurrency_and_keeps_i
 
 def test_an_open_loop_sends_each_request_no_earlier_than_its_arrival():
     """Each request leaves at its own arrival time, not after the answer to the one before: the server takes 0.4 s
-    to a first token, so a closed loop would send the second request 0.3 s or more late. The lateness bound (0.2 s)
-    is a scheduling delay on a busy host: under make test, beside the engine pass on the same core, a send once
-    came more than 50 ms late."""
+    to a first token, so a closed loop would send the second request 0.39 s late. A send may come late by the
+    client's own event-loop lag, which the batch records: under make test, beside the engine pass on the same core,
+    sends came more than 50 ms, and once more than 200 ms, late while the loop itself woke that late."""
     prompts = fixed_batch.prompts(6, 8, 2, 1000)
     load = loads.LoadSpec(rate_rps=10, arrival_seed=3)
     with SSEServer(FixtureConfig(first_delay_s=0.4)) as srv:
@@ -158,7 +158,8 @@ def test_an_open_loop_sends_each_request_no_earlier_than_its_arrival():
     due = loads.arrival_times(6, 10, 1.0, seed=3)
     sent = [r.t_send_s for r in batch.records]
     assert all(s >= d - 0.002 for s, d in zip(sent, due))  # never early (t0 is the first send, a hair after start)
-    assert all(s - d < 0.2 for s, d in zip(sent, due))  # nor late by more than a scheduling delay
+    lag = batch.loop_lag_max_ms / 1e3  # how late the client's loop woke at most: the host's delay, not the code's
+    assert all(s - d < 0.05 + lag for s, d in zip(sent, due)), ([s - d for s, d in zip(sent, due)], lag)
 
 
 def test_a_saturating_server_stops_the_load_point_by_its_queue():
