@@ -115,6 +115,15 @@ def three_contexts(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def crossing_contexts(tmp_path_factory) -> Path:
+    """As :func:`three_contexts`, with another fresh clone's runs (tests/fixtures/crossing_context), where the
+    engines' measured batch times cross: report 01 has a measured crossover beside the published one."""
+    from notebook_data import CROSSING_CONTEXT_RUNS, write_long_context_data
+
+    return write_long_context_data(tmp_path_factory.mktemp("crossing-contexts") / "data", CROSSING_CONTEXT_RUNS)
+
+
+@pytest.fixture(scope="session")
 def built_reports(tmp_path_factory, fixture_data):
     """Every report built once, with its default parameters, from the fixture data folder (the real measured runs
     of every CPU study: what `kvlab report --data-dir` builds from them, the same on every machine, where a fresh

@@ -15,6 +15,9 @@ from payloads import PAYLOAD, SPOOFED_FOLDER
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs"
 #: REAL runs of data/experiments/cpu_long_context.yaml at 1,024, 2,048 and 3,200 tokens (tests/fixtures/README.md)
 LONG_CONTEXT_RUNS = Path(__file__).parent / "fixtures" / "long_context" / "runs" / "cpu_long_context"
+#: Another fresh clone's real cpu_long_context runs (`make report` at 30ed9e4, 2026-12-07, AMD EPYC): the engines'
+#: measured batch times cross between 1,024 and 2,048 tokens, so report 01 has a measured crossover
+CROSSING_CONTEXT_RUNS = Path(__file__).parent / "fixtures" / "crossing_context" / "runs" / "cpu_long_context"
 #: The fixture run the shared fixture data holds a copy of (:func:`write_fixture_data`).
 COPIED_RUN = "4ed47393244f"
 
@@ -119,10 +122,10 @@ def make_hostile(data: Path) -> Path:
     return data
 
 
-def write_long_context_data(data: Path) -> Path:
-    """A data folder with the reference tables, the catalog and the real three-context cpu_long_context runs."""
+def write_long_context_data(data: Path, runs: Path = LONG_CONTEXT_RUNS) -> Path:
+    """A data folder with the reference tables, the catalog and real three-context cpu_long_context runs (``runs``)."""
     copy_reference(data)
-    shutil.copytree(LONG_CONTEXT_RUNS, data / "runs" / "cpu_long_context")
+    shutil.copytree(runs, data / "runs" / "cpu_long_context")
     return data
 
 

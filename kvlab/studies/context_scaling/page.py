@@ -104,5 +104,8 @@ def measured_relative(r: ContextScalingResult, wb) -> Section:
     out.add(Markdown(words.relative_speed_sentences(rel.to_dicts(), "measured", r.speed_verdict("measured"), change)))
     if line := words.pool_wait_line(r.pool_excesses):
         out.add(Markdown(line))
-    out.add(Markdown("\n".join(words.crossover_sentence(x, "measured", change) for x in r.x_measured)))
+    said = {e.method for e in r.estimates if e.context_tokens is not None}  # assumptions the published ones stated
+    out.add(
+        Markdown("\n".join(words.crossover_sentence(x, "measured", change, x.method not in said) for x in r.x_measured))
+    )
     return out

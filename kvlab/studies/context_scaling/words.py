@@ -98,9 +98,10 @@ def _sentences(label: str, parts: list[str]) -> str:
     return " ".join([f"{label.capitalize()}: {first}.", *(f"{sentence_start(p)}." for p in rest)])
 
 
-def crossover_sentence(x: Crossover, label: str, verdict: Verdict | None) -> str:
+def crossover_sentence(x: Crossover, label: str, verdict: Verdict | None, assumption: bool = True) -> str:
     """Where the engines' batch times meet under one interpolation; which engine is faster on each side only where
-    ``verdict`` (the crossover question's) decides."""
+    ``verdict`` (the crossover question's) decides; the interpolation's assumption unless the page said it already
+    (``assumption`` False)."""
     if x.context_tokens is None:
         if decides(verdict):
             return f"- {label} ({x.method}): no crossover estimate — {x.note}."
@@ -110,9 +111,8 @@ def crossover_sentence(x: Crossover, label: str, verdict: Verdict | None) -> str
         if decides(verdict)
         else f" ({undecided_label(verdict)})"
     )
-    return (
-        f"- {label} ({x.method}): the engines' batch times meet at **{approx_tokens(x.context_tokens)}**{side}. "
-        f"Assumption: {x.assumption}."
+    return f"- {label} ({x.method}): the engines' batch times meet at **{approx_tokens(x.context_tokens)}**{side}." + (
+        f" Assumption: {x.assumption}." if assumption else ""
     )
 
 
