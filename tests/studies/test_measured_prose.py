@@ -15,19 +15,18 @@ from support import pages
 @pytest.mark.parametrize("data", ["fixture_data", "three_contexts"])
 @pytest.mark.parametrize("report", ["01", "02"])
 def test_the_page_keeps_the_prose_limits(report, data, request):
-    params = {"data_dir": str(request.getfixturevalue(data))}
-    assert prose.problems(pages.page_text(report, params)).words <= prose.MAX_WORDS
-    got = prose.problems(pages.page_text(report, params, box=False))
+    whole, text = pages.page_texts(report, {"data_dir": str(request.getfixturevalue(data))})
+    assert prose.problems(whole).words <= prose.MAX_WORDS
+    got = prose.problems(text)
     assert got.long_sentences == [] and got.repeated == [], got
 
 
 def test_a_measured_crossover_states_no_assumption_the_published_one_stated(crossing_contexts):
     """On a fresh clone's runs whose engines crossed (2026-12-07), report 01 said each interpolation's assumption
     twice, under the published and under the measured crossover: said once now, and the page keeps its limits."""
-    params = {"data_dir": str(crossing_contexts)}
-    text = pages.page_text("01", params, box=False)
+    whole, text = pages.page_texts("01", {"data_dir": str(crossing_contexts)})
     assert "measured (linear): the engines' batch times meet at" in text  # the runs still cross
     assert text.count("Assumption: batch time grows linearly with context") == 1
     got = prose.problems(text)
     assert got.long_sentences == [] and got.repeated == [], got
-    assert prose.problems(pages.page_text("01", params)).words <= prose.MAX_WORDS
+    assert prose.problems(whole).words <= prose.MAX_WORDS

@@ -63,11 +63,16 @@ def text_html(item) -> str:
     return item._repr_html_() if hasattr(item, "_repr_html_") else ""
 
 
-def page_text(prefix: str, parameters: dict, box: bool = True) -> str:
-    """``prefix``'s page prose as the built report shows it, for :func:`kvlab.prose.problems`: the answer, the verdict
-    box (with ``box``: its headline is kvlab.verdicts', outside the study, so sentence checks leave it out), the
-    notebook's markdown cells and every shown item (Markdown rendered, tables as their HTML, figures by caption)."""
+def page_texts(prefix: str, parameters: dict) -> tuple[str, str]:
+    """``prefix``'s page prose as the built report shows it, for :func:`kvlab.prose.problems`, with the verdict box and
+    without it (its headline is kvlab.verdicts', outside the study, so sentence checks leave it out), from one
+    computation of the study: the answer, the notebook's markdown cells and every shown item (Markdown rendered,
+    tables as their HTML, figures by caption)."""
     r, cells = _cells(prefix, parameters)
+    return _text(r, cells, True), _text(r, cells, False)
+
+
+def _text(r: studies.StudyResult, cells: list, box: bool) -> str:
     parts = ["".join(f"<p>{s}</p>" for s in r.answer.sentences), verdicts.box_html(list(r.verdicts)) if box else ""]
     for c in cells:
         if isinstance(c, str):
