@@ -131,15 +131,16 @@ browser: cjk-font | $(UV) ## install Debian's headless Chromium (needs root) and
 
 # The suite in three streams, side by side (docs/testing.md, "Three streams side by side"): the engine tests (marker
 # engine: real vLLM and SGLang servers, one at a time) in the foreground, then AFTER_ENGINES; every other test but the
-# computing ones (the notebooks, the reports in Chromium, the fake engines, the engine_env tests) in one process pinned
-# to the last core at nice 10; and the computing tests (SCAVENGE) idle-scheduled on any core. The reports of the last
-# two are held back and printed after the engine pass's. The engines compute on the cores below the last: vLLM's CPU
-# build binds its compute threads there itself (VLLM_CPU_OMP_THREADS_BIND=auto keeps one core back), and the engine
-# pass gives SGLang the same cores (SGLANG_CPU_OMP_THREADS_BIND). With one core, or without taskset, the engine-free
-# tests and the engine tests run one after the other. make fails if any fails, and its last lines name each stream
-# that failed with its failing tests (a CI log's tail shows them, whichever stream it was). All share one fit cache
-# (kvlab.perfmodel.fitcache), a fresh file of this run's own removed at the end: a fit one process made is read, not
-# refitted, by the others, and no developer's ~/.cache/kvlab is read or written.
+# computing ones (the notebooks, the reports in Chromium, the fake engines, the other engine_env tests) in one process
+# pinned to the last core at nice 10, let onto every core once the engine pass is done (what it starts then may use core
+# 0); and the computing tests (SCAVENGE) idle-scheduled on any core. The reports of the last two are held back and
+# printed after the engine pass's. The engines compute on the cores below the last: vLLM's CPU build binds its compute
+# threads there itself (VLLM_CPU_OMP_THREADS_BIND=auto keeps one core back), and the engine pass gives SGLang the same
+# cores (SGLANG_CPU_OMP_THREADS_BIND). With one core, or without taskset, the engine-free tests and the engine tests run
+# one after the other. make fails if any fails, and its last lines name each stream that failed with its failing tests
+# (a CI log's tail shows them, whichever stream it was). All share one fit cache (kvlab.perfmodel.fitcache), a fresh
+# file of this run's own removed at the end: a fit one process made is read, not refitted, by the others, and no
+# developer's ~/.cache/kvlab is read or written.
 LAST_CORE := $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n - 1)))
 # FULL=1 adds the tests marked `full` (pyproject.toml): slow checks whose mechanism a cheaper test of the default run
 # shows too (docs/testing.md lists them); without it make test says how many it left out
@@ -147,15 +148,17 @@ NOT_FULL := $(if $(filter 1 yes true,$(FULL)),, and not full)
 ENGINE_FREE := -m "not cluster and not engine$(NOT_FULL)"
 ENGINE_PASS := -m "engine and not cluster$(NOT_FULL)"
 # engine-free tests that time their own deadlines against fixture servers (the fault and hostile soaks, the SLO
-# search) run once the engine pass is done, unpinned at nice 0: the three streams end closer together
+# search) run once the engine pass is done, unpinned at nice 0, one xdist worker a file (they mostly wait on their
+# servers' drips): the three streams end closer together
 AFTER_ENGINES := tests/test_fault_soak.py tests/test_hostile_servers.py tests/test_search.py
-# engine-free tests that only compute (the studies, the model, the notebooks' parameters, the docs' commands) run
-# under SCHED_IDLE (`chrt --idle 0`; nice 19 where chrt is missing or refused), on any core, in the time the other passes leave
-# idle (a server starting, a client waiting on a stream, the pinned pass done): any other process that wakes
-# preempts them at once, so an engine's step is not delayed (at nice 19 it waits out a time slice)
+# engine-free tests that only compute (the studies, the model, the notebooks' parameters, the engines' argv parsers) run
+# under SCHED_IDLE (`chrt --idle 0`; nice 19 where chrt is missing or refused), on any core, in the time the other
+# passes leave idle (a server starting, a client waiting on a stream, the pinned pass done): any other process that
+# wakes preempts them at once, so an engine's step is not delayed (at nice 19 it waits out a time slice)
 IDLE_POLICY := $(shell command -v chrt >/dev/null && chrt --idle 0 true 2>/dev/null && echo "chrt --idle 0" || echo "nice -n 19")
-# (in this order: the model's fits come last, once the pinned pass's first report build has put them in the fit cache)
-SCAVENGE := tests/test_house.py tests/test_imports.py tests/test_plots.py tests/test_doc_commands.py tests/test_fitcache.py tests/test_perfmodel_terms.py tests/test_perfmodel_outside.py tests/test_perfmodel.py tests/studies tests/test_notebook_parameters.py
+# (in this order: the model's fits late, once the pinned pass's first report build has put them in the fit cache;
+# last the engines' own argv parsers, each an engine's import in its environment, once the engine pass leaves a core)
+SCAVENGE := tests/test_house.py tests/test_imports.py tests/test_plots.py tests/test_fitcache.py tests/test_perfmodel_terms.py tests/test_perfmodel_outside.py tests/test_perfmodel.py tests/studies tests/test_notebook_parameters.py tests/test_engines.py
 # the cores below the last: "0" on two cores, "0-6" on eight
 ENGINE_CORES := $(shell c=$(LAST_CORE); if [ $$c -gt 1 ]; then echo 0-$$((c - 1)); else echo 0; fi)
 test: install engines engines-sglang-jax browser ## run the test suite (real engine tests included; FULL=1 adds the slow tests marked full; the Ray cluster tests are `make test-cluster`)
@@ -168,7 +171,8 @@ test: install engines engines-sglang-jax browser ## run the test suite (real eng
 	  stream pinned taskset -c $(LAST_CORE) nice -n 10 $(BIN)/pytest $(ENGINE_FREE) $(addprefix --ignore=,$(AFTER_ENGINES) $(SCAVENGE)) $(PYTEST_ARGS) & free=$$!; \
 	  stream computing $(IDLE_POLICY) $(BIN)/pytest $(ENGINE_FREE) $(SCAVENGE) $(PYTEST_ARGS) & scavenge=$$!; \
 	  shown engine env SGLANG_CPU_OMP_THREADS_BIND=$(ENGINE_CORES) $(BIN)/pytest $(ENGINE_PASS) $(PYTEST_ARGS); \
-	  shown after-engines $(BIN)/pytest $(ENGINE_FREE) $(AFTER_ENGINES) $(PYTEST_ARGS); \
+	  for p in $$(pgrep -P $$free 2>/dev/null); do taskset -a -p -c 0-$(LAST_CORE) $$p >/dev/null 2>&1; done; \
+	  shown after-engines $(BIN)/pytest -n $(words $(AFTER_ENGINES)) --dist loadfile $(ENGINE_FREE) $(AFTER_ENGINES) $(PYTEST_ARGS); \
 	  wait $$scavenge; echo "---------------- the computing tests (idle-scheduled) ----------------"; cat $$tmp/computing.log; \
 	  wait $$free; echo "---------------- the engine-free tests (core $(LAST_CORE)) ----------------"; cat $$tmp/pinned.log; \
 	else \

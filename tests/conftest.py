@@ -67,9 +67,10 @@ def sglang_python() -> Path:
     return _required(SGLANG_PYTHON)
 
 
-#: The engine test that computes most (the embedded default's sweep: four servers, eight runs) runs last: under `make
-#: test` it then has both cores if the engine-free pass beside it has ended (since the passes were balanced, 2026-12-06,
-#: both end within about a minute of each other, so it rarely has). No test waits for that.
+#: The engine test that computes most (the embedded default's sweep: two servers, six runs; four and eight with
+#: FULL=1) runs last: under `make test` it then has both cores if the engine-free pass beside it has ended (since the
+#: passes were balanced, 2026-12-06, both end within about a minute of each other, so it rarely has). No test waits
+#: for that.
 LAST_MODULES = ("test_embedded_default.py",)
 
 

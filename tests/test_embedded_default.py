@@ -1,6 +1,12 @@
 """The README's main command on this machine: the embedded CPU experiment's quick form (what `make report`
 sweeps) for real with both engines, vLLM's CPU build and PyTorch SGLang on CPU, then the reports built from it (and a
-second sweep reuses every finished run)."""
+second sweep reuses every finished run).
+
+By default the sweep holds the quick form's three 0.92 points (64K, 128K and 200K stand-ins, two server starts). Its
+0.95 point, the memory study's second setting, is two more starts (about 45 s of make test's engine pass, and 80 s of
+CPU, on the 2-vCPU EPYC) that show no other mechanism: a start with a larger explicit KV budget, whose mapping from
+the setting tests/test_memory_mirror.py and the engines' own parsers check. `make test FULL=1` sweeps it into the same
+folder, reusing the six runs, and reads report 03 from both settings; `make report` always measures it."""
 
 import shutil
 import subprocess
@@ -8,12 +14,15 @@ import sys
 
 import polars as pl
 import pytest
+import yaml
 
 from kvlab import host, store
 from kvlab.paths import DATA_DIR, EXPERIMENTS_DIR, ROOT
 
 pytestmark = pytest.mark.engine
 EXPERIMENT = EXPERIMENTS_DIR / "cpu_long_context.yaml"
+#: The memory study's setting that only FULL=1 sweeps here
+SECOND_SETTING = 0.95
 
 
 def kvlab(*args, timeout=900):
@@ -24,18 +33,30 @@ def kvlab(*args, timeout=900):
     return out.stdout + out.stderr
 
 
+def first_setting(folder) -> str:
+    """The embedded experiment as shipped but its quick form without the second setting's point: the same runs,
+    under the same keys (a run's key is its engine, workload and repeat, not the file's other points)."""
+    spec = yaml.safe_load(EXPERIMENT.read_text())
+    points = spec["quick"]["matrix"]["point"]
+    spec["quick"]["matrix"]["point"] = [p for p in points if p["engine.mem_util"] != SECOND_SETTING]
+    assert len(spec["quick"]["matrix"]["point"]) == len(points) - 1 == 3
+    path = folder / EXPERIMENT.name
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory, engine_python, sglang_python, tiny_model):
     data = tmp_path_factory.mktemp("data")
     for sub in ("reference", "catalog"):
         shutil.copytree(DATA_DIR / sub, data / sub)
-    kvlab("sweep", "--quick", str(EXPERIMENT), "--data-dir", str(data))
+    kvlab("sweep", "--quick", first_setting(data), "--data-dir", str(data))
     return data
 
 
 def test_every_run_of_the_embedded_experiment_succeeds(measured):
     runs = store.load_runs(measured).filter(pl.col("source") == "measured")
-    assert runs.height == 8 and (runs["status"] == "ok").all()  # 64K, 128K, 200K at 0.92; 200K at 0.95; per engine
+    assert runs.height == 6 and (runs["status"] == "ok").all()  # 64K, 128K, 200K at 0.92, per engine
     assert sorted(runs["engine"].unique()) == ["sglang", "vllm"]
     # every prompt and output token accounted for by the server's usage
     assert (runs["served_prompt_tokens"] == runs["batch_size"] * runs["prompt_tokens"]).all()
@@ -72,16 +93,23 @@ def test_every_run_of_the_embedded_experiment_succeeds(measured):
 
 
 def test_second_sweep_reuses_finished_runs(measured):
-    out = kvlab("sweep", "--quick", str(EXPERIMENT), "--data-dir", str(measured))
-    assert "0 runs to do, 8 finished runs reused" in out
+    out = kvlab("sweep", "--quick", first_setting(measured), "--data-dir", str(measured))
+    assert "0 runs to do, 6 finished runs reused" in out
+
+
+def _study(prefix: str, data):
+    from kvlab import reports, studies
+
+    return studies.compute_report(prefix, data, reports._defaults(reports.notebooks([prefix])[0]))
 
 
 def test_reports_show_the_measured_runs(measured, tmp_path):
-    """`kvlab report` builds from the measured folder (one report, 02, and the index), and the three studies of the
-    article's questions answer from the measured runs, as typed results (what the pages show: test_notebooks)."""
+    """`kvlab report` builds from the measured folder (one report, 02, and the index), and the studies of the
+    article's speed questions answer from the measured runs, as typed results (what the pages show: test_notebooks);
+    the memory study, one setting measured, says it has no comparison rather than drawing one."""
     from typer.testing import CliRunner
 
-    from kvlab import cli, reports, studies
+    from kvlab import cli, reports
 
     built = CliRunner().invoke(
         cli.app, ["report", "--out", str(tmp_path), "--only", "02", "-p", f"data_dir={measured}"]
@@ -90,22 +118,36 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
 
     listed = {r["notebook"]: r for r in reports.read_index(tmp_path / "index.json")}
     assert listed["02_throughput_decay.ipynb"]["answer"]["sentences"] and (tmp_path / "index.html").exists()
-    result = {
-        p: studies.compute_report(p, measured, reports._defaults(reports.notebooks([p])[0])) for p in ("01", "02", "03")
-    }
-    for p, r in result.items():  # answered from the runs, not the no-runs sentence
-        assert not any("No run was measured" in t or "No run on this host" in t for t in r.answer.sentences), p
-    # both engines' measured growth from 64K to 200K (02), each engine's run at each setting (03): one run a side
+    result = {p: _study(p, measured) for p in ("01", "02", "03")}
+    for p in ("01", "02"):  # answered from the runs, not the no-runs sentence
+        said = " ".join(result[p].answer.sentences)
+        assert "No run was measured" not in said and "No run on this host" not in said, p
+    # both engines' measured growth from 64K to 200K (02): one run a side
     decay = result["02"].frames["decay_measured"]
     assert sorted(decay["engine"]) == ["sglang", "vllm"] and set(decay["n_from"]) == set(decay["n_to"]) == {1}
-    mem = result["03"].frames["stats"].filter(pl.col("context_tokens") == 3200)
+    assert "No run on this host compares two memory settings" in " ".join(result["03"].answer.sentences)
+    # the provenance says what ran, and sglang-jax's note appears only where sglang-jax ran
+    prov = reports.provenance(measured, reports.notebooks(["01"])[0], None)
+    assert any(e.startswith("SGLang 0.5.23 (CPU, torch-native kernels") for e in prov["engines"]), prov["engines"]
+    assert not any("sglang-jax" in e for e in prov["engines"])
+
+
+@pytest.mark.full  # two more starts that show no other mechanism (the module's docstring)
+def test_the_second_setting_is_swept_beside_the_first_and_report_03_compares_them(measured):
+    """The shipped file's quick form on the same folder: its 0.95 point measured with both engines, the six 0.92
+    runs reused, and report 03 reads each engine's run at each setting (one run a side)."""
+    out = kvlab("sweep", "--quick", str(EXPERIMENT), "--data-dir", str(measured))
+    assert "2 runs to do, 6 finished runs reused" in out
+    runs = store.load_runs(measured).filter(pl.col("source") == "measured")
+    assert runs.height == 8 and (runs["status"] == "ok").all()
+    assert (runs["served_prompt_tokens"] == runs["batch_size"] * runs["prompt_tokens"]).all()
+    assert (runs["batch_prompt_tokens"] == runs["server_prompt_tokens"]).all()
+    memory = _study("03", measured)
+    assert not any("No run on this host" in t for t in memory.answer.sentences), memory.answer.sentences
+    mem = memory.frames["stats"].filter(pl.col("context_tokens") == 3200)
     assert sorted(mem.select("engine", "mem_util", "runs", "runs_ok").rows()) == [
         ("sglang", 0.92, 1, 1),
         ("sglang", 0.95, 1, 1),
         ("vllm", 0.92, 1, 1),
         ("vllm", 0.95, 1, 1),
     ]
-    # the provenance says what ran, and sglang-jax's note appears only where sglang-jax ran
-    prov = reports.provenance(measured, reports.notebooks(["01"])[0], None)
-    assert any(e.startswith("SGLang 0.5.23 (CPU, torch-native kernels") for e in prov["engines"]), prov["engines"]
-    assert not any("sglang-jax" in e for e in prov["engines"])

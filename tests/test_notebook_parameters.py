@@ -159,7 +159,7 @@ def fingerprint(result: studies.StudyResult) -> list:
     data = result.to_json()
     values = [(k, repr(v)) for k, v in sorted(data.items()) if k in result.__dataclass_fields__ and k not in common]
     values = [(k, v) for k, v in values if k not in result.frames]
-    return [result.to_json()["answer"], result.to_json()["verdicts"], frames, values]
+    return [data["answer"], data["verdicts"], frames, values]
 
 
 def _with_trace_runs(data: Path) -> Path:

@@ -13,12 +13,15 @@ from kvlab.verdicts import MIME as VERDICTS_MIME
 
 
 @pytest.fixture(scope="module")
-def results(fixture_data):
-    """Every report's study on the suite's fixture data, with each notebook's default parameters."""
-    out = {}
-    for nb in reports.notebooks():
-        out[nb.stem[:2]] = studies.compute_report(nb.stem, fixture_data, reports._defaults(nb))
-    return out
+def results(built_reports):
+    """Every report's study on the suite's fixture data, with each notebook's default parameters: the typed result
+    its notebook computed in the suite's one report build (conftest.built_reports) and wrote beside its page, read
+    back (each study's round trip is its own test in tests/studies; computing all seven again cost about 12 s)."""
+    out, _ = built_reports
+    return {
+        nb.stem[:2]: studies.result_class(nb.stem).from_json(out / f"{nb.stem}{reports.RESULT_SUFFIX}")
+        for nb in reports.notebooks()
+    }
 
 
 def test_every_study_answers_with_typed_verdicts(results):
