@@ -341,8 +341,13 @@ def test_the_log_tail_reads_only_lines_written_after_its_start_and_says_when_non
         ({"requests_running": 1, "requests_waiting": 0, "kv_cache_usage": 0.06, "kv_tokens_used": 1005}, None),
         gap,
     ]
-    gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:6])]
-    assert all(0.1 < g < 0.4 for g in gaps)  # on the interval's grid, stamped with time.perf_counter()
+    # on the interval's grid (stamped with time.perf_counter()): sample k at the grid's origin + k x 0.2 s, never
+    # before it, and mostly on time; one wake-up may come late on a busy core (a fresh clone's make test, 2026-12-07:
+    # a gap past 0.4 s on the pinned pass beside the engine pass), and the grid's next sample then comes sooner
+    stamps = [t for t, _, _ in samples[:6]]
+    origin = min(t - k * 0.2 for k, t in enumerate(stamps))
+    late = sorted(t - k * 0.2 - origin for k, t in enumerate(stamps))
+    assert late[len(late) // 2] < 0.1, late
     # the cancellation (the batch has ended) reads once more: the line written since the last grid read is kept
     assert len(samples) == 7 and samples[6][1:] == ({**parse_line(lines[sched[3]].decode())}, None)
     assert samples[6][0] > samples[5][0]
