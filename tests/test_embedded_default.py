@@ -34,8 +34,8 @@ def kvlab(*args, timeout=900):
 
 
 def first_setting(folder) -> str:
-    """The embedded experiment as shipped but its quick form without the second setting's point: the same runs,
-    under the same keys (a run's key is its engine, workload and repeat, not the file's other points)."""
+    """Write into ``folder`` the embedded experiment as shipped but its quick form without the second setting's point:
+    the same runs, under the same keys (a run's key is its engine, workload and repeat, not the file's other points)."""
     spec = yaml.safe_load(EXPERIMENT.read_text())
     points = spec["quick"]["matrix"]["point"]
     spec["quick"]["matrix"]["point"] = [p for p in points if p["engine.mem_util"] != SECOND_SETTING]
@@ -93,14 +93,8 @@ def test_every_run_of_the_embedded_experiment_succeeds(measured):
 
 
 def test_second_sweep_reuses_finished_runs(measured):
-    out = kvlab("sweep", "--quick", first_setting(measured), "--data-dir", str(measured))
+    out = kvlab("sweep", "--quick", str(measured / EXPERIMENT.name), "--data-dir", str(measured))
     assert "0 runs to do, 6 finished runs reused" in out
-
-
-def _study(prefix: str, data):
-    from kvlab import reports, studies
-
-    return studies.compute_report(prefix, data, reports._defaults(reports.notebooks([prefix])[0]))
 
 
 def test_reports_show_the_measured_runs(measured, tmp_path):
@@ -109,7 +103,7 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
     the memory study, one setting measured, says it has no comparison rather than drawing one."""
     from typer.testing import CliRunner
 
-    from kvlab import cli, reports
+    from kvlab import cli, reports, studies
 
     built = CliRunner().invoke(
         cli.app, ["report", "--out", str(tmp_path), "--only", "02", "-p", f"data_dir={measured}"]
@@ -118,7 +112,7 @@ def test_reports_show_the_measured_runs(measured, tmp_path):
 
     listed = {r["notebook"]: r for r in reports.read_index(tmp_path / "index.json")}
     assert listed["02_throughput_decay.ipynb"]["answer"]["sentences"] and (tmp_path / "index.html").exists()
-    result = {p: _study(p, measured) for p in ("01", "02", "03")}
+    result = {p: studies.compute_report(p, measured) for p in ("01", "02", "03")}  # the notebooks' defaults
     for p in ("01", "02"):  # answered from the runs, not the no-runs sentence
         said = " ".join(result[p].answer.sentences)
         assert "No run was measured" not in said and "No run on this host" not in said, p
@@ -142,7 +136,9 @@ def test_the_second_setting_is_swept_beside_the_first_and_report_03_compares_the
     assert runs.height == 8 and (runs["status"] == "ok").all()
     assert (runs["served_prompt_tokens"] == runs["batch_size"] * runs["prompt_tokens"]).all()
     assert (runs["batch_prompt_tokens"] == runs["server_prompt_tokens"]).all()
-    memory = _study("03", measured)
+    from kvlab import studies
+
+    memory = studies.compute_report("03", measured)
     assert not any("No run on this host" in t for t in memory.answer.sentences), memory.answer.sentences
     mem = memory.frames["stats"].filter(pl.col("context_tokens") == 3200)
     assert sorted(mem.select("engine", "mem_util", "runs", "runs_ok").rows()) == [
